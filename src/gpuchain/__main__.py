@@ -1,0 +1,5 @@
+"""`python -m gpuchain` is the `gpuchain` command."""
+
+from gpuchain.cli import main
+
+main()

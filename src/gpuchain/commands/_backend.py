@@ -1,0 +1,53 @@
+"""The `--backend/--preset/--topology` options shared by every command that looks at GPUs."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import typer
+
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import load_preset, load_topology
+
+DEFAULT_PRESET = "h100-80gb-x8"
+
+
+class BackendKind(enum.StrEnum):
+    sim = "sim"
+    nvml = "nvml"
+
+
+def backend_option() -> Any:
+    return typer.Option(
+        BackendKind.sim, "--backend", "-b", help="sim: simulated GPUs (no hardware needed); nvml: this node's GPUs."
+    )
+
+
+def preset_option() -> Any:
+    return typer.Option(None, "--preset", help=f"Simulated topology preset (default {DEFAULT_PRESET}).")
+
+
+def topology_option() -> Any:
+    return typer.Option(None, "--topology", help="Simulated topology from a YAML file instead of a preset.")
+
+
+def open_backend(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
+    """Build the backend the options name. Raises ConfigFileError or GpuError with a clear message."""
+    if kind is BackendKind.nvml:
+        if preset or topology:
+            raise typer.BadParameter("--preset and --topology apply to --backend sim only")
+        from gpuchain.gpu.nvml import NvmlBackend
+
+        return NvmlBackend()
+    if preset and topology:
+        raise typer.BadParameter("give --preset or --topology, not both")
+    topo = load_topology(topology) if topology else load_preset(preset or DEFAULT_PRESET)
+    return SimBackend(topo)
+
+
+BACKEND_ERRORS = (ConfigFileError, GpuError)
+"""What `open_backend` and backend calls raise on bad input or broken hardware."""

@@ -1,0 +1,367 @@
+"""The real hardware view, through NVML (nvidia-ml-py's ``pynvml``).
+
+Every NVML error is translated into a typed GpuError whose message says what to check, so no
+caller ever sees a ctypes traceback. The module is injected (``NvmlBackend(nvml=...)``) so tests
+drive this exact code through a fake ``pynvml`` built from a simulated topology.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib
+import logging
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpuchain.gpu import catalog
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import (
+    DriverNotLoadedError,
+    GpuError,
+    GpuLostError,
+    LibraryNotFoundError,
+    NoPermissionError,
+    NotFoundError,
+    NotSupportedError,
+)
+from gpuchain.gpu.model import (
+    DriverInfo,
+    EventKind,
+    Gpu,
+    GpuLink,
+    HealthEvent,
+    Inventory,
+    MigDevice,
+    Telemetry,
+    TopologyLevel,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MIB = 1024 * 1024
+_NO_INSTANCE = 0xFFFFFFFF
+_SYSFS_PCI = Path("/sys/bus/pci/devices")
+
+
+def _nvml_module() -> Any:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a hard dependency
+        raise LibraryNotFoundError("the nvidia-ml-py package is not installed: pip install nvidia-ml-py") from exc
+
+
+class NvmlBackend(GpuBackend):
+    """GPUs as the NVIDIA driver reports them. Read-only: it never changes MIG mode or resets."""
+
+    name = "nvml"
+
+    def __init__(self, nvml: Any = None, probe_interval: float = 5.0, sysfs: Path = _SYSFS_PCI) -> None:
+        self._nvml = nvml if nvml is not None else _nvml_module()
+        self._probe_interval = probe_interval
+        self._sysfs = sysfs
+        self._call(self._nvml.nvmlInit)
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as exc:
+            log.debug("nvmlShutdown: %s", exc)
+
+    # ---- error translation -------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            raise self._translate(exc, getattr(fn, "__name__", "nvml call")) from None
+
+    def _translate(self, exc: Exception, what: str) -> GpuError:
+        n = self._nvml
+        code = getattr(exc, "value", None)
+        text = f"{what}: {exc}"
+        if code == n.NVML_ERROR_LIBRARY_NOT_FOUND:
+            return LibraryNotFoundError(
+                "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed on the node, "
+                "and does this container run with the nvidia runtime class?"
+            )
+        if code == n.NVML_ERROR_DRIVER_NOT_LOADED:
+            return DriverNotLoadedError(
+                "the NVIDIA kernel driver is not loaded: check `lsmod | grep nvidia` and the driver pod's logs"
+            )
+        if code == n.NVML_ERROR_GPU_IS_LOST:
+            return GpuLostError(f"{text}: the GPU has fallen off the bus; reset the GPU or reboot the node")
+        if code in (n.NVML_ERROR_NOT_SUPPORTED, n.NVML_ERROR_FUNCTION_NOT_FOUND):
+            return NotSupportedError(f"{text}: not supported by this GPU or driver")
+        if code == n.NVML_ERROR_NO_PERMISSION:
+            return NoPermissionError(f"{text}: permission denied (run as root or with CAP_SYS_ADMIN)")
+        if code in (n.NVML_ERROR_NOT_FOUND, n.NVML_ERROR_INVALID_ARGUMENT):
+            return NotFoundError(f"{text}: not found")
+        return GpuError(text)
+
+    def _optional(self, fn: Callable[..., T], *args: Any) -> T | None:
+        """A reading the device may not support: None instead of NotSupportedError."""
+        try:
+            return self._call(fn, *args)
+        except NotSupportedError:
+            return None
+
+    # ---- inventory ---------------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        n = self._nvml
+        driver = DriverInfo(self._call(n.nvmlSystemGetDriverVersion), _cuda_version(self._call(n.nvmlSystemGetCudaDriverVersion)))
+        gpus: list[Gpu] = []
+        handles: dict[int, Any] = {}
+        for index in range(self._call(n.nvmlDeviceGetCount)):
+            try:
+                handle = self._call(n.nvmlDeviceGetHandleByIndex, index)
+                gpus.append(self._gpu(index, handle))
+            except GpuLostError as exc:
+                log.warning("GPU %d left out of the inventory: %s", index, exc)
+                continue
+            handles[index] = handle
+        return Inventory(driver, tuple(gpus), self._links(handles, {g.index: g for g in gpus}))
+
+    def _gpu(self, index: int, h: Any) -> Gpu:
+        n = self._nvml
+        pci = self._call(n.nvmlDeviceGetPciInfo, h)
+        bus_id = _text(pci.busId)
+        name = self._call(n.nvmlDeviceGetName, h)
+        known = catalog.model_for_name(name)
+        attrs = self._optional(n.nvmlDeviceGetAttributes, h)
+        sms = attrs.multiprocessorCount if attrs is not None else (known.multiprocessors if known else 0)
+        modes = self._optional(n.nvmlDeviceGetMigMode, h)
+        mig_enabled = bool(modes and modes[0] == n.NVML_DEVICE_MIG_ENABLE)
+        uuid = self._call(n.nvmlDeviceGetUUID, h)
+        return Gpu(
+            index=index,
+            uuid=uuid,
+            name=name,
+            pci_bus_id=bus_id,
+            pci_device_id=int(pci.pciDeviceId),
+            memory_mib=int(self._call(n.nvmlDeviceGetMemoryInfo, h).total // MIB),
+            compute_capability=tuple(self._call(n.nvmlDeviceGetCudaComputeCapability, h)),  # type: ignore[arg-type]
+            numa_node=self._numa_node(h, bus_id),
+            multiprocessors=int(sms),
+            mig_capable=modes is not None,
+            mig_enabled=mig_enabled,
+            mig_devices=self._mig_devices(index, uuid, h, known) if mig_enabled else (),
+            minor_number=int(self._call(n.nvmlDeviceGetMinorNumber, h)),
+        )
+
+    def _numa_node(self, h: Any, bus_id: str) -> int | None:
+        """NVML's NUMA id where the driver has it, else sysfs as the kubelet plugin reads it."""
+        node = self._optional(self._nvml.nvmlDeviceGetNumaNodeId, h)
+        if node is None:
+            path = self._sysfs / bus_id.lower()[4:] / "numa_node"
+            try:
+                node = int(path.read_text().strip())
+            except (OSError, ValueError):
+                return None
+        return node if node >= 0 else None
+
+    def _mig_devices(self, index: int, parent_uuid: str, h: Any, known: catalog.GpuModel | None) -> tuple[MigDevice, ...]:
+        n = self._nvml
+        out: list[MigDevice] = []
+        for slot in range(self._call(n.nvmlDeviceGetMaxMigDeviceCount, h)):
+            try:
+                m = self._call(n.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
+            except NotFoundError:
+                continue
+            gi_id = int(self._call(n.nvmlDeviceGetGpuInstanceId, m))
+            attrs = self._call(n.nvmlDeviceGetAttributes, m)
+            gi = self._call(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
+            profile_id = int(self._call(n.nvmlGpuInstanceGetInfo, gi).profileId)
+            if known is not None and known.mig_capable:
+                profile = known.profile_by_nvml_id(profile_id).name
+            else:
+                gb = math.ceil(attrs.memorySizeMB / 1024)
+                profile = f"{attrs.gpuInstanceSliceCount}g.{gb}gb"
+            out.append(
+                MigDevice(
+                    uuid=self._call(n.nvmlDeviceGetUUID, m),
+                    parent_index=index,
+                    parent_uuid=parent_uuid,
+                    index=slot,
+                    profile=profile,
+                    gi_id=gi_id,
+                    ci_id=int(self._call(n.nvmlDeviceGetComputeInstanceId, m)),
+                    memory_mib=int(attrs.memorySizeMB),
+                    multiprocessors=int(attrs.multiprocessorCount),
+                )
+            )
+        return tuple(out)
+
+    def _links(self, handles: dict[int, Any], gpus: dict[int, Gpu]) -> tuple[GpuLink, ...]:
+        n = self._nvml
+        direct: dict[tuple[int, int], int] = {}
+        to_switch: dict[int, int] = {}
+        by_bus = {g.pci_bus_id.upper(): i for i, g in gpus.items()}
+        for i, h in handles.items():
+            switch_links = 0
+            for link in range(n.NVML_NVLINK_MAX_LINKS):
+                try:
+                    if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
+                        continue
+                except (NotSupportedError, NotFoundError):
+                    break
+                kind = self._optional(n.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
+                if kind == n.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                    switch_links += 1
+                elif kind == n.NVML_NVLINK_DEVICE_TYPE_GPU:
+                    peer = by_bus.get(_text(self._call(n.nvmlDeviceGetNvLinkRemotePciInfo, h, link).busId).upper())
+                    if peer is not None:
+                        key = (min(i, peer), max(i, peer))
+                        direct[key] = direct.get(key, 0) + 1
+            to_switch[i] = switch_links
+        links = []
+        order = sorted(handles)
+        for pos, a in enumerate(order):
+            for b in order[pos + 1 :]:
+                level = TopologyLevel(int(self._call(n.nvmlDeviceGetTopologyCommonAncestor, handles[a], handles[b])))
+                # Direct links are seen from both ends; NVSwitch lanes are shared by every pair.
+                lanes = direct.get((a, b), 0) // 2
+                if to_switch[a] and to_switch[b]:
+                    status = self._optional(n.nvmlDeviceGetP2PStatus, handles[a], handles[b], n.NVML_P2P_CAPS_INDEX_NVLINK)
+                    if status == n.NVML_P2P_STATUS_OK:
+                        lanes += min(to_switch[a], to_switch[b])
+                links.append(GpuLink(a, b, level, lanes))
+        return tuple(links)
+
+    # ---- telemetry ---------------------------------------------------------------------------
+
+    def telemetry(self, gpu_uuid: str) -> Telemetry:
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByUUID, gpu_uuid)
+        util = self._optional(n.nvmlDeviceGetUtilizationRates, h)
+        mem = self._call(n.nvmlDeviceGetMemoryInfo, h)
+        enc = self._optional(n.nvmlDeviceGetEncoderUtilization, h)
+        dec = self._optional(n.nvmlDeviceGetDecoderUtilization, h)
+        power = self._optional(n.nvmlDeviceGetPowerUsage, h)
+        rows = self._optional(n.nvmlDeviceGetRemappedRows, h)
+        reserved = getattr(mem, "reserved", None)
+        return Telemetry(
+            uuid=gpu_uuid,
+            gpu_util=util.gpu if util is not None else None,
+            mem_copy_util=util.memory if util is not None else None,
+            enc_util=enc[0] if enc is not None else None,
+            dec_util=dec[0] if dec is not None else None,
+            memory_used_mib=int(mem.used // MIB),
+            memory_free_mib=int(mem.free // MIB),
+            memory_reserved_mib=int(reserved // MIB) if reserved is not None else None,
+            temperature_c=self._optional(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
+            memory_temperature_c=None,
+            power_w=power / 1000.0 if power is not None else None,
+            energy_mj=self._optional(n.nvmlDeviceGetTotalEnergyConsumption, h),
+            sm_clock_mhz=self._optional(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
+            mem_clock_mhz=self._optional(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
+            pcie_replay=self._optional(n.nvmlDeviceGetPcieReplayCounter, h),
+            remapped_rows_correctable=rows[0] if rows is not None else None,
+            remapped_rows_uncorrectable=rows[1] if rows is not None else None,
+            row_remap_failure=rows[3] if rows is not None else None,
+        )
+
+    # ---- health events -----------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[HealthEvent]:
+        """XID events from an NVML event set, plus lost/recovered from periodic probes.
+
+        NVML waits block, so a thread does them and hands events to the loop; closing the
+        generator stops the thread within one wait (0.5 s).
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[HealthEvent] = asyncio.Queue()
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._watch, args=(loop, queue, stop), name="nvml-events", daemon=True
+        )
+        thread.start()
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            stop.set()
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[HealthEvent], stop: threading.Event) -> None:
+        n = self._nvml
+
+        def emit(event: HealthEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        inv = self.inventory()
+        uuids = [g.uuid for g in inv.gpus]
+        mig_by_ids = {(m.parent_uuid, m.gi_id, m.ci_id): m.uuid for m in inv.mig_devices}
+        event_set = self._call(n.nvmlEventSetCreate)
+        uuid_of: dict[Any, str] = {}
+        for gpu in inv.gpus:
+            h = self._call(n.nvmlDeviceGetHandleByUUID, gpu.uuid)
+            uuid_of[_handle_key(h)] = gpu.uuid
+            try:
+                self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
+            except NotSupportedError:
+                log.warning("GPU %s does not support XID events; its health is probed only", gpu.uuid)
+        lost: set[str] = set()
+        next_probe = time.monotonic() + self._probe_interval
+        try:
+            while not stop.is_set():
+                try:
+                    data = n.nvmlEventSetWait(event_set, 500)
+                except n.NVMLError as exc:
+                    if getattr(exc, "value", None) != n.NVML_ERROR_TIMEOUT:
+                        log.warning("NVML event wait failed (%s); probing every GPU", exc)
+                        next_probe = 0.0
+                        stop.wait(0.5)
+                else:
+                    # Map the handle, not ask it: the GPU may already be gone (XID 79).
+                    gpu_uuid = uuid_of.get(_handle_key(data.device), "unknown")
+                    mig_uuid = None
+                    if data.gpuInstanceId != _NO_INSTANCE:
+                        mig_uuid = mig_by_ids.get((gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId)))
+                    xid = int(data.eventData)
+                    emit(HealthEvent(EventKind.XID, gpu_uuid, xid=xid, mig_uuid=mig_uuid, message=f"XID {xid}", timestamp=time.time()))
+                if time.monotonic() >= next_probe:
+                    for gpu_uuid in uuids:
+                        alive = self._answers(gpu_uuid)
+                        if not alive and gpu_uuid not in lost:
+                            lost.add(gpu_uuid)
+                            emit(HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time()))
+                        elif alive and gpu_uuid in lost:
+                            lost.discard(gpu_uuid)
+                            emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU answers again", timestamp=time.time()))
+                    next_probe = time.monotonic() + self._probe_interval
+        finally:
+            try:
+                n.nvmlEventSetFree(event_set)
+            except n.NVMLError as exc:
+                log.debug("nvmlEventSetFree: %s", exc)
+
+    def _answers(self, gpu_uuid: str) -> bool:
+        try:
+            h = self._call(self._nvml.nvmlDeviceGetHandleByUUID, gpu_uuid)
+            self._call(self._nvml.nvmlDeviceGetMemoryInfo, h)
+        except GpuError:
+            return False
+        return True
+
+
+def _handle_key(handle: Any) -> Any:
+    """A hashable identity for an NVML device handle (a ctypes pointer in pynvml)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return handle
+
+
+def _cuda_version(value: int) -> str:
+    """NVML encodes CUDA 12.8 as 12080."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,181 @@
+"""Topology files: a declarative description of one node's GPUs, for the simulated backend.
+
+A topology names GPU models from the catalog, how many, their NUMA nodes, how they are wired
+and, optionally, a MIG layout per group. Presets are topology files shipped in
+``gpuchain/gpu/presets/``; ``gpuchain gpus --topology FILE`` reads a user's own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
+from gpuchain.gpu import catalog
+from gpuchain.gpu.errors import InvalidConfigError
+from gpuchain.gpu.model import DriverInfo, GpuLink, TopologyLevel
+
+_LEVELS = {lvl.short: lvl for lvl in TopologyLevel if lvl is not TopologyLevel.INTERNAL}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class DriverSpec(_Strict):
+    version: str = "570.86.15"
+    cuda_version: str = Field("12.8", alias="cudaVersion", pattern=r"^\d+\.\d+$")
+
+
+class GpuGroup(_Strict):
+    """``count`` GPUs of one model. ``mig`` set means MIG enabled with that layout."""
+
+    model: str
+    count: int = Field(1, ge=1, le=64)
+    numa_nodes: list[int] | None = Field(None, alias="numaNodes")
+    mig: dict[str, int] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        return catalog.model(v).key
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuGroup:
+        if self.numa_nodes is not None and len(self.numa_nodes) != self.count:
+            raise ValueError(f"numaNodes has {len(self.numa_nodes)} entries for {self.count} GPUs")
+        if self.mig is not None:
+            catalog.place_layout(catalog.model(self.model), self.mig)
+        return self
+
+
+class LinkSpec(_Strict):
+    """An explicit link between two GPU indexes, overriding the derived one."""
+
+    gpus: tuple[int, int]
+    level: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] = "NODE"
+    nvlinks: int = Field(0, ge=0)
+
+
+class Topology(_Strict):
+    """One node's GPUs. ``interconnect`` decides NVLink wiring when ``links`` does not."""
+
+    node: str = "sim-node"
+    driver: DriverSpec = DriverSpec()
+    interconnect: Literal["nvswitch", "pcie"] | None = None
+    gpus: list[GpuGroup] = Field(min_length=1)
+    links: list[LinkSpec] = []
+
+    @model_validator(mode="after")
+    def _links_in_range(self) -> Topology:
+        n = self.gpu_count
+        for i, link in enumerate(self.links):
+            a, b = link.gpus
+            if a == b or not (0 <= a < n and 0 <= b < n):
+                raise ValueError(f"links[{i}].gpus {list(link.gpus)} must name two different GPUs in 0..{n - 1}")
+        return self
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(g.count for g in self.gpus)
+
+    def driver_info(self) -> DriverInfo:
+        return DriverInfo(self.driver.version, self.driver.cuda_version)
+
+    def expanded(self) -> list[SimGpuSpec]:
+        """One spec per GPU, in index order, with UUIDs stable for this node name."""
+        out: list[SimGpuSpec] = []
+        total = self.gpu_count
+        for group in self.gpus:
+            for j in range(group.count):
+                i = len(out)
+                numa = group.numa_nodes[j] if group.numa_nodes is not None else (0 if i < (total + 1) // 2 else 1)
+                out.append(
+                    SimGpuSpec(
+                        index=i,
+                        uuid=stable_uuid("GPU", f"{self.node}/{i}"),
+                        model=catalog.model(group.model),
+                        numa_node=numa,
+                        mig=dict(group.mig) if group.mig is not None else None,
+                        pci_bus_id=f"{i // len(_BUS_IDS):08X}:{_BUS_IDS[i % len(_BUS_IDS)]:02X}:00.0",
+                    )
+                )
+        return out
+
+    def gpu_links(self) -> tuple[GpuLink, ...]:
+        """Pairwise links: explicit ``links`` win; otherwise NVSwitch or PCIe by the rules below.
+
+        PCIe: GPUs 2k and 2k+1 share a PCIe switch (PXB), others on one NUMA node meet at the
+        host (NODE), across NUMA nodes at the system (SYS). NVSwitch: every pair gets the
+        smaller of the two cards' NVLink counts.
+        """
+        specs = self.expanded()
+        explicit = {tuple(sorted(link.gpus)): link for link in self.links}
+        interconnect = self.interconnect or (
+            "nvswitch" if all(s.model.nvlinks for s in specs) and len(specs) > 1 else "pcie"
+        )
+        links = []
+        for a in specs:
+            for b in specs[a.index + 1 :]:
+                spec = explicit.get((a.index, b.index))
+                if spec is not None:
+                    links.append(GpuLink(a.index, b.index, _LEVELS[spec.level], spec.nvlinks))
+                    continue
+                if a.numa_node != b.numa_node:
+                    level = TopologyLevel.SYSTEM
+                elif a.index // 2 == b.index // 2:
+                    level = TopologyLevel.MULTIPLE
+                else:
+                    level = TopologyLevel.NODE
+                nvlinks = min(a.model.nvlinks, b.model.nvlinks) if interconnect == "nvswitch" else 0
+                links.append(GpuLink(a.index, b.index, level, nvlinks))
+        return tuple(links)
+
+
+class SimGpuSpec(BaseModel):
+    """One expanded GPU of a topology."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    index: int
+    uuid: str
+    model: catalog.GpuModel
+    numa_node: int
+    mig: dict[str, int] | None
+    pci_bus_id: str
+
+
+# Bus numbers of the eight GPUs on an HGX baseboard, so simulated ids look like real ones.
+_BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def stable_uuid(prefix: str, seed: str) -> str:
+    """A UUID string in NVML's format (``GPU-…``/``MIG-…``) derived from ``seed``.
+
+    Deterministic, so a simulated node keeps its UUIDs across restarts as a real one does.
+    """
+    return f"{prefix}-{uuid.uuid5(uuid.NAMESPACE_URL, 'gpuchain:' + seed)}"
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped presets."""
+    folder = resources.files("gpuchain.gpu") / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_preset(name: str, node: str | None = None) -> Topology:
+    """A shipped preset by name; ``node`` renames the node (and so reseeds its UUIDs)."""
+    folder = resources.files("gpuchain.gpu") / "presets"
+    resource = folder / f"{name}.yaml"
+    if not resource.is_file():
+        raise InvalidConfigError(f"unknown preset {name!r}; available presets: {', '.join(preset_names())}")
+    topo = load_yaml_model(Topology, resource.read_text(encoding="utf-8"), f"preset {name}")
+    return topo.model_copy(update={"node": node}) if node else topo
+
+
+def load_topology(path: str) -> Topology:
+    """A user's topology file; raises ConfigFileError with file, line and field."""
+    return load_yaml_file(Topology, path)
