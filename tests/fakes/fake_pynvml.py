@@ -43,7 +43,9 @@ class GiHandle:
 class FakeNvml(types.ModuleType):
     """Build with ``FakeNvml(sim)``; pass it as ``NvmlBackend(nvml=...)``."""
 
-    def __init__(self, sim: SimBackend, library_missing: bool = False, unsupported: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, sim: SimBackend, library_missing: bool = False, unsupported: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__("pynvml")
         for name in dir(real):
             if name.startswith(("NVML_", "nvmlEventType", "NVMLError")):
@@ -299,7 +301,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetPowerUsage(self, handle: GpuHandle) -> int:
         self._enter("nvmlDeviceGetPowerUsage")
-        return int(round(self._t(handle).power_w * 1000))
+        return round(self._t(handle).power_w * 1000)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: GpuHandle) -> int:
         self._enter("nvmlDeviceGetTotalEnergyConsumption")
@@ -359,7 +361,10 @@ class _EventSet:
         self.pending: queue.Queue[Any] = queue.Queue()
 
     def on_event(self, event: HealthEvent) -> None:
-        if event.kind is not EventKind.XID or not self.registered.get(event.gpu_uuid, 0) & real.nvmlEventTypeXidCriticalError:
+        if (
+            event.kind is not EventKind.XID
+            or not self.registered.get(event.gpu_uuid, 0) & real.nvmlEventTypeXidCriticalError
+        ):
             return
         gi = ci = NO_INSTANCE
         if event.mig_uuid is not None:

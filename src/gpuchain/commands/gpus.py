@@ -6,7 +6,14 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, backend_option, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.gpu.model import Inventory
 
@@ -26,7 +33,9 @@ def _tables(inv: Inventory) -> Group:
         for col in ("GPU", "MIG", "Profile", "UUID", "GI", "CI", "Memory MiB"):
             migs.add_column(col)
         for m in inv.mig_devices:
-            migs.add_row(str(m.parent_index), str(m.index), m.profile, m.uuid, str(m.gi_id), str(m.ci_id), str(m.memory_mib))
+            migs.add_row(
+                str(m.parent_index), str(m.index), m.profile, m.uuid, str(m.gi_id), str(m.ci_id), str(m.memory_mib)
+            )
         parts.append(migs)
     if inv.links:
         topo = Table(title="Topology (NVLink lanes / PCIe common ancestor)", title_justify="left")

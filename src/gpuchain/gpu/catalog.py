@@ -185,18 +185,14 @@ def place_layout(gpu: GpuModel, layout: Mapping[str, int]) -> tuple[Placement, .
             raise InvalidConfigError(f"{gpu.key}: MIG profile {name}: count must be >= 0, got {count}")
         prof = gpu.profile(name)
         if count > prof.max_instances:
-            raise InvalidConfigError(
-                f"{gpu.key}: {count} x {name} does not fit: at most {prof.max_instances} per GPU"
-            )
+            raise InvalidConfigError(f"{gpu.key}: {count} x {name} does not fit: at most {prof.max_instances} per GPU")
         wanted.extend([prof] * count)
     media = sum(1 for p in wanted if p.media_extensions)
     if media > 1:
         raise InvalidConfigError(f"{gpu.key}: at most one +me profile per GPU, layout asks for {media}")
     compute = sum(p.gi_slices for p in wanted)
     if compute > 7:
-        raise InvalidConfigError(
-            f"{gpu.key}: layout {_fmt(layout)} needs {compute} compute slices, the GPU has 7"
-        )
+        raise InvalidConfigError(f"{gpu.key}: layout {_fmt(layout)} needs {compute} compute slices, the GPU has 7")
     wanted.sort(key=lambda p: (-p.memory_slices, len(p.starts), p.name))
     found = _search(wanted, 0, [False] * MEMORY_SLICES, [])
     if found is None:
@@ -208,9 +204,7 @@ def place_layout(gpu: GpuModel, layout: Mapping[str, int]) -> tuple[Placement, .
     return tuple(sorted(found, key=lambda pl: pl.start))
 
 
-def _search(
-    wanted: list[MigProfile], i: int, used: list[bool], acc: list[Placement]
-) -> list[Placement] | None:
+def _search(wanted: list[MigProfile], i: int, used: list[bool], acc: list[Placement]) -> list[Placement] | None:
     if i == len(wanted):
         return list(acc)
     prof = wanted[i]

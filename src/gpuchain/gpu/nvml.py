@@ -115,7 +115,9 @@ class NvmlBackend(GpuBackend):
 
     def inventory(self) -> Inventory:
         n = self._nvml
-        driver = DriverInfo(self._call(n.nvmlSystemGetDriverVersion), _cuda_version(self._call(n.nvmlSystemGetCudaDriverVersion)))
+        driver = DriverInfo(
+            self._call(n.nvmlSystemGetDriverVersion), _cuda_version(self._call(n.nvmlSystemGetCudaDriverVersion))
+        )
         gpus: list[Gpu] = []
         handles: dict[int, Any] = {}
         for index in range(self._call(n.nvmlDeviceGetCount)):
@@ -146,7 +148,7 @@ class NvmlBackend(GpuBackend):
             pci_bus_id=bus_id,
             pci_device_id=int(pci.pciDeviceId),
             memory_mib=int(self._call(n.nvmlDeviceGetMemoryInfo, h).total // MIB),
-            compute_capability=tuple(self._call(n.nvmlDeviceGetCudaComputeCapability, h)),  # type: ignore[arg-type]
+            compute_capability=_pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h)),
             numa_node=self._numa_node(h, bus_id),
             multiprocessors=int(sms),
             mig_capable=modes is not None,
@@ -166,7 +168,9 @@ class NvmlBackend(GpuBackend):
                 return None
         return node if node >= 0 else None
 
-    def _mig_devices(self, index: int, parent_uuid: str, h: Any, known: catalog.GpuModel | None) -> tuple[MigDevice, ...]:
+    def _mig_devices(
+        self, index: int, parent_uuid: str, h: Any, known: catalog.GpuModel | None
+    ) -> tuple[MigDevice, ...]:
         n = self._nvml
         out: list[MigDevice] = []
         for slot in range(self._call(n.nvmlDeviceGetMaxMigDeviceCount, h)):
@@ -228,7 +232,9 @@ class NvmlBackend(GpuBackend):
                 # Direct links are seen from both ends; NVSwitch lanes are shared by every pair.
                 lanes = direct.get((a, b), 0) // 2
                 if to_switch[a] and to_switch[b]:
-                    status = self._optional(n.nvmlDeviceGetP2PStatus, handles[a], handles[b], n.NVML_P2P_CAPS_INDEX_NVLINK)
+                    status = self._optional(
+                        n.nvmlDeviceGetP2PStatus, handles[a], handles[b], n.NVML_P2P_CAPS_INDEX_NVLINK
+                    )
                     if status == n.NVML_P2P_STATUS_OK:
                         lanes += min(to_switch[a], to_switch[b])
                 links.append(GpuLink(a, b, level, lanes))
@@ -278,9 +284,7 @@ class NvmlBackend(GpuBackend):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[HealthEvent] = asyncio.Queue()
         stop = threading.Event()
-        thread = threading.Thread(
-            target=self._watch, args=(loop, queue, stop), name="nvml-events", daemon=True
-        )
+        thread = threading.Thread(target=self._watch, args=(loop, queue, stop), name="nvml-events", daemon=True)
         thread.start()
         try:
             while True:
@@ -324,16 +328,34 @@ class NvmlBackend(GpuBackend):
                     if data.gpuInstanceId != _NO_INSTANCE:
                         mig_uuid = mig_by_ids.get((gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId)))
                     xid = int(data.eventData)
-                    emit(HealthEvent(EventKind.XID, gpu_uuid, xid=xid, mig_uuid=mig_uuid, message=f"XID {xid}", timestamp=time.time()))
+                    emit(
+                        HealthEvent(
+                            EventKind.XID,
+                            gpu_uuid,
+                            xid=xid,
+                            mig_uuid=mig_uuid,
+                            message=f"XID {xid}",
+                            timestamp=time.time(),
+                        )
+                    )
                 if time.monotonic() >= next_probe:
                     for gpu_uuid in uuids:
                         alive = self._answers(gpu_uuid)
                         if not alive and gpu_uuid not in lost:
                             lost.add(gpu_uuid)
-                            emit(HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time()))
+                            emit(
+                                HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time())
+                            )
                         elif alive and gpu_uuid in lost:
                             lost.discard(gpu_uuid)
-                            emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU answers again", timestamp=time.time()))
+                            emit(
+                                HealthEvent(
+                                    EventKind.GPU_RECOVERED,
+                                    gpu_uuid,
+                                    message="GPU answers again",
+                                    timestamp=time.time(),
+                                )
+                            )
                     next_probe = time.monotonic() + self._probe_interval
         finally:
             try:
@@ -361,6 +383,11 @@ def _handle_key(handle: Any) -> Any:
 def _cuda_version(value: int) -> str:
     """NVML encodes CUDA 12.8 as 12080."""
     return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    major, minor = value
+    return int(major), int(minor)
 
 
 def _text(value: str | bytes) -> str:

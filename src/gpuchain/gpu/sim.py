@@ -167,7 +167,9 @@ class SimBackend(GpuBackend):
         with self._lock:
             state, _ = self._resolve(device, include_lost=True)
             state.lost = False
-        event = HealthEvent(EventKind.GPU_RECOVERED, state.spec.uuid, message="GPU answers again", timestamp=time.time())
+        event = HealthEvent(
+            EventKind.GPU_RECOVERED, state.spec.uuid, message="GPU answers again", timestamp=time.time()
+        )
         self._publish(event)
         return event
 
