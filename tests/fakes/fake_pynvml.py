@@ -311,6 +311,19 @@ class FakeNvml(types.ModuleType):
         self._enter("nvmlDeviceGetTemperature")
         return int(self._t(handle).temperature_c)
 
+    def nvmlDeviceGetFieldValues(self, handle: GpuHandle, field_ids: list[int]) -> list[Any]:
+        self._enter("nvmlDeviceGetFieldValues")
+        t = self._t(handle)
+        known = {real.NVML_FI_DEV_MEMORY_TEMP: t.memory_temperature_c}
+        return [
+            types.SimpleNamespace(
+                fieldId=f,
+                nvmlReturn=real.NVML_SUCCESS if f in known else real.NVML_ERROR_NOT_SUPPORTED,
+                value=types.SimpleNamespace(uiVal=known.get(f, 0)),
+            )
+            for f in field_ids
+        ]
+
     def nvmlDeviceGetClockInfo(self, handle: GpuHandle, clock: int) -> int:
         self._enter("nvmlDeviceGetClockInfo")
         t = self._t(handle)

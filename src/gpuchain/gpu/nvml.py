@@ -262,7 +262,7 @@ class NvmlBackend(GpuBackend):
             memory_free_mib=int(mem.free // MIB),
             memory_reserved_mib=int(reserved // MIB) if reserved is not None else None,
             temperature_c=self._optional(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
-            memory_temperature_c=None,
+            memory_temperature_c=self._memory_temperature(h),
             power_w=power / 1000.0 if power is not None else None,
             energy_mj=self._optional(n.nvmlDeviceGetTotalEnergyConsumption, h),
             sm_clock_mhz=self._optional(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
@@ -272,6 +272,14 @@ class NvmlBackend(GpuBackend):
             remapped_rows_uncorrectable=rows[1] if rows is not None else None,
             row_remap_failure=rows[3] if rows is not None else None,
         )
+
+    def _memory_temperature(self, h: Any) -> int | None:
+        """HBM temperature: only a field value in NVML, not a sensor of nvmlDeviceGetTemperature."""
+        n = self._nvml
+        values = self._optional(n.nvmlDeviceGetFieldValues, h, [n.NVML_FI_DEV_MEMORY_TEMP])
+        if not values or values[0].nvmlReturn != n.NVML_SUCCESS:
+            return None
+        return int(values[0].value.uiVal)
 
     # ---- health events -----------------------------------------------------------------------
 

@@ -140,7 +140,7 @@ class SimBackend(GpuBackend):
     def inject_xid(self, device: int | str, xid: int, message: str = "") -> HealthEvent:
         """Raise XID ``xid`` on a GPU (index or UUID) or on one MIG device (its UUID)."""
         with self._lock:
-            state, mig = self._resolve(device)
+            state, mig = self._resolve(device, include_lost=True)
             event = HealthEvent(
                 EventKind.XID,
                 state.spec.uuid,

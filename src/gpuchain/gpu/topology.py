@@ -11,7 +11,7 @@ import uuid
 from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
@@ -43,13 +43,20 @@ class GpuGroup(_Strict):
     def _known_model(cls, v: str) -> str:
         return catalog.model(v).key
 
-    @model_validator(mode="after")
-    def _check(self) -> GpuGroup:
-        if self.numa_nodes is not None and len(self.numa_nodes) != self.count:
-            raise ValueError(f"numaNodes has {len(self.numa_nodes)} entries for {self.count} GPUs")
-        if self.mig is not None:
-            catalog.place_layout(catalog.model(self.model), self.mig)
-        return self
+    @field_validator("numa_nodes")
+    @classmethod
+    def _one_numa_node_each(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        count = info.data.get("count")
+        if v is not None and count is not None and len(v) != count:
+            raise ValueError(f"{len(v)} entries for {count} GPUs")
+        return v
+
+    @field_validator("mig")
+    @classmethod
+    def _layout_fits(cls, v: dict[str, int] | None, info: ValidationInfo) -> dict[str, int] | None:
+        if v is not None and "model" in info.data:
+            catalog.place_layout(catalog.model(info.data["model"]), v)
+        return v
 
 
 class LinkSpec(_Strict):
@@ -69,14 +76,15 @@ class Topology(_Strict):
     gpus: list[GpuGroup] = Field(min_length=1)
     links: list[LinkSpec] = []
 
-    @model_validator(mode="after")
-    def _links_in_range(self) -> Topology:
-        n = self.gpu_count
-        for i, link in enumerate(self.links):
+    @field_validator("links")
+    @classmethod
+    def _links_in_range(cls, v: list[LinkSpec], info: ValidationInfo) -> list[LinkSpec]:
+        n = sum(g.count for g in info.data.get("gpus", []))
+        for i, link in enumerate(v):
             a, b = link.gpus
             if a == b or not (0 <= a < n and 0 <= b < n):
-                raise ValueError(f"links[{i}].gpus {list(link.gpus)} must name two different GPUs in 0..{n - 1}")
-        return self
+                raise ValueError(f"entry {i}: gpus {list(link.gpus)} must name two different GPUs in 0..{n - 1}")
+        return v
 
     @property
     def gpu_count(self) -> int:

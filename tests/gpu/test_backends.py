@@ -1,0 +1,136 @@
+"""Both backends answer the same questions the same way, and NVML failures become typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from conftest import nvml_over
+from fakes.fake_pynvml import FakeNvml
+
+from gpuchain.gpu.errors import GpuLostError, LibraryNotFoundError, NotFoundError
+from gpuchain.gpu.model import EventKind, HealthEvent
+from gpuchain.gpu.nvml import NvmlBackend
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import load_preset, load_topology, preset_names
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_inventory_parity_for_every_preset(preset: str) -> None:
+    sim = SimBackend.from_preset(preset)
+    assert nvml_over(sim).inventory() == sim.inventory()
+
+
+def test_inventory_parity_with_direct_nvlinks(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "interconnect: pcie\ngpus:\n  - model: A100-80GB\n    count: 4\n    mig: {3g.40gb: 2}\n"
+        "links:\n  - {gpus: [0, 1], level: PXB, nvlinks: 4}\n  - {gpus: [2, 3], level: PXB, nvlinks: 2}\n"
+    )
+    sim = SimBackend(load_topology(str(path)))
+    inv = nvml_over(sim).inventory()
+    assert inv == sim.inventory()
+    assert inv.link(0, 1).nvlinks == 4  # type: ignore[union-attr]
+    assert inv.link(1, 2).nvlinks == 0  # type: ignore[union-attr]
+
+
+def test_telemetry_parity() -> None:
+    sim = SimBackend(load_preset("h100-80gb-x8"), clock=lambda: 100.0)
+    uuid = sim.inventory().gpus[3].uuid
+    sim.set_telemetry(3, gpu_util=87, memory_used_mib=40000, remapped_rows_correctable=2)
+    t = nvml_over(sim).telemetry(uuid)
+    assert t == sim.telemetry(uuid)
+    assert (t.gpu_util, t.memory_used_mib, t.remapped_rows_correctable) == (87, 40000, 2)
+
+
+def test_lost_gpu_is_left_out_by_both() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    lost = sim.inventory().gpus[5].uuid
+    sim.lose_gpu(5)
+    for backend in (sim, nvml_over(sim)):
+        inv = backend.inventory()
+        assert len(inv.gpus) == 7 and lost not in {g.uuid for g in inv.gpus}
+        with pytest.raises(GpuLostError, match="reset"):
+            backend.telemetry(lost)
+    sim.recover_gpu(5)
+    assert len(nvml_over(sim).inventory().gpus) == 8
+
+
+def test_library_missing_is_a_clear_error() -> None:
+    with pytest.raises(LibraryNotFoundError, match="libnvidia-ml.so.1.*nvidia runtime class"):
+        NvmlBackend(nvml=FakeNvml(SimBackend.from_preset("l4-x2"), library_missing=True))
+
+
+def test_real_pynvml_without_a_driver_is_a_clear_error() -> None:
+    """On this machine (no NVIDIA driver) the real nvidia-ml-py must fail the same clear way."""
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    with pytest.raises(LibraryNotFoundError, match="libnvidia-ml.so.1"):
+        NvmlBackend()
+
+
+def test_unsupported_readings_are_none_not_errors() -> None:
+    sim = SimBackend.from_preset("l4-x2")
+    backend = NvmlBackend(nvml=FakeNvml(sim, unsupported=frozenset({"nvmlDeviceGetPowerUsage"})))
+    t = backend.telemetry(sim.inventory().gpus[0].uuid)
+    assert t.power_w is None and t.temperature_c is not None
+
+
+def test_unknown_uuid_is_not_found() -> None:
+    with pytest.raises(NotFoundError):
+        nvml_over(SimBackend.from_preset("l4-x2")).telemetry("GPU-does-not-exist")
+
+
+async def _collect(stream: AsyncIterator[HealthEvent], count: int, act: Callable[[], object]) -> list[HealthEvent]:
+    """Read ``count`` events from ``stream`` after ``act`` runs (subscription started first)."""
+    events: list[HealthEvent] = []
+
+    async def read() -> None:
+        async for ev in stream:
+            events.append(ev)
+            if len(events) == count:
+                return
+
+    task = asyncio.create_task(read())
+    await asyncio.sleep(0.3)  # let the subscription (and the NVML watcher thread) start
+    act()
+    await asyncio.wait_for(task, timeout=5)
+    return events
+
+
+def _key(ev: HealthEvent) -> tuple[object, ...]:
+    return (ev.kind, ev.gpu_uuid, ev.xid, ev.mig_uuid)
+
+
+@pytest.mark.parametrize("make", [lambda s: s, nvml_over], ids=["sim", "nvml"])
+async def test_xid_on_a_mig_device_names_it(make: object) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    mig = sim.inventory().gpus[4].mig_devices[2]
+    stream = make(sim).events()  # type: ignore[operator]
+    events = await _collect(stream, 1, lambda: sim.inject_xid(mig.uuid, 94))
+    await stream.aclose()
+    assert [_key(e) for e in events] == [(EventKind.XID, mig.parent_uuid, 94, mig.uuid)]
+
+
+@pytest.mark.parametrize("make", [lambda s: s, nvml_over], ids=["sim", "nvml"])
+async def test_lost_and_recovered_gpu_events(make: object) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    uuid = sim.inventory().gpus[2].uuid
+    stream = make(sim).events()  # type: ignore[operator]
+    events = await _collect(stream, 2, lambda: sim.lose_gpu(2))
+    assert [_key(e) for e in events] == [(EventKind.XID, uuid, 79, None), (EventKind.GPU_LOST, uuid, None, None)]
+    events = await _collect(stream, 1, lambda: sim.recover_gpu(2))
+    await stream.aclose()
+    assert [_key(e) for e in events] == [(EventKind.GPU_RECOVERED, uuid, None, None)]
+
+
+async def test_every_subscriber_gets_every_event(h100_sim: SimBackend) -> None:
+    a, b = h100_sim.events(), h100_sim.events()
+    first = asyncio.create_task(anext(a))
+    second = asyncio.create_task(anext(b))
+    await asyncio.sleep(0)
+    h100_sim.inject_xid(0, 48)
+    got = await asyncio.wait_for(asyncio.gather(first, second), 2)
+    assert [e.xid for e in got] == [48, 48]

@@ -1,0 +1,93 @@
+"""MIG catalog: profile facts and exact layout placement."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuchain.gpu import catalog
+from gpuchain.gpu.errors import InvalidConfigError
+
+
+def test_seven_1g5gb_fit_an_a100_40gb_and_eight_do_not() -> None:
+    a100 = catalog.model("A100-40GB")
+    placed = catalog.place_layout(a100, {"1g.5gb": 7})
+    assert [p.start for p in placed] == [0, 1, 2, 3, 4, 5, 6]
+    with pytest.raises(InvalidConfigError, match=r"A100-40GB: 8 x 1g.5gb does not fit: at most 7 per GPU"):
+        catalog.place_layout(a100, {"1g.5gb": 8})
+
+
+@pytest.mark.parametrize(
+    ("key", "layout"),
+    [
+        ("A100-40GB", {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),  # all-balanced
+        ("A100-80GB", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        ("H100-80GB", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        ("H200-141GB", {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
+        ("H100-80GB", {"4g.40gb": 1, "3g.40gb": 1}),
+        ("H100-80GB", {"3g.40gb": 2}),
+        ("H100-80GB", {"1g.20gb": 4}),
+        ("H100-80GB", {"2g.20gb": 3, "1g.10gb": 1}),
+        ("H100-80GB", {"7g.80gb": 1}),
+    ],
+)
+def test_known_good_layouts_place(key: str, layout: dict[str, int]) -> None:
+    placed = catalog.place_layout(catalog.model(key), layout)
+    assert sorted(p.profile.name for p in placed) == sorted(n for n, c in layout.items() for _ in range(c))
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ({"4g.40gb": 1, "4g.40gb+x": 1}, "no MIG profile '4g.40gb\\+x'"),
+        ({"7g.80gb": 1, "1g.10gb": 1}, "needs 8 compute slices"),
+        ({"4g.40gb": 2}, "at most 1 per GPU"),
+        ({"1g.10gb+me": 1, "1g.10gb": 6, "2g.20gb": 1}, "needs 9 compute slices, the GPU has 7"),
+        ({"3g.40gb": 2, "1g.10gb": 1}, "no legal placement \\(9 of 8 memory slices"),
+    ],
+)
+def test_bad_layouts_name_the_problem(layout: dict[str, int], message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        catalog.place_layout(catalog.model("H100-80GB"), layout)
+
+
+def test_l4_has_no_mig() -> None:
+    with pytest.raises(InvalidConfigError, match="L4 does not support MIG"):
+        catalog.place_layout(catalog.model("l4"), {"1g.10gb": 1})
+
+
+def test_unknown_model_lists_known_ones() -> None:
+    with pytest.raises(InvalidConfigError, match="known models: A100-40GB"):
+        catalog.model("V100")
+
+
+def test_profile_facts_match_nvidia_smi() -> None:
+    h100 = catalog.model("H100-80GB")
+    assert h100.profile("1g.10gb").memory_mib == 9984
+    assert h100.profile("1g.10gb").max_instances == 7
+    assert h100.profile("7g.80gb").multiprocessors == 132
+    assert h100.profile("1g.20gb").nvml_gi_profile_id == 9
+    assert h100.profile("1g.10gb+me").resource_suffix == "1g.10gb.me"
+    assert catalog.model("A100-40GB").profile("3g.20gb").memory_mib == 19968
+
+
+@given(st.sampled_from(sorted(catalog.MODELS)), st.data())
+def test_every_placement_is_legal(key: str, data: st.DataObject) -> None:
+    """Whatever layout is accepted, its instances sit on legal starts without overlapping."""
+    gpu = catalog.model(key)
+    if not gpu.mig_profiles:
+        return
+    layout = {p.name: data.draw(st.integers(0, p.max_instances), label=p.name) for p in gpu.mig_profiles}
+    try:
+        placed = catalog.place_layout(gpu, layout)
+    except InvalidConfigError:
+        return
+    used: set[int] = set()
+    for p in placed:
+        assert p.start in p.profile.starts
+        span = set(range(p.start, p.start + p.profile.memory_slices))
+        assert not span & used and max(span) < catalog.MEMORY_SLICES
+        used |= span
+    assert sum(p.profile.gi_slices for p in placed) <= 7
+    assert sum(p.profile.memory_mib for p in placed) <= gpu.memory_mib
