@@ -31,32 +31,32 @@ RESOURCE_PREFIX = "nvidia.com/"
 class MigStrategy(enum.StrEnum):
     """How MIG devices become resources: ignore MIG, one uniform resource, or one per profile."""
 
-    none = "none"
-    single = "single"
-    mixed = "mixed"
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
 
 
 class DeviceListStrategy(enum.StrEnum):
     """How Allocate tells the container runtime which devices to inject."""
 
-    envvar = "envvar"
-    volume_mounts = "volume-mounts"
-    cdi_annotations = "cdi-annotations"
-    cdi_cri = "cdi-cri"
+    ENVVAR = "envvar"
+    VOLUME_MOUNTS = "volume-mounts"
+    CDI_ANNOTATIONS = "cdi-annotations"
+    CDI_CRI = "cdi-cri"
 
 
 class DeviceIdStrategy(enum.StrEnum):
     """Whether the runtime gets devices by UUID or by index."""
 
-    uuid = "uuid"
-    index = "index"
+    UUID = "uuid"
+    INDEX = "index"
 
 
 class AllocationPolicy(enum.StrEnum):
     """For shared (replicated) devices: spread requests over GPUs, or fill one GPU first."""
 
-    distributed = "distributed"
-    packed = "packed"
+    DISTRIBUTED = "distributed"
+    PACKED = "packed"
 
 
 class _Model(BaseModel):
@@ -68,14 +68,14 @@ class PluginFlags(_Model):
 
     pass_device_specs: bool = Field(False, alias="passDeviceSpecs")
     device_list_strategy: tuple[DeviceListStrategy, ...] = Field(
-        (DeviceListStrategy.envvar,), alias="deviceListStrategy"
+        (DeviceListStrategy.ENVVAR,), alias="deviceListStrategy"
     )
-    device_id_strategy: DeviceIdStrategy = Field(DeviceIdStrategy.uuid, alias="deviceIDStrategy")
+    device_id_strategy: DeviceIdStrategy = Field(DeviceIdStrategy.UUID, alias="deviceIDStrategy")
     cdi_annotation_prefix: str = Field("cdi.k8s.io/", alias="cdiAnnotationPrefix")
     nvidia_ctk_path: str = Field("/usr/bin/nvidia-ctk", alias="nvidiaCTKPath")
     container_driver_root: str = Field("/driver-root", alias="containerDriverRoot")
     shared_devices_allocation_policy: AllocationPolicy = Field(
-        AllocationPolicy.distributed, alias="sharedDevicesAllocationPolicy"
+        AllocationPolicy.DISTRIBUTED, alias="sharedDevicesAllocationPolicy"
     )
 
     @field_validator("device_list_strategy", mode="before")
@@ -104,7 +104,7 @@ class GfdFlags(_Model):
 class Flags(_Model):
     """``flags``: behaviour shared by the plugin and feature discovery."""
 
-    mig_strategy: MigStrategy = Field(MigStrategy.none, alias="migStrategy")
+    mig_strategy: MigStrategy = Field(MigStrategy.NONE, alias="migStrategy")
     fail_on_init_error: bool = Field(True, alias="failOnInitError")
     nvidia_driver_root: str = Field("/", alias="nvidiaDriverRoot")
     nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")

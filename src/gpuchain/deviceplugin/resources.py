@@ -109,7 +109,7 @@ class Resource:
 
 def mig_strategy_problems(inventory: Inventory, strategy: MigStrategy) -> list[str]:
     """Why ``inventory`` is invalid under ``strategy`` (empty when valid). Only ``single`` has rules."""
-    if strategy is not MigStrategy.single:
+    if strategy is not MigStrategy.SINGLE:
         return []
     enabled = [g for g in inventory.gpus if g.mig_enabled]
     if not enabled:
@@ -143,13 +143,13 @@ def map_resources(inventory: Inventory, config: Config) -> list[Resource]:
     meta: dict[str, tuple[str | None, str]] = {}
     patterns = config.resources
     for gpu in inventory.gpus:
-        if strategy is MigStrategy.none or not gpu.mig_enabled:
+        if strategy is MigStrategy.NONE or not gpu.mig_enabled:
             name = _named(patterns.gpus, gpu.name, GPU_RESOURCE)
             base.setdefault(name, []).append(_whole(gpu))
             meta.setdefault(name, (None, gpu.name))
             continue
         for mig in gpu.mig_devices:
-            if strategy is MigStrategy.single:
+            if strategy is MigStrategy.SINGLE:
                 default = GPU_RESOURCE
             else:
                 default = f"{RESOURCE_PREFIX}mig-{mig.profile.replace('+', '.')}"
