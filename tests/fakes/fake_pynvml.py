@@ -8,19 +8,29 @@ lost GPU) reach NvmlBackend through the same NVML calls a driver would answer.
 
 from __future__ import annotations
 
+import ctypes
 import queue
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml as real
 
 from gpuchain.gpu import catalog
+from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, MigDevice
 from gpuchain.gpu.sim import SimBackend
 
 MIB = 1024 * 1024
 NO_INSTANCE = 0xFFFFFFFF
+
+# NVML_GPU_INSTANCE_PROFILE_* constant -> the profile info ``id`` a real driver answers (the ID
+# `nvidia-smi mig -lgip` prints). They differ on purpose, as on hardware, so a backend that
+# confuses the two fails here.
+GI_PROFILE_INFO_ID = {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0}
+# NVML_COMPUTE_INSTANCE_PROFILE_* constant -> compute slices.
+CI_PROFILE_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,18 @@ class GiHandle:
     gi_id: int
 
 
+@dataclass(frozen=True)
+class CiHandle:
+    parent_uuid: str
+    gi_id: int
+    ci_id: int
+
+
+def _deref(ref: Any) -> Any:
+    """What a ``ctypes.byref(x)`` argument points at (``x``), as the C side would read it."""
+    return getattr(ref, "_obj", ref)
+
+
 class FakeNvml(types.ModuleType):
     """Build with ``FakeNvml(sim)``; pass it as ``NvmlBackend(nvml=...)``."""
 
@@ -48,7 +70,7 @@ class FakeNvml(types.ModuleType):
     ) -> None:
         super().__init__("pynvml")
         for name in dir(real):
-            if name.startswith(("NVML_", "nvmlEventType", "NVMLError")):
+            if name.startswith(("NVML_", "nvmlEventType", "NVMLError", "c_nvml")):
                 setattr(self, name, getattr(real, name))
         self.sim = sim
         self.library_missing = library_missing
@@ -56,6 +78,7 @@ class FakeNvml(types.ModuleType):
         self.initialized = 0
         self.calls: list[str] = []
         self._event_sets: list[_EventSet] = []
+        self._opaque: dict[int, GiHandle | CiHandle] = {}
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -80,6 +103,50 @@ class FakeNvml(types.ModuleType):
             if mig.uuid == handle.uuid:
                 return mig
         raise self._err(real.NVML_ERROR_NOT_FOUND)
+
+    def _sim(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call a SimBackend MIG method, turning its errors into the NVML codes a driver returns."""
+        try:
+            return fn(*args)
+        except GpuLostError:
+            raise self._err(real.NVML_ERROR_GPU_IS_LOST) from None
+        except NotSupportedError:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED) from None
+        except NotFoundError:
+            raise self._err(real.NVML_ERROR_NOT_FOUND) from None
+        except InvalidConfigError:
+            raise self._err(real.NVML_ERROR_INSUFFICIENT_RESOURCES) from None
+        except GpuError:
+            raise self._err(real.NVML_ERROR_IN_USE) from None
+
+    def _pointer(self, handle: GiHandle | CiHandle, kind: Any) -> Any:
+        """An opaque ctypes handle for ``handle``, to fill the caller's handle arrays with."""
+        key = len(self._opaque) + 1
+        self._opaque[key] = handle
+        return ctypes.cast(ctypes.c_void_p(key), kind)
+
+    def _resolve(self, handle: Any) -> Any:
+        if isinstance(handle, GiHandle | CiHandle):
+            return handle
+        key = ctypes.cast(handle, ctypes.c_void_p).value
+        if key not in self._opaque:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        return self._opaque[key]
+
+    def _gi(self, handle: Any) -> tuple[Gpu, Any]:
+        """The parent GPU and the sim's view of a GPU instance handle."""
+        gi = self._resolve(handle)
+        gpu = self._gpu(GpuHandle(gi.parent_uuid))
+        for inst in self._sim(self.sim.gpu_instances, gpu.index):
+            if inst.gi_id == gi.gi_id:
+                return gpu, inst
+        raise self._err(real.NVML_ERROR_NOT_FOUND)
+
+    def _gi_profile(self, gpu: Gpu, info_id: int) -> catalog.MigProfile:
+        for prof in self._model(gpu).mig_profiles:
+            if GI_PROFILE_INFO_ID[prof.nvml_gi_profile_id] == info_id:
+                return prof
+        raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
 
     def _model(self, gpu: Gpu) -> catalog.GpuModel:
         found = catalog.model_for_name(gpu.name)
@@ -190,11 +257,14 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetMigMode(self, handle: GpuHandle) -> list[int]:
         self._enter("nvmlDeviceGetMigMode")
-        gpu = self._gpu(handle)
-        if not gpu.mig_capable:
-            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
-        mode = real.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else real.NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+        mode = self._sim(self.sim.mig_mode, self._gpu(handle).index)
+        on, off = real.NVML_DEVICE_MIG_ENABLE, real.NVML_DEVICE_MIG_DISABLE
+        return [on if mode.current else off, on if mode.pending else off]
+
+    def nvmlDeviceSetMigMode(self, handle: GpuHandle, mode: int) -> int:
+        self._enter("nvmlDeviceSetMigMode")
+        after = self._sim(self.sim.set_mig_mode, self._gpu(handle).index, mode == real.NVML_DEVICE_MIG_ENABLE)
+        return real.NVML_ERROR_RESET_REQUIRED if after.reset_pending else real.NVML_SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: GpuHandle) -> int:
         self._enter("nvmlDeviceGetMaxMigDeviceCount")
@@ -219,16 +289,131 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetGpuInstanceById(self, handle: GpuHandle, gi_id: int) -> GiHandle:
         self._enter("nvmlDeviceGetGpuInstanceById")
         gpu = self._gpu(handle)
-        if not any(m.gi_id == gi_id for m in gpu.mig_devices):
-            raise self._err(real.NVML_ERROR_NOT_FOUND)
+        self._gi(GiHandle(gpu.uuid, gi_id))
         return GiHandle(gpu.uuid, gi_id)
 
-    def nvmlGpuInstanceGetInfo(self, gi: GiHandle) -> Any:
+    def nvmlGpuInstanceGetInfo(self, gi: Any) -> Any:
         self._enter("nvmlGpuInstanceGetInfo")
-        gpu = self._gpu(GpuHandle(gi.parent_uuid))
-        mig = next(m for m in gpu.mig_devices if m.gi_id == gi.gi_id)
-        prof = self._model(gpu).profile(mig.profile)
-        return types.SimpleNamespace(id=gi.gi_id, profileId=prof.nvml_gi_profile_id)
+        gpu, inst = self._gi(gi)
+        prof = self._model(gpu).profile(inst.profile)
+        return types.SimpleNamespace(
+            device=GpuHandle(gpu.uuid),
+            id=inst.gi_id,
+            profileId=GI_PROFILE_INFO_ID[prof.nvml_gi_profile_id],
+            placement=types.SimpleNamespace(start=inst.start, size=prof.memory_slices),
+        )
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: GpuHandle, profile: int, version: int = 2) -> Any:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfo")
+        gpu = self._gpu(handle)
+        if not gpu.mig_enabled:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= profile < real.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        prof = next((p for p in self._model(gpu).mig_profiles if p.nvml_gi_profile_id == profile), None)
+        if prof is None:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        return types.SimpleNamespace(
+            id=GI_PROFILE_INFO_ID[profile],
+            sliceCount=prof.gi_slices,
+            instanceCount=prof.max_instances,
+            multiprocessorCount=prof.multiprocessors,
+            copyEngineCount=prof.copy_engines,
+            decoderCount=prof.decoders,
+            encoderCount=prof.encoders,
+            jpegCount=prof.jpeg,
+            ofaCount=prof.ofa,
+            memorySizeMB=prof.memory_mib,
+            name=f"MIG {prof.name}",
+        )
+
+    def nvmlDeviceGetGpuInstances(self, handle: GpuHandle, profile_id: int, out: Any, count_ref: Any) -> int:
+        self._enter("nvmlDeviceGetGpuInstances")
+        gpu = self._gpu(handle)
+        prof = self._gi_profile(gpu, profile_id)
+        found = [gi for gi in self._sim(self.sim.gpu_instances, gpu.index) if gi.profile == prof.name]
+        if len(found) > len(out):
+            raise self._err(real.NVML_ERROR_INSUFFICIENT_SIZE)
+        for k, gi in enumerate(found):
+            out[k] = self._pointer(GiHandle(gpu.uuid, gi.gi_id), real.c_nvmlGpuInstance_t)
+        _deref(count_ref).value = len(found)
+        return int(real.NVML_SUCCESS)
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: GpuHandle, profile_id: int, placement: Any) -> GiHandle:
+        self._enter("nvmlDeviceCreateGpuInstanceWithPlacement")
+        gpu = self._gpu(handle)
+        prof = self._gi_profile(gpu, profile_id)
+        where = _deref(placement)
+        if where.size != prof.memory_slices:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        gi_id = self._sim(self.sim.create_gpu_instance, gpu.index, prof.name, where.start)
+        return GiHandle(gpu.uuid, gi_id)
+
+    def nvmlGpuInstanceDestroy(self, gi: Any) -> int:
+        self._enter("nvmlGpuInstanceDestroy")
+        gpu, inst = self._gi(gi)
+        if inst.compute_instances:
+            raise self._err(real.NVML_ERROR_IN_USE)
+        self._sim(self.sim.destroy_gpu_instance, gpu.index, inst.gi_id)
+        return int(real.NVML_SUCCESS)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Any, profile: int, eng: int, version: int = 2) -> Any:
+        self._enter("nvmlGpuInstanceGetComputeInstanceProfileInfo")
+        gpu, inst = self._gi(gi)
+        prof = self._model(gpu).profile(inst.profile)
+        slices = CI_PROFILE_SLICES.get(profile)
+        if slices is None or slices > prof.gi_slices or (prof.gi_slices, slices) == (4, 3):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        return types.SimpleNamespace(
+            id=profile,
+            sliceCount=slices,
+            instanceCount=prof.gi_slices // slices,
+            multiprocessorCount=prof.multiprocessors * slices // prof.gi_slices,
+        )
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi: Any, profile_id: int) -> CiHandle:
+        self._enter("nvmlGpuInstanceCreateComputeInstance")
+        gpu, inst = self._gi(gi)
+        prof = self._model(gpu).profile(inst.profile)
+        if CI_PROFILE_SLICES.get(profile_id) != prof.gi_slices:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)  # the fake only carves full-size CIs
+        ci_id = self._sim(self.sim.create_compute_instance, gpu.index, inst.gi_id)
+        return CiHandle(gpu.uuid, inst.gi_id, ci_id)
+
+    def nvmlGpuInstanceGetComputeInstances(self, gi: Any, profile_id: int, out: Any, count_ref: Any) -> int:
+        self._enter("nvmlGpuInstanceGetComputeInstances")
+        gpu, inst = self._gi(gi)
+        found = [ci for ci in inst.compute_instances if CI_PROFILE_SLICES.get(profile_id) == ci.slices]
+        for k, ci in enumerate(found):
+            out[k] = self._pointer(CiHandle(gpu.uuid, inst.gi_id, ci.ci_id), real.c_nvmlComputeInstance_t)
+        _deref(count_ref).value = len(found)
+        return int(real.NVML_SUCCESS)
+
+    def _ci(self, handle: Any) -> tuple[Gpu, Any, Any]:
+        ci = self._resolve(handle)
+        gpu, inst = self._gi(GiHandle(ci.parent_uuid, ci.gi_id))
+        for c in inst.compute_instances:
+            if c.ci_id == ci.ci_id:
+                return gpu, inst, c
+        raise self._err(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlComputeInstanceGetInfo(self, handle: Any) -> Any:
+        self._enter("nvmlComputeInstanceGetInfo")
+        gpu, inst, ci = self._ci(handle)
+        profile = next(p for p, n in CI_PROFILE_SLICES.items() if n == ci.slices)
+        return types.SimpleNamespace(
+            device=GpuHandle(gpu.uuid),
+            gpuInstance=GiHandle(gpu.uuid, inst.gi_id),
+            id=ci.ci_id,
+            profileId=profile,
+            placement=types.SimpleNamespace(start=0, size=ci.slices),
+        )
+
+    def nvmlComputeInstanceDestroy(self, handle: Any) -> int:
+        self._enter("nvmlComputeInstanceDestroy")
+        gpu, inst, ci = self._ci(handle)
+        self._sim(self.sim.destroy_compute_instance, gpu.index, inst.gi_id, ci.ci_id)
+        return int(real.NVML_SUCCESS)
 
     # ---- topology ----------------------------------------------------------------------------
 

@@ -2,14 +2,55 @@
 
 Two adapters implement it: ``SimBackend`` (topology presets, fault injection) and
 ``NvmlBackend`` (nvidia-ml-py). Everything above is written against this interface only.
+
+Besides the read-only questions, the port carries the few MIG write operations the MIG manager
+needs (mode, GPU instances, compute instances). They are plain methods with a default that
+raises NotSupportedError, so a backend that cannot change MIG (or a test double) need not
+implement them.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
+from gpuchain.gpu.errors import NotSupportedError
 from gpuchain.gpu.model import HealthEvent, Inventory, Telemetry
+
+
+@dataclass(frozen=True)
+class MigMode:
+    """MIG mode of one GPU. ``pending`` differs from ``current`` until the GPU is reset."""
+
+    current: bool
+    pending: bool
+
+    @property
+    def reset_pending(self) -> bool:
+        return self.current != self.pending
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """A compute instance inside a GPU instance: its id and how many compute slices it spans."""
+
+    ci_id: int
+    slices: int
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A MIG GPU instance: catalog profile name, first memory slice, and its compute instances.
+
+    A GPU instance without a compute instance is not a usable MIG device; the MIG manager sees
+    it here (the inventory does not list it) so it can clean it up.
+    """
+
+    gi_id: int
+    profile: str
+    start: int
+    compute_instances: tuple[ComputeInstance, ...] = ()
 
 
 class GpuBackend(abc.ABC):
@@ -31,3 +72,36 @@ class GpuBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release what the backend holds (NVML shutdown); the default holds nothing."""
+
+    # ---- MIG writes (the MIG manager's port); GPUs are named by index -------------------------
+
+    def mig_mode(self, gpu_index: int) -> MigMode:
+        """Current and pending MIG mode; NotSupportedError on a GPU without MIG."""
+        raise NotSupportedError(f"the {self.name} backend cannot read MIG mode")
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
+        """Ask for MIG mode on or off; the answer says whether it took effect or awaits a reset."""
+        raise NotSupportedError(f"the {self.name} backend cannot change MIG mode")
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        """Reset one GPU so a pending MIG mode takes effect; not every backend can."""
+        raise NotSupportedError(
+            f"the {self.name} backend cannot reset GPU {gpu_index}: reset it (nvidia-smi -r -i {gpu_index}) "
+            "or reboot the node"
+        )
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
+        """Every GPU instance on the GPU, with its compute instances, in start order."""
+        raise NotSupportedError(f"the {self.name} backend cannot list MIG GPU instances")
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        """Create a GPU instance of catalog ``profile`` at memory slice ``start``; returns its id."""
+        raise NotSupportedError(f"the {self.name} backend cannot create MIG GPU instances")
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+        """Create the full-size compute instance of a GPU instance; returns its id."""
+        raise NotSupportedError(f"the {self.name} backend cannot create MIG compute instances")
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        """Destroy a GPU instance and, first, every compute instance in it."""
+        raise NotSupportedError(f"the {self.name} backend cannot destroy MIG GPU instances")

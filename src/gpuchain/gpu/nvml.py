@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuchain.gpu import catalog
-from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.backend import ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import (
     DriverNotLoadedError,
     GpuError,
@@ -57,7 +57,11 @@ def _nvml_module() -> Any:
 
 
 class NvmlBackend(GpuBackend):
-    """GPUs as the NVIDIA driver reports them. Read-only: it never changes MIG mode or resets."""
+    """GPUs as the NVIDIA driver reports them.
+
+    Reads never change anything; the MIG write methods (used only by the MIG manager) change
+    MIG mode and GPU/compute instances through NVML's MIG API. It never resets a GPU.
+    """
 
     name = "nvml"
 
@@ -173,6 +177,7 @@ class NvmlBackend(GpuBackend):
     ) -> tuple[MigDevice, ...]:
         n = self._nvml
         out: list[MigDevice] = []
+        profile_names: dict[int, str] | None = None
         for slot in range(self._call(n.nvmlDeviceGetMaxMigDeviceCount, h)):
             try:
                 m = self._call(n.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
@@ -182,8 +187,10 @@ class NvmlBackend(GpuBackend):
             attrs = self._call(n.nvmlDeviceGetAttributes, m)
             gi = self._call(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
             profile_id = int(self._call(n.nvmlGpuInstanceGetInfo, gi).profileId)
-            if known is not None and known.mig_capable:
-                profile = known.profile_by_nvml_id(profile_id).name
+            if profile_names is None:
+                profile_names = self._profile_names(h, known)
+            if profile_id in profile_names:
+                profile = profile_names[profile_id]
             else:
                 gb = math.ceil(attrs.memorySizeMB / 1024)
                 profile = f"{attrs.gpuInstanceSliceCount}g.{gb}gb"
@@ -201,6 +208,25 @@ class NvmlBackend(GpuBackend):
                 )
             )
         return tuple(out)
+
+    def _gi_profiles(self, h: Any, known: catalog.GpuModel | None) -> dict[str, Any]:
+        """NVML's profile info for each catalog profile the GPU offers, by catalog name.
+
+        The id to create or list GPU instances with (``info.id``, the ID `nvidia-smi mig -lgip`
+        prints) is not the NVML_GPU_INSTANCE_PROFILE_* constant that asks for it, so every use
+        goes through this lookup. Empty while MIG mode is off (NVML answers not supported).
+        """
+        infos: dict[str, Any] = {}
+        for prof in known.mig_profiles if known is not None else ():
+            try:
+                info = self._call(self._nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, prof.nvml_gi_profile_id)
+            except (NotSupportedError, NotFoundError):
+                continue
+            infos[prof.name] = info
+        return infos
+
+    def _profile_names(self, h: Any, known: catalog.GpuModel | None) -> dict[int, str]:
+        return {int(info.id): name for name, info in self._gi_profiles(h, known).items()}
 
     def _links(self, handles: dict[int, Any], gpus: dict[int, Gpu]) -> tuple[GpuLink, ...]:
         n = self._nvml
@@ -239,6 +265,100 @@ class NvmlBackend(GpuBackend):
                         lanes += min(to_switch[a], to_switch[b])
                 links.append(GpuLink(a, b, level, lanes))
         return tuple(links)
+
+    # ---- MIG writes --------------------------------------------------------------------------
+
+    def _mig_handle(self, gpu_index: int) -> tuple[Any, catalog.GpuModel]:
+        h = self._call(self._nvml.nvmlDeviceGetHandleByIndex, gpu_index)
+        name = self._call(self._nvml.nvmlDeviceGetName, h)
+        known = catalog.model_for_name(name)
+        if known is None or not known.mig_capable:
+            raise NotSupportedError(f"GPU {gpu_index} ({name}) has no MIG profiles in the catalog")
+        return h, known
+
+    def mig_mode(self, gpu_index: int) -> MigMode:
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
+        current, pending = self._call(n.nvmlDeviceGetMigMode, h)
+        return MigMode(current == n.NVML_DEVICE_MIG_ENABLE, pending == n.NVML_DEVICE_MIG_ENABLE)
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
+        """nvmlDeviceSetMigMode; the mode read back afterwards says whether a reset is pending."""
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
+        self._call(n.nvmlDeviceSetMigMode, h, n.NVML_DEVICE_MIG_ENABLE if enabled else n.NVML_DEVICE_MIG_DISABLE)
+        return self.mig_mode(gpu_index)
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
+        n = self._nvml
+        h, known = self._mig_handle(gpu_index)
+        out: list[GpuInstance] = []
+        for name, info in self._gi_profiles(h, known).items():
+            handles = (n.c_nvmlGpuInstance_t * int(info.instanceCount))()
+            count = ctypes.c_uint(0)
+            self._call(n.nvmlDeviceGetGpuInstances, h, info.id, handles, ctypes.byref(count))
+            for k in range(count.value):
+                gi_info = self._call(n.nvmlGpuInstanceGetInfo, handles[k])
+                cis = tuple(ci for _, ci in self._compute_instances(handles[k]))
+                out.append(GpuInstance(int(gi_info.id), name, int(gi_info.placement.start), cis))
+        return tuple(sorted(out, key=lambda gi: gi.start))
+
+    def _compute_instances(self, gi: Any) -> list[tuple[Any, ComputeInstance]]:
+        """Every compute instance of a GPU instance, with its handle, over all CI profiles."""
+        n = self._nvml
+        out: list[tuple[Any, ComputeInstance]] = []
+        for prof in range(n.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self._call(
+                    n.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+                    gi,
+                    prof,
+                    n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                )
+            except (NotSupportedError, NotFoundError):
+                continue
+            handles = (n.c_nvmlComputeInstance_t * int(info.instanceCount))()
+            count = ctypes.c_uint(0)
+            self._call(n.nvmlGpuInstanceGetComputeInstances, gi, info.id, handles, ctypes.byref(count))
+            for k in range(count.value):
+                ci_info = self._call(n.nvmlComputeInstanceGetInfo, handles[k])
+                out.append((handles[k], ComputeInstance(int(ci_info.id), int(info.sliceCount))))
+        return out
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        n = self._nvml
+        h, known = self._mig_handle(gpu_index)
+        prof = known.profile(profile)
+        info = self._call(n.nvmlDeviceGetGpuInstanceProfileInfo, h, prof.nvml_gi_profile_id)
+        placement = n.c_nvmlGpuInstancePlacement_t(start, prof.memory_slices)
+        gi = self._call(n.nvmlDeviceCreateGpuInstanceWithPlacement, h, info.id, ctypes.byref(placement))
+        return int(self._call(n.nvmlGpuInstanceGetInfo, gi).id)
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+        n = self._nvml
+        h, known = self._mig_handle(gpu_index)
+        gi = self._call(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
+        profile_id = int(self._call(n.nvmlGpuInstanceGetInfo, gi).profileId)
+        names = self._profile_names(h, known)
+        if profile_id not in names:
+            raise NotFoundError(f"GPU {gpu_index} GPU instance {gi_id}: unknown profile id {profile_id}")
+        prof = known.profile(names[profile_id])
+        info = self._call(
+            n.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            gi,
+            prof.nvml_ci_profile_id,
+            n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
+        ci = self._call(n.nvmlGpuInstanceCreateComputeInstance, gi, info.id)
+        return int(self._call(n.nvmlComputeInstanceGetInfo, ci).id)
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        n = self._nvml
+        h, _ = self._mig_handle(gpu_index)
+        gi = self._call(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
+        for handle, _ci in self._compute_instances(gi):
+            self._call(n.nvmlComputeInstanceDestroy, handle)
+        self._call(n.nvmlGpuInstanceDestroy, gi)
 
     # ---- telemetry ---------------------------------------------------------------------------
 

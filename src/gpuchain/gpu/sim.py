@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.gpu import catalog
-from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuLostError, NotFoundError
+from gpuchain.gpu.backend import ComputeInstance, GpuBackend, GpuInstance, MigMode
+from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import (
     EventKind,
     Gpu,
@@ -33,11 +33,21 @@ Listener = Callable[[HealthEvent], None]
 
 
 @dataclass
+class _GiState:
+    profile: catalog.MigProfile
+    start: int
+    compute_instances: dict[int, int] = field(default_factory=dict)
+    """ci_id -> compute slices."""
+
+
+@dataclass
 class _GpuState:
     spec: SimGpuSpec
     lost: bool = False
     mig_enabled: bool = False
+    mig_pending: bool = False
     mig_devices: list[MigDevice] = field(default_factory=list)
+    instances: dict[int, _GiState] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)
 
 
@@ -45,6 +55,9 @@ class SimBackend(GpuBackend):
     """GPUs that exist only in memory, answering exactly as the NVML backend would."""
 
     name = "sim"
+
+    mig_mode_needs_reset = False
+    """Set True to model GPUs (A100 on some hosts) whose MIG mode change waits for a GPU reset."""
 
     def __init__(self, topology: Topology, clock: Callable[[], float] = time.monotonic) -> None:
         self.topology = topology
@@ -57,8 +70,8 @@ class SimBackend(GpuBackend):
         self._gpus = [_GpuState(spec) for spec in topology.expanded()]
         for state in self._gpus:
             if state.spec.mig is not None:
-                state.mig_enabled = True
-                state.mig_devices = self._carve(state.spec, state.spec.mig)
+                state.mig_enabled = state.mig_pending = True
+                self._carve(state, state.spec.mig)
 
     @classmethod
     def from_preset(cls, name: str, node: str | None = None) -> SimBackend:
@@ -188,12 +201,84 @@ class SimBackend(GpuBackend):
         """Enable MIG with ``layout`` on one GPU, or disable MIG with ``None``."""
         with self._lock:
             state, _ = self._resolve(gpu_index)
+            state.instances.clear()
+            state.mig_enabled = state.mig_pending = layout is not None
             if layout is None:
-                state.mig_enabled = False
-                state.mig_devices = []
+                self._refresh(state)
             else:
-                state.mig_enabled = True
-                state.mig_devices = self._carve(state.spec, layout)
+                self._carve(state, layout)
+
+    def mig_mode(self, gpu_index: int) -> MigMode:
+        with self._lock:
+            state = self._mig_gpu(gpu_index)
+            return MigMode(state.mig_enabled, state.mig_pending)
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
+        with self._lock:
+            state = self._mig_gpu(gpu_index)
+            if not enabled and state.instances:
+                raise GpuError(
+                    f"GPU {gpu_index}: cannot disable MIG mode while {len(state.instances)} GPU instances exist; "
+                    "destroy them first"
+                )
+            state.mig_pending = enabled
+            if not self.mig_mode_needs_reset:
+                state.mig_enabled = enabled
+            return MigMode(state.mig_enabled, state.mig_pending)
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        with self._lock:
+            state, _ = self._resolve(gpu_index)
+            state.mig_enabled = state.mig_pending
+            state.instances.clear()
+            self._refresh(state)
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
+        with self._lock:
+            state = self._mig_gpu(gpu_index)
+            return tuple(
+                GpuInstance(
+                    gi_id,
+                    gi.profile.name,
+                    gi.start,
+                    tuple(ComputeInstance(ci, n) for ci, n in sorted(gi.compute_instances.items())),
+                )
+                for gi_id, gi in sorted(state.instances.items(), key=lambda kv: kv[1].start)
+            )
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        """Create a GPU instance, refusing exactly what the hardware refuses (overlap, limits)."""
+        with self._lock:
+            state = self._mig_gpu(gpu_index, enabled=True)
+            return self._add_instance(state, state.spec.model.profile(profile), start)
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+        with self._lock:
+            state = self._mig_gpu(gpu_index, enabled=True)
+            gi = self._instance(state, gi_id)
+            if gi.compute_instances:
+                raise InvalidConfigError(f"GPU {gpu_index} GPU instance {gi_id}: no room for another compute instance")
+            ci_id = next(i for i in range(8) if i not in gi.compute_instances)
+            gi.compute_instances[ci_id] = gi.profile.gi_slices
+            self._refresh(state)
+            return ci_id
+
+    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
+        """Destroy one compute instance (NVML's finer step; the port destroys whole GPU instances)."""
+        with self._lock:
+            state = self._mig_gpu(gpu_index, enabled=True)
+            gi = self._instance(state, gi_id)
+            if ci_id not in gi.compute_instances:
+                raise NotFoundError(f"GPU {gpu_index} GPU instance {gi_id} has no compute instance {ci_id}")
+            del gi.compute_instances[ci_id]
+            self._refresh(state)
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        with self._lock:
+            state = self._mig_gpu(gpu_index, enabled=True)
+            self._instance(state, gi_id)
+            del state.instances[gi_id]
+            self._refresh(state)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -203,25 +288,68 @@ class SimBackend(GpuBackend):
         for listener in listeners:
             listener(event)
 
-    def _carve(self, spec: SimGpuSpec, layout: dict[str, int]) -> list[MigDevice]:
-        placements = catalog.place_layout(spec.model, layout)
-        devices = []
-        for i, placement in enumerate(placements):
-            gi_id = i + 1
-            devices.append(
-                MigDevice(
-                    uuid=stable_uuid("MIG", f"{spec.uuid}/{gi_id}/0/{placement.profile.name}/{placement.start}"),
-                    parent_index=spec.index,
-                    parent_uuid=spec.uuid,
-                    index=i,
-                    profile=placement.profile.name,
-                    gi_id=gi_id,
-                    ci_id=0,
-                    memory_mib=placement.profile.memory_mib,
-                    multiprocessors=placement.profile.multiprocessors,
+    def _carve(self, state: _GpuState, layout: dict[str, int]) -> None:
+        """Lay out a whole GPU at once: GPU instances in start order, each with its full CI."""
+        for placement in catalog.place_layout(state.spec.model, layout):
+            gi_id = self._add_instance(state, placement.profile, placement.start)
+            state.instances[gi_id].compute_instances[0] = placement.profile.gi_slices
+        self._refresh(state)
+
+    def _add_instance(self, state: _GpuState, prof: catalog.MigProfile, start: int) -> int:
+        where = f"GPU {state.spec.index} ({state.spec.model.key})"
+        if start not in prof.starts:
+            starts = ", ".join(map(str, prof.starts))
+            raise InvalidConfigError(f"{where}: {prof.name} cannot start at slice {start}; legal starts: {starts}")
+        used = {s for gi in state.instances.values() for s in range(gi.start, gi.start + gi.profile.memory_slices)}
+        span = set(range(start, start + prof.memory_slices))
+        if span & used or max(span) >= catalog.MEMORY_SLICES:
+            raise InvalidConfigError(f"{where}: {prof.name} at slice {start} overlaps an existing GPU instance")
+        same = sum(1 for gi in state.instances.values() if gi.profile.name == prof.name)
+        if same >= prof.max_instances:
+            raise InvalidConfigError(f"{where}: at most {prof.max_instances} x {prof.name} per GPU")
+        if sum(gi.profile.gi_slices for gi in state.instances.values()) + prof.gi_slices > 7:
+            raise InvalidConfigError(f"{where}: not enough compute slices left for {prof.name}")
+        if prof.media_extensions and any(gi.profile.media_extensions for gi in state.instances.values()):
+            raise InvalidConfigError(f"{where}: at most one +me GPU instance per GPU")
+        gi_id = next(i for i in range(1, 16) if i not in state.instances)
+        state.instances[gi_id] = _GiState(prof, start)
+        self._refresh(state)
+        return gi_id
+
+    def _refresh(self, state: _GpuState) -> None:
+        """Derive the MIG devices (one per compute instance) from the GPU instances."""
+        spec = state.spec
+        devices: list[MigDevice] = []
+        for gi_id, gi in sorted(state.instances.items()):
+            for ci_id in sorted(gi.compute_instances):
+                devices.append(
+                    MigDevice(
+                        uuid=stable_uuid("MIG", f"{spec.uuid}/{gi_id}/{ci_id}/{gi.profile.name}/{gi.start}"),
+                        parent_index=spec.index,
+                        parent_uuid=spec.uuid,
+                        index=len(devices),
+                        profile=gi.profile.name,
+                        gi_id=gi_id,
+                        ci_id=ci_id,
+                        memory_mib=gi.profile.memory_mib,
+                        multiprocessors=gi.profile.multiprocessors,
+                    )
                 )
-            )
-        return devices
+        state.mig_devices = devices
+
+    def _mig_gpu(self, gpu_index: int, enabled: bool = False) -> _GpuState:
+        state, _ = self._resolve(gpu_index)
+        if not state.spec.model.mig_capable:
+            raise NotSupportedError(f"GPU {gpu_index} ({state.spec.model.key}) does not support MIG")
+        if enabled and not state.mig_enabled:
+            raise NotSupportedError(f"GPU {gpu_index}: MIG mode is not enabled")
+        return state
+
+    def _instance(self, state: _GpuState, gi_id: int) -> _GiState:
+        try:
+            return state.instances[gi_id]
+        except KeyError:
+            raise NotFoundError(f"GPU {state.spec.index} has no GPU instance {gi_id}") from None
 
     def _gpu(self, state: _GpuState) -> Gpu:
         spec = state.spec
