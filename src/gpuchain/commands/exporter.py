@@ -1,0 +1,102 @@
+"""`gpuchain exporter`: DCGM-compatible Prometheus metrics for this node's GPUs (or simulated ones)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import err_console, fail
+from gpuchain.exporter.collector import GpuMetricsCollector
+from gpuchain.exporter.counters import CollectorsFileError, load_collectors
+from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
+from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def exporter(
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    port: int = typer.Option(DEFAULT_PORT, "--port", "-p", help="Port for /metrics and /health."),
+    address: str = typer.Option("0.0.0.0", "--address", help="Address to listen on."),
+    collectors: Path | None = typer.Option(
+        None, "--collectors", "-f", help="Metric set as a dcgm-exporter collectors CSV (default: the packaged set)."
+    ),
+    interval: float = typer.Option(30.0, "--collect-interval", help="Seconds between background collections."),
+    call_timeout: float = typer.Option(5.0, "--call-timeout", help="Seconds one NVML or kubelet call may take."),
+    pod_resources_socket: str | None = typer.Option(
+        None,
+        "--pod-resources-socket",
+        help=f"Kubelet pod-resources socket for pod labels (default {DEFAULT_SOCKET}, used when it exists).",
+    ),
+    hostname: str | None = typer.Option(
+        None, "--hostname", help="Value of the Hostname label (default $NODE_NAME, else this host's name)."
+    ),
+) -> None:
+    """Serve DCGM-compatible GPU metrics with pod attribution on :9400/metrics.
+
+    Metric names and labels follow dcgm-exporter, so NVIDIA's Grafana dashboard works as is.
+    Runs on simulated GPUs by default; use --backend nvml on a GPU node.
+    """
+    if interval <= 0 or call_timeout <= 0:
+        fail("--collect-interval and --call-timeout must be positive")
+    try:
+        counter_set = load_collectors(collectors)
+    except CollectorsFileError as exc:
+        fail(str(exc))
+    for name in counter_set.skipped:
+        err_console.print(f"note: {counter_set.source}: {name} is not available without DCGM; skipped")
+    socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
+    pods = PodResourcesClient(socket_path, timeout=call_timeout) if socket_path else None
+    try:
+        gpus = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    collector = GpuMetricsCollector(
+        gpus,
+        counter_set,
+        hostname or os.environ.get("NODE_NAME") or socket.gethostname(),
+        pod_lister=pods.list if pods else None,
+        interval=interval,
+        call_timeout=call_timeout,
+    )
+    try:
+        server = MetricsServer(collector, address, port)
+    except OSError as exc:
+        fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    collector.start()
+    where = f"http://{address}:{server.server_port}"
+    attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
+    err_console.print(f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        sys.stderr.write("stopping\n")
+    finally:
+        server.server_close()
+        collector.stop()
+        if pods:
+            pods.close()
+        gpus.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("exporter")(exporter)

@@ -1,0 +1,252 @@
+"""The exporter's imperative shell: sample the GPUs in the background, serve the last good sample.
+
+A scrape never calls NVML or the kubelet. A background thread samples the inventory, each GPU's
+telemetry and the pod assignments every ``interval`` seconds; each of those calls runs on its
+own daemon thread with a deadline, so a call that hangs (a GPU falling off the bus can stall
+NVML for a long time) or fails only costs its own reading: the previous good value is kept,
+``gpuchain_exporter_scrape_errors_total{operation}`` moves, and the next cycle does not stack a
+second call behind the hung one. XIDs arrive through the backend's event stream on another
+thread and are visible on the next scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge as PromGauge
+from prometheus_client.metrics_core import Metric
+
+from gpuchain.exporter.counters import CounterSet
+from gpuchain.exporter.metrics import Entity, NodeSample, XidBook, entities, sample_families, xid_families
+from gpuchain.exporter.podresources import Assignment, PodRef, attribute
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.model import EventKind, Inventory, Telemetry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+OPERATIONS = ("inventory", "telemetry", "pod_resources", "events")
+"""Values of the ``operation`` label on the scrape-error counter."""
+
+
+class _Pending(Generic[T]):
+    """One backend call running on its own daemon thread, so the caller can stop waiting for it."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.done = threading.Event()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self._fn = fn
+        threading.Thread(target=self._run, daemon=True, name="gpuchain-exporter-call").start()
+
+    def _run(self) -> None:
+        try:
+            self.value = self._fn()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+@dataclass
+class _View:
+    """What a scrape renders: built once per collection, swapped in whole."""
+
+    entities: list[Entity] = field(default_factory=list)
+    families: list[Metric] = field(default_factory=list)
+    pods: dict[str, tuple[PodRef, ...]] = field(default_factory=dict)
+    collected_at: float | None = None
+
+
+class GpuMetricsCollector:
+    """A prometheus-client collector over a GPU backend, with background sampling.
+
+    ``collect_once()`` runs one sampling cycle (tests call it directly); ``start()`` runs it
+    every ``interval`` seconds and watches XID events until ``stop()``.
+    """
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        counters: CounterSet,
+        hostname: str,
+        pod_lister: Callable[[], list[Assignment]] | None = None,
+        interval: float = 30.0,
+        call_timeout: float = 5.0,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.backend = backend
+        self.counters = counters
+        self.hostname = hostname
+        self.pod_lister = pod_lister
+        self.interval = interval
+        self.call_timeout = call_timeout
+        self.registry = registry or CollectorRegistry(auto_describe=False)
+        self.xids = XidBook()
+        self.errors = PromCounter(
+            "gpuchain_exporter_scrape_errors",
+            "Backend or kubelet calls that failed or ran past their deadline; the last good values are served.",
+            ["operation"],
+            registry=self.registry,
+        )
+        for op in OPERATIONS:
+            self.errors.labels(op)
+        self.last_success = PromGauge(
+            "gpuchain_exporter_last_collection_timestamp_seconds",
+            "Unix time of the last collection cycle whose inventory call succeeded.",
+            registry=self.registry,
+        )
+        self.registry.register(self)
+        self._view = _View()
+        self._inventory: Inventory | None = None
+        self._telemetry: dict[str, Telemetry] = {}
+        self._assignments: list[Assignment] = []
+        self._inflight: dict[str, _Pending[Any]] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._events_loop: asyncio.AbstractEventLoop | None = None
+        self._events_task: asyncio.Task[None] | None = None
+
+    # ---- prometheus-client Collector -------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The last sample's families, plus the XID families read live."""
+        view = self._view
+        yield from view.families
+        yield from xid_families(self.counters, self.xids, view.entities, view.pods)
+
+    # ---- health ---------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy once a sample exists; the reason says what is missing or how old the data is."""
+        at = self._view.collected_at
+        if at is None:
+            return False, "no successful collection yet (is the GPU backend answering?)"
+        age = time.time() - at
+        return True, f"last collection {age:.1f}s ago"
+
+    # ---- sampling -------------------------------------------------------------------------
+
+    def _call(self, key: str, operation: str, fn: Callable[[], T], deadline: float) -> T | None:
+        """Run ``fn`` with a deadline; on failure or timeout count an error and return None."""
+        pending = self._inflight.get(key)
+        if pending is not None and not pending.done.is_set():
+            self.errors.labels(operation).inc()
+            log.warning("%s: previous call still running; serving the last good value", key)
+            return None
+        fresh: _Pending[T] = _Pending(fn)
+        self._inflight[key] = fresh
+        return self._await(key, operation, fresh, deadline)
+
+    def _await(self, key: str, operation: str, pending: _Pending[T], deadline: float) -> T | None:
+        if not pending.done.wait(max(0.0, deadline - time.monotonic())):
+            self.errors.labels(operation).inc()
+            log.warning("%s: no answer within %.1fs; serving the last good value", key, self.call_timeout)
+            return None
+        del self._inflight[key]
+        if pending.error is not None:
+            self.errors.labels(operation).inc()
+            log.warning("%s failed: %s; serving the last good value", key, pending.error)
+            return None
+        return pending.value
+
+    def collect_once(self) -> bool:
+        """One sampling cycle; True when the inventory call succeeded."""
+        inventory = self._call("inventory", "inventory", self.backend.inventory, time.monotonic() + self.call_timeout)
+        ok = inventory is not None
+        if inventory is not None:
+            self._inventory = inventory
+        if self._inventory is None:
+            return False
+        inv = self._inventory
+        deadline = time.monotonic() + self.call_timeout
+        started: list[tuple[str, _Pending[Telemetry]]] = []
+        for gpu in inv.gpus:
+            key = f"telemetry/{gpu.uuid}"
+            pending = self._inflight.get(key)
+            if pending is not None and not pending.done.is_set():
+                self.errors.labels("telemetry").inc()
+                continue
+            fresh = _Pending(functools.partial(self.backend.telemetry, gpu.uuid))
+            self._inflight[key] = fresh
+            started.append((gpu.uuid, fresh))
+        for uuid, call in started:
+            reading = self._await(f"telemetry/{uuid}", "telemetry", call, deadline)
+            if reading is not None:
+                self._telemetry[uuid] = reading
+        present = {g.uuid for g in inv.gpus}
+        self._telemetry = {u: t for u, t in self._telemetry.items() if u in present}
+        if self.pod_lister is not None:
+            rows = self._call("pod_resources", "pod_resources", self.pod_lister, time.monotonic() + self.call_timeout)
+            if rows is not None:
+                self._assignments = rows
+        pods = attribute(self._assignments, inv)
+        sample = NodeSample(inv, dict(self._telemetry), pods)
+        ents = entities(inv, self.hostname, self.counters)
+        families = sample_families(self.counters, sample, ents)
+        self._view = _View(ents, families, pods, time.time() if ok else self._view.collected_at)
+        if ok:
+            self.last_success.set(time.time())
+        return ok
+
+    # ---- threads --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Sample now and every ``interval`` seconds, and watch XID events, on daemon threads."""
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._sample_loop, daemon=True, name="gpuchain-exporter-sampler"),
+            threading.Thread(target=self._events_thread, daemon=True, name="gpuchain-exporter-events"),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sampling and the event watch (a hung backend call is abandoned, not joined)."""
+        self._stop.set()
+        loop, task = self._events_loop, self._events_task
+        if loop is not None and task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+
+    def _sample_loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.collect_once()
+            except Exception:
+                log.exception("collection cycle failed; serving the last good values")
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def _events_thread(self) -> None:
+        while not self._stop.is_set():
+            try:
+                asyncio.run(self._watch_events())
+            except Exception as exc:
+                self.errors.labels("events").inc()
+                log.warning("XID event stream failed: %s; retrying", exc)
+            self._stop.wait(1.0)
+
+    async def _watch_events(self) -> None:
+        self._events_loop = asyncio.get_running_loop()
+        self._events_task = asyncio.current_task()
+        if self._stop.is_set():
+            return
+        try:
+            async for event in self.backend.events():
+                if event.kind is EventKind.XID and event.xid is not None:
+                    self.xids.record(event.mig_uuid or event.gpu_uuid, event.xid)
+        except asyncio.CancelledError:
+            return

@@ -1,0 +1,191 @@
+"""From one sample of the node to DCGM-compatible metric families: pure functions, no I/O.
+
+An *entity* is what dcgm-exporter publishes a series for: a whole GPU, or one MIG device of a
+MIG-enabled GPU (labelled ``GPU_I_PROFILE``/``GPU_I_ID``; GPU-wide readings such as temperature
+and power are repeated on each of its MIG devices, as dcgm-exporter does, so every pod sees them).
+A device held by several containers (time-slicing) gets one series per container, each with its
+``pod``/``namespace``/``container`` labels.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+
+from gpuchain.exporter.counters import Counter, CounterSet, Field
+from gpuchain.exporter.podresources import PodRef
+from gpuchain.gpu.model import Inventory, Telemetry
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One series source. ``uuid`` is the GPU's or the MIG device's; ``gpu_uuid`` its physical GPU."""
+
+    uuid: str
+    gpu_uuid: str
+    labels: Labels
+
+
+@dataclass(frozen=True)
+class NodeSample:
+    """What the background collector last saw; every scrape renders from one of these."""
+
+    inventory: Inventory
+    telemetry: Mapping[str, Telemetry]
+    pods: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
+
+
+def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[Entity]:
+    """The entities of a node, each with its DCGM base labels in dcgm-exporter's order."""
+    extra: Labels = ()
+    if any(c.field is Field.DRIVER_VERSION for c in counters.labels()):
+        extra = ((Field.DRIVER_VERSION.value, inventory.driver.version),)
+    out: list[Entity] = []
+    for gpu in inventory.gpus:
+        base: Labels = (
+            ("gpu", str(gpu.index)),
+            ("UUID", gpu.uuid),
+            ("pci_bus_id", gpu.pci_bus_id),
+            ("device", f"nvidia{gpu.minor_number}"),
+            ("modelName", gpu.name),
+            ("Hostname", hostname),
+            *extra,
+        )
+        if gpu.mig_enabled:
+            for mig in gpu.mig_devices:
+                mig_labels = (*base, ("GPU_I_PROFILE", mig.profile), ("GPU_I_ID", str(mig.gi_id)))
+                out.append(Entity(mig.uuid, gpu.uuid, mig_labels))
+        else:
+            out.append(Entity(gpu.uuid, gpu.uuid, base))
+    return out
+
+
+def _pct_ratio(t: Telemetry) -> float | None:
+    return None if t.gpu_util is None else t.gpu_util / 100.0
+
+
+_READINGS: dict[Field, Callable[[Telemetry], float | int | None]] = {
+    Field.SM_CLOCK: lambda t: t.sm_clock_mhz,
+    Field.MEM_CLOCK: lambda t: t.mem_clock_mhz,
+    Field.MEMORY_TEMP: lambda t: t.memory_temperature_c,
+    Field.GPU_TEMP: lambda t: t.temperature_c,
+    Field.POWER_USAGE: lambda t: t.power_w,
+    Field.TOTAL_ENERGY_CONSUMPTION: lambda t: t.energy_mj,
+    Field.PCIE_REPLAY_COUNTER: lambda t: t.pcie_replay,
+    Field.GPU_UTIL: lambda t: t.gpu_util,
+    Field.MEM_COPY_UTIL: lambda t: t.mem_copy_util,
+    Field.ENC_UTIL: lambda t: t.enc_util,
+    Field.DEC_UTIL: lambda t: t.dec_util,
+    Field.GR_ENGINE_ACTIVE: _pct_ratio,
+    Field.FB_FREE: lambda t: t.memory_free_mib,
+    Field.FB_USED: lambda t: t.memory_used_mib,
+    Field.FB_RESERVED: lambda t: t.memory_reserved_mib,
+    Field.UNCORRECTABLE_REMAPPED_ROWS: lambda t: t.remapped_rows_uncorrectable,
+    Field.CORRECTABLE_REMAPPED_ROWS: lambda t: t.remapped_rows_correctable,
+    Field.ROW_REMAP_FAILURE: lambda t: t.row_remap_failure,
+}
+"""Telemetry readings per field. Framebuffer fields are whole-GPU figures, so MIG devices skip them."""
+
+_GPU_ONLY = frozenset({Field.FB_FREE, Field.FB_USED, Field.FB_RESERVED})
+LIVE_FIELDS = frozenset({Field.XID_ERRORS, Field.XID_ERRORS_TOTAL})
+"""Fields read from the XID book at scrape time rather than from the sample."""
+
+
+def _with_pods(labels: Labels, refs: tuple[PodRef, ...]) -> list[dict[str, str]]:
+    if not refs:
+        return [dict(labels)]
+    return [{**dict(labels), "container": r.container, "namespace": r.namespace, "pod": r.pod} for r in refs]
+
+
+def _family(counter: Counter) -> Metric:
+    return Metric(counter.field.value, counter.help, counter.prom_type.value)
+
+
+def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Entity]) -> list[Metric]:
+    """Families for every telemetry field in ``counters``; built once per collection, rendered per scrape."""
+    rows = [(e, _with_pods(e.labels, sample.pods.get(e.uuid, ()))) for e in ents]
+    families: list[Metric] = []
+    for counter in counters.metrics():
+        reading = _READINGS.get(counter.field)
+        if reading is None:
+            continue
+        family = _family(counter)
+        name = counter.field.value
+        for entity, label_sets in rows:
+            if entity.uuid != entity.gpu_uuid and counter.field in _GPU_ONLY:
+                continue
+            telemetry = sample.telemetry.get(entity.gpu_uuid)
+            value = None if telemetry is None else reading(telemetry)
+            if value is None:
+                continue
+            for labels in label_sets:
+                family.add_sample(name, labels, float(value))
+        families.append(family)
+    return families
+
+
+class XidBook:
+    """XIDs seen since start: the last one per device (DCGM's gauge) and a count per XID (never sticky).
+
+    Written by the event watcher thread, read by scrapes; a lock keeps both views consistent.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._last: dict[str, tuple[int, int]] = {}
+        self._totals: dict[str, dict[int, int]] = {}
+
+    def record(self, device_uuid: str, xid: int) -> None:
+        """Count one XID on a GPU or MIG device UUID; the same XID again moves the count again."""
+        with self._lock:
+            self._seq += 1
+            self._last[device_uuid] = (self._seq, xid)
+            per = self._totals.setdefault(device_uuid, {})
+            per[xid] = per.get(xid, 0) + 1
+
+    def last(self, entity: Entity) -> int:
+        """The latest XID on the entity or, for a MIG device, on its GPU; 0 when none."""
+        with self._lock:
+            own = self._last.get(entity.uuid, (0, 0))
+            parent = self._last.get(entity.gpu_uuid, (0, 0)) if entity.uuid != entity.gpu_uuid else (0, 0)
+        return max(own, parent)[1]
+
+    def totals(self, entity: Entity) -> dict[int, int]:
+        """XID -> count on the entity, including GPU-wide XIDs for a MIG device."""
+        with self._lock:
+            merged = dict(self._totals.get(entity.uuid, {}))
+            if entity.uuid != entity.gpu_uuid:
+                for xid, n in self._totals.get(entity.gpu_uuid, {}).items():
+                    merged[xid] = merged.get(xid, 0) + n
+        return merged
+
+
+def xid_families(
+    counters: CounterSet, book: XidBook, ents: Iterable[Entity], pods: Mapping[str, tuple[PodRef, ...]]
+) -> list[Metric]:
+    """The XID families, read from the live book so an XID shows on the next scrape."""
+    wanted = {c.field: c for c in counters.metrics() if c.field in LIVE_FIELDS}
+    if not wanted:
+        return []
+    families = {f: _family(c) for f, c in wanted.items()}
+    for entity in ents:
+        label_sets = _with_pods(entity.labels, pods.get(entity.uuid, ()))
+        if Field.XID_ERRORS in families:
+            last = book.last(entity)
+            for labels in label_sets:
+                families[Field.XID_ERRORS].add_sample(
+                    Field.XID_ERRORS.value, {**labels, "err_code": str(last)}, float(last)
+                )
+        if Field.XID_ERRORS_TOTAL in families:
+            for xid, n in sorted(book.totals(entity).items()):
+                for labels in label_sets:
+                    families[Field.XID_ERRORS_TOTAL].add_sample(
+                        Field.XID_ERRORS_TOTAL.value, {**labels, "xid": str(xid)}, float(n)
+                    )
+    return [families[c.field] for c in counters.metrics() if c.field in families]

@@ -1,0 +1,114 @@
+"""Which pod holds which GPU: a client of the kubelet pod-resources API, and the pure mapping.
+
+The kubelet answers ``List`` with the device ids the device plugin handed out. Those ids come in
+every form the plugin can produce: GPU UUIDs, MIG UUIDs, indexes (``3``, ``3:1`` for MIG device
+1 on GPU 3) and time-slicing replicas (``<id>::<n>``). ``attribute`` reduces them to the
+exporter's entities (a whole GPU or a MIG device, by UUID), so series carry the pod that uses
+the device however the plugin was configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from gpuchain.gpu.model import Inventory
+from gpuchain.proto.podresources.v1 import api_pb2, api_pb2_grpc
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+RESOURCE_PREFIX = "nvidia.com/"
+"""Only extended resources under this prefix are GPUs (``nvidia.com/gpu``, ``nvidia.com/mig-*``, renamed shares)."""
+
+
+@dataclass(frozen=True, order=True)
+class PodRef:
+    """One container that holds a device."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One device id the kubelet reports for one container."""
+
+    resource: str
+    device_id: str
+    ref: PodRef
+
+
+class PodResourcesError(RuntimeError):
+    """The kubelet pod-resources socket did not answer; the message says where and why."""
+
+
+class PodResourcesClient:
+    """A blocking client of ``PodResourcesLister.List`` on a unix socket."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+
+    def list(self) -> list[Assignment]:
+        """Every device assignment on the node; raises PodResourcesError when the kubelet is unreachable."""
+        try:
+            response = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            raise PodResourcesError(
+                f"pod-resources List on {self.socket_path} failed ({code.name if code else 'error'}: {detail}); "
+                "is the kubelet running and the socket mounted into the exporter?"
+            ) from None
+        return assignments(response)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def assignments(response: api_pb2.ListPodResourcesResponse) -> list[Assignment]:
+    """Flatten a List answer to one row per (container, GPU device id)."""
+    rows: list[Assignment] = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            ref = PodRef(pod.namespace, pod.name, container.name)
+            for devices in container.devices:
+                if not devices.resource_name.startswith(RESOURCE_PREFIX):
+                    continue
+                rows.extend(Assignment(devices.resource_name, d, ref) for d in devices.device_ids)
+    return rows
+
+
+def attribute(rows: Iterable[Assignment], inventory: Inventory) -> dict[str, tuple[PodRef, ...]]:
+    """Map each GPU or MIG device UUID to the containers holding it, sorted and without duplicates.
+
+    Ids that name nothing on this node (a device that vanished since allocation) are left out.
+    """
+    by_key = _id_index(inventory)
+    found: dict[str, set[PodRef]] = {}
+    for row in rows:
+        uuid = by_key.get(_strip_replica(row.device_id))
+        if uuid is not None:
+            found.setdefault(uuid, set()).add(row.ref)
+    return {uuid: tuple(sorted(refs)) for uuid, refs in found.items()}
+
+
+def _strip_replica(device_id: str) -> str:
+    """``GPU-x::3`` -> ``GPU-x``: time-slicing replicas all run on their base device."""
+    base, sep, _ = device_id.partition("::")
+    return base if sep else device_id
+
+
+def _id_index(inventory: Inventory) -> Mapping[str, str]:
+    index: dict[str, str] = {}
+    for gpu in inventory.gpus:
+        index[gpu.uuid] = gpu.uuid
+        index[str(gpu.index)] = gpu.uuid
+        for mig in gpu.mig_devices:
+            index[mig.uuid] = mig.uuid
+            index[f"{gpu.index}:{mig.index}"] = mig.uuid
+    return index
