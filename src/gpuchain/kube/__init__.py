@@ -1,0 +1,128 @@
+"""The Kubernetes port: the one place gpuchain talks to the Kubernetes API.
+
+Use it as::
+
+    from gpuchain.kube import NODE, POD, MemoryCluster, LiveCluster, EvictionBlockedError
+
+    cluster = MemoryCluster()                      # tests, simulator, benchmarks
+    cluster = LiveCluster()                        # in-cluster config or ~/.kube/config
+    nodes = cluster.list(NODE, label_selector="nvidia.com/gpu.present=true")
+    pods = cluster.list(POD, field_selector="spec.nodeName=node-1")
+    cluster.patch(NODE, "node-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "success",
+                                                           "stale-label": None}}})   # None deletes
+    result = cluster.apply(desired_daemonset)      # result.changed is False on a no-op
+    cluster.evict("train-0", "ml")                 # EvictionBlockedError(pdb=...) if a PDB forbids it
+    cluster.record_event(node, "GpuLost", "GPU 3 fell off the bus", type="Warning")
+    async for ev in cluster.watch(NODE, timeout=5): ...   # ev.type, ev.object, ev.resource_version
+    cluster.calls.writes, cluster.calls.by_verb    # API requests made, per verb
+
+Objects are plain Kubernetes JSON dicts; kinds are `Kind` constants (`NODE`, `POD`, `DAEMONSET`,
+`CLUSTER_POLICY`, ...; `register_kind()` adds more).
+
+Sync or async: every verb is synchronous and only ``watch`` is an async iterator. The CLI, the
+doctor, benchmarks and pure reconcile loops are simpler and easier to test synchronously, and a
+verb is one short request; the things that genuinely wait (watch streams, the kopf operator) are
+async. Async code calls the sync verbs from a worker thread (kopf runs sync handlers in its
+executor; elsewhere use ``asyncio.to_thread``), and MemoryCluster is thread-safe for that.
+
+``apply`` is create-or-merge-patch with a client-side diff (not server-side apply field
+ownership): it writes only when the desired fields are not already present, so a reconcile that
+changes nothing makes zero writes on both adapters.
+"""
+
+from __future__ import annotations
+
+from gpuchain.kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    EvictionBlockedError,
+    GoneError,
+    InvalidError,
+    KubeError,
+    NotFoundError,
+    UnknownKindError,
+)
+from gpuchain.kube.kinds import (
+    CLUSTER_POLICY,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    CONFIGMAP,
+    CRD,
+    DAEMONSET,
+    DEPLOYMENT,
+    EVENT,
+    NAMESPACE,
+    NODE,
+    NODE_FEATURE,
+    PDB,
+    POD,
+    ROLE,
+    ROLE_BINDING,
+    RUNTIME_CLASS,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    Kind,
+    kind_of,
+    register_kind,
+)
+from gpuchain.kube.live import LiveCluster
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.kube.objects import (
+    annotations_of,
+    labels_of,
+    merge_patch,
+    name_of,
+    namespace_of,
+    needs_apply,
+    resource_version_of,
+)
+from gpuchain.kube.port import WRITE_VERBS, ApiCalls, ApplyResult, Cluster, WatchEvent
+from gpuchain.kube.selectors import match_label_selector_object, match_labels
+
+__all__ = [
+    "CLUSTER_POLICY",
+    "CLUSTER_ROLE",
+    "CLUSTER_ROLE_BINDING",
+    "CONFIGMAP",
+    "CRD",
+    "DAEMONSET",
+    "DEPLOYMENT",
+    "EVENT",
+    "NAMESPACE",
+    "NODE",
+    "NODE_FEATURE",
+    "PDB",
+    "POD",
+    "ROLE",
+    "ROLE_BINDING",
+    "RUNTIME_CLASS",
+    "SERVICE",
+    "SERVICE_ACCOUNT",
+    "WRITE_VERBS",
+    "AlreadyExistsError",
+    "ApiCalls",
+    "ApplyResult",
+    "Cluster",
+    "ConflictError",
+    "EvictionBlockedError",
+    "GoneError",
+    "InvalidError",
+    "Kind",
+    "KubeError",
+    "LiveCluster",
+    "MemoryCluster",
+    "NotFoundError",
+    "UnknownKindError",
+    "WatchEvent",
+    "annotations_of",
+    "kind_of",
+    "labels_of",
+    "match_label_selector_object",
+    "match_labels",
+    "merge_patch",
+    "name_of",
+    "namespace_of",
+    "needs_apply",
+    "register_kind",
+    "resource_version_of",
+]

@@ -1,0 +1,61 @@
+"""Typed Kubernetes API errors, the same from both adapters, so callers never parse HTTP codes."""
+
+from __future__ import annotations
+
+
+class KubeError(Exception):
+    """Base of every error the kube layer raises; ``code`` is the HTTP status it stands for."""
+
+    code: int = 500
+
+
+class UnknownKindError(KubeError, LookupError):
+    """An object's apiVersion/kind is not registered (a typo, or a CRD never registered)."""
+
+    code = 404
+
+
+class NotFoundError(KubeError, LookupError):
+    """The object (or its namespace/kind) does not exist."""
+
+    code = 404
+
+
+class AlreadyExistsError(KubeError):
+    """create() of a name that is taken."""
+
+    code = 409
+
+
+class ConflictError(KubeError):
+    """A write raced another one (resourceVersion precondition failed); re-read and retry."""
+
+    code = 409
+
+
+class InvalidError(KubeError, ValueError):
+    """The API server rejected the object as malformed (HTTP 422)."""
+
+    code = 422
+
+
+class GoneError(KubeError):
+    """A watch asked for a resourceVersion older than the server keeps; list again and re-watch."""
+
+    code = 410
+
+
+class EvictionBlockedError(KubeError):
+    """The Eviction API refused (HTTP 429) because a PodDisruptionBudget allows no disruption.
+
+    ``pdb`` names the budget so a caller (remediation, driver upgrade) can say which one blocks it.
+    """
+
+    code = 429
+
+    def __init__(self, namespace: str, pod: str, pdb: str, message: str = "") -> None:
+        self.namespace = namespace
+        self.pod = pod
+        self.pdb = pdb
+        detail = f": {message}" if message else ""
+        super().__init__(f"eviction of pod {namespace}/{pod} blocked by PodDisruptionBudget {namespace}/{pdb}{detail}")

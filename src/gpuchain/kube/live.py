@@ -1,0 +1,265 @@
+"""LiveCluster: the `Cluster` port over a real API server, on lightkube.
+
+lightkube is the project's one Kubernetes client: typed enough to address any resource, small,
+sync and async. Every kind goes through lightkube's generic resources built from our `Kind`
+(so objects stay plain dicts end to end and custom resources need no generated models); the
+Eviction subresource uses lightkube's typed ``Pod.Eviction``. HTTP errors become the typed
+errors of `gpuchain.kube.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import httpx2
+from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube import operators as ops
+from lightkube.config.models import Cluster as KubeConfigCluster
+from lightkube.config.models import User
+from lightkube.core import resource as lk_res
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericGlobalStatus,
+    GenericNamespacedResource,
+    GenericNamespacedStatus,
+    create_api_info,
+)
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from gpuchain.kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    EvictionBlockedError,
+    GoneError,
+    InvalidError,
+    KubeError,
+    NotFoundError,
+)
+from gpuchain.kube.kinds import Kind, kind_of
+from gpuchain.kube.objects import Obj
+from gpuchain.kube.port import Cluster, WatchEvent
+from gpuchain.kube.selectors import Requirement, parse_field_requirements, parse_requirements
+
+_PDB_NAME = re.compile(r"[Tt]he disruption budget (\S+)")
+
+
+def _operator(r: Requirement) -> Any:
+    """One parsed term as a lightkube selector operator."""
+    if r.op == "=":
+        return ops.equal(r.values[0])
+    if r.op == "!=":
+        return ops.not_equal(r.values[0])
+    if r.op == "in":
+        return ops.in_(list(r.values))
+    if r.op == "notin":
+        return ops.not_in(list(r.values))
+    return ops.exists() if r.op == "exists" else ops.not_exists()
+
+
+def _selector(reqs: list[Requirement]) -> list[tuple[str, Any]] | None:
+    """Our parsed selector as lightkube's (key, operator) pairs."""
+    return [(r.key, _operator(r)) for r in reqs] or None
+
+
+def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
+    """Translate an HTTP error into the port's typed error.
+
+    A real API server answers with a Status object (lightkube's ApiError); a test server may
+    answer with a bare status code, which still maps by code (409 on create = AlreadyExists).
+    """
+    status = exc.status if isinstance(exc, ApiError) else None
+    code = int(status.code or 0) if status is not None else exc.response.status_code
+    reason = str(status.reason or "") if status is not None else ""
+    message = str(status.message or exc) if status is not None else f"HTTP {code} from {exc.request.url}"
+    if code == 404:
+        return NotFoundError(message)
+    if code == 409:
+        return AlreadyExistsError(message) if reason == "AlreadyExists" or creating else ConflictError(message)
+    if code == 410:
+        return GoneError(message)
+    if code == 422:
+        return InvalidError(message)
+    err = KubeError(message)
+    err.code = code
+    return err
+
+
+class LiveCluster(Cluster):
+    """The port over a Kubernetes API server (in-cluster config, kubeconfig, or a URL)."""
+
+    def __init__(self, config: KubeConfig | None = None, field_manager: str = "gpuchain") -> None:
+        super().__init__()
+        self._config = config if config is not None else KubeConfig.from_env()
+        self._field_manager = field_manager
+        # lightkube's overloads cannot see through generic classes built at runtime; Any is honest here.
+        self._client: Any = Client(self._config, field_manager=field_manager)
+        self._resources: dict[Kind, tuple[type[Any], type[Any]]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, field_manager: str = "gpuchain") -> LiveCluster:
+        """An unauthenticated client for ``url`` (a local test server such as kmock)."""
+        config = KubeConfig.from_one(cluster=KubeConfigCluster(server=url), user=User())
+        return cls(config, field_manager)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def _res(self, kind: Kind) -> tuple[type[Any], type[Any]]:
+        """lightkube resource classes (main, status) for ``kind``, built once and not registered globally."""
+        cached = self._resources.get(kind)
+        if cached is not None:
+            return cached
+        info = create_api_info(kind.group, kind.version, kind.kind, kind.plural)
+        status_info = lk_res.ApiInfo(
+            resource=info.resource,
+            parent=info.resource,
+            plural=kind.plural,
+            verbs=["get", "patch", "put"],
+            action="status",
+        )
+        main_base = GenericNamespacedResource if kind.namespaced else GenericGlobalResource
+        status_base = GenericNamespacedStatus if kind.namespaced else GenericGlobalStatus
+        main = type(kind.kind, (main_base,), {"_api_info": info})
+        status = type(f"{kind.kind}Status", (status_base,), {"_api_info": status_info})
+        self._resources[kind] = (main, status)
+        return main, status
+
+    @staticmethod
+    def _ns(kind: Kind, namespace: str | None) -> dict[str, str]:
+        return {"namespace": namespace or "default"} if kind.namespaced else {}
+
+    @staticmethod
+    def _plain(obj: Any) -> Obj:
+        return cast(Obj, obj.to_dict() if hasattr(obj, "to_dict") else dict(obj))
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        self.calls.count("get")
+        try:
+            return self._plain(self._client.get(self._res(kind)[0], name, **self._ns(kind, namespace)))
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        self.calls.count("list")
+        ns: dict[str, Any] = {}
+        if kind.namespaced:
+            ns["namespace"] = namespace if namespace else "*"
+        try:
+            items = self._client.list(
+                self._res(kind)[0],
+                labels=_selector(parse_requirements(label_selector)),
+                fields=_selector(parse_field_requirements(field_selector)),
+                **ns,
+            )
+            return [self._plain(o) for o in items]
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    async def watch(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        self.calls.count("watch")
+        ns: dict[str, Any] = {}
+        if kind.namespaced:
+            ns["namespace"] = namespace if namespace else "*"
+        client: Any = AsyncClient(self._config, field_manager=self._field_manager)
+        stream = client.watch(
+            self._res(kind)[0],
+            labels=_selector(parse_requirements(label_selector)),
+            resource_version=resource_version,
+            **ns,
+        ).__aiter__()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                try:
+                    type_, obj = await asyncio.wait_for(stream.__anext__(), remaining)
+                except (TimeoutError, StopAsyncIteration):
+                    return
+                except httpx2.HTTPStatusError as exc:
+                    raise _error(exc) from None
+                yield WatchEvent(type_, self._plain(obj))
+        finally:
+            await client.close()
+
+    def create(self, obj: Obj) -> Obj:
+        self.calls.count("create")
+        kind = kind_of(obj)
+        main = self._res(kind)[0]
+        namespace = obj.get("metadata", {}).get("namespace")
+        try:
+            return self._plain(self._client.create(main(obj), **self._ns(kind, namespace)))
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc, creating=True) from None
+
+    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        self.calls.count("patch")
+        try:
+            out = self._client.patch(
+                self._res(kind)[0], name, patch, patch_type=PatchType.MERGE, **self._ns(kind, namespace)
+            )
+            return self._plain(out)
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+        self.calls.count("patch")
+        try:
+            out = self._client.patch(
+                self._res(kind)[1], name, {"status": status}, patch_type=PatchType.MERGE, **self._ns(kind, namespace)
+            )
+            return self._plain(out)
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        self.calls.count("delete")
+        try:
+            self._client.delete(self._res(kind)[0], name, **self._ns(kind, namespace))
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    def evict(self, name: str, namespace: str) -> None:
+        self.calls.count("evict")
+        body = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
+        try:
+            self._client.create(body, name=name, namespace=namespace)
+        except ApiError as exc:
+            if int(exc.status.code or 0) == 429:
+                raise EvictionBlockedError(namespace, name, self._blocking_pdb(exc), str(exc.status.message)) from None
+            raise _error(exc) from None
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+
+    @staticmethod
+    def _blocking_pdb(exc: ApiError) -> str:
+        """The budget's name from the 429 Status causes ("The disruption budget X needs ...")."""
+        details = exc.status.details
+        texts = [str(c.message) for c in (details.causes or [])] if details else []
+        texts.append(str(exc.status.message))
+        for text in texts:
+            m = _PDB_NAME.search(text)
+            if m:
+                return m.group(1)
+        return "(unnamed)"

@@ -1,0 +1,311 @@
+"""MemoryCluster: an in-memory Kubernetes API for tests, benchmarks and the simulator.
+
+It keeps what callers rely on from a real API server: resourceVersions (one counter, bumped
+only on real change), uid, creationTimestamp, generation (bumped on spec changes), label and
+field selectors, watch streams with ADDED/MODIFIED/DELETED and resume from a resourceVersion,
+the status subresource, ownerReference garbage collection, and the Eviction API checking
+PodDisruptionBudgets. It does not validate schemas, require namespaces to exist, or honour
+finalizers (deletes are immediate).
+
+Thread-safe: writes may come from any thread; watchers are fed on their own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import copy
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+
+from gpuchain.kube.errors import AlreadyExistsError, EvictionBlockedError, GoneError, InvalidError, NotFoundError
+from gpuchain.kube.kinds import PDB, POD, Kind, kind_of
+from gpuchain.kube.objects import Obj, labels_of, merge_patch
+from gpuchain.kube.pdb import blocking_budget
+from gpuchain.kube.port import Cluster, WatchEvent, WatchType, now_rfc3339
+from gpuchain.kube.selectors import parse_field_selector, parse_label_selector
+
+_Key = tuple[str | None, str]  # (namespace, name)
+
+_PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+
+#: How many past events a watch can resume from before the cluster answers 410 Gone.
+HISTORY = 50_000
+
+
+@dataclass
+class _Watcher:
+    kind: Kind
+    namespace: str | None
+    matches: Callable[[Obj], bool]
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[WatchEvent]
+
+
+class MemoryCluster(Cluster):
+    """An in-memory API server behind the `Cluster` port. ``MemoryCluster(objects)`` preloads."""
+
+    def __init__(self, objects: Iterable[Obj] = ()) -> None:
+        super().__init__()
+        self._lock = threading.RLock()
+        self._store: dict[Kind, dict[_Key, Obj]] = {}
+        self._rv = itertools.count(1)
+        self._last_rv = 0
+        self._history: list[tuple[int, Kind, WatchEvent, Obj | None]] = []
+        self._watchers: list[_Watcher] = []
+        for obj in objects:
+            self.create(obj)
+        self.calls.reset()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _bucket(self, kind: Kind) -> dict[_Key, Obj]:
+        return self._store.setdefault(kind, {})
+
+    @staticmethod
+    def _key(kind: Kind, name: str, namespace: str | None) -> _Key:
+        return (namespace or "default") if kind.namespaced else None, name
+
+    def _next_rv(self) -> str:
+        self._last_rv = next(self._rv)
+        return str(self._last_rv)
+
+    def _lookup(self, kind: Kind, name: str, namespace: str | None) -> Obj:
+        obj = self._bucket(kind).get(self._key(kind, name, namespace))
+        if obj is None:
+            where = f"{namespace or 'default'}/" if kind.namespaced else ""
+            raise NotFoundError(f'{kind.plural} "{where}{name}" not found')
+        return obj
+
+    def _emit(self, kind: Kind, type_: WatchType, obj: Obj, old: Obj | None) -> None:
+        event = WatchEvent(type_, copy.deepcopy(obj))
+        self._history.append((self._last_rv, kind, event, copy.deepcopy(old) if old else None))
+        if len(self._history) > HISTORY:
+            del self._history[: len(self._history) - HISTORY]
+        for w in list(self._watchers):
+            delivered = self._for_watcher(w, kind, event, old)
+            if delivered is None:
+                continue
+            try:
+                w.loop.call_soon_threadsafe(w.queue.put_nowait, delivered)
+            except RuntimeError:  # the watcher's loop is closed: it will never read again
+                self._watchers.remove(w)
+
+    @staticmethod
+    def _for_watcher(w: _Watcher, kind: Kind, event: WatchEvent, old: Obj | None) -> WatchEvent | None:
+        """The event as this watcher sees it: objects leaving its selector appear DELETED."""
+        if w.kind != kind:
+            return None
+        obj = event.object
+        if w.namespace and kind.namespaced and obj["metadata"].get("namespace") != w.namespace:
+            return None
+        now = w.matches(obj)
+        before = old is not None and w.matches(old)
+        if event.type == "MODIFIED":
+            if now and not before:
+                return WatchEvent("ADDED", obj)
+            if before and not now:
+                return WatchEvent("DELETED", obj)
+        return event if now or before else None
+
+    def _store_new(self, kind: Kind, obj: Obj) -> Obj:
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise InvalidError(f"{kind.kind}: metadata.name is required (or metadata.generateName)")
+            meta["name"] = prefix + uuid.uuid4().hex[:5]
+        if kind.namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        key = self._key(kind, meta["name"], meta.get("namespace"))
+        bucket = self._bucket(kind)
+        if key in bucket:
+            raise AlreadyExistsError(f'{kind.plural} "{meta["name"]}" already exists')
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        meta["resourceVersion"] = self._next_rv()
+        bucket[key] = obj
+        self._emit(kind, "ADDED", obj, None)
+        return copy.deepcopy(obj)
+
+    def _replace(self, kind: Kind, old: Obj, new: Obj) -> Obj:
+        """Store ``new`` in place of ``old`` if they differ (bumping resourceVersion/generation)."""
+        if new == old:
+            return copy.deepcopy(old)
+        spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+            k: v for k, v in old.items() if k not in ("metadata", "status")
+        }
+        meta = new["metadata"]
+        for field in ("name", "namespace", "uid", "creationTimestamp"):
+            if field in old["metadata"]:
+                meta[field] = old["metadata"][field]
+        meta["generation"] = int(old["metadata"].get("generation", 1)) + (1 if spec_changed else 0)
+        meta["resourceVersion"] = self._next_rv()
+        self._bucket(kind)[self._key(kind, meta["name"], meta.get("namespace"))] = new
+        self._emit(kind, "MODIFIED", new, old)
+        return copy.deepcopy(new)
+
+    def _remove(self, kind: Kind, obj: Obj) -> None:
+        meta = obj["metadata"]
+        del self._bucket(kind)[self._key(kind, meta["name"], meta.get("namespace"))]
+        self._next_rv()
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = str(self._last_rv)
+        self._emit(kind, "DELETED", gone, obj)
+        self._collect_dependents(meta.get("uid"))
+
+    def _collect_dependents(self, owner_uid: str | None) -> None:
+        """Background garbage collection: delete objects whose ownerReferences name ``owner_uid``."""
+        if not owner_uid:
+            return
+        for kind, bucket in list(self._store.items()):
+            for obj in list(bucket.values()):
+                refs = obj["metadata"].get("ownerReferences") or []
+                if any(r.get("uid") == owner_uid for r in refs):
+                    self._remove(kind, obj)
+
+    # -- the port ---------------------------------------------------------------------------
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        self.calls.count("get")
+        with self._lock:
+            return copy.deepcopy(self._lookup(kind, name, namespace))
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        self.calls.count("list")
+        by_label = parse_label_selector(label_selector)
+        by_field = parse_field_selector(field_selector)
+        with self._lock:
+            found = [
+                copy.deepcopy(obj)
+                for (ns, _), obj in sorted(self._bucket(kind).items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))
+                if (namespace is None or not kind.namespaced or ns == namespace)
+                and by_label(labels_of(obj))
+                and by_field(obj)
+            ]
+        return found
+
+    async def watch(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        self.calls.count("watch")
+        by_label = parse_label_selector(label_selector)
+        watcher = _Watcher(
+            kind,
+            namespace,
+            lambda obj: by_label(labels_of(obj)),
+            asyncio.get_running_loop(),
+            asyncio.Queue(),
+        )
+        with self._lock:
+            initial: list[WatchEvent] = []
+            if resource_version in (None, "", "0"):
+                for obj in sorted(self._bucket(kind).values(), key=lambda o: int(o["metadata"]["resourceVersion"])):
+                    ev = self._for_watcher(watcher, kind, WatchEvent("ADDED", copy.deepcopy(obj)), None)
+                    if ev is not None:
+                        initial.append(ev)
+            else:
+                since = int(str(resource_version))
+                oldest = self._history[0][0] if self._history else self._last_rv
+                if since < oldest - 1 and since < self._last_rv:
+                    raise GoneError(f"too old resource version: {since} ({oldest})")
+                for rv, k, ev, old in self._history:
+                    if rv > since:
+                        seen = self._for_watcher(watcher, k, ev, old)
+                        if seen is not None:
+                            initial.append(seen)
+            self._watchers.append(watcher)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for ev in initial:
+                yield ev
+            while True:
+                if deadline is None:
+                    yield await watcher.queue.get()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                try:
+                    yield await asyncio.wait_for(watcher.queue.get(), remaining)
+                except TimeoutError:
+                    return
+        finally:
+            with self._lock:
+                if watcher in self._watchers:
+                    self._watchers.remove(watcher)
+
+    def create(self, obj: Obj) -> Obj:
+        self.calls.count("create")
+        kind = kind_of(obj)
+        with self._lock:
+            return self._store_new(kind, copy.deepcopy(obj))
+
+    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        self.calls.count("patch")
+        body = {k: v for k, v in patch.items() if k != "status"}
+        with self._lock:
+            old = self._lookup(kind, name, namespace)
+            return self._replace(kind, old, merge_patch(old, body))
+
+    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+        self.calls.count("patch")
+        with self._lock:
+            old = self._lookup(kind, name, namespace)
+            return self._replace(kind, old, merge_patch(old, {"status": status}))
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        self.calls.count("delete")
+        with self._lock:
+            self._remove(kind, self._lookup(kind, name, namespace))
+
+    def evict(self, name: str, namespace: str) -> None:
+        self.calls.count("evict")
+        with self._lock:
+            pod = self._lookup(POD, name, namespace)
+            pdbs = [p for (ns, _), p in self._bucket(PDB).items() if ns == namespace]
+            pods = [p for (ns, _), p in self._bucket(POD).items() if ns == namespace]
+            blocker = blocking_budget(pod, pdbs, pods)
+            if blocker is not None:
+                raise EvictionBlockedError(namespace, name, blocker["metadata"]["name"], _PDB_MESSAGE)
+            self._remove(POD, pod)
+
+    # -- test and simulator conveniences (not part of the port) ------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        """The latest resourceVersion handed out (what a List response would carry)."""
+        return str(self._last_rv)
+
+    def kinds(self) -> builtins.list[Kind]:
+        """Kinds that currently hold at least one object."""
+        with self._lock:
+            return [k for k, bucket in self._store.items() if bucket]
+
+    def count(self, kind: Kind) -> int:
+        """How many objects of ``kind`` exist, without counting an API call."""
+        with self._lock:
+            return len(self._bucket(kind))
+
+    def snapshot(self, kind: Kind) -> builtins.list[Obj]:
+        """Copies of all objects of ``kind``, without counting an API call (for assertions)."""
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._bucket(kind).values()]

@@ -1,0 +1,97 @@
+"""Pure helpers over Kubernetes JSON objects: accessors, JSON merge patch, and the apply diff.
+
+The apply rule lives here so both adapters share it: an applied object is merged onto the live
+one as an RFC 7386 merge patch, and a write happens only when the desired fields are not
+already a subset of the live object. "Subset" (rather than equality) tolerates the defaults an
+API server fills in (imagePullPolicy, terminationMessagePath, ...), so a no-op reconcile against
+a real cluster also makes zero writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+Obj = dict[str, Any]
+
+#: Metadata the server owns; never part of an applied object's intent.
+SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
+
+
+def name_of(obj: Obj) -> str:
+    """metadata.name ("" when absent)."""
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def namespace_of(obj: Obj) -> str | None:
+    """metadata.namespace, or None for cluster-scoped objects."""
+    ns = obj.get("metadata", {}).get("namespace")
+    return str(ns) if ns else None
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    """metadata.labels as a (possibly empty) dict."""
+    return dict(obj.get("metadata", {}).get("labels") or {})
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    """metadata.annotations as a (possibly empty) dict."""
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def resource_version_of(obj: Obj) -> str | None:
+    """metadata.resourceVersion, if the server set one."""
+    rv = obj.get("metadata", {}).get("resourceVersion")
+    return str(rv) if rv else None
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge, ``None`` deletes a key, anything else replaces.
+
+    Returns a new value; neither argument is modified.
+    """
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def is_subset(desired: Any, live: Any) -> bool:
+    """True when every field of ``desired`` is present in ``live`` with the same value.
+
+    Lists compare element-wise (same length), so a removed container or toleration is a change;
+    extra keys in ``live`` (server defaults, other writers' fields, status) are not.
+    """
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return False
+        for key, value in desired.items():
+            if value is None:
+                if key in live:
+                    return False
+            elif key not in live or not is_subset(value, live[key]):
+                return False
+        return True
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return False
+        return all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
+    return bool(desired == live)
+
+
+def apply_intent(desired: Obj) -> Obj:
+    """The part of an object that apply() writes: no status, no server-owned metadata."""
+    intent = {k: copy.deepcopy(v) for k, v in desired.items() if k != "status"}
+    meta = intent.get("metadata") or {}
+    intent["metadata"] = {k: v for k, v in meta.items() if k not in SERVER_METADATA}
+    return intent
+
+
+def needs_apply(desired: Obj, live: Obj | None) -> bool:
+    """Would applying ``desired`` onto ``live`` change anything (or create it)?"""
+    return live is None or not is_subset(apply_intent(desired), live)

@@ -1,0 +1,234 @@
+"""The `Cluster` port: the only way gpuchain reads or writes Kubernetes objects.
+
+Adapters implement the primitive verbs (`get`, `list`, `watch`, `create`, `patch`,
+`patch_status`, `delete`, `evict`); `apply` and `record_event` are built on them here, so both
+adapters share one apply rule (see `gpuchain.kube.objects`) and one Event shape.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import collections
+import datetime
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpuchain.kube.errors import NotFoundError
+from gpuchain.kube.kinds import EVENT, Kind, kind_of
+from gpuchain.kube.objects import Obj, apply_intent, name_of, namespace_of, needs_apply
+
+WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+#: Verbs that change cluster state; `ApiCalls.writes` sums them.
+WRITE_VERBS = frozenset({"create", "patch", "delete", "evict"})
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by a watch. ``object`` is the full object after (or, for DELETED, before) it."""
+
+    type: WatchType
+    object: Obj
+
+    @property
+    def resource_version(self) -> str | None:
+        """The object's resourceVersion at this event (None where the server keeps none, e.g. kmock)."""
+        rv = self.object.get("metadata", {}).get("resourceVersion")
+        return str(rv) if rv else None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What apply() did: the live object afterwards, and whether it created or changed anything."""
+
+    object: Obj
+    changed: bool
+    created: bool = False
+
+
+@dataclass
+class ApiCalls:
+    """API requests made through one Cluster, per verb (get, list, watch, create, patch, delete, evict)."""
+
+    by_verb: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def count(self, verb: str) -> None:
+        """Record one request."""
+        self.by_verb[verb] += 1
+
+    @property
+    def total(self) -> int:
+        """All requests."""
+        return sum(self.by_verb.values())
+
+    @property
+    def writes(self) -> int:
+        """Requests that change state (create, patch, delete, evict)."""
+        return sum(n for verb, n in self.by_verb.items() if verb in WRITE_VERBS)
+
+    def snapshot(self) -> dict[str, int]:
+        """A plain copy, e.g. to diff before/after one reconcile."""
+        return dict(self.by_verb)
+
+    def reset(self) -> None:
+        """Start counting from zero."""
+        self.by_verb.clear()
+
+
+def now_rfc3339() -> str:
+    """Current UTC time as Kubernetes writes timestamps (second precision, Z suffix)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Cluster(abc.ABC):
+    """A Kubernetes API. Sync verbs for everything, plus an async `watch` stream.
+
+    Objects in and out are plain JSON dicts (``apiVersion``/``kind``/``metadata``/...), always
+    copies: mutating a returned dict never changes the cluster. Cluster-scoped kinds ignore
+    ``namespace``. Every request is counted in ``calls`` by verb.
+    """
+
+    def __init__(self) -> None:
+        self.calls = ApiCalls()
+
+    # -- primitive verbs (adapters) -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        """The object, or NotFoundError."""
+
+    @abc.abstractmethod
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        """Objects of ``kind`` (in ``namespace``, or all namespaces when None) matching the selectors.
+
+        Selectors use the API syntax: ``label_selector="nvidia.com/gpu.present=true"``,
+        ``field_selector="spec.nodeName=node-1"``.
+        """
+
+    @abc.abstractmethod
+    def watch(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream changes. Without ``resource_version`` it starts with an ADDED event per existing
+        object (as the API does); with one, only later changes. Ends after ``timeout`` seconds of
+        total watching (None: until the consumer stops iterating)."""
+
+    @abc.abstractmethod
+    def create(self, obj: Obj) -> Obj:
+        """Create ``obj``; AlreadyExistsError if the name is taken. Returns the stored object."""
+
+    @abc.abstractmethod
+    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        """JSON merge patch (RFC 7386): dicts merge, lists replace, ``None`` deletes a key.
+
+        ``{"metadata": {"labels": {"a": "1", "b": None}}}`` sets label a and removes label b.
+        The status subresource is not touched; use patch_status for that.
+        """
+
+    @abc.abstractmethod
+    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+        """Merge-patch ``.status`` through the status subresource."""
+
+    @abc.abstractmethod
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        """Delete the object; NotFoundError if it does not exist."""
+
+    @abc.abstractmethod
+    def evict(self, name: str, namespace: str) -> None:
+        """Evict a pod through the Eviction API (PodDisruptionBudgets honoured).
+
+        Raises EvictionBlockedError naming the budget when it allows no disruption now.
+        """
+
+    # -- built on the verbs -------------------------------------------------------------------
+
+    def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        """get() that answers None instead of raising NotFoundError."""
+        try:
+            return self.get(kind, name, namespace)
+        except NotFoundError:
+            return None
+
+    def apply(self, obj: Obj, live: Obj | None = None, known_live: bool = False) -> ApplyResult:
+        """Create ``obj`` or merge it onto the live object, writing only if something differs.
+
+        The comparison is "are the desired fields already there" (see objects.is_subset), so an
+        unchanged reconcile makes zero writes. Pass ``live`` (with ``known_live=True``; ``live``
+        None then means "absent") when the caller already listed the objects, to skip the get.
+        """
+        kind = kind_of(obj)
+        name, namespace = name_of(obj), namespace_of(obj)
+        current = live if known_live else self.get_or_none(kind, name, namespace)
+        if current is None:
+            return ApplyResult(self.create(apply_intent(obj)), changed=True, created=True)
+        if not needs_apply(obj, current):
+            return ApplyResult(current, changed=False)
+        intent = apply_intent(obj)
+        intent["metadata"].pop("name", None)
+        intent["metadata"].pop("namespace", None)
+        return ApplyResult(self.patch(kind, name, intent, namespace), changed=True)
+
+    def record_event(
+        self,
+        regarding: Obj,
+        reason: str,
+        message: str,
+        type: Literal["Normal", "Warning"] = "Normal",
+        component: str = "gpuchain",
+    ) -> Obj:
+        """Create a core/v1 Event about ``regarding`` (shown by ``kubectl describe``).
+
+        Events of cluster-scoped objects (Nodes, ClusterPolicy) go to the ``default`` namespace,
+        as kubelet and controllers do.
+        """
+        namespace = namespace_of(regarding) or "default"
+        meta = regarding.get("metadata", {})
+        stamp = now_rfc3339()
+        involved = {
+            "apiVersion": regarding.get("apiVersion"),
+            "kind": regarding.get("kind"),
+            "name": meta.get("name"),
+        }
+        if namespace_of(regarding):
+            involved["namespace"] = namespace
+        if meta.get("uid"):
+            involved["uid"] = meta["uid"]
+        event = {
+            "apiVersion": EVENT.api_version,
+            "kind": EVENT.kind,
+            "metadata": {"name": f"{meta.get('name', 'object')}.{secrets.token_hex(8)}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": type,
+            "source": {"component": component},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        return self.create(event)
+
+    def events_for(self, regarding: Obj) -> builtins.list[Obj]:
+        """Events recorded about ``regarding`` (by kind and name), oldest first."""
+        namespace = namespace_of(regarding) or "default"
+        name, kind = name_of(regarding), regarding.get("kind")
+        found = [
+            e
+            for e in self.list(EVENT, namespace=namespace)
+            if e.get("involvedObject", {}).get("name") == name and e.get("involvedObject", {}).get("kind") == kind
+        ]
+        return sorted(found, key=lambda e: str(e.get("lastTimestamp", "")))

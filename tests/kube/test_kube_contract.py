@@ -1,0 +1,285 @@
+"""One contract for the `Cluster` port, run on MemoryCluster and on LiveCluster over kmock (real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kube.conftest import needs
+
+from gpuchain.kube import (
+    DAEMONSET,
+    NODE,
+    PDB,
+    POD,
+    AlreadyExistsError,
+    Cluster,
+    EvictionBlockedError,
+    NotFoundError,
+    WatchEvent,
+)
+
+
+def node(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def pod(name: str, node_name: str, ns: str = "ml", phase: str = "Running", **labels: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": phase},
+    }
+
+
+def daemonset(image: str, tolerations: list | None = None) -> dict:
+    spec = {
+        "selector": {"matchLabels": {"app": "dp"}},
+        "template": {
+            "metadata": {"labels": {"app": "dp"}},
+            "spec": {"containers": [{"name": "dp", "image": image}], "tolerations": tolerations or []},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "dp", "namespace": "gpu", "labels": {"app": "dp"}},
+        "spec": spec,
+    }
+
+
+def test_create_get_delete(cluster: Cluster) -> None:
+    created = cluster.create(node("n1", a="1"))
+    assert created["metadata"]["name"] == "n1"
+    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+    with pytest.raises(AlreadyExistsError):
+        cluster.create(node("n1"))
+    cluster.delete(NODE, "n1")
+    with pytest.raises(NotFoundError):
+        cluster.get(NODE, "n1")
+    with pytest.raises(NotFoundError):
+        cluster.delete(NODE, "n1")
+    assert cluster.get_or_none(NODE, "n1") is None
+
+
+def test_returned_objects_are_copies(cluster: Cluster) -> None:
+    cluster.create(node("n1", a="1"))
+    got = cluster.get(NODE, "n1")
+    got["metadata"]["labels"]["a"] = "changed"
+    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+
+
+def test_merge_patch_sets_and_deletes_labels(cluster: Cluster) -> None:
+    cluster.create(node("n1", keep="1", drop="2"))
+    out = cluster.patch(NODE, "n1", {"metadata": {"labels": {"drop": None, "new": "3"}}})
+    assert out["metadata"]["labels"] == {"keep": "1", "new": "3"}
+    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"keep": "1", "new": "3"}
+    with pytest.raises(NotFoundError):
+        cluster.patch(NODE, "missing", {"metadata": {"labels": {"a": "b"}}})
+
+
+def test_list_by_namespace(cluster: Cluster) -> None:
+    cluster.create(pod("a", "n1", ns="ml"))
+    cluster.create(pod("b", "n1", ns="web"))
+    assert {p["metadata"]["name"] for p in cluster.list(POD)} == {"a", "b"}
+    assert [p["metadata"]["name"] for p in cluster.list(POD, namespace="ml")] == ["a"]
+
+
+def test_list_label_and_field_selectors(cluster: Cluster) -> None:
+    needs(cluster, "selectors")
+    cluster.create(node("gpu-1", **{"nvidia.com/gpu.present": "true", "zone": "a"}))
+    cluster.create(node("gpu-2", **{"nvidia.com/gpu.present": "true", "zone": "b"}))
+    cluster.create(node("cpu-1", zone="a"))
+    names = lambda objs: sorted(o["metadata"]["name"] for o in objs)  # noqa: E731
+    assert names(cluster.list(NODE, label_selector="nvidia.com/gpu.present=true")) == ["gpu-1", "gpu-2"]
+    assert names(cluster.list(NODE, label_selector="!nvidia.com/gpu.present")) == ["cpu-1"]
+    assert names(cluster.list(NODE, label_selector="zone in (a),nvidia.com/gpu.present")) == ["gpu-1"]
+    assert names(cluster.list(NODE, label_selector="zone!=a")) == ["gpu-2"]
+    cluster.create(pod("p1", "gpu-1"))
+    cluster.create(pod("p2", "gpu-2"))
+    cluster.create(pod("p3", "gpu-1", phase="Succeeded"))
+    assert names(cluster.list(POD, field_selector="spec.nodeName=gpu-1")) == ["p1", "p3"]
+    assert names(cluster.list(POD, field_selector="spec.nodeName=gpu-1,status.phase!=Succeeded")) == ["p1"]
+
+
+def test_server_metadata(cluster: Cluster) -> None:
+    needs(cluster, "metadata")
+    a = cluster.create(node("n1"))
+    meta = a["metadata"]
+    assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"]
+    b = cluster.patch(NODE, "n1", {"metadata": {"labels": {"x": "1"}}})
+    assert int(b["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
+    assert b["metadata"]["uid"] == meta["uid"]
+    same = cluster.patch(NODE, "n1", {"metadata": {"labels": {"x": "1"}}})
+    assert same["metadata"]["resourceVersion"] == b["metadata"]["resourceVersion"], "a no-op patch keeps the rv"
+
+
+def test_apply_creates_then_is_a_no_op_then_patches(cluster: Cluster) -> None:
+    first = cluster.apply(daemonset("img:1"))
+    assert first.created and first.changed
+    before = cluster.calls.writes
+    again = cluster.apply(daemonset("img:1"))
+    assert not again.changed
+    assert cluster.calls.writes == before, "an unchanged apply must not write"
+    changed = cluster.apply(daemonset("img:2", tolerations=[{"operator": "Exists"}]))
+    assert changed.changed and not changed.created
+    live = cluster.get(DAEMONSET, "dp", "gpu")
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "img:2"
+    assert live["spec"]["template"]["spec"]["tolerations"] == [{"operator": "Exists"}]
+    shrunk = cluster.apply(daemonset("img:2"))
+    assert shrunk.changed, "removing a list element is a change"
+    assert cluster.get(DAEMONSET, "dp", "gpu")["spec"]["template"]["spec"]["tolerations"] == []
+
+
+def test_apply_tolerates_server_defaults(cluster: Cluster) -> None:
+    cluster.apply(daemonset("img:1"))
+    defaulted = {
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "dp", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}}
+        }
+    }
+    cluster.patch(DAEMONSET, "dp", defaulted, "gpu")
+    before = cluster.calls.writes
+    assert not cluster.apply(daemonset("img:1")).changed
+    assert cluster.calls.writes == before
+
+
+def test_patch_status(cluster: Cluster) -> None:
+    cluster.create(pod("p1", "n1", phase="Pending"))
+    out = cluster.patch_status(POD, "p1", {"phase": "Running"}, "ml")
+    assert out["status"]["phase"] == "Running"
+    assert cluster.get(POD, "p1", "ml")["status"]["phase"] == "Running"
+
+
+def test_status_is_a_separate_subresource(cluster: Cluster) -> None:
+    needs(cluster, "status")
+    cluster.create(pod("p1", "n1", phase="Pending"))
+    cluster.patch(POD, "p1", {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "1"}}}, "ml")
+    got = cluster.get(POD, "p1", "ml")
+    assert got["status"]["phase"] == "Pending", "patch must not write status"
+    assert got["metadata"]["labels"]["x"] == "1"
+
+
+def test_events_are_recorded(cluster: Cluster) -> None:
+    n = cluster.create(node("n1"))
+    cluster.record_event(n, "GpuLost", "GPU 3 fell off the bus", type="Warning")
+    events = cluster.events_for(n)
+    assert len(events) == 1
+    ev = events[0]
+    assert (ev["reason"], ev["type"], ev["involvedObject"]["kind"]) == ("GpuLost", "Warning", "Node")
+    assert ev["metadata"]["namespace"] == "default"
+
+
+def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
+    needs(cluster, "eviction")
+    for i in range(3):
+        cluster.create(pod(f"w{i}", "n1", app="train"))
+    cluster.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "train-pdb", "namespace": "ml"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "train"}}},
+        }
+    )
+    cluster.evict("w0", "ml")
+    assert cluster.get_or_none(POD, "w0", "ml") is None
+    with pytest.raises(EvictionBlockedError) as err:
+        cluster.evict("w1", "ml")
+    assert err.value.pdb == "train-pdb"
+    assert "train-pdb" in str(err.value)
+    assert cluster.get_or_none(POD, "w1", "ml") is not None, "a blocked eviction deletes nothing"
+    assert cluster.list(PDB, namespace="ml")
+
+
+def test_evict_pending_pod_ignores_budget(cluster: Cluster) -> None:
+    needs(cluster, "eviction")
+    cluster.create(pod("w0", "n1", phase="Pending", app="train"))
+    cluster.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "all", "namespace": "ml"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "train"}}},
+        }
+    )
+    cluster.evict("w0", "ml")
+    assert cluster.get_or_none(POD, "w0", "ml") is None
+
+
+def test_owner_garbage_collection(cluster: Cluster) -> None:
+    needs(cluster, "gc")
+    owner = cluster.create(node("n1"))
+    dependent = pod("p1", "n1")
+    dependent["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": owner["metadata"]["uid"]}
+    ]
+    cluster.create(dependent)
+    cluster.delete(NODE, "n1")
+    assert cluster.get_or_none(POD, "p1", "ml") is None
+
+
+async def _collect(cluster: Cluster, n: int, **kwargs: object) -> list[WatchEvent]:
+    seen: list[WatchEvent] = []
+    async for ev in cluster.watch(NODE, timeout=5, **kwargs):  # type: ignore[arg-type]
+        seen.append(ev)
+        if len(seen) == n:
+            break
+    return seen
+
+
+async def test_watch_streams_existing_then_changes(cluster: Cluster) -> None:
+    await asyncio.to_thread(cluster.create, node("n1"))
+    task = asyncio.create_task(_collect(cluster, 4))
+    await asyncio.sleep(0.2)
+    await asyncio.to_thread(cluster.create, node("n2"))
+    await asyncio.to_thread(cluster.patch, NODE, "n2", {"metadata": {"labels": {"a": "1"}}})
+    await asyncio.to_thread(cluster.delete, NODE, "n1")
+    events = await task
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [
+        ("ADDED", "n1"),
+        ("ADDED", "n2"),
+        ("MODIFIED", "n2"),
+        ("DELETED", "n1"),
+    ]
+    assert events[2].object["metadata"]["labels"] == {"a": "1"}
+
+
+async def test_watch_resumes_from_resource_version(cluster: Cluster) -> None:
+    needs(cluster, "resume")
+    first = cluster.create(node("n1"))
+    cluster.create(node("n2"))
+    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
+    events = await _collect(cluster, 2, resource_version=first["metadata"]["resourceVersion"])
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "n2"), ("MODIFIED", "n1")]
+    rvs = [int(e.resource_version or 0) for e in events]
+    assert rvs == sorted(rvs) and rvs[0] > int(first["metadata"]["resourceVersion"])
+
+
+async def test_watch_label_selector_sees_objects_leave(cluster: Cluster) -> None:
+    needs(cluster, "selectors")
+    cluster.create(node("n1", gpu="true"))
+    task = asyncio.create_task(_collect(cluster, 2, label_selector="gpu=true"))
+    await asyncio.sleep(0.1)
+    cluster.create(node("cpu"))
+    cluster.patch(NODE, "n1", {"metadata": {"labels": {"gpu": None}}})
+    events = await task
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "n1"), ("DELETED", "n1")]
+
+
+async def test_watch_timeout_ends_stream(cluster: Cluster) -> None:
+    seen = [ev async for ev in cluster.watch(NODE, timeout=0.3)]
+    assert seen == []
+
+
+def test_calls_counted_per_verb(cluster: Cluster) -> None:
+    cluster.calls.reset()
+    cluster.create(node("n1"))
+    cluster.get(NODE, "n1")
+    cluster.list(NODE)
+    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
+    cluster.delete(NODE, "n1")
+    assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 1, "delete": 1}
+    assert cluster.calls.writes == 3 and cluster.calls.total == 5
