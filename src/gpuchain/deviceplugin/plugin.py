@@ -1,0 +1,256 @@
+"""The running device plugin: one endpoint per resource, registration, health, kubelet restarts.
+
+``DevicePlugin`` is the imperative shell around the pure parts. It
+
+- maps the inventory to resources and serves each on ``<socket dir>/nvidia-<name>.sock``;
+- registers each endpoint with ``<socket dir>/kubelet.sock`` (API version v1beta1);
+- watches the socket directory: when the kubelet restarts it wipes the directory and creates a
+  new ``kubelet.sock``; the plugin then re-serves and re-registers (within one poll interval);
+- consumes the backend's health events and pushes a new device list on every change, and
+  clears recovered GPUs after the quiet period;
+- reloads its config on demand (SIGHUP in the CLI) without dropping health state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from gpuchain.deviceplugin.config import Config
+from gpuchain.deviceplugin.health import HealthState
+from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.model import HealthEvent, Inventory
+from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
+from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "v1beta1"
+DEFAULT_SOCKET_DIR = Path("/var/lib/kubelet/device-plugins")
+KUBELET_SOCKET = "kubelet.sock"
+
+
+class RegistrationError(RuntimeError):
+    """The kubelet refused or did not answer a registration."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One successful registration, for logs and the demo transcript."""
+
+    resource: str
+    endpoint: str
+    devices: int
+    at: float
+
+
+class DevicePlugin:
+    """All of a node's device plugin endpoints, kept registered with the kubelet."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        config: Config | None = None,
+        socket_dir: str | Path = DEFAULT_SOCKET_DIR,
+        env: Mapping[str, str] | None = None,
+        watch_interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        pre_start_required: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.config = config or Config()
+        self.socket_dir = Path(socket_dir)
+        self.watch_interval = watch_interval
+        self.pre_start_required = pre_start_required
+        self._clock = clock
+        self.health = HealthState(
+            self.config.health.policy(env if env is not None else os.environ),
+            self.config.health.recovery_quiet_seconds,
+        )
+        self.env = env
+        self.inventory: Inventory | None = None
+        self.resources: list[Resource] = []
+        self.servers: dict[str, ResourceServer] = {}
+        self.registrations: list[Registered] = []
+        self.on_event: Callable[[HealthEvent], None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._kick = asyncio.Event()
+        self._registered_with: tuple[int, int] | None = None
+        self._lock = asyncio.Lock()
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve every resource, register when the kubelet is there, and start watching.
+
+        Raises ResourceMappingError when the config does not fit the node; serving failures
+        surface as OSError. Registration is retried by the watcher, so a kubelet that is not up
+        yet is not an error.
+        """
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        async with self._lock:
+            await self._serve()
+            await self._try_register()
+        self._tasks = [
+            asyncio.create_task(self._watch_kubelet(), name="dp-watch-kubelet"),
+            asyncio.create_task(self._consume_events(), name="dp-health-events"),
+            asyncio.create_task(self._recoveries(), name="dp-recoveries"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop watching and serving; remove our sockets. Safe to call twice."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        async with self._lock:
+            await self._unserve()
+
+    async def reload(self, config: Config) -> None:
+        """Apply a new config: re-map resources, re-serve and re-register. Health state is kept."""
+        async with self._lock:
+            self.config = config
+            self.health.policy = config.health.policy(self.env if self.env is not None else os.environ)
+            self.health.quiet_seconds = config.health.recovery_quiet_seconds
+            await self._unserve()
+            await self._serve()
+            await self._try_register()
+
+    @property
+    def registered(self) -> bool:
+        return self._registered_with is not None
+
+    def servicer(self, resource: str) -> ResourceServicer:
+        return self.servers[resource].servicer
+
+    # ---- serving and registration ---------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        inventory = self.backend.inventory()
+        resources = map_resources(inventory, self.config)
+        servers = {}
+        try:
+            for res in resources:
+                servicer = ResourceServicer(res, inventory, self.config, self.health, self.pre_start_required)
+                server = ResourceServer(servicer, self.socket_dir)
+                await server.start()
+                servers[res.name] = server
+        except BaseException:
+            for server in servers.values():
+                await server.stop(0)
+            raise
+        self.inventory, self.resources, self.servers = inventory, resources, servers
+        self._registered_with = None
+
+    async def _unserve(self) -> None:
+        for server in self.servers.values():
+            await server.stop()
+        self.servers = {}
+        self._registered_with = None
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.socket_dir / KUBELET_SOCKET)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_ctime_ns
+
+    async def _try_register(self) -> bool:
+        identity = self._kubelet_identity()
+        if identity is None:
+            return False
+        try:
+            await self._register_all()
+        except RegistrationError as exc:
+            log.warning("%s", exc)
+            return False
+        self._registered_with = identity
+        return True
+
+    async def _register_all(self) -> None:
+        target = f"unix://{self.socket_dir / KUBELET_SOCKET}"
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = pb_grpc.RegistrationStub(channel)
+            for res in self.resources:
+                request = pb.RegisterRequest(
+                    version=API_VERSION,
+                    endpoint=res.endpoint,
+                    resource_name=res.name,
+                    options=pb.DevicePluginOptions(
+                        pre_start_required=self.pre_start_required, get_preferred_allocation_available=True
+                    ),
+                )
+                try:
+                    await stub.Register(request, timeout=5)
+                except grpc.aio.AioRpcError as exc:
+                    raise RegistrationError(
+                        f"registering {res.name} with the kubelet at {target} failed: {exc.details() or exc.code()}"
+                    ) from None
+                self.registrations.append(Registered(res.name, res.endpoint, len(res.devices), self._clock()))
+                log.info("registered %s (%d devices) as %s", res.name, len(res.devices), res.endpoint)
+
+    async def _watch_kubelet(self) -> None:
+        """Re-serve and re-register when kubelet.sock is new or one of our sockets vanished."""
+        while True:
+            await asyncio.sleep(self.watch_interval)
+            identity = self._kubelet_identity()
+            if identity is None:
+                continue
+            ours_gone = any(not s.path.exists() for s in self.servers.values())
+            if identity == self._registered_with and not ours_gone:
+                continue
+            async with self._lock:
+                if ours_gone or self._registered_with is not None:
+                    log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
+                    await self._unserve()
+                    await self._serve()
+                if not await self._try_register():
+                    await asyncio.sleep(1.0)
+
+    # ---- health ---------------------------------------------------------------------------------
+
+    async def _consume_events(self) -> None:
+        while True:
+            try:
+                async for event in self.backend.events():
+                    self._on_event(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("health event stream failed (%s): marking every device unhealthy", exc)
+                self.health.fail_all([g.uuid for g in (self.inventory.gpus if self.inventory else ())])
+                self._notify()
+                await asyncio.sleep(1.0)
+
+    def _on_event(self, event: HealthEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+        if self.health.apply(event, self._clock()):
+            self._notify()
+        self._kick.set()
+
+    async def _recoveries(self) -> None:
+        while True:
+            deadline = self.health.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - self._clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout)
+            self._kick.clear()
+            if self.health.due(self._clock()):
+                self._notify()
+
+    def _notify(self) -> None:
+        for server in self.servers.values():
+            server.servicer.notify()

@@ -1,0 +1,179 @@
+"""One resource's gRPC endpoint: the DevicePlugin service on ``<socket dir>/nvidia-<name>.sock``.
+
+The servicer only translates: decisions come from ``allocate``, ``preferred`` and ``health``.
+ListAndWatch sends the full list on connect and again whenever ``notify()`` says health changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gpuchain.deviceplugin.allocate import AllocationError, ContainerAllocation, allocate_container
+from gpuchain.deviceplugin.config import Config
+from gpuchain.deviceplugin.health import HealthState
+from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
+from gpuchain.deviceplugin.resources import Resource
+from gpuchain.gpu.model import Inventory
+from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
+from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+
+def device_list(resource: Resource, health: HealthState) -> pb.ListAndWatchResponse:
+    """The full ListAndWatch message: every id with its health and NUMA node."""
+    devices = []
+    for d in resource.devices:
+        topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]) if d.numa_node is not None else None
+        devices.append(pb.Device(ID=d.id, health=HEALTHY if health.healthy(d) else UNHEALTHY, topology=topology))
+    return pb.ListAndWatchResponse(devices=devices)
+
+
+def to_proto(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(alloc.envs),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in alloc.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+            for d in alloc.devices
+        ],
+        annotations=dict(alloc.annotations),
+        cdi_devices=[pb.CDIDevice(name=n) for n in alloc.cdi_devices],
+    )
+
+
+class ResourceServicer(pb_grpc.DevicePluginServicer):
+    """The DevicePlugin service for one resource."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        inventory: Inventory,
+        config: Config,
+        health: HealthState,
+        pre_start_required: bool = False,
+    ) -> None:
+        self.resource = resource
+        self.inventory = inventory
+        self.config = config
+        self.health = health
+        self.pre_start_required = pre_start_required
+        self.allocations = 0
+        self._changed = asyncio.Event()
+        self._closed = False
+        self.on_send: Callable[[pb.ListAndWatchResponse], None] | None = None
+
+    def notify(self) -> None:
+        """Health may have changed: every open ListAndWatch stream re-sends the full list."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def close(self) -> None:
+        """End every ListAndWatch stream (the plugin is stopping)."""
+        self._closed = True
+        self.notify()
+
+    async def GetDevicePluginOptions(self, request: pb.Empty, context: Ctx) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=self.pre_start_required, get_preferred_allocation_available=True
+        )
+
+    async def ListAndWatch(self, request: pb.Empty, context: Ctx) -> AsyncIterator[pb.ListAndWatchResponse]:
+        last: pb.ListAndWatchResponse | None = None
+        while not self._closed:
+            changed = self._changed
+            current = device_list(self.resource, self.health)
+            if current != last:
+                if self.on_send is not None:
+                    self.on_send(current)
+                yield current
+                last = current
+            await changed.wait()
+
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: Ctx
+    ) -> pb.PreferredAllocationResponse:
+        responses = []
+        for req in request.container_requests:
+            try:
+                ids = preferred_allocation(
+                    self.resource,
+                    self.inventory,
+                    list(req.available_deviceIDs),
+                    list(req.must_include_deviceIDs),
+                    req.allocation_size,
+                    self.config.flags.plugin.shared_devices_allocation_policy,
+                )
+            except PreferenceError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    async def Allocate(self, request: pb.AllocateRequest, context: Ctx) -> pb.AllocateResponse:
+        responses = []
+        for req in request.container_requests:
+            try:
+                alloc = allocate_container(
+                    self.resource, list(req.devices_ids), self.config.flags.plugin, self._dev_root()
+                )
+            except AllocationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            responses.append(to_proto(alloc))
+        self.allocations += 1
+        return pb.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: Ctx
+    ) -> pb.PreStartContainerResponse:
+        unknown = [i for i in request.devices_ids if self.resource.device(i) is None]
+        if unknown:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"unknown device ids {unknown} for {self.resource.name}"
+            )
+        return pb.PreStartContainerResponse()
+
+    def _dev_root(self) -> str:
+        return self.config.flags.nvidia_dev_root or self.config.flags.nvidia_driver_root
+
+
+class ResourceServer:
+    """A gRPC server on the resource's unix socket, serving one ResourceServicer."""
+
+    def __init__(self, servicer: ResourceServicer, socket_dir: Path) -> None:
+        self.servicer = servicer
+        self.path = socket_dir / servicer.resource.endpoint
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen on the socket (a stale file from a previous run is replaced)."""
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()
+        server = grpc.aio.server()
+        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        server.add_insecure_port(f"unix://{self.path}")
+        await server.start()
+        self._server = server
+
+    async def stop(self, grace: float = 0.2) -> None:
+        """Close the streams, stop serving and remove the socket file."""
+        self.servicer.close()
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

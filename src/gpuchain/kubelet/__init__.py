@@ -1,0 +1,1 @@
+"""A faithful kubelet-side peer (device manager, Registration, pod-resources API): test double and simulator engine."""
