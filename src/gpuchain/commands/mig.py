@@ -1,0 +1,166 @@
+"""`gpuchain mig apply|assert|config`: mig-parted's verbs over the MIG layer.
+
+With no `-f` the built-in layouts (all-disabled, all-enabled, all-balanced, all-<profile>) are
+used. `MIG_PARTED_CONFIG_FILE` and `MIG_PARTED_SELECTED_CONFIG` work as in mig-parted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.model import Inventory
+from gpuchain.mig.apply import ApplyResult, MigApplyError, ResetRequiredError, apply, check
+from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, load_config
+
+mig_app = typer.Typer(
+    help="Declarative MIG layouts (mig-parted v1 config): apply one, assert one, print the built-in config.",
+    no_args_is_help=True,
+)
+
+
+def _file_option() -> Any:
+    return typer.Option(
+        None,
+        "-f",
+        "--config-file",
+        envvar="MIG_PARTED_CONFIG_FILE",
+        help="mig-parted v1 config file (default: the built-in layouts).",
+    )
+
+
+def _name_option() -> Any:
+    return typer.Option(
+        ..., "-c", "--selected-config", envvar="MIG_PARTED_SELECTED_CONFIG", help="Name of the layout to use."
+    )
+
+
+def _config(path: str | None) -> MigPartedConfig:
+    try:
+        return load_config(path) if path else default_config()
+    except ConfigFileError as exc:
+        fail(str(exc))
+
+
+def _devices_table(inv: Inventory) -> Table:
+    table = Table(title="GPUs after apply", title_justify="left")
+    for col in ("GPU", "Name", "MIG", "MIG devices"):
+        table.add_column(col)
+    for g in inv.gpus:
+        mig = "enabled" if g.mig_enabled else ("disabled" if g.mig_capable else "n/a")
+        counts: dict[str, int] = {}
+        for m in g.mig_devices:
+            counts[m.profile] = counts.get(m.profile, 0) + 1
+        table.add_row(str(g.index), g.name, mig, ", ".join(f"{c}x {p}" for p, c in counts.items()) or "-")
+    return table
+
+
+def _apply_view(result: ApplyResult, inv: Inventory) -> Group:
+    if not result.steps:
+        head = Text(f"node already has MIG layout {result.config!r}; nothing to do")
+    else:
+        verb = "applied" if result.applied else "would apply (dry run)"
+        lines = [f"{verb} MIG layout {result.config!r}: {len(result.steps)} steps on GPU "]
+        lines[0] += ", ".join(map(str, result.changed_gpus))
+        lines.extend(f"  {s.describe()}" for s in result.steps)
+        head = Text("\n".join(lines))
+    return Group(head, _devices_table(inv))
+
+
+@mig_app.command("apply")
+def apply_cmd(
+    config_file: str | None = _file_option(),
+    selected: str = _name_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps without changing anything."),
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Give this node's GPUs the named layout; touches only GPUs that differ (idempotent).
+
+    Exit 0 on success, 2 on a bad config or a layout the GPUs cannot hold (nothing changed),
+    1 when the hardware refused (the node is restored) or a GPU reset is needed.
+    """
+    config = _config(config_file)
+    try:
+        b = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    try:
+        result = apply(b, config, selected, dry_run=dry_run)
+        inv = b.inventory()
+    except LayoutError as exc:
+        fail(str(exc))
+    except (ResetRequiredError, MigApplyError) as exc:
+        fail(str(exc), code=1)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc), code=1)
+    finally:
+        _close(b)
+    data = {
+        "config": result.config,
+        "applied": result.applied,
+        "steps": [s.describe() for s in result.steps],
+        "gpus": inv.gpus,
+    }
+    emit(data, output, lambda: _apply_view(result, inv))
+
+
+@mig_app.command("assert")
+def assert_cmd(
+    config_file: str | None = _file_option(),
+    selected: str = _name_option(),
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Exit 0 only if the node already has the named layout; otherwise list what differs (exit 1)."""
+    config = _config(config_file)
+    try:
+        b = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    try:
+        diffs = check(b, config, selected)
+    except LayoutError as exc:
+        fail(str(exc))
+    except BACKEND_ERRORS as exc:
+        fail(str(exc), code=1)
+    finally:
+        _close(b)
+    ok = not diffs
+    text = f"node has MIG layout {selected!r}" if ok else "\n".join([f"node lacks MIG layout {selected!r}:", *diffs])
+    emit({"config": selected, "matches": ok, "differences": diffs}, output, lambda: Text(text))
+    if not ok:
+        raise typer.Exit(1)
+
+
+@mig_app.command("config")
+def config_cmd(config_file: str | None = _file_option()) -> None:
+    """Print the config (validated) in mig-parted's format: the built-in layouts by default."""
+    typer.echo(_config(config_file).to_yaml(), nl=False)
+
+
+def _close(backend: GpuBackend) -> None:
+    backend.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(mig_app, name="mig")

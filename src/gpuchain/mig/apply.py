@@ -1,0 +1,134 @@
+"""Carry out a plan on a backend: the imperative shell around ``gpuchain.mig.plan``.
+
+``apply`` validates the whole layout against the node before it touches anything, so bad input
+changes nothing. If the hardware refuses a step half-way, the node is put back the way it was
+found (best effort, reported if that fails too). A MIG mode change that waits for a GPU reset
+is reset through the backend where it can; otherwise ``ResetRequiredError`` says which GPUs
+need a reset or a reboot, which is the `rebooting` state of the node agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError, NotSupportedError
+from gpuchain.mig.config import MigPartedConfig
+from gpuchain.mig.plan import (
+    GpuTarget,
+    NodeMigState,
+    Step,
+    StepKind,
+    differences,
+    observe,
+    plan,
+    resolve,
+    snapshot,
+)
+
+
+class MigApplyError(RuntimeError):
+    """Applying a layout failed on the hardware; the message says what and in what state it left the node."""
+
+
+class ResetRequiredError(MigApplyError):
+    """MIG mode changed on some GPUs but only takes effect after a GPU reset or a reboot."""
+
+    def __init__(self, gpus: Sequence[int]) -> None:
+        self.gpus = tuple(gpus)
+        names = ", ".join(map(str, self.gpus))
+        super().__init__(
+            f"MIG mode change on GPU {names} is pending a GPU reset: reset the GPUs (nvidia-smi -r) "
+            "or reboot the node, then apply the layout again"
+        )
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What apply did (or, on a dry run, would do). No steps: the node already had the layout."""
+
+    config: str
+    steps: tuple[Step, ...]
+    applied: bool
+
+    @property
+    def changed_gpus(self) -> tuple[int, ...]:
+        return tuple(sorted({s.gpu for s in self.steps}))
+
+
+class _StepFailed(Exception):
+    def __init__(self, step: Step, cause: GpuError) -> None:
+        super().__init__(f"{step.describe()}: {cause}")
+        self.step = step
+        self.cause = cause
+
+
+def execute(backend: GpuBackend, steps: Sequence[Step]) -> None:
+    """Run steps in order. Pending mode changes are reset before the first create (and at the end)."""
+    pending: list[int] = []
+    for step in steps:
+        if step.kind is StepKind.CREATE_MIG_DEVICE and pending:
+            _reset(backend, pending)
+            pending = []
+        try:
+            if step.kind is StepKind.DESTROY_GPU_INSTANCE:
+                assert step.gi_id is not None
+                backend.destroy_gpu_instance(step.gpu, step.gi_id)
+            elif step.kind is StepKind.SET_MIG_MODE:
+                assert step.enabled is not None
+                if backend.set_mig_mode(step.gpu, step.enabled).reset_pending:
+                    pending.append(step.gpu)
+            else:
+                assert step.profile is not None and step.start is not None
+                gi_id = backend.create_gpu_instance(step.gpu, step.profile, step.start)
+                backend.create_compute_instance(step.gpu, gi_id)
+        except GpuError as exc:
+            raise _StepFailed(step, exc) from exc
+    if pending:
+        _reset(backend, pending)
+
+
+def _reset(backend: GpuBackend, gpus: Sequence[int]) -> None:
+    try:
+        for gpu in gpus:
+            backend.reset_gpu(gpu)
+    except NotSupportedError:
+        raise ResetRequiredError(gpus) from None
+    still = [g for g in gpus if backend.mig_mode(g).reset_pending]
+    if still:
+        raise ResetRequiredError(still)
+
+
+def apply(backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool = False) -> ApplyResult:
+    """Give the node the named layout. Raises LayoutError (nothing touched), ResetRequiredError
+    or MigApplyError (the node restored to what it was, or the message says it could not be)."""
+    before = observe(backend)
+    targets = resolve(before, config, name)
+    steps = tuple(plan(before, targets))
+    if dry_run or not steps:
+        return ApplyResult(name, steps, applied=False)
+    try:
+        execute(backend, steps)
+    except _StepFailed as exc:
+        raise MigApplyError(f"applying {name!r} failed at {exc}; {_restore(backend, before)}") from exc
+    left = differences(observe(backend), targets)
+    if left:
+        raise MigApplyError(f"applying {name!r} did not take effect: {'; '.join(left)}")
+    return ApplyResult(name, steps, applied=True)
+
+
+def _restore(backend: GpuBackend, before: NodeMigState) -> str:
+    """Put the node back to ``before``; say whether that worked."""
+    original: tuple[GpuTarget, ...] = snapshot(before)
+    try:
+        execute(backend, plan(observe(backend), original))
+    except (_StepFailed, MigApplyError, GpuError) as exc:
+        return f"restoring the previous layout failed too ({exc}); check the GPUs with `gpuchain gpus`"
+    return "the previous layout was restored"
+
+
+def check(backend: GpuBackend, config: MigPartedConfig, name: str) -> list[str]:
+    """What differs between the node and the named layout; empty when it already has it."""
+    state = observe(backend)
+    return differences(state, resolve(state, config, name))

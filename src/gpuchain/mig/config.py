@@ -1,0 +1,230 @@
+"""MIG layouts in mig-parted's v1 config format, and the named layouts every cluster expects.
+
+A file written for NVIDIA's mig-parted (the ConfigMap the GPU operator mounts) loads here
+unchanged, and nothing else does: unknown fields, a wrong version, a malformed profile name or
+a layout that cannot fit the GPUs its device-filter names are rejected with the file, line and
+field. Layouts without a device-filter are checked against the actual GPUs when they are
+resolved for a node (see ``gpuchain.mig.plan``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+
+from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
+from gpuchain.gpu import catalog
+from gpuchain.gpu.errors import InvalidConfigError
+
+PROFILE_NAME = re.compile(r"^[1-8]g\.[0-9]+gb(\+me)?$")
+"""A GPU-instance profile as mig-parted and nvidia-smi spell it: ``1g.10gb``, ``1g.10gb+me``."""
+
+DISABLED = "all-disabled"
+ENABLED = "all-enabled"
+BALANCED = "all-balanced"
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be applied to this node; the message names the GPU and the reason."""
+
+
+def parse_device_id(value: str) -> int:
+    """A PCI device id as mig-parted writes it (``0x233010DE``: device id, then vendor id)."""
+    try:
+        number = int(value, 16)
+    except ValueError:
+        raise ValueError(f"device-filter {value!r} is not a hex PCI id such as 0x233010DE") from None
+    if not 0 < number <= 0xFFFFFFFF:
+        raise ValueError(f"device-filter {value!r} is out of range for a 32-bit PCI id")
+    return number
+
+
+def format_device_id(value: int) -> str:
+    return f"0x{value:08X}"
+
+
+class MigConfigEntry(BaseModel):
+    """One entry of a named layout: which GPUs it selects and what MIG state they get."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    device_filter: str | list[str] | None = Field(None, alias="device-filter")
+    devices: Literal["all"] | list[StrictInt]
+    mig_enabled: StrictBool = Field(alias="mig-enabled")
+    mig_devices: dict[str, StrictInt] | None = Field(None, alias="mig-devices")
+
+    @field_validator("device_filter")
+    @classmethod
+    def _filter_ids(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for item in [value] if isinstance(value, str) else value or []:
+            parse_device_id(item)
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: Literal["all"] | list[int]) -> Literal["all"] | list[int]:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("list at least one GPU index, or write `devices: all`")
+            if any(i < 0 for i in value) or len(set(value)) != len(value):
+                raise ValueError("GPU indexes must be distinct and >= 0")
+        return value
+
+    @field_validator("mig_devices")
+    @classmethod
+    def _profiles(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        for name, count in (value or {}).items():
+            if name.startswith(tuple(f"{n}c." for n in range(1, 8))):
+                raise ValueError(
+                    f"{name!r}: compute-instance profiles (<n>c.<gi profile>) are not supported; "
+                    "list GPU-instance profiles such as '1g.10gb', each gets one full compute instance"
+                )
+            if not PROFILE_NAME.match(name):
+                raise ValueError(f"{name!r} is not a MIG profile name such as '1g.10gb' or '1g.10gb+me'")
+            if count < 0:
+                raise ValueError(f"{name}: count must be >= 0, got {count}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MigConfigEntry:
+        if self.mig_enabled and self.mig_devices is None:
+            raise ValueError("mig-devices is required when mig-enabled is true (use {} for no instances)")
+        if not self.mig_enabled and self.mig_devices:
+            raise ValueError("mig-devices must be empty when mig-enabled is false")
+        return self
+
+    @property
+    def device_ids(self) -> tuple[int, ...]:
+        """The PCI device ids this entry is limited to; empty means every GPU model."""
+        items = [self.device_filter] if isinstance(self.device_filter, str) else self.device_filter or []
+        return tuple(parse_device_id(i) for i in items if i)
+
+    @property
+    def layout(self) -> dict[str, int]:
+        """Profile -> count, zero counts dropped."""
+        return {p: c for p, c in (self.mig_devices or {}).items() if c}
+
+    def selects(self, index: int, pci_device_id: int) -> bool:
+        """Whether this entry applies to the GPU at ``index`` with ``pci_device_id``."""
+        ids = self.device_ids
+        if ids and pci_device_id not in ids:
+            return False
+        return self.devices == "all" or index in self.devices
+
+
+class MigPartedConfig(BaseModel):
+    """A whole mig-parted v1 file: named layouts, each a list of entries."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    version: Literal["v1"]
+    mig_configs: dict[str, list[MigConfigEntry]] = Field(alias="mig-configs")
+
+    @field_validator("mig_configs")
+    @classmethod
+    def _non_empty(cls, value: dict[str, list[MigConfigEntry]]) -> dict[str, list[MigConfigEntry]]:
+        if not value:
+            raise ValueError("at least one named layout is required")
+        for name, entries in value.items():
+            if not entries:
+                raise ValueError(f"layout {name!r} needs at least one entry")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_named_models(self) -> MigPartedConfig:
+        """Every entry that names GPU models by device-filter must fit each catalogued one."""
+        for name, entries in self.mig_configs.items():
+            for i, entry in enumerate(entries):
+                if not entry.mig_enabled:
+                    continue
+                for device_id in entry.device_ids:
+                    model = model_for_device_id(device_id)
+                    if model is None:
+                        continue
+                    try:
+                        catalog.place_layout(model, entry.layout)
+                    except InvalidConfigError as exc:
+                        raise ValueError(f"layout {name!r} entry {i}: {exc}") from None
+        return self
+
+    def layout(self, name: str) -> list[MigConfigEntry]:
+        """The entries of one named layout; the error lists the names the file has."""
+        try:
+            return self.mig_configs[name]
+        except KeyError:
+            known = ", ".join(self.mig_configs)
+            raise LayoutError(f"no MIG layout named {name!r}; this config has: {known}") from None
+
+    def to_yaml(self) -> str:
+        """The config as mig-parted reads it (for a ConfigMap)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def model_for_device_id(device_id: int) -> catalog.GpuModel | None:
+    """The catalogued GPU model with this PCI device id, if any."""
+    return next((m for m in catalog.MODELS.values() if m.pci_device_id == device_id), None)
+
+
+def load_config(path: str | Path) -> MigPartedConfig:
+    """Read a mig-parted v1 file; raises ConfigFileError as ``file:line: field: reason``."""
+    return load_yaml_file(MigPartedConfig, path)
+
+
+def parse_config(text: str, source: str = "<input>") -> MigPartedConfig:
+    return load_yaml_model(MigPartedConfig, text, source)
+
+
+def _entry(ids: list[int] | None, enabled: bool, devices: Mapping[str, int] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    if ids:
+        entry["device-filter"] = [format_device_id(i) for i in ids]
+    entry["devices"] = "all"
+    entry["mig-enabled"] = enabled
+    if devices is not None:
+        entry["mig-devices"] = dict(devices)
+    return entry
+
+
+def balanced_layout(model: catalog.GpuModel) -> dict[str, int]:
+    """Two of the smallest slices, one 2-slice and one 3-slice instance (mig-parted's all-balanced)."""
+    smallest = next(
+        p for p in model.mig_profiles if p.gi_slices == 1 and p.memory_slices == 1 and not p.media_extensions
+    )
+    two = next(p for p in model.mig_profiles if p.gi_slices == 2)
+    three = next(p for p in model.mig_profiles if p.gi_slices == 3)
+    return {smallest.name: 2, two.name: 1, three.name: 1}
+
+
+def _profile_order(name: str) -> tuple[int, int, bool]:
+    """Compute slices, then memory, plain before ``+me``: 1g.5gb, 1g.5gb+me, 1g.10gb, ..."""
+    slices, _, rest = name.partition("g.")
+    return int(slices), int(rest.split("gb", 1)[0]), rest.endswith("+me")
+
+
+def default_config() -> MigPartedConfig:
+    """The named layouts generated from the catalog: all-disabled, all-enabled, one
+    ``all-<profile>`` per profile (``+me`` written ``.me``, as node label values allow no ``+``)
+    filled to the GPU's limit, and all-balanced, each limited by device-filter to the GPUs that
+    have the profile.
+    """
+    mig_models = [m for m in catalog.MODELS.values() if m.mig_capable]
+    configs: dict[str, list[dict[str, Any]]] = {
+        DISABLED: [_entry(None, False, None)],
+        ENABLED: [_entry(None, True, {})],
+    }
+    by_profile: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for model in mig_models:
+        for prof in model.mig_profiles:
+            by_profile[prof.name][prof.max_instances].append(model.pci_device_id)
+    for name in sorted(by_profile, key=_profile_order):
+        key = "all-" + name.replace("+", ".")
+        configs[key] = [_entry(ids, True, {name: count}) for count, ids in by_profile[name].items()]
+    configs[BALANCED] = [_entry([m.pci_device_id], True, balanced_layout(m)) for m in mig_models]
+    return MigPartedConfig.model_validate({"version": "v1", "mig-configs": configs})
