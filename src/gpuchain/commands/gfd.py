@@ -1,0 +1,135 @@
+"""`gpuchain gfd`: GPU feature discovery labels (NVIDIA GFD compatible) for this node or a simulated one."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+import typer
+from rich.table import Table
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import Config, MigStrategy, load_config
+from gpuchain.discovery.labels import LabelError, Labels
+from gpuchain.discovery.output import patch_node_labels, render_feature_file, write_feature_file
+from gpuchain.discovery.service import Discovery, Sink, parse_interval, read_machine_type
+from gpuchain.kube.errors import KubeError
+
+
+def _config(path: str | None, mig_strategy: MigStrategy | None) -> Config:
+    """The plugin's config file, then its environment variables, then this command's flags."""
+    config = load_config(path, os.environ)
+    if mig_strategy is None:
+        return config
+    return config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": mig_strategy})})
+
+
+def _table(labels: Labels) -> Table:
+    table = Table(title=f"{len(labels)} feature discovery labels", title_justify="left")
+    table.add_column("Label")
+    table.add_column("Value")
+    for key, value in labels.items():
+        table.add_row(key, value)
+    return table
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def gfd(
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    config_file: str | None = typer.Option(
+        None, "--config-file", envvar="CONFIG_FILE", help="Device plugin config file (NVIDIA config v1)."
+    ),
+    mig_strategy: MigStrategy | None = typer.Option(
+        None, "--mig-strategy", help="Override flags.migStrategy: none, single or mixed."
+    ),
+    oneshot: bool = typer.Option(False, "--oneshot", help="Label once, print the labels and exit."),
+    sleep_interval: str | None = typer.Option(
+        None, "--sleep-interval", help="Time between passes, e.g. 60s (default: flags.gfd.sleepInterval)."
+    ),
+    output_file: str | None = typer.Option(
+        None,
+        "--output-file",
+        help="NFD feature file to write (default: flags.gfd.outputFile); '-' writes to stdout, '' writes none.",
+    ),
+    node: str | None = typer.Option(
+        None, "--node", envvar="NODE_NAME", help="Also patch this Node's labels directly (needs cluster access)."
+    ),
+    no_timestamp: bool = typer.Option(False, "--no-timestamp", help="Leave out nvidia.com/gfd.timestamp."),
+    machine_type_file: str | None = typer.Option(
+        None, "--machine-type-file", help="File with the machine's product name (default: flags.gfd.machineTypeFile)."
+    ),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Compute NVIDIA GFD-compatible labels and write them as an NFD feature file or onto the Node.
+
+    Runs on a simulated H100 node by default; try --preset h100-80gb-x8-mig-mixed --mig-strategy mixed
+    --oneshot --output-file ''.
+    """
+    try:
+        config = _config(config_file, mig_strategy)
+        interval = parse_interval(sleep_interval or config.flags.gfd.sleep_interval)
+    except (ConfigFileError, ValueError) as exc:
+        fail(str(exc))
+    gfd_flags = config.flags.gfd
+    target = gfd_flags.output_file if output_file is None else output_file
+    machine = read_machine_type(machine_type_file or gfd_flags.machine_type_file)
+    sinks: list[Sink] = []
+    if target == "-":
+        sinks.append(lambda labels: sys.stdout.write(render_feature_file(labels)))
+    elif target:
+        sinks.append(lambda labels: write_feature_file(target, labels))
+    cluster = None
+    if node:
+        from gpuchain.kube import LiveCluster
+
+        try:
+            cluster = LiveCluster()
+        except Exception as exc:
+            fail(f"--node {node}: cannot reach the Kubernetes API: {exc}", code=1)
+        sinks.append(lambda labels: patch_node_labels(cluster, node, labels))
+    try:
+        gpus = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    discovery = Discovery(gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp))
+    try:
+        if oneshot or gfd_flags.oneshot:
+            try:
+                labels = discovery.run_once()
+            except (*BACKEND_ERRORS, LabelError, KubeError) as exc:
+                fail(str(exc), code=1)
+            except OSError as exc:
+                fail(f"cannot write {target}: {exc.strerror or exc}; pass --output-file PATH or '-'", code=1)
+            if target != "-":
+                emit(labels, output, lambda: _table(labels))
+            return
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        err_console.print(f"labelling every {interval:g}s; Ctrl-C to stop")
+        try:
+            discovery.run(interval)
+        except KeyboardInterrupt:
+            discovery.stop.set()
+    finally:
+        gpus.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gfd")(gfd)
