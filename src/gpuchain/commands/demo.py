@@ -1,0 +1,91 @@
+"""`gpuchain demo`: the whole device plugin path on a simulated H100 node, in a few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpuchain.commands._output import OutputFormat, console, fail, output_option, plain
+from gpuchain.kubelet.demo import DemoStep, run_demo
+from gpuchain.kubelet.node import DEFAULT_PRESET
+
+
+def _resources(data: dict[str, Any]) -> Table:
+    table = Table(show_edge=False, box=None, padding=(0, 2))
+    table.add_column("resource", style="bold")
+    table.add_column("capacity", justify="right")
+    table.add_column("allocatable", justify="right")
+    for name, cap in data["capacity"].items():
+        alloc = data["allocatable"].get(name, 0)
+        style = "green" if alloc == cap else "yellow"
+        table.add_row(name, str(cap), Text(str(alloc), style=style))
+    return table
+
+
+def _render(step: DemoStep) -> None:
+    d = step.data
+    took = f" [dim]({step.elapsed_ms:.1f} ms)[/]" if step.elapsed_ms is not None else ""
+    console.print(f"[bold cyan]>[/] [bold]{step.title}[/]{took}", highlight=False)
+    if step.key == "node":
+        console.print(f"  {d['node']}: {d['gpus']} x {d['model']}, driver {d['driver']}", highlight=False)
+        console.print(f"  sockets: [dim]{d['socket_dir']}[/]", highlight=False)
+        for r in d["registered"]:
+            console.print(f"  registered [bold]{r['resource']}[/] as {r['endpoint']} ({r['devices']} devices)")
+    elif step.key in ("capacity", "recovery"):
+        console.print(_resources(d))
+    elif step.key == "pod":
+        console.print(f"  {d['pod']} got GPU {d['gpu_index']} ([dim]{d['device']}[/])", highlight=False)
+        for k, v in d["env"].items():
+            console.print(f"  env [bold]{k}[/]={v}", highlight=False)
+    elif step.key == "pod-resources":
+        for p in d["pods"]:
+            console.print(f"  {p['pod']} (container {p['container']}) holds {p['resource']}:", highlight=False)
+            for device in p["devices"]:
+                console.print(f"    {device}", highlight=False)
+    elif step.key == "xid":
+        console.print(f"  XID {d['xid']}: {d['meaning']} (recommended action: {d['action']})", highlight=False)
+        console.print(_resources(d))
+        verdict = "[green]within the same second[/]" if d["within_same_second"] else "[red]slower than a second[/]"
+        console.print(
+            f"  allocatable dropped [bold]{d['propagation_ms']:.2f} ms[/] after the XID: {verdict}", highlight=False
+        )
+        console.print(f"  pod on the failed GPU: [yellow]{d['pod_on_failed_gpu']}[/] (remediation would evict it)")
+    elif step.key == "stop":
+        console.print(f"  whole demo: {d['total_ms'] / 1000:.2f} s")
+    console.print()
+
+
+def demo(
+    preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Simulated topology preset."),
+    quiet: float = typer.Option(0.5, "--quiet-seconds", min=0, help="Recovery quiet period after the GPU is back."),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Run the device plugin chain on a simulated H100 node: capacity, a pod, an XID 79, recovery.
+
+    The plugin and a kubelet peer talk gRPC over real unix sockets in a temporary directory;
+    nothing is installed and no GPU or cluster is needed. -o json prints the transcript.
+    """
+    people = output is OutputFormat.table
+    if people:
+        console.print(Panel.fit("gpuchain demo: GPUs -> device plugin -> kubelet -> pod", style="bold"))
+    try:
+        steps = asyncio.run(run_demo(_render if people else (lambda s: None), preset=preset, quiet_seconds=quiet))
+    except (TimeoutError, OSError, ValueError) as exc:
+        fail(f"demo failed: {exc or type(exc).__name__}", code=1)
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(plain(steps), indent=2) + "\n")
+    elif output is OutputFormat.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(plain(steps), sort_keys=False))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)

@@ -1,0 +1,98 @@
+"""`gpuchain device-plugin`: run the kubelet device plugin on this node (or a simulated one)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+import typer
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import err_console, fail
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import Config, load_config
+from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
+from gpuchain.deviceplugin.resources import ResourceMappingError
+from gpuchain.gpu.backend import GpuBackend
+
+log = logging.getLogger("gpuchain.deviceplugin")
+
+
+async def serve(backend: GpuBackend, config: Config, config_path: str | None, socket_dir: Path) -> None:
+    """Run until SIGTERM/SIGINT; SIGHUP re-reads the config file (a bad file keeps the old config)."""
+    plugin = DevicePlugin(backend, config, socket_dir)
+    await plugin.start()
+    for res in plugin.resources:
+        log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reloads: list[asyncio.Task[None]] = []
+
+    async def reload() -> None:
+        try:
+            new = load_config(config_path, os.environ)
+            await plugin.reload(new)
+        except (ConfigFileError, ResourceMappingError) as exc:
+            log.error("SIGHUP: config not reloaded, keeping the running one: %s", exc)
+            return
+        log.info("SIGHUP: config reloaded; %d resources registered", len(plugin.resources))
+
+    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload())))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for task in reloads:
+            await task
+        await plugin.stop()
+        log.info("stopped; sockets removed")
+
+
+def device_plugin(
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    config: str | None = typer.Option(
+        None, "--config", "-c", envvar="CONFIG_FILE", help="NVIDIA device plugin config v1 file (YAML)."
+    ),
+    socket_dir: Path = typer.Option(
+        DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
+    ),
+) -> None:
+    """Serve nvidia.com/gpu (and MIG / shared resources) to the kubelet.
+
+    One gRPC endpoint per resource in --socket-dir, registered with its kubelet.sock and
+    re-registered when the kubelet restarts. SIGHUP reloads --config; SIGTERM stops cleanly.
+    Environment variables override the file as in NVIDIA's plugin (MIG_STRATEGY,
+    DEVICE_LIST_STRATEGY, PASS_DEVICE_SPECS, DP_DISABLE_HEALTHCHECKS, ...).
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config, os.environ)
+        b = open_backend(backend, preset, topology)
+    except (*BACKEND_ERRORS, ValueError) as exc:
+        fail(str(exc))
+    try:
+        asyncio.run(serve(b, cfg, config, socket_dir))
+    except ResourceMappingError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot serve in {socket_dir}: {exc}", code=1)
+    finally:
+        b.close()
+    err_console.print("device plugin stopped", style="dim")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("device-plugin")(device_plugin)
