@@ -128,10 +128,22 @@ def test_too_many_time_sliced_replicas_do_not_fit_and_say_how_many_would() -> No
     p = _plan(memory="5GiB")
     ts = _option(p, "time-slicing x10")
     assert not ts.fits
-    assert ts.why_not == "10 replicas x 5 GiB = 50 GiB exceed the 40 GiB GPU; at most 8 replicas fit"
+    assert (
+        ts.why_not
+        == "10 replicas x 5 GiB = 50 GiB do not fit in 4 GiB shares of the 40 GiB GPU; at most 8 replicas fit"
+    )
     assert not _option(p, "MIG 1g.5gb").fits
     assert p.recommendation is not None
     assert p.recommendation.label == "4 x MIG 1g.10gb"
+
+
+def test_time_slicing_share_is_whole_mib_so_headroom_never_goes_negative() -> None:
+    card = catalog.model("A100-40GB")
+    p = plan(PlanRequest(card, Workload(40960 / 3 - 0.1, 60), replicas=3))
+    ts = _option(p, "time-slicing x3")
+    assert ts.memory_per_instance_mib == 13653
+    assert not ts.fits
+    assert ts.why_not.endswith("at most 2 replicas fit")
 
 
 def test_min_headroom_moves_to_bigger_slices() -> None:

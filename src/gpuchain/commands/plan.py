@@ -33,11 +33,7 @@ from gpuchain.planner import (
 )
 from gpuchain.planner.capacity import DEFAULT_REPLICAS
 
-plan_app = typer.Typer(
-    name="plan",
-    invoke_without_command=True,
-    help="Capacity planning: whole GPU vs MIG vs time-slicing, and fleet failure arithmetic.",
-)
+plan_app = typer.Typer(name="plan", invoke_without_command=True)
 
 _CAPTION = "* recommended; ≤ nominal (compute is time-shared); time-slicing memory is a fair share, not enforced"
 _EXAMPLE = "gpuchain plan --gpu a100-40gb --model-memory 3GiB --qps-per-instance 60"
@@ -64,8 +60,9 @@ def plan_command(
     plot: Path | None = typer.Option(None, "--plot", help="Also draw density and headroom per option to FILE.png."),
     output: OutputFormat = output_option(),
 ) -> None:
-    """How many instances of one model a GPU serves as a whole GPU, per MIG profile and time-sliced.
+    """Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`).
 
+    How many instances of one model a GPU serves as a whole GPU, per MIG profile and time-sliced.
     Shows instances and QPS per GPU, memory headroom per instance, isolation and risk, and a
     recommendation with its reason. Example: gpuchain plan --gpu a100-40gb --model-memory 3GiB
     --qps-per-instance 60. See also: gpuchain plan fleet.

@@ -307,12 +307,14 @@ def _time_slicing(req: PlanRequest) -> Option:
     gpu, model, n = req.gpu, req.workload.model_memory_mib, req.replicas
     share = gpu.memory_mib // n
     why_not = ""
-    if model * n > gpu.memory_mib:
+    if model > share:
         most = int(gpu.memory_mib // model)
+        while most > 1 and model > gpu.memory_mib // most:
+            most -= 1
         hint = f"at most {most} replicas fit" if most >= 2 else "fewer than 2 replicas fit"
         why_not = (
-            f"{n} replicas x {format_mib(model)} = {format_mib(model * n)} exceed the "
-            f"{format_mib(gpu.memory_mib)} GPU; {hint}"
+            f"{n} replicas x {format_mib(model)} = {format_mib(model * n)} do not fit in "
+            f"{format_mib(share)} shares of the {format_mib(gpu.memory_mib)} GPU; {hint}"
         )
     risk = (
         "OOM hits all",
