@@ -1,0 +1,18 @@
+"""DRA: the node's GPUs as structured, claimable devices (resource.k8s.io/v1, driver ``gpu.gpuchain.io``).
+
+The device plugin hands out integer counts (``nvidia.com/gpu: 1``); Dynamic Resource Allocation
+publishes each GPU and MIG device with attributes and capacity in a ResourceSlice, lets the
+scheduler pick devices for a ResourceClaim with CEL selectors, and asks this node's plugin to
+prepare the chosen devices (a CDI spec per claim). Both models run side by side over the same
+GPU layer.
+
+- ``kinds``: the driver name, the resource.k8s.io kinds (registered with the kube port) and the
+  DeviceClass.
+- ``slices``: pure rendering of an Inventory into devices and the node's ResourceSlice, with the
+  pool generation rule and the API-server naming rules checked before anything is published.
+- ``health``: which devices an XID or a lost GPU withdraws (the device plugin's XID policy).
+- ``cdi`` and ``checkpoint``: the files Prepare writes, atomically.
+- ``driver``: the plugin's decisions over those parts (publish, prepare, unprepare).
+- ``server``: the kubelet-facing gRPC services on unix sockets (registration and DRAPlugin).
+- ``demo``: a simulated node publishing its slice and preparing a claim, for ``gpuchain dra-demo``.
+"""

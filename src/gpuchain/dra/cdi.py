@@ -1,0 +1,81 @@
+"""CDI specs for prepared claims: what the container runtime injects for a claim's devices.
+
+One spec file per claim (``gpu.gpuchain.io-claim_<uid>.json`` in the CDI directory), kind
+``gpu.gpuchain.io/claim``, one CDI device per allocated DRA device named ``<uid>-<device>``. So the
+CDI id a container gets is ``gpu.gpuchain.io/claim=<uid>-gpu-0``, unique per claim, and removing
+the claim's file removes exactly what Prepare added.
+
+Each CDI device carries its GPU's device node (a MIG device its parent's); the spec-wide edits
+add the driver's control nodes and ``NVIDIA_VISIBLE_DEVICES`` with the claim's GPU or MIG UUIDs,
+which the NVIDIA container runtime hook reads to mount the driver libraries.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuchain.dra.files import atomic_write, remove
+from gpuchain.dra.kinds import DRIVER
+
+CDI_VERSION = "0.6.0"
+CDI_KIND = f"{DRIVER}/claim"
+DEFAULT_CDI_DIR = Path("/var/run/cdi")
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True)
+class CdiDevice:
+    """One allocated device as the runtime sees it: its DRA name, UUID and device node."""
+
+    name: str
+    uuid: str
+    device_node: str
+
+
+def cdi_device_name(claim_uid: str, device: str) -> str:
+    """The CDI device name inside the claim's spec."""
+    return f"{claim_uid}-{device}"
+
+
+def cdi_id(claim_uid: str, device: str) -> str:
+    """The fully qualified CDI device id the kubelet passes to the runtime."""
+    return f"{CDI_KIND}={cdi_device_name(claim_uid, device)}"
+
+
+def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
+    """Where the claim's spec lives."""
+    return cdi_dir / f"{DRIVER}-claim_{claim_uid}.json"
+
+
+def claim_spec(claim_uid: str, devices: list[CdiDevice]) -> dict[str, Any]:
+    """The CDI spec for one claim (pure)."""
+    uuids = ",".join(d.uuid for d in devices)
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [
+            {
+                "name": cdi_device_name(claim_uid, d.name),
+                "containerEdits": {"deviceNodes": [{"path": d.device_node}]},
+            }
+            for d in devices
+        ],
+        "containerEdits": {
+            "env": [f"NVIDIA_VISIBLE_DEVICES={uuids}"],
+            "deviceNodes": [{"path": p} for p in CONTROL_NODES],
+        },
+    }
+
+
+def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice]) -> list[str]:
+    """Write the claim's spec atomically (rewriting it is harmless) and return its CDI ids."""
+    atomic_write(spec_path(cdi_dir, claim_uid), json.dumps(claim_spec(claim_uid, devices), indent=2) + "\n")
+    return [cdi_id(claim_uid, d.name) for d in devices]
+
+
+def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
+    """Remove the claim's spec; False when it was already gone."""
+    return remove(spec_path(cdi_dir, claim_uid))

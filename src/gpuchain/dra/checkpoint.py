@@ -1,0 +1,110 @@
+"""The plugin's memory across restarts: which claims are prepared, with what devices and CDI ids.
+
+The kubelet may call Prepare again for a claim it prepared before the plugin restarted, and
+Unprepare for one the new process never saw. The checkpoint makes both answers the same as
+before the restart. It is one JSON file, replaced atomically on every change, so a crash leaves
+the old or the new content, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuchain.dra.files import atomic_write
+
+VERSION = 1
+FILE_NAME = "checkpoint.json"
+
+
+class CheckpointError(ValueError):
+    """The checkpoint file cannot be read; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One device of a prepared claim, as NodePrepareResources reports it."""
+
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    """A prepared claim: who it is and what Prepare answered."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: tuple[PreparedDevice, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "devices": [
+                {"requests": list(d.requests), "pool": d.pool, "device": d.device, "cdiIds": list(d.cdi_ids)}
+                for d in self.devices
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
+        devices = tuple(
+            PreparedDevice(tuple(d["requests"]), str(d["pool"]), str(d["device"]), tuple(d["cdiIds"]))
+            for d in data["devices"]
+        )
+        return cls(uid, str(data["namespace"]), str(data["name"]), devices)
+
+
+class Checkpoint:
+    """Prepared claims by UID, saved to ``path`` on every change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._claims = self._load()
+
+    def _load(self) -> dict[str, PreparedClaim]:
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(raw)
+            if data.get("version") != VERSION:
+                raise CheckpointError(f"{self.path}: version {data.get('version')!r}, this plugin reads {VERSION}")
+            return {uid: PreparedClaim.from_dict(uid, c) for uid, c in data["claims"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(
+                f"{self.path}: unreadable checkpoint ({exc}); move it aside to start with no prepared claims"
+            ) from None
+
+    def _save(self) -> None:
+        data = {"version": VERSION, "claims": {uid: c.to_dict() for uid, c in sorted(self._claims.items())}}
+        atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+
+    def get(self, uid: str) -> PreparedClaim | None:
+        """The prepared claim, or None."""
+        return self._claims.get(uid)
+
+    def claims(self) -> list[PreparedClaim]:
+        """Every prepared claim."""
+        return list(self._claims.values())
+
+    def add(self, claim: PreparedClaim) -> None:
+        """Record a prepared claim and save."""
+        self._claims[claim.uid] = claim
+        self._save()
+
+    def discard(self, uid: str) -> bool:
+        """Forget a claim and save; False when it was not there."""
+        if self._claims.pop(uid, None) is None:
+            return False
+        self._save()
+        return True

@@ -1,0 +1,62 @@
+"""ResourceClaims as the simulator and tests need them: the claim, and the scheduler's allocation.
+
+In a cluster the scheduler evaluates the claim's CEL selectors against published slices and
+writes ``status.allocation``; the plugin only reads the result. The simulator has no scheduler,
+so ``first_fit`` stands in for it with a Python predicate over the published devices. These are
+pure functions over plain objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuchain.dra.kinds import API_VERSION, DEVICE_CLASS_NAME, DRIVER
+from gpuchain.kube.objects import Obj
+
+DevicePredicate = Callable[[Obj], bool]
+
+
+def resource_claim(name: str, namespace: str, request: str = "gpu", count: int = 1, cel: str | None = None) -> Obj:
+    """A ResourceClaim asking for ``count`` devices of the gpu.gpuchain.io class (optionally filtered by CEL)."""
+    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS_NAME, "allocationMode": "ExactCount", "count": count}
+    if cel:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}},
+    }
+
+
+def allocation_status(pool: str, picks: Sequence[tuple[str, str]]) -> Obj:
+    """``status`` of a claim allocated ``picks`` ((request, device) pairs) from ``pool``."""
+    return {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": request, "driver": DRIVER, "pool": pool, "device": device} for request, device in picks
+                ]
+            }
+        }
+    }
+
+
+def attribute(device: Obj, name: str) -> Any:
+    """The value of one attribute of a published device (None when absent)."""
+    value = device.get("attributes", {}).get(name)
+    if not value:
+        return None
+    return next(iter(value.values()))
+
+
+def first_fit(resource_slice: Obj, count: int, predicate: DevicePredicate, taken: Sequence[str] = ()) -> list[str]:
+    """Names of the first ``count`` published devices that satisfy ``predicate`` and are not ``taken``.
+
+    Raises LookupError naming how many matched when there are too few, as a Pending pod would.
+    """
+    free = [d for d in resource_slice["spec"]["devices"] if d["name"] not in taken and predicate(d)]
+    if len(free) < count:
+        raise LookupError(f"only {len(free)} free devices match, {count} requested")
+    return [str(d["name"]) for d in free[:count]]

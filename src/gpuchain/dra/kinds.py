@@ -1,0 +1,36 @@
+"""The driver's name, the resource.k8s.io/v1 kinds it reads and writes, and its DeviceClass.
+
+The kube port only knows the kinds registered with it; DRA's are registered here, from the
+layer that uses them, so the port stays free of DRA knowledge.
+"""
+
+from __future__ import annotations
+
+from gpuchain.kube.kinds import Kind, register_kind
+from gpuchain.kube.objects import Obj
+
+DRIVER = "gpu.gpuchain.io"
+"""The DRA driver name: ResourceSlices, allocation results and the DeviceClass all carry it."""
+
+API_VERSION = "resource.k8s.io/v1"
+"""DRA's GA API (Kubernetes 1.34)."""
+
+RESOURCE_SLICE = register_kind(Kind(API_VERSION, "ResourceSlice", "resourceslices", namespaced=False))
+DEVICE_CLASS = register_kind(Kind(API_VERSION, "DeviceClass", "deviceclasses", namespaced=False))
+RESOURCE_CLAIM = register_kind(Kind(API_VERSION, "ResourceClaim", "resourceclaims", namespaced=True))
+RESOURCE_CLAIM_TEMPLATE = register_kind(
+    Kind(API_VERSION, "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True)
+)
+
+DEVICE_CLASS_NAME = DRIVER
+"""Claims ask for ``deviceClassName: gpu.gpuchain.io``: every device this driver publishes."""
+
+
+def device_class() -> Obj:
+    """The DeviceClass selecting this driver's devices (the chart renders the same object)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS_NAME},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+    }

@@ -1,0 +1,251 @@
+"""Render a node's GPUs as DRA devices and its ResourceSlice: pure functions over an Inventory.
+
+One device per whole GPU that is not in MIG mode and one per MIG device. A GPU in MIG mode is
+not published whole: its memory and SMs already belong to its MIG devices, and offering both
+would let the scheduler hand out the same silicon twice. Devices withdrawn for health are simply
+absent, which is how DRA tells the scheduler not to use them.
+
+The pool (one per node, named after it) carries a generation that must grow whenever the
+published devices change; consumers ignore slices of an older generation. ``pool_generation``
+decides it from what is live, so a restarted plugin continues the count instead of restarting it.
+
+Names follow the API server's rules, checked by ``check_slice`` before anything is written:
+device names are DNS labels, attribute and capacity names C identifiers of at most 32
+characters, at most 32 of them per device, strings at most 64 characters, versions semver.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from gpuchain.dra.kinds import API_VERSION, DRIVER
+from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
+from gpuchain.kube.objects import Obj
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_ATTRIBUTES_PER_DEVICE = 32
+MAX_STRING = 64
+MAX_IDENTIFIER = 32
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+
+_ARCHITECTURES = {
+    (7, 0): "Volta",
+    (7, 2): "Volta",
+    (7, 5): "Turing",
+    (8, 0): "Ampere",
+    (8, 6): "Ampere",
+    (8, 7): "Ampere",
+    (8, 9): "Ada Lovelace",
+    (9, 0): "Hopper",
+}
+
+
+class SliceError(ValueError):
+    """A rendered object breaks a rule the API server enforces; the message names device and field."""
+
+
+def architecture(compute_capability: tuple[int, int]) -> str:
+    """NVIDIA's architecture name for a compute capability (10.x and 12.x are Blackwell)."""
+    if compute_capability[0] in (10, 12):
+        return "Blackwell"
+    return _ARCHITECTURES.get(compute_capability, "Unknown")
+
+
+def semver(version: str) -> str:
+    """A driver or CUDA version as the strict semver DRA's ``version`` attributes require.
+
+    ``12.8`` becomes ``12.8.0``; leading zeros are dropped (``535.104.05`` -> ``535.104.5``),
+    since semver forbids them. Raises SliceError for a version with non-numeric parts.
+    """
+    parts = version.strip().split(".")
+    if not parts or not all(p.isdigit() for p in parts):
+        raise SliceError(f"version {version!r} is not numeric dotted (like 570.86.15)")
+    numbers = [int(p) for p in parts[:3]] + [0] * (3 - min(len(parts), 3))
+    return ".".join(map(str, numbers))
+
+
+def profile_slug(profile: str) -> str:
+    """A MIG profile inside a DNS label: ``1g.10gb`` -> ``1g10gb``, ``1g.10gb+me`` -> ``1g10gbme``."""
+    return re.sub(r"[^a-z0-9]", "", profile.lower())
+
+
+def gpu_device_name(gpu: Gpu) -> str:
+    """``gpu-<index>``: the whole GPU."""
+    return f"gpu-{gpu.index}"
+
+
+def mig_device_name(mig: MigDevice) -> str:
+    """``gpu-<parent index>-mig-<profile>-<gi>-<ci>``: stable while the MIG layout stays the same."""
+    return f"gpu-{mig.parent_index}-mig-{profile_slug(mig.profile)}-{mig.gi_id}-{mig.ci_id}"
+
+
+def _string(value: str) -> dict[str, Any]:
+    return {"string": value}
+
+
+def _common(gpu: Gpu, driver: DriverInfo) -> dict[str, dict[str, Any]]:
+    cc = gpu.compute_capability
+    attrs: dict[str, dict[str, Any]] = {
+        "productName": _string(gpu.name),
+        "architecture": _string(architecture(cc)),
+        "cudaComputeCapability": {"version": f"{cc[0]}.{cc[1]}.0"},
+        "driverVersion": {"version": semver(driver.version)},
+        "cudaDriverVersion": {"version": semver(driver.cuda_version)},
+        "pciBusID": _string(gpu.pci_bus_id),
+        "index": {"int": gpu.index},
+    }
+    if gpu.numa_node is not None:
+        attrs["numaNode"] = {"int": gpu.numa_node}
+    return attrs
+
+
+def gpu_device(gpu: Gpu, driver: DriverInfo) -> Obj:
+    """The DRA device for a whole GPU."""
+    attrs = {"type": _string("gpu"), "uuid": _string(gpu.uuid), **_common(gpu, driver)}
+    attrs["migCapable"] = {"bool": gpu.mig_capable}
+    return {
+        "name": gpu_device_name(gpu),
+        "attributes": attrs,
+        "capacity": {
+            "memory": {"value": f"{gpu.memory_mib}Mi"},
+            "multiprocessors": {"value": str(gpu.multiprocessors)},
+        },
+    }
+
+
+def mig_device(mig: MigDevice, parent: Gpu, driver: DriverInfo) -> Obj:
+    """The DRA device for one MIG device; PCI, NUMA and product attributes are its parent's."""
+    attrs = {"type": _string("mig"), "uuid": _string(mig.uuid), **_common(parent, driver)}
+    attrs["migProfile"] = _string(mig.profile)
+    attrs["parentUUID"] = _string(parent.uuid)
+    return {
+        "name": mig_device_name(mig),
+        "attributes": attrs,
+        "capacity": {
+            "memory": {"value": f"{mig.memory_mib}Mi"},
+            "multiprocessors": {"value": str(mig.multiprocessors)},
+        },
+    }
+
+
+def withdrawn(gpu: Gpu, unhealthy: Collection[str]) -> bool:
+    """A GPU is withdrawn when its UUID is unhealthy; its MIG devices go with it."""
+    return gpu.uuid in unhealthy
+
+
+def render_devices(inventory: Inventory, unhealthy: Collection[str] = ()) -> list[Obj]:
+    """The node's devices in a stable order, leaving out every unhealthy GPU or MIG device (by UUID)."""
+    devices: list[Obj] = []
+    for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        if withdrawn(gpu, unhealthy):
+            continue
+        if not gpu.mig_enabled:
+            devices.append(gpu_device(gpu, inventory.driver))
+            continue
+        for mig in sorted(gpu.mig_devices, key=lambda m: (m.gi_id, m.ci_id)):
+            if mig.uuid not in unhealthy:
+                devices.append(mig_device(mig, gpu, inventory.driver))
+    return devices
+
+
+def slice_name(node: str) -> str:
+    """The node's one ResourceSlice: ``<node>-gpu.gpuchain.io``."""
+    return f"{node}-{DRIVER}"
+
+
+def live_generation(live: Obj | None) -> int:
+    """The pool generation of a live slice, 0 when there is none."""
+    if live is None:
+        return 0
+    return int(live.get("spec", {}).get("pool", {}).get("generation", 0))
+
+
+def pool_generation(live: Obj | None, devices: list[Obj]) -> int:
+    """The generation to publish ``devices`` under: the live one if nothing changed, else one more."""
+    if live is not None and live.get("spec", {}).get("devices", []) == devices:
+        return live_generation(live)
+    return live_generation(live) + 1
+
+
+def resource_slice(node: str, devices: list[Obj], generation: int, owner: Obj | None = None) -> Obj:
+    """The node's ResourceSlice (one slice, one pool named after the node).
+
+    ``owner``: the Node object, when known, so the slice is garbage collected with the node.
+    """
+    meta: dict[str, Any] = {"name": slice_name(node), "labels": {"app.kubernetes.io/managed-by": "gpuchain"}}
+    node_uid = (owner or {}).get("metadata", {}).get("uid")
+    if node_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": meta,
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def _check_attribute(where: str, name: str, value: Any) -> None:
+    if not isinstance(value, dict) or len(value) != 1:
+        raise SliceError(f"{where}: attribute {name!r} must have exactly one of string, int, bool, version")
+    ((kind, v),) = value.items()
+    if kind == "string":
+        if not isinstance(v, str) or len(v) > MAX_STRING:
+            raise SliceError(f"{where}: attribute {name!r}: strings are at most {MAX_STRING} characters")
+    elif kind == "version":
+        if not isinstance(v, str) or not _SEMVER.match(v):
+            raise SliceError(f"{where}: attribute {name!r}: {v!r} is not a semantic version like 1.2.3")
+    elif kind == "int":
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise SliceError(f"{where}: attribute {name!r}: int value {v!r} is not an integer")
+    elif kind == "bool":
+        if not isinstance(v, bool):
+            raise SliceError(f"{where}: attribute {name!r}: bool value {v!r} is not true/false")
+    else:
+        raise SliceError(f"{where}: attribute {name!r}: unknown value type {kind!r}")
+
+
+def check_devices(devices: Iterable[Obj]) -> None:
+    """Raise SliceError for anything the API server would reject in ``devices``."""
+    seen: set[str] = set()
+    count = 0
+    for device in devices:
+        count += 1
+        name = str(device.get("name", ""))
+        where = f"device {name!r}"
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            raise SliceError(f"{where}: name must be a DNS label (lower-case letters, digits, '-', at most 63)")
+        if name in seen:
+            raise SliceError(f"{where}: name is used twice in the pool")
+        seen.add(name)
+        attrs, capacity = device.get("attributes", {}), device.get("capacity", {})
+        if len(attrs) + len(capacity) > MAX_ATTRIBUTES_PER_DEVICE:
+            raise SliceError(f"{where}: at most {MAX_ATTRIBUTES_PER_DEVICE} attributes and capacities together")
+        for key in (*attrs, *capacity):
+            if len(key) > MAX_IDENTIFIER or not _IDENTIFIER.match(key):
+                raise SliceError(f"{where}: {key!r} must be a C identifier of at most {MAX_IDENTIFIER} characters")
+        for key, value in attrs.items():
+            _check_attribute(where, key, value)
+    if count > MAX_DEVICES_PER_SLICE:
+        raise SliceError(f"a slice holds at most {MAX_DEVICES_PER_SLICE} devices, this one {count}")
+
+
+def check_slice(obj: Obj) -> None:
+    """Raise SliceError for a ResourceSlice the API server would reject beyond its JSON schema."""
+    spec = obj.get("spec", {})
+    if spec.get("driver") != DRIVER:
+        raise SliceError(f"spec.driver is {spec.get('driver')!r}, expected {DRIVER!r}")
+    if int(spec.get("pool", {}).get("generation", 0)) < 1:
+        raise SliceError("spec.pool.generation must be at least 1")
+    check_devices(spec.get("devices", []))
