@@ -1,0 +1,126 @@
+"""The discovery loop and `gpuchain gfd`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.discovery.labels import Labels
+from gpuchain.discovery.service import Discovery, parse_interval, read_machine_type
+from gpuchain.gpu.errors import GpuLostError
+from gpuchain.gpu.model import Inventory
+from gpuchain.gpu.sim import SimBackend
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("2h", 7200.0), ("15", 15.0), (5, 5.0)],
+)
+def test_parse_interval(text: str | int, seconds: float) -> None:
+    assert parse_interval(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "10 parsecs", "0s", "-5"])
+def test_parse_interval_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="sleep interval"):
+        parse_interval(text)
+
+
+def test_machine_type(tmp_path: Path) -> None:
+    f = tmp_path / "product_name"
+    f.write_text("ProLiant XL675d Gen10 Plus\n")
+    assert read_machine_type(f) == "ProLiant XL675d Gen10 Plus"
+    assert read_machine_type(tmp_path / "missing") == "unknown"
+
+
+class _Flaky(SimBackend):
+    """Fails its first inventory call, as a GPU dropping off the bus mid-pass would."""
+
+    failures = 1
+
+    def inventory(self) -> Inventory:
+        if self.failures:
+            self.failures -= 1
+            raise GpuLostError("GPU 3 is lost")
+        return super().inventory()
+
+
+def test_loop_survives_a_failed_pass_and_stops_on_request() -> None:
+    sim = _Flaky(SimBackend.from_preset("l4-x2").topology)
+    seen: list[Labels] = []
+    stop = threading.Event()
+
+    def sink(labels: Labels) -> None:
+        seen.append(labels)
+        if len(seen) == 2:
+            stop.set()
+
+    discovery = Discovery(sim, parse_config(""), [sink], clock=lambda: 42.0, stop=stop)
+    worker = threading.Thread(target=discovery.run, args=(0.01,))
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert len(seen) == 2
+    assert seen[0]["nvidia.com/gfd.timestamp"] == "42"
+
+
+def test_cli_oneshot_writes_feature_file_and_prints_json(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    result = runner.invoke(
+        app,
+        [
+            "gfd",
+            "--preset",
+            "h100-80gb-x8-mig-mixed",
+            "--mig-strategy",
+            "mixed",
+            "--oneshot",
+            "--no-timestamp",
+            "--machine-type-file",
+            str(tmp_path / "none"),
+            "--output-file",
+            str(out),
+            "-o",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    labels = json.loads(result.stdout)
+    assert labels["nvidia.com/mig-1g.10gb.count"] == "22"
+    assert "nvidia.com/gfd.timestamp" not in labels
+    assert out.read_text().splitlines() == [f"{k}={v}" for k, v in labels.items()]
+
+
+def test_cli_reads_mig_strategy_from_config_file_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("version: v1\nflags:\n  migStrategy: single\n")
+    args = ["gfd", "--preset", "h100-80gb-x8-mig-mixed", "--oneshot", "--output-file", "", "-o", "json"]
+    result = runner.invoke(app, [*args, "--config-file", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+    monkeypatch.setenv("MIG_STRATEGY", "mixed")
+    result = runner.invoke(app, [*args, "--config-file", str(cfg)])
+    assert json.loads(result.stdout)["nvidia.com/mig.strategy"] == "mixed"
+
+
+def test_cli_stdout_feature_file() -> None:
+    result = runner.invoke(app, ["gfd", "--preset", "l4-x2", "--oneshot", "--output-file", "-"])
+    assert result.exit_code == 0, result.output
+    assert "nvidia.com/gpu.product=NVIDIA-L4\n" in result.stdout
+
+
+def test_cli_bad_config_names_file_and_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("flags:\n  migStrategy: diagonal\n")
+    result = runner.invoke(app, ["gfd", "--oneshot", "--output-file", "", "--config-file", str(cfg)])
+    assert result.exit_code == 2
+    assert "config.yaml:2" in result.output
+    assert "flags.migStrategy" in result.output
