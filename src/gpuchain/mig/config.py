@@ -66,6 +66,13 @@ class MigConfigEntry(BaseModel):
             parse_device_id(item)
         return value
 
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices_shape(cls, value: Any) -> Any:
+        if value != "all" and not isinstance(value, list):
+            raise ValueError("devices must be `all` or a list of GPU indexes such as [0, 1]")
+        return value
+
     @field_validator("devices")
     @classmethod
     def _devices(cls, value: Literal["all"] | list[int]) -> Literal["all"] | list[int]:

@@ -1,0 +1,241 @@
+"""The node agent's decisions: a pure state machine over what the node looks like now.
+
+One MIG change walks ``nvidia.com/mig.config.state`` pending -> success | failed | rebooting:
+
+    idle -> check (already there? layout valid?) -> workloads (GPU pods must be gone: drained,
+    or evicted under the evict policy) -> pause (deploy labels of the GPU operands set to
+    ``paused-for-mig-change``) -> wait for operand pods to go -> apply -> restore -> idle
+
+``step`` takes the machine and an ``Observation`` and returns the next machine plus the
+``Action``s the shell (``gpuchain.mig.manager``) must perform; it never does I/O and takes the
+time as an argument, so every path (timeouts included) is a plain function call in tests. Every
+path out of a change goes through ``restore``, which puts back each label it paused (and any
+left paused by an earlier, interrupted run): the node is never left wedged with its operands off.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+CONFIG_LABEL = "nvidia.com/mig.config"
+STATE_LABEL = "nvidia.com/mig.config.state"
+REASON_ANNOTATION = "nvidia.com/mig.config.state.reason"
+PAUSED = "paused-for-mig-change"
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+
+OPERANDS: tuple[str, ...] = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+"""GPU clients that hold the devices open and must stop while the layout changes (as upstream)."""
+
+
+class State(enum.StrEnum):
+    """Values of ``nvidia.com/mig.config.state``."""
+
+    PENDING = "pending"
+    REBOOTING = "rebooting"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+class Phase(enum.StrEnum):
+    IDLE = "idle"
+    CHECK = "check"
+    WORKLOADS = "workloads"
+    PAUSE = "pause"
+    OPERANDS = "operands"
+    APPLY = "apply"
+    RESTORE = "restore"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How patient and how forceful the agent is."""
+
+    timeout_s: float = 300.0
+    evict: bool = False
+    operands: tuple[str, ...] = OPERANDS
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class LayoutCheck:
+    """The node against the wanted layout: ``error`` when it cannot be applied at all."""
+
+    has_layout: bool = False
+    error: str | None = None
+
+
+class ApplyOutcome(enum.StrEnum):
+    DONE = "done"
+    RESET_REQUIRED = "reset-required"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The node as the shell saw it just now. ``layout`` is filled in the check phase,
+    ``applied`` after an Apply action, ``evict_errors`` after an Evict action."""
+
+    labels: Mapping[str, str]
+    operand_pods: tuple[PodRef, ...] = ()
+    workload_pods: tuple[PodRef, ...] = ()
+    layout: LayoutCheck | None = None
+    applied: tuple[ApplyOutcome, str] | None = None
+    evict_errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SetLabels:
+    """One merge patch of node labels (None removes) and the reason annotation."""
+
+    labels: Mapping[str, str | None]
+    reason: str | None = None
+    clear_reason: bool = False
+
+
+@dataclass(frozen=True)
+class Evict:
+    pods: tuple[PodRef, ...]
+
+
+@dataclass(frozen=True)
+class Apply:
+    config: str
+
+
+@dataclass(frozen=True)
+class RecordEvent:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+Action = SetLabels | Evict | Apply | RecordEvent
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The agent's memory. ``config`` is the layout being (or last) worked on; ``outcome`` and
+    ``message`` what the change ended with; ``paused`` the labels to put back."""
+
+    phase: Phase = Phase.IDLE
+    config: str | None = None
+    started: float = 0.0
+    paused: tuple[str, ...] = ()
+    outcome: State | None = None
+    message: str = ""
+    evict_errors: tuple[str, ...] = field(default=())
+
+    @property
+    def waiting(self) -> bool:
+        """Phases that wait on the world (pods going away, hardware) rather than act."""
+        return self.phase in (Phase.IDLE, Phase.WORKLOADS, Phase.OPERANDS)
+
+
+def _finish(m: Machine, outcome: State, message: str) -> Machine:
+    return replace(m, phase=Phase.RESTORE, outcome=outcome, message=message)
+
+
+def leftover_paused(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """Deploy labels still paused (by this or an earlier, interrupted agent)."""
+    return tuple(sorted(k for k, v in labels.items() if k.startswith(DEPLOY_PREFIX) and v == PAUSED))
+
+
+def _pods(pods: tuple[PodRef, ...]) -> str:
+    shown = ", ".join(map(str, pods[:5]))
+    return shown + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
+
+
+def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Machine, list[Action]]:
+    """One transition. Call again with a fresh observation until the machine is ``waiting``
+    and returns no actions; call on every node change and on a timer (for the timeouts)."""
+    wanted = obs.labels.get(CONFIG_LABEL)
+    state = obs.labels.get(STATE_LABEL)
+
+    if m.phase is Phase.IDLE:
+        if not wanted:
+            return m, []
+        settled = m.config == wanted and state in (State.SUCCESS, State.FAILED, State.REBOOTING)
+        if settled and not leftover_paused(obs.labels):
+            return m, []
+        start = Machine(Phase.CHECK, wanted, now, leftover_paused(obs.labels))
+        return start, [SetLabels({STATE_LABEL: State.PENDING})]
+
+    if m.phase is Phase.CHECK:
+        check = obs.layout
+        if check is None:
+            return m, []
+        if check.error is not None:
+            return _finish(m, State.FAILED, check.error), []
+        if check.has_layout:
+            return _finish(m, State.SUCCESS, f"node already has MIG layout {m.config!r}"), []
+        return replace(m, phase=Phase.WORKLOADS), []
+
+    if m.phase is Phase.WORKLOADS:
+        if not obs.workload_pods:
+            return replace(m, phase=Phase.PAUSE), []
+        if not policy.evict:
+            return _finish(
+                m,
+                State.FAILED,
+                f"{len(obs.workload_pods)} pods still use GPUs on this node ({_pods(obs.workload_pods)}); "
+                "drain the node (kubectl drain) or run the MIG manager with --evict",
+            ), []
+        m = replace(m, evict_errors=obs.evict_errors or m.evict_errors)
+        if now - m.started > policy.timeout_s:
+            blocked = f": {'; '.join(m.evict_errors)}" if m.evict_errors else ""
+            return _finish(
+                m,
+                State.FAILED,
+                f"timed out after {policy.timeout_s:g}s evicting GPU pods ({_pods(obs.workload_pods)}){blocked}",
+            ), []
+        return m, [Evict(obs.workload_pods)]
+
+    if m.phase is Phase.PAUSE:
+        running = [f"{DEPLOY_PREFIX}{op}" for op in policy.operands if obs.labels.get(f"{DEPLOY_PREFIX}{op}") == "true"]
+        paused = tuple(sorted(set(m.paused) | set(running)))
+        actions: list[Action] = [SetLabels(dict.fromkeys(running, PAUSED))] if running else []
+        return replace(m, phase=Phase.OPERANDS, paused=paused), actions
+
+    if m.phase is Phase.OPERANDS:
+        if not obs.operand_pods:
+            return replace(m, phase=Phase.APPLY), [Apply(m.config or "")]
+        if now - m.started > policy.timeout_s:
+            return _finish(
+                m,
+                State.FAILED,
+                f"timed out after {policy.timeout_s:g}s waiting for GPU operand pods to stop "
+                f"({_pods(obs.operand_pods)}); MIG layout unchanged",
+            ), []
+        return m, []
+
+    if m.phase is Phase.APPLY:
+        if obs.applied is None:
+            return m, []
+        result, message = obs.applied
+        state_for = {
+            ApplyOutcome.DONE: State.SUCCESS,
+            ApplyOutcome.RESET_REQUIRED: State.REBOOTING,
+            ApplyOutcome.FAILED: State.FAILED,
+        }
+        return _finish(m, state_for[result], message), []
+
+    # RESTORE: put every paused label back and publish the outcome, in one patch.
+    outcome = m.outcome or State.FAILED
+    labels: dict[str, str | None] = dict.fromkeys(m.paused, "true")
+    labels[STATE_LABEL] = outcome
+    ok = outcome is State.SUCCESS
+    done = Machine(Phase.IDLE, m.config, outcome=outcome, message=m.message)
+    return done, [
+        SetLabels(labels, reason=None if ok else m.message, clear_reason=ok),
+        RecordEvent("MigConfig" + outcome.capitalize(), f"MIG layout {m.config!r}: {m.message}", warning=not ok),
+    ]

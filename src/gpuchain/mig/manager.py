@@ -1,0 +1,209 @@
+"""The node agent's shell: observes the node and its pods through the `Cluster` port, feeds the
+state machine in ``gpuchain.mig.agent`` and carries out its actions (label patches, evictions,
+Events, the MIG apply on the GPU backend).
+
+``reconcile()`` is synchronous and runs transitions until the machine waits; ``run()`` calls it
+whenever the node changes and on a timer (so timeouts fire even when nothing changes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
+from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, KubeError
+from gpuchain.kube import NotFoundError as KubeNotFoundError
+from gpuchain.mig.agent import (
+    DEPLOY_PREFIX,
+    REASON_ANNOTATION,
+    Action,
+    Apply,
+    ApplyOutcome,
+    Evict,
+    LayoutCheck,
+    Machine,
+    Observation,
+    Phase,
+    PodRef,
+    Policy,
+    SetLabels,
+    step,
+)
+from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
+from gpuchain.mig.config import LayoutError, MigPartedConfig
+
+log = logging.getLogger(__name__)
+
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+_DONE_PHASES = ("Succeeded", "Failed")
+_MAX_TRANSITIONS = 32
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def is_operand_pod(pod: Mapping[str, Any], operands: tuple[str, ...]) -> bool:
+    """A pod of a GPU operand: it is scheduled by one of the deploy labels the agent pauses."""
+    selector = _spec(pod).get("nodeSelector") or {}
+    return any(f"{DEPLOY_PREFIX}{op}" in selector for op in operands)
+
+
+def uses_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod asks for whole GPUs, shared GPUs or MIG devices in any container."""
+    spec = _spec(pod)
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            if any(str(k).startswith(GPU_RESOURCE_PREFIXES) for k in resources.get(section) or {}):
+                return True
+    return False
+
+
+def _ref(pod: Mapping[str, Any]) -> PodRef:
+    meta = pod.get("metadata") or {}
+    return PodRef(str(meta.get("namespace", "default")), str(meta.get("name", "")))
+
+
+def classify_pods(
+    pods: list[dict[str, Any]], operands: tuple[str, ...]
+) -> tuple[tuple[PodRef, ...], tuple[PodRef, ...]]:
+    """(operand pods, GPU workload pods) among the node's pods that have not finished."""
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in _DONE_PHASES]
+    operand = tuple(_ref(p) for p in live if is_operand_pod(p, operands))
+    workload = tuple(_ref(p) for p in live if not is_operand_pod(p, operands) and uses_gpus(p))
+    return operand, workload
+
+
+class MigManager:
+    """One node's MIG agent over a cluster and a GPU backend."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        backend: GpuBackend,
+        node: str,
+        config: MigPartedConfig,
+        policy: Policy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.backend = backend
+        self.node = node
+        self.config = config
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.machine = Machine()
+        self._applied: tuple[ApplyOutcome, str] | None = None
+        self._evict_errors: tuple[str, ...] = ()
+
+    # ---- observe -----------------------------------------------------------------------------
+
+    def observe(self) -> Observation:
+        node = self.cluster.get(NODE, self.node)
+        labels = dict((node.get("metadata") or {}).get("labels") or {})
+        pods = self.cluster.list(POD, field_selector=f"spec.nodeName={self.node}")
+        operand, workload = classify_pods(pods, self.policy.operands)
+        layout = self._check() if self.machine.phase is Phase.CHECK else None
+        return Observation(labels, operand, workload, layout, self._applied, self._evict_errors)
+
+    def _check(self) -> LayoutCheck:
+        name = self.machine.config or ""
+        try:
+            return LayoutCheck(has_layout=not check(self.backend, self.config, name))
+        except LayoutError as exc:
+            return LayoutCheck(error=str(exc))
+        except GpuError as exc:
+            return LayoutCheck(error=f"cannot read the GPUs: {exc}")
+
+    # ---- act ---------------------------------------------------------------------------------
+
+    def _perform(self, action: Action) -> None:
+        if isinstance(action, SetLabels):
+            meta: dict[str, Any] = {"labels": dict(action.labels)}
+            if action.reason is not None:
+                meta["annotations"] = {REASON_ANNOTATION: action.reason}
+            elif action.clear_reason:
+                meta["annotations"] = {REASON_ANNOTATION: None}
+            self.cluster.patch(NODE, self.node, {"metadata": meta})
+        elif isinstance(action, Evict):
+            errors = []
+            for pod in action.pods:
+                try:
+                    self.cluster.evict(pod.name, pod.namespace)
+                except EvictionBlockedError as exc:
+                    errors.append(str(exc))
+                except KubeNotFoundError:
+                    continue
+            self._evict_errors = tuple(errors)
+        elif isinstance(action, Apply):
+            self._applied = self._apply(action.config)
+        else:
+            node = self.cluster.get(NODE, self.node)
+            self.cluster.record_event(
+                node,
+                action.reason,
+                action.message,
+                type="Warning" if action.warning else "Normal",
+                component="gpuchain-mig-manager",
+            )
+
+    def _apply(self, name: str) -> tuple[ApplyOutcome, str]:
+        try:
+            result = apply(self.backend, self.config, name)
+        except ResetRequiredError as exc:
+            return ApplyOutcome.RESET_REQUIRED, str(exc)
+        except (LayoutError, MigApplyError, GpuError) as exc:
+            return ApplyOutcome.FAILED, str(exc)
+        gpus = ", ".join(map(str, result.changed_gpus)) or "none"
+        return ApplyOutcome.DONE, f"applied MIG layout {name!r} ({len(result.steps)} steps, GPUs changed: {gpus})"
+
+    # ---- loop --------------------------------------------------------------------------------
+
+    def reconcile(self) -> Machine:
+        """Run transitions until the machine waits on the world. A Kubernetes error leaves the
+        machine where it was (the same transition is retried next time)."""
+        for _ in range(_MAX_TRANSITIONS):
+            before = self.machine
+            nxt, actions = step(before, self.observe(), self.policy, self.clock())
+            if nxt.phase is Phase.CHECK and before.phase is Phase.IDLE:
+                self._applied, self._evict_errors = None, ()
+            for action in actions:
+                self._perform(action)
+            self.machine = nxt
+            if nxt.phase is before.phase and (nxt.waiting or not actions):
+                break
+        return self.machine
+
+    async def run(self, interval: float = 2.0, stop: asyncio.Event | None = None) -> None:
+        """Reconcile on every change of the node and every ``interval`` seconds until ``stop``."""
+        wake = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(wake))
+        try:
+            while stop is None or not stop.is_set():
+                try:
+                    await asyncio.to_thread(self.reconcile)
+                except KubeError as exc:
+                    log.warning("MIG manager: Kubernetes API error, retrying: %s", exc)
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), interval)
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, wake: asyncio.Event) -> None:
+        while True:
+            try:
+                async for event in self.cluster.watch(NODE):
+                    if (event.object.get("metadata") or {}).get("name") == self.node:
+                        wake.set()
+            except KubeError as exc:
+                log.warning("MIG manager: node watch ended (%s); watching again", exc)
+            await asyncio.sleep(1.0)

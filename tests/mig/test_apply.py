@@ -1,0 +1,190 @@
+"""apply/assert on both backends: the layouts the issue names, idempotence, only differing GPUs
+touched, bad layouts touching nothing, hardware refusals restored, and pending resets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import nvml_over
+from fakes.fake_pynvml import FakeNvml
+
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.nvml import NvmlBackend
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import load_topology
+from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
+from gpuchain.mig.config import LayoutError, default_config, parse_config
+from gpuchain.mig.plan import StepKind, observe, plan, resolve
+
+BACKENDS: list[Callable[[SimBackend], GpuBackend]] = [lambda s: s, nvml_over]
+IDS = ["sim", "nvml"]
+CONFIG = default_config()
+
+
+@pytest.mark.parametrize("make", BACKENDS, ids=IDS)
+def test_all_1g_10gb_gives_56_mig_devices_and_all_disabled_gives_8_gpus_back(make: Callable) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    backend = make(sim)
+    result = apply(backend, CONFIG, "all-1g.10gb")
+    assert result.applied and result.changed_gpus == tuple(range(8))
+    inv = backend.inventory()
+    assert len(inv.mig_devices) == 56
+    assert {m.profile for m in inv.mig_devices} == {"1g.10gb"}
+    assert all(g.mig_enabled and len(g.mig_devices) == 7 for g in inv.gpus)
+    assert check(backend, CONFIG, "all-1g.10gb") == []
+
+    apply(backend, CONFIG, "all-disabled")
+    inv = backend.inventory()
+    assert len(inv.gpus) == 8 and not inv.mig_devices and not any(g.mig_enabled for g in inv.gpus)
+    assert inv == SimBackend.from_preset("h100-80gb-x8").inventory()
+
+
+def test_nvml_path_drives_the_real_mig_api() -> None:
+    fake = FakeNvml(SimBackend.from_preset("h100-80gb-x8"))
+    backend = NvmlBackend(nvml=fake)
+    apply(backend, CONFIG, "all-balanced")
+    for call in (
+        "nvmlDeviceSetMigMode",
+        "nvmlDeviceGetGpuInstanceProfileInfo",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        "nvmlGpuInstanceCreateComputeInstance",
+    ):
+        assert call in fake.calls, call
+    fake.calls.clear()
+    apply(backend, CONFIG, "all-disabled")
+    assert {"nvmlComputeInstanceDestroy", "nvmlGpuInstanceDestroy", "nvmlDeviceGetGpuInstances"} <= set(fake.calls)
+
+
+@pytest.mark.parametrize("make", BACKENDS, ids=IDS)
+def test_apply_is_idempotent_and_touches_only_gpus_that_differ(make: Callable) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")  # GPUs 0-3 balanced, 4-5 7x1g.10gb, 6-7 whole
+    backend = make(sim)
+    untouched = {g.index: g for g in sim.inventory().gpus if g.index < 4}
+    result = apply(backend, CONFIG, "all-balanced")
+    assert result.changed_gpus == (4, 5, 6, 7)
+    assert {g.index: g for g in sim.inventory().gpus if g.index < 4} == untouched  # same MIG UUIDs
+    again = apply(backend, CONFIG, "all-balanced")
+    assert again.steps == () and not again.applied
+
+
+def test_idempotent_apply_makes_no_nvml_writes() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    fake = FakeNvml(sim)
+    backend = NvmlBackend(nvml=fake)
+    apply(backend, CONFIG, "all-3g.40gb")
+    fake.calls.clear()
+    apply(backend, CONFIG, "all-3g.40gb")
+    writes = [c for c in fake.calls if "Create" in c or "Destroy" in c or "Set" in c]
+    assert writes == []
+
+
+def test_plan_orders_destroys_then_modes_then_creates() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    state = observe(sim)
+    steps = plan(state, resolve(state, CONFIG, "all-7g.80gb"))
+    kinds = [s.kind for s in steps]
+    first_mode = kinds.index(StepKind.SET_MIG_MODE)
+    assert set(kinds[:first_mode]) == {StepKind.DESTROY_GPU_INSTANCE}
+    assert kinds[-8:] == [StepKind.CREATE_MIG_DEVICE] * 8
+    assert [s.gpu for s in steps if s.kind is StepKind.SET_MIG_MODE] == [6, 7]
+
+
+def test_invalid_layouts_leave_the_node_unchanged() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    before = sim.inventory()
+    with pytest.raises(LayoutError, match="selects none of this node's GPUs \\(models: H100-80GB\\)"):
+        apply(sim, CONFIG, "all-1g.5gb")
+    unfiltered = parse_config(
+        "version: v1\nmig-configs:\n  huge:\n    - devices: [7]\n      mig-enabled: true\n"
+        "      mig-devices: {4g.40gb: 1, 3g.40gb: 1, 1g.10gb: 1}\n"
+        "    - devices: [0, 1]\n      mig-enabled: false\n"
+    )
+    with pytest.raises(LayoutError, match="GPU 7 H100-80GB: layout .* needs 8 compute slices, the GPU has 7"):
+        apply(sim, unfiltered, "huge")
+    assert sim.inventory() == before
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (
+            "    - devices: all\n      mig-enabled: false\n    - devices: [3]\n      mig-enabled: false\n",
+            "GPU 3 \\(H100-80GB\\) is selected by entries 0, 1",
+        ),
+        ("    - devices: [9]\n      mig-enabled: false\n", "names GPU 9, but this node has GPUs 0, 1, 2"),
+    ],
+)
+def test_ambiguous_or_missing_gpus_are_errors(entries: str, message: str) -> None:
+    cfg = parse_config("version: v1\nmig-configs:\n  x:\n" + entries)
+    with pytest.raises(LayoutError, match=message):
+        apply(SimBackend.from_preset("h100-80gb-x8"), cfg, "x")
+
+
+def test_gpu_without_mig_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "l4.yaml"
+    path.write_text("gpus:\n  - model: L4\n    count: 2\n")
+    with pytest.raises(LayoutError, match="GPU 0 \\(L4\\) does not support MIG"):
+        apply(SimBackend(load_topology(str(path))), CONFIG, "all-enabled")
+    assert apply(SimBackend(load_topology(str(path))), CONFIG, "all-disabled").steps == ()
+
+
+class _FailingSim(SimBackend):
+    """The hardware refuses 3g.40gb on GPU 5, after other GPUs were already changed."""
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        if gpu_index == 5 and profile == "3g.40gb":
+            raise GpuError("injected: insufficient resources")
+        return super().create_gpu_instance(gpu_index, profile, start)
+
+
+def test_hardware_refusal_half_way_restores_the_previous_layout() -> None:
+    sim = _FailingSim(SimBackend.from_preset("h100-80gb-x8-mig-mixed").topology)
+    before = sim.inventory()
+    with pytest.raises(MigApplyError, match="GPU 5: create 3g.40gb .*injected.*previous layout was restored"):
+        apply(sim, CONFIG, "all-3g.40gb")
+    assert sim.inventory() == before
+
+
+def test_pending_mode_is_reset_where_the_backend_can() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    sim.mig_mode_needs_reset = True
+    apply(sim, CONFIG, "all-1g.10gb")
+    assert len(sim.inventory().mig_devices) == 56
+
+
+def test_pending_mode_that_needs_a_reset_is_reported_not_hidden() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    sim.mig_mode_needs_reset = True
+    backend = nvml_over(sim)  # NVML cannot reset a GPU
+    with pytest.raises(ResetRequiredError, match="GPU 0, 1, 2, 3, 4, 5, 6, 7 is pending a GPU reset.*reboot"):
+        apply(backend, CONFIG, "all-1g.10gb")
+    assert all(backend.mig_mode(i).reset_pending for i in range(8))
+    assert any("pending a GPU reset" in line for line in check(backend, CONFIG, "all-1g.10gb"))
+    for i in range(8):
+        sim.reset_gpu(i)  # the reboot
+    apply(backend, CONFIG, "all-1g.10gb")
+    assert len(backend.inventory().mig_devices) == 56
+
+
+def test_check_names_each_differing_gpu() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    lines = check(sim, CONFIG, "all-disabled")
+    assert len(lines) == 6
+    assert lines[0] == "GPU 0 (H100-80GB): has MIG 2x 1g.10gb, 1x 2g.20gb, 1x 3g.40gb, layout wants MIG disabled"
+
+
+def test_gpu_instance_without_compute_instance_is_not_the_layout() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    apply(sim, CONFIG, "all-7g.80gb")
+    gi = sim.gpu_instances(2)[0]
+    sim.destroy_compute_instance(2, gi.gi_id, 0)
+    assert check(sim, CONFIG, "all-7g.80gb") == [
+        "GPU 2 (H100-80GB): has MIG 1x 7g.80gb (some GPU instances lack a full compute instance), "
+        "layout wants MIG 1x 7g.80gb"
+    ]
+    assert apply(sim, CONFIG, "all-7g.80gb").changed_gpus == (2,)
+    assert check(sim, CONFIG, "all-7g.80gb") == []

@@ -1,0 +1,63 @@
+"""`gpuchain mig apply|assert|config`: exit codes and output a script can rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.mig.config import default_config, parse_config
+
+runner = CliRunner()
+
+
+def test_apply_on_the_simulated_default_node() -> None:
+    result = runner.invoke(app, ["mig", "apply", "-c", "all-1g.10gb", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["applied"] and len(data["steps"]) == 8 * 8  # a mode change and 7 devices per GPU
+    assert sum(len(g["mig_devices"]) for g in data["gpus"]) == 56
+
+
+def test_dry_run_lists_steps_without_applying() -> None:
+    result = runner.invoke(
+        app, ["mig", "apply", "-c", "all-balanced", "--dry-run", "--preset", "h100-80gb-x8-mig-mixed"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "would apply (dry run)" in result.stdout and "GPU 4: destroy GPU instance" in result.stdout
+    assert "GPU 0:" not in result.stdout
+
+
+def test_assert_exit_codes() -> None:
+    ok = runner.invoke(app, ["mig", "assert", "-c", "all-disabled"])
+    assert ok.exit_code == 0 and "node has MIG layout 'all-disabled'" in ok.stdout
+    bad = runner.invoke(
+        app, ["mig", "assert", "-c", "all-balanced", "--preset", "h100-80gb-x8-mig-mixed", "-o", "json"]
+    )
+    assert bad.exit_code == 1
+    assert len(json.loads(bad.stdout)["differences"]) == 4
+
+
+def test_bad_file_and_unfit_layout_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "mig.yaml"
+    path.write_text("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enable: true\n")
+    result = runner.invoke(app, ["mig", "apply", "-f", str(path), "-c", "a"])
+    assert result.exit_code == 2
+    assert f"{path}:4" in result.output or f"{path}:5" in result.output
+    result = runner.invoke(app, ["mig", "apply", "-c", "all-1g.18gb"])
+    assert result.exit_code == 2 and "selects none of this node's GPUs" in result.output
+
+
+def test_env_vars_select_file_and_layout(tmp_path: Path) -> None:
+    path = tmp_path / "mig.yaml"
+    path.write_text(default_config().to_yaml())
+    env = {"MIG_PARTED_CONFIG_FILE": str(path), "MIG_PARTED_SELECTED_CONFIG": "all-disabled"}
+    assert runner.invoke(app, ["mig", "assert"], env=env).exit_code == 0
+
+
+def test_config_prints_a_loadable_mig_parted_file() -> None:
+    result = runner.invoke(app, ["mig", "config"])
+    assert result.exit_code == 0
+    assert parse_config(result.stdout) == default_config()
