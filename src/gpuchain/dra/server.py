@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -63,7 +63,7 @@ class _Registration(reg_grpc.RegistrationServicer):
             type=PLUGIN_TYPE,
             name=DRIVER,
             endpoint=str(self._server.endpoint),
-            supported_versions=list(SUPPORTED_SERVICES),
+            supported_versions=list(self._server.services),
         )
 
     async def NotifyRegistrationStatus(
@@ -148,7 +148,11 @@ class _DraV1beta1(v1beta1_grpc.DRAPluginServicer):
 
 
 class DraPluginServer:
-    """Serves the plugin's two sockets for one ``DraDriver``; ``start``/``stop`` own them."""
+    """Serves the plugin's two sockets for one ``DraDriver``; ``start``/``stop`` own them.
+
+    ``services`` limits what GetInfo advertises (both versions are always served), e.g. to keep a
+    kubelet on ``v1beta1.DRAPlugin`` during an upgrade.
+    """
 
     def __init__(
         self,
@@ -156,8 +160,13 @@ class DraPluginServer:
         registry_dir: Path = DEFAULT_REGISTRY_DIR,
         plugin_dir: Path = DEFAULT_PLUGIN_DIR,
         on_registration: Callable[[RegistrationState], None] | None = None,
+        services: Sequence[str] = SUPPORTED_SERVICES,
     ) -> None:
+        unknown = [s for s in services if s not in SUPPORTED_SERVICES]
+        if unknown or not services:
+            raise ValueError(f"DRA services {list(services)}: choose from {', '.join(SUPPORTED_SERVICES)}")
         self.driver = driver
+        self.services = tuple(services)
         self.registration_socket = Path(registry_dir) / REGISTRATION_SOCKET
         self.endpoint = Path(plugin_dir) / ENDPOINT_SOCKET
         self.registration: RegistrationState | None = None

@@ -1,0 +1,166 @@
+"""The plugin and the kubelet's DRA peer over real unix sockets: registration, prepare, health."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
+from gpuchain.dra.server import SUPPORTED_SERVICES, DraPluginServer
+from gpuchain.dra.slices import slice_name
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.kubelet.dra_peer import DraClaim, DraPeer, RegistrationError, choose_version
+from gpuchain.proto.pluginregistration.v1 import api_pb2 as reg
+from gpuchain.proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+DriverFactory = Callable[[SimBackend], DraDriver]
+Allocate = Callable[[str, str, list[str]], ClaimRef]
+
+
+@pytest.fixture
+async def plugin(h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path) -> AsyncIterator[DraPluginServer]:
+    server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def _claim(ref: ClaimRef) -> DraClaim:
+    return DraClaim(ref.namespace, ref.uid, ref.name)
+
+
+async def test_registration_handshake(plugin: DraPluginServer, short_dir: Path) -> None:
+    peer = DraPeer(short_dir / "registry")
+    try:
+        registered = await peer.wait_for(DRIVER, timeout=5)
+        assert registered.endpoint == str(plugin.endpoint)
+        assert registered.version == "v1"
+        assert registered.registration_socket.name == f"{DRIVER}-reg.sock"
+        state = await plugin.wait_registered(timeout=5)
+        assert state.registered and state.error == ""
+    finally:
+        await peer.close()
+
+
+async def test_get_info_advertises_a_dra_plugin(plugin: DraPluginServer) -> None:
+    async with grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as channel:
+        info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(), timeout=5)
+    assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(plugin.endpoint))
+    assert list(info.supported_versions) == list(SUPPORTED_SERVICES) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+
+
+async def test_v1beta1_only_kubelet_picks_v1beta1(plugin: DraPluginServer, short_dir: Path) -> None:
+    peer = DraPeer(short_dir / "registry", supported=("v1beta1",))
+    try:
+        assert (await peer.wait_for(DRIVER)).version == "v1beta1"
+    finally:
+        await peer.close()
+
+
+def test_get_info_without_a_common_version_is_refused() -> None:
+    info = reg.PluginInfo(type="DRAPlugin", name=DRIVER, endpoint="/x.sock", supported_versions=["v2.DRAPlugin"])
+    with pytest.raises(RegistrationError, match="none of the services"):
+        choose_version(info, ("v1", "v1beta1"))
+    with pytest.raises(RegistrationError, match="plugin type 'CSIPlugin'"):
+        choose_version(reg.PluginInfo(type="CSIPlugin", name="x", endpoint="/x.sock"), ("v1",))
+
+
+async def test_refused_registration_reaches_the_plugin(
+    h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path
+) -> None:
+    server = DraPluginServer(
+        make_driver(h100_sim), short_dir / "registry", short_dir / "plugins", services=["v1beta1.DRAPlugin"]
+    )
+    await server.start()
+    peer = DraPeer(short_dir / "registry", supported=("v1",))
+    try:
+        assert await peer.scan() == []
+        state = await server.wait_registered(timeout=5)
+        assert not state.registered and "none of the services ['v1beta1.DRAPlugin']" in state.error
+        assert list(peer.refused.values()) == [state.error]
+        assert DRIVER not in peer.plugins
+    finally:
+        await peer.close()
+        await server.stop()
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+async def test_claim_prepared_and_unprepared_twice_over_grpc(
+    plugin: DraPluginServer, short_dir: Path, allocate: Allocate, version: str
+) -> None:
+    ref = allocate("train", "h100-node", ["gpu-0", "gpu-1"])
+    peer = DraPeer(short_dir / "registry", supported=(version,))
+    try:
+        assert (await peer.wait_for(DRIVER)).version == version
+        for _ in range(2):
+            result = (await peer.prepare(DRIVER, [_claim(ref)]))[ref.uid]
+            assert result.error == ""
+            assert [(d.pool, d.device, d.requests) for d in result.devices] == [
+                ("h100-node", "gpu-0", ("gpu",)),
+                ("h100-node", "gpu-1", ("gpu",)),
+            ]
+            assert result.devices[0].cdi_ids == (f"gpu.gpuchain.io/claim={ref.uid}-gpu-0",)
+        for _ in range(2):
+            assert await peer.unprepare(DRIVER, [_claim(ref)]) == {ref.uid: ""}
+    finally:
+        await peer.close()
+
+
+async def test_one_bad_claim_does_not_hide_the_others(
+    plugin: DraPluginServer, short_dir: Path, allocate: Allocate
+) -> None:
+    good = allocate("good", "h100-node", ["gpu-3"])
+    missing = DraClaim("default", "no-such-uid", "missing")
+    peer = DraPeer(short_dir / "registry")
+    try:
+        await peer.wait_for(DRIVER)
+        results = await peer.prepare(DRIVER, [_claim(good), missing])
+        assert results[good.uid].error == "" and results[good.uid].devices[0].device == "gpu-3"
+        assert "does not exist" in results["no-such-uid"].error
+    finally:
+        await peer.close()
+
+
+async def test_plugin_restart_keeps_prepared_claims(
+    h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path, allocate: Allocate
+) -> None:
+    ref = allocate("train", "h100-node", ["gpu-6"])
+    peer = DraPeer(short_dir / "registry")
+    answers = []
+    try:
+        for _ in range(2):  # the second round is a fresh process: new driver, new server, same files
+            server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+            await server.start()
+            await peer.scan()  # the old socket went away with stop(); the new one registers
+            await peer.wait_for(DRIVER)
+            answers.append((await peer.prepare(DRIVER, [_claim(ref)]))[ref.uid])
+            await server.stop()
+            await peer.scan()
+        assert answers[0] == answers[1] and answers[0].error == ""
+    finally:
+        await peer.close()
+
+
+async def test_xid_from_the_backend_withdraws_the_device_with_a_new_generation(
+    plugin: DraPluginServer, h100_sim: SimBackend, cluster: MemoryCluster
+) -> None:
+    driver = plugin.driver
+    assert driver.publish().generation == 1
+    task = asyncio.create_task(driver.follow_health())
+    try:
+        for _ in range(200):  # re-inject until the subscription (started by the task) has seen one
+            h100_sim.inject_xid(7, 62)
+            await asyncio.sleep(0.01)
+            live = cluster.get(RESOURCE_SLICE, slice_name("h100-node"))
+            if live["spec"]["pool"]["generation"] != 1:
+                break
+        assert live["spec"]["pool"]["generation"] == 2
+        assert "gpu-7" not in [d["name"] for d in live["spec"]["devices"]]
+    finally:
+        task.cancel()
