@@ -74,6 +74,7 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
         self.health = health
         self.pre_start_required = pre_start_required
         self.allocations = 0
+        self.prestarts = 0
         self._changed = asyncio.Event()
         self._closed = False
         self.on_send: Callable[[pb.ListAndWatchResponse], None] | None = None
@@ -145,6 +146,7 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"unknown device ids {unknown} for {self.resource.name}"
             )
+        self.prestarts += 1
         return pb.PreStartContainerResponse()
 
     def _dev_root(self) -> str:

@@ -1,0 +1,116 @@
+"""Allocate answers for each device list strategy, id strategy and passDeviceSpecs (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuchain.deviceplugin.allocate import (
+    VOLUME_MOUNT_ROOT,
+    AllocationError,
+    allocate_container,
+)
+from gpuchain.deviceplugin.config import PluginFlags, parse_config
+from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.gpu.sim import SimBackend
+
+
+def _flags(**plugin: object) -> PluginFlags:
+    return PluginFlags.model_validate(plugin)
+
+
+def _gpu(sim: SimBackend, text: str = "") -> Resource:
+    return map_resources(sim.inventory(), parse_config(text))[0]
+
+
+def test_envvar_lists_uuids(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    ids = [res.devices[2].id, res.devices[5].id]
+    alloc = allocate_container(res, ids, _flags())
+    assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}
+    assert alloc.mounts == () and alloc.devices == () and alloc.cdi_devices == ()
+
+
+def test_index_strategy(h100_sim: SimBackend, mig_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    alloc = allocate_container(res, [res.devices[3].id], _flags(deviceIDStrategy="index"))
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == "3"
+    mig = next(
+        r for r in map_resources(mig_sim.inventory(), parse_config("flags: {migStrategy: mixed}")) if r.mig_profile
+    )
+    alloc = allocate_container(mig, [mig.devices[1].id], _flags(deviceIDStrategy="index"))
+    d = mig.devices[1]
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == f"{d.gpu_index}:{d.mig_index}"
+
+
+def test_volume_mounts(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    uuid = res.devices[0].id
+    alloc = allocate_container(res, [uuid], _flags(deviceListStrategy="volume-mounts"))
+    assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNT_ROOT}
+    assert [(m.container_path, m.host_path, m.read_only) for m in alloc.mounts] == [
+        (f"{VOLUME_MOUNT_ROOT}/{uuid}", "/dev/null", True)
+    ]
+
+
+def test_cdi_annotations_and_cri(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    uuid = res.devices[0].id
+    ann = allocate_container(res, [uuid], _flags(deviceListStrategy="cdi-annotations"))
+    ((key, value),) = ann.annotations.items()
+    assert key.startswith("cdi.k8s.io/nvidia-device-plugin_")
+    assert value == f"k8s.device-plugin.nvidia.com/gpu={uuid}"
+    assert ann.cdi_devices == () and "NVIDIA_VISIBLE_DEVICES" not in ann.envs
+    cri = allocate_container(res, [uuid], _flags(deviceListStrategy="cdi-cri"))
+    assert cri.cdi_devices == (f"k8s.device-plugin.nvidia.com/gpu={uuid}",) and not cri.annotations
+    prefixed = allocate_container(
+        res, [uuid], _flags(deviceListStrategy="cdi-annotations", cdiAnnotationPrefix="x.io/")
+    )
+    assert next(iter(prefixed.annotations)).startswith("x.io/")
+
+
+def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True))
+    paths = [d.container_path for d in alloc.devices]
+    assert paths == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia4"]
+    assert {d.permissions for d in alloc.devices} == {"rw"}
+    mig = next(
+        r for r in map_resources(mig_sim.inventory(), parse_config("flags: {migStrategy: mixed}")) if r.mig_profile
+    )
+    alloc = allocate_container(mig, [mig.devices[0].id], _flags(passDeviceSpecs=True))
+    caps = [d.container_path for d in alloc.devices if d.container_path.startswith("/dev/nvidia-caps/")]
+    assert len(caps) == 2
+
+
+def test_dev_root_prefixes_host_paths(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    alloc = allocate_container(res, [res.devices[0].id], _flags(passDeviceSpecs=True), dev_root="/run/nvidia/driver")
+    assert alloc.devices[0].host_path == "/run/nvidia/driver/dev/nvidiactl"
+    assert alloc.devices[0].container_path == "/dev/nvidiactl"
+
+
+def test_unknown_id_is_named(h100_sim: SimBackend) -> None:
+    with pytest.raises(AllocationError, match="unknown device id 'GPU-nope'"):
+        allocate_container(_gpu(h100_sim), ["GPU-nope"], _flags())
+
+
+def test_replicas_collapse_to_their_gpu(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim, "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 4}]}}")
+    alloc = allocate_container(res, [res.devices[0].id, res.devices[1].id, res.devices[4].id], _flags())
+    gpus = h100_sim.inventory().gpus
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == f"{gpus[0].uuid},{gpus[1].uuid}"
+
+
+def test_oversized_shared_request_is_rejected(h100_sim: SimBackend) -> None:
+    res = _gpu(
+        h100_sim, "sharing: {timeSlicing: {failRequestsGreaterThanOne: true, resources: [{name: gpu, replicas: 4}]}}"
+    )
+    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1"):
+        allocate_container(res, [res.devices[0].id, res.devices[1].id], _flags())
+    assert allocate_container(res, [res.devices[0].id], _flags()).envs
+
+
+def test_repeated_id_is_rejected(h100_sim: SimBackend) -> None:
+    res = _gpu(h100_sim)
+    with pytest.raises(AllocationError, match="appears twice"):
+        allocate_container(res, [res.devices[0].id] * 2, _flags())
