@@ -1,0 +1,409 @@
+"""Operands as pure functions: ``desired(policy, facts) -> [objects]``.
+
+Every object the operator owns is computed here from the ClusterPolicy and a few cluster facts,
+with no I/O, so a test can assert on manifests and validate them against Kubernetes schemas.
+
+Node selection: NVIDIA's operator writes ``nvidia.com/gpu.deploy.<operand>=true`` on every GPU
+node and selects on it. We select with node affinity instead - GPU node (NFD PCI label or
+``nvidia.com/gpu.present=true``) AND the deploy label not ``false``/``paused-for-mig-change``
+AND ``nvidia.com/gpu.deploy.operands`` not ``false`` - so the same labels keep their meaning
+(opt a node or one operand out, pause for a MIG change) while a reconcile writes O(operands)
+objects, never one patch per node.
+
+On-node ordering is the chapter's: init containers wait for ready files under
+``/run/gpuchain/validations/`` that the validator's init containers write, link by link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuchain.operator.policy import ClusterPolicySpec, ImageSpec
+
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+GPU_PRESENT = "nvidia.com/gpu.present"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+NFD_GPU_LABELS = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
+PAUSED = "paused-for-mig-change"
+VALIDATIONS_DIR = "/run/gpuchain/validations"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuchain-operator"}
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuchain-operator"
+RUNTIME_CLASS_HANDLER = "nvidia"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One link of the chain as the operator deploys it."""
+
+    state: str  #: gpu-operator's state name, used in status
+    spec_key: str  #: ClusterPolicy spec key (camelCase)
+    deploy: str  #: suffix of the nvidia.com/gpu.deploy.<x> label
+    name: str  #: DaemonSet name
+    needs: tuple[str, ...]  #: states that must be ready before this one can be
+    waits_for: str | None  #: ready file its init container waits for
+    command: tuple[str, ...]  #: main container command (gpuchain image operands)
+
+
+DRIVER = Operand("driver", "driver", "driver", "nvidia-driver-daemonset", (), None, ())
+TOOLKIT = Operand(
+    "container-toolkit",
+    "toolkit",
+    "container-toolkit",
+    "nvidia-container-toolkit-daemonset",
+    ("driver",),
+    "driver",
+    (),
+)
+VALIDATOR = Operand(
+    "operator-validation",
+    "validator",
+    "operator-validator",
+    "nvidia-operator-validator",
+    ("driver", "container-toolkit", "device-plugin"),
+    None,
+    ("sleep", "infinity"),
+)
+DEVICE_PLUGIN = Operand(
+    "device-plugin",
+    "devicePlugin",
+    "device-plugin",
+    "nvidia-device-plugin-daemonset",
+    ("driver", "container-toolkit"),
+    "toolkit",
+    ("gpuchain", "device-plugin"),
+)
+DCGM_EXPORTER = Operand(
+    "dcgm-exporter",
+    "dcgmExporter",
+    "dcgm-exporter",
+    "nvidia-dcgm-exporter",
+    ("driver", "container-toolkit"),
+    "toolkit",
+    ("gpuchain", "exporter"),
+)
+GFD = Operand(
+    "gpu-feature-discovery",
+    "gfd",
+    "gpu-feature-discovery",
+    "gpu-feature-discovery",
+    ("driver", "container-toolkit"),
+    "toolkit",
+    ("gpuchain", "gfd"),
+)
+MIG_MANAGER = Operand(
+    "mig-manager",
+    "migManager",
+    "mig-manager",
+    "nvidia-mig-manager",
+    ("driver", "container-toolkit"),
+    "toolkit",
+    ("gpuchain", "mig-manager"),
+)
+
+#: In gpu-operator's state order.
+OPERANDS = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, DCGM_EXPORTER, GFD, MIG_MANAGER)
+BY_STATE = {o.state: o for o in OPERANDS}
+
+#: The validator init containers, in chain order: (check, file it writes).
+VALIDATIONS = ("driver", "toolkit", "cuda", "plugin")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the operands depend on besides the policy: where they live and who owns them."""
+
+    namespace: str
+    policy_name: str
+    policy_uid: str = ""
+
+
+def image_of(policy: ClusterPolicySpec, operand: Operand) -> ImageSpec:
+    """The image settings block of an operand (``policy.devicePlugin`` for the device plugin)."""
+    return {
+        "driver": policy.driver,
+        "toolkit": policy.toolkit,
+        "validator": policy.validator,
+        "devicePlugin": policy.device_plugin,
+        "dcgmExporter": policy.dcgm_exporter,
+        "gfd": policy.gfd,
+        "migManager": policy.mig_manager,
+    }[operand.spec_key]
+
+
+def enabled(policy: ClusterPolicySpec, operand: Operand) -> bool:
+    """Is the operand switched on in the policy (``<key>.enabled``)?"""
+    return image_of(policy, operand).enabled
+
+
+def deploy_label(operand: Operand) -> str:
+    """The per-operand node label, e.g. ``nvidia.com/gpu.deploy.device-plugin``."""
+    return DEPLOY_PREFIX + operand.deploy
+
+
+def gpu_node_terms(extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Node affinity terms (ORed): any GPU detection label, each ANDed with ``extra``."""
+    return [
+        {"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}, *extra]}
+        for label in (*NFD_GPU_LABELS, GPU_PRESENT)
+    ]
+
+
+def node_affinity(operand: Operand) -> dict[str, Any]:
+    """Where an operand runs: GPU nodes that have not opted out of it (see module docstring)."""
+    extra: list[dict[str, Any]] = [
+        {"key": deploy_label(operand), "operator": "NotIn", "values": ["false", PAUSED]},
+        {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
+    ]
+    if operand is MIG_MANAGER:
+        extra.append({"key": MIG_CAPABLE, "operator": "In", "values": ["true"]})
+    return {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": gpu_node_terms(extra)}}
+    }
+
+
+def _owner(facts: Facts) -> list[dict[str, Any]]:
+    if not facts.policy_uid:
+        return []
+    return [
+        {
+            "apiVersion": "gpuchain.io/v1",
+            "kind": "ClusterPolicy",
+            "name": facts.policy_name,
+            "uid": facts.policy_uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _meta(name: str, facts: Facts, labels: dict[str, str] | None = None, namespaced: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {**MANAGED_BY, "app.kubernetes.io/part-of": "gpuchain", **(labels or {})},
+    }
+    if namespaced:
+        meta["namespace"] = facts.namespace
+    owners = _owner(facts)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def _host_path(name: str, path: str, kind: str = "") -> dict[str, Any]:
+    hp: dict[str, Any] = {"path": path}
+    if kind:
+        hp["type"] = kind
+    return {"name": name, "hostPath": hp}
+
+
+def _validation_mount() -> dict[str, Any]:
+    return {"name": "run-gpuchain", "mountPath": "/run/gpuchain", "mountPropagation": "HostToContainer"}
+
+
+def _container(name: str, image: ImageSpec, command: list[str], **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": image.image_ref(), "imagePullPolicy": image.image_pull_policy}
+    if command:
+        c["command"] = command
+    c.update(extra)
+    return c
+
+
+def _wait_init(policy: ClusterPolicySpec, link: str) -> dict[str, Any]:
+    """An init container that blocks until the validator wrote ``<link>-ready``."""
+    return _container(
+        f"{link}-validation",
+        policy.validator,
+        ["gpuchain", "validate", "wait", link],
+        volumeMounts=[_validation_mount()],
+        securityContext={"privileged": False},
+    )
+
+
+def _env(image: ImageSpec, base: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [*base, *image.env]
+
+
+def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, Any]:
+    image = image_of(policy, operand)
+    node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    mounts = [_validation_mount()]
+    if operand is DRIVER:
+        return _container(
+            "nvidia-driver-ctr",
+            image,
+            ["nvidia-driver", "init"],
+            args=list(image.args),
+            env=_env(image, []),
+            securityContext={"privileged": True, "seLinuxOptions": {"level": "s0"}},
+            volumeMounts=[
+                {"name": "run-nvidia", "mountPath": "/run/nvidia", "mountPropagation": "Bidirectional"},
+                _validation_mount(),
+                {"name": "host-root", "mountPath": "/host", "readOnly": True},
+            ],
+        )
+    if operand is TOOLKIT:
+        return _container(
+            "nvidia-container-toolkit-ctr",
+            image,
+            [],
+            args=list(image.args),
+            env=_env(
+                image,
+                [
+                    {"name": "RUNTIME", "value": policy.operator.default_runtime},
+                    {"name": "NVIDIA_RUNTIME_SET_AS_DEFAULT", "value": "false"},
+                    {"name": "RUNTIME_CLASS", "value": policy.operator.runtime_class},
+                ],
+            ),
+            securityContext={"privileged": True},
+            volumeMounts=[*mounts, {"name": "host-root", "mountPath": "/host", "readOnly": True}],
+        )
+    env: list[dict[str, Any]] = [node_name]
+    if operand is DEVICE_PLUGIN:
+        env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
+        if policy.device_plugin.config.name:
+            env += [
+                {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+                {"name": "DEFAULT_CONFIG", "value": policy.device_plugin.config.default},
+            ]
+        mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
+    if operand is GFD:
+        env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
+        mounts.append({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"})
+    if operand is DCGM_EXPORTER:
+        mounts.append({"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True})
+    if operand is MIG_MANAGER:
+        env += [{"name": "DEFAULT_MIG_CONFIG", "value": policy.mig_manager.config.default}]
+        if policy.mig_manager.config.name:
+            env += [{"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"}]
+    extra: dict[str, Any] = {}
+    if operand is DCGM_EXPORTER:
+        extra["ports"] = [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    privileged = operand in (DEVICE_PLUGIN, MIG_MANAGER, VALIDATOR)
+    return _container(
+        operand.name.removeprefix("nvidia-").removesuffix("-daemonset"),
+        image,
+        list(operand.command),
+        args=list(image.args),
+        env=_env(image, env),
+        securityContext={"privileged": privileged},
+        volumeMounts=mounts,
+        **extra,
+    )
+
+
+def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]]:
+    vols = [_host_path("run-gpuchain", "/run/gpuchain", "DirectoryOrCreate")]
+    if operand in (DRIVER, TOOLKIT):
+        vols.append(_host_path("host-root", "/"))
+    if operand is DRIVER:
+        vols.append(_host_path("run-nvidia", "/run/nvidia", "DirectoryOrCreate"))
+    if operand is DEVICE_PLUGIN:
+        vols.append(_host_path("device-plugins", "/var/lib/kubelet/device-plugins", "Directory"))
+        if policy.device_plugin.config.name:
+            vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
+    if operand is GFD:
+        vols.append(
+            _host_path("nfd-features", "/etc/kubernetes/node-feature-discovery/features.d", "DirectoryOrCreate")
+        )
+    if operand is DCGM_EXPORTER:
+        vols.append(_host_path("pod-resources", "/var/lib/kubelet/pod-resources", "Directory"))
+    if operand is MIG_MANAGER and policy.mig_manager.config.name:
+        vols.append({"name": "mig-parted-config", "configMap": {"name": policy.mig_manager.config.name}})
+    return vols
+
+
+def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[str, Any]]:
+    if operand is VALIDATOR:
+        node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        return [
+            _container(
+                f"{check}-validation",
+                policy.validator,
+                ["gpuchain", "validate", check],
+                env=[node_name, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                securityContext={"privileged": True},
+                volumeMounts=[_validation_mount()],
+            )
+            for check in VALIDATIONS
+        ]
+    if operand.waits_for is None:
+        return []
+    return [_wait_init(policy, operand.waits_for)]
+
+
+def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
+    """The DaemonSet of one operand."""
+    ds = policy.daemonsets
+    app = {"app": operand.name}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": "gpuchain-operand",
+        "priorityClassName": ds.priority_class_name,
+        "tolerations": [dict(t) for t in ds.tolerations],
+        "affinity": node_affinity(operand),
+        "containers": [_main_container(policy, operand)],
+        "volumes": _volumes(operand, policy),
+    }
+    inits = _init_containers(policy, operand)
+    if inits:
+        pod_spec["initContainers"] = inits
+    if operand not in (DRIVER, TOOLKIT):
+        pod_spec["runtimeClassName"] = policy.operator.runtime_class
+    if operand is DRIVER:
+        pod_spec["hostPID"] = True
+    # The driver restarts only when the upgrade state machine deletes its pod, node by node.
+    strategy: dict[str, Any] = {"type": "OnDelete"} if operand is DRIVER else {"type": ds.update_strategy}
+    if strategy["type"] == "RollingUpdate":
+        mu = ds.rolling_update.max_unavailable
+        strategy["rollingUpdate"] = {"maxUnavailable": int(mu) if isinstance(mu, str) and mu.isdigit() else mu}
+    template_meta: dict[str, Any] = {"labels": {**app, **MANAGED_BY, **ds.labels}}
+    if ds.annotations:
+        template_meta["annotations"] = dict(ds.annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _meta(operand.name, facts, app),
+        "spec": {
+            "selector": {"matchLabels": app},
+            "updateStrategy": strategy,
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }
+
+
+def runtime_class(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
+    """RuntimeClass ``nvidia``: pods that name it get the NVIDIA container runtime handler."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": _meta(policy.operator.runtime_class, facts, namespaced=False),
+        "handler": RUNTIME_CLASS_HANDLER,
+    }
+
+
+def service_account(facts: Facts) -> dict[str, Any]:
+    """The identity operand pods run as (the chart binds its node read/patch rights)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta("gpuchain-operand", facts)}
+
+
+def desired(policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
+    """Everything the operator should own for this policy, in roll-out order."""
+    objs = [runtime_class(policy, facts), service_account(facts)]
+    objs += [daemonset(policy, op, facts) for op in OPERANDS if enabled(policy, op)]
+    return objs
+
+
+def is_gpu_node(labels: dict[str, str]) -> bool:
+    """GPU node detection: an NFD NVIDIA PCI label or ``nvidia.com/gpu.present=true``."""
+    return any(labels.get(k) == "true" for k in (*NFD_GPU_LABELS, GPU_PRESENT))
+
+
+def has_nfd_labels(labels: dict[str, str]) -> bool:
+    """Did NFD label this node at all (any feature.node.kubernetes.io/ key)?"""
+    return any(k.startswith("feature.node.kubernetes.io/") for k in labels)

@@ -1,0 +1,119 @@
+"""The reconcile loop's imperative shell: read the cluster, call the pure parts, write the difference.
+
+One pass reads a fixed number of lists (policies, nodes, DaemonSets, pods) plus a get per
+cluster-wide singleton, applies only what differs, advances driver upgrades, and patches the
+status only when it changed. With nothing to do it makes zero writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, Cluster, labels_of, name_of
+from gpuchain.kube.objects import is_subset
+from gpuchain.kube.port import now_rfc3339
+from gpuchain.operator.operands import (
+    MANAGED_BY,
+    MANAGED_SELECTOR,
+    OPERANDS,
+    Facts,
+    desired,
+    enabled,
+    has_nfd_labels,
+    is_gpu_node,
+)
+from gpuchain.operator.policy import Problem, parse_policy
+from gpuchain.operator.status import (
+    StatusAndConditions,
+    chain_status,
+    ignored_status,
+    invalid_status,
+    policy_status,
+    with_transition_times,
+)
+from gpuchain.operator.upgrade import UpgradeReport, advance_upgrades
+
+DEFAULT_NAMESPACE = "gpu-operator"
+
+
+@dataclass
+class ReconcileResult:
+    """What one pass did; ``changed`` lists the objects it wrote."""
+
+    policy: str
+    state: str
+    changed: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    upgrades: UpgradeReport | None = None
+
+
+def _managed(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep our objects only (a server may ignore the label selector, as kmock does)."""
+    return [o for o in objs if all(labels_of(o).get(k) == v for k, v in MANAGED_BY.items())]
+
+
+def _write_status(cluster: Cluster, policy: dict[str, Any], computed: StatusAndConditions) -> bool:
+    status, conditions = computed
+    old = policy.get("status") or {}
+    status = {**status, "conditions": with_transition_times(conditions, old.get("conditions") or [], now_rfc3339())}
+    if is_subset(status, old) and len(old.get("conditions") or []) == len(conditions):
+        return False
+    cluster.patch_status(CLUSTER_POLICY, name_of(policy), status)
+    return True
+
+
+def active_policy(policies: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ClusterPolicy that is honoured: the oldest (then by name), as gpu-operator picks one."""
+    if not policies:
+        return None
+    return min(policies, key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), name_of(p)))
+
+
+def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -> ReconcileResult:
+    """Bring the cluster in line with ClusterPolicy ``name``; safe to call any number of times."""
+    policies = cluster.list(CLUSTER_POLICY)
+    policy = next((p for p in policies if name_of(p) == name), None)
+    if policy is None:
+        return ReconcileResult(name, "absent")
+    generation = int(policy["metadata"].get("generation") or 0)
+    active = active_policy(policies)
+    if active is not None and name_of(active) != name:
+        wrote = _write_status(cluster, policy, ignored_status(name_of(active), generation))
+        return ReconcileResult(name, "ignored", [f"clusterpolicy/{name}/status"] if wrote else [])
+    parsed = parse_policy(policy.get("spec"))
+    if isinstance(parsed, list):
+        wrote = _write_status(cluster, policy, invalid_status(parsed, namespace, generation))
+        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], parsed)
+
+    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""))
+    nodes = cluster.list(NODE)
+    live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
+    changed: list[str] = []
+    wanted = desired(parsed, facts)
+    for obj in wanted:
+        if obj["kind"] == "DaemonSet":
+            result = cluster.apply(obj, live=live_ds.get(name_of(obj)), known_live=True)
+            live_ds[name_of(obj)] = result.object
+        else:
+            result = cluster.apply(obj)
+        if result.changed:
+            changed.append(f"{obj['kind'].lower()}/{name_of(obj)}")
+    wanted_names = {name_of(o) for o in wanted if o["kind"] == "DaemonSet"}
+    for stale in sorted(set(live_ds) - wanted_names):
+        cluster.delete(DAEMONSET, stale, namespace)
+        del live_ds[stale]
+        changed.append(f"daemonset/{stale} (deleted)")
+
+    pods = cluster.list(POD, namespace, label_selector=MANAGED_SELECTOR)
+    gpu_nodes = [n for n in nodes if is_gpu_node(labels_of(n))]
+    upgrades = advance_upgrades(cluster, parsed, gpu_nodes, live_ds, pods, namespace)
+    changed += upgrades.writes
+    operands = chain_status({op.state: enabled(parsed, op) for op in OPERANDS}, live_ds, _managed(pods))
+    nfd_seen = any(has_nfd_labels(labels_of(n)) for n in nodes)
+    computed = policy_status(operands, len(gpu_nodes), nfd_seen, namespace, generation)
+    if upgrades.summary:
+        computed[0]["driverUpgrades"] = upgrades.summary
+    if _write_status(cluster, policy, computed):
+        changed.append(f"clusterpolicy/{name}/status")
+    return ReconcileResult(name, computed[0]["state"], changed, upgrades=upgrades)

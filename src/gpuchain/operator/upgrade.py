@@ -1,0 +1,233 @@
+"""Driver upgrades node by node: gpu-operator's state machine on ``nvidia.com/gpu-driver-upgrade-state``.
+
+The driver DaemonSet uses ``OnDelete``, so changing ``driver.version`` restarts nothing by itself.
+Each reconcile moves every node at most one step:
+
+    (outdated) upgrade-required -> cordon-required -> wait-for-jobs-required -> pod-deletion-required
+    -> pod-restart-required -> validation-required -> uncordon-required -> upgrade-done
+
+New nodes start only while fewer than ``maxParallelUpgrades`` (0: no limit) and fewer than
+``maxUnavailable`` GPU nodes are in flight. A node that cannot finish (a PodDisruptionBudget
+blocks eviction, the new driver never validates) becomes ``upgrade-failed`` after the policy's
+timeout with the reason in the ``gpuchain.io/driver-upgrade-message`` annotation, and stops
+holding a slot, so it never wedges the rest. Waiting for jobs is not implemented: that state
+passes straight on. `next_step` is pure; `advance_upgrades` is the shell that performs it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, NotFoundError, labels_of, name_of
+from gpuchain.kube.objects import annotations_of
+from gpuchain.operator.operands import DRIVER
+from gpuchain.operator.policy import ClusterPolicySpec
+
+STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+SINCE_ANNOTATION = "gpuchain.io/driver-upgrade-since"
+MESSAGE_ANNOTATION = "gpuchain.io/driver-upgrade-message"
+
+UPGRADE_REQUIRED = "upgrade-required"
+CORDON_REQUIRED = "cordon-required"
+WAIT_FOR_JOBS = "wait-for-jobs-required"
+POD_DELETION = "pod-deletion-required"
+DRAIN_REQUIRED = "drain-required"
+POD_RESTART = "pod-restart-required"
+VALIDATION = "validation-required"
+UNCORDON = "uncordon-required"
+DONE = "upgrade-done"
+FAILED = "upgrade-failed"
+
+#: States that hold an upgrade slot.
+IN_FLIGHT = (CORDON_REQUIRED, WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, POD_RESTART, VALIDATION, UNCORDON)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the state machine needs to know about one GPU node."""
+
+    name: str
+    state: str
+    since: float
+    driver_image: str | None  #: image of the driver pod on the node, None if none
+    driver_ready: bool
+    gpu_pods: tuple[tuple[str, str], ...] = ()  #: (namespace, name) of pods using GPUs
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a node goes next and what must happen for it (empty actions: just relabel)."""
+
+    state: str
+    actions: tuple[str, ...] = ()  #: cordon | uncordon | evict | restart-driver
+    message: str = ""
+
+
+def slots(policy: ClusterPolicySpec, gpu_nodes: int, in_flight: int) -> int:
+    """How many more nodes may start upgrading now."""
+    up = policy.driver.upgrade_policy
+    mu = up.max_unavailable
+    limit = math.ceil(int(mu[:-1]) * gpu_nodes / 100) if isinstance(mu, str) and mu.endswith("%") else int(mu)
+    limit = max(1, limit)
+    if up.max_parallel_upgrades > 0:
+        limit = min(limit, up.max_parallel_upgrades)
+    return max(0, limit - in_flight)
+
+
+def next_step(node: NodeView, target: str, policy: ClusterPolicySpec, now: float, may_start: bool) -> Step | None:
+    """The node's next state (None: stay). Pure."""
+    timeout = policy.driver.upgrade_policy.pod_deletion.timeout_seconds
+    outdated = node.driver_image is not None and node.driver_image != target
+    overdue = now - node.since > timeout
+    state = node.state
+    if state in ("", DONE):
+        return Step(UPGRADE_REQUIRED) if outdated else None
+    if state == UPGRADE_REQUIRED:
+        if not outdated:
+            return Step(DONE)
+        return Step(CORDON_REQUIRED) if may_start else None
+    if state == CORDON_REQUIRED:
+        return Step(WAIT_FOR_JOBS, ("cordon",))
+    if state == WAIT_FOR_JOBS:
+        return Step(POD_DELETION)
+    if state in (POD_DELETION, DRAIN_REQUIRED):
+        if not node.gpu_pods:
+            return Step(POD_RESTART)
+        if overdue:
+            return Step(FAILED, message=f"GPU pods not evicted within {timeout}s")
+        return Step(state, ("evict",))
+    if state == POD_RESTART:
+        return Step(VALIDATION, ("restart-driver",) if outdated else ())
+    if state == VALIDATION:
+        if not outdated and node.driver_ready:
+            return Step(UNCORDON)
+        if overdue:
+            return Step(FAILED, message=f"new driver not ready within {timeout}s")
+        return None
+    if state == UNCORDON:
+        return Step(DONE, ("uncordon",))
+    if state == FAILED:
+        return Step(UNCORDON) if not outdated and node.driver_ready else None
+    return Step(UPGRADE_REQUIRED if outdated else DONE, message=f"unknown state {state!r} reset")
+
+
+@dataclass
+class UpgradeReport:
+    """Writes made and the per-state node counts for the ClusterPolicy status."""
+
+    writes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _uses_gpu(pod: dict[str, Any]) -> bool:
+    for c in pod.get("spec", {}).get("containers") or []:
+        res = c.get("resources") or {}
+        if any(k.startswith("nvidia.com/") for k in {**(res.get("limits") or {}), **(res.get("requests") or {})}):
+            return True
+    return False
+
+
+def _driver_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        str(p.get("spec", {}).get("nodeName")): p
+        for p in pods
+        if p.get("metadata", {}).get("labels", {}).get("app") == DRIVER.name
+    }
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    st = pod.get("status") or {}
+    statuses = st.get("containerStatuses") or []
+    return st.get("phase") == "Running" and bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def advance_upgrades(
+    cluster: Cluster,
+    policy: ClusterPolicySpec,
+    gpu_nodes: list[dict[str, Any]],
+    daemonsets: dict[str, dict[str, Any]],
+    operand_pods: list[dict[str, Any]],
+    namespace: str,
+    now: float | None = None,
+) -> UpgradeReport:
+    """Move every GPU node one step through the upgrade state machine; returns what it wrote."""
+    report = UpgradeReport()
+    ds = daemonsets.get(DRIVER.name)
+    if not policy.driver.enabled or ds is None or not policy.driver.upgrade_policy.auto_upgrade:
+        return report
+    now = time.time() if now is None else now
+    target = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    drivers = _driver_pods(operand_pods)
+    views = []
+    for node in sorted(gpu_nodes, key=name_of):
+        name = name_of(node)
+        pod = drivers.get(name)
+        state = labels_of(node).get(STATE_LABEL, "")
+        since = float(annotations_of(node).get(SINCE_ANNOTATION) or now)
+        image = pod["spec"]["containers"][0]["image"] if pod else None
+        gpu_pods: tuple[tuple[str, str], ...] = ()
+        if state in (POD_DELETION, DRAIN_REQUIRED):
+            on_node = cluster.list(POD, field_selector=f"spec.nodeName={name}")
+            gpu_pods = tuple(
+                (str(p["metadata"]["namespace"]), name_of(p))
+                for p in on_node
+                if p["metadata"].get("namespace") != namespace and _uses_gpu(p)
+            )
+        views.append(NodeView(name, state, since, image, pod is not None and _pod_ready(pod), gpu_pods))
+    in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
+    free = slots(policy, len(views), in_flight)
+    counts: dict[str, int] = {}
+    for v in views:
+        step = next_step(v, target, policy, now, may_start=free > 0)
+        if step is not None and step.state == CORDON_REQUIRED:
+            free -= 1
+        new_state, message = v.state, ""
+        if step is not None:
+            message = _perform(cluster, v, step, drivers.get(v.name), namespace, report)
+            new_state = step.state
+            if new_state != v.state or message:
+                _label(cluster, v, new_state, message or step.message, now, report)
+        if new_state:
+            counts[new_state] = counts.get(new_state, 0) + 1
+    if counts:
+        report.summary = {"target": target, "nodes": counts}
+    return report
+
+
+def _perform(
+    cluster: Cluster, v: NodeView, step: Step, driver_pod: dict[str, Any] | None, namespace: str, report: UpgradeReport
+) -> str:
+    """Carry out a step's actions; returns a message when something blocked."""
+    blocked = ""
+    for action in step.actions:
+        if action in ("cordon", "uncordon"):
+            cluster.patch(NODE, v.name, {"spec": {"unschedulable": True if action == "cordon" else None}})
+            report.writes.append(f"node/{v.name} ({action})")
+        elif action == "evict":
+            for ns, pod in v.gpu_pods:
+                try:
+                    cluster.evict(pod, ns)
+                    report.writes.append(f"pod/{ns}/{pod} (evicted)")
+                except EvictionBlockedError as exc:
+                    blocked = str(exc)
+                except NotFoundError:
+                    continue
+        elif action == "restart-driver" and driver_pod is not None:
+            try:
+                cluster.delete(POD, name_of(driver_pod), namespace)
+                report.writes.append(f"pod/{namespace}/{name_of(driver_pod)} (driver restart)")
+            except NotFoundError:
+                continue
+    return blocked
+
+
+def _label(cluster: Cluster, v: NodeView, state: str, message: str, now: float, report: UpgradeReport) -> None:
+    since = str(now) if state != v.state else None
+    annotations: dict[str, Any] = {MESSAGE_ANNOTATION: message or None}
+    if since is not None:
+        annotations[SINCE_ANNOTATION] = since
+    cluster.patch(NODE, v.name, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}})
+    report.writes.append(f"node/{v.name} ({STATE_LABEL}={state})")
