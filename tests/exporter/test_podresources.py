@@ -1,0 +1,102 @@
+"""Pod attribution: the pure id mapping, and the client against the kubelet peer over a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.exporter.collector import GpuMetricsCollector
+from gpuchain.exporter.counters import load_collectors
+from gpuchain.exporter.exposition import render
+from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesClient, PodResourcesError, attribute
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kubelet.node import start_sim_node
+from gpuchain.kubelet.peer import ContainerRequest
+
+
+def _row(device_id: str, pod: str = "p", resource: str = "nvidia.com/gpu") -> Assignment:
+    return Assignment(resource, device_id, PodRef("ns", pod, "c"))
+
+
+def test_every_id_form_reaches_its_device(mig_sim: SimBackend) -> None:
+    inv = mig_sim.inventory()
+    whole = inv.gpus[7]
+    mig = inv.gpus[4].mig_devices[3]
+    rows = [
+        _row(whole.uuid, "by-uuid"),
+        _row(f"{whole.uuid}::3", "by-replica"),
+        _row("7", "by-index"),
+        _row(f"{mig.uuid}::1", "mig-replica", "nvidia.com/mig-1g.10gb"),
+        _row(f"4:{mig.index}", "mig-index", "nvidia.com/mig-1g.10gb"),
+        _row("GPU-not-on-this-node", "gone"),
+    ]
+    pods = attribute(rows, inv)
+    assert pods == {
+        whole.uuid: (PodRef("ns", "by-index", "c"), PodRef("ns", "by-replica", "c"), PodRef("ns", "by-uuid", "c")),
+        mig.uuid: (PodRef("ns", "mig-index", "c"), PodRef("ns", "mig-replica", "c")),
+    }
+
+
+def test_two_replicas_of_one_gpu_in_one_container_count_once(h100_sim: SimBackend) -> None:
+    uuid = h100_sim.inventory().gpus[0].uuid
+    assert attribute([_row(f"{uuid}::0"), _row(f"{uuid}::1")], h100_sim.inventory()) == {
+        uuid: (PodRef("ns", "p", "c"),)
+    }
+
+
+def test_missing_socket_is_a_clear_error() -> None:
+    client = PodResourcesClient(str(Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"), timeout=0.5)
+    try:
+        with pytest.raises(PodResourcesError, match=r"kubelet.sock failed \(UNAVAILABLE"):
+            client.list()
+    finally:
+        client.close()
+
+
+async def test_attribution_through_the_kubelet_peer() -> None:
+    config = parse_config(
+        "flags: {migStrategy: mixed}\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"
+    )
+    node = await start_sim_node("h100-80gb-x8-mig-mixed", config=config)
+    client = PodResourcesClient(str(node.pod_resources_socket))
+    try:
+        await node.kubelet.admit("ml", "train", [ContainerRequest("main", {"nvidia.com/gpu": 1})])
+        await node.kubelet.admit(
+            "ml",
+            "infer",
+            [
+                ContainerRequest("model", {"nvidia.com/mig-1g.10gb": 2}),
+                ContainerRequest("sidecar", {"nvidia.com/mig-3g.40gb": 1}),
+            ],
+        )
+        rows = await asyncio.to_thread(client.list)
+        inv = node.backend.inventory()
+        pods = attribute(rows, inv)
+
+        gpu_rows = [r for r in rows if r.resource == "nvidia.com/gpu"]
+        assert len(gpu_rows) == 1 and "::" in gpu_rows[0].device_id
+        whole = {g.uuid for g in inv.gpus if not g.mig_enabled}
+        migs = {m.uuid: m.profile for m in inv.mig_devices}
+        train = [u for u, refs in pods.items() if PodRef("ml", "train", "main") in refs]
+        assert len(train) == 1 and train[0] in whole
+        model = [u for u, refs in pods.items() if PodRef("ml", "infer", "model") in refs]
+        assert sorted(migs[u] for u in model) == ["1g.10gb", "1g.10gb"]
+        sidecar = [u for u, refs in pods.items() if PodRef("ml", "infer", "sidecar") in refs]
+        assert [migs[u] for u in sidecar] == ["3g.40gb"]
+
+        collector = GpuMetricsCollector(node.backend, load_collectors(), "node-1", pod_lister=client.list)
+        assert await asyncio.to_thread(collector.collect_once)
+        text = render(collector.registry).decode()
+        util = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+        assert sum('pod="train"' in line for line in util) == 1
+        assert sum('container="model",namespace="ml",pod="infer"' in line for line in util) == 2
+        sidecar_line = next(line for line in util if 'container="sidecar"' in line)
+        assert 'GPU_I_PROFILE="3g.40gb"' in sidecar_line
+        assert 'namespace="ml"' in sidecar_line
+    finally:
+        client.close()
+        await node.stop()
