@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from kube.kmock_server import kmock_server
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.kube import NODE, LiveCluster
 from gpuchain.mig.config import default_config, parse_config
 
 runner = CliRunner()
@@ -61,3 +64,25 @@ def test_config_prints_a_loadable_mig_parted_file() -> None:
     result = runner.invoke(app, ["mig", "config"])
     assert result.exit_code == 0
     assert parse_config(result.stdout) == default_config()
+
+
+def test_mig_manager_once_against_a_real_http_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent command end to end: LiveCluster over kmock's HTTP API, simulated GPUs."""
+    with kmock_server() as (url, _emulator):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            "current-context: c\n"
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        cluster = LiveCluster.from_url(url)
+        labels = {"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/gpu.deploy.device-plugin": "true"}
+        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
+        result = runner.invoke(app, ["mig-manager", "--node", "n1", "--once", "-o", "json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["outcome"] == "success"
+        node = cluster.get(NODE, "n1")
+        assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+        assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
+        cluster.close()

@@ -50,7 +50,8 @@ def _name_option() -> Any:
     )
 
 
-def _config(path: str | None) -> MigPartedConfig:
+def mig_config(path: str | None) -> MigPartedConfig:
+    """The config file ``path``, or the built-in layouts; a bad file exits 2 naming file and line."""
     try:
         return load_config(path) if path else default_config()
     except ConfigFileError as exc:
@@ -97,7 +98,7 @@ def apply_cmd(
     Exit 0 on success, 2 on a bad config or a layout the GPUs cannot hold (nothing changed),
     1 when the hardware refused (the node is restored) or a GPU reset is needed.
     """
-    config = _config(config_file)
+    config = mig_config(config_file)
     try:
         b = open_backend(backend, preset, topology)
     except BACKEND_ERRORS as exc:
@@ -132,7 +133,7 @@ def assert_cmd(
     output: OutputFormat = output_option(),
 ) -> None:
     """Exit 0 only if the node already has the named layout; otherwise list what differs (exit 1)."""
-    config = _config(config_file)
+    config = mig_config(config_file)
     try:
         b = open_backend(backend, preset, topology)
     except BACKEND_ERRORS as exc:
@@ -155,7 +156,7 @@ def assert_cmd(
 @mig_app.command("config")
 def config_cmd(config_file: str | None = _file_option()) -> None:
     """Print the config (validated) in mig-parted's format: the built-in layouts by default."""
-    typer.echo(_config(config_file).to_yaml(), nl=False)
+    typer.echo(mig_config(config_file).to_yaml(), nl=False)
 
 
 def _close(backend: GpuBackend) -> None:

@@ -109,7 +109,11 @@ class MigManager:
     def observe(self) -> Observation:
         node = self.cluster.get(NODE, self.node)
         labels = dict((node.get("metadata") or {}).get("labels") or {})
-        pods = self.cluster.list(POD, field_selector=f"spec.nodeName={self.node}")
+        pods = [
+            p
+            for p in self.cluster.list(POD, field_selector=f"spec.nodeName={self.node}")
+            if _spec(p).get("nodeName") == self.node  # also where a server ignores field selectors
+        ]
         operand, workload = classify_pods(pods, self.policy.operands)
         layout = self._check() if self.machine.phase is Phase.CHECK else None
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors)
@@ -188,11 +192,11 @@ class MigManager:
         watcher = asyncio.create_task(self._watch(wake))
         try:
             while stop is None or not stop.is_set():
+                wake.clear()  # before reconciling: a change seen during it wakes the next round
                 try:
                     await asyncio.to_thread(self.reconcile)
                 except KubeError as exc:
                     log.warning("MIG manager: Kubernetes API error, retrying: %s", exc)
-                wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), interval)
         finally:

@@ -1,0 +1,338 @@
+"""The node agent on MemoryCluster + SimBackend: every path ends with the operands' labels
+restored and the state label saying what happened."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import nvml_over
+
+from gpuchain.deviceplugin.config import parse_config as plugin_config
+from gpuchain.deviceplugin.resources import map_resources
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube import NODE, POD, MemoryCluster
+from gpuchain.mig.agent import (
+    CONFIG_LABEL,
+    PAUSED,
+    REASON_ANNOTATION,
+    STATE_LABEL,
+    Apply,
+    ApplyOutcome,
+    LayoutCheck,
+    Machine,
+    Observation,
+    Phase,
+    PodRef,
+    Policy,
+    SetLabels,
+    State,
+    step,
+)
+from gpuchain.mig.config import default_config
+from gpuchain.mig.manager import MigManager, classify_pods
+
+NODE_NAME = "gpu-node-1"
+OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter")
+DEPLOY = {f"nvidia.com/gpu.deploy.{op}": "true" for op in OPERANDS}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _node(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
+
+
+def _pod(
+    name: str,
+    namespace: str = "gpu-operator",
+    selector: dict[str, str] | None = None,
+    gpus: dict[str, int] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "x"}
+    if gpus:
+        container["resources"] = {"limits": {k: str(v) for k, v in gpus.items()}}
+    spec: dict[str, Any] = {"nodeName": NODE_NAME, "containers": [container]}
+    if selector:
+        spec["nodeSelector"] = selector
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
+def _operand_pods() -> list[dict[str, Any]]:
+    return [_pod(f"{op}-abcde", selector={f"nvidia.com/gpu.deploy.{op}": "true"}) for op in OPERANDS]
+
+
+def _labels(cluster: MemoryCluster) -> dict[str, str]:
+    return dict(cluster.get(NODE, NODE_NAME)["metadata"]["labels"])
+
+
+def _reason(cluster: MemoryCluster) -> str | None:
+    return cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {}).get(REASON_ANNOTATION)
+
+
+def _setup(
+    backend: GpuBackend, extra: list[dict[str, Any]] | None = None, policy: Policy | None = None
+) -> tuple[MemoryCluster, MigManager, Clock]:
+    cluster = MemoryCluster([_node(dict(DEPLOY)), *_operand_pods(), *(extra or [])])
+    clock = Clock()
+    manager = MigManager(cluster, backend, NODE_NAME, default_config(), policy or Policy(timeout_s=60), clock)
+    return cluster, manager, clock
+
+
+def _relabel(cluster: MemoryCluster, config: str) -> None:
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {CONFIG_LABEL: config}}})
+
+
+def _stop_operands(cluster: MemoryCluster) -> None:
+    """What the DaemonSet controller does once the deploy labels no longer select the node."""
+    for pod in classify_pods(cluster.list(POD, field_selector=f"spec.nodeName={NODE_NAME}"), OPERANDS)[0]:
+        cluster.delete(POD, pod.name, pod.namespace)
+
+
+def _resources(backend: GpuBackend) -> dict[str, int]:
+    cfg = plugin_config("version: v1\nflags:\n  migStrategy: mixed\n")
+    return {r.name: len(r.devices) for r in map_resources(backend.inventory(), cfg)}
+
+
+def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim)
+    assert _resources(sim) == {"nvidia.com/gpu": 8}
+
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "pending"
+    assert all(labels[k] == PAUSED for k in DEPLOY)
+    assert manager.machine.phase is Phase.OPERANDS and not sim.inventory().mig_devices  # waits for the pods
+
+    _stop_operands(cluster)
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "success" and all(labels[k] == "true" for k in DEPLOY)
+    assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}  # what the device plugin announces on restart
+
+    cluster.create(_operand_pods()[0])  # the restored operands come back ...
+    _relabel(cluster, "all-disabled")
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "pending"
+    _stop_operands(cluster)  # ... and go again for the next change
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success"
+    assert _resources(sim) == {"nvidia.com/gpu": 8}
+    reasons = [e["reason"] for e in cluster.events_for(cluster.get(NODE, NODE_NAME))]
+    assert reasons == ["MigConfigSuccess", "MigConfigSuccess"]
+
+
+def test_invalid_layout_fails_with_a_reason_and_leaves_the_node_unchanged() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    before = sim.inventory()
+    cluster, manager, _ = _setup(sim)
+    _relabel(cluster, "all-1g.18gb")  # an H200 layout on an H100 node
+    manager.reconcile()
+    assert _labels(cluster) == {**DEPLOY, CONFIG_LABEL: "all-1g.18gb", STATE_LABEL: "failed"}
+    assert "selects none of this node's GPUs (models: H100-80GB)" in (_reason(cluster) or "")
+    assert sim.inventory() == before
+    events = cluster.events_for(cluster.get(NODE, NODE_NAME))
+    assert [(e["reason"], e["type"]) for e in events] == [("MigConfigFailed", "Warning")]
+
+    _relabel(cluster, "no-such-layout")
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "failed"
+    assert "no MIG layout named 'no-such-layout'" in (_reason(cluster) or "")
+
+
+def test_timeout_waiting_for_operands_restores_the_labels() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, clock = _setup(sim)
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    assert all(_labels(cluster)[k] == PAUSED for k in DEPLOY)
+    clock.now += 30
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "pending"
+    clock.now += 31  # past the 60 s timeout; the operand pods never went
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert "timed out after 60s waiting for GPU operand pods" in (_reason(cluster) or "")
+    assert not sim.inventory().mig_devices
+    manager.reconcile()  # settled: no retry loop on the same failed layout
+    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[STATE_LABEL] == "failed"
+
+
+def test_gpu_workloads_block_the_change_with_a_clear_reason() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    train = _pod("train-0", "ml", gpus={"nvidia.com/gpu": 2})
+    cpu_only = _pod("web-0", "default")
+    cluster, manager, _ = _setup(sim, [train, cpu_only])
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert _reason(cluster) == (
+        "1 pods still use GPUs on this node (ml/train-0); drain the node (kubectl drain) "
+        "or run the MIG manager with --evict"
+    )
+    assert cluster.calls.by_verb["evict"] == 0 and not sim.inventory().mig_devices
+
+    _relabel(cluster, "all-balanced")  # draining the node unblocks it
+    cluster.delete(POD, "train-0", "ml")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success"
+
+
+def test_evict_policy_evicts_gpu_pods_through_the_eviction_api() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    pods = [_pod("infer-0", "ml", gpus={"nvidia.com/mig-1g.10gb": 1}), _pod("web-0", "default")]
+    cluster, manager, _ = _setup(sim, pods, Policy(timeout_s=60, evict=True))
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    assert cluster.calls.by_verb["evict"] == 1
+    assert cluster.get_or_none(POD, "web-0", "default") is not None
+    _stop_operands(cluster)
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success"
+
+
+def test_eviction_blocked_by_a_pdb_times_out_naming_it() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-pdb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+    }
+    train = _pod("train-0", "ml", gpus={"nvidia.com/gpu": 8}, labels={"app": "train"})
+    cluster, manager, clock = _setup(sim, [train, pdb], Policy(timeout_s=60, evict=True))
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "pending" and manager.machine.phase is Phase.WORKLOADS
+    assert _labels(cluster)["nvidia.com/gpu.deploy.device-plugin"] == "true"  # not paused yet
+    clock.now += 61
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "failed"
+    assert "PodDisruptionBudget ml/train-pdb" in (_reason(cluster) or "")
+    assert all(_labels(cluster)[k] == "true" for k in DEPLOY)
+
+
+def test_node_already_in_the_layout_succeeds_without_pausing_operands() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim)
+    _relabel(cluster, "all-disabled")
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success"
+    patches = cluster.calls.by_verb["patch"]
+    assert patches == 3  # our relabel, pending, success: the operands were never paused
+
+
+def test_labels_left_paused_by_an_interrupted_run_are_restored() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim)
+    cluster.patch(
+        NODE,
+        NODE_NAME,
+        {
+            "metadata": {
+                "labels": {
+                    "nvidia.com/gpu.deploy.device-plugin": PAUSED,
+                    CONFIG_LABEL: "all-disabled",
+                    STATE_LABEL: "pending",
+                }
+            }
+        },
+    )
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "success" and labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+
+
+def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    sim.mig_mode_needs_reset = True
+    cluster, manager, _ = _setup(nvml_over(sim))
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "rebooting" and all(labels[k] == "true" for k in DEPLOY)
+    assert "pending a GPU reset" in (_reason(cluster) or "")
+    for i in range(8):
+        sim.reset_gpu(i)  # the node reboots; a fresh agent picks the change up again
+    fresh = MigManager(cluster, nvml_over(sim), NODE_NAME, default_config(), Policy(timeout_s=60))
+    fresh.reconcile()
+    _stop_operands(cluster)
+    fresh.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success" and _reason(cluster) is None
+    assert len(sim.inventory().mig_devices) == 56
+
+
+async def test_run_reacts_to_the_label() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster = MemoryCluster([_node({})])
+    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=5))
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=5.0, stop=stop))
+    await asyncio.sleep(0.05)
+    _relabel(cluster, "all-7g.80gb")
+    for _ in range(100):
+        if _labels(cluster).get(STATE_LABEL) == "success":
+            break
+        await asyncio.sleep(0.02)
+    stop.set()
+    task.cancel()
+    assert _labels(cluster).get(STATE_LABEL) == "success"  # woken by the watch, not the 5 s timer
+    assert len(sim.inventory().mig_devices) == 8
+
+
+# ---- the pure state machine ------------------------------------------------------------------
+
+
+def test_step_walks_the_phases_and_every_end_restores() -> None:
+    policy = Policy(timeout_s=10)
+    labels = {**DEPLOY, CONFIG_LABEL: "all-1g.10gb"}
+    m, actions = step(Machine(), Observation(labels), policy, 0.0)
+    assert m.phase is Phase.CHECK and actions == [SetLabels({STATE_LABEL: State.PENDING})]
+    m, _ = step(m, Observation(labels, layout=LayoutCheck()), policy, 1.0)
+    m, _ = step(m, Observation(labels), policy, 1.0)
+    assert m.phase is Phase.PAUSE
+    m, actions = step(m, Observation(labels), policy, 1.0)
+    assert actions == [SetLabels(dict.fromkeys(DEPLOY, PAUSED))] and m.paused == tuple(sorted(DEPLOY))
+    busy = Observation(labels, operand_pods=(PodRef("gpu-operator", "dp"),))
+    m, actions = step(m, busy, policy, 5.0)
+    assert m.phase is Phase.OPERANDS and actions == []
+    m, actions = step(m, Observation(labels), policy, 6.0)
+    assert actions == [Apply("all-1g.10gb")]
+    m, _ = step(m, Observation(labels, applied=(ApplyOutcome.FAILED, "boom")), policy, 7.0)
+    assert (m.phase, m.outcome) == (Phase.RESTORE, State.FAILED)
+    m, actions = step(m, Observation(labels), policy, 7.0)
+    restore = actions[0]
+    assert isinstance(restore, SetLabels)
+    assert restore.labels == {**DEPLOY, STATE_LABEL: State.FAILED} and restore.reason == "boom"
+    assert m.phase is Phase.IDLE
+
+
+@pytest.mark.parametrize("state", ["success", "failed", "rebooting"])
+def test_step_is_quiet_once_settled(state: str) -> None:
+    labels = {CONFIG_LABEL: "all-disabled", STATE_LABEL: state}
+    m = Machine(Phase.IDLE, "all-disabled")
+    assert step(m, Observation(labels), Policy(), 0.0) == (m, [])
+    assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
