@@ -1,0 +1,157 @@
+"""End to end with a real Prometheus server: it scrapes the exporter, and the queries of NVIDIA's
+public DCGM Grafana dashboard (grafana.com 12239) return series carrying pod labels.
+
+The chain is real on every hop: SimBackend -> device plugin -> kubelet peer (admission, then
+pod-resources over a unix socket) -> exporter (HTTP) -> Prometheus (Debian package, started here
+on loopback with its own storage directory) -> Prometheus HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.exporter.collector import GpuMetricsCollector
+from gpuchain.exporter.counters import load_collectors
+from gpuchain.exporter.podresources import PodResourcesClient
+from gpuchain.exporter.server import MetricsServer
+from gpuchain.kubelet.node import start_sim_node
+from gpuchain.kubelet.peer import ContainerRequest
+
+PROMETHEUS = shutil.which("prometheus")
+HOST = "gpu-node-1"
+
+# The dashboard's panel and variable queries, with its template variables filled in.
+DASHBOARD_QUERIES = {
+    "GPU Temperature": f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, uuid)',
+    "GPU Avg. Temp": f'avg(DCGM_FI_DEV_GPU_TEMP{{Hostname=~"{HOST}", gpu=~".*"}})',
+    "GPU Power Usage": f'max(DCGM_FI_DEV_POWER_USAGE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, uuid)',
+    "GPU Power Total": f'sum(max(DCGM_FI_DEV_POWER_USAGE{{Hostname=~"{HOST}", gpu=~".*"}}) by (gpu))',
+    "GPU SM Clocks": f'max(DCGM_FI_DEV_SM_CLOCK{{Hostname=~"{HOST}", gpu=~".*"}} * 1000000) by (Hostname, UUID, gpu)',
+    "GPU Utilization": (
+        f'max(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
+    ),
+    "GPU Framebuffer Mem Used": (
+        f'max(DCGM_FI_DEV_FB_USED{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
+    ),
+    "Hostname variable": "DCGM_FI_DEV_FB_FREE",
+}
+
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None, reason="the prometheus binary is not installed (Debian: apt-get install prometheus)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _api(base: str, path: str, **params: str) -> Any:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())["data"]
+
+
+async def _query(base: str, expr: str) -> list[dict[str, Any]]:
+    data = await asyncio.to_thread(_api, base, "/api/v1/query", query=expr)
+    return list(data["result"])
+
+
+async def _wait_until(base: str, expr: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = await _query(base, expr)
+        except OSError:
+            result = []
+        if result:
+            return result
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"Prometheus returned nothing for {expr} within {timeout}s")
+
+
+async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
+    assert PROMETHEUS is not None
+    work = Path(tempfile.mkdtemp(prefix="gc-prom-", dir="/tmp"))
+    config = parse_config("flags: {migStrategy: mixed}")
+    node = await start_sim_node("h100-80gb-x8-mig-mixed", config=config)
+    pods = PodResourcesClient(str(node.pod_resources_socket))
+    collector = GpuMetricsCollector(node.backend, load_collectors(), HOST, pod_lister=pods.list, interval=0.5)
+    server = MetricsServer(collector, "127.0.0.1", 0)
+    prom: subprocess.Popen[bytes] | None = None
+    try:
+        await node.kubelet.admit("ml", "train", [ContainerRequest("trainer", {"nvidia.com/gpu": 1})])
+        await node.kubelet.admit("ml", "infer", [ContainerRequest("server", {"nvidia.com/mig-3g.40gb": 1})])
+        collector.start()
+        server.start_background()
+        (work / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: dcgm-exporter\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{server.server_port}']}}]\n"
+        )
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        with open(work / "prometheus.log", "wb") as log:
+            prom = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={work / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={work / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+        up = await _wait_until(base, 'up{job="dcgm-exporter"} == 1')
+        assert up, (work / "prometheus.log").read_text()[-2000:]
+        train = await _wait_until(base, 'DCGM_FI_DEV_GPU_UTIL{pod="train"}')
+
+        for title, expr in DASHBOARD_QUERIES.items():
+            assert await _wait_until(base, expr), f"dashboard panel {title!r} is empty"
+
+        gpus = await asyncio.to_thread(_api, base, "/api/v1/label/gpu/values", **{"match[]": "DCGM_FI_DEV_FB_FREE"})
+        assert sorted(gpus) == ["6", "7"]  # framebuffer series are whole-GPU; 0-5 are in MIG mode
+
+        (series,) = train
+        labels = series["metric"]
+        assert labels["namespace"] == "ml" and labels["container"] == "trainer"
+        assert labels["Hostname"] == HOST and labels["modelName"] == "NVIDIA H100 80GB HBM3"
+        assert labels["gpu"] in ("6", "7") and labels["UUID"].startswith("GPU-")
+        assert await _query(base, 'DCGM_FI_DEV_FB_USED{pod="train", namespace="ml", container="trainer"}')
+        assert await _query(base, 'DCGM_FI_DEV_GPU_TEMP{pod="train"}')
+        assert await _query(base, 'DCGM_FI_DEV_POWER_USAGE{pod="train"}')
+
+        (mig,) = await _wait_until(base, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod="infer"}')
+        assert mig["metric"]["GPU_I_PROFILE"] == "3g.40gb"
+        assert mig["metric"]["container"] == "server"
+        assert await _query(base, 'DCGM_FI_DEV_XID_ERRORS{pod="infer", err_code="0"}')
+    finally:
+        if prom is not None:
+            prom.terminate()
+            try:
+                prom.wait(10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+        server.shutdown()
+        server.server_close()
+        collector.stop()
+        pods.close()
+        await node.stop()
+        shutil.rmtree(work, ignore_errors=True)
