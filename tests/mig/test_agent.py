@@ -11,6 +11,7 @@ from conftest import nvml_over
 
 from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.deviceplugin.resources import map_resources
+from gpuchain.discovery.labels import gfd_labels
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
@@ -104,9 +105,17 @@ def _stop_operands(cluster: MemoryCluster) -> None:
         cluster.delete(POD, pod.name, pod.namespace)
 
 
+MIXED = plugin_config("version: v1\nflags:\n  migStrategy: mixed\n")
+
+
 def _resources(backend: GpuBackend) -> dict[str, int]:
-    cfg = plugin_config("version: v1\nflags:\n  migStrategy: mixed\n")
-    return {r.name: len(r.devices) for r in map_resources(backend.inventory(), cfg)}
+    """What the device plugin announces (mixed strategy) when it restarts on this inventory."""
+    return {r.name: len(r.devices) for r in map_resources(backend.inventory(), MIXED)}
+
+
+def _mig_count_label(backend: GpuBackend) -> str | None:
+    """What feature discovery labels the node with for the 1g.10gb profile (mixed strategy)."""
+    return gfd_labels(backend.inventory(), MIXED).get("nvidia.com/mig-1g.10gb.count")
 
 
 def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
@@ -125,7 +134,8 @@ def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
     manager.reconcile()
     labels = _labels(cluster)
     assert labels[STATE_LABEL] == "success" and all(labels[k] == "true" for k in DEPLOY)
-    assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}  # what the device plugin announces on restart
+    assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}
+    assert _mig_count_label(sim) == "56"
 
     cluster.create(_operand_pods()[0])  # the restored operands come back ...
     _relabel(cluster, "all-disabled")
@@ -135,6 +145,7 @@ def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
     manager.reconcile()
     assert _labels(cluster)[STATE_LABEL] == "success"
     assert _resources(sim) == {"nvidia.com/gpu": 8}
+    assert _mig_count_label(sim) is None
     reasons = [e["reason"] for e in cluster.events_for(cluster.get(NODE, NODE_NAME))]
     assert reasons == ["MigConfigSuccess", "MigConfigSuccess"]
 
