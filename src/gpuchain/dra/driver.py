@@ -14,6 +14,7 @@ are already gone. Either step may be repeated after a crash without harm.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,15 @@ from gpuchain.dra import cdi, health, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/var/lib/kubelet/plugins") / DRIVER
 
@@ -116,15 +121,25 @@ class DraDriver:
             return self.publish()
 
     async def follow_health(self) -> None:
-        """Consume the backend's health events forever, republishing on each change."""
+        """Consume the backend's health events forever, republishing on each change.
+
+        A failed publish is logged, not raised: the unhealthy set is already updated and the next
+        resync publishes it, while the plugin keeps serving prepared claims.
+        """
         async for event in self.backend.events():
-            await asyncio.to_thread(self.on_event, event)
+            try:
+                await asyncio.to_thread(self.on_event, event)
+            except (KubeError, GpuError, OSError) as exc:
+                log.error("health event %s on %s: slice not republished yet: %s", event.kind, event.gpu_uuid, exc)
 
     async def resync(self, interval: float) -> None:
-        """Republish every ``interval`` seconds, so a MIG re-layout (no event) reaches the slice."""
+        """Republish every ``interval`` seconds, so a MIG re-layout (no event) or a failed write heals."""
         while True:
             await asyncio.sleep(interval)
-            await asyncio.to_thread(self.publish)
+            try:
+                await asyncio.to_thread(self.publish)
+            except (KubeError, GpuError, OSError) as exc:
+                log.error("republishing ResourceSlice %s failed, retrying in %ss: %s", self.node, interval, exc)
 
     # ---- claims -------------------------------------------------------------------------------
 

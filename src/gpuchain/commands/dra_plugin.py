@@ -1,0 +1,157 @@
+"""`gpuchain dra-plugin` (the DRA kubelet plugin) and `gpuchain dra-demo` (the same on a simulated node)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import typer
+import yaml
+from rich.panel import Panel
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import OutputFormat, console, err_console, fail, output_option, plain
+from gpuchain.dra.cdi import DEFAULT_CDI_DIR
+from gpuchain.dra.checkpoint import CheckpointError
+from gpuchain.dra.demo import DEFAULT_PRESET, run_dra_demo
+from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
+from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraPluginServer
+from gpuchain.dra.slices import SliceError
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.xid import policy_from_env
+from gpuchain.kube.errors import KubeError
+from gpuchain.kube.port import Cluster
+
+log = logging.getLogger("gpuchain.dra")
+
+
+class ClusterKind(enum.StrEnum):
+    live = "live"
+    memory = "memory"
+
+
+def _open_cluster(kind: ClusterKind) -> Cluster:
+    if kind is ClusterKind.memory:
+        from gpuchain.kube.memory import MemoryCluster
+
+        return MemoryCluster()
+    from gpuchain.kube.live import LiveCluster
+
+    return LiveCluster()
+
+
+async def serve(driver: DraDriver, server: DraPluginServer, resync: float) -> None:
+    """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT."""
+    published = await asyncio.to_thread(driver.publish)
+    log.info(
+        "ResourceSlice for pool %s: %d devices, generation %d",
+        driver.node,
+        len(published.devices),
+        published.generation,
+    )
+    await server.start()
+    log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
+    tasks = [asyncio.create_task(driver.follow_health()), asyncio.create_task(driver.resync(resync))]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await server.stop()
+        log.info("stopped; sockets removed (prepared claims stay in %s)", driver.checkpoint.path)
+
+
+def dra_plugin(
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    node_name: str | None = typer.Option(
+        None, "--node-name", envvar="NODE_NAME", help="This node (default: the simulated node, or the host name)."
+    ),
+    cluster: ClusterKind = typer.Option(
+        ClusterKind.live, "--cluster", help="live: the API server (in-cluster or kubeconfig); memory: in-process only."
+    ),
+    registry_dir: Path = typer.Option(DEFAULT_REGISTRY_DIR, "--registry-dir", help="The kubelet's plugins_registry."),
+    plugin_dir: Path = typer.Option(DEFAULT_PLUGIN_DIR, "--plugin-dir", help="Where the DRA endpoint socket goes."),
+    cdi_dir: Path = typer.Option(DEFAULT_CDI_DIR, "--cdi-dir", envvar="CDI_DIR", help="Where claim CDI specs go."),
+    state_dir: Path = typer.Option(
+        DEFAULT_STATE_DIR, "--state-dir", help="Where the prepared-claims checkpoint lives."
+    ),
+    resync: float = typer.Option(
+        30.0, "--resync-seconds", min=0.1, help="Republish interval (catches MIG re-layouts)."
+    ),
+) -> None:
+    """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
+
+    Publishes this node's ResourceSlice, registers with the kubelet's plugin watcher, prepares
+    claims as CDI specs and withdraws devices on XIDs (DP_DISABLE_HEALTHCHECKS /
+    DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        policy = policy_from_env(os.environ)
+        b = open_backend(backend, preset, topology)
+    except (*BACKEND_ERRORS, ValueError) as exc:
+        fail(str(exc))
+    node = node_name or (b.topology.node if isinstance(b, SimBackend) else socket.gethostname())
+    try:
+        config = DriverConfig(node=node, cdi_dir=cdi_dir, state_dir=state_dir, policy=policy)
+        driver = DraDriver(b, _open_cluster(cluster), config)
+        server = DraPluginServer(driver, registry_dir, plugin_dir)
+        asyncio.run(serve(driver, server, resync))
+    except (CheckpointError, SliceError) as exc:
+        fail(str(exc))
+    except KubeError as exc:
+        fail(f"Kubernetes API: {exc}", code=1)
+    except OSError as exc:
+        fail(f"cannot serve in {registry_dir} / {plugin_dir}: {exc}", code=1)
+    finally:
+        b.close()
+    err_console.print("DRA plugin stopped", style="dim")
+
+
+def dra_demo(
+    preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Simulated topology preset."),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Run the DRA path on a simulated node: ResourceSlice, registration, a claim prepared, an XID.
+
+    Plugin and kubelet peer talk gRPC over unix sockets in a temporary directory; no GPU or
+    cluster is needed. -o json prints the transcript (including the ResourceSlice and CDI spec).
+    """
+    people = output is OutputFormat.table
+    if people:
+        console.print(Panel.fit("gpuchain DRA demo: GPUs -> ResourceSlice -> claim -> CDI", style="bold"))
+    try:
+        transcript = asyncio.run(run_dra_demo(preset, console if people else None))
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    except (LookupError, OSError, TimeoutError, RuntimeError) as exc:
+        fail(f"DRA demo failed: {exc or type(exc).__name__}", code=1)
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(plain(transcript), indent=2) + "\n")
+    elif output is OutputFormat.yaml:
+        sys.stdout.write(yaml.safe_dump(plain(transcript), sort_keys=False))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dra-plugin")(dra_plugin)
+    app.command("dra-demo")(dra_demo)
