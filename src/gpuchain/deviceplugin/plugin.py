@@ -18,9 +18,10 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -66,8 +67,11 @@ class DevicePlugin:
         watch_interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         pre_start_required: bool = False,
+        extra_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]] = (),
     ) -> None:
+        """``extra_handlers`` are served on every endpoint's socket too (the benchmark's bare baseline)."""
         self.backend = backend
+        self.extra_handlers = tuple(extra_handlers)
         self.config = config or Config()
         self.socket_dir = Path(socket_dir)
         self.watch_interval = watch_interval
@@ -144,7 +148,7 @@ class DevicePlugin:
         try:
             for res in resources:
                 servicer = ResourceServicer(res, inventory, self.config, self.health, self.pre_start_required)
-                server = ResourceServer(servicer, self.socket_dir)
+                server = ResourceServer(servicer, self.socket_dir, self.extra_handlers)
                 await server.start()
                 servers[res.name] = server
         except BaseException:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +156,15 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
 class ResourceServer:
     """A gRPC server on the resource's unix socket, serving one ResourceServicer."""
 
-    def __init__(self, servicer: ResourceServicer, socket_dir: Path) -> None:
+    def __init__(
+        self,
+        servicer: ResourceServicer,
+        socket_dir: Path,
+        extra_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]] = (),
+    ) -> None:
         self.servicer = servicer
         self.path = socket_dir / servicer.resource.endpoint
+        self.extra_handlers = tuple(extra_handlers)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -167,6 +173,8 @@ class ResourceServer:
             self.path.unlink()
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        if self.extra_handlers:
+            server.add_generic_rpc_handlers(self.extra_handlers)
         server.add_insecure_port(f"unix://{self.path}")
         await server.start()
         self._server = server
