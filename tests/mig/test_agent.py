@@ -347,3 +347,9 @@ def test_step_is_quiet_once_settled(state: str) -> None:
     m = Machine(Phase.IDLE, "all-disabled")
     assert step(m, Observation(labels), Policy(), 0.0) == (m, [])
     assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
+
+
+def test_step_restores_leftover_paused_labels_even_without_a_layout_label() -> None:
+    labels = {"nvidia.com/gpu.deploy.dcgm": PAUSED, "nvidia.com/gpu.deploy.driver": "true"}
+    m, actions = step(Machine(), Observation(labels), Policy(), 0.0)
+    assert m == Machine() and actions == [SetLabels({"nvidia.com/gpu.deploy.dcgm": "true"})]

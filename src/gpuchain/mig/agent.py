@@ -163,7 +163,8 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
 
     if m.phase is Phase.IDLE:
         if not wanted:
-            return m, []
+            leftover = leftover_paused(obs.labels)
+            return m, [SetLabels(dict.fromkeys(leftover, "true"))] if leftover else []
         settled = m.config == wanted and state in (State.SUCCESS, State.FAILED, State.REBOOTING)
         if settled and not leftover_paused(obs.labels):
             return m, []
