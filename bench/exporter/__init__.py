@@ -1,0 +1,1 @@
+"""Exporter scrape benchmark."""
