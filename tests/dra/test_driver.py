@@ -160,3 +160,15 @@ def test_corrupt_checkpoint_is_named(h100_sim: SimBackend, make_driver: DriverFa
     (short_dir / "state" / "checkpoint.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="checkpoint.json: unreadable checkpoint"):
         make_driver(h100_sim)
+
+
+def test_lost_gpu_is_withdrawn_once_and_returns_after_recovery(
+    h100_sim: SimBackend, make_driver: DriverFactory
+) -> None:
+    driver = make_driver(h100_sim)
+    driver.publish()
+    generations = [p.generation for e in h100_sim.lose_gpu(3) if (p := driver.on_event(e)) is not None]
+    assert generations == [2]  # XID 79 withdraws it; the GPU_LOST that follows changes nothing more
+    assert "gpu-3" not in driver.publish().devices
+    back = driver.on_event(h100_sim.recover_gpu(3))
+    assert back is not None and back.generation == 3 and "gpu-3" in back.devices

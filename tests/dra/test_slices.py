@@ -6,10 +6,12 @@ import copy
 
 import kubernetes_validate
 import pytest
+from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.dra import slices
 from gpuchain.dra.claims import attribute
 from gpuchain.dra.kinds import DRIVER
+from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 
 KUBE_VERSIONS = ("1.34.0", "1.36.0")
@@ -116,3 +118,14 @@ def test_architecture_names() -> None:
     assert slices.architecture((8, 0)) == "Ampere"
     assert slices.architecture((8, 9)) == "Ada Lovelace"
     assert slices.architecture((10, 0)) == "Blackwell"
+
+
+@pytest.mark.parametrize("preset", ["h100-80gb-x8", "h100-80gb-x8-mig-mixed"])
+def test_nvml_backend_publishes_the_same_slice(preset: str) -> None:
+    """`dra-plugin --backend nvml` sees what the simulator sees (through the fake pynvml)."""
+    sim = SimBackend.from_preset(preset)
+    nvml = NvmlBackend(nvml=FakeNvml(sim), probe_interval=0.2)  # type: ignore[arg-type]
+    try:
+        assert slices.render_devices(nvml.inventory()) == slices.render_devices(sim.inventory())
+    finally:
+        nvml.close()
