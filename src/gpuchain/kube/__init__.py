@@ -69,6 +69,7 @@ from gpuchain.kube.live import LiveCluster
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import (
     annotations_of,
+    diff_patch,
     labels_of,
     merge_patch,
     name_of,
@@ -115,6 +116,7 @@ __all__ = [
     "UnknownKindError",
     "WatchEvent",
     "annotations_of",
+    "diff_patch",
     "kind_of",
     "labels_of",
     "match_label_selector_object",

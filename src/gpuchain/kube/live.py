@@ -67,16 +67,23 @@ def _selector(reqs: list[Requirement]) -> list[tuple[str, Any]] | None:
     return [(r.key, _operator(r)) for r in reqs] or None
 
 
-def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
-    """Translate an HTTP error into the port's typed error.
+def _status_body(exc: httpx2.HTTPStatusError) -> dict[str, Any]:
+    """The Status object of an error response (lightkube decodes it when the content type says JSON)."""
+    if isinstance(exc, ApiError):
+        return dict(exc.status.to_dict())
+    try:
+        body = exc.response.json()
+    except ValueError:
+        return {}
+    return dict(body) if isinstance(body, dict) else {}
 
-    A real API server answers with a Status object (lightkube's ApiError); a test server may
-    answer with a bare status code, which still maps by code (409 on create = AlreadyExists).
-    """
-    status = exc.status if isinstance(exc, ApiError) else None
-    code = int(status.code or 0) if status is not None else exc.response.status_code
-    reason = str(status.reason or "") if status is not None else ""
-    message = str(status.message or exc) if status is not None else f"HTTP {code} from {exc.request.url}"
+
+def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
+    """Translate an HTTP error into the port's typed error (409 on create = AlreadyExists)."""
+    status = _status_body(exc)
+    code = int(status.get("code") or exc.response.status_code)
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or f"HTTP {code} from {exc.request.url}")
     if code == 404:
         return NotFoundError(message)
     if code == 409:
@@ -245,21 +252,20 @@ class LiveCluster(Cluster):
         body = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
         try:
             self._client.create(body, name=name, namespace=namespace)
-        except ApiError as exc:
-            if int(exc.status.code or 0) == 429:
-                raise EvictionBlockedError(namespace, name, self._blocking_pdb(exc), str(exc.status.message)) from None
-            raise _error(exc) from None
         except httpx2.HTTPStatusError as exc:
+            if exc.response.status_code == 429:
+                message, pdb = _eviction_refusal(exc)
+                raise EvictionBlockedError(namespace, name, pdb, message) from None
             raise _error(exc) from None
 
-    @staticmethod
-    def _blocking_pdb(exc: ApiError) -> str:
-        """The budget's name from the 429 Status causes ("The disruption budget X needs ...")."""
-        details = exc.status.details
-        texts = [str(c.message) for c in (details.causes or [])] if details else []
-        texts.append(str(exc.status.message))
-        for text in texts:
-            m = _PDB_NAME.search(text)
-            if m:
-                return m.group(1)
-        return "(unnamed)"
+
+def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str]:
+    """(message, budget name) from a 429 Status: "The disruption budget X needs N healthy pods..."."""
+    status = _status_body(exc)
+    message = str(status.get("message") or "too many requests")
+    causes = (status.get("details") or {}).get("causes") or []
+    for text in [*(str(c.get("message", "")) for c in causes), message]:
+        m = _PDB_NAME.search(text)
+        if m:
+            return message, m.group(1)
+    return message, "(unnamed)"

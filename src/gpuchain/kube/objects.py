@@ -95,3 +95,25 @@ def apply_intent(desired: Obj) -> Obj:
 def needs_apply(desired: Obj, live: Obj | None) -> bool:
     """Would applying ``desired`` onto ``live`` change anything (or create it)?"""
     return live is None or not is_subset(apply_intent(desired), live)
+
+
+def diff_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge patch that turns ``old`` into ``new`` ({} when they are equal).
+
+    Keys missing from ``new`` become ``None`` (delete), so writing a whole computed document
+    (a status) through a merge patch does not leave stale keys behind.
+    """
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return copy.deepcopy(new)
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = copy.deepcopy(value)
+        elif old[key] != value:
+            if isinstance(old[key], dict) and isinstance(value, dict):
+                patch[key] = diff_patch(old[key], value)
+            else:
+                patch[key] = copy.deepcopy(value)
+    return patch

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, Cluster, labels_of, name_of
-from gpuchain.kube.objects import is_subset
+from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.operator.operands import (
     MANAGED_BY,
@@ -57,9 +57,10 @@ def _write_status(cluster: Cluster, policy: dict[str, Any], computed: StatusAndC
     status, conditions = computed
     old = policy.get("status") or {}
     status = {**status, "conditions": with_transition_times(conditions, old.get("conditions") or [], now_rfc3339())}
-    if is_subset(status, old) and len(old.get("conditions") or []) == len(conditions):
+    patch = diff_patch(old, status)
+    if not patch:
         return False
-    cluster.patch_status(CLUSTER_POLICY, name_of(policy), status)
+    cluster.patch_status(CLUSTER_POLICY, name_of(policy), patch)
     return True
 
 

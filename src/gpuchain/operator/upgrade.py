@@ -97,7 +97,7 @@ def next_step(node: NodeView, target: str, policy: ClusterPolicySpec, now: float
         if not node.gpu_pods:
             return Step(POD_RESTART)
         if overdue:
-            return Step(FAILED, message=f"GPU pods not evicted within {timeout}s")
+            return Step(FAILED, ("evict",), f"GPU pods not evicted within {timeout}s")
         return Step(state, ("evict",))
     if state == POD_RESTART:
         return Step(VALIDATION, ("restart-driver",) if outdated else ())
@@ -188,6 +188,11 @@ def advance_upgrades(
         if step is not None:
             message = _perform(cluster, v, step, drivers.get(v.name), namespace, report)
             new_state = step.state
+            if new_state == FAILED and "evict" in step.actions:
+                if message:
+                    message = f"{step.message}: {message}"
+                else:  # the last try went through after all
+                    new_state = POD_RESTART
             if new_state != v.state or message:
                 _label(cluster, v, new_state, message or step.message, now, report)
         if new_state:

@@ -1,0 +1,118 @@
+"""The pure parts of the kube layer: selectors, merge patch, the apply diff, PDB arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuchain.kube import diff_patch, kind_of, match_label_selector_object, match_labels, merge_patch, needs_apply
+from gpuchain.kube.errors import UnknownKindError
+from gpuchain.kube.pdb import blocking_budget, disruptions_allowed
+from gpuchain.kube.selectors import parse_field_selector
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("a=1", {"a": "1"}, True),
+        ("a==1", {"a": "2"}, False),
+        ("a!=1", {}, True),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": "x"}, False),
+        ("a in (1, 2),b", {"a": "2", "b": "x"}, True),
+        ("a notin (1,2)", {"a": "3"}, True),
+        ("a notin (1,2)", {"a": "1"}, False),
+        ("", {"x": "y"}, True),
+    ],
+)
+def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert match_labels(selector, labels) is expected
+
+
+def test_bad_selector_names_the_term() -> None:
+    with pytest.raises(ValueError, match="a in"):
+        match_labels("a in 1", {})
+
+
+def test_field_selector_paths() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    assert parse_field_selector("spec.nodeName=n1,status.phase!=Failed")(pod)
+    assert not parse_field_selector("spec.nodeName=n2")(pod)
+
+
+def test_structured_selector() -> None:
+    sel = {"matchLabels": {"app": "x"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]}
+    assert match_label_selector_object(sel, {"app": "x", "tier": "web"})
+    assert not match_label_selector_object(sel, {"app": "x", "tier": "db"})
+    assert not match_label_selector_object(None, {"app": "x"}), "a null selector selects nothing"
+    assert match_label_selector_object({}, {"app": "x"}), "an empty selector selects everything"
+
+
+def test_merge_patch_rfc7386() -> None:
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"c": None, "d": 3}, "l": [2]}) == {
+        "a": {"b": 1, "d": 3},
+        "l": [2],
+    }
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=10,
+)
+json_docs = st.dictionaries(st.text(max_size=2), json_values.filter(lambda v: v is not None), max_size=4)
+
+
+@given(json_docs, json_docs)
+def test_diff_patch_round_trips(old: dict, new: dict) -> None:
+    def no_nulls(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: no_nulls(x) for k, x in v.items() if x is not None}
+        return v
+
+    old, new = no_nulls(old), no_nulls(new)  # type: ignore[assignment]
+    assert merge_patch(old, diff_patch(old, new)) == new
+    assert (diff_patch(old, new) == {}) == (old == new)
+
+
+def test_needs_apply_ignores_server_fields_and_defaults() -> None:
+    desired = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1"}},
+        "data": {"k": "v"},
+    }
+    live = {
+        **desired,
+        "metadata": {"name": "c", "labels": {"a": "1", "extra": "x"}, "uid": "u", "resourceVersion": "7"},
+    }
+    assert not needs_apply(desired, live)
+    assert needs_apply({**desired, "data": {"k": "w"}}, live)
+    assert needs_apply(desired, None)
+
+
+def test_unknown_kind_says_how_to_register() -> None:
+    with pytest.raises(UnknownKindError, match="register_kind"):
+        kind_of({"apiVersion": "example.com/v1", "kind": "Widget"})
+
+
+def _pod(name: str, phase: str = "Running", ready: bool = True) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "labels": {"app": "t"}},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def _pdb(**spec: object) -> dict:
+    return {"metadata": {"name": "b", "namespace": "ml"}, "spec": {"selector": {"matchLabels": {"app": "t"}}, **spec}}
+
+
+def test_pdb_arithmetic() -> None:
+    pods = [_pod("a"), _pod("b"), _pod("c", ready=False), _pod("d")]
+    assert disruptions_allowed(_pdb(minAvailable=2), pods) == 1
+    assert disruptions_allowed(_pdb(minAvailable="50%"), pods) == 1
+    assert disruptions_allowed(_pdb(maxUnavailable=1), pods) == 0, "one is already unhealthy"
+    assert disruptions_allowed(_pdb(maxUnavailable="50%"), pods) == 1
+    assert blocking_budget(_pod("x", phase="Pending"), [_pdb(maxUnavailable=0)], pods) is None
+    assert blocking_budget(pods[0], [_pdb(maxUnavailable=0)], pods) is not None

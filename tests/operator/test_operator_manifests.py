@@ -1,0 +1,90 @@
+"""Every manifest the operator renders passes kubernetes-validate (strict) for 1.28 and 1.36;
+ClusterPolicies validate against the CRD's own openAPIV3Schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from gpuchain.operator.crd import cluster_policy, crd
+from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+
+VERSIONS = ("1.28.0", "1.36.0")
+SPECS: list[dict[str, Any]] = [
+    {},
+    {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
+    {
+        "devicePlugin": {"config": {"name": "dp-config", "default": "default"}},
+        "migManager": {"config": {"name": "mig-parted-config", "default": "all-balanced"}},
+        "daemonsets": {"updateStrategy": "OnDelete", "labels": {"team": "ml"}, "annotations": {"a": "b"}},
+        "gfd": {"env": [{"name": "GFD_SLEEP_INTERVAL", "value": "30s"}]},
+    },
+    {"daemonsets": {"rollingUpdate": {"maxUnavailable": "20%"}}, "mig": {"strategy": "none"}},
+]
+
+
+def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
+    parsed = parse_policy(spec)
+    assert isinstance(parsed, ClusterPolicySpec), parsed
+    return parsed
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("spec", SPECS)
+def test_operands_validate(spec: dict[str, Any], version: str) -> None:
+    objs = desired(_policy(spec), Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
+    assert objs
+    for obj in objs:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_crd_validates(version: str) -> None:
+    kubernetes_validate.validate(crd(), version, strict=True)
+
+
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_cluster_policies_match_crd_schema(spec: dict[str, Any]) -> None:
+    jsonschema.validate(cluster_policy("cluster-policy", spec), _schema())
+
+
+def test_crd_schema_rejects_what_the_operator_rejects() -> None:
+    with pytest.raises(jsonschema.ValidationError, match="balanced"):
+        jsonschema.validate(cluster_policy("p", {"mig": {"strategy": "balanced"}}), _schema())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cluster_policy("p", {"driver": {"enabled": "yes"}}), _schema())
+
+
+def test_crd_shape() -> None:
+    spec = crd()["spec"]
+    assert spec["group"] == "gpuchain.io" and spec["scope"] == "Cluster"
+    assert spec["versions"][0]["subresources"] == {"status": {}}
+    props = spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for key in ("driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager", "mig", "validator", "daemonsets"):
+        assert key in props
+    assert props["devicePlugin"]["properties"]["config"]["properties"].keys() == {"name", "default"}
+
+
+def test_validator_ready_files_and_wait_init_containers() -> None:
+    objs = {o["metadata"]["name"]: o for o in desired(_policy({}), Facts("gpu-operator", "cp"))}
+    validator = objs["nvidia-operator-validator"]["spec"]["template"]["spec"]
+    assert [c["command"] for c in validator["initContainers"]] == [
+        ["gpuchain", "validate", check] for check in ("driver", "toolkit", "cuda", "plugin")
+    ]
+    plugin = objs["nvidia-device-plugin-daemonset"]["spec"]["template"]["spec"]
+    assert plugin["initContainers"][0]["command"] == ["gpuchain", "validate", "wait", "toolkit"]
+    assert plugin["containers"][0]["command"] == ["gpuchain", "device-plugin"]
+    assert plugin["runtimeClassName"] == "nvidia"
+    driver = objs["nvidia-driver-daemonset"]["spec"]
+    assert driver["updateStrategy"] == {"type": "OnDelete"}
+    assert driver["template"]["spec"]["containers"][0]["image"].startswith("nvcr.io/nvidia/driver:")
+    assert objs["nvidia"]["handler"] == "nvidia"

@@ -1,0 +1,80 @@
+"""Bad ClusterPolicy input is refused with a clear status condition; nothing is half-applied."""
+
+from __future__ import annotations
+
+import pytest
+from operator_helpers import NS, converge, make_cluster
+
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.operator.reconcile import reconcile
+from gpuchain.operator.simulate import OperandSimulator
+
+
+def _conditions(cluster) -> dict:  # type: ignore[no-untyped-def]
+    status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    return {c["type"]: c for c in status["conditions"]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"mig": {"strategy": "balanced"}}, "spec.mig.strategy", "'balanced' is not one of"),
+        ({"daemonsets": {"updateStrategy": "Recreate"}}, "spec.daemonsets.updateStrategy", "'Recreate'"),
+        ({"devicePlugin": {"repository": "Registry.Example/GPU Chain"}}, "spec.devicePlugin.repository", "not valid"),
+        ({"driver": {"version": "550 latest"}}, "spec.driver.version", "not valid"),
+        ({"driver": {"upgradePolicy": {"maxUnavailable": "lots"}}}, "spec.driver.upgradePolicy.maxUnavailable", "lots"),
+    ],
+)
+def test_bad_spec_sets_error_condition_and_deploys_nothing(spec: dict, field: str, words: str) -> None:
+    cluster = make_cluster(spec=spec)
+    result = reconcile(cluster, "cluster-policy", NS)
+    assert result.state == "notReady"
+    assert str(result.problems[0]).startswith(field)
+    conds = _conditions(cluster)
+    assert conds["Error"]["status"] == "True" and conds["Error"]["reason"] == "InvalidSpec"
+    assert field in conds["Error"]["message"] and words in conds["Error"]["message"]
+    assert conds["Ready"]["status"] == "False"
+    assert cluster.list(DAEMONSET, NS) == [], "nothing is applied from a bad policy"
+    cluster.calls.reset()
+    reconcile(cluster, "cluster-policy", NS)
+    assert cluster.calls.writes == 0, "a bad policy does not make the operator loop writing"
+
+
+def test_fixing_a_bad_spec_recovers() -> None:
+    cluster = make_cluster(spec={"mig": {"strategy": "balanced"}})
+    sim = OperandSimulator(cluster, NS)
+    reconcile(cluster, "cluster-policy", NS)
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
+    assert converge(cluster, sim).state == "ready"
+    conds = _conditions(cluster)
+    assert conds["Error"]["status"] == "False" and conds["Ready"]["status"] == "True"
+
+
+def test_nvidia_keys_parse() -> None:
+    policy = parse_policy(
+        {
+            "driver": {"enabled": False},
+            "toolkit": {"enabled": True, "version": "v1.17.0-ubuntu22.04"},
+            "devicePlugin": {"config": {"name": "time-slicing-config", "default": "any"}},
+            "dcgmExporter": {"enabled": True},
+            "gfd": {"enabled": True},
+            "migManager": {"enabled": True, "config": {"default": "all-balanced"}},
+            "mig": {"strategy": "mixed"},
+            "daemonsets": {"priorityClassName": "gpu-critical", "tolerations": [{"operator": "Exists"}]},
+            "someFutureKey": {"ignored": True},
+        }
+    )
+    assert isinstance(policy, ClusterPolicySpec)
+    assert not policy.driver.enabled
+    assert policy.device_plugin.config.name == "time-slicing-config"
+    assert policy.mig_manager.config.default == "all-balanced"
+    assert policy.toolkit.image_ref() == "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0-ubuntu22.04"
+    assert policy.driver.image_ref().startswith("nvcr.io/nvidia/driver:")
+
+
+def test_digest_image_reference() -> None:
+    digest = "sha256:" + "a" * 64
+    policy = parse_policy({"gfd": {"version": digest}})
+    assert isinstance(policy, ClusterPolicySpec)
+    assert policy.gfd.image_ref().endswith("@" + digest)

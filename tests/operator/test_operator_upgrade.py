@@ -1,0 +1,127 @@
+"""Driver upgrades node by node within maxParallelUpgrades/maxUnavailable; a stuck node never wedges the rest."""
+
+from __future__ import annotations
+
+from operator_helpers import NS, converge, make_cluster
+
+from gpuchain.kube import CLUSTER_POLICY, NODE, POD, MemoryCluster
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.operator.reconcile import reconcile
+from gpuchain.operator.simulate import OperandSimulator
+from gpuchain.operator.upgrade import (
+    CORDON_REQUIRED,
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    MESSAGE_ANNOTATION,
+    STATE_LABEL,
+    UPGRADE_REQUIRED,
+    NodeView,
+    next_step,
+    slots,
+)
+
+NEW = "580.65.06"
+
+
+def gpu_pod(name: str, node: str, app: str = "train") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"app": app}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def _states(cluster: MemoryCluster) -> dict[str, str]:
+    return {
+        n["metadata"]["name"]: n["metadata"].get("labels", {}).get(STATE_LABEL, "")
+        for n in cluster.list(NODE)
+        if n["metadata"]["name"].startswith("gpu-")
+    }
+
+
+def _run_upgrade(cluster: MemoryCluster, sim: OperandSimulator, max_in_flight: int, passes: int = 60) -> list[dict]:
+    history = []
+    for _ in range(passes):
+        reconcile(cluster, "cluster-policy", NS)
+        sim.settle()
+        states = _states(cluster)
+        history.append(states)
+        assert sum(1 for s in states.values() if s in IN_FLIGHT) <= max_in_flight, states
+        if all(s in (DONE, FAILED) for s in states.values()):
+            break
+    return history
+
+
+def test_upgrade_rolls_node_by_node_and_evicts_gpu_pods() -> None:
+    cluster = make_cluster(gpu_nodes=4, cpu_nodes=0, spec={"driver": {"upgradePolicy": {"maxParallelUpgrades": 1}}})
+    sim = OperandSimulator(cluster, NS)
+    converge(cluster, sim)
+    assert set(_states(cluster).values()) == {""}, "nothing to upgrade: no node labels written"
+    for i in range(4):
+        cluster.create(gpu_pod(f"job-{i}", f"gpu-{i}"))
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": NEW}}})
+    history = _run_upgrade(cluster, sim, max_in_flight=1)
+    assert set(history[-1].values()) == {DONE}
+    started = [next(i for i, h in enumerate(history) if h[f"gpu-{n}"] == CORDON_REQUIRED) for n in range(4)]
+    assert started == sorted(started) and len(set(started)) == 4, "one node at a time"
+    for i in range(4):
+        n = cluster.get(NODE, f"gpu-{i}")
+        assert not n["spec"].get("unschedulable"), "uncordoned after validation"
+        driver = cluster.get(POD, f"nvidia-driver-daemonset-gpu-{i}", NS)
+        assert driver["spec"]["containers"][0]["image"].endswith(":" + NEW)
+        assert cluster.get_or_none(POD, f"job-{i}", "ml") is None, "GPU pods evicted before the restart"
+    status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    assert status["driverUpgrades"]["nodes"] == {DONE: 4}
+    assert status["state"] == "ready"
+
+
+def test_pdb_blocked_node_fails_without_wedging_the_rest() -> None:
+    spec = {"driver": {"upgradePolicy": {"maxParallelUpgrades": 1, "podDeletion": {"timeoutSeconds": 0}}}}
+    cluster = make_cluster(gpu_nodes=3, cpu_nodes=0, spec=spec)
+    sim = OperandSimulator(cluster, NS)
+    converge(cluster, sim)
+    cluster.create(gpu_pod("precious", "gpu-0", app="precious"))
+    cluster.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "precious-pdb", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "precious"}}},
+        }
+    )
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": NEW}}})
+    history = _run_upgrade(cluster, sim, max_in_flight=1)
+    assert history[-1] == {"gpu-0": FAILED, "gpu-1": DONE, "gpu-2": DONE}
+    stuck = cluster.get(NODE, "gpu-0")
+    assert "precious-pdb" in stuck["metadata"]["annotations"][MESSAGE_ANNOTATION]
+    assert cluster.get_or_none(POD, "precious", "ml") is not None
+    assert stuck["spec"]["unschedulable"] is True, "a failed node stays cordoned for a person to look at"
+
+
+def _policy(**upgrade: object) -> ClusterPolicySpec:
+    parsed = parse_policy({"driver": {"upgradePolicy": upgrade}})
+    assert isinstance(parsed, ClusterPolicySpec)
+    return parsed
+
+
+def test_slots_respect_both_limits() -> None:
+    assert slots(_policy(maxParallelUpgrades=4, maxUnavailable="25%"), 8, 0) == 2
+    assert slots(_policy(maxParallelUpgrades=1, maxUnavailable="50%"), 8, 0) == 1
+    assert slots(_policy(maxParallelUpgrades=0, maxUnavailable=3), 8, 1) == 2
+    assert slots(_policy(maxParallelUpgrades=2, maxUnavailable="10%"), 4, 1) == 0
+
+
+def test_next_step_is_pure_and_waits_for_a_slot() -> None:
+    policy = _policy()
+    node = NodeView("n", UPGRADE_REQUIRED, since=0.0, driver_image="img:old", driver_ready=True)
+    assert next_step(node, "img:new", policy, now=1.0, may_start=False) is None
+    step = next_step(node, "img:new", policy, now=1.0, may_start=True)
+    assert step is not None and step.state == CORDON_REQUIRED
+    current = NodeView("n", "", since=0.0, driver_image="img:new", driver_ready=True)
+    assert next_step(current, "img:new", policy, now=1.0, may_start=True) is None
