@@ -62,3 +62,18 @@ async def test_process_registers_reloads_and_stops(tmp_path: Path) -> None:
             await proc.wait()
         await kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_no_gpus_fails_start_when_fail_on_init_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["device-plugin", "--backend", "nvml", "--socket-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "failOnInitError" in result.output
+
+
+def test_config_dir_with_a_missing_key_fails(tmp_path: Path) -> None:
+    (tmp_path / "default").write_text("version: v1")
+    result = CliRunner().invoke(
+        app, ["device-plugin", "--config-dir", str(tmp_path), "--config-key", "nope", "--socket-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "nvidia.com/device-plugin.config" in result.output

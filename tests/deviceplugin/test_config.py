@@ -14,6 +14,7 @@ from gpuchain.deviceplugin.config import (
     DeviceListStrategy,
     MigStrategy,
     apply_env,
+    choose_config_file,
     load_config,
     parse_config,
 )
@@ -147,3 +148,23 @@ def test_health_section_and_env_build_the_xid_policy() -> None:
     assert policy.marks_unhealthy(13)
     assert not policy.marks_unhealthy(79)
     assert c.health.recovery_quiet_seconds == 2
+
+
+def test_node_label_picks_the_config_key(tmp_path: Path) -> None:
+    (tmp_path / "default").write_text("version: v1")
+    (tmp_path / "a100-ts").write_text("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 4}]}}")
+    (tmp_path / "..data").mkdir()
+    assert choose_config_file(tmp_path, "a100-ts").name == "a100-ts"
+    assert choose_config_file(tmp_path, None).name == "default"
+    with pytest.raises(ConfigFileError) as err:
+        choose_config_file(tmp_path, "h100-mig")
+    assert err.value.field == "nvidia.com/device-plugin.config"
+    assert "'h100-mig', which does not exist; available: a100-ts, default" in err.value.reason
+
+
+def test_single_config_without_label_or_default(tmp_path: Path) -> None:
+    (tmp_path / "only").write_text("")
+    assert choose_config_file(tmp_path, None).name == "only"
+    (tmp_path / "other").write_text("")
+    with pytest.raises(ConfigFileError, match="label the node"):
+        choose_config_file(tmp_path, None)

@@ -20,7 +20,7 @@ from gpuchain.commands._backend import (
 )
 from gpuchain.commands._output import err_console, fail
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import Config, load_config
+from gpuchain.deviceplugin.config import Config, choose_config_file, load_config
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.backend import GpuBackend
@@ -59,12 +59,30 @@ async def serve(backend: GpuBackend, config: Config, config_path: str | None, so
         log.info("stopped; sockets removed")
 
 
+async def _idle() -> None:
+    """Wait for SIGTERM/SIGINT: a node without GPUs keeps the pod running instead of crash-looping."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
 def device_plugin(
     backend: BackendKind = backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config: str | None = typer.Option(
         None, "--config", "-c", envvar="CONFIG_FILE", help="NVIDIA device plugin config v1 file (YAML)."
+    ),
+    config_dir: str | None = typer.Option(
+        None, "--config-dir", help="A mounted ConfigMap with several configs; --config-key picks one."
+    ),
+    config_key: str | None = typer.Option(
+        None,
+        "--config-key",
+        envvar="NODE_CONFIG_KEY",
+        help="This node's nvidia.com/device-plugin.config label value (default: the 'default' key).",
     ),
     socket_dir: Path = typer.Option(
         DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
@@ -79,10 +97,21 @@ def device_plugin(
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if config_dir:
+            if config:
+                raise typer.BadParameter("give --config or --config-dir, not both")
+            config = str(choose_config_file(config_dir, config_key))
         cfg = load_config(config, os.environ)
-        b = open_backend(backend, preset, topology)
-    except (*BACKEND_ERRORS, ValueError) as exc:
+    except (ConfigFileError, ValueError) as exc:
         fail(str(exc))
+    try:
+        b = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        if cfg.flags.fail_on_init_error:
+            fail(f"{exc} (set failOnInitError: false to keep running without GPUs)", code=1)
+        log.error("no GPUs (%s); failOnInitError is false: serving nothing until stopped", exc)
+        asyncio.run(_idle())
+        return
     try:
         asyncio.run(serve(b, cfg, config, socket_dir))
     except ResourceMappingError as exc:

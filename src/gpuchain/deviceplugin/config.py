@@ -302,3 +302,37 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Validate config text (for tests and ConfigMap payloads); raises ConfigFileError."""
     return load_yaml_model(Config, text, source)
+
+
+NODE_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+"""Node label whose value picks one key of a multi-config ConfigMap."""
+
+
+def choose_config_file(directory: str | Path, key: str | None, default: str = "default") -> Path:
+    """The file of a mounted config ConfigMap that applies to this node.
+
+    ``key`` (the node's ``nvidia.com/device-plugin.config`` label) wins; without it, the ``default``
+    key, then the only file. A label naming a missing key is an error, as in NVIDIA's config manager.
+    """
+    root = Path(directory)
+    try:
+        files = {p.name: p for p in sorted(root.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    except OSError as exc:
+        raise ConfigFileError(str(root), None, "", f"cannot list config directory: {exc.strerror or exc}") from None
+    available = ", ".join(files) or "(none)"
+    if key:
+        if key in files:
+            return files[key]
+        raise ConfigFileError(
+            str(root), None, NODE_CONFIG_LABEL, f"names config {key!r}, which does not exist; available: {available}"
+        )
+    if default in files:
+        return files[default]
+    if len(files) == 1:
+        return next(iter(files.values()))
+    raise ConfigFileError(
+        str(root),
+        None,
+        NODE_CONFIG_LABEL,
+        f"no label on the node and no {default!r} config among {available}; label the node or add a {default!r} key",
+    )
