@@ -7,12 +7,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import nvml_over
+from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.mig.agent import (
@@ -38,6 +39,11 @@ from gpuchain.mig.manager import MigManager, classify_pods
 NODE_NAME = "gpu-node-1"
 OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter")
 DEPLOY = {f"nvidia.com/gpu.deploy.{op}": "true" for op in OPERANDS}
+
+
+def nvml_over(sim: SimBackend) -> NvmlBackend:
+    """NvmlBackend over the fake pynvml answering from ``sim`` (the NVML code path, no driver)."""
+    return NvmlBackend(nvml=FakeNvml(sim))
 
 
 class Clock:

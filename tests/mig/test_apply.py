@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import nvml_over
 from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.gpu.backend import GpuBackend
@@ -18,6 +17,12 @@ from gpuchain.gpu.topology import load_topology
 from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
 from gpuchain.mig.config import LayoutError, default_config, parse_config
 from gpuchain.mig.plan import StepKind, observe, plan, resolve
+
+
+def nvml_over(sim: SimBackend) -> NvmlBackend:
+    """NvmlBackend over the fake pynvml answering from ``sim`` (the NVML code path, no driver)."""
+    return NvmlBackend(nvml=FakeNvml(sim))
+
 
 BACKENDS: list[Callable[[SimBackend], GpuBackend]] = [lambda s: s, nvml_over]
 IDS = ["sim", "nvml"]

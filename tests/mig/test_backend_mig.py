@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import nvml_over
 from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.gpu.backend import ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import GpuError, InvalidConfigError, NotSupportedError
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
+
+
+def nvml_over(sim: SimBackend) -> NvmlBackend:
+    """NvmlBackend over the fake pynvml answering from ``sim`` (the NVML code path, no driver)."""
+    return NvmlBackend(nvml=FakeNvml(sim))
+
 
 BACKENDS: list[Callable[[SimBackend], GpuBackend]] = [lambda s: s, nvml_over]
 IDS = ["sim", "nvml"]
