@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,3 +173,15 @@ def test_lost_gpu_is_withdrawn_once_and_returns_after_recovery(
     assert "gpu-3" not in driver.publish().devices
     back = driver.on_event(h100_sim.recover_gpu(3))
     assert back is not None and back.generation == 3 and "gpu-3" in back.devices
+
+
+def test_prepare_after_a_reboot_rewrites_the_lost_cdi_spec(
+    h100_sim: SimBackend, make_driver: DriverFactory, allocate: Allocate, short_dir: Path
+) -> None:
+    ref = allocate("train", "h100-node", ["gpu-2"])
+    prepared = make_driver(h100_sim).prepare(ref)
+    path = cdi.spec_path(short_dir / "cdi", ref.uid)
+    before = path.read_text()
+    shutil.rmtree(short_dir / "cdi")  # /var/run is a tmpfs: a reboot empties it, the checkpoint stays
+    assert make_driver(h100_sim).prepare(ref) == prepared
+    assert path.read_text() == before

@@ -25,12 +25,18 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class PreparedDevice:
-    """One device of a prepared claim, as NodePrepareResources reports it."""
+    """One device of a prepared claim, as NodePrepareResources reports it.
+
+    ``uuid`` and ``device_node`` are kept so the CDI spec can be rewritten from the checkpoint
+    alone: ``/var/run/cdi`` is a tmpfs that a reboot empties while the checkpoint survives.
+    """
 
     requests: tuple[str, ...]
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    uuid: str = ""
+    device_node: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,14 @@ class PreparedClaim:
             "namespace": self.namespace,
             "name": self.name,
             "devices": [
-                {"requests": list(d.requests), "pool": d.pool, "device": d.device, "cdiIds": list(d.cdi_ids)}
+                {
+                    "requests": list(d.requests),
+                    "pool": d.pool,
+                    "device": d.device,
+                    "cdiIds": list(d.cdi_ids),
+                    "uuid": d.uuid,
+                    "deviceNode": d.device_node,
+                }
                 for d in self.devices
             ],
         }
@@ -55,7 +68,14 @@ class PreparedClaim:
     @classmethod
     def from_dict(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
         devices = tuple(
-            PreparedDevice(tuple(d["requests"]), str(d["pool"]), str(d["device"]), tuple(d["cdiIds"]))
+            PreparedDevice(
+                tuple(d["requests"]),
+                str(d["pool"]),
+                str(d["device"]),
+                tuple(d["cdiIds"]),
+                str(d["uuid"]),
+                str(d["deviceNode"]),
+            )
             for d in data["devices"]
         )
         return cls(uid, str(data["namespace"]), str(data["name"]), devices)

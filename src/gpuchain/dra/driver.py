@@ -7,8 +7,9 @@ it; tests can too. Every method is safe to call from several threads.
 Prepare reads the ResourceClaim from the API (the kubelet sends only namespace, name and UID),
 takes the allocation results for this driver, checks each device is one this node publishes and
 healthy, writes the claim's CDI spec, then records the claim in the checkpoint. A second Prepare
-answers from the checkpoint; Unprepare removes the spec and the record, and succeeds when they
-are already gone. Either step may be repeated after a crash without harm.
+answers from the checkpoint (rewriting the spec if a reboot emptied the CDI directory);
+Unprepare removes the spec and the record, and succeeds when they are already gone. Either step
+may be repeated after a crash without harm.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ class DraDriver:
         with self._lock:
             done = self.checkpoint.get(ref.uid)
             if done is not None:
+                self._ensure_spec(done)
                 return done
             results = self._allocated(ref)
             known = self._devices_by_name()
@@ -169,12 +171,18 @@ class DraDriver:
                 ref.namespace,
                 ref.name,
                 tuple(
-                    PreparedDevice((str(r.get("request", "")),), self.node, d.name, (cid,))
+                    PreparedDevice((str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node)
                     for r, d, cid in zip(results, devices, cdi_ids, strict=True)
                 ),
             )
             self.checkpoint.add(prepared)
             return prepared
+
+    def _ensure_spec(self, claim: PreparedClaim) -> None:
+        """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
+        if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
+            devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node) for d in claim.devices]
+            cdi.write_spec(self.config.cdi_dir, claim.uid, devices)
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo Prepare (idempotent); False when the claim was not prepared."""
