@@ -7,6 +7,7 @@ replicas 0 for MIG-enabled GPUs, MIG-INVALID), not computed with the code under 
 from __future__ import annotations
 
 import pytest
+from conftest import nvml_over
 
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.discovery.labels import (
@@ -90,8 +91,12 @@ def test_whole_gpu_presets_under_each_strategy(preset: str, strategy: str) -> No
 
 
 @pytest.mark.parametrize("preset", sorted(set(WHOLE) - {"h100-80gb-x8-mig-mixed"}))
-def test_whole_gpu_presets_with_time_slicing(preset: str) -> None:
-    assert _labels(preset, TIME_SLICING) == _whole(preset, replicas=4, strategy="time-slicing", shared=True)
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+def test_whole_gpu_presets_with_time_slicing(preset: str, strategy: str) -> None:
+    expected = _whole(preset, replicas=4, strategy="time-slicing", shared=True)
+    if strategy != "none":
+        expected[N + "mig.strategy"] = strategy
+    assert _labels(preset, f"flags: {{migStrategy: {strategy}}}\n" + TIME_SLICING) == expected
 
 
 def _mig_block(
@@ -143,6 +148,23 @@ def test_mig_preset_strategy_single_is_invalid() -> None:
         N + "gpu.memory": "0",
     }
     assert _labels("h100-80gb-x8-mig-mixed", "flags: {migStrategy: single}") == expected
+
+
+def test_mig_preset_strategy_none_with_time_slicing() -> None:
+    expected = _whole("h100-80gb-x8-mig-mixed", replicas=4, strategy="time-slicing", shared=True)
+    assert _labels("h100-80gb-x8-mig-mixed", TIME_SLICING) == expected
+
+
+def test_mig_preset_strategy_single_with_time_slicing_is_invalid() -> None:
+    expected = {
+        **_whole("h100-80gb-x8-mig-mixed", strategy="time-slicing"),
+        N + "mig.strategy": "single",
+        N + "gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-INVALID",
+        N + "gpu.count": "0",
+        N + "gpu.replicas": "0",
+        N + "gpu.memory": "0",
+    }
+    assert _labels("h100-80gb-x8-mig-mixed", "flags: {migStrategy: single}\n" + TIME_SLICING) == expected
 
 
 def test_mig_preset_with_time_slicing_shares_the_whole_gpus() -> None:
@@ -240,6 +262,17 @@ def test_media_extension_profile_is_spelled_with_a_dot() -> None:
     assert labels[N + "mig-1g.10gb.me.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me"
     assert labels[N + "mig-1g.10gb.me.engines.ofa"] == "1"
     assert labels[N + "mig-1g.10gb.count"] == "6"
+
+
+@pytest.mark.parametrize("preset", ["h100-80gb-x8-mig-mixed", "l4-x2"])
+def test_nvml_backend_gives_the_same_labels(preset: str) -> None:
+    sim = SimBackend.from_preset(preset)
+    config = parse_config("flags: {migStrategy: mixed}\n" + TIME_SLICING)
+    nvml = nvml_over(sim)
+    try:
+        assert gfd_labels(nvml.inventory(), config, timestamp=1) == gfd_labels(sim.inventory(), config, timestamp=1)
+    finally:
+        nvml.close()
 
 
 def test_no_gpus_leaves_only_the_timestamp() -> None:

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import nvml_over
 
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors
@@ -174,3 +175,22 @@ def test_http_health_and_metrics(served: tuple[GpuMetricsCollector, str]) -> Non
     assert ctype == "text/plain; version=0.0.4; charset=utf-8"
     assert re.search(r'^DCGM_FI_DEV_FB_FREE\{gpu="1",.*Hostname="n".*\} \d+', body, re.M)
     assert _get(base + "/other")[0] == 404
+
+
+def _series_keys(text: str) -> set[str]:
+    """Metric name + labels of every sample, without the value."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line.startswith("DCGM_")}
+
+
+def test_nvml_backend_exports_the_same_series_as_the_simulator() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    nvml = nvml_over(sim)
+    try:
+        via_sim = GpuMetricsCollector(sim, COUNTERS, "n")
+        via_nvml = GpuMetricsCollector(nvml, COUNTERS, "n")
+        assert via_sim.collect_once() and via_nvml.collect_once()
+        sim_series = _series_keys(render(via_sim.registry).decode())
+        assert len(sim_series) > 30 * 15
+        assert _series_keys(render(via_nvml.registry).decode()) == sim_series
+    finally:
+        nvml.close()
