@@ -228,3 +228,12 @@ async def test_list_and_watch_resends_the_full_list_on_change(node: SimNode) -> 
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
     assert len(sent) == 1 and len(sent[0].devices) == 8
     assert [d.health for d in sent[0].devices].count("Unhealthy") == 1
+
+
+async def test_gpu_lost_across_a_kubelet_restart_is_announced_again_when_back(node: SimNode) -> None:
+    node.backend.lose_gpu(6)
+    await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
+    await node.kubelet.restart()
+    await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {GPU: 7} and node.kubelet.allocatable()[GPU] == 7)
+    node.backend.recover_gpu(6)
+    await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})

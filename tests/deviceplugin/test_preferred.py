@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuchain.common.yamlfile import load_yaml_model
 from gpuchain.deviceplugin.config import AllocationPolicy, parse_config
@@ -107,3 +109,22 @@ def test_errors(h100_sim: SimBackend, available: list[object], must: list[int], 
     avail = [ids[a] if isinstance(a, int) else str(a) for a in available]
     with pytest.raises(PreferenceError, match=message):
         preferred_allocation(res, h100_sim.inventory(), avail, [ids[m] for m in must], size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), replicas=st.sampled_from([1, 3]), packed=st.booleans())
+def test_answer_is_a_subset_of_available_with_must_include_first(
+    data: st.DataObject, replicas: int, packed: bool
+) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    text = f"sharing: {{timeSlicing: {{resources: [{{name: gpu, replicas: {replicas}}}]}}}}" if replicas > 1 else ""
+    res = _res(sim, text)
+    ids = [d.id for d in res.devices]
+    available = data.draw(st.lists(st.sampled_from(ids), min_size=1, unique=True))
+    must = data.draw(st.lists(st.sampled_from(available), unique=True))
+    size = data.draw(st.integers(min_value=max(1, len(must)), max_value=len(available)))
+    policy = AllocationPolicy.PACKED if packed else AllocationPolicy.DISTRIBUTED
+    got = preferred_allocation(res, sim.inventory(), available, must, size, policy)
+    assert len(got) == size == len(set(got))
+    assert set(got) <= set(available)
+    assert got[: len(must)] == must

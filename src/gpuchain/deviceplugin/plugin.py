@@ -30,7 +30,7 @@ from gpuchain.deviceplugin.health import HealthState
 from gpuchain.deviceplugin.resources import Resource, map_resources
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.model import HealthEvent, Inventory
+from gpuchain.gpu.model import EventKind, HealthEvent, Inventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -243,6 +243,12 @@ class DevicePlugin:
             self.on_event(event)
         if self.health.apply(event, self._clock()):
             self._notify()
+        if event.kind is EventKind.GPU_RECOVERED and not any(
+            d.gpu_uuid == event.gpu_uuid for r in self.resources for d in r.devices
+        ):
+            # The GPU was lost when the resources were last mapped (a kubelet restart or reload
+            # while it was gone): map again so it is announced once more.
+            self._tasks.append(asyncio.create_task(self.reload(self.config), name="dp-remap"))
         self._kick.set()
 
     async def _recoveries(self) -> None:
