@@ -71,3 +71,12 @@ async def test_dra_plugin_registers_and_stops_cleanly(short_dir: Path) -> None:
     while time.monotonic() < deadline and list(registry.iterdir()):
         time.sleep(0.05)
     assert list(registry.iterdir()) == [] and not (plugins / "dra.sock").exists()
+
+
+def test_dra_plugin_without_cluster_config_says_how_to_fix_it(short_dir: Path) -> None:
+    env = {"KUBECONFIG": str(short_dir / "missing"), "HOME": str(short_dir), "KUBERNETES_SERVICE_HOST": None}
+    args = ["dra-plugin", "--registry-dir", str(short_dir / "reg"), "--plugin-dir", str(short_dir / "p")]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2
+    assert "no Kubernetes API configuration" in result.output and "--cluster memory" in result.output
+    assert not (short_dir / "reg").exists()

@@ -51,7 +51,10 @@ def _open_cluster(kind: ClusterKind) -> Cluster:
         return MemoryCluster()
     from gpuchain.kube.live import LiveCluster
 
-    return LiveCluster()
+    try:
+        return LiveCluster()
+    except Exception as exc:  # the client's config errors are its own types; all mean "no cluster config"
+        fail(f"no Kubernetes API configuration ({exc}): run in a pod, set KUBECONFIG, or use --cluster memory")
 
 
 async def serve(driver: DraDriver, server: DraPluginServer, resync: float) -> None:
