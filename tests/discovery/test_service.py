@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +128,41 @@ def test_cli_bad_config_names_file_and_field(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "config.yaml:2" in result.output
     assert "flags.migStrategy" in result.output
+
+
+def test_gfd_process_loops_until_sigterm(tmp_path: Path) -> None:
+    out = tmp_path / "features.d" / "gfd"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuchain",
+            "gfd",
+            "--preset",
+            "l4-x2",
+            "--sleep-interval",
+            "200ms",
+            "--output-file",
+            str(out),
+            "--machine-type-file",
+            str(tmp_path / "none"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        stamps: set[str] = set()
+        while time.monotonic() < deadline and len(stamps) < 2:
+            if out.exists():
+                lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
+                assert lines["nvidia.com/gpu.product"] == "NVIDIA-L4"
+                stamps.add(lines["nvidia.com/gfd.timestamp"])
+            time.sleep(0.1)
+        assert len(stamps) >= 2, "the loop should rewrite the file with a new timestamp"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

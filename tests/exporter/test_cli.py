@@ -1,0 +1,63 @@
+"""`gpuchain exporter` as a process: serves until SIGTERM, then exits cleanly."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_exporter_process_serves_and_stops_on_sigterm() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuchain",
+            "exporter",
+            "--preset",
+            "l4-x2",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--hostname",
+            "l4-node",
+            "--collect-interval",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        body = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                    body = resp.read().decode()
+                if "DCGM_FI_DEV_GPU_UTIL{" in body:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1",' in body
+        assert 'Hostname="l4-node"' in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
