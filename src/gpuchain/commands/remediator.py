@@ -1,0 +1,256 @@
+"""`gpuchain remediator` (the controller) and `gpuchain gpu-health` (the node-side publisher).
+
+Both are thin: parse options, build the remediation layer's objects, run, render the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Any
+
+import typer
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_option,
+    open_backend,
+    preset_option,
+    topology_option,
+)
+from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import load_config
+from gpuchain.discovery.service import parse_interval
+from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.errors import KubeError
+from gpuchain.kube.kinds import NODE
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.kube.port import Cluster
+from gpuchain.remediation.controller import Remediator, Report
+from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, NodeAction, Policy
+from gpuchain.remediation.publisher import GpuHealthPublisher, PublishResult
+from gpuchain.remediation.scenario import SCENARIOS, node_object, run_scenario
+
+
+def _seconds(option: str, value: str) -> float:
+    try:
+        return parse_interval(value)
+    except ValueError:
+        fail(f"{option}: {value!r} is not a positive duration; use e.g. 30s, 10m or 1h")
+
+
+def _live_cluster() -> Cluster:
+    from gpuchain.kube import LiveCluster
+
+    try:
+        return LiveCluster()
+    except Exception as exc:
+        fail(f"cannot reach the Kubernetes API (in-cluster config or ~/.kube/config): {exc}", code=1)
+
+
+def _report_table(report: Report) -> RenderableType:
+    b = report.breaker
+    head = Text(
+        ("DRY RUN: nothing changed. " if report.dry_run else "") + b.message, style="bold red" if b.tripped else ""
+    )
+    actions = Table(title="Actions", title_justify="left")
+    for col in ("Result", "Action", "Node", "Pod", "Why"):
+        actions.add_column(col)
+    for o in report.outcomes:
+        a = o.action
+        actions.add_row(o.result, a.kind.value, a.node, a.pod or "", o.detail or a.message)
+    held = Table(title="Left alone", title_justify="left")
+    for col in ("Node", "Pod", "Why", "Detail"):
+        held.add_column(col)
+    for h in report.held:
+        held.add_row(h.node, h.pod or "", h.why.value, h.detail)
+    parts: list[RenderableType] = [head]
+    parts.append(actions if report.outcomes else Text("No actions."))
+    if report.held:
+        parts.append(held)
+    return Group(*parts)
+
+
+def remediator(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and report; change nothing."),
+    once: bool = typer.Option(False, "--once", help="Run one pass, print the report and exit."),
+    breaker_share: float = typer.Option(
+        0.3, "--breaker-share", help="Pause when more than this share of GPU nodes is affected within the window."
+    ),
+    breaker_min_nodes: int = typer.Option(
+        2, "--breaker-min-nodes", help="...and at least this many nodes (so one failure in a small cluster acts)."
+    ),
+    window: str = typer.Option("10m", "--window", help="How far back the breaker counts affected nodes."),
+    interval: str = typer.Option("10s", "--interval", help="Time between passes when running continuously."),
+    node_action: NodeAction = typer.Option(
+        NodeAction.TAINT,
+        "--node-action",
+        help="For faults needing a GPU reset or reboot: taint (gpuchain.io/gpu-reset-required), cordon, both, none.",
+    ),
+    no_evict: bool = typer.Option(False, "--no-evict", help="Never evict pods (only taint/cordon)."),
+    namespace: str = typer.Option(
+        DEFAULT_NAMESPACE,
+        "--namespace",
+        "-n",
+        envvar="POD_NAMESPACE",
+        help="Where the status ConfigMap lives (protected).",
+    ),
+    protect: list[str] = typer.Option(
+        [], "--protect-namespace", help="Another namespace never touched (repeatable); system namespaces always are."
+    ),
+    scenario: str | None = typer.Option(
+        None, "--scenario", help=f"Run on a simulated 4-node cluster instead: {', '.join(SCENARIOS)}."
+    ),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Move workloads off failed GPUs: evict the pods on them (PDBs respected), taint the node.
+
+    Reads what `gpuchain gpu-health` publishes on each Node. Try: gpuchain remediator --scenario xid79.
+    """
+    window_s = _seconds("--window", window)
+    interval_s = _seconds("--interval", interval)
+    try:
+        policy = Policy(
+            protected_namespaces=SYSTEM_NAMESPACES | {namespace, "gpu-operator", *protect},
+            node_action=node_action,
+            evict=not no_evict,
+            breaker_share=breaker_share,
+            breaker_min_nodes=breaker_min_nodes,
+            window_s=window_s,
+        )
+    except ValueError as exc:
+        fail(str(exc).replace("breaker_share", "--breaker-share").replace("breaker_min_nodes", "--breaker-min-nodes"))
+    if scenario is not None:
+        try:
+            cluster: Cluster = run_scenario(scenario).cluster
+        except KeyError as exc:
+            fail(f"--scenario: {exc.args[0]}")
+        once = True
+    else:
+        cluster = _live_cluster()
+    controller = Remediator(cluster, policy, namespace, dry_run)
+    if once:
+        try:
+            report = controller.run_once()
+        except KubeError as exc:
+            fail(str(exc), code=1)
+        emit(report, output, lambda: _report_table(report))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    err_console.print(f"remediating every {interval_s:g}s{' (dry run)' if dry_run else ''}; Ctrl-C to stop")
+    _run_until_signal(lambda stop: controller.run(interval_s, stop))
+
+
+def _run_until_signal(main: Any) -> None:
+    """Run ``main(stop)`` until SIGTERM or Ctrl-C sets ``stop``."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def _publish_table(result: PublishResult) -> RenderableType:
+    table = Table(title=f"GPUHealthy={'False' if result.faults else 'True'}", title_justify="left")
+    for col in ("Device", "Fault", "Pods"):
+        table.add_column(col)
+    for uuid, fault in sorted(result.faults.items()):
+        pods = sorted({p for d in fault.covers for p in result.pods.get(d, ())})
+        table.add_row(uuid, fault.summary().partition(": ")[2], "\n".join(pods))
+    return table
+
+
+def gpu_health(
+    node: str | None = typer.Option(
+        None, "--node", envvar="NODE_NAME", help="This Node's name (required on a cluster)."
+    ),
+    backend: BackendKind = backend_option(),
+    preset: str | None = preset_option(),
+    topology: str | None = topology_option(),
+    config_file: str | None = typer.Option(
+        None, "--config-file", envvar="CONFIG_FILE", help="Device plugin config file: its health section is the policy."
+    ),
+    pod_resources_socket: str = typer.Option(
+        DEFAULT_SOCKET, "--pod-resources-socket", help="Kubelet pod-resources socket (which pod holds which GPU)."
+    ),
+    resync: str = typer.Option("30s", "--resync", help="Republish the pod map at least this often."),
+    once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
+    ),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Publish this node's GPU health for the remediator: condition GPUHealthy, Events, GPU/pod annotations.
+
+    Uses the device plugin's XID policy (config file health section, DP_*_HEALTHCHECKS variables).
+    """
+    resync_s = _seconds("--resync", resync)
+    try:
+        config = load_config(config_file, os.environ)
+        policy = config.health.policy(os.environ)
+    except (ConfigFileError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        gpus = open_backend(backend, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))
+    name = node
+    if name is None and dry_run and isinstance(gpus, SimBackend):
+        name = gpus.topology.node
+    if not name:
+        fail("--node (or $NODE_NAME) is required: the Node to publish on")
+    if dry_run:
+        cluster: Cluster = MemoryCluster([node_object(name)])
+        once = True
+    else:
+        cluster = _live_cluster()
+    pods = PodResourcesClient(pod_resources_socket) if os.path.exists(pod_resources_socket) else None
+    publisher = GpuHealthPublisher(
+        gpus, cluster, name, pods.list if pods else None, policy, config.health.recovery_quiet_seconds
+    )
+    try:
+        if once:
+            try:
+                result = publisher.publish()
+            except (KubeError, *BACKEND_ERRORS) as exc:
+                fail(str(exc), code=1)
+            data = {
+                "node": name,
+                "published": cluster.get(NODE, name)["metadata"].get("annotations", {}),
+                **_plain(result),
+            }
+            emit(data, output, lambda: _publish_table(result))
+            return
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        err_console.print(f"publishing GPU health of node {name}; Ctrl-C to stop")
+        _run_until_signal(lambda stop: publisher.run(stop, resync_s))
+    finally:
+        if pods is not None:
+            pods.close()
+        gpus.close()
+
+
+def _plain(result: PublishResult) -> dict[str, Any]:
+    return {
+        "healthy": not result.faults,
+        "faults": {u: f.to_json() for u, f in sorted(result.faults.items())},
+        "pods": {u: list(p) for u, p in sorted(result.pods.items())},
+        "event": result.event,
+    }
+
+
+def register(app: typer.Typer) -> None:
+    app.command("remediator")(remediator)
+    app.command("gpu-health")(gpu_health)

@@ -1,0 +1,248 @@
+"""The remediator's imperative shell: read the cluster, ``decide``, apply through the Cluster port.
+
+One pass (``Remediator.run_once``):
+
+1. list Nodes; for the unhealthy ones list their Pods (field selector) and the PDBs;
+2. read the status ConfigMap (``gpuchain-remediator`` in the remediator's namespace): the
+   breaker's memory and the pods already reported as blocked;
+3. ``decide`` (pure);
+4. unless dry-run: apply each action (evictions through the Eviction API, so a budget that
+   changed since the read still holds; a refusal is reported, never retried in a loop), record an
+   Event for each, write the status ConfigMap, and record a Warning Event on it when the breaker
+   opens (Normal when it closes).
+
+Dry-run writes nothing at all and reports every action as ``would``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuchain.kube.errors import EvictionBlockedError, KubeError, NotFoundError
+from gpuchain.kube.kinds import CONFIGMAP, NODE, PDB, POD
+from gpuchain.kube.objects import Obj
+from gpuchain.kube.port import Cluster
+from gpuchain.remediation.decide import (
+    DEFAULT_NAMESPACE,
+    Action,
+    ActionKind,
+    Breaker,
+    Held,
+    HoldReason,
+    Policy,
+    decide,
+)
+from gpuchain.remediation.model import find_condition
+
+log = logging.getLogger(__name__)
+
+STATUS_NAME = "gpuchain-remediator"
+COMPONENT = "gpuchain-remediator"
+EVENT_BLOCKED = "GPUEvictionBlocked"
+EVENT_PAUSED = "RemediationPaused"
+EVENT_RESUMED = "RemediationResumed"
+
+Result = Literal["done", "would", "blocked", "gone", "failed"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one action: done, would (dry-run), blocked (PDB), gone (pod already gone), failed."""
+
+    action: Action
+    result: Result
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.action
+        data: dict[str, Any] = {"kind": a.kind.value, "node": a.node, "result": self.result, "message": a.message}
+        if a.pod:
+            data["pod"] = a.pod
+        if a.devices:
+            data["devices"] = list(a.devices)
+        if a.xids:
+            data["xids"] = list(a.xids)
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+
+@dataclass(frozen=True)
+class Report:
+    """One pass: what was done (or would be), what was left alone and why, and the breaker."""
+
+    dry_run: bool
+    breaker: Breaker
+    outcomes: tuple[Outcome, ...]
+    held: tuple[Held, ...]
+    unhealthy: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.breaker
+        return {
+            "dryRun": self.dry_run,
+            "unhealthyNodes": list(self.unhealthy),
+            "breaker": {
+                "state": "open" if b.tripped else "closed",
+                "affectedNodes": list(b.affected),
+                "gpuNodes": b.gpu_nodes,
+                "share": round(b.share, 4),
+                "limit": b.limit,
+                "windowSeconds": b.window_s,
+                "minNodes": b.min_nodes,
+                "message": b.message,
+            },
+            "actions": [o.to_dict() for o in self.outcomes],
+            "held": [
+                {
+                    k: v
+                    for k, v in {
+                        "node": h.node,
+                        "pod": h.pod,
+                        "why": h.why.value,
+                        "detail": h.detail,
+                        "pdb": h.pdb,
+                    }.items()
+                    if v
+                }
+                for h in self.held
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the status ConfigMap remembers between passes."""
+
+    history: dict[str, float]
+    blocked: frozenset[str]
+    tripped: bool
+
+
+class Remediator:
+    """Runs passes of the controller against one cluster."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        dry_run: bool = False,
+        clock: Any = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy or Policy()
+        self.namespace = namespace
+        self.dry_run = dry_run
+        self.clock = clock
+
+    def read_memory(self) -> Memory:
+        """The status ConfigMap's memory; an absent or unreadable one starts empty (logged)."""
+        cm = self.cluster.get_or_none(CONFIGMAP, STATUS_NAME, self.namespace)
+        data = (cm or {}).get("data") or {}
+        try:
+            history = {str(k): float(v) for k, v in json.loads(data.get("history") or "{}").items()}
+            blocked = frozenset(str(p) for p in json.loads(data.get("blocked") or "[]"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("status ConfigMap %s/%s unreadable (%s); starting fresh", self.namespace, STATUS_NAME, exc)
+            history, blocked = {}, frozenset()
+        return Memory(history, blocked, data.get("breaker") == "open")
+
+    def run_once(self) -> Report:
+        """One pass; see the module docstring."""
+        nodes = self.cluster.list(NODE)
+        unhealthy = [n for n in nodes if (c := find_condition(n)) is not None and not c.healthy]
+        pods: list[Obj] = []
+        for node in unhealthy:
+            pods.extend(self.cluster.list(POD, field_selector=f"spec.nodeName={node['metadata']['name']}"))
+        pdbs = self.cluster.list(PDB) if unhealthy else []
+        memory = self.read_memory()
+        decision = decide(nodes, pods, pdbs, self.policy, memory.history, self.clock())
+        if self.dry_run:
+            outcomes = tuple(Outcome(a, "would") for a in decision.actions)
+            return Report(True, decision.breaker, outcomes, decision.held, decision.unhealthy)
+        outcomes = tuple(self._apply(a) for a in decision.actions)
+        blocked = {h.pod for h in decision.held if h.why is HoldReason.PDB and h.pod}
+        blocked |= {o.action.pod for o in outcomes if o.result == "blocked" and o.action.pod}
+        for held in decision.held:
+            if held.why is HoldReason.PDB and held.pod and held.pod not in memory.blocked:
+                self._event_on_pod(
+                    held.pod, EVENT_BLOCKED, f"not evicted from node {held.node}: {held.detail}", "Warning"
+                )
+        status = self._write_status(decision.breaker, decision.history, blocked)
+        if decision.breaker.tripped != memory.tripped:
+            if decision.breaker.tripped:
+                self.cluster.record_event(status, EVENT_PAUSED, decision.breaker.message, "Warning", COMPONENT)
+            else:
+                self.cluster.record_event(status, EVENT_RESUMED, decision.breaker.message, "Normal", COMPONENT)
+        return Report(False, decision.breaker, outcomes, decision.held, decision.unhealthy)
+
+    def _apply(self, action: Action) -> Outcome:
+        """Carry out one action and record its Event; an API error fails this action only."""
+        try:
+            if action.kind is ActionKind.EVICT and action.pod:
+                namespace, name = action.pod.split("/")
+                try:
+                    self.cluster.evict(name, namespace)
+                except EvictionBlockedError as exc:
+                    detail = f"PodDisruptionBudget {namespace}/{exc.pdb} allows no disruption"
+                    self._event_on_pod(
+                        action.pod, EVENT_BLOCKED, f"not evicted from node {action.node}: {detail}", "Warning"
+                    )
+                    return Outcome(action, "blocked", detail)
+                except NotFoundError:
+                    return Outcome(action, "gone", "pod already gone")
+                self._event_on_pod(action.pod, action.reason, action.message, "Warning")
+            else:
+                node = self.cluster.patch(NODE, action.node, dict(action.patch or {}))
+                self.cluster.record_event(node, action.reason, action.message, "Normal", COMPONENT)
+        except KubeError as exc:
+            log.error("%s on node %s failed: %s", action.kind.value, action.node, exc)
+            return Outcome(action, "failed", str(exc))
+        return Outcome(action, "done")
+
+    def _event_on_pod(self, pod: str, reason: str, message: str, kind: Literal["Normal", "Warning"]) -> None:
+        namespace, name = pod.split("/")
+        regarding = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+        self.cluster.record_event(regarding, reason, message, kind, COMPONENT)
+
+    def _write_status(self, breaker: Breaker, history: Mapping[str, float], blocked: set[str]) -> Obj:
+        """The breaker state where people and alerts can see it; written only when it changed."""
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": STATUS_NAME,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "gpuchain", "app.kubernetes.io/component": "remediator"},
+            },
+            "data": {
+                "breaker": "open" if breaker.tripped else "closed",
+                "message": breaker.message,
+                "affectedNodes": json.dumps(list(breaker.affected)),
+                "history": json.dumps(dict(sorted(dict(history).items()))),
+                "blocked": json.dumps(sorted(blocked)),
+            },
+        }
+        return self.cluster.apply(cm).object
+
+    async def run(self, interval: float = 10.0, stop: asyncio.Event | None = None) -> None:
+        """Pass after pass every ``interval`` seconds until ``stop`` is set; a failed pass is logged, not fatal."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                report = await asyncio.to_thread(self.run_once)
+            except KubeError as exc:
+                log.error("remediation pass failed: %s", exc)
+            else:
+                for outcome in report.outcomes:
+                    log.info("%s %s: %s", outcome.result, outcome.action.kind.value, outcome.action.message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)

@@ -1,0 +1,228 @@
+"""What the node side publishes and the controller reads: names, and the two JSON annotations.
+
+The controller runs somewhere else and sees only the API server, so everything it needs about a
+node's GPUs travels on the Node object:
+
+- condition ``GPUHealthy`` (``False`` while any device is unhealthy; the message names UUIDs and
+  XIDs for people),
+- annotation ``gpuchain.io/gpu-faults``: the unhealthy devices, structured for the controller,
+- annotation ``gpuchain.io/gpu-pods``: which containers hold which device, from the kubelet's
+  pod-resources API (``{"GPU-…": ["ns/pod/container", …]}``).
+
+This module only encodes and decodes them (pure); the publisher writes them, the controller reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.gpu.xid import XidAction, XidKind, describe
+
+CONDITION_TYPE = "GPUHealthy"
+FAULTS_ANNOTATION = "gpuchain.io/gpu-faults"
+PODS_ANNOTATION = "gpuchain.io/gpu-pods"
+TAINT_KEY = "gpuchain.io/gpu-reset-required"
+CORDONED_BY_ANNOTATION = "gpuchain.io/cordoned-by"
+"""Set when the remediator cordons a node, so it only ever uncordons nodes it cordoned itself."""
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+
+REASON_HEALTHY = "GPUsHealthy"
+REASON_XID = "GPUXidError"
+REASON_LOST = "GPULost"
+
+_SEVERITY = {XidAction.RESTART_APP: 0, XidAction.RESET_GPU: 1, XidAction.REBOOT_NODE: 2}
+
+
+class AnnotationError(ValueError):
+    """A published annotation is not the JSON shape this module writes; the message names it."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One unhealthy device as the node publishes it.
+
+    ``uuid`` is the failed GPU or MIG device; ``gpu`` its physical GPU; ``covers`` every device id
+    the failure takes down (a whole GPU covers its MIG devices too), which is what pods are matched
+    against; ``xids`` the counted XIDs; ``lost`` the GPU stopped answering.
+    """
+
+    uuid: str
+    gpu: str
+    xids: tuple[int, ...] = ()
+    lost: bool = False
+    covers: tuple[str, ...] = ()
+
+    @property
+    def action(self) -> XidAction:
+        """The most disruptive action any of its XIDs asks for; a lost GPU needs the node rebooted."""
+        if self.lost:
+            return XidAction.REBOOT_NODE
+        actions = [describe(x).action for x in self.xids] or [XidAction.RESET_GPU]
+        return max(actions, key=_SEVERITY.__getitem__)
+
+    @property
+    def application_only(self) -> bool:
+        """Every XID is the application's fault (per the shared table) and the GPU still answers."""
+        return bool(self.xids) and not self.lost and all(describe(x).kind is XidKind.APPLICATION for x in self.xids)
+
+    def summary(self) -> str:
+        """``GPU-…: XID 79 (GPU has fallen off the bus)`` — the form condition messages and Events use."""
+        parts = [f"XID {x} ({describe(x).meaning})" for x in self.xids]
+        if self.lost:
+            parts.append("lost (not answering)")
+        return f"{self.uuid}: {', '.join(parts) or 'unhealthy'}"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"gpu": self.gpu, "xids": list(self.xids)}
+        if self.lost:
+            data["lost"] = True
+        if self.covers and self.covers != (self.uuid,):
+            data["covers"] = list(self.covers)
+        return data
+
+
+def encode_faults(faults: Mapping[str, Fault]) -> str:
+    """The faults annotation value: ``{uuid: {gpu, xids, lost?, covers?}}`` with sorted keys (stable)."""
+    return json.dumps({u: f.to_json() for u, f in sorted(faults.items())}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_faults(text: str | None) -> dict[str, Fault]:
+    """Parse the faults annotation (absent or empty: no faults). Raises AnnotationError naming the key."""
+    data = _load(FAULTS_ANNOTATION, text, {})
+    faults: dict[str, Fault] = {}
+    for uuid, item in data.items():
+        if not isinstance(item, dict):
+            raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: expected an object, got {type(item).__name__}")
+        try:
+            xids = tuple(int(x) for x in item.get("xids", ()))
+            covers = tuple(str(c) for c in item.get("covers", ())) or (uuid,)
+            faults[uuid] = Fault(uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers)
+        except (TypeError, ValueError) as exc:
+            raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None
+    return faults
+
+
+def encode_pods(pods: Mapping[str, tuple[str, ...]]) -> str:
+    """The pods annotation value: ``{device uuid: ["ns/pod/container", ...]}``, devices with no pod left out."""
+    return json.dumps({u: sorted(refs) for u, refs in sorted(pods.items()) if refs}, separators=(",", ":"))
+
+
+def decode_pods(text: str | None) -> dict[str, tuple[str, ...]]:
+    """Parse the pods annotation. Raises AnnotationError naming the key and the bad entry."""
+    data = _load(PODS_ANNOTATION, text, {})
+    pods: dict[str, tuple[str, ...]] = {}
+    for uuid, refs in data.items():
+        if not isinstance(refs, list) or not all(isinstance(r, str) and r.count("/") == 2 for r in refs):
+            raise AnnotationError(f"{PODS_ANNOTATION}: {uuid}: expected a list of 'namespace/pod/container'")
+        pods[uuid] = tuple(refs)
+    return pods
+
+
+def _load(key: str, text: str | None, empty: dict[str, Any]) -> dict[str, Any]:
+    if not text:
+        return empty
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(f"{key}: not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise AnnotationError(f"{key}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+@dataclass(frozen=True)
+class Condition:
+    """The GPUHealthy condition as found on a Node."""
+
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.status == "True"
+
+
+def find_condition(node: Mapping[str, Any], kind: str = CONDITION_TYPE) -> Condition | None:
+    """The node's condition of type ``kind``, or None when it has none."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return Condition(
+                str(c.get("status", "Unknown")),
+                str(c.get("reason", "")),
+                str(c.get("message", "")),
+                str(c.get("lastTransitionTime", "")),
+            )
+    return None
+
+
+def condition_for(faults: Mapping[str, Fault]) -> tuple[str, str, str]:
+    """(status, reason, message) of GPUHealthy for these faults."""
+    if not faults:
+        return "True", REASON_HEALTHY, "all GPUs healthy"
+    reason = REASON_LOST if any(f.lost for f in faults.values()) else REASON_XID
+    message = "; ".join(f.summary() for _, f in sorted(faults.items()))
+    return "False", reason, f"{len(faults)} unhealthy: {message}"
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """The controller's view of one node: what its publisher said, and what the node looks like."""
+
+    name: str
+    condition: Condition | None
+    faults: Mapping[str, Fault] = field(default_factory=dict)
+    pods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    unschedulable: bool = False
+    cordoned_by_us: bool = False
+    gpu_node: bool = True
+    error: str | None = None
+    """Set when an annotation could not be read: the node is reported and left alone."""
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.condition is not None and not self.condition.healthy
+
+    @property
+    def tainted(self) -> bool:
+        return any(t.get("key") == TAINT_KEY for t in self.taints)
+
+
+def node_view(node: Mapping[str, Any]) -> NodeGpus:
+    """Read a Node object into a NodeGpus; a bad annotation sets ``error`` instead of raising."""
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    condition = find_condition(node)
+    capacity = status.get("capacity") or {}
+    gpu_node = (
+        condition is not None
+        or labels.get(GPU_PRESENT_LABEL) == "true"
+        or any(k.startswith("nvidia.com/") and str(v) not in ("0", "") for k, v in capacity.items())
+    )
+    error = None
+    faults: dict[str, Fault] = {}
+    pods: dict[str, tuple[str, ...]] = {}
+    try:
+        faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
+        pods = decode_pods(annotations.get(PODS_ANNOTATION))
+    except AnnotationError as exc:
+        error = str(exc)
+    return NodeGpus(
+        name=str(meta.get("name", "")),
+        condition=condition,
+        faults=faults,
+        pods=pods,
+        taints=tuple(spec.get("taints") or ()),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        cordoned_by_us=CORDONED_BY_ANNOTATION in annotations,
+        gpu_node=gpu_node,
+        error=error,
+    )

@@ -1,0 +1,280 @@
+"""Node side: publish this node's GPU health and GPU-to-pod map on its Node object.
+
+The device plugin stops handing out a failed GPU but cannot tell anyone about the pods already
+on it. This publisher (``gpuchain gpu-health``, one per GPU node) watches the same backend health
+events with the same ``HealthPolicy`` and recovery quiet period as the device plugin (it reuses
+its ``HealthState``), and writes:
+
+- condition ``GPUHealthy`` (False with the UUIDs and XIDs; True again on recovery) and an Event
+  on each transition,
+- the ``gpuchain.io/gpu-faults`` and ``gpuchain.io/gpu-pods`` annotations (see ``model``), the
+  pod map coming from the kubelet's pod-resources API through the exporter's client.
+
+Writes happen only when something differs, so a resync that finds nothing new makes no writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.deviceplugin.health import HealthState
+from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
+from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.kinds import NODE
+from gpuchain.kube.objects import Obj, annotations_of
+from gpuchain.kube.port import Cluster, now_rfc3339
+from gpuchain.remediation.model import (
+    CONDITION_TYPE,
+    FAULTS_ANNOTATION,
+    PODS_ANNOTATION,
+    Fault,
+    condition_for,
+    encode_faults,
+    encode_pods,
+    find_condition,
+)
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpuchain-gpu-health"
+EVENT_UNHEALTHY = "GPUUnhealthy"
+EVENT_HEALTHY = "GPUHealthy"
+
+PodSource = Callable[[], list[Assignment]]
+"""Where device assignments come from: ``PodResourcesClient(socket).list`` on a node."""
+
+
+@dataclass
+class FaultTracker:
+    """Which devices are unhealthy and with which XIDs (pure state; the caller passes the clock).
+
+    ``HealthState`` (the device plugin's) decides what counts and when a recovered GPU is healthy
+    again; this adds what the controller needs and HealthState does not keep: the XID codes per
+    device, lost GPUs, and the MIG devices a whole-GPU failure takes down.
+    """
+
+    health: HealthState
+    xids: dict[str, set[int]] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    migs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def with_policy(cls, policy: HealthPolicy | None = None, quiet_seconds: float = 10.0) -> FaultTracker:
+        return cls(HealthState(policy or HealthPolicy(), quiet_seconds))
+
+    def observe(self, gpus: Iterable[Gpu]) -> None:
+        """Remember each GPU's MIG devices (a lost GPU drops out of the inventory; its MIGs must not)."""
+        for gpu in gpus:
+            self.migs[gpu.uuid] = tuple(m.uuid for m in gpu.mig_devices)
+
+    def apply(self, event: HealthEvent, now: float) -> bool:
+        """Take one backend event into account; True when the published faults change."""
+        before = self.faults()
+        counted = event.kind is EventKind.GPU_LOST or (
+            event.kind is EventKind.XID and event.xid is not None and self.health.policy.marks_unhealthy(event.xid)
+        )
+        self.health.apply(event, now)
+        if counted and self.health.policy.checks:
+            if event.kind is EventKind.GPU_LOST:
+                self.lost.add(event.gpu_uuid)
+            elif event.xid is not None:
+                self.xids.setdefault(event.mig_uuid or event.gpu_uuid, set()).add(event.xid)
+        self._prune()
+        return self.faults() != before
+
+    def fail_all(self, gpu_uuids: list[str]) -> None:
+        """The event stream broke: as the device plugin does, vouch for nothing."""
+        self.health.fail_all(gpu_uuids)
+
+    def due(self, now: float) -> bool:
+        """Finish recoveries whose quiet period has passed; True when any device came back."""
+        done = self.health.due(now)
+        self._prune()
+        return bool(done)
+
+    def next_deadline(self) -> float | None:
+        return self.health.next_deadline()
+
+    def _prune(self) -> None:
+        bad = set(self.health.bad_gpus) | set(self.health.bad_migs)
+        self.xids = {u: x for u, x in self.xids.items() if u in bad}
+        self.lost &= set(self.health.bad_gpus)
+
+    def faults(self) -> dict[str, Fault]:
+        """The unhealthy devices as published: whole GPUs cover their MIG devices."""
+        out: dict[str, Fault] = {}
+        for gpu in self.health.bad_gpus:
+            covers = (gpu, *self.migs.get(gpu, ()))
+            out[gpu] = Fault(gpu, gpu, tuple(sorted(self.xids.get(gpu, ()))), gpu in self.lost, covers)
+        for mig, (parent, _) in self.health.bad_migs.items():
+            if parent not in out:
+                out[mig] = Fault(mig, parent, tuple(sorted(self.xids.get(mig, ()))), False, (mig,))
+        return out
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What one publish pass found and wrote."""
+
+    faults: dict[str, Fault]
+    pods: dict[str, tuple[str, ...]]
+    annotations_written: bool
+    condition_written: bool
+    event: str | None = None
+
+
+class GpuHealthPublisher:
+    """Keeps one Node's GPUHealthy condition and GPU annotations in step with the backend's events."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        cluster: Cluster,
+        node_name: str,
+        pods: PodSource | None = None,
+        policy: HealthPolicy | None = None,
+        quiet_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend = backend
+        self.cluster = cluster
+        self.node_name = node_name
+        self.pod_source = pods
+        self.tracker = FaultTracker.with_policy(policy, quiet_seconds)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._gpus: dict[str, Gpu] = {}
+        self._pods: dict[str, tuple[str, ...]] = {}
+        self._driver: Any = None
+
+    def handle(self, event: HealthEvent) -> bool:
+        """Feed one backend event; True when the node needs publishing."""
+        with self._lock:
+            return self.tracker.apply(event, self.clock())
+
+    def _refresh_inventory(self) -> Inventory | None:
+        try:
+            inventory = self.backend.inventory()
+        except GpuError as exc:
+            log.warning("inventory failed (%s); keeping the last known GPUs", exc)
+        else:
+            self._driver = inventory.driver
+            self._gpus.update({g.uuid: g for g in inventory.gpus})
+            with self._lock:
+                self.tracker.observe(inventory.gpus)
+        if self._driver is None:
+            return None
+        return Inventory(self._driver, tuple(sorted(self._gpus.values(), key=lambda g: g.index)))
+
+    def _pod_map(self, inventory: Inventory | None) -> dict[str, tuple[str, ...]]:
+        """Device UUID -> containers, from pod-resources; the last good map when the kubelet does not answer."""
+        if self.pod_source is None or inventory is None:
+            return self._pods
+        try:
+            rows = self.pod_source()
+        except PodResourcesError as exc:
+            log.warning("%s; keeping the last pod map", exc)
+            return self._pods
+        held = attribute(rows, inventory)
+        self._pods = {u: tuple(f"{r.namespace}/{r.pod}/{r.container}" for r in refs) for u, refs in held.items()}
+        return self._pods
+
+    def publish(self) -> PublishResult:
+        """Write the annotations (first, so the controller never sees a condition without its data),
+        then the condition and an Event on a change. Writes nothing when the Node already says it."""
+        inventory = self._refresh_inventory()
+        with self._lock:
+            self.tracker.due(self.clock())
+            faults = self.tracker.faults()
+        pods = self._pod_map(inventory)
+        node = self.cluster.get(NODE, self.node_name)
+        wanted = {
+            FAULTS_ANNOTATION: encode_faults(faults) if faults else None,
+            PODS_ANNOTATION: encode_pods(pods) if pods else None,
+        }
+        current = annotations_of(node)
+        patch = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if patch:
+            node = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+        status, reason, message = condition_for(faults)
+        before = find_condition(node)
+        if before is not None and (before.status, before.reason, before.message) == (status, reason, message):
+            return PublishResult(faults, pods, bool(patch), False)
+        self.cluster.patch_status(NODE, self.node_name, {"conditions": _conditions(node, status, reason, message)})
+        event = None
+        if status == "False":
+            event = EVENT_UNHEALTHY
+            self.cluster.record_event(node, event, message, type="Warning", component=COMPONENT)
+        elif before is not None and not before.healthy:
+            event = EVENT_HEALTHY
+            self.cluster.record_event(node, event, message, component=COMPONENT)
+        return PublishResult(faults, pods, bool(patch), True, event)
+
+    async def run(self, stop: asyncio.Event | None = None, resync: float = 30.0) -> None:
+        """Publish now, then on every health change, recovery deadline and every ``resync`` seconds
+        (pods come and go without health events) until ``stop`` is set."""
+        stop = stop or asyncio.Event()
+        wake = asyncio.Event()
+
+        async def consume() -> None:
+            try:
+                async for event in self.backend.events():
+                    if self.handle(event):
+                        wake.set()
+            except GpuError as exc:
+                log.error("health event stream failed (%s): marking every GPU unhealthy", exc)
+                with self._lock:
+                    self.tracker.fail_all(list(self._gpus))
+                wake.set()
+
+        consumer = asyncio.create_task(consume(), name="gpu-health-events")
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.to_thread(self.publish)
+                except Exception as exc:  # keep running: the next pass retries against a fresh read
+                    log.error("publishing GPU health on node %s failed: %s", self.node_name, exc)
+                timeout = resync
+                deadline = self.tracker.next_deadline()
+                if deadline is not None:
+                    timeout = max(0.0, min(resync, deadline - self.clock()))
+                waker = asyncio.create_task(wake.wait())
+                await asyncio.wait({waker, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+                wake.clear()
+        finally:
+            for task in (consumer, stopper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def _conditions(node: Obj, status: str, reason: str, message: str) -> list[dict[str, Any]]:
+    """The Node's whole condition list with GPUHealthy set (a merge patch replaces lists whole).
+
+    lastTransitionTime moves only when the status flips, as Kubernetes conditions require.
+    """
+    stamp = now_rfc3339()
+    conditions = [dict(c) for c in (node.get("status") or {}).get("conditions") or []]
+    old = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
+    transition = stamp if old is None or old.get("status") != status else old.get("lastTransitionTime", stamp)
+    mine = {
+        "type": CONDITION_TYPE,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": transition,
+    }
+    return [c for c in conditions if c.get("type") != CONDITION_TYPE] + [mine]
