@@ -327,6 +327,7 @@ def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[s
                 f"{check}-validation",
                 policy.validator,
                 ["gpuchain", "validate", check],
+                args=["--backend", "nvml"] if check in ("driver", "toolkit") else [],
                 env=[node_name, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
                 securityContext={"privileged": True},
                 volumeMounts=[_validation_mount()],

@@ -1,0 +1,56 @@
+"""`gpuchain validate ...` end to end: ready files written, failures exit 1, plugin over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kube.kmock_server import kmock_server
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.kube import LiveCluster
+
+runner = CliRunner()
+
+
+def test_validate_driver_writes_ready_file(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "driver", "--dir", str(tmp_path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] and data["gpus"] == 8
+    assert (tmp_path / "driver-ready").exists()
+
+
+def test_validate_toolkit_fails_without_devices(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "toolkit", "--dir", str(tmp_path), "--dev-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert not (tmp_path / "toolkit-ready").exists()
+
+
+def test_validate_plugin_against_api_server(tmp_path: Path) -> None:
+    with kmock_server() as (url, _):
+        LiveCluster.from_url(url).create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "gpu-1"},
+                "status": {"capacity": {"nvidia.com/gpu": "8"}},
+            }
+        )
+        args = ["validate", "plugin", "--server", url, "--tries", "1", "--dir", str(tmp_path)]
+        ok = runner.invoke(app, [*args, "--node", "gpu-1"])
+        assert ok.exit_code == 0, ok.output
+        assert (tmp_path / "plugin-ready").exists()
+        missing = runner.invoke(app, [*args, "--node", "gpu-2"])
+        assert missing.exit_code == 1
+
+
+def test_validate_wait(tmp_path: Path) -> None:
+    timeout = runner.invoke(app, ["validate", "wait", "toolkit", "--dir", str(tmp_path), "--timeout", "0.05"])
+    assert timeout.exit_code == 1
+    (tmp_path / "toolkit-ready").write_text("{}")
+    ok = runner.invoke(app, ["validate", "wait", "toolkit", "--dir", str(tmp_path), "--timeout", "1"])
+    assert ok.exit_code == 0 and "toolkit ready" in ok.output
+    bad = runner.invoke(app, ["validate", "wait", "kernel", "--dir", str(tmp_path), "--timeout", "0"])
+    assert bad.exit_code == 2
