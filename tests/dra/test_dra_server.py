@@ -164,3 +164,30 @@ async def test_xid_from_the_backend_withdraws_the_device_with_a_new_generation(
         assert "gpu-7" not in [d["name"] for d in live["spec"]["devices"]]
     finally:
         task.cancel()
+
+
+async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_when_it_stops(
+    h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path
+) -> None:
+    peer = DraPeer(short_dir / "registry")
+    watcher = asyncio.create_task(peer.watch(interval=0.01))
+    server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+    try:
+        await asyncio.sleep(0.05)
+        assert peer.plugins == {}
+        await server.start()
+        for _ in range(300):
+            if DRIVER in peer.plugins:
+                break
+            await asyncio.sleep(0.01)
+        assert peer.plugins[DRIVER].version == "v1"
+        await server.stop()
+        for _ in range(300):
+            if DRIVER not in peer.plugins:
+                break
+            await asyncio.sleep(0.01)
+        assert DRIVER not in peer.plugins
+    finally:
+        watcher.cancel()
+        await server.stop()
+        await peer.close()
