@@ -45,6 +45,17 @@ def _table(labels: Labels) -> Table:
     return table
 
 
+def _node_sink(node: str) -> Sink:
+    """Patch ``node``'s labels through the live cluster (in-cluster config or kubeconfig)."""
+    from gpuchain.kube import LiveCluster
+
+    try:
+        cluster = LiveCluster()
+    except Exception as exc:
+        fail(f"--node {node}: cannot reach the Kubernetes API: {exc}", code=1)
+    return lambda labels: patch_node_labels(cluster, node, labels)
+
+
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -69,7 +80,7 @@ def gfd(
         help="NFD feature file to write (default: flags.gfd.outputFile); '-' writes to stdout, '' writes none.",
     ),
     node: str | None = typer.Option(
-        None, "--node", envvar="NODE_NAME", help="Also patch this Node's labels directly (needs cluster access)."
+        None, "--node", help="Also patch this Node's labels directly (needs cluster access), e.g. --node $NODE_NAME."
     ),
     no_timestamp: bool = typer.Option(False, "--no-timestamp", help="Leave out nvidia.com/gfd.timestamp."),
     machine_type_file: str | None = typer.Option(
@@ -95,15 +106,8 @@ def gfd(
         sinks.append(lambda labels: sys.stdout.write(render_feature_file(labels)))
     elif target:
         sinks.append(lambda labels: write_feature_file(target, labels))
-    cluster = None
     if node:
-        from gpuchain.kube import LiveCluster
-
-        try:
-            cluster = LiveCluster()
-        except Exception as exc:
-            fail(f"--node {node}: cannot reach the Kubernetes API: {exc}", code=1)
-        sinks.append(lambda labels: patch_node_labels(cluster, node, labels))
+        sinks.append(_node_sink(node))
     try:
         gpus = open_backend(backend, preset, topology)
     except BACKEND_ERRORS as exc:
