@@ -324,15 +324,18 @@ async def test_run_reacts_to_the_label() -> None:
 
 
 def test_step_walks_the_phases_and_every_end_restores() -> None:
-    policy = Policy(timeout_s=10)
-    labels = {**DEPLOY, CONFIG_LABEL: "all-1g.10gb"}
+    policy = Policy(timeout_s=10, operands=(*OPERANDS, "dcgm", "nvsm"))
+    # dcgm is switched off on this node; nvsm has no label (runs under gpuchain's "not false" affinity)
+    labels = {**DEPLOY, "nvidia.com/gpu.deploy.dcgm": "false", CONFIG_LABEL: "all-1g.10gb"}
     m, actions = step(Machine(), Observation(labels), policy, 0.0)
     assert m.phase is Phase.CHECK and actions == [SetLabels({STATE_LABEL: State.PENDING})]
     m, _ = step(m, Observation(labels, layout=LayoutCheck()), policy, 1.0)
     m, _ = step(m, Observation(labels), policy, 1.0)
     assert m.phase is Phase.PAUSE
     m, actions = step(m, Observation(labels), policy, 1.0)
-    assert actions == [SetLabels(dict.fromkeys(DEPLOY, PAUSED))] and m.paused == tuple(sorted(DEPLOY))
+    nvsm = "nvidia.com/gpu.deploy.nvsm"
+    assert actions == [SetLabels(dict.fromkeys([*DEPLOY, nvsm], PAUSED))]
+    assert dict(m.paused) == {**DEPLOY, nvsm: None}
     busy = Observation(labels, operand_pods=(PodRef("gpu-operator", "dp"),))
     m, actions = step(m, busy, policy, 5.0)
     assert m.phase is Phase.OPERANDS and actions == []
@@ -343,7 +346,7 @@ def test_step_walks_the_phases_and_every_end_restores() -> None:
     m, actions = step(m, Observation(labels), policy, 7.0)
     restore = actions[0]
     assert isinstance(restore, SetLabels)
-    assert restore.labels == {**DEPLOY, STATE_LABEL: State.FAILED} and restore.reason == "boom"
+    assert restore.labels == {**DEPLOY, nvsm: None, STATE_LABEL: State.FAILED} and restore.reason == "boom"
     assert m.phase is Phase.IDLE
 
 

@@ -125,12 +125,13 @@ Action = SetLabels | Evict | Apply | RecordEvent
 @dataclass(frozen=True)
 class Machine:
     """The agent's memory. ``config`` is the layout being (or last) worked on; ``outcome`` and
-    ``message`` what the change ended with; ``paused`` the labels to put back."""
+    ``message`` what the change ended with; ``paused`` the labels to put back, each with the
+    value it had (None: it was absent, and is removed again)."""
 
     phase: Phase = Phase.IDLE
     config: str | None = None
     started: float = 0.0
-    paused: tuple[str, ...] = ()
+    paused: tuple[tuple[str, str | None], ...] = ()
     outcome: State | None = None
     message: str = ""
     evict_errors: tuple[str, ...] = field(default=())
@@ -148,6 +149,17 @@ def _finish(m: Machine, outcome: State, message: str) -> Machine:
 def leftover_paused(labels: Mapping[str, str]) -> tuple[str, ...]:
     """Deploy labels still paused (by this or an earlier, interrupted agent)."""
     return tuple(sorted(k for k, v in labels.items() if k.startswith(DEPLOY_PREFIX) and v == PAUSED))
+
+
+def to_pause(labels: Mapping[str, str], operands: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """The operands' deploy labels to pause, with their current values.
+
+    Every operand not switched off (``false``) is paused, also where its label is absent: NVIDIA's
+    operator writes ``true`` on every GPU node, gpuchain's operator selects on "not false and not
+    paused", so an absent label still runs the operand there.
+    """
+    keys = (f"{DEPLOY_PREFIX}{op}" for op in operands)
+    return tuple((k, labels.get(k)) for k in keys if labels.get(k) not in ("false", PAUSED))
 
 
 def _pods(pods: tuple[PodRef, ...]) -> str:
@@ -168,7 +180,8 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
         settled = m.config == wanted and state in (State.SUCCESS, State.FAILED, State.REBOOTING)
         if settled and not leftover_paused(obs.labels):
             return m, []
-        start = Machine(Phase.CHECK, wanted, now, leftover_paused(obs.labels))
+        # Labels an interrupted run left paused: their old value is lost, "true" brings them back.
+        start = Machine(Phase.CHECK, wanted, now, tuple((k, "true") for k in leftover_paused(obs.labels)))
         return start, [SetLabels({STATE_LABEL: State.PENDING})]
 
     if m.phase is Phase.CHECK:
@@ -202,9 +215,9 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
         return m, [Evict(obs.workload_pods)]
 
     if m.phase is Phase.PAUSE:
-        running = [f"{DEPLOY_PREFIX}{op}" for op in policy.operands if obs.labels.get(f"{DEPLOY_PREFIX}{op}") == "true"]
-        paused = tuple(sorted(set(m.paused) | set(running)))
-        actions: list[Action] = [SetLabels(dict.fromkeys(running, PAUSED))] if running else []
+        running = to_pause(obs.labels, policy.operands)
+        paused = tuple(sorted({**dict(running), **dict(m.paused)}.items()))
+        actions: list[Action] = [SetLabels({k: PAUSED for k, _ in running})] if running else []
         return replace(m, phase=Phase.OPERANDS, paused=paused), actions
 
     if m.phase is Phase.OPERANDS:
@@ -232,7 +245,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
 
     # RESTORE: put every paused label back and publish the outcome, in one patch.
     outcome = m.outcome or State.FAILED
-    labels: dict[str, str | None] = dict.fromkeys(m.paused, "true")
+    labels: dict[str, str | None] = dict(m.paused)
     labels[STATE_LABEL] = outcome
     ok = outcome is State.SUCCESS
     done = Machine(Phase.IDLE, m.config, outcome=outcome, message=m.message)

@@ -50,10 +50,22 @@ def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
+def _node_label_keys(pod: Mapping[str, Any]) -> set[str]:
+    """Node label keys the pod is scheduled by: nodeSelector and required node affinity."""
+    spec = _spec(pod)
+    keys = set(spec.get("nodeSelector") or {})
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        keys.update(str(e.get("key")) for e in term.get("matchExpressions") or [])
+    return keys
+
+
 def is_operand_pod(pod: Mapping[str, Any], operands: tuple[str, ...]) -> bool:
-    """A pod of a GPU operand: it is scheduled by one of the deploy labels the agent pauses."""
-    selector = _spec(pod).get("nodeSelector") or {}
-    return any(f"{DEPLOY_PREFIX}{op}" in selector for op in operands)
+    """A pod of a GPU operand: it is scheduled by one of the deploy labels the agent pauses
+    (nodeSelector as NVIDIA's operator writes it, or node affinity as gpuchain's does)."""
+    keys = _node_label_keys(pod)
+    return any(f"{DEPLOY_PREFIX}{op}" in keys for op in operands)
 
 
 def uses_gpus(pod: Mapping[str, Any]) -> bool:

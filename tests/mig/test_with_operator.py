@@ -1,0 +1,48 @@
+"""The agent beside gpuchain's operator: its operand pods (scheduled by node affinity on the
+deploy labels) leave when paused and come back when restored, on a simulated cluster."""
+
+from __future__ import annotations
+
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube import NODE, POD, MemoryCluster
+from gpuchain.mig.agent import CONFIG_LABEL, PAUSED, STATE_LABEL, Phase, Policy
+from gpuchain.mig.config import default_config
+from gpuchain.mig.manager import MigManager, classify_pods
+from gpuchain.operator.crd import cluster_policy
+from gpuchain.operator.reconcile import reconcile
+from gpuchain.operator.simulate import OperandSimulator
+
+NS = "gpu-operator"
+NODE_NAME = "gpu-0"
+OPERAND_LABELS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+
+
+def _operand_pods(cluster: MemoryCluster) -> set[str]:
+    pods = cluster.list(POD, NS, field_selector=f"spec.nodeName={NODE_NAME}")
+    return {p.name for p in classify_pods(pods, OPERAND_LABELS)[0]}
+
+
+def test_operands_stop_for_the_change_and_come_back() -> None:
+    labels = {"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/hostname": NODE_NAME}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
+    cluster = MemoryCluster([node, cluster_policy("cluster-policy", None)])
+    operands = OperandSimulator(cluster, NS)
+    reconcile(cluster, "cluster-policy", NS)
+    operands.settle()
+    before = _operand_pods(cluster)
+    assert before, "the operator runs GPU operands on the node"
+
+    gpus = SimBackend.from_preset("h100-80gb-x8")
+    manager = MigManager(cluster, gpus, NODE_NAME, default_config(), Policy(timeout_s=60))
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {CONFIG_LABEL: "all-1g.10gb"}}})
+    manager.reconcile()
+    paused = {k for k, v in cluster.get(NODE, NODE_NAME)["metadata"]["labels"].items() if v == PAUSED}
+    assert paused and manager.machine.phase is Phase.OPERANDS
+    operands.settle()  # the DaemonSet controller removes pods from the paused node
+    assert _operand_pods(cluster) == set()
+    manager.reconcile()
+    node_labels = cluster.get(NODE, NODE_NAME)["metadata"]["labels"]
+    assert node_labels[STATE_LABEL] == "success" and PAUSED not in node_labels.values()
+    assert len(gpus.inventory().mig_devices) == 56
+    operands.settle()
+    assert _operand_pods(cluster) == before
