@@ -69,7 +69,17 @@ def test_crd_shape() -> None:
     assert spec["group"] == "gpuchain.io" and spec["scope"] == "Cluster"
     assert spec["versions"][0]["subresources"] == {"status": {}}
     props = spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    for key in ("driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager", "mig", "validator", "daemonsets"):
+    for key in (
+        "driver",
+        "toolkit",
+        "devicePlugin",
+        "dcgmExporter",
+        "gfd",
+        "migManager",
+        "mig",
+        "validator",
+        "daemonsets",
+    ):
         assert key in props
     assert props["devicePlugin"]["properties"]["config"]["properties"].keys() == {"name", "default"}
 

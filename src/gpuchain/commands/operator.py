@@ -1,0 +1,85 @@
+"""`gpuchain operator run|render|crd`: the ClusterPolicy operator and what it would deploy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import typer
+import yaml
+from pydantic import BaseModel, Field
+
+from gpuchain.commands._output import fail
+from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
+from gpuchain.kube import LiveCluster
+from gpuchain.operator.crd import crd
+from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
+from gpuchain.operator.runtime import RuntimeConfig, run
+
+operator_app = typer.Typer(help="The gpuchain operator (ClusterPolicy gpuchain.io/v1).", no_args_is_help=True)
+
+
+class PolicyDocument(BaseModel):
+    """A ClusterPolicy manifest as read from a file."""
+
+    apiVersion: str = "gpuchain.io/v1"
+    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+def _manifest_dump(objs: list[dict[str, Any]], fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(objs, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
+
+
+@operator_app.command("run")
+def run_cmd(
+    namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
+    server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
+    min_interval: float = typer.Option(2.0, "--min-interval", help="Least seconds between two reconciles."),
+    resync: float = typer.Option(60.0, "--resync", help="Reconcile at least this often (seconds)."),
+) -> None:
+    """Watch ClusterPolicies, nodes and operands; reconcile until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cluster = LiveCluster.from_url(server) if server else LiveCluster()
+    config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
+    asyncio.run(run(cluster, config))
+
+
+@operator_app.command("render")
+def render(
+    policy_file: Path | None = typer.Option(None, "--policy", "-f", help="ClusterPolicy YAML (default: all defaults)."),
+    namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
+    output: str = typer.Option("yaml", "-o", "--output", help="yaml (multi-document) or json."),
+) -> None:
+    """Print the manifests the operator would apply for a ClusterPolicy (no cluster needed)."""
+    doc = PolicyDocument()
+    if policy_file is not None:
+        try:
+            doc = load_yaml_file(PolicyDocument, policy_file)
+        except ConfigFileError as exc:
+            fail(str(exc))
+    parsed = parse_policy(doc.spec)
+    if not isinstance(parsed, ClusterPolicySpec):
+        fail("; ".join(str(p) for p in parsed))
+    name = str(doc.metadata.get("name", "cluster-policy"))
+    _manifest_dump(desired(parsed, Facts(namespace, name)), output)
+
+
+@operator_app.command("crd")
+def crd_cmd(output: str = typer.Option("yaml", "-o", "--output", help="yaml or json.")) -> None:
+    """Print the ClusterPolicy CustomResourceDefinition."""
+    _manifest_dump([crd()], output)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(operator_app, name="operator")

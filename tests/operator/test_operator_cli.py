@@ -1,0 +1,47 @@
+"""`gpuchain operator render|crd`: manifests without a cluster, bad policies named by file:line: field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+
+runner = CliRunner()
+
+
+def test_render_defaults() -> None:
+    result = runner.invoke(app, ["operator", "render", "-n", "gpus"])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:2] == ["RuntimeClass", "ServiceAccount"] and kinds.count("DaemonSet") == 7
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] == "DaemonSet"} == {"gpus"}
+
+
+def test_render_policy_file(tmp_path: Path) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("apiVersion: gpuchain.io/v1\nkind: ClusterPolicy\nspec:\n  driver:\n    enabled: false\n")
+    result = runner.invoke(app, ["operator", "render", "-f", str(f)])
+    assert result.exit_code == 0
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)]
+    assert "nvidia-driver-daemonset" not in names
+
+
+def test_render_rejects_bad_policy(tmp_path: Path) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("kind: ClusterPolicy\nspec:\n  mig:\n    strategy: weird\n")
+    result = runner.invoke(app, ["operator", "render", "-f", str(f)])
+    assert result.exit_code == 2
+    assert "spec.mig.strategy" in result.output
+    f.write_text("kind: Policy\n")
+    wrong = runner.invoke(app, ["operator", "render", "-f", str(f)])
+    assert wrong.exit_code == 2 and "policy.yaml:1: kind" in wrong.output
+
+
+def test_crd_command() -> None:
+    result = runner.invoke(app, ["operator", "crd", "-o", "json"])
+    assert result.exit_code == 0
+    assert '"clusterpolicies.gpuchain.io"' in result.stdout
