@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from fakes.fake_pynvml import FakeNvml
 
-from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.backend import GpuBackend, MigMode
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import load_topology
 from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
 from gpuchain.mig.config import LayoutError, default_config, parse_config
-from gpuchain.mig.plan import StepKind, observe, plan, resolve
+from gpuchain.mig.plan import GpuMigState, NodeMigState, StepKind, observe, plan, resolve
 
 
 def nvml_over(sim: SimBackend) -> NvmlBackend:
@@ -193,3 +193,11 @@ def test_gpu_instance_without_compute_instance_is_not_the_layout() -> None:
     ]
     assert apply(sim, CONFIG, "all-7g.80gb").changed_gpus == (2,)
     assert check(sim, CONFIG, "all-7g.80gb") == []
+
+
+def test_mig_gpu_missing_from_the_catalog_is_named() -> None:
+    a30 = GpuMigState(0, "GPU-a30", "NVIDIA A30", 0x20B710DE, None, MigMode(False, False))
+    with pytest.raises(LayoutError, match="GPU 0 \\(NVIDIA A30\\) supports MIG but is not in gpuchain's MIG catalog"):
+        resolve(NodeMigState((a30,)), CONFIG, "all-enabled")
+    (target,) = resolve(NodeMigState((a30,)), CONFIG, "all-disabled")
+    assert plan(NodeMigState((a30,)), [target]) == []

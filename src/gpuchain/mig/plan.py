@@ -97,7 +97,9 @@ def observe(backend: GpuBackend) -> NodeMigState:
     for gpu in backend.inventory().gpus:
         model = model_for_device_id(gpu.pci_device_id) or catalog.model_for_name(gpu.name)
         mode = backend.mig_mode(gpu.index) if gpu.mig_capable else None
-        instances = backend.gpu_instances(gpu.index) if mode is not None and mode.current else ()
+        instances: tuple[GpuInstance, ...] = ()
+        if mode is not None and mode.current and model is not None and model.mig_capable:
+            instances = backend.gpu_instances(gpu.index)
         gpus.append(GpuMigState(gpu.index, gpu.uuid, gpu.name, gpu.pci_device_id, model, mode, instances))
     return NodeMigState(tuple(gpus))
 
@@ -136,8 +138,13 @@ def resolve(state: NodeMigState, config: MigPartedConfig, name: str) -> tuple[Gp
 def _target(gpu: GpuMigState, entry: MigConfigEntry, name: str) -> GpuTarget:
     if not entry.mig_enabled:
         return GpuTarget(gpu.index, False)
-    if gpu.mode is None or gpu.model is None or not gpu.model.mig_capable:
+    if gpu.mode is None:
         raise LayoutError(f"layout {name!r}: {gpu.label} does not support MIG; add a device-filter to skip it")
+    if gpu.model is None or not gpu.model.mig_capable:
+        raise LayoutError(
+            f"layout {name!r}: {gpu.label} supports MIG but is not in gpuchain's MIG catalog, so its "
+            "profiles and placements are unknown; add a device-filter to skip it"
+        )
     try:
         placements = catalog.place_layout(gpu.model, entry.layout)
     except InvalidConfigError as exc:
