@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from conftest import nvml_over
 
 from gpuchain.deviceplugin.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
@@ -237,3 +239,35 @@ async def test_gpu_lost_across_a_kubelet_restart_is_announced_again_when_back(no
     await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {GPU: 7} and node.kubelet.allocatable()[GPU] == 7)
     node.backend.recover_gpu(6)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
+
+
+async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend) -> None:
+    """The same plugin on NvmlBackend (fake pynvml over the simulator): XID, loss and recovery."""
+    plugin_backend = nvml_over(h100_sim)
+    kubelet_root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    kubelet = KubeletPeer(kubelet_root)
+    plugin = DevicePlugin(plugin_backend, parse_config("health: {recoveryQuietSeconds: 0.05}"), kubelet_root, env={})
+    try:
+        await kubelet.start()
+        await plugin.start()
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8})
+        fake = plugin_backend._nvml
+        while not (fake._event_sets and len(fake._event_sets[0].registered) == 8):
+            await asyncio.sleep(0.01)  # NVML misses events raised before the event set exists
+        h100_sim.inject_xid(1, 48)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 7})
+        h100_sim.lose_gpu(2)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 6})
+        lost = h100_sim.snapshot_gpu(2).uuid
+        while "lost" not in plugin.health.bad_gpus.get(lost, ""):
+            await asyncio.sleep(0.02)  # NVML notices a lost GPU by probing, every 0.2 s here
+        h100_sim.recover_gpu(2)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 7})
+    finally:
+        await plugin.stop()
+        for thread in threading.enumerate():
+            if thread.name == "nvml-events":  # let NVML's event thread see the stop while the loop runs
+                await asyncio.to_thread(thread.join, 2)
+        await kubelet.stop()
+        plugin_backend.close()
+        shutil.rmtree(kubelet_root)
