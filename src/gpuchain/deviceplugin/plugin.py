@@ -27,7 +27,7 @@ import grpc
 
 from gpuchain.deviceplugin.config import Config
 from gpuchain.deviceplugin.health import HealthState
-from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.model import EventKind, HealthEvent, Inventory
@@ -248,8 +248,14 @@ class DevicePlugin:
         ):
             # The GPU was lost when the resources were last mapped (a kubelet restart or reload
             # while it was gone): map again so it is announced once more.
-            self._tasks.append(asyncio.create_task(self.reload(self.config), name="dp-remap"))
+            self._tasks.append(asyncio.create_task(self._remap(), name="dp-remap"))
         self._kick.set()
+
+    async def _remap(self) -> None:
+        try:
+            await self.reload(self.config)
+        except (ResourceMappingError, OSError) as exc:
+            log.error("re-mapping resources after a GPU came back failed, keeping the old ones: %s", exc)
 
     async def _recoveries(self) -> None:
         while True:

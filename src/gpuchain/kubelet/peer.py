@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from gpuchain.kubelet.podresources import serve_pod_resources
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -133,8 +134,6 @@ class KubeletPeer:
         await server.start()
         self._server = server
         if self.pod_resources_socket is not None:
-            from gpuchain.kubelet.podresources import serve_pod_resources
-
             self._pod_resources = await serve_pod_resources(self, self.pod_resources_socket)
 
     async def stop(self) -> None:
