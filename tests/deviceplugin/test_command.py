@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -77,3 +78,25 @@ def test_config_dir_with_a_missing_key_fails(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "nvidia.com/device-plugin.config" in result.output
+
+
+def test_list_prints_the_resources_for_the_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "ts.yaml"
+    cfg.write_text("sharing: {timeSlicing: {renameByDefault: true, resources: [{name: gpu, replicas: 2}]}}")
+    result = CliRunner().invoke(app, ["device-plugin", "--list", "--config", str(cfg), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert (row["resource"], row["devices"], row["units"], row["sharing"]) == (
+        "nvidia.com/gpu.shared",
+        16,
+        8,
+        "time-slicing",
+    )
+
+
+def test_list_reports_an_invalid_single_strategy() -> None:
+    result = CliRunner().invoke(
+        app, ["device-plugin", "--list", "--preset", "h100-80gb-x8-mig-mixed"], env={"MIG_STRATEGY": "single"}
+    )
+    assert result.exit_code == 2
+    assert "migStrategy single does not fit" in result.output

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
@@ -18,11 +19,11 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
-from gpuchain.commands._output import err_console, fail
+from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import Config, choose_config_file, load_config
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
-from gpuchain.deviceplugin.resources import ResourceMappingError
+from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
 
 log = logging.getLogger("gpuchain.deviceplugin")
@@ -59,6 +60,28 @@ async def serve(backend: GpuBackend, config: Config, config_path: str | None, so
         log.info("stopped; sockets removed")
 
 
+def _summary(res: Resource) -> dict[str, object]:
+    return {
+        "resource": res.name,
+        "endpoint": res.endpoint,
+        "devices": len(res.devices),
+        "units": len(res.unit_uuids),
+        "sharing": res.sharing,
+        "replicas": res.replicas,
+        "ids": [d.id for d in res.devices],
+    }
+
+
+def _table(resources: list[Resource]) -> Table:
+    table = Table(title="Resources this node announces", title_justify="left")
+    table.add_column("Resource", no_wrap=True)
+    for col in ("Devices", "Physical", "Sharing", "Replicas"):
+        table.add_column(col)
+    for r in resources:
+        table.add_row(r.name, str(len(r.devices)), str(len(r.unit_uuids)), r.sharing, str(r.replicas))
+    return table
+
+
 async def _idle() -> None:
     """Wait for SIGTERM/SIGINT: a node without GPUs keeps the pod running instead of crash-looping."""
     stop = asyncio.Event()
@@ -87,6 +110,10 @@ def device_plugin(
     socket_dir: Path = typer.Option(
         DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
     ),
+    list_only: bool = typer.Option(
+        False, "--list", help="Print the resources this config announces on this node and exit (serves nothing)."
+    ),
+    output: OutputFormat = output_option(),
 ) -> None:
     """Serve nvidia.com/gpu (and MIG / shared resources) to the kubelet.
 
@@ -95,7 +122,8 @@ def device_plugin(
     Environment variables override the file as in NVIDIA's plugin (MIG_STRATEGY,
     DEVICE_LIST_STRATEGY, PASS_DEVICE_SPECS, DP_DISABLE_HEALTHCHECKS, ...).
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = logging.WARNING if list_only else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if config_dir:
             if config:
@@ -111,6 +139,15 @@ def device_plugin(
             fail(f"{exc} (set failOnInitError: false to keep running without GPUs)", code=1)
         log.error("no GPUs (%s); failOnInitError is false: serving nothing until stopped", exc)
         asyncio.run(_idle())
+        return
+    if list_only:
+        try:
+            resources = map_resources(b.inventory(), cfg)
+        except (ResourceMappingError, *BACKEND_ERRORS) as exc:
+            fail(str(exc))
+        finally:
+            b.close()
+        emit([_summary(r) for r in resources], output, lambda: _table(resources))
         return
     try:
         asyncio.run(serve(b, cfg, config, socket_dir))
