@@ -362,3 +362,19 @@ def test_step_restores_leftover_paused_labels_even_without_a_layout_label() -> N
     labels = {"nvidia.com/gpu.deploy.dcgm": PAUSED, "nvidia.com/gpu.deploy.driver": "true"}
     m, actions = step(Machine(), Observation(labels), Policy(), 0.0)
     assert m == Machine() and actions == [SetLabels({"nvidia.com/gpu.deploy.dcgm": "true"})]
+
+
+def test_an_unexpected_apply_crash_still_restores_the_labels() -> None:
+    class Broken(SimBackend):
+        def set_mig_mode(self, gpu_index: int, enabled: bool):  # type: ignore[no-untyped-def]
+            raise RuntimeError("driver wedged")
+
+    sim = Broken(SimBackend.from_preset("h100-80gb-x8").topology)
+    cluster, manager, _ = _setup(sim)
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert "driver wedged" in (_reason(cluster) or "")

@@ -178,6 +178,9 @@ class MigManager:
             return ApplyOutcome.RESET_REQUIRED, str(exc)
         except (LayoutError, MigApplyError, GpuError) as exc:
             return ApplyOutcome.FAILED, str(exc)
+        except Exception as exc:  # any failure must still end in restore: never leave the node wedged
+            log.exception("MIG apply failed unexpectedly")
+            return ApplyOutcome.FAILED, f"unexpected error while applying {name!r}: {exc!r}"
         gpus = ", ".join(map(str, result.changed_gpus)) or "none"
         return ApplyOutcome.DONE, f"applied MIG layout {name!r} ({len(result.steps)} steps, GPUs changed: {gpus})"
 
