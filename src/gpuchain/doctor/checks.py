@@ -1,0 +1,565 @@
+"""The checks: one pure function per link, each reading a node's view and the cluster context.
+
+Each returns the link's state, a one-line summary and the findings it made. The walk
+(`gpuchain.doctor.diagnose`) calls them bottom-up and stops at the first broken foundation link.
+Finding ids are stable; every finding carries evidence (objects, log lines, numbers), its cause in
+one sentence and a fix as a command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuchain.doctor.context import DEVICE_PLUGIN_CONFIG_LABEL, Context, NodeView, replicas_in
+from gpuchain.doctor.model import Finding, LinkState, Severity
+from gpuchain.doctor.pods import gpu_resources, init_done, matching_line, pod_gpu_requests, pod_state
+from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
+from gpuchain.operator.operands import (
+    DCGM_EXPORTER,
+    DEPLOY_PREFIX,
+    DEVICE_PLUGIN,
+    DRIVER,
+    GFD,
+    MIG_MANAGER,
+    OPERANDS_LABEL,
+    PAUSED,
+    RUNTIME_CLASS_HANDLER,
+    TOOLKIT,
+    VALIDATOR,
+    Operand,
+    deploy_label,
+    enabled,
+)
+
+GPU_COUNT = "nvidia.com/gpu.count"
+DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
+NO_RUNTIME = 'no runtime for "nvidia"'
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one check concluded about one link on one node."""
+
+    state: LinkState
+    summary: str
+    findings: tuple[Finding, ...] = ()
+
+
+def _finding(view: NodeView, fid: str, sev: Severity, link: str, cause: str, evidence: list[str], fix: str) -> Finding:
+    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name)
+
+
+def opted_out(view: NodeView, operand: Operand) -> str | None:
+    """The label that keeps ``operand`` off this node (``key=false``), if any."""
+    for key in (OPERANDS_LABEL, deploy_label(operand)):
+        if view.labels.get(key) == "false":
+            return f"{key}=false"
+    return None
+
+
+def _logs(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
+    pod = view.pod(operand)
+    return last or (ctx.log(pod, container) if pod is not None else "")
+
+
+# -- 1. driver ---------------------------------------------------------------------------------
+
+
+def check_driver(ctx: Context, view: NodeView) -> Result:
+    """Driver: the driver pod (or a pre-installed host driver, seen through the validator and GFD)."""
+    pod = view.pod(DRIVER)
+    validator = view.pod(VALIDATOR)
+    version = view.labels.get(DRIVER_VERSION)
+    if pod is None:
+        label = opted_out(view, DRIVER)
+        if view.labels.get(OPERANDS_LABEL) == "false":
+            return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
+        why = f"label {label}" if label else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        if init_done(validator, "driver-validation") or version:
+            return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
+        if validator is None:
+            return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
+        state = pod_state(validator)
+        return Result(
+            LinkState.BROKEN,
+            "no driver: container off and no host driver answers",
+            (
+                _finding(
+                    view,
+                    "driver.missing",
+                    Severity.ERROR,
+                    "driver",
+                    f"the driver container is off on this node ({why}) and no pre-installed driver answers nvidia-smi.",
+                    [f"driver container off: {why}", f"validator {state.describe()} (driver-validation not done)"],
+                    f"kubectl label node {view.name} {deploy_label(DRIVER)}-   # let the operator install the driver",
+                ),
+            ),
+        )
+    state = pod_state(pod)
+    if state.ready:
+        return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    log = _logs(ctx, view, DRIVER, state.container, state.last_log)
+    kernel_line = matching_line(log, r"kernel.*(not supported|no precompiled|could not resolve)", r"precompiled")
+    conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
+    evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
+    others = sorted(ctx.driver_kernels - {view.kernel})
+    if conflict_line:
+        return Result(
+            LinkState.BROKEN,
+            "driver container fights a pre-installed host driver",
+            (
+                _finding(
+                    view,
+                    "driver.host-driver-conflict",
+                    Severity.ERROR,
+                    "driver",
+                    "the operator's driver container was started on a node whose host already has an NVIDIA "
+                    "driver loaded, and it cannot unload it.",
+                    [state.describe(), f"log: {conflict_line}"],
+                    f"kubectl label node {view.name} {deploy_label(DRIVER)}=false   "
+                    f"# or for the whole cluster: kubectl patch clusterpolicy {ctx.policy_name} --type merge "
+                    '-p \'{"spec":{"driver":{"enabled":false}}}\'',
+                ),
+            ),
+        )
+    if state.failing and (kernel_line or (others and view.kernel not in ctx.driver_kernels)):
+        if others:
+            evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
+        if kernel_line:
+            evidence.append(f"log: {kernel_line}")
+        good = others[0] if others else "a kernel the driver image supports"
+        return Result(
+            LinkState.BROKEN,
+            f"no driver build for kernel {view.kernel}",
+            (
+                _finding(
+                    view,
+                    "driver.kernel-mismatch",
+                    Severity.ERROR,
+                    "driver",
+                    f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} has no "
+                    "build for it, so nvidia.ko never loads and nothing above the driver can start.",
+                    evidence,
+                    f"kubectl cordon {view.name}   # then reimage it with kernel {good}, or set "
+                    f"spec.driver.version of ClusterPolicy {ctx.policy_name} to a release built for {view.kernel}",
+                ),
+            ),
+        )
+    line = matching_line(log, r"error", r"fail", r"could not") if log else None
+    return Result(
+        LinkState.BROKEN,
+        f"driver pod {state.status}",
+        (
+            _finding(
+                view,
+                "driver.not-ready",
+                Severity.ERROR,
+                "driver",
+                f"the driver pod is {state.status}, so the kernel module is not loaded.",
+                [*evidence, f"log: {line}" if line else ""],
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-driver-ctr'} --previous",
+            ),
+        ),
+    )
+
+
+# -- 2. toolkit --------------------------------------------------------------------------------
+
+
+def _runtime_evidence(view: NodeView) -> list[str]:
+    lines = []
+    for ev in view.events:
+        if NO_RUNTIME in str(ev.get("message", "")):
+            ref = ev.get("involvedObject") or {}
+            lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
+    if not lines:
+        for pod in view.operand_pods.values():
+            if (pod.get("spec") or {}).get("runtimeClassName") and pod_state(pod).status == "ContainerCreating":
+                lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
+    return lines
+
+
+def check_toolkit(ctx: Context, view: NodeView) -> Result:
+    """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
+    rc = ctx.policy.operator.runtime_class
+    uses_rc = any((p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values())
+    if uses_rc and rc not in ctx.runtime_classes:
+        return Result(
+            LinkState.BROKEN,
+            f"RuntimeClass {rc} missing",
+            (
+                _finding(
+                    view,
+                    "toolkit.runtime-class-missing",
+                    Severity.ERROR,
+                    "toolkit",
+                    f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
+                    [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"],
+                    f'kubectl apply -f - <<< \'{{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass",'
+                    f'"metadata":{{"name":"{rc}"}},"handler":"{RUNTIME_CLASS_HANDLER}"}}\'',
+                ),
+            ),
+        )
+    pod = view.pod(TOOLKIT)
+    runtime = _runtime_evidence(view)
+    if runtime:
+        tk = pod_state(pod) if pod is not None else None
+        log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
+        warn = matching_line(log, r"warning", r"not (found|reloaded)", r"error") if log else None
+        return Result(
+            LinkState.BROKEN,
+            "containerd has no nvidia runtime",
+            (
+                _finding(
+                    view,
+                    "toolkit.runtime-not-configured",
+                    Severity.ERROR,
+                    "toolkit",
+                    "containerd on this node has no 'nvidia' runtime handler, so every pod with runtimeClassName "
+                    f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
+                    [
+                        *runtime[:3],
+                        tk.describe() if tk else "no toolkit pod on this node",
+                        f"toolkit log: {warn}" if warn else "",
+                    ],
+                    f"kubectl -n {ctx.namespace} delete pod {tk.name if tk else '<toolkit pod>'}"
+                    "   # re-run the toolkit; "
+                    "check its CONTAINERD_CONFIG/CONTAINERD_SOCKET match the node, then restart containerd",
+                ),
+            ),
+        )
+    if pod is None:
+        if opted_out(view, TOOLKIT) or not enabled(ctx.policy, TOOLKIT):
+            return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
+        return Result(LinkState.OK, "no toolkit pod; runtime already configured")
+    state = pod_state(pod)
+    if state.ready:
+        done = init_done(view.pod(VALIDATOR), "toolkit-validation")
+        return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
+    return Result(
+        LinkState.BROKEN,
+        f"toolkit pod {state.status}",
+        (
+            _finding(
+                view,
+                "toolkit.not-ready",
+                Severity.ERROR,
+                "toolkit",
+                f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
+                [state.describe(), f"log: {state.last_log.splitlines()[-1]}" if state.last_log else ""],
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-container-toolkit-ctr'}"
+                + (" --previous" if state.failing else ""),
+            ),
+        ),
+    )
+
+
+# -- 3. device plugin --------------------------------------------------------------------------
+
+
+def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
+    key = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    if not key:
+        return None
+    configs = ctx.plugin_configs()
+    if configs is not None and key in configs:
+        return None
+    cm = ctx.policy.device_plugin.config.name
+    keys = ", ".join(sorted(configs or {})) or "none"
+    pod = view.pod(DEVICE_PLUGIN)
+    state = pod_state(pod) if pod is not None else None
+    log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    line = matching_line(log, r"unable to load config", r"no config named", r"not found") if log else None
+    where = (
+        f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
+        if cm
+        else "no ConfigMap (spec.devicePlugin.config.name is empty)"
+    )
+    default = ctx.policy.device_plugin.config.default
+    fix_value = f"{DEVICE_PLUGIN_CONFIG_LABEL}={default} --overwrite" if default else f"{DEVICE_PLUGIN_CONFIG_LABEL}-"
+    return _finding(
+        view,
+        "device-plugin.config-missing",
+        Severity.ERROR,
+        "device-plugin",
+        f"the node label {DEVICE_PLUGIN_CONFIG_LABEL}={key} names a config that {where} does not have, "
+        "so the device plugin refuses to start.",
+        [
+            f"label {DEVICE_PLUGIN_CONFIG_LABEL}={key}",
+            where,
+            state.describe() if state else "",
+            f"log: {line}" if line else "",
+        ],
+        f"kubectl label node {view.name} {fix_value}",
+    )
+
+
+def _count_findings(
+    ctx: Context, view: NodeView, capacity: dict[str, int], allocatable: dict[str, int]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    physical = int(view.labels[GPU_COUNT]) if view.labels.get(GPU_COUNT, "").isdigit() else None
+    for res, cap in sorted(capacity.items()):
+        alloc = allocatable.get(res, cap)
+        if alloc < cap:
+            xids = [str(e.get("message")) for e in view.events if e.get("involvedObject", {}).get("kind") == "Node"]
+            hung = sorted(
+                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
+                for p in view.workloads
+                if pod_gpu_requests(p) and not pod_state(p).ready
+            )
+            holders = sorted(
+                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
+                for p in view.workloads
+                if pod_gpu_requests(p)
+            )
+            findings.append(
+                _finding(
+                    view,
+                    "gpu.lost",
+                    Severity.ERROR,
+                    "device-plugin",
+                    f"{cap - alloc} of {cap} {res} devices are unhealthy (a GPU fell off the bus); the device plugin "
+                    "stopped handing them out, but pods already bound to them keep running on a dead GPU.",
+                    [
+                        f"{res}: allocatable {alloc}, capacity {cap}"
+                        + (f", {physical} GPUs on the node" if physical else ""),
+                        *(f"event: {m}" for m in xids[:2]),
+                        f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung else "",
+                        f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not hung else "",
+                    ],
+                    f"kubectl cordon {view.name} && kubectl delete pod "
+                    + (
+                        " ".join(f"-n {h.split('/')[0]} {h.split('/')[1]}" for h in hung[:3])
+                        if hung
+                        else "<pods on the lost GPU>"
+                    )
+                    + "   # then reset the GPU or reboot the node",
+                )
+            )
+    if physical is None:
+        return findings
+    gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)
+    mig_total = sum(v for k, v in capacity.items() if k.startswith("nvidia.com/mig-"))
+    product = view.labels.get("nvidia.com/gpu.product", "")
+    if gpu_cap > physical and "-MIG-" not in product:
+        key = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL) or ctx.policy.device_plugin.config.default or "default"
+        configs = ctx.plugin_configs() or {}
+        replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
+        source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        findings.append(
+            _finding(
+                view,
+                "device-plugin.time-slicing",
+                Severity.WARNING,
+                "device-plugin",
+                f"capacity shows {gpu_cap} nvidia.com/gpu on {physical} physical GPUs because the device plugin config "
+                f"in use shares each GPU {replicas} ways by time-slicing (no memory isolation); fine for small "
+                "inference, wrong for training, and easy to leave behind by accident.",
+                [
+                    f"capacity nvidia.com/gpu {gpu_cap}, {GPU_COUNT}={physical}",
+                    f"nvidia.com/gpu.replicas={view.labels.get('nvidia.com/gpu.replicas', '?')}, "
+                    f"nvidia.com/gpu.sharing-strategy={view.labels.get('nvidia.com/gpu.sharing-strategy', '?')}",
+                    f"config source: {source}"
+                    + (
+                        f" (node label {DEVICE_PLUGIN_CONFIG_LABEL})"
+                        if view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+                        else ""
+                    ),
+                ],
+                f"kubectl label node {view.name} {DEVICE_PLUGIN_CONFIG_LABEL}-   # if the sharing is not intended; "
+                f"or remove sharing.timeSlicing from key {key!r}",
+            )
+        )
+    mig_gpu_single = gpu_cap > physical and "-MIG-" in product
+    if mig_total > physical or mig_gpu_single:
+        total = mig_total or gpu_cap
+        layout = view.labels.get(CONFIG_LABEL, "?")
+        names = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+        findings.append(
+            _finding(
+                view,
+                "device-plugin.mig-resources",
+                Severity.INFO,
+                "device-plugin",
+                f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout {layout}): "
+                "each GPU is cut into isolated slices, so this count is expected, not a fault.",
+                [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{CONFIG_LABEL}={layout}"],
+                f"kubectl label node {view.name} {CONFIG_LABEL}=all-disabled --overwrite"
+                "   # only if whole GPUs are wanted",
+            )
+        )
+    return findings
+
+
+def check_device_plugin(ctx: Context, view: NodeView) -> Result:
+    """Device plugin: config label, pod state, registration (node capacity) and the numbers."""
+    missing = _config_missing(ctx, view)
+    if missing is not None:
+        return Result(LinkState.BROKEN, "config label names a missing config", (missing,))
+    pod = view.pod(DEVICE_PLUGIN)
+    capacity, allocatable = gpu_resources(view.node), gpu_resources(view.node, "allocatable")
+    if pod is None:
+        if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED:
+            mig = _mig_finding(ctx, view)
+            return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
+        if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
+            return Result(LinkState.SKIPPED, "device plugin not deployed here")
+    else:
+        state = pod_state(pod)
+        if not state.ready:
+            log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
+            line = matching_line(log, r"error", r"fail", r"unable") if log else None
+            return Result(
+                LinkState.BROKEN,
+                f"device plugin pod {state.status}",
+                (
+                    _finding(
+                        view,
+                        "device-plugin.not-ready",
+                        Severity.ERROR,
+                        "device-plugin",
+                        f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
+                        [state.describe(), f"log: {line}" if line else ""],
+                        f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'device-plugin'}"
+                        + (" --previous" if state.failing else ""),
+                    ),
+                ),
+            )
+    if not capacity:
+        return Result(
+            LinkState.BROKEN,
+            "no nvidia.com/* in node capacity",
+            (
+                _finding(
+                    view,
+                    "device-plugin.not-registered",
+                    Severity.ERROR,
+                    "device-plugin",
+                    "the node's capacity has no nvidia.com/gpu or nvidia.com/mig-* resource: the device plugin "
+                    "did not register with the kubelet.",
+                    [
+                        f"node {view.name} capacity has no nvidia.com/* resource",
+                        pod_state(pod).describe() if pod else "",
+                    ],
+                    f"kubectl -n {ctx.namespace} logs ds/{DEVICE_PLUGIN.name} --tail=50"
+                    "   # look for 'Registered device plugin'",
+                ),
+            ),
+        )
+    findings = _count_findings(ctx, view, capacity, allocatable)
+    summary = ", ".join(
+        f"{k.removeprefix('nvidia.com/')} {allocatable.get(k, v)}/{v}" for k, v in sorted(capacity.items())
+    )
+    errors = [f for f in findings if f.severity is not Severity.INFO]
+    return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
+
+
+# -- 4. feature discovery, exporter, MIG --------------------------------------------------------
+
+
+def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str) -> Result:
+    pod = view.pod(operand)
+    if pod is None:
+        if view.labels.get(deploy_label(operand)) == PAUSED:
+            return Result(LinkState.DEGRADED, "paused for a MIG change")
+        return Result(LinkState.SKIPPED, f"{what} not deployed here")
+    state = pod_state(pod)
+    if state.ready:
+        return Result(LinkState.OK, f"{what} Running")
+    log = _logs(ctx, view, operand, state.container, state.last_log)
+    line = matching_line(log, r"error", r"fail") if log else None
+    return Result(
+        LinkState.BROKEN,
+        f"{what} {state.status}",
+        (
+            _finding(
+                view,
+                f"{link}.not-ready",
+                Severity.ERROR,
+                link,
+                f"the {what} pod is {state.status}.",
+                [state.describe(), f"log: {line}" if line else ""],
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or operand.name}"
+                + (" --previous" if state.failing else ""),
+            ),
+        ),
+    )
+
+
+def check_gfd(ctx: Context, view: NodeView) -> Result:
+    """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
+    result = _simple(ctx, view, GFD, "gfd", "gpu-feature-discovery")
+    if result.state is LinkState.OK and "nvidia.com/gpu.product" not in view.labels:
+        return Result(
+            LinkState.BROKEN,
+            "no nvidia.com/gpu.* labels",
+            (
+                _finding(
+                    view,
+                    "gfd.labels-missing",
+                    Severity.ERROR,
+                    "gfd",
+                    "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors "
+                    "on GPU model or memory match nothing.",
+                    [f"node {view.name} has no nvidia.com/gpu.product label"],
+                    f"kubectl -n {ctx.namespace} logs {pod_state(view.pod(GFD) or {}).name}",
+                ),
+            ),
+        )
+    return result
+
+
+def check_exporter(ctx: Context, view: NodeView) -> Result:
+    """Metrics exporter: its pod (a Running, ready pod serves /metrics on :9400)."""
+    return _simple(ctx, view, DCGM_EXPORTER, "exporter", "dcgm-exporter")
+
+
+def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
+    state = view.labels.get(STATE_LABEL)
+    wanted = view.labels.get(CONFIG_LABEL)
+    if state not in ("pending", "rebooting", "failed"):
+        return None
+    reason = ((view.node.get("metadata") or {}).get("annotations") or {}).get(REASON_ANNOTATION, "")
+    paused = sorted(k.removeprefix(DEPLOY_PREFIX) for k, v in view.labels.items() if v == PAUSED)
+    mgr = view.pod(MIG_MANAGER)
+    evidence = [
+        f"{CONFIG_LABEL}={wanted}, {STATE_LABEL}={state}",
+        f"{REASON_ANNOTATION}: {reason}" if reason else "",
+        f"operands paused: {', '.join(paused)}" if paused else "",
+        pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
+    ]
+    if state == "failed":
+        return _finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
+            evidence,
+            f"kubectl label node {view.name} {CONFIG_LABEL}=all-disabled --overwrite   # or a layout this GPU supports",
+        )
+    return _finding(
+        view,
+        "mig.pending",
+        Severity.ERROR,
+        "mig",
+        f"the MIG change to {wanted!r} is stuck in {state!r}"
+        + (f" ({reason})" if reason else "")
+        + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
+        evidence,
+        f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + MIG_MANAGER.name}"
+        " --tail=50"
+        f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {CONFIG_LABEL}- {STATE_LABEL}-",
+    )
+
+
+def check_mig(ctx: Context, view: NodeView) -> Result:
+    """MIG: the requested layout and how far the MIG manager got."""
+    wanted = view.labels.get(CONFIG_LABEL)
+    if not wanted:
+        return Result(LinkState.SKIPPED, "MIG not requested")
+    finding = _mig_finding(ctx, view)
+    if finding is not None:
+        return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(STATE_LABEL)}", (finding,))
+    return Result(LinkState.OK, f"{wanted}: {view.labels.get(STATE_LABEL, 'unknown')}")

@@ -1,0 +1,266 @@
+"""The walk: every GPU node bottom-up, stopping at the first broken link; then cluster-wide checks.
+
+``diagnose(snapshot)`` is pure. The first broken foundation link (driver, toolkit, device plugin)
+on a node is that node's root cause; the links above it are "not reached" and what they show
+(pods waiting in Init, no nvidia.com/gpu in capacity, Pending workloads) is listed as its
+consequences rather than reported as more faults. ``run_doctor`` is the shell: gather, diagnose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from gpuchain.doctor.checks import (
+    DRIVER_VERSION,
+    Result,
+    check_device_plugin,
+    check_driver,
+    check_exporter,
+    check_gfd,
+    check_mig,
+    check_toolkit,
+)
+from gpuchain.doctor.context import Context, NodeView, index
+from gpuchain.doctor.model import FOUNDATION, Finding, Link, LinkState, NodeChain, Report, Severity
+from gpuchain.doctor.pods import gpu_resources, pod_gpu_requests, pod_state, unschedulable_message
+from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
+from gpuchain.kube import Cluster
+from gpuchain.operator.operands import (
+    DCGM_EXPORTER,
+    DEPLOY_PREFIX,
+    DEVICE_PLUGIN,
+    DRIVER,
+    GFD,
+    MIG_MANAGER,
+    OPERANDS_LABEL,
+    TOOLKIT,
+    VALIDATOR,
+    Operand,
+)
+
+Check = Callable[[Context, NodeView], Result]
+CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
+    ("driver", check_driver, (DRIVER,)),
+    ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
+    ("device-plugin", check_device_plugin, (DEVICE_PLUGIN,)),
+    ("gfd", check_gfd, (GFD,)),
+    ("exporter", check_exporter, (DCGM_EXPORTER,)),
+    ("mig", check_mig, (MIG_MANAGER,)),
+)
+
+
+def _consequence(view: NodeView, link: str, operands: tuple[Operand, ...]) -> list[str]:
+    out = []
+    for op in operands:
+        pod = view.pod(op)
+        if pod is None:
+            continue
+        st = pod_state(pod)
+        waiting = f" (waiting in {st.waiting_init})" if st.waiting_init else ""
+        out.append(f"{link}: pod {st.name} {st.status}{waiting}")
+    return out
+
+
+def _opted_out(view: NodeView, driver: Result) -> Finding | None:
+    labels = sorted(k for k, v in view.labels.items() if k.startswith(DEPLOY_PREFIX) and v == "false")
+    if driver.state is LinkState.OK:
+        labels = [k for k in labels if k != DEPLOY_PREFIX + DRIVER.deploy]
+    if not labels:
+        return None
+    everything = OPERANDS_LABEL in labels
+    return Finding(
+        "node.opted-out",
+        Severity.WARNING,
+        "driver" if everything else labels[0].removeprefix(DEPLOY_PREFIX),
+        f"the node is labelled {', '.join(f'{k}=false' for k in labels)}, so the operator "
+        + (
+            "deploys nothing on it and its GPUs are never offered to pods."
+            if everything
+            else "skips those operands on it."
+        ),
+        tuple(f"label {k}=false" for k in labels),
+        f"kubectl label node {view.name} " + " ".join(f"{k}-" for k in labels) + "   # if the opt-out is not intended",
+        node=view.name,
+    )
+
+
+def walk(ctx: Context, view: NodeView) -> NodeChain:
+    """One node bottom-up: foundation links until the first broken one, then the links above."""
+    links: list[Link] = []
+    findings: list[Finding] = []
+    root: Finding | None = None
+    consequences: list[str] = []
+    driver_result: Result | None = None
+    for name, check, operands in CHECKS:
+        if root is not None or (
+            driver_result is not None
+            and driver_result.state is LinkState.SKIPPED
+            and view.labels.get(OPERANDS_LABEL) == "false"
+        ):
+            if root is not None:
+                if name == "mig" and root.id.startswith("mig."):
+                    links.append(Link(name, LinkState.BROKEN, root.cause.split(";")[0]))
+                    continue
+                consequences += _consequence(view, name, operands)
+                links.append(Link(name, LinkState.NOT_REACHED, f"waiting for {root.link}"))
+            else:
+                links.append(Link(name, LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)"))
+            continue
+        result = check(ctx, view)
+        if name == "driver":
+            driver_result = result
+        links.append(Link(name, result.state, result.summary))
+        findings += result.findings
+        if result.state is LinkState.BROKEN and name in FOUNDATION and result.findings:
+            root = result.findings[0]
+    if root is not None:
+        if not gpu_resources(view.node):
+            consequences.append(f"node {view.name}: no nvidia.com/gpu in capacity")
+        findings = [dataclasses.replace(root, root=True, consequences=tuple(consequences))] + [
+            f for f in findings if f is not root
+        ]
+    else:
+        findings = [dataclasses.replace(f, root=f.severity is Severity.ERROR) for f in findings]
+    opted = _opted_out(view, driver_result) if driver_result is not None else None
+    if opted is not None:
+        findings.append(opted)
+    return NodeChain(view.name, tuple(links), tuple(findings))
+
+
+def _policy_findings(ctx: Context) -> list[Finding]:
+    if ctx.policy_obj is None:
+        return [
+            Finding(
+                "policy.missing",
+                Severity.ERROR,
+                "driver",
+                "there is no ClusterPolicy, so the operator deploys nothing and no link of the chain exists.",
+                ("kubectl get clusterpolicies: none",),
+                "helm install gpuchain charts/gpuchain -n gpu-operator --create-namespace",
+                root=True,
+            )
+        ]
+    if ctx.policy_problems:
+        return [
+            Finding(
+                "policy.invalid",
+                Severity.ERROR,
+                "driver",
+                "the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
+                tuple(ctx.policy_problems),
+                f"kubectl edit clusterpolicy {ctx.policy_name}",
+                root=True,
+            )
+        ]
+    return []
+
+
+def _version_skew(ctx: Context) -> list[Finding]:
+    versions: dict[str, list[str]] = {}
+    for v in ctx.views:
+        version = v.labels.get(DRIVER_VERSION)
+        if version:
+            versions.setdefault(version, []).append(v.name)
+    if len(versions) < 2:
+        return []
+    counts = Counter({k: len(v) for k, v in versions.items()})
+    majority = counts.most_common(1)[0][0]
+    minority = sorted(n for k, ns in versions.items() if k != majority for n in ns)
+    evidence = tuple(
+        f"driver {k} on {len(ns)} node(s): {', '.join(sorted(ns)[:5])}{' ...' if len(ns) > 5 else ''}"
+        for k, ns in sorted(versions.items())
+    )
+    branches = sorted({k.split(".")[0] for k in versions})
+    if ctx.policy.driver.enabled:
+        fix = (
+            f"kubectl patch clusterpolicy {ctx.policy_name} --type merge "
+            f'-p \'{{"spec":{{"driver":{{"version":"{majority}"}}}}}}\''
+            "   # the upgrade controller rolls it node by node"
+        )
+    else:
+        fix = (
+            f"# pre-installed drivers: upgrade the host driver on {', '.join(minority[:5])} to {majority}, node by node"
+        )
+    return [
+        Finding(
+            "driver.version-skew",
+            Severity.ERROR,
+            "driver",
+            f"GPU nodes run {len(versions)} different driver versions ({', '.join(sorted(versions))}"
+            + (f"; branches {', '.join(branches)}" if len(branches) > 1 else "")
+            + "): CUDA user-space libraries built against one may not resolve symbols of another, so the same image "
+            "behaves differently depending on the node it lands on.",
+            evidence,
+            fix,
+            root=True,
+        )
+    ]
+
+
+def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
+    stuck = []
+    for pod in ctx.pending:
+        msg = unschedulable_message(pod)
+        if msg and "Insufficient nvidia.com/" in msg and pod_gpu_requests(pod):
+            stuck.append((pod, msg))
+    if not stuck:
+        return []
+    roots = Counter(f.id for c in chains for f in c.findings if f.root)
+    no_gpu = [c.node for c in chains if c.broken_link in ("driver", "toolkit", "device-plugin")]
+    names = [f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p, _ in stuck]
+    requested = Counter(r for p, _ in stuck for r in pod_gpu_requests(p))
+    resources = ", ".join(sorted(requested))
+    if no_gpu:
+        cause = (
+            f"{len(stuck)} pod(s) are Pending on Insufficient {resources} because {len(no_gpu)} GPU node(s) offer no "
+            f"GPUs: a consequence of {', '.join(f'{k} ({n} node(s))' for k, n in roots.most_common())}, "
+            "not a lack of GPUs."
+        )
+        fix = (
+            f"# fix the root cause ({roots.most_common(1)[0][0]}); "
+            "the pods schedule by themselves once capacity appears"
+        )
+    else:
+        cause = f"{len(stuck)} pod(s) are Pending on Insufficient {resources}: every schedulable GPU is in use."
+        fix = "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"
+    return [
+        Finding(
+            "workload.insufficient-gpu",
+            Severity.ERROR,
+            "device-plugin",
+            cause,
+            (f"pods: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", f"scheduler: {stuck[0][1]}"),
+            fix,
+            root=not no_gpu,
+            consequences=tuple(f"node {n}: no nvidia.com/gpu" for n in no_gpu[:8]),
+        )
+    ]
+
+
+def diagnose(snapshot: Snapshot) -> Report:
+    """Walk every GPU node and check the cluster; pure, so any snapshot (live, simulated, saved) works."""
+    ctx = index(snapshot)
+    chains = [walk(ctx, v) for v in ctx.views]
+    findings = _policy_findings(ctx)
+    findings += [f for c in chains for f in c.findings]
+    findings += _version_skew(ctx)
+    findings += _pending(ctx, chains)
+    return Report(chains, findings, len(ctx.views))
+
+
+def run_doctor(
+    cluster: Cluster,
+    namespace: str | None = None,
+    reader: LogReader | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the time."""
+    started = time.perf_counter()
+    snap, calls, _ = timed_gather(cluster, namespace, reader, progress)
+    report = diagnose(snap)
+    report.api_calls = calls
+    report.seconds = time.perf_counter() - started
+    return report

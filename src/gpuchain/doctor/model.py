@@ -1,0 +1,170 @@
+"""What the doctor reports: findings, each node's chain, and the whole report (plain data)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(enum.StrEnum):
+    """error: something is broken (exit code 1); warning: probably unintended; info: explained, not a fault."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class LinkState(enum.StrEnum):
+    """One link of one node's chain, as the terminal view shows it."""
+
+    OK = "ok"
+    DEGRADED = "degraded"  #: works, with a finding (lost GPU, unexpected count)
+    BROKEN = "broken"  #: the first broken link; the walk stops here
+    NOT_REACHED = "not-reached"  #: above a broken link: waiting, not at fault
+    SKIPPED = "skipped"  #: not deployed here (disabled, opted out, not requested)
+
+
+#: The links, bottom-up, in the order the doctor walks them.
+LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter", "mig")
+#: The links that must work for anything above them to work.
+FOUNDATION = ("driver", "toolkit", "device-plugin")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. ``id`` is stable (scripts and tests match on it); ``fix`` is a command to run."""
+
+    id: str
+    severity: Severity
+    link: str
+    cause: str
+    evidence: tuple[str, ...]
+    fix: str
+    node: str | None = None
+    root: bool = False
+    consequences: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``-o json``)."""
+        return {
+            "id": self.id,
+            "severity": self.severity.value,
+            "link": self.link,
+            "node": self.node,
+            "root": self.root,
+            "cause": self.cause,
+            "evidence": list(self.evidence),
+            "fix": self.fix,
+            "consequences": list(self.consequences),
+        }
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link's state on one node and a one-line summary of why."""
+
+    name: str
+    state: LinkState
+    summary: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form."""
+        return {"state": self.state.value, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class NodeChain:
+    """One GPU node walked bottom-up."""
+
+    node: str
+    links: tuple[Link, ...]
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def broken_link(self) -> str | None:
+        """The first broken link, if any."""
+        return next((lk.name for lk in self.links if lk.state is LinkState.BROKEN), None)
+
+    @property
+    def healthy(self) -> bool:
+        """No finding at all on this node."""
+        return not self.findings
+
+    def state(self, link: str) -> LinkState:
+        """The state of one link by name."""
+        return next(lk.state for lk in self.links if lk.name == link)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "node": self.node,
+            "brokenLink": self.broken_link,
+            "links": {lk.name: lk.to_dict() for lk in self.links},
+            "findings": [f.id for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """The same finding on several nodes, shown once with the node list."""
+
+    id: str
+    severity: Severity
+    root: bool
+    nodes: tuple[str, ...]
+    first: Finding
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {**self.first.to_dict(), "node": None, "nodes": list(self.nodes), "count": len(self.nodes)}
+
+
+@dataclass
+class Report:
+    """The doctor's answer for a cluster."""
+
+    chains: list[NodeChain]
+    findings: list[Finding]
+    gpu_nodes: int
+    api_calls: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def broken(self) -> bool:
+        """Is any finding an error (the command then exits 1)?"""
+        return any(f.severity is Severity.ERROR for f in self.findings)
+
+    @property
+    def ids(self) -> set[str]:
+        """Every finding id named anywhere."""
+        return {f.id for f in self.findings}
+
+    @property
+    def root_causes(self) -> list[FindingGroup]:
+        """Root-cause findings grouped by id, errors first."""
+        return [g for g in self.groups() if g.root]
+
+    def groups(self) -> list[FindingGroup]:
+        """Findings grouped by id (errors, then warnings, then info; roots first)."""
+        order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+        by_id: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            by_id.setdefault(f.id, []).append(f)
+        groups = [
+            FindingGroup(fid, fs[0].severity, any(f.root for f in fs), tuple(f.node for f in fs if f.node), fs[0])
+            for fid, fs in by_id.items()
+        ]
+        return sorted(groups, key=lambda g: (order[g.severity], not g.root, g.id))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``gpuchain doctor -o json``)."""
+        return {
+            "broken": self.broken,
+            "gpuNodes": self.gpu_nodes,
+            "rootCauses": [g.id for g in self.root_causes],
+            "findings": [g.to_dict() for g in self.groups()],
+            "nodes": [c.to_dict() for c in self.chains],
+            "apiCalls": self.api_calls,
+            "seconds": round(self.seconds, 4),
+        }

@@ -1,0 +1,135 @@
+"""Pure readers of pod and node status: the shapes kubectl shows, turned into answers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gpuchain.kube.objects import Obj
+
+#: Waiting reasons that mean a container is failing, not just starting.
+FAILING = frozenset(
+    {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "RunContainerError", "Error"}
+)
+GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu(\.shared)?|mig-[0-9a-z.+]+)$")
+
+
+@dataclass(frozen=True)
+class PodState:
+    """A pod in one line, like the STATUS column of ``kubectl get pods`` (plus the details)."""
+
+    name: str
+    status: str  #: Running, CrashLoopBackOff, Init:0/1, ContainerCreating, Pending ...
+    ready: bool
+    failing: bool
+    container: str = ""  #: the container the status is about
+    restarts: int = 0
+    last_log: str = ""  #: lastState.terminated.message (the last log lines with FallbackToLogsOnError)
+    waiting_init: str = ""  #: the init container it is blocked in, if any
+
+    def describe(self) -> str:
+        """``name: status (container, N restarts)`` for evidence lines."""
+        extra = [self.container] if self.container else []
+        if self.restarts:
+            extra.append(f"{self.restarts} restarts")
+        return f"pod {self.name}: {self.status}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _statuses(pod: Obj, key: str) -> list[dict[str, Any]]:
+    return list((pod.get("status") or {}).get(key) or [])
+
+
+def pod_state(pod: Obj) -> PodState:
+    """Summarise a pod the way kubectl does: failing container first, then init progress, then readiness."""
+    name = str(pod.get("metadata", {}).get("name", "?"))
+    inits = _statuses(pod, "initContainerStatuses")
+    mains = _statuses(pod, "containerStatuses")
+    for cs in [*inits, *mains]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILING:
+            last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
+            return PodState(
+                name,
+                str(waiting["reason"]),
+                False,
+                True,
+                str(cs.get("name")),
+                int(cs.get("restartCount") or 0),
+                str(last),
+            )
+    done = sum(1 for cs in inits if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0)
+    if inits and done < len(inits):
+        blocked = next((cs for cs in inits if not (cs.get("state") or {}).get("terminated")), inits[done])
+        return PodState(
+            name,
+            f"Init:{done}/{len(inits)}",
+            False,
+            False,
+            str(blocked.get("name")),
+            waiting_init=str(blocked.get("name")),
+        )
+    creating = next(
+        (cs for cs in mains if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating"),
+        None,
+    )
+    if creating is not None:
+        return PodState(name, "ContainerCreating", False, False, str(creating.get("name")))
+    ready = bool(mains) and all(cs.get("ready") for cs in mains)
+    phase = str((pod.get("status") or {}).get("phase", "Unknown"))
+    restarts = sum(int(cs.get("restartCount") or 0) for cs in mains)
+    return PodState(
+        name, phase if ready or phase != "Running" else "Running (not ready)", ready, False, restarts=restarts
+    )
+
+
+def init_done(pod: Obj | None, container: str) -> bool:
+    """Did init container ``container`` finish successfully (a validator's ready file was written)?"""
+    if pod is None:
+        return False
+    for cs in _statuses(pod, "initContainerStatuses"):
+        if cs.get("name") == container:
+            return ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+    return False
+
+
+def gpu_resources(node: Obj, field: str = "capacity") -> dict[str, int]:
+    """``nvidia.com/gpu`` and ``nvidia.com/mig-*`` quantities from node.status.capacity or allocatable."""
+    out = {}
+    for k, v in ((node.get("status") or {}).get(field) or {}).items():
+        if GPU_RESOURCE.match(k):
+            try:
+                out[k] = int(str(v))
+            except ValueError:
+                continue
+    return out
+
+
+def pod_gpu_requests(pod: Obj) -> dict[str, int]:
+    """GPU resources a pod asks for (limits, summed over containers)."""
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            if GPU_RESOURCE.match(k):
+                out[k] = out.get(k, 0) + int(str(v))
+    return out
+
+
+def unschedulable_message(pod: Obj) -> str | None:
+    """The scheduler's message when the pod is Pending as Unschedulable."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return str(cond.get("message", ""))
+    return None
+
+
+def matching_line(text: str, *patterns: str) -> str | None:
+    """The first line of ``text`` matching any regex (case-insensitive), for evidence."""
+    for line in text.splitlines():
+        if any(re.search(p, line, re.IGNORECASE) for p in patterns):
+            return line.strip()
+    return None

@@ -1,0 +1,274 @@
+"""What the chain looks like on one simulated node, derived from the scenario's facts (pure).
+
+`plan_node` answers, link by link, what the real stack would do with these facts: a driver
+container on a kernel it has no build for crash-loops; one started over a loaded host driver
+cannot unload it and crash-loops; a toolkit that never registered the ``nvidia`` handler leaves
+every pod of that RuntimeClass without a sandbox; a device plugin whose config label names a
+missing key refuses to start; operands paused for a MIG change are not scheduled. Capacity,
+allocatable and feature-discovery labels come from the device plugin's and GFD's own pure
+functions over a SimBackend inventory, so the numbers are the ones the real code computes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from gpuchain.deviceplugin.config import Config as DevicePluginConfig
+from gpuchain.deviceplugin.config import apply_env
+from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.discovery.labels import gfd_labels
+from gpuchain.gpu.model import Inventory
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import DriverSpec, load_preset
+from gpuchain.mig.agent import State as MigState
+from gpuchain.mig.apply import apply as mig_apply
+from gpuchain.mig.config import default_config
+from gpuchain.operator.operands import (
+    DCGM_EXPORTER,
+    DEVICE_PLUGIN,
+    DRIVER,
+    GFD,
+    MIG_CAPABLE,
+    MIG_MANAGER,
+    TOOLKIT,
+    Operand,
+    enabled,
+)
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.sim.scenario import NodeGroup, Scenario
+
+#: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
+CUDA_OF_BRANCH = {
+    "470": "11.4",
+    "525": "12.0",
+    "535": "12.2",
+    "545": "12.3",
+    "550": "12.4",
+    "555": "12.5",
+    "560": "12.6",
+    "565": "12.7",
+    "570": "12.8",
+    "575": "12.9",
+    "580": "13.0",
+}
+DEFAULT_CONFIG_MAP = "device-plugin-config"
+
+# Link states of the simulated truth (the doctor never sees these, only the objects they produce).
+OK = "ok"
+OFF = "off"  # not deployed on this node: disabled in the policy or opted out by a deploy label
+PAUSED = "paused"  # not scheduled while the MIG manager changes the layout
+BLOCKED = "blocked"  # waiting behind a broken lower link
+KERNEL_MISMATCH = "kernel-mismatch"
+HOST_CONFLICT = "host-conflict"
+HOST = "host"  # a pre-installed host driver serves the node
+MISSING = "missing"  # no driver at all
+RUNTIME_MISSING = "runtime-missing"
+CONFIG_MISSING = "config-missing"
+DOWN = "down"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node's chain as the simulator decided it; the objects are rendered from this."""
+
+    name: str
+    group: NodeGroup
+    gpu: bool
+    opted_out: frozenset[str]  #: deploy suffixes switched off ("operands" = all)
+    paused: frozenset[str]  #: deploy suffixes paused for a MIG change
+    driver: str
+    driver_version: str | None
+    toolkit: str
+    plugin: str
+    gfd: str
+    exporter: str
+    mig_manager: str
+    config_key: str | None
+    resources: tuple[Resource, ...] = ()
+    lost: frozenset[int] = frozenset()
+    labels: dict[str, str] = field(default_factory=dict)  #: feature-discovery labels (may be stale)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """Extended resources the kubelet reports: every announced device, healthy or not."""
+        return {r.name: len(r.devices) for r in self.resources}
+
+    @property
+    def allocatable(self) -> dict[str, int]:
+        """Healthy devices: the ones not on a GPU that fell off the bus."""
+        return {r.name: sum(d.gpu_index not in self.lost for d in r.devices) for r in self.resources}
+
+    def deployed(self, operand: Operand) -> bool:
+        """Does the operand's DaemonSet put a pod on this node?"""
+        return self.state_of(operand) not in (OFF, PAUSED)
+
+    def state_of(self, operand: Operand) -> str:
+        """The simulated state of an operand's pod on this node."""
+        states = {
+            DRIVER.state: self.driver if self.driver not in (HOST, MISSING) else OFF,
+            DEVICE_PLUGIN.state: self.plugin,
+            GFD.state: self.gfd,
+            DCGM_EXPORTER.state: self.exporter,
+            MIG_MANAGER.state: self.mig_manager,
+        }
+        if operand.state in states:
+            return states[operand.state]
+        if not self.gpu or "operands" in self.opted_out or operand.deploy in self.opted_out:
+            return OFF
+        return self.toolkit if operand.state == "container-toolkit" else self._validator()
+
+    def _validator(self) -> str:
+        if self.driver not in (OK, HOST):
+            return BLOCKED
+        return self.toolkit
+
+
+def policy_of(scenario: Scenario) -> ClusterPolicySpec:
+    """The scenario's ClusterPolicy spec, with the device plugin ConfigMap wired in when configs are given."""
+    spec = dict(scenario.policy)
+    if scenario.device_plugin_configs:
+        dp = dict(spec.get("devicePlugin") or {})
+        cfg = dict(dp.get("config") or {})
+        cfg.setdefault("name", DEFAULT_CONFIG_MAP)
+        if "default" in scenario.device_plugin_configs:
+            cfg.setdefault("default", "default")
+        dp["config"] = cfg
+        spec["devicePlugin"] = dp
+    parsed = parse_policy(spec)
+    if isinstance(parsed, list):  # the scenario validator already refused these
+        raise ValueError("; ".join(str(p) for p in parsed))
+    return parsed
+
+
+def cuda_for(driver_version: str, fallback: str = "12.8") -> str:
+    """The CUDA version a driver branch supports (its first number), ``fallback`` if unknown."""
+    return CUDA_OF_BRANCH.get(driver_version.split(".", 1)[0], fallback)
+
+
+def backend_for(preset: str, node: str, driver_version: str | None, mig_layout: str | None) -> SimBackend:
+    """A SimBackend for one node: the preset, the node's driver version, its MIG layout applied."""
+    topo = load_preset(preset, node)
+    if driver_version:
+        topo = topo.model_copy(
+            update={"driver": DriverSpec(version=driver_version, cuda_version=cuda_for(driver_version))}
+        )
+    backend = SimBackend(topo)
+    if mig_layout:
+        mig_apply(backend, default_config(), mig_layout)
+    return backend
+
+
+@functools.lru_cache(maxsize=256)
+def _inventory(preset: str, seed: str, driver_version: str | None, mig_layout: str | None) -> Inventory:
+    """One inventory per distinct node shape, so a 1,000-node scenario builds in well under a second."""
+    backend = backend_for(preset, seed, driver_version, mig_layout)
+    inv = backend.inventory()
+    backend.close()
+    return inv
+
+
+def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None) -> DevicePluginConfig | None:
+    """The device plugin config one node gets (None: its label names a key that does not exist).
+
+    As the operator runs it: the ConfigMap key named by the node label (else the policy's
+    default), with ``MIG_STRATEGY`` from the policy overriding the file.
+    """
+    env = {"MIG_STRATEGY": policy.mig.strategy}
+    if key is None:
+        return apply_env(DevicePluginConfig(), env)
+    body = scenario.device_plugin_configs.get(key)
+    if body is None:
+        return None
+    return apply_env(DevicePluginConfig.model_validate(body), env)
+
+
+def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) -> str | None:
+    """Which ConfigMap key the node's device plugin reads: its label, else the policy default."""
+    if group.device_plugin_config:
+        return group.device_plugin_config
+    return policy.device_plugin.config.default or None
+
+
+def _off(policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str]) -> bool:
+    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted
+
+
+def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
+    """Derive every link's state on node ``name`` from the facts of its group."""
+    opted = frozenset(group.opt_out)
+    mig = group.mig
+    pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
+    paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()
+
+    # 1. driver
+    container = not _off(policy, group, DRIVER, opted)
+    if not group.gpu:
+        driver, version = OFF, None
+    elif container and group.host_driver:
+        driver, version = HOST_CONFLICT, group.host_driver
+    elif container and scenario.driver_builds is not None and group.kernel not in scenario.driver_builds:
+        driver, version = KERNEL_MISMATCH, None
+    elif container:
+        driver, version = OK, group.driver_version or policy.driver.version
+    elif group.host_driver:
+        driver, version = HOST, group.host_driver
+    else:
+        driver, version = MISSING, None
+    driver_ok = driver in (OK, HOST)
+
+    # 2. toolkit
+    if _off(policy, group, TOOLKIT, opted):
+        toolkit = OFF
+    elif not driver_ok:
+        toolkit = BLOCKED
+    else:
+        toolkit = OK if group.runtime_configured else RUNTIME_MISSING
+    runtime_ok = driver_ok and (toolkit == OK or (toolkit == OFF and group.runtime_configured))
+
+    def above(operand: Operand) -> str:
+        if _off(policy, group, operand, opted):
+            return OFF
+        if operand.deploy in paused:
+            return PAUSED
+        return OK if runtime_ok else BLOCKED
+
+    # 3. device plugin, 4. GFD / exporter / MIG manager
+    key = config_key(scenario, policy, group)
+    plugin = above(DEVICE_PLUGIN)
+    dp_config = plugin_config(scenario, policy, key)
+    if plugin == OK and dp_config is None:
+        plugin = CONFIG_MISSING
+    gfd = above(GFD)
+    exporter = above(DCGM_EXPORTER)
+    if exporter == OK and group.exporter_down:
+        exporter = DOWN
+    layout = mig.config if mig is not None and mig.state == MigState.SUCCESS else None
+    inventory = _inventory(group.preset, group.name, version, layout) if driver_ok else None
+    resources: tuple[Resource, ...] = ()
+    if plugin == OK and inventory is not None and dp_config is not None:
+        resources = tuple(map_resources(inventory, dp_config))
+    labels: dict[str, str] = {}
+    if gfd in (OK, PAUSED) and inventory is not None:
+        labels = gfd_labels(inventory, dp_config or DevicePluginConfig())
+    # The MIG manager's DaemonSet selects nvidia.com/mig.capable=true, a label only GFD writes.
+    mig_manager = above(MIG_MANAGER) if labels.get(MIG_CAPABLE) == "true" else OFF
+    lost = frozenset(group.lost_gpus) if plugin == OK else frozenset()
+    return NodePlan(
+        name=name,
+        group=group,
+        gpu=group.gpu,
+        opted_out=opted,
+        paused=paused,
+        driver=driver,
+        driver_version=version if driver_ok else None,
+        toolkit=toolkit,
+        plugin=plugin,
+        gfd=gfd,
+        exporter=exporter,
+        mig_manager=mig_manager,
+        config_key=key,
+        resources=resources,
+        lost=lost,
+        labels=labels,
+    )

@@ -1,0 +1,462 @@
+"""Kubernetes objects for a planned cluster (pure): what ``kubectl get`` would show.
+
+The DaemonSets and the RuntimeClass come from the operator's own ``desired()``; each operand pod
+is its DaemonSet's template placed on a node, with a status that tells the node's story in the
+shapes the kubelet uses (``CrashLoopBackOff`` with the last log lines in
+``lastState.terminated.message``, ``Init:0/1`` as a running init container, ``ContainerCreating``
+with a ``FailedCreatePodSandBox`` Event). Node status carries the kernel in ``nodeInfo`` and the
+device plugin's resources in capacity/allocatable; GFD's labels are on the node.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
+from gpuchain.operator.operands import (
+    DEPLOY_PREFIX,
+    DRIVER,
+    GPU_PRESENT,
+    NFD_GPU_LABELS,
+    OPERANDS,
+    PAUSED,
+    TOOLKIT,
+    VALIDATOR,
+    Facts,
+    Operand,
+    desired,
+    enabled,
+)
+from gpuchain.operator.policy import ClusterPolicySpec
+from gpuchain.operator.status import chain_status, policy_status
+from gpuchain.sim import chain
+from gpuchain.sim.chain import NodePlan
+from gpuchain.sim.scenario import Scenario
+
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+STAMP = "2026-06-05T18:00:00Z"
+
+LogKey = tuple[str, str, str]  #: (namespace, pod, container)
+
+
+@dataclass
+class Rendered:
+    """Everything the simulated API server holds, plus container logs (kept outside the API)."""
+
+    objects: list[Obj] = field(default_factory=list)
+    logs: dict[LogKey, str] = field(default_factory=dict)
+    placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """(namespace, pod) -> (node, device ids) of every workload pod that got devices."""
+
+
+def pod_name(ds_name: str, node: str) -> str:
+    """A stable pod name like the DaemonSet controller's (name + 5 characters)."""
+    return f"{ds_name}-{hashlib.sha1(node.encode()).hexdigest()[:5]}"
+
+
+def _running(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": ready,
+        "started": True,
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": STAMP}},
+    }
+
+
+def _done(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": True,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": STAMP}},
+    }
+
+
+def _waiting(name: str, reason: str, message: str = "") -> dict[str, Any]:
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    return {"name": name, "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
+
+
+def _crashloop(name: str, log: str, restarts: int = 37) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": False,
+        "restartCount": restarts,
+        "state": {
+            "waiting": {"reason": "CrashLoopBackOff", "message": f"back-off 5m0s restarting failed container={name}"}
+        },
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": log, "finishedAt": STAMP}},
+    }
+
+
+def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str) -> dict[str, Any]:
+    ready = phase == "Running" and all(c["ready"] for c in mains)
+    st: dict[str, Any] = {
+        "phase": phase,
+        "hostIP": node_ip,
+        "conditions": [
+            {"type": "Initialized", "status": "True" if all(c["ready"] for c in inits) else "False"},
+            {"type": "Ready", "status": "True" if ready else "False"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": mains,
+    }
+    if inits:
+        st["initContainerStatuses"] = inits
+    return st
+
+
+def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: ClusterPolicySpec) -> str:
+    """The container log the operand would print on this node (the evidence the doctor quotes)."""
+    g = plan.group
+    if operand is DRIVER:
+        if plan.driver == chain.KERNEL_MISMATCH:
+            return (
+                f"Resolving Linux kernel version...\n"
+                f"Kernel version {g.kernel} is not supported by driver {policy.driver.version}: "
+                f"no precompiled driver package for kernel {g.kernel}\n"
+                f"Could not resolve Linux kernel version {g.kernel}; exiting"
+            )
+        if plan.driver == chain.HOST_CONFLICT:
+            return (
+                f"Unloading NVIDIA driver kernel modules...\n"
+                f"nvidia {g.host_driver} is loaded by the host (pre-installed driver)\n"
+                "Could not unload NVIDIA driver kernel modules, driver is in use; exiting"
+            )
+        return f"Loading NVIDIA driver kernel modules...\nDone, now waiting for signal (driver {plan.driver_version})"
+    if operand is TOOLKIT:
+        if plan.toolkit == chain.RUNTIME_MISSING:
+            return (
+                "Updating config file /etc/containerd/config.toml\n"
+                "Sending SIGHUP to containerd\nWARNING: containerd socket /run/containerd/containerd.sock not found; "
+                "runtime 'nvidia' was written but containerd was not reloaded"
+            )
+        return "Updating config file /etc/containerd/config.toml\nSending SIGHUP to containerd\nDone"
+    if operand.state == "device-plugin":
+        if plan.plugin == chain.CONFIG_MISSING:
+            keys = ", ".join(sorted(scenario.device_plugin_configs)) or "none"
+            return (
+                f"Using config key {plan.config_key!r} from label {DEVICE_PLUGIN_CONFIG_LABEL}\n"
+                f"error starting plugins: unable to load config: no config named {plan.config_key!r} in "
+                f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
+            )
+        lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
+        for i in sorted(plan.lost):
+            lines.append(f"XidCriticalError: Xid=79 on Device={i}; marking device as unhealthy")
+        return "\n".join(lines)
+    if operand.state == "dcgm-exporter" and plan.exporter == chain.DOWN:
+        return "Starting dcgm-exporter\nError: failed to initialize DCGM: DCGM library not found (libdcgm.so.4)"
+    return ""
+
+
+def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
+    """The DaemonSet's pod on this node, with the status the node's story implies."""
+    spec = copy.deepcopy(ds["spec"]["template"]["spec"])
+    spec["nodeName"] = plan.name
+    spec.pop("affinity", None)
+    inits = [c["name"] for c in spec.get("initContainers", [])]
+    mains = [c["name"] for c in spec["containers"]]
+    state = plan.state_of(operand)
+    ip = "10.0.0.1"
+    needs_runtime = spec.get("runtimeClassName") is not None
+    if state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
+        # Init:0/N - the first init container waits for a ready file that never comes.
+        status = _status(
+            "Pending",
+            [_running(inits[0], ready=False), *(_waiting(n, "PodInitializing") for n in inits[1:])],
+            [_waiting(n, "PodInitializing") for n in mains],
+            ip,
+        )
+    elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
+        status = _status(
+            "Pending",
+            [_waiting(n, "PodInitializing") for n in inits],
+            [_waiting(n, "ContainerCreating") for n in mains],
+            ip,
+        )
+    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN):
+        status = _status("Running", [_done(n) for n in inits], [_crashloop(mains[0], log)], ip)
+    elif operand is VALIDATOR and plan.plugin != chain.OK:
+        # driver, toolkit and cuda validated; plugin-validation polls node capacity forever.
+        status = _status(
+            "Pending",
+            [*(_done(n) for n in inits[:-1]), _running(inits[-1], ready=False)],
+            [_waiting(n, "PodInitializing") for n in mains],
+            ip,
+        )
+    else:
+        status = _status("Running", [_done(n) for n in inits], [_running(n) for n in mains], ip)
+    labels = dict(ds["spec"]["template"]["metadata"]["labels"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name_of(ds), plan.name),
+            "namespace": ds["metadata"]["namespace"],
+            "labels": labels,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name_of(ds), "uid": "", "controller": True}
+            ],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def _node_labels(plan: NodePlan) -> dict[str, str]:
+    g = plan.group
+    labels = {"kubernetes.io/hostname": plan.name, "kubernetes.io/os": "linux", **g.labels}
+    if not plan.gpu:
+        return labels
+    labels[NFD_GPU_LABELS[0]] = "true"
+    labels[GPU_PRESENT] = "true"
+    labels.update(plan.labels)
+    for suffix in sorted(plan.opted_out):
+        labels[DEPLOY_PREFIX + suffix] = "false"
+    for suffix in sorted(plan.paused):
+        labels[DEPLOY_PREFIX + suffix] = PAUSED
+    if g.device_plugin_config:
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = g.device_plugin_config
+    if g.mig is not None:
+        labels[CONFIG_LABEL] = g.mig.config
+        labels[STATE_LABEL] = g.mig.state.value
+    return labels
+
+
+def node_object(plan: NodePlan) -> Obj:
+    """The Node: labels, kernel and runtime in nodeInfo, GPU resources in capacity/allocatable."""
+    g = plan.group
+    base = {"cpu": "96", "memory": "2113373748Ki", "pods": "110", "ephemeral-storage": "3750000000Ki"}
+    capacity = {**base, **{k: str(v) for k, v in plan.capacity.items()}}
+    allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}}
+    meta: dict[str, Any] = {"name": plan.name, "labels": _node_labels(plan)}
+    if g.mig is not None and g.mig.reason:
+        meta["annotations"] = {REASON_ANNOTATION: g.mig.reason}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": meta,
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "nodeInfo": {
+                "kernelVersion": g.kernel,
+                "osImage": g.os_image,
+                "containerRuntimeVersion": "containerd://1.7.13",
+                "kubeletVersion": "v1.36.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _event(namespace: str, involved: Obj, reason: str, message: str, component: str, n: int) -> Obj:
+    meta = involved["metadata"]
+    ref = {"apiVersion": involved["apiVersion"], "kind": involved["kind"], "name": meta["name"]}
+    if meta.get("namespace"):
+        ref["namespace"] = meta["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{n:016x}", "namespace": namespace},
+        "involvedObject": ref,
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": STAMP,
+        "lastTimestamp": STAMP,
+        "count": 12,
+    }
+
+
+def _ds_status(pods: list[Obj]) -> dict[str, Any]:
+    n = len(pods)
+    ready = sum(any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"]) for p in pods)
+    return {
+        "observedGeneration": 1,
+        "desiredNumberScheduled": n,
+        "currentNumberScheduled": n,
+        "updatedNumberScheduled": n,
+        "numberReady": ready,
+        "numberAvailable": ready,
+        "numberUnavailable": n - ready,
+        "numberMisscheduled": 0,
+    }
+
+
+def _workload_pod(namespace: str, name: str, resource: str, gpus: int) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04",
+                    "resources": {"limits": {resource: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -> list[Obj]:
+    """First-fit scheduling on capacity as it was before any GPU fell off the bus."""
+    free: dict[str, dict[str, list[str]]] = {
+        p.name: {r.name: [d.id for d in r.devices] for r in p.resources} for p in plans
+    }
+    gpu_of = {p.name: {d.id: d.gpu_index for r in p.resources for d in r.devices} for p in plans}
+    lost = {p.name: p.lost for p in plans}
+    pods: list[Obj] = []
+    for w in scenario.workloads:
+        for i in range(w.count):
+            name = f"{w.name}-{i}" if w.count > 1 else w.name
+            pod = _workload_pod(w.namespace, name, w.resource, w.gpus)
+            candidates = [w.node] if w.node else [p.name for p in plans]
+            node = next((n for n in candidates if len(free[n].get(w.resource, [])) >= w.gpus), None)
+            if node is None:
+                short = sum(len(free[p.name].get(w.resource, [])) < w.gpus for p in plans)
+                message = f"0/{len(plans)} nodes are available: {short} Insufficient {w.resource}."
+                pod["status"] = {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": message,
+                        }
+                    ],
+                }
+            else:
+                ids = tuple(free[node][w.resource][: w.gpus])
+                del free[node][w.resource][: w.gpus]
+                pod["spec"]["nodeName"] = node
+                hung = any(gpu_of[node][d] in lost[node] for d in ids)
+                pod["status"] = _status("Running", [], [_running("main", ready=not hung)], "10.0.0.1")
+                out.placements[(w.namespace, name)] = (node, ids)
+            pods.append(pod)
+    return pods
+
+
+def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec) -> Rendered:
+    """Every object of the simulated cluster, and the operand containers' logs."""
+    out = Rendered()
+    ns = scenario.namespace
+    facts = Facts(ns, scenario.policy_name)
+    wanted = desired(policy, facts)
+    out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    out.objects += [o for o in wanted if o["kind"] != "DaemonSet"]
+    if policy.device_plugin.config.name and scenario.device_plugin_configs:
+        out.objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": policy.device_plugin.config.name, "namespace": ns},
+                "data": {k: yaml.safe_dump(v, sort_keys=False) for k, v in scenario.device_plugin_configs.items()},
+            }
+        )
+    nodes = [node_object(p) for p in plans]
+    out.objects += nodes
+    by_operand: dict[str, list[Obj]] = {}
+    daemonsets = {name_of(d): d for d in wanted if d["kind"] == "DaemonSet"}
+    events: list[Obj] = []
+    for op in OPERANDS:
+        ds = daemonsets.get(op.name)
+        if ds is None:
+            continue
+        pods = []
+        for plan in plans:
+            if not plan.deployed(op):
+                continue
+            log = _logs_for(plan, op, scenario, policy)
+            pod = _operand_pod(ds, plan, op, log)
+            pods.append(pod)
+            container = pod["spec"]["containers"][0]["name"]
+            if log:
+                out.logs[(ns, name_of(pod), container)] = log
+            if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
+                events.append(
+                    _event(
+                        ns,
+                        pod,
+                        "FailedCreatePodSandBox",
+                        f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}",
+                        "kubelet",
+                        len(events),
+                    )
+                )
+        ds = {**ds, "status": _ds_status(pods)}
+        daemonsets[op.name] = ds
+        by_operand[op.name] = pods
+        out.objects.append(ds)
+        out.objects += pods
+    workloads = _place_workloads(scenario, plans, out)
+    out.objects += workloads
+    node_by_name = {name_of(n): n for n in nodes}
+    for plan in plans:
+        for index in sorted(plan.lost):
+            bound = sorted(
+                f"{pns}/{pname}"
+                for (pns, pname), (node, ids) in out.placements.items()
+                if node == plan.name and any(_gpu_index(plan, d) == index for d in ids)
+            )
+            held = f"; pods bound to it: {', '.join(bound)}" if bound else ""
+            events.append(
+                _event(
+                    "default",
+                    node_by_name[plan.name],
+                    "XidCriticalError",
+                    f"XID 79 (GPU has fallen off the bus) on GPU {index}: device marked Unhealthy{held}",
+                    "nvidia-device-plugin",
+                    len(events),
+                )
+            )
+    out.objects += events
+    out.objects.append(
+        _policy_object(scenario, policy, daemonsets, [p for ps in by_operand.values() for p in ps], plans)
+    )
+    return out
+
+
+def _gpu_index(plan: NodePlan, device_id: str) -> int | None:
+    for r in plan.resources:
+        d = r.device(device_id)
+        if d is not None:
+            return d.gpu_index
+    return None
+
+
+def _policy_object(
+    scenario: Scenario,
+    policy: ClusterPolicySpec,
+    daemonsets: dict[str, Obj],
+    pods: Iterable[Obj],
+    plans: list[NodePlan],
+) -> Obj:
+    """The ClusterPolicy with the status the operator's own status functions compute."""
+    operands = chain_status({op.state: enabled(policy, op) for op in OPERANDS}, daemonsets, list(pods))
+    status, conditions = policy_status(operands, sum(p.gpu for p in plans), True, scenario.namespace, 1)
+    spec = policy.model_dump(mode="json", by_alias=True)
+    return {
+        "apiVersion": "gpuchain.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": scenario.policy_name},
+        "spec": spec,
+        "status": {**status, "conditions": [{**c, "lastTransitionTime": STAMP} for c in conditions]},
+    }

@@ -1,0 +1,209 @@
+"""Scenario files: a simulated cluster described as facts, from which every symptom follows.
+
+A scenario says what the nodes *are* (GPU preset, kernel, a pre-installed host driver, whether
+containerd got its ``nvidia`` runtime, node labels, MIG layout and state, GPUs that fell off the
+bus) and what the operator was told (the ClusterPolicy, the device plugin ConfigMap, which
+kernels have a driver build). It does not say "driver CrashLoopBackOff": the builder derives
+each link's state from the facts, the way the real chain would, so a scenario cannot describe a
+symptom without its cause. Files are strict (unknown keys are errors naming file:line:field).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
+from gpuchain.deviceplugin.config import Config as DevicePluginConfig
+from gpuchain.gpu.topology import preset_names
+from gpuchain.mig.agent import State as MigState
+from gpuchain.mig.config import default_config
+from gpuchain.operator.operands import OPERANDS
+from gpuchain.operator.policy import parse_policy
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+#: Suffixes allowed after ``nvidia.com/gpu.deploy.`` in ``optOut`` ("operands" means all of them).
+OPT_OUT_KEYS = ("operands", *(o.deploy for o in OPERANDS))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def _dns_name(value: str) -> str:
+    if not _NAME.match(value) or len(value) > 63:
+        raise ValueError("must be a lower-case DNS name (letters, digits, '-', '.'), at most 63 characters")
+    return value
+
+
+class MigFacts(_Strict):
+    """The node's MIG request (``nvidia.com/mig.config``) and how far the MIG manager got."""
+
+    config: str = Field(description="a layout name of the MIG manager's config, e.g. all-1g.10gb")
+    state: MigState = MigState.SUCCESS
+    reason: str = Field("", description="what the MIG manager wrote in nvidia.com/mig.config.state.reason")
+
+    @field_validator("config")
+    @classmethod
+    def _known_layout(cls, value: str) -> str:
+        known = default_config().mig_configs
+        if value not in known:
+            raise ValueError(f"unknown MIG layout; use one of {', '.join(sorted(known))}")
+        return value
+
+
+class NodeGroup(_Strict):
+    """One node, or ``count`` identical nodes named ``<name>-0`` .. ``<name>-<count-1>``."""
+
+    name: str
+    count: int = Field(1, ge=1, le=5000)
+    gpu: bool = True
+    preset: str = "h100-80gb-x8"
+    kernel: str = "5.15.0-105-generic"
+    os_image: str = Field("Ubuntu 22.04.4 LTS", alias="osImage")
+    labels: dict[str, str] = Field(default_factory=dict)
+    host_driver: str | None = Field(None, alias="hostDriver", description="version of a pre-installed host driver")
+    driver_version: str | None = Field(
+        None, alias="driverVersion", description="driver container version on this node (default: the policy's)"
+    )
+    runtime_configured: bool = Field(True, alias="runtimeConfigured")
+    device_plugin_config: str | None = Field(None, alias="devicePluginConfig")
+    mig: MigFacts | None = None
+    lost_gpus: list[int] = Field(default_factory=list, alias="lostGpus")
+    opt_out: list[str] = Field(default_factory=list, alias="optOut")
+    exporter_down: bool = Field(False, alias="exporterDown")
+
+    @field_validator("name")
+    @classmethod
+    def _dns(cls, value: str) -> str:
+        return _dns_name(value)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        if value not in preset_names():
+            raise ValueError(f"unknown preset; use one of {', '.join(preset_names())}")
+        return value
+
+    @field_validator("opt_out")
+    @classmethod
+    def _known_operands(cls, value: list[str]) -> list[str]:
+        bad = [v for v in value if v not in OPT_OUT_KEYS]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: not an operand; use {', '.join(OPT_OUT_KEYS)}")
+        return value
+
+    @field_validator("lost_gpus")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value) or any(i < 0 for i in value):
+            raise ValueError("GPU indexes must be distinct and >= 0")
+        return value
+
+    def node_names(self) -> list[str]:
+        """The names of the nodes this group stands for."""
+        return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
+
+
+class Workload(_Strict):
+    """``count`` pods asking for ``gpus`` of ``resource``, placed first-fit (or on ``node``)."""
+
+    name: str
+    namespace: str = "default"
+    count: int = Field(1, ge=1, le=100_000)
+    gpus: int = Field(1, ge=1, le=64)
+    resource: str = "nvidia.com/gpu"
+    node: str | None = None
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns(cls, value: str) -> str:
+        return _dns_name(value)
+
+
+class Scenario(_Strict):
+    """A whole simulated cluster: nodes, operator settings, workloads and what the doctor should say."""
+
+    name: str
+    description: str = ""
+    symptom: str = Field("", description="what a user sees, in the chapter's words")
+    expect: list[str] = Field(default_factory=list, description="finding ids the doctor must name")
+    namespace: str = "gpu-operator"
+    policy_name: str = Field("cluster-policy", alias="policyName")
+    policy: dict[str, Any] = Field(default_factory=dict, description="ClusterPolicy spec, NVIDIA keys")
+    driver_builds: list[str] | None = Field(
+        None, alias="driverBuilds", description="kernels the driver image has a build for (None: every kernel)"
+    )
+    device_plugin_configs: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="devicePluginConfigs")
+    nodes: list[NodeGroup] = Field(min_length=1)
+    workloads: list[Workload] = Field(default_factory=list)
+
+    @field_validator("name", "namespace", "policy_name")
+    @classmethod
+    def _dns(cls, value: str) -> str:
+        return _dns_name(value)
+
+    @field_validator("policy")
+    @classmethod
+    def _valid_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parsed = parse_policy(value)
+        if isinstance(parsed, list):
+            raise ValueError("; ".join(str(p) for p in parsed))
+        return value
+
+    @field_validator("device_plugin_configs")
+    @classmethod
+    def _valid_configs(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for key, body in value.items():
+            try:
+                DevicePluginConfig.model_validate(body)
+            except ValueError as exc:
+                raise ValueError(f"config {key!r} is not a valid device plugin config: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _unique_nodes(self) -> Scenario:
+        names = [n for g in self.nodes for n in g.node_names()]
+        dup = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
+        if dup:
+            raise ValueError(f"node names must be unique; repeated: {', '.join(dup[:5])}")
+        unknown = [w.node for w in self.workloads if w.node and w.node not in set(names)]
+        if unknown:
+            raise ValueError(f"workloads name nodes that do not exist: {', '.join(str(u) for u in unknown)}")
+        return self
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the scenario builds."""
+        return sum(g.count for g in self.nodes)
+
+
+def builtin_dir() -> Path:
+    """Where the built-in scenarios live (inside the package)."""
+    return Path(str(resources.files("gpuchain.sim").joinpath("scenarios")))
+
+
+def scenario_names() -> list[str]:
+    """Names of the built-in scenarios, sorted."""
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A built-in scenario by name, or a scenario file by path; ConfigFileError on a bad one."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        path = builtin_dir() / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ConfigFileError(
+                str(name_or_path), None, "", f"no such scenario; built-in ones: {', '.join(scenario_names())}"
+            )
+    return load_yaml_file(Scenario, path)
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    """Validate scenario text (tests, generated scenarios)."""
+    return load_yaml_model(Scenario, text, source)
