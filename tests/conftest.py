@@ -1,12 +1,13 @@
-"""Fixtures shared by every layer's tests: simulated GPUs and the fake pynvml built from them."""
+"""Fixtures shared by every layer's tests: simulated GPUs (the NVML fake is in fakes.fake_pynvml)."""
 
 from __future__ import annotations
 
 import pytest
-from fakes.fake_pynvml import FakeNvml
+from fakes.fake_pynvml import nvml_over
 
-from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
+
+__all__ = ["nvml_over"]  # older tests import it from here
 
 
 @pytest.fixture
@@ -19,8 +20,3 @@ def h100_sim() -> SimBackend:
 def mig_sim() -> SimBackend:
     """A simulated H100 node partly in MIG mode (the `h100-80gb-x8-mig-mixed` preset)."""
     return SimBackend.from_preset("h100-80gb-x8-mig-mixed")
-
-
-def nvml_over(sim: SimBackend, **kwargs: object) -> NvmlBackend:
-    """An NvmlBackend whose pynvml is the fake answering from ``sim``."""
-    return NvmlBackend(nvml=FakeNvml(sim, **kwargs), probe_interval=0.2)  # type: ignore[arg-type]

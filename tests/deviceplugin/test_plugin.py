@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import nvml_over
+from fakes.fake_pynvml import nvml_over
 
 from gpuchain.deviceplugin.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin

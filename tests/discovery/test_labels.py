@@ -7,7 +7,7 @@ replicas 0 for MIG-enabled GPUs, MIG-INVALID), not computed with the code under 
 from __future__ import annotations
 
 import pytest
-from conftest import nvml_over
+from fakes.fake_pynvml import nvml_over
 
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.discovery.labels import (

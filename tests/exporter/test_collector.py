@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import nvml_over
+from fakes.fake_pynvml import nvml_over
 
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors

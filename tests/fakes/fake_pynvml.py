@@ -20,6 +20,7 @@ import pynvml as real
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, MigDevice
+from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 
 MIB = 1024 * 1024
@@ -577,3 +578,8 @@ class _EventSet:
                 computeInstanceId=ci,
             )
         )
+
+
+def nvml_over(sim: SimBackend, **kwargs: Any) -> NvmlBackend:
+    """An NvmlBackend whose pynvml is the fake answering from ``sim`` (fast loss/recovery probes)."""
+    return NvmlBackend(nvml=FakeNvml(sim, **kwargs), probe_interval=0.2)

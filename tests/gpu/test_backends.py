@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from conftest import nvml_over
-from fakes.fake_pynvml import FakeNvml
+from fakes.fake_pynvml import FakeNvml, nvml_over
 
 from gpuchain.gpu.errors import GpuLostError, LibraryNotFoundError, NotFoundError
 from gpuchain.gpu.model import EventKind, HealthEvent

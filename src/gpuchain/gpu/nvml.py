@@ -424,7 +424,12 @@ class NvmlBackend(GpuBackend):
         n = self._nvml
 
         def emit(event: HealthEvent) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            if stop.is_set():
+                return
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the subscriber's loop has closed: nobody is listening any more
+                stop.set()
 
         inv = self.inventory()
         uuids = [g.uuid for g in inv.gpus]
