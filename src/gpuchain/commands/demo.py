@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._output import OutputFormat, console, fail, output_option, plain
+from gpuchain.commands.dra_plugin import dra_demo
 from gpuchain.kubelet.demo import DemoStep, run_demo
 from gpuchain.kubelet.node import DEFAULT_PRESET
 
@@ -65,13 +66,20 @@ def _render(step: DemoStep) -> None:
 def demo(
     preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Simulated topology preset."),
     quiet: float = typer.Option(0.5, "--quiet-seconds", min=0, help="Recovery quiet period after the GPU is back."),
+    dra: bool = typer.Option(
+        False, "--dra", help="Show the same node through DRA instead: its ResourceSlice and a claim being prepared."
+    ),
     output: OutputFormat = output_option(),
 ) -> None:
     """Run the device plugin chain on a simulated H100 node: capacity, a pod, an XID 79, recovery.
 
     The plugin and a kubelet peer talk gRPC over real unix sockets in a temporary directory;
     nothing is installed and no GPU or cluster is needed. -o json prints the transcript.
+    With --dra the node is shown through Dynamic Resource Allocation (same as `gpuchain dra-demo`).
     """
+    if dra:
+        dra_demo(preset, output)
+        return
     people = output is OutputFormat.table
     if people:
         console.print(Panel.fit("gpuchain demo: GPUs -> device plugin -> kubelet -> pod", style="bold"))
