@@ -66,7 +66,7 @@ def _report_table(report: Report) -> RenderableType:
         actions.add_column(col)
     for o in report.outcomes:
         a = o.action
-        actions.add_row(o.result, a.kind.value, a.node, a.pod or "", o.detail or a.message)
+        actions.add_row(o.result, a.kind.value, a.node, a.pod or "", o.detail or a.cause)
     held = Table(title="Left alone", title_justify="left")
     for col in ("Node", "Pod", "Why", "Detail"):
         held.add_column(col)

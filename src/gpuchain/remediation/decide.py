@@ -96,6 +96,13 @@ class Action:
     xids: tuple[int, ...] = ()
     patch: Mapping[str, Any] | None = field(default=None, compare=False)
 
+    @property
+    def cause(self) -> str:
+        """``XID 79 on GPU-…``: the short why (``message`` has the meanings too)."""
+        if not self.devices:
+            return self.message
+        return f"{', '.join(f'XID {x}' for x in self.xids) or 'lost'} on {', '.join(self.devices)}"
+
 
 @dataclass(frozen=True)
 class Held:
@@ -177,7 +184,7 @@ def decide(
             Held(
                 a.node,
                 HoldReason.BREAKER,
-                f"{a.kind.value} not done while the breaker is open ({a.message})",
+                f"{a.kind.value} paused by the breaker: {a.cause}",
                 pod=a.pod,
             )
             for a in actions

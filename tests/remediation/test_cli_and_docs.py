@@ -1,0 +1,85 @@
+"""`gpuchain remediator` / `gpuchain gpu-health` through the CLI, and the XID table in the docs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.gpu.xid import XID_TABLE
+from gpuchain.remediation.xidtable import xid_markdown
+
+runner = CliRunner()
+DOC = Path(__file__).resolve().parents[2] / "docs" / "remediation.md"
+
+
+def test_scenario_xid79_json_report() -> None:
+    result = runner.invoke(app, ["remediator", "--scenario", "xid79", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [(a["kind"], a.get("pod"), a["result"]) for a in data["actions"]] == [
+        ("taint", None, "done"),
+        ("evict", "ml/train-0", "done"),
+    ]
+    assert data["breaker"]["state"] == "closed" and data["unhealthyNodes"] == ["node-0"]
+
+
+def test_scenario_storm_dry_run_reports_open_breaker() -> None:
+    result = runner.invoke(app, ["remediator", "--scenario", "storm", "--dry-run", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["dryRun"] and data["breaker"]["state"] == "open" and data["actions"] == []
+    assert {h["why"] for h in data["held"]} == {"breaker-open", "protected-namespace"}
+
+
+def test_breaker_share_is_configurable() -> None:
+    result = runner.invoke(app, ["remediator", "--scenario", "storm", "--breaker-share", "0.6", "-o", "json"])
+    data = json.loads(result.stdout)
+    assert data["breaker"]["state"] == "closed" and len(data["actions"]) == 4
+
+
+def test_table_output_names_the_breaker() -> None:
+    result = runner.invoke(app, ["remediator", "--scenario", "storm"])
+    assert result.exit_code == 0 and "breaker open" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scenario", "nope"], "unknown scenario 'nope'"),
+        (["--scenario", "xid79", "--window", "ten"], "--window"),
+        (["--scenario", "xid79", "--breaker-share", "1.5"], "--breaker-share"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["remediator", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_gpu_health_dry_run_publishes_a_healthy_node() -> None:
+    result = runner.invoke(app, ["gpu-health", "--dry-run", "--pod-resources-socket", "/nonexistent", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["healthy"] is True and data["faults"] == {} and data["node"]
+
+
+def test_gpu_health_needs_a_node_name_on_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    result = runner.invoke(app, ["gpu-health", "--once"])
+    assert result.exit_code == 2 and "--node" in result.output
+
+
+def test_docs_carry_the_current_xid_table() -> None:
+    assert xid_markdown() in DOC.read_text()
+    assert all(f"| {code} |" in xid_markdown() for code in XID_TABLE)
+
+
+def test_xid_table_remediation_column_follows_the_rules() -> None:
+    rows = {line.split("|")[1].strip(): line for line in xid_markdown().splitlines()[2:]}
+    assert rows["13"].endswith("| nothing (the device stays healthy) |")
+    assert rows["79"].endswith("| reboot the node | evict the pods on the device, taint the node |")
+    assert rows["94"].endswith("| evict the pods on the device |")

@@ -1,0 +1,137 @@
+"""Node side: the fault tracker's rules and what the publisher writes on the Node."""
+
+from __future__ import annotations
+
+import json
+
+from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesError
+from gpuchain.gpu.model import EventKind, HealthEvent
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.kinds import EVENT, NODE
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION, find_condition
+from gpuchain.remediation.publisher import FaultTracker, GpuHealthPublisher
+from gpuchain.remediation.scenario import node_object
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def xid(gpu: str, code: int, mig: str | None = None) -> HealthEvent:
+    return HealthEvent(EventKind.XID, gpu, xid=code, mig_uuid=mig)
+
+
+def test_tracker_counts_fatal_ignores_application_and_recovers_after_quiet_period() -> None:
+    t = FaultTracker.with_policy(HealthPolicy(), quiet_seconds=5)
+    assert not t.apply(xid("GPU-a", 13), 0)
+    assert t.apply(xid("GPU-a", 79), 0)
+    assert not t.apply(xid("GPU-a", 79), 1)  # same fault again: nothing new to publish
+    assert t.apply(xid("GPU-a", 48), 1)
+    assert t.faults()["GPU-a"].xids == (48, 79)
+    t.apply(HealthEvent(EventKind.GPU_RECOVERED, "GPU-a"), 2)
+    assert not t.due(6) and "GPU-a" in t.faults()
+    assert t.due(7) and t.faults() == {}
+    assert t.apply(xid("GPU-a", 48), 8)
+    assert t.faults()["GPU-a"].xids == (48,)  # old XIDs do not come back with a new fault
+
+
+def test_tracker_lost_gpu_covers_its_known_mig_devices(mig_sim: SimBackend) -> None:
+    t = FaultTracker.with_policy()
+    t.observe(mig_sim.inventory().gpus)
+    gpu = next(g for g in mig_sim.inventory().gpus if g.mig_devices)
+    t.apply(HealthEvent(EventKind.GPU_LOST, gpu.uuid), 0)
+    fault = t.faults()[gpu.uuid]
+    assert fault.lost and set(fault.covers) == {gpu.uuid, *(m.uuid for m in gpu.mig_devices)}
+
+
+def test_tracker_mig_xid_marks_only_that_mig_device() -> None:
+    t = FaultTracker.with_policy()
+    t.apply(xid("GPU-a", 48, mig="MIG-1"), 0)
+    assert t.faults() == {"MIG-1": t.faults()["MIG-1"]}
+    assert t.faults()["MIG-1"].gpu == "GPU-a" and t.faults()["MIG-1"].covers == ("MIG-1",)
+
+
+def test_tracker_honours_disabled_checks() -> None:
+    t = FaultTracker.with_policy(HealthPolicy(checks=False))
+    assert not t.apply(xid("GPU-a", 79), 0) and t.faults() == {}
+
+
+def make(h100_sim: SimBackend, rows: list[Assignment] | None = None) -> tuple[MemoryCluster, GpuHealthPublisher, Clock]:
+    cluster = MemoryCluster([node_object("n0")])
+    clock = Clock()
+
+    def source() -> list[Assignment]:
+        if rows is None:
+            raise PodResourcesError("pod-resources List failed")
+        return rows
+
+    publisher = GpuHealthPublisher(h100_sim, cluster, "n0", source, quiet_seconds=0, clock=clock)
+
+    def feed(event: HealthEvent) -> None:
+        publisher.handle(event)
+
+    h100_sim.add_listener(feed)
+    return cluster, publisher, clock
+
+
+def test_publishes_condition_event_and_annotations_then_clears_on_recovery(h100_sim: SimBackend) -> None:
+    gpu0 = h100_sim.inventory().gpu(0).uuid
+    rows = [Assignment("nvidia.com/gpu", gpu0, PodRef("ml", "train", "main"))]
+    cluster, publisher, _ = make(h100_sim, rows)
+
+    first = publisher.publish()
+    node = cluster.get(NODE, "n0")
+    assert find_condition(node) is not None and find_condition(node).healthy  # type: ignore[union-attr]
+    assert first.event is None and cluster.count(EVENT) == 0
+    assert json.loads(node["metadata"]["annotations"][PODS_ANNOTATION]) == {gpu0: ["ml/train/main"]}
+
+    h100_sim.inject_xid(0, 79)
+    result = publisher.publish()
+    node = cluster.get(NODE, "n0")
+    cond = find_condition(node)
+    assert cond is not None and cond.status == "False" and gpu0 in cond.message and "XID 79" in cond.message
+    assert json.loads(node["metadata"]["annotations"][FAULTS_ANNOTATION]) == {gpu0: {"gpu": gpu0, "xids": [79]}}
+    assert [c["type"] for c in node["status"]["conditions"]] == ["Ready", CONDITION_TYPE]  # kubelet's kept
+    events = cluster.events_for(node)
+    assert [(e["reason"], e["type"]) for e in events] == [("GPUUnhealthy", "Warning")]
+    assert result.event == "GPUUnhealthy"
+
+    before = cluster.calls.writes
+    assert not publisher.publish().condition_written
+    assert cluster.calls.writes == before  # nothing new: no writes
+
+    h100_sim.recover_gpu(0)
+    publisher.publish()
+    node = cluster.get(NODE, "n0")
+    cond = find_condition(node)
+    assert cond is not None and cond.healthy
+    assert FAULTS_ANNOTATION not in node["metadata"]["annotations"]
+    assert sorted(e["reason"] for e in cluster.events_for(node)) == ["GPUHealthy", "GPUUnhealthy"]
+
+
+def test_lost_gpu_keeps_its_pods_in_the_map(h100_sim: SimBackend) -> None:
+    """A lost GPU drops out of the inventory; its pods must still be attributed to it."""
+    gpu3 = h100_sim.inventory().gpu(3).uuid
+    rows = [Assignment("nvidia.com/gpu", gpu3, PodRef("ml", "train", "main"))]
+    cluster, publisher, _ = make(h100_sim, rows)
+    publisher.publish()
+    h100_sim.lose_gpu(3)
+    result = publisher.publish()
+    assert result.faults[gpu3].lost and result.pods == {gpu3: ("ml/train/main",)}
+    cond = find_condition(cluster.get(NODE, "n0"))
+    assert cond is not None and cond.reason == "GPULost"
+
+
+def test_kubelet_unreachable_still_publishes_health(h100_sim: SimBackend) -> None:
+    cluster, publisher, _ = make(h100_sim, None)
+    h100_sim.inject_xid(1, 48)
+    result = publisher.publish()
+    assert result.pods == {} and result.faults
+    cond = find_condition(cluster.get(NODE, "n0"))
+    assert cond is not None and cond.status == "False"

@@ -1,0 +1,140 @@
+"""The issue's done-when on a simulated cluster: MemoryCluster + one SimBackend and publisher per node."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from gpuchain.kube.kinds import CONFIGMAP, EVENT, NODE, POD
+from gpuchain.remediation.controller import STATUS_NAME, Remediator
+from gpuchain.remediation.decide import DEFAULT_NAMESPACE, HoldReason
+from gpuchain.remediation.model import TAINT_KEY
+from gpuchain.remediation.scenario import SimCluster, pdb_object, run_scenario
+
+
+def pods(sim: SimCluster) -> set[str]:
+    return {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in sim.cluster.snapshot(POD)}
+
+
+def taints(sim: SimCluster, node: str) -> list[dict[str, str]]:
+    return list(sim.cluster.get(NODE, node)["spec"].get("taints") or [])
+
+
+def status(sim: SimCluster) -> dict[str, str]:
+    return dict(sim.cluster.get(CONFIGMAP, STATUS_NAME, DEFAULT_NAMESPACE)["data"])
+
+
+def reasons(sim: SimCluster) -> list[str]:
+    return sorted(e["reason"] for e in sim.cluster.snapshot(EVENT) if e["source"]["component"] == "gpuchain-remediator")
+
+
+ALL = {"ml/train-0", "ml/train-1", "kube-system/gpu-burn-check", "ml/infer-0"}
+
+
+def test_xid79_evicts_exactly_the_pods_on_that_gpu_and_taints_the_node() -> None:
+    sim = run_scenario("xid79")
+    report = Remediator(sim.cluster).run_once()
+    assert pods(sim) == ALL - {"ml/train-0"}  # train-1 (GPU 1), infer-0 (node-1), kube-system stay
+    assert taints(sim, "node-0") == [{"key": TAINT_KEY, "value": "reboot-node", "effect": "NoSchedule"}]
+    assert taints(sim, "node-1") == []
+    assert [(o.action.kind.value, o.result) for o in report.outcomes] == [("taint", "done"), ("evict", "done")]
+    assert [(h.pod, h.why) for h in report.held] == [("kube-system/gpu-burn-check", HoldReason.PROTECTED_NAMESPACE)]
+    assert reasons(sim) == ["GPUNodeTainted", "GPUWorkloadEvicted"]
+    evicted = next(e for e in sim.cluster.snapshot(EVENT) if e["reason"] == "GPUWorkloadEvicted")
+    assert evicted["involvedObject"]["name"] == "train-0" and "XID 79" in evicted["message"]
+    assert status(sim)["breaker"] == "closed"
+
+
+def test_rerunning_on_the_same_state_does_nothing_new() -> None:
+    sim = run_scenario("xid79")
+    Remediator(sim.cluster).run_once()
+    sim.publish()  # the node republishes: the pod map no longer has train-0
+    writes = sim.cluster.calls.writes
+    report = Remediator(sim.cluster).run_once()
+    assert report.outcomes == () and sim.cluster.calls.writes == writes
+
+
+def test_pdb_that_forbids_eviction_leaves_the_pod_and_reports_it_once() -> None:
+    sim = run_scenario("pdb")
+    report = Remediator(sim.cluster).run_once()
+    assert "ml/serve-0" in pods(sim) and "ml/train-0" not in pods(sim)
+    held = [h for h in report.held if h.why is HoldReason.PDB]
+    assert [(h.pod, h.pdb) for h in held] == [("ml/serve-0", "serve-pdb")]
+    assert json.loads(status(sim)["blocked"]) == ["ml/serve-0"]
+    Remediator(sim.cluster).run_once()
+    blocked = [e for e in sim.cluster.snapshot(EVENT) if e["reason"] == "GPUEvictionBlocked"]
+    assert len(blocked) == 1 and "serve-pdb" in blocked[0]["message"] and blocked[0]["type"] == "Warning"
+
+
+def test_eviction_refused_at_apply_time_is_reported_as_blocked() -> None:
+    """The budget changed between the read and the eviction: the Eviction API still says no."""
+    sim = run_scenario("pdb")
+    remediator = Remediator(sim.cluster)
+    real_evict = sim.cluster.evict
+
+    def evict_after_budget_tightens(name: str, namespace: str) -> None:
+        sim.cluster.create(pdb_object("ml", "train-pdb", {"app": "train"}, 2))
+        real_evict(name, namespace)
+
+    sim.cluster.evict = evict_after_budget_tightens  # type: ignore[method-assign]
+    report = remediator.run_once()
+    evict = next(o for o in report.outcomes if o.action.kind.value == "evict")
+    assert evict.result == "blocked" and "train-pdb" in evict.detail
+    assert "ml/train-0" in pods(sim)
+    assert "ml/train-0" in json.loads(status(sim)["blocked"])
+
+
+def test_xid_storm_on_half_the_cluster_trips_the_breaker() -> None:
+    sim = run_scenario("storm")
+    report = Remediator(sim.cluster).run_once()
+    assert report.breaker.tripped and report.outcomes == ()
+    assert pods(sim) == ALL and taints(sim, "node-0") == [] and taints(sim, "node-1") == []
+    data = status(sim)
+    assert data["breaker"] == "open" and json.loads(data["affectedNodes"]) == ["node-0", "node-1"]
+    assert "paused" in data["message"]
+    assert reasons(sim) == ["RemediationPaused"]
+    Remediator(sim.cluster).run_once()
+    assert reasons(sim) == ["RemediationPaused"]  # said once, not every pass
+
+
+def test_breaker_closes_when_the_storm_ages_out_of_the_window() -> None:
+    sim = run_scenario("storm")
+    Remediator(sim.cluster).run_once()
+    for node in ("node-0", "node-1"):
+        sim.backends[node].recover_gpu(0)
+    sim.publish()
+    still = Remediator(sim.cluster).run_once()
+    assert still.breaker.tripped  # recovered, but within the window
+    later = Remediator(sim.cluster, clock=lambda: time.time() + 3600).run_once()
+    assert not later.breaker.tripped and status(sim)["breaker"] == "closed"
+    assert reasons(sim) == ["RemediationPaused", "RemediationResumed"]
+
+
+def test_application_xid_does_nothing() -> None:
+    sim = run_scenario("app-xid")
+    report = Remediator(sim.cluster).run_once()
+    assert report.outcomes == () and report.held == () and report.unhealthy == ()
+    assert pods(sim) == ALL and taints(sim, "node-0") == []
+    assert reasons(sim) == []
+
+
+def test_dry_run_reports_and_writes_nothing() -> None:
+    sim = run_scenario("xid79")
+    writes = sim.cluster.calls.writes
+    report = Remediator(sim.cluster, dry_run=True).run_once()
+    assert [(o.action.kind.value, o.action.pod, o.result) for o in report.outcomes] == [
+        ("taint", None, "would"),
+        ("evict", "ml/train-0", "would"),
+    ]
+    assert sim.cluster.calls.writes == writes and pods(sim) == ALL
+    assert report.to_dict()["dryRun"] is True
+
+
+def test_recovery_lifts_the_taint() -> None:
+    sim = run_scenario("xid79")
+    Remediator(sim.cluster).run_once()
+    sim.backends["node-0"].recover_gpu(0)
+    sim.publish()
+    report = Remediator(sim.cluster).run_once()
+    assert [o.action.kind.value for o in report.outcomes] == ["untaint"]
+    assert taints(sim, "node-0") == []
