@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections.abc import AsyncIterator, Callable
 
 from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesError
+from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.kinds import EVENT, NODE
 from gpuchain.kube.memory import MemoryCluster
-from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION, find_condition
+from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION, decode_faults, find_condition
 from gpuchain.remediation.publisher import FaultTracker, GpuHealthPublisher
 from gpuchain.remediation.scenario import node_object
 
@@ -135,3 +139,55 @@ def test_kubelet_unreachable_still_publishes_health(h100_sim: SimBackend) -> Non
     assert result.pods == {} and result.faults
     cond = find_condition(cluster.get(NODE, "n0"))
     assert cond is not None and cond.status == "False"
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def condition_status(cluster: MemoryCluster) -> str | None:
+    cond = find_condition(cluster.get(NODE, "n0"))
+    return cond.status if cond else None
+
+
+async def test_run_loop_publishes_fault_then_recovery_after_the_quiet_period(h100_sim: SimBackend) -> None:
+    cluster = MemoryCluster([node_object("n0")])
+    publisher = GpuHealthPublisher(h100_sim, cluster, "n0", quiet_seconds=0.2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(publisher.run(stop, resync=30))
+    try:
+        await until(lambda: condition_status(cluster) == "True")
+        h100_sim.inject_xid(2, 74)
+        await until(lambda: condition_status(cluster) == "False")
+        h100_sim.recover_gpu(2)
+        await asyncio.sleep(0.05)
+        assert condition_status(cluster) == "False"  # still inside the quiet period
+        await until(lambda: condition_status(cluster) == "True")  # woken by the deadline, not the 30 s resync
+    finally:
+        stop.set()
+        await task
+
+
+class BrokenEvents(SimBackend):
+    """A backend whose event stream dies, as NVML's can."""
+
+    async def events(self) -> AsyncIterator[HealthEvent]:
+        raise GpuError("event set wait failed")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def test_broken_event_stream_marks_every_gpu_unhealthy() -> None:
+    backend = BrokenEvents.from_preset("h100-80gb-x8")
+    cluster = MemoryCluster([node_object("n0")])
+    stop = asyncio.Event()
+    task = asyncio.create_task(GpuHealthPublisher(backend, cluster, "n0").run(stop, resync=30))
+    try:
+        await until(lambda: condition_status(cluster) == "False")
+        faults = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+        assert len(faults) == 8
+    finally:
+        stop.set()
+        await task

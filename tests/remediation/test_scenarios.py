@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -138,3 +139,22 @@ def test_recovery_lifts_the_taint() -> None:
     report = Remediator(sim.cluster).run_once()
     assert [o.action.kind.value for o in report.outcomes] == ["untaint"]
     assert taints(sim, "node-0") == []
+
+
+async def test_continuous_mode_acts_on_a_fault_that_appears_later() -> None:
+    sim = run_scenario("healthy")
+    stop = asyncio.Event()
+    task = asyncio.create_task(Remediator(sim.cluster).run(interval=0.05, stop=stop))
+    try:
+        await asyncio.sleep(0.1)
+        assert pods(sim) == ALL
+        sim.backends["node-0"].inject_xid(1, 48)
+        sim.publish()
+        deadline = time.monotonic() + 5
+        while "ml/train-1" in pods(sim):
+            assert time.monotonic() < deadline, "train-1 never evicted"
+            await asyncio.sleep(0.02)
+        assert pods(sim) == ALL - {"ml/train-1"}
+    finally:
+        stop.set()
+        await task

@@ -229,8 +229,9 @@ class GpuHealthPublisher:
         async def consume() -> None:
             try:
                 async for event in self.backend.events():
-                    if self.handle(event):
-                        wake.set()
+                    deadline = self.tracker.next_deadline()
+                    if self.handle(event) or self.tracker.next_deadline() != deadline:
+                        wake.set()  # new fault, or a recovery whose quiet period needs a timer
             except GpuError as exc:
                 log.error("health event stream failed (%s): marking every GPU unhealthy", exc)
                 with self._lock:
