@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kube.conftest import needs
+from kube.kube_fixtures import cluster_fixture, needs  # noqa: F401 - provides the `cluster` fixture
 
 from gpuchain.kube import (
     DAEMONSET,

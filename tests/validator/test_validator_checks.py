@@ -6,16 +6,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import nvml_over
+from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.gpu.errors import LibraryNotFoundError
+from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import MemoryCluster
 from gpuchain.validator import ReadyFiles, check_cuda, check_driver, check_plugin, check_toolkit
 
 
 def test_driver_ok_on_nvml(h100_sim: SimBackend) -> None:
-    result = check_driver(nvml_over(h100_sim))
+    result = check_driver(NvmlBackend(nvml=FakeNvml(h100_sim)))  # type: ignore[arg-type]
     assert result.ok
     assert result.details["gpus"] == 8
     assert result.details["driverVersion"]

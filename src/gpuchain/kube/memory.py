@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import itertools
 import threading
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 
 from gpuchain.kube.errors import AlreadyExistsError, EvictionBlockedError, GoneError, InvalidError, NotFoundError
 from gpuchain.kube.kinds import PDB, POD, Kind, kind_of
-from gpuchain.kube.objects import Obj, labels_of, merge_patch
+from gpuchain.kube.objects import Obj, json_copy, labels_of, merge_patch
 from gpuchain.kube.pdb import blocking_budget
 from gpuchain.kube.port import Cluster, WatchEvent, WatchType, now_rfc3339
 from gpuchain.kube.selectors import parse_field_selector, parse_label_selector
@@ -82,8 +81,8 @@ class MemoryCluster(Cluster):
         return obj
 
     def _emit(self, kind: Kind, type_: WatchType, obj: Obj, old: Obj | None) -> None:
-        event = WatchEvent(type_, copy.deepcopy(obj))
-        self._history.append((self._last_rv, kind, event, copy.deepcopy(old) if old else None))
+        event = WatchEvent(type_, json_copy(obj))
+        self._history.append((self._last_rv, kind, event, json_copy(old) if old else None))
         if len(self._history) > HISTORY:
             del self._history[: len(self._history) - HISTORY]
         for w in list(self._watchers):
@@ -133,12 +132,12 @@ class MemoryCluster(Cluster):
         meta["resourceVersion"] = self._next_rv()
         bucket[key] = obj
         self._emit(kind, "ADDED", obj, None)
-        return copy.deepcopy(obj)
+        return json_copy(obj)
 
     def _replace(self, kind: Kind, old: Obj, new: Obj) -> Obj:
         """Store ``new`` in place of ``old`` if they differ (bumping resourceVersion/generation)."""
         if new == old:
-            return copy.deepcopy(old)
+            return json_copy(old)
         spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
             k: v for k, v in old.items() if k not in ("metadata", "status")
         }
@@ -150,13 +149,13 @@ class MemoryCluster(Cluster):
         meta["resourceVersion"] = self._next_rv()
         self._bucket(kind)[self._key(kind, meta["name"], meta.get("namespace"))] = new
         self._emit(kind, "MODIFIED", new, old)
-        return copy.deepcopy(new)
+        return json_copy(new)
 
     def _remove(self, kind: Kind, obj: Obj) -> None:
         meta = obj["metadata"]
         del self._bucket(kind)[self._key(kind, meta["name"], meta.get("namespace"))]
         self._next_rv()
-        gone = copy.deepcopy(obj)
+        gone = json_copy(obj)
         gone["metadata"]["resourceVersion"] = str(self._last_rv)
         self._emit(kind, "DELETED", gone, obj)
         self._collect_dependents(meta.get("uid"))
@@ -176,7 +175,7 @@ class MemoryCluster(Cluster):
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         self.calls.count("get")
         with self._lock:
-            return copy.deepcopy(self._lookup(kind, name, namespace))
+            return json_copy(self._lookup(kind, name, namespace))
 
     def list(
         self,
@@ -190,7 +189,7 @@ class MemoryCluster(Cluster):
         by_field = parse_field_selector(field_selector)
         with self._lock:
             found = [
-                copy.deepcopy(obj)
+                json_copy(obj)
                 for (ns, _), obj in sorted(self._bucket(kind).items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))
                 if (namespace is None or not kind.namespaced or ns == namespace)
                 and by_label(labels_of(obj))
@@ -219,7 +218,7 @@ class MemoryCluster(Cluster):
             initial: list[WatchEvent] = []
             if resource_version in (None, "", "0"):
                 for obj in sorted(self._bucket(kind).values(), key=lambda o: int(o["metadata"]["resourceVersion"])):
-                    ev = self._for_watcher(watcher, kind, WatchEvent("ADDED", copy.deepcopy(obj)), None)
+                    ev = self._for_watcher(watcher, kind, WatchEvent("ADDED", json_copy(obj)), None)
                     if ev is not None:
                         initial.append(ev)
             else:
@@ -257,7 +256,7 @@ class MemoryCluster(Cluster):
         self.calls.count("create")
         kind = kind_of(obj)
         with self._lock:
-            return self._store_new(kind, copy.deepcopy(obj))
+            return self._store_new(kind, json_copy(obj))
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self.calls.count("patch")
@@ -308,4 +307,4 @@ class MemoryCluster(Cluster):
     def snapshot(self, kind: Kind) -> builtins.list[Obj]:
         """Copies of all objects of ``kind``, without counting an API call (for assertions)."""
         with self._lock:
-            return [copy.deepcopy(o) for o in self._bucket(kind).values()]
+            return [json_copy(o) for o in self._bucket(kind).values()]

@@ -10,12 +10,26 @@ a real cluster also makes zero writes.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeVar, cast
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 #: Metadata the server owns; never part of an applied object's intent.
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
+
+
+def json_copy(value: T) -> T:
+    """Deep copy of a JSON tree (dicts, lists, scalars): several times faster than copy.deepcopy."""
+    return cast(T, _json_copy(value))
+
+
+def _json_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    return value
 
 
 def name_of(obj: Obj) -> str:

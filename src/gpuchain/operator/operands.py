@@ -177,7 +177,6 @@ def _owner(facts: Facts) -> list[dict[str, Any]]:
             "name": facts.policy_name,
             "uid": facts.policy_uid,
             "controller": True,
-            "blockOwnerDeletion": True,
         }
     ]
 

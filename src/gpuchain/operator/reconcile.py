@@ -29,6 +29,7 @@ from gpuchain.operator.status import (
     chain_status,
     ignored_status,
     invalid_status,
+    own_status,
     policy_status,
     with_transition_times,
 )
@@ -106,11 +107,22 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         del live_ds[stale]
         changed.append(f"daemonset/{stale} (deleted)")
 
-    pods = cluster.list(POD, namespace, label_selector=MANAGED_SELECTOR)
+    pods: list[dict[str, Any]] | None = None
+
+    def operand_pods() -> list[dict[str, Any]]:
+        # Pods are read only when something is not ready or an upgrade is due: a steady
+        # cluster's reconcile then costs a few small requests however many nodes it has.
+        nonlocal pods
+        if pods is None:
+            pods = _managed(cluster.list(POD, namespace, label_selector=MANAGED_SELECTOR))
+        return pods
+
     gpu_nodes = [n for n in nodes if is_gpu_node(labels_of(n))]
-    upgrades = advance_upgrades(cluster, parsed, gpu_nodes, live_ds, pods, namespace)
+    upgrades = advance_upgrades(cluster, parsed, gpu_nodes, live_ds, operand_pods, namespace)
     changed += upgrades.writes
-    operands = chain_status({op.state: enabled(parsed, op) for op in OPERANDS}, live_ds, _managed(pods))
+    switched = {op.state: enabled(parsed, op) for op in OPERANDS}
+    all_ready = all(own_status(live_ds.get(op.name), []).state == "ready" for op in OPERANDS if switched[op.state])
+    operands = chain_status(switched, live_ds, [] if all_ready else operand_pods())
     nfd_seen = any(has_nfd_labels(labels_of(n)) for n in nodes)
     computed = policy_status(operands, len(gpu_nodes), nfd_seen, namespace, generation)
     if upgrades.summary:

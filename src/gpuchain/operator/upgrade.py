@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +123,29 @@ class UpgradeReport:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+def _image_of(ds: dict[str, Any]) -> str:
+    return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def _label_counts(gpu_nodes: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in gpu_nodes:
+        state = labels_of(node).get(STATE_LABEL, "")
+        if state:
+            counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def upgrade_pending(driver_ds: dict[str, Any], gpu_nodes: list[dict[str, Any]]) -> bool:
+    """Is any driver pod (possibly) outdated or any node mid-upgrade? Otherwise no pods need reading."""
+    st = driver_ds.get("status") or {}
+    if int(st.get("observedGeneration") or 0) < int(driver_ds["metadata"].get("generation") or 0):
+        return True
+    if int(st.get("updatedNumberScheduled") or 0) < int(st.get("desiredNumberScheduled") or 0):
+        return True
+    return any(labels_of(n).get(STATE_LABEL, "") not in ("", DONE, FAILED) for n in gpu_nodes)
+
+
 def _uses_gpu(pod: dict[str, Any]) -> bool:
     for c in pod.get("spec", {}).get("containers") or []:
         res = c.get("resources") or {}
@@ -149,18 +173,26 @@ def advance_upgrades(
     policy: ClusterPolicySpec,
     gpu_nodes: list[dict[str, Any]],
     daemonsets: dict[str, dict[str, Any]],
-    operand_pods: list[dict[str, Any]],
+    operand_pods: Callable[[], list[dict[str, Any]]],
     namespace: str,
     now: float | None = None,
 ) -> UpgradeReport:
-    """Move every GPU node one step through the upgrade state machine; returns what it wrote."""
+    """Move every GPU node one step through the upgrade state machine; returns what it wrote.
+
+    ``operand_pods`` is called (one list request) only when an upgrade may be under way.
+    """
     report = UpgradeReport()
     ds = daemonsets.get(DRIVER.name)
     if not policy.driver.enabled or ds is None or not policy.driver.upgrade_policy.auto_upgrade:
         return report
+    if not upgrade_pending(ds, gpu_nodes):
+        settled = _label_counts(gpu_nodes)
+        if settled:
+            report.summary = {"target": _image_of(ds), "nodes": settled}
+        return report
     now = time.time() if now is None else now
-    target = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-    drivers = _driver_pods(operand_pods)
+    target = _image_of(ds)
+    drivers = _driver_pods(operand_pods())
     views = []
     for node in sorted(gpu_nodes, key=name_of):
         name = name_of(node)

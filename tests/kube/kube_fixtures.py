@@ -1,4 +1,8 @@
-"""The `cluster` fixture: every contract test runs on MemoryCluster and on LiveCluster over kmock."""
+"""The `cluster` fixture (import ``cluster_fixture``): contract tests run on MemoryCluster and on LiveCluster over kmock.
+
+Not a conftest.py: several test folders have one, and a second module named ``conftest`` would
+shadow the root conftest for ``from conftest import ...``.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +24,8 @@ KMOCK_LACKS = {
 }
 
 
-@pytest.fixture(params=["memory", "kmock"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster", params=["memory", "kmock"])
+def cluster_fixture(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A fresh, empty cluster behind the port."""
     if request.param == "memory":
         yield MemoryCluster()
