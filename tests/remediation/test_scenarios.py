@@ -158,3 +158,11 @@ async def test_continuous_mode_acts_on_a_fault_that_appears_later() -> None:
     finally:
         stop.set()
         await task
+
+
+def test_a_quiet_pass_costs_two_reads_and_no_writes() -> None:
+    sim = run_scenario("healthy")
+    Remediator(sim.cluster).run_once()  # creates the status ConfigMap
+    sim.cluster.calls.reset()
+    Remediator(sim.cluster).run_once()
+    assert sim.cluster.calls.snapshot() == {"list": 1, "get": 1}

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import typer
@@ -149,7 +150,7 @@ def remediator(
     _run_until_signal(lambda stop: controller.run(interval_s, stop))
 
 
-def _run_until_signal(main: Any) -> None:
+def _run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run ``main(stop)`` until SIGTERM or Ctrl-C sets ``stop``."""
 
     async def runner() -> None:

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -124,6 +124,8 @@ class Memory:
     history: dict[str, float]
     blocked: frozenset[str]
     tripped: bool
+    live: Obj | None = None
+    """The ConfigMap as read (None: absent), so writing it back needs no second read."""
 
 
 class Remediator:
@@ -135,7 +137,7 @@ class Remediator:
         policy: Policy | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         dry_run: bool = False,
-        clock: Any = time.time,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.cluster = cluster
         self.policy = policy or Policy()
@@ -153,7 +155,7 @@ class Remediator:
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("status ConfigMap %s/%s unreadable (%s); starting fresh", self.namespace, STATUS_NAME, exc)
             history, blocked = {}, frozenset()
-        return Memory(history, blocked, data.get("breaker") == "open")
+        return Memory(history, blocked, data.get("breaker") == "open", cm)
 
     def run_once(self) -> Report:
         """One pass; see the module docstring."""
@@ -176,7 +178,7 @@ class Remediator:
                 self._event_on_pod(
                     held.pod, EVENT_BLOCKED, f"not evicted from node {held.node}: {held.detail}", "Warning"
                 )
-        status = self._write_status(decision.breaker, decision.history, blocked)
+        status = self._write_status(decision.breaker, decision.history, blocked, memory.live)
         if decision.breaker.tripped != memory.tripped:
             if decision.breaker.tripped:
                 self.cluster.record_event(status, EVENT_PAUSED, decision.breaker.message, "Warning", COMPONENT)
@@ -213,7 +215,7 @@ class Remediator:
         regarding = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
         self.cluster.record_event(regarding, reason, message, kind, COMPONENT)
 
-    def _write_status(self, breaker: Breaker, history: Mapping[str, float], blocked: set[str]) -> Obj:
+    def _write_status(self, breaker: Breaker, history: Mapping[str, float], blocked: set[str], live: Obj | None) -> Obj:
         """The breaker state where people and alerts can see it; written only when it changed."""
         cm = {
             "apiVersion": "v1",
@@ -231,7 +233,7 @@ class Remediator:
                 "blocked": json.dumps(sorted(blocked)),
             },
         }
-        return self.cluster.apply(cm).object
+        return self.cluster.apply(cm, live, known_live=True).object
 
     async def run(self, interval: float = 10.0, stop: asyncio.Event | None = None) -> None:
         """Pass after pass every ``interval`` seconds until ``stop`` is set; a failed pass is logged, not fatal."""

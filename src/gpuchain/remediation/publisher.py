@@ -28,7 +28,7 @@ from gpuchain.deviceplugin.health import HealthState
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
-from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
+from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj, annotations_of
@@ -155,7 +155,7 @@ class GpuHealthPublisher:
         self._lock = threading.Lock()
         self._gpus: dict[str, Gpu] = {}
         self._pods: dict[str, tuple[str, ...]] = {}
-        self._driver: Any = None
+        self._driver: DriverInfo | None = None
 
     def handle(self, event: HealthEvent) -> bool:
         """Feed one backend event; True when the node needs publishing."""
