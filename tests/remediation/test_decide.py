@@ -237,3 +237,15 @@ def test_bad_annotation_is_reported_not_acted_on() -> None:
 def test_policy_rejects_bad_values_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         Policy(**kwargs)
+
+
+def test_taint_value_follows_the_worst_fault() -> None:
+    """A node tainted for a GPU reset that now needs a reboot gets its taint's value updated, once."""
+    reset = {"key": TAINT_KEY, "value": "reset-gpu", "effect": "NoSchedule"}
+    faults = {**fault(GPU0, 48), **fault(GPU1, 79)}
+    d = run([node("n0", faults, taints=[reset]), *healthy_nodes(3)], [])
+    assert d.actions[0].patch == {
+        "spec": {"taints": [{"key": TAINT_KEY, "value": "reboot-node", "effect": "NoSchedule"}]}
+    }
+    done = node("n0", faults, taints=[d.actions[0].patch["spec"]["taints"][0]])  # type: ignore[index]
+    assert run([done, *healthy_nodes(3)], []).actions == ()

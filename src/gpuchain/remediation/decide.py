@@ -246,8 +246,11 @@ def _node_actions(view: NodeGpus, faults: list[Fault], policy: Policy) -> list[A
     xids = tuple(sorted({x for f in wide for x in f.xids}))
     why = f"{', '.join(f.summary() for f in wide)} needs {worst.value}"
     actions: list[Action] = []
-    if policy.node_action in (NodeAction.TAINT, NodeAction.BOTH) and not view.tainted:
+    ours = [t for t in view.taints if t.get("key") == TAINT_KEY]
+    current = [t.get("value") for t in ours]
+    if policy.node_action in (NodeAction.TAINT, NodeAction.BOTH) and current != [worst.value]:
         taint = {"key": TAINT_KEY, "value": worst.value, "effect": "NoSchedule"}
+        others = [dict(t) for t in view.taints if t.get("key") != TAINT_KEY]
         actions.append(
             Action(
                 ActionKind.TAINT,
@@ -256,7 +259,7 @@ def _node_actions(view: NodeGpus, faults: list[Fault], policy: Policy) -> list[A
                 f"tainted {TAINT_KEY}={worst.value}:NoSchedule: {why}",
                 devices=devices,
                 xids=xids,
-                patch={"spec": {"taints": [*map(dict, view.taints), taint]}},
+                patch={"spec": {"taints": [*others, taint]}},
             )
         )
     if policy.node_action in (NodeAction.CORDON, NodeAction.BOTH) and not view.unschedulable:
