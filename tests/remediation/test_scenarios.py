@@ -83,6 +83,8 @@ def test_eviction_refused_at_apply_time_is_reported_as_blocked() -> None:
     assert evict.result == "blocked" and "train-pdb" in evict.detail
     assert "ml/train-0" in pods(sim)
     assert "ml/train-0" in json.loads(status(sim)["blocked"])
+    blocked_events = [e for e in sim.cluster.snapshot(EVENT) if e["reason"] == "GPUEvictionBlocked"]
+    assert {e["involvedObject"]["name"] for e in blocked_events} == {"train-0", "serve-0"}
 
 
 def test_xid_storm_on_half_the_cluster_trips_the_breaker() -> None:

@@ -170,7 +170,7 @@ class Remediator:
         if self.dry_run:
             outcomes = tuple(Outcome(a, "would") for a in decision.actions)
             return Report(True, decision.breaker, outcomes, decision.held, decision.unhealthy)
-        outcomes = tuple(self._apply(a) for a in decision.actions)
+        outcomes = tuple(self._apply(a, memory.blocked) for a in decision.actions)
         blocked = {h.pod for h in decision.held if h.why is HoldReason.PDB and h.pod}
         blocked |= {o.action.pod for o in outcomes if o.result == "blocked" and o.action.pod}
         for held in decision.held:
@@ -186,8 +186,11 @@ class Remediator:
                 self.cluster.record_event(status, EVENT_RESUMED, decision.breaker.message, "Normal", COMPONENT)
         return Report(False, decision.breaker, outcomes, decision.held, decision.unhealthy)
 
-    def _apply(self, action: Action) -> Outcome:
-        """Carry out one action and record its Event; an API error fails this action only."""
+    def _apply(self, action: Action, reported: frozenset[str] = frozenset()) -> Outcome:
+        """Carry out one action and record its Event; an API error fails this action only.
+
+        A refused eviction gets its Warning Event only the first time (``reported``: pods already
+        reported as blocked by an earlier pass)."""
         try:
             if action.kind is ActionKind.EVICT and action.pod:
                 namespace, name = action.pod.split("/")
@@ -195,9 +198,10 @@ class Remediator:
                     self.cluster.evict(name, namespace)
                 except EvictionBlockedError as exc:
                     detail = f"PodDisruptionBudget {namespace}/{exc.pdb} allows no disruption"
-                    self._event_on_pod(
-                        action.pod, EVENT_BLOCKED, f"not evicted from node {action.node}: {detail}", "Warning"
-                    )
+                    if action.pod not in reported:
+                        self._event_on_pod(
+                            action.pod, EVENT_BLOCKED, f"not evicted from node {action.node}: {detail}", "Warning"
+                        )
                     return Outcome(action, "blocked", detail)
                 except NotFoundError:
                     return Outcome(action, "gone", "pod already gone")
