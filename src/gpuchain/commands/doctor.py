@@ -1,0 +1,231 @@
+"""`gpuchain doctor`: walk every GPU node's chain bottom-up and name the first broken link.
+
+Runs on a live cluster (in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config``; ``--kubeconfig``
+and ``--context`` to choose) or on a simulated one (``--scenario NAME|FILE``). Also works as
+``kubectl gpuchain doctor`` (the package installs the ``kubectl-gpuchain`` plugin binary).
+Exit code: 0 nothing broken (warnings allowed), 1 something broken, 2 bad input or no cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
+from gpuchain.doctor.snapshot import STEPS, LogReader
+from gpuchain.kube import Cluster, KubeError
+from gpuchain.sim import SimCluster, build, go_live, load_scenario
+
+STYLE = {
+    LinkState.OK: ("✔", "green"),
+    LinkState.DEGRADED: ("!", "yellow"),
+    LinkState.BROKEN: ("✘", "bold red"),
+    LinkState.NOT_REACHED: ("…", "dim"),
+    LinkState.SKIPPED: ("-", "dim"),
+}
+LEGEND = "✔ ok   ! degraded   ✘ broken (first broken link)   … not reached (waits for the broken link)   - skipped"
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+@dataclass
+class Target:
+    """The cluster to examine, and how to read logs there (and the simulator, for --scenario)."""
+
+    cluster: Cluster
+    reader: LogReader | None
+    sim: SimCluster | None = None
+    where: str = ""
+
+
+def scenario_option() -> Any:
+    """``--scenario``: a built-in scenario name (gpuchain sim list) or a scenario file."""
+    return typer.Option(None, "--scenario", "-s", help="Run on a simulated cluster: a scenario name or YAML file.")
+
+
+def kubeconfig_option() -> Any:
+    """``--kubeconfig``."""
+    return typer.Option(
+        None, "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)."
+    )
+
+
+def context_option() -> Any:
+    """``--context``."""
+    return typer.Option(None, "--context", help="kubeconfig context to use.")
+
+
+def open_target(scenario: str | None, kubeconfig: str | None, context: str | None, live: bool = False) -> Target:
+    """A simulated cluster for ``--scenario``, else the live one; exits 2 with a one-line error otherwise."""
+    if scenario:
+        try:
+            sim = build(load_scenario(scenario))
+        except ConfigFileError as exc:
+            fail(str(exc))
+        if live:
+            asyncio.run(go_live(sim))
+        return Target(sim.cluster, sim.read_log, sim, f"scenario {sim.scenario.name} (simulated)")
+    from gpuchain.doctor.logs import kubeconfig as load_kubeconfig
+    from gpuchain.doctor.logs import live_log_reader
+    from gpuchain.kube import LiveCluster
+
+    try:
+        config = load_kubeconfig(kubeconfig, context)
+        return Target(LiveCluster(config), live_log_reader(config), None, "live cluster")
+    except Exception as exc:
+        fail(f"cannot reach a cluster ({exc}); pass --kubeconfig, or try --scenario friday-scale-out")
+
+
+@contextmanager
+def reading_progress(enabled: bool, steps: int) -> Iterator[Callable[[str], None]]:
+    """A transient progress bar on stderr (one step per list call) while the cluster is read."""
+    if not enabled:
+        yield lambda _name: None
+        return
+    progress = Progress(
+        TextColumn("[bold]reading[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=err_console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("cluster", total=steps)
+
+        def step(name: str) -> None:
+            progress.update(task, advance=1, description=name)
+
+        yield step
+
+
+def _cell(chain: NodeChain, link: str) -> Text:
+    state = chain.state(link)
+    label, style = STYLE[state]
+    return Text(label, style=style)
+
+
+def _node_label(names: list[str]) -> str:
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{names[0]} … {names[-1]} ({len(names)} nodes)"
+
+
+def chain_table(report: Report, all_nodes: bool) -> Table:
+    """Per-node chain view; nodes with the same chain and findings share a row unless ``all_nodes``."""
+    table = Table(
+        title="chain per GPU node (bottom-up)",
+        title_justify="left",
+        caption=LEGEND,
+        caption_justify="left",
+        show_edge=False,
+        padding=(0, 1),
+    )
+    table.add_column("node(s)", style="bold", no_wrap=True)
+    for link in LINKS:
+        table.add_column(link, justify="center", no_wrap=True)
+    table.add_column("finding")
+    rows: dict[tuple[Any, ...], list[NodeChain]] = {}
+    for chain in report.chains:
+        key = (
+            (chain.node,) if all_nodes else (tuple(lk.state for lk in chain.links), tuple(f.id for f in chain.findings))
+        )
+        rows.setdefault(key, []).append(chain)
+    for chains in rows.values():
+        first = chains[0]
+        ids = ", ".join(dict.fromkeys(f.id for f in first.findings)) or "-"
+        table.add_row(_node_label([c.node for c in chains]), *(_cell(first, lk) for lk in LINKS), ids)
+    return table
+
+
+def findings_view(report: Report) -> RenderableType:
+    """Root causes first (evidence, fix, consequences), then the rest."""
+    parts: list[RenderableType] = []
+    for group in report.groups():
+        f = group.first
+        tag = "ROOT CAUSE" if group.root else f.severity.value.upper()
+        where = f" on {_node_label(list(group.nodes))}" if group.nodes else ""
+        body = Text()
+        body.append(f"{f.cause}\n")
+        for line in f.evidence:
+            body.append("  evidence  ", style="dim")
+            body.append(f"{line}\n")
+        for line in f.consequences[:8]:
+            body.append("  waiting   ", style="dim")
+            body.append(f"{line}\n")
+        body.append("  fix       ", style="dim")
+        body.append(f.fix, style="bold")
+        parts.append(
+            Panel(
+                body,
+                title=f"[{SEVERITY_STYLE[f.severity]}]{tag}[/] {group.id}{where}",
+                title_align="left",
+                border_style=SEVERITY_STYLE[f.severity],
+            )
+        )
+    return Group(*parts)
+
+
+def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType:
+    """The terminal view: summary, findings, chain table."""
+    calls = sum(report.api_calls.values())
+    head = Text.from_markup(
+        f"[bold]gpuchain doctor[/]: {where}, {report.gpu_nodes} GPU node(s), "
+        f"{calls} API call(s), {report.seconds:.2f} s"
+    )
+    if not report.findings:
+        verdict = Text("every link on every GPU node is healthy", style="bold green")
+    elif report.broken:
+        verdict = Text(f"broken: {', '.join(g.id for g in report.root_causes)}", style="bold red")
+    else:
+        verdict = Text("nothing broken; see the notes below", style="yellow")
+    return Group(head, verdict, findings_view(report), chain_table(report, all_nodes))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gpuchain doctor`."""
+
+    @app.command("doctor")
+    def doctor(
+        scenario: str | None = scenario_option(),
+        kubeconfig: str | None = kubeconfig_option(),
+        context: str | None = context_option(),
+        namespace: str | None = typer.Option(
+            None,
+            "--namespace",
+            "-n",
+            help="Operator namespace (default: from the ClusterPolicy status, else gpu-operator).",
+        ),
+        live: bool = typer.Option(
+            False, "--live", help="With --scenario: run the device plugin + kubelet peer over gRPC first."
+        ),
+        all_nodes: bool = typer.Option(
+            False, "--all-nodes", help="One row per node instead of grouping identical chains."
+        ),
+        output: OutputFormat = output_option(),
+    ) -> None:
+        """Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.
+
+        Links: driver, toolkit, device plugin, then feature discovery, exporter and MIG.
+        """
+        target = open_target(scenario, kubeconfig, context, live)
+        show = output is OutputFormat.table and sys.stderr.isatty()
+        try:
+            with reading_progress(show, len(STEPS)) as step:
+                report = run_doctor(target.cluster, namespace, target.reader, step)
+        except KubeError as exc:
+            fail(f"reading the cluster failed: {exc}")
+        emit(report, output, lambda: render_report(report, target.where, all_nodes))
+        if report.broken:
+            raise typer.Exit(1)
