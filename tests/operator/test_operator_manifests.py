@@ -98,3 +98,39 @@ def test_validator_ready_files_and_wait_init_containers() -> None:
     assert driver["updateStrategy"] == {"type": "OnDelete"}
     assert driver["template"]["spec"]["containers"][0]["image"].startswith("nvcr.io/nvidia/driver:")
     assert objs["nvidia"]["handler"] == "nvidia"
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_every_mount_has_a_volume_and_every_volume_is_used(spec: dict[str, Any]) -> None:
+    for obj in desired(_policy(spec), Facts("gpu-operator", "cp")):
+        if obj["kind"] != "DaemonSet":
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        volumes = {v["name"] for v in pod["volumes"]}
+        containers = [*pod.get("initContainers", []), *pod["containers"]]
+        mounted = {m["name"] for c in containers for m in c.get("volumeMounts", [])}
+        assert mounted == volumes, obj["metadata"]["name"]
+
+
+def test_gpuchain_operand_commands_exist_with_their_arguments() -> None:
+    from typer.testing import CliRunner
+
+    from gpuchain.cli import app
+
+    spec = {"devicePlugin": {"config": {"name": "dp", "default": "ts"}}, "migManager": {"config": {"name": "mp"}}}
+    runner = CliRunner()
+    seen = set()
+    for obj in desired(_policy(spec), Facts("gpu-operator", "cp")):
+        if obj["kind"] != "DaemonSet":
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        for c in [*pod.get("initContainers", []), *pod["containers"]]:
+            cmd = c.get("command") or []
+            if cmd[:1] != ["gpuchain"]:
+                continue
+            args = [a for a in c.get("args", [])]
+            result = runner.invoke(app, [*cmd[1:], *args, "--help"])
+            assert result.exit_code == 0, f"{cmd} {args}: {result.output}"
+            seen.add(" ".join(cmd[:3]))
+    assert {"gpuchain device-plugin", "gpuchain exporter", "gpuchain gfd", "gpuchain mig-manager"} <= seen
+    assert {"gpuchain validate driver", "gpuchain validate plugin", "gpuchain validate wait"} <= seen

@@ -264,23 +264,25 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
             volumeMounts=[*mounts, {"name": "host-root", "mountPath": "/host", "readOnly": True}],
         )
     env: list[dict[str, Any]] = [node_name]
+    # gpuchain commands default to simulated GPUs; on a node they talk to NVML.
+    args: list[str] = [] if operand is VALIDATOR else ["--backend", "nvml"]
     if operand is DEVICE_PLUGIN:
         env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
         if policy.device_plugin.config.name:
-            env += [
-                {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
-                {"name": "DEFAULT_CONFIG", "value": policy.device_plugin.config.default},
-            ]
+            # A ConfigMap of named configs; NODE_CONFIG_KEY picks the one this node uses.
+            args += ["--config-dir", "/config"]
+            if policy.device_plugin.config.default:
+                env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
+            mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
         mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
     if operand is GFD:
-        env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
+        args += ["--mig-strategy", policy.mig.strategy]
         mounts.append({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"})
     if operand is DCGM_EXPORTER:
         mounts.append({"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True})
-    if operand is MIG_MANAGER:
-        env += [{"name": "DEFAULT_MIG_CONFIG", "value": policy.mig_manager.config.default}]
-        if policy.mig_manager.config.name:
-            env += [{"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"}]
+    if operand is MIG_MANAGER and policy.mig_manager.config.name:
+        env += [{"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"}]
+        mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config", "readOnly": True})
     extra: dict[str, Any] = {}
     if operand is DCGM_EXPORTER:
         extra["ports"] = [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
@@ -289,7 +291,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
         operand.name.removeprefix("nvidia-").removesuffix("-daemonset"),
         image,
         list(operand.command),
-        args=list(image.args),
+        args=[*args, *image.args],
         env=_env(image, env),
         securityContext={"privileged": privileged},
         volumeMounts=mounts,

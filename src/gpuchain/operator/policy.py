@@ -111,10 +111,16 @@ class DevicePluginSpec(ImageSpec):
     config: ConfigRef = Field(default_factory=ConfigRef)
 
 
+class MigConfigRef(ConfigRef):
+    """The MIG manager's ConfigMap of mig-parted layouts and the default layout."""
+
+    default: str = "all-disabled"
+
+
 class MigManagerSpec(ImageSpec):
     """The gpuchain MIG manager; ``config.default`` is the layout nodes get without a label."""
 
-    config: ConfigRef = Field(default_factory=lambda: ConfigRef(name="", default="all-disabled"))
+    config: MigConfigRef = Field(default_factory=MigConfigRef)
 
 
 class MigSpec(_Model):
