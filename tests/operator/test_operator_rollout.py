@@ -91,7 +91,7 @@ def test_first_reconcile_writes_per_operand_not_per_node() -> None:
     for c in (small, large):
         reconcile(c, "cluster-policy", NS)
     assert small.calls.writes == large.calls.writes
-    assert small.calls.writes <= len(OPERANDS) + 3
+    assert small.calls.writes <= len(OPERANDS) + 4, "DaemonSets + RuntimeClass + ServiceAccount + status + Event"
 
 
 def test_preinstalled_driver_and_toolkit() -> None:
@@ -151,3 +151,20 @@ def test_second_policy_is_ignored() -> None:
     )
     assert reconcile(cluster, "zz-extra", NS).state == "ignored"
     assert cluster.get(CLUSTER_POLICY, "zz-extra")["status"]["state"] == "ignored"
+
+
+def test_ready_transitions_are_recorded_as_events() -> None:
+    cluster = make_cluster(gpu_nodes=2)
+    sim = OperandSimulator(cluster, NS, crashloop={"gpu-0": {"nvidia-driver-daemonset"}})
+    converge(cluster, sim)
+    policy = cluster.get(CLUSTER_POLICY, "cluster-policy")
+    warnings = [e for e in cluster.events_for(policy) if e["type"] == "Warning"]
+    assert warnings and warnings[-1]["reason"] == "OperandNotReady"
+    assert "driver not ready: CrashLoopBackOff" in warnings[-1]["message"]
+    sim.crashloop.clear()
+    converge(cluster, sim)
+    events = cluster.events_for(policy)
+    assert events[-1]["type"] == "Normal" and events[-1]["reason"] == "Reconciled"
+    count = len(events)
+    reconcile(cluster, "cluster-policy", NS)
+    assert len(cluster.events_for(policy)) == count, "no event without a transition"

@@ -100,6 +100,8 @@ def test_pdb_blocked_node_fails_without_wedging_the_rest() -> None:
     assert history[-1] == {"gpu-0": FAILED, "gpu-1": DONE, "gpu-2": DONE}
     stuck = cluster.get(NODE, "gpu-0")
     assert "precious-pdb" in stuck["metadata"]["annotations"][MESSAGE_ANNOTATION]
+    failed = [e for e in cluster.events_for(stuck) if e["reason"] == "DriverUpgradeFailed"]
+    assert len(failed) == 1 and "precious-pdb" in failed[0]["message"]
     assert cluster.get_or_none(POD, "precious", "ml") is not None
     assert stuck["spec"]["unschedulable"] is True, "a failed node stays cordoned for a person to look at"
 

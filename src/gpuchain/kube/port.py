@@ -83,6 +83,12 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _event_order(event: Obj) -> tuple[str, int]:
+    """Oldest first: by lastTimestamp (second precision), then resourceVersion when it is numeric."""
+    rv = str(event.get("metadata", {}).get("resourceVersion") or "")
+    return str(event.get("lastTimestamp", "")), int(rv) if rv.isdigit() else 0
+
+
 class Cluster(abc.ABC):
     """A Kubernetes API. Sync verbs for everything, plus an async `watch` stream.
 
@@ -231,4 +237,4 @@ class Cluster(abc.ABC):
             for e in self.list(EVENT, namespace=namespace)
             if e.get("involvedObject", {}).get("name") == name and e.get("involvedObject", {}).get("kind") == kind
         ]
-        return sorted(found, key=lambda e: str(e.get("lastTimestamp", "")))
+        return sorted(found, key=_event_order)

@@ -8,7 +8,7 @@ status only when it changed. With nothing to do it makes zero writes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, Cluster, labels_of, name_of
 from gpuchain.kube.objects import diff_patch
@@ -55,14 +55,32 @@ def _managed(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _write_status(cluster: Cluster, policy: dict[str, Any], computed: StatusAndConditions) -> bool:
+    """Patch the status if it differs, and record an Event when Ready or Error changes."""
     status, conditions = computed
     old = policy.get("status") or {}
-    status = {**status, "conditions": with_transition_times(conditions, old.get("conditions") or [], now_rfc3339())}
+    old_conditions = old.get("conditions") or []
+    status = {**status, "conditions": with_transition_times(conditions, old_conditions, now_rfc3339())}
     patch = diff_patch(old, status)
     if not patch:
         return False
     cluster.patch_status(CLUSTER_POLICY, name_of(policy), patch)
+    before = {c.get("type"): _gist(c) for c in old_conditions}
+    for cond in conditions:
+        if before.get(cond["type"]) == _gist(cond):
+            continue
+        bad = (cond["type"] == "Ready") != (cond["status"] == "True")
+        if cond["type"] == "Error" and not bad and cond["type"] not in before:
+            continue  # "no error" on a fresh policy is not news
+        text = cond["message"] or f"{cond['type']}={cond['status']}"
+        kind: Literal["Normal", "Warning"] = "Warning" if bad else "Normal"
+        cluster.record_event(policy, cond["reason"], text, type=kind, component="gpuchain-operator")
     return True
+
+
+def _gist(cond: dict[str, Any]) -> tuple[str, str, str]:
+    """What makes a condition change news: status, reason, and the broken link with its reason."""
+    head = ":".join(str(cond.get("message", "")).split(":")[:2])
+    return str(cond.get("status")), str(cond.get("reason")), head
 
 
 def active_policy(policies: list[dict[str, Any]]) -> dict[str, Any] | None:

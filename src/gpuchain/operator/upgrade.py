@@ -266,5 +266,7 @@ def _label(cluster: Cluster, v: NodeView, state: str, message: str, now: float, 
     annotations: dict[str, Any] = {MESSAGE_ANNOTATION: message or None}
     if since is not None:
         annotations[SINCE_ANNOTATION] = since
-    cluster.patch(NODE, v.name, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}})
+    node = cluster.patch(NODE, v.name, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}})
     report.writes.append(f"node/{v.name} ({STATE_LABEL}={state})")
+    if state == FAILED and v.state != FAILED:
+        cluster.record_event(node, "DriverUpgradeFailed", message, type="Warning", component="gpuchain-operator")
