@@ -45,3 +45,29 @@ def test_crd_command() -> None:
     result = runner.invoke(app, ["operator", "crd", "-o", "json"])
     assert result.exit_code == 0
     assert '"clusterpolicies.gpuchain.io"' in result.stdout
+
+
+def test_status_command_over_http() -> None:
+    import json
+
+    from kube.kmock_server import kmock_server
+    from operator_helpers import NS, node
+
+    from gpuchain.kube import LiveCluster
+    from gpuchain.operator.crd import cluster_policy
+    from gpuchain.operator.reconcile import reconcile
+
+    with kmock_server() as (url, _):
+        live = LiveCluster.from_url(url)
+        empty = runner.invoke(app, ["operator", "status", "--server", url])
+        assert empty.exit_code == 1 and "no ClusterPolicy" in empty.output
+        live.create(node("gpu-0"))
+        live.create(cluster_policy("cluster-policy", {"gfd": {"enabled": False}}))
+        reconcile(live, "cluster-policy", NS)
+        result = runner.invoke(app, ["operator", "status", "--server", url, "-o", "json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data[0]["name"] == "cluster-policy" and data[0]["gpuNodes"] == 1
+        assert data[0]["operands"]["gpu-feature-discovery"]["state"] == "disabled"
+        table = runner.invoke(app, ["operator", "status", "--server", url])
+        assert table.exit_code == 0 and "cluster-policy" in table.stdout and "disabled" in table.stdout

@@ -1,4 +1,4 @@
-"""`gpuchain operator run|render|crd`: the ClusterPolicy operator and what it would deploy."""
+"""`gpuchain operator run|status|render|crd`: the ClusterPolicy operator, its status, what it would deploy."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any, Literal
 import typer
 import yaml
 from pydantic import BaseModel, Field
+from rich.console import Group
+from rich.table import Table
 
-from gpuchain.commands._output import fail
+from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
-from gpuchain.kube import LiveCluster
+from gpuchain.kube import CLUSTER_POLICY, KubeError, LiveCluster
 from gpuchain.operator.crd import crd
 from gpuchain.operator.operands import Facts, desired
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
@@ -73,6 +75,41 @@ def render(
         fail("; ".join(str(p) for p in parsed))
     name = str(doc.metadata.get("name", "cluster-policy"))
     _manifest_dump(desired(parsed, Facts(namespace, name)), output)
+
+
+def _status_table(policies: list[dict[str, Any]]) -> Group:
+    parts: list[Table] = []
+    for p in policies:
+        status = p.get("status") or {}
+        ready: dict[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+        title = (
+            f"ClusterPolicy {p['metadata']['name']}: {status.get('state', 'unknown')}, "
+            f"{status.get('gpuNodes', '?')} GPU node(s); {ready.get('reason', '')} {ready.get('message', '')}"
+        )
+        table = Table(title=title, title_justify="left")
+        for col in ("Operand", "State", "Ready", "Reason", "Message"):
+            table.add_column(col)
+        for name, op in (status.get("operands") or {}).items():
+            table.add_row(name, op.get("state", ""), op.get("ready", ""), op.get("reason", ""), op.get("message", ""))
+        parts.append(table)
+    return Group(*parts)
+
+
+@operator_app.command("status")
+def status_cmd(
+    server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Show each ClusterPolicy's state, conditions and per-operand status."""
+    cluster = LiveCluster.from_url(server) if server else LiveCluster()
+    try:
+        policies = cluster.list(CLUSTER_POLICY)
+    except KubeError as exc:
+        fail(f"cannot list clusterpolicies.gpuchain.io: {exc}", code=1)
+    if not policies:
+        fail("no ClusterPolicy: install the chart or `kubectl apply` one", code=1)
+    data = [{"name": p["metadata"]["name"], **(p.get("status") or {})} for p in policies]
+    emit(data, output, lambda: _status_table(policies))
 
 
 @operator_app.command("crd")
