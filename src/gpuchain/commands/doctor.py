@@ -119,7 +119,7 @@ def _cell(chain: NodeChain, link: str) -> Text:
 def _node_label(names: list[str]) -> str:
     if len(names) <= 3:
         return ", ".join(names)
-    return f"{names[0]} … {names[-1]} ({len(names)} nodes)"
+    return f"{names[0]} … {names[-1]} ({len(names)})"
 
 
 def chain_table(report: Report, all_nodes: bool) -> Table:
@@ -134,7 +134,7 @@ def chain_table(report: Report, all_nodes: bool) -> Table:
     )
     table.add_column("node(s)", style="bold", no_wrap=True)
     for link in LINKS:
-        table.add_column(link, justify="center", no_wrap=True)
+        table.add_column(link, justify="center", no_wrap=True, min_width=len(link))
     table.add_column("finding")
     rows: dict[tuple[Any, ...], list[NodeChain]] = {}
     for chain in report.chains:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpuchain.doctor.context import DEVICE_PLUGIN_CONFIG_LABEL, Context, NodeView, replicas_in
 from gpuchain.doctor.model import Finding, LinkState, Severity
 from gpuchain.doctor.pods import gpu_resources, init_done, matching_line, pod_gpu_requests, pod_state
+from gpuchain.kube.objects import name_of
 from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
@@ -55,6 +56,40 @@ def opted_out(view: NodeView, operand: Operand) -> str | None:
         if view.labels.get(key) == "false":
             return f"{key}=false"
     return None
+
+
+def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
+    """An enabled operand that should run here but has no pod: its DaemonSet is missing or skips the node."""
+    if not enabled(ctx.policy, operand) or opted_out(view, operand) or view.pod(operand) is not None:
+        return None
+    if view.labels.get(deploy_label(operand)) == PAUSED:
+        return None
+    exists = any(name_of(d) == operand.name for d in ctx.snapshot.daemonsets)
+    where = f"DaemonSet {ctx.namespace}/{operand.name}"
+    evidence = f"{where} has no pod on {view.name}" if exists else f"{where} does not exist"
+    fix = (
+        f"kubectl -n {ctx.namespace} describe ds {operand.name}   # compare its tolerations and nodeAffinity "
+        f"with node {view.name}'s taints and labels"
+        if exists
+        else f"kubectl get clusterpolicy {ctx.policy_name} -o jsonpath='{{.status}}'   # the operator has not "
+        f"deployed it (or --namespace is wrong: read {ctx.namespace})"
+    )
+    return Result(
+        LinkState.BROKEN,
+        f"no {operand.name} pod",
+        (
+            _finding(
+                view,
+                "operand.not-scheduled",
+                Severity.ERROR,
+                link,
+                f"{operand.name} is enabled in the ClusterPolicy but has no pod on this node, so the {link} link "
+                "is missing here.",
+                [evidence, f"spec.{operand.spec_key}.enabled=true, no opt-out label on the node"],
+                fix,
+            ),
+        ),
+    )
 
 
 def _logs(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
@@ -229,9 +264,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             ),
         )
     if pod is None:
-        if opted_out(view, TOOLKIT) or not enabled(ctx.policy, TOOLKIT):
-            return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
-        return Result(LinkState.OK, "no toolkit pod; runtime already configured")
+        missing = unscheduled(ctx, view, TOOLKIT, "toolkit")
+        return missing or Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
     state = pod_state(pod)
     if state.ready:
         done = init_done(view.pod(VALIDATOR), "toolkit-validation")
@@ -405,6 +439,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
             return Result(LinkState.SKIPPED, "device plugin not deployed here")
+        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not capacity else None
+        if absent is not None:
+            return absent
     else:
         state = pod_state(pod)
         if not state.ready:
@@ -463,7 +500,8 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if pod is None:
         if view.labels.get(deploy_label(operand)) == PAUSED:
             return Result(LinkState.DEGRADED, "paused for a MIG change")
-        return Result(LinkState.SKIPPED, f"{what} not deployed here")
+        missing = unscheduled(ctx, view, operand, link)
+        return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
     state = pod_state(pod)
     if state.ready:
         return Result(LinkState.OK, f"{what} Running")

@@ -16,6 +16,7 @@ Two speeds, one truth:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,7 +78,11 @@ def build(scenario: Scenario) -> SimCluster:
     """Plan and render every node, and load the objects into a fresh MemoryCluster (calls reset to 0)."""
     started = time.perf_counter()
     policy = policy_of(scenario)
-    plans = [plan_node(scenario, policy, g, name) for g in scenario.nodes for name in g.node_names()]
+    plans = []
+    for group in scenario.nodes:
+        # Nodes of a group share every fact but their name: plan once, rename the rest.
+        first = plan_node(scenario, policy, group, group.node_names()[0])
+        plans += [first] + [dataclasses.replace(first, name=name) for name in group.node_names()[1:]]
     out = render(scenario, plans, policy)
     cluster = MemoryCluster(out.objects)
     return SimCluster(

@@ -10,7 +10,6 @@ device plugin's resources in capacity/allocatable; GFD's labels are on the node.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -160,9 +159,9 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
 
 def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
     """The DaemonSet's pod on this node, with the status the node's story implies."""
-    spec = copy.deepcopy(ds["spec"]["template"]["spec"])
+    # A shallow copy: pods share the template's containers (MemoryCluster copies what it stores).
+    spec = {k: v for k, v in ds["spec"]["template"]["spec"].items() if k != "affinity"}
     spec["nodeName"] = plan.name
-    spec.pop("affinity", None)
     inits = [c["name"] for c in spec.get("initContainers", [])]
     mains = [c["name"] for c in spec["containers"]]
     state = plan.state_of(operand)

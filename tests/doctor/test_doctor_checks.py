@@ -1,0 +1,112 @@
+"""Checks on hand-made snapshots: what a live cluster looks like when the simulator is not the source."""
+
+from __future__ import annotations
+
+import copy
+
+from gpuchain.doctor import diagnose, run_doctor
+from gpuchain.doctor.snapshot import MAX_LOGS, Snapshot, gather, needs_logs, with_logs
+from gpuchain.kube import CLUSTER_POLICY, NODE, MemoryCluster
+from gpuchain.sim import build, load_scenario
+
+
+def _strip_termination_messages(snapshot: Snapshot) -> Snapshot:
+    pods = copy.deepcopy(snapshot.pods)
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            cs.pop("lastState", None)
+    return Snapshot(**{**snapshot.__dict__, "pods": pods})
+
+
+def test_kernel_mismatch_is_found_from_kernels_alone_without_any_log() -> None:
+    sim = build(load_scenario("friday-scale-out"))
+    snap = _strip_termination_messages(gather(sim.cluster))
+    report = diagnose(snap)
+    root = report.root_causes[0]
+    assert root.id == "driver.kernel-mismatch"
+    assert not any(e.startswith("log:") for e in root.first.evidence)
+
+
+def test_logs_are_read_only_for_a_few_failing_pods_lacking_a_termination_message() -> None:
+    sim = build(load_scenario("host-driver-conflict"))
+    snap = _strip_termination_messages(gather(sim.cluster))
+    assert diagnose(snap).root_causes[0].id == "driver.not-ready"  # no log: the cause is unknown
+    reads: list[tuple[str, str, str]] = []
+
+    def reader(ns: str, pod: str, container: str) -> str | None:
+        reads.append((ns, pod, container))
+        return sim.read_log(ns, pod, container)
+
+    snap2, n = with_logs(snap, reader)
+    assert n == 1 and reads == needs_logs(snap)
+    assert reads[0][2] == "nvidia-driver-ctr"
+    assert diagnose(snap2).root_causes[0].id == "driver.host-driver-conflict"
+
+
+def test_log_reads_are_capped_however_many_pods_fail() -> None:
+    from gpuchain.sim import parse_scenario
+
+    sim = build(parse_scenario("name: x\nnodes:\n  - {name: g, count: 40, hostDriver: 535.161.08}\n"))
+    snap = _strip_termination_messages(gather(sim.cluster))
+    assert len(needs_logs(snap)) == MAX_LOGS
+
+
+def test_no_clusterpolicy_is_a_root_cause() -> None:
+    cluster = MemoryCluster(
+        [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "g", "labels": {"nvidia.com/gpu.present": "true"}}}]
+    )
+    report = run_doctor(cluster)
+    assert "policy.missing" in report.ids and report.broken
+
+
+def test_missing_runtimeclass_breaks_the_toolkit_link() -> None:
+    sim = build(load_scenario("healthy"))
+    snap = gather(sim.cluster)
+    snap = Snapshot(**{**snap.__dict__, "runtime_classes": []})
+    report = diagnose(snap)
+    assert {g.id for g in report.root_causes} == {"toolkit.runtime-class-missing"}
+
+
+def test_device_plugin_running_without_capacity_is_not_registered() -> None:
+    sim = build(load_scenario("healthy"))
+    sim.cluster.patch_status(
+        NODE, "gpu-1", {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+    )
+    report = run_doctor(sim.cluster)
+    assert [f.id for f in report.findings if f.node == "gpu-1"] == ["device-plugin.not-registered"]
+
+
+def test_pending_pods_on_a_full_healthy_cluster_are_the_root_cause_themselves() -> None:
+    sim = build(load_scenario("healthy"))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    sim.cluster.create(pod)
+    report = run_doctor(sim.cluster)
+    f = next(f for f in report.findings if f.id == "workload.insufficient-gpu")
+    assert f.root and "every schedulable GPU is in use" in f.cause
+
+
+def test_namespace_comes_from_the_clusterpolicy_status() -> None:
+    sim = build(load_scenario("healthy"))
+    sim.cluster.patch_status(CLUSTER_POLICY, "cluster-policy", {"namespace": "elsewhere"})
+    report = run_doctor(sim.cluster)
+    # Nothing of the operator lives in "elsewhere": the doctor says so instead of calling the node healthy.
+    f = report.findings[0]
+    assert (f.id, f.link) == ("operand.not-scheduled", "toolkit")
+    assert "DaemonSet elsewhere/nvidia-container-toolkit-daemonset does not exist" in f.evidence[0]
+    assert report.broken

@@ -1,0 +1,71 @@
+"""The production checklist: pass on a healthy cluster, the right items fail on broken ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuchain.doctor.snapshot import gather
+from gpuchain.doctor.verify import GpuTestOutcome, Status, checklist, cuda_of_image, live_test_pod
+from gpuchain.kube import POD, MemoryCluster
+from gpuchain.sim import build, load_scenario
+
+
+def _statuses(name: str, **kwargs: Any) -> dict[str, Status]:
+    snap = gather(build(load_scenario(name)).cluster)
+    return {i.id: i.status for i in checklist(snap, **kwargs).items}
+
+
+def test_healthy_cluster_passes_every_item_but_mig_which_is_skipped() -> None:
+    ok = GpuTestOutcome(True, "gpu-2", "GPU 0: NVIDIA H100 80GB HBM3")
+    got = _statuses("healthy", pod=ok)
+    assert got == {
+        "driver-version": Status.PASS,
+        "toolkit": Status.PASS,
+        "device-plugin-count": Status.PASS,
+        "test-pod": Status.PASS,
+        "metrics": Status.PASS,
+        "mig-resources": Status.SKIP,
+    }
+
+
+def test_driver_older_than_the_cuda_image_fails() -> None:
+    assert cuda_of_image("nvcr.io/nvidia/cuda:13.0.1-base-ubuntu24.04") == (13, 0)
+    assert cuda_of_image("busybox") is None
+    got = _statuses("healthy", cuda_image="nvcr.io/nvidia/cuda:13.0.1-base-ubuntu24.04")
+    assert got["driver-version"] is Status.FAIL
+
+
+def test_each_broken_scenario_fails_its_item() -> None:
+    assert _statuses("leftover-time-slicing")["device-plugin-count"] is Status.FAIL
+    assert _statuses("gpu-fell-off-bus")["device-plugin-count"] is Status.FAIL
+    assert _statuses("exporter-down")["metrics"] is Status.FAIL
+    assert _statuses("runtime-not-configured")["toolkit"] is Status.FAIL
+    assert _statuses("mig-56")["mig-resources"] is Status.PASS
+    assert _statuses("mig-stuck-pending")["mig-resources"] is Status.FAIL
+    friday = _statuses("friday-scale-out")
+    assert friday["driver-version"] is Status.FAIL and friday["toolkit"] is Status.FAIL
+
+
+def test_live_test_pod_waits_reads_the_log_and_always_deletes_the_pod() -> None:
+    cluster = MemoryCluster()
+
+    def kubelet(_seconds: float) -> None:  # stands in for the scheduler + kubelet between polls
+        cluster.patch(POD, "gpu-test", {"spec": {"nodeName": "gpu-0"}}, "default")
+        cluster.patch_status(POD, "gpu-test", {"phase": "Succeeded"}, "default")
+
+    outcome = live_test_pod(
+        cluster,
+        lambda ns, pod, c: "GPU 0: NVIDIA H100" if (ns, pod, c) == ("default", "gpu-test", "cuda") else None,
+        sleep=kubelet,
+        poll=0.0,
+        timeout=5,
+    )
+    assert outcome.ok and outcome.node == "gpu-0" and outcome.output == "GPU 0: NVIDIA H100"
+    assert cluster.get_or_none(POD, "gpu-test", "default") is None
+
+
+def test_live_test_pod_times_out_as_a_failure_with_the_phase() -> None:
+    cluster = MemoryCluster()
+    outcome = live_test_pod(cluster, None, sleep=lambda _s: None, poll=0.0, timeout=0.01)
+    assert not outcome.ok and "Pending" in outcome.reason
+    assert cluster.get_or_none(POD, "gpu-test", "default") is None
