@@ -1,0 +1,137 @@
+"""Least privilege, checked both ways: every request the operator makes is granted by the chart's
+RBAC, and every verb granted to the operator is one it uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_chart import render
+
+from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT, Kind, MemoryCluster
+from gpuchain.kube.objects import Obj
+from gpuchain.operator.crd import cluster_policy
+from gpuchain.operator.reconcile import reconcile
+from gpuchain.operator.simulate import OperandSimulator
+
+NS = "gpu-operator"
+#: Verbs kopf itself needs for its watches (list + watch of each watched resource).
+KOPF = {("list", "gpuchain.io", "clusterpolicies"), ("watch", "gpuchain.io", "clusterpolicies")}
+KOPF |= {("list", "apps", "daemonsets"), ("watch", "apps", "daemonsets")}
+KOPF |= {("list", "", "nodes"), ("watch", "", "nodes")}
+
+
+class Recording(MemoryCluster):
+    """A MemoryCluster that logs (verb, group, resource, namespace) for every request while recording."""
+
+    def __init__(self, objects: list[Obj]) -> None:
+        self.log: list[tuple[str, str, str, str | None]] = []
+        self.recording = False
+        super().__init__(objects)
+
+    def _rec(self, verb: str, kind: Kind, namespace: str | None, sub: str = "") -> None:
+        if self.recording:
+            resource = kind.plural + (f"/{sub}" if sub else "")
+            self.log.append((verb, kind.group, resource, namespace if kind.namespaced else None))
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        self._rec("get", kind, namespace or "default")
+        return super().get(kind, name, namespace)
+
+    def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[Obj]:  # fmt: skip
+        self._rec("list", kind, namespace)
+        return super().list(kind, namespace, label_selector, field_selector)
+
+    def create(self, obj: Obj) -> Obj:
+        from gpuchain.kube import kind_of
+
+        self._rec("create", kind_of(obj), obj.get("metadata", {}).get("namespace") or "default")
+        return super().create(obj)
+
+    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        self._rec("patch", kind, namespace or "default")
+        return super().patch(kind, name, patch, namespace)
+
+    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+        self._rec("patch", kind, namespace or "default", "status")
+        return super().patch_status(kind, name, status, namespace)
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        self._rec("delete", kind, namespace or "default")
+        super().delete(kind, name, namespace)
+
+    def evict(self, name: str, namespace: str) -> None:
+        from gpuchain.kube import POD
+
+        self._rec("create", POD, namespace, "eviction")
+        super().evict(name, namespace)
+
+
+def _rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    docs = render()
+    cluster_rules = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-operator")
+    ns_rules = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "gpuchain-operator")
+    return cluster_rules["rules"], ns_rules["rules"]
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(v, g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def _exercise() -> Recording:
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"gpu-{i}", "labels": {"feature.node.kubernetes.io/pci-10de.present": "true"}},
+        }
+        for i in range(2)
+    ]
+    cluster = Recording([*nodes, cluster_policy()])
+    sim = OperandSimulator(cluster, NS)
+    for _ in range(3):
+        cluster.recording = True
+        reconcile(cluster, "cluster-policy", NS)
+        cluster.recording = False
+        sim.settle()
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "job", "namespace": "ml"},
+            "spec": {
+                "nodeName": "gpu-0",
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    cluster.patch(
+        CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": "580.65.06"}, "gfd": {"enabled": False}}}
+    )
+    for _ in range(30):
+        cluster.recording = True
+        reconcile(cluster, "cluster-policy", NS)
+        cluster.recording = False
+        sim.settle()
+    assert cluster.get(NODE, "gpu-1")["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+    # Someone edits operand objects by hand: the operator puts them back.
+    cluster.patch(RUNTIME_CLASS, "nvidia", {"handler": "runc"})
+    cluster.patch(SERVICE_ACCOUNT, "gpuchain-operand", {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}, NS)
+    cluster.recording = True
+    reconcile(cluster, "cluster-policy", NS)
+    assert cluster.get(RUNTIME_CLASS, "nvidia")["handler"] == "nvidia"
+    return cluster
+
+
+def test_operator_requests_are_granted_and_grants_are_used() -> None:
+    cluster = _exercise()
+    cluster_grants, ns_grants = (_grants(r) for r in _rules())
+    used = set()
+    for verb, group, resource, namespace in cluster.log:
+        key = (verb, group, resource)
+        granted = key in cluster_grants or (namespace == NS and key in ns_grants)
+        assert granted, f"{verb} {group or 'core'}/{resource} in {namespace or 'cluster scope'} is not granted"
+        used.add(key)
+    unused = (cluster_grants | ns_grants) - used - KOPF
+    assert unused == set(), f"granted but never used: {sorted(unused)}"
