@@ -168,3 +168,12 @@ def test_ready_transitions_are_recorded_as_events() -> None:
     count = len(events)
     reconcile(cluster, "cluster-policy", NS)
     assert len(cluster.events_for(policy)) == count, "no event without a transition"
+
+
+def test_without_the_validator_operands_do_not_wait_for_ready_files() -> None:
+    cluster = make_cluster(gpu_nodes=1, spec={"validator": {"enabled": False}})
+    sim = OperandSimulator(cluster, NS)
+    assert converge(cluster, sim).state == "ready"
+    assert _status(cluster)["operands"]["operator-validation"]["state"] == "disabled"
+    plugin = cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", NS)
+    assert "initContainers" not in plugin["spec"]["template"]["spec"]

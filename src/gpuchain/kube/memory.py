@@ -33,7 +33,7 @@ _Key = tuple[str | None, str]  # (namespace, name)
 _PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
 #: How many past events a watch can resume from before the cluster answers 410 Gone.
-HISTORY = 50_000
+HISTORY = 10_000
 
 
 @dataclass

@@ -335,7 +335,8 @@ def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[s
             )
             for check in VALIDATIONS
         ]
-    if operand.waits_for is None:
+    if operand.waits_for is None or not policy.validator.enabled:
+        # Without the validator nobody writes ready files: the links start unordered.
         return []
     return [_wait_init(policy, operand.waits_for)]
 
