@@ -108,7 +108,6 @@ MIG_MANAGER = Operand(
 
 #: In gpu-operator's state order.
 OPERANDS = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, DCGM_EXPORTER, GFD, MIG_MANAGER)
-BY_STATE = {o.state: o for o in OPERANDS}
 
 #: The validator init containers, in chain order: (check, file it writes).
 VALIDATIONS = ("driver", "toolkit", "cuda", "plugin")

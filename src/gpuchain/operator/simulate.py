@@ -63,7 +63,7 @@ class OperandSimulator:
         nodes = {name_of(n): labels_of(n) for n in self.cluster.list(NODE)}
         pods = {name_of(p): p for p in self.cluster.list(POD, self.namespace)}
         wanted: dict[str, tuple[str, str]] = {}
-        for ds_name, ds in dds_items(dss):
+        for ds_name, ds in sorted(dss.items()):
             spec = ds["spec"]["template"]["spec"]
             for node, labels in nodes.items():
                 if schedules_on(spec, labels):
@@ -174,10 +174,10 @@ class OperandSimulator:
             return "cuda" in files and DEVICE_PLUGIN.name in running
         return False
 
-    def _ds_status(self, ds: dict[str, Any], live: list[dict[str, Any]]) -> bool:
+    def _ds_status(self, ds: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        """DaemonSet status as its controller reports it, from the pods' statuses this step."""
         image = _image(ds["spec"]["template"]["spec"])
-        pods = live
-        ready = sum(1 for p in live if (p.get("status") or {}).get("conditions", [{}])[0].get("status") == "True")
+        ready = sum(1 for p in pods if (p.get("status") or {}).get("conditions", [{}])[0].get("status") == "True")
         status = {
             "desiredNumberScheduled": len(pods),
             "currentNumberScheduled": len(pods),
@@ -185,7 +185,7 @@ class OperandSimulator:
             "numberAvailable": ready,
             "numberUnavailable": len(pods) - ready,
             "numberMisscheduled": 0,
-            "updatedNumberScheduled": sum(1 for p in live if _image(p["spec"]) == image),
+            "updatedNumberScheduled": sum(1 for p in pods if _image(p["spec"]) == image),
             "observedGeneration": int(ds["metadata"].get("generation") or 1),
         }
         if all(ds.get("status", {}).get(k) == v for k, v in status.items()):
@@ -196,11 +196,6 @@ class OperandSimulator:
 
 def _image(pod_spec: Mapping[str, Any]) -> str:
     return str(pod_spec["containers"][0]["image"])
-
-
-def dds_items(dss: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """DaemonSets sorted by name, so pod creation order is stable."""
-    return sorted(dss.items())
 
 
 def _status(pod: dict[str, Any], inits_done: int, crashing: bool) -> dict[str, Any]:
