@@ -97,8 +97,12 @@ def test_ready_files(tmp_path: Path) -> None:
     assert not list(path.parent.glob(".driver-*")), "no temporary file left behind"
     with pytest.raises(ValueError, match="unknown link"):
         files.path("kernel")
+    for link in ("toolkit", "cuda", "plugin"):
+        files.write(link, {})
+    files.clear("cuda")
+    assert [files.is_ready(link) for link in ("driver", "toolkit", "cuda", "plugin")] == [True, True, False, False]
     files.clear()
-    assert not files.is_ready("driver")
+    assert not files.is_ready("driver") and not files.is_ready("toolkit")
 
 
 def test_wait_returns_when_the_file_appears(tmp_path: Path) -> None:

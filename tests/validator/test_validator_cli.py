@@ -23,9 +23,13 @@ def test_validate_driver_writes_ready_file(tmp_path: Path) -> None:
 
 
 def test_validate_toolkit_fails_without_devices(tmp_path: Path) -> None:
+    for stale in ("driver", "toolkit", "cuda"):
+        (tmp_path / f"{stale}-ready").write_text("{}")
     result = runner.invoke(app, ["validate", "toolkit", "--dir", str(tmp_path), "--dev-dir", str(tmp_path)])
     assert result.exit_code == 1
-    assert not (tmp_path / "toolkit-ready").exists()
+    assert (tmp_path / "driver-ready").exists()
+    assert not (tmp_path / "toolkit-ready").exists(), "a failed link withdraws its ready file"
+    assert not (tmp_path / "cuda-ready").exists(), "and those of the links above it"
 
 
 def test_validate_plugin_against_api_server(tmp_path: Path) -> None:

@@ -40,8 +40,11 @@ def _dir_option() -> Any:
 def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
     """Write the ready file on success, print the result, exit 1 on failure."""
     data: dict[str, Any] = {"link": result.link, "ok": result.ok, "message": result.message, **result.details}
+    files = ReadyFiles(directory)
     if result.ok:
-        data["readyFile"] = str(ReadyFiles(directory).write(result.link, result.details))
+        data["readyFile"] = str(files.write(result.link, result.details))
+    else:
+        files.clear(result.link)
 
     def table() -> Table:
         t = Table(show_header=False, box=None)

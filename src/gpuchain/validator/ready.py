@@ -41,9 +41,14 @@ class ReadyFiles:
         """Has ``link`` been validated on this node?"""
         return self.path(link).exists()
 
-    def clear(self, link: str | None = None) -> None:
-        """Remove one ready file, or all of them (a driver restart invalidates every link above it)."""
-        for name in LINKS if link is None else (link,):
+    def clear(self, from_link: str = LINKS[0]) -> None:
+        """Remove ``from_link``'s ready file and those of every link above it.
+
+        A link that fails validation takes the links built on it down too (a broken driver
+        invalidates toolkit, cuda and plugin), so nothing above starts on stale evidence.
+        """
+        self.path(from_link)  # ValueError for an unknown link
+        for name in LINKS[LINKS.index(from_link) :]:
             self.path(name).unlink(missing_ok=True)
 
     def wait(
