@@ -283,3 +283,12 @@ def test_calls_counted_per_verb(cluster: Cluster) -> None:
     cluster.delete(NODE, "n1")
     assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 1, "delete": 1}
     assert cluster.calls.writes == 3 and cluster.calls.total == 5
+
+
+def test_apply_with_a_listed_object_skips_the_get(cluster: Cluster) -> None:
+    live = cluster.apply(daemonset("img:1")).object
+    cluster.calls.reset()
+    assert not cluster.apply(daemonset("img:1"), live=live, known_live=True).changed
+    assert cluster.calls.total == 0
+    created = cluster.apply(node("n9"), live=None, known_live=True)
+    assert created.created and cluster.calls.snapshot() == {"create": 1}
