@@ -69,11 +69,19 @@ def test_missing_runtimeclass_breaks_the_toolkit_link() -> None:
 
 def test_device_plugin_running_without_capacity_is_not_registered() -> None:
     sim = build(load_scenario("healthy"))
-    sim.cluster.patch_status(
-        NODE, "gpu-1", {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
-    )
-    report = run_doctor(sim.cluster)
-    assert [f.id for f in report.findings if f.node == "gpu-1"] == ["device-plugin.not-registered"]
+    gone = {"nvidia.com/gpu": None}
+    sim.cluster.patch_status(NODE, "gpu-1", {"capacity": gone, "allocatable": gone})
+    reads: list[str] = []
+
+    def reader(ns: str, pod: str, container: str) -> str | None:
+        reads.append(pod)
+        return "Retrying registration: kubelet.sock not found\nerror: failed to register with kubelet"
+
+    report = run_doctor(sim.cluster, reader=reader)
+    finding = next(f for f in report.findings if f.node == "gpu-1")
+    assert finding.id == "device-plugin.not-registered"
+    assert len(reads) == 1 and reads[0].startswith("nvidia-device-plugin-daemonset-")
+    assert "log: error: failed to register with kubelet" in finding.evidence
 
 
 def test_pending_pods_on_a_full_healthy_cluster_are_the_root_cause_themselves() -> None:

@@ -93,8 +93,12 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
 
 
 def _logs(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
+    """The container's last lines from its status, else the log the gather step read ("" if none)."""
     pod = view.pod(operand)
-    return last or (ctx.log(pod, container) if pod is not None else "")
+    if last or pod is None:
+        return last
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return ctx.log(pod, container or str(containers[0].get("name", "")))
 
 
 # -- 1. driver ---------------------------------------------------------------------------------
@@ -464,6 +468,19 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                 ),
             )
     if not capacity:
+        running = pod_state(pod) if pod is not None else None
+        log = _logs(ctx, view, DEVICE_PLUGIN, running.container, running.last_log) if running else ""
+        registered = matching_line(log, r"registered device plugin") if log else None
+        problem = matching_line(log, r"error", r"fail", r"unable", r"no devices") if log else None
+        log_evidence = (
+            f"log: {problem}"
+            if problem
+            else f"log: {registered} (but the kubelet did not keep it)"
+            if registered
+            else "log has no 'Registered device plugin' line"
+            if log
+            else ""
+        )
         return Result(
             LinkState.BROKEN,
             "no nvidia.com/* in node capacity",
@@ -477,7 +494,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     "did not register with the kubelet.",
                     [
                         f"node {view.name} capacity has no nvidia.com/* resource",
-                        pod_state(pod).describe() if pod else "",
+                        running.describe() if running else "",
+                        log_evidence,
                     ],
                     f"kubectl -n {ctx.namespace} logs ds/{DEVICE_PLUGIN.name} --tail=50"
                     "   # look for 'Registered device plugin'",

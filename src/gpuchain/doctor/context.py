@@ -95,6 +95,8 @@ def index(snapshot: Snapshot) -> Context:
     pod_node: dict[tuple[str, str], str] = {}
     pending = []
     for pod in snapshot.pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
         op = _operand_of(pod, by_name) if meta.get("namespace") == snapshot.namespace else None
@@ -108,6 +110,8 @@ def index(snapshot: Snapshot) -> Context:
             pending.append(pod)
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:
+        if ev.get("type") != "Warning":
+            continue
         ref = ev.get("involvedObject") or {}
         if ref.get("kind") == "Node":
             events[str(ref.get("name"))].append(ev)

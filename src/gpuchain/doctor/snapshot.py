@@ -16,6 +16,7 @@ from typing import Protocol
 
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.objects import Obj
+from gpuchain.operator.operands import DEVICE_PLUGIN
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
 
 MAX_LOGS = 5
@@ -77,16 +78,26 @@ def gather(
 
 
 def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
-    """Failing operand containers with no last log lines in their status (the ones worth a log call)."""
+    """The containers worth a log call: failing operand containers with no last log lines in their
+    status, and running device plugins on nodes whose capacity has no ``nvidia.com/*`` resource
+    (their log says whether they registered)."""
+    unregistered = {
+        str(n.get("metadata", {}).get("name"))
+        for n in snapshot.nodes
+        if not any(k.startswith("nvidia.com/") for k in ((n.get("status") or {}).get("capacity") or {}))
+    }
     wanted: list[LogKey] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
         if meta.get("namespace") != snapshot.namespace:
             continue
+        plugin = (meta.get("labels") or {}).get("app") == DEVICE_PLUGIN.name
         for cs in pod.get("status", {}).get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             message = ((cs.get("lastState") or {}).get("terminated") or {}).get("message")
-            if waiting.get("reason") == "CrashLoopBackOff" and not message:
+            running = bool((cs.get("state") or {}).get("running"))
+            silent = plugin and running and (pod.get("spec") or {}).get("nodeName") in unregistered
+            if (waiting.get("reason") == "CrashLoopBackOff" and not message) or silent:
                 wanted.append((snapshot.namespace, str(meta.get("name")), str(cs.get("name"))))
     return sorted(wanted)[:limit]
 
