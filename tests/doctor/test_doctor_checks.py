@@ -118,3 +118,23 @@ def test_namespace_comes_from_the_clusterpolicy_status() -> None:
     assert (f.id, f.link) == ("operand.not-scheduled", "toolkit")
     assert "DaemonSet elsewhere/nvidia-container-toolkit-daemonset does not exist" in f.evidence[0]
     assert report.broken
+
+
+def test_a_fault_published_by_gpu_health_is_lost_gpu_even_when_counts_still_match() -> None:
+    from gpuchain.remediation.model import FAULTS_ANNOTATION, PODS_ANNOTATION, Fault, encode_faults, encode_pods
+
+    sim = build(load_scenario("healthy"))
+    fault = Fault("GPU-aaa", "GPU-aaa", (48,), covers=("GPU-aaa",))
+    node = sim.cluster.get(NODE, "gpu-3")
+    conditions = [c for c in node["status"]["conditions"] if c["type"] != "GPUHealthy"]
+    conditions.append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError", "message": "XID 48"})
+    sim.cluster.patch_status(NODE, "gpu-3", {"conditions": conditions})
+    annotations = {
+        FAULTS_ANNOTATION: encode_faults({"GPU-aaa": fault}),
+        PODS_ANNOTATION: encode_pods({"GPU-aaa": ("ml/job/c",)}),
+    }
+    sim.cluster.patch(NODE, "gpu-3", {"metadata": {"annotations": annotations}})
+    report = run_doctor(sim.cluster)
+    f = next(f for f in report.findings if f.node == "gpu-3")
+    assert f.id == "gpu.lost" and "-n ml job" in f.fix
+    assert any("GPUHealthy=False (GPUXidError)" in e for e in f.evidence)

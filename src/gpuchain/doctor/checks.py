@@ -31,6 +31,7 @@ from gpuchain.operator.operands import (
     deploy_label,
     enabled,
 )
+from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
@@ -332,49 +333,66 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     )
 
 
+def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
+    """A GPU fell off the bus (or went unhealthy): the numbers, the published fault, the pods bound to it."""
+    health = node_view(view.node)
+    condition = health.condition
+    bound = sorted(
+        {
+            "/".join(ref.split("/")[:2])
+            for f in health.faults.values()
+            for u in f.covers
+            for ref in health.pods.get(u, ())
+        }
+    )
+    gpu_pods = [p for p in view.workloads if pod_gpu_requests(p)]
+    hung = sorted(
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in gpu_pods if not pod_state(p).ready
+    )
+    holders = sorted(f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in gpu_pods)
+    events = [str(e.get("message")) for e in view.events if e.get("involvedObject", {}).get("kind") == "Node"]
+    victims = bound or hung
+    evidence = [
+        f"{res}: allocatable {alloc}, capacity {cap}" + (f", {physical} GPUs on the node" if physical else ""),
+        f"condition {CONDITION_TYPE}={condition.status} ({condition.reason}): {condition.message}"
+        if condition is not None and not condition.healthy
+        else "",
+        *(f"event: {m}" for m in events[:2]),
+        f"pods bound to the failed GPU ({PODS_ANNOTATION}): {', '.join(bound)}" if bound else "",
+        f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung and not bound else "",
+        f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not victims else "",
+    ]
+    targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3]) or "<pods on the lost GPU>"
+    return _finding(
+        view,
+        "gpu.lost",
+        Severity.ERROR,
+        "device-plugin",
+        f"{max(cap - alloc, len(health.faults))} of {cap} {res} devices are unhealthy (a GPU fell off the bus or "
+        "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
+        "dead GPU until they are evicted.",
+        evidence,
+        f"kubectl cordon {view.name} && kubectl delete pod {targets}   # or let gpuchain remediator evict them; "
+        "then reset the GPU or reboot the node",
+    )
+
+
 def _count_findings(
     ctx: Context, view: NodeView, capacity: dict[str, int], allocatable: dict[str, int]
 ) -> list[Finding]:
     findings: list[Finding] = []
     physical = int(view.labels[GPU_COUNT]) if view.labels.get(GPU_COUNT, "").isdigit() else None
-    for res, cap in sorted(capacity.items()):
-        alloc = allocatable.get(res, cap)
-        if alloc < cap:
-            xids = [str(e.get("message")) for e in view.events if e.get("involvedObject", {}).get("kind") == "Node"]
-            hung = sorted(
-                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
-                for p in view.workloads
-                if pod_gpu_requests(p) and not pod_state(p).ready
-            )
-            holders = sorted(
-                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
-                for p in view.workloads
-                if pod_gpu_requests(p)
-            )
-            findings.append(
-                _finding(
-                    view,
-                    "gpu.lost",
-                    Severity.ERROR,
-                    "device-plugin",
-                    f"{cap - alloc} of {cap} {res} devices are unhealthy (a GPU fell off the bus); the device plugin "
-                    "stopped handing them out, but pods already bound to them keep running on a dead GPU.",
-                    [
-                        f"{res}: allocatable {alloc}, capacity {cap}"
-                        + (f", {physical} GPUs on the node" if physical else ""),
-                        *(f"event: {m}" for m in xids[:2]),
-                        f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung else "",
-                        f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not hung else "",
-                    ],
-                    f"kubectl cordon {view.name} && kubectl delete pod "
-                    + (
-                        " ".join(f"-n {h.split('/')[0]} {h.split('/')[1]}" for h in hung[:3])
-                        if hung
-                        else "<pods on the lost GPU>"
-                    )
-                    + "   # then reset the GPU or reboot the node",
-                )
-            )
+    health = node_view(view.node)
+    reported = health.unhealthy and bool(health.faults)
+    short = [
+        (res, cap, allocatable.get(res, cap))
+        for res, cap in sorted(capacity.items())
+        if allocatable.get(res, cap) < cap
+    ]
+    if reported and not short:
+        res = min(capacity)
+        short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
+    findings += [_lost(view, res, cap, alloc, physical) for res, cap, alloc in short]
     if physical is None:
         return findings
     gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)

@@ -35,6 +35,15 @@ from gpuchain.operator.operands import (
 )
 from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.operator.status import chain_status, policy_status
+from gpuchain.remediation.model import (
+    CONDITION_TYPE,
+    FAULTS_ANNOTATION,
+    PODS_ANNOTATION,
+    Fault,
+    condition_for,
+    encode_faults,
+    encode_pods,
+)
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.scenario import Scenario
@@ -426,11 +435,35 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                     len(events),
                 )
             )
+    for plan in plans:
+        if plan.gpu and plan.plugin == chain.OK:
+            _publish_health(node_by_name[plan.name], plan, out.placements)
     out.objects += events
     out.objects.append(
         _policy_object(scenario, policy, daemonsets, [p for ps in by_operand.values() for p in ps], plans)
     )
     return out
+
+
+def _publish_health(node: Obj, plan: NodePlan, placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]]) -> None:
+    """What ``gpuchain gpu-health`` publishes on the Node: GPUHealthy, the faults and who holds each GPU."""
+    devices = {d.id: d for r in plan.resources for d in r.devices}
+    faults: dict[str, Fault] = {}
+    for d in devices.values():
+        if d.gpu_index in plan.lost and d.gpu_uuid not in faults:
+            faults[d.gpu_uuid] = Fault(d.gpu_uuid, d.gpu_uuid, (79,), lost=True, covers=(d.gpu_uuid,))
+    holders: dict[str, list[str]] = {}
+    for (ns, pod), (where, ids) in sorted(placements.items()):
+        if where == plan.name:
+            for i in ids:
+                holders.setdefault(devices[i].unit_uuid, []).append(f"{ns}/{pod}/main")
+    status, reason, message = condition_for(faults)
+    node["status"]["conditions"].append(
+        {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message, "lastTransitionTime": STAMP}
+    )
+    annotations = node["metadata"].setdefault("annotations", {})
+    annotations[FAULTS_ANNOTATION] = encode_faults(faults)
+    annotations[PODS_ANNOTATION] = encode_pods({k: tuple(v) for k, v in holders.items()})
 
 
 def _gpu_index(plan: NodePlan, device_id: str) -> int | None:
