@@ -1,0 +1,58 @@
+"""The chart's optional DRA part: DeviceClass, DRA plugin DaemonSet and its RBAC."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+from test_chart import CHART, render
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.dra.kinds import DRIVER
+
+ON = {"dra": {"enabled": True}}
+
+
+def _dra_docs() -> list[dict]:  # type: ignore[type-arg]
+    off = {(d["kind"], d["metadata"]["name"]) for d in render()}
+    return [d for d in render(ON) if (d["kind"], d["metadata"]["name"]) not in off]
+
+
+def test_off_by_default() -> None:
+    assert not [d for d in render() if "dra" in d["metadata"]["name"] or d["kind"] == "DeviceClass"]
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "1.36.0"])
+def test_enabled_manifests_validate(version: str) -> None:
+    docs = _dra_docs()
+    assert sorted(d["kind"] for d in docs) == sorted(
+        ["DeviceClass", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+    )
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_rules_are_justified_and_narrow() -> None:
+    lines = (CHART / "templates" / "dra-plugin.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("- apiGroups:"):
+            assert lines[i - 1].strip().startswith("#"), f"rule at line {i + 1} has no justification comment"
+    role = next(d for d in _dra_docs() if d["kind"] == "ClusterRole")
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grants == {
+        ("nodes", "get"),
+        ("resourceslices", "get"),
+        ("resourceslices", "create"),
+        ("resourceslices", "patch"),
+        ("resourceclaims", "get"),
+    }
+
+
+def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
+    ds = next(d for d in _dra_docs() if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"/var/lib/kubelet/plugins_registry", f"/var/lib/kubelet/plugins/{DRIVER}", "/var/run/cdi"}
+    result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
+    assert result.exit_code == 0, result.output
