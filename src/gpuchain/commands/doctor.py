@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Group, RenderableType
@@ -22,9 +22,11 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from gpuchain.commands._backend import BackendKind, open_backend
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
+from gpuchain.doctor.local import ask, local_chain
 from gpuchain.doctor.snapshot import STEPS, LogReader
 from gpuchain.kube import Cluster, KubeError
 from gpuchain.sim import SimCluster, build, go_live, load_scenario
@@ -193,6 +195,22 @@ def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType
     return Group(head, verdict, findings_view(report), chain_table(report, all_nodes))
 
 
+def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
+    """``doctor --local``: the chapter's first command (nvidia-smi) as a check; exits 0 or 1."""
+    answer = ask(lambda: open_backend(backend))
+    chain = local_chain(answer)
+    report = Report([chain], list(chain.findings), 1, seconds=0.0)
+
+    def view() -> RenderableType:
+        head = Text.from_markup(f"[bold]gpuchain doctor --local[/]: node {answer.node}, kernel {answer.kernel}")
+        lines = [head, Text(chain.links[0].summary)]
+        lines += [Text(f"  {g}") for g in answer.gpus]
+        return Group(*lines, findings_view(report))
+
+    emit(report, output, view)
+    raise typer.Exit(1 if report.broken else 0)
+
+
 def register(app: typer.Typer) -> None:
     """Add `gpuchain doctor`."""
 
@@ -213,12 +231,18 @@ def register(app: typer.Typer) -> None:
         all_nodes: bool = typer.Option(
             False, "--all-nodes", help="One row per node instead of grouping identical chains."
         ),
+        local: bool = typer.Option(False, "--local", help="Check only this node's driver link: does NVML answer here?"),
+        backend: BackendKind = typer.Option(
+            BackendKind.nvml, "--backend", "-b", help="With --local: nvml (this node's GPUs) or sim."
+        ),
         output: OutputFormat = output_option(),
     ) -> None:
         """Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.
 
         Links: driver, toolkit, device plugin, then feature discovery, exporter and MIG.
         """
+        if local:
+            run_local(backend, output)
         target = open_target(scenario, kubeconfig, context, live)
         show = output is OutputFormat.table and sys.stderr.isatty()
         try:
