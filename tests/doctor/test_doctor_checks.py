@@ -138,3 +138,19 @@ def test_a_fault_published_by_gpu_health_is_lost_gpu_even_when_counts_still_matc
     f = next(f for f in report.findings if f.node == "gpu-3")
     assert f.id == "gpu.lost" and "-n ml job" in f.fix
     assert any("GPUHealthy=False (GPUXidError)" in e for e in f.evidence)
+
+
+def test_a_policy_default_naming_a_missing_config_breaks_every_unlabelled_node() -> None:
+    from gpuchain.sim import parse_scenario
+
+    text = (
+        "name: x\npolicy: {devicePlugin: {config: {name: dp, default: gone}}}\n"
+        "devicePluginConfigs: {shared: {}}\nnodes:\n  - {name: gpu, count: 2}\n"
+    )
+    sim = build(parse_scenario(text))
+    assert sim.plans[0].plugin == "config-missing"
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    group = report.root_causes[0]
+    assert (group.id, group.nodes) == ("device-plugin.config-missing", ("gpu-0", "gpu-1"))
+    assert "spec.devicePlugin.config.default=gone" in group.first.cause
+    assert '"default":"shared"' in group.first.fix

@@ -297,11 +297,12 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
-    key = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    labelled = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    key = labelled or ctx.policy.device_plugin.config.default
     if not key:
         return None
     configs = ctx.plugin_configs()
-    if configs is not None and key in configs:
+    if (configs is not None and key in configs) or (not labelled and configs is None):
         return None
     cm = ctx.policy.device_plugin.config.name
     keys = ", ".join(sorted(configs or {})) or "none"
@@ -315,21 +316,24 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         else "no ConfigMap (spec.devicePlugin.config.name is empty)"
     )
     default = ctx.policy.device_plugin.config.default
-    fix_value = f"{DEVICE_PLUGIN_CONFIG_LABEL}={default} --overwrite" if default else f"{DEVICE_PLUGIN_CONFIG_LABEL}-"
+    if labelled:
+        source = f"the node label {DEVICE_PLUGIN_CONFIG_LABEL}={key}"
+        usable = default if default and configs and default in configs else None
+        fix_value = f"{DEVICE_PLUGIN_CONFIG_LABEL}={usable} --overwrite" if usable else f"{DEVICE_PLUGIN_CONFIG_LABEL}-"
+        fix = f"kubectl label node {view.name} {fix_value}"
+    else:
+        source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
+        existing = sorted(configs or {})[:1]
+        patch = f'{{"spec":{{"devicePlugin":{{"config":{{"default":"{existing[0] if existing else ""}"}}}}}}}}'
+        fix = f"kubectl patch clusterpolicy {ctx.policy_name} --type merge -p '{patch}'"
     return _finding(
         view,
         "device-plugin.config-missing",
         Severity.ERROR,
         "device-plugin",
-        f"the node label {DEVICE_PLUGIN_CONFIG_LABEL}={key} names a config that {where} does not have, "
-        "so the device plugin refuses to start.",
-        [
-            f"label {DEVICE_PLUGIN_CONFIG_LABEL}={key}",
-            where,
-            state.describe() if state else "",
-            f"log: {line}" if line else "",
-        ],
-        f"kubectl label node {view.name} {fix_value}",
+        f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
+        [source, where, state.describe() if state else "", f"log: {line}" if line else ""],
+        fix,
     )
 
 

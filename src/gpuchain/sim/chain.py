@@ -187,7 +187,10 @@ def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) 
     """Which ConfigMap key the node's device plugin reads: its label, else the policy default."""
     if group.device_plugin_config:
         return group.device_plugin_config
-    return policy.device_plugin.config.default or None
+    if policy.device_plugin.config.default:
+        return policy.device_plugin.config.default
+    # As NVIDIA's plugin: with no label and no default, a ConfigMap of exactly one config is used.
+    return next(iter(scenario.device_plugin_configs)) if len(scenario.device_plugin_configs) == 1 else None
 
 
 def _off(policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str]) -> bool:
