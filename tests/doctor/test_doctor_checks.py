@@ -154,3 +154,13 @@ def test_a_policy_default_naming_a_missing_config_breaks_every_unlabelled_node()
     assert (group.id, group.nodes) == ("device-plugin.config-missing", ("gpu-0", "gpu-1"))
     assert "spec.devicePlugin.config.default=gone" in group.first.cause
     assert '"default":"shared"' in group.first.fix
+
+
+def test_driver_container_off_without_a_host_driver_is_driver_missing() -> None:
+    from gpuchain.sim import parse_scenario
+
+    sim = build(parse_scenario("name: x\npolicy: {driver: {enabled: false}}\nnodes:\n  - {name: gpu}\n"))
+    report = run_doctor(sim.cluster)
+    f = report.root_causes[0].first
+    assert f.id == "driver.missing" and "spec.driver.enabled=false" in f.cause
+    assert any("driver-validation not done" in e for e in f.evidence)
