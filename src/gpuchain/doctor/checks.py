@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuchain.doctor.context import DEVICE_PLUGIN_CONFIG_LABEL, Context, NodeView, replicas_in
+from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL as DEVICE_PLUGIN_CONFIG_LABEL
+from gpuchain.doctor.context import Context, NodeView, replicas_in
 from gpuchain.doctor.model import Finding, LinkState, Severity
 from gpuchain.doctor.pods import gpu_resources, init_done, matching_line, pod_gpu_requests, pod_state
 from gpuchain.kube.objects import name_of

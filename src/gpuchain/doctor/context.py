@@ -13,8 +13,6 @@ from gpuchain.operator.operands import DRIVER, OPERANDS, Operand, is_gpu_node
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import active_policy
 
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-
 
 @dataclass(frozen=True)
 class NodeView:

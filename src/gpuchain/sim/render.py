@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL as DEVICE_PLUGIN_CONFIG_LABEL
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
 from gpuchain.operator.operands import (
@@ -48,7 +49,6 @@ from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.scenario import Scenario
 
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
 STAMP = "2026-06-05T18:00:00Z"
 
