@@ -50,12 +50,18 @@ def plain(obj: Any) -> Any:
 
 def emit(data: Any, fmt: OutputFormat, table: Callable[[], RenderableType]) -> None:
     """Print ``data`` as JSON/YAML, or the rich renderable ``table()`` builds for people."""
+    if fmt is OutputFormat.table:
+        console.print(table())
+    else:
+        emit_data(data, fmt)
+
+
+def emit_data(data: Any, fmt: OutputFormat) -> None:
+    """Print ``data`` as JSON or YAML for scripts; nothing for ``table`` (the command printed as it went)."""
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps(plain(data), indent=2) + "\n")
     elif fmt is OutputFormat.yaml:
         sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False))
-    else:
-        console.print(table())
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

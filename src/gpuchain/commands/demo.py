@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from typing import Any
 
 import typer
@@ -12,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._output import OutputFormat, console, fail, output_option, plain
+from gpuchain.commands._output import OutputFormat, console, emit_data, fail, output_option
 from gpuchain.commands.dra_plugin import dra_demo
 from gpuchain.kubelet.demo import DemoStep, run_demo
 from gpuchain.kubelet.node import DEFAULT_PRESET
@@ -87,12 +85,7 @@ def demo(
         steps = asyncio.run(run_demo(_render if people else (lambda s: None), preset=preset, quiet_seconds=quiet))
     except (TimeoutError, OSError, ValueError) as exc:
         fail(f"demo failed: {exc or type(exc).__name__}", code=1)
-    if output is OutputFormat.json:
-        sys.stdout.write(json.dumps(plain(steps), indent=2) + "\n")
-    elif output is OutputFormat.yaml:
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(plain(steps), sort_keys=False))
+    emit_data(steps, output)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 
 import typer
-import yaml
 from rich.panel import Panel
 
 from gpuchain.commands._backend import (
@@ -24,7 +21,7 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
-from gpuchain.commands._output import OutputFormat, console, err_console, fail, output_option, plain
+from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.demo import DEFAULT_PRESET, run_dra_demo
@@ -149,10 +146,7 @@ def dra_demo(
         fail(str(exc))
     except (LookupError, OSError, TimeoutError, RuntimeError) as exc:
         fail(f"DRA demo failed: {exc or type(exc).__name__}", code=1)
-    if output is OutputFormat.json:
-        sys.stdout.write(json.dumps(plain(transcript), indent=2) + "\n")
-    elif output is OutputFormat.yaml:
-        sys.stdout.write(yaml.safe_dump(plain(transcript), sort_keys=False))
+    emit_data(transcript, output)
 
 
 def register(app: typer.Typer) -> None:
