@@ -21,6 +21,9 @@ KMOCK_LACKS = {
     "status": "kmock does not separate the status subresource",
     "resume": "kmock keeps no resourceVersions to resume a watch from",
     "gc": "kmock does no ownerReference garbage collection",
+    "logs": "kmock keeps no container logs (test_kube_live checks the log request over HTTP)",
+    "strategic": "kmock merges a strategic merge patch as a JSON merge patch, replacing lists "
+    "(test_kube_live checks the request's patch type over HTTP)",
 }
 
 

@@ -13,8 +13,11 @@ from gpuchain.kube import (
     PDB,
     POD,
     AlreadyExistsError,
+    BadRequestError,
     Cluster,
     EvictionBlockedError,
+    InvalidError,
+    MemoryCluster,
     NotFoundError,
     WatchEvent,
 )
@@ -153,6 +156,74 @@ def test_patch_status(cluster: Cluster) -> None:
     assert cluster.get(POD, "p1", "ml")["status"]["phase"] == "Running"
 
 
+def _ready(status: str) -> dict:
+    return {"type": "Ready", "status": status, "reason": "KubeletReady"}
+
+
+def test_set_condition_adds_and_replaces_one_condition(cluster: Cluster) -> None:
+    cluster.create({**node("n1"), "status": {"conditions": [_ready("True")]}})
+    added = cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
+    gpu = next(c for c in added["status"]["conditions"] if c["type"] == "GPUHealthy")
+    assert (gpu["status"], gpu["reason"]) == ("False", "GPUXidError")
+    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True", "reason": "GPUsHealthy"})
+    conditions = cluster.get(NODE, "n1")["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in conditions if c["type"] == "GPUHealthy"] == [("GPUHealthy", "True")]
+    with pytest.raises(InvalidError, match="type"):
+        cluster.set_condition(NODE, "n1", {"status": "True"})
+    with pytest.raises(NotFoundError):
+        cluster.set_condition(NODE, "missing", {"type": "GPUHealthy", "status": "True"})
+
+
+def test_set_condition_keeps_the_other_writers_conditions(cluster: Cluster) -> None:
+    needs(cluster, "strategic")
+    cluster.create({**node("n1"), "status": {"conditions": [_ready("True")]}})
+    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True"})
+    # The kubelet's heartbeat lands after our write, then we write again: neither loses the other.
+    cluster.set_condition(NODE, "n1", _ready("False"))
+    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
+    conditions = cluster.get(NODE, "n1")["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in conditions] == [("Ready", "False"), ("GPUHealthy", "False")]
+    assert conditions[0]["reason"] == "KubeletReady"
+    assert cluster.calls.snapshot() == {"create": 1, "patch": 3, "get": 1}
+
+
+def test_logs_of_an_unknown_pod_are_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFoundError):
+        cluster.logs("absent", "ml")
+    assert cluster.calls.snapshot() == {"logs": 1}
+    assert cluster.calls.writes == 0
+
+
+def test_logs_tail_previous_and_container_choice(cluster: Cluster) -> None:
+    needs(cluster, "logs")
+    assert isinstance(cluster, MemoryCluster)
+    two = pod("p1", "n1")
+    two["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
+    cluster.create(two)
+    cluster.create(pod("p2", "n1"))
+    cluster.set_logs("p1", "ml", "main", "one\ntwo\nthree\n")
+    cluster.set_logs("p1", "ml", "main", "crashed\n", previous=True)
+    assert cluster.logs("p1", "ml", container="main") == "one\ntwo\nthree\n"
+    assert cluster.logs("p1", "ml", container="main", tail_lines=2) == "two\nthree\n"
+    assert cluster.logs("p1", "ml", container="main", tail_lines=0) == ""
+    assert cluster.logs("p1", "ml", container="main", previous=True) == "crashed\n"
+    assert cluster.logs("p1", "ml", container="sidecar") == "", "a container that printed nothing"
+    assert cluster.logs("p2", "ml") == "", "the only container needs no name"
+    with pytest.raises(BadRequestError, match="choose one of"):
+        cluster.logs("p1", "ml")
+    with pytest.raises(BadRequestError, match="not valid"):
+        cluster.logs("p1", "ml", container="nope")
+    with pytest.raises(BadRequestError, match="previous terminated container"):
+        cluster.logs("p1", "ml", container="sidecar", previous=True)
+    with pytest.raises(InvalidError, match="tail_lines"):
+        cluster.logs("p1", "ml", container="main", tail_lines=-1)
+    cluster.delete(POD, "p1", "ml")
+    cluster.create(two)
+    assert cluster.logs("p1", "ml", container="main") == "", "logs go with the pod"
+    with pytest.raises(NotFoundError):
+        cluster.set_logs("absent", "ml", "main", "x")
+
+
 def test_status_is_a_separate_subresource(cluster: Cluster) -> None:
     needs(cluster, "status")
     cluster.create(pod("p1", "n1", phase="Pending"))
@@ -280,9 +351,12 @@ def test_calls_counted_per_verb(cluster: Cluster) -> None:
     cluster.get(NODE, "n1")
     cluster.list(NODE)
     cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
+    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True"})
     cluster.delete(NODE, "n1")
-    assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 1, "delete": 1}
-    assert cluster.calls.writes == 3 and cluster.calls.total == 5
+    with pytest.raises(NotFoundError):
+        cluster.logs("p1", "ml")
+    assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 2, "delete": 1, "logs": 1}
+    assert cluster.calls.writes == 4 and cluster.calls.total == 7
 
 
 def test_apply_with_a_listed_object_skips_the_get(cluster: Cluster) -> None:

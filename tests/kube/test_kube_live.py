@@ -1,11 +1,15 @@
-"""LiveCluster specifics over real HTTP (kmock): the Eviction API's 429 and error mapping."""
+"""LiveCluster specifics over real HTTP (kmock): the Eviction API's 429, error mapping, the log
+request, the strategic merge patch of a condition, and kubeconfig contexts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from kube.kmock_server import kmock_server
 
-from gpuchain.kube import NODE, EvictionBlockedError, KubeError, LiveCluster, NotFoundError
+from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError
 
 REFUSAL = {
     "kind": "Status",
@@ -47,3 +51,65 @@ def test_server_errors_are_typed() -> None:
             cluster.get(NODE, "broken")
         assert err.value.code == 500
         assert "etcd is down" in str(err.value)
+
+
+def test_logs_request_asks_for_container_tail_and_previous() -> None:
+    # kmock keeps no logs: answer the log endpoint as the API server does, and check what was asked.
+    with kmock_server() as (url, emulator):
+        served = emulator["get /api/v1/namespaces/ml/pods/w1/log"]
+        served << b"Could not resolve Linux kernel version\nexiting\n"
+        cluster = LiveCluster.from_url(url)
+        text = cluster.logs("w1", "ml", container="nvidia-driver-ctr", tail_lines=50, previous=True)
+        assert text == "Could not resolve Linux kernel version\nexiting\n"
+        cluster.logs("w1", "ml")
+        assert [dict(r.params) for r in served] == [
+            {"container": "nvidia-driver-ctr", "tailLines": "50", "previous": "true"},
+            {},
+        ]
+        assert cluster.calls.snapshot() == {"logs": 2} and cluster.calls.writes == 0
+
+
+def test_logs_errors_are_typed() -> None:
+    with kmock_server() as (url, emulator):
+        emulator["get /api/v1/namespaces/ml/pods/w1/log"] << 400 << {
+            "kind": "Status",
+            "code": 400,
+            "reason": "BadRequest",
+            "message": 'previous terminated container "main" in pod "w1" not found',
+        }
+        cluster = LiveCluster.from_url(url)
+        with pytest.raises(BadRequestError, match="previous terminated container"):
+            cluster.logs("w1", "ml", container="main", previous=True)
+        with pytest.raises(NotFoundError):
+            cluster.logs("absent", "ml")
+
+
+def test_set_condition_sends_a_strategic_merge_patch_of_one_condition() -> None:
+    with kmock_server() as (url, emulator):
+        cluster = LiveCluster.from_url(url)
+        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        status = emulator["patch /api/v1/nodes/n1/status"]
+        cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
+        [request] = list(status)
+        assert request.headers["Content-Type"] == "application/strategic-merge-patch+json"
+        assert request.data == {"status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "GPULost"}]}}
+        cluster.patch_status(NODE, "n1", {"phase": "x"})
+        assert list(status)[1].headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_from_kubeconfig_picks_the_context(tmp_path: Path) -> None:
+    with kmock_server() as (url, _emulator):
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "k", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "current-context": "",
+        }
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(doc))
+        cluster = LiveCluster.from_kubeconfig(str(path), context="c")
+        assert cluster.list(NODE) == []
+        with pytest.raises(ValueError, match="no context 'nope' in the kubeconfig \\(have: c\\)"):
+            LiveCluster.from_kubeconfig(str(path), context="nope")

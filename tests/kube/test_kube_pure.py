@@ -1,4 +1,4 @@
-"""The pure parts of the kube layer: selectors, merge patch, the apply diff, PDB arithmetic."""
+"""The pure parts of the kube layer: selectors, merge patches, the apply diff, PDB arithmetic."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuchain.kube import diff_patch, kind_of, match_label_selector_object, match_labels, merge_patch, needs_apply
-from gpuchain.kube.errors import UnknownKindError
+from gpuchain.kube import (
+    diff_patch,
+    kind_of,
+    match_label_selector_object,
+    match_labels,
+    merge_patch,
+    needs_apply,
+    strategic_merge_patch,
+)
+from gpuchain.kube.errors import InvalidError, UnknownKindError
 from gpuchain.kube.pdb import blocking_budget, disruptions_allowed
 from gpuchain.kube.selectors import parse_field_selector
 
@@ -54,6 +62,36 @@ def test_merge_patch_rfc7386() -> None:
         "a": {"b": 1, "d": 3},
         "l": [2],
     }
+
+
+def test_strategic_merge_patch_merges_conditions_by_type() -> None:
+    node = {
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "GPUHealthy", "status": "True", "x": 1}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        }
+    }
+    patch = {
+        "status": {
+            "conditions": [{"type": "GPUHealthy", "status": "False", "x": None}, {"type": "Other", "status": "True"}],
+            "addresses": [{"type": "Hostname", "address": "n1"}],
+        }
+    }
+    out = strategic_merge_patch(node, patch)
+    assert out["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "GPUHealthy", "status": "False"},
+        {"type": "Other", "status": "True"},
+    ]
+    assert out["status"]["addresses"] == [{"type": "Hostname", "address": "n1"}], "no merge key: replaced"
+    assert node["status"]["conditions"][1]["status"] == "True", "the input is not modified"
+    gone = strategic_merge_patch(out, {"status": {"conditions": [{"type": "Other", "$patch": "delete"}]}})
+    assert [c["type"] for c in gone["status"]["conditions"]] == ["Ready", "GPUHealthy"]
+    assert strategic_merge_patch({}, {"status": {"conditions": [{"type": "A", "status": "True"}]}}) == {
+        "status": {"conditions": [{"type": "A", "status": "True"}]}
+    }
+    with pytest.raises(InvalidError, match="status.conditions: every element needs its merge key 'type'"):
+        strategic_merge_patch(node, {"status": {"conditions": [{"status": "True"}]}})
 
 
 json_values = st.recursive(

@@ -12,6 +12,8 @@ Use it as::
                                                            "stale-label": None}}})   # None deletes
     result = cluster.apply(desired_daemonset)      # result.changed is False on a no-op
     cluster.evict("train-0", "ml")                 # EvictionBlockedError(pdb=...) if a PDB forbids it
+    cluster.set_condition(NODE, "node-1", {"type": "GPUHealthy", "status": "False", ...})  # others kept
+    cluster.logs("nvidia-driver-x", "gpu-operator", container="nvidia-driver-ctr", tail_lines=50)
     cluster.record_event(node, "GpuLost", "GPU 3 fell off the bus", type="Warning")
     async for ev in cluster.watch(NODE, timeout=5): ...   # ev.type, ev.object, ev.resource_version
     cluster.calls.writes, cluster.calls.by_verb    # API requests made, per verb
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from gpuchain.kube.errors import (
     AlreadyExistsError,
+    BadRequestError,
     ConflictError,
     EvictionBlockedError,
     GoneError,
@@ -76,6 +79,7 @@ from gpuchain.kube.objects import (
     namespace_of,
     needs_apply,
     resource_version_of,
+    strategic_merge_patch,
 )
 from gpuchain.kube.port import WRITE_VERBS, ApiCalls, ApplyResult, Cluster, WatchEvent
 from gpuchain.kube.selectors import match_label_selector_object, match_labels
@@ -103,6 +107,7 @@ __all__ = [
     "AlreadyExistsError",
     "ApiCalls",
     "ApplyResult",
+    "BadRequestError",
     "Cluster",
     "ConflictError",
     "EvictionBlockedError",
@@ -127,4 +132,5 @@ __all__ = [
     "needs_apply",
     "register_kind",
     "resource_version_of",
+    "strategic_merge_patch",
 ]

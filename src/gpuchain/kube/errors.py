@@ -33,6 +33,13 @@ class ConflictError(KubeError):
     code = 409
 
 
+class BadRequestError(KubeError, ValueError):
+    """The API server refused the request itself (HTTP 400), e.g. a log read naming a container the
+    pod does not have, or ``previous`` logs of a container that never restarted."""
+
+    code = 400
+
+
 class InvalidError(KubeError, ValueError):
     """The API server rejected the object as malformed (HTTP 422)."""
 

@@ -3,8 +3,9 @@
 lightkube is the project's one Kubernetes client: typed enough to address any resource, small,
 sync and async. Every kind goes through lightkube's generic resources built from our `Kind`
 (so objects stay plain dicts end to end and custom resources need no generated models); the
-Eviction subresource uses lightkube's typed ``Pod.Eviction``. HTTP errors become the typed
-errors of `gpuchain.kube.errors`.
+Eviction subresource uses lightkube's typed ``Pod.Eviction``, and pod logs lightkube's
+``PodLog`` through its request layer (its ``Client.log`` cannot ask for ``previous``). HTTP errors
+become the typed errors of `gpuchain.kube.errors`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from lightkube.generic_resource import (
     create_api_info,
 )
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
 
 from gpuchain.kube.errors import (
     AlreadyExistsError,
+    BadRequestError,
     ConflictError,
     EvictionBlockedError,
     GoneError,
@@ -43,7 +45,7 @@ from gpuchain.kube.errors import (
 )
 from gpuchain.kube.kinds import Kind, kind_of
 from gpuchain.kube.objects import Obj
-from gpuchain.kube.port import Cluster, WatchEvent
+from gpuchain.kube.port import Cluster, WatchEvent, check_tail_lines
 from gpuchain.kube.selectors import Requirement, parse_field_requirements, parse_requirements
 
 _PDB_NAME = re.compile(r"[Tt]he disruption budget (\S+)")
@@ -84,6 +86,8 @@ def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
     code = int(status.get("code") or exc.response.status_code)
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or f"HTTP {code} from {exc.request.url}")
+    if code == 400:
+        return BadRequestError(message)
     if code == 404:
         return NotFoundError(message)
     if code == 409:
@@ -112,6 +116,20 @@ class LiveCluster(Cluster):
     def from_url(cls, url: str, field_manager: str = "gpuchain") -> LiveCluster:
         """An unauthenticated client for ``url`` (a local test server such as kmock)."""
         config = KubeConfig.from_one(cluster=KubeConfigCluster(server=url), user=User())
+        return cls(config, field_manager)
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, field_manager: str = "gpuchain"
+    ) -> LiveCluster:
+        """A client for a kubeconfig file (``path``), else in-cluster config, ``$KUBECONFIG`` or
+        ``~/.kube/config``; ``context`` picks one of its contexts (ValueError naming the ones there)."""
+        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+        if context:
+            if context not in (config.contexts or {}):
+                have = ", ".join(config.contexts or {})
+                raise ValueError(f"no context {context!r} in the kubeconfig (have: {have})")
+            config.current_context = context
         return cls(config, field_manager)
 
     def close(self) -> None:
@@ -230,11 +248,14 @@ class LiveCluster(Cluster):
         except httpx2.HTTPStatusError as exc:
             raise _error(exc) from None
 
-    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+    def patch_status(
+        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+    ) -> Obj:
         self.calls.count("patch")
+        patch_type = PatchType.STRATEGIC if strategic else PatchType.MERGE
         try:
             out = self._client.patch(
-                self._res(kind)[1], name, {"status": status}, patch_type=PatchType.MERGE, **self._ns(kind, namespace)
+                self._res(kind)[1], name, {"status": status}, patch_type=patch_type, **self._ns(kind, namespace)
             )
             return self._plain(out)
         except httpx2.HTTPStatusError as exc:
@@ -246,6 +267,27 @@ class LiveCluster(Cluster):
             self._client.delete(self._res(kind)[0], name, **self._ns(kind, namespace))
         except httpx2.HTTPStatusError as exc:
             raise _error(exc) from None
+
+    def logs(
+        self,
+        name: str,
+        namespace: str,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+    ) -> str:
+        self.calls.count("logs")
+        check_tail_lines(tail_lines)
+        params = {"container": container, "tailLines": tail_lines, "previous": "true" if previous else None}
+        # lightkube's request layer (auth, TLS, base URL from the config); None params are dropped.
+        http = self._client._client
+        try:
+            request = http.prepare_request("get", PodLog, name=name, namespace=namespace, params=params)
+            response = http.send(http.build_adapter_request(request))
+            http.raise_for_status(response)
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+        return str(response.text)
 
     def evict(self, name: str, namespace: str) -> None:
         self.calls.count("evict")

@@ -4,8 +4,9 @@ It keeps what callers rely on from a real API server: resourceVersions (one coun
 only on real change), uid, creationTimestamp, generation (bumped on spec changes), label and
 field selectors, watch streams with ADDED/MODIFIED/DELETED and resume from a resourceVersion,
 the status subresource, ownerReference garbage collection, and the Eviction API checking
-PodDisruptionBudgets. It does not validate schemas, require namespaces to exist, or honour
-finalizers (deletes are immediate).
+PodDisruptionBudgets, strategic merge of ``status.conditions``, and container logs (which the
+simulator or a test sets with ``set_logs``; they go with the pod). It does not validate schemas,
+require namespaces to exist, or honour finalizers (deletes are immediate).
 
 Thread-safe: writes may come from any thread; watchers are fed on their own event loop.
 """
@@ -21,14 +22,22 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from gpuchain.kube.errors import AlreadyExistsError, EvictionBlockedError, GoneError, InvalidError, NotFoundError
+from gpuchain.kube.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    EvictionBlockedError,
+    GoneError,
+    InvalidError,
+    NotFoundError,
+)
 from gpuchain.kube.kinds import PDB, POD, Kind, kind_of
-from gpuchain.kube.objects import Obj, json_copy, labels_of, merge_patch
+from gpuchain.kube.objects import Obj, json_copy, labels_of, merge_patch, strategic_merge_patch
 from gpuchain.kube.pdb import blocking_budget
-from gpuchain.kube.port import Cluster, WatchEvent, WatchType, now_rfc3339
+from gpuchain.kube.port import Cluster, WatchEvent, WatchType, check_tail_lines, now_rfc3339
 from gpuchain.kube.selectors import parse_field_selector, parse_label_selector
 
 _Key = tuple[str | None, str]  # (namespace, name)
+_LogKey = tuple[str, str, str, bool]  # (namespace, pod, container, previous)
 
 _PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
@@ -56,6 +65,7 @@ class MemoryCluster(Cluster):
         self._last_rv = 0
         self._history: list[tuple[int, Kind, WatchEvent, Obj | None]] = []
         self._watchers: list[_Watcher] = []
+        self._logs: dict[_LogKey, str] = {}
         for obj in objects:
             self.create(obj)
         self.calls.reset()
@@ -158,6 +168,9 @@ class MemoryCluster(Cluster):
         gone = json_copy(obj)
         gone["metadata"]["resourceVersion"] = str(self._last_rv)
         self._emit(kind, "DELETED", gone, obj)
+        if kind == POD:
+            where = (meta.get("namespace"), meta["name"])
+            self._logs = {k: v for k, v in self._logs.items() if k[:2] != where}
         self._collect_dependents(meta.get("uid"))
 
     def _collect_dependents(self, owner_uid: str | None) -> None:
@@ -265,11 +278,14 @@ class MemoryCluster(Cluster):
             old = self._lookup(kind, name, namespace)
             return self._replace(kind, old, merge_patch(old, body))
 
-    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
+    def patch_status(
+        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+    ) -> Obj:
         self.calls.count("patch")
+        merge = strategic_merge_patch if strategic else merge_patch
         with self._lock:
             old = self._lookup(kind, name, namespace)
-            return self._replace(kind, old, merge_patch(old, {"status": status}))
+            return self._replace(kind, old, merge(old, {"status": status}))
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         self.calls.count("delete")
@@ -287,7 +303,35 @@ class MemoryCluster(Cluster):
                 raise EvictionBlockedError(namespace, name, blocker["metadata"]["name"], _PDB_MESSAGE)
             self._remove(POD, pod)
 
+    def logs(
+        self,
+        name: str,
+        namespace: str,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+    ) -> str:
+        self.calls.count("logs")
+        check_tail_lines(tail_lines)
+        with self._lock:
+            pod = self._lookup(POD, name, namespace)
+            container = _log_container(pod, container)
+            key = (namespace, name, container, previous)
+            if previous and key not in self._logs:
+                raise BadRequestError(f'previous terminated container "{container}" in pod "{name}" not found')
+            text = self._logs.get(key, "")
+        if tail_lines is None:
+            return text
+        return "".join(text.splitlines(keepends=True)[-tail_lines:] if tail_lines else [])
+
     # -- test and simulator conveniences (not part of the port) ------------------------------
+
+    def set_logs(self, name: str, namespace: str, container: str, text: str, previous: bool = False) -> None:
+        """Set what ``logs()`` answers for a container of an existing pod (``previous``: its last
+        terminated run). Not an API request, so not counted; deleting the pod drops its logs."""
+        with self._lock:
+            pod = self._lookup(POD, name, namespace)
+            self._logs[(namespace, name, _log_container(pod, container), previous)] = text
 
     @property
     def resource_version(self) -> str:
@@ -308,3 +352,18 @@ class MemoryCluster(Cluster):
         """Copies of all objects of ``kind``, without counting an API call (for assertions)."""
         with self._lock:
             return [json_copy(o) for o in self._bucket(kind).values()]
+
+
+def _log_container(pod: Obj, container: str | None) -> str:
+    """The container a log request means, checked against the pod's spec as the API server does."""
+    spec = pod.get("spec") or {}
+    mains = [str(c.get("name")) for c in spec.get("containers") or []]
+    others = [str(c.get("name")) for f in ("initContainers", "ephemeralContainers") for c in spec.get(f) or []]
+    pod_name = pod["metadata"]["name"]
+    if container is None:
+        if len(mains) == 1:
+            return mains[0]
+        raise BadRequestError(f"a container name must be specified for pod {pod_name}, choose one of: {mains}")
+    if container not in mains + others:
+        raise BadRequestError(f"container {container} is not valid for pod {pod_name}")
+    return container

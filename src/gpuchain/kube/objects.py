@@ -1,4 +1,4 @@
-"""Pure helpers over Kubernetes JSON objects: accessors, JSON merge patch, and the apply diff.
+"""Pure helpers over Kubernetes JSON objects: accessors, JSON and strategic merge patch, the apply diff.
 
 The apply rule lives here so both adapters share it: an applied object is merged onto the live
 one as an RFC 7386 merge patch, and a write happens only when the desired fields are not
@@ -10,13 +10,21 @@ a real cluster also makes zero writes.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, TypeVar, cast
+
+from gpuchain.kube.errors import InvalidError
 
 Obj = dict[str, Any]
 T = TypeVar("T")
 
 #: Metadata the server owns; never part of an applied object's intent.
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
+
+#: Lists a strategic merge patch merges element by element, by path from the object root, with the
+#: field that identifies an element. The real API takes these from the built-in types'
+#: ``patchMergeKey`` tags; this is the subset gpuchain writes (Node and Pod conditions merge on type).
+STRATEGIC_MERGE_KEYS: Mapping[tuple[str, ...], str] = {("status", "conditions"): "type"}
 
 
 def json_copy(value: T) -> T:
@@ -73,6 +81,50 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+def strategic_merge_patch(
+    target: Any,
+    patch: Any,
+    merge_keys: Mapping[tuple[str, ...], str] = STRATEGIC_MERGE_KEYS,
+    path: tuple[str, ...] = (),
+) -> Any:
+    """A strategic merge patch, as the API server applies one to a built-in kind.
+
+    Like ``merge_patch``, except that a list at a path in ``merge_keys`` merges element-wise: a
+    patch element replaces-by-merging the element with the same key value, or is appended; an
+    element carrying ``"$patch": "delete"`` removes its match. So ``{"status": {"conditions":
+    [{"type": "GPUHealthy", ...}]}}`` sets one condition and keeps every other writer's. Lists
+    without a merge key replace, as in the API. Raises InvalidError for an element lacking its key.
+    """
+    if isinstance(patch, list) and path in merge_keys:
+        return _merge_list(target if isinstance(target, list) else [], patch, merge_keys[path], path)
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = strategic_merge_patch(result.get(key), value, merge_keys, (*path, key))
+    return result
+
+
+def _merge_list(current: list[Any], patch: list[Any], key: str, path: tuple[str, ...]) -> list[Any]:
+    """``patch``'s elements merged into ``current`` by ``key`` (order kept, new ones appended)."""
+    out = [copy.deepcopy(e) for e in current]
+    for item in patch:
+        if not isinstance(item, dict) or item.get(key) is None:
+            raise InvalidError(f"{'.'.join(path)}: every element needs its merge key {key!r}; got {item!r}")
+        index = next((i for i, e in enumerate(out) if isinstance(e, dict) and e.get(key) == item[key]), None)
+        if item.get("$patch") == "delete":
+            if index is not None:
+                del out[index]
+        elif index is None:
+            out.append(merge_patch({}, item))
+        else:
+            out[index] = merge_patch(out[index], item)
+    return out
 
 
 def is_subset(desired: Any, live: Any) -> bool:

@@ -1,8 +1,9 @@
 """The `Cluster` port: the only way gpuchain reads or writes Kubernetes objects.
 
 Adapters implement the primitive verbs (`get`, `list`, `watch`, `create`, `patch`,
-`patch_status`, `delete`, `evict`); `apply` and `record_event` are built on them here, so both
-adapters share one apply rule (see `gpuchain.kube.objects`) and one Event shape.
+`patch_status`, `delete`, `evict`, `logs`); `apply`, `set_condition` and `record_event` are built
+on them here, so both adapters share one apply rule (see `gpuchain.kube.objects`), one way to
+write a condition and one Event shape.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuchain.kube.errors import NotFoundError
+from gpuchain.kube.errors import InvalidError, NotFoundError
 from gpuchain.kube.kinds import EVENT, Kind, kind_of
 from gpuchain.kube.objects import Obj, apply_intent, name_of, namespace_of, needs_apply
 
@@ -51,7 +52,7 @@ class ApplyResult:
 
 @dataclass
 class ApiCalls:
-    """API requests made through one Cluster, per verb (get, list, watch, create, patch, delete, evict)."""
+    """API requests made through one Cluster, per verb (get, list, watch, create, patch, delete, evict, logs)."""
 
     by_verb: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -81,6 +82,12 @@ class ApiCalls:
 def now_rfc3339() -> str:
     """Current UTC time as Kubernetes writes timestamps (second precision, Z suffix)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_tail_lines(tail_lines: int | None) -> None:
+    """Refuse a negative ``tail_lines`` before any request (the API answers 422 for it too)."""
+    if tail_lines is not None and tail_lines < 0:
+        raise InvalidError(f"tail_lines: must be >= 0 (or None for the whole log), got {tail_lines}")
 
 
 def _event_order(event: Obj) -> tuple[str, int]:
@@ -146,8 +153,16 @@ class Cluster(abc.ABC):
         """
 
     @abc.abstractmethod
-    def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
-        """Merge-patch ``.status`` through the status subresource."""
+    def patch_status(
+        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+    ) -> Obj:
+        """Patch ``.status`` through the status subresource: a JSON merge patch, or with
+        ``strategic=True`` a strategic merge patch, where ``status.conditions`` merges by ``type``
+        (one condition set, every other writer's kept; see objects.strategic_merge_patch).
+
+        Strategic merge is for built-in kinds (Node, Pod): an API server answers 415 for custom
+        resources, which MemoryCluster does not imitate.
+        """
 
     @abc.abstractmethod
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
@@ -158,6 +173,23 @@ class Cluster(abc.ABC):
         """Evict a pod through the Eviction API (PodDisruptionBudgets honoured).
 
         Raises EvictionBlockedError naming the budget when it allows no disruption now.
+        """
+
+    @abc.abstractmethod
+    def logs(
+        self,
+        name: str,
+        namespace: str,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+    ) -> str:
+        """A pod container's log, as ``kubectl logs [-c container] [--tail N] [--previous]`` prints it.
+
+        ``container`` may be left out for a pod with one container. ``previous`` reads the last
+        terminated instance (a crash-looping container's earlier run). NotFoundError for an unknown
+        pod; BadRequestError for a container the pod lacks, a pod with several containers and none
+        named, or ``previous`` when the container never restarted. Counted as verb ``logs`` (a read).
         """
 
     # -- built on the verbs -------------------------------------------------------------------
@@ -187,6 +219,18 @@ class Cluster(abc.ABC):
         intent["metadata"].pop("name", None)
         intent["metadata"].pop("namespace", None)
         return ApplyResult(self.patch(kind, name, intent, namespace), changed=True)
+
+    def set_condition(self, kind: Kind, name: str, condition: Obj, namespace: str | None = None) -> Obj:
+        """Upsert one ``status.conditions`` entry (matched on ``type``) without rewriting the others.
+
+        One strategic-merge status patch, no read first: a condition another writer (the kubelet's
+        Ready heartbeat) sets at the same moment is kept, which rewriting the whole list through a
+        merge patch could lose. The caller owns the condition's fields, lastTransitionTime included.
+        Built-in kinds only (see patch_status).
+        """
+        if not condition.get("type") or not condition.get("status"):
+            raise InvalidError(f"condition: needs 'type' and 'status', got {sorted(condition)}")
+        return self.patch_status(kind, name, {"conditions": [condition]}, namespace, strategic=True)
 
     def record_event(
         self,
