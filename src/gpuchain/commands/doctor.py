@@ -79,13 +79,12 @@ def open_target(scenario: str | None, kubeconfig: str | None, context: str | Non
         if live:
             asyncio.run(go_live(sim))
         return Target(sim.cluster, sim.read_log, sim, f"scenario {sim.scenario.name} (simulated)")
-    from gpuchain.doctor.logs import kubeconfig as load_kubeconfig
-    from gpuchain.doctor.logs import live_log_reader
+    from gpuchain.doctor.logs import cluster_log_reader
     from gpuchain.kube import LiveCluster
 
     try:
-        config = load_kubeconfig(kubeconfig, context)
-        return Target(LiveCluster(config), live_log_reader(config), None, "live cluster")
+        cluster = LiveCluster.from_kubeconfig(kubeconfig, context)
+        return Target(cluster, cluster_log_reader(cluster), None, "live cluster")
     except Exception as exc:
         fail(f"cannot reach a cluster ({exc}); pass --kubeconfig, or try --scenario friday-scale-out")
 

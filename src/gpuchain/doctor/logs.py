@@ -1,39 +1,26 @@
-"""Reading container logs on a live cluster (the Cluster port has no log verb; this is the one edge that does)."""
+"""The doctor's log reader: container logs through the `Cluster` port, like every other read."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from lightkube import ApiError, Client, KubeConfig
-
 from gpuchain.doctor.snapshot import LogReader
+from gpuchain.kube import Cluster, KubeError
 
 TAIL_LINES = 50
 
 
-def kubeconfig(path: str | None = None, context: str | None = None) -> KubeConfig:
-    """The kubeconfig to use: a file, else in-cluster or $KUBECONFIG/~/.kube/config; ``context`` picks one."""
-    config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
-    if context:
-        if context not in (config.contexts or {}):
-            raise ValueError(f"no context {context!r} in the kubeconfig (have: {', '.join(config.contexts or {})})")
-        config.current_context = context
-    return config
+def cluster_log_reader(cluster: Cluster, tail_lines: int = TAIL_LINES) -> LogReader:
+    """A LogReader over ``cluster.logs`` (``kubectl logs --tail``), each read counted as verb ``logs``.
 
-
-def live_log_reader(config: KubeConfig, tail_lines: int = TAIL_LINES) -> LogReader:
-    """A LogReader over the API's pod log endpoint (``kubectl logs --tail``).
-
-    lightkube reads the current container only (no ``--previous``); a crash-looping container's
-    current run prints the same failure, and its last run is usually in
-    ``lastState.terminated.message`` already.
+    The current instance is read, not ``--previous``: a container in CrashLoopBackOff is waiting,
+    so the API answers with the run that just crashed, whose failure is what the doctor quotes.
+    A log the API cannot give (pod gone, container unknown) reads as None, so one missing log
+    never stops the diagnosis.
     """
-    client: Any = Client(config)
 
     def read(namespace: str, pod: str, container: str) -> str | None:
         try:
-            return "".join(client.log(pod, namespace=namespace, container=container, tail_lines=tail_lines)) or None
-        except ApiError:
+            return cluster.logs(pod, namespace, container=container, tail_lines=tail_lines) or None
+        except KubeError:
             return None
 
     return read

@@ -21,32 +21,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuchain.doctor.logs import cluster_log_reader
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.kubelet.node import all_registered, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
 from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan, backend_for, plan_node, plugin_config, policy_of
-from gpuchain.sim.render import LogKey, render
+from gpuchain.sim.render import render
 from gpuchain.sim.scenario import Scenario
 
 
 @dataclass
 class SimCluster:
-    """A built scenario: the API server, the per-node plans behind it, and the containers' logs."""
+    """A built scenario: the API server (objects and container logs), and the per-node plans behind it."""
 
     scenario: Scenario
     policy: ClusterPolicySpec
     plans: list[NodePlan]
     cluster: MemoryCluster
-    logs: dict[LogKey, str]
     placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]]
     build_seconds: float = 0.0
     live: list[LiveNode] = field(default_factory=list)
 
     def read_log(self, namespace: str, pod: str, container: str) -> str | None:
-        """A container's log, as ``kubectl logs`` would print it (None: no such container)."""
-        return self.logs.get((namespace, pod, container))
+        """The doctor's log reader on this cluster: through the port, as on a live one (None: no log)."""
+        return cluster_log_reader(self.cluster)(namespace, pod, container)
 
     def plan(self, node: str) -> NodePlan:
         """The plan of one node (KeyError naming it if absent)."""
@@ -85,9 +85,9 @@ def build(scenario: Scenario) -> SimCluster:
         plans += [first] + [dataclasses.replace(first, name=name) for name in group.node_names()[1:]]
     out = render(scenario, plans, policy)
     cluster = MemoryCluster(out.objects)
-    return SimCluster(
-        scenario, policy, plans, cluster, out.logs, out.placements, build_seconds=time.perf_counter() - started
-    )
+    for (namespace, pod, container), text in out.logs.items():
+        cluster.set_logs(pod, namespace, container, text)
+    return SimCluster(scenario, policy, plans, cluster, out.placements, build_seconds=time.perf_counter() - started)
 
 
 async def go_live(sim: SimCluster, limit: int = 8, timeout: float = 5.0) -> list[LiveNode]:

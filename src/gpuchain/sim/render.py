@@ -57,7 +57,8 @@ LogKey = tuple[str, str, str]  #: (namespace, pod, container)
 
 @dataclass
 class Rendered:
-    """Everything the simulated API server holds, plus container logs (kept outside the API)."""
+    """Everything the simulated API server holds: objects, and container logs (which ``build`` hands to
+    ``MemoryCluster.set_logs``, so the doctor reads them through the port as on a live cluster)."""
 
     objects: list[Obj] = field(default_factory=list)
     logs: dict[LogKey, str] = field(default_factory=dict)
