@@ -210,7 +210,7 @@ class GpuHealthPublisher:
         before = find_condition(node)
         if before is not None and (before.status, before.reason, before.message) == (status, reason, message):
             return PublishResult(faults, pods, bool(patch), False)
-        self.cluster.patch_status(NODE, self.node_name, {"conditions": _conditions(node, status, reason, message)})
+        self.cluster.set_condition(NODE, self.node_name, _condition(node, status, reason, message))
         event = None
         if status == "False":
             event = EVENT_UNHEALTHY
@@ -261,16 +261,17 @@ class GpuHealthPublisher:
                     await task
 
 
-def _conditions(node: Obj, status: str, reason: str, message: str) -> list[dict[str, Any]]:
-    """The Node's whole condition list with GPUHealthy set (a merge patch replaces lists whole).
+def _condition(node: Obj, status: str, reason: str, message: str) -> dict[str, Any]:
+    """The GPUHealthy condition to write, given the Node as read (only this condition is sent:
+    the port merges it by type, so the kubelet's conditions are never rewritten from a stale read).
 
     lastTransitionTime moves only when the status flips, as Kubernetes conditions require.
     """
     stamp = now_rfc3339()
-    conditions = [dict(c) for c in (node.get("status") or {}).get("conditions") or []]
+    conditions = (node.get("status") or {}).get("conditions") or []
     old = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
     transition = stamp if old is None or old.get("status") != status else old.get("lastTransitionTime", stamp)
-    mine = {
+    return {
         "type": CONDITION_TYPE,
         "status": status,
         "reason": reason,
@@ -278,4 +279,3 @@ def _conditions(node: Obj, status: str, reason: str, message: str) -> list[dict[
         "lastHeartbeatTime": stamp,
         "lastTransitionTime": transition,
     }
-    return [c for c in conditions if c.get("type") != CONDITION_TYPE] + [mine]
