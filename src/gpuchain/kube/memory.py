@@ -168,7 +168,7 @@ class MemoryCluster(Cluster):
         gone = json_copy(obj)
         gone["metadata"]["resourceVersion"] = str(self._last_rv)
         self._emit(kind, "DELETED", gone, obj)
-        if kind == POD:
+        if kind == POD and self._logs:
             where = (meta.get("namespace"), meta["name"])
             self._logs = {k: v for k, v in self._logs.items() if k[:2] != where}
         self._collect_dependents(meta.get("uid"))
