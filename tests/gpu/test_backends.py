@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_pynvml import FakeNvml, nvml_over
 
-from gpuchain.gpu.errors import GpuLostError, LibraryNotFoundError, NotFoundError
+from gpuchain.gpu.errors import GpuLostError, LibraryNotFoundError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
@@ -133,3 +133,18 @@ async def test_every_subscriber_gets_every_event(h100_sim: SimBackend) -> None:
     h100_sim.inject_xid(0, 48)
     got = await asyncio.wait_for(asyncio.gather(first, second), 2)
     assert [e.xid for e in got] == [48, 48]
+
+
+async def test_a_broken_nvml_event_stream_raises_instead_of_hanging() -> None:
+    """If the watcher cannot even make its event set, the subscriber hears it (and can fail devices)."""
+    sim = SimBackend.from_preset("l4-x2")
+    stream = NvmlBackend(nvml=FakeNvml(sim, unsupported=frozenset({"nvmlEventSetCreate"}))).events()
+    with pytest.raises(NotSupportedError, match="nvmlEventSetCreate"):
+        await asyncio.wait_for(anext(stream), timeout=5)
+
+
+def test_xid_event_support_per_gpu() -> None:
+    sim = SimBackend.from_preset("l4-x2")
+    assert set(nvml_over(sim).xid_event_support().values()) == {True}
+    backend = NvmlBackend(nvml=FakeNvml(sim, unsupported=frozenset({"nvmlDeviceRegisterEvents"})))
+    assert backend.xid_event_support() == {g.uuid: False for g in sim.inventory().gpus}

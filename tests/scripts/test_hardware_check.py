@@ -31,3 +31,15 @@ def test_report_and_read_only(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     assert sum(len(g["devices"]) for g in report["mig"]) == 30
     assert "nvmlDeviceRegisterEvents" in fake.calls
     assert not [c for c in fake.calls if c.startswith(MUTATING) or "Destroy" in c]
+
+
+def test_event_registration_failure_is_reported(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNvml(SimBackend.from_preset("l4-x2"), unsupported=frozenset({"nvmlDeviceRegisterEvents"}))
+    monkeypatch.setattr(nvml, "_nvml_module", lambda: fake)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--events-seconds", "0.3"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert done.value.code == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["checks"]["event_registration"]["ok"] is False
+    assert set(report["checks"]["event_registration"]["gpus"].values()) == {False}

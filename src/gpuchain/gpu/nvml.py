@@ -407,20 +407,35 @@ class NvmlBackend(GpuBackend):
         """XID events from an NVML event set, plus lost/recovered from periodic probes.
 
         NVML waits block, so a thread does them and hands events to the loop; closing the
-        generator stops the thread within one wait (0.5 s).
+        generator stops the thread within one wait (0.5 s). If the watcher cannot start or dies
+        (no GPU could be registered, the event set cannot be made), the error is raised here, so
+        the consumer can mark its devices unhealthy instead of waiting forever.
         """
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[HealthEvent] = asyncio.Queue()
+        queue: asyncio.Queue[HealthEvent | GpuError] = asyncio.Queue()
         stop = threading.Event()
-        thread = threading.Thread(target=self._watch, args=(loop, queue, stop), name="nvml-events", daemon=True)
+
+        def watch() -> None:
+            try:
+                self._watch(loop, queue, stop)
+            except GpuError as exc:
+                if not stop.is_set():
+                    loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+        thread = threading.Thread(target=watch, name="nvml-events", daemon=True)
         thread.start()
         try:
             while True:
-                yield await queue.get()
+                item = await queue.get()
+                if isinstance(item, GpuError):
+                    raise item
+                yield item
         finally:
             stop.set()
 
-    def _watch(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[HealthEvent], stop: threading.Event) -> None:
+    def _watch(
+        self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[HealthEvent | GpuError], stop: threading.Event
+    ) -> None:
         n = self._nvml
 
         def emit(event: HealthEvent) -> None:
@@ -495,6 +510,23 @@ class NvmlBackend(GpuBackend):
                 n.nvmlEventSetFree(event_set)
             except n.NVMLError as exc:
                 log.debug("nvmlEventSetFree: %s", exc)
+
+    def xid_event_support(self) -> dict[str, bool]:
+        """Per GPU UUID: can an NVML event set register it for XID events? Read-only (the set is freed)."""
+        n = self._nvml
+        event_set = self._call(n.nvmlEventSetCreate)
+        support: dict[str, bool] = {}
+        try:
+            for gpu in self.inventory().gpus:
+                h = self._call(n.nvmlDeviceGetHandleByUUID, gpu.uuid)
+                try:
+                    self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
+                    support[gpu.uuid] = True
+                except NotSupportedError:
+                    support[gpu.uuid] = False
+        finally:
+            self._call(n.nvmlEventSetFree, event_set)
+        return support
 
     def _answers(self, gpu_uuid: str) -> bool:
         try:
