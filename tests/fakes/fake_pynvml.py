@@ -150,7 +150,7 @@ class FakeNvml(types.ModuleType):
         raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
 
     def _model(self, gpu: Gpu) -> catalog.GpuModel:
-        found = catalog.model_for_name(gpu.name)
+        found = catalog.model_for_name(gpu.name, gpu.pci_device_id)
         assert found is not None
         return found
 

@@ -91,3 +91,22 @@ def test_every_placement_is_legal(key: str, data: st.DataObject) -> None:
         used |= span
     assert sum(p.profile.gi_slices for p in placed) <= 7
     assert sum(p.profile.memory_mib for p in placed) <= gpu.memory_mib
+
+
+@pytest.mark.parametrize(
+    ("name", "pci", "key"),
+    [
+        ("NVIDIA A100 80GB PCIe", 0x20B510DE, "A100-80GB"),
+        ("a renamed card", 0x20B510DE, "A100-80GB"),
+        ("A100-SXM4-40GB", None, "A100-40GB"),
+        ("NVIDIA A100-PCIE-40GB", 0x20F110DE, "A100-40GB"),
+        ("NVIDIA H100 80GB HBM3", 0x233010DE, "H100-80GB"),
+    ],
+)
+def test_models_are_found_by_pci_id_first_then_name(name: str, pci: int | None, key: str) -> None:
+    found = catalog.model_for_name(name, pci)
+    assert found is not None and found.key == key
+
+
+def test_unknown_cards_are_not_guessed() -> None:
+    assert catalog.model_for_name("NVIDIA H100 PCIe", 0x233110DE) is None

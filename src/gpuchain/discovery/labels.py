@@ -189,7 +189,7 @@ def _mig_attributes(resource: str, parent: Gpu, mig: MigDevice) -> Labels:
 
 def _catalog_profile(parent: Gpu, mig: MigDevice) -> catalog.MigProfile | None:
     """The catalogued profile (engine counts); None for a card or profile the catalog lacks."""
-    model = catalog.model_for_name(parent.name)
+    model = catalog.model_for_name(parent.name, parent.pci_device_id)
     if model is None:
         return None
     try:

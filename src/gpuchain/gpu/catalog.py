@@ -58,6 +58,13 @@ class GpuModel:
     multiprocessors: int
     nvlinks: int
     mig_profiles: tuple[MigProfile, ...] = ()
+    variants: tuple[tuple[str, int], ...] = ()
+    """Other (NVML name, PCI device id) pairs with the same MIG table: PCIe cards, older driver names."""
+
+    @property
+    def pci_device_ids(self) -> tuple[int, ...]:
+        """Every PCI device id of this model, the main one first."""
+        return (self.pci_device_id, *(pci for _, pci in self.variants))
 
     @property
     def mig_capable(self) -> bool:
@@ -143,8 +150,28 @@ _H200_141GB_MIG = (
 MODELS: dict[str, GpuModel] = {
     m.key: m
     for m in (
-        GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, 0x20B010DE, (8, 0), 108, 12, _A100_40GB_MIG),
-        GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, 0x20B210DE, (8, 0), 108, 12, _A100_80GB_MIG),
+        GpuModel(
+            "A100-40GB",
+            "NVIDIA A100-SXM4-40GB",
+            40960,
+            0x20B010DE,
+            (8, 0),
+            108,
+            12,
+            _A100_40GB_MIG,
+            variants=(("A100-SXM4-40GB", 0x20B010DE), ("NVIDIA A100-PCIE-40GB", 0x20F110DE)),
+        ),
+        GpuModel(
+            "A100-80GB",
+            "NVIDIA A100-SXM4-80GB",
+            81920,
+            0x20B210DE,
+            (8, 0),
+            108,
+            12,
+            _A100_80GB_MIG,
+            variants=(("NVIDIA A100 80GB PCIe", 0x20B510DE),),
+        ),
         GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, 0x233010DE, (9, 0), 132, 18, _H100_80GB_MIG),
         GpuModel("H200-141GB", "NVIDIA H200", 143771, 0x233510DE, (9, 0), 132, 18, _H200_141GB_MIG),
         GpuModel("L4", "NVIDIA L4", 23034, 0x27B810DE, (8, 9), 58, 0),
@@ -160,9 +187,17 @@ def model(key: str) -> GpuModel:
     raise InvalidConfigError(f"unknown GPU model {key!r}; known models: {', '.join(MODELS)}")
 
 
-def model_for_name(name: str) -> GpuModel | None:
-    """The catalogued model whose NVML name is ``name``, if any (used by the NVML backend)."""
-    return next((m for m in MODELS.values() if m.name == name), None)
+def model_for_name(name: str, pci_device_id: int | None = None) -> GpuModel | None:
+    """The catalogued model of a GPU as NVML reports it, if any.
+
+    The PCI device id decides when given (a card's name differs between drivers and form
+    factors, its id does not); the NVML name, or one of the model's variant names, otherwise.
+    """
+    if pci_device_id is not None:
+        by_id = next((m for m in MODELS.values() if pci_device_id in m.pci_device_ids), None)
+        if by_id is not None:
+            return by_id
+    return next((m for m in MODELS.values() if name == m.name or name in (v for v, _ in m.variants)), None)
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ class NvmlBackend(GpuBackend):
         pci = self._call(n.nvmlDeviceGetPciInfo, h)
         bus_id = _text(pci.busId)
         name = self._call(n.nvmlDeviceGetName, h)
-        known = catalog.model_for_name(name)
+        known = catalog.model_for_name(name, int(pci.pciDeviceId))
         attrs = self._optional(n.nvmlDeviceGetAttributes, h)
         sms = attrs.multiprocessorCount if attrs is not None else (known.multiprocessors if known else 0)
         modes = self._optional(n.nvmlDeviceGetMigMode, h)
@@ -271,7 +271,8 @@ class NvmlBackend(GpuBackend):
     def _mig_handle(self, gpu_index: int) -> tuple[Any, catalog.GpuModel]:
         h = self._call(self._nvml.nvmlDeviceGetHandleByIndex, gpu_index)
         name = self._call(self._nvml.nvmlDeviceGetName, h)
-        known = catalog.model_for_name(name)
+        pci = self._call(self._nvml.nvmlDeviceGetPciInfo, h)
+        known = catalog.model_for_name(name, int(pci.pciDeviceId))
         if known is None or not known.mig_capable:
             raise NotSupportedError(f"GPU {gpu_index} ({name}) has no MIG profiles in the catalog")
         return h, known
