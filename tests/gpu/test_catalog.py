@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -110,3 +112,29 @@ def test_models_are_found_by_pci_id_first_then_name(name: str, pci: int | None, 
 
 def test_unknown_cards_are_not_guessed() -> None:
     assert catalog.model_for_name("NVIDIA H100 PCIe", 0x233110DE) is None
+
+
+@given(st.sampled_from([k for k, m in catalog.MODELS.items() if m.mig_capable]), st.data())
+def test_every_physically_placeable_layout_is_accepted(key: str, data: st.DataObject) -> None:
+    """Build a layout by placing instances on legal, free starts; the search must find a placement too."""
+    gpu = catalog.model(key)
+    used = [False] * catalog.MEMORY_SLICES
+    layout: Counter[str] = Counter()
+    compute = media = 0
+    for _ in range(data.draw(st.integers(1, 8), label="tries")):
+        prof = data.draw(st.sampled_from(gpu.mig_profiles), label="profile")
+        free = [
+            s
+            for s in prof.starts
+            if s + prof.memory_slices <= catalog.MEMORY_SLICES and not any(used[s : s + prof.memory_slices])
+        ]
+        fits = layout[prof.name] < prof.max_instances and compute + prof.gi_slices <= 7
+        if not free or not fits or (prof.media_extensions and media):
+            continue
+        start = data.draw(st.sampled_from(free), label="start")
+        used[start : start + prof.memory_slices] = [True] * prof.memory_slices
+        layout[prof.name] += 1
+        compute += prof.gi_slices
+        media += prof.media_extensions
+    placed = catalog.place_layout(gpu, dict(layout))
+    assert Counter(p.profile.name for p in placed) == layout
