@@ -223,7 +223,9 @@ def test_resolve_gpu_errors_list_the_choices(name: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"qps": 0}, r"--qps-per-instance: must be larger than zero"),
+        ({"qps": 0}, r"--qps-per-instance: must be a finite number larger than zero"),
+        ({"qps": float("nan")}, r"--qps-per-instance: must be a finite number larger than zero"),
+        ({"qps": float("inf")}, r"--qps-per-instance: must be a finite number larger than zero"),
         ({"gpus": 0}, r"--gpus: must be at least 1, got 0"),
         ({"replicas": 1}, r"--replicas: time-slicing needs at least 2 \(1 is the whole GPU\), got 1"),
         ({"min_headroom_mib": -1.0}, r"--min-headroom: must be zero or more"),

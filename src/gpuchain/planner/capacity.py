@@ -16,6 +16,7 @@ Everything here is a pure function of the request: the CLI parses, calls `plan` 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from gpuchain.gpu import catalog
@@ -189,8 +190,8 @@ def plan(req: PlanRequest) -> Plan:
 def _check(req: PlanRequest) -> None:
     if req.workload.model_memory_mib <= 0:
         raise PlanInputError("--model-memory: must be larger than zero, e.g. 3GiB")
-    if req.workload.qps_per_instance <= 0:
-        raise PlanInputError("--qps-per-instance: must be larger than zero, e.g. 60")
+    if not math.isfinite(req.workload.qps_per_instance) or req.workload.qps_per_instance <= 0:
+        raise PlanInputError("--qps-per-instance: must be a finite number larger than zero, e.g. 60")
     if req.gpus < 1:
         raise PlanInputError(f"--gpus: must be at least 1, got {req.gpus}")
     if req.replicas < 2:
