@@ -127,17 +127,26 @@ async def run_demo(
             )
         )
 
+        holders = sorted(
+            {
+                f"{p.namespace}/{p.name}"
+                for p in listed.pod_resources
+                for c in p.containers
+                for d in c.devices
+                if gpu_id in d.device_ids
+            }
+        )
         seen: list[HealthEvent] = []
         node.plugin.on_event = seen.append
         t = time.perf_counter()
-        node.backend.inject_xid(gpu.index, DEMO_XID, "GPU has fallen off the bus")
+        node.backend.lose_gpu(gpu.index)  # XID 79, then the GPU stops answering
         await kubelet.wait_for(lambda: kubelet.allocatable().get(GPU) == len(inv.gpus) - 1, timeout)
         propagation = _ms(t)
         info = describe(DEMO_XID)
         report(
             DemoStep(
                 "xid",
-                f"XID {DEMO_XID} injected on GPU {gpu.index}: ListAndWatch marks it Unhealthy",
+                f"GPU {gpu.index} falls off the bus (XID {DEMO_XID}): ListAndWatch marks it Unhealthy",
                 {
                     "xid": DEMO_XID,
                     "meaning": info.meaning,
@@ -147,7 +156,7 @@ async def run_demo(
                     "allocatable": kubelet.allocatable(),
                     "propagation_ms": round(propagation, 3),
                     "within_same_second": propagation < 1000,
-                    "pod_on_failed_gpu": "default/cuda-vectoradd",
+                    "pod_on_failed_gpu": ", ".join(holders) or "none",
                 },
                 propagation,
             )
