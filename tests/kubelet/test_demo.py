@@ -20,7 +20,9 @@ async def test_demo_transcript() -> None:
     assert by["pod-resources"]["pods"][0]["devices"] == [by["pod"]["device"]]
     assert by["xid"]["allocatable"] == {"nvidia.com/gpu": 7}
     assert by["xid"]["within_same_second"] is True
+    assert by["xid"]["pod_on_failed_gpu"] == by["pod"]["pod"]
     assert by["recovery"]["allocatable"] == {"nvidia.com/gpu": 8}
+    assert by["recovery"]["events"] == ["xid", "gpu-lost", "gpu-recovered"]
 
 
 def test_demo_command_json() -> None:
