@@ -10,6 +10,7 @@ import yaml
 from kube.kmock_server import kmock_server
 
 from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError
+from gpuchain.kube.errors import TooManyRequestsError
 
 REFUSAL = {
     "kind": "Status",
@@ -39,6 +40,14 @@ def test_eviction_refusal_names_the_budget() -> None:
         assert err.value.pdb == "train-pdb"
         assert (err.value.namespace, err.value.pod) == ("ml", "w1")
         assert cluster.calls.snapshot() == {"evict": 1}
+
+
+def test_a_throttled_eviction_is_not_blamed_on_a_budget() -> None:
+    throttled = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429}
+    with kmock_server() as (url, emulator):
+        emulator["post /api/v1/namespaces/ml/pods/w1/eviction"] << 429 << throttled
+        with pytest.raises(TooManyRequestsError, match="throttling"):
+            LiveCluster.from_url(url).evict("w1", "ml")
 
 
 def test_server_errors_are_typed() -> None:

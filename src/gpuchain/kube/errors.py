@@ -52,6 +52,12 @@ class GoneError(KubeError):
     code = 410
 
 
+class TooManyRequestsError(KubeError):
+    """HTTP 429 that is not a disruption budget: the API server is throttling; retry later."""
+
+    code = 429
+
+
 class EvictionBlockedError(KubeError):
     """The Eviction API refused (HTTP 429) because a PodDisruptionBudget allows no disruption.
 

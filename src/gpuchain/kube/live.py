@@ -42,6 +42,7 @@ from gpuchain.kube.errors import (
     InvalidError,
     KubeError,
     NotFoundError,
+    TooManyRequestsError,
 )
 from gpuchain.kube.kinds import Kind, kind_of
 from gpuchain.kube.objects import Obj
@@ -296,18 +297,26 @@ class LiveCluster(Cluster):
             self._client.create(body, name=name, namespace=namespace)
         except httpx2.HTTPStatusError as exc:
             if exc.response.status_code == 429:
-                message, pdb = _eviction_refusal(exc)
+                refusal = _eviction_refusal(exc)
+                if refusal is None:
+                    raise TooManyRequestsError(f"eviction of pod {namespace}/{name}: API server throttling") from None
+                message, pdb = refusal
                 raise EvictionBlockedError(namespace, name, pdb, message) from None
             raise _error(exc) from None
 
 
-def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str]:
-    """(message, budget name) from a 429 Status: "The disruption budget X needs N healthy pods..."."""
+def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str] | None:
+    """(message, budget name) when a 429 is a disruption budget's refusal, None when it is throttling.
+
+    The API server names the budget in a cause with reason DisruptionBudget ("The disruption
+    budget X needs N healthy pods..."); a rate-limited request carries no such cause.
+    """
     status = _status_body(exc)
     message = str(status.get("message") or "too many requests")
     causes = (status.get("details") or {}).get("causes") or []
+    budget = [c for c in causes if c.get("reason") == "DisruptionBudget"]
     for text in [*(str(c.get("message", "")) for c in causes), message]:
         m = _PDB_NAME.search(text)
         if m:
             return message, m.group(1)
-    return message, "(unnamed)"
+    return (message, "(unnamed)") if budget else None
