@@ -378,3 +378,43 @@ def test_an_unexpected_apply_crash_still_restores_the_labels() -> None:
     labels = _labels(cluster)
     assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
     assert "driver wedged" in (_reason(cluster) or "")
+
+
+# ---- migManager.config.default (DEFAULT_MIG_CONFIG) --------------------------------------------
+
+
+def test_unlabelled_node_gets_the_default_layout_through_the_same_phases() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim, policy=Policy(timeout_s=60, default_config="all-1g.10gb"))
+    assert CONFIG_LABEL not in _labels(cluster)
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "pending" and all(labels[k] == PAUSED for k in DEPLOY)
+    assert manager.machine.phase is Phase.OPERANDS and not sim.inventory().mig_devices
+    _stop_operands(cluster)
+    manager.reconcile()
+    labels = _labels(cluster)
+    assert labels[STATE_LABEL] == "success" and all(labels[k] == "true" for k in DEPLOY)
+    assert CONFIG_LABEL not in labels, "the default is applied as if labelled, the label is not written"
+    assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}
+    manager.reconcile()
+    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[STATE_LABEL] == "success"
+
+
+def test_a_label_wins_over_the_default() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim, policy=Policy(timeout_s=60, default_config="all-1g.10gb"))
+    _relabel(cluster, "all-disabled")
+    manager.reconcile()
+    assert _labels(cluster)[STATE_LABEL] == "success" and manager.machine.config == "all-disabled"
+    assert not sim.inventory().mig_devices
+
+
+def test_step_uses_the_default_only_without_a_label() -> None:
+    policy = Policy(default_config="all-1g.10gb")
+    m, actions = step(Machine(), Observation({}), policy, 0.0)
+    assert (m.phase, m.config) == (Phase.CHECK, "all-1g.10gb")
+    assert actions == [SetLabels({STATE_LABEL: State.PENDING})]
+    m, _ = step(Machine(), Observation({CONFIG_LABEL: "all-disabled"}), policy, 0.0)
+    assert m.config == "all-disabled"
+    assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])

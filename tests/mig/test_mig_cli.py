@@ -79,10 +79,61 @@ def test_mig_manager_once_against_a_real_http_api(tmp_path: Path, monkeypatch: p
         cluster = LiveCluster.from_url(url)
         labels = {"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/gpu.deploy.device-plugin": "true"}
         cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
-        result = runner.invoke(app, ["mig-manager", "--node", "n1", "--once", "-o", "json"])
+        refused = runner.invoke(app, ["mig-manager", "--node", "n1", "--once", "-o", "json"])
+        assert refused.exit_code == 2 and "--backend defaults to sim" in refused.output
+        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, "n1")["metadata"]["labels"], "nothing written"
+        args = ["mig-manager", "--node", "n1", "--once", "--backend", "sim", "-o", "json"]
+        result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["outcome"] == "success"
+        assert json.loads(result.stdout)["simulated"] is True and "(simulated)" in json.loads(result.stdout)["message"]
         node = cluster.get(NODE, "n1")
         assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
         assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
         cluster.close()
+
+
+def test_mig_manager_applies_default_mig_config_to_an_unlabelled_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's migManager.config.default arrives as DEFAULT_MIG_CONFIG; no label: that layout."""
+    with kmock_server() as (url, _emulator):
+        cluster = LiveCluster.from_url(url)
+        labels = {"nvidia.com/gpu.deploy.device-plugin": "true"}
+        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
+        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path, url)))
+        args = ["mig-manager", "--node", "n1", "--once", "--backend", "sim", "-o", "json"]
+        idle = runner.invoke(app, args)
+        assert idle.exit_code == 0 and json.loads(idle.stdout)["phase"] == "idle"
+        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, "n1")["metadata"]["labels"]
+        monkeypatch.setenv("DEFAULT_MIG_CONFIG", "all-3g.40gb")
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert (data["config"], data["outcome"]) == ("all-3g.40gb", "success")
+        assert cluster.get(NODE, "n1")["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+        cluster.close()
+    bad = runner.invoke(app, [*args, "--default-config", "all-9g"])
+    assert bad.exit_code == 2 and "all-9g" in bad.output
+
+
+def test_mig_manager_without_kubeconfig_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = runner.invoke(app, ["mig-manager", "--node", "n1", "--once", "--backend", "sim"])
+    assert result.exit_code == 2
+    assert "no Kubernetes API configuration" in result.output and "Traceback" not in result.output
+    assert "KUBECONFIG" in result.output
+
+
+def _kubeconfig(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path

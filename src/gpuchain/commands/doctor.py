@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._backend import BackendKind, open_backend
+from gpuchain.commands._cluster import open_cluster
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
@@ -80,13 +81,9 @@ def open_target(scenario: str | None, kubeconfig: str | None, context: str | Non
             asyncio.run(go_live(sim))
         return Target(sim.cluster, sim.read_log, sim, f"scenario {sim.scenario.name} (simulated)")
     from gpuchain.doctor.logs import cluster_log_reader
-    from gpuchain.kube import LiveCluster
 
-    try:
-        cluster = LiveCluster.from_kubeconfig(kubeconfig, context)
-        return Target(cluster, cluster_log_reader(cluster), None, "live cluster")
-    except Exception as exc:
-        fail(f"cannot reach a cluster ({exc}); pass --kubeconfig, or try --scenario friday-scale-out")
+    cluster = open_cluster(kubeconfig, context, hint="pass --kubeconfig, or try --scenario friday-scale-out")
+    return Target(cluster, cluster_log_reader(cluster), None, "live cluster")
 
 
 @contextmanager

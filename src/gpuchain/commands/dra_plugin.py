@@ -13,13 +13,14 @@ from pathlib import Path
 import typer
 from rich.panel import Panel
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import (
+    BackendChoice,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
@@ -46,19 +47,25 @@ def _open_cluster(kind: ClusterKind) -> Cluster:
         from gpuchain.kube.memory import MemoryCluster
 
         return MemoryCluster()
-    from gpuchain.kube.live import LiveCluster
-
-    try:
-        return LiveCluster()
-    except Exception as exc:  # the client's config errors are its own types; all mean "no cluster config"
-        fail(f"no Kubernetes API configuration ({exc}): run in a pod, set KUBECONFIG, or use --cluster memory")
+    return open_cluster(hint="or use --cluster memory")
 
 
-async def serve(driver: DraDriver, server: DraPluginServer, resync: float) -> None:
+def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list[tuple[Path, Path]]) -> None:
+    """A simulated default publishes nothing to a live cluster and registers nothing with the real kubelet."""
+    if cluster is ClusterKind.live:
+        refuse_implicit_sim(choice, "the live cluster (ResourceSlice); or pass --cluster memory")
+    real = [str(given) for given, default in dirs if given == default]
+    if real:
+        refuse_implicit_sim(
+            choice, f"the kubelet's directories ({', '.join(real)}); or point the --*-dir options elsewhere"
+        )
+
+
+async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simulated: bool = False) -> None:
     """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT."""
     published = await asyncio.to_thread(driver.publish)
     log.info(
-        "ResourceSlice for pool %s: %d devices, generation %d",
+        "ResourceSlice for pool %s: %d devices, generation %d" + (" (simulated GPUs)" if simulated else ""),
         driver.node,
         len(published.devices),
         published.generation,
@@ -80,7 +87,7 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float) -> No
 
 
 def dra_plugin(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     node_name: str | None = typer.Option(
@@ -106,17 +113,29 @@ def dra_plugin(
     DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    choice = resolve_backend(backend)
+    kube = _open_cluster(cluster)  # a missing cluster config is named first: its fix holds for any backend
+    _refuse_implicit_sim(
+        choice,
+        cluster,
+        [
+            (registry_dir, DEFAULT_REGISTRY_DIR),
+            (plugin_dir, DEFAULT_PLUGIN_DIR),
+            (cdi_dir, DEFAULT_CDI_DIR),
+            (state_dir, DEFAULT_STATE_DIR),
+        ],
+    )
     try:
         policy = policy_from_env(os.environ)
-        b = open_backend(backend, preset, topology)
+        b = open_backend(choice.kind, preset, topology)
     except (*BACKEND_ERRORS, ValueError) as exc:
         fail(str(exc))
     node = node_name or (b.topology.node if isinstance(b, SimBackend) else socket.gethostname())
     try:
         config = DriverConfig(node=node, cdi_dir=cdi_dir, state_dir=state_dir, policy=policy)
-        driver = DraDriver(b, _open_cluster(cluster), config)
+        driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)
-        asyncio.run(serve(driver, server, resync))
+        asyncio.run(serve(driver, server, resync, choice.simulated))
     except (CheckpointError, SliceError) as exc:
         fail(str(exc))
     except KubeError as exc:
@@ -125,7 +144,7 @@ def dra_plugin(
         fail(f"cannot serve in {registry_dir} / {plugin_dir}: {exc}", code=1)
     finally:
         b.close()
-    err_console.print("DRA plugin stopped", style="dim")
+    err_console.print(mark("DRA plugin stopped", choice), style="dim")
 
 
 def dra_demo(

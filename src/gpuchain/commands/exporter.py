@@ -11,14 +11,8 @@ from types import FrameType
 
 import typer
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
-)
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import mark, node_backend_option, resolve_backend
 from gpuchain.commands._output import err_console, fail
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
@@ -31,7 +25,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def exporter(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     port: int = typer.Option(DEFAULT_PORT, "--port", "-p", help="Port for /metrics and /health."),
@@ -66,7 +60,7 @@ def exporter(
     socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
     pods = PodResourcesClient(socket_path, timeout=call_timeout) if socket_path else None
     try:
-        gpus = open_backend(backend, preset, topology)
+        gpus = open_backend(resolve_backend(backend).kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
     collector = GpuMetricsCollector(
@@ -85,7 +79,8 @@ def exporter(
     collector.start()
     where = f"http://{address}:{server.server_port}"
     attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
-    err_console.print(f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}")
+    line = f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}"
+    err_console.print(mark(line, resolve_backend(backend)))
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -11,17 +11,18 @@ from types import FrameType
 import typer
 from rich.table import Table
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import (
+    BackendChoice,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import Config, MigStrategy, load_config
+from gpuchain.deviceplugin.config import Config, GfdFlags, MigStrategy, load_config
 from gpuchain.discovery.labels import LabelError, Labels
 from gpuchain.discovery.output import patch_node_labels, render_feature_file, write_feature_file
 from gpuchain.discovery.service import Discovery, Sink, parse_interval, read_machine_type
@@ -36,8 +37,12 @@ def _config(path: str | None, mig_strategy: MigStrategy | None) -> Config:
     return config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": mig_strategy})})
 
 
-def _table(labels: Labels) -> Table:
-    table = Table(title=f"{len(labels)} feature discovery labels", title_justify="left")
+NFD_FEATURE_FILE = str(GfdFlags.model_fields["output_file"].default)
+"""Where NFD on the host picks feature files up and turns them into node labels."""
+
+
+def _table(labels: Labels, choice: BackendChoice) -> Table:
+    table = Table(title=mark(f"{len(labels)} feature discovery labels", choice), title_justify="left")
     table.add_column("Label")
     table.add_column("Value")
     for key, value in labels.items():
@@ -47,12 +52,7 @@ def _table(labels: Labels) -> Table:
 
 def _node_sink(node: str) -> Sink:
     """Patch ``node``'s labels through the live cluster (in-cluster config or kubeconfig)."""
-    from gpuchain.kube import LiveCluster
-
-    try:
-        cluster = LiveCluster()
-    except Exception as exc:
-        fail(f"--node {node}: cannot reach the Kubernetes API: {exc}", code=1)
+    cluster = open_cluster(hint="or leave out --node (the feature file is enough under NFD)")
     return lambda labels: patch_node_labels(cluster, node, labels)
 
 
@@ -61,7 +61,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def gfd(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config_file: str | None = typer.Option(
@@ -100,6 +100,11 @@ def gfd(
         fail(str(exc))
     gfd_flags = config.flags.gfd
     target = gfd_flags.output_file if output_file is None else output_file
+    choice = resolve_backend(backend)
+    if node:
+        refuse_implicit_sim(choice, f"node {node}'s labels on the live cluster")
+    if target == NFD_FEATURE_FILE:
+        refuse_implicit_sim(choice, f"NFD's feature file {target} (it becomes node labels); or pass --output-file")
     machine = read_machine_type(machine_type_file or gfd_flags.machine_type_file)
     sinks: list[Sink] = []
     if target == "-":
@@ -109,7 +114,7 @@ def gfd(
     if node:
         sinks.append(_node_sink(node))
     try:
-        gpus = open_backend(backend, preset, topology)
+        gpus = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
     discovery = Discovery(gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp))
@@ -122,11 +127,11 @@ def gfd(
             except OSError as exc:
                 fail(f"cannot write {target}: {exc.strerror or exc}; pass --output-file PATH or '-'", code=1)
             if target != "-":
-                emit(labels, output, lambda: _table(labels))
+                emit(labels, output, lambda: _table(labels, choice))
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        err_console.print(f"labelling every {interval:g}s; Ctrl-C to stop")
+        err_console.print(mark(f"labelling every {interval:g}s; Ctrl-C to stop", choice))
         try:
             discovery.run(interval)
         except KeyboardInterrupt:

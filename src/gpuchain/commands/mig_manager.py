@@ -1,8 +1,9 @@
 """`gpuchain mig-manager`: the node agent that applies the layout named by the node's
 `nvidia.com/mig.config` label and reports it in `nvidia.com/mig.config.state`.
 
-It runs in the cluster (a DaemonSet on MIG-capable nodes) with `--backend nvml`; with the
-default sim backend it changes simulated GPUs, which is useful against a test cluster.
+It runs in the cluster (a DaemonSet on MIG-capable nodes) with `--backend nvml`. It always writes
+to a live cluster, so the simulated backend (the default elsewhere) must be asked for with
+`--backend sim` (useful against a test cluster); its printed state then says "simulated".
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from typing import Any
 import typer
 from rich.text import Text
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import (
+    SIMULATED,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.commands.mig import mig_config
@@ -43,8 +45,15 @@ def mig_manager(
     operands: str = typer.Option(
         ",".join(OPERANDS), "--operands", help="Deploy-label suffixes of the GPU operands to pause."
     ),
+    default_config: str | None = typer.Option(
+        None,
+        "--default-config",
+        envvar="DEFAULT_MIG_CONFIG",
+        help="Layout for a node without a nvidia.com/mig.config label (migManager.config.default); "
+        "default: leave such nodes alone.",
+    ),
     once: bool = typer.Option(False, "--once", help="Reconcile until the agent waits, print its state, exit."),
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     output: OutputFormat = output_option(),
@@ -55,18 +64,23 @@ def mig_manager(
     operands (deploy labels `paused-for-mig-change`) and always restores them; the reason for a
     failure is in the node annotation `nvidia.com/mig.config.state.reason` and a node Event.
     """
+    choice = resolve_backend(backend)
+    refuse_implicit_sim(choice, f"node {node} of the live cluster (nvidia.com/mig.config.state)")
     config = mig_config(config_file)
-    policy = Policy(timeout_s=timeout, evict=evict, operands=tuple(o for o in operands.split(",") if o))
-    from gpuchain.kube import LiveCluster
-
+    if default_config and default_config not in config.mig_configs:
+        known = ", ".join(sorted(config.mig_configs))
+        fail(f"--default-config / DEFAULT_MIG_CONFIG: no layout {default_config!r} in the config; known: {known}")
+    policy = Policy(
+        timeout_s=timeout,
+        evict=evict,
+        operands=tuple(o for o in operands.split(",") if o),
+        default_config=default_config or None,
+    )
     try:
-        cluster = LiveCluster()
-    except Exception as exc:
-        fail(f"cannot reach the Kubernetes API: {exc}", code=1)
-    try:
-        gpus = open_backend(backend, preset, topology)
+        gpus = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
+    cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
     manager = MigManager(cluster, gpus, node, config, policy)
     try:
         if once:
@@ -75,10 +89,14 @@ def mig_manager(
             except KubeError as exc:
                 fail(str(exc), code=1)
             data: dict[str, Any] = {"node": node, "phase": m.phase, "config": m.config, "outcome": m.outcome}
-            data["message"] = m.message
-            emit(data, output, lambda: Text(f"{node}: {m.phase} {m.config or '-'} {m.outcome or ''} {m.message}"))
+            data["message"] = mark(m.message, choice) if m.message else m.message
+            data[SIMULATED] = choice.simulated
+            line = mark(f"{node}: {m.phase} {m.config or '-'} {m.outcome or ''} {m.message}".rstrip(), choice)
+            emit(data, output, lambda: Text(line))
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        if choice.simulated:
+            logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(manager.run(interval))
     finally:

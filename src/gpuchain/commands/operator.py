@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import sys
@@ -15,9 +16,10 @@ from pydantic import BaseModel, Field
 from rich.console import Group
 from rich.table import Table
 
+from gpuchain.commands._cluster import open_cluster
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
-from gpuchain.kube import CLUSTER_POLICY, KubeError, LiveCluster
+from gpuchain.kube import CLUSTER_POLICY, KubeError
 from gpuchain.operator.crd import crd
 from gpuchain.operator.operands import Facts, desired
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
@@ -36,8 +38,29 @@ class PolicyDocument(BaseModel):
     spec: dict[str, Any] = Field(default_factory=dict)
 
 
-def _manifest_dump(objs: list[dict[str, Any]], fmt: str) -> None:
-    if fmt == "json":
+class ManifestFormat(enum.StrEnum):
+    """How manifests print: YAML documents (for kubectl apply -f -) or a JSON list."""
+
+    yaml = "yaml"
+    json = "json"
+
+
+def _manifest_option(help_text: str) -> Any:
+    return typer.Option(ManifestFormat.yaml, "-o", "--output", help=help_text)
+
+
+def _kubeconfig_option() -> Any:
+    return typer.Option(
+        None, "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)."
+    )
+
+
+def _context_option() -> Any:
+    return typer.Option(None, "--context", help="kubeconfig context to use.")
+
+
+def _manifest_dump(objs: list[dict[str, Any]], fmt: ManifestFormat) -> None:
+    if fmt is ManifestFormat.json:
         sys.stdout.write(json.dumps(objs, indent=2) + "\n")
     else:
         sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
@@ -51,8 +74,10 @@ def run_cmd(
     resync: float = typer.Option(60.0, "--resync", help="Reconcile at least this often (seconds)."),
 ) -> None:
     """Watch ClusterPolicies, nodes and operands; reconcile until interrupted."""
+    # No --kubeconfig here: kopf logs in on its own (in-cluster or the default kubeconfig), so both
+    # clients must find the same configuration.
+    cluster = open_cluster(server=server, hint="the operator normally runs in-cluster")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cluster = LiveCluster.from_url(server) if server else LiveCluster()
     config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
     asyncio.run(run(cluster, config))
 
@@ -61,7 +86,7 @@ def run_cmd(
 def render(
     policy_file: Path | None = typer.Option(None, "--policy", "-f", help="ClusterPolicy YAML (default: all defaults)."),
     namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
-    output: str = typer.Option("yaml", "-o", "--output", help="yaml (multi-document) or json."),
+    output: ManifestFormat = _manifest_option("yaml (multi-document) or json."),
 ) -> None:
     """Print the manifests the operator would apply for a ClusterPolicy (no cluster needed)."""
     doc = PolicyDocument()
@@ -98,10 +123,12 @@ def _status_table(policies: list[dict[str, Any]]) -> Group:
 @operator_app.command("status")
 def status_cmd(
     server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
+    kubeconfig: str | None = _kubeconfig_option(),
+    context: str | None = _context_option(),
     output: OutputFormat = output_option(),
 ) -> None:
     """Show each ClusterPolicy's state, conditions and per-operand status."""
-    cluster = LiveCluster.from_url(server) if server else LiveCluster()
+    cluster = open_cluster(kubeconfig, context, server, hint="or pass --kubeconfig")
     try:
         policies = cluster.list(CLUSTER_POLICY)
     except KubeError as exc:
@@ -113,7 +140,7 @@ def status_cmd(
 
 
 @operator_app.command("crd")
-def crd_cmd(output: str = typer.Option("yaml", "-o", "--output", help="yaml or json.")) -> None:
+def crd_cmd(output: ManifestFormat = _manifest_option("yaml or json.")) -> None:
     """Print the ClusterPolicy CustomResourceDefinition."""
     _manifest_dump([crd()], output)
 

@@ -17,13 +17,15 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import (
+    SIMULATED,
+    BackendChoice,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
@@ -46,15 +48,6 @@ def _seconds(option: str, value: str) -> float:
         return parse_interval(value)
     except ValueError:
         fail(f"{option}: {value!r} is not a positive duration; use e.g. 30s, 10m or 1h")
-
-
-def _live_cluster() -> Cluster:
-    from gpuchain.kube import LiveCluster
-
-    try:
-        return LiveCluster()
-    except Exception as exc:
-        fail(f"cannot reach the Kubernetes API (in-cluster config or ~/.kube/config): {exc}", code=1)
 
 
 def _report_table(report: Report) -> RenderableType:
@@ -136,7 +129,7 @@ def remediator(
             fail(f"--scenario: {exc.args[0]}")
         once = True
     else:
-        cluster = _live_cluster()
+        cluster = open_cluster(hint="or try --scenario xid79")
     controller = Remediator(cluster, policy, namespace, dry_run)
     if once:
         try:
@@ -163,8 +156,9 @@ def _run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     asyncio.run(runner())
 
 
-def _publish_table(result: PublishResult) -> RenderableType:
-    table = Table(title=f"GPUHealthy={'False' if result.faults else 'True'}", title_justify="left")
+def _publish_table(result: PublishResult, choice: BackendChoice) -> RenderableType:
+    title = mark(f"GPUHealthy={'False' if result.faults else 'True'}", choice)
+    table = Table(title=title, title_justify="left")
     for col in ("Device", "Fault", "Pods"):
         table.add_column(col)
     for uuid, fault in sorted(result.faults.items()):
@@ -177,7 +171,7 @@ def gpu_health(
     node: str | None = typer.Option(
         None, "--node", envvar="NODE_NAME", help="This Node's name (required on a cluster)."
     ),
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config_file: str | None = typer.Option(
@@ -198,13 +192,14 @@ def gpu_health(
     Uses the device plugin's XID policy (config file health section, DP_*_HEALTHCHECKS variables).
     """
     resync_s = _seconds("--resync", resync)
+    choice = resolve_backend(backend)
     try:
         config = load_config(config_file, os.environ)
         policy = config.health.policy(os.environ)
     except (ConfigFileError, ValueError) as exc:
         fail(str(exc))
     try:
-        gpus = open_backend(backend, preset, topology)
+        gpus = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
     name = node
@@ -216,7 +211,8 @@ def gpu_health(
         cluster: Cluster = MemoryCluster([node_object(name)])
         once = True
     else:
-        cluster = _live_cluster()
+        refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy); or pass --dry-run")
+        cluster = open_cluster(hint="or pass --dry-run")
     pods = PodResourcesClient(pod_resources_socket) if os.path.exists(pod_resources_socket) else None
     publisher = GpuHealthPublisher(
         gpus, cluster, name, pods.list if pods else None, policy, config.health.recovery_quiet_seconds
@@ -231,11 +227,12 @@ def gpu_health(
                 "node": name,
                 "published": cluster.get(NODE, name)["metadata"].get("annotations", {}),
                 **_plain(result),
+                SIMULATED: choice.simulated,
             }
-            emit(data, output, lambda: _publish_table(result))
+            emit(data, output, lambda: _publish_table(result, choice))
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        err_console.print(f"publishing GPU health of node {name}; Ctrl-C to stop")
+        err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
         _run_until_signal(lambda stop: publisher.run(stop, resync_s))
     finally:
         if pods is not None:

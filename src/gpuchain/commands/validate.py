@@ -6,24 +6,26 @@ on failure it says what is wrong and exits 1 (so the init container restarts and
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.table import Table
 
-from gpuchain.commands._backend import (
-    BACKEND_ERRORS,
-    BackendKind,
-    backend_option,
-    open_backend,
-    preset_option,
-    topology_option,
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._cluster import (
+    SIMULATED,
+    BackendChoice,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
-from gpuchain.kube import Cluster, LiveCluster
+from gpuchain.gpu.backend import GpuBackend
 from gpuchain.validator import CheckResult, ReadyFiles, check_cuda, check_driver, check_plugin, check_toolkit
 from gpuchain.validator.ready import DEFAULT_DIR
 
@@ -35,6 +37,37 @@ validate_app = typer.Typer(
 
 def _dir_option() -> Any:
     return typer.Option(DEFAULT_DIR, "--dir", help="Validations directory holding the <link>-ready files.")
+
+
+def _simulated(result: CheckResult, choice: BackendChoice) -> CheckResult:
+    """The result marked as coming from simulated GPUs (message, details and so the ready file)."""
+    if not choice.simulated:
+        return result
+    return CheckResult(result.link, result.ok, mark(result.message, choice), {**result.details, SIMULATED: True})
+
+
+def _check_backend(
+    link: str,
+    check: Callable[[GpuBackend], CheckResult],
+    backend: BackendKind | None,
+    preset: str | None,
+    topology: str | None,
+    directory: Path,
+    output: OutputFormat,
+) -> None:
+    """Run a check that needs the GPUs; a simulated default never writes the real ready-file directory."""
+    choice = resolve_backend(backend)
+    if directory == DEFAULT_DIR:
+        refuse_implicit_sim(choice, f"the node's ready files ({DEFAULT_DIR}); or pass --dir DIR")
+    try:
+        b = open_backend(choice.kind, preset, topology)
+    except BACKEND_ERRORS as exc:
+        _finish(CheckResult(link, False, str(exc)), directory, output)
+        return
+    try:
+        _finish(_simulated(check(b), choice), directory, output)
+    finally:
+        b.close()
 
 
 def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
@@ -60,27 +93,19 @@ def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
 
 @validate_app.command("driver")
 def driver(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     directory: Path = _dir_option(),
     output: OutputFormat = output_option(),
 ) -> None:
     """The driver works: NVML loads and lists GPUs. Writes driver-ready."""
-    try:
-        b = open_backend(backend, preset, topology)
-    except BACKEND_ERRORS as exc:
-        _finish(CheckResult("driver", False, str(exc)), directory, output)
-        return
-    try:
-        _finish(check_driver(b), directory, output)
-    finally:
-        b.close()
+    _check_backend("driver", check_driver, backend, preset, topology, directory, output)
 
 
 @validate_app.command("toolkit")
 def toolkit(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     dev_dir: Path = typer.Option(Path("/dev"), "--dev-dir", help="Where the runtime injects GPU device nodes."),
@@ -88,15 +113,7 @@ def toolkit(
     output: OutputFormat = output_option(),
 ) -> None:
     """The container runtime injects GPUs: device nodes present and NVML works. Writes toolkit-ready."""
-    try:
-        b = open_backend(backend, preset, topology)
-    except BACKEND_ERRORS as exc:
-        _finish(CheckResult("toolkit", False, str(exc)), directory, output)
-        return
-    try:
-        _finish(check_toolkit(b, dev_dir), directory, output)
-    finally:
-        b.close()
+    _check_backend("toolkit", lambda b: check_toolkit(b, dev_dir), backend, preset, topology, directory, output)
 
 
 @validate_app.command("cuda")
@@ -105,14 +122,14 @@ def cuda(directory: Path = _dir_option(), output: OutputFormat = output_option()
     _finish(check_cuda(), directory, output)
 
 
-def _cluster(server: str | None) -> Cluster:
-    return LiveCluster.from_url(server) if server else LiveCluster()
-
-
 @validate_app.command("plugin")
 def plugin(
-    node: str = typer.Option(os.environ.get("NODE_NAME", ""), "--node", help="Node to check (default $NODE_NAME)."),
+    node: str = typer.Option("", "--node", envvar="NODE_NAME", help="Node to check (default $NODE_NAME)."),
     server: str | None = typer.Option(None, "--server", help="API server URL (default: in-cluster or kubeconfig)."),
+    kubeconfig: str | None = typer.Option(
+        None, "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)."
+    ),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context to use."),
     tries: int = typer.Option(30, "--tries", min=1, help="How many times to look before giving up."),
     interval: float = typer.Option(5.0, "--interval", min=0, help="Seconds between tries."),
     directory: Path = _dir_option(),
@@ -121,7 +138,7 @@ def plugin(
     """The device plugin registered: the node advertises nvidia.com/gpu or mig resources. Writes plugin-ready."""
     if not node:
         fail("no node: pass --node or set NODE_NAME (the operator sets it from spec.nodeName)")
-    cluster = _cluster(server)
+    cluster = open_cluster(kubeconfig, context, server, hint="or pass --kubeconfig or --server")
     result = check_plugin(cluster, node)
     for _ in range(tries - 1):
         if result.ok:

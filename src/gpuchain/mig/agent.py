@@ -50,11 +50,21 @@ class Phase(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Policy:
-    """How patient and how forceful the agent is."""
+    """How patient and how forceful the agent is, and what a node without a layout label gets.
+
+    ``default_config`` is the operator's ``migManager.config.default`` (env ``DEFAULT_MIG_CONFIG``):
+    a node with no ``nvidia.com/mig.config`` label is treated as if the label named it, so freshly
+    joined MIG nodes get the cluster's layout without anyone labelling them. None: leave them alone.
+    """
 
     timeout_s: float = 300.0
     evict: bool = False
     operands: tuple[str, ...] = OPERANDS
+    default_config: str | None = None
+
+    def wanted(self, labels: Mapping[str, str]) -> str | None:
+        """The layout a node with these labels should have: its label, else the default."""
+        return labels.get(CONFIG_LABEL) or self.default_config or None
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,7 @@ def _pods(pods: tuple[PodRef, ...]) -> str:
 def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Machine, list[Action]]:
     """One transition. Call again with a fresh observation until the machine is ``waiting``
     and returns no actions; call on every node change and on a timer (for the timeouts)."""
-    wanted = obs.labels.get(CONFIG_LABEL)
+    wanted = policy.wanted(obs.labels)
     state = obs.labels.get(STATE_LABEL)
 
     if m.phase is Phase.IDLE:

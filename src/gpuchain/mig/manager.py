@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
 from gpuchain.mig.agent import (
@@ -163,10 +164,11 @@ class MigManager:
             self._applied = self._apply(action.config)
         else:
             node = self.cluster.get(NODE, self.node)
+            simulated = isinstance(self.backend, SimBackend)  # a test cluster must not read as real GPUs
             self.cluster.record_event(
                 node,
                 action.reason,
-                action.message,
+                f"{action.message} (simulated GPUs)" if simulated else action.message,
                 type="Warning" if action.warning else "Normal",
                 component="gpuchain-mig-manager",
             )
