@@ -15,6 +15,7 @@ from gpuchain.kube import (
     AlreadyExistsError,
     BadRequestError,
     Cluster,
+    ConflictError,
     EvictionBlockedError,
     InvalidError,
     MemoryCluster,
@@ -81,6 +82,19 @@ def test_merge_patch_sets_and_deletes_labels(cluster: Cluster) -> None:
     assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"keep": "1", "new": "3"}
     with pytest.raises(NotFoundError):
         cluster.patch(NODE, "missing", {"metadata": {"labels": {"a": "b"}}})
+
+
+def test_patch_with_a_stale_resource_version_conflicts(cluster: Cluster) -> None:
+    needs(cluster, "metadata")
+    read = cluster.create(node("n1"))
+    cluster.patch(NODE, "n1", {"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}})
+    stale = {"metadata": {"resourceVersion": read["metadata"]["resourceVersion"]}, "spec": {"taints": None}}
+    with pytest.raises(ConflictError):
+        cluster.patch(NODE, "n1", stale)
+    assert cluster.get(NODE, "n1")["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
+    fresh = cluster.get(NODE, "n1")["metadata"]["resourceVersion"]
+    cluster.patch(NODE, "n1", {"metadata": {"resourceVersion": fresh}, "spec": {"taints": None}})
+    assert "taints" not in cluster.get(NODE, "n1")["spec"]
 
 
 def test_list_by_namespace(cluster: Cluster) -> None:

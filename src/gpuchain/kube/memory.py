@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from gpuchain.kube.errors import (
     AlreadyExistsError,
     BadRequestError,
+    ConflictError,
     EvictionBlockedError,
     GoneError,
     InvalidError,
@@ -276,6 +277,13 @@ class MemoryCluster(Cluster):
         body = {k: v for k, v in patch.items() if k != "status"}
         with self._lock:
             old = self._lookup(kind, name, namespace)
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and str(wanted) != old["metadata"]["resourceVersion"]:
+                # As the API server: a resourceVersion in a patch is a precondition, not a value to set.
+                raise ConflictError(
+                    f"{kind.kind} {name}: the object has been modified (resourceVersion "
+                    f"{old['metadata']['resourceVersion']}, patch expected {wanted}); read it again and retry"
+                )
             return self._replace(kind, old, merge_patch(old, body))
 
     def patch_status(

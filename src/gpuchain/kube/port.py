@@ -149,6 +149,8 @@ class Cluster(abc.ABC):
         """JSON merge patch (RFC 7386): dicts merge, lists replace, ``None`` deletes a key.
 
         ``{"metadata": {"labels": {"a": "1", "b": None}}}`` sets label a and removes label b.
+        A ``metadata.resourceVersion`` in the patch is a precondition: ConflictError if the object
+        changed since it was read (use it when the patch replaces a list read earlier, e.g. taints).
         The status subresource is not touched; use patch_status for that.
         """
 

@@ -259,7 +259,7 @@ def _node_actions(view: NodeGpus, faults: list[Fault], policy: Policy) -> list[A
                 f"tainted {TAINT_KEY}={worst.value}:NoSchedule: {why}",
                 devices=devices,
                 xids=xids,
-                patch={"spec": {"taints": [*others, taint]}},
+                patch=_taints_patch(view, [*others, taint]),
             )
         )
     if policy.node_action in (NodeAction.CORDON, NodeAction.BOTH) and not view.unschedulable:
@@ -347,6 +347,16 @@ def _finished(pod: Obj) -> bool:
     return bool(pod.get("metadata", {}).get("deletionTimestamp")) or phase in ("Succeeded", "Failed")
 
 
+def _taints_patch(view: NodeGpus, taints: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replace the node's taints as read, guarded by the version read: a taint another controller
+    added meanwhile (e.g. node.kubernetes.io/unreachable) makes the API refuse with a conflict
+    instead of being dropped; the next pass reads again and retries."""
+    patch: dict[str, Any] = {"spec": {"taints": taints or None}}
+    if view.resource_version is not None:
+        patch["metadata"] = {"resourceVersion": view.resource_version}
+    return patch
+
+
 def _restore(view: NodeGpus) -> list[Action]:
     """Lift gpuchain's own taint and cordon once the node reports its GPUs healthy again."""
     if view.condition is None or view.error:
@@ -360,7 +370,7 @@ def _restore(view: NodeGpus) -> list[Action]:
                 view.name,
                 "GPUNodeUntainted",
                 f"removed taint {TAINT_KEY}: GPUs healthy again",
-                patch={"spec": {"taints": keep or None}},
+                patch=_taints_patch(view, keep),
             )
         )
     if view.cordoned_by_us and view.unschedulable:

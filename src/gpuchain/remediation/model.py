@@ -183,6 +183,8 @@ class NodeGpus:
     gpu_node: bool = True
     error: str | None = None
     """Set when an annotation could not be read: the node is reported and left alone."""
+    resource_version: str | None = None
+    """The version this view was read at: patches that replace a list (taints) carry it as a precondition."""
 
     @property
     def unhealthy(self) -> bool:
@@ -225,4 +227,5 @@ def node_view(node: Mapping[str, Any]) -> NodeGpus:
         cordoned_by_us=CORDONED_BY_ANNOTATION in annotations,
         gpu_node=gpu_node,
         error=error,
+        resource_version=meta.get("resourceVersion"),
     )
