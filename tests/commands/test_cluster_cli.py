@@ -1,0 +1,148 @@
+"""Commands that open a live cluster or run node agents: one-line errors without a kubeconfig,
+and simulated GPUs never written to a real cluster or node directory unless asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from kube.kmock_server import kmock_server
+from typer.testing import CliRunner, Result
+
+from gpuchain.cli import app
+from gpuchain.commands._backend import BackendKind
+from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
+from gpuchain.kube import NODE, LiveCluster
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home without ~/.kube/config, no $KUBECONFIG, not in a pod."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return tmp_path
+
+
+def _one_line_error(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["operator", "status"],
+        ["operator", "run"],
+        ["validate", "plugin", "--node", "x", "--tries", "1"],
+        ["remediator", "--once"],
+        ["gpu-health", "--once", "--node", "n1", "--backend", "sim"],
+        ["gfd", "--oneshot", "--output-file", "", "--node", "n1", "--backend", "sim"],
+        ["mig-manager", "--node", "n1", "--once", "--backend", "sim"],
+        ["doctor"],
+        ["verify"],
+    ],
+)
+def test_no_kubeconfig_is_one_line_naming_what_was_tried(no_kubeconfig: Path, args: list[str]) -> None:
+    out = _one_line_error(runner.invoke(app, args))
+    assert "no Kubernetes API configuration" in out
+    assert "$KUBECONFIG (unset)" in out and "in-cluster config" in out and "Fix:" in out
+
+
+def test_open_cluster_names_the_kubeconfig_and_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("foo: [")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("apiVersion: v1\nkind: Config\n")
+    for path in (tmp_path / "missing", bad, empty):
+        with pytest.raises(typer.Exit) as exc:
+            open_cluster(str(path))
+        assert exc.value.exit_code == 2
+    out = _one_line_error(runner.invoke(app, ["operator", "status", "--kubeconfig", str(empty)]))
+    assert f"kubeconfig {empty}" in out and "no 'clusters' section" in out
+    out = _one_line_error(runner.invoke(app, ["operator", "status", "--kubeconfig", str(bad)]))
+    assert "not valid YAML" in out
+    out = _one_line_error(runner.invoke(app, ["operator", "status", "--kubeconfig", str(tmp_path / "missing")]))
+    assert "not found" in out
+
+
+def test_open_cluster_with_a_context_that_is_not_there(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    assert isinstance(open_cluster(str(config)), LiveCluster)
+    out = _one_line_error(runner.invoke(app, ["doctor", "--kubeconfig", str(config), "--context", "prod"]))
+    assert "no context 'prod'" in out and "have: c" in out and "context prod" in out
+
+
+@pytest.mark.parametrize("cmd", [["operator", "render"], ["operator", "crd"]])
+def test_operator_manifests_refuse_an_unknown_output_format(cmd: list[str]) -> None:
+    bad = runner.invoke(app, [*cmd, "-o", "xml"])
+    assert bad.exit_code == 2 and "xml" in bad.output and not bad.stdout.startswith("apiVersion")
+    good = runner.invoke(app, [*cmd, "-o", "json"])
+    assert good.exit_code == 0 and isinstance(json.loads(good.stdout), list)
+
+
+# ---- simulated backend: marked, and kept off real places unless --backend sim is typed ----------
+
+
+def test_resolve_backend_tells_explicit_from_default() -> None:
+    assert resolve_backend(None).implicit_sim
+    assert not resolve_backend(BackendKind.sim).implicit_sim and resolve_backend(BackendKind.sim).simulated
+    assert not resolve_backend(BackendKind.nvml).simulated
+    assert (
+        mark("ok", resolve_backend(None)) == "ok (simulated)" and mark("ok", resolve_backend(BackendKind.nvml)) == "ok"
+    )
+    with pytest.raises(typer.Exit):
+        refuse_implicit_sim(resolve_backend(None), "somewhere real")
+    refuse_implicit_sim(resolve_backend(BackendKind.sim), "somewhere real")
+
+
+def test_gpu_health_refuses_the_default_sim_backend_on_a_live_cluster(no_kubeconfig: Path) -> None:
+    out = _one_line_error(runner.invoke(app, ["gpu-health", "--once", "--node", "n1"]))
+    assert "refusing to write simulated GPU results to node n1" in out and "--dry-run" in out
+    dry = runner.invoke(app, ["gpu-health", "--dry-run", "--pod-resources-socket", "/nonexistent", "-o", "json"])
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["simulated"] is True
+
+
+def test_gpu_health_with_explicit_sim_publishes_and_says_simulated(tmp_path: Path) -> None:
+    with kmock_server() as (url, _):
+        cluster = LiveCluster.from_url(url)
+        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            "current-context: c\n"
+        )
+        args = ["gpu-health", "--once", "--node", "n1", "--pod-resources-socket", "/nonexistent"]
+        env = {"KUBECONFIG": str(kubeconfig)}
+        refused = runner.invoke(app, args, env=env)
+        assert refused.exit_code == 2 and "GPUHealthy" not in str(cluster.get(NODE, "n1").get("status"))
+        result = runner.invoke(app, [*args, "--backend", "sim"], env=env)
+        assert result.exit_code == 0, result.output
+        assert "(simulated)" in result.output
+        cluster.close()
+
+
+def test_gfd_refuses_default_sim_for_a_node_or_the_nfd_feature_file(no_kubeconfig: Path) -> None:
+    node = _one_line_error(runner.invoke(app, ["gfd", "--oneshot", "--output-file", "", "--node", "n1"]))
+    assert "node n1's labels" in node
+    nfd = _one_line_error(runner.invoke(app, ["gfd", "--oneshot"]))
+    assert "/etc/kubernetes/node-feature-discovery/features.d/gfd" in nfd and "--output-file" in nfd
+    table = runner.invoke(app, ["gfd", "--oneshot", "--output-file", ""], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "(simulated)" in table.output
+
+
+def test_dra_plugin_refuses_default_sim_in_the_kubelets_directories(tmp_path: Path) -> None:
+    live = _one_line_error(runner.invoke(app, ["dra-plugin", "--cluster", "memory"]))
+    assert "/var/lib/kubelet/plugins_registry" in live and "--backend sim" in live
