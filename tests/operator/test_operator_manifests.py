@@ -134,3 +134,72 @@ def test_gpuchain_operand_commands_exist_with_their_arguments() -> None:
             seen.add(" ".join(cmd[:3]))
     assert {"gpuchain device-plugin", "gpuchain exporter", "gpuchain gfd", "gpuchain mig-manager"} <= seen
     assert {"gpuchain validate driver", "gpuchain validate plugin", "gpuchain validate wait"} <= seen
+
+
+def _pods(spec: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """DaemonSet name -> pod spec for a policy."""
+    objs = desired(_policy(spec or {}), Facts("gpu-operator", "cp"))
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+NVML_OPERANDS = (
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "nvidia-mig-manager",
+)
+
+
+@pytest.mark.parametrize("name", NVML_OPERANDS)
+def test_nvml_operands_override_the_images_void_devices(name: str) -> None:
+    # The gpuchain image sets NVIDIA_VISIBLE_DEVICES=void: without an override NVML finds no GPU.
+    pod = _pods()[name]
+    env = _env(pod["containers"][0])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["containers"][0]["args"][:2] == ["--backend", "nvml"]
+
+
+def test_validator_init_containers_get_gpus_and_only_the_driver_check_is_privileged() -> None:
+    pod = _pods()["nvidia-operator-validator"]
+    assert pod["runtimeClassName"] == "nvidia"
+    inits = {c["name"]: c for c in pod["initContainers"]}
+    for name, init in inits.items():
+        env = _env(init)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all", name
+        caps = "compute,utility" if name == "cuda-validation" else "utility"
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == caps, name
+    # Privileged, the toolkit check would see the host's /dev/nvidia* without any runtime injecting it.
+    assert inits["toolkit-validation"]["securityContext"] == {"privileged": False}
+    assert inits["driver-validation"]["securityContext"] == {"privileged": True}
+    assert not any(c["securityContext"]["privileged"] for n, c in inits.items() if n != "driver-validation")
+
+
+def test_mig_manager_gets_the_default_layout_and_device_plugin_its_node() -> None:
+    spec = {
+        "devicePlugin": {"config": {"name": "dp", "default": "ts"}},
+        "migManager": {"config": {"name": "mp", "default": "all-1g.10gb"}},
+    }
+    pods = _pods(spec)
+    mig = _env(pods["nvidia-mig-manager"]["containers"][0])
+    assert mig["DEFAULT_MIG_CONFIG"] == "all-1g.10gb"
+    assert _env(_pods()["nvidia-mig-manager"]["containers"][0])["DEFAULT_MIG_CONFIG"] == "all-disabled"
+    plugin = _env(pods["nvidia-device-plugin-daemonset"]["containers"][0])
+    assert plugin["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert plugin["NODE_CONFIG_KEY"] == "ts", "the policy default stays the fallback"
+
+
+def test_each_operand_has_its_own_service_account() -> None:
+    objs = desired(_policy({"gfd": {"enabled": False}}), Facts("gpu-operator", "cp"))
+    accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
+    used = [p["serviceAccountName"] for p in pods.values()]
+    assert sorted(used) == sorted(accounts) and len(set(used)) == len(pods) == 6, "one each, none shared"
+    assert "gpuchain-gpu-feature-discovery" not in accounts, "no account for a disabled operand"
+    no_api = {n for n, p in pods.items() if p.get("automountServiceAccountToken") is False}
+    assert no_api == {"nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", "nvidia-dcgm-exporter"}

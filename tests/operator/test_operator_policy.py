@@ -24,6 +24,8 @@ def _conditions(cluster) -> dict:  # type: ignore[no-untyped-def]
         ({"devicePlugin": {"repository": "Registry.Example/GPU Chain"}}, "spec.devicePlugin.repository", "not valid"),
         ({"driver": {"version": "550 latest"}}, "spec.driver.version", "not valid"),
         ({"driver": {"upgradePolicy": {"maxUnavailable": "lots"}}}, "spec.driver.upgradePolicy.maxUnavailable", "lots"),
+        ({"driver": {"enabld": True}}, "spec.driver.enabld", "did you mean 'enabled'"),
+        ({"someFutureKey": {"ignored": True}}, "spec.someFutureKey", "unknown key"),
     ],
 )
 def test_bad_spec_sets_error_condition_and_deploys_nothing(spec: dict, field: str, words: str) -> None:
@@ -62,7 +64,6 @@ def test_nvidia_keys_parse() -> None:
             "migManager": {"enabled": True, "config": {"default": "all-balanced"}},
             "mig": {"strategy": "mixed"},
             "daemonsets": {"priorityClassName": "gpu-critical", "tolerations": [{"operator": "Exists"}]},
-            "someFutureKey": {"ignored": True},
         }
     )
     assert isinstance(policy, ClusterPolicySpec)
@@ -78,3 +79,24 @@ def test_digest_image_reference() -> None:
     policy = parse_policy({"gfd": {"version": digest}})
     assert isinstance(policy, ClusterPolicySpec)
     assert policy.gfd.image_ref().endswith("@" + digest)
+
+
+def test_unknown_keys_are_problems_naming_the_field() -> None:
+    problems = parse_policy(
+        {"driver": {"enabld": True, "upgradePolicy": {"drain": {"enabel": True}}}, "gfd": {"enabled": True}}
+    )
+    assert isinstance(problems, list)
+    assert sorted(p.field for p in problems) == ["driver.enabld", "driver.upgradePolicy.drain.enabel"]
+    assert any("did you mean 'enable'?" in str(p) for p in problems)
+
+
+def test_schema_and_image_problems_are_reported_together() -> None:
+    problems = parse_policy(
+        {
+            "driver": {"enabld": True, "version": "550 latest"},
+            "devicePlugin": {"repository": "Registry.Example/GPU Chain"},
+            "mig": {"strategy": "balanced"},
+        }
+    )
+    assert isinstance(problems, list)
+    assert {p.field for p in problems} == {"driver.enabld", "mig.strategy", "driver.version", "devicePlugin.repository"}

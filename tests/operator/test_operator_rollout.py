@@ -75,6 +75,31 @@ def test_toolkit_failure_lets_driver_be_ready_and_gates_the_plugin() -> None:
     assert sim.files["gpu-0"] == {"driver"}
 
 
+def test_device_plugin_crashloop_is_the_root_and_the_validator_waits_for_it() -> None:
+    cluster = make_cluster(gpu_nodes=2)
+    sim = OperandSimulator(cluster, NS, crashloop={"gpu-1": {"nvidia-device-plugin-daemonset"}})
+    assert converge(cluster, sim).state == "notReady"
+    status = _status(cluster)
+    ops = status["operands"]
+    assert ops["device-plugin"]["reason"] == "CrashLoopBackOff"
+    assert ops["operator-validation"]["reason"] == "WaitingForDevicePlugin"
+    assert ops["operator-validation"]["message"].startswith("waiting for device-plugin (CrashLoopBackOff)")
+    message = _ready(status)["message"]
+    assert message.startswith("device-plugin not ready: CrashLoopBackOff"), message
+    assert message.endswith("waiting behind it: operator-validation"), message
+    assert list(ops) == [op.state for op in OPERANDS], "status keeps gpu-operator's order"
+    assert sim.files["gpu-1"] == {"driver", "toolkit", "cuda"}
+
+
+def test_status_is_computed_in_dependency_order() -> None:
+    from gpuchain.operator.status import dependency_order
+
+    order = [op.state for op in dependency_order(OPERANDS)]
+    for op in OPERANDS:
+        assert all(order.index(need) < order.index(op.state) for need in op.needs), op.state
+    assert order.index("device-plugin") < order.index("operator-validation")
+
+
 def test_noop_reconcile_makes_zero_writes() -> None:
     cluster = make_cluster()
     sim = OperandSimulator(cluster, NS)
@@ -91,7 +116,9 @@ def test_first_reconcile_writes_per_operand_not_per_node() -> None:
     for c in (small, large):
         reconcile(c, "cluster-policy", NS)
     assert small.calls.writes == large.calls.writes
-    assert small.calls.writes <= len(OPERANDS) + 4, "DaemonSets + RuntimeClass + ServiceAccount + status + Event"
+    assert small.calls.writes <= 2 * len(OPERANDS) + 3, (
+        "DaemonSets + their ServiceAccounts + RuntimeClass + status + Event"
+    )
 
 
 def test_preinstalled_driver_and_toolkit() -> None:

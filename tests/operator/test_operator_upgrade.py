@@ -10,6 +10,7 @@ from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
 from gpuchain.operator.upgrade import (
     CORDON_REQUIRED,
+    CORDONED_ANNOTATION,
     DONE,
     FAILED,
     IN_FLIGHT,
@@ -45,10 +46,17 @@ def _states(cluster: MemoryCluster) -> dict[str, str]:
     }
 
 
-def _run_upgrade(cluster: MemoryCluster, sim: OperandSimulator, max_in_flight: int, passes: int = 60) -> list[dict]:
+def _unschedulable(cluster: MemoryCluster) -> set[str]:
+    return {n["metadata"]["name"] for n in cluster.list(NODE) if n.get("spec", {}).get("unschedulable")}
+
+
+def _run_upgrade(
+    cluster: MemoryCluster, sim: OperandSimulator, max_in_flight: int, passes: int = 60, max_unavailable: int = 1
+) -> list[dict]:
     history = []
     for _ in range(passes):
         reconcile(cluster, "cluster-policy", NS)
+        assert len(_unschedulable(cluster)) <= max_unavailable, _states(cluster)
         sim.settle()
         states = _states(cluster)
         history.append(states)
@@ -81,9 +89,10 @@ def test_upgrade_rolls_node_by_node_and_evicts_gpu_pods() -> None:
     assert status["state"] == "ready"
 
 
-def test_pdb_blocked_node_fails_without_wedging_the_rest() -> None:
-    spec = {"driver": {"upgradePolicy": {"maxParallelUpgrades": 1, "podDeletion": {"timeoutSeconds": 0}}}}
-    cluster = make_cluster(gpu_nodes=3, cpu_nodes=0, spec=spec)
+def _blocked_cluster(max_unavailable: int | str) -> tuple[MemoryCluster, OperandSimulator]:
+    """3 GPU nodes, one upgrade at a time; gpu-0 runs a pod whose PDB blocks its eviction."""
+    upgrade = {"maxParallelUpgrades": 1, "maxUnavailable": max_unavailable, "podDeletion": {"timeoutSeconds": 0}}
+    cluster = make_cluster(gpu_nodes=3, cpu_nodes=0, spec={"driver": {"upgradePolicy": upgrade}})
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
     cluster.create(gpu_pod("precious", "gpu-0", app="precious"))
@@ -96,7 +105,13 @@ def test_pdb_blocked_node_fails_without_wedging_the_rest() -> None:
         }
     )
     cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": NEW}}})
-    history = _run_upgrade(cluster, sim, max_in_flight=1)
+    return cluster, sim
+
+
+def test_pdb_blocked_node_fails_without_wedging_the_rest() -> None:
+    # The budget allows two unavailable nodes: the failed one and one upgrading.
+    cluster, sim = _blocked_cluster(max_unavailable=2)
+    history = _run_upgrade(cluster, sim, max_in_flight=1, max_unavailable=2)
     assert history[-1] == {"gpu-0": FAILED, "gpu-1": DONE, "gpu-2": DONE}
     stuck = cluster.get(NODE, "gpu-0")
     assert "precious-pdb" in stuck["metadata"]["annotations"][MESSAGE_ANNOTATION]
@@ -127,3 +142,42 @@ def test_next_step_is_pure_and_waits_for_a_slot() -> None:
     assert step is not None and step.state == CORDON_REQUIRED
     current = NodeView("n", "", since=0.0, driver_image="img:new", driver_ready=True)
     assert next_step(current, "img:new", policy, now=1.0, may_start=True) is None
+
+
+def test_failed_node_counts_against_max_unavailable() -> None:
+    # 3 nodes at 25%: one node may be unavailable. The failed node stays cordoned, so it uses it.
+    cluster, sim = _blocked_cluster(max_unavailable="25%")
+    history = _run_upgrade(cluster, sim, max_in_flight=1, passes=25, max_unavailable=1)
+    assert history[-1] == {"gpu-0": FAILED, "gpu-1": UPGRADE_REQUIRED, "gpu-2": UPGRADE_REQUIRED}
+    assert _unschedulable(cluster) == {"gpu-0"}
+    status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    assert (
+        "2 node(s) wait: 1 of 3 GPU nodes unavailable, maxUnavailable allows 1" in status["driverUpgrades"]["waiting"]
+    )
+    # Someone deals with the workload and retries the node: the rest follow within the budget.
+    cluster.delete(POD, "precious", "ml")
+    cluster.patch(NODE, "gpu-0", {"metadata": {"labels": {STATE_LABEL: None}}})
+    history = _run_upgrade(cluster, sim, max_in_flight=1, max_unavailable=1)
+    assert set(history[-1].values()) == {DONE}
+    assert _unschedulable(cluster) == set()
+
+
+def test_unavailable_nodes_use_the_budget_and_are_not_counted_twice() -> None:
+    policy = _policy(maxParallelUpgrades=0, maxUnavailable="25%")
+    assert slots(policy, 3, in_flight=0, unavailable=1) == 0, "a cordoned or NotReady node uses the budget"
+    assert slots(policy, 8, in_flight=1, unavailable=1) == 1, "an in-flight node counts once"
+    assert slots(_policy(maxParallelUpgrades=1, maxUnavailable=3), 8, in_flight=0, unavailable=1) == 1
+
+
+def test_upgrade_leaves_an_admin_cordon_in_place() -> None:
+    spec = {"driver": {"upgradePolicy": {"maxParallelUpgrades": 1, "maxUnavailable": 2}}}
+    cluster = make_cluster(gpu_nodes=2, cpu_nodes=0, spec=spec)
+    sim = OperandSimulator(cluster, NS)
+    converge(cluster, sim)
+    cluster.patch(NODE, "gpu-0", {"spec": {"unschedulable": True}})
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": NEW}}})
+    history = _run_upgrade(cluster, sim, max_in_flight=1, max_unavailable=2)
+    assert history[-1] == {"gpu-0": DONE, "gpu-1": DONE}
+    assert _unschedulable(cluster) == {"gpu-0"}, "the admin's cordon stays; the upgrade's own is lifted"
+    for name in ("gpu-0", "gpu-1"):
+        assert CORDONED_ANNOTATION not in cluster.get(NODE, name)["metadata"].get("annotations", {})

@@ -12,6 +12,16 @@ objects, never one patch per node.
 
 On-node ordering is the chapter's: init containers wait for ready files under
 ``/run/gpuchain/validations/`` that the validator's init containers write, link by link.
+
+GPU access: the gpuchain image sets ``NVIDIA_VISIBLE_DEVICES=void`` so nothing built on it sees a
+GPU by accident. Every operand container that talks to NVML sets ``NVIDIA_VISIBLE_DEVICES=all``
+and ``NVIDIA_DRIVER_CAPABILITIES`` (``utility`` for NVML, ``compute,utility`` for CUDA) and its pod
+names ``runtimeClassName: nvidia``, so the NVIDIA runtime injects the devices and libraries, as
+gpu-operator does.
+
+Identity: each operand runs as its own ServiceAccount (``gpuchain-<deploy suffix>``), which the
+chart binds to only what that operand does with the API; operands that do nothing with it get
+no token mounted.
 """
 
 from __future__ import annotations
@@ -106,11 +116,18 @@ MIG_MANAGER = Operand(
     ("gpuchain", "mig-manager"),
 )
 
-#: In gpu-operator's state order.
+#: In gpu-operator's state order (the roll-out order; status uses `status.dependency_order`).
 OPERANDS = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, DCGM_EXPORTER, GFD, MIG_MANAGER)
 
 #: The validator init containers, in chain order: (check, file it writes).
 VALIDATIONS = ("driver", "toolkit", "cuda", "plugin")
+
+
+#: Operands that call the Kubernetes API (the others get no ServiceAccount token).
+USES_API = frozenset({VALIDATOR.state, DEVICE_PLUGIN.state, GFD.state, MIG_MANAGER.state})
+
+#: Operands on the gpuchain image that load NVML (env below, runtime class nvidia).
+USES_NVML = frozenset({DEVICE_PLUGIN.state, DCGM_EXPORTER.state, GFD.state, MIG_MANAGER.state})
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,19 @@ def image_of(policy: ClusterPolicySpec, operand: Operand) -> ImageSpec:
 def enabled(policy: ClusterPolicySpec, operand: Operand) -> bool:
     """Is the operand switched on in the policy (``<key>.enabled``)?"""
     return image_of(policy, operand).enabled
+
+
+def service_account_name(operand: Operand) -> str:
+    """The operand's own ServiceAccount, e.g. ``gpuchain-device-plugin`` (bound by the chart)."""
+    return f"gpuchain-{operand.deploy}"
+
+
+def gpu_env(capabilities: str = "utility") -> list[dict[str, str]]:
+    """Env that makes the NVIDIA runtime inject every GPU and the driver libraries named."""
+    return [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": capabilities},
+    ]
 
 
 def deploy_label(operand: Operand) -> str:
@@ -263,12 +293,15 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
             volumeMounts=[*mounts, {"name": "host-root", "mountPath": "/host", "readOnly": True}],
         )
     env: list[dict[str, Any]] = [node_name]
+    if operand.state in USES_NVML:
+        env += gpu_env()
     # gpuchain commands default to simulated GPUs; on a node they talk to NVML.
     args: list[str] = [] if operand is VALIDATOR else ["--backend", "nvml"]
     if operand is DEVICE_PLUGIN:
         env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
         if policy.device_plugin.config.name:
-            # A ConfigMap of named configs; NODE_CONFIG_KEY picks the one this node uses.
+            # A ConfigMap of named configs: the plugin reads its node's nvidia.com/device-plugin.config
+            # label (node from NODE_NAME) and falls back to NODE_CONFIG_KEY, the policy default.
             args += ["--config-dir", "/config"]
             if policy.device_plugin.config.default:
                 env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
@@ -279,6 +312,9 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
         mounts.append({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"})
     if operand is DCGM_EXPORTER:
         mounts.append({"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True})
+    if operand is MIG_MANAGER:
+        # The layout a node gets while it has no nvidia.com/mig.config label.
+        env += [{"name": "DEFAULT_MIG_CONFIG", "value": policy.mig_manager.config.default}]
     if operand is MIG_MANAGER and policy.mig_manager.config.name:
         env += [{"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"}]
         mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config", "readOnly": True})
@@ -319,21 +355,29 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
     return vols
 
 
+def _validation_init(policy: ClusterPolicySpec, check: str) -> dict[str, Any]:
+    """One validator init container (``gpuchain validate <check>``) that writes ``<check>-ready``.
+
+    Only the driver check is privileged (it inspects the host's driver install). The toolkit check
+    must not be: it passes when the NVIDIA runtime injected ``/dev/nvidia*``, and a privileged
+    container sees every host device anyway, so it could never fail. The CUDA check needs the
+    compute libraries injected as well.
+    """
+    node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    return _container(
+        f"{check}-validation",
+        policy.validator,
+        ["gpuchain", "validate", check],
+        args=["--backend", "nvml"] if check in ("driver", "toolkit") else [],
+        env=[node_name, *gpu_env("compute,utility" if check == "cuda" else "utility")],
+        securityContext={"privileged": check == "driver"},
+        volumeMounts=[_validation_mount()],
+    )
+
+
 def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[str, Any]]:
     if operand is VALIDATOR:
-        node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-        return [
-            _container(
-                f"{check}-validation",
-                policy.validator,
-                ["gpuchain", "validate", check],
-                args=["--backend", "nvml"] if check in ("driver", "toolkit") else [],
-                env=[node_name, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
-                securityContext={"privileged": True},
-                volumeMounts=[_validation_mount()],
-            )
-            for check in VALIDATIONS
-        ]
+        return [_validation_init(policy, check) for check in VALIDATIONS]
     if operand.waits_for is None or not policy.validator.enabled:
         # Without the validator nobody writes ready files: the links start unordered.
         return []
@@ -345,13 +389,15 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
     ds = policy.daemonsets
     app = {"app": operand.name}
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": "gpuchain-operand",
+        "serviceAccountName": service_account_name(operand),
         "priorityClassName": ds.priority_class_name,
         "tolerations": [dict(t) for t in ds.tolerations],
         "affinity": node_affinity(operand),
         "containers": [_main_container(policy, operand)],
         "volumes": _volumes(operand, policy),
     }
+    if operand.state not in USES_API:
+        pod_spec["automountServiceAccountToken"] = False
     inits = _init_containers(policy, operand)
     if inits:
         pod_spec["initContainers"] = inits
@@ -389,15 +435,21 @@ def runtime_class(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
     }
 
 
-def service_account(facts: Facts) -> dict[str, Any]:
-    """The identity operand pods run as (the chart binds its node read/patch rights)."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta("gpuchain-operand", facts)}
+def service_account(operand: Operand, facts: Facts) -> dict[str, Any]:
+    """The identity one operand's pods run as (the chart binds exactly what that operand needs)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(service_account_name(operand), facts, {"app": operand.name}),
+    }
 
 
 def desired(policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     """Everything the operator should own for this policy, in roll-out order."""
-    objs = [runtime_class(policy, facts), service_account(facts)]
-    objs += [daemonset(policy, op, facts) for op in OPERANDS if enabled(policy, op)]
+    on = [op for op in OPERANDS if enabled(policy, op)]
+    objs = [runtime_class(policy, facts)]
+    objs += [service_account(op, facts) for op in on]
+    objs += [daemonset(policy, op, facts) for op in on]
     return objs
 
 

@@ -2,12 +2,14 @@
 
 Keys follow gpu-operator's ClusterPolicy (``driver.enabled``, ``devicePlugin.config.name``,
 ``mig.strategy``, ``daemonsets.tolerations``, ...) so the chapter's commands and existing
-values files read the same. Unknown keys are ignored (and pruned by the CRD); known keys with
-bad values are problems that the reconciler reports as a status condition instead of acting.
+values files read the same. Unknown keys are problems, like known keys with bad values: a typo
+such as ``driver: {enabld: true}`` would otherwise be dropped silently and the operand deployed
+with the default. The reconciler reports problems as a status condition instead of acting.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,7 +33,7 @@ IMAGE_REF = re.compile(rf"^{_NAME}(?::{_TAG})?(?:@{_DIGEST})?$")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 class ImageSpec(_Model):
@@ -193,22 +195,55 @@ def _percent_or_int(value: int | str, field: str) -> list[Problem]:
     return [Problem(field, f"{value!r} is not an integer or a percentage such as '25%'")]
 
 
-def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Problem]:
-    """Validate a ClusterPolicy spec; a model when usable, otherwise every problem found."""
-    try:
-        policy = ClusterPolicySpec.model_validate(spec or {})
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
-            reason = err["msg"]
-            if err["type"] == "literal_error":
-                reason = f"{err['input']!r} is not one of {err['ctx']['expected']}"
-            problems.append(Problem(field, reason))
-        return problems
+def _unknown_key(loc: tuple[str | int, ...]) -> str:
+    """Reason for an unknown key: the closest known key at that place, when there is one."""
+    model: type[BaseModel] | None = ClusterPolicySpec
+    for part in loc[:-1]:
+        field = _field_by_key(model, str(part)) if model is not None else None
+        annotation = field.annotation if field is not None else None
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    if model is None:
+        return "unknown key"
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return f"unknown key; did you mean {close[0]!r}?" if close else f"unknown key (known: {', '.join(known)})"
+
+
+def _field_by_key(model: type[BaseModel], key: str) -> Any:
+    return next((f for name, f in model.model_fields.items() if key in (f.alias, name)), None)
+
+
+def _schema_problems(exc: ValidationError) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        reason = err["msg"]
+        if err["type"] == "literal_error":
+            reason = f"{err['input']!r} is not one of {err['ctx']['expected']}"
+        elif err["type"] == "extra_forbidden":
+            reason = _unknown_key(err["loc"])
+        problems.append(Problem(field, reason))
+    return problems
+
+
+#: The keys of an operand block that make up its image reference.
+_IMAGE_FIELDS = ("enabled", "repository", "image", "version")
+
+
+def _image_problems(spec: dict[str, Any]) -> list[Problem]:
+    """Image references that are not valid, checked per operand even when other keys are wrong."""
     problems = []
     for key in IMAGE_KEYS:
-        img: ImageSpec = getattr(policy, to_snake(key))
+        block = spec.get(key, {})
+        if not isinstance(block, dict):
+            continue  # a schema problem already
+        kind = ClusterPolicySpec.model_fields[to_snake(key)].annotation
+        if not (isinstance(kind, type) and issubclass(kind, ImageSpec)):
+            continue
+        try:
+            img = kind.model_validate({k: v for k, v in block.items() if k in _IMAGE_FIELDS})
+        except ValidationError:
+            continue  # a wrong type: reported by the schema
         if img.enabled and not IMAGE_REF.match(img.image_ref()):
             problems.append(
                 Problem(
@@ -217,6 +252,25 @@ def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Proble
                     "(lower-case repository, tag of letters, digits, '.', '_' or '-')",
                 )
             )
+    return problems
+
+
+def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Problem]:
+    """Validate a ClusterPolicy spec; a model when usable, otherwise every problem found.
+
+    Schema problems (unknown keys, wrong types) and image-reference problems are reported
+    together, so one round of fixes is enough.
+    """
+    raw = spec or {}
+    problems: list[Problem] = []
+    policy: ClusterPolicySpec | None = None
+    try:
+        policy = ClusterPolicySpec.model_validate(raw)
+    except ValidationError as exc:
+        problems += _schema_problems(exc)
+    problems += _image_problems(raw)
+    if policy is None:
+        return problems
     problems += _percent_or_int(policy.driver.upgrade_policy.max_unavailable, "driver.upgradePolicy.maxUnavailable")
     problems += _percent_or_int(
         policy.daemonsets.rolling_update.max_unavailable, "daemonsets.rollingUpdate.maxUnavailable"

@@ -1,6 +1,6 @@
 """The reconcile loop's imperative shell: read the cluster, call the pure parts, write the difference.
 
-One pass reads a fixed number of lists (policies, nodes, DaemonSets, pods) plus a get per
+One pass reads a fixed number of lists (policies, nodes, DaemonSets, ServiceAccounts, pods) plus a get per
 cluster-wide singleton, applies only what differs, advances driver upgrades, and patches the
 status only when it changed. With nothing to do it makes zero writes.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, Cluster, labels_of, name_of
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, SERVICE_ACCOUNT, Cluster, labels_of, name_of
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.operator.operands import (
@@ -109,12 +109,18 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""))
     nodes = cluster.list(NODE)
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
+    # One list for the per-operand ServiceAccounts instead of a get each.
+    live_sa = {
+        name_of(a): a for a in _managed(cluster.list(SERVICE_ACCOUNT, namespace, label_selector=MANAGED_SELECTOR))
+    }
     changed: list[str] = []
     wanted = desired(parsed, facts)
     for obj in wanted:
         if obj["kind"] == "DaemonSet":
             result = cluster.apply(obj, live=live_ds.get(name_of(obj)), known_live=True)
             live_ds[name_of(obj)] = result.object
+        elif obj["kind"] == "ServiceAccount":
+            result = cluster.apply(obj, live=live_sa.get(name_of(obj)), known_live=True)
         else:
             result = cluster.apply(obj)
         if result.changed:

@@ -84,7 +84,7 @@ def chain_status(
 ) -> dict[str, OperandStatus]:
     """Status of every operand in chain order; a not-ready operand behind a broken link waits for it."""
     out: dict[str, OperandStatus] = {}
-    for op in OPERANDS:
+    for op in dependency_order(OPERANDS):
         if not enabled.get(op.state, False):
             out[op.state] = OperandStatus("disabled", "Disabled", f"{op.spec_key}.enabled is false")
             continue
@@ -99,7 +99,40 @@ def chain_status(
                 own.ready,
             )
         out[op.state] = own
-    return out
+    return {op.state: out[op.state] for op in OPERANDS}
+
+
+def dependency_order(operands: Iterable[Operand]) -> list[Operand]:
+    """Operands with every operand after the ones it ``needs`` (stable: ties keep their order).
+
+    Status is computed in this order so "waiting for X" is decided with X's status known,
+    whatever order the operands are listed (rolled out) in.
+    """
+    pending = list(operands)
+    names = {op.state for op in pending}
+    placed: list[Operand] = []
+    done: set[str] = set()
+    while pending:
+        ready = next((op for op in pending if all(n in done or n not in names for n in op.needs)), None)
+        if ready is None:
+            raise ValueError(f"operand needs form a cycle: {[op.state for op in pending]}")
+        placed.append(ready)
+        done.add(ready.state)
+        pending.remove(ready)
+    return placed
+
+
+def root_cause(operands: dict[str, OperandStatus]) -> str | None:
+    """The lowest broken link: the first not-ready operand whose own needs are all satisfied."""
+    for op in dependency_order(o for o in OPERANDS if o.state in operands):
+        if operands[op.state].state == "notReady" and all(
+            operands.get(need, _ABSENT).state != "notReady" for need in op.needs
+        ):
+            return op.state
+    return None
+
+
+_ABSENT = OperandStatus("disabled", "Absent", "")
 
 
 def _first_blocker(op: Operand, done: dict[str, OperandStatus]) -> str | None:
@@ -151,9 +184,9 @@ def policy_status(
         )
         ready = condition("Ready", False, reason, message)
     elif broken:
-        root = broken[0]
+        root = root_cause(operands) or broken[0]
         st = operands[root]
-        waiting = [s for s in broken[1:] if operands[s].reason.startswith("WaitingFor")]
+        waiting = [s for s in broken if s != root and operands[s].reason.startswith("WaitingFor")]
         tail = f"; waiting behind it: {', '.join(waiting)}" if waiting else ""
         ready = condition("Ready", False, "OperandNotReady", f"{root} not ready: {st.reason}: {st.message}{tail}")
     else:

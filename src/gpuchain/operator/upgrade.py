@@ -6,12 +6,28 @@ Each reconcile moves every node at most one step:
     (outdated) upgrade-required -> cordon-required -> wait-for-jobs-required -> pod-deletion-required
     -> pod-restart-required -> validation-required -> uncordon-required -> upgrade-done
 
-New nodes start only while fewer than ``maxParallelUpgrades`` (0: no limit) and fewer than
-``maxUnavailable`` GPU nodes are in flight. A node that cannot finish (a PodDisruptionBudget
-blocks eviction, the new driver never validates) becomes ``upgrade-failed`` after the policy's
-timeout with the reason in the ``gpuchain.io/driver-upgrade-message`` annotation, and stops
-holding a slot, so it never wedges the rest. Waiting for jobs is not implemented: that state
-passes straight on. `next_step` is pure; `advance_upgrades` is the shell that performs it.
+Two budgets decide when a node may start:
+
+- ``maxParallelUpgrades`` (0: no limit) caps the nodes in flight (cordon-required .. uncordon-required);
+- ``maxUnavailable`` caps the GPU nodes that are unavailable: in flight, cordoned (by anyone),
+  NotReady, or ``upgrade-failed``. A node that is already unavailable (an admin cordoned it, it
+  is NotReady) may start without using more of this budget, since upgrading it takes nothing
+  more away.
+
+A node that cannot finish (a PodDisruptionBudget blocks eviction, the new driver never
+validates) becomes ``upgrade-failed`` after the policy's timeout with the reason in the
+``gpuchain.io/driver-upgrade-message`` annotation. It stays cordoned for a person to look at
+and frees its ``maxParallelUpgrades`` slot, so the rest go on as long as ``maxUnavailable``
+leaves room for it; it keeps counting against ``maxUnavailable``, because it is unavailable,
+and the budget is a promise about capacity. So with 3 nodes and 25% (one node) a failed node
+holds the others until it is fixed (its driver validates, or someone removes its state label to
+retry); with a budget of two the others go on one by one. The status's ``driverUpgrades.waiting``
+says when nodes wait for the budget.
+
+The upgrade uncordons only nodes it cordoned itself (``gpuchain.io/driver-upgrade-cordoned``):
+a node cordoned by an admin or by remediation before the upgrade stays cordoned.
+Waiting for jobs is not implemented: that state passes straight on. `next_step` is pure;
+`advance_upgrades` is the shell that performs it.
 """
 
 from __future__ import annotations
@@ -30,6 +46,10 @@ from gpuchain.operator.policy import ClusterPolicySpec
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SINCE_ANNOTATION = "gpuchain.io/driver-upgrade-since"
 MESSAGE_ANNOTATION = "gpuchain.io/driver-upgrade-message"
+#: Set when the upgrade cordons a node, so it uncordons only nodes it cordoned. Not remediation's
+#: ``gpuchain.io/cordoned-by``: the remediator lifts any cordon carrying that key once the GPUs are
+#: healthy, which would put workloads back on a node in the middle of its driver restart.
+CORDONED_ANNOTATION = "gpuchain.io/driver-upgrade-cordoned"
 
 UPGRADE_REQUIRED = "upgrade-required"
 CORDON_REQUIRED = "cordon-required"
@@ -56,6 +76,14 @@ class NodeView:
     driver_image: str | None  #: image of the driver pod on the node, None if none
     driver_ready: bool
     gpu_pods: tuple[tuple[str, str], ...] = ()  #: (namespace, name) of pods using GPUs
+    cordoned: bool = False  #: spec.unschedulable, whoever set it
+    not_ready: bool = False  #: the node's Ready condition is not True
+    cordoned_by_upgrade: bool = False  #: carries CORDONED_ANNOTATION
+
+    @property
+    def unavailable(self) -> bool:
+        """Does this node already count against ``maxUnavailable``?"""
+        return self.cordoned or self.not_ready or self.state in IN_FLIGHT or self.state == FAILED
 
 
 @dataclass(frozen=True)
@@ -67,15 +95,24 @@ class Step:
     message: str = ""
 
 
-def slots(policy: ClusterPolicySpec, gpu_nodes: int, in_flight: int) -> int:
-    """How many more nodes may start upgrading now."""
-    up = policy.driver.upgrade_policy
-    mu = up.max_unavailable
+def max_unavailable(policy: ClusterPolicySpec, gpu_nodes: int) -> int:
+    """``maxUnavailable`` as a node count (percentages round up, as in Kubernetes; at least 1)."""
+    mu = policy.driver.upgrade_policy.max_unavailable
     limit = math.ceil(int(mu[:-1]) * gpu_nodes / 100) if isinstance(mu, str) and mu.endswith("%") else int(mu)
-    limit = max(1, limit)
-    if up.max_parallel_upgrades > 0:
-        limit = min(limit, up.max_parallel_upgrades)
-    return max(0, limit - in_flight)
+    return max(1, limit)
+
+
+def slots(policy: ClusterPolicySpec, gpu_nodes: int, in_flight: int, unavailable: int | None = None) -> int:
+    """How many more available nodes may start upgrading now.
+
+    ``unavailable`` counts every unavailable GPU node, in-flight ones included (default: only
+    the in-flight ones); ``maxParallelUpgrades`` caps the in-flight ones alone.
+    """
+    free = max_unavailable(policy, gpu_nodes) - (in_flight if unavailable is None else unavailable)
+    parallel = policy.driver.upgrade_policy.max_parallel_upgrades
+    if parallel > 0:
+        free = min(free, parallel - in_flight)
+    return max(0, free)
 
 
 def next_step(node: NodeView, target: str, policy: ClusterPolicySpec, now: float, may_start: bool) -> Step | None:
@@ -208,14 +245,34 @@ def advance_upgrades(
                 for p in on_node
                 if p["metadata"].get("namespace") != namespace and _uses_gpu(p)
             )
-        views.append(NodeView(name, state, since, image, pod is not None and _pod_ready(pod), gpu_pods))
+        views.append(
+            NodeView(
+                name,
+                state,
+                since,
+                image,
+                pod is not None and _pod_ready(pod),
+                gpu_pods,
+                cordoned=bool(node.get("spec", {}).get("unschedulable")),
+                not_ready=not _node_ready(node),
+                cordoned_by_upgrade=CORDONED_ANNOTATION in annotations_of(node),
+            )
+        )
     in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
-    free = slots(policy, len(views), in_flight)
+    unavailable = sum(1 for v in views if v.unavailable)
+    parallel = policy.driver.upgrade_policy.max_parallel_upgrades
+    parallel_free = parallel - in_flight if parallel > 0 else len(views)
+    budget_free = max_unavailable(policy, len(views)) - unavailable
     counts: dict[str, int] = {}
+    held = 0
     for v in views:
-        step = next_step(v, target, policy, now, may_start=free > 0)
+        may_start = parallel_free > 0 and (v.unavailable or budget_free > 0)
+        step = next_step(v, target, policy, now, may_start=may_start)
         if step is not None and step.state == CORDON_REQUIRED:
-            free -= 1
+            parallel_free -= 1
+            budget_free -= 0 if v.unavailable else 1
+        elif step is None and v.state == UPGRADE_REQUIRED and parallel_free > 0:
+            held += 1
         new_state, message = v.state, ""
         if step is not None:
             message = _perform(cluster, v, step, drivers.get(v.name), namespace, report)
@@ -231,7 +288,19 @@ def advance_upgrades(
             counts[new_state] = counts.get(new_state, 0) + 1
     if counts:
         report.summary = {"target": target, "nodes": counts}
+    if held:
+        report.summary["waiting"] = (
+            f"{held} node(s) wait: {unavailable} of {len(views)} GPU nodes unavailable, "
+            f"maxUnavailable allows {max_unavailable(policy, len(views))}"
+        )
     return report
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    """Ready condition True; a node without conditions (not reported yet) counts as ready."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    return ready is None or ready.get("status") == "True"
 
 
 def _perform(
@@ -240,9 +309,14 @@ def _perform(
     """Carry out a step's actions; returns a message when something blocked."""
     blocked = ""
     for action in step.actions:
-        if action in ("cordon", "uncordon"):
-            cluster.patch(NODE, v.name, {"spec": {"unschedulable": True if action == "cordon" else None}})
-            report.writes.append(f"node/{v.name} ({action})")
+        if action == "cordon" and not v.cordoned:
+            patch = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "true"}}}
+            cluster.patch(NODE, v.name, patch)
+            report.writes.append(f"node/{v.name} (cordon)")
+        elif action == "uncordon" and v.cordoned_by_upgrade:
+            patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+            cluster.patch(NODE, v.name, patch)
+            report.writes.append(f"node/{v.name} (uncordon)")
         elif action == "evict":
             for ns, pod in v.gpu_pods:
                 try:
