@@ -69,3 +69,18 @@ def test_live_test_pod_times_out_as_a_failure_with_the_phase() -> None:
     outcome = live_test_pod(cluster, None, sleep=lambda _s: None, poll=0.0, timeout=0.01)
     assert not outcome.ok and "Pending" in outcome.reason
     assert cluster.get_or_none(POD, "gpu-test", "default") is None
+
+
+def test_metrics_item_says_it_checks_readiness_and_hints_the_real_namespace_and_pod() -> None:
+    """No pod proxy in the Cluster port: the item is named for what it checks, and its hand command
+    port-forwards a real exporter pod in the operator's namespace (the operator creates no Service)."""
+    scenario = load_scenario("healthy").model_copy(update={"namespace": "gpus"})
+    sim = build(scenario)
+    item = next(i for i in checklist(gather(sim.cluster, "gpus")).items if i.id == "metrics")
+    assert item.status is Status.PASS
+    assert item.title == "exporter ready"
+    assert any("not scraped" in line for line in item.evidence)
+    assert item.command.startswith("kubectl -n gpus port-forward pod/")
+    exporter_pods = {p["metadata"]["name"] for p in sim.cluster.list(POD, "gpus")}
+    assert item.command.split("pod/")[1].split()[0] in exporter_pods
+    assert "svc/" not in item.command and "gpu-operator" not in item.command

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the chapter's production checklist, each item pass/fail with evidence.
 
-        Items: driver vs CUDA image, toolkit, device plugin count, test pod, metrics, MIG names.
+        Items: driver vs CUDA image, toolkit, device plugin count, test pod, exporter ready, MIG names.
         """
         target = open_target(scenario, kubeconfig, context)
         show = output is OutputFormat.table and sys.stderr.isatty()
