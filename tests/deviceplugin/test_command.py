@@ -71,13 +71,15 @@ def test_no_gpus_fails_start_when_fail_on_init_error(tmp_path: Path) -> None:
     assert "failOnInitError" in result.output
 
 
-def test_config_dir_with_a_missing_key_fails(tmp_path: Path) -> None:
+def test_config_dir_with_a_missing_cluster_default_fails(tmp_path: Path) -> None:
     (tmp_path / "default").write_text("version: v1")
     result = CliRunner().invoke(
         app, ["device-plugin", "--config-dir", str(tmp_path), "--config-key", "nope", "--socket-dir", str(tmp_path)]
     )
     assert result.exit_code == 2
-    assert "nvidia.com/device-plugin.config" in result.output
+    assert "--config-key/NODE_CONFIG_KEY: names config 'nope', which does not exist; available: default" in (
+        result.output
+    )
 
 
 def test_list_prints_the_resources_for_the_config(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -19,9 +20,11 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
+from gpuchain.commands._cluster import open_cluster
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import Config, choose_config_file, load_config
+from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
+from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
@@ -29,31 +32,38 @@ from gpuchain.gpu.backend import GpuBackend
 log = logging.getLogger("gpuchain.deviceplugin")
 
 
-async def serve(backend: GpuBackend, config: Config, config_path: str | None, socket_dir: Path) -> None:
-    """Run until SIGTERM/SIGINT; SIGHUP re-reads the config file (a bad file keeps the old config)."""
+async def serve(
+    backend: GpuBackend,
+    config: Config,
+    source: ConfigSource,
+    socket_dir: Path,
+    label: str | None = None,
+    watch: NodeLabelWatch | None = None,
+    resource_version: str | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
+    of the Node's config label; a bad or missing config keeps the running one."""
     plugin = DevicePlugin(backend, config, socket_dir)
     await plugin.start()
     for res in plugin.resources:
         log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
+    follower = ConfigFollower(plugin, source, os.environ, label, watch)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    reloads: list[asyncio.Task[None]] = []
-
-    async def reload() -> None:
-        try:
-            new = load_config(config_path, os.environ)
-            await plugin.reload(new)
-        except (ConfigFileError, ResourceMappingError) as exc:
-            log.error("SIGHUP: config not reloaded, keeping the running one: %s", exc)
-            return
-        log.info("SIGHUP: config reloaded; %d resources registered", len(plugin.resources))
-
-    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload())))
+    reloads: list[asyncio.Task[bool]] = []
+    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(follower.reload("SIGHUP"))))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    following = loop.create_task(follower.follow(resource_version)) if watch is not None else None
+    if watch is not None:
+        log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
     try:
         await stop.wait()
     finally:
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         for task in reloads:
             await task
         await plugin.stop()
@@ -82,6 +92,23 @@ def _table(resources: list[Resource]) -> Table:
     return table
 
 
+def _node_label(
+    node_name: str | None, config_dir: str | None, once: bool
+) -> tuple[NodeLabelWatch | None, str | None, str | None]:
+    """With --node-name and --config-dir: the watch on this Node, its config label now and the
+    resourceVersion to watch from. Otherwise (a single file, or no node): nothing to follow."""
+    if not (node_name and config_dir):
+        return None, None, None
+    hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
+    watch = NodeLabelWatch(open_cluster(hint=hint), node_name)
+    try:
+        label, rv = watch.read()
+    except Exception as exc:  # any API or connection failure: the label cannot be known, so do not guess
+        fail(f"cannot read Node {node_name!r} for its {NODE_CONFIG_LABEL} label: {exc}; {hint}", code=1)
+    log.info("Node %s: %s=%s", node_name, NODE_CONFIG_LABEL, label or "(unset)")
+    return (None if once else watch), label, rv
+
+
 async def _idle() -> None:
     """Wait for SIGTERM/SIGINT: a node without GPUs keeps the pod running instead of crash-looping."""
     stop = asyncio.Event()
@@ -99,13 +126,26 @@ def device_plugin(
         None, "--config", "-c", envvar="CONFIG_FILE", help="NVIDIA device plugin config v1 file (YAML)."
     ),
     config_dir: str | None = typer.Option(
-        None, "--config-dir", help="A mounted ConfigMap with several configs; --config-key picks one."
+        None,
+        "--config-dir",
+        help="A mounted ConfigMap with several configs: the node's nvidia.com/device-plugin.config label "
+        "(with --node-name) picks one, else --config-key, else the 'default' key, else the only one.",
     ),
     config_key: str | None = typer.Option(
         None,
         "--config-key",
         envvar="NODE_CONFIG_KEY",
-        help="This node's nvidia.com/device-plugin.config label value (default: the 'default' key).",
+        help="The cluster default key of --config-dir (the ClusterPolicy's devicePlugin.config.default), "
+        "used when the node has no nvidia.com/device-plugin.config label (default: the 'default' key, "
+        "then the only one).",
+    ),
+    node_name: str | None = typer.Option(
+        None,
+        "--node-name",
+        envvar="NODE_NAME",
+        help="This node (downward API spec.nodeName). With --config-dir: its nvidia.com/device-plugin.config "
+        "label picks the key and relabelling reloads (needs get/watch on nodes; create on events "
+        "to report a missing key on the Node).",
     ),
     socket_dir: Path = typer.Option(
         DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
@@ -118,19 +158,25 @@ def device_plugin(
     """Serve nvidia.com/gpu (and MIG / shared resources) to the kubelet.
 
     One gRPC endpoint per resource in --socket-dir, registered with its kubelet.sock and
-    re-registered when the kubelet restarts. SIGHUP reloads --config; SIGTERM stops cleanly.
+    re-registered when the kubelet restarts. SIGHUP reloads the config, and with --node-name and
+    --config-dir so does a change of the node's nvidia.com/device-plugin.config label; a bad or
+    missing config keeps the running one. SIGTERM stops cleanly.
     Environment variables override the file as in NVIDIA's plugin (MIG_STRATEGY,
     DEVICE_LIST_STRATEGY, PASS_DEVICE_SPECS, DP_DISABLE_HEALTHCHECKS, ...).
     """
     level = logging.WARNING if list_only else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config and config_dir:
+        fail("give --config or --config-dir, not both")
+    source = ConfigSource(
+        Path(config) if config else None, Path(config_dir) if config_dir else None, config_key or None
+    )
+    watch, label, rv = _node_label(node_name, config_dir, list_only)
     try:
-        if config_dir:
-            if config:
-                raise typer.BadParameter("give --config or --config-dir, not both")
-            config = str(choose_config_file(config_dir, config_key))
-        cfg = load_config(config, os.environ)
-    except (ConfigFileError, ValueError) as exc:
+        cfg = source.load(label, os.environ)
+    except ConfigFileError as exc:
+        if watch is not None:
+            watch.report(exc, "the device plugin did not start")
         fail(str(exc))
     try:
         b = open_backend(backend, preset, topology)
@@ -150,7 +196,7 @@ def device_plugin(
         emit([_summary(r) for r in resources], output, lambda: _table(resources))
         return
     try:
-        asyncio.run(serve(b, cfg, config, socket_dir))
+        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv))
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:
