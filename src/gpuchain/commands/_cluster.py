@@ -106,14 +106,15 @@ def resolve_backend(kind: BackendKind | None) -> BackendChoice:
     return BackendChoice(kind or BackendKind.sim, kind is not None)
 
 
-def refuse_implicit_sim(choice: BackendChoice, target: str) -> None:
+def refuse_implicit_sim(choice: BackendChoice, target: str, elsewhere: str = "") -> None:
     """Exit 2 when simulated GPU results would be written to ``target`` (a live cluster, a node
     directory) only because ``--backend`` defaulted to sim: a real node must not look healthy
-    because of GPUs that do not exist."""
+    because of GPUs that do not exist. ``elsewhere`` names the command's harmless alternative."""
     if choice.implicit_sim:
         fail(
             f"refusing to write simulated GPU results to {target}: --backend defaults to sim (simulated GPUs). "
             "On a GPU node pass --backend nvml; to write simulated results there on purpose pass --backend sim"
+            + (f"; to explore, {elsewhere}" if elsewhere else "")
         )
 
 

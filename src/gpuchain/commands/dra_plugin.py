@@ -53,11 +53,13 @@ def _open_cluster(kind: ClusterKind) -> Cluster:
 def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list[tuple[Path, Path]]) -> None:
     """A simulated default publishes nothing to a live cluster and registers nothing with the real kubelet."""
     if cluster is ClusterKind.live:
-        refuse_implicit_sim(choice, "the live cluster (ResourceSlice); or pass --cluster memory")
+        refuse_implicit_sim(choice, "the live cluster (ResourceSlice)", "pass --cluster memory")
     real = [str(given) for given, default in dirs if given == default]
     if real:
         refuse_implicit_sim(
-            choice, f"the kubelet's directories ({', '.join(real)}); or point the --*-dir options elsewhere"
+            choice,
+            f"the kubelet's directories ({', '.join(real)})",
+            "point --registry-dir, --plugin-dir, --cdi-dir and --state-dir elsewhere",
         )
 
 

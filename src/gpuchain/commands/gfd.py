@@ -104,7 +104,9 @@ def gfd(
     if node:
         refuse_implicit_sim(choice, f"node {node}'s labels on the live cluster")
     if target == NFD_FEATURE_FILE:
-        refuse_implicit_sim(choice, f"NFD's feature file {target} (it becomes node labels); or pass --output-file")
+        refuse_implicit_sim(
+            choice, f"NFD's feature file {target} (it becomes node labels)", "pass --output-file PATH, - or ''"
+        )
     machine = read_machine_type(machine_type_file or gfd_flags.machine_type_file)
     sinks: list[Sink] = []
     if target == "-":

@@ -211,7 +211,7 @@ def gpu_health(
         cluster: Cluster = MemoryCluster([node_object(name)])
         once = True
     else:
-        refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy); or pass --dry-run")
+        refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy)", "pass --dry-run")
         cluster = open_cluster(hint="or pass --dry-run")
     pods = PodResourcesClient(pod_resources_socket) if os.path.exists(pod_resources_socket) else None
     publisher = GpuHealthPublisher(

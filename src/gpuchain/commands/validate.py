@@ -58,7 +58,7 @@ def _check_backend(
     """Run a check that needs the GPUs; a simulated default never writes the real ready-file directory."""
     choice = resolve_backend(backend)
     if directory == DEFAULT_DIR:
-        refuse_implicit_sim(choice, f"the node's ready files ({DEFAULT_DIR}); or pass --dir DIR")
+        refuse_implicit_sim(choice, f"the node's ready files ({DEFAULT_DIR})", "pass --dir DIR")
     try:
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
