@@ -21,13 +21,22 @@ async def _until(check, timeout: float = 20.0) -> None:  # type: ignore[no-untyp
         await asyncio.sleep(0.1)
 
 
+#: What kopf needs from discovery to watch a resource (it skips ones without list and watch).
+WATCHED = {"v1/nodes": False, "apps/v1/daemonsets": True, "gpuchain.io/v1/clusterpolicies": False}
+
+
 async def test_operator_runs_against_kmock() -> None:
-    with kmock_server() as (url, _):
+    with kmock_server() as (url, emulator):
+        for resource, namespaced in WATCHED.items():
+            info = emulator.resources[resource]
+            info.verbs.update({"get", "list", "watch", "create", "patch", "delete"})
+            info.namespaced = namespaced
         live = LiveCluster.from_url(url)
         live.create(node("gpu-0"))
         live.create(cluster_policy("cluster-policy", {"dcgmExporter": {"enabled": False}}))
         stop = asyncio.Event()
-        config = RuntimeConfig(namespace=NS, min_interval=0.05, resync=0.5, server=url)
+        # A resync far past the test's end: every reconcile here was woken by a watch event.
+        config = RuntimeConfig(namespace=NS, min_interval=0.05, resync=600, server=url)
         task = asyncio.create_task(run(LiveCluster.from_url(url), config, stop_flag=stop))
         try:
             await _until(lambda: "status" in live.get(CLUSTER_POLICY, "cluster-policy"))
@@ -49,12 +58,25 @@ async def test_operator_runs_against_kmock() -> None:
             await asyncio.wait_for(task, 15)
 
 
-async def test_coalescer_runs_once_for_a_burst() -> None:
+async def test_coalescer_bounds_runs_during_a_burst_and_runs_again_after_it() -> None:
     calls: list[float] = []
-    coalescer = Coalescer(lambda: calls.append(time.monotonic()), min_interval=0.2, resync=60)
+    min_interval = 0.05
+    coalescer = Coalescer(lambda: calls.append(time.monotonic()), min_interval=min_interval, resync=600)
     task = asyncio.create_task(coalescer.run())
-    for _ in range(50):
+    try:
+        start = time.monotonic()
+        for _ in range(40):  # a poke every ~5 ms, spread over several intervals
+            coalescer.poke()
+            await asyncio.sleep(0.005)
+        elapsed = time.monotonic() - start
+        await _until(lambda: len(calls) >= 1, timeout=5)
+        assert 1 <= len(calls) <= elapsed / min_interval + 2, (len(calls), elapsed)
+        assert all(b - a >= min_interval for a, b in zip(calls, calls[1:], strict=False)), calls
+        await asyncio.sleep(2 * min_interval)  # the trailing poke (if any) has run; now idle
+        settled = len(calls)
+        await asyncio.sleep(2 * min_interval)
+        assert len(calls) == settled, "no run without a poke (resync is far away)"
         coalescer.poke()
-    await asyncio.sleep(0.1)
-    task.cancel()
-    assert len(calls) == 1
+        await _until(lambda: len(calls) == settled + 1, timeout=5)
+    finally:
+        task.cancel()
