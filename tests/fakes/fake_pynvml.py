@@ -71,7 +71,7 @@ class FakeNvml(types.ModuleType):
     ) -> None:
         super().__init__("pynvml")
         for name in dir(real):
-            if name.startswith(("NVML_", "nvmlEventType", "NVMLError", "c_nvml")):
+            if name.startswith(("NVML_", "nvmlEventType", "NVMLError", "c_nvml", "nvmlPciInfoExt")):
                 setattr(self, name, getattr(real, name))
         self.sim = sim
         self.library_missing = library_missing
@@ -94,6 +94,8 @@ class FakeNvml(types.ModuleType):
             raise self._err(real.NVML_ERROR_UNINITIALIZED)
 
     def _gpu(self, handle: GpuHandle) -> Gpu:
+        if isinstance(handle, MigHandle):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)  # a whole-GPU query on a MIG device handle
         if self.sim.is_lost(handle.uuid):
             raise self._err(real.NVML_ERROR_GPU_IS_LOST)
         return self.sim.inventory().gpu(handle.uuid)
@@ -190,13 +192,26 @@ class FakeNvml(types.ModuleType):
         self._gpu(handle)
         return handle
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> GpuHandle:
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> GpuHandle | MigHandle:
+        """A GPU's handle, or a MIG device's (NVML answers MIG UUIDs here too)."""
         self._enter("nvmlDeviceGetHandleByUUID")
-        if uuid not in {s.uuid for s in self.sim.topology.expanded()}:
-            raise self._err(real.NVML_ERROR_NOT_FOUND)
-        handle = GpuHandle(uuid)
-        self._gpu(handle)
-        return handle
+        if uuid in {s.uuid for s in self.sim.topology.expanded()}:
+            handle = GpuHandle(uuid)
+            self._gpu(handle)
+            return handle
+        for gpu in self.sim.inventory().gpus:
+            if any(m.uuid == uuid for m in gpu.mig_devices):
+                return MigHandle(gpu.uuid, uuid)
+        for spec in self.sim.topology.expanded():
+            if self.sim.is_lost(spec.uuid) and any(
+                m.uuid == uuid for m in self.sim.snapshot_gpu(spec.uuid).mig_devices
+            ):
+                raise self._err(real.NVML_ERROR_GPU_IS_LOST)
+        raise self._err(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: GpuHandle | MigHandle) -> int:
+        self._enter("nvmlDeviceIsMigDeviceHandle")
+        return int(isinstance(handle, MigHandle))
 
     def nvmlDeviceGetUUID(self, handle: GpuHandle | MigHandle) -> str:
         self._enter("nvmlDeviceGetUUID")
@@ -213,8 +228,24 @@ class FakeNvml(types.ModuleType):
         gpu = self._gpu(handle)
         return types.SimpleNamespace(busId=gpu.pci_bus_id, pciDeviceId=gpu.pci_device_id)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: GpuHandle) -> Any:
+    def nvmlDeviceGetPciInfoExt(self, handle: GpuHandle, ref: Any) -> None:
+        """Fills the caller's nvmlPciInfoExt_v1_t, class included, as drivers from R550 do."""
+        self._enter("nvmlDeviceGetPciInfoExt")
+        gpu = self._gpu(handle)
+        info = _deref(ref)
+        if info.version != real.nvmlPciInfoExt_v1:
+            raise self._err(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        info.busId = gpu.pci_bus_id.encode()
+        info.pciDeviceId = gpu.pci_device_id
+        pci_class = gpu.pci_class or 0
+        info.baseClass, info.subClass = pci_class >> 16, (pci_class >> 8) & 0xFF
+
+    def nvmlDeviceGetMemoryInfo(self, handle: GpuHandle | MigHandle) -> Any:
         self._enter("nvmlDeviceGetMemoryInfo")
+        if isinstance(handle, MigHandle):
+            self._mig(handle)
+            m = self.sim.mig_memory(handle.uuid)
+            return types.SimpleNamespace(total=m.total_mib * MIB, used=m.used_mib * MIB, free=m.free_mib * MIB)
         gpu = self._gpu(handle)
         t = self.sim.telemetry(gpu.uuid)
         return types.SimpleNamespace(

@@ -148,3 +148,56 @@ def test_xid_event_support_per_gpu() -> None:
     assert set(nvml_over(sim).xid_event_support().values()) == {True}
     backend = NvmlBackend(nvml=FakeNvml(sim, unsupported=frozenset({"nvmlDeviceRegisterEvents"})))
     assert backend.xid_event_support() == {g.uuid: False for g in sim.inventory().gpus}
+
+
+def test_mig_memory_parity_and_per_device_values() -> None:
+    """Each MIG device has its own framebuffer reading on both backends; unset devices use none."""
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    a, b = sim.inventory().gpus[0].mig_devices[:2]
+    sim.set_telemetry(a.uuid, memory_used_mib=4000)
+    nvml = nvml_over(sim)
+    for mig in sim.inventory().mig_devices:
+        assert nvml.mig_memory(mig.uuid) == sim.mig_memory(mig.uuid)
+    got = nvml.mig_memory(a.uuid)
+    assert (got.total_mib, got.used_mib, got.free_mib) == (a.memory_mib, 4000, a.memory_mib - 4000)
+    assert nvml.mig_memory(b.uuid).used_mib == 0
+
+
+def test_mig_memory_of_a_whole_gpu_or_a_lost_parent() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    inv = sim.inventory()
+    whole, mig = inv.gpus[7], inv.gpus[1].mig_devices[0]
+    nvml = nvml_over(sim)
+    for backend in (sim, nvml):
+        with pytest.raises(NotFoundError, match="not a MIG device"):
+            backend.mig_memory(whole.uuid)
+        with pytest.raises(NotFoundError):
+            backend.telemetry(mig.uuid)
+    sim.lose_gpu(1)
+    for backend in (sim, nvml):
+        with pytest.raises(GpuLostError):
+            backend.mig_memory(mig.uuid)
+
+
+def test_a_mig_device_has_only_its_memory_reading() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    mig = sim.inventory().gpus[0].mig_devices[0]
+    with pytest.raises(ValueError, match="no reading gpu_util of its own"):
+        sim.set_telemetry(mig.uuid, gpu_util=50)
+    with pytest.raises(ValueError, match="outside MIG device"):
+        sim.set_telemetry(mig.uuid, memory_used_mib=mig.memory_mib + 1)
+    sim.set_telemetry(mig.uuid, memory_used_mib=100)
+    assert sim.telemetry(mig.parent_uuid).memory_used_mib == 0, "the parent GPU's reading is untouched"
+
+
+def test_pci_class_from_nvml_or_from_sysfs(tmp_path: Path) -> None:
+    """NVML's extended PCI info where the driver has it; sysfs (as GFD reads it) where not."""
+    sim = SimBackend.from_preset("l4-x2")
+    gpus = sim.inventory().gpus
+    assert {g.pci_class for g in gpus} == {0x030200}
+    assert {g.pci_class for g in nvml_over(sim).inventory().gpus} == {0x030200}
+    (tmp_path / gpus[0].pci_bus_id.lower()[4:]).mkdir()
+    (tmp_path / gpus[0].pci_bus_id.lower()[4:] / "class").write_text("0x030000\n")
+    old_driver = FakeNvml(sim, unsupported=frozenset({"nvmlDeviceGetPciInfoExt"}))
+    read = NvmlBackend(nvml=old_driver, sysfs=tmp_path).inventory().gpus
+    assert [g.pci_class for g in read] == [0x030000, None], "VGA read from sysfs; no class file is None"

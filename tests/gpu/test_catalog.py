@@ -138,3 +138,30 @@ def test_every_physically_placeable_layout_is_accepted(key: str, data: st.DataOb
         media += prof.media_extensions
     placed = catalog.place_layout(gpu, dict(layout))
     assert Counter(p.profile.name for p in placed) == layout
+
+
+@pytest.mark.parametrize(
+    ("cc", "family"),
+    [
+        ((7, 0), "volta"),
+        ((7, 2), "volta"),
+        ((7, 5), "turing"),
+        ((8, 0), "ampere"),
+        ((8, 6), "ampere"),
+        ((8, 9), "ada-lovelace"),
+        ((9, 0), "hopper"),
+        ((10, 0), "blackwell"),
+        ((12, 0), "blackwell"),
+        ((6, 1), "pascal"),
+        ((5, 2), "maxwell"),
+        ((4, 0), "undefined"),
+        ((11, 0), "undefined"),
+    ],
+)
+def test_architecture_uses_gfd_names(cc: tuple[int, int], family: str) -> None:
+    assert catalog.architecture(cc) == family
+
+
+def test_every_catalogued_model_has_a_known_architecture() -> None:
+    for m in catalog.MODELS.values():
+        assert catalog.architecture(m.compute_capability) != catalog.UNKNOWN_ARCHITECTURE, m.key

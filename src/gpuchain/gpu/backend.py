@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gpuchain.gpu.errors import NotSupportedError
-from gpuchain.gpu.model import HealthEvent, Inventory, Telemetry
+from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,15 @@ class GpuBackend(abc.ABC):
     @abc.abstractmethod
     def telemetry(self, gpu_uuid: str) -> Telemetry:
         """Current readings of one GPU; raises GpuLostError or NotFoundError."""
+
+    def mig_memory(self, mig_uuid: str) -> MigMemory:
+        """Framebuffer use of one MIG device; raises GpuLostError, NotFoundError or NotSupportedError.
+
+        Separate from ``telemetry`` because a MIG device has no readings of its own besides
+        memory: utilisation, temperature and power are the parent GPU's. The default says the
+        backend cannot read it, so a backend or test double without MIG need not implement it.
+        """
+        raise NotSupportedError(f"the {self.name} backend cannot read MIG device memory")
 
     @abc.abstractmethod
     def events(self) -> AsyncIterator[HealthEvent]:

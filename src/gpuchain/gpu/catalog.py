@@ -200,6 +200,38 @@ def model_for_name(name: str, pci_device_id: int | None = None) -> GpuModel | No
     return next((m for m in MODELS.values() if name == m.name or name in (v for v, _ in m.variants)), None)
 
 
+UNKNOWN_ARCHITECTURE = "undefined"
+"""What GFD's ``gpu.family`` says for a compute capability it does not know."""
+
+_ARCHITECTURES: dict[int, tuple[tuple[int, str], ...]] = {
+    1: ((0, "tesla"),),
+    2: ((0, "fermi"),),
+    3: ((0, "kepler"),),
+    5: ((0, "maxwell"),),
+    6: ((0, "pascal"),),
+    7: ((0, "volta"), (5, "turing")),
+    8: ((0, "ampere"), (9, "ada-lovelace")),
+    9: ((0, "hopper"),),
+    10: ((0, "blackwell"),),
+    12: ((0, "blackwell"),),
+}
+"""Compute capability major -> (first minor, architecture), ascending: 7.0-7.4 volta, 7.5+ turing."""
+
+
+def architecture(compute_capability: tuple[int, int]) -> str:
+    """The GPU architecture of a CUDA compute capability, in GFD's spelling (``ada-lovelace``).
+
+    The one table every layer uses: feature discovery publishes it as is (``gpu.family``), the
+    DRA driver capitalises it. Unknown capabilities are ``undefined``, as GFD labels them.
+    """
+    major, minor = compute_capability
+    name = UNKNOWN_ARCHITECTURE
+    for first_minor, arch in _ARCHITECTURES.get(major, ()):
+        if minor >= first_minor:
+            name = arch
+    return name
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one MIG instance sits: its profile and first memory slice."""

@@ -91,6 +91,12 @@ class Gpu:
     mig_enabled: bool
     mig_devices: tuple[MigDevice, ...] = ()
     minor_number: int = 0
+    pci_class: int | None = None
+    """The 24-bit PCI class code as sysfs spells it (0x030200: 3D controller, 0x030000: VGA).
+
+    NVML does not report it; the NVML backend reads it from sysfs and leaves None when it cannot.
+    Feature discovery derives ``nvidia.com/gpu.mode`` from it, as NVIDIA's GFD does.
+    """
 
     @property
     def device_node(self) -> str:
@@ -101,6 +107,20 @@ class Gpu:
     def product_id(self) -> int:
         """PCI device id without the vendor half (0x2330 for an H100 SXM)."""
         return self.pci_device_id >> 16
+
+
+@dataclass(frozen=True)
+class MigMemory:
+    """Framebuffer of one MIG device (its GPU instance's memory), in MiB.
+
+    The parent GPU's memory reading covers every GPU instance at once, so a pod on one MIG
+    device needs this per-device figure (NVML answers it on the MIG device handle).
+    """
+
+    uuid: str
+    total_mib: int
+    used_mib: int
+    free_mib: int
 
 
 @dataclass(frozen=True)

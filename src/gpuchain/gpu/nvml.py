@@ -37,6 +37,7 @@ from gpuchain.gpu.model import (
     HealthEvent,
     Inventory,
     MigDevice,
+    MigMemory,
     Telemetry,
     TopologyLevel,
 )
@@ -159,18 +160,43 @@ class NvmlBackend(GpuBackend):
             mig_enabled=mig_enabled,
             mig_devices=self._mig_devices(index, uuid, h, known) if mig_enabled else (),
             minor_number=int(self._call(n.nvmlDeviceGetMinorNumber, h)),
+            pci_class=self._pci_class(h, bus_id),
         )
 
     def _numa_node(self, h: Any, bus_id: str) -> int | None:
         """NVML's NUMA id where the driver has it, else sysfs as the kubelet plugin reads it."""
         node = self._optional(self._nvml.nvmlDeviceGetNumaNodeId, h)
         if node is None:
-            path = self._sysfs / bus_id.lower()[4:] / "numa_node"
-            try:
-                node = int(path.read_text().strip())
-            except (OSError, ValueError):
-                return None
-        return node if node >= 0 else None
+            node = self._sysfs_int(bus_id, "numa_node")
+        return node if node is not None and node >= 0 else None
+
+    def _pci_class(self, h: Any, bus_id: str) -> int | None:
+        """The PCI class code: NVML's extended PCI info (R550 and later), else sysfs as GFD reads it.
+
+        NVML gives base class and subclass only; the programming interface byte is 0 on every
+        NVIDIA GPU, so the two sources agree (0x030200 for a 3D controller).
+        """
+        n = self._nvml
+        info = n.nvmlPciInfoExt_v1_t()
+        info.version = n.nvmlPciInfoExt_v1
+        try:
+            self._call(n.nvmlDeviceGetPciInfoExt, h, ctypes.byref(info))
+        except GpuLostError:
+            raise
+        except GpuError:  # an older driver (function not found) or library: sysfs has it too
+            return self._sysfs_int(bus_id, "class")
+        return (int(info.baseClass) << 16) | (int(info.subClass) << 8)
+
+    def _sysfs_int(self, bus_id: str, attribute: str) -> int | None:
+        """An integer attribute of the GPU's PCI device in sysfs (``0x030200``, ``1``); None if unreadable.
+
+        NVML's bus id has an 8-digit PCI domain, sysfs a 4-digit one (``0000:17:00.0``).
+        """
+        path = self._sysfs / bus_id.lower()[4:] / attribute
+        try:
+            return int(path.read_text().strip(), 0)
+        except (OSError, ValueError):
+            return None
 
     def _mig_devices(
         self, index: int, parent_uuid: str, h: Any, known: catalog.GpuModel | None
@@ -366,6 +392,8 @@ class NvmlBackend(GpuBackend):
     def telemetry(self, gpu_uuid: str) -> Telemetry:
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByUUID, gpu_uuid)
+        if self._is_mig_handle(h):
+            raise NotFoundError(f"{gpu_uuid} is a MIG device, not a GPU: read its memory with mig_memory()")
         util = self._optional(n.nvmlDeviceGetUtilizationRates, h)
         mem = self._call(n.nvmlDeviceGetMemoryInfo, h)
         enc = self._optional(n.nvmlDeviceGetEncoderUtilization, h)
@@ -393,6 +421,19 @@ class NvmlBackend(GpuBackend):
             remapped_rows_uncorrectable=rows[1] if rows is not None else None,
             row_remap_failure=rows[3] if rows is not None else None,
         )
+
+    def mig_memory(self, mig_uuid: str) -> MigMemory:
+        """nvmlDeviceGetMemoryInfo on the MIG device handle: that GPU instance's framebuffer."""
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByUUID, mig_uuid)
+        if not self._is_mig_handle(h):
+            raise NotFoundError(f"{mig_uuid} is a whole GPU, not a MIG device: read its memory with telemetry()")
+        mem = self._call(n.nvmlDeviceGetMemoryInfo, h)
+        return MigMemory(mig_uuid, int(mem.total // MIB), int(mem.used // MIB), int(mem.free // MIB))
+
+    def _is_mig_handle(self, h: Any) -> bool:
+        """Whether NVML handed out a MIG device handle (handle-by-UUID answers both kinds)."""
+        return bool(self._optional(self._nvml.nvmlDeviceIsMigDeviceHandle, h))
 
     def _memory_temperature(self, h: Any) -> int | None:
         """HBM temperature: only a field value in NVML, not a sensor of nvmlDeviceGetTemperature."""

@@ -23,11 +23,16 @@ from gpuchain.gpu.model import (
     HealthEvent,
     Inventory,
     MigDevice,
+    MigMemory,
     Telemetry,
 )
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
+PCI_CLASS_3D_CONTROLLER = 0x030200
+"""Every catalogued card is a data-centre GPU, which enumerates as a 3D controller (no display)."""
+MIG_READINGS = frozenset({"memory_used_mib"})
+"""The readings a MIG device has of its own; everything else is its parent GPU's."""
 
 Listener = Callable[[HealthEvent], None]
 
@@ -49,6 +54,8 @@ class _GpuState:
     mig_devices: list[MigDevice] = field(default_factory=list)
     instances: dict[int, _GiState] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)
+    mig_used_mib: dict[str, int] = field(default_factory=dict)
+    """MIG device UUID -> framebuffer used (MiB); a device not listed uses none."""
 
 
 class SimBackend(GpuBackend):
@@ -116,6 +123,16 @@ class SimBackend(GpuBackend):
             }
             base.update(state.telemetry)
         return Telemetry(uuid=spec.uuid, **base)
+
+    def mig_memory(self, mig_uuid: str) -> MigMemory:
+        with self._lock:
+            state, mig = self._resolve(mig_uuid, include_lost=True)
+            if mig is None:
+                raise NotFoundError(f"{mig_uuid} is a whole GPU, not a MIG device: read its memory with telemetry()")
+            if state.lost:
+                raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
+            used = state.mig_used_mib.get(mig.uuid, 0)
+        return MigMemory(mig.uuid, mig.memory_mib, used, mig.memory_mib - used)
 
     async def events(self) -> AsyncIterator[HealthEvent]:
         loop = asyncio.get_running_loop()
@@ -187,13 +204,31 @@ class SimBackend(GpuBackend):
         return event
 
     def set_telemetry(self, device: int | str, **readings: Any) -> None:
-        """Override readings of one GPU (``gpu_util=90``, ``memory_used_mib=4000`` …)."""
+        """Override readings of one GPU (``gpu_util=90``, ``memory_used_mib=4000`` …).
+
+        A MIG device UUID sets that device's own reading (only ``memory_used_mib``: the rest
+        of a MIG device's readings are its parent GPU's).
+        """
         unknown = set(readings) - set(Telemetry.__dataclass_fields__) - {"uuid"}
         if unknown:
             raise ValueError(f"unknown telemetry fields: {', '.join(sorted(unknown))}")
         with self._lock:
-            state, _ = self._resolve(device, include_lost=True)
-            state.telemetry.update(readings)
+            state, mig = self._resolve(device, include_lost=True)
+            if mig is None:
+                state.telemetry.update(readings)
+                return
+            not_own = set(readings) - MIG_READINGS
+            if not_own:
+                raise ValueError(
+                    f"MIG device {mig.uuid} has no reading {', '.join(sorted(not_own))} of its own; "
+                    f"set it on GPU {state.spec.index}, or set only {', '.join(sorted(MIG_READINGS))}"
+                )
+            if "memory_used_mib" not in readings:
+                return
+            used = int(readings["memory_used_mib"])
+            if not 0 <= used <= mig.memory_mib:
+                raise ValueError(f"memory_used_mib={used} is outside MIG device {mig.uuid}'s 0..{mig.memory_mib} MiB")
+            state.mig_used_mib[mig.uuid] = used
 
     # ---- MIG state (the MIG manager drives these) --------------------------------------------
 
@@ -336,6 +371,8 @@ class SimBackend(GpuBackend):
                     )
                 )
         state.mig_devices = devices
+        live = {d.uuid for d in devices}
+        state.mig_used_mib = {u: n for u, n in state.mig_used_mib.items() if u in live}
 
     def _mig_gpu(self, gpu_index: int, enabled: bool = False) -> _GpuState:
         state, _ = self._resolve(gpu_index)
@@ -367,6 +404,7 @@ class SimBackend(GpuBackend):
             mig_enabled=state.mig_enabled,
             mig_devices=tuple(state.mig_devices),
             minor_number=spec.index,
+            pci_class=PCI_CLASS_3D_CONTROLLER,
         )
 
     def _state(self, gpu_uuid: str) -> _GpuState:
