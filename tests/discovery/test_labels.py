@@ -6,20 +6,22 @@ replicas 0 for MIG-enabled GPUs, MIG-INVALID), not computed with the code under 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from fakes.fake_pynvml import nvml_over
 
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.discovery.labels import (
     LabelError,
-    arch_family,
     gfd_labels,
+    gpu_mode,
     is_owned,
     label_value,
     sanitize,
     version_labels,
 )
-from gpuchain.gpu.model import DriverInfo, Inventory
+from gpuchain.gpu.model import DriverInfo, Gpu, Inventory
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import preset_names
 
@@ -40,6 +42,7 @@ COMMON = {
     N + "cuda.runtime.minor": "8",
     N + "gfd.timestamp": "1700000000",
     N + "gpu.machine": "DGX-H100",
+    N + "gpu.mode": "compute",
     N + "mps.capable": "false",
 }
 
@@ -299,23 +302,29 @@ def test_bad_driver_version_is_named() -> None:
         version_labels(DriverInfo("abc", "12.8"))
 
 
+def _with_class(gpu: Gpu, pci_class: int | None) -> Gpu:
+    return dataclasses.replace(gpu, pci_class=pci_class)
+
+
 @pytest.mark.parametrize(
-    ("cc", "family"),
+    ("classes", "mode"),
     [
-        ((7, 0), "volta"),
-        ((7, 5), "turing"),
-        ((8, 0), "ampere"),
-        ((8, 6), "ampere"),
-        ((8, 9), "ada-lovelace"),
-        ((9, 0), "hopper"),
-        ((10, 0), "blackwell"),
-        ((12, 0), "blackwell"),
-        ((6, 1), "pascal"),
-        ((4, 0), "undefined"),
+        ((0x030200, 0x030200), "compute"),
+        ((0x030000, 0x030000), "graphics"),
+        ((0x030000, 0x030200), "unknown"),  # GFD: a node mixing classes has no single mode
+        ((0x030200, None), "unknown"),  # a class sysfs could not give
+        ((0x038000,), "unknown"),
     ],
 )
-def test_arch_family(cc: tuple[int, int], family: str) -> None:
-    assert arch_family(*cc) == family
+def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> None:
+    gpus = SimBackend.from_preset("h100-80gb-x8").inventory().gpus
+    assert gpu_mode(_with_class(g, c) for g, c in zip(gpus, classes, strict=False)) == mode
+
+
+def test_gpu_mode_label_for_a_graphics_card_node() -> None:
+    inv = SimBackend.from_preset("l4-x2").inventory()
+    vga = Inventory(inv.driver, tuple(_with_class(g, 0x030000) for g in inv.gpus))
+    assert gfd_labels(vga, parse_config(""))[N + "gpu.mode"] == "graphics"
 
 
 def test_sanitize_and_label_value() -> None:
@@ -338,6 +347,7 @@ def test_sanitize_and_label_value() -> None:
         "nvidia.com/cuda.runtime.major",
         "nvidia.com/gfd.timestamp",
         "nvidia.com/gpu.machine",
+        "nvidia.com/gpu.mode",
     ],
 )
 def test_owned_labels(key: str) -> None:

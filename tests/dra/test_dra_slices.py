@@ -120,6 +120,16 @@ def test_architecture_names() -> None:
     assert slices.architecture((10, 0)) == "Blackwell"
 
 
+@pytest.mark.parametrize(
+    ("cc", "name"),
+    [((6, 1), "Pascal"), ((7, 2), "Volta"), ((8, 6), "Ampere"), ((8, 7), "Ampere"), ((12, 0), "Blackwell")],
+)
+def test_architecture_agrees_with_feature_discovery_beyond_the_catalog(cc: tuple[int, int], name: str) -> None:
+    """The DRA attribute and GFD's gpu.family come from one table (DRA had "Unknown" for 6.x and 8.x)."""
+    assert slices.architecture(cc) == name
+    assert slices.architecture((4, 0)) == "Unknown"
+
+
 @pytest.mark.parametrize("preset", ["h100-80gb-x8", "h100-80gb-x8-mig-mixed"])
 def test_nvml_backend_publishes_the_same_slice(preset: str) -> None:
     """`dra-plugin --backend nvml` sees what the simulator sees (through the fake pynvml)."""

@@ -47,7 +47,7 @@ _OWNED = re.compile(
     r"^nvidia\.com/(?:"
     r"gfd\.timestamp"
     r"|cuda\.(?:driver|runtime|driver-version|runtime-version)\.[a-z]+"
-    r"|gpu\.machine|mig\.capable|mig\.strategy|mps\.capable"
+    r"|gpu\.machine|gpu\.mode|mig\.capable|mig\.strategy|mps\.capable"
     rf"|(?:gpu|mig-[A-Za-z0-9.+_-]+)\.(?:{_RESOURCE_KEYS})"
     r")$"
 )
@@ -72,15 +72,21 @@ def label_value(text: str) -> str:
     return value.strip("-_.")
 
 
-def arch_family(major: int, minor: int) -> str:
-    """The GPU architecture name GFD derives from the CUDA compute capability."""
-    if major == 7:
-        return "volta" if minor < 5 else "turing"
-    if major == 8:
-        return "ampere" if minor < 9 else "ada-lovelace"
-    return {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 10: "blackwell"}.get(
-        major, "blackwell" if major == 12 else "undefined"
-    )
+PCI_CLASS_MODES = {0x030000: "graphics", 0x030200: "compute"}
+"""GFD's ``gpu.mode`` per PCI class code: a VGA controller drives displays, a 3D controller does not."""
+UNKNOWN_MODE = "unknown"
+
+
+def gpu_mode(gpus: Iterable[Gpu]) -> str:
+    """``graphics`` or ``compute`` when every GPU has that PCI class, else ``unknown`` (as GFD).
+
+    A GPU whose class could not be read, or a node mixing classes, is ``unknown``.
+    """
+    classes = {g.pci_class for g in gpus}
+    if len(classes) != 1:
+        return UNKNOWN_MODE
+    (pci_class,) = classes
+    return PCI_CLASS_MODES.get(pci_class, UNKNOWN_MODE) if pci_class is not None else UNKNOWN_MODE
 
 
 def version_labels(driver: DriverInfo) -> Labels:
@@ -155,7 +161,7 @@ def _full_gpu(gpu: Gpu, count: int, sharing: _Sharing | None) -> Labels:
         labels[f"{GPU_RESOURCE}.memory"] = str(gpu.memory_mib)
     major, minor = gpu.compute_capability
     if major:
-        labels[f"{GPU_RESOURCE}.family"] = arch_family(major, minor)
+        labels[f"{GPU_RESOURCE}.family"] = catalog.architecture(gpu.compute_capability)
         labels[f"{GPU_RESOURCE}.compute.major"] = str(major)
         labels[f"{GPU_RESOURCE}.compute.minor"] = str(minor)
     return labels
@@ -167,6 +173,12 @@ def _mig_name(mig: MigDevice) -> str:
 
 
 def _mig_attributes(resource: str, parent: Gpu, mig: MigDevice) -> Labels:
+    """Memory, SMs, slices and engines of one MIG device.
+
+    ``slices.ci`` equals ``slices.gi`` because every GPU instance gets one full-size compute
+    instance (the MIG manager and the simulator create no other kind), so the compute instance
+    spans all the GPU instance's compute slices.
+    """
     labels = {
         f"{resource}.memory": str(mig.memory_mib),
         f"{resource}.multiprocessors": str(mig.multiprocessors),
@@ -281,6 +293,7 @@ def gfd_labels(
         labels[f"{PREFIX}gfd.timestamp"] = str(timestamp)
     if inventory.gpus:
         labels[f"{PREFIX}gpu.machine"] = label_value(machine) or UNKNOWN_MACHINE
+        labels[f"{PREFIX}gpu.mode"] = gpu_mode(inventory.gpus)
         labels.update(version_labels(inventory.driver))
         labels[f"{PREFIX}mig.capable"] = str(any(g.mig_capable for g in inventory.gpus)).lower()
         labels[f"{PREFIX}mps.capable"] = str(config.mps is not None).lower()

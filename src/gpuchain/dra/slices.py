@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from gpuchain.dra.kinds import API_VERSION, DRIVER
+from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
 from gpuchain.kube.objects import Obj
 
@@ -33,27 +34,17 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 
-_ARCHITECTURES = {
-    (7, 0): "Volta",
-    (7, 2): "Volta",
-    (7, 5): "Turing",
-    (8, 0): "Ampere",
-    (8, 6): "Ampere",
-    (8, 7): "Ampere",
-    (8, 9): "Ada Lovelace",
-    (9, 0): "Hopper",
-}
-
 
 class SliceError(ValueError):
     """A rendered object breaks a rule the API server enforces; the message names device and field."""
 
 
 def architecture(compute_capability: tuple[int, int]) -> str:
-    """NVIDIA's architecture name for a compute capability (10.x and 12.x are Blackwell)."""
-    if compute_capability[0] in (10, 12):
-        return "Blackwell"
-    return _ARCHITECTURES.get(compute_capability, "Unknown")
+    """The catalog's architecture, capitalised for the DRA attribute (``Ada Lovelace``, ``Unknown``)."""
+    name = catalog.architecture(compute_capability)
+    if name == catalog.UNKNOWN_ARCHITECTURE:
+        return "Unknown"
+    return " ".join(word.capitalize() for word in name.split("-"))
 
 
 def semver(version: str) -> str:
