@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +107,9 @@ class NodeLabelWatch:
         except Exception as err:  # an Event is a courtesy; never let it stop the plugin
             log.warning("could not record a %s Event on Node %s: %s", reason, self.node_name, err)
 
-    async def changes(self, current: str | None, resource_version: str | None = None) -> AsyncIterator[str | None]:
+    async def changes(
+        self, current: str | None, resource_version: str | None = None
+    ) -> AsyncGenerator[str | None, None]:
         """Yield the label's value each time it differs from ``current`` (None: label removed).
 
         A deleted Node yields nothing (the plugin keeps its config; its pod goes with the Node).
