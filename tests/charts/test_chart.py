@@ -47,10 +47,8 @@ def test_rendered_manifests_validate(version: str) -> None:
     assert kinds == sorted(
         [
             "ClusterPolicy",
-            "ClusterRole",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ClusterRoleBinding",
+            *["ClusterRole"] * 5,  # the operator's, and one per operand that calls the API
+            *["ClusterRoleBinding"] * 5,
             "Deployment",
             "Role",
             "RoleBinding",
@@ -84,9 +82,16 @@ def test_enabled_values_reach_the_operands(key: str) -> None:
     assert policy["spec"][key]["enabled"] is False
     parsed = parse_policy(policy["spec"])
     assert isinstance(parsed, ClusterPolicySpec)
-    names = {o["metadata"]["name"] for o in desired(parsed, Facts("gpu-operator", "cluster-policy"))}
-    full = {o["metadata"]["name"] for o in desired(ClusterPolicySpec(), Facts("gpu-operator", "cluster-policy"))}
-    assert len(full - names) == 1, f"{key}.enabled=false removes exactly its DaemonSet"
+    for kind in ("DaemonSet", "ServiceAccount"):
+        names = {
+            o["metadata"]["name"] for o in desired(parsed, Facts("gpu-operator", "cluster-policy")) if o["kind"] == kind
+        }
+        full = {
+            o["metadata"]["name"]
+            for o in desired(ClusterPolicySpec(), Facts("gpu-operator", "cluster-policy"))
+            if o["kind"] == kind
+        }
+        assert len(full - names) == 1 and names < full, f"{key}.enabled=false removes exactly its {kind}"
 
 
 def test_values_without_cluster_policy() -> None:

@@ -10,6 +10,8 @@ from test_chart import render
 from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.crd import cluster_policy
+from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
 
@@ -117,10 +119,14 @@ def _exercise() -> Recording:
     assert cluster.get(NODE, "gpu-1")["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
     # Someone edits operand objects by hand: the operator puts them back.
     cluster.patch(RUNTIME_CLASS, "nvidia", {"handler": "runc"})
-    cluster.patch(SERVICE_ACCOUNT, "gpuchain-operand", {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}, NS)
+    relabel = {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}
+    cluster.patch(SERVICE_ACCOUNT, "gpuchain-device-plugin", relabel, NS)
     cluster.recording = True
     reconcile(cluster, "cluster-policy", NS)
+    cluster.recording = False
     assert cluster.get(RUNTIME_CLASS, "nvidia")["handler"] == "nvidia"
+    labels = cluster.get(SERVICE_ACCOUNT, "gpuchain-device-plugin", NS)["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "gpuchain"
     return cluster
 
 
@@ -135,3 +141,48 @@ def test_operator_requests_are_granted_and_grants_are_used() -> None:
         used.add(key)
     unused = (cluster_grants | ns_grants) - used - KOPF
     assert unused == set(), f"granted but never used: {sorted(unused)}"
+
+
+#: What each operand does with the API, by the code path that does it: (verb, group, resource).
+OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
+    # deviceplugin/nodeconfig.py: get + watch its Node's config label; Warning Event on a bad config.
+    "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
+    # discovery/output.py: get its Node, patch its labels.
+    "gpu-feature-discovery": {("get", "", "nodes"), ("patch", "", "nodes")},
+    # mig/manager.py: get/watch/patch its Node, list + evict the GPU pods on it, record Events.
+    "nvidia-mig-manager": {
+        ("get", "", "nodes"),
+        ("watch", "", "nodes"),
+        ("patch", "", "nodes"),
+        ("list", "", "pods"),
+        ("create", "", "pods/eviction"),
+        ("create", "", "events"),
+    },
+    # validator/checks.py: the plugin check gets its Node's allocatable.
+    "nvidia-operator-validator": {("get", "", "nodes")},
+    # No API use: the driver and toolkit containers, and the exporter (kubelet pod-resources only).
+    "nvidia-driver-daemonset": set(),
+    "nvidia-container-toolkit-daemonset": set(),
+    "nvidia-dcgm-exporter": set(),
+}
+
+
+def test_each_operand_is_granted_exactly_what_it_uses() -> None:
+    docs = render()
+    roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
+    bound: dict[str, set[tuple[str, str, str]]] = {}
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        for subject in binding["subjects"]:
+            grants = _grants(roles.get(binding["roleRef"]["name"], []))
+            bound.setdefault(subject["name"], set()).update(grants)
+    objs = desired(ClusterPolicySpec(), Facts(NS, "cluster-policy"))
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
+    accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    assert set(pods) == set(OPERAND_NEEDS)
+    for name, pod in pods.items():
+        account = pod["serviceAccountName"]
+        assert account in accounts, f"{name}: ServiceAccount {account} is not rendered by the operator"
+        assert bound.get(account, set()) == OPERAND_NEEDS[name], name
+        assert (pod.get("automountServiceAccountToken") is not False) == bool(OPERAND_NEEDS[name]), name
+    operand_subjects = set(bound) - {"gpuchain-operator"}
+    assert operand_subjects <= accounts, f"bindings for accounts no operand uses: {operand_subjects - accounts}"
