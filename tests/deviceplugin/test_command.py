@@ -11,9 +11,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+from kube.kmock_server import kmock_server
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL
+from gpuchain.deviceplugin.nodeconfig import REASON_NOT_FOUND
+from gpuchain.kube import NODE, LiveCluster
 from gpuchain.kubelet.peer import KubeletPeer
 
 GPU = "nvidia.com/gpu"
@@ -102,3 +107,102 @@ def test_list_reports_an_invalid_single_strategy() -> None:
     )
     assert result.exit_code == 2
     assert "migStrategy single does not fit" in result.output
+
+
+def _kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path
+
+
+def _gpu_node(label: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0", "labels": {NODE_CONFIG_LABEL: label}}}
+
+
+def _configs(root: Path) -> Path:
+    root.mkdir()
+    (root / "default").write_text("version: v1\n")
+    (root / "ts").write_text("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}\n")
+    return root
+
+
+async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Path) -> None:
+    """The command end to end: NODE_NAME + --config-dir, the label read and watched through
+    LiveCluster over kmock's HTTP API, the kubelet peer over unix sockets."""
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    kubelet = KubeletPeer(root)
+    await kubelet.start()
+    with kmock_server() as (url, _emulator):
+        cluster = LiveCluster.from_url(url)
+        cluster.create(_gpu_node("ts"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
+        env |= {"KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", url)), "NODE_NAME": "gpu-0"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "gpuchain", "device-plugin", "--config-dir", str(_configs(tmp_path / "cfg"))),
+            *("--socket-dir", str(root)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 16}, timeout=20)
+            relabel = {"metadata": {"labels": {NODE_CONFIG_LABEL: "default"}}}
+            await asyncio.to_thread(cluster.patch, NODE, "gpu-0", relabel)
+            await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=10)
+            relabel = {"metadata": {"labels": {NODE_CONFIG_LABEL: "nope"}}}
+            await asyncio.to_thread(cluster.patch, NODE, "gpu-0", relabel)
+            async with asyncio.timeout(10):
+                while not await asyncio.to_thread(cluster.events_for, _gpu_node("nope")):
+                    await asyncio.sleep(0.05)
+            assert kubelet.allocatable() == {GPU: 8}
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        (event,) = cluster.events_for(_gpu_node("nope"))
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert f"node label {NODE_CONFIG_LABEL}=default: config reloaded from {tmp_path / 'cfg' / 'default'}" in text
+    assert f"node label {NODE_CONFIG_LABEL}=nope: config not reloaded, keeping the running one" in text
+    assert (event["type"], event["reason"]) == ("Warning", REASON_NOT_FOUND)
+
+
+def test_start_with_a_label_naming_a_missing_key_fails_and_records_an_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with kmock_server() as (url, _emulator):
+        cluster = LiveCluster.from_url(url)
+        cluster.create(_gpu_node("h100-mig"))
+        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", url)))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        args = ["device-plugin", "--config-dir", str(_configs(tmp_path / "cfg")), "--node-name", "gpu-0"]
+        result = CliRunner().invoke(app, [*args, "--socket-dir", str(tmp_path)])
+        (event,) = cluster.events_for(_gpu_node("h100-mig"))
+    assert result.exit_code == 2
+    assert "names config 'h100-mig', which does not exist; available: default, ts" in result.output
+    assert event["reason"] == REASON_NOT_FOUND and "did not start" in event["message"]
+
+
+def test_list_reads_the_label_once_and_node_name_alone_needs_no_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    alone = CliRunner().invoke(app, ["device-plugin", "--list", "-o", "json", "--node-name", "gpu-0"])
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.output)[0]["devices"] == 8
+    with kmock_server() as (url, _emulator):
+        LiveCluster.from_url(url).create(_gpu_node("ts"))
+        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", url)))
+        args = ["device-plugin", "--list", "-o", "json", "--config-dir", str(_configs(tmp_path / "cfg"))]
+        result = CliRunner().invoke(app, [*args, "--node-name", "gpu-0"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["devices"] == 16
