@@ -41,6 +41,15 @@ def test_render_rejects_bad_policy(tmp_path: Path) -> None:
     assert wrong.exit_code == 2 and "policy.yaml:1: kind" in wrong.output
 
 
+def test_render_rejects_unknown_keys_with_image_problems(tmp_path: Path) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("kind: ClusterPolicy\nspec:\n  driver:\n    enabld: true\n  gfd:\n    repository: Bad/Repo\n")
+    result = runner.invoke(app, ["operator", "render", "-f", str(f)])
+    assert result.exit_code == 2, result.output
+    assert "spec.driver.enabld: unknown key; did you mean 'enabled'?" in result.output
+    assert "spec.gfd.repository" in result.output, "image problems come with the schema ones"
+
+
 def test_crd_command() -> None:
     result = runner.invoke(app, ["operator", "crd", "-o", "json"])
     assert result.exit_code == 0

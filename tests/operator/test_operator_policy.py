@@ -100,3 +100,12 @@ def test_schema_and_image_problems_are_reported_together() -> None:
     )
     assert isinstance(problems, list)
     assert {p.field for p in problems} == {"driver.enabld", "mig.strategy", "driver.version", "devicePlugin.repository"}
+
+
+def test_snake_case_keys_are_unknown_like_in_the_crd() -> None:
+    # The CRD only knows camelCase keys (the API server would prune the rest): so does the parser.
+    problems = parse_policy({"devicePlugin": {"image_pull_policy": "Always"}})
+    assert isinstance(problems, list)
+    assert [str(p) for p in problems] == [
+        "spec.devicePlugin.image_pull_policy: unknown key; did you mean 'imagePullPolicy'?"
+    ]
