@@ -15,12 +15,11 @@ from rich.table import Table
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
-    backend_option,
     open_backend,
     preset_option,
     topology_option,
 )
-from gpuchain.commands._cluster import open_cluster
+from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
@@ -119,7 +118,7 @@ async def _idle() -> None:
 
 
 def device_plugin(
-    backend: BackendKind = backend_option(),
+    backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config: str | None = typer.Option(
@@ -171,6 +170,11 @@ def device_plugin(
     source = ConfigSource(
         Path(config) if config else None, Path(config_dir) if config_dir else None, config_key or None
     )
+    choice = resolve_backend(backend)
+    if not list_only and socket_dir == DEFAULT_SOCKET_DIR:
+        refuse_implicit_sim(
+            choice, f"the kubelet's device plugin directory ({DEFAULT_SOCKET_DIR})", "pass --socket-dir DIR or --list"
+        )
     watch, label, rv = _node_label(node_name, config_dir, list_only)
     try:
         cfg = source.load(label, os.environ)
@@ -179,13 +183,14 @@ def device_plugin(
             watch.report(exc, "the device plugin did not start")
         fail(str(exc))
     try:
-        b = open_backend(backend, preset, topology)
+        b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         if cfg.flags.fail_on_init_error:
             fail(f"{exc} (set failOnInitError: false to keep running without GPUs)", code=1)
         log.error("no GPUs (%s); failOnInitError is false: serving nothing until stopped", exc)
         asyncio.run(_idle())
         return
+    log.info("%s", mark(f"GPUs from the {choice.kind.value} backend", choice))
     if list_only:
         try:
             resources = map_resources(b.inventory(), cfg)

@@ -1,0 +1,19 @@
+"""`gpuchain device-plugin` never registers simulated GPUs with the real kubelet by default."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+
+
+def test_default_backend_refuses_the_kubelets_directory() -> None:
+    result = CliRunner().invoke(app, ["device-plugin"])
+    assert result.exit_code == 2
+    assert "refusing to write simulated GPU results to the kubelet's device plugin directory" in result.stderr
+    assert "--backend nvml" in result.stderr
+
+
+def test_listing_on_the_default_backend_is_fine_and_marked() -> None:
+    result = CliRunner().invoke(app, ["device-plugin", "--list", "-o", "json"])
+    assert result.exit_code == 0, result.output
