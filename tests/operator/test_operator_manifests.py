@@ -178,6 +178,7 @@ def test_validator_init_containers_get_gpus_and_only_the_driver_check_is_privile
     assert inits["toolkit-validation"]["securityContext"] == {"privileged": False}
     assert inits["driver-validation"]["securityContext"] == {"privileged": True}
     assert not any(c["securityContext"]["privileged"] for n, c in inits.items() if n != "driver-validation")
+    assert pod["containers"][0]["securityContext"] == {"privileged": False}, "the main container only sleeps"
 
 
 def test_mig_manager_gets_the_default_layout_and_device_plugin_its_node() -> None:

@@ -321,7 +321,8 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
     extra: dict[str, Any] = {}
     if operand is DCGM_EXPORTER:
         extra["ports"] = [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
-    privileged = operand in (DEVICE_PLUGIN, MIG_MANAGER, VALIDATOR)
+    # The validator's main container only sleeps (its checks are the init containers).
+    privileged = operand in (DEVICE_PLUGIN, MIG_MANAGER)
     return _container(
         operand.name.removeprefix("nvidia-").removesuffix("-daemonset"),
         image,

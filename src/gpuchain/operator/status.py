@@ -122,6 +122,10 @@ def dependency_order(operands: Iterable[Operand]) -> list[Operand]:
     return placed
 
 
+#: A need that is not in the status at all (not deployed by this operator) blocks nothing.
+_ABSENT = OperandStatus("disabled", "Absent", "")
+
+
 def root_cause(operands: dict[str, OperandStatus]) -> str | None:
     """The lowest broken link: the first not-ready operand whose own needs are all satisfied."""
     for op in dependency_order(o for o in OPERANDS if o.state in operands):
@@ -130,9 +134,6 @@ def root_cause(operands: dict[str, OperandStatus]) -> str | None:
         ):
             return op.state
     return None
-
-
-_ABSENT = OperandStatus("disabled", "Absent", "")
 
 
 def _first_blocker(op: Operand, done: dict[str, OperandStatus]) -> str | None:
