@@ -17,3 +17,12 @@ def test_default_backend_refuses_the_kubelets_directory() -> None:
 def test_listing_on_the_default_backend_is_fine_and_marked() -> None:
     result = CliRunner().invoke(app, ["device-plugin", "--list", "-o", "json"])
     assert result.exit_code == 0, result.output
+
+
+def test_a_bad_healthcheck_variable_is_one_line_not_a_traceback() -> None:
+    result = CliRunner().invoke(
+        app, ["device-plugin", "--backend", "sim", "--socket-dir", "/tmp/gc-none"], env={"DP_DISABLE_HEALTHCHECKS": "foo"}
+    )
+    assert result.exit_code == 2
+    assert "DP_DISABLE_HEALTHCHECKS: 'foo' is not an XID number" in result.stderr
+    assert "Traceback" not in result.output

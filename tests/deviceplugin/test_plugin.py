@@ -15,6 +15,7 @@ from fakes.fake_pynvml import nvml_over
 
 from gpuchain.deviceplugin.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
+from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
@@ -271,3 +272,27 @@ async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend) -> None:
         await kubelet.stop()
         plugin_backend.close()
         shutil.rmtree(kubelet_root)
+
+
+async def test_a_reload_that_does_not_fit_keeps_the_running_resources() -> None:
+    """`single` is invalid on a mixed MIG node: the reload is refused and nothing stops being served."""
+    n = await _node("flags: {migStrategy: mixed}", backend=SimBackend.from_preset("h100-80gb-x8-mig-mixed"))
+    try:
+        before = n.kubelet.allocatable()
+        assert before["nvidia.com/mig-1g.10gb"] == 22
+        with pytest.raises(ResourceMappingError):
+            await n.plugin.reload(parse_config("flags: {migStrategy: single}"))
+        assert n.plugin.config.flags.mig_strategy.value == "mixed"
+        assert set(n.plugin.servers) == set(before)
+        assert n.kubelet.allocatable() == before
+    finally:
+        await n.stop()
+
+
+async def test_a_reload_with_a_bad_healthcheck_variable_changes_nothing(node: SimNode) -> None:
+    node.plugin.env = {"DP_DISABLE_HEALTHCHECKS": "sometimes"}
+    config = node.plugin.config
+    with pytest.raises(ValueError, match="DP_DISABLE_HEALTHCHECKS"):
+        await node.plugin.reload(parse_config("flags: {migStrategy: mixed}"))
+    assert node.plugin.config is config
+    assert node.kubelet.allocatable() == {GPU: 8}

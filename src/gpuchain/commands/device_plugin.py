@@ -183,6 +183,10 @@ def device_plugin(
             watch.report(exc, "the device plugin did not start")
         fail(str(exc))
     try:
+        cfg.health.policy(os.environ)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         if cfg.flags.fail_on_init_error:

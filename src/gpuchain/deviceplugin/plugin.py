@@ -123,14 +123,28 @@ class DevicePlugin:
             await self._unserve()
 
     async def reload(self, config: Config) -> None:
-        """Apply a new config: re-map resources, re-serve and re-register. Health state is kept."""
+        """Apply a new config: re-map resources, re-serve and re-register. Health state is kept.
+
+        All or nothing: a config whose health policy or resource mapping is invalid for this node
+        raises (ValueError, ResourceMappingError) before anything is torn down, and a re-serve that
+        fails puts the running config back, so the node never ends up announcing no GPUs.
+        """
         async with self._lock:
+            policy = config.health.policy(self.env if self.env is not None else os.environ)
+            map_resources(self.backend.inventory(), config)
+            old = (self.config, self.health.policy, self.health.quiet_seconds)
             self.config = config
-            self.health.policy = config.health.policy(self.env if self.env is not None else os.environ)
+            self.health.policy = policy
             self.health.quiet_seconds = config.health.recovery_quiet_seconds
             await self._unserve()
-            await self._serve()
-            await self._try_register()
+            try:
+                await self._serve()
+            except (ResourceMappingError, OSError):
+                self.config, self.health.policy, self.health.quiet_seconds = old
+                await self._serve()
+                raise
+            finally:
+                await self._try_register()
 
     @property
     def registered(self) -> bool:
