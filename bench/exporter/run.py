@@ -47,6 +47,7 @@ def _node(mig: bool) -> tuple[SimBackend, list[Assignment]]:
     for gpu in sim.inventory().gpus:
         if mig:
             for m in gpu.mig_devices:
+                sim.set_telemetry(m.uuid, memory_used_mib=512 * (m.index + 1))
                 ref = PodRef("inference", f"model-{gpu.index}-{m.index}", "server")
                 rows.append(Assignment("nvidia.com/mig-1g.10gb", m.uuid, ref))
         else:
@@ -139,7 +140,7 @@ def run_scenario(name: str, mig: bool, rounds: int, scrapes: int) -> list[str]:
         http_server.shutdown()
         http_server.server_close()
         http_thread.join(5)
-    lines.append(f"  {name}: first background collection (inventory, telemetry, attribution): {collect_cpu:.4f} CPU s")
+    lines.append(f"  {name}: first collection (inventory, telemetry, MIG memory, pods): {collect_cpu:.4f} CPU s")
     return lines
 
 

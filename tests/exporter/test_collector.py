@@ -30,10 +30,13 @@ class _Stalling(SimBackend):
         self.gate = threading.Event()
         self.gate.set()
         self.stall_uuid: str | None = None
+        self.stall_inventory = False
         self.fail_inventory = False
         self.telemetry_calls: dict[str, int] = {}
 
     def inventory(self) -> Inventory:
+        if self.stall_inventory:
+            self.gate.wait(30)
         if self.fail_inventory:
             raise GpuLostError("NVML: GPU is lost")
         return super().inventory()
@@ -58,6 +61,7 @@ def test_hung_telemetry_serves_last_good_value_and_counts_errors() -> None:
     sim = _Stalling()
     gpu0, gpu1 = sim.inventory().gpus[:2]
     collector = GpuMetricsCollector(sim, COUNTERS, "n", call_timeout=0.2)
+    sim.set_telemetry(0, gpu_util=55)
     assert collector.collect_once()
 
     sim.set_telemetry(0, gpu_util=90)
@@ -69,7 +73,7 @@ def test_hung_telemetry_serves_last_good_value_and_counts_errors() -> None:
         collector.collect_once()
         assert time.monotonic() - began < 2.0
         text = render(collector.registry).decode()
-        assert _value(text, "DCGM_FI_DEV_GPU_UTIL", UUID=gpu0.uuid) == 0.0
+        assert _value(text, "DCGM_FI_DEV_GPU_UTIL", UUID=gpu0.uuid) == 55.0, "the last good value, not a zero"
         assert _value(text, "DCGM_FI_DEV_GPU_UTIL", UUID=gpu1.uuid) == 40.0
         assert _value(text, "gpuchain_exporter_scrape_errors_total", operation="telemetry") == 1.0
 
@@ -106,6 +110,34 @@ def test_unhealthy_until_the_first_inventory() -> None:
     sim.fail_inventory = False
     assert collector.collect_once()
     assert collector.health()[0]
+
+
+def test_health_turns_503_when_the_backend_stalls() -> None:
+    """A hung backend keeps scrapes answering with old values, so /health must say they are stale."""
+    sim = _Stalling("l4-x2")
+    collector = GpuMetricsCollector(sim, COUNTERS, "n", interval=0.1, call_timeout=0.05)
+    server = MetricsServer(collector, "127.0.0.1", 0)
+    server.start_background()
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert collector.collect_once()
+        assert _get(base + "/health")[0] == 200
+        sim.stall_inventory = True
+        sim.gate.clear()
+        time.sleep(0.35)  # more than 3 collection intervals
+        assert not collector.collect_once()
+        code, _, body = _get(base + "/health")
+        assert code == 503
+        assert body.startswith("KO: last successful collection") and "more than 3 x the 0.1s" in body
+        assert "DCGM_FI_DEV_GPU_TEMP{" in _get(base + "/metrics")[2], "old values are still served"
+        sim.gate.set()
+        sim.stall_inventory = False
+        _wait_for(lambda: collector.collect_once() and collector.health()[0])
+        assert _get(base + "/health")[0] == 200
+    finally:
+        sim.gate.set()
+        server.shutdown()
+        server.server_close()
 
 
 def _wait_for(predicate: object, timeout: float = 5.0) -> None:
@@ -184,13 +216,18 @@ def _series_keys(text: str) -> set[str]:
 
 def test_nvml_backend_exports_the_same_series_as_the_simulator() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    mig = sim.inventory().gpus[0].mig_devices[1]
+    sim.set_telemetry(mig.uuid, memory_used_mib=1234)
     nvml = nvml_over(sim)
     try:
         via_sim = GpuMetricsCollector(sim, COUNTERS, "n")
         via_nvml = GpuMetricsCollector(nvml, COUNTERS, "n")
         assert via_sim.collect_once() and via_nvml.collect_once()
         sim_series = _series_keys(render(via_sim.registry).decode())
-        assert len(sim_series) > 30 * 15
+        assert len(sim_series) > 30 * 13  # 30 MIG devices x 13 fields (no utilisation on MIG), 2 whole GPUs
         assert _series_keys(render(via_nvml.registry).decode()) == sim_series
+        for via in (via_sim, via_nvml):
+            text = render(via.registry).decode()
+            assert _value(text, "DCGM_FI_DEV_FB_USED", GPU_I_ID=str(mig.gi_id), gpu="0") == 1234.0
     finally:
         nvml.close()

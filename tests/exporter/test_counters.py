@@ -27,7 +27,6 @@ def test_default_set_has_the_dashboard_and_issue_fields() -> None:
         Field.MEM_CLOCK,
         Field.UNCORRECTABLE_REMAPPED_ROWS,
         Field.CORRECTABLE_REMAPPED_ROWS,
-        Field.GR_ENGINE_ACTIVE,
     ):
         assert f in fields
     assert [c.field for c in counters.labels()] == [Field.DRIVER_VERSION]

@@ -13,7 +13,12 @@ COUNTERS = load_collectors()
 
 def _sample(sim: SimBackend, pods: dict[str, tuple[PodRef, ...]] | None = None) -> NodeSample:
     inv = sim.inventory()
-    return NodeSample(inv, {g.uuid: sim.telemetry(g.uuid) for g in inv.gpus}, pods or {})
+    return NodeSample(
+        inv,
+        {g.uuid: sim.telemetry(g.uuid) for g in inv.gpus},
+        pods or {},
+        {m.uuid: sim.mig_memory(m.uuid) for m in inv.mig_devices},
+    )
 
 
 def _by_name(families: list) -> dict:  # type: ignore[type-arg]
@@ -60,22 +65,57 @@ def test_values_follow_telemetry(h100_sim: SimBackend) -> None:
         return next(s.value for s in fams[name].samples if s.labels["UUID"] == uuid)
 
     assert value("DCGM_FI_DEV_GPU_UTIL") == 87
-    assert value("DCGM_FI_PROF_GR_ENGINE_ACTIVE") == 0.87
     assert value("DCGM_FI_DEV_FB_USED") == 30000
     assert value("DCGM_FI_DEV_GPU_TEMP") == 71
     assert value("DCGM_FI_DEV_POWER_USAGE") == 512.5
     assert fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "counter"
 
 
-def test_mig_devices_repeat_gpu_readings_but_not_framebuffer(mig_sim: SimBackend) -> None:
+def test_mig_devices_repeat_gpu_wide_readings(mig_sim: SimBackend) -> None:
     mig_sim.set_telemetry(0, temperature_c=55)
     inv = mig_sim.inventory()
     fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
     on_gpu0 = [s for s in fams["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == "0"]
     assert [s.labels["GPU_I_ID"] for s in on_gpu0] == [str(m.gi_id) for m in inv.gpus[0].mig_devices]
     assert {s.value for s in on_gpu0} == {55}
-    fb = fams["DCGM_FI_DEV_FB_USED"].samples
-    assert {s.labels["gpu"] for s in fb} == {"6", "7"}
+
+
+def test_mig_devices_get_their_own_framebuffer(mig_sim: SimBackend) -> None:
+    """FB_USED/FB_FREE of a MIG device are its GPU instance's memory, not the whole GPU's."""
+    inv = mig_sim.inventory()
+    a, b = inv.gpus[4].mig_devices[:2]
+    mig_sim.set_telemetry(4, memory_used_mib=70000)
+    mig_sim.set_telemetry(a.uuid, memory_used_mib=3000)
+    fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
+
+    def fb(name: str, gi_id: int) -> list[float]:
+        return [
+            s.value for s in fams[name].samples if s.labels["gpu"] == "4" and s.labels.get("GPU_I_ID") == str(gi_id)
+        ]
+
+    assert fb("DCGM_FI_DEV_FB_USED", a.gi_id) == [3000]
+    assert fb("DCGM_FI_DEV_FB_FREE", a.gi_id) == [a.memory_mib - 3000]
+    assert fb("DCGM_FI_DEV_FB_USED", b.gi_id) == [0]
+    assert {s.labels["gpu"] for s in fams["DCGM_FI_DEV_FB_USED"].samples} == {str(g.index) for g in inv.gpus}
+    assert not [s for s in fams["DCGM_FI_DEV_FB_RESERVED"].samples if "GPU_I_ID" in s.labels]
+
+
+def test_mig_devices_do_not_inherit_the_gpus_utilisation(mig_sim: SimBackend) -> None:
+    """GPU_UTIL on a MIG GPU is the whole card's: copying it would make every pod on it look that busy."""
+    mig_sim.set_telemetry(4, gpu_util=90)
+    inv = mig_sim.inventory()
+    fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL"):
+        assert {s.labels["gpu"] for s in fams[name].samples} == {"6", "7"}, name
+
+
+def test_no_made_up_dcgm_profiling_field(h100_sim: SimBackend) -> None:
+    """GR_ENGINE_ACTIVE is a DCGM profiling counter; NVML's utilisation is not published under its name."""
+    counters = parse_collectors("DCGM_FI_DEV_GPU_UTIL, gauge, u\nDCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, g\n")
+    assert counters.skipped == ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)
+    inv = h100_sim.inventory()
+    names = {f.name for f in sample_families(COUNTERS, _sample(h100_sim), entities(inv, "n", COUNTERS))}
+    assert not {n for n in names if "PROF" in n}
 
 
 def test_shared_device_gets_one_series_per_container(h100_sim: SimBackend) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR, map_resources
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors
 from gpuchain.exporter.exposition import render
@@ -46,6 +47,27 @@ def test_two_replicas_of_one_gpu_in_one_container_count_once(h100_sim: SimBacken
     assert attribute([_row(f"{uuid}::0"), _row(f"{uuid}::1")], h100_sim.inventory()) == {
         uuid: (PodRef("ns", "p", "c"),)
     }
+
+
+@pytest.mark.parametrize(
+    "config_text",
+    [
+        "flags: {migStrategy: mixed}\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}",
+        "flags: {migStrategy: mixed}\n"
+        "sharing: {timeSlicing: {renameByDefault: true, resources: [{name: nvidia.com/mig-1g.10gb, replicas: 2}]}}",
+    ],
+)
+def test_every_id_the_device_plugin_announces_is_attributed(mig_sim: SimBackend, config_text: str) -> None:
+    """Contract with the device plugin: whatever ids and resource names it announces, the exporter maps."""
+    inv = mig_sim.inventory()
+    resources = map_resources(inv, parse_config(config_text))
+    rows = [_row(d.id, d.id, r.name) for r in resources for d in r.devices]
+    assert any(REPLICA_SEPARATOR in row.device_id for row in rows)
+    pods = attribute(rows, inv)
+    for r in resources:
+        for d in r.devices:
+            unit = d.mig_uuid or d.gpu_uuid
+            assert PodRef("ns", d.id, "c") in pods[unit], (r.name, d.id)
 
 
 def test_missing_socket_is_a_clear_error() -> None:
@@ -93,8 +115,10 @@ async def test_attribution_through_the_kubelet_peer() -> None:
         text = render(collector.registry).decode()
         util = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
         assert sum('pod="train"' in line for line in util) == 1
-        assert sum('container="model",namespace="ml",pod="infer"' in line for line in util) == 2
-        sidecar_line = next(line for line in util if 'container="sidecar"' in line)
+        assert not [line for line in util if 'pod="infer"' in line], "MIG devices carry no whole-GPU utilisation"
+        fb = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_FB_USED{")]
+        assert sum('container="model",namespace="ml",pod="infer"' in line for line in fb) == 2
+        sidecar_line = next(line for line in fb if 'container="sidecar"' in line)
         assert 'GPU_I_PROFILE="3g.40gb"' in sidecar_line
         assert 'namespace="ml"' in sidecar_line
     finally:

@@ -40,13 +40,20 @@ DASHBOARD_QUERIES = {
     "GPU Power Usage": f'max(DCGM_FI_DEV_POWER_USAGE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, uuid)',
     "GPU Power Total": f'sum(max(DCGM_FI_DEV_POWER_USAGE{{Hostname=~"{HOST}", gpu=~".*"}}) by (gpu))',
     "GPU SM Clocks": f'max(DCGM_FI_DEV_SM_CLOCK{{Hostname=~"{HOST}", gpu=~".*"}} * 1000000) by (Hostname, UUID, gpu)',
-    "GPU Utilization": (
-        f'max(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
-    ),
     "GPU Framebuffer Mem Used": (
         f'max(DCGM_FI_DEV_FB_USED{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
     ),
     "Hostname variable": "DCGM_FI_DEV_FB_FREE",
+    "gpu variable": f'DCGM_FI_DEV_FB_FREE{{Hostname=~"{HOST}"}}',
+}
+# Panels left empty on purpose: their DCGM profiling fields have no NVML equivalent.
+EMPTY_PANELS = {
+    "GPU Utilization": (
+        f'max(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
+    ),
+    "Tensor Core Utilization": (
+        f'max(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{Hostname=~"{HOST}", gpu=~".*"}}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)'
+    ),
 }
 
 pytestmark = pytest.mark.skipif(
@@ -125,8 +132,11 @@ async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
         for title, expr in DASHBOARD_QUERIES.items():
             assert await _wait_until(base, expr), f"dashboard panel {title!r} is empty"
 
+        for title, expr in EMPTY_PANELS.items():
+            assert not await _query(base, expr), f"{title!r} would show an NVML reading under a DCGM profiling name"
+
         gpus = await asyncio.to_thread(_api, base, "/api/v1/label/gpu/values", **{"match[]": "DCGM_FI_DEV_FB_FREE"})
-        assert sorted(gpus) == ["6", "7"]  # framebuffer series are whole-GPU; 0-5 are in MIG mode
+        assert sorted(gpus) == [str(i) for i in range(8)]  # MIG devices (GPUs 0-5) have their own framebuffer
 
         (series,) = train
         labels = series["metric"]
@@ -137,9 +147,11 @@ async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
         assert await _query(base, 'DCGM_FI_DEV_GPU_TEMP{pod="train"}')
         assert await _query(base, 'DCGM_FI_DEV_POWER_USAGE{pod="train"}')
 
-        (mig,) = await _wait_until(base, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod="infer"}')
+        (mig,) = await _wait_until(base, 'DCGM_FI_DEV_FB_USED{pod="infer"}')
         assert mig["metric"]["GPU_I_PROFILE"] == "3g.40gb"
         assert mig["metric"]["container"] == "server"
+        assert await _query(base, 'DCGM_FI_DEV_FB_FREE{pod="infer", namespace="ml", container="server"}')
+        assert not await _query(base, 'DCGM_FI_DEV_GPU_UTIL{pod="infer"}'), "the whole GPU's utilisation"
         assert await _query(base, 'DCGM_FI_DEV_XID_ERRORS{pod="infer", err_code="0"}')
     finally:
         if prom is not None:

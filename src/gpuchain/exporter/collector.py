@@ -1,12 +1,14 @@
 """The exporter's imperative shell: sample the GPUs in the background, serve the last good sample.
 
 A scrape never calls NVML or the kubelet. A background thread samples the inventory, each GPU's
-telemetry and the pod assignments every ``interval`` seconds; each of those calls runs on its
+telemetry, each MIG device's memory and the pod assignments every ``interval`` seconds; each of those calls runs on its
 own daemon thread with a deadline, so a call that hangs (a GPU falling off the bus can stall
 NVML for a long time) or fails only costs its own reading: the previous good value is kept,
 ``gpuchain_exporter_scrape_errors_total{operation}`` moves, and the next cycle does not stack a
 second call behind the hung one. XIDs arrive through the backend's event stream on another
-thread and are visible on the next scrape.
+thread and are visible on the next scrape. ``/health`` turns unhealthy when the last good
+collection is older than ``STALE_AFTER`` intervals, so a hung backend is noticed even though
+scrapes keep answering with old values.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import Entity, NodeSample, XidBook, entities, sample_families, xid_families
 from gpuchain.exporter.podresources import Assignment, PodRef, attribute
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.model import EventKind, Inventory, Telemetry
+from gpuchain.gpu.model import EventKind, Gpu, Inventory, MigMemory, Telemetry
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 OPERATIONS = ("inventory", "telemetry", "pod_resources", "events")
-"""Values of the ``operation`` label on the scrape-error counter."""
+"""Values of the ``operation`` label on the scrape-error counter (MIG memory reads count as telemetry)."""
+STALE_AFTER = 3.0
+"""Collection intervals without a good collection after which ``/health`` reports unhealthy."""
 
 
 class _Pending(Generic[T]):
@@ -110,6 +114,7 @@ class GpuMetricsCollector:
         self._view = _View()
         self._inventory: Inventory | None = None
         self._telemetry: dict[str, Telemetry] = {}
+        self._mig_memory: dict[str, MigMemory] = {}
         self._assignments: list[Assignment] = []
         self._inflight: dict[str, _Pending[Any]] = {}
         self._stop = threading.Event()
@@ -128,25 +133,29 @@ class GpuMetricsCollector:
     # ---- health ---------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, str]:
-        """Healthy once a sample exists; the reason says what is missing or how old the data is."""
+        """Healthy while the last good collection is recent; the reason says what is missing or how old.
+
+        Stale means older than ``STALE_AFTER`` collection intervals: the backend has stopped
+        answering (a hung NVML call, a lost driver), and the values served are that old.
+        """
         at = self._view.collected_at
         if at is None:
             return False, "no successful collection yet (is the GPU backend answering?)"
         age = time.time() - at
+        limit = STALE_AFTER * self.interval
+        if age > limit:
+            return False, (
+                f"last successful collection {age:.1f}s ago, more than {STALE_AFTER:g} x the {self.interval:g}s "
+                "collection interval: the GPU backend is not answering (see gpuchain_exporter_scrape_errors_total)"
+            )
         return True, f"last collection {age:.1f}s ago"
 
     # ---- sampling -------------------------------------------------------------------------
 
     def _call(self, key: str, operation: str, fn: Callable[[], T], deadline: float) -> T | None:
         """Run ``fn`` with a deadline; on failure or timeout count an error and return None."""
-        pending = self._inflight.get(key)
-        if pending is not None and not pending.done.is_set():
-            self.errors.labels(operation).inc()
-            log.warning("%s: previous call still running; serving the last good value", key)
-            return None
-        fresh: _Pending[T] = _Pending(fn)
-        self._inflight[key] = fresh
-        return self._await(key, operation, fresh, deadline)
+        fresh = self._start(key, operation, fn)
+        return None if fresh is None else self._await(key, operation, fresh, deadline)
 
     def _await(self, key: str, operation: str, pending: _Pending[T], deadline: float) -> T | None:
         if not pending.done.wait(max(0.0, deadline - time.monotonic())):
@@ -160,6 +169,21 @@ class GpuMetricsCollector:
             return None
         return pending.value
 
+    def _start(self, key: str, operation: str, fn: Callable[[], T]) -> _Pending[T] | None:
+        """Start a call on its own thread, unless the previous one is still hung (then count an error)."""
+        pending = self._inflight.get(key)
+        if pending is not None and not pending.done.is_set():
+            self.errors.labels(operation).inc()
+            log.warning("%s: previous call still running; serving the last good value", key)
+            return None
+        fresh: _Pending[T] = _Pending(fn)
+        self._inflight[key] = fresh
+        return fresh
+
+    def _read_mig_memory(self, gpu: Gpu) -> dict[str, MigMemory]:
+        """Every MIG device's memory on one GPU, in one call so a hung GPU costs one thread, not seven."""
+        return {m.uuid: self.backend.mig_memory(m.uuid) for m in gpu.mig_devices}
+
     def collect_once(self) -> bool:
         """One sampling cycle; True when the inventory call succeeded."""
         inventory = self._call("inventory", "inventory", self.backend.inventory, time.monotonic() + self.call_timeout)
@@ -170,28 +194,35 @@ class GpuMetricsCollector:
             return False
         inv = self._inventory
         deadline = time.monotonic() + self.call_timeout
-        started: list[tuple[str, _Pending[Telemetry]]] = []
+        telemetry: list[tuple[str, _Pending[Telemetry]]] = []
+        memory: list[tuple[str, _Pending[dict[str, MigMemory]]]] = []
         for gpu in inv.gpus:
-            key = f"telemetry/{gpu.uuid}"
-            pending = self._inflight.get(key)
-            if pending is not None and not pending.done.is_set():
-                self.errors.labels("telemetry").inc()
-                continue
-            fresh = _Pending(functools.partial(self.backend.telemetry, gpu.uuid))
-            self._inflight[key] = fresh
-            started.append((gpu.uuid, fresh))
-        for uuid, call in started:
-            reading = self._await(f"telemetry/{uuid}", "telemetry", call, deadline)
+            read = functools.partial(self.backend.telemetry, gpu.uuid)
+            reading = self._start(f"telemetry/{gpu.uuid}", "telemetry", read)
             if reading is not None:
-                self._telemetry[uuid] = reading
+                telemetry.append((gpu.uuid, reading))
+            if gpu.mig_enabled and gpu.mig_devices:
+                migs = self._start(f"mig_memory/{gpu.uuid}", "telemetry", functools.partial(self._read_mig_memory, gpu))
+                if migs is not None:
+                    memory.append((gpu.uuid, migs))
+        for uuid, call in telemetry:
+            got = self._await(f"telemetry/{uuid}", "telemetry", call, deadline)
+            if got is not None:
+                self._telemetry[uuid] = got
+        for uuid, batch in memory:
+            per_mig = self._await(f"mig_memory/{uuid}", "telemetry", batch, deadline)
+            if per_mig is not None:
+                self._mig_memory.update(per_mig)
         present = {g.uuid for g in inv.gpus}
         self._telemetry = {u: t for u, t in self._telemetry.items() if u in present}
+        migs_present = {m.uuid for m in inv.mig_devices}
+        self._mig_memory = {u: m for u, m in self._mig_memory.items() if u in migs_present}
         if self.pod_lister is not None:
             rows = self._call("pod_resources", "pod_resources", self.pod_lister, time.monotonic() + self.call_timeout)
             if rows is not None:
                 self._assignments = rows
         pods = attribute(self._assignments, inv)
-        sample = NodeSample(inv, dict(self._telemetry), pods)
+        sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory))
         ents = entities(inv, self.hostname, self.counters)
         families = sample_families(self.counters, sample, ents)
         self._view = _View(ents, families, pods, time.time() if ok else self._view.collected_at)

@@ -1,10 +1,11 @@
 """Which metrics the exporter publishes: dcgm-exporter's collectors CSV, parsed and checked.
 
 The file format is dcgm-exporter's (`DCGM field, Prometheus type, help`), so a ConfigMap written
-for dcgm-exporter drives this exporter too. Fields NVML cannot read (profiling counters, PCIe
-throughput, vGPU licensing) are reported as skipped instead of failing the whole file, because
-those CSVs routinely list them; a row that is not a DCGM field at all, or has a bad type, is an
-error naming the line.
+for dcgm-exporter drives this exporter too. Fields NVML cannot read (profiling counters such as
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, PCIe throughput, vGPU licensing) are reported as skipped
+instead of failing the whole file, because those CSVs routinely list them; an NVML reading is
+never published under a DCGM profiling name, since it does not measure the same thing. A row
+that is not a DCGM field at all, or has a bad type, is an error naming the line.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ class Field(enum.StrEnum):
     MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
     ENC_UTIL = "DCGM_FI_DEV_ENC_UTIL"
     DEC_UTIL = "DCGM_FI_DEV_DEC_UTIL"
-    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
     XID_ERRORS_TOTAL = "DCGM_EXP_XID_ERRORS_TOTAL"
     FB_FREE = "DCGM_FI_DEV_FB_FREE"

@@ -1,8 +1,17 @@
 """From one sample of the node to DCGM-compatible metric families: pure functions, no I/O.
 
 An *entity* is what dcgm-exporter publishes a series for: a whole GPU, or one MIG device of a
-MIG-enabled GPU (labelled ``GPU_I_PROFILE``/``GPU_I_ID``; GPU-wide readings such as temperature
-and power are repeated on each of its MIG devices, as dcgm-exporter does, so every pod sees them).
+MIG-enabled GPU (labelled ``GPU_I_PROFILE``/``GPU_I_ID``). A MIG device gets:
+
+- its own framebuffer (``FB_FREE``/``FB_USED``, read on the MIG device handle), so a pod on it
+  sees its GPU instance's memory, not the whole GPU's;
+- the GPU-wide readings (temperature, power, clocks, energy, PCIe replays, remapped rows),
+  repeated on each MIG device as dcgm-exporter does, so every pod sees the card it runs on;
+- no device-level utilisation (``GPU_UTIL``, ``MEM_COPY_UTIL``, ``ENC_UTIL``, ``DEC_UTIL``): those
+  measure the whole GPU, and copying them would make every pod on it look as busy as all of
+  them together. DCGM reports per-instance activity only through profiling fields, which NVML
+  does not have.
+
 A device held by several containers (time-slicing) gets one series per container, each with its
 ``pod``/``namespace``/``container`` labels.
 """
@@ -17,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 
 from gpuchain.exporter.counters import Counter, CounterSet, Field
 from gpuchain.exporter.podresources import PodRef
-from gpuchain.gpu.model import Inventory, Telemetry
+from gpuchain.gpu.model import Inventory, MigMemory, Telemetry
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -38,6 +47,8 @@ class NodeSample:
     inventory: Inventory
     telemetry: Mapping[str, Telemetry]
     pods: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
+    mig_memory: Mapping[str, MigMemory] = field(default_factory=dict)
+    """MIG device UUID -> its framebuffer reading."""
 
 
 def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[Entity]:
@@ -65,10 +76,6 @@ def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[
     return out
 
 
-def _pct_ratio(t: Telemetry) -> float | None:
-    return None if t.gpu_util is None else t.gpu_util / 100.0
-
-
 _READINGS: dict[Field, Callable[[Telemetry], float | int | None]] = {
     Field.SM_CLOCK: lambda t: t.sm_clock_mhz,
     Field.MEM_CLOCK: lambda t: t.mem_clock_mhz,
@@ -81,7 +88,6 @@ _READINGS: dict[Field, Callable[[Telemetry], float | int | None]] = {
     Field.MEM_COPY_UTIL: lambda t: t.mem_copy_util,
     Field.ENC_UTIL: lambda t: t.enc_util,
     Field.DEC_UTIL: lambda t: t.dec_util,
-    Field.GR_ENGINE_ACTIVE: _pct_ratio,
     Field.FB_FREE: lambda t: t.memory_free_mib,
     Field.FB_USED: lambda t: t.memory_used_mib,
     Field.FB_RESERVED: lambda t: t.memory_reserved_mib,
@@ -89,9 +95,18 @@ _READINGS: dict[Field, Callable[[Telemetry], float | int | None]] = {
     Field.CORRECTABLE_REMAPPED_ROWS: lambda t: t.remapped_rows_correctable,
     Field.ROW_REMAP_FAILURE: lambda t: t.row_remap_failure,
 }
-"""Telemetry readings per field. Framebuffer fields are whole-GPU figures, so MIG devices skip them."""
+"""Telemetry readings per field, for whole GPUs and the GPU-wide readings of MIG devices."""
 
-_GPU_ONLY = frozenset({Field.FB_FREE, Field.FB_USED, Field.FB_RESERVED})
+_MIG_READINGS: dict[Field, Callable[[MigMemory], int]] = {
+    Field.FB_FREE: lambda m: m.free_mib,
+    Field.FB_USED: lambda m: m.used_mib,
+}
+"""A MIG device's own readings, from ``NodeSample.mig_memory``."""
+
+_NOT_ON_MIG = frozenset(
+    {Field.GPU_UTIL, Field.MEM_COPY_UTIL, Field.ENC_UTIL, Field.DEC_UTIL, Field.FB_RESERVED, *_MIG_READINGS}
+)
+"""Whole-GPU figures that would misstate a MIG device (its own readings replace the FB ones)."""
 LIVE_FIELDS = frozenset({Field.XID_ERRORS, Field.XID_ERRORS_TOTAL})
 """Fields read from the XID book at scrape time rather than from the sample."""
 
@@ -117,16 +132,28 @@ def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Ent
         family = _family(counter)
         name = counter.field.value
         for entity, label_sets in rows:
-            if entity.uuid != entity.gpu_uuid and counter.field in _GPU_ONLY:
-                continue
-            telemetry = sample.telemetry.get(entity.gpu_uuid)
-            value = None if telemetry is None else reading(telemetry)
+            value = _value(counter.field, reading, entity, sample)
             if value is None:
                 continue
             for labels in label_sets:
                 family.add_sample(name, labels, float(value))
         families.append(family)
     return families
+
+
+def _value(
+    fld: Field, reading: Callable[[Telemetry], float | int | None], entity: Entity, sample: NodeSample
+) -> float | int | None:
+    """The reading of ``fld`` for one entity; None when it has none (not read, or not meaningful)."""
+    if entity.uuid != entity.gpu_uuid:
+        own = _MIG_READINGS.get(fld)
+        if own is not None:
+            memory = sample.mig_memory.get(entity.uuid)
+            return None if memory is None else own(memory)
+        if fld in _NOT_ON_MIG:
+            return None
+    telemetry = sample.telemetry.get(entity.gpu_uuid)
+    return None if telemetry is None else reading(telemetry)
 
 
 class XidBook:

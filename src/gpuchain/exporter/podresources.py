@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import grpc
 
+from gpuchain.deviceplugin.config import RESOURCE_PREFIX
+from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR
 from gpuchain.gpu.model import Inventory
 from gpuchain.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-RESOURCE_PREFIX = "nvidia.com/"
-"""Only extended resources under this prefix are GPUs (``nvidia.com/gpu``, ``nvidia.com/mig-*``, renamed shares)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -77,6 +77,7 @@ def assignments(response: api_pb2.ListPodResourcesResponse) -> list[Assignment]:
         for container in pod.containers:
             ref = PodRef(pod.namespace, pod.name, container.name)
             for devices in container.devices:
+                # The device plugin's prefix: nvidia.com/gpu, nvidia.com/mig-*, renamed shares.
                 if not devices.resource_name.startswith(RESOURCE_PREFIX):
                     continue
                 rows.extend(Assignment(devices.resource_name, d, ref) for d in devices.device_ids)
@@ -99,7 +100,7 @@ def attribute(rows: Iterable[Assignment], inventory: Inventory) -> dict[str, tup
 
 def _strip_replica(device_id: str) -> str:
     """``GPU-x::3`` -> ``GPU-x``: time-slicing replicas all run on their base device."""
-    base, sep, _ = device_id.partition("::")
+    base, sep, _ = device_id.partition(REPLICA_SEPARATOR)
     return base if sep else device_id
 
 
