@@ -28,7 +28,7 @@ def exporter(
     backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
-    port: int = typer.Option(DEFAULT_PORT, "--port", "-p", help="Port for /metrics and /health."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", "-p", min=0, max=65535, help="Port for /metrics and /health."),
     address: str = typer.Option("0.0.0.0", "--address", help="Address to listen on."),
     collectors: Path | None = typer.Option(
         None, "--collectors", "-f", help="Metric set as a dcgm-exporter collectors CSV (default: the packaged set)."

@@ -1,4 +1,4 @@
-"""`gpuchain device-plugin` never registers simulated GPUs with the real kubelet by default."""
+"""Node agents on bad or risky input: no simulated GPUs at the real kubelet, no tracebacks."""
 
 from __future__ import annotations
 
@@ -25,4 +25,10 @@ def test_a_bad_healthcheck_variable_is_one_line_not_a_traceback() -> None:
     )
     assert result.exit_code == 2
     assert "DP_DISABLE_HEALTHCHECKS: 'foo' is not an XID number" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_exporter_port_out_of_range_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["exporter", "--port", "99999"])
+    assert result.exit_code == 2
     assert "Traceback" not in result.output
