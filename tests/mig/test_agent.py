@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fakes.fake_pynvml import FakeNvml
 
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON, PAUSED_FOR_MIG_CHANGE
 from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.discovery.labels import gfd_labels
@@ -17,10 +18,6 @@ from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.mig.agent import (
-    CONFIG_LABEL,
-    PAUSED,
-    REASON_ANNOTATION,
-    STATE_LABEL,
     Apply,
     ApplyOutcome,
     LayoutCheck,
@@ -89,7 +86,7 @@ def _labels(cluster: MemoryCluster) -> dict[str, str]:
 
 
 def _reason(cluster: MemoryCluster) -> str | None:
-    return cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {}).get(REASON_ANNOTATION)
+    return cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {}).get(MIG_CONFIG_STATE_REASON)
 
 
 def _setup(
@@ -102,7 +99,7 @@ def _setup(
 
 
 def _relabel(cluster: MemoryCluster, config: str) -> None:
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {CONFIG_LABEL: config}}})
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: config}}})
 
 
 def _stop_operands(cluster: MemoryCluster) -> None:
@@ -132,24 +129,24 @@ def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "pending"
-    assert all(labels[k] == PAUSED for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "pending"
+    assert all(labels[k] == PAUSED_FOR_MIG_CHANGE for k in DEPLOY)
     assert manager.machine.phase is Phase.OPERANDS and not sim.inventory().mig_devices  # waits for the pods
 
     _stop_operands(cluster)
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "success" and all(labels[k] == "true" for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "success" and all(labels[k] == "true" for k in DEPLOY)
     assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}
     assert _mig_count_label(sim) == "56"
 
     cluster.create(_operand_pods()[0])  # the restored operands come back ...
     _relabel(cluster, "all-disabled")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "pending"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "pending"
     _stop_operands(cluster)  # ... and go again for the next change
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
     assert _resources(sim) == {"nvidia.com/gpu": 8}
     assert _mig_count_label(sim) is None
     reasons = [e["reason"] for e in cluster.events_for(cluster.get(NODE, NODE_NAME))]
@@ -162,7 +159,7 @@ def test_invalid_layout_fails_with_a_reason_and_leaves_the_node_unchanged() -> N
     cluster, manager, _ = _setup(sim)
     _relabel(cluster, "all-1g.18gb")  # an H200 layout on an H100 node
     manager.reconcile()
-    assert _labels(cluster) == {**DEPLOY, CONFIG_LABEL: "all-1g.18gb", STATE_LABEL: "failed"}
+    assert _labels(cluster) == {**DEPLOY, MIG_CONFIG: "all-1g.18gb", MIG_CONFIG_STATE: "failed"}
     assert "selects none of this node's GPUs (models: H100-80GB)" in (_reason(cluster) or "")
     assert sim.inventory() == before
     events = cluster.events_for(cluster.get(NODE, NODE_NAME))
@@ -170,7 +167,7 @@ def test_invalid_layout_fails_with_a_reason_and_leaves_the_node_unchanged() -> N
 
     _relabel(cluster, "no-such-layout")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "failed"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "failed"
     assert "no MIG layout named 'no-such-layout'" in (_reason(cluster) or "")
 
 
@@ -179,18 +176,18 @@ def test_timeout_waiting_for_operands_restores_the_labels() -> None:
     cluster, manager, clock = _setup(sim)
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
-    assert all(_labels(cluster)[k] == PAUSED for k in DEPLOY)
+    assert all(_labels(cluster)[k] == PAUSED_FOR_MIG_CHANGE for k in DEPLOY)
     clock.now += 30
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "pending"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "pending"
     clock.now += 31  # past the 60 s timeout; the operand pods never went
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "failed" and all(labels[k] == "true" for k in DEPLOY)
     assert "timed out after 60s waiting for GPU operand pods" in (_reason(cluster) or "")
     assert not sim.inventory().mig_devices
     manager.reconcile()  # settled: no retry loop on the same failed layout
-    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[STATE_LABEL] == "failed"
+    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[MIG_CONFIG_STATE] == "failed"
 
 
 def test_gpu_workloads_block_the_change_with_a_clear_reason() -> None:
@@ -201,7 +198,7 @@ def test_gpu_workloads_block_the_change_with_a_clear_reason() -> None:
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "failed" and all(labels[k] == "true" for k in DEPLOY)
     assert _reason(cluster) == (
         "1 pods still use GPUs on this node (ml/train-0); drain the node (kubectl drain) "
         "or run the MIG manager with --evict"
@@ -213,7 +210,7 @@ def test_gpu_workloads_block_the_change_with_a_clear_reason() -> None:
     manager.reconcile()
     _stop_operands(cluster)
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
 
 
 def test_evict_policy_evicts_gpu_pods_through_the_eviction_api() -> None:
@@ -226,7 +223,7 @@ def test_evict_policy_evicts_gpu_pods_through_the_eviction_api() -> None:
     assert cluster.get_or_none(POD, "web-0", "default") is not None
     _stop_operands(cluster)
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
 
 
 def test_eviction_blocked_by_a_pdb_times_out_naming_it() -> None:
@@ -241,11 +238,11 @@ def test_eviction_blocked_by_a_pdb_times_out_naming_it() -> None:
     cluster, manager, clock = _setup(sim, [train, pdb], Policy(timeout_s=60, evict=True))
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "pending" and manager.machine.phase is Phase.WORKLOADS
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "pending" and manager.machine.phase is Phase.WORKLOADS
     assert _labels(cluster)["nvidia.com/gpu.deploy.device-plugin"] == "true"  # not paused yet
     clock.now += 61
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "failed"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "failed"
     assert "PodDisruptionBudget ml/train-pdb" in (_reason(cluster) or "")
     assert all(_labels(cluster)[k] == "true" for k in DEPLOY)
 
@@ -255,7 +252,7 @@ def test_node_already_in_the_layout_succeeds_without_pausing_operands() -> None:
     cluster, manager, _ = _setup(sim)
     _relabel(cluster, "all-disabled")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
     patches = cluster.calls.by_verb["patch"]
     assert patches == 3  # our relabel, pending, success: the operands were never paused
 
@@ -269,16 +266,16 @@ def test_labels_left_paused_by_an_interrupted_run_are_restored() -> None:
         {
             "metadata": {
                 "labels": {
-                    "nvidia.com/gpu.deploy.device-plugin": PAUSED,
-                    CONFIG_LABEL: "all-disabled",
-                    STATE_LABEL: "pending",
+                    "nvidia.com/gpu.deploy.device-plugin": PAUSED_FOR_MIG_CHANGE,
+                    MIG_CONFIG: "all-disabled",
+                    MIG_CONFIG_STATE: "pending",
                 }
             }
         },
     )
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "success" and labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert labels[MIG_CONFIG_STATE] == "success" and labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
 
 
 def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
@@ -290,7 +287,7 @@ def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
     _stop_operands(cluster)
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "rebooting" and all(labels[k] == "true" for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "rebooting" and all(labels[k] == "true" for k in DEPLOY)
     assert "pending a GPU reset" in (_reason(cluster) or "")
     for i in range(8):
         sim.reset_gpu(i)  # the node reboots; a fresh agent picks the change up again
@@ -298,7 +295,7 @@ def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
     fresh.reconcile()
     _stop_operands(cluster)
     fresh.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success" and _reason(cluster) is None
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and _reason(cluster) is None
     assert len(sim.inventory().mig_devices) == 56
 
 
@@ -311,12 +308,12 @@ async def test_run_reacts_to_the_label() -> None:
     await asyncio.sleep(0.05)
     _relabel(cluster, "all-7g.80gb")
     for _ in range(100):
-        if _labels(cluster).get(STATE_LABEL) == "success":
+        if _labels(cluster).get(MIG_CONFIG_STATE) == "success":
             break
         await asyncio.sleep(0.02)
     stop.set()
     task.cancel()
-    assert _labels(cluster).get(STATE_LABEL) == "success"  # woken by the watch, not the 5 s timer
+    assert _labels(cluster).get(MIG_CONFIG_STATE) == "success"  # woken by the watch, not the 5 s timer
     assert len(sim.inventory().mig_devices) == 8
 
 
@@ -326,15 +323,15 @@ async def test_run_reacts_to_the_label() -> None:
 def test_step_walks_the_phases_and_every_end_restores() -> None:
     policy = Policy(timeout_s=10, operands=(*OPERANDS, "dcgm", "nvsm"))
     # dcgm is switched off on this node; nvsm has no label (runs under gpuchain's "not false" affinity)
-    labels = {**DEPLOY, "nvidia.com/gpu.deploy.dcgm": "false", CONFIG_LABEL: "all-1g.10gb"}
+    labels = {**DEPLOY, "nvidia.com/gpu.deploy.dcgm": "false", MIG_CONFIG: "all-1g.10gb"}
     m, actions = step(Machine(), Observation(labels), policy, 0.0)
-    assert m.phase is Phase.CHECK and actions == [SetLabels({STATE_LABEL: State.PENDING})]
+    assert m.phase is Phase.CHECK and actions == [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
     m, _ = step(m, Observation(labels, layout=LayoutCheck()), policy, 1.0)
     m, _ = step(m, Observation(labels), policy, 1.0)
     assert m.phase is Phase.PAUSE
     m, actions = step(m, Observation(labels), policy, 1.0)
     nvsm = "nvidia.com/gpu.deploy.nvsm"
-    assert actions == [SetLabels(dict.fromkeys([*DEPLOY, nvsm], PAUSED))]
+    assert actions == [SetLabels(dict.fromkeys([*DEPLOY, nvsm], PAUSED_FOR_MIG_CHANGE))]
     assert dict(m.paused) == {**DEPLOY, nvsm: None}
     busy = Observation(labels, operand_pods=(PodRef("gpu-operator", "dp"),))
     m, actions = step(m, busy, policy, 5.0)
@@ -346,20 +343,20 @@ def test_step_walks_the_phases_and_every_end_restores() -> None:
     m, actions = step(m, Observation(labels), policy, 7.0)
     restore = actions[0]
     assert isinstance(restore, SetLabels)
-    assert restore.labels == {**DEPLOY, nvsm: None, STATE_LABEL: State.FAILED} and restore.reason == "boom"
+    assert restore.labels == {**DEPLOY, nvsm: None, MIG_CONFIG_STATE: State.FAILED} and restore.reason == "boom"
     assert m.phase is Phase.IDLE
 
 
 @pytest.mark.parametrize("state", ["success", "failed", "rebooting"])
 def test_step_is_quiet_once_settled(state: str) -> None:
-    labels = {CONFIG_LABEL: "all-disabled", STATE_LABEL: state}
+    labels = {MIG_CONFIG: "all-disabled", MIG_CONFIG_STATE: state}
     m = Machine(Phase.IDLE, "all-disabled")
     assert step(m, Observation(labels), Policy(), 0.0) == (m, [])
     assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
 
 
 def test_step_restores_leftover_paused_labels_even_without_a_layout_label() -> None:
-    labels = {"nvidia.com/gpu.deploy.dcgm": PAUSED, "nvidia.com/gpu.deploy.driver": "true"}
+    labels = {"nvidia.com/gpu.deploy.dcgm": PAUSED_FOR_MIG_CHANGE, "nvidia.com/gpu.deploy.driver": "true"}
     m, actions = step(Machine(), Observation(labels), Policy(), 0.0)
     assert m == Machine() and actions == [SetLabels({"nvidia.com/gpu.deploy.dcgm": "true"})]
 
@@ -376,7 +373,7 @@ def test_an_unexpected_apply_crash_still_restores_the_labels() -> None:
     _stop_operands(cluster)
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "failed" and all(labels[k] == "true" for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "failed" and all(labels[k] == "true" for k in DEPLOY)
     assert "driver wedged" in (_reason(cluster) or "")
 
 
@@ -386,19 +383,19 @@ def test_an_unexpected_apply_crash_still_restores_the_labels() -> None:
 def test_unlabelled_node_gets_the_default_layout_through_the_same_phases() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     cluster, manager, _ = _setup(sim, policy=Policy(timeout_s=60, default_config="all-1g.10gb"))
-    assert CONFIG_LABEL not in _labels(cluster)
+    assert MIG_CONFIG not in _labels(cluster)
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "pending" and all(labels[k] == PAUSED for k in DEPLOY)
+    assert labels[MIG_CONFIG_STATE] == "pending" and all(labels[k] == PAUSED_FOR_MIG_CHANGE for k in DEPLOY)
     assert manager.machine.phase is Phase.OPERANDS and not sim.inventory().mig_devices
     _stop_operands(cluster)
     manager.reconcile()
     labels = _labels(cluster)
-    assert labels[STATE_LABEL] == "success" and all(labels[k] == "true" for k in DEPLOY)
-    assert CONFIG_LABEL not in labels, "the default is applied as if labelled, the label is not written"
+    assert labels[MIG_CONFIG_STATE] == "success" and all(labels[k] == "true" for k in DEPLOY)
+    assert MIG_CONFIG not in labels, "the default is applied as if labelled, the label is not written"
     assert _resources(sim) == {"nvidia.com/mig-1g.10gb": 56}
     manager.reconcile()
-    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[STATE_LABEL] == "success"
+    assert manager.machine.phase is Phase.IDLE and _labels(cluster)[MIG_CONFIG_STATE] == "success"
 
 
 def test_a_label_wins_over_the_default() -> None:
@@ -406,7 +403,7 @@ def test_a_label_wins_over_the_default() -> None:
     cluster, manager, _ = _setup(sim, policy=Policy(timeout_s=60, default_config="all-1g.10gb"))
     _relabel(cluster, "all-disabled")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success" and manager.machine.config == "all-disabled"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and manager.machine.config == "all-disabled"
     assert not sim.inventory().mig_devices
 
 
@@ -414,7 +411,7 @@ def test_step_uses_the_default_only_without_a_label() -> None:
     policy = Policy(default_config="all-1g.10gb")
     m, actions = step(Machine(), Observation({}), policy, 0.0)
     assert (m.phase, m.config) == (Phase.CHECK, "all-1g.10gb")
-    assert actions == [SetLabels({STATE_LABEL: State.PENDING})]
-    m, _ = step(Machine(), Observation({CONFIG_LABEL: "all-disabled"}), policy, 0.0)
+    assert actions == [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
+    m, _ = step(Machine(), Observation({MIG_CONFIG: "all-disabled"}), policy, 0.0)
     assert m.config == "all-disabled"
     assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])

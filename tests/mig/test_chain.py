@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.kubelet.node import SimNode, start_sim_node
-from gpuchain.mig.agent import CONFIG_LABEL, PAUSED, STATE_LABEL, Policy
+from gpuchain.mig.agent import Policy
 from gpuchain.mig.config import default_config
 from gpuchain.mig.manager import MigManager
 
@@ -32,13 +33,13 @@ def _labels(cluster: MemoryCluster) -> dict[str, Any]:
 
 async def _change(cluster: MemoryCluster, manager: MigManager, node: SimNode, layout: str) -> None:
     """Relabel; the plugin stops while paused (its DaemonSet leaves the node) and restarts after."""
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {CONFIG_LABEL: layout}}})
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: layout}}})
     manager.reconcile()
-    assert _labels(cluster)[DEVICE_PLUGIN] == PAUSED
+    assert _labels(cluster)[DEVICE_PLUGIN] == PAUSED_FOR_MIG_CHANGE
     await node.plugin.stop()
     cluster.delete(POD, PLUGIN_POD["metadata"]["name"], "gpu-operator")
     manager.reconcile()
-    assert _labels(cluster)[STATE_LABEL] == "success" and _labels(cluster)[DEVICE_PLUGIN] == "true"
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and _labels(cluster)[DEVICE_PLUGIN] == "true"
     cluster.create(PLUGIN_POD)
     await node.restart_plugin()
 

@@ -3,9 +3,10 @@ deploy labels) leave when paused and come back when restored, on a simulated clu
 
 from __future__ import annotations
 
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
-from gpuchain.mig.agent import CONFIG_LABEL, PAUSED, STATE_LABEL, Phase, Policy
+from gpuchain.mig.agent import Phase, Policy
 from gpuchain.mig.config import default_config
 from gpuchain.mig.manager import MigManager, classify_pods
 from gpuchain.operator.crd import cluster_policy
@@ -34,15 +35,15 @@ def test_operands_stop_for_the_change_and_come_back() -> None:
 
     gpus = SimBackend.from_preset("h100-80gb-x8")
     manager = MigManager(cluster, gpus, NODE_NAME, default_config(), Policy(timeout_s=60))
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {CONFIG_LABEL: "all-1g.10gb"}}})
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
     manager.reconcile()
-    paused = {k for k, v in cluster.get(NODE, NODE_NAME)["metadata"]["labels"].items() if v == PAUSED}
+    paused = {k for k, v in cluster.get(NODE, NODE_NAME)["metadata"]["labels"].items() if v == PAUSED_FOR_MIG_CHANGE}
     assert paused and manager.machine.phase is Phase.OPERANDS
     operands.settle()  # the DaemonSet controller removes pods from the paused node
     assert _operand_pods(cluster) == set()
     manager.reconcile()
     node_labels = cluster.get(NODE, NODE_NAME)["metadata"]["labels"]
-    assert node_labels[STATE_LABEL] == "success" and PAUSED not in node_labels.values()
+    assert node_labels[MIG_CONFIG_STATE] == "success" and PAUSED_FOR_MIG_CHANGE not in node_labels.values()
     assert len(gpus.inventory().mig_devices) == 56
     operands.settle()
     assert _operand_pods(cluster) == before

@@ -7,7 +7,7 @@ import pytest
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.kube import CONFIGMAP, DAEMONSET, EVENT, NODE, POD
 from gpuchain.sim import build, load_scenario, parse_scenario, scenario_names
-from gpuchain.sim.chain import CONFIG_MISSING, HOST_CONFLICT, KERNEL_MISMATCH, OK, PAUSED, RUNTIME_MISSING
+from gpuchain.sim.chain import CONFIG_MISSING, HOST_CONFLICT, KERNEL_MISMATCH, LINK_PAUSED, OK, RUNTIME_MISSING
 from gpuchain.sim.render import RUNTIME_ERROR
 
 
@@ -114,7 +114,7 @@ def test_each_fault_lands_on_its_link() -> None:
     assert sandbox and all(RUNTIME_ERROR in e["message"] for e in sandbox)
     assert build(load_scenario("config-label-missing")).plan("gpu-1").plugin == CONFIG_MISSING
     pending = build(load_scenario("mig-stuck-pending"))
-    assert pending.plan("gpu-1").plugin == PAUSED
+    assert pending.plan("gpu-1").plugin == LINK_PAUSED
     labels = pending.cluster.get(NODE, "gpu-1")["metadata"]["labels"]
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
     opted = build(load_scenario("opted-out"))

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL as DEVICE_PLUGIN_CONFIG_LABEL
+from gpuchain.common.labels import (
+    DEPLOY_PREFIX,
+    DEVICE_PLUGIN_CONFIG,
+    MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    MIG_CONFIG_STATE_REASON,
+    OPERANDS_LABEL,
+    PAUSED_FOR_MIG_CHANGE,
+)
 from gpuchain.doctor.context import Context, NodeView, replicas_in
 from gpuchain.doctor.model import Finding, LinkState, Severity
 from gpuchain.doctor.pods import gpu_resources, init_done, matching_line, pod_gpu_requests, pod_state
 from gpuchain.kube.objects import name_of
-from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
-    DEPLOY_PREFIX,
     DEVICE_PLUGIN,
     DRIVER,
     GFD,
     MIG_MANAGER,
-    OPERANDS_LABEL,
-    PAUSED,
     RUNTIME_CLASS_HANDLER,
     TOOLKIT,
     VALIDATOR,
@@ -64,7 +68,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     """An enabled operand that should run here but has no pod: its DaemonSet is missing or skips the node."""
     if not enabled(ctx.policy, operand) or opted_out(view, operand) or view.pod(operand) is not None:
         return None
-    if view.labels.get(deploy_label(operand)) == PAUSED:
+    if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
     exists = any(name_of(d) == operand.name for d in ctx.snapshot.daemonsets)
     where = f"DaemonSet {ctx.namespace}/{operand.name}"
@@ -298,7 +302,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
-    labelled = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
     key = labelled or ctx.policy.device_plugin.config.default
     if not key:
         return None
@@ -318,9 +322,9 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     )
     default = ctx.policy.device_plugin.config.default
     if labelled:
-        source = f"the node label {DEVICE_PLUGIN_CONFIG_LABEL}={key}"
+        source = f"the node label {DEVICE_PLUGIN_CONFIG}={key}"
         usable = default if default and configs and default in configs else None
-        fix_value = f"{DEVICE_PLUGIN_CONFIG_LABEL}={usable} --overwrite" if usable else f"{DEVICE_PLUGIN_CONFIG_LABEL}-"
+        fix_value = f"{DEVICE_PLUGIN_CONFIG}={usable} --overwrite" if usable else f"{DEVICE_PLUGIN_CONFIG}-"
         fix = f"kubectl label node {view.name} {fix_value}"
     else:
         source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
@@ -404,7 +408,7 @@ def _count_findings(
     mig_total = sum(v for k, v in capacity.items() if k.startswith("nvidia.com/mig-"))
     product = view.labels.get("nvidia.com/gpu.product", "")
     if gpu_cap > physical and "-MIG-" not in product:
-        key = view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL) or ctx.policy.device_plugin.config.default or "default"
+        key = view.labels.get(DEVICE_PLUGIN_CONFIG) or ctx.policy.device_plugin.config.default or "default"
         configs = ctx.plugin_configs() or {}
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
         source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
@@ -422,20 +426,16 @@ def _count_findings(
                     f"nvidia.com/gpu.replicas={view.labels.get('nvidia.com/gpu.replicas', '?')}, "
                     f"nvidia.com/gpu.sharing-strategy={view.labels.get('nvidia.com/gpu.sharing-strategy', '?')}",
                     f"config source: {source}"
-                    + (
-                        f" (node label {DEVICE_PLUGIN_CONFIG_LABEL})"
-                        if view.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
-                        else ""
-                    ),
+                    + (f" (node label {DEVICE_PLUGIN_CONFIG})" if view.labels.get(DEVICE_PLUGIN_CONFIG) else ""),
                 ],
-                f"kubectl label node {view.name} {DEVICE_PLUGIN_CONFIG_LABEL}-   # if the sharing is not intended; "
+                f"kubectl label node {view.name} {DEVICE_PLUGIN_CONFIG}-   # if the sharing is not intended; "
                 f"or remove sharing.timeSlicing from key {key!r}",
             )
         )
     mig_gpu_single = gpu_cap > physical and "-MIG-" in product
     if mig_total > physical or mig_gpu_single:
         total = mig_total or gpu_cap
-        layout = view.labels.get(CONFIG_LABEL, "?")
+        layout = view.labels.get(MIG_CONFIG, "?")
         names = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
         findings.append(
             _finding(
@@ -445,8 +445,8 @@ def _count_findings(
                 "device-plugin",
                 f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout {layout}): "
                 "each GPU is cut into isolated slices, so this count is expected, not a fault.",
-                [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{CONFIG_LABEL}={layout}"],
-                f"kubectl label node {view.name} {CONFIG_LABEL}=all-disabled --overwrite"
+                [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
+                f"kubectl label node {view.name} {MIG_CONFIG}=all-disabled --overwrite"
                 "   # only if whole GPUs are wanted",
             )
         )
@@ -461,7 +461,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     pod = view.pod(DEVICE_PLUGIN)
     capacity, allocatable = gpu_resources(view.node), gpu_resources(view.node, "allocatable")
     if pod is None:
-        if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED:
+        if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
@@ -539,7 +539,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
 def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str) -> Result:
     pod = view.pod(operand)
     if pod is None:
-        if view.labels.get(deploy_label(operand)) == PAUSED:
+        if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
             return Result(LinkState.DEGRADED, "paused for a MIG change")
         missing = unscheduled(ctx, view, operand, link)
         return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
@@ -595,16 +595,16 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
 
 
 def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
-    state = view.labels.get(STATE_LABEL)
-    wanted = view.labels.get(CONFIG_LABEL)
+    state = view.labels.get(MIG_CONFIG_STATE)
+    wanted = view.labels.get(MIG_CONFIG)
     if state not in ("pending", "rebooting", "failed"):
         return None
-    reason = ((view.node.get("metadata") or {}).get("annotations") or {}).get(REASON_ANNOTATION, "")
-    paused = sorted(k.removeprefix(DEPLOY_PREFIX) for k, v in view.labels.items() if v == PAUSED)
+    reason = ((view.node.get("metadata") or {}).get("annotations") or {}).get(MIG_CONFIG_STATE_REASON, "")
+    paused = sorted(k.removeprefix(DEPLOY_PREFIX) for k, v in view.labels.items() if v == PAUSED_FOR_MIG_CHANGE)
     mgr = view.pod(MIG_MANAGER)
     evidence = [
-        f"{CONFIG_LABEL}={wanted}, {STATE_LABEL}={state}",
-        f"{REASON_ANNOTATION}: {reason}" if reason else "",
+        f"{MIG_CONFIG}={wanted}, {MIG_CONFIG_STATE}={state}",
+        f"{MIG_CONFIG_STATE_REASON}: {reason}" if reason else "",
         f"operands paused: {', '.join(paused)}" if paused else "",
         pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
     ]
@@ -616,7 +616,7 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
             "mig",
             f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
             evidence,
-            f"kubectl label node {view.name} {CONFIG_LABEL}=all-disabled --overwrite   # or a layout this GPU supports",
+            f"kubectl label node {view.name} {MIG_CONFIG}=all-disabled --overwrite   # or a layout this GPU supports",
         )
     return _finding(
         view,
@@ -629,16 +629,16 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         evidence,
         f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + MIG_MANAGER.name}"
         " --tail=50"
-        f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {CONFIG_LABEL}- {STATE_LABEL}-",
+        f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {MIG_CONFIG}- {MIG_CONFIG_STATE}-",
     )
 
 
 def check_mig(ctx: Context, view: NodeView) -> Result:
     """MIG: the requested layout and how far the MIG manager got."""
-    wanted = view.labels.get(CONFIG_LABEL)
+    wanted = view.labels.get(MIG_CONFIG)
     if not wanted:
         return Result(LinkState.SKIPPED, "MIG not requested")
     finding = _mig_finding(ctx, view)
     if finding is not None:
-        return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(STATE_LABEL)}", (finding,))
-    return Result(LinkState.OK, f"{wanted}: {view.labels.get(STATE_LABEL, 'unknown')}")
+        return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
+    return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")

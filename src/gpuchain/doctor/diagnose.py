@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor.checks import (
     DRIVER_VERSION,
     Result,
@@ -30,12 +31,10 @@ from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
 from gpuchain.kube import Cluster
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
-    DEPLOY_PREFIX,
     DEVICE_PLUGIN,
     DRIVER,
     GFD,
     MIG_MANAGER,
-    OPERANDS_LABEL,
     TOOLKIT,
     VALIDATOR,
     Operand,

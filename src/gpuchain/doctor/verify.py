@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE
 from gpuchain.doctor.checks import GPU_COUNT
 from gpuchain.doctor.context import Context, index
 from gpuchain.doctor.pods import gpu_resources, init_done, pod_state
 from gpuchain.doctor.snapshot import LogReader, Snapshot
 from gpuchain.kube import POD, Cluster, KubeError, NotFoundError
-from gpuchain.mig.agent import CONFIG_LABEL, STATE_LABEL
 from gpuchain.operator.operands import DCGM_EXPORTER, TOOLKIT, VALIDATOR
 
 DEFAULT_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"
@@ -168,7 +168,7 @@ def device_plugin_count(ctx: Context) -> Item:
     cmd = "kubectl describe node <node> | grep nvidia.com/gpu"
     bad, checked = [], 0
     for v in ctx.views:
-        if v.labels.get(CONFIG_LABEL, "all-disabled") != "all-disabled":
+        if v.labels.get(MIG_CONFIG, "all-disabled") != "all-disabled":
             continue
         physical = v.labels.get(GPU_COUNT, "")
         cap = gpu_resources(v.node).get("nvidia.com/gpu", 0)
@@ -230,7 +230,7 @@ def metrics(ctx: Context) -> Item:
 def mig_resources(ctx: Context) -> Item:
     """Nodes with a MIG layout applied advertise MIG resource names."""
     cmd = "kubectl describe node <node> | grep nvidia.com/mig-"
-    mig_nodes = [v for v in ctx.views if v.labels.get(CONFIG_LABEL, "all-disabled") != "all-disabled"]
+    mig_nodes = [v for v in ctx.views if v.labels.get(MIG_CONFIG, "all-disabled") != "all-disabled"]
     if not mig_nodes:
         return Item("mig-resources", "MIG resource names", Status.SKIP, ("no node asks for a MIG layout",), cmd)
     bad, names = [], set()
@@ -241,7 +241,7 @@ def mig_resources(ctx: Context) -> Item:
         names.update(mig or (["nvidia.com/gpu (single strategy)"] if single else []))
         if not mig and not single:
             bad.append(
-                f"{v.name} ({CONFIG_LABEL}={v.labels.get(CONFIG_LABEL)}, state {v.labels.get(STATE_LABEL, '?')})"
+                f"{v.name} ({MIG_CONFIG}={v.labels.get(MIG_CONFIG)}, state {v.labels.get(MIG_CONFIG_STATE, '?')})"
             )
     evidence = [f"resource names: {', '.join(sorted(names)) or 'none'}"]
     if bad:

@@ -19,11 +19,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-CONFIG_LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
-REASON_ANNOTATION = "nvidia.com/mig.config.state.reason"
-PAUSED = "paused-for-mig-change"
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 
 OPERANDS: tuple[str, ...] = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
 """GPU clients that hold the devices open and must stop while the layout changes (as upstream)."""
@@ -64,7 +60,7 @@ class Policy:
 
     def wanted(self, labels: Mapping[str, str]) -> str | None:
         """The layout a node with these labels should have: its label, else the default."""
-        return labels.get(CONFIG_LABEL) or self.default_config or None
+        return labels.get(MIG_CONFIG) or self.default_config or None
 
 
 @dataclass(frozen=True)
@@ -158,7 +154,7 @@ def _finish(m: Machine, outcome: State, message: str) -> Machine:
 
 def leftover_paused(labels: Mapping[str, str]) -> tuple[str, ...]:
     """Deploy labels still paused (by this or an earlier, interrupted agent)."""
-    return tuple(sorted(k for k, v in labels.items() if k.startswith(DEPLOY_PREFIX) and v == PAUSED))
+    return tuple(sorted(k for k, v in labels.items() if k.startswith(DEPLOY_PREFIX) and v == PAUSED_FOR_MIG_CHANGE))
 
 
 def to_pause(labels: Mapping[str, str], operands: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
@@ -169,7 +165,7 @@ def to_pause(labels: Mapping[str, str], operands: tuple[str, ...]) -> tuple[tupl
     paused", so an absent label still runs the operand there.
     """
     keys = (f"{DEPLOY_PREFIX}{op}" for op in operands)
-    return tuple((k, labels.get(k)) for k in keys if labels.get(k) not in ("false", PAUSED))
+    return tuple((k, labels.get(k)) for k in keys if labels.get(k) not in ("false", PAUSED_FOR_MIG_CHANGE))
 
 
 def _pods(pods: tuple[PodRef, ...]) -> str:
@@ -181,7 +177,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
     """One transition. Call again with a fresh observation until the machine is ``waiting``
     and returns no actions; call on every node change and on a timer (for the timeouts)."""
     wanted = policy.wanted(obs.labels)
-    state = obs.labels.get(STATE_LABEL)
+    state = obs.labels.get(MIG_CONFIG_STATE)
 
     if m.phase is Phase.IDLE:
         if not wanted:
@@ -192,7 +188,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
             return m, []
         # Labels an interrupted run left paused: their old value is lost, "true" brings them back.
         start = Machine(Phase.CHECK, wanted, now, tuple((k, "true") for k in leftover_paused(obs.labels)))
-        return start, [SetLabels({STATE_LABEL: State.PENDING})]
+        return start, [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
 
     if m.phase is Phase.CHECK:
         check = obs.layout
@@ -227,7 +223,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
     if m.phase is Phase.PAUSE:
         running = to_pause(obs.labels, policy.operands)
         paused = tuple(sorted({**dict(running), **dict(m.paused)}.items()))
-        actions: list[Action] = [SetLabels({k: PAUSED for k, _ in running})] if running else []
+        actions: list[Action] = [SetLabels({k: PAUSED_FOR_MIG_CHANGE for k, _ in running})] if running else []
         return replace(m, phase=Phase.OPERANDS, paused=paused), actions
 
     if m.phase is Phase.OPERANDS:
@@ -256,7 +252,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
     # RESTORE: put every paused label back and publish the outcome, in one patch.
     outcome = m.outcome or State.FAILED
     labels: dict[str, str | None] = dict(m.paused)
-    labels[STATE_LABEL] = outcome
+    labels[MIG_CONFIG_STATE] = outcome
     ok = outcome is State.SUCCESS
     done = Machine(Phase.IDLE, m.config, outcome=outcome, message=m.message)
     return done, [

@@ -15,14 +15,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
 from gpuchain.mig.agent import (
-    DEPLOY_PREFIX,
-    REASON_ANNOTATION,
     Action,
     Apply,
     ApplyOutcome,
@@ -146,9 +145,9 @@ class MigManager:
         if isinstance(action, SetLabels):
             meta: dict[str, Any] = {"labels": dict(action.labels)}
             if action.reason is not None:
-                meta["annotations"] = {REASON_ANNOTATION: action.reason}
+                meta["annotations"] = {MIG_CONFIG_STATE_REASON: action.reason}
             elif action.clear_reason:
-                meta["annotations"] = {REASON_ANNOTATION: None}
+                meta["annotations"] = {MIG_CONFIG_STATE_REASON: None}
             self.cluster.patch(NODE, self.node, {"metadata": meta})
         elif isinstance(action, Evict):
             errors = []

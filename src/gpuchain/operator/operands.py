@@ -29,18 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
 from gpuchain.operator.policy import ClusterPolicySpec, ImageSpec
 
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
-GPU_PRESENT = "nvidia.com/gpu.present"
-MIG_CAPABLE = "nvidia.com/mig.capable"
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
     "feature.node.kubernetes.io/pci-0302_10de.present",
     "feature.node.kubernetes.io/pci-0300_10de.present",
 )
-PAUSED = "paused-for-mig-change"
 VALIDATIONS_DIR = "/run/gpuchain/validations"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuchain-operator"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuchain-operator"
@@ -186,7 +182,7 @@ def gpu_node_terms(extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def node_affinity(operand: Operand) -> dict[str, Any]:
     """Where an operand runs: GPU nodes that have not opted out of it (see module docstring)."""
     extra: list[dict[str, Any]] = [
-        {"key": deploy_label(operand), "operator": "NotIn", "values": ["false", PAUSED]},
+        {"key": deploy_label(operand), "operator": "NotIn", "values": ["false", PAUSED_FOR_MIG_CHANGE]},
         {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
     ]
     if operand is MIG_MANAGER:

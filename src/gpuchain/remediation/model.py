@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.gpu.xid import XidAction, XidKind, describe
 
 CONDITION_TYPE = "GPUHealthy"
@@ -27,7 +28,6 @@ PODS_ANNOTATION = "gpuchain.io/gpu-pods"
 TAINT_KEY = "gpuchain.io/gpu-reset-required"
 CORDONED_BY_ANNOTATION = "gpuchain.io/cordoned-by"
 """Set when the remediator cordons a node, so it only ever uncordons nodes it cordoned itself."""
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
 REASON_HEALTHY = "GPUsHealthy"
 REASON_XID = "GPUXidError"
@@ -206,7 +206,7 @@ def node_view(node: Mapping[str, Any]) -> NodeGpus:
     capacity = status.get("capacity") or {}
     gpu_node = (
         condition is not None
-        or labels.get(GPU_PRESENT_LABEL) == "true"
+        or labels.get(GPU_PRESENT) == "true"
         or any(k.startswith("nvidia.com/") and str(v) not in ("0", "") for k, v in capacity.items())
     )
     error = None

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuchain.deviceplugin.health import HealthState
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.health import HealthState
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.kinds import NODE

@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.exporter.podresources import Assignment, PodRef
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
-from gpuchain.remediation.model import GPU_PRESENT_LABEL
 from gpuchain.remediation.publisher import GpuHealthPublisher
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -30,7 +30,7 @@ def node_object(name: str, gpus: int = 8) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {GPU_PRESENT_LABEL: "true", "kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": {GPU_PRESENT: "true", "kubernetes.io/hostname": name}},
         "spec": {},
         "status": {
             "capacity": {GPU_RESOURCE: str(gpus)},

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from gpuchain.common.labels import MIG_CAPABLE
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import apply_env
 from gpuchain.deviceplugin.resources import Resource, map_resources
@@ -29,7 +30,6 @@ from gpuchain.operator.operands import (
     DEVICE_PLUGIN,
     DRIVER,
     GFD,
-    MIG_CAPABLE,
     MIG_MANAGER,
     TOOLKIT,
     Operand,
@@ -57,7 +57,7 @@ DEFAULT_CONFIG_MAP = "device-plugin-config"
 # Link states of the simulated truth (the doctor never sees these, only the objects they produce).
 OK = "ok"
 OFF = "off"  # not deployed on this node: disabled in the policy or opted out by a deploy label
-PAUSED = "paused"  # not scheduled while the MIG manager changes the layout
+LINK_PAUSED = "paused"  # a link state, not a label value: not scheduled while the MIG manager changes the layout
 BLOCKED = "blocked"  # waiting behind a broken lower link
 KERNEL_MISMATCH = "kernel-mismatch"
 HOST_CONFLICT = "host-conflict"
@@ -101,7 +101,7 @@ class NodePlan:
 
     def deployed(self, operand: Operand) -> bool:
         """Does the operand's DaemonSet put a pod on this node?"""
-        return self.state_of(operand) not in (OFF, PAUSED)
+        return self.state_of(operand) not in (OFF, LINK_PAUSED)
 
     def state_of(self, operand: Operand) -> str:
         """The simulated state of an operand's pod on this node."""
@@ -233,7 +233,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         if _off(policy, group, operand, opted):
             return OFF
         if operand.deploy in paused:
-            return PAUSED
+            return LINK_PAUSED
         return OK if runtime_ok else BLOCKED
 
     # 3. device plugin, 4. GFD / exporter / MIG manager
@@ -252,7 +252,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     if plugin == OK and inventory is not None and dp_config is not None:
         resources = tuple(map_resources(inventory, dp_config))
     labels: dict[str, str] = {}
-    if gfd in (OK, PAUSED) and inventory is not None:
+    if gfd in (OK, LINK_PAUSED) and inventory is not None:
         labels = gfd_labels(inventory, dp_config or DevicePluginConfig())
     # The MIG manager's DaemonSet selects nvidia.com/mig.capable=true, a label only GFD writes.
     mig_manager = above(MIG_MANAGER) if labels.get(MIG_CAPABLE) == "true" else OFF

@@ -17,16 +17,20 @@ from typing import Any
 
 import yaml
 
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL as DEVICE_PLUGIN_CONFIG_LABEL
-from gpuchain.kube.objects import Obj, name_of
-from gpuchain.mig.agent import CONFIG_LABEL, REASON_ANNOTATION, STATE_LABEL
-from gpuchain.operator.operands import (
+from gpuchain.common.labels import (
     DEPLOY_PREFIX,
-    DRIVER,
+    DEVICE_PLUGIN_CONFIG,
     GPU_PRESENT,
+    MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    MIG_CONFIG_STATE_REASON,
+    PAUSED_FOR_MIG_CHANGE,
+)
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.operands import (
+    DRIVER,
     NFD_GPU_LABELS,
     OPERANDS,
-    PAUSED,
     TOOLKIT,
     VALIDATOR,
     Facts,
@@ -154,7 +158,7 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
         if plan.plugin == chain.CONFIG_MISSING:
             keys = ", ".join(sorted(scenario.device_plugin_configs)) or "none"
             return (
-                f"Using config key {plan.config_key!r} from label {DEVICE_PLUGIN_CONFIG_LABEL}\n"
+                f"Using config key {plan.config_key!r} from label {DEVICE_PLUGIN_CONFIG}\n"
                 f"error starting plugins: unable to load config: no config named {plan.config_key!r} in "
                 f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
             )
@@ -232,12 +236,12 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     for suffix in sorted(plan.opted_out):
         labels[DEPLOY_PREFIX + suffix] = "false"
     for suffix in sorted(plan.paused):
-        labels[DEPLOY_PREFIX + suffix] = PAUSED
+        labels[DEPLOY_PREFIX + suffix] = PAUSED_FOR_MIG_CHANGE
     if g.device_plugin_config:
-        labels[DEVICE_PLUGIN_CONFIG_LABEL] = g.device_plugin_config
+        labels[DEVICE_PLUGIN_CONFIG] = g.device_plugin_config
     if g.mig is not None:
-        labels[CONFIG_LABEL] = g.mig.config
-        labels[STATE_LABEL] = g.mig.state.value
+        labels[MIG_CONFIG] = g.mig.config
+        labels[MIG_CONFIG_STATE] = g.mig.state.value
     return labels
 
 
@@ -249,7 +253,7 @@ def node_object(plan: NodePlan) -> Obj:
     allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}}
     meta: dict[str, Any] = {"name": plan.name, "labels": _node_labels(plan)}
     if g.mig is not None and g.mig.reason:
-        meta["annotations"] = {REASON_ANNOTATION: g.mig.reason}
+        meta["annotations"] = {MIG_CONFIG_STATE_REASON: g.mig.reason}
     return {
         "apiVersion": "v1",
         "kind": "Node",
