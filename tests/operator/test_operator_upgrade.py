@@ -89,6 +89,23 @@ def test_upgrade_rolls_node_by_node_and_evicts_gpu_pods() -> None:
     assert status["state"] == "ready"
 
 
+def test_upgrade_evicts_init_container_gpu_pods_and_leaves_other_nvidia_resources() -> None:
+    cluster = make_cluster(gpu_nodes=1, cpu_nodes=0)
+    sim = OperandSimulator(cluster, NS)
+    converge(cluster, sim)
+    init_only = gpu_pod("warmup", "gpu-0")
+    init_only["spec"]["initContainers"] = init_only["spec"]["containers"]
+    init_only["spec"]["containers"] = [{"name": "main", "image": "cuda"}]
+    cluster.create(init_only)
+    not_gpu = gpu_pod("nic", "gpu-0")
+    not_gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/hostdev": "1"}}
+    cluster.create(not_gpu)
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": NEW}}})
+    assert set(_run_upgrade(cluster, sim, max_in_flight=1)[-1].values()) == {DONE}
+    assert cluster.get_or_none(POD, "warmup", "ml") is None, "a GPU in an init container is still a GPU pod"
+    assert cluster.get_or_none(POD, "nic", "ml") is not None, "nvidia.com/hostdev is not a GPU"
+
+
 def _blocked_cluster(max_unavailable: int | str) -> tuple[MemoryCluster, OperandSimulator]:
     """3 GPU nodes, one upgrade at a time; gpu-0 runs a pod whose PDB blocks its eviction."""
     upgrade = {"maxParallelUpgrades": 1, "maxUnavailable": max_unavailable, "podDeletion": {"timeoutSeconds": 0}}

@@ -21,7 +21,8 @@ from gpuchain.common.labels import (
 )
 from gpuchain.doctor.context import Context, NodeView, replicas_in
 from gpuchain.doctor.model import Finding, LinkState, Severity
-from gpuchain.doctor.pods import gpu_resources, init_done, matching_line, pod_gpu_requests, pod_state
+from gpuchain.doctor.pods import init_done, matching_line, pod_state
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
@@ -459,7 +460,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     if missing is not None:
         return Result(LinkState.BROKEN, "config label names a missing config", (missing,))
     pod = view.pod(DEVICE_PLUGIN)
-    capacity, allocatable = gpu_resources(view.node), gpu_resources(view.node, "allocatable")
+    capacity, allocatable = node_gpu_resources(view.node), node_gpu_resources(view.node, "allocatable")
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)

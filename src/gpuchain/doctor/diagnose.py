@@ -26,9 +26,10 @@ from gpuchain.doctor.checks import (
 )
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.model import FOUNDATION, Finding, Link, LinkState, NodeChain, Report, Severity
-from gpuchain.doctor.pods import gpu_resources, pod_gpu_requests, pod_state, unschedulable_message
+from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
 from gpuchain.kube import Cluster
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -116,7 +117,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         if result.state is LinkState.BROKEN and name in FOUNDATION and result.findings:
             root = result.findings[0]
     if root is not None:
-        if not gpu_resources(view.node):
+        if not node_gpu_resources(view.node):
             consequences.append(f"node {view.name}: no nvidia.com/gpu in capacity")
         findings = [dataclasses.replace(root, root=True, consequences=tuple(consequences))] + [
             f for f in findings if f is not root

@@ -12,7 +12,6 @@ from gpuchain.kube.objects import Obj
 FAILING = frozenset(
     {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "RunContainerError", "Error"}
 )
-GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu(\.shared)?|mig-[0-9a-z.+]+)$")
 
 
 @dataclass(frozen=True)
@@ -91,28 +90,6 @@ def init_done(pod: Obj | None, container: str) -> bool:
         if cs.get("name") == container:
             return ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
     return False
-
-
-def gpu_resources(node: Obj, field: str = "capacity") -> dict[str, int]:
-    """``nvidia.com/gpu`` and ``nvidia.com/mig-*`` quantities from node.status.capacity or allocatable."""
-    out = {}
-    for k, v in ((node.get("status") or {}).get(field) or {}).items():
-        if GPU_RESOURCE.match(k):
-            try:
-                out[k] = int(str(v))
-            except ValueError:
-                continue
-    return out
-
-
-def pod_gpu_requests(pod: Obj) -> dict[str, int]:
-    """GPU resources a pod asks for (limits, summed over containers)."""
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
-            if GPU_RESOURCE.match(k):
-                out[k] = out.get(k, 0) + int(str(v))
-    return out
 
 
 def unschedulable_message(pod: Obj) -> str | None:

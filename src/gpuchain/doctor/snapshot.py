@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
+from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
@@ -79,13 +80,9 @@ def gather(
 
 def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     """The containers worth a log call: failing operand containers with no last log lines in their
-    status, and running device plugins on nodes whose capacity has no ``nvidia.com/*`` resource
-    (their log says whether they registered)."""
-    unregistered = {
-        str(n.get("metadata", {}).get("name"))
-        for n in snapshot.nodes
-        if not any(k.startswith("nvidia.com/") for k in ((n.get("status") or {}).get("capacity") or {}))
-    }
+    status, and running device plugins on nodes whose capacity has no GPU resource (their log
+    says whether they registered)."""
+    unregistered = {str(n.get("metadata", {}).get("name")) for n in snapshot.nodes if not node_gpu_resources(n)}
     wanted: list[LogKey] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})

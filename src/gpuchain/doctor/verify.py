@@ -26,9 +26,10 @@ from typing import Any, Protocol
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE
 from gpuchain.doctor.checks import GPU_COUNT
 from gpuchain.doctor.context import Context, index
-from gpuchain.doctor.pods import gpu_resources, init_done, pod_state
+from gpuchain.doctor.pods import init_done, pod_state
 from gpuchain.doctor.snapshot import LogReader, Snapshot
 from gpuchain.kube import POD, Cluster, KubeError, NotFoundError
+from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.operator.operands import DCGM_EXPORTER, TOOLKIT, VALIDATOR
 
 DEFAULT_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"
@@ -171,8 +172,8 @@ def device_plugin_count(ctx: Context) -> Item:
         if v.labels.get(MIG_CONFIG, "all-disabled") != "all-disabled":
             continue
         physical = v.labels.get(GPU_COUNT, "")
-        cap = gpu_resources(v.node).get("nvidia.com/gpu", 0)
-        alloc = gpu_resources(v.node, "allocatable").get("nvidia.com/gpu", 0)
+        cap = node_gpu_resources(v.node).get("nvidia.com/gpu", 0)
+        alloc = node_gpu_resources(v.node, "allocatable").get("nvidia.com/gpu", 0)
         checked += 1
         if not physical.isdigit() or not (cap == alloc == int(physical)):
             bad.append(f"{v.name} (capacity {cap}, allocatable {alloc}, physical {physical or '?'})")
@@ -235,7 +236,7 @@ def mig_resources(ctx: Context) -> Item:
         return Item("mig-resources", "MIG resource names", Status.SKIP, ("no node asks for a MIG layout",), cmd)
     bad, names = [], set()
     for v in mig_nodes:
-        cap = gpu_resources(v.node)
+        cap = node_gpu_resources(v.node)
         mig = sorted(k for k in cap if k.startswith("nvidia.com/mig-"))
         single = "-MIG-" in v.labels.get("nvidia.com/gpu.product", "") and cap.get("nvidia.com/gpu", 0) > 0
         names.update(mig or (["nvidia.com/gpu (single strategy)"] if single else []))

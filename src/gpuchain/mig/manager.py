@@ -21,6 +21,7 @@ from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
+from gpuchain.kube.gpu_resources import uses_gpus
 from gpuchain.mig.agent import (
     Action,
     Apply,
@@ -40,7 +41,6 @@ from gpuchain.mig.config import LayoutError, MigPartedConfig
 
 log = logging.getLogger(__name__)
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 _DONE_PHASES = ("Succeeded", "Failed")
 _MAX_TRANSITIONS = 32
 
@@ -66,17 +66,6 @@ def is_operand_pod(pod: Mapping[str, Any], operands: tuple[str, ...]) -> bool:
     (nodeSelector as NVIDIA's operator writes it, or node affinity as gpuchain's does)."""
     keys = _node_label_keys(pod)
     return any(f"{DEPLOY_PREFIX}{op}" in keys for op in operands)
-
-
-def uses_gpus(pod: Mapping[str, Any]) -> bool:
-    """Whether a pod asks for whole GPUs, shared GPUs or MIG devices in any container."""
-    spec = _spec(pod)
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = container.get("resources") or {}
-        for section in ("limits", "requests"):
-            if any(str(k).startswith(GPU_RESOURCE_PREFIXES) for k in resources.get(section) or {}):
-                return True
-    return False
 
 
 def _ref(pod: Mapping[str, Any]) -> PodRef:

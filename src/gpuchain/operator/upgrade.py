@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, NotFoundError, labels_of, name_of
+from gpuchain.kube.gpu_resources import uses_gpus
 from gpuchain.kube.objects import annotations_of
 from gpuchain.operator.operands import DRIVER
 from gpuchain.operator.policy import ClusterPolicySpec
@@ -183,14 +184,6 @@ def upgrade_pending(driver_ds: dict[str, Any], gpu_nodes: list[dict[str, Any]]) 
     return any(labels_of(n).get(STATE_LABEL, "") not in ("", DONE, FAILED) for n in gpu_nodes)
 
 
-def _uses_gpu(pod: dict[str, Any]) -> bool:
-    for c in pod.get("spec", {}).get("containers") or []:
-        res = c.get("resources") or {}
-        if any(k.startswith("nvidia.com/") for k in {**(res.get("limits") or {}), **(res.get("requests") or {})}):
-            return True
-    return False
-
-
 def _driver_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {
         str(p.get("spec", {}).get("nodeName")): p
@@ -243,7 +236,7 @@ def advance_upgrades(
             gpu_pods = tuple(
                 (str(p["metadata"]["namespace"]), name_of(p))
                 for p in on_node
-                if p["metadata"].get("namespace") != namespace and _uses_gpu(p)
+                if p["metadata"].get("namespace") != namespace and uses_gpus(p)
             )
         views.append(
             NodeView(

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.gpu.xid import XidAction, XidKind, describe
+from gpuchain.kube.gpu_resources import node_gpu_resources
 
 CONDITION_TYPE = "GPUHealthy"
 FAULTS_ANNOTATION = "gpuchain.io/gpu-faults"
@@ -201,13 +202,11 @@ def node_view(node: Mapping[str, Any]) -> NodeGpus:
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     spec = node.get("spec") or {}
-    status = node.get("status") or {}
     condition = find_condition(node)
-    capacity = status.get("capacity") or {}
     gpu_node = (
         condition is not None
         or labels.get(GPU_PRESENT) == "true"
-        or any(k.startswith("nvidia.com/") and str(v) not in ("0", "") for k, v in capacity.items())
+        or any(n > 0 for n in node_gpu_resources(node).values())
     )
     error = None
     faults: dict[str, Fault] = {}

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.kube import NODE, Cluster, KubeError
+from gpuchain.kube.gpu_resources import node_gpu_resources
 
 
 @dataclass(frozen=True)
@@ -105,27 +106,14 @@ def check_cuda(api: CudaApi | None = None) -> CheckResult:
     return CheckResult("cuda", True, f"CUDA sees {count} device(s)", {"devices": count})
 
 
-def gpu_resources(node: dict[str, Any]) -> dict[str, int]:
-    """The node's allocatable (else capacity) GPU resources: nvidia.com/gpu*, nvidia.com/mig-*."""
-    status = node.get("status") or {}
-    source = status.get("allocatable") or status.get("capacity") or {}
-    out = {}
-    for name, qty in source.items():
-        if name.startswith(("nvidia.com/gpu", "nvidia.com/mig-")):
-            try:
-                out[name] = int(str(qty))
-            except ValueError:
-                continue
-    return out
-
-
 def check_plugin(cluster: Cluster, node_name: str) -> CheckResult:
     """The device plugin registered: the node advertises at least one GPU resource."""
     try:
         node = cluster.get(NODE, node_name)
     except KubeError as exc:
         return CheckResult("plugin", False, f"cannot read node {node_name}: {exc}")
-    resources = {k: v for k, v in gpu_resources(node).items() if v > 0}
+    field = "allocatable" if (node.get("status") or {}).get("allocatable") else "capacity"
+    resources = {k: v for k, v in node_gpu_resources(node, field).items() if v > 0}
     if not resources:
         return CheckResult(
             "plugin",

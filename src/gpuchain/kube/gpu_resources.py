@@ -1,0 +1,89 @@
+"""Which extended resources are GPUs, how many a node offers and how many a pod asks for.
+
+One answer for every layer that counts GPUs (the MIG manager deciding which pods to move, the
+driver upgrade draining a node, the doctor explaining a Pending pod, the validator checking the
+plugin registered), so they cannot disagree about what a GPU pod is.
+
+A resource is a GPU when it is ``nvidia.com/gpu``, a shared or renamed form of it
+(``nvidia.com/gpu.shared``, ``nvidia.com/gpu.<x>``) or a MIG device (``nvidia.com/mig-<profile>``,
+shared forms included). A pod's request is counted as the kubelet and scheduler count it: the
+sum of its containers, or the largest init container if that is more, with sidecars (init
+containers with ``restartPolicy: Always``) running beside both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def is_gpu_resource(name: str) -> bool:
+    """``nvidia.com/gpu``, ``nvidia.com/gpu.<x>`` or ``nvidia.com/mig-<x>``."""
+    return name == GPU or name.startswith((GPU + ".", MIG_PREFIX))
+
+
+def _count(quantity: Any) -> int | None:
+    """An extended resource is a whole number; anything else is not a count we can use."""
+    try:
+        return int(str(quantity))
+    except ValueError:
+        return None
+
+
+def _gpu_counts(resources: Mapping[str, Any]) -> dict[str, int]:
+    out = {}
+    for name, quantity in resources.items():
+        count = _count(quantity)
+        if is_gpu_resource(str(name)) and count is not None:
+            out[str(name)] = count
+    return out
+
+
+def node_gpu_resources(node: Mapping[str, Any], field: str = "capacity") -> dict[str, int]:
+    """GPU resources from ``status.capacity`` (or ``status.allocatable``), zeros included."""
+    status = node.get("status") or {}
+    return _gpu_counts(status.get(field) or {})
+
+
+def _container_gpus(container: Mapping[str, Any]) -> dict[str, int]:
+    """Limits, else requests: an extended resource's request equals its limit when both are set."""
+    resources = container.get("resources") or {}
+    return {**_gpu_counts(resources.get("requests") or {}), **_gpu_counts(resources.get("limits") or {})}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    return {k: total.get(k, 0) + more.get(k, 0) for k in {*total, *more}}
+
+
+def _at_least(total: dict[str, int], other: Mapping[str, int]) -> dict[str, int]:
+    return {k: max(total.get(k, 0), other.get(k, 0)) for k in {*total, *other}}
+
+
+def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU resources a pod holds on its node, by name; resources it asks 0 of are left out.
+
+    As the kubelet counts it: max(sum of app containers + sidecars, each init container + the
+    sidecars started before it), per resource.
+    """
+    spec = pod.get("spec") or {}
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or []:
+        gpus = _container_gpus(container)
+        if container.get("restartPolicy") == "Always":
+            sidecars = _add(sidecars, gpus)
+            init_peak = _at_least(init_peak, sidecars)
+        else:
+            init_peak = _at_least(init_peak, _add(sidecars, gpus))
+    app: dict[str, int] = dict(sidecars)
+    for container in spec.get("containers") or []:
+        app = _add(app, _container_gpus(container))
+    return {k: v for k, v in sorted(_at_least(app, init_peak).items()) if v > 0}
+
+
+def uses_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod holds any GPU, shared GPU or MIG device."""
+    return bool(pod_gpu_requests(pod))
