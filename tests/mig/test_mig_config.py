@@ -131,14 +131,40 @@ def test_default_config_has_the_usual_names_for_every_catalogued_profile() -> No
             assert "all-" + prof.name.replace("+", ".") in names
     by_filter = {e.device_ids: e.layout for e in cfg.layout("all-1g.10gb")}
     assert by_filter == {
-        (catalog.model("A100-40GB").pci_device_id,): {"1g.10gb": 4},
-        (catalog.model("A100-80GB").pci_device_id, catalog.model("H100-80GB").pci_device_id): {"1g.10gb": 7},
+        catalog.model("A100-40GB").pci_device_ids: {"1g.10gb": 4},
+        (*catalog.model("A100-80GB").pci_device_ids, *catalog.model("H100-80GB").pci_device_ids): {"1g.10gb": 7},
     }
     balanced = {e.device_ids[0]: e.layout for e in cfg.layout("all-balanced")}
     assert balanced[catalog.model("H100-80GB").pci_device_id] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     assert balanced[catalog.model("A100-40GB").pci_device_id] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
     assert balanced[catalog.model("H200-141GB").pci_device_id] == {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
     assert cfg.layout("all-enabled")[0].mig_enabled and cfg.layout("all-enabled")[0].layout == {}
+
+
+A100_PCIE_40GB = 0x20F110DE
+A100_PCIE_80GB = 0x20B510DE
+
+
+def test_default_layouts_select_pcie_cards_by_every_pci_id_of_the_model() -> None:
+    cfg = default_config()
+    assert A100_PCIE_40GB in catalog.model("A100-40GB").pci_device_ids
+    assert A100_PCIE_80GB in catalog.model("A100-80GB").pci_device_ids
+    for name, pci, layout in [
+        ("all-1g.5gb", A100_PCIE_40GB, {"1g.5gb": 7}),
+        ("all-1g.10gb", A100_PCIE_80GB, {"1g.10gb": 7}),
+        ("all-balanced", A100_PCIE_40GB, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
+    ]:
+        chosen = [e.layout for e in cfg.layout(name) if e.selects(0, pci)]
+        assert chosen == [layout], name
+
+
+def test_a_filter_naming_a_pcie_id_is_checked_against_its_model() -> None:
+    text = (
+        "version: v1\nmig-configs:\n  too-many:\n    - device-filter: '0x20F110DE'\n      devices: all\n"
+        "      mig-devices: {1g.5gb: 8}\n      mig-enabled: true\n"
+    )
+    with pytest.raises(ConfigFileError, match="A100-40GB: 8 x 1g.5gb does not fit"):
+        parse_config(text)
 
 
 def test_default_config_round_trips_through_yaml() -> None:

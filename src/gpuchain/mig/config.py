@@ -151,7 +151,7 @@ class MigPartedConfig(BaseModel):
                 if not entry.mig_enabled:
                     continue
                 for device_id in entry.device_ids:
-                    model = model_for_device_id(device_id)
+                    model = catalog.model_for_name("", device_id)
                     if model is None:
                         continue
                     try:
@@ -172,11 +172,6 @@ class MigPartedConfig(BaseModel):
         """The config as mig-parted reads it (for a ConfigMap)."""
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         return yaml.safe_dump(data, sort_keys=False)
-
-
-def model_for_device_id(device_id: int) -> catalog.GpuModel | None:
-    """The catalogued GPU model with this PCI device id, if any."""
-    return next((m for m in catalog.MODELS.values() if m.pci_device_id == device_id), None)
 
 
 def load_config(path: str | Path) -> MigPartedConfig:
@@ -219,7 +214,7 @@ def default_config() -> MigPartedConfig:
     """The named layouts generated from the catalog: all-disabled, all-enabled, one
     ``all-<profile>`` per profile (``+me`` written ``.me``, as node label values allow no ``+``)
     filled to the GPU's limit, and all-balanced, each limited by device-filter to the GPUs that
-    have the profile.
+    have the profile: every PCI id of each such model, so PCIe cards get the layouts too.
     """
     mig_models = [m for m in catalog.MODELS.values() if m.mig_capable]
     configs: dict[str, list[dict[str, Any]]] = {
@@ -227,11 +222,14 @@ def default_config() -> MigPartedConfig:
         ENABLED: [_entry(None, True, {})],
     }
     by_profile: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    label_value: dict[str, str] = {}
     for model in mig_models:
         for prof in model.mig_profiles:
-            by_profile[prof.name][prof.max_instances].append(model.pci_device_id)
+            by_profile[prof.name][prof.max_instances].extend(model.pci_device_ids)
+            label_value[prof.name] = prof.resource_suffix
     for name in sorted(by_profile, key=_profile_order):
-        key = "all-" + name.replace("+", ".")
-        configs[key] = [_entry(ids, True, {name: count}) for count, ids in by_profile[name].items()]
-    configs[BALANCED] = [_entry([m.pci_device_id], True, balanced_layout(m)) for m in mig_models]
+        configs[f"all-{label_value[name]}"] = [
+            _entry(ids, True, {name: count}) for count, ids in by_profile[name].items()
+        ]
+    configs[BALANCED] = [_entry(list(m.pci_device_ids), True, balanced_layout(m)) for m in mig_models]
     return MigPartedConfig.model_validate({"version": "v1", "mig-configs": configs})

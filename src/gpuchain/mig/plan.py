@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gpuchain.gpu import catalog
 from gpuchain.gpu.backend import GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import InvalidConfigError
-from gpuchain.mig.config import LayoutError, MigConfigEntry, MigPartedConfig, model_for_device_id
+from gpuchain.mig.config import LayoutError, MigConfigEntry, MigPartedConfig
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def observe(backend: GpuBackend) -> NodeMigState:
     """Read MIG mode and GPU instances of every GPU (the imperative edge of this module)."""
     gpus = []
     for gpu in backend.inventory().gpus:
-        model = model_for_device_id(gpu.pci_device_id) or catalog.model_for_name(gpu.name)
+        model = catalog.model_for_name(gpu.name, gpu.pci_device_id)
         mode = backend.mig_mode(gpu.index) if gpu.mig_capable else None
         instances: tuple[GpuInstance, ...] = ()
         if mode is not None and mode.current and model is not None and model.mig_capable:
