@@ -216,6 +216,14 @@ def test_recovered_node_gets_only_our_taint_and_cordon_lifted() -> None:
     assert d.actions[0].patch == {"spec": {"taints": [other]}}
 
 
+def test_a_cordon_annotated_by_someone_else_is_not_lifted() -> None:
+    n0 = node("n0", unschedulable=True)
+    n0["metadata"]["annotations"][CORDONED_BY_ANNOTATION] = "node-problem-detector"
+    n1 = node("n1", unschedulable=True)
+    n1["metadata"]["annotations"][CORDONED_BY_ANNOTATION] = ""
+    assert run([n0, n1, *healthy_nodes(3)], []).actions == ()
+
+
 def test_bad_annotation_is_reported_not_acted_on() -> None:
     bad = node("n0", healthy=False)
     bad["metadata"]["annotations"][FAULTS_ANNOTATION] = "{not json"

@@ -47,9 +47,9 @@ from gpuchain.operator.policy import ClusterPolicySpec
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SINCE_ANNOTATION = "gpuchain.io/driver-upgrade-since"
 MESSAGE_ANNOTATION = "gpuchain.io/driver-upgrade-message"
-#: Set when the upgrade cordons a node, so it uncordons only nodes it cordoned. Not remediation's
-#: ``gpuchain.io/cordoned-by``: the remediator lifts any cordon carrying that key once the GPUs are
-#: healthy, which would put workloads back on a node in the middle of its driver restart.
+#: Set when the upgrade cordons a node, so it uncordons only nodes it cordoned. A key of its own,
+#: not remediation's ``gpuchain.io/cordoned-by``, so neither can mistake the other's cordon for
+#: its own and put workloads back on a node in the middle of its driver restart.
 CORDONED_ANNOTATION = "gpuchain.io/driver-upgrade-cordoned"
 
 UPGRADE_REQUIRED = "upgrade-required"

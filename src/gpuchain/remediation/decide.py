@@ -27,7 +27,14 @@ from typing import Any
 from gpuchain.gpu.xid import XidAction
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.pdb import blocking_budget
-from gpuchain.remediation.model import CORDONED_BY_ANNOTATION, TAINT_KEY, Fault, NodeGpus, node_view
+from gpuchain.remediation.model import (
+    CORDONED_BY_ANNOTATION,
+    CORDONED_BY_REMEDIATOR,
+    TAINT_KEY,
+    Fault,
+    NodeGpus,
+    node_view,
+)
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "gpuchain"
@@ -273,7 +280,7 @@ def _node_actions(view: NodeGpus, faults: list[Fault], policy: Policy) -> list[A
                 xids=xids,
                 patch={
                     "spec": {"unschedulable": True},
-                    "metadata": {"annotations": {CORDONED_BY_ANNOTATION: "remediator"}},
+                    "metadata": {"annotations": {CORDONED_BY_ANNOTATION: CORDONED_BY_REMEDIATOR}},
                 },
             )
         )

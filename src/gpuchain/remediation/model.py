@@ -28,7 +28,9 @@ FAULTS_ANNOTATION = "gpuchain.io/gpu-faults"
 PODS_ANNOTATION = "gpuchain.io/gpu-pods"
 TAINT_KEY = "gpuchain.io/gpu-reset-required"
 CORDONED_BY_ANNOTATION = "gpuchain.io/cordoned-by"
-"""Set when the remediator cordons a node, so it only ever uncordons nodes it cordoned itself."""
+"""Who cordoned the node. The remediator writes ``CORDONED_BY_REMEDIATOR`` and only ever
+uncordons nodes carrying exactly that value: another tool or a person may use the same key."""
+CORDONED_BY_REMEDIATOR = "remediator"
 
 REASON_HEALTHY = "GPUsHealthy"
 REASON_XID = "GPUXidError"
@@ -223,7 +225,7 @@ def node_view(node: Mapping[str, Any]) -> NodeGpus:
         pods=pods,
         taints=tuple(spec.get("taints") or ()),
         unschedulable=bool(spec.get("unschedulable", False)),
-        cordoned_by_us=CORDONED_BY_ANNOTATION in annotations,
+        cordoned_by_us=annotations.get(CORDONED_BY_ANNOTATION) == CORDONED_BY_REMEDIATOR,
         gpu_node=gpu_node,
         error=error,
         resource_version=meta.get("resourceVersion"),
