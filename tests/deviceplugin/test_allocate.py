@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuchain.deviceplugin.allocate import (
@@ -68,9 +70,9 @@ def test_cdi_annotations_and_cri(h100_sim: SimBackend) -> None:
     assert next(iter(prefixed.annotations)).startswith("x.io/")
 
 
-def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend) -> None:
+def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend, tmp_path: Path) -> None:
     res = _gpu(h100_sim)
-    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True))
+    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(tmp_path))
     paths = [d.container_path for d in alloc.devices]
     assert paths == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia4"]
     assert {d.permissions for d in alloc.devices} == {"rw"}
@@ -80,6 +82,22 @@ def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend) -> None:
     alloc = allocate_container(mig, [mig.devices[0].id], _flags(passDeviceSpecs=True))
     caps = [d.container_path for d in alloc.devices if d.container_path.startswith("/dev/nvidia-caps/")]
     assert len(caps) == 2
+
+
+def test_modeset_is_passed_when_the_driver_created_it(h100_sim: SimBackend, tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia-modeset").touch()
+    res = _gpu(h100_sim)
+    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(tmp_path))
+    paths = [d.container_path for d in alloc.devices]
+    assert paths == [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+        "/dev/nvidia4",
+    ]
+    assert alloc.devices[3].host_path == f"{tmp_path}/dev/nvidia-modeset"
 
 
 def test_dev_root_prefixes_host_paths(h100_sim: SimBackend) -> None:

@@ -8,6 +8,7 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import pytest
@@ -16,6 +17,8 @@ from fakes.fake_pynvml import nvml_over
 from gpuchain.deviceplugin.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.resources import ResourceMappingError
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
@@ -154,6 +157,33 @@ async def test_lost_gpu_is_unhealthy_until_it_comes_back(node: SimNode) -> None:
         await node.kubelet.admit("default", "big", [ContainerRequest("c", {GPU: 8})])
     node.backend.recover_gpu(5)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 8)
+
+
+class FlakyEvents(SimBackend):
+    """A backend whose first event subscription fails (the NVML watcher could not start), then works."""
+
+    failures: ClassVar[list[str]] = ["cannot create the NVML event set"]
+
+    async def events(self) -> AsyncIterator[HealthEvent]:
+        if self.failures:
+            raise GpuError(self.failures.pop())
+        async for event in super().events():
+            yield event
+
+
+async def test_devices_come_back_after_the_event_stream_recovers() -> None:
+    flaky = FlakyEvents.from_preset("h100-80gb-x8")
+    flaky.failures = ["cannot create the NVML event set"]
+    node = await start_sim_node(config=parse_config("health: {recoveryQuietSeconds: 0.05}"), backend=flaky, wait=False)
+    try:
+        await node.kubelet.wait_for(all_registered(node))
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 0)
+        assert node.kubelet.capacity() == {GPU: 8}  # unhealthy, still announced
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 8)
+        node.backend.inject_xid(1, 79)  # the new subscription delivers events
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 7)
+    finally:
+        await node.stop()
 
 
 async def test_disabled_health_checks_keep_devices_healthy() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from dra.fakeclock import QUIET, Clock
 
 from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
@@ -31,16 +32,28 @@ def cluster() -> MemoryCluster:
     return MemoryCluster()
 
 
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
 DriverFactory = Callable[[SimBackend], DraDriver]
 
 
 @pytest.fixture
-def make_driver(cluster: MemoryCluster, short_dir: Path) -> DriverFactory:
-    """Build a driver (again, to model a plugin restart) over the same cluster, CDI dir and state dir."""
+def make_driver(cluster: MemoryCluster, short_dir: Path, clock: Clock) -> DriverFactory:
+    """Build a driver (again, to model a plugin restart) over the same cluster, CDI dir and state dir,
+    on the test clock with a ``QUIET`` second recovery quiet period."""
 
     def build(sim: SimBackend) -> DraDriver:
-        config = DriverConfig(node=sim.topology.node, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state")
-        return DraDriver(sim, cluster, config)
+        config = DriverConfig(
+            node=sim.topology.node,
+            cdi_dir=short_dir / "cdi",
+            state_dir=short_dir / "state",
+            recovery_quiet_seconds=QUIET,
+            dev_root=short_dir / "driver-root",
+        )
+        return DraDriver(sim, cluster, config, clock)
 
     return build
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from dra.fakeclock import QUIET, Clock
 
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import CheckpointError
@@ -45,7 +46,7 @@ def test_publish_creates_the_slice_once_and_is_idempotent(
 
 
 def test_xid_withdraws_the_device_with_a_new_generation(
-    h100_sim: SimBackend, make_driver: DriverFactory, cluster: MemoryCluster
+    h100_sim: SimBackend, make_driver: DriverFactory, cluster: MemoryCluster, clock: Clock
 ) -> None:
     driver = make_driver(h100_sim)
     driver.publish()
@@ -55,7 +56,11 @@ def test_xid_withdraws_the_device_with_a_new_generation(
     live = _live(cluster, "h100-node")
     assert "gpu-5" not in _names(live)
     assert live["spec"]["pool"]["generation"] == 2  # type: ignore[index]
-    recovered = driver.on_event(h100_sim.recover_gpu(5))
+    assert driver.on_event(h100_sim.recover_gpu(5)) is None  # back only after the quiet period
+    clock.advance(QUIET - 0.1)
+    assert driver.finish_recoveries() is None
+    clock.advance(0.1)
+    recovered = driver.finish_recoveries()
     assert recovered is not None and recovered.generation == 3 and "gpu-5" in recovered.devices
 
 
@@ -164,14 +169,16 @@ def test_corrupt_checkpoint_is_named(h100_sim: SimBackend, make_driver: DriverFa
 
 
 def test_lost_gpu_is_withdrawn_once_and_returns_after_recovery(
-    h100_sim: SimBackend, make_driver: DriverFactory
+    h100_sim: SimBackend, make_driver: DriverFactory, clock: Clock
 ) -> None:
     driver = make_driver(h100_sim)
     driver.publish()
     generations = [p.generation for e in h100_sim.lose_gpu(3) if (p := driver.on_event(e)) is not None]
     assert generations == [2]  # XID 79 withdraws it; the GPU_LOST that follows changes nothing more
     assert "gpu-3" not in driver.publish().devices
-    back = driver.on_event(h100_sim.recover_gpu(3))
+    assert driver.on_event(h100_sim.recover_gpu(3)) is None
+    clock.advance(QUIET)
+    back = driver.finish_recoveries()
     assert back is not None and back.generation == 3 and "gpu-3" in back.devices
 
 
@@ -185,3 +192,38 @@ def test_prepare_after_a_reboot_rewrites_the_lost_cdi_spec(
     shutil.rmtree(short_dir / "cdi")  # /var/run is a tmpfs: a reboot empties it, the checkpoint stays
     assert make_driver(h100_sim).prepare(ref) == prepared
     assert path.read_text() == before
+
+
+def test_broken_event_stream_withdraws_every_gpu_until_a_new_subscription_stays_up(
+    h100_sim: SimBackend, make_driver: DriverFactory, clock: Clock
+) -> None:
+    driver = make_driver(h100_sim)
+    driver.publish()
+    driver.on_event(h100_sim.inject_xid(2, 48))
+    failed = driver.stream_failed()
+    assert failed is not None and failed.devices == ()
+    assert driver.stream_subscribed() is None  # not vouched for before the quiet period
+    clock.advance(QUIET - 0.1)
+    assert driver.finish_recoveries() is None
+    clock.advance(0.1)
+    back = driver.finish_recoveries()
+    assert back is not None and len(back.devices) == 7 and "gpu-2" not in back.devices  # the real fault stays
+
+
+def test_cdi_spec_has_modeset_only_where_the_driver_created_it(
+    h100_sim: SimBackend, make_driver: DriverFactory, allocate: Allocate, short_dir: Path
+) -> None:
+    driver = make_driver(h100_sim)
+    driver.publish()
+    always = [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
+    without = allocate("a", "h100-node", ["gpu-0"])
+    driver.prepare(without)
+    assert (
+        json.loads(cdi.spec_path(short_dir / "cdi", without.uid).read_text())["containerEdits"]["deviceNodes"] == always
+    )
+    (driver.config.dev_root / "dev").mkdir(parents=True)
+    (driver.config.dev_root / "dev" / "nvidia-modeset").touch()
+    with_modeset = allocate("b", "h100-node", ["gpu-1"])
+    driver.prepare(with_modeset)
+    spec = json.loads(cdi.spec_path(short_dir / "cdi", with_modeset.uid).read_text())
+    assert spec["containerEdits"]["deviceNodes"] == [*always, {"path": "/dev/nvidia-modeset"}]

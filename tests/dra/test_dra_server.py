@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import pytest
 
-from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.dra.server import SUPPORTED_SERVICES, DraPluginServer
 from gpuchain.dra.slices import slice_name
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.dra_peer import DraClaim, DraPeer, RegistrationError, choose_version
@@ -162,6 +165,41 @@ async def test_xid_from_the_backend_withdraws_the_device_with_a_new_generation(
                 break
         assert live["spec"]["pool"]["generation"] == 2
         assert "gpu-7" not in [d["name"] for d in live["spec"]["devices"]]
+    finally:
+        task.cancel()
+
+
+class FlakyEvents(SimBackend):
+    """A backend whose first event subscription fails (the NVML watcher could not start), then works."""
+
+    failures: ClassVar[list[str]] = []
+
+    async def events(self) -> AsyncIterator[HealthEvent]:
+        if self.failures:
+            raise GpuError(self.failures.pop())
+        async for event in super().events():
+            yield event
+
+
+async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
+    cluster: MemoryCluster, short_dir: Path
+) -> None:
+    flaky = FlakyEvents.from_preset("h100-80gb-x8")
+    flaky.failures = ["cannot create the NVML event set"]
+    config = DriverConfig(
+        node="h100-node", cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", recovery_quiet_seconds=0.05
+    )
+    driver = DraDriver(flaky, cluster, config)
+    assert len(driver.publish().devices) == 8
+    counts: list[int] = []
+    task = asyncio.create_task(driver.follow_health())
+    try:
+        for _ in range(300):
+            counts.append(len(cluster.get(RESOURCE_SLICE, slice_name("h100-node"))["spec"]["devices"]))
+            if 0 in counts and counts[-1] == 8:
+                break
+            await asyncio.sleep(0.01)
+        assert 0 in counts and counts[-1] == 8  # withdrawn while the stream was down, back after it recovered
     finally:
         task.cancel()
 

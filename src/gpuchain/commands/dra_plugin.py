@@ -25,7 +25,6 @@ from gpuchain.commands._cluster import (
 from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
-from gpuchain.dra.demo import DEFAULT_PRESET, run_dra_demo
 from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
 from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraPluginServer
 from gpuchain.dra.slices import SliceError
@@ -33,6 +32,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import policy_from_env
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
+from gpuchain.kubelet.dra_demo import DEFAULT_PRESET, run_dra_demo
 
 log = logging.getLogger("gpuchain.dra")
 

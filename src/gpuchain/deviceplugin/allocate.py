@@ -10,7 +10,8 @@ NVIDIA's, so the container runtime (nvidia-container-toolkit) reads the answer t
   unprivileged pod cannot forge through its own environment).
 - ``cdi-annotations``: CDI device names, comma-joined, in an annotation under ``cdiAnnotationPrefix``.
 - ``cdi-cri``: the same names in the CRI ``cdi_devices`` field.
-- ``passDeviceSpecs``: the control devices and ``/dev/nvidiaN`` (plus MIG capability devices).
+- ``passDeviceSpecs``: the control devices (``gpu.devnodes``) and ``/dev/nvidiaN`` (plus MIG
+  capability devices).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import PurePosixPath
 
 from gpuchain.deviceplugin.config import DeviceIdStrategy, DeviceListStrategy, PluginFlags
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
+from gpuchain.gpu.devnodes import control_device_nodes
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 MIG_CAPS_PER_GI = 9
 """nvidia-caps minors per GPU instance: one for the GI, eight for its compute instances."""
 MIG_CAPS_PER_GPU = 15 * MIG_CAPS_PER_GI
@@ -131,8 +132,11 @@ def cdi_annotation_key(prefix: str, resource: Resource, visible: Sequence[str]) 
 
 
 def device_specs(devices: Sequence[AnnouncedDevice], dev_root: str = "/") -> tuple[DeviceNode, ...]:
-    """Control devices, then each GPU's ``/dev/nvidiaN``, then MIG capability devices, without repeats."""
-    paths = list(CONTROL_DEVICES)
+    """Control devices, then each GPU's ``/dev/nvidiaN``, then MIG capability devices, without repeats.
+
+    ``/dev/nvidia-modeset`` is among the control devices only when it exists under ``dev_root``.
+    """
+    paths = control_device_nodes(dev_root)
     for d in devices:
         paths.append(f"/dev/nvidia{d.minor_number}")
     for d in devices:

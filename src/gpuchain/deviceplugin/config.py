@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
+from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.xid import HealthPolicy, policy_from_env
 
 RESOURCE_PREFIX = "nvidia.com/"
@@ -196,7 +197,7 @@ class Health(_Model):
     disabled: bool = False
     ignored_xids: tuple[int, ...] = Field((), alias="ignoredXids")
     enabled_xids: tuple[int, ...] = Field((), alias="enabledXids")
-    recovery_quiet_seconds: float = Field(10.0, ge=0, alias="recoveryQuietSeconds")
+    recovery_quiet_seconds: float = Field(DEFAULT_QUIET_SECONDS, ge=0, alias="recoveryQuietSeconds")
 
     def policy(self, env: Mapping[str, str] | None = None) -> HealthPolicy:
         """The XID policy: defaults, then this section, then DP_*_HEALTHCHECKS from ``env``."""

@@ -7,7 +7,8 @@
 - watches the socket directory: when the kubelet restarts it wipes the directory and creates a
   new ``kubelet.sock``; the plugin then re-serves and re-registers (within one poll interval);
 - consumes the backend's health events and pushes a new device list on every change, and
-  clears recovered GPUs after the quiet period;
+  clears recovered GPUs after the quiet period; a broken event stream marks every device
+  unhealthy until a new subscription (retried with a bounded backoff) has run for the quiet period;
 - reloads its config on demand (SIGHUP in the CLI) without dropping health state.
 """
 
@@ -26,10 +27,10 @@ from typing import Any
 import grpc
 
 from gpuchain.deviceplugin.config import Config
-from gpuchain.deviceplugin.health import HealthState
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import EventKind, HealthEvent, Inventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -107,8 +108,14 @@ class DevicePlugin:
             await self._try_register()
         self._tasks = [
             asyncio.create_task(self._watch_kubelet(), name="dp-watch-kubelet"),
-            asyncio.create_task(self._consume_events(), name="dp-health-events"),
-            asyncio.create_task(self._recoveries(), name="dp-recoveries"),
+            asyncio.create_task(
+                follow_events(self.backend.events, self._on_event, self._on_stream_failure, self._on_subscribe),
+                name="dp-health-events",
+            ),
+            asyncio.create_task(
+                run_recoveries(lambda: self.health.next_deadline(), self._kick, self._finish_recoveries, self._clock),
+                name="dp-recoveries",
+            ),
         ]
 
     async def stop(self) -> None:
@@ -239,20 +246,16 @@ class DevicePlugin:
 
     # ---- health ---------------------------------------------------------------------------------
 
-    async def _consume_events(self) -> None:
-        while True:
-            try:
-                async for event in self.backend.events():
-                    self._on_event(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("health event stream failed (%s): marking every device unhealthy", exc)
-                self.health.fail_all([g.uuid for g in (self.inventory.gpus if self.inventory else ())])
-                self._notify()
-                await asyncio.sleep(1.0)
+    async def _on_stream_failure(self, exc: Exception) -> None:
+        if self.health.fail_all([g.uuid for g in (self.inventory.gpus if self.inventory else ())]):
+            self._notify()
 
-    def _on_event(self, event: HealthEvent) -> None:
+    async def _on_subscribe(self) -> None:
+        if self.health.stream_restored(self._clock()) and self.health.due(self._clock()):
+            self._notify()
+        self._kick.set()  # the stream marks' deadline is new
+
+    async def _on_event(self, event: HealthEvent) -> None:
         if self.on_event is not None:
             self.on_event(event)
         if self.health.apply(event, self._clock()):
@@ -271,15 +274,9 @@ class DevicePlugin:
         except (ResourceMappingError, OSError) as exc:
             log.error("re-mapping resources after a GPU came back failed, keeping the old ones: %s", exc)
 
-    async def _recoveries(self) -> None:
-        while True:
-            deadline = self.health.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self._clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout)
-            self._kick.clear()
-            if self.health.due(self._clock()):
-                self._notify()
+    async def _finish_recoveries(self) -> None:
+        if self.health.due(self._clock()):
+            self._notify()
 
     def _notify(self) -> None:
         for server in self.servers.values():

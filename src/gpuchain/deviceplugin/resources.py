@@ -26,6 +26,7 @@ from gpuchain.deviceplugin.config import (
     ReplicatedResources,
     ResourcePattern,
 )
+from gpuchain.gpu.catalog import resource_safe
 from gpuchain.gpu.model import Gpu, Inventory, MigDevice
 
 GPU_RESOURCE = RESOURCE_PREFIX + "gpu"
@@ -152,7 +153,7 @@ def map_resources(inventory: Inventory, config: Config) -> list[Resource]:
             if strategy is MigStrategy.SINGLE:
                 default = GPU_RESOURCE
             else:
-                default = f"{RESOURCE_PREFIX}mig-{mig.profile.replace('+', '.')}"
+                default = f"{RESOURCE_PREFIX}mig-{resource_safe(mig.profile)}"
             name = _named(patterns.mig, mig.profile, default)
             base.setdefault(name, []).append(_mig(gpu, mig))
             meta.setdefault(name, (mig.profile, f"{gpu.name}-MIG-{mig.profile}"))

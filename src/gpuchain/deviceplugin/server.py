@@ -18,9 +18,9 @@ import grpc
 
 from gpuchain.deviceplugin.allocate import AllocationError, ContainerAllocation, allocate_container
 from gpuchain.deviceplugin.config import Config
-from gpuchain.deviceplugin.health import HealthState
 from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
 from gpuchain.deviceplugin.resources import Resource
+from gpuchain.gpu.health import HealthState
 from gpuchain.gpu.model import Inventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -37,7 +37,11 @@ def device_list(resource: Resource, health: HealthState) -> pb.ListAndWatchRespo
     devices = []
     for d in resource.devices:
         topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]) if d.numa_node is not None else None
-        devices.append(pb.Device(ID=d.id, health=HEALTHY if health.healthy(d) else UNHEALTHY, topology=topology))
+        devices.append(
+            pb.Device(
+                ID=d.id, health=HEALTHY if health.healthy(d.gpu_uuid, d.mig_uuid) else UNHEALTHY, topology=topology
+            )
+        )
     return pb.ListAndWatchResponse(devices=devices)
 
 

@@ -10,9 +10,8 @@ GPU layer.
   DeviceClass.
 - ``slices``: pure rendering of an Inventory into devices and the node's ResourceSlice, with the
   pool generation rule and the API-server naming rules checked before anything is published.
-- ``health``: which devices an XID or a lost GPU withdraws (the device plugin's XID policy).
 - ``cdi`` and ``checkpoint``: the files Prepare writes, atomically.
-- ``driver``: the plugin's decisions over those parts (publish, prepare, unprepare).
+- ``driver``: the plugin's decisions over those parts (publish, prepare, unprepare), with
+  device health from ``gpuchain.gpu.health`` (the device plugin's rules and quiet period).
 - ``server``: the kubelet-facing gRPC services on unix sockets (registration and DRAPlugin).
-- ``demo``: a simulated node publishing its slice and preparing a claim, for ``gpuchain dra-demo``.
 """

@@ -6,24 +6,26 @@ CDI id a container gets is ``gpu.gpuchain.io/claim=<uid>-gpu-0``, unique per cla
 the claim's file removes exactly what Prepare added.
 
 Each CDI device carries its GPU's device node (a MIG device its parent's); the spec-wide edits
-add the driver's control nodes and ``NVIDIA_VISIBLE_DEVICES`` with the claim's GPU or MIG UUIDs,
-which the NVIDIA container runtime hook reads to mount the driver libraries.
+add the driver's control nodes (``gpu.devnodes``: ``/dev/nvidia-modeset`` only where present)
+and ``NVIDIA_VISIBLE_DEVICES`` with the claim's GPU or MIG UUIDs, which the NVIDIA container
+runtime hook reads to mount the driver libraries.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuchain.dra.files import atomic_write, remove
+from gpuchain.common.files import atomic_write, remove
 from gpuchain.dra.kinds import DRIVER
+from gpuchain.gpu.devnodes import control_device_nodes
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = f"{DRIVER}/claim"
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
-CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,8 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
     return cdi_dir / f"{DRIVER}-claim_{claim_uid}.json"
 
 
-def claim_spec(claim_uid: str, devices: list[CdiDevice]) -> dict[str, Any]:
-    """The CDI spec for one claim (pure)."""
+def claim_spec(claim_uid: str, devices: list[CdiDevice], control_nodes: Sequence[str]) -> dict[str, Any]:
+    """The CDI spec for one claim (pure); ``control_nodes`` from ``gpu.devnodes.control_device_nodes``."""
     uuids = ",".join(d.uuid for d in devices)
     return {
         "cdiVersion": CDI_VERSION,
@@ -65,14 +67,19 @@ def claim_spec(claim_uid: str, devices: list[CdiDevice]) -> dict[str, Any]:
         ],
         "containerEdits": {
             "env": [f"NVIDIA_VISIBLE_DEVICES={uuids}"],
-            "deviceNodes": [{"path": p} for p in CONTROL_NODES],
+            "deviceNodes": [{"path": p} for p in control_nodes],
         },
     }
 
 
-def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice]) -> list[str]:
-    """Write the claim's spec atomically (rewriting it is harmless) and return its CDI ids."""
-    atomic_write(spec_path(cdi_dir, claim_uid), json.dumps(claim_spec(claim_uid, devices), indent=2) + "\n")
+def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice], dev_root: Path = Path("/")) -> list[str]:
+    """Write the claim's spec atomically (rewriting it is harmless) and return its CDI ids.
+
+    The control devices are looked up under ``dev_root`` now, so a spec names ``/dev/nvidia-modeset``
+    only on a node whose driver created it.
+    """
+    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root))
+    atomic_write(spec_path(cdi_dir, claim_uid), json.dumps(spec, indent=2) + "\n")
     return [cdi_id(claim_uid, d.name) for d in devices]
 
 

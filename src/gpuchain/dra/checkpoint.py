@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuchain.dra.files import atomic_write
+from gpuchain.common.files import atomic_write
 
 VERSION = 1
 FILE_NAME = "checkpoint.json"

@@ -1,7 +1,8 @@
 """The DRA plugin's decisions, free of gRPC: publish the slice, follow health, prepare claims.
 
-``DraDriver`` joins the pure parts (``slices``, ``health``, ``cdi``) with the node's GPU backend,
-the ``Cluster`` port and the checkpoint. The gRPC services in ``server`` and the simulator call
+``DraDriver`` joins the pure parts (``slices``, ``cdi``, and the GPU layer's ``HealthState``,
+the same health rules as the device plugin's) with the node's GPU backend, the ``Cluster`` port
+and the checkpoint. The gRPC services in ``server`` and the simulator call
 it; tests can too. Every method is safe to call from several threads.
 
 Prepare reads the ResourceClaim from the API (the kubelet sends only namespace, name and UID),
@@ -17,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuchain.dra import cdi, health, slices
+from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.errors import KubeError
@@ -53,12 +57,20 @@ class ClaimRef:
 
 @dataclass(frozen=True)
 class DriverConfig:
-    """Where the plugin keeps its files and which health events withdraw devices."""
+    """Where the plugin keeps its files, which health events withdraw devices and when they return.
+
+    ``recovery_quiet_seconds`` is the device plugin's ``health.recoveryQuietSeconds``: how long a
+    recovered GPU (or a restored event stream) must stay quiet before its devices are published
+    again. ``dev_root`` is where the driver's ``/dev`` lives (``/`` for a host driver, the driver
+    container's root otherwise); optional control devices are looked up there.
+    """
 
     node: str
     cdi_dir: Path = cdi.DEFAULT_CDI_DIR
     state_dir: Path = DEFAULT_STATE_DIR
     policy: HealthPolicy = field(default_factory=HealthPolicy)
+    recovery_quiet_seconds: float = DEFAULT_QUIET_SECONDS
+    dev_root: Path = Path("/")
 
 
 @dataclass(frozen=True)
@@ -73,12 +85,21 @@ class Published:
 class DraDriver:
     """One node's DRA plugin state: unhealthy devices, the published pool, prepared claims."""
 
-    def __init__(self, backend: GpuBackend, cluster: Cluster, config: DriverConfig) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        cluster: Cluster,
+        config: DriverConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.backend = backend
         self.cluster = cluster
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir / FILE_NAME)
-        self._unhealthy: frozenset[str] = frozenset()
+        self.health = HealthState(config.policy, config.recovery_quiet_seconds)
+        self.clock = clock
+        self._gpus: tuple[str, ...] = ()
+        self._kick = asyncio.Event()
         self._lock = threading.RLock()
 
     @property
@@ -88,14 +109,15 @@ class DraDriver:
     @property
     def unhealthy(self) -> frozenset[str]:
         """GPU and MIG UUIDs withdrawn for health."""
-        return self._unhealthy
+        return self.health.unhealthy()
 
     # ---- the slice ----------------------------------------------------------------------------
 
     def desired_slice(self, inventory: Inventory | None = None, live: Obj | None = None) -> Obj:
         """The ResourceSlice this node should publish now, checked against the API's rules."""
         inv = inventory or self.backend.inventory()
-        devices = slices.render_devices(inv, self._unhealthy)
+        self._gpus = tuple(g.uuid for g in inv.gpus)
+        devices = slices.render_devices(inv, self.unhealthy)
         owner = self.cluster.get_or_none(NODE, self.node)
         obj = slices.resource_slice(self.node, devices, slices.pool_generation(live, devices), owner)
         slices.check_slice(obj)
@@ -112,26 +134,70 @@ class DraDriver:
             return Published(int(spec["pool"]["generation"]), result.changed, names)
 
     def on_event(self, event: HealthEvent) -> Published | None:
-        """Apply a health event; republish when it changed the unhealthy set (else None)."""
+        """Apply a health event; republish when it changed the unhealthy set (else None).
+
+        A recovery waits out the quiet period first: ``finish_recoveries`` publishes it then.
+        """
         with self._lock:
-            inventory = self.backend.inventory()
-            after = health.apply_event(self._unhealthy, event, inventory, self.config.policy)
-            if after == self._unhealthy:
-                return None
-            self._unhealthy = after
-            return self.publish()
+            return self._republish_if(lambda: self.health.apply(event, self.clock()))
+
+    def finish_recoveries(self) -> Published | None:
+        """Publish devices whose quiet period has passed (None when none came back)."""
+        with self._lock:
+            return self._republish_if(lambda: bool(self.health.due(self.clock())))
+
+    def stream_failed(self) -> Published | None:
+        """The event stream broke: withdraw every GPU until a new subscription has stayed up."""
+        with self._lock:
+            return self._republish_if(lambda: self.health.fail_all(list(self._gpus)))
+
+    def stream_subscribed(self) -> Published | None:
+        """A (new) subscription started: the stream marks go after the quiet period."""
+        with self._lock:
+            now = self.clock()
+            return self._republish_if(lambda: self.health.stream_restored(now) and bool(self.health.due(now)))
+
+    def _republish_if(self, change: Callable[[], bool]) -> Published | None:
+        before = self.unhealthy
+        change()
+        if self.unhealthy == before:
+            return None
+        return self.publish()
 
     async def follow_health(self) -> None:
         """Consume the backend's health events forever, republishing on each change.
 
-        A failed publish is logged, not raised: the unhealthy set is already updated and the next
-        resync publishes it, while the plugin keeps serving prepared claims.
+        A broken stream withdraws every GPU and is subscribed again with a bounded backoff; the
+        GPUs come back once the new subscription has run for the quiet period. A failed publish
+        is logged, not raised: the unhealthy set is already updated and the next resync publishes
+        it, while the plugin keeps serving prepared claims.
         """
-        async for event in self.backend.events():
-            try:
-                await asyncio.to_thread(self.on_event, event)
-            except (KubeError, GpuError, OSError) as exc:
-                log.error("health event %s on %s: slice not republished yet: %s", event.kind, event.gpu_uuid, exc)
+
+        def step(name: str, call: Callable[[], Published | None]) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                try:
+                    await asyncio.to_thread(call)
+                except (KubeError, GpuError, OSError) as exc:
+                    log.error("%s: slice not republished yet: %s", name, exc)
+                self._kick.set()  # a recovery deadline may have moved (set here, on the loop's thread)
+
+            return run
+
+        async def on_event(event: HealthEvent) -> None:
+            await step(f"health event {event.kind} on {event.gpu_uuid}", lambda: self.on_event(event))()
+
+        async def on_failure(exc: Exception) -> None:
+            await step("event stream failure", self.stream_failed)()
+
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(
+                follow_events(self.backend.events, on_event, on_failure, step("resubscription", self.stream_subscribed))
+            )
+            tasks.create_task(
+                run_recoveries(
+                    self.health.next_deadline, self._kick, step("recovery", self.finish_recoveries), self.clock
+                )
+            )
 
     async def resync(self, interval: float) -> None:
         """Republish every ``interval`` seconds, so a MIG re-layout (no event) or a failed write heals."""
@@ -165,7 +231,7 @@ class DraDriver:
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
                 devices.append(device)
-            cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices)
+            cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices, self.config.dev_root)
             prepared = PreparedClaim(
                 ref.uid,
                 ref.namespace,
@@ -182,7 +248,7 @@ class DraDriver:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
         if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
             devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node) for d in claim.devices]
-            cdi.write_spec(self.config.cdi_dir, claim.uid, devices)
+            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root)
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo Prepare (idempotent); False when the claim was not prepared."""
@@ -216,8 +282,9 @@ class DraDriver:
     def _devices_by_name(self) -> dict[str, tuple[cdi.CdiDevice, bool]]:
         """Every device this node has (published or withdrawn) by DRA name, with its health."""
         found: dict[str, tuple[cdi.CdiDevice, bool]] = {}
+        unhealthy = self.unhealthy
         for gpu in self.backend.inventory().gpus:
-            gpu_ok = not slices.withdrawn(gpu, self._unhealthy)
+            gpu_ok = not slices.withdrawn(gpu, unhealthy)
             if not gpu.mig_enabled:
                 found[slices.gpu_device_name(gpu)] = (
                     cdi.CdiDevice(slices.gpu_device_name(gpu), gpu.uuid, gpu.device_node),
@@ -225,6 +292,6 @@ class DraDriver:
                 )
             for mig in gpu.mig_devices:
                 name = slices.mig_device_name(mig)
-                mig_ok = gpu_ok and mig.uuid not in self._unhealthy
+                mig_ok = gpu_ok and mig.uuid not in unhealthy
                 found[name] = (cdi.CdiDevice(name, mig.uuid, gpu.device_node), mig_ok)
         return found

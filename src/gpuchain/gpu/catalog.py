@@ -17,6 +17,14 @@ MEMORY_SLICES = 8
 """MIG memory slices on every catalogued card; placements are counted in these units."""
 
 
+def resource_safe(profile: str) -> str:
+    """A MIG profile name as it appears in resource names and labels (``1g.10gb+me`` -> ``1g.10gb.me``).
+
+    ``+`` is not allowed in Kubernetes resource names or label values, so NVIDIA writes it as ``.``.
+    """
+    return profile.replace("+", ".")
+
+
 @dataclass(frozen=True)
 class MigProfile:
     """One GPU-instance profile (with its full-size compute instance) as NVML lists it."""
@@ -42,8 +50,8 @@ class MigProfile:
 
     @property
     def resource_suffix(self) -> str:
-        """The name in `nvidia.com/mig-<suffix>`: `+` is not allowed in resource names."""
-        return self.name.replace("+", ".")
+        """The name in `nvidia.com/mig-<suffix>` (see ``resource_safe``)."""
+        return resource_safe(self.name)
 
 
 @dataclass(frozen=True)

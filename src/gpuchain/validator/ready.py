@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from gpuchain.common.files import atomic_write
 
 DEFAULT_DIR = Path("/run/gpuchain/validations")
 #: The links in chain order; each has one ready file.
@@ -29,13 +29,7 @@ class ReadyFiles:
 
     def write(self, link: str, details: dict[str, Any]) -> Path:
         """Mark ``link`` ready (atomically: a waiter never reads a half-written file)."""
-        target = self.path(link)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{link}-")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"link": link, "time": time.time(), **details}, fh)
-        os.replace(tmp, target)
-        return target
+        return atomic_write(self.path(link), json.dumps({"link": link, "time": time.time(), **details}))
 
     def is_ready(self, link: str) -> bool:
         """Has ``link`` been validated on this node?"""

@@ -1,5 +1,8 @@
 """The DRA path on a simulated node: publish the ResourceSlice, register, prepare a claim, an XID.
 
+It lives beside the device plugin's demo because it drives the DRA plugin through the kubelet test
+double (``dra_peer``), which production code never imports.
+
 Everything is real except the GPUs and the API server: the plugin serves gRPC on unix sockets in
 a temporary directory, the kubelet's DRA peer registers it and calls NodePrepareResources /
 NodeUnprepareResources, the slice goes through the ``Cluster`` port (an in-memory one), and the

@@ -1,0 +1,49 @@
+"""Atomic file writes: a reader (NFD's worker, the container runtime, a restarted plugin, a waiting
+validator) sees the old file or the new one, never a half-written one.
+
+The data goes to a temporary file beside the target (a rename is atomic only within one file
+system), is synced to disk, given its final permissions, and renamed over the target. On any
+failure the temporary file is removed and the target is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+DEFAULT_MODE = 0o644
+"""Readable by every reader (a temporary file is created 0600), writable by the owner."""
+
+
+def atomic_write(path: str | Path, data: str | bytes, mode: int = DEFAULT_MODE) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) in one step; returns the path.
+
+    The parent directory is created when missing. ``mode`` is the file's permission bits.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def remove(path: str | Path) -> bool:
+    """Delete ``path``; False when it was already gone (so callers stay idempotent)."""
+    try:
+        Path(path).unlink()
+    except FileNotFoundError:
+        return False
+    return True
