@@ -13,20 +13,24 @@ from typing import Any
 
 import kmock
 
-#: Resources the emulator must answer for even before any object of them exists (discovery, lists).
-RESOURCES = (
-    "v1/namespaces",
-    "v1/nodes",
-    "v1/pods",
-    "v1/events",
-    "v1/configmaps",
-    "v1/serviceaccounts",
-    "apps/v1/daemonsets",
-    "apps/v1/deployments",
-    "policy/v1/poddisruptionbudgets",
-    "node.k8s.io/v1/runtimeclasses",
-    "gpuchain.io/v1/clusterpolicies",
-)
+#: Resources the emulator must answer for even before any object of them exists (discovery, lists),
+#: and whether each is namespaced, as a real API server's discovery says.
+RESOURCES = {
+    "v1/namespaces": False,
+    "v1/nodes": False,
+    "v1/pods": True,
+    "v1/events": True,
+    "v1/configmaps": True,
+    "v1/serviceaccounts": True,
+    "apps/v1/daemonsets": True,
+    "apps/v1/deployments": True,
+    "policy/v1/poddisruptionbudgets": True,
+    "node.k8s.io/v1/runtimeclasses": False,
+    "gpuchain.io/v1/clusterpolicies": False,
+}
+#: The verbs discovery lists for every resource: clients such as kopf serve (watch) only
+#: resources whose discovery entry says they can be listed and watched.
+VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
 
 @contextmanager
@@ -41,8 +45,8 @@ def kmock_server() -> Iterator[tuple[str, Any]]:
         nonlocal stop
         stop = asyncio.Event()
         async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
-            for res in RESOURCES:
-                emulator.resources[res] = {}
+            for res, namespaced in RESOURCES.items():
+                emulator.resources[res] = {"namespaced": namespaced, "verbs": set(VERBS)}
             box["url"] = str(server.url).rstrip("/")
             box["emulator"] = emulator
             ready.set()

@@ -3,6 +3,8 @@ request, the strategic merge patch of a condition, and kubeconfig contexts."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,17 @@ def test_from_kubeconfig_picks_the_context(tmp_path: Path) -> None:
         assert cluster.list(NODE) == []
         with pytest.raises(ValueError, match="no context 'nope' in the kubeconfig \\(have: c\\)"):
             LiveCluster.from_kubeconfig(str(path), context="nope")
+
+
+def test_fixture_discovery_lists_verbs_and_scope() -> None:
+    # Watch-based clients (kopf) serve only resources whose discovery says list and watch.
+    with kmock_server() as (url, _emulator):
+
+        def discover(path: str) -> dict[str, dict]:
+            with urllib.request.urlopen(url + path, timeout=5) as resp:
+                return {r["name"]: r for r in json.load(resp)["resources"] if "/" not in r["name"]}
+
+        core, apps = discover("/api/v1"), discover("/apis/apps/v1")
+    for res, namespaced in [(core["nodes"], False), (core["pods"], True), (apps["daemonsets"], True)]:
+        assert {"get", "list", "watch", "create", "patch", "delete"} <= set(res["verbs"]), res
+        assert res["namespaced"] is namespaced, res
