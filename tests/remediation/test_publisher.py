@@ -191,3 +191,31 @@ async def test_broken_event_stream_marks_every_gpu_unhealthy() -> None:
     finally:
         stop.set()
         await task
+
+
+class FlakyEvents(SimBackend):
+    """A backend whose first subscription fails (the NVML watcher could not start), then works."""
+
+    failed = False
+
+    async def events(self) -> AsyncIterator[HealthEvent]:
+        if not self.failed:
+            self.failed = True
+            raise GpuError("cannot create the NVML event set")
+        async for event in super().events():
+            yield event
+
+
+async def test_gpus_are_healthy_again_once_the_event_stream_is_back() -> None:
+    backend = FlakyEvents.from_preset("h100-80gb-x8")
+    cluster = MemoryCluster([node_object("n0")])
+    stop = asyncio.Event()
+    task = asyncio.create_task(GpuHealthPublisher(backend, cluster, "n0", quiet_seconds=0.2).run(stop, resync=30))
+    try:
+        await until(lambda: condition_status(cluster) == "False")
+        await until(lambda: condition_status(cluster) == "True", timeout=5)  # resubscribed, quiet period passed
+        backend.inject_xid(3, 48)  # and the new subscription still reports faults
+        await until(lambda: condition_status(cluster) == "False")
+    finally:
+        stop.set()
+        await task

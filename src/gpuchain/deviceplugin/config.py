@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.xid import HealthPolicy, policy_from_env
@@ -305,7 +306,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     return load_yaml_model(Config, text, source)
 
 
-NODE_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+NODE_CONFIG_LABEL = DEVICE_PLUGIN_CONFIG
 """Node label whose value picks one key of a multi-config ConfigMap."""
 
 

@@ -169,7 +169,7 @@ def _full_gpu(gpu: Gpu, count: int, sharing: _Sharing | None) -> Labels:
 
 def _mig_name(mig: MigDevice) -> str:
     """The MIG device's name as GFD and the plugin spell it: ``+`` becomes ``.`` (``1g.10gb.me``)."""
-    return mig.profile.replace("+", ".")
+    return catalog.resource_safe(mig.profile)
 
 
 def _mig_attributes(resource: str, parent: Gpu, mig: MigDevice) -> Labels:

@@ -9,11 +9,10 @@ other label alone.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpuchain.common.files import atomic_write
 from gpuchain.discovery.labels import is_owned
 from gpuchain.kube import NODE
 from gpuchain.kube.objects import labels_of
@@ -32,19 +31,7 @@ def write_feature_file(path: str | Path, labels: Mapping[str, str]) -> None:
 
     Raises OSError with the path when the directory is not writable.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(render_feature_file(labels))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, render_feature_file(labels), mode=0o644)
 
 
 def label_patch(current: Mapping[str, str], desired: Mapping[str, str]) -> dict[str, str | None]:

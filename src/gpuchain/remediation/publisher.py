@@ -2,8 +2,8 @@
 
 The device plugin stops handing out a failed GPU but cannot tell anyone about the pods already
 on it. This publisher (``gpuchain gpu-health``, one per GPU node) watches the same backend health
-events with the same ``HealthPolicy`` and recovery quiet period as the device plugin (it reuses
-its ``HealthState``), and writes:
+events with the same ``HealthPolicy``, recovery quiet period and stream-failure handling as the
+device plugin (the GPU layer's ``HealthState`` and ``follow_events``), and writes:
 
 - condition ``GPUHealthy`` (False with the UUIDs and XIDs; True again on recovery) and an Event
   on each transition,
@@ -27,7 +27,7 @@ from typing import Any
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
-from gpuchain.gpu.health import HealthState
+from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.kinds import NODE
@@ -226,19 +226,24 @@ class GpuHealthPublisher:
         stop = stop or asyncio.Event()
         wake = asyncio.Event()
 
-        async def consume() -> None:
-            try:
-                async for event in self.backend.events():
-                    deadline = self.tracker.next_deadline()
-                    if self.handle(event) or self.tracker.next_deadline() != deadline:
-                        wake.set()  # new fault, or a recovery whose quiet period needs a timer
-            except GpuError as exc:
-                log.error("health event stream failed (%s): marking every GPU unhealthy", exc)
-                with self._lock:
-                    self.tracker.fail_all(list(self._gpus))
-                wake.set()
+        async def on_event(event: HealthEvent) -> None:
+            deadline = self.tracker.next_deadline()
+            if self.handle(event) or self.tracker.next_deadline() != deadline:
+                wake.set()  # new fault, or a recovery whose quiet period needs a timer
 
-        consumer = asyncio.create_task(consume(), name="gpu-health-events")
+        async def on_failure(exc: Exception) -> None:
+            with self._lock:
+                self.tracker.fail_all(list(self._gpus))
+            wake.set()
+
+        async def on_subscribe() -> None:
+            with self._lock:
+                self.tracker.health.stream_restored(self.clock())
+            wake.set()  # the stream marks' quiet period needs a timer
+
+        consumer = asyncio.create_task(
+            follow_events(self.backend.events, on_event, on_failure, on_subscribe), name="gpu-health-events"
+        )
         stopper = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
