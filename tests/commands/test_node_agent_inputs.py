@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.commands import dra_plugin
+from gpuchain.dra.checkpoint import CheckpointError
+from gpuchain.dra.driver import DriverConfig
 
 
 def test_default_backend_refuses_the_kubelets_directory() -> None:
@@ -32,3 +38,18 @@ def test_exporter_port_out_of_range_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["exporter", "--port", "99999"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_dra_plugin_passes_quiet_period_and_dev_root_to_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[DriverConfig] = []
+
+    def capture(backend: object, cluster: object, config: DriverConfig) -> None:
+        seen.append(config)
+        raise CheckpointError("stop here")
+
+    monkeypatch.setattr(dra_plugin, "DraDriver", capture)
+    dirs = [f"--{d}-dir={tmp_path / d}" for d in ("registry", "plugin", "cdi", "state")]
+    args = ["dra-plugin", "--backend", "sim", "--cluster", "memory", *dirs]
+    result = CliRunner().invoke(app, [*args, "--recovery-quiet-seconds", "2.5", "--dev-root", str(tmp_path)])
+    assert result.exit_code == 2 and "stop here" in result.stderr
+    assert (seen[0].recovery_quiet_seconds, seen[0].dev_root) == (2.5, tmp_path)

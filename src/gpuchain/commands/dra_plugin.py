@@ -28,6 +28,7 @@ from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
 from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraPluginServer
 from gpuchain.dra.slices import SliceError
+from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import policy_from_env
 from gpuchain.kube.errors import KubeError
@@ -107,6 +108,20 @@ def dra_plugin(
     resync: float = typer.Option(
         30.0, "--resync-seconds", min=0.1, help="Republish interval (catches MIG re-layouts)."
     ),
+    quiet: float = typer.Option(
+        DEFAULT_QUIET_SECONDS,
+        "--recovery-quiet-seconds",
+        min=0,
+        help="A recovered GPU (or a restored event stream) must stay quiet this long before its devices "
+        "are published again; the device plugin's health.recoveryQuietSeconds.",
+    ),
+    dev_root: Path = typer.Option(
+        Path("/"),
+        "--dev-root",
+        envvar="NVIDIA_DEV_ROOT",
+        help="Where the driver's /dev lives (/ for a host driver, the driver container's root otherwise); "
+        "optional control devices such as /dev/nvidia-modeset are looked up there.",
+    ),
 ) -> None:
     """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
 
@@ -134,7 +149,14 @@ def dra_plugin(
         fail(str(exc))
     node = node_name or (b.topology.node if isinstance(b, SimBackend) else socket.gethostname())
     try:
-        config = DriverConfig(node=node, cdi_dir=cdi_dir, state_dir=state_dir, policy=policy)
+        config = DriverConfig(
+            node=node,
+            cdi_dir=cdi_dir,
+            state_dir=state_dir,
+            policy=policy,
+            recovery_quiet_seconds=quiet,
+            dev_root=dev_root,
+        )
         driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)
         asyncio.run(serve(driver, server, resync, choice.simulated))
