@@ -1,4 +1,4 @@
-"""Node agents on bad or risky input: no simulated GPUs at the real kubelet, no tracebacks."""
+"""Node agents' command lines: no simulated GPUs at the real kubelet, no tracebacks, flags that reach the agent."""
 
 from __future__ import annotations
 
