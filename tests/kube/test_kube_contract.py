@@ -354,6 +354,37 @@ async def test_watch_label_selector_sees_objects_leave(cluster: Cluster) -> None
     assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "n1"), ("DELETED", "n1")]
 
 
+async def test_watch_field_selector_follows_one_node(cluster: Cluster) -> None:
+    needs(cluster, "selectors")
+    cluster.create(node("gpu-1"))
+    cluster.create(node("gpu-2"))
+    task = asyncio.create_task(_collect(cluster, 3, field_selector="metadata.name=gpu-1"))
+    await asyncio.sleep(0.1)
+    cluster.patch(NODE, "gpu-2", {"metadata": {"labels": {"a": "1"}}})
+    cluster.patch(NODE, "gpu-1", {"metadata": {"labels": {"a": "1"}}})
+    cluster.delete(NODE, "gpu-2")
+    cluster.delete(NODE, "gpu-1")
+    events = await task
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [
+        ("ADDED", "gpu-1"),
+        ("MODIFIED", "gpu-1"),
+        ("DELETED", "gpu-1"),
+    ]
+
+
+async def test_watch_field_and_label_selectors_both_apply(cluster: Cluster) -> None:
+    needs(cluster, "selectors")
+    cluster.create(node("gpu-1", gpu="true"))
+    cluster.create(node("gpu-2", gpu="true"))
+    first = await _collect(cluster, 1, label_selector="gpu=true", field_selector="metadata.name!=gpu-1")
+    assert [e.object["metadata"]["name"] for e in first] == ["gpu-2"]
+
+
+async def test_watch_refuses_a_bad_field_selector(cluster: Cluster) -> None:
+    with pytest.raises(ValueError, match="bad field selector requirement"):
+        await _collect(cluster, 1, field_selector="metadata.name in (gpu-1)")
+
+
 async def test_watch_timeout_ends_stream(cluster: Cluster) -> None:
     seen = [ev async for ev in cluster.watch(NODE, timeout=0.3)]
     assert seen == []

@@ -1,5 +1,5 @@
 """LiveCluster specifics over real HTTP (kmock): the Eviction API's 429, error mapping, the log
-request, the strategic merge patch of a condition, and kubeconfig contexts."""
+request, the strategic merge patch of a condition, a watch's field selector, and kubeconfig contexts."""
 
 from __future__ import annotations
 
@@ -106,6 +106,17 @@ def test_set_condition_sends_a_strategic_merge_patch_of_one_condition() -> None:
         assert request.data == {"status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "GPULost"}]}}
         cluster.patch_status(NODE, "n1", {"phase": "x"})
         assert list(status)[1].headers["Content-Type"] == "application/merge-patch+json"
+
+
+async def test_watch_sends_the_field_selector() -> None:
+    # kmock ignores selectors (it streams every Node): check what the watch request asked for.
+    with kmock_server() as (url, emulator):
+        cluster = LiveCluster.from_url(url)
+        watches = emulator["get /api/v1/nodes"]
+        seen = [ev async for ev in cluster.watch(NODE, timeout=0.2, field_selector="metadata.name=gpu-1")]
+        assert seen == []
+        [request] = list(watches)
+        assert dict(request.params) == {"watch": "true", "fieldSelector": "metadata.name=gpu-1"}
 
 
 def test_from_kubeconfig_picks_the_context(tmp_path: Path) -> None:

@@ -317,6 +317,40 @@ async def test_run_reacts_to_the_label() -> None:
     assert len(sim.inventory().mig_devices) == 8
 
 
+async def test_run_is_not_woken_by_another_nodes_changes() -> None:
+    other = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-2", "labels": {}}}
+    cluster = MemoryCluster([_node({}), other])
+    manager = MigManager(cluster, SimBackend.from_preset("h100-80gb-x8"), NODE_NAME, default_config())
+    rounds: list[None] = []
+    reconcile = manager.reconcile
+
+    def counted() -> Any:
+        rounds.append(None)
+        return reconcile()
+
+    manager.reconcile = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=5.0, stop=stop))
+
+    async def settled() -> int:
+        before = -1
+        while before != len(rounds):
+            before = len(rounds)
+            await asyncio.sleep(0.05)
+        return before
+
+    try:
+        start = await settled()
+        for i in range(5):
+            cluster.patch(NODE, "gpu-node-2", {"metadata": {"labels": {MIG_CONFIG: f"c{i}"}}})
+        assert await settled() == start  # the watch follows this node only
+        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {"other": "1"}}})
+        assert await settled() > start
+    finally:
+        stop.set()
+        task.cancel()
+
+
 # ---- the pure state machine ------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config, ConfigKeyError, choose_config_file, load_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.resources import ResourceMappingError
-from gpuchain.kube import NODE, Cluster, GoneError, labels_of, name_of, resource_version_of
+from gpuchain.kube import NODE, Cluster, GoneError, labels_of, resource_version_of
 from gpuchain.kube.objects import Obj
 
 log = logging.getLogger(__name__)
@@ -74,9 +74,10 @@ class ConfigSource:
 
 
 class NodeLabelWatch:
-    """The successive values of one Node's config label, from a watch on Nodes.
+    """The successive values of one Node's config label, from a watch on that Node.
 
-    The port's watch has no field selector, so it watches all Nodes and keeps this one's events.
+    The watch asks for this Node by name (field selector ``metadata.name``), so the API server
+    sends only its events, not every Node's.
     A watch that ends (server timeout, ``watch_seconds``) resumes from the last resourceVersion;
     one that fails (410 Gone, a dropped connection, an API error) starts over with a fresh watch,
     whose initial ADDED events resync the label, after ``retry_seconds``.
@@ -115,11 +116,14 @@ class NodeLabelWatch:
         A deleted Node yields nothing (the plugin keeps its config; its pod goes with the Node).
         """
         rv = resource_version
+        this_node = f"metadata.name={self.node_name}"
         while True:
             try:
-                async for event in self.cluster.watch(NODE, resource_version=rv, timeout=self.watch_seconds):
+                async for event in self.cluster.watch(
+                    NODE, resource_version=rv, timeout=self.watch_seconds, field_selector=this_node
+                ):
                     rv = event.resource_version or rv
-                    if event.type == "DELETED" or name_of(event.object) != self.node_name:
+                    if event.type == "DELETED":
                         continue
                     self.node = event.object
                     label = node_config_label(event.object)

@@ -201,15 +201,20 @@ class LiveCluster(Cluster):
         label_selector: str | None = None,
         resource_version: str | None = None,
         timeout: float | None = None,
+        field_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         self.calls.count("watch")
         ns: dict[str, Any] = {}
         if kind.namespaced:
             ns["namespace"] = namespace if namespace else "*"
+        # Parsed before the client opens, so a bad selector (ValueError) leaves no connection behind.
+        labels = _selector(parse_requirements(label_selector))
+        fields = _selector(parse_field_requirements(field_selector))
         client: Any = AsyncClient(self._config, field_manager=self._field_manager)
         stream = client.watch(
             self._res(kind)[0],
-            labels=_selector(parse_requirements(label_selector)),
+            labels=labels,
+            fields=fields,
             resource_version=resource_version,
             **ns,
         ).__aiter__()

@@ -218,13 +218,15 @@ class MemoryCluster(Cluster):
         label_selector: str | None = None,
         resource_version: str | None = None,
         timeout: float | None = None,
+        field_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         self.calls.count("watch")
         by_label = parse_label_selector(label_selector)
+        by_field = parse_field_selector(field_selector)
         watcher = _Watcher(
             kind,
             namespace,
-            lambda obj: by_label(labels_of(obj)),
+            lambda obj: by_label(labels_of(obj)) and by_field(obj),
             asyncio.get_running_loop(),
             asyncio.Queue(),
         )

@@ -135,10 +135,17 @@ class Cluster(abc.ABC):
         label_selector: str | None = None,
         resource_version: str | None = None,
         timeout: float | None = None,
+        field_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Stream changes. Without ``resource_version`` it starts with an ADDED event per existing
         object (as the API does); with one, only later changes. Ends after ``timeout`` seconds of
-        total watching (None: until the consumer stops iterating)."""
+        total watching (None: until the consumer stops iterating).
+
+        The selectors are ``list``'s. An agent that follows one Node passes
+        ``field_selector="metadata.name=<node>"``: the server then sends only that Node's events
+        (not every Node's on a large cluster), and RBAC can limit the watch to that one name.
+        An object that stops matching a selector is seen as DELETED.
+        """
 
     @abc.abstractmethod
     def create(self, obj: Obj) -> Obj:

@@ -208,11 +208,12 @@ class MigManager:
             watcher.cancel()
 
     async def _watch(self, wake: asyncio.Event) -> None:
+        """Wake the reconcile on every change of this node; the watch asks for it by name, so
+        the API server sends none of the other Nodes' events."""
         while True:
             try:
-                async for event in self.cluster.watch(NODE):
-                    if (event.object.get("metadata") or {}).get("name") == self.node:
-                        wake.set()
+                async for _event in self.cluster.watch(NODE, field_selector=f"metadata.name={self.node}"):
+                    wake.set()
             except KubeError as exc:
                 log.warning("MIG manager: node watch ended (%s); watching again", exc)
             await asyncio.sleep(1.0)
