@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuchain.commands._output import fail
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
@@ -51,3 +52,11 @@ def open_backend(kind: BackendKind, preset: str | None = None, topology: str | N
 
 BACKEND_ERRORS = (ConfigFileError, GpuError)
 """What `open_backend` and backend calls raise on bad input or broken hardware."""
+
+
+def backend_or_fail(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
+    """`open_backend`, with a bad topology or missing driver reported as one line, exit 2."""
+    try:
+        return open_backend(kind, preset, topology)
+    except BACKEND_ERRORS as exc:
+        fail(str(exc))

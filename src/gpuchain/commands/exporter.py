@@ -11,7 +11,12 @@ from types import FrameType
 
 import typer
 
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BackendKind,
+    backend_or_fail,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._cluster import mark, node_backend_option, resolve_backend
 from gpuchain.commands._output import err_console, fail
 from gpuchain.exporter.collector import GpuMetricsCollector
@@ -59,10 +64,7 @@ def exporter(
         err_console.print(f"note: {counter_set.source}: {name} is not available without DCGM; skipped")
     socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
     pods = PodResourcesClient(socket_path, timeout=call_timeout) if socket_path else None
-    try:
-        gpus = open_backend(resolve_backend(backend).kind, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    gpus = backend_or_fail(resolve_backend(backend).kind, preset, topology)
     collector = GpuMetricsCollector(
         gpus,
         counter_set,

@@ -11,7 +11,13 @@ from types import FrameType
 import typer
 from rich.table import Table
 
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_or_fail,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._cluster import (
     BackendChoice,
     mark,
@@ -115,10 +121,7 @@ def gfd(
         sinks.append(lambda labels: write_feature_file(target, labels))
     if node:
         sinks.append(_node_sink(node))
-    try:
-        gpus = open_backend(choice.kind, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    gpus = backend_or_fail(choice.kind, preset, topology)
     discovery = Discovery(gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp))
     try:
         if oneshot or gfd_flags.oneshot:

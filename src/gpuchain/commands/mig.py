@@ -17,7 +17,7 @@ from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
     backend_option,
-    open_backend,
+    backend_or_fail,
     preset_option,
     topology_option,
 )
@@ -99,10 +99,7 @@ def apply_cmd(
     1 when the hardware refused (the node is restored) or a GPU reset is needed.
     """
     config = mig_config(config_file)
-    try:
-        b = open_backend(backend, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    b = backend_or_fail(backend, preset, topology)
     try:
         result = apply(b, config, selected, dry_run=dry_run)
         inv = b.inventory()
@@ -134,10 +131,7 @@ def assert_cmd(
 ) -> None:
     """Exit 0 only if the node already has the named layout; otherwise list what differs (exit 1)."""
     config = mig_config(config_file)
-    try:
-        b = open_backend(backend, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    b = backend_or_fail(backend, preset, topology)
     try:
         diffs = check(b, config, selected)
     except LayoutError as exc:

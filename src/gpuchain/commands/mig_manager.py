@@ -16,7 +16,12 @@ from typing import Any
 import typer
 from rich.text import Text
 
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BackendKind,
+    backend_or_fail,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._cluster import (
     SIMULATED,
     mark,
@@ -76,10 +81,7 @@ def mig_manager(
         operands=tuple(o for o in operands.split(",") if o),
         default_config=default_config or None,
     )
-    try:
-        gpus = open_backend(choice.kind, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    gpus = backend_or_fail(choice.kind, preset, topology)
     cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
     manager = MigManager(cluster, gpus, node, config, policy)
     try:

@@ -17,7 +17,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    BackendKind,
+    backend_or_fail,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._cluster import (
     SIMULATED,
     BackendChoice,
@@ -198,10 +204,7 @@ def gpu_health(
         policy = config.health.policy(os.environ)
     except (ConfigFileError, ValueError) as exc:
         fail(str(exc))
-    try:
-        gpus = open_backend(choice.kind, preset, topology)
-    except BACKEND_ERRORS as exc:
-        fail(str(exc))
+    gpus = backend_or_fail(choice.kind, preset, topology)
     name = node
     if name is None and dry_run and isinstance(gpus, SimBackend):
         name = gpus.topology.node
