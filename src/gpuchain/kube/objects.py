@@ -70,17 +70,10 @@ def resource_version_of(obj: Obj) -> str | None:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: dicts merge, ``None`` deletes a key, anything else replaces.
 
-    Returns a new value; neither argument is modified.
+    Returns a new value; neither argument is modified. It is a strategic merge patch with no
+    merge keys, so the two can never disagree on the common rules.
     """
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+    return strategic_merge_patch(target, patch, merge_keys={})
 
 
 def strategic_merge_patch(
