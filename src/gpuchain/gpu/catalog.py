@@ -88,12 +88,6 @@ class GpuModel:
         valid = ", ".join(p.name for p in self.mig_profiles)
         raise InvalidConfigError(f"{self.key} has no MIG profile {name!r}; valid profiles: {valid}")
 
-    def profile_by_nvml_id(self, gi_profile_id: int) -> MigProfile:
-        for p in self.mig_profiles:
-            if p.nvml_gi_profile_id == gi_profile_id:
-                return p
-        raise InvalidConfigError(f"{self.key} has no MIG profile with NVML id {gi_profile_id}")
-
 
 def _p(
     name: str,

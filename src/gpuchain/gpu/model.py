@@ -103,11 +103,6 @@ class Gpu:
         """The character device the container runtime exposes for this GPU."""
         return f"/dev/nvidia{self.minor_number}"
 
-    @property
-    def product_id(self) -> int:
-        """PCI device id without the vendor half (0x2330 for an H100 SXM)."""
-        return self.pci_device_id >> 16
-
 
 @dataclass(frozen=True)
 class MigMemory:
