@@ -89,9 +89,9 @@ def test_every_placement_is_legal(key: str, data: st.DataObject) -> None:
     for p in placed:
         assert p.start in p.profile.starts
         span = set(range(p.start, p.start + p.profile.memory_slices))
-        assert not span & used and max(span) < catalog.MEMORY_SLICES
+        assert not span & used and max(span) < gpu.memory_slices
         used |= span
-    assert sum(p.profile.gi_slices for p in placed) <= 7
+    assert sum(p.profile.gi_slices for p in placed) <= gpu.compute_slices
     assert sum(p.profile.memory_mib for p in placed) <= gpu.memory_mib
 
 
@@ -111,26 +111,39 @@ def test_models_are_found_by_pci_id_first_then_name(name: str, pci: int | None, 
 
 
 def test_unknown_cards_are_not_guessed() -> None:
-    assert catalog.model_for_name("NVIDIA H100 PCIe", 0x233110DE) is None
+    assert catalog.model_for_name("NVIDIA L40S", 0x26B910DE) is None
+
+
+def test_pcie_cards_share_their_sxm_table_and_each_pci_id_is_listed_once() -> None:
+    h100 = catalog.model_for_name("NVIDIA H100 PCIe", 0x233110DE)
+    assert h100 is not None and h100.key == "H100-80GB"
+    a100 = catalog.model("A100-40GB")
+    assert len(a100.pci_device_ids) == len(set(a100.pci_device_ids))
+    assert catalog.model("A100-PCIE-40GB").pci_device_id == 0x20F110DE
+    assert catalog.model("A100-PCIE-40GB").mig_profiles == a100.mig_profiles
 
 
 @given(st.sampled_from([k for k, m in catalog.MODELS.items() if m.mig_capable]), st.data())
 def test_every_physically_placeable_layout_is_accepted(key: str, data: st.DataObject) -> None:
     """Build a layout by placing instances on legal, free starts; the search must find a placement too."""
     gpu = catalog.model(key)
-    used = [False] * catalog.MEMORY_SLICES
+    used = [False] * gpu.memory_slices
     layout: Counter[str] = Counter()
     compute = media = 0
+    engines = [0] * 5
+    supply = [max(p.engines[i] for p in gpu.mig_profiles) for i in range(5)]
     for _ in range(data.draw(st.integers(1, 8), label="tries")):
         prof = data.draw(st.sampled_from(gpu.mig_profiles), label="profile")
         free = [
             s
             for s in prof.starts
-            if s + prof.memory_slices <= catalog.MEMORY_SLICES and not any(used[s : s + prof.memory_slices])
+            if s + prof.memory_slices <= gpu.memory_slices and not any(used[s : s + prof.memory_slices])
         ]
-        fits = layout[prof.name] < prof.max_instances and compute + prof.gi_slices <= 7
-        if not free or not fits or (prof.media_extensions and media):
+        fits = layout[prof.name] < prof.max_instances and compute + prof.gi_slices <= gpu.compute_slices
+        enough = all(engines[i] + prof.engines[i] <= supply[i] for i in range(5))
+        if not free or not fits or not enough or (prof.media_extensions and media):
             continue
+        engines = [engines[i] + prof.engines[i] for i in range(5)]
         start = data.draw(st.sampled_from(free), label="start")
         used[start : start + prof.memory_slices] = [True] * prof.memory_slices
         layout[prof.name] += 1

@@ -69,7 +69,7 @@ def _write(tmp_path: Path, text: str) -> str:
     ("text", "line", "field", "reason"),
     [
         ("gpus:\n  - model: H100-80GB\n    count: 8\n    colour: red\n", 4, "gpus.0.colour", "unknown field"),
-        ("gpus:\n  - model: B300\n", 2, "gpus.0.model", "unknown GPU model 'B300'"),
+        ("gpus:\n  - model: V100\n", 2, "gpus.0.model", "unknown GPU model 'V100'"),
         ("gpus:\n  - model: H100-80GB\n    mig: {1g.10gb: 8}\n", 3, "gpus.0.mig", "at most 7 per GPU"),
         ("driver:\n  cudaVersion: twelve\ngpus:\n  - model: L4\n", 2, "driver.cudaVersion", "should match pattern"),
         ("gpus: []\n", 1, "gpus", "at least 1 item"),

@@ -201,3 +201,35 @@ def test_mig_gpu_missing_from_the_catalog_is_named() -> None:
         resolve(NodeMigState((a30,)), CONFIG, "all-enabled")
     (target,) = resolve(NodeMigState((a30,)), CONFIG, "all-disabled")
     assert plan(NodeMigState((a30,)), [target]) == []
+
+
+def test_devices_all_passes_over_a_gpu_without_mig_as_mig_parted_does(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text("gpus:\n  - model: H100-80GB\n  - model: L4\n")
+    backend = SimBackend(load_topology(str(path)))
+    result = apply(backend, CONFIG, "all-1g.10gb")
+    assert result.changed_gpus == (0,)
+    assert [m.profile for m in backend.inventory().gpu(0).mig_devices] == ["1g.10gb"] * 7
+    assert not backend.inventory().gpu(1).mig_devices
+
+
+def test_listing_a_gpu_without_mig_by_index_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text("gpus:\n  - model: H100-80GB\n  - model: L4\n")
+    cfg = parse_config(
+        "version: v1\nmig-configs:\n  x:\n    - devices: [1]\n      mig-enabled: true\n      mig-devices: {}\n"
+    )
+    with pytest.raises(LayoutError, match="GPU 1 \\(L4\\) does not support MIG; remove it from devices"):
+        apply(SimBackend(load_topology(str(path))), cfg, "x")
+
+
+def test_compute_instance_profiles_load_but_are_refused_before_anything_changes() -> None:
+    cfg = parse_config(
+        "version: v1\nmig-configs:\n  split:\n    - devices: all\n      mig-enabled: true\n"
+        "      mig-devices: {1c.3g.40gb: 3}\n"
+    )
+    backend = SimBackend.from_preset("h100-80gb-x8")
+    before = backend.inventory()
+    with pytest.raises(LayoutError, match="1c.3g.40gb: compute-instance profiles are checked but not created"):
+        apply(backend, cfg, "split")
+    assert backend.inventory() == before

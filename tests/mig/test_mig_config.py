@@ -72,10 +72,24 @@ def test_upstream_style_file_loads(tmp_path: Path) -> None:
         ),
         (
             "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
-            "      mig-devices: {1c.2g.20gb: 1}\n",
+            "      mig-devices: {1c.1g.5gb+me-me: 1}\n",
             6,
             "mig-configs.a.0.mig-devices",
-            "compute-instance profiles",
+            "both '+' and '-' attributes",
+        ),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {1g.10gb: 0, 2g.20gb: 0}\n",
+            6,
+            "mig-configs.a.0.mig-devices",
+            "every count is 0",
+        ),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - device-filter: '0x233010DE:0x16C110DE'\n      devices: all\n"
+            "      mig-enabled: false\n",
+            4,
+            "mig-configs.a.0.device-filter",
+            "PCI subsystem id",
         ),
         (
             "version: v1\nmig-configs:\n  a:\n    - devices: some\n      mig-enabled: false\n",

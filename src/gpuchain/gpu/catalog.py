@@ -1,20 +1,32 @@
-"""What each GPU model is, and which MIG layouts it can hold.
+"""What each GPU model is, which MIG profiles it offers, and which MIG layouts it can hold.
 
-Facts (names, memory, PCI ids, MIG profiles, their instance limits and placements) follow what
-NVML and `nvidia-smi mig -lgip/-lgipp` report for each card. Layout checks are exact: a layout
-fits when every instance gets a legal start slot without overlap, which is how the hardware
-decides, not a sum of slices.
+The facts (names, memory, PCI ids, MIG profiles, their instance limits, engines and placements)
+live in ``mig_catalog.yaml`` beside this module, each table with its sources and every figure
+no source gave marked as derived. Profile names follow mig-parted's grammar
+(``[<c>c.]<g>g.<m>gb[+attr,...|-attr,...]``), parsed here once for every layer. Layout checks
+are exact: a layout fits when every GPU instance gets a legal start slot without overlap and the
+media engines suffice, which is how the hardware decides, not a sum of slices.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+import yaml
 
 from gpuchain.gpu.errors import InvalidConfigError
 
 MEMORY_SLICES = 8
-"""MIG memory slices on every catalogued card; placements are counted in these units."""
+"""The most MIG memory slices any catalogued card has; each model says its own (A30: 4)."""
+
+ATTRIBUTE_MEDIA = "me"
+ATTRIBUTE_MEDIA_ALL = "me.all"
+ATTRIBUTE_GRAPHICS = "gfx"
 
 
 def resource_safe(profile: str) -> str:
@@ -23,6 +35,104 @@ def resource_safe(profile: str) -> str:
     ``+`` is not allowed in Kubernetes resource names or label values, so NVIDIA writes it as ``.``.
     """
     return profile.replace("+", ".")
+
+
+# ---- the profile grammar ------------------------------------------------------------------------
+
+_FIELD = re.compile(r"[0-9]+")
+_ATTRIBUTE = re.compile(r"[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?")
+
+
+@dataclass(frozen=True)
+class ProfileName:
+    """A parsed MIG profile name: ``2c.3g.20gb`` is 2 compute slices of a 3-slice, 20 GB GPU instance.
+
+    ``attributes`` follow ``+`` (``me``, ``me.all``, ``gfx``), ``negated`` follow ``-`` (``me``);
+    a name has one kind or none. Both are sorted, so equal profiles compare equal however the
+    file ordered them, as NVIDIA's matcher treats them.
+    """
+
+    compute_slices: int
+    gi_slices: int
+    memory_gb: int
+    attributes: tuple[str, ...] = ()
+    negated: tuple[str, ...] = ()
+
+    @property
+    def gpu_instance(self) -> str:
+        """The GPU-instance profile this names (``1c.3g.20gb`` -> ``3g.20gb``)."""
+        return f"{self.gi_slices}g.{self.memory_gb}gb{self._suffix}"
+
+    @property
+    def canonical(self) -> str:
+        """The name as NVIDIA prints it: the ``<c>c.`` part only when it differs from ``<g>g``."""
+        if self.compute_slices == self.gi_slices:
+            return self.gpu_instance
+        return f"{self.compute_slices}c.{self.gpu_instance}"
+
+    @property
+    def splits_instance(self) -> bool:
+        """Whether this asks for a compute instance smaller than its GPU instance."""
+        return self.compute_slices != self.gi_slices
+
+    @property
+    def _suffix(self) -> str:
+        if self.attributes:
+            return "+" + ",".join(self.attributes)
+        if self.negated:
+            return "-" + ",".join(self.negated)
+        return ""
+
+
+def parse_profile(text: str) -> ProfileName:
+    """Parse a profile name with mig-parted's grammar, or raise ValueError saying what is wrong.
+
+    Accepts exactly what NVIDIA's parser accepts (go-nvlib's format check, which mig-parted
+    runs on every key of ``mig-devices``): ``<g>g.<m>gb`` or ``<c>c.<g>g.<m>gb``, each number
+    plain digits, then optionally ``+`` or ``-`` and a comma-separated list of distinct
+    attributes (a letter first, letters, digits and inner dots after). Whether the profile
+    exists is a question for a GPU model (``GpuModel.profile``), not for the grammar.
+    """
+    if not text:
+        raise ValueError("'' is not a MIG profile name: it is empty")
+    plus, minus = "+" in text, "-" in text
+    if plus and minus:
+        raise ValueError(f"{text!r} is not a MIG profile name: it has both '+' and '-' attributes")
+    sep = "+" if plus else "-"
+    base, has_attrs, attr_text = text.partition(sep) if (plus or minus) else (text, "", "")
+    parts = base.split(".", 2)
+    if len(parts) == 2:
+        g, gb = _field(parts[0], "g", text), _field(parts[1], "gb", text)
+        c = g
+    elif len(parts) == 3:
+        c, g, gb = _field(parts[0], "c", text), _field(parts[1], "g", text), _field(parts[2], "gb", text)
+    else:
+        raise ValueError(
+            f"{text!r} is not a MIG profile name: expected <g>g.<m>gb or <c>c.<g>g.<m>gb (such as 1g.10gb, 1c.2g.20gb)"
+        )
+    attrs: tuple[str, ...] = ()
+    if has_attrs:
+        items = attr_text.split(",")
+        for item in items:
+            if not _ATTRIBUTE.fullmatch(item):
+                raise ValueError(
+                    f"{text!r} is not a MIG profile name: attribute {item!r} must start with a letter and hold "
+                    "only letters, digits and inner dots (such as me, me.all, gfx)"
+                )
+        if len(set(items)) != len(items):
+            raise ValueError(f"{text!r} is not a MIG profile name: it repeats an attribute")
+        attrs = tuple(sorted(items))
+    return ProfileName(c, g, gb, attrs if plus else (), attrs if minus else ())
+
+
+def _field(part: str, unit: str, text: str) -> int:
+    number = part.removesuffix(unit)
+    if number == part or not _FIELD.fullmatch(number):
+        raise ValueError(f"{text!r} is not a MIG profile name: {part!r} is not a number followed by {unit!r}")
+    return int(number)
+
+
+# ---- catalog types -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -43,15 +153,26 @@ class MigProfile:
     encoders: int
     jpeg: int
     ofa: int
+    derived: tuple[str, ...] = ()
+    """Fields no source gave for this row, with the rule that produced them (see the data file)."""
+
+    @property
+    def parsed(self) -> ProfileName:
+        return parse_profile(self.name)
 
     @property
     def media_extensions(self) -> bool:
-        return self.name.endswith("+me")
+        """Whether the instance takes the media extensions (``+me`` or ``+me.all``); one per GPU."""
+        return bool({ATTRIBUTE_MEDIA, ATTRIBUTE_MEDIA_ALL} & set(self.parsed.attributes))
 
     @property
     def resource_suffix(self) -> str:
         """The name in `nvidia.com/mig-<suffix>` (see ``resource_safe``)."""
         return resource_safe(self.name)
+
+    @property
+    def engines(self) -> tuple[int, int, int, int, int]:
+        return (self.copy_engines, self.decoders, self.encoders, self.jpeg, self.ofa)
 
 
 @dataclass(frozen=True)
@@ -68,20 +189,32 @@ class GpuModel:
     mig_profiles: tuple[MigProfile, ...] = ()
     variants: tuple[tuple[str, int], ...] = ()
     """Other (NVML name, PCI device id) pairs with the same MIG table: PCIe cards, older driver names."""
+    memory_slices: int = MEMORY_SLICES
+    compute_slices: int = 7
+    unverified: tuple[str, ...] = ()
+    """Fields of this card no source gave (the data file says what was used instead)."""
 
     @property
     def pci_device_ids(self) -> tuple[int, ...]:
         """Every PCI device id of this model, the main one first."""
-        return (self.pci_device_id, *(pci for _, pci in self.variants))
+        return tuple(dict.fromkeys((self.pci_device_id, *(pci for _, pci in self.variants))))
 
     @property
     def mig_capable(self) -> bool:
         return bool(self.mig_profiles)
 
     def profile(self, name: str) -> MigProfile:
-        """Look up a MIG profile by name; the error lists the valid names for this card."""
+        """The GPU-instance profile a name selects (``1c.3g.20gb`` selects ``3g.20gb``).
+
+        Names are compared as NVIDIA compares them: parsed, attributes in any order. The error
+        lists the valid names for this card.
+        """
+        try:
+            wanted = parse_profile(name).gpu_instance
+        except ValueError as exc:
+            raise InvalidConfigError(f"{self.key}: {exc}") from None
         for p in self.mig_profiles:
-            if p.name == name:
+            if p.name == wanted:
                 return p
         if not self.mig_profiles:
             raise InvalidConfigError(f"{self.key} does not support MIG (asked for profile {name!r})")
@@ -89,104 +222,112 @@ class GpuModel:
         raise InvalidConfigError(f"{self.key} has no MIG profile {name!r}; valid profiles: {valid}")
 
 
-def _p(
-    name: str,
-    gi: int,
-    mem_slices: int,
-    mib: int,
-    max_n: int,
-    sms: int,
-    starts: tuple[int, ...],
-    gi_id: int,
-    ci_id: int,
-    engines: tuple[int, int, int, int, int],
-) -> MigProfile:
-    ce, dec, enc, jpeg, ofa = engines
-    return MigProfile(name, gi, mem_slices, mib, max_n, sms, starts, gi_id, ci_id, ce, dec, enc, jpeg, ofa)
+# ---- the data file -------------------------------------------------------------------------------
 
-
-# NVML ids: GI 1_SLICE=0, 2_SLICE=1, 3_SLICE=2, 4_SLICE=3, 7_SLICE=4, 1_SLICE_REV1 (+me)=7,
-# 1_SLICE_REV2 (double memory)=9; CI 1_SLICE=0, 2_SLICE=1, 3_SLICE=2, 4_SLICE=3, 7_SLICE=4.
-_ALL_1G = (0, 1, 2, 3, 4, 5, 6)
-
-_A100_40GB_MIG = (
-    _p("1g.5gb", 1, 1, 4864, 7, 14, _ALL_1G, 0, 0, (1, 0, 0, 0, 0)),
-    _p("1g.5gb+me", 1, 1, 4864, 1, 14, _ALL_1G, 7, 0, (1, 1, 0, 1, 1)),
-    _p("1g.10gb", 1, 2, 9856, 4, 14, (0, 2, 4, 6), 9, 0, (1, 1, 0, 0, 0)),
-    _p("2g.10gb", 2, 2, 9856, 3, 28, (0, 2, 4), 1, 1, (2, 1, 0, 0, 0)),
-    _p("3g.20gb", 3, 4, 19968, 2, 42, (0, 4), 2, 2, (3, 2, 0, 0, 0)),
-    _p("4g.20gb", 4, 4, 19968, 1, 56, (0,), 3, 3, (4, 2, 0, 0, 0)),
-    _p("7g.40gb", 7, 8, 40192, 1, 98, (0,), 4, 4, (7, 5, 0, 1, 1)),
-)
-
-_A100_80GB_MIG = (
-    _p("1g.10gb", 1, 1, 9728, 7, 14, _ALL_1G, 0, 0, (1, 0, 0, 0, 0)),
-    _p("1g.10gb+me", 1, 1, 9728, 1, 14, _ALL_1G, 7, 0, (1, 1, 0, 1, 1)),
-    _p("1g.20gb", 1, 2, 19968, 4, 14, (0, 2, 4, 6), 9, 0, (1, 1, 0, 0, 0)),
-    _p("2g.20gb", 2, 2, 19968, 3, 28, (0, 2, 4), 1, 1, (2, 1, 0, 0, 0)),
-    _p("3g.40gb", 3, 4, 40192, 2, 42, (0, 4), 2, 2, (3, 2, 0, 0, 0)),
-    _p("4g.40gb", 4, 4, 40192, 1, 56, (0,), 3, 3, (4, 2, 0, 0, 0)),
-    _p("7g.80gb", 7, 8, 80896, 1, 98, (0,), 4, 4, (7, 5, 0, 1, 1)),
-)
-
-_H100_80GB_MIG = (
-    _p("1g.10gb", 1, 1, 9984, 7, 16, _ALL_1G, 0, 0, (1, 1, 0, 1, 0)),
-    _p("1g.10gb+me", 1, 1, 9984, 1, 16, _ALL_1G, 7, 0, (1, 1, 0, 1, 1)),
-    _p("1g.20gb", 1, 2, 20096, 4, 26, (0, 2, 4, 6), 9, 0, (1, 1, 0, 1, 0)),
-    _p("2g.20gb", 2, 2, 20096, 3, 32, (0, 2, 4), 1, 1, (2, 2, 0, 2, 0)),
-    _p("3g.40gb", 3, 4, 40448, 2, 60, (0, 4), 2, 2, (3, 3, 0, 3, 0)),
-    _p("4g.40gb", 4, 4, 40448, 1, 64, (0,), 3, 3, (4, 4, 0, 4, 0)),
-    _p("7g.80gb", 7, 8, 81152, 1, 132, (0,), 4, 4, (8, 7, 0, 7, 1)),
-)
-
-_H200_141GB_MIG = (
-    _p("1g.18gb", 1, 1, 16384, 7, 16, _ALL_1G, 0, 0, (1, 1, 0, 1, 0)),
-    _p("1g.18gb+me", 1, 1, 16384, 1, 16, _ALL_1G, 7, 0, (1, 1, 0, 1, 1)),
-    _p("1g.35gb", 1, 2, 33280, 4, 26, (0, 2, 4, 6), 9, 0, (1, 1, 0, 1, 0)),
-    _p("2g.35gb", 2, 2, 33280, 3, 32, (0, 2, 4), 1, 1, (2, 2, 0, 2, 0)),
-    _p("3g.71gb", 3, 4, 71424, 2, 60, (0, 4), 2, 2, (3, 3, 0, 3, 0)),
-    _p("4g.71gb", 4, 4, 71424, 1, 64, (0,), 3, 3, (4, 4, 0, 4, 0)),
-    _p("7g.141gb", 7, 8, 143360, 1, 132, (0,), 4, 4, (8, 7, 0, 7, 1)),
-)
-
-MODELS: dict[str, GpuModel] = {
-    m.key: m
-    for m in (
-        GpuModel(
-            "A100-40GB",
-            "NVIDIA A100-SXM4-40GB",
-            40960,
-            0x20B010DE,
-            (8, 0),
-            108,
-            12,
-            _A100_40GB_MIG,
-            variants=(("A100-SXM4-40GB", 0x20B010DE), ("NVIDIA A100-PCIE-40GB", 0x20F110DE)),
-        ),
-        GpuModel(
-            "A100-80GB",
-            "NVIDIA A100-SXM4-80GB",
-            81920,
-            0x20B210DE,
-            (8, 0),
-            108,
-            12,
-            _A100_80GB_MIG,
-            variants=(("NVIDIA A100 80GB PCIe", 0x20B510DE),),
-        ),
-        GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, 0x233010DE, (9, 0), 132, 18, _H100_80GB_MIG),
-        GpuModel("H200-141GB", "NVIDIA H200", 143771, 0x233510DE, (9, 0), 132, 18, _H200_141GB_MIG),
-        GpuModel("L4", "NVIDIA L4", 23034, 0x27B810DE, (8, 9), 58, 0),
-    )
+_FULL_GI_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+"""NVML_GPU_INSTANCE_PROFILE_<n>_SLICE for a plain profile of n compute slices."""
+_ATTRIBUTE_GI_ID = {
+    ((ATTRIBUTE_MEDIA,), (), 1): 7,  # 1_SLICE_REV1
+    ((ATTRIBUTE_MEDIA,), (), 2): 8,  # 2_SLICE_REV1
+    ((ATTRIBUTE_GRAPHICS,), (), 1): 10,
+    ((ATTRIBUTE_GRAPHICS,), (), 2): 11,
+    ((ATTRIBUTE_GRAPHICS,), (), 4): 12,
+    ((), (ATTRIBUTE_MEDIA,), 1): 13,  # 1_SLICE_NO_ME
+    ((), (ATTRIBUTE_MEDIA,), 2): 14,
+    ((ATTRIBUTE_MEDIA_ALL,), (), 1): 15,
+    ((ATTRIBUTE_MEDIA_ALL,), (), 2): 16,
+    ((ATTRIBUTE_GRAPHICS,), (), 3): 17,
 }
+_DOUBLE_MEMORY_1G_ID = 9
+"""NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: one compute slice over two memory slices (1g.20gb)."""
+_CI_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+"""NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE."""
+
+
+def _gi_profile_id(name: ProfileName, memory_slices: int) -> int:
+    """The NVML constant that asks for this GPU-instance profile (not the id nvidia-smi prints)."""
+    if name.attributes or name.negated:
+        return _ATTRIBUTE_GI_ID[(name.attributes, name.negated, name.gi_slices)]
+    if name.gi_slices == 1 and memory_slices == 2:
+        return _DOUBLE_MEMORY_1G_ID
+    return _FULL_GI_ID[name.gi_slices]
+
+
+def _profile(row: dict[str, Any]) -> MigProfile:
+    name = parse_profile(row["name"])
+    ce, dec, enc, jpeg, ofa = row["engines"]
+    return MigProfile(
+        name=name.canonical,
+        gi_slices=name.gi_slices,
+        memory_slices=row["mem"],
+        memory_mib=row["mib"],
+        max_instances=row["max"],
+        multiprocessors=row["sms"],
+        starts=tuple(row["starts"]),
+        nvml_gi_profile_id=_gi_profile_id(name, row["mem"]),
+        nvml_ci_profile_id=_CI_ID[name.gi_slices],
+        copy_engines=ce,
+        decoders=dec,
+        encoders=enc,
+        jpeg=jpeg,
+        ofa=ofa,
+        derived=tuple(row.get("derived", ())),
+    )
+
+
+def _load() -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
+    """The catalogued models by key, and every variant (its own key, name and PCI id) by key."""
+    text = (resources.files("gpuchain.gpu") / "mig_catalog.yaml").read_text(encoding="utf-8")
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    tables = {
+        key: (tuple(_profile(r) for r in t["profiles"]), t["memory_slices"], t["compute_slices"])
+        for key, t in data["tables"].items()
+    }
+    models: dict[str, GpuModel] = {}
+    variants: dict[str, GpuModel] = {}
+    for m in data["models"]:
+        profiles, memory_slices, compute_slices = tables[m["mig"]] if "mig" in m else ((), MEMORY_SLICES, 7)
+        model = GpuModel(
+            key=m["key"],
+            name=m["name"],
+            memory_mib=m["memory_mib"],
+            pci_device_id=m["pci"],
+            compute_capability=(m["cc"][0], m["cc"][1]),
+            multiprocessors=m["sms"],
+            nvlinks=m["nvlinks"],
+            mig_profiles=profiles,
+            variants=tuple((alias, m["pci"]) for alias in m.get("aliases", ()))
+            + tuple((v["name"], v["pci"]) for v in m.get("variants", ())),
+            memory_slices=memory_slices,
+            compute_slices=compute_slices,
+            unverified=tuple(m.get("unverified", ())),
+        )
+        models[model.key] = model
+        for v in m.get("variants", ()):
+            variants[v["key"]] = replace(
+                model,
+                key=v["key"],
+                name=v["name"],
+                pci_device_id=v["pci"],
+                multiprocessors=v.get("sms", model.multiprocessors),
+                nvlinks=v.get("nvlinks", model.nvlinks),
+                variants=(),
+                unverified=tuple(v.get("unverified", ())),
+            )
+    return models, variants
+
+
+MODELS, VARIANTS = _load()
+"""``MODELS``: one entry per MIG table (and L4). ``VARIANTS``: other products sharing a table,
+each with its own key, NVML name and PCI id, so a simulated node can hold one (``A100-PCIE-40GB``)."""
 
 
 def model(key: str) -> GpuModel:
-    """A catalogued GPU model by key (case-insensitive); the error lists the known keys."""
-    for k, m in MODELS.items():
+    """A catalogued GPU model or variant by key (case-insensitive); the error lists the known keys."""
+    for k, m in (*MODELS.items(), *VARIANTS.items()):
         if k.lower() == key.lower():
             return m
-    raise InvalidConfigError(f"unknown GPU model {key!r}; known models: {', '.join(MODELS)}")
+    raise InvalidConfigError(f"unknown GPU model {key!r}; known models: {', '.join((*MODELS, *VARIANTS))}")
 
 
 def model_for_name(name: str, pci_device_id: int | None = None) -> GpuModel | None:
@@ -236,41 +377,144 @@ def architecture(compute_capability: tuple[int, int]) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one MIG instance sits: its profile and first memory slice."""
+    """Where one MIG GPU instance sits: its profile, first memory slice and compute instances."""
 
     profile: MigProfile
     start: int
+    compute: tuple[int, ...] = ()
+    """Sizes (compute slices) of the compute instances a layout splits the GPU instance into
+    (``1c.3g.20gb`` x 3 gives ``(1, 1, 1)``); empty: one compute instance over all of it."""
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """The MIG devices this GPU instance yields, named as NVIDIA names them."""
+        if not self.compute:
+            return (self.profile.name,)
+        return tuple(
+            self.profile.name if c == self.profile.gi_slices else f"{c}c.{self.profile.name}" for c in self.compute
+        )
 
 
-def place_layout(gpu: GpuModel, layout: Mapping[str, int]) -> tuple[Placement, ...]:
+def compute_starts(ci_slices: int, gi_slices: int) -> tuple[int, ...]:
+    """Where a compute instance of ``ci_slices`` may start inside a GPU instance of ``gi_slices``.
+
+    As ``nvidia-smi mig -lcipp`` lists them: aligned to the power of two at or above the size
+    (1c anywhere, 2c on even slices, 3c and 4c at 0 or 4), and inside the GPU instance.
+    """
+    align = 1
+    while align < ci_slices:
+        align *= 2
+    return tuple(s for s in range(0, gi_slices, align) if s + ci_slices <= gi_slices)
+
+
+def layout_devices(layout: Mapping[str, int]) -> Counter[str]:
+    """Profile -> count with names made canonical and equal profiles merged (``1c.1g.5gb`` is ``1g.5gb``).
+
+    Raises InvalidConfigError for a name the grammar refuses or a negative count.
+    """
+    counts: Counter[str] = Counter()
+    for name, count in layout.items():
+        try:
+            canonical = parse_profile(name).canonical
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from None
+        if count < 0:
+            raise InvalidConfigError(f"MIG profile {name}: count must be >= 0, got {count}")
+        counts[canonical] += count
+    return +counts
+
+
+def place_layout(gpu: GpuModel, layout: Mapping[str, int], allow_split: bool = False) -> tuple[Placement, ...]:
     """Place ``{profile: count}`` on one GPU, or explain why it cannot be placed.
 
+    Compute-instance profiles (``1c.3g.20gb``) share GPU instances as mig-parted builds them:
+    in its order (larger GPU instances first, then larger compute instances), each joins the
+    last GPU instance of the same profile while a compute instance of its size still fits there.
+    They are placed only with ``allow_split``: gpuchain's backends create one compute instance
+    per GPU instance, so applying such a layout is refused rather than carved differently.
+
     Raises InvalidConfigError naming the GPU model, the profile and the limit it breaks.
-    Larger instances are placed first, as their legal starts are fewest.
     """
-    wanted: list[MigProfile] = []
-    for name, count in layout.items():
-        if count < 0:
-            raise InvalidConfigError(f"{gpu.key}: MIG profile {name}: count must be >= 0, got {count}")
+    wanted = layout_devices(layout)
+    items: list[tuple[ProfileName, MigProfile]] = []
+    for name, count in wanted.items():
+        parsed = parse_profile(name)
         prof = gpu.profile(name)
-        if count > prof.max_instances:
-            raise InvalidConfigError(f"{gpu.key}: {count} x {name} does not fit: at most {prof.max_instances} per GPU")
-        wanted.extend([prof] * count)
-    media = sum(1 for p in wanted if p.media_extensions)
+        if parsed.splits_instance:
+            if not allow_split:
+                raise InvalidConfigError(
+                    f"{gpu.key}: {name}: compute-instance profiles are checked but not created by gpuchain "
+                    f"(each GPU instance gets one full compute instance); use {parsed.gpu_instance}"
+                )
+            if not compute_starts(parsed.compute_slices, parsed.gi_slices):
+                raise InvalidConfigError(
+                    f"{gpu.key}: {name}: a {parsed.gi_slices}-slice GPU instance has no "
+                    f"{parsed.compute_slices}-slice compute instance"
+                )
+        items.extend([(parsed, prof)] * count)
+    instances = _group(items)
+    per_profile = Counter(prof.name for prof, _ in instances)
+    for prof_name, n in per_profile.items():
+        prof = gpu.profile(prof_name)
+        if n > prof.max_instances:
+            raise InvalidConfigError(f"{gpu.key}: {n} x {prof_name} does not fit: at most {prof.max_instances} per GPU")
+    _check_shared_units(gpu, [prof for prof, _ in instances], wanted)
+    order = sorted(range(len(instances)), key=lambda i: (-instances[i][0].memory_slices, len(instances[i][0].starts)))
+    found = _search([instances[i][0] for i in order], 0, [False] * gpu.memory_slices, [])
+    if found is None:
+        memory = sum(prof.memory_slices for prof, _ in instances)
+        raise InvalidConfigError(
+            f"{gpu.key}: layout {_fmt(wanted)} has no legal placement "
+            f"({memory} of {gpu.memory_slices} memory slices requested)"
+        )
+    placed = [replace(p, compute=instances[i][1]) for i, p in zip(order, found, strict=True)]
+    return tuple(sorted(placed, key=lambda pl: pl.start))
+
+
+def _group(items: list[tuple[ProfileName, MigProfile]]) -> list[tuple[MigProfile, tuple[int, ...]]]:
+    """GPU instances with the compute-instance sizes each holds (empty: one full compute instance)."""
+    items = sorted(items, key=lambda it: (-it[0].gi_slices, -it[0].compute_slices, it[1].name))
+    out: list[tuple[MigProfile, list[tuple[int, int]]]] = []
+    for parsed, prof in items:
+        size = parsed.compute_slices
+        if out and out[-1][0] is prof and parsed.splits_instance:
+            used = out[-1][1]
+            free = [s for s in compute_starts(size, prof.gi_slices) if not _overlaps(used, s, size)]
+            if free:
+                used.append((free[0], size))
+                continue
+        out.append((prof, [(0, size)]))
+    return [(prof, () if cis == [(0, prof.gi_slices)] else tuple(c for _, c in cis)) for prof, cis in out]
+
+
+def _overlaps(used: list[tuple[int, int]], start: int, size: int) -> bool:
+    return any(start < s + n and s < start + size for s, n in used)
+
+
+_ENGINES = ("copy engines", "decoders", "encoders", "JPEG engines", "optical flow accelerators")
+
+
+def _check_shared_units(gpu: GpuModel, instances: list[MigProfile], wanted: Mapping[str, int]) -> None:
+    """Compute slices and media engines are shared by every instance on the GPU.
+
+    No GPU instance can hold more engines of a kind than the whole-GPU profile has, so the
+    largest count any profile lists is the GPU's supply (``+me.all`` takes them all, which is
+    why it only combines with ``-me`` instances). At most one instance takes the media
+    extensions.
+    """
+    media = sum(1 for p in instances if p.media_extensions)
     if media > 1:
         raise InvalidConfigError(f"{gpu.key}: at most one +me profile per GPU, layout asks for {media}")
-    compute = sum(p.gi_slices for p in wanted)
-    if compute > 7:
-        raise InvalidConfigError(f"{gpu.key}: layout {_fmt(layout)} needs {compute} compute slices, the GPU has 7")
-    wanted.sort(key=lambda p: (-p.memory_slices, len(p.starts), p.name))
-    found = _search(wanted, 0, [False] * MEMORY_SLICES, [])
-    if found is None:
-        memory = sum(p.memory_slices for p in wanted)
+    compute = sum(p.gi_slices for p in instances)
+    if compute > gpu.compute_slices:
         raise InvalidConfigError(
-            f"{gpu.key}: layout {_fmt(layout)} has no legal placement "
-            f"({memory} of {MEMORY_SLICES} memory slices requested)"
+            f"{gpu.key}: layout {_fmt(wanted)} needs {compute} compute slices, the GPU has {gpu.compute_slices}"
         )
-    return tuple(sorted(found, key=lambda pl: pl.start))
+    for i, engine in enumerate(_ENGINES):
+        supply = max(p.engines[i] for p in gpu.mig_profiles)
+        need = sum(p.engines[i] for p in instances)
+        if need > supply:
+            raise InvalidConfigError(f"{gpu.key}: layout {_fmt(wanted)} needs {need} {engine}, the GPU has {supply}")
 
 
 def _search(wanted: list[MigProfile], i: int, used: list[bool], acc: list[Placement]) -> list[Placement] | None:
@@ -279,7 +523,7 @@ def _search(wanted: list[MigProfile], i: int, used: list[bool], acc: list[Placem
     prof = wanted[i]
     for start in prof.starts:
         span = range(start, start + prof.memory_slices)
-        if span.stop > MEMORY_SLICES or any(used[s] for s in span):
+        if span.stop > len(used) or any(used[s] for s in span):
             continue
         for s in span:
             used[s] = True

@@ -337,12 +337,13 @@ class SimBackend(GpuBackend):
             raise InvalidConfigError(f"{where}: {prof.name} cannot start at slice {start}; legal starts: {starts}")
         used = {s for gi in state.instances.values() for s in range(gi.start, gi.start + gi.profile.memory_slices)}
         span = set(range(start, start + prof.memory_slices))
-        if span & used or max(span) >= catalog.MEMORY_SLICES:
+        if span & used or max(span) >= state.spec.model.memory_slices:
             raise InvalidConfigError(f"{where}: {prof.name} at slice {start} overlaps an existing GPU instance")
         same = sum(1 for gi in state.instances.values() if gi.profile.name == prof.name)
         if same >= prof.max_instances:
             raise InvalidConfigError(f"{where}: at most {prof.max_instances} x {prof.name} per GPU")
-        if sum(gi.profile.gi_slices for gi in state.instances.values()) + prof.gi_slices > 7:
+        taken = sum(gi.profile.gi_slices for gi in state.instances.values())
+        if taken + prof.gi_slices > state.spec.model.compute_slices:
             raise InvalidConfigError(f"{where}: not enough compute slices left for {prof.name}")
         if prof.media_extensions and any(gi.profile.media_extensions for gi in state.instances.values()):
             raise InvalidConfigError(f"{where}: at most one +me GPU instance per GPU")

@@ -9,7 +9,6 @@ resolved for a node (see ``gpuchain.mig.plan``).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,9 +21,6 @@ from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
 
-PROFILE_NAME = re.compile(r"^[1-8]g\.[0-9]+gb(\+me)?$")
-"""A GPU-instance profile as mig-parted and nvidia-smi spell it: ``1g.10gb``, ``1g.10gb+me``."""
-
 DISABLED = "all-disabled"
 ENABLED = "all-enabled"
 BALANCED = "all-balanced"
@@ -36,6 +32,11 @@ class LayoutError(ValueError):
 
 def parse_device_id(value: str) -> int:
     """A PCI device id as mig-parted writes it (``0x233010DE``: device id, then vendor id)."""
+    if ":" in value:
+        raise ValueError(
+            f"device-filter {value!r} names a PCI subsystem id; gpuchain matches GPUs by device id only, "
+            f"write {value.split(':', 1)[0]!r}"
+        )
     try:
         number = int(value, 16)
     except ValueError:
@@ -87,15 +88,11 @@ class MigConfigEntry(BaseModel):
     @classmethod
     def _profiles(cls, value: dict[str, int] | None) -> dict[str, int] | None:
         for name, count in (value or {}).items():
-            if name.startswith(tuple(f"{n}c." for n in range(1, 8))):
-                raise ValueError(
-                    f"{name!r}: compute-instance profiles (<n>c.<gi profile>) are not supported; "
-                    "list GPU-instance profiles such as '1g.10gb', each gets one full compute instance"
-                )
-            if not PROFILE_NAME.match(name):
-                raise ValueError(f"{name!r} is not a MIG profile name such as '1g.10gb' or '1g.10gb+me'")
+            catalog.parse_profile(name)
             if count < 0:
                 raise ValueError(f"{name}: count must be >= 0, got {count}")
+        if value and not any(value.values()):
+            raise ValueError("every count is 0; write mig-devices: {} for MIG enabled with no instances")
         return value
 
     @model_validator(mode="after")
@@ -155,7 +152,7 @@ class MigPartedConfig(BaseModel):
                     if model is None:
                         continue
                     try:
-                        catalog.place_layout(model, entry.layout)
+                        catalog.place_layout(model, entry.layout, allow_split=True)
                     except InvalidConfigError as exc:
                         raise ValueError(f"layout {name!r} entry {i}: {exc}") from None
         return self
@@ -195,19 +192,25 @@ def _entry(ids: list[int] | None, enabled: bool, devices: Mapping[str, int] | No
 
 
 def balanced_layout(model: catalog.GpuModel) -> dict[str, int]:
-    """Two of the smallest slices, one 2-slice and one 3-slice instance (mig-parted's all-balanced)."""
-    smallest = next(
-        p for p in model.mig_profiles if p.gi_slices == 1 and p.memory_slices == 1 and not p.media_extensions
-    )
-    two = next(p for p in model.mig_profiles if p.gi_slices == 2)
-    three = next(p for p in model.mig_profiles if p.gi_slices == 3)
-    return {smallest.name: 2, two.name: 1, three.name: 1}
+    """Two of the smallest slices, one 2-slice and (where the GPU has one) one 3-slice instance.
+
+    NVIDIA's all-balanced: ``1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1`` on an H100, ``1g.6gb: 2,
+    2g.12gb: 1`` on an A30 (4 compute slices). Only plain profiles (no ``+``/``-`` attributes).
+    """
+    plain = [p for p in model.mig_profiles if not (p.parsed.attributes or p.parsed.negated)]
+    smallest = next(p for p in plain if p.gi_slices == 1 and p.memory_slices == 1)
+    layout = {smallest.name: 2}
+    for slices in (2, 3):
+        bigger = next((p for p in plain if p.gi_slices == slices), None)
+        if bigger is not None:
+            layout[bigger.name] = 1
+    return layout
 
 
-def _profile_order(name: str) -> tuple[int, int, bool]:
-    """Compute slices, then memory, plain before ``+me``: 1g.5gb, 1g.5gb+me, 1g.10gb, ..."""
-    slices, _, rest = name.partition("g.")
-    return int(slices), int(rest.split("gb", 1)[0]), rest.endswith("+me")
+def _profile_order(name: str) -> tuple[int, int, tuple[str, ...], tuple[str, ...]]:
+    """Compute slices, then memory, plain before attributes: 1g.5gb, 1g.5gb+me, 1g.10gb, ..."""
+    p = catalog.parse_profile(name)
+    return p.gi_slices, p.memory_gb, p.attributes, p.negated
 
 
 def default_config() -> MigPartedConfig:

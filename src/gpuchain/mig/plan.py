@@ -109,6 +109,7 @@ def resolve(state: NodeMigState, config: MigPartedConfig, name: str) -> tuple[Gp
 
     Stricter than mig-parted on purpose: a layout that selects no GPU of this node, a GPU
     selected by two entries, or a listed index the node lacks, are errors rather than no-ops.
+    As in mig-parted, ``devices: all`` passes over GPUs without MIG.
     """
     entries = config.layout(name)
     indexes = {g.index for g in state.gpus}
@@ -120,6 +121,7 @@ def resolve(state: NodeMigState, config: MigPartedConfig, name: str) -> tuple[Gp
                 f"but this node has GPUs {', '.join(map(str, sorted(indexes)))}"
             )
     targets = []
+    skipped: list[GpuMigState] = []
     for gpu in state.gpus:
         chosen = [(i, e) for i, e in enumerate(entries) if e.selects(gpu.index, gpu.pci_device_id)]
         if len(chosen) > 1:
@@ -128,18 +130,29 @@ def resolve(state: NodeMigState, config: MigPartedConfig, name: str) -> tuple[Gp
                 "narrow their devices or device-filter so each GPU is selected once"
             )
         if chosen:
-            targets.append(_target(gpu, chosen[0][1], name))
+            target = _target(gpu, chosen[0][1], name)
+            if target is not None:
+                targets.append(target)
+            else:
+                skipped.append(gpu)
     if not targets:
+        if skipped:
+            reasons = ", ".join(f"{g.label} does not support MIG" for g in skipped)
+            raise LayoutError(f"layout {name!r} selects no MIG-capable GPU of this node ({reasons})")
         models = ", ".join(sorted({g.model.key if g.model else g.name for g in state.gpus})) or "none"
         raise LayoutError(f"layout {name!r} selects none of this node's GPUs (models: {models})")
     return tuple(targets)
 
 
-def _target(gpu: GpuMigState, entry: MigConfigEntry, name: str) -> GpuTarget:
+def _target(gpu: GpuMigState, entry: MigConfigEntry, name: str) -> GpuTarget | None:
+    """What the entry wants of this GPU; None for a GPU without MIG under ``devices: all``,
+    which mig-parted skips (a node's display GPU beside its MIG GPUs)."""
     if not entry.mig_enabled:
         return GpuTarget(gpu.index, False)
     if gpu.mode is None:
-        raise LayoutError(f"layout {name!r}: {gpu.label} does not support MIG; add a device-filter to skip it")
+        if entry.devices == "all":
+            return None
+        raise LayoutError(f"layout {name!r}: {gpu.label} does not support MIG; remove it from devices")
     if gpu.model is None or not gpu.model.mig_capable:
         raise LayoutError(
             f"layout {name!r}: {gpu.label} supports MIG but is not in gpuchain's MIG catalog, so its "
