@@ -1,0 +1,160 @@
+"""NVIDIA's own MIG configs load unchanged and every layout applies where mig-parted would.
+
+Fed the GPU Operator's default ConfigMap and mig-parted's default and example configs
+(fixtures/SOURCES.md: repository, path, commit). For each layout and each catalogued GPU
+product, the expected outcome is mig-parted's, derived from the file and the GPU's profile
+table, not from gpuchain's placement code:
+
+- mig-parted walks the entries whose device-filter matches the GPU's PCI id and whose devices
+  include it; for MIG-enabled entries it resolves every profile name against the GPU's own
+  profiles (name match: slices, memory, attributes) and fails when one is missing;
+- otherwise it creates exactly the listed MIG devices, one per count.
+
+So: where every selected profile exists on the card, applying must succeed and leave exactly
+those MIG devices (and applying again changes nothing); where one is missing, it must fail
+before touching the GPU. The figures docs/mig.md states are asserted here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuchain.gpu import catalog
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import Topology
+from gpuchain.mig.apply import apply, check
+from gpuchain.mig.config import LayoutError, MigPartedConfig, parse_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DOCS = Path(__file__).parents[3] / "docs" / "mig.md"
+
+
+def _config_text(path: Path) -> str:
+    """The mig-parted config in a file: the file itself, or the config.yaml of its ConfigMap."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for doc in docs:
+        if doc.get("kind") == "ConfigMap" and "config.yaml" in doc.get("data", {}):
+            return str(doc["data"]["config.yaml"])
+    assert len(docs) == 1 and "mig-configs" in docs[0], path
+    return path.read_text()
+
+
+UPSTREAM_FILES = sorted(p for p in FIXTURES.rglob("*.yaml") if p.name != "go-nvlib-profile-format.yaml")
+OPERATOR_DEFAULT = FIXTURES / "gpu-operator" / "0400_configmap.yaml"
+MIG_PARTED_DEFAULT = FIXTURES / "mig-parted" / "config-default.yaml"
+
+
+def _load(path: Path) -> MigPartedConfig:
+    return parse_config(_config_text(path), str(path.name))
+
+
+@pytest.mark.parametrize("path", UPSTREAM_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_upstream_file_loads_unchanged_with_every_layout(path: Path) -> None:
+    raw = yaml.safe_load(_config_text(path))
+    cfg = _load(path)
+    assert list(cfg.mig_configs) == list(raw["mig-configs"])
+    for name, entries in raw["mig-configs"].items():
+        assert [e.layout for e in cfg.layout(name)] == [
+            {p: c for p, c in (e.get("mig-devices") or {}).items() if c} for e in entries
+        ]
+
+
+PRODUCTS = {k: m for k, m in {**catalog.MODELS, **catalog.VARIANTS}.items() if m.mig_capable}
+
+
+def _mig_parted_outcome(cfg: MigPartedConfig, layout: str, gpu: catalog.GpuModel) -> Counter[str] | None:
+    """What mig-parted leaves on a one-GPU node of this product: the MIG devices, or None (it fails)."""
+    selected = [e for e in cfg.layout(layout) if e.selects(0, gpu.pci_device_id)]
+    devices: Counter[str] = Counter()
+    for entry in selected:
+        if not entry.mig_enabled:
+            continue
+        for name, count in entry.layout.items():
+            wanted = catalog.parse_profile(name)
+            if not any(catalog.parse_profile(p.name).gpu_instance == wanted.gpu_instance for p in gpu.mig_profiles):
+                return None
+            devices[wanted.canonical] += count
+    return devices if selected else None
+
+
+def _node(key: str) -> SimBackend:
+    return SimBackend(Topology.model_validate({"node": f"compat-{key.lower()}", "gpus": [{"model": key}]}))
+
+
+def _run(cfg: MigPartedConfig, layout: str) -> tuple[int, int]:
+    applied = refused = 0
+    for key, gpu in PRODUCTS.items():
+        expected = _mig_parted_outcome(cfg, layout, gpu)
+        backend = _node(key)
+        before = backend.inventory()
+        if expected is None:
+            with pytest.raises(LayoutError):
+                apply(backend, cfg, layout)
+            assert backend.inventory() == before, f"{layout} on {key} changed the GPU before failing"
+            refused += 1
+            continue
+        apply(backend, cfg, layout)
+        got = Counter(m.profile for m in backend.inventory().gpu(0).mig_devices)
+        assert got == expected, f"{layout} on {key}"
+        assert apply(backend, cfg, layout).steps == (), f"{layout} on {key} is not idempotent"
+        assert check(backend, cfg, layout) == []
+        applied += 1
+    return applied, refused
+
+
+OPERATOR_CFG = _load(OPERATOR_DEFAULT)
+
+
+@pytest.mark.parametrize("layout", list(OPERATOR_CFG.mig_configs))
+def test_each_operator_default_layout_applies_where_mig_parted_would(layout: str) -> None:
+    _run(OPERATOR_CFG, layout)
+
+
+def test_mig_parted_default_and_examples_apply_where_mig_parted_would() -> None:
+    for path in (MIG_PARTED_DEFAULT, FIXTURES / "mig-parted" / "examples-config.yaml"):
+        cfg = _load(path)
+        for layout in cfg.mig_configs:
+            if all(e.devices == "all" for e in cfg.layout(layout)):
+                _run(cfg, layout)
+
+
+def _figures() -> dict[str, Any]:
+    """The compatibility figures, measured over the GPU Operator's default ConfigMap."""
+    per_layout = {name: _run(OPERATOR_CFG, name) for name in OPERATOR_CFG.mig_configs}
+    return {
+        "layouts": len(per_layout),
+        "products": len(PRODUCTS),
+        "applied": sum(a for a, _ in per_layout.values()),
+        "refused": sum(r for _, r in per_layout.values()),
+        "nowhere": sorted(n for n, (a, _) in per_layout.items() if a == 0 and n != "all-disabled"),
+    }
+
+
+def test_docs_state_the_measured_figures() -> None:
+    figures = _figures()
+    text = DOCS.read_text()
+    stated = re.search(
+        r"<!-- compat-figures -->\s*(.*?)<!-- /compat-figures -->", text, flags=re.S
+    )
+    assert stated is not None, "docs/mig.md lost its compatibility figures block"
+    block = stated.group(1)
+    for key in ("layouts", "products", "applied", "refused"):
+        assert re.search(rf"\b{figures[key]}\b[^|\n]*\b{key}\b", block), (key, figures[key], block)
+    for name in figures["nowhere"]:
+        assert f"`{name}`" in block, name
+
+
+NOT_CATALOGUED = {0x20B610DE: "PG506-96GB: no NVIDIA profile table or -lgip transcript found"}
+
+
+def test_every_pci_id_the_operator_default_filters_on_is_a_catalogued_product() -> None:
+    ids = {i for entries in OPERATOR_CFG.mig_configs.values() for e in entries for i in e.device_ids}
+    known = {m.pci_device_id for m in PRODUCTS.values()}
+    assert ids - known == set(NOT_CATALOGUED)
+    assert len(ids) == 27
