@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from kube.kmock_server import kmock_server
 from typer.testing import CliRunner
 
@@ -31,6 +32,34 @@ def test_dry_run_lists_steps_without_applying() -> None:
     assert result.exit_code == 0, result.output
     assert "would apply (dry run)" in result.stdout and "GPU 4: destroy GPU instance" in result.stdout
     assert "GPU 0:" not in result.stdout
+    assert "GPUs after apply (planned; nothing was changed)" in result.stdout
+
+
+def test_dry_run_shows_the_planned_state_not_the_current_one() -> None:
+    """GPUs 4-5 of the mixed preset hold 7x 1g.10gb and 6-7 have MIG off; all-balanced plans them all balanced."""
+    args = ["mig", "apply", "-c", "all-balanced", "--dry-run", "--preset", "h100-80gb-x8-mig-mixed", "-o", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    balanced = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    assert [(g["index"], g["mig"], g["devices"]) for g in data["planned"]] == [
+        (i, "enabled", balanced) for i in range(8)
+    ]
+    assert not data["applied"]
+    assert sum(len(g["mig_devices"]) for g in data["gpus"]) == 4 * 4 + 2 * 7  # the node itself is unchanged
+
+
+def test_config_lists_each_pci_id_once_per_device_filter() -> None:
+    result = runner.invoke(app, ["mig", "config"])
+    assert result.exit_code == 0, result.output
+    filters = [
+        e["device-filter"]
+        for entries in yaml.safe_load(result.stdout)["mig-configs"].values()
+        for e in entries
+        if "device-filter" in e
+    ]
+    assert filters and all(len(f) == len(set(f)) for f in filters)
+    assert any("0x20B010DE" in f for f in filters)
 
 
 def test_assert_exit_codes() -> None:

@@ -6,6 +6,7 @@ used. `MIG_PARTED_CONFIG_FILE` and `MIG_PARTED_SELECTED_CONFIG` work as in mig-p
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import typer
@@ -58,16 +59,33 @@ def mig_config(path: str | None) -> MigPartedConfig:
         fail(str(exc))
 
 
-def _devices_table(inv: Inventory) -> Table:
-    table = Table(title="GPUs after apply", title_justify="left")
+def _after(result: ApplyResult, inv: Inventory) -> list[dict[str, Any]]:
+    """Each GPU as the apply leaves it: read back after a real apply, planned on a dry run
+    (the GPUs the layout selects get their target; the others stay as they are)."""
+    planned = {t.index: t for t in result.targets} if not result.applied else {}
+    rows: list[dict[str, Any]] = []
+    for g in inv.gpus:
+        target = planned.get(g.index)
+        if target is not None:
+            enabled = target.enabled
+            names = [n for p in target.placements for n in p.device_names]
+        else:
+            enabled = g.mig_enabled
+            names = [m.profile for m in g.mig_devices]
+        mig = ("enabled" if enabled else "disabled") if g.mig_capable else "n/a"
+        rows.append({"index": g.index, "name": g.name, "mig": mig, "devices": dict(Counter(names))})
+    return rows
+
+
+def _devices_table(result: ApplyResult, inv: Inventory) -> Table:
+    planned = result.steps and not result.applied
+    title = "GPUs after apply (planned; nothing was changed)" if planned else "GPUs after apply"
+    table = Table(title=title, title_justify="left")
     for col in ("GPU", "Name", "MIG", "MIG devices"):
         table.add_column(col)
-    for g in inv.gpus:
-        mig = "enabled" if g.mig_enabled else ("disabled" if g.mig_capable else "n/a")
-        counts: dict[str, int] = {}
-        for m in g.mig_devices:
-            counts[m.profile] = counts.get(m.profile, 0) + 1
-        table.add_row(str(g.index), g.name, mig, ", ".join(f"{c}x {p}" for p, c in counts.items()) or "-")
+    for row in _after(result, inv):
+        devices = ", ".join(f"{c}x {p}" for p, c in row["devices"].items()) or "-"
+        table.add_row(str(row["index"]), row["name"], row["mig"], devices)
     return table
 
 
@@ -80,7 +98,7 @@ def _apply_view(result: ApplyResult, inv: Inventory) -> Group:
         lines[0] += ", ".join(map(str, result.changed_gpus))
         lines.extend(f"  {s.describe()}" for s in result.steps)
         head = Text("\n".join(lines))
-    return Group(head, _devices_table(inv))
+    return Group(head, _devices_table(result, inv))
 
 
 @mig_app.command("apply")
@@ -111,12 +129,14 @@ def apply_cmd(
         fail(str(exc), code=1)
     finally:
         _close(b)
-    data = {
+    data: dict[str, Any] = {
         "config": result.config,
         "applied": result.applied,
         "steps": [s.describe() for s in result.steps],
         "gpus": inv.gpus,
     }
+    if dry_run:
+        data["planned"] = _after(result, inv)
     emit(data, output, lambda: _apply_view(result, inv))
 
 

@@ -51,6 +51,8 @@ class ApplyResult:
     config: str
     steps: tuple[Step, ...]
     applied: bool
+    targets: tuple[GpuTarget, ...] = ()
+    """What each GPU the layout selects has after the apply (or would have, on a dry run)."""
 
     @property
     def changed_gpus(self) -> tuple[int, ...]:
@@ -107,7 +109,7 @@ def apply(backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool
     targets = resolve(before, config, name)
     steps = tuple(plan(before, targets))
     if dry_run or not steps:
-        return ApplyResult(name, steps, applied=False)
+        return ApplyResult(name, steps, applied=False, targets=targets)
     try:
         execute(backend, steps)
     except _StepFailed as exc:
@@ -115,7 +117,7 @@ def apply(backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool
     left = differences(observe(backend), targets)
     if left:
         raise MigApplyError(f"applying {name!r} did not take effect: {'; '.join(left)}")
-    return ApplyResult(name, steps, applied=True)
+    return ApplyResult(name, steps, applied=True, targets=targets)
 
 
 def _restore(backend: GpuBackend, before: NodeMigState) -> str:
