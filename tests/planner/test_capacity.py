@@ -113,14 +113,14 @@ def test_model_larger_than_the_gpu_gets_a_clear_answer() -> None:
     assert p.fitting == ()
     assert p.recommendation is None
     assert p.summary.startswith("Nothing fits: the 50 GiB model is larger than the 40 GiB of one A100-40GB.")
-    assert "A100-80GB, H100-80GB, H200-141GB" in p.summary
+    assert all(f"{key}," in p.summary or f"{key})" in p.summary for key in ("A100-80GB", "H100-80GB", "H200-141GB"))
     assert _option(p, "whole GPU").why_not == "the 50 GiB model is larger than the 40 GiB GPU"
     assert _option(p, "MIG 1g.5gb").why_not == "the 50 GiB model is larger than the 4.75 GiB slice"
     assert all(o.instances_per_gpu == 0 and o.qps_per_gpu == 0 for o in p.options)
 
 
 def test_model_larger_than_every_card() -> None:
-    p = _plan(gpu="h200-141gb", memory="200GiB")
+    p = _plan(gpu="h200-141gb", memory="400GiB")
     assert "no catalogued card holds it whole" in p.summary
 
 
@@ -200,7 +200,7 @@ def test_max_instances_follows_placement(gpu: str, profile: str, count: int) -> 
         ("h200-141gb", "H200-141GB"),
         ("l4", "L4"),
         ("A100_80GB", "A100-80GB"),
-        ("h100", "H100-80GB"),
+        ("h100-80", "H100-80GB"),
         ("NVIDIA H200", "H200-141GB"),
     ],
 )
@@ -212,7 +212,8 @@ def test_resolve_gpu_accepts_friendly_names(name: str, key: str) -> None:
     ("name", "message"),
     [
         ("a100", r"--gpu: ambiguous GPU 'a100'; use one of a100-40gb, a100-80gb$"),
-        ("v100", r"--gpu: unknown GPU 'v100'; use one of a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4$"),
+        ("h100", r"--gpu: ambiguous GPU 'h100'; use one of h100-80gb, h100-nvl, h100-96gb$"),
+        ("v100", r"--gpu: unknown GPU 'v100'; use one of a100-40gb, a100-80gb, a30, h100-80gb, .*, l4$"),
     ],
 )
 def test_resolve_gpu_errors_list_the_choices(name: str, message: str) -> None:
