@@ -317,17 +317,38 @@ def _load() -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
     return models, variants
 
 
-MODELS, VARIANTS = _load()
-"""``MODELS``: one entry per MIG table (and L4). ``VARIANTS``: other products sharing a table,
-each with its own key, NVML name and PCI id, so a simulated node can hold one (``A100-PCIE-40GB``)."""
+_loaded: tuple[dict[str, GpuModel], dict[str, GpuModel]] | None = None
+
+
+def _catalog() -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
+    """The data file, read on first use: commands that never look a card up do not pay for it."""
+    global _loaded
+    if _loaded is None:
+        _loaded = _load()
+    return _loaded
+
+
+def __getattr__(name: str) -> dict[str, GpuModel]:
+    """``MODELS``: one entry per MIG table (and L4). ``VARIANTS``: other products sharing a table,
+    each with its own key, NVML name and PCI id, so a simulated node can hold one (``A100-PCIE-40GB``)."""
+    if name == "MODELS":
+        return _catalog()[0]
+    if name == "VARIANTS":
+        return _catalog()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+MODELS: dict[str, GpuModel]
+VARIANTS: dict[str, GpuModel]
 
 
 def model(key: str) -> GpuModel:
     """A catalogued GPU model or variant by key (case-insensitive); the error lists the known keys."""
-    for k, m in (*MODELS.items(), *VARIANTS.items()):
+    models, variants = _catalog()
+    for k, m in (*models.items(), *variants.items()):
         if k.lower() == key.lower():
             return m
-    raise InvalidConfigError(f"unknown GPU model {key!r}; known models: {', '.join((*MODELS, *VARIANTS))}")
+    raise InvalidConfigError(f"unknown GPU model {key!r}; known models: {', '.join((*models, *variants))}")
 
 
 def model_for_name(name: str, pci_device_id: int | None = None) -> GpuModel | None:
@@ -336,11 +357,12 @@ def model_for_name(name: str, pci_device_id: int | None = None) -> GpuModel | No
     The PCI device id decides when given (a card's name differs between drivers and form
     factors, its id does not); the NVML name, or one of the model's variant names, otherwise.
     """
+    models = _catalog()[0]
     if pci_device_id is not None:
-        by_id = next((m for m in MODELS.values() if pci_device_id in m.pci_device_ids), None)
+        by_id = next((m for m in models.values() if pci_device_id in m.pci_device_ids), None)
         if by_id is not None:
             return by_id
-    return next((m for m in MODELS.values() if name == m.name or name in (v for v, _ in m.variants)), None)
+    return next((m for m in models.values() if name == m.name or name in (v for v, _ in m.variants)), None)
 
 
 UNKNOWN_ARCHITECTURE = "undefined"
