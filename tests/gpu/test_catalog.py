@@ -178,3 +178,21 @@ def test_architecture_uses_gfd_names(cc: tuple[int, int], family: str) -> None:
 def test_every_catalogued_model_has_a_known_architecture() -> None:
     for m in catalog.MODELS.values():
         assert catalog.architecture(m.compute_capability) != catalog.UNKNOWN_ARCHITECTURE, m.key
+
+
+DERIVATION_RULES = ("mib-from-name", "sms-per-slice", "hopper-pattern", "placements-like-a30", "engines-by-slices")
+
+
+def test_every_derived_figure_names_its_rule() -> None:
+    """A figure no source gave carries the rule that produced it (documented in mig_catalog.yaml)."""
+    for m in catalog.MODELS.values():
+        for p in m.mig_profiles:
+            for rule in p.derived:
+                assert rule in DERIVATION_RULES or rule.startswith(("sms", "engines")), (m.key, p.name, rule)
+
+
+def test_variants_are_their_own_products_with_the_shared_table() -> None:
+    for key, v in catalog.VARIANTS.items():
+        primary = catalog.model_for_name(v.name, v.pci_device_id)
+        assert primary is not None and primary.key in catalog.MODELS, key
+        assert v.mig_profiles == primary.mig_profiles and v.pci_device_id in primary.pci_device_ids

@@ -139,9 +139,7 @@ def _figures() -> dict[str, Any]:
 def test_docs_state_the_measured_figures() -> None:
     figures = _figures()
     text = DOCS.read_text()
-    stated = re.search(
-        r"<!-- compat-figures -->\s*(.*?)<!-- /compat-figures -->", text, flags=re.S
-    )
+    stated = re.search(r"<!-- compat-figures -->\s*(.*?)<!-- /compat-figures -->", text, flags=re.S)
     assert stated is not None, "docs/mig.md lost its compatibility figures block"
     block = stated.group(1)
     for key in ("layouts", "products", "applied", "refused"):
@@ -158,3 +156,20 @@ def test_every_pci_id_the_operator_default_filters_on_is_a_catalogued_product() 
     known = {m.pci_device_id for m in PRODUCTS.values()}
     assert ids - known == set(NOT_CATALOGUED)
     assert len(ids) == 27
+
+
+def test_nvidia_fills_each_card_to_the_instance_count_the_catalog_has() -> None:
+    """NVIDIA's all-<profile> layouts fill a card to its limit: the counts in the ConfigMap are the
+    instance counts of the catalog (from nvidia-smi -lgip), for every card that has the profile."""
+    checked = 0
+    for name, entries in OPERATOR_CFG.mig_configs.items():
+        for entry in entries:
+            if name == "all-balanced" or len(entry.layout) != 1:
+                continue
+            ((profile, count),) = entry.layout.items()
+            for key, gpu in PRODUCTS.items():
+                prof = next((p for p in gpu.mig_profiles if p.name == profile), None)
+                if prof is not None and entry.selects(0, gpu.pci_device_id):
+                    assert prof.max_instances == count, (name, key)
+                    checked += 1
+    assert checked == 205
