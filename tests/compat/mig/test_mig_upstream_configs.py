@@ -29,7 +29,7 @@ from gpuchain.gpu import catalog
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import Topology
 from gpuchain.mig.apply import apply, check
-from gpuchain.mig.config import LayoutError, MigPartedConfig, parse_config
+from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, parse_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCS = Path(__file__).parents[3] / "docs" / "mig.md"
@@ -173,3 +173,33 @@ def test_nvidia_fills_each_card_to_the_instance_count_the_catalog_has() -> None:
                     assert prof.max_instances == count, (name, key)
                     checked += 1
     assert checked == 205
+
+
+def _devices_after(cfg: MigPartedConfig, layout: str, key: str) -> Counter[str] | None:
+    backend = _node(key)
+    try:
+        apply(backend, cfg, layout)
+    except LayoutError:
+        return None
+    return Counter(m.profile for m in backend.inventory().gpu(0).mig_devices)
+
+
+def test_built_in_layouts_give_what_nvidias_default_gives_under_the_same_name() -> None:
+    """gpuchain's built-in layouts (`gpuchain mig config`) carry every name of NVIDIA's default that a
+    catalogued card can hold, and wherever NVIDIA's applies, the built-in one creates the same MIG devices.
+    The built-in filters list every PCI id of a model, so they also cover the few cards NVIDIA's leave out."""
+    built_in = default_config()
+    assert set(OPERATOR_CFG.mig_configs) - set(built_in.mig_configs) == {"all-3g.95gb", "all-4g.95gb", "all-7g.189gb"}
+    extra = []
+    for layout in set(OPERATOR_CFG.mig_configs) & set(built_in.mig_configs):
+        for key in PRODUCTS:
+            theirs, ours = _devices_after(OPERATOR_CFG, layout, key), _devices_after(built_in, layout, key)
+            if theirs is not None:
+                assert ours == theirs, (layout, key)
+            elif ours is not None:
+                extra.append((layout, key))
+    assert sorted(extra) == [
+        ("all-1g.35gb", "H200-NVL"),
+        ("all-balanced", "RTX-PRO-6000-MAXQ"),
+        ("all-balanced", "RTX-PRO-6000-WS"),
+    ]
