@@ -19,6 +19,7 @@ from gpuchain.deviceplugin.config import (
     choose_config_file,
     load_config,
     parse_config,
+    unsupported_settings,
     without_config_naming,
 )
 
@@ -359,3 +360,21 @@ def test_vfio_discovery_is_for_gfd_only() -> None:
     c = parse_config("flags: {deviceDiscoveryStrategy: vfio}")
     assert c.plugin_problems() and "feature discovery only" in c.plugin_problems()[0]
     assert parse_config("").plugin_problems() == []
+
+
+def test_settings_gpuchain_does_not_implement_are_named() -> None:
+    text = """
+flags: {gdsEnabled: true, gdrcopyEnabled: true, mofedEnabled: false, useNodeFeatureAPI: true, deviceDiscoveryStrategy: tegra}
+imex: {channelIDs: [0]}
+sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}
+"""
+    notes = unsupported_settings(parse_config(text))
+    assert [n.split(":")[0].split("=")[0] for n in notes] == [
+        "flags.gdrcopyEnabled",
+        "flags.gdsEnabled",
+        "imex.channelIDs",
+        "flags.useNodeFeatureAPI",
+        "flags.deviceDiscoveryStrategy",
+        "sharing.mps",
+    ]
+    assert unsupported_settings(parse_config("")) == []

@@ -530,6 +530,39 @@ def without_config_naming(config: Config) -> tuple[Config, list[str]]:
     return (config.model_copy(update=update) if update else config), warnings
 
 
+def unsupported_settings(config: Config) -> list[str]:
+    """Settings NVIDIA's components act on that gpuchain accepts but does not implement, one line
+    each, so a ConfigMap carried over says at start what it will not get."""
+    flags = config.flags
+    notes = [
+        f"flags.{key}=true: gpuchain does not add {what} to containers; ignored"
+        for key, on, what in (
+            ("gdrcopyEnabled", flags.gdrcopy_enabled, "GDRCopy (NVIDIA_GDRCOPY)"),
+            ("gdsEnabled", flags.gds_enabled, "GPUDirect Storage (NVIDIA_GDS)"),
+            ("mofedEnabled", flags.mofed_enabled, "MOFED (NVIDIA_MOFED)"),
+        )
+        if on
+    ]
+    if config.imex.channel_ids:
+        notes.append("imex.channelIDs: gpuchain does not inject IMEX channels; ignored")
+    if flags.use_node_feature_api:
+        notes.append(
+            "flags.useNodeFeatureAPI=true: gpuchain feature discovery writes the feature file or patches "
+            "the Node (--node), never a NodeFeature object"
+        )
+    if flags.device_discovery_strategy in (DeviceDiscoveryStrategy.TEGRA, DeviceDiscoveryStrategy.VFIO):
+        notes.append(
+            f"flags.deviceDiscoveryStrategy={flags.device_discovery_strategy.value}: "
+            "gpuchain finds GPUs through its GPU backend; ignored"
+        )
+    if config.sharing.mps is not None:
+        notes.append(
+            "sharing.mps: gpuchain announces the MPS replicas but runs no MPS control daemon; "
+            "containers share the GPU as with time-slicing"
+        )
+    return notes
+
+
 ENV_FLAGS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("flags", "migStrategy"), ("MIG_STRATEGY",)),
     (("flags", "failOnInitError"), ("FAIL_ON_INIT_ERROR",)),
@@ -612,6 +645,8 @@ def load_config(
     """
     config = load_yaml_file(Config, path) if path else Config()
     config = apply_env(config, env or {}, variables)
+    for note in unsupported_settings(config):
+        log.warning("%s", note)
     if config_naming:
         return config
     config, warnings = without_config_naming(config)
