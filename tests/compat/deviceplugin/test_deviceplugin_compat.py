@@ -218,9 +218,11 @@ def compatibility() -> tuple[int, int]:
 def test_docs_state_the_measured_figure() -> None:
     same, total = compatibility()
     text = DOCS.read_text()
-    match = re.search(r"(\d+) of (\d+) NVIDIA file/node cases", text)
+    match = re.search(r"(\d+) of (\d+) NVIDIA\s+file/node\s+cases", text)
     assert match, "docs/device-plugin.md states the compatibility figure"
     assert (int(match.group(1)), int(match.group(2))) == (same, total)
+    inputs = re.search(r"The (\d+) inputs of NVIDIA's\s+`api/config/v1`\s+unit\s+tests", text)
+    assert inputs and int(inputs.group(1)) == len(API["cases"])
 
 
 # --- the unit-test inputs of NVIDIA's api/config/v1 package (fixtures/api-cases.yaml) ---
