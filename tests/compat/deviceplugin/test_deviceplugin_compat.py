@@ -1,7 +1,8 @@
 """NVIDIA's own device plugin config files announce what NVIDIA's plugin would announce.
 
-Every file under ``fixtures/`` is NVIDIA's (see ``fixtures/SOURCES.md``: k8s-device-plugin v0.20.0
-and two "Running with config" logs quoted in public threads). Each case runs the file through
+Every file under ``fixtures/`` is NVIDIA's (see ``fixtures/SOURCES.md``: k8s-device-plugin v0.20.0,
+gpu-operator v26.7.0's e2e sharing config, and two "Running with config" logs quoted in public
+threads). Each case runs the file through
 ``gpuchain device-plugin --list --config-file FILE`` (the start-up path: environment, NVIDIA's
 naming rule, the resource mapping) on a simulated node and compares the resources and device
 counts with what NVIDIA's plugin announces for that file on that node.
@@ -96,6 +97,7 @@ CASES = [
     ),
     Case("helm-values/mig-mixed.yaml", H100_MIG_MIXED, MIXED, "mixed: one resource per profile"),
     Case("readme/time-slicing.yaml", A100_X8, {G: 80}, "README: 8 GPUs advertise 80 nvidia.com/gpu"),
+    Case("gpu-operator/plugin-config.yaml", A100_X8, {G: 80}, "10 replicas x 8 GPUs under the name nvidia.com/gpu"),
     Case(
         "readme/time-slicing-rename-by-default.yaml",
         A100_X8,

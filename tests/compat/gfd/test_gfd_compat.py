@@ -20,15 +20,18 @@ one way, plus the label values the upstream tests assert.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpuchain.cli import app
 from gpuchain.deviceplugin.config import parse_config
-from gpuchain.discovery.labels import gfd_labels
+from gpuchain.discovery.labels import gfd_labels, sanitize
 from gpuchain.discovery.output import render_feature_file
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
 from gpuchain.gpu.sim import SimBackend
@@ -176,6 +179,20 @@ def test_readme_node_labels() -> None:
     labels = gfd_labels(inventory, parse_config(""), timestamp=1594644571, machine="NVIDIA DGX-2H")
     expected = {k: str(v) for k, v in shown.items()} | {"nvidia.com/gpu.machine": "NVIDIA-DGX-2H"}
     assert {k: labels.get(k) for k in expected} == expected
+
+
+def test_gpu_operator_e2e_sharing_labels() -> None:
+    """NVIDIA's GPU Operator e2e test (``test_gpu_sharing``) applies its ``tests/plugin-config.yaml``
+    and asserts ``gpu.replicas=10`` and ``gpu.product=<product>-SHARED``; the same file through
+    ``gpuchain gfd`` (the start-up path: file, environment, naming rule)."""
+    config = HERE.parent / "deviceplugin" / "fixtures" / "gpu-operator" / "plugin-config.yaml"
+    args = ["gfd", "--preset", "a100-40gb-x8", "--oneshot", "--output-file", "", "-o", "json"]
+    result = CliRunner().invoke(app, [*args, "--config-file", str(config)])
+    assert result.exit_code == 0, result.output
+    labels = json.loads(result.stdout)
+    product = sanitize(_inventory("a100-40gb-x8").gpus[0].name)
+    assert labels["nvidia.com/gpu.replicas"] == "10"
+    assert labels["nvidia.com/gpu.product"] == f"{product}-SHARED"
 
 
 def test_docs_state_the_measured_figure() -> None:
