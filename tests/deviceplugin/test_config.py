@@ -250,11 +250,6 @@ def test_nulls_mean_unset_as_in_the_json_nvidia_logs() -> None:
         ("flags: {gfd: {sleepInterval: 60}}", "", ""),
         ("flags: {gfd: {sleepInterval: 60sec}}", "flags.gfd.sleepInterval", "not a duration"),
         ("flags: {gfd: {sleepInterval: true}}", "flags.gfd.sleepInterval", "give a duration"),
-        (
-            "flags: {migStrategy: mixed}\nsharing: {mps: {resources: [{name: gpu, replicas: 2}]}}",
-            "(top level)",
-            "MPS sharing does not work with migStrategy mixed",
-        ),
         ("sharing: {timeSlicing: {resources: [{name: GPU, replicas: 2}]}}", "", "lowercase"),
         ("sharing: {timeSlicing: {resources: [{name: example.com/gpu, replicas: 2}]}}", "", "not a valid"),
         ("sharing: {timeSlicing: {resources: [{name: gpu, rename: " + "x" * 60 + ", replicas: 2}]}}", "", "longer"),
@@ -356,9 +351,11 @@ def test_gfd_variables_take_gfd_names_first() -> None:
     assert c.flags.gfd.sleep_interval == INFINITE_NS
 
 
-def test_vfio_discovery_is_for_gfd_only() -> None:
+def test_what_only_the_plugin_refuses() -> None:
     c = parse_config("flags: {deviceDiscoveryStrategy: vfio}")
     assert c.plugin_problems() and "feature discovery only" in c.plugin_problems()[0]
+    mixed_mps = parse_config("flags: {migStrategy: mixed}\nsharing: {mps: {resources: [{name: gpu, replicas: 2}]}}")
+    assert ["MPS sharing does not work with migStrategy mixed" in p for p in mixed_mps.plugin_problems()] == [True]
     assert parse_config("").plugin_problems() == []
 
 

@@ -432,12 +432,6 @@ class Config(_Model):
             return "v1"
         raise ValueError("unsupported config version; only v1 exists (or leave it empty)")
 
-    @model_validator(mode="after")
-    def _mps_without_mixed(self) -> Config:
-        if self.sharing.mps is not None and self.flags.mig_strategy is MigStrategy.MIXED:
-            raise ValueError("MPS sharing does not work with migStrategy mixed; use none or single, or time-slicing")
-        return self
-
     @property
     def replication(self) -> tuple[str, ReplicatedResources] | None:
         """The sharing kind in use (``time-slicing`` or ``mps``) and its settings, with
@@ -456,9 +450,16 @@ class Config(_Model):
 
     def plugin_problems(self) -> list[str]:
         """What NVIDIA's device plugin refuses at start in a config feature discovery accepts."""
+        problems = []
         if self.flags.device_discovery_strategy is DeviceDiscoveryStrategy.VFIO:
-            return ["flags.deviceDiscoveryStrategy: vfio is for feature discovery only; use auto, nvml or tegra"]
-        return []
+            problems.append(
+                "flags.deviceDiscoveryStrategy: vfio is for feature discovery only; use auto, nvml or tegra"
+            )
+        if self.sharing.mps is not None and self.flags.mig_strategy is MigStrategy.MIXED:
+            problems.append(
+                "sharing.mps: MPS sharing does not work with migStrategy mixed; use none or single, or time-slicing"
+            )
+        return problems
 
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
