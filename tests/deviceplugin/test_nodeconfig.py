@@ -283,3 +283,13 @@ async def test_relabelling_applies_nvidias_naming_rule_unless_told_otherwise(
         await kubelet.wait_for(lambda: kubelet.allocatable() == expected)
     finally:
         await f.stop()
+
+
+async def test_a_reload_to_a_config_only_the_plugin_refuses_keeps_the_running_one(following: Following) -> None:
+    assert following.sim is not None and following.follower is not None
+    assert following.source.directory is not None
+    (following.source.directory / "default").write_text("flags: {deviceDiscoveryStrategy: vfio}\n")
+    _relabel(following.cluster, "default")
+    await _until(lambda: following.follower is not None and bool(following.follower.failures))
+    assert "vfio is for feature discovery only" in str(following.follower.failures[0])
+    assert following.sim.kubelet.allocatable() == {GPU: 16}

@@ -174,6 +174,8 @@ class ConfigFollower:
                 path = self.source.path(label)
                 env = self.env if self.env is not None else os.environ
                 new = load_config(path, env, config_naming=self.source.config_naming)
+                for problem in new.plugin_problems():
+                    raise ConfigFileError(str(path or "config"), None, "", problem)
                 await self.plugin.reload(new)
             except (ConfigFileError, ResourceMappingError) as exc:
                 self.failures.append(exc)
