@@ -33,6 +33,7 @@ from gpuchain.cli import app
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.discovery.labels import gfd_labels, sanitize
 from gpuchain.discovery.output import render_feature_file
+from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import load_topology
@@ -179,6 +180,12 @@ def test_readme_node_labels() -> None:
     labels = gfd_labels(inventory, parse_config(""), timestamp=1594644571, machine="NVIDIA DGX-2H")
     expected = {k: str(v) for k, v in shown.items()} | {"nvidia.com/gpu.machine": "NVIDIA-DGX-2H"}
     assert {k: labels.get(k) for k in expected} == expected
+
+
+@pytest.mark.parametrize(("capability", "family"), yaml.safe_load((FIX / "gpu-family.yaml").read_text()).items())
+def test_gpu_family_per_compute_capability_as_nvidias_gfd(capability: str, family: str) -> None:
+    major, minor = (int(v) for v in capability.split("."))
+    assert catalog.architecture((major, minor)) == family
 
 
 def test_gpu_operator_e2e_sharing_labels() -> None:
