@@ -162,6 +162,7 @@ def test_gfd_process_loops_until_sigterm(tmp_path: Path) -> None:
         assert len(stamps) >= 2, "the loop should rewrite the file with a new timestamp"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+        assert not out.exists(), "a stopped loop takes its labels away with the file, as NVIDIA's GFD"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -180,8 +180,21 @@ def gfd(
             discovery.run(interval)
         except KeyboardInterrupt:
             discovery.stop.set()
+        if interval is not None and target not in ("", "-"):
+            _remove_feature_file(target)
     finally:
         gpus.close()
+
+
+def _remove_feature_file(path: str) -> None:
+    """On a clean stop of a looping run, take the labels away with the feature file, as NVIDIA's
+    GFD does (not with oneshot or an infinite interval, where the file is meant to stay)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logging.getLogger(__name__).warning("could not remove %s on stop: %s", path, exc)
 
 
 def register(app: typer.Typer) -> None:
