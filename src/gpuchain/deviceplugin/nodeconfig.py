@@ -159,7 +159,7 @@ class ConfigFollower:
         self.label = label
         self.watch = watch
         self.failures: list[ConfigFileError | ResourceMappingError] = []
-        """Reloads refused since start, for callers and tests."""
+        """Reloads refused since start, each added once it is logged and its Event recorded."""
         self._lock = asyncio.Lock()
 
     async def reload(self, trigger: str) -> bool:
@@ -178,9 +178,9 @@ class ConfigFollower:
                     raise ConfigFileError(str(path or "config"), None, "", problem)
                 await self.plugin.reload(new)
             except (ConfigFileError, ResourceMappingError) as exc:
-                self.failures.append(exc)
                 log.error("%s: config not reloaded, keeping the running one: %s", trigger, exc)
                 await self._warn(exc)
+                self.failures.append(exc)  # last: a recorded failure has been logged and reported
                 return False
         where = f" from {path}" if path else ""
         log.info("%s: config reloaded%s; %d resources registered", trigger, where, len(self.plugin.resources))
