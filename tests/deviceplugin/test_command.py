@@ -206,3 +206,28 @@ def test_list_reads_the_label_once_and_node_name_alone_needs_no_cluster(
         result = CliRunner().invoke(app, [*args, "--node-name", "gpu-0"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["devices"] == 16
+
+
+def test_config_file_is_nvidias_option_and_naming_is_dropped_like_nvidias(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sharing: {timeSlicing: {resources: [{name: gpu, rename: gpu.ts, devices: 2, replicas: 2}]}}\n")
+    result = CliRunner().invoke(app, ["device-plugin", "--list", "--config-file", str(cfg), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["resource"], row["devices"], row["units"]) == (GPU, 16, 8)
+    assert "Setting the 'rename' field in sharing.timeSlicing.resources is not yet supported" in caplog.text
+    result = CliRunner().invoke(
+        app, ["device-plugin", "--list", "--config-file", str(cfg), "--config-resource-naming", "-o", "json"]
+    )
+    rows = {r["resource"]: r["devices"] for r in json.loads(result.stdout)}
+    assert rows == {GPU: 6, "nvidia.com/gpu.ts": 4}
+
+
+def test_vfio_discovery_strategy_is_refused_by_the_plugin(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("flags: {deviceDiscoveryStrategy: vfio}\n")
+    result = CliRunner().invoke(app, ["device-plugin", "--list", "--config-file", str(cfg)])
+    assert result.exit_code == 2
+    assert "vfio is for feature discovery only" in result.output

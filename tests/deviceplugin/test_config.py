@@ -8,6 +8,8 @@ import pytest
 
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import (
+    GFD_ENV_FLAGS,
+    INFINITE_NS,
     AllocationPolicy,
     Config,
     DeviceIdStrategy,
@@ -17,6 +19,8 @@ from gpuchain.deviceplugin.config import (
     choose_config_file,
     load_config,
     parse_config,
+    unsupported_settings,
+    without_config_naming,
 )
 
 NVIDIA_EXAMPLE = """
@@ -168,3 +172,206 @@ def test_single_config_without_label_or_default(tmp_path: Path) -> None:
     (tmp_path / "other").write_text("")
     with pytest.raises(ConfigFileError, match="label the node"):
         choose_config_file(tmp_path, None)
+
+
+# --- NVIDIA k8s-device-plugin v0.20.0 behaviour (api/config/v1, cmd/nvidia-device-plugin/main.go) ---
+
+NAMING = """
+resources:
+  gpus: [{pattern: '*H100*', name: h100}]
+sharing:
+  timeSlicing:
+    resources:
+    - {name: nvidia.com/gpu, rename: gpu.ts, devices: [0, 1], replicas: 4}
+"""
+
+
+def test_start_drops_config_naming_with_nvidias_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NAMING)
+    c = load_config(path)
+    assert c.resources.gpus == ()
+    kind, settings = c.replication or ("", None)
+    assert kind == "time-slicing" and settings is not None
+    (entry,) = settings.resources
+    assert (entry.name, entry.rename, entry.devices, entry.replicas) == ("nvidia.com/gpu", None, "all", 4)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 3
+    assert warnings[0].startswith("Customizing the 'resources' field is not yet supported in the config. Ignoring...")
+    assert warnings[1].startswith(
+        "Setting the 'rename' field in sharing.timeSlicing.resources is not yet supported in the config. Ignoring..."
+    )
+    assert warnings[2].startswith(
+        "Customizing the 'devices' field in sharing.timeSlicing.resources is not yet supported in the config."
+    )
+
+
+def test_config_naming_keeps_the_file_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NAMING)
+    c = load_config(path, config_naming=True)
+    assert c.resources.gpus[0].name == "nvidia.com/h100"
+    _, settings = c.replication or ("", None)
+    assert settings is not None
+    assert (settings.resources[0].rename, settings.resources[0].devices) == ("nvidia.com/gpu.ts", ("0", "1"))
+
+
+def test_rename_by_default_survives_and_its_own_rename_is_not_warned() -> None:
+    text = "sharing: {mps: {renameByDefault: true, resources: [{name: gpu, rename: gpu.shared, replicas: 2}]}}"
+    c, warnings = without_config_naming(parse_config(text))
+    assert warnings == []
+    assert c == parse_config(text)
+    other = "sharing: {mps: {renameByDefault: true, resources: [{name: gpu, rename: gpu.mine, replicas: 2}]}}"
+    c, warnings = without_config_naming(parse_config(other))
+    assert [w.split(" in ")[1][:21] for w in warnings] == ["sharing.mps.resources"]
+    _, settings = c.replication or ("", None)
+    assert settings is not None and settings.resources[0].rename == "nvidia.com/gpu.shared"
+
+
+def test_nulls_mean_unset_as_in_the_json_nvidia_logs() -> None:
+    text = """{"version": "v1", "flags": {"migStrategy": null, "failOnInitError": null, "gdrcopyEnabled": null,
+      "plugin": {"passDeviceSpecs": null, "deviceListStrategy": null, "deviceIDStrategy": null},
+      "gfd": {"oneshot": null, "sleepInterval": null}},
+      "resources": {"gpus": null}, "sharing": {"timeSlicing": {}}, "imex": {"channelIDs": null}}"""
+    assert parse_config(text) == Config()
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        ("sharing: {timeSlicing: {resources: []}}", "sharing.timeSlicing.resources", "no resources to share"),
+        ("sharing: {timeSlicing: {renameByDefault: true}}", "sharing.timeSlicing", "no resources to share"),
+        ("sharing: {mps: {}}", "sharing.mps", "no resources to share"),
+        ("imex: {channelIDs: [2]}", "imex.channelIDs", "must be [] or [0]"),
+        ("imex: {channelIDs: [0, 1]}", "imex.channelIDs", "must be [] or [0]"),
+        ("flags: {plugin: {deviceListStrategy: [[envvar]]}}", "flags.plugin.deviceListStrategy", "each entry"),
+        ("flags: {plugin: {deviceListStrategy: [envvar, nfs]}}", "flags.plugin.deviceListStrategy.1", "'envvar'"),
+        ("flags: {deviceDiscoveryStrategy: pci}", "flags.deviceDiscoveryStrategy", "'auto'"),
+        ("flags: {gfd: {sleepInterval: 60}}", "", ""),
+        ("flags: {gfd: {sleepInterval: 60sec}}", "flags.gfd.sleepInterval", "not a duration"),
+        ("flags: {gfd: {sleepInterval: true}}", "flags.gfd.sleepInterval", "give a duration"),
+        ("sharing: {timeSlicing: {resources: [{name: GPU, replicas: 2}]}}", "", "lowercase"),
+        ("sharing: {timeSlicing: {resources: [{name: example.com/gpu, replicas: 2}]}}", "", "not a valid"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, rename: " + "x" * 60 + ", replicas: 2}]}}", "", "longer"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: '2'}]}}", "", "integer"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: some}]}}", "", "only word"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: 0}]}}", "", "greater than"),
+        ("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: [GPU-1]}]}}", "", "not a GPU index"),
+    ],
+)
+def test_upstream_strictness(text: str, field: str, reason: str) -> None:
+    if not reason:  # a bare number is nanoseconds, accepted
+        assert parse_config(text).flags.gfd.sleep_interval == 60
+        return
+    with pytest.raises(ConfigFileError) as err:
+        parse_config(text, "cfg.yaml")
+    assert "\n" not in str(err.value)
+    if field:
+        assert err.value.field == field
+    assert reason in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("value", "ns"),
+    [("60s", 60 * 10**9), ("1m30s", 90 * 10**9), (5, 5), ("5ns", 5), (0, 0), ("0s", 0), ("infinite", INFINITE_NS)],
+)
+def test_gfd_sleep_interval_is_a_go_duration(value: str | int, ns: int) -> None:
+    text = f"flags: {{gfd: {{sleepInterval: {value}}}}}"
+    assert parse_config(text).flags.gfd.sleep_interval == ns
+
+
+def test_mps_fail_requests_greater_than_one_default_and_explicit() -> None:
+    on = parse_config("sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}")
+    off = parse_config("sharing: {mps: {failRequestsGreaterThanOne: false, resources: [{name: gpu, replicas: 2}]}}")
+    ts = parse_config("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}")
+    assert [c.replication[1].fail_requests_greater_than_one for c in (on, off, ts) if c.replication] == [
+        True,
+        False,
+        False,
+    ]
+
+
+def test_every_upstream_flag_key_and_variable() -> None:
+    text = """
+flags:
+  migStrategy: none
+  failOnInitError: true
+  mpsRoot: /run/nvidia/mps
+  nvidiaDriverRoot: /
+  nvidiaDevRoot: /
+  gdrcopyEnabled: true
+  gdsEnabled: false
+  mofedEnabled: false
+  useNodeFeatureAPI: true
+  deviceDiscoveryStrategy: nvml
+  plugin:
+    passDeviceSpecs: false
+    deviceListStrategy: envvar
+    deviceIDStrategy: uuid
+    cdiAnnotationPrefix: cdi.k8s.io/
+    nvidiaCTKPath: /usr/bin/nvidia-ctk
+    containerDriverRoot: /driver-root
+    sharedDevicesAllocationPolicy: packed
+  gfd:
+    oneshot: false
+    noTimestamp: false
+    sleepInterval: 60s
+    outputFile: /etc/kubernetes/node-feature-discovery/features.d/gfd
+    machineTypeFile: /sys/class/dmi/id/product_name
+imex: {channelIDs: [0], required: true}
+"""
+    c = parse_config(text)
+    assert c.flags.gdrcopy_enabled and c.imex.required and c.imex.channel_ids == (0,)
+    env = {
+        "GDRCOPY_ENABLED": "false",
+        "NVIDIA_CDI_HOOK_PATH": "/hook",
+        "NVIDIA_CTK_PATH": "/ignored",
+        "CONTAINER_DRIVER_ROOT": "/drv",
+        "SHARED_DEVICES_ALLOCATION_POLICY": "distributed",
+        "IMEX_CHANNEL_IDS": "0",
+    }
+    e = apply_env(Config(), env)
+    assert not e.flags.gdrcopy_enabled
+    assert e.flags.plugin.nvidia_ctk_path == "/hook"
+    assert e.flags.plugin.container_driver_root == "/drv"
+    assert e.flags.plugin.shared_devices_allocation_policy is AllocationPolicy.DISTRIBUTED
+    assert e.imex.channel_ids == (0,)
+    with pytest.raises(ConfigFileError) as err:
+        apply_env(Config(), {"IMEX_CHANNEL_IDS": "3"})
+    assert err.value.field == "IMEX_CHANNEL_IDS"
+
+
+def test_gfd_variables_take_gfd_names_first() -> None:
+    c = apply_env(
+        Config(),
+        {"GFD_MIG_STRATEGY": "mixed", "MIG_STRATEGY": "single", "GFD_SLEEP_INTERVAL": "infinite"},
+        GFD_ENV_FLAGS,
+    )
+    assert c.flags.mig_strategy is MigStrategy.MIXED
+    assert c.flags.gfd.sleep_interval == INFINITE_NS
+
+
+def test_what_only_the_plugin_refuses() -> None:
+    c = parse_config("flags: {deviceDiscoveryStrategy: vfio}")
+    assert c.plugin_problems() and "feature discovery only" in c.plugin_problems()[0]
+    mixed_mps = parse_config("flags: {migStrategy: mixed}\nsharing: {mps: {resources: [{name: gpu, replicas: 2}]}}")
+    assert ["MPS sharing does not work with migStrategy mixed" in p for p in mixed_mps.plugin_problems()] == [True]
+    assert parse_config("").plugin_problems() == []
+
+
+def test_settings_gpuchain_does_not_implement_are_named() -> None:
+    text = """
+flags: {gdsEnabled: true, gdrcopyEnabled: true, mofedEnabled: false, useNodeFeatureAPI: true, deviceDiscoveryStrategy: tegra}
+imex: {channelIDs: [0]}
+sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}
+"""
+    notes = unsupported_settings(parse_config(text))
+    assert [n.split(":")[0].split("=")[0] for n in notes] == [
+        "flags.gdrcopyEnabled",
+        "flags.gdsEnabled",
+        "imex.channelIDs",
+        "flags.useNodeFeatureAPI",
+        "flags.deviceDiscoveryStrategy",
+        "sharing.mps",
+    ]
+    assert unsupported_settings(parse_config("")) == []

@@ -258,3 +258,38 @@ async def test_a_watch_that_ends_resumes_without_missing_a_change() -> None:
     _relabel(cluster, "default")
     assert await asyncio.wait_for(pending, 5) == "default"
     await changes.aclose()
+
+
+@pytest.mark.parametrize(("config_naming", "expected"), [(False, {GPU: 16}), (True, {GPU: 6, "nvidia.com/gpu.ts": 4})])
+async def test_relabelling_applies_nvidias_naming_rule_unless_told_otherwise(
+    tmp_path: Path, config_naming: bool, expected: dict[str, int]
+) -> None:
+    """A label switch reloads through the start-up path: the config's rename and devices are
+    dropped as NVIDIA's plugin drops them, unless the source keeps the config's naming."""
+    directory = _config_dir(tmp_path)
+    (directory / "named").write_text(
+        "sharing: {timeSlicing: {resources: [{name: gpu, rename: gpu.ts, devices: 2, replicas: 2}]}}\n"
+    )
+    cluster = MemoryCluster([_node("default")])
+    f = Following(
+        cluster, ConfigSource(directory=directory, config_naming=config_naming), NodeLabelWatch(cluster, NODE_NAME)
+    )
+    await f.start()
+    try:
+        assert f.sim is not None
+        kubelet = f.sim.kubelet
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8})
+        _relabel(cluster, "named")
+        await kubelet.wait_for(lambda: kubelet.allocatable() == expected)
+    finally:
+        await f.stop()
+
+
+async def test_a_reload_to_a_config_only_the_plugin_refuses_keeps_the_running_one(following: Following) -> None:
+    assert following.sim is not None and following.follower is not None
+    assert following.source.directory is not None
+    (following.source.directory / "default").write_text("flags: {deviceDiscoveryStrategy: vfio}\n")
+    _relabel(following.cluster, "default")
+    await _until(lambda: following.follower is not None and bool(following.follower.failures))
+    assert "vfio is for feature discovery only" in str(following.follower.failures[0])
+    assert following.sim.kubelet.allocatable() == {GPU: 16}

@@ -148,6 +148,7 @@ def test_mig_preset_strategy_single_is_invalid() -> None:
         N + "gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-INVALID",
         N + "gpu.count": "0",
         N + "gpu.replicas": "0",
+        N + "gpu.sharing-strategy": "",
         N + "gpu.memory": "0",
     }
     assert _labels("h100-80gb-x8-mig-mixed", "flags: {migStrategy: single}") == expected
@@ -165,6 +166,7 @@ def test_mig_preset_strategy_single_with_time_slicing_is_invalid() -> None:
         N + "gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-INVALID",
         N + "gpu.count": "0",
         N + "gpu.replicas": "0",
+        N + "gpu.sharing-strategy": "",
         N + "gpu.memory": "0",
     }
     assert _labels("h100-80gb-x8-mig-mixed", "flags: {migStrategy: single}\n" + TIME_SLICING) == expected

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.config import INFINITE_NS, parse_config
 from gpuchain.discovery.labels import Labels
-from gpuchain.discovery.service import Discovery, parse_interval, read_machine_type
+from gpuchain.discovery.service import Discovery, parse_interval, read_machine_type, sleep_seconds
 from gpuchain.gpu.errors import GpuLostError
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
@@ -162,7 +162,70 @@ def test_gfd_process_loops_until_sigterm(tmp_path: Path) -> None:
         assert len(stamps) >= 2, "the loop should rewrite the file with a new timestamp"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+        assert not out.exists(), "a stopped loop takes its labels away with the file, as NVIDIA's GFD"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("ns", "oneshot", "seconds"),
+    [(60 * 10**9, False, 60.0), (5, False, 5e-9), (0, True, None), (INFINITE_NS, False, None), (-1, True, None)],
+)
+def test_sleep_seconds_as_nvidias_gfd(ns: int, oneshot: bool, seconds: float | None) -> None:
+    assert sleep_seconds(ns, oneshot) == seconds
+
+
+@pytest.mark.parametrize("ns", [0, -5 * 10**9])
+def test_sleep_seconds_refuses_a_busy_loop(ns: int) -> None:
+    with pytest.raises(ValueError, match="without pause"):
+        sleep_seconds(ns, False)
+
+
+def test_infinite_interval_labels_once_then_waits_for_stop() -> None:
+    seen: list[Labels] = []
+    stop = threading.Event()
+    discovery = Discovery(SimBackend.from_preset("l4-x2"), parse_config(""), [seen.append], stop=stop)
+    worker = threading.Thread(target=discovery.run, args=(None,))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert worker.is_alive() and len(seen) == 1
+    stop.set()
+    worker.join(5)
+    assert not worker.is_alive() and len(seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "env", "code", "text"),
+    [
+        (["--sleep-interval", "0"], {}, 2, "would relabel without pause"),
+        (["--sleep-interval", "60"], {}, 2, "is not a duration"),
+        (["--sleep-interval", "0", "--oneshot"], {}, 0, ""),
+        (["--oneshot"], {"GFD_SLEEP_INTERVAL": "0s"}, 0, ""),
+        ([], {"GFD_SLEEP_INTERVAL": "0s"}, 2, "GFD_SLEEP_INTERVAL"),
+        ([], {"GFD_SLEEP_INTERVAL": "0s", "GFD_ONESHOT": "true"}, 0, ""),
+    ],
+)
+def test_cli_sleep_interval_and_oneshot(
+    extra: list[str], env: dict[str, str], code: int, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = runner.invoke(app, ["gfd", "--preset", "l4-x2", "--output-file", "", *extra])
+    assert result.exit_code == code, result.output
+    assert text in result.output
+
+
+def test_cli_drops_config_naming_like_nvidias_gfd(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("sharing: {timeSlicing: {resources: [{name: gpu, rename: gpu.ts, replicas: 4}]}}\n")
+    args = ["gfd", "--preset", "l4-x2", "--oneshot", "--output-file", "", "-o", "json", "--config-file", str(cfg)]
+    nvidia = json.loads(runner.invoke(app, args).stdout)
+    assert nvidia["nvidia.com/gpu.product"] == "NVIDIA-L4-SHARED"
+    assert nvidia["nvidia.com/gpu.replicas"] == "4"
+    named = json.loads(runner.invoke(app, [*args, "--config-resource-naming"]).stdout)
+    assert named["nvidia.com/gpu.product"] == "NVIDIA-L4"

@@ -122,7 +122,12 @@ def device_plugin(
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config: str | None = typer.Option(
-        None, "--config", "-c", envvar="CONFIG_FILE", help="NVIDIA device plugin config v1 file (YAML)."
+        None,
+        "--config-file",
+        "--config",
+        "-c",
+        envvar="CONFIG_FILE",
+        help="NVIDIA device plugin config v1 file (YAML or JSON), NVIDIA's --config-file.",
     ),
     config_dir: str | None = typer.Option(
         None,
@@ -149,6 +154,13 @@ def device_plugin(
     socket_dir: Path = typer.Option(
         DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
     ),
+    config_naming: bool = typer.Option(
+        False,
+        "--config-resource-naming",
+        envvar="GPUCHAIN_CONFIG_RESOURCE_NAMING",
+        help="Apply the config's resources, sharing rename and devices. NVIDIA's plugin ignores them "
+        "(with a warning), and so does gpuchain without this option; give it to feature discovery too.",
+    ),
     list_only: bool = typer.Option(
         False, "--list", help="Print the resources this config announces on this node and exit (serves nothing)."
     ),
@@ -166,9 +178,9 @@ def device_plugin(
     level = logging.WARNING if list_only else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config and config_dir:
-        fail("give --config or --config-dir, not both")
+        fail("give --config-file or --config-dir, not both")
     source = ConfigSource(
-        Path(config) if config else None, Path(config_dir) if config_dir else None, config_key or None
+        Path(config) if config else None, Path(config_dir) if config_dir else None, config_key or None, config_naming
     )
     choice = resolve_backend(backend)
     if not list_only and socket_dir == DEFAULT_SOCKET_DIR:
@@ -186,6 +198,8 @@ def device_plugin(
         cfg.health.policy(os.environ)
     except ValueError as exc:
         fail(str(exc))
+    for problem in cfg.plugin_problems():
+        fail(f"{source.path(label) or 'config'}: {problem}")
     try:
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:

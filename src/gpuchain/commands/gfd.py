@@ -28,19 +28,36 @@ from gpuchain.commands._cluster import (
 )
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import Config, GfdFlags, MigStrategy, load_config
+from gpuchain.deviceplugin.config import (
+    GFD_ENV_FLAGS,
+    Config,
+    GfdFlags,
+    MigStrategy,
+    format_go_duration,
+    load_config,
+    parse_go_duration,
+)
 from gpuchain.discovery.labels import LabelError, Labels
 from gpuchain.discovery.output import patch_node_labels, render_feature_file, write_feature_file
-from gpuchain.discovery.service import Discovery, Sink, parse_interval, read_machine_type
+from gpuchain.discovery.service import Discovery, Sink, read_machine_type, sleep_seconds
 from gpuchain.kube.errors import KubeError
 
 
-def _config(path: str | None, mig_strategy: MigStrategy | None) -> Config:
-    """The plugin's config file, then its environment variables, then this command's flags."""
-    config = load_config(path, os.environ)
+def _config(path: str | None, mig_strategy: MigStrategy | None, config_naming: bool) -> Config:
+    """The plugin's config file, then GFD's environment variables, then this command's flags."""
+    config = load_config(path, os.environ, config_naming=config_naming, variables=GFD_ENV_FLAGS)
     if mig_strategy is None:
         return config
     return config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": mig_strategy})})
+
+
+def _interval_source(option: str | None, config_file: str | None) -> str:
+    """Where the sleep interval came from, for an error message: option, variable or file."""
+    if option:
+        return "--sleep-interval"
+    if "GFD_SLEEP_INTERVAL" in os.environ:
+        return "GFD_SLEEP_INTERVAL"
+    return f"{config_file or 'default config'}: flags.gfd.sleepInterval"
 
 
 NFD_FEATURE_FILE = str(GfdFlags.model_fields["output_file"].default)
@@ -71,14 +88,27 @@ def gfd(
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config_file: str | None = typer.Option(
-        None, "--config-file", envvar="CONFIG_FILE", help="Device plugin config file (NVIDIA config v1)."
+        None,
+        "--config-file",
+        envvar=["GFD_CONFIG_FILE", "CONFIG_FILE"],
+        help="Device plugin config file (NVIDIA config v1, YAML or JSON).",
+    ),
+    config_naming: bool = typer.Option(
+        False,
+        "--config-resource-naming",
+        envvar="GPUCHAIN_CONFIG_RESOURCE_NAMING",
+        help="Apply the config's resources, sharing rename and devices, as the device plugin does with "
+        "the same option (NVIDIA's GFD ignores them, with a warning).",
     ),
     mig_strategy: MigStrategy | None = typer.Option(
         None, "--mig-strategy", help="Override flags.migStrategy: none, single or mixed."
     ),
     oneshot: bool = typer.Option(False, "--oneshot", help="Label once, print the labels and exit."),
     sleep_interval: str | None = typer.Option(
-        None, "--sleep-interval", help="Time between passes, e.g. 60s (default: flags.gfd.sleepInterval)."
+        None,
+        "--sleep-interval",
+        help="Time between passes as a Go duration (60s, 1m30s) or 'infinite' to label once and stay up "
+        "(default: flags.gfd.sleepInterval, GFD_SLEEP_INTERVAL).",
     ),
     output_file: str | None = typer.Option(
         None,
@@ -100,11 +130,15 @@ def gfd(
     --oneshot --output-file ''.
     """
     try:
-        config = _config(config_file, mig_strategy)
-        interval = parse_interval(sleep_interval or config.flags.gfd.sleep_interval)
-    except (ConfigFileError, ValueError) as exc:
+        config = _config(config_file, mig_strategy, config_naming)
+        gfd_flags = config.flags.gfd
+        interval_ns = parse_go_duration(sleep_interval) if sleep_interval else gfd_flags.sleep_interval
+        oneshot = oneshot or gfd_flags.oneshot
+        interval = sleep_seconds(interval_ns, oneshot)
+    except ConfigFileError as exc:
         fail(str(exc))
-    gfd_flags = config.flags.gfd
+    except ValueError as exc:
+        fail(f"{_interval_source(sleep_interval, config_file)}: {exc}")
     target = gfd_flags.output_file if output_file is None else output_file
     choice = resolve_backend(backend)
     if node:
@@ -124,7 +158,7 @@ def gfd(
     gpus = backend_or_fail(choice.kind, preset, topology)
     discovery = Discovery(gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp))
     try:
-        if oneshot or gfd_flags.oneshot:
+        if oneshot:
             try:
                 labels = discovery.run_once()
             except (*BACKEND_ERRORS, LabelError, KubeError) as exc:
@@ -136,13 +170,31 @@ def gfd(
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        err_console.print(mark(f"labelling every {interval:g}s; Ctrl-C to stop", choice))
+        every = (
+            "once, then waiting (sleepInterval infinite)"
+            if interval is None
+            else f"every {format_go_duration(interval_ns)}"
+        )
+        err_console.print(mark(f"labelling {every}; Ctrl-C to stop", choice))
         try:
             discovery.run(interval)
         except KeyboardInterrupt:
             discovery.stop.set()
+        if interval is not None and target not in ("", "-"):
+            _remove_feature_file(target)
     finally:
         gpus.close()
+
+
+def _remove_feature_file(path: str) -> None:
+    """On a clean stop of a looping run, take the labels away with the feature file, as NVIDIA's
+    GFD does (not with oneshot or an infinite interval, where the file is meant to stay)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logging.getLogger(__name__).warning("could not remove %s on stop: %s", path, exc)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,15 @@
 """The device plugin's config file, compatible with NVIDIA's device plugin config v1.
 
 Existing ConfigMaps written for NVIDIA's plugin load unchanged: same keys (``version``, ``flags``,
-``resources``, ``sharing``), same defaults, same environment variables overriding the file
-(precedence: environment, then file, then default). Unknown keys are rejected so a typo fails
-start with the field path instead of being silently ignored.
+``resources``, ``sharing``, ``imex``), same defaults, same environment variables overriding the
+file (precedence: environment, then file, then default). ``null`` means "not set", as in the JSON
+NVIDIA's plugin logs at start ("Running with config"), so that JSON loads back. Unknown keys are
+rejected so a typo fails start with the field path instead of being silently ignored.
+
+At start NVIDIA's plugin and GFD turn resource naming in the config off: ``resources``, a custom
+``sharing.*.resources[].rename`` and ``devices`` other than ``all`` are ignored with a warning
+(``without_config_naming``). ``load_config`` does the same unless asked to honour the naming, so a
+ConfigMap that gives ``nvidia.com/gpu`` on NVIDIA gives ``nvidia.com/gpu`` here too.
 
 gpuchain adds one optional top-level section, ``health`` (XIDs to ignore, the recovery quiet
 period); NVIDIA's plugin has no such section because it never recovers devices.
@@ -15,19 +21,27 @@ resource names and replica counts as the plugin (see ``gpuchain.deviceplugin.res
 from __future__ import annotations
 
 import enum
+import logging
+import re
+import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.xid import HealthPolicy, policy_from_env
 
+log = logging.getLogger(__name__)
+
 RESOURCE_PREFIX = "nvidia.com/"
+MAX_RESOURCE_NAME = 63
+"""NVIDIA's limit on a fully-qualified resource name (``nvidia.com/`` included)."""
+SHARED_SUFFIX = ".shared"
 
 
 class MigStrategy(enum.StrEnum):
@@ -61,8 +75,28 @@ class AllocationPolicy(enum.StrEnum):
     PACKED = "packed"
 
 
+class DeviceDiscoveryStrategy(enum.StrEnum):
+    """How NVIDIA's components find devices; gpuchain reads them through its GPU backend either way.
+
+    ``vfio`` is for feature discovery only (NVIDIA's plugin refuses it)."""
+
+    AUTO = "auto"
+    NVML = "nvml"
+    TEGRA = "tegra"
+    VFIO = "vfio"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """A key given as ``null`` is a key not given: NVIDIA's Go structs hold pointers, and the
+        JSON its components log writes every unset one as ``null``."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
 
 class PluginFlags(_Model):
@@ -84,23 +118,100 @@ class PluginFlags(_Model):
     @classmethod
     def _string_or_list(cls, v: Any) -> Any:
         """NVIDIA accepts one strategy as a plain string or several as a list."""
+        choices = ", ".join(s.value for s in DeviceListStrategy)
         if isinstance(v, str):
             v = [s.strip() for s in v.split(",") if s.strip()]
-        if isinstance(v, list | tuple):
-            if not v:
-                raise ValueError("give at least one of envvar, volume-mounts, cdi-annotations, cdi-cri")
-            return tuple(dict.fromkeys(v))
-        return v
+        if not isinstance(v, list | tuple):
+            raise ValueError(f"give one strategy or a list of them ({choices})")
+        if not v:
+            raise ValueError(f"give at least one of {choices}")
+        for item in v:
+            if not isinstance(item, str):
+                raise ValueError(f"each entry must be one of {choices}, not {item!r}")
+        return tuple(dict.fromkeys(v))
+
+
+INFINITE_NS = 2**63 - 1
+"""``sleepInterval: infinite``: label once, then sleep until stopped (Go's largest Duration)."""
+
+_GO_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,
+    "\u03bcs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
+_GO_DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> int:
+    """Nanoseconds in a Go duration string (``60s``, ``1m30s``, ``1.5h``, ``0``), or INFINITE_NS
+    for ``infinite``, as NVIDIA's components parse ``sleepInterval``. Raises ValueError."""
+    value = text.strip()
+    if value == "infinite":
+        return INFINITE_NS
+    body = value.lstrip("+-")
+    sign = -1 if value.startswith("-") else 1
+    if body == "0":
+        return 0
+    total = 0.0
+    pos = 0
+    while pos < len(body):
+        m = _GO_DURATION.match(body, pos)
+        if m is None or m.group(1) in ("", "."):
+            raise ValueError(f"{text!r} is not a duration; use e.g. 60s, 1m30s, 500ms or infinite")
+        total += float(m.group(1)) * _GO_UNITS_NS[m.group(2)]
+        pos = m.end()
+    if not body:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 60s, 1m30s, 500ms or infinite")
+    return sign * int(total)
+
+
+def format_go_duration(ns: int) -> str:
+    """The Go spelling of a duration, for messages: ``infinite``, ``1m0s``, ``1.5s``, ``500ms``, ``5ns``."""
+    if ns == INFINITE_NS:
+        return "infinite"
+    if ns < 0:
+        return "-" + format_go_duration(-ns)
+    if ns == 0:
+        return "0s"
+    if ns < 10**9:
+        for unit, size in (("ms", 10**6), ("\u00b5s", 10**3)):
+            if ns >= size:
+                return f"{ns / size:.6f}".rstrip("0").rstrip(".") + unit
+        return f"{ns}ns"
+    h, rest = divmod(ns, 3600 * 10**9)
+    m, rest = divmod(rest, 60 * 10**9)
+    sec = f"{rest / 10**9:.9f}".rstrip("0").rstrip(".")
+    return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
 
 
 class GfdFlags(_Model):
-    """``flags.gfd``: read by feature discovery; accepted here so one file serves both."""
+    """``flags.gfd``: read by feature discovery; accepted here so one file serves both.
+
+    ``sleepInterval`` is held in nanoseconds, as NVIDIA's Duration: a string is a Go duration or
+    ``infinite``, a bare number counts nanoseconds (``5`` is 5 ns, not 5 s).
+    """
 
     oneshot: bool = False
     no_timestamp: bool = Field(False, alias="noTimestamp")
-    sleep_interval: str | int = Field("60s", alias="sleepInterval")
+    sleep_interval: int = Field(60 * 10**9, alias="sleepInterval")
     output_file: str = Field("/etc/kubernetes/node-feature-discovery/features.d/gfd", alias="outputFile")
     machine_type_file: str = Field("/sys/class/dmi/id/product_name", alias="machineTypeFile")
+
+    @field_validator("sleep_interval", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("give a duration such as 60s, 1m30s or infinite")
+        if isinstance(v, int | float):
+            return int(v)
+        if isinstance(v, str):
+            return parse_go_duration(v)
+        raise ValueError("give a duration such as 60s, 1m30s or infinite")
 
 
 class Flags(_Model):
@@ -111,17 +222,21 @@ class Flags(_Model):
     nvidia_driver_root: str = Field("/", alias="nvidiaDriverRoot")
     nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
     mps_root: str | None = Field(None, alias="mpsRoot")
+    gdrcopy_enabled: bool = Field(False, alias="gdrcopyEnabled")
     gds_enabled: bool = Field(False, alias="gdsEnabled")
     mofed_enabled: bool = Field(False, alias="mofedEnabled")
     use_node_feature_api: bool = Field(False, alias="useNodeFeatureAPI")
-    device_discovery_strategy: str = Field("auto", alias="deviceDiscoveryStrategy")
+    device_discovery_strategy: DeviceDiscoveryStrategy = Field(
+        DeviceDiscoveryStrategy.AUTO, alias="deviceDiscoveryStrategy"
+    )
     plugin: PluginFlags = PluginFlags()
     gfd: GfdFlags = GfdFlags()
 
 
 class ResourcePattern(_Model):
     """``resources.gpus[]`` / ``resources.mig[]``: devices whose product (or MIG profile) matches
-    the glob ``pattern`` are announced as ``name`` instead of the default name."""
+    ``pattern`` (``*`` matches any run of characters, nothing else is special) are announced as
+    ``name`` instead of the default name."""
 
     pattern: str
     name: str
@@ -137,7 +252,42 @@ class Resources(_Model):
     mig: tuple[ResourcePattern, ...] = ()
 
 
-DeviceSelector = Literal["all"] | Annotated[int, Field(ge=1)] | tuple[int | str, ...]
+DeviceSelector = Literal["all"] | Annotated[StrictInt, Field(ge=1)] | tuple[str, ...]
+"""``devices``: ``all``, a count of devices, or GPU indexes, MIG indexes (``0:1``) and UUIDs."""
+
+_UINT = re.compile(r"[0-9]+")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return len(text) == 36
+
+
+def _device_ref(item: Any) -> str:
+    """One entry of a ``devices`` list as NVIDIA reads it: a GPU index (number or string), a MIG
+    index ``<gpu>:<mig>``, or a GPU or MIG UUID (``MIG-GPU-<uuid>/<gi>/<ci>`` too)."""
+    if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+        return str(item)
+    if isinstance(item, str):
+        parts = item.split(":")
+        if all(_UINT.fullmatch(p) for p in parts) and len(parts) <= 2:
+            return item
+        if item.startswith("GPU-") and _is_uuid(item[4:]):
+            return item
+        if item.startswith("MIG-"):
+            rest = item[4:]
+            gpu, _, tail = rest.partition("/")
+            ids = tail.split("/")
+            if _is_uuid(rest) or (
+                gpu.startswith("GPU-") and _is_uuid(gpu[4:]) and len(ids) == 2 and all(_UINT.fullmatch(i) for i in ids)
+            ):
+                return item
+    raise ValueError(
+        f"device {item!r} is not a GPU index, a MIG index (0:1) or a GPU/MIG UUID (GPU-<uuid>, MIG-<uuid>)"
+    )
 
 
 class ReplicatedResource(_Model):
@@ -146,7 +296,7 @@ class ReplicatedResource(_Model):
     name: str
     rename: str | None = None
     devices: DeviceSelector = "all"
-    replicas: int = Field(ge=2)
+    replicas: StrictInt = Field(ge=2)
 
     @field_validator("name", "rename")
     @classmethod
@@ -155,24 +305,39 @@ class ReplicatedResource(_Model):
 
     @field_validator("devices", mode="before")
     @classmethod
-    def _list_to_tuple(cls, v: Any) -> Any:
-        if isinstance(v, list):
+    def _device_list(cls, v: Any) -> Any:
+        """``all``, a count above 0, or a non-empty list of device references (NVIDIA's three forms)."""
+        if v == "all":
+            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v <= 0:
+                raise ValueError(f"a count of devices must be greater than 0 (got {v})")
+            return v
+        if isinstance(v, list | tuple):
             if not v:
                 raise ValueError("an empty device list selects nothing; use 'all', a count or indexes/UUIDs")
-            return tuple(v)
-        return v
+            return tuple(_device_ref(item) for item in v)
+        if isinstance(v, str):
+            raise ValueError(f"the only word devices takes is 'all' (got {v!r}); or give a count or a list")
+        raise ValueError(f"devices is 'all', a count or a list of indexes/UUIDs (got {v!r})")
 
 
 class ReplicatedResources(_Model):
-    """``sharing.timeSlicing`` / ``sharing.mps``."""
+    """``sharing.timeSlicing`` / ``sharing.mps``.
+
+    ``failRequestsGreaterThanOne`` left unset is off for time-slicing and on for MPS (NVIDIA's
+    defaults); an explicit value is honoured for both (see ``Config.replication``).
+    """
 
     rename_by_default: bool = Field(False, alias="renameByDefault")
-    fail_requests_greater_than_one: bool = Field(False, alias="failRequestsGreaterThanOne")
+    fail_requests_greater_than_one: bool | None = Field(None, alias="failRequestsGreaterThanOne")
     resources: tuple[ReplicatedResource, ...] = ()
 
     @field_validator("resources")
     @classmethod
     def _unique_names(cls, v: tuple[ReplicatedResource, ...]) -> tuple[ReplicatedResource, ...]:
+        if not v:
+            raise ValueError("no resources to share; list at least one (name, replicas) or leave the section out")
         seen: set[str] = set()
         for r in v:
             if r.name in seen:
@@ -180,16 +345,60 @@ class ReplicatedResources(_Model):
             seen.add(r.name)
         return v
 
+    @model_validator(mode="after")
+    def _has_resources(self) -> ReplicatedResources:
+        if not self.resources:
+            raise ValueError("no resources to share; add resources: [{name: nvidia.com/gpu, replicas: N}]")
+        return self
+
+    def settled(self, kind: str) -> ReplicatedResources:
+        """These settings with ``failRequestsGreaterThanOne`` resolved: unset is True for MPS."""
+        if self.fail_requests_greater_than_one is not None:
+            return self
+        return self.model_copy(update={"fail_requests_greater_than_one": kind == "mps"})
+
 
 class Sharing(_Model):
-    time_slicing: ReplicatedResources = Field(ReplicatedResources(), alias="timeSlicing")
+    """``sharing``: at most one of time-slicing and MPS.
+
+    ``timeSlicing: {}`` (no keys at all) is "no time-slicing", because that is how NVIDIA's
+    components write an unset section in the JSON they log.
+    """
+
+    time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
     mps: ReplicatedResources | None = None
+
+    @field_validator("time_slicing", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        if isinstance(v, dict) and not {k: x for k, x in v.items() if x is not None}:
+            return None
+        return v
 
     @model_validator(mode="after")
     def _one_kind(self) -> Sharing:
-        if self.time_slicing.resources and self.mps is not None and self.mps.resources:
+        if self.time_slicing is not None and self.mps is not None:
             raise ValueError("timeSlicing and mps cannot both replicate resources; pick one")
         return self
+
+
+class Imex(_Model):
+    """``imex``: IMEX channels to inject. NVIDIA allows only channel 0 (``[]`` or ``[0]``)."""
+
+    channel_ids: tuple[StrictInt, ...] = Field((), alias="channelIDs")
+    required: bool = False
+
+    @field_validator("channel_ids", mode="before")
+    @classmethod
+    def _ids(cls, v: Any) -> Any:
+        if isinstance(v, str):  # IMEX_CHANNEL_IDS=0,1
+            try:
+                v = [int(x) for x in v.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"channel IDs are integers, e.g. 0 (got {v!r})") from None
+        if isinstance(v, list | tuple) and len(v) > 0 and list(v) != [0]:
+            raise ValueError(f"channelIDs must be [] or [0] (got {list(v)})")
+        return v
 
 
 class Health(_Model):
@@ -213,7 +422,7 @@ class Config(_Model):
     flags: Flags = Flags()
     resources: Resources = Resources()
     sharing: Sharing = Sharing()
-    imex: dict[str, Any] | None = None
+    imex: Imex = Imex()
     health: Health = Health()
 
     @field_validator("version", mode="before")
@@ -225,58 +434,188 @@ class Config(_Model):
 
     @property
     def replication(self) -> tuple[str, ReplicatedResources] | None:
-        """The sharing kind in use (``time-slicing`` or ``mps``) and its settings, or None."""
-        if self.mps is not None:
-            return "mps", self.mps
-        if self.sharing.time_slicing.resources:
-            return "time-slicing", self.sharing.time_slicing
+        """The sharing kind in use (``time-slicing`` or ``mps``) and its settings, with
+        ``failRequestsGreaterThanOne`` resolved; None without sharing."""
+        if self.sharing.mps is not None:
+            return "mps", self.sharing.mps.settled("mps")
+        if self.sharing.time_slicing is not None:
+            return "time-slicing", self.sharing.time_slicing.settled("time-slicing")
         return None
 
     @property
     def mps(self) -> ReplicatedResources | None:
-        """MPS settings with failRequestsGreaterThanOne forced on, as NVIDIA's plugin does."""
-        mps = self.sharing.mps
-        if mps is None or not mps.resources:
-            return None
-        return mps.model_copy(update={"fail_requests_greater_than_one": True})
+        """The MPS settings in use (``failRequestsGreaterThanOne`` resolved), or None."""
+        replication = self.replication
+        return replication[1] if replication is not None and replication[0] == "mps" else None
+
+    def plugin_problems(self) -> list[str]:
+        """What NVIDIA's device plugin refuses at start in a config feature discovery accepts."""
+        problems = []
+        if self.flags.device_discovery_strategy is DeviceDiscoveryStrategy.VFIO:
+            problems.append(
+                "flags.deviceDiscoveryStrategy: vfio is for feature discovery only; use auto, nvml or tegra"
+            )
+        if self.sharing.mps is not None and self.flags.mig_strategy is MigStrategy.MIXED:
+            problems.append(
+                "sharing.mps: MPS sharing does not work with migStrategy mixed; use none or single, or time-slicing"
+            )
+        return problems
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 
 
 def _check_resource_name(v: str) -> str:
-    """Accept ``gpu`` or ``nvidia.com/gpu``; always return the full name."""
-    full = v if "/" in v else RESOURCE_PREFIX + v
-    prefix, _, short = full.partition("/")
-    if not prefix or not short or "/" in short or not short.replace(".", "").replace("-", "").isalnum():
-        raise ValueError(f"{v!r} is not a valid resource name; use letters, digits, '-' and '.' (e.g. gpu.shared)")
+    """Accept ``gpu`` or ``nvidia.com/gpu`` as NVIDIA does; always return the full name.
+
+    The part after ``nvidia.com/`` must be a DNS subdomain (lowercase letters, digits, '-', '.')
+    and the whole name at most 63 characters.
+    """
+    full = v if v.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + v
+    short = full[len(RESOURCE_PREFIX) :]
+    if len(full) > MAX_RESOURCE_NAME:
+        raise ValueError(f"{full!r} is longer than {MAX_RESOURCE_NAME} characters; shorten it")
+    if not _DNS_SUBDOMAIN.fullmatch(short) or len(short) > 253:
+        raise ValueError(
+            f"{v!r} is not a valid resource name; after nvidia.com/ use lowercase letters, digits, '-' and '.'"
+            " (e.g. gpu.shared)"
+        )
     return full
 
 
-ENV_FLAGS: Mapping[str, tuple[str, ...]] = {
-    "MIG_STRATEGY": ("flags", "migStrategy"),
-    "FAIL_ON_INIT_ERROR": ("flags", "failOnInitError"),
-    "NVIDIA_DRIVER_ROOT": ("flags", "nvidiaDriverRoot"),
-    "NVIDIA_DEV_ROOT": ("flags", "nvidiaDevRoot"),
-    "MPS_ROOT": ("flags", "mpsRoot"),
-    "GDS_ENABLED": ("flags", "gdsEnabled"),
-    "MOFED_ENABLED": ("flags", "mofedEnabled"),
-    "PASS_DEVICE_SPECS": ("flags", "plugin", "passDeviceSpecs"),
-    "DEVICE_LIST_STRATEGY": ("flags", "plugin", "deviceListStrategy"),
-    "DEVICE_ID_STRATEGY": ("flags", "plugin", "deviceIDStrategy"),
-    "CDI_ANNOTATION_PREFIX": ("flags", "plugin", "cdiAnnotationPrefix"),
-    "NVIDIA_CTK_PATH": ("flags", "plugin", "nvidiaCTKPath"),
-    "CONTAINER_DRIVER_ROOT": ("flags", "plugin", "containerDriverRoot"),
+NAMING_WARNINGS = {
+    "resources": "Customizing the 'resources' field is not yet supported in the config. Ignoring...",
+    "rename": "Setting the 'rename' field in sharing.{kind}.resources is not yet supported in the config. Ignoring...",
+    "devices": "Customizing the 'devices' field in sharing.{kind}.resources is not yet supported in the config. "
+    "Ignoring...",
 }
-"""Environment variables NVIDIA's plugin reads, and the config key each one overrides."""
+"""The warnings NVIDIA's plugin and GFD log when they drop resource naming from a config at start
+(log lines users and alerts know; kept word for word)."""
 
 
-def apply_env(config: Config, env: Mapping[str, str]) -> Config:
-    """``config`` with the ENV_FLAGS variables present in ``env`` applied over it (env wins).
+def without_config_naming(config: Config) -> tuple[Config, list[str]]:
+    """``config`` as NVIDIA's plugin and GFD use it, and the warnings they log about it.
+
+    At start they ignore ``resources.gpus``/``resources.mig``, any ``rename`` in the sharing
+    sections other than ``<name>.shared`` under ``renameByDefault``, and any ``devices`` other
+    than ``all``. Pure: the caller logs the warnings.
+    """
+    warnings: list[str] = []
+    update: dict[str, Any] = {}
+    if config.resources.gpus or config.resources.mig:
+        warnings.append(NAMING_WARNINGS["resources"])
+        update["resources"] = Resources()
+    sharing: dict[str, ReplicatedResources] = {}
+    for kind, attr in (("timeSlicing", "time_slicing"), ("mps", "mps")):
+        section: ReplicatedResources | None = getattr(config.sharing, attr)
+        if section is None:
+            continue
+        renamed = devices = False
+        entries = []
+        for r in section.resources:
+            default = r.name + SHARED_SUFFIX if section.rename_by_default else None
+            if r.rename is not None and r.rename != default:
+                renamed = True
+            if r.devices != "all":
+                devices = True
+            entries.append(r.model_copy(update={"rename": default, "devices": "all"}))
+        if renamed:
+            warnings.append(NAMING_WARNINGS["rename"].format(kind=kind))
+        if devices:
+            warnings.append(NAMING_WARNINGS["devices"].format(kind=kind))
+        if renamed or devices:
+            sharing[attr] = section.model_copy(update={"resources": tuple(entries)})
+    if sharing:
+        update["sharing"] = config.sharing.model_copy(update=sharing)
+    return (config.model_copy(update=update) if update else config), warnings
+
+
+def unsupported_settings(config: Config) -> list[str]:
+    """Settings NVIDIA's components act on that gpuchain accepts but does not implement, one line
+    each, so a ConfigMap carried over says at start what it will not get."""
+    flags = config.flags
+    notes = [
+        f"flags.{key}=true: gpuchain does not add {what} to containers; ignored"
+        for key, on, what in (
+            ("gdrcopyEnabled", flags.gdrcopy_enabled, "GDRCopy (NVIDIA_GDRCOPY)"),
+            ("gdsEnabled", flags.gds_enabled, "GPUDirect Storage (NVIDIA_GDS)"),
+            ("mofedEnabled", flags.mofed_enabled, "MOFED (NVIDIA_MOFED)"),
+        )
+        if on
+    ]
+    if config.imex.channel_ids:
+        notes.append("imex.channelIDs: gpuchain does not inject IMEX channels; ignored")
+    if flags.use_node_feature_api:
+        notes.append(
+            "flags.useNodeFeatureAPI=true: gpuchain feature discovery writes the feature file or patches "
+            "the Node (--node), never a NodeFeature object"
+        )
+    if flags.device_discovery_strategy in (DeviceDiscoveryStrategy.TEGRA, DeviceDiscoveryStrategy.VFIO):
+        notes.append(
+            f"flags.deviceDiscoveryStrategy={flags.device_discovery_strategy.value}: "
+            "gpuchain finds GPUs through its GPU backend; ignored"
+        )
+    if config.sharing.mps is not None:
+        notes.append(
+            "sharing.mps: gpuchain announces the MPS replicas but runs no MPS control daemon; "
+            "containers share the GPU as with time-slicing"
+        )
+    return notes
+
+
+ENV_FLAGS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("flags", "migStrategy"), ("MIG_STRATEGY",)),
+    (("flags", "failOnInitError"), ("FAIL_ON_INIT_ERROR",)),
+    (("flags", "nvidiaDriverRoot"), ("NVIDIA_DRIVER_ROOT",)),
+    (("flags", "nvidiaDevRoot"), ("NVIDIA_DEV_ROOT",)),
+    (("flags", "mpsRoot"), ("MPS_ROOT",)),
+    (("flags", "gdrcopyEnabled"), ("GDRCOPY_ENABLED",)),
+    (("flags", "gdsEnabled"), ("GDS_ENABLED",)),
+    (("flags", "mofedEnabled"), ("MOFED_ENABLED",)),
+    (("flags", "deviceDiscoveryStrategy"), ("DEVICE_DISCOVERY_STRATEGY",)),
+    (("flags", "plugin", "passDeviceSpecs"), ("PASS_DEVICE_SPECS",)),
+    (("flags", "plugin", "deviceListStrategy"), ("DEVICE_LIST_STRATEGY",)),
+    (("flags", "plugin", "deviceIDStrategy"), ("DEVICE_ID_STRATEGY",)),
+    (("flags", "plugin", "cdiAnnotationPrefix"), ("CDI_ANNOTATION_PREFIX",)),
+    (("flags", "plugin", "nvidiaCTKPath"), ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH")),
+    (("flags", "plugin", "containerDriverRoot"), ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT")),
+    (("flags", "plugin", "sharedDevicesAllocationPolicy"), ("SHARED_DEVICES_ALLOCATION_POLICY",)),
+    (("imex", "channelIDs"), ("IMEX_CHANNEL_IDS",)),
+    (("imex", "required"), ("IMEX_REQUIRED",)),
+)
+"""Environment variables NVIDIA's plugin reads, by the config key each overrides (the first set
+variable of a key wins, as with NVIDIA's aliases)."""
+
+GFD_ENV_FLAGS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("flags", "migStrategy"), ("GFD_MIG_STRATEGY", "MIG_STRATEGY")),
+    (("flags", "failOnInitError"), ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR")),
+    (("flags", "useNodeFeatureAPI"), ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API")),
+    (("flags", "deviceDiscoveryStrategy"), ("DEVICE_DISCOVERY_STRATEGY",)),
+    (("flags", "plugin", "containerDriverRoot"), ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT")),
+    (("flags", "gfd", "oneshot"), ("GFD_ONESHOT",)),
+    (("flags", "gfd", "noTimestamp"), ("GFD_NO_TIMESTAMP",)),
+    (("flags", "gfd", "sleepInterval"), ("GFD_SLEEP_INTERVAL",)),
+    (("flags", "gfd", "outputFile"), ("GFD_OUTPUT_FILE",)),
+    (("flags", "gfd", "machineTypeFile"), ("GFD_MACHINE_TYPE_FILE",)),
+)
+"""Environment variables NVIDIA's GFD reads, by config key (GFD_* first, then the shared name)."""
+
+
+def apply_env(
+    config: Config,
+    env: Mapping[str, str],
+    variables: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ENV_FLAGS,
+) -> Config:
+    """``config`` with the ``variables`` present in ``env`` applied over it (env wins).
 
     Validates the result as a whole; a bad value raises ConfigFileError naming the variable.
     """
-    data = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = config.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
     names: dict[str, str] = {}
-    for var, path in ENV_FLAGS.items():
-        if var not in env:
+    for path, candidates in variables:
+        var = next((v for v in candidates if v in env), None)
+        if var is None:
             continue
         node = data
         for key in path[:-1]:
@@ -292,13 +631,29 @@ def apply_env(config: Config, env: Mapping[str, str]) -> Config:
         raise ConfigFileError("environment", None, var, exc.reason) from None
 
 
-def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    config_naming: bool = False,
+    variables: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ENV_FLAGS,
+) -> Config:
     """Read the config file (None: all defaults), then apply environment overrides.
 
+    Without ``config_naming`` the config's resource naming is dropped, with NVIDIA's warnings
+    logged, as NVIDIA's plugin and GFD do at start (see ``without_config_naming``).
     Raises ConfigFileError (`file:line: field: reason`) on a bad file or variable.
     """
     config = load_yaml_file(Config, path) if path else Config()
-    return apply_env(config, env or {})
+    config = apply_env(config, env or {}, variables)
+    for note in unsupported_settings(config):
+        log.warning("%s", note)
+    if config_naming:
+        return config
+    config, warnings = without_config_naming(config)
+    for warning in warnings:
+        log.warning("%s (gpuchain: --config-resource-naming applies it)", warning)
+    return config
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:

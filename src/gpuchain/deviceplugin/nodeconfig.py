@@ -56,11 +56,13 @@ def node_ref(name: str) -> Obj:
 class ConfigSource:
     """Where the plugin's config comes from: one ``file``, or a ``directory`` (a mounted ConfigMap)
     whose key is picked by the node label, then ``cluster_default``, then ``default``, then the
-    only key. Neither: every default."""
+    only key. Neither: every default. ``config_naming`` keeps the config's resource naming, which
+    NVIDIA's plugin drops at start (see ``without_config_naming``)."""
 
     file: Path | None = None
     directory: Path | None = None
     cluster_default: str | None = None
+    config_naming: bool = False
 
     def path(self, label: str | None) -> Path | None:
         """The file that applies with ``label`` on the Node. Raises ConfigFileError/ConfigKeyError."""
@@ -70,7 +72,7 @@ class ConfigSource:
 
     def load(self, label: str | None, env: Mapping[str, str]) -> Config:
         """The config that applies with ``label``, environment overrides applied."""
-        return load_config(self.path(label), env)
+        return load_config(self.path(label), env, config_naming=self.config_naming)
 
 
 class NodeLabelWatch:
@@ -157,7 +159,7 @@ class ConfigFollower:
         self.label = label
         self.watch = watch
         self.failures: list[ConfigFileError | ResourceMappingError] = []
-        """Reloads refused since start, for callers and tests."""
+        """Reloads refused since start, each added once it is logged and its Event recorded."""
         self._lock = asyncio.Lock()
 
     async def reload(self, trigger: str) -> bool:
@@ -170,12 +172,15 @@ class ConfigFollower:
             label = self.label
             try:
                 path = self.source.path(label)
-                new = load_config(path, self.env if self.env is not None else os.environ)
+                env = self.env if self.env is not None else os.environ
+                new = load_config(path, env, config_naming=self.source.config_naming)
+                for problem in new.plugin_problems():
+                    raise ConfigFileError(str(path or "config"), None, "", problem)
                 await self.plugin.reload(new)
             except (ConfigFileError, ResourceMappingError) as exc:
-                self.failures.append(exc)
                 log.error("%s: config not reloaded, keeping the running one: %s", trigger, exc)
                 await self._warn(exc)
+                self.failures.append(exc)  # last: a recorded failure has been logged and reported
                 return False
         where = f" from {path}" if path else ""
         log.info("%s: config reloaded%s; %d resources registered", trigger, where, len(self.plugin.resources))

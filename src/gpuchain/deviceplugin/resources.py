@@ -14,7 +14,7 @@ names and counts.
 
 from __future__ import annotations
 
-import fnmatch
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -186,7 +186,7 @@ def _replicate(resources: list[Resource], kind: str, settings: ReplicatedResourc
             copies,
             sharing=kind,
             replicas=entry.replicas,
-            fail_requests_greater_than_one=settings.fail_requests_greater_than_one,
+            fail_requests_greater_than_one=settings.fail_requests_greater_than_one is True,
             renamed=target != res.name,
             mig_profile=res.mig_profile,
             product=res.product,
@@ -221,8 +221,9 @@ def _select(devices: Sequence[AnnouncedDevice], entry: ReplicatedResource) -> tu
 
 
 def _named(patterns: Iterable[ResourcePattern], subject: str, default: str) -> str:
+    """The name of the first pattern matching ``subject`` (NVIDIA's wildcard: only ``*`` is special)."""
     for p in patterns:
-        if fnmatch.fnmatchcase(subject, p.pattern):
+        if re.fullmatch(".*".join(re.escape(part) for part in p.pattern.split("*")), subject):
             return p.name
     return default
 

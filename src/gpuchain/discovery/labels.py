@@ -9,8 +9,9 @@ keep matching, including its quirks, which are deliberate here:
   node whose GPUs are all MIG-enabled (their full-GPU labels carry no sharing).
 - ``gpu.product`` gets ``-SHARED`` when the resource is replicated under its own name, not when
   it is renamed (a renamed resource is already distinguishable).
-- MIG ``single`` with a layout that does not fit reports ``<model>-MIG-INVALID`` with count 0,
-  so a selector on the product matches nothing instead of the wrong devices.
+- MIG ``single`` with a layout that does not fit reports ``<model>-MIG-INVALID`` with count 0
+  and an empty ``sharing-strategy``, so a selector on the product matches nothing instead of the
+  wrong devices.
 
 ``is_owned(key)`` says which labels this module writes, so the node-label output can remove
 labels that no longer apply without touching anyone else's (``nvidia.com/gpu.present``,
@@ -251,6 +252,7 @@ def _single_labels(inventory: Inventory, sharing: _Sharing) -> Labels:
             f"{GPU_RESOURCE}.product": f"{sanitize(enabled[0].name)}-MIG-INVALID",
             f"{GPU_RESOURCE}.count": "0",
             f"{GPU_RESOURCE}.replicas": "0",
+            f"{GPU_RESOURCE}.sharing-strategy": "",
             f"{GPU_RESOURCE}.memory": "0",
         }
     (devices,) = _by_profile(inventory).values()

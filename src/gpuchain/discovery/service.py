@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuchain.deviceplugin.config import Config
+from gpuchain.deviceplugin.config import INFINITE_NS, Config, format_go_duration
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
 from gpuchain.gpu.backend import GpuBackend
 
@@ -47,6 +47,23 @@ def parse_interval(value: str | int | float) -> float:
     if seconds <= 0:
         raise ValueError(f"sleep interval {value!r} must be positive")
     return seconds
+
+
+def sleep_seconds(interval_ns: int, oneshot: bool) -> float | None:
+    """Seconds between passes for a ``sleepInterval`` in nanoseconds; None for no further pass
+    (``infinite``, or ``oneshot`` where the interval does not matter, 0 included).
+
+    Raises ValueError for a zero or negative interval without oneshot: NVIDIA's GFD would relabel
+    in a loop with no pause, which gpuchain refuses.
+    """
+    if oneshot or interval_ns == INFINITE_NS:
+        return None
+    if interval_ns <= 0:
+        shown = format_go_duration(interval_ns)
+        raise ValueError(
+            f"sleepInterval {shown} would relabel without pause; give a positive duration (60s), infinite, or oneshot"
+        )
+    return interval_ns / 1e9
 
 
 def read_machine_type(path: str | Path) -> str:
@@ -82,12 +99,22 @@ class Discovery:
             sink(labels)
         return labels
 
-    def run(self, interval: float) -> None:
-        """Run passes every ``interval`` seconds until ``stop`` is set; failures are logged and retried."""
+    def run(self, interval: float | None) -> None:
+        """Run passes every ``interval`` seconds until ``stop`` is set; failures are logged and retried.
+
+        ``interval`` None (``sleepInterval: infinite``): one pass, then wait for ``stop``; a failed
+        pass is still retried, every 60 seconds, until one succeeds.
+        """
         while not self.stop.is_set():
             try:
                 labels = self.run_once()
                 log.info("wrote %d labels", len(labels))
             except Exception as exc:
                 log.error("discovery pass failed, outputs left unchanged: %s", exc)
+                self.stop.wait(interval if interval is not None else 60.0)
+                continue
+            if interval is None:
+                log.info("sleep interval is infinite: labelled once, waiting until stopped")
+                self.stop.wait()
+                return
             self.stop.wait(interval)

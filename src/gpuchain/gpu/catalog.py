@@ -379,6 +379,7 @@ _ARCHITECTURES: dict[int, tuple[tuple[int, str], ...]] = {
     9: ((0, "hopper"),),
     10: ((0, "blackwell"),),
     12: ((0, "blackwell"),),
+    13: ((0, "rubin"),),
 }
 """Compute capability major -> (first minor, architecture), ascending: 7.0-7.4 volta, 7.5+ turing."""
 
