@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
-from gpuchain.operator.policy import ClusterPolicySpec, ImageSpec
+from gpuchain.operator.policy import ClusterPolicySpec, EnvVar, ImageSpec
 
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
@@ -41,6 +41,9 @@ VALIDATIONS_DIR = "/run/gpuchain/validations"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuchain-operator"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuchain-operator"
 RUNTIME_CLASS_HANDLER = "nvidia"
+#: NVIDIA's layout for dcgmExporter.config.name: the ConfigMap key and where the exporter reads it.
+METRICS_CONFIG_KEY = "dcgm-metrics.csv"
+METRICS_CONFIG_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,18 @@ def _container(name: str, image: ImageSpec, command: list[str], **extra: Any) ->
     return c
 
 
+def _resources(image: ImageSpec) -> dict[str, Any]:
+    res = image.resources
+    if res is None or not (res.limits or res.requests):
+        return {}
+    out: dict[str, Any] = {}
+    if res.limits:
+        out["limits"] = dict(res.limits)
+    if res.requests:
+        out["requests"] = dict(res.requests)
+    return {"resources": out}
+
+
 def _wait_init(policy: ClusterPolicySpec, link: str) -> dict[str, Any]:
     """An init container that blocks until the validator wrote ``<link>-ready``."""
     return _container(
@@ -249,8 +264,21 @@ def _wait_init(policy: ClusterPolicySpec, link: str) -> dict[str, Any]:
     )
 
 
-def _env(image: ImageSpec, base: list[dict[str, str]]) -> list[dict[str, Any]]:
-    return [*base, *image.env]
+def _env(image: ImageSpec, base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*base, *env_list(image.env)]
+
+
+def env_list(env: list[EnvVar]) -> list[dict[str, str]]:
+    """Policy env entries as container env."""
+    return [{"name": e.name, "value": e.value} for e in env]
+
+
+def _kernel_module_env(policy: ClusterPolicySpec) -> list[dict[str, Any]]:
+    """KERNEL_MODULE_TYPE for NVIDIA's driver container (``useOpenKernelModules`` is the old spelling of open)."""
+    kind = policy.driver.kernel_module_type
+    if kind == "auto" and policy.driver.use_open_kernel_modules:
+        kind = "open"
+    return [] if kind == "auto" else [{"name": "KERNEL_MODULE_TYPE", "value": kind}]
 
 
 def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, Any]:
@@ -263,7 +291,8 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
             image,
             ["nvidia-driver", "init"],
             args=list(image.args),
-            env=_env(image, []),
+            env=_env(image, _kernel_module_env(policy)),
+            **_resources(image),
             securityContext={"privileged": True, "seLinuxOptions": {"level": "s0"}},
             volumeMounts=[
                 {"name": "run-nvidia", "mountPath": "/run/nvidia", "mountPropagation": "Bidirectional"},
@@ -287,6 +316,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
             ),
             securityContext={"privileged": True},
             volumeMounts=[*mounts, {"name": "host-root", "mountPath": "/host", "readOnly": True}],
+            **_resources(image),
         )
     env: list[dict[str, Any]] = [node_name]
     if operand.state in USES_NVML:
@@ -308,6 +338,17 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
         mounts.append({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"})
     if operand is DCGM_EXPORTER:
         mounts.append({"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True})
+        if policy.dcgm_exporter.config.name:
+            # NVIDIA's layout: the ConfigMap's dcgm-metrics.csv is the metric set.
+            args += ["--collectors", METRICS_CONFIG_PATH]
+            mounts.append(
+                {
+                    "name": "metrics-config",
+                    "mountPath": METRICS_CONFIG_PATH,
+                    "subPath": METRICS_CONFIG_KEY,
+                    "readOnly": True,
+                }
+            )
     if operand is MIG_MANAGER:
         # The layout a node gets while it has no nvidia.com/mig.config label.
         env += [{"name": "DEFAULT_MIG_CONFIG", "value": policy.mig_manager.config.default}]
@@ -328,17 +369,19 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
         securityContext={"privileged": privileged},
         volumeMounts=mounts,
         **extra,
+        **_resources(image),
     )
 
 
 def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]]:
     vols = [_host_path("run-gpuchain", "/run/gpuchain", "DirectoryOrCreate")]
+    kubelet = policy.host_paths.kubelet_root_dir.rstrip("/")
     if operand in (DRIVER, TOOLKIT):
-        vols.append(_host_path("host-root", "/"))
+        vols.append(_host_path("host-root", policy.host_paths.root_fs))
     if operand is DRIVER:
         vols.append(_host_path("run-nvidia", "/run/nvidia", "DirectoryOrCreate"))
     if operand is DEVICE_PLUGIN:
-        vols.append(_host_path("device-plugins", "/var/lib/kubelet/device-plugins", "Directory"))
+        vols.append(_host_path("device-plugins", f"{kubelet}/device-plugins", "Directory"))
         if policy.device_plugin.config.name:
             vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
     if operand is GFD:
@@ -346,7 +389,17 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
             _host_path("nfd-features", "/etc/kubernetes/node-feature-discovery/features.d", "DirectoryOrCreate")
         )
     if operand is DCGM_EXPORTER:
-        vols.append(_host_path("pod-resources", "/var/lib/kubelet/pod-resources", "Directory"))
+        vols.append(_host_path("pod-resources", f"{kubelet}/pod-resources", "Directory"))
+        if policy.dcgm_exporter.config.name:
+            vols.append(
+                {
+                    "name": "metrics-config",
+                    "configMap": {
+                        "name": policy.dcgm_exporter.config.name,
+                        "items": [{"key": METRICS_CONFIG_KEY, "path": METRICS_CONFIG_KEY}],
+                    },
+                }
+            )
     if operand is MIG_MANAGER and policy.mig_manager.config.name:
         vols.append({"name": "mig-parted-config", "configMap": {"name": policy.mig_manager.config.name}})
     return vols
@@ -366,7 +419,11 @@ def _validation_init(policy: ClusterPolicySpec, check: str) -> dict[str, Any]:
         policy.validator,
         ["gpuchain", "validate", check],
         args=["--backend", "nvml"] if check in ("driver", "toolkit") else [],
-        env=[node_name, *gpu_env("compute,utility" if check == "cuda" else "utility")],
+        env=[
+            node_name,
+            *gpu_env("compute,utility" if check == "cuda" else "utility"),
+            *env_list(getattr(policy.validator, check).env),
+        ],
         securityContext={"privileged": check == "driver"},
         volumeMounts=[_validation_mount()],
     )
@@ -384,15 +441,26 @@ def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[s
 def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
     """The DaemonSet of one operand."""
     ds = policy.daemonsets
+    image = image_of(policy, operand)
     app = {"app": operand.name}
     pod_spec: dict[str, Any] = {
         "serviceAccountName": service_account_name(operand),
-        "priorityClassName": ds.priority_class_name,
-        "tolerations": [dict(t) for t in ds.tolerations],
+        "tolerations": [t.to_dict() for t in ds.tolerations],
         "affinity": node_affinity(operand),
         "containers": [_main_container(policy, operand)],
         "volumes": _volumes(operand, policy),
     }
+    if ds.priority_class_name:
+        pod_spec["priorityClassName"] = ds.priority_class_name
+    if image.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image.image_pull_secrets]
+    if image.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if ds.pod_security_context:
+        pod_spec["securityContext"] = ds.pod_security_context.to_dict()
+    if operand is DCGM_EXPORTER and policy.dcgm_exporter.host_pid:
+        pod_spec["hostPID"] = True
     if operand.state not in USES_API:
         pod_spec["automountServiceAccountToken"] = False
     inits = _init_containers(policy, operand)
@@ -408,8 +476,9 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         mu = ds.rolling_update.max_unavailable
         strategy["rollingUpdate"] = {"maxUnavailable": int(mu) if isinstance(mu, str) and mu.isdigit() else mu}
     template_meta: dict[str, Any] = {"labels": {**app, **MANAGED_BY, **ds.labels}}
-    if ds.annotations:
-        template_meta["annotations"] = dict(ds.annotations)
+    annotations = {**ds.annotations, **(policy.dcgm_exporter.annotations if operand is DCGM_EXPORTER else {})}
+    if annotations:
+        template_meta["annotations"] = annotations
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
