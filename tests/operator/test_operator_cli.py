@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -46,8 +48,72 @@ def test_render_rejects_unknown_keys_with_image_problems(tmp_path: Path) -> None
     f.write_text("kind: ClusterPolicy\nspec:\n  driver:\n    enabld: true\n  gfd:\n    repository: Bad/Repo\n")
     result = runner.invoke(app, ["operator", "render", "-f", str(f)])
     assert result.exit_code == 2, result.output
-    assert "spec.driver.enabld: unknown key; did you mean 'enabled'?" in result.output
-    assert "spec.gfd.repository" in result.output, "image problems come with the schema ones"
+    # One line: file, line and field of the first problem, and how many more there are.
+    assert (
+        "policy.yaml:4: spec.driver.enabld: unknown key; did you mean 'enabled'? (and 1 more problem)" in result.output
+    )
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def _render(tmp_path: Path, text: str, *extra: str) -> Any:
+    f = tmp_path / "policy.yaml"
+    f.write_text(text)
+    return runner.invoke(app, ["operator", "render", "-f", str(f), *extra])
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # issue 15: each of these rendered with exit 0 and a manifest the API server refuses.
+        (
+            "spec:\n  operator:\n    runtimeClass: Bad Name!\n",
+            "policy.yaml:3: spec.operator.runtimeClass: 'Bad Name!' is not a valid DNS subdomain",
+        ),
+        (
+            "spec:\n  daemonsets:\n    tolerations:\n    - key: 5\n",
+            "policy.yaml:4: spec.daemonsets.tolerations.0.key: Input should be a valid string",
+        ),
+        (
+            "spec:\n  daemonsets:\n    tolerations:\n    - {key: a, operator: Exists, tolerationSeconds: '30'}\n",
+            "policy.yaml:4: spec.daemonsets.tolerations.0.tolerationSeconds",
+        ),
+        (
+            "spec:\n  daemonsets:\n    tolerations:\n    - {key: a, effect: NoRun}\n",
+            "policy.yaml:4: spec.daemonsets.tolerations.0: effect 'NoRun' is not one of",
+        ),
+        (
+            "spec:\n  daemonsets:\n    tolerations: {key: a}\n",
+            "policy.yaml:3: spec.daemonsets.tolerations: Input should be a valid list",
+        ),
+        (
+            "spec:\n  daemonsets:\n    priorityClassName: Critical\n",
+            "policy.yaml:3: spec.daemonsets.priorityClassName: 'Critical'",
+        ),
+        (
+            "spec:\n  daemonsets:\n    labels: {'bad key!': x}\n",
+            "policy.yaml:3: spec.daemonsets.labels: key 'bad key!'",
+        ),
+        (
+            "spec:\n  devicePlugin:\n    config: {name: My_Config}\n",
+            "policy.yaml:3: spec.devicePlugin.config.name: 'My_Config'",
+        ),
+        (
+            "spec:\n  gds:\n    enabled: true\n",
+            "policy.yaml:3: spec.gds.enabled: GPUDirect Storage (nvidia-fs) is not supported by gpuchain",
+        ),
+    ],
+)
+def test_render_refuses_what_the_api_server_would_refuse(tmp_path: Path, text: str, where: str) -> None:
+    result = _render(tmp_path, text)
+    assert result.exit_code == 2, result.output
+    assert where in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_render_refuses_a_bad_namespace() -> None:
+    result = runner.invoke(app, ["operator", "render", "-n", "Bad_Namespace!"])
+    assert result.exit_code == 2
+    assert "--namespace: 'Bad_Namespace!' is not a valid DNS label" in result.output
 
 
 def test_crd_command() -> None:

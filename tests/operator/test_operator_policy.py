@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from operator_helpers import NS, converge, make_cluster
 
-from gpuchain.kube import CLUSTER_POLICY, DAEMONSET
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, RUNTIME_CLASS, SERVICE_ACCOUNT
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
@@ -109,3 +109,22 @@ def test_snake_case_keys_are_unknown_like_in_the_crd() -> None:
     assert [str(p) for p in problems] == [
         "spec.devicePlugin.image_pull_policy: unknown key; did you mean 'imagePullPolicy'?"
     ]
+
+
+def test_manifests_the_api_server_would_refuse_are_not_half_applied() -> None:
+    # The spec is valid but the namespace is not a DNS label: every namespaced object would be
+    # refused, so none is applied (the RuntimeClass, cluster-scoped, would have been accepted).
+    cluster = make_cluster()
+    result = reconcile(cluster, "cluster-policy", "Bad_Namespace!")
+    assert result.state == "notReady"
+    conds = _conditions(cluster)
+    assert conds["Error"]["reason"] == "InvalidSpec"
+    assert "metadata.namespace: 'Bad_Namespace!' is not a valid DNS label" in conds["Error"]["message"]
+    assert cluster.list(RUNTIME_CLASS) == [] and cluster.list(SERVICE_ACCOUNT) == [] and cluster.list(DAEMONSET) == []
+
+
+def test_nvidia_null_keys_mean_unset() -> None:
+    # NVIDIA's sample writes `validator: {plugin: }` (null); Go and the API server read it as unset.
+    policy = parse_policy({"validator": {"plugin": None}, "driver": {"enabled": None}})
+    assert isinstance(policy, ClusterPolicySpec)
+    assert policy.driver.enabled and policy.validator.plugin.env == []

@@ -8,11 +8,10 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import typer
 import yaml
-from pydantic import BaseModel, Field
 from rich.console import Group
 from rich.table import Table
 
@@ -21,21 +20,13 @@ from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
 from gpuchain.kube import CLUSTER_POLICY, KubeError
 from gpuchain.operator.crd import crd
+from gpuchain.operator.manifests import manifest_problems, name_problem
 from gpuchain.operator.operands import Facts, desired
-from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.operator.policy import PolicyDocument
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
 from gpuchain.operator.runtime import RuntimeConfig, run
 
 operator_app = typer.Typer(help="The gpuchain operator (ClusterPolicy gpuchain.io/v1).", no_args_is_help=True)
-
-
-class PolicyDocument(BaseModel):
-    """A ClusterPolicy manifest as read from a file."""
-
-    apiVersion: str = "gpuchain.io/v1"
-    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: dict[str, Any] = Field(default_factory=dict)
 
 
 class ManifestFormat(enum.StrEnum):
@@ -76,10 +67,25 @@ def run_cmd(
     """Watch ClusterPolicies, nodes and operands; reconcile until interrupted."""
     # No --kubeconfig here: kopf logs in on its own (in-cluster or the default kubeconfig), so both
     # clients must find the same configuration.
+    _namespace(namespace)
     cluster = open_cluster(server=server, hint="the operator normally runs in-cluster")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
     asyncio.run(run(cluster, config))
+
+
+def _namespace(namespace: str) -> str:
+    why = name_problem(namespace, "label")
+    if why:
+        fail(f"--namespace: {why}")
+    return namespace
+
+
+def _read_policy(policy_file: Path) -> PolicyDocument:
+    try:
+        return load_yaml_file(PolicyDocument, policy_file)
+    except ConfigFileError as exc:
+        fail(str(exc))
 
 
 @operator_app.command("render")
@@ -88,18 +94,18 @@ def render(
     namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
     output: ManifestFormat = _manifest_option("yaml (multi-document) or json."),
 ) -> None:
-    """Print the manifests the operator would apply for a ClusterPolicy (no cluster needed)."""
-    doc = PolicyDocument()
-    if policy_file is not None:
-        try:
-            doc = load_yaml_file(PolicyDocument, policy_file)
-        except ConfigFileError as exc:
-            fail(str(exc))
-    parsed = parse_policy(doc.spec)
-    if not isinstance(parsed, ClusterPolicySpec):
-        fail("; ".join(str(p) for p in parsed))
-    name = str(doc.metadata.get("name", "cluster-policy"))
-    _manifest_dump(desired(parsed, Facts(namespace, name)), output)
+    """Print the manifests the operator would apply for a ClusterPolicy (no cluster needed).
+
+    Every manifest is checked as the API server would check it before anything is printed.
+    """
+    _namespace(namespace)
+    doc = PolicyDocument() if policy_file is None else _read_policy(policy_file)
+    objs = desired(doc.policy(), Facts(namespace, doc.name))
+    problems = manifest_problems(objs)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        fail(f"{policy_file or 'default policy'}: the rendered manifests would be refused: {problems[0]}{more}")
+    _manifest_dump(objs, output)
 
 
 def _status_table(policies: list[dict[str, Any]]) -> Group:

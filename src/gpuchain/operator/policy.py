@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from gpuchain import __version__
 from gpuchain.operator.manifests import label_key_problem, label_value_problem, name_problem, toleration_problem
@@ -576,6 +577,10 @@ class Problem:
         where = f"spec.{self.field}={self.value}" if self.value else f"spec.{self.field}"
         return f"{where}: {self.reason}"
 
+    def loc(self) -> tuple[str | int, ...]:
+        """Where in the ClusterPolicy document the problem is (``spec``, keys and list indexes)."""
+        return ("spec", *(int(p) if p.isdigit() else p for p in self.field.split(".")))
+
 
 def _percent_or_int(value: int | str, field: str) -> list[Problem]:
     if isinstance(value, int):
@@ -670,7 +675,7 @@ def _name_problems(policy: ClusterPolicySpec) -> list[Problem]:
     }
     for key in IMAGE_KEYS:
         block = getattr(policy, to_snake(key))
-        names.update({f"{key}.imagePullSecrets[{i}]": s for i, s in enumerate(block.image_pull_secrets)})
+        names.update({f"{key}.imagePullSecrets.{i}": s for i, s in enumerate(block.image_pull_secrets)})
     for field, value in names.items():
         if value and (why := name_problem(value)):
             out.append(Problem(field, why))
@@ -683,7 +688,7 @@ def _name_problems(policy: ClusterPolicySpec) -> list[Problem]:
         for k, v in items.items():
             why = label_key_problem(k) or (label_value_problem(v) if is_label else None)
             if why:
-                out.append(Problem(f"{field}.{k}", why))
+                out.append(Problem(field, why))
     return out
 
 
@@ -714,6 +719,49 @@ def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Proble
         problems.append(Problem("migManager.config.default", "name the layout nodes get without a label"))
     problems += _name_problems(policy) + refusals(policy) + nvidia_image_problems(policy)
     return problems or policy
+
+
+class PolicyDocument(BaseModel):
+    """A ClusterPolicy manifest as read from a file: gpuchain's (gpuchain.io/v1) or NVIDIA's (nvidia.com/v1).
+
+    Validating it validates the spec, and every problem carries its place in the document, so the
+    common YAML reader names the file, line and field of a bad policy.
+    """
+
+    apiVersion: Literal["gpuchain.io/v1", "nvidia.com/v1"] = "gpuchain.io/v1"
+    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _valid_spec(self) -> PolicyDocument:
+        parsed = parse_policy(self.spec)
+        if isinstance(parsed, list):
+            raise ValidationError.from_exception_data(
+                "ClusterPolicy",
+                [
+                    {
+                        "type": PydanticCustomError("clusterpolicy", "{reason}", {"reason": p.reason}),
+                        "loc": p.loc(),
+                        "input": p.value or {},
+                    }
+                    for p in parsed
+                ],
+            )
+        self._parsed = parsed
+        return self
+
+    _parsed: ClusterPolicySpec | None = PrivateAttr(None)
+
+    @property
+    def name(self) -> str:
+        """metadata.name, ``cluster-policy`` when absent."""
+        return str(self.metadata.get("name") or "cluster-policy")
+
+    def policy(self) -> ClusterPolicySpec:
+        """The parsed spec (valid: the document would not exist otherwise)."""
+        assert self._parsed is not None
+        return self._parsed
 
 
 def to_snake(key: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, SERVICE_ACCOUNT, Cluster, labels_of, name_of
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
+from gpuchain.operator.manifests import manifest_problems
 from gpuchain.operator.operands import (
     MANAGED_BY,
     MANAGED_SELECTOR,
@@ -115,6 +116,11 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     }
     changed: list[str] = []
     wanted = desired(parsed, facts)
+    refused = manifest_problems(wanted)
+    if refused:
+        # Nothing is half-applied: the API server would take some objects and refuse these.
+        wrote = _write_status(cluster, policy, invalid_status(refused, namespace, generation))
+        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [])
     for obj in wanted:
         if obj["kind"] == "DaemonSet":
             result = cluster.apply(obj, live=live_ds.get(name_of(obj)), known_live=True)

@@ -7,7 +7,7 @@ rather than repeating X's failure; the Ready condition names the lowest broken l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,7 +203,7 @@ def policy_status(
     return status, [ready, error]
 
 
-def invalid_status(problems: list[Problem], namespace: str, generation: int) -> StatusAndConditions:
+def invalid_status(problems: Sequence[Problem | str], namespace: str, generation: int) -> StatusAndConditions:
     """Status of a policy the operator refuses to act on: nothing is deployed or changed."""
     message = "; ".join(str(p) for p in problems)
     status = {"state": "notReady", "namespace": namespace, "observedGeneration": generation}
