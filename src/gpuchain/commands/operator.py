@@ -1,4 +1,5 @@
-"""`gpuchain operator run|status|render|crd`: the ClusterPolicy operator, its status, what it would deploy."""
+"""`gpuchain operator run|status|render|crd|import`: the ClusterPolicy operator, its status, what it would
+deploy, and the import of NVIDIA's ClusterPolicy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -16,15 +17,18 @@ from rich.console import Group
 from rich.table import Table
 
 from gpuchain.commands._cluster import open_cluster
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._output import OutputFormat, emit, emit_data, err_console, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
 from gpuchain.kube import CLUSTER_POLICY, KubeError
 from gpuchain.operator.crd import crd
 from gpuchain.operator.manifests import manifest_problems, name_problem
 from gpuchain.operator.operands import Facts, desired
-from gpuchain.operator.policy import PolicyDocument
+from gpuchain.operator.policy import NvidiaPolicyDocument, PolicyDocument
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
 from gpuchain.operator.runtime import RuntimeConfig, run
+
+if TYPE_CHECKING:
+    from gpuchain.operator.migrate import ImportResult
 
 operator_app = typer.Typer(help="The gpuchain operator (ClusterPolicy gpuchain.io/v1).", no_args_is_help=True)
 
@@ -106,6 +110,102 @@ def render(
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         fail(f"{policy_file or 'default policy'}: the rendered manifests would be refused: {problems[0]}{more}")
     _manifest_dump(objs, output)
+
+
+def _nvidia_from_cluster(
+    kubeconfig: str | None, context: str | None, server: str | None, name: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    from gpuchain.kube import NODE, NotFoundError
+    from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
+    from gpuchain.operator.reconcile import active_policy
+
+    cluster = open_cluster(kubeconfig, context, server, hint="or pass -f with NVIDIA's ClusterPolicy saved as YAML")
+    try:
+        policies = cluster.list(NVIDIA_CLUSTER_POLICY)
+    except NotFoundError:
+        policies = []
+    except KubeError as exc:
+        fail(f"cannot list clusterpolicies.nvidia.com: {exc}", code=1)
+    chosen = next((p for p in policies if p["metadata"]["name"] == name), None) if name else active_policy(policies)
+    if chosen is None:
+        fail(
+            f"no nvidia.com ClusterPolicy{' ' + repr(name) if name else ''} in the cluster: "
+            "is NVIDIA's GPU Operator installed?"
+        )
+    try:
+        drivers = cluster.list(NVIDIA_DRIVER)
+    except NotFoundError:
+        drivers = []
+    return chosen, drivers, cluster.list(NODE)
+
+
+def _import_table(result: ImportResult) -> Table:
+    table = Table(title="Import of NVIDIA's ClusterPolicy", title_justify="left")
+    for col in ("Outcome", "Key", "What", "Detail"):
+        table.add_column(col, overflow="fold")
+    for e in result.entries:
+        table.add_row(e.outcome, e.key, e.what, e.detail)
+    return table
+
+
+@operator_app.command("import")
+def import_cmd(
+    policy_file: Path | None = typer.Option(
+        None, "--file", "-f", help="NVIDIA's ClusterPolicy (nvidia.com/v1) as YAML."
+    ),
+    from_cluster: bool = typer.Option(False, "--from-cluster", help="Read NVIDIA's ClusterPolicy from the cluster."),
+    name: str | None = typer.Option(None, "--name", help="Which nvidia.com ClusterPolicy (default: the active one)."),
+    write: Path | None = typer.Option(
+        None, "--write", "-w", help="Write gpuchain's ClusterPolicy here (default: stdout)."
+    ),
+    server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
+    kubeconfig: str | None = _kubeconfig_option(),
+    context: str | None = _context_option(),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Turn NVIDIA's ClusterPolicy into gpuchain's, reporting what maps, what is ignored and what blocks.
+
+    Blocking features are switched off in the written policy; the exit status is then 1, so a
+    script notices. With -o json or yaml the report (with the policy) goes to stdout.
+    """
+    from gpuchain.common.files import atomic_write
+    from gpuchain.operator.migrate import PolicyImportError, import_policy
+
+    if (policy_file is None) == (not (from_cluster or server)):
+        fail("say where NVIDIA's ClusterPolicy is: -f FILE or --from-cluster")
+    drivers: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
+    if policy_file is not None:
+        try:
+            nvidia = load_yaml_file(NvidiaPolicyDocument, policy_file).model_dump()
+        except ConfigFileError as exc:
+            fail(str(exc))
+    else:
+        nvidia, drivers, nodes = _nvidia_from_cluster(kubeconfig, context, server, name)
+    try:
+        result = import_policy(nvidia, drivers, nodes)
+    except PolicyImportError as exc:
+        fail(
+            f"{policy_file or 'clusterpolicies.nvidia.com'}: {exc.problems[0]}"
+            + (f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else "")
+        )
+    text = yaml.safe_dump(result.policy, sort_keys=False)
+    if write is not None:
+        atomic_write(write, text)
+    if output is OutputFormat.table:
+        if write is None:
+            sys.stdout.write(text)
+        err_console.print(_import_table(result))
+        verdict = (
+            f"{len(result.of('blocks'))} blocking: switched off in the written policy"
+            if result.of("blocks")
+            else "nothing blocks"
+        )
+        err_console.print(f"{len(result.of('maps'))} map, {len(result.of('ignored'))} ignored, {verdict}")
+    else:
+        emit_data(result.to_dict(), output)
+    if result.of("blocks"):
+        raise typer.Exit(1)
 
 
 def _status_table(policies: list[dict[str, Any]]) -> Group:

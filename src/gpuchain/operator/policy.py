@@ -24,6 +24,8 @@ from gpuchain import __version__
 from gpuchain.operator.manifests import label_key_problem, label_value_problem, name_problem, toleration_problem
 
 GPUCHAIN_REPOSITORY = "ghcr.io/gpuchain"
+#: Pod labels the operator sets and selects on; a policy may not set them.
+RESERVED_LABELS = ("app", "app.kubernetes.io/managed-by")
 GPUCHAIN_IMAGE = "gpuchain"
 
 # Docker reference grammar (distribution/reference), enough to catch what users get wrong:
@@ -689,7 +691,21 @@ def _name_problems(policy: ClusterPolicySpec) -> list[Problem]:
             why = label_key_problem(k) or (label_value_problem(v) if is_label else None)
             if why:
                 out.append(Problem(field, why))
+    out += [
+        Problem("daemonsets.labels", f"key {k!r} is gpuchain's own (it finds its pods by it): remove it")
+        for k in policy.daemonsets.labels
+        if k in RESERVED_LABELS
+    ]
     return out
+
+
+def schema_problems(spec: dict[str, Any]) -> list[Problem]:
+    """Unknown keys and wrong types only: what NVIDIA's own CRD schema would refuse as well."""
+    try:
+        ClusterPolicySpec.model_validate(drop_nulls(spec))
+    except ValidationError as exc:
+        return _schema_problems(exc)
+    return []
 
 
 def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Problem]:
@@ -721,37 +737,45 @@ def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Proble
     return problems or policy
 
 
+def located(problems: list[Problem]) -> ValidationError:
+    """The problems as one pydantic error with each problem's place in the document.
+
+    Raised from a document model's validator, it reaches the common YAML reader, which turns
+    the first into ``file:line: spec.field: reason`` with a count of the others.
+    """
+    return ValidationError.from_exception_data(
+        "ClusterPolicy",
+        [
+            {
+                "type": PydanticCustomError("clusterpolicy", "{reason}", {"reason": p.reason}),
+                "loc": p.loc(),
+                "input": p.value or {},
+            }
+            for p in problems
+        ],
+    )
+
+
 class PolicyDocument(BaseModel):
     """A ClusterPolicy manifest as read from a file: gpuchain's (gpuchain.io/v1) or NVIDIA's (nvidia.com/v1).
 
-    Validating it validates the spec, and every problem carries its place in the document, so the
-    common YAML reader names the file, line and field of a bad policy.
+    Validating it validates the spec as the operator would, so a bad policy is named by file,
+    line and field.
     """
 
     apiVersion: Literal["gpuchain.io/v1", "nvidia.com/v1"] = "gpuchain.io/v1"
     kind: Literal["ClusterPolicy"] = "ClusterPolicy"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: dict[str, Any] | None = None
+    _parsed: ClusterPolicySpec | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _valid_spec(self) -> PolicyDocument:
         parsed = parse_policy(self.spec)
         if isinstance(parsed, list):
-            raise ValidationError.from_exception_data(
-                "ClusterPolicy",
-                [
-                    {
-                        "type": PydanticCustomError("clusterpolicy", "{reason}", {"reason": p.reason}),
-                        "loc": p.loc(),
-                        "input": p.value or {},
-                    }
-                    for p in parsed
-                ],
-            )
+            raise located(parsed)
         self._parsed = parsed
         return self
-
-    _parsed: ClusterPolicySpec | None = PrivateAttr(None)
 
     @property
     def name(self) -> str:
@@ -762,6 +786,26 @@ class PolicyDocument(BaseModel):
         """The parsed spec (valid: the document would not exist otherwise)."""
         assert self._parsed is not None
         return self._parsed
+
+
+class NvidiaPolicyDocument(BaseModel):
+    """NVIDIA's ClusterPolicy (nvidia.com/v1) as read for `operator import`: only its schema is checked.
+
+    Features gpuchain refuses and NVIDIA's images are what the import converts, so they are not
+    problems here; an unknown key or a wrong type is (NVIDIA's own CRD would refuse it too).
+    """
+
+    apiVersion: Literal["nvidia.com/v1"] = "nvidia.com/v1"
+    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _valid_schema(self) -> NvidiaPolicyDocument:
+        problems = schema_problems(self.spec or {})
+        if problems:
+            raise located(problems)
+        return self
 
 
 def to_snake(key: str) -> str:

@@ -10,10 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, SERVICE_ACCOUNT, Cluster, labels_of, name_of
+from gpuchain.kube import (
+    CLUSTER_POLICY,
+    DAEMONSET,
+    NODE,
+    POD,
+    SERVICE_ACCOUNT,
+    Cluster,
+    NotFoundError,
+    labels_of,
+    name_of,
+)
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.operator.manifests import manifest_problems
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, nvidia_collision
 from gpuchain.operator.operands import (
     MANAGED_BY,
     MANAGED_SELECTOR,
@@ -27,6 +38,7 @@ from gpuchain.operator.operands import (
 from gpuchain.operator.policy import Problem, parse_policy
 from gpuchain.operator.status import (
     StatusAndConditions,
+    aside_status,
     chain_status,
     ignored_status,
     invalid_status,
@@ -84,6 +96,14 @@ def _gist(cond: dict[str, Any]) -> tuple[str, str, str]:
     return str(cond.get("status")), str(cond.get("reason")), head
 
 
+def _nvidia_policies(cluster: Cluster) -> list[dict[str, Any]]:
+    """NVIDIA's ClusterPolicies; none when its CRD is not installed."""
+    try:
+        return cluster.list(NVIDIA_CLUSTER_POLICY)
+    except NotFoundError:
+        return []
+
+
 def active_policy(policies: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ClusterPolicy that is honoured: the oldest (then by name), as gpu-operator picks one."""
     if not policies:
@@ -107,6 +127,15 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         wrote = _write_status(cluster, policy, invalid_status(parsed, namespace, generation))
         return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], parsed)
 
+    nvidia = _nvidia_policies(cluster)
+    if nvidia:
+        collision = nvidia_collision(nvidia, cluster.list(DAEMONSET), parsed)
+        if collision is not None:
+            wrote = _write_status(cluster, policy, aside_status(collision.message(), namespace, generation))
+            return ReconcileResult(name, "standingAside", [f"clusterpolicy/{name}/status"] if wrote else [])
+    # NVIDIA's RuntimeClass (beside its operator): used as it is, never re-owned.
+    theirs = {str(((p.get("spec") or {}).get("operator") or {}).get("runtimeClass") or "nvidia") for p in nvidia}
+
     facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""))
     nodes = cluster.list(NODE)
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
@@ -122,6 +151,8 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         wrote = _write_status(cluster, policy, invalid_status(refused, namespace, generation))
         return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [])
     for obj in wanted:
+        if obj["kind"] == "RuntimeClass" and name_of(obj) in theirs:
+            continue
         if obj["kind"] == "DaemonSet":
             result = cluster.apply(obj, live=live_ds.get(name_of(obj)), known_live=True)
             live_ds[name_of(obj)] = result.object

@@ -218,3 +218,12 @@ def ignored_status(active: str, generation: int) -> StatusAndConditions:
     return {"state": "ignored", "observedGeneration": generation}, [
         condition("Ready", False, "Ignored", f"ClusterPolicy {active!r} is the active one; only one is honoured"),
     ]
+
+
+def aside_status(message: str, namespace: str, generation: int) -> StatusAndConditions:
+    """Status while NVIDIA's GPU Operator deploys the same operands: gpuchain stands aside."""
+    status = {"state": "notReady", "namespace": namespace, "observedGeneration": generation}
+    return status, [
+        condition("Ready", False, "NVIDIAGPUOperatorPresent", message),
+        condition("Error", False, "NoError", ""),
+    ]

@@ -1,0 +1,262 @@
+"""Moving over from NVIDIA's GPU Operator: import its ClusterPolicy, and notice when it is running.
+
+`import_policy` turns NVIDIA's ``nvidia.com/v1`` ClusterPolicy into gpuchain's, keeping every
+key gpuchain accepts, and says for each section what maps, what is ignored and what blocks
+(features gpuchain does not have, switched off in the result so the policy applies).
+
+`nvidia_collision` decides whether NVIDIA's operator, seen through its ClusterPolicy and its
+DaemonSets, would run the same operands as gpuchain: then the gpuchain operator stands aside
+instead of fighting over objects with the same names (both name their DaemonSets
+``nvidia-device-plugin-daemonset``, ... and both create RuntimeClass ``nvidia``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from gpuchain.kube import Kind, register_kind
+from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect
+from gpuchain.operator.operands import OPERANDS, Operand
+from gpuchain.operator.policy import (
+    RESERVED_LABELS,
+    ClusterPolicySpec,
+    Problem,
+    drop_nulls,
+    parse_policy,
+    schema_problems,
+    to_snake,
+)
+
+NVIDIA_CLUSTER_POLICY = register_kind(Kind("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", namespaced=False))
+NVIDIA_DRIVER = register_kind(Kind("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", namespaced=False))
+
+Outcome = Literal["maps", "ignored", "blocks"]
+
+#: Container runtimes as the kubelet reports them (node.status.nodeInfo.containerRuntimeVersion).
+_RUNTIMES = {"containerd": "containerd", "cri-o": "crio", "docker": "docker"}
+
+
+@dataclass(frozen=True)
+class ImportEntry:
+    """One line of the import report."""
+
+    key: str
+    outcome: Outcome
+    what: str
+    detail: str
+
+
+@dataclass
+class ImportResult:
+    """gpuchain's ClusterPolicy and the report of how NVIDIA's became it."""
+
+    policy: dict[str, Any]
+    entries: list[ImportEntry] = field(default_factory=list)
+
+    def of(self, outcome: Outcome) -> list[ImportEntry]:
+        """The entries with one outcome."""
+        return [e for e in self.entries if e.outcome == outcome]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report: the policy, then maps / ignored / blocks."""
+        out: dict[str, Any] = {"policy": self.policy}
+        for outcome in ("maps", "ignored", "blocks"):
+            out[outcome] = [{"key": e.key, "what": e.what, "detail": e.detail} for e in self.of(outcome)]
+        return out
+
+
+class PolicyImportError(ValueError):
+    """NVIDIA's policy itself is not valid (its own CRD would have refused it)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _has(spec: dict[str, Any], key: str) -> bool:
+    node: Any = spec
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _remove(spec: dict[str, Any], key: str) -> None:
+    *parents, last = key.split(".")
+    node: Any = spec
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def _set(spec: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    node = spec
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def runtime_of(nodes: Iterable[dict[str, Any]]) -> str | None:
+    """The container runtime most nodes report, in operator.defaultRuntime's spelling (None: unknown)."""
+    seen: dict[str, int] = {}
+    for node in nodes:
+        version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", ""))
+        runtime = _RUNTIMES.get(version.partition("://")[0])
+        if runtime:
+            seen[runtime] = seen.get(runtime, 0) + 1
+    return max(seen, key=lambda r: seen[r]) if seen else None
+
+
+def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[ImportEntry]:
+    entries = [
+        ImportEntry(f.key, "maps", f.what, f.note) for f in FEATURES if f.support == "implemented" and _has(spec, f.key)
+    ]
+    entries += [ImportEntry(f.key, "ignored", f.what, f.note) for f in in_effect(parsed, "ignored")]
+    entries += [
+        ImportEntry(f.switch_key(), "blocks", f.what, "not supported by gpuchain; switched off in the imported policy")
+        for f in in_effect(parsed, "refused")
+    ]
+    return entries
+
+
+def import_policy(
+    nvidia: dict[str, Any], drivers: Iterable[dict[str, Any]] = (), nodes: Iterable[dict[str, Any]] = ()
+) -> ImportResult:
+    """gpuchain's ClusterPolicy for NVIDIA's ClusterPolicy ``nvidia`` (with its NVIDIADrivers and nodes, if known).
+
+    Raises PolicyImportError when NVIDIA's policy has keys or values its own schema does not allow.
+    """
+    spec = drop_nulls(nvidia.get("spec") or {})
+    problems = schema_problems(spec)
+    if problems:
+        raise PolicyImportError(problems)
+    parsed = ClusterPolicySpec.model_validate(spec)
+    out = copy.deepcopy(spec)
+    entries = _feature_entries(spec, parsed)
+    for f in in_effect(parsed, "refused"):
+        _remove(out, f.key)
+    for key in GPUCHAIN_IMAGE_OPERANDS:
+        block = out.get(key)
+        if isinstance(block, dict) and block.get("image") in NVIDIA_OPERAND_IMAGES:
+            ref = f"{block.get('repository', '')}/{block.get('image')}:{block.get('version', '')}"
+            for k in ("repository", "image", "version"):
+                block.pop(k, None)
+            entries.append(
+                ImportEntry(
+                    f"{key}.image",
+                    "ignored",
+                    "NVIDIA's operand image",
+                    f"{ref} replaced by gpuchain's image",
+                )
+            )
+    labels = (out.get("daemonsets") or {}).get("labels") or {}
+    for key in RESERVED_LABELS:
+        if key in labels:
+            entries.append(
+                ImportEntry(f"daemonsets.labels.{key}", "ignored", "a pod label gpuchain sets itself", "dropped")
+            )
+            del labels[key]
+    if not _has(spec, "driver.upgradePolicy.autoUpgrade"):
+        # NVIDIA upgrades drivers only when asked (absent upgradePolicy: off); gpuchain's default is on.
+        _set(out, "driver.upgradePolicy.autoUpgrade", False)
+        entries.append(
+            ImportEntry(
+                "driver.upgradePolicy.autoUpgrade", "maps", "automatic driver upgrades", "off, NVIDIA's default"
+            )
+        )
+    if not _has(spec, "operator.defaultRuntime"):
+        runtime = runtime_of(nodes)
+        if runtime:
+            _set(out, "operator.defaultRuntime", runtime)
+        entries.append(
+            ImportEntry(
+                "operator.defaultRuntime",
+                "maps",
+                "container runtime",
+                f"{runtime}, as the nodes report" if runtime else "containerd; set it if the nodes run CRI-O or Docker",
+            )
+        )
+    for driver in drivers:
+        entries.append(
+            ImportEntry(
+                f"NVIDIADriver/{(driver.get('metadata') or {}).get('name', '?')}",
+                "blocks",
+                "NVIDIADriver custom resource",
+                "gpuchain installs one driver from ClusterPolicy driver.*: copy its repository, image, version there",
+            )
+        )
+    name = str((nvidia.get("metadata") or {}).get("name") or "cluster-policy")
+    result = ImportResult(
+        {"apiVersion": "gpuchain.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name}, "spec": out}
+    )
+    check = parse_policy(out)
+    if isinstance(check, list):
+        entries += [ImportEntry(p.field, "blocks", "invalid for gpuchain", p.reason) for p in check]
+    result.entries = sorted(entries, key=lambda e: (["maps", "ignored", "blocks"].index(e.outcome), e.key))
+    return result
+
+
+def nvidia_operands(spec: dict[str, Any]) -> list[Operand]:
+    """The operands NVIDIA's operator deploys for its ClusterPolicy spec (its defaults when a key is absent)."""
+    try:
+        parsed = ClusterPolicySpec.model_validate(drop_nulls(spec))
+    except ValidationError:
+        return list(OPERANDS)  # a policy we cannot read: assume the worst
+    # NVIDIA's validator cannot be switched off.
+    return [op for op in OPERANDS if op.spec_key == "validator" or getattr(parsed, to_snake(op.spec_key)).enabled]
+
+
+@dataclass(frozen=True)
+class Collision:
+    """NVIDIA's operator would run these operands too: who, where, and which."""
+
+    policy: str
+    operands: tuple[str, ...]
+    daemonsets: tuple[str, ...]
+
+    def message(self) -> str:
+        """The condition message: evidence, what collides, and the way out."""
+        seen = f"; its DaemonSets: {', '.join(self.daemonsets)}" if self.daemonsets else ""
+        return (
+            f"NVIDIA's GPU Operator is running (ClusterPolicy nvidia.com/v1 {self.policy!r}{seen}) and deploys "
+            f"{', '.join(self.operands)} too: gpuchain deploys nothing until one of the two ClusterPolicies "
+            "disables them (see docs/migrating-from-gpu-operator.md)"
+        )
+
+
+def nvidia_collision(
+    nvidia_policies: list[dict[str, Any]], daemonsets: Iterable[dict[str, Any]], ours: ClusterPolicySpec
+) -> Collision | None:
+    """Would NVIDIA's operator (its ClusterPolicies) deploy operands gpuchain's policy ``ours`` deploys?
+
+    ``daemonsets`` are the cluster's DaemonSets; those owned by an nvidia.com ClusterPolicy are
+    named as evidence.
+    """
+    if not nvidia_policies:
+        return None
+    theirs: set[str] = set()
+    for p in nvidia_policies:
+        theirs |= {op.state for op in nvidia_operands(p.get("spec") or {})}
+    both = tuple(op.state for op in OPERANDS if op.state in theirs and getattr(ours, to_snake(op.spec_key)).enabled)
+    if not both:
+        return None
+    owned = tuple(
+        sorted(
+            f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}"
+            for d in daemonsets
+            if any(
+                o.get("kind") == "ClusterPolicy" and str(o.get("apiVersion", "")).startswith("nvidia.com/")
+                for o in d["metadata"].get("ownerReferences") or []
+            )
+        )
+    )
+    name = str(min(nvidia_policies, key=lambda p: str(p["metadata"].get("name")))["metadata"].get("name"))
+    return Collision(name, both, owned)

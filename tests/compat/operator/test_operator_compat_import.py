@@ -1,0 +1,160 @@
+"""`gpuchain operator import`: NVIDIA's published ClusterPolicies become gpuchain's, with a report.
+
+Inputs are NVIDIA's own files (fixtures/SOURCES.md): the chart's default policy, the sample, the
+OLM bundle's example and the sample NVIDIADriver. Each imported policy must be one gpuchain's
+operator accepts and whose manifests the API server accepts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from operator_compat_helpers import FIXTURES, load, olm_example_policy, published_policies
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, PolicyImportError, import_policy, runtime_of
+from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+
+runner = CliRunner()
+
+
+def _accepted(doc: dict[str, Any]) -> ClusterPolicySpec:
+    assert doc["apiVersion"] == "gpuchain.io/v1" and doc["kind"] == "ClusterPolicy"
+    parsed = parse_policy(doc["spec"])
+    assert isinstance(parsed, ClusterPolicySpec), [str(p) for p in parsed]  # type: ignore[union-attr]
+    for obj in desired(parsed, Facts("gpu-operator", doc["metadata"]["name"])):
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+    return parsed
+
+
+@pytest.mark.parametrize("name", ["sample", "helm-default", "olm-example"])
+def test_every_published_policy_imports_to_one_gpuchain_accepts(name: str) -> None:
+    result = import_policy(published_policies()[name])
+    _accepted(result.policy)
+
+
+def test_chart_default_keeps_nvidias_driver_and_toolkit_and_swaps_operand_images() -> None:
+    nvidia = load("helm-default-clusterpolicy.yaml")
+    result = import_policy(nvidia)
+    policy = _accepted(result.policy)
+    assert result.of("blocks") == []
+    # driver and toolkit stay NVIDIA's images at NVIDIA's versions
+    assert policy.driver.image_ref() == "nvcr.io/nvidia/driver:595.91.07"
+    assert policy.toolkit.image_ref() == "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0"
+    # the operands gpuchain runs use gpuchain's image
+    assert policy.device_plugin.image == "gpuchain" and policy.gfd.image == "gpuchain"
+    ignored = {e.key for e in result.of("ignored")}
+    assert {"devicePlugin.image", "gfd.image", "validator.image", "dcgmExporter.image", "migManager.image"} <= ignored
+    assert "dcgmExporter.serviceMonitor" in ignored, "the chart turns NVIDIA's ServiceMonitor on; gpuchain has none"
+    assert "daemonsets.labels.app.kubernetes.io/managed-by" in ignored
+    assert "app.kubernetes.io/managed-by" not in policy.daemonsets.labels
+    assert policy.driver.upgrade_policy.auto_upgrade is True, "the chart sets autoUpgrade: true"
+    assert policy.mig.strategy == "single" and policy.mig_manager.config.default == "all-disabled"
+    maps = {e.key for e in result.of("maps")}
+    assert {"driver", "toolkit", "devicePlugin", "gfd", "migManager", "daemonsets", "mig"} <= maps
+
+
+def test_nvidias_defaults_are_kept_where_gpuchains_differ() -> None:
+    # NVIDIA upgrades drivers automatically only when upgradePolicy.autoUpgrade says so.
+    result = import_policy({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {}})
+    assert result.policy["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] is False
+    node = {"status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}}}
+    assert runtime_of([node, node]) == "crio"
+    result = import_policy({"spec": {}}, nodes=[node])
+    assert result.policy["spec"]["operator"]["defaultRuntime"] == "crio"
+
+
+def test_olm_example_blocks_on_node_status_exporter() -> None:
+    nvidia = olm_example_policy()
+    assert nvidia["spec"]["nodeStatusExporter"]["enabled"] is True
+    result = import_policy(nvidia)
+    assert [e.key for e in result.of("blocks")] == ["nodeStatusExporter.enabled"]
+    policy = _accepted(result.policy)
+    assert not policy.node_status_exporter.enabled, "switched off so the imported policy applies"
+
+
+def test_sandbox_workloads_block_with_each_operand() -> None:
+    nvidia = copy.deepcopy(load("v1_clusterpolicy.yaml"))
+    nvidia["spec"]["sandboxWorkloads"]["enabled"] = True
+    result = import_policy(nvidia)
+    assert {e.key for e in result.of("blocks")} == {
+        "sandboxWorkloads.enabled",
+        "vgpuManager.enabled",
+        "vgpuDeviceManager.enabled",
+        "vfioManager.enabled",
+        "sandboxDevicePlugin.enabled",
+    }
+    _accepted(result.policy)
+
+
+def test_nvidiadriver_resources_block() -> None:
+    driver = load("nvidia_v1alpha1_nvidiadriver.yaml")
+    nvidia = copy.deepcopy(load("v1_clusterpolicy.yaml"))
+    nvidia["spec"]["driver"]["useNvidiaDriverCRD"] = True
+    result = import_policy(nvidia, drivers=[driver])
+    assert {e.key for e in result.of("blocks")} == {"driver.useNvidiaDriverCRD", "NVIDIADriver/nvidiadriver-sample"}
+    assert not _accepted(result.policy).driver.use_nvidia_driver_crd
+
+
+def test_a_policy_nvidias_schema_refuses_is_bad_input() -> None:
+    with pytest.raises(PolicyImportError, match="spec.driver.enabld: unknown key"):
+        import_policy({"spec": {"driver": {"enabld": True}}})
+
+
+def test_cli_writes_the_policy_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "gpuchain-policy.yaml"
+    result = runner.invoke(
+        app,
+        ["operator", "import", "-f", str(FIXTURES / "helm-default-clusterpolicy.yaml"), "-w", str(out), "-o", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report) == {"policy", "maps", "ignored", "blocks"} and report["blocks"] == []
+    assert yaml.safe_load(out.read_text()) == report["policy"]
+    rendered = runner.invoke(app, ["operator", "render", "-f", str(out)])
+    assert rendered.exit_code == 0, rendered.output
+
+
+def test_cli_exit_1_when_something_blocks(tmp_path: Path) -> None:
+    f = tmp_path / "olm.yaml"
+    f.write_text(yaml.safe_dump(olm_example_policy()))
+    result = runner.invoke(app, ["operator", "import", "-f", str(f)])
+    assert result.exit_code == 1
+    assert "1 blocking: switched off in the written policy" in result.output
+    as_json = runner.invoke(app, ["operator", "import", "-f", str(f), "-o", "json"])
+    assert as_json.exit_code == 1
+    assert [b["key"] for b in json.loads(as_json.stdout)["blocks"]] == ["nodeStatusExporter.enabled"]
+
+
+def test_cli_bad_nvidia_file_is_one_line_with_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "nvidia.yaml"
+    f.write_text("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nspec:\n  gfd:\n    enabeld: true\n")
+    result = runner.invoke(app, ["operator", "import", "-f", str(f)])
+    assert result.exit_code == 2
+    assert "nvidia.yaml:5: spec.gfd.enabeld: unknown key; did you mean 'enabled'?" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cli_reads_nvidias_policy_from_the_cluster() -> None:
+    from kube.kmock_server import kmock_server
+
+    from gpuchain.kube import LiveCluster
+
+    with kmock_server() as (url, _):
+        live = LiveCluster.from_url(url)
+        missing = runner.invoke(app, ["operator", "import", "--server", url])
+        assert missing.exit_code == 2 and "no nvidia.com ClusterPolicy" in missing.output
+        live.create(load("helm-default-clusterpolicy.yaml"))
+        assert len(live.list(NVIDIA_CLUSTER_POLICY)) == 1
+        result = runner.invoke(app, ["operator", "import", "--server", url, "-o", "json"])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["policy"]["spec"]["driver"]["version"] == "595.91.07"
