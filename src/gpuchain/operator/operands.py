@@ -10,7 +10,7 @@ AND ``nvidia.com/gpu.deploy.operands`` not ``false`` - so the same labels keep t
 (opt a node or one operand out, pause for a MIG change) while a reconcile writes O(operands)
 objects, never one patch per node.
 
-On-node ordering is the chapter's: init containers wait for ready files under
+On-node ordering is gpuchain's: init containers wait for ready files under
 ``/run/gpuchain/validations/`` that the validator's init containers write, link by link.
 
 GPU access: the gpuchain image sets ``NVIDIA_VISIBLE_DEVICES=void`` so nothing built on it sees a

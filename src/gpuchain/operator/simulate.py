@@ -3,7 +3,7 @@
 It plays what the cluster does with the operator's DaemonSets: one pod per selected node
 (node affinity and nodeSelector evaluated like the scheduler), pods recreated on template change
 unless the strategy is OnDelete, and on each node the validator's ready files appearing link by
-link as the chapter describes: an init container ``gpuchain validate wait <link>`` waits for
+link as gpuchain orders them: an init container ``gpuchain validate wait <link>`` waits for
 ``<link>-ready``; the validator's ``gpuchain validate <link>`` writes it when the link's pod runs.
 Faults: a set of operand names that crash-loop on a node; drivers pre-installed on the host.
 Used by the operator tests, the benchmark and the scenario simulator.

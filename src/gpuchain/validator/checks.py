@@ -4,7 +4,7 @@
 - toolkit: inside a container started with the NVIDIA runtime the device nodes were injected
   and NVML works, i.e. the runtime class does its job.
 - cuda: the CUDA driver API initialises and sees devices (``cuInit``/``cuDeviceGetCount`` on
-  ``libcuda.so.1``), the in-container equivalent of the chapter's vectorAdd pod.
+  ``libcuda.so.1``), the in-container equivalent of the gpu-operator validator's vectorAdd pod.
 - plugin: the node advertises ``nvidia.com/gpu`` or ``nvidia.com/mig-*`` capacity.
 """
 

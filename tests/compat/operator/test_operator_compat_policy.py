@@ -188,12 +188,14 @@ def test_harmless_keys_are_accepted() -> None:
     assert {"name": "WITH_WORKLOAD", "value": "true"} in plugin_check["env"]
 
 
-def test_nvidias_chart_default_is_refused_only_for_nvidias_operand_images() -> None:
-    # The chart's policy names NVIDIA's images for the operands gpuchain runs from its own image;
+def test_nvidias_chart_default_is_refused_only_for_nvidias_operand_images_and_pod_label() -> None:
+    # The chart's policy names NVIDIA's images for the operands gpuchain runs from its own image,
+    # and sets the pod label app.kubernetes.io/managed-by that gpuchain finds its pods by;
     # everything else in it is accepted. `operator import` converts it (test_operator_compat_import).
     result = parse_policy(drop_nulls(load("helm-default-clusterpolicy.yaml")["spec"]))
     assert isinstance(result, list)
     assert sorted(p.field for p in result) == [
+        "daemonsets.labels",
         "dcgmExporter.image",
         "devicePlugin.image",
         "gfd.image",
