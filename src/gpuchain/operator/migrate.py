@@ -79,12 +79,17 @@ class PolicyImportError(ValueError):
 
 
 def _has(spec: dict[str, Any], key: str) -> bool:
+    return _get(spec, key) is not None
+
+
+def _get(spec: dict[str, Any], key: str) -> Any:
+    """The raw value at a dotted key, None when absent."""
     node: Any = spec
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
 
 
 def _remove(spec: dict[str, Any], key: str) -> None:
@@ -119,7 +124,12 @@ def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[Im
     entries = [
         ImportEntry(f.key, "maps", f.what, f.note) for f in FEATURES if f.support == "implemented" and _has(spec, f.key)
     ]
-    entries += [ImportEntry(f.key, "ignored", f.what, f.note) for f in in_effect(parsed, "ignored")]
+    ignored = [
+        f
+        for f in FEATURES
+        if f.support == "ignored" and (f.on(parsed) if f.on is not None else bool(_get(spec, f.key)))
+    ]
+    entries += [ImportEntry(f.key, "ignored", f.what, f.note) for f in ignored]
     entries += [
         ImportEntry(f.switch_key(), "blocks", f.what, "not supported by gpuchain; switched off in the imported policy")
         for f in in_effect(parsed, "refused")
