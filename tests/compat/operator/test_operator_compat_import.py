@@ -158,3 +158,13 @@ def test_cli_reads_nvidias_policy_from_the_cluster() -> None:
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
         assert report["policy"]["spec"]["driver"]["version"] == "595.91.07"
+
+
+def test_nvidiadriver_is_not_a_policy_gpuchain_renders() -> None:
+    # gpuchain has no NVIDIADriver kind: its sample is refused in one line naming the kind.
+    result = runner.invoke(app, ["operator", "render", "-f", str(FIXTURES / "nvidia_v1alpha1_nvidiadriver.yaml")])
+    assert result.exit_code == 2
+    assert "nvidia_v1alpha1_nvidiadriver.yaml:1: apiVersion: Input should be 'gpuchain.io/v1' or 'nvidia.com/v1'" in (
+        result.output
+    )
+    assert len(result.output.strip().splitlines()) == 1
