@@ -35,8 +35,8 @@ def name_problem(value: str, kind: str = "subdomain") -> str | None:
 
 def label_key_problem(key: str) -> str | None:
     """Why ``key`` is not a valid label/annotation key (``[prefix/]name``), or None."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and name_problem(prefix) is not None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and name_problem(prefix) is not None:
         return f"key {key!r}: prefix must be a DNS subdomain"
     if not name or len(name) > 63 or not _QUALIFIED.match(name):
         return f"key {key!r}: name must be 1-63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
