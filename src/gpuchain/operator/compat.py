@@ -373,12 +373,20 @@ FEATURES: tuple[Feature, ...] = (
         switch="driver.certConfig.name",
     ),
     Feature(
-        "driver.licensingConfig",
+        "driver.licensingConfig.secretName",
         "refused",
         "vGPU guest driver licensing",
-        "on when configMapName or secretName is set",
-        on=lambda p: bool(p.driver.licensing_config.config_map_name or p.driver.licensing_config.secret_name),
+        "on when set",
+        on=lambda p: bool(p.driver.licensing_config.secret_name),
         switch="driver.licensingConfig.secretName",
+    ),
+    Feature(
+        "driver.licensingConfig.configMapName",
+        "refused",
+        "vGPU guest driver licensing",
+        "on when set",
+        on=lambda p: bool(p.driver.licensing_config.config_map_name),
+        switch="driver.licensingConfig.configMapName",
     ),
     Feature(
         "driver.virtualTopology",
