@@ -21,6 +21,7 @@ from gpuchain.commands._backend import (
 )
 from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.common.supervise import spawn
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
@@ -43,17 +44,32 @@ async def serve(
     """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
     of the Node's config label; a bad or missing config keeps the running one."""
     plugin = DevicePlugin(backend, config, socket_dir)
+    if watch is not None:
+        plugin.on_degraded = lambda reason: asyncio.to_thread(
+            watch.report, ResourceMappingError(reason), "serving what still fits"
+        )
     await plugin.start()
     for res in plugin.resources:
         log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
     follower = ConfigFollower(plugin, source, os.environ, label, watch)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    reloads: list[asyncio.Task[bool]] = []
-    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(follower.reload("SIGHUP"))))
+    reloads: list[asyncio.Task[None]] = []
+
+    async def reload(trigger: str) -> None:
+        try:
+            await follower.reload(trigger)
+        except Exception:  # anything the follower does not turn into a refusal: log it, keep serving
+            log.exception("%s: config not reloaded, keeping the running one", trigger)
+
+    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload("SIGHUP"))))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    following = loop.create_task(follower.follow(resource_version)) if watch is not None else None
+    following = (
+        spawn("device plugin: node label watch", lambda: follower.follow(resource_version))
+        if watch is not None
+        else None
+    )
     if watch is not None:
         log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
     try:
@@ -63,8 +79,7 @@ async def serve(
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
-        for task in reloads:
-            await task
+        await asyncio.gather(*reloads, return_exceptions=True)
         await plugin.stop()
         log.info("stopped; sockets removed")
 

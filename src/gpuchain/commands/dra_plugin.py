@@ -23,6 +23,7 @@ from gpuchain.commands._cluster import (
     resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
+from gpuchain.common.supervise import Critical
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
@@ -75,8 +76,12 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simul
     )
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
-    tasks = [asyncio.create_task(driver.follow_health()), asyncio.create_task(driver.resync(resync))]
     stop = asyncio.Event()
+    critical = Critical(stop)
+    tasks = [
+        critical.add(asyncio.create_task(driver.follow_health(), name="dra-plugin: health")),
+        critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
+    ]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -87,6 +92,8 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simul
             task.cancel()
         await server.stop()
         log.info("stopped; sockets removed (prepared claims stay in %s)", driver.checkpoint.path)
+    if critical.failed:
+        raise typer.Exit(critical.exit_code)
 
 
 def dra_plugin(

@@ -9,7 +9,14 @@
 - consumes the backend's health events and pushes a new device list on every change, and
   clears recovered GPUs after the quiet period; a broken event stream marks every device
   unhealthy until a new subscription (retried with a bounded backoff) has run for the quiet period;
-- reloads its config on demand (SIGHUP in the CLI) without dropping health state.
+- reloads its config on demand (SIGHUP in the CLI) without dropping health state;
+- when the config no longer fits the node after a kubelet restart or a GPU change (time-slicing
+  ``devices: 8`` with a GPU lost, a half-changed MIG layout under ``single``) it keeps serving what
+  still fits (``fit_resources``), logs why and calls ``on_degraded`` (the CLI records a Warning
+  Event on the Node); when the node fits again it announces everything once more.
+
+Its loops run under ``gpuchain.common.supervise``: an exception in any of them is logged at once
+and the loop restarted with backoff, so the plugin never stops re-registering silently.
 """
 
 from __future__ import annotations
@@ -19,19 +26,20 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from gpuchain.deviceplugin.config import Config
-from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
+from gpuchain.common.supervise import spawn
+from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
+from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
-from gpuchain.gpu.model import EventKind, HealthEvent, Inventory
+from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -54,6 +62,61 @@ class Registered:
     endpoint: str
     devices: int
     at: float
+
+
+def fit_resources(inventory: Inventory, config: Config) -> tuple[list[Resource], str | None]:
+    """The resources ``config`` announces on ``inventory``, and None; or, when it does not fit,
+    what still fits and why the rest is not announced.
+
+    What still fits: under ``single``, the largest group of GPUs that share one layout (MIG
+    disabled, or MIG enabled with one profile); a sharing entry that replicates ``N`` devices of a
+    resource that now has fewer replicates those it has.
+    """
+    try:
+        return map_resources(inventory, config), None
+    except ResourceMappingError as exc:
+        reason = str(exc)
+    fitting = _single_fit(inventory, config)
+    return map_resources(fitting, _clamped(fitting, config)), reason
+
+
+def _single_fit(inventory: Inventory, config: Config) -> Inventory:
+    if not mig_strategy_problems(inventory, config.flags.mig_strategy):
+        return inventory
+    groups: dict[str, list[Gpu]] = {}
+    for gpu in inventory.gpus:
+        profiles = {m.profile for m in gpu.mig_devices}
+        if not gpu.mig_enabled:
+            groups.setdefault("", []).append(gpu)
+        elif len(profiles) == 1:
+            groups.setdefault(profiles.pop(), []).append(gpu)
+    # the most GPUs; on a tie MIG (the layout being moved to) before whole GPUs
+    best = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0] != ""), default=("", []))[1]
+    return replace(inventory, gpus=tuple(best))
+
+
+def _clamped(inventory: Inventory, config: Config) -> Config:
+    replication = config.replication
+    if replication is None:
+        return config
+    base = map_resources(inventory, config.model_copy(update={"sharing": Sharing()}))
+    have = {r.name: len(r.devices) for r in base}
+
+    def clamp(settings: ReplicatedResources) -> ReplicatedResources:
+        entries = []
+        for entry in settings.resources:
+            if isinstance(entry.devices, int) and entry.devices > have.get(entry.name, 0):
+                if have.get(entry.name, 0) == 0:
+                    continue
+                entry = entry.model_copy(update={"devices": have[entry.name]})
+            entries.append(entry)
+        return settings.model_copy(update={"resources": tuple(entries)})
+
+    sharing = config.sharing
+    update: dict[str, ReplicatedResources | None] = {"time_slicing": clamp(sharing.time_slicing)}
+    if sharing.mps is not None:
+        update["mps"] = clamp(sharing.mps)
+    return config.model_copy(update={"sharing": sharing.model_copy(update=update)})
 
 
 class DevicePlugin:
@@ -88,9 +151,15 @@ class DevicePlugin:
         self.servers: dict[str, ResourceServer] = {}
         self.registrations: list[Registered] = []
         self.on_event: Callable[[HealthEvent], None] | None = None
+        self.on_degraded: Callable[[str], Awaitable[None]] | None = None
+        """Called with the reason when the config stopped fitting and only part is served."""
+        self.degraded: str | None = None
+        """Why only part of the config is served now, or None when all of it is."""
         self._tasks: list[asyncio.Task[None]] = []
         self._kick = asyncio.Event()
         self._registered_with: tuple[int, int] | None = None
+        self._unserved = True
+        """No endpoint is up (before start, or a re-serve failed): the kubelet watch serves again."""
         self._lock = asyncio.Lock()
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -107,14 +176,16 @@ class DevicePlugin:
             await self._serve()
             await self._try_register()
         self._tasks = [
-            asyncio.create_task(self._watch_kubelet(), name="dp-watch-kubelet"),
-            asyncio.create_task(
-                follow_events(self.backend.events, self._on_event, self._on_stream_failure, self._on_subscribe),
-                name="dp-health-events",
+            spawn("device plugin: kubelet watch", self._watch_kubelet),
+            spawn(
+                "device plugin: health events",
+                lambda: follow_events(self.backend.events, self._on_event, self._on_stream_failure, self._on_subscribe),
             ),
-            asyncio.create_task(
-                run_recoveries(lambda: self.health.next_deadline(), self._kick, self._finish_recoveries, self._clock),
-                name="dp-recoveries",
+            spawn(
+                "device plugin: recoveries",
+                lambda: run_recoveries(
+                    lambda: self.health.next_deadline(), self._kick, self._finish_recoveries, self._clock
+                ),
             ),
         ]
 
@@ -162,9 +233,14 @@ class DevicePlugin:
 
     # ---- serving and registration ---------------------------------------------------------------
 
-    async def _serve(self) -> None:
+    async def _serve(self, fit: bool = False) -> None:
+        """Serve the config's resources; with ``fit``, what still fits when not all of it does
+        (otherwise ResourceMappingError)."""
         inventory = self.backend.inventory()
-        resources = map_resources(inventory, self.config)
+        if fit:
+            resources, degraded = fit_resources(inventory, self.config)
+        else:
+            resources, degraded = map_resources(inventory, self.config), None
         servers = {}
         try:
             for res in resources:
@@ -178,12 +254,23 @@ class DevicePlugin:
             raise
         self.inventory, self.resources, self.servers = inventory, resources, servers
         self._registered_with = None
+        self._unserved = False
+        if degraded != self.degraded:
+            self.degraded = degraded
+            if degraded is None:
+                log.info("the config fits the node again: serving all of it")
+            else:
+                served = ", ".join(f"{r.name}={len(r.devices)}" for r in resources) or "nothing"
+                log.error("the config no longer fits this node (%s); serving what still fits: %s", degraded, served)
+                if self.on_degraded is not None:
+                    await self.on_degraded(degraded)
 
     async def _unserve(self) -> None:
         for server in self.servers.values():
             await server.stop()
         self.servers = {}
         self._registered_with = None
+        self._unserved = True
 
     def _kubelet_identity(self) -> tuple[int, int] | None:
         try:
@@ -227,20 +314,24 @@ class DevicePlugin:
                 log.info("registered %s (%d devices) as %s", res.name, len(res.devices), res.endpoint)
 
     async def _watch_kubelet(self) -> None:
-        """Re-serve and re-register when kubelet.sock is new or one of our sockets vanished."""
+        """Re-serve and re-register when kubelet.sock is new, one of our sockets vanished or a
+        re-serve failed; what is served is what fits the node now."""
         while True:
             await asyncio.sleep(self.watch_interval)
             identity = self._kubelet_identity()
             if identity is None:
                 continue
             ours_gone = any(not s.path.exists() for s in self.servers.values())
-            if identity == self._registered_with and not ours_gone:
+            if identity == self._registered_with and not ours_gone and not self._unserved:
                 continue
             async with self._lock:
-                if ours_gone or self._registered_with is not None:
-                    log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
+                if ours_gone or self._unserved or self._registered_with is not None:
+                    if self._unserved:
+                        log.info("serving again after a failed re-serve")
+                    else:
+                        log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
                     await self._unserve()
-                    await self._serve()
+                    await self._serve(fit=True)
                 if not await self._try_register():
                     await asyncio.sleep(1.0)
 
@@ -260,19 +351,24 @@ class DevicePlugin:
             self.on_event(event)
         if self.health.apply(event, self._clock()):
             self._notify()
-        if event.kind is EventKind.GPU_RECOVERED and not any(
-            d.gpu_uuid == event.gpu_uuid for r in self.resources for d in r.devices
+        if event.kind is EventKind.GPU_RECOVERED and (
+            self.degraded is not None
+            or not any(d.gpu_uuid == event.gpu_uuid for r in self.resources for d in r.devices)
         ):
             # The GPU was lost when the resources were last mapped (a kubelet restart or reload
-            # while it was gone): map again so it is announced once more.
-            self._tasks.append(asyncio.create_task(self._remap(), name="dp-remap"))
+            # while it was gone), or only part of the config fitted: map again so it is announced.
+            try:
+                await self._remap()
+            except OSError as exc:
+                log.error("re-serving after GPU %s came back failed (%s); retrying", event.gpu_uuid, exc)
         self._kick.set()
 
     async def _remap(self) -> None:
-        try:
-            await self.reload(self.config)
-        except (ResourceMappingError, OSError) as exc:
-            log.error("re-mapping resources after a GPU came back failed, keeping the old ones: %s", exc)
+        """Map the running config again and re-serve what fits now (health state kept)."""
+        async with self._lock:
+            await self._unserve()
+            await self._serve(fit=True)
+            await self._try_register()
 
     async def _finish_recoveries(self) -> None:
         if self.health.due(self._clock()):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
+from gpuchain.common.supervise import spawn
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.sim import SimBackend
@@ -194,7 +195,7 @@ class MigManager:
     async def run(self, interval: float = 2.0, stop: asyncio.Event | None = None) -> None:
         """Reconcile on every change of the node and every ``interval`` seconds until ``stop``."""
         wake = asyncio.Event()
-        watcher = asyncio.create_task(self._watch(wake))
+        watcher = spawn("MIG manager: node watch", lambda: self._watch(wake))
         try:
             while stop is None or not stop.is_set():
                 wake.clear()  # before reconciling: a change seen during it wakes the next round

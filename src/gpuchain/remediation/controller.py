@@ -247,6 +247,8 @@ class Remediator:
                 report = await asyncio.to_thread(self.run_once)
             except KubeError as exc:
                 log.error("remediation pass failed: %s", exc)
+            except Exception:  # a bug must not end remediation silently: log it whole, retry next pass
+                log.exception("remediation pass failed unexpectedly; retrying in %g s", interval)
             else:
                 for outcome in report.outcomes:
                     log.info("%s %s: %s", outcome.result, outcome.action.kind.value, outcome.action.message)

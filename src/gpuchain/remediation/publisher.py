@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuchain.common.supervise import spawn
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
@@ -241,8 +242,8 @@ class GpuHealthPublisher:
                 self.tracker.health.stream_restored(self.clock())
             wake.set()  # the stream marks' quiet period needs a timer
 
-        consumer = asyncio.create_task(
-            follow_events(self.backend.events, on_event, on_failure, on_subscribe), name="gpu-health-events"
+        consumer = spawn(
+            "gpu-health: health events", lambda: follow_events(self.backend.events, on_event, on_failure, on_subscribe)
         )
         stopper = asyncio.create_task(stop.wait())
         try:

@@ -1,0 +1,134 @@
+"""Supervision of long-lived tasks: nothing a node agent runs forever may die silently.
+
+A loop that watches the kubelet, follows a Node, samples GPUs or serves HTTP is the agent: when it
+dies the pod still looks Running while the node quietly stops being served. So every such loop
+runs under one of two rules:
+
+- ``supervise`` / ``spawn`` (asyncio) and ``supervise_thread`` (threads): an exception is logged
+  at once, with its traceback, and the loop starts again after a backoff that doubles from
+  ``first_delay`` to ``max_delay`` (a run that lasted longer than ``max_delay`` starts the backoff
+  over), so a persistent fault is neither hammered nor given up on;
+- ``Critical``: for tasks whose state cannot be rebuilt in place, a crash is logged at once, the
+  command cleans up and exits non-zero, so the kubelet restarts the container.
+
+A loop that returns although it should run forever is treated as a failure too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY = 0.5
+MAX_DELAY = 30.0
+EXIT_CODE = 1
+"""The status a process exits with when a task it cannot restart in place has failed."""
+T = TypeVar("T")
+
+
+def _next_delay(delay: float, ran_for: float, first_delay: float, max_delay: float) -> tuple[float, float]:
+    """(the wait before this restart, the wait before the one after): a long healthy run resets it."""
+    if ran_for > max_delay:
+        delay = first_delay
+    return delay, min(delay * 2, max_delay)
+
+
+async def supervise(
+    name: str,
+    run: Callable[[], Awaitable[None]],
+    first_delay: float = FIRST_DELAY,
+    max_delay: float = MAX_DELAY,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> NoReturn:
+    """Run ``run()`` forever: log any exception (or an unexpected return) at once and start it again
+    after a bounded, doubling backoff. Only cancellation ends it."""
+    delay = first_delay
+    while True:
+        started = clock()
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            wait, delay = _next_delay(delay, clock() - started, first_delay, max_delay)
+            log.exception("%s failed; restarting it in %.1f s", name, wait)
+        else:
+            wait, delay = _next_delay(delay, clock() - started, first_delay, max_delay)
+            log.error("%s ended although it should run until stopped; restarting it in %.1f s", name, wait)
+        await sleep(wait)
+
+
+def spawn(
+    name: str, run: Callable[[], Awaitable[None]], first_delay: float = FIRST_DELAY, max_delay: float = MAX_DELAY
+) -> asyncio.Task[None]:
+    """``supervise(name, run)`` as a task named ``name`` on the running loop."""
+    return asyncio.create_task(supervise(name, run, first_delay, max_delay), name=name)
+
+
+def supervise_thread(
+    name: str,
+    run: Callable[[], None],
+    stop: threading.Event | None = None,
+    first_delay: float = FIRST_DELAY,
+    max_delay: float = MAX_DELAY,
+) -> threading.Thread:
+    """Start a daemon thread that runs ``run()`` under ``supervise``'s rules until ``stop`` is set."""
+    stopped = stop or threading.Event()
+
+    def loop() -> None:
+        delay = first_delay
+        while not stopped.is_set():
+            started = time.monotonic()
+            try:
+                run()
+            except Exception:
+                wait, delay = _next_delay(delay, time.monotonic() - started, first_delay, max_delay)
+                log.exception("%s failed; restarting it in %.1f s", name, wait)
+            else:
+                if stopped.is_set():
+                    return
+                wait, delay = _next_delay(delay, time.monotonic() - started, first_delay, max_delay)
+                log.error("%s ended although it should run until stopped; restarting it in %.1f s", name, wait)
+            stopped.wait(wait)
+
+    thread = threading.Thread(target=loop, daemon=True, name=name)
+    thread.start()
+    return thread
+
+
+class Critical:
+    """Tasks a command cannot restart in place: the first to end other than by cancellation is
+    logged at once and sets ``stop``, so the command cleans up (sockets, taints) and then exits
+    with ``exit_code`` (non-zero), and the kubelet restarts the container."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.failed: str | None = None
+        """The name of the task that failed, or None."""
+
+    def add(self, task: asyncio.Task[T]) -> asyncio.Task[T]:
+        """Watch ``task``; returns it."""
+        task.add_done_callback(self._done)
+        return task
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODE if self.failed else 0
+
+    def _done(self, task: asyncio.Task[T]) -> None:
+        if task.cancelled() or self.failed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("%s failed; stopping so the kubelet restarts this container", task.get_name(), exc_info=exc)
+        else:
+            log.critical("%s ended although it should run until stopped; stopping", task.get_name())
+        self.failed = task.get_name()
+        self.stop.set()

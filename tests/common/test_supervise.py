@@ -1,0 +1,101 @@
+"""Supervision: a long-lived task that fails is logged at once and restarted, or stops the process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from gpuchain.common.supervise import EXIT_CODE, Critical, supervise, supervise_thread
+
+
+async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = 0
+    waits: list[float] = []
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 4:
+            raise RuntimeError(f"boom {runs}")
+        await asyncio.Event().wait()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    with caplog.at_level(logging.ERROR):
+        task = asyncio.create_task(supervise("watcher", flaky, first_delay=0.5, max_delay=4, sleep=sleep))
+        while runs < 4:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert waits == [0.5, 1.0, 2.0]
+    failures = [r for r in caplog.records if "watcher failed" in r.getMessage()]
+    assert len(failures) == 3 and failures[0].exc_info is not None and "boom 1" in str(failures[0].exc_info[1])
+
+
+async def test_a_task_that_returns_is_restarted_too(caplog: pytest.LogCaptureFixture) -> None:
+    runs = 0
+
+    async def quits() -> None:
+        nonlocal runs
+        runs += 1
+
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    task = asyncio.create_task(supervise("loop", quits, sleep=sleep))
+    while runs < 3:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert any("loop ended although it should run" in r.getMessage() for r in caplog.records)
+
+
+async def test_critical_task_failure_sets_stop_and_a_non_zero_exit_code() -> None:
+    stop = asyncio.Event()
+    critical = Critical(stop)
+
+    async def dies() -> None:
+        raise OSError("socket gone")
+
+    critical.add(asyncio.create_task(dies(), name="dra: health"))
+    await asyncio.wait_for(stop.wait(), 1)
+    assert critical.failed == "dra: health" and critical.exit_code == EXIT_CODE
+
+
+async def test_a_cancelled_critical_task_is_not_a_failure() -> None:
+    stop = asyncio.Event()
+    critical = Critical(stop)
+    task = critical.add(asyncio.create_task(asyncio.sleep(10)))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not stop.is_set() and critical.exit_code == 0
+
+
+def test_a_failing_thread_is_restarted_until_stopped() -> None:
+    runs = 0
+    stop = threading.Event()
+    third = threading.Event()
+
+    def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs >= 3:
+            third.set()
+            stop.wait()
+            return
+        raise ValueError("sampler broke")
+
+    thread = supervise_thread("sampler", flaky, stop, first_delay=0.01, max_delay=0.02)
+    assert third.wait(2)
+    stop.set()
+    thread.join(2)
+    assert not thread.is_alive() and runs == 3

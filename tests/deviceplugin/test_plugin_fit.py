@@ -1,0 +1,72 @@
+"""A config that no longer fits the node: the plugin keeps serving what fits (issue 15, defect 1).
+
+The campaign's case: time-slicing ``devices: 8`` on an 8-GPU node, one GPU lost, the kubelet
+restarts. Before the fix the re-serve raised inside the kubelet watch, the task died silently
+and the plugin never registered again, not even after the GPU came back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.plugin import fit_resources
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kubelet.node import all_registered, start_sim_node
+
+SHARED = "nvidia.com/gpu.shared"
+EIGHT_SHARED = (
+    "health: {recoveryQuietSeconds: 0.05}\n"
+    "sharing: {timeSlicing: {renameByDefault: true, resources: [{name: nvidia.com/gpu, devices: 8, replicas: 2}]}}"
+)
+
+
+async def test_kubelet_restart_with_a_gpu_lost_serves_what_fits_and_all_again_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    degraded: list[str] = []
+    node = await start_sim_node(config=parse_config(EIGHT_SHARED))
+
+    async def record(reason: str) -> None:
+        degraded.append(reason)
+
+    node.plugin.on_degraded = record
+    try:
+        assert node.kubelet.capacity() == {SHARED: 16}
+        node.backend.lose_gpu(3)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 14})
+        before = len(node.plugin.registrations)
+        with caplog.at_level(logging.ERROR):
+            await node.kubelet.restart()
+            await node.kubelet.wait_for(all_registered(node), timeout=2.0)
+            await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {SHARED: 14}, timeout=2.0)
+        assert len(node.plugin.registrations) == before + 1
+        assert degraded and "asks to replicate 8 devices but the node has 7" in degraded[0]
+        assert node.plugin.degraded == degraded[0]
+        assert any("no longer fits" in r.getMessage() and "gpu.shared=14" in r.getMessage() for r in caplog.records)
+        node.backend.recover_gpu(3)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+        assert node.plugin.degraded is None
+        await node.kubelet.restart()
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+    finally:
+        await node.stop()
+
+
+def test_fit_under_single_keeps_the_largest_uniform_group() -> None:
+    inventory = SimBackend.from_preset("h100-80gb-x8-mig-mixed").inventory()
+    config = parse_config("flags: {migStrategy: single}")
+    resources, reason = fit_resources(inventory, config)
+    assert reason is not None and "migStrategy single does not fit" in reason
+    assert [r.name for r in resources] == ["nvidia.com/gpu"]
+    (res,) = resources
+    assert len({d.mig_profile for d in res.devices}) == 1
+    assert len(res.devices) > 0
+
+
+def test_fit_changes_nothing_when_the_config_fits() -> None:
+    inventory = SimBackend.from_preset("h100-80gb-x8").inventory()
+    resources, reason = fit_resources(inventory, parse_config(EIGHT_SHARED))
+    assert reason is None and [(r.name, len(r.devices)) for r in resources] == [(SHARED, 16)]
