@@ -168,3 +168,21 @@ def test_a_quiet_pass_costs_two_reads_and_no_writes() -> None:
     sim.cluster.calls.reset()
     Remediator(sim.cluster).run_once()
     assert sim.cluster.calls.snapshot() == {"list": 1, "get": 1}
+
+
+def test_pdb_with_replicas_on_healthy_nodes_lets_the_pod_on_the_dead_gpu_go() -> None:
+    """Issue 15 defect 2: the budget counts all three replicas (two healthy elsewhere), so it
+    allows one disruption; predicted from node-0's pods alone it would hold serve-0 forever."""
+    sim = run_scenario("pdb-spread")
+    report = Remediator(sim.cluster).run_once()
+    assert "ml/serve-0" not in pods(sim) and {"ml/serve-1", "ml/serve-2"} <= pods(sim)
+    assert not [h for h in report.held if h.why is HoldReason.PDB]
+    evicted = {o.action.pod for o in report.outcomes if o.action.kind.value == "evict" and o.result == "done"}
+    assert evicted == {"ml/train-0", "ml/serve-0"}
+
+
+def test_pdb_spread_dry_run_predicts_the_eviction_too() -> None:
+    sim = run_scenario("pdb-spread")
+    report = Remediator(sim.cluster, dry_run=True).run_once()
+    assert {o.action.pod for o in report.outcomes if o.action.kind.value == "evict"} == {"ml/train-0", "ml/serve-0"}
+    assert "ml/serve-0" in pods(sim)

@@ -2,7 +2,9 @@
 
 One pass (``Remediator.run_once``):
 
-1. list Nodes; for the unhealthy ones list their Pods (field selector) and the PDBs;
+1. list Nodes; for the unhealthy ones list their Pods (field selector) and the PDBs, and for each
+   namespace with both, every Pod in it: a budget counts the replicas on healthy nodes too (the
+   disruption controller does, and the Eviction API decides from that count);
 2. read the status ConfigMap (``gpuchain-remediator`` in the remediator's namespace): the
    breaker's memory and the pods already reported as blocked;
 3. ``decide`` (pure);
@@ -128,6 +130,22 @@ class Memory:
     """The ConfigMap as read (None: absent), so writing it back needs no second read."""
 
 
+def budget_pods(pods: list[Obj], pdbs: list[Obj], list_pods: Callable[..., list[Obj]]) -> list[Obj]:
+    """The pods budgets count that ``pods`` (those on unhealthy nodes) lack: every other pod of
+    each namespace that has both a budget and a pod on an unhealthy node. Predicting a budget from
+    the unhealthy nodes alone would count only the replicas about to go and hold every eviction."""
+    budgeted = {str(b.get("metadata", {}).get("namespace")) for b in pdbs}
+    have = {(p["metadata"].get("namespace"), p["metadata"].get("name")) for p in pods}
+    extra: list[Obj] = []
+    for namespace in sorted(budgeted & {str(p["metadata"].get("namespace")) for p in pods}):
+        for pod in list_pods(POD, namespace=namespace):
+            key = (pod["metadata"].get("namespace"), pod["metadata"].get("name"))
+            if key not in have:
+                have.add(key)
+                extra.append(pod)
+    return extra
+
+
 class Remediator:
     """Runs passes of the controller against one cluster."""
 
@@ -165,6 +183,7 @@ class Remediator:
         for node in unhealthy:
             pods.extend(self.cluster.list(POD, field_selector=f"spec.nodeName={node['metadata']['name']}"))
         pdbs = self.cluster.list(PDB) if unhealthy else []
+        pods.extend(budget_pods(pods, pdbs, self.cluster.list))
         memory = self.read_memory()
         decision = decide(nodes, pods, pdbs, self.policy, memory.history, self.clock())
         if self.dry_run:

@@ -150,6 +150,17 @@ def pdb(sim: SimCluster) -> None:
     sim.backends["node-0"].inject_xid(0, 79, "GPU has fallen off the bus")
 
 
+def pdb_spread(sim: SimCluster) -> None:
+    """As xid79, with a 'serve' Deployment of three replicas (minAvailable 2): one on the failed
+    GPU, two on healthy nodes. The budget allows one disruption, so the pod on the dead GPU goes."""
+    _workloads(sim)
+    sim.add_pod("node-0", "ml", "serve-0", (0,), {"app": "serve"})
+    sim.add_pod("node-1", "ml", "serve-1", (1,), {"app": "serve"})
+    sim.add_pod("node-2", "ml", "serve-2", (0,), {"app": "serve"})
+    sim.cluster.create(pdb_object("ml", "serve-pdb", {"app": "serve"}, 2))
+    sim.backends["node-0"].inject_xid(0, 79, "GPU has fallen off the bus")
+
+
 def storm(sim: SimCluster) -> None:
     """Double-bit ECC errors (XID 48) on half the nodes at once: the breaker opens, nothing is touched."""
     _workloads(sim)
@@ -171,6 +182,7 @@ def healthy(sim: SimCluster) -> None:
 SCENARIOS: dict[str, Callable[[SimCluster], Any]] = {
     "xid79": xid79,
     "pdb": pdb,
+    "pdb-spread": pdb_spread,
     "storm": storm,
     "app-xid": app_xid,
     "healthy": healthy,
