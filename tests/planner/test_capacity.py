@@ -229,6 +229,11 @@ def test_resolve_gpu_errors_list_the_choices(name: str, message: str) -> None:
         ({"qps": float("inf")}, r"--qps-per-instance: must be a finite number larger than zero"),
         ({"gpus": 0}, r"--gpus: must be at least 1, got 0"),
         ({"replicas": 1}, r"--replicas: time-slicing needs at least 2 \(1 is the whole GPU\), got 1"),
+        (
+            {"replicas": 1_000_000_000},
+            r"--replicas: at most 40960 on .* \(one MiB of its memory each\), got 1000000000",
+        ),
+        ({"min_headroom_mib": float("inf")}, r"--min-headroom: must be zero or more"),
         ({"min_headroom_mib": -1.0}, r"--min-headroom: must be zero or more"),
     ],
 )
@@ -269,3 +274,8 @@ def test_plans_never_overcommit_the_gpu(
         assert chosen.qps_per_gpu == max(o.qps_per_gpu for o in allowed)
     if p.recommendation is not None and isolation is IsolationNeed.HARD:
         assert p.recommendation.sharing is not Sharing.TIME_SLICING
+
+
+def test_non_finite_model_memory_from_code_is_refused_not_computed() -> None:
+    with pytest.raises(PlanInputError, match="--model-memory: must be a finite size larger than zero"):
+        plan(PlanRequest(resolve_gpu("a100-40gb"), Workload(float("nan"), 60)))

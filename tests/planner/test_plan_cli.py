@@ -72,6 +72,7 @@ def test_model_too_large_is_answered_not_an_empty_table() -> None:
         (["plan", "--gpu", "v100", "--model-memory", "3GiB", "--qps-per-instance", "60"], "unknown GPU 'v100'"),
         (["plan", "--gpu", "l4", "--model-memory", "3", "--qps-per-instance", "60"], "'3' has no unit"),
         ([*CHAPTER, "--replicas", "1"], "--replicas: time-slicing needs at least 2"),
+        ([*CHAPTER, "--replicas", "1000000000"], "--replicas: at most 40960 on"),
         ([*CHAPTER, "--plot", "plan.svg"], "must end in .png"),
         ([*CHAPTER, "--plot", "/nonexistent-dir/plan.png"], "--plot: cannot write"),
         (["plan", "fleet", "--failure-rate", "5", "--gpus", "128"], "'5' is ambiguous"),

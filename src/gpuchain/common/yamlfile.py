@@ -1,7 +1,17 @@
 """Load YAML into a pydantic model and report a bad file as `file:line: field: reason`.
 
-Every file gpuchain reads (topologies, device plugin config, MIG layouts, scenarios) goes
-through here, so a user always gets the same kind of answer: where, which field, what is wrong.
+Every YAML file gpuchain reads (topologies, device plugin and GFD config, MIG layouts, scenarios,
+ClusterPolicy files) goes through here, and its bytes through ``read_input_text``, so a user
+always gets the same kind of answer: where, which field, what is wrong and what to do.
+
+Beyond plain YAML, a file is refused when it
+
+- repeats a key in one mapping (YAML says keys are unique; PyYAML silently keeps the last, so
+  a config could say ``migStrategy`` twice and mean the second without anyone noticing);
+- nests deeper than ``MAX_DEPTH`` or uses more than ``MAX_ALIASES`` aliases (the parser would
+  recurse until Python's limit, or an alias bomb would expand without bound);
+- is empty or ``null`` (a truncated ConfigMap must not silently become every default), unless the
+  caller's format says an empty file means the defaults (``empty_ok``).
 """
 
 from __future__ import annotations
@@ -12,36 +22,106 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gpuchain.common.inputfile import ConfigFileError, read_input_text
+
+__all__ = ["MAX_ALIASES", "MAX_DEPTH", "ConfigFileError", "load_yaml_data", "load_yaml_file", "load_yaml_model"]
+
 M = TypeVar("M", bound=BaseModel)
 
+MAX_DEPTH = 64
+"""Deepest nesting accepted: NVIDIA's configs and Kubernetes objects stay under 20."""
+MAX_ALIASES = 256
+"""Most aliases (``*name``) accepted in one document."""
 
-class ConfigFileError(ValueError):
-    """A file that cannot be used. ``str()`` is one line: `source:line: field: reason`."""
 
-    def __init__(self, source: str, line: int | None, field: str, reason: str) -> None:
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that bounds nesting and aliases and refuses duplicate keys, naming the line."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
         self.source = source
-        self.line = line
-        self.field = field
-        self.reason = reason
-        where = f"{source}:{line}" if line else source
-        super().__init__(f"{where}: {field}: {reason}" if field else f"{where}: {reason}")
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise ConfigFileError(self.source, line, "", f"more than {MAX_ALIASES} aliases; write the values out")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ConfigFileError(
+                    self.source,
+                    line,
+                    "",
+                    f"nested more than {MAX_DEPTH} levels deep; no gpuchain input is, check the file",
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base constructor names it
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConfigFileError(
+                    self.source, line, str(key), f"duplicate key (first at line {first}); keep only one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
-def load_yaml_model(model: type[M], text: str, source: str = "<input>") -> M:
-    """Parse ``text`` as YAML and validate it as ``model``.
+def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) -> tuple[Any, yaml.Node | None]:
+    """Parse one YAML document: (the data, its node tree for line numbers).
 
-    Raises ConfigFileError naming the line and dotted field of the first problem, with a count
-    of any further problems so nothing is hidden.
+    Raises ConfigFileError for anything that is not one bounded document with unique keys, and for
+    an empty or null document unless ``empty_ok`` (then the data is ``{}``).
     """
+    loader = _Loader(text, source)
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        raise ConfigFileError(source, line, "", f"not valid YAML: {exc.problem or exc}") from None
+        context = f" ({exc.context})" if exc.context else ""
+        raise ConfigFileError(source, line, "", f"not valid YAML: {exc.problem or exc}{context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(source, None, "", f"not valid YAML: {exc}") from None
+    except (ValueError, RecursionError, OverflowError) as exc:
+        if isinstance(exc, ConfigFileError):
+            raise
+        raise ConfigFileError(source, None, "", f"not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     if data is None:
+        if not empty_ok:
+            raise ConfigFileError(
+                source, 1, "", "the file is empty (or null); give the settings, or '{}' for every default"
+            )
         data = {}
+    return data, root
+
+
+def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok: bool = True) -> M:
+    """Parse ``text`` as YAML and validate it as ``model``.
+
+    Raises ConfigFileError naming the line and dotted field of the first problem, with a count
+    of any further problems so nothing is hidden. Text given in code may be empty (every
+    default); a file may not (``load_yaml_file``).
+    """
+    data, root = load_yaml_data(text, source, empty_ok)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -53,14 +133,13 @@ def load_yaml_model(model: type[M], text: str, source: str = "<input>") -> M:
         raise ConfigFileError(source, _line_of(root, loc), field, _reason(first) + more) from None
 
 
-def load_yaml_file(model: type[M], path: str | Path) -> M:
-    """Read ``path`` and validate it; a missing or unreadable file is a ConfigFileError too."""
+def load_yaml_file(model: type[M], path: str | Path, empty_ok: bool = False) -> M:
+    """Read ``path`` (``read_input_text``'s rules) and validate it; any problem is a ConfigFileError.
+
+    An empty or null file is refused unless ``empty_ok``: the format must say so explicitly.
+    """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigFileError(str(p), None, "", f"cannot read file: {exc.strerror or exc}") from None
-    return load_yaml_model(model, text, str(p))
+    return load_yaml_model(model, read_input_text(p), str(p), empty_ok)
 
 
 def _reason(error: Any) -> str:
@@ -70,8 +149,14 @@ def _reason(error: Any) -> str:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if error["type"] not in ("missing",) and "input" in error and not isinstance(error["input"], dict | list):
-        msg = f"{msg} (got {error['input']!r})"
+        msg = f"{msg} (got {_short(error['input'])})"
     return msg
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a bad value, cut so the error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

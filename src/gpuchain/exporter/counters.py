@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from gpuchain.common.inputfile import ConfigFileError, read_input_text
+
 DEFAULT_COLLECTORS = "default-counters.csv"
 """The collectors file shipped in this package, used when no ``--collectors`` file is given."""
 
@@ -138,9 +140,9 @@ def load_collectors(path: str | Path | None = None) -> CounterSet:
         return parse_collectors(text, DEFAULT_COLLECTORS)
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CollectorsFileError(f"{p}: cannot read collectors file: {exc.strerror or exc}") from None
+        text = read_input_text(p)
+    except ConfigFileError as exc:
+        raise CollectorsFileError(str(exc)) from None
     return parse_collectors(text, str(p))
 
 

@@ -188,15 +188,21 @@ def plan(req: PlanRequest) -> Plan:
 
 
 def _check(req: PlanRequest) -> None:
-    if req.workload.model_memory_mib <= 0:
-        raise PlanInputError("--model-memory: must be larger than zero, e.g. 3GiB")
+    if not math.isfinite(req.workload.model_memory_mib) or req.workload.model_memory_mib <= 0:
+        raise PlanInputError("--model-memory: must be a finite size larger than zero, e.g. 3GiB")
     if not math.isfinite(req.workload.qps_per_instance) or req.workload.qps_per_instance <= 0:
         raise PlanInputError("--qps-per-instance: must be a finite number larger than zero, e.g. 60")
     if req.gpus < 1:
         raise PlanInputError(f"--gpus: must be at least 1, got {req.gpus}")
     if req.replicas < 2:
         raise PlanInputError(f"--replicas: time-slicing needs at least 2 (1 is the whole GPU), got {req.replicas}")
-    if req.min_headroom_mib < 0:
+    if req.replicas > req.gpu.memory_mib:
+        # every replica's share of memory would round to nothing (and the arithmetic divide by it)
+        raise PlanInputError(
+            f"--replicas: at most {int(req.gpu.memory_mib)} on {req.gpu.name} (one MiB of its memory each), "
+            f"got {req.replicas}"
+        )
+    if not math.isfinite(req.min_headroom_mib) or req.min_headroom_mib < 0:
         raise PlanInputError("--min-headroom: must be zero or more, e.g. 1GiB")
 
 

@@ -1,0 +1,62 @@
+"""SIGHUP with a bad config file: the running config stays, one line is logged, and SIGTERM still
+cleans up (exit 0, sockets removed). Issue 15 defect 3: a NUL byte or non-UTF-8 text made the
+reload task raise; the next SIGTERM then skipped cleanup (exit 1, socket left behind)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from gpuchain.kubelet.peer import KubeletPeer
+
+GPU = "nvidia.com/gpu"
+BAD = [
+    (b"version: v1\nflags: {\x00}\n", "config.yaml:2: contains a NUL byte"),
+    (b"version: v1\n# caf\xe9\n", "config.yaml:2: is not UTF-8 (byte 0xe9)"),
+    (b"", "config.yaml:1: the file is empty (or null)"),
+]
+
+
+async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(tmp_path: Path) -> None:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("version: v1\n")
+    kubelet = KubeletPeer(root)
+    await kubelet.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--config", str(cfg),
+        "--socket-dir", str(root), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=20)
+        lines: list[str] = []
+        for data, expected in BAD:
+            cfg.write_bytes(data)
+            proc.send_signal(signal.SIGHUP)
+            while True:
+                line = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode()
+                assert line, "the plugin exited"
+                lines.append(line)
+                if "SIGHUP" in line:
+                    break
+            assert "config not reloaded, keeping the running one" in line and expected in line, line
+            assert kubelet.allocatable() == {GPU: 8}
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 10)
+        text = "".join(lines) + out.decode()
+        assert proc.returncode == 0, text
+        assert "Traceback" not in text
+        assert not (root / "nvidia-gpu.sock").exists()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
