@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
-from types import FrameType
 
 import typer
 
@@ -19,14 +17,11 @@ from gpuchain.commands._backend import (
 )
 from gpuchain.commands._cluster import mark, node_backend_option, resolve_backend
 from gpuchain.commands._output import err_console, fail
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
-
-
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def exporter(
@@ -54,8 +49,11 @@ def exporter(
     Metric names and labels follow dcgm-exporter, so NVIDIA's Grafana dashboard works as is.
     Runs on simulated GPUs by default; use --backend nvml on a GPU node.
     """
-    if interval <= 0 or call_timeout <= 0:
-        fail("--collect-interval and --call-timeout must be positive")
+    try:
+        positive_seconds("--collect-interval", interval)
+        positive_seconds("--call-timeout", call_timeout)
+    except ValueError as exc:
+        fail(str(exc))
     try:
         counter_set = load_collectors(collectors)
     except CollectorsFileError as exc:
@@ -77,15 +75,13 @@ def exporter(
         server = MetricsServer(collector, address, port)
     except OSError as exc:
         fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     collector.start()
     where = f"http://{address}:{server.server_port}"
     attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
     line = f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}"
     err_console.print(mark(line, resolve_backend(backend)))
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
+        server.serve_forever(stop_signals=True)
         sys.stderr.write("stopping\n")
     finally:
         server.server_close()

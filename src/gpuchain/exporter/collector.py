@@ -27,6 +27,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client.metrics_core import Metric
 
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import Entity, NodeSample, XidBook, entities, sample_families, xid_families
 from gpuchain.exporter.podresources import Assignment, PodRef, attribute
@@ -93,8 +94,8 @@ class GpuMetricsCollector:
         self.counters = counters
         self.hostname = hostname
         self.pod_lister = pod_lister
-        self.interval = interval
-        self.call_timeout = call_timeout
+        self.interval = positive_seconds("collection interval", interval)
+        self.call_timeout = positive_seconds("call timeout", call_timeout)
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.xids = XidBook()
         self.errors = PromCounter(

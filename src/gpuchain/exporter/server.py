@@ -1,56 +1,248 @@
 """The HTTP face of the exporter: ``/metrics`` and ``/health`` on port 9400 by default.
 
 Scrapes only render what the background collector already holds, so a slow GPU never makes a
-scrape slow; each request runs on its own thread so one slow client does not hold up another.
+scrape slow. The server is one asyncio loop on one thread, built for a node where every
+Prometheus replica, an agent and a few curl loops scrape at once, and where a client may connect
+and never speak:
+
+- a real listen backlog (``BACKLOG``; the stdlib server's 5 overflowed at 50 scrapers);
+- idle and slow connections cost no thread: each waits on the loop, and is closed after
+  ``request_timeout`` seconds without a complete request or a drained response;
+- at most ``max_connections`` at once; one more gets ``503`` and is closed, so a flood of idle
+  sockets cannot exhaust file descriptors;
+- renders are shared: scrapes that arrive while a render runs (on a worker thread, so the loop
+  keeps accepting) get that render's body instead of starting their own, so 50 concurrent
+  scrapers cost about two renders, not fifty.
+
+HTTP/1.1 keep-alive is honoured (Prometheus reuses its connection); requests have no body.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Callable
 
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.exposition import CONTENT_TYPE, render
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PORT = 9400
+BACKLOG = 1024
+"""Pending connections the kernel queues before refusing (capped by net.core.somaxconn)."""
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_REQUEST_TIMEOUT = 10.0
+"""Seconds a connection may take to send a request (or be idle between keep-alive requests),
+and to take its response."""
+MAX_HEAD = 16 * 1024
+"""Largest request line plus headers accepted."""
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: MetricsServer
+class _Render:
+    """One render of the metrics that every scrape arriving while it runs shares."""
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, CONTENT_TYPE, render(self.server.collector.registry))
-        elif path == "/health":
-            ok, reason = self.server.collector.health()
-            self._send(200 if ok else 503, "text/plain; charset=utf-8", f"{'OK' if ok else 'KO'}: {reason}\n".encode())
-        else:
-            self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n")
+    def __init__(self, produce: Callable[[], bytes]) -> None:
+        self._produce = produce
+        self._running: asyncio.Future[bytes] | None = None
+        self.renders = 0
+        self.waiting = 0
+        """Scrapes waiting for the render in progress."""
 
-    def _send(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    async def body(self) -> bytes:
+        if self._running is None:
+            self._running = asyncio.ensure_future(asyncio.to_thread(self._produce))
+            self.renders += 1
+            self._running.add_done_callback(self._clear)
+        self.waiting += 1
+        try:
+            return await asyncio.shield(self._running)
+        finally:
+            self.waiting -= 1
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes every few seconds would flood the log; stay quiet."""
+    def _clear(self, _: asyncio.Future[bytes]) -> None:
+        self._running = None
 
 
-class MetricsServer(ThreadingHTTPServer):
-    """Serves one collector; ``port=0`` picks a free port (see ``server_port``)."""
+class MetricsServer:
+    """Serves one collector; ``port=0`` picks a free port (see ``server_port``).
 
-    daemon_threads = True
+    Binding happens in the constructor, so a busy port is an OSError there. ``serve_forever()``
+    runs the loop on the calling thread until ``shutdown()``; ``start_background()`` runs it on
+    a daemon thread.
+    """
 
-    def __init__(self, collector: GpuMetricsCollector, host: str = "0.0.0.0", port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self,
+        collector: GpuMetricsCollector,
+        host: str = "0.0.0.0",
+        port: int = DEFAULT_PORT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        backlog: int = BACKLOG,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections: must be at least 1, got {max_connections}")
         self.collector = collector
-        super().__init__((host, port), _Handler)
+        self.max_connections = max_connections
+        self.request_timeout = positive_seconds("request timeout", request_timeout)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=backlog)
+        self.server_port: int = self.socket.getsockname()[1]
+        self.active = 0
+        """Connections open now."""
+        self.refused = 0
+        """Connections turned away with 503 because ``max_connections`` were open."""
+        self._render = _Render(lambda: render(self.collector.registry))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._finished = threading.Event()
+        self._finished.set()
+
+    @property
+    def renders(self) -> int:
+        """How many times the metrics were rendered (scrapes that shared a render count once)."""
+        return self._render.renders
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def serve_forever(self, stop_signals: bool = False) -> None:
+        """Serve on this thread until ``shutdown()``, or with ``stop_signals`` (main thread only)
+        until SIGTERM or SIGINT."""
+        self._finished.clear()
+        try:
+            asyncio.run(self._serve(stop_signals))
+        finally:
+            self._finished.set()
 
     def start_background(self) -> threading.Thread:
-        """Serve on a daemon thread (tests and embedding); ``shutdown()`` stops it."""
+        """Serve on a daemon thread; returns once it accepts connections."""
         thread = threading.Thread(target=self.serve_forever, daemon=True, name="gpuchain-exporter-http")
         thread.start()
+        self._started.wait(10)
         return thread
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop serving (from any thread) and wait until the loop has closed its connections."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        self._finished.wait(timeout)
+
+    def server_close(self) -> None:
+        """Close the listening socket."""
+        self.socket.close()
+
+    async def _serve(self, stop_signals: bool = False) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if stop_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        clients: set[asyncio.Task[None]] = set()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            if task is not None:  # tracked so shutdown() can end idle keep-alive connections
+                clients.add(task)
+                task.add_done_callback(clients.discard)
+            await self._connection(reader, writer)
+
+        server = await asyncio.start_server(handle, sock=self.socket, limit=MAX_HEAD)
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            for task in list(clients):
+                task.cancel()
+            await asyncio.gather(*clients, return_exceptions=True)
+            self._started.clear()
+
+    # ---- one connection -------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.active >= self.max_connections:
+            self.refused += 1
+            await self._close_with(writer, 503, b"too many connections; try again\n")
+            return
+        self.active += 1
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        except Exception:  # a bug in rendering must cost one connection, never the server
+            log.exception("serving a scrape failed")
+        finally:
+            self.active -= 1
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; True when the connection stays open for another."""
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.request_timeout)
+        except asyncio.LimitOverrunError:
+            await self._close_with(writer, 431, b"request head too large\n")
+            return False
+        except asyncio.IncompleteReadError:
+            return False
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            await self._close_with(writer, 400, b"bad request line\n")
+            return False
+        method, target, version = parts
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        connection = headers.get("connection", "").lower()
+        keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+        if method not in ("GET", "HEAD"):
+            code, ctype, body = 405, "text/plain; charset=utf-8", b"only GET and HEAD\n"
+        else:
+            code, ctype, body = await self._route(target.split("?", 1)[0])
+        self._write(writer, code, ctype, b"" if method == "HEAD" else body, keep, len(body))
+        await asyncio.wait_for(writer.drain(), self.request_timeout)
+        return keep
+
+    async def _route(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/metrics":
+            return 200, CONTENT_TYPE, await self._render.body()
+        if path == "/health":
+            ok, reason = self.collector.health()
+            return (200 if ok else 503), "text/plain; charset=utf-8", f"{'OK' if ok else 'KO'}: {reason}\n".encode()
+        return 404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n"
+
+    @staticmethod
+    def _write(
+        writer: asyncio.StreamWriter, code: int, ctype: str, body: bytes, keep: bool, length: int | None = None
+    ) -> None:
+        head = (
+            f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n"
+            f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + body)
+
+    async def _close_with(self, writer: asyncio.StreamWriter, code: int, body: bytes) -> None:
+        self._write(writer, code, "text/plain; charset=utf-8", body, keep=False)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.drain(), 1)
+        writer.close()
