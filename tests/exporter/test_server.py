@@ -162,7 +162,22 @@ def test_scrapes_that_arrive_during_a_render_share_it(collector: GpuMetricsColle
             t.join(30)
         assert results == [200] * 20
         assert server.renders == 1
+        assert _scrape(server)[0] == 200 and server.renders == 1, "nothing changed: the body is reused"
+        collector.collect_once()
         assert _scrape(server)[0] == 200 and server.renders == 2
+
+
+def test_a_new_xid_or_error_renders_again(collector: GpuMetricsCollector) -> None:
+    with _serve(collector) as server:
+        first = _scrape(server)[1]
+        uuid = collector.backend.inventory().gpus[0].uuid
+        collector.xids.record(uuid, 79)
+        second = _scrape(server)[1]
+        assert b'xid="79"' in second and b'xid="79"' not in first
+        collector._error("inventory")
+        third = _scrape(server)[1]
+        assert b'gpuchain_exporter_scrape_errors_total{operation="inventory"} 1.0' in third
+        assert server.renders == 3
 
 
 @pytest.mark.parametrize("flag", ["--collect-interval", "--call-timeout"])
@@ -176,3 +191,18 @@ def test_non_finite_or_non_positive_seconds_are_refused(flag: str, value: str) -
 def test_collector_refuses_nan_interval_from_code() -> None:
     with pytest.raises(ValueError, match="collection interval: must be a finite number"):
         GpuMetricsCollector(SimBackend.from_preset("l4-x2"), load_collectors(), "n", interval=float("nan"))
+
+
+def test_gzip_when_the_scraper_accepts_it_as_prometheus_does(collector: GpuMetricsCollector) -> None:
+    import gzip
+
+    with _serve(collector) as server:
+        plain = _scrape(server)[1]
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            assert resp.getheader("Content-Encoding") == "gzip"
+            assert gzip.decompress(resp.read()) == plain
+        finally:
+            conn.close()

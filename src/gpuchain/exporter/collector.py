@@ -122,6 +122,21 @@ class GpuMetricsCollector:
         self._threads: list[threading.Thread] = []
         self._events_loop: asyncio.AbstractEventLoop | None = None
         self._events_task: asyncio.Task[None] | None = None
+        self._changes = 0
+
+    @property
+    def generation(self) -> tuple[int, int]:
+        """Changes whenever a scrape's output would: a new sample, a counted error, a new XID.
+
+        The HTTP server reuses one rendered body while this stays the same, so fifty scrapers
+        between two collections cost one render. Covers this collector and its own self-metrics
+        (the registry the exporter command uses holds nothing else).
+        """
+        return self._changes, self.xids.version
+
+    def _error(self, operation: str) -> None:
+        self.errors.labels(operation).inc()
+        self._changes += 1
 
     # ---- prometheus-client Collector -------------------------------------------------------
 
@@ -160,12 +175,12 @@ class GpuMetricsCollector:
 
     def _await(self, key: str, operation: str, pending: _Pending[T], deadline: float) -> T | None:
         if not pending.done.wait(max(0.0, deadline - time.monotonic())):
-            self.errors.labels(operation).inc()
+            self._error(operation)
             log.warning("%s: no answer within %.1fs; serving the last good value", key, self.call_timeout)
             return None
         del self._inflight[key]
         if pending.error is not None:
-            self.errors.labels(operation).inc()
+            self._error(operation)
             log.warning("%s failed: %s; serving the last good value", key, pending.error)
             return None
         return pending.value
@@ -174,7 +189,7 @@ class GpuMetricsCollector:
         """Start a call on its own thread, unless the previous one is still hung (then count an error)."""
         pending = self._inflight.get(key)
         if pending is not None and not pending.done.is_set():
-            self.errors.labels(operation).inc()
+            self._error(operation)
             log.warning("%s: previous call still running; serving the last good value", key)
             return None
         fresh: _Pending[T] = _Pending(fn)
@@ -229,6 +244,7 @@ class GpuMetricsCollector:
         self._view = _View(ents, families, pods, time.time() if ok else self._view.collected_at)
         if ok:
             self.last_success.set(time.time())
+        self._changes += 1
         return ok
 
     # ---- threads --------------------------------------------------------------------------
@@ -267,7 +283,7 @@ class GpuMetricsCollector:
             try:
                 asyncio.run(self._watch_events())
             except Exception as exc:
-                self.errors.labels("events").inc()
+                self._error("events")
                 log.warning("XID event stream failed: %s; retrying", exc)
             self._stop.wait(1.0)
 

@@ -176,6 +176,11 @@ class XidBook:
             per = self._totals.setdefault(device_uuid, {})
             per[xid] = per.get(xid, 0) + 1
 
+    @property
+    def version(self) -> int:
+        """Moves with every recorded XID (scrape caches compare it)."""
+        return self._seq
+
     def last(self, entity: Entity) -> int:
         """The latest XID on the entity or, for a MIG device, on its GPU; 0 when none."""
         with self._lock:
