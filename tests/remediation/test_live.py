@@ -12,6 +12,7 @@ from kube.kmock_server import kmock_server
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import CONFIGMAP, EVENT, NODE, LiveCluster
+from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import STATUS_NAME, Remediator
 from gpuchain.remediation.model import FAULTS_ANNOTATION, TAINT_KEY, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
@@ -24,6 +25,9 @@ def test_publish_and_taint_over_http(h100_sim: SimBackend) -> None:
         try:
             for name in ("n0", "n1", "n2", "n3"):
                 live.create(node_object(name))
+            for obj in simulated_policy_objects():
+                obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # kmock does not stamp objects
+                live.create(obj)
             publisher = GpuHealthPublisher(h100_sim, live, "n0")
             publisher.handle(h100_sim.inject_xid(5, 79))
             result = publisher.publish()

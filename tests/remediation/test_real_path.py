@@ -13,6 +13,7 @@ from gpuchain.kube.kinds import NODE, POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
+from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.model import PODS_ANNOTATION, TAINT_KEY, decode_pods, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
@@ -35,7 +36,8 @@ async def test_xid79_through_kubelet_pod_resources_publisher_and_controller() ->
     task: asyncio.Task[None] | None = None
     try:
         name = sim.backend.topology.node
-        cluster = MemoryCluster([node_object(name), *(node_object(f"other-{i}") for i in range(3))])
+        others = (node_object(f"other-{i}") for i in range(3))
+        cluster = MemoryCluster([node_object(name), *others, *simulated_policy_objects()])
         placed = {}
         for pod, count in (("train-a", 1), ("train-b", 2), ("train-c", 1)):
             assignment = await sim.kubelet.admit("ml", pod, [ContainerRequest("main", {GPU: count})])

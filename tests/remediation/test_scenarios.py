@@ -186,3 +186,35 @@ def test_pdb_spread_dry_run_predicts_the_eviction_too() -> None:
     report = Remediator(sim.cluster, dry_run=True).run_once()
     assert {o.action.pod for o in report.outcomes if o.action.kind.value == "evict"} == {"ml/train-0", "ml/serve-0"}
     assert "ml/serve-0" in pods(sim)
+
+
+def test_without_the_admission_policy_nothing_is_done_on_any_nodes_word() -> None:
+    """Issue 15 defect 7: GPU health anyone could have written is not acted on."""
+    from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING
+
+    sim = run_scenario("xid79")
+    sim.cluster.delete(VAP_BINDING, POLICY_NAME)
+    report = Remediator(sim.cluster).run_once()
+    assert report.outcomes == () and pods(sim) == ALL and taints(sim, "node-0") == []
+    assert {h.node for h in report.held} == {"node-0", "node-1", "node-2", "node-3"}
+    assert {h.why for h in report.held} == {HoldReason.UNVERIFIED}
+    assert "ValidatingAdmissionPolicyBinding gpuchain-gpu-health-writes is missing" in report.held[0].detail
+    assert Remediator(sim.cluster, verify_node_writes=False).run_once().outcomes
+
+
+def test_health_written_before_the_policy_was_bound_waits_for_a_fresh_publish() -> None:
+    from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING
+
+    sim = run_scenario("xid79")
+    binding = sim.cluster.get(VAP_BINDING, POLICY_NAME)
+    sim.cluster.delete(VAP_BINDING, POLICY_NAME)
+    time.sleep(1.1)  # RFC 3339 stamps have whole seconds
+    sim.cluster.create({k: v for k, v in binding.items() if k != "metadata"} | {"metadata": {"name": POLICY_NAME}})
+    report = Remediator(sim.cluster).run_once()
+    assert report.outcomes == () and "written before" in report.held[0].detail
+    sim.publish()  # a resync within the heartbeat period writes nothing: still untrusted
+    assert Remediator(sim.cluster).run_once().outcomes == ()
+    for publisher in sim.publishers.values():
+        publisher.heartbeat_s = 0  # the heartbeat period has passed
+    sim.publish()
+    assert Remediator(sim.cluster).run_once().outcomes

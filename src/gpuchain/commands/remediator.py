@@ -6,6 +6,7 @@ Both are thin: parse options, build the remediation layer's objects, run, render
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import signal
@@ -79,6 +80,13 @@ def _report_table(report: Report) -> RenderableType:
     return Group(*parts)
 
 
+class NodeWrites(enum.StrEnum):
+    """Whose GPU health the remediator acts on."""
+
+    ADMISSION = "admission"
+    ANY = "any"
+
+
 def remediator(
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and report; change nothing."),
     once: bool = typer.Option(False, "--once", help="Run one pass, print the report and exit."),
@@ -109,6 +117,13 @@ def remediator(
     scenario: str | None = typer.Option(
         None, "--scenario", help=f"Run on a simulated 4-node cluster instead: {', '.join(SCENARIOS)}."
     ),
+    node_writes: NodeWrites = typer.Option(
+        NodeWrites.ADMISSION,
+        "--node-writes",
+        help="admission: act only on GPU health that the chart's ValidatingAdmissionPolicy vouches for "
+        "(gpuchain-gpu-health-writes, Kubernetes >= 1.30); any: trust every Node's annotations "
+        "(clusters older than 1.30, where the policy cannot exist).",
+    ),
     output: OutputFormat = output_option(),
 ) -> None:
     """Move workloads off failed GPUs: evict the pods on them (PDBs respected), taint the node.
@@ -136,7 +151,7 @@ def remediator(
         once = True
     else:
         cluster = open_cluster(hint="or try --scenario xid79")
-    controller = Remediator(cluster, policy, namespace, dry_run)
+    controller = Remediator(cluster, policy, namespace, dry_run, verify_node_writes=node_writes is NodeWrites.ADMISSION)
     if once:
         try:
             report = controller.run_once()

@@ -24,13 +24,21 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gpuchain.kube.errors import EvictionBlockedError, KubeError, NotFoundError
 from gpuchain.kube.kinds import CONFIGMAP, NODE, PDB, POD
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
+from gpuchain.remediation.admission import (
+    POLICY_NAME,
+    VAP,
+    VAP_BINDING,
+    trusted_since,
+    verify_writes,
+    written_under_policy,
+)
 from gpuchain.remediation.decide import (
     DEFAULT_NAMESPACE,
     Action,
@@ -41,7 +49,7 @@ from gpuchain.remediation.decide import (
     Policy,
     decide,
 )
-from gpuchain.remediation.model import find_condition
+from gpuchain.remediation.model import CONDITION_TYPE, find_condition
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +164,43 @@ class Remediator:
         namespace: str = DEFAULT_NAMESPACE,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
+        verify_node_writes: bool = True,
     ) -> None:
+        """``verify_node_writes``: act only on GPU health the admission policy vouches for
+        (``gpuchain.remediation.admission``); off only where the policy cannot exist (< 1.30)."""
         self.cluster = cluster
         self.policy = policy or Policy()
         self.namespace = namespace
         self.dry_run = dry_run
         self.clock = clock
+        self.verify_node_writes = verify_node_writes
+        self._refusal: str | None = None
+
+    def trusted_nodes(self, nodes: list[Obj]) -> tuple[list[Obj], list[Held]]:
+        """The nodes whose GPU health the admission policy vouches for, and a Held for each other
+        node that reports GPU health. Untrusted nodes are left out of the decision entirely (not
+        even a taint of ours is lifted on their word)."""
+        if not self.verify_node_writes:
+            return nodes, []
+        binding = self.cluster.get_or_none(VAP_BINDING, POLICY_NAME)
+        refusal = verify_writes(self.cluster.get_or_none(VAP, POLICY_NAME), binding)
+        if refusal != self._refusal:
+            if refusal:
+                log.error("not acting on any node's GPU health: %s", refusal)
+            self._refusal = refusal
+        trusted: list[Obj] = []
+        held: list[Held] = []
+        for node in nodes:
+            name = str(node["metadata"]["name"])
+            if refusal is None and binding is not None and written_under_policy(node, trusted_since(binding)):
+                trusted.append(node)
+            elif find_condition(node) is not None:
+                why = refusal or (
+                    f"its {CONDITION_TYPE} condition was written before ValidatingAdmissionPolicy {POLICY_NAME} "
+                    "was bound; waiting for gpu-health to publish again"
+                )
+                held.append(Held(name, HoldReason.UNVERIFIED, why))
+        return trusted, held
 
     def read_memory(self) -> Memory:
         """The status ConfigMap's memory; an absent or unreadable one starts empty (logged)."""
@@ -186,6 +225,13 @@ class Remediator:
         pods.extend(budget_pods(pods, pdbs, self.cluster.list))
         memory = self.read_memory()
         decision = decide(nodes, pods, pdbs, self.policy, memory.history, self.clock())
+        if decision.actions and self.verify_node_writes:
+            # act only on what the admission policy vouches for (checked only when there is
+            # something to do, so a quiet pass stays two reads)
+            trusted, untrusted = self.trusted_nodes(nodes)
+            if untrusted:
+                decision = decide(trusted, pods, pdbs, self.policy, memory.history, self.clock())
+                decision = replace(decision, held=(*untrusted, *decision.held))
         if self.dry_run:
             outcomes = tuple(Outcome(a, "would") for a in decision.actions)
             return Report(True, decision.breaker, outcomes, decision.held, decision.unhealthy)

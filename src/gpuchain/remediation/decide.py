@@ -68,6 +68,7 @@ class HoldReason(enum.StrEnum):
     BREAKER = "breaker-open"
     BAD_ANNOTATION = "bad-annotation"
     NO_FAULT_DATA = "no-fault-data"
+    UNVERIFIED = "unverified-writes"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import threading
 import time
@@ -46,6 +47,9 @@ from gpuchain.remediation.model import (
 )
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 300.0
+"""How often an unchanged GPUHealthy condition is rewritten (its lastHeartbeatTime moves)."""
 
 COMPONENT = "gpuchain-gpu-health"
 EVENT_UNHEALTHY = "GPUUnhealthy"
@@ -146,7 +150,11 @@ class GpuHealthPublisher:
         policy: HealthPolicy | None = None,
         quiet_seconds: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float = HEARTBEAT_SECONDS,
     ) -> None:
+        """``heartbeat_s``: rewrite an unchanged condition this often, so its lastHeartbeatTime
+        shows the remediator it was written under the current admission policy."""
+        self.heartbeat_s = heartbeat_s
         self.backend = backend
         self.cluster = cluster
         self.node_name = node_name
@@ -209,7 +217,8 @@ class GpuHealthPublisher:
             node = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
         status, reason, message = condition_for(faults)
         before = find_condition(node)
-        if before is not None and (before.status, before.reason, before.message) == (status, reason, message):
+        same = before is not None and (before.status, before.reason, before.message) == (status, reason, message)
+        if same and not _heartbeat_due(node, self.heartbeat_s):
             return PublishResult(faults, pods, bool(patch), False)
         self.cluster.set_condition(NODE, self.node_name, _condition(node, status, reason, message))
         event = None
@@ -265,6 +274,18 @@ class GpuHealthPublisher:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+def _heartbeat_due(node: Obj, every_s: float) -> bool:
+    """Is the GPUHealthy condition's lastHeartbeatTime older than ``every_s`` (or unreadable)?"""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == CONDITION_TYPE:
+            try:
+                beat = datetime.datetime.fromisoformat(str(c.get("lastHeartbeatTime", "")).replace("Z", "+00:00"))
+            except ValueError:
+                return True
+            return (datetime.datetime.now(datetime.UTC) - beat).total_seconds() >= every_s
+    return True
 
 
 def _condition(node: Obj, status: str, reason: str, message: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
+from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.publisher import GpuHealthPublisher
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -122,7 +123,8 @@ class SimCluster:
 
 def build(nodes: int = 4, preset: str = SIM_PRESET) -> SimCluster:
     """``nodes`` healthy GPU nodes named node-0, node-1, ... with nothing running."""
-    sim = SimCluster(MemoryCluster([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}]))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
+    sim = SimCluster(MemoryCluster([namespace, *simulated_policy_objects()]))
     for i in range(nodes):
         sim.add_node(f"node-{i}", preset)
     return sim

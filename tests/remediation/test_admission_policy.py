@@ -1,0 +1,166 @@
+"""The chart's ValidatingAdmissionPolicy, evaluated with a CEL interpreter (cel-python) on the
+admission requests gpu-health, the remediator, the kubelet and an attacker would send.
+
+Without an API server this checks the policy's logic; the request shape (userInfo.extra
+``authentication.kubernetes.io/node-name``, Kubernetes >= 1.30, KEP-4193) follows the
+Kubernetes documentation of service account token claims. The issue-19 real-peer suite runs the
+same policy on a kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
+from test_chart import render
+
+NS = "gpu-operator"
+AGENT = f"system:serviceaccount:{NS}:gpuchain-gpu-health"
+CLAIM = "authentication.kubernetes.io/node-name"
+FAULTS = "gpuchain.io/gpu-faults"
+
+
+def _policy() -> dict[str, Any]:
+    docs = render({"remediation": {"enabled": True}})
+    return next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+
+
+POLICY = _policy()
+ENV = celpy.Environment()
+VARIABLES = [(v["name"], ENV.program(ENV.compile(v["expression"]))) for v in POLICY["spec"]["variables"]]
+VALIDATIONS = [(ENV.program(ENV.compile(v["expression"])), v.get("message", v.get("messageExpression", ""))) for v in POLICY["spec"]["validations"]]  # fmt: skip
+
+
+def admit(
+    user: str, old: dict[str, Any] | None, new: dict[str, Any], node_claim: str | None = None, sub: str = ""
+) -> list[str]:
+    """The messages of the validations that deny the request (empty: admitted)."""
+    rules = POLICY["spec"]["matchConstraints"]["resourceRules"][0]
+    operation = "CREATE" if old is None else "UPDATE"
+    assert operation in rules["operations"] and ("nodes/status" if sub else "nodes") in rules["resources"]
+    extra = {CLAIM: [node_claim]} if node_claim else {}
+    request = {"operation": operation, "subResource": sub, "userInfo": {"username": user, "extra": extra}}
+    context: dict[str, Any] = {
+        "request": celpy.json_to_cel(request),
+        "object": celpy.json_to_cel(new),
+        "oldObject": celpy.json_to_cel(old),
+    }
+    variables: dict[str, Any] = {}
+    for name, program in VARIABLES:
+        context["variables"] = celpy.json_to_cel({}) if not variables else celpy.celtypes.MapType(variables)
+        variables[celpy.celtypes.StringType(name)] = program.evaluate(context)
+    context["variables"] = celpy.celtypes.MapType(variables)
+    denied = []
+    for program, message in VALIDATIONS:
+        try:
+            ok = bool(program.evaluate(context))
+        except celpy.CELEvalError as exc:  # an evaluation error denies (failurePolicy: Fail)
+            ok, message = False, f"{message} (error: {exc})"
+        if not ok:
+            denied.append(message)
+    return denied
+
+
+def node(name: str, annotations: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}, "annotations": annotations or {}},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }
+    obj.update(extra)
+    return obj
+
+
+def changed(obj: dict[str, Any], fn: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    fn(out)
+    return out
+
+
+def gpu_unhealthy(n: dict[str, Any]) -> None:
+    n["status"]["conditions"].append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
+
+
+OLD = node("node-a", {"node.alpha.kubernetes.io/ttl": "0"})
+
+
+def test_gpu_health_may_publish_on_its_own_node() -> None:
+    new = changed(OLD, lambda n: n["metadata"]["annotations"].update({FAULTS: "[]", "gpuchain.io/gpu-pods": "{}"}))
+    assert admit(AGENT, OLD, new, "node-a") == []
+    assert admit(AGENT, OLD, changed(OLD, gpu_unhealthy), "node-a", sub="status") == []
+
+
+def test_gpu_health_may_not_write_another_node() -> None:
+    new = changed(OLD, lambda n: n["metadata"]["annotations"].update({FAULTS: "[]"}))
+    (message,) = admit(AGENT, OLD, new, "node-b")
+    assert "'gpu-health may write only the Node its pod runs on" in message
+    assert admit(AGENT, OLD, changed(OLD, gpu_unhealthy), "node-b", sub="status")
+
+
+def test_gpu_health_token_without_a_node_claim_is_refused() -> None:
+    new = changed(OLD, lambda n: n["metadata"]["annotations"].update({FAULTS: "[]"}))
+    denied = admit(AGENT, OLD, new, None)
+    assert any("names no node" in m for m in denied)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.deploy.device-plugin": "false"}),
+        lambda n: n["metadata"]["annotations"].update({"gpuchain.io/cordoned-by": "remediator"}),
+        lambda n: n["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"),
+        lambda n: n["spec"].update({"taints": [{"key": "x", "effect": "NoSchedule"}]}),
+        lambda n: n["spec"].update({"unschedulable": True}),
+    ],
+)
+def test_gpu_health_may_change_nothing_else_on_its_node(edit: Any) -> None:
+    (message,) = admit(AGENT, OLD, changed(OLD, edit), "node-a")
+    assert "may change only the gpuchain.io/gpu-faults and gpuchain.io/gpu-pods annotations" in message
+
+
+def test_gpu_health_may_change_no_other_condition() -> None:
+    def not_ready(n: dict[str, Any]) -> None:
+        n["status"]["conditions"][0]["status"] = "False"
+
+    (message,) = admit(AGENT, OLD, changed(OLD, not_ready), "node-a", sub="status")
+    assert "may change only the GPUHealthy condition" in message
+
+
+def test_gpu_health_may_not_create_nodes() -> None:
+    assert any("may not create Nodes" in m for m in admit(AGENT, None, node("node-a"), "node-a"))
+
+
+@pytest.mark.parametrize(
+    "user", ["system:serviceaccount:gpu-operator:gpuchain-remediator", "system:node:node-a", "kubernetes-admin"]
+)
+def test_nobody_else_may_write_gpu_health(user: str) -> None:
+    forged = changed(OLD, lambda n: n["metadata"]["annotations"].update({FAULTS: '[{"uuid": "GPU-1"}]'}))
+    (message,) = admit(user, OLD, forged, "node-a" if user.startswith("system:node") else None)
+    assert message.startswith("only gpuchain's gpu-health agent")
+    assert admit(user, OLD, changed(OLD, gpu_unhealthy), None, sub="status")
+    created = node("node-z", {FAULTS: "[]"})
+    assert admit(user, None, created)
+
+
+def test_everyone_else_keeps_their_writes() -> None:
+    """The remediator taints and cordons, the kubelet updates its conditions, NFD labels: all pass."""
+    remediator = "system:serviceaccount:gpu-operator:gpuchain-remediator"
+    taint = changed(OLD, lambda n: n["spec"].update({"taints": [{"key": "gpuchain.io/gpu-reset-required"}]}))
+    assert admit(remediator, OLD, taint) == []
+    cordon = changed(OLD, lambda n: n["metadata"]["annotations"].update({"gpuchain.io/cordoned-by": "remediator"}))
+    assert admit(remediator, OLD, cordon) == []
+    with_gpu = changed(OLD, gpu_unhealthy)
+
+    def kubelet_heartbeat(n: dict[str, Any]) -> None:
+        n["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-03T08:00:00Z"
+
+    assert admit("system:node:node-a", with_gpu, changed(with_gpu, kubelet_heartbeat), sub="status") == []
+    assert admit("system:node:node-a", None, node("node-a")) == []
