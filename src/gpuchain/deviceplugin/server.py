@@ -132,6 +132,16 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
     async def Allocate(self, request: pb.AllocateRequest, context: Ctx) -> pb.AllocateResponse:
         responses = []
         for req in request.container_requests:
+            unhealthy = self._unhealthy(req.devices_ids)
+            if unhealthy:
+                # the kubelet filters these out itself; a plugin that vouched for them would hand a
+                # dead GPU to a container if the kubelet's view lagged behind ours
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{self.resource.name}: refusing unhealthy devices "
+                    + "; ".join(f"{i} ({why})" for i, why in unhealthy)
+                    + ": ListAndWatch reports them Unhealthy; request other devices",
+                )
             try:
                 alloc = allocate_container(
                     self.resource, list(req.devices_ids), self.config.flags.plugin, self._dev_root()
@@ -152,6 +162,18 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
             )
         self.prestarts += 1
         return pb.PreStartContainerResponse()
+
+    def _unhealthy(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(id, reason) for each requested id this plugin reports Unhealthy (unknown ids are
+        ``allocate_container``'s to refuse)."""
+        out = []
+        for device_id in ids:
+            d = self.resource.device(device_id)
+            if d is not None:
+                why = self.health.reason(d.gpu_uuid, d.mig_uuid)
+                if why is not None:
+                    out.append((device_id, why))
+        return out
 
     def _dev_root(self) -> str:
         return self.config.flags.nvidia_dev_root or self.config.flags.nvidia_driver_root

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra import cdi
 from gpuchain.dra.claims import allocation_status, attribute, first_fit, resource_claim
 from gpuchain.dra.driver import DraDriver, DriverConfig
@@ -88,7 +87,7 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
     node = sim.topology.node
     cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}])
     cluster.create(device_class())
-    root = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
+    root = scratch_dir("dra-demo-")
     transcript: dict[str, Any] = {"preset": preset, "node": node, "driver": DRIVER}
     driver = DraDriver(sim, cluster, DriverConfig(node=node, cdi_dir=root / "cdi", state_dir=root / "state"))
     server = DraPluginServer(driver, root / "plugins_registry", root / "plugins" / DRIVER)

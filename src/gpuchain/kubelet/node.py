@@ -8,12 +8,12 @@ temporary socket directory. ``sim_node()`` is the same as an async context manag
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.config import Config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.gpu.sim import SimBackend
@@ -70,13 +70,13 @@ async def start_sim_node(
     """Start kubelet peer and device plugin for a simulated node.
 
     ``root`` holds ``dp/`` (the device plugin socket directory) and ``pr/kubelet.sock`` (the
-    pod-resources API); by default a short temporary directory under /tmp, because unix socket
-    paths are limited to about 107 bytes. ``env`` defaults to empty so the caller's
+    pod-resources API); by default a new directory under $TMPDIR, or /tmp when $TMPDIR is too
+    long for unix socket paths (``gpuchain.common.scratch``). ``env`` defaults to empty so the caller's
     DP_*_HEALTHCHECKS variables do not leak into simulations. With ``wait``, returns once every
     resource is registered and its first device list has arrived.
     """
     owns = root is None
-    base = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp")) if root is None else Path(root)
+    base = scratch_dir("gc-") if root is None else Path(root)
     socket_dir = base / "dp"
     pod_resources = base / "pr" / "kubelet.sock"
     sim = backend or SimBackend.from_preset(preset)
