@@ -152,3 +152,10 @@ def test_symlinked_configmap_file_is_read(tmp_path: Path) -> None:
     (tmp_path / "..data").symlink_to(data.parent.name)
     (tmp_path / "config.yaml").symlink_to("..data/config.yaml")
     assert load_yaml_file(Doc, tmp_path / "config.yaml").a == 5
+
+
+def test_control_characters_are_named_with_their_line() -> None:
+    """Found by tests/fuzz: PyYAML raised ReaderError from its constructor, outside the handler."""
+    with pytest.raises(ConfigFileError) as info:
+        load_yaml_model(Doc, "a: 1\nb: \x01\n", "c.yaml")
+    assert str(info.value) == "c.yaml:2: contains the control character U+0001; YAML files hold printable text only"

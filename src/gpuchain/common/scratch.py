@@ -25,8 +25,6 @@ def scratch_dir(prefix: str) -> Path:
     base = tempfile.gettempdir()
     # mkdtemp adds 8 random characters after the prefix, plus a separator
     if len(base) + 1 + len(prefix) + 8 + SOCKET_ROOM > SUN_PATH_MAX:
-        log.warning(
-            "TMPDIR %s is too long for unix socket paths (at most %d bytes); using /tmp", base, SUN_PATH_MAX
-        )
+        log.warning("TMPDIR %s is too long for unix socket paths (at most %d bytes); using /tmp", base, SUN_PATH_MAX)
         base = "/tmp"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))

@@ -88,10 +88,15 @@ def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) ->
     Raises ConfigFileError for anything that is not one bounded document with unique keys, and for
     an empty or null document unless ``empty_ok`` (then the data is ``{}``).
     """
-    loader = _Loader(text, source)
+    try:
+        loader = _Loader(text, source)
+    except yaml.reader.ReaderError as exc:  # raised while reading the first chunk
+        raise _unprintable(text, exc, source) from None
     try:
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(text, exc, source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -112,6 +117,14 @@ def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) ->
             )
         data = {}
     return data, root
+
+
+def _unprintable(text: str, exc: yaml.reader.ReaderError, source: str) -> ConfigFileError:
+    """A control character YAML refuses, named with its line."""
+    line = text.count("\n", 0, exc.position) + 1
+    return ConfigFileError(
+        source, line, "", f"contains the control character U+{exc.character:04X}; YAML files hold printable text only"
+    )
 
 
 def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok: bool = True) -> M:
