@@ -88,3 +88,17 @@ def test_bad_collectors_csv_is_one_line_exit_2(tmp_path: Path, case: str) -> Non
     path = tmp_path / "counters.csv"
     path.write_bytes(data)
     _one_line(_invoke(CSV_COMMAND, path), path, expected)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["mig-manager", "--backend", "sim", "--node", "n", "--interval", "nan"],
+        ["dra-plugin", "--cluster", "memory", "--resync-seconds", "inf"],
+        ["exporter", "--port", "0", "--collect-interval", "nan"],
+    ],
+)
+def test_non_finite_seconds_are_refused(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "must be a finite number of seconds above zero" in result.stderr

@@ -70,3 +70,35 @@ def test_fit_changes_nothing_when_the_config_fits() -> None:
     inventory = SimBackend.from_preset("h100-80gb-x8").inventory()
     resources, reason = fit_resources(inventory, parse_config(EIGHT_SHARED))
     assert reason is None and [(r.name, len(r.devices)) for r in resources] == [(SHARED, 16)]
+
+
+async def test_a_crash_in_the_kubelet_watch_is_logged_at_once_and_the_watch_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Supervision on the real path: the first re-serve after a kubelet restart raises; the
+    exception is logged with its traceback and the watch, restarted after its backoff, registers."""
+    node = await start_sim_node(config=parse_config(EIGHT_SHARED))
+    serve = node.plugin._serve
+    failures = 0
+
+    async def flaky_serve(fit: bool = False) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise RuntimeError("injected re-serve failure")
+        await serve(fit)
+
+    node.plugin._serve = flaky_serve  # type: ignore[method-assign]
+    try:
+        before = len(node.plugin.registrations)
+        with caplog.at_level(logging.ERROR):
+            await node.kubelet.restart()
+            await node.kubelet.wait_for(
+                lambda: len(node.plugin.registrations) > before and all_registered(node)(), timeout=5.0
+            )
+        assert node.kubelet.capacity() == {SHARED: 16} and failures == 1
+        crash = [r for r in caplog.records if "device plugin: kubelet watch failed" in r.getMessage()]
+        assert len(crash) == 1 and crash[0].exc_info is not None
+        assert "injected re-serve failure" in str(crash[0].exc_info[1])
+    finally:
+        await node.stop()

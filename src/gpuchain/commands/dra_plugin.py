@@ -23,6 +23,7 @@ from gpuchain.commands._cluster import (
     resolve_backend,
 )
 from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import Critical
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
@@ -137,6 +138,10 @@ def dra_plugin(
     DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        positive_seconds("--resync-seconds", resync)
+    except ValueError as exc:
+        fail(str(exc))
     choice = resolve_backend(backend)
     kube = _open_cluster(cluster)  # a missing cluster config is named first: its fix holds for any backend
     _refuse_implicit_sim(

@@ -32,6 +32,7 @@ from gpuchain.commands._cluster import (
 )
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.commands.mig import mig_config
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube import KubeError
 from gpuchain.mig.agent import OPERANDS, Policy
 from gpuchain.mig.manager import MigManager
@@ -69,6 +70,10 @@ def mig_manager(
     operands (deploy labels `paused-for-mig-change`) and always restores them; the reason for a
     failure is in the node annotation `nvidia.com/mig.config.state.reason` and a node Event.
     """
+    try:
+        positive_seconds("--interval", interval)
+    except ValueError as exc:
+        fail(str(exc))
     choice = resolve_backend(backend)
     refuse_implicit_sim(choice, f"node {node} of the live cluster (nvidia.com/mig.config.state)")
     config = mig_config(config_file)
