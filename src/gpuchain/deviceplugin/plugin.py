@@ -113,7 +113,9 @@ def _clamped(inventory: Inventory, config: Config) -> Config:
         return settings.model_copy(update={"resources": tuple(entries)})
 
     sharing = config.sharing
-    update: dict[str, ReplicatedResources | None] = {"time_slicing": clamp(sharing.time_slicing)}
+    update: dict[str, ReplicatedResources] = {}
+    if sharing.time_slicing is not None:
+        update["time_slicing"] = clamp(sharing.time_slicing)
     if sharing.mps is not None:
         update["mps"] = clamp(sharing.mps)
     return config.model_copy(update={"sharing": sharing.model_copy(update=update)})
