@@ -7,10 +7,16 @@ and the plugin never registered again, not even after the GPU came back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import shutil
+import signal
+from pathlib import Path
 
 import pytest
 
+from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
@@ -102,3 +108,44 @@ async def test_a_crash_in_the_kubelet_watch_is_logged_at_once_and_the_watch_rest
         assert "injected re-serve failure" in str(crash[0].exc_info[1])
     finally:
         await node.stop()
+
+
+async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_path: Path) -> None:
+    """The CLI's serve(): the reason reaches the Node as an Event (kubectl describe node shows it)."""
+    from gpuchain.commands.device_plugin import serve
+    from gpuchain.deviceplugin.nodeconfig import REASON_INVALID, ConfigSource, NodeLabelWatch
+    from gpuchain.kube import EVENT, MemoryCluster
+    from gpuchain.kubelet.peer import KubeletPeer
+    from gpuchain.remediation.scenario import node_object
+
+    root = scratch_dir("gc-")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(EIGHT_SHARED)
+    cluster = MemoryCluster([node_object("gpu-node")])
+    watch = NodeLabelWatch(cluster, "gpu-node")
+    watch.read()
+    backend = SimBackend.from_preset("h100-80gb-x8")
+    kubelet = KubeletPeer(root)
+    await kubelet.start()
+    task = asyncio.create_task(serve(backend, parse_config(EIGHT_SHARED), ConfigSource(config_file), root, None, watch))
+    try:
+        await kubelet.wait_for(lambda: kubelet.capacity() == {SHARED: 16}, timeout=10)
+        backend.lose_gpu(5)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {SHARED: 14}, timeout=10)
+        await kubelet.restart()
+        await kubelet.wait_for(lambda: kubelet.capacity() == {SHARED: 14}, timeout=10)
+
+        def warned() -> bool:
+            return any(e["reason"] == REASON_INVALID for e in cluster.snapshot(EVENT))
+
+        await kubelet.wait_for(warned, timeout=10)
+        (event,) = [e for e in cluster.snapshot(EVENT) if e["reason"] == REASON_INVALID]
+        assert event["type"] == "Warning" and event["involvedObject"]["name"] == "gpu-node"
+        assert "asks to replicate 8 devices but the node has 7" in event["message"]
+        assert event["message"].endswith("serving what still fits")
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # serve() stops on SIGTERM, as in a pod
+        await asyncio.wait_for(task, 10)
+        await kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert not (root / "nvidia-gpu.shared.sock").exists()
