@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 import pytest
 
-from gpuchain.common.supervise import EXIT_CODE, Critical, supervise, supervise_thread
+from gpuchain.common.supervise import EXIT_CODE, Critical, supervise
 
 
 async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_backoff(
@@ -78,24 +77,3 @@ async def test_a_cancelled_critical_task_is_not_a_failure() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not stop.is_set() and critical.exit_code == 0
-
-
-def test_a_failing_thread_is_restarted_until_stopped() -> None:
-    runs = 0
-    stop = threading.Event()
-    third = threading.Event()
-
-    def flaky() -> None:
-        nonlocal runs
-        runs += 1
-        if runs >= 3:
-            third.set()
-            stop.wait()
-            return
-        raise ValueError("sampler broke")
-
-    thread = supervise_thread("sampler", flaky, stop, first_delay=0.01, max_delay=0.02)
-    assert third.wait(2)
-    stop.set()
-    thread.join(2)
-    assert not thread.is_alive() and runs == 3

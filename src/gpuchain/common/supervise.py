@@ -4,10 +4,11 @@ A loop that watches the kubelet, follows a Node, samples GPUs or serves HTTP is 
 dies the pod still looks Running while the node quietly stops being served. So every such loop
 runs under one of two rules:
 
-- ``supervise`` / ``spawn`` (asyncio) and ``supervise_thread`` (threads): an exception is logged
-  at once, with its traceback, and the loop starts again after a backoff that doubles from
-  ``first_delay`` to ``max_delay`` (a run that lasted longer than ``max_delay`` starts the backoff
-  over), so a persistent fault is neither hammered nor given up on;
+- ``supervise`` / ``spawn`` (asyncio): an exception is logged at once, with its traceback, and
+  the loop starts again after a backoff that doubles from ``first_delay`` to ``max_delay`` (a run
+  that lasted longer than ``max_delay`` starts the backoff over), so a persistent fault is
+  neither hammered nor given up on. Loops on threads (the exporter's sampler) catch and log per
+  cycle themselves; the health event stream has its own resubscribing loop, ``follow_events``;
 - ``Critical``: for tasks whose state cannot be rebuilt in place, a crash is logged at once, the
   command cleans up and exits non-zero, so the kubelet restarts the container.
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -70,37 +70,6 @@ def spawn(
 ) -> asyncio.Task[None]:
     """``supervise(name, run)`` as a task named ``name`` on the running loop."""
     return asyncio.create_task(supervise(name, run, first_delay, max_delay), name=name)
-
-
-def supervise_thread(
-    name: str,
-    run: Callable[[], None],
-    stop: threading.Event | None = None,
-    first_delay: float = FIRST_DELAY,
-    max_delay: float = MAX_DELAY,
-) -> threading.Thread:
-    """Start a daemon thread that runs ``run()`` under ``supervise``'s rules until ``stop`` is set."""
-    stopped = stop or threading.Event()
-
-    def loop() -> None:
-        delay = first_delay
-        while not stopped.is_set():
-            started = time.monotonic()
-            try:
-                run()
-            except Exception:
-                wait, delay = _next_delay(delay, time.monotonic() - started, first_delay, max_delay)
-                log.exception("%s failed; restarting it in %.1f s", name, wait)
-            else:
-                if stopped.is_set():
-                    return
-                wait, delay = _next_delay(delay, time.monotonic() - started, first_delay, max_delay)
-                log.error("%s ended although it should run until stopped; restarting it in %.1f s", name, wait)
-            stopped.wait(wait)
-
-    thread = threading.Thread(target=loop, daemon=True, name=name)
-    thread.start()
-    return thread
 
 
 class Critical:
