@@ -51,6 +51,10 @@ class Latency:
     p99_ms: float
     max_ms: float
     failures: int
+    samples: int = 0
+    server_cpu_ms: float = float("nan")
+    """Server process CPU (user + system) per scrape in this phase: unlike wall time, not
+    inflated by other load on the machine."""
 
 
 @dataclass
@@ -179,9 +183,9 @@ async def _keepalive(port: int, clients: int, scrapes: int) -> Latency:
 def _latency(samples: list[float | None]) -> Latency:
     ok = sorted(s * 1000 for s in samples if s is not None)
     if not ok:
-        return Latency(float("nan"), float("nan"), float("nan"), len(samples))
+        return Latency(float("nan"), float("nan"), float("nan"), len(samples), samples=len(samples))
     p99 = ok[min(len(ok) - 1, round(0.99 * (len(ok) - 1)))]
-    return Latency(statistics.median(ok), p99, ok[-1], len(samples) - len(ok))
+    return Latency(statistics.median(ok), p99, ok[-1], len(samples) - len(ok), samples=len(samples))
 
 
 async def _single(port: int, scrapes: int) -> Latency:
@@ -196,6 +200,12 @@ async def _concurrent(port: int, clients: int, scrapes: int) -> Latency:
 
     results = await asyncio.gather(*(client() for _ in range(clients)))
     return _latency([s for r in results for s in r])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _footprint(pid: int) -> Footprint:
@@ -223,10 +233,18 @@ def measure(
     proc, port = _start(kind)
     try:
         asyncio.run(_single(port, 20))  # warm up
-        single = asyncio.run(_single(port, scrapes))
-        many = asyncio.run(_concurrent(port, clients, scrapes))
-        single_ka = asyncio.run(_keepalive(port, 1, scrapes))
-        many_ka = asyncio.run(_keepalive(port, clients, max(4, scrapes // clients * 4)))
+
+        def phase(run: Any) -> Latency:
+            cpu = _cpu_seconds(proc.pid)
+            result: Latency = asyncio.run(run)
+            scrapes_done = result.samples or 1
+            result.server_cpu_ms = (_cpu_seconds(proc.pid) - cpu) * 1000 / scrapes_done
+            return result
+
+        single = phase(_single(port, scrapes))
+        many = phase(_concurrent(port, clients, scrapes))
+        single_ka = phase(_keepalive(port, 1, scrapes))
+        many_ka = phase(_keepalive(port, clients, max(4, scrapes // clients * 4)))
         before, during = _idle(proc.pid, port, idle)
     finally:
         proc.terminate()
@@ -259,10 +277,14 @@ def main() -> None:
             ratio = lots.p99_ms / one.p99_ms
             verdict = "ok" if ratio <= args.goal_ratio and lots.p99_ms < 50 and not lots.failures else "ABOVE GOAL"
             print(f"    {how}")
-            print(f"      1 scraper      p50 {one.p50_ms:7.2f} ms  p99 {one.p99_ms:7.2f} ms  failures {one.failures}")
+            print(
+                f"      1 scraper      p50 {one.p50_ms:7.2f} ms  p99 {one.p99_ms:7.2f} ms  failures {one.failures}"
+                f"  server CPU {one.server_cpu_ms:.2f} ms/scrape"
+            )
             print(
                 f"      {args.clients} scrapers    p50 {lots.p50_ms:7.2f} ms  p99 {lots.p99_ms:7.2f} ms  "
                 f"max {lots.max_ms:7.2f} ms  failures {lots.failures}  p99 ratio {ratio:5.2f}x ({verdict})"
+                f"  server CPU {lots.server_cpu_ms:.2f} ms/scrape"
             )
         print(
             f"    {args.idle} idle connections: server threads {before.threads} -> {during.threads}  "

@@ -225,7 +225,8 @@ class MetricsServer:
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; True when the connection stays open for another."""
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.request_timeout)
+            async with asyncio.timeout(self.request_timeout):  # cheaper than wait_for: no extra task
+                head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
             await self._close_with(writer, 431, b"request head too large\n")
             return False
@@ -247,7 +248,8 @@ class MetricsServer:
         else:
             code, ctype, body, encoding = await self._route(target.split("?", 1)[0], gzip_ok)
         self._write(writer, code, ctype, b"" if method == "HEAD" else body, keep, len(body), encoding)
-        await asyncio.wait_for(writer.drain(), self.request_timeout)
+        async with asyncio.timeout(self.request_timeout):
+            await writer.drain()
         return keep
 
     async def _route(self, path: str, gzip_ok: bool) -> tuple[int, str, bytes, str | None]:
