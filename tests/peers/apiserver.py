@@ -109,11 +109,7 @@ class ApiServer:
         A token bound to a pod on a node carries the node's name in its claims, which is what a
         ValidatingAdmissionPolicy reads as ``request.userInfo.extra['authentication.kubernetes.io/node-name']``.
         """
-        try:
-            self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:
-                raise
+        self.ensure_service_account(namespace, name)
         spec: dict = {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}
         if bound_pod is not None:
             meta = bound_pod["metadata"]
@@ -132,30 +128,60 @@ class ApiServer:
         for path in ("/api/v1/nodes", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
                      "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"):  # fmt: skip
             self.request("DELETE", path, zero)
+        namespaces = [n["metadata"]["name"] for n in self.request("GET", "/api/v1/namespaces")["items"]]
         crds = self.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").get("items", [])
         for crd in crds:
             spec = crd["spec"]
             version = spec["versions"][0]["name"]
             base = f"/apis/{spec['group']}/{version}"
             if spec["scope"] == "Namespaced":
-                paths = [f"{base}/namespaces/{ns}/{spec['names']['plural']}" for ns in (*TEST_NAMESPACES, "default")]
+                paths = [f"{base}/namespaces/{ns}/{spec['names']['plural']}" for ns in namespaces]
             else:
                 paths = [f"{base}/{spec['names']['plural']}"]
             for path in paths:
                 self._delete_quietly(path, zero)
         if crds:
             self.request("DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", zero)
-        for ns in (*TEST_NAMESPACES, "default"):
+        for ns in namespaces:
             for path in (
                 f"/api/v1/namespaces/{ns}/pods",
                 f"/api/v1/namespaces/{ns}/events",
-                f"/api/v1/namespaces/{ns}/configmaps",
                 f"/apis/apps/v1/namespaces/{ns}/daemonsets",
                 f"/apis/apps/v1/namespaces/{ns}/deployments",
                 f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-                f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
             ):
                 self.request("DELETE", path, zero)
+            # Keep what the control plane itself made there (kube-root-ca.crt, leases' namespaces).
+            self.request(
+                "DELETE", f"/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name!=kube-root-ca.crt", zero
+            )
+        for path in ("/apis/node.k8s.io/v1/runtimeclasses",):
+            self.request("DELETE", path, zero)
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        """Create service account ``namespace/name`` unless it exists (pods naming it need it first)."""
+        try:
+            self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+
+    def ensure_namespace(self, name: str) -> None:
+        """Create namespace ``name`` unless it exists (and wait for its default service account)."""
+        try:
+            self.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
 
     def _delete_quietly(self, path: str, options: dict) -> None:
         try:
@@ -255,6 +281,7 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--api-audiences=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=RBAC",
+                "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged
                 "--profiling=false",
                 "--v=1",
             ],
