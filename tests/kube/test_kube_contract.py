@@ -323,6 +323,24 @@ def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
     assert cluster.list(PDB, namespace="ml")
 
 
+def test_a_running_pod_without_a_ready_condition_is_not_healthy_to_a_budget(cluster: Cluster) -> None:
+    """The disruption controller counts a pod as healthy only on Ready=True (IsPodReady)."""
+    for i in range(2):
+        cluster.create(pod(f"w{i}", "n1", app="train"))
+        cluster.patch_status(POD, f"w{i}", {"phase": "Running"}, "ml")
+    cluster.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "one", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        }
+    )
+    wait_for_budget(cluster, "one", healthy=0)
+    with pytest.raises(EvictionBlockedError):
+        cluster.evict("w0", "ml")
+
+
 def test_evict_pending_pod_ignores_budget(cluster: Cluster) -> None:
     add_pod(cluster, "w0", "n1", phase="Pending", app="train")
     cluster.create(
