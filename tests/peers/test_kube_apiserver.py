@@ -218,6 +218,8 @@ def copy_into(apiserver: ApiServer, live: LiveCluster, source: Any) -> None:
             body = {**obj, "metadata": meta}
             if kind is POD:
                 body["spec"] = {**body["spec"], "terminationGracePeriodSeconds": 0}
+                if body["spec"].get("serviceAccountName"):  # the chart makes these; the server requires them
+                    apiserver.ensure_service_account(ns, body["spec"]["serviceAccountName"])
             created = live.create(body)
             uids[(obj["kind"], ns, meta["name"])] = created["metadata"]["uid"]
             if obj.get("status") and obj["kind"] in _STATUS_WRITTEN_LATER:
@@ -340,3 +342,26 @@ def test_a_node_bound_token_carries_its_node_to_admission_policies(apiserver: Ap
             with contextlib.suppress(urllib.error.HTTPError):
                 apiserver.request("DELETE", path)
         admin.close()
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH (Debian's kubectl or the cloud SDK's)")
+def test_kubectl_gpuchain_doctor_through_the_real_kubectl(apiserver: ApiServer, live_cluster: LiveCluster) -> None:
+    """kubectl finds the kubectl-gpuchain plugin on PATH and hands it the arguments, as users run it."""
+    import os
+    import sys
+
+    from gpuchain.doctor import run_doctor
+    from gpuchain.sim import build, load_scenario
+
+    plugin_dir = Path(sys.executable).parent
+    if not (plugin_dir / "kubectl-gpuchain").exists():
+        pytest.skip(f"no kubectl-gpuchain entry point beside {sys.executable} (scripts/setup installs it)")
+    sim = build(load_scenario("gpu-fell-off-bus"))
+    copy_into(apiserver, live_cluster, sim.cluster)
+    env = {**os.environ, "PATH": f"{plugin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [str(KUBECTL), "gpuchain", "doctor", "--kubeconfig", str(apiserver.kubeconfig), "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr  # 1: the doctor found something
+    assert json.loads(result.stdout)["rootCauses"] == [g.id for g in run_doctor(sim.cluster).root_causes]
