@@ -1,6 +1,6 @@
 """Where scripts/build-peers put the real peers, and why one is missing (the skip reason).
 
-The cache directory is keyed by the hash of tests/peers/go.mod + go.sum, computed here exactly as
+The cache directory is keyed by the hash of tests/peers/go.mod + go.sum + ldflags, computed here exactly as
 scripts/build-peers computes it, so a pinned version change is a new directory, never a stale binary.
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
@@ -19,7 +19,8 @@ PEERS = Path(__file__).resolve().parent
 
 def cache_root() -> Path:
     """The per-go.mod cache directory (it may not exist yet)."""
-    digest = hashlib.sha256((PEERS / "go.mod").read_bytes() + (PEERS / "go.sum").read_bytes()).hexdigest()[:16]
+    recipe = b"".join((PEERS / name).read_bytes() for name in ("go.mod", "go.sum", "ldflags"))
+    digest = hashlib.sha256(recipe).hexdigest()[:16]
     base = os.environ.get("GPUCHAIN_PEERS_CACHE") or str(
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuchain-peers"
     )

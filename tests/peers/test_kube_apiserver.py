@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -52,6 +53,12 @@ def install_crd(live: LiveCluster) -> None:
 def gpu_node(name: str) -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": name, "feature.node.kubernetes.io/pci-10de.present": "true"}
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def test_the_server_is_the_pinned_release(apiserver: ApiServer) -> None:
+    pinned = re.search(r"k8s\.io/kubernetes (v\S+)", (Path(__file__).parent / "go.mod").read_text())
+    assert pinned is not None
+    assert apiserver.request("GET", "/version")["gitVersion"] == pinned.group(1)
 
 
 def test_the_servers_schema_check_accepts_the_default_policy_and_refuses_a_bad_one(live_cluster: LiveCluster) -> None:
