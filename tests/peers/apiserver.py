@@ -142,6 +142,12 @@ class ApiServer:
                 self._delete_quietly(path, zero)
         if crds:
             self.request("DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", zero)
+            # A CRD goes only after its cleanup finalizer ran; creating it again before that is a 409.
+            deadline = time.monotonic() + 30
+            while self.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").get("items"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("CRDs of an earlier test were not removed within 30s")
+                time.sleep(0.1)
         for ns in namespaces:
             for path in (
                 f"/api/v1/namespaces/{ns}/pods",
