@@ -1,11 +1,16 @@
-"""Fixtures shared by every layer's tests: simulated GPUs (the NVML fake is in fakes.fake_pynvml)."""
+"""Fixtures shared by every layer's tests: simulated GPUs (the NVML fake is in fakes.fake_pynvml)
+and the real Kubernetes control plane of tests/peers (built by scripts/build-peers)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from fakes.fake_pynvml import nvml_over
+from peers.apiserver import ApiServer, control_plane
 
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube import LiveCluster
 
 __all__ = ["nvml_over"]  # older tests import it from here
 
@@ -20,3 +25,30 @@ def h100_sim() -> SimBackend:
 def mig_sim() -> SimBackend:
     """A simulated H100 node partly in MIG mode (the `h100-80gb-x8-mig-mixed` preset)."""
     return SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """etcd + kube-apiserver + kube-controller-manager (k8s v1.34.4) on loopback, once per session.
+
+    Skips, naming the reason, only when a peer could not be built (see tests/peers/binaries.py).
+    """
+    with control_plane(tmp_path_factory.mktemp("apiserver")) as server:
+        yield server
+
+
+@pytest.fixture
+def apiserver(kube_apiserver: ApiServer) -> ApiServer:
+    """The session's control plane, emptied of what earlier tests wrote."""
+    kube_apiserver.reset()
+    return kube_apiserver
+
+
+@pytest.fixture
+def live_cluster(apiserver: ApiServer) -> Iterator[LiveCluster]:
+    """LiveCluster on the real API server as the admin user, on an emptied cluster."""
+    live = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
+    try:
+        yield live
+    finally:
+        live.close()

@@ -1,11 +1,18 @@
-"""One contract for the `Cluster` port, run on MemoryCluster and on LiveCluster over kmock (real HTTP)."""
+"""One contract for the `Cluster` port, run on MemoryCluster and on LiveCluster over a real
+kube-apiserver + etcd + kube-controller-manager (k8s v1.34.4, built by scripts/build-peers).
+
+Where the real server does work asynchronously (garbage collection, a PodDisruptionBudget's
+status from the disruption controller), the test waits for it with ``eventually``; where it
+drops what a client may not set (a pod's status on create), the test writes status through the
+status subresource as the kubelet does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from kube.kube_fixtures import cluster_fixture, needs  # noqa: F401 - provides the `cluster` fixture
+from kube.kube_fixtures import cluster_fixture, eventually  # noqa: F401 - provides the `cluster` fixture
 
 from gpuchain.kube import (
     DAEMONSET,
@@ -29,13 +36,27 @@ def node(name: str, **labels: str) -> dict:
 
 
 def pod(name: str, node_name: str, ns: str = "ml", phase: str = "Running", **labels: str) -> dict:
+    """A pod bound to ``node_name``. No kubelet runs beside the real API server, so the pod asks for
+    no grace period: its deletion (direct, by eviction or by garbage collection) is immediate."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
+        "spec": {
+            "nodeName": node_name,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
         "status": {"phase": phase},
     }
+
+
+def add_pod(cluster: Cluster, name: str, node_name: str, ns: str = "ml", phase: str = "Running", **labels: str) -> dict:
+    """Create a pod, then report its status as a kubelet would (the API server resets status on create)."""
+    cluster.create(pod(name, node_name, ns, phase, **labels))
+    ready = "True" if phase == "Running" else "False"
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}
+    return cluster.patch_status(POD, name, status, ns)
 
 
 def daemonset(image: str, tolerations: list | None = None) -> dict:
@@ -85,7 +106,6 @@ def test_merge_patch_sets_and_deletes_labels(cluster: Cluster) -> None:
 
 
 def test_patch_with_a_stale_resource_version_conflicts(cluster: Cluster) -> None:
-    needs(cluster, "metadata")
     read = cluster.create(node("n1"))
     cluster.patch(NODE, "n1", {"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}})
     stale = {"metadata": {"resourceVersion": read["metadata"]["resourceVersion"]}, "spec": {"taints": None}}
@@ -105,7 +125,6 @@ def test_list_by_namespace(cluster: Cluster) -> None:
 
 
 def test_list_label_and_field_selectors(cluster: Cluster) -> None:
-    needs(cluster, "selectors")
     cluster.create(node("gpu-1", **{"nvidia.com/gpu.present": "true", "zone": "a"}))
     cluster.create(node("gpu-2", **{"nvidia.com/gpu.present": "true", "zone": "b"}))
     cluster.create(node("cpu-1", zone="a"))
@@ -114,15 +133,14 @@ def test_list_label_and_field_selectors(cluster: Cluster) -> None:
     assert names(cluster.list(NODE, label_selector="!nvidia.com/gpu.present")) == ["cpu-1"]
     assert names(cluster.list(NODE, label_selector="zone in (a),nvidia.com/gpu.present")) == ["gpu-1"]
     assert names(cluster.list(NODE, label_selector="zone!=a")) == ["gpu-2"]
-    cluster.create(pod("p1", "gpu-1"))
-    cluster.create(pod("p2", "gpu-2"))
-    cluster.create(pod("p3", "gpu-1", phase="Succeeded"))
+    add_pod(cluster, "p1", "gpu-1")
+    add_pod(cluster, "p2", "gpu-2")
+    add_pod(cluster, "p3", "gpu-1", phase="Succeeded")
     assert names(cluster.list(POD, field_selector="spec.nodeName=gpu-1")) == ["p1", "p3"]
     assert names(cluster.list(POD, field_selector="spec.nodeName=gpu-1,status.phase!=Succeeded")) == ["p1"]
 
 
 def test_server_metadata(cluster: Cluster) -> None:
-    needs(cluster, "metadata")
     a = cluster.create(node("n1"))
     meta = a["metadata"]
     assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"]
@@ -147,7 +165,8 @@ def test_apply_creates_then_is_a_no_op_then_patches(cluster: Cluster) -> None:
     assert live["spec"]["template"]["spec"]["tolerations"] == [{"operator": "Exists"}]
     shrunk = cluster.apply(daemonset("img:2"))
     assert shrunk.changed, "removing a list element is a change"
-    assert cluster.get(DAEMONSET, "dp", "gpu")["spec"]["template"]["spec"]["tolerations"] == []
+    # The real server drops an empty list on write; MemoryCluster keeps it: both mean "none".
+    assert cluster.get(DAEMONSET, "dp", "gpu")["spec"]["template"]["spec"].get("tolerations", []) == []
 
 
 def test_apply_tolerates_server_defaults(cluster: Cluster) -> None:
@@ -189,15 +208,16 @@ def test_set_condition_adds_and_replaces_one_condition(cluster: Cluster) -> None
 
 
 def test_set_condition_keeps_the_other_writers_conditions(cluster: Cluster) -> None:
-    needs(cluster, "strategic")
     cluster.create({**node("n1"), "status": {"conditions": [_ready("True")]}})
     cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True"})
     # The kubelet's heartbeat lands after our write, then we write again: neither loses the other.
     cluster.set_condition(NODE, "n1", _ready("False"))
     cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
-    conditions = cluster.get(NODE, "n1")["status"]["conditions"]
-    assert [(c["type"], c["status"]) for c in conditions] == [("Ready", "False"), ("GPUHealthy", "False")]
-    assert conditions[0]["reason"] == "KubeletReady"
+    # By type, not by position: without a $setElementOrder directive the real server moves the
+    # entries a strategic merge patch names to the front; the list's order carries no meaning.
+    conditions = {c["type"]: c for c in cluster.get(NODE, "n1")["status"]["conditions"]}
+    assert {t: c["status"] for t, c in conditions.items()} == {"Ready": "False", "GPUHealthy": "False"}
+    assert conditions["Ready"]["reason"] == "KubeletReady"
     assert cluster.calls.snapshot() == {"create": 1, "patch": 3, "get": 1}
 
 
@@ -208,9 +228,23 @@ def test_logs_of_an_unknown_pod_are_not_found(cluster: Cluster) -> None:
     assert cluster.calls.writes == 0
 
 
-def test_logs_tail_previous_and_container_choice(cluster: Cluster) -> None:
-    needs(cluster, "logs")
-    assert isinstance(cluster, MemoryCluster)
+def test_logs_container_choice_is_checked_before_any_kubelet(cluster: Cluster) -> None:
+    two = pod("p1", "n1")
+    two["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
+    cluster.create(two)
+    with pytest.raises(BadRequestError, match="choose one of"):
+        cluster.logs("p1", "ml")
+    with pytest.raises(BadRequestError, match="not valid"):
+        cluster.logs("p1", "ml", container="nope")
+    with pytest.raises(InvalidError, match="tail_lines"):
+        cluster.logs("p1", "ml", container="main", tail_lines=-1)
+    assert cluster.calls.writes == 1
+
+
+def test_logs_tail_previous_and_container_choice() -> None:
+    """The log text itself comes from a kubelet, which no peer here runs: MemoryCluster only
+    (the API server's own checks above run on both; test_kube_live checks the request over HTTP)."""
+    cluster = MemoryCluster()
     two = pod("p1", "n1")
     two["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
     cluster.create(two)
@@ -223,14 +257,8 @@ def test_logs_tail_previous_and_container_choice(cluster: Cluster) -> None:
     assert cluster.logs("p1", "ml", container="main", previous=True) == "crashed\n"
     assert cluster.logs("p1", "ml", container="sidecar") == "", "a container that printed nothing"
     assert cluster.logs("p2", "ml") == "", "the only container needs no name"
-    with pytest.raises(BadRequestError, match="choose one of"):
-        cluster.logs("p1", "ml")
-    with pytest.raises(BadRequestError, match="not valid"):
-        cluster.logs("p1", "ml", container="nope")
     with pytest.raises(BadRequestError, match="previous terminated container"):
         cluster.logs("p1", "ml", container="sidecar", previous=True)
-    with pytest.raises(InvalidError, match="tail_lines"):
-        cluster.logs("p1", "ml", container="main", tail_lines=-1)
     cluster.delete(POD, "p1", "ml")
     cluster.create(two)
     assert cluster.logs("p1", "ml", container="main") == "", "logs go with the pod"
@@ -239,7 +267,6 @@ def test_logs_tail_previous_and_container_choice(cluster: Cluster) -> None:
 
 
 def test_status_is_a_separate_subresource(cluster: Cluster) -> None:
-    needs(cluster, "status")
     cluster.create(pod("p1", "n1", phase="Pending"))
     cluster.patch(POD, "p1", {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "1"}}}, "ml")
     got = cluster.get(POD, "p1", "ml")
@@ -257,10 +284,26 @@ def test_events_are_recorded(cluster: Cluster) -> None:
     assert ev["metadata"]["namespace"] == "default"
 
 
+def wait_for_budget(cluster: Cluster, name: str, healthy: int, ns: str = "ml") -> None:
+    """Wait until the disruption controller has counted the budget's pods (the Eviction API refuses
+    with 429 while a budget's status is behind its spec); MemoryCluster counts at eviction time."""
+    if isinstance(cluster, MemoryCluster):
+        return
+
+    def counted() -> bool:
+        pdb = cluster.get(PDB, name, ns)
+        status = pdb.get("status") or {}
+        return (
+            status.get("observedGeneration") == pdb["metadata"]["generation"]
+            and status.get("currentHealthy", 0) == healthy
+        )
+
+    eventually(counted, f"the disruption controller counts {healthy} healthy pods for {ns}/{name}")
+
+
 def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
-    needs(cluster, "eviction")
     for i in range(3):
-        cluster.create(pod(f"w{i}", "n1", app="train"))
+        add_pod(cluster, f"w{i}", "n1", app="train")
     cluster.create(
         {
             "apiVersion": "policy/v1",
@@ -269,6 +312,7 @@ def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
             "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "train"}}},
         }
     )
+    wait_for_budget(cluster, "train-pdb", healthy=3)
     cluster.evict("w0", "ml")
     assert cluster.get_or_none(POD, "w0", "ml") is None
     with pytest.raises(EvictionBlockedError) as err:
@@ -279,9 +323,26 @@ def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
     assert cluster.list(PDB, namespace="ml")
 
 
+def test_a_running_pod_without_a_ready_condition_is_not_healthy_to_a_budget(cluster: Cluster) -> None:
+    """The disruption controller counts a pod as healthy only on Ready=True (IsPodReady)."""
+    for i in range(2):
+        cluster.create(pod(f"w{i}", "n1", app="train"))
+        cluster.patch_status(POD, f"w{i}", {"phase": "Running"}, "ml")
+    cluster.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "one", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        }
+    )
+    wait_for_budget(cluster, "one", healthy=0)
+    with pytest.raises(EvictionBlockedError):
+        cluster.evict("w0", "ml")
+
+
 def test_evict_pending_pod_ignores_budget(cluster: Cluster) -> None:
-    needs(cluster, "eviction")
-    cluster.create(pod("w0", "n1", phase="Pending", app="train"))
+    add_pod(cluster, "w0", "n1", phase="Pending", app="train")
     cluster.create(
         {
             "apiVersion": "policy/v1",
@@ -290,12 +351,12 @@ def test_evict_pending_pod_ignores_budget(cluster: Cluster) -> None:
             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "train"}}},
         }
     )
+    wait_for_budget(cluster, "all", healthy=0)
     cluster.evict("w0", "ml")
     assert cluster.get_or_none(POD, "w0", "ml") is None
 
 
 def test_owner_garbage_collection(cluster: Cluster) -> None:
-    needs(cluster, "gc")
     owner = cluster.create(node("n1"))
     dependent = pod("p1", "n1")
     dependent["metadata"]["ownerReferences"] = [
@@ -303,7 +364,7 @@ def test_owner_garbage_collection(cluster: Cluster) -> None:
     ]
     cluster.create(dependent)
     cluster.delete(NODE, "n1")
-    assert cluster.get_or_none(POD, "p1", "ml") is None
+    eventually(lambda: cluster.get_or_none(POD, "p1", "ml") is None, "the garbage collector deletes the dependent pod")
 
 
 async def _collect(cluster: Cluster, n: int, **kwargs: object) -> list[WatchEvent]:
@@ -333,7 +394,6 @@ async def test_watch_streams_existing_then_changes(cluster: Cluster) -> None:
 
 
 async def test_watch_resumes_from_resource_version(cluster: Cluster) -> None:
-    needs(cluster, "resume")
     first = cluster.create(node("n1"))
     cluster.create(node("n2"))
     cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
@@ -344,7 +404,6 @@ async def test_watch_resumes_from_resource_version(cluster: Cluster) -> None:
 
 
 async def test_watch_label_selector_sees_objects_leave(cluster: Cluster) -> None:
-    needs(cluster, "selectors")
     cluster.create(node("n1", gpu="true"))
     task = asyncio.create_task(_collect(cluster, 2, label_selector="gpu=true"))
     await asyncio.sleep(0.1)
@@ -355,7 +414,6 @@ async def test_watch_label_selector_sees_objects_leave(cluster: Cluster) -> None
 
 
 async def test_watch_field_selector_follows_one_node(cluster: Cluster) -> None:
-    needs(cluster, "selectors")
     cluster.create(node("gpu-1"))
     cluster.create(node("gpu-2"))
     task = asyncio.create_task(_collect(cluster, 3, field_selector="metadata.name=gpu-1"))
@@ -373,7 +431,6 @@ async def test_watch_field_selector_follows_one_node(cluster: Cluster) -> None:
 
 
 async def test_watch_field_and_label_selectors_both_apply(cluster: Cluster) -> None:
-    needs(cluster, "selectors")
     cluster.create(node("gpu-1", gpu="true"))
     cluster.create(node("gpu-2", gpu="true"))
     first = await _collect(cluster, 1, label_selector="gpu=true", field_selector="metadata.name!=gpu-1")

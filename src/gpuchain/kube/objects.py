@@ -124,7 +124,9 @@ def is_subset(desired: Any, live: Any) -> bool:
     """True when every field of ``desired`` is present in ``live`` with the same value.
 
     Lists compare element-wise (same length), so a removed container or toleration is a change;
-    extra keys in ``live`` (server defaults, other writers' fields, status) are not.
+    extra keys in ``live`` (server defaults, other writers' fields, status) are not. An empty list
+    or map matches an absent key: the API server drops empty fields on write (``tolerations: []``
+    reads back as no ``tolerations``), so without this every apply of one would write again.
     """
     if isinstance(desired, dict):
         if not isinstance(live, dict):
@@ -132,6 +134,9 @@ def is_subset(desired: Any, live: Any) -> bool:
         for key, value in desired.items():
             if value is None:
                 if key in live:
+                    return False
+            elif value in ([], {}):
+                if live.get(key) not in (None, [], {}):
                     return False
             elif key not in live or not is_subset(value, live[key]):
                 return False

@@ -24,16 +24,18 @@ def _scaled(value: int | str, total: int) -> int:
 
 
 def is_healthy(pod: Obj) -> bool:
-    """Running, not being deleted, and Ready (a pod with no conditions reported counts as Ready)."""
+    """Running, not being deleted, and Ready=True, as the disruption controller counts (IsPodReady).
+
+    A pod that reports no Ready condition is not healthy: the real controller counts it out, and
+    the API server then refuses to evict any pod the budget covers (checked on kube-apiserver in
+    tests/kube/test_kube_contract.py).
+    """
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return False
-    conditions = status.get("conditions")
-    if not conditions:
-        return True
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def selects(pdb: Obj, pod: Obj) -> bool:

@@ -44,7 +44,8 @@ def node_object(name: str, gpus: int = 8) -> Obj:
 
 
 def pod_object(namespace: str, name: str, node: str, gpus: int = 1, labels: Mapping[str, str] | None = None) -> Obj:
-    """A Running pod bound to ``node`` asking for ``gpus`` whole GPUs."""
+    """A Running, Ready pod bound to ``node`` asking for ``gpus`` whole GPUs (as a kubelet reports it:
+    a budget counts only Ready pods as healthy)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -53,7 +54,7 @@ def pod_object(namespace: str, name: str, node: str, gpus: int = 1, labels: Mapp
             "nodeName": node,
             "containers": [{"name": "main", "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
         },
-        "status": {"phase": "Running"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     }
 
 

@@ -1,0 +1,41 @@
+"""Where scripts/build-peers put the real peers, and why one is missing (the skip reason).
+
+The cache directory is keyed by the hash of tests/peers/go.mod + go.sum + ldflags, computed here exactly as
+scripts/build-peers computes it, so a pinned version change is a new directory, never a stale binary.
+When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
+built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+PEERS = Path(__file__).resolve().parent
+
+
+def cache_root() -> Path:
+    """The per-go.mod cache directory (it may not exist yet)."""
+    recipe = b"".join((PEERS / name).read_bytes() for name in ("go.mod", "go.sum", "ldflags"))
+    digest = hashlib.sha256(recipe).hexdigest()[:16]
+    base = os.environ.get("GPUCHAIN_PEERS_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuchain-peers"
+    )
+    return Path(base) / digest
+
+
+def peer_or_skip(name: str) -> Path:
+    """The built binary ``name``, or skip naming why it is not there (fail in CI if merely unbuilt)."""
+    root = cache_root()
+    binary = root / "bin" / name
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    failed = root / "failed" / name
+    if failed.is_file():
+        pytest.skip(f"peer {name} could not be built from its published module: {failed.read_text().strip()}")
+    if os.environ.get("GPUCHAIN_REQUIRE_PEERS") == "1":
+        pytest.fail(f"peer {name} is neither built nor recorded as unbuildable in {root}; run scripts/build-peers")
+    pytest.skip(f"peer {name} is not built in {root}: run scripts/build-peers")
