@@ -7,12 +7,19 @@ from collections.abc import Iterator
 
 import pytest
 from fakes.fake_pynvml import nvml_over
+from hypothesis import settings
 from peers.apiserver import ApiServer, control_plane
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import LiveCluster
 
 __all__ = ["nvml_over"]  # older tests import it from here
+
+# Property tests check answers, not speed: a loaded 2-core CI machine must not fail them on
+# hypothesis's default 200 ms deadline. Tests that bound time (the fuzz suite's hang check) set
+# their own deadline explicitly.
+settings.register_profile("gpuchain", deadline=None)
+settings.load_profile("gpuchain")
 
 
 @pytest.fixture
