@@ -51,12 +51,15 @@ def test_log_reads_are_capped_however_many_pods_fail() -> None:
     assert len(needs_logs(snap)) == MAX_LOGS
 
 
-def test_no_clusterpolicy_is_a_root_cause() -> None:
+def test_gpu_nodes_and_no_stack_at_all_is_a_root_cause_not_a_missing_policy() -> None:
+    # No ClusterPolicy of either group and no device plugin: no stack runs; the fix installs
+    # gpuchain into its own namespace (never NVIDIA's gpu-operator namespace).
     cluster = MemoryCluster(
         [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "g", "labels": {"nvidia.com/gpu.present": "true"}}}]
     )
     report = run_doctor(cluster)
-    assert "policy.missing" in report.ids and report.broken
+    assert report.ids == {"stack.missing"} and report.broken
+    assert "-n gpuchain" in report.findings[0].fix and "gpu-operator" not in report.findings[0].fix
 
 
 def test_missing_runtimeclass_breaks_the_toolkit_link() -> None:

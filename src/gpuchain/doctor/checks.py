@@ -22,8 +22,8 @@ from gpuchain.common.labels import (
 from gpuchain.doctor.context import Context, NodeView, replicas_in
 from gpuchain.doctor.model import Finding, LinkState, Severity
 from gpuchain.doctor.pods import init_done, matching_line, pod_state
+from gpuchain.doctor.stacks import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -71,27 +71,26 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
-    exists = any(name_of(d) == operand.name for d in ctx.snapshot.daemonsets)
-    where = f"DaemonSet {ctx.namespace}/{operand.name}"
+    exists = ctx.ds(operand) in daemonsets_in(ctx.snapshot, ctx.namespace)
+    where = f"DaemonSet {ctx.namespace}/{ctx.ds(operand)}"
     evidence = f"{where} has no pod on {view.name}" if exists else f"{where} does not exist"
     fix = (
-        f"kubectl -n {ctx.namespace} describe ds {operand.name}   # compare its tolerations and nodeAffinity "
+        f"kubectl -n {ctx.namespace} describe ds {ctx.ds(operand)}   # compare its tolerations and nodeAffinity "
         f"with node {view.name}'s taints and labels"
         if exists
-        else f"kubectl get clusterpolicy {ctx.policy_name} -o jsonpath='{{.status}}'   # the operator has not "
+        else f"kubectl get {ctx.policy_ref} -o jsonpath='{{.status}}'   # the operator has not "
         f"deployed it (or --namespace is wrong: read {ctx.namespace})"
     )
     return Result(
         LinkState.BROKEN,
-        f"no {operand.name} pod",
+        f"no {ctx.ds(operand)} pod",
         (
             _finding(
                 view,
                 "operand.not-scheduled",
                 Severity.ERROR,
                 link,
-                f"{operand.name} is enabled in the ClusterPolicy but has no pod on this node, so the {link} link "
-                "is missing here.",
+                f"{ctx.ds(operand)} is enabled but has no pod on this node, so the {link} link is missing here.",
                 [evidence, f"spec.{operand.spec_key}.enabled=true, no opt-out label on the node"],
                 fix,
             ),
@@ -120,7 +119,13 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":
             return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
-        why = f"label {label}" if label else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        why = (
+            f"label {label}"
+            if label
+            else f"{ctx.stack.title}: the node image's driver"
+            if ctx.stack.host_driver
+            else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        )
         if init_done(validator, "driver-validation") or version:
             return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
         if validator is None:
@@ -163,7 +168,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver loaded, and it cannot unload it.",
                     [state.describe(), f"log: {conflict_line}"],
                     f"kubectl label node {view.name} {deploy_label(DRIVER)}=false   "
-                    f"# or for the whole cluster: kubectl patch clusterpolicy {ctx.policy_name} --type merge "
+                    f"# or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
                     '-p \'{"spec":{"driver":{"enabled":false}}}\'',
                 ),
             ),
@@ -203,7 +208,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 "driver",
                 f"the driver pod is {state.status}, so the kernel module is not loaded.",
                 [*evidence, f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-driver-ctr'} --previous",
+                f"kubectl -n {ctx.namespace} logs {state.name} "
+                f"-c {state.container or ctx.container(DRIVER)} --previous",
             ),
         ),
     )
@@ -292,7 +298,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                 "toolkit",
                 f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
                 [state.describe(), f"log: {state.last_log.splitlines()[-1]}" if state.last_log else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-container-toolkit-ctr'}"
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or ctx.container(TOOLKIT)}"
                 + (" --previous" if state.failing else ""),
             ),
         ),
@@ -331,7 +337,7 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
         existing = sorted(configs or {})[:1]
         patch = f'{{"spec":{{"devicePlugin":{{"config":{{"default":"{existing[0] if existing else ""}"}}}}}}}}'
-        fix = f"kubectl patch clusterpolicy {ctx.policy_name} --type merge -p '{patch}'"
+        fix = f"kubectl patch {ctx.policy_ref} --type merge -p '{patch}'"
     return _finding(
         view,
         "device-plugin.config-missing",
@@ -486,7 +492,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                         "device-plugin",
                         f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
                         [state.describe(), f"log: {line}" if line else ""],
-                        f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'device-plugin'}"
+                        f"kubectl -n {ctx.namespace} logs {state.name} "
+                        f"-c {state.container or ctx.container(DEVICE_PLUGIN)}"
                         + (" --previous" if state.failing else ""),
                     ),
                 ),
@@ -521,7 +528,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                         running.describe() if running else "",
                         log_evidence,
                     ],
-                    f"kubectl -n {ctx.namespace} logs ds/{DEVICE_PLUGIN.name} --tail=50"
+                    f"kubectl -n {ctx.namespace} logs ds/{ctx.ds(DEVICE_PLUGIN)} --tail=50"
                     "   # look for 'Registered device plugin'",
                 ),
             ),
@@ -560,7 +567,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
                 link,
                 f"the {what} pod is {state.status}.",
                 [state.describe(), f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or operand.name}"
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or ctx.container(operand)}"
                 + (" --previous" if state.failing else ""),
             ),
         ),
@@ -628,7 +635,7 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence,
-        f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + MIG_MANAGER.name}"
+        f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)}"
         " --tail=50"
         f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {MIG_CONFIG}- {MIG_CONFIG_STATE}-",
     )

@@ -131,15 +131,42 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
 
 
 def _policy_findings(ctx: Context) -> list[Finding]:
-    if ctx.policy_obj is None:
+    stack = ctx.stack
+    if stack.id == "none":
+        if not ctx.views:
+            return []
+        return [
+            Finding(
+                "stack.missing",
+                Severity.ERROR,
+                "device-plugin",
+                f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device plugin "
+                "announces them to the kubelet, so no pod can ask for one.",
+                (
+                    "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
+                    f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                ),
+                "helm install gpuchain charts/gpuchain -n gpuchain --create-namespace   "
+                "# or NVIDIA's device plugin chart if the nodes already have a driver",
+                root=True,
+            )
+        ]
+    if ctx.policy_obj is None and stack.policy_resource:
+        fix = (
+            f"helm upgrade --install gpuchain charts/gpuchain -n {stack.namespace}"
+            if stack.id == "gpuchain"
+            else f"helm upgrade gpu-operator nvidia/gpu-operator -n {stack.namespace} --reuse-values   "
+            "# the chart creates the ClusterPolicy (cluster-policy)"
+        )
         return [
             Finding(
                 "policy.missing",
                 Severity.ERROR,
                 "driver",
-                "there is no ClusterPolicy, so the operator deploys nothing and no link of the chain exists.",
-                ("kubectl get clusterpolicies: none",),
-                "helm install gpuchain charts/gpuchain -n gpu-operator --create-namespace",
+                f"{stack.title} runs but there is no ClusterPolicy ({stack.policy_resource}), so its operator "
+                "deploys nothing and no link of the chain exists.",
+                (f"kubectl get {stack.policy_resource}: none", f"namespace {stack.namespace}"),
+                fix,
                 root=True,
             )
         ]
@@ -151,7 +178,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 "driver",
                 "the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
                 tuple(ctx.policy_problems),
-                f"kubectl edit clusterpolicy {ctx.policy_name}",
+                f"kubectl edit {ctx.policy_ref}",
                 root=True,
             )
         ]
@@ -176,7 +203,7 @@ def _version_skew(ctx: Context) -> list[Finding]:
     branches = sorted({k.split(".")[0] for k in versions})
     if ctx.policy.driver.enabled:
         fix = (
-            f"kubectl patch clusterpolicy {ctx.policy_name} --type merge "
+            f"kubectl patch {ctx.policy_ref} --type merge "
             f'-p \'{{"spec":{{"driver":{{"version":"{majority}"}}}}}}\''
             "   # the upgrade controller rolls it node by node"
         )
