@@ -178,9 +178,14 @@ def findings_view(report: Report) -> RenderableType:
 def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType:
     """The terminal view: summary, findings, chain table."""
     calls = sum(report.api_calls.values())
+    stack = report.stack
+    found = f"stack: {stack.get('title', '?')}" + (
+        f" in namespace {stack['namespace']}" if stack.get("namespace") else ""
+    )
     head = Text.from_markup(
         f"[bold]gpuchain doctor[/]: {where}, {report.gpu_nodes} GPU node(s), "
-        f"{calls} API call(s), {report.seconds:.2f} s"
+        f"{calls} API call(s), {report.seconds:.2f} s\n{found}",
+        emoji=False,
     )
     if not report.findings:
         verdict = Text("every link on every GPU node is healthy", style="bold green")

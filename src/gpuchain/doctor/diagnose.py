@@ -275,7 +275,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings += [f for c in chains for f in c.findings]
     findings += _version_skew(ctx)
     findings += _pending(ctx, chains)
-    return Report(chains, findings, len(ctx.views))
+    return Report(chains, findings, len(ctx.views), stack=ctx.stack.to_dict())
 
 
 def run_doctor(

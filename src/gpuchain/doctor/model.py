@@ -129,6 +129,7 @@ class Report:
     gpu_nodes: int
     api_calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    stack: dict[str, Any] = field(default_factory=dict)  #: the stack found (`Stack.to_dict`)
 
     @property
     def broken(self) -> bool:
@@ -161,6 +162,7 @@ class Report:
         """JSON form (``gpuchain doctor -o json``)."""
         return {
             "broken": self.broken,
+            "stack": self.stack,
             "gpuNodes": self.gpu_nodes,
             "rootCauses": [g.id for g in self.root_causes],
             "findings": [g.to_dict() for g in self.groups()],

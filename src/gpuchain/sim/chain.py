@@ -37,6 +37,7 @@ from gpuchain.operator.operands import (
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.sim.scenario import NodeGroup, Scenario
+from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
 CUDA_OF_BRANCH = {
@@ -127,6 +128,10 @@ class NodePlan:
 def policy_of(scenario: Scenario) -> ClusterPolicySpec:
     """The scenario's ClusterPolicy spec, with the device plugin ConfigMap wired in when configs are given."""
     spec = dict(scenario.policy)
+    if scenario.stack in HOST_STACKS:
+        # The node image brings driver and runtime; only the device plugin is deployed.
+        for key in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager"):
+            spec[key] = {**dict(spec.get(key) or {}), "enabled": False}
     if scenario.device_plugin_configs:
         dp = dict(spec.get("devicePlugin") or {})
         cfg = dict(dp.get("config") or {})
@@ -200,6 +205,8 @@ def _off(policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: f
 def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
     """Derive every link's state on node ``name`` from the facts of its group."""
     opted = frozenset(group.opt_out)
+    if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
+        group = group.model_copy(update={"host_driver": HOST_DRIVER})
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
     paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()

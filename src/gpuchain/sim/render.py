@@ -52,6 +52,7 @@ from gpuchain.remediation.model import (
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.scenario import Scenario
+from gpuchain.sim.stacks import HOST_STACKS, namespace_for, node_extras, policy_api, restyle_daemonset
 
 RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
 STAMP = "2026-06-05T18:00:00Z"
@@ -163,8 +164,10 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
             )
         lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
+        uuids = {d.gpu_index: d.gpu_uuid for r in plan.resources for d in r.devices}
         for i in sorted(plan.lost):
-            lines.append(f"XidCriticalError: Xid=79 on Device={i}; marking device as unhealthy")
+            # k8s-device-plugin internal/rm/health.go: the device ID is the GPU's UUID.
+            lines.append(f"XidCriticalError: Xid=79 on Device={uuids.get(i, i)}; marking device as unhealthy.")
         return "\n".join(lines)
     if operand.state == "dcgm-exporter" and plan.exporter == chain.DOWN:
         return "Starting dcgm-exporter\nError: failed to initialize DCGM: DCGM library not found (libdcgm.so.4)"
@@ -245,20 +248,32 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     return labels
 
 
-def node_object(plan: NodePlan) -> Obj:
+def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
     """The Node: labels, kernel and runtime in nodeInfo, GPU resources in capacity/allocatable."""
     g = plan.group
     base = {"cpu": "96", "memory": "2113373748Ki", "pods": "110", "ephemeral-storage": "3750000000Ki"}
     capacity = {**base, **{k: str(v) for k, v in plan.capacity.items()}}
     allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}}
-    meta: dict[str, Any] = {"name": plan.name, "labels": _node_labels(plan)}
+    labels = _node_labels(plan)
+    spec: dict[str, Any] = {}
+    if plan.gpu:
+        extra, provider, taints = node_extras(stack, plan.name)
+        if stack in ("eks", "aks", "gke"):
+            # Managed node images run no NFD: no PCI feature labels, no nvidia.com/gpu.present.
+            labels = {k: v for k, v in labels.items() if k not in (NFD_GPU_LABELS[0], GPU_PRESENT)}
+        labels.update(extra)
+        if provider:
+            spec["providerID"] = provider
+        if taints:
+            spec["taints"] = taints
+    meta: dict[str, Any] = {"name": plan.name, "labels": labels}
     if g.mig is not None and g.mig.reason:
         meta["annotations"] = {MIG_CONFIG_STATE_REASON: g.mig.reason}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": meta,
-        "spec": {},
+        "spec": spec,
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
@@ -370,11 +385,15 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
 def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec) -> Rendered:
     """Every object of the simulated cluster, and the operand containers' logs."""
     out = Rendered()
-    ns = scenario.namespace
+    stack = scenario.stack
+    ns = namespace_for(stack, scenario.namespace)
     facts = Facts(ns, scenario.policy_name)
     wanted = desired(policy, facts)
     out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    out.objects += [o for o in wanted if o["kind"] != "DaemonSet"]
+    others = [o for o in wanted if o["kind"] != "DaemonSet"]
+    if stack in HOST_STACKS:
+        others = [o for o in others if o["kind"] not in ("RuntimeClass", "ServiceAccount")]
+    out.objects += others
     if policy.device_plugin.config.name and scenario.device_plugin_configs:
         out.objects.append(
             {
@@ -384,10 +403,13 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                 "data": {k: yaml.safe_dump(v, sort_keys=False) for k, v in scenario.device_plugin_configs.items()},
             }
         )
-    nodes = [node_object(p) for p in plans]
+    nodes = [node_object(p, stack) for p in plans]
     out.objects += nodes
     by_operand: dict[str, list[Obj]] = {}
-    daemonsets = {name_of(d): d for d in wanted if d["kind"] == "DaemonSet"}
+    by_name = {o.name: o for o in OPERANDS}
+    daemonsets = {
+        name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d) for d in wanted if d["kind"] == "DaemonSet"
+    }
     events: list[Obj] = []
     for op in OPERANDS:
         ds = daemonsets.get(op.name)
@@ -422,31 +444,16 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     workloads = _place_workloads(scenario, plans, out)
     out.objects += workloads
     node_by_name = {name_of(n): n for n in nodes}
-    for plan in plans:
-        for index in sorted(plan.lost):
-            bound = sorted(
-                f"{pns}/{pname}"
-                for (pns, pname), (node, ids) in out.placements.items()
-                if node == plan.name and any(_gpu_index(plan, d) == index for d in ids)
-            )
-            held = f"; pods bound to it: {', '.join(bound)}" if bound else ""
-            events.append(
-                _event(
-                    "default",
-                    node_by_name[plan.name],
-                    "XidCriticalError",
-                    f"XID 79 (GPU has fallen off the bus) on GPU {index}: device marked Unhealthy{held}",
-                    "nvidia-device-plugin",
-                    len(events),
-                )
-            )
-    for plan in plans:
-        if plan.gpu and plan.plugin == chain.OK:
-            _publish_health(node_by_name[plan.name], plan, out.placements)
+    if stack == "gpuchain":
+        # gpuchain's gpu-health publishes GPUHealthy and the faults on the Node; other stacks do not.
+        for plan in plans:
+            if plan.gpu and plan.plugin == chain.OK:
+                _publish_health(node_by_name[plan.name], plan, out.placements)
     out.objects += events
-    out.objects.append(
-        _policy_object(scenario, policy, daemonsets, [p for ps in by_operand.values() for p in ps], plans)
-    )
+    api = policy_api(stack)
+    if api is not None:
+        pods = [p for ps in by_operand.values() for p in ps]
+        out.objects.append({**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api})
     return out
 
 

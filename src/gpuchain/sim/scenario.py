@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -125,10 +125,17 @@ class Workload(_Strict):
         return _dns_name(value)
 
 
+_SOURCE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[0-9]+$")
+
+
 class Scenario(_Strict):
     """A whole simulated cluster: nodes, operator settings, workloads and what the doctor should say."""
 
     name: str
+    stack: Literal["gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke"] = Field(
+        "gpuchain", description="which GPU stack the cluster runs; the simulator renders its object names"
+    )
+    source: str = Field("", description="the public upstream report the scenario comes from, owner/repo#number")
     description: str = ""
     symptom: str = Field("", description="what a user sees, in the chapter's words")
     expect: list[str] = Field(default_factory=list, description="finding ids the doctor must name")
@@ -146,6 +153,13 @@ class Scenario(_Strict):
     @classmethod
     def _dns(cls, value: str) -> str:
         return _dns_name(value)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if value and not _SOURCE.match(value):
+            raise ValueError("must be owner/repo#number, e.g. NVIDIA/gpu-operator#1234")
+        return value
 
     @field_validator("policy")
     @classmethod

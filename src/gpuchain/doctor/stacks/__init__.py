@@ -10,6 +10,7 @@ recognises the cluster wins. An API group or namespace that is absent only means
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,10 @@ GPU_NODE_LABELS = (
     "nvidia.com/gpu.count",
     "nvidia.com/gpu.product",
 )
+
+
+#: Cloud instance types that come with NVIDIA GPUs (AWS p/g families, Azure NC/ND/NV, GCP a2/a3/g2).
+GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[4-6][a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ def is_gpu_node(node: Obj) -> bool:
     if any(labels.get(k) not in (None, "", "false") for k in GPU_NODE_LABELS if k != "accelerator"):
         return True
     if labels.get("accelerator", "").startswith("nvidia"):
+        return True
+    if GPU_INSTANCE.match(labels.get("node.kubernetes.io/instance-type", "")):
         return True
     capacity = (node.get("status") or {}).get("capacity") or {}
     return any(str(k).startswith(("nvidia.com/gpu", "nvidia.com/mig-")) for k in capacity)
