@@ -234,7 +234,9 @@ def _runtime_evidence(view: NodeView) -> list[str]:
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
     """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
     rc = ctx.policy.operator.runtime_class
-    uses_rc = any((p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values())
+    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and any(
+        (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
+    )
     if uses_rc and rc not in ctx.runtime_classes:
         return Result(
             LinkState.BROKEN,
@@ -309,6 +311,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
+    if "configmaps" in ctx.snapshot.absent:
+        return None  # a dump without the stack's ConfigMaps: nothing to compare the label with
     labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
     key = labelled or ctx.policy.device_plugin.config.default
     if not key:

@@ -151,7 +151,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 root=True,
             )
         ]
-    if ctx.policy_obj is None and stack.policy_resource:
+    if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
         fix = (
             f"helm upgrade --install gpuchain charts/gpuchain -n {stack.namespace}"
             if stack.id == "gpuchain"

@@ -52,6 +52,7 @@ class Snapshot:
     events: list[Obj]
     logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
+    absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
 
     @property
     def stack(self) -> Stack:
