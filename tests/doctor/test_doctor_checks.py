@@ -117,9 +117,11 @@ def test_namespace_comes_from_the_clusterpolicy_status() -> None:
     sim.cluster.patch_status(CLUSTER_POLICY, "cluster-policy", {"namespace": "elsewhere"})
     report = run_doctor(sim.cluster)
     # Nothing of the operator lives in "elsewhere": the doctor says so instead of calling the node healthy.
+    # The driver is enabled in the policy, so its missing DaemonSet is the first broken link (it
+    # used to read as "driver container off, host driver assumed").
     f = report.findings[0]
-    assert (f.id, f.link) == ("operand.not-scheduled", "toolkit")
-    assert "DaemonSet elsewhere/nvidia-container-toolkit-daemonset does not exist" in f.evidence[0]
+    assert (f.id, f.link) == ("operand.not-deployed", "driver")
+    assert "DaemonSet elsewhere/nvidia-driver-daemonset does not exist" in f.evidence[0]
     assert report.broken
 
 

@@ -20,10 +20,12 @@ from gpuchain.common.labels import (
     PAUSED_FOR_MIG_CHANGE,
 )
 from gpuchain.doctor.context import Context, NodeView, replicas_in
-from gpuchain.doctor.model import Finding, LinkState, Severity
+from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.placement import Blocker, blocker
 from gpuchain.doctor.pods import init_done, matching_line, pod_state
 from gpuchain.doctor.stacks import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -53,8 +55,17 @@ class Result:
     findings: tuple[Finding, ...] = ()
 
 
-def _finding(view: NodeView, fid: str, sev: Severity, link: str, cause: str, evidence: list[str], fix: str) -> Finding:
-    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name)
+def _finding(
+    view: NodeView,
+    fid: str,
+    sev: Severity,
+    link: str,
+    cause: str,
+    evidence: list[str],
+    fix: str,
+    action: Fix | None = None,
+) -> Finding:
+    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name, action=action)
 
 
 def opted_out(view: NodeView, operand: Operand) -> str | None:
@@ -65,34 +76,78 @@ def opted_out(view: NodeView, operand: Operand) -> str | None:
     return None
 
 
+def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
+    """The operand's DaemonSet in the stack's namespace (by name, or by prefix such as NVIDIADriver's)."""
+    mine = daemonsets_in(ctx.snapshot, ctx.namespace)
+    if ctx.ds(operand) in mine:
+        return mine[ctx.ds(operand)]
+    return next((d for n, d in sorted(mine.items()) if ctx.stack.operand_of(n) == operand.state), None)
+
+
+def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
+    """The change that lets ``ds`` place its pod: tolerate the taint, or give the node the label."""
+    if block.kind == "taint":
+        taint = block.detail
+        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        if ctx.policy_obj is not None:
+            tolerations = [*ctx.policy.daemonsets.tolerations, toleration]
+            return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
+        current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        patch = {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}}
+        return Fix(FixOp.PATCH_DAEMONSET, f"{ctx.namespace}/{name_of(ds)}", patch)
+    d = block.detail
+    values = list(d.get("values") or [])
+    if d.get("operator") in ("NotIn", "DoesNotExist"):
+        return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): None})
+    return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
-    """An enabled operand that should run here but has no pod: its DaemonSet is missing or skips the node."""
+    """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
+    or selector keeps it off the node (named, with the change that lets it in)."""
     if not enabled(ctx.policy, operand) or opted_out(view, operand) or view.pod(operand) is not None:
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
-    exists = ctx.ds(operand) in daemonsets_in(ctx.snapshot, ctx.namespace)
-    where = f"DaemonSet {ctx.namespace}/{ctx.ds(operand)}"
-    evidence = f"{where} has no pod on {view.name}" if exists else f"{where} does not exist"
-    fix = (
-        f"kubectl -n {ctx.namespace} describe ds {ctx.ds(operand)}   # compare its tolerations and nodeAffinity "
-        f"with node {view.name}'s taints and labels"
-        if exists
-        else f"kubectl get {ctx.policy_ref} -o jsonpath='{{.status}}'   # the operator has not "
-        f"deployed it (or --namespace is wrong: read {ctx.namespace})"
-    )
+    ds = operand_daemonset(ctx, operand)
+    name = name_of(ds) if ds is not None else ctx.ds(operand)
+    where = f"DaemonSet {ctx.namespace}/{name}"
+    if ds is None:
+        switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
+        return Result(
+            LinkState.BROKEN,
+            f"no {name} DaemonSet",
+            (
+                _finding(
+                    view,
+                    "operand.not-deployed",
+                    Severity.ERROR,
+                    link,
+                    f"{where} does not exist, so the {link} link is missing on every node.",
+                    [f"{where} does not exist", switch],
+                    f"kubectl -n {ctx.namespace} rollout restart deploy   # the operator has not deployed it; "
+                    f"or --namespace is wrong (read {ctx.namespace})",
+                ),
+            ),
+        )
+    block = blocker(ds, view.node)
+    if block is None:
+        return None
+    action = placement_fix(ctx, view, ds, block)
     return Result(
         LinkState.BROKEN,
-        f"no {ctx.ds(operand)} pod",
+        f"{name} places no pod here",
         (
             _finding(
                 view,
                 "operand.not-scheduled",
                 Severity.ERROR,
                 link,
-                f"{ctx.ds(operand)} is enabled but has no pod on this node, so the {link} link is missing here.",
-                [evidence, f"spec.{operand.spec_key}.enabled=true, no opt-out label on the node"],
-                fix,
+                f"{name} is enabled but places no pod on this node ({block.describe()}), so the {link} link is "
+                "missing here.",
+                [f"{where} has no pod on {view.name}", block.describe()],
+                ctx.stack.render(action),
+                action,
             ),
         ),
     )
@@ -119,6 +174,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":
             return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
+        # The policy wants the driver container here but its DaemonSet places no pod: say why,
+        # rather than calling it "driver container off".
+        missing = unscheduled(ctx, view, DRIVER, "driver")
+        if missing is not None:
+            return missing
         why = (
             f"label {label}"
             if label

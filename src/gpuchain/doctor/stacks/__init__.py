@@ -10,12 +10,14 @@ recognises the cluster wins. An API group or namespace that is absent only means
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuchain.common.labels import GPU_PRESENT
+from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.kube.kinds import Kind, register_kind
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
@@ -87,6 +89,30 @@ class Stack:
     def patch_policy(self, patch: str) -> str:
         """The kubectl command that merge-patches this stack's policy."""
         return f"kubectl patch {self.policy_resource} {self.policy_name} --type merge -p '{patch}'"
+
+    def render(self, fix: Fix) -> str:
+        """The fix as the commands a person runs on this stack (its names, its namespace)."""
+        ch = fix.changes
+        if fix.op is FixOp.LABEL_NODE:
+            parts = [f"{k}-" if v is None else f"{k}={v}" for k, v in ch.items()]
+            overwrite = " --overwrite" if any(v is not None for v in ch.values()) else ""
+            return f"kubectl label node {fix.target} {' '.join(parts)}{overwrite}"
+        if fix.op is FixOp.PATCH_POLICY:
+            return (
+                f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
+                f"-p '{json.dumps(ch, separators=(',', ':'))}'"
+            )
+        if fix.op is FixOp.PATCH_DAEMONSET:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
+        if fix.op is FixOp.CREATE:
+            return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
+        if fix.op is FixOp.NODE:
+            drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
+            return f"{drain}; then on the node: {ch['action']}"
+        if fix.op is FixOp.HARDWARE:
+            return f"hardware, no command fixes it: {ch['action']}"
+        return f"helm install {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``doctor -o json``)."""
