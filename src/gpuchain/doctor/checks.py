@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
+    GPU_PRESENT,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
     MIG_CONFIG_STATE_REASON,
@@ -32,6 +33,7 @@ from gpuchain.operator.operands import (
     DRIVER,
     GFD,
     MIG_MANAGER,
+    NFD_GPU_LABELS,
     RUNTIME_CLASS_HANDLER,
     TOOLKIT,
     VALIDATOR,
@@ -42,6 +44,7 @@ from gpuchain.operator.operands import (
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
+PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 NO_RUNTIME = 'no runtime for "nvidia"'
 
@@ -524,6 +527,84 @@ def _count_findings(
     return findings
 
 
+def gpus_present(view: NodeView) -> str:
+    """What says this node has GPUs, whatever its capacity shows (GFD, NFD, cloud labels)."""
+    labels = view.labels
+    for key in (GPU_COUNT, "karpenter.k8s.aws/instance-gpu-count", "cloud.google.com/gke-accelerator-count"):
+        if labels.get(key, "0") not in ("", "0"):
+            return f"{key}={labels[key]}"
+    for key in (*NFD_GPU_LABELS, GPU_PRESENT, "cloud.google.com/gke-accelerator", "kubernetes.azure.com/accelerator"):
+        if labels.get(key):
+            return f"{key}={labels[key]}"
+    instance = labels.get("node.kubernetes.io/instance-type")
+    return f"instance type {instance}" if instance else ""
+
+
+def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    product = view.labels.get(PRODUCT, "")
+    if ctx.policy_obj is not None:
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"mig": {"strategy": "mixed"}}})
+        action: Fix | None = patch
+        fix = ctx.stack.render(patch) + f"   # or give every GPU one profile: {MIG_CONFIG}=all-1g.10gb"
+    else:
+        action = None
+        fix = (
+            f"kubectl -n {ctx.namespace} set env ds/{ctx.ds(DEVICE_PLUGIN)} MIG_STRATEGY=mixed   "
+            "# or give every GPU the same MIG profile"
+        )
+    return Result(
+        LinkState.BROKEN,
+        "MIG layout does not fit mig.strategy=single",
+        (
+            _finding(
+                view,
+                "mig.invalid-for-strategy",
+                Severity.ERROR,
+                "device-plugin",
+                "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
+                "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
+                "-MIG-INVALID.",
+                [
+                    f"{PRODUCT}={product}" if product else "",
+                    f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '?')}",
+                    *evidence,
+                ],
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
+def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": "make nvidia containerd's default runtime (nvidia-ctk runtime configure --runtime=containerd "
+            "--set-as-default && systemctl restart containerd)",
+            "fact": "runtime",
+        },
+    )
+    return Result(
+        LinkState.BROKEN,
+        "device plugin finds no NVML",
+        (
+            _finding(
+                view,
+                "device-plugin.no-nvml",
+                Severity.ERROR,
+                "device-plugin",
+                "the device plugin runs without the NVIDIA container runtime, so libnvidia-ml is not in its container, "
+                "it finds no GPU and announces nothing to the kubelet.",
+                evidence,
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
+
+
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     """Device plugin: config label, pod state, registration (node capacity) and the numbers."""
     missing = _config_missing(ctx, view)
@@ -531,40 +612,45 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         return Result(LinkState.BROKEN, "config label names a missing config", (missing,))
     pod = view.pod(DEVICE_PLUGIN)
     capacity, allocatable = node_gpu_resources(view.node), node_gpu_resources(view.node, "allocatable")
+    announced = {k: v for k, v in capacity.items() if v > 0}
+    invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
+    state = pod_state(pod) if pod is not None else None
+    log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
+    mig_line = matching_line(log, r"invalid MIG configuration") if log else None
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
             return Result(LinkState.SKIPPED, "device plugin not deployed here")
-        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not capacity else None
+        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent
-    else:
-        state = pod_state(pod)
-        if not state.ready:
-            log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
-            line = matching_line(log, r"error", r"fail", r"unable") if log else None
-            return Result(
-                LinkState.BROKEN,
-                f"device plugin pod {state.status}",
-                (
-                    _finding(
-                        view,
-                        "device-plugin.not-ready",
-                        Severity.ERROR,
-                        "device-plugin",
-                        f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
-                        [state.describe(), f"log: {line}" if line else ""],
-                        f"kubectl -n {ctx.namespace} logs {state.name} "
-                        f"-c {state.container or ctx.container(DEVICE_PLUGIN)}"
-                        + (" --previous" if state.failing else ""),
-                    ),
+    elif state is not None and (mig_line or (invalid_product and not announced)):
+        return _mig_invalid(ctx, view, [state.describe(), f"log: {mig_line}" if mig_line else ""])
+    elif state is not None and nvml and not announced:
+        more = matching_line(log, r"No devices found")
+        return _no_nvml(ctx, view, [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""])
+    elif state is not None and not state.ready:
+        line = matching_line(log, r"error", r"fail", r"unable") if log else None
+        return Result(
+            LinkState.BROKEN,
+            f"device plugin pod {state.status}",
+            (
+                _finding(
+                    view,
+                    "device-plugin.not-ready",
+                    Severity.ERROR,
+                    "device-plugin",
+                    f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
+                    [state.describe(), f"log: {line}" if line else ""],
+                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log "
+                    "is fixed",
                 ),
-            )
-    if not capacity:
-        running = pod_state(pod) if pod is not None else None
-        log = _logs(ctx, view, DEVICE_PLUGIN, running.container, running.last_log) if running else ""
+            ),
+        )
+    if not announced:
         registered = matching_line(log, r"registered device plugin") if log else None
         problem = matching_line(log, r"error", r"fail", r"unable", r"no devices") if log else None
         log_evidence = (
@@ -576,24 +662,30 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             if log
             else ""
         )
+        shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
+        present = gpus_present(view)
         return Result(
             LinkState.BROKEN,
-            "no nvidia.com/* in node capacity",
+            "no GPU announced in node capacity",
             (
                 _finding(
                     view,
                     "device-plugin.not-registered",
                     Severity.ERROR,
                     "device-plugin",
-                    "the node's capacity has no nvidia.com/gpu or nvidia.com/mig-* resource: the device plugin "
-                    "did not register with the kubelet.",
+                    "the node has GPUs but its capacity announces none: the device plugin is not registered with "
+                    "the kubelet (or registered with no devices), so no pod can be given one; this is not "
+                    "'all GPUs in use'.",
                     [
-                        f"node {view.name} capacity has no nvidia.com/* resource",
-                        running.describe() if running else "",
+                        f"node {view.name} capacity: {shown}",
+                        f"GPUs present: {present}" if present else "",
+                        state.describe() if state else "",
                         log_evidence,
                     ],
-                    f"kubectl -n {ctx.namespace} logs ds/{ctx.ds(DEVICE_PLUGIN)} --tail=50"
-                    "   # look for 'Registered device plugin'",
+                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # the plugin registers again when it "
+                    "restarts"
+                    if state
+                    else f"kubectl -n {ctx.namespace} rollout restart ds/{ctx.ds(DEVICE_PLUGIN)}",
                 ),
             ),
         )

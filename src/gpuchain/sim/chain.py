@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from gpuchain.common.labels import MIG_CAPABLE
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
-from gpuchain.deviceplugin.config import apply_env
-from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.deviceplugin.config import MigStrategy, apply_env
+from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
@@ -66,6 +66,8 @@ HOST = "host"  # a pre-installed host driver serves the node
 MISSING = "missing"  # no driver at all
 RUNTIME_MISSING = "runtime-missing"
 CONFIG_MISSING = "config-missing"
+MIG_INVALID = "mig-invalid"  # MIG layout does not fit mig.strategy=single: the plugin refuses to start
+NO_NVML = "no-nvml"  # the plugin runs without the NVIDIA runtime: NVML not found, announces nothing
 DOWN = "down"
 
 
@@ -89,6 +91,7 @@ class NodePlan:
     resources: tuple[Resource, ...] = ()
     lost: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)  #: feature-discovery labels (may be stale)
+    mig_misfit: str = ""  #: why the MIG layout does not fit the strategy, when it does not
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -188,6 +191,25 @@ def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None
     return apply_env(DevicePluginConfig.model_validate(body), env)
 
 
+def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dict[str, str]:
+    """GFD's labels when strategy single meets a non-uniform layout (NVIDIA/k8s-device-plugin
+    internal/lm/mig-strategy.go newInvalidMigStrategyLabeler): product ``<model>-MIG-INVALID``
+    and count, replicas and memory 0."""
+    mixed = config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": MigStrategy.MIXED})})
+    labels = dict(gfd_labels(inventory, mixed))
+    model = labels.get("nvidia.com/gpu.product", "NVIDIA-GPU").split("-MIG-")[0]
+    labels.update(
+        {
+            "nvidia.com/gpu.product": f"{model}-MIG-INVALID",
+            "nvidia.com/gpu.count": "0",
+            "nvidia.com/gpu.replicas": "0",
+            "nvidia.com/gpu.memory": "0",
+            "nvidia.com/gpu.sharing-strategy": "",
+        }
+    )
+    return labels
+
+
 def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) -> str | None:
     """Which ConfigMap key the node's device plugin reads: its label, else the policy default."""
     if group.device_plugin_config:
@@ -246,6 +268,9 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     # 3. device plugin, 4. GFD / exporter / MIG manager
     key = config_key(scenario, policy, group)
     plugin = above(DEVICE_PLUGIN)
+    if plugin == BLOCKED and scenario.stack in HOST_STACKS and driver_ok and not group.runtime_configured:
+        # No operator gates it: the plugin starts under runc and finds no NVML library.
+        plugin = NO_NVML
     dp_config = plugin_config(scenario, policy, key)
     if plugin == OK and dp_config is None:
         plugin = CONFIG_MISSING
@@ -256,11 +281,20 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     layout = mig.config if mig is not None and mig.state == MigState.SUCCESS else None
     inventory = _inventory(group.preset, group.name, version, layout) if driver_ok else None
     resources: tuple[Resource, ...] = ()
+    mig_misfit = ""
     if plugin == OK and inventory is not None and dp_config is not None:
-        resources = tuple(map_resources(inventory, dp_config))
+        try:
+            resources = tuple(map_resources(inventory, dp_config))
+        except ResourceMappingError as exc:
+            # As NVIDIA's plugin: a MIG layout that does not fit strategy single stops it.
+            plugin, mig_misfit = MIG_INVALID, str(exc)
     labels: dict[str, str] = {}
     if gfd in (OK, LINK_PAUSED) and inventory is not None:
-        labels = gfd_labels(inventory, dp_config or DevicePluginConfig())
+        gfd_config = dp_config or DevicePluginConfig()
+        try:
+            labels = gfd_labels(inventory, gfd_config)
+        except ResourceMappingError:
+            labels = _mig_invalid_labels(inventory, gfd_config)
     # The MIG manager's DaemonSet selects nvidia.com/mig.capable=true, a label only GFD writes.
     mig_manager = above(MIG_MANAGER) if labels.get(MIG_CAPABLE) == "true" else OFF
     lost = frozenset(group.lost_gpus) if plugin == OK else frozenset()
@@ -281,4 +315,5 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         resources=resources,
         lost=lost,
         labels=labels,
+        mig_misfit=mig_misfit,
     )

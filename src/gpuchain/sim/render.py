@@ -163,6 +163,28 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 f"error starting plugins: unable to load config: no config named {plan.config_key!r} in "
                 f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
             )
+        if plan.plugin == chain.MIG_INVALID:
+            # NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go and internal/rm/device_map.go.
+            return (
+                "Starting Plugins.\nLoading configuration.\n"
+                "error starting plugins: error building device map: error building device map from "
+                "config.resources: invalid MIG configuration: "
+                + (
+                    "more than one MIG device type present on node"
+                    if "more than one" in plan.mig_misfit
+                    else "at least one device with migEnabled=true was not configured correctly"
+                )
+            )
+        if plan.plugin == chain.NO_NVML:
+            # As quoted in NVIDIA/k8s-device-plugin#478 (v0.14, failOnInitError false).
+            return (
+                "Starting Plugins.\nLoading configuration.\nRetreiving plugins.\n"
+                "Detected non-NVML platform: could not load NVML library: libnvidia-ml.so.1: cannot open shared "
+                "object file: No such file or directory\n"
+                "Incompatible platform detected\n"
+                "If this is a GPU node, did you configure the NVIDIA Container Toolkit?\n"
+                "No devices found. Waiting indefinitely."
+            )
         lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
         uuids = {d.gpu_index: d.gpu_uuid for r in plan.resources for d in r.devices}
         for i in sorted(plan.lost):
@@ -199,7 +221,7 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
             [_waiting(n, "ContainerCreating") for n in mains],
             ip,
         )
-    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN):
+    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN, chain.MIG_INVALID):
         status = _status("Running", [_done(n) for n in inits], [_crashloop(mains[0], log)], ip)
     elif operand is VALIDATOR and plan.plugin != chain.OK:
         # driver, toolkit and cuda validated; plugin-validation polls node capacity forever.
