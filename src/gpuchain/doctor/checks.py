@@ -194,6 +194,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         if validator is None:
             return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
         state = pod_state(validator)
+        enable = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): None})
+            if label
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
+        )
         return Result(
             LinkState.BROKEN,
             "no driver: container off and no host driver answers",
@@ -205,7 +210,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     f"the driver container is off on this node ({why}) and no pre-installed driver answers nvidia-smi.",
                     [f"driver container off: {why}", f"validator {state.describe()} (driver-validation not done)"],
-                    f"kubectl label node {view.name} {deploy_label(DRIVER)}-   # let the operator install the driver",
+                    ctx.stack.render(enable) + "   # let the operator install the driver",
+                    enable,
                 ),
             ),
         )
@@ -218,6 +224,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     if conflict_line:
+        off_here = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
         return Result(
             LinkState.BROKEN,
             "driver container fights a pre-installed host driver",
@@ -230,9 +237,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "the operator's driver container was started on a node whose host already has an NVIDIA "
                     "driver loaded, and it cannot unload it.",
                     [state.describe(), f"log: {conflict_line}"],
-                    f"kubectl label node {view.name} {deploy_label(DRIVER)}=false   "
-                    f"# or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
+                    ctx.stack.render(off_here)
+                    + f"   # or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
                     '-p \'{"spec":{"driver":{"enabled":false}}}\'',
+                    off_here,
                 ),
             ),
         )
@@ -242,6 +250,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         if kernel_line:
             evidence.append(f"log: {kernel_line}")
         good = others[0] if others else "a kernel the driver image supports"
+        reimage = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"reimage it with kernel {good}", "fact": f"kernel:{good}" if others else ""},
+        )
         return Result(
             LinkState.BROKEN,
             f"no driver build for kernel {view.kernel}",
@@ -254,8 +267,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} has no "
                     "build for it, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence,
-                    f"kubectl cordon {view.name}   # then reimage it with kernel {good}, or set "
-                    f"spec.driver.version of ClusterPolicy {ctx.policy_name} to a release built for {view.kernel}",
+                    ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
+                    f"built for {view.kernel}",
+                    reimage,
                 ),
             ),
         )
@@ -301,6 +315,16 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
     )
     if uses_rc and rc not in ctx.runtime_classes:
+        create = Fix(
+            FixOp.CREATE,
+            "",
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": rc},
+                "handler": RUNTIME_CLASS_HANDLER,
+            },
+        )
         return Result(
             LinkState.BROKEN,
             f"RuntimeClass {rc} missing",
@@ -312,8 +336,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     "toolkit",
                     f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
                     [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"],
-                    f'kubectl apply -f - <<< \'{{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass",'
-                    f'"metadata":{{"name":"{rc}"}},"handler":"{RUNTIME_CLASS_HANDLER}"}}\'',
+                    ctx.stack.render(create),
+                    create,
                 ),
             ),
         )
@@ -323,6 +347,16 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         tk = pod_state(pod) if pod is not None else None
         log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
         warn = matching_line(log, r"warning", r"not (found|reloaded)", r"error") if log else None
+        restart = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "check that the toolkit's CONTAINERD_CONFIG and CONTAINERD_SOCKET are this node's, let it "
+                f"write the nvidia runtime into containerd's config (kubectl -n {ctx.namespace} delete pod "
+                f"{tk.name if tk else '<toolkit pod>'}), then systemctl restart containerd",
+                "fact": "runtime",
+            },
+        )
         return Result(
             LinkState.BROKEN,
             "containerd has no nvidia runtime",
@@ -339,9 +373,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                         tk.describe() if tk else "no toolkit pod on this node",
                         f"toolkit log: {warn}" if warn else "",
                     ],
-                    f"kubectl -n {ctx.namespace} delete pod {tk.name if tk else '<toolkit pod>'}"
-                    "   # re-run the toolkit; "
-                    "check its CONTAINERD_CONFIG/CONTAINERD_SOCKET match the node, then restart containerd",
+                    ctx.stack.render(restart),
+                    restart,
                 ),
             ),
         )
@@ -398,13 +431,16 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if labelled:
         source = f"the node label {DEVICE_PLUGIN_CONFIG}={key}"
         usable = default if default and configs and default in configs else None
-        fix_value = f"{DEVICE_PLUGIN_CONFIG}={usable} --overwrite" if usable else f"{DEVICE_PLUGIN_CONFIG}-"
-        fix = f"kubectl label node {view.name} {fix_value}"
+        action = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: usable})
     else:
         source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
         existing = sorted(configs or {})[:1]
-        patch = f'{{"spec":{{"devicePlugin":{{"config":{{"default":"{existing[0] if existing else ""}"}}}}}}}}'
-        fix = f"kubectl patch {ctx.policy_ref} --type merge -p '{patch}'"
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"devicePlugin": {"config": {"default": existing[0] if existing else ""}}}},
+        )
+    fix = ctx.stack.render(action)
     return _finding(
         view,
         "device-plugin.config-missing",
@@ -413,10 +449,11 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
         [source, where, state.describe() if state else "", f"log: {line}" if line else ""],
         fix,
+        action,
     )
 
 
-def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
+def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
     """A GPU fell off the bus (or went unhealthy): the numbers, the published fault, the pods bound to it."""
     health = node_view(view.node)
     condition = health.condition
@@ -445,7 +482,20 @@ def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) 
         f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung and not bound else "",
         f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not victims else "",
     ]
+    plugin = view.pod(DEVICE_PLUGIN)
+    plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
+    # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
+    xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
+    evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
     targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3]) or "<pods on the lost GPU>"
+    action = Fix(
+        FixOp.HARDWARE,
+        view.name,
+        {
+            "action": "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
+            "fact": "replace-gpu",
+        },
+    )
     return _finding(
         view,
         "gpu.lost",
@@ -455,8 +505,8 @@ def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) 
         "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
         "dead GPU until they are evicted.",
         evidence,
-        f"kubectl cordon {view.name} && kubectl delete pod {targets}   # or let gpuchain remediator evict them; "
-        "then reset the GPU or reboot the node",
+        f"kubectl cordon {view.name} && kubectl delete pod {targets}; then {ctx.stack.render(action)}",
+        action,
     )
 
 
@@ -475,7 +525,7 @@ def _count_findings(
     if reported and not short:
         res = min(capacity)
         short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
-    findings += [_lost(view, res, cap, alloc, physical) for res, cap, alloc in short]
+    findings += [_lost(ctx, view, res, cap, alloc, physical) for res, cap, alloc in short]
     if physical is None:
         return findings
     gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)
@@ -486,6 +536,18 @@ def _count_findings(
         configs = ctx.plugin_configs() or {}
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
         source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        # Only a label the node carries can be removed; a shared default is changed in the policy.
+        if view.labels.get(DEVICE_PLUGIN_CONFIG):
+            drop = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: None})
+            unshare: Fix | None = drop
+            unshare_text = ctx.stack.render(drop) + "   # if the sharing is not intended"
+        else:
+            unshare = None
+            unshare_text = (
+                f"remove sharing.timeSlicing from key {key!r} of ConfigMap {ctx.namespace}/"
+                f"{ctx.policy.device_plugin.config.name} (kubectl -n {ctx.namespace} edit configmap "
+                f"{ctx.policy.device_plugin.config.name}) if the sharing is not intended"
+            )
         findings.append(
             _finding(
                 view,
@@ -502,8 +564,8 @@ def _count_findings(
                     f"config source: {source}"
                     + (f" (node label {DEVICE_PLUGIN_CONFIG})" if view.labels.get(DEVICE_PLUGIN_CONFIG) else ""),
                 ],
-                f"kubectl label node {view.name} {DEVICE_PLUGIN_CONFIG}-   # if the sharing is not intended; "
-                f"or remove sharing.timeSlicing from key {key!r}",
+                unshare_text,
+                unshare,
             )
         )
     mig_gpu_single = gpu_cap > physical and "-MIG-" in product
@@ -773,6 +835,7 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
     ]
     if state == "failed":
+        back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
         return _finding(
             view,
             "mig.failed",
@@ -780,8 +843,10 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
             "mig",
             f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
             evidence,
-            f"kubectl label node {view.name} {MIG_CONFIG}=all-disabled --overwrite   # or a layout this GPU supports",
+            ctx.stack.render(back) + "   # or a layout this GPU supports",
+            back,
         )
+    cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return _finding(
         view,
         "mig.pending",
@@ -791,9 +856,9 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence,
-        f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)}"
-        " --tail=50"
-        f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {MIG_CONFIG}- {MIG_CONFIG_STATE}-",
+        ctx.stack.render(cancel) + "   # cancels the change; or free the GPUs the MIG manager waits for "
+        f"(kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)})",
+        cancel,
     )
 
 
@@ -806,3 +871,89 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
     if finding is not None:
         return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
     return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")
+
+
+# -- workloads on GPU nodes ----------------------------------------------------------------------
+
+NVML_LOST = "Failed to initialize NVML: Unknown Error"
+ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+
+
+def _visible_devices(pod: Obj) -> str | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for env in c.get("env") or []:
+            if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
+                return str(env.get("value", ""))
+    return None
+
+
+def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
+    """Application pods on a GPU node: GPUs that went away under them, and GPUs seen without a request."""
+    findings: list[Finding] = []
+    apps = [
+        p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
+    ]
+    lost = []
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if NVML_LOST in ctx.log(pod, str(c.get("name"))):
+                lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+                break
+    if lost:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
+                "create-dev-char-symlinks --create-all), then delete the affected pods so they start with their "
+                f"device rules: kubectl delete pod -n {lost[0].split('/')[0]} {lost[0].split('/')[1]}",
+                "fact": "dev-char",
+            },
+        )
+        findings.append(
+            _finding(
+                view,
+                "workload.nvml-lost",
+                Severity.ERROR,
+                "toolkit",
+                "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
+                "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
+                "NVML fails inside them; the device plugin and the node look healthy.",
+                [f"pods logging '{NVML_LOST}': {', '.join(lost[:5])}", "NVIDIA/nvidia-container-toolkit#48"],
+                ctx.stack.render(action),
+                action,
+            )
+        )
+    accept = next((e.get("value") for e in ctx.policy.toolkit.env if e.get("name") == ACCEPT_ENVVAR), None)
+    seeing = [
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"
+        for p in apps
+        if not pod_gpu_requests(p) and _visible_devices(p) not in (None, "", "void", "none")
+    ]
+    if seeing and str(accept).lower() != "false":
+        env = [*ctx.policy.toolkit.env, {"name": ACCEPT_ENVVAR, "value": "false"}]
+        fix_action: Fix | None = (
+            Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+            if ctx.policy_obj is not None
+            else None
+        )
+        findings.append(
+            _finding(
+                view,
+                "workload.gpu-without-request",
+                Severity.WARNING,
+                "toolkit",
+                "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
+                "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
+                [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
+                ctx.stack.render(fix_action)
+                if fix_action
+                else "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the node's "
+                "/etc/nvidia-container-runtime/config.toml "
+                "(and the device plugin's DEVICE_LIST_STRATEGY=volume-mounts)",
+                fix_action,
+            )
+        )
+    return findings

@@ -75,7 +75,8 @@ class Context:
 
     def log(self, pod: Obj, container: str) -> str:
         """A container's log if the gather step read it, else ""."""
-        return self.snapshot.logs.get((self.namespace, name_of(pod), container), "")
+        ns = str((pod.get("metadata") or {}).get("namespace") or self.namespace)
+        return self.snapshot.logs.get((ns, name_of(pod), container), "")
 
     def plugin_configs(self) -> dict[str, str] | None:
         """The device plugin ConfigMap's keys -> YAML (None when the policy names no ConfigMap)."""

@@ -20,11 +20,12 @@ from typing import Protocol
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
-from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj
 
 MAX_LOGS = 5
+MAX_WORKLOAD_LOGS = 3
 LogKey = tuple[str, str, str]  #: (namespace, pod, container)
 
 
@@ -160,7 +161,22 @@ def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
                     crashing.append(key)
             elif current.get("running") and not waiting_init and (not cs.get("ready") or on_bare_node):
                 quiet.append(key)
-    return (sorted(crashing) + sorted(quiet))[:limit]
+    return (sorted(crashing) + sorted(quiet))[:limit] + workload_logs(snapshot, stack.namespace)
+
+
+def workload_logs(snapshot: Snapshot, stack_namespace: str, limit: int = MAX_WORKLOAD_LOGS) -> list[LogKey]:
+    """GPU workload containers that are not ready or restarted: their log says whether the GPU went
+    away under them ("Failed to initialize NVML: Unknown Error")."""
+    wanted: list[LogKey] = []
+    for pod in snapshot.pods:
+        meta = pod.get("metadata", {})
+        ns = str(meta.get("namespace") or "default")
+        if ns in (stack_namespace, "kube-system") or not pod_gpu_requests(pod):
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")):
+                wanted.append((ns, str(meta.get("name")), str(cs.get("name"))))
+    return sorted(wanted)[:limit]
 
 
 def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOGS) -> tuple[Snapshot, int]:

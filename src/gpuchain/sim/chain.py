@@ -19,6 +19,7 @@ from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
+from gpuchain.doctor.placement import tolerates
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import DriverSpec, load_preset
@@ -37,7 +38,7 @@ from gpuchain.operator.operands import (
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.sim.scenario import NodeGroup, Scenario
-from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS
+from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
 CUDA_OF_BRANCH = {
@@ -220,8 +221,20 @@ def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) 
     return next(iter(scenario.device_plugin_configs)) if len(scenario.device_plugin_configs) == 1 else None
 
 
-def _off(policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str]) -> bool:
-    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted
+def untolerated(policy: ClusterPolicySpec, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
+    """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets do not tolerate."""
+    tolerations = HOST_TOLERATIONS if host_stack else policy.daemonsets.tolerations
+    return next(
+        (t for t in group.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)),
+        None,
+    )
+
+
+def _off(
+    policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str], tainted: bool = False
+) -> bool:
+    """Not deployed here: no GPU, disabled, opted out, or kept off by a taint it does not tolerate."""
+    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted or tainted
 
 
 def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
@@ -229,12 +242,13 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     opted = frozenset(group.opt_out)
     if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
+    tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
     paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()
 
     # 1. driver
-    container = not _off(policy, group, DRIVER, opted)
+    container = not _off(policy, group, DRIVER, opted, tainted)
     if not group.gpu:
         driver, version = OFF, None
     elif container and group.host_driver:
@@ -250,7 +264,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     driver_ok = driver in (OK, HOST)
 
     # 2. toolkit
-    if _off(policy, group, TOOLKIT, opted):
+    if _off(policy, group, TOOLKIT, opted, tainted):
         toolkit = OFF
     elif not driver_ok:
         toolkit = BLOCKED
@@ -259,7 +273,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     runtime_ok = driver_ok and (toolkit == OK or (toolkit == OFF and group.runtime_configured))
 
     def above(operand: Operand) -> str:
-        if _off(policy, group, operand, opted):
+        if _off(policy, group, operand, opted, tainted):
             return OFF
         if operand.deploy in paused:
             return LINK_PAUSED

@@ -286,6 +286,7 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
         labels.update(extra)
         if provider:
             spec["providerID"] = provider
+        taints = [*taints, *(dict(t) for t in g.taints)]
         if taints:
             spec["taints"] = taints
     meta: dict[str, Any] = {"name": plan.name, "labels": labels}
@@ -347,20 +348,19 @@ def _ds_status(pods: list[Obj]) -> dict[str, Any]:
     }
 
 
-def _workload_pod(namespace: str, name: str, resource: str, gpus: int) -> Obj:
+def _workload_pod(namespace: str, name: str, resource: str, gpus: int, visible: str | None = None) -> Obj:
+    container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"}
+    if gpus:
+        container["resources"] = {"limits": {resource: str(gpus)}}
+    if visible is not None:
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
         "spec": {
             "restartPolicy": "Always",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04",
-                    "resources": {"limits": {resource: str(gpus)}},
-                }
-            ],
+            "containers": [container],
         },
     }
 
@@ -372,11 +372,18 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
     }
     gpu_of = {p.name: {d.id: d.gpu_index for r in p.resources for d in r.devices} for p in plans}
     lost = {p.name: p.lost for p in plans}
+    rules_lost = {p.name for p in plans if p.group.lost_device_rules}
     pods: list[Obj] = []
     for w in scenario.workloads:
         for i in range(w.count):
             name = f"{w.name}-{i}" if w.count > 1 else w.name
-            pod = _workload_pod(w.namespace, name, w.resource, w.gpus)
+            pod = _workload_pod(w.namespace, name, w.resource, w.gpus, w.visible_devices)
+            if w.gpus == 0:
+                where = w.node or next((p.name for p in plans if p.gpu), plans[0].name)
+                pod["spec"]["nodeName"] = where
+                pod["status"] = _status("Running", [], [_running("main")], "10.0.0.1")
+                pods.append(pod)
+                continue
             candidates = [w.node] if w.node else [p.name for p in plans]
             node = next((n for n in candidates if len(free[n].get(w.resource, [])) >= w.gpus), None)
             if node is None:
@@ -398,7 +405,17 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
                 del free[node][w.resource][: w.gpus]
                 pod["spec"]["nodeName"] = node
                 hung = any(gpu_of[node][d] in lost[node] for d in ids)
-                pod["status"] = _status("Running", [], [_running("main", ready=not hung)], "10.0.0.1")
+                detached = node in rules_lost
+                pod["status"] = _status(
+                    "Running",
+                    [],
+                    [_running("main", ready=not (hung or detached), restarts=3 if detached else 0)],
+                    "10.0.0.1",
+                )
+                if detached:
+                    # What the CUDA image's nvidia-smi prints once the device rules are gone
+                    # (NVIDIA/nvidia-container-toolkit#48, NVIDIA/gpu-operator#485).
+                    out.logs[(w.namespace, name, "main")] = "Failed to initialize NVML: Unknown Error"
                 out.placements[(w.namespace, name)] = (node, ids)
             pods.append(pod)
     return pods

@@ -76,6 +76,13 @@ class NodeGroup(_Strict):
     lost_gpus: list[int] = Field(default_factory=list, alias="lostGpus")
     opt_out: list[str] = Field(default_factory=list, alias="optOut")
     exporter_down: bool = Field(False, alias="exporterDown")
+    lost_device_rules: bool = Field(
+        False,
+        alias="lostDeviceRules",
+        description="systemd reloaded its units on a node without /dev/char symlinks for the NVIDIA devices: "
+        "running GPU containers lost their device cgroup rules (NVIDIA/nvidia-container-toolkit#48)",
+    )
+    taints: list[dict[str, str]] = Field(default_factory=list, description="node taints (key, value, effect)")
 
     @field_validator("name")
     @classmethod
@@ -115,9 +122,12 @@ class Workload(_Strict):
     name: str
     namespace: str = "default"
     count: int = Field(1, ge=1, le=100_000)
-    gpus: int = Field(1, ge=1, le=64)
+    gpus: int = Field(1, ge=0, le=64, description="0: asks for no GPU (then ``node`` places it)")
     resource: str = "nvidia.com/gpu"
     node: str | None = None
+    visible_devices: str | None = Field(
+        None, alias="visibleDevices", description="NVIDIA_VISIBLE_DEVICES in the container's env (e.g. all)"
+    )
 
     @field_validator("name", "namespace")
     @classmethod

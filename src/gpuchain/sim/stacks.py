@@ -22,6 +22,8 @@ from gpuchain.kube.objects import Obj
 STACKS = ("gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke")
 #: Stacks whose nodes come with the driver and the NVIDIA runtime from their image.
 HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
+#: What NVIDIA's standalone plugin manifest and GKE's plugin tolerate.
+HOST_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 #: Driver version the host-driver stacks' node images carry unless a scenario says otherwise.
 HOST_DRIVER = "550.90.07"
 
@@ -101,7 +103,7 @@ def restyle_daemonset(stack: str, state: str, ds: Obj) -> Obj:
     ds["spec"]["selector"] = {"matchLabels": dict(labels)}
     spec.pop("runtimeClassName", None)  # the node image's default runtime is NVIDIA's
     spec.pop("initContainers", None)
-    spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    spec["tolerations"] = [dict(t) for t in HOST_TOLERATIONS]
     _rename_container(spec, container, image)
     return ds
 
