@@ -8,6 +8,7 @@ one sentence and a fix as a command.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuchain.common.labels import (
@@ -47,6 +48,12 @@ GPU_COUNT = "nvidia.com/gpu.count"
 PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 NO_RUNTIME = 'no runtime for "nvidia"'
+#: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
+DCGM_EXPORTER_IMAGE = {
+    "repository": "nvcr.io/nvidia/k8s",
+    "image": "dcgm-exporter",
+    "version": "3.3.9-3.6.1-ubuntu22.04",
+}
 
 
 @dataclass(frozen=True)
@@ -774,6 +781,15 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
         return Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
     line = matching_line(log, r"error", r"fail") if log else None
+    cause = f"the {what} pod is {state.status}."
+    action: Fix | None = None
+    fix = f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log is fixed"
+    if operand is DCGM_EXPORTER and line and re.search(r"libdcgm|DCGM library not found", line):
+        # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
+        cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
+        if ctx.policy_obj is not None:
+            action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
+            fix = ctx.stack.render(action)
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -783,10 +799,10 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
                 f"{link}.not-ready",
                 Severity.ERROR,
                 link,
-                f"the {what} pod is {state.status}.",
+                cause,
                 [state.describe(), f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or ctx.container(operand)}"
-                + (" --previous" if state.failing else ""),
+                fix,
+                action,
             ),
         ),
     )

@@ -79,7 +79,11 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
     """The scenario after ``fix``; UnsupportedFix when the simulator has no fact for it."""
     if fix.op is FixOp.PATCH_POLICY:
         spec = fix.changes.get("spec") or {}
-        return scenario.model_copy(update={"policy": _merge(scenario.policy, spec)})
+        update: dict[str, Any] = {"policy": _merge(scenario.policy, spec)}
+        if {"repository", "image", "version"} & set(spec.get("dcgmExporter") or {}):
+            # A new exporter image: the fact "this node's exporter cannot load DCGM" was about the old one.
+            update["nodes"] = [g.model_copy(update={"exporter_down": False}) for g in scenario.nodes]
+        return scenario.model_copy(update=update)
     if fix.op in (FixOp.LABEL_NODE, FixOp.NODE, FixOp.HARDWARE):
         index = _group_of(scenario, fix.target)
         group = scenario.nodes[index]
