@@ -226,7 +226,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
-    kernel_line = matching_line(log, r"kernel.*(not supported|no precompiled|could not resolve)", r"precompiled")
+    kernel_line = matching_line(
+        log, r"could not resolve linux kernel", r"kernel.*(not supported|no precompiled)", r"precompiled"
+    )
     conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})

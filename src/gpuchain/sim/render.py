@@ -134,17 +134,23 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
     g = plan.group
     if operand is DRIVER:
         if plan.driver == chain.KERNEL_MISMATCH:
+            # The driver container's own lines, as quoted in NVIDIA/gpu-operator#85.
             return (
-                f"Resolving Linux kernel version...\n"
-                f"Kernel version {g.kernel} is not supported by driver {policy.driver.version}: "
-                f"no precompiled driver package for kernel {g.kernel}\n"
-                f"Could not resolve Linux kernel version {g.kernel}; exiting"
+                "========== NVIDIA Software Installer ==========\n\n"
+                f"Starting installation of NVIDIA driver version {policy.driver.version} for Linux kernel version "
+                f"{g.kernel}\n\nStopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Unmounting NVIDIA driver rootfs...\nChecking NVIDIA driver packages...\nUpdating the package cache...\n"
+                "Resolving Linux kernel version...\nCould not resolve Linux kernel version\n"
+                "Stopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Unmounting NVIDIA driver rootfs..."
             )
         if plan.driver == chain.HOST_CONFLICT:
+            # As quoted in NVIDIA/gpu-operator#126.
             return (
-                f"Unloading NVIDIA driver kernel modules...\n"
-                f"nvidia {g.host_driver} is loaded by the host (pre-installed driver)\n"
-                "Could not unload NVIDIA driver kernel modules, driver is in use; exiting"
+                "========== NVIDIA Software Installer ==========\n\n"
+                f"Starting installation of NVIDIA driver version {policy.driver.version} for Linux kernel version "
+                f"{g.kernel}\n\nStopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Could not unload NVIDIA driver kernel modules, driver is in use"
             )
         return f"Loading NVIDIA driver kernel modules...\nDone, now waiting for signal (driver {plan.driver_version})"
     if operand is TOOLKIT:
