@@ -57,7 +57,17 @@ def test_verify_exit_codes_and_json() -> None:
 
 def test_sim_list_and_run() -> None:
     listed = json.loads(runner.invoke(app, ["sim", "list", "-o", "json"]).stdout)
-    assert {"name": "healthy", "nodes": 6, "expect": [], "symptom": "nothing is wrong"} in listed
+    assert {
+        "name": "healthy",
+        "stack": "gpuchain",
+        "source": "",
+        "nodes": 6,
+        "expect": [],
+        "symptom": "nothing is wrong",
+    } in listed
+    op = next(r for r in listed if r["name"] == "op-kernel-mismatch")
+    assert (op["stack"], op["source"]) == ("gpu-operator", "NVIDIA/gpu-operator#85")
+    assert len(listed) >= 40
     run = runner.invoke(app, ["sim", "run", "leftover-time-slicing", "--live-nodes", "1", "-o", "json"])
     data = json.loads(run.stdout)
     assert run.exit_code == 0 and data["objects"]["Node"] == 3

@@ -782,11 +782,11 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if state.ready:
         return Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
-    line = matching_line(log, r"error", r"fail") if log else None
+    line = matching_line(log, r"error", r"fail", r"not found") if log else None
     cause = f"the {what} pod is {state.status}."
     action: Fix | None = None
     fix = f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log is fixed"
-    if operand is DCGM_EXPORTER and line and re.search(r"libdcgm|DCGM library not found", line):
+    if operand is DCGM_EXPORTER and line and re.search(r"libdcgm", line):
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
         cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
         if ctx.policy_obj is not None:

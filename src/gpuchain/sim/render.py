@@ -199,7 +199,8 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
             lines.append(f"XidCriticalError: Xid=79 on Device={uuids.get(i, i)}; marking device as unhealthy.")
         return "\n".join(lines)
     if operand.state == "dcgm-exporter" and plan.exporter == chain.DOWN:
-        return "Starting dcgm-exporter\nError: failed to initialize DCGM: DCGM library not found (libdcgm.so.4)"
+        # As reported in NVIDIA/dcgm-exporter#636.
+        return "Starting dcgm-exporter\nthe libdcgm.so.4 library was not found"
     return ""
 
 
