@@ -312,7 +312,11 @@ def _runtime_evidence(view: NodeView) -> list[str]:
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if not lines:
         for pod in view.operand_pods.values():
-            if (pod.get("spec") or {}).get("runtimeClassName") and pod_state(pod).status == "ContainerCreating":
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            creating = any(
+                ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+            )
+            if creating and (pod.get("spec") or {}).get("runtimeClassName"):
                 lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
     return lines
 

@@ -71,9 +71,19 @@ class Rendered:
     """(namespace, pod) -> (node, device ids) of every workload pod that got devices."""
 
 
-def pod_name(ds_name: str, node: str) -> str:
-    """A stable pod name like the DaemonSet controller's (name + 5 characters)."""
-    return f"{ds_name}-{hashlib.sha1(node.encode()).hexdigest()[:5]}"
+#: The alphabet of generateName suffixes (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0/1/3).
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
+    """A stable pod name like the DaemonSet controller's (name + 5 generateName characters); a
+    later ``attempt`` gives another suffix, as the API server's retry on a taken name does."""
+    n = int.from_bytes(hashlib.sha1(f"{node}/{attempt}".encode()).digest()[:8], "big")
+    suffix = ""
+    for _ in range(5):
+        n, i = divmod(n, len(_SUFFIX))
+        suffix += _SUFFIX[i]
+    return f"{ds_name}-{suffix}"
 
 
 def _running(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
@@ -204,8 +214,8 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
     return ""
 
 
-def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
-    """The DaemonSet's pod on this node, with the status the node's story implies."""
+def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str) -> Obj:
+    """The DaemonSet's pod ``name`` on this node, with the status the node's story implies."""
     # A shallow copy: pods share the template's containers (MemoryCluster copies what it stores).
     spec = {k: v for k, v in ds["spec"]["template"]["spec"].items() if k != "affinity"}
     spec["nodeName"] = plan.name
@@ -246,7 +256,7 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(name_of(ds), plan.name),
+            "name": name,
             "namespace": ds["metadata"]["namespace"],
             "labels": labels,
             "ownerReferences": [
@@ -458,6 +468,7 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d) for d in wanted if d["kind"] == "DaemonSet"
     }
     events: list[Obj] = []
+    taken: set[str] = set()
     for op in OPERANDS:
         ds = daemonsets.get(op.name)
         if ds is None:
@@ -467,7 +478,13 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             if not plan.deployed(op):
                 continue
             log = _logs_for(plan, op, scenario, policy)
-            pod = _operand_pod(ds, plan, op, log)
+            name = pod_name(name_of(ds), plan.name)
+            attempt = 0
+            while name in taken:
+                attempt += 1
+                name = pod_name(name_of(ds), plan.name, attempt)
+            taken.add(name)
+            pod = _operand_pod(ds, plan, op, log, name)
             pods.append(pod)
             container = pod["spec"]["containers"][0]["name"]
             if log:
