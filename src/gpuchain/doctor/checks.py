@@ -112,6 +112,44 @@ def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
     return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
 
 
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
+    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
+    action = Fix(
+        FixOp.INSTALL,
+        "",
+        {
+            "release": "node-feature-discovery",
+            "chart": "nfd/node-feature-discovery",
+            "namespace": "node-feature-discovery",
+            "fact": "nfd",
+        },
+    )
+    hint = (
+        f"   # or: helm upgrade gpu-operator nvidia/gpu-operator -n {ctx.namespace} --reuse-values "
+        "--set nfd.enabled=true"
+        if ctx.stack.id == "gpu-operator"
+        else ""
+    )
+    return Result(
+        LinkState.BROKEN,
+        "Node Feature Discovery never labelled this node",
+        (
+            _finding(
+                view,
+                "nfd.not-labelled",
+                Severity.ERROR,
+                "driver",
+                f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
+                f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the driver "
+                "first, is placed here.",
+                [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"],
+                ctx.stack.render(action) + hint,
+                action,
+            ),
+        ),
+    )
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
@@ -143,6 +181,8 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     block = blocker(ds, view.node)
     if block is None:
         return None
+    if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
+        return _nfd_missing(ctx, view, name, block)
     action = placement_fix(ctx, view, ds, block)
     return Result(
         LinkState.BROKEN,

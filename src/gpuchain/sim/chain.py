@@ -242,7 +242,10 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     opted = frozenset(group.opt_out)
     if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
-    tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None
+    # A taint the DaemonSets do not tolerate, or (operator stacks) no NFD label to select on.
+    tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None or (
+        scenario.stack not in HOST_STACKS and not group.nfd
+    )
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
     paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()

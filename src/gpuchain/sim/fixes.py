@@ -94,4 +94,6 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
             group = group.model_copy(update=_node_fact(group, str(fix.changes.get("fact", ""))))
         nodes = [*scenario.nodes[:index], group, *scenario.nodes[index + 1 :]]
         return scenario.model_copy(update={"nodes": nodes})
+    if fix.op is FixOp.INSTALL and fix.changes.get("fact") == "nfd":
+        return scenario.model_copy(update={"nodes": [g.model_copy(update={"nfd": True}) for g in scenario.nodes]})
     raise UnsupportedFix(f"{fix.op.value} fixes are not simulated")

@@ -273,8 +273,9 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     labels = {"kubernetes.io/hostname": plan.name, "kubernetes.io/os": "linux", **g.labels}
     if not plan.gpu:
         return labels
-    labels[NFD_GPU_LABELS[0]] = "true"
-    labels[GPU_PRESENT] = "true"
+    if g.nfd:
+        labels[NFD_GPU_LABELS[0]] = "true"
+        labels[GPU_PRESENT] = "true"
     labels.update(plan.labels)
     for suffix in sorted(plan.opted_out):
         labels[DEPLOY_PREFIX + suffix] = "false"

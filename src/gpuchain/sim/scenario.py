@@ -83,6 +83,7 @@ class NodeGroup(_Strict):
         "running GPU containers lost their device cgroup rules (NVIDIA/nvidia-container-toolkit#48)",
     )
     taints: list[dict[str, str]] = Field(default_factory=list, description="node taints (key, value, effect)")
+    nfd: bool = Field(True, description="Node Feature Discovery labelled the node's PCI devices (pci-10de)")
 
     @field_validator("name")
     @classmethod
