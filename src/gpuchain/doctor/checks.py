@@ -949,9 +949,58 @@ def _visible_devices(pod: Obj) -> str | None:
     return None
 
 
+def _admission(ctx: Context, view: NodeView) -> Finding | None:
+    """The kubelet refused GPU pods at admission (Allocate): UnexpectedAdmissionError Events."""
+    refused = [e for e in view.events if e.get("reason") == "UnexpectedAdmissionError"]
+    if not refused:
+        return None
+    message = str(refused[0].get("message", ""))
+    pods = sorted(
+        {
+            f"{(e.get('involvedObject') or {}).get('namespace')}/{(e.get('involvedObject') or {}).get('name')}"
+            for e in refused
+        }
+    )
+    if "GPU is lost" in message:
+        action = Fix(
+            FixOp.HARDWARE,
+            view.name,
+            {
+                "action": "reset the lost GPU (nvidia-smi -r) or reboot the node; replace it if it recurs",
+                "fact": "replace-gpu",
+            },
+        )
+        cause = "the device plugin cannot list its devices because a GPU is lost, so the kubelet refuses every GPU pod."
+    else:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "systemctl restart kubelet (its device manager holds allocations of pods that are gone)",
+                "fact": "kubelet",
+            },
+        )
+        cause = (
+            "the kubelet's device manager counts GPUs of pods that no longer exist as allocated, so it refuses new GPU "
+            "pods at admission although the scheduler placed them (kubernetes/kubernetes#130145)."
+        )
+    return _finding(
+        view,
+        "workload.admission-failed",
+        Severity.ERROR,
+        "device-plugin",
+        cause,
+        [f"event UnexpectedAdmissionError (kubelet): {message}", f"pods refused: {', '.join(pods[:5])}"],
+        ctx.stack.render(action),
+        action,
+    )
+
+
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
-    """Application pods on a GPU node: GPUs that went away under them, and GPUs seen without a request."""
-    findings: list[Finding] = []
+    """Application pods on a GPU node: refused at admission, GPUs that went away under them, and
+    GPUs seen without a request."""
+    refused = _admission(ctx, view)
+    findings: list[Finding] = [refused] if refused else []
     apps = [
         p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
     ]

@@ -123,9 +123,12 @@ def index(snapshot: Snapshot) -> Context:
         if ref.get("kind") == "Node":
             events[str(ref.get("name"))].append(ev)
         elif ref.get("kind") == "Pod":
-            node = pod_node.get((str(ref.get("namespace")), str(ref.get("name"))))
+            # A pod the kubelet rejected is Failed and not listed: its Event names the node as source.host.
+            node = pod_node.get((str(ref.get("namespace")), str(ref.get("name")))) or (ev.get("source") or {}).get(
+                "host"
+            )
             if node:
-                events[node].append(ev)
+                events[str(node)].append(ev)
     views = []
     for n in snapshot.nodes:
         labels = labels_of(n)

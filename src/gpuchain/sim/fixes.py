@@ -70,6 +70,8 @@ def _node_fact(group: NodeGroup, fact: str) -> dict[str, Any]:
         return {"host_driver": value}
     if name == "driver-version":
         return {"driver_version": value or None}
+    if name == "kubelet":
+        return {"stale_allocations": False}
     if name == "replace-gpu":
         return {"lost_gpus": []}
     raise UnsupportedFix(f"node fact {fact!r} is not simulated")

@@ -392,6 +392,7 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
     gpu_of = {p.name: {d.id: d.gpu_index for r in p.resources for d in r.devices} for p in plans}
     lost = {p.name: p.lost for p in plans}
     rules_lost = {p.name for p in plans if p.group.lost_device_rules}
+    stale = {p.name for p in plans if p.group.stale_allocations}
     pods: list[Obj] = []
     for w in scenario.workloads:
         for i in range(w.count):
@@ -419,6 +420,17 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
                         }
                     ],
                 }
+            elif node in stale:
+                # The scheduler placed it; the kubelet's admission refuses it (kubernetes/kubernetes#130145).
+                pod["spec"]["nodeName"] = node
+                message = (
+                    f"Allocate failed due to requested number of devices unavailable for {w.resource}. "
+                    f"Requested: {w.gpus}, Available: 0, which is unexpected"
+                )
+                pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod {message}"}
+                event = _event(w.namespace, pod, "UnexpectedAdmissionError", message, "kubelet", len(out.objects) + i)
+                event["source"]["host"] = node
+                out.objects.append(event)
             else:
                 ids = tuple(free[node][w.resource][: w.gpus])
                 del free[node][w.resource][: w.gpus]

@@ -84,6 +84,12 @@ class NodeGroup(_Strict):
     )
     taints: list[dict[str, str]] = Field(default_factory=list, description="node taints (key, value, effect)")
     nfd: bool = Field(True, description="Node Feature Discovery labelled the node's PCI devices (pci-10de)")
+    stale_allocations: bool = Field(
+        False,
+        alias="staleAllocations",
+        description="the kubelet's device manager still counts GPUs of deleted pods as allocated "
+        "(kubernetes/kubernetes#130145): GPU pods placed here fail admission",
+    )
 
     @field_validator("name")
     @classmethod

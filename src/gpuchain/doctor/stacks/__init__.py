@@ -107,6 +107,8 @@ class Stack:
             return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.CREATE:
             return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
+        if fix.op is FixOp.NODE and ch.get("drain") is False:
+            return f"on node {fix.target}: {ch['action']}"
         if fix.op is FixOp.NODE:
             drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
             return f"{drain}; then on the node: {ch['action']}"
