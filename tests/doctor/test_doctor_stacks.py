@@ -117,3 +117,24 @@ def test_cloud_gpu_nodes_are_found_without_nfd() -> None:
 def test_no_stack_is_reported_as_none() -> None:
     snap = gather(MemoryCluster([_gpu_node("g")]))
     assert detect(snap).id == "none"
+
+
+def test_gpu_zero_in_capacity_with_gpus_present_is_not_registered_not_all_in_use() -> None:
+    """`nvidia.com/gpu: 0` on a node whose GFD labels count 8 GPUs: the plugin announces nothing."""
+    sim = build(load_scenario("healthy-gpu-operator"))
+    node = sim.cluster.get(NODE, "gpu-1")
+    status = node["status"]
+    sim.cluster.patch_status(
+        NODE,
+        "gpu-1",
+        {
+            "capacity": {**status["capacity"], "nvidia.com/gpu": "0"},
+            "allocatable": {**status["allocatable"], "nvidia.com/gpu": "0"},
+        },
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    [group] = report.root_causes
+    assert group.id == "device-plugin.not-registered" and group.nodes == ("gpu-1",)
+    assert "nvidia.com/gpu: 0" in group.first.evidence[0]
+    assert any(e == "GPUs present: nvidia.com/gpu.count=8" for e in group.first.evidence)
+    assert "this is not 'all in use'" in group.first.cause
