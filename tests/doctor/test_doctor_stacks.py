@@ -137,4 +137,4 @@ def test_gpu_zero_in_capacity_with_gpus_present_is_not_registered_not_all_in_use
     assert group.id == "device-plugin.not-registered" and group.nodes == ("gpu-1",)
     assert "nvidia.com/gpu: 0" in group.first.evidence[0]
     assert any(e == "GPUs present: nvidia.com/gpu.count=8" for e in group.first.evidence)
-    assert "this is not 'all in use'" in group.first.cause
+    assert "this is not 'all GPUs in use'" in group.first.cause
