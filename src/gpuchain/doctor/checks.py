@@ -100,7 +100,7 @@ def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
         taint = block.detail
         toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
         if ctx.policy_obj is not None:
-            tolerations = [*ctx.policy.daemonsets.tolerations, toleration]
+            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), toleration]
             return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
         current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
         patch = {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}}
@@ -833,7 +833,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if operand is DCGM_EXPORTER and line and re.search(r"libdcgm", line):
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
         cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
-        if ctx.policy_obj is not None:
+        if ctx.policy_obj is not None and ctx.stack.id == "gpu-operator":
             action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
             fix = ctx.stack.render(action)
     return Result(
@@ -1037,14 +1037,17 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 action,
             )
         )
-    accept = next((e.get("value") for e in ctx.policy.toolkit.env if e.get("name") == ACCEPT_ENVVAR), None)
+    accept = next((e.value for e in ctx.policy.toolkit.env if e.name == ACCEPT_ENVVAR), None)
     seeing = [
         f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"
         for p in apps
         if not pod_gpu_requests(p) and _visible_devices(p) not in (None, "", "void", "none")
     ]
     if seeing and str(accept).lower() != "false":
-        env = [*ctx.policy.toolkit.env, {"name": ACCEPT_ENVVAR, "value": "false"}]
+        env = [
+            *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
+            {"name": ACCEPT_ENVVAR, "value": "false"},
+        ]
         fix_action: Fix | None = (
             Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
             if ctx.policy_obj is not None

@@ -223,7 +223,7 @@ def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) 
 
 def untolerated(policy: ClusterPolicySpec, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
     """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets do not tolerate."""
-    tolerations = HOST_TOLERATIONS if host_stack else policy.daemonsets.tolerations
+    tolerations = HOST_TOLERATIONS if host_stack else [t.to_dict() for t in policy.daemonsets.tolerations]
     return next(
         (t for t in group.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)),
         None,

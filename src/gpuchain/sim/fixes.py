@@ -80,11 +80,17 @@ def _node_fact(group: NodeGroup, fact: str) -> dict[str, Any]:
 def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
     """The scenario after ``fix``; UnsupportedFix when the simulator has no fact for it."""
     if fix.op is FixOp.PATCH_POLICY:
-        spec = fix.changes.get("spec") or {}
-        update: dict[str, Any] = {"policy": _merge(scenario.policy, spec)}
-        if {"repository", "image", "version"} & set(spec.get("dcgmExporter") or {}):
-            # A new exporter image: the fact "this node's exporter cannot load DCGM" was about the old one.
+        spec = dict(fix.changes.get("spec") or {})
+        update: dict[str, Any] = {}
+        exporter = dict(spec.get("dcgmExporter") or {})
+        if {"repository", "image", "version"} & set(exporter):
+            # NVIDIA's exporter image: the fact "this node's exporter cannot load DCGM" was about the old
+            # one. The simulator renders the GPU Operator's own images whatever the policy says, so the
+            # image keys themselves are not kept in the (gpuchain-validated) scenario policy.
             update["nodes"] = [g.model_copy(update={"exporter_down": False}) for g in scenario.nodes]
+            rest = {k: v for k, v in exporter.items() if k not in ("repository", "image", "version")}
+            spec = {**spec, "dcgmExporter": rest} if rest else {k: v for k, v in spec.items() if k != "dcgmExporter"}
+        update["policy"] = _merge(scenario.policy, spec)
         return scenario.model_copy(update=update)
     if fix.op in (FixOp.LABEL_NODE, FixOp.NODE, FixOp.HARDWARE):
         index = _group_of(scenario, fix.target)

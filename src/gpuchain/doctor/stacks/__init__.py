@@ -18,18 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.doctor.model import Fix, FixOp
-from gpuchain.kube.kinds import Kind, register_kind
 from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 from gpuchain.operator.operands import NFD_GPU_LABELS
 from gpuchain.operator.policy import ClusterPolicySpec
 
 if TYPE_CHECKING:
     from gpuchain.doctor.snapshot import Snapshot
 
-#: NVIDIA's GPU Operator CRDs (nvidia.com). Registered here so the doctor can list them; a
-#: cluster without them answers 404, which `gather` reads as "not the GPU Operator".
-NVIDIA_CLUSTER_POLICY = register_kind(Kind("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", namespaced=False))
-NVIDIA_DRIVER = register_kind(Kind("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", namespaced=False))
+# NVIDIA's GPU Operator CRDs (nvidia.com), as the operator's import registers them; a cluster
+# without them answers 404, which `gather` reads as "not the GPU Operator".
+__all__ = ["NVIDIA_CLUSTER_POLICY", "NVIDIA_DRIVER", "Stack", "detect", "is_gpu_node"]
 
 #: Node labels that say "this node has NVIDIA GPUs" whichever stack runs it.
 GPU_NODE_LABELS = (
