@@ -3,7 +3,11 @@ and simulated GPUs never written to a real cluster or node directory unless aske
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from gpuchain.cli import app
 from gpuchain.commands._backend import BackendKind
 from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.kube import NODE, LiveCluster
+from gpuchain.kube.errors import UnreachableError
 
 runner = CliRunner()
 
@@ -82,6 +87,81 @@ def test_open_cluster_with_a_context_that_is_not_there(tmp_path: Path) -> None:
     assert isinstance(open_cluster(str(config)), LiveCluster)
     out = _one_line_error(runner.invoke(app, ["doctor", "--kubeconfig", str(config), "--context", "prod"]))
     assert "no context 'prod'" in out and "have: c" in out and "context prod" in out
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path
+
+
+@contextlib.contextmanager
+def _not_an_api_server() -> Iterator[str]:
+    """A loopback HTTP server that answers every GET with a web page, as a proxy or ingress might."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>Welcome to nginx!</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ONE_SHOT = [
+    ["operator", "status"],
+    ["validate", "plugin", "--node", "x", "--tries", "1"],
+    ["remediator", "--once"],
+    ["gpu-health", "--once", "--node", "n1", "--backend", "sim", "--pod-resources-socket", "/nonexistent"],
+    ["gfd", "--oneshot", "--output-file", "", "--node", "n1", "--backend", "sim"],
+    ["mig-manager", "--node", "n1", "--once", "--backend", "sim"],
+    ["doctor"],
+    ["verify"],
+]
+
+
+@pytest.mark.parametrize("args", ONE_SHOT)
+def test_a_refusing_api_server_is_one_line_exit_2(tmp_path: Path, args: list[str]) -> None:
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    config = _kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    out = _one_line_error(runner.invoke(app, args, env={"KUBECONFIG": str(config), "HOME": str(tmp_path)}))
+    assert "cannot talk to the Kubernetes API server at http://127.0.0.1:1" in out
+    assert "connection refused" in out and f"$KUBECONFIG ({config})" in out and "Fix:" in out
+
+
+@pytest.mark.parametrize("args", ONE_SHOT)
+def test_a_server_that_is_not_the_api_is_one_line_exit_2(tmp_path: Path, args: list[str]) -> None:
+    with _not_an_api_server() as url:
+        config = _kubeconfig(tmp_path / "kubeconfig", url)
+        out = _one_line_error(runner.invoke(app, args, env={"KUBECONFIG": str(config), "HOME": str(tmp_path)}))
+    assert f"cannot talk to the Kubernetes API server at {url}" in out
+    assert "not Kubernetes API JSON" in out and "not a proxy or web page" in out
+
+
+def test_a_server_lost_after_it_answered_is_a_kube_error_agents_retry(tmp_path: Path) -> None:
+    """Agents keep running through a control-plane restart: only a server never reached ends the command."""
+    with kmock_server() as (url, _):
+        cluster = open_cluster(server=url)
+        assert cluster.list(NODE) == []
+    with pytest.raises(UnreachableError, match="connection refused"):
+        cluster.list(NODE)
+    cluster.close()
 
 
 @pytest.mark.parametrize("cmd", [["operator", "render"], ["operator", "crd"]])

@@ -51,12 +51,15 @@ def test_log_reads_are_capped_however_many_pods_fail() -> None:
     assert len(needs_logs(snap)) == MAX_LOGS
 
 
-def test_no_clusterpolicy_is_a_root_cause() -> None:
+def test_gpu_nodes_and_no_stack_at_all_is_a_root_cause_not_a_missing_policy() -> None:
+    # No ClusterPolicy of either group and no device plugin: no stack runs; the fix installs
+    # gpuchain into its own namespace (never NVIDIA's gpu-operator namespace).
     cluster = MemoryCluster(
         [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "g", "labels": {"nvidia.com/gpu.present": "true"}}}]
     )
     report = run_doctor(cluster)
-    assert "policy.missing" in report.ids and report.broken
+    assert report.ids == {"stack.missing"} and report.broken
+    assert "-n gpuchain" in report.findings[0].fix and "gpu-operator" not in report.findings[0].fix
 
 
 def test_missing_runtimeclass_breaks_the_toolkit_link() -> None:
@@ -114,9 +117,11 @@ def test_namespace_comes_from_the_clusterpolicy_status() -> None:
     sim.cluster.patch_status(CLUSTER_POLICY, "cluster-policy", {"namespace": "elsewhere"})
     report = run_doctor(sim.cluster)
     # Nothing of the operator lives in "elsewhere": the doctor says so instead of calling the node healthy.
+    # The driver is enabled in the policy, so its missing DaemonSet is the first broken link (it
+    # used to read as "driver container off, host driver assumed").
     f = report.findings[0]
-    assert (f.id, f.link) == ("operand.not-scheduled", "toolkit")
-    assert "DaemonSet elsewhere/nvidia-container-toolkit-daemonset does not exist" in f.evidence[0]
+    assert (f.id, f.link) == ("operand.not-deployed", "driver")
+    assert "DaemonSet elsewhere/nvidia-driver-daemonset does not exist" in f.evidence[0]
     assert report.broken
 
 

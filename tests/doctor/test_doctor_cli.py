@@ -17,7 +17,7 @@ def test_doctor_friday_json_names_the_root_cause_and_exits_1() -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["rootCauses"] == ["driver.kernel-mismatch"]
-    assert data["apiCalls"] == {"list": 7}
+    assert data["apiCalls"] == {"list": 8}
     first = data["findings"][0]
     assert first["id"] == "driver.kernel-mismatch" and first["count"] == 8 and first["root"]
     node = next(n for n in data["nodes"] if n["node"] == "gpu-new-0")
@@ -57,7 +57,17 @@ def test_verify_exit_codes_and_json() -> None:
 
 def test_sim_list_and_run() -> None:
     listed = json.loads(runner.invoke(app, ["sim", "list", "-o", "json"]).stdout)
-    assert {"name": "healthy", "nodes": 6, "expect": [], "symptom": "nothing is wrong"} in listed
+    assert {
+        "name": "healthy",
+        "stack": "gpuchain",
+        "source": "",
+        "nodes": 6,
+        "expect": [],
+        "symptom": "nothing is wrong",
+    } in listed
+    op = next(r for r in listed if r["name"] == "op-kernel-mismatch")
+    assert (op["stack"], op["source"]) == ("gpu-operator", "NVIDIA/gpu-operator#85")
+    assert len(listed) >= 40
     run = runner.invoke(app, ["sim", "run", "leftover-time-slicing", "--live-nodes", "1", "-o", "json"])
     data = json.loads(run.stdout)
     assert run.exit_code == 0 and data["objects"]["Node"] == 3

@@ -10,9 +10,11 @@ simulated reaches a real cluster or a node directory unless ``--backend sim`` wa
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 import yaml
@@ -22,6 +24,8 @@ from gpuchain.commands._output import fail
 
 if TYPE_CHECKING:
     from gpuchain.kube import LiveCluster
+
+T = TypeVar("T")
 
 SIMULATED = "simulated"
 """The word every result computed from simulated GPUs carries."""
@@ -59,16 +63,113 @@ def open_cluster(
 
     from gpuchain.kube import LiveCluster
 
+    guarded = _guarded_class(LiveCluster)
     try:
-        if server:
-            return LiveCluster.from_url(server)
-        return LiveCluster.from_kubeconfig(kubeconfig, context)
+        cluster = guarded.from_url(server) if server else guarded.from_kubeconfig(kubeconfig, context)
     except (ConfigError, OSError, ValueError, LookupError, TypeError, yaml.YAMLError) as exc:
         fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
         fail(
             f"no Kubernetes API configuration: {_reason(exc)}; tried {_tried(kubeconfig, context)}. "
             f"Fix: {fix}{'; ' + hint if hint else ''}"
         )
+    setattr(cluster, "tried", f"server {server}" if server else _tried(kubeconfig, context))  # noqa: B010
+    return cluster
+
+
+#: What each unreachable reason asks the user to check.
+_CHECK = (
+    "check that the cluster is up, that the kubeconfig's server address and port are right "
+    "(kubectl cluster-info), and any VPN, proxy or firewall in between"
+)
+
+
+def _server_of(cluster: Any) -> str:
+    try:
+        return str(cluster._config.get().cluster.server)
+    except (AttributeError, LookupError, ValueError):
+        return "the API server"
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """The first line of a transport error, with the class name when it says nothing else."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    name = type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
+        return "host name not resolved"
+    if "timed out" in text.lower() or "Timeout" in name:
+        return "timed out"
+    if "certificate" in text.lower() or "SSL" in text:
+        return f"TLS failed ({text})"
+    return f"{name}: {text}" if text else name
+
+
+def unreachable(cluster: Any, what: str, exc: BaseException) -> Exception:
+    """The one-line error for a server that did not answer as a Kubernetes API server."""
+    from gpuchain.kube.errors import UnreachableError
+
+    tried = getattr(cluster, "tried", "")
+    server = _server_of(cluster)
+    if isinstance(exc, ValueError):
+        reason = f"it answered {what} with something that is not Kubernetes API JSON ({str(exc).splitlines()[0]})"
+        check = "check that the kubeconfig's server address points at the API server, not a proxy or web page"
+    else:
+        reason = f"{what} failed: {_transport_reason(exc)}"
+        check = _CHECK
+    return UnreachableError(
+        f"cannot talk to the Kubernetes API server at {server}: {reason}; tried {tried or server}. Fix: {check}"
+    )
+
+
+@functools.cache
+def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
+    """LiveCluster whose transport failures and non-API replies are one line.
+
+    A server that has never answered this process (down, wrong address, not an API server) ends
+    the command: the one line on stderr, exit 2, whatever the command. Once it has answered, a
+    later failure is an `UnreachableError` (a KubeError) with the same line, so long-running agents
+    that retry on KubeError keep retrying through a control-plane restart."""
+    import json
+
+    import httpx2
+    import msgspec
+
+    failures = (httpx2.TransportError, httpx2.DecodingError, json.JSONDecodeError, msgspec.DecodeError)
+
+    def failed(self: Any, what: str, exc: BaseException) -> Exception:
+        error = unreachable(self, what, exc)
+        if not self.answered:
+            fail(str(error))
+        return error
+
+    def guard(name: str, method: Callable[..., T]) -> Callable[..., T]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> T:
+            try:
+                result = method(self, *args, **kwargs)
+            except failures as exc:
+                raise failed(self, f"{name} {args[0] if args else ''}".strip(), exc) from None
+            self.answered = True
+            return result
+
+        return call
+
+    async def watch(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        try:
+            async for event in base.watch(self, *args, **kwargs):
+                self.answered = True
+                yield event
+        except failures as exc:
+            raise failed(self, f"watch {args[0] if args else ''}".strip(), exc) from None
+
+    methods: dict[str, Any] = {
+        name: guard(name, getattr(base, name))
+        for name in ("get", "list", "create", "patch", "patch_status", "delete", "logs", "evict")
+    }
+    methods["watch"] = watch
+    methods["tried"] = ""
+    methods["answered"] = False
+    return type("GuardedLiveCluster", (base,), methods)
 
 
 def node_backend_option() -> Any:

@@ -178,9 +178,14 @@ def findings_view(report: Report) -> RenderableType:
 def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType:
     """The terminal view: summary, findings, chain table."""
     calls = sum(report.api_calls.values())
+    stack = report.stack
+    found = f"stack: {stack.get('title', '?')}" + (
+        f" in namespace {stack['namespace']}" if stack.get("namespace") else ""
+    )
     head = Text.from_markup(
         f"[bold]gpuchain doctor[/]: {where}, {report.gpu_nodes} GPU node(s), "
-        f"{calls} API call(s), {report.seconds:.2f} s"
+        f"{calls} API call(s), {report.seconds:.2f} s\n{found}",
+        emoji=False,
     )
     if not report.findings:
         verdict = Text("every link on every GPU node is healthy", style="bold green")
@@ -207,45 +212,107 @@ def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
     raise typer.Exit(1 if report.broken else 0)
 
 
+doctor_app = typer.Typer(
+    name="doctor",
+    help="Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.",
+)
+
+
+def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, all_nodes: bool) -> NoReturn:
+    """``doctor --from-dump DIR``: diagnose a ``kubectl cluster-info dump`` directory, no API access."""
+    import time
+
+    from gpuchain.doctor import diagnose
+    from gpuchain.doctor.dump import DumpError, read_dump
+
+    started = time.perf_counter()
+    try:
+        snapshot = read_dump(directory, namespace)
+    except (DumpError, OSError) as exc:
+        fail(str(exc))
+    report = diagnose(snapshot)
+    report.seconds = time.perf_counter() - started
+    emit(report, output, lambda: render_report(report, f"dump {directory}", all_nodes))
+    raise typer.Exit(1 if report.broken else 0)
+
+
+@doctor_app.callback(invoke_without_command=True)
+def doctor(
+    ctx: typer.Context,
+    scenario: str | None = scenario_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        "-n",
+        help="The GPU stack's namespace (default: found from the stack, e.g. gpu-operator or kube-system).",
+    ),
+    from_dump: str | None = typer.Option(
+        None,
+        "--from-dump",
+        help="Diagnose a directory written by kubectl cluster-info dump --all-namespaces --output-directory=DIR "
+        "(or gpuchain doctor dump DIR); no API access.",
+    ),
+    live: bool = typer.Option(
+        False, "--live", help="With --scenario: run the device plugin + kubelet peer over gRPC first."
+    ),
+    all_nodes: bool = typer.Option(False, "--all-nodes", help="One row per node instead of grouping identical chains."),
+    local: bool = typer.Option(False, "--local", help="Check only this node's driver link: does NVML answer here?"),
+    backend: BackendKind = typer.Option(
+        BackendKind.nvml, "--backend", "-b", help="With --local: nvml (this node's GPUs) or sim."
+    ),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.
+
+    Links: driver, toolkit, device plugin, then feature discovery, exporter and MIG. Works on the
+    NVIDIA GPU Operator, NVIDIA's device plugin chart, GKE/EKS/AKS and gpuchain's own chart.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if local:
+        run_local(backend, output)
+    if from_dump:
+        run_from_dump(from_dump, namespace, output, all_nodes)
+    target = open_target(scenario, kubeconfig, context, live)
+    show = output is OutputFormat.table and sys.stderr.isatty()
+    try:
+        with reading_progress(show, len(STEPS)) as step:
+            report = run_doctor(target.cluster, namespace, target.reader, step)
+    except KubeError as exc:
+        fail(f"reading the cluster failed: {exc}")
+    emit(report, output, lambda: render_report(report, target.where, all_nodes))
+    if report.broken:
+        raise typer.Exit(1)
+
+
+@doctor_app.command("dump")
+def dump(
+    directory: str = typer.Argument(..., help="Directory to write (created if missing)."),
+    scenario: str | None = scenario_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
+) -> None:
+    """Write what the doctor reads, in kubectl cluster-info dump's layout plus the GPU extras
+    (ClusterPolicies, NVIDIADrivers, RuntimeClasses, the stack's ConfigMaps), for a ticket."""
+    from gpuchain.doctor.dump import write_dump
+
+    target = open_target(scenario, kubeconfig, context)
+    try:
+        counts = write_dump(target.cluster, directory)
+    except KubeError as exc:
+        fail(f"reading the cluster failed: {exc}")
+    except OSError as exc:
+        fail(f"cannot write {directory}: {exc}")
+    err_console.print(
+        f"wrote {directory}: {counts['nodes']} node(s), {counts['namespaces']} namespace(s), "
+        f"{counts['pods']} pod(s), logs of {counts['podLogs']}; read it with gpuchain doctor --from-dump {directory}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def register(app: typer.Typer) -> None:
-    """Add `gpuchain doctor`."""
-
-    @app.command("doctor")
-    def doctor(
-        scenario: str | None = scenario_option(),
-        kubeconfig: str | None = kubeconfig_option(),
-        context: str | None = context_option(),
-        namespace: str | None = typer.Option(
-            None,
-            "--namespace",
-            "-n",
-            help="Operator namespace (default: from the ClusterPolicy status, else gpu-operator).",
-        ),
-        live: bool = typer.Option(
-            False, "--live", help="With --scenario: run the device plugin + kubelet peer over gRPC first."
-        ),
-        all_nodes: bool = typer.Option(
-            False, "--all-nodes", help="One row per node instead of grouping identical chains."
-        ),
-        local: bool = typer.Option(False, "--local", help="Check only this node's driver link: does NVML answer here?"),
-        backend: BackendKind = typer.Option(
-            BackendKind.nvml, "--backend", "-b", help="With --local: nvml (this node's GPUs) or sim."
-        ),
-        output: OutputFormat = output_option(),
-    ) -> None:
-        """Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.
-
-        Links: driver, toolkit, device plugin, then feature discovery, exporter and MIG.
-        """
-        if local:
-            run_local(backend, output)
-        target = open_target(scenario, kubeconfig, context, live)
-        show = output is OutputFormat.table and sys.stderr.isatty()
-        try:
-            with reading_progress(show, len(STEPS)) as step:
-                report = run_doctor(target.cluster, namespace, target.reader, step)
-        except KubeError as exc:
-            fail(f"reading the cluster failed: {exc}")
-        emit(report, output, lambda: render_report(report, target.where, all_nodes))
-        if report.broken:
-            raise typer.Exit(1)
+    """Add `gpuchain doctor` (and `gpuchain doctor dump`)."""
+    app.add_typer(doctor_app)

@@ -55,6 +55,8 @@ def summary(sim: SimCluster) -> dict[str, Any]:
     kinds = {k.kind: sim.cluster.count(k) for k in sim.cluster.kinds()}
     return {
         "scenario": sim.scenario.name,
+        "stack": sim.scenario.stack,
+        "source": sim.scenario.source,
         "description": sim.scenario.description.strip(),
         "symptom": sim.scenario.symptom,
         "expect": sim.scenario.expect,
@@ -154,14 +156,31 @@ def run(
 def list_scenarios(output: OutputFormat = output_option()) -> None:
     """The built-in scenarios and the finding each one produces."""
     scenarios = [load_scenario(name) for name in scenario_names()]
-    rows = [{"name": sc.name, "nodes": sc.node_count, "expect": sc.expect, "symptom": sc.symptom} for sc in scenarios]
+    rows = [
+        {
+            "name": sc.name,
+            "stack": sc.stack,
+            "source": sc.source,
+            "nodes": sc.node_count,
+            "expect": sc.expect,
+            "symptom": sc.symptom,
+        }
+        for sc in scenarios
+    ]
 
     def table() -> Table:
         t = Table(show_edge=False, padding=(0, 1))
-        for col in ("scenario", "nodes", "doctor names", "symptom"):
+        for col in ("scenario", "stack", "source", "nodes", "doctor names", "symptom"):
             t.add_column(col)
         for sc in scenarios:
-            t.add_row(sc.name, str(sc.node_count), ", ".join(sc.expect) or "(nothing)", sc.symptom)
+            t.add_row(
+                sc.name,
+                sc.stack,
+                sc.source or "-",
+                str(sc.node_count),
+                ", ".join(sc.expect) or "(nothing)",
+                sc.symptom,
+            )
         return t
 
     emit(rows, output, table)

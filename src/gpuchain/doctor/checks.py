@@ -8,11 +8,13 @@ one sentence and a fix as a command.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
+    GPU_PRESENT,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
     MIG_CONFIG_STATE_REASON,
@@ -20,16 +22,19 @@ from gpuchain.common.labels import (
     PAUSED_FOR_MIG_CHANGE,
 )
 from gpuchain.doctor.context import Context, NodeView, replicas_in
-from gpuchain.doctor.model import Finding, LinkState, Severity
+from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.placement import Blocker, blocker
 from gpuchain.doctor.pods import init_done, matching_line, pod_state
+from gpuchain.doctor.stacks import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import name_of
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
     DRIVER,
     GFD,
     MIG_MANAGER,
+    NFD_GPU_LABELS,
     RUNTIME_CLASS_HANDLER,
     TOOLKIT,
     VALIDATOR,
@@ -40,8 +45,15 @@ from gpuchain.operator.operands import (
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
+PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 NO_RUNTIME = 'no runtime for "nvidia"'
+#: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
+DCGM_EXPORTER_IMAGE = {
+    "repository": "nvcr.io/nvidia/k8s",
+    "image": "dcgm-exporter",
+    "version": "3.3.9-3.6.1-ubuntu22.04",
+}
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,17 @@ class Result:
     findings: tuple[Finding, ...] = ()
 
 
-def _finding(view: NodeView, fid: str, sev: Severity, link: str, cause: str, evidence: list[str], fix: str) -> Finding:
-    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name)
+def _finding(
+    view: NodeView,
+    fid: str,
+    sev: Severity,
+    link: str,
+    cause: str,
+    evidence: list[str],
+    fix: str,
+    action: Fix | None = None,
+) -> Finding:
+    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name, action=action)
 
 
 def opted_out(view: NodeView, operand: Operand) -> str | None:
@@ -65,35 +86,118 @@ def opted_out(view: NodeView, operand: Operand) -> str | None:
     return None
 
 
+def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
+    """The operand's DaemonSet in the stack's namespace (by name, or by prefix such as NVIDIADriver's)."""
+    mine = daemonsets_in(ctx.snapshot, ctx.namespace)
+    if ctx.ds(operand) in mine:
+        return mine[ctx.ds(operand)]
+    return next((d for n, d in sorted(mine.items()) if ctx.stack.operand_of(n) == operand.state), None)
+
+
+def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
+    """The change that lets ``ds`` place its pod: tolerate the taint, or give the node the label."""
+    if block.kind == "taint":
+        taint = block.detail
+        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        if ctx.policy_obj is not None:
+            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), toleration]
+            return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
+        current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        patch = {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}}
+        return Fix(FixOp.PATCH_DAEMONSET, f"{ctx.namespace}/{name_of(ds)}", patch)
+    d = block.detail
+    values = list(d.get("values") or [])
+    if d.get("operator") in ("NotIn", "DoesNotExist"):
+        return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): None})
+    return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
+
+
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
+    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
+    action = Fix(
+        FixOp.INSTALL,
+        "",
+        {
+            "release": "node-feature-discovery",
+            "chart": "nfd/node-feature-discovery",
+            "namespace": "node-feature-discovery",
+            "fact": "nfd",
+        },
+    )
+    hint = (
+        f"   # or: helm upgrade gpu-operator nvidia/gpu-operator -n {ctx.namespace} --reuse-values "
+        "--set nfd.enabled=true"
+        if ctx.stack.id == "gpu-operator"
+        else ""
+    )
+    return Result(
+        LinkState.BROKEN,
+        "Node Feature Discovery never labelled this node",
+        (
+            _finding(
+                view,
+                "nfd.not-labelled",
+                Severity.ERROR,
+                "driver",
+                f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
+                f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the driver "
+                "first, is placed here.",
+                [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"],
+                ctx.stack.render(action) + hint,
+                action,
+            ),
+        ),
+    )
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
-    """An enabled operand that should run here but has no pod: its DaemonSet is missing or skips the node."""
+    """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
+    or selector keeps it off the node (named, with the change that lets it in)."""
     if not enabled(ctx.policy, operand) or opted_out(view, operand) or view.pod(operand) is not None:
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
-    exists = any(name_of(d) == operand.name for d in ctx.snapshot.daemonsets)
-    where = f"DaemonSet {ctx.namespace}/{operand.name}"
-    evidence = f"{where} has no pod on {view.name}" if exists else f"{where} does not exist"
-    fix = (
-        f"kubectl -n {ctx.namespace} describe ds {operand.name}   # compare its tolerations and nodeAffinity "
-        f"with node {view.name}'s taints and labels"
-        if exists
-        else f"kubectl get clusterpolicy {ctx.policy_name} -o jsonpath='{{.status}}'   # the operator has not "
-        f"deployed it (or --namespace is wrong: read {ctx.namespace})"
-    )
+    ds = operand_daemonset(ctx, operand)
+    name = name_of(ds) if ds is not None else ctx.ds(operand)
+    where = f"DaemonSet {ctx.namespace}/{name}"
+    if ds is None:
+        switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
+        return Result(
+            LinkState.BROKEN,
+            f"no {name} DaemonSet",
+            (
+                _finding(
+                    view,
+                    "operand.not-deployed",
+                    Severity.ERROR,
+                    link,
+                    f"{where} does not exist, so the {link} link is missing on every node.",
+                    [f"{where} does not exist", switch],
+                    f"kubectl -n {ctx.namespace} rollout restart deploy   # the operator has not deployed it; "
+                    f"or --namespace is wrong (read {ctx.namespace})",
+                ),
+            ),
+        )
+    block = blocker(ds, view.node)
+    if block is None:
+        return None
+    if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
+        return _nfd_missing(ctx, view, name, block)
+    action = placement_fix(ctx, view, ds, block)
     return Result(
         LinkState.BROKEN,
-        f"no {operand.name} pod",
+        f"{name} places no pod here",
         (
             _finding(
                 view,
                 "operand.not-scheduled",
                 Severity.ERROR,
                 link,
-                f"{operand.name} is enabled in the ClusterPolicy but has no pod on this node, so the {link} link "
-                "is missing here.",
-                [evidence, f"spec.{operand.spec_key}.enabled=true, no opt-out label on the node"],
-                fix,
+                f"{name} is enabled but places no pod on this node ({block.describe()}), so the {link} link is "
+                "missing here.",
+                [f"{where} has no pod on {view.name}", block.describe()],
+                ctx.stack.render(action),
+                action,
             ),
         ),
     )
@@ -120,12 +224,28 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":
             return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
-        why = f"label {label}" if label else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        # The policy wants the driver container here but its DaemonSet places no pod: say why,
+        # rather than calling it "driver container off".
+        missing = unscheduled(ctx, view, DRIVER, "driver")
+        if missing is not None:
+            return missing
+        why = (
+            f"label {label}"
+            if label
+            else f"{ctx.stack.title}: the node image's driver"
+            if ctx.stack.host_driver
+            else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        )
         if init_done(validator, "driver-validation") or version:
             return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
         if validator is None:
             return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
         state = pod_state(validator)
+        enable = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): None})
+            if label
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
+        )
         return Result(
             LinkState.BROKEN,
             "no driver: container off and no host driver answers",
@@ -137,7 +257,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     f"the driver container is off on this node ({why}) and no pre-installed driver answers nvidia-smi.",
                     [f"driver container off: {why}", f"validator {state.describe()} (driver-validation not done)"],
-                    f"kubectl label node {view.name} {deploy_label(DRIVER)}-   # let the operator install the driver",
+                    ctx.stack.render(enable) + "   # let the operator install the driver",
+                    enable,
                 ),
             ),
         )
@@ -145,11 +266,14 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
-    kernel_line = matching_line(log, r"kernel.*(not supported|no precompiled|could not resolve)", r"precompiled")
+    kernel_line = matching_line(
+        log, r"could not resolve linux kernel", r"kernel.*(not supported|no precompiled)", r"precompiled"
+    )
     conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     if conflict_line:
+        off_here = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
         return Result(
             LinkState.BROKEN,
             "driver container fights a pre-installed host driver",
@@ -162,9 +286,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "the operator's driver container was started on a node whose host already has an NVIDIA "
                     "driver loaded, and it cannot unload it.",
                     [state.describe(), f"log: {conflict_line}"],
-                    f"kubectl label node {view.name} {deploy_label(DRIVER)}=false   "
-                    f"# or for the whole cluster: kubectl patch clusterpolicy {ctx.policy_name} --type merge "
+                    ctx.stack.render(off_here)
+                    + f"   # or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
                     '-p \'{"spec":{"driver":{"enabled":false}}}\'',
+                    off_here,
                 ),
             ),
         )
@@ -174,6 +299,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         if kernel_line:
             evidence.append(f"log: {kernel_line}")
         good = others[0] if others else "a kernel the driver image supports"
+        reimage = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"reimage it with kernel {good}", "fact": f"kernel:{good}" if others else ""},
+        )
         return Result(
             LinkState.BROKEN,
             f"no driver build for kernel {view.kernel}",
@@ -186,8 +316,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} has no "
                     "build for it, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence,
-                    f"kubectl cordon {view.name}   # then reimage it with kernel {good}, or set "
-                    f"spec.driver.version of ClusterPolicy {ctx.policy_name} to a release built for {view.kernel}",
+                    ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
+                    f"built for {view.kernel}",
+                    reimage,
                 ),
             ),
         )
@@ -203,7 +334,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 "driver",
                 f"the driver pod is {state.status}, so the kernel module is not loaded.",
                 [*evidence, f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-driver-ctr'} --previous",
+                f"kubectl -n {ctx.namespace} logs {state.name} "
+                f"-c {state.container or ctx.container(DRIVER)} --previous",
             ),
         ),
     )
@@ -220,7 +352,11 @@ def _runtime_evidence(view: NodeView) -> list[str]:
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if not lines:
         for pod in view.operand_pods.values():
-            if (pod.get("spec") or {}).get("runtimeClassName") and pod_state(pod).status == "ContainerCreating":
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            creating = any(
+                ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+            )
+            if creating and (pod.get("spec") or {}).get("runtimeClassName"):
                 lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
     return lines
 
@@ -228,8 +364,20 @@ def _runtime_evidence(view: NodeView) -> list[str]:
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
     """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
     rc = ctx.policy.operator.runtime_class
-    uses_rc = any((p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values())
+    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and any(
+        (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
+    )
     if uses_rc and rc not in ctx.runtime_classes:
+        create = Fix(
+            FixOp.CREATE,
+            "",
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": rc},
+                "handler": RUNTIME_CLASS_HANDLER,
+            },
+        )
         return Result(
             LinkState.BROKEN,
             f"RuntimeClass {rc} missing",
@@ -241,8 +389,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     "toolkit",
                     f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
                     [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"],
-                    f'kubectl apply -f - <<< \'{{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass",'
-                    f'"metadata":{{"name":"{rc}"}},"handler":"{RUNTIME_CLASS_HANDLER}"}}\'',
+                    ctx.stack.render(create),
+                    create,
                 ),
             ),
         )
@@ -252,6 +400,16 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         tk = pod_state(pod) if pod is not None else None
         log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
         warn = matching_line(log, r"warning", r"not (found|reloaded)", r"error") if log else None
+        restart = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "check that the toolkit's CONTAINERD_CONFIG and CONTAINERD_SOCKET are this node's, let it "
+                f"write the nvidia runtime into containerd's config (kubectl -n {ctx.namespace} delete pod "
+                f"{tk.name if tk else '<toolkit pod>'}), then systemctl restart containerd",
+                "fact": "runtime",
+            },
+        )
         return Result(
             LinkState.BROKEN,
             "containerd has no nvidia runtime",
@@ -268,9 +426,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                         tk.describe() if tk else "no toolkit pod on this node",
                         f"toolkit log: {warn}" if warn else "",
                     ],
-                    f"kubectl -n {ctx.namespace} delete pod {tk.name if tk else '<toolkit pod>'}"
-                    "   # re-run the toolkit; "
-                    "check its CONTAINERD_CONFIG/CONTAINERD_SOCKET match the node, then restart containerd",
+                    ctx.stack.render(restart),
+                    restart,
                 ),
             ),
         )
@@ -292,7 +449,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                 "toolkit",
                 f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
                 [state.describe(), f"log: {state.last_log.splitlines()[-1]}" if state.last_log else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'nvidia-container-toolkit-ctr'}"
+                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or ctx.container(TOOLKIT)}"
                 + (" --previous" if state.failing else ""),
             ),
         ),
@@ -303,6 +460,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
+    if "configmaps" in ctx.snapshot.absent:
+        return None  # a dump without the stack's ConfigMaps: nothing to compare the label with
     labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
     key = labelled or ctx.policy.device_plugin.config.default
     if not key:
@@ -325,13 +484,16 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if labelled:
         source = f"the node label {DEVICE_PLUGIN_CONFIG}={key}"
         usable = default if default and configs and default in configs else None
-        fix_value = f"{DEVICE_PLUGIN_CONFIG}={usable} --overwrite" if usable else f"{DEVICE_PLUGIN_CONFIG}-"
-        fix = f"kubectl label node {view.name} {fix_value}"
+        action = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: usable})
     else:
         source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
         existing = sorted(configs or {})[:1]
-        patch = f'{{"spec":{{"devicePlugin":{{"config":{{"default":"{existing[0] if existing else ""}"}}}}}}}}'
-        fix = f"kubectl patch clusterpolicy {ctx.policy_name} --type merge -p '{patch}'"
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"devicePlugin": {"config": {"default": existing[0] if existing else ""}}}},
+        )
+    fix = ctx.stack.render(action)
     return _finding(
         view,
         "device-plugin.config-missing",
@@ -340,10 +502,11 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
         [source, where, state.describe() if state else "", f"log: {line}" if line else ""],
         fix,
+        action,
     )
 
 
-def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
+def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
     """A GPU fell off the bus (or went unhealthy): the numbers, the published fault, the pods bound to it."""
     health = node_view(view.node)
     condition = health.condition
@@ -372,7 +535,20 @@ def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) 
         f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung and not bound else "",
         f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not victims else "",
     ]
+    plugin = view.pod(DEVICE_PLUGIN)
+    plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
+    # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
+    xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
+    evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
     targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3]) or "<pods on the lost GPU>"
+    action = Fix(
+        FixOp.HARDWARE,
+        view.name,
+        {
+            "action": "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
+            "fact": "replace-gpu",
+        },
+    )
     return _finding(
         view,
         "gpu.lost",
@@ -382,8 +558,8 @@ def _lost(view: NodeView, res: str, cap: int, alloc: int, physical: int | None) 
         "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
         "dead GPU until they are evicted.",
         evidence,
-        f"kubectl cordon {view.name} && kubectl delete pod {targets}   # or let gpuchain remediator evict them; "
-        "then reset the GPU or reboot the node",
+        f"kubectl cordon {view.name} && kubectl delete pod {targets}; then {ctx.stack.render(action)}",
+        action,
     )
 
 
@@ -402,7 +578,7 @@ def _count_findings(
     if reported and not short:
         res = min(capacity)
         short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
-    findings += [_lost(view, res, cap, alloc, physical) for res, cap, alloc in short]
+    findings += [_lost(ctx, view, res, cap, alloc, physical) for res, cap, alloc in short]
     if physical is None:
         return findings
     gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)
@@ -413,6 +589,18 @@ def _count_findings(
         configs = ctx.plugin_configs() or {}
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
         source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        # Only a label the node carries can be removed; a shared default is changed in the policy.
+        if view.labels.get(DEVICE_PLUGIN_CONFIG):
+            drop = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: None})
+            unshare: Fix | None = drop
+            unshare_text = ctx.stack.render(drop) + "   # if the sharing is not intended"
+        else:
+            unshare = None
+            unshare_text = (
+                f"remove sharing.timeSlicing from key {key!r} of ConfigMap {ctx.namespace}/"
+                f"{ctx.policy.device_plugin.config.name} (kubectl -n {ctx.namespace} edit configmap "
+                f"{ctx.policy.device_plugin.config.name}) if the sharing is not intended"
+            )
         findings.append(
             _finding(
                 view,
@@ -429,8 +617,8 @@ def _count_findings(
                     f"config source: {source}"
                     + (f" (node label {DEVICE_PLUGIN_CONFIG})" if view.labels.get(DEVICE_PLUGIN_CONFIG) else ""),
                 ],
-                f"kubectl label node {view.name} {DEVICE_PLUGIN_CONFIG}-   # if the sharing is not intended; "
-                f"or remove sharing.timeSlicing from key {key!r}",
+                unshare_text,
+                unshare,
             )
         )
     mig_gpu_single = gpu_cap > physical and "-MIG-" in product
@@ -454,6 +642,84 @@ def _count_findings(
     return findings
 
 
+def gpus_present(view: NodeView) -> str:
+    """What says this node has GPUs, whatever its capacity shows (GFD, NFD, cloud labels)."""
+    labels = view.labels
+    for key in (GPU_COUNT, "karpenter.k8s.aws/instance-gpu-count", "cloud.google.com/gke-accelerator-count"):
+        if labels.get(key, "0") not in ("", "0"):
+            return f"{key}={labels[key]}"
+    for key in (*NFD_GPU_LABELS, GPU_PRESENT, "cloud.google.com/gke-accelerator", "kubernetes.azure.com/accelerator"):
+        if labels.get(key):
+            return f"{key}={labels[key]}"
+    instance = labels.get("node.kubernetes.io/instance-type")
+    return f"instance type {instance}" if instance else ""
+
+
+def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    product = view.labels.get(PRODUCT, "")
+    if ctx.policy_obj is not None:
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"mig": {"strategy": "mixed"}}})
+        action: Fix | None = patch
+        fix = ctx.stack.render(patch) + f"   # or give every GPU one profile: {MIG_CONFIG}=all-1g.10gb"
+    else:
+        action = None
+        fix = (
+            f"kubectl -n {ctx.namespace} set env ds/{ctx.ds(DEVICE_PLUGIN)} MIG_STRATEGY=mixed   "
+            "# or give every GPU the same MIG profile"
+        )
+    return Result(
+        LinkState.BROKEN,
+        "MIG layout does not fit mig.strategy=single",
+        (
+            _finding(
+                view,
+                "mig.invalid-for-strategy",
+                Severity.ERROR,
+                "device-plugin",
+                "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
+                "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
+                "-MIG-INVALID.",
+                [
+                    f"{PRODUCT}={product}" if product else "",
+                    f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '?')}",
+                    *evidence,
+                ],
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
+def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": "make nvidia containerd's default runtime (nvidia-ctk runtime configure --runtime=containerd "
+            "--set-as-default && systemctl restart containerd)",
+            "fact": "runtime",
+        },
+    )
+    return Result(
+        LinkState.BROKEN,
+        "device plugin finds no NVML",
+        (
+            _finding(
+                view,
+                "device-plugin.no-nvml",
+                Severity.ERROR,
+                "device-plugin",
+                "the device plugin runs without the NVIDIA container runtime, so libnvidia-ml is not in its container, "
+                "it finds no GPU and announces nothing to the kubelet.",
+                evidence,
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
+
+
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     """Device plugin: config label, pod state, registration (node capacity) and the numbers."""
     missing = _config_missing(ctx, view)
@@ -461,39 +727,45 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         return Result(LinkState.BROKEN, "config label names a missing config", (missing,))
     pod = view.pod(DEVICE_PLUGIN)
     capacity, allocatable = node_gpu_resources(view.node), node_gpu_resources(view.node, "allocatable")
+    announced = {k: v for k, v in capacity.items() if v > 0}
+    invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
+    state = pod_state(pod) if pod is not None else None
+    log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
+    mig_line = matching_line(log, r"invalid MIG configuration") if log else None
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
             return Result(LinkState.SKIPPED, "device plugin not deployed here")
-        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not capacity else None
+        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent
-    else:
-        state = pod_state(pod)
-        if not state.ready:
-            log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
-            line = matching_line(log, r"error", r"fail", r"unable") if log else None
-            return Result(
-                LinkState.BROKEN,
-                f"device plugin pod {state.status}",
-                (
-                    _finding(
-                        view,
-                        "device-plugin.not-ready",
-                        Severity.ERROR,
-                        "device-plugin",
-                        f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
-                        [state.describe(), f"log: {line}" if line else ""],
-                        f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or 'device-plugin'}"
-                        + (" --previous" if state.failing else ""),
-                    ),
+    elif state is not None and (mig_line or (invalid_product and not announced)):
+        return _mig_invalid(ctx, view, [state.describe(), f"log: {mig_line}" if mig_line else ""])
+    elif state is not None and nvml and not announced:
+        more = matching_line(log, r"No devices found")
+        return _no_nvml(ctx, view, [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""])
+    elif state is not None and not state.ready:
+        line = matching_line(log, r"error", r"fail", r"unable") if log else None
+        return Result(
+            LinkState.BROKEN,
+            f"device plugin pod {state.status}",
+            (
+                _finding(
+                    view,
+                    "device-plugin.not-ready",
+                    Severity.ERROR,
+                    "device-plugin",
+                    f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
+                    [state.describe(), f"log: {line}" if line else ""],
+                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log "
+                    "is fixed",
                 ),
-            )
-    if not capacity:
-        running = pod_state(pod) if pod is not None else None
-        log = _logs(ctx, view, DEVICE_PLUGIN, running.container, running.last_log) if running else ""
+            ),
+        )
+    if not announced:
         registered = matching_line(log, r"registered device plugin") if log else None
         problem = matching_line(log, r"error", r"fail", r"unable", r"no devices") if log else None
         log_evidence = (
@@ -505,24 +777,30 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             if log
             else ""
         )
+        shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
+        present = gpus_present(view)
         return Result(
             LinkState.BROKEN,
-            "no nvidia.com/* in node capacity",
+            "no GPU announced in node capacity",
             (
                 _finding(
                     view,
                     "device-plugin.not-registered",
                     Severity.ERROR,
                     "device-plugin",
-                    "the node's capacity has no nvidia.com/gpu or nvidia.com/mig-* resource: the device plugin "
-                    "did not register with the kubelet.",
+                    "the node has GPUs but its capacity announces none: the device plugin is not registered with "
+                    "the kubelet (or registered with no devices), so no pod can be given one; this is not "
+                    "'all GPUs in use'.",
                     [
-                        f"node {view.name} capacity has no nvidia.com/* resource",
-                        running.describe() if running else "",
+                        f"node {view.name} capacity: {shown}",
+                        f"GPUs present: {present}" if present else "",
+                        state.describe() if state else "",
                         log_evidence,
                     ],
-                    f"kubectl -n {ctx.namespace} logs ds/{DEVICE_PLUGIN.name} --tail=50"
-                    "   # look for 'Registered device plugin'",
+                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # the plugin registers again when it "
+                    "restarts"
+                    if state
+                    else f"kubectl -n {ctx.namespace} rollout restart ds/{ctx.ds(DEVICE_PLUGIN)}",
                 ),
             ),
         )
@@ -548,7 +826,16 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if state.ready:
         return Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
-    line = matching_line(log, r"error", r"fail") if log else None
+    line = matching_line(log, r"error", r"fail", r"not found") if log else None
+    cause = f"the {what} pod is {state.status}."
+    action: Fix | None = None
+    fix = f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log is fixed"
+    if operand is DCGM_EXPORTER and line and re.search(r"libdcgm", line):
+        # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
+        cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
+        if ctx.policy_obj is not None and ctx.stack.id == "gpu-operator":
+            action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
+            fix = ctx.stack.render(action)
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -558,10 +845,10 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
                 f"{link}.not-ready",
                 Severity.ERROR,
                 link,
-                f"the {what} pod is {state.status}.",
+                cause,
                 [state.describe(), f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or operand.name}"
-                + (" --previous" if state.failing else ""),
+                fix,
+                action,
             ),
         ),
     )
@@ -610,6 +897,7 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
     ]
     if state == "failed":
+        back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
         return _finding(
             view,
             "mig.failed",
@@ -617,8 +905,10 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
             "mig",
             f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
             evidence,
-            f"kubectl label node {view.name} {MIG_CONFIG}=all-disabled --overwrite   # or a layout this GPU supports",
+            ctx.stack.render(back) + "   # or a layout this GPU supports",
+            back,
         )
+    cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return _finding(
         view,
         "mig.pending",
@@ -628,9 +918,9 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence,
-        f"kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + MIG_MANAGER.name}"
-        " --tail=50"
-        f"   # then free the GPUs it waits for, or: kubectl label node {view.name} {MIG_CONFIG}- {MIG_CONFIG_STATE}-",
+        ctx.stack.render(cancel) + "   # cancels the change; or free the GPUs the MIG manager waits for "
+        f"(kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)})",
+        cancel,
     )
 
 
@@ -643,3 +933,141 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
     if finding is not None:
         return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
     return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")
+
+
+# -- workloads on GPU nodes ----------------------------------------------------------------------
+
+NVML_LOST = "Failed to initialize NVML: Unknown Error"
+ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+
+
+def _visible_devices(pod: Obj) -> str | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for env in c.get("env") or []:
+            if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
+                return str(env.get("value", ""))
+    return None
+
+
+def _admission(ctx: Context, view: NodeView) -> Finding | None:
+    """The kubelet refused GPU pods at admission (Allocate): UnexpectedAdmissionError Events."""
+    refused = [e for e in view.events if e.get("reason") == "UnexpectedAdmissionError"]
+    if not refused:
+        return None
+    message = str(refused[0].get("message", ""))
+    pods = sorted(
+        {
+            f"{(e.get('involvedObject') or {}).get('namespace')}/{(e.get('involvedObject') or {}).get('name')}"
+            for e in refused
+        }
+    )
+    if "GPU is lost" in message:
+        action = Fix(
+            FixOp.HARDWARE,
+            view.name,
+            {
+                "action": "reset the lost GPU (nvidia-smi -r) or reboot the node; replace it if it recurs",
+                "fact": "replace-gpu",
+            },
+        )
+        cause = "the device plugin cannot list its devices because a GPU is lost, so the kubelet refuses every GPU pod."
+    else:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "systemctl restart kubelet (its device manager holds allocations of pods that are gone)",
+                "fact": "kubelet",
+            },
+        )
+        cause = (
+            "the kubelet's device manager counts GPUs of pods that no longer exist as allocated, so it refuses new GPU "
+            "pods at admission although the scheduler placed them (kubernetes/kubernetes#130145)."
+        )
+    return _finding(
+        view,
+        "workload.admission-failed",
+        Severity.ERROR,
+        "device-plugin",
+        cause,
+        [f"event UnexpectedAdmissionError (kubelet): {message}", f"pods refused: {', '.join(pods[:5])}"],
+        ctx.stack.render(action),
+        action,
+    )
+
+
+def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
+    """Application pods on a GPU node: refused at admission, GPUs that went away under them, and
+    GPUs seen without a request."""
+    refused = _admission(ctx, view)
+    findings: list[Finding] = [refused] if refused else []
+    apps = [
+        p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
+    ]
+    lost = []
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if NVML_LOST in ctx.log(pod, str(c.get("name"))):
+                lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+                break
+    if lost:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
+                "create-dev-char-symlinks --create-all), then delete the affected pods so they start with their "
+                f"device rules: kubectl delete pod -n {lost[0].split('/')[0]} {lost[0].split('/')[1]}",
+                "fact": "dev-char",
+            },
+        )
+        findings.append(
+            _finding(
+                view,
+                "workload.nvml-lost",
+                Severity.ERROR,
+                "toolkit",
+                "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
+                "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
+                "NVML fails inside them; the device plugin and the node look healthy.",
+                [f"pods logging '{NVML_LOST}': {', '.join(lost[:5])}", "NVIDIA/nvidia-container-toolkit#48"],
+                ctx.stack.render(action),
+                action,
+            )
+        )
+    accept = next((e.value for e in ctx.policy.toolkit.env if e.name == ACCEPT_ENVVAR), None)
+    seeing = [
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"
+        for p in apps
+        if not pod_gpu_requests(p) and _visible_devices(p) not in (None, "", "void", "none")
+    ]
+    if seeing and str(accept).lower() != "false":
+        env = [
+            *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
+            {"name": ACCEPT_ENVVAR, "value": "false"},
+        ]
+        fix_action: Fix | None = (
+            Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+            if ctx.policy_obj is not None
+            else None
+        )
+        findings.append(
+            _finding(
+                view,
+                "workload.gpu-without-request",
+                Severity.WARNING,
+                "toolkit",
+                "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
+                "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
+                [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
+                ctx.stack.render(fix_action)
+                if fix_action
+                else "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the node's "
+                "/etc/nvidia-container-runtime/config.toml "
+                "(and the device plugin's DEVICE_LIST_STRATEGY=volume-mounts)",
+                fix_action,
+            )
+        )
+    return findings

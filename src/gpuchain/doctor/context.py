@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import yaml
 
 from gpuchain.doctor.snapshot import Snapshot
+from gpuchain.doctor.stacks import Stack, is_gpu_node
 from gpuchain.kube.objects import Obj, labels_of, name_of
-from gpuchain.operator.operands import DRIVER, OPERANDS, Operand, is_gpu_node
-from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
-from gpuchain.operator.reconcile import active_policy
+from gpuchain.operator.operands import DRIVER, Operand
+from gpuchain.operator.policy import ClusterPolicySpec
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Context:
     """Cluster-wide facts shared by every node's checks."""
 
     snapshot: Snapshot
+    stack: Stack
     policy_obj: Obj | None
     policy: ClusterPolicySpec
     policy_problems: list[str]
@@ -51,17 +52,31 @@ class Context:
 
     @property
     def namespace(self) -> str:
-        """The operator's namespace."""
-        return self.snapshot.namespace
+        """The stack's namespace (where its operand DaemonSets run)."""
+        return self.stack.namespace
 
     @property
     def policy_name(self) -> str:
         """The active ClusterPolicy's name (for fix commands)."""
         return name_of(self.policy_obj) if self.policy_obj else "cluster-policy"
 
+    @property
+    def policy_ref(self) -> str:
+        """``<resource> <name>`` of the stack's policy for kubectl (clusterpolicies.nvidia.com ...)."""
+        return f"{self.stack.policy_resource or 'clusterpolicy'} {self.policy_name}"
+
+    def ds(self, operand: Operand) -> str:
+        """The operand's DaemonSet name in this stack."""
+        return self.stack.ds(operand.state)
+
+    def container(self, operand: Operand) -> str:
+        """The operand's main container name in this stack."""
+        return self.stack.container(operand.state)
+
     def log(self, pod: Obj, container: str) -> str:
         """A container's log if the gather step read it, else ""."""
-        return self.snapshot.logs.get((self.namespace, name_of(pod), container), "")
+        ns = str((pod.get("metadata") or {}).get("namespace") or self.namespace)
+        return self.snapshot.logs.get((ns, name_of(pod), container), "")
 
     def plugin_configs(self) -> dict[str, str] | None:
         """The device plugin ConfigMap's keys -> YAML (None when the policy names no ConfigMap)."""
@@ -71,23 +86,17 @@ class Context:
         return self.configmaps.get(name, {})
 
 
-def _operand_of(pod: Obj, by_name: dict[str, Operand]) -> Operand | None:
-    app = labels_of(pod).get("app")
-    if app in by_name:
-        return by_name[app]
+def _operand_of(pod: Obj, stack: Stack) -> str | None:
     for ref in pod.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "DaemonSet" and ref.get("name") in by_name:
-            return by_name[ref["name"]]
-    return None
+        if ref.get("kind") == "DaemonSet":
+            return stack.operand_of(str(ref.get("name")))
+    app = labels_of(pod).get("app")
+    return stack.operand_of(app) if app else None
 
 
 def index(snapshot: Snapshot) -> Context:
     """Build the context: one pass over pods and events, whatever the cluster size."""
-    policy_obj = active_policy(snapshot.policies)
-    parsed = parse_policy((policy_obj or {}).get("spec"))
-    problems = [str(p) for p in parsed] if isinstance(parsed, list) else []
-    policy = parsed if isinstance(parsed, ClusterPolicySpec) else ClusterPolicySpec()
-    by_name = {o.name: o for o in OPERANDS}
+    stack = snapshot.stack
     operand_pods: dict[str, dict[str, Obj]] = defaultdict(dict)
     workloads: dict[str, list[Obj]] = defaultdict(list)
     pod_node: dict[tuple[str, str], str] = {}
@@ -97,11 +106,11 @@ def index(snapshot: Snapshot) -> Context:
             continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
-        op = _operand_of(pod, by_name) if meta.get("namespace") == snapshot.namespace else None
+        op = _operand_of(pod, stack) if meta.get("namespace") == stack.namespace else None
         if node:
             pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
             if op is not None:
-                operand_pods[node][op.state] = pod
+                operand_pods[node][op] = pod
             else:
                 workloads[node].append(pod)
         elif op is None and (pod.get("status") or {}).get("phase") == "Pending":
@@ -114,13 +123,16 @@ def index(snapshot: Snapshot) -> Context:
         if ref.get("kind") == "Node":
             events[str(ref.get("name"))].append(ev)
         elif ref.get("kind") == "Pod":
-            node = pod_node.get((str(ref.get("namespace")), str(ref.get("name"))))
+            # A pod the kubelet rejected is Failed and not listed: its Event names the node as source.host.
+            node = pod_node.get((str(ref.get("namespace")), str(ref.get("name")))) or (ev.get("source") or {}).get(
+                "host"
+            )
             if node:
-                events[node].append(ev)
+                events[str(node)].append(ev)
     views = []
     for n in snapshot.nodes:
         labels = labels_of(n)
-        if not is_gpu_node(labels):
+        if not is_gpu_node(n):
             continue
         name = name_of(n)
         views.append(
@@ -129,9 +141,10 @@ def index(snapshot: Snapshot) -> Context:
     configmaps = {name_of(cm): dict(cm.get("data") or {}) for cm in snapshot.configmaps}
     ctx = Context(
         snapshot,
-        policy_obj,
-        policy,
-        problems,
+        stack,
+        stack.policy_obj,
+        stack.policy,
+        list(stack.policy_problems),
         sorted(views, key=lambda v: v.name),
         pending,
         configmaps,

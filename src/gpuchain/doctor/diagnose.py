@@ -23,13 +23,16 @@ from gpuchain.doctor.checks import (
     check_gfd,
     check_mig,
     check_toolkit,
+    check_workloads,
 )
 from gpuchain.doctor.context import Context, NodeView, index
-from gpuchain.doctor.model import FOUNDATION, Finding, Link, LinkState, NodeChain, Report, Severity
+from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
+from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.objects import name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -64,13 +67,14 @@ def _consequence(view: NodeView, link: str, operands: tuple[Operand, ...]) -> li
     return out
 
 
-def _opted_out(view: NodeView, driver: Result) -> Finding | None:
+def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
     labels = sorted(k for k, v in view.labels.items() if k.startswith(DEPLOY_PREFIX) and v == "false")
     if driver.state is LinkState.OK:
         labels = [k for k in labels if k != DEPLOY_PREFIX + DRIVER.deploy]
     if not labels:
         return None
     everything = OPERANDS_LABEL in labels
+    action = Fix(FixOp.LABEL_NODE, view.name, dict.fromkeys(labels))
     return Finding(
         "node.opted-out",
         Severity.WARNING,
@@ -82,8 +86,9 @@ def _opted_out(view: NodeView, driver: Result) -> Finding | None:
             else "skips those operands on it."
         ),
         tuple(f"label {k}=false" for k in labels),
-        f"kubectl label node {view.name} " + " ".join(f"{k}-" for k in labels) + "   # if the opt-out is not intended",
+        ctx.stack.render(action) + "   # if the opt-out is not intended",
         node=view.name,
+        action=action,
     )
 
 
@@ -124,22 +129,51 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         ]
     else:
         findings = [dataclasses.replace(f, root=f.severity is Severity.ERROR) for f in findings]
-    opted = _opted_out(view, driver_result) if driver_result is not None else None
+    opted = _opted_out(ctx, view, driver_result) if driver_result is not None else None
     if opted is not None:
         findings.append(opted)
+    for f in check_workloads(ctx, view):
+        findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
 def _policy_findings(ctx: Context) -> list[Finding]:
-    if ctx.policy_obj is None:
+    stack = ctx.stack
+    if stack.id == "none":
+        if not ctx.views:
+            return []
+        return [
+            Finding(
+                "stack.missing",
+                Severity.ERROR,
+                "device-plugin",
+                f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device plugin "
+                "announces them to the kubelet, so no pod can ask for one.",
+                (
+                    "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
+                    f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                ),
+                "helm install gpuchain charts/gpuchain -n gpuchain --create-namespace   "
+                "# or NVIDIA's device plugin chart if the nodes already have a driver",
+                root=True,
+            )
+        ]
+    if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
+        fix = (
+            f"helm upgrade --install gpuchain charts/gpuchain -n {stack.namespace}"
+            if stack.id == "gpuchain"
+            else f"helm upgrade gpu-operator nvidia/gpu-operator -n {stack.namespace} --reuse-values   "
+            "# the chart creates the ClusterPolicy (cluster-policy)"
+        )
         return [
             Finding(
                 "policy.missing",
                 Severity.ERROR,
                 "driver",
-                "there is no ClusterPolicy, so the operator deploys nothing and no link of the chain exists.",
-                ("kubectl get clusterpolicies: none",),
-                "helm install gpuchain charts/gpuchain -n gpu-operator --create-namespace",
+                f"{stack.title} runs but there is no ClusterPolicy ({stack.policy_resource}), so its operator "
+                "deploys nothing and no link of the chain exists.",
+                (f"kubectl get {stack.policy_resource}: none", f"namespace {stack.namespace}"),
+                fix,
                 root=True,
             )
         ]
@@ -151,7 +185,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 "driver",
                 "the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
                 tuple(ctx.policy_problems),
-                f"kubectl edit clusterpolicy {ctx.policy_name}",
+                f"kubectl edit {ctx.policy_ref}",
                 root=True,
             )
         ]
@@ -174,16 +208,30 @@ def _version_skew(ctx: Context) -> list[Finding]:
         for k, ns in sorted(versions.items())
     )
     branches = sorted({k.split(".")[0] for k in versions})
-    if ctx.policy.driver.enabled:
-        fix = (
-            f"kubectl patch clusterpolicy {ctx.policy_name} --type merge "
-            f'-p \'{{"spec":{{"driver":{{"version":"{majority}"}}}}}}\''
-            "   # the upgrade controller rolls it node by node"
+    upgrade = sorted(
+        f"{v.name}: {UPGRADE_STATE}={v.labels[UPGRADE_STATE]}"
+        for v in ctx.views
+        if v.name in minority and UPGRADE_STATE in v.labels
+    )
+    first = minority[0]
+    if ctx.policy.driver.enabled and ctx.policy.driver.version != majority:
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
+        fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"
+    elif ctx.policy.driver.enabled:
+        # The policy already names the majority's version: the minority's driver pods are stale.
+        pod = next((v.pod(DRIVER) for v in ctx.views if v.name == first and v.pod(DRIVER) is not None), None)
+        restart = f"kubectl -n {ctx.namespace} delete pod {name_of(pod) if pod else '<driver pod>'}"
+        action = Fix(
+            FixOp.NODE,
+            first,
+            {"action": f"{restart} (it restarts with the policy's {majority})", "fact": "driver-version:"},
         )
+        fix = ctx.stack.render(action)
     else:
-        fix = (
-            f"# pre-installed drivers: upgrade the host driver on {', '.join(minority[:5])} to {majority}, node by node"
+        action = Fix(
+            FixOp.NODE, first, {"action": f"upgrade the host driver to {majority}", "fact": f"host-driver:{majority}"}
         )
+        fix = ctx.stack.render(action) + (f"; the same on {', '.join(minority[1:5])}" if len(minority) > 1 else "")
     return [
         Finding(
             "driver.version-skew",
@@ -193,9 +241,10 @@ def _version_skew(ctx: Context) -> list[Finding]:
             + (f"; branches {', '.join(branches)}" if len(branches) > 1 else "")
             + "): CUDA user-space libraries built against one may not resolve symbols of another, so the same image "
             "behaves differently depending on the node it lands on.",
-            evidence,
+            (*evidence, *upgrade),
             fix,
             root=True,
+            action=action,
         )
     ]
 
@@ -248,7 +297,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings += [f for c in chains for f in c.findings]
     findings += _version_skew(ctx)
     findings += _pending(ctx, chains)
-    return Report(chains, findings, len(ctx.views))
+    return Report(chains, findings, len(ctx.views), stack=ctx.stack.to_dict())
 
 
 def run_doctor(

@@ -31,9 +31,36 @@ LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter", "mig")
 FOUNDATION = ("driver", "toolkit", "device-plugin")
 
 
+class FixOp(enum.StrEnum):
+    """What kind of change a fix is."""
+
+    LABEL_NODE = "label-node"  #: changes: {key: value, or None to remove}
+    PATCH_POLICY = "patch-policy"  #: changes: a merge patch of the stack's ClusterPolicy
+    PATCH_DAEMONSET = "patch-daemonset"  #: changes: a merge patch of the DaemonSet ``target`` (ns/name)
+    CREATE = "create"  #: changes: the object to create
+    NODE = "node"  #: work on the node itself (changes["action"]): reimage, restart containerd, upgrade driver
+    HARDWARE = "hardware"  #: no command fixes it: changes["action"] names what a person must do
+    INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix as data: what to change on which object. The stack renders it as commands; the
+    simulator applies it to the scenario's facts and re-diagnoses."""
+
+    op: FixOp
+    target: str  #: node name, policy name, "namespace/name" of a DaemonSet, "" for install
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"op": self.op.value, "target": self.target, "changes": self.changes}
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One diagnosis. ``id`` is stable (scripts and tests match on it); ``fix`` is a command to run."""
+    """One diagnosis. ``id`` is stable (scripts and tests match on it); ``fix`` is the command
+    (or the action, for hardware) as text; ``action`` the same fix as data, where there is one."""
 
     id: str
     severity: Severity
@@ -44,10 +71,12 @@ class Finding:
     node: str | None = None
     root: bool = False
     consequences: tuple[str, ...] = ()
+    action: Fix | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``-o json``)."""
         return {
+            "action": self.action.to_dict() if self.action else None,
             "id": self.id,
             "severity": self.severity.value,
             "link": self.link,
@@ -129,6 +158,7 @@ class Report:
     gpu_nodes: int
     api_calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    stack: dict[str, Any] = field(default_factory=dict)  #: the stack found (`Stack.to_dict`)
 
     @property
     def broken(self) -> bool:
@@ -161,6 +191,7 @@ class Report:
         """JSON form (``gpuchain doctor -o json``)."""
         return {
             "broken": self.broken,
+            "stack": self.stack,
             "gpuNodes": self.gpu_nodes,
             "rootCauses": [g.id for g in self.root_causes],
             "findings": [g.to_dict() for g in self.groups()],

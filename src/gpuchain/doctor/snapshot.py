@@ -1,10 +1,13 @@
 """Gather what the doctor needs with a fixed handful of list calls, never one call per node.
 
-Seven lists answer every check on any cluster size: ClusterPolicies (which also name the
-operator's namespace), Nodes, Pods (all namespaces, not finished), the operator's DaemonSets and
-ConfigMaps, RuntimeClasses and Warning Events. Container logs are read only for the few failing
-operand pods whose last log lines are not already in ``lastState.terminated.message``
-(at most ``MAX_LOGS``), so a thousand crash-looping nodes cost no more than five.
+Eight lists answer every check on any cluster size, whichever stack runs it: ClusterPolicies of
+both API groups (gpuchain.io and NVIDIA's nvidia.com; a group the cluster does not have answers
+404, which means "not this stack"), Nodes, Pods (all namespaces, not finished), DaemonSets (all
+namespaces: the stack adapters find their own), the stack's ConfigMaps, RuntimeClasses and
+Warning Events; a ninth lists NVIDIADrivers where the GPU Operator runs. Container logs are read
+only for the few operand containers that are not ready and whose last lines are not already in
+``lastState.terminated.message`` (at most ``MAX_LOGS``), so a thousand failing nodes cost no more
+than five.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
-from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj
-from gpuchain.operator.operands import DEVICE_PLUGIN
-from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
 
 MAX_LOGS = 5
+MAX_WORKLOAD_LOGS = 3
 LogKey = tuple[str, str, str]  #: (namespace, pod, container)
 
 
@@ -32,7 +37,11 @@ class LogReader(Protocol):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The cluster as the doctor saw it; every check is a pure function of this."""
+    """The cluster as the doctor saw it; every check is a pure function of this.
+
+    ``namespace`` is the stack namespace the user named (``--namespace``), "" to let the stack
+    adapter find it.
+    """
 
     namespace: str
     policies: list[Obj]
@@ -43,10 +52,38 @@ class Snapshot:
     runtime_classes: list[Obj]
     events: list[Obj]
     logs: dict[LogKey, str] = field(default_factory=dict)
+    drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
+    absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
+
+    @property
+    def stack(self) -> Stack:
+        """The stack that runs the cluster (see `gpuchain.doctor.stacks`)."""
+        return detect(self)
 
 
 #: The list calls, in order, with what each is for (also the progress bar's steps).
-STEPS = ("clusterpolicies", "nodes", "pods", "daemonsets", "configmaps", "runtimeclasses", "events")
+STEPS = (
+    "clusterpolicies.gpuchain.io",
+    "clusterpolicies.nvidia.com",
+    "nodes",
+    "pods",
+    "daemonsets",
+    "configmaps",
+    "runtimeclasses",
+    "events",
+)
+
+
+def list_if_served(cluster: Cluster, kind: Kind) -> list[Obj]:
+    """``cluster.list(kind)``, or [] when the cluster does not serve that API group (404)."""
+    try:
+        return cluster.list(kind)
+    except (NotFoundError, UnknownKindError):
+        return []
+    except KubeError as exc:
+        if exc.code == 404:
+            return []
+        raise
 
 
 def gather(
@@ -54,48 +91,91 @@ def gather(
     namespace: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Snapshot:
-    """List everything once. ``namespace`` defaults to the ClusterPolicy's status, then gpu-operator."""
+    """List everything once. ``namespace`` overrides the stack's own namespace."""
     step = progress or (lambda _name: None)
-    policies = cluster.list(CLUSTER_POLICY)
-    step("clusterpolicies")
-    if namespace is None:
-        namespace = next(
-            (str(p.get("status", {}).get("namespace")) for p in policies if p.get("status", {}).get("namespace")),
-            DEFAULT_NAMESPACE,
-        )
+    policies = list_if_served(cluster, CLUSTER_POLICY)
+    step(STEPS[0])
+    nvidia = list_if_served(cluster, NVIDIA_CLUSTER_POLICY)
+    step(STEPS[1])
     nodes = cluster.list(NODE)
     step("nodes")
     pods = cluster.list(POD, field_selector="status.phase!=Succeeded,status.phase!=Failed")
     step("pods")
-    daemonsets = cluster.list(DAEMONSET, namespace)
+    daemonsets = cluster.list(DAEMONSET)
     step("daemonsets")
-    configmaps = cluster.list(CONFIGMAP, namespace)
+    drivers = list_if_served(cluster, NVIDIA_DRIVER) if nvidia else []
+    partial = Snapshot(namespace or "", policies + nvidia, nodes, pods, daemonsets, [], [], [], drivers=drivers)
+    stack = partial.stack
+    configmaps = cluster.list(CONFIGMAP, stack.namespace) if stack.namespace else []
     step("configmaps")
     runtime_classes = cluster.list(RUNTIME_CLASS)
     step("runtimeclasses")
     events = cluster.list(EVENT, field_selector="type=Warning")
     step("events")
-    return Snapshot(namespace, policies, nodes, pods, daemonsets, configmaps, runtime_classes, events)
+    return Snapshot(
+        namespace or "",
+        policies + nvidia,
+        nodes,
+        pods,
+        daemonsets,
+        configmaps,
+        runtime_classes,
+        events,
+        drivers=drivers,
+    )
 
 
 def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
-    """The containers worth a log call: failing operand containers with no last log lines in their
-    status, and running device plugins on nodes whose capacity has no GPU resource (their log
-    says whether they registered)."""
-    unregistered = {str(n.get("metadata", {}).get("name")) for n in snapshot.nodes if not node_gpu_resources(n)}
+    """The containers worth a log call: every container of the stack's operand pods (init
+    containers that crash or restarted included) that is not ready and has no last log lines in
+    its status, and running
+    device plugins on nodes whose capacity announces no GPU (their log says whether they
+    registered). Crash-looping ones first: their log is the failure itself."""
+    stack = snapshot.stack
+    unregistered = {
+        str(n.get("metadata", {}).get("name"))
+        for n in snapshot.nodes
+        if not any(v > 0 for v in node_gpu_resources(n).values())
+    }
+    crashing: list[LogKey] = []
+    quiet: list[LogKey] = []
+    for pod in snapshot.pods:
+        meta = pod.get("metadata", {})
+        if meta.get("namespace") != stack.namespace:
+            continue
+        owner = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
+        state = stack.operand_of(str(owner)) if owner else None
+        if state is None:
+            continue
+        status = pod.get("status") or {}
+        on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
+        inits = status.get("initContainerStatuses") or []
+        for cs in [*inits, *(status.get("containerStatuses") or [])]:
+            current = cs.get("state") or {}
+            message = ((cs.get("lastState") or {}).get("terminated") or {}).get("message")
+            key = (stack.namespace, str(meta.get("name")), str(cs.get("name")))
+            # A running init container is waiting for a lower link, unless it already restarted.
+            waiting_init = cs in inits and not cs.get("restartCount")
+            if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                if not message:
+                    crashing.append(key)
+            elif current.get("running") and not waiting_init and (not cs.get("ready") or on_bare_node):
+                quiet.append(key)
+    return (sorted(crashing) + sorted(quiet))[:limit] + workload_logs(snapshot, stack.namespace)
+
+
+def workload_logs(snapshot: Snapshot, stack_namespace: str, limit: int = MAX_WORKLOAD_LOGS) -> list[LogKey]:
+    """GPU workload containers that are not ready or restarted: their log says whether the GPU went
+    away under them ("Failed to initialize NVML: Unknown Error")."""
     wanted: list[LogKey] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
-        if meta.get("namespace") != snapshot.namespace:
+        ns = str(meta.get("namespace") or "default")
+        if ns in (stack_namespace, "kube-system") or not pod_gpu_requests(pod):
             continue
-        plugin = (meta.get("labels") or {}).get("app") == DEVICE_PLUGIN.name
-        for cs in pod.get("status", {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            message = ((cs.get("lastState") or {}).get("terminated") or {}).get("message")
-            running = bool((cs.get("state") or {}).get("running"))
-            silent = plugin and running and (pod.get("spec") or {}).get("nodeName") in unregistered
-            if (waiting.get("reason") == "CrashLoopBackOff" and not message) or silent:
-                wanted.append((snapshot.namespace, str(meta.get("name")), str(cs.get("name"))))
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")):
+                wanted.append((ns, str(meta.get("name")), str(cs.get("name"))))
     return sorted(wanted)[:limit]
 
 

@@ -72,3 +72,13 @@ class EvictionBlockedError(KubeError):
         self.pdb = pdb
         detail = f": {message}" if message else ""
         super().__init__(f"eviction of pod {namespace}/{pod} blocked by PodDisruptionBudget {namespace}/{pdb}{detail}")
+
+
+class UnreachableError(KubeError):
+    """The API server did not answer as a Kubernetes API server: connection refused, name not
+    resolved, TLS failure, timeout, or a reply that is not the API's JSON (a proxy's HTML page).
+
+    Its message is one line saying what was tried and what to check, so a command can print it as is.
+    """
+
+    code = 503

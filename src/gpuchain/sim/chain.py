@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from gpuchain.common.labels import MIG_CAPABLE
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
-from gpuchain.deviceplugin.config import apply_env
-from gpuchain.deviceplugin.resources import Resource, map_resources
+from gpuchain.deviceplugin.config import MigStrategy, apply_env
+from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
+from gpuchain.doctor.placement import tolerates
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import DriverSpec, load_preset
@@ -37,6 +38,7 @@ from gpuchain.operator.operands import (
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.sim.scenario import NodeGroup, Scenario
+from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
 CUDA_OF_BRANCH = {
@@ -65,6 +67,8 @@ HOST = "host"  # a pre-installed host driver serves the node
 MISSING = "missing"  # no driver at all
 RUNTIME_MISSING = "runtime-missing"
 CONFIG_MISSING = "config-missing"
+MIG_INVALID = "mig-invalid"  # MIG layout does not fit mig.strategy=single: the plugin refuses to start
+NO_NVML = "no-nvml"  # the plugin runs without the NVIDIA runtime: NVML not found, announces nothing
 DOWN = "down"
 
 
@@ -88,6 +92,7 @@ class NodePlan:
     resources: tuple[Resource, ...] = ()
     lost: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)  #: feature-discovery labels (may be stale)
+    mig_misfit: str = ""  #: why the MIG layout does not fit the strategy, when it does not
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -127,6 +132,10 @@ class NodePlan:
 def policy_of(scenario: Scenario) -> ClusterPolicySpec:
     """The scenario's ClusterPolicy spec, with the device plugin ConfigMap wired in when configs are given."""
     spec = dict(scenario.policy)
+    if scenario.stack in HOST_STACKS:
+        # The node image brings driver and runtime; only the device plugin is deployed.
+        for key in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager"):
+            spec[key] = {**dict(spec.get(key) or {}), "enabled": False}
     if scenario.device_plugin_configs:
         dp = dict(spec.get("devicePlugin") or {})
         cfg = dict(dp.get("config") or {})
@@ -183,6 +192,25 @@ def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None
     return apply_env(DevicePluginConfig.model_validate(body), env)
 
 
+def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dict[str, str]:
+    """GFD's labels when strategy single meets a non-uniform layout (NVIDIA/k8s-device-plugin
+    internal/lm/mig-strategy.go newInvalidMigStrategyLabeler): product ``<model>-MIG-INVALID``
+    and count, replicas and memory 0."""
+    mixed = config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": MigStrategy.MIXED})})
+    labels = dict(gfd_labels(inventory, mixed))
+    model = labels.get("nvidia.com/gpu.product", "NVIDIA-GPU").split("-MIG-")[0]
+    labels.update(
+        {
+            "nvidia.com/gpu.product": f"{model}-MIG-INVALID",
+            "nvidia.com/gpu.count": "0",
+            "nvidia.com/gpu.replicas": "0",
+            "nvidia.com/gpu.memory": "0",
+            "nvidia.com/gpu.sharing-strategy": "",
+        }
+    )
+    return labels
+
+
 def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) -> str | None:
     """Which ConfigMap key the node's device plugin reads: its label, else the policy default."""
     if group.device_plugin_config:
@@ -193,19 +221,37 @@ def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) 
     return next(iter(scenario.device_plugin_configs)) if len(scenario.device_plugin_configs) == 1 else None
 
 
-def _off(policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str]) -> bool:
-    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted
+def untolerated(policy: ClusterPolicySpec, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
+    """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets do not tolerate."""
+    tolerations = HOST_TOLERATIONS if host_stack else [t.to_dict() for t in policy.daemonsets.tolerations]
+    return next(
+        (t for t in group.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)),
+        None,
+    )
+
+
+def _off(
+    policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str], tainted: bool = False
+) -> bool:
+    """Not deployed here: no GPU, disabled, opted out, or kept off by a taint it does not tolerate."""
+    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted or tainted
 
 
 def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
     """Derive every link's state on node ``name`` from the facts of its group."""
     opted = frozenset(group.opt_out)
+    if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
+        group = group.model_copy(update={"host_driver": HOST_DRIVER})
+    # A taint the DaemonSets do not tolerate, or (operator stacks) no NFD label to select on.
+    tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None or (
+        scenario.stack not in HOST_STACKS and not group.nfd
+    )
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
     paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()
 
     # 1. driver
-    container = not _off(policy, group, DRIVER, opted)
+    container = not _off(policy, group, DRIVER, opted, tainted)
     if not group.gpu:
         driver, version = OFF, None
     elif container and group.host_driver:
@@ -221,7 +267,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     driver_ok = driver in (OK, HOST)
 
     # 2. toolkit
-    if _off(policy, group, TOOLKIT, opted):
+    if _off(policy, group, TOOLKIT, opted, tainted):
         toolkit = OFF
     elif not driver_ok:
         toolkit = BLOCKED
@@ -230,7 +276,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     runtime_ok = driver_ok and (toolkit == OK or (toolkit == OFF and group.runtime_configured))
 
     def above(operand: Operand) -> str:
-        if _off(policy, group, operand, opted):
+        if _off(policy, group, operand, opted, tainted):
             return OFF
         if operand.deploy in paused:
             return LINK_PAUSED
@@ -239,6 +285,9 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     # 3. device plugin, 4. GFD / exporter / MIG manager
     key = config_key(scenario, policy, group)
     plugin = above(DEVICE_PLUGIN)
+    if plugin == BLOCKED and scenario.stack in HOST_STACKS and driver_ok and not group.runtime_configured:
+        # No operator gates it: the plugin starts under runc and finds no NVML library.
+        plugin = NO_NVML
     dp_config = plugin_config(scenario, policy, key)
     if plugin == OK and dp_config is None:
         plugin = CONFIG_MISSING
@@ -249,11 +298,20 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     layout = mig.config if mig is not None and mig.state == MigState.SUCCESS else None
     inventory = _inventory(group.preset, group.name, version, layout) if driver_ok else None
     resources: tuple[Resource, ...] = ()
+    mig_misfit = ""
     if plugin == OK and inventory is not None and dp_config is not None:
-        resources = tuple(map_resources(inventory, dp_config))
+        try:
+            resources = tuple(map_resources(inventory, dp_config))
+        except ResourceMappingError as exc:
+            # As NVIDIA's plugin: a MIG layout that does not fit strategy single stops it.
+            plugin, mig_misfit = MIG_INVALID, str(exc)
     labels: dict[str, str] = {}
     if gfd in (OK, LINK_PAUSED) and inventory is not None:
-        labels = gfd_labels(inventory, dp_config or DevicePluginConfig())
+        gfd_config = dp_config or DevicePluginConfig()
+        try:
+            labels = gfd_labels(inventory, gfd_config)
+        except ResourceMappingError:
+            labels = _mig_invalid_labels(inventory, gfd_config)
     # The MIG manager's DaemonSet selects nvidia.com/mig.capable=true, a label only GFD writes.
     mig_manager = above(MIG_MANAGER) if labels.get(MIG_CAPABLE) == "true" else OFF
     lost = frozenset(group.lost_gpus) if plugin == OK else frozenset()
@@ -274,4 +332,5 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         resources=resources,
         lost=lost,
         labels=labels,
+        mig_misfit=mig_misfit,
     )

@@ -52,6 +52,7 @@ from gpuchain.remediation.model import (
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.scenario import Scenario
+from gpuchain.sim.stacks import HOST_STACKS, namespace_for, node_extras, policy_api, restyle_daemonset
 
 RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
 STAMP = "2026-06-05T18:00:00Z"
@@ -70,9 +71,19 @@ class Rendered:
     """(namespace, pod) -> (node, device ids) of every workload pod that got devices."""
 
 
-def pod_name(ds_name: str, node: str) -> str:
-    """A stable pod name like the DaemonSet controller's (name + 5 characters)."""
-    return f"{ds_name}-{hashlib.sha1(node.encode()).hexdigest()[:5]}"
+#: The alphabet of generateName suffixes (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0/1/3).
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
+    """A stable pod name like the DaemonSet controller's (name + 5 generateName characters); a
+    later ``attempt`` gives another suffix, as the API server's retry on a taken name does."""
+    n = int.from_bytes(hashlib.sha1(f"{node}/{attempt}".encode()).digest()[:8], "big")
+    suffix = ""
+    for _ in range(5):
+        n, i = divmod(n, len(_SUFFIX))
+        suffix += _SUFFIX[i]
+    return f"{ds_name}-{suffix}"
 
 
 def _running(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
@@ -133,17 +144,24 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
     g = plan.group
     if operand is DRIVER:
         if plan.driver == chain.KERNEL_MISMATCH:
+            # The driver container's own lines, as quoted in NVIDIA/gpu-operator#85.
             return (
-                f"Resolving Linux kernel version...\n"
-                f"Kernel version {g.kernel} is not supported by driver {policy.driver.version}: "
-                f"no precompiled driver package for kernel {g.kernel}\n"
-                f"Could not resolve Linux kernel version {g.kernel}; exiting"
+                "========== NVIDIA Software Installer ==========\n\n"
+                f"Starting installation of NVIDIA driver version {policy.driver.version} for Linux kernel version "
+                f"{g.kernel}\n\nStopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Unmounting NVIDIA driver rootfs...\nChecking NVIDIA driver packages...\n"
+                "Updating the package cache...\n"
+                "Resolving Linux kernel version...\nCould not resolve Linux kernel version\n"
+                "Stopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Unmounting NVIDIA driver rootfs..."
             )
         if plan.driver == chain.HOST_CONFLICT:
+            # As quoted in NVIDIA/gpu-operator#126.
             return (
-                f"Unloading NVIDIA driver kernel modules...\n"
-                f"nvidia {g.host_driver} is loaded by the host (pre-installed driver)\n"
-                "Could not unload NVIDIA driver kernel modules, driver is in use; exiting"
+                "========== NVIDIA Software Installer ==========\n\n"
+                f"Starting installation of NVIDIA driver version {policy.driver.version} for Linux kernel version "
+                f"{g.kernel}\n\nStopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
+                "Could not unload NVIDIA driver kernel modules, driver is in use"
             )
         return f"Loading NVIDIA driver kernel modules...\nDone, now waiting for signal (driver {plan.driver_version})"
     if operand is TOOLKIT:
@@ -162,17 +180,42 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 f"error starting plugins: unable to load config: no config named {plan.config_key!r} in "
                 f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
             )
+        if plan.plugin == chain.MIG_INVALID:
+            # NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go and internal/rm/device_map.go.
+            return (
+                "Starting Plugins.\nLoading configuration.\n"
+                "error starting plugins: error building device map: error building device map from "
+                "config.resources: invalid MIG configuration: "
+                + (
+                    "more than one MIG device type present on node"
+                    if "more than one" in plan.mig_misfit
+                    else "at least one device with migEnabled=true was not configured correctly"
+                )
+            )
+        if plan.plugin == chain.NO_NVML:
+            # As quoted in NVIDIA/k8s-device-plugin#478 (v0.14, failOnInitError false).
+            return (
+                "Starting Plugins.\nLoading configuration.\nRetreiving plugins.\n"
+                "Detected non-NVML platform: could not load NVML library: libnvidia-ml.so.1: cannot open shared "
+                "object file: No such file or directory\n"
+                "Incompatible platform detected\n"
+                "If this is a GPU node, did you configure the NVIDIA Container Toolkit?\n"
+                "No devices found. Waiting indefinitely."
+            )
         lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
+        uuids = {d.gpu_index: d.gpu_uuid for r in plan.resources for d in r.devices}
         for i in sorted(plan.lost):
-            lines.append(f"XidCriticalError: Xid=79 on Device={i}; marking device as unhealthy")
+            # k8s-device-plugin internal/rm/health.go: the device ID is the GPU's UUID.
+            lines.append(f"XidCriticalError: Xid=79 on Device={uuids.get(i, i)}; marking device as unhealthy.")
         return "\n".join(lines)
     if operand.state == "dcgm-exporter" and plan.exporter == chain.DOWN:
-        return "Starting dcgm-exporter\nError: failed to initialize DCGM: DCGM library not found (libdcgm.so.4)"
+        # As reported in NVIDIA/dcgm-exporter#636.
+        return "Starting dcgm-exporter\nthe libdcgm.so.4 library was not found"
     return ""
 
 
-def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
-    """The DaemonSet's pod on this node, with the status the node's story implies."""
+def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str) -> Obj:
+    """The DaemonSet's pod ``name`` on this node, with the status the node's story implies."""
     # A shallow copy: pods share the template's containers (MemoryCluster copies what it stores).
     spec = {k: v for k, v in ds["spec"]["template"]["spec"].items() if k != "affinity"}
     spec["nodeName"] = plan.name
@@ -196,7 +239,7 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
             [_waiting(n, "ContainerCreating") for n in mains],
             ip,
         )
-    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN):
+    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN, chain.MIG_INVALID):
         status = _status("Running", [_done(n) for n in inits], [_crashloop(mains[0], log)], ip)
     elif operand is VALIDATOR and plan.plugin != chain.OK:
         # driver, toolkit and cuda validated; plugin-validation polls node capacity forever.
@@ -213,7 +256,7 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str) -> Obj:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(name_of(ds), plan.name),
+            "name": name,
             "namespace": ds["metadata"]["namespace"],
             "labels": labels,
             "ownerReferences": [
@@ -230,8 +273,9 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     labels = {"kubernetes.io/hostname": plan.name, "kubernetes.io/os": "linux", **g.labels}
     if not plan.gpu:
         return labels
-    labels[NFD_GPU_LABELS[0]] = "true"
-    labels[GPU_PRESENT] = "true"
+    if g.nfd:
+        labels[NFD_GPU_LABELS[0]] = "true"
+        labels[GPU_PRESENT] = "true"
     labels.update(plan.labels)
     for suffix in sorted(plan.opted_out):
         labels[DEPLOY_PREFIX + suffix] = "false"
@@ -245,20 +289,33 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     return labels
 
 
-def node_object(plan: NodePlan) -> Obj:
+def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
     """The Node: labels, kernel and runtime in nodeInfo, GPU resources in capacity/allocatable."""
     g = plan.group
     base = {"cpu": "96", "memory": "2113373748Ki", "pods": "110", "ephemeral-storage": "3750000000Ki"}
     capacity = {**base, **{k: str(v) for k, v in plan.capacity.items()}}
     allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}}
-    meta: dict[str, Any] = {"name": plan.name, "labels": _node_labels(plan)}
+    labels = _node_labels(plan)
+    spec: dict[str, Any] = {}
+    if plan.gpu:
+        extra, provider, taints = node_extras(stack, plan.name)
+        if stack in ("eks", "aks", "gke"):
+            # Managed node images run no NFD: no PCI feature labels, no nvidia.com/gpu.present.
+            labels = {k: v for k, v in labels.items() if k not in (NFD_GPU_LABELS[0], GPU_PRESENT)}
+        labels.update(extra)
+        if provider:
+            spec["providerID"] = provider
+        taints = [*taints, *(dict(t) for t in g.taints)]
+        if taints:
+            spec["taints"] = taints
+    meta: dict[str, Any] = {"name": plan.name, "labels": labels}
     if g.mig is not None and g.mig.reason:
         meta["annotations"] = {MIG_CONFIG_STATE_REASON: g.mig.reason}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": meta,
-        "spec": {},
+        "spec": spec,
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
@@ -310,20 +367,19 @@ def _ds_status(pods: list[Obj]) -> dict[str, Any]:
     }
 
 
-def _workload_pod(namespace: str, name: str, resource: str, gpus: int) -> Obj:
+def _workload_pod(namespace: str, name: str, resource: str, gpus: int, visible: str | None = None) -> Obj:
+    container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"}
+    if gpus:
+        container["resources"] = {"limits": {resource: str(gpus)}}
+    if visible is not None:
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
         "spec": {
             "restartPolicy": "Always",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04",
-                    "resources": {"limits": {resource: str(gpus)}},
-                }
-            ],
+            "containers": [container],
         },
     }
 
@@ -335,11 +391,19 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
     }
     gpu_of = {p.name: {d.id: d.gpu_index for r in p.resources for d in r.devices} for p in plans}
     lost = {p.name: p.lost for p in plans}
+    rules_lost = {p.name for p in plans if p.group.lost_device_rules}
+    stale = {p.name for p in plans if p.group.stale_allocations}
     pods: list[Obj] = []
     for w in scenario.workloads:
         for i in range(w.count):
             name = f"{w.name}-{i}" if w.count > 1 else w.name
-            pod = _workload_pod(w.namespace, name, w.resource, w.gpus)
+            pod = _workload_pod(w.namespace, name, w.resource, w.gpus, w.visible_devices)
+            if w.gpus == 0:
+                where = w.node or next((p.name for p in plans if p.gpu), plans[0].name)
+                pod["spec"]["nodeName"] = where
+                pod["status"] = _status("Running", [], [_running("main")], "10.0.0.1")
+                pods.append(pod)
+                continue
             candidates = [w.node] if w.node else [p.name for p in plans]
             node = next((n for n in candidates if len(free[n].get(w.resource, [])) >= w.gpus), None)
             if node is None:
@@ -356,12 +420,33 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
                         }
                     ],
                 }
+            elif node in stale:
+                # The scheduler placed it; the kubelet's admission refuses it (kubernetes/kubernetes#130145).
+                pod["spec"]["nodeName"] = node
+                message = (
+                    f"Allocate failed due to requested number of devices unavailable for {w.resource}. "
+                    f"Requested: {w.gpus}, Available: 0, which is unexpected"
+                )
+                pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod {message}"}
+                event = _event(w.namespace, pod, "UnexpectedAdmissionError", message, "kubelet", len(out.objects) + i)
+                event["source"]["host"] = node
+                out.objects.append(event)
             else:
                 ids = tuple(free[node][w.resource][: w.gpus])
                 del free[node][w.resource][: w.gpus]
                 pod["spec"]["nodeName"] = node
                 hung = any(gpu_of[node][d] in lost[node] for d in ids)
-                pod["status"] = _status("Running", [], [_running("main", ready=not hung)], "10.0.0.1")
+                detached = node in rules_lost
+                pod["status"] = _status(
+                    "Running",
+                    [],
+                    [_running("main", ready=not (hung or detached), restarts=3 if detached else 0)],
+                    "10.0.0.1",
+                )
+                if detached:
+                    # What the CUDA image's nvidia-smi prints once the device rules are gone
+                    # (NVIDIA/nvidia-container-toolkit#48, NVIDIA/gpu-operator#485).
+                    out.logs[(w.namespace, name, "main")] = "Failed to initialize NVML: Unknown Error"
                 out.placements[(w.namespace, name)] = (node, ids)
             pods.append(pod)
     return pods
@@ -370,11 +455,15 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
 def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec) -> Rendered:
     """Every object of the simulated cluster, and the operand containers' logs."""
     out = Rendered()
-    ns = scenario.namespace
+    stack = scenario.stack
+    ns = namespace_for(stack, scenario.namespace)
     facts = Facts(ns, scenario.policy_name)
     wanted = desired(policy, facts)
     out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    out.objects += [o for o in wanted if o["kind"] != "DaemonSet"]
+    others = [o for o in wanted if o["kind"] != "DaemonSet"]
+    if stack in HOST_STACKS:
+        others = [o for o in others if o["kind"] not in ("RuntimeClass", "ServiceAccount")]
+    out.objects += others
     if policy.device_plugin.config.name and scenario.device_plugin_configs:
         out.objects.append(
             {
@@ -384,11 +473,15 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                 "data": {k: yaml.safe_dump(v, sort_keys=False) for k, v in scenario.device_plugin_configs.items()},
             }
         )
-    nodes = [node_object(p) for p in plans]
+    nodes = [node_object(p, stack) for p in plans]
     out.objects += nodes
     by_operand: dict[str, list[Obj]] = {}
-    daemonsets = {name_of(d): d for d in wanted if d["kind"] == "DaemonSet"}
+    by_name = {o.name: o for o in OPERANDS}
+    daemonsets = {
+        name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d) for d in wanted if d["kind"] == "DaemonSet"
+    }
     events: list[Obj] = []
+    taken: set[str] = set()
     for op in OPERANDS:
         ds = daemonsets.get(op.name)
         if ds is None:
@@ -398,7 +491,13 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             if not plan.deployed(op):
                 continue
             log = _logs_for(plan, op, scenario, policy)
-            pod = _operand_pod(ds, plan, op, log)
+            name = pod_name(name_of(ds), plan.name)
+            attempt = 0
+            while name in taken:
+                attempt += 1
+                name = pod_name(name_of(ds), plan.name, attempt)
+            taken.add(name)
+            pod = _operand_pod(ds, plan, op, log, name)
             pods.append(pod)
             container = pod["spec"]["containers"][0]["name"]
             if log:
@@ -422,31 +521,16 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     workloads = _place_workloads(scenario, plans, out)
     out.objects += workloads
     node_by_name = {name_of(n): n for n in nodes}
-    for plan in plans:
-        for index in sorted(plan.lost):
-            bound = sorted(
-                f"{pns}/{pname}"
-                for (pns, pname), (node, ids) in out.placements.items()
-                if node == plan.name and any(_gpu_index(plan, d) == index for d in ids)
-            )
-            held = f"; pods bound to it: {', '.join(bound)}" if bound else ""
-            events.append(
-                _event(
-                    "default",
-                    node_by_name[plan.name],
-                    "XidCriticalError",
-                    f"XID 79 (GPU has fallen off the bus) on GPU {index}: device marked Unhealthy{held}",
-                    "nvidia-device-plugin",
-                    len(events),
-                )
-            )
-    for plan in plans:
-        if plan.gpu and plan.plugin == chain.OK:
-            _publish_health(node_by_name[plan.name], plan, out.placements)
+    if stack == "gpuchain":
+        # gpuchain's gpu-health publishes GPUHealthy and the faults on the Node; other stacks do not.
+        for plan in plans:
+            if plan.gpu and plan.plugin == chain.OK:
+                _publish_health(node_by_name[plan.name], plan, out.placements)
     out.objects += events
-    out.objects.append(
-        _policy_object(scenario, policy, daemonsets, [p for ps in by_operand.values() for p in ps], plans)
-    )
+    api = policy_api(stack)
+    if api is not None:
+        pods = [p for ps in by_operand.values() for p in ps]
+        out.objects.append({**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api})
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -76,6 +76,20 @@ class NodeGroup(_Strict):
     lost_gpus: list[int] = Field(default_factory=list, alias="lostGpus")
     opt_out: list[str] = Field(default_factory=list, alias="optOut")
     exporter_down: bool = Field(False, alias="exporterDown")
+    lost_device_rules: bool = Field(
+        False,
+        alias="lostDeviceRules",
+        description="systemd reloaded its units on a node without /dev/char symlinks for the NVIDIA devices: "
+        "running GPU containers lost their device cgroup rules (NVIDIA/nvidia-container-toolkit#48)",
+    )
+    taints: list[dict[str, str]] = Field(default_factory=list, description="node taints (key, value, effect)")
+    nfd: bool = Field(True, description="Node Feature Discovery labelled the node's PCI devices (pci-10de)")
+    stale_allocations: bool = Field(
+        False,
+        alias="staleAllocations",
+        description="the kubelet's device manager still counts GPUs of deleted pods as allocated "
+        "(kubernetes/kubernetes#130145): GPU pods placed here fail admission",
+    )
 
     @field_validator("name")
     @classmethod
@@ -115,9 +129,12 @@ class Workload(_Strict):
     name: str
     namespace: str = "default"
     count: int = Field(1, ge=1, le=100_000)
-    gpus: int = Field(1, ge=1, le=64)
+    gpus: int = Field(1, ge=0, le=64, description="0: asks for no GPU (then ``node`` places it)")
     resource: str = "nvidia.com/gpu"
     node: str | None = None
+    visible_devices: str | None = Field(
+        None, alias="visibleDevices", description="NVIDIA_VISIBLE_DEVICES in the container's env (e.g. all)"
+    )
 
     @field_validator("name", "namespace")
     @classmethod
@@ -125,10 +142,17 @@ class Workload(_Strict):
         return _dns_name(value)
 
 
+_SOURCE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[0-9]+$")
+
+
 class Scenario(_Strict):
     """A whole simulated cluster: nodes, operator settings, workloads and what the doctor should say."""
 
     name: str
+    stack: Literal["gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke"] = Field(
+        "gpuchain", description="which GPU stack the cluster runs; the simulator renders its object names"
+    )
+    source: str = Field("", description="the public upstream report the scenario comes from, owner/repo#number")
     description: str = ""
     symptom: str = Field("", description="what a user sees, in the chapter's words")
     expect: list[str] = Field(default_factory=list, description="finding ids the doctor must name")
@@ -146,6 +170,13 @@ class Scenario(_Strict):
     @classmethod
     def _dns(cls, value: str) -> str:
         return _dns_name(value)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if value and not _SOURCE.match(value):
+            raise ValueError("must be owner/repo#number, e.g. NVIDIA/gpu-operator#1234")
+        return value
 
     @field_validator("policy")
     @classmethod

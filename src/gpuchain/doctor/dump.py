@@ -1,0 +1,261 @@
+"""The doctor offline: read (and write) the directory ``kubectl cluster-info dump`` writes.
+
+``kubectl cluster-info dump --all-namespaces --output-directory=DIR`` (kubernetes/kubernetes,
+staging/src/k8s.io/kubectl/pkg/cmd/clusterinfo/clusterinfo_dump.go) writes ``DIR/nodes.json``
+and, per namespace, ``DIR/<ns>/{events,replication-controllers,services,daemonsets,deployments,
+replicasets,pods}.json`` (List objects; ``.yaml`` with ``-o yaml``) and ``DIR/<ns>/<pod>/logs.txt``,
+every init container's then every container's log between the lines
+``==== START logs for container <c> of pod <ns>/<pod> ====`` and ``==== END logs ... ====``
+(a log it could not read is the single line ``Request log error: ...``).
+
+Optional extras in the same List style, which kubectl does not write but the doctor reads when
+present: ``DIR/clusterpolicies.json`` (gpuchain.io or nvidia.com items), ``DIR/nvidiadrivers.json``,
+``DIR/runtimeclasses.json`` and ``DIR/<ns>/configmaps.json``. A dump without them still works;
+the checks that need them say nothing rather than guess. ``write_dump`` writes the layout, extras
+included, from any `Cluster`, so a user can attach it to a ticket.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuchain.doctor.snapshot import LogKey, Snapshot, list_if_served
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
+from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
+from gpuchain.kube.errors import KubeError
+from gpuchain.kube.kinds import Kind, register_kind
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.port import Cluster
+
+REPLICASET = register_kind(Kind("apps/v1", "ReplicaSet", "replicasets", namespaced=True))
+REPLICATION_CONTROLLER = register_kind(Kind("v1", "ReplicationController", "replicationcontrollers", namespaced=True))
+
+#: File stem (as kubectl names it) -> the kind of its items.
+PER_NAMESPACE = {
+    "events": EVENT,
+    "replication-controllers": REPLICATION_CONTROLLER,
+    "services": SERVICE,
+    "daemonsets": DAEMONSET,
+    "deployments": DEPLOYMENT,
+    "replicasets": REPLICASET,
+    "pods": POD,
+}
+START = re.compile(r"^==== START logs for container (\S+) of pod ([^/\s]+)/(\S+) ====$")
+END = re.compile(r"^==== END logs for container (\S+) of pod ([^/\s]+)/(\S+) ====$")
+LOG_ERROR = ("Request log error: ", "Create log request error: ")
+#: Lines of each container log ``write_dump`` keeps (kubectl keeps all; the doctor reads the tail).
+DUMP_TAIL = 500
+
+
+class DumpError(ValueError):
+    """A dump file the doctor cannot read; the message names the file and what is wrong."""
+
+
+def _load(path: Path) -> Any:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "YAML"
+        raise DumpError(
+            f"{path}: not valid {path.suffix.lstrip('.').upper()} ({where}: {str(exc).splitlines()[0]}); "
+            "re-run kubectl cluster-info dump --all-namespaces --output-directory=DIR"
+        ) from None
+
+
+def _items(path: Path, kind: Kind | None = None) -> list[Obj]:
+    """The items of a List file; each item gets its apiVersion/kind when the List left them out."""
+    data = _load(path)
+    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+        raise DumpError(f"{path}: not a Kubernetes List (no 'items' array); expected what kubectl get -o json prints")
+    out = []
+    for i, item in enumerate(data["items"]):
+        if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+            raise DumpError(f"{path}: items[{i}] is not a Kubernetes object (no metadata)")
+        if kind is not None and "kind" not in item:
+            item = {"apiVersion": kind.api_version, "kind": kind.kind, **item}
+        out.append(item)
+    return out
+
+
+def _file(directory: Path, stem: str) -> Path | None:
+    for ext in (".json", ".yaml"):
+        path = directory / f"{stem}{ext}"
+        if path.is_file():
+            return path
+    return None
+
+
+def parse_logs(text: str, source: str = "logs.txt") -> dict[LogKey, str]:
+    """Container logs from a ``logs.txt`` (kubectl's START/END headers); unreadable logs are left out."""
+    logs: dict[LogKey, str] = {}
+    key: LogKey | None = None
+    lines: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        start = START.match(line)
+        if start:
+            if key is not None:
+                raise DumpError(f"{source}: line {n}: a START header inside the log of {key[2]} (no END before it)")
+            key, lines = (start.group(2), start.group(3), start.group(1)), []
+            continue
+        end = END.match(line)
+        if end:
+            if key is None:
+                raise DumpError(f"{source}: line {n}: an END header with no START before it")
+            body = "\n".join(lines)
+            if body.strip() and not (len(lines) == 1 and lines[0].startswith(LOG_ERROR)):
+                logs[key] = body
+            key = None
+            continue
+        if key is not None:
+            lines.append(line)
+    if key is not None:
+        raise DumpError(f"{source}: the log of container {key[2]} of pod {key[0]}/{key[1]} has no END header")
+    return logs
+
+
+def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
+    """A snapshot from a dump directory (no API access). DumpError names the first bad file."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise DumpError(f"{root}: no such directory; write one with kubectl cluster-info dump --output-directory")
+    nodes_file = _file(root, "nodes")
+    if nodes_file is None:
+        raise DumpError(
+            f"{root}: no nodes.json; this is not a kubectl cluster-info dump --output-directory=DIR directory"
+        )
+    nodes = _items(nodes_file, NODE)
+    found: dict[str, list[Obj]] = {stem: [] for stem in PER_NAMESPACE}
+    configmaps: dict[str, list[Obj]] = {}
+    logs: dict[LogKey, str] = {}
+    for ns_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for stem, kind in PER_NAMESPACE.items():
+            path = _file(ns_dir, stem)
+            if path is not None:
+                found[stem] += _items(path, kind)
+        cm = _file(ns_dir, "configmaps")
+        if cm is not None:
+            configmaps[ns_dir.name] = _items(cm, CONFIGMAP)
+        for log_file in sorted(ns_dir.glob("*/logs.txt")):
+            logs.update(parse_logs(log_file.read_text(encoding="utf-8", errors="replace"), str(log_file)))
+    absent: set[str] = set()
+    extras: dict[str, list[Obj]] = {}
+    optional: tuple[tuple[str, Kind | None], ...] = (
+        ("clusterpolicies", None),
+        ("nvidiadrivers", NVIDIA_DRIVER),
+        ("runtimeclasses", RUNTIME_CLASS),
+    )
+    for stem, item_kind in optional:
+        path = _file(root, stem)
+        if path is None:
+            absent.add(stem)
+            extras[stem] = []
+        else:
+            extras[stem] = _items(path, item_kind)
+    if not configmaps:
+        absent.add("configmaps")
+    pods = [p for p in found["pods"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    partial = Snapshot(
+        namespace or "",
+        extras["clusterpolicies"],
+        nodes,
+        pods,
+        found["daemonsets"],
+        [],
+        [],
+        [],
+        drivers=extras["nvidiadrivers"],
+        absent=frozenset(absent),
+    )
+    stack_ns = partial.stack.namespace
+    return Snapshot(
+        namespace or "",
+        extras["clusterpolicies"],
+        nodes,
+        pods,
+        found["daemonsets"],
+        configmaps.get(stack_ns, []),
+        extras["runtimeclasses"],
+        [e for e in found["events"] if e.get("type") == "Warning"],
+        logs=logs,
+        drivers=extras["nvidiadrivers"],
+        absent=frozenset(absent),
+    )
+
+
+def _list_obj(kind: Kind, items: list[Obj]) -> Obj:
+    return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": {}, "items": items}
+
+
+def _write(path: Path, kind: Kind, items: list[Obj]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_list_obj(kind, items), indent=4, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _pod_logs(cluster: Cluster, pod: Obj) -> str:
+    ns, name = namespace_of(pod) or "default", name_of(pod)
+    spec = pod.get("spec") or {}
+    parts = []
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        container = str(c.get("name"))
+        parts.append(f"==== START logs for container {container} of pod {ns}/{name} ====")
+        try:
+            text = cluster.logs(name, ns, container=container, tail_lines=DUMP_TAIL)
+        except KubeError as exc:
+            text = f"Request log error: {exc}"
+        if text:
+            parts.append(text.rstrip("\n"))
+        parts.append(f"==== END logs for container {container} of pod {ns}/{name} ====")
+    return "\n".join(parts) + "\n"
+
+
+def _not_ready(pod: Obj) -> bool:
+    return not any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
+    """Write kubectl's dump layout (plus the doctor's extras) from ``cluster``; the counts written.
+
+    Logs are written for every pod of the GPU stack's namespace and for every pod elsewhere that
+    is not ready (kubectl writes every pod's; a GPU ticket needs these), the last ``DUMP_TAIL``
+    lines of each container.
+    """
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = cluster.list(NODE)
+    _write(root / "nodes.json", NODE, nodes)
+    per_kind = {stem: cluster.list(kind) for stem, kind in PER_NAMESPACE.items()}
+    policies = list_if_served(cluster, CLUSTER_POLICY) + list_if_served(cluster, NVIDIA_CLUSTER_POLICY)
+    drivers = list_if_served(cluster, NVIDIA_DRIVER)
+    _write(root / "clusterpolicies.json", CLUSTER_POLICY, policies)
+    _write(root / "nvidiadrivers.json", NVIDIA_DRIVER, drivers)
+    _write(root / "runtimeclasses.json", RUNTIME_CLASS, cluster.list(RUNTIME_CLASS))
+    namespaces = sorted({namespace_of(o) or "default" for objs in per_kind.values() for o in objs})
+    partial = Snapshot("", policies, nodes, per_kind["pods"], per_kind["daemonsets"], [], [], [], drivers=drivers)
+    stack_ns = partial.stack.namespace
+    if stack_ns and stack_ns not in namespaces:
+        namespaces.append(stack_ns)
+    for ns in namespaces:
+        for stem, kind in PER_NAMESPACE.items():
+            _write(
+                root / ns / f"{stem}.json", kind, [o for o in per_kind[stem] if (namespace_of(o) or "default") == ns]
+            )
+    if stack_ns:
+        _write(root / stack_ns / "configmaps.json", CONFIGMAP, cluster.list(CONFIGMAP, stack_ns))
+    logged = 0
+    for pod in per_kind["pods"]:
+        ns = namespace_of(pod) or "default"
+        if ns == stack_ns or _not_ready(pod):
+            path = root / ns / name_of(pod) / "logs.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(_pod_logs(cluster, pod), encoding="utf-8")
+            logged += 1
+    return {"nodes": len(nodes), "namespaces": len(namespaces), "pods": len(per_kind["pods"]), "podLogs": logged}

@@ -1,0 +1,76 @@
+"""Why a DaemonSet places no pod on a node: an untolerated taint or a selector the node misses.
+
+The DaemonSet controller schedules a pod on every node that its template's nodeSelector and
+required node affinity match and whose NoSchedule/NoExecute taints it tolerates; these are the
+same rules, as pure functions, so the doctor can name the taint or the label instead of saying
+"not scheduled".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuchain.kube.objects import Obj, labels_of
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """What keeps the DaemonSet off the node."""
+
+    kind: str  #: "taint" or "selector"
+    detail: dict[str, Any]  #: the taint, or {"key", "values", "operator"} of the unmet term
+
+    def describe(self) -> str:
+        """One line for evidence."""
+        d = self.detail
+        if self.kind == "taint":
+            value = f"={d['value']}" if d.get("value") else ""
+            return f"node taint {d['key']}{value}:{d['effect']} is not tolerated by the DaemonSet"
+        return f"the DaemonSet needs node label {d['key']} {d['operator']} {d.get('values') or ''}".rstrip()
+
+
+def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
+    """Does one of ``tolerations`` tolerate ``taint`` (Kubernetes' matching rules)?"""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and str(t.get("value", "")) == str(taint.get("value", "")):
+            return True
+    return False
+
+
+def _term_ok(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return labels.get(str(key)) in values
+    if op == "NotIn":
+        return labels.get(str(key)) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return True
+
+
+def blocker(ds: Obj, node: Obj) -> Blocker | None:
+    """The first thing that keeps ``ds`` off ``node``, None when the DaemonSet should place a pod."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], taint):
+            return Blocker("taint", dict(taint))
+    labels = labels_of(node)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return Blocker("selector", {"key": key, "operator": "=", "values": [value]})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(all(_term_ok(e, labels) for e in t.get("matchExpressions") or []) for t in terms):
+        first = next(e for e in terms[0].get("matchExpressions") or [] if not _term_ok(e, labels))
+        return Blocker("selector", {k: first.get(k) for k in ("key", "operator", "values")})
+    return None

@@ -1,0 +1,86 @@
+"""NVIDIA's standalone device plugin (its Helm chart or static manifest) on a host driver, and
+the managed clouds that run it that way (EKS with its accelerated AMIs, AKS GPU node pools).
+
+Names as NVIDIA/k8s-device-plugin's deployments render them (commit 1b826ac): the static
+manifest's DaemonSet ``nvidia-device-plugin-daemonset`` in ``kube-system`` (container
+``nvidia-device-plugin-ctr``); the chart's ``<release>-nvidia-device-plugin`` (same container)
+and, with GFD on, ``<release>-gpu-feature-discovery``. No driver or toolkit DaemonSet: the node
+image has both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuchain.doctor.stacks import Stack, provider_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.policy import ClusterPolicySpec
+
+if TYPE_CHECKING:
+    from gpuchain.doctor.snapshot import Snapshot
+
+PLUGIN = "nvidia-device-plugin"
+CONTAINER = "nvidia-device-plugin-ctr"
+GFD = "gpu-feature-discovery"
+TITLES = {
+    "nvidia-device-plugin": "NVIDIA device plugin (standalone, host driver)",
+    "eks": "Amazon EKS (accelerated AMI driver + NVIDIA device plugin)",
+    "aks": "Azure AKS (GPU node pool driver + NVIDIA device plugin)",
+}
+
+
+def _image(ds: Obj) -> str:
+    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    return " ".join(str(c.get("image", "")) for c in containers)
+
+
+def plugin_daemonsets(snapshot: Snapshot) -> list[Obj]:
+    """NVIDIA device plugin DaemonSets, by name or image, in any namespace."""
+    return [
+        d
+        for d in snapshot.daemonsets
+        if (PLUGIN in name_of(d) and "gpu-device-plugin" not in name_of(d)) or "k8s-device-plugin" in _image(d)
+    ]
+
+
+def detect(snapshot: Snapshot) -> Stack | None:
+    """A device plugin DaemonSet of NVIDIA's with no operator policy around it."""
+    found = plugin_daemonsets(snapshot)
+    provider = provider_of(snapshot.nodes)
+    if not found:
+        return None
+    plugin = found[0]
+    namespace = namespace_of(plugin) or "kube-system"
+    gfd = next(
+        (
+            name_of(d)
+            for d in snapshot.daemonsets
+            if namespace_of(d) == namespace and GFD in name_of(d) and name_of(d) != name_of(plugin)
+        ),
+        None,
+    )
+    spec = ClusterPolicySpec.model_validate(
+        {
+            "driver": {"enabled": False},
+            "toolkit": {"enabled": False},
+            "validator": {"enabled": False},
+            "dcgmExporter": {"enabled": False},
+            "gfd": {"enabled": gfd is not None},
+            "migManager": {"enabled": False},
+        }
+    )
+    stack_id = provider if provider in ("eks", "aks") else "nvidia-device-plugin"
+    daemonsets = {"device-plugin": name_of(plugin)}
+    containers = {"device-plugin": CONTAINER}
+    if gfd:
+        daemonsets["gpu-feature-discovery"] = gfd
+        containers["gpu-feature-discovery"] = GFD
+    return Stack(
+        stack_id,
+        TITLES[stack_id],
+        namespace,
+        daemonsets,
+        containers,
+        spec,
+        host_driver=True,
+    )

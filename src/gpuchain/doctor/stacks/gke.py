@@ -1,0 +1,58 @@
+"""Google GKE: Google's own device plugin and (on COS/Ubuntu images) its driver installer.
+
+Names as GKE runs them in ``kube-system`` (seen in public reports, e.g. rapidsai/deployment#572,
+NVIDIA/k8s-device-plugin#96): DaemonSets ``nvidia-gpu-device-plugin-<size>-<os>`` (older:
+``nvidia-gpu-device-plugin``) and ``nvidia-driver-installer`` (its work is the init container
+``nvidia-driver-installer``); nodes carry ``cloud.google.com/gke-accelerator``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuchain.doctor.stacks import Stack
+from gpuchain.kube.objects import labels_of, name_of, namespace_of
+from gpuchain.operator.policy import ClusterPolicySpec
+
+if TYPE_CHECKING:
+    from gpuchain.doctor.snapshot import Snapshot
+
+NAMESPACE = "kube-system"
+PLUGIN_PREFIX = "nvidia-gpu-device-plugin"
+INSTALLER = "nvidia-driver-installer"
+ACCELERATOR = "cloud.google.com/gke-accelerator"
+
+
+def detect(snapshot: Snapshot) -> Stack | None:
+    """Google's device plugin DaemonSet, or GPU nodes labelled by GKE."""
+    ds = [d for d in snapshot.daemonsets if namespace_of(d) == NAMESPACE]
+    plugin = next((name_of(d) for d in ds if name_of(d).startswith(PLUGIN_PREFIX)), None)
+    gke_nodes = any(ACCELERATOR in labels_of(n) for n in snapshot.nodes)
+    if plugin is None and not gke_nodes:
+        return None
+    installer = next((name_of(d) for d in ds if name_of(d).startswith(INSTALLER)), None)
+    spec = ClusterPolicySpec.model_validate(
+        {
+            "driver": {"enabled": installer is not None},
+            "toolkit": {"enabled": False},
+            "validator": {"enabled": False},
+            "dcgmExporter": {"enabled": False},
+            "gfd": {"enabled": False},
+            "migManager": {"enabled": False},
+        }
+    )
+    daemonsets = {"device-plugin": plugin or PLUGIN_PREFIX}
+    containers = {"device-plugin": PLUGIN_PREFIX}
+    if installer:
+        daemonsets["driver"] = installer
+        containers["driver"] = INSTALLER
+    return Stack(
+        "gke",
+        "Google GKE (GKE's device plugin" + (" and driver installer)" if installer else ", GKE-managed driver)"),
+        NAMESPACE,
+        daemonsets,
+        containers,
+        spec,
+        host_driver=installer is None,
+        prefixes={PLUGIN_PREFIX: "device-plugin"},
+    )

@@ -1,0 +1,117 @@
+"""NVIDIA's GPU Operator: a ``nvidia.com/v1`` ClusterPolicy (and optionally ``NVIDIADriver``
+objects), operands in its namespace (``gpu-operator`` by default) under NVIDIA's names.
+
+Names as NVIDIA/gpu-operator's ``assets/`` render them (commit a22dbf6): DaemonSets
+nvidia-driver-daemonset (container nvidia-driver-ctr), nvidia-container-toolkit-daemonset
+(nvidia-container-toolkit-ctr), nvidia-device-plugin-daemonset (nvidia-device-plugin),
+nvidia-operator-validator, gpu-feature-discovery, nvidia-dcgm-exporter, nvidia-mig-manager.
+With the NVIDIADriver CRD the driver DaemonSets are ``nvidia-gpu-driver-<os>-<hash>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from gpuchain.doctor.stacks import Stack, daemonsets_in
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.operator.reconcile import active_policy
+
+if TYPE_CHECKING:
+    from gpuchain.doctor.snapshot import Snapshot
+
+POLICY_GROUP = "nvidia.com"
+DEFAULT_NAMESPACE = "gpu-operator"
+DAEMONSETS = {
+    "driver": "nvidia-driver-daemonset",
+    "container-toolkit": "nvidia-container-toolkit-daemonset",
+    "operator-validation": "nvidia-operator-validator",
+    "device-plugin": "nvidia-device-plugin-daemonset",
+    "dcgm-exporter": "nvidia-dcgm-exporter",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+    "mig-manager": "nvidia-mig-manager",
+}
+CONTAINERS = {
+    "driver": "nvidia-driver-ctr",
+    "container-toolkit": "nvidia-container-toolkit-ctr",
+    "operator-validation": "nvidia-operator-validator",
+    "device-plugin": "nvidia-device-plugin",
+    "dcgm-exporter": "nvidia-dcgm-exporter",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+    "mig-manager": "nvidia-mig-manager",
+}
+#: NVIDIADriver-managed driver DaemonSets.
+DRIVER_PREFIX = "nvidia-gpu-driver-"
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+
+
+def _known(model: type[BaseModel], data: Any) -> Any:
+    """``data`` with only the keys ``model`` knows, recursively (NVIDIA's spec has many more)."""
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for name, fld in model.model_fields.items():
+        key = fld.alias or name
+        if key not in data:
+            continue
+        sub = fld.annotation
+        out[key] = _known(sub, data[key]) if isinstance(sub, type) and issubclass(sub, BaseModel) else data[key]
+    return out
+
+
+def lenient_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec:
+    """The switches gpuchain's checks read, from an NVIDIA ClusterPolicy spec.
+
+    NVIDIA's schema is not gpuchain's: keys gpuchain does not model are dropped, and a block that
+    still does not fit gpuchain's rules (an image tag style, a MIG default it would require) falls
+    back to its defaults with its ``enabled`` switch kept. The NVIDIA operator validated the spec.
+    """
+    data = _known(ClusterPolicySpec, spec or {})
+    reductions: tuple[Callable[[Any], Any], ...] = (
+        lambda v: {"enabled": v["enabled"]} if isinstance(v, dict) and "enabled" in v else {},
+        lambda v: {},
+    )
+    for reduce in reductions:
+        parsed = parse_policy(data)
+        if isinstance(parsed, ClusterPolicySpec):
+            return parsed
+        bad = {p.field.split(".")[0] for p in parsed}
+        data = {k: reduce(v) if k in bad else v for k, v in data.items()}
+    parsed = parse_policy(data)
+    return parsed if isinstance(parsed, ClusterPolicySpec) else ClusterPolicySpec()
+
+
+def driver_daemonsets(snapshot: Snapshot, namespace: str) -> list[Obj]:
+    """The driver DaemonSets NVIDIADriver objects made (name ``nvidia-gpu-driver-...``)."""
+    return [d for n, d in daemonsets_in(snapshot, namespace).items() if n.startswith(DRIVER_PREFIX)]
+
+
+def detect(snapshot: Snapshot) -> Stack | None:
+    """A nvidia.com ClusterPolicy, or NVIDIA's validator DaemonSet in some namespace."""
+    policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
+    validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
+    if not policies and not validators:
+        return None
+    obj = active_policy(policies)
+    status_ns = str((obj or {}).get("status", {}).get("namespace") or "")
+    ds_ns = str((validators[0].get("metadata") or {}).get("namespace") or "") if validators else ""
+    namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
+    spec = lenient_policy((obj or {}).get("spec"))
+    notes = []
+    if snapshot.drivers:
+        notes.append(f"driver managed by NVIDIADriver: {', '.join(sorted(name_of(d) for d in snapshot.drivers))}")
+    return Stack(
+        "gpu-operator",
+        "NVIDIA GPU Operator",
+        namespace,
+        dict(DAEMONSETS),
+        dict(CONTAINERS),
+        spec,
+        policy_obj=obj,
+        policy_resource=f"clusterpolicies.{POLICY_GROUP}",
+        prefixes={DRIVER_PREFIX: "driver"},
+        notes=tuple(notes),
+    )

@@ -1,0 +1,117 @@
+"""Each stack's own object names in the simulated cluster.
+
+The chain is planned once, stack-free (`gpuchain.sim.chain`); this module renders it the way
+each stack's real objects look: NVIDIA's GPU Operator keeps the operand DaemonSet names (they are
+NVIDIA's) but its own container names, labels, images and a ``nvidia.com/v1`` ClusterPolicy;
+NVIDIA's standalone device plugin (and EKS/AKS, which run it on their GPU images) is one
+DaemonSet in ``kube-system`` over a host driver, with no policy; GKE runs Google's device plugin
+DaemonSet. Nodes get each cloud's providerID, instance type and accelerator labels. Names are
+the ones `gpuchain.doctor.stacks` documents with their upstream sources.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuchain.doctor.stacks import device_plugin as dp_stack
+from gpuchain.doctor.stacks import gke as gke_stack
+from gpuchain.doctor.stacks import gpu_operator as op_stack
+from gpuchain.kube.objects import Obj
+
+STACKS = ("gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke")
+#: Stacks whose nodes come with the driver and the NVIDIA runtime from their image.
+HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
+#: What NVIDIA's standalone plugin manifest and GKE's plugin tolerate.
+HOST_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+#: Driver version the host-driver stacks' node images carry unless a scenario says otherwise.
+HOST_DRIVER = "550.90.07"
+
+NVIDIA_IMAGES = {
+    "driver": "nvcr.io/nvidia/driver:550.90.07-ubuntu22.04",
+    "container-toolkit": "nvcr.io/nvidia/k8s/container-toolkit:v1.17.0-ubuntu20.04",
+    "operator-validation": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.0",
+    "device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    "gpu-feature-discovery": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+    "mig-manager": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.10.0-ubuntu20.04",
+}
+
+#: (instance type, providerID prefix, extra labels) of one GPU node per cloud.
+CLOUD_NODE: dict[str, tuple[str, str, dict[str, str]]] = {
+    "eks": ("p5.48xlarge", "aws:///us-east-1a/i-0", {"eks.amazonaws.com/nodegroup": "gpu"}),
+    "aks": (
+        "Standard_ND96isr_H100_v5",
+        "azure:///subscriptions/0/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachineScaleSets/aks-gpu/",
+        {"kubernetes.azure.com/accelerator": "nvidia", "kubernetes.azure.com/agentpool": "gpu"},
+    ),
+    "gke": (
+        "a3-highgpu-8g",
+        "gce://project/us-central1-a/gke-gpu-",
+        {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "cloud.google.com/gke-gpu-driver-version": "default"},
+    ),
+}
+
+
+def namespace_for(stack: str, scenario_namespace: str) -> str:
+    """Where the stack's DaemonSets live."""
+    return "kube-system" if stack in HOST_STACKS else scenario_namespace
+
+
+def policy_api(stack: str) -> str | None:
+    """The ClusterPolicy apiVersion of the stack, None when it has none."""
+    return {"gpuchain": "gpuchain.io/v1", "gpu-operator": "nvidia.com/v1"}.get(stack)
+
+
+def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> None:
+    main = spec["containers"][0]
+    main["name"] = name
+    if image:
+        main["image"] = image
+
+
+def restyle_daemonset(stack: str, state: str, ds: Obj) -> Obj:
+    """The operand's DaemonSet as ``stack`` names it (gpuchain's own is returned unchanged)."""
+    if stack == "gpuchain":
+        return ds
+    ds = copy.deepcopy(ds)
+    meta, template = ds["metadata"], ds["spec"]["template"]
+    spec = template["spec"]
+    if stack == "gpu-operator":
+        labels = {k: v for k, v in meta.get("labels", {}).items() if not k.startswith("app.kubernetes.io/")}
+        meta["labels"] = {**labels, "app.kubernetes.io/part-of": "gpu-operator"}
+        _rename_container(spec, op_stack.CONTAINERS[state], NVIDIA_IMAGES.get(state))
+        meta.pop("ownerReferences", None)
+        return ds
+    if stack == "gke":
+        name, container, labels = (
+            gke_stack.PLUGIN_PREFIX + "-large-cos",
+            gke_stack.PLUGIN_PREFIX,
+            {"k8s-app": gke_stack.PLUGIN_PREFIX},
+        )
+        image = "gke.gcr.io/nvidia-gpu-device-plugin:v1.0.0-gke.2"
+    else:
+        name, container, labels = (
+            "nvidia-device-plugin-daemonset",
+            dp_stack.CONTAINER,
+            {"name": "nvidia-device-plugin-ds"},
+        )
+        image = NVIDIA_IMAGES["device-plugin"]
+    meta.update({"name": name, "namespace": "kube-system", "labels": dict(labels)})
+    meta.pop("ownerReferences", None)
+    template["metadata"]["labels"] = dict(labels)
+    ds["spec"]["selector"] = {"matchLabels": dict(labels)}
+    spec.pop("runtimeClassName", None)  # the node image's default runtime is NVIDIA's
+    spec.pop("initContainers", None)
+    spec["tolerations"] = [dict(t) for t in HOST_TOLERATIONS]
+    _rename_container(spec, container, image)
+    return ds
+
+
+def node_extras(stack: str, node: str) -> tuple[dict[str, str], str, list[dict[str, str]]]:
+    """Labels, providerID and taints a GPU node of this stack's platform carries."""
+    if stack not in CLOUD_NODE:
+        return {}, "", []
+    instance, provider, labels = CLOUD_NODE[stack]
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if stack == "gke" else []
+    return {"node.kubernetes.io/instance-type": instance, **labels}, provider + node, taints

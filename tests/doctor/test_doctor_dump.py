@@ -1,0 +1,108 @@
+"""`gpuchain doctor --from-dump`: the directory kubectl cluster-info dump writes, read with no API.
+
+The layout and the log headers are kubectl's (kubernetes/kubernetes
+staging/src/k8s.io/kubectl/pkg/cmd/clusterinfo/clusterinfo_dump.go): nodes.json,
+<ns>/{events,replication-controllers,services,daemonsets,deployments,replicasets,pods}.json as
+List objects whose items carry no apiVersion/kind, <ns>/<pod>/logs.txt with
+"==== START logs for container C of pod NS/P ====" ... "==== END logs for container C of pod NS/P ====".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.doctor import diagnose, gather
+from gpuchain.doctor.dump import DumpError, parse_logs, read_dump, write_dump
+from gpuchain.sim import build, load_scenario
+
+runner = CliRunner()
+
+
+def _strip_item_kinds(root: Path) -> None:
+    """kubectl's Lists from typed clients carry apiVersion/kind on the List only, not on items
+    (clusterpolicies.json is gpuchain's extra: its items keep their group, which tells the stack)."""
+    for path in root.rglob("*.json"):
+        if path.name == "clusterpolicies.json":
+            continue
+        data = json.loads(path.read_text())
+        for item in data.get("items", []):
+            item.pop("apiVersion", None)
+            item.pop("kind", None)
+        path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    ["friday-scale-out", "gpu-fell-off-bus", "runtime-not-configured", "healthy-gpu-operator", "healthy-gke"],
+)
+def test_a_dump_names_what_the_live_cluster_names(tmp_path: Path, scenario: str) -> None:
+    sim = build(load_scenario(scenario))
+    live = diagnose(gather(sim.cluster))
+    write_dump(sim.cluster, tmp_path)
+    _strip_item_kinds(tmp_path)
+    offline = diagnose(read_dump(tmp_path))
+    assert [g.id for g in offline.root_causes] == [g.id for g in live.root_causes]
+    assert offline.stack["id"] == live.stack["id"] and offline.gpu_nodes == live.gpu_nodes
+
+
+def test_a_plain_kubectl_dump_without_the_extras(tmp_path: Path) -> None:
+    """No clusterpolicies.json, runtimeclasses.json or configmaps.json: no guess from their absence."""
+    for scenario, expected in (("healthy-gpu-operator", []), ("friday-scale-out", ["driver.kernel-mismatch"])):
+        where = tmp_path / scenario
+        write_dump(build(load_scenario(scenario)).cluster, where)
+        for extra in ("clusterpolicies.json", "nvidiadrivers.json", "runtimeclasses.json"):
+            (where / extra).unlink()
+        for cm in where.glob("*/configmaps.json"):
+            cm.unlink()
+        report = diagnose(read_dump(where))
+        assert [g.id for g in report.root_causes if g.severity.value == "error"] == expected, report.ids
+
+
+def test_logs_txt_as_kubectl_writes_it() -> None:
+    text = (
+        "==== START logs for container driver-validation of pod gpu-operator/nvidia-operator-validator-x ====\n"
+        "running command chroot with args [/run/nvidia/driver nvidia-smi]\n"
+        "==== END logs for container driver-validation of pod gpu-operator/nvidia-operator-validator-x ====\n"
+        "==== START logs for container nvidia-operator-validator of pod gpu-operator/nvidia-operator-validator-x ====\n"
+        'Request log error: container "nvidia-operator-validator" in pod is waiting to start: PodInitializing\n'
+        "==== END logs for container nvidia-operator-validator of pod gpu-operator/nvidia-operator-validator-x ====\n"
+    )
+    logs = parse_logs(text)
+    assert logs == {
+        ("gpu-operator", "nvidia-operator-validator-x", "driver-validation"): (
+            "running command chroot with args [/run/nvidia/driver nvidia-smi]"
+        )
+    }
+    with pytest.raises(DumpError, match="line 2"):
+        parse_logs(text.splitlines()[0] + "\n" + text)
+    with pytest.raises(DumpError, match="no END header"):
+        parse_logs(text.splitlines()[0] + "\n")
+
+
+def test_a_malformed_dump_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    write_dump(build(load_scenario("healthy")).cluster, tmp_path)
+    bad = tmp_path / "gpu-operator" / "pods.json"
+    bad.write_text('{"kind": "PodList", "items": [')
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and str(bad) in result.output
+    (tmp_path / "nodes.json").unlink()
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 2 and "no nodes.json" in result.output
+    nothing = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path / "missing")])
+    assert nothing.exit_code == 2 and "no such directory" in nothing.output
+
+
+def test_doctor_dump_then_from_dump_on_the_command_line(tmp_path: Path) -> None:
+    written = runner.invoke(app, ["doctor", "dump", str(tmp_path), "--scenario", "gpu-fell-off-bus"])
+    assert written.exit_code == 0, written.output
+    assert (tmp_path / "nodes.json").is_file() and (tmp_path / "clusterpolicies.json").is_file()
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path), "-o", "json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["rootCauses"] == ["gpu.lost"] and data["apiCalls"] == {}
