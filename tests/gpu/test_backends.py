@@ -82,8 +82,20 @@ def test_unknown_uuid_is_not_found() -> None:
         nvml_over(SimBackend.from_preset("l4-x2")).telemetry("GPU-does-not-exist")
 
 
-async def _collect(stream: AsyncIterator[HealthEvent], count: int, act: Callable[[], object]) -> list[HealthEvent]:
-    """Read ``count`` events from ``stream`` after ``act`` runs (subscription started first)."""
+def _subscribed(sim: SimBackend) -> bool:
+    """Whether a stream listens to ``sim``: for NVML, its event set has every GPU registered."""
+    listeners = list(sim._listeners)
+    gpus = len(sim.inventory().gpus)
+    return bool(listeners) and all(
+        len(getattr(getattr(listener, "__self__", None), "registered", range(gpus))) >= gpus for listener in listeners
+    )
+
+
+async def _collect(
+    sim: SimBackend, stream: AsyncIterator[HealthEvent], count: int, act: Callable[[], object]
+) -> list[HealthEvent]:
+    """Read ``count`` events from ``stream`` after ``act`` runs, once the stream listens to ``sim``
+    (on a loaded machine the NVML watcher thread can take far longer than any fixed pause)."""
     events: list[HealthEvent] = []
 
     async def read() -> None:
@@ -93,9 +105,12 @@ async def _collect(stream: AsyncIterator[HealthEvent], count: int, act: Callable
                 return
 
     task = asyncio.create_task(read())
-    await asyncio.sleep(0.3)  # let the subscription (and the NVML watcher thread) start
+    for _ in range(500):
+        if _subscribed(sim):
+            break
+        await asyncio.sleep(0.01)
     act()
-    await asyncio.wait_for(task, timeout=5)
+    await asyncio.wait_for(task, timeout=10)
     return events
 
 
@@ -108,7 +123,7 @@ async def test_xid_on_a_mig_device_names_it(make: object) -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     mig = sim.inventory().gpus[4].mig_devices[2]
     stream = make(sim).events()  # type: ignore[operator]
-    events = await _collect(stream, 1, lambda: sim.inject_xid(mig.uuid, 94))
+    events = await _collect(sim, stream, 1, lambda: sim.inject_xid(mig.uuid, 94))
     await stream.aclose()
     assert [_key(e) for e in events] == [(EventKind.XID, mig.parent_uuid, 94, mig.uuid)]
 
@@ -118,9 +133,9 @@ async def test_lost_and_recovered_gpu_events(make: object) -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     uuid = sim.inventory().gpus[2].uuid
     stream = make(sim).events()  # type: ignore[operator]
-    events = await _collect(stream, 2, lambda: sim.lose_gpu(2))
+    events = await _collect(sim, stream, 2, lambda: sim.lose_gpu(2))
     assert [_key(e) for e in events] == [(EventKind.XID, uuid, 79, None), (EventKind.GPU_LOST, uuid, None, None)]
-    events = await _collect(stream, 1, lambda: sim.recover_gpu(2))
+    events = await _collect(sim, stream, 1, lambda: sim.recover_gpu(2))
     await stream.aclose()
     assert [_key(e) for e in events] == [(EventKind.GPU_RECOVERED, uuid, None, None)]
 
