@@ -204,6 +204,13 @@ async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
         task.cancel()
 
 
+async def _until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Poll ``condition`` until it holds or ``seconds`` pass (the watcher's pace depends on load)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_when_it_stops(
     h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path
 ) -> None:
@@ -214,16 +221,10 @@ async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_
         await asyncio.sleep(0.05)
         assert peer.plugins == {}
         await server.start()
-        for _ in range(300):
-            if DRIVER in peer.plugins:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: DRIVER in peer.plugins)
         assert peer.plugins[DRIVER].version == "v1"
         await server.stop()
-        for _ in range(300):
-            if DRIVER not in peer.plugins:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: DRIVER not in peer.plugins)
         assert DRIVER not in peer.plugins
     finally:
         watcher.cancel()
