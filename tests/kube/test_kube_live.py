@@ -113,10 +113,11 @@ async def test_watch_sends_the_field_selector() -> None:
     with kmock_server() as (url, emulator):
         cluster = LiveCluster.from_url(url)
         watches = emulator["get /api/v1/nodes"]
-        seen = [ev async for ev in cluster.watch(NODE, timeout=0.2, field_selector="metadata.name=gpu-1")]
+        seen = [ev async for ev in cluster.watch(NODE, timeout=1.0, field_selector="metadata.name=gpu-1")]
         assert seen == []
-        [request] = list(watches)
-        assert dict(request.params) == {"watch": "true", "fieldSelector": "metadata.name=gpu-1"}
+        requests = list(watches)  # a loaded machine may see the watch re-opened within the timeout
+        assert requests
+        assert all(dict(r.params) == {"watch": "true", "fieldSelector": "metadata.name=gpu-1"} for r in requests)
 
 
 def test_from_kubeconfig_picks_the_context(tmp_path: Path) -> None:
