@@ -147,8 +147,8 @@ def test_operator_requests_are_granted_and_grants_are_used() -> None:
 OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
     # deviceplugin/nodeconfig.py: get + watch its Node's config label; Warning Event on a bad config.
     "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
-    # discovery/output.py: get its Node, patch its labels.
-    "gpu-feature-discovery": {("get", "", "nodes"), ("patch", "", "nodes")},
+    # discovery/output.py: get its Node, patch its labels; discovery/service.py: watch its config label.
+    "gpu-feature-discovery": {("get", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes")},
     # mig/manager.py: get/watch/patch its Node, list + evict the GPU pods on it, record Events.
     "nvidia-mig-manager": {
         ("get", "", "nodes"),

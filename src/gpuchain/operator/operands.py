@@ -128,6 +128,10 @@ USES_API = frozenset({VALIDATOR.state, DEVICE_PLUGIN.state, GFD.state, MIG_MANAG
 #: Operands on the gpuchain image that load NVML (env below, runtime class nvidia).
 USES_NVML = frozenset({DEVICE_PLUGIN.state, DCGM_EXPORTER.state, GFD.state, MIG_MANAGER.state})
 
+#: Operands that read the device plugin's ConfigMap (``devicePlugin.config``): NVIDIA's operator
+#: gives it to GFD as well, so the sharing labels (``gpu.replicas``, ``<product>-SHARED``) match.
+SHARES_PLUGIN_CONFIG = (DEVICE_PLUGIN, GFD)
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -325,13 +329,16 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
     args: list[str] = [] if operand is VALIDATOR else ["--backend", "nvml"]
     if operand is DEVICE_PLUGIN:
         env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
-        if policy.device_plugin.config.name:
-            # A ConfigMap of named configs: the plugin reads its node's nvidia.com/device-plugin.config
-            # label (node from NODE_NAME) and falls back to NODE_CONFIG_KEY, the policy default.
-            args += ["--config-dir", "/config"]
-            if policy.device_plugin.config.default:
-                env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
-            mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
+    if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
+        # A ConfigMap of named configs, for the plugin and (as NVIDIA's operator does) GFD alike, so
+        # the sharing labels follow the plugin's config: each reads its node's
+        # nvidia.com/device-plugin.config label (node from NODE_NAME) and falls back to
+        # NODE_CONFIG_KEY, the policy default.
+        args += ["--config-dir", "/config"]
+        if policy.device_plugin.config.default:
+            env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
+        mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
+    if operand is DEVICE_PLUGIN:
         mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
     if operand is GFD:
         args += ["--mig-strategy", policy.mig.strategy]
@@ -382,8 +389,8 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
         vols.append(_host_path("run-nvidia", "/run/nvidia", "DirectoryOrCreate"))
     if operand is DEVICE_PLUGIN:
         vols.append(_host_path("device-plugins", f"{kubelet}/device-plugins", "Directory"))
-        if policy.device_plugin.config.name:
-            vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
+    if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
+        vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
     if operand is GFD:
         vols.append(
             _host_path("nfd-features", "/etc/kubernetes/node-feature-discovery/features.d", "DirectoryOrCreate")
