@@ -7,7 +7,7 @@ from typing import Any
 
 from test_chart import render
 
-from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT, Kind, MemoryCluster
+from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import Facts, desired
@@ -121,12 +121,22 @@ def _exercise() -> Recording:
     cluster.patch(RUNTIME_CLASS, "nvidia", {"handler": "runc"})
     relabel = {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}
     cluster.patch(SERVICE_ACCOUNT, "gpuchain-device-plugin", relabel, NS)
+    cluster.patch(SERVICE, "nvidia-dcgm-exporter", relabel, NS)
     cluster.recording = True
     reconcile(cluster, "cluster-policy", NS)
     cluster.recording = False
     assert cluster.get(RUNTIME_CLASS, "nvidia")["handler"] == "nvidia"
     labels = cluster.get(SERVICE_ACCOUNT, "gpuchain-device-plugin", NS)["metadata"]["labels"]
     assert labels["app.kubernetes.io/part-of"] == "gpuchain"
+    assert cluster.get(SERVICE, "nvidia-dcgm-exporter", NS)["metadata"]["labels"]["app.kubernetes.io/part-of"] == (
+        "gpuchain"
+    )
+    # The exporter switched off: its Service goes with it.
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
+    cluster.recording = True
+    reconcile(cluster, "cluster-policy", NS)
+    cluster.recording = False
+    assert cluster.list(SERVICE, NS) == []
     return cluster
 
 
@@ -147,8 +157,8 @@ def test_operator_requests_are_granted_and_grants_are_used() -> None:
 OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
     # deviceplugin/nodeconfig.py: get + watch its Node's config label; Warning Event on a bad config.
     "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
-    # discovery/output.py: get its Node, patch its labels.
-    "gpu-feature-discovery": {("get", "", "nodes"), ("patch", "", "nodes")},
+    # discovery/output.py: get its Node, patch its labels; discovery/service.py: watch its config label.
+    "gpu-feature-discovery": {("get", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes")},
     # mig/manager.py: get/watch/patch its Node, list + evict the GPU pods on it, record Events.
     "nvidia-mig-manager": {
         ("get", "", "nodes"),

@@ -371,3 +371,32 @@ def test_owned_labels(key: str) -> None:
 )
 def test_labels_owned_by_others(key: str) -> None:
     assert not is_owned(key)
+
+
+def test_compute_instance_profiles_are_labelled_as_nvidias_gfd_reads_their_attributes() -> None:
+    """A ``1c.3g.40gb`` device: NVIDIA's GFD names it by its profile string (``1c.3g.40gb``) and
+    labels the slices of its compute and GPU instance from the device's attributes; the plugin
+    serves it as ``nvidia.com/mig-1c.3g.40gb``. Same labels through the NVML backend."""
+    from gpuchain.deviceplugin.resources import map_resources
+
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    for gpu in range(8):
+        sim.set_mig_layout(gpu, {"1c.3g.40gb": 3, "3g.40gb": 1})
+    config = parse_config("flags: {migStrategy: mixed}")
+    labels = gfd_labels(sim.inventory(), config, timestamp=None)
+    split, full = N + "mig-1c.3g.40gb", N + "mig-3g.40gb"
+    assert labels[split + ".product"] == "NVIDIA-H100-80GB-HBM3-MIG-1c.3g.40gb"
+    assert (labels[split + ".count"], labels[full + ".count"]) == ("24", "8")
+    assert (labels[split + ".slices.ci"], labels[split + ".slices.gi"]) == ("1", "3")
+    assert (labels[full + ".slices.ci"], labels[full + ".slices.gi"]) == ("3", "3")
+    assert labels[split + ".memory"] == labels[full + ".memory"], "compute instances share the GPU instance's memory"
+    assert int(labels[split + ".multiprocessors"]) == int(labels[full + ".multiprocessors"]) // 3
+    assert {r.name: len(r.devices) for r in map_resources(sim.inventory(), config)} == {
+        "nvidia.com/mig-1c.3g.40gb": 24,
+        "nvidia.com/mig-3g.40gb": 8,
+    }
+    nvml = nvml_over(sim)
+    try:
+        assert gfd_labels(nvml.inventory(), config, timestamp=None) == labels
+    finally:
+        nvml.close()

@@ -8,18 +8,28 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.deviceplugin.config import INFINITE_NS, parse_config
+from gpuchain.deviceplugin.config import GFD_ENV_FLAGS, INFINITE_NS, NODE_CONFIG_LABEL, Config, parse_config
+from gpuchain.deviceplugin.nodeconfig import ConfigSource, NodeLabelWatch
 from gpuchain.discovery.labels import Labels
-from gpuchain.discovery.service import Discovery, parse_interval, read_machine_type, sleep_seconds
+from gpuchain.discovery.service import (
+    Discovery,
+    follow_config_label,
+    parse_interval,
+    read_machine_type,
+    sleep_seconds,
+)
 from gpuchain.gpu.errors import GpuLostError
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube import NODE, MemoryCluster
 
 runner = CliRunner()
 
@@ -229,3 +239,101 @@ def test_cli_drops_config_naming_like_nvidias_gfd(tmp_path: Path) -> None:
     assert nvidia["nvidia.com/gpu.replicas"] == "4"
     named = json.loads(runner.invoke(app, [*args, "--config-resource-naming"]).stdout)
     assert named["nvidia.com/gpu.product"] == "NVIDIA-L4"
+
+
+# ---- the device plugin's ConfigMap and the Node's config label, as NVIDIA's operator gives GFD ----
+
+
+def _plugin_config_map(tmp_path: Path) -> Path:
+    """A mounted ConfigMap of named plugin configs (hidden ..data entry as the kubelet writes)."""
+    (tmp_path / "default").write_text("version: v1\n")
+    (tmp_path / "ts").write_text(
+        "version: v1\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}\n"
+    )
+    (tmp_path / "..data").mkdir()
+    return tmp_path
+
+
+def test_cli_config_dir_picks_the_cluster_default_key_then_default(tmp_path: Path) -> None:
+    args = ["gfd", "--preset", "l4-x2", "--oneshot", "--output-file", "", "-o", "json"]
+    directory = str(_plugin_config_map(tmp_path))
+    shared = json.loads(runner.invoke(app, [*args, "--config-dir", directory], env={"NODE_CONFIG_KEY": "ts"}).stdout)
+    assert (shared["nvidia.com/gpu.replicas"], shared["nvidia.com/gpu.product"]) == ("4", "NVIDIA-L4-SHARED")
+    plain = json.loads(runner.invoke(app, [*args, "--config-dir", directory]).stdout)
+    assert (plain["nvidia.com/gpu.replicas"], plain["nvidia.com/gpu.product"]) == ("1", "NVIDIA-L4")
+    missing = runner.invoke(app, [*args, "--config-dir", directory, "--config-key", "h100-mig"])
+    assert missing.exit_code == 2 and "'h100-mig', which does not exist; available: default, ts" in missing.output
+    both = runner.invoke(app, [*args, "--config-dir", directory, "--config-file", str(tmp_path / "ts")])
+    assert both.exit_code == 2 and "not both" in both.output
+
+
+def _labelled_node(label: str | None) -> dict[str, Any]:
+    labels = {NODE_CONFIG_LABEL: label} if label else {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "labels": labels}}
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_relabelling_the_node_relabels_at_once_with_the_config_it_names(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = ConfigSource(directory=_plugin_config_map(tmp_path), variables=GFD_ENV_FLAGS)
+    cluster = MemoryCluster([_labelled_node(None)])
+    watch = NodeLabelWatch(cluster, "gpu-node-1")
+    label, rv = watch.read()
+    seen: list[Labels] = []
+    discovery = Discovery(SimBackend.from_preset("l4-x2"), source.load(label, {}), [seen.append])
+    worker = threading.Thread(target=discovery.run, args=(None,))  # infinite: only a config change relabels
+    worker.start()
+    follower = follow_config_label(discovery, watch, lambda value: source.load(value, {}), label, rv, 0.05)
+    try:
+        _wait_for(lambda: len(seen) == 1)
+        assert seen[-1]["nvidia.com/gpu.replicas"] == "1"
+        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
+        _wait_for(lambda: len(seen) == 2)
+        assert (seen[-1]["nvidia.com/gpu.replicas"], seen[-1]["nvidia.com/gpu.product"]) == ("4", "NVIDIA-L4-SHARED")
+        # A label naming a missing key keeps the running config (and says so); relabelling works after it.
+        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "h100-mig"}}})
+        _wait_for(lambda: "config not switched, keeping the running one" in caplog.text)
+        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: None}}})
+        _wait_for(lambda: len(seen) == 3)
+        assert seen[-1]["nvidia.com/gpu.replicas"] == "1"
+    finally:
+        discovery.stop.set()
+        worker.join(5)
+        follower.join(5)
+    assert not worker.is_alive() and not follower.is_alive(), "both stop with discovery.stop"
+
+
+def test_the_label_follower_restarts_after_an_unexpected_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = ConfigSource(directory=_plugin_config_map(tmp_path), variables=GFD_ENV_FLAGS)
+    cluster = MemoryCluster([_labelled_node(None)])
+    watch = NodeLabelWatch(cluster, "gpu-node-1")
+    calls: list[str | None] = []
+
+    def load(value: str | None) -> Config:
+        calls.append(value)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the loader")
+        return source.load(value, {})
+
+    seen: list[Labels] = []
+    discovery = Discovery(SimBackend.from_preset("l4-x2"), source.load(None, {}), [seen.append])
+    follower = follow_config_label(discovery, watch, load, None, None, 0.05)
+    try:
+        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
+        _wait_for(lambda: "following Node gpu-node-1's" in caplog.text)
+        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "default"}}})
+        _wait_for(lambda: bool(seen))
+        assert calls[-1] == "default" and seen[-1]["nvidia.com/gpu.replicas"] == "1"
+    finally:
+        discovery.stop.set()
+        follower.join(5)
+    assert not follower.is_alive()

@@ -274,14 +274,14 @@ class FakeNvml(types.ModuleType):
             mig = self._mig(handle)
             prof = self._model(self._gpu(GpuHandle(handle.parent_uuid))).profile(mig.profile)
             return types.SimpleNamespace(
-                multiprocessorCount=prof.multiprocessors,
+                multiprocessorCount=prof.multiprocessors * mig.ci_slices // prof.gi_slices,
                 sharedCopyEngineCount=prof.copy_engines,
                 sharedDecoderCount=prof.decoders,
                 sharedEncoderCount=prof.encoders,
                 sharedJpegCount=prof.jpeg,
                 sharedOfaCount=prof.ofa,
                 gpuInstanceSliceCount=prof.gi_slices,
-                computeInstanceSliceCount=prof.gi_slices,
+                computeInstanceSliceCount=mig.ci_slices,
                 memorySizeMB=prof.memory_mib,
             )
         gpu = self._gpu(handle)
@@ -389,13 +389,19 @@ class FakeNvml(types.ModuleType):
         self._sim(self.sim.destroy_gpu_instance, gpu.index, inst.gi_id)
         return int(real.NVML_SUCCESS)
 
+    def _ci_slices(self, prof: catalog.MigProfile, ci_profile: int) -> int:
+        """Compute slices of a CI profile the GPU instance offers (a 4-slice one has no 3-slice
+        CI, as NVIDIA's go-nvml mocks list them); NOT_SUPPORTED otherwise."""
+        slices = CI_PROFILE_SLICES.get(ci_profile)
+        if slices is None or slices > prof.gi_slices or (prof.gi_slices, slices) == (4, 3):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        return slices
+
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Any, profile: int, eng: int, version: int = 2) -> Any:
         self._enter("nvmlGpuInstanceGetComputeInstanceProfileInfo")
         gpu, inst = self._gi(gi)
         prof = self._model(gpu).profile(inst.profile)
-        slices = CI_PROFILE_SLICES.get(profile)
-        if slices is None or slices > prof.gi_slices or (prof.gi_slices, slices) == (4, 3):
-            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        slices = self._ci_slices(prof, profile)
         return types.SimpleNamespace(
             id=profile,
             sliceCount=slices,
@@ -406,10 +412,9 @@ class FakeNvml(types.ModuleType):
     def nvmlGpuInstanceCreateComputeInstance(self, gi: Any, profile_id: int) -> CiHandle:
         self._enter("nvmlGpuInstanceCreateComputeInstance")
         gpu, inst = self._gi(gi)
-        prof = self._model(gpu).profile(inst.profile)
-        if CI_PROFILE_SLICES.get(profile_id) != prof.gi_slices:
-            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)  # the fake only carves full-size CIs
-        ci_id = self._sim(self.sim.create_compute_instance, gpu.index, inst.gi_id)
+        slices = self._ci_slices(self._model(gpu).profile(inst.profile), profile_id)
+        # The driver places it (no placement given); the sim picks the first free legal start.
+        ci_id = self._sim(self.sim.create_compute_instance, gpu.index, inst.gi_id, slices)
         return CiHandle(gpu.uuid, inst.gi_id, ci_id)
 
     def nvmlGpuInstanceGetComputeInstances(self, gi: Any, profile_id: int, out: Any, count_ref: Any) -> int:

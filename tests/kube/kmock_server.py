@@ -22,6 +22,7 @@ RESOURCES = {
     "v1/events": True,
     "v1/configmaps": True,
     "v1/serviceaccounts": True,
+    "v1/services": True,
     "apps/v1/daemonsets": True,
     "apps/v1/deployments": True,
     "policy/v1/poddisruptionbudgets": True,

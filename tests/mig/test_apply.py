@@ -3,6 +3,7 @@ touched, bad layouts touching nothing, hardware refusals restored, and pending r
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -188,8 +189,8 @@ def test_gpu_instance_without_compute_instance_is_not_the_layout() -> None:
     gi = sim.gpu_instances(2)[0]
     sim.destroy_compute_instance(2, gi.gi_id, 0)
     assert check(sim, CONFIG, "all-7g.80gb") == [
-        "GPU 2 (H100-80GB): has MIG 1x 7g.80gb (some GPU instances lack a full compute instance), "
-        "layout wants MIG 1x 7g.80gb"
+        "GPU 2 (H100-80GB): has MIG enabled, no MIG devices (GPU instances without a compute instance: "
+        "7g.80gb), layout wants MIG 1x 7g.80gb"
     ]
     assert apply(sim, CONFIG, "all-7g.80gb").changed_gpus == (2,)
     assert check(sim, CONFIG, "all-7g.80gb") == []
@@ -223,13 +224,70 @@ def test_listing_a_gpu_without_mig_by_index_is_an_error(tmp_path: Path) -> None:
         apply(SimBackend(load_topology(str(path))), cfg, "x")
 
 
-def test_compute_instance_profiles_load_but_are_refused_before_anything_changes() -> None:
-    cfg = parse_config(
-        "version: v1\nmig-configs:\n  split:\n    - devices: all\n      mig-enabled: true\n"
-        "      mig-devices: {1c.3g.40gb: 3}\n"
+SPLIT = parse_config(
+    "version: v1\nmig-configs:\n"
+    "  split:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.3g.40gb: 3}\n"
+    "  mixed:\n    - devices: all\n      mig-enabled: true\n"
+    "      mig-devices: {2c.3g.40gb: 1, 1c.3g.40gb: 1, 3g.40gb: 1}\n"
+    "  bad:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {3c.4g.40gb: 1}\n"
+)
+
+
+@pytest.mark.parametrize("backend_of", [lambda s: s, nvml_over], ids=["sim", "nvml"])
+def test_compute_instance_profiles_apply_as_mig_parted_creates_them(
+    backend_of: Callable[[SimBackend], GpuBackend],
+) -> None:
+    """mig-parted creates the GPU instance, then compute instances of the asked size in it, and
+    reads the GPU back as ``{1c.3g.40gb: 3}``; gpuchain does the same, and again changes nothing."""
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    backend = backend_of(sim)
+    result = apply(backend, SPLIT, "split")
+    creates = [s for s in result.steps if s.kind is StepKind.CREATE_MIG_DEVICE]
+    assert len(creates) == 8 and creates[0].describe() == (
+        "GPU 0: create 3g.40gb at memory slice 0 with compute instances of 1c, 1c, 1c"
     )
+    for gpu in sim.inventory().gpus:
+        assert [(m.profile, m.gi_id) for m in gpu.mig_devices] == [("1c.3g.40gb", gpu.mig_devices[0].gi_id)] * 3
+        assert [ci.slices for gi in sim.gpu_instances(gpu.index) for ci in gi.compute_instances] == [1, 1, 1]
+    assert apply(backend, SPLIT, "split").steps == ()
+    assert check(backend, SPLIT, "split") == []
+    assert check(backend, CONFIG, "all-3g.40gb") == [
+        f"GPU {i} (H100-80GB): has MIG 3x 1c.3g.40gb, layout wants MIG 2x 3g.40gb" for i in range(8)
+    ]
+    apply(backend, SPLIT, "mixed")
+    devices = Counter(m.profile for m in sim.inventory().gpu(5).mig_devices)
+    assert devices == {"2c.3g.40gb": 1, "1c.3g.40gb": 1, "3g.40gb": 1}
+    assert len(sim.gpu_instances(5)) == 2, "the 2c and 1c share one GPU instance"
+    assert apply(backend, SPLIT, "mixed").steps == ()
+
+
+def test_a_compute_instance_profile_the_gpu_instance_does_not_offer_is_refused_before_anything_changes() -> None:
     backend = SimBackend.from_preset("h100-80gb-x8")
     before = backend.inventory()
-    with pytest.raises(LayoutError, match="1c.3g.40gb: compute-instance profiles are checked but not created"):
-        apply(backend, cfg, "split")
+    with pytest.raises(LayoutError, match="a 4-slice GPU instance has no 3-slice compute instance"):
+        apply(backend, SPLIT, "bad")
     assert backend.inventory() == before
+
+
+class _FailingSplitSim(SimBackend):
+    """The hardware refuses the first compute instance asked of GPU 5, after other GPUs were changed."""
+
+    failures = 1
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+        if gpu_index == 5 and self.failures:
+            self.failures -= 1
+            raise GpuError("injected: insufficient resources")
+        return super().create_compute_instance(gpu_index, gi_id, slices)
+
+
+def test_a_failed_apply_restores_split_gpu_instances_as_they_were() -> None:
+    sim = _FailingSplitSim(SimBackend.from_preset("h100-80gb-x8").topology)
+    for gpu in range(8):
+        sim.set_mig_layout(gpu, {"2c.3g.40gb": 1, "1c.3g.40gb": 1, "3g.40gb": 1})
+    with pytest.raises(
+        MigApplyError, match="GPU 5: create 3g.40gb .*1c, 1c, 1c: injected.*previous layout was restored"
+    ):
+        apply(sim, SPLIT, "split")
+    assert check(sim, SPLIT, "mixed") == []
+    assert len(sim.gpu_instances(5)) == 2, "the 2c and 1c share one GPU instance again"

@@ -107,3 +107,47 @@ def test_backends_without_mig_writes_say_so() -> None:
 
     with pytest.raises(NotSupportedError, match="cannot change MIG mode"):
         ReadOnly().set_mig_mode(0, True)
+
+
+@pytest.mark.parametrize("make", BACKENDS, ids=IDS)
+def test_a_gpu_instance_split_into_smaller_compute_instances(make: Callable[[SimBackend], GpuBackend]) -> None:
+    """``1c.3g.40gb``: compute instances of one slice each in a 3-slice GPU instance, named and
+    sized as NVIDIA's device plugin and GFD read them (the GPU instance's memory, the CI's SMs)."""
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    backend = make(sim)
+    backend.set_mig_mode(6, True)
+    gi = backend.create_gpu_instance(6, "3g.40gb", 0)
+    cis = [backend.create_compute_instance(6, gi, 2), backend.create_compute_instance(6, gi, 1)]
+    assert backend.gpu_instances(6) == (
+        GpuInstance(gi, "3g.40gb", 0, (ComputeInstance(cis[0], 2), ComputeInstance(cis[1], 1))),
+    )
+    devices = sorted(backend.inventory().gpu(6).mig_devices, key=lambda m: m.ci_id)
+    assert [(m.profile, m.gi_slices, m.ci_slices, m.memory_mib) for m in devices] == [
+        ("2c.3g.40gb", 3, 2, 40448),
+        ("1c.3g.40gb", 3, 1, 40448),
+    ]
+    full = SimBackend.from_preset("h100-80gb-x8-mig-mixed").inventory().gpu(0).mig_devices[-1]
+    assert full.profile == "3g.40gb" and [m.multiprocessors for m in devices] == [
+        full.multiprocessors * 2 // 3,
+        full.multiprocessors // 3,
+    ]
+    assert nvml_over(sim).inventory() == sim.inventory()
+    with pytest.raises((InvalidConfigError, GpuError)):
+        backend.create_compute_instance(6, gi, 1)  # all three slices are taken
+    backend.destroy_gpu_instance(6, gi)  # its compute instances first
+    assert backend.gpu_instances(6) == ()
+
+
+@pytest.mark.parametrize("make", BACKENDS, ids=IDS)
+def test_a_compute_instance_size_the_gpu_instance_does_not_offer_is_refused(
+    make: Callable[[SimBackend], GpuBackend],
+) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    backend = make(sim)
+    backend.set_mig_mode(6, True)
+    gi = backend.create_gpu_instance(6, "4g.40gb", 0)
+    with pytest.raises((InvalidConfigError, NotSupportedError)):
+        backend.create_compute_instance(6, gi, 3)  # a 4-slice GPU instance has 1c, 2c and 4c only
+    with pytest.raises((InvalidConfigError, NotSupportedError)):
+        backend.create_compute_instance(6, gi, 7)
+    assert backend.gpu_instances(6) == (GpuInstance(gi, "4g.40gb", 0),)

@@ -116,8 +116,8 @@ def test_first_reconcile_writes_per_operand_not_per_node() -> None:
     for c in (small, large):
         reconcile(c, "cluster-policy", NS)
     assert small.calls.writes == large.calls.writes
-    assert small.calls.writes <= 2 * len(OPERANDS) + 3, (
-        "DaemonSets + their ServiceAccounts + RuntimeClass + status + Event"
+    assert small.calls.writes <= 2 * len(OPERANDS) + 4, (
+        "DaemonSets + their ServiceAccounts + RuntimeClass + exporter Service + status + Event"
     )
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 import typer
@@ -30,28 +31,46 @@ from gpuchain.commands._output import OutputFormat, emit, err_console, fail, out
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import (
     GFD_ENV_FLAGS,
+    NODE_CONFIG_LABEL,
     Config,
     GfdFlags,
     MigStrategy,
     format_go_duration,
-    load_config,
     parse_go_duration,
 )
+from gpuchain.deviceplugin.nodeconfig import ConfigSource, NodeLabelWatch
 from gpuchain.discovery.labels import LabelError, Labels
 from gpuchain.discovery.output import patch_node_labels, render_feature_file, write_feature_file
-from gpuchain.discovery.service import Discovery, Sink, read_machine_type, sleep_seconds
+from gpuchain.discovery.service import Discovery, Sink, follow_config_label, read_machine_type, sleep_seconds
 from gpuchain.kube.errors import KubeError
 
+log = logging.getLogger("gpuchain.discovery")
 
-def _config(path: str | None, mig_strategy: MigStrategy | None, config_naming: bool) -> Config:
-    """The plugin's config file, then GFD's environment variables, then this command's flags."""
-    config = load_config(path, os.environ, config_naming=config_naming, variables=GFD_ENV_FLAGS)
+
+def _config(source: ConfigSource, label: str | None, mig_strategy: MigStrategy | None) -> Config:
+    """The plugin's config file (the one the node label picks from a ConfigMap), then GFD's
+    environment variables, then this command's flags."""
+    config = source.load(label, os.environ)
     if mig_strategy is None:
         return config
     return config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": mig_strategy})})
 
 
-def _interval_source(option: str | None, config_file: str | None) -> str:
+def _node_label(node_name: str | None, config_dir: str | None) -> tuple[NodeLabelWatch | None, str | None, str | None]:
+    """With --node-name and --config-dir: the watch on this Node, its config label now and the
+    resourceVersion to watch from. Otherwise nothing to follow."""
+    if not (node_name and config_dir):
+        return None, None, None
+    hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
+    watch = NodeLabelWatch(open_cluster(hint=hint), node_name)
+    try:
+        label, rv = watch.read()
+    except Exception as exc:  # any API or connection failure: the label cannot be known, so do not guess
+        fail(f"cannot read Node {node_name!r} for its {NODE_CONFIG_LABEL} label: {exc}; {hint}", code=1)
+    return watch, label, rv
+
+
+def _interval_source(option: str | None, config_file: Path | None) -> str:
     """Where the sleep interval came from, for an error message: option, variable or file."""
     if option:
         return "--sleep-interval"
@@ -93,6 +112,26 @@ def gfd(
         envvar=["GFD_CONFIG_FILE", "CONFIG_FILE"],
         help="Device plugin config file (NVIDIA config v1, YAML or JSON).",
     ),
+    config_dir: str | None = typer.Option(
+        None,
+        "--config-dir",
+        help="The device plugin's mounted ConfigMap with several configs, as NVIDIA's operator gives GFD: "
+        "the node's nvidia.com/device-plugin.config label (with --node-name) picks one, else --config-key, "
+        "else the 'default' key, else the only one.",
+    ),
+    config_key: str | None = typer.Option(
+        None,
+        "--config-key",
+        envvar="NODE_CONFIG_KEY",
+        help="The cluster default key of --config-dir (the ClusterPolicy's devicePlugin.config.default).",
+    ),
+    node_name: str | None = typer.Option(
+        None,
+        "--node-name",
+        envvar="NODE_NAME",
+        help="This node (downward API spec.nodeName). With --config-dir: its nvidia.com/device-plugin.config "
+        "label picks the key and a change of it relabels at once (needs get/watch on nodes).",
+    ),
     config_naming: bool = typer.Option(
         False,
         "--config-resource-naming",
@@ -129,8 +168,18 @@ def gfd(
     Runs on a simulated H100 node by default; try --preset h100-80gb-x8-mig-mixed --mig-strategy mixed
     --oneshot --output-file ''.
     """
+    if config_file and config_dir:
+        fail("give --config-file or --config-dir, not both")
+    source = ConfigSource(
+        Path(config_file) if config_file else None,
+        Path(config_dir) if config_dir else None,
+        config_key or None,
+        config_naming,
+        GFD_ENV_FLAGS,
+    )
+    watch, label, rv = _node_label(node_name, config_dir)
     try:
-        config = _config(config_file, mig_strategy, config_naming)
+        config = _config(source, label, mig_strategy)
         gfd_flags = config.flags.gfd
         interval_ns = parse_go_duration(sleep_interval) if sleep_interval else gfd_flags.sleep_interval
         oneshot = oneshot or gfd_flags.oneshot
@@ -138,7 +187,7 @@ def gfd(
     except ConfigFileError as exc:
         fail(str(exc))
     except ValueError as exc:
-        fail(f"{_interval_source(sleep_interval, config_file)}: {exc}")
+        fail(f"{_interval_source(sleep_interval, source.path(label))}: {exc}")
     target = gfd_flags.output_file if output_file is None else output_file
     choice = resolve_backend(backend)
     if node:
@@ -176,6 +225,9 @@ def gfd(
             else f"every {format_go_duration(interval_ns)}"
         )
         err_console.print(mark(f"labelling {every}; Ctrl-C to stop", choice))
+        if watch is not None:
+            log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
+            follow_config_label(discovery, watch, lambda value: _config(source, value, mig_strategy), label, rv)
         try:
             discovery.run(interval)
         except KeyboardInterrupt:

@@ -23,13 +23,23 @@ import os
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config, ConfigKeyError, choose_config_file, load_config
-from gpuchain.deviceplugin.plugin import DevicePlugin
+from gpuchain.deviceplugin.config import (
+    ENV_FLAGS,
+    NODE_CONFIG_LABEL,
+    Config,
+    ConfigKeyError,
+    choose_config_file,
+    load_config,
+)
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.kube import NODE, Cluster, GoneError, labels_of, resource_version_of
 from gpuchain.kube.objects import Obj
+
+if TYPE_CHECKING:  # feature discovery shares ConfigSource and NodeLabelWatch without the gRPC server
+    from gpuchain.deviceplugin.plugin import DevicePlugin
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +73,8 @@ class ConfigSource:
     directory: Path | None = None
     cluster_default: str | None = None
     config_naming: bool = False
+    variables: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ENV_FLAGS
+    """The environment variables that override the file (the plugin's, or GFD's ``GFD_ENV_FLAGS``)."""
 
     def path(self, label: str | None) -> Path | None:
         """The file that applies with ``label`` on the Node. Raises ConfigFileError/ConfigKeyError."""
@@ -72,7 +84,7 @@ class ConfigSource:
 
     def load(self, label: str | None, env: Mapping[str, str]) -> Config:
         """The config that applies with ``label``, environment overrides applied."""
-        return load_config(self.path(label), env, config_naming=self.config_naming)
+        return load_config(self.path(label), env, config_naming=self.config_naming, variables=self.variables)
 
 
 class NodeLabelWatch:

@@ -174,17 +174,14 @@ def _mig_name(mig: MigDevice) -> str:
 
 
 def _mig_attributes(resource: str, parent: Gpu, mig: MigDevice) -> Labels:
-    """Memory, SMs, slices and engines of one MIG device.
-
-    ``slices.ci`` equals ``slices.gi`` because every GPU instance gets one full-size compute
-    instance (the MIG manager and the simulator create no other kind), so the compute instance
-    spans all the GPU instance's compute slices.
-    """
+    """Memory, SMs, slices and engines of one MIG device, as NVIDIA's GFD reads them from the
+    device's attributes: ``slices.ci`` is its compute instance's slices (1 for ``1c.3g.40gb``,
+    all of the GPU instance's for ``3g.40gb``), the engines its GPU instance's."""
     labels = {
         f"{resource}.memory": str(mig.memory_mib),
         f"{resource}.multiprocessors": str(mig.multiprocessors),
         f"{resource}.slices.gi": str(mig.gi_slices),
-        f"{resource}.slices.ci": str(mig.gi_slices),
+        f"{resource}.slices.ci": str(mig.ci_slices),
     }
     profile = _catalog_profile(parent, mig)
     if profile is not None:

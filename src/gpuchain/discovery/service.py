@@ -4,10 +4,18 @@ This is the shell around ``labels.gfd_labels``. In a loop, a failed pass (the ba
 answering, the API server down) is logged and retried after the sleep interval with the outputs
 left as they were: stale-but-present labels are better than labels removed by a transient error.
 With ``oneshot`` the error is raised to the caller.
+
+Per-node config: where NVIDIA's operator gives GFD the device plugin's ConfigMap and a
+config-manager sidecar that follows the Node's ``nvidia.com/device-plugin.config`` label and
+restarts GFD on a change, ``follow_config_label`` watches the label from a thread of this process
+and relabels at once with the config the new value names; a label naming a missing key, or a bad
+file, keeps the running config (logged).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -16,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuchain.deviceplugin.config import INFINITE_NS, Config, format_go_duration
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config, format_go_duration
+from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
 from gpuchain.gpu.backend import GpuBackend
 
@@ -86,6 +96,7 @@ class Discovery:
     timestamps: bool = True
     clock: Callable[[], float] = time.time
     stop: threading.Event = field(default_factory=threading.Event)
+    _pass_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def labels(self) -> Labels:
         """One pass of discovery, without writing anything."""
@@ -93,11 +104,26 @@ class Discovery:
         return gfd_labels(self.backend.inventory(), self.config, stamp, self.machine)
 
     def run_once(self) -> Labels:
-        """Discover and write to every sink; raises what the backend or a sink raises."""
-        labels = self.labels()
-        for sink in self.sinks:
-            sink(labels)
-        return labels
+        """Discover and write to every sink; raises what the backend or a sink raises.
+
+        Passes never overlap: a pass for a new config waits for the one in progress.
+        """
+        with self._pass_lock:
+            labels = self.labels()
+            for sink in self.sinks:
+                sink(labels)
+            return labels
+
+    def reconfigure(self, config: Config, reason: str) -> None:
+        """Switch to ``config`` and relabel now, as NVIDIA's GFD does when its config changes;
+        the loop keeps its schedule. A failed pass is logged; the next scheduled one retries it."""
+        self.config = config
+        try:
+            labels = self.run_once()
+        except Exception as exc:
+            log.error("%s: config switched, but the pass with it failed, outputs left unchanged: %s", reason, exc)
+            return
+        log.info("%s: config switched; wrote %d labels", reason, len(labels))
 
     def run(self, interval: float | None) -> None:
         """Run passes every ``interval`` seconds until ``stop`` is set; failures are logged and retried.
@@ -118,3 +144,56 @@ class Discovery:
                 self.stop.wait()
                 return
             self.stop.wait(interval)
+
+
+def follow_config_label(
+    discovery: Discovery,
+    watch: NodeLabelWatch,
+    load: Callable[[str | None], Config],
+    label: str | None,
+    resource_version: str | None = None,
+    retry_seconds: float = 1.0,
+) -> threading.Thread:
+    """Start a daemon thread that relabels with ``load(value)`` each time the Node's
+    ``nvidia.com/device-plugin.config`` label changes, until ``discovery.stop`` is set.
+
+    ``label`` is the value the running config was chosen with. A value whose config cannot be
+    loaded (missing key, bad file) keeps the running config and is logged. The watch retries on its
+    own (see ``NodeLabelWatch.changes``); anything else that ends the thread's loop is logged and
+    the watch started again after ``retry_seconds``, from the last label seen. The thread notices
+    ``discovery.stop`` within ``retry_seconds``.
+    """
+    current = label
+    rv = resource_version
+
+    async def follow() -> None:
+        nonlocal current, rv
+        async for value in watch.changes(current, rv):
+            current, rv = value, None
+            shown = f"{NODE_CONFIG_LABEL}={value}" if value else f"{NODE_CONFIG_LABEL} removed"
+            try:
+                config = load(value)
+            except ConfigFileError as exc:
+                log.error("node label %s: config not switched, keeping the running one: %s", shown, exc)
+                continue
+            await asyncio.to_thread(discovery.reconfigure, config, f"node label {shown}")
+
+    async def until_stopped() -> None:
+        following = asyncio.create_task(follow())
+        while not (following.done() or discovery.stop.is_set()):
+            await asyncio.wait({following}, timeout=retry_seconds)
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+    def supervise() -> None:
+        while not discovery.stop.is_set():
+            try:
+                asyncio.run(until_stopped())
+            except Exception:
+                log.exception("following Node %s's %s label failed; watching again", watch.node_name, NODE_CONFIG_LABEL)
+            discovery.stop.wait(retry_seconds)
+
+    thread = threading.Thread(target=supervise, name="gfd-config-label", daemon=True)
+    thread.start()
+    return thread

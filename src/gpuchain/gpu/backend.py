@@ -4,7 +4,8 @@ Two adapters implement it: ``SimBackend`` (topology presets, fault injection) an
 ``NvmlBackend`` (nvidia-ml-py). Everything above is written against this interface only.
 
 Besides the read-only questions, the port carries the few MIG write operations the MIG manager
-needs (mode, GPU instances, compute instances). They are plain methods with a default that
+needs (mode, GPU instances, compute instances: one full-size, or several smaller ones as a
+``1c.3g.40gb`` layout asks). They are plain methods with a default that
 raises NotSupportedError, so a backend that cannot change MIG (or a test double) need not
 implement them.
 """
@@ -107,8 +108,9 @@ class GpuBackend(abc.ABC):
         """Create a GPU instance of catalog ``profile`` at memory slice ``start``; returns its id."""
         raise NotSupportedError(f"the {self.name} backend cannot create MIG GPU instances")
 
-    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
-        """Create the full-size compute instance of a GPU instance; returns its id."""
+    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+        """Create a compute instance of ``slices`` compute slices in a GPU instance (None: all of
+        them, the one full-size instance), where the hardware places it; returns its id."""
         raise NotSupportedError(f"the {self.name} backend cannot create MIG compute instances")
 
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:

@@ -10,6 +10,8 @@ media engines suffice, which is how the hardware decides, not a sum of slices.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -422,12 +424,30 @@ def compute_starts(ci_slices: int, gi_slices: int) -> tuple[int, ...]:
     """Where a compute instance of ``ci_slices`` may start inside a GPU instance of ``gi_slices``.
 
     As ``nvidia-smi mig -lcipp`` lists them: aligned to the power of two at or above the size
-    (1c anywhere, 2c on even slices, 3c and 4c at 0 or 4), and inside the GPU instance.
+    (1c anywhere, 2c on even slices, 3c and 4c at 0 or 4), and inside the GPU instance. A
+    4-slice GPU instance offers no 3-slice compute instance (NVIDIA's go-nvml A100 and H100
+    mocks list 1, 2 and 4 for it, and mig-parted's A100 table has no ``3c.4g``): empty.
     """
+    if (ci_slices, gi_slices) == (3, 4) or ci_slices < 1:
+        return ()
     align = 1
     while align < ci_slices:
         align *= 2
     return tuple(s for s in range(0, gi_slices, align) if s + ci_slices <= gi_slices)
+
+
+def device_profile(gi_profile: str, ci_slices: int) -> str:
+    """The name of the MIG device a compute instance of ``ci_slices`` in a GPU instance of
+    ``gi_profile`` makes, as NVIDIA prints it (``3g.40gb`` with 1 slice: ``1c.3g.40gb``)."""
+    return replace(parse_profile(gi_profile), compute_slices=ci_slices).canonical
+
+
+def nvml_ci_profile_id(ci_slices: int) -> int:
+    """The NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE constant that asks for ``ci_slices`` slices."""
+    try:
+        return _CI_ID[ci_slices]
+    except KeyError:
+        raise InvalidConfigError(f"NVML has no {ci_slices}-slice compute instance profile") from None
 
 
 def layout_devices(layout: Mapping[str, int]) -> Counter[str]:
@@ -447,14 +467,12 @@ def layout_devices(layout: Mapping[str, int]) -> Counter[str]:
     return +counts
 
 
-def place_layout(gpu: GpuModel, layout: Mapping[str, int], allow_split: bool = False) -> tuple[Placement, ...]:
+def place_layout(gpu: GpuModel, layout: Mapping[str, int]) -> tuple[Placement, ...]:
     """Place ``{profile: count}`` on one GPU, or explain why it cannot be placed.
 
-    Compute-instance profiles (``1c.3g.20gb``) share GPU instances as mig-parted builds them:
-    in its order (larger GPU instances first, then larger compute instances), each joins the
-    last GPU instance of the same profile while a compute instance of its size still fits there.
-    They are placed only with ``allow_split``: gpuchain's backends create one compute instance
-    per GPU instance, so applying such a layout is refused rather than carved differently.
+    Compute-instance profiles (``1c.3g.20gb``) share GPU instances, as few as their sizes allow
+    (see ``_group``); ``Placement.compute`` lists the compute instances to create in each, in
+    the order that packs them.
 
     Raises InvalidConfigError naming the GPU model, the profile and the limit it breaks.
     """
@@ -463,17 +481,11 @@ def place_layout(gpu: GpuModel, layout: Mapping[str, int], allow_split: bool = F
     for name, count in wanted.items():
         parsed = parse_profile(name)
         prof = gpu.profile(name)
-        if parsed.splits_instance:
-            if not allow_split:
-                raise InvalidConfigError(
-                    f"{gpu.key}: {name}: compute-instance profiles are checked but not created by gpuchain "
-                    f"(each GPU instance gets one full compute instance); use {parsed.gpu_instance}"
-                )
-            if not compute_starts(parsed.compute_slices, parsed.gi_slices):
-                raise InvalidConfigError(
-                    f"{gpu.key}: {name}: a {parsed.gi_slices}-slice GPU instance has no "
-                    f"{parsed.compute_slices}-slice compute instance"
-                )
+        if parsed.splits_instance and not compute_starts(parsed.compute_slices, parsed.gi_slices):
+            raise InvalidConfigError(
+                f"{gpu.key}: {name}: a {parsed.gi_slices}-slice GPU instance has no "
+                f"{parsed.compute_slices}-slice compute instance"
+            )
         items.extend([(parsed, prof)] * count)
     instances = _group(items)
     per_profile = Counter(prof.name for prof, _ in instances)
@@ -495,19 +507,78 @@ def place_layout(gpu: GpuModel, layout: Mapping[str, int], allow_split: bool = F
 
 
 def _group(items: list[tuple[ProfileName, MigProfile]]) -> list[tuple[MigProfile, tuple[int, ...]]]:
-    """GPU instances with the compute-instance sizes each holds (empty: one full compute instance)."""
-    items = sorted(items, key=lambda it: (-it[0].gi_slices, -it[0].compute_slices, it[1].name))
-    out: list[tuple[MigProfile, list[tuple[int, int]]]] = []
-    for parsed, prof in items:
-        size = parsed.compute_slices
-        if out and out[-1][0] is prof and parsed.splits_instance:
-            used = out[-1][1]
-            free = [s for s in compute_starts(size, prof.gi_slices) if not _overlaps(used, s, size)]
-            if free:
-                used.append((free[0], size))
-                continue
-        out.append((prof, [(0, size)]))
-    return [(prof, () if cis == [(0, prof.gi_slices)] else tuple(c for _, c in cis)) for prof, cis in out]
+    """GPU instances with the compute-instance sizes each holds, in creation order (empty: one
+    full compute instance).
+
+    A full-size compute instance has its GPU instance to itself. Smaller ones of the same GPU
+    instance profile share as few GPU instances as their sizes allow: mig-parted reaches that by
+    trying orders until the hardware accepts one; here the search runs on the placement rules
+    (``compute_starts``, each compute instance at the first free start, as the driver places
+    one created without a placement), so the order returned is one that packs.
+    """
+    out: list[tuple[MigProfile, tuple[int, ...]]] = []
+    split: dict[str, list[int]] = {}
+    profiles: dict[str, MigProfile] = {}
+    for parsed, prof in sorted(items, key=lambda it: (-it[0].gi_slices, -it[0].compute_slices, it[1].name)):
+        if parsed.splits_instance:
+            split.setdefault(prof.name, []).append(parsed.compute_slices)
+            profiles[prof.name] = prof
+        else:
+            out.append((prof, ()))
+    for name, sizes in split.items():
+        prof = profiles[name]
+        bins = _fewest_bins(tuple(sizes), prof.gi_slices)
+        if bins is None:  # some size cannot go in this GPU instance at all: checked by the caller
+            bins = tuple((size,) for size in sizes)
+        out.extend((prof, order) for order in bins)
+    return out
+
+
+def _fewest_bins(sizes: tuple[int, ...], gi_slices: int) -> tuple[tuple[int, ...], ...] | None:
+    """Compute-instance sizes split over as few GPU instances of ``gi_slices`` as possible, each
+    as an order that first-free placement packs; None when one size fits no GPU instance."""
+    for count in range(1, len(sizes) + 1):
+        found = _fill([[] for _ in range(count)], sorted(sizes, reverse=True), gi_slices)
+        if found is not None:
+            return found
+    return None
+
+
+def _fill(bins: list[list[int]], rest: list[int], gi_slices: int) -> tuple[tuple[int, ...], ...] | None:
+    if not rest:
+        orders = [_packing_order(tuple(sorted(b)), gi_slices) for b in bins]
+        if any(o is None or not o for o in orders):
+            return None
+        return tuple(o for o in orders if o is not None)
+    size, tail = rest[0], rest[1:]
+    tried: set[tuple[int, ...]] = set()
+    for b in bins:
+        key = tuple(sorted(b))
+        if key in tried or sum(b) + size > gi_slices:
+            continue  # an identical bin was tried already, or this one is full
+        tried.add(key)
+        b.append(size)
+        found = _fill(bins, tail, gi_slices)
+        b.pop()
+        if found is not None:
+            return found
+    return None
+
+
+@functools.cache
+def _packing_order(sizes: tuple[int, ...], gi_slices: int) -> tuple[int, ...] | None:
+    """An order of ``sizes`` in which each compute instance, put at the first free legal start,
+    fits one GPU instance of ``gi_slices``; None when no order does."""
+    for order in sorted(set(itertools.permutations(sizes))):
+        used: list[tuple[int, int]] = []
+        for size in order:
+            free = [s for s in compute_starts(size, gi_slices) if not _overlaps(used, s, size)]
+            if not free:
+                break
+            used.append((free[0], size))
+        else:
+            return order
+    return None
 
 
 def _overlaps(used: list[tuple[int, int]], start: int, size: int) -> bool:

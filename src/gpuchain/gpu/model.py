@@ -8,6 +8,7 @@ with ``==``.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,9 +55,19 @@ class DriverInfo:
         return int(major), int(minor or 0)
 
 
+_DEVICE_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
+"""The slice counts at the head of a MIG device's profile name: ``1c.3g.40gb``, ``3g.40gb``."""
+
+
 @dataclass(frozen=True)
 class MigDevice:
-    """One MIG device (a GPU instance with one compute instance) carved out of a parent GPU."""
+    """One MIG device (a compute instance of a GPU instance) carved out of a parent GPU.
+
+    ``profile`` is the device's name as NVIDIA prints it: the GPU instance's profile for its one
+    full-size compute instance (``3g.40gb``), ``<c>c.`` before it for a smaller one
+    (``1c.3g.40gb``). Such devices share their GPU instance's memory (``memory_mib``) and
+    have the compute instance's own multiprocessors.
+    """
 
     uuid: str
     parent_index: int
@@ -70,8 +81,20 @@ class MigDevice:
 
     @property
     def gi_slices(self) -> int:
-        """Compute slices of the GPU instance: the leading number of ``1g.10gb``."""
-        return int(self.profile.split("g.", 1)[0])
+        """Compute slices of the GPU instance: the ``3`` of ``3g.40gb`` and ``1c.3g.40gb``."""
+        return int(self._slices().group(2))
+
+    @property
+    def ci_slices(self) -> int:
+        """Compute slices of the compute instance: the ``1`` of ``1c.3g.40gb``, all of ``3g.40gb``."""
+        ci = self._slices().group(1)
+        return int(ci) if ci else self.gi_slices
+
+    def _slices(self) -> re.Match[str]:
+        found = _DEVICE_PROFILE.match(self.profile)
+        if found is None:
+            raise ValueError(f"MIG device {self.uuid}: {self.profile!r} is not a MIG profile name")
+        return found
 
 
 @dataclass(frozen=True)

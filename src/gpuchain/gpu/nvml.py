@@ -220,6 +220,8 @@ class NvmlBackend(GpuBackend):
             else:
                 gb = math.ceil(attrs.memorySizeMB / 1024)
                 profile = f"{attrs.gpuInstanceSliceCount}g.{gb}gb"
+            if int(attrs.computeInstanceSliceCount) != int(attrs.gpuInstanceSliceCount):
+                profile = catalog.device_profile(profile, int(attrs.computeInstanceSliceCount))
             out.append(
                 MigDevice(
                     uuid=self._call(n.nvmlDeviceGetUUID, m),
@@ -326,7 +328,7 @@ class NvmlBackend(GpuBackend):
             self._call(n.nvmlDeviceGetGpuInstances, h, info.id, handles, ctypes.byref(count))
             for k in range(count.value):
                 gi_info = self._call(n.nvmlGpuInstanceGetInfo, handles[k])
-                cis = tuple(ci for _, ci in self._compute_instances(handles[k]))
+                cis = tuple(sorted((ci for _, ci in self._compute_instances(handles[k])), key=lambda c: c.ci_id))
                 out.append(GpuInstance(int(gi_info.id), name, int(gi_info.placement.start), cis))
         return tuple(sorted(out, key=lambda gi: gi.start))
 
@@ -361,7 +363,9 @@ class NvmlBackend(GpuBackend):
         gi = self._call(n.nvmlDeviceCreateGpuInstanceWithPlacement, h, info.id, ctypes.byref(placement))
         return int(self._call(n.nvmlGpuInstanceGetInfo, gi).id)
 
-    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+        """nvmlGpuInstanceCreateComputeInstance with the CI profile of ``slices`` (None: the GPU
+        instance's full size), placed by the driver, as mig-parted creates them."""
         n = self._nvml
         h, known = self._mig_handle(gpu_index)
         gi = self._call(n.nvmlDeviceGetGpuInstanceById, h, gi_id)
@@ -370,10 +374,11 @@ class NvmlBackend(GpuBackend):
         if profile_id not in names:
             raise NotFoundError(f"GPU {gpu_index} GPU instance {gi_id}: unknown profile id {profile_id}")
         prof = known.profile(names[profile_id])
+        ci_profile = prof.nvml_ci_profile_id if slices is None else catalog.nvml_ci_profile_id(slices)
         info = self._call(
             n.nvmlGpuInstanceGetComputeInstanceProfileInfo,
             gi,
-            prof.nvml_ci_profile_id,
+            ci_profile,
             n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
         )
         ci = self._call(n.nvmlGpuInstanceCreateComputeInstance, gi, info.id)

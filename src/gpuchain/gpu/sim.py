@@ -41,8 +41,25 @@ Listener = Callable[[HealthEvent], None]
 class _GiState:
     profile: catalog.MigProfile
     start: int
-    compute_instances: dict[int, int] = field(default_factory=dict)
-    """ci_id -> compute slices."""
+    compute_instances: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """ci_id -> (first compute slice, compute slices)."""
+
+    def add_compute_instance(self, slices: int, where: str) -> int:
+        """Put a compute instance of ``slices`` at the first legal start no other one covers, as
+        NVML does when asked without a placement; refuse what the GPU instance does not offer."""
+        gi_slices = self.profile.gi_slices
+        starts = catalog.compute_starts(slices, gi_slices)
+        if not starts:
+            raise InvalidConfigError(
+                f"{where}: a {self.profile.name} GPU instance has no {slices}-slice compute instance"
+            )
+        used = [(start, n) for start, n in self.compute_instances.values()]
+        free = [s for s in starts if not any(s < u + n and u < s + slices for u, n in used)]
+        if not free:
+            raise InvalidConfigError(f"{where}: no room for another {slices}-slice compute instance")
+        ci_id = next(i for i in range(8) if i not in self.compute_instances)
+        self.compute_instances[ci_id] = (free[0], slices)
+        return ci_id
 
 
 @dataclass
@@ -276,7 +293,7 @@ class SimBackend(GpuBackend):
                     gi_id,
                     gi.profile.name,
                     gi.start,
-                    tuple(ComputeInstance(ci, n) for ci, n in sorted(gi.compute_instances.items())),
+                    tuple(ComputeInstance(ci, n) for ci, (_, n) in sorted(gi.compute_instances.items())),
                 )
                 for gi_id, gi in sorted(state.instances.items(), key=lambda kv: kv[1].start)
             )
@@ -287,14 +304,12 @@ class SimBackend(GpuBackend):
             state = self._mig_gpu(gpu_index, enabled=True)
             return self._add_instance(state, state.spec.model.profile(profile), start)
 
-    def create_compute_instance(self, gpu_index: int, gi_id: int) -> int:
+    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
         with self._lock:
             state = self._mig_gpu(gpu_index, enabled=True)
             gi = self._instance(state, gi_id)
-            if gi.compute_instances:
-                raise InvalidConfigError(f"GPU {gpu_index} GPU instance {gi_id}: no room for another compute instance")
-            ci_id = next(i for i in range(8) if i not in gi.compute_instances)
-            gi.compute_instances[ci_id] = gi.profile.gi_slices
+            size = gi.profile.gi_slices if slices is None else slices
+            ci_id = gi.add_compute_instance(size, f"GPU {gpu_index} GPU instance {gi_id}")
             self._refresh(state)
             return ci_id
 
@@ -324,10 +339,13 @@ class SimBackend(GpuBackend):
             listener(event)
 
     def _carve(self, state: _GpuState, layout: dict[str, int]) -> None:
-        """Lay out a whole GPU at once: GPU instances in start order, each with its full CI."""
+        """Lay out a whole GPU at once: GPU instances in start order, each with its compute
+        instances (one full-size one unless the layout splits it)."""
         for placement in catalog.place_layout(state.spec.model, layout):
             gi_id = self._add_instance(state, placement.profile, placement.start)
-            state.instances[gi_id].compute_instances[0] = placement.profile.gi_slices
+            gi = state.instances[gi_id]
+            for slices in placement.compute or (placement.profile.gi_slices,):
+                gi.add_compute_instance(slices, f"GPU {state.spec.index} GPU instance {gi_id}")
         self._refresh(state)
 
     def _add_instance(self, state: _GpuState, prof: catalog.MigProfile, start: int) -> int:
@@ -353,22 +371,29 @@ class SimBackend(GpuBackend):
         return gi_id
 
     def _refresh(self, state: _GpuState) -> None:
-        """Derive the MIG devices (one per compute instance) from the GPU instances."""
+        """Derive the MIG devices (one per compute instance) from the GPU instances.
+
+        A compute instance smaller than its GPU instance is named ``<c>c.<profile>`` and has the
+        GPU instance's memory and its share of the multiprocessors (``c/g`` of them, rounded
+        down: the rule of NVIDIA's go-nvml A100 mock, 14 per slice; derived for other cards).
+        """
         spec = state.spec
         devices: list[MigDevice] = []
         for gi_id, gi in sorted(state.instances.items()):
-            for ci_id in sorted(gi.compute_instances):
+            full = gi.profile.gi_slices
+            for ci_id, (_, slices) in sorted(gi.compute_instances.items()):
+                name = gi.profile.name if slices == full else catalog.device_profile(gi.profile.name, slices)
                 devices.append(
                     MigDevice(
-                        uuid=stable_uuid("MIG", f"{spec.uuid}/{gi_id}/{ci_id}/{gi.profile.name}/{gi.start}"),
+                        uuid=stable_uuid("MIG", f"{spec.uuid}/{gi_id}/{ci_id}/{name}/{gi.start}"),
                         parent_index=spec.index,
                         parent_uuid=spec.uuid,
                         index=len(devices),
-                        profile=gi.profile.name,
+                        profile=name,
                         gi_id=gi_id,
                         ci_id=ci_id,
                         memory_mib=gi.profile.memory_mib,
-                        multiprocessors=gi.profile.multiprocessors,
+                        multiprocessors=gi.profile.multiprocessors * slices // full,
                     )
                 )
         state.mig_devices = devices

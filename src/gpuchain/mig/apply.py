@@ -84,7 +84,10 @@ def execute(backend: GpuBackend, steps: Sequence[Step]) -> None:
             else:
                 assert step.profile is not None and step.start is not None
                 gi_id = backend.create_gpu_instance(step.gpu, step.profile, step.start)
-                backend.create_compute_instance(step.gpu, gi_id)
+                if not step.compute:
+                    backend.create_compute_instance(step.gpu, gi_id)
+                for slices in step.compute:
+                    backend.create_compute_instance(step.gpu, gi_id, slices)
         except GpuError as exc:
             raise _StepFailed(step, exc) from exc
     if pending:

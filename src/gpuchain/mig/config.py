@@ -152,7 +152,7 @@ class MigPartedConfig(BaseModel):
                     if model is None:
                         continue
                     try:
-                        catalog.place_layout(model, entry.layout, allow_split=True)
+                        catalog.place_layout(model, entry.layout)
                     except InvalidConfigError as exc:
                         raise ValueError(f"layout {name!r} entry {i}: {exc}") from None
         return self

@@ -38,8 +38,11 @@ class GpuMigState:
 
     @property
     def layout(self) -> dict[str, int]:
-        """Profile -> count of the GPU instances that exist now."""
-        return dict(Counter(gi.profile for gi in self.instances))
+        """MIG device name -> count of the compute instances that exist now, named as mig-parted
+        reads a GPU back (``3g.40gb`` for a full-size one, ``1c.3g.40gb`` for a smaller one)."""
+        return dict(
+            Counter(_device_name(gi, ci.slices, self.model) for gi in self.instances for ci in gi.compute_instances)
+        )
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class GpuTarget:
 
     @property
     def layout(self) -> dict[str, int]:
-        return dict(Counter(p.profile.name for p in self.placements))
+        """MIG device name -> count the placements make (see ``GpuMigState.layout``)."""
+        return dict(Counter(name for p in self.placements for name in p.device_names))
 
 
 class StepKind(enum.StrEnum):
@@ -74,7 +78,8 @@ class StepKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Step:
-    """One change to one GPU. A MIG device is a GPU instance plus its full compute instance."""
+    """One change to one GPU. Creating MIG devices is a GPU instance plus its compute instances:
+    ``compute`` lists their sizes (empty: one full-size compute instance)."""
 
     kind: StepKind
     gpu: int
@@ -82,13 +87,17 @@ class Step:
     gi_id: int | None = None
     profile: str | None = None
     start: int | None = None
+    compute: tuple[int, ...] = ()
 
     def describe(self) -> str:
         if self.kind is StepKind.DESTROY_GPU_INSTANCE:
             return f"GPU {self.gpu}: destroy GPU instance {self.gi_id} ({self.profile})"
         if self.kind is StepKind.SET_MIG_MODE:
             return f"GPU {self.gpu}: {'enable' if self.enabled else 'disable'} MIG mode"
-        return f"GPU {self.gpu}: create {self.profile} at memory slice {self.start}"
+        text = f"GPU {self.gpu}: create {self.profile} at memory slice {self.start}"
+        if self.compute:
+            text += " with compute instances of " + ", ".join(f"{c}c" for c in self.compute)
+        return text
 
 
 def observe(backend: GpuBackend) -> NodeMigState:
@@ -166,23 +175,23 @@ def _target(gpu: GpuMigState, entry: MigConfigEntry, name: str) -> GpuTarget | N
 
 
 def matches(gpu: GpuMigState, target: GpuTarget) -> bool:
-    """Whether the GPU already has the target: same mode (nothing pending) and instance counts,
-    each instance carrying exactly one full-size compute instance."""
+    """Whether the GPU already has the target: same mode (nothing pending) and the same MIG
+    devices by name and count, as mig-parted compares them, with no GPU instance left without a
+    compute instance."""
     if gpu.mode is None:
         return not target.enabled
     if gpu.mode.current != target.enabled or gpu.mode.pending != target.enabled:
         return False
     if not target.enabled:
         return True
-    if gpu.layout != target.layout:
-        return False
-    return all(_whole(gi, gpu.model) for gi in gpu.instances)
+    return gpu.layout == target.layout and all(gi.compute_instances for gi in gpu.instances)
 
 
-def _whole(gi: GpuInstance, model: catalog.GpuModel | None) -> bool:
-    if model is None or len(gi.compute_instances) != 1:
-        return False
-    return gi.compute_instances[0].slices == model.profile(gi.profile).gi_slices
+def _device_name(gi: GpuInstance, ci_slices: int, model: catalog.GpuModel | None) -> str:
+    """The MIG device a compute instance of ``ci_slices`` in ``gi`` is (``1c.3g.40gb``)."""
+    if model is not None and ci_slices == model.profile(gi.profile).gi_slices:
+        return gi.profile
+    return catalog.device_profile(gi.profile, ci_slices)
 
 
 def differences(state: NodeMigState, targets: Sequence[GpuTarget]) -> list[str]:
@@ -202,8 +211,9 @@ def _describe_gpu(gpu: GpuMigState) -> str:
     text = _describe(gpu.mode.current, gpu.layout)
     if gpu.mode.reset_pending:
         text += f" (MIG {'enable' if gpu.mode.pending else 'disable'} pending a GPU reset)"
-    if gpu.mode.current and not all(_whole(gi, gpu.model) for gi in gpu.instances):
-        text += " (some GPU instances lack a full compute instance)"
+    empty = [gi.profile for gi in gpu.instances if not gi.compute_instances] if gpu.mode.current else []
+    if empty:
+        text += f" (GPU instances without a compute instance: {', '.join(empty)})"
     return text
 
 
@@ -215,7 +225,7 @@ def _describe(enabled: bool, layout: Mapping[str, int]) -> str:
     if not enabled:
         return "MIG disabled"
     if not layout:
-        return "MIG enabled, no instances"
+        return "MIG enabled, no MIG devices"
     return "MIG " + ", ".join(f"{c}x {p}" for p, c in sorted(layout.items()))
 
 
@@ -240,7 +250,7 @@ def plan(state: NodeMigState, targets: Sequence[GpuTarget]) -> list[Step]:
         if gpu.mode.current != target.enabled or gpu.mode.pending != target.enabled:
             modes.append(Step(StepKind.SET_MIG_MODE, gpu.index, enabled=target.enabled))
         creates.extend(
-            Step(StepKind.CREATE_MIG_DEVICE, gpu.index, profile=p.profile.name, start=p.start)
+            Step(StepKind.CREATE_MIG_DEVICE, gpu.index, profile=p.profile.name, start=p.start, compute=p.compute)
             for p in target.placements
         )
     return destroys + modes + creates
@@ -252,6 +262,14 @@ def snapshot(state: NodeMigState) -> tuple[GpuTarget, ...]:
     for gpu in state.gpus:
         if gpu.mode is None or gpu.model is None:
             continue
-        placements = tuple(catalog.Placement(gpu.model.profile(gi.profile), gi.start) for gi in gpu.instances)
+        placements = tuple(_placement(gpu.model, gi) for gi in gpu.instances)
         targets.append(GpuTarget(gpu.index, gpu.mode.current, placements))
     return tuple(targets)
+
+
+def _placement(model: catalog.GpuModel, gi: GpuInstance) -> catalog.Placement:
+    """A GPU instance as it is, to carve again: its compute instances unless it has just one
+    full-size one (or none, which becomes one full-size one)."""
+    profile = model.profile(gi.profile)
+    sizes = tuple(ci.slices for ci in gi.compute_instances)
+    return catalog.Placement(profile, gi.start, () if sizes in ((), (profile.gi_slices,)) else sizes)

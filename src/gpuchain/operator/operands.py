@@ -41,6 +41,11 @@ VALIDATIONS_DIR = "/run/gpuchain/validations"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuchain-operator"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuchain-operator"
 RUNTIME_CLASS_HANDLER = "nvidia"
+#: NVIDIA's exporter Service (assets/state-dcgm-exporter/0400_service.yaml): its name, port name
+#: and port, which scrape configs and ServiceMonitors written for NVIDIA's operator select on.
+EXPORTER_SERVICE = "nvidia-dcgm-exporter"
+EXPORTER_PORT_NAME = "gpu-metrics"
+EXPORTER_PORT = 9400
 #: NVIDIA's layout for dcgmExporter.config.name: the ConfigMap key and where the exporter reads it.
 METRICS_CONFIG_KEY = "dcgm-metrics.csv"
 METRICS_CONFIG_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
@@ -127,6 +132,10 @@ USES_API = frozenset({VALIDATOR.state, DEVICE_PLUGIN.state, GFD.state, MIG_MANAG
 
 #: Operands on the gpuchain image that load NVML (env below, runtime class nvidia).
 USES_NVML = frozenset({DEVICE_PLUGIN.state, DCGM_EXPORTER.state, GFD.state, MIG_MANAGER.state})
+
+#: Operands that read the device plugin's ConfigMap (``devicePlugin.config``): NVIDIA's operator
+#: gives it to GFD as well, so the sharing labels (``gpu.replicas``, ``<product>-SHARED``) match.
+SHARES_PLUGIN_CONFIG = (DEVICE_PLUGIN, GFD)
 
 
 @dataclass(frozen=True)
@@ -325,13 +334,16 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
     args: list[str] = [] if operand is VALIDATOR else ["--backend", "nvml"]
     if operand is DEVICE_PLUGIN:
         env += [{"name": "MIG_STRATEGY", "value": policy.mig.strategy}]
-        if policy.device_plugin.config.name:
-            # A ConfigMap of named configs: the plugin reads its node's nvidia.com/device-plugin.config
-            # label (node from NODE_NAME) and falls back to NODE_CONFIG_KEY, the policy default.
-            args += ["--config-dir", "/config"]
-            if policy.device_plugin.config.default:
-                env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
-            mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
+    if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
+        # A ConfigMap of named configs, for the plugin and (as NVIDIA's operator does) GFD alike, so
+        # the sharing labels follow the plugin's config: each reads its node's
+        # nvidia.com/device-plugin.config label (node from NODE_NAME) and falls back to
+        # NODE_CONFIG_KEY, the policy default.
+        args += ["--config-dir", "/config"]
+        if policy.device_plugin.config.default:
+            env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
+        mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
+    if operand is DEVICE_PLUGIN:
         mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
     if operand is GFD:
         args += ["--mig-strategy", policy.mig.strategy]
@@ -357,7 +369,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
         mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config", "readOnly": True})
     extra: dict[str, Any] = {}
     if operand is DCGM_EXPORTER:
-        extra["ports"] = [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+        extra["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"}]
     # The validator's main container only sleeps (its checks are the init containers).
     privileged = operand in (DEVICE_PLUGIN, MIG_MANAGER)
     return _container(
@@ -382,8 +394,8 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
         vols.append(_host_path("run-nvidia", "/run/nvidia", "DirectoryOrCreate"))
     if operand is DEVICE_PLUGIN:
         vols.append(_host_path("device-plugins", f"{kubelet}/device-plugins", "Directory"))
-        if policy.device_plugin.config.name:
-            vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
+    if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
+        vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
     if operand is GFD:
         vols.append(
             _host_path("nfd-features", "/etc/kubernetes/node-feature-discovery/features.d", "DirectoryOrCreate")
@@ -510,12 +522,34 @@ def service_account(operand: Operand, facts: Facts) -> dict[str, Any]:
     }
 
 
+def exporter_service(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
+    """The exporter's Service as NVIDIA's operator makes it (name, port name and number, the
+    ``prometheus.io/scrape`` annotation, selector on the pods' ``app`` label), so Prometheus
+    scrape configs and ServiceMonitors written for NVIDIA's stack keep finding the metrics;
+    ``dcgmExporter.service.type`` and ``internalTrafficPolicy`` apply as in NVIDIA's operator."""
+    app = {"app": DCGM_EXPORTER.name}
+    spec: dict[str, Any] = {
+        "selector": app,
+        "ports": [{"name": EXPORTER_PORT_NAME, "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}],
+    }
+    service = policy.dcgm_exporter.service
+    if service.type:
+        spec["type"] = service.type
+    if service.internal_traffic_policy:
+        spec["internalTrafficPolicy"] = service.internal_traffic_policy
+    meta = _meta(EXPORTER_SERVICE, facts, app)
+    meta["annotations"] = {"prometheus.io/scrape": "true"}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
 def desired(policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     """Everything the operator should own for this policy, in roll-out order."""
     on = [op for op in OPERANDS if enabled(policy, op)]
     objs = [runtime_class(policy, facts)]
     objs += [service_account(op, facts) for op in on]
     objs += [daemonset(policy, op, facts) for op in on]
+    if DCGM_EXPORTER in on:
+        objs.append(exporter_service(policy, facts))
     return objs
 
 

@@ -1,6 +1,6 @@
 """The reconcile loop's imperative shell: read the cluster, call the pure parts, write the difference.
 
-One pass reads a fixed number of lists (policies, nodes, DaemonSets, ServiceAccounts, pods) plus a get per
+One pass reads a fixed number of lists (policies, nodes, DaemonSets, ServiceAccounts, Services, pods) plus a get per
 cluster-wide singleton, applies only what differs, advances driver upgrades, and patches the
 status only when it changed. With nothing to do it makes zero writes.
 """
@@ -15,6 +15,7 @@ from gpuchain.kube import (
     DAEMONSET,
     NODE,
     POD,
+    SERVICE,
     SERVICE_ACCOUNT,
     Cluster,
     NotFoundError,
@@ -143,6 +144,8 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     live_sa = {
         name_of(a): a for a in _managed(cluster.list(SERVICE_ACCOUNT, namespace, label_selector=MANAGED_SELECTOR))
     }
+    # And one for the exporter's Service, which goes when the exporter is switched off.
+    live_svc = {name_of(s): s for s in _managed(cluster.list(SERVICE, namespace, label_selector=MANAGED_SELECTOR))}
     changed: list[str] = []
     wanted = desired(parsed, facts)
     refused = manifest_problems(wanted)
@@ -158,6 +161,8 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
             live_ds[name_of(obj)] = result.object
         elif obj["kind"] == "ServiceAccount":
             result = cluster.apply(obj, live=live_sa.get(name_of(obj)), known_live=True)
+        elif obj["kind"] == "Service":
+            result = cluster.apply(obj, live=live_svc.get(name_of(obj)), known_live=True)
         else:
             result = cluster.apply(obj)
         if result.changed:
@@ -167,6 +172,9 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         cluster.delete(DAEMONSET, stale, namespace)
         del live_ds[stale]
         changed.append(f"daemonset/{stale} (deleted)")
+    for stale in sorted(set(live_svc) - {name_of(o) for o in wanted if o["kind"] == "Service"}):
+        cluster.delete(SERVICE, stale, namespace)
+        changed.append(f"service/{stale} (deleted)")
 
     pods: list[dict[str, Any]] | None = None
 
