@@ -5,10 +5,16 @@ closest PCIe common ancestor, then the same NUMA node), so a 4-GPU job lands on 
 fast. MIG devices: packed onto as few parent GPUs as possible. Replicas of shared GPUs: spread
 over the least used GPUs (``distributed``) or stacked onto the most used ones (``packed``).
 Must-include ids always come first.
+
+Every step is O(ids log ids) or better, as the call is on the pod start path and a shared node
+announces thousands of replica ids (8 GPUs x 256). Whole GPUs are the exception by nature: the
+best linked set is searched exhaustively while that is at most ``EXHAUSTIVE_LIMIT`` candidate
+sets, then greedily in O(GPUs x size), over a node's handful of GPUs.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import Counter
@@ -39,7 +45,8 @@ def preferred_allocation(
     for device_id in [*available, *must_include]:
         if device_id not in known:
             raise PreferenceError(f"unknown device id {device_id!r} for {resource.name}")
-    missing = [i for i in must_include if i not in available]
+    offered = set(available)
+    missing = [i for i in must_include if i not in offered]
     if missing:
         raise PreferenceError(f"must-include ids {missing} are not among the available ids")
     if size < len(must_include):
@@ -47,7 +54,8 @@ def preferred_allocation(
     if size > len(available):
         raise PreferenceError(f"asked for {size} devices of {resource.name} but only {len(available)} are available")
     chosen = list(dict.fromkeys(must_include))
-    pool = [known[i] for i in available if i not in chosen]
+    taken = set(chosen)
+    pool = [known[i] for i in available if i not in taken]
     need = size - len(chosen)
     if need == 0:
         return chosen
@@ -81,12 +89,17 @@ def _best_gpus(
             key=lambda combo: (_set_score(inventory, chosen + list(combo)), [-d.gpu_index for d in combo]),
         )
         return [d.id for d in best]
+    # Greedy: each step takes the device best linked to everything taken so far; its score
+    # grows by one pair per step instead of being summed again.
+    score: list[float] = [sum(_pair_score(inventory, d, o) for o in chosen) for d in pool]
+    left = list(range(len(pool)))  # in the offered order, which breaks ties as before
     picked: list[AnnouncedDevice] = []
-    remaining = list(pool)
     for _ in range(need):
-        nxt = max(remaining, key=lambda d: (sum(_pair_score(inventory, d, o) for o in chosen + picked), -d.gpu_index))
-        picked.append(nxt)
-        remaining.remove(nxt)
+        top = max(left, key=lambda i: (score[i], -pool[i].gpu_index))
+        picked.append(pool[top])
+        left.remove(top)
+        for i in left:
+            score[i] += _pair_score(inventory, pool[i], pool[top])
     return [d.id for d in picked]
 
 
@@ -106,18 +119,30 @@ def _replicas(
     need: int,
     policy: AllocationPolicy,
 ) -> list[str]:
-    """Greedy by replicas in use per unit: fewest first (distributed) or most first (packed)."""
+    """Greedy by replicas in use per unit: fewest first (distributed) or most first (packed).
+
+    Each pick takes the unit that ranks first by (replicas in use, unit order) and its lowest
+    free replica; a heap of units, each with its free replicas in order, makes that O(log units).
+    """
     free = set(available)
     used = Counter(d.unit_uuid for d in resource.devices if d.id not in free)
     for d in chosen:
         used[d.unit_uuid] += 1
     order = {u: i for i, u in enumerate(resource.unit_uuids)}
-    remaining = list(pool)
-    picked: list[str] = []
     sign = 1 if policy is AllocationPolicy.DISTRIBUTED else -1
+    by_unit: dict[str, list[AnnouncedDevice]] = {}
+    for d in sorted(pool, key=lambda d: d.replica or 0):  # stable: equal replicas keep the offered order
+        by_unit.setdefault(d.unit_uuid, []).append(d)
+    queues = {u: iter(ds) for u, ds in by_unit.items()}
+    left = {u: len(ds) for u, ds in by_unit.items()}
+    heap = [(sign * used[u], order[u], u) for u in by_unit]
+    heapq.heapify(heap)
+    picked: list[str] = []
     for _ in range(need):
-        nxt = min(remaining, key=lambda d: (sign * used[d.unit_uuid], order[d.unit_uuid], d.replica or 0))
-        picked.append(nxt.id)
-        used[nxt.unit_uuid] += 1
-        remaining.remove(nxt)
+        _, rank, unit = heapq.heappop(heap)
+        picked.append(next(queues[unit]).id)
+        used[unit] += 1
+        left[unit] -= 1
+        if left[unit]:
+            heapq.heappush(heap, (sign * used[unit], rank, unit))
     return picked
