@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
+import pytest
 from deviceplugin import preferred_reference as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -103,3 +104,11 @@ def test_the_reference_is_exercised_on_every_path() -> None:
     assert preferred_allocation(gpus, inventory, ids, [], 10) == reference.preferred_allocation(
         gpus, inventory, ids, [], 10
     )
+
+
+def test_repeated_available_ids_are_refused() -> None:
+    """The kubelet offers each id once; the previous implementation could answer one id twice."""
+    inventory, resources = _resources("h100-80gb-x8", CONFIGS[2])
+    ids = [d.id for d in resources[0].devices]
+    with pytest.raises(PreferenceError, match="repeat"):
+        preferred_allocation(resources[0], inventory, [ids[0], ids[0], ids[1]], [], 3)

@@ -19,6 +19,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpuchain.deviceplugin.config import AllocationPolicy
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
@@ -32,6 +33,51 @@ class PreferenceError(ValueError):
     """The request cannot be satisfied from the ids offered; the message says which and why."""
 
 
+@dataclass(frozen=True)
+class _Index:
+    """What every call needs about a resource, built once per Resource instead of once per call."""
+
+    resource: Resource
+    by_id: dict[str, AnnouncedDevice]
+    shared: bool
+    unit_of: dict[str, str]
+    """Device id -> the UUID of its unit."""
+    rank: dict[str, int]
+    """Unit UUID -> its position in announcement order."""
+    units: dict[str, tuple[AnnouncedDevice, ...]]
+    """Unit UUID -> its devices by replica number (announcement order among equals)."""
+
+    @classmethod
+    def of(cls, resource: Resource) -> _Index:
+        units: dict[str, list[AnnouncedDevice]] = {}
+        for d in sorted(resource.devices, key=lambda d: d.replica or 0):
+            units.setdefault(d.unit_uuid, []).append(d)
+        return cls(
+            resource,
+            {d.id: d for d in resource.devices},
+            resource.shared,
+            {d.id: d.unit_uuid for d in resource.devices},
+            {u: i for i, u in enumerate(resource.unit_uuids)},
+            {u: tuple(ds) for u, ds in units.items()},
+        )
+
+
+_INDEXES: dict[int, _Index] = {}
+_INDEX_LIMIT = 16
+"""Resources indexed at once: a plugin serves a handful; a reload builds new ones."""
+
+
+def _index(resource: Resource) -> _Index:
+    """The resource's index, cached by identity (the entry holds the resource, so ids cannot be reused)."""
+    found = _INDEXES.get(id(resource))
+    if found is None or found.resource is not resource:
+        found = _Index.of(resource)
+        if len(_INDEXES) >= _INDEX_LIMIT:
+            _INDEXES.clear()
+        _INDEXES[id(resource)] = found
+    return found
+
+
 def preferred_allocation(
     resource: Resource,
     inventory: Inventory,
@@ -41,11 +87,14 @@ def preferred_allocation(
     policy: AllocationPolicy = AllocationPolicy.DISTRIBUTED,
 ) -> list[str]:
     """``size`` ids from ``available`` (must-include ids first), best placement first."""
-    known = {d.id: d for d in resource.devices}
-    for device_id in [*available, *must_include]:
-        if device_id not in known:
-            raise PreferenceError(f"unknown device id {device_id!r} for {resource.name}")
+    index = _index(resource)
+    known = index.by_id
     offered = set(available)
+    if not (offered.issubset(known) and known.keys() >= set(must_include)):
+        unknown = next(i for i in itertools.chain(available, must_include) if i not in known)
+        raise PreferenceError(f"unknown device id {unknown!r} for {resource.name}")
+    if len(offered) != len(available):
+        raise PreferenceError(f"the available ids of {resource.name} repeat: each must be offered once")
     missing = [i for i in must_include if i not in offered]
     if missing:
         raise PreferenceError(f"must-include ids {missing} are not among the available ids")
@@ -54,13 +103,13 @@ def preferred_allocation(
     if size > len(available):
         raise PreferenceError(f"asked for {size} devices of {resource.name} but only {len(available)} are available")
     chosen = list(dict.fromkeys(must_include))
-    taken = set(chosen)
-    pool = [known[i] for i in available if i not in taken]
     need = size - len(chosen)
     if need == 0:
         return chosen
-    if resource.shared:
-        return chosen + _replicas(resource, available, [known[i] for i in chosen], pool, need, policy)
+    if index.shared:
+        return chosen + _replicas(index, offered, [known[i] for i in chosen], need, policy)
+    taken = set(chosen)
+    pool = [known[i] for i in available if i not in taken]
     if any(d.mig_uuid for d in pool):
         return chosen + _packed_mig([known[i] for i in chosen], pool, need)
     return chosen + _best_gpus(inventory, [known[i] for i in chosen], pool, need)
@@ -112,35 +161,36 @@ def _packed_mig(chosen: list[AnnouncedDevice], pool: list[AnnouncedDevice], need
 
 
 def _replicas(
-    resource: Resource,
-    available: Sequence[str],
+    index: _Index,
+    offered: set[str],
     chosen: list[AnnouncedDevice],
-    pool: list[AnnouncedDevice],
     need: int,
     policy: AllocationPolicy,
 ) -> list[str]:
     """Greedy by replicas in use per unit: fewest first (distributed) or most first (packed).
 
-    Each pick takes the unit that ranks first by (replicas in use, unit order) and its lowest
-    free replica; a heap of units, each with its free replicas in order, makes that O(log units).
+    Each pick takes the unit that ranks first by (replicas in use, unit order) and its free
+    replica with the lowest number. A heap of units makes a pick O(log units); each unit's
+    replicas are walked once, in order, skipping those not free.
     """
-    free = set(available)
-    used = Counter(d.unit_uuid for d in resource.devices if d.id not in free)
-    for d in chosen:
-        used[d.unit_uuid] += 1
-    order = {u: i for i, u in enumerate(resource.unit_uuids)}
+    free_in: Counter[str] = Counter(map(index.unit_of.__getitem__, offered))
+    chosen_in: Counter[str] = Counter(d.unit_uuid for d in chosen)
+    used = {u: len(ds) - free_in[u] + chosen_in[u] for u, ds in index.units.items()}
+    left = {u: n - chosen_in[u] for u, n in free_in.items()}
+    taken = {d.id for d in chosen}
     sign = 1 if policy is AllocationPolicy.DISTRIBUTED else -1
-    by_unit: dict[str, list[AnnouncedDevice]] = {}
-    for d in sorted(pool, key=lambda d: d.replica or 0):  # stable: equal replicas keep the offered order
-        by_unit.setdefault(d.unit_uuid, []).append(d)
-    queues = {u: iter(ds) for u, ds in by_unit.items()}
-    left = {u: len(ds) for u, ds in by_unit.items()}
-    heap = [(sign * used[u], order[u], u) for u in by_unit]
+    heap = [(sign * used[u], index.rank[u], u) for u, n in left.items() if n > 0]
     heapq.heapify(heap)
+    walked = dict.fromkeys(left, 0)
     picked: list[str] = []
     for _ in range(need):
         _, rank, unit = heapq.heappop(heap)
-        picked.append(next(queues[unit]).id)
+        devices = index.units[unit]
+        at = walked[unit]
+        while devices[at].id not in offered or devices[at].id in taken:
+            at += 1
+        picked.append(devices[at].id)
+        walked[unit] = at + 1
         used[unit] += 1
         left[unit] -= 1
         if left[unit]:
