@@ -267,13 +267,12 @@ class Row:
 
 
 def report(procs: list[Proc], cpu: dict[str, float], window: float) -> list[Row]:
+    """End RSS against the floor's, and growth since the sample that opens the last ``window`` s."""
     rows = []
     floor = procs[0].rss[-1][1]
     for p in procs:
         end_t, end = p.rss[-1]
-        start = min((v for t, v in p.rss if t >= end_t - window), default=end)
-        peak_before = [v for t, v in p.rss if t <= end_t - window]
-        base = peak_before[-1] if peak_before else start
+        base = next((v for t, v in reversed(p.rss) if t <= end_t - window), p.rss[0][1])
         rows.append(Row(p.name, end, end / floor, end - base, p.rss, cpu[p.name]))
     return rows
 
