@@ -21,6 +21,7 @@ time-slicing label, 10 with a GPU off the bus, plus workloads; the doctor must n
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import time
 from collections.abc import Callable
@@ -28,12 +29,30 @@ from typing import Any
 
 from gpuchain.doctor import run_doctor
 from gpuchain.kube import NODE, POD, MemoryCluster
-from gpuchain.sim import build, parse_scenario
+from gpuchain.sim import build, parse_scenario, render
+
+GROUP_LIMIT = 5000
+"""The most nodes one scenario group may hold; a bigger cluster is several groups."""
+
+
+def unique_pod_name(ds_name: str, node: str) -> str:
+    """The simulator's DaemonSet pod name with 10 hash characters instead of 5.
+
+    Five hex characters of a node-name hash collide (AlreadyExists) past about a thousand
+    nodes, where the real DaemonSet controller would retry with a fresh random suffix; the
+    doctor reads pods by owner and node, not by suffix.
+    """
+    return f"{ds_name}-{hashlib.sha1(node.encode()).hexdigest()[:10]}"
 
 
 def scenario_text(nodes: int) -> str:
     """A big mixed cluster: mostly healthy, three kinds of trouble."""
     broken = 20 + 10 + 10
+    healthy = nodes - broken
+    sizes = [min(GROUP_LIMIT, healthy - start) for start in range(0, healthy, GROUP_LIMIT)]
+    groups = "\n".join(
+        f"  - {{name: {'gpu' + chr(ord('a') + i - 1) if i else 'gpu'}, count: {n}}}" for i, n in enumerate(sizes)
+    )
     return f"""
 name: bench-{nodes}
 driverBuilds: [5.15.0-105-generic]
@@ -41,7 +60,7 @@ devicePluginConfigs:
   default: {{}}
   shared-2: {{sharing: {{timeSlicing: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}}}
 nodes:
-  - {{name: gpu, count: {nodes - broken}}}
+{groups}
   - {{name: newkernel, count: 20, kernel: 6.8.0-51-generic}}
   - {{name: shared, count: 10, devicePluginConfig: shared-2}}
   - {{name: lost, count: 10, lostGpus: [3]}}
@@ -113,6 +132,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=50)
     args = parser.parse_args()
 
+    render.pod_name = unique_pod_name  # type: ignore[assignment]
     sim = build(parse_scenario(scenario_text(args.nodes)))
     cluster = sim.cluster
     pods = cluster.count(POD)

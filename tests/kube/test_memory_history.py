@@ -118,3 +118,25 @@ async def test_watchers_get_their_own_copies() -> None:
     events[0].object["metadata"]["labels"]["a"] = "changed"
     assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
     assert (await _drain(cluster, "0"))[0].object["metadata"]["labels"] == {"a": "1"}
+
+
+def test_copies_share_nothing_even_where_the_original_shares_a_subtree() -> None:
+    """MemoryCluster copies every object in and out with json_copy: an object whose two fields hold
+    the same dict (as a rendered template often does) must come out as two independent dicts."""
+    labels = {"app": "x"}
+    pod = {"metadata": {"labels": labels}, "spec": {"template": {"metadata": {"labels": labels}}}, "t": (1, 2)}
+    copied = json_copy(pod)
+    assert copied == pod
+    assert copied["metadata"]["labels"] is not copied["spec"]["template"]["metadata"]["labels"]
+    copied["metadata"]["labels"]["app"] = "y"
+    assert copied["spec"]["template"]["metadata"]["labels"] == {"app": "x"} and labels == {"app": "x"}
+
+
+def test_a_tree_marshal_cannot_write_is_still_copied() -> None:
+    class Opaque:
+        pass
+
+    leaf = Opaque()
+    tree = {"a": [{"b": leaf}]}
+    copied = json_copy(tree)
+    assert copied == tree and copied["a"] is not tree["a"] and copied["a"][0]["b"] is leaf
