@@ -19,7 +19,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuchain.deviceplugin.config import AllocationPolicy
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
@@ -46,6 +46,20 @@ class _Index:
     """Unit UUID -> its position in announcement order."""
     units: dict[str, tuple[AnnouncedDevice, ...]]
     """Unit UUID -> its devices by replica number (announcement order among equals)."""
+    position: dict[str, int]
+    """Device id -> its place in the resource."""
+    pairs: dict[int, tuple[Inventory, list[list[float]]]] = field(default_factory=dict)
+    """Pair scores between the resource's devices, for the inventory they were scored on."""
+
+    def pair_scores(self, inventory: Inventory) -> list[list[float]]:
+        """Every pair's link score (whole-GPU resources: a handful of devices), once per inventory."""
+        found = self.pairs.get(id(inventory))
+        if found is None or found[0] is not inventory:
+            devices = self.resource.devices
+            found = (inventory, [[_pair_score(inventory, a, b) for b in devices] for a in devices])
+            self.pairs.clear()
+            self.pairs[id(inventory)] = found
+        return found[1]
 
     @classmethod
     def of(cls, resource: Resource) -> _Index:
@@ -59,6 +73,7 @@ class _Index:
             {d.id: d.unit_uuid for d in resource.devices},
             {u: i for i, u in enumerate(resource.unit_uuids)},
             {u: tuple(ds) for u, ds in units.items()},
+            {d.id: i for i, d in enumerate(resource.devices)},
         )
 
 
@@ -112,7 +127,7 @@ def preferred_allocation(
     pool = [known[i] for i in available if i not in taken]
     if any(d.mig_uuid for d in pool):
         return chosen + _packed_mig([known[i] for i in chosen], pool, need)
-    return chosen + _best_gpus(inventory, [known[i] for i in chosen], pool, need)
+    return chosen + _best_gpus(index.pair_scores(inventory), index.position, [known[i] for i in chosen], pool, need)
 
 
 def _pair_score(inventory: Inventory, a: AnnouncedDevice, b: AnnouncedDevice) -> float:
@@ -125,22 +140,30 @@ def _pair_score(inventory: Inventory, a: AnnouncedDevice, b: AnnouncedDevice) ->
     return score
 
 
-def _set_score(inventory: Inventory, devices: Sequence[AnnouncedDevice]) -> float:
-    return sum(_pair_score(inventory, a, b) for a, b in itertools.combinations(devices, 2))
-
-
 def _best_gpus(
-    inventory: Inventory, chosen: list[AnnouncedDevice], pool: list[AnnouncedDevice], need: int
+    scores: list[list[float]],
+    position: dict[str, int],
+    chosen: list[AnnouncedDevice],
+    pool: list[AnnouncedDevice],
+    need: int,
 ) -> list[str]:
+    """The best linked set, from the resource's pair scores (looked up, never recomputed)."""
+    at = [position[d.id] for d in chosen + pool]
+    pair = [[scores[a][b] for b in at] for a in at]
+    base = list(range(len(chosen)))
+    first = len(chosen)
     if math.comb(len(pool), need) <= EXHAUSTIVE_LIMIT:
-        best = max(
-            itertools.combinations(pool, need),
-            key=lambda combo: (_set_score(inventory, chosen + list(combo)), [-d.gpu_index for d in combo]),
-        )
-        return [d.id for d in best]
+
+        def key(combo: tuple[int, ...]) -> tuple[float, list[int]]:
+            members = base + [first + i for i in combo]
+            score = sum(pair[a][b] for a, b in itertools.combinations(members, 2))
+            return score, [-pool[i].gpu_index for i in combo]
+
+        best = max(itertools.combinations(range(len(pool)), need), key=key)
+        return [pool[i].id for i in best]
     # Greedy: each step takes the device best linked to everything taken so far; its score
     # grows by one pair per step instead of being summed again.
-    score: list[float] = [sum(_pair_score(inventory, d, o) for o in chosen) for d in pool]
+    score: list[float] = [sum(pair[first + i][c] for c in base) for i in range(len(pool))]
     left = list(range(len(pool)))  # in the offered order, which breaks ties as before
     picked: list[AnnouncedDevice] = []
     for _ in range(need):
@@ -148,7 +171,7 @@ def _best_gpus(
         picked.append(pool[top])
         left.remove(top)
         for i in left:
-            score[i] += _pair_score(inventory, pool[i], pool[top])
+            score[i] += pair[first + i][first + top]
     return [d.id for d in picked]
 
 
