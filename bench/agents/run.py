@@ -311,7 +311,7 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=15.0, help="start-up seconds before the idle window")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args()
-    args.flat_window = min(args.flat_window, args.duration / 2)
+    args.flat_window = min(args.flat_window, args.duration)
     root = Path(tempfile.mkdtemp(prefix="gcag-", dir="/tmp"))
     try:
         with kube_api(root) as (kubeconfig, client):
