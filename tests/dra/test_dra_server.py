@@ -258,7 +258,7 @@ async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim:
         gpu = h100_sim.inventory().gpu(3).uuid
         h100_sim.inject_xid(3, 79)
         h100_sim.recover_gpu(3)
-        for _ in range(100):  # until the driver has seen both events
+        for _ in range(500):  # until the driver has seen both events
             await asyncio.sleep(0.01)
             if gpu in driver.health.recover_at:
                 break
@@ -268,7 +268,7 @@ async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim:
         assert steps - before <= 2  # one wake-up per event, none while the deadline is still ahead
         clock.advance(QUIET)
         h100_sim.inject_xid(0, 13)  # any event wakes the loop, which then finds the deadline passed
-        for _ in range(100):
+        for _ in range(500):
             await asyncio.sleep(0.01)
             if gpu not in driver.unhealthy:
                 break
