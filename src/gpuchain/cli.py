@@ -1,22 +1,138 @@
 """The one `gpuchain` command. Thin by design: each subcommand lives in ``gpuchain.commands.<name>``
 and only parses arguments, calls a layer and renders the answer.
 
-Command modules register themselves through ``register(app)``; they are found by listing the
-``gpuchain.commands`` package, so adding a command never means editing this file.
+Commands load lazily. ``COMMANDS`` names each one's module (which exposes ``register(app)``) and
+its one-line help, so parsing, ``--help`` and ``--version`` import no command code, and running
+one command imports that command's module alone: a node agent never pays for kopf, aiohttp or
+the operator. A test checks the table against what every module registers.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+from dataclasses import dataclass
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-import gpuchain.commands
 from gpuchain import __version__
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One command: the module whose ``register(app)`` adds it, and its one-line help."""
+
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Entry] = {
+    "demo": Entry(
+        "gpuchain.commands.demo",
+        "Run the device plugin chain on a simulated H100 node: capacity, a pod, an XID 79, recovery.",
+    ),
+    "device-plugin": Entry(
+        "gpuchain.commands.device_plugin", "Serve nvidia.com/gpu (and MIG / shared resources) to the kubelet."
+    ),
+    "doctor": Entry(
+        "gpuchain.commands.doctor",
+        "Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.",
+    ),
+    "dra-plugin": Entry(
+        "gpuchain.commands.dra_plugin", "Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io."
+    ),
+    "dra-demo": Entry(
+        "gpuchain.commands.dra_plugin",
+        "Run the DRA path on a simulated node: ResourceSlice, registration, a claim prepared, an XID.",
+    ),
+    "exporter": Entry(
+        "gpuchain.commands.exporter", "Serve DCGM-compatible GPU metrics with pod attribution on :9400/metrics."
+    ),
+    "gfd": Entry(
+        "gpuchain.commands.gfd",
+        "Compute NVIDIA GFD-compatible labels and write them as an NFD feature file or onto the Node.",
+    ),
+    "gpus": Entry("gpuchain.commands.gpus", "List GPUs, MIG devices and the GPU-to-GPU topology."),
+    "mig-manager": Entry(
+        "gpuchain.commands.mig_manager", "Watch this node's `nvidia.com/mig.config` label and apply that MIG layout."
+    ),
+    "remediator": Entry(
+        "gpuchain.commands.remediator",
+        "Move workloads off failed GPUs: evict the pods on them (PDBs respected), taint the node.",
+    ),
+    "gpu-health": Entry(
+        "gpuchain.commands.remediator",
+        "Publish this node's GPU health for the remediator: condition GPUHealthy, Events, GPU/pod annotations.",
+    ),
+    "verify": Entry(
+        "gpuchain.commands.verify", "Run the chapter's production checklist, each item pass/fail with evidence."
+    ),
+    "mig": Entry(
+        "gpuchain.commands.mig",
+        "Declarative MIG layouts (mig-parted v1 config): apply one, assert one, print the built-in config.",
+    ),
+    "operator": Entry("gpuchain.commands.operator", "The gpuchain operator (ClusterPolicy gpuchain.io/v1)."),
+    "plan": Entry(
+        "gpuchain.commands.plan",
+        "Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`).",
+    ),
+    "sim": Entry("gpuchain.commands.sim", "Simulated clusters built from scenario YAML (no GPU, no cluster needed)."),
+    "validate": Entry(
+        "gpuchain.commands.validate",
+        "Validate one link of the GPU chain and write its ready file (the operator's init containers).",
+    ),
+}
+"""Every `gpuchain` command in the order ``--help`` lists them."""
+
+
+def load(name: str) -> Any:
+    """The click command (or group) ``name``, built by importing its module only now."""
+    sub = typer.Typer()
+    importlib.import_module(COMMANDS[name].module).register(sub)
+    return typer.main.get_group(sub).commands[name]
+
+
+class LazyGroup(TyperGroup):
+    """The root group: knows every command by name and help, imports one only to run it.
+
+    Its help is click's plain layout (rich's help renderer alone costs twice ``import typer``);
+    shell completion answers with placeholders carrying the table's help.
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._listing = False
+        self._loaded: dict[str, Any] = {}
+        for name, entry in COMMANDS.items():
+            self.commands[name] = TyperCommand(name, help=entry.help)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:
+            return self.commands[cmd_name]
+        if cmd_name not in self._loaded:
+            self._loaded[cmd_name] = load(cmd_name)
+        return self._loaded[cmd_name]
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its whole one-line help, wrapped, never cut short."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, entry.help) for name, entry in COMMANDS.items()])
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> Any:
+        self._listing = True
+        try:
+            return super().shell_complete(ctx, incomplete)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="gpuchain",
+    cls=LazyGroup,
+    rich_markup_mode=None,
     help=(
         "The Kubernetes GPU chain (driver -> toolkit -> device plugin -> discovery/exporter/MIG), "
         "with a doctor that names the broken link. Every command runs on simulated GPUs by default; "
@@ -41,17 +157,6 @@ def _root(
     ),
 ) -> None:
     """gpuchain: make GPUs real, schedulable, observable and healthy resources on Kubernetes."""
-
-
-def _register_commands() -> None:
-    for info in sorted(pkgutil.iter_modules(gpuchain.commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"gpuchain.commands.{info.name}")
-        module.register(app)
-
-
-_register_commands()
 
 
 def main() -> None:

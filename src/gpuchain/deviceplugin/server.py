@@ -32,17 +32,36 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
 
-def device_list(resource: Resource, health: HealthState) -> pb.ListAndWatchResponse:
-    """The full ListAndWatch message: every id with its health and NUMA node."""
-    devices = []
+def device_frames(resource: Resource) -> tuple[tuple[bytes, bytes], ...]:
+    """Each device's ListAndWatch entry serialized once, healthy and unhealthy.
+
+    Repeated fields concatenate on the wire, so a list of thousands of replica ids is then their
+    joined bytes, parsed once, instead of thousands of messages built on every health change.
+    """
+    frames = []
     for d in resource.devices:
         topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]) if d.numa_node is not None else None
-        devices.append(
-            pb.Device(
-                ID=d.id, health=HEALTHY if health.healthy(d.gpu_uuid, d.mig_uuid) else UNHEALTHY, topology=topology
+        frames.append(
+            tuple(
+                pb.ListAndWatchResponse(devices=[pb.Device(ID=d.id, health=h, topology=topology)]).SerializeToString()
+                for h in (HEALTHY, UNHEALTHY)
             )
         )
-    return pb.ListAndWatchResponse(devices=devices)
+    return tuple((a, b) for a, b in frames)
+
+
+def device_list(
+    resource: Resource, health: HealthState, frames: tuple[tuple[bytes, bytes], ...] | None = None
+) -> pb.ListAndWatchResponse:
+    """The full ListAndWatch message: every id with its health and NUMA node (``frames``: from
+    ``device_frames(resource)``, kept by the caller)."""
+    frames = frames or device_frames(resource)
+    return pb.ListAndWatchResponse.FromString(
+        b"".join(
+            ok if health.healthy(d.gpu_uuid, d.mig_uuid) else bad
+            for d, (ok, bad) in zip(resource.devices, frames, strict=True)
+        )
+    )
 
 
 def to_proto(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
@@ -73,6 +92,7 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
         pre_start_required: bool = False,
     ) -> None:
         self.resource = resource
+        self._frames = device_frames(resource)
         self.inventory = inventory
         self.config = config
         self.health = health
@@ -102,7 +122,7 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
         last: pb.ListAndWatchResponse | None = None
         while not self._closed:
             changed = self._changed
-            current = device_list(self.resource, self.health)
+            current = device_list(self.resource, self.health, self._frames)
             if current != last:
                 if self.on_send is not None:
                     self.on_send(current)

@@ -173,13 +173,22 @@ class DraDriver:
         it, while the plugin keeps serving prepared claims.
         """
 
-        def step(name: str, call: Callable[[], Published | None]) -> Callable[[], Awaitable[None]]:
+        def step(
+            name: str, call: Callable[[], Published | None], moves_deadlines: bool = True
+        ) -> Callable[[], Awaitable[None]]:
+            """Run ``call`` off the loop; wake the recovery loop only if the call may have moved a deadline.
+
+            The recovery step itself never wakes it: it only clears deadlines that are due, and
+            waking the loop after its own step would run it again at once, forever (a busy loop).
+            """
+
             async def run() -> None:
                 try:
                     await asyncio.to_thread(call)
                 except (KubeError, GpuError, OSError) as exc:
                     log.error("%s: slice not republished yet: %s", name, exc)
-                self._kick.set()  # a recovery deadline may have moved (set here, on the loop's thread)
+                if moves_deadlines:
+                    self._kick.set()  # set here, on the loop's thread
 
             return run
 
@@ -195,7 +204,10 @@ class DraDriver:
             )
             tasks.create_task(
                 run_recoveries(
-                    self.health.next_deadline, self._kick, step("recovery", self.finish_recoveries), self.clock
+                    self.health.next_deadline,
+                    self._kick,
+                    step("recovery", self.finish_recoveries, moves_deadlines=False),
+                    self.clock,
                 )
             )
 

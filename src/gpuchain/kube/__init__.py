@@ -34,6 +34,8 @@ changes nothing makes zero writes on both adapters.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpuchain.kube.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -68,8 +70,6 @@ from gpuchain.kube.kinds import (
     kind_of,
     register_kind,
 )
-from gpuchain.kube.live import LiveCluster
-from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import (
     annotations_of,
     diff_patch,
@@ -83,6 +83,25 @@ from gpuchain.kube.objects import (
 )
 from gpuchain.kube.port import WRITE_VERBS, ApiCalls, ApplyResult, Cluster, WatchEvent
 from gpuchain.kube.selectors import match_label_selector_object, match_labels
+
+if TYPE_CHECKING:
+    from gpuchain.kube.live import LiveCluster
+    from gpuchain.kube.memory import MemoryCluster
+
+
+def __getattr__(name: str) -> Any:
+    """The two adapters load on first use: LiveCluster pulls in lightkube and httpx, which a
+    node agent on a simulated node or a command that never talks to a cluster does not need."""
+    if name == "LiveCluster":
+        from gpuchain.kube.live import LiveCluster
+
+        return LiveCluster
+    if name == "MemoryCluster":
+        from gpuchain.kube.memory import MemoryCluster
+
+        return MemoryCluster
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CLUSTER_POLICY",

@@ -9,12 +9,20 @@ simulator or a test sets with ``set_logs``; they go with the pod). It does not v
 require namespaces to exist, or honour finalizers (deletes are immediate).
 
 Thread-safe: writes may come from any thread; watchers are fed on their own event loop.
+
+Bounded, as a long-running simulator or agent on ``--cluster memory`` needs: each kind keeps its
+last ``HISTORY`` watch events (older ones are compacted away, and a watch resuming from before
+them is answered 410 Gone, "too old resource version", as the API server answers once its watch
+cache has moved on), history shares objects with the store instead of copying them, and a
+watcher that falls ``WATCH_BACKLOG`` events behind is closed (its stream ends; the client lists
+and watches again), as the API server closes a watcher that does not keep up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import itertools
 import threading
 import time
@@ -42,8 +50,12 @@ _LogKey = tuple[str, str, str, bool]  # (namespace, pod, container, previous)
 
 _PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
-#: How many past events a watch can resume from before the cluster answers 410 Gone.
-HISTORY = 10_000
+HISTORY = 1_000
+"""How many past events of each kind a watch can resume from before the cluster answers 410 Gone."""
+WATCH_BACKLOG = 10_000
+"""How many undelivered events a watcher may fall behind before its watch is closed."""
+
+_History = collections.deque[tuple[int, WatchEvent, "Obj | None"]]
 
 
 @dataclass
@@ -52,7 +64,8 @@ class _Watcher:
     namespace: str | None
     matches: Callable[[Obj], bool]
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[WatchEvent]
+    queue: asyncio.Queue[WatchEvent | None]
+    """Events to deliver; None closes the watch."""
 
 
 class MemoryCluster(Cluster):
@@ -64,7 +77,8 @@ class MemoryCluster(Cluster):
         self._store: dict[Kind, dict[_Key, Obj]] = {}
         self._rv = itertools.count(1)
         self._last_rv = 0
-        self._history: list[tuple[int, Kind, WatchEvent, Obj | None]] = []
+        self._history: dict[Kind, _History] = {}
+        self._compacted: dict[Kind, int] = {}  # per kind: the newest resourceVersion no longer in history
         self._watchers: list[_Watcher] = []
         self._logs: dict[_LogKey, str] = {}
         for obj in objects:
@@ -92,17 +106,26 @@ class MemoryCluster(Cluster):
         return obj
 
     def _emit(self, kind: Kind, type_: WatchType, obj: Obj, old: Obj | None) -> None:
-        event = WatchEvent(type_, json_copy(obj))
-        self._history.append((self._last_rv, kind, event, json_copy(old) if old else None))
-        if len(self._history) > HISTORY:
-            del self._history[: len(self._history) - HISTORY]
+        """Record the event and hand it to the watchers.
+
+        ``obj`` and ``old`` are never changed in place once stored (every write stores a new
+        dict), so history keeps them by reference; a watcher gets its own copy.
+        """
+        event = WatchEvent(type_, obj)
+        history = self._history.setdefault(kind, collections.deque())
+        history.append((self._last_rv, event, old))
+        if len(history) > HISTORY:
+            self._compacted[kind] = history.popleft()[0]
         for w in list(self._watchers):
             delivered = self._for_watcher(w, kind, event, old)
             if delivered is None:
                 continue
+            closing = w.queue.qsize() >= WATCH_BACKLOG
             try:
-                w.loop.call_soon_threadsafe(w.queue.put_nowait, delivered)
+                w.loop.call_soon_threadsafe(w.queue.put_nowait, None if closing else _copied(delivered))
             except RuntimeError:  # the watcher's loop is closed: it will never read again
+                closing = True
+            if closing:
                 self._watchers.remove(w)
 
     @staticmethod
@@ -234,19 +257,21 @@ class MemoryCluster(Cluster):
             initial: list[WatchEvent] = []
             if resource_version in (None, "", "0"):
                 for obj in sorted(self._bucket(kind).values(), key=lambda o: int(o["metadata"]["resourceVersion"])):
-                    ev = self._for_watcher(watcher, kind, WatchEvent("ADDED", json_copy(obj)), None)
+                    ev = self._for_watcher(watcher, kind, WatchEvent("ADDED", obj), None)
                     if ev is not None:
-                        initial.append(ev)
+                        initial.append(_copied(ev))
             else:
                 since = int(str(resource_version))
-                oldest = self._history[0][0] if self._history else self._last_rv
-                if since < oldest - 1 and since < self._last_rv:
+                history = self._history.get(kind, collections.deque())
+                compacted = self._compacted.get(kind, 0)
+                if since < compacted:  # an event after ``since`` is no longer known
+                    oldest = history[0][0] if history else self._last_rv
                     raise GoneError(f"too old resource version: {since} ({oldest})")
-                for rv, k, ev, old in self._history:
+                for rv, ev, old in history:
                     if rv > since:
-                        seen = self._for_watcher(watcher, k, ev, old)
+                        seen = self._for_watcher(watcher, kind, ev, old)
                         if seen is not None:
-                            initial.append(seen)
+                            initial.append(_copied(seen))
             self._watchers.append(watcher)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -254,15 +279,18 @@ class MemoryCluster(Cluster):
                 yield ev
             while True:
                 if deadline is None:
-                    yield await watcher.queue.get()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                    event = await watcher.queue.get()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    try:
+                        event = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    except TimeoutError:
+                        return
+                if event is None:  # closed for falling behind: the client lists and watches again
                     return
-                try:
-                    yield await asyncio.wait_for(watcher.queue.get(), remaining)
-                except TimeoutError:
-                    return
+                yield event
         finally:
             with self._lock:
                 if watcher in self._watchers:
@@ -362,6 +390,11 @@ class MemoryCluster(Cluster):
         """Copies of all objects of ``kind``, without counting an API call (for assertions)."""
         with self._lock:
             return [json_copy(o) for o in self._bucket(kind).values()]
+
+
+def _copied(event: WatchEvent) -> WatchEvent:
+    """The event with its own copy of the object, which the receiver may change freely."""
+    return WatchEvent(event.type, json_copy(event.object))
 
 
 def _log_container(pod: Obj, container: str | None) -> str:

@@ -9,7 +9,7 @@ a real cluster also makes zero writes.
 
 from __future__ import annotations
 
-import copy
+import marshal
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -28,8 +28,15 @@ STRATEGIC_MERGE_KEYS: Mapping[tuple[str, ...], str] = {("status", "conditions"):
 
 
 def json_copy(value: T) -> T:
-    """Deep copy of a JSON tree (dicts, lists, scalars): several times faster than copy.deepcopy."""
-    return cast(T, _json_copy(value))
+    """Deep copy of a JSON tree (dicts, lists, scalars), several times faster than copy.deepcopy.
+
+    marshal (format 2, which writes a shared subtree twice, so the copy shares nothing) does it
+    in C; a tree holding something marshal cannot write is copied by the Python recursion.
+    """
+    try:
+        return cast(T, marshal.loads(marshal.dumps(cast(Any, value), 2)))
+    except ValueError:
+        return cast(T, _json_copy(value))
 
 
 def _json_copy(value: Any) -> Any:
@@ -93,8 +100,8 @@ def strategic_merge_patch(
     if isinstance(patch, list) and path in merge_keys:
         return _merge_list(target if isinstance(target, list) else [], patch, merge_keys[path], path)
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return json_copy(patch)
+    result: dict[str, Any] = json_copy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -105,7 +112,7 @@ def strategic_merge_patch(
 
 def _merge_list(current: list[Any], patch: list[Any], key: str, path: tuple[str, ...]) -> list[Any]:
     """``patch``'s elements merged into ``current`` by ``key`` (order kept, new ones appended)."""
-    out = [copy.deepcopy(e) for e in current]
+    out = [json_copy(e) for e in current]
     for item in patch:
         if not isinstance(item, dict) or item.get(key) is None:
             raise InvalidError(f"{'.'.join(path)}: every element needs its merge key {key!r}; got {item!r}")
@@ -150,7 +157,7 @@ def is_subset(desired: Any, live: Any) -> bool:
 
 def apply_intent(desired: Obj) -> Obj:
     """The part of an object that apply() writes: no status, no server-owned metadata."""
-    intent = {k: copy.deepcopy(v) for k, v in desired.items() if k != "status"}
+    intent = {k: json_copy(v) for k, v in desired.items() if k != "status"}
     meta = intent.get("metadata") or {}
     intent["metadata"] = {k: v for k, v in meta.items() if k not in SERVER_METADATA}
     return intent
@@ -168,16 +175,16 @@ def diff_patch(old: Any, new: Any) -> Any:
     (a status) through a merge patch does not leave stale keys behind.
     """
     if not isinstance(old, dict) or not isinstance(new, dict):
-        return copy.deepcopy(new)
+        return json_copy(new)
     patch: dict[str, Any] = {}
     for key in old.keys() - new.keys():
         patch[key] = None
     for key, value in new.items():
         if key not in old:
-            patch[key] = copy.deepcopy(value)
+            patch[key] = json_copy(value)
         elif old[key] != value:
             if isinstance(old[key], dict) and isinstance(value, dict):
                 patch[key] = diff_patch(old[key], value)
             else:
-                patch[key] = copy.deepcopy(value)
+                patch[key] = json_copy(value)
     return patch

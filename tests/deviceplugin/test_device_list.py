@@ -1,0 +1,45 @@
+"""ListAndWatch's message, joined from per-device frames, equals the message built device by device."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.resources import map_resources
+from gpuchain.deviceplugin.server import HEALTHY, UNHEALTHY, device_list
+from gpuchain.gpu.health import HealthState
+from gpuchain.gpu.model import EventKind, HealthEvent
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
+
+
+@pytest.mark.parametrize(
+    ("preset", "config"),
+    [
+        ("h100-80gb-x8", "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 3}]}}"),
+        ("h100-80gb-x8-mig-mixed", "flags: {migStrategy: mixed}"),
+        ("l4-x2", ""),
+    ],
+)
+def test_joined_frames_equal_the_message_built_per_device(preset: str, config: str) -> None:
+    sim = SimBackend.from_preset(preset)
+    inventory = sim.inventory()
+    health = HealthState(quiet_seconds=0)
+    health.apply(HealthEvent(EventKind.XID, inventory.gpus[-1].uuid, xid=79), 0)
+    for resource in map_resources(inventory, parse_config(config)):
+        expected = pb.ListAndWatchResponse(
+            devices=[
+                pb.Device(
+                    ID=d.id,
+                    health=HEALTHY if health.healthy(d.gpu_uuid, d.mig_uuid) else UNHEALTHY,
+                    topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]) if d.numa_node is not None else None,
+                )
+                for d in resource.devices
+            ]
+        )
+        got = device_list(resource, health)
+        assert got == expected
+        assert got.SerializeToString() == expected.SerializeToString()
+        assert any(d.health == UNHEALTHY for d in got.devices) == any(
+            d.gpu_uuid == inventory.gpus[-1].uuid for d in resource.devices
+        )

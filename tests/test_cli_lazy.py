@@ -1,0 +1,90 @@
+"""The `gpuchain` entry point loads commands lazily: its table must match what the modules register,
+and parsing, ``--help`` and ``--version`` must not import what only a command uses."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import gpuchain.commands
+from gpuchain.cli import COMMANDS, app
+
+
+def _registered() -> dict[str, tuple[str, str]]:
+    """Every command the command modules register: name -> (module, first paragraph of its help)."""
+    found: dict[str, tuple[str, str]] = {}
+    for info in pkgutil.iter_modules(gpuchain.commands.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = f"gpuchain.commands.{info.name}"
+        sub = typer.Typer()
+        importlib.import_module(module).register(sub)
+        for name, command in typer.main.get_group(sub).commands.items():
+            first = (command.help or "").strip().split("\n\n")[0]
+            found[name] = (module, " ".join(first.split()))
+    return found
+
+
+def test_the_table_names_every_command_with_its_own_help() -> None:
+    table = {name: (entry.module, entry.help) for name, entry in COMMANDS.items()}
+    assert table == _registered()
+
+
+HEAVY = ("kopf", "aiohttp", "lightkube", "matplotlib", "gpuchain.operator", "gpuchain.doctor", "gpuchain.sim")
+
+
+def _imported(*args: str) -> set[str]:
+    """The modules a real `gpuchain ARGS` process imports, read from ``python -X importtime``."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gpuchain", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            modules.add(line.rsplit("|", 1)[1].strip())
+    assert "gpuchain.cli" in modules  # the parse worked: this is the real entry point's list
+    return modules
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_root_help_and_version_import_no_command(args: list[str]) -> None:
+    modules = _imported(*args)
+    assert _heavy(modules) == []
+    assert not [m for m in modules if m.startswith("gpuchain.commands.")]
+    assert "grpc" not in modules and "pydantic" not in modules
+
+
+@pytest.mark.parametrize("agent", ["device-plugin", "gfd", "exporter", "gpu-health", "dra-plugin", "mig-manager"])
+def test_node_agent_help_imports_no_operator_or_kubernetes_framework(agent: str) -> None:
+    assert _heavy(_imported(agent, "--help")) == []
+
+
+def test_help_lists_every_command_with_its_whole_help() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for name, entry in COMMANDS.items():
+        assert f"{name} {entry.help}" in text
+
+
+def test_a_command_runs_and_a_typo_is_answered_with_the_nearest_name() -> None:
+    assert CliRunner().invoke(app, ["gpus", "-o", "json"]).exit_code == 0
+    typo = CliRunner().invoke(app, ["gfx"])
+    assert typo.exit_code == 2
+    assert "Did you mean 'gfd'?" in typo.output
