@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import ClassVar
 
 import grpc
 import pytest
+from dra.fakeclock import QUIET, Clock
 
-from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
+from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, Published
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.dra.server import SUPPORTED_SERVICES, DraPluginServer
 from gpuchain.dra.slices import slice_name
@@ -230,3 +232,49 @@ async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_
         watcher.cancel()
         await server.stop()
         await peer.close()
+
+
+async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim: SimBackend, clock: Clock) -> None:
+    """An idle plugin waits on events and deadlines: the recovery step runs only when one is due.
+
+    The driver once woke its own recovery loop after every recovery step, so it ran again at
+    once, forever (a core per GPU node). Counts steps, not time: a real quarter second is only
+    the window in which a busy loop would have run thousands of them.
+    """
+    driver = make_driver(h100_sim)
+    driver.publish()
+    steps = 0
+    finish = driver.finish_recoveries
+
+    def counted() -> Published | None:
+        nonlocal steps
+        steps += 1
+        return finish()
+
+    driver.finish_recoveries = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(driver.follow_health())
+    try:
+        await asyncio.sleep(0.25)
+        assert steps <= 1  # the wake-up of the first subscription, then nothing
+        gpu = h100_sim.inventory().gpu(3).uuid
+        h100_sim.inject_xid(3, 79)
+        h100_sim.recover_gpu(3)
+        for _ in range(500):  # until the driver has seen both events
+            await asyncio.sleep(0.01)
+            if gpu in driver.health.recover_at:
+                break
+        assert gpu in driver.health.recover_at  # a recovery waits out QUIET seconds of the test clock
+        before = steps
+        await asyncio.sleep(0.25)
+        assert steps - before <= 2  # one wake-up per event, none while the deadline is still ahead
+        clock.advance(QUIET)
+        h100_sim.inject_xid(0, 13)  # any event wakes the loop, which then finds the deadline passed
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if gpu not in driver.unhealthy:
+                break
+        assert gpu not in driver.unhealthy
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
