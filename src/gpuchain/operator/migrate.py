@@ -4,10 +4,11 @@
 key gpuchain accepts, and says for each section what maps, what is ignored and what blocks
 (features gpuchain does not have, switched off in the result so the policy applies).
 
-`nvidia_collision` decides whether NVIDIA's operator, seen through its ClusterPolicy and its
-DaemonSets, would run the same operands as gpuchain: then the gpuchain operator stands aside
-instead of fighting over objects with the same names (both name their DaemonSets
-``nvidia-device-plugin-daemonset``, ... and both create RuntimeClass ``nvidia``).
+`nvidia_collision` decides whether NVIDIA's operator runs (its Deployment or the DaemonSets its
+ClusterPolicy owns, not the ClusterPolicy alone) and would run the same operands as gpuchain:
+then the gpuchain operator stands aside, removing its own DaemonSets for those operands, instead
+of running two device plugins, two MIG managers, ... on the same nodes (both also name their
+DaemonSets ``nvidia-device-plugin-daemonset``, ... and both create RuntimeClass ``nvidia``).
 """
 
 from __future__ import annotations
@@ -224,6 +225,27 @@ def nvidia_operands(spec: dict[str, Any]) -> list[Operand]:
     return [op for op in OPERANDS if op.spec_key == "validator" or getattr(parsed, to_snake(op.spec_key)).enabled]
 
 
+#: The label NVIDIA's operator Deployment carries, in its Helm chart
+#: (deployments/gpu-operator/templates/operator.yaml) and in its OLM bundle's CSV alike.
+NVIDIA_OPERATOR_COMPONENT = ("app.kubernetes.io/component", "gpu-operator")
+
+
+def nvidia_operator_deployments(deployments: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """``namespace/name`` of NVIDIA's operator Deployments that are meant to run (replicas above 0).
+
+    A Deployment scaled to 0 does not count: its ClusterPolicy is then a leftover, not a running operator.
+    """
+    key, value = NVIDIA_OPERATOR_COMPONENT
+    return tuple(
+        sorted(
+            f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}"
+            for d in deployments
+            if (d["metadata"].get("labels") or {}).get(key) == value
+            and int((d.get("spec") or {}).get("replicas", 1) or 0) > 0
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Collision:
     """NVIDIA's operator would run these operands too: who, where, and which."""
@@ -231,32 +253,34 @@ class Collision:
     policy: str
     operands: tuple[str, ...]
     daemonsets: tuple[str, ...]
+    deployments: tuple[str, ...] = ()
 
     def message(self) -> str:
-        """The condition message: evidence, what collides, and the way out."""
+        """The condition message: evidence, what collides, what gpuchain did, and the way out."""
+        evidence = [f"Deployment {d}" for d in self.deployments] + [f"ClusterPolicy nvidia.com/v1 {self.policy!r}"]
         seen = f"; its DaemonSets: {', '.join(self.daemonsets)}" if self.daemonsets else ""
         return (
-            f"NVIDIA's GPU Operator is running (ClusterPolicy nvidia.com/v1 {self.policy!r}{seen}) and deploys "
-            f"{', '.join(self.operands)} too: gpuchain deploys nothing until one of the two ClusterPolicies "
-            "disables them (see docs/migrating-from-gpu-operator.md)"
+            f"NVIDIA's GPU Operator is running ({', '.join(evidence)}{seen}) and deploys "
+            f"{', '.join(self.operands)} too: gpuchain removes its own DaemonSets for these and changes nothing "
+            "else until one of the two ClusterPolicies disables them (see docs/migrating-from-gpu-operator.md)"
         )
 
 
 def nvidia_collision(
-    nvidia_policies: list[dict[str, Any]], daemonsets: Iterable[dict[str, Any]], ours: ClusterPolicySpec
+    nvidia_policies: list[dict[str, Any]],
+    daemonsets: Iterable[dict[str, Any]],
+    deployments: Iterable[dict[str, Any]],
+    ours: ClusterPolicySpec,
 ) -> Collision | None:
-    """Would NVIDIA's operator (its ClusterPolicies) deploy operands gpuchain's policy ``ours`` deploys?
+    """Does NVIDIA's operator run, and would it deploy operands gpuchain's policy ``ours`` deploys?
 
-    ``daemonsets`` are the cluster's DaemonSets; those owned by an nvidia.com ClusterPolicy are
-    named as evidence.
+    NVIDIA's operator is taken to run only on evidence beyond its ClusterPolicy: a DaemonSet that
+    an nvidia.com ClusterPolicy owns (its operands run, even with the operator scaled down), or
+    NVIDIA's operator Deployment with replicas above 0 (it is about to deploy them). A ClusterPolicy
+    with neither is a leftover (an OLM uninstall, a deleted release) and does not stop gpuchain.
+    ``daemonsets`` and ``deployments`` are the cluster's, all namespaces.
     """
     if not nvidia_policies:
-        return None
-    theirs: set[str] = set()
-    for p in nvidia_policies:
-        theirs |= {op.state for op in nvidia_operands(p.get("spec") or {})}
-    both = tuple(op.state for op in OPERANDS if op.state in theirs and getattr(ours, to_snake(op.spec_key)).enabled)
-    if not both:
         return None
     owned = tuple(
         sorted(
@@ -268,5 +292,14 @@ def nvidia_collision(
             )
         )
     )
+    running = nvidia_operator_deployments(deployments)
+    if not owned and not running:
+        return None
+    theirs: set[str] = set()
+    for p in nvidia_policies:
+        theirs |= {op.state for op in nvidia_operands(p.get("spec") or {})}
+    both = tuple(op.state for op in OPERANDS if op.state in theirs and getattr(ours, to_snake(op.spec_key)).enabled)
+    if not both:
+        return None
     name = str(min(nvidia_policies, key=lambda p: str(p["metadata"].get("name")))["metadata"].get("name"))
-    return Collision(name, both, owned)
+    return Collision(name, both, owned, running)
