@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from gpuchain.kube import Kind, register_kind
 from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect
-from gpuchain.operator.operands import OPERANDS, Operand
+from gpuchain.operator.operands import OPERANDS, Operand, is_gpu_node
 from gpuchain.operator.policy import (
     RESERVED_LABELS,
     ClusterPolicySpec,
@@ -111,14 +111,21 @@ def _set(spec: dict[str, Any], key: str, value: Any) -> None:
 
 
 def runtime_of(nodes: Iterable[dict[str, Any]]) -> str | None:
-    """The container runtime most nodes report, in operator.defaultRuntime's spelling (None: unknown)."""
-    seen: dict[str, int] = {}
+    """The container runtime of the GPU nodes, chosen as NVIDIA's operator chooses it (None: no node says).
+
+    NVIDIA's operator ignores the deprecated ``operator.defaultRuntime`` and reads each GPU node's
+    ``containerRuntimeVersion`` (controllers/state_manager.go getRuntime): containerd if any GPU
+    node runs it, otherwise the runtime of the last node that reports one.
+    """
+    runtime: str | None = None
     for node in nodes:
+        if not is_gpu_node((node.get("metadata") or {}).get("labels") or {}):
+            continue
         version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", ""))
-        runtime = _RUNTIMES.get(version.partition("://")[0])
-        if runtime:
-            seen[runtime] = seen.get(runtime, 0) + 1
-    return max(seen, key=lambda r: seen[r]) if seen else None
+        runtime = _RUNTIMES.get(version.partition("://")[0], runtime)
+        if runtime == "containerd":
+            break
+    return runtime
 
 
 def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[ImportEntry]:
@@ -183,16 +190,20 @@ def import_policy(
                 "driver.upgradePolicy.autoUpgrade", "maps", "automatic driver upgrades", "off, NVIDIA's default"
             )
         )
-    if not _has(spec, "operator.defaultRuntime"):
+    if _has(spec, "operator.defaultRuntime"):
+        # Deprecated by NVIDIA and ignored by its operator: a stale value (old charts wrote "docker")
+        # must not reach the toolkit, so it is dropped and the operator detects the runtime.
+        _remove(out, "operator.defaultRuntime")
         runtime = runtime_of(nodes)
-        if runtime:
-            _set(out, "operator.defaultRuntime", runtime)
+        now = f"; the nodes report {runtime} now" if runtime else ""
+        entries = [e for e in entries if e.key != "operator.defaultRuntime"]
         entries.append(
             ImportEntry(
                 "operator.defaultRuntime",
-                "maps",
+                "ignored",
                 "container runtime",
-                f"{runtime}, as the nodes report" if runtime else "containerd; set it if the nodes run CRI-O or Docker",
+                f"dropped: deprecated and ignored by NVIDIA's operator; gpuchain's operator, like NVIDIA's, "
+                f"detects the runtime from the GPU nodes{now}",
             )
         )
     for driver in drivers:

@@ -26,7 +26,13 @@ from gpuchain.kube import (
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.operator.manifests import manifest_problems
-from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_OPERATOR_COMPONENT, Collision, nvidia_collision
+from gpuchain.operator.migrate import (
+    NVIDIA_CLUSTER_POLICY,
+    NVIDIA_OPERATOR_COMPONENT,
+    Collision,
+    nvidia_collision,
+    runtime_of,
+)
 from gpuchain.operator.operands import (
     MANAGED_BY,
     MANAGED_SELECTOR,
@@ -165,8 +171,9 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     # NVIDIA's RuntimeClass (beside its operator): used as it is, never re-owned.
     theirs = {str(((p.get("spec") or {}).get("operator") or {}).get("runtimeClass") or "nvidia") for p in nvidia}
 
-    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""))
     nodes = cluster.list(NODE)
+    # NVIDIA's operator ignores the deprecated operator.defaultRuntime and asks the nodes; so does gpuchain.
+    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""), runtime_of(nodes) or "containerd")
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
     # One list for the per-operand ServiceAccounts instead of a get each.
     live_sa = {

@@ -66,10 +66,29 @@ def test_nvidias_defaults_are_kept_where_gpuchains_differ() -> None:
     # NVIDIA upgrades drivers automatically only when upgradePolicy.autoUpgrade says so.
     result = import_policy({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {}})
     assert result.policy["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] is False
-    node = {"status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}}}
-    assert runtime_of([node, node]) == "crio"
-    result = import_policy({"spec": {}}, nodes=[node])
-    assert result.policy["spec"]["operator"]["defaultRuntime"] == "crio"
+
+
+def _node(runtime_version: str, gpu: bool = True) -> dict[str, Any]:
+    labels = {"nvidia.com/gpu.present": "true"} if gpu else {}
+    return {"metadata": {"labels": labels}, "status": {"nodeInfo": {"containerRuntimeVersion": runtime_version}}}
+
+
+def test_deprecated_default_runtime_is_dropped_and_the_nodes_runtime_reported() -> None:
+    # NVIDIA's types (fixtures/clusterpolicy_types.go, defaultRuntime): "Deprecated: DefaultRuntime is no
+    # longer used by the gpu-operator"; older NVIDIA charts wrote defaultRuntime: docker and such CRs survive.
+    crio, containerd = _node("cri-o://1.30.2"), _node("containerd://1.7.20")
+    result = import_policy({"spec": {"operator": {"defaultRuntime": "docker"}}}, nodes=[crio, containerd])
+    assert "defaultRuntime" not in result.policy["spec"]["operator"]
+    (entry,) = [e for e in result.entries if e.key == "operator.defaultRuntime"]
+    assert entry.outcome == "ignored" and "deprecated" in entry.detail and "containerd now" in entry.detail
+
+
+def test_runtime_is_chosen_from_the_gpu_nodes_as_nvidias_operator_chooses() -> None:
+    # controllers/state_manager.go getRuntime: GPU nodes only; containerd if any of them runs it.
+    crio, containerd = _node("cri-o://1.30.2"), _node("containerd://1.7.20")
+    assert runtime_of([crio, containerd, crio]) == "containerd"
+    assert runtime_of([crio, _node("containerd://1.7.20", gpu=False)]) == "crio"
+    assert runtime_of([_node("containerd://1.7.20", gpu=False)]) is None
 
 
 def test_olm_example_blocks_on_node_status_exporter() -> None:
