@@ -179,11 +179,32 @@ def test_cli_reads_nvidias_policy_from_the_cluster() -> None:
         assert report["policy"]["spec"]["driver"]["version"] == "595.91.07"
 
 
-def test_nvidiadriver_is_not_a_policy_gpuchain_renders() -> None:
-    # gpuchain has no NVIDIADriver kind: its sample is refused in one line naming the kind.
-    result = runner.invoke(app, ["operator", "render", "-f", str(FIXTURES / "nvidia_v1alpha1_nvidiadriver.yaml")])
+@pytest.mark.parametrize("command", ["render", "import"])
+def test_nvidiadriver_is_named_with_what_to_do(command: str) -> None:
+    # gpuchain has no NVIDIADriver kind: its sample is refused in one line that says what the file is
+    # and where its settings go, not as a wrong apiVersion.
+    result = runner.invoke(app, ["operator", command, "-f", str(FIXTURES / "nvidia_v1alpha1_nvidiadriver.yaml")])
     assert result.exit_code == 2
-    assert "nvidia_v1alpha1_nvidiadriver.yaml:1: apiVersion: Input should be 'gpuchain.io/v1' or 'nvidia.com/v1'" in (
-        result.output
-    )
-    assert len(result.output.strip().splitlines()) == 1
+    line = result.output.strip()
+    assert len(line.splitlines()) == 1
+    assert "nvidia_v1alpha1_nvidiadriver.yaml:2: kind: this file is NVIDIA's NVIDIADriver, not a ClusterPolicy" in line
+    assert "under driver in the ClusterPolicy" in line and "gpuchain operator import" in line
+    assert "apiVersion" not in line
+
+
+def test_olm_csv_is_named_with_where_its_policy_is() -> None:
+    csv = FIXTURES / "gpu-operator-certified.clusterserviceversion.yaml"
+    result = runner.invoke(app, ["operator", "import", "-f", str(csv)])
+    assert result.exit_code == 2
+    assert "kind: this file is an OLM ClusterServiceVersion" in result.output and "alm-examples" in result.output
+
+
+def test_every_problem_of_nvidias_chart_policy_is_listed_for_render() -> None:
+    # The chart's default policy has 6 problems for render (fixtures: helm-default-clusterpolicy.yaml);
+    # the first line counts them and each further one follows on a line of its own.
+    result = runner.invoke(app, ["operator", "render", "-f", str(FIXTURES / "helm-default-clusterpolicy.yaml")])
+    assert result.exit_code == 2
+    first, *also = result.output.strip().splitlines()
+    assert first.endswith("(and 5 more problems)")
+    assert len(also) == 5 and all(a.startswith("  also: ") and "helm-default-clusterpolicy.yaml:" in a for a in also)
+    assert any("spec.migManager.image" in a for a in also)
