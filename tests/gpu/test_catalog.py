@@ -142,6 +142,15 @@ def test_a30_profiles_have_the_engines_nvidias_guide_lists() -> None:
     assert rows == A30_GUIDE
 
 
+def test_every_attribute_gi_id_is_one_a_catalogued_profile_uses() -> None:
+    # Ids 7..16 are go-nvml's NVML_GPU_INSTANCE_PROFILE_*_REV1/_GFX/_NO_ME/_ALL_ME constants
+    # (NVIDIA/go-nvlib vendored go-nvml const.go at 3c16156); an id no profile uses has no such check.
+    used = {
+        p.nvml_gi_profile_id for m in (*catalog.MODELS.values(), *catalog.VARIANTS.values()) for p in m.mig_profiles
+    }
+    assert set(catalog._ATTRIBUTE_GI_ID.values()) <= used
+
+
 @given(st.sampled_from([k for k, m in catalog.MODELS.items() if m.mig_capable]), st.data())
 def test_every_physically_placeable_layout_is_accepted(key: str, data: st.DataObject) -> None:
     """Build a layout by placing instances on legal, free starts; the search must find a placement too.

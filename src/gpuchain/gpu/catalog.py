@@ -238,7 +238,6 @@ _ATTRIBUTE_GI_ID = {
     ((), (ATTRIBUTE_MEDIA,), 2): 14,
     ((ATTRIBUTE_MEDIA_ALL,), (), 1): 15,
     ((ATTRIBUTE_MEDIA_ALL,), (), 2): 16,
-    ((ATTRIBUTE_GRAPHICS,), (), 3): 17,
 }
 _DOUBLE_MEMORY_1G_ID = 9
 """NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: one compute slice over two memory slices (1g.20gb)."""
