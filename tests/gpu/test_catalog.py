@@ -142,6 +142,12 @@ def test_a30_profiles_have_the_engines_nvidias_guide_lists() -> None:
     assert rows == A30_GUIDE
 
 
+def test_a_profile_name_is_parsed_once() -> None:
+    # place_layout asks for it inside its search loops.
+    prof = catalog.model("A30").profile("1g.6gb+me")
+    assert prof.parsed is prof.parsed and prof.media_extensions
+
+
 def test_every_attribute_gi_id_is_one_a_catalogued_profile_uses() -> None:
     # Ids 7..16 are go-nvml's NVML_GPU_INSTANCE_PROFILE_*_REV1/_GFX/_NO_ME/_ALL_ME constants
     # (NVIDIA/go-nvlib vendored go-nvml const.go at 3c16156); an id no profile uses has no such check.
