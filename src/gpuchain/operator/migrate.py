@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from gpuchain.kube import Kind, register_kind
-from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect
+from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect, value_at
 from gpuchain.operator.operands import OPERANDS, Operand, is_gpu_node
 from gpuchain.operator.policy import (
     RESERVED_LABELS,
@@ -141,6 +141,13 @@ def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[Im
     entries += [
         ImportEntry(f.switch_key(), "blocks", f.what, "not supported by gpuchain; switched off in the imported policy")
         for f in in_effect(parsed, "refused")
+    ]
+    # Switched on but inert (NVIDIA's sample sets vgpuManager.enabled without sandboxWorkloads): kept
+    # as they are, and said so, since the report exists to say what does nothing.
+    entries += [
+        ImportEntry(f.switch_key(), "ignored", f.what, f"no effect here: {f.note}; kept as it is")
+        for f in FEATURES
+        if f.support == "refused" and f.on is not None and not f.on(parsed) and value_at(parsed, f.switch_key()) is True
     ]
     return entries
 

@@ -208,3 +208,20 @@ def test_every_problem_of_nvidias_chart_policy_is_listed_for_render() -> None:
     assert first.endswith("(and 5 more problems)")
     assert len(also) == 5 and all(a.startswith("  also: ") and "helm-default-clusterpolicy.yaml:" in a for a in also)
     assert any("spec.migManager.image" in a for a in also)
+
+
+def test_sample_reports_its_inert_sandbox_switches_as_ignored() -> None:
+    # NVIDIA's sample (v1_clusterpolicy.yaml) sets vgpuManager, vgpuDeviceManager, vfioManager and
+    # sandboxDevicePlugin enabled without sandboxWorkloads.enabled: NVIDIA's operator deploys none of them.
+    nvidia = load("v1_clusterpolicy.yaml")
+    assert nvidia["spec"]["vgpuManager"]["enabled"] is True and not nvidia["spec"]["sandboxWorkloads"]["enabled"]
+    result = import_policy(nvidia)
+    inert = {e.key: e for e in result.of("ignored") if e.detail.startswith("no effect here")}
+    assert set(inert) == {
+        "vgpuManager.enabled",
+        "vgpuDeviceManager.enabled",
+        "vfioManager.enabled",
+        "sandboxDevicePlugin.enabled",
+    }
+    assert "sandboxWorkloads.enabled" in inert["vgpuManager.enabled"].detail
+    assert result.policy["spec"]["vgpuManager"]["enabled"] is True and not result.of("blocks")
