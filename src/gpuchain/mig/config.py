@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from gpuchain.common.inputfile import read_input_text
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
@@ -181,7 +182,7 @@ def load_config(path: str | Path) -> MigPartedConfig:
     inner = _configmap_config(Path(path))
     if inner is None:
         return load_yaml_file(MigPartedConfig, path)
-    return load_yaml_model(MigPartedConfig, inner, str(path))
+    return load_yaml_model(MigPartedConfig, inner, str(path), empty_ok=False)
 
 
 #: The key gpu-operator's MIG manager reads from the ConfigMap that migManager.config.name names.
@@ -194,9 +195,9 @@ def _configmap_config(path: Path) -> str | None:
     The file may hold other documents too (mig-parted's example manifests: a DaemonSet, then the ConfigMap).
     """
     try:
-        docs = list(yaml.compose_all(path.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError):
-        return None  # the plain reader reports it
+        docs = list(yaml.compose_all(read_input_text(path)))
+    except (ConfigFileError, yaml.YAMLError, RecursionError):
+        return None  # the plain reader reports it, with its bounds
     maps = [{str(k.value): v for k, v in d.value} for d in docs if isinstance(d, yaml.MappingNode)]
     configmaps = [m for m in maps if getattr(m.get("kind"), "value", None) == "ConfigMap"]
     if not configmaps:
