@@ -137,6 +137,21 @@ def _exercise() -> Recording:
     reconcile(cluster, "cluster-policy", NS)
     cluster.recording = False
     assert cluster.list(SERVICE, NS) == []
+    # NVIDIA's chart installed afterwards (its operator Deployment labelled as its chart labels it):
+    # the operator lists Deployments, stands aside and deletes its own colliding DaemonSets.
+    cluster.create({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "nvidia"}, "spec": {}})
+    app = {"app.kubernetes.io/component": "gpu-operator", "app": "gpu-operator"}
+    cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "gpu-operator", "namespace": "nvidia", "labels": app},
+            "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {"metadata": {"labels": app}}},
+        }
+    )
+    cluster.recording = True
+    assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
+    cluster.recording = False
     return cluster
 
 

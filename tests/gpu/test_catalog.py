@@ -123,15 +123,56 @@ def test_pcie_cards_share_their_sxm_table_and_each_pci_id_is_listed_once() -> No
     assert catalog.model("A100-PCIE-40GB").mig_profiles == a100.mig_profiles
 
 
+#: NVIDIA MIG User Guide, "Supported MIG Profiles", A30 table
+#: (docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html):
+#: profile -> (NVDEC, JPEG, OFA, copy engines, instances available).
+A30_GUIDE = {
+    "1g.6gb": (0, 0, 0, 1, 4),
+    "1g.6gb+me": (1, 1, 1, 1, 1),
+    "2g.12gb": (2, 0, 0, 2, 2),
+    "2g.12gb+me": (2, 1, 1, 2, 1),
+    "4g.24gb": (4, 1, 1, 4, 1),
+}
+
+
+def test_a30_profiles_have_the_engines_nvidias_guide_lists() -> None:
+    rows = {
+        p.name: (p.decoders, p.jpeg, p.ofa, p.copy_engines, p.max_instances) for p in catalog.model("A30").mig_profiles
+    }
+    assert rows == A30_GUIDE
+
+
+def test_a_profile_name_is_parsed_once() -> None:
+    # place_layout asks for it inside its search loops.
+    prof = catalog.model("A30").profile("1g.6gb+me")
+    assert prof.parsed is prof.parsed and prof.media_extensions
+
+
+def test_every_attribute_gi_id_is_one_a_catalogued_profile_uses() -> None:
+    # Ids 7..16 are go-nvml's NVML_GPU_INSTANCE_PROFILE_*_REV1/_GFX/_NO_ME/_ALL_ME constants
+    # (NVIDIA/go-nvlib vendored go-nvml const.go at 3c16156); an id no profile uses has no such check.
+    used = {
+        p.nvml_gi_profile_id for m in (*catalog.MODELS.values(), *catalog.VARIANTS.values()) for p in m.mig_profiles
+    }
+    assert set(catalog._ATTRIBUTE_GI_ID.values()) <= used
+
+
 @given(st.sampled_from([k for k, m in catalog.MODELS.items() if m.mig_capable]), st.data())
 def test_every_physically_placeable_layout_is_accepted(key: str, data: st.DataObject) -> None:
-    """Build a layout by placing instances on legal, free starts; the search must find a placement too."""
+    """Build a layout by placing instances on legal, free starts; the search must find a placement too.
+
+    The engines a GPU has are those of its whole-GPU profile (the one spanning every memory slice: in the
+    MIG guide's tables that row has all the card's copy engines, decoders, JPEG and OFA units), a fact of
+    the data, not the supply rule place_layout applies.
+    """
     gpu = catalog.model(key)
     used = [False] * gpu.memory_slices
     layout: Counter[str] = Counter()
     compute = media = 0
     engines = [0] * 5
-    supply = [max(p.engines[i] for p in gpu.mig_profiles) for i in range(5)]
+    whole = [p for p in gpu.mig_profiles if p.memory_slices == gpu.memory_slices and p.gi_slices == gpu.compute_slices]
+    assert whole, key
+    supply = [max(p.engines[i] for p in whole) for i in range(5)]
     for _ in range(data.draw(st.integers(1, 8), label="tries")):
         prof = data.draw(st.sampled_from(gpu.mig_profiles), label="profile")
         free = [

@@ -48,11 +48,10 @@ def test_render_rejects_unknown_keys_with_image_problems(tmp_path: Path) -> None
     f.write_text("kind: ClusterPolicy\nspec:\n  driver:\n    enabld: true\n  gfd:\n    repository: Bad/Repo\n")
     result = runner.invoke(app, ["operator", "render", "-f", str(f)])
     assert result.exit_code == 2, result.output
-    # One line: file, line and field of the first problem, and how many more there are.
-    assert (
-        "policy.yaml:4: spec.driver.enabld: unknown key; did you mean 'enabled'? (and 1 more problem)" in result.output
-    )
-    assert len(result.output.strip().splitlines()) == 1
+    # One line: file, line and field of the first problem, and how many more there are; then each of them.
+    first, *also = result.output.strip().splitlines()
+    assert "policy.yaml:4: spec.driver.enabld: unknown key; did you mean 'enabled'? (and 1 more problem)" in first
+    assert len(also) == 1 and "policy.yaml:6: spec.gfd" in also[0] and "Bad/Repo" in also[0]
 
 
 def _render(tmp_path: Path, text: str, *extra: str) -> Any:

@@ -2,7 +2,10 @@
 
 NVIDIA's ClusterPolicy here is its chart's default (tests/compat/operator/fixtures, NVIDIA/gpu-operator
 a22dbf6); its DaemonSets carry a controller ownerReference to that ClusterPolicy, as NVIDIA's
-controller sets one (controllers/object_controls.go, SetControllerReference).
+controller sets one (controllers/object_controls.go, SetControllerReference). NVIDIA's operator
+Deployment is shaped as its chart renders it (deployments/gpu-operator/templates/operator.yaml at
+a22dbf6: name gpu-operator, labels app.kubernetes.io/component and app "gpu-operator", replicas 1;
+the OLM bundle's CSV carries the same labels).
 """
 
 from __future__ import annotations
@@ -47,6 +50,29 @@ def nvidia_daemonset(cluster: MemoryCluster, name: str, policy_uid: str) -> None
     )
 
 
+def nvidia_operator(cluster: MemoryCluster, replicas: int = 1) -> None:
+    labels = {"app.kubernetes.io/component": "gpu-operator", "app": "gpu-operator"}
+    cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "gpu-operator", "namespace": "nvidia-gpu-operator", "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v25.10.0"}]},
+                },
+            },
+        }
+    )
+
+
+def _ours(cluster: MemoryCluster) -> set[str]:
+    return {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)}
+
+
 def _ready(cluster: MemoryCluster) -> dict[str, Any]:
     status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
     return next(c for c in status["conditions"] if c["type"] == "Ready")
@@ -73,6 +99,7 @@ def test_stands_aside_while_nvidias_operator_runs_the_same_operands() -> None:
 def test_goes_ahead_once_nvidias_policy_is_gone() -> None:
     cluster = make_cluster()
     cluster.create(nvidia_policy())
+    nvidia_operator(cluster)
     assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
     cluster.delete(NVIDIA_CLUSTER_POLICY, "cluster-policy")
     assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
@@ -106,4 +133,48 @@ def test_deploy_labels_left_by_an_uninstalled_nvidia_operator_do_not_block() -> 
     cluster.create(
         {"apiVersion": "gpuchain.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}, "spec": {}}
     )
+    assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
+
+
+def test_nvidia_installed_after_gpuchain_removes_gpuchains_colliding_operands() -> None:
+    # gpuchain first, NVIDIA's chart installed later: its operator Deployment runs before its DaemonSets exist.
+    cluster = make_cluster()
+    assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
+    assert "nvidia-device-plugin-daemonset" in _ours(cluster)
+    cluster.create(nvidia_policy())
+    nvidia_operator(cluster)
+    result = reconcile(cluster, "cluster-policy", NS)
+    assert result.state == "standingAside"
+    assert _ours(cluster) == set(), "two device plugins, GFDs, MIG managers and drivers on one node"
+    assert "daemonset/nvidia-device-plugin-daemonset (deleted)" in result.changed
+    ready = _ready(cluster)
+    assert "Deployment nvidia-gpu-operator/gpu-operator" in ready["message"]
+    assert "gpuchain removes its own DaemonSets for these" in ready["message"]
+    cluster.calls.reset()
+    reconcile(cluster, "cluster-policy", NS)
+    assert cluster.calls.writes == 0, "standing aside is not a write loop"
+
+
+def test_standing_aside_keeps_gpuchains_operands_nvidia_does_not_run() -> None:
+    cluster = make_cluster()
+    assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
+    created = cluster.create(nvidia_policy(dcgmExporter=False))
+    nvidia_daemonset(cluster, "nvidia-device-plugin-daemonset", created["metadata"]["uid"])
+    assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
+    assert _ours(cluster) == {"nvidia-dcgm-exporter"}
+    assert "dcgm-exporter" not in _ready(cluster)["message"].split("deploys")[1]
+
+
+def test_a_leftover_nvidia_policy_without_its_operator_does_not_stop_gpuchain() -> None:
+    # An OLM uninstall or a deleted release can leave the ClusterPolicy behind with nothing running it.
+    cluster = make_cluster()
+    cluster.create(nvidia_policy())
+    assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
+    assert "nvidia-device-plugin-daemonset" in _ours(cluster)
+
+
+def test_nvidias_operator_scaled_to_zero_does_not_stop_gpuchain() -> None:
+    cluster = make_cluster()
+    cluster.create(nvidia_policy())
+    nvidia_operator(cluster, replicas=0)
     assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from operator_helpers import NS, converge, make_cluster
 
-from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, RUNTIME_CLASS, SERVICE_ACCOUNT
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
@@ -128,3 +128,15 @@ def test_nvidia_null_keys_mean_unset() -> None:
     policy = parse_policy({"validator": {"plugin": None}, "driver": {"enabled": None}})
     assert isinstance(policy, ClusterPolicySpec)
     assert policy.driver.enabled and policy.validator.plugin.env == []
+
+
+def test_toolkit_runtime_comes_from_the_nodes_not_the_deprecated_default_runtime() -> None:
+    # NVIDIA's operator ignores operator.defaultRuntime (deprecated) and reads the GPU nodes' runtime;
+    # a stale "docker" from an old chart must not configure Docker on CRI-O nodes.
+    cluster = make_cluster(spec={"operator": {"defaultRuntime": "docker"}})
+    for n in cluster.list(NODE):
+        cluster.patch_status(NODE, n["metadata"]["name"], {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}})
+    reconcile(cluster, "cluster-policy", NS)
+    toolkit = cluster.get(DAEMONSET, "nvidia-container-toolkit-daemonset", NS)
+    env = {e["name"]: e.get("value") for e in toolkit["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RUNTIME"] == "crio"

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import typer
@@ -64,7 +64,13 @@ def emit_data(data: Any, fmt: OutputFormat) -> None:
         sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False))
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Report a user error in one line on stderr and exit (2: bad input, 1: something is broken)."""
+def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
+    """Report a user error in one line on stderr and exit (2: bad input, 1: something is broken).
+
+    ``also``: further problems of the same input (the first line counts them), one line each after it,
+    so a user fixes them all in one go.
+    """
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    for line in also:
+        err_console.print(f"  also: {line}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

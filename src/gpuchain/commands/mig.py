@@ -56,7 +56,7 @@ def mig_config(path: str | None) -> MigPartedConfig:
     try:
         return load_config(path) if path else default_config()
     except ConfigFileError as exc:
-        fail(str(exc))
+        fail(str(exc), also=exc.others)
 
 
 def _after(result: ApplyResult, inv: Inventory) -> list[dict[str, Any]]:

@@ -89,7 +89,7 @@ def _read_policy(policy_file: Path) -> PolicyDocument:
     try:
         return load_yaml_file(PolicyDocument, policy_file)
     except ConfigFileError as exc:
-        fail(str(exc))
+        fail(str(exc), also=exc.others)
 
 
 @operator_app.command("render")
@@ -108,7 +108,10 @@ def render(
     problems = manifest_problems(objs)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        fail(f"{policy_file or 'default policy'}: the rendered manifests would be refused: {problems[0]}{more}")
+        fail(
+            f"{policy_file or 'default policy'}: the rendered manifests would be refused: {problems[0]}{more}",
+            also=problems[1:],
+        )
     _manifest_dump(objs, output)
 
 
@@ -179,7 +182,7 @@ def import_cmd(
         try:
             nvidia = load_yaml_file(NvidiaPolicyDocument, policy_file).model_dump()
         except ConfigFileError as exc:
-            fail(str(exc))
+            fail(str(exc), also=exc.others)
     else:
         nvidia, drivers, nodes = _nvidia_from_cluster(kubeconfig, context, server, name)
     try:

@@ -26,11 +26,15 @@ from pathlib import Path
 class ConfigFileError(ValueError):
     """A file that cannot be used. ``str()`` is one line: `source:line: field: reason`."""
 
-    def __init__(self, source: str, line: int | None, field: str, reason: str) -> None:
+    def __init__(
+        self, source: str, line: int | None, field: str, reason: str, others: tuple[str, ...] = ()
+    ) -> None:
         self.source = source
         self.line = line
         self.field = field
         self.reason = reason
+        #: Every further problem, each one line in the same form, for a command to list after the first.
+        self.others = others
         where = f"{source}:{line}" if line else source
         super().__init__(f"{where}: {field}: {reason}" if field else f"{where}: {reason}")
 

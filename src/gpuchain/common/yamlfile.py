@@ -138,12 +138,17 @@ def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        loc = tuple(first["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise ConfigFileError(source, _line_of(root, loc), field, _reason(first) + more) from None
+        found = [_located(source, root, e) for e in exc.errors()]
+        first, others = found[0], tuple(str(e) for e in found[1:])
+        more = f" (and {len(others)} more problem{'s' if len(others) > 1 else ''})" if others else ""
+        raise ConfigFileError(first.source, first.line, first.field, first.reason + more, others) from None
+
+
+def _located(source: str, root: yaml.Node | None, error: Any) -> ConfigFileError:
+    """One pydantic error as `source:line: field: reason`."""
+    loc = tuple(error["loc"])
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    return ConfigFileError(source, _line_of(root, loc), field, _reason(error))
 
 
 def load_yaml_file(model: type[M], path: str | Path, empty_ok: bool = False) -> M:

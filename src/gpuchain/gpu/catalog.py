@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -158,8 +159,9 @@ class MigProfile:
     derived: tuple[str, ...] = ()
     """Fields no source gave for this row, with the rule that produced them (see the data file)."""
 
-    @property
+    @cached_property
     def parsed(self) -> ProfileName:
+        """The name's parts (slices, attributes), parsed once: placement loops ask for them often."""
         return parse_profile(self.name)
 
     @property
@@ -174,6 +176,7 @@ class MigProfile:
 
     @property
     def engines(self) -> tuple[int, int, int, int, int]:
+        """(copy engines, NVDEC, NVENC, JPEG, OFA): the order the engine check and the data file use."""
         return (self.copy_engines, self.decoders, self.encoders, self.jpeg, self.ofa)
 
 
@@ -238,7 +241,6 @@ _ATTRIBUTE_GI_ID = {
     ((), (ATTRIBUTE_MEDIA,), 2): 14,
     ((ATTRIBUTE_MEDIA_ALL,), (), 1): 15,
     ((ATTRIBUTE_MEDIA_ALL,), (), 2): 16,
-    ((ATTRIBUTE_GRAPHICS,), (), 3): 17,
 }
 _DOUBLE_MEMORY_1G_ID = 9
 """NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: one compute slice over two memory slices (1g.20gb)."""

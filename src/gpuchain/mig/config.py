@@ -17,7 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
+from gpuchain.common.inputfile import read_input_text
+from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
 
@@ -172,8 +173,56 @@ class MigPartedConfig(BaseModel):
 
 
 def load_config(path: str | Path) -> MigPartedConfig:
-    """Read a mig-parted v1 file; raises ConfigFileError as ``file:line: field: reason``."""
-    return load_yaml_file(MigPartedConfig, path)
+    """Read a mig-parted v1 file, or a ConfigMap holding one under ``config.yaml``.
+
+    NVIDIA ships its layouts as a ConfigMap (gpu-operator's default-mig-parted-config), and that
+    file is what a user has at hand, so it loads as it is. Raises ConfigFileError as
+    ``file:line: field: reason``, the line counted in the file given.
+    """
+    inner = _configmap_config(Path(path))
+    if inner is None:
+        return load_yaml_file(MigPartedConfig, path)
+    return load_yaml_model(MigPartedConfig, inner, str(path), empty_ok=False)
+
+
+#: The key gpu-operator's MIG manager reads from the ConfigMap that migManager.config.name names.
+CONFIGMAP_KEY = "config.yaml"
+
+
+def _configmap_config(path: Path) -> str | None:
+    """The config text of a ConfigMap file, padded so lines keep their numbers in the file; None: not a ConfigMap.
+
+    The file may hold other documents too (mig-parted's example manifests: a DaemonSet, then the ConfigMap).
+    """
+    try:
+        docs = list(yaml.compose_all(read_input_text(path)))
+    except (ConfigFileError, yaml.YAMLError, RecursionError):
+        return None  # the plain reader reports it, with its bounds
+    maps = [{str(k.value): v for k, v in d.value} for d in docs if isinstance(d, yaml.MappingNode)]
+    configmaps = [m for m in maps if getattr(m.get("kind"), "value", None) == "ConfigMap"]
+    if not configmaps:
+        return None
+    # The first ConfigMap holding config.yaml (mig-parted's example also ships one of clients.yaml).
+    top = next((m for m in configmaps if CONFIGMAP_KEY in _keys(m.get("data"))), configmaps[0])
+    kind, data = top["kind"], top.get("data")
+    node = _keys(data).get(CONFIGMAP_KEY)
+    if not isinstance(node, yaml.ScalarNode):
+        entries = _keys(data)
+        raise ConfigFileError(
+            str(path),
+            (data or kind).start_mark.line + 1,
+            f"data.{CONFIGMAP_KEY}",
+            f"a ConfigMap of MIG layouts holds the mig-parted config under data.{CONFIGMAP_KEY}, as NVIDIA's "
+            f"default-mig-parted-config does (keys found: {', '.join(entries) or 'none'})",
+        )
+    # A block scalar's text starts on the line after its indicator; others on the key's line.
+    first = node.start_mark.line + (1 if node.style in ("|", ">") else 0)
+    return "\n" * first + str(node.value)
+
+
+def _keys(node: yaml.Node | None) -> dict[str, yaml.Node]:
+    """A YAML mapping node's entries by key; none for anything else."""
+    return {str(k.value): v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
 
 def parse_config(text: str, source: str = "<input>") -> MigPartedConfig:

@@ -83,7 +83,13 @@ FEATURES: tuple[Feature, ...] = (
         "RuntimeClass of the operand pods",
         "the RuntimeClass gpuchain creates and names in its operand pods",
     ),
-    Feature("operator.defaultRuntime", "implemented", "container runtime", "RUNTIME of the toolkit container"),
+    Feature(
+        "operator.defaultRuntime",
+        "ignored",
+        "container runtime",
+        "deprecated by NVIDIA and ignored by its operator; gpuchain's operator, like NVIDIA's, sets the toolkit's "
+        "RUNTIME from the GPU nodes' containerRuntimeVersion (containerd if any node runs it)",
+    ),
     Feature(
         "daemonsets",
         "implemented",

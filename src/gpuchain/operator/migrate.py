@@ -4,10 +4,11 @@
 key gpuchain accepts, and says for each section what maps, what is ignored and what blocks
 (features gpuchain does not have, switched off in the result so the policy applies).
 
-`nvidia_collision` decides whether NVIDIA's operator, seen through its ClusterPolicy and its
-DaemonSets, would run the same operands as gpuchain: then the gpuchain operator stands aside
-instead of fighting over objects with the same names (both name their DaemonSets
-``nvidia-device-plugin-daemonset``, ... and both create RuntimeClass ``nvidia``).
+`nvidia_collision` decides whether NVIDIA's operator runs (its Deployment or the DaemonSets its
+ClusterPolicy owns, not the ClusterPolicy alone) and would run the same operands as gpuchain:
+then the gpuchain operator stands aside, removing its own DaemonSets for those operands, instead
+of running two device plugins, two MIG managers, ... on the same nodes (both also name their
+DaemonSets ``nvidia-device-plugin-daemonset``, ... and both create RuntimeClass ``nvidia``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from gpuchain.kube import Kind, register_kind
-from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect
-from gpuchain.operator.operands import OPERANDS, Operand
+from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect, value_at
+from gpuchain.operator.operands import OPERANDS, Operand, is_gpu_node
 from gpuchain.operator.policy import (
     RESERVED_LABELS,
     ClusterPolicySpec,
@@ -110,14 +111,21 @@ def _set(spec: dict[str, Any], key: str, value: Any) -> None:
 
 
 def runtime_of(nodes: Iterable[dict[str, Any]]) -> str | None:
-    """The container runtime most nodes report, in operator.defaultRuntime's spelling (None: unknown)."""
-    seen: dict[str, int] = {}
+    """The container runtime of the GPU nodes, chosen as NVIDIA's operator chooses it (None: no node says).
+
+    NVIDIA's operator ignores the deprecated ``operator.defaultRuntime`` and reads each GPU node's
+    ``containerRuntimeVersion`` (controllers/state_manager.go getRuntime): containerd if any GPU
+    node runs it, otherwise the runtime of the last node that reports one.
+    """
+    runtime: str | None = None
     for node in nodes:
+        if not is_gpu_node((node.get("metadata") or {}).get("labels") or {}):
+            continue
         version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", ""))
-        runtime = _RUNTIMES.get(version.partition("://")[0])
-        if runtime:
-            seen[runtime] = seen.get(runtime, 0) + 1
-    return max(seen, key=lambda r: seen[r]) if seen else None
+        runtime = _RUNTIMES.get(version.partition("://")[0], runtime)
+        if runtime == "containerd":
+            break
+    return runtime
 
 
 def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[ImportEntry]:
@@ -133,6 +141,13 @@ def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[Im
     entries += [
         ImportEntry(f.switch_key(), "blocks", f.what, "not supported by gpuchain; switched off in the imported policy")
         for f in in_effect(parsed, "refused")
+    ]
+    # Switched on but inert (NVIDIA's sample sets vgpuManager.enabled without sandboxWorkloads): kept
+    # as they are, and said so, since the report exists to say what does nothing.
+    entries += [
+        ImportEntry(f.switch_key(), "ignored", f.what, f"no effect here: {f.note}; kept as it is")
+        for f in FEATURES
+        if f.support == "refused" and f.on is not None and not f.on(parsed) and value_at(parsed, f.switch_key()) is True
     ]
     return entries
 
@@ -182,16 +197,20 @@ def import_policy(
                 "driver.upgradePolicy.autoUpgrade", "maps", "automatic driver upgrades", "off, NVIDIA's default"
             )
         )
-    if not _has(spec, "operator.defaultRuntime"):
+    if _has(spec, "operator.defaultRuntime"):
+        # Deprecated by NVIDIA and ignored by its operator: a stale value (old charts wrote "docker")
+        # must not reach the toolkit, so it is dropped and the operator detects the runtime.
+        _remove(out, "operator.defaultRuntime")
         runtime = runtime_of(nodes)
-        if runtime:
-            _set(out, "operator.defaultRuntime", runtime)
+        now = f"; the nodes report {runtime} now" if runtime else ""
+        entries = [e for e in entries if e.key != "operator.defaultRuntime"]
         entries.append(
             ImportEntry(
                 "operator.defaultRuntime",
-                "maps",
+                "ignored",
                 "container runtime",
-                f"{runtime}, as the nodes report" if runtime else "containerd; set it if the nodes run CRI-O or Docker",
+                f"dropped: deprecated and ignored by NVIDIA's operator; gpuchain's operator, like NVIDIA's, "
+                f"detects the runtime from the GPU nodes{now}",
             )
         )
     for driver in drivers:
@@ -224,6 +243,27 @@ def nvidia_operands(spec: dict[str, Any]) -> list[Operand]:
     return [op for op in OPERANDS if op.spec_key == "validator" or getattr(parsed, to_snake(op.spec_key)).enabled]
 
 
+#: The label NVIDIA's operator Deployment carries, in its Helm chart
+#: (deployments/gpu-operator/templates/operator.yaml) and in its OLM bundle's CSV alike.
+NVIDIA_OPERATOR_COMPONENT = ("app.kubernetes.io/component", "gpu-operator")
+
+
+def nvidia_operator_deployments(deployments: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """``namespace/name`` of NVIDIA's operator Deployments that are meant to run (replicas above 0).
+
+    A Deployment scaled to 0 does not count: its ClusterPolicy is then a leftover, not a running operator.
+    """
+    key, value = NVIDIA_OPERATOR_COMPONENT
+    return tuple(
+        sorted(
+            f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}"
+            for d in deployments
+            if (d["metadata"].get("labels") or {}).get(key) == value
+            and int((d.get("spec") or {}).get("replicas", 1) or 0) > 0
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Collision:
     """NVIDIA's operator would run these operands too: who, where, and which."""
@@ -231,32 +271,34 @@ class Collision:
     policy: str
     operands: tuple[str, ...]
     daemonsets: tuple[str, ...]
+    deployments: tuple[str, ...] = ()
 
     def message(self) -> str:
-        """The condition message: evidence, what collides, and the way out."""
+        """The condition message: evidence, what collides, what gpuchain did, and the way out."""
+        evidence = [f"Deployment {d}" for d in self.deployments] + [f"ClusterPolicy nvidia.com/v1 {self.policy!r}"]
         seen = f"; its DaemonSets: {', '.join(self.daemonsets)}" if self.daemonsets else ""
         return (
-            f"NVIDIA's GPU Operator is running (ClusterPolicy nvidia.com/v1 {self.policy!r}{seen}) and deploys "
-            f"{', '.join(self.operands)} too: gpuchain deploys nothing until one of the two ClusterPolicies "
-            "disables them (see docs/migrating-from-gpu-operator.md)"
+            f"NVIDIA's GPU Operator is running ({', '.join(evidence)}{seen}) and deploys "
+            f"{', '.join(self.operands)} too: gpuchain removes its own DaemonSets for these and changes nothing "
+            "else until one of the two ClusterPolicies disables them (see docs/migrating-from-gpu-operator.md)"
         )
 
 
 def nvidia_collision(
-    nvidia_policies: list[dict[str, Any]], daemonsets: Iterable[dict[str, Any]], ours: ClusterPolicySpec
+    nvidia_policies: list[dict[str, Any]],
+    daemonsets: Iterable[dict[str, Any]],
+    deployments: Iterable[dict[str, Any]],
+    ours: ClusterPolicySpec,
 ) -> Collision | None:
-    """Would NVIDIA's operator (its ClusterPolicies) deploy operands gpuchain's policy ``ours`` deploys?
+    """Does NVIDIA's operator run, and would it deploy operands gpuchain's policy ``ours`` deploys?
 
-    ``daemonsets`` are the cluster's DaemonSets; those owned by an nvidia.com ClusterPolicy are
-    named as evidence.
+    NVIDIA's operator is taken to run only on evidence beyond its ClusterPolicy: a DaemonSet that
+    an nvidia.com ClusterPolicy owns (its operands run, even with the operator scaled down), or
+    NVIDIA's operator Deployment with replicas above 0 (it is about to deploy them). A ClusterPolicy
+    with neither is a leftover (an OLM uninstall, a deleted release) and does not stop gpuchain.
+    ``daemonsets`` and ``deployments`` are the cluster's, all namespaces.
     """
     if not nvidia_policies:
-        return None
-    theirs: set[str] = set()
-    for p in nvidia_policies:
-        theirs |= {op.state for op in nvidia_operands(p.get("spec") or {})}
-    both = tuple(op.state for op in OPERANDS if op.state in theirs and getattr(ours, to_snake(op.spec_key)).enabled)
-    if not both:
         return None
     owned = tuple(
         sorted(
@@ -268,5 +310,14 @@ def nvidia_collision(
             )
         )
     )
+    running = nvidia_operator_deployments(deployments)
+    if not owned and not running:
+        return None
+    theirs: set[str] = set()
+    for p in nvidia_policies:
+        theirs |= {op.state for op in nvidia_operands(p.get("spec") or {})}
+    both = tuple(op.state for op in OPERANDS if op.state in theirs and getattr(ours, to_snake(op.spec_key)).enabled)
+    if not both:
+        return None
     name = str(min(nvidia_policies, key=lambda p: str(p["metadata"].get("name")))["metadata"].get("name"))
-    return Collision(name, both, owned)
+    return Collision(name, both, owned, running)

@@ -145,6 +145,7 @@ class Facts:
     namespace: str
     policy_name: str
     policy_uid: str = ""
+    runtime: str = "containerd"  #: the GPU nodes' container runtime (NVIDIA's default when none reports one)
 
 
 def image_of(policy: ClusterPolicySpec, operand: Operand) -> ImageSpec:
@@ -290,7 +291,7 @@ def _kernel_module_env(policy: ClusterPolicySpec) -> list[dict[str, Any]]:
     return [] if kind == "auto" else [{"name": "KERNEL_MODULE_TYPE", "value": kind}]
 
 
-def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, Any]:
+def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
     image = image_of(policy, operand)
     node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     mounts = [_validation_mount()]
@@ -318,7 +319,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand) -> dict[str, An
             env=_env(
                 image,
                 [
-                    {"name": "RUNTIME", "value": policy.operator.default_runtime},
+                    {"name": "RUNTIME", "value": facts.runtime},
                     {"name": "NVIDIA_RUNTIME_SET_AS_DEFAULT", "value": "false"},
                     {"name": "RUNTIME_CLASS", "value": policy.operator.runtime_class},
                 ],
@@ -459,7 +460,7 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         "serviceAccountName": service_account_name(operand),
         "tolerations": [t.to_dict() for t in ds.tolerations],
         "affinity": node_affinity(operand),
-        "containers": [_main_container(policy, operand)],
+        "containers": [_main_container(policy, operand, facts)],
         "volumes": _volumes(operand, policy),
     }
     if ds.priority_class_name:

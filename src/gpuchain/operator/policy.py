@@ -16,7 +16,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -756,6 +766,31 @@ def located(problems: list[Problem]) -> ValidationError:
     )
 
 
+#: What a file of another kind is, and what to do with it, for a command that wanted a ClusterPolicy.
+_OTHER_KINDS = {
+    "NVIDIADriver": (
+        "this file is NVIDIA's NVIDIADriver, not a ClusterPolicy; gpuchain does not implement NVIDIADriver: "
+        "put its repository, image and version under driver in the ClusterPolicy "
+        "(`gpuchain operator import --from-cluster` reports each NVIDIADriver it finds)"
+    ),
+    "ClusterServiceVersion": (
+        "this file is an OLM ClusterServiceVersion, not a ClusterPolicy; NVIDIA's ClusterPolicy is in its "
+        "alm-examples annotation: save that object as YAML and run `gpuchain operator import -f FILE`"
+    ),
+    "ConfigMap": (
+        "this file is a ConfigMap, not a ClusterPolicy; pass the ClusterPolicy "
+        "(`kubectl get clusterpolicies.nvidia.com -o yaml` for NVIDIA's)"
+    ),
+}
+
+
+def _cluster_policy_kind(kind: Any) -> Any:
+    """A ClusterPolicy file's ``kind``: anything else is named with what to do instead."""
+    if kind == "ClusterPolicy":
+        return kind
+    raise ValueError(_OTHER_KINDS.get(str(kind), f"expected ClusterPolicy (got {kind!r})"))
+
+
 class PolicyDocument(BaseModel):
     """A ClusterPolicy manifest as read from a file: gpuchain's (gpuchain.io/v1) or NVIDIA's (nvidia.com/v1).
 
@@ -763,11 +798,21 @@ class PolicyDocument(BaseModel):
     line and field.
     """
 
-    apiVersion: Literal["gpuchain.io/v1", "nvidia.com/v1"] = "gpuchain.io/v1"
-    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    # kind first: a file of another kind is named as such, not as a wrong apiVersion.
+    kind: str = "ClusterPolicy"
+    apiVersion: str = "gpuchain.io/v1"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: dict[str, Any] | None = None
     _parsed: ClusterPolicySpec | None = PrivateAttr(None)
+
+    _kind = field_validator("kind", mode="before")(_cluster_policy_kind)
+
+    @field_validator("apiVersion")
+    @classmethod
+    def _api_version(cls, value: str, info: ValidationInfo) -> str:
+        if "kind" in info.data and value not in ("gpuchain.io/v1", "nvidia.com/v1"):
+            raise ValueError(f"expected gpuchain.io/v1 or NVIDIA's nvidia.com/v1 (got {value!r})")
+        return value
 
     @model_validator(mode="after")
     def _valid_spec(self) -> PolicyDocument:
@@ -795,10 +840,24 @@ class NvidiaPolicyDocument(BaseModel):
     problems here; an unknown key or a wrong type is (NVIDIA's own CRD would refuse it too).
     """
 
-    apiVersion: Literal["nvidia.com/v1"] = "nvidia.com/v1"
-    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    kind: str = "ClusterPolicy"
+    apiVersion: str = "nvidia.com/v1"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: dict[str, Any] | None = None
+
+    _kind = field_validator("kind", mode="before")(_cluster_policy_kind)
+
+    @field_validator("apiVersion")
+    @classmethod
+    def _api_version(cls, value: str, info: ValidationInfo) -> str:
+        if "kind" not in info.data or value == "nvidia.com/v1":
+            return value
+        if value == "gpuchain.io/v1":
+            raise ValueError(
+                "this is gpuchain's ClusterPolicy already: nothing to import "
+                "(check it with `gpuchain operator render -f FILE`)"
+            )
+        raise ValueError(f"expected NVIDIA's nvidia.com/v1 (got {value!r})")
 
     @model_validator(mode="after")
     def _valid_schema(self) -> NvidiaPolicyDocument:

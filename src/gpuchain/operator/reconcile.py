@@ -13,6 +13,7 @@ from typing import Any, Literal
 from gpuchain.kube import (
     CLUSTER_POLICY,
     DAEMONSET,
+    DEPLOYMENT,
     NODE,
     POD,
     SERVICE,
@@ -25,7 +26,13 @@ from gpuchain.kube import (
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.operator.manifests import manifest_problems
-from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, nvidia_collision
+from gpuchain.operator.migrate import (
+    NVIDIA_CLUSTER_POLICY,
+    NVIDIA_OPERATOR_COMPONENT,
+    Collision,
+    nvidia_collision,
+    runtime_of,
+)
 from gpuchain.operator.operands import (
     MANAGED_BY,
     MANAGED_SELECTOR,
@@ -105,6 +112,30 @@ def _nvidia_policies(cluster: Cluster) -> list[dict[str, Any]]:
         return []
 
 
+def _nvidia_operator_deployments(cluster: Cluster) -> list[dict[str, Any]]:
+    """Deployments that may be NVIDIA's operator (all namespaces); one list, read only beside an nvidia.com policy."""
+    key, value = NVIDIA_OPERATOR_COMPONENT
+    return cluster.list(DEPLOYMENT, label_selector=f"{key}={value}")
+
+
+def _remove_colliding(
+    cluster: Cluster, collision: Collision, daemonsets: list[dict[str, Any]], namespace: str
+) -> list[str]:
+    """Delete gpuchain's own DaemonSets for the operands NVIDIA's operator also runs.
+
+    Two device plugins, GFDs, MIG managers or drivers on one node fight over the same GPUs,
+    labels and kernel module; NVIDIA's stay, gpuchain's go. The others are left as they are.
+    """
+    names = {op.name for op in OPERANDS if op.state in collision.operands}
+    removed: list[str] = []
+    for ds in _managed(daemonsets):
+        ds_name = name_of(ds)
+        if ds["metadata"].get("namespace") == namespace and ds_name in names:
+            cluster.delete(DAEMONSET, ds_name, namespace)
+            removed.append(f"daemonset/{ds_name} (deleted)")
+    return sorted(removed)
+
+
 def active_policy(policies: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ClusterPolicy that is honoured: the oldest (then by name), as gpu-operator picks one."""
     if not policies:
@@ -130,15 +161,19 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
 
     nvidia = _nvidia_policies(cluster)
     if nvidia:
-        collision = nvidia_collision(nvidia, cluster.list(DAEMONSET), parsed)
+        daemonsets = cluster.list(DAEMONSET)
+        collision = nvidia_collision(nvidia, daemonsets, _nvidia_operator_deployments(cluster), parsed)
         if collision is not None:
-            wrote = _write_status(cluster, policy, aside_status(collision.message(), namespace, generation))
-            return ReconcileResult(name, "standingAside", [f"clusterpolicy/{name}/status"] if wrote else [])
+            removed = _remove_colliding(cluster, collision, daemonsets, namespace)
+            if _write_status(cluster, policy, aside_status(collision.message(), namespace, generation)):
+                removed.append(f"clusterpolicy/{name}/status")
+            return ReconcileResult(name, "standingAside", removed)
     # NVIDIA's RuntimeClass (beside its operator): used as it is, never re-owned.
     theirs = {str(((p.get("spec") or {}).get("operator") or {}).get("runtimeClass") or "nvidia") for p in nvidia}
 
-    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""))
     nodes = cluster.list(NODE)
+    # NVIDIA's operator ignores the deprecated operator.defaultRuntime and asks the nodes; so does gpuchain.
+    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""), runtime_of(nodes) or "containerd")
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
     # One list for the per-operand ServiceAccounts instead of a get each.
     live_sa = {

@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpuchain.cli import app
 from gpuchain.gpu import catalog
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import Topology
 from gpuchain.mig.apply import apply, check
-from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, parse_config
+from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, load_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCS = Path(__file__).parents[3] / "docs" / "mig.md"
@@ -51,7 +54,8 @@ MIG_PARTED_DEFAULT = FIXTURES / "mig-parted" / "config-default.yaml"
 
 
 def _load(path: Path) -> MigPartedConfig:
-    return parse_config(_config_text(path), str(path.name))
+    # The user's path: `mig config/apply -f` take NVIDIA's ConfigMap file as it is.
+    return load_config(path)
 
 
 @pytest.mark.parametrize("path", UPSTREAM_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
@@ -158,9 +162,33 @@ def test_every_pci_id_the_operator_default_filters_on_is_a_catalogued_product() 
     assert len(ids) == 27
 
 
+def _counts_from_the_configmap() -> set[str]:
+    """Products whose catalog table has no source of instance counts but NVIDIA's ConfigMap itself.
+
+    The catalog's ``cm`` source supplies "per-GPU counts of all-<profile>" (mig_catalog.yaml header):
+    for a table with neither the MIG guide nor an ``nvidia-smi mig -lgip`` transcript, comparing its
+    counts with the ConfigMap would compare the ConfigMap with itself.
+    """
+    data = yaml.safe_load((resources.files("gpuchain.gpu") / "mig_catalog.yaml").read_text(encoding="utf-8"))
+    only_cm = {
+        key
+        for key, t in data["tables"].items()
+        if not any(src == "mig-guide" or str(src).startswith("lgip:") for src in t["sources"])
+    }
+    return {
+        k
+        for m in data["models"]
+        if m.get("mig") in only_cm
+        for k in (m["key"], *(v["key"] for v in m.get("variants", [])))
+    }
+
+
 def test_nvidia_fills_each_card_to_the_instance_count_the_catalog_has() -> None:
     """NVIDIA's all-<profile> layouts fill a card to its limit: the counts in the ConfigMap are the
-    instance counts of the catalog (from nvidia-smi -lgip), for every card that has the profile."""
+    instance counts of the catalog, checked for every card whose counts come from the MIG guide or an
+    `nvidia-smi mig -lgip` transcript (H20, B300 and GB300 have neither: their counts are the ConfigMap's)."""
+    excluded = _counts_from_the_configmap()
+    assert {"H20", "B300", "GB300"} <= excluded, excluded
     checked = 0
     for name, entries in OPERATOR_CFG.mig_configs.items():
         for entry in entries:
@@ -169,10 +197,10 @@ def test_nvidia_fills_each_card_to_the_instance_count_the_catalog_has() -> None:
             ((profile, count),) = entry.layout.items()
             for key, gpu in PRODUCTS.items():
                 prof = next((p for p in gpu.mig_profiles if p.name == profile), None)
-                if prof is not None and entry.selects(0, gpu.pci_device_id):
+                if key not in excluded and prof is not None and entry.selects(0, gpu.pci_device_id):
                     assert prof.max_instances == count, (name, key)
                     checked += 1
-    assert checked == 205
+    assert checked == 184
 
 
 def _devices_after(cfg: MigPartedConfig, layout: str, key: str) -> Counter[str] | None:
@@ -203,3 +231,26 @@ def test_built_in_layouts_give_what_nvidias_default_gives_under_the_same_name() 
         ("all-balanced", "RTX-PRO-6000-MAXQ"),
         ("all-balanced", "RTX-PRO-6000-WS"),
     ]
+
+
+def test_cli_loads_nvidias_configmap_as_shipped() -> None:
+    # gpu-operator's assets/state-mig-manager/0400_configmap.yaml: a ConfigMap wrapping config.yaml.
+    result = CliRunner().invoke(app, ["mig", "config", "-f", str(OPERATOR_DEFAULT)])
+    assert result.exit_code == 0, result.output
+    assert set(yaml.safe_load(result.stdout)["mig-configs"]) == set(
+        yaml.safe_load(_config_text(OPERATOR_DEFAULT))["mig-configs"]
+    )
+
+
+def test_a_bad_configmap_is_named_by_its_line_in_the_file(tmp_path: Path) -> None:
+    text = OPERATOR_DEFAULT.read_text()
+    bad = tmp_path / "cm.yaml"
+    bad.write_text(text.replace("mig-enabled: false", "mig-enabld: false", 1))
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "mig-enabld" in t)
+    result = CliRunner().invoke(app, ["mig", "config", "-f", str(bad)])
+    assert result.exit_code == 2
+    assert f"cm.yaml:{line}: mig-configs.all-disabled.0.mig-enabld: unknown field" in result.output
+    wrong_key = tmp_path / "key.yaml"
+    wrong_key.write_text(text.replace("config.yaml: |", "config.yml: |"))
+    result = CliRunner().invoke(app, ["mig", "config", "-f", str(wrong_key)])
+    assert result.exit_code == 2 and "under data.config.yaml" in result.output and "config.yml" in result.output

@@ -66,10 +66,29 @@ def test_nvidias_defaults_are_kept_where_gpuchains_differ() -> None:
     # NVIDIA upgrades drivers automatically only when upgradePolicy.autoUpgrade says so.
     result = import_policy({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {}})
     assert result.policy["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] is False
-    node = {"status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}}}
-    assert runtime_of([node, node]) == "crio"
-    result = import_policy({"spec": {}}, nodes=[node])
-    assert result.policy["spec"]["operator"]["defaultRuntime"] == "crio"
+
+
+def _node(runtime_version: str, gpu: bool = True) -> dict[str, Any]:
+    labels = {"nvidia.com/gpu.present": "true"} if gpu else {}
+    return {"metadata": {"labels": labels}, "status": {"nodeInfo": {"containerRuntimeVersion": runtime_version}}}
+
+
+def test_deprecated_default_runtime_is_dropped_and_the_nodes_runtime_reported() -> None:
+    # NVIDIA's types (fixtures/clusterpolicy_types.go, defaultRuntime): "Deprecated: DefaultRuntime is no
+    # longer used by the gpu-operator"; older NVIDIA charts wrote defaultRuntime: docker and such CRs survive.
+    crio, containerd = _node("cri-o://1.30.2"), _node("containerd://1.7.20")
+    result = import_policy({"spec": {"operator": {"defaultRuntime": "docker"}}}, nodes=[crio, containerd])
+    assert "defaultRuntime" not in result.policy["spec"]["operator"]
+    (entry,) = [e for e in result.entries if e.key == "operator.defaultRuntime"]
+    assert entry.outcome == "ignored" and "deprecated" in entry.detail and "containerd now" in entry.detail
+
+
+def test_runtime_is_chosen_from_the_gpu_nodes_as_nvidias_operator_chooses() -> None:
+    # controllers/state_manager.go getRuntime: GPU nodes only; containerd if any of them runs it.
+    crio, containerd = _node("cri-o://1.30.2"), _node("containerd://1.7.20")
+    assert runtime_of([crio, containerd, crio]) == "containerd"
+    assert runtime_of([crio, _node("containerd://1.7.20", gpu=False)]) == "crio"
+    assert runtime_of([_node("containerd://1.7.20", gpu=False)]) is None
 
 
 def test_olm_example_blocks_on_node_status_exporter() -> None:
@@ -160,11 +179,49 @@ def test_cli_reads_nvidias_policy_from_the_cluster() -> None:
         assert report["policy"]["spec"]["driver"]["version"] == "595.91.07"
 
 
-def test_nvidiadriver_is_not_a_policy_gpuchain_renders() -> None:
-    # gpuchain has no NVIDIADriver kind: its sample is refused in one line naming the kind.
-    result = runner.invoke(app, ["operator", "render", "-f", str(FIXTURES / "nvidia_v1alpha1_nvidiadriver.yaml")])
+@pytest.mark.parametrize("command", ["render", "import"])
+def test_nvidiadriver_is_named_with_what_to_do(command: str) -> None:
+    # gpuchain has no NVIDIADriver kind: its sample is refused in one line that says what the file is
+    # and where its settings go, not as a wrong apiVersion.
+    result = runner.invoke(app, ["operator", command, "-f", str(FIXTURES / "nvidia_v1alpha1_nvidiadriver.yaml")])
     assert result.exit_code == 2
-    assert "nvidia_v1alpha1_nvidiadriver.yaml:1: apiVersion: Input should be 'gpuchain.io/v1' or 'nvidia.com/v1'" in (
-        result.output
-    )
-    assert len(result.output.strip().splitlines()) == 1
+    line = result.output.strip()
+    assert len(line.splitlines()) == 1
+    assert "nvidia_v1alpha1_nvidiadriver.yaml:2: kind: this file is NVIDIA's NVIDIADriver, not a ClusterPolicy" in line
+    assert "under driver in the ClusterPolicy" in line and "gpuchain operator import" in line
+    assert "apiVersion" not in line
+
+
+def test_olm_csv_is_named_with_where_its_policy_is() -> None:
+    csv = FIXTURES / "gpu-operator-certified.clusterserviceversion.yaml"
+    result = runner.invoke(app, ["operator", "import", "-f", str(csv)])
+    assert result.exit_code == 2
+    assert "kind: this file is an OLM ClusterServiceVersion" in result.output and "alm-examples" in result.output
+
+
+def test_every_problem_of_nvidias_chart_policy_is_listed_for_render() -> None:
+    # The chart's default policy has 6 problems for render (fixtures: helm-default-clusterpolicy.yaml);
+    # the first line counts them and each further one follows on a line of its own.
+    result = runner.invoke(app, ["operator", "render", "-f", str(FIXTURES / "helm-default-clusterpolicy.yaml")])
+    assert result.exit_code == 2
+    first, *also = result.output.strip().splitlines()
+    assert first.endswith("(and 5 more problems)")
+    assert len(also) == 5 and all(a.startswith("  also: ") and "helm-default-clusterpolicy.yaml:" in a for a in also)
+    assert any("spec.migManager.image" in a for a in also)
+
+
+def test_sample_reports_its_inert_sandbox_switches_as_ignored() -> None:
+    # NVIDIA's sample (v1_clusterpolicy.yaml) sets vgpuManager, vgpuDeviceManager, vfioManager and
+    # sandboxDevicePlugin enabled without sandboxWorkloads.enabled: NVIDIA's operator deploys none of them.
+    nvidia = load("v1_clusterpolicy.yaml")
+    assert nvidia["spec"]["vgpuManager"]["enabled"] is True and not nvidia["spec"]["sandboxWorkloads"]["enabled"]
+    result = import_policy(nvidia)
+    inert = {e.key: e for e in result.of("ignored") if e.detail.startswith("no effect here")}
+    assert set(inert) == {
+        "vgpuManager.enabled",
+        "vgpuDeviceManager.enabled",
+        "vfioManager.enabled",
+        "sandboxDevicePlugin.enabled",
+    }
+    assert "sandboxWorkloads.enabled" in inert["vgpuManager.enabled"].detail
+    assert result.policy["spec"]["vgpuManager"]["enabled"] is True and not result.of("blocks")
