@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from operator_helpers import NS, converge, make_cluster, node
 
-from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, RUNTIME_CLASS, MemoryCluster
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, RUNTIME_CLASS, SERVICE, MemoryCluster
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
@@ -147,6 +147,7 @@ def test_nvidia_installed_after_gpuchain_removes_gpuchains_colliding_operands() 
     assert result.state == "standingAside"
     assert _ours(cluster) == set(), "two device plugins, GFDs, MIG managers and drivers on one node"
     assert "daemonset/nvidia-device-plugin-daemonset (deleted)" in result.changed
+    assert cluster.list(SERVICE, NS) == [], "the exporter's Service goes with its DaemonSet"
     ready = _ready(cluster)
     assert "Deployment nvidia-gpu-operator/gpu-operator" in ready["message"]
     assert "gpuchain removes its own DaemonSets for these" in ready["message"]
@@ -162,6 +163,7 @@ def test_standing_aside_keeps_gpuchains_operands_nvidia_does_not_run() -> None:
     nvidia_daemonset(cluster, "nvidia-device-plugin-daemonset", created["metadata"]["uid"])
     assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
     assert _ours(cluster) == {"nvidia-dcgm-exporter"}
+    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, NS)] == ["nvidia-dcgm-exporter"], "kept with its exporter"
     assert "dcgm-exporter" not in _ready(cluster)["message"].split("deploys")[1]
 
 

@@ -34,6 +34,7 @@ from gpuchain.operator.migrate import (
     runtime_of,
 )
 from gpuchain.operator.operands import (
+    DCGM_EXPORTER,
     MANAGED_BY,
     MANAGED_SELECTOR,
     OPERANDS,
@@ -133,6 +134,11 @@ def _remove_colliding(
         if ds["metadata"].get("namespace") == namespace and ds_name in names:
             cluster.delete(DAEMONSET, ds_name, namespace)
             removed.append(f"daemonset/{ds_name} (deleted)")
+    if DCGM_EXPORTER.state in collision.operands:
+        # The exporter's Service would be left selecting no pod (NVIDIA's own Service serves its exporter).
+        for svc in _managed(cluster.list(SERVICE, namespace, label_selector=MANAGED_SELECTOR)):
+            cluster.delete(SERVICE, name_of(svc), namespace)
+            removed.append(f"service/{name_of(svc)} (deleted)")
     return sorted(removed)
 
 
