@@ -202,6 +202,12 @@ def gpu_health(
         DEFAULT_SOCKET, "--pod-resources-socket", help="Kubelet pod-resources socket (which pod holds which GPU)."
     ),
     resync: str = typer.Option("30s", "--resync", help="Republish the pod map at least this often."),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="Also run the per-GPU repair loop: drain a failed GPU, reset it, burn it in and give it back; "
+        "request a node reboot when that fails (see docs/remediation.md).",
+    ),
     once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
@@ -251,7 +257,17 @@ def gpu_health(
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
-        _run_until_signal(lambda stop: publisher.run(stop, resync_s))
+        if not repair:
+            _run_until_signal(lambda stop: publisher.run(stop, resync_s))
+            return
+        from gpuchain.remediation.loopagent import GpuLoopAgent
+
+        agent = GpuLoopAgent(gpus, cluster, name)
+
+        async def both(stop: asyncio.Event) -> None:
+            await asyncio.gather(publisher.run(stop, resync_s), agent.run(stop))
+
+        _run_until_signal(both)
     finally:
         if pods is not None:
             pods.close()

@@ -34,7 +34,7 @@ class QuarantineFollower:
         self,
         cluster: Cluster,
         node_name: str,
-        apply: Callable[[frozenset[str]], None],
+        apply: Callable[[frozenset[str]], object],
         retry_seconds: float = 1.0,
         watch_seconds: float | None = 600.0,
     ) -> None:
