@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuchain.gpu.xid import XidAction
+from gpuchain.gpu.xid import XidAction, describe
+from gpuchain.gpu.xidcatalog import Resolution, lookup
 from gpuchain.remediation.model import AnnotationError, Fault
 
 LOOP_ANNOTATION = "gpuchain.io/gpu-loop"
@@ -146,14 +147,34 @@ class GpuRecord:
         return data
 
 
+def resolution(fault: Fault) -> Resolution:
+    """What the GPU needs for this fault, by NVIDIA's XID catalog: a lost GPU and RESTART_BM need
+    the node rebooted, RESET_GPU (and the workflows ending in one) a reset. An XID the catalog file
+    does not list falls back to gpuchain's table (an unknown XID is treated as needing a reset)."""
+    if fault.lost:
+        return Resolution.REBOOT
+    found = set()
+    for xid in fault.xids:
+        entry = lookup(xid)
+        if entry is not None:
+            found.add(entry.resolution)
+        elif describe(xid).action is XidAction.REBOOT_NODE:
+            found.add(Resolution.REBOOT)
+        elif describe(xid).action is XidAction.RESET_GPU:
+            found.add(Resolution.RESET)
+    for worst in (Resolution.REBOOT, Resolution.RESET):
+        if worst in found:
+            return worst
+    return Resolution.NONE
+
+
 def needs_repair(fault: Fault | None) -> bool:
-    """A whole-GPU fault with evidence (an XID or the GPU lost) that restarting the application
-    does not clear. A fault without evidence (the event stream broke) is not a reason to reset."""
-    if fault is None or fault.uuid != fault.gpu or fault.application_only:
+    """A whole-GPU fault with evidence (an XID or the GPU lost) whose resolution is a reset or a
+    reboot. A fault without evidence (the event stream broke) is not a reason to reset anything,
+    and a fault on one MIG device is left to the remediator's eviction."""
+    if fault is None or fault.uuid != fault.gpu or (not fault.xids and not fault.lost):
         return False
-    if not fault.xids and not fault.lost:
-        return False
-    return fault.action is not XidAction.RESTART_APP
+    return resolution(fault) is not Resolution.NONE
 
 
 def advance(
@@ -201,6 +222,9 @@ def _advance_once(
     if stage is Stage.DRAINED:
         if breaker_open:
             return _wait(rec, "held: the remediator's breaker is open (too many GPU nodes failing at once)"), None
+        if fault is not None and resolution(fault) is Resolution.REBOOT:
+            why = "the GPU is lost" if fault.lost else "NVIDIA's XID catalog says RESTART_BM (reboot the node)"
+            return _reboot(rec, boot_id, now, policy, why), None
         if len(_recent(rec.repairs, now, policy)) > policy.max_repairs:
             note = f"repaired {len(rec.repairs) - 1} times within {policy.window_s:g}s"
             return _reboot(rec, boot_id, now, policy, note), None
@@ -356,13 +380,11 @@ def loop_stages(node: Mapping[str, Any]) -> dict[str, Stage] | None:
 
 
 def node_action(fault: Fault, stages: Mapping[str, Stage] | None) -> XidAction:
-    """What the node as a whole needs for ``fault``. On a node whose loop repairs its own GPUs, a
-    fault the loop takes needs nothing node-wide (restart-app) until the loop asks for a reboot."""
+    """What the node as a whole needs for ``fault``. On a node whose loop repairs its own GPUs,
+    nothing node-wide (restart-app) until the loop asks for a reboot: the failed GPU is withheld,
+    its pods evicted, and the node's other GPUs keep serving."""
     if stages is None:
         return fault.action
-    stage = stages.get(fault.gpu, Stage.HEALTHY)
-    if stage is Stage.REBOOT:
+    if stages.get(fault.gpu) is Stage.REBOOT:
         return XidAction.REBOOT_NODE
-    if stage in IN_REPAIR or stage is Stage.FAILED or (stage is Stage.HEALTHY and needs_repair(fault)):
-        return XidAction.RESTART_APP
-    return fault.action
+    return XidAction.RESTART_APP
