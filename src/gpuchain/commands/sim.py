@@ -142,6 +142,11 @@ def run(
     output: OutputFormat = output_option(),
 ) -> None:
     """Build SCENARIO on an in-memory API server and print what was built."""
+    from gpuchain.remediation.repairsim import REPAIR_SCENARIOS
+
+    if scenario in REPAIR_SCENARIOS:  # the GPU repair loop's scenarios play out over simulated time
+        _run_repair(scenario, output)
+        return
     try:
         sim = build(load_scenario(scenario))
     except ConfigFileError as exc:
@@ -150,6 +155,25 @@ def run(
         asyncio.run(go_live(sim, limit=live_nodes))
     data = summary(sim)
     emit(data, output, lambda: _render(sim, data))
+
+
+def _run_repair(scenario: str, output: OutputFormat) -> None:
+    """Play a repair-loop scenario and print each repaired GPU's stage timeline."""
+    from gpuchain.remediation.repairsim import run_repair
+
+    data = run_repair(scenario).to_dict()
+
+    def table() -> RenderableType:
+        t = Table(title=f"{scenario}: GPU stage timeline (seconds after the fault)", title_justify="left")
+        for col in ("Node", "GPU", "Stage", "At", "Note"):
+            t.add_column(col)
+        for gpu in data["gpus"]:
+            for step in gpu["timeline"]:
+                t.add_row(gpu["node"], str(gpu["index"]), step["stage"], f"{step['seconds']:g}s", step["note"])
+        waiting = [f"{g['node']} GPU {g['index']}: {g['waiting']}" for g in data["gpus"] if g["waiting"]]
+        return Group(t, Text(f"taints on the node: {', '.join(data['taints']) or 'none'}"), *map(Text, waiting))
+
+    emit(data, output, table)
 
 
 @sim_app.command("list")

@@ -1,0 +1,172 @@
+"""The repair loop's scenarios, played out over simulated time on a simulated cluster.
+
+Four 8-GPU nodes (``remediation.scenario``: MemoryCluster, one SimBackend and one health
+publisher per node, the kubelet's pod map), one single-GPU pod on each GPU of node-0, a repair
+agent on every node and the remediator. A scenario injects a fault, then each tick (one
+simulated second) every publisher publishes, the remediator runs a pass and every agent runs a
+pass, until nothing changes any more. The result is each repaired GPU's stage timeline (seconds
+from the fault), the Events, and the node's taints and annotations at the end.
+
+- ``gpu-reset``: XID 48 (double-bit ECC; NVIDIA's catalog: reset the GPU) on node-0 GPU 3: its pod
+  is evicted, the GPU is reset, burned in and back; the node is never tainted.
+- ``gpu-reset-fails``: the same, but the reset fails: a reboot is requested (annotation,
+  condition, taint) and the loop waits there, trying nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuchain.kube.kinds import EVENT, NODE, POD
+from gpuchain.remediation.controller import Remediator
+from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, GpuRecord, Stage, decode_records
+from gpuchain.remediation.loopagent import GpuLoopAgent
+from gpuchain.remediation.scenario import SimCluster, build
+
+FAULT_NODE = "node-0"
+FAULT_GPU = 3
+MAX_TICKS = 60
+
+
+@dataclass
+class SimClock:
+    """Simulated seconds: every component of the run reads this clock."""
+
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class RepairRun:
+    """What a repair scenario produced."""
+
+    scenario: str
+    ticks: int
+    started: float
+    records: dict[str, dict[str, GpuRecord]]
+    pods: list[str]
+    taints: list[str]
+    annotations: dict[str, str]
+    events: list[dict[str, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        gpus = []
+        for node, records in sorted(self.records.items()):
+            for uuid, rec in sorted(records.items()):
+                gpus.append(
+                    {
+                        "node": node,
+                        "gpu": uuid,
+                        "index": rec.index,
+                        "stage": rec.stage.value,
+                        "cause": rec.cause,
+                        "waiting": rec.waiting,
+                        "timeline": [
+                            {"stage": s.stage.value, "seconds": round(s.at - self.started, 3), "note": s.note}
+                            for s in rec.timeline
+                        ],
+                    }
+                )
+        return {
+            "scenario": self.scenario,
+            "ticks": self.ticks,
+            "gpus": gpus,
+            "podsLeft": self.pods,
+            "taints": self.taints,
+            "annotations": self.annotations,
+            "events": self.events,
+        }
+
+
+def _workloads(sim: SimCluster) -> None:
+    for index in range(8):
+        sim.add_pod(FAULT_NODE, "ml", f"w-{index}", (index,), {"app": "train"})
+
+
+def _gpu_reset(sim: SimCluster) -> None:
+    sim.backends[FAULT_NODE].inject_xid(FAULT_GPU, 48, "double-bit ECC error")
+
+
+def _gpu_reset_fails(sim: SimCluster) -> None:
+    sim.backends[FAULT_NODE].fail_reset(FAULT_GPU)
+    _gpu_reset(sim)
+
+
+REPAIR_SCENARIOS: dict[str, Callable[[SimCluster], None]] = {
+    "gpu-reset": _gpu_reset,
+    "gpu-reset-fails": _gpu_reset_fails,
+}
+
+
+def _state(sim: SimCluster) -> tuple[Any, ...]:
+    """What a tick can change: each Node's annotations and taints, and how many pods exist."""
+    nodes = [
+        (
+            n["metadata"]["name"],
+            tuple(sorted((n["metadata"].get("annotations") or {}).items())),
+            str(n["spec"].get("taints")),
+        )
+        for n in sim.cluster.snapshot(NODE)
+    ]
+    return (*nodes, len(sim.cluster.snapshot(POD)))
+
+
+def run_repair(name: str, nodes: int = 4) -> RepairRun:
+    """Play repair scenario ``name``. Raises KeyError naming the known ones."""
+    play = REPAIR_SCENARIOS.get(name)
+    if play is None:
+        raise KeyError(f"unknown repair scenario {name!r}; known: {', '.join(REPAIR_SCENARIOS)}")
+    clock = SimClock()
+    sim = build(nodes)
+    for node in sim.backends:
+        sim.cluster.patch_status(NODE, node, {"nodeInfo": {"bootID": f"{node}-boot-1"}})
+    _workloads(sim)
+    agents = [GpuLoopAgent(backend, sim.cluster, node, clock=clock) for node, backend in sim.backends.items()]
+    remediator = Remediator(sim.cluster, clock=clock)
+    for agent in agents:
+        agent.run_once()  # every node runs the loop before anything fails
+    sim.publish()
+    started = clock.now
+    play(sim)
+    ticks, quiet, last = 0, 0, _state(sim)
+    while ticks < MAX_TICKS and quiet < 3:
+        clock.now += 1.0
+        ticks += 1
+        sim.publish()
+        remediator.run_once()
+        for agent in agents:
+            agent.run_once()
+        now = _state(sim)
+        quiet = quiet + 1 if now == last else 0
+        last = now
+    records: dict[str, dict[str, GpuRecord]] = {}
+    for node in sim.backends:
+        annotations = sim.cluster.get(NODE, node)["metadata"].get("annotations") or {}
+        found = decode_records(annotations.get(LOOP_ANNOTATION))
+        if found:
+            records[node] = found
+    fault_node = sim.cluster.get(NODE, FAULT_NODE)
+    annotations = fault_node["metadata"].get("annotations") or {}
+    return RepairRun(
+        scenario=name,
+        ticks=ticks,
+        started=started,
+        records=records,
+        pods=sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in sim.cluster.snapshot(POD)),
+        taints=[f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in fault_node["spec"].get("taints") or []],
+        annotations={k: v for k, v in annotations.items() if k in (LOOP_ANNOTATION, REBOOT_ANNOTATION)},
+        events=[
+            {"object": e["involvedObject"]["name"], "reason": e["reason"], "message": e["message"]}
+            for e in sim.cluster.snapshot(EVENT)
+        ],
+    )
+
+
+def stage_of(run: RepairRun, node: str, uuid: str) -> Stage | None:
+    """The GPU's final stage in a run (None: the loop never recorded it)."""
+    rec = run.records.get(node, {}).get(uuid)
+    return None if rec is None else rec.stage

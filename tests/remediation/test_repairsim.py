@@ -1,0 +1,50 @@
+"""The repair loop's simulator scenarios and `gpuchain sim run gpu-reset[-fails] -o json`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.remediation.gpuloop import Stage
+from gpuchain.remediation.repairsim import run_repair
+
+runner = CliRunner()
+ALL_BUT_W3 = [f"ml/w-{i}" for i in range(8) if i != 3]
+
+
+def test_gpu_reset_repairs_one_gpu_and_leaves_the_node_untainted() -> None:
+    run = run_repair("gpu-reset")
+    (gpu,) = run.to_dict()["gpus"]
+    assert gpu["index"] == 3 and gpu["stage"] == "healthy"
+    assert [s["stage"] for s in gpu["timeline"]] == ["quarantined", "drained", "reset", "burn-in", "burn-in", "healthy"]
+    assert run.pods == ALL_BUT_W3 and run.taints == []
+    reasons = [e["reason"] for e in run.events]
+    assert reasons.index("GPUWorkloadEvicted") < reasons.index("GPUResetStarted") < reasons.index("GPUReadmitted")
+
+
+def test_gpu_reset_fails_ends_in_a_reboot_request_and_stays_there() -> None:
+    run = run_repair("gpu-reset-fails")
+    (gpu,) = run.to_dict()["gpus"]
+    assert gpu["stage"] == Stage.REBOOT.value and "reboot" in gpu["waiting"]
+    assert [s["stage"] for s in gpu["timeline"]] == ["quarantined", "drained", "reset", "reboot-requested"]
+    assert run.taints == ["gpuchain.io/gpu-reset-required=reboot-node:NoSchedule"]
+    assert "gpuchain.io/reboot-requested" in run.annotations
+    assert [e["reason"] for e in run.events].count("GPUResetStarted") == 1  # one reset, never a loop
+
+
+@pytest.mark.parametrize("name", ["gpu-reset", "gpu-reset-fails"])
+def test_sim_run_prints_the_stage_timeline_as_json(name: str) -> None:
+    result = runner.invoke(app, ["sim", "run", name, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["scenario"] == name
+    times = [s["seconds"] for s in data["gpus"][0]["timeline"]]
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_unknown_repair_scenario_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="gpu-reset"):
+        run_repair("nope")
