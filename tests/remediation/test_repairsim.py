@@ -48,3 +48,15 @@ def test_sim_run_prints_the_stage_timeline_as_json(name: str) -> None:
 def test_unknown_repair_scenario_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="gpu-reset"):
         run_repair("nope")
+
+
+def test_the_breaker_holds_when_many_nodes_fail_at_once() -> None:
+    run = run_repair("gpu-reset-storm")
+    data = run.to_dict()
+    assert len(data["gpus"]) == 3
+    assert {g["stage"] for g in data["gpus"]} == {"quarantined"}  # withheld, nothing more
+    assert len(run.pods) == 8 + 2  # nothing evicted
+    assert run.taints == [] and "gpuchain.io/reboot-requested" not in run.annotations
+    reasons = {e["reason"] for e in run.events}
+    assert "RemediationPaused" in reasons
+    assert not reasons & {"GPUWorkloadEvicted", "GPUResetStarted", "GPURebootRequested", "GPUNodeTainted"}

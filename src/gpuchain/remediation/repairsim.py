@@ -11,6 +11,8 @@ from the fault), the Events, and the node's taints and annotations at the end.
   is evicted, the GPU is reset, burned in and back; the node is never tainted.
 - ``gpu-reset-fails``: the same, but the reset fails: a reboot is requested (annotation,
   condition, taint) and the loop waits there, trying nothing else.
+- ``gpu-reset-storm``: XID 48 with failing resets on GPU 0 of three of the four nodes at once: the
+  remediator's breaker opens, so nothing is evicted, reset, rebooted or tainted.
 """
 
 from __future__ import annotations
@@ -96,9 +98,18 @@ def _gpu_reset_fails(sim: SimCluster) -> None:
     _gpu_reset(sim)
 
 
+def _gpu_reset_storm(sim: SimCluster) -> None:
+    for node in list(sim.backends)[:3]:
+        if node != FAULT_NODE:
+            sim.add_pod(node, "ml", f"{node}-job", (0,), {"app": "job"})
+        sim.backends[node].fail_reset(0)
+        sim.backends[node].inject_xid(0, 48, "double-bit ECC error")
+
+
 REPAIR_SCENARIOS: dict[str, Callable[[SimCluster], None]] = {
     "gpu-reset": _gpu_reset,
     "gpu-reset-fails": _gpu_reset_fails,
+    "gpu-reset-storm": _gpu_reset_storm,
 }
 
 
