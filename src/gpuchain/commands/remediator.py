@@ -208,6 +208,22 @@ def gpu_health(
         help="Also run the per-GPU repair loop: drain a failed GPU, reset it, burn it in and give it back; "
         "request a node reboot when that fails (see docs/remediation.md).",
     ),
+    gate_startup: bool = typer.Option(
+        False,
+        "--gate-startup",
+        help="Remove the startup taint gpuchain.io/gpu-not-ready once the chain is up on this node, and keep "
+        "condition GPUReady naming the missing link (see docs/remediation.md).",
+    ),
+    gate_burn_in: bool = typer.Option(False, "--gate-burn-in", help="With --gate-startup: burn in every GPU first."),
+    startup_taint: str = typer.Option(
+        "gpuchain.io/gpu-not-ready",
+        "--startup-taint",
+        help="With --gate-startup: the taint key to remove (e.g. one under cluster-autoscaler's "
+        "startup-taint.cluster-autoscaler.kubernetes.io/ prefix).",
+    ),
+    validations_dir: str | None = typer.Option(
+        None, "--validations-dir", help="With --gate-startup: the validator's ready files (checks toolkit-ready)."
+    ),
     once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
@@ -257,17 +273,22 @@ def gpu_health(
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
-        if not repair:
-            _run_until_signal(lambda stop: publisher.run(stop, resync_s))
-            return
-        from gpuchain.remediation.loopagent import GpuLoopAgent
+        loops: list[Callable[[asyncio.Event], Awaitable[None]]] = [lambda stop: publisher.run(stop, resync_s)]
+        if repair:
+            from gpuchain.remediation.loopagent import GpuLoopAgent
 
-        agent = GpuLoopAgent(gpus, cluster, name)
+            loops.append(GpuLoopAgent(gpus, cluster, name).run)
+        if gate_startup:
+            from gpuchain.remediation.readiness import ReadinessGate
+            from gpuchain.validator.ready import ReadyFiles
 
-        async def both(stop: asyncio.Event) -> None:
-            await asyncio.gather(publisher.run(stop, resync_s), agent.run(stop))
+            ready = ReadyFiles(validations_dir) if validations_dir else None
+            loops.append(ReadinessGate(gpus, cluster, name, ready, gate_burn_in, startup_taint).run)
 
-        _run_until_signal(both)
+        async def every(stop: asyncio.Event) -> None:
+            await asyncio.gather(*(loop(stop) for loop in loops))
+
+        _run_until_signal(every)
     finally:
         if pods is not None:
             pods.close()

@@ -142,9 +142,9 @@ def run(
     output: OutputFormat = output_option(),
 ) -> None:
     """Build SCENARIO on an in-memory API server and print what was built."""
-    from gpuchain.remediation.repairsim import REPAIR_SCENARIOS
+    from gpuchain.remediation.repairsim import SCENARIO_NAMES
 
-    if scenario in REPAIR_SCENARIOS:  # the GPU repair loop's scenarios play out over simulated time
+    if scenario in SCENARIO_NAMES:  # the GPU repair loop's scenarios play out over simulated time
         _run_repair(scenario, output)
         return
     try:
@@ -158,12 +158,20 @@ def run(
 
 
 def _run_repair(scenario: str, output: OutputFormat) -> None:
-    """Play a repair-loop scenario and print each repaired GPU's stage timeline."""
-    from gpuchain.remediation.repairsim import run_repair
+    """Play a repair-loop or readiness scenario and print each GPU's stage timeline (or the gate's)."""
+    from gpuchain.remediation.repairsim import play
 
-    data = run_repair(scenario).to_dict()
+    data = play(scenario)
 
     def table() -> RenderableType:
+        if "readiness" in data:
+            t = Table(title=f"{scenario}: node {data['node']} readiness", title_justify="left")
+            for col in ("At", "GPUReady", "Startup taint", "Why"):
+                t.add_column(col)
+            for step in data["readiness"]:
+                tainted = "held" if step["tainted"] else "removed"
+                t.add_row(f"{step['seconds']:g}s", step["reason"], tainted, step["message"])
+            return t
         t = Table(title=f"{scenario}: GPU stage timeline (seconds after the fault)", title_justify="left")
         for col in ("Node", "GPU", "Stage", "At", "Note"):
             t.add_column(col)

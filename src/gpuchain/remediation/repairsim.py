@@ -13,19 +13,29 @@ from the fault), the Events, and the node's taints and annotations at the end.
   condition, taint) and the loop waits there, trying nothing else.
 - ``gpu-reset-storm``: XID 48 with failing resets on GPU 0 of three of the four nodes at once: the
   remediator's breaker opens, so nothing is evicted, reset, rebooted or tainted.
+- ``gpu-not-ready-scale-up``: a new 8-GPU node joins with the startup taint; its driver loads at
+  3 s, the toolkit is validated at 4 s, the device plugin registers 7 GPUs at 6 s and the eighth at
+  8 s: the taint is held (``GPUReady`` naming the missing link) until then, and lifted once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuchain.gpu.backend import BurnIn, GpuBackend
+from gpuchain.gpu.errors import DriverNotLoadedError
+from gpuchain.gpu.model import HealthEvent, Inventory, Telemetry
+from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import EVENT, NODE, POD
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, GpuRecord, Stage, decode_records
 from gpuchain.remediation.loopagent import GpuLoopAgent
-from gpuchain.remediation.scenario import SimCluster, build
+from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ReadinessGate
+from gpuchain.remediation.scenario import GPU_RESOURCE, SIM_PRESET, SimCluster, build, node_object
+from gpuchain.validator.ready import ReadyFiles
 
 FAULT_NODE = "node-0"
 FAULT_GPU = 3
@@ -126,11 +136,21 @@ def _state(sim: SimCluster) -> tuple[Any, ...]:
     return (*nodes, len(sim.cluster.snapshot(POD)))
 
 
+SCENARIO_NAMES = (*REPAIR_SCENARIOS, "gpu-not-ready-scale-up")
+
+
+def play(name: str) -> dict[str, Any]:
+    """Play any of ``SCENARIO_NAMES``; the result as the JSON ``gpuchain sim run`` prints."""
+    if name == "gpu-not-ready-scale-up":
+        return run_scale_up()
+    return run_repair(name).to_dict()
+
+
 def run_repair(name: str, nodes: int = 4) -> RepairRun:
     """Play repair scenario ``name``. Raises KeyError naming the known ones."""
     play = REPAIR_SCENARIOS.get(name)
     if play is None:
-        raise KeyError(f"unknown repair scenario {name!r}; known: {', '.join(REPAIR_SCENARIOS)}")
+        raise KeyError(f"unknown repair scenario {name!r}; known: {', '.join(SCENARIO_NAMES)}")
     clock = SimClock()
     sim = build(nodes)
     for node in sim.backends:
@@ -181,3 +201,79 @@ def stage_of(run: RepairRun, node: str, uuid: str) -> Stage | None:
     """The GPU's final stage in a run (None: the loop never recorded it)."""
     rec = run.records.get(node, {}).get(uuid)
     return None if rec is None else rec.stage
+
+
+class _LoadingDriver(GpuBackend):
+    """A node's GPUs while its driver container is still installing: no answer before ``ready_at``."""
+
+    name = "sim"
+
+    def __init__(self, gpus: SimBackend, clock: SimClock, ready_at: float) -> None:
+        self.gpus = gpus
+        self.clock = clock
+        self.ready_at = ready_at
+
+    def _check(self) -> None:
+        if self.clock() < self.ready_at:
+            raise DriverNotLoadedError("NVIDIA kernel module not loaded yet (driver container installing)")
+
+    def inventory(self) -> Inventory:
+        self._check()
+        return self.gpus.inventory()
+
+    def telemetry(self, gpu_uuid: str) -> Telemetry:
+        self._check()
+        return self.gpus.telemetry(gpu_uuid)
+
+    def events(self) -> AsyncIterator[HealthEvent]:
+        return self.gpus.events()
+
+    def burn_in(self, gpu_index: int) -> BurnIn:
+        self._check()
+        return self.gpus.burn_in(gpu_index)
+
+
+def run_scale_up() -> dict[str, Any]:
+    """``gpu-not-ready-scale-up``: the readiness gate on a node joining the cluster (see the module)."""
+    clock = SimClock()
+    sim = build(2)
+    started = clock.now
+    name = "node-new"
+    node = node_object(name)
+    node["spec"]["taints"] = [{"key": STARTUP_TAINT, "value": "true", "effect": "NoSchedule"}]
+    node["status"].pop("capacity")
+    node["status"].pop("allocatable")
+    sim.cluster.create(node)
+    gpus = SimBackend.from_preset(SIM_PRESET, node=name)
+    with tempfile.TemporaryDirectory(prefix="gpuchain-validations-") as validations:
+        ready = ReadyFiles(validations)
+        gate = ReadinessGate(_LoadingDriver(gpus, clock, started + 3), sim.cluster, name, ready)
+        steps: list[dict[str, Any]] = []
+        for tick in range(12):
+            clock.now = started + tick
+            if tick == 4:
+                ready.write("toolkit", {"runtime": "nvidia"})
+            if tick in (6, 8):
+                units = str(7 if tick == 6 else 8)
+                sim.cluster.patch_status(
+                    NODE, name, {"capacity": {GPU_RESOURCE: units}, "allocatable": {GPU_RESOURCE: units}}
+                )
+            verdict = gate.run_once()
+            live = sim.cluster.get(NODE, name)
+            tainted = any(t["key"] == STARTUP_TAINT for t in live["spec"].get("taints") or [])
+            steps.append(
+                {"seconds": float(tick), "reason": verdict.reason, "message": verdict.message, "tainted": tainted}
+            )
+    final = sim.cluster.get(NODE, name)
+    condition = next(c for c in final["status"]["conditions"] if c["type"] == CONDITION)
+    return {
+        "scenario": "gpu-not-ready-scale-up",
+        "node": name,
+        "readiness": steps,
+        "condition": {k: condition[k] for k in ("status", "reason", "message")},
+        "events": [
+            {"object": e["involvedObject"]["name"], "reason": e["reason"], "message": e["message"]}
+            for e in sim.cluster.snapshot(EVENT)
+            if e["involvedObject"]["name"] == name
+        ],
+    }
