@@ -275,7 +275,11 @@ def gpu_health(
         err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
         loops: list[Callable[[asyncio.Event], Awaitable[None]]] = [lambda stop: publisher.run(stop, resync_s)]
         if repair:
+            from gpuchain.gpu.nvml import NvmlBackend
             from gpuchain.remediation.loopagent import GpuLoopAgent
+
+            if isinstance(gpus, NvmlBackend):
+                gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
 
             loops.append(GpuLoopAgent(gpus, cluster, name).run)
         if gate_startup:
