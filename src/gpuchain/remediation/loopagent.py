@@ -73,6 +73,8 @@ EVENT_REASONS: Mapping[Stage, tuple[str, Literal["Normal", "Warning"]]] = {
     Stage.REBOOT: ("GPURebootRequested", "Warning"),
     Stage.FAILED: ("GPURepairFailed", "Warning"),
 }
+STAGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Histogram bounds (seconds): a drain takes seconds to a job's grace period, a reset tens of seconds."""
 MAX_WORK_PER_PASS = 4
 """Work items one GPU may run in one pass (reset, then burn-in, ...): a bound, not a target."""
 
@@ -104,6 +106,27 @@ class LoopMetrics:
             elif step.stage in (Stage.REBOOT, Stage.FAILED):
                 self.outcomes[step.stage.value] += 1
             previous = step
+
+    def prometheus(self) -> str:
+        """The metrics in Prometheus' text format: a histogram of seconds spent per stage (detect ->
+        quarantined -> drained -> reset -> burn-in -> re-admitted) and a counter per outcome."""
+        lines = [
+            "# HELP gpuchain_gpu_repair_stage_seconds Seconds a GPU spent in a repair stage before leaving it.",
+            "# TYPE gpuchain_gpu_repair_stage_seconds histogram",
+        ]
+        for stage, values in sorted(self.durations.items()):
+            for bound in STAGE_BUCKETS:
+                count = sum(1 for v in values if v <= bound)
+                lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="{bound:g}"}} {count}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="+Inf"}} {len(values)}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_sum{{stage="{stage}"}} {sum(values):g}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_count{{stage="{stage}"}} {len(values)}')
+        lines += [
+            "# HELP gpuchain_gpu_repair_outcomes_total Repair outcomes and reset/burn-in results.",
+            "# TYPE gpuchain_gpu_repair_outcomes_total counter",
+        ]
+        lines += [f'gpuchain_gpu_repair_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())]
+        return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
