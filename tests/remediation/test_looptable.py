@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
 from gpuchain.gpu.xidcatalog import Resolution, catalog, lookup, source
-from gpuchain.remediation.gpuloop import needs_repair, resolution
+from gpuchain.remediation.gpuloop import (
+    GpuRecord,
+    LoopPolicy,
+    Stage,
+    advance,
+    needs_repair,
+    parse_xid_resolutions,
+    resolution,
+)
 from gpuchain.remediation.looptable import repair_markdown
 from gpuchain.remediation.model import Fault
 
@@ -39,3 +51,27 @@ def test_docs_carry_the_current_repair_table() -> None:
     table = repair_markdown()
     assert table in DOC.read_text()
     assert "| 109 | ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR | RESET_GPU | drain the GPU, reset it" in table
+
+
+def test_config_overrides_win_over_the_catalog() -> None:
+    overrides = parse_xid_resolutions("109=none, 92=reset,79=RESET")
+    assert overrides == {109: Resolution.NONE, 92: Resolution.RESET, 79: Resolution.RESET}
+    assert resolution(fault(109), overrides) is Resolution.NONE
+    assert resolution(fault(79), overrides) is Resolution.RESET
+    policy = LoopPolicy(xid_resolutions=overrides)
+    rec, _ = advance(GpuRecord("GPU-1", 0), fault(109), (), False, "b", 0, policy)
+    assert rec.stage is Stage.HEALTHY
+    rec, _ = advance(GpuRecord("GPU-1", 0), fault(92), (), False, "b", 0, policy)
+    assert rec.stage is Stage.RESET
+
+
+def test_bad_overrides_name_the_item_and_the_form() -> None:
+    for text in ("109", "109=maybe", "x=reset", "-3=reset"):
+        with pytest.raises(ValueError, match="XID"):
+            parse_xid_resolutions(text)
+
+
+def test_gpu_health_refuses_a_bad_override_in_one_line() -> None:
+    result = CliRunner().invoke(app, ["gpu-health", "--dry-run", "--xid-resolution", "109=maybe"])
+    assert result.exit_code == 2
+    assert "--xid-resolution: '109=maybe': expected XID=<reset|reboot|none>" in result.output

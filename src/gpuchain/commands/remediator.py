@@ -208,6 +208,11 @@ def gpu_health(
         help="Also run the per-GPU repair loop: drain a failed GPU, reset it, burn it in and give it back; "
         "request a node reboot when that fails (see docs/remediation.md).",
     ),
+    xid_resolution: str = typer.Option(
+        "",
+        "--xid-resolution",
+        help="With --repair: override NVIDIA's XID catalog per XID, e.g. '109=none,92=reset,74=reboot'.",
+    ),
     gate_startup: bool = typer.Option(
         False,
         "--gate-startup",
@@ -235,6 +240,12 @@ def gpu_health(
     Uses the device plugin's XID policy (config file health section, DP_*_HEALTHCHECKS variables).
     """
     resync_s = _seconds("--resync", resync)
+    from gpuchain.remediation.gpuloop import LoopPolicy, parse_xid_resolutions
+
+    try:
+        loop_policy = LoopPolicy(xid_resolutions=parse_xid_resolutions(xid_resolution))
+    except ValueError as exc:
+        fail(f"--xid-resolution: {exc}")
     choice = resolve_backend(backend)
     try:
         config = load_config(config_file, os.environ)
@@ -281,7 +292,7 @@ def gpu_health(
             if isinstance(gpus, NvmlBackend):
                 gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
 
-            loops.append(GpuLoopAgent(gpus, cluster, name).run)
+            loops.append(GpuLoopAgent(gpus, cluster, name, loop_policy).run)
         if gate_startup:
             from gpuchain.remediation.readiness import ReadinessGate
             from gpuchain.validator.ready import ReadyFiles

@@ -85,6 +85,8 @@ class LoopPolicy:
     """After a passed burn-in, how long to wait for the GPU's health to clear; still unhealthy after
     that means a new fault, and a new repair."""
     timeline_len: int = 32
+    xid_resolutions: Mapping[int, Resolution] = field(default_factory=dict)
+    """Per-XID overrides of NVIDIA's catalog (``gpu-health --xid-resolution 109=none``)."""
 
     def __post_init__(self) -> None:
         for name in ("max_resets", "max_repairs", "timeline_len"):
@@ -147,16 +149,35 @@ class GpuRecord:
         return data
 
 
-def resolution(fault: Fault) -> Resolution:
+def parse_xid_resolutions(text: str) -> dict[int, Resolution]:
+    """``109=none,92=reset,74=reboot`` as overrides; ValueError naming the bad item and the form."""
+    out: dict[int, Resolution] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        code, _, value = item.partition("=")
+        try:
+            xid = int(code)
+            out[xid] = Resolution(value.strip().lower())
+        except ValueError:
+            known = "|".join(r.value for r in Resolution)
+            raise ValueError(f"{item!r}: expected XID=<{known}>, e.g. 109=none") from None
+        if xid <= 0:
+            raise ValueError(f"{item!r}: XIDs are positive numbers")
+    return out
+
+
+def resolution(fault: Fault, overrides: Mapping[int, Resolution] | None = None) -> Resolution:
     """What the GPU needs for this fault, by NVIDIA's XID catalog: a lost GPU and RESTART_BM need
     the node rebooted, RESET_GPU (and the workflows ending in one) a reset. An XID the catalog file
-    does not list falls back to gpuchain's table (an unknown XID is treated as needing a reset)."""
+    does not list falls back to gpuchain's table (an unknown XID is treated as needing a reset).
+    ``overrides`` (from the config) win over both."""
     if fault.lost:
         return Resolution.REBOOT
     found = set()
     for xid in fault.xids:
         entry = lookup(xid)
-        if entry is not None:
+        if overrides and xid in overrides:
+            found.add(overrides[xid])
+        elif entry is not None:
             found.add(entry.resolution)
         elif describe(xid).action is XidAction.REBOOT_NODE:
             found.add(Resolution.REBOOT)
@@ -168,13 +189,13 @@ def resolution(fault: Fault) -> Resolution:
     return Resolution.NONE
 
 
-def needs_repair(fault: Fault | None) -> bool:
+def needs_repair(fault: Fault | None, overrides: Mapping[int, Resolution] | None = None) -> bool:
     """A whole-GPU fault with evidence (an XID or the GPU lost) whose resolution is a reset or a
     reboot. A fault without evidence (the event stream broke) is not a reason to reset anything,
     and a fault on one MIG device is left to the remediator's eviction."""
     if fault is None or fault.uuid != fault.gpu or (not fault.xids and not fault.lost):
         return False
-    return resolution(fault) is not Resolution.NONE
+    return resolution(fault, overrides) is not Resolution.NONE
 
 
 def advance(
@@ -210,7 +231,7 @@ def _advance_once(
 ) -> tuple[GpuRecord, Work | None]:
     stage = rec.stage
     if stage is Stage.HEALTHY:
-        if fault is None or not needs_repair(fault):
+        if fault is None or not needs_repair(fault, policy.xid_resolutions):
             return rec, None
         repairs = (*_recent(rec.repairs, now, policy), now)
         entered = replace(rec, cause=fault.summary(), attempts=0, repairs=repairs, passed=False, rebooted=False)
@@ -222,7 +243,7 @@ def _advance_once(
     if stage is Stage.DRAINED:
         if breaker_open:
             return _wait(rec, "held: the remediator's breaker is open (too many GPU nodes failing at once)"), None
-        if fault is not None and resolution(fault) is Resolution.REBOOT:
+        if fault is not None and resolution(fault, policy.xid_resolutions) is Resolution.REBOOT:
             why = "the GPU is lost" if fault.lost else "NVIDIA's XID catalog says RESTART_BM (reboot the node)"
             return _reboot(rec, boot_id, now, policy, why), None
         if len(_recent(rec.repairs, now, policy)) > policy.max_repairs:
