@@ -117,9 +117,13 @@ def test_after_a_reboot_a_failed_burn_in_is_final() -> None:
     assert rec.stage is Stage.REBOOT
     rec, work = run(rec, DBE, boot="b2", burn_ok=False)
     assert work == [Work.BURN_IN] and rec.stage is Stage.FAILED
-    for boot in ("b3", "b4"):  # even more reboots change nothing: a person decides
-        rec, work = run(rec, DBE, boot=boot)
+    for _ in range(100):  # no reboot is requested, nothing is tried: a person decides
+        rec, work = run(rec, DBE, boot="b2")
         assert work == [] and rec.stage is Stage.FAILED and "needs a person" in rec.waiting
+    rec, work = run(rec, DBE, boot="b3", burn_ok=False)  # a person rebooted it: one more burn-in
+    assert work == [Work.BURN_IN] and rec.stage is Stage.FAILED
+    rec, work = run(rec, None, boot="b4")  # repaired: back
+    assert work == [Work.BURN_IN] and rec.stage is Stage.HEALTHY
 
 
 def test_a_gpu_repaired_too_often_within_the_window_gets_a_reboot_instead_of_a_reset() -> None:

@@ -26,6 +26,7 @@ from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.kubelet.node import SimNode, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
+from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.gpuloop import (
     LOOP_ANNOTATION,
@@ -86,7 +87,7 @@ async def rig() -> AsyncIterator[Rig]:
     name = sim.backend.topology.node
     node = node_object(name)
     node["status"]["nodeInfo"] = {"bootID": "boot-1"}
-    cluster = MemoryCluster([node, *(node_object(f"other-{i}") for i in range(3))])
+    cluster = MemoryCluster([node, *(node_object(f"other-{i}") for i in range(3)), *simulated_policy_objects()])
     agent = GpuLoopAgent(sim.backend, cluster, name)
     r = Rig(sim, cluster, name, agent)
     stop = asyncio.Event()

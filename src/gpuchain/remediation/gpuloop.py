@@ -22,8 +22,9 @@ while the node's other GPUs keep serving::
   window. The node gets the ``gpuchain.io/reboot-requested`` annotation a reboot daemon acts on,
   a ``GPURebootRequired`` condition, and the remediator's taint; all of it only while the breaker
   is closed. The loop leaves this stage only when the node's boot ID changes;
-- failed: the burn-in failed after a reboot. The GPU stays withheld and nothing more is tried, so
-  the loop never cycles; a person clears it by removing the GPU's entry from ``gpuchain.io/gpu-loop``.
+- failed: the burn-in failed after a reboot. The GPU stays withheld and no reboot is requested, so
+  the loop never cycles; after a person repaired and rebooted the node (a new boot ID) the GPU is
+  burned in once more (healthy, or failed again).
 
 Everything is recorded in annotation ``gpuchain.io/gpu-loop`` on the Node (stage, cause, attempts,
 the stage timeline), so a restarted agent resumes where the last one stopped. No I/O, no clock:
@@ -272,7 +273,11 @@ def _advance_once(
             return _to(after, Stage.BURN_IN, now, policy, "node rebooted"), None
         held = " (held: the remediator's breaker is open)" if breaker_open else ""
         return _wait(rec, f"waiting for the node to reboot ({REBOOT_ANNOTATION}){held}"), None
-    return _wait(rec, f"needs a person: {rec.cause}; remove its entry from {LOOP_ANNOTATION} to retry"), None
+    if rec.boot_id and boot_id and boot_id != rec.boot_id:
+        return _to(
+            replace(rec, passed=False, boot_id=""), Stage.BURN_IN, now, policy, "node rebooted by a person"
+        ), None
+    return _wait(rec, f"needs a person: {rec.cause}; repair the GPU and reboot the node to burn it in again"), None
 
 
 def complete(
@@ -293,13 +298,13 @@ def complete(
             timeline=_trim((*rec.timeline, Step(Stage.BURN_IN, now, "passed: " + detail)), policy),
         )
     if rec.rebooted:
-        return _to(rec, Stage.FAILED, now, policy, f"burn-in failed after a reboot: {detail}")
+        return _to(replace(rec, boot_id=boot_id), Stage.FAILED, now, policy, f"burn-in failed after a reboot: {detail}")
     return _reboot(rec, boot_id, now, policy, f"burn-in failed: {detail}")
 
 
 def _reboot(rec: GpuRecord, boot_id: str, now: float, policy: LoopPolicy, note: str) -> GpuRecord:
     if rec.rebooted:
-        return _to(rec, Stage.FAILED, now, policy, f"{note} after a reboot")
+        return _to(replace(rec, boot_id=boot_id), Stage.FAILED, now, policy, f"{note} after a reboot")
     return _to(replace(rec, boot_id=boot_id, passed=False), Stage.REBOOT, now, policy, note)
 
 
