@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from gpuchain.cli import app
 from gpuchain.remediation.gpuloop import Stage
-from gpuchain.remediation.repairsim import run_repair
+from gpuchain.remediation.repairsim import SCENARIO_NAMES, run_repair
 
 runner = CliRunner()
 ALL_BUT_W3 = [f"ml/w-{i}" for i in range(8) if i != 3]
@@ -60,3 +60,10 @@ def test_the_breaker_holds_when_many_nodes_fail_at_once() -> None:
     reasons = {e["reason"] for e in run.events}
     assert "RemediationPaused" in reasons
     assert not reasons & {"GPUWorkloadEvicted", "GPUResetStarted", "GPURebootRequested", "GPUNodeTainted"}
+
+
+def test_sim_run_help_names_the_repair_scenarios() -> None:
+    result = runner.invoke(app, ["sim", "run", "--help"], terminal_width=400)
+    assert result.exit_code == 0
+    for name in SCENARIO_NAMES:
+        assert name in result.output

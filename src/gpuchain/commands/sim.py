@@ -136,7 +136,11 @@ def _render(sim: SimCluster, data: dict[str, Any]) -> RenderableType:
 
 @sim_app.command("run")
 def run(
-    scenario: str = typer.Argument(..., help="A built-in scenario name (gpuchain sim list) or a scenario YAML file."),
+    scenario: str = typer.Argument(
+        ...,
+        help="A built-in scenario name (gpuchain sim list), a scenario YAML file, or a GPU repair/readiness "
+        "scenario: gpu-reset, gpu-reset-fails, gpu-reset-storm, gpu-not-ready-scale-up.",
+    ),
     live: bool = typer.Option(True, "--live/--no-live", help="Also run the device plugin + kubelet peer over gRPC."),
     live_nodes: int = typer.Option(4, "--live-nodes", min=0, help="At most this many nodes run live."),
     output: OutputFormat = output_option(),
