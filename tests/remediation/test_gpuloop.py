@@ -255,3 +255,14 @@ def test_agent_resumes_from_the_node_after_a_restart() -> None:
     assert result.records[uuid].stage is Stage.REBOOT and not result.written
     assert fresh.metrics.outcomes == {}  # no second reset
     assert uuid in cluster.get(NODE, "n")["metadata"]["annotations"][REBOOT_ANNOTATION]
+
+
+def test_a_probed_fault_round_trips_and_needs_a_reset() -> None:
+    from gpuchain.remediation.model import decode_faults
+
+    probed = Fault(U, U, (), covers=(U,), probes=("row-remap-pending",))
+    assert decode_faults(encode_faults({U: probed})) == {U: probed}
+    assert "row remapping pending" in probed.summary() and not probed.application_only
+    assert needs_repair(probed)
+    rec, work = run(GpuRecord(U, 0), probed)
+    assert work == [Work.RESET, Work.BURN_IN]

@@ -67,3 +67,12 @@ def test_sim_run_help_names_the_repair_scenarios() -> None:
     assert result.exit_code == 0
     for name in SCENARIO_NAMES:
         assert name in result.output
+
+
+def test_a_pending_row_remap_without_any_xid_is_repaired_like_one() -> None:
+    run = run_repair("gpu-row-remap-pending")
+    (gpu,) = run.to_dict()["gpus"]
+    assert gpu["index"] == 3 and gpu["stage"] == "healthy"
+    assert "row remapping pending" in gpu["timeline"][0]["note"]
+    assert [s["stage"] for s in gpu["timeline"]][-1] == "healthy"
+    assert run.pods == ALL_BUT_W3 and run.taints == []

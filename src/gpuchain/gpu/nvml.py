@@ -490,6 +490,7 @@ class NvmlBackend(GpuBackend):
             remapped_rows_correctable=rows[0] if rows is not None else None,
             remapped_rows_uncorrectable=rows[1] if rows is not None else None,
             row_remap_failure=rows[3] if rows is not None else None,
+            row_remap_pending=rows[2] if rows is not None else None,
         )
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:

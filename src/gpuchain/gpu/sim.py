@@ -148,6 +148,7 @@ class SimBackend(GpuBackend):
                 "remapped_rows_correctable": 0,
                 "remapped_rows_uncorrectable": 0,
                 "row_remap_failure": 0,
+                "row_remap_pending": 0,
             }
             base.update(state.telemetry)
         return Telemetry(uuid=spec.uuid, **base)
@@ -300,6 +301,7 @@ class SimBackend(GpuBackend):
                 raise GpuError(f"GPU {gpu_index}: reset failed (the GPU is in use or did not come back)")
             state.mig_enabled = state.mig_pending
             state.instances.clear()
+            state.telemetry.pop("row_remap_pending", None)  # a reset activates the pending remap
             self._refresh(state)
             uuid = state.spec.uuid
         self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))

@@ -173,7 +173,7 @@ def resolution(fault: Fault, overrides: Mapping[int, Resolution] | None = None) 
     ``overrides`` (from the config) win over both."""
     if fault.lost:
         return Resolution.REBOOT
-    found = set()
+    found = {Resolution.RESET} if fault.probes else set()
     for xid in fault.xids:
         entry = lookup(xid)
         if overrides and xid in overrides:
@@ -194,7 +194,7 @@ def needs_repair(fault: Fault | None, overrides: Mapping[int, Resolution] | None
     """A whole-GPU fault with evidence (an XID or the GPU lost) whose resolution is a reset or a
     reboot. A fault without evidence (the event stream broke) is not a reason to reset anything,
     and a fault on one MIG device is left to the remediator's eviction."""
-    if fault is None or fault.uuid != fault.gpu or (not fault.xids and not fault.lost):
+    if fault is None or fault.uuid != fault.gpu or (not fault.xids and not fault.lost and not fault.probes):
         return False
     return resolution(fault, overrides) is not Resolution.NONE
 

@@ -13,6 +13,8 @@ from the fault), the Events, and the node's taints and annotations at the end.
   condition, taint) and the loop waits there, trying nothing else.
 - ``gpu-reset-storm``: XID 48 with failing resets on GPU 0 of three of the four nodes at once: the
   remediator's breaker opens, so nothing is evicted, reset, rebooted or tainted.
+- ``gpu-row-remap-pending``: no XID at all, but NVML reports a remapped row waiting for a reset on
+  node-0 GPU 3: the publisher's probe publishes it, and the GPU goes round the same loop.
 - ``gpu-not-ready-scale-up``: a new 8-GPU node joins with the startup taint; its driver loads at
   3 s, the toolkit is validated at 4 s, the device plugin registers 7 GPUs at 6 s and the eighth at
   8 s: the taint is held (``GPUReady`` naming the missing link) until then, and lifted once.
@@ -108,6 +110,10 @@ def _gpu_reset_fails(sim: SimCluster) -> None:
     _gpu_reset(sim)
 
 
+def _row_remap_pending(sim: SimCluster) -> None:
+    sim.backends[FAULT_NODE].set_telemetry(FAULT_GPU, row_remap_pending=1)
+
+
 def _gpu_reset_storm(sim: SimCluster) -> None:
     for node in list(sim.backends)[:3]:
         if node != FAULT_NODE:
@@ -120,6 +126,7 @@ REPAIR_SCENARIOS: dict[str, Callable[[SimCluster], None]] = {
     "gpu-reset": _gpu_reset,
     "gpu-reset-fails": _gpu_reset_fails,
     "gpu-reset-storm": _gpu_reset_storm,
+    "gpu-row-remap-pending": _row_remap_pending,
 }
 
 
