@@ -264,5 +264,5 @@ def test_a_probed_fault_round_trips_and_needs_a_reset() -> None:
     assert decode_faults(encode_faults({U: probed})) == {U: probed}
     assert "row remapping pending" in probed.summary() and not probed.application_only
     assert needs_repair(probed)
-    rec, work = run(GpuRecord(U, 0), probed)
+    _, work = run(GpuRecord(U, 0), probed)
     assert work == [Work.RESET, Work.BURN_IN]
