@@ -414,3 +414,33 @@ def node_action(fault: Fault, stages: Mapping[str, Stage] | None) -> XidAction:
     if stages.get(fault.gpu) is Stage.REBOOT:
         return XidAction.REBOOT_NODE
     return XidAction.RESTART_APP
+
+
+STAGE_MEANS: Mapping[Stage, str] = {
+    Stage.HEALTHY: "serving",
+    Stage.QUARANTINED: "withheld from new pods; its pods are being evicted",
+    Stage.DRAINED: "withheld, no pod on it; the reset comes next",
+    Stage.RESET: "being reset",
+    Stage.BURN_IN: "reset; being burned in before it takes work again",
+    Stage.REBOOT: "needs the node rebooted (gpuchain.io/reboot-requested is set)",
+    Stage.FAILED: "failed its burn-in after a reboot; withheld until a person repairs the node",
+}
+"""What each stage means for the GPU, in words (the doctor's evidence)."""
+
+
+def loop_evidence(node: Mapping[str, Any]) -> list[str]:
+    """One line per GPU the node's repair loop holds: its stage, what that means and what the loop
+    waits for. Empty when the node runs no loop or every GPU is healthy."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    try:
+        records = decode_records(annotations.get(LOOP_ANNOTATION))
+    except AnnotationError as exc:
+        return [f"repair loop: {exc}"]
+    lines = []
+    for uuid, rec in sorted(records.items()):
+        if rec.stage is Stage.HEALTHY:
+            continue
+        index = "?" if rec.index is None else rec.index
+        waiting = f"; waiting for: {rec.waiting}" if rec.waiting else ""
+        lines.append(f"repair loop: GPU {index} ({uuid}) is {rec.stage.value}: {STAGE_MEANS[rec.stage]}{waiting}")
+    return lines
