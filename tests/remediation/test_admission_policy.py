@@ -123,7 +123,7 @@ def test_gpu_health_token_without_a_node_claim_is_refused() -> None:
 )
 def test_gpu_health_may_change_nothing_else_on_its_node(edit: Any) -> None:
     (message,) = admit(AGENT, OLD, changed(OLD, edit), "node-a")
-    assert "may change only the gpuchain.io/gpu-faults and gpuchain.io/gpu-pods annotations" in message
+    assert "may change only the gpuchain.io/gpu-faults, gpu-pods, gpu-loop, gpu-quarantine" in message
 
 
 def test_gpu_health_may_change_no_other_condition() -> None:
@@ -131,7 +131,7 @@ def test_gpu_health_may_change_no_other_condition() -> None:
         n["status"]["conditions"][0]["status"] = "False"
 
     (message,) = admit(AGENT, OLD, changed(OLD, not_ready), "node-a", sub="status")
-    assert "may change only the GPUHealthy condition" in message
+    assert "may change only the GPUHealthy, GPURebootRequired and GPUReady conditions" in message
 
 
 def test_gpu_health_may_not_create_nodes() -> None:
@@ -164,3 +164,37 @@ def test_everyone_else_keeps_their_writes() -> None:
 
     assert admit("system:node:node-a", with_gpu, changed(with_gpu, kubelet_heartbeat), sub="status") == []
     assert admit("system:node:node-a", None, node("node-a")) == []
+
+
+def test_gpu_health_may_run_the_repair_loop_and_the_readiness_gate_on_its_own_node() -> None:
+    """Repair loop annotations and conditions, and removing only the startup taint (issue 18)."""
+    loop = changed(
+        OLD,
+        lambda n: n["metadata"]["annotations"].update(
+            {"gpuchain.io/gpu-loop": "{}", "gpuchain.io/gpu-quarantine": "GPU-1", "gpuchain.io/reboot-requested": "x"}
+        ),
+    )
+    assert admit(AGENT, OLD, loop, "node-a") == []
+
+    def conditions(n: dict[str, Any]) -> None:
+        n["status"]["conditions"] += [
+            {"type": "GPURebootRequired", "status": "True"},
+            {"type": "GPUReady", "status": "False"},
+        ]
+
+    assert admit(AGENT, OLD, changed(OLD, conditions), "node-a", sub="status") == []
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    for key in ("gpuchain.io/gpu-not-ready", "startup-taint.cluster-autoscaler.kubernetes.io/gpu"):
+        tainted = changed(
+            OLD, lambda n, k=key: n["spec"].update({"taints": [other, {"key": k, "effect": "NoSchedule"}]})
+        )
+        assert admit(AGENT, tainted, changed(tainted, lambda n: n["spec"].update({"taints": [other]})), "node-a") == []
+        dropped_other = changed(
+            tainted, lambda n, k=key: n["spec"].update({"taints": [{"key": k, "effect": "NoSchedule"}]})
+        )
+        assert admit(AGENT, tainted, dropped_other, "node-a")  # another taint: refused
+        both = changed(tainted, lambda n: n["spec"].update({"taints": [other], "unschedulable": True}))
+        assert admit(AGENT, tainted, both, "node-a")  # and nothing else in spec
+    forged = changed(OLD, lambda n: n["metadata"]["annotations"].update({"gpuchain.io/reboot-requested": "please"}))
+    (message,) = admit("kubernetes-admin", OLD, forged)
+    assert message.startswith("only gpuchain's gpu-health agent")

@@ -26,6 +26,7 @@ from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
+from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
 
@@ -70,15 +71,24 @@ async def serve(
         if watch is not None
         else None
     )
+    quarantine = (  # the repair loop's quarantine list lives on the same Node
+        spawn(
+            "device plugin: quarantine watch",
+            QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).follow,
+        )
+        if watch is not None
+        else None
+    )
     if watch is not None:
         log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
     try:
         await stop.wait()
     finally:
-        if following is not None:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
+        for follow_task in (following, quarantine):
+            if follow_task is not None:
+                follow_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follow_task
         await asyncio.gather(*reloads, return_exceptions=True)
         await plugin.stop()
         log.info("stopped; sockets removed")

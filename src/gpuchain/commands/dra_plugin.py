@@ -25,6 +25,7 @@ from gpuchain.commands._cluster import (
 from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import Critical
+from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
@@ -77,11 +78,13 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simul
     )
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
+    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined)  # the repair loop's list
     stop = asyncio.Event()
     critical = Critical(stop)
     tasks = [
         critical.add(asyncio.create_task(driver.follow_health(), name="dra-plugin: health")),
         critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
+        critical.add(asyncio.create_task(quarantine.follow(), name="dra-plugin: quarantine watch")),
     ]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -202,6 +202,33 @@ def gpu_health(
         DEFAULT_SOCKET, "--pod-resources-socket", help="Kubelet pod-resources socket (which pod holds which GPU)."
     ),
     resync: str = typer.Option("30s", "--resync", help="Republish the pod map at least this often."),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="Also run the per-GPU repair loop: drain a failed GPU, reset it, burn it in and give it back; "
+        "request a node reboot when that fails (see docs/remediation.md).",
+    ),
+    xid_resolution: str = typer.Option(
+        "",
+        "--xid-resolution",
+        help="With --repair: override NVIDIA's XID catalog per XID, e.g. '109=none,92=reset,74=reboot'.",
+    ),
+    gate_startup: bool = typer.Option(
+        False,
+        "--gate-startup",
+        help="Remove the startup taint gpuchain.io/gpu-not-ready once the chain is up on this node, and keep "
+        "condition GPUReady naming the missing link (see docs/remediation.md).",
+    ),
+    gate_burn_in: bool = typer.Option(False, "--gate-burn-in", help="With --gate-startup: burn in every GPU first."),
+    startup_taint: str = typer.Option(
+        "gpuchain.io/gpu-not-ready",
+        "--startup-taint",
+        help="With --gate-startup: the taint key to remove (e.g. one under cluster-autoscaler's "
+        "startup-taint.cluster-autoscaler.kubernetes.io/ prefix).",
+    ),
+    validations_dir: str | None = typer.Option(
+        None, "--validations-dir", help="With --gate-startup: the validator's ready files (checks toolkit-ready)."
+    ),
     once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
@@ -213,6 +240,12 @@ def gpu_health(
     Uses the device plugin's XID policy (config file health section, DP_*_HEALTHCHECKS variables).
     """
     resync_s = _seconds("--resync", resync)
+    from gpuchain.remediation.gpuloop import LoopPolicy, parse_xid_resolutions
+
+    try:
+        loop_policy = LoopPolicy(xid_resolutions=parse_xid_resolutions(xid_resolution))
+    except ValueError as exc:
+        fail(f"--xid-resolution: {exc}")
     choice = resolve_backend(backend)
     try:
         config = load_config(config_file, os.environ)
@@ -251,7 +284,26 @@ def gpu_health(
             return
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
-        _run_until_signal(lambda stop: publisher.run(stop, resync_s))
+        loops: list[Callable[[asyncio.Event], Awaitable[None]]] = [lambda stop: publisher.run(stop, resync_s)]
+        if repair:
+            from gpuchain.gpu.nvml import NvmlBackend
+            from gpuchain.remediation.loopagent import GpuLoopAgent
+
+            if isinstance(gpus, NvmlBackend):
+                gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
+
+            loops.append(GpuLoopAgent(gpus, cluster, name, loop_policy).run)
+        if gate_startup:
+            from gpuchain.remediation.readiness import ReadinessGate
+            from gpuchain.validator.ready import ReadyFiles
+
+            ready = ReadyFiles(validations_dir) if validations_dir else None
+            loops.append(ReadinessGate(gpus, cluster, name, ready, gate_burn_in, startup_taint).run)
+
+        async def every(stop: asyncio.Event) -> None:
+            await asyncio.gather(*(loop(stop) for loop in loops))
+
+        _run_until_signal(every)
     finally:
         if pods is not None:
             pods.close()

@@ -136,12 +136,21 @@ def _render(sim: SimCluster, data: dict[str, Any]) -> RenderableType:
 
 @sim_app.command("run")
 def run(
-    scenario: str = typer.Argument(..., help="A built-in scenario name (gpuchain sim list) or a scenario YAML file."),
+    scenario: str = typer.Argument(
+        ...,
+        help="A built-in scenario name (gpuchain sim list), a scenario YAML file, or a GPU repair/readiness "
+        "scenario: gpu-reset, gpu-reset-fails, gpu-reset-storm, gpu-row-remap-pending, gpu-not-ready-scale-up.",
+    ),
     live: bool = typer.Option(True, "--live/--no-live", help="Also run the device plugin + kubelet peer over gRPC."),
     live_nodes: int = typer.Option(4, "--live-nodes", min=0, help="At most this many nodes run live."),
     output: OutputFormat = output_option(),
 ) -> None:
     """Build SCENARIO on an in-memory API server and print what was built."""
+    from gpuchain.remediation.repairsim import SCENARIO_NAMES
+
+    if scenario in SCENARIO_NAMES:  # the GPU repair loop's scenarios play out over simulated time
+        _run_repair(scenario, output)
+        return
     try:
         sim = build(load_scenario(scenario))
     except ConfigFileError as exc:
@@ -150,6 +159,33 @@ def run(
         asyncio.run(go_live(sim, limit=live_nodes))
     data = summary(sim)
     emit(data, output, lambda: _render(sim, data))
+
+
+def _run_repair(scenario: str, output: OutputFormat) -> None:
+    """Play a repair-loop or readiness scenario and print each GPU's stage timeline (or the gate's)."""
+    from gpuchain.remediation.repairsim import play
+
+    data = play(scenario)
+
+    def table() -> RenderableType:
+        if "readiness" in data:
+            t = Table(title=f"{scenario}: node {data['node']} readiness", title_justify="left")
+            for col in ("At", "GPUReady", "Startup taint", "Why"):
+                t.add_column(col)
+            for step in data["readiness"]:
+                tainted = "held" if step["tainted"] else "removed"
+                t.add_row(f"{step['seconds']:g}s", step["reason"], tainted, step["message"])
+            return t
+        t = Table(title=f"{scenario}: GPU stage timeline (seconds after the fault)", title_justify="left")
+        for col in ("Node", "GPU", "Stage", "At", "Note"):
+            t.add_column(col)
+        for gpu in data["gpus"]:
+            for step in gpu["timeline"]:
+                t.add_row(gpu["node"], str(gpu["index"]), step["stage"], f"{step['seconds']:g}s", step["note"])
+        waiting = [f"{g['node']} GPU {g['index']}: {g['waiting']}" for g in data["gpus"] if g["waiting"]]
+        return Group(t, Text(f"taints on the node: {', '.join(data['taints']) or 'none'}"), *map(Text, waiting))
+
+    emit(data, output, table)
 
 
 @sim_app.command("list")

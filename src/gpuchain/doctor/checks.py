@@ -42,6 +42,7 @@ from gpuchain.operator.operands import (
     deploy_label,
     enabled,
 )
+from gpuchain.remediation.gpuloop import loop_evidence
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
@@ -540,6 +541,7 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
     xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
     evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
+    evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
     targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3]) or "<pods on the lost GPU>"
     action = Fix(
         FixOp.HARDWARE,

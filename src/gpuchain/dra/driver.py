@@ -141,6 +141,11 @@ class DraDriver:
         with self._lock:
             return self._republish_if(lambda: self.health.apply(event, self.clock()))
 
+    def set_quarantined(self, gpu_uuids: frozenset[str]) -> Published | None:
+        """Withdraw exactly these GPUs (and their MIG devices) for the repair loop; republish on change."""
+        with self._lock:
+            return self._republish_if(lambda: self.health.quarantine(gpu_uuids))
+
     def finish_recoveries(self) -> Published | None:
         """Publish devices whose quiet period has passed (None when none came back)."""
         with self._lock:

@@ -33,6 +33,38 @@ class MigMode:
 
 
 @dataclass(frozen=True)
+class BurnInCheck:
+    """One check of a burn-in: its name, whether it passed, and what it saw (for Events and the doctor)."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class BurnIn:
+    """The result of a burn-in on one GPU: passed only when every check that ran passed.
+
+    A check the backend cannot run (no CUDA runtime, no DCGM) is not listed as passed: it is left
+    out, and ``skipped`` names it, so a report never claims a test that did not happen.
+    """
+
+    gpu_index: int
+    checks: tuple[BurnInCheck, ...]
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def summary(self) -> str:
+        """``nvml: ok; memory: 2 rows pending remap`` — one line for Events and annotations."""
+        parts = [f"{c.name}: {'ok' if c.passed else c.detail or 'failed'}" for c in self.checks]
+        parts.extend(f"{name}: skipped" for name in self.skipped)
+        return "; ".join(parts) or "no checks ran"
+
+
+@dataclass(frozen=True)
 class ComputeInstance:
     """A compute instance inside a GPU instance: its id and how many compute slices it spans."""
 
@@ -94,11 +126,17 @@ class GpuBackend(abc.ABC):
         raise NotSupportedError(f"the {self.name} backend cannot change MIG mode")
 
     def reset_gpu(self, gpu_index: int) -> None:
-        """Reset one GPU so a pending MIG mode takes effect; not every backend can."""
+        """Reset one GPU (a pending MIG mode takes effect, its MIG instances are gone); not every
+        backend can. Raises GpuError when the reset fails. After a successful reset the backend
+        reports the GPU recovered on its event stream, so health consumers let it back in."""
         raise NotSupportedError(
             f"the {self.name} backend cannot reset GPU {gpu_index}: reset it (nvidia-smi -r -i {gpu_index}) "
             "or reboot the node"
         )
+
+    def burn_in(self, gpu_index: int) -> BurnIn:
+        """Check one GPU after a reset before it takes work again (the repair loop's last step)."""
+        raise NotSupportedError(f"the {self.name} backend cannot burn in GPU {gpu_index}")
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         """Every GPU instance on the GPU, with its compute instances, in start order."""

@@ -13,6 +13,8 @@ clock the caller passes in, so every rule is testable without timers:
 - when the event stream itself breaks nothing can be vouched for: every GPU is marked
   (``fail_all``) until a new subscription has run for ``quiet_seconds`` (``stream_restored``).
   The marks lie over the real faults, which keep their own reasons and recoveries underneath.
+- a GPU the repair loop has quarantined (``quarantine``) is withheld, with its MIG devices and
+  replicas, whatever its events say, until the loop lets it go.
 
 ``follow_events`` and ``run_recoveries`` are the two loops every consumer runs around the state:
 resubscribing with a bounded backoff, and finishing recoveries when their quiet period ends.
@@ -32,6 +34,7 @@ from gpuchain.gpu.xid import HealthPolicy, describe
 log = logging.getLogger(__name__)
 
 EVENT_STREAM_FAILED = "health event stream failed"
+QUARANTINED = "quarantined by gpuchain's repair loop"
 DEFAULT_QUIET_SECONDS = 10.0
 """How long a recovered GPU (or a restored event stream) must stay quiet before devices come back."""
 BACKOFF_FIRST = 0.5
@@ -53,6 +56,13 @@ class HealthState:
     recover_at: dict[str, float] = field(default_factory=dict)
     stream_failed: dict[str, str | None] = field(default_factory=dict)
     stream_clear_at: float | None = None
+    quarantined: frozenset[str] = frozenset()
+
+    def quarantine(self, gpu_uuids: frozenset[str]) -> bool:
+        """Withhold exactly these GPUs for the repair loop; True when the set changed."""
+        changed = gpu_uuids != self.quarantined
+        self.quarantined = frozenset(gpu_uuids)
+        return changed
 
     def apply(self, event: HealthEvent, now: float) -> bool:
         """Take one event into account; True when any device's health may have changed."""
@@ -137,10 +147,12 @@ class HealthState:
 
     def unhealthy(self) -> frozenset[str]:
         """Every unhealthy GPU and MIG UUID (a MIG device on a bad GPU is covered by its GPU's UUID)."""
-        return frozenset(self.bad_gpus) | frozenset(self.bad_migs)
+        return frozenset(self.bad_gpus) | frozenset(self.bad_migs) | self.quarantined
 
     def reason(self, gpu_uuid: str, mig_uuid: str | None = None) -> str | None:
         """Why the GPU (or the MIG device on it) is unhealthy, or None when it is healthy."""
+        if gpu_uuid in self.quarantined:
+            return QUARANTINED
         if gpu_uuid in self.bad_gpus:
             return self.bad_gpus[gpu_uuid]
         if mig_uuid and mig_uuid in self.bad_migs:

@@ -230,3 +230,5 @@ class Telemetry:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failure: int | None = None
+    row_remap_pending: int | None = None
+    """1 while a remapped row waits for a GPU reset to take effect (NVML ``isPending``)."""

@@ -12,6 +12,7 @@ import ctypes
 import importlib
 import logging
 import math
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuchain.gpu import catalog
-from gpuchain.gpu.backend import ComputeInstance, GpuBackend, GpuInstance, MigMode
+from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import (
     DriverNotLoadedError,
     GpuError,
@@ -61,15 +62,27 @@ class NvmlBackend(GpuBackend):
     """GPUs as the NVIDIA driver reports them.
 
     Reads never change anything; the MIG write methods (used only by the MIG manager) change
-    MIG mode and GPU/compute instances through NVML's MIG API. It never resets a GPU.
+    MIG mode and GPU/compute instances through NVML's MIG API. It resets a GPU only when
+    ``allow_reset`` is set (the repair loop sets it), with the driver's reset: nvidia-ml-py has no
+    reset call, so ``nvidia-smi --gpu-reset -i N`` through ``run_command``.
     """
 
     name = "nvml"
 
-    def __init__(self, nvml: Any = None, probe_interval: float = 5.0, sysfs: Path = _SYSFS_PCI) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        probe_interval: float = 5.0,
+        sysfs: Path = _SYSFS_PCI,
+        run_command: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
+    ) -> None:
         self._nvml = nvml if nvml is not None else _nvml_module()
         self._probe_interval = probe_interval
         self._sysfs = sysfs
+        self._run_command = run_command or _run
+        self.allow_reset = False
+        self._reset_log: list[str] = []
+        self._reset_lock = threading.Lock()
         self._call(self._nvml.nvmlInit)
 
     def close(self) -> None:
@@ -115,6 +128,58 @@ class NvmlBackend(GpuBackend):
             return self._call(fn, *args)
         except NotSupportedError:
             return None
+
+    # ---- repair (the repair loop's port) --------------------------------------------------------
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        """The driver's reset of one GPU (``nvidia-smi --gpu-reset -i N``), only with ``allow_reset``.
+
+        On NVSwitch systems that cannot reset one GPU alone the command fails, and the repair loop
+        asks for a reboot. Success is reported to every event subscriber as the GPU recovered.
+        """
+        if not self.allow_reset:
+            super().reset_gpu(gpu_index)
+        uuid = _text(
+            self._call(self._nvml.nvmlDeviceGetUUID, self._call(self._nvml.nvmlDeviceGetHandleByIndex, gpu_index))
+        )
+        argv = ["nvidia-smi", "--gpu-reset", "-i", str(gpu_index)]
+        try:
+            done = self._run_command(argv)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} could not run: {exc}") from None
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout or "").strip().splitlines()
+            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} failed (exit {done.returncode}): {' '.join(said)[:300]}")
+        with self._reset_lock:
+            self._reset_log.append(uuid)
+
+    def burn_in(self, gpu_index: int) -> BurnIn:
+        """NVML's view of one GPU after its reset: it answers, no row remap failed or is pending, no
+        retired page is pending. gpuchain has no CUDA kernel or memory test of its own yet: those
+        two are reported as skipped, never as passed."""
+        n = self._nvml
+        checks: list[BurnInCheck] = []
+        skipped = ["cuda", "memory"]
+        try:
+            h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
+            self._call(n.nvmlDeviceGetMemoryInfo, h)
+        except GpuError as exc:
+            return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), tuple(skipped))
+        checks.append(BurnInCheck("nvml", True))
+        rows = self._optional(n.nvmlDeviceGetRemappedRows, h)
+        if rows is None:
+            skipped.append("row-remap")
+        else:
+            _, _, pending, failed = rows
+            detail = "row remapping failed" if failed else "row remapping pending (needs a reset)" if pending else ""
+            checks.append(BurnInCheck("row-remap", not detail, detail))
+        pending_pages = getattr(n, "nvmlDeviceGetRetiredPagesPendingStatus", None)
+        status = self._optional(pending_pages, h) if pending_pages is not None else None
+        if status is None:
+            skipped.append("retired-pages")
+        else:
+            checks.append(BurnInCheck("retired-pages", not status, "retired pages pending" if status else ""))
+        return BurnIn(gpu_index, tuple(checks), tuple(skipped))
 
     # ---- inventory ---------------------------------------------------------------------------
 
@@ -425,6 +490,7 @@ class NvmlBackend(GpuBackend):
             remapped_rows_correctable=rows[0] if rows is not None else None,
             remapped_rows_uncorrectable=rows[1] if rows is not None else None,
             row_remap_failure=rows[3] if rows is not None else None,
+            row_remap_pending=rows[2] if rows is not None else None,
         )
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:
@@ -507,8 +573,16 @@ class NvmlBackend(GpuBackend):
                 log.warning("GPU %s does not support XID events; its health is probed only", gpu.uuid)
         lost: set[str] = set()
         next_probe = time.monotonic() + self._probe_interval
+        with self._reset_lock:
+            resets_seen = len(self._reset_log)
         try:
             while not stop.is_set():
+                with self._reset_lock:
+                    reset = self._reset_log[resets_seen:]
+                    resets_seen = len(self._reset_log)
+                for gpu_uuid in reset:
+                    lost.discard(gpu_uuid)
+                    emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU reset", timestamp=time.time()))
                 try:
                     data = n.nvmlEventSetWait(event_set, 500)
                 except n.NVMLError as exc:
@@ -582,6 +656,10 @@ class NvmlBackend(GpuBackend):
         except GpuError:
             return False
         return True
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
 
 
 def _handle_key(handle: Any) -> Any:

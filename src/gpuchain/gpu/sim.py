@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.gpu import catalog
-from gpuchain.gpu.backend import ComputeInstance, GpuBackend, GpuInstance, MigMode
+from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import (
     EventKind,
@@ -35,6 +35,13 @@ MIG_READINGS = frozenset({"memory_used_mib"})
 """The readings a MIG device has of its own; everything else is its parent GPU's."""
 
 Listener = Callable[[HealthEvent], None]
+BURN_IN_FAILURES = {
+    "nvml": "NVML did not answer",
+    "cuda": "test kernel returned wrong results",
+    "memory": "memory test found errors",
+}
+"""The burn-in checks SimBackend models, in order, and what each reports when told to fail."""
+BURN_IN_CHECKS = tuple(BURN_IN_FAILURES)
 
 
 @dataclass
@@ -73,6 +80,10 @@ class _GpuState:
     telemetry: dict[str, Any] = field(default_factory=dict)
     mig_used_mib: dict[str, int] = field(default_factory=dict)
     """MIG device UUID -> framebuffer used (MiB); a device not listed uses none."""
+    reset_failures: int = 0
+    """How many coming resets fail (-1: every one), set by ``fail_reset``."""
+    burn_in_failures: dict[str, int] = field(default_factory=dict)
+    """Burn-in check name -> how many coming burn-ins it fails (-1: every one), set by ``fail_burn_in``."""
 
 
 class SimBackend(GpuBackend):
@@ -137,6 +148,7 @@ class SimBackend(GpuBackend):
                 "remapped_rows_correctable": 0,
                 "remapped_rows_uncorrectable": 0,
                 "row_remap_failure": 0,
+                "row_remap_pending": 0,
             }
             base.update(state.telemetry)
         return Telemetry(uuid=spec.uuid, **base)
@@ -279,11 +291,51 @@ class SimBackend(GpuBackend):
             return MigMode(state.mig_enabled, state.mig_pending)
 
     def reset_gpu(self, gpu_index: int) -> None:
+        """Reset as the driver would: a lost GPU cannot be reset (GpuLostError), a failure set by
+        ``fail_reset`` raises GpuError; success applies the pending MIG mode, drops the MIG
+        instances and reports the GPU recovered."""
         with self._lock:
             state, _ = self._resolve(gpu_index)
+            if state.reset_failures:
+                state.reset_failures -= 1 if state.reset_failures > 0 else 0
+                raise GpuError(f"GPU {gpu_index}: reset failed (the GPU is in use or did not come back)")
             state.mig_enabled = state.mig_pending
             state.instances.clear()
+            state.telemetry.pop("row_remap_pending", None)  # a reset activates the pending remap
             self._refresh(state)
+            uuid = state.spec.uuid
+        self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))
+
+    def fail_reset(self, gpu_index: int, times: int = -1) -> None:
+        """Make the next ``times`` resets of this GPU fail (-1: all of them; 0: none again)."""
+        with self._lock:
+            self._resolve(gpu_index, include_lost=True)[0].reset_failures = times
+
+    def fail_burn_in(self, gpu_index: int, check: str = "memory", times: int = -1) -> None:
+        """Make ``check`` (nvml, cuda or memory) fail in the next ``times`` burn-ins of this GPU."""
+        if check not in BURN_IN_CHECKS:
+            raise ValueError(f"unknown burn-in check {check!r}; known: {', '.join(BURN_IN_CHECKS)}")
+        with self._lock:
+            self._resolve(gpu_index, include_lost=True)[0].burn_in_failures[check] = times
+
+    def burn_in(self, gpu_index: int) -> BurnIn:
+        """The checks a real burn-in runs, modelled: NVML answers and reports no row-remap failure,
+        a CUDA kernel runs, the memory test passes, unless ``fail_burn_in`` said otherwise."""
+        with self._lock:
+            state, _ = self._resolve(gpu_index, include_lost=True)
+            checks = []
+            for name in BURN_IN_CHECKS:
+                left = state.burn_in_failures.get(name, 0)
+                detail = ""
+                if name == "nvml" and state.lost:
+                    detail = "GPU does not answer"
+                elif name == "nvml" and state.telemetry.get("row_remap_failure"):
+                    detail = "row remapping failed"
+                elif left:
+                    state.burn_in_failures[name] = left - 1 if left > 0 else left
+                    detail = BURN_IN_FAILURES[name]
+                checks.append(BurnInCheck(name, not detail, detail))
+        return BurnIn(gpu_index, tuple(checks))
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         with self._lock:

@@ -27,6 +27,7 @@ from typing import Any
 from gpuchain.gpu.xid import XidAction
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.pdb import blocking_budget
+from gpuchain.remediation.gpuloop import Stage, loop_stages, node_action
 from gpuchain.remediation.model import (
     CORDONED_BY_ANNOTATION,
     CORDONED_BY_REMEDIATOR,
@@ -174,15 +175,18 @@ def decide(
     now: float,
 ) -> Decision:
     """Decide what to do about every node (see the module docstring). Pure."""
-    views = [node_view(n) for n in nodes]
+    nodes_list = list(nodes)
+    views = [node_view(n) for n in nodes_list]
     breaker, new_history = _breaker(views, policy, history, now)
     pod_list = list(pods)
     pdb_list = list(pdbs)
     actions: list[Action] = []
     held: list[Held] = []
+    # per node, its repair loop's GPU stages (None: the node runs no loop)
+    stages = {str((n.get("metadata") or {}).get("name", "")): loop_stages(n) for n in nodes_list}
     for view in sorted(views, key=lambda v: v.name):
         if view.unhealthy:
-            node_actions, node_held = _remediate(view, pod_list, pdb_list, policy)
+            node_actions, node_held = _remediate(view, pod_list, pdb_list, policy, stages.get(view.name))
         else:
             node_actions, node_held = _restore(view), []
         actions.extend(node_actions)
@@ -228,7 +232,9 @@ def _breaker(
     )
 
 
-def _remediate(view: NodeGpus, pods: list[Obj], pdbs: list[Obj], policy: Policy) -> tuple[list[Action], list[Held]]:
+def _remediate(
+    view: NodeGpus, pods: list[Obj], pdbs: list[Obj], policy: Policy, stages: Mapping[str, Stage] | None
+) -> tuple[list[Action], list[Held]]:
     if view.error:
         return [], [Held(view.name, HoldReason.BAD_ANNOTATION, view.error)]
     faults = [f for f in view.faults.values() if not f.application_only]
@@ -236,7 +242,7 @@ def _remediate(view: NodeGpus, pods: list[Obj], pdbs: list[Obj], policy: Policy)
         return [], [Held(view.name, HoldReason.NO_FAULT_DATA, "GPUHealthy=False but no gpu-faults annotation")]
     if not faults:
         return [], []
-    actions = _node_actions(view, faults, policy)
+    actions = _node_actions(view, faults, policy, stages)
     held: list[Held] = []
     if policy.evict:
         evict, held = _evictions(view, faults, pods, pdbs, policy)
@@ -244,12 +250,18 @@ def _remediate(view: NodeGpus, pods: list[Obj], pdbs: list[Obj], policy: Policy)
     return actions, held
 
 
-def _node_actions(view: NodeGpus, faults: list[Fault], policy: Policy) -> list[Action]:
-    """Taint and/or cordon when a fault needs a GPU reset or a reboot; nothing if already done."""
-    wide = [f for f in faults if f.action in _NODE_WIDE]
+def _node_actions(
+    view: NodeGpus, faults: list[Fault], policy: Policy, stages: Mapping[str, Stage] | None = None
+) -> list[Action]:
+    """Taint and/or cordon when a fault needs a GPU reset or a reboot; nothing if already done.
+
+    A GPU the node's repair loop (``gpuloop``) is repairing on its own needs nothing node-wide;
+    one whose loop asked for a reboot needs the node rebooted, whatever its XIDs say."""
+    needs = {f.uuid: node_action(f, stages) for f in faults}
+    wide = [f for f in faults if needs[f.uuid] in _NODE_WIDE]
     if not wide or policy.node_action is NodeAction.NONE:
         return []
-    worst = max(wide, key=lambda f: f.action is XidAction.REBOOT_NODE).action
+    worst = max((needs[f.uuid] for f in wide), key=lambda a: a is XidAction.REBOOT_NODE)
     devices = tuple(sorted(f.uuid for f in wide))
     xids = tuple(sorted({x for f in wide for x in f.xids}))
     why = f"{', '.join(f.summary() for f in wide)} needs {worst.value}"

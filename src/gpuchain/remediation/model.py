@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.common.labels import GPU_PRESENT
+from gpuchain.gpu.probes import PROBES
 from gpuchain.gpu.xid import XidAction, XidKind, describe
 from gpuchain.kube.gpu_resources import node_gpu_resources
 
@@ -57,23 +58,31 @@ class Fault:
     xids: tuple[int, ...] = ()
     lost: bool = False
     covers: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    """Conditions read from the GPU's counters (``gpu.probes``), e.g. ``row-remap-pending``."""
 
     @property
     def action(self) -> XidAction:
-        """The most disruptive action any of its XIDs asks for; a lost GPU needs the node rebooted."""
+        """The most disruptive action any of its XIDs asks for; a lost GPU needs the node rebooted,
+        a probe (row remapping) a GPU reset."""
         if self.lost:
             return XidAction.REBOOT_NODE
         actions = [describe(x).action for x in self.xids] or [XidAction.RESET_GPU]
+        if self.probes:
+            actions.append(XidAction.RESET_GPU)
         return max(actions, key=_SEVERITY.__getitem__)
 
     @property
     def application_only(self) -> bool:
         """Every XID is the application's fault (per the shared table) and the GPU still answers."""
-        return bool(self.xids) and not self.lost and all(describe(x).kind is XidKind.APPLICATION for x in self.xids)
+        if not self.xids or self.lost or self.probes:
+            return False
+        return all(describe(x).kind is XidKind.APPLICATION for x in self.xids)
 
     def summary(self) -> str:
         """``GPU-…: XID 79 (GPU has fallen off the bus)`` — the form condition messages and Events use."""
         parts = [f"XID {x} ({describe(x).meaning})" for x in self.xids]
+        parts.extend(PROBES.get(p, p) for p in self.probes)
         if self.lost:
             parts.append("lost (not answering)")
         return f"{self.uuid}: {', '.join(parts) or 'unhealthy'}"
@@ -84,6 +93,8 @@ class Fault:
             data["lost"] = True
         if self.covers and self.covers != (self.uuid,):
             data["covers"] = list(self.covers)
+        if self.probes:
+            data["probes"] = list(self.probes)
         return data
 
 
@@ -102,7 +113,8 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
         try:
             xids = tuple(int(x) for x in item.get("xids", ()))
             covers = tuple(str(c) for c in item.get("covers", ())) or (uuid,)
-            faults[uuid] = Fault(uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers)
+            probes = tuple(str(p) for p in item.get("probes", ()))
+            faults[uuid] = Fault(uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers, probes)
         except (TypeError, ValueError) as exc:
             raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None
     return faults

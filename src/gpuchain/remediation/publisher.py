@@ -31,6 +31,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
+from gpuchain.gpu.probes import probe
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj, annotations_of
@@ -72,6 +73,8 @@ class FaultTracker:
     xids: dict[str, set[int]] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
     migs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    probed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """GPU UUID -> the probes its readings trip now (``gpu.probes``); GPUs with none are left out."""
 
     @classmethod
     def with_policy(cls, policy: HealthPolicy | None = None, quiet_seconds: float = 10.0) -> FaultTracker:
@@ -116,11 +119,13 @@ class FaultTracker:
         self.lost &= set(self.health.bad_gpus)
 
     def faults(self) -> dict[str, Fault]:
-        """The unhealthy devices as published: whole GPUs cover their MIG devices."""
+        """The unhealthy devices as published: whole GPUs cover their MIG devices; a GPU whose
+        readings trip a probe is published with it even when no event marked it."""
         out: dict[str, Fault] = {}
-        for gpu in self.health.bad_gpus:
+        for gpu in sorted(set(self.health.bad_gpus) | set(self.probed)):
             covers = (gpu, *self.migs.get(gpu, ()))
-            out[gpu] = Fault(gpu, gpu, tuple(sorted(self.xids.get(gpu, ()))), gpu in self.lost, covers)
+            xids = tuple(sorted(self.xids.get(gpu, ())))
+            out[gpu] = Fault(gpu, gpu, xids, gpu in self.lost, covers, self.probed.get(gpu, ()))
         for mig, (parent, _) in self.health.bad_migs.items():
             if parent not in out:
                 out[mig] = Fault(mig, parent, tuple(sorted(self.xids.get(mig, ()))), False, (mig,))
@@ -198,11 +203,26 @@ class GpuHealthPublisher:
         self._pods = {u: tuple(f"{r.namespace}/{r.pod}/{r.container}" for r in refs) for u, refs in held.items()}
         return self._pods
 
+    def _probe(self, inventory: Inventory | None) -> dict[str, tuple[str, ...]]:
+        """The probes each answering GPU's readings trip (a GPU that cannot be read trips none here:
+        a lost GPU is reported by its event)."""
+        found: dict[str, tuple[str, ...]] = {}
+        for gpu in inventory.gpus if inventory is not None else ():
+            try:
+                tripped = probe(self.backend.telemetry(gpu.uuid))
+            except GpuError:
+                continue
+            if tripped and self.tracker.health.policy.checks:
+                found[gpu.uuid] = tripped
+        return found
+
     def publish(self) -> PublishResult:
         """Write the annotations (first, so the controller never sees a condition without its data),
         then the condition and an Event on a change. Writes nothing when the Node already says it."""
         inventory = self._refresh_inventory()
+        probed = self._probe(inventory)
         with self._lock:
+            self.tracker.probed = probed
             self.tracker.due(self.clock())
             faults = self.tracker.faults()
         pods = self._pod_map(inventory)

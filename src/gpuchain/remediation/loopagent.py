@@ -1,0 +1,288 @@
+"""The node side of the per-GPU repair loop: read the Node, ``advance`` each GPU, do the work, write back.
+
+One agent runs on each GPU node (in ``gpuchain gpu-health``, next to the publisher whose
+``gpu-faults`` and ``gpu-pods`` annotations it reads). Each pass:
+
+1. reads its Node (the loop annotation, the faults and pod map the publisher wrote, the boot ID)
+   and the remediator's status ConfigMap (is the breaker open? unreadable counts as open);
+2. for every GPU with a fault or a record, ``gpuloop.advance``; a reset or burn-in asked for runs
+   here through the ``GpuBackend`` port and its result goes through ``gpuloop.complete``;
+3. writes, only when something changed, the loop annotation, the quarantine list the device
+   plugin and DRA plugin follow, and the reboot request (annotation and ``GPURebootRequired``
+   condition, the latter two only while the breaker is closed), and records an Event on the Node
+   for every stage a GPU entered.
+
+All state lives on the Node, so a restarted agent resumes each GPU where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
+from gpuchain.kube.errors import KubeError
+from gpuchain.kube.kinds import CONFIGMAP, NODE
+from gpuchain.kube.objects import Obj, annotations_of
+from gpuchain.kube.port import Cluster, now_rfc3339
+from gpuchain.remediation.controller import STATUS_NAME
+from gpuchain.remediation.decide import DEFAULT_NAMESPACE
+from gpuchain.remediation.gpuloop import (
+    LOOP_ANNOTATION,
+    REBOOT_ANNOTATION,
+    REBOOT_CONDITION,
+    GpuRecord,
+    LoopPolicy,
+    Stage,
+    Step,
+    Work,
+    advance,
+    complete,
+    decode_records,
+    encode_records,
+    keep,
+    reboot_reason,
+    withheld,
+)
+from gpuchain.remediation.model import (
+    FAULTS_ANNOTATION,
+    PODS_ANNOTATION,
+    Fault,
+    decode_faults,
+    decode_pods,
+    find_condition,
+)
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpuchain-gpu-repair"
+EVENT_REASONS: Mapping[Stage, tuple[str, Literal["Normal", "Warning"]]] = {
+    Stage.QUARANTINED: ("GPUQuarantined", "Warning"),
+    Stage.DRAINED: ("GPUDrained", "Normal"),
+    Stage.RESET: ("GPUResetStarted", "Normal"),
+    Stage.BURN_IN: ("GPUBurnIn", "Normal"),
+    Stage.HEALTHY: ("GPUReadmitted", "Normal"),
+    Stage.REBOOT: ("GPURebootRequested", "Warning"),
+    Stage.FAILED: ("GPURepairFailed", "Warning"),
+}
+STAGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Histogram bounds (seconds): a drain takes seconds to a job's grace period, a reset tens of seconds."""
+MAX_WORK_PER_PASS = 4
+"""Work items one GPU may run in one pass (reset, then burn-in, ...): a bound, not a target."""
+
+
+def new_steps(before: GpuRecord, after: GpuRecord) -> tuple[Step, ...]:
+    """The timeline entries ``after`` has and ``before`` had not (trimming drops only old ones)."""
+    seen = set(before.timeline)
+    return tuple(s for s in after.timeline if s not in seen)
+
+
+@dataclass
+class LoopMetrics:
+    """What the loop did since the agent started, for the metrics endpoint and tests.
+
+    ``durations`` holds, per stage, how long each GPU spent in it (seconds) when it left it;
+    ``outcomes`` counts how repairs ended (readmitted, reboot-requested, failed) and work results.
+    """
+
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def observe(self, before: GpuRecord, after: GpuRecord) -> None:
+        previous = before.timeline[-1] if before.timeline else None
+        for step in new_steps(before, after):
+            if previous is not None and step.stage is not previous.stage:
+                self.durations.setdefault(previous.stage.value, []).append(step.at - previous.at)
+            if step.stage is Stage.HEALTHY and previous is not None:
+                self.outcomes["readmitted"] += 1
+            elif step.stage in (Stage.REBOOT, Stage.FAILED):
+                self.outcomes[step.stage.value] += 1
+            previous = step
+
+    def prometheus(self) -> str:
+        """The metrics in Prometheus' text format: a histogram of seconds spent per stage (detect ->
+        quarantined -> drained -> reset -> burn-in -> re-admitted) and a counter per outcome."""
+        lines = [
+            "# HELP gpuchain_gpu_repair_stage_seconds Seconds a GPU spent in a repair stage before leaving it.",
+            "# TYPE gpuchain_gpu_repair_stage_seconds histogram",
+        ]
+        for stage, values in sorted(self.durations.items()):
+            for bound in STAGE_BUCKETS:
+                count = sum(1 for v in values if v <= bound)
+                lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="{bound:g}"}} {count}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="+Inf"}} {len(values)}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_sum{{stage="{stage}"}} {sum(values):g}')
+            lines.append(f'gpuchain_gpu_repair_stage_seconds_count{{stage="{stage}"}} {len(values)}')
+        lines += [
+            "# HELP gpuchain_gpu_repair_outcomes_total Repair outcomes and reset/burn-in results.",
+            "# TYPE gpuchain_gpu_repair_outcomes_total counter",
+        ]
+        lines += [f'gpuchain_gpu_repair_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class LoopPass:
+    """One pass: every GPU's record after it, and whether the Node was written."""
+
+    records: Mapping[str, GpuRecord]
+    written: bool
+    breaker_open: bool
+
+
+class GpuLoopAgent:
+    """Runs the repair loop for the GPUs of one node."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        cluster: Cluster,
+        node_name: str,
+        policy: LoopPolicy | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.cluster = cluster
+        self.node_name = node_name
+        self.policy = policy or LoopPolicy()
+        self.namespace = namespace
+        self.clock = clock
+        self.metrics = LoopMetrics()
+        self._indexes: dict[str, int] = {}
+        self._devices: dict[str, tuple[str, ...]] = {}
+
+    def breaker_open(self) -> bool:
+        """The remediator's breaker, from its status ConfigMap; unreadable counts as open (safe)."""
+        try:
+            cm = self.cluster.get_or_none(CONFIGMAP, STATUS_NAME, self.namespace)
+        except KubeError as exc:
+            log.warning(
+                "cannot read %s/%s (%s); holding resets as if the breaker were open", self.namespace, STATUS_NAME, exc
+            )
+            return True
+        return ((cm or {}).get("data") or {}).get("breaker") == "open"
+
+    def _observe_inventory(self) -> None:
+        try:
+            inventory = self.backend.inventory()
+        except GpuError as exc:
+            log.warning("inventory failed (%s); using the GPUs seen before", exc)
+            return
+        for gpu in inventory.gpus:
+            self._indexes[gpu.uuid] = gpu.index
+            self._devices[gpu.uuid] = (gpu.uuid, *(m.uuid for m in gpu.mig_devices))
+
+    def run_once(self) -> LoopPass:
+        """One pass (see the module docstring). Raises the port's errors; a bad annotation is logged
+        and the pass leaves the node alone."""
+        node = self.cluster.get(NODE, self.node_name)
+        annotations = annotations_of(node)
+        records = decode_records(annotations.get(LOOP_ANNOTATION))
+        faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
+        pods = decode_pods(annotations.get(PODS_ANNOTATION))
+        self._observe_inventory()
+        breaker = self.breaker_open()
+        boot_id = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
+        by_gpu: dict[str, Fault] = {f.gpu: f for f in faults.values() if f.uuid == f.gpu}
+        after: dict[str, GpuRecord] = {}
+        for uuid in sorted(set(records) | set(by_gpu)):
+            rec = records.get(uuid) or GpuRecord(uuid)
+            if rec.index is None and uuid in self._indexes:
+                rec = replace(rec, index=self._indexes[uuid])
+            fault = by_gpu.get(uuid)
+            devices = {uuid, *self._devices.get(uuid, ()), *(fault.covers if fault else ())}
+            holding = tuple(sorted({ref for d in devices for ref in pods.get(d, ())}))
+            before = rec
+            for _ in range(MAX_WORK_PER_PASS):
+                rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
+                if work is None:
+                    break
+                ok, detail = self._do(work, rec)
+                self.metrics.outcomes[f"{work.value}-{'ok' if ok else 'failed'}"] += 1
+                rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
+            self.metrics.observe(before, rec)
+            self._events(node, before, rec)
+            after[uuid] = rec
+        kept = {u: r for u, r in after.items() if keep(r, self.clock(), self.policy)}
+        written = self._write(node, annotations, kept, breaker)
+        return LoopPass(after, written, breaker)
+
+    def _do(self, work: Work, rec: GpuRecord) -> tuple[bool, str]:
+        """Run one reset or burn-in through the backend port; (ok, what happened)."""
+        if rec.index is None:
+            return False, "the GPU's index is unknown (it was lost before this agent saw it)"
+        try:
+            if work is Work.RESET:
+                self.backend.reset_gpu(rec.index)
+                return True, f"GPU {rec.index} reset"
+            result = self.backend.burn_in(rec.index)
+        except GpuError as exc:
+            return False, str(exc)
+        return result.passed, result.summary()
+
+    def _events(self, node: Obj, before: GpuRecord, after: GpuRecord) -> None:
+        for step in new_steps(before, after):
+            reason, kind = EVENT_REASONS[step.stage]
+            if step.stage is Stage.BURN_IN and step.note.startswith("passed"):
+                reason = "GPUBurnInPassed"
+            message = f"GPU {after.index if after.index is not None else '?'} ({after.uuid}): {step.stage.value}"
+            if step.note:
+                message += f": {step.note}"
+            try:
+                self.cluster.record_event(node, reason, message, kind, COMPONENT)
+            except KubeError as exc:  # an Event is a courtesy; the annotation is the record
+                log.warning("could not record %s on Node %s: %s", reason, self.node_name, exc)
+
+    def _write(
+        self, node: Obj, annotations: Mapping[str, str], records: Mapping[str, GpuRecord], breaker: bool
+    ) -> bool:
+        reason = reboot_reason(records)
+        asked = annotations.get(REBOOT_ANNOTATION)
+        request = reason if reason is not None and (not breaker or asked) else None
+        wanted = {
+            LOOP_ANNOTATION: encode_records(records),
+            QUARANTINE_ANNOTATION: encode_quarantine(withheld(records)),
+            REBOOT_ANNOTATION: request,
+        }
+        patch = {k: v for k, v in wanted.items() if annotations.get(k) != v}
+        if patch:
+            node = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+        before = find_condition(node, REBOOT_CONDITION)
+        status = "True" if request else "False"
+        if (before is None and request) or (before is not None and before.status != status):
+            message = request or "no GPU needs the node rebooted"
+            self.cluster.set_condition(NODE, self.node_name, _condition(status, message))
+        return bool(patch)
+
+    async def run(self, stop: asyncio.Event | None = None, interval: float = 5.0) -> None:
+        """Pass after pass until ``stop`` is set. A failed pass is logged whole and the next one
+        starts from a fresh read of the Node (the loop's state is there, not in this process)."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.run_once)
+            except Exception:
+                log.exception("GPU repair pass on node %s failed; retrying in %g s", self.node_name, interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+
+def _condition(status: str, message: str) -> dict[str, Any]:
+    stamp = now_rfc3339()
+    return {
+        "type": REBOOT_CONDITION,
+        "status": status,
+        "reason": "GPURepairNeedsReboot" if status == "True" else "NoRebootNeeded",
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }

@@ -1,0 +1,268 @@
+"""The per-GPU repair loop's pure rules (gpuloop), the remediator's taint rule on loop nodes, and the
+agent against a MemoryCluster and a SimBackend: breaker, reboot request, restart resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.kinds import NODE
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.remediation.controller import STATUS_NAME
+from gpuchain.remediation.decide import ActionKind, HoldReason, Policy, decide
+from gpuchain.remediation.gpuloop import (
+    LOOP_ANNOTATION,
+    REBOOT_ANNOTATION,
+    GpuRecord,
+    LoopPolicy,
+    Stage,
+    Work,
+    advance,
+    complete,
+    decode_records,
+    encode_records,
+    needs_repair,
+)
+from gpuchain.remediation.loopagent import GpuLoopAgent
+from gpuchain.remediation.model import (
+    CONDITION_TYPE,
+    FAULTS_ANNOTATION,
+    AnnotationError,
+    Fault,
+    encode_faults,
+)
+from gpuchain.remediation.scenario import node_object
+
+U = "GPU-aaaa"
+DBE = Fault(U, U, (48,), covers=(U,))
+P = LoopPolicy()
+
+
+def run(
+    rec: GpuRecord,
+    fault: Fault | None,
+    *,
+    pods: tuple[str, ...] = (),
+    breaker: bool = False,
+    boot: str = "b1",
+    now: float = 100.0,
+    reset_ok: bool = True,
+    burn_ok: bool = True,
+    policy: LoopPolicy = P,
+) -> tuple[GpuRecord, list[Work]]:
+    """One agent pass without I/O: advance, doing the work with the given outcomes."""
+    done: list[Work] = []
+    for _ in range(4):
+        rec, work = advance(rec, fault, pods, breaker, boot, now, policy)
+        if work is None:
+            break
+        done.append(work)
+        ok = reset_ok if work is Work.RESET else burn_ok
+        rec = complete(rec, work, ok, "ok" if ok else "boom", boot, now, policy)
+    return rec, done
+
+
+def stages(rec: GpuRecord) -> list[Stage]:
+    return [s.stage for s in rec.timeline]
+
+
+def test_happy_path_waits_for_the_pods_then_resets_burns_in_and_readmits_once_health_agrees() -> None:
+    rec, work = run(GpuRecord(U, 0), DBE, pods=("ml/a/main",))
+    assert rec.stage is Stage.QUARANTINED and work == [] and "ml/a/main" in rec.waiting
+    rec, work = run(rec, DBE, now=110)
+    assert work == [Work.RESET, Work.BURN_IN] and rec.stage is Stage.BURN_IN and rec.passed
+    assert "health to clear" in rec.waiting  # the fault is still published: not yet
+    rec, work = run(rec, None, now=111)
+    assert rec.stage is Stage.HEALTHY and work == []
+    assert stages(rec) == [Stage.QUARANTINED, Stage.DRAINED, Stage.RESET, Stage.BURN_IN, Stage.BURN_IN, Stage.HEALTHY]
+    assert rec.repairs == (100.0,)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(U, U, (), covers=(U,)),  # the event stream broke: no evidence against the GPU
+        Fault(U, U, (13,), covers=(U,)),  # the application's fault
+        Fault(U, U, (94,), covers=(U,)),  # contained ECC error: restarting the application is enough
+        Fault("MIG-1", U, (48,), covers=("MIG-1",)),  # one MIG device: not the whole GPU's loop
+    ],
+)
+def test_faults_the_loop_leaves_alone(fault: Fault) -> None:
+    assert not needs_repair(fault)
+    rec, work = run(GpuRecord(U, 0), fault)
+    assert rec.stage is Stage.HEALTHY and work == [] and rec.timeline == ()
+
+
+def test_breaker_open_holds_the_reset_and_the_reboot_request_text_says_so() -> None:
+    rec, _ = run(GpuRecord(U, 0), DBE, breaker=True)
+    assert rec.stage is Stage.DRAINED and "breaker" in rec.waiting
+    rec, work = run(rec, DBE, breaker=False)
+    assert Work.RESET in work
+
+
+def test_a_failed_reset_asks_for_a_reboot_and_then_waits_without_trying_again() -> None:
+    rec, work = run(GpuRecord(U, 0), DBE, reset_ok=False)
+    assert work == [Work.RESET] and rec.stage is Stage.REBOOT and rec.boot_id == "b1"
+    for t in range(200):
+        rec, work = run(rec, DBE, now=200 + t)
+        assert work == [] and rec.stage is Stage.REBOOT
+    assert "reboot" in rec.waiting
+
+
+def test_after_a_reboot_a_failed_burn_in_is_final() -> None:
+    rec, _ = run(GpuRecord(U, 0), DBE, burn_ok=False)
+    assert rec.stage is Stage.REBOOT
+    rec, work = run(rec, DBE, boot="b2", burn_ok=False)
+    assert work == [Work.BURN_IN] and rec.stage is Stage.FAILED
+    for _ in range(100):  # no reboot is requested, nothing is tried: a person decides
+        rec, work = run(rec, DBE, boot="b2")
+        assert work == [] and rec.stage is Stage.FAILED and "needs a person" in rec.waiting
+    rec, work = run(rec, DBE, boot="b3", burn_ok=False)  # a person rebooted it: one more burn-in
+    assert work == [Work.BURN_IN] and rec.stage is Stage.FAILED
+    rec, work = run(rec, None, boot="b4")  # repaired: back
+    assert work == [Work.BURN_IN] and rec.stage is Stage.HEALTHY
+
+
+def test_a_gpu_repaired_too_often_within_the_window_gets_a_reboot_instead_of_a_reset() -> None:
+    policy = LoopPolicy(max_repairs=2, window_s=1000)
+    rec = GpuRecord(U, 0)
+    for t in (0.0, 10.0):
+        rec, work = run(rec, DBE, now=t, policy=policy)
+        rec, _ = run(rec, None, now=t + 1, policy=policy)
+        assert rec.stage is Stage.HEALTHY
+    rec, work = run(rec, DBE, now=20, policy=policy)
+    assert work == [] and rec.stage is Stage.REBOOT
+    assert "repaired 2 times" in rec.timeline[-1].note
+
+
+def test_an_agent_that_stopped_mid_reset_retries_once_then_asks_for_a_reboot() -> None:
+    rec, work = advance(GpuRecord(U, 0), DBE, (), False, "b1", 0, P)
+    assert rec.stage is Stage.RESET and work is Work.RESET  # ... and the agent died here
+    rec, work = advance(rec, DBE, (), False, "b1", 1, P)
+    assert work is Work.RESET and rec.attempts == 2
+    rec, work = advance(rec, DBE, (), False, "b1", 2, P)
+    assert work is None and rec.stage is Stage.REBOOT
+
+
+def test_records_round_trip_through_the_annotation_and_bad_ones_name_it() -> None:
+    rec, _ = run(GpuRecord(U, 3), DBE, reset_ok=False)
+    text = encode_records({U: rec})
+    assert decode_records(text) == {U: rec}
+    assert decode_records(text)[U].timeline == rec.timeline
+    assert encode_records({}) == "{}"
+    with pytest.raises(AnnotationError, match=LOOP_ANNOTATION):
+        decode_records(json.dumps({U: {"stage": "exploded"}}))
+    with pytest.raises(AnnotationError, match=LOOP_ANNOTATION):
+        decode_records("[1]")
+
+
+def test_policy_fields_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_resets"):
+        LoopPolicy(max_resets=0)
+    with pytest.raises(ValueError, match="settle_s"):
+        LoopPolicy(settle_s=0)
+
+
+# ---- the remediator on nodes that run the loop ----------------------------------------------------
+
+
+def unhealthy_node(name: str, loop: dict[str, GpuRecord] | None) -> dict[str, object]:
+    node = node_object(name)
+    annotations = {FAULTS_ANNOTATION: encode_faults({U: DBE})}
+    if loop is not None:
+        annotations[LOOP_ANNOTATION] = encode_records(loop)
+    node["metadata"]["annotations"] = annotations
+    node["status"]["conditions"].append(
+        {
+            "type": CONDITION_TYPE,
+            "status": "False",
+            "reason": "GPUXidError",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    )
+    return node
+
+
+def taints(nodes: list[dict[str, object]], now: float = 1767225600.0) -> list[tuple[str, str]]:
+    decision = decide(nodes, [], [], Policy(), {}, now)
+    return [(a.node, a.patch["spec"]["taints"][-1]["value"]) for a in decision.actions if a.kind is ActionKind.TAINT]
+
+
+def test_a_node_that_runs_the_loop_is_tainted_only_once_its_loop_asks_for_a_reboot() -> None:
+    healthy = [node_object(f"ok-{i}") for i in range(9)]
+    assert taints([unhealthy_node("n", None), *healthy]) == [("n", "reset-gpu")]  # no loop: as before
+    assert taints([unhealthy_node("n", {}), *healthy]) == []  # the loop will take it
+    for stage in (Stage.QUARANTINED, Stage.DRAINED, Stage.RESET, Stage.BURN_IN, Stage.FAILED):
+        assert taints([unhealthy_node("n", {U: GpuRecord(U, 0, stage)}), *healthy]) == []
+    assert taints([unhealthy_node("n", {U: GpuRecord(U, 0, Stage.REBOOT)}), *healthy]) == [("n", "reboot-node")]
+
+
+def test_the_breaker_holds_reboot_taints_when_many_nodes_fail() -> None:
+    failing = [unhealthy_node(f"n-{i}", {U: GpuRecord(U, 0, Stage.REBOOT)}) for i in range(4)]
+    decision = decide([*failing, *(node_object(f"ok-{i}") for i in range(4))], [], [], Policy(), {}, 1767225600.0)
+    assert decision.breaker.tripped and decision.actions == ()
+    assert {h.why for h in decision.held} == {HoldReason.BREAKER}
+
+
+# ---- the agent ------------------------------------------------------------------------------------
+
+
+def agent_rig(breaker: str | None) -> tuple[MemoryCluster, SimBackend, GpuLoopAgent]:
+    backend = SimBackend.from_preset("h100-80gb-x8", node="n")
+    uuid = backend.inventory().gpu(2).uuid
+    node = node_object("n")
+    node["status"]["nodeInfo"] = {"bootID": "b1"}
+    node["metadata"]["annotations"] = {
+        FAULTS_ANNOTATION: encode_faults({uuid: Fault(uuid, uuid, (48,), covers=(uuid,))})
+    }
+    objects: list[dict[str, object]] = [node]
+    if breaker is not None:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": STATUS_NAME, "namespace": "gpuchain"},
+                "data": {"breaker": breaker},
+            }
+        )
+    cluster = MemoryCluster(objects)
+    return cluster, backend, GpuLoopAgent(backend, cluster, "n", clock=lambda: 1000.0)
+
+
+def test_agent_with_the_breaker_open_resets_nothing_and_requests_no_reboot() -> None:
+    cluster, backend, agent = agent_rig("open")
+    backend.fail_reset(2)
+    for _ in range(3):
+        agent.run_once()
+    uuid = backend.inventory().gpu(2).uuid
+    annotations = cluster.get(NODE, "n")["metadata"]["annotations"]
+    assert decode_records(annotations[LOOP_ANNOTATION])[uuid].stage is Stage.DRAINED
+    assert decode_quarantine(annotations[QUARANTINE_ANNOTATION]) == {uuid}
+    assert REBOOT_ANNOTATION not in annotations
+    assert agent.metrics.outcomes == {}
+
+
+def test_agent_resumes_from_the_node_after_a_restart() -> None:
+    cluster, backend, agent = agent_rig("closed")
+    backend.fail_reset(2)
+    agent.run_once()
+    uuid = backend.inventory().gpu(2).uuid
+    fresh = GpuLoopAgent(backend, cluster, "n", clock=lambda: 2000.0)  # a new process: nothing in memory
+    result = fresh.run_once()
+    assert result.records[uuid].stage is Stage.REBOOT and not result.written
+    assert fresh.metrics.outcomes == {}  # no second reset
+    assert uuid in cluster.get(NODE, "n")["metadata"]["annotations"][REBOOT_ANNOTATION]
+
+
+def test_a_probed_fault_round_trips_and_needs_a_reset() -> None:
+    from gpuchain.remediation.model import decode_faults
+
+    probed = Fault(U, U, (), covers=(U,), probes=("row-remap-pending",))
+    assert decode_faults(encode_faults({U: probed})) == {U: probed}
+    assert "row remapping pending" in probed.summary() and not probed.application_only
+    assert needs_repair(probed)
+    _, work = run(GpuRecord(U, 0), probed)
+    assert work == [Work.RESET, Work.BURN_IN]

@@ -1,0 +1,83 @@
+"""Readiness gating: the startup taint stays until the chain is up on the node, GPUReady names the
+missing link; the gpu-not-ready-scale-up scenario plays it on a joining node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.kinds import NODE
+from gpuchain.kube.memory import MemoryCluster
+from gpuchain.remediation.model import find_condition
+from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ChainFacts, ReadinessGate, assess, gate_patch
+from gpuchain.remediation.repairsim import play
+from gpuchain.remediation.scenario import node_object
+
+UP = ChainFacts(None, True, 8, 8)
+OTHER = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+
+
+def joining(gpus: int | None) -> dict[str, Any]:
+    node = node_object("n")
+    node["metadata"]["resourceVersion"] = "7"
+    node["spec"]["taints"] = [OTHER, {"key": STARTUP_TAINT, "value": "true", "effect": "NoSchedule"}]
+    if gpus is None:
+        del node["status"]["capacity"], node["status"]["allocatable"]
+    else:
+        node["status"]["capacity"] = node["status"]["allocatable"] = {"nvidia.com/gpu": str(gpus)}
+    return node
+
+
+@pytest.mark.parametrize(
+    ("facts", "gpus", "reason"),
+    [
+        (ChainFacts("NVML: driver not loaded", None, 0, 0), 8, "DriverNotReady"),
+        (ChainFacts(None, None, 0, 0), 8, "DriverNotReady"),
+        (ChainFacts(None, False, 8, 8), 8, "ToolkitNotReady"),
+        (UP, None, "PluginNotRegistered"),
+        (UP, 7, "GpusMissing"),
+        (ChainFacts(None, True, 8, 8, "GPU 2: memory: memory test found errors"), 8, "BurnInFailed"),
+        (UP, 8, "ChainReady"),
+        (ChainFacts(None, None, 8, 8), 32, "ChainReady"),  # toolkit unchecked; time-slicing x4 is fine
+        (ChainFacts(None, True, 2, 14), 8, "GpusMissing"),  # MIG: one unit per MIG device
+    ],
+)
+def test_the_first_missing_link_is_named(facts: ChainFacts, gpus: int | None, reason: str) -> None:
+    verdict = assess(joining(gpus), facts)
+    assert verdict.reason == reason and verdict.ready is (reason == "ChainReady")
+
+
+def test_only_the_startup_taint_is_removed_and_only_when_ready() -> None:
+    node = joining(8)
+    assert gate_patch(node, assess(node, ChainFacts(None, True, 8, 9))) is None
+    patch = gate_patch(node, assess(node, UP))
+    assert patch == {"spec": {"taints": [OTHER]}, "metadata": {"resourceVersion": "7"}}
+    node["spec"]["taints"] = [OTHER]
+    assert gate_patch(node, assess(node, UP)) is None  # already lifted: nothing to write
+
+
+def test_gate_with_burn_in_holds_a_node_whose_gpu_fails_it() -> None:
+    gpus = SimBackend.from_preset("h100-80gb-x8", node="n")
+    gpus.fail_burn_in(5, "cuda")
+    node = joining(8)
+    cluster = MemoryCluster([node])
+    gate = ReadinessGate(gpus, cluster, "n", burn_in=True)
+    assert gate.run_once().reason == "BurnInFailed"
+    live = cluster.get(NODE, "n")
+    assert any(t["key"] == STARTUP_TAINT for t in live["spec"]["taints"])
+    cond = find_condition(live, CONDITION)
+    assert cond is not None and cond.status == "False" and "GPU 5: " in cond.message
+
+
+def test_scale_up_scenario_holds_the_taint_until_the_chain_is_up_then_lifts_it_once() -> None:
+    data = play("gpu-not-ready-scale-up")
+    steps = data["readiness"]
+    reasons = [s["reason"] for s in steps]
+    assert reasons[:3] == ["DriverNotReady"] * 3
+    assert reasons[3] == "ToolkitNotReady" and reasons[4:6] == ["PluginNotRegistered"] * 2
+    assert reasons[6:8] == ["GpusMissing"] * 2 and set(reasons[8:]) == {"ChainReady"}
+    assert [s["tainted"] for s in steps] == [True] * 8 + [False] * 4
+    assert data["condition"]["status"] == "True"
+    assert [e["reason"] for e in data["events"]] == ["GPUChainReady"]
