@@ -197,7 +197,7 @@ def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType
 
 
 def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
-    """``doctor --local``: the chapter's first command (nvidia-smi) as a check; exits 0 or 1."""
+    """``doctor --local``: nvidia-smi's question (does NVML answer here?) as a check; exits 0 or 1."""
     answer = ask(lambda: open_backend(backend))
     chain = local_chain(answer)
     report = Report([chain], list(chain.findings), 1, seconds=0.0)

@@ -1,4 +1,4 @@
-"""`gpuchain verify`: the chapter's production checklist, pass/fail with evidence per item.
+"""`gpuchain verify`: the production checklist for a GPU cluster, pass/fail with evidence per item.
 
 On a live cluster the test pod is a real ``gpu-test`` pod (created, waited for, its log read,
 deleted); with ``--scenario`` it is admitted by the simulator's kubelet peer and nvidia-smi's
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds to wait for the test pod (live)."),
         output: OutputFormat = output_option(),
     ) -> None:
-        """Run the chapter's production checklist, each item pass/fail with evidence.
+        """Run the production checklist on your cluster, each item pass/fail with evidence.
 
         Items: driver vs CUDA image, toolkit, device plugin count, test pod, exporter ready, MIG names.
         """

@@ -1,4 +1,4 @@
-"""The chapter's first command, ``nvidia-smi`` on the node: does NVML answer here?
+"""The first command anyone runs, ``nvidia-smi`` on the node: does NVML answer here?
 
 The cluster view can only infer the driver from pods and labels; on the node itself the driver
 link is one question to NVML. ``ask()`` is the shell (open a backend, read the inventory);
@@ -54,7 +54,7 @@ _ERRORS = {
     "library": (
         "driver.nvml-missing",
         "libnvidia-ml.so cannot be loaded on this node: no NVIDIA driver user space is installed here "
-        "(the chapter's 'nvidia-smi: command not found').",
+        "(what 'nvidia-smi: command not found' means).",
         "kubectl -n gpu-operator get pods -o wide --field-selector spec.nodeName={node}   # is the driver pod running?",
     ),
     "not-loaded": (

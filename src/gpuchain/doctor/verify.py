@@ -1,6 +1,6 @@
-"""``gpuchain verify``: the chapter's production checklist, each item pass/fail with its evidence.
+"""``gpuchain verify``: the production checklist for a GPU cluster, each item pass/fail with its evidence.
 
-| item | the chapter's acceptance command | passes when |
+| item | the acceptance command run by hand | passes when |
 |---|---|---|
 | driver-version | nvidia-smi on the node | every node's driver supports the CUDA image's version |
 | toolkit | docker run --gpus all ... nvidia-smi | every GPU node's toolkit is ready and validated |
@@ -54,7 +54,7 @@ class Item:
     title: str
     status: Status
     evidence: tuple[str, ...]
-    command: str  #: what the chapter runs by hand to check the same thing
+    command: str  #: what an operator runs by hand to check the same thing
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -266,7 +266,7 @@ def checklist(snapshot: Snapshot, cuda_image: str = DEFAULT_CUDA_IMAGE, pod: Pod
 
 
 def gpu_test_pod(image: str = DEFAULT_CUDA_IMAGE, namespace: str = "default", name: str = "gpu-test") -> dict[str, Any]:
-    """The chapter's gpu-test pod: nvidia-smi with one nvidia.com/gpu."""
+    """The classic gpu-test pod: nvidia-smi with one nvidia.com/gpu."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",

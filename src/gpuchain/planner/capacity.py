@@ -26,7 +26,7 @@ from gpuchain.planner.errors import PlanInputError
 from gpuchain.planner.units import format_mib
 
 DEFAULT_REPLICAS = 10
-"""Time-slicing replicas when none are asked for: the chapter's example."""
+"""Time-slicing replicas when none are asked for: a common starting point (an A100 shared ten ways)."""
 
 
 class Sharing(enum.StrEnum):

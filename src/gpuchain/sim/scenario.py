@@ -154,7 +154,7 @@ class Scenario(_Strict):
     )
     source: str = Field("", description="the public upstream report the scenario comes from, owner/repo#number")
     description: str = ""
-    symptom: str = Field("", description="what a user sees, in the chapter's words")
+    symptom: str = Field("", description="what a user sees, in the words of the error they meet")
     expect: list[str] = Field(default_factory=list, description="finding ids the doctor must name")
     namespace: str = "gpu-operator"
     policy_name: str = Field("cluster-policy", alias="policyName")
