@@ -10,6 +10,7 @@ the operator. A test checks the table against what every module registers.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,7 @@ COMMANDS: dict[str, Entry] = {
         "Publish this node's GPU health for the remediator: condition GPUHealthy, Events, GPU/pod annotations.",
     ),
     "verify": Entry(
-        "gpuchain.commands.verify", "Run the chapter's production checklist, each item pass/fail with evidence."
+        "gpuchain.commands.verify", "Run the production checklist on your cluster, each item pass/fail with evidence."
     ),
     "mig": Entry(
         "gpuchain.commands.mig",
@@ -160,5 +161,26 @@ def _root(
 
 
 def main() -> None:
-    """Console entry point."""
-    app()
+    """Console entry point. A usage error is one line on stderr and exit 2, not a help page.
+
+    Pipelines and scripts read the first line of stderr; ``--help`` still shows the whole page.
+    """
+    from typer._click import exceptions as click  # typer vendors click; these are the classes it raises
+
+    try:
+        code = app(standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "gpuchain"
+        message = " ".join(exc.format_message().replace("Value error, ", "").split())
+        sys.stderr.write(f"error: {where}: {message} (see '{where} --help')\n")
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        sys.stderr.write(f"error: {' '.join(exc.format_message().split())}\n")
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

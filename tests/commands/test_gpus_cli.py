@@ -22,16 +22,16 @@ def test_h100_json_has_eight_gpus_and_nvlink_topology() -> None:
     data = json.loads(result.stdout)
     assert len(data["gpus"]) == 8
     assert len({g["uuid"] for g in data["gpus"]}) == 8
-    assert {g["memory_mib"] for g in data["gpus"]} == {81559}
+    assert {g["memoryMib"] for g in data["gpus"]} == {81559}
     assert data["links"] and all(link["nvlinks"] == 18 for link in data["links"])
-    assert data["driver"] == {"version": "570.86.15", "cuda_version": "12.8"}
+    assert data["driver"] == {"version": "570.86.15", "cudaVersion": "12.8"}
 
 
 def test_mig_preset_yaml_lists_profiles() -> None:
     result = runner.invoke(app, ["gpus", "--preset", "h100-80gb-x8-mig-mixed", "-o", "yaml"])
     assert result.exit_code == 0, result.output
     data = yaml.safe_load(result.stdout)
-    profiles = [m["profile"] for g in data["gpus"] for m in g["mig_devices"]]
+    profiles = [m["profile"] for g in data["gpus"] for m in g["migDevices"]]
     assert sorted(set(profiles)) == ["1g.10gb", "2g.20gb", "3g.40gb"]
     assert len(profiles) == 30
 

@@ -22,7 +22,7 @@ def test_apply_on_the_simulated_default_node() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["applied"] and len(data["steps"]) == 8 * 8  # a mode change and 7 devices per GPU
-    assert sum(len(g["mig_devices"]) for g in data["gpus"]) == 56
+    assert sum(len(g["migDevices"]) for g in data["gpus"]) == 56
 
 
 def test_dry_run_lists_steps_without_applying() -> None:

@@ -31,11 +31,11 @@ def test_chapter_example_json_for_scripts() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     rows = {o["label"]: o for o in data["options"]}
-    assert (rows["whole GPU"]["instances_per_gpu"], rows["whole GPU"]["qps_per_gpu"]) == (1, 60)
-    assert (rows["MIG 1g.5gb"]["instances_per_gpu"], rows["MIG 1g.5gb"]["qps_per_gpu"]) == (7, 420)
-    assert rows["MIG 1g.5gb"]["headroom_mib"] == 1792
+    assert (rows["whole GPU"]["instancesPerGpu"], rows["whole GPU"]["qpsPerGpu"]) == (1, 60)
+    assert (rows["MIG 1g.5gb"]["instancesPerGpu"], rows["MIG 1g.5gb"]["qpsPerGpu"]) == (7, 420)
+    assert rows["MIG 1g.5gb"]["headroomMib"] == 1792
     ts = rows["time-slicing x10"]
-    assert (ts["instances_per_gpu"], ts["qps_per_gpu"], ts["qps_nominal"], ts["isolation"]) == (10, 600, True, "none")
+    assert (ts["instancesPerGpu"], ts["qpsPerGpu"], ts["qpsNominal"], ts["isolation"]) == (10, 600, True, "none")
     assert data["recommendation"]["label"] == "7 x MIG 1g.5gb"
 
 
@@ -43,7 +43,7 @@ def test_yaml_and_soft_isolation() -> None:
     result = runner.invoke(app, [*CHAPTER, "--isolation", "soft", "-o", "yaml"])
     assert result.exit_code == 0, result.output
     data = yaml.safe_load(result.stdout)
-    assert data["isolation_need"] == "soft"
+    assert data["isolationNeed"] == "soft"
     assert data["recommendation"]["sharing"] == "time-slicing"
 
 
@@ -90,8 +90,8 @@ def test_fleet_chapter_question() -> None:
     result = runner.invoke(app, ["plan", "fleet", "--failure-rate", "5%", "--gpus", "128", "-o", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["expected_failures_per_year"] == pytest.approx(6.4)
-    assert round(data["days_between_failures"]) == 57
+    assert data["expectedFailuresPerYear"] == pytest.approx(6.4)
+    assert round(data["daysBetweenFailures"]) == 57
 
 
 def test_fleet_table() -> None:

@@ -1,42 +1,224 @@
-"""How every command answers: `-o table|json|yaml`, and errors as one line with exit code 2."""
+"""How every command answers: `-o table|wide|json|yaml`, errors as one line, logs as one line.
+
+Output is for two readers. A person at a terminal gets rich tables sized to the terminal, with
+long ids folded inside their cell rather than cut. A pipe, a file or a pod's log gets plain text:
+no colour, no box drawing, no width limit, so ``gpuchain gpus | grep GPU-`` sees whole UUIDs and
+a log line is never split in two. Nothing a command prints is ever read as rich markup or emoji
+shortcodes: real PCI bus ids contain ``:AB:``, real log lines contain ``[brackets]``. Styling is
+applied with :class:`rich.text.Text` styles, never with markup in data.
+
+JSON and YAML use one key style for every command, Kubernetes' camelCase (``docs/output.md``):
+dataclass and pydantic field names are converted here; keys of mappings are data (label names,
+resource names, environment variables) and are kept as they are. YAML never has aliases.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
+import logging
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import typer
 import yaml
 from pydantic import BaseModel
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+UNLIMITED = 100_000
+"""Width a pipe or ``-o wide`` renders at: wide enough that no table is ever squeezed."""
 
 
 class OutputFormat(enum.StrEnum):
     table = "table"
+    wide = "wide"
     json = "json"
     yaml = "yaml"
 
+    @property
+    def for_people(self) -> bool:
+        """Table or wide: rendered for a person, not data for a script."""
+        return self in (OutputFormat.table, OutputFormat.wide)
+
 
 def output_option() -> Any:
-    """The shared `-o/--output` option; table for people, json/yaml for scripts."""
-    return typer.Option(OutputFormat.table, "-o", "--output", help="Output format: table, json or yaml.")
+    """The shared `-o/--output` option; table/wide for people, json/yaml for scripts."""
+    return typer.Option(
+        OutputFormat.table,
+        "-o",
+        "--output",
+        help="Output format: table (sized to the terminal), wide (nothing cut, extra columns), json or yaml.",
+    )
 
 
-console = Console()
-err_console = Console(stderr=True)
+class _Console(Console):
+    """A console that renders for its reader: see :func:`for_terminal` and :func:`for_pipe`.
+
+    Every ``print`` goes through here, so a table printed by any command (or by a layer that
+    was handed this console) is plain columns in a pipe, at unlimited width, lines without
+    trailing blanks.
+    """
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self.is_terminal:
+            super().print(*(for_terminal(o) for o in objects), **kwargs)
+            return
+        if not any(isinstance(o, Table | Panel | Group) for o in objects):
+            super().print(*objects, **kwargs)
+            return
+        with self.capture() as captured:
+            super().print(*(for_pipe(o) for o in objects), **kwargs)
+        self.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+    def print_wide(self, renderable: RenderableType) -> None:
+        """Print at unlimited width on a terminal too (``-o wide``): the terminal wraps, rich never cuts."""
+        width = self._width
+        self._width = UNLIMITED
+        try:
+            self.print(renderable, crop=False)
+        finally:
+            self._width = width
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(UNLIMITED, 25)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def _bare_flags() -> None:
+    """Show boolean flags bare in ``--help`` (``--dry-run``, ``--test-pod/--no-test-pod``).
+
+    typer labels every option with its type, so a flag reads ``--dry-run <bool>`` as if it took
+    a value, yet ``--dry-run=true`` is refused. A flag has no value to show.
+    """
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else typed(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
+
+
+_bare_flags()
+
+
+def _console(stderr: bool = False) -> Console:
+    return _Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+
+def for_pipe(renderable: RenderableType) -> RenderableType:
+    """``renderable`` as plain columns: tables lose their boxes, panels become a title line and an indented body.
+
+    A pipe reads columns separated by spaces with a header row (like ``kubectl get``); box
+    drawing characters and panel frames only get in the way of ``grep``, ``awk`` and ``cut``.
+    """
+    if isinstance(renderable, Table):
+        renderable.box = None
+        renderable.show_edge = False
+        renderable.padding = (0, 3, 0, 0)
+        for column in renderable.columns:
+            column.overflow = "ignore"
+            column.no_wrap = True
+        return renderable
+    if isinstance(renderable, Panel):
+        title = renderable.title
+        body = for_pipe(renderable.renderable)
+        if not title:
+            return body
+        return Group(title if isinstance(title, Text) else Text(str(title)), body)
+    if isinstance(renderable, Group):
+        return Group(*(for_pipe(r) for r in renderable.renderables))
+    return renderable
+
+
+def for_terminal(renderable: RenderableType) -> RenderableType:
+    """``renderable`` for a terminal: a cell too long for its column wraps onto the next line.
+
+    Nothing is cut with ``…`` and no column is dropped on a narrow terminal; ``-o wide`` or a
+    pipe shows every row on one line.
+    """
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            column.overflow = "fold"
+            column.no_wrap = False
+        return renderable
+    if isinstance(renderable, Panel):
+        renderable.renderable = for_terminal(renderable.renderable)
+        return renderable
+    if isinstance(renderable, Group):
+        for r in renderable.renderables:
+            for_terminal(r)
+    return renderable
+
+
+def show(renderable: RenderableType, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
+    """Print a rich renderable for its reader; ``-o wide`` on a terminal prints it at full width."""
+    out = target or console
+    if fmt is OutputFormat.wide and isinstance(out, _Console) and out.is_terminal:
+        out.print_wide(renderable)
+    else:
+        out.print(renderable)
+
+
+def say(line: str | Text, target: Console | None = None) -> None:
+    """Print one line of a command's narrative (a plain string is printed as is, never as markup)."""
+    (target or console).print(line)
+
+
+def emit(data: Any, fmt: OutputFormat, table: Callable[[], RenderableType]) -> None:
+    """Print ``data`` as JSON/YAML, or the rich renderable ``table()`` builds for people."""
+    if fmt in (OutputFormat.table, OutputFormat.wide):
+        show(table(), fmt)
+    else:
+        emit_data(data, fmt)
+
+
+_SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)+")
+
+
+def camel(name: str) -> str:
+    """``snake_case`` -> ``camelCase`` (Kubernetes' API convention).
+
+    Only lower-case snake identifiers change: ``NVIDIA_VISIBLE_DEVICES``, ``nvidia.com/gpu.product``
+    and ``DCGM_FI_DEV_GPU_UTIL`` are names from elsewhere and stay as they are.
+    """
+    if not _SNAKE.fullmatch(name):
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def plain(obj: Any) -> Any:
-    """Turn dataclasses, pydantic models, enums and tuples into JSON-ready values."""
+    """Turn dataclasses, pydantic models, enums and tuples into JSON-ready values with camelCase field names.
+
+    Field names (dataclass fields, keys a ``to_dict()`` returns) are the program's vocabulary
+    and become camelCase; keys of plain mappings inside them are data and stay as they are.
+    Pydantic models are file formats (topology, scenario, NVIDIA's configs): their own aliases
+    already spell the keys as the file does.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         to_dict = getattr(obj, "to_dict", None)
         if callable(to_dict):
-            return plain(to_dict())
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            return fields(to_dict())
+        return {camel(f.name): plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, BaseModel):
         return plain(obj.model_dump(mode="json", by_alias=True))
     if isinstance(obj, enum.Enum):
@@ -48,12 +230,40 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def emit(data: Any, fmt: OutputFormat, table: Callable[[], RenderableType]) -> None:
-    """Print ``data`` as JSON/YAML, or the rich renderable ``table()`` builds for people."""
-    if fmt is OutputFormat.table:
-        console.print(table())
-    else:
-        emit_data(data, fmt)
+def fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record of the program's own (its keys are field names): keys to camelCase, values :func:`plain`."""
+    return {camel(str(k)): plain(v) for k, v in record.items()}
+
+
+def records(obj: Any) -> Any:
+    """:func:`plain`, then every lower-case snake key at any depth to camelCase.
+
+    For transcripts whose nested dicts are all records of the program's own (the demo's steps,
+    the GPU inventory); label, resource and variable names are left alone by :func:`camel`.
+    """
+    data = plain(obj)
+    if isinstance(data, dict):
+        return {camel(k): records(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [records(v) for v in data]
+    return data
+
+
+class _NoAliases(yaml.SafeDumper):
+    """YAML for people and kubectl: a value used twice is written twice, never ``&id001``/``*id001``."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(data: Any) -> str:
+    """Block-style YAML without aliases, keys in the order given."""
+    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def to_yaml_all(documents: list[Any]) -> str:
+    """Several YAML documents separated by ``---``, without aliases (``kubectl apply -f -`` reads it)."""
+    return yaml.dump_all(documents, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def emit_data(data: Any, fmt: OutputFormat) -> None:
@@ -61,7 +271,7 @@ def emit_data(data: Any, fmt: OutputFormat) -> None:
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps(plain(data), indent=2) + "\n")
     elif fmt is OutputFormat.yaml:
-        sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False))
+        sys.stdout.write(to_yaml(plain(data)))
 
 
 def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
@@ -70,7 +280,64 @@ def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
     ``also``: further problems of the same input (the first line counts them), one line each after it,
     so a user fixes them all in one go.
     """
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    for line in also:
-        err_console.print(f"  also: {line}", highlight=False, soft_wrap=True)
+    line = Text("error:", style="bold red")
+    line.append(" " + " ".join(message.split("\n")))
+    err_console.print(line, soft_wrap=True)
+    for more in also:
+        err_console.print(Text("  also: " + " ".join(more.split("\n"))), soft_wrap=True)
     raise typer.Exit(code)
+
+
+class LogFormat(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+def log_format_option() -> Any:
+    """The shared `--log-format` option of the long-running services."""
+    return typer.Option(
+        LogFormat.text,
+        "--log-format",
+        envvar="GPUCHAIN_LOG_FORMAT",
+        help="Log lines as text (one line per message) or json (one object per line, for log pipelines).",
+    )
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "").replace("\n", " | ")
+
+
+class TextLogFormatter(logging.Formatter):
+    """``time LEVEL logger: message``; a multi-line message or traceback stays on its one line."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _one_line(super().format(record))
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ``ts`` (RFC 3339, UTC), ``level``, ``logger``, ``msg``, ``error`` when an exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: int = logging.INFO, fmt: LogFormat = LogFormat.text) -> None:
+    """Route every log record to stderr, one line per message, as ``fmt``; replaces earlier handlers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if fmt is LogFormat.json else TextLogFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

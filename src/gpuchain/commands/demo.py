@@ -6,11 +6,10 @@ import asyncio
 from typing import Any
 
 import typer
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._output import OutputFormat, console, emit_data, fail, output_option
+from gpuchain.commands._output import OutputFormat, emit_data, fail, output_option, records, say, show
 from gpuchain.commands.dra_plugin import dra_demo
 from gpuchain.kubelet.demo import DemoStep, run_demo
 from gpuchain.kubelet.node import DEFAULT_PRESET
@@ -30,35 +29,43 @@ def _resources(data: dict[str, Any]) -> Table:
 
 def _render(step: DemoStep) -> None:
     d = step.data
-    took = f" [dim]({step.elapsed_ms:.1f} ms)[/]" if step.elapsed_ms is not None else ""
-    console.print(f"[bold cyan]>[/] [bold]{step.title}[/]{took}", highlight=False)
+    took = f" ({step.elapsed_ms:.1f} ms)" if step.elapsed_ms is not None else ""
+    say(Text.assemble((">", "bold cyan"), " ", (step.title, "bold"), (took, "dim")))
     if step.key == "node":
-        console.print(f"  {d['node']}: {d['gpus']} x {d['model']}, driver {d['driver']}", highlight=False)
-        console.print(f"  sockets: [dim]{d['socket_dir']}[/]", highlight=False)
+        say(f"  {d['node']}: {d['gpus']} x {d['model']}, driver {d['driver']} (simulated)")
+        say(Text.assemble("  sockets: ", (d["socket_dir"], "dim")))
         for r in d["registered"]:
-            console.print(f"  registered [bold]{r['resource']}[/] as {r['endpoint']} ({r['devices']} devices)")
+            say(
+                Text.assemble("  registered ", (r["resource"], "bold"), f" as {r['endpoint']} ({r['devices']} devices)")
+            )
     elif step.key in ("capacity", "recovery"):
-        console.print(_resources(d))
+        show(_resources(d))
     elif step.key == "pod":
-        console.print(f"  {d['pod']} got GPU {d['gpu_index']} ([dim]{d['device']}[/])", highlight=False)
+        say(Text.assemble(f"  {d['pod']} got GPU {d['gpu_index']} (", (d["device"], "dim"), ")"))
         for k, v in d["env"].items():
-            console.print(f"  env [bold]{k}[/]={v}", highlight=False)
+            say(Text.assemble("  env ", (k, "bold"), f"={v}"))
     elif step.key == "pod-resources":
         for p in d["pods"]:
-            console.print(f"  {p['pod']} (container {p['container']}) holds {p['resource']}:", highlight=False)
+            say(f"  {p['pod']} (container {p['container']}) holds {p['resource']}:")
             for device in p["devices"]:
-                console.print(f"    {device}", highlight=False)
+                say(f"    {device}")
     elif step.key == "xid":
-        console.print(f"  XID {d['xid']}: {d['meaning']} (recommended action: {d['action']})", highlight=False)
-        console.print(_resources(d))
-        verdict = "[green]within the same second[/]" if d["within_same_second"] else "[red]slower than a second[/]"
-        console.print(
-            f"  allocatable dropped [bold]{d['propagation_ms']:.2f} ms[/] after the XID: {verdict}", highlight=False
+        say(f"  XID {d['xid']}: {d['meaning']} (recommended action: {d['action']})")
+        show(_resources(d))
+        verdict = ("within the same second", "green") if d["within_same_second"] else ("slower than a second", "red")
+        say(
+            Text.assemble(
+                "  allocatable dropped ", (f"{d['propagation_ms']:.2f} ms", "bold"), " after the XID: ", verdict
+            )
         )
-        console.print(f"  pod on the failed GPU: [yellow]{d['pod_on_failed_gpu']}[/] (remediation would evict it)")
+        say(
+            Text.assemble(
+                "  pod on the failed GPU: ", (d["pod_on_failed_gpu"], "yellow"), " (remediation would evict it)"
+            )
+        )
     elif step.key == "stop":
-        console.print(f"  whole demo: {d['total_ms'] / 1000:.2f} s")
-    console.print()
+        say(f"  whole demo: {d['total_ms'] / 1000:.2f} s")
+    say("")
 
 
 def demo(
@@ -78,14 +85,14 @@ def demo(
     if dra:
         dra_demo(preset, output)
         return
-    people = output is OutputFormat.table
+    people = output.for_people
     if people:
-        console.print(Panel.fit("gpuchain demo: GPUs -> device plugin -> kubelet -> pod", style="bold"))
+        say(Text("gpuchain demo: GPUs -> device plugin -> kubelet -> pod (simulated)", style="bold"))
     try:
         steps = asyncio.run(run_demo(_render if people else (lambda s: None), preset=preset, quiet_seconds=quiet))
     except (TimeoutError, OSError, ValueError) as exc:
         fail(f"demo failed: {exc or type(exc).__name__}", code=1)
-    emit_data(steps, output)
+    emit_data(records(steps), output)
 
 
 def register(app: typer.Typer) -> None:

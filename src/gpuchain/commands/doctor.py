@@ -167,7 +167,7 @@ def findings_view(report: Report) -> RenderableType:
         parts.append(
             Panel(
                 body,
-                title=f"[{SEVERITY_STYLE[f.severity]}]{tag}[/] {group.id}{where}",
+                title=Text.assemble((tag, SEVERITY_STYLE[f.severity]), f" {group.id}{where}"),
                 title_align="left",
                 border_style=SEVERITY_STYLE[f.severity],
             )

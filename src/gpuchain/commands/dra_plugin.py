@@ -195,9 +195,9 @@ def dra_demo(
     Plugin and kubelet peer talk gRPC over unix sockets in a temporary directory; no GPU or
     cluster is needed. -o json prints the transcript (including the ResourceSlice and CDI spec).
     """
-    people = output is OutputFormat.table
+    people = output.for_people
     if people:
-        console.print(Panel.fit("gpuchain DRA demo: GPUs -> ResourceSlice -> claim -> CDI", style="bold"))
+        console.print(Panel.fit("gpuchain DRA demo: GPUs -> ResourceSlice -> claim -> CDI (simulated)", style="bold"))
     try:
         transcript = asyncio.run(run_dra_demo(preset, console if people else None))
     except BACKEND_ERRORS as exc:

@@ -14,19 +14,22 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._output import OutputFormat, emit, fail, output_option, records
 from gpuchain.gpu.model import Inventory
 
 
-def _tables(inv: Inventory) -> Group:
+def _tables(inv: Inventory, wide: bool = False) -> Group:
+    """GPUs, MIG devices, topology; ``wide`` adds the device node minor and the PCI device id."""
     gpus = Table(title=f"Driver {inv.driver.version}, CUDA {inv.driver.cuda_version}", title_justify="left")
-    for col in ("GPU", "UUID", "Name", "Memory MiB", "CC", "NUMA", "PCI bus", "MIG"):
+    extra = ("Minor", "PCI device id") if wide else ()
+    for col in ("GPU", "UUID", "Name", "Memory MiB", "CC", "NUMA", "PCI bus", "MIG", *extra):
         gpus.add_column(col)
     for g in inv.gpus:
         mig = "enabled" if g.mig_enabled else ("disabled" if g.mig_capable else "n/a")
         numa = "-" if g.numa_node is None else str(g.numa_node)
         cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
-        gpus.add_row(str(g.index), g.uuid, g.name, str(g.memory_mib), cc, numa, g.pci_bus_id, mig)
+        more = (str(g.minor_number), f"0x{g.pci_device_id:08X}") if wide else ()
+        gpus.add_row(str(g.index), g.uuid, g.name, str(g.memory_mib), cc, numa, g.pci_bus_id, mig, *more)
     parts: list[Table] = [gpus]
     if inv.mig_devices:
         migs = Table(title="MIG devices", title_justify="left")
@@ -71,7 +74,7 @@ def gpus(
             b.close()
     except BACKEND_ERRORS as exc:
         fail(str(exc))
-    emit(inv, output, lambda: _tables(inv))
+    emit(records(inv), output, lambda: _tables(inv, wide=output is OutputFormat.wide))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra import cdi
@@ -80,6 +81,11 @@ def _pick(resource_slice: Obj) -> tuple[str, str, list[str]]:
     return "one-mig-slice", f"device.attributes['{DRIVER}'].type == 'mig'", one
 
 
+def _step(text: str) -> Text:
+    """One step of the transcript: ``> text``, plain data never read as markup."""
+    return Text.assemble((">", "bold cyan"), " ", text)
+
+
 async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = None) -> dict[str, Any]:
     """Run the scenario on a simulated ``preset`` node; print to ``console`` when given."""
     out = console or Console(quiet=True)
@@ -94,13 +100,17 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
     peer = DraPeer(root / "plugins_registry")
     try:
         inv = sim.inventory()
-        out.rule(f"[bold]gpuchain DRA demo[/]: node {node}, {len(inv.gpus)} GPUs, driver {inv.driver.version}")
+        out.print(
+            Text.assemble(
+                ("gpuchain DRA demo", "bold"), f": node {node}, {len(inv.gpus)} GPUs, driver {inv.driver.version}"
+            )
+        )
 
         published = driver.publish()
         live = cluster.get(RESOURCE_SLICE, slice_name(node))
         transcript["publish"] = {"generation": published.generation, "devices": list(published.devices)}
         transcript["resourceSlice"] = live
-        out.print(f"[bold cyan]>[/] published {len(published.devices)} devices for driver {DRIVER}")
+        out.print(_step(f"published {len(published.devices)} devices for driver {DRIVER}"))
         out.print(_device_table(live))
 
         await server.start()
@@ -113,9 +123,10 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
             "registered": state.registered,
         }
         out.print(
-            f"[bold cyan]>[/] kubelet plugin watcher found {server.registration_socket.name}: "
-            f"type DRAPlugin, speaking {plugin.service} on {plugin.endpoint}",
-            highlight=False,
+            _step(
+                f"kubelet plugin watcher found {server.registration_socket.name}: "
+                f"type DRAPlugin, speaking {plugin.service} on {plugin.endpoint}"
+            )
         )
 
         template, cel, chosen = _pick(live)
@@ -126,10 +137,7 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
         )
         ref = DraClaim("default", created["metadata"]["uid"], "demo-claim")
         transcript["claim"] = {"name": ref.name, "uid": ref.uid, "like": template, "allocated": chosen}
-        out.print(
-            f"[bold cyan]>[/] scheduler allocated {', '.join(chosen)} to claim default/demo-claim ({template})",
-            highlight=False,
-        )
+        out.print(_step(f"scheduler allocated {', '.join(chosen)} to claim default/demo-claim ({template})"))
 
         result = (await peer.prepare(DRIVER, [ref]))[ref.uid]
         again = (await peer.prepare(DRIVER, [ref]))[ref.uid]
@@ -142,12 +150,14 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
             "cdiSpec": spec,
         }
         out.print(
-            "[bold cyan]>[/] NodePrepareResources (twice, same answer: "
-            f"{'yes' if again == result else 'NO'}); CDI spec {spec_file.name}:"
+            _step(
+                "NodePrepareResources (twice, same answer: "
+                f"{'yes' if again == result else 'NO'}); CDI spec {spec_file.name}:"
+            )
         )
         for d in result.devices:
-            out.print(f"  {d.device} -> [bold]{', '.join(d.cdi_ids)}[/]", highlight=False)
-        out.print(f"  env {spec['containerEdits']['env'][0]}", highlight=False)
+            out.print(Text.assemble(f"  {d.device} -> ", (", ".join(d.cdi_ids), "bold")))
+        out.print(Text(f"  env {spec['containerEdits']['env'][0]}"))
 
         victim = next(n for n in published.devices if n not in chosen)
         uuid = str(next(attribute(d, "uuid") for d in live["spec"]["devices"] if d["name"] == victim))
@@ -163,9 +173,10 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
             "withdrawn": victim not in after.devices,
         }
         out.print(
-            f"[bold cyan]>[/] XID {DEMO_XID} ({describe(DEMO_XID).meaning}) on {victim}: withdrawn, pool "
-            f"generation {published.generation} -> [bold]{after.generation}[/], {len(after.devices)} devices left",
-            highlight=False,
+            _step(
+                f"XID {DEMO_XID} ({describe(DEMO_XID).meaning}) on {victim}: withdrawn, pool "
+                f"generation {published.generation} -> {after.generation}, {len(after.devices)} devices left"
+            )
         )
 
         first = await peer.unprepare(DRIVER, [ref])
@@ -175,9 +186,11 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
             "cdiSpecRemoved": not spec_file.exists(),
         }
         out.print(
-            f"[bold cyan]>[/] NodeUnprepareResources twice: "
-            f"{'ok' if not (first[ref.uid] or second[ref.uid]) else 'errors'}, CDI spec removed: "
-            f"{'yes' if not spec_file.exists() else 'NO'}"
+            _step(
+                "NodeUnprepareResources twice: "
+                f"{'ok' if not (first[ref.uid] or second[ref.uid]) else 'errors'}, CDI spec removed: "
+                f"{'yes' if not spec_file.exists() else 'NO'}"
+            )
         )
         return transcript
     finally:

@@ -1,0 +1,230 @@
+"""Output people can read and pipe: full ids, no markup or emoji, one-line errors and log lines.
+
+Run through the real entry point (``python -m gpuchain``) where the reader matters: a pipe is
+what ``| grep`` and a pod's log see. The bus id ``00000000:AB:00.0`` is GPU 5 of the
+``h100-80gb-x8-mig-mixed`` preset; real HGX H100 boards use ``AB`` in their bus ids, and rich
+used to print ``:AB:`` as an emoji.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from rich.table import Table
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.commands._output import (
+    JsonLogFormatter,
+    TextLogFormatter,
+    _console,
+    camel,
+    plain,
+    records,
+    to_yaml,
+    to_yaml_all,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def gpuchain(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuchain", *args], capture_output=True, text=True, timeout=120, env=full, check=False
+    )
+
+
+def test_bus_id_with_ab_is_printed_exactly_in_a_pipe() -> None:
+    result = gpuchain("gpus", "--preset", "h100-80gb-x8-mig-mixed")
+    assert result.returncode == 0, result.stderr
+    assert "00000000:AB:00.0" in result.stdout
+    assert "\N{NEGATIVE SQUARED AB}" not in result.stdout
+
+
+def test_bus_id_with_ab_is_printed_exactly_on_a_terminal() -> None:
+    result = gpuchain("gpus", "--preset", "h100-80gb-x8-mig-mixed", env={"TTY_COMPATIBLE": "1", "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    shown = ANSI.sub("", result.stdout)
+    assert "\x1b[" in result.stdout, "a terminal gets colour"
+    assert "00000000:AB:00.0" in shown and "\N{NEGATIVE SQUARED AB}" not in shown
+
+
+def test_piped_table_has_every_full_uuid_one_row_per_gpu_and_no_boxes() -> None:
+    data = json.loads(gpuchain("gpus", "--preset", "h100-80gb-x8-mig-mixed", "-o", "json").stdout)
+    table = gpuchain("gpus", "--preset", "h100-80gb-x8-mig-mixed").stdout
+    uuids = [g["uuid"] for g in data["gpus"]] + [m["uuid"] for g in data["gpus"] for m in g["migDevices"]]
+    assert len(uuids) > 8
+    for uuid in uuids:
+        rows = [line for line in table.splitlines() if uuid in line]
+        assert len(rows) == 1, (uuid, table)
+    assert not set("│┃━─┏└") & set(table)
+    assert all(line == line.rstrip() for line in table.splitlines())
+    header = next(line for line in table.splitlines() if line.startswith("GPU "))
+    assert header.split() == ["GPU", "UUID", "Name", "Memory", "MiB", "CC", "NUMA", "PCI", "bus", "MIG"]
+
+
+def test_terminal_at_80_columns_wraps_ids_instead_of_cutting_them() -> None:
+    result = gpuchain("gpus", env={"TTY_COMPATIBLE": "1", "COLUMNS": "80"})
+    shown = ANSI.sub("", result.stdout)
+    assert "…" not in shown
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    cells: list[str] = []
+    for line in shown.splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) < 3 or not parts[2]:
+            continue
+        if parts[1] or not cells:  # the GPU index column starts a new row
+            cells.append("")
+        cells[-1] += parts[2]
+    uuids = [g["uuid"] for g in json.loads(gpuchain("gpus", "-o", "json").stdout)["gpus"]]
+    assert cells[: len(uuids)] == uuids
+
+
+def test_wide_adds_columns_and_never_cuts_on_a_terminal() -> None:
+    result = gpuchain("gpus", "-o", "wide", env={"TTY_COMPATIBLE": "1", "COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    shown = ANSI.sub("", result.stdout)
+    assert "PCI device id" in shown and "0x233010DE" in shown
+    assert any(len(line) > 80 for line in shown.splitlines())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["gpus", "--bogus"], ["gpus", "-o", "xml"], ["gpus", "--backend", "nvml", "--preset", "l4-x2"], ["nosuchcommand"]],
+)
+def test_usage_error_is_one_line_and_exit_2(args: list[str]) -> None:
+    result = gpuchain(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and "--help" in lines[0]
+    assert result.stdout == ""
+
+
+def test_help_shows_flags_without_a_value_type() -> None:
+    result = CliRunner().invoke(app, ["verify", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "<bool>" not in result.output
+    assert "--test-pod" in result.output and "--no-test-pod" in result.output
+
+
+def test_data_is_never_read_as_markup_or_emoji() -> None:
+    out = io.StringIO()
+    con = _console()
+    con.file = out
+    table = Table("evidence")
+    table.add_row("[ERROR] nvidia-smi [bold]failed[/] on 00000000:AB:00.0 :smile:")
+    con.print(table)
+    con.print("[red]log line[/] :AB:")
+    text = out.getvalue()
+    assert "[ERROR] nvidia-smi [bold]failed[/] on 00000000:AB:00.0 :smile:" in text
+    assert "[red]log line[/] :AB:" in text
+
+
+def test_piped_text_is_never_wrapped() -> None:
+    out = io.StringIO()
+    con = _console()
+    con.file = out
+    con.print("x" * 500)
+    assert out.getvalue() == "x" * 500 + "\n"
+
+
+def test_json_keys_are_camel_case_field_names_and_data_keys_stay() -> None:
+    @dataclasses.dataclass
+    class Row:
+        pci_bus_id: str
+        labels: dict[str, str]
+
+    assert camel("pci_bus_id") == "pciBusId" and camel("NVIDIA_VISIBLE_DEVICES") == "NVIDIA_VISIBLE_DEVICES"
+    assert camel("nvidia.com/gpu.product") == "nvidia.com/gpu.product" and camel("uuid") == "uuid"
+    row = Row("00000000:AB:00.0", {"nvidia.com/mig.config_state": "success", "my_label": "x"})
+    assert plain(row) == {
+        "pciBusId": "00000000:AB:00.0",
+        "labels": {"nvidia.com/mig.config_state": "success", "my_label": "x"},
+    }
+    assert records({"step_key": [{"gpu_index": 1, "env": {"CUDA_VISIBLE_DEVICES": "0"}}]}) == {
+        "stepKey": [{"gpuIndex": 1, "env": {"CUDA_VISIBLE_DEVICES": "0"}}]
+    }
+
+
+JSON_COMMANDS = [
+    ["gpus", "--preset", "h100-80gb-x8-mig-mixed"],
+    ["demo", "--quiet-seconds", "0"],
+    ["plan", "--gpu", "a100-40gb", "--model-memory", "3GiB", "--qps-per-instance", "60"],
+    ["plan", "fleet", "--failure-rate", "5%", "--gpus", "128"],
+    ["doctor", "--scenario", "friday-scale-out"],
+    ["verify", "--scenario", "healthy"],
+    ["remediator", "--scenario", "xid79"],
+    ["device-plugin", "--list"],
+    ["sim", "run", "healthy"],
+    ["mig", "apply", "-c", "all-1g.10gb", "--dry-run"],
+]
+
+
+def _keys(data: object, data_maps: frozenset[str]) -> set[str]:
+    """Every key that names a field (keys under known data maps such as labels are data)."""
+    found: set[str] = set()
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found.add(k)
+            if k not in data_maps:
+                found |= _keys(v, data_maps)
+    elif isinstance(data, list):
+        for v in data:
+            found |= _keys(v, data_maps)
+    return found
+
+
+@pytest.mark.parametrize("args", JSON_COMMANDS, ids=lambda a: " ".join(a))
+def test_every_command_speaks_camel_case_json(args: list[str]) -> None:
+    result = CliRunner().invoke(app, [*args, "-o", "json"])
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.stdout)
+    data_maps = frozenset({"labels", "annotations", "capacity", "allocatable", "env", "objects", "apiCalls", "data"})
+    snake = sorted(k for k in _keys(data, data_maps) if re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)+", k))
+    assert not snake, snake
+
+
+def test_yaml_has_no_aliases() -> None:
+    shared = {"key": "nvidia.com/gpu", "operator": "Exists"}
+    text = to_yaml({"a": [shared], "b": [shared]})
+    assert "&id" not in text and "*id" not in text
+    assert yaml.safe_load(text) == {"a": [shared], "b": [shared]}
+    docs = to_yaml_all([{"spec": shared}, {"spec": shared}])
+    assert "*id" not in docs and len(list(yaml.safe_load_all(docs))) == 2
+
+
+def _record(msg: str, exc: bool = False) -> logging.LogRecord:
+    info = None
+    if exc:
+        try:
+            raise RuntimeError("socket gone\nsecond line")
+        except RuntimeError:
+            info = sys.exc_info()
+    return logging.LogRecord("gpuchain.deviceplugin", logging.ERROR, __file__, 1, msg, None, info)
+
+
+def test_text_log_line_is_one_line_even_with_a_traceback() -> None:
+    line = TextLogFormatter().format(_record("ListAndWatch failed\nfor nvidia.com/gpu", exc=True))
+    assert "\n" not in line
+    assert "ERROR gpuchain.deviceplugin: ListAndWatch failed | for nvidia.com/gpu" in line
+    assert "RuntimeError: socket gone | second line" in line
+
+
+def test_json_log_line_is_one_object() -> None:
+    line = JsonLogFormatter().format(_record("ListAndWatch failed", exc=True))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert (entry["level"], entry["logger"], entry["msg"]) == ("error", "gpuchain.deviceplugin", "ListAndWatch failed")
+    assert "RuntimeError: socket gone" in entry["error"] and entry["ts"].endswith("Z")
