@@ -332,11 +332,21 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _ServiceHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stderr handler :func:`configure_logging` installs (and replaces when called again)."""
+
+
 def configure_logging(level: int = logging.INFO, fmt: LogFormat = LogFormat.text) -> None:
-    """Route every log record to stderr, one line per message, as ``fmt``; replaces earlier handlers."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter() if fmt is LogFormat.json else TextLogFormatter())
+    """Route every log record to stderr, one line per message, as ``fmt``.
+
+    Like :func:`logging.basicConfig`, it leaves a root logger that someone else set up (a test's
+    log capture, an embedding program) alone; a handler an earlier call installed is replaced.
+    """
     root = logging.getLogger()
+    if any(not isinstance(h, _ServiceHandler) for h in root.handlers):
+        return
+    handler = _ServiceHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if fmt is LogFormat.json else TextLogFormatter())
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)

@@ -20,7 +20,15 @@ from gpuchain.commands._backend import (
     topology_option,
 )
 from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    emit,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.common.supervise import spawn
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
@@ -190,6 +198,7 @@ def device_plugin(
         False, "--list", help="Print the resources this config announces on this node and exit (serves nothing)."
     ),
     output: OutputFormat = output_option(),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve nvidia.com/gpu (and MIG / shared resources) to the kubelet.
 
@@ -201,7 +210,7 @@ def device_plugin(
     DEVICE_LIST_STRATEGY, PASS_DEVICE_SPECS, DP_DISABLE_HEALTHCHECKS, ...).
     """
     level = logging.WARNING if list_only else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, log_format)
     if config and config_dir:
         fail("give --config-file or --config-dir, not both")
     source = ConfigSource(
@@ -251,7 +260,7 @@ def device_plugin(
         fail(f"cannot serve in {socket_dir}: {exc}", code=1)
     finally:
         b.close()
-    err_console.print("device plugin stopped", style="dim")
+    log.info("device plugin stopped")
 
 
 def register(app: typer.Typer) -> None:

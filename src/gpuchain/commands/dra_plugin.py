@@ -22,7 +22,17 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import OutputFormat, console, emit_data, err_console, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    console,
+    emit_data,
+    err_console,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import Critical
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
@@ -133,6 +143,7 @@ def dra_plugin(
         help="Where the driver's /dev lives (/ for a host driver, the driver container's root otherwise); "
         "optional control devices such as /dev/nvidia-modeset are looked up there.",
     ),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
 
@@ -140,7 +151,7 @@ def dra_plugin(
     claims as CDI specs and withdraws devices on XIDs (DP_DISABLE_HEALTHCHECKS /
     DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.INFO, log_format)
     try:
         positive_seconds("--resync-seconds", resync)
     except ValueError as exc:

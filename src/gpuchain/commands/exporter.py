@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -16,12 +17,14 @@ from gpuchain.commands._backend import (
     topology_option,
 )
 from gpuchain.commands._cluster import mark, node_backend_option, resolve_backend
-from gpuchain.commands._output import err_console, fail
+from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
+
+log = logging.getLogger("gpuchain.exporter")
 
 
 def exporter(
@@ -43,6 +46,7 @@ def exporter(
     hostname: str | None = typer.Option(
         None, "--hostname", help="Value of the Hostname label (default $NODE_NAME, else this host's name)."
     ),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve DCGM-compatible GPU metrics with pod attribution on :9400/metrics.
 
@@ -58,8 +62,6 @@ def exporter(
         counter_set = load_collectors(collectors)
     except CollectorsFileError as exc:
         fail(str(exc))
-    for name in counter_set.skipped:
-        err_console.print(f"note: {counter_set.source}: {name} is not available without DCGM; skipped")
     socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
     pods = PodResourcesClient(socket_path, timeout=call_timeout) if socket_path else None
     gpus = backend_or_fail(resolve_backend(backend).kind, preset, topology)
@@ -75,11 +77,14 @@ def exporter(
         server = MetricsServer(collector, address, port)
     except OSError as exc:
         fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
+    configure_logging(logging.INFO, log_format)
     collector.start()
     where = f"http://{address}:{server.server_port}"
     attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
+    for name in counter_set.skipped:
+        log.info("%s: %s is not available without DCGM; skipped", counter_set.source, name)
     line = f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}"
-    err_console.print(mark(line, resolve_backend(backend)))
+    log.info(mark(line, resolve_backend(backend)))
     try:
         server.serve_forever(stop_signals=True)
         sys.stderr.write("stopping\n")

@@ -27,7 +27,15 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    emit,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import (
     GFD_ENV_FLAGS,
@@ -162,6 +170,7 @@ def gfd(
         None, "--machine-type-file", help="File with the machine's product name (default: flags.gfd.machineTypeFile)."
     ),
     output: OutputFormat = output_option(),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Compute NVIDIA GFD-compatible labels and write them as an NFD feature file or onto the Node.
 
@@ -217,14 +226,14 @@ def gfd(
             if target != "-":
                 emit(labels, output, lambda: _table(labels, choice))
             return
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        configure_logging(logging.INFO, log_format)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         every = (
             "once, then waiting (sleepInterval infinite)"
             if interval is None
             else f"every {format_go_duration(interval_ns)}"
         )
-        err_console.print(mark(f"labelling {every}; Ctrl-C to stop", choice))
+        log.info(mark(f"labelling {every}; Ctrl-C to stop", choice))
         if watch is not None:
             log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
             follow_config_label(discovery, watch, lambda value: _config(source, value, mig_strategy), label, rv)

@@ -30,7 +30,15 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    emit,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.commands.mig import mig_config
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube import KubeError
@@ -63,6 +71,7 @@ def mig_manager(
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     output: OutputFormat = output_option(),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Watch this node's `nvidia.com/mig.config` label and apply that MIG layout.
 
@@ -101,7 +110,7 @@ def mig_manager(
             line = mark(f"{node}: {m.phase} {m.config or '-'} {m.outcome or ''} {m.message}".rstrip(), choice)
             emit(data, output, lambda: Text(line))
             return
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        configure_logging(logging.INFO, log_format)
         if choice.simulated:
             logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
         with contextlib.suppress(KeyboardInterrupt):

@@ -17,7 +17,17 @@ from rich.console import Group
 from rich.table import Table
 
 from gpuchain.commands._cluster import open_cluster
-from gpuchain.commands._output import OutputFormat, emit, emit_data, err_console, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    emit,
+    emit_data,
+    err_console,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
 from gpuchain.kube import CLUSTER_POLICY, KubeError
 from gpuchain.operator.crd import crd
@@ -67,13 +77,14 @@ def run_cmd(
     server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
     min_interval: float = typer.Option(2.0, "--min-interval", help="Least seconds between two reconciles."),
     resync: float = typer.Option(60.0, "--resync", help="Reconcile at least this often (seconds)."),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Watch ClusterPolicies, nodes and operands; reconcile until interrupted."""
     # No --kubeconfig here: kopf logs in on its own (in-cluster or the default kubeconfig), so both
     # clients must find the same configuration.
     _namespace(namespace)
     cluster = open_cluster(server=server, hint="the operator normally runs in-cluster")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.INFO, log_format)
     config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
     asyncio.run(run(cluster, config))
 

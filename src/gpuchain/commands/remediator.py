@@ -34,7 +34,15 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.commands._output import (
+    LogFormat,
+    OutputFormat,
+    configure_logging,
+    emit,
+    fail,
+    log_format_option,
+    output_option,
+)
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import load_config
 from gpuchain.discovery.service import parse_interval
@@ -125,6 +133,7 @@ def remediator(
         "(clusters older than 1.30, where the policy cannot exist).",
     ),
     output: OutputFormat = output_option(),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Move workloads off failed GPUs: evict the pods on them (PDBs respected), taint the node.
 
@@ -159,8 +168,10 @@ def remediator(
             fail(str(exc), code=1)
         emit(report, output, lambda: _report_table(report))
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    err_console.print(f"remediating every {interval_s:g}s{' (dry run)' if dry_run else ''}; Ctrl-C to stop")
+    configure_logging(logging.INFO, log_format)
+    logging.getLogger("gpuchain.remediator").info(
+        "remediating every %gs%s; Ctrl-C to stop", interval_s, " (dry run)" if dry_run else ""
+    )
     _run_until_signal(lambda stop: controller.run(interval_s, stop))
 
 
@@ -234,6 +245,7 @@ def gpu_health(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
     ),
     output: OutputFormat = output_option(),
+    log_format: LogFormat = log_format_option(),
 ) -> None:
     """Publish this node's GPU health for the remediator: condition GPUHealthy, Events, GPU/pod annotations.
 
@@ -282,8 +294,10 @@ def gpu_health(
             }
             emit(data, output, lambda: _publish_table(result, choice))
             return
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        err_console.print(mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice))
+        configure_logging(logging.INFO, log_format)
+        logging.getLogger("gpuchain.gpu-health").info(
+            mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice)
+        )
         loops: list[Callable[[asyncio.Event], Awaitable[None]]] = [lambda stop: publisher.run(stop, resync_s)]
         if repair:
             from gpuchain.gpu.nvml import NvmlBackend

@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
 from gpuchain.commands._cluster import (
@@ -81,7 +82,8 @@ def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
 
     def table() -> Table:
         t = Table(show_header=False, box=None)
-        t.add_row(f"[bold]{result.link}[/]", "[green]ok[/]" if result.ok else "[red]failed[/]", result.message)
+        verdict = Text("ok", style="green") if result.ok else Text("failed", style="red")
+        t.add_row(Text(result.link, style="bold"), verdict, result.message)
         if result.ok:
             t.add_row("", "ready file", data["readyFile"])
         return t

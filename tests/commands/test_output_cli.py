@@ -228,3 +228,32 @@ def test_json_log_line_is_one_object() -> None:
     entry = json.loads(line)
     assert (entry["level"], entry["logger"], entry["msg"]) == ("error", "gpuchain.deviceplugin", "ListAndWatch failed")
     assert "RuntimeError: socket gone" in entry["error"] and entry["ts"].endswith("Z")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_service_log_lines_are_one_per_message(fmt: str) -> None:
+    """The exporter as a pod runs it: its first log line, read from stderr, is one line (one JSON object)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["COLUMNS"] = "40"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuchain", "exporter", "--port", "0", "--address", "127.0.0.1", "--log-format", fmt],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if fmt == "json":
+        entry = json.loads(line)
+        assert entry["logger"] == "gpuchain.exporter" and entry["level"] == "info"
+        message = entry["msg"]
+    else:
+        assert " INFO gpuchain.exporter: serving http://127.0.0.1:" in line
+        message = line.rstrip()
+    assert message.startswith("serving http://127.0.0.1:") or " serving " in message
+    assert message.endswith("(simulated)"), message
