@@ -257,3 +257,12 @@ def test_service_log_lines_are_one_per_message(fmt: str) -> None:
         message = line.rstrip()
     assert message.startswith("serving http://127.0.0.1:") or " serving " in message
     assert message.endswith("(simulated)"), message
+
+
+def test_operator_render_yaml_has_no_aliases() -> None:
+    """Operands share one tolerations list; PyYAML used to write it once as ``&id001`` and then ``*id001``."""
+    result = CliRunner().invoke(app, ["operator", "render"])
+    assert result.exit_code == 0, result.output
+    assert "&id0" not in result.stdout and "*id0" not in result.stdout
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert len(docs) > 5 and all("kind" in d for d in docs)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 from rich.console import Group
 from rich.table import Table
 
@@ -27,6 +26,8 @@ from gpuchain.commands._output import (
     fail,
     log_format_option,
     output_option,
+    to_yaml,
+    to_yaml_all,
 )
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
 from gpuchain.kube import CLUSTER_POLICY, KubeError
@@ -68,7 +69,7 @@ def _manifest_dump(objs: list[dict[str, Any]], fmt: ManifestFormat) -> None:
     if fmt is ManifestFormat.json:
         sys.stdout.write(json.dumps(objs, indent=2) + "\n")
     else:
-        sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
+        sys.stdout.write(to_yaml_all(objs))
 
 
 @operator_app.command("run")
@@ -203,10 +204,10 @@ def import_cmd(
             f"{policy_file or 'clusterpolicies.nvidia.com'}: {exc.problems[0]}"
             + (f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else "")
         )
-    text = yaml.safe_dump(result.policy, sort_keys=False)
+    text = to_yaml(result.policy)
     if write is not None:
         atomic_write(write, text)
-    if output is OutputFormat.table:
+    if output.for_people:
         if write is None:
             sys.stdout.write(text)
         err_console.print(_import_table(result))
