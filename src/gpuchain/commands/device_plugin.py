@@ -19,7 +19,15 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
-from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
+from gpuchain.commands._cluster import (
+    SIMULATED,
+    BackendChoice,
+    mark,
+    node_backend_option,
+    open_cluster,
+    refuse_implicit_sim,
+    resolve_backend,
+)
 from gpuchain.commands._output import (
     LogFormat,
     OutputFormat,
@@ -114,8 +122,8 @@ def _summary(res: Resource) -> dict[str, object]:
     }
 
 
-def _table(resources: list[Resource]) -> Table:
-    table = Table(title="Resources this node announces", title_justify="left")
+def _table(resources: list[Resource], choice: BackendChoice) -> Table:
+    table = Table(title=mark("Resources this node announces", choice), title_justify="left")
     table.add_column("Resource", no_wrap=True)
     for col in ("Devices", "Physical", "Sharing", "Replicas"):
         table.add_column(col)
@@ -238,7 +246,7 @@ def device_plugin(
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         if cfg.flags.fail_on_init_error:
-            fail(f"{exc} (set failOnInitError: false to keep running without GPUs)", code=1)
+            fail(f"{exc} (set failOnInitError: false to keep running without GPUs)")
         log.error("no GPUs (%s); failOnInitError is false: serving nothing until stopped", exc)
         asyncio.run(_idle())
         return
@@ -250,7 +258,8 @@ def device_plugin(
             fail(str(exc))
         finally:
             b.close()
-        emit([_summary(r) for r in resources], output, lambda: _table(resources))
+        rows = [{**_summary(r), SIMULATED: choice.simulated} for r in resources]
+        emit(rows, output, lambda: _table(resources, choice))
         return
     try:
         asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv))

@@ -23,8 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._backend import BackendKind, open_backend
-from gpuchain.commands._cluster import open_cluster
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.commands._cluster import SIMULATED, open_cluster
+from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option, plain
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
 from gpuchain.doctor.local import ask, local_chain
@@ -202,13 +202,16 @@ def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
     chain = local_chain(answer)
     report = Report([chain], list(chain.findings), 1, seconds=0.0)
 
+    simulated = backend is BackendKind.sim
+
     def view() -> RenderableType:
-        head = Text.from_markup(f"[bold]gpuchain doctor --local[/]: node {answer.node}, kernel {answer.kernel}")
-        lines = [head, Text(chain.links[0].summary)]
+        where = f"node {answer.node}, kernel {answer.kernel}" + (f" ({SIMULATED} GPUs)" if simulated else "")
+        head = Text.assemble(("gpuchain doctor --local", "bold"), f": {where}")
+        lines = [head, Text(chain.links[0].summary + (f" ({SIMULATED})" if simulated else ""))]
         lines += [Text(f"  {g}") for g in answer.gpus]
         return Group(*lines, findings_view(report))
 
-    emit(report, output, view)
+    emit({**plain(report), SIMULATED: simulated}, output, view)
     raise typer.Exit(1 if report.broken else 0)
 
 

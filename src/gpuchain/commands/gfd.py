@@ -20,6 +20,7 @@ from gpuchain.commands._backend import (
     topology_option,
 )
 from gpuchain.commands._cluster import (
+    SIMULATED,
     BackendChoice,
     mark,
     node_backend_option,
@@ -208,7 +209,8 @@ def gfd(
     machine = read_machine_type(machine_type_file or gfd_flags.machine_type_file)
     sinks: list[Sink] = []
     if target == "-":
-        sinks.append(lambda labels: sys.stdout.write(render_feature_file(labels)))
+        head = f"# {SIMULATED} GPUs: these labels describe no real hardware\n" if choice.simulated else ""
+        sinks.append(lambda labels: sys.stdout.write(head + render_feature_file(labels)))
     elif target:
         sinks.append(lambda labels: write_feature_file(target, labels))
     if node:

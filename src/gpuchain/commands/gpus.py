@@ -14,13 +14,15 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
+from gpuchain.commands._cluster import SIMULATED
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option, records
 from gpuchain.gpu.model import Inventory
 
 
-def _tables(inv: Inventory, wide: bool = False) -> Group:
+def _tables(inv: Inventory, simulated: bool, wide: bool = False) -> Group:
     """GPUs, MIG devices, topology; ``wide`` adds the device node minor and the PCI device id."""
-    gpus = Table(title=f"Driver {inv.driver.version}, CUDA {inv.driver.cuda_version}", title_justify="left")
+    title = f"Driver {inv.driver.version}, CUDA {inv.driver.cuda_version}" + (f" ({SIMULATED})" if simulated else "")
+    gpus = Table(title=title, title_justify="left")
     extra = ("Minor", "PCI device id") if wide else ()
     for col in ("GPU", "UUID", "Name", "Memory MiB", "CC", "NUMA", "PCI bus", "MIG", *extra):
         gpus.add_column(col)
@@ -74,7 +76,9 @@ def gpus(
             b.close()
     except BACKEND_ERRORS as exc:
         fail(str(exc))
-    emit(records(inv), output, lambda: _tables(inv, wide=output is OutputFormat.wide))
+    simulated = backend is BackendKind.sim
+    data = {**records(inv), SIMULATED: simulated}
+    emit(data, output, lambda: _tables(inv, simulated, wide=output is OutputFormat.wide))
 
 
 def register(app: typer.Typer) -> None:
