@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
+from gpuchain.operator.drivertag import driver_image
 from gpuchain.operator.policy import ClusterPolicySpec, EnvVar, ImageSpec
 
 NFD_GPU_LABELS = (
@@ -146,6 +147,7 @@ class Facts:
     policy_name: str
     policy_uid: str = ""
     runtime: str = "containerd"  #: the GPU nodes' container runtime (NVIDIA's default when none reports one)
+    driver_os: str = ""  #: GPU nodes' OS tag (``ubuntu22.04``) for NVIDIA's driver image tag, see drivertag
 
 
 def image_of(policy: ClusterPolicySpec, operand: Operand) -> ImageSpec:
@@ -483,6 +485,8 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         pod_spec["runtimeClassName"] = policy.operator.runtime_class
     if operand is DRIVER:
         pod_spec["hostPID"] = True
+        d = policy.driver
+        pod_spec["containers"][0]["image"] = driver_image(d.repository, d.image, d.version, facts.driver_os)
     # The driver restarts only when the upgrade state machine deletes its pod, node by node.
     strategy: dict[str, Any] = {"type": "OnDelete"} if operand is DRIVER else {"type": ds.update_strategy}
     if strategy["type"] == "RollingUpdate":

@@ -25,6 +25,7 @@ from gpuchain.kube import (
 )
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
+from gpuchain.operator.drivertag import driver_os
 from gpuchain.operator.manifests import manifest_problems
 from gpuchain.operator.migrate import (
     NVIDIA_CLUSTER_POLICY,
@@ -179,7 +180,9 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
 
     nodes = cluster.list(NODE)
     # NVIDIA's operator ignores the deprecated operator.defaultRuntime and asks the nodes; so does gpuchain.
-    facts = Facts(namespace, name, str(policy["metadata"].get("uid") or ""), runtime_of(nodes) or "containerd")
+    os_tag = driver_os((name_of(n), labels_of(n)) for n in nodes if is_gpu_node(labels_of(n)))
+    uid = str(policy["metadata"].get("uid") or "")
+    facts = Facts(namespace, name, uid, runtime_of(nodes) or "containerd", os_tag)
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
     # One list for the per-operand ServiceAccounts instead of a get each.
     live_sa = {
