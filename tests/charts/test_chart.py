@@ -26,9 +26,17 @@ def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     chart = helm.Chart.load(CHART)
     out = chart.render(values or {}, name="gpuchain", namespace="gpu-operator", is_install=True)
     docs: list[dict[str, Any]] = []
-    for text in out.values():
+    for path, text in out.items():
+        if path.endswith("NOTES.txt"):  # shown after install, not applied
+            continue
         docs += [d for d in yaml.safe_load_all(text) if d]
     return docs
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    """The text `helm install` prints after installing (templates/NOTES.txt)."""
+    out = helm.Chart.load(CHART).render(values or {}, name="gpuchain", namespace="gpu-operator", is_install=True)
+    return str(next(text for path, text in out.items() if path.endswith("NOTES.txt")))
 
 
 def chart_crd() -> dict[str, Any]:

@@ -6,16 +6,46 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The one gpuchain image: operator.repository/operator.image:operator.version (default appVersion),
+     or operator.repository/operator.image@sha256:... when the version is a digest. */}}
 {{- define "gpuchain.image" -}}
 {{- $version := .Values.operator.version | default .Chart.AppVersion -}}
+{{- if hasPrefix "sha256:" $version -}}
+{{ printf "%s/%s@%s" .Values.operator.repository .Values.operator.image $version }}
+{{- else -}}
 {{ printf "%s/%s:%s" .Values.operator.repository .Values.operator.image $version }}
 {{- end -}}
+{{- end -}}
 
-{{/* An operand block of the ClusterPolicy: the values as given, image version defaulting to appVersion. */}}
+{{/* Log format of every gpuchain container the chart runs (logFormat: text | json). */}}
+{{- define "gpuchain.logEnv" -}}
+- name: GPUCHAIN_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+{{- end -}}
+
+{{/* imagePullSecrets of the gpuchain pods, from operator.imagePullSecrets. */}}
+{{- define "gpuchain.pullSecrets" -}}
+{{- with .Values.operator.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A gpuchain operand block of the ClusterPolicy: the values as given; repository, image and
+     version default to the operator's (so one --set operator.repository/version moves them all). */}}
 {{- define "gpuchain.gpuchainOperand" -}}
 {{- $block := deepCopy .block -}}
+{{- $op := .root.Values.operator -}}
+{{- if not (hasKey $block "repository") -}}
+{{- $_ := set $block "repository" $op.repository -}}
+{{- end -}}
+{{- if not (hasKey $block "image") -}}
+{{- $_ := set $block "image" $op.image -}}
+{{- end -}}
 {{- if not (hasKey $block "version") -}}
-{{- $_ := set $block "version" .root.Chart.AppVersion -}}
+{{- $_ := set $block "version" ($op.version | default .root.Chart.AppVersion) -}}
 {{- end -}}
 {{- toYaml $block -}}
 {{- end -}}
