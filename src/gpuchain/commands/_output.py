@@ -137,7 +137,13 @@ def for_pipe(renderable: RenderableType) -> RenderableType:
         for column in renderable.columns:
             column.overflow = "ignore"
             column.no_wrap = True
-        return renderable
+        # A title or caption is laid out at the table's width and would wrap: print them as lines.
+        title, caption = renderable.title, renderable.caption
+        renderable.title = renderable.caption = None
+        lines = [t if isinstance(t, Text) else Text(str(t)) for t in (title, caption) if t]
+        if not lines:
+            return renderable
+        return Group(*lines[: 1 if title else 0], renderable, *lines[1 if title else 0 :])
     if isinstance(renderable, Panel):
         title = renderable.title
         body = for_pipe(renderable.renderable)
