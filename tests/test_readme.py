@@ -1,11 +1,20 @@
-"""The README stays true: its two opening commands, its XID table, its links and its command tour."""
+"""The README and docs stay true: the opening commands, the XID table, links, the tour run on the
+simulated default with its output checked, and every documented command line parsed as written."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+import typer.main
+import yaml
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -39,10 +48,162 @@ def test_local_links_exist() -> None:
         assert (ROOT / link).exists(), link
 
 
-TOUR = sorted({line.split()[1] for block in _blocks() for line in block.splitlines() if line.startswith("gpuchain ")})
+# ---- the tour: every command runs on the simulated default and says what the README says ----------
 
 
-@pytest.mark.parametrize("command", TOUR)
-def test_every_command_in_the_readme_exists(command: str) -> None:
-    result = CliRunner().invoke(app, [command, "--help"])
+def _commands(text: str) -> list[str]:
+    """The gpuchain command lines of the ```bash blocks in ``text``, comments removed."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith(("gpuchain ", "kubectl gpuchain ")):
+                lines.append(line.removeprefix("kubectl "))
+    return lines
+
+
+def _tour() -> list[str]:
+    section = README.split("## A tour", 1)[1].split("\n## ", 1)[0]
+    return _commands(section)
+
+
+#: What each tour command must print (stdout) and its exit code; a new tour line needs an entry.
+TOUR_OUTPUT: dict[str, tuple[int, list[str]]] = {
+    "gpuchain demo": (
+        0,
+        ["(simulated)", "falls off the bus (XID 79)", "allocatable dropped", "within the same second"],
+    ),
+    "gpuchain demo --dra": (0, ["published 8 devices for driver gpu.gpuchain.io", "NodePrepareResources", "withdrawn"]),
+    "gpuchain gpus --preset h100-80gb-x8-mig-mixed": (0, ["00000000:AB:00.0", "MIG devices", "Topology", "NV18"]),
+    "gpuchain doctor --scenario friday-scale-out": (1, ["ROOT CAUSE driver.kernel-mismatch", "6.8.0-51-generic"]),
+    "gpuchain sim list": (0, ["friday-scale-out", "driver.kernel-mismatch", "gpu-fell-off-bus"]),
+    "gpuchain verify --scenario healthy": (0, ["production checklist: scenario healthy (simulated)", "PASS"]),
+    "gpuchain plan --gpu a100-40gb --model-memory 3GiB --qps-per-instance 60": (
+        0,
+        ["Recommended: 7 x MIG 1g.5gb - 420 QPS per GPU", "time-slicing x10"],
+    ),
+    "gpuchain plan fleet --failure-rate 5% --gpus 128": (0, ["6.4 expected failures a year", "57 days"]),
+    "gpuchain mig apply -c all-1g.10gb --dry-run": (0, ["would apply (dry run) MIG layout 'all-1g.10gb'"]),
+    "gpuchain gfd --oneshot --output-file -": (
+        0,
+        ["# simulated GPUs", "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count=8"],
+    ),
+    "gpuchain remediator --scenario xid79": (0, ["evict", "ml/train-0", "XID 79", "taint"]),
+    "gpuchain operator render": (0, ["kind: DaemonSet", "name: nvidia-device-plugin-daemonset"]),
+}
+
+
+def test_every_tour_line_has_an_expected_output() -> None:
+    tour = _tour()
+    assert len(tour) >= 10
+    missing = [line for line in tour if line not in TOUR_OUTPUT and not line.startswith("gpuchain exporter")]
+    assert not missing, f"add what these print to TOUR_OUTPUT: {missing}"
+
+
+@pytest.mark.parametrize("line", [line for line in _tour() if not line.startswith("gpuchain exporter")])
+def test_tour_command_runs_and_prints_what_the_readme_says(line: str) -> None:
+    code, needles = TOUR_OUTPUT[line]
+    result = CliRunner().invoke(app, shlex.split(line)[1:], env={"COLUMNS": "200"})
+    assert result.exit_code == code, result.output
+    for needle in needles:
+        assert needle in result.stdout, (needle, result.stdout[-3000:])
+
+
+def test_tour_exporter_serves_dcgm_metrics() -> None:
+    """``gpuchain exporter --port 9400`` as a process; port 0 instead of 9400 so a busy port cannot fail it."""
+    (line,) = [line for line in _tour() if line.startswith("gpuchain exporter")]
+    args = [a if a != "9400" else "0" for a in shlex.split(line)[1:]]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuchain", *args, "--address", "127.0.0.1"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        url = re.search(r"serving (http://\S+)/metrics", first)
+        assert url and first.rstrip().endswith("(simulated)"), first
+        deadline = time.monotonic() + 60
+        body = ""
+        while "\nDCGM_FI_DEV_GPU_UTIL{" not in body and time.monotonic() < deadline:
+            time.sleep(0.5)  # the first collection runs in the background after the server is up
+            with urllib.request.urlopen(f"{url.group(1)}/metrics", timeout=10) as response:
+                body = response.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0"' in body
+    assert 'modelName="NVIDIA H100 80GB HBM3"' in body
+
+
+def test_topology_file_of_the_readme_works(tmp_path: Path) -> None:
+    """The GPU layer section's ``my-node.yaml``, written out, is what ``gpuchain gpus --topology`` reads."""
+    (text,) = [b for b in re.findall(r"```yaml\n(.*?)```", README, flags=re.S) if b.startswith("node: my-node")]
+    (tmp_path / "my-node.yaml").write_text(text)
+    line = next(c for c in _commands(README) if "--topology my-node.yaml" in c)
+    result = CliRunner().invoke(app, shlex.split(line.replace("my-node.yaml", str(tmp_path / "my-node.yaml")))[1:])
     assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (len(data["gpus"]), data["driver"]["version"], data["simulated"]) == (4, "570.86.15", True)
+    assert sum(len(g["migDevices"]) for g in data["gpus"]) == 4 * 7
+
+
+# ---- every gpuchain command line in the README and docs/ parses as written -------------------------
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Placeholders in synopsis lines and what stands for them when the line is parsed.
+PLACEHOLDERS = {"<link>": "driver", "$NODE_NAME": "gpu-1", '"$NODE_NAME"': "gpu-1"}
+
+
+def _argv(line: str) -> list[str]:
+    """The arguments of a documented command line: before a pipe or redirect, [optional] parts kept."""
+    line = re.split(r"\s[|>]\s", line)[0]
+    for placeholder, value in PLACEHOLDERS.items():
+        line = line.replace(placeholder, value)
+    return shlex.split(line.replace("[", " ").replace("]", " ").replace("|yaml", "").replace("|json", ""))[1:]
+
+
+def _parse(argv: list[str]) -> str:
+    """Parse ``argv`` the way the CLI would (options, choices, types, required values) without running it."""
+    command = typer.main.get_command(app)
+    ctx = command.make_context("gpuchain", list(argv))
+    while hasattr(command, "resolve_command"):
+        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        if not rest:
+            break
+        name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None
+        command = sub
+        ctx = command.make_context(str(name), rest, parent=ctx)
+    return str(command.name)
+
+
+DOC_LINES = [(doc.relative_to(ROOT).as_posix(), line) for doc in DOCS for line in _commands(doc.read_text())]
+
+
+@pytest.mark.parametrize(("doc", "line"), DOC_LINES, ids=[f"{d}: {line}" for d, line in DOC_LINES])
+def test_every_documented_command_parses(doc: str, line: str) -> None:
+    assert _parse(_argv(line)), f"{doc}: {line}"
+
+
+def test_the_parse_check_catches_a_wrong_option() -> None:
+    with pytest.raises(Exception, match="No such option"):
+        _parse(_argv("gpuchain gpus --presets h100-80gb-x8"))
+
+
+HELM_SET = re.compile(r"--set '?([a-zA-Z.]+)=")
+
+
+def test_every_helm_set_in_the_docs_names_a_chart_value() -> None:
+    values = yaml.safe_load((ROOT / "charts" / "gpuchain" / "values.yaml").read_text())
+    keys = {k for doc in DOCS for k in HELM_SET.findall(doc.read_text())}
+    assert "operator.repository" in keys
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node = values
+        for part in parents:
+            assert isinstance(node, dict) and part in node, f"--set {key}: no such value in values.yaml"
+            node = node[part]
+        # An operand block also takes the image fields the ClusterPolicy has (templates/_helpers.tpl).
+        assert leaf in node or leaf in ("repository", "image", "version"), f"--set {key}: no such value"
