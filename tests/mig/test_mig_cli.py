@@ -46,7 +46,7 @@ def test_dry_run_shows_the_planned_state_not_the_current_one() -> None:
         (i, "enabled", balanced) for i in range(8)
     ]
     assert not data["applied"]
-    assert sum(len(g["mig_devices"]) for g in data["gpus"]) == 4 * 4 + 2 * 7  # the node itself is unchanged
+    assert sum(len(g["migDevices"]) for g in data["gpus"]) == 4 * 4 + 2 * 7  # the node itself is unchanged
 
 
 def test_config_lists_each_pci_id_once_per_device_filter() -> None:
