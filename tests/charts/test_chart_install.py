@@ -86,6 +86,8 @@ def test_one_setting_moves_every_gpuchain_image() -> None:
     assert isinstance(policy, ClusterPolicySpec)
     for operand in (policy.validator, policy.device_plugin, policy.dcgm_exporter, policy.gfd, policy.mig_manager):
         assert operand.image_ref() == "registry.example.com/team/gpuchain:0.2.0"
+        assert operand.image_pull_secrets == ["regcred"]
+    assert policy.driver.image_pull_secrets == [], "NVIDIA's images keep their own pull secrets"
     assert policy.driver.image_ref().startswith("nvcr.io/nvidia/driver:"), "NVIDIA's images stay NVIDIA's"
     for d in docs:
         if d["kind"] in ("Deployment", "DaemonSet"):

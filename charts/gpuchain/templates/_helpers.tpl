@@ -47,5 +47,8 @@ imagePullSecrets:
 {{- if not (hasKey $block "version") -}}
 {{- $_ := set $block "version" ($op.version | default .root.Chart.AppVersion) -}}
 {{- end -}}
+{{- if and $op.imagePullSecrets (not (hasKey $block "imagePullSecrets")) -}}
+{{- $_ := set $block "imagePullSecrets" $op.imagePullSecrets -}}
+{{- end -}}
 {{- toYaml $block -}}
 {{- end -}}
