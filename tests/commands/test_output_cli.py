@@ -266,3 +266,12 @@ def test_operator_render_yaml_has_no_aliases() -> None:
     assert "&id0" not in result.stdout and "*id0" not in result.stdout
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     assert len(docs) > 5 and all("kind" in d for d in docs)
+
+
+@pytest.mark.parametrize("args", [*JSON_COMMANDS, ["sim", "list"], ["gpu-health", "--dry-run"]], ids=" ".join)
+def test_every_listing_takes_wide(args: list[str]) -> None:
+    """``-o wide`` prints the people's view (never nothing, as a data format would)."""
+    table = CliRunner().invoke(app, [*args, "-o", "table"], env={"COLUMNS": "300"})
+    wide = CliRunner().invoke(app, [*args, "-o", "wide"], env={"COLUMNS": "80"})
+    assert wide.exit_code == table.exit_code, wide.output
+    assert wide.stdout.strip() and not wide.stdout.lstrip().startswith(("{", "["))
