@@ -60,3 +60,54 @@ async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(t
             await proc.wait()
         await kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+HUP_WHILE_REGISTERING = """
+import os, signal, sys
+from gpuchain.cli import main
+from gpuchain.deviceplugin.plugin import DevicePlugin
+
+start = DevicePlugin.start
+
+
+async def hup_then_start(self):
+    os.kill(os.getpid(), signal.SIGHUP)
+    await start(self)
+
+
+DevicePlugin.start = hup_then_start
+sys.argv = ["gpuchain", *sys.argv[1:]]
+main()
+"""
+
+
+async def test_a_sighup_while_registering_is_served_once_running_not_fatal(tmp_path: Path) -> None:
+    # SIGHUP's default action ends the process: a config reload sent while the plugin was still
+    # registering (a ConfigMap updated as the pod starts) killed it before its handler existed.
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("version: v1\n")
+    kubelet = KubeletPeer(root)
+    await kubelet.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HUP_WHILE_REGISTERING, "device-plugin", "--backend", "sim", "--config", str(cfg),
+        "--socket-dir", str(root), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not any("SIGHUP: config reloaded" in line for line in lines):
+            line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+            assert line, f"the plugin exited ({proc.returncode}): {''.join(lines)}"
+            lines.append(line)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 10)
+        assert proc.returncode == 0, "".join(lines) + out.decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)

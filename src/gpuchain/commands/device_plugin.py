@@ -65,12 +65,18 @@ async def serve(
         plugin.on_degraded = lambda reason: asyncio.to_thread(
             watch.report, ResourceMappingError(reason), "serving what still fits"
         )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    # Signals are ours before the kubelet can see the plugin: a SIGHUP's default action would
+    # end the process, so one that comes while registering is kept and served once running.
+    early_hup: list[str] = []
+    loop.add_signal_handler(signal.SIGHUP, lambda: early_hup.append("SIGHUP"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     await plugin.start()
     for res in plugin.resources:
         log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
     follower = ConfigFollower(plugin, source, os.environ, label, watch)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
     reloads: list[asyncio.Task[None]] = []
 
     async def reload(trigger: str) -> None:
@@ -80,8 +86,8 @@ async def serve(
             log.exception("%s: config not reloaded, keeping the running one", trigger)
 
     loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload("SIGHUP"))))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if early_hup:
+        reloads.append(loop.create_task(reload("SIGHUP")))
     following = (
         spawn("device plugin: node label watch", lambda: follower.follow(resource_version))
         if watch is not None
