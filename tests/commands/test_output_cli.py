@@ -74,6 +74,15 @@ def test_piped_table_has_every_full_uuid_one_row_per_gpu_and_no_boxes() -> None:
     assert header.split() == ["GPU", "UUID", "Name", "Memory", "MiB", "CC", "NUMA", "PCI", "bus", "MIG"]
 
 
+def test_an_exported_columns_does_not_cut_a_piped_table() -> None:
+    # Some shells and CI runners export COLUMNS; rich honours it, and a wide table lost columns.
+    data = json.loads(gpuchain("sim", "list", "-o", "json").stdout)
+    table = gpuchain("sim", "list", env={"COLUMNS": "80"}).stdout
+    assert table.splitlines()[0].split() == ["scenario", "stack", "source", "nodes", "doctor", "names", "symptom"]
+    for row in data:
+        assert any(line.startswith(row["name"] + " ") and row["symptom"] in line for line in table.splitlines()), row
+
+
 def test_terminal_at_80_columns_wraps_ids_instead_of_cutting_them() -> None:
     result = gpuchain("gpus", env={"TTY_COMPATIBLE": "1", "COLUMNS": "80"})
     shown = ANSI.sub("", result.stdout)

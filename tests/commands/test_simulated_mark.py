@@ -26,6 +26,8 @@ runner = CliRunner()
         (["doctor", "--local", "--backend", "sim"], "NVML: driver 570.86.15, CUDA 12.8, 8 GPU(s) (simulated)"),
         (["doctor", "--scenario", "healthy"], "scenario healthy (simulated)"),
         (["demo", "--quiet-seconds", "0"], "driver 570.86.15 (simulated)"),
+        (["mig", "apply", "-c", "all-1g.10gb", "--dry-run"], "GPUs after apply (planned; nothing was changed) (simulated)"),
+        (["mig", "assert", "-c", "all-disabled"], "node has MIG layout 'all-disabled' (simulated)"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )
@@ -44,7 +46,13 @@ def test_validate_marks_its_message_and_ready_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["gpus"], ["doctor", "--local", "--backend", "sim"], ["gpu-health", "--dry-run"]],
+    [
+        ["gpus"],
+        ["doctor", "--local", "--backend", "sim"],
+        ["gpu-health", "--dry-run"],
+        ["mig", "apply", "-c", "all-1g.10gb", "--dry-run"],
+        ["mig", "assert", "-c", "all-disabled"],
+    ],
     ids=" ".join,
 )
 def test_scripts_see_simulated_true(args: list[str]) -> None:

@@ -88,7 +88,8 @@ class _Console(Console):
 
     @property
     def size(self) -> ConsoleDimensions:
-        if self._width is None and not self.is_terminal:
+        # A pipe has no width: an exported COLUMNS (which rich would honour) must not cut columns.
+        if not self.is_terminal:
             return ConsoleDimensions(UNLIMITED, 25)
         return super().size
 

@@ -22,6 +22,7 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
+from gpuchain.commands._cluster import SIMULATED
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
@@ -77,9 +78,10 @@ def _after(result: ApplyResult, inv: Inventory) -> list[dict[str, Any]]:
     return rows
 
 
-def _devices_table(result: ApplyResult, inv: Inventory) -> Table:
+def _devices_table(result: ApplyResult, inv: Inventory, simulated: bool) -> Table:
     planned = result.steps and not result.applied
     title = "GPUs after apply (planned; nothing was changed)" if planned else "GPUs after apply"
+    title += f" ({SIMULATED})" if simulated else ""
     table = Table(title=title, title_justify="left")
     for col in ("GPU", "Name", "MIG", "MIG devices"):
         table.add_column(col)
@@ -89,7 +91,7 @@ def _devices_table(result: ApplyResult, inv: Inventory) -> Table:
     return table
 
 
-def _apply_view(result: ApplyResult, inv: Inventory) -> Group:
+def _apply_view(result: ApplyResult, inv: Inventory, simulated: bool) -> Group:
     if not result.steps:
         head = Text(f"node already has MIG layout {result.config!r}; nothing to do")
     else:
@@ -98,7 +100,7 @@ def _apply_view(result: ApplyResult, inv: Inventory) -> Group:
         lines[0] += ", ".join(map(str, result.changed_gpus))
         lines.extend(f"  {s.describe()}" for s in result.steps)
         head = Text("\n".join(lines))
-    return Group(head, _devices_table(result, inv))
+    return Group(head, _devices_table(result, inv, simulated))
 
 
 @mig_app.command("apply")
@@ -129,15 +131,17 @@ def apply_cmd(
         fail(str(exc), code=1)
     finally:
         _close(b)
+    simulated = backend is BackendKind.sim
     data: dict[str, Any] = {
         "config": result.config,
         "applied": result.applied,
         "steps": [s.describe() for s in result.steps],
         "gpus": inv.gpus,
+        SIMULATED: simulated,
     }
     if dry_run:
         data["planned"] = _after(result, inv)
-    emit(data, output, lambda: _apply_view(result, inv))
+    emit(data, output, lambda: _apply_view(result, inv, simulated))
 
 
 @mig_app.command("assert")
@@ -161,8 +165,12 @@ def assert_cmd(
     finally:
         _close(b)
     ok = not diffs
-    text = f"node has MIG layout {selected!r}" if ok else "\n".join([f"node lacks MIG layout {selected!r}:", *diffs])
-    emit({"config": selected, "matches": ok, "differences": diffs}, output, lambda: Text(text))
+    simulated = backend is BackendKind.sim
+    mark = f" ({SIMULATED})" if simulated else ""
+    text = f"node has MIG layout {selected!r}{mark}"
+    if not ok:
+        text = "\n".join([f"node lacks MIG layout {selected!r}{mark}:", *diffs])
+    emit({"config": selected, "matches": ok, "differences": diffs, SIMULATED: simulated}, output, lambda: Text(text))
     if not ok:
         raise typer.Exit(1)
 
