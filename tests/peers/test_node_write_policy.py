@@ -28,7 +28,8 @@ import pytest
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, KubeError, LiveCluster
-from gpuchain.remediation.admission import POLICY_NAME
+from gpuchain.kube.port import now_rfc3339
+from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING, trusted_since, verify_writes, written_under_policy
 from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION
 from gpuchain.remediation.publisher import GpuHealthPublisher
 from peers.apiserver import ApiServer
@@ -322,3 +323,30 @@ def test_everyone_else_keeps_their_writes(world: World) -> None:
     assert node["metadata"]["annotations"]["gpuchain.io/cordoned-by"] == "remediator"
     assert node["metadata"]["labels"]["example.com/rack"] == "r1"
     world.admin.patch(NODE, "gpu-a", {"spec": {"taints": None}, "metadata": {"labels": {"example.com/rack": None}}})
+
+
+def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) -> None:
+    """What the chart leaves to a cluster admin: GPU health is no admin's to edit while the policy is
+    bound; an admin may delete and re-create the binding, after which the remediator trusts only
+    what gpu-health writes again (admission.verify_writes / written_under_policy on the server's
+    own objects)."""
+    healthy = {"type": CONDITION_TYPE, "status": "False", "reason": "GPUXidError", "message": "XID 79"}
+    world.agent_a.set_condition(NODE, "gpu-a", {**healthy, "lastHeartbeatTime": "2020-01-01T00:00:00Z"})
+    others = [c for c in world.node("gpu-a")["status"]["conditions"] if c["type"] != CONDITION_TYPE]
+    clear = {"conditions": others}
+    _forbidden(lambda: world.admin.patch_status(NODE, "gpu-a", clear), "only gpuchain's gpu-health agent")
+
+    binding_path = f"{ADMISSION}/validatingadmissionpolicybindings/{POLICY_NAME}"
+    world.apiserver.request("DELETE", binding_path)
+    _until(lambda: _refusal(lambda: world.admin.patch_status(NODE, "gpu-a", clear)) is None, "the binding is lifted")
+    assert all(c["type"] != CONDITION_TYPE for c in world.node("gpu-a")["status"]["conditions"])
+    _apply(
+        world.apiserver, next(d for d in render({"remediation": {"enabled": True}}) if d["kind"] == VAP_BINDING.kind)
+    )
+    _wait_enforced(world)
+
+    policy = world.apiserver.request("GET", f"{ADMISSION}/validatingadmissionpolicies/{POLICY_NAME}")
+    binding = world.apiserver.request("GET", binding_path)
+    assert verify_writes(policy, binding) is None
+    world.agent_a.set_condition(NODE, "gpu-a", {**healthy, "lastHeartbeatTime": now_rfc3339()})
+    assert written_under_policy(world.node("gpu-a"), trusted_since(binding))
