@@ -12,8 +12,10 @@ after its informer has seen it, so the module waits once, bounded, instead of pe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import ssl
 import sys
 import time
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube import NODE, KubeError, LiveCluster
+from gpuchain.kube import NODE, ForbiddenError, KubeError, LiveCluster
 from gpuchain.kube.port import now_rfc3339
 from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING, trusted_since, verify_writes, written_under_policy
 from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION
@@ -206,7 +208,7 @@ def _forbidden(write: Callable[[], object], message: str) -> None:
     """``write`` is refused by the policy: HTTP 403 (reason Forbidden) with the policy's message."""
     err = _refusal(write)
     assert err is not None, "the write was admitted"
-    assert err.code == 403, f"HTTP {err.code}: {err}"
+    assert isinstance(err, ForbiddenError), f"HTTP {err.code}: {err}"
     assert message in str(err), str(err)
 
 
@@ -244,8 +246,29 @@ def test_gpu_health_may_not_write_another_node(world: World) -> None:
     _forbidden(lambda: world.agent_a.patch(NODE, "gpu-b", annotate), message)
     _forbidden(lambda: world.agent_a.set_condition(NODE, "gpu-b", {"type": CONDITION_TYPE, "status": "False"}), message)
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-b")
-    _forbidden(GpuHealthPublisher(backend, world.agent_a, "gpu-b", lambda: []).publish, message)
+    publisher = GpuHealthPublisher(backend, world.agent_a, "gpu-b", lambda: [])
+    _forbidden(publisher.publish, message)
     assert world.node("gpu-b") == before
+
+
+def test_gpu_health_says_why_when_the_cluster_refuses_it(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    """Misplaced gpu-health (--node naming another node) keeps running and logs the refusal as one."""
+    backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-b")
+    publisher = GpuHealthPublisher(backend, world.agent_a, "gpu-b", lambda: [])
+
+    async def one_pass() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(publisher.run(stop, resync=30))
+        while not caplog.records:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+    with caplog.at_level(logging.ERROR, logger="gpuchain.remediation.publisher"):
+        asyncio.run(asyncio.wait_for(one_pass(), 20))
+    for record in caplog.records:  # one per pass (the event stream's subscription wakes a second)
+        assert "the cluster refuses gpu-health's writes to node gpu-b" in record.getMessage()
+        assert "gpu-health may write only the Node its pod runs on, not gpu-b" in record.getMessage()
 
 
 def test_gpu_health_needs_a_token_bound_to_a_pod_on_the_node(world: World) -> None:
