@@ -193,15 +193,12 @@ def _wait_enforced(world: World) -> None:
 
     _until(rbac_synced, "the chart's RBAC reaches the authorizer")
 
-    def forging_is_refused() -> bool:
-        forged = {"metadata": {"annotations": {FAULTS_ANNOTATION: f'["probe-{time.monotonic()}"]'}}}
-        err = _refusal(lambda: world.admin.patch(NODE, "gpu-b", forged))
-        if err is None:  # written before the policy was active: take it back while it still may be
-            world.admin.patch(NODE, "gpu-b", {"metadata": {"annotations": {FAULTS_ANNOTATION: None}}})
-            return False
-        return "only gpuchain's gpu-health agent" in str(err)
+    def enforced() -> bool:  # a dry run: admission answers, nothing is written either way
+        forged = {"metadata": {"annotations": {FAULTS_ANNOTATION: "[]"}}}
+        code, message = _raw_patch(world, world.agent_token, "/api/v1/nodes/gpu-b?dryRun=All", forged)
+        return code == 403 and "gpu-health may write only the Node its pod runs on" in message
 
-    _until(forging_is_refused, f"ValidatingAdmissionPolicy {POLICY_NAME} is enforced")
+    _until(enforced, f"ValidatingAdmissionPolicy {POLICY_NAME} is enforced")
 
 
 def _forbidden(write: Callable[[], object], message: str) -> None:
@@ -300,18 +297,16 @@ def test_gpu_health_may_change_nothing_else_on_its_node(world: World, what: str)
     before = world.node("gpu-a")
     only = "on its Node gpu-health may change only the gpuchain.io/gpu-faults and gpuchain.io/gpu-pods annotations"
     if sub == "status":  # the port's status patch sends only status; say the whole document raw
-        code, message = _raw_status_patch(world, world.agent_token, "gpu-a", body)
+        code, message = _raw_patch(world, world.agent_token, "/api/v1/nodes/gpu-a/status", body)
         assert (code, only in message) == (403, True), (code, message)
     else:
         _forbidden(lambda: world.agent_a.patch(NODE, "gpu-a", body), only)
     assert world.node("gpu-a") == before
 
 
-def _raw_status_patch(world: World, token: str, node: str, body: dict[str, Any]) -> tuple[int, str]:
-    """A merge patch of ``nodes/<node>/status`` sent with ``token``: (HTTP status, message)."""
-    req = urllib.request.Request(
-        f"{world.apiserver.url}/api/v1/nodes/{node}/status", data=json.dumps(body).encode(), method="PATCH"
-    )
+def _raw_patch(world: World, token: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """A merge patch of ``path`` sent with ``token``: (HTTP status, the Status message)."""
+    req = urllib.request.Request(f"{world.apiserver.url}{path}", data=json.dumps(body).encode(), method="PATCH")
     req.add_header("Content-Type", "application/merge-patch+json")
     req.add_header("Authorization", f"Bearer {token}")
     ctx = ssl.create_default_context(cafile=str(world.apiserver.ca))
