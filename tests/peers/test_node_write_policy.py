@@ -295,7 +295,7 @@ EDITS: dict[str, tuple[str, dict[str, Any]]] = {
 def test_gpu_health_may_change_nothing_else_on_its_node(world: World, what: str) -> None:
     sub, body = EDITS[what]
     before = world.node("gpu-a")
-    only = "on its Node gpu-health may change only the gpuchain.io/gpu-faults and gpuchain.io/gpu-pods annotations"
+    only = "on its Node gpu-health may change only the gpuchain.io/gpu-faults, gpu-pods"
     if sub == "status":  # the port's status patch sends only status; say the whole document raw
         code, message = _raw_patch(world, world.agent_token, "/api/v1/nodes/gpu-a/status", body)
         assert (code, only in message) == (403, True), (code, message)
@@ -368,3 +368,22 @@ def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) ->
     assert verify_writes(policy, binding) is None
     world.agent_a.set_condition(NODE, "gpu-a", {**healthy, "lastHeartbeatTime": now_rfc3339()})
     assert written_under_policy(world.node("gpu-a"), trusted_since(binding))
+
+
+def test_gpu_health_runs_the_repair_loop_and_lifts_only_its_startup_taint(world: World) -> None:
+    """What issue 18 added to the policy, on the server: repair-loop annotations and conditions, and
+    the readiness gate removing its own startup taint (and no other)."""
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    gate = {"key": "gpuchain.io/gpu-not-ready", "effect": "NoSchedule"}
+    world.admin.patch(NODE, "gpu-a", {"spec": {"taints": [other, gate]}})
+    only = "on its Node gpu-health may change only"
+    _forbidden(lambda: world.agent_a.patch(NODE, "gpu-a", {"spec": {"taints": [gate]}}), only)
+    world.agent_a.patch(NODE, "gpu-a", {"spec": {"taints": [other]}})
+    loop = {"gpuchain.io/gpu-loop": "{}", "gpuchain.io/reboot-requested": "x"}
+    world.agent_a.patch(NODE, "gpu-a", {"metadata": {"annotations": loop}})
+    world.agent_a.set_condition(NODE, "gpu-a", {"type": "GPUReady", "status": "True", "reason": "BurnInPassed"})
+    forged = {"metadata": {"annotations": {"gpuchain.io/reboot-requested": "please"}}}
+    _forbidden(lambda: world.remediator.patch(NODE, "gpu-a", forged), "only gpuchain's gpu-health agent")
+    node = world.node("gpu-a")
+    assert node["spec"]["taints"] == [other] and node["metadata"]["annotations"]["gpuchain.io/reboot-requested"] == "x"
+    world.admin.patch(NODE, "gpu-a", {"spec": {"taints": None}})
