@@ -6,8 +6,9 @@ openssl CLI: a throwaway CA, the API server's serving certificate for 127.0.0.1,
 certificate in ``system:masters`` and an ECDSA key that signs service-account tokens. The
 controller manager runs only the controllers the tests lean on: garbage collection, the
 disruption controller (a PodDisruptionBudget's status, which the Eviction API reads), the
-namespace controller and the service-account controller (each namespace's ``default`` account,
-without which the API server refuses pods).
+namespace controller, the service-account controller (each namespace's ``default`` account,
+without which the API server refuses pods) and the ValidatingAdmissionPolicy status controller
+(the type-check warnings of a policy's CEL in its status).
 """
 
 from __future__ import annotations
@@ -307,7 +308,7 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
             [
                 str(kcm_bin),
                 f"--kubeconfig={kubeconfig}",
-                "--controllers=garbagecollector,disruption,namespace,serviceaccount",
+                "--controllers=garbagecollector,disruption,namespace,serviceaccount,validatingadmissionpolicy-status-controller",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--concurrent-gc-syncs=5",

@@ -254,7 +254,7 @@ def test_the_doctor_says_the_same_on_the_real_server(
 def test_a_node_bound_token_carries_its_node_to_admission_policies(apiserver: ApiServer, tmp_path: Path) -> None:
     """Fixture support for the chart's node-agent ValidatingAdmissionPolicy: a token bound to a pod
     on gpu-0 lets a policy tell gpu-0 from gpu-1. The policy here is a minimal stand-in with the
-    same rule; the chart's own policy is tested with this fixture once it lands."""
+    same rule; the chart's own policy is tested in test_node_write_policy.py."""
     admin = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     vap = "/apis/admissionregistration.k8s.io/v1"

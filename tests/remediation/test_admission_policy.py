@@ -1,10 +1,11 @@
 """The chart's ValidatingAdmissionPolicy, evaluated with a CEL interpreter (cel-python) on the
 admission requests gpu-health, the remediator, the kubelet and an attacker would send.
 
-Without an API server this checks the policy's logic; the request shape (userInfo.extra
+Without an API server this checks the policy's logic quickly; the request shape (userInfo.extra
 ``authentication.kubernetes.io/node-name``, Kubernetes >= 1.30, KEP-4193) follows the
 Kubernetes documentation of service account token claims. The issue-19 real-peer suite runs the
-same policy on a kube-apiserver.
+same policy on a kube-apiserver (tests/peers/test_node_write_policy.py), which is the judge where
+the two differ.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def admit(
     operation = "CREATE" if old is None else "UPDATE"
     assert operation in rules["operations"] and ("nodes/status" if sub else "nodes") in rules["resources"]
     extra = {CLAIM: [node_claim]} if node_claim else {}
-    request = {"operation": operation, "subResource": sub, "userInfo": {"username": user, "extra": extra}}
+    request: dict[str, Any] = {"operation": operation, "userInfo": {"username": user, "extra": extra}}
+    if sub:  # the API server leaves subResource out for the main resource (json omitempty)
+        request["subResource"] = sub
     context: dict[str, Any] = {
         "request": celpy.json_to_cel(request),
         "object": celpy.json_to_cel(new),
@@ -119,19 +122,35 @@ def test_gpu_health_token_without_a_node_claim_is_refused() -> None:
         lambda n: n["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"),
         lambda n: n["spec"].update({"taints": [{"key": "x", "effect": "NoSchedule"}]}),
         lambda n: n["spec"].update({"unschedulable": True}),
+        lambda n: n["metadata"].update({"finalizers": ["example.com/keep"]}),
+        lambda n: n["metadata"].update({"ownerReferences": [{"kind": "ConfigMap", "name": "gone", "uid": "0"}]}),
     ],
 )
-def test_gpu_health_may_change_nothing_else_on_its_node(edit: Any) -> None:
-    (message,) = admit(AGENT, OLD, changed(OLD, edit), "node-a")
-    assert "may change only the gpuchain.io/gpu-faults, gpu-pods, gpu-loop, gpu-quarantine" in message
+@pytest.mark.parametrize("sub", ["", "status"])
+def test_gpu_health_may_change_nothing_else_on_its_node(edit: Any, sub: str) -> None:
+    """The same on nodes and nodes/status: the status subresource lets metadata through too."""
+    (message,) = admit(AGENT, OLD, changed(OLD, edit), "node-a", sub=sub)
+    assert message == ONLY_HEALTH
 
 
-def test_gpu_health_may_change_no_other_condition() -> None:
-    def not_ready(n: dict[str, Any]) -> None:
-        n["status"]["conditions"][0]["status"] = "False"
+ONLY_HEALTH = (
+    "on its Node gpu-health may change only the gpuchain.io/gpu-faults, gpu-pods, gpu-loop, gpu-quarantine"
+    " and reboot-requested annotations and the GPUHealthy, GPURebootRequired and GPUReady conditions,"
+    " and remove its startup taint"
+)
 
-    (message,) = admit(AGENT, OLD, changed(OLD, not_ready), "node-a", sub="status")
-    assert "may change only the GPUHealthy, GPURebootRequired and GPUReady conditions" in message
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda n: n["status"]["conditions"][0].update({"status": "False"}),
+        lambda n: n["status"].update({"allocatable": {"nvidia.com/gpu": "0"}}),
+        lambda n: n["status"].update({"addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}),
+    ],
+)
+def test_gpu_health_may_change_no_other_status(edit: Any) -> None:
+    (message,) = admit(AGENT, OLD, changed(OLD, edit), "node-a", sub="status")
+    assert message == ONLY_HEALTH
 
 
 def test_gpu_health_may_not_create_nodes() -> None:

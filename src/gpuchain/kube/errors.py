@@ -40,6 +40,14 @@ class BadRequestError(KubeError, ValueError):
     code = 400
 
 
+class ForbiddenError(KubeError):
+    """The API server refused the caller (HTTP 403): RBAC does not grant the verb, or an admission
+    policy denied the write with ``reason: Forbidden`` (the chart's node-write policy does). Retrying
+    the same request as the same identity gets the same answer."""
+
+    code = 403
+
+
 class InvalidError(KubeError, ValueError):
     """The API server rejected the object as malformed (HTTP 422)."""
 

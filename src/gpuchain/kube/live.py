@@ -38,6 +38,7 @@ from gpuchain.kube.errors import (
     BadRequestError,
     ConflictError,
     EvictionBlockedError,
+    ForbiddenError,
     GoneError,
     InvalidError,
     KubeError,
@@ -89,6 +90,8 @@ def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
     message = str(status.get("message") or f"HTTP {code} from {exc.request.url}")
     if code == 400:
         return BadRequestError(message)
+    if code == 403:
+        return ForbiddenError(message)
     if code == 404:
         return NotFoundError(message)
     if code == 409:

@@ -22,7 +22,10 @@ someone who can change or delete the policy (cluster-admin), or by a write that 
 (etcd). What it does not: that gpu-health on the node tells the truth; a compromised node can
 still get pods on its own GPUs evicted, never pods on other nodes. A heartbeat forged before the
 policy was bound with a time in the future is accepted once that time has passed; install the
-chart before untrusted agents run, or delete stale conditions after installing.
+chart before untrusted agents run. While the policy is bound nobody but gpu-health may change GPU
+health, cluster admins included (the real API server refuses them with 403 Forbidden); an admin
+clears stale conditions by deleting the binding, clearing them and binding it again, after which
+only heartbeats from the new binding on are trusted (tests/peers/test_node_write_policy.py).
 """
 
 from __future__ import annotations

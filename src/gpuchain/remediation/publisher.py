@@ -33,6 +33,7 @@ from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.probes import probe
 from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj, annotations_of
 from gpuchain.kube.port import Cluster, now_rfc3339
@@ -279,6 +280,13 @@ class GpuHealthPublisher:
             while not stop.is_set():
                 try:
                     await asyncio.to_thread(self.publish)
+                except ForbiddenError as exc:  # retried too: RBAC and policy caches can lag a fresh install
+                    log.error(
+                        "the cluster refuses gpu-health's writes to node %s (RBAC or gpuchain's admission "
+                        "policy; gpu-health must run on that node with its pod's own service account token): %s",
+                        self.node_name,
+                        exc,
+                    )
                 except Exception as exc:  # keep running: the next pass retries against a fresh read
                     log.error("publishing GPU health on node %s failed: %s", self.node_name, exc)
                 timeout = resync
