@@ -3,7 +3,7 @@ configs) and kubelet restarts in a seeded random order, as the campaign's 4,500-
 
 After each step settles, the kubelet peer must hold exactly what the plugin announces, with the
 plugin's health (nothing Healthy that the plugin reports Unhealthy), and the plugin must be
-registered. Bounded: 150 steps, each settled within 5 s, on unix sockets.
+registered. Bounded: 150 steps, each settled within 15 s, on unix sockets.
 """
 
 from __future__ import annotations
@@ -78,8 +78,12 @@ async def test_random_events_reloads_and_restarts_keep_kubelet_and_plugin_agreei
             elif kind == "restart":
                 await node.kubelet.restart()
             counts[kind] += 1
-            await node.kubelet.wait_for(lambda: _consistent(node), timeout=5.0)
-            assert node.plugin.registered, f"step {step} ({kind})"
+            # The plugin may still be re-registering after a restart it noticed late (a loaded
+            # machine): the step settles when both sides agree and the plugin is registered.
+            try:
+                await node.kubelet.wait_for(lambda: _consistent(node) and node.plugin.registered, timeout=15.0)
+            except TimeoutError:
+                raise AssertionError(f"step {step} ({kind}): kubelet and plugin did not settle") from None
         assert min(counts.values()) >= 10, counts
     finally:
         await node.stop()
