@@ -25,14 +25,18 @@ runner = CliRunner()
 
 def _strip_item_kinds(root: Path) -> None:
     """kubectl's Lists from typed clients carry apiVersion/kind on the List only, not on items
-    (clusterpolicies.json is gpuchain's extra: its items keep their group, which tells the stack)."""
+    (clusterpolicies.json is gpuchain's extra: its items keep their group, which tells the stack),
+    and an empty List is ``"items": null`` (what the real kubectl v1.32 wrote in
+    tests/peers/test_doctor_real_dump.py)."""
     for path in root.rglob("*.json"):
         if path.name == "clusterpolicies.json":
             continue
         data = json.loads(path.read_text())
-        for item in data.get("items", []):
+        for item in data.get("items") or []:
             item.pop("apiVersion", None)
             item.pop("kind", None)
+        if not data.get("items"):
+            data["items"] = None
         path.write_text(json.dumps(data))
 
 

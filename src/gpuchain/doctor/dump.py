@@ -69,12 +69,14 @@ def _load(path: Path) -> Any:
 
 
 def _items(path: Path, kind: Kind | None = None) -> list[Obj]:
-    """The items of a List file; each item gets its apiVersion/kind when the List left them out."""
+    """The items of a List file; each item gets its apiVersion/kind when the List left them out.
+
+    kubectl writes an empty list as ``"items": null`` (a nil Go slice), so null is no items."""
     data = _load(path)
-    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+    if not isinstance(data, dict) or "items" not in data or not isinstance(data["items"], list | None):
         raise DumpError(f"{path}: not a Kubernetes List (no 'items' array); expected what kubectl get -o json prints")
     out = []
-    for i, item in enumerate(data["items"]):
+    for i, item in enumerate(data["items"] or []):
         if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
             raise DumpError(f"{path}: items[{i}] is not a Kubernetes object (no metadata)")
         if kind is not None and "kind" not in item:
