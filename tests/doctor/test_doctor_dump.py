@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.doctor import diagnose, gather
+from gpuchain.doctor import diagnose, run_doctor
 from gpuchain.doctor.dump import DumpError, parse_logs, read_dump, write_dump
 from gpuchain.sim import build, load_scenario
 
@@ -42,15 +42,30 @@ def _strip_item_kinds(root: Path) -> None:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["friday-scale-out", "gpu-fell-off-bus", "runtime-not-configured", "healthy-gpu-operator", "healthy-gke"],
+    [
+        "friday-scale-out",
+        "gpu-fell-off-bus",
+        "runtime-not-configured",
+        "healthy-gpu-operator",
+        "healthy-gke",
+        "dp-plugin-no-nvml",
+        "dp-gpu-fell-off-bus",
+        "healthy-nvidia-device-plugin",
+        "eks-plugin-no-nvml",
+        "eks-nvml-unknown-error",
+        "healthy-eks",
+        "aks-plugin-no-nvml",
+        "healthy-aks",
+    ],
 )
 def test_a_dump_names_what_the_live_cluster_names(tmp_path: Path, scenario: str) -> None:
     sim = build(load_scenario(scenario))
-    live = diagnose(gather(sim.cluster))
+    live = run_doctor(sim.cluster, reader=sim.read_log)  # as on a live cluster: the logs it asks for
     write_dump(sim.cluster, tmp_path)
     _strip_item_kinds(tmp_path)
     offline = diagnose(read_dump(tmp_path))
     assert [g.id for g in offline.root_causes] == [g.id for g in live.root_causes]
+    assert [sorted(g.nodes) for g in offline.root_causes] == [sorted(g.nodes) for g in live.root_causes]
     assert offline.stack["id"] == live.stack["id"] and offline.gpu_nodes == live.gpu_nodes
 
 

@@ -98,6 +98,9 @@ def roots(findings: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     [
         ("op-kernel-mismatch", "gpu-operator", "driver.kernel-mismatch"),
         ("friday-scale-out", "gpuchain", "driver.kernel-mismatch"),
+        ("dp-gpu-fell-off-bus", "nvidia-device-plugin", "gpu.lost"),
+        ("eks-gpu-fell-off-bus", "eks", "gpu.lost"),
+        ("aks-plugin-no-nvml", "aks", "device-plugin.not-registered"),
     ],
 )
 def test_doctor_from_the_real_kubectl_dump_names_what_the_live_doctor_names(
