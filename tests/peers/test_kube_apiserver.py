@@ -212,7 +212,17 @@ def copy_into(apiserver: ApiServer, live: LiveCluster, source: Any) -> None:
     install_crd(live)
     uids: dict[tuple[str, str | None, str], str] = {}  # (kind, namespace, name) -> uid on the real server
     server_owned = ("uid", "resourceVersion", "creationTimestamp")
-    for kind in (NODE, CLUSTER_POLICY, NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, RUNTIME_CLASS, DAEMONSET, CONFIGMAP, POD, EVENT):
+    for kind in (
+        NODE,
+        CLUSTER_POLICY,
+        NVIDIA_CLUSTER_POLICY,
+        NVIDIA_DRIVER,
+        RUNTIME_CLASS,
+        DAEMONSET,
+        CONFIGMAP,
+        POD,
+        EVENT,
+    ):
         for obj in source.list(kind):
             meta = {k: v for k, v in obj["metadata"].items() if k not in server_owned}
             ns = meta.get("namespace")
