@@ -154,6 +154,28 @@ def test_a_server_that_is_not_the_api_is_one_line_exit_2(tmp_path: Path, args: l
     assert "not Kubernetes API JSON" in out and "not a proxy or web page" in out
 
 
+def test_operator_run_with_an_unreachable_server_is_one_line_exit_2(tmp_path: Path) -> None:
+    """kopf would retry in its log forever; the operator asks once first (a subprocess: bounded)."""
+    import os
+    import subprocess
+    import sys
+
+    config = _kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuchain", "operator", "run"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1, lines[:5]
+    assert (
+        "cannot talk to the Kubernetes API server at http://127.0.0.1:1" in lines[0]
+        and "connection refused" in lines[0]
+    )
+
+
 def test_a_server_lost_after_it_answered_is_a_kube_error_agents_retry(tmp_path: Path) -> None:
     """Agents keep running through a control-plane restart: only a server never reached ends the command."""
     with kmock_server() as (url, _):

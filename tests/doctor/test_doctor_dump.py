@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.doctor import diagnose, gather
+from gpuchain.doctor import diagnose, run_doctor
 from gpuchain.doctor.dump import DumpError, parse_logs, read_dump, write_dump
 from gpuchain.sim import build, load_scenario
 
@@ -25,28 +25,47 @@ runner = CliRunner()
 
 def _strip_item_kinds(root: Path) -> None:
     """kubectl's Lists from typed clients carry apiVersion/kind on the List only, not on items
-    (clusterpolicies.json is gpuchain's extra: its items keep their group, which tells the stack)."""
+    (clusterpolicies.json is gpuchain's extra: its items keep their group, which tells the stack),
+    and an empty List is ``"items": null`` (what the real kubectl v1.32 wrote in
+    tests/peers/test_doctor_real_dump.py)."""
     for path in root.rglob("*.json"):
         if path.name == "clusterpolicies.json":
             continue
         data = json.loads(path.read_text())
-        for item in data.get("items", []):
+        for item in data.get("items") or []:
             item.pop("apiVersion", None)
             item.pop("kind", None)
+        if not data.get("items"):
+            data["items"] = None
         path.write_text(json.dumps(data))
 
 
 @pytest.mark.parametrize(
     "scenario",
-    ["friday-scale-out", "gpu-fell-off-bus", "runtime-not-configured", "healthy-gpu-operator", "healthy-gke"],
+    [
+        "friday-scale-out",
+        "gpu-fell-off-bus",
+        "runtime-not-configured",
+        "healthy-gpu-operator",
+        "healthy-gke",
+        "dp-plugin-no-nvml",
+        "dp-gpu-fell-off-bus",
+        "healthy-nvidia-device-plugin",
+        "eks-plugin-no-nvml",
+        "eks-nvml-unknown-error",
+        "healthy-eks",
+        "aks-plugin-no-nvml",
+        "healthy-aks",
+    ],
 )
 def test_a_dump_names_what_the_live_cluster_names(tmp_path: Path, scenario: str) -> None:
     sim = build(load_scenario(scenario))
-    live = diagnose(gather(sim.cluster))
+    live = run_doctor(sim.cluster, reader=sim.read_log)  # as on a live cluster: the logs it asks for
     write_dump(sim.cluster, tmp_path)
     _strip_item_kinds(tmp_path)
     offline = diagnose(read_dump(tmp_path))
     assert [g.id for g in offline.root_causes] == [g.id for g in live.root_causes]
+    assert [sorted(g.nodes) for g in offline.root_causes] == [sorted(g.nodes) for g in live.root_causes]
     assert offline.stack["id"] == live.stack["id"] and offline.gpu_nodes == live.gpu_nodes
 
 

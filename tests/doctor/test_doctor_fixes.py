@@ -68,3 +68,22 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
     after = _diagnose(fixed)
     still = [f for f in after.findings if f.id == finding_id and f.severity is not Severity.INFO]
     assert not still, f"{finding_id} still named after {first.fix}: {[f.node for f in still]}"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "healthy-gpu-operator"])
+def test_the_runtime_class_fix_is_an_object_created_on_the_cluster(scenario: str) -> None:
+    """toolkit.runtime-class-missing: the fix is the RuntimeClass itself, created through the API."""
+    from gpuchain.kube import RUNTIME_CLASS, name_of
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    sim = build(load_scenario(scenario))
+    for rc in sim.cluster.list(RUNTIME_CLASS):
+        sim.cluster.delete(RUNTIME_CLASS, name_of(rc))
+    before = run_doctor(sim.cluster, reader=sim.read_log)
+    found = [f for f in before.findings if f.id == "toolkit.runtime-class-missing"]
+    assert found and all(f.action is not None and f.action.op is FixOp.CREATE for f in found)
+    action = found[0].action
+    assert action is not None
+    apply_to_cluster(sim.cluster, action)
+    after = run_doctor(sim.cluster, reader=sim.read_log)
+    assert "toolkit.runtime-class-missing" not in after.ids and not after.broken

@@ -69,3 +69,48 @@ def test_an_unknown_container_reads_as_no_log() -> None:
     node = sim.cluster.snapshot(NODE)[0]
     pod = next(p for p in sim.cluster.snapshot(POD) if p["spec"].get("nodeName") == name_of(node))
     assert sim.read_log(pod["metadata"]["namespace"], name_of(pod), "no-such-container") is None
+
+
+def _restart_with_fresh_log(cluster: MemoryCluster, pod: dict, container: str, fresh: str) -> str:
+    """The container ran, failed and runs again: the failed run's log is now only --previous."""
+    ns, name = pod["metadata"]["namespace"], name_of(pod)
+    failed = cluster.logs(name, ns, container=container)
+    statuses = [{**cs, "restartCount": 1} for cs in pod["status"]["containerStatuses"]]
+    cluster.patch_status(POD, name, {"containerStatuses": statuses}, ns)
+    cluster.set_logs(name, ns, container, failed, previous=True)
+    cluster.set_logs(name, ns, container, fresh)
+    return failed
+
+
+def test_after_a_restart_the_previous_run_log_names_the_cause() -> None:
+    """`kubectl logs --previous`: the plugin's NVML failure is in the run before the restart."""
+    sim = build(load_scenario("dp-plugin-no-nvml"))
+    for pod in sim.cluster.snapshot(POD):
+        _restart_with_fresh_log(
+            sim.cluster, pod, "nvidia-device-plugin-ctr", "Starting Plugins.\nLoading configuration."
+        )
+    sim.cluster.calls.reset()
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    assert [g.id for g in report.root_causes] == ["device-plugin.no-nvml"]
+    finding = next(f for f in report.findings if f.id == "device-plugin.no-nvml")
+    assert any("could not load NVML library" in e for e in finding.evidence)
+    # one current and one previous read per plugin pod, through the port
+    assert sim.cluster.calls.snapshot().get("logs") == 2 * len(sim.cluster.snapshot(POD))
+
+
+def test_gpuchain_dump_keeps_the_previous_run_and_kubectl_s_plain_dump_cannot(tmp_path) -> None:
+    from gpuchain.doctor import diagnose
+    from gpuchain.doctor.dump import read_dump, write_dump
+
+    sim = build(load_scenario("dp-plugin-no-nvml"))
+    for pod in sim.cluster.snapshot(POD):
+        _restart_with_fresh_log(
+            sim.cluster, pod, "nvidia-device-plugin-ctr", "Starting Plugins.\nLoading configuration."
+        )
+    write_dump(sim.cluster, tmp_path)
+    previous = sorted(tmp_path.glob("kube-system/*/previous-logs.txt"))
+    assert len(previous) == 2 and "could not load NVML library" in previous[0].read_text()
+    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] == ["device-plugin.no-nvml"]
+    for path in previous:  # what kubectl cluster-info dump writes: the current run only
+        path.unlink()
+    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] != ["device-plugin.no-nvml"]

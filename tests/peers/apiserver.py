@@ -162,6 +162,10 @@ class ApiServer:
             self.request(
                 "DELETE", f"/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name!=kube-root-ca.crt", zero
             )
+            # Service accounts tests made (copy_into, the operator's own); the controller's "default" stays.
+            self.request(
+                "DELETE", f"/api/v1/namespaces/{ns}/serviceaccounts?fieldSelector=metadata.name!=default", zero
+            )
         for path in ("/apis/node.k8s.io/v1/runtimeclasses",):
             self.request("DELETE", path, zero)
 

@@ -207,11 +207,22 @@ _STATUS_WRITTEN_LATER = {"Pod", "DaemonSet", "ClusterPolicy"}
 def copy_into(apiserver: ApiServer, live: LiveCluster, source: Any) -> None:
     """Recreate a simulated cluster's objects on the real server, writing status as its owners would."""
     from gpuchain.kube import CONFIGMAP, EVENT, RUNTIME_CLASS
+    from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 
     install_crd(live)
     uids: dict[tuple[str, str | None, str], str] = {}  # (kind, namespace, name) -> uid on the real server
     server_owned = ("uid", "resourceVersion", "creationTimestamp")
-    for kind in (NODE, CLUSTER_POLICY, RUNTIME_CLASS, DAEMONSET, CONFIGMAP, POD, EVENT):
+    for kind in (
+        NODE,
+        CLUSTER_POLICY,
+        NVIDIA_CLUSTER_POLICY,
+        NVIDIA_DRIVER,
+        RUNTIME_CLASS,
+        DAEMONSET,
+        CONFIGMAP,
+        POD,
+        EVENT,
+    ):
         for obj in source.list(kind):
             meta = {k: v for k, v in obj["metadata"].items() if k not in server_owned}
             ns = meta.get("namespace")

@@ -4,6 +4,7 @@ deploy, and the import of NVIDIA's ClusterPolicy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
@@ -85,6 +86,11 @@ def run_cmd(
     # clients must find the same configuration.
     _namespace(namespace)
     cluster = open_cluster(server=server, hint="the operator normally runs in-cluster")
+    # kopf retries an unreachable server forever in its log; ask once first, so a server never
+    # reached is one line and exit 2 (open_cluster's guard) like every other cluster command.
+    # A KubeError is an answer (a missing CRD or an RBAC refusal is the operator's to report as it runs).
+    with contextlib.suppress(KubeError):
+        cluster.list(CLUSTER_POLICY)
     configure_logging(logging.INFO, log_format)
     config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
     asyncio.run(run(cluster, config))

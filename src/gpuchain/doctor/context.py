@@ -74,9 +74,11 @@ class Context:
         return self.stack.container(operand.state)
 
     def log(self, pod: Obj, container: str) -> str:
-        """A container's log if the gather step read it, else ""."""
-        ns = str((pod.get("metadata") or {}).get("namespace") or self.namespace)
-        return self.snapshot.logs.get((ns, name_of(pod), container), "")
+        """A container's log if the gather step read it, else "": the previous run's (after a
+        restart) then the current run's, in the order they were written."""
+        key = (str((pod.get("metadata") or {}).get("namespace") or self.namespace), name_of(pod), container)
+        runs = (self.snapshot.previous_logs.get(key, ""), self.snapshot.logs.get(key, ""))
+        return "\n".join(r for r in runs if r)
 
     def plugin_configs(self) -> dict[str, str] | None:
         """The device plugin ConfigMap's keys -> YAML (None when the policy names no ConfigMap)."""

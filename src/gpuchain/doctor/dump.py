@@ -10,7 +10,10 @@ every init container's then every container's log between the lines
 
 Optional extras in the same List style, which kubectl does not write but the doctor reads when
 present: ``DIR/clusterpolicies.json`` (gpuchain.io or nvidia.com items), ``DIR/nvidiadrivers.json``,
-``DIR/runtimeclasses.json`` and ``DIR/<ns>/configmaps.json``. A dump without them still works;
+``DIR/runtimeclasses.json``, ``DIR/<ns>/configmaps.json`` and ``DIR/<ns>/<pod>/previous-logs.txt``
+(logs.txt's layout, the last terminated run of each container that restarted: kubectl's dump has
+only the current run's log, so from a plain kubectl dump a container that crashed once and runs
+again shows only its fresh start). A dump without them still works;
 the checks that need them say nothing rather than guess. ``write_dump`` writes the layout, extras
 included, from any `Cluster`, so a user can attach it to a ticket.
 """
@@ -69,12 +72,14 @@ def _load(path: Path) -> Any:
 
 
 def _items(path: Path, kind: Kind | None = None) -> list[Obj]:
-    """The items of a List file; each item gets its apiVersion/kind when the List left them out."""
+    """The items of a List file; each item gets its apiVersion/kind when the List left them out.
+
+    kubectl writes an empty list as ``"items": null`` (a nil Go slice), so null is no items."""
     data = _load(path)
-    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+    if not isinstance(data, dict) or "items" not in data or not isinstance(data["items"], list | None):
         raise DumpError(f"{path}: not a Kubernetes List (no 'items' array); expected what kubectl get -o json prints")
     out = []
-    for i, item in enumerate(data["items"]):
+    for i, item in enumerate(data["items"] or []):
         if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
             raise DumpError(f"{path}: items[{i}] is not a Kubernetes object (no metadata)")
         if kind is not None and "kind" not in item:
@@ -133,6 +138,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
     found: dict[str, list[Obj]] = {stem: [] for stem in PER_NAMESPACE}
     configmaps: dict[str, list[Obj]] = {}
     logs: dict[LogKey, str] = {}
+    previous: dict[LogKey, str] = {}
     for ns_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for stem, kind in PER_NAMESPACE.items():
             path = _file(ns_dir, stem)
@@ -143,6 +149,8 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
             configmaps[ns_dir.name] = _items(cm, CONFIGMAP)
         for log_file in sorted(ns_dir.glob("*/logs.txt")):
             logs.update(parse_logs(log_file.read_text(encoding="utf-8", errors="replace"), str(log_file)))
+        for log_file in sorted(ns_dir.glob("*/previous-logs.txt")):
+            previous.update(parse_logs(log_file.read_text(encoding="utf-8", errors="replace"), str(log_file)))
     absent: set[str] = set()
     extras: dict[str, list[Obj]] = {}
     optional: tuple[tuple[str, Kind | None], ...] = (
@@ -183,6 +191,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         extras["runtimeclasses"],
         [e for e in found["events"] if e.get("type") == "Warning"],
         logs=logs,
+        previous_logs=previous,
         drivers=extras["nvidiadrivers"],
         absent=frozenset(absent),
     )
@@ -197,15 +206,29 @@ def _write(path: Path, kind: Kind, items: list[Obj]) -> None:
     path.write_text(json.dumps(_list_obj(kind, items), indent=4, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _pod_logs(cluster: Cluster, pod: Obj) -> str:
+def _restarted(pod: Obj) -> set[str]:
+    status = pod.get("status") or {}
+    return {
+        str(cs.get("name"))
+        for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        if cs.get("restartCount")
+    }
+
+
+def _pod_logs(cluster: Cluster, pod: Obj, previous: bool = False) -> str:
+    """logs.txt as kubectl writes it; ``previous``: gpuchain's previous-logs.txt, the same layout
+    with the last terminated run of each container that restarted (kubectl's dump has no such file)."""
     ns, name = namespace_of(pod) or "default", name_of(pod)
     spec = pod.get("spec") or {}
     parts = []
+    restarted = _restarted(pod)
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         container = str(c.get("name"))
+        if previous and container not in restarted:
+            continue
         parts.append(f"==== START logs for container {container} of pod {ns}/{name} ====")
         try:
-            text = cluster.logs(name, ns, container=container, tail_lines=DUMP_TAIL)
+            text = cluster.logs(name, ns, container=container, tail_lines=DUMP_TAIL, previous=previous)
         except KubeError as exc:
             text = f"Request log error: {exc}"
         if text:
@@ -257,5 +280,7 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
             path = root / ns / name_of(pod) / "logs.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(_pod_logs(cluster, pod), encoding="utf-8")
+            if _restarted(pod):
+                (path.parent / "previous-logs.txt").write_text(_pod_logs(cluster, pod, True), encoding="utf-8")
             logged += 1
     return {"nodes": len(nodes), "namespaces": len(namespaces), "pods": len(per_kind["pods"]), "podLogs": logged}

@@ -30,9 +30,10 @@ LogKey = tuple[str, str, str]  #: (namespace, pod, container)
 
 
 class LogReader(Protocol):
-    """Reads a container's log (``kubectl logs --tail``); None when it cannot."""
+    """Reads a container's log (``kubectl logs --tail``, ``--previous``: its last terminated run);
+    None when it cannot."""
 
-    def __call__(self, namespace: str, pod: str, container: str) -> str | None: ...
+    def __call__(self, namespace: str, pod: str, container: str, previous: bool = False) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Snapshot:
     runtime_classes: list[Obj]
     events: list[Obj]
     logs: dict[LogKey, str] = field(default_factory=dict)
+    #: the last terminated run's log of containers that restarted (``kubectl logs --previous``)
+    previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
 
@@ -164,6 +167,24 @@ def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     return (sorted(crashing) + sorted(quiet))[:limit] + workload_logs(snapshot, stack.namespace)
 
 
+def needs_previous_logs(snapshot: Snapshot, keys: list[LogKey]) -> list[LogKey]:
+    """Of the containers whose log is read, those running again after a restart with no last log
+    lines in their status: the current run's log is the fresh start, the run that failed is the
+    previous one (a crash-looping container is waiting, so its current read is already that run)."""
+    wanted = set(keys)
+    out: list[LogKey] = []
+    for pod in snapshot.pods:
+        meta = pod.get("metadata", {})
+        status = pod.get("status") or {}
+        for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            key = (str(meta.get("namespace") or "default"), str(meta.get("name")), str(cs.get("name")))
+            if key not in wanted or not cs.get("restartCount") or not (cs.get("state") or {}).get("running"):
+                continue
+            if not ((cs.get("lastState") or {}).get("terminated") or {}).get("message"):
+                out.append(key)
+    return sorted(out)
+
+
 def workload_logs(snapshot: Snapshot, stack_namespace: str, limit: int = MAX_WORKLOAD_LOGS) -> list[LogKey]:
     """GPU workload containers that are not ready or restarted: their log says whether the GPU went
     away under them ("Failed to initialize NVML: Unknown Error")."""
@@ -180,7 +201,8 @@ def workload_logs(snapshot: Snapshot, stack_namespace: str, limit: int = MAX_WOR
 
 
 def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOGS) -> tuple[Snapshot, int]:
-    """The snapshot plus the logs of up to ``limit`` failing containers; also how many reads it made."""
+    """The snapshot plus the logs of up to ``limit`` failing containers (and the previous run's of
+    those that restarted); also how many reads it made."""
     if reader is None:
         return snapshot, 0
     keys = needs_logs(snapshot, limit)
@@ -189,7 +211,13 @@ def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOG
         text = reader(*key)
         if text:
             logs[key] = text
-    return Snapshot(**{**snapshot.__dict__, "logs": logs}), len(keys)
+    again = needs_previous_logs(snapshot, keys)
+    previous = dict(snapshot.previous_logs)
+    for key in again:
+        text = reader(*key, previous=True)
+        if text:
+            previous[key] = text
+    return Snapshot(**{**snapshot.__dict__, "logs": logs, "previous_logs": previous}), len(keys) + len(again)
 
 
 def timed_gather(

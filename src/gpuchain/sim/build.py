@@ -44,9 +44,9 @@ class SimCluster:
     build_seconds: float = 0.0
     live: list[LiveNode] = field(default_factory=list)
 
-    def read_log(self, namespace: str, pod: str, container: str) -> str | None:
+    def read_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str | None:
         """The doctor's log reader on this cluster: through the port, as on a live one (None: no log)."""
-        return cluster_log_reader(self.cluster)(namespace, pod, container)
+        return cluster_log_reader(self.cluster)(namespace, pod, container, previous)
 
     def plan(self, node: str) -> NodePlan:
         """The plan of one node (KeyError naming it if absent)."""

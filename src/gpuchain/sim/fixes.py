@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, DEVICE_PLUGIN_CONFIG, MIG_CONFIG, MIG_CONFIG_STATE
 from gpuchain.doctor.model import Fix, FixOp
+from gpuchain.kube import Cluster
 from gpuchain.sim.scenario import MigFacts, NodeGroup, Scenario
 
 
@@ -105,3 +106,12 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
     if fix.op is FixOp.INSTALL and fix.changes.get("fact") == "nfd":
         return scenario.model_copy(update={"nodes": [g.model_copy(update={"nfd": True}) for g in scenario.nodes]})
     raise UnsupportedFix(f"{fix.op.value} fixes are not simulated")
+
+
+def apply_to_cluster(cluster: Cluster, fix: Fix) -> None:
+    """Apply a fix that is an object to create (``FixOp.CREATE``) to a simulated cluster, as
+    ``kubectl create -f`` would: the change lands on the API, not on a node fact. Other ops change
+    facts (`apply_fix`); UnsupportedFix names them."""
+    if fix.op is not FixOp.CREATE:
+        raise UnsupportedFix(f"{fix.op.value} fixes change scenario facts: use apply_fix")
+    cluster.create(dict(fix.changes))

@@ -530,8 +530,21 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     api = policy_api(stack)
     if api is not None:
         pods = [p for ps in by_operand.values() for p in ps]
-        out.objects.append({**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api})
+        obj = {**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api}
+        if api != "gpuchain.io/v1":
+            obj["spec"] = _without_empty(obj["spec"])
+        out.objects.append(obj)
     return out
+
+
+def _without_empty(value: Any) -> Any:
+    """NVIDIA's ClusterPolicy CRD refuses an empty image name where gpuchain's model keeps "" for
+    "the operator's default"; NVIDIA's chart leaves such keys out, so the simulated policy does too."""
+    if isinstance(value, dict):
+        return {k: _without_empty(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
 
 
 def _publish_health(node: Obj, plan: NodePlan, placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]]) -> None:
