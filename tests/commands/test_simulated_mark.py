@@ -28,6 +28,7 @@ runner = CliRunner()
         (["demo", "--quiet-seconds", "0"], "driver 570.86.15 (simulated)"),
         (["mig", "apply", "-c", "all-1g.10gb", "--dry-run"], "GPUs after apply (planned; nothing was changed) (simulated)"),
         (["mig", "assert", "-c", "all-disabled"], "node has MIG layout 'all-disabled' (simulated)"),
+        (["remediator", "--scenario", "xid79"], "scenario xid79 (simulated): breaker closed"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )
@@ -52,6 +53,7 @@ def test_validate_marks_its_message_and_ready_file(tmp_path: Path) -> None:
         ["gpu-health", "--dry-run"],
         ["mig", "apply", "-c", "all-1g.10gb", "--dry-run"],
         ["mig", "assert", "-c", "all-disabled"],
+        ["remediator", "--scenario", "xid79"],
     ],
     ids=" ".join,
 )

@@ -42,6 +42,7 @@ from gpuchain.commands._output import (
     fail,
     log_format_option,
     output_option,
+    plain,
 )
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import load_config
@@ -65,10 +66,12 @@ def _seconds(option: str, value: str) -> float:
         fail(f"{option}: {value!r} is not a positive duration; use e.g. 30s, 10m or 1h")
 
 
-def _report_table(report: Report) -> RenderableType:
+def _report_table(report: Report, title: str = "") -> RenderableType:
+    """The report for people; ``title`` leads the first line (a simulated scenario says so there)."""
     b = report.breaker
     head = Text(
-        ("DRY RUN: nothing changed. " if report.dry_run else "") + b.message, style="bold red" if b.tripped else ""
+        title + ("DRY RUN: nothing changed. " if report.dry_run else "") + b.message,
+        style="bold red" if b.tripped else "",
     )
     actions = Table(title="Actions", title_justify="left")
     for col in ("Result", "Action", "Node", "Pod", "Why"):
@@ -166,7 +169,8 @@ def remediator(
             report = controller.run_once()
         except KubeError as exc:
             fail(str(exc), code=1)
-        emit(report, output, lambda: _report_table(report))
+        title = f"scenario {scenario} ({SIMULATED}): " if scenario is not None else ""
+        emit({**plain(report), SIMULATED: scenario is not None}, output, lambda: _report_table(report, title))
         return
     configure_logging(logging.INFO, log_format)
     logging.getLogger("gpuchain.remediator").info(
