@@ -5,11 +5,13 @@ reload task raise; the next SIGTERM then skipped cleanup (exit 1, socket left be
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from gpuchain.kubelet.peer import KubeletPeer
@@ -22,19 +24,32 @@ BAD = [
 ]
 
 
-async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _plugin(cfg: Path, *python_args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, KubeletPeer, Path]]:
+    """``python *python_args device-plugin`` on simulated GPUs with config ``cfg``, beside a kubelet peer."""
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text("version: v1\n")
     kubelet = KubeletPeer(root)
     await kubelet.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--config", str(cfg),
+        sys.executable, *python_args, "device-plugin", "--backend", "sim", "--config", str(cfg),
         "--socket-dir", str(root), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
     )  # fmt: skip
-    assert proc.stdout is not None
     try:
+        yield proc, kubelet, root
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("version: v1\n")
+    async with _plugin(cfg, "-m", "gpuchain") as (proc, kubelet, root):
+        assert proc.stdout is not None
         await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=20)
         lines: list[str] = []
         for data, expected in BAD:
@@ -54,12 +69,6 @@ async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(t
         assert proc.returncode == 0, text
         assert "Traceback" not in text
         assert not (root / "nvidia-gpu.sock").exists()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 HUP_WHILE_REGISTERING = """
@@ -84,18 +93,10 @@ main()
 async def test_a_sighup_while_registering_is_served_once_running_not_fatal(tmp_path: Path) -> None:
     # SIGHUP's default action ends the process: a config reload sent while the plugin was still
     # registering (a ConfigMap updated as the pod starts) killed it before its handler existed.
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
     cfg = tmp_path / "config.yaml"
     cfg.write_text("version: v1\n")
-    kubelet = KubeletPeer(root)
-    await kubelet.start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HUP_WHILE_REGISTERING, "device-plugin", "--backend", "sim", "--config", str(cfg),
-        "--socket-dir", str(root), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    try:
+    async with _plugin(cfg, "-c", HUP_WHILE_REGISTERING) as (proc, kubelet, _root):
+        assert proc.stdout is not None
         lines: list[str] = []
         while not any("SIGHUP: config reloaded" in line for line in lines):
             line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
@@ -105,9 +106,3 @@ async def test_a_sighup_while_registering_is_served_once_running_not_fatal(tmp_p
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 10)
         assert proc.returncode == 0, "".join(lines) + out.decode()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
