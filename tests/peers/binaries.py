@@ -1,7 +1,9 @@
 """Where scripts/build-peers put the real peers, and why one is missing (the skip reason).
 
-The cache directory is keyed by the hash of tests/peers/go.mod + go.sum + ldflags, computed here exactly as
-scripts/build-peers computes it, so a pinned version change is a new directory, never a stale binary.
+Each Go module under tests/peers has its own cache directory, keyed by the hash of its go.mod + go.sum
+(+ ldflags for the Kubernetes module), computed here exactly as scripts/build-peers computes it, so a
+pinned version change is a new directory, never a stale binary: tests/peers/go.mod pins Kubernetes and
+etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package.
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
 """
@@ -17,9 +19,13 @@ import pytest
 PEERS = Path(__file__).resolve().parent
 
 
-def cache_root() -> Path:
-    """The per-go.mod cache directory (it may not exist yet)."""
-    recipe = b"".join((PEERS / name).read_bytes() for name in ("go.mod", "go.sum", "ldflags"))
+MODULES = {"nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum")}
+"""Peers built from a module other than tests/peers/go.mod, and the files their cache is keyed by."""
+
+
+def cache_root(recipe_files: tuple[str, ...] = ("go.mod", "go.sum", "ldflags")) -> Path:
+    """The cache directory of the module whose pins are ``recipe_files`` (it may not exist yet)."""
+    recipe = b"".join((PEERS / name).read_bytes() for name in recipe_files)
     digest = hashlib.sha256(recipe).hexdigest()[:16]
     base = os.environ.get("GPUCHAIN_PEERS_CACHE") or str(
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuchain-peers"
@@ -29,7 +35,7 @@ def cache_root() -> Path:
 
 def peer_or_skip(name: str) -> Path:
     """The built binary ``name``, or skip naming why it is not there (fail in CI if merely unbuilt)."""
-    root = cache_root()
+    root = cache_root(*([MODULES[name]] if name in MODULES else []))
     binary = root / "bin" / name
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary

@@ -1,0 +1,277 @@
+"""gpuchain's device plugin config reader against NVIDIA's own, file by file.
+
+The peer ``nvidia-dp-config`` (tests/peers/nvidia/) is NVIDIA's config package
+(``github.com/NVIDIA/k8s-device-plugin/api/config/v1`` at v0.18.0, the newest release the Go module
+proxy serves) run the way nvidia-device-plugin runs it at start: its flags' defaults, the file,
+resource naming turned off, the checks it makes before touching a GPU. Each file goes to both; both
+must start or both refuse, and when they start they must run with the same settings.
+
+Inputs: every NVIDIA file in tests/compat/deviceplugin/fixtures (see its SOURCES.md), and configs
+hypothesis writes over the whole space of the keys both readers know.
+
+Where gpuchain differs on purpose it is listed in ``KNOWN`` with the reason, and the test checks
+the difference is exactly that one (so a fix upstream or here shows up as a failure to update).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import SHARED_SUFFIX, ReplicatedResource, ReplicatedResources, load_config
+from peers.binaries import peer_or_skip
+
+FIXTURES = Path(__file__).resolve().parents[1] / "compat" / "deviceplugin" / "fixtures"
+MPS_ROOT = "/run/nvidia/mps"
+"""Set for both readers: NVIDIA's plugin refuses MPS sharing without it, and its chart sets it."""
+
+Outcome = dict[str, Any] | str
+"""The settings a reader starts with (a projection both can express), or ``refused``."""
+
+REFUSED = "refused"
+
+
+def nvidia(paths: list[Path]) -> dict[Path, tuple[Outcome, str]]:
+    """NVIDIA's reader on each file: its settings, or refused with its reason."""
+    binary = peer_or_skip("nvidia-dp-config")
+    env = {"PATH": os.environ.get("PATH", ""), "MPS_ROOT": MPS_ROOT}
+    done = subprocess.run(
+        [str(binary), *map(str, paths)], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    out: dict[Path, tuple[Outcome, str]] = {}
+    for line in done.stdout.splitlines():
+        item = json.loads(line)
+        path = Path(item["file"])
+        out[path] = (REFUSED, item["error"]) if "error" in item else (nvidia_settings(item["config"]), "")
+    return out
+
+
+def nvidia_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings nvidia-device-plugin runs with, from the config it built."""
+    flags = config["flags"]
+    plugin = flags["plugin"]
+    sharing = config.get("sharing") or {}
+    kind, section = None, None
+    if (sharing.get("mps") or {}).get("resources"):
+        kind, section = "mps", sharing["mps"]
+    elif (sharing.get("timeSlicing") or {}).get("resources"):
+        kind, section = "time-slicing", sharing["timeSlicing"]
+    return {
+        "migStrategy": flags["migStrategy"],
+        "failOnInitError": flags["failOnInitError"],
+        "nvidiaDriverRoot": flags["nvidiaDriverRoot"],
+        "nvidiaDevRoot": flags["nvidiaDevRoot"],
+        "passDeviceSpecs": plugin["passDeviceSpecs"],
+        "deviceListStrategy": sorted(set(plugin["deviceListStrategy"])),
+        "deviceIDStrategy": plugin["deviceIDStrategy"],
+        "sharing": None
+        if section is None
+        else {
+            "kind": kind,
+            "failRequestsGreaterThanOne": bool(section.get("failRequestsGreaterThanOne")),
+            "resources": [
+                {"name": r["name"], "announced": r.get("rename") or r["name"], "replicas": r["replicas"]}
+                for r in section["resources"]
+            ],
+        },
+    }
+
+
+def gpuchain(path: Path) -> tuple[Outcome, str]:
+    """gpuchain's reader on one file, at start as the device plugin reads it."""
+    try:
+        config = load_config(path, {"MPS_ROOT": MPS_ROOT})
+    except ConfigFileError as exc:
+        return REFUSED, str(exc)
+    problems = config.plugin_problems()
+    if problems:
+        return REFUSED, "; ".join(problems)
+    flags = config.flags
+    replication = config.replication
+    return {
+        "migStrategy": flags.mig_strategy.value,
+        "failOnInitError": flags.fail_on_init_error,
+        "nvidiaDriverRoot": flags.nvidia_driver_root,
+        "nvidiaDevRoot": flags.nvidia_dev_root or flags.nvidia_driver_root,
+        "passDeviceSpecs": flags.plugin.pass_device_specs,
+        "deviceListStrategy": sorted({s.value for s in flags.plugin.device_list_strategy}),
+        "deviceIDStrategy": flags.plugin.device_id_strategy.value,
+        "sharing": None
+        if replication is None
+        else {
+            "kind": replication[0],
+            "failRequestsGreaterThanOne": bool(replication[1].fail_requests_greater_than_one),
+            "resources": [
+                {"name": r.name, "announced": announced(r, replication[1]), "replicas": r.replicas}
+                for r in replication[1].resources
+            ],
+        },
+    }, ""
+
+
+def announced(entry: ReplicatedResource, section: ReplicatedResources) -> str:
+    """The resource name gpuchain announces for a shared entry (``renameByDefault`` resolved)."""
+    return entry.rename or (entry.name + SHARED_SUFFIX if section.rename_by_default else entry.name)
+
+
+def known_difference(text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome, str]) -> str | None:
+    """Why gpuchain differs from NVIDIA on this file on purpose, or None when it must not differ."""
+    data = yaml.safe_load(text) if text.strip() else None
+    sharing = data.get("sharing") if isinstance(data, dict) else None
+    if (
+        theirs[0] == REFUSED
+        and "no resources specified" in theirs[1]
+        and ours[0] != REFUSED
+        and isinstance(sharing, dict)
+        and any(isinstance(v, dict) and not any(x is not None for x in v.values()) for v in sharing.values())
+    ):
+        # NVIDIA's own start-up log prints an unset section as "timeSlicing": {}, and its reader
+        # refuses that JSON; gpuchain reads the empty section as unset so the logged JSON loads back.
+        return "an empty sharing section is unset"
+    if theirs[0] != REFUSED and ours[0] == REFUSED and "is listed twice" in ours[1]:
+        # NVIDIA's plugin takes both entries and builds the same replica IDs twice, so the later
+        # entry overwrites the earlier one's devices and the count is the larger of the two; gpuchain
+        # refuses the file naming the resource.
+        return "a resource listed twice in one sharing section is refused"
+    return None
+
+
+def compare(files: dict[Path, str]) -> list[str]:
+    """Every file on which the two readers disagree, beyond the known differences."""
+    theirs = nvidia(list(files))
+    diffs = []
+    for path, text in files.items():
+        ours = gpuchain(path)
+        if (theirs[path][0] == REFUSED) == (ours[0] == REFUSED) and (ours[0] == REFUSED or ours[0] == theirs[path][0]):
+            continue
+        if known_difference(text, theirs[path], ours):
+            continue
+        diffs.append(f"{path.name}:\n{text}\n  NVIDIA:   {theirs[path]}\n  gpuchain: {ours}")
+    return diffs
+
+
+def nvidia_files() -> list[Path]:
+    return sorted(p for p in FIXTURES.rglob("*") if p.suffix in {".yaml", ".json"} and p.name != "api-cases.yaml")
+
+
+def test_nvidias_files_read_alike(tmp_path: Path) -> None:
+    """Every NVIDIA config file in the compatibility fixtures, as shipped and without the README's
+    ``...`` continuation line: both readers start with the same settings, or both refuse."""
+    files: dict[Path, str] = {}
+    for source in nvidia_files():
+        text = source.read_text()
+        variants = {"": text}
+        if text.rstrip().endswith("..."):
+            variants["-trimmed"] = text.rstrip()[: -len("...")].rstrip() + "\n"
+        for tag, body in variants.items():
+            path = tmp_path / f"{source.parent.name}-{source.stem}{tag}{source.suffix}"
+            path.write_text(body)
+            files[path] = body
+    assert len(files) >= 15
+    assert compare(files) == []
+
+
+NAMES = st.sampled_from(
+    [
+        "nvidia.com/gpu",
+        "gpu",
+        "nvidia.com/mig-1g.10gb",
+        "mig-3g.40gb",
+        "nvidia.com/gpu.shared",
+        "Bad_Name",
+        "other.com/gpu",
+        "",
+    ]
+)
+DEVICES = st.sampled_from(["all", 2, 0, -1, [0, 1], ["0:1"], ["GPU-8f0d2d2e-5d2b-4a8b-9f3e-3a2b1c0d9e8f"], [], "some"])
+
+
+@st.composite
+def resource(draw: st.DrawFn) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    if draw(st.booleans()) or draw(st.booleans()):
+        entry["name"] = draw(NAMES)
+    if draw(st.booleans()):
+        entry["rename"] = draw(NAMES)
+    if draw(st.booleans()):
+        entry["devices"] = draw(DEVICES)
+    if draw(st.integers(0, 5)):
+        entry["replicas"] = draw(st.sampled_from([-1, 0, 1, 2, 4, 10, 100]))
+    return entry
+
+
+@st.composite
+def section(draw: st.DrawFn) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if draw(st.booleans()):
+        body["renameByDefault"] = draw(st.booleans())
+    if draw(st.booleans()):
+        body["failRequestsGreaterThanOne"] = draw(st.booleans())
+    if draw(st.integers(0, 4)):
+        body["resources"] = draw(st.lists(resource(), max_size=3))
+    return body
+
+
+@st.composite
+def config(draw: st.DrawFn) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    if draw(st.booleans()):
+        doc["version"] = draw(st.sampled_from(["v1", "v2", ""]))
+    flags: dict[str, Any] = {}
+    for key, values in {
+        "migStrategy": ["none", "single", "mixed", "bogus"],
+        "failOnInitError": [True, False],
+        "nvidiaDriverRoot": ["/", "/run/nvidia/driver"],
+        "nvidiaDevRoot": ["/", "/dev-root"],
+    }.items():
+        if draw(st.booleans()):
+            flags[key] = draw(st.sampled_from(values))
+    plugin: dict[str, Any] = {}
+    for key, values in {
+        "passDeviceSpecs": [True, False],
+        "deviceListStrategy": ["envvar", "volume-mounts", "cdi-annotations", "cdi-cri", ["envvar", "cdi-cri"], "bogus"],
+        "deviceIDStrategy": ["uuid", "index", "bogus"],
+    }.items():
+        if draw(st.booleans()):
+            plugin[key] = draw(st.sampled_from(values))
+    if plugin:
+        flags["plugin"] = plugin
+    if flags:
+        doc["flags"] = flags
+    sharing: dict[str, Any] = {}
+    for kind in draw(st.sampled_from([(), ("timeSlicing",), ("mps",), ("timeSlicing", "mps")])):
+        sharing[kind] = draw(section())
+    if sharing:
+        doc["sharing"] = sharing
+    return doc
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=config())
+def test_written_configs_read_alike(tmp_path: Path, doc: dict[str, Any]) -> None:
+    """Configs over the keys both readers know: both start with the same settings, or both refuse."""
+    path = tmp_path / "config.yaml"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    path.write_text(text)
+    assert compare({path: text}) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["plugin-running-config-zalando-pr8468.json", "gfd-running-config-nvkind-issue20.json"]
+)
+def test_nvidia_refuses_its_own_logged_config(name: str) -> None:
+    """The "Running with config" JSON NVIDIA's components log does not load back into NVIDIA's reader
+    (it prints an unset section as ``"timeSlicing": {}``); gpuchain loads it (the known difference)."""
+    path = FIXTURES / "logged" / name
+    theirs = nvidia([path])[path]
+    assert theirs[0] == REFUSED and "no resources specified" in theirs[1]
+    assert gpuchain(path)[0] != REFUSED
