@@ -375,3 +375,24 @@ sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}
         "sharing.mps",
     ]
     assert unsupported_settings(parse_config("")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(t, True) for t in ("true", "1", "t", "TRUE", "True", "T")]
+    + [(t, False) for t in ("false", "0", "f", "FALSE", "False", "F", "")],
+)
+def test_boolean_variables_take_gos_spellings(text: str, value: bool) -> None:
+    """NVIDIA's plugin reads FAIL_ON_INIT_ERROR and the other boolean variables with Go's
+    strconv.ParseBool, and a variable set to "" as false (checked against NVIDIA's reader in
+    tests/peers/test_nvidia_config_peer.py)."""
+    assert apply_env(Config(), {"FAIL_ON_INIT_ERROR": text}).flags.fail_on_init_error is value
+    assert apply_env(Config(), {"GFD_ONESHOT": text}, GFD_ENV_FLAGS).flags.gfd.oneshot is value
+
+
+@pytest.mark.parametrize("text", ["yes", "no", "on", " true", "tRuE", "2"])
+def test_boolean_variables_refuse_what_go_refuses(text: str) -> None:
+    """Spellings a YAML file would read as booleans stop NVIDIA's plugin at start; here too, naming
+    the variable."""
+    with pytest.raises(ConfigFileError, match="PASS_DEVICE_SPECS.*not a boolean"):
+        apply_env(Config(), {"PASS_DEVICE_SPECS": text})

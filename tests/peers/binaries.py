@@ -3,7 +3,7 @@
 Each Go module under tests/peers has its own cache directory, keyed by the hash of its go.mod + go.sum
 (+ ldflags for the Kubernetes module), computed here exactly as scripts/build-peers computes it, so a
 pinned version change is a new directory, never a stale binary: tests/peers/go.mod pins Kubernetes and
-etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package.
+etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package (with the peer's own main.go).
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
 """
@@ -19,7 +19,7 @@ import pytest
 PEERS = Path(__file__).resolve().parent
 
 
-MODULES = {"nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum")}
+MODULES = {"nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum", "nvidia/main.go")}
 """Peers built from a module other than tests/peers/go.mod, and the files their cache is keyed by."""
 
 

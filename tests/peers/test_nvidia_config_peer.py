@@ -40,10 +40,11 @@ Outcome = dict[str, Any] | str
 REFUSED = "refused"
 
 
-def nvidia(paths: list[Path]) -> dict[Path, tuple[Outcome, str]]:
-    """NVIDIA's reader on each file: its settings, or refused with its reason."""
+def nvidia(paths: list[Path], variables: dict[str, str] | None = None) -> dict[Path, tuple[Outcome, str]]:
+    """NVIDIA's reader on each file, with these environment variables: its settings, or refused
+    with its reason."""
     binary = peer_or_skip("nvidia-dp-config")
-    env = {"PATH": os.environ.get("PATH", ""), "MPS_ROOT": MPS_ROOT}
+    env = {"PATH": os.environ.get("PATH", ""), "MPS_ROOT": MPS_ROOT, **(variables or {})}
     done = subprocess.run(
         [str(binary), *map(str, paths)], env=env, capture_output=True, text=True, timeout=60, check=True
     )
@@ -86,10 +87,11 @@ def nvidia_settings(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def gpuchain(path: Path) -> tuple[Outcome, str]:
-    """gpuchain's reader on one file, at start as the device plugin reads it."""
+def gpuchain(path: Path, variables: dict[str, str] | None = None) -> tuple[Outcome, str]:
+    """gpuchain's reader on one file and these environment variables, at start as the device
+    plugin reads them."""
     try:
-        config = load_config(path, {"MPS_ROOT": MPS_ROOT})
+        config = load_config(path, {"MPS_ROOT": MPS_ROOT, **(variables or {})})
     except ConfigFileError as exc:
         return REFUSED, str(exc)
     problems = config.plugin_problems()
@@ -145,17 +147,17 @@ def known_difference(text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome
     return None
 
 
-def compare(files: dict[Path, str]) -> list[str]:
+def compare(files: dict[Path, str], variables: dict[str, str] | None = None) -> list[str]:
     """Every file on which the two readers disagree, beyond the known differences."""
-    theirs = nvidia(list(files))
+    theirs = nvidia(list(files), variables)
     diffs = []
     for path, text in files.items():
-        ours = gpuchain(path)
+        ours = gpuchain(path, variables)
         if (theirs[path][0] == REFUSED) == (ours[0] == REFUSED) and (ours[0] == REFUSED or ours[0] == theirs[path][0]):
             continue
         if known_difference(text, theirs[path], ours):
             continue
-        diffs.append(f"{path.name}:\n{text}\n  NVIDIA:   {theirs[path]}\n  gpuchain: {ours}")
+        diffs.append(f"{path.name} {variables or ''}:\n{text}\n  NVIDIA:   {theirs[path]}\n  gpuchain: {ours}")
     return diffs
 
 
@@ -263,6 +265,34 @@ def test_written_configs_read_alike(tmp_path: Path, doc: dict[str, Any]) -> None
     text = yaml.safe_dump(doc, sort_keys=False)
     path.write_text(text)
     assert compare({path: text}) == []
+
+
+BOOLS = ["true", "false", "1", "0", "t", "F", "TRUE", "False", "yes", ""]
+ENVIRONMENT = {
+    "MIG_STRATEGY": ["none", "single", "mixed", "Mixed", "bogus"],
+    "FAIL_ON_INIT_ERROR": BOOLS,
+    "PASS_DEVICE_SPECS": BOOLS,
+    "NVIDIA_DRIVER_ROOT": ["/", "/run/nvidia/driver"],
+    "NVIDIA_DEV_ROOT": ["/", "/dev-root"],
+    "DEVICE_LIST_STRATEGY": ["envvar", "volume-mounts", "envvar,cdi-annotations", "cdi-cri, envvar", "bogus"],
+    "DEVICE_ID_STRATEGY": ["uuid", "index", "bogus"],
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    variables=st.lists(st.sampled_from(sorted(ENVIRONMENT)), max_size=4, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: st.sampled_from(ENVIRONMENT[k]) for k in keys})
+    ),
+    doc=config(),
+)
+def test_environment_over_the_file_reads_alike(tmp_path: Path, variables: dict[str, str], doc: dict[str, Any]) -> None:
+    """The plugin's environment variables over a file (the environment wins): both readers start with
+    the same settings or both refuse, for the spellings Go's flag parsing takes and those it does not."""
+    path = tmp_path / "config.yaml"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    path.write_text(text)
+    assert compare({path: text}, variables) == []
 
 
 @pytest.mark.parametrize(

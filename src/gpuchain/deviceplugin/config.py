@@ -602,6 +602,32 @@ GFD_ENV_FLAGS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 """Environment variables NVIDIA's GFD reads, by config key (GFD_* first, then the shared name)."""
 
 
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def go_env_bool(text: str) -> bool:
+    """A boolean environment variable as NVIDIA's plugin and GFD read it (urfave/cli over Go's
+    strconv.ParseBool): exactly the twelve spellings Go takes, and a variable set to the empty
+    string is false. Anything else (``yes``, `` true``) stops NVIDIA's plugin at start, so it is
+    refused here too rather than read the way a YAML file would read it."""
+    if text == "" or text in _GO_FALSE:
+        return False
+    if text in _GO_TRUE:
+        return True
+    raise ValueError(f"{text!r} is not a boolean; use true or false (also 1/0, t/f, TRUE/FALSE, True/False)")
+
+
+def _field_type(path: tuple[str, ...]) -> Any:
+    """The type of the config field at ``path`` (aliases, as in the file)."""
+    model: Any = Config
+    annotation: Any = None
+    for key in path:
+        field = next(f for name, f in model.model_fields.items() if (f.alias or name) == key)
+        annotation = model = field.annotation
+    return annotation
+
+
 def apply_env(
     config: Config,
     env: Mapping[str, str],
@@ -620,7 +646,13 @@ def apply_env(
         node = data
         for key in path[:-1]:
             node = node.setdefault(key, {})
-        node[path[-1]] = env[var]
+        value: str | bool = env[var]
+        if _field_type(path) is bool:
+            try:
+                value = go_env_bool(env[var])
+            except ValueError as exc:
+                raise ConfigFileError("environment", None, var, str(exc)) from None
+        node[path[-1]] = value
         names[".".join(path)] = var
     if not names:
         return config

@@ -86,7 +86,8 @@ func startChecks(config *spec.Config) error {
 // load runs the plugin's start-up config path on one file.
 func load(file string) result {
 	out := result{File: file}
-	app := &cli.App{Name: "nvidia-device-plugin", Flags: pluginFlags()}
+	// Usage text goes to stderr: stdout carries only the JSON lines.
+	app := &cli.App{Name: "nvidia-device-plugin", Flags: pluginFlags(), Writer: os.Stderr, ErrWriter: os.Stderr}
 	app.Action = func(c *cli.Context) error {
 		config, err := spec.NewConfig(c, app.Flags)
 		if err != nil {
