@@ -9,12 +9,19 @@ drained and reset like one that raised an XID.
 from __future__ import annotations
 
 from gpuchain.gpu.model import Telemetry
+from gpuchain.gpu.xid import Resolution
 
 PROBES = {
     "row-remap-failed": "row remapping failed",
     "row-remap-pending": "row remapping pending (a GPU reset activates it)",
 }
 """Probe name -> what it means, for condition messages and Events."""
+
+
+def probe_resolution(name: str) -> Resolution:
+    """What a tripped probe needs: a reset activates a pending remap, and is the first thing to try
+    after a failed one (the burn-in then fails, and the loop asks for a reboot, then a person)."""
+    return Resolution.RESET_GPU
 
 
 def probe(readings: Telemetry) -> tuple[str, ...]:
