@@ -73,7 +73,9 @@ def test_both_forms_for_one_xid_combine() -> None:
     assert row.needs() is Resolution.NONE and row.needs(repeated=True) is Resolution.RESET_GPU
 
 
-@pytest.mark.parametrize("text", ["109", "109=maybe", "x=reset", "-3=reset", "13=reset@0/1h", "13=reset@3/0s", "13=reset@3"])
+@pytest.mark.parametrize(
+    "text", ["109", "109=maybe", "x=reset", "-3=reset", "13=reset@0/1h", "13=reset@3/0s", "13=reset@3"]
+)
 def test_bad_overrides_name_the_item_and_the_form(text: str) -> None:
     with pytest.raises(ValueError, match="XID"):
         parse_overrides(text)

@@ -80,9 +80,9 @@ class Fault:
 
     @property
     def harmless(self) -> bool:
-        """Nothing to do for its pods or its node: every XID's resolution is none (NVIDIA's IGNORE)
-        and the GPU still answers. The device stays withheld from new pods all the same."""
-        return bool(self.xids) and not self.lost and not self.probes and self.action is Resolution.NONE
+        """Nothing to do for its pods or its node: the GPU still answers and every XID and probe it
+        has needs nothing (NVIDIA's IGNORE; a retired-page count at its limit): it is reported."""
+        return bool(self.xids or self.probes) and not self.lost and self.action is Resolution.NONE
 
     def summary(self) -> str:
         """``GPU-…: XID 79 (GPU has fallen off the bus)`` — the form condition messages and Events use."""

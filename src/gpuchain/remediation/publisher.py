@@ -31,7 +31,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
-from gpuchain.gpu.probes import probe
+from gpuchain.gpu.probes import ProbeState
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.kinds import NODE
@@ -164,10 +164,13 @@ class GpuHealthPublisher:
         self._gpus: dict[str, Gpu] = {}
         self._pods: dict[str, tuple[str, ...]] = {}
         self._driver: DriverInfo | None = None
+        self.probes = ProbeState()
 
     def handle(self, event: HealthEvent) -> bool:
         """Feed one backend event; True when the node needs publishing."""
         with self._lock:
+            if event.kind is EventKind.GPU_RECOVERED:
+                self.probes.forget(event.gpu_uuid)  # a reset starts its counters afresh
             return self.tracker.apply(event, self.clock())
 
     def _refresh_inventory(self) -> Inventory | None:
@@ -203,7 +206,7 @@ class GpuHealthPublisher:
         found: dict[str, tuple[str, ...]] = {}
         for gpu in inventory.gpus if inventory is not None else ():
             try:
-                tripped = probe(self.backend.telemetry(gpu.uuid))
+                tripped = self.probes.check(self.backend.health_readings(gpu.uuid), self.clock())
             except GpuError:
                 continue
             if tripped and self.tracker.health.policy.checks:
