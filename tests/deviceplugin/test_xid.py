@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpuchain.gpu.xid import DEFAULT_IGNORED, HealthPolicy, XidAction, describe, policy_from_env
+from gpuchain.gpu.xid import HealthPolicy, Resolution, default_ignored, describe, policy_from_env
 
 
 def test_default_ignored_set_is_nvidias() -> None:
-    assert frozenset({13, 31, 43, 45, 68, 109}) == DEFAULT_IGNORED
+    assert frozenset({13, 31, 43, 45, 68, 109}) == default_ignored()
 
 
 def test_table_rows() -> None:
-    assert describe(79).action is XidAction.REBOOT_NODE and describe(79).fatal
-    assert describe(48).action is XidAction.RESET_GPU
-    assert describe(13).action is XidAction.RESTART_APP and not describe(13).fatal
+    assert describe(79).resolution is Resolution.REBOOT_NODE and describe(79).unhealthy
+    assert describe(48).resolution is Resolution.RESET_GPU
+    assert describe(13).resolution is Resolution.RESTART_APP and not describe(13).unhealthy
     unknown = describe(9999)
-    assert unknown.fatal and unknown.action is XidAction.RESET_GPU
+    assert unknown.unhealthy and unknown.resolution is Resolution.RESET_GPU and not unknown.catalogued
 
 
 def test_default_policy() -> None:

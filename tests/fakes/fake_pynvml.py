@@ -558,7 +558,52 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetRemappedRows(self, handle: GpuHandle) -> tuple[int, int, int, int]:
         self._enter("nvmlDeviceGetRemappedRows")
         t = self._t(handle)
-        return (t.remapped_rows_correctable, t.remapped_rows_uncorrectable, 0, t.row_remap_failure)
+        return (
+            t.remapped_rows_correctable,
+            t.remapped_rows_uncorrectable,
+            t.row_remap_pending,
+            t.row_remap_failure,
+        )
+
+    def _readings(self, handle: GpuHandle) -> Any:
+        return self.sim.health_readings(self._gpu(handle).uuid)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: GpuHandle) -> int:
+        """NOT_SUPPORTED unless the sim was given page-retirement readings (Ampere and newer GPUs
+        remap rows instead and answer NOT_SUPPORTED)."""
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus")
+        pending = self._readings(handle).retired_pages_pending
+        if pending is None:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        return real.NVML_FEATURE_ENABLED if pending else real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRetiredPages(self, handle: GpuHandle, cause: int) -> list[int]:
+        """One made-up page address per retired page of that cause, as the real call lists them."""
+        self._enter("nvmlDeviceGetRetiredPages")
+        r = self._readings(handle)
+        count = r.retired_pages_sbe if cause == real.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else None
+        if cause == real.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
+            count = r.retired_pages_dbe
+        if count is None:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        return [0x1000 * (i + 1) for i in range(count)]
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: GpuHandle, link: int, counter: int) -> int:
+        """Replay, recovery, CRC flit and CRC data counters of an active link (the link is checked
+        as nvmlDeviceGetNvLinkState checks it)."""
+        self._enter("nvmlDeviceGetNvLinkErrorCounter")
+        found = next((c for c in self._readings(handle).nvlink if c.link == link), None)
+        if found is None:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        kinds = {
+            real.NVML_NVLINK_ERROR_DL_REPLAY: found.replay,
+            real.NVML_NVLINK_ERROR_DL_RECOVERY: found.recovery,
+            real.NVML_NVLINK_ERROR_DL_CRC_FLIT: found.crc_flit,
+            real.NVML_NVLINK_ERROR_DL_CRC_DATA: found.crc_data,
+        }
+        if counter not in kinds:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(kinds[counter] or 0)
 
     # ---- events ------------------------------------------------------------------------------
 

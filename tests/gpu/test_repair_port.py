@@ -57,11 +57,11 @@ def test_quarantine_withholds_a_gpu_and_its_mig_devices_until_lifted(mig_sim: Si
 
 
 def test_probes_read_row_remapping_from_the_readings(h100_sim: SimBackend) -> None:
-    from gpuchain.gpu.probes import probe
+    from gpuchain.gpu.probes import instant
 
     uuid = h100_sim.inventory().gpu(1).uuid
-    assert probe(h100_sim.telemetry(uuid)) == ()
+    assert instant(h100_sim.health_readings(uuid)) == ()
     h100_sim.set_telemetry(1, row_remap_pending=1, row_remap_failure=1)
-    assert probe(h100_sim.telemetry(uuid)) == ("row-remap-failed", "row-remap-pending")
+    assert instant(h100_sim.health_readings(uuid)) == ("row-remap-failed", "row-remap-pending")
     h100_sim.reset_gpu(1)  # a reset activates the pending remap; a failure stays
-    assert probe(h100_sim.telemetry(uuid)) == ("row-remap-failed",)
+    assert instant(h100_sim.health_readings(uuid)) == ("row-remap-failed",)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.gpu.xid import XID_TABLE
-from gpuchain.remediation.xidtable import xid_markdown
 
 runner = CliRunner()
-DOC = Path(__file__).resolve().parents[2] / "docs" / "remediation.md"
 
 
 def test_scenario_xid79_json_report() -> None:
@@ -71,15 +67,3 @@ def test_gpu_health_needs_a_node_name_on_a_cluster(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("NODE_NAME", raising=False)
     result = runner.invoke(app, ["gpu-health", "--once"])
     assert result.exit_code == 2 and "--node" in result.output
-
-
-def test_docs_carry_the_current_xid_table() -> None:
-    assert xid_markdown() in DOC.read_text()
-    assert all(f"| {code} |" in xid_markdown() for code in XID_TABLE)
-
-
-def test_xid_table_remediation_column_follows_the_rules() -> None:
-    rows = {line.split("|")[1].strip(): line for line in xid_markdown().splitlines()[2:]}
-    assert rows["13"].endswith("| nothing (the device stays healthy) |")
-    assert rows["79"].endswith("| reboot the node | evict the pods on the device, taint the node |")
-    assert rows["94"].endswith("| evict the pods on the device |")

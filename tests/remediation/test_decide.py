@@ -97,9 +97,16 @@ def test_contained_ecc_evicts_but_does_not_taint() -> None:
     assert [(a.kind, a.pod) for a in d.actions] == [(ActionKind.EVICT, "ml/a")]
 
 
-def test_application_xid_does_nothing() -> None:
-    d = run([node("n0", fault(GPU0, 13), PODS), *healthy_nodes(3)], RUNNING)
+def test_an_xid_nvidia_says_to_ignore_does_nothing() -> None:
+    """XID 63 (a row marked for remapping; IGNORE in NVIDIA's catalog): the pods keep running."""
+    d = run([node("n0", fault(GPU0, 63), PODS), *healthy_nodes(3)], RUNNING)
     assert d.actions == () and d.held == ()
+
+
+def test_an_enabled_application_xid_evicts_without_a_taint() -> None:
+    """XID 13 published (DP_ENABLE_HEALTHCHECKS=13): RESTART_APP, like 94."""
+    d = run([node("n0", fault(GPU0, 13), PODS), *healthy_nodes(3)], RUNNING)
+    assert [(a.kind, a.pod) for a in d.actions] == [(ActionKind.EVICT, "ml/a")]
 
 
 def test_whole_gpu_fault_covers_its_mig_devices_and_mig_fault_only_itself() -> None:

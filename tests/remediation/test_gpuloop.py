@@ -262,7 +262,7 @@ def test_a_probed_fault_round_trips_and_needs_a_reset() -> None:
 
     probed = Fault(U, U, (), covers=(U,), probes=("row-remap-pending",))
     assert decode_faults(encode_faults({U: probed})) == {U: probed}
-    assert "row remapping pending" in probed.summary() and not probed.application_only
+    assert "row remapping pending" in probed.summary() and not probed.harmless
     assert needs_repair(probed)
     _, work = run(GpuRecord(U, 0), probed)
     assert work == [Work.RESET, Work.BURN_IN]

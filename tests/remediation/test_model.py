@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuchain.gpu.xid import XidAction
+from gpuchain.gpu.xid import Resolution
 from gpuchain.remediation.model import (
     FAULTS_ANNOTATION,
     PODS_ANNOTATION,
@@ -52,13 +52,15 @@ def test_bad_annotations_name_the_key(decode: object, text: str, key: str) -> No
 
 
 def test_fault_action_is_the_most_disruptive_from_the_shared_table() -> None:
-    assert Fault("g", "g", (94,)).action is XidAction.RESTART_APP
-    assert Fault("g", "g", (94, 48)).action is XidAction.RESET_GPU
-    assert Fault("g", "g", (48, 79)).action is XidAction.REBOOT_NODE
-    assert Fault("g", "g", (), lost=True).action is XidAction.REBOOT_NODE
-    assert Fault("g", "g", (999,)).action is XidAction.RESET_GPU  # unknown XIDs are not safe
-    assert Fault("g", "g", (13, 31)).application_only
-    assert not Fault("g", "g", (13, 79)).application_only
+    assert Fault("g", "g", (94,)).action is Resolution.RESTART_APP
+    assert Fault("g", "g", (94, 48)).action is Resolution.RESET_GPU
+    assert Fault("g", "g", (48, 79)).action is Resolution.REBOOT_NODE
+    assert Fault("g", "g", (), lost=True).action is Resolution.REBOOT_NODE
+    assert Fault("g", "g", (999,)).action is Resolution.RESET_GPU  # unknown XIDs are not safe
+    assert Fault("g", "g", (13,), repeated=(13,)).action is Resolution.RESET_GPU  # past its threshold
+    assert Fault("g", "g", (63, 92)).harmless  # NVIDIA's IGNORE: pods keep running
+    assert not Fault("g", "g", (13, 31)).harmless  # RESTART_APP: the pods are evicted
+    assert not Fault("g", "g", (63,), probes=("row-remap-pending",)).harmless
 
 
 def test_condition_names_uuids_and_xids() -> None:

@@ -226,7 +226,8 @@ def gpu_health(
     xid_resolution: str = typer.Option(
         "",
         "--xid-resolution",
-        help="With --repair: override NVIDIA's XID catalog per XID, e.g. '109=none,92=reset,74=reboot'.",
+        help="Override the XID table per XID: what one occurrence needs (109=none, 92=reset, 74=reboot) "
+        "or a count-in-window threshold (13=reset@5/1h); see docs/remediation.md.",
     ),
     gate_startup: bool = typer.Option(
         False,
@@ -256,16 +257,18 @@ def gpu_health(
     Uses the device plugin's XID policy (config file health section, DP_*_HEALTHCHECKS variables).
     """
     resync_s = _seconds("--resync", resync)
-    from gpuchain.remediation.gpuloop import LoopPolicy, parse_xid_resolutions
+    from gpuchain.gpu.xid import parse_overrides
+    from gpuchain.remediation.gpuloop import LoopPolicy
 
     try:
-        loop_policy = LoopPolicy(xid_resolutions=parse_xid_resolutions(xid_resolution))
+        overrides = parse_overrides(xid_resolution)
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
+    loop_policy = LoopPolicy(xid_resolutions=overrides)
     choice = resolve_backend(backend)
     try:
         config = load_config(config_file, os.environ)
-        policy = config.health.policy(os.environ)
+        policy = config.health.policy(os.environ).with_overrides(overrides)
     except (ConfigFileError, ValueError) as exc:
         fail(str(exc))
     gpus = backend_or_fail(choice.kind, preset, topology)

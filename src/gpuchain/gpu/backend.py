@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from gpuchain.gpu.errors import NotSupportedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
+from gpuchain.gpu.probes import HealthReadings
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ class GpuBackend(abc.ABC):
         backend cannot read it, so a backend or test double without MIG need not implement it.
         """
         raise NotSupportedError(f"the {self.name} backend cannot read MIG device memory")
+
+    def health_readings(self, gpu_uuid: str) -> HealthReadings:
+        """One GPU's health counters (row remapping, retired pages, NVLink errors) for ``gpu.probes``;
+        raises GpuLostError or NotFoundError. The default: the backend reads none."""
+        raise NotSupportedError(f"the {self.name} backend cannot read health counters")
 
     @abc.abstractmethod
     def events(self) -> AsyncIterator[HealthEvent]:

@@ -5,7 +5,9 @@ XID means the same thing to each of them. ``HealthState`` is plain state driven 
 clock the caller passes in, so every rule is testable without timers:
 
 - an XID the policy counts marks the GPU or, when the event names a MIG device, only that MIG
-  device;
+  device; an XID with a threshold (``gpu.xid``) also counts once it repeats often enough on that
+  device within its window, and is then remembered as repeated (it needs the threshold's
+  resolution); ``xids`` keeps, per unhealthy device, the XIDs that counted;
 - a lost GPU is marked;
 - a GPU the backend reports recovered becomes healthy again, with its MIG devices, once
   ``quiet_seconds`` pass without a new counted event on it (NVIDIA's plugin never recovers;
@@ -29,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gpuchain.gpu.model import EventKind, HealthEvent
-from gpuchain.gpu.xid import HealthPolicy, describe
+from gpuchain.gpu.xid import HealthPolicy
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,10 @@ class HealthState:
     stream_failed: dict[str, str | None] = field(default_factory=dict)
     stream_clear_at: float | None = None
     quarantined: frozenset[str] = frozenset()
+    xids: dict[str, dict[int, bool]] = field(default_factory=dict)
+    """Unhealthy device -> the XIDs that counted on it -> whether that XID crossed its threshold."""
+    seen: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    """(device, XID) -> recent occurrence times, for XIDs with a threshold only (bounded by its count)."""
 
     def quarantine(self, gpu_uuids: frozenset[str]) -> bool:
         """Withhold exactly these GPUs for the repair loop; True when the set changed."""
@@ -73,21 +79,55 @@ class HealthState:
                 self.recover_at[event.gpu_uuid] = now + self.quiet_seconds
                 return self.quiet_seconds == 0 and bool(self.due(now))
             return False
+        device = event.mig_uuid if event.mig_uuid and event.kind is EventKind.XID else event.gpu_uuid
+        repeated = False
         if event.kind is EventKind.GPU_LOST:
             reason = "GPU lost (fell off the bus)"
-        elif event.xid is not None and self.policy.marks_unhealthy(event.xid):
-            reason = f"XID {event.xid}: {describe(event.xid).meaning}"
+        elif event.xid is not None:
+            repeated = self._repeats(device, event.xid, now)
+            if not self.policy.judge(event.xid, repeated).unhealthy:
+                return False
+            reason = f"XID {event.xid}: {self.policy.table.describe(event.xid).meaning}"
+            if repeated:
+                reason += f" (repeated: {self._threshold_text(event.xid)})"
+            counted = self.xids.setdefault(device, {})
+            before = counted.get(event.xid)
+            counted[event.xid] = bool(before) or repeated
+            changed_xids = before != counted[event.xid]
         else:
             return False
         self.recover_at.pop(event.gpu_uuid, None)
-        if event.mig_uuid and event.kind is EventKind.XID:
-            changed = event.mig_uuid not in self.bad_migs
-            self.bad_migs[event.mig_uuid] = (event.gpu_uuid, reason)
+        if device != event.gpu_uuid:
+            changed = device not in self.bad_migs or changed_xids
+            self.bad_migs[device] = (event.gpu_uuid, reason)
             return changed
-        changed = event.gpu_uuid not in self.bad_gpus
+        changed = event.gpu_uuid not in self.bad_gpus or (event.kind is EventKind.XID and changed_xids)
         self.stream_failed.pop(event.gpu_uuid, None)  # a real fault outlives the stream mark
         self.bad_gpus[event.gpu_uuid] = reason
         return changed
+
+    def _repeats(self, device: str, xid: int, now: float) -> bool:
+        """Remember one occurrence of an XID with a threshold; whether the device has now reached it."""
+        threshold = self.policy.threshold(xid)
+        if threshold is None:
+            return False
+        times = threshold.remember(self.seen.get((device, xid), ()), now)
+        self.seen[(device, xid)] = times
+        return threshold.reached(times, now)
+
+    def _threshold_text(self, xid: int) -> str:
+        threshold = self.policy.threshold(xid)
+        return threshold.describe() if threshold is not None else ""
+
+    def repeated(self, device: str) -> tuple[int, ...]:
+        """The XIDs on an unhealthy device that crossed their threshold (they need its resolution)."""
+        return tuple(sorted(x for x, rep in self.xids.get(device, {}).items() if rep))
+
+    def _forget(self, uuids: set[str]) -> None:
+        """A device came back: its counted XIDs and occurrence history go (a reset starts afresh)."""
+        for uuid in uuids:
+            self.xids.pop(uuid, None)
+        self.seen = {k: v for k, v in self.seen.items() if k[0] not in uuids}
 
     def fail_all(self, gpu_uuids: list[str]) -> bool:
         """The event stream itself broke: vouch for no GPU (as NVIDIA's plugin decides) until it is back.
@@ -122,8 +162,10 @@ class HealthState:
         back = []
         for uuid in done:
             del self.recover_at[uuid]
-            for mig in [m for m, (parent, _) in self.bad_migs.items() if parent == uuid]:
+            migs = [m for m, (parent, _) in self.bad_migs.items() if parent == uuid]
+            for mig in migs:
                 del self.bad_migs[mig]
+            self._forget({uuid, *migs})
             if uuid in self.stream_failed:
                 self.stream_failed[uuid] = None  # recovered underneath; the stream mark stays for now
             else:

@@ -42,6 +42,7 @@ from gpuchain.gpu.model import (
     Telemetry,
     TopologyLevel,
 )
+from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
 
 log = logging.getLogger(__name__)
 
@@ -492,6 +493,49 @@ class NvmlBackend(GpuBackend):
             row_remap_failure=rows[3] if rows is not None else None,
             row_remap_pending=rows[2] if rows is not None else None,
         )
+
+    def health_readings(self, gpu_uuid: str) -> HealthReadings:
+        """Row remapping, page retirement and every active NVLink's error counters; a reading the GPU
+        does not support (retired pages on Ampere and newer, NVLink counters on Blackwell) is None."""
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByUUID, gpu_uuid)
+        if self._is_mig_handle(h):
+            raise NotFoundError(f"{gpu_uuid} is a MIG device, not a GPU: its health counters are its GPU's")
+        rows = self._optional(n.nvmlDeviceGetRemappedRows, h)
+        pending = self._optional(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        sbe = self._optional(
+            n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        )
+        dbe = self._optional(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        return HealthReadings(
+            uuid=gpu_uuid,
+            row_remap_pending=bool(rows[2]) if rows is not None else None,
+            row_remap_failed=bool(rows[3]) if rows is not None else None,
+            retired_pages_pending=bool(pending) if pending is not None else None,
+            retired_pages_sbe=len(sbe) if sbe is not None else None,
+            retired_pages_dbe=len(dbe) if dbe is not None else None,
+            nvlink=self._nvlink_counters(h),
+        )
+
+    def _nvlink_counters(self, h: Any) -> tuple[NvLinkCounters, ...]:
+        n = self._nvml
+        kinds = (
+            n.NVML_NVLINK_ERROR_DL_REPLAY,
+            n.NVML_NVLINK_ERROR_DL_RECOVERY,
+            n.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+            n.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        )
+        found = []
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            try:
+                if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
+                    continue
+            except (NotSupportedError, NotFoundError):
+                break
+            values = [self._optional(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind) for kind in kinds]
+            if any(v is not None for v in values):
+                found.append(NvLinkCounters(link, *values))
+        return tuple(found)
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:
         """nvmlDeviceGetMemoryInfo on the MIG device handle: that GPU instance's framebuffer."""

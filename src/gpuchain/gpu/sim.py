@@ -26,6 +26,7 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
+from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
@@ -103,6 +104,8 @@ class SimBackend(GpuBackend):
         self._driver = topology.driver_info()
         self._links = topology.gpu_links()
         self._gpus = [_GpuState(spec) for spec in topology.expanded()]
+        self._readings: dict[str, dict[str, Any]] = {}
+        """GPU UUID -> health counters set by ``set_health_readings`` / ``add_nvlink_errors``."""
         for state in self._gpus:
             if state.spec.mig is not None:
                 state.mig_enabled = state.mig_pending = True
@@ -152,6 +155,66 @@ class SimBackend(GpuBackend):
             }
             base.update(state.telemetry)
         return Telemetry(uuid=spec.uuid, **base)
+
+    def health_readings(self, gpu_uuid: str) -> HealthReadings:
+        """As NVML reports them on this GPU: row remapping from the telemetry, retired pages only
+        once set (Ampere and newer GPUs do not report them), error counters on every NVLink."""
+        with self._lock:
+            state = self._state(gpu_uuid)
+            if state.lost:
+                raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
+            uuid = state.spec.uuid
+            extra = dict(self._readings.get(uuid, {}))
+            t = state.telemetry
+            links = self._nvlink_count(state)
+        counters = extra.pop("nvlink", {})
+        return HealthReadings(
+            uuid=uuid,
+            row_remap_pending=bool(t.get("row_remap_pending", 0)),
+            row_remap_failed=bool(t.get("row_remap_failure", 0)),
+            nvlink=tuple(NvLinkCounters(link, *counters.get(link, (0, 0, 0, 0))) for link in range(links)),
+            **extra,
+        )
+
+    def _nvlink_count(self, state: _GpuState) -> int:
+        """Active NVLinks of a GPU: every link of its model to the NVSwitches, else its direct lanes."""
+        topo, model = self.topology, state.spec.model
+        if (topo.interconnect or ("nvswitch" if model.nvlinks else "pcie")) == "nvswitch" and not topo.links:
+            return model.nvlinks
+        return sum(link.nvlinks for link in self._links if state.spec.index in (link.a, link.b))
+
+    def set_health_readings(
+        self,
+        device: int | str,
+        retired_pages_pending: bool | None = None,
+        retired_pages_sbe: int | None = None,
+        retired_pages_dbe: int | None = None,
+    ) -> None:
+        """Set page-retirement readings of a GPU (index or UUID), as a pre-Ampere GPU reports them."""
+        with self._lock:
+            uuid = self._resolve(device, include_lost=True)[0].spec.uuid
+            values = {
+                "retired_pages_pending": retired_pages_pending,
+                "retired_pages_sbe": retired_pages_sbe,
+                "retired_pages_dbe": retired_pages_dbe,
+            }
+            self._readings.setdefault(uuid, {}).update({k: v for k, v in values.items() if v is not None})
+
+    def add_nvlink_errors(
+        self, device: int | str, link: int, replay: int = 0, recovery: int = 0, crc_flit: int = 0, crc_data: int = 0
+    ) -> None:
+        """Add to one NVLink's error counters (they only grow, until a reset clears them)."""
+        with self._lock:
+            uuid = self._resolve(device, include_lost=True)[0].spec.uuid
+            counters = self._readings.setdefault(uuid, {}).setdefault("nvlink", {})
+            before = counters.get(link, (0, 0, 0, 0))
+            counters[link] = tuple(a + b for a, b in zip(before, (replay, recovery, crc_flit, crc_data), strict=True))
+
+    def _reset_readings(self, uuid: str) -> None:
+        """A reset activates a pending retirement and clears the NVLink counters; retired pages stay."""
+        readings = self._readings.get(uuid, {})
+        readings.pop("retired_pages_pending", None)
+        readings.pop("nvlink", None)
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:
         with self._lock:
@@ -302,6 +365,7 @@ class SimBackend(GpuBackend):
             state.mig_enabled = state.mig_pending
             state.instances.clear()
             state.telemetry.pop("row_remap_pending", None)  # a reset activates the pending remap
+            self._reset_readings(state.spec.uuid)
             self._refresh(state)
             uuid = state.spec.uuid
         self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))

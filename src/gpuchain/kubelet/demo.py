@@ -150,7 +150,7 @@ async def run_demo(
                 {
                     "xid": DEMO_XID,
                     "meaning": info.meaning,
-                    "action": info.action.value,
+                    "action": info.resolution.value,
                     "device": gpu_id,
                     "capacity": kubelet.capacity(),
                     "allocatable": kubelet.allocatable(),

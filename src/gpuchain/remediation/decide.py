@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuchain.gpu.xid import XidAction
+from gpuchain.gpu.xid import Resolution
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.pdb import blocking_budget
 from gpuchain.remediation.gpuloop import Stage, loop_stages, node_action
@@ -41,7 +41,7 @@ SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "gpuchain"
 """Where the remediator runs and keeps its status; also protected (operands live there)."""
 
-_NODE_WIDE = frozenset({XidAction.RESET_GPU, XidAction.REBOOT_NODE})
+_NODE_WIDE = frozenset({Resolution.RESET_GPU, Resolution.REBOOT_NODE})
 
 
 class NodeAction(enum.StrEnum):
@@ -237,7 +237,7 @@ def _remediate(
 ) -> tuple[list[Action], list[Held]]:
     if view.error:
         return [], [Held(view.name, HoldReason.BAD_ANNOTATION, view.error)]
-    faults = [f for f in view.faults.values() if not f.application_only]
+    faults = [f for f in view.faults.values() if not f.harmless]
     if not view.faults:
         return [], [Held(view.name, HoldReason.NO_FAULT_DATA, "GPUHealthy=False but no gpu-faults annotation")]
     if not faults:
@@ -261,7 +261,7 @@ def _node_actions(
     wide = [f for f in faults if needs[f.uuid] in _NODE_WIDE]
     if not wide or policy.node_action is NodeAction.NONE:
         return []
-    worst = max((needs[f.uuid] for f in wide), key=lambda a: a is XidAction.REBOOT_NODE)
+    worst = max((needs[f.uuid] for f in wide), key=lambda a: a.severity)
     devices = tuple(sorted(f.uuid for f in wide))
     xids = tuple(sorted({x for f in wide for x in f.xids}))
     why = f"{', '.join(f.summary() for f in wide)} needs {worst.value}"

@@ -39,8 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuchain.gpu.xid import XidAction, describe
-from gpuchain.gpu.xidcatalog import Resolution, lookup
+from gpuchain.gpu.xid import Resolution, XidOverride, xid_table
 from gpuchain.remediation.model import AnnotationError, Fault
 
 LOOP_ANNOTATION = "gpuchain.io/gpu-loop"
@@ -86,8 +85,8 @@ class LoopPolicy:
     """After a passed burn-in, how long to wait for the GPU's health to clear; still unhealthy after
     that means a new fault, and a new repair."""
     timeline_len: int = 32
-    xid_resolutions: Mapping[int, Resolution] = field(default_factory=dict)
-    """Per-XID overrides of NVIDIA's catalog (``gpu-health --xid-resolution 109=none``)."""
+    xid_resolutions: Mapping[int, XidOverride] = field(default_factory=dict)
+    """Per-XID overrides of the XID table (``gpu-health --xid-resolution 109=none``)."""
 
     def __post_init__(self) -> None:
         for name in ("max_resets", "max_repairs", "timeline_len"):
@@ -150,53 +149,20 @@ class GpuRecord:
         return data
 
 
-def parse_xid_resolutions(text: str) -> dict[int, Resolution]:
-    """``109=none,92=reset,74=reboot`` as overrides; ValueError naming the bad item and the form."""
-    out: dict[int, Resolution] = {}
-    for item in (p.strip() for p in text.split(",") if p.strip()):
-        code, _, value = item.partition("=")
-        try:
-            xid = int(code)
-            out[xid] = Resolution(value.strip().lower())
-        except ValueError:
-            known = "|".join(r.value for r in Resolution)
-            raise ValueError(f"{item!r}: expected XID=<{known}>, e.g. 109=none") from None
-        if xid <= 0:
-            raise ValueError(f"{item!r}: XIDs are positive numbers")
-    return out
+def resolution(fault: Fault, overrides: Mapping[int, XidOverride] | None = None) -> Resolution:
+    """What the GPU needs for this fault, by the XID table (NVIDIA's catalog: RESTART_BM and a lost
+    GPU need the node rebooted, RESET_GPU and the workflows ending in one a reset; an XID that
+    crossed its threshold needs the threshold's resolution) with the config's ``overrides``."""
+    return fault.needs(xid_table().with_overrides(overrides) if overrides else None)
 
 
-def resolution(fault: Fault, overrides: Mapping[int, Resolution] | None = None) -> Resolution:
-    """What the GPU needs for this fault, by NVIDIA's XID catalog: a lost GPU and RESTART_BM need
-    the node rebooted, RESET_GPU (and the workflows ending in one) a reset. An XID the catalog file
-    does not list falls back to gpuchain's table (an unknown XID is treated as needing a reset).
-    ``overrides`` (from the config) win over both."""
-    if fault.lost:
-        return Resolution.REBOOT
-    found = {Resolution.RESET} if fault.probes else set()
-    for xid in fault.xids:
-        entry = lookup(xid)
-        if overrides and xid in overrides:
-            found.add(overrides[xid])
-        elif entry is not None:
-            found.add(entry.resolution)
-        elif describe(xid).action is XidAction.REBOOT_NODE:
-            found.add(Resolution.REBOOT)
-        elif describe(xid).action is XidAction.RESET_GPU:
-            found.add(Resolution.RESET)
-    for worst in (Resolution.REBOOT, Resolution.RESET):
-        if worst in found:
-            return worst
-    return Resolution.NONE
-
-
-def needs_repair(fault: Fault | None, overrides: Mapping[int, Resolution] | None = None) -> bool:
-    """A whole-GPU fault with evidence (an XID or the GPU lost) whose resolution is a reset or a
-    reboot. A fault without evidence (the event stream broke) is not a reason to reset anything,
-    and a fault on one MIG device is left to the remediator's eviction."""
+def needs_repair(fault: Fault | None, overrides: Mapping[int, XidOverride] | None = None) -> bool:
+    """A whole-GPU fault with evidence (an XID, a probe or the GPU lost) whose resolution is a reset
+    or a reboot. A fault without evidence (the event stream broke) is not a reason to reset
+    anything, and a fault on one MIG device is left to the remediator's eviction."""
     if fault is None or fault.uuid != fault.gpu or (not fault.xids and not fault.lost and not fault.probes):
         return False
-    return resolution(fault, overrides) is not Resolution.NONE
+    return resolution(fault, overrides).repairs
 
 
 def advance(
@@ -244,8 +210,8 @@ def _advance_once(
     if stage is Stage.DRAINED:
         if breaker_open:
             return _wait(rec, "held: the remediator's breaker is open (too many GPU nodes failing at once)"), None
-        if fault is not None and resolution(fault, policy.xid_resolutions) is Resolution.REBOOT:
-            why = "the GPU is lost" if fault.lost else "NVIDIA's XID catalog says RESTART_BM (reboot the node)"
+        if fault is not None and resolution(fault, policy.xid_resolutions) is Resolution.REBOOT_NODE:
+            why = "the GPU is lost" if fault.lost else "the XID table's resolution is reboot-node (NVIDIA's RESTART_BM)"
             return _reboot(rec, boot_id, now, policy, why), None
         if len(_recent(rec.repairs, now, policy)) > policy.max_repairs:
             note = f"repaired {len(rec.repairs) - 1} times within {policy.window_s:g}s"
@@ -405,15 +371,15 @@ def loop_stages(node: Mapping[str, Any]) -> dict[str, Stage] | None:
         return None
 
 
-def node_action(fault: Fault, stages: Mapping[str, Stage] | None) -> XidAction:
+def node_action(fault: Fault, stages: Mapping[str, Stage] | None) -> Resolution:
     """What the node as a whole needs for ``fault``. On a node whose loop repairs its own GPUs,
     nothing node-wide (restart-app) until the loop asks for a reboot: the failed GPU is withheld,
     its pods evicted, and the node's other GPUs keep serving."""
     if stages is None:
         return fault.action
     if stages.get(fault.gpu) is Stage.REBOOT:
-        return XidAction.REBOOT_NODE
-    return XidAction.RESTART_APP
+        return Resolution.REBOOT_NODE
+    return Resolution.RESTART_APP
 
 
 STAGE_MEANS: Mapping[Stage, str] = {

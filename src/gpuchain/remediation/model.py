@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.common.labels import GPU_PRESENT
-from gpuchain.gpu.probes import PROBES
-from gpuchain.gpu.xid import XidAction, XidKind, describe
+from gpuchain.gpu.probes import PROBES, probe_resolution
+from gpuchain.gpu.xid import Resolution, XidTable, worst, xid_table
 from gpuchain.kube.gpu_resources import node_gpu_resources
 
 CONDITION_TYPE = "GPUHealthy"
@@ -37,8 +37,6 @@ REASON_HEALTHY = "GPUsHealthy"
 REASON_XID = "GPUXidError"
 REASON_LOST = "GPULost"
 
-_SEVERITY = {XidAction.RESTART_APP: 0, XidAction.RESET_GPU: 1, XidAction.REBOOT_NODE: 2}
-
 
 class AnnotationError(ValueError):
     """A published annotation is not the JSON shape this module writes; the message names it."""
@@ -50,7 +48,8 @@ class Fault:
 
     ``uuid`` is the failed GPU or MIG device; ``gpu`` its physical GPU; ``covers`` every device id
     the failure takes down (a whole GPU covers its MIG devices too), which is what pods are matched
-    against; ``xids`` the counted XIDs; ``lost`` the GPU stopped answering.
+    against; ``xids`` the counted XIDs; ``lost`` the GPU stopped answering; ``repeated`` the XIDs
+    that crossed their count-in-window threshold on the node (they need the threshold's resolution).
     """
 
     uuid: str
@@ -60,28 +59,35 @@ class Fault:
     covers: tuple[str, ...] = ()
     probes: tuple[str, ...] = ()
     """Conditions read from the GPU's counters (``gpu.probes``), e.g. ``row-remap-pending``."""
+    repeated: tuple[int, ...] = ()
 
-    @property
-    def action(self) -> XidAction:
-        """The most disruptive action any of its XIDs asks for; a lost GPU needs the node rebooted,
-        a probe (row remapping) a GPU reset."""
+    def needs(self, table: XidTable | None = None) -> Resolution:
+        """The most disruptive resolution any of its evidence asks for, by the XID table (``table``:
+        one with the config's overrides): a lost GPU needs the node rebooted, a probe what the
+        probe needs, an XID its row's resolution (its threshold's when repeated). A fault without
+        evidence (the event stream broke) needs a reset: nothing vouches for the GPU."""
         if self.lost:
-            return XidAction.REBOOT_NODE
-        actions = [describe(x).action for x in self.xids] or [XidAction.RESET_GPU]
-        if self.probes:
-            actions.append(XidAction.RESET_GPU)
-        return max(actions, key=_SEVERITY.__getitem__)
+            return Resolution.REBOOT_NODE
+        rows = table or xid_table()
+        found = [rows.needs(x, x in self.repeated) for x in self.xids]
+        found.extend(probe_resolution(p) for p in self.probes)
+        return worst(found) if found else Resolution.RESET_GPU
 
     @property
-    def application_only(self) -> bool:
-        """Every XID is the application's fault (per the shared table) and the GPU still answers."""
-        if not self.xids or self.lost or self.probes:
-            return False
-        return all(describe(x).kind is XidKind.APPLICATION for x in self.xids)
+    def action(self) -> Resolution:
+        """``needs()`` by the shipped table: what the remediator acts on."""
+        return self.needs()
+
+    @property
+    def harmless(self) -> bool:
+        """Nothing to do for its pods or its node: the GPU still answers and every XID and probe it
+        has needs nothing (NVIDIA's IGNORE; a retired-page count at its limit): it is reported."""
+        return bool(self.xids or self.probes) and not self.lost and self.action is Resolution.NONE
 
     def summary(self) -> str:
         """``GPU-…: XID 79 (GPU has fallen off the bus)`` — the form condition messages and Events use."""
-        parts = [f"XID {x} ({describe(x).meaning})" for x in self.xids]
+        rows = xid_table()
+        parts = [f"XID {x} ({rows.describe(x).meaning}{', repeated' if x in self.repeated else ''})" for x in self.xids]
         parts.extend(PROBES.get(p, p) for p in self.probes)
         if self.lost:
             parts.append("lost (not answering)")
@@ -95,6 +101,8 @@ class Fault:
             data["covers"] = list(self.covers)
         if self.probes:
             data["probes"] = list(self.probes)
+        if self.repeated:
+            data["repeated"] = list(self.repeated)
         return data
 
 
@@ -114,7 +122,10 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
             xids = tuple(int(x) for x in item.get("xids", ()))
             covers = tuple(str(c) for c in item.get("covers", ())) or (uuid,)
             probes = tuple(str(p) for p in item.get("probes", ()))
-            faults[uuid] = Fault(uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers, probes)
+            repeated = tuple(int(x) for x in item.get("repeated", ()))
+            faults[uuid] = Fault(
+                uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers, probes, repeated
+            )
         except (TypeError, ValueError) as exc:
             raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None
     return faults

@@ -31,7 +31,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
-from gpuchain.gpu.probes import probe
+from gpuchain.gpu.probes import ProbeState
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.kinds import NODE
@@ -65,13 +65,12 @@ PodSource = Callable[[], list[Assignment]]
 class FaultTracker:
     """Which devices are unhealthy and with which XIDs (pure state; the caller passes the clock).
 
-    ``HealthState`` (the device plugin's) decides what counts and when a recovered GPU is healthy
-    again; this adds what the controller needs and HealthState does not keep: the XID codes per
-    device, lost GPUs, and the MIG devices a whole-GPU failure takes down.
+    ``HealthState`` (the device plugin's) decides what counts, keeps the XIDs that counted per
+    device, and when a recovered GPU is healthy again; this adds what the controller needs and
+    HealthState does not keep: lost GPUs, and the MIG devices a whole-GPU failure takes down.
     """
 
     health: HealthState
-    xids: dict[str, set[int]] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
     migs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     probed: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -89,15 +88,9 @@ class FaultTracker:
     def apply(self, event: HealthEvent, now: float) -> bool:
         """Take one backend event into account; True when the published faults change."""
         before = self.faults()
-        counted = event.kind is EventKind.GPU_LOST or (
-            event.kind is EventKind.XID and event.xid is not None and self.health.policy.marks_unhealthy(event.xid)
-        )
         self.health.apply(event, now)
-        if counted and self.health.policy.checks:
-            if event.kind is EventKind.GPU_LOST:
-                self.lost.add(event.gpu_uuid)
-            elif event.xid is not None:
-                self.xids.setdefault(event.mig_uuid or event.gpu_uuid, set()).add(event.xid)
+        if event.kind is EventKind.GPU_LOST and self.health.policy.checks:
+            self.lost.add(event.gpu_uuid)
         self._prune()
         return self.faults() != before
 
@@ -115,8 +108,6 @@ class FaultTracker:
         return self.health.next_deadline()
 
     def _prune(self) -> None:
-        bad = set(self.health.bad_gpus) | set(self.health.bad_migs)
-        self.xids = {u: x for u, x in self.xids.items() if u in bad}
         self.lost &= set(self.health.bad_gpus)
 
     def faults(self) -> dict[str, Fault]:
@@ -125,11 +116,13 @@ class FaultTracker:
         out: dict[str, Fault] = {}
         for gpu in sorted(set(self.health.bad_gpus) | set(self.probed)):
             covers = (gpu, *self.migs.get(gpu, ()))
-            xids = tuple(sorted(self.xids.get(gpu, ())))
-            out[gpu] = Fault(gpu, gpu, xids, gpu in self.lost, covers, self.probed.get(gpu, ()))
+            xids = tuple(sorted(self.health.xids.get(gpu, ())))
+            probed = self.probed.get(gpu, ())
+            out[gpu] = Fault(gpu, gpu, xids, gpu in self.lost, covers, probed, self.health.repeated(gpu))
         for mig, (parent, _) in self.health.bad_migs.items():
             if parent not in out:
-                out[mig] = Fault(mig, parent, tuple(sorted(self.xids.get(mig, ()))), False, (mig,))
+                xids = tuple(sorted(self.health.xids.get(mig, ())))
+                out[mig] = Fault(mig, parent, xids, False, (mig,), repeated=self.health.repeated(mig))
         return out
 
 
@@ -171,10 +164,13 @@ class GpuHealthPublisher:
         self._gpus: dict[str, Gpu] = {}
         self._pods: dict[str, tuple[str, ...]] = {}
         self._driver: DriverInfo | None = None
+        self.probes = ProbeState()
 
     def handle(self, event: HealthEvent) -> bool:
         """Feed one backend event; True when the node needs publishing."""
         with self._lock:
+            if event.kind is EventKind.GPU_RECOVERED:
+                self.probes.forget(event.gpu_uuid)  # a reset starts its counters afresh
             return self.tracker.apply(event, self.clock())
 
     def _refresh_inventory(self) -> Inventory | None:
@@ -210,7 +206,7 @@ class GpuHealthPublisher:
         found: dict[str, tuple[str, ...]] = {}
         for gpu in inventory.gpus if inventory is not None else ():
             try:
-                tripped = probe(self.backend.telemetry(gpu.uuid))
+                tripped = self.probes.check(self.backend.health_readings(gpu.uuid), self.clock())
             except GpuError:
                 continue
             if tripped and self.tracker.health.policy.checks:

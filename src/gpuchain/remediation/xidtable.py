@@ -1,44 +1,49 @@
-"""The shared XID policy table as Markdown, generated from ``gpuchain.gpu.xid.XID_TABLE``.
+"""The XID table as Markdown, generated from the one data file (``gpu/xids.yaml``) and the rules.
 
-docs/remediation.md carries this table and a test compares it with ``xid_markdown()``, so the
-documentation cannot drift from the table the device plugin and the remediator actually use.
-The last column is computed by the remediator's own rules (``Fault``), not written by hand.
+docs/remediation.md carries ``xid_markdown()`` and the README ``xid_markdown(brief=True)``; tests
+compare them, so the pages cannot drift from what the code does. The last column is computed by
+the remediator's and the repair loop's own functions (``Fault``, ``gpuloop.needs_repair``), not
+written by hand.
 """
 
 from __future__ import annotations
 
-from gpuchain.gpu.xid import DEFAULT_IGNORED, XID_TABLE, XidAction
+from gpuchain.gpu.xid import HealthPolicy, Resolution, XidInfo, format_window, xid_table
+from gpuchain.remediation.gpuloop import needs_repair
 from gpuchain.remediation.model import Fault
 
-_ACTION_TEXT = {
-    XidAction.RESTART_APP: "restart the application",
-    XidAction.RESET_GPU: "reset the GPU",
-    XidAction.REBOOT_NODE: "reboot the node",
-}
+
+def _does(code: int, repeated: bool) -> str:
+    """What gpuchain does about one device unhealthy with this XID (repeated: past its threshold):
+    withhold it from new pods, evict its pods, reset the GPU or ask for a node reboot."""
+    fault = Fault("GPU", "GPU", (code,), covers=("GPU",), repeated=(code,) if repeated else ())
+    if fault.harmless:
+        return "withhold"
+    if not needs_repair(fault):
+        return "withhold, evict"
+    return "withhold, evict, reboot" if fault.action is Resolution.REBOOT_NODE else "withhold, evict, reset"
 
 
-def remediation_text(code: int) -> str:
-    """What ``gpuchain remediator`` does about this XID with the default policy."""
-    if code in DEFAULT_IGNORED:
-        return "nothing (the device stays healthy)"
-    fault = Fault("GPU", "GPU", (code,))
-    if fault.application_only:
-        return "nothing (application error)"
-    if fault.action is XidAction.RESTART_APP:
-        return "evict the pods on the device"
-    return "evict the pods on the device, taint the node"
+def _notable(info: XidInfo) -> bool:
+    """Rows the README shows: those that differ from "withhold, evict" on the first occurrence."""
+    return not info.unhealthy or info.threshold is not None or info.resolution.repairs
 
 
-def xid_markdown() -> str:
-    """One row per known XID: code, meaning, whose fault, what marks it, the recommended action."""
+def xid_markdown(brief: bool = False) -> str:
+    """One row per XID in the table (``brief``: the notable ones, for the README), with what
+    gpuchain does under the default policy on its first occurrence and once it repeats."""
+    policy = HealthPolicy()
     lines = [
-        "| XID | Meaning | Kind | Device unhealthy by default | Recommended action | Remediator |",
+        "| XID | Name | NVIDIA's immediate action | Resolution | Once | Repeated |",
         "|---:|---|---|---|---|---|",
     ]
-    for code, info in sorted(XID_TABLE.items()):
-        unhealthy = "no" if code in DEFAULT_IGNORED else "yes"
-        lines.append(
-            f"| {code} | {info.meaning} | {info.kind.value} | {unhealthy} | {_ACTION_TEXT[info.action]} "
-            f"| {remediation_text(code)} |"
-        )
+    for code, info in sorted(xid_table().rows.items()):
+        if brief and not _notable(info):
+            continue
+        once = _does(code, False) if policy.marks_unhealthy(code) else "nothing"
+        limit = info.threshold
+        repeated = ""
+        if limit is not None and limit.then is not Resolution.NONE:
+            repeated = f"{limit.count} within {format_window(limit.window_s)}: {_does(code, True)}"
+        lines.append(f"| {code} | {info.meaning} | {info.bucket} | {info.resolution.value} | {once} | {repeated} |")
     return "\n".join(lines) + "\n"
