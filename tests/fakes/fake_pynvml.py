@@ -80,6 +80,12 @@ class FakeNvml(types.ModuleType):
         self.calls: list[str] = []
         self._event_sets: list[_EventSet] = []
         self._opaque: dict[int, GiHandle | CiHandle] = {}
+        self.persistence: dict[str, int] = {}
+        """GPU UUID -> persistence mode set through NVML (unset: enabled, as on a data-centre node)."""
+        self.persistence_log: list[tuple[int, int]] = []
+        self.fabric: dict[int, list[tuple[int, int]]] = {}
+        """GPU index -> (state, status) answers of nvmlDeviceGetGpuFabricInfo, one per call, the
+        last one repeating; unset: registration completed."""
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -604,6 +610,33 @@ class FakeNvml(types.ModuleType):
         if counter not in kinds:
             raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
         return int(kinds[counter] or 0)
+
+    # ---- repair: persistence mode around a reset, NVLink fabric state in the burn-in ---------
+
+    def nvmlDeviceGetPersistenceMode(self, handle: GpuHandle) -> int:
+        self._enter("nvmlDeviceGetPersistenceMode")
+        return self.persistence.get(self._gpu(handle).uuid, real.NVML_FEATURE_ENABLED)
+
+    def nvmlDeviceSetPersistenceMode(self, handle: GpuHandle, mode: int) -> None:
+        self._enter("nvmlDeviceSetPersistenceMode")
+        gpu = self._gpu(handle)
+        if mode not in (real.NVML_FEATURE_ENABLED, real.NVML_FEATURE_DISABLED):
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        self.persistence[gpu.uuid] = mode
+        self.persistence_log.append((gpu.index, mode))
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: GpuHandle, ref: Any) -> int:
+        """Fills the caller's c_nvmlGpuFabricInfo_t on Hopper-or-later GPUs on NVSwitch, as NVML
+        documents the call; other GPUs are not part of a fabric (not supported)."""
+        self._enter("nvmlDeviceGetGpuFabricInfo")
+        gpu = self._gpu(handle)
+        if gpu.compute_capability[0] < 9 or not self._switch_links(gpu):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        answers = self.fabric.get(gpu.index) or [(real.NVML_GPU_FABRIC_STATE_COMPLETED, real.NVML_SUCCESS)]
+        state, status = answers.pop(0) if len(answers) > 1 else answers[0]
+        info = _deref(ref)
+        info.state, info.status = state, status
+        return int(real.NVML_SUCCESS)
 
     # ---- events ------------------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ implement them.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 
 from gpuchain.gpu.errors import NotSupportedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
@@ -46,22 +46,33 @@ class BurnInCheck:
 class BurnIn:
     """The result of a burn-in on one GPU: passed only when every check that ran passed.
 
-    A check the backend cannot run (no CUDA runtime, no DCGM) is not listed as passed: it is left
-    out, and ``skipped`` names it, so a report never claims a test that did not happen.
+    A check the backend cannot run (no CUDA driver library, no DCGM) is not listed as passed: it
+    is left out, ``skipped`` names it and ``reasons`` says why, so a report never claims a test
+    that did not happen.
     """
 
     gpu_index: int
     checks: tuple[BurnInCheck, ...]
     skipped: tuple[str, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)
 
     def summary(self) -> str:
-        """``nvml: ok; memory: 2 rows pending remap`` — one line for Events and annotations."""
-        parts = [f"{c.name}: {'ok' if c.passed else c.detail or 'failed'}" for c in self.checks]
-        parts.extend(f"{name}: skipped" for name in self.skipped)
+        """``nvml: ok; cuda: ok; memory: 4 patterns ...; dcgm: skipped (dcgmi is not installed)``:
+        one line for Events and annotations. A failed check shows what it saw; a passed one, its
+        coverage where it has one."""
+        parts = []
+        for c in self.checks:
+            if c.passed:
+                parts.append(f"{c.name}: ok ({c.detail})" if c.detail else f"{c.name}: ok")
+            else:
+                parts.append(f"{c.name}: {c.detail or 'failed'}")
+        for name in self.skipped:
+            why = self.reasons.get(name)
+            parts.append(f"{name}: skipped ({why})" if why else f"{name}: skipped")
         return "; ".join(parts) or "no checks ran"
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from gpuchain.gpu import catalog
 from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
+from gpuchain.gpu.burnin import BurnInConfig, ProcessRunner, cuda_checks, dcgm_diag, run_process
 from gpuchain.gpu.errors import (
     DriverNotLoadedError,
     GpuError,
@@ -43,6 +44,7 @@ from gpuchain.gpu.model import (
     TopologyLevel,
 )
 from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
+from gpuchain.gpu.reset import NvLink, plan_reset
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,11 @@ T = TypeVar("T")
 MIB = 1024 * 1024
 _NO_INSTANCE = 0xFFFFFFFF
 _SYSFS_PCI = Path("/sys/bus/pci/devices")
+RESET_DEADLINE_S = 120.0
+"""How long ``nvidia-smi --gpu-reset`` may take before it is killed and the reset counts as failed."""
+_LATER = ("cuda", "memory", "dcgm")
+"""The burn-in checks that run only once NVML found the GPU sound."""
+_FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
 
 
 def _nvml_module() -> Any:
@@ -65,7 +72,8 @@ class NvmlBackend(GpuBackend):
     Reads never change anything; the MIG write methods (used only by the MIG manager) change
     MIG mode and GPU/compute instances through NVML's MIG API. It resets a GPU only when
     ``allow_reset`` is set (the repair loop sets it), with the driver's reset: nvidia-ml-py has no
-    reset call, so ``nvidia-smi --gpu-reset -i N`` through ``run_command``.
+    reset call, so ``nvidia-smi --gpu-reset -i UUID`` through ``run_command``, which also runs the
+    burn-in's child processes (gpu.burnin).
     """
 
     name = "nvml"
@@ -75,12 +83,16 @@ class NvmlBackend(GpuBackend):
         nvml: Any = None,
         probe_interval: float = 5.0,
         sysfs: Path = _SYSFS_PCI,
-        run_command: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
+        run_command: ProcessRunner = run_process,
+        burn_in_config: BurnInConfig | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._nvml = nvml if nvml is not None else _nvml_module()
         self._probe_interval = probe_interval
         self._sysfs = sysfs
-        self._run_command = run_command or _run
+        self._run_command = run_command
+        self._sleep = sleep
+        self.burn_in_config = burn_in_config or BurnInConfig()
         self.allow_reset = False
         self._reset_log: list[str] = []
         self._reset_lock = threading.Lock()
@@ -133,43 +145,93 @@ class NvmlBackend(GpuBackend):
     # ---- repair (the repair loop's port) --------------------------------------------------------
 
     def reset_gpu(self, gpu_index: int) -> None:
-        """The driver's reset of one GPU (``nvidia-smi --gpu-reset -i N``), only with ``allow_reset``.
+        """The driver's reset of one GPU, only with ``allow_reset``, only where it can be reset alone.
 
-        On NVSwitch systems that cannot reset one GPU alone the command fails, and the repair loop
-        asks for a reboot. Success is reported to every event subscriber as the GPU recovered.
+        nvidia-ml-py has no reset call, so this runs ``nvidia-smi --gpu-reset -i UUID`` (the UUID,
+        which nvidia-smi(1) recommends over the index for consistency). Before that, ``plan_reset``
+        (gpu.reset) refuses a GPU whose NVLink peers must be reset with it, with NotSupportedError,
+        and the repair loop asks for a reboot instead. Persistence mode is turned off for the
+        reset and back on after it: it counts as a client of the device, and nvidia-smi refuses
+        ("In use by another client") while it is on (NVIDIA/NVSentinel#1690). Success is reported
+        to every event subscriber as the GPU recovered.
         """
         if not self.allow_reset:
             super().reset_gpu(gpu_index)
-        uuid = _text(
-            self._call(self._nvml.nvmlDeviceGetUUID, self._call(self._nvml.nvmlDeviceGetHandleByIndex, gpu_index))
-        )
-        argv = ["nvidia-smi", "--gpu-reset", "-i", str(gpu_index)]
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
+        uuid = _text(self._call(n.nvmlDeviceGetUUID, h))
+        cc = _pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h))
+        plan = plan_reset(gpu_index, cc, self._nvlink(h))
+        if not plan.allowed:
+            raise NotSupportedError(plan.reason)
+        persistent = self._optional(n.nvmlDeviceGetPersistenceMode, h) == n.NVML_FEATURE_ENABLED
+        if persistent:
+            try:
+                self._call(n.nvmlDeviceSetPersistenceMode, h, n.NVML_FEATURE_DISABLED)
+            except GpuError as exc:
+                log.warning("GPU %d: could not turn persistence mode off before the reset: %s", gpu_index, exc)
+                persistent = False
+        argv = ["nvidia-smi", "--gpu-reset", "-i", uuid]
         try:
-            done = self._run_command(argv)
+            done = self._run_command(argv, RESET_DEADLINE_S)
         except (OSError, subprocess.SubprocessError) as exc:
             raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} could not run: {exc}") from None
+        finally:
+            if persistent:
+                self._restore_persistence(gpu_index, uuid)
         if done.returncode != 0:
-            said = (done.stderr or done.stdout or "").strip().splitlines()
-            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} failed (exit {done.returncode}): {' '.join(said)[:300]}")
+            said = (done.stdout + "\n" + done.stderr).strip().splitlines()
+            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} failed (exit {done.returncode}): {' '.join(said)[:400]}")
+        log.info("GPU %d (%s) reset: %s", gpu_index, uuid, plan.reason)
         with self._reset_lock:
             self._reset_log.append(uuid)
 
-    def burn_in(self, gpu_index: int) -> BurnIn:
-        """NVML's view of one GPU after its reset: it answers, no row remap failed or is pending, no
-        retired page is pending. gpuchain has no CUDA kernel or memory test of its own yet: those
-        two are reported as skipped, never as passed."""
+    def _restore_persistence(self, gpu_index: int, uuid: str) -> None:
         n = self._nvml
+        try:
+            h = self._call(n.nvmlDeviceGetHandleByUUID, uuid)  # a fresh handle: the device was reset
+            self._call(n.nvmlDeviceSetPersistenceMode, h, n.NVML_FEATURE_ENABLED)
+        except GpuError as exc:
+            log.warning("GPU %d: persistence mode could not be turned back on after the reset: %s", gpu_index, exc)
+
+    def _nvlink(self, h: Any) -> NvLink:
+        """What the GPU's active NVLinks lead to (an NVSwitch, another GPU, or nothing)."""
+        n = self._nvml
+        kinds = set()
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            try:
+                if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
+                    continue
+            except (NotSupportedError, NotFoundError):
+                break
+            kinds.add(self._optional(n.nvmlDeviceGetNvLinkRemoteDeviceType, h, link))
+        if n.NVML_NVLINK_DEVICE_TYPE_SWITCH in kinds:
+            return NvLink.NVSWITCH
+        return NvLink.DIRECT if kinds else NvLink.NONE
+
+    def burn_in(self, gpu_index: int) -> BurnIn:
+        """Check one GPU after its reset before it takes work again.
+
+        NVML first: the GPU answers, no row remap failed or is pending, no retired page is
+        pending, and on Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited
+        for up to ``fabric_wait_s``). Then, unless NVML found a fault or the GPU is in MIG mode
+        (CUDA then runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel
+        and memory test (gpu.cuda, in a child process) and DCGM's diagnostic where dcgmi is
+        installed (gpu.burnin). What cannot run is reported skipped with the reason."""
+        n = self._nvml
+        config = self.burn_in_config
         checks: list[BurnInCheck] = []
-        skipped = ["cuda", "memory"]
+        skipped: dict[str, str] = {}
         try:
             h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
             self._call(n.nvmlDeviceGetMemoryInfo, h)
         except GpuError as exc:
-            return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), tuple(skipped))
+            why = "not run: NVML cannot reach the GPU"
+            return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), _LATER, dict.fromkeys(_LATER, why))
         checks.append(BurnInCheck("nvml", True))
         rows = self._optional(n.nvmlDeviceGetRemappedRows, h)
         if rows is None:
-            skipped.append("row-remap")
+            skipped["row-remap"] = "not supported by this GPU"
         else:
             _, _, pending, failed = rows
             detail = "row remapping failed" if failed else "row remapping pending (needs a reset)" if pending else ""
@@ -177,10 +239,56 @@ class NvmlBackend(GpuBackend):
         pending_pages = getattr(n, "nvmlDeviceGetRetiredPagesPendingStatus", None)
         status = self._optional(pending_pages, h) if pending_pages is not None else None
         if status is None:
-            skipped.append("retired-pages")
+            skipped["retired-pages"] = "not supported by this GPU"
         else:
             checks.append(BurnInCheck("retired-pages", not status, "retired pages pending" if status else ""))
-        return BurnIn(gpu_index, tuple(checks), tuple(skipped))
+        fabric = self._fabric(h, config.fabric_wait_s)
+        if isinstance(fabric, str):
+            skipped["fabric"] = fabric
+        else:
+            checks.append(fabric)
+        modes = self._optional(n.nvmlDeviceGetMigMode, h)
+        if not all(c.passed for c in checks):
+            skipped.update(dict.fromkeys(_LATER, "not run: an NVML check failed"))
+        elif modes is not None and modes[0] == n.NVML_DEVICE_MIG_ENABLE:
+            skipped.update(dict.fromkeys(_LATER, "not run: MIG mode is on, CUDA runs only inside MIG devices"))
+        else:
+            bus_id = _text(self._call(n.nvmlDeviceGetPciInfo, h).busId)
+            outcome = cuda_checks(bus_id, config, self._run_command)
+            outcome.add(dcgm_diag(gpu_index, config, self._run_command))
+            checks.extend(outcome.checks)
+            skipped.update(outcome.skipped)
+        return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
+
+    def _fabric(self, h: Any, wait_s: float) -> BurnInCheck | str:
+        """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo, Hopper and later on
+        NVSwitch systems): a check, or why there is none. Waits while registration is under way:
+        after a reset Fabric Manager has to add the GPU back before peers can reach it."""
+        n = self._nvml
+        query = getattr(n, "nvmlDeviceGetGpuFabricInfo", None)
+        if query is None:
+            return "this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfo"
+        deadline = time.monotonic() + wait_s
+        while True:
+            info = n.c_nvmlGpuFabricInfo_t()
+            try:
+                self._call(query, h, ctypes.byref(info))
+            except NotSupportedError:
+                return "not an NVSwitch fabric GPU (Hopper or later on NVSwitch)"
+            state = int(info.state)
+            if state == n.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+                return "not an NVSwitch fabric GPU (Hopper or later on NVSwitch)"
+            if state == n.NVML_GPU_FABRIC_STATE_COMPLETED:
+                if int(info.status) == n.NVML_SUCCESS:
+                    return BurnInCheck("fabric", True)
+                return BurnInCheck(
+                    "fabric", False, f"NVLink fabric registration failed (NVML status {int(info.status)})"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                name = _FABRIC_STATES.get(state, str(state))
+                return BurnInCheck("fabric", False, f"NVLink fabric state {name} after {wait_s:g} s")
+            self._sleep(min(1.0, left))
 
     # ---- inventory ---------------------------------------------------------------------------
 
@@ -700,10 +808,6 @@ class NvmlBackend(GpuBackend):
         except GpuError:
             return False
         return True
-
-
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
 
 
 def _handle_key(handle: Any) -> Any:
