@@ -30,17 +30,46 @@ def test_a_lost_gpu_cannot_be_reset(h100_sim: SimBackend) -> None:
 
 def test_burn_in_passes_and_names_each_failing_check(h100_sim: SimBackend) -> None:
     result = h100_sim.burn_in(0)
-    assert result.passed and result.summary() == "nvml: ok; cuda: ok; memory: ok"
+    assert result.passed
+    assert (
+        result.summary() == "nvml: ok; cuda: ok; memory: ok; fabric: ok; dcgm: skipped (no DCGM on this simulated node)"
+    )
     h100_sim.fail_burn_in(0, "memory", times=1)
     failed = h100_sim.burn_in(0)
     assert not failed.passed and "memory: memory test found errors" in failed.summary()
     assert h100_sim.burn_in(0).passed  # the one injected failure is used up
     h100_sim.set_telemetry(0, row_remap_failure=1)
-    assert "nvml: row remapping failed" in h100_sim.burn_in(0).summary()
+    row_remap = h100_sim.burn_in(0)
+    assert "nvml: row remapping failed" in row_remap.summary()
+    assert row_remap.reasons["cuda"] == "not run: an NVML check failed"  # as NvmlBackend: nothing runs after
     h100_sim.lose_gpu(3)
     assert not h100_sim.burn_in(3).passed
     with pytest.raises(ValueError, match="unknown burn-in check"):
-        h100_sim.fail_burn_in(0, "dcgm")
+        h100_sim.fail_burn_in(0, "nccl")
+
+
+def test_sim_burn_in_models_the_fabric_dcgm_and_mig_rules_of_the_real_one(
+    h100_sim: SimBackend, mig_sim: SimBackend
+) -> None:
+    h100_sim.fail_burn_in(2, "fabric", times=1)
+    stuck = h100_sim.burn_in(2)
+    assert "fabric: NVLink fabric state In Progress after 60 s" in stuck.summary()
+    assert set(stuck.skipped) == {"cuda", "memory", "dcgm"}
+    h100_sim.dcgm = True
+    h100_sim.fail_burn_in(2, "dcgm", times=1)
+    assert "dcgm: diagnostic: DCGM's diagnostic test failed" in h100_sim.burn_in(2).summary()
+    assert h100_sim.burn_in(2).summary().endswith("dcgm: ok")
+    a100 = SimBackend.from_preset("a100-80gb-x8").burn_in(0)
+    assert a100.reasons["fabric"].startswith("not an NVSwitch fabric GPU")
+    mig = mig_sim.burn_in(0)
+    assert mig.passed and "MIG mode is on" in mig.reasons["cuda"]
+
+
+def test_a_failing_reset_can_say_what_nvidia_smi_said(h100_sim: SimBackend) -> None:
+    h100_sim.fail_reset(1, times=1, reason="GPU 00000000:1A:00.0: In use by another client")
+    with pytest.raises(GpuError, match="GPU 1: GPU 00000000:1A:00.0: In use by another client"):
+        h100_sim.reset_gpu(1)
+    h100_sim.reset_gpu(1)
 
 
 def test_quarantine_withholds_a_gpu_and_its_mig_devices_until_lifted(mig_sim: SimBackend) -> None:

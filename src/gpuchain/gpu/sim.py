@@ -40,9 +40,15 @@ BURN_IN_FAILURES = {
     "nvml": "NVML did not answer",
     "cuda": "test kernel returned wrong results",
     "memory": "memory test found errors",
+    "fabric": "NVLink fabric state In Progress after 60 s",
+    "dcgm": "diagnostic: DCGM's diagnostic test failed on this GPU",
 }
-"""The burn-in checks SimBackend models, in order, and what each reports when told to fail."""
+"""The burn-in checks SimBackend models, in order, and what each reports when told to fail:
+the same checks NvmlBackend runs (fabric only on Hopper-or-later NVSwitch GPUs, dcgm only where
+``dcgm`` says the node has DCGM)."""
 BURN_IN_CHECKS = tuple(BURN_IN_FAILURES)
+_BURN_IN_ORDER = ("nvml", "fabric", "cuda", "memory", "dcgm")
+"""The order the checks run in, as on hardware: nothing runs on a GPU NVML found at fault."""
 
 
 @dataclass
@@ -83,6 +89,8 @@ class _GpuState:
     """MIG device UUID -> framebuffer used (MiB); a device not listed uses none."""
     reset_failures: int = 0
     """How many coming resets fail (-1: every one), set by ``fail_reset``."""
+    reset_failure: str = ""
+    """What a failing reset says (nvidia-smi's words); empty: a generic failure."""
     burn_in_failures: dict[str, int] = field(default_factory=dict)
     """Burn-in check name -> how many coming burn-ins it fails (-1: every one), set by ``fail_burn_in``."""
 
@@ -94,6 +102,9 @@ class SimBackend(GpuBackend):
 
     mig_mode_needs_reset = False
     """Set True to model GPUs (A100 on some hosts) whose MIG mode change waits for a GPU reset."""
+
+    dcgm = False
+    """Set True to model a node with DCGM installed: the burn-in then runs (and can fail) "dcgm"."""
 
     def __init__(self, topology: Topology, clock: Callable[[], float] = time.monotonic) -> None:
         self.topology = topology
@@ -361,7 +372,8 @@ class SimBackend(GpuBackend):
             state, _ = self._resolve(gpu_index)
             if state.reset_failures:
                 state.reset_failures -= 1 if state.reset_failures > 0 else 0
-                raise GpuError(f"GPU {gpu_index}: reset failed (the GPU is in use or did not come back)")
+                why = state.reset_failure or "reset failed (the GPU is in use or did not come back)"
+                raise GpuError(f"GPU {gpu_index}: {why}")
             state.mig_enabled = state.mig_pending
             state.instances.clear()
             state.telemetry.pop("row_remap_pending", None)  # a reset activates the pending remap
@@ -370,13 +382,15 @@ class SimBackend(GpuBackend):
             uuid = state.spec.uuid
         self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))
 
-    def fail_reset(self, gpu_index: int, times: int = -1) -> None:
-        """Make the next ``times`` resets of this GPU fail (-1: all of them; 0: none again)."""
+    def fail_reset(self, gpu_index: int, times: int = -1, reason: str = "") -> None:
+        """Make the next ``times`` resets of this GPU fail (-1: all of them; 0: none again), saying
+        ``reason`` (for instance nvidia-smi's "In use by another client") or a generic failure."""
         with self._lock:
-            self._resolve(gpu_index, include_lost=True)[0].reset_failures = times
+            state = self._resolve(gpu_index, include_lost=True)[0]
+            state.reset_failures, state.reset_failure = times, reason
 
     def fail_burn_in(self, gpu_index: int, check: str = "memory", times: int = -1) -> None:
-        """Make ``check`` (nvml, cuda or memory) fail in the next ``times`` burn-ins of this GPU."""
+        """Make ``check`` (one of BURN_IN_CHECKS) fail in the next ``times`` burn-ins of this GPU."""
         if check not in BURN_IN_CHECKS:
             raise ValueError(f"unknown burn-in check {check!r}; known: {', '.join(BURN_IN_CHECKS)}")
         with self._lock:
@@ -384,11 +398,18 @@ class SimBackend(GpuBackend):
 
     def burn_in(self, gpu_index: int) -> BurnIn:
         """The checks a real burn-in runs, modelled: NVML answers and reports no row-remap failure,
-        a CUDA kernel runs, the memory test passes, unless ``fail_burn_in`` said otherwise."""
+        a CUDA kernel runs, the memory test passes, a Hopper-or-later NVSwitch GPU is back in the
+        NVLink fabric, DCGM's diagnostic passes where the node has DCGM, unless ``fail_burn_in``
+        said otherwise. As on hardware, nothing runs on a GPU NVML found at fault."""
         with self._lock:
             state, _ = self._resolve(gpu_index, include_lost=True)
-            checks = []
-            for name in BURN_IN_CHECKS:
+            checks: list[BurnInCheck] = []
+            skipped: dict[str, str] = {}
+            for name in _BURN_IN_ORDER:
+                why_not = self._burn_in_skip(state, name, checks)
+                if why_not:
+                    skipped[name] = why_not
+                    continue
                 left = state.burn_in_failures.get(name, 0)
                 detail = ""
                 if name == "nvml" and state.lost:
@@ -399,7 +420,29 @@ class SimBackend(GpuBackend):
                     state.burn_in_failures[name] = left - 1 if left > 0 else left
                     detail = BURN_IN_FAILURES[name]
                 checks.append(BurnInCheck(name, not detail, detail))
-        return BurnIn(gpu_index, tuple(checks))
+        checks.sort(key=lambda c: BURN_IN_CHECKS.index(c.name))
+        return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
+
+    def _burn_in_skip(self, state: _GpuState, name: str, done: list[BurnInCheck]) -> str:
+        """Why ``name`` does not run on this GPU now (empty: it runs), as NvmlBackend decides."""
+        if name == "nvml":
+            return ""
+        if not all(c.passed for c in done if c.name in ("nvml", "fabric")):
+            return "not run: an NVML check failed"
+        if name == "fabric":
+            nvswitch = (
+                self.topology.interconnect or ("nvswitch" if state.spec.model.nvlinks else "pcie")
+            ) == "nvswitch"
+            if state.spec.model.compute_capability[0] < 9 or not nvswitch:
+                return "not an NVSwitch fabric GPU (Hopper or later on NVSwitch)"
+            return ""
+        if name in ("cuda", "memory") and state.mig_enabled:
+            return "not run: MIG mode is on, CUDA runs only inside MIG devices"
+        if name == "dcgm" and not self.dcgm:
+            return "no DCGM on this simulated node"
+        if name == "memory" and not done[-1].passed:
+            return "not run: the CUDA check failed"
+        return ""
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         with self._lock:
