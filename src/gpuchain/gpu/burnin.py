@@ -46,6 +46,7 @@ class BurnInConfig:
 
     cuda: bool = True
     memory_fraction: float = 0.5
+    memory_cap_mib: int | None = None
     cuda_budget_s: float = 60.0
     cuda_deadline_s: float = 300.0
     dcgm: bool = True
@@ -61,6 +62,8 @@ class BurnInConfig:
             raise ValueError(f"burn-in dcgm_level {self.dcgm_level}: must be 1, 2, 3 or 4")
         if min(self.cuda_budget_s, self.cuda_deadline_s, self.dcgm_deadline_s) <= 0 or self.fabric_wait_s < 0:
             raise ValueError("burn-in budgets and deadlines must be positive")
+        if self.memory_cap_mib is not None and self.memory_cap_mib < 1:
+            raise ValueError(f"burn-in memory_cap_mib {self.memory_cap_mib}: must be at least 1")
         if self.cuda_budget_s >= self.cuda_deadline_s:
             raise ValueError("burn-in cuda_budget_s must be below cuda_deadline_s (the kill deadline)")
 
@@ -98,6 +101,8 @@ def cuda_checks(bus_id: str, config: BurnInConfig, run: ProcessRunner = run_proc
         "--time-budget",
         str(config.cuda_budget_s),
     ]
+    if config.memory_cap_mib is not None:
+        argv += ["--memory-cap-mib", str(config.memory_cap_mib)]
     try:
         done = run(argv, config.cuda_deadline_s)
     except subprocess.TimeoutExpired:

@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 CUDA_SUCCESS = 0
@@ -555,11 +555,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bus-id", required=True, help="the GPU's PCI bus id as NVML reports it")
     parser.add_argument("--memory-fraction", type=float, default=CudaCheckConfig.memory_fraction)
     parser.add_argument("--time-budget", type=float, default=CudaCheckConfig.time_budget_s)
+    parser.add_argument("--memory-cap-mib", type=int, default=None, help="test at most this much memory")
     args = parser.parse_args(argv)
     # The GPU is chosen by bus id: a CUDA_VISIBLE_DEVICES inherited from the pod must not hide it.
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     try:
         config = CudaCheckConfig(memory_fraction=args.memory_fraction, time_budget_s=args.time_budget)
+        if args.memory_cap_mib is not None:
+            cap = args.memory_cap_mib << 20
+            config = replace(config, memory_cap_bytes=cap, min_memory_bytes=min(cap, config.min_memory_bytes))
         driver = load_libcuda()
     except LibcudaMissingError as exc:
         result = CudaResult(skipped={"cuda": str(exc), "memory": str(exc)})
