@@ -7,8 +7,10 @@ the same code has not been run on a GPU in this repository's CI."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fakes.fake_libcuda import FakeCuda, parse_bus_id
@@ -163,3 +165,34 @@ def test_the_child_process_reports_a_missing_libcuda_as_skipped() -> None:
 def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="memory_fraction"):
         CudaCheckConfig(memory_fraction=0.95)
+
+
+def _ptxas() -> str | None:
+    """NVIDIA's PTX assembler: on PATH, or from the nvidia-cuda-nvcc-cu12 wheel if installed."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvcc  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    path = Path(next(iter(nvidia.cuda_nvcc.__path__))) / "bin" / "ptxas"
+    return str(path) if path.exists() else None
+
+
+@pytest.mark.parametrize("arch", ["sm_50", "sm_70", "sm_80", "sm_90", "sm_100"])
+def test_nvidias_ptx_assembler_accepts_the_kernels(arch: str, tmp_path: Path) -> None:
+    """What the driver's JIT does first, done by ptxas with warnings as errors (no GPU needed)."""
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("ptxas not installed (pip install nvidia-cuda-nvcc-cu12)")
+    source = tmp_path / "gpuchain.ptx"
+    source.write_bytes(cuda.PTX)
+    done = subprocess.run(
+        [ptxas, f"-arch={arch}", "--warning-as-error", str(source), "-o", str(tmp_path / "out.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
