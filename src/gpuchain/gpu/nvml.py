@@ -44,7 +44,7 @@ from gpuchain.gpu.model import (
     TopologyLevel,
 )
 from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
-from gpuchain.gpu.reset import NvLink, plan_reset
+from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,7 @@ class NvmlBackend(GpuBackend):
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
         uuid = _text(self._call(n.nvmlDeviceGetUUID, h))
-        cc = _pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h))
-        plan = plan_reset(gpu_index, cc, self._nvlink(h))
+        plan = self.reset_plan(gpu_index)
         if not plan.allowed:
             raise NotSupportedError(plan.reason)
         persistent = self._optional(n.nvmlDeviceGetPersistenceMode, h) == n.NVML_FEATURE_ENABLED
@@ -185,6 +184,13 @@ class NvmlBackend(GpuBackend):
         log.info("GPU %d (%s) reset: %s", gpu_index, uuid, plan.reason)
         with self._reset_lock:
             self._reset_log.append(uuid)
+
+    def reset_plan(self, gpu_index: int) -> ResetPlan:
+        """Whether this GPU can be reset alone, and why (read-only: NVML queries, gpu.reset rules)."""
+        n = self._nvml
+        h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
+        cc = _pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h))
+        return plan_reset(gpu_index, cc, self._nvlink(h))
 
     def _restore_persistence(self, gpu_index: int, uuid: str) -> None:
         n = self._nvml
