@@ -138,12 +138,16 @@ def test_a_pre_ampere_gpu_without_nvlink_is_reset() -> None:
 
 
 async def test_a_reset_gpu_is_reported_recovered_to_subscribers(h100_sim: SimBackend) -> None:
-    nvml = backend(h100_sim, Recorder({"nvidia-smi": done(RESET_OK)}))
+    fake = FakeNvml(h100_sim)
+    nvml = backend(h100_sim, Recorder({"nvidia-smi": done(RESET_OK)}), fake)
     nvml.allow_reset = True
     uuid = h100_sim.inventory().gpu(4).uuid
     stream = nvml.events()
     first = asyncio.ensure_future(stream.__anext__())
-    await asyncio.sleep(0.3)  # the watcher is subscribed
+    for _ in range(500):  # until the watcher waits on its event set: it has counted the resets so far
+        if "nvmlEventSetWait" in fake.calls:
+            break
+        await asyncio.sleep(0.01)
     await asyncio.to_thread(nvml.reset_gpu, 4)
     event = await asyncio.wait_for(first, 5)
     assert (event.kind, event.gpu_uuid) == (EventKind.GPU_RECOVERED, uuid)
