@@ -180,7 +180,7 @@ def _ptxas() -> str | None:
     return str(path) if path.exists() else None
 
 
-@pytest.mark.parametrize("arch", ["sm_50", "sm_70", "sm_80", "sm_90", "sm_100"])
+@pytest.mark.parametrize("arch", ["sm_50", "sm_70", "sm_80", "sm_90", "sm_100", "sm_120"])
 def test_nvidias_ptx_assembler_accepts_the_kernels(arch: str, tmp_path: Path) -> None:
     """What the driver's JIT does first, done by ptxas with warnings as errors (no GPU needed)."""
     ptxas = _ptxas()
