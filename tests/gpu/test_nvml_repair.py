@@ -204,7 +204,7 @@ def test_burn_in_runs_nvml_fabric_cuda_memory_and_dcgm_in_order(h100_sim: SimBac
     cuda_argv, dcgm_argv = runner.calls
     assert cuda_argv[1:5] == ["-m", "gpuchain.gpu.cuda", "--bus-id", h100_sim.inventory().gpu(3).pci_bus_id]
     assert dcgm_argv[1:] == ["diag", "-r", "1", "-i", "3", "-j"]
-    assert result.skipped == ("retired-pages",)  # the fake pynvml has no retired-pages call
+    assert result.skipped == ("retired-pages",)  # an H100 remaps rows: NVML has no retired pages for it
 
 
 def test_burn_in_fails_on_a_stuck_memory_bit_and_on_dcgms_failure(h100_sim: SimBackend, dcgmi_on_path: None) -> None:
@@ -283,3 +283,15 @@ def test_an_ampere_gpu_has_no_fabric_check(tmp_path: Path, monkeypatch: pytest.M
     sim = SimBackend.from_preset("a100-80gb-x8")
     result = backend(sim, Recorder()).burn_in(0)
     assert "fabric" in result.skipped and all(c.name != "fabric" for c in result.checks)
+
+
+def test_the_burn_in_judges_nvml_readings_by_the_health_probes(h100_sim: SimBackend) -> None:
+    """The same rules the health publisher applies (gpu.probes), read through the same NVML calls."""
+    h100_sim.set_health_readings(4, retired_pages_pending=True, retired_pages_sbe=2, retired_pages_dbe=0)
+    h100_sim.set_telemetry(5, row_remap_pending=1)
+    runner = Recorder()
+    pages = backend(h100_sim, runner).burn_in(4)
+    assert "retired-pages: page retirement pending (a GPU reset activates it)" in pages.summary()
+    rows = backend(h100_sim, runner).burn_in(5)
+    assert "row-remap: row remapping pending (a GPU reset activates it)" in rows.summary()
+    assert not pages.passed and not rows.passed and runner.calls == []

@@ -43,7 +43,7 @@ from gpuchain.gpu.model import (
     Telemetry,
     TopologyLevel,
 )
-from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
+from gpuchain.gpu.probes import PROBES, HealthReadings, NvLinkCounters, instant
 from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
@@ -218,8 +218,9 @@ class NvmlBackend(GpuBackend):
     def burn_in(self, gpu_index: int) -> BurnIn:
         """Check one GPU after its reset before it takes work again.
 
-        NVML first: the GPU answers, no row remap failed or is pending, no retired page is
-        pending, and on Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited
+        NVML first: the GPU answers, its health readings trip no probe (gpu.probes: no row remap
+        failed or pending, no page retirement pending, retired pages under DCGM's limit), and on
+        Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited
         for up to ``fabric_wait_s``). Then, unless NVML found a fault or the GPU is in MIG mode
         (CUDA then runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel
         and memory test (gpu.cuda, in a child process) and DCGM's diagnostic where dcgmi is
@@ -235,19 +236,21 @@ class NvmlBackend(GpuBackend):
             why = "not run: NVML cannot reach the GPU"
             return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), _LATER, dict.fromkeys(_LATER, why))
         checks.append(BurnInCheck("nvml", True))
-        rows = self._optional(n.nvmlDeviceGetRemappedRows, h)
-        if rows is None:
-            skipped["row-remap"] = "not supported by this GPU"
-        else:
-            _, _, pending, failed = rows
-            detail = "row remapping failed" if failed else "row remapping pending (needs a reset)" if pending else ""
-            checks.append(BurnInCheck("row-remap", not detail, detail))
-        pending_pages = getattr(n, "nvmlDeviceGetRetiredPagesPendingStatus", None)
-        status = self._optional(pending_pages, h) if pending_pages is not None else None
-        if status is None:
-            skipped["retired-pages"] = "not supported by this GPU"
-        else:
-            checks.append(BurnInCheck("retired-pages", not status, "retired pages pending" if status else ""))
+        readings = self.health_readings(_text(self._call(n.nvmlDeviceGetUUID, h)))
+        tripped = instant(readings)
+        for name, supported, probes in (
+            ("row-remap", readings.row_remap_failed is not None, ("row-remap-failed", "row-remap-pending")),
+            (
+                "retired-pages",
+                readings.retired_pages_pending is not None or readings.retired_pages is not None,
+                ("retired-pages-pending", "retired-pages-limit"),
+            ),
+        ):
+            if not supported:
+                skipped[name] = "not supported by this GPU"
+                continue
+            found = "; ".join(PROBES[p] for p in probes if p in tripped)
+            checks.append(BurnInCheck(name, not found, found))
         fabric = self._fabric(h, config.fabric_wait_s)
         if isinstance(fabric, str):
             skipped["fabric"] = fabric

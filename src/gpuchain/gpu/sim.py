@@ -26,7 +26,7 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
-from gpuchain.gpu.probes import HealthReadings, NvLinkCounters
+from gpuchain.gpu.probes import PROBES, HealthReadings, NvLinkCounters, instant
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
@@ -397,7 +397,7 @@ class SimBackend(GpuBackend):
             self._resolve(gpu_index, include_lost=True)[0].burn_in_failures[check] = times
 
     def burn_in(self, gpu_index: int) -> BurnIn:
-        """The checks a real burn-in runs, modelled: NVML answers and reports no row-remap failure,
+        """The checks a real burn-in runs, modelled: NVML answers and its health readings trip no probe,
         a CUDA kernel runs, the memory test passes, a Hopper-or-later NVSwitch GPU is back in the
         NVLink fabric, DCGM's diagnostic passes where the node has DCGM, unless ``fail_burn_in``
         said otherwise. As on hardware, nothing runs on a GPU NVML found at fault."""
@@ -414,8 +414,8 @@ class SimBackend(GpuBackend):
                 detail = ""
                 if name == "nvml" and state.lost:
                     detail = "GPU does not answer"
-                elif name == "nvml" and state.telemetry.get("row_remap_failure"):
-                    detail = "row remapping failed"
+                elif name == "nvml":
+                    detail = "; ".join(PROBES[p] for p in instant(self.health_readings(state.spec.uuid)))
                 elif left:
                     state.burn_in_failures[name] = left - 1 if left > 0 else left
                     detail = BURN_IN_FAILURES[name]
