@@ -220,11 +220,11 @@ class NvmlBackend(GpuBackend):
 
         NVML first: the GPU answers, its health readings trip no probe (gpu.probes: no row remap
         failed or pending, no page retirement pending, retired pages under DCGM's limit), and on
-        Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited
-        for up to ``fabric_wait_s``). Then, unless NVML found a fault or the GPU is in MIG mode
-        (CUDA then runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel
-        and memory test (gpu.cuda, in a child process) and DCGM's diagnostic where dcgmi is
-        installed (gpu.burnin). What cannot run is reported skipped with the reason."""
+        Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited for up to
+        ``fabric_wait_s``). Then, unless NVML found a fault or the GPU is in MIG mode (CUDA then
+        runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel and memory
+        test (gpu.cuda, in a child process) and DCGM's diagnostic where dcgmi is installed
+        (gpu.burnin). What cannot run is reported skipped with the reason."""
         n = self._nvml
         config = self.burn_in_config
         checks: list[BurnInCheck] = []
@@ -277,7 +277,7 @@ class NvmlBackend(GpuBackend):
         query = getattr(n, "nvmlDeviceGetGpuFabricInfo", None)
         if query is None:
             return "this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfo"
-        deadline = time.monotonic() + wait_s
+        waited = 0.0
         while True:
             info = n.c_nvmlGpuFabricInfo_t()
             try:
@@ -293,11 +293,12 @@ class NvmlBackend(GpuBackend):
                 return BurnInCheck(
                     "fabric", False, f"NVLink fabric registration failed (NVML status {int(info.status)})"
                 )
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if waited >= wait_s:
                 name = _FABRIC_STATES.get(state, str(state))
                 return BurnInCheck("fabric", False, f"NVLink fabric state {name} after {wait_s:g} s")
-            self._sleep(min(1.0, left))
+            step = min(1.0, wait_s - waited)
+            self._sleep(step)
+            waited += step
 
     # ---- inventory ---------------------------------------------------------------------------
 
