@@ -8,7 +8,8 @@ the GPU tested is the GPU being repaired whatever CUDA's own enumeration order i
 
 The library is behind the ``CudaDriver`` port: ``load_libcuda`` binds the real one, tests pass a
 Python fake (tests/fakes/fake_libcuda.py) that runs the same kernels on simulated memory and can
-fail any call. Facts relied on, from CUDA 12.6's cuda.h (zspace/system.cuda-12.6 include/cuda.h):
+fail any call. Facts relied on, from CUDA 12.6's cuda.h (a copy in zspace/system.cuda-12.6,
+include/cuda.h @ b3d92c83):
 
 - ``cuCtxCreate``, ``cuCtxDestroy``, ``cuMemGetInfo``, ``cuMemAlloc``, ``cuMemFree``,
   ``cuMemsetD32``, ``cuMemcpyDtoH`` are macros for their ``_v2`` symbols; the unsuffixed symbols
@@ -19,12 +20,15 @@ fail any call. Facts relied on, from CUDA 12.6's cuda.h (zspace/system.cuda-12.6
   void **kernelParams, void **extra)``: ``kernelParams`` holds one pointer per kernel argument.
 - ``CUdeviceptr`` is ``unsigned long long`` on 64-bit hosts; ``CUdevice`` is ``int``.
 
-PTX facts: ``.target sm_50`` needs ``.version 4.0`` (the PTX ISA release that added sm_50, as
-LLVM's NVPTX backend emits for it), which drivers since CUDA 6.0 accept; PTX for an older target
-is JIT-compiled for a newer GPU. ``cvta.to.global`` turns the generic device pointer a kernel
-parameter carries into a global-space address for ``ld.global``/``st.global``; ``shl.b64``
-takes its shift amount as ``.u32``; ``selp`` picks between two values by a predicate;
-``atom.global.add.u32`` counts errors from every thread without losing any.
+PTX facts: ``.target sm_50`` needs ``.version 4.0``, the PTX ISA release that added sm_50 (LLVM's
+NVPTX test sm-version-50.ll checks that pair), shipped with CUDA 6.0 (the PTX-ISA-to-CUDA table
+of NVIDIA's cuda-python, cuda/bindings/utils/_ptx_utils.py), so every driver since accepts it;
+PTX for an older target is JIT-compiled for a newer GPU. ``cvta.to.global`` turns the generic
+device pointer a kernel parameter carries into a global-space address for
+``ld.global``/``st.global``; ``shl.b64`` takes its shift amount as ``.u32``; ``selp`` picks
+between two values by a predicate; ``atom.global.add.u32`` counts errors from every thread
+without losing any. NVIDIA's ptxas 12.9 assembles the three kernels for sm_50 to sm_120 with no
+warning (tests/gpu/test_cuda.py, where ptxas is installed); they have not run on a GPU here.
 
 Run as ``python -m gpuchain.gpu.cuda --bus-id ID`` it prints one JSON result: the burn-in runs
 it in a child process so a hung kernel can be killed and no CUDA context outlives the check
