@@ -56,7 +56,8 @@ def summary(sim: SimCluster) -> dict[str, Any]:
     return {
         "scenario": sim.scenario.name,
         "stack": sim.scenario.stack,
-        "source": sim.scenario.source,
+        "source": sim.scenario.origin,
+        "baseline": sim.scenario.baseline,
         "description": sim.scenario.description.strip(),
         "symptom": sim.scenario.symptom,
         "expect": sim.scenario.expect,
@@ -190,33 +191,48 @@ def _run_repair(scenario: str, output: OutputFormat) -> None:
 
 @sim_app.command("list")
 def list_scenarios(output: OutputFormat = output_option()) -> None:
-    """The built-in scenarios and the finding each one produces."""
-    scenarios = [load_scenario(name) for name in scenario_names()]
-    rows = [
-        {
-            "name": sc.name,
-            "stack": sc.stack,
-            "source": sc.source,
-            "nodes": sc.node_count,
-            "expect": sc.expect,
-            "symptom": sc.symptom,
-        }
-        for sc in scenarios
-    ]
+    """The built-in scenarios (cluster states for the doctor, then the GPU repair loop's), each with
+    its stack and the public report it comes from."""
+    from gpuchain.remediation.repairsim import LISTING
+    from gpuchain.sim.scenario import source_url
+
+    rows: list[dict[str, Any]] = []
+    for sc in (load_scenario(name) for name in scenario_names()):
+        rows.append(
+            {
+                "name": sc.name,
+                "kind": "cluster",
+                "stack": sc.stack,
+                "source": sc.origin,
+                "url": source_url(sc.source),
+                "baseline": sc.baseline,
+                "nodes": sc.node_count,
+                "expect": sc.expect,
+                "symptom": sc.symptom,
+            }
+        )
+    for name, listed in LISTING.items():
+        rows.append(
+            {
+                "name": name,
+                "kind": "repair",
+                "stack": "gpuchain",
+                "source": listed.source,
+                "url": source_url(listed.source),
+                "baseline": False,
+                "nodes": listed.nodes,
+                "expect": [],
+                "symptom": listed.symptom,
+            }
+        )
 
     def table() -> Table:
         t = Table(show_edge=False, padding=(0, 1))
         for col in ("scenario", "stack", "source", "nodes", "doctor names", "symptom"):
             t.add_column(col)
-        for sc in scenarios:
-            t.add_row(
-                sc.name,
-                sc.stack,
-                sc.source or "-",
-                str(sc.node_count),
-                ", ".join(sc.expect) or "(nothing)",
-                sc.symptom,
-            )
+        for row in rows:
+            names = ", ".join(row["expect"]) or ("(repair loop: sim run)" if row["kind"] == "repair" else "(nothing)")
+            t.add_row(row["name"], row["stack"], row["source"] or "-", str(row["nodes"]), names, row["symptom"])
         return t
 
     emit(rows, output, table)

@@ -146,6 +146,29 @@ def _state(sim: SimCluster) -> tuple[Any, ...]:
 SCENARIO_NAMES = (*REPAIR_SCENARIOS, "gpu-not-ready-scale-up")
 
 
+@dataclass(frozen=True)
+class Listed:
+    """How ``gpuchain sim list`` shows one of ``SCENARIO_NAMES``: its nodes, the symptom and the
+    public report it comes from (owner/repo#number, or "none found"; tests/sim/SOURCES.md quotes them)."""
+
+    nodes: int
+    symptom: str
+    source: str
+
+
+LISTING: dict[str, Listed] = {
+    "gpu-reset": Listed(
+        4, "XID 48 (double-bit ECC): the plugin keeps the GPU unhealthy until restarted", "NVIDIA/k8s-device-plugin#111"
+    ),
+    "gpu-reset-fails": Listed(4, "the GPU reset after XID 48 fails: only a reboot can help", "NVIDIA/NVSentinel#1240"),
+    "gpu-reset-storm": Listed(4, "XID 48 and failing resets on three nodes at once", "none found"),
+    "gpu-row-remap-pending": Listed(4, "no XID, but a remapped row waits for a GPU reset", "NVIDIA/NVSentinel#1826"),
+    "gpu-not-ready-scale-up": Listed(
+        3, "a new node is Ready before its GPUs are: the autoscaler adds more nodes", "NVIDIA/gpu-operator#708"
+    ),
+}
+
+
 def play(name: str) -> dict[str, Any]:
     """Play any of ``SCENARIO_NAMES``; the result as the JSON ``gpuchain sim run`` prints."""
     if name == "gpu-not-ready-scale-up":

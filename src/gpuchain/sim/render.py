@@ -26,6 +26,7 @@ from gpuchain.common.labels import (
     MIG_CONFIG_STATE_REASON,
     PAUSED_FOR_MIG_CHANGE,
 )
+from gpuchain.deviceplugin.config import ConfigKeyError
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import (
     DRIVER,
@@ -139,8 +140,30 @@ def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]]
     return st
 
 
-def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: ClusterPolicySpec) -> str:
-    """The container log the operand would print on this node (the evidence the doctor quotes)."""
+def _config_missing_log(scenario: Scenario, key: str, args: list[str]) -> str:
+    """What the plugin pod prints when the node's config label names a key its ConfigMap lacks.
+
+    gpuchain's own plugin exits with its ConfigKeyError naming the mounted ``--config-dir``.
+    NVIDIA's plugin pods (GPU Operator, standalone chart, EKS/AKS images) hand the label to the
+    config-manager, which exits 1 after these klog lines (NVIDIA/k8s-device-plugin
+    cmd/config-manager/main.go at 1b826acc: lines 247, 249, and the error of updateConfigName
+    logged at line 209); the report behind the scenarios is nebuly-ai/nos#16, on a fork of it.
+    """
+    if scenario.stack == "gpuchain":
+        directory = args[args.index("--config-dir") + 1] if "--config-dir" in args else "/config"
+        err = ConfigKeyError(directory, DEVICE_PLUGIN_CONFIG, key, scenario.device_plugin_configs)
+        return f"error: {err}"
+    stamp = "0605 18:00:00.000000       1 main.go"  # klog's header at STAMP
+    return (
+        f"I{stamp}:247] Waiting for change to '{DEVICE_PLUGIN_CONFIG}' label\n"
+        f"I{stamp}:249] Label change detected: {DEVICE_PLUGIN_CONFIG}={key}\n"
+        f"E{stamp}:209] specified config {key} does not exist"
+    )
+
+
+def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: ClusterPolicySpec, args: list[str]) -> str:
+    """The container log the operand would print on this node (the evidence the doctor quotes);
+    ``args`` are the operand container's arguments."""
     g = plan.group
     if operand is DRIVER:
         if plan.driver == chain.KERNEL_MISMATCH:
@@ -174,12 +197,7 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
         return "Updating config file /etc/containerd/config.toml\nSending SIGHUP to containerd\nDone"
     if operand.state == "device-plugin":
         if plan.plugin == chain.CONFIG_MISSING:
-            keys = ", ".join(sorted(scenario.device_plugin_configs)) or "none"
-            return (
-                f"Using config key {plan.config_key!r} from label {DEVICE_PLUGIN_CONFIG}\n"
-                f"error starting plugins: unable to load config: no config named {plan.config_key!r} in "
-                f"ConfigMap {policy.device_plugin.config.name or '(none)'} (keys: {keys})"
-            )
+            return _config_missing_log(scenario, plan.config_key or "", args)
         if plan.plugin == chain.MIG_INVALID:
             # NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go and internal/rm/device_map.go.
             return (
@@ -490,7 +508,7 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         for plan in plans:
             if not plan.deployed(op):
                 continue
-            log = _logs_for(plan, op, scenario, policy)
+            log = _logs_for(plan, op, scenario, policy, ds["spec"]["template"]["spec"]["containers"][0].get("args", []))
             name = pod_name(name_of(ds), plan.name)
             attempt = 0
             while name in taken:

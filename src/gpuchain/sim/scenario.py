@@ -143,6 +143,25 @@ class Workload(_Strict):
 
 
 _SOURCE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[0-9]+$")
+#: What ``source`` says of a failure scenario for which no public report was found: said plainly,
+#: never an invented issue number.
+NO_SOURCE = "none found"
+#: What ``gpuchain sim list`` shows for a healthy baseline instead of a source.
+BASELINE = "healthy baseline"
+
+
+def is_upstream_source(value: str) -> bool:
+    """Whether ``value`` names a public upstream report as ``owner/repo#number``."""
+    return bool(_SOURCE.match(value))
+
+
+def source_url(value: str) -> str | None:
+    """The web address of an ``owner/repo#number`` report (GitHub sends an issue number that is a
+    pull request on to it), None for anything else."""
+    if not is_upstream_source(value):
+        return None
+    repo, number = value.split("#")
+    return f"https://github.com/{repo}/issues/{number}"
 
 
 class Scenario(_Strict):
@@ -152,7 +171,14 @@ class Scenario(_Strict):
     stack: Literal["gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke"] = Field(
         "gpuchain", description="which GPU stack the cluster runs; the simulator renders its object names"
     )
-    source: str = Field("", description="the public upstream report the scenario comes from, owner/repo#number")
+    source: str = Field(
+        "",
+        description=f"the public upstream report the scenario comes from, owner/repo#number, or {NO_SOURCE!r} "
+        "when no public report matches it",
+    )
+    baseline: bool = Field(
+        False, description="a healthy baseline: nothing is wrong, so it has no source and the doctor must name nothing"
+    )
     description: str = ""
     symptom: str = Field("", description="what a user sees, in the words of the error they meet")
     expect: list[str] = Field(default_factory=list, description="finding ids the doctor must name")
@@ -174,8 +200,8 @@ class Scenario(_Strict):
     @field_validator("source")
     @classmethod
     def _source(cls, value: str) -> str:
-        if value and not _SOURCE.match(value):
-            raise ValueError("must be owner/repo#number, e.g. NVIDIA/gpu-operator#1234")
+        if value and value != NO_SOURCE and not _SOURCE.match(value):
+            raise ValueError(f"must be owner/repo#number, e.g. NVIDIA/gpu-operator#1234, or {NO_SOURCE!r}")
         return value
 
     @field_validator("policy")
@@ -197,6 +223,14 @@ class Scenario(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _baseline_or_sourced(self) -> Scenario:
+        if self.baseline and self.source:
+            raise ValueError(f"a healthy baseline comes from no report: drop source {self.source!r} or baseline")
+        if self.baseline and self.expect:
+            raise ValueError(f"a healthy baseline expects no finding, not {', '.join(self.expect)}")
+        return self
+
+    @model_validator(mode="after")
     def _unique_nodes(self) -> Scenario:
         names = [n for g in self.nodes for n in g.node_names()]
         dup = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
@@ -206,6 +240,12 @@ class Scenario(_Strict):
         if unknown:
             raise ValueError(f"workloads name nodes that do not exist: {', '.join(str(u) for u in unknown)}")
         return self
+
+    @property
+    def origin(self) -> str:
+        """Where the scenario comes from, as ``gpuchain sim list`` shows it: the upstream report,
+        "healthy baseline", "none found", or "" for a scenario that says nothing."""
+        return BASELINE if self.baseline else self.source
 
     @property
     def node_count(self) -> int:
