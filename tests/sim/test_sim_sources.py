@@ -193,3 +193,21 @@ def test_sim_list_shows_every_scenario_with_stack_and_source_repair_loop_include
     table = runner.invoke(app, ["sim", "list"], env={"COLUMNS": "250"}).stdout
     for words in ("gpu-row-remap-pending", "NVIDIA/NVSentinel#1826", "healthy baseline", "none found", "source"):
         assert words in table
+
+
+def test_driver_and_toolkit_logs_are_the_upstream_scripts_lines() -> None:
+    """NVIDIA's driver container script and toolkit installer (see render.py for the files): the
+    runtime-not-configured node's toolkit log is the same as a healthy one's, as on a real node."""
+    sim = build(load_scenario("op-runtime-not-configured"))
+    logs = {}
+    for node in ("gpu-ok", "gpu-kops"):
+        for pod in sim.cluster.list(POD, field_selector=f"spec.nodeName={node}"):
+            name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]["name"]
+            if name.startswith(("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset")):
+                logs[(node, name.split("-")[1])] = sim.read_log(pod["metadata"]["namespace"], name, container)
+    assert logs[("gpu-ok", "driver")].splitlines()[-1] == "Done, now waiting for signal"
+    assert "Starting installation of NVIDIA driver version" in logs[("gpu-ok", "driver")]
+    toolkit = logs[("gpu-ok", "container")]
+    assert toolkit == logs[("gpu-kops", "container")]
+    assert toolkit.splitlines()[-1].endswith('level=info msg="Waiting for signal"')
+    assert "Successfully signaled containerd" in toolkit and "WARNING" not in toolkit

@@ -186,15 +186,28 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 f"{g.kernel}\n\nStopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
                 "Could not unload NVIDIA driver kernel modules, driver is in use"
             )
-        return f"Loading NVIDIA driver kernel modules...\nDone, now waiting for signal (driver {plan.driver_version})"
+        # The first and the last lines of NVIDIA's driver container script (NVIDIA/gpu-driver-container
+        # ubuntu22.04/nvidia-driver: the installer banner, _load_driver, _mount_rootfs, _load).
+        return (
+            f"Starting installation of NVIDIA driver version {plan.driver_version} for Linux kernel version "
+            f"{g.kernel}\nLoading NVIDIA driver kernel modules...\nStarting NVIDIA persistence daemon...\n"
+            "Mounting NVIDIA driver rootfs...\nDone, now waiting for signal"
+        )
     if operand is TOOLKIT:
-        if plan.toolkit == chain.RUNTIME_MISSING:
-            return (
-                "Updating config file /etc/containerd/config.toml\n"
-                "Sending SIGHUP to containerd\nWARNING: containerd socket /run/containerd/containerd.sock not found; "
-                "runtime 'nvidia' was written but containerd was not reloaded"
+        # NVIDIA's toolkit installer (NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk-installer) logs the
+        # same lines whether or not containerd reads the file it wrote: on a node whose containerd
+        # reads another config (chain.RUNTIME_MISSING) the log shows nothing wrong; the kubelet's
+        # FailedCreatePodSandBox Events do.
+        return "\n".join(
+            f'time="{STAMP}" level=info msg="{m}"'
+            for m in (
+                "Flushing config to /runtime/config-dir/config.toml",
+                "Sending SIGHUP signal to containerd",
+                "Successfully signaled containerd",
+                "Completed 'setup' for containerd",
+                "Waiting for signal",
             )
-        return "Updating config file /etc/containerd/config.toml\nSending SIGHUP to containerd\nDone"
+        )
     if operand.state == "device-plugin":
         if plan.plugin == chain.CONFIG_MISSING:
             return _config_missing_log(scenario, plan.config_key or "", args)
