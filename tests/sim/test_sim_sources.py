@@ -211,3 +211,34 @@ def test_driver_and_toolkit_logs_are_the_upstream_scripts_lines() -> None:
     assert toolkit == logs[("gpu-kops", "container")]
     assert toolkit.splitlines()[-1].endswith('level=info msg="Waiting for signal"')
     assert "Successfully signaled containerd" in toolkit and "WARNING" not in toolkit
+
+
+def test_nvidia_cluster_policies_carry_only_the_status_nvidias_crd_defines() -> None:
+    """Validated against NVIDIA's ClusterPolicy CRD (tests/compat/operator/fixtures, see its
+    SOURCES.md): state, namespace and Ready/Error conditions; NFD missing reads as NVIDIA says it."""
+    import jsonschema
+    import yaml
+
+    crd_file = Path(__file__).parents[1] / "compat" / "operator" / "fixtures" / "nvidia.com_clusterpolicies.yaml"
+    crd = yaml.safe_load(crd_file.read_text(encoding="utf-8"))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    condition_keys = set(schema["properties"]["conditions"]["items"]["properties"])
+    seen = 0
+    for name in scenario_names():
+        sc = load_scenario(name)
+        if sc.stack != "gpu-operator":
+            continue
+        sim = build(sc)
+        (policy,) = [o for k in sim.cluster.kinds() if k.kind == "ClusterPolicy" for o in sim.cluster.list(k)]
+        status = policy["status"]
+        jsonschema.validate(status, schema)
+        assert set(status) <= set(schema["properties"]), name
+        assert all(set(c) <= condition_keys for c in status["conditions"]), name
+        assert {c["type"] for c in status["conditions"]} == {"Ready", "Error"}, name
+        seen += 1
+    assert seen >= 15
+    healthy = build(load_scenario("healthy-gpu-operator"))
+    (policy,) = [o for k in healthy.cluster.kinds() if k.kind == "ClusterPolicy" for o in healthy.cluster.list(k)]
+    ready = next(c for c in policy["status"]["conditions"] if c["type"] == "Ready")
+    assert (policy["status"]["state"], ready["reason"]) == ("ready", "Reconciled")

@@ -564,8 +564,50 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         obj = {**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api}
         if api != "gpuchain.io/v1":
             obj["spec"] = _without_empty(obj["spec"])
+            obj["status"] = _nvidia_policy_status(policy, daemonsets, pods, plans, ns)
         out.objects.append(obj)
     return out
+
+
+#: NVIDIA's operand states in the order its operator steps through them (the assets/ directory
+#: names of NVIDIA/gpu-operator), by gpuchain operand state.
+_NVIDIA_STATES = {
+    "driver": "state-driver",
+    "container-toolkit": "state-container-toolkit",
+    "operator-validation": "state-operator-validation",
+    "device-plugin": "state-device-plugin",
+    "dcgm-exporter": "state-dcgm-exporter",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+    "mig-manager": "state-mig-manager",
+}
+
+
+def _nvidia_policy_status(
+    policy: ClusterPolicySpec, daemonsets: dict[str, Obj], pods: list[Obj], plans: list[NodePlan], namespace: str
+) -> dict[str, Any]:
+    """The status NVIDIA's operator writes on its ClusterPolicy: only ``state``, ``namespace`` and
+    the Ready/Error conditions (api/nvidia/v1 ClusterPolicyStatus), with the reasons and messages
+    of controllers/clusterpolicy_controller.go: operand states not ready first, then no NFD label
+    on any node, then no GPU node, else reconciled."""
+    operands = chain_status({op.state: enabled(policy, op) for op in OPERANDS}, daemonsets, pods)
+    not_ready = [_NVIDIA_STATES[s] for s in _NVIDIA_STATES if operands[s].state == "notReady"]
+    labelled = [p for p in plans if p.gpu and p.group.nfd]
+    if not_ready:
+        message = f"ClusterPolicy is not ready; states not ready: [{' '.join(not_ready)}]"
+        conditions = [("Ready", "False", "Error", ""), ("Error", "True", "OperandNotReady", message)]
+    elif not labelled:
+        conditions = [("Ready", "True", "NFDLabelsMissing", "No NFD labels found"), ("Error", "False", "Ready", "")]
+    else:
+        message = "ClusterPolicy is ready as all resources have been successfully reconciled"
+        conditions = [("Ready", "True", "Reconciled", message), ("Error", "False", "Ready", "")]
+    return {
+        "state": "notReady" if not_ready else "ready",
+        "namespace": namespace,
+        "conditions": [
+            {"type": t, "status": st, "reason": r, "message": m, "lastTransitionTime": STAMP}
+            for t, st, r, m in conditions
+        ],
+    }
 
 
 def _without_empty(value: Any) -> Any:
