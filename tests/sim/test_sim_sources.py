@@ -63,6 +63,14 @@ def test_every_scenario_names_its_report_or_says_it_has_none() -> None:
         assert is_upstream_source(listed.source) or listed.source == NO_SOURCE, name
 
 
+def test_every_scenario_file_states_its_stack() -> None:
+    """A tag, not a default: each file says which stack it is (the simulator renders its names)."""
+    import yaml
+
+    for path in sorted(builtin_dir().glob("*.yaml")):
+        assert "stack" in yaml.safe_load(path.read_text(encoding="utf-8")), path.name
+
+
 def test_each_stack_has_a_declared_baseline_and_at_least_forty_failures() -> None:
     scenarios = [load_scenario(n) for n in scenario_names()]
     baselines = {sc.stack for sc in scenarios if sc.baseline}
