@@ -97,6 +97,12 @@ def test_sources_md_quotes_every_report_it_lists_and_the_scenarios_cite_it() -> 
                 assert str(source_url(source)) in (builtin_dir() / f"{name}.yaml").read_text(encoding="utf-8")
 
 
+def test_every_cited_report_is_quoted_in_sources_md() -> None:
+    cited = {n for n in (*scenario_names(), *LISTING) if is_upstream_source(_origin(n))}
+    listed = {n for source, e in _entries().items() if source != NO_SOURCE for n in _scenarios_of(e)}
+    assert cited == listed
+
+
 def test_every_none_found_is_listed_in_sources_md() -> None:
     listed = set(_scenarios_of(_entries()[NO_SOURCE]))
     unsourced = {n for n in (*scenario_names(), *LISTING) if _origin(n) == NO_SOURCE}

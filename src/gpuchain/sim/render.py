@@ -233,8 +233,19 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 "If this is a GPU node, did you configure the NVIDIA Container Toolkit?\n"
                 "No devices found. Waiting indefinitely."
             )
-        lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
         uuids = {d.gpu_index: d.gpu_uuid for r in plan.resources for d in r.devices}
+        if scenario.stack == "gke":
+            # Google's plugin (GoogleCloudPlatform/container-engine-accelerators, pkg/gpu/nvidia:
+            # manager.go, health_check/health_checker.go) names devices by their /dev file and
+            # withdraws one only for an XID listed in its xid-config ConfigMap (HealthCriticalXid;
+            # 48 by default), which the simulated cluster lists 79 in.
+            gke = ["device-plugin registered with the kubelet"]
+            gke += [
+                f"XidCriticalError: Xid=79 on Device=nvidia{i}, uuid={uuids.get(i, i)}, the device will go unhealthy."
+                for i in sorted(plan.lost)
+            ]
+            return "\n".join(gke)
+        lines = [f"Registered device plugin for '{r.name}' with Kubelet" for r in plan.resources]
         for i in sorted(plan.lost):
             # k8s-device-plugin internal/rm/health.go: the device ID is the GPU's UUID.
             lines.append(f"XidCriticalError: Xid=79 on Device={uuids.get(i, i)}; marking device as unhealthy.")
@@ -557,6 +568,20 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         for plan in plans:
             if plan.gpu and plan.plugin == chain.OK:
                 _publish_health(node_by_name[plan.name], plan, out.placements)
+    if stack == "gke":
+        # Google's health checker records each XID on the Node (recordXIDEvent in
+        # health_check/health_checker.go); NVIDIA's plugin and gpuchain's stack write no such Event.
+        for plan in plans:
+            if plan.gpu and plan.lost:
+                event = _event(
+                    "default",
+                    node_by_name[plan.name],
+                    "XIDError",
+                    "Caught XID error, XID=79",
+                    "nvidia-gpu-device-plugin",
+                    len(events),
+                )
+                events.append(event)
     out.objects += events
     api = policy_api(stack)
     if api is not None:
