@@ -164,9 +164,9 @@ async def test_reset_class_fault_on_one_of_eight_gpus_is_repaired_while_seven_ke
         assert r.agent.metrics.outcomes["readmitted"] == 1
         text = r.agent.metrics.prometheus()
         for stage in ("quarantined", "drained", "reset", "burn-in"):
-            assert f'gpuchain_gpu_repair_stage_seconds_count{{stage="{stage}"}} 1' in text
-        assert 'gpuchain_gpu_repair_outcomes_total{outcome="readmitted"} 1' in text
-        assert 'gpuchain_gpu_repair_outcomes_total{outcome="reset-ok"} 1' in text
+            assert f'gpuchain_gpu_repair_stage_seconds_count{{stage="{stage}",node="{r.name}"}} 1' in text
+        assert f'gpuchain_gpu_repair_outcomes_total{{outcome="readmitted",node="{r.name}"}} 1' in text
+        assert f'gpuchain_gpu_repair_outcomes_total{{outcome="reset-ok",node="{r.name}"}} 1' in text
         reasons = [e["reason"] for e in r.cluster.snapshot(EVENT) if e["involvedObject"]["name"] in (r.name, "w-3")]
         for reason in ("GPUQuarantined", "GPUWorkloadEvicted", "GPUDrained", "GPUResetStarted", "GPUBurnInPassed"):
             assert reason in reasons

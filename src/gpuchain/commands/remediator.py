@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Group, RenderableType
@@ -57,6 +57,15 @@ from gpuchain.remediation.controller import Remediator, Report
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, NodeAction, Policy
 from gpuchain.remediation.publisher import GpuHealthPublisher, PublishResult
 from gpuchain.remediation.scenario import SCENARIOS, node_object, run_scenario
+
+if TYPE_CHECKING:  # loaded only when gpu-health runs the repair loop
+    from gpuchain.exporter.server import MetricsServer
+    from gpuchain.remediation.loopagent import GpuLoopAgent
+
+
+DEFAULT_METRICS_PORT = 9401
+"""gpu-health's metrics port: next to the exporter's 9400 (DCGM's), so a node's GPU metrics and its
+repair loop's are found together."""
 
 
 def _seconds(option: str, value: str) -> float:
@@ -229,6 +238,16 @@ def gpu_health(
         help="Override the XID table per XID: what one occurrence needs (109=none, 92=reset, 74=reboot) "
         "or a count-in-window threshold (13=reset@5/1h); see docs/remediation.md.",
     ),
+    metrics_port: int = typer.Option(
+        DEFAULT_METRICS_PORT,
+        "--metrics-port",
+        min=0,
+        help="With --repair: serve the loop's Prometheus metrics (per-stage histograms, outcome counters) "
+        "on this port at /metrics, its last pass at /health; 0 serves nothing.",
+    ),
+    metrics_address: str = typer.Option(
+        "0.0.0.0", "--metrics-address", help="With --repair and --metrics-port: the address to listen on."
+    ),
     gate_startup: bool = typer.Option(
         False,
         "--gate-startup",
@@ -284,6 +303,7 @@ def gpu_health(
         refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy)", "pass --dry-run")
         cluster = open_cluster(hint="or pass --dry-run")
     pods = PodResourcesClient(pod_resources_socket) if os.path.exists(pod_resources_socket) else None
+    server: MetricsServer | None = None
     publisher = GpuHealthPublisher(
         gpus, cluster, name, pods.list if pods else None, policy, config.health.recovery_quiet_seconds
     )
@@ -313,7 +333,10 @@ def gpu_health(
             if isinstance(gpus, NvmlBackend):
                 gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
 
-            loops.append(GpuLoopAgent(gpus, cluster, name, loop_policy).run)
+            agent = GpuLoopAgent(gpus, cluster, name, loop_policy)
+            loops.append(agent.run)
+            if metrics_port:
+                server = _serve_metrics(agent, metrics_address, metrics_port)
         if gate_startup:
             from gpuchain.remediation.readiness import ReadinessGate
             from gpuchain.validator.ready import ReadyFiles
@@ -326,9 +349,28 @@ def gpu_health(
 
         _run_until_signal(every)
     finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         if pods is not None:
             pods.close()
         gpus.close()
+
+
+def _serve_metrics(agent: GpuLoopAgent, address: str, port: int) -> MetricsServer:
+    """The repair loop's metrics on the exporter's HTTP server, on a daemon thread; a port that
+    cannot be bound is one line and exit 1 (nothing else has started yet)."""
+    from gpuchain.exporter.server import MetricsServer
+
+    try:
+        server = MetricsServer(agent.metrics, address, port)
+    except OSError as exc:
+        fail(f"--metrics-port: cannot listen on {address}:{port}: {exc.strerror or exc}; pick another port", code=1)
+    server.start_background()
+    logging.getLogger("gpuchain.gpu-health").info(
+        "serving the repair loop's metrics on http://%s:%d/metrics", address, server.server_port
+    )
+    return server
 
 
 def _plain(result: PublishResult) -> dict[str, Any]:

@@ -29,9 +29,11 @@ import socket
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client.registry import Collector
 
 from gpuchain.common.numbers import positive_seconds
-from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.exposition import CONTENT_TYPE, render
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,25 @@ _REASONS = {
     431: "Request Header Fields Too Large",
     503: "Service Unavailable",
 }
+
+
+class MetricsSource(Protocol):
+    """What the server serves: the exporter's ``GpuMetricsCollector``, or another agent's metrics
+    (``gpu-health``'s repair loop) that want the same server instead of a second one."""
+
+    @property
+    def registry(self) -> Collector:
+        """Rendered on a scrape of ``/metrics``."""
+        ...
+
+    @property
+    def generation(self) -> Hashable:
+        """Changes whenever a scrape's output would; the rendered body is reused while it stays."""
+        ...
+
+    def health(self) -> tuple[bool, str]:
+        """``/health``: ok, and the reason in words."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +126,7 @@ class _Render:
 
 
 class MetricsServer:
-    """Serves one collector; ``port=0`` picks a free port (see ``server_port``).
+    """Serves one metrics source (``MetricsSource``); ``port=0`` picks a free port (see ``server_port``).
 
     Binding happens in the constructor, so a busy port is an OSError there. ``serve_forever()``
     runs the loop on the calling thread until ``shutdown()``; ``start_background()`` runs it on
@@ -114,7 +135,7 @@ class MetricsServer:
 
     def __init__(
         self,
-        collector: GpuMetricsCollector,
+        collector: MetricsSource,
         host: str = "0.0.0.0",
         port: int = DEFAULT_PORT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,

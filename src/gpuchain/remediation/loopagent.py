@@ -20,12 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from gpuchain.exporter.exposition import render_families
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
@@ -85,48 +89,154 @@ def new_steps(before: GpuRecord, after: GpuRecord) -> tuple[Step, ...]:
     return tuple(s for s in after.timeline if s not in seen)
 
 
+OUTCOMES = (
+    "readmitted",
+    "reboot-requested",
+    "failed",
+    "reset-ok",
+    "reset-failed",
+    "burn-in-ok",
+    "burn-in-failed",
+)
+"""Every value of the outcome counter, served from zero so ``rate()`` and alerts see the first one."""
+REPAIR_STAGES = tuple(s for s in Stage if s is not Stage.HEALTHY)
+
+
 @dataclass
 class LoopMetrics:
-    """What the loop did since the agent started, for the metrics endpoint and tests.
+    """What the loop did since the agent started, served by ``gpu-health --metrics-port``.
 
     ``durations`` holds, per stage, how long each GPU spent in it (seconds) when it left it;
-    ``outcomes`` counts how repairs ended (readmitted, reboot-requested, failed) and work results.
+    ``repairs`` how long each repair took from the quarantine (the pass that saw the fault) to the
+    re-admission; ``outcomes`` counts how repairs ended (readmitted, reboot-requested, failed) and
+    the results of the work (reset-ok, burn-in-failed, ...); ``current`` how many GPUs stand in
+    each repair stage after the last pass. It is its own prometheus-client collector (``collect``),
+    so the exporter's ``MetricsServer`` serves it as it serves the exporter's metrics. The agent
+    updates it on a worker thread while the server renders it on another: every access holds
+    ``_lock``, and ``generation`` moves with every change.
     """
 
+    node: str = ""
     durations: dict[str, list[float]] = field(default_factory=dict)
+    repairs: list[float] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
+    current: Counter[str] = field(default_factory=Counter)
+    passes: Counter[str] = field(default_factory=Counter)
+    last_pass: tuple[float, str | None] | None = None
+    """When the last pass ended and why it failed (None: it succeeded)."""
+    generation: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def registry(self) -> LoopMetrics:
+        """What ``MetricsServer`` renders: this collector itself."""
+        return self
 
     def observe(self, before: GpuRecord, after: GpuRecord) -> None:
-        previous = before.timeline[-1] if before.timeline else None
-        for step in new_steps(before, after):
-            if previous is not None and step.stage is not previous.stage:
-                self.durations.setdefault(previous.stage.value, []).append(step.at - previous.at)
-            if step.stage is Stage.HEALTHY and previous is not None:
-                self.outcomes["readmitted"] += 1
-            elif step.stage in (Stage.REBOOT, Stage.FAILED):
-                self.outcomes[step.stage.value] += 1
-            previous = step
+        """Count the stages ``after`` entered since ``before``."""
+        steps = new_steps(before, after)
+        if not steps:
+            return
+        with self._lock:
+            previous = before.timeline[-1] if before.timeline else None
+            for step in steps:
+                if previous is not None and step.stage is not previous.stage:
+                    self.durations.setdefault(previous.stage.value, []).append(step.at - previous.at)
+                if step.stage is Stage.HEALTHY and previous is not None:
+                    self.outcomes["readmitted"] += 1
+                    start = _repair_start(after)
+                    if start is not None:
+                        self.repairs.append(step.at - start)
+                elif step.stage in (Stage.REBOOT, Stage.FAILED):
+                    self.outcomes[step.stage.value] += 1
+                previous = step
+            self.generation += 1
+
+    def count(self, outcome: str) -> None:
+        """One more ``outcome`` (a work result such as ``reset-ok``)."""
+        with self._lock:
+            self.outcomes[outcome] += 1
+            self.generation += 1
+
+    def finished_pass(self, records: Mapping[str, GpuRecord] | None, error: str | None, at: float) -> None:
+        """A pass ended: the GPUs per stage after it (None: unknown, the pass failed) and its error."""
+        with self._lock:
+            if records is not None:
+                self.current = Counter(r.stage.value for r in records.values() if r.stage is not Stage.HEALTHY)
+            self.passes["failed" if error else "ok"] += 1
+            self.last_pass = (at, error)
+            self.generation += 1
+
+    def health(self) -> tuple[bool, str]:
+        """``/health``: healthy while the last pass succeeded (it read the Node and wrote what changed)."""
+        with self._lock:
+            last = self.last_pass
+        if last is None:
+            return False, "no repair pass has finished yet"
+        at, error = last
+        if error is not None:
+            return False, f"the last repair pass failed: {error}"
+        return True, f"last repair pass ok at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}"
+
+    def collect(self) -> Iterator[Metric]:
+        """The families (prometheus-client ``Collector``): one histogram per stage left, the
+        detect-to-re-admitted histogram, the outcome and pass counters, the GPUs per stage now."""
+        with self._lock:
+            durations = {k: list(v) for k, v in self.durations.items()}
+            repairs = list(self.repairs)
+            outcomes = Counter(self.outcomes)
+            current = Counter(self.current)
+            passes = Counter(self.passes)
+        node = {"node": self.node} if self.node else {}
+        stages = HistogramMetricFamily(
+            "gpuchain_gpu_repair_stage_seconds",
+            "Seconds a GPU spent in a repair stage (quarantined: from detection until drained; drained: "
+            "until the reset; reset; burn-in: until re-admitted), observed when it left the stage.",
+            labels=["stage", *node],
+        )
+        for stage in sorted(durations):
+            stages.add_metric([stage, *node.values()], _buckets(durations[stage]), sum(durations[stage]))
+        total = HistogramMetricFamily(
+            "gpuchain_gpu_repair_duration_seconds",
+            "Seconds from a fault's detection (the GPU quarantined) to the GPU's re-admission.",
+            labels=list(node),
+        )
+        total.add_metric(list(node.values()), _buckets(repairs), sum(repairs))
+        counted = CounterMetricFamily(
+            "gpuchain_gpu_repair_outcomes",
+            "How repairs ended (readmitted, reboot-requested, failed) and reset/burn-in results.",
+            labels=["outcome", *node],
+        )
+        for outcome in sorted({*OUTCOMES, *outcomes}):
+            counted.add_metric([outcome, *node.values()], outcomes[outcome])
+        now = GaugeMetricFamily(
+            "gpuchain_gpu_repair_gpus",
+            "GPUs in each repair stage after the last pass (every other GPU is serving).",
+            labels=["stage", *node],
+        )
+        for stage in REPAIR_STAGES:
+            now.add_metric([stage.value, *node.values()], current[stage.value])
+        done = CounterMetricFamily(
+            "gpuchain_gpu_repair_passes", "Repair passes by result (failed: logged, retried).", labels=["result", *node]
+        )
+        for result in ("ok", "failed"):
+            done.add_metric([result, *node.values()], passes[result])
+        yield from (stages, total, counted, now, done)
 
     def prometheus(self) -> str:
-        """The metrics in Prometheus' text format: a histogram of seconds spent per stage (detect ->
-        quarantined -> drained -> reset -> burn-in -> re-admitted) and a counter per outcome."""
-        lines = [
-            "# HELP gpuchain_gpu_repair_stage_seconds Seconds a GPU spent in a repair stage before leaving it.",
-            "# TYPE gpuchain_gpu_repair_stage_seconds histogram",
-        ]
-        for stage, values in sorted(self.durations.items()):
-            for bound in STAGE_BUCKETS:
-                count = sum(1 for v in values if v <= bound)
-                lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="{bound:g}"}} {count}')
-            lines.append(f'gpuchain_gpu_repair_stage_seconds_bucket{{stage="{stage}",le="+Inf"}} {len(values)}')
-            lines.append(f'gpuchain_gpu_repair_stage_seconds_sum{{stage="{stage}"}} {sum(values):g}')
-            lines.append(f'gpuchain_gpu_repair_stage_seconds_count{{stage="{stage}"}} {len(values)}')
-        lines += [
-            "# HELP gpuchain_gpu_repair_outcomes_total Repair outcomes and reset/burn-in results.",
-            "# TYPE gpuchain_gpu_repair_outcomes_total counter",
-        ]
-        lines += [f'gpuchain_gpu_repair_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())]
-        return "\n".join(lines) + "\n"
+        """The metrics in Prometheus' text format, as ``/metrics`` serves them."""
+        return render_families(self.collect())
+
+
+def _buckets(values: list[float]) -> list[tuple[str, float]]:
+    """Cumulative histogram buckets over ``STAGE_BUCKETS`` and +Inf."""
+    out = [(f"{bound:g}", float(sum(1 for v in values if v <= bound))) for bound in STAGE_BUCKETS]
+    return [*out, ("+Inf", float(len(values)))]
+
+
+def _repair_start(rec: GpuRecord) -> float | None:
+    """When the repair that just ended began: the last time the GPU entered quarantine."""
+    return next((s.at for s in reversed(rec.timeline) if s.stage is Stage.QUARANTINED), None)
 
 
 @dataclass(frozen=True)
@@ -156,7 +266,7 @@ class GpuLoopAgent:
         self.policy = policy or LoopPolicy()
         self.namespace = namespace
         self.clock = clock
-        self.metrics = LoopMetrics()
+        self.metrics = LoopMetrics(node_name)
         self._indexes: dict[str, int] = {}
         self._devices: dict[str, tuple[str, ...]] = {}
 
@@ -207,7 +317,7 @@ class GpuLoopAgent:
                 if work is None:
                     break
                 ok, detail = self._do(work, rec)
-                self.metrics.outcomes[f"{work.value}-{'ok' if ok else 'failed'}"] += 1
+                self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
                 rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
             self.metrics.observe(before, rec)
             self._events(node, before, rec)
@@ -269,9 +379,12 @@ class GpuLoopAgent:
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
-                await asyncio.to_thread(self.run_once)
-            except Exception:
+                result = await asyncio.to_thread(self.run_once)
+            except Exception as exc:
                 log.exception("GPU repair pass on node %s failed; retrying in %g s", self.node_name, interval)
+                self.metrics.finished_pass(None, f"{type(exc).__name__}: {exc}", self.clock())
+            else:
+                self.metrics.finished_pass(result.records, None, self.clock())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
 
