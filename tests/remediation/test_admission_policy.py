@@ -27,21 +27,36 @@ CLAIM = "authentication.kubernetes.io/node-name"
 FAULTS = "gpuchain.io/gpu-faults"
 
 
-def _policy() -> dict[str, Any]:
-    docs = render({"remediation": {"enabled": True}})
+def _policy(remediation: dict[str, Any] | None = None) -> dict[str, Any]:
+    docs = render({"remediation": {"enabled": True, **(remediation or {})}})
     return next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
 
 
-POLICY = _policy()
 ENV = celpy.Environment()
-VARIABLES = [(v["name"], ENV.program(ENV.compile(v["expression"]))) for v in POLICY["spec"]["variables"]]
-VALIDATIONS = [(ENV.program(ENV.compile(v["expression"])), v.get("message", v.get("messageExpression", ""))) for v in POLICY["spec"]["validations"]]  # fmt: skip
+Compiled = tuple[list[tuple[str, Any]], list[tuple[Any, str]]]
+
+
+def _compile(policy: dict[str, Any]) -> Compiled:
+    variables = [(v["name"], ENV.program(ENV.compile(v["expression"]))) for v in policy["spec"]["variables"]]
+    validations = [(ENV.program(ENV.compile(v["expression"])), v.get("message", v.get("messageExpression", ""))) for v in policy["spec"]["validations"]]  # fmt: skip
+    return variables, validations
+
+
+POLICY = _policy()
+VARIABLES, VALIDATIONS = _compile(POLICY)
 
 
 def admit(
-    user: str, old: dict[str, Any] | None, new: dict[str, Any], node_claim: str | None = None, sub: str = ""
+    user: str,
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    node_claim: str | None = None,
+    sub: str = "",
+    compiled: Compiled | None = None,
 ) -> list[str]:
-    """The messages of the validations that deny the request (empty: admitted)."""
+    """The messages of the validations that deny the request (empty: admitted); ``compiled``: another
+    rendering of the policy than the default one."""
+    variables_of, validations_of = compiled or (VARIABLES, VALIDATIONS)
     rules = POLICY["spec"]["matchConstraints"]["resourceRules"][0]
     operation = "CREATE" if old is None else "UPDATE"
     assert operation in rules["operations"] and ("nodes/status" if sub else "nodes") in rules["resources"]
@@ -55,12 +70,12 @@ def admit(
         "oldObject": celpy.json_to_cel(old),
     }
     variables: dict[str, Any] = {}
-    for name, program in VARIABLES:
+    for name, program in variables_of:
         context["variables"] = celpy.json_to_cel({}) if not variables else celpy.celtypes.MapType(variables)
         variables[celpy.celtypes.StringType(name)] = program.evaluate(context)
     context["variables"] = celpy.celtypes.MapType(variables)
     denied = []
-    for program, message in VALIDATIONS:
+    for program, message in validations_of:
         try:
             ok = bool(program.evaluate(context))
         except celpy.CELEvalError as exc:  # an evaluation error denies (failurePolicy: Fail)
@@ -217,3 +232,16 @@ def test_gpu_health_may_run_the_repair_loop_and_the_readiness_gate_on_its_own_no
     forged = changed(OLD, lambda n: n["metadata"]["annotations"].update({"gpuchain.io/reboot-requested": "please"}))
     (message,) = admit("kubernetes-admin", OLD, forged)
     assert message.startswith("only gpuchain's gpu-health agent")
+
+
+def test_the_startup_taint_gpu_health_may_remove_is_the_one_the_chart_configures() -> None:
+    """A node pool tainted with its own key (gateStartup.taint): gpu-health may lift that one, and
+    no longer the default key it was not told about."""
+    custom = _compile(_policy({"gateStartup": {"enabled": True, "taint": "example.com/gpu-warming"}}))
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    for key, allowed in (("example.com/gpu-warming", True), ("gpuchain.io/gpu-not-ready", False)):
+        tainted = changed(
+            OLD, lambda n, k=key: n["spec"].update({"taints": [other, {"key": k, "effect": "NoSchedule"}]})
+        )
+        lifted = changed(tainted, lambda n: n["spec"].update({"taints": [other]}))
+        assert (admit(AGENT, tainted, lifted, "node-a", compiled=custom) == []) is allowed, key

@@ -52,3 +52,20 @@ imagePullSecrets:
 {{- end -}}
 {{- toYaml $block -}}
 {{- end -}}
+
+{{/* Whether gpu-health removes a startup taint (remediation.enabled and remediation.gateStartup.enabled). */}}
+{{- define "gpuchain.gatesStartup" -}}
+{{- $r := .Values.remediation | default dict -}}
+{{- if and $r.enabled ($r.gateStartup | default dict).enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* Tolerations of every DaemonSet of the chain on GPU nodes (the operands, gpu-health, the DRA
+     plugin): daemonsets.tolerations, plus the startup taint while gpu-health gates on it. The chain
+     must start on a node that still carries the taint, or nothing would ever lift it. */}}
+{{- define "gpuchain.nodeTolerations" -}}
+{{- $tolerations := .Values.daemonsets.tolerations | default list -}}
+{{- if include "gpuchain.gatesStartup" . -}}
+{{- $tolerations = append $tolerations (dict "key" .Values.remediation.gateStartup.taint "operator" "Exists" "effect" "NoSchedule") -}}
+{{- end -}}
+{{- toYaml $tolerations -}}
+{{- end -}}

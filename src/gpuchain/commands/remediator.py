@@ -226,6 +226,13 @@ def gpu_health(
         DEFAULT_SOCKET, "--pod-resources-socket", help="Kubelet pod-resources socket (which pod holds which GPU)."
     ),
     resync: str = typer.Option("30s", "--resync", help="Republish the pod map at least this often."),
+    namespace: str = typer.Option(
+        DEFAULT_NAMESPACE,
+        "--namespace",
+        "-n",
+        envvar="POD_NAMESPACE",
+        help="With --repair: where the remediator keeps its status ConfigMap (its breaker holds resets).",
+    ),
     repair: bool = typer.Option(
         False,
         "--repair",
@@ -333,7 +340,7 @@ def gpu_health(
             if isinstance(gpus, NvmlBackend):
                 gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
 
-            agent = GpuLoopAgent(gpus, cluster, name, loop_policy)
+            agent = GpuLoopAgent(gpus, cluster, name, loop_policy, namespace)
             loops.append(agent.run)
             if metrics_port:
                 server = _serve_metrics(agent, metrics_address, metrics_port)
