@@ -42,9 +42,10 @@ from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
-from gpuchain.deviceplugin.quarantine import QuarantineFollower
+from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 
 log = logging.getLogger("gpuchain.deviceplugin")
 
@@ -59,12 +60,15 @@ async def serve(
     resource_version: str | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
-    of the Node's config label; a bad or missing config keeps the running one."""
+    of the Node's config label (when the config comes from a directory); a bad or missing config
+    keeps the running one. With ``watch`` the plugin also withholds the GPUs the Node's repair loop
+    quarantines, followed through that same watch, from before the kubelet first sees a device."""
     plugin = DevicePlugin(backend, config, socket_dir)
     if watch is not None:
         plugin.on_degraded = lambda reason: asyncio.to_thread(
             watch.report, ResourceMappingError(reason), "serving what still fits"
         )
+        QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).attach(watch)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     # Signals are ours before the kubelet can see the plugin: a SIGHUP's default action would
@@ -88,29 +92,21 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload("SIGHUP"))))
     if early_hup:
         reloads.append(loop.create_task(reload("SIGHUP")))
-    following = (
-        spawn("device plugin: node label watch", lambda: follower.follow(resource_version))
-        if watch is not None
-        else None
-    )
-    quarantine = (  # the repair loop's quarantine list lives on the same Node
-        spawn(
-            "device plugin: quarantine watch",
-            QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).follow,
-        )
-        if watch is not None
-        else None
-    )
-    if watch is not None:
-        log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
+    following = None
+    if watch is not None:  # one watch on this Node: its config label (with a directory) and quarantine list
+        if source.directory is not None:
+            following = spawn("device plugin: node watch", lambda: follower.follow(resource_version))
+            log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
+        else:
+            following = spawn("device plugin: node watch", lambda: ride(watch, label, resource_version))
+        log.info("following Node %s's repair loop quarantine (%s)", watch.node_name, QUARANTINE_ANNOTATION)
     try:
         await stop.wait()
     finally:
-        for follow_task in (following, quarantine):
-            if follow_task is not None:
-                follow_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follow_task
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         await asyncio.gather(*reloads, return_exceptions=True)
         await plugin.stop()
         log.info("stopped; sockets removed")
@@ -141,17 +137,24 @@ def _table(resources: list[Resource], choice: BackendChoice) -> Table:
 def _node_label(
     node_name: str | None, config_dir: str | None, once: bool
 ) -> tuple[NodeLabelWatch | None, str | None, str | None]:
-    """With --node-name and --config-dir: the watch on this Node, its config label now and the
-    resourceVersion to watch from. Otherwise (a single file, or no node): nothing to follow."""
-    if not (node_name and config_dir):
+    """With --node-name: the watch on this Node (its repair loop's quarantine list; with
+    --config-dir also its config label), the label now and the resourceVersion to watch from.
+    --list reads the Node only for the label (with --config-dir). Without a node: nothing to follow."""
+    if not node_name or (once and not config_dir):
         return None, None, None
-    hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
+    if config_dir:
+        hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
+        wanted = f"its {NODE_CONFIG_LABEL} label"
+    else:
+        hint = "or leave out --node-name/NODE_NAME (the plugin then ignores the repair loop's quarantine)"
+        wanted = f"the repair loop's quarantine list ({QUARANTINE_ANNOTATION})"
     watch = NodeLabelWatch(open_cluster(hint=hint), node_name)
     try:
         label, rv = watch.read()
-    except Exception as exc:  # any API or connection failure: the label cannot be known, so do not guess
-        fail(f"cannot read Node {node_name!r} for its {NODE_CONFIG_LABEL} label: {exc}; {hint}", code=1)
-    log.info("Node %s: %s=%s", node_name, NODE_CONFIG_LABEL, label or "(unset)")
+    except Exception as exc:  # any API or connection failure: what to serve cannot be known, so do not guess
+        fail(f"cannot read Node {node_name!r} for {wanted}: {exc}; {hint}", code=1)
+    if config_dir:
+        log.info("Node %s: %s=%s", node_name, NODE_CONFIG_LABEL, label or "(unset)")
     return (None if once else watch), label, rv
 
 
@@ -194,9 +197,10 @@ def device_plugin(
         None,
         "--node-name",
         envvar="NODE_NAME",
-        help="This node (downward API spec.nodeName). With --config-dir: its nvidia.com/device-plugin.config "
-        "label picks the key and relabelling reloads (needs get/watch on nodes; create on events "
-        "to report a missing key on the Node).",
+        help="This node (downward API spec.nodeName). The plugin withholds the GPUs the node's repair loop "
+        "quarantines (gpuchain.io/gpu-quarantine); with --config-dir its nvidia.com/device-plugin.config "
+        "label also picks the key and relabelling reloads. One watch on the Node serves both (needs get/watch "
+        "on nodes; create on events to report a refused config on the Node).",
     ),
     socket_dir: Path = typer.Option(
         DEFAULT_SOCKET_DIR, "--socket-dir", envvar="DP_SOCKET_DIR", help="The kubelet's device plugin socket directory."
@@ -219,7 +223,8 @@ def device_plugin(
     One gRPC endpoint per resource in --socket-dir, registered with its kubelet.sock and
     re-registered when the kubelet restarts. SIGHUP reloads the config, and with --node-name and
     --config-dir so does a change of the node's nvidia.com/device-plugin.config label; a bad or
-    missing config keeps the running one. SIGTERM stops cleanly.
+    missing config keeps the running one. With --node-name the GPUs gpuchain's repair loop
+    quarantines are withheld (MIG devices and replicas too). SIGTERM stops cleanly.
     Environment variables override the file as in NVIDIA's plugin (MIG_STRATEGY,
     DEVICE_LIST_STRATEGY, PASS_DEVICE_SPECS, DP_DISABLE_HEALTHCHECKS, ...).
     """

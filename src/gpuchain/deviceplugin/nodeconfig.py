@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,11 +106,23 @@ class NodeLabelWatch:
         self.watch_seconds = watch_seconds
         self.node: Obj | None = None
         """The Node as last seen (for Events about it)."""
+        self.observers: list[Callable[[Obj], object]] = []
+        """Called with the Node on every read and watch event: what else of this Node the plugin
+        follows (the repair loop's quarantine list) rides on this one watch."""
+
+    def _seen(self, node: Obj) -> None:
+        self.node = node
+        for observe in self.observers:
+            try:
+                observe(node)
+            except Exception:  # one observer's bug must not stop the label watch
+                log.exception("Node %s: an observer of the node watch failed", self.node_name)
 
     def read(self) -> tuple[str | None, str | None]:
         """Get the Node now: (label value, resourceVersion to watch from). Raises the port's errors."""
-        self.node = self.cluster.get(NODE, self.node_name)
-        return node_config_label(self.node), resource_version_of(self.node) or None
+        node = self.cluster.get(NODE, self.node_name)
+        self._seen(node)
+        return node_config_label(node), resource_version_of(node) or None
 
     def report(self, exc: ConfigFileError | ResourceMappingError, outcome: str = "keeping the running config") -> None:
         """Record a refused config as a Warning Event on the Node, saying what the plugin does
@@ -139,7 +151,7 @@ class NodeLabelWatch:
                     rv = event.resource_version or rv
                     if event.type == "DELETED":
                         continue
-                    self.node = event.object
+                    self._seen(event.object)
                     label = node_config_label(event.object)
                     if label != current:
                         current = label

@@ -1,10 +1,16 @@
 """Follow this Node's quarantine list (``gpuchain.io/gpu-quarantine``) into a health state.
 
 The repair loop withholds a GPU while it drains, resets and burns it in; the device plugin and the
-DRA plugin learn which from their own Node. ``QuarantineFollower`` reads the Node once, then
-watches only it (field selector ``metadata.name``) and calls ``apply`` with the set of GPU UUIDs
-whenever it changes. A failed or expired watch starts over with a fresh one (whose first ADDED
-event resyncs), after ``retry_seconds``; the quarantine in force stays meanwhile.
+DRA plugin learn which from their own Node. ``QuarantineFollower`` calls ``apply`` with the set of
+GPU UUIDs whenever it changes. It follows the Node one of two ways:
+
+- ``attach(watch)``: on a ``NodeLabelWatch`` the process already has (the device plugin's watch on
+  its Node for the config label): every Node that watch reads or is sent updates the quarantine,
+  so one watch serves both. ``ride(watch, ...)`` drives that watch when nothing else does (no
+  ``--config-dir``: the label picks no config, but the quarantine list still matters);
+- ``follow()``: a watch of its own on this Node (field selector ``metadata.name``), for a process
+  without another (the DRA plugin). A failed or expired watch starts over with a fresh one (whose
+  first ADDED event resyncs), after ``retry_seconds``; the quarantine in force stays meanwhile.
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.kube.errors import GoneError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj, annotations_of
 from gpuchain.kube.port import Cluster
+
+if TYPE_CHECKING:  # the DRA plugin imports this module without the device plugin's config layer
+    from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +55,23 @@ class QuarantineFollower:
         self.watch_seconds = watch_seconds
         self.current: frozenset[str] | None = None
 
-    def _see(self, node: Obj) -> None:
+    def see(self, node: Obj) -> None:
+        """Take the quarantine list of ``node`` (this Node as just read); ``apply`` when it changed."""
         found = quarantine_of(node)
         if found != self.current:
             if found:
                 log.info("Node %s: GPUs quarantined by the repair loop: %s", self.node_name, ", ".join(sorted(found)))
+            elif self.current:
+                log.info("Node %s: the repair loop released every GPU", self.node_name)
             self.current = found
             self.apply(found)
+
+    def attach(self, watch: NodeLabelWatch) -> None:
+        """Follow through ``watch`` instead of a watch of its own: the Node it last read now, and
+        every Node it reads or is sent from here on."""
+        watch.observers.append(self.see)
+        if watch.node is not None:
+            self.see(watch.node)
 
     async def follow(self) -> None:
         """Forever: a watch on this Node from the start (its ADDED event is the first read)."""
@@ -64,10 +84,18 @@ class QuarantineFollower:
                 ):
                     rv = event.resource_version or rv
                     if event.type != "DELETED":
-                        self._see(event.object)
+                        self.see(event.object)
             except GoneError:
                 rv = None
             except Exception as exc:  # the API or the connection failed: keep the quarantine, retry
                 log.warning("watching Node %s for quarantined GPUs failed (%s); retrying", self.node_name, exc)
                 rv = None
                 await asyncio.sleep(self.retry_seconds)
+
+
+async def ride(watch: NodeLabelWatch, label: str | None, resource_version: str | None = None) -> None:
+    """Drive ``watch`` for its observers alone, forever: for a plugin whose config no label picks
+    (no ``--config-dir``), so no config follower reads the watch, but whose quarantine must follow
+    the Node. Label changes are ignored (the single config file applies whatever the label says)."""
+    async for value in watch.changes(label, resource_version):
+        log.debug("Node %s: config label now %s; no --config-dir, so it picks nothing", watch.node_name, value)
