@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from kube.kmock_server import kmock_server
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -287,3 +288,43 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "--metrics-port" in line]
     assert len(lines) == 1 and "cannot listen on 127.0.0.1:" in lines[0] and "pick another port" in lines[0]
+
+
+def test_sim_run_reports_the_metrics_next_to_the_timeline_and_they_agree() -> None:
+    """`gpuchain sim run gpu-reset -o json`: the agent's stage histograms hold exactly the time the
+    timeline shows between one stage and the next, and the repair's whole duration."""
+    from typer.testing import CliRunner
+
+    from gpuchain.cli import app
+
+    result = CliRunner().invoke(app, ["sim", "run", "gpu-reset", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    (gpu,) = data["gpus"]
+    steps = gpu["timeline"]
+    spent: dict[str, float] = {}
+    entered = steps[0]
+    for step in steps[1:]:
+        if step["stage"] != entered["stage"]:  # from entering a stage to entering the next one
+            spent[entered["stage"]] = step["seconds"] - entered["seconds"]
+            entered = step
+    assert spent["burn-in"] > 0  # the burn-in's own pass counts in its stage
+    metrics = data["metrics"][gpu["node"]]
+    assert {k: v["sum"] for k, v in metrics["stageSeconds"].items()} == pytest.approx(spent)
+    assert all(v["count"] == 1 for v in metrics["stageSeconds"].values())
+    assert metrics["repairSeconds"] == {"count": 1, "sum": pytest.approx(steps[-1]["seconds"] - steps[0]["seconds"])}
+    assert metrics["outcomes"] == {"readmitted": 1, "reset-ok": 1, "burn-in-ok": 1}
+
+
+def test_a_stage_is_timed_from_its_entry_not_from_a_note_made_in_it() -> None:
+    """The burn-in stage holds two steps (entered, then "passed"); its time runs from the first."""
+    from gpuchain.remediation.loopagent import LoopMetrics
+
+    steps = (Step(Stage.QUARANTINED, 0.0), Step(Stage.DRAINED, 10.0), Step(Stage.RESET, 10.0),
+             Step(Stage.BURN_IN, 100.0, "reset done"), Step(Stage.BURN_IN, 130.0, "passed: ok"))  # fmt: skip
+    before = GpuRecord("GPU-a", 0, Stage.BURN_IN, since=100.0, passed=True, timeline=steps)
+    after = GpuRecord("GPU-a", 0, Stage.HEALTHY, since=200.0, timeline=(*steps, Step(Stage.HEALTHY, 200.0)))
+    metrics = LoopMetrics("n")
+    metrics.observe(before, after)
+    assert metrics.durations == {"burn-in": [100.0]}
+    assert metrics.repairs == [200.0] and metrics.outcomes["readmitted"] == 1

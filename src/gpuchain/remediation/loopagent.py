@@ -138,18 +138,20 @@ class LoopMetrics:
         if not steps:
             return
         with self._lock:
-            previous = before.timeline[-1] if before.timeline else None
+            entered = _entered(before.timeline)
             for step in steps:
-                if previous is not None and step.stage is not previous.stage:
-                    self.durations.setdefault(previous.stage.value, []).append(step.at - previous.at)
-                if step.stage is Stage.HEALTHY and previous is not None:
+                if entered is not None and step.stage is entered.stage:
+                    continue  # a note within the stage (the burn-in passed), not a new stage
+                if entered is not None:
+                    self.durations.setdefault(entered.stage.value, []).append(step.at - entered.at)
+                if step.stage is Stage.HEALTHY and entered is not None:
                     self.outcomes["readmitted"] += 1
                     start = _repair_start(after)
                     if start is not None:
                         self.repairs.append(step.at - start)
                 elif step.stage in (Stage.REBOOT, Stage.FAILED):
                     self.outcomes[step.stage.value] += 1
-                previous = step
+                entered = step
             self.generation += 1
 
     def count(self, outcome: str) -> None:
@@ -223,6 +225,19 @@ class LoopMetrics:
             done.add_metric([result, *node.values()], passes[result])
         yield from (stages, total, counted, now, done)
 
+    def to_json(self) -> dict[str, Any]:
+        """The same figures as plain data (``gpuchain sim run -o json``): per stage left and for
+        whole repairs the count and the sum of seconds, and the outcomes that happened."""
+        with self._lock:
+            durations = {k: list(v) for k, v in self.durations.items()}
+            repairs = list(self.repairs)
+            outcomes = {k: v for k, v in sorted(self.outcomes.items()) if v}
+        return {
+            "stageSeconds": {k: {"count": len(v), "sum": round(sum(v), 3)} for k, v in sorted(durations.items())},
+            "repairSeconds": {"count": len(repairs), "sum": round(sum(repairs), 3)},
+            "outcomes": outcomes,
+        }
+
     def prometheus(self) -> str:
         """The metrics in Prometheus' text format, as ``/metrics`` serves them."""
         return render_families(self.collect())
@@ -232,6 +247,18 @@ def _buckets(values: list[float]) -> list[tuple[str, float]]:
     """Cumulative histogram buckets over ``STAGE_BUCKETS`` and +Inf."""
     out = [(f"{bound:g}", float(sum(1 for v in values if v <= bound))) for bound in STAGE_BUCKETS]
     return [*out, ("+Inf", float(len(values)))]
+
+
+def _entered(timeline: tuple[Step, ...]) -> Step | None:
+    """The step where the last stage of ``timeline`` was entered (a stage may add steps while in it)."""
+    if not timeline:
+        return None
+    first = timeline[-1]
+    for step in reversed(timeline):
+        if step.stage is not first.stage:
+            break
+        first = step
+    return first
 
 
 def _repair_start(rec: GpuRecord) -> float | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuchain.gpu.backend import BurnIn, GpuBackend
@@ -66,6 +66,8 @@ class RepairRun:
     taints: list[str]
     annotations: dict[str, str]
     events: list[dict[str, str]]
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per node that repaired a GPU: its loop agent's metrics (``LoopMetrics.to_json``)."""
 
     def to_dict(self) -> dict[str, Any]:
         gpus = []
@@ -93,6 +95,7 @@ class RepairRun:
             "taints": self.taints,
             "annotations": self.annotations,
             "events": self.events,
+            "metrics": self.metrics,
         }
 
 
@@ -224,6 +227,7 @@ def run_repair(name: str, nodes: int = 4) -> RepairRun:
             {"object": e["involvedObject"]["name"], "reason": e["reason"], "message": e["message"]}
             for e in sim.cluster.snapshot(EVENT)
         ],
+        metrics={a.node_name: a.metrics.to_json() for a in agents if a.node_name in records},
     )
 
 
