@@ -65,6 +65,8 @@ def test_repair_on_validates_and_grants_exactly_the_reset_privileges(version: st
     assert mounts["run-nvidia-persistenced"] == "/run/nvidia-persistenced"
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     assert volumes["run-nvidia-persistenced"] == "/run/nvidia-persistenced"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
     args = container["args"]
     assert {"--repair", f"--namespace={NS}", "--metrics-port=9401"} <= set(args)
     assert container["ports"] == [{"name": "repair-metrics", "containerPort": 9401, "protocol": "TCP"}]
