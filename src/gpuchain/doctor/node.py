@@ -1,0 +1,116 @@
+"""The node under the chain: conditions that keep GPU pods off it, its container runtime, and
+which Kubernetes distribution runs it (where its containerd keeps its socket and config).
+
+Every link of the chain is a pod on the node, so a node that is not Ready, or under memory, disk
+or PID pressure, or without a network, breaks them all at once; these are checked before the
+chain and, when they hold, are the node's root cause. Conditions and taints are read as the
+kubelet and the node lifecycle controller write them (kubernetes/kubernetes
+``pkg/kubelet/nodestatus/setters.go``, ``pkg/controller/nodelifecycle``; taint keys from
+``k8s.io/api/core/v1/well_known_taints.go``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuchain.kube.objects import Obj
+
+#: Node conditions other than Ready that block new pods, with the taint the node lifecycle
+#: controller adds for each (TaintNodesByCondition) and what the kubelet does under it.
+PRESSURE = {
+    "MemoryPressure": ("node.kubernetes.io/memory-pressure", "the kubelet evicts pods to reclaim memory"),
+    "DiskPressure": ("node.kubernetes.io/disk-pressure", "the kubelet evicts pods and deletes images to free disk"),
+    "PIDPressure": ("node.kubernetes.io/pid-pressure", "the kubelet evicts pods to free process IDs"),
+}
+NETWORK_UNAVAILABLE = ("NetworkUnavailable", "node.kubernetes.io/network-unavailable")
+#: Ready=False / Unknown: the taints the node lifecycle controller adds.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+#: Container runtimes NVIDIA's GPU Operator can configure, by the scheme of
+#: ``status.nodeInfo.containerRuntimeVersion`` (NVIDIA/gpu-operator controllers/state_manager.go
+#: getRuntimeString at a22dbf6: anything else is "runtime not recognized").
+RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Where a distribution's containerd keeps its socket and config (the toolkit must be told)."""
+
+    name: str
+    marker: str  #: what ``status.nodeInfo.kubeletVersion`` carries, e.g. ``+k3s1``
+    containerd_config: str
+    containerd_socket: str
+
+
+#: NVIDIA's toolkit writes /etc/containerd/config.toml and signals /run/containerd/containerd.sock
+#: unless told otherwise (NVIDIA/gpu-operator controllers/object_controls.go
+#: DefaultContainerdSocketFile at a22dbf6). k3s and RKE2 run their own containerd elsewhere: the
+#: paths NVIDIA's maintainers give in NVIDIA/gpu-operator#406 and controllers/transforms_test.go,
+#: RKE2's data dir /var/lib/rancher/rke2 and socket per docs.rke2.io (reference/cli_tools).
+KUBEADM = Distribution("kubeadm", "", "/etc/containerd/config.toml", "/run/containerd/containerd.sock")
+DISTRIBUTIONS = (
+    KUBEADM,
+    Distribution(
+        "k3s", "+k3s", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+    ),
+    Distribution(
+        "rke2", "+rke2", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+    ),
+)
+
+
+def node_info(node: Obj) -> dict[str, str]:
+    """status.nodeInfo (empty when the node never reported)."""
+    return {str(k): str(v) for k, v in (((node.get("status") or {}).get("nodeInfo") or {}).items())}
+
+
+def distribution_of(node: Obj) -> Distribution:
+    """The distribution the node's kubelet version names (kubeadm and the like: the default paths)."""
+    kubelet = node_info(node).get("kubeletVersion", "")
+    return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
+
+
+def runtime_scheme(node: Obj) -> str:
+    """``containerd`` of ``containerd://1.7.13`` ("" when the node reports none)."""
+    return node_info(node).get("containerRuntimeVersion", "").partition("://")[0]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One node condition that keeps pods off the node, with the taint that goes with it."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    taint: str  #: the taint key present on the node for it ("" if none)
+
+    def describe(self) -> str:
+        """``DiskPressure=True (KubeletHasDiskPressure): kubelet has disk pressure``."""
+        why = f" ({self.reason})" if self.reason else ""
+        return f"condition {self.type}={self.status}{why}: {self.message}".rstrip(": ")
+
+
+def blocking_conditions(node: Obj) -> list[Condition]:
+    """Ready not True, then each pressure or network condition that is True (node status order)."""
+    conditions = {str(c.get("type")): c for c in (node.get("status") or {}).get("conditions") or []}
+    taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+    out = []
+    ready = conditions.get("Ready")
+    if ready is not None and ready.get("status") != "True":
+        taint = next((t for t in NOT_READY_TAINTS if t in taints), "")
+        out.append(_condition(ready, taint))
+    for kind, (taint, _) in PRESSURE.items():
+        c = conditions.get(kind)
+        if c is not None and c.get("status") == "True":
+            out.append(_condition(c, taint if taint in taints else ""))
+    network = conditions.get(NETWORK_UNAVAILABLE[0])
+    if network is not None and network.get("status") == "True":
+        out.append(_condition(network, NETWORK_UNAVAILABLE[1] if NETWORK_UNAVAILABLE[1] in taints else ""))
+    return out
+
+
+def _condition(c: Obj, taint: str) -> Condition:
+    return Condition(
+        str(c.get("type")), str(c.get("status")), str(c.get("reason") or ""), str(c.get("message") or ""), taint
+    )
