@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
 from gpuchain.kube.objects import Obj
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
@@ -114,3 +116,101 @@ def _condition(c: Obj, taint: str) -> Condition:
     return Condition(
         str(c.get("type")), str(c.get("status")), str(c.get("reason") or ""), str(c.get("message") or ""), taint
     )
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+#: What a person does on the node for each condition (nothing in the cluster's objects clears them).
+_ACTIONS = {
+    "Ready": "the kubelet stopped reporting: on the node, systemctl status kubelet containerd and journalctl -u "
+    "kubelet; restart them (systemctl restart containerd kubelet), or power-cycle the node if it does not answer",
+    "MemoryPressure": "free memory on the node: find the pods and processes that use it (kubectl top pods -A "
+    "--sort-by=memory, then on the node ps aux --sort=-rss) and lower their limits or move them",
+    "DiskPressure": "free the node's disk: remove unused images (crictl rmi --prune) and old logs, or grow the "
+    "disk; the kubelet lifts DiskPressure once usage falls below its eviction threshold",
+    "PIDPressure": "find what forks without bound on the node (ps -eLf | wc -l, per pod: kubectl top pods) and "
+    "stop it, or raise the pod PID limit and kernel.pid_max",
+    "NetworkUnavailable": "the node's pod network is not set up: check the CNI pod on this node (kubectl -n "
+    "kube-system get pods -o wide --field-selector spec.nodeName=NODE) and the cloud route for its pod CIDR",
+}
+#: The scenario fact each condition stands for (what the simulator clears when the work is done).
+_FACTS = {
+    "Ready": "kubelet-stopped",
+    "MemoryPressure": "memory-pressure",
+    "DiskPressure": "disk-pressure",
+    "PIDPressure": "pid-pressure",
+    "NetworkUnavailable": "network-unavailable",
+}
+
+
+def check_node(ctx: Context, view: NodeView) -> list[Finding]:
+    """The node's own state under the chain: blocking conditions, then a runtime the toolkit cannot
+    configure. Each finding is a root cause of the node; the work is on the node, outside the cluster."""
+    findings = []
+    for c in blocking_conditions(view.node):
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": _ACTIONS.get(c.type, f"clear {c.type} on the node").replace("NODE", view.name),
+                "fact": f"node-problem:{_FACTS.get(c.type, c.type)}",
+                "drain": False,
+            },
+        )
+        evidence = [c.describe(), f"taint {c.taint}" if c.taint else ""]
+        if c.type == "Ready":
+            fid, cause = (
+                "node.not-ready",
+                f"the node is not Ready ({c.status}): the kubelet is down or cannot reach the API server, so no pod "
+                "on it runs or starts and every link of the chain shows stale state.",
+            )
+        elif c.type == NETWORK_UNAVAILABLE[0]:
+            fid, cause = (
+                "node.network-unavailable",
+                "the node's pod network is not configured (NetworkUnavailable), so pods that need it are kept off "
+                "the node by its taint and GPU workloads cannot start there.",
+            )
+        else:
+            fid, cause = (
+                "node.pressure",
+                f"the kubelet reports {c.type}: new pods are kept off the node by its taint and "
+                f"{PRESSURE[c.type][1]}, GPU pods included, although the GPU chain itself may be healthy.",
+            )
+        findings.append(
+            Finding(
+                fid,
+                Severity.ERROR,
+                "node",
+                cause,
+                tuple(e for e in evidence if e),
+                ctx.stack.render(action),
+                node=view.name,
+                action=action,
+            )
+        )
+    scheme = runtime_scheme(view.node)
+    configures = ctx.policy.toolkit.enabled and not ctx.stack.host_driver
+    if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
+        version = node_info(view.node).get("containerRuntimeVersion", "")
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "run containerd or CRI-O on this node (the runtimes NVIDIA's container toolkit configures)",
+                "fact": "runtime-version:containerd://1.7.13",
+            },
+        )
+        findings.append(
+            Finding(
+                "node.runtime-unsupported",
+                Severity.ERROR,
+                "toolkit",
+                f"the node's container runtime ({scheme}) is not one the container toolkit can configure "
+                f"({', '.join(RECOGNISED_RUNTIMES)}), so the GPU stack cannot give containers GPUs here.",
+                (f"status.nodeInfo.containerRuntimeVersion: {version}",),
+                ctx.stack.render(action),
+                node=view.name,
+                action=action,
+            )
+        )
+    return findings

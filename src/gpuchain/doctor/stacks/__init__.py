@@ -113,7 +113,11 @@ class Stack:
             return f"{drain}; then on the node: {ch['action']}"
         if fix.op is FixOp.HARDWARE:
             return f"hardware, no command fixes it: {ch['action']}"
-        return f"helm install {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace"
+        if fix.op is FixOp.DELETE:
+            return f"kubectl -n {ch['namespace']} delete {str(ch['kind']).lower()} {ch['name']}"
+        verb = "upgrade --install" if ch.get("upgrade") else "install"
+        flags = f" {ch['flags']}" if ch.get("flags") else ""
+        return f"helm {verb} {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace{flags}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``doctor -o json``)."""
