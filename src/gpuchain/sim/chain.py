@@ -19,7 +19,7 @@ from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
-from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, Distribution
+from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, RECOGNISED_RUNTIMES, Distribution
 from gpuchain.doctor.placement import tolerates
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
@@ -314,6 +314,9 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     elif toolkit_socket(policy) != distribution(group).containerd_socket:
         # NVIDIA/gpu-operator#406: it writes the config, cannot signal containerd, and exits.
         toolkit = SOCKET_MISSING
+    elif group.container_runtime and group.container_runtime.partition("://")[0] not in RECOGNISED_RUNTIMES:
+        # A runtime the toolkit cannot configure: the nvidia handler never appears in it.
+        toolkit = RUNTIME_MISSING
     else:
         toolkit = OK if group.runtime_configured else RUNTIME_MISSING
     runtime_ok = driver_ok and (toolkit == OK or (toolkit == OFF and group.runtime_configured))
