@@ -370,7 +370,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
     event = _pull_event(view, state.name)
-    evidence = (state.describe(), state.message, f"event Failed (kubelet): {event}" if event else "")
+    evidence = (state.message, f"event Failed (kubelet): {event}" if event else "")
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
     if ctx.policy_obj is not None and spec.get("version") and ("not found" in event or not event):
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
@@ -1032,6 +1032,17 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             else None
         )
         present = gpus_present(view)
+        cause = (
+            "the node has GPUs but its capacity announces none: the device plugin is not registered with "
+            "the kubelet (or registered with no devices), so no pod can be given one; this is not "
+            "'all GPUs in use'."
+        )
+        if registered and not problem:
+            cause = (
+                "the node has GPUs and the running device plugin logged its registration, but the kubelet no longer "
+                "holds it (capacity reads none or 0, as after a kubelet restart the plugin missed; "
+                "NVIDIA/k8s-device-plugin#1228), so no pod can be given a GPU; this is not 'all GPUs in use'."
+            )
         return Result(
             LinkState.BROKEN,
             "no GPU announced in node capacity",
@@ -1041,9 +1052,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     "device-plugin.not-registered",
                     Severity.ERROR,
                     "device-plugin",
-                    "the node has GPUs but its capacity announces none: the device plugin is not registered with "
-                    "the kubelet (or registered with no devices), so no pod can be given one; this is not "
-                    "'all GPUs in use'.",
+                    cause,
                     [
                         f"node {view.name} capacity: {shown}",
                         f"GPUs present: {present}" if present else "",
@@ -1313,10 +1322,20 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
             *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
             {"name": ACCEPT_ENVVAR, "value": "false"},
         ]
-        fix_action: Fix | None = (
+        fix_action = (
             Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
             if ctx.policy_obj is not None
-            else None
+            else Fix(
+                FixOp.NODE,
+                view.name,
+                {
+                    "action": "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in "
+                    "/etc/nvidia-container-runtime/config.toml (and the device plugin's "
+                    "DEVICE_LIST_STRATEGY=volume-mounts, so GPU pods still get theirs)",
+                    "drain": False,
+                    NOT_SIMULATED: "the node image's container runtime config is not a scenario fact",
+                },
+            )
         )
         findings.append(
             _finding(
@@ -1327,11 +1346,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
                 "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
                 [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
-                ctx.stack.render(fix_action)
-                if fix_action
-                else "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the node's "
-                "/etc/nvidia-container-runtime/config.toml "
-                "(and the device plugin's DEVICE_LIST_STRATEGY=volume-mounts)",
+                ctx.stack.render(fix_action),
                 fix_action,
             )
         )

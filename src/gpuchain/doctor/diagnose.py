@@ -182,10 +182,14 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 "device-plugin",
                 f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device plugin "
                 "announces them to the kubelet, so no pod can ask for one.",
-                (
-                    "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
-                    f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
-                    f"cloud: {cloud}" if cloud else "",
+                tuple(
+                    e
+                    for e in (
+                        "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
+                        f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                        f"cloud: {cloud} (spec.providerID)" if cloud else "",
+                    )
+                    if e
                 ),
                 stack.render(install)
                 + (

@@ -122,8 +122,8 @@ def _condition(c: Obj, taint: str) -> Condition:
 
 #: What a person does on the node for each condition (nothing in the cluster's objects clears them).
 _ACTIONS = {
-    "Ready": "the kubelet stopped reporting: on the node, systemctl status kubelet containerd and journalctl -u "
-    "kubelet; restart them (systemctl restart containerd kubelet), or power-cycle the node if it does not answer",
+    "Ready": "bring its kubelet back: systemctl status kubelet containerd and journalctl -u kubelet say why it "
+    "stopped; systemctl restart containerd kubelet, or power-cycle the node through its BMC if it does not answer",
     "MemoryPressure": "free memory on the node: find the pods and processes that use it (kubectl top pods -A "
     "--sort-by=memory, then on the node ps aux --sort=-rss) and lower their limits or move them",
     "DiskPressure": "free the node's disk: remove unused images (crictl rmi --prune) and old logs, or grow the "
