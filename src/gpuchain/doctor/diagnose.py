@@ -105,6 +105,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     links: list[Link] = []
     under = check_node(ctx, view)
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
+    node_root = root is not None
     findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
     driver_result: Result | None = None
@@ -130,6 +131,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings += result.findings
         if result.state is LinkState.BROKEN and name in FOUNDATION and result.findings:
             root = result.findings[0]
+    if node_root:
+        # Under the chain: what the pods show is their last state (or waits on the node), not news.
+        consequences = [f"{len(view.operand_pods)} operand pod(s) on {view.name} show their last reported state"]
     if root is not None:
         if not node_gpu_resources(view.node):
             consequences.append(f"node {view.name}: no nvidia.com/gpu in capacity")
@@ -138,7 +142,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         ]
     else:
         findings = [dataclasses.replace(f, root=f.severity is Severity.ERROR) for f in findings]
-    if root is not None and root.link == "node":
+    if node_root:
         links = [Link(lk.name, LinkState.NOT_REACHED, "waiting for the node") for lk in links]
     opted = _opted_out(ctx, view, driver_result) if driver_result is not None else None
     if opted is not None:
