@@ -46,6 +46,20 @@ def test_the_corpus_expects_every_fixable_finding_somewhere() -> None:
         "node.opted-out",
         "operand.not-scheduled",
         "workload.nvml-lost",
+        # fixes derived from what the failing component's own log or status says
+        "driver.not-ready",
+        "toolkit.not-ready",
+        "device-plugin.not-ready",
+        "gfd.not-ready",
+        "exporter.not-ready",
+        "device-plugin.not-registered",
+        "gfd.labels-missing",
+        "driver.missing",
+        "stack.missing",
+        "policy.missing",
+        "node.not-ready",
+        "node.pressure",
+        "node.network-unavailable",
     ):
         assert fid in ids, fid
 
