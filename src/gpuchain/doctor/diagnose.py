@@ -327,6 +327,9 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
         return []
     roots = Counter(f.id for c in chains for f in c.findings if f.root)
     no_gpu = [c.node for c in chains if c.broken_link in ("driver", "toolkit", "device-plugin")]
+    if ctx.stack.id == "none":
+        # No device plugin anywhere: every GPU node offers nothing, because of stack.missing.
+        no_gpu, roots = [c.node for c in chains], Counter({"stack.missing": len(chains)})
     names = [f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p, _ in stuck]
     requested = Counter(r for p, _ in stuck for r in pod_gpu_requests(p))
     resources = ", ".join(sorted(requested))
