@@ -11,6 +11,7 @@ kubelet and the node lifecycle controller write them (kubernetes/kubernetes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuchain.doctor.context import Context, NodeView
@@ -32,6 +33,10 @@ NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 #: ``status.nodeInfo.containerRuntimeVersion`` (NVIDIA/gpu-operator controllers/state_manager.go
 #: getRuntimeString at a22dbf6: anything else is "runtime not recognized").
 RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
+#: containerd injects CDI devices from 1.7.0 on (containerd v1.7.0-rc.0 release notes, as quoted in
+#: canonical/k8s-snap#2388); NVIDIA's GPU Operator relies on it once ``cdi.enabled`` is on (the
+#: default from v25.10.0), so a GPU pod on an older containerd gets no GPU.
+CDI_CONTAINERD = (1, 7, 0)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,13 @@ def distribution_of(node: Obj) -> Distribution:
     """The distribution the node's kubelet version names (kubeadm and the like: the default paths)."""
     kubelet = node_info(node).get("kubeletVersion", "")
     return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
+
+
+def runtime_version(node: Obj) -> tuple[int, ...] | None:
+    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable."""
+    raw = node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
+    return tuple(int(g or 0) for g in match.groups()) if match else None
 
 
 def runtime_scheme(node: Obj) -> str:
@@ -211,6 +223,34 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 ctx.stack.render(action),
                 node=view.name,
                 action=action,
+            )
+        )
+    cdi = ((((ctx.policy_obj or {}).get("spec") or {}).get("cdi")) or {}).get("enabled")
+    release = runtime_version(view.node)
+    if (
+        ctx.stack.id == "gpu-operator"
+        and cdi is True
+        and scheme == "containerd"
+        and release
+        and release < CDI_CONTAINERD
+    ):
+        have, need = ".".join(map(str, release)), ".".join(map(str, CDI_CONTAINERD))
+        off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
+        findings.append(
+            Finding(
+                "node.runtime-no-cdi",
+                Severity.ERROR,
+                "toolkit",
+                f"the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and this "
+                f"node's containerd ({have}) predates it ({need}): "
+                "GPU pods here start without their GPUs.",
+                (
+                    f"status.nodeInfo.containerRuntimeVersion: {node_info(view.node).get('containerRuntimeVersion')}",
+                    f"spec.cdi.enabled=true in {ctx.policy_ref}",
+                ),
+                ctx.stack.render(off) + f"   # or upgrade containerd on {view.name} to 1.7 or later",
+                node=view.name,
+                action=off,
             )
         )
     return findings
