@@ -107,10 +107,10 @@ class Stack:
         if fix.op is FixOp.CREATE:
             return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.NODE and ch.get("drain") is False:
-            return f"on node {fix.target}: {ch['action']}"
+            return f"on node {fix.target} (outside the cluster): {ch['action']}"
         if fix.op is FixOp.NODE:
             drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
-            return f"{drain}; then on the node: {ch['action']}"
+            return f"{drain}; then on the node (outside the cluster): {ch['action']}"
         if fix.op is FixOp.HARDWARE:
             return f"hardware, no command fixes it: {ch['action']}"
         if fix.op is FixOp.DELETE:
