@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from gpuchain.doctor import Report, run_doctor
-from gpuchain.doctor.model import FixOp, Severity
-from gpuchain.sim import Scenario, build, load_scenario, scenario_names
+from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
+from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
 
 #: Finding ids whose text is a consequence or an explanation, not a fault with a fix of its own.
@@ -46,6 +46,20 @@ def test_the_corpus_expects_every_fixable_finding_somewhere() -> None:
         "node.opted-out",
         "operand.not-scheduled",
         "workload.nvml-lost",
+        # fixes derived from what the failing component's own log or status says
+        "driver.not-ready",
+        "toolkit.not-ready",
+        "device-plugin.not-ready",
+        "gfd.not-ready",
+        "exporter.not-ready",
+        "device-plugin.not-registered",
+        "gfd.labels-missing",
+        "driver.missing",
+        "stack.missing",
+        "policy.missing",
+        "node.not-ready",
+        "node.pressure",
+        "node.network-unavailable",
     ):
         assert fid in ids, fid
 
@@ -61,6 +75,10 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
         pytest.fail(f"{finding_id} in {scenario} has no fix as data; its text is: {first.fix}")
     if first.action.op is FixOp.HARDWARE:
         assert first.fix.count("hardware, no command fixes it") == 1 and first.action.changes["action"]
+    if first.action.op is FixOp.NODE:
+        # Work on the node, outside the cluster's objects: the text says where and names the action.
+        assert "(outside the cluster):" in first.fix
+        assert first.action.changes["action"] in first.fix
     fixed = sc
     targets = {f.action.target: f.action for f in found if f.action is not None}
     for action in targets.values():
@@ -87,3 +105,137 @@ def test_the_runtime_class_fix_is_an_object_created_on_the_cluster(scenario: str
     apply_to_cluster(sim.cluster, action)
     after = run_doctor(sim.cluster, reader=sim.read_log)
     assert "toolkit.runtime-class-missing" not in after.ids and not after.broken
+
+
+# -- ids whose scenario is a change made to a built cluster through the API -------------------------
+
+
+def test_an_invalid_policy_is_reset_field_by_field_through_the_api() -> None:
+    """policy.invalid: the operator refuses a spec; the fix merge-patches the refused fields away (their
+    defaults apply), applied to the simulated cluster's ClusterPolicy."""
+    from gpuchain.kube import CLUSTER_POLICY
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    sim = build(load_scenario("healthy"))
+    sim.cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "sometimes"}}})
+    before = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in before.findings if f.id == "policy.invalid")
+    assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
+    assert found.action.changes == {"spec": {"mig": {"strategy": None}}}
+    apply_to_cluster(sim.cluster, found.action)
+    after = run_doctor(sim.cluster, reader=sim.read_log)
+    assert "policy.invalid" not in after.ids and not after.broken
+
+
+def test_a_missing_gpuchain_daemonset_is_created_as_the_operator_renders_it() -> None:
+    """operand.not-deployed on gpuchain: the fix is the DaemonSet gpuchain's operator renders."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    sim = build(load_scenario("healthy"))
+    sim.cluster.delete(DAEMONSET, "nvidia-dcgm-exporter", "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        if name_of(pod).startswith("nvidia-dcgm-exporter-"):
+            sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    before = run_doctor(sim.cluster, reader=sim.read_log)
+    found = [f for f in before.findings if f.id == "operand.not-deployed"]
+    assert found and found[0].action is not None and found[0].action.op is FixOp.CREATE
+    assert found[0].action.changes["metadata"]["name"] == "nvidia-dcgm-exporter"
+    apply_to_cluster(sim.cluster, found[0].action)
+    after = run_doctor(sim.cluster, reader=sim.read_log)
+    assert "operand.not-deployed" not in after.ids
+
+
+def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_simulated() -> None:
+    """operand.not-deployed on NVIDIA's operator: restart its pod (it reconciles on start); the
+    simulator runs no operator, so the fix says it cannot be applied there, and why."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+    from gpuchain.sim.fixes import UnsupportedFix
+
+    sc = load_scenario("healthy-gpu-operator")
+    sim = build(sc)
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v24.9.0"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "gpu-operator", "ready": True}]},
+        }
+    )
+    sim.cluster.delete(DAEMONSET, "gpu-feature-discovery", "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        if name_of(pod).startswith("gpu-feature-discovery-"):
+            sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "operand.not-deployed")
+    assert found.action is not None and found.action.op is FixOp.DELETE
+    assert found.fix.startswith("kubectl -n gpu-operator delete pod gpu-operator-7d6d75f67c-jsrbx")
+    assert "no operator" in found.action.changes[NOT_SIMULATED]
+    with pytest.raises(UnsupportedFix, match="no operator"):
+        apply_fix(sc, found.action)
+
+
+def test_a_runtime_the_toolkit_cannot_configure_is_node_work() -> None:
+    """node.runtime-unsupported: a containerRuntimeVersion scheme NVIDIA's operator does not recognise
+    (controllers/state_manager.go getRuntimeString); a constructed scheme, no upstream report."""
+    sc = parse_scenario(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: g, containerRuntime: 'frakti://1.0.0'}\n  - {name: ok}\n"
+    )
+    before = _diagnose(sc)
+    found = next(f for f in before.findings if f.id == "node.runtime-unsupported")
+    assert found.root and found.node == "g" and "frakti://1.0.0" in found.evidence[0]
+    assert found.action is not None and found.action.outside_cluster
+    after = _diagnose(apply_fix(sc, found.action))
+    assert "node.runtime-unsupported" not in after.ids and not after.broken
+
+
+def test_a_toolkit_socket_on_an_unknown_distribution_is_named_node_work_not_simulated() -> None:
+    """The toolkit cannot reach containerd on a kubeadm-like node: the socket path is a fact of that
+    host, so the fix names the work and says why the simulator cannot apply it."""
+    from gpuchain.kube import NODE
+    from gpuchain.sim.fixes import UnsupportedFix
+
+    sc = load_scenario("op-toolkit-k3s-socket")
+    sim = build(sc)
+    for name in ("gpu-0", "gpu-1"):
+        node = sim.cluster.get(NODE, name)
+        info = {**node["status"]["nodeInfo"], "kubeletVersion": "v1.36.0"}
+        sim.cluster.patch_status(NODE, name, {"nodeInfo": info})
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "toolkit.not-ready")
+    assert found.action is not None and found.action.op is FixOp.NODE
+    assert "CONTAINERD_SOCKET" in found.fix and found.action.changes[NOT_SIMULATED]
+    with pytest.raises(UnsupportedFix):
+        apply_fix(sc, found.action)
+
+
+def test_the_toolkit_socket_fix_sets_the_distributions_paths_in_the_policy() -> None:
+    """NVIDIA/gpu-operator#406: on RKE2 the toolkit needs CONTAINERD_CONFIG/SOCKET of RKE2's containerd."""
+    found = next(f for f in _diagnose(load_scenario("op-toolkit-k3s-socket")).findings if f.id == "toolkit.not-ready")
+    assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
+    env = {e["name"]: e["value"] for e in found.action.changes["spec"]["toolkit"]["env"]}
+    assert env == {
+        "CONTAINERD_CONFIG": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+        "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock",
+    }
+    assert "kubectl patch clusterpolicies.nvidia.com cluster-policy" in found.fix
+    assert any("unable to dial: dial unix /runtime/sock-dir/containerd.sock" in e for e in found.evidence)
+
+
+def test_an_unknown_failure_has_no_invented_fix() -> None:
+    """A log line gpuchain does not know: the finding says so and carries no action."""
+    from gpuchain.doctor.snapshot import Snapshot, gather
+
+    sim = build(load_scenario("op-plugin-inotify"))
+    snap = gather(sim.cluster)
+    pods = []
+    for pod in snap.pods:
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            term = (cs.get("lastState") or {}).get("terminated")
+            if term and "FS watcher" in term.get("message", ""):
+                term["message"] = "panic: something nobody has seen before"
+        pods.append(pod)
+    from gpuchain.doctor import diagnose
+
+    report = diagnose(Snapshot(**{**snap.__dict__, "pods": pods}))
+    found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
+    assert found.action is None and "does not recognise" in found.cause

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from gpuchain.cli import app
 from gpuchain.doctor import LinkState
 from gpuchain.doctor.local import LocalAnswer, ask, local_chain
+from gpuchain.doctor.model import NOT_SIMULATED
 from gpuchain.gpu.errors import DriverNotLoadedError, GpuLostError
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
@@ -28,7 +29,10 @@ def test_missing_library_is_the_chapters_command_not_found(h100_sim: SimBackend)
     chain = local_chain(answer)
     assert answer.error == "library"
     assert chain.findings[0].id == "driver.nvml-missing" and chain.state("driver") is LinkState.BROKEN
-    assert "spec.nodeName=gpu-1" in chain.findings[0].fix
+    # The fix is work on the host (install the driver), said as such and marked as not simulated.
+    f = chain.findings[0]
+    assert f.fix.startswith("on node gpu-1 (outside the cluster): install the NVIDIA driver")
+    assert f.action is not None and f.action.outside_cluster and f.action.changes[NOT_SIMULATED]
 
 
 @pytest.mark.parametrize(

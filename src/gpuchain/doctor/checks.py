@@ -8,7 +8,6 @@ one sentence and a fix as a command.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from gpuchain.common.labels import (
@@ -22,9 +21,10 @@ from gpuchain.common.labels import (
     PAUSED_FOR_MIG_CHANGE,
 )
 from gpuchain.doctor.context import Context, NodeView, replicas_in
-from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker
-from gpuchain.doctor.pods import init_done, matching_line, pod_state
+from gpuchain.doctor.pods import PodState, init_done, matching_line, pod_state
 from gpuchain.doctor.stacks import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
@@ -38,8 +38,10 @@ from gpuchain.operator.operands import (
     RUNTIME_CLASS_HANDLER,
     TOOLKIT,
     VALIDATOR,
+    Facts,
     Operand,
     deploy_label,
+    desired,
     enabled,
 )
 from gpuchain.remediation.gpuloop import loop_evidence
@@ -113,9 +115,12 @@ def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
     return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
 
 
-def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
-    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
-    action = Fix(
+NFD_PREFIX = "feature.node.kubernetes.io/"
+
+
+def nfd_install() -> Fix:
+    """Install Node Feature Discovery (its own chart and namespace)."""
+    return Fix(
         FixOp.INSTALL,
         "",
         {
@@ -125,12 +130,21 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> 
             "fact": "nfd",
         },
     )
-    hint = (
+
+
+def _nfd_hint(ctx: Context) -> str:
+    return (
         f"   # or: helm upgrade gpu-operator nvidia/gpu-operator -n {ctx.namespace} --reuse-values "
         "--set nfd.enabled=true"
         if ctx.stack.id == "gpu-operator"
         else ""
     )
+
+
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
+    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
+    action = nfd_install()
+    hint = _nfd_hint(ctx)
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
@@ -151,6 +165,55 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> 
     )
 
 
+def _redeploy(ctx: Context, operand: Operand, name: str) -> tuple[Fix | None, str, list[str]]:
+    """The change that brings a missing operand DaemonSet back: gpuchain's own operator's object
+    (what it would create), else a restart of the stack's operator pod, which recreates it."""
+    if ctx.stack.id == "gpuchain" and ctx.policy_obj is not None:
+        wanted = next(
+            (d for d in desired(ctx.policy, Facts(ctx.namespace, ctx.policy_name)) if name_of(d) == name), None
+        )
+        if wanted is not None:
+            create = Fix(FixOp.CREATE, "", wanted)
+            return create, ctx.stack.render(create) + "   # the DaemonSet gpuchain's operator renders", []
+    operator = next(
+        (
+            p
+            for p in ctx.snapshot.pods
+            if (p.get("metadata") or {}).get("namespace") == ctx.namespace and _operator_pod(name_of(p))
+        ),
+        None,
+    )
+    if operator is not None:
+        state = pod_state(operator)
+        restart = Fix(
+            FixOp.DELETE,
+            f"{ctx.namespace}/{state.name}",
+            {
+                "kind": "Pod",
+                "namespace": ctx.namespace,
+                "name": state.name,
+                NOT_SIMULATED: "the simulator runs no operator that would recreate the DaemonSet",
+            },
+        )
+        return (
+            restart,
+            ctx.stack.render(restart) + "   # the operator reconciles again when it starts",
+            [state.describe()],
+        )
+    return (
+        None,
+        f"start the operator again (kubectl -n {ctx.namespace} get deploy; scale it to 1), or read another namespace "
+        f"(--namespace; read {ctx.namespace})",
+        [f"no operator pod in namespace {ctx.namespace}"],
+    )
+
+
+def _operator_pod(name: str) -> bool:
+    """NVIDIA's operator Deployment is ``gpu-operator`` (pods gpu-operator-<hash>-<id>), gpuchain's
+    ``gpuchain-operator``."""
+    return name.startswith(("gpu-operator-", "gpuchain-operator-")) and "node-feature-discovery" not in name
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
@@ -163,6 +226,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     where = f"DaemonSet {ctx.namespace}/{name}"
     if ds is None:
         switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
+        action, fix, more = _redeploy(ctx, operand, name)
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
@@ -172,10 +236,11 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
                     "operand.not-deployed",
                     Severity.ERROR,
                     link,
-                    f"{where} does not exist, so the {link} link is missing on every node.",
-                    [f"{where} does not exist", switch],
-                    f"kubectl -n {ctx.namespace} rollout restart deploy   # the operator has not deployed it; "
-                    f"or --namespace is wrong (read {ctx.namespace})",
+                    f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
+                    "node: the operator is not reconciling (stopped, or failing).",
+                    [f"{where} does not exist", switch, *more],
+                    fix,
+                    action,
                 ),
             ),
         )
@@ -211,6 +276,200 @@ def _logs(ctx: Context, view: NodeView, operand: Operand, container: str, last: 
         return last
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     return ctx.log(pod, container or str(containers[0].get("name", "")))
+
+
+# -- what a failing operand's own output says, and the change that answers it -------------------
+
+
+@dataclass(frozen=True)
+class Known:
+    """A failure gpuchain recognises in an operand's log or status, with the change that fixes it."""
+
+    cause: str
+    evidence: tuple[str, ...]
+    action: Fix | None
+    fix: str
+
+
+#: NVIDIA's driver container when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266,
+#: #1726; modprobe's own words where the module is loaded by hand).
+SECURE_BOOT_LINES = (
+    r"not signed by a key that is trusted",
+    r"Loading of unsigned module is rejected",
+    r"Key was rejected",
+)
+#: NVIDIA's toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406, #522).
+SOCKET_LINES = (r"unable to dial: dial unix .*containerd\.sock", r"Error signaling containerd")
+#: Any NVIDIA component that watches files when the node's inotify instances are used up
+#: (NVIDIA/gpu-operator#441: "Error: failed to create FS watcher: too many open files").
+INOTIFY_LINES = (r"failed to create FS watcher: too many open files",)
+IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
+
+
+def _pull_event(view: NodeView, pod: str) -> str:
+    """The kubelet's "Failed to pull image" Event for ``pod`` (containerd's NotFound, an auth error ...)."""
+    return next(
+        (
+            str(e.get("message"))
+            for e in view.events
+            if (e.get("involvedObject") or {}).get("name") == pod
+            and str(e.get("message", "")).startswith("Failed to pull")
+        ),
+        "",
+    )
+
+
+def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
+    """What the operand's status or log names, and its fix (None: gpuchain does not know this failure)."""
+    if state.status in IMAGE_PULL:
+        return _image_missing(ctx, view, operand, state)
+    line = matching_line(log, *SECURE_BOOT_LINES) if log else None
+    if line and operand is DRIVER:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "turn Secure Boot off in the node's firmware (or enroll a key that signs the NVIDIA modules "
+                "with mokutil) and reboot; the driver container loads nvidia.ko on the next start",
+                "fact": "secure-boot",
+            },
+        )
+        return Known(
+            "the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container built "
+            "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
+            (f"log: {line}",),
+            action,
+            ctx.stack.render(action),
+        )
+    line = matching_line(log, *SOCKET_LINES) if log else None
+    if line and operand is TOOLKIT:
+        return _toolkit_socket(ctx, view, line)
+    line = matching_line(log, *INOTIFY_LINES) if log else None
+    if line:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "raise the node's inotify instance limit (sysctl -w fs.inotify.max_user_instances=512, and "
+                "the same in /etc/sysctl.d/ so it survives a reboot; the kernel's default is 128), then "
+                f"kubectl -n {ctx.namespace} delete pod {state.name}",
+                "fact": "inotify",
+                "drain": False,
+            },
+        )
+        return Known(
+            "the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot watch "
+            "its files and exits; a kernel setting of the node, outside the cluster.",
+            (f"log: {line}",),
+            action,
+            ctx.stack.render(action),
+        )
+    return None
+
+
+def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
+    """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
+    event = _pull_event(view, state.name)
+    evidence = (state.message, f"event Failed (kubelet): {event}" if event else "")
+    spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
+    if ctx.policy_obj is not None and spec.get("version") and ("not found" in event or not event):
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
+        return Known(
+            f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
+            f"{ctx.policy_ref} names a tag the registry does not have.",
+            evidence,
+            action,
+            ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
+        )
+    return Known(
+        "the kubelet cannot pull the image (the registry refuses it or has no such tag).",
+        evidence,
+        None,
+        "make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
+        "imagePullSecrets, or a mirror the node can reach",
+    )
+
+
+def _toolkit_socket(ctx: Context, view: NodeView, line: str) -> Known:
+    """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
+    dist = distribution_of(view.node)
+    kubelet = node_info(view.node).get("kubeletVersion", "?")
+    evidence = (f"log: {line}", f"kubeletVersion {kubelet} ({dist.name})")
+    if dist is not KUBEADM and ctx.policy_obj is not None:
+        keep = [
+            {"name": e.name, "value": e.value}
+            for e in ctx.policy.toolkit.env
+            if e.name not in ("CONTAINERD_CONFIG", "CONTAINERD_SOCKET", "RUNTIME_CONFIG", "RUNTIME_SOCKET")
+        ]
+        env = [
+            *keep,
+            {"name": "CONTAINERD_CONFIG", "value": dist.containerd_config},
+            {"name": "CONTAINERD_SOCKET", "value": dist.containerd_socket},
+        ]
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+        action: Fix = patch
+        fix = ctx.stack.render(patch)
+    else:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "find where this node's containerd listens and reads its config (ps -o args -C containerd), "
+                "then set the toolkit's CONTAINERD_SOCKET and CONTAINERD_CONFIG to them",
+                "drain": False,
+                NOT_SIMULATED: "the socket path of an unknown distribution is a fact of the node no scenario names",
+            },
+        )
+        fix = ctx.stack.render(action)
+    return Known(
+        f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this node "
+        f"runs {dist.name}, whose containerd listens at {dist.containerd_socket} with its config in "
+        f"{dist.containerd_config}; it exits and the nvidia runtime is never loaded.",
+        evidence,
+        action,
+        fix,
+    )
+
+
+def _not_ready(
+    ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
+) -> Result:
+    """An operand pod failing: the known failure its log names with its fix, else its state and last error."""
+    known = known_failure(ctx, view, operand, state, log)
+    if known is not None:
+        return Result(
+            LinkState.BROKEN,
+            f"{what} {state.status}",
+            (
+                _finding(
+                    view,
+                    f"{link}.not-ready",
+                    Severity.ERROR,
+                    link,
+                    known.cause,
+                    [state.describe(), *known.evidence],
+                    known.fix,
+                    known.action,
+                ),
+            ),
+        )
+    line = matching_line(log, r"error", r"fail", r"unable", r"not found", r"could not") if log else None
+    return Result(
+        LinkState.BROKEN,
+        f"{what} {state.status}",
+        (
+            _finding(
+                view,
+                f"{link}.not-ready",
+                Severity.ERROR,
+                link,
+                cause + " gpuchain does not recognise the failure, so it has no change to propose.",
+                [state.describe(), f"log: {line}" if line else "", state.message],
+                f"fix what the log says{f' ({line})' if line else ''}; the DaemonSet restarts the pod "
+                f"(kubectl -n {ctx.namespace} delete pod {state.name} to retry at once)",
+            ),
+        ),
+    )
 
 
 # -- 1. driver ---------------------------------------------------------------------------------
@@ -323,22 +582,15 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
-    line = matching_line(log, r"error", r"fail", r"could not") if log else None
-    return Result(
-        LinkState.BROKEN,
-        f"driver pod {state.status}",
-        (
-            _finding(
-                view,
-                "driver.not-ready",
-                Severity.ERROR,
-                "driver",
-                f"the driver pod is {state.status}, so the kernel module is not loaded.",
-                [*evidence, f"log: {line}" if line else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} "
-                f"-c {state.container or ctx.container(DRIVER)} --previous",
-            ),
-        ),
+    return _not_ready(
+        ctx,
+        view,
+        DRIVER,
+        "driver",
+        "driver pod",
+        state,
+        log,
+        f"the driver pod is {state.status}, so the kernel module is not loaded.",
     )
 
 
@@ -439,21 +691,16 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
     if state.ready:
         done = init_done(view.pod(VALIDATOR), "toolkit-validation")
         return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
-    return Result(
-        LinkState.BROKEN,
-        f"toolkit pod {state.status}",
-        (
-            _finding(
-                view,
-                "toolkit.not-ready",
-                Severity.ERROR,
-                "toolkit",
-                f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
-                [state.describe(), f"log: {state.last_log.splitlines()[-1]}" if state.last_log else ""],
-                f"kubectl -n {ctx.namespace} logs {state.name} -c {state.container or ctx.container(TOOLKIT)}"
-                + (" --previous" if state.failing else ""),
-            ),
-        ),
+    log = _logs(ctx, view, TOOLKIT, state.container, state.last_log)
+    return _not_ready(
+        ctx,
+        view,
+        TOOLKIT,
+        "toolkit",
+        "toolkit pod",
+        state,
+        log,
+        f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
     )
 
 
@@ -750,22 +997,15 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         more = matching_line(log, r"No devices found")
         return _no_nvml(ctx, view, [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""])
     elif state is not None and not state.ready:
-        line = matching_line(log, r"error", r"fail", r"unable") if log else None
-        return Result(
-            LinkState.BROKEN,
-            f"device plugin pod {state.status}",
-            (
-                _finding(
-                    view,
-                    "device-plugin.not-ready",
-                    Severity.ERROR,
-                    "device-plugin",
-                    f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
-                    [state.describe(), f"log: {line}" if line else ""],
-                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log "
-                    "is fixed",
-                ),
-            ),
+        return _not_ready(
+            ctx,
+            view,
+            DEVICE_PLUGIN,
+            "device-plugin",
+            "device plugin pod",
+            state,
+            log,
+            f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
     if not announced:
         registered = matching_line(log, r"registered device plugin") if log else None
@@ -780,7 +1020,29 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             else ""
         )
         shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
+        # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
+        # a new pod registers anew, as the plugin does on its own when kubelet.sock is created again.
+        restart = (
+            Fix(
+                FixOp.DELETE,
+                f"{ctx.namespace}/{state.name}",
+                {"kind": "Pod", "namespace": ctx.namespace, "name": state.name, "fact": "registration"},
+            )
+            if state is not None
+            else None
+        )
         present = gpus_present(view)
+        cause = (
+            "the node has GPUs but its capacity announces none: the device plugin is not registered with "
+            "the kubelet (or registered with no devices), so no pod can be given one; this is not "
+            "'all GPUs in use'."
+        )
+        if registered and not problem:
+            cause = (
+                "the node has GPUs and the running device plugin logged its registration, but the kubelet no longer "
+                "holds it (capacity reads none or 0, as after a kubelet restart the plugin missed; "
+                "NVIDIA/k8s-device-plugin#1228), so no pod can be given a GPU; this is not 'all GPUs in use'."
+            )
         return Result(
             LinkState.BROKEN,
             "no GPU announced in node capacity",
@@ -790,19 +1052,17 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     "device-plugin.not-registered",
                     Severity.ERROR,
                     "device-plugin",
-                    "the node has GPUs but its capacity announces none: the device plugin is not registered with "
-                    "the kubelet (or registered with no devices), so no pod can be given one; this is not "
-                    "'all GPUs in use'.",
+                    cause,
                     [
                         f"node {view.name} capacity: {shown}",
                         f"GPUs present: {present}" if present else "",
                         state.describe() if state else "",
                         log_evidence,
                     ],
-                    f"kubectl -n {ctx.namespace} delete pod {state.name}   # the plugin registers again when it "
-                    "restarts"
-                    if state
+                    ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
+                    if restart
                     else f"kubectl -n {ctx.namespace} rollout restart ds/{ctx.ds(DEVICE_PLUGIN)}",
+                    restart,
                 ),
             ),
         )
@@ -828,55 +1088,67 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if state.ready:
         return Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
-    line = matching_line(log, r"error", r"fail", r"not found") if log else None
-    cause = f"the {what} pod is {state.status}."
-    action: Fix | None = None
-    fix = f"kubectl -n {ctx.namespace} delete pod {state.name}   # restart it once the cause in its log is fixed"
-    if operand is DCGM_EXPORTER and line and re.search(r"libdcgm", line):
+    line = matching_line(log, r"libdcgm") if log else None
+    if operand is DCGM_EXPORTER and line:
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
         cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
         if ctx.policy_obj is not None and ctx.stack.id == "gpu-operator":
-            action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
-            fix = ctx.stack.render(action)
-    return Result(
-        LinkState.BROKEN,
-        f"{what} {state.status}",
-        (
-            _finding(
-                view,
-                f"{link}.not-ready",
-                Severity.ERROR,
-                link,
-                cause,
-                [state.describe(), f"log: {line}" if line else ""],
-                fix,
-                action,
+            image = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
+            action: Fix | None = image
+            fix = ctx.stack.render(image)
+        else:
+            action = None
+            fix = f"run an exporter image that bundles DCGM ({'/'.join(DCGM_EXPORTER_IMAGE.values())})"
+        return Result(
+            LinkState.BROKEN,
+            f"{what} {state.status}",
+            (
+                _finding(
+                    view,
+                    f"{link}.not-ready",
+                    Severity.ERROR,
+                    link,
+                    cause,
+                    [state.describe(), f"log: {line}"],
+                    fix,
+                    action,
+                ),
             ),
-        ),
-    )
+        )
+    return _not_ready(ctx, view, operand, link, what, state, log, f"the {what} pod is {state.status}.")
 
 
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
     result = _simple(ctx, view, GFD, "gfd", "gpu-feature-discovery")
-    if result.state is LinkState.OK and "nvidia.com/gpu.product" not in view.labels:
-        return Result(
-            LinkState.BROKEN,
-            "no nvidia.com/gpu.* labels",
-            (
-                _finding(
-                    view,
-                    "gfd.labels-missing",
-                    Severity.ERROR,
-                    "gfd",
-                    "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors "
-                    "on GPU model or memory match nothing.",
-                    [f"node {view.name} has no nvidia.com/gpu.product label"],
-                    f"kubectl -n {ctx.namespace} logs {pod_state(view.pod(GFD) or {}).name}",
-                ),
-            ),
+    if result.state is not LinkState.OK or PRODUCT in view.labels:
+        return result
+    nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))
+    evidence = [f"node {view.name} has no {PRODUCT} label", pod_state(view.pod(GFD) or {}).describe()]
+    if not nfd and ctx.stack.id != "gpuchain":
+        # NVIDIA's GFD hands its labels to Node Feature Discovery (features.d or a NodeFeature object);
+        # a node NFD never labelled (its GPU label set by hand) never gets them.
+        install = nfd_install()
+        action: Fix | None = install
+        cause = (
+            "gpu-feature-discovery runs, but it hands its labels to Node Feature Discovery and NFD does not run "
+            f"on this node (no {NFD_PREFIX}* label at all), so nvidia.com/gpu.* labels never appear and nodeSelectors "
+            "on GPU model or memory match nothing."
         )
-    return result
+        evidence.append(f"no {NFD_PREFIX}* label on {view.name}")
+        fix = ctx.stack.render(install) + _nfd_hint(ctx)
+    else:
+        action = None
+        cause = (
+            "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors on GPU "
+            "model or memory match nothing; NFD runs here, so its master refuses or drops the labels."
+        )
+        fix = "let nfd-master accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+    return Result(
+        LinkState.BROKEN,
+        "no nvidia.com/gpu.* labels",
+        (_finding(view, "gfd.labels-missing", Severity.ERROR, "gfd", cause, evidence, fix, action),),
+    )
 
 
 def check_exporter(ctx: Context, view: NodeView) -> Result:
@@ -1050,10 +1322,20 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
             *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
             {"name": ACCEPT_ENVVAR, "value": "false"},
         ]
-        fix_action: Fix | None = (
+        fix_action = (
             Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
             if ctx.policy_obj is not None
-            else None
+            else Fix(
+                FixOp.NODE,
+                view.name,
+                {
+                    "action": "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in "
+                    "/etc/nvidia-container-runtime/config.toml (and the device plugin's "
+                    "DEVICE_LIST_STRATEGY=volume-mounts, so GPU pods still get theirs)",
+                    "drain": False,
+                    NOT_SIMULATED: "the node image's container runtime config is not a scenario fact",
+                },
+            )
         )
         findings.append(
             _finding(
@@ -1064,11 +1346,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
                 "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
                 [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
-                ctx.stack.render(fix_action)
-                if fix_action
-                else "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the node's "
-                "/etc/nvidia-container-runtime/config.toml "
-                "(and the device plugin's DEVICE_LIST_STRATEGY=volume-mounts)",
+                ctx.stack.render(fix_action),
                 fix_action,
             )
         )

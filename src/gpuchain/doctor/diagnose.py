@@ -27,8 +27,10 @@ from gpuchain.doctor.checks import (
 )
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
+from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
+from gpuchain.doctor.stacks import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -43,6 +45,7 @@ from gpuchain.operator.operands import (
     VALIDATOR,
     Operand,
 )
+from gpuchain.operator.policy import parse_policy
 
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
@@ -92,11 +95,18 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
     )
 
 
+#: Node findings under which no link can be judged (the kubelet is gone, or no runtime to configure).
+STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported")
+
+
 def walk(ctx: Context, view: NodeView) -> NodeChain:
-    """One node bottom-up: foundation links until the first broken one, then the links above."""
+    """One node bottom-up: the node itself, then foundation links until the first broken one, then the
+    links above."""
     links: list[Link] = []
-    findings: list[Finding] = []
-    root: Finding | None = None
+    under = check_node(ctx, view)
+    root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
+    node_root = root is not None
+    findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
     driver_result: Result | None = None
     for name, check, operands in CHECKS:
@@ -121,6 +131,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings += result.findings
         if result.state is LinkState.BROKEN and name in FOUNDATION and result.findings:
             root = result.findings[0]
+    if node_root:
+        # Under the chain: what the pods show is their last state (or waits on the node), not news.
+        consequences = [f"{len(view.operand_pods)} operand pod(s) on {view.name} show their last reported state"]
     if root is not None:
         if not node_gpu_resources(view.node):
             consequences.append(f"node {view.name}: no nvidia.com/gpu in capacity")
@@ -129,6 +142,8 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         ]
     else:
         findings = [dataclasses.replace(f, root=f.severity is Severity.ERROR) for f in findings]
+    if node_root:
+        links = [Link(lk.name, LinkState.NOT_REACHED, "waiting for the node") for lk in links]
     opted = _opted_out(ctx, view, driver_result) if driver_result is not None else None
     if opted is not None:
         findings.append(opted)
@@ -137,11 +152,33 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
+#: Where each installable stack's chart lives (NVIDIA/k8s-device-plugin README: helm repo nvdp,
+#: release nvdp in namespace nvidia-device-plugin; NVIDIA/gpu-operator: nvidia/gpu-operator).
+CHARTS = {
+    "gpuchain": ("gpuchain", "charts/gpuchain", "gpuchain"),
+    "gpu-operator": ("gpu-operator", "nvidia/gpu-operator", "gpu-operator"),
+    "nvidia-device-plugin": ("nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
+}
+
+
+def _install(stack: str, namespace: str = "", upgrade: bool = False) -> Fix:
+    release, chart, default_ns = CHARTS[stack]
+    changes: dict[str, object] = {"release": release, "chart": chart, "namespace": namespace or default_ns}
+    if upgrade:
+        changes |= {"upgrade": True, "flags": "--reuse-values", "fact": "policy"}
+    else:
+        changes["fact"] = f"stack:{stack}"
+    return Fix(FixOp.INSTALL, "", changes)
+
+
 def _policy_findings(ctx: Context) -> list[Finding]:
     stack = ctx.stack
     if stack.id == "none":
         if not ctx.views:
             return []
+        # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.
+        cloud = provider_of(ctx.snapshot.nodes)
+        install = _install("nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain")
         return [
             Finding(
                 "stack.missing",
@@ -149,35 +186,42 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 "device-plugin",
                 f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device plugin "
                 "announces them to the kubelet, so no pod can ask for one.",
-                (
-                    "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
-                    f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                tuple(
+                    e
+                    for e in (
+                        "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
+                        f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                        f"cloud: {cloud} (spec.providerID)" if cloud else "",
+                    )
+                    if e
                 ),
-                "helm install gpuchain charts/gpuchain -n gpuchain --create-namespace   "
-                "# or NVIDIA's device plugin chart if the nodes already have a driver",
+                stack.render(install)
+                + (
+                    "   # the node image brings driver and runtime"
+                    if cloud
+                    else "   # driver, toolkit and plugin; NVIDIA's plugin chart alone where the nodes have a driver"
+                ),
                 root=True,
+                action=install,
             )
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
-        fix = (
-            f"helm upgrade --install gpuchain charts/gpuchain -n {stack.namespace}"
-            if stack.id == "gpuchain"
-            else f"helm upgrade gpu-operator nvidia/gpu-operator -n {stack.namespace} --reuse-values   "
-            "# the chart creates the ClusterPolicy (cluster-policy)"
-        )
+        install = _install(stack.id if stack.id in CHARTS else "gpuchain", stack.namespace, upgrade=True)
         return [
             Finding(
                 "policy.missing",
                 Severity.ERROR,
                 "driver",
                 f"{stack.title} runs but there is no ClusterPolicy ({stack.policy_resource}), so its operator "
-                "deploys nothing and no link of the chain exists.",
+                "reconciles nothing: the operand DaemonSets left behind are never updated or repaired.",
                 (f"kubectl get {stack.policy_resource}: none", f"namespace {stack.namespace}"),
-                fix,
+                stack.render(install) + "   # the chart creates the ClusterPolicy again",
                 root=True,
+                action=install,
             )
         ]
     if ctx.policy_problems:
+        reset = _reset_fields(ctx)
         return [
             Finding(
                 "policy.invalid",
@@ -185,11 +229,35 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 "driver",
                 "the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
                 tuple(ctx.policy_problems),
-                f"kubectl edit {ctx.policy_ref}",
+                (stack.render(reset) + "   # back to gpuchain's defaults; or set valid values")
+                if reset
+                else f"kubectl edit {ctx.policy_ref}",
                 root=True,
+                action=reset,
             )
         ]
     return []
+
+
+def _reset_fields(ctx: Context) -> Fix | None:
+    """A merge patch that removes every field the policy validation refused (its default applies)."""
+    parsed = parse_policy(((ctx.policy_obj or {}).get("spec")) or {})
+    if not isinstance(parsed, list):
+        return None
+    patch: dict[str, object] = {}
+    for problem in parsed:
+        keys = [k for k in problem.field.split("[", 1)[0].split(".") if k]
+        if not keys:
+            return None
+        node = patch
+        for key in keys[:-1]:
+            sub = node.setdefault(key, {})
+            if not isinstance(sub, dict):
+                break
+            node = sub
+        else:
+            node[keys[-1]] = None
+    return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": patch}) if patch else None
 
 
 def _version_skew(ctx: Context) -> list[Finding]:
@@ -259,6 +327,9 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
         return []
     roots = Counter(f.id for c in chains for f in c.findings if f.root)
     no_gpu = [c.node for c in chains if c.broken_link in ("driver", "toolkit", "device-plugin")]
+    if ctx.stack.id == "none":
+        # No device plugin anywhere: every GPU node offers nothing, because of stack.missing.
+        no_gpu, roots = [c.node for c in chains], Counter({"stack.missing": len(chains)})
     names = [f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p, _ in stuck]
     requested = Counter(r for p, _ in stuck for r in pod_gpu_requests(p))
     resources = ", ".join(sorted(requested))

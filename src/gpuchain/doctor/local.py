@@ -11,7 +11,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuchain.doctor.model import Finding, Link, LinkState, NodeChain, Severity
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import DriverNotLoadedError, GpuError, GpuLostError, LibraryNotFoundError
 
@@ -50,30 +50,51 @@ def ask(open_backend: Callable[[], GpuBackend], node: str | None = None, kernel:
     return LocalAnswer(name, release, inv.driver.version, inv.driver.cuda_version, gpus)
 
 
+#: Why --local's fixes are not simulated: they change the host, which no cluster object describes.
+HOST_ONLY = "work on the host itself (packages, kernel, hardware): no scenario fact or cluster object models it"
+
 _ERRORS = {
     "library": (
         "driver.nvml-missing",
         "libnvidia-ml.so cannot be loaded on this node: no NVIDIA driver user space is installed here "
         "(what 'nvidia-smi: command not found' means).",
-        "kubectl -n gpu-operator get pods -o wide --field-selector spec.nodeName={node}   # is the driver pod running?",
+        FixOp.NODE,
+        "install the NVIDIA driver on this node (the distribution's driver package for its kernel), or let the GPU "
+        "stack's driver container install it (ClusterPolicy spec.driver.enabled=true, and no "
+        "nvidia.com/gpu.deploy.driver=false label on the node)",
     ),
     "not-loaded": (
         "driver.not-loaded",
         "the NVIDIA libraries are present but the kernel module is not loaded on kernel {kernel}: usually a driver "
         "built for another kernel.",
-        "dmesg | grep -i nvidia; modinfo nvidia | grep vermagic   # compare with uname -r",
+        FixOp.NODE,
+        "rebuild the driver for the running kernel {kernel} (dkms autoinstall, or the driver package built for it) "
+        "and modprobe nvidia, or boot the kernel the driver was built for",
     ),
     "lost": (
         "gpu.lost",
         "a GPU on this node stopped answering NVML (fell off the bus).",
-        "dmesg | grep -i xid   # then drain the node and reset the GPU or reboot",
+        FixOp.HARDWARE,
+        "drain the node, reset the GPU (nvidia-smi -r) or reboot; replace the GPU if it falls off again",
     ),
     "other": (
         "driver.nvml-error",
         "NVML answered with an error on this node.",
-        "nvidia-smi -q | head -40",
+        FixOp.NODE,
+        "reload the driver (reboot the node); if NVML still fails, reinstall the driver for this kernel",
     ),
 }
+
+
+def _host_fix(op: FixOp, node: str, action: str) -> tuple[str, Fix]:
+    """The fix as data (marked as host work the simulator does not apply) and as text."""
+    fix = Fix(op, node, {"action": action, NOT_SIMULATED: HOST_ONLY})
+    text = (
+        f"hardware, no command fixes it: {action}"
+        if op is FixOp.HARDWARE
+        else f"on node {node} (outside the cluster): {action}"
+    )
+    return text, fix
 
 
 def local_chain(answer: LocalAnswer) -> NodeChain:
@@ -81,28 +102,37 @@ def local_chain(answer: LocalAnswer) -> NodeChain:
     rest = tuple(Link(name, LinkState.SKIPPED, "needs the cluster view") for name in ("toolkit", "device-plugin"))
     if answer.error is None:
         if not answer.gpus:
+            text, action = _host_fix(
+                FixOp.HARDWARE,
+                answer.node,
+                "the GPU is not on the PCI bus (lspci -nn | grep -i nvidia shows nothing): reseat it or enable its "
+                "slot in the BIOS/BMC",
+            )
             finding = Finding(
                 "driver.no-gpus",
                 Severity.ERROR,
                 "driver",
                 "NVML answers but sees no GPU on this node.",
                 (f"driver {answer.driver}, 0 GPUs", f"kernel {answer.kernel}"),
-                "lspci -nn | grep -i nvidia   # is the GPU on the PCI bus at all?",
+                text,
                 node=answer.node,
                 root=True,
+                action=action,
             )
             return NodeChain(answer.node, (Link("driver", LinkState.BROKEN, "no GPUs"), *rest), (finding,))
         summary = f"NVML: driver {answer.driver}, CUDA {answer.cuda}, {len(answer.gpus)} GPU(s)"
         return NodeChain(answer.node, (Link("driver", LinkState.OK, summary), *rest))
-    fid, cause, fix = _ERRORS[answer.error]
+    fid, cause, op, work = _ERRORS[answer.error]
+    text, action = _host_fix(op, answer.node, work.format(kernel=answer.kernel))
     finding = Finding(
         fid,
         Severity.ERROR,
         "driver",
         cause.format(kernel=answer.kernel),
         (f"NVML: {answer.message}", f"kernel {answer.kernel}"),
-        fix.format(node=answer.node),
+        text,
         node=answer.node,
         root=True,
+        action=action,
     )
     return NodeChain(answer.node, (Link("driver", LinkState.BROKEN, f"NVML: {answer.error}"), *rest), (finding,))

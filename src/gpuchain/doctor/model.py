@@ -41,6 +41,12 @@ class FixOp(enum.StrEnum):
     NODE = "node"  #: work on the node itself (changes["action"]): reimage, restart containerd, upgrade driver
     HARDWARE = "hardware"  #: no command fixes it: changes["action"] names what a person must do
     INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
+    DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
+
+
+#: ``Fix.changes`` key naming why the simulator cannot apply a fix (nothing in a scenario models
+#: what it changes); tests assert the reason rather than pass silently.
+NOT_SIMULATED = "notSimulated"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Fix:
     op: FixOp
     target: str  #: node name, policy name, "namespace/name" of a DaemonSet, "" for install
     changes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outside_cluster(self) -> bool:
+        """Work on the node or its hardware: no change to the cluster's objects makes it."""
+        return self.op in (FixOp.NODE, FixOp.HARDWARE)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""

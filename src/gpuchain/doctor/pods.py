@@ -26,6 +26,7 @@ class PodState:
     restarts: int = 0
     last_log: str = ""  #: lastState.terminated.message (the last log lines with FallbackToLogsOnError)
     waiting_init: str = ""  #: the init container it is blocked in, if any
+    message: str = ""  #: the failing container's waiting message (``Back-off pulling image "..."``)
 
     def describe(self) -> str:
         """``name: status (container, N restarts)`` for evidence lines."""
@@ -56,6 +57,7 @@ def pod_state(pod: Obj) -> PodState:
                 str(cs.get("name")),
                 int(cs.get("restartCount") or 0),
                 str(last),
+                message=str(waiting.get("message") or ""),
             )
     done = sum(1 for cs in inits if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0)
     if inits and done < len(inits):

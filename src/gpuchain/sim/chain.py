@@ -14,11 +14,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from gpuchain.common.labels import MIG_CAPABLE
+from gpuchain.common.labels import GPU_PRESENT, MIG_CAPABLE
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
+from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, RECOGNISED_RUNTIMES, Distribution
 from gpuchain.doctor.placement import tolerates
 from gpuchain.gpu.model import Inventory
 from gpuchain.gpu.sim import SimBackend
@@ -32,13 +33,14 @@ from gpuchain.operator.operands import (
     DRIVER,
     GFD,
     MIG_MANAGER,
+    OPERANDS,
     TOOLKIT,
     Operand,
     enabled,
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.sim.scenario import NodeGroup, Scenario
-from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS
+from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS, operand_image
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
 CUDA_OF_BRANCH = {
@@ -70,6 +72,14 @@ CONFIG_MISSING = "config-missing"
 MIG_INVALID = "mig-invalid"  # MIG layout does not fit mig.strategy=single: the plugin refuses to start
 NO_NVML = "no-nvml"  # the plugin runs without the NVIDIA runtime: NVML not found, announces nothing
 DOWN = "down"
+SECURE_BOOT = "secure-boot"  # the driver container built nvidia.ko, the kernel refuses an unsigned module
+SOCKET_MISSING = "socket-missing"  # the toolkit signals a containerd socket this node does not have
+INOTIFY = "inotify"  # the device plugin cannot create its FS watcher: inotify instances used up
+IMAGE_MISSING = "image-missing"  # the image reference does not exist: ImagePullBackOff
+#: Operand states whose pod crash-loops with the log that says why.
+CRASHING = frozenset(
+    {KERNEL_MISMATCH, HOST_CONFLICT, CONFIG_MISSING, DOWN, MIG_INVALID, SECURE_BOOT, SOCKET_MISSING, INOTIFY}
+)
 
 
 @dataclass(frozen=True)
@@ -93,15 +103,20 @@ class NodePlan:
     lost: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)  #: feature-discovery labels (may be stale)
     mig_misfit: str = ""  #: why the MIG layout does not fit the strategy, when it does not
+    registered: bool = True  #: the kubelet keeps the plugin's registration (False: capacity reads 0)
+    images: dict[str, str] = field(default_factory=dict)  #: operand state -> image reference its pod runs
 
     @property
     def capacity(self) -> dict[str, int]:
-        """Extended resources the kubelet reports: every announced device, healthy or not."""
-        return {r.name: len(r.devices) for r in self.resources}
+        """Extended resources the kubelet reports: every announced device, healthy or not (0 once the
+        kubelet dropped the plugin's registration)."""
+        return {r.name: len(r.devices) if self.registered else 0 for r in self.resources}
 
     @property
     def allocatable(self) -> dict[str, int]:
         """Healthy devices: the ones not on a GPU that fell off the bus."""
+        if not self.registered:
+            return {r.name: 0 for r in self.resources}
         return {r.name: sum(d.gpu_index not in self.lost for d in r.devices) for r in self.resources}
 
     def deployed(self, operand: Operand) -> bool:
@@ -135,6 +150,10 @@ def policy_of(scenario: Scenario) -> ClusterPolicySpec:
     if scenario.stack in HOST_STACKS:
         # The node image brings driver and runtime; only the device plugin is deployed.
         for key in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager"):
+            spec[key] = {**dict(spec.get(key) or {}), "enabled": False}
+    if scenario.stack == "none":
+        # Nothing is installed: no operand of any link runs.
+        for key in ("driver", "toolkit", "validator", "devicePlugin", "dcgmExporter", "gfd", "migManager"):
             spec[key] = {**dict(spec.get(key) or {}), "enabled": False}
     if scenario.device_plugin_configs:
         dp = dict(spec.get("devicePlugin") or {})
@@ -237,15 +256,30 @@ def _off(
     return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted or tainted
 
 
+def toolkit_socket(policy: ClusterPolicySpec) -> str:
+    """The containerd socket NVIDIA's toolkit signals: its CONTAINERD_SOCKET (or RUNTIME_SOCKET) env,
+    else containerd's default."""
+    env = {e.name: e.value for e in policy.toolkit.env}
+    return env.get("CONTAINERD_SOCKET") or env.get("RUNTIME_SOCKET") or KUBEADM.containerd_socket
+
+
+def distribution(group: NodeGroup) -> Distribution:
+    """The node's distribution (where its containerd listens)."""
+    return next(d for d in DISTRIBUTIONS if d.name == group.distribution)
+
+
 def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
     """Derive every link's state on node ``name`` from the facts of its group."""
     opted = frozenset(group.opt_out)
     if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
-    # A taint the DaemonSets do not tolerate, or (operator stacks) no NFD label to select on.
+    # A taint the DaemonSets do not tolerate, or (operator stacks) no GPU label to select on: NFD's
+    # PCI label, or nvidia.com/gpu.present set by hand.
     tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None or (
-        scenario.stack not in HOST_STACKS and not group.nfd
+        scenario.stack not in HOST_STACKS and not group.nfd and group.labels.get(GPU_PRESENT) != "true"
     )
+    images = {op.state: operand_image(scenario.stack, scenario.policy, policy, op) for op in OPERANDS}
+    missing = {state for state, ref in images.items() if ref in scenario.missing_images}
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
     paused = frozenset(("device-plugin", "gpu-feature-discovery", "dcgm-exporter")) if pausing else frozenset()
@@ -254,10 +288,14 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     container = not _off(policy, group, DRIVER, opted, tainted)
     if not group.gpu:
         driver, version = OFF, None
+    elif container and DRIVER.state in missing:
+        driver, version = IMAGE_MISSING, None
     elif container and group.host_driver:
         driver, version = HOST_CONFLICT, group.host_driver
     elif container and scenario.driver_builds is not None and group.kernel not in scenario.driver_builds:
         driver, version = KERNEL_MISMATCH, None
+    elif container and group.secure_boot:
+        driver, version = SECURE_BOOT, None
     elif container:
         driver, version = OK, group.driver_version or policy.driver.version
     elif group.host_driver:
@@ -271,6 +309,14 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         toolkit = OFF
     elif not driver_ok:
         toolkit = BLOCKED
+    elif TOOLKIT.state in missing:
+        toolkit = IMAGE_MISSING
+    elif toolkit_socket(policy) != distribution(group).containerd_socket:
+        # NVIDIA/gpu-operator#406: it writes the config, cannot signal containerd, and exits.
+        toolkit = SOCKET_MISSING
+    elif group.container_runtime and group.container_runtime.partition("://")[0] not in RECOGNISED_RUNTIMES:
+        # A runtime the toolkit cannot configure: the nvidia handler never appears in it.
+        toolkit = RUNTIME_MISSING
     else:
         toolkit = OK if group.runtime_configured else RUNTIME_MISSING
     runtime_ok = driver_ok and (toolkit == OK or (toolkit == OFF and group.runtime_configured))
@@ -280,6 +326,8 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
             return OFF
         if operand.deploy in paused:
             return LINK_PAUSED
+        if runtime_ok and operand.state in missing:
+            return IMAGE_MISSING
         return OK if runtime_ok else BLOCKED
 
     # 3. device plugin, 4. GFD / exporter / MIG manager
@@ -291,6 +339,8 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     dp_config = plugin_config(scenario, policy, key)
     if plugin == OK and dp_config is None:
         plugin = CONFIG_MISSING
+    if plugin == OK and group.inotify_exhausted:
+        plugin = INOTIFY
     gfd = above(GFD)
     exporter = above(DCGM_EXPORTER)
     if exporter == OK and group.exporter_down:
@@ -306,7 +356,10 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
             # As NVIDIA's plugin: a MIG layout that does not fit strategy single stops it.
             plugin, mig_misfit = MIG_INVALID, str(exc)
     labels: dict[str, str] = {}
-    if gfd in (OK, LINK_PAUSED) and inventory is not None:
+    # NVIDIA's GFD hands its labels to Node Feature Discovery (a features.d file or a NodeFeature
+    # object): without NFD on the node they never reach it. gpuchain's GFD can patch the node itself.
+    through_nfd = scenario.stack != "gpuchain"
+    if gfd in (OK, LINK_PAUSED) and inventory is not None and (group.nfd or not through_nfd):
         gfd_config = dp_config or DevicePluginConfig()
         try:
             labels = gfd_labels(inventory, gfd_config)
@@ -333,4 +386,6 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         lost=lost,
         labels=labels,
         mig_misfit=mig_misfit,
+        registered=not (group.registration_lost and plugin == OK),
+        images=images,
     )

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, DEVICE_PLUGIN_CONFIG, MIG_CONFIG, MIG_CONFIG_STATE
-from gpuchain.doctor.model import Fix, FixOp
-from gpuchain.kube import Cluster
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, POD, Cluster
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
 from gpuchain.sim.scenario import MigFacts, NodeGroup, Scenario
 
 
@@ -61,6 +62,16 @@ def _label(group: NodeGroup, key: str, value: str | None) -> dict[str, Any]:
 
 def _node_fact(group: NodeGroup, fact: str) -> dict[str, Any]:
     name, _, value = fact.partition(":")
+    if name == "secure-boot":
+        return {"secure_boot": False}
+    if name == "inotify":
+        return {"inotify_exhausted": False}
+    if name == "registration":
+        return {"registration_lost": False}
+    if name == "node-problem":
+        return {"node_problems": [p for p in group.node_problems if p != value]}
+    if name == "runtime-version":
+        return {"container_runtime": value}
     if name == "runtime":
         return {"runtime_configured": True}
     if name == "dev-char":
@@ -79,7 +90,10 @@ def _node_fact(group: NodeGroup, fact: str) -> dict[str, Any]:
 
 
 def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
-    """The scenario after ``fix``; UnsupportedFix when the simulator has no fact for it."""
+    """The scenario after ``fix``; UnsupportedFix when the simulator has no fact for it (or the fix
+    says why it cannot be simulated, ``NOT_SIMULATED``)."""
+    if NOT_SIMULATED in fix.changes:
+        raise UnsupportedFix(str(fix.changes[NOT_SIMULATED]))
     if fix.op is FixOp.PATCH_POLICY:
         spec = dict(fix.changes.get("spec") or {})
         update: dict[str, Any] = {}
@@ -93,6 +107,13 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
             spec = {**spec, "dcgmExporter": rest} if rest else {k: v for k, v in spec.items() if k != "dcgmExporter"}
         update["policy"] = _merge(scenario.policy, spec)
         return scenario.model_copy(update=update)
+    if fix.op is FixOp.DELETE and fix.changes.get("kind") == "Pod":
+        # The DaemonSet starts a new pod on the same node: what the old one held is gone.
+        pod = str(fix.changes.get("name", ""))
+        node = next((n for n in _pod_nodes(scenario, pod)), None)
+        if node is None:
+            raise UnsupportedFix(f"no operand pod {pod!r} in scenario {scenario.name!r}")
+        fix = Fix(FixOp.NODE, node, {"fact": fix.changes.get("fact", "")})
     if fix.op in (FixOp.LABEL_NODE, FixOp.NODE, FixOp.HARDWARE):
         index = _group_of(scenario, fix.target)
         group = scenario.nodes[index]
@@ -105,13 +126,46 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
         return scenario.model_copy(update={"nodes": nodes})
     if fix.op is FixOp.INSTALL and fix.changes.get("fact") == "nfd":
         return scenario.model_copy(update={"nodes": [g.model_copy(update={"nfd": True}) for g in scenario.nodes]})
+    if fix.op is FixOp.INSTALL and fix.changes.get("fact") == "policy":
+        # The chart renders the ClusterPolicy from its values again: the scenario's policy.
+        return scenario.model_copy(update={"policy_deleted": False})
+    if fix.op is FixOp.INSTALL and str(fix.changes.get("fact", "")).startswith("stack:"):
+        stack = str(fix.changes["fact"]).removeprefix("stack:")
+        return scenario.model_copy(update={"stack": stack, "namespace": str(fix.changes.get("namespace"))})
     raise UnsupportedFix(f"{fix.op.value} fixes are not simulated")
 
 
+def _pod_nodes(scenario: Scenario, pod: str) -> list[str]:
+    """The node an operand pod of the built scenario runs on (pods are named per node)."""
+    from gpuchain.sim.build import build
+
+    sim = build(scenario)
+    return [
+        str(p["spec"].get("nodeName"))
+        for p in sim.cluster.list(POD)
+        if p["metadata"]["name"] == pod and p["spec"].get("nodeName")
+    ]
+
+
 def apply_to_cluster(cluster: Cluster, fix: Fix) -> None:
-    """Apply a fix that is an object to create (``FixOp.CREATE``) to a simulated cluster, as
-    ``kubectl create -f`` would: the change lands on the API, not on a node fact. Other ops change
-    facts (`apply_fix`); UnsupportedFix names them."""
-    if fix.op is not FixOp.CREATE:
+    """Apply a fix that changes API objects to a simulated cluster, as kubectl would: create an object
+    (``kubectl apply -f``), merge-patch the ClusterPolicy, delete an object. The change lands on
+    the API, not on a node fact; other ops change facts (`apply_fix`) and UnsupportedFix names them."""
+    if fix.op is FixOp.CREATE:
+        cluster.create(dict(fix.changes))
+    elif fix.op is FixOp.PATCH_POLICY:
+        kind = next(
+            (k for k in (CLUSTER_POLICY, NVIDIA_CLUSTER_POLICY) if cluster.get_or_none(k, fix.target) is not None),
+            None,
+        )
+        if kind is None:
+            raise UnsupportedFix(f"no ClusterPolicy {fix.target!r} in the cluster")
+        cluster.patch(kind, fix.target, dict(fix.changes))
+    elif fix.op is FixOp.DELETE:
+        ch = fix.changes
+        kind = {"Pod": POD, "DaemonSet": DAEMONSET}.get(str(ch.get("kind")))
+        if kind is None:
+            raise UnsupportedFix(f"deleting a {ch.get('kind')} is not simulated")
+        cluster.delete(kind, str(ch["name"]), str(ch["namespace"]))
+    else:
         raise UnsupportedFix(f"{fix.op.value} fixes change scenario facts: use apply_fix")
-    cluster.create(dict(fix.changes))

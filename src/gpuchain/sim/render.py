@@ -11,6 +11,7 @@ device plugin's resources in capacity/allocatable; GFD's labels are on the node.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,6 +179,16 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                 "Stopping NVIDIA persistence daemon...\nUnloading NVIDIA driver kernel modules...\n"
                 "Unmounting NVIDIA driver rootfs..."
             )
+        if plan.driver == chain.SECURE_BOOT:
+            # The driver container's lines on a Secure Boot node, as quoted in NVIDIA/gpu-operator#266.
+            return (
+                "========== NVIDIA Software Installer ==========\n\n"
+                f"Starting installation of NVIDIA driver version {policy.driver.version} for Linux kernel version "
+                f"{g.kernel}\n\nBuilding kernel modules\n  : [##############################] 100%\n\n"
+                "ERROR: The kernel module failed to load, because it was not signed by a key that is trusted by the "
+                "kernel. Please try installing the driver again, and sign the kernel module when prompted to do so.\n\n"
+                "ERROR: Unable to load the kernel module 'nvidia.ko'."
+            )
         if plan.driver == chain.HOST_CONFLICT:
             # As quoted in NVIDIA/gpu-operator#126.
             return (
@@ -194,6 +205,26 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
             "Mounting NVIDIA driver rootfs...\nDone, now waiting for signal"
         )
     if operand is TOOLKIT:
+        if plan.toolkit == chain.SOCKET_MISSING:
+            # NVIDIA's toolkit on a node whose containerd listens elsewhere (k3s, RKE2), as quoted in
+            # NVIDIA/gpu-operator#522 and #406: it writes the config, cannot signal containerd, exits.
+            sock = "/runtime/sock-dir/containerd.sock"
+            dial = f"unable to dial: dial unix {sock}: connect: no such file or directory"
+            return "\n".join(
+                [
+                    f'time="{STAMP}" level=info msg="Starting \'setup\' for containerd"',
+                    *(
+                        f'time="{STAMP}" level=warning msg="Error signaling containerd, attempt {i}/6: {dial}"'
+                        for i in range(1, 7)
+                    ),
+                    f'time="{STAMP}" level=warning msg="Max retries reached 6/6, aborting"',
+                    f'time="{STAMP}" level=fatal msg="Error: unable to restart containerd: unable to signal '
+                    f'containerd: {dial}"',
+                    f'time="{STAMP}" level=info msg="Shutting Down"',
+                    f'time="{STAMP}" level=error msg="error running nvidia-toolkit: unable to setup runtime: error '
+                    'running containerd command: exit status 1"',
+                ]
+            )
         # NVIDIA's toolkit installer (NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk-installer) logs the
         # same lines whether or not containerd reads the file it wrote: on a node whose containerd
         # reads another config (chain.RUNTIME_MISSING) the log shows nothing wrong; the kubelet's
@@ -223,6 +254,9 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
                     else "at least one device with migEnabled=true was not configured correctly"
                 )
             )
+        if plan.plugin == chain.INOTIFY:
+            # NVIDIA's plugin when the node's inotify instances are used up (NVIDIA/gpu-operator#441).
+            return "Starting FS watcher.\nError: failed to create FS watcher: too many open files"
         if plan.plugin == chain.NO_NVML:
             # As quoted in NVIDIA/k8s-device-plugin#478 (v0.14, failOnInitError false).
             return (
@@ -274,6 +308,14 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
             [_waiting(n, "PodInitializing") for n in mains],
             ip,
         )
+    elif operand is VALIDATOR and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
+        # driver validated; toolkit-validation waits for the toolkit's ready file.
+        status = _status(
+            "Pending",
+            [_done(inits[0]), _running(inits[1], ready=False), *(_waiting(n, "PodInitializing") for n in inits[2:])],
+            [_waiting(n, "PodInitializing") for n in mains],
+            ip,
+        )
     elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
         status = _status(
             "Pending",
@@ -281,7 +323,11 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
             [_waiting(n, "ContainerCreating") for n in mains],
             ip,
         )
-    elif state in (chain.KERNEL_MISMATCH, chain.HOST_CONFLICT, chain.CONFIG_MISSING, chain.DOWN, chain.MIG_INVALID):
+    elif state == chain.IMAGE_MISSING:
+        # The kubelet cannot pull the image (containerd answers NotFound): ImagePullBackOff.
+        pulling = _waiting(mains[0], "ImagePullBackOff", f'Back-off pulling image "{spec["containers"][0]["image"]}"')
+        status = _status("Pending", [_done(n) for n in inits], [pulling], ip)
+    elif state in chain.CRASHING:
         status = _status("Running", [_done(n) for n in inits], [_crashloop(mains[0], log)], ip)
     elif operand is VALIDATOR and plan.plugin != chain.OK:
         # driver, toolkit and cuda validated; plugin-validation polls node capacity forever.
@@ -350,9 +396,13 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
         taints = [*taints, *(dict(t) for t in g.taints)]
         if taints:
             spec["taints"] = taints
+    conditions, problem_taints = node_conditions(g.node_problems)
+    if problem_taints:
+        spec["taints"] = [*spec.get("taints", []), *problem_taints]
     meta: dict[str, Any] = {"name": plan.name, "labels": labels}
     if g.mig is not None and g.mig.reason:
         meta["annotations"] = {MIG_CONFIG_STATE_REASON: g.mig.reason}
+    runtime, kubelet = NODE_VERSIONS[g.distribution]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -361,17 +411,94 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "conditions": conditions,
             "nodeInfo": {
                 "kernelVersion": g.kernel,
                 "osImage": g.os_image,
-                "containerRuntimeVersion": "containerd://1.7.13",
-                "kubeletVersion": "v1.36.0",
+                "containerRuntimeVersion": g.container_runtime or runtime,
+                "kubeletVersion": kubelet,
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },
         },
     }
+
+
+#: (containerRuntimeVersion, kubeletVersion) each distribution reports: k3s and RKE2 ship their
+#: own containerd build and mark both versions (``+k3s1``, ``+rke2r1``).
+NODE_VERSIONS = {
+    "kubeadm": ("containerd://1.7.13", "v1.36.0"),
+    "k3s": ("containerd://1.7.20-k3s1", "v1.36.0+k3s1"),
+    "rke2": ("containerd://1.7.20-k3s1", "v1.36.0+rke2r1"),
+}
+#: What the kubelet writes for each problem (kubernetes/kubernetes pkg/kubelet/nodestatus/setters.go;
+#: the node lifecycle controller's NodeStatusUnknown; the cloud route controller's NoRouteCreated),
+#: and the taint TaintNodesByCondition adds for it (k8s.io/api/core/v1 well_known_taints.go).
+PROBLEM_CONDITIONS: dict[str, tuple[dict[str, str], list[dict[str, str]]]] = {
+    "kubelet-stopped": (
+        {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+        },
+        [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+        ],
+    ),
+    "memory-pressure": (
+        {
+            "type": "MemoryPressure",
+            "status": "True",
+            "reason": "KubeletHasInsufficientMemory",
+            "message": "kubelet has insufficient memory available",
+        },
+        [{"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}],
+    ),
+    "disk-pressure": (
+        {
+            "type": "DiskPressure",
+            "status": "True",
+            "reason": "KubeletHasDiskPressure",
+            "message": "kubelet has disk pressure",
+        },
+        [{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}],
+    ),
+    "pid-pressure": (
+        {
+            "type": "PIDPressure",
+            "status": "True",
+            "reason": "KubeletHasInsufficientPID",
+            "message": "kubelet has insufficient PID available",
+        },
+        [{"key": "node.kubernetes.io/pid-pressure", "effect": "NoSchedule"}],
+    ),
+    "network-unavailable": (
+        {
+            "type": "NetworkUnavailable",
+            "status": "True",
+            "reason": "NoRouteCreated",
+            "message": "RouteController failed to create a route",
+        },
+        [{"key": "node.kubernetes.io/network-unavailable", "effect": "NoSchedule"}],
+    ),
+}
+
+
+def node_conditions(problems: Iterable[str]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The node's conditions (Ready first) and the taints its problems add."""
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+    conditions = [ready]
+    taints: list[dict[str, str]] = []
+    for problem in problems:
+        condition, added = PROBLEM_CONDITIONS[problem]
+        if condition["type"] == "Ready":
+            conditions[0] = dict(condition)
+        else:
+            conditions.append(dict(condition))
+        taints += [dict(t) for t in added]
+    return conditions, taints
 
 
 def _event(namespace: str, involved: Obj, reason: str, message: str, component: str, n: int) -> Obj:
@@ -428,8 +555,15 @@ def _workload_pod(namespace: str, name: str, resource: str, gpus: int, visible: 
 
 def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -> list[Obj]:
     """First-fit scheduling on capacity as it was before any GPU fell off the bus."""
+    # A node whose kubelet dropped the plugin offers nothing; one under a problem taint takes no new pod.
     free: dict[str, dict[str, list[str]]] = {
-        p.name: {r.name: [d.id for d in r.devices] for r in p.resources} for p in plans
+        p.name: {r.name: [d.id for d in r.devices] for r in p.resources}
+        if p.registered and not p.group.node_problems
+        else {}
+        for p in plans
+    }
+    tainted = {
+        p.name: PROBLEM_CONDITIONS[p.group.node_problems[0]][1][0]["key"] for p in plans if p.group.node_problems
     }
     gpu_of = {p.name: {d.id: d.gpu_index for r in p.resources for d in r.devices} for p in plans}
     lost = {p.name: p.lost for p in plans}
@@ -449,8 +583,17 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
             candidates = [w.node] if w.node else [p.name for p in plans]
             node = next((n for n in candidates if len(free[n].get(w.resource, [])) >= w.gpus), None)
             if node is None:
-                short = sum(len(free[p.name].get(w.resource, [])) < w.gpus for p in plans)
-                message = f"0/{len(plans)} nodes are available: {short} Insufficient {w.resource}."
+                # The scheduler's message: untolerated taints first, then the resource (k8s scheduler's
+                # "0/N nodes are available: ..." with its reasons counted).
+                reasons = Counter(
+                    f"node(s) had untolerated taint {{{tainted[p.name]}: }}"
+                    if p.name in tainted
+                    else f"Insufficient {w.resource}"
+                    for p in plans
+                    if p.name in tainted or len(free[p.name].get(w.resource, [])) < w.gpus
+                )
+                detail = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+                message = f"0/{len(plans)} nodes are available: {detail}."
                 pod["status"] = {
                     "phase": "Pending",
                     "conditions": [
@@ -500,8 +643,10 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     stack = scenario.stack
     ns = namespace_for(stack, scenario.namespace)
     facts = Facts(ns, scenario.policy_name)
-    wanted = desired(policy, facts)
-    out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # No stack installed: the GPU nodes and the workloads, nothing of any operator.
+    wanted = desired(policy, facts) if stack != "none" else []
+    if stack != "none":
+        out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     others = [o for o in wanted if o["kind"] != "DaemonSet"]
     if stack in HOST_STACKS:
         others = [o for o in others if o["kind"] not in ("RuntimeClass", "ServiceAccount")]
@@ -519,9 +664,17 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     out.objects += nodes
     by_operand: dict[str, list[Obj]] = {}
     by_name = {o.name: o for o in OPERANDS}
+    # Every node of a scenario runs the same images (they come from the policy), so the first plan says.
+    images = plans[0].images if plans else {}
     daemonsets = {
-        name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d) for d in wanted if d["kind"] == "DaemonSet"
+        name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d, images.get(by_name[name_of(d)].state, ""))
+        for d in wanted
+        if d["kind"] == "DaemonSet"
     }
+    if scenario.policy_deleted:
+        # kubectl delete --cascade=orphan: the DaemonSets lose their owner and keep running.
+        for d in daemonsets.values():
+            d["metadata"].pop("ownerReferences", None)
     events: list[Obj] = []
     taken: set[str] = set()
     for op in OPERANDS:
@@ -544,6 +697,20 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             container = pod["spec"]["containers"][0]["name"]
             if log:
                 out.logs[(ns, name_of(pod), container)] = log
+            if plan.state_of(op) == chain.IMAGE_MISSING:
+                ref = pod["spec"]["containers"][0]["image"]
+                # containerd's answer for a tag the registry does not have, as the kubelet's Event shows it.
+                events.append(
+                    _event(
+                        ns,
+                        pod,
+                        "Failed",
+                        f'Failed to pull image "{ref}": rpc error: code = NotFound desc = failed to pull and unpack '
+                        f'image "{ref}": failed to resolve reference "{ref}": {ref}: not found',
+                        "kubelet",
+                        len(events),
+                    )
+                )
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
                 events.append(
                     _event(
@@ -584,7 +751,7 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                 events.append(event)
     out.objects += events
     api = policy_api(stack)
-    if api is not None:
+    if api is not None and not scenario.policy_deleted:
         pods = [p for ps in by_operand.values() for p in ps]
         obj = {**_policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api}
         if api != "gpuchain.io/v1":

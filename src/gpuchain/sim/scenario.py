@@ -14,7 +14,7 @@ import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -27,6 +27,9 @@ from gpuchain.operator.operands import OPERANDS
 from gpuchain.operator.policy import parse_policy
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+#: Node problems the kubelet (or the node lifecycle controller) reports as conditions and taints.
+NodeProblem = Literal["kubelet-stopped", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"]
+NODE_PROBLEMS: tuple[str, ...] = get_args(NodeProblem)
 #: Suffixes allowed after ``nvidia.com/gpu.deploy.`` in ``optOut`` ("operands" means all of them).
 OPT_OUT_KEYS = ("operands", *(o.deploy for o in OPERANDS))
 
@@ -97,6 +100,33 @@ class NodeGroup(_Strict):
         alias="staleAllocations",
         description="the kubelet's device manager still counts GPUs of deleted pods as allocated "
         "(kubernetes/kubernetes#130145): GPU pods placed here fail admission",
+    )
+    distribution: Literal["kubeadm", "k3s", "rke2"] = Field(
+        "kubeadm", description="the Kubernetes distribution: where its containerd keeps socket and config"
+    )
+    container_runtime: str | None = Field(
+        None,
+        alias="containerRuntime",
+        description="status.nodeInfo.containerRuntimeVersion (default: the distribution's containerd)",
+    )
+    secure_boot: bool = Field(
+        False, alias="secureBoot", description="UEFI Secure Boot on: the kernel loads only signed modules"
+    )
+    inotify_exhausted: bool = Field(
+        False,
+        alias="inotifyExhausted",
+        description="fs.inotify.max_user_instances is used up on the node (NVIDIA/gpu-operator#441)",
+    )
+    registration_lost: bool = Field(
+        False,
+        alias="registrationLost",
+        description="the kubelet dropped the running device plugin's registration: capacity reads 0 "
+        "(NVIDIA/k8s-device-plugin#1228)",
+    )
+    node_problems: list[NodeProblem] = Field(
+        default_factory=list,
+        alias="nodeProblems",
+        description="what the kubelet reports on the node: " + ", ".join(NODE_PROBLEMS),
     )
 
     @field_validator("name")
@@ -176,8 +206,10 @@ class Scenario(_Strict):
     """A whole simulated cluster: nodes, operator settings, workloads and what the doctor should say."""
 
     name: str
-    stack: Literal["gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke"] = Field(
-        "gpuchain", description="which GPU stack the cluster runs; the simulator renders its object names"
+    stack: Literal["gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke", "none"] = Field(
+        "gpuchain",
+        description="which GPU stack the cluster runs; the simulator renders its object names "
+        "(none: GPU nodes and no stack installed)",
     )
     source: str = Field(
         "",
@@ -193,6 +225,17 @@ class Scenario(_Strict):
     namespace: str = "gpu-operator"
     policy_name: str = Field("cluster-policy", alias="policyName")
     policy: dict[str, Any] = Field(default_factory=dict, description="ClusterPolicy spec, NVIDIA keys")
+    policy_deleted: bool = Field(
+        False,
+        alias="policyDeleted",
+        description="the ClusterPolicy was deleted and its operand DaemonSets orphaned (they run, nothing "
+        "reconciles them)",
+    )
+    missing_images: list[str] = Field(
+        default_factory=list,
+        alias="missingImages",
+        description="image references the registry does not have (a mistyped version in the policy)",
+    )
     driver_builds: list[str] | None = Field(
         None, alias="driverBuilds", description="kernels the driver image has a build for (None: every kernel)"
     )

@@ -18,8 +18,10 @@ from gpuchain.doctor.stacks import device_plugin as dp_stack
 from gpuchain.doctor.stacks import gke as gke_stack
 from gpuchain.doctor.stacks import gpu_operator as op_stack
 from gpuchain.kube.objects import Obj
+from gpuchain.operator.operands import Operand, image_of
+from gpuchain.operator.policy import ClusterPolicySpec
 
-STACKS = ("gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke")
+STACKS = ("gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke", "none")
 #: Stacks whose nodes come with the driver and the NVIDIA runtime from their image.
 HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
 #: What NVIDIA's standalone plugin manifest and GKE's plugin tolerate.
@@ -53,6 +55,19 @@ CLOUD_NODE: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
+def operand_image(stack: str, raw_policy: dict[str, Any], policy: ClusterPolicySpec, operand: Operand) -> str:
+    """The image reference the operand's pods run on this stack: gpuchain's from its policy; NVIDIA's
+    own image for the GPU Operator (and the standalone plugin), with the tag a policy ``version``
+    overrides."""
+    if stack == "gpuchain":
+        return image_of(policy, operand).image_ref()
+    default = NVIDIA_IMAGES.get(operand.state, "")
+    version = str((raw_policy.get(operand.spec_key) or {}).get("version") or "")
+    if not default or not version or stack != "gpu-operator":
+        return default
+    return f"{default.rpartition(':')[0]}:{version}"
+
+
 def namespace_for(stack: str, scenario_namespace: str) -> str:
     """Where the stack's DaemonSets live."""
     return "kube-system" if stack in HOST_STACKS else scenario_namespace
@@ -70,8 +85,9 @@ def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> Non
         main["image"] = image
 
 
-def restyle_daemonset(stack: str, state: str, ds: Obj) -> Obj:
-    """The operand's DaemonSet as ``stack`` names it (gpuchain's own is returned unchanged)."""
+def restyle_daemonset(stack: str, state: str, ds: Obj, image: str = "") -> Obj:
+    """The operand's DaemonSet as ``stack`` names it (gpuchain's own is returned unchanged);
+    ``image``: the reference its container runs (default: NVIDIA's released image)."""
     if stack == "gpuchain":
         return ds
     ds = copy.deepcopy(ds)
@@ -80,7 +96,7 @@ def restyle_daemonset(stack: str, state: str, ds: Obj) -> Obj:
     if stack == "gpu-operator":
         labels = {k: v for k, v in meta.get("labels", {}).items() if not k.startswith("app.kubernetes.io/")}
         meta["labels"] = {**labels, "app.kubernetes.io/part-of": "gpu-operator"}
-        _rename_container(spec, op_stack.CONTAINERS[state], NVIDIA_IMAGES.get(state))
+        _rename_container(spec, op_stack.CONTAINERS[state], image or NVIDIA_IMAGES.get(state))
         meta.pop("ownerReferences", None)
         return ds
     if stack == "gke":

@@ -107,13 +107,17 @@ class Stack:
         if fix.op is FixOp.CREATE:
             return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.NODE and ch.get("drain") is False:
-            return f"on node {fix.target}: {ch['action']}"
+            return f"on node {fix.target} (outside the cluster): {ch['action']}"
         if fix.op is FixOp.NODE:
             drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
-            return f"{drain}; then on the node: {ch['action']}"
+            return f"{drain}; then on the node (outside the cluster): {ch['action']}"
         if fix.op is FixOp.HARDWARE:
             return f"hardware, no command fixes it: {ch['action']}"
-        return f"helm install {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace"
+        if fix.op is FixOp.DELETE:
+            return f"kubectl -n {ch['namespace']} delete {str(ch['kind']).lower()} {ch['name']}"
+        verb = "upgrade --install" if ch.get("upgrade") else "install"
+        flags = f" {ch['flags']}" if ch.get("flags") else ""
+        return f"helm {verb} {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace{flags}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``doctor -o json``)."""

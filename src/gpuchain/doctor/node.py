@@ -1,0 +1,256 @@
+"""The node under the chain: conditions that keep GPU pods off it, its container runtime, and
+which Kubernetes distribution runs it (where its containerd keeps its socket and config).
+
+Every link of the chain is a pod on the node, so a node that is not Ready, or under memory, disk
+or PID pressure, or without a network, breaks them all at once; these are checked before the
+chain and, when they hold, are the node's root cause. Conditions and taints are read as the
+kubelet and the node lifecycle controller write them (kubernetes/kubernetes
+``pkg/kubelet/nodestatus/setters.go``, ``pkg/controller/nodelifecycle``; taint keys from
+``k8s.io/api/core/v1/well_known_taints.go``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
+from gpuchain.kube.objects import Obj
+
+#: Node conditions other than Ready that block new pods, with the taint the node lifecycle
+#: controller adds for each (TaintNodesByCondition) and what the kubelet does under it.
+PRESSURE = {
+    "MemoryPressure": ("node.kubernetes.io/memory-pressure", "the kubelet evicts pods to reclaim memory"),
+    "DiskPressure": ("node.kubernetes.io/disk-pressure", "the kubelet evicts pods and deletes images to free disk"),
+    "PIDPressure": ("node.kubernetes.io/pid-pressure", "the kubelet evicts pods to free process IDs"),
+}
+NETWORK_UNAVAILABLE = ("NetworkUnavailable", "node.kubernetes.io/network-unavailable")
+#: Ready=False / Unknown: the taints the node lifecycle controller adds.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+#: Container runtimes NVIDIA's GPU Operator can configure, by the scheme of
+#: ``status.nodeInfo.containerRuntimeVersion`` (NVIDIA/gpu-operator controllers/state_manager.go
+#: getRuntimeString at a22dbf6: anything else is "runtime not recognized").
+RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
+#: containerd injects CDI devices from 1.7.0 on (containerd v1.7.0-rc.0 release notes, as quoted in
+#: canonical/k8s-snap#2388); NVIDIA's GPU Operator relies on it once ``cdi.enabled`` is on (the
+#: default from v25.10.0), so a GPU pod on an older containerd gets no GPU.
+CDI_CONTAINERD = (1, 7, 0)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Where a distribution's containerd keeps its socket and config (the toolkit must be told)."""
+
+    name: str
+    marker: str  #: what ``status.nodeInfo.kubeletVersion`` carries, e.g. ``+k3s1``
+    containerd_config: str
+    containerd_socket: str
+
+
+#: NVIDIA's toolkit writes /etc/containerd/config.toml and signals /run/containerd/containerd.sock
+#: unless told otherwise (NVIDIA/gpu-operator controllers/object_controls.go
+#: DefaultContainerdSocketFile at a22dbf6). k3s and RKE2 run their own containerd elsewhere: the
+#: paths NVIDIA's maintainers give in NVIDIA/gpu-operator#406 and controllers/transforms_test.go,
+#: RKE2's data dir /var/lib/rancher/rke2 and socket per docs.rke2.io (reference/cli_tools).
+KUBEADM = Distribution("kubeadm", "", "/etc/containerd/config.toml", "/run/containerd/containerd.sock")
+DISTRIBUTIONS = (
+    KUBEADM,
+    Distribution(
+        "k3s", "+k3s", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+    ),
+    Distribution(
+        "rke2", "+rke2", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+    ),
+)
+
+
+def node_info(node: Obj) -> dict[str, str]:
+    """status.nodeInfo (empty when the node never reported)."""
+    return {str(k): str(v) for k, v in (((node.get("status") or {}).get("nodeInfo") or {}).items())}
+
+
+def distribution_of(node: Obj) -> Distribution:
+    """The distribution the node's kubelet version names (kubeadm and the like: the default paths)."""
+    kubelet = node_info(node).get("kubeletVersion", "")
+    return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
+
+
+def runtime_version(node: Obj) -> tuple[int, ...] | None:
+    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable."""
+    raw = node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
+    return tuple(int(g or 0) for g in match.groups()) if match else None
+
+
+def runtime_scheme(node: Obj) -> str:
+    """``containerd`` of ``containerd://1.7.13`` ("" when the node reports none)."""
+    return node_info(node).get("containerRuntimeVersion", "").partition("://")[0]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One node condition that keeps pods off the node, with the taint that goes with it."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    taint: str  #: the taint key present on the node for it ("" if none)
+
+    def describe(self) -> str:
+        """``DiskPressure=True (KubeletHasDiskPressure): kubelet has disk pressure``."""
+        why = f" ({self.reason})" if self.reason else ""
+        return f"condition {self.type}={self.status}{why}: {self.message}".rstrip(": ")
+
+
+def blocking_conditions(node: Obj) -> list[Condition]:
+    """Ready not True, then each pressure or network condition that is True (node status order)."""
+    conditions = {str(c.get("type")): c for c in (node.get("status") or {}).get("conditions") or []}
+    taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+    out = []
+    ready = conditions.get("Ready")
+    if ready is not None and ready.get("status") != "True":
+        taint = next((t for t in NOT_READY_TAINTS if t in taints), "")
+        out.append(_condition(ready, taint))
+    for kind, (taint, _) in PRESSURE.items():
+        c = conditions.get(kind)
+        if c is not None and c.get("status") == "True":
+            out.append(_condition(c, taint if taint in taints else ""))
+    network = conditions.get(NETWORK_UNAVAILABLE[0])
+    if network is not None and network.get("status") == "True":
+        out.append(_condition(network, NETWORK_UNAVAILABLE[1] if NETWORK_UNAVAILABLE[1] in taints else ""))
+    return out
+
+
+def _condition(c: Obj, taint: str) -> Condition:
+    return Condition(
+        str(c.get("type")), str(c.get("status")), str(c.get("reason") or ""), str(c.get("message") or ""), taint
+    )
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+#: What a person does on the node for each condition (nothing in the cluster's objects clears them).
+_ACTIONS = {
+    "Ready": "bring its kubelet back: systemctl status kubelet containerd and journalctl -u kubelet say why it "
+    "stopped; systemctl restart containerd kubelet, or power-cycle the node through its BMC if it does not answer",
+    "MemoryPressure": "free memory on the node: find the pods and processes that use it (kubectl top pods -A "
+    "--sort-by=memory, then on the node ps aux --sort=-rss) and lower their limits or move them",
+    "DiskPressure": "free the node's disk: remove unused images (crictl rmi --prune) and old logs, or grow the "
+    "disk; the kubelet lifts DiskPressure once usage falls below its eviction threshold",
+    "PIDPressure": "find what forks without bound on the node (ps -eLf | wc -l, per pod: kubectl top pods) and "
+    "stop it, or raise the pod PID limit and kernel.pid_max",
+    "NetworkUnavailable": "the node's pod network is not set up: check the CNI pod on this node (kubectl -n "
+    "kube-system get pods -o wide --field-selector spec.nodeName=NODE) and the cloud route for its pod CIDR",
+}
+#: The scenario fact each condition stands for (what the simulator clears when the work is done).
+_FACTS = {
+    "Ready": "kubelet-stopped",
+    "MemoryPressure": "memory-pressure",
+    "DiskPressure": "disk-pressure",
+    "PIDPressure": "pid-pressure",
+    "NetworkUnavailable": "network-unavailable",
+}
+
+
+def check_node(ctx: Context, view: NodeView) -> list[Finding]:
+    """The node's own state under the chain: blocking conditions, then a runtime the toolkit cannot
+    configure. Each finding is a root cause of the node; the work is on the node, outside the cluster."""
+    findings = []
+    for c in blocking_conditions(view.node):
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": _ACTIONS.get(c.type, f"clear {c.type} on the node").replace("NODE", view.name),
+                "fact": f"node-problem:{_FACTS.get(c.type, c.type)}",
+                "drain": False,
+            },
+        )
+        evidence = [c.describe(), f"taint {c.taint}" if c.taint else ""]
+        if c.type == "Ready":
+            fid, cause = (
+                "node.not-ready",
+                f"the node is not Ready ({c.status}): the kubelet is down or cannot reach the API server, so no pod "
+                "on it runs or starts and every link of the chain shows stale state.",
+            )
+        elif c.type == NETWORK_UNAVAILABLE[0]:
+            fid, cause = (
+                "node.network-unavailable",
+                "the node's pod network is not configured (NetworkUnavailable), so pods that need it are kept off "
+                "the node by its taint and GPU workloads cannot start there.",
+            )
+        else:
+            fid, cause = (
+                "node.pressure",
+                f"the kubelet reports {c.type}: new pods are kept off the node by its taint and "
+                f"{PRESSURE[c.type][1]}, GPU pods included, although the GPU chain itself may be healthy.",
+            )
+        findings.append(
+            Finding(
+                fid,
+                Severity.ERROR,
+                "node",
+                cause,
+                tuple(e for e in evidence if e),
+                ctx.stack.render(action),
+                node=view.name,
+                action=action,
+            )
+        )
+    scheme = runtime_scheme(view.node)
+    configures = ctx.policy.toolkit.enabled and not ctx.stack.host_driver
+    if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
+        version = node_info(view.node).get("containerRuntimeVersion", "")
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "run containerd or CRI-O on this node (the runtimes NVIDIA's container toolkit configures)",
+                "fact": "runtime-version:containerd://1.7.13",
+            },
+        )
+        findings.append(
+            Finding(
+                "node.runtime-unsupported",
+                Severity.ERROR,
+                "toolkit",
+                f"the node's container runtime ({scheme}) is not one the container toolkit can configure "
+                f"({', '.join(RECOGNISED_RUNTIMES)}), so the GPU stack cannot give containers GPUs here.",
+                (f"status.nodeInfo.containerRuntimeVersion: {version}",),
+                ctx.stack.render(action),
+                node=view.name,
+                action=action,
+            )
+        )
+    cdi = ((((ctx.policy_obj or {}).get("spec") or {}).get("cdi")) or {}).get("enabled")
+    release = runtime_version(view.node)
+    if (
+        ctx.stack.id == "gpu-operator"
+        and cdi is True
+        and scheme == "containerd"
+        and release
+        and release < CDI_CONTAINERD
+    ):
+        have, need = ".".join(map(str, release)), ".".join(map(str, CDI_CONTAINERD))
+        off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
+        findings.append(
+            Finding(
+                "node.runtime-no-cdi",
+                Severity.ERROR,
+                "toolkit",
+                f"the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and this "
+                f"node's containerd ({have}) predates it ({need}): "
+                "GPU pods here start without their GPUs.",
+                (
+                    f"status.nodeInfo.containerRuntimeVersion: {node_info(view.node).get('containerRuntimeVersion')}",
+                    f"spec.cdi.enabled=true in {ctx.policy_ref}",
+                ),
+                ctx.stack.render(off) + f"   # or upgrade containerd on {view.name} to 1.7 or later",
+                node=view.name,
+                action=off,
+            )
+        )
+    return findings

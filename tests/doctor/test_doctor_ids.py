@@ -1,0 +1,87 @@
+"""Every finding id the doctor can name has a fix that is tested (applied in simulation and
+re-diagnosed, or marked as host work with its reason) and a row in docs/doctor.md.
+
+The ids are read from the doctor's source, so a new id without a scenario, a test or a doc row
+fails here rather than slipping through."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import test_doctor_fixes
+
+from gpuchain.doctor.local import LocalAnswer, local_chain
+from gpuchain.doctor.model import NOT_SIMULATED
+from gpuchain.sim import load_scenario, scenario_names
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFIXES = "stack|policy|nfd|operand|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
+#: Links whose check builds ``f"{link}.not-ready"`` (checks._not_ready and _simple).
+NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
+#: Ids whose scenario is a change made to a built cluster, with the test that applies their fix.
+CLUSTER_TESTS = {
+    "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
+    "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_created_as_the_operator_renders_it",
+    "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
+    "toolkit.runtime-class-missing": "test_the_runtime_class_fix_is_an_object_created_on_the_cluster",
+}
+#: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
+LOCAL = {
+    "library": "driver.nvml-missing",
+    "not-loaded": "driver.not-loaded",
+    "lost": "gpu.lost",
+    "other": "driver.nvml-error",
+}
+
+
+def code_ids() -> set[str]:
+    """Every finding id written in the doctor's source."""
+    ids = {f"{link}.not-ready" for link in NOT_READY_LINKS}
+    for path in (ROOT / "src/gpuchain/doctor").glob("*.py"):
+        ids |= set(re.findall(rf'"((?:{PREFIXES})\.[a-z]+(?:-[a-z]+)*)"', path.read_text()))
+    return ids
+
+
+def test_the_ids_are_found_in_the_source() -> None:
+    ids = code_ids()
+    assert {"stack.missing", "node.pressure", "gpu.lost", "gfd.not-ready", "driver.no-gpus"} <= ids
+    assert not any(i.startswith(("nvidia.", "feature.")) for i in ids)
+
+
+def test_every_id_has_a_tested_fix() -> None:
+    in_scenarios = {fid for name in scenario_names() for fid in load_scenario(name).expect}
+    for fid, test in CLUSTER_TESTS.items():
+        assert callable(getattr(test_doctor_fixes, test, None)), f"{fid}: no test {test}"
+    covered = in_scenarios | set(CLUSTER_TESTS) | set(LOCAL.values()) | {"driver.no-gpus"}
+    missing = sorted(code_ids() - covered)
+    assert not missing, f"finding ids with no scenario or fix test: {missing}"
+    # Only explanations and consequences go without a fix of their own.
+    assert {"device-plugin.mig-resources", "workload.insufficient-gpu"} == test_doctor_fixes.NO_FIX
+
+
+def test_docs_list_every_id_with_cause_evidence_and_fix() -> None:
+    doc = (ROOT / "docs/doctor.md").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z-]+\.[a-z-]+)`[^\n]*", doc, re.M)}
+    missing = sorted(code_ids() - set(rows))
+    assert not missing, f"docs/doctor.md has no row for: {missing}"
+    for fid, row in rows.items():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) >= 5 and all(cells[:5]), f"{fid}: row lacks link, cause, evidence or fix: {row}"
+
+
+@pytest.mark.parametrize(("error", "fid"), sorted(LOCAL.items()))
+def test_local_fixes_are_host_work_marked_not_simulated(error: str, fid: str) -> None:
+    chain = local_chain(LocalAnswer("gpu-1", "6.8.0-40-generic", error=error, message="NVML says so"))
+    f = chain.findings[0]
+    assert f.id == fid and f.action is not None and f.action.outside_cluster
+    assert "host" in f.action.changes[NOT_SIMULATED]
+    assert f.action.changes["action"] in f.fix and not f.fix.startswith(("dmesg", "nvidia-smi -q", "kubectl"))
+
+
+def test_a_node_without_gpus_on_the_bus_is_hardware() -> None:
+    chain = local_chain(LocalAnswer("gpu-1", "6.8.0-40-generic", driver="570.86.15", cuda="12.8", gpus=()))
+    f = chain.findings[0]
+    assert f.id == "driver.no-gpus" and f.fix.startswith("hardware, no command fixes it:")
+    assert f.action is not None and f.action.changes[NOT_SIMULATED]
