@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import sys
@@ -38,6 +39,7 @@ from typing import Any
 
 import grpc
 
+from gpuchain.commands._agent import settled
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.gpu.sim import SimBackend
@@ -97,6 +99,7 @@ async def _plugin_main(conn: Connection, socket_dir: str, config_text: str, layo
     config = parse_config(config_text + "\nhealth: {recoveryQuietSeconds: 0}\n")
     plugin = DevicePlugin(sim, config, socket_dir, env={}, watch_interval=3600, extra_handlers=[handler])
     await plugin.start()
+    settled()  # as `gpuchain device-plugin` does once serving
     res = plugin.resources[0]
     targets = [d.mig_uuid or d.gpu_index for d in res.devices if d.replica in (None, 0)]
 
@@ -262,8 +265,9 @@ async def _measure(name: str, config_text: str, layout: str, calls: int, events:
     )
 
 
-def _print(rows: list[Row]) -> None:
+def _print(rows: list[Row], load: tuple[float, float]) -> None:
     print("Device plugin benchmark (ratios against bare gRPC on the same unix socket, same run)")
+    print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f}")
     print()
     head = f"{'scenario':<17}{'ids':>5}  {'Allocate p50/p99 ms':>21}  {'bare p50/p99 ms':>17}  {'ratio p50/p99':>14}"
     print(head)
@@ -309,15 +313,24 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=None, help="Allocate calls per scenario (default 2000)")
     parser.add_argument("--events", type=int, default=None, help="XIDs per scenario (default 300)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--only", default=None, help="run only the scenarios whose name contains this (e.g. '256'); goals need 8 x 256"
+    )
     args = parser.parse_args()
     calls = args.calls or (200 if args.quick else 2000)
     events = args.events or (40 if args.quick else 300)
-    rows = [asyncio.run(_measure(name, text, layout, calls, events)) for name, (text, layout) in SCENARIOS.items()]
+    load_before = os.getloadavg()[0]
+    rows = [
+        asyncio.run(_measure(name, text, layout, calls, events))
+        for name, (text, layout) in SCENARIOS.items()
+        if args.only is None or args.only in name
+    ]
+    load = (load_before, os.getloadavg()[0])
     if args.json:
-        json.dump([asdict(r) for r in rows], sys.stdout, indent=2)
+        json.dump({"load_average_1m": load, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=2)
         print()
     else:
-        _print(rows)
+        _print(rows, load)
 
 
 if __name__ == "__main__":

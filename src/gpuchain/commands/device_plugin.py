@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from gpuchain.commands._agent import settled, stop_on_signals
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -75,11 +76,11 @@ async def serve(
     # end the process, so one that comes while registering is kept and served once running.
     early_hup: list[str] = []
     loop.add_signal_handler(signal.SIGHUP, lambda: early_hup.append("SIGHUP"))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop.set)
     await plugin.start()
     for res in plugin.resources:
         log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
+    settled()
     follower = ConfigFollower(plugin, source, os.environ, label, watch)
     reloads: list[asyncio.Task[None]] = []
 
@@ -161,9 +162,7 @@ def _node_label(
 async def _idle() -> None:
     """Wait for SIGTERM/SIGINT: a node without GPUs keeps the pod running instead of crash-looping."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop.set)
     await stop.wait()
 
 

@@ -151,6 +151,8 @@ class DevicePlugin:
         self.inventory: Inventory | None = None
         self.resources: list[Resource] = []
         self.servers: dict[str, ResourceServer] = {}
+        self._served: frozenset[str] = frozenset()
+        """The GPUs some served device is on (a recovered GPU not among them is mapped again)."""
         self.registrations: list[Registered] = []
         self.on_event: Callable[[HealthEvent], None] | None = None
         self.on_degraded: Callable[[str], Awaitable[None]] | None = None
@@ -255,6 +257,7 @@ class DevicePlugin:
                 await server.stop(0)
             raise
         self.inventory, self.resources, self.servers = inventory, resources, servers
+        self._served = frozenset(d.gpu_uuid for r in resources for d in r.devices)
         self._registered_with = None
         self._unserved = False
         if degraded != self.degraded:
@@ -358,10 +361,7 @@ class DevicePlugin:
             self.on_event(event)
         if self.health.apply(event, self._clock()):
             self._notify()
-        if event.kind is EventKind.GPU_RECOVERED and (
-            self.degraded is not None
-            or not any(d.gpu_uuid == event.gpu_uuid for r in self.resources for d in r.devices)
-        ):
+        if event.kind is EventKind.GPU_RECOVERED and (self.degraded is not None or event.gpu_uuid not in self._served):
             # The GPU was lost when the resources were last mapped (a kubelet restart or reload
             # while it was gone), or only part of the config fitted: map again so it is announced.
             try:

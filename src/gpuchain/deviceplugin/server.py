@@ -1,7 +1,8 @@
 """One resource's gRPC endpoint: the DevicePlugin service on ``<socket dir>/nvidia-<name>.sock``.
 
 The servicer only translates: decisions come from ``allocate``, ``preferred`` and ``health``.
-ListAndWatch sends the full list on connect and again whenever ``notify()`` says health changed.
+ListAndWatch sends the full list on connect and again whenever ``notify()`` says health changed,
+joined from bytes serialized once per resource (``Frames``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,6 @@ from gpuchain.deviceplugin.resources import Resource
 from gpuchain.gpu.health import HealthState
 from gpuchain.gpu.model import Inventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
-from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -32,36 +33,48 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
 
-def device_frames(resource: Resource) -> tuple[tuple[bytes, bytes], ...]:
-    """Each device's ListAndWatch entry serialized once, healthy and unhealthy.
+@dataclass(frozen=True)
+class Frames:
+    """A resource's ListAndWatch entries serialized once, in runs of consecutive ids on one unit.
 
-    Repeated fields concatenate on the wire, so a list of thousands of replica ids is then their
-    joined bytes, parsed once, instead of thousands of messages built on every health change.
+    A unit is a GPU or a MIG device: its replicas are healthy or not together, so each run keeps
+    the joined bytes of all its entries twice, healthy and unhealthy. Repeated fields concatenate
+    on the wire, so the full list after a health change is the join of one chunk per unit (8 at
+    8 x 256 replicas) instead of 2,048 messages built, parsed or serialized per change.
     """
-    frames = []
+
+    runs: tuple[tuple[str, str | None, bytes, bytes], ...]
+    """(GPU UUID, MIG UUID or None, entries healthy, entries unhealthy) per run, in device order."""
+
+
+def device_frames(resource: Resource) -> Frames:
+    """Every device's ListAndWatch entry, serialized healthy and unhealthy, grouped into runs."""
+    runs: list[tuple[str, str | None, list[bytes], list[bytes]]] = []
     for d in resource.devices:
         topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]) if d.numa_node is not None else None
-        frames.append(
-            tuple(
-                pb.ListAndWatchResponse(devices=[pb.Device(ID=d.id, health=h, topology=topology)]).SerializeToString()
-                for h in (HEALTHY, UNHEALTHY)
-            )
+        ok, bad = (
+            pb.ListAndWatchResponse(devices=[pb.Device(ID=d.id, health=h, topology=topology)]).SerializeToString()
+            for h in (HEALTHY, UNHEALTHY)
         )
-    return tuple((a, b) for a, b in frames)
+        if not runs or runs[-1][:2] != (d.gpu_uuid, d.mig_uuid):
+            runs.append((d.gpu_uuid, d.mig_uuid, [], []))
+        runs[-1][2].append(ok)
+        runs[-1][3].append(bad)
+    return Frames(tuple((gpu, mig, b"".join(ok), b"".join(bad)) for gpu, mig, ok, bad in runs))
 
 
-def device_list(
-    resource: Resource, health: HealthState, frames: tuple[tuple[bytes, bytes], ...] | None = None
-) -> pb.ListAndWatchResponse:
-    """The full ListAndWatch message: every id with its health and NUMA node (``frames``: from
-    ``device_frames(resource)``, kept by the caller)."""
-    frames = frames or device_frames(resource)
-    return pb.ListAndWatchResponse.FromString(
-        b"".join(
-            ok if health.healthy(d.gpu_uuid, d.mig_uuid) else bad
-            for d, (ok, bad) in zip(resource.devices, frames, strict=True)
-        )
-    )
+def device_list_bytes(frames: Frames, health: HealthState) -> bytes:
+    """The full ListAndWatch message, serialized: every id with its health and NUMA node."""
+    return b"".join(ok if health.healthy(gpu, mig) else bad for gpu, mig, ok, bad in frames.runs)
+
+
+def device_list(resource: Resource, health: HealthState) -> pb.ListAndWatchResponse:
+    """The full ListAndWatch message as a message (for callers that read it; the server sends bytes)."""
+    return pb.ListAndWatchResponse.FromString(device_list_bytes(device_frames(resource), health))
+
+
+def _serialized(message: bytes) -> bytes:
+    return message
 
 
 def to_proto(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
@@ -80,7 +93,7 @@ def to_proto(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
     )
 
 
-class ResourceServicer(pb_grpc.DevicePluginServicer):
+class ResourceServicer:
     """The DevicePlugin service for one resource."""
 
     def __init__(
@@ -118,14 +131,16 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
             pre_start_required=self.pre_start_required, get_preferred_allocation_available=True
         )
 
-    async def ListAndWatch(self, request: pb.Empty, context: Ctx) -> AsyncIterator[pb.ListAndWatchResponse]:
-        last: pb.ListAndWatchResponse | None = None
+    async def ListAndWatch(self, request: pb.Empty, context: Ctx) -> AsyncIterator[bytes]:
+        """The full list, serialized (``ResourceServer`` sends these bytes as they are), on connect
+        and after every change."""
+        last: bytes | None = None
         while not self._closed:
             changed = self._changed
-            current = device_list(self.resource, self.health, self._frames)
+            current = device_list_bytes(self._frames, self.health)
             if current != last:
                 if self.on_send is not None:
-                    self.on_send(current)
+                    self.on_send(pb.ListAndWatchResponse.FromString(current))
                 yield current
                 last = current
             await changed.wait()
@@ -199,6 +214,33 @@ class ResourceServicer(pb_grpc.DevicePluginServicer):
         return self.config.flags.nvidia_dev_root or self.config.flags.nvidia_driver_root
 
 
+def device_plugin_handler(servicer: ResourceServicer) -> grpc.GenericRpcHandler[Any, Any]:
+    """The v1beta1.DevicePlugin service as the generated ``add_DevicePluginServicer_to_server``
+    registers it, except that ListAndWatch's responses are already serialized."""
+
+    def unary(method: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            method, request_deserializer=request.FromString, response_serializer=response.SerializeToString
+        )
+
+    return grpc.method_handlers_generic_handler(
+        "v1beta1.DevicePlugin",
+        {
+            "GetDevicePluginOptions": unary(servicer.GetDevicePluginOptions, pb.Empty, pb.DevicePluginOptions),
+            "ListAndWatch": grpc.unary_stream_rpc_method_handler(
+                servicer.ListAndWatch, request_deserializer=pb.Empty.FromString, response_serializer=_serialized
+            ),
+            "GetPreferredAllocation": unary(
+                servicer.GetPreferredAllocation, pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
+            ),
+            "Allocate": unary(servicer.Allocate, pb.AllocateRequest, pb.AllocateResponse),
+            "PreStartContainer": unary(
+                servicer.PreStartContainer, pb.PreStartContainerRequest, pb.PreStartContainerResponse
+            ),
+        },
+    )
+
+
 class ResourceServer:
     """A gRPC server on the resource's unix socket, serving one ResourceServicer."""
 
@@ -218,7 +260,7 @@ class ResourceServer:
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()
         server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        server.add_generic_rpc_handlers((device_plugin_handler(self.servicer),))
         if self.extra_handlers:
             server.add_generic_rpc_handlers(self.extra_handlers)
         server.add_insecure_port(f"unix://{self.path}")
