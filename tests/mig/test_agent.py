@@ -4,6 +4,7 @@ restored and the state label saying what happened."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from gpuchain.mig.agent import (
     Policy,
     SetLabels,
     State,
+    next_timer,
     step,
 )
 from gpuchain.mig.config import default_config
@@ -349,6 +351,102 @@ async def test_run_is_not_woken_by_another_nodes_changes() -> None:
     finally:
         stop.set()
         task.cancel()
+
+
+async def _rounds_settled(rounds: list[None], quiet: float = 0.1) -> int:
+    """The number of reconcile rounds once none has come for ``quiet`` seconds."""
+    before = -1
+    while before != len(rounds):
+        before = len(rounds)
+        await asyncio.sleep(quiet)
+    return before
+
+
+def _counting(manager: MigManager) -> list[None]:
+    rounds: list[None] = []
+    reconcile = manager.reconcile
+
+    def counted() -> Any:
+        rounds.append(None)
+        return reconcile()
+
+    manager.reconcile = counted  # type: ignore[method-assign]
+    return rounds
+
+
+async def test_run_does_not_poll_an_idle_node() -> None:
+    """Idle, the agent reads nothing between events: with a 0.05 s --interval the old loop read
+    the Node and listed its pods 20 times a second; pod churn on the node does not wake it either."""
+    cluster, manager, _ = _setup(SimBackend.from_preset("h100-80gb-x8"))
+    manager.clock = time.monotonic
+    rounds = _counting(manager)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=0.05, stop=stop, resync=60))
+    try:
+        start = await _rounds_settled(rounds)
+        cluster.calls.reset()
+        await asyncio.sleep(0.5)
+        cluster.create(_pod("web-0", namespace="default"))
+        cluster.delete(POD, "web-0", "default")
+        await asyncio.sleep(0.2)
+        assert len(rounds) == start
+        assert cluster.calls.by_verb["get"] == cluster.calls.by_verb["list"] == 0
+    finally:
+        stop.set()
+        task.cancel()
+
+
+async def test_run_resyncs_as_a_safety_net() -> None:
+    _, manager, _ = _setup(SimBackend.from_preset("h100-80gb-x8"))
+    rounds = _counting(manager)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=5.0, stop=stop, resync=0.1))
+    try:
+        await asyncio.sleep(0.75)
+        assert 4 <= len(rounds) <= 10  # one at start, then one per resync
+    finally:
+        stop.set()
+        task.cancel()
+
+
+async def test_run_is_woken_by_the_operand_pods_going() -> None:
+    """While the change waits for the operands' pods, their deletion wakes it (no 5 s timer, no resync)."""
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster, manager, _ = _setup(sim, policy=Policy(timeout_s=60, operands=OPERANDS))
+    manager.clock = time.monotonic
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=5.0, stop=stop, resync=60))
+    try:
+        await asyncio.sleep(0.05)
+        _relabel(cluster, "all-1g.10gb")
+        for _ in range(100):
+            if manager.machine.phase is Phase.OPERANDS:
+                break
+            await asyncio.sleep(0.02)
+        assert manager.machine.phase is Phase.OPERANDS
+        _stop_operands(cluster)
+        for _ in range(100):
+            if _labels(cluster).get(MIG_CONFIG_STATE) == "success":
+                break
+            await asyncio.sleep(0.02)
+        assert _labels(cluster).get(MIG_CONFIG_STATE) == "success"
+        assert len(sim.inventory().mig_devices) == 56
+    finally:
+        stop.set()
+        task.cancel()
+
+
+def test_next_timer_only_while_waiting_for_pods() -> None:
+    policy = Policy(timeout_s=300)
+    evicting = Policy(timeout_s=300, evict=True)
+    assert next_timer(Machine(), policy, 1000.0, 2.0) is None
+    assert next_timer(Machine(Phase.IDLE, "all-1g.10gb"), evicting, 1000.0, 2.0) is None
+    operands = Machine(Phase.OPERANDS, "all-1g.10gb", started=1000.0)
+    assert next_timer(operands, policy, 1100.0, 2.0) == pytest.approx(200.01)  # the timeout, just past it
+    assert next_timer(operands, policy, 1400.0, 2.0) == pytest.approx(0.01)
+    workloads = Machine(Phase.WORKLOADS, "all-1g.10gb", started=1000.0)
+    assert next_timer(workloads, evicting, 1100.0, 2.0) == 2.0  # evictions retried
+    assert next_timer(workloads, evicting, 1299.5, 2.0) == pytest.approx(0.51)
 
 
 # ---- the pure state machine ------------------------------------------------------------------

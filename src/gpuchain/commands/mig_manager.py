@@ -43,7 +43,7 @@ from gpuchain.commands.mig import mig_config
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube import KubeError
 from gpuchain.mig.agent import OPERANDS, Policy
-from gpuchain.mig.manager import MigManager
+from gpuchain.mig.manager import RESYNC_SECONDS, MigManager
 
 
 def mig_manager(
@@ -55,7 +55,17 @@ def mig_manager(
         False, "--evict", help="Evict pods that still use GPUs (Eviction API, PDBs honoured) instead of failing."
     ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for pods to go before failing."),
-    interval: float = typer.Option(2.0, "--interval", help="Seconds between checks when nothing changes."),
+    interval: float = typer.Option(
+        2.0,
+        "--interval",
+        help="Seconds between eviction retries (--evict), and before retrying after a Kubernetes API error.",
+    ),
+    resync: float = typer.Option(
+        RESYNC_SECONDS,
+        "--resync-seconds",
+        help="A safety-net look at the node when its watches brought nothing for this long "
+        "(it reacts to changes through watches, never by polling).",
+    ),
     operands: str = typer.Option(
         ",".join(OPERANDS), "--operands", help="Deploy-label suffixes of the GPU operands to pause."
     ),
@@ -81,6 +91,7 @@ def mig_manager(
     """
     try:
         positive_seconds("--interval", interval)
+        positive_seconds("--resync-seconds", resync)
     except ValueError as exc:
         fail(str(exc))
     choice = resolve_backend(backend)
@@ -114,7 +125,7 @@ def mig_manager(
         if choice.simulated:
             logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(manager.run(interval))
+            asyncio.run(manager.run(interval, resync=resync))
     finally:
         gpus.close()
         cluster.close()

@@ -147,6 +147,30 @@ class Machine:
         """Phases that wait on the world (pods going away, hardware) rather than act."""
         return self.phase in (Phase.IDLE, Phase.WORKLOADS, Phase.OPERANDS)
 
+    @property
+    def waits_on_pods(self) -> bool:
+        """Phases that wait for pods on the node to go: a pod change is news only then."""
+        return self.phase in (Phase.WORKLOADS, Phase.OPERANDS)
+
+
+PAST_DEADLINE = 0.01
+"""How long after a timeout's deadline ``next_timer`` wakes: a timeout counts strictly after it."""
+
+
+def next_timer(m: Machine, policy: Policy, now: float, retry: float) -> float | None:
+    """Seconds until the machine must be stepped although nothing it watches changed, or None.
+
+    Only the phases that wait for pods have a timer: both end at their timeout (counted from the
+    start of the change), and under the evict policy evictions a PodDisruptionBudget refused are
+    tried again every ``retry`` seconds. Idle waits for its Node to change, and nothing else.
+    """
+    if not m.waits_on_pods:
+        return None
+    until_timeout = max(0.0, m.started + policy.timeout_s - now) + PAST_DEADLINE
+    if m.phase is Phase.WORKLOADS and policy.evict:
+        return min(retry, until_timeout)
+    return until_timeout
+
 
 def _finish(m: Machine, outcome: State, message: str) -> Machine:
     return replace(m, phase=Phase.RESTORE, outcome=outcome, message=message)

@@ -3,7 +3,8 @@ state machine in ``gpuchain.mig.agent`` and carries out its actions (label patch
 Events, the MIG apply on the GPU backend).
 
 ``reconcile()`` is synchronous and runs transitions until the machine waits; ``run()`` calls it
-whenever the node changes and on a timer (so timeouts fire even when nothing changes).
+when the node (or, while a change waits for pods, one of its pods) changes, on the machine's own
+timer (timeouts, eviction retries) and on a slow resync; it never polls.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gpuchain.common.supervise import spawn
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, KubeError
+from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
 from gpuchain.kube.gpu_resources import uses_gpus
 from gpuchain.mig.agent import (
@@ -35,6 +36,7 @@ from gpuchain.mig.agent import (
     PodRef,
     Policy,
     SetLabels,
+    next_timer,
     step,
 )
 from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 _DONE_PHASES = ("Succeeded", "Failed")
 _MAX_TRANSITIONS = 32
+RESYNC_SECONDS = 300.0
+"""The safety-net round of ``run`` when no event came (watches drive it otherwise)."""
 
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -192,29 +196,50 @@ class MigManager:
                 break
         return self.machine
 
-    async def run(self, interval: float = 2.0, stop: asyncio.Event | None = None) -> None:
-        """Reconcile on every change of the node and every ``interval`` seconds until ``stop``."""
+    async def run(
+        self, interval: float = 2.0, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS
+    ) -> None:
+        """Reconcile when something the machine waits on changes, until ``stop``; never on a poll.
+
+        It wakes on every change of this Node (its labels drive the machine), on every change of
+        a pod on this node while a change waits for pods to go (``Machine.waits_on_pods``), on
+        the machine's own timer (``next_timer``: the timeout, evictions retried every
+        ``interval``), ``interval`` after a Kubernetes API error, and every ``resync`` seconds as
+        a safety net: a watch event lost between a watch ending and the next one starting would
+        otherwise wait for the next change. An idle node costs nothing between resyncs.
+        """
         wake = asyncio.Event()
-        watcher = spawn("MIG manager: node watch", lambda: self._watch(wake))
+        watchers = [
+            spawn("MIG manager: node watch", lambda: self._watch(NODE, f"metadata.name={self.node}", wake)),
+            spawn("MIG manager: pod watch", lambda: self._watch(POD, f"spec.nodeName={self.node}", wake)),
+        ]
         try:
             while stop is None or not stop.is_set():
                 wake.clear()  # before reconciling: a change seen during it wakes the next round
+                timeout: float | None
                 try:
-                    await asyncio.to_thread(self.reconcile)
+                    machine = await asyncio.to_thread(self.reconcile)
+                    timer = next_timer(machine, self.policy, self.clock(), interval)
+                    timeout = resync if timer is None else min(timer, resync)
                 except KubeError as exc:
-                    log.warning("MIG manager: Kubernetes API error, retrying: %s", exc)
+                    log.warning("MIG manager: Kubernetes API error, retrying in %g s: %s", interval, exc)
+                    timeout = interval
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), interval)
+                    await asyncio.wait_for(wake.wait(), timeout)
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
 
-    async def _watch(self, wake: asyncio.Event) -> None:
-        """Wake the reconcile on every change of this node; the watch asks for it by name, so
-        the API server sends none of the other Nodes' events."""
+    async def _watch(self, kind: Kind, field_selector: str, wake: asyncio.Event) -> None:
+        """Wake the reconcile on the changes it cares about. Each watch asks the API server for
+        this node's objects only (by field), so other nodes' events never reach the agent; pod
+        events wake it only while a change waits on pods. A watch that ends or fails is started
+        again, and its opening ADDED events wake a round that sees what happened in between."""
         while True:
             try:
-                async for _event in self.cluster.watch(NODE, field_selector=f"metadata.name={self.node}"):
-                    wake.set()
+                async for _event in self.cluster.watch(kind, field_selector=field_selector):
+                    if kind == NODE or self.machine.waits_on_pods:
+                        wake.set()
             except KubeError as exc:
-                log.warning("MIG manager: node watch ended (%s); watching again", exc)
+                log.warning("MIG manager: %s watch ended (%s); watching again", kind.kind, exc)
             await asyncio.sleep(1.0)
