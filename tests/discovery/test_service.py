@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.sigterm import sigterm_during
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -177,6 +178,20 @@ def test_gfd_process_loops_until_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_gfd_sigterm_while_opening_the_gpus_exits_cleanly_and_leaves_no_feature_file(tmp_path: Path) -> None:
+    """SIGTERM during start-up (the GPUs being opened, before the first pass): exit 0 and no
+    feature file, not the default action's death (a SIGTERM handler came only after start-up)."""
+    out = tmp_path / "features.d" / "gfd"
+    program = sigterm_during("gpuchain.gpu.sim:SimBackend.__init__", "after")
+    args = ["gfd", "--preset", "l4-x2", "--sleep-interval", "200ms", "--output-file", str(out)]
+    args += ["--machine-type-file", str(tmp_path / "none")]
+    proc = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, timeout=60, check=False)
+    log = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 0, log
+    assert "Traceback" not in log
+    assert not out.exists() and not list(tmp_path.rglob(".gfd.*"))  # nor a temporary file of one
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from fakes.sigterm import sigterm_during
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -80,3 +81,19 @@ def test_dra_plugin_without_cluster_config_says_how_to_fix_it(short_dir: Path) -
     assert result.exit_code == 2
     assert "no Kubernetes API configuration" in result.output and "--cluster memory" in result.output
     assert not (short_dir / "reg").exists()
+
+
+def test_sigterm_during_start_up_still_removes_the_sockets(short_dir: Path) -> None:
+    """SIGTERM right after the sockets exist, before start-up is over: the plugin stops cleanly
+    once up (exit 0, both sockets gone) instead of dying on the default action and leaving them."""
+    registry, plugins = short_dir / "reg", short_dir / "plugins"
+    args = ["--backend", "sim", "--cluster", "memory", "--registry-dir", str(registry), "--plugin-dir", str(plugins)]
+    args += ["--cdi-dir", str(short_dir / "cdi"), "--state-dir", str(short_dir / "state")]
+    program = sigterm_during("gpuchain.dra.server:DraPluginServer.start", "after")
+    proc = subprocess.run(
+        [sys.executable, "-c", program, "dra-plugin", *args], capture_output=True, timeout=60, check=False
+    )
+    log = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 0, log
+    assert "stopped; sockets removed" in log and "Traceback" not in log
+    assert list(registry.iterdir()) == [] and list(plugins.iterdir()) == []

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from fakes.sigterm import sigterm_during
 from kube.kmock_server import kmock_server
 from typer.testing import CliRunner
 
@@ -166,3 +170,27 @@ def _kubeconfig(tmp_path: Path, url: str) -> Path:
         "current-context: c\n"
     )
     return path
+
+
+def test_mig_manager_sigterm_during_its_first_round_finishes_the_round_and_exits_cleanly(tmp_path: Path) -> None:
+    """SIGTERM as the first reconcile starts (a pod deleted while the agent starts): the change in
+    progress is finished, not cut off with the state pending, and the agent exits 0."""
+    with kmock_server() as (url, _emulator):
+        cluster = LiveCluster.from_url(url)
+        labels = {"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/gpu.deploy.device-plugin": "true"}
+        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
+        program = sigterm_during("gpuchain.mig.manager:MigManager.reconcile", "before")
+        proc = subprocess.run(
+            [sys.executable, "-c", program, "mig-manager", "--node", "n1", "--backend", "sim"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path, url))},
+        )
+        after = cluster.get(NODE, "n1")["metadata"]["labels"]
+        cluster.close()
+    log = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 0, log
+    assert "MIG manager stopped" in log and "Traceback" not in log
+    assert after["nvidia.com/mig.config.state"] == "success"
+    assert after["nvidia.com/gpu.deploy.device-plugin"] == "true"  # the operand is not left paused

@@ -6,13 +6,13 @@ import asyncio
 import enum
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 
 import typer
 from rich.panel import Panel
 
+from gpuchain.commands._agent import settled, stop_on_signals
 from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
 from gpuchain.commands._cluster import (
     BackendChoice,
@@ -78,7 +78,10 @@ def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list
 
 
 async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simulated: bool = False) -> None:
-    """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT."""
+    """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT (ours before
+    any start-up work: one that comes while starting stops the plugin, sockets removed, once up)."""
+    stop = asyncio.Event()
+    stop_on_signals(stop.set)
     published = await asyncio.to_thread(driver.publish)
     log.info(
         "ResourceSlice for pool %s: %d devices, generation %d" + (" (simulated GPUs)" if simulated else ""),
@@ -89,16 +92,13 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simul
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
     quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined)  # the repair loop's list
-    stop = asyncio.Event()
     critical = Critical(stop)
     tasks = [
         critical.add(asyncio.create_task(driver.follow_health(), name="dra-plugin: health")),
         critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
         critical.add(asyncio.create_task(quarantine.follow(), name="dra-plugin: quarantine watch")),
     ]
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    settled()
     try:
         await stop.wait()
     finally:

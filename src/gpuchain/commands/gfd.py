@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
+import threading
 from pathlib import Path
-from types import FrameType
 
 import typer
 from rich.table import Table
 
+from gpuchain.commands._agent import stop_on_signals
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -107,10 +107,6 @@ def _node_sink(node: str) -> Sink:
     return lambda labels: patch_node_labels(cluster, node, labels)
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def gfd(
     backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
@@ -180,6 +176,8 @@ def gfd(
     """
     if config_file and config_dir:
         fail("give --config-file or --config-dir, not both")
+    stop = threading.Event()  # SIGTERM while starting (reading the Node, opening NVML) stops it once up
+    stop_on_signals(stop.set)
     source = ConfigSource(
         Path(config_file) if config_file else None,
         Path(config_dir) if config_dir else None,
@@ -216,7 +214,9 @@ def gfd(
     if node:
         sinks.append(_node_sink(node))
     gpus = backend_or_fail(choice.kind, preset, topology)
-    discovery = Discovery(gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp))
+    discovery = Discovery(
+        gpus, config, sinks, machine, timestamps=not (no_timestamp or gfd_flags.no_timestamp), stop=stop
+    )
     try:
         if oneshot:
             try:
@@ -229,7 +229,6 @@ def gfd(
                 emit(labels, output, lambda: _table(labels, choice))
             return
         configure_logging(logging.INFO, log_format)
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         every = (
             "once, then waiting (sleepInterval infinite)"
             if interval is None
@@ -239,10 +238,7 @@ def gfd(
         if watch is not None:
             log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
             follow_config_label(discovery, watch, lambda value: _config(source, value, mig_strategy), label, rv)
-        try:
-            discovery.run(interval)
-        except KeyboardInterrupt:
-            discovery.stop.set()
+        discovery.run(interval)
         if interval is not None and target not in ("", "-"):
             _remove_feature_file(target)
     finally:

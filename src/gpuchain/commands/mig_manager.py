@@ -9,13 +9,13 @@ to a live cluster, so the simulated backend (the default elsewhere) must be aske
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import typer
 from rich.text import Text
 
+from gpuchain.commands._agent import stop_on_signals
 from gpuchain.commands._backend import (
     BackendKind,
     backend_or_fail,
@@ -44,6 +44,13 @@ from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube import KubeError
 from gpuchain.mig.agent import OPERANDS, Policy
 from gpuchain.mig.manager import RESYNC_SECONDS, MigManager
+
+
+async def _run(manager: MigManager, interval: float, resync: float) -> None:
+    """Until SIGTERM/SIGINT, which wait for the round in progress (see ``MigManager.run``)."""
+    stop = asyncio.Event()
+    stop_on_signals(stop.set)
+    await manager.run(interval, stop, resync)
 
 
 def mig_manager(
@@ -124,8 +131,8 @@ def mig_manager(
         configure_logging(logging.INFO, log_format)
         if choice.simulated:
             logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(manager.run(interval, resync=resync))
+        asyncio.run(_run(manager, interval, resync))
+        logging.getLogger(__name__).info("MIG manager stopped")
     finally:
         gpus.close()
         cluster.close()

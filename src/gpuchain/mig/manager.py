@@ -10,7 +10,6 @@ timer (timeouts, eviction retries) and on a slow resync; it never polls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -199,7 +198,8 @@ class MigManager:
     async def run(
         self, interval: float = 2.0, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS
     ) -> None:
-        """Reconcile when something the machine waits on changes, until ``stop``; never on a poll.
+        """Reconcile when something the machine waits on changes, until ``stop`` (a round in
+        progress is finished first: a layout is never cut off half-applied); never on a poll.
 
         It wakes on every change of this Node (its labels drive the machine), on every change of
         a pod on this node while a change waits for pods to go (``Machine.waits_on_pods``), on
@@ -224,8 +224,7 @@ class MigManager:
                 except KubeError as exc:
                     log.warning("MIG manager: Kubernetes API error, retrying in %g s: %s", interval, exc)
                     timeout = interval
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                await _first(timeout, wake, stop)
         finally:
             for watcher in watchers:
                 watcher.cancel()
@@ -243,3 +242,13 @@ class MigManager:
             except KubeError as exc:
                 log.warning("MIG manager: %s watch ended (%s); watching again", kind.kind, exc)
             await asyncio.sleep(1.0)
+
+
+async def _first(timeout: float, *events: asyncio.Event | None) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events if e is not None]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
