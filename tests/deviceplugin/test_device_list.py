@@ -7,7 +7,7 @@ import pytest
 
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.resources import map_resources
-from gpuchain.deviceplugin.server import HEALTHY, UNHEALTHY, device_frames, device_list, device_list_bytes
+from gpuchain.deviceplugin.server import HEALTHY, UNHEALTHY, device_frames, device_list_bytes
 from gpuchain.gpu.health import HealthState
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.sim import SimBackend
@@ -38,7 +38,7 @@ def test_joined_frames_equal_the_message_built_per_device(preset: str, config: s
                 for d in resource.devices
             ]
         )
-        got = device_list(resource, health)
+        got = pb.ListAndWatchResponse.FromString(device_list_bytes(device_frames(resource), health))
         assert got == expected
         assert got.SerializeToString() == expected.SerializeToString()
         assert any(d.health == UNHEALTHY for d in got.devices) == any(

@@ -68,11 +68,6 @@ def device_list_bytes(frames: Frames, health: HealthState) -> bytes:
     return b"".join(ok if health.healthy(gpu, mig) else bad for gpu, mig, ok, bad in frames.runs)
 
 
-def device_list(resource: Resource, health: HealthState) -> pb.ListAndWatchResponse:
-    """The full ListAndWatch message as a message (for callers that read it; the server sends bytes)."""
-    return pb.ListAndWatchResponse.FromString(device_list_bytes(device_frames(resource), health))
-
-
 def _serialized(message: bytes) -> bytes:
     return message
 
