@@ -4,8 +4,8 @@
 
 - maps the inventory to resources and serves each on ``<socket dir>/nvidia-<name>.sock``;
 - registers each endpoint with ``<socket dir>/kubelet.sock`` (API version v1beta1);
-- watches the socket directory: when the kubelet restarts it wipes the directory and creates a
-  new ``kubelet.sock``; the plugin then re-serves and re-registers (within one poll interval);
+- watches the socket directory (inotify): when the kubelet restarts it wipes the directory and
+  creates a new ``kubelet.sock``; the plugin then re-serves and re-registers at once;
 - consumes the backend's health events and pushes a new device list on every change, and
   clears recovered GPUs after the quiet period; a broken event stream marks every device
   unhealthy until a new subscription (retried with a bounded backoff) has run for the quiet period;
@@ -35,6 +35,7 @@ import grpc
 
 from gpuchain.common.supervise import spawn
 from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
+from gpuchain.deviceplugin.dirwatch import DirectoryChanges
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 DEFAULT_SOCKET_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
+KUBELET_RESYNC_SECONDS = 10.0
+"""How often the socket directory is looked at although no change of it was seen (a safety net)."""
 
 
 class RegistrationError(RuntimeError):
@@ -320,25 +323,34 @@ class DevicePlugin:
 
     async def _watch_kubelet(self) -> None:
         """Re-serve and re-register when kubelet.sock is new, one of our sockets vanished or a
-        re-serve failed; what is served is what fits the node now."""
-        while True:
-            await asyncio.sleep(self.watch_interval)
-            identity = self._kubelet_identity()
-            if identity is None:
-                continue
-            ours_gone = any(not s.path.exists() for s in self.servers.values())
-            if identity == self._registered_with and not ours_gone and not self._unserved:
-                continue
-            async with self._lock:
-                if ours_gone or self._unserved or self._registered_with is not None:
-                    if self._unserved:
-                        log.info("serving again after a failed re-serve")
-                    else:
-                        log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
-                    await self._unserve()
-                    await self._serve(fit=True)
-                if not await self._try_register():
-                    await asyncio.sleep(1.0)
+        re-serve failed; what is served is what fits the node now.
+
+        It wakes when an entry of the socket directory changes (inotify, ``DirectoryChanges``),
+        and looks every ``KUBELET_RESYNC_SECONDS`` as a safety net; it polls every
+        ``watch_interval`` only while it cannot watch the directory or has a retry pending."""
+        with DirectoryChanges(self.socket_dir) as changes:
+            while True:
+                pending = self._unserved or self._registered_with != self._kubelet_identity()
+                await changes.wait(self.watch_interval if pending or not changes.watching else KUBELET_RESYNC_SECONDS)
+                await self._check_kubelet()
+
+    async def _check_kubelet(self) -> None:
+        identity = self._kubelet_identity()
+        if identity is None:
+            return
+        ours_gone = any(not s.path.exists() for s in self.servers.values())
+        if identity == self._registered_with and not ours_gone and not self._unserved:
+            return
+        async with self._lock:
+            if ours_gone or self._unserved or self._registered_with is not None:
+                if self._unserved:
+                    log.info("serving again after a failed re-serve")
+                else:
+                    log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
+                await self._unserve()
+                await self._serve(fit=True)
+            if not await self._try_register():
+                await asyncio.sleep(1.0)
 
     # ---- health ---------------------------------------------------------------------------------
 

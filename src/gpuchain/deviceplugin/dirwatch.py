@@ -1,0 +1,95 @@
+"""Wake on changes of a directory's entries (Linux inotify), so the plugin need not poll it.
+
+The kubelet announces a restart only through its socket directory: the directory is wiped and a
+new ``kubelet.sock`` appears. NVIDIA's plugin watches it with fsnotify; polling it every 100 ms
+instead costs an agent CPU on every GPU node while nothing happens. ``DirectoryChanges`` wraps
+inotify (through libc, no dependency) on the event loop: ``wait(timeout)`` returns when an entry
+was created, deleted, moved or changed, or after ``timeout`` seconds. Where inotify is not there
+(another OS, a libc without it, the instance limit reached) or the directory does not exist yet,
+``watching`` is False and the caller polls with a short timeout, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_IN_ATTRIB = 0x004
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_MASK = _IN_ATTRIB | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
+
+
+class DirectoryChanges:
+    """Changes of ``path``'s entries, as an awaitable; ``close()`` when done (or use ``with``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._fd = -1
+        self._libc: ctypes.CDLL | None = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError) as exc:
+            log.info("no inotify (%s): polling %s", exc, path)
+            return
+        if fd < 0:
+            log.info("no inotify (%s): polling %s", os.strerror(ctypes.get_errno()), path)
+            return
+        self._libc, self._fd = libc, fd
+        self._loop.add_reader(fd, self._readable)
+
+    @property
+    def watching(self) -> bool:
+        """True when a change of the directory wakes ``wait`` (inotify is there and so is the directory)."""
+        if self._libc is None:
+            return False
+        # Adding the watch again is idempotent while the directory lives; after it was removed and
+        # created again it watches the new one.
+        if self._libc.inotify_add_watch(self._fd, os.fsencode(self.path), _MASK) >= 0:
+            return True
+        code = ctypes.get_errno()
+        if code not in (errno.ENOENT, errno.ENOTDIR):
+            log.warning("cannot watch %s (%s): polling it", self.path, os.strerror(code))
+        return False
+
+    async def wait(self, timeout: float) -> None:
+        """Until an entry changed since the last ``wait``, or ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        self._changed.clear()
+
+    def _readable(self) -> None:
+        try:
+            while os.read(self._fd, 65536):  # the events themselves do not matter: the caller looks
+                pass
+        except BlockingIOError:
+            pass
+        self._changed.set()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            self._libc = None
+
+    def __enter__(self) -> DirectoryChanges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
