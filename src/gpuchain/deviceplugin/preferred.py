@@ -40,12 +40,12 @@ class _Index:
     resource: Resource
     by_id: dict[str, AnnouncedDevice]
     shared: bool
-    unit_of: dict[str, str]
-    """Device id -> the UUID of its unit."""
     rank: dict[str, int]
     """Unit UUID -> its position in announcement order."""
     units: dict[str, tuple[AnnouncedDevice, ...]]
     """Unit UUID -> its devices by replica number (announcement order among equals)."""
+    unit_ids: dict[str, frozenset[str]]
+    """Unit UUID -> its device ids: a unit's offered count is one C-level set intersection."""
     position: dict[str, int]
     """Device id -> its place in the resource."""
     pairs: dict[int, tuple[Inventory, list[list[float]]]] = field(default_factory=dict)
@@ -70,9 +70,9 @@ class _Index:
             resource,
             {d.id: d for d in resource.devices},
             resource.shared,
-            {d.id: d.unit_uuid for d in resource.devices},
             {u: i for i, u in enumerate(resource.unit_uuids)},
             {u: tuple(ds) for u, ds in units.items()},
+            {u: frozenset(d.id for d in ds) for u, ds in units.items()},
             {d.id: i for i, d in enumerate(resource.devices)},
         )
 
@@ -196,9 +196,9 @@ def _replicas(
     replica with the lowest number. A heap of units makes a pick O(log units); each unit's
     replicas are walked once, in order, skipping those not free.
     """
-    free_in: Counter[str] = Counter(map(index.unit_of.__getitem__, offered))
+    free_in = {u: n for u, ids in index.unit_ids.items() if (n := len(offered.intersection(ids)))}
     chosen_in: Counter[str] = Counter(d.unit_uuid for d in chosen)
-    used = {u: len(ds) - free_in[u] + chosen_in[u] for u, ds in index.units.items()}
+    used = {u: len(ds) - free_in.get(u, 0) + chosen_in[u] for u, ds in index.units.items()}
     left = {u: n - chosen_in[u] for u, n in free_in.items()}
     taken = {d.id for d in chosen}
     sign = 1 if policy is AllocationPolicy.DISTRIBUTED else -1
