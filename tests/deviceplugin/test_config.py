@@ -107,14 +107,19 @@ def test_bad_file_names_field_and_reason(text: str, field: str, reason: str) -> 
     assert str(err.value).startswith("cfg.yaml:1: ")
 
 
-def test_time_slicing_and_mps_together_are_rejected() -> None:
+def test_time_slicing_and_mps_together_use_mps_as_nvidia_does() -> None:
+    """NVIDIA's plugin takes such a file and uses MPS (its SharingStrategy(); the peer test in
+    tests/peers/test_nvidia_config_peer.py found gpuchain refusing it); the start-up warning says
+    time-slicing is ignored."""
     text = """
 sharing:
   timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}
-  mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}
+  mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]}
 """
-    with pytest.raises(ConfigFileError, match="pick one"):
-        parse_config(text)
+    config = parse_config(text)
+    kind, settings = config.replication or ("", None)
+    assert kind == "mps" and settings is not None and settings.resources[0].replicas == 4
+    assert any("sharing.timeSlicing: ignored" in note for note in unsupported_settings(config))
 
 
 def test_mps_forces_fail_requests_greater_than_one() -> None:
@@ -396,3 +401,15 @@ def test_boolean_variables_refuse_what_go_refuses(text: str) -> None:
     the variable."""
     with pytest.raises(ConfigFileError, match="PASS_DEVICE_SPECS.*not a boolean"):
         apply_env(Config(), {"PASS_DEVICE_SPECS": text})
+
+
+def test_an_empty_device_list_loads_as_nvidia_reads_it(tmp_path: Path) -> None:
+    """NVIDIA's reader accepts ``devices: []`` and its plugin then drops the field at start (all
+    devices, with its warning); gpuchain does the same, and refuses it only where it would honour
+    the selection (--config-resource-naming), because there it would select nothing."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, devices: [], replicas: 4}]}}\n")
+    entry = load_config(path, {}).sharing.time_slicing.resources[0]  # type: ignore[union-attr]
+    assert entry.devices == "all" and entry.replicas == 4
+    with pytest.raises(ConfigFileError, match=r"sharing.timeSlicing.resources.0.devices: an empty device list"):
+        load_config(path, {}, config_naming=True)

@@ -27,7 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import SHARED_SUFFIX, ReplicatedResource, ReplicatedResources, load_config
+from gpuchain.deviceplugin.config import (
+    ENV_FLAGS,
+    SHARED_SUFFIX,
+    ReplicatedResource,
+    ReplicatedResources,
+    load_config,
+)
 from peers.binaries import peer_or_skip
 
 FIXTURES = Path(__file__).resolve().parents[1] / "compat" / "deviceplugin" / "fixtures"
@@ -125,7 +131,9 @@ def announced(entry: ReplicatedResource, section: ReplicatedResources) -> str:
     return entry.rename or (entry.name + SHARED_SUFFIX if section.rename_by_default else entry.name)
 
 
-def known_difference(text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome, str]) -> str | None:
+def known_difference(
+    text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome, str], variables: dict[str, str] | None = None
+) -> str | None:
     """Why gpuchain differs from NVIDIA on this file on purpose, or None when it must not differ."""
     data = yaml.safe_load(text) if text.strip() else None
     sharing = data.get("sharing") if isinstance(data, dict) else None
@@ -144,6 +152,12 @@ def known_difference(text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome
         # entry overwrites the earlier one's devices and the count is the larger of the two; gpuchain
         # refuses the file naming the resource.
         return "a resource listed twice in one sharing section is refused"
+    overridden = {".".join(path) for path, names in ENV_FLAGS if any(n in (variables or {}) for n in names)}
+    if theirs[0] != REFUSED and ours[0] == REFUSED and any(f": {field}: " in ours[1] for field in overridden):
+        # NVIDIA's plugin checks only the value it ends up with, so a bad value in the file that an
+        # environment variable replaces goes unnoticed; gpuchain checks the file as a whole first
+        # (the same ConfigMap feeds feature discovery, which may not have that variable).
+        return "a bad value in the file is refused even where the environment overrides it"
     return None
 
 
@@ -155,7 +169,7 @@ def compare(files: dict[Path, str], variables: dict[str, str] | None = None) -> 
         ours = gpuchain(path, variables)
         if (theirs[path][0] == REFUSED) == (ours[0] == REFUSED) and (ours[0] == REFUSED or ours[0] == theirs[path][0]):
             continue
-        if known_difference(text, theirs[path], ours):
+        if known_difference(text, theirs[path], ours, variables):
             continue
         diffs.append(f"{path.name} {variables or ''}:\n{text}\n  NVIDIA:   {theirs[path]}\n  gpuchain: {ours}")
     return diffs

@@ -306,7 +306,7 @@ class ReplicatedResource(_Model):
     @field_validator("devices", mode="before")
     @classmethod
     def _device_list(cls, v: Any) -> Any:
-        """``all``, a count above 0, or a non-empty list of device references (NVIDIA's three forms)."""
+        """``all``, a count above 0, or a list of device references (NVIDIA's three forms)."""
         if v == "all":
             return v
         if isinstance(v, int) and not isinstance(v, bool):
@@ -314,8 +314,8 @@ class ReplicatedResource(_Model):
                 raise ValueError(f"a count of devices must be greater than 0 (got {v})")
             return v
         if isinstance(v, list | tuple):
-            if not v:
-                raise ValueError("an empty device list selects nothing; use 'all', a count or indexes/UUIDs")
+            # An empty list is accepted as NVIDIA's reader accepts it: at start the devices field is
+            # dropped (``without_config_naming``); only honoured naming refuses it (``load_config``).
             return tuple(_device_ref(item) for item in v)
         if isinstance(v, str):
             raise ValueError(f"the only word devices takes is 'all' (got {v!r}); or give a count or a list")
@@ -359,7 +359,8 @@ class ReplicatedResources(_Model):
 
 
 class Sharing(_Model):
-    """``sharing``: at most one of time-slicing and MPS.
+    """``sharing``: time-slicing or MPS. Given both, MPS is used and time-slicing ignored, as
+    NVIDIA's plugin does (``Config.replication``; a warning at start names the ignored section).
 
     ``timeSlicing: {}`` (no keys at all) is "no time-slicing", because that is how NVIDIA's
     components write an unset section in the JSON they log.
@@ -374,12 +375,6 @@ class Sharing(_Model):
         if isinstance(v, dict) and not {k: x for k, x in v.items() if x is not None}:
             return None
         return v
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Sharing:
-        if self.time_slicing is not None and self.mps is not None:
-            raise ValueError("timeSlicing and mps cannot both replicate resources; pick one")
-        return self
 
 
 class Imex(_Model):
@@ -556,6 +551,10 @@ def unsupported_settings(config: Config) -> list[str]:
             f"flags.deviceDiscoveryStrategy={flags.device_discovery_strategy.value}: "
             "gpuchain finds GPUs through its GPU backend; ignored"
         )
+    if config.sharing.mps is not None and config.sharing.time_slicing is not None:
+        notes.append(
+            "sharing.timeSlicing: ignored because sharing.mps is also set (MPS is used, as NVIDIA's plugin does)"
+        )
     if config.sharing.mps is not None:
         notes.append(
             "sharing.mps: gpuchain announces the MPS replicas but runs no MPS control daemon; "
@@ -681,6 +680,15 @@ def load_config(
     for note in unsupported_settings(config):
         log.warning("%s", note)
     if config_naming:
+        for kind, section in (("timeSlicing", config.sharing.time_slicing), ("mps", config.sharing.mps)):
+            for i, entry in enumerate(section.resources if section is not None else ()):
+                if entry.devices == ():
+                    raise ConfigFileError(
+                        str(path) if path else "<config>",
+                        None,
+                        f"sharing.{kind}.resources.{i}.devices",
+                        "an empty device list selects nothing; use 'all', a count or indexes/UUIDs",
+                    )
         return config
     config, warnings = without_config_naming(config)
     for warning in warnings:
