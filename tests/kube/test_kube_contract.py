@@ -10,6 +10,7 @@ status subresource as the kubelet does.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from kube.kube_fixtures import cluster_fixture, eventually  # noqa: F401 - provides the `cluster` fixture
@@ -94,6 +95,42 @@ def test_returned_objects_are_copies(cluster: Cluster) -> None:
     got = cluster.get(NODE, "n1")
     got["metadata"]["labels"]["a"] = "changed"
     assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+
+
+def test_list_readonly_answers_what_list_answers(cluster: Cluster) -> None:
+    """Same objects, same order, same selectors; one list request each."""
+    for name, zone in (("gpu-2", "b"), ("gpu-1", "a"), ("cpu-1", "a")):
+        cluster.create(node(name, zone=zone))
+    add_pod(cluster, "p1", "gpu-1", ns="web")
+    add_pod(cluster, "p2", "gpu-2")
+    add_pod(cluster, "p3", "gpu-1", phase="Succeeded")
+    queries: list[tuple[Any, ...]] = [
+        (NODE,),
+        (NODE, None, "zone=a"),
+        (POD,),
+        (POD, "ml"),
+        (POD, None, None, "spec.nodeName=gpu-1,status.phase!=Succeeded"),
+    ]
+    for query in queries:
+        before = cluster.calls.by_verb["list"]
+        shared = cluster.list_readonly(*query)
+        assert cluster.calls.by_verb["list"] == before + 1
+        assert shared == cluster.list(*query), query
+    assert [n["metadata"]["name"] for n in cluster.list_readonly(NODE, None, "zone=a")] == ["cpu-1", "gpu-1"]
+
+
+def test_a_write_leaves_what_a_reader_holds(cluster: Cluster) -> None:
+    """Objects from list_readonly may be shared with the store, so no write may change them in place."""
+    cluster.create(node("n1", a="1"))
+    held = cluster.list_readonly(NODE)
+    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "2"}}})
+    cluster.patch_status(NODE, "n1", {"capacity": {"nvidia.com/gpu": "8"}})
+    assert held[0]["metadata"]["labels"] == {"a": "1"}
+    assert "capacity" not in (held[0].get("status") or {})
+    assert cluster.list_readonly(NODE)[0]["metadata"]["labels"] == {"a": "2"}
+    cluster.delete(NODE, "n1")
+    assert held[0]["metadata"]["name"] == "n1"
+    assert cluster.list_readonly(NODE) == []
 
 
 def test_merge_patch_sets_and_deletes_labels(cluster: Cluster) -> None:

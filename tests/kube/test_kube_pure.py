@@ -49,6 +49,24 @@ def test_field_selector_paths() -> None:
     assert not parse_field_selector("spec.nodeName=n2")(pod)
 
 
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [("Running", True), ("Pending", True), ("Succeeded", False), ("Failed", False), (None, True)],
+)
+def test_field_selector_with_two_terms_on_one_field(phase: str | None, expected: bool) -> None:
+    """The doctor's pod list: both terms on status.phase must hold (an absent field reads as "")."""
+    pod = {"metadata": {"name": "p"}, "status": {"phase": phase} if phase else {}}
+    assert parse_field_selector("status.phase!=Succeeded,status.phase!=Failed")(pod) is expected
+    assert parse_field_selector(f"status.phase={phase or ''},status.phase!=Failed")(pod) is (phase != "Failed")
+
+
+def test_field_selector_reads_booleans_and_numbers_as_the_api_writes_them() -> None:
+    obj = {"spec": {"unschedulable": True, "replicas": 3}}
+    assert parse_field_selector("spec.unschedulable=true,spec.replicas=3")(obj)
+    assert not parse_field_selector("spec.unschedulable=false")(obj)
+    assert parse_field_selector("spec.unschedulable.deeper=")(obj)  # a path through a scalar is absent
+
+
 def test_structured_selector() -> None:
     sel = {"matchLabels": {"app": "x"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]}
     assert match_label_selector_object(sel, {"app": "x", "tier": "web"})

@@ -36,9 +36,10 @@ def _count(quantity: Any) -> int | None:
 def _gpu_counts(resources: Mapping[str, Any]) -> dict[str, int]:
     out = {}
     for name, quantity in resources.items():
-        count = _count(quantity)
-        if is_gpu_resource(str(name)) and count is not None:
-            out[str(name)] = count
+        if is_gpu_resource(str(name)):  # before parsing: most resources (cpu, memory) are not GPUs
+            count = _count(quantity)
+            if count is not None:
+                out[str(name)] = count
     return out
 
 

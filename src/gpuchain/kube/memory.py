@@ -79,6 +79,7 @@ class MemoryCluster(Cluster):
         self._last_rv = 0
         self._history: dict[Kind, _History] = {}
         self._compacted: dict[Kind, int] = {}  # per kind: the newest resourceVersion no longer in history
+        self._order: dict[Kind, list[_Key]] = {}  # per kind: keys in list order, dropped on create/delete
         self._watchers: list[_Watcher] = []
         self._logs: dict[_LogKey, str] = {}
         for obj in objects:
@@ -165,6 +166,7 @@ class MemoryCluster(Cluster):
         meta["generation"] = 1
         meta["resourceVersion"] = self._next_rv()
         bucket[key] = obj
+        self._order.pop(kind, None)
         self._emit(kind, "ADDED", obj, None)
         return json_copy(obj)
 
@@ -188,6 +190,7 @@ class MemoryCluster(Cluster):
     def _remove(self, kind: Kind, obj: Obj) -> None:
         meta = obj["metadata"]
         del self._bucket(kind)[self._key(kind, meta["name"], meta.get("namespace"))]
+        self._order.pop(kind, None)
         self._next_rv()
         gone = json_copy(obj)
         gone["metadata"]["resourceVersion"] = str(self._last_rv)
@@ -222,16 +225,37 @@ class MemoryCluster(Cluster):
         field_selector: str | None = None,
     ) -> list[Obj]:
         self.calls.count("list")
+        return [json_copy(obj) for obj in self._select(kind, namespace, label_selector, field_selector)]
+
+    def list_readonly(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> builtins.list[Obj]:
+        """The stored objects themselves: safe to share because no write changes a stored dict
+        in place (each write stores a new one), and readers promise not to change them."""
+        self.calls.count("list")
+        return self._select(kind, namespace, label_selector, field_selector)
+
+    def _select(
+        self, kind: Kind, namespace: str | None, label_selector: str | None, field_selector: str | None
+    ) -> builtins.list[Obj]:
+        """The stored objects a list request matches, in the API server's order (namespace, name)."""
         by_label = parse_label_selector(label_selector)
         by_field = parse_field_selector(field_selector)
+        everywhere = not namespace or not kind.namespaced
         with self._lock:
-            found = [
-                json_copy(obj)
-                for (ns, _), obj in sorted(self._bucket(kind).items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))
-                if (namespace is None or not kind.namespaced or ns == namespace)
-                and by_label(labels_of(obj))
-                and by_field(obj)
-            ]
+            bucket = self._bucket(kind)
+            order = self._order.get(kind)
+            if order is None:  # a create or delete since the last list
+                order = self._order[kind] = sorted(bucket, key=lambda k: (k[0] or "", k[1]))
+            found = [bucket[key] for key in order if everywhere or key[0] == namespace]
+        if label_selector:
+            found = [obj for obj in found if by_label(labels_of(obj))]
+        if field_selector:
+            found = [obj for obj in found if by_field(obj)]
         return found
 
     async def watch(

@@ -115,9 +115,9 @@ def match_label_selector_object(selector: Mapping[str, Any] | None, labels: Mapp
     return True
 
 
-def _field(obj: Mapping[str, Any], path: str) -> str:
+def _field(obj: Mapping[str, Any], path: list[str]) -> str:
     cur: Any = obj
-    for part in path.split("."):
+    for part in path:
         if not isinstance(cur, Mapping):
             return ""
         cur = cur.get(part)
@@ -135,10 +135,19 @@ def parse_field_selector(selector: str | None) -> Callable[[Mapping[str, Any]], 
     (for pods: metadata.name/namespace, spec.nodeName, spec.restartPolicy, spec.schedulerName,
     spec.serviceAccountName, status.phase, status.podIP, status.nominatedNodeName).
     """
-    reqs = parse_field_requirements(selector)
+    # Each path split once and read once per object (``status.phase!=Succeeded,status.phase!=Failed``
+    # is two terms on one field): a list of 100,000 pods asks every term of every pod.
+    terms: dict[str, list[tuple[bool, str]]] = {}
+    for r in parse_field_requirements(selector):
+        terms.setdefault(r.key, []).append((r.op == "=", r.values[0]))
+    paths = [(key.split("."), wanted) for key, wanted in terms.items()]
 
     def match(obj: Mapping[str, Any]) -> bool:
-        return all(r.matches({r.key: _field(obj, r.key)}) for r in reqs)
+        for path, wanted in paths:
+            value = _field(obj, path)
+            if any((value == want) is not equal for equal, want in wanted):
+                return False
+        return True
 
     return match
 
