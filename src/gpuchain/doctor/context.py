@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 import yaml
 
@@ -88,34 +90,43 @@ class Context:
         return self.configmaps.get(name, {})
 
 
-def _operand_of(pod: Obj, stack: Stack) -> str | None:
+def _operand_of(pod: Obj, operand_of: Callable[[str], str | None]) -> str | None:
     for ref in pod.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == "DaemonSet":
-            return stack.operand_of(str(ref.get("name")))
-    app = labels_of(pod).get("app")
-    return stack.operand_of(app) if app else None
+            return operand_of(str(ref.get("name")))
+    app = (pod.get("metadata", {}).get("labels") or {}).get("app")
+    return operand_of(app) if app else None
 
 
 def index(snapshot: Snapshot) -> Context:
     """Build the context: one pass over pods and events, whatever the cluster size."""
     stack = snapshot.stack
+    operand_of = cache(stack.operand_of)  # one answer per DaemonSet name, not one search per pod
     operand_pods: dict[str, dict[str, Obj]] = defaultdict(dict)
     workloads: dict[str, list[Obj]] = defaultdict(list)
+    # Only the pods Warning Events are about need their node looked up by name.
+    named = {
+        str((ev.get("involvedObject") or {}).get("name"))
+        for ev in snapshot.events
+        if (ev.get("involvedObject") or {}).get("kind") == "Pod"
+    }
     pod_node: dict[tuple[str, str], str] = {}
     pending = []
     for pod in snapshot.pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
             continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
-        op = _operand_of(pod, stack) if meta.get("namespace") == stack.namespace else None
+        op = _operand_of(pod, operand_of) if meta.get("namespace") == stack.namespace else None
         if node:
-            pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
+            if named and str(meta.get("name")) in named:
+                pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
             if op is not None:
                 operand_pods[node][op] = pod
             else:
                 workloads[node].append(pod)
-        elif op is None and (pod.get("status") or {}).get("phase") == "Pending":
+        elif op is None and status.get("phase") == "Pending":
             pending.append(pod)
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:

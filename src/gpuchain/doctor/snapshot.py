@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import cache
+from typing import Protocol, cast
 
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
@@ -41,7 +42,8 @@ class Snapshot:
     """The cluster as the doctor saw it; every check is a pure function of this.
 
     ``namespace`` is the stack namespace the user named (``--namespace``), "" to let the stack
-    adapter find it.
+    adapter find it. The objects may be the cluster's own (`gather` reads with
+    ``list_readonly``): read them, never change them.
     """
 
     namespace: str
@@ -78,9 +80,9 @@ STEPS = (
 
 
 def list_if_served(cluster: Cluster, kind: Kind) -> list[Obj]:
-    """``cluster.list(kind)``, or [] when the cluster does not serve that API group (404)."""
+    """``cluster.list_readonly(kind)``, or [] when the cluster does not serve that API group (404)."""
     try:
-        return cluster.list(kind)
+        return cluster.list_readonly(kind)
     except (NotFoundError, UnknownKindError):
         return []
     except KubeError as exc:
@@ -100,20 +102,20 @@ def gather(
     step(STEPS[0])
     nvidia = list_if_served(cluster, NVIDIA_CLUSTER_POLICY)
     step(STEPS[1])
-    nodes = cluster.list(NODE)
+    nodes = cluster.list_readonly(NODE)
     step("nodes")
-    pods = cluster.list(POD, field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    pods = cluster.list_readonly(POD, field_selector="status.phase!=Succeeded,status.phase!=Failed")
     step("pods")
-    daemonsets = cluster.list(DAEMONSET)
+    daemonsets = cluster.list_readonly(DAEMONSET)
     step("daemonsets")
     drivers = list_if_served(cluster, NVIDIA_DRIVER) if nvidia else []
     partial = Snapshot(namespace or "", policies + nvidia, nodes, pods, daemonsets, [], [], [], drivers=drivers)
     stack = partial.stack
-    configmaps = cluster.list(CONFIGMAP, stack.namespace) if stack.namespace else []
+    configmaps = cluster.list_readonly(CONFIGMAP, stack.namespace) if stack.namespace else []
     step("configmaps")
-    runtime_classes = cluster.list(RUNTIME_CLASS)
+    runtime_classes = cluster.list_readonly(RUNTIME_CLASS)
     step("runtimeclasses")
-    events = cluster.list(EVENT, field_selector="type=Warning")
+    events = cluster.list_readonly(EVENT, field_selector="type=Warning")
     step("events")
     return Snapshot(
         namespace or "",
@@ -131,73 +133,84 @@ def gather(
 def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     """The containers worth a log call: every container of the stack's operand pods (init
     containers that crash or restarted included) that is not ready and has no last log lines in
-    its status, and running
-    device plugins on nodes whose capacity announces no GPU (their log says whether they
-    registered). Crash-looping ones first: their log is the failure itself."""
+    its status, and running device plugins on nodes whose capacity announces no GPU (their log
+    says whether they registered); crash-looping ones first: their log is the failure itself.
+    Then up to ``MAX_WORKLOAD_LOGS`` GPU workload containers that are not ready or restarted:
+    their log says whether the GPU went away under them ("Failed to initialize NVML: Unknown
+    Error")."""
+    return [key for key, _ in _log_candidates(snapshot, limit)]
+
+
+def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
+    """`needs_logs`'s containers with their statuses, from one pass over the pods (at 10,000
+    nodes each pass over their pods costs a noticeable part of the doctor's time)."""
     stack = snapshot.stack
     unregistered = {
         str(n.get("metadata", {}).get("name"))
         for n in snapshot.nodes
         if not any(v > 0 for v in node_gpu_resources(n).values())
     }
-    crashing: list[LogKey] = []
-    quiet: list[LogKey] = []
+    operand_of = cache(stack.operand_of)  # one answer per DaemonSet, not one search per pod
+    crashing: list[tuple[LogKey, Obj]] = []
+    quiet: list[tuple[LogKey, Obj]] = []
+    workloads: list[tuple[LogKey, Obj]] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
-        if meta.get("namespace") != stack.namespace:
-            continue
-        owner = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
-        state = stack.operand_of(str(owner)) if owner else None
-        if state is None:
-            continue
+        namespace = meta.get("namespace")
         status = pod.get("status") or {}
-        on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
-        inits = status.get("initContainerStatuses") or []
-        for cs in [*inits, *(status.get("containerStatuses") or [])]:
-            current = cs.get("state") or {}
-            message = ((cs.get("lastState") or {}).get("terminated") or {}).get("message")
-            key = (stack.namespace, str(meta.get("name")), str(cs.get("name")))
-            # A running init container is waiting for a lower link, unless it already restarted.
-            waiting_init = cs in inits and not cs.get("restartCount")
-            if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
-                if not message:
-                    crashing.append(key)
-            elif current.get("running") and not waiting_init and (not cs.get("ready") or on_bare_node):
-                quiet.append(key)
-    return (sorted(crashing) + sorted(quiet))[:limit] + workload_logs(snapshot, stack.namespace)
-
-
-def needs_previous_logs(snapshot: Snapshot, keys: list[LogKey]) -> list[LogKey]:
-    """Of the containers whose log is read, those running again after a restart with no last log
-    lines in their status: the current run's log is the fresh start, the run that failed is the
-    previous one (a crash-looping container is waiting, so its current read is already that run)."""
-    wanted = set(keys)
-    out: list[LogKey] = []
-    for pod in snapshot.pods:
-        meta = pod.get("metadata", {})
-        status = pod.get("status") or {}
-        for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-            key = (str(meta.get("namespace") or "default"), str(meta.get("name")), str(cs.get("name")))
-            if key not in wanted or not cs.get("restartCount") or not (cs.get("state") or {}).get("running"):
-                continue
-            if not ((cs.get("lastState") or {}).get("terminated") or {}).get("message"):
-                out.append(key)
-    return sorted(out)
-
-
-def workload_logs(snapshot: Snapshot, stack_namespace: str, limit: int = MAX_WORKLOAD_LOGS) -> list[LogKey]:
-    """GPU workload containers that are not ready or restarted: their log says whether the GPU went
-    away under them ("Failed to initialize NVML: Unknown Error")."""
-    wanted: list[LogKey] = []
-    for pod in snapshot.pods:
-        meta = pod.get("metadata", {})
-        ns = str(meta.get("namespace") or "default")
-        if ns in (stack_namespace, "kube-system") or not pod_gpu_requests(pod):
+        owner = None
+        if namespace == stack.namespace:
+            refs = meta.get("ownerReferences") or []
+            owner = next((r.get("name") for r in refs if r.get("kind") == "DaemonSet"), None)
+        state = operand_of(str(owner)) if owner else None
+        if state is not None:
+            on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
+            inits = status.get("initContainerStatuses") or []
+            for cs in [*inits, *(status.get("containerStatuses") or [])]:
+                current = cs.get("state") or {}
+                if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                    if not _last_message(cs):
+                        crashing.append(((stack.namespace, str(meta.get("name")), str(cs.get("name"))), cs))
+                # A running init container is waiting for a lower link, unless it already restarted.
+                elif (
+                    current.get("running")
+                    and (not cs.get("ready") or on_bare_node)
+                    and not (cs in inits and not cs.get("restartCount"))
+                ):
+                    quiet.append(((stack.namespace, str(meta.get("name")), str(cs.get("name"))), cs))
+        where = str(namespace or "default")
+        if where in (stack.namespace, "kube-system"):
             continue
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")):
-                wanted.append((ns, str(meta.get("name")), str(cs.get("name"))))
-    return sorted(wanted)[:limit]
+        troubled = [
+            cs
+            for cs in status.get("containerStatuses") or []
+            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount"))
+        ]
+        if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
+            workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
+
+    def by_key(candidate: tuple[LogKey, Obj]) -> LogKey:
+        return candidate[0]
+
+    operands = sorted(crashing, key=by_key) + sorted(quiet, key=by_key)
+    return operands[:limit] + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
+
+
+def _last_message(status: Obj) -> str | None:
+    """A container status's ``lastState.terminated.message``: the last log lines the kubelet kept."""
+    return cast("str | None", ((status.get("lastState") or {}).get("terminated") or {}).get("message"))
+
+
+def _previous_run_wanted(status: Obj) -> bool:
+    """Whether a container whose log is read also needs its previous run's: it runs again after a
+    restart with no last log lines in its status, so the current run's log is the fresh start and
+    the run that failed is the previous one (a crash-looping container is waiting, so its current
+    read is already that run)."""
+    return (
+        bool(status.get("restartCount"))
+        and bool((status.get("state") or {}).get("running"))
+        and not _last_message(status)
+    )
 
 
 def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOGS) -> tuple[Snapshot, int]:
@@ -205,13 +218,14 @@ def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOG
     those that restarted); also how many reads it made."""
     if reader is None:
         return snapshot, 0
-    keys = needs_logs(snapshot, limit)
+    candidates = _log_candidates(snapshot, limit)
+    keys = [key for key, _ in candidates]
     logs = dict(snapshot.logs)
     for key in keys:
         text = reader(*key)
         if text:
             logs[key] = text
-    again = needs_previous_logs(snapshot, keys)
+    again = sorted({key for key, status in candidates if _previous_run_wanted(status)})
     previous = dict(snapshot.previous_logs)
     for key in again:
         text = reader(*key, previous=True)
