@@ -88,6 +88,20 @@ def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
     return f"{ds_name}-{suffix}"
 
 
+def unique_pod_name(ds_name: str, node: str, taken: set[str]) -> str:
+    """``pod_name``, drawn again while the name is ``taken`` (then recorded there): a cluster of
+    thousands of nodes has colliding 5-character suffixes (27^5 names: a collision is more likely
+    than not among 5,000 pods of one DaemonSet), which the real controller meets as AlreadyExists
+    and retries with a fresh random suffix. The same nodes in the same order always get the same names."""
+    attempt = 0
+    name = pod_name(ds_name, node)
+    while name in taken:
+        attempt += 1
+        name = pod_name(ds_name, node, attempt)
+    taken.add(name)
+    return name
+
+
 def _running(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
     return {
         "name": name,
@@ -686,12 +700,7 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             if not plan.deployed(op):
                 continue
             log = _logs_for(plan, op, scenario, policy, ds["spec"]["template"]["spec"]["containers"][0].get("args", []))
-            name = pod_name(name_of(ds), plan.name)
-            attempt = 0
-            while name in taken:
-                attempt += 1
-                name = pod_name(name_of(ds), plan.name, attempt)
-            taken.add(name)
+            name = unique_pod_name(name_of(ds), plan.name, taken)
             pod = _operand_pod(ds, plan, op, log, name)
             pods.append(pod)
             container = pod["spec"]["containers"][0]["name"]
