@@ -90,11 +90,12 @@ class Context:
         return self.configmaps.get(name, {})
 
 
-def _operand_of(pod: Obj, operand_of: Callable[[str], str | None]) -> str | None:
-    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+def _operand_of(meta: Obj, operand_of: Callable[[str], str | None]) -> str | None:
+    """The operand a pod of the stack's namespace runs (its DaemonSet owner, else its app label)."""
+    for ref in meta.get("ownerReferences") or ():
         if ref.get("kind") == "DaemonSet":
             return operand_of(str(ref.get("name")))
-    app = (pod.get("metadata", {}).get("labels") or {}).get("app")
+    app = (meta.get("labels") or {}).get("app")
     return operand_of(app) if app else None
 
 
@@ -118,7 +119,7 @@ def index(snapshot: Snapshot) -> Context:
             continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
-        op = _operand_of(pod, operand_of) if meta.get("namespace") == stack.namespace else None
+        op = _operand_of(meta, operand_of) if meta.get("namespace") == stack.namespace else None
         if node:
             if named and str(meta.get("name")) in named:
                 pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node

@@ -118,7 +118,7 @@ def match_label_selector_object(selector: Mapping[str, Any] | None, labels: Mapp
 def _field(obj: Mapping[str, Any], path: list[str]) -> str:
     cur: Any = obj
     for part in path:
-        if not isinstance(cur, Mapping):
+        if type(cur) is not dict and not isinstance(cur, Mapping):  # the ABC check only off the fast path
             return ""
         cur = cur.get(part)
     if cur is None:
@@ -145,8 +145,9 @@ def parse_field_selector(selector: str | None) -> Callable[[Mapping[str, Any]], 
     def match(obj: Mapping[str, Any]) -> bool:
         for path, wanted in paths:
             value = _field(obj, path)
-            if any((value == want) is not equal for equal, want in wanted):
-                return False
+            for equal, want in wanted:
+                if (value == want) is not equal:
+                    return False
         return True
 
     return match
