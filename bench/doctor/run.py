@@ -8,8 +8,7 @@ Measured, with API calls counted by the cluster (MemoryCluster: in-process, no n
   "diagnose overhead" is doctor / listing;
 - baseline 2, what a live client pays on top to decode those lists: ``json.loads`` of each
   list's body as an API server sends it (serialised once before the rounds, not timed), the
-  part of a live run the in-memory cluster does not show; once with the cyclic collector paused,
-  as ``gather`` runs its list calls, and once with it on;
+  part of a live run the in-memory cluster does not show;
 - baseline 3, the per-node way: get the node and list its pods with ``spec.nodeName=<node>``
   for every GPU node, timed on ``--sample`` nodes and scaled to all of them (printed as such).
 
@@ -38,7 +37,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuchain.doctor import run_doctor
-from gpuchain.doctor.snapshot import collector_paused
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.sim import build, parse_scenario
 
@@ -143,12 +141,6 @@ def decode(bodies: list[str]) -> None:
         json.loads(body)
 
 
-def decode_as_gather(bodies: list[str]) -> None:
-    """The same, with the collector paused as ``gather`` pauses it around its list calls."""
-    with collector_paused():
-        decode(bodies)
-
-
 def per_node(cluster: MemoryCluster, names: list[str]) -> None:
     """The per-node way: one get and one filtered pod list per node."""
     for name in names:
@@ -178,18 +170,17 @@ def main() -> None:
     found = sorted(g.id for g in report.groups())
     bodies = list_bodies(cluster, reads)
     load_before = os.getloadavg()
-    doctor_t, listing_t, paused_t, decode_t = alternated_times(
+    doctor_t, listing_t, decode_t = alternated_times(
         [
             lambda: run_doctor(cluster, reader=sim.read_log),
             lambda: replay(cluster, reads),
-            lambda: decode_as_gather(bodies),
             lambda: decode(bodies),
         ],
         args.rounds,
     )
     load_after = os.getloadavg()
     (doctor_s, doctor_cpu), (listing_s, listing_cpu) = medians(doctor_t), medians(listing_t)
-    (paused_s, paused_cpu), (decode_s, decode_cpu) = medians(paused_t), medians(decode_t)
+    decode_s, decode_cpu = medians(decode_t)
     names = [f"gpu-{i}" for i in range(min(args.sample, args.nodes - 40))]
     cluster.calls.reset()
     sample_s = median_seconds(lambda: per_node(cluster, names), 1)
@@ -207,11 +198,10 @@ def main() -> None:
     print(
         f"{'baseline: the same API reads alone':40} {listing_s:8.3f} {listing_cpu:8.3f} {len(reads):10d} {1.0:10.2f}x"
     )
-    for label, wall, cpu in (
-        ("baseline: decoding their JSON (live)", paused_s, paused_cpu),
-        ("  the same, collector on", decode_s, decode_cpu),
-    ):
-        print(f"{label:40} {wall:8.3f} {cpu:8.3f} {len(bodies):10d} {wall / listing_s:10.2f}x")
+    print(
+        f"{'baseline: decoding their JSON (live)':40} {decode_s:8.3f} {decode_cpu:8.3f} {len(bodies):10d} "
+        f"{decode_s / listing_s:10.2f}x"
+    )
     print(
         f"{'baseline: per node (scaled from ' + str(len(names)) + ')':40} {per_node_s:8.3f} {'':8} "
         f"{per_node_calls:10d} {per_node_s / listing_s:10.2f}x"

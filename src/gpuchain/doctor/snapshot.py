@@ -12,10 +12,8 @@ than five.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol, cast
@@ -93,36 +91,13 @@ def list_if_served(cluster: Cluster, kind: Kind) -> list[Obj]:
         raise
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for a block that builds objects it keeps.
-
-    Decoding a 10,000-node cluster's list responses makes millions of objects, all kept until
-    the doctor ends; left on, the collector walks every one decoded so far each time their number
-    grows by a quarter, which more than doubles the decoding (``bench/doctor``'s live baseline).
-    Reference counting still frees what is dropped; the collector's state is restored after.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def gather(
     cluster: Cluster,
     namespace: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Snapshot:
-    """List everything once (with the collector paused). ``namespace`` overrides the stack's own
-    namespace."""
-    with collector_paused():
-        return _gather(cluster, namespace, progress or (lambda _name: None))
-
-
-def _gather(cluster: Cluster, namespace: str | None, step: Callable[[str], None]) -> Snapshot:
+    """List everything once. ``namespace`` overrides the stack's own namespace."""
+    step = progress or (lambda _name: None)
     policies = list_if_served(cluster, CLUSTER_POLICY)
     step(STEPS[0])
     nvidia = list_if_served(cluster, NVIDIA_CLUSTER_POLICY)
