@@ -8,6 +8,7 @@ Use it as::
     cluster = LiveCluster()                        # in-cluster config or ~/.kube/config
     nodes = cluster.list(NODE, label_selector="nvidia.com/gpu.present=true")
     pods = cluster.list(POD, field_selector="spec.nodeName=node-1")
+    pods = cluster.list_readonly(POD)              # a reader's list: may share the store's objects
     cluster.patch(NODE, "node-1", {"metadata": {"labels": {"nvidia.com/mig.config.state": "success",
                                                            "stale-label": None}}})   # None deletes
     result = cluster.apply(desired_daemonset)      # result.changed is False on a no-op

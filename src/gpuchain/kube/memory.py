@@ -5,7 +5,9 @@ only on real change), uid, creationTimestamp, generation (bumped on spec changes
 field selectors, watch streams with ADDED/MODIFIED/DELETED and resume from a resourceVersion,
 the status subresource, ownerReference garbage collection, and the Eviction API checking
 PodDisruptionBudgets, strategic merge of ``status.conditions``, and container logs (which the
-simulator or a test sets with ``set_logs``; they go with the pod). It does not validate schemas,
+simulator or a test sets with ``set_logs``; they go with the pod). ``list_readonly`` hands out
+the stored objects themselves (every write stores a new dict, so a reader's objects never change
+under it); every other verb returns copies. It does not validate schemas,
 require namespaces to exist, or honour finalizers (deletes are immediate).
 
 Thread-safe: writes may come from any thread; watchers are fed on their own event loop.

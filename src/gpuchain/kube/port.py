@@ -99,8 +99,9 @@ def _event_order(event: Obj) -> tuple[str, int]:
 class Cluster(abc.ABC):
     """A Kubernetes API. Sync verbs for everything, plus an async `watch` stream.
 
-    Objects in and out are plain JSON dicts (``apiVersion``/``kind``/``metadata``/...), always
-    copies: mutating a returned dict never changes the cluster. Cluster-scoped kinds ignore
+    Objects in and out are plain JSON dicts (``apiVersion``/``kind``/``metadata``/...), copies:
+    mutating a returned dict never changes the cluster (``list_readonly`` excepted: its objects
+    may be shared and must not be changed). Cluster-scoped kinds ignore
     ``namespace``. Every request is counted in ``calls`` by verb.
     """
 
