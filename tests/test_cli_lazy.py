@@ -40,10 +40,10 @@ def test_the_table_names_every_command_with_its_own_help() -> None:
 HEAVY = ("kopf", "aiohttp", "lightkube", "matplotlib", "gpuchain.operator", "gpuchain.doctor", "gpuchain.sim")
 
 
-def _imported(*args: str) -> set[str]:
-    """The modules a real `gpuchain ARGS` process imports, read from ``python -X importtime``."""
+def _imported(*args: str, code: str | None = None) -> set[str]:
+    """The modules a real `gpuchain ARGS` process (or ``python -c CODE``) imports, from ``python -X importtime``."""
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "gpuchain", *args],
+        [sys.executable, "-X", "importtime", *(["-c", code] if code else ["-m", "gpuchain", *args])],
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": "100"},
@@ -70,9 +70,21 @@ def test_root_help_and_version_import_no_command(args: list[str]) -> None:
     assert "grpc" not in modules and "pydantic" not in modules
 
 
-@pytest.mark.parametrize("agent", ["device-plugin", "gfd", "exporter", "gpu-health", "dra-plugin", "mig-manager"])
+AGENTS = ["device-plugin", "gfd", "exporter", "gpu-health", "dra-plugin", "mig-manager"]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
 def test_node_agent_help_imports_no_operator_or_kubernetes_framework(agent: str) -> None:
     assert _heavy(_imported(agent, "--help")) == []
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_node_agent_loads_no_table_renderer_and_no_demo(agent: str) -> None:
+    """What an agent holds for weeks: rich (tables, help) and the demos load only when used."""
+    modules = _imported(code=f"from gpuchain.cli import load; load({agent!r})")
+    assert _heavy(modules) == []
+    assert sorted(m for m in modules if m == "rich" or m.startswith("rich.")) == []
+    assert "gpuchain.commands._render" not in modules and "gpuchain.kubelet.dra_demo" not in modules
 
 
 def test_help_lists_every_command_with_its_whole_help() -> None:

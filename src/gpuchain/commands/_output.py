@@ -22,15 +22,14 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 import yaml
-from pydantic import BaseModel
-from rich.console import Console, ConsoleDimensions, Group, RenderableType
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
 
 UNLIMITED = 100_000
 """Width a pipe or ``-o wide`` renders at: wide enough that no table is ever squeezed."""
@@ -58,46 +57,6 @@ def output_option() -> Any:
     )
 
 
-class _Console(Console):
-    """A console that renders for its reader: see :func:`for_terminal` and :func:`for_pipe`.
-
-    Every ``print`` goes through here, so a table printed by any command (or by a layer that
-    was handed this console) is plain columns in a pipe, at unlimited width, lines without
-    trailing blanks.
-    """
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        if self.is_terminal:
-            super().print(*(for_terminal(o) for o in objects), **kwargs)
-            return
-        if not any(isinstance(o, Table | Panel | Group) for o in objects):
-            super().print(*objects, **kwargs)
-            return
-        with self.capture() as captured:
-            super().print(*(for_pipe(o) for o in objects), **kwargs)
-        self.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-
-    def print_wide(self, renderable: RenderableType) -> None:
-        """Print at unlimited width on a terminal too (``-o wide``): the terminal wraps, rich never cuts."""
-        width = self._width
-        self._width = UNLIMITED
-        try:
-            self.print(renderable, crop=False)
-        finally:
-            self._width = width
-
-    @property
-    def size(self) -> ConsoleDimensions:
-        # A pipe has no width: an exported COLUMNS (which rich would honour) must not cut columns.
-        if not self.is_terminal:
-            return ConsoleDimensions(UNLIMITED, 25)
-        return super().size
-
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        self._width, self._height = new_size
-
-
 def _bare_flags() -> None:
     """Show boolean flags bare in ``--help`` (``--dry-run``, ``--test-pod/--no-test-pod``).
 
@@ -118,75 +77,32 @@ _bare_flags()
 
 
 def _console(stderr: bool = False) -> Console:
-    return _Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+    """A console that renders for its reader (rich is imported only now)."""
+    from gpuchain.commands._render import _console as make
+
+    return make(stderr)
 
 
-console = _console()
-err_console = _console(stderr=True)
+def __getattr__(name: str) -> Console:
+    """``console`` and ``err_console``, the shared stdout/stderr consoles, made on first use."""
+    if name in ("console", "err_console"):
+        from gpuchain.commands import _render
 
-
-def for_pipe(renderable: RenderableType) -> RenderableType:
-    """``renderable`` as plain columns: tables lose their boxes, panels become a title line and an indented body.
-
-    A pipe reads columns separated by spaces with a header row (like ``kubectl get``); box
-    drawing characters and panel frames only get in the way of ``grep``, ``awk`` and ``cut``.
-    """
-    if isinstance(renderable, Table):
-        renderable.box = None
-        renderable.show_edge = False
-        renderable.padding = (0, 3, 0, 0)
-        for column in renderable.columns:
-            column.overflow = "ignore"
-            column.no_wrap = True
-        # A title or caption is laid out at the table's width and would wrap: print them as lines.
-        title, caption = renderable.title, renderable.caption
-        renderable.title = renderable.caption = None
-        lines = [t if isinstance(t, Text) else Text(str(t)) for t in (title, caption) if t]
-        if not lines:
-            return renderable
-        return Group(*lines[: 1 if title else 0], renderable, *lines[1 if title else 0 :])
-    if isinstance(renderable, Panel):
-        title = renderable.title
-        body = for_pipe(renderable.renderable)
-        if not title:
-            return body
-        return Group(title if isinstance(title, Text) else Text(str(title)), body)
-    if isinstance(renderable, Group):
-        return Group(*(for_pipe(r) for r in renderable.renderables))
-    return renderable
-
-
-def for_terminal(renderable: RenderableType) -> RenderableType:
-    """``renderable`` for a terminal: a cell too long for its column wraps onto the next line.
-
-    Nothing is cut with ``…`` and no column is dropped on a narrow terminal; ``-o wide`` or a
-    pipe shows every row on one line.
-    """
-    if isinstance(renderable, Table):
-        for column in renderable.columns:
-            column.overflow = "fold"
-            column.no_wrap = False
-        return renderable
-    if isinstance(renderable, Panel):
-        renderable.renderable = for_terminal(renderable.renderable)
-        return renderable
-    if isinstance(renderable, Group):
-        for r in renderable.renderables:
-            for_terminal(r)
-    return renderable
+        return getattr(_render, name)  # type: ignore[no-any-return]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def show(renderable: RenderableType, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
     """Print a rich renderable for its reader; ``-o wide`` on a terminal prints it at full width."""
-    out = target or console
-    if fmt is OutputFormat.wide and isinstance(out, _Console) and out.is_terminal:
-        out.print_wide(renderable)
-    else:
-        out.print(renderable)
+    from gpuchain.commands._render import show as render
+
+    render(renderable, fmt, target)
 
 
 def say(line: str | Text, target: Console | None = None) -> None:
     """Print one line of a command's narrative (a plain string is printed as is, never as markup)."""
+    from gpuchain.commands._render import console
+
     (target or console).print(line)
 
 
@@ -226,7 +142,8 @@ def plain(obj: Any) -> Any:
         if callable(to_dict):
             return fields(to_dict())
         return {camel(f.name): plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, BaseModel):
+    pydantic = sys.modules.get("pydantic")  # a process that never imported it holds no model
+    if pydantic is not None and isinstance(obj, pydantic.BaseModel):
         return plain(obj.model_dump(mode="json", by_alias=True))
     if isinstance(obj, enum.Enum):
         return obj.value
@@ -287,6 +204,10 @@ def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
     ``also``: further problems of the same input (the first line counts them), one line each after it,
     so a user fixes them all in one go.
     """
+    from rich.text import Text
+
+    from gpuchain.commands._render import err_console
+
     line = Text("error:", style="bold red")
     line.append(" " + " ".join(message.split("\n")))
     err_console.print(line, soft_wrap=True)

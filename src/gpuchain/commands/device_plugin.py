@@ -8,9 +8,9 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from gpuchain.commands._agent import settled, stop_on_signals
 from gpuchain.commands._backend import (
@@ -47,6 +47,9 @@ from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 log = logging.getLogger("gpuchain.deviceplugin")
 
@@ -126,6 +129,8 @@ def _summary(res: Resource) -> dict[str, object]:
 
 
 def _table(resources: list[Resource], choice: BackendChoice) -> Table:
+    from rich.table import Table
+
     table = Table(title=mark("Resources this node announces", choice), title_justify="left")
     table.add_column("Resource", no_wrap=True)
     for col in ("Devices", "Physical", "Sharing", "Replicas"):

@@ -10,10 +10,16 @@ import socket
 from pathlib import Path
 
 import typer
-from rich.panel import Panel
 
 from gpuchain.commands._agent import settled, stop_on_signals
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
+from gpuchain.commands._backend import (
+    BACKEND_ERRORS,
+    DEFAULT_PRESET,
+    BackendKind,
+    open_backend,
+    preset_option,
+    topology_option,
+)
 from gpuchain.commands._cluster import (
     BackendChoice,
     mark,
@@ -26,9 +32,7 @@ from gpuchain.commands._output import (
     LogFormat,
     OutputFormat,
     configure_logging,
-    console,
     emit_data,
-    err_console,
     fail,
     log_format_option,
     output_option,
@@ -46,7 +50,6 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import policy_from_env
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
-from gpuchain.kubelet.dra_demo import DEFAULT_PRESET, run_dra_demo
 
 log = logging.getLogger("gpuchain.dra")
 
@@ -194,6 +197,8 @@ def dra_plugin(
         fail(f"cannot serve in {registry_dir} / {plugin_dir}: {exc}", code=1)
     finally:
         b.close()
+    from gpuchain.commands._render import err_console
+
     err_console.print(mark("DRA plugin stopped", choice), style="dim")
 
 
@@ -206,6 +211,11 @@ def dra_demo(
     Plugin and kubelet peer talk gRPC over unix sockets in a temporary directory; no GPU or
     cluster is needed. -o json prints the transcript (including the ResourceSlice and CDI spec).
     """
+    from rich.panel import Panel
+
+    from gpuchain.commands._render import console
+    from gpuchain.kubelet.dra_demo import run_dra_demo
+
     people = output.for_people
     if people:
         console.print(Panel.fit("gpuchain DRA demo: GPUs -> ResourceSlice -> claim -> CDI (simulated)", style="bold"))

@@ -7,9 +7,9 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from gpuchain.commands._agent import stop_on_signals
 from gpuchain.commands._backend import (
@@ -53,6 +53,9 @@ from gpuchain.discovery.output import patch_node_labels, render_feature_file, wr
 from gpuchain.discovery.service import Discovery, Sink, follow_config_label, read_machine_type, sleep_seconds
 from gpuchain.kube.errors import KubeError
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 log = logging.getLogger("gpuchain.discovery")
 
 
@@ -93,6 +96,8 @@ NFD_FEATURE_FILE = str(GfdFlags.model_fields["output_file"].default)
 
 
 def _table(labels: Labels, choice: BackendChoice) -> Table:
+    from rich.table import Table
+
     table = Table(title=mark(f"{len(labels)} feature discovery labels", choice), title_justify="left")
     table.add_column("Label")
     table.add_column("Value")

@@ -7,12 +7,9 @@ used. `MIG_PARTED_CONFIG_FILE` and `MIG_PARTED_SELECTED_CONFIG` work as in mig-p
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
@@ -29,6 +26,10 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.model import Inventory
 from gpuchain.mig.apply import ApplyResult, MigApplyError, ResetRequiredError, apply, check
 from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, load_config
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
 
 mig_app = typer.Typer(
     help="Declarative MIG layouts (mig-parted v1 config): apply one, assert one, print the built-in config.",
@@ -79,6 +80,8 @@ def _after(result: ApplyResult, inv: Inventory) -> list[dict[str, Any]]:
 
 
 def _devices_table(result: ApplyResult, inv: Inventory, simulated: bool) -> Table:
+    from rich.table import Table
+
     planned = result.steps and not result.applied
     title = "GPUs after apply (planned; nothing was changed)" if planned else "GPUs after apply"
     title += f" ({SIMULATED})" if simulated else ""
@@ -92,6 +95,9 @@ def _devices_table(result: ApplyResult, inv: Inventory, simulated: bool) -> Tabl
 
 
 def _apply_view(result: ApplyResult, inv: Inventory, simulated: bool) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
     if not result.steps:
         head = Text(f"node already has MIG layout {result.config!r}; nothing to do")
     else:
@@ -170,6 +176,8 @@ def assert_cmd(
     text = f"node has MIG layout {selected!r}{mark}"
     if not ok:
         text = "\n".join([f"node lacks MIG layout {selected!r}{mark}:", *diffs])
+    from rich.text import Text
+
     emit({"config": selected, "matches": ok, "differences": diffs, SIMULATED: simulated}, output, lambda: Text(text))
     if not ok:
         raise typer.Exit(1)

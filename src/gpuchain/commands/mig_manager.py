@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import typer
-from rich.text import Text
 
 from gpuchain.commands._agent import stop_on_signals
 from gpuchain.commands._backend import (
@@ -126,6 +125,8 @@ def mig_manager(
             data["message"] = mark(m.message, choice) if m.message else m.message
             data[SIMULATED] = choice.simulated
             line = mark(f"{node}: {m.phase} {m.config or '-'} {m.outcome or ''} {m.message}".rstrip(), choice)
+            from rich.text import Text
+
             emit(data, output, lambda: Text(line))
             return
         configure_logging(logging.INFO, log_format)

@@ -14,9 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
@@ -58,7 +55,9 @@ from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, No
 from gpuchain.remediation.publisher import GpuHealthPublisher, PublishResult
 from gpuchain.remediation.scenario import SCENARIOS, node_object, run_scenario
 
-if TYPE_CHECKING:  # loaded only when gpu-health runs the repair loop
+if TYPE_CHECKING:  # rich: when a table is shown; the loop: when gpu-health runs the repair loop
+    from rich.console import RenderableType
+
     from gpuchain.exporter.server import MetricsServer
     from gpuchain.remediation.loopagent import GpuLoopAgent
 
@@ -77,6 +76,10 @@ def _seconds(option: str, value: str) -> float:
 
 def _report_table(report: Report, title: str = "") -> RenderableType:
     """The report for people; ``title`` leads the first line (a simulated scenario says so there)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     b = report.breaker
     head = Text(
         title + ("DRY RUN: nothing changed. " if report.dry_run else "") + b.message,
@@ -202,6 +205,8 @@ def _run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
 
 
 def _publish_table(result: PublishResult, choice: BackendChoice) -> RenderableType:
+    from rich.table import Table
+
     title = mark(f"GPUHealthy={'False' if result.faults else 'True'}", choice)
     table = Table(title=title, title_justify="left")
     for col in ("Device", "Fault", "Pods"):

@@ -1,0 +1,93 @@
+"""Where each node agent's RSS goes: what every imported package costs, and what running adds.
+
+Each agent runs as its real command (the one ``bench.agents.run`` idles, default intervals)
+under an import hook that reads VmRSS before and after every module's load; a module's *self*
+cost is its growth minus that of the modules it imported in turn, summed per package
+(``gpuchain.<subpackage>`` for the project's own code). After ``--settle`` seconds the child
+writes the table and the whole RSS; "running" is what the process holds beyond its imports
+(heap, thread stacks, arenas). The floor, ``import grpc``, is measured the same way in the run.
+
+    .venv/bin/python -m bench.agents.imports [--settle 20] [--agent device-plugin ...] [--json]
+
+Figures are RSS pages, so a package's cost includes the shared libraries it maps and touches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.agents.run import AGENTS, agent_command, free_port, kube_api
+
+
+def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float) -> dict[str, Any]:
+    """One metered process: ``cmd`` is the agent's command line without the interpreter."""
+    out = root / f"{name}.json"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [sys.executable, "-m", "bench.agents._meter", str(out), str(settle), *cmd]
+    log = (root / f"{out.stem}.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + settle + 60
+        while not out.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode}: {(root / f'{out.stem}.log').read_text()[-1500:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} wrote nothing")
+            time.sleep(0.2)
+        time.sleep(0.2)
+        return dict(json.loads(out.read_text()))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--settle", type=float, default=20.0, help="seconds of running before the table is taken")
+    ap.add_argument("--agent", action="append", choices=AGENTS, help="only these agents (repeatable)")
+    ap.add_argument("--top", type=int, default=14, help="packages listed per agent")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="gcim-", dir="/tmp"))
+    results: dict[str, dict[str, Any]] = {}
+    with kube_api(root) as (kubeconfig, _client):
+        floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
+        results["floor"] = measure("floor", floor, root, kubeconfig, args.settle)
+        for agent in args.agent or AGENTS:
+            cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
+            results[agent] = measure(agent, cmd, root, kubeconfig, args.settle)
+    if args.json:
+        json.dump(results, sys.stdout, indent=2)
+        print()
+        return
+    floor = results["floor"]
+    for name, r in results.items():
+        end, start = r["end_kib"] / 1024, r["start_kib"] / 1024
+        imported = sum(r["packages"].values()) / 1024
+        running = end - start - imported
+        ratio = r["end_kib"] / floor["end_kib"]
+        head = f"{name}: RSS {end:.1f} MiB = {ratio:.2f}x floor"
+        print(f"{head}; at start {start:.1f}, imports {imported:.1f}, running {running:+.1f}")
+        if r is floor:
+            continue
+        beyond = {p: kib - floor["packages"].get(p, 0) for p, kib in r["packages"].items()}
+        print(f"    beyond the floor's imports: {sum(beyond.values()) / 1024:.1f} MiB, of which")
+        for pkg, kib in sorted(beyond.items(), key=lambda kv: -kv[1])[: args.top]:
+            print(f"    {pkg:<34}{kib / 1024:>6.1f} MiB  {r['modules'].get(pkg, 0):>4} modules")
+    print("(settle {:.0f} s; load average {})".format(args.settle, " ".join(f"{x:.2f}" for x in os.getloadavg())))
+
+
+if __name__ == "__main__":
+    main()
