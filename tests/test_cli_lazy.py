@@ -102,3 +102,10 @@ def test_a_command_runs_and_a_typo_is_answered_with_the_nearest_name() -> None:
     typo = CliRunner().invoke(app, ["gfx"])
     assert typo.exit_code == 2
     assert "Did you mean 'gfd'?" in typo.output
+
+
+@pytest.mark.parametrize("agent", ["device-plugin", "exporter", "gfd"])
+def test_an_agent_on_real_gpus_does_not_load_the_simulator(agent: str) -> None:
+    """The simulated backend and its topology files are imported by ``--backend sim`` alone."""
+    modules = _imported(code=f"from gpuchain.cli import load; load({agent!r})")
+    assert {"gpuchain.gpu.sim", "gpuchain.gpu.topology"} & modules == set()

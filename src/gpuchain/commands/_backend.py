@@ -11,8 +11,6 @@ from gpuchain.commands._output import fail
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
-from gpuchain.gpu.sim import SimBackend
-from gpuchain.gpu.topology import load_preset, load_topology
 
 DEFAULT_PRESET = "h100-80gb-x8"
 
@@ -46,6 +44,9 @@ def open_backend(kind: BackendKind, preset: str | None = None, topology: str | N
         return NvmlBackend()
     if preset and topology:
         raise typer.BadParameter("give --preset or --topology, not both")
+    from gpuchain.gpu.sim import SimBackend  # a node with real GPUs never loads the simulator
+    from gpuchain.gpu.topology import load_preset, load_topology
+
     topo = load_topology(topology) if topology else load_preset(preset or DEFAULT_PRESET)
     return SimBackend(topo)
 
