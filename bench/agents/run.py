@@ -15,7 +15,9 @@ Phase 1, activity (``--duration``, default 300 s): the agents work while RSS is 
 - mig-manager: the bench flips the node's ``nvidia.com/mig.config`` label every 15 s, so the
   manager re-lays out the simulated GPUs, against the same API.
 Reported: RSS at the end against the floor's, and growth over the last ``--flat-window``
-seconds (default 180: the issue's "flat over the last 3 minutes").
+seconds (default 180: the issue's "flat over the last 3 minutes"). Two reference rows, also in
+the same run, show what no agent can go below: a typer command (typer runs its options through
+pydantic, so it imports pydantic), and the same command serving gRPC on a unix socket.
 
 Phase 2, idle (``--idle``, default 60 s): fresh processes with their default intervals and no
 requests, after ``--settle`` seconds of start-up; CPU seconds from /proc over the window, as a
@@ -47,6 +49,22 @@ from typing import Any
 
 AGENTS = ("device-plugin", "exporter", "gfd", "dra-plugin", "gpu-health", "mig-manager")
 FLOOR = "floor: python -c 'import grpc'"
+TYPER_FLOOR = "ref: + a typer command"
+SERVING_FLOOR = "ref: + serving gRPC"
+TYPER_COMMAND = """import asyncio, grpc, sys, typer
+app = typer.Typer()
+@app.command()
+def main(socket: str = "") -> None:
+    async def serve() -> None:
+        server = grpc.aio.server()
+        server.add_insecure_port("unix://" + socket)
+        await server.start()
+        await server.wait_for_termination()
+    asyncio.run(serve()) if socket else asyncio.run(asyncio.Event().wait())
+app()
+"""
+"""The least a `gpuchain <agent>` can weigh: typer 0.29 runs every option through a pydantic
+TypeAdapter, so any typer command imports pydantic; with ``--socket`` it also serves gRPC."""
 NODE = "bench-node"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -134,8 +152,12 @@ def start(root: Path, kubeconfig: Path, busy: bool, ports: dict[str, int]) -> li
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
     procs = []
     floor = [sys.executable, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-    for name, cmd in [(FLOOR, floor), *[(a, agent_command(a, root, busy, ports[a])) for a in AGENTS]]:
-        log = root / f"{name.split(':')[0]}-{'busy' if busy else 'idle'}.log"
+    typer_cmd = [sys.executable, "-c", TYPER_COMMAND]
+    serving = [*typer_cmd, "--socket", str(root / f"ref-{'busy' if busy else 'idle'}.sock")]
+    references = [(FLOOR, floor), (TYPER_FLOOR, typer_cmd), (SERVING_FLOOR, serving)]
+    for name, cmd in [*references, *[(a, agent_command(a, root, busy, ports[a])) for a in AGENTS]]:
+        slug = "".join(c if c.isalnum() else "-" for c in name.split(" python")[0])
+        log = root / f"{slug}-{'busy' if busy else 'idle'}.log"
         with log.open("wb") as out:
             procs.append(Proc(name, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env), log))
     return procs
@@ -290,7 +312,7 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
             f"{r.growth_last_window_mib:>+16.1f} MiB{r.idle_cpu_percent:>12.2f}"
         )
     print()
-    agents = rows[1:]
+    agents = [r for r in rows if r.agent in AGENTS]
     ratio = max(r.ratio_to_floor for r in agents)
     growth_mib = max(r.growth_last_window_mib for r in agents)
     cpu = max(r.idle_cpu_percent for r in agents)
