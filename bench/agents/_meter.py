@@ -7,6 +7,7 @@ Kept to the few stdlib modules it needs, so that what it measures is the command
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import json
 import os
@@ -97,8 +98,6 @@ def child(out: str, settle: float, argv: list[str]) -> None:
         time.sleep(settle)
         table = dict(sorted(meter.self_kib.items(), key=lambda kv: -kv[1]))
         end = _rss_kib()
-        import ctypes
-
         ctypes.CDLL("libc.so.6").malloc_trim(0)  # what glibc holds free but resident
         data = {
             "start_kib": start,
