@@ -189,7 +189,24 @@ class Kubelet:
         self.socket_dir = socket_dir
         self.stop = threading.Event()
         self.calls = 0
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as exc:  # the bench fails on it (check), not a thread dying quietly
+            self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the kubelet side failed: {self.error!r}")
+
+    def finish(self) -> None:
+        """Stop calling and wait for the call in flight, before the plugin goes away."""
+        self.stop.set()
+        self.thread.join(30)
+        self.check()
 
     async def _run(self) -> None:
         import grpc
@@ -231,6 +248,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     try:
         while (now := time.monotonic() - began) < args.duration:
             check_alive(procs)
+            kubelet.check()
             if now > flips * 15:
                 label = {"nvidia.com/mig.config": layouts[flips % 2]}
                 client.patch(NODE_KIND, NODE, {"metadata": {"labels": label}})
@@ -250,6 +268,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
         for p in procs:
             p.rss.append((now, rss_mib(p.popen.pid)))
         check_alive(procs)
+        kubelet.finish()
     finally:
         kubelet.stop.set()
         stop(procs)
