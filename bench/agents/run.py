@@ -24,6 +24,8 @@ requests, after ``--settle`` seconds of start-up; CPU seconds from /proc over th
 percentage of one core, against the floor's.
 
     .venv/bin/python -m bench.agents.run [--duration 300] [--idle 60] [--json]
+
+Where each agent's RSS goes, package by package: ``python -m bench.agents.imports``.
 """
 
 from __future__ import annotations
