@@ -80,13 +80,11 @@ def test_node_agent_help_imports_no_operator_or_kubernetes_framework(agent: str)
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_a_node_agent_loads_no_table_renderer_and_no_demo(agent: str) -> None:
-    """What an agent holds for weeks: rich (tables, help), the demos and the in-memory cluster
-    (``--dry-run``, simulated scenarios) load only when used."""
+    """What an agent holds for weeks: rich (tables, help) and the demos load only when used."""
     modules = _imported(code=f"from gpuchain.cli import load; load({agent!r})")
     assert _heavy(modules) == []
     assert sorted(m for m in modules if m == "rich" or m.startswith("rich.")) == []
-    only_when_used = ("gpuchain.commands._render", "gpuchain.kubelet.dra_demo", "gpuchain.kube.memory")
-    assert [m for m in only_when_used if m in modules] == []
+    assert [m for m in ("gpuchain.commands._render", "gpuchain.kubelet.dra_demo") if m in modules] == []
 
 
 def test_help_lists_every_command_with_its_whole_help() -> None:

@@ -48,6 +48,7 @@ from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
+from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.port import Cluster
 from gpuchain.remediation.controller import Remediator, Report
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, NodeAction, Policy
@@ -308,8 +309,6 @@ def gpu_health(
     if not name:
         fail("--node (or $NODE_NAME) is required: the Node to publish on")
     if dry_run:
-        from gpuchain.kube.memory import MemoryCluster
-
         cluster: Cluster = MemoryCluster([node_object(name)])
         once = True
     else:

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.exporter.podresources import Assignment, PodRef
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import POD
+from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.publisher import GpuHealthPublisher
-
-if TYPE_CHECKING:
-    from gpuchain.kube.memory import MemoryCluster
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SIM_PRESET = "h100-80gb-x8"
@@ -126,8 +124,6 @@ class SimCluster:
 
 def build(nodes: int = 4, preset: str = SIM_PRESET) -> SimCluster:
     """``nodes`` healthy GPU nodes named node-0, node-1, ... with nothing running."""
-    from gpuchain.kube.memory import MemoryCluster  # gpu-health imports this module for its help only
-
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
     sim = SimCluster(MemoryCluster([namespace, *simulated_policy_objects()]))
     for i in range(nodes):
