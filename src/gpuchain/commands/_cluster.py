@@ -11,6 +11,7 @@ simulated reaches a real cluster or a node directory unless ``--backend sim`` wa
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -29,6 +30,30 @@ T = TypeVar("T")
 
 SIMULATED = "simulated"
 """The word every result computed from simulated GPUs carries."""
+
+
+def reads_a_whole_cluster(command: Callable[..., T]) -> Callable[..., T]:
+    """Run ``command`` with the cyclic garbage collector off (back on when it returns or exits).
+
+    The doctor, ``verify`` and ``doctor dump`` decode every Pod, Node and Event of the cluster and
+    keep them until they finish: millions of fresh dicts, each wave of which sets off a full
+    collection that finds nothing to free. Reference counting still frees everything dropped;
+    only cycles wait until the command ends. Measured on the real command (``doctor --from-dump``
+    of a 2,000-node, 15,020-pod dump, three runs alternated): 6.1-6.8 s with the collector,
+    3.9-4.5 s without, the same peak RSS (363-364 MiB).
+    """
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> T:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return command(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return run
 
 
 def _tried(kubeconfig: str | None, context: str | None) -> str:

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._backend import BackendKind, open_backend
-from gpuchain.commands._cluster import SIMULATED, open_cluster
+from gpuchain.commands._cluster import SIMULATED, open_cluster, reads_a_whole_cluster
 from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option, plain
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
@@ -240,6 +240,7 @@ def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, a
 
 
 @doctor_app.callback(invoke_without_command=True)
+@reads_a_whole_cluster
 def doctor(
     ctx: typer.Context,
     scenario: str | None = scenario_option(),
@@ -291,6 +292,7 @@ def doctor(
 
 
 @doctor_app.command("dump")
+@reads_a_whole_cluster
 def dump(
     directory: str = typer.Argument(..., help="Directory to write (created if missing)."),
     scenario: str | None = scenario_option(),

@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpuchain.commands._cluster import reads_a_whole_cluster
 from gpuchain.commands._output import OutputFormat, emit, fail, output_option
 from gpuchain.commands.doctor import context_option, kubeconfig_option, open_target, reading_progress, scenario_option
 from gpuchain.doctor.snapshot import STEPS, gather
@@ -45,6 +46,7 @@ def register(app: typer.Typer) -> None:
     """Add `gpuchain verify`."""
 
     @app.command("verify")
+    @reads_a_whole_cluster
     def verify(
         scenario: str | None = scenario_option(),
         kubeconfig: str | None = kubeconfig_option(),
