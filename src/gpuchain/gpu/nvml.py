@@ -15,7 +15,7 @@ import math
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -200,17 +200,21 @@ class NvmlBackend(GpuBackend):
         except GpuError as exc:
             log.warning("GPU %d: persistence mode could not be turned back on after the reset: %s", gpu_index, exc)
 
-    def _nvlink(self, h: Any) -> NvLink:
-        """What the GPU's active NVLinks lead to (an NVSwitch, another GPU, or nothing)."""
+    def _active_links(self, h: Any) -> Iterator[int]:
+        """The GPU's NVLinks that are up, by index, up to the first one NVML does not know."""
         n = self._nvml
-        kinds = set()
         for link in range(n.NVML_NVLINK_MAX_LINKS):
             try:
                 if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
                     continue
             except (NotSupportedError, NotFoundError):
-                break
-            kinds.add(self._optional(n.nvmlDeviceGetNvLinkRemoteDeviceType, h, link))
+                return
+            yield link
+
+    def _nvlink(self, h: Any) -> NvLink:
+        """What the GPU's active NVLinks lead to (an NVSwitch, another GPU, or nothing)."""
+        n = self._nvml
+        kinds = {self._optional(n.nvmlDeviceGetNvLinkRemoteDeviceType, h, link) for link in self._active_links(h)}
         if n.NVML_NVLINK_DEVICE_TYPE_SWITCH in kinds:
             return NvLink.NVSWITCH
         return NvLink.DIRECT if kinds else NvLink.NONE
@@ -447,12 +451,7 @@ class NvmlBackend(GpuBackend):
         by_bus = {g.pci_bus_id.upper(): i for i, g in gpus.items()}
         for i, h in handles.items():
             switch_links = 0
-            for link in range(n.NVML_NVLINK_MAX_LINKS):
-                try:
-                    if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
-                        continue
-                except (NotSupportedError, NotFoundError):
-                    break
+            for link in self._active_links(h):
                 kind = self._optional(n.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
                 if kind == n.NVML_NVLINK_DEVICE_TYPE_SWITCH:
                     switch_links += 1
@@ -644,12 +643,7 @@ class NvmlBackend(GpuBackend):
             n.NVML_NVLINK_ERROR_DL_CRC_DATA,
         )
         found = []
-        for link in range(n.NVML_NVLINK_MAX_LINKS):
-            try:
-                if self._call(n.nvmlDeviceGetNvLinkState, h, link) != n.NVML_FEATURE_ENABLED:
-                    continue
-            except (NotSupportedError, NotFoundError):
-                break
+        for link in self._active_links(h):
             values = [self._optional(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind) for kind in kinds]
             if any(v is not None for v in values):
                 found.append(NvLinkCounters(link, *values))
