@@ -48,3 +48,22 @@ def test_settled_freezes_what_start_up_left() -> None:
         assert gc.get_freeze_count() > 1000  # at least the imported modules' objects
     finally:
         gc.unfreeze()
+
+
+def test_off_the_main_thread_the_signals_are_left_to_the_main_thread() -> None:
+    """Python refuses signal handlers from other threads; an agent started on one (embedded, or a
+    test bounding it with a thread) must still start, leaving the handlers as they were."""
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            stop_on_signals(lambda: None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(5)
+    assert errors == []
+    assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == before

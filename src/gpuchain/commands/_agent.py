@@ -30,6 +30,11 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
     (an agent whose main thread is not asyncio) it runs on a thread of its own, so it may take a
     lock the interrupted main thread holds (``threading.Event.set``) without deadlocking.
     """
+    if threading.current_thread() is not threading.main_thread():
+        # Python delivers signals to the main thread only and refuses handlers from any other: an
+        # agent run on another thread (embedded, or a test bounding it with a thread) leaves the
+        # signals to whoever owns the main thread.
+        return
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
