@@ -35,7 +35,8 @@ from gpuchain.deviceplugin.config import (
     load_config,
 )
 from gpuchain.deviceplugin.resources import ResourceMappingError
-from gpuchain.kube import NODE, Cluster, GoneError, labels_of, resource_version_of
+from gpuchain.kube import NODE, Cluster, labels_of, resource_version_of
+from gpuchain.kube.follow import node_states
 from gpuchain.kube.objects import Obj
 
 if TYPE_CHECKING:  # feature discovery shares ConfigSource and NodeLabelWatch without the gRPC server
@@ -141,28 +142,18 @@ class NodeLabelWatch:
 
         A deleted Node yields nothing (the plugin keeps its config; its pod goes with the Node).
         """
-        rv = resource_version
-        this_node = f"metadata.name={self.node_name}"
-        while True:
-            try:
-                async for event in self.cluster.watch(
-                    NODE, resource_version=rv, timeout=self.watch_seconds, field_selector=this_node
-                ):
-                    rv = event.resource_version or rv
-                    if event.type == "DELETED":
-                        continue
-                    self._seen(event.object)
-                    label = node_config_label(event.object)
-                    if label != current:
-                        current = label
-                        yield label
-            except GoneError:
-                log.info("watch on Node %s expired; watching afresh", self.node_name)
-                rv = None
-            except Exception as exc:  # the API or the connection failed: keep the config, retry
-                log.warning("watching Node %s failed (%s); retrying in %.0f s", self.node_name, exc, self.retry_seconds)
-                rv = None
-                await asyncio.sleep(self.retry_seconds)
+        async for node in node_states(
+            self.cluster,
+            self.node_name,
+            resource_version,
+            watch_seconds=self.watch_seconds,
+            retry_seconds=self.retry_seconds,
+        ):
+            self._seen(node)
+            label = node_config_label(node)
+            if label != current:
+                current = label
+                yield label
 
 
 class ConfigFollower:

@@ -15,14 +15,12 @@ GPU UUIDs whenever it changes. It follows the Node one of two ways:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
-from gpuchain.kube.errors import GoneError
-from gpuchain.kube.kinds import NODE
+from gpuchain.kube.follow import node_states
 from gpuchain.kube.objects import Obj, annotations_of
 from gpuchain.kube.port import Cluster
 
@@ -75,22 +73,17 @@ class QuarantineFollower:
 
     async def follow(self) -> None:
         """Forever: a watch on this Node from the start (its ADDED event is the first read)."""
-        rv: str | None = None
-        this_node = f"metadata.name={self.node_name}"
-        while True:
+        async for node in node_states(
+            self.cluster,
+            self.node_name,
+            watch_seconds=self.watch_seconds,
+            retry_seconds=self.retry_seconds,
+            purpose="for quarantined GPUs",
+        ):
             try:
-                async for event in self.cluster.watch(
-                    NODE, resource_version=rv, timeout=self.watch_seconds, field_selector=this_node
-                ):
-                    rv = event.resource_version or rv
-                    if event.type != "DELETED":
-                        self.see(event.object)
-            except GoneError:
-                rv = None
-            except Exception as exc:  # the API or the connection failed: keep the quarantine, retry
-                log.warning("watching Node %s for quarantined GPUs failed (%s); retrying", self.node_name, exc)
-                rv = None
-                await asyncio.sleep(self.retry_seconds)
+                self.see(node)
+            except Exception:  # applying failed: log it, keep following (the next change applies)
+                log.exception("Node %s: applying the quarantine list failed", self.node_name)
 
 
 async def ride(watch: NodeLabelWatch, label: str | None, resource_version: str | None = None) -> None:
