@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agents.run import AGENTS, agent_command, free_port, kube_api
+from bench.procs import stop as stop_processes
 
 
 def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float) -> dict[str, Any]:
@@ -45,12 +46,7 @@ def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: flo
         time.sleep(0.2)
         return dict(json.loads(out.read_text()))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_processes(proc)
 
 
 def main() -> None:

@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +47,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.procs import stop as stop_processes
 
 AGENTS = ("device-plugin", "exporter", "gfd", "dra-plugin", "gpu-health", "mig-manager")
 FLOOR = "floor: python -c 'import grpc'"
@@ -166,15 +167,7 @@ def start(root: Path, kubeconfig: Path, busy: bool, ports: dict[str, int]) -> li
 
 
 def stop(procs: list[Proc]) -> None:
-    for p in procs:
-        if p.alive():
-            p.popen.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.popen.wait(10)
-        except subprocess.TimeoutExpired:
-            p.popen.kill()
-            p.popen.wait()
+    stop_processes(*(p.popen for p in procs))
 
 
 def check_alive(procs: list[Proc]) -> None:

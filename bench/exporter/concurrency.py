@@ -38,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench.procs import stop as stop_processes
+
 PRESET_MIG = "h100-80gb-x8"
 HOST = "127.0.0.1"
 SCRAPE = (
@@ -281,11 +283,7 @@ def measure(
         many_ka = phase(lambda: asyncio.run(_keepalive(port, clients, max(4, scrapes // clients * 4))))
         before, during = _idle(proc.pid, port, idle)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_processes(proc)
     return single, many, single_ka, many_ka, before, during
 
 
