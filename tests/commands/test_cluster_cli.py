@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from kube.kmock_server import kmock_server
+from kube.kmock_server import kmock_server, write_kubeconfig
 from typer.testing import CliRunner, Result
 
 from gpuchain.cli import app
@@ -89,15 +89,6 @@ def test_open_cluster_with_a_context_that_is_not_there(tmp_path: Path) -> None:
     assert "no context 'prod'" in out and "have: c" in out and "context prod" in out
 
 
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return path
-
-
 @contextlib.contextmanager
 def _not_an_api_server() -> Iterator[str]:
     """A loopback HTTP server that answers every GET with a web page, as a proxy or ingress might."""
@@ -139,7 +130,7 @@ ONE_SHOT = [
 @pytest.mark.parametrize("args", ONE_SHOT)
 def test_a_refusing_api_server_is_one_line_exit_2(tmp_path: Path, args: list[str]) -> None:
     # Port 1 on loopback: nothing listens, the connection is refused at once.
-    config = _kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    config = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
     out = _one_line_error(runner.invoke(app, args, env={"KUBECONFIG": str(config), "HOME": str(tmp_path)}))
     assert "cannot talk to the Kubernetes API server at http://127.0.0.1:1" in out
     assert "connection refused" in out and f"$KUBECONFIG ({config})" in out and "Fix:" in out
@@ -148,7 +139,7 @@ def test_a_refusing_api_server_is_one_line_exit_2(tmp_path: Path, args: list[str
 @pytest.mark.parametrize("args", ONE_SHOT)
 def test_a_server_that_is_not_the_api_is_one_line_exit_2(tmp_path: Path, args: list[str]) -> None:
     with _not_an_api_server() as url:
-        config = _kubeconfig(tmp_path / "kubeconfig", url)
+        config = write_kubeconfig(tmp_path / "kubeconfig", url)
         out = _one_line_error(runner.invoke(app, args, env={"KUBECONFIG": str(config), "HOME": str(tmp_path)}))
     assert f"cannot talk to the Kubernetes API server at {url}" in out
     assert "not Kubernetes API JSON" in out and "not a proxy or web page" in out
@@ -160,7 +151,7 @@ def test_operator_run_with_an_unreachable_server_is_one_line_exit_2(tmp_path: Pa
     import subprocess
     import sys
 
-    config = _kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    config = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
     env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     result = subprocess.run(

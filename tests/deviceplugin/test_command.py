@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from kube.kmock_server import kmock_server
+from kube.kmock_server import kmock_server, write_kubeconfig
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -109,15 +109,6 @@ def test_list_reports_an_invalid_single_strategy() -> None:
     assert "migStrategy single does not fit" in result.output
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return path
-
-
 def _gpu_node(label: str) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0", "labels": {NODE_CONFIG_LABEL: label}}}
 
@@ -139,7 +130,7 @@ async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Pat
         cluster = LiveCluster.from_url(url)
         cluster.create(_gpu_node("ts"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
-        env |= {"KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", url)), "NODE_NAME": "gpu-0"}
+        env |= {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url)), "NODE_NAME": "gpu-0"}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         proc = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "gpuchain", "device-plugin", "--config-dir", str(_configs(tmp_path / "cfg"))),
@@ -181,7 +172,7 @@ def test_start_with_a_label_naming_a_missing_key_fails_and_records_an_event(
     with kmock_server() as (url, _emulator):
         cluster = LiveCluster.from_url(url)
         cluster.create(_gpu_node("h100-mig"))
-        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", url)))
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         args = ["device-plugin", "--config-dir", str(_configs(tmp_path / "cfg")), "--node-name", "gpu-0"]
         result = CliRunner().invoke(app, [*args, "--socket-dir", str(tmp_path)])
@@ -201,7 +192,7 @@ def test_list_reads_the_label_once_and_node_name_alone_needs_no_cluster(
     assert json.loads(alone.output)[0]["devices"] == 8
     with kmock_server() as (url, _emulator):
         LiveCluster.from_url(url).create(_gpu_node("ts"))
-        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", url)))
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         args = ["device-plugin", "--list", "-o", "json", "--config-dir", str(_configs(tmp_path / "cfg"))]
         result = CliRunner().invoke(app, [*args, "--node-name", "gpu-0"])
     assert result.exit_code == 0, result.output

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kube.kmock_server import kmock_server
+from kube.kmock_server import kmock_server, write_kubeconfig
 
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, parse_config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
@@ -160,15 +160,6 @@ def test_an_observer_that_fails_does_not_stop_the_watch() -> None:
     assert seen == ["n"] and watch.node is not None
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return path
-
-
 async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_real_http_api(tmp_path: Path) -> None:
     """`gpuchain device-plugin --config-file F` with NODE_NAME, no --config-dir: the Node is read and
     watched through LiveCluster over kmock's HTTP API, the kubelet peer serves over unix sockets."""
@@ -184,7 +175,7 @@ async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_re
         node["metadata"]["annotations"] = {QUARANTINE_ANNOTATION: gpu.uuid}  # held before the plugin starts
         cluster.create(node)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
-        env |= {"KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", url)), "NODE_NAME": "gpu-0"}
+        env |= {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url)), "NODE_NAME": "gpu-0"}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         proc = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--config-file", str(cfg)),

@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -64,3 +65,14 @@ def kmock_server() -> Iterator[tuple[str, Any]]:
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig at ``path`` whose one context (``c``) talks to ``url`` without credentials, for
+    a ``gpuchain`` process run against the emulator (or any loopback server) through KUBECONFIG."""
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fakes.sigterm import sigterm_during
-from kube.kmock_server import kmock_server
+from kube.kmock_server import kmock_server, write_kubeconfig
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -134,7 +134,7 @@ def test_mig_manager_applies_default_mig_config_to_an_unlabelled_node(
         cluster = LiveCluster.from_url(url)
         labels = {"nvidia.com/gpu.deploy.device-plugin": "true"}
         cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
-        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path, url)))
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         args = ["mig-manager", "--node", "n1", "--once", "--backend", "sim", "-o", "json"]
         idle = runner.invoke(app, args)
         assert idle.exit_code == 0 and json.loads(idle.stdout)["phase"] == "idle"
@@ -162,16 +162,6 @@ def test_mig_manager_without_kubeconfig_is_one_line_not_a_traceback(
     assert "KUBECONFIG" in result.output
 
 
-def _kubeconfig(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return path
-
-
 def test_mig_manager_sigterm_during_its_first_round_finishes_the_round_and_exits_cleanly(tmp_path: Path) -> None:
     """SIGTERM as the first reconcile starts (a pod deleted while the agent starts): the change in
     progress is finished, not cut off with the state pending, and the agent exits 0."""
@@ -185,7 +175,7 @@ def test_mig_manager_sigterm_during_its_first_round_finishes_the_round_and_exits
             capture_output=True,
             timeout=60,
             check=False,
-            env={**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path, url))},
+            env={**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))},
         )
         after = cluster.get(NODE, "n1")["metadata"]["labels"]
         cluster.close()

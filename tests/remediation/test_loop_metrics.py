@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kube.kmock_server import kmock_server
+from kube.kmock_server import kmock_server, write_kubeconfig
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -188,15 +188,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return path
-
-
 async def test_gpu_health_serves_the_loop_metrics_on_its_metrics_port(tmp_path: Path) -> None:
     """The command end to end: ``gpu-health --repair --metrics-port`` against kmock's API over HTTP.
     The Node says GPU 2 waited for a reboot (requested at boot b1) and the node now runs boot b2:
@@ -221,7 +212,7 @@ async def test_gpu_health_serves_the_loop_metrics_on_its_metrics_port(tmp_path: 
         live = LiveCluster.from_url(url)
         live.create(node)
         live.patch_status(NODE, name, {"nodeInfo": {"bootID": "b2"}})
-        env = {**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", url))}
+        env = {**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         proc = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "gpuchain", "gpu-health", "--node", name, "--backend", "sim"),
@@ -277,7 +268,7 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
         live = LiveCluster.from_url(url)
         live.create(node_object("h100-node"))
         live.close()
-        env = {**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", url))}
+        env = {**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         proc = subprocess.run(
             [sys.executable, "-m", "gpuchain", "gpu-health", "--node", "h100-node", "--backend", "sim", "--repair",
