@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuchain.gpu.xid import Resolution, XidOverride, xid_table
-from gpuchain.remediation.model import AnnotationError, Fault
+from gpuchain.remediation.model import AnnotationError, Fault, load_annotation
 
 LOOP_ANNOTATION = "gpuchain.io/gpu-loop"
 REBOOT_ANNOTATION = "gpuchain.io/reboot-requested"
@@ -323,14 +323,7 @@ def encode_records(records: Mapping[str, GpuRecord]) -> str:
 
 def decode_records(text: str | None) -> dict[str, GpuRecord]:
     """Parse the annotation; absent or empty means every GPU healthy. Raises AnnotationError naming it."""
-    if not text:
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AnnotationError(f"{LOOP_ANNOTATION}: not JSON ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(data, dict):
-        raise AnnotationError(f"{LOOP_ANNOTATION}: expected a JSON object, got {type(data).__name__}")
+    data = load_annotation(LOOP_ANNOTATION, text, {})
     records: dict[str, GpuRecord] = {}
     for uuid, item in data.items():
         try:

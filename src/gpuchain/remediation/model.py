@@ -113,7 +113,7 @@ def encode_faults(faults: Mapping[str, Fault]) -> str:
 
 def decode_faults(text: str | None) -> dict[str, Fault]:
     """Parse the faults annotation (absent or empty: no faults). Raises AnnotationError naming the key."""
-    data = _load(FAULTS_ANNOTATION, text, {})
+    data = load_annotation(FAULTS_ANNOTATION, text, {})
     faults: dict[str, Fault] = {}
     for uuid, item in data.items():
         if not isinstance(item, dict):
@@ -138,7 +138,7 @@ def encode_pods(pods: Mapping[str, tuple[str, ...]]) -> str:
 
 def decode_pods(text: str | None) -> dict[str, tuple[str, ...]]:
     """Parse the pods annotation. Raises AnnotationError naming the key and the bad entry."""
-    data = _load(PODS_ANNOTATION, text, {})
+    data = load_annotation(PODS_ANNOTATION, text, {})
     pods: dict[str, tuple[str, ...]] = {}
     for uuid, refs in data.items():
         if not isinstance(refs, list) or not all(isinstance(r, str) and r.count("/") == 2 for r in refs):
@@ -147,7 +147,9 @@ def decode_pods(text: str | None) -> dict[str, tuple[str, ...]]:
     return pods
 
 
-def _load(key: str, text: str | None, empty: dict[str, Any]) -> dict[str, Any]:
+def load_annotation(key: str, text: str | None, empty: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object an annotation holds (``empty`` when absent or empty); AnnotationError naming
+    ``key`` when it is not JSON or not an object."""
     if not text:
         return empty
     try:
