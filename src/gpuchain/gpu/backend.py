@@ -132,6 +132,29 @@ class GpuBackend(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release what the backend holds (NVML shutdown); the default holds nothing."""
 
+    # ---- letting go of the driver around a GPU reset --------------------------------------------
+    #
+    # The driver refuses to reset a GPU while any process on the node holds NVML ("In use by
+    # another client"), so every gpuchain agent lets go of it while a GPU on its node is reset
+    # and takes it back afterwards. While released: ``events()`` subscriptions stay open but
+    # deliver nothing (no XID, no GPU lost, no error) and resume after ``reacquire``; every other
+    # read raises ``ReleasedError``, which consumers treat as "no reading now", never as a fault.
+
+    @property
+    def released(self) -> bool:
+        """Whether the backend has let go of the driver (``release``) and not yet taken it back."""
+        return False
+
+    def release(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Let go of the driver so a GPU on this node can be reset: stop and free every event
+        subscription's driver resources, then shut the library down. Idempotent; returns once
+        nothing of this process holds the driver. The default holds nothing."""
+
+    def reacquire(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Take the driver back after ``release``: initialise it again and resume every event
+        subscription (re-registering each GPU). Idempotent. Raises GpuError when the driver cannot
+        be initialised, and stays released, so the caller retries later. The default holds nothing."""
+
     # ---- MIG writes (the MIG manager's port); GPUs are named by index -------------------------
 
     def mig_mode(self, gpu_index: int) -> MigMode:

@@ -33,3 +33,9 @@ class NotFoundError(GpuError):
 
 class InvalidConfigError(GpuError, ValueError):
     """A topology or layout the caller supplied is invalid; the message names the field."""
+
+
+class ReleasedError(GpuError):
+    """The backend has let go of the driver (``GpuBackend.release``) while a GPU on this node is
+    reset; the call is refused until ``reacquire``. Not a fault of any GPU: consumers skip the
+    reading, they never mark a device unhealthy for it."""
