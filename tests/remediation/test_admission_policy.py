@@ -245,3 +245,17 @@ def test_the_startup_taint_gpu_health_may_remove_is_the_one_the_chart_configures
         )
         lifted = changed(tainted, lambda n: n["spec"].update({"taints": [other]}))
         assert (admit(AGENT, tainted, lifted, "node-a", compiled=custom) == []) is allowed, key
+
+
+def test_the_nodes_verdict_inside_gpu_faults_is_gpu_healths_alone() -> None:
+    """The remediator acts on the resolution a node publishes inside gpu-faults (``Fault.action``):
+    rewriting only that field to keep pods on a failed GPU, or to get a node tainted, is refused to
+    everyone but gpu-health on that node."""
+    published = '{"GPU-1":{"gpu":"GPU-1","resolution":"reset-gpu","xids":[109]}}'
+    before = changed(OLD, lambda n: n["metadata"]["annotations"].update({FAULTS: published}))
+    forged = changed(before, lambda n: n["metadata"]["annotations"].update({FAULTS: published.replace("reset-gpu", "none")}))  # fmt: skip
+    for user in ("system:serviceaccount:gpu-operator:gpuchain-remediator", "kubernetes-admin"):
+        (message,) = admit(user, before, forged)
+        assert message.startswith("only gpuchain's gpu-health agent")
+    assert admit(AGENT, before, forged, "node-b")
+    assert admit(AGENT, before, forged, "node-a") == []

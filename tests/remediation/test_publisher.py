@@ -100,7 +100,9 @@ def test_publishes_condition_event_and_annotations_then_clears_on_recovery(h100_
     node = cluster.get(NODE, "n0")
     cond = find_condition(node)
     assert cond is not None and cond.status == "False" and gpu0 in cond.message and "XID 79" in cond.message
-    assert json.loads(node["metadata"]["annotations"][FAULTS_ANNOTATION]) == {gpu0: {"gpu": gpu0, "xids": [79]}}
+    assert json.loads(node["metadata"]["annotations"][FAULTS_ANNOTATION]) == {
+        gpu0: {"gpu": gpu0, "xids": [79], "resolution": "reboot-node"}  # XID 79: NVIDIA's RESTART_BM
+    }
     assert [c["type"] for c in node["status"]["conditions"]] == ["Ready", CONDITION_TYPE]  # kubelet's kept
     events = cluster.events_for(node)
     assert [(e["reason"], e["type"]) for e in events] == [("GPUUnhealthy", "Warning")]

@@ -60,6 +60,10 @@ class Fault:
     probes: tuple[str, ...] = ()
     """Conditions read from the GPU's counters (``gpu.probes``), e.g. ``row-remap-pending``."""
     repeated: tuple[int, ...] = ()
+    resolution: Resolution | None = None
+    """What the node's publisher computed with the node's own XID table (``gpu-health
+    --xid-resolution`` overrides and thresholds); None in annotations written before nodes
+    published it, and in faults built without a node."""
 
     def needs(self, table: XidTable | None = None) -> Resolution:
         """The most disruptive resolution any of its evidence asks for, by the XID table (``table``:
@@ -75,8 +79,10 @@ class Fault:
 
     @property
     def action(self) -> Resolution:
-        """``needs()`` by the shipped table: what the remediator acts on."""
-        return self.needs()
+        """What the remediator acts on: the node's verdict, so an XID the node's operator declared
+        harmless (``109=none``) or escalated (``13=reboot@2/1h``) is treated as the node's repair
+        loop treats it; ``needs()`` by the shipped table when the node published no verdict."""
+        return self.resolution if self.resolution is not None else self.needs()
 
     @property
     def harmless(self) -> bool:
@@ -103,16 +109,21 @@ class Fault:
             data["probes"] = list(self.probes)
         if self.repeated:
             data["repeated"] = list(self.repeated)
+        if self.resolution is not None:
+            data["resolution"] = self.resolution.value
         return data
 
 
 def encode_faults(faults: Mapping[str, Fault]) -> str:
-    """The faults annotation value: ``{uuid: {gpu, xids, lost?, covers?}}`` with sorted keys (stable)."""
+    """The faults annotation value: ``{uuid: {gpu, xids, lost?, covers?, probes?, repeated?,
+    resolution?}}`` with sorted keys (stable)."""
     return json.dumps({u: f.to_json() for u, f in sorted(faults.items())}, sort_keys=True, separators=(",", ":"))
 
 
 def decode_faults(text: str | None) -> dict[str, Fault]:
-    """Parse the faults annotation (absent or empty: no faults). Raises AnnotationError naming the key."""
+    """Parse the faults annotation (absent or empty: no faults). An entry without ``resolution``
+    (written by a gpu-health from before nodes published their verdict) is judged by the shipped
+    XID table. Raises AnnotationError naming the key."""
     data = load_annotation(FAULTS_ANNOTATION, text, {})
     faults: dict[str, Fault] = {}
     for uuid, item in data.items():
@@ -123,8 +134,17 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
             covers = tuple(str(c) for c in item.get("covers", ())) or (uuid,)
             probes = tuple(str(p) for p in item.get("probes", ()))
             repeated = tuple(int(x) for x in item.get("repeated", ()))
+            verdict = item.get("resolution")
+            resolution = None if verdict is None else Resolution(str(verdict))
             faults[uuid] = Fault(
-                uuid, str(item.get("gpu", uuid)), xids, bool(item.get("lost", False)), covers, probes, repeated
+                uuid,
+                str(item.get("gpu", uuid)),
+                xids,
+                bool(item.get("lost", False)),
+                covers,
+                probes,
+                repeated,
+                resolution,
             )
         except (TypeError, ValueError) as exc:
             raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None

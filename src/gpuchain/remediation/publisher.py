@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuchain.common.supervise import spawn
@@ -112,18 +112,23 @@ class FaultTracker:
 
     def faults(self) -> dict[str, Fault]:
         """The unhealthy devices as published: whole GPUs cover their MIG devices; a GPU whose
-        readings trip a probe is published with it even when no event marked it."""
+        readings trip a probe is published with it even when no event marked it. Each carries the
+        node's verdict (its resolution by this node's XID table, overrides included), which the
+        remediator acts on instead of the shipped table."""
         out: dict[str, Fault] = {}
         for gpu in sorted(set(self.health.bad_gpus) | set(self.probed)):
             covers = (gpu, *self.migs.get(gpu, ()))
             xids = tuple(sorted(self.health.xids.get(gpu, ())))
             probed = self.probed.get(gpu, ())
-            out[gpu] = Fault(gpu, gpu, xids, gpu in self.lost, covers, probed, self.health.repeated(gpu))
+            out[gpu] = self._judged(Fault(gpu, gpu, xids, gpu in self.lost, covers, probed, self.health.repeated(gpu)))
         for mig, (parent, _) in self.health.bad_migs.items():
             if parent not in out:
                 xids = tuple(sorted(self.health.xids.get(mig, ())))
-                out[mig] = Fault(mig, parent, xids, False, (mig,), repeated=self.health.repeated(mig))
+                out[mig] = self._judged(Fault(mig, parent, xids, False, (mig,), repeated=self.health.repeated(mig)))
         return out
+
+    def _judged(self, fault: Fault) -> Fault:
+        return replace(fault, resolution=fault.needs(self.health.policy.table))
 
 
 @dataclass(frozen=True)
