@@ -9,6 +9,7 @@ import asyncio
 import enum
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # rich: when a table is shown; the loop: when gpu-health runs
     from rich.console import RenderableType
 
     from gpuchain.exporter.server import MetricsServer
+    from gpuchain.gpu.burnin import BurnInConfig
     from gpuchain.remediation.loopagent import GpuLoopAgent
 
 
@@ -276,6 +278,51 @@ def gpu_health(
     validations_dir: str | None = typer.Option(
         None, "--validations-dir", help="With --gate-startup: the validator's ready files (checks toolkit-ready)."
     ),
+    burn_in_cuda: bool | None = typer.Option(
+        None,
+        "--burn-in-cuda/--no-burn-in-cuda",
+        help="Burn-in (repair loop and --gate-burn-in, --backend nvml): run gpuchain's CUDA kernel and "
+        "memory test [default: on].",
+    ),
+    burn_in_memory_fraction: float | None = typer.Option(
+        None, "--burn-in-memory-fraction", help="Burn-in: share of the free GPU memory tested, (0, 0.9] [default: 0.5]."
+    ),
+    burn_in_memory_cap_mib: int | None = typer.Option(
+        None, "--burn-in-memory-cap-mib", help="Burn-in: test at most this many MiB, whatever the fraction."
+    ),
+    burn_in_time_budget: str | None = typer.Option(
+        None,
+        "--burn-in-time-budget",
+        help="Burn-in: the memory test starts no new pattern after this long [default: 60s].",
+    ),
+    burn_in_cuda_timeout: str | None = typer.Option(
+        None,
+        "--burn-in-cuda-timeout",
+        help="Burn-in: kill the CUDA check after this long and fail it; above the time budget [default: 5m].",
+    ),
+    burn_in_dcgm: bool | None = typer.Option(
+        None,
+        "--burn-in-dcgm/--no-burn-in-dcgm",
+        help="Burn-in: run DCGM's diagnostic where dcgmi is installed [default: on].",
+    ),
+    burn_in_dcgm_level: int | None = typer.Option(
+        None, "--burn-in-dcgm-level", help="Burn-in: dcgmi diag -r level, 1 (quick) to 4 (extended) [default: 1]."
+    ),
+    burn_in_dcgm_host: str | None = typer.Option(
+        None,
+        "--burn-in-dcgm-host",
+        help="Burn-in: dcgmi --host, a DCGM host engine such as the GPU operator's service.",
+    ),
+    burn_in_dcgm_timeout: str | None = typer.Option(
+        None,
+        "--burn-in-dcgm-timeout",
+        help="Burn-in: stop dcgmi after this long (the diagnostic is then skipped) [default: 5m].",
+    ),
+    burn_in_fabric_wait: str | None = typer.Option(
+        None,
+        "--burn-in-fabric-wait",
+        help="Burn-in: wait this long for a reset GPU to rejoin the NVLink fabric; 0 looks once [default: 1m].",
+    ),
     once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
@@ -296,6 +343,18 @@ def gpu_health(
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
     loop_policy = LoopPolicy(xid_resolutions=overrides)
+    burn_in = _burn_in_config(
+        cuda=burn_in_cuda,
+        memory_fraction=burn_in_memory_fraction,
+        memory_cap_mib=burn_in_memory_cap_mib,
+        cuda_budget_s=burn_in_time_budget,
+        cuda_deadline_s=burn_in_cuda_timeout,
+        dcgm=burn_in_dcgm,
+        dcgm_level=burn_in_dcgm_level,
+        dcgm_host=burn_in_dcgm_host,
+        dcgm_deadline_s=burn_in_dcgm_timeout,
+        fabric_wait_s=burn_in_fabric_wait,
+    )
     choice = resolve_backend(backend)
     try:
         config = load_config(config_file, os.environ)
@@ -303,6 +362,11 @@ def gpu_health(
     except (ConfigFileError, ValueError) as exc:
         fail(str(exc))
     gpus = backend_or_fail(choice.kind, preset, topology)
+    if choice.kind is BackendKind.nvml:
+        from gpuchain.gpu.nvml import NvmlBackend
+
+        if isinstance(gpus, NvmlBackend):
+            gpus.burn_in_config = burn_in  # the repair loop's and the readiness gate's burn-in
     name = node
     if name is None and dry_run and isinstance(gpus, SimBackend):
         name = gpus.topology.node
@@ -367,6 +431,43 @@ def gpu_health(
         if pods is not None:
             pods.close()
         gpus.close()
+
+
+_BURN_IN_FLAGS = {
+    "cuda": "--burn-in-cuda",
+    "memory_fraction": "--burn-in-memory-fraction",
+    "memory_cap_mib": "--burn-in-memory-cap-mib",
+    "cuda_budget_s": "--burn-in-time-budget",
+    "cuda_deadline_s": "--burn-in-cuda-timeout",
+    "dcgm": "--burn-in-dcgm",
+    "dcgm_level": "--burn-in-dcgm-level",
+    "dcgm_host": "--burn-in-dcgm-host",
+    "dcgm_deadline_s": "--burn-in-dcgm-timeout",
+    "fabric_wait_s": "--burn-in-fabric-wait",
+}
+"""``BurnInConfig``'s fields and the gpu-health flags that set them (errors name the flag)."""
+
+
+def _burn_in_config(**given: object) -> BurnInConfig:
+    """The burn-in settings from the ``--burn-in-*`` flags given (None: gpuchain's default); durations
+    as ``--resync`` takes them (``--burn-in-fabric-wait`` also 0). A bad value is one line naming
+    its flag, exit 2."""
+    from gpuchain.gpu.burnin import BurnInConfig
+
+    settings: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name.endswith("_s"):
+            flag = _BURN_IN_FLAGS[name]
+            zero = name == "fabric_wait_s" and str(value).strip() in ("0", "0s")
+            value = 0.0 if zero else _seconds(flag, str(value))
+        settings[name] = value
+    try:
+        return BurnInConfig(**settings)
+    except ValueError as exc:
+        fields = re.compile(r"\b(" + "|".join(_BURN_IN_FLAGS) + r")\b")
+        fail(fields.sub(lambda m: _BURN_IN_FLAGS[m.group(1)], str(exc)))
 
 
 def _serve_metrics(agent: GpuLoopAgent, address: str, port: int) -> MetricsServer:

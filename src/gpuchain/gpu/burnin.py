@@ -42,30 +42,49 @@ Not Run are not, and any other word is treated as a failure rather than read as 
 
 @dataclass(frozen=True)
 class BurnInConfig:
-    """What the burn-in runs beyond NVML, and how long each part may take. Validated here."""
+    """What the burn-in runs beyond NVML, and how long each part may take.
+
+    Validated here; each error starts with the field's name (``gpu-health`` names its flag
+    instead: ``--burn-in-*``, see commands/remediator.py) and says what would be accepted."""
 
     cuda: bool = True
+    """Run gpuchain's CUDA kernel and memory test (gpu.cuda)."""
     memory_fraction: float = 0.5
+    """Share of the GPU's free memory the memory test writes and reads back."""
     memory_cap_mib: int | None = None
+    """At most this much memory (MiB), whatever the fraction."""
     cuda_budget_s: float = 60.0
+    """The memory test starts no new pattern after this long."""
     cuda_deadline_s: float = 300.0
+    """The CUDA check's process is killed after this long (a kernel that never returns)."""
     dcgm: bool = True
+    """Run DCGM's diagnostic where dcgmi is installed."""
     dcgm_level: int = 1
+    """``dcgmi diag -r``: 1 the quick checks (seconds), up to 4 the extended ones (hours)."""
     dcgm_host: str | None = None
+    """``dcgmi --host``: a DCGM host engine elsewhere (e.g. the GPU operator's nvidia-dcgm service)."""
     dcgm_deadline_s: float = 300.0
+    """dcgmi is stopped after this long (the diagnostic is then skipped, not failed)."""
     fabric_wait_s: float = 60.0
+    """How long to wait for the GPU to rejoin the NVLink fabric after a reset; 0 looks once."""
 
     def __post_init__(self) -> None:
         if not 0 < self.memory_fraction <= 0.9:
-            raise ValueError(f"burn-in memory_fraction {self.memory_fraction}: must be in (0, 0.9]")
+            raise ValueError(f"memory_fraction {self.memory_fraction:g}: must be in (0, 0.9], e.g. 0.5")
         if self.dcgm_level not in (1, 2, 3, 4):
-            raise ValueError(f"burn-in dcgm_level {self.dcgm_level}: must be 1, 2, 3 or 4")
-        if min(self.cuda_budget_s, self.cuda_deadline_s, self.dcgm_deadline_s) <= 0 or self.fabric_wait_s < 0:
-            raise ValueError("burn-in budgets and deadlines must be positive")
+            raise ValueError(f"dcgm_level {self.dcgm_level}: must be 1, 2, 3 or 4 (dcgmi diag -r)")
+        for name in ("cuda_budget_s", "cuda_deadline_s", "dcgm_deadline_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} {getattr(self, name):g}s: must be positive, e.g. 60s")
+        if self.fabric_wait_s < 0:
+            raise ValueError(f"fabric_wait_s {self.fabric_wait_s:g}s: must be 0 or more")
         if self.memory_cap_mib is not None and self.memory_cap_mib < 1:
-            raise ValueError(f"burn-in memory_cap_mib {self.memory_cap_mib}: must be at least 1")
+            raise ValueError(f"memory_cap_mib {self.memory_cap_mib}: must be at least 1 (MiB)")
         if self.cuda_budget_s >= self.cuda_deadline_s:
-            raise ValueError("burn-in cuda_budget_s must be below cuda_deadline_s (the kill deadline)")
+            raise ValueError(
+                f"cuda_budget_s {self.cuda_budget_s:g}s: must be below cuda_deadline_s "
+                f"({self.cuda_deadline_s:g}s, the kill deadline); raise that or lower this"
+            )
 
 
 @dataclass
