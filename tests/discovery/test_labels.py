@@ -53,6 +53,7 @@ WHOLE = {
     "h100-80gb-x8": ("NVIDIA-H100-80GB-HBM3", 8, 81559, "hopper", 9, 0, "true"),
     "h200-141gb-x8": ("NVIDIA-H200", 8, 143771, "hopper", 9, 0, "true"),
     "l4-x2": ("NVIDIA-L4", 2, 23034, "ada-lovelace", 8, 9, "false"),
+    "t4-x4": ("Tesla-T4", 4, 15360, "turing", 7, 5, "false"),  # GFD: compute 7.5 and up is turing
     "h100-80gb-x8-mig-mixed": ("NVIDIA-H100-80GB-HBM3", 8, 81559, "hopper", 9, 0, "true"),
 }
 

@@ -200,6 +200,25 @@ def test_a_node_that_runs_the_loop_is_tainted_only_once_its_loop_asks_for_a_rebo
     assert taints([unhealthy_node("n", {U: GpuRecord(U, 0, Stage.REBOOT)}), *healthy]) == [("n", "reboot-node")]
 
 
+def test_a_reboot_the_loop_asked_for_taints_even_when_the_fault_left_needs_nothing() -> None:
+    """gpu-retired-pages' GPU 3: the reset activated the pending retirement, the burn-in found the
+    count at DCGM's limit (a probe whose resolution is none) and asked for a reboot: the node is
+    tainted for it. Without the reboot request the same fault is only reported."""
+    limit = Fault(U, U, probes=("retired-pages-limit",), covers=(U,))
+    healthy = [node_object(f"ok-{i}") for i in range(9)]
+    for loop, expected in (({U: GpuRecord(U, 3, Stage.REBOOT)}, [("n", "reboot-node")]), ({}, []), (None, [])):
+        node = unhealthy_node("n", loop)
+        node["metadata"]["annotations"][FAULTS_ANNOTATION] = encode_faults({U: limit})  # type: ignore[index]
+        assert taints([node, *healthy]) == expected, loop
+
+
+def test_gpu_0_keeps_its_index_in_the_annotation() -> None:
+    """An index of 0 is written (the doctor names GPU 0, not GPU ?)."""
+    assert json.loads(encode_records({U: GpuRecord(U, 0, Stage.QUARANTINED)}))[U]["index"] == 0
+    assert decode_records(encode_records({U: GpuRecord(U, 0)}))[U].index == 0
+    assert "index" not in json.loads(encode_records({U: GpuRecord(U)}))[U]
+
+
 def test_the_breaker_holds_reboot_taints_when_many_nodes_fail() -> None:
     failing = [unhealthy_node(f"n-{i}", {U: GpuRecord(U, 0, Stage.REBOOT)}) for i in range(4)]
     decision = decide([*failing, *(node_object(f"ok-{i}") for i in range(4))], [], [], Policy(), {}, 1767225600.0)

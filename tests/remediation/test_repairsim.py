@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -76,3 +79,59 @@ def test_a_pending_row_remap_without_any_xid_is_repaired_like_one() -> None:
     assert "row remapping pending" in gpu["timeline"][0]["note"]
     assert [s["stage"] for s in gpu["timeline"]][-1] == "healthy"
     assert run.pods == ALL_BUT_W3 and run.taints == []
+
+
+def _stages(gpu: dict[str, Any]) -> list[str]:
+    return [s["stage"] for s in gpu["timeline"]]
+
+
+ROUND_TRIP = ["quarantined", "drained", "reset", "burn-in", "burn-in", "healthy"]
+
+
+def test_retired_pages_follow_each_probes_resolution_through_the_real_command() -> None:
+    """`gpuchain sim run gpu-retired-pages -o json`, the command as a user runs it, on T4 nodes:
+    a pending retirement needs a reset (GPU 1 goes round and comes back), 60 retired pages need
+    nothing a reset can do (GPU 2 is reported and keeps its pod), and a pending retirement that
+    reaches 60 (GPU 3) is reset, then refused by the burn-in: its count still trips the limit."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuchain", "sim", "run", "gpu-retired-pages", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    gpus = {g["index"]: g for g in data["gpus"]}
+    assert sorted(gpus) == [1, 3]  # GPUs 0 and 2 never enter the loop
+    assert _stages(gpus[1]) == ROUND_TRIP and gpus[1]["stage"] == "healthy"
+    assert "page retirement pending" in gpus[1]["timeline"][0]["note"]
+    assert _stages(gpus[3]) == ["quarantined", "drained", "reset", "burn-in", "reboot-requested"]
+    assert "burn-in failed: nvml: retired pages at DCGM's limit" in gpus[3]["timeline"][-1]["note"]
+    times = [s["seconds"] for s in gpus[1]["timeline"]]
+    assert times == sorted(times) and times[0] > 0
+    published = {f["index"]: f for f in data["faults"].values()}
+    assert sorted(published) == [2, 3]  # GPU 1's one retired page is under the limit: nothing left
+    for index in (2, 3):
+        assert (published[index]["probes"], published[index]["resolution"]) == (["retired-pages-limit"], "none")
+    assert data["podsLeft"] == ["ml/w-0", "ml/w-2"]
+    assert data["taints"] == ["gpuchain.io/gpu-reset-required=reboot-node:NoSchedule"]
+    assert "gpuchain.io/reboot-requested" in data["annotations"]
+
+
+def test_nvlink_recovery_errors_get_a_reset_and_replay_or_crc_errors_are_only_reported() -> None:
+    data = run_repair("gpu-nvlink-errors").to_dict()
+    (gpu,) = data["gpus"]
+    assert gpu["index"] == 0 and gpu["stage"] == "healthy" and _stages(gpu) == ROUND_TRIP
+    assert "NVLink recovery errors" in gpu["timeline"][0]["note"]
+    (reported,) = data["faults"].values()  # GPU 0's counters start afresh after its reset
+    assert (reported["index"], reported["probes"], reported["resolution"]) == (5, ["nvlink-errors"], "none")
+    assert data["podsLeft"] == [f"ml/w-{i}" for i in range(1, 8)] and data["taints"] == []
+    assert [e["reason"] for e in data["events"]].count("GPUResetStarted") == 1
+
+
+def test_the_counter_scenarios_are_listed_with_stack_and_source() -> None:
+    rows = {r["name"]: r for r in json.loads(runner.invoke(app, ["sim", "list", "-o", "json"]).stdout)}
+    assert (rows["gpu-retired-pages"]["kind"], rows["gpu-retired-pages"]["stack"]) == ("repair", "gpuchain")
+    assert rows["gpu-retired-pages"]["url"] == "https://github.com/NVIDIA/NVSentinel/issues/1826"
+    assert rows["gpu-nvlink-errors"]["url"] == "https://github.com/marin-community/marin/issues/9086"

@@ -140,7 +140,8 @@ def run(
     scenario: str = typer.Argument(
         ...,
         help="A built-in scenario name (gpuchain sim list), a scenario YAML file, or a GPU repair/readiness "
-        "scenario: gpu-reset, gpu-reset-fails, gpu-reset-storm, gpu-row-remap-pending, gpu-not-ready-scale-up.",
+        "scenario: gpu-reset, gpu-reset-fails, gpu-reset-storm, gpu-row-remap-pending, gpu-retired-pages, "
+        "gpu-nvlink-errors, gpu-not-ready-scale-up.",
     ),
     live: bool = typer.Option(True, "--live/--no-live", help="Also run the device plugin + kubelet peer over gRPC."),
     live_nodes: int = typer.Option(4, "--live-nodes", min=0, help="At most this many nodes run live."),

@@ -168,8 +168,10 @@ class SimBackend(GpuBackend):
         return Telemetry(uuid=spec.uuid, **base)
 
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
-        """As NVML reports them on this GPU: row remapping from the telemetry, retired pages only
-        once set (Ampere and newer GPUs do not report them), error counters on every NVLink."""
+        """As NVML reports them on this GPU, by generation: row remapping (from the telemetry) on
+        Ampere and newer, page retirement before Ampere (none retired and none pending until set;
+        on Ampere and newer only once set), error counters on every NVLink. NVIDIA's T4 capture
+        (k8s-test-infra qx-t4.xml) shows both: retired_pages with counts, remapped_rows N/A."""
         with self._lock:
             state = self._state(gpu_uuid)
             if state.lost:
@@ -178,11 +180,14 @@ class SimBackend(GpuBackend):
             extra = dict(self._readings.get(uuid, {}))
             t = state.telemetry
             links = self._nvlink_count(state)
+            remaps = state.spec.model.compute_capability[0] >= 8
         counters = extra.pop("nvlink", {})
+        if not remaps:
+            extra = {"retired_pages_pending": False, "retired_pages_sbe": 0, "retired_pages_dbe": 0, **extra}
         return HealthReadings(
             uuid=uuid,
-            row_remap_pending=bool(t.get("row_remap_pending", 0)),
-            row_remap_failed=bool(t.get("row_remap_failure", 0)),
+            row_remap_pending=bool(t.get("row_remap_pending", 0)) if remaps else None,
+            row_remap_failed=bool(t.get("row_remap_failure", 0)) if remaps else None,
             nvlink=tuple(NvLinkCounters(link, *counters.get(link, (0, 0, 0, 0))) for link in range(links)),
             **extra,
         )
@@ -222,7 +227,15 @@ class SimBackend(GpuBackend):
             counters[link] = tuple(a + b for a, b in zip(before, (replay, recovery, crc_flit, crc_data), strict=True))
 
     def _reset_readings(self, uuid: str) -> None:
-        """A reset activates a pending retirement and clears the NVLink counters; retired pages stay."""
+        """A reset activates a pending retirement and clears the NVLink counters; retired pages stay.
+
+        NVIDIA's Dynamic Page Retirement guide (docs.nvidia.com/deploy/dynamic-page-retirement):
+        the retired-page counts are incremented when a page is retired and kept in the InfoROM
+        ("preserved across boots"), while the page itself is excluded "upon the next reattachment
+        of the GPU", when the driver initializes it again, so the pending flag goes and the counts
+        do not. The probe verdicts do not depend on whether a reset zeroes the NVLink counters
+        (no NVIDIA document found says either way): the publisher starts each GPU's counter
+        history afresh after a reset, so only a rise after it counts."""
         readings = self._readings.get(uuid, {})
         readings.pop("retired_pages_pending", None)
         readings.pop("nvlink", None)

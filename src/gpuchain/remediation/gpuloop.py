@@ -131,8 +131,9 @@ class GpuRecord:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"stage": self.stage.value, "since": round(self.since, 3)}
+        if self.index is not None:  # GPU 0 too: an index of 0 is not an absent one
+            data["index"] = self.index
         optional: dict[str, Any] = {
-            "index": self.index,
             "cause": self.cause,
             "attempts": self.attempts,
             "repairs": [round(t, 3) for t in self.repairs],

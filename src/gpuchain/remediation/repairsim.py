@@ -15,6 +15,16 @@ from the fault), the Events, and the node's taints and annotations at the end.
   remediator's breaker opens, so nothing is evicted, reset, rebooted or tainted.
 - ``gpu-row-remap-pending``: no XID at all, but NVML reports a remapped row waiting for a reset on
   node-0 GPU 3: the publisher's probe publishes it, and the GPU goes round the same loop.
+- ``gpu-retired-pages``: four nodes of four Tesla T4 (pre-Ampere GPUs retire pages instead of
+  remapping rows). On node-0, GPU 1 has a page retirement pending (one page retired for a
+  double-bit ECC error): a reset activates it, so it goes round the loop and comes back with its
+  count unchanged. GPU 2 has 60 retired pages, DCGM's limit, nothing pending: an RMA candidate,
+  reported (GPUHealthy=False) and left serving. GPU 3 has a retirement pending that brings it to
+  60: the reset activates it, the burn-in finds the count still at the limit and fails, and a
+  reboot is requested.
+- ``gpu-nvlink-errors``: on node-0, GPU 0's NVLink 14 already counts 505 link recoveries, and 3
+  more come in: NVLink recovery errors need a reset, so it goes round the loop and comes back.
+  GPU 5 sees replay errors and CRC errors above DCGM's rate on link 2: reported, left serving.
 - ``gpu-not-ready-scale-up``: a new 8-GPU node joins with the startup taint; its driver loads at
   3 s, the toolkit is validated at 4 s, the device plugin registers 7 GPUs at 6 s and the eighth at
   8 s: the taint is held (``GPUReady`` naming the missing link) until then, and lifted once.
@@ -35,6 +45,7 @@ from gpuchain.kube.kinds import EVENT, NODE, POD
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, GpuRecord, Stage, decode_records
 from gpuchain.remediation.loopagent import GpuLoopAgent
+from gpuchain.remediation.model import FAULTS_ANNOTATION, decode_faults
 from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ReadinessGate
 from gpuchain.remediation.scenario import GPU_RESOURCE, SIM_PRESET, SimCluster, build, node_object
 from gpuchain.validator.ready import ReadyFiles
@@ -68,6 +79,9 @@ class RepairRun:
     events: list[dict[str, str]]
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per node that repaired a GPU: its loop agent's metrics (``LoopMetrics.to_json``)."""
+    faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What node-0's gpu-health still publishes at the end (``gpuchain.io/gpu-faults``), per
+    device with its GPU index: a fault whose resolution is ``none`` stays reported, not repaired."""
 
     def to_dict(self) -> dict[str, Any]:
         gpus = []
@@ -96,12 +110,13 @@ class RepairRun:
             "annotations": self.annotations,
             "events": self.events,
             "metrics": self.metrics,
+            "faults": self.faults,
         }
 
 
 def _workloads(sim: SimCluster) -> None:
-    for index in range(8):
-        sim.add_pod(FAULT_NODE, "ml", f"w-{index}", (index,), {"app": "train"})
+    for gpu in sim.backends[FAULT_NODE].inventory().gpus:
+        sim.add_pod(FAULT_NODE, "ml", f"w-{gpu.index}", (gpu.index,), {"app": "train"})
 
 
 def _gpu_reset(sim: SimCluster) -> None:
@@ -125,11 +140,47 @@ def _gpu_reset_storm(sim: SimCluster) -> None:
         sim.backends[node].inject_xid(0, 48, "double-bit ECC error")
 
 
-REPAIR_SCENARIOS: dict[str, Callable[[SimCluster], None]] = {
-    "gpu-reset": _gpu_reset,
-    "gpu-reset-fails": _gpu_reset_fails,
-    "gpu-reset-storm": _gpu_reset_storm,
-    "gpu-row-remap-pending": _row_remap_pending,
+def _retired_pages(sim: SimCluster) -> None:
+    """Page retirement as NVIDIA's Dynamic Page Retirement guide describes it: the count goes up
+    when the page is retired and the page waits ("Pending Page Blacklist") for the GPU to be
+    initialized again. DCGM's limit is 60 retired pages (``gpu.probes``)."""
+    gpus = sim.backends[FAULT_NODE]
+    gpus.set_health_readings(1, retired_pages_pending=True, retired_pages_dbe=1)
+    gpus.set_health_readings(2, retired_pages_sbe=52, retired_pages_dbe=8)
+    gpus.set_health_readings(3, retired_pages_pending=True, retired_pages_sbe=50, retired_pages_dbe=10)
+
+
+NVLINK_GPU, NVLINK_LINK = 0, 14
+
+
+def _nvlink_history(sim: SimCluster) -> None:
+    """Before the run: the lifetime count the report found on that link (only a rise counts)."""
+    sim.backends[FAULT_NODE].add_nvlink_errors(NVLINK_GPU, NVLINK_LINK, recovery=505)
+
+
+def _nvlink_errors(sim: SimCluster) -> None:
+    gpus = sim.backends[FAULT_NODE]
+    gpus.add_nvlink_errors(NVLINK_GPU, NVLINK_LINK, recovery=3)
+    gpus.add_nvlink_errors(5, 2, replay=4, crc_flit=900)  # 900 in one simulated second: over 100/s
+
+
+@dataclass(frozen=True)
+class RepairScenario:
+    """One repair scenario: the fault it plays after every node is up (``play``), what its nodes
+    carry from before (``before``, read by the publishers' first pass) and their GPUs."""
+
+    play: Callable[[SimCluster], None]
+    preset: str = SIM_PRESET
+    before: Callable[[SimCluster], None] | None = None
+
+
+REPAIR_SCENARIOS: dict[str, RepairScenario] = {
+    "gpu-reset": RepairScenario(_gpu_reset),
+    "gpu-reset-fails": RepairScenario(_gpu_reset_fails),
+    "gpu-reset-storm": RepairScenario(_gpu_reset_storm),
+    "gpu-row-remap-pending": RepairScenario(_row_remap_pending),
+    "gpu-retired-pages": RepairScenario(_retired_pages, preset="t4-x4"),
+    "gpu-nvlink-errors": RepairScenario(_nvlink_errors, before=_nvlink_history),
 }
 
 
@@ -166,6 +217,12 @@ LISTING: dict[str, Listed] = {
     "gpu-reset-fails": Listed(4, "the GPU reset after XID 48 fails: only a reboot can help", "NVIDIA/NVSentinel#1240"),
     "gpu-reset-storm": Listed(4, "XID 48 and failing resets on three nodes at once", "none found"),
     "gpu-row-remap-pending": Listed(4, "no XID, but a remapped row waits for a GPU reset", "NVIDIA/NVSentinel#1826"),
+    "gpu-retired-pages": Listed(
+        4, "T4s with a page retirement pending, or retired pages at DCGM's limit", "NVIDIA/NVSentinel#1826"
+    ),
+    "gpu-nvlink-errors": Listed(
+        4, "an NVLink's recovery errors keep rising; another link's replay and CRC errors", "marin-community/marin#9086"
+    ),
     "gpu-not-ready-scale-up": Listed(
         3, "a new node is Ready before its GPUs are: the autoscaler adds more nodes", "NVIDIA/gpu-operator#708"
     ),
@@ -181,21 +238,24 @@ def play(name: str) -> dict[str, Any]:
 
 def run_repair(name: str, nodes: int = 4) -> RepairRun:
     """Play repair scenario ``name``. Raises KeyError naming the known ones."""
-    play = REPAIR_SCENARIOS.get(name)
-    if play is None:
+    scenario = REPAIR_SCENARIOS.get(name)
+    if scenario is None:
         raise KeyError(f"unknown repair scenario {name!r}; known: {', '.join(SCENARIO_NAMES)}")
     clock = SimClock()
-    sim = build(nodes)
+    sim = build(nodes, scenario.preset)
     for node in sim.backends:
         sim.cluster.patch_status(NODE, node, {"nodeInfo": {"bootID": f"{node}-boot-1"}})
+        sim.publishers[node].clock = clock
     _workloads(sim)
+    if scenario.before is not None:
+        scenario.before(sim)
     agents = [GpuLoopAgent(backend, sim.cluster, node, clock=clock) for node, backend in sim.backends.items()]
     remediator = Remediator(sim.cluster, clock=clock)
     for agent in agents:
         agent.run_once()  # every node runs the loop before anything fails
     sim.publish()
     started = clock.now
-    play(sim)
+    scenario.play(sim)
     ticks, quiet, last = 0, 0, _state(sim)
     while ticks < MAX_TICKS and quiet < 3:
         clock.now += 1.0
@@ -228,7 +288,13 @@ def run_repair(name: str, nodes: int = 4) -> RepairRun:
             for e in sim.cluster.snapshot(EVENT)
         ],
         metrics={a.node_name: a.metrics.to_json() for a in agents if a.node_name in records},
+        faults=_published_faults(sim, annotations.get(FAULTS_ANNOTATION)),
     )
+
+
+def _published_faults(sim: SimCluster, text: str | None) -> dict[str, dict[str, Any]]:
+    indexes = {g.uuid: g.index for g in sim.backends[FAULT_NODE].inventory().gpus}
+    return {u: {"index": indexes.get(f.gpu), **f.to_json()} for u, f in sorted(decode_faults(text).items())}
 
 
 def stage_of(run: RepairRun, node: str, uuid: str) -> Stage | None:
