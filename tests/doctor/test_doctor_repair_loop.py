@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuchain.doctor import run_doctor
+from gpuchain.gpu.xid import Resolution
 from gpuchain.kube import NODE
 from gpuchain.remediation.gpuloop import (
+    LEFT_ALONE,
     LOOP_ANNOTATION,
     STAGE_MEANS,
     GpuRecord,
@@ -15,7 +19,8 @@ from gpuchain.remediation.gpuloop import (
     encode_records,
     loop_evidence,
 )
-from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, encode_faults
+from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, condition_for, decode_faults, encode_faults
+from gpuchain.remediation.repairsim import run_repair
 from gpuchain.sim import build, load_scenario
 
 U = "GPU-aaa"
@@ -49,3 +54,46 @@ def test_healthy_gpus_and_nodes_without_the_loop_add_nothing_and_a_bad_annotatio
     assert loop_evidence(healthy) == []
     (line,) = loop_evidence({"metadata": {"annotations": {LOOP_ANNOTATION: "{"}}})
     assert line.startswith(f"repair loop: {LOOP_ANNOTATION}: not JSON")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "held", "left_alone"),
+    [
+        # GPU 3 waits for a reboot; GPU 2's 60 retired pages need nothing the loop can do; GPU 1 is back
+        ("gpu-retired-pages", {3: Stage.REBOOT}, {2: "retired pages at DCGM's limit (an RMA candidate)"}),
+        # GPU 0 is back after its reset; GPU 5's replay/CRC errors are only reported
+        ("gpu-nvlink-errors", {}, {5: "NVLink replay or CRC errors above DCGM's limits"}),
+    ],
+)
+def test_the_doctor_says_where_the_counter_scenarios_leave_each_gpu(
+    scenario: str, held: dict[int, Stage], left_alone: dict[int, str]
+) -> None:
+    """The end state `gpuchain sim run` reaches for the counter scenarios, put on a node the doctor
+    examines: every GPU the loop holds is named with what it waits for, every published fault the
+    loop leaves alone says so and why, and a re-admitted GPU adds nothing."""
+    run = run_repair(scenario)
+    uuids = {rec.index: uuid for uuid, rec in run.records["node-0"].items()}
+    faults = {u: {k: v for k, v in f.items() if k != "index"} for u, f in run.faults.items()}
+    uuids.update({f["index"]: u for u, f in run.faults.items()})
+    published = decode_faults(json.dumps(faults))
+    status, reason, message = condition_for(published)
+    sim = build(load_scenario("healthy"))
+    node = sim.cluster.get(NODE, "gpu-3")
+    conditions = [c for c in node["status"]["conditions"] if c["type"] != "GPUHealthy"]
+    conditions.append({"type": "GPUHealthy", "status": status, "reason": reason, "message": message})
+    sim.cluster.patch_status(NODE, "gpu-3", {"conditions": conditions})
+    annotations = {**run.annotations, FAULTS_ANNOTATION: json.dumps(faults)}
+    sim.cluster.patch(NODE, "gpu-3", {"metadata": {"annotations": annotations}})
+    finding = next(f for f in run_doctor(sim.cluster).findings if f.node == "gpu-3")
+    loop_lines = [e for e in finding.evidence if e.startswith("repair loop:")]
+    expected = [
+        f"repair loop: GPU {i} ({uuids[i]}) is {stage.value}: {STAGE_MEANS[stage]}; "
+        f"waiting for: {run.records['node-0'][uuids[i]].waiting}"
+        for i, stage in sorted(held.items())
+    ]
+    expected += [
+        f"repair loop: leaves {uuids[i]}: {why} alone (needs none): {LEFT_ALONE[Resolution.NONE]}"
+        for i, why in sorted(left_alone.items())
+    ]
+    assert loop_lines == expected
+    assert all(run.records["node-0"][uuids[i]].waiting for i in held)

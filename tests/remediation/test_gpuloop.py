@@ -24,6 +24,7 @@ from gpuchain.remediation.gpuloop import (
     complete,
     decode_records,
     encode_records,
+    loop_evidence,
     needs_repair,
 )
 from gpuchain.remediation.loopagent import GpuLoopAgent
@@ -285,3 +286,16 @@ def test_a_probed_fault_round_trips_and_needs_a_reset() -> None:
     assert needs_repair(probed)
     _, work = run(GpuRecord(U, 0), probed)
     assert work == [Work.RESET, Work.BURN_IN]
+
+
+def test_the_loop_evidence_names_faults_it_leaves_alone_only_on_a_node_that_runs_it() -> None:
+    contained = Fault(U, U, (94,), covers=(U,))  # NVIDIA's RESTART_APP: evict, no reset
+    annotations = {FAULTS_ANNOTATION: encode_faults({U: contained}), LOOP_ANNOTATION: encode_records({})}
+    (line,) = loop_evidence({"metadata": {"annotations": annotations}})
+    assert line.startswith(f"repair loop: leaves {U}: XID 94 (") and line.endswith(
+        "alone (needs restart-app): its pods are evicted; the GPU is not reset and takes new pods"
+    )
+    del annotations[LOOP_ANNOTATION]
+    assert loop_evidence({"metadata": {"annotations": annotations}}) == []
+    held = {FAULTS_ANNOTATION: encode_faults({U: DBE}), LOOP_ANNOTATION: encode_records({})}
+    assert loop_evidence({"metadata": {"annotations": held}}) == []  # the loop is about to take it

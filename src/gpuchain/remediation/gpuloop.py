@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuchain.gpu.xid import Resolution, XidOverride, xid_table
-from gpuchain.remediation.model import AnnotationError, Fault, load_annotation
+from gpuchain.remediation.model import FAULTS_ANNOTATION, AnnotationError, Fault, decode_faults, load_annotation
 
 LOOP_ANNOTATION = "gpuchain.io/gpu-loop"
 REBOOT_ANNOTATION = "gpuchain.io/reboot-requested"
@@ -153,8 +153,9 @@ class GpuRecord:
 def resolution(fault: Fault, overrides: Mapping[int, XidOverride] | None = None) -> Resolution:
     """What the GPU needs for this fault, by the XID table (NVIDIA's catalog: RESTART_BM and a lost
     GPU need the node rebooted, RESET_GPU and the workflows ending in one a reset; an XID that
-    crossed its threshold needs the threshold's resolution) with the config's ``overrides``."""
-    return fault.needs(xid_table().with_overrides(overrides) if overrides else None)
+    crossed its threshold needs the threshold's resolution) with the config's ``overrides``;
+    without overrides, the node's published verdict (``Fault.action``)."""
+    return fault.needs(xid_table().with_overrides(overrides)) if overrides else fault.action
 
 
 def needs_repair(fault: Fault | None, overrides: Mapping[int, XidOverride] | None = None) -> bool:
@@ -388,10 +389,21 @@ STAGE_MEANS: Mapping[Stage, str] = {
 """What each stage means for the GPU, in words (the doctor's evidence)."""
 
 
+LEFT_ALONE: Mapping[Resolution, str] = {
+    Resolution.NONE: "reported for a person; the GPU keeps serving and its pods keep running",
+    Resolution.RESTART_APP: "its pods are evicted; the GPU is not reset and takes new pods",
+}
+"""What happens to a published fault the loop does not repair, by its resolution (the doctor's evidence)."""
+
+
 def loop_evidence(node: Mapping[str, Any]) -> list[str]:
     """One line per GPU the node's repair loop holds: its stage, what that means and what the loop
-    waits for. Empty when the node runs no loop or every GPU is healthy."""
+    waits for; and, on a node that runs the loop, one per published fault it leaves alone (its
+    resolution is ``none`` or ``restart-app``: nothing for the loop to wait for). Empty when the
+    node runs no loop or nothing is held or published."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}
+    if LOOP_ANNOTATION not in annotations:
+        return []
     try:
         records = decode_records(annotations.get(LOOP_ANNOTATION))
     except AnnotationError as exc:
@@ -403,4 +415,16 @@ def loop_evidence(node: Mapping[str, Any]) -> list[str]:
         index = "?" if rec.index is None else rec.index
         waiting = f"; waiting for: {rec.waiting}" if rec.waiting else ""
         lines.append(f"repair loop: GPU {index} ({uuid}) is {rec.stage.value}: {STAGE_MEANS[rec.stage]}{waiting}")
+    try:
+        faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
+    except AnnotationError:
+        return lines  # the gpu-faults annotation's own finding names it
+    for _, fault in sorted(faults.items()):
+        held = records.get(fault.gpu)
+        if (held is not None and held.stage is not Stage.HEALTHY) or needs_repair(fault):
+            continue
+        if fault.action in LEFT_ALONE:
+            lines.append(
+                f"repair loop: leaves {fault.summary()} alone (needs {fault.action.value}): {LEFT_ALONE[fault.action]}"
+            )
     return lines
