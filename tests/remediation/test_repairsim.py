@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 from gpuchain.cli import app
 from gpuchain.remediation.gpuloop import Stage
-from gpuchain.remediation.repairsim import SCENARIO_NAMES, run_repair
+from gpuchain.remediation.repairsim import REPAIR_SCENARIOS, SCENARIO_NAMES, run_repair
+from gpuchain.remediation.scenario import SimCluster
 
 runner = CliRunner()
 ALL_BUT_W3 = [f"ml/w-{i}" for i in range(8) if i != 3]
@@ -135,3 +137,28 @@ def test_the_counter_scenarios_are_listed_with_stack_and_source() -> None:
     assert (rows["gpu-retired-pages"]["kind"], rows["gpu-retired-pages"]["stack"]) == ("repair", "gpuchain")
     assert rows["gpu-retired-pages"]["url"] == "https://github.com/NVIDIA/NVSentinel/issues/1826"
     assert rows["gpu-nvlink-errors"]["url"] == "https://github.com/marin-community/marin/issues/9086"
+
+
+def test_a_link_that_keeps_failing_after_its_reset_is_not_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-nvlink-errors, but link 14 keeps retraining after the reset (one more recovery before
+    every publish): the burn-in passes, yet the publisher's probe trips again on the fresh counters,
+    so the GPU stays withheld waiting for its health to clear instead of being re-admitted."""
+    scenario = REPAIR_SCENARIOS["gpu-nvlink-errors"]
+
+    def keeps_failing(sim: SimCluster) -> None:
+        scenario.play(sim)
+        publish = sim.publish
+
+        def publish_after_another_recovery() -> None:
+            sim.backends["node-0"].add_nvlink_errors(0, 14, recovery=1)
+            publish()
+
+        sim.publish = publish_after_another_recovery  # type: ignore[method-assign]
+
+    monkeypatch.setitem(REPAIR_SCENARIOS, "nvlink-keeps-failing", replace(scenario, play=keeps_failing))
+    data = run_repair("nvlink-keeps-failing").to_dict()
+    (gpu,) = data["gpus"]
+    assert gpu["index"] == 0 and gpu["stage"] == "burn-in" and "healthy" not in _stages(gpu)
+    assert gpu["waiting"].startswith("burn-in passed; waiting for the GPU's health to clear")
+    assert "GPUReadmitted" not in [e["reason"] for e in data["events"]]
+    assert "ml/w-0" not in data["podsLeft"]

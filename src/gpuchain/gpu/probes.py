@@ -148,24 +148,41 @@ class ProbeState:
     limits: ProbeLimits = field(default_factory=ProbeLimits)
     last: dict[str, tuple[float, HealthReadings]] = field(default_factory=dict)
     tripped_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    unverified: dict[str, frozenset[str]] = field(default_factory=dict)
+    """GPU UUID -> the counter probes it had when it was reset, kept until two readings after the
+    reset were compared (``reset``)."""
 
     def check(self, readings: HealthReadings, now: float) -> tuple[str, ...]:
-        """The probes this GPU trips now: the instant ones, and counter probes within ``hold_s`` of
-        their last increase."""
+        """The probes this GPU trips now: the instant ones, counter probes within ``hold_s`` of
+        their last increase, and those a reset has not yet been shown to cure."""
         uuid = readings.uuid
         previous = self.last.get(uuid)
         if previous is not None:
             for name in nvlink_trips(previous[1], readings, now - previous[0], self.limits):
                 self.tripped_at[(uuid, name)] = now
+            self.unverified.pop(uuid, None)
         self.last[uuid] = (now, readings)
+        unverified = self.unverified.get(uuid, frozenset())
         held = tuple(
             name
             for name in ("nvlink-recovery", "nvlink-errors")
-            if now - self.tripped_at.get((uuid, name), float("-inf")) < self.limits.hold_s
+            if now - self.tripped_at.get((uuid, name), float("-inf")) < self.limits.hold_s or name in unverified
         )
         return (*instant(readings, self.limits), *held)
 
+    def reset(self, uuid: str, now: float) -> None:
+        """The GPU was reset: its counters start afresh, so its history goes. The counter probes it
+        had stay until a reading after the reset was compared with the next one: the first reading
+        is only a baseline, and a link that keeps failing must not look cured on no evidence."""
+        held = frozenset(
+            name for (u, name), at in self.tripped_at.items() if u == uuid and now - at < self.limits.hold_s
+        )
+        self.forget(uuid)
+        if held:
+            self.unverified[uuid] = held
+
     def forget(self, uuid: str) -> None:
-        """A GPU was reset or left: its counter history goes with it."""
+        """A GPU left: its counter history goes with it."""
         self.last.pop(uuid, None)
         self.tripped_at = {k: v for k, v in self.tripped_at.items() if k[0] != uuid}
+        self.unverified.pop(uuid, None)

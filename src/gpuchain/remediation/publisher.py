@@ -175,7 +175,7 @@ class GpuHealthPublisher:
         """Feed one backend event; True when the node needs publishing."""
         with self._lock:
             if event.kind is EventKind.GPU_RECOVERED:
-                self.probes.forget(event.gpu_uuid)  # a reset starts its counters afresh
+                self.probes.reset(event.gpu_uuid, self.clock())  # a reset starts its counters afresh
             return self.tracker.apply(event, self.clock())
 
     def _refresh_inventory(self) -> Inventory | None:
