@@ -1,11 +1,12 @@
 """The repair loop's scenarios, played out over simulated time on a simulated cluster.
 
-Four 8-GPU nodes (``remediation.scenario``: MemoryCluster, one SimBackend and one health
-publisher per node, the kubelet's pod map), one single-GPU pod on each GPU of node-0, a repair
-agent on every node and the remediator. A scenario injects a fault, then each tick (one
-simulated second) every publisher publishes, the remediator runs a pass and every agent runs a
-pass, until nothing changes any more. The result is each repaired GPU's stage timeline (seconds
-from the fault), the Events, and the node's taints and annotations at the end.
+Four nodes of eight H100 unless the scenario names another preset (``remediation.scenario``:
+MemoryCluster, one SimBackend and one health publisher per node, the kubelet's pod map), one
+single-GPU pod on each GPU of node-0, a repair agent on every node and the remediator, all on one
+simulated clock. A scenario injects a fault, then each tick (one simulated second) every
+publisher publishes, the remediator runs a pass and every agent runs a pass, until nothing
+changes any more. The result is each repaired GPU's stage timeline (seconds from the fault), the
+Events, the node's taints and annotations, and the faults still published at the end.
 
 - ``gpu-reset``: XID 48 (double-bit ECC; NVIDIA's catalog: reset the GPU) on node-0 GPU 3: its pod
   is evicted, the GPU is reset, burned in and back; the node is never tainted.
