@@ -43,7 +43,7 @@ from gpuchain.gpu.model import (
     Telemetry,
     TopologyLevel,
 )
-from gpuchain.gpu.probes import PROBES, HealthReadings, NvLinkCounters, instant
+from gpuchain.gpu.probes import PROBES, Ber, HealthReadings, NvLinkCounters, instant
 from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
@@ -612,8 +612,9 @@ class NvmlBackend(GpuBackend):
         )
 
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
-        """Row remapping, page retirement and every active NVLink's error counters; a reading the GPU
-        does not support (retired pages on Ampere and newer, NVLink counters on Blackwell) is None."""
+        """Row remapping, page retirement and every active NVLink's error counters (on Blackwell and
+        later from NVML's field values); a reading the GPU does not support (retired pages on Ampere
+        and newer, replay and CRC counters on Blackwell) is None."""
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByUUID, gpu_uuid)
         if self._is_mig_handle(h):
@@ -624,6 +625,7 @@ class NvmlBackend(GpuBackend):
             n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
         )
         dbe = self._optional(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        links, symbol_ber, effective_ber = self._nvlink_counters(h)
         return HealthReadings(
             uuid=gpu_uuid,
             row_remap_pending=bool(rows[2]) if rows is not None else None,
@@ -631,10 +633,26 @@ class NvmlBackend(GpuBackend):
             retired_pages_pending=bool(pending) if pending is not None else None,
             retired_pages_sbe=len(sbe) if sbe is not None else None,
             retired_pages_dbe=len(dbe) if dbe is not None else None,
-            nvlink=self._nvlink_counters(h),
+            nvlink=links,
+            nvlink_symbol_ber=symbol_ber,
+            nvlink_effective_ber=effective_ber,
         )
 
-    def _nvlink_counters(self, h: Any) -> tuple[NvLinkCounters, ...]:
+    def _nvlink_counters(self, h: Any) -> tuple[tuple[NvLinkCounters, ...], Ber | None, Ber | None]:
+        """Every active link's error counters, and the GPU's aggregate symbol and effective BER.
+
+        Before Blackwell: nvmlDeviceGetNvLinkErrorCounter per link and counter (no aggregate BER).
+        Where the GPU does not support that call on its first active link (Blackwell and later,
+        nvml.h: "unsupported for Blackwell+"), every link's NVLink5 field values instead."""
+        links = list(self._active_links(h))
+        first = self._error_counters(h, links[0]) if links else None
+        if links and first is None:
+            return self._nvlink_fields(h, links)
+        found = [c for c in (first, *(self._error_counters(h, link) for link in links[1:])) if c is not None]
+        return tuple(found), None, None
+
+    def _error_counters(self, h: Any, link: int) -> NvLinkCounters | None:
+        """One link's replay, recovery, CRC flit and CRC data counters; None if it reports none."""
         n = self._nvml
         kinds = (
             n.NVML_NVLINK_ERROR_DL_REPLAY,
@@ -642,12 +660,32 @@ class NvmlBackend(GpuBackend):
             n.NVML_NVLINK_ERROR_DL_CRC_FLIT,
             n.NVML_NVLINK_ERROR_DL_CRC_DATA,
         )
+        values = [self._optional(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind) for kind in kinds]
+        return NvLinkCounters(link, *values) if any(v is not None for v in values) else None
+
+    def _nvlink_fields(self, h: Any, links: list[int]) -> tuple[tuple[NvLinkCounters, ...], Ber | None, Ber | None]:
+        """NVLink5 error counters and BERs, per link (scopeId = link) and the GPU's aggregate BERs
+        (scopeId UINT_MAX, as DCGM reads them), all in one nvmlDeviceGetFieldValues call: one call per
+        link and field would be hundreds of driver round trips per GPU every pass. A field the GPU
+        does not report comes back with its own error status and reads as None."""
+        n = self._nvml
+        per_link = [(name, getattr(n, field)) for name, field in _NVLINK5_FIELDS]
+        aggregate = (n.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER, n.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER)
+        request = [(fid, link) for link in links for _, fid in per_link]
+        request += [(fid, _ALL_LINKS) for fid in aggregate]
+        values = self._optional(n.nvmlDeviceGetFieldValues, h, request)
+        if values is None:
+            return (), None, None
+        read = {key: _field_int(n, v) for key, v in zip(request, values, strict=True)}
         found = []
-        for link in self._active_links(h):
-            values = [self._optional(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind) for kind in kinds]
-            if any(v is not None for v in values):
-                found.append(NvLinkCounters(link, *values))
-        return tuple(found)
+        for link in links:
+            got: dict[str, Any] = {name: read[(fid, link)] for name, fid in per_link}
+            if all(v is None for v in got.values()):
+                continue
+            for name in ("symbol_ber", "effective_ber"):
+                got[name] = _ber(got[name])
+            found.append(NvLinkCounters(link, **got))
+        return tuple(found), _ber(read[(aggregate[0], _ALL_LINKS)]), _ber(read[(aggregate[1], _ALL_LINKS)])
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:
         """nvmlDeviceGetMemoryInfo on the MIG device handle: that GPU instance's framebuffer."""
@@ -834,3 +872,43 @@ def _pair(value: Any) -> tuple[int, int]:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# ---- NVLink5 error field values (Blackwell and later) ---------------------------------------------
+
+_NVLINK5_FIELDS = (
+    ("recovery", "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS"),
+    ("recovery_failed", "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"),
+    ("symbol_errors", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
+    ("effective_errors", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
+    ("rx_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"),
+    ("rx_malformed", "NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"),
+    ("rx_buffer_overrun", "NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"),
+    ("rx_remote_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"),
+    ("rx_general_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"),
+    ("link_integrity_errors", "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"),
+    ("symbol_ber", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER"),
+    ("effective_ber", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER"),
+)
+"""NvLinkCounters field -> the NVML field id read per link (nvml.h "NVLink counter field id
+201-225 / Link ID needs to be specified in the scopeId field"). Link-recovery events stand in for
+the old recovery counter, as nvml.h says of NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: "unsupported for
+Blackwell+. Please use NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*"."""
+
+_ALL_LINKS = 0xFFFFFFFF
+"""scopeId UINT_MAX: the value over all the GPU's links (DCGM's DcgmCacheManager reads NVLink5
+counters so on Blackwell)."""
+
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""nvmlValueType_t (NVML_VALUE_TYPE_*) -> the member of the nvmlValue_t union that holds the value."""
+
+
+def _field_int(nvml: Any, value: Any) -> int | None:
+    """One nvmlFieldValue_t as an integer; None when NVML answered that field with an error."""
+    if value.nvmlReturn != nvml.NVML_SUCCESS:
+        return None
+    return int(getattr(value.value, _VALUE_MEMBER.get(int(value.valueType), "ullVal")))
+
+
+def _ber(raw: int | None) -> Ber | None:
+    return Ber.from_raw(raw) if raw is not None else None

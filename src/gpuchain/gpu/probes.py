@@ -7,13 +7,26 @@ NVML reports some conditions only as readings, which ``GpuBackend.health_reading
 - page retirement (GPUs before Ampere, ``nvmlDeviceGetRetiredPagesPendingStatus`` and
   ``nvmlDeviceGetRetiredPages``): a retirement waiting for a reset, and how many pages are retired;
 - NVLink error counters (``nvmlDeviceGetNvLinkErrorCounter`` per active link: replay, recovery,
-  CRC flit and CRC data errors; cumulative since the driver loaded, so only increases count).
+  CRC flit and CRC data errors; cumulative since the driver loaded, so only increases count);
+- on NVLink5 (Blackwell and later), where NVML no longer reports those counters (nvml.h:
+  ``NVML_FI_DEV_NVLINK_ERROR_DL_*`` "unsupported for Blackwell+"), the ``NVML_FI_DEV_NVLINK_COUNT_*``
+  field values instead: per link (scopeId = link) link-recovery events (the recovery counter),
+  recoveries that failed (the link was declared down), symbol, effective, receive and
+  link-integrity errors and the two bit error rates; and the GPU's aggregate BERs (scopeId
+  UINT_MAX), which are what DCGM's health check judges.
 
 ``ProbeState.check`` turns one GPU's readings into tripped probes; each probe has a resolution,
 as an XID has. The limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c:
 ``DCGM_LIMIT_MAX_RETIRED_PAGES`` 60, ``DCGM_LIMIT_MAX_LWLINK_ERROR`` 1,
-``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR`` 100 per second). A counter increase keeps its probe tripped
-for ``hold_s``, so one burst of link errors is one fault, not a condition that flaps every pass.
+``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR`` 100 per second). NVLink5 is judged as DCGM 4.6 judges it
+(NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp @ 72fa3fea, ``MonitorNVLink5Fields`` and
+``MonitorNVLinkErrorFields``): any rise of a link-recovery, symbol, effective, receive or
+link-integrity error counter fails (``DCGM_LIMIT_MAX_NVLINK_ERROR`` 1); an effective BER worse than
+1e-12 or an aggregate symbol BER above its floor fails (``IsEffectiveBerThresholdExceeded`` in
+common/DcgmUtilities.cpp, ``DCGM_SYMBOL_BER_FLOOR_EXP_AGGREGATED`` 238 in
+common/DcgmGPUHardwareLimits.h). DCGM judges no per-link BER, so per-link BERs are read and reported
+but trip nothing. A counter increase keeps its probe tripped for ``hold_s``, so one burst of link
+errors is one fault, not a condition that flaps every pass.
 """
 
 from __future__ import annotations
@@ -25,14 +38,86 @@ from gpuchain.gpu.xid import Resolution
 
 
 @dataclass(frozen=True)
+class Ber:
+    """An NVLink bit error rate as NVML packs it: ``mantissa`` x 10^-``exponent``.
+
+    nvml.h (NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER / _SYMBOL_BER): bits 0-7 the exponent, bits 8-11
+    the mantissa (``NVML_NVLINK_ERROR_COUNTER_BER_GET``). Kept as the two integers, not a float,
+    because DCGM's limits compare them as integers (10e-13 passes, 11e-13 fails)."""
+
+    mantissa: int
+    exponent: int
+
+    @classmethod
+    def from_raw(cls, raw: int) -> Ber:
+        return cls((raw >> 8) & 0xF, raw & 0xFF)
+
+    @property
+    def raw(self) -> int:
+        return (self.mantissa << 8) | self.exponent
+
+    def __str__(self) -> str:
+        return f"{self.mantissa}e-{self.exponent}"
+
+
+BER_ZERO = Ber(15, 255)
+"""What NVML reports for no errors at all (DCGM's ``berZeroMantissa``/``berZeroExponent``)."""
+
+
+@dataclass(frozen=True)
 class NvLinkCounters:
-    """One active NVLink's error counters (None: the driver does not report that counter)."""
+    """One active NVLink's error counters (None: the driver does not report that counter).
+
+    The first four are ``nvmlDeviceGetNvLinkErrorCounter``'s (before Blackwell); ``recovery`` is
+    also NVLink5's link-recovery event count, which NVML names as its replacement. The rest are
+    NVLink5 field values (nvml.h ``NVML_FI_DEV_NVLINK_COUNT_*``, per link)."""
 
     link: int
     replay: int | None = None
     recovery: int | None = None
     crc_flit: int | None = None
     crc_data: int | None = None
+    recovery_failed: int | None = None
+    """Recoveries that failed: the link was declared down (LINK_RECOVERY_FAILED_EVENTS)."""
+    symbol_errors: int | None = None
+    """Errors in received symbols (SYMBOL_ERRORS)."""
+    effective_errors: int | None = None
+    """Sum of the errors in each NVLink packet (EFFECTIVE_ERRORS)."""
+    rx_errors: int | None = None
+    """Packets received with errors (RCV_ERRORS)."""
+    rx_malformed: int | None = None
+    """Malformed packets received (MALFORMED_PACKET_ERRORS)."""
+    rx_buffer_overrun: int | None = None
+    """Packets dropped on receive for a buffer overrun (BUFFER_OVERRUN_ERRORS)."""
+    rx_remote_errors: int | None = None
+    """Packets received with a stomp/EBP marker (RCV_REMOTE_ERRORS)."""
+    rx_general_errors: int | None = None
+    """Packets received with a header mismatch (RCV_GENERAL_ERRORS)."""
+    link_integrity_errors: int | None = None
+    """Times local errors exceeded a threshold (LOCAL_LINK_INTEGRITY_ERRORS)."""
+    symbol_ber: Ber | None = None
+    """This link's symbol BER: reported; no public per-link limit, so it trips nothing."""
+    effective_ber: Ber | None = None
+    """This link's effective BER: reported; DCGM judges only the GPU's aggregate."""
+
+
+def nvlink5(compute_capability: tuple[int, int]) -> bool:
+    """Whether a GPU's NVLinks report NVLink5 field values rather than nvmlDeviceGetNvLinkErrorCounter:
+    Blackwell (compute capability 10) and later, as DCGM decides it (``IsGpuBlackwellOrNewer``)."""
+    return compute_capability[0] >= 10
+
+
+NVLINK5_ERRORS = (
+    "symbol_errors",
+    "effective_errors",
+    "rx_errors",
+    "rx_malformed",
+    "rx_buffer_overrun",
+    "rx_remote_errors",
+    "rx_general_errors",
+    "link_integrity_errors",
+)
+"""The NVLink5 counters DCGM fails on any rise of (``MonitorNVLink5Fields``), besides recovery."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +133,10 @@ class HealthReadings:
     retired_pages_dbe: int | None = None
     """Pages retired for a double-bit ECC error."""
     nvlink: tuple[NvLinkCounters, ...] = ()
+    nvlink_symbol_ber: Ber | None = None
+    """The GPU's symbol BER over all its links (NVLink5, scopeId UINT_MAX), as DCGM reads it."""
+    nvlink_effective_ber: Ber | None = None
+    """The GPU's effective BER over all its links (NVLink5, scopeId UINT_MAX), as DCGM reads it."""
 
     @property
     def retired_pages(self) -> int | None:
@@ -70,7 +159,10 @@ PROBE_TABLE: Mapping[str, Probe] = {
     "retired-pages-pending": Probe("page retirement pending (a GPU reset activates it)", Resolution.RESET_GPU),
     "retired-pages-limit": Probe("retired pages at DCGM's limit (an RMA candidate)", Resolution.NONE),
     "nvlink-recovery": Probe("NVLink recovery errors (a link went down and retrained)", Resolution.RESET_GPU),
-    "nvlink-errors": Probe("NVLink replay or CRC errors above DCGM's limits", Resolution.NONE),
+    "nvlink-errors": Probe(
+        "NVLink replay, CRC, symbol, packet or link-integrity errors above DCGM's limits", Resolution.NONE
+    ),
+    "nvlink-ber": Probe("NVLink bit error rate above DCGM's limit", Resolution.NONE),
 }
 """Every probe. A failed remap is reset first too: the burn-in then fails, and the loop asks for a
 reboot and then a person. The ``none`` probes are published (``GPUHealthy=False``) for a person
@@ -113,6 +205,48 @@ def instant(readings: HealthReadings, limits: ProbeLimits | None = None) -> tupl
     return tuple(found)
 
 
+EFFECTIVE_BER_LIMIT = Ber(1, 12)
+"""DCGM fails an effective BER worse than 1e-12 (``IsEffectiveBerThresholdExceeded``)."""
+SYMBOL_BER_FLOOR_EXPONENT = 238
+"""DCGM's floor for the aggregate symbol BER on Blackwell (``DCGM_SYMBOL_BER_FLOOR_EXP_AGGREGATED``)."""
+
+
+def effective_ber_exceeded(ber: Ber) -> bool:
+    """DCGM's rule: worse than 1e-12, the no-error encoding (15e-255) excepted. At exponent 13 a
+    mantissa up to 10 is still 1e-12 or better; a smaller exponent is a larger rate."""
+    if ber == BER_ZERO:
+        return False
+    limit = EFFECTIVE_BER_LIMIT.exponent
+    return (
+        ber.exponent < limit
+        or (ber.exponent == limit and ber.mantissa > EFFECTIVE_BER_LIMIT.mantissa)
+        or (ber.exponent == limit + 1 and ber.mantissa > 10 * EFFECTIVE_BER_LIMIT.mantissa)
+    )
+
+
+def symbol_ber_exceeded(ber: Ber, floor_exponent: int = SYMBOL_BER_FLOOR_EXPONENT) -> bool:
+    """DCGM's rule (``IsSymbolBerThresholdExceeded``): a zero mantissa is no errors; otherwise any
+    rate above 15 x 10^-floor fails."""
+    if ber.mantissa == 0:
+        return False
+    if ber.exponent == floor_exponent:
+        return ber.mantissa > 15
+    return ber.exponent < floor_exponent
+
+
+def nvlink_ber(readings: HealthReadings) -> tuple[str, ...]:
+    """The BER probe the GPU's aggregate NVLink bit error rates trip on their own.
+
+    Kept out of ``instant``: the burn-ins judge ``instant``'s probes, and neither burn-in has an
+    NVLink BER check, so the simulator's must not grow one the NVML backend lacks."""
+    effective, symbol = readings.nvlink_effective_ber, readings.nvlink_symbol_ber
+    if (effective is not None and effective_ber_exceeded(effective)) or (
+        symbol is not None and symbol_ber_exceeded(symbol)
+    ):
+        return ("nvlink-ber",)
+    return ()
+
+
 def nvlink_trips(
     before: HealthReadings, after: HealthReadings, seconds: float, limits: ProbeLimits | None = None
 ) -> tuple[str, ...]:
@@ -125,9 +259,13 @@ def nvlink_trips(
         was = old.get(now.link)
         if was is None:
             continue
-        if _rise(was.recovery, now.recovery) >= limits.nvlink_errors:
+        if max(_rise(was.recovery, now.recovery), _rise(was.recovery_failed, now.recovery_failed)) >= (
+            limits.nvlink_errors
+        ):
             recovery = True
         if _rise(was.replay, now.replay) >= limits.nvlink_errors:
+            errors = True
+        if any(_rise(getattr(was, n), getattr(now, n)) >= limits.nvlink_errors for n in NVLINK5_ERRORS):
             errors = True
         crc = _rise(was.crc_flit, now.crc_flit) + _rise(was.crc_data, now.crc_data)
         if seconds > 0 and crc / seconds >= limits.nvlink_crc_per_s:
@@ -168,7 +306,7 @@ class ProbeState:
             for name in ("nvlink-recovery", "nvlink-errors")
             if now - self.tripped_at.get((uuid, name), float("-inf")) < self.limits.hold_s or name in unverified
         )
-        return (*instant(readings, self.limits), *held)
+        return (*instant(readings, self.limits), *nvlink_ber(readings), *held)
 
     def reset(self, uuid: str, now: float) -> None:
         """The GPU was reset: its counters start afresh, so its history goes. The counter probes it

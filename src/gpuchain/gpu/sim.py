@@ -11,7 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuchain.gpu import catalog
@@ -26,7 +26,7 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
-from gpuchain.gpu.probes import PROBES, HealthReadings, NvLinkCounters, instant
+from gpuchain.gpu.probes import BER_ZERO, PROBES, Ber, HealthReadings, NvLinkCounters, instant, nvlink5
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
@@ -49,6 +49,40 @@ the same checks NvmlBackend runs (fabric only on Hopper-or-later NVSwitch GPUs, 
 BURN_IN_CHECKS = tuple(BURN_IN_FAILURES)
 _BURN_IN_ORDER = ("nvml", "fabric", "cuda", "memory", "dcgm")
 """The order the checks run in, as on hardware: nothing runs on a GPU NVML found at fault."""
+
+
+@dataclass(frozen=True)
+class _CleanNvLink:
+    """What a GPU's NVLinks read before any error: each link's counters, and the GPU's aggregates."""
+
+    link: NvLinkCounters
+    aggregate: dict[str, Ber]
+
+
+_NVLINK_CLEAN = _CleanNvLink(NvLinkCounters(0, replay=0, recovery=0, crc_flit=0, crc_data=0), {})
+"""Before Blackwell: nvmlDeviceGetNvLinkErrorCounter's four counters, no NVLink5 field values."""
+_NVLINK5_CLEAN = _CleanNvLink(
+    NvLinkCounters(
+        0,
+        recovery=0,
+        recovery_failed=0,
+        symbol_errors=0,
+        effective_errors=0,
+        rx_errors=0,
+        rx_malformed=0,
+        rx_buffer_overrun=0,
+        rx_remote_errors=0,
+        rx_general_errors=0,
+        link_integrity_errors=0,
+        symbol_ber=BER_ZERO,
+        effective_ber=BER_ZERO,
+    ),
+    {"symbol_ber": Ber(15, 238), "effective_ber": BER_ZERO},
+)
+"""Blackwell and later: NVLink5 field values, no replay or CRC counters. A healthy B200's aggregate
+symbol BER reads 15e-238 (raw 73710, NVIDIA/DCGM testing/python3/tests/test_field_values.py
+``test_nvlink_ber_fields`` @ 72fa3fea: "Blackwell aggregate healthy floor"); a BER with no errors
+reads 15e-255 (raw 4095, the same test and DcgmHealthWatch's healthy baselines)."""
 
 
 @dataclass
@@ -170,8 +204,9 @@ class SimBackend(GpuBackend):
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         """As NVML reports them on this GPU, by generation: row remapping (from the telemetry) on
         Ampere and newer, page retirement before Ampere (none retired and none pending until set;
-        on Ampere and newer only once set), error counters on every NVLink. NVIDIA's T4 capture
-        (k8s-test-infra qx-t4.xml) shows both: retired_pages with counts, remapped_rows N/A."""
+        on Ampere and newer only once set), error counters on every NVLink (NVLink5 field values on
+        Blackwell and later). NVIDIA's T4 capture (k8s-test-infra qx-t4.xml) shows both:
+        retired_pages with counts, remapped_rows N/A."""
         with self._lock:
             state = self._state(gpu_uuid)
             if state.lost:
@@ -184,11 +219,15 @@ class SimBackend(GpuBackend):
         counters = extra.pop("nvlink", {})
         if not remaps:
             extra = {"retired_pages_pending": False, "retired_pages_sbe": 0, "retired_pages_dbe": 0, **extra}
+        clean = _NVLINK5_CLEAN if nvlink5(state.spec.model.compute_capability) else _NVLINK_CLEAN
+        aggregate = {**clean.aggregate, **counters.get(None, {})} if links else {}
         return HealthReadings(
             uuid=uuid,
             row_remap_pending=bool(t.get("row_remap_pending", 0)) if remaps else None,
             row_remap_failed=bool(t.get("row_remap_failure", 0)) if remaps else None,
-            nvlink=tuple(NvLinkCounters(link, *counters.get(link, (0, 0, 0, 0))) for link in range(links)),
+            nvlink=tuple(replace(clean.link, link=link, **counters.get(link, {})) for link in range(links)),
+            nvlink_symbol_ber=aggregate.get("symbol_ber"),
+            nvlink_effective_ber=aggregate.get("effective_ber"),
             **extra,
         )
 
@@ -216,15 +255,32 @@ class SimBackend(GpuBackend):
             }
             self._readings.setdefault(uuid, {}).update({k: v for k, v in values.items() if v is not None})
 
-    def add_nvlink_errors(
-        self, device: int | str, link: int, replay: int = 0, recovery: int = 0, crc_flit: int = 0, crc_data: int = 0
-    ) -> None:
-        """Add to one NVLink's error counters (they only grow, until a reset clears them)."""
+    def add_nvlink_errors(self, device: int | str, link: int, **counts: int) -> None:
+        """Add to one NVLink's error counters (they only grow, until a reset clears them): any count
+        of NvLinkCounters the GPU reports, e.g. ``recovery=1``; ``replay``, ``crc_flit`` and
+        ``crc_data`` before Blackwell, ``symbol_errors``, ``recovery_failed`` ... from Blackwell on."""
         with self._lock:
-            uuid = self._resolve(device, include_lost=True)[0].spec.uuid
-            counters = self._readings.setdefault(uuid, {}).setdefault("nvlink", {})
-            before = counters.get(link, (0, 0, 0, 0))
-            counters[link] = tuple(a + b for a, b in zip(before, (replay, recovery, crc_flit, crc_data), strict=True))
+            state = self._resolve(device, include_lost=True)[0]
+            clean = _NVLINK5_CLEAN if nvlink5(state.spec.model.compute_capability) else _NVLINK_CLEAN
+            counters = self._readings.setdefault(state.spec.uuid, {}).setdefault("nvlink", {})
+            now = counters.setdefault(link, {})
+            for name, n in counts.items():
+                start = getattr(clean.link, name, None)
+                if not isinstance(start, int):
+                    raise NotSupportedError(f"{state.spec.model.key} reports no NVLink counter {name!r}")
+                now[name] = now.get(name, start) + n
+
+    def set_nvlink_ber(
+        self, device: int | str, link: int | None = None, symbol: Ber | None = None, effective: Ber | None = None
+    ) -> None:
+        """Set an NVLink5 GPU's symbol or effective bit error rate: one link's, or (``link`` None)
+        the GPU's aggregate, the one DCGM judges. A reset clears them, as it clears the counters."""
+        with self._lock:
+            state = self._resolve(device, include_lost=True)[0]
+            if not nvlink5(state.spec.model.compute_capability):
+                raise NotSupportedError(f"{state.spec.model.key} reports no NVLink bit error rate")
+            now = self._readings.setdefault(state.spec.uuid, {}).setdefault("nvlink", {}).setdefault(link, {})
+            now.update({k: v for k, v in (("symbol_ber", symbol), ("effective_ber", effective)) if v is not None})
 
     def _reset_readings(self, uuid: str) -> None:
         """A reset activates a pending retirement and clears the NVLink counters; retired pages stay.
