@@ -21,10 +21,30 @@ from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, MigDevice
 from gpuchain.gpu.nvml import NvmlBackend
+from gpuchain.gpu.probes import Ber, nvlink5
 from gpuchain.gpu.sim import SimBackend
 
 MIB = 1024 * 1024
 NO_INSTANCE = 0xFFFFFFFF
+
+ALL_LINKS = 0xFFFFFFFF
+"""scopeId UINT_MAX: a value over all the GPU's links (nvml.h, NVLink throughput and NVLink5 counters)."""
+NVLINK5_FIELDS = {
+    real.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: "recovery",
+    real.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS: "recovery_failed",
+    real.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: "symbol_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS: "effective_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS: "rx_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS: "rx_malformed",
+    real.NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS: "rx_buffer_overrun",
+    real.NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS: "rx_remote_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS: "rx_general_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS: "link_integrity_errors",
+    real.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER: "symbol_ber",
+    real.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: "effective_ber",
+}
+"""NVLink5 field ids (nvml.h 201-225, NVLink5 only) -> the sim's NvLinkCounters reading each answers,
+by what nvml.h says each counts."""
 
 # NVML_GPU_INSTANCE_PROFILE_* constant -> the profile info ``id`` a real driver answers (the ID
 # `nvidia-smi mig -lgip` prints). They differ on purpose, as on hardware, so a backend that
@@ -539,18 +559,47 @@ class FakeNvml(types.ModuleType):
         self._enter("nvmlDeviceGetTemperature")
         return int(self._t(handle).temperature_c)
 
-    def nvmlDeviceGetFieldValues(self, handle: GpuHandle, field_ids: list[int]) -> list[Any]:
+    def nvmlDeviceGetFieldValues(self, handle: GpuHandle, field_ids: list[int | tuple[int, int]]) -> Any:
+        """An array of c_nvmlFieldValue_t as pynvml returns it, one per requested id (an int, or a
+        (fieldId, scopeId) pair as pynvml takes them), each with its own nvmlReturn as NVML fills
+        it: the call succeeds while a field the GPU lacks answers NOT_SUPPORTED (nvml.h: "you must
+        check the nvmlReturn field of each value"). Memory temperature, and on an NVLink5 GPU
+        (Blackwell and later) the NVLink error counters and BERs per link (scopeId = link) or over
+        all links (scopeId UINT_MAX), read from the simulator."""
         self._enter("nvmlDeviceGetFieldValues")
+        gpu = self._gpu(handle)
         t = self._t(handle)
-        known = {real.NVML_FI_DEV_MEMORY_TEMP: t.memory_temperature_c}
-        return [
-            types.SimpleNamespace(
-                fieldId=f,
-                nvmlReturn=real.NVML_SUCCESS if f in known else real.NVML_ERROR_NOT_SUPPORTED,
-                value=types.SimpleNamespace(uiVal=known.get(f, 0)),
-            )
-            for f in field_ids
-        ]
+        values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        for out, wanted in zip(values, field_ids, strict=True):
+            field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
+            out.fieldId, out.scopeId = field_id, scope
+            out.timestamp = 1_764_720_000_000_000
+            if field_id == real.NVML_FI_DEV_MEMORY_TEMP:
+                out.valueType, out.nvmlReturn = real.NVML_VALUE_TYPE_UNSIGNED_INT, real.NVML_SUCCESS
+                out.value.uiVal = int(t.memory_temperature_c)
+            elif field_id in NVLINK5_FIELDS and nvlink5(gpu.compute_capability):
+                found = self._nvlink5_value(handle, NVLINK5_FIELDS[field_id], scope)
+                out.valueType = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                out.nvmlReturn = real.NVML_SUCCESS if found is not None else real.NVML_ERROR_INVALID_ARGUMENT
+                out.value.ullVal = found or 0
+            else:
+                out.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def _nvlink5_value(self, handle: GpuHandle, name: str, scope: int) -> int | None:
+        """One NVLink5 field of one link, or over all links (counters summed, the GPU's aggregate
+        BER); None for a link the GPU does not have up."""
+        r = self._readings(handle)
+        if scope == ALL_LINKS:
+            if name.endswith("_ber"):
+                ber = r.nvlink_symbol_ber if name == "symbol_ber" else r.nvlink_effective_ber
+                return ber.raw if ber is not None else None
+            return sum(getattr(c, name) or 0 for c in r.nvlink)
+        found = next((c for c in r.nvlink if c.link == scope), None)
+        if found is None:
+            return None
+        value = getattr(found, name)
+        return value.raw if isinstance(value, Ber) else value
 
     def nvmlDeviceGetClockInfo(self, handle: GpuHandle, clock: int) -> int:
         self._enter("nvmlDeviceGetClockInfo")
@@ -596,8 +645,11 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: GpuHandle, link: int, counter: int) -> int:
         """Replay, recovery, CRC flit and CRC data counters of an active link (the link is checked
-        as nvmlDeviceGetNvLinkState checks it)."""
+        as nvmlDeviceGetNvLinkState checks it). Not supported on NVLink5 GPUs, Blackwell and later
+        (nvml.h: the NVML_NVLINK_ERROR_DL_* counters are "unsupported for Blackwell+")."""
         self._enter("nvmlDeviceGetNvLinkErrorCounter")
+        if nvlink5(self._gpu(handle).compute_capability):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
         found = next((c for c in self._readings(handle).nvlink if c.link == link), None)
         if found is None:
             raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
