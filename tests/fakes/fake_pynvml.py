@@ -559,6 +559,9 @@ class FakeNvml(types.ModuleType):
         self._enter("nvmlDeviceGetTemperature")
         return int(self._t(handle).temperature_c)
 
+    unsupported_fields: frozenset[int] = frozenset()
+    """Field ids this driver answers NOT_SUPPORTED for, field by field, whatever the GPU."""
+
     def nvmlDeviceGetFieldValues(self, handle: GpuHandle, field_ids: list[int | tuple[int, int]]) -> Any:
         """An array of c_nvmlFieldValue_t as pynvml returns it, one per requested id (an int, or a
         (fieldId, scopeId) pair as pynvml takes them), each with its own nvmlReturn as NVML fills
@@ -574,7 +577,9 @@ class FakeNvml(types.ModuleType):
             field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
             out.fieldId, out.scopeId = field_id, scope
             out.timestamp = 1_764_720_000_000_000
-            if field_id == real.NVML_FI_DEV_MEMORY_TEMP:
+            if field_id in self.unsupported_fields:
+                out.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+            elif field_id == real.NVML_FI_DEV_MEMORY_TEMP:
                 out.valueType, out.nvmlReturn = real.NVML_VALUE_TYPE_UNSIGNED_INT, real.NVML_SUCCESS
                 out.value.uiVal = int(t.memory_temperature_c)
             elif field_id in NVLINK5_FIELDS and nvlink5(gpu.compute_capability):

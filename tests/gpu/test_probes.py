@@ -133,7 +133,9 @@ def test_unsupported_counters_read_as_none_and_a_lost_gpu_raises(h100_sim: SimBa
     nvml = nvml_over(h100_sim, unsupported=frozenset({"nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetRemappedRows"}))
     uuid = h100_sim.inventory().gpu(0).uuid
     read = nvml.health_readings(uuid)
-    assert read.nvlink == () and read.row_remap_pending is None  # Blackwell: counters through field values only
+    # A GPU answering neither the error counters nor NVLink5 field values (an H100 has none) reads no links;
+    # Blackwell's field values: tests/gpu/test_nvlink_fields.py.
+    assert read.nvlink == () and read.row_remap_pending is None
     h100_sim.lose_gpu(0)
     with pytest.raises(GpuLostError):
         nvml.health_readings(uuid)
