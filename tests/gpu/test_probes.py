@@ -10,6 +10,8 @@ nvmlDeviceGetNvLinkErrorCounter(handle, link, NVML_NVLINK_ERROR_DL_*)).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fakes.fake_pynvml import nvml_over
 from hypothesis import given
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 from gpuchain.gpu.errors import GpuLostError
 from gpuchain.gpu.probes import (
+    PROBE_TABLE,
     HealthReadings,
     NvLinkCounters,
     ProbeLimits,
@@ -89,6 +92,13 @@ def test_a_counter_probe_holds_for_its_window_then_clears() -> None:
     state.check(HealthReadings("g", nvlink=links((0, 3, 0, 0))), 700.0)
     state.forget("g")  # the GPU was reset
     assert state.check(HealthReadings("g", nvlink=links((0, 0, 0, 0))), 710.0) == ()
+
+
+def test_every_probe_is_in_the_docs_table_with_its_resolution() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "remediation.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in doc.splitlines() if line.startswith("| `")}
+    for name, probe in PROBE_TABLE.items():
+        assert f"`{probe.resolution.value}`" in rows[name], name
 
 
 def test_probe_resolutions() -> None:
