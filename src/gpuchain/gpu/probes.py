@@ -184,7 +184,8 @@ class ProbeLimits:
 
     retired_pages: int = 60
     nvlink_errors: int = 1
-    """Replay or recovery errors on one link between two readings."""
+    """Replay or recovery errors (NVLink5: recovery events or any error counter) on one link between
+    two readings."""
     nvlink_crc_per_s: float = 100.0
     hold_s: float = 3600.0
 
@@ -250,8 +251,10 @@ def nvlink_ber(readings: HealthReadings) -> tuple[str, ...]:
 def nvlink_trips(
     before: HealthReadings, after: HealthReadings, seconds: float, limits: ProbeLimits | None = None
 ) -> tuple[str, ...]:
-    """The NVLink probes two readings ``seconds`` apart trip. A counter that went down was reset
-    (a GPU reset, a driver reload): that link counts from its new value."""
+    """The NVLink counter probes two readings ``seconds`` apart trip: a recovery (on NVLink5 also a
+    failed one) trips ``nvlink-recovery``; replay errors, CRC errors at DCGM's rate, or a rise of any
+    NVLink5 error counter trip ``nvlink-errors``. A counter that went down was reset (a GPU reset, a
+    driver reload): that link counts from its new value."""
     limits = limits or ProbeLimits()
     old = {c.link: c for c in before.nvlink}
     recovery = errors = False
