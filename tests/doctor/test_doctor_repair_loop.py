@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gpuchain.doctor import run_doctor
+from gpuchain.gpu.probes import PROBES
 from gpuchain.gpu.xid import Resolution
 from gpuchain.kube import NODE
 from gpuchain.remediation.gpuloop import (
@@ -62,7 +63,7 @@ def test_healthy_gpus_and_nodes_without_the_loop_add_nothing_and_a_bad_annotatio
         # GPU 3 waits for a reboot; GPU 2's 60 retired pages need nothing the loop can do; GPU 1 is back
         ("gpu-retired-pages", {3: Stage.REBOOT}, {2: "retired pages at DCGM's limit (an RMA candidate)"}),
         # GPU 0 is back after its reset; GPU 5's replay/CRC errors are only reported
-        ("gpu-nvlink-errors", {}, {5: "NVLink replay or CRC errors above DCGM's limits"}),
+        ("gpu-nvlink-errors", {}, {5: PROBES["nvlink-errors"]}),
     ],
 )
 def test_the_doctor_says_where_the_counter_scenarios_leave_each_gpu(
