@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from fakes.fake_pynvml import FakeNvml
 
+from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, LibraryNotFoundError, ReleasedError
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.nvml import RELEASE_MARGIN_S, NvmlBackend
@@ -48,8 +49,8 @@ async def armed(fake: FakeNvml, gpus: int, sets: int = 1) -> None:
 class Collector:
     """Reads one ``events()`` subscription into ``events`` until closed; ``error`` is what ended it."""
 
-    def __init__(self, nvml: NvmlBackend) -> None:
-        self.stream: AsyncIterator[HealthEvent] = nvml.events()
+    def __init__(self, agent: GpuBackend) -> None:
+        self.stream: AsyncIterator[HealthEvent] = agent.events()
         self.events: list[HealthEvent] = []
         self.error: BaseException | None = None
         self.task = asyncio.ensure_future(self._read())
@@ -418,3 +419,89 @@ def test_a_released_error_is_a_gpu_error_consumers_can_tell_apart(h100_sim: SimB
     with pytest.raises(GpuError) as caught:
         nvml.inventory()
     assert type(caught.value) is ReleasedError
+
+
+# ---- the same contract on the simulator ----------------------------------------------------------
+
+
+def _nvml_view(sim: SimBackend) -> tuple[Any, Any]:
+    fake = FakeNvml(sim)
+    return backend(fake), lambda: [len(r) for r in fake.registered()] == [len(sim.inventory().gpus)]
+
+
+def _sim_view(sim: SimBackend) -> tuple[Any, Any]:
+    return sim, lambda: bool(sim._subscriptions)
+
+
+@pytest.mark.parametrize("view", [_nvml_view, _sim_view], ids=["nvml", "sim"])
+async def test_both_backends_show_the_same_release(view: Any) -> None:
+    """What an agent sees across a release, the same from NvmlBackend and from the simulator: reads
+    refused, nothing delivered meanwhile (not even the XID of a GPU that fell off the bus), then the
+    lost GPU reported and one that came back reported recovered, and events flowing again."""
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    agent, listening = view(sim)
+    uuid = {i: sim.inventory().gpu(i).uuid for i in range(8)}
+    sub = Collector(agent)
+    await until(listening, "the stream listens")
+    sim.lose_gpu(2)
+    await until(lambda: len(sub.events) == 2, "XID 79 and the lost GPU")
+    await asyncio.to_thread(agent.release)
+    assert agent.released
+    with pytest.raises(ReleasedError):
+        agent.telemetry(uuid[0])
+    with pytest.raises(ReleasedError):
+        agent.inventory()
+    sim.inject_xid(3, 48)
+    sim.lose_gpu(6)
+    sim.recover_gpu(2)
+    await asyncio.sleep(0.4)
+    assert len(sub.events) == 2 and sub.error is None
+    await asyncio.to_thread(agent.reacquire)
+    await until(lambda: len(sub.events) >= 4, "what the agent finds after the reacquire")
+    await asyncio.sleep(0.3)
+    assert sorted((e.kind.value, e.gpu_uuid) for e in sub.events[2:]) == sorted(
+        [(EventKind.GPU_RECOVERED.value, uuid[2]), (EventKind.GPU_LOST.value, uuid[6])]
+    )
+    assert agent.telemetry(uuid[0]).uuid == uuid[0]
+    sim.inject_xid(4, 31)
+    await until(lambda: len(sub.events) == 5, "an XID after the reacquire")
+    assert (sub.events[-1].kind, sub.events[-1].xid, sub.error) == (EventKind.XID, 31, None)
+    await sub.close()
+
+
+def test_the_simulator_refuses_mig_writes_and_burn_in_while_released(mig_sim: SimBackend) -> None:
+    mig_sim.release()
+    mig_sim.release()
+    for call in (
+        lambda: mig_sim.mig_mode(0),
+        lambda: mig_sim.set_mig_mode(0, True),
+        lambda: mig_sim.gpu_instances(0),
+        lambda: mig_sim.create_gpu_instance(0, "1g.10gb", 0),
+        lambda: mig_sim.destroy_gpu_instance(0, 1),
+        lambda: mig_sim.burn_in(1),
+        lambda: mig_sim.health_readings(mig_sim.snapshot_gpu(1).uuid),
+    ):
+        with pytest.raises(ReleasedError):
+            call()
+    mig_sim.reacquire()
+    mig_sim.reacquire()
+    assert not mig_sim.released and mig_sim.gpu_instances(0)
+
+
+async def test_a_simulated_reset_while_released_is_heard_at_reacquire(h100_sim: SimBackend) -> None:
+    """The simulator's agents share one sim, so its reset is heard by every stream (as NvmlBackend's
+    own streams hear its reset): while they are paused, at the reacquire, once."""
+    sub = Collector(h100_sim)
+    await until(lambda: bool(h100_sim._subscriptions), "the stream listens")
+    h100_sim.release()
+    h100_sim.reset_gpu(2)
+    h100_sim.reset_gpu(2)
+    await asyncio.sleep(0.1)
+    assert sub.events == []
+    h100_sim.reacquire()
+    await until(lambda: bool(sub.events), "the reset is heard")
+    await asyncio.sleep(0.1)
+    assert [(e.kind, e.gpu_uuid, e.message) for e in sub.events] == [
+        (EventKind.GPU_RECOVERED, h100_sim.inventory().gpu(2).uuid, "GPU reset")
+    ]
+    await sub.close()
