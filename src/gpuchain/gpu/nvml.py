@@ -108,6 +108,13 @@ class _Watcher:
     """The thread has ended (the subscriber closed the stream, or it failed)."""
 
 
+class _Session(threading.local):
+    """The NVML session (release epoch) of the operation running on this thread; None outside one.
+    A class attribute, so reading it outside an operation costs no failed attribute lookup."""
+
+    epoch: int | None = None
+
+
 @dataclass(frozen=True)
 class _Armed:
     """What a watcher holds while it listens: the event set and what its answers mean."""
@@ -126,7 +133,7 @@ def _nvml_operation(fn: Callable[Concatenate[NvmlBackend, P], T]) -> Callable[Co
     @functools.wraps(fn)
     def run(self: NvmlBackend, /, *args: P.args, **kwargs: P.kwargs) -> T:
         local = self._local
-        outer = getattr(local, "epoch", None)
+        outer = local.epoch
         if outer is None:
             local.epoch = self._epoch
         try:
@@ -178,8 +185,10 @@ class NvmlBackend(GpuBackend):
         self.allow_reset = False
         self._reset_log: list[str] = []
         self._reset_lock = threading.Lock()
-        self._cond = threading.Condition()
-        """Guards the release state below; watchers and calls wait on it."""
+        self._lock = threading.Lock()
+        """Guards the release state below (every NVML call takes it twice: a plain lock is cheapest)."""
+        self._cond = threading.Condition(self._lock)
+        """Watchers, ``release`` and ``reacquire`` wait on it for each other."""
         self._transition = threading.Lock()
         """Serialises release, reacquire and close, so a second caller returns only once the first is done."""
         self._released = False
@@ -189,7 +198,7 @@ class NvmlBackend(GpuBackend):
         """nvmlInit calls of this backend not yet matched by an nvmlShutdown."""
         self._inflight = 0
         self._watchers: list[_Watcher] = []
-        self._local = threading.local()
+        self._local = _Session()
         self._call(self._nvml.nvmlInit)
         self._inits = 1
 
@@ -289,23 +298,23 @@ class NvmlBackend(GpuBackend):
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """Every NVML call: refused while released, errors translated. A call that races a release
         and finds NVML shut down (NVML_ERROR_UNINITIALIZED) is a ReleasedError too."""
-        what = getattr(fn, "__name__", "nvml call")
-        with self._cond:
-            session = getattr(self._local, "epoch", None)
+        session = self._local.epoch
+        with self._lock:
             if self._released or (session is not None and session != self._epoch):
-                raise self._released_error(what)
+                raise self._released_error(getattr(fn, "__name__", "nvml call"))
             self._inflight += 1
             epoch = self._epoch
         try:
             return fn(*args)
         except self._nvml.NVMLError as exc:
+            what = getattr(fn, "__name__", "nvml call")
             if getattr(exc, "value", None) == self._nvml.NVML_ERROR_UNINITIALIZED and (
                 self._released or self._epoch != epoch
             ):
                 raise self._released_error(what) from None
             raise self._translate(exc, what) from None
         finally:
-            with self._cond:
+            with self._lock:
                 self._inflight -= 1
                 if not self._inflight and self._released:
                     self._cond.notify_all()
