@@ -10,7 +10,8 @@ driver: as in libnvidia-ml, nvmlInit and nvmlShutdown are counted per process (t
 torn down, its event sets freed, when the count reaches zero; every call but nvmlInit then
 answers NVML_ERROR_UNINITIALIZED). Every FakeNvml knows the others on its sim (``clients``), and
 persistence mode is the driver's, shared by them: that is what fakes.fake_nvidia_smi reads to
-refuse a reset while any process holds the GPU.
+refuse a reset while any process holds the GPU. The sim plays the driver here, so it is never
+released itself (its reads would refuse the fake): an agent lets go by releasing its NvmlBackend.
 """
 
 from __future__ import annotations
