@@ -4,15 +4,25 @@ Only the NVML calls are fake: constants and error classes are the real nvidia-ml
 error raised here is exactly what the real library raises (``NVMLError`` picks the subclass by
 code). Because it reads the SimBackend's live state, faults injected into the sim (XIDs, a
 lost GPU) reach NvmlBackend through the same NVML calls a driver would answer.
+
+One FakeNvml is one process's copy of the library, and the SimBackend it reads is the node's
+driver: as in libnvidia-ml, nvmlInit and nvmlShutdown are counted per process (the library is
+torn down, its event sets freed, when the count reaches zero; every call but nvmlInit then
+answers NVML_ERROR_UNINITIALIZED). Every FakeNvml knows the others on its sim (``clients``), and
+persistence mode is the driver's, shared by them: that is what fakes.fake_nvidia_smi reads to
+refuse a reset while any process holds the GPU. The sim plays the driver here, so it is never
+released itself (its reads would refuse the fake): an agent lets go by releasing its NvmlBackend.
 """
 
 from __future__ import annotations
 
 import ctypes
 import queue
+import threading
 import types
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml as real
@@ -78,6 +88,32 @@ class CiHandle:
     ci_id: int
 
 
+@dataclass
+class _Driver:
+    """What the node's driver knows beyond the sim: the processes that loaded NVML, and the
+    persistence mode of each GPU (unset: enabled, as on a data-centre node)."""
+
+    clients: weakref.WeakSet[FakeNvml] = field(default_factory=weakref.WeakSet)
+    persistence: dict[str, int] = field(default_factory=dict)
+
+
+_DRIVERS: weakref.WeakKeyDictionary[SimBackend, _Driver] = weakref.WeakKeyDictionary()
+_DRIVERS_LOCK = threading.Lock()
+
+
+def driver(sim: SimBackend) -> _Driver:
+    """The driver state of ``sim``'s node, shared by every FakeNvml on it."""
+    with _DRIVERS_LOCK:
+        return _DRIVERS.setdefault(sim, _Driver())
+
+
+def clients(sim: SimBackend) -> list[FakeNvml]:
+    """The fake NVML libraries (one per process) on ``sim``'s node that are initialised now."""
+    with _DRIVERS_LOCK:
+        found = list(_DRIVERS[sim].clients) if sim in _DRIVERS else []
+    return [c for c in found if c.initialized > 0]
+
+
 def _deref(ref: Any) -> Any:
     """What a ``ctypes.byref(x)`` argument points at (``x``), as the C side would read it."""
     return getattr(ref, "_obj", ref)
@@ -97,11 +133,17 @@ class FakeNvml(types.ModuleType):
         self.library_missing = library_missing
         self.unsupported = set(unsupported)
         self.initialized = 0
+        """nvmlInit calls not yet matched by nvmlShutdown (NVML's per-process reference count)."""
+        self.inits = 0
+        """nvmlInit calls that succeeded, ever (to check a release shuts down each one)."""
         self.calls: list[str] = []
+        self._lock = threading.Lock()
         self._event_sets: list[_EventSet] = []
         self._opaque: dict[int, GiHandle | CiHandle] = {}
-        self.persistence: dict[str, int] = {}
-        """GPU UUID -> persistence mode set through NVML (unset: enabled, as on a data-centre node)."""
+        self.persistence: dict[str, int] = driver(sim).persistence
+        """GPU UUID -> persistence mode set through NVML: the driver's, shared by every FakeNvml on
+        the sim (unset: enabled, as on a data-centre node)."""
+        driver(sim).clients.add(self)
         self.persistence_log: list[tuple[int, int]] = []
         self.fabric: dict[int, list[tuple[int, int]]] = {}
         """GPU index -> (state, status) answers of nvmlDeviceGetGpuFabricInfo, one per call, the
@@ -188,11 +230,33 @@ class FakeNvml(types.ModuleType):
         self._enter("nvmlInit")
         if self.library_missing:
             raise self._err(real.NVML_ERROR_LIBRARY_NOT_FOUND)
-        self.initialized += 1
+        with self._lock:
+            self.initialized += 1
+            self.inits += 1
 
     def nvmlShutdown(self) -> None:
+        """One nvmlShutdown per nvmlInit; the last one tears the library down and frees every
+        event set still open (an event raised later reaches none of them)."""
         self._enter("nvmlShutdown")
-        self.initialized -= 1
+        with self._lock:
+            self.initialized -= 1
+            if self.initialized:
+                return
+            freed, self._event_sets = self._event_sets, []
+        for es in freed:
+            es.freed = True
+            self.sim.remove_listener(es.on_event)
+
+    @property
+    def event_sets(self) -> int:
+        """Event sets created and not freed (by nvmlEventSetFree or the last nvmlShutdown)."""
+        with self._lock:
+            return len(self._event_sets)
+
+    def registered(self) -> list[set[str]]:
+        """Per live event set, the GPU UUIDs registered on it (what a watcher listens to)."""
+        with self._lock:
+            return [set(es.registered) for es in self._event_sets]
 
     def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
@@ -700,17 +764,24 @@ class FakeNvml(types.ModuleType):
     def nvmlEventSetCreate(self) -> _EventSet:
         self._enter("nvmlEventSetCreate")
         es = _EventSet(self)
-        self._event_sets.append(es)
+        with self._lock:
+            self._event_sets.append(es)
         self.sim.add_listener(es.on_event)
         return es
 
+    def _live(self, es: _EventSet) -> None:
+        if es.freed:  # a set freed (or torn down with the library) is no longer a valid argument
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+
     def nvmlDeviceRegisterEvents(self, handle: GpuHandle, mask: int, es: _EventSet) -> None:
         self._enter("nvmlDeviceRegisterEvents")
+        self._live(es)
         self._gpu(handle)
         es.registered[handle.uuid] = es.registered.get(handle.uuid, 0) | mask
 
     def nvmlEventSetWait(self, es: _EventSet, timeout_ms: int) -> Any:
         self._enter("nvmlEventSetWait")
+        self._live(es)
         try:
             return es.pending.get(timeout=timeout_ms / 1000)
         except queue.Empty:
@@ -718,8 +789,11 @@ class FakeNvml(types.ModuleType):
 
     def nvmlEventSetFree(self, es: _EventSet) -> None:
         self._enter("nvmlEventSetFree")
+        self._live(es)
+        es.freed = True
         self.sim.remove_listener(es.on_event)
-        self._event_sets.remove(es)
+        with self._lock:
+            self._event_sets.remove(es)
 
 
 class _EventSet:
@@ -727,6 +801,7 @@ class _EventSet:
 
     def __init__(self, fake: FakeNvml) -> None:
         self.fake = fake
+        self.freed = False
         self.registered: dict[str, int] = {}
         self.pending: queue.Queue[Any] = queue.Queue()
 

@@ -84,7 +84,7 @@ def test_unknown_uuid_is_not_found() -> None:
 
 def _subscribed(sim: SimBackend) -> bool:
     """Whether a stream listens to ``sim``: for NVML, its event set has every GPU registered."""
-    listeners = list(sim._listeners)
+    listeners = list(sim._listeners) + list(sim._subscriptions)
     gpus = len(sim.inventory().gpus)
     return bool(listeners) and all(
         len(getattr(getattr(listener, "__self__", None), "registered", range(gpus))) >= gpus for listener in listeners

@@ -1,8 +1,9 @@
 """NvmlBackend's repair calls against the fake pynvml (tests/fakes): the reset runs the driver's
 ``nvidia-smi --gpu-reset -i UUID`` only when allowed and only where one GPU can be reset alone,
-with persistence mode off around it, and reports the GPU recovered to event subscribers; the
-burn-in reads NVML, waits for the NVLink fabric, then runs the CUDA, memory and DCGM checks as
-child processes and never claims one that did not run. Nothing here touches real hardware: the
+with persistence mode off around it, retried while nvidia-smi says the GPU is in use, and
+reports the GPU recovered to event subscribers; the burn-in reads NVML, waits for the NVLink
+fabric, then runs the CUDA, memory and DCGM checks as child processes and never claims one that
+did not run. Nothing here touches real hardware: the
 command runner is a recorder, or PATH leads to fake ``nvidia-smi``/``dcgmi`` scripts."""
 
 from __future__ import annotations
@@ -92,14 +93,34 @@ def test_a_reset_names_the_gpu_by_uuid_with_persistence_mode_off_around_it(h100_
     assert fake.persistence_log == [(2, off), (2, on)]
 
 
-def test_a_refused_reset_fails_with_nvidia_smis_words_and_restores_persistence(h100_sim: SimBackend) -> None:
+def test_a_refused_reset_is_retried_then_fails_with_nvidia_smis_words_and_restores_persistence(
+    h100_sim: SimBackend,
+) -> None:
     runner = Recorder({"nvidia-smi": done(REFUSED, rc=255)})
     fake = FakeNvml(h100_sim)
-    nvml = backend(h100_sim, runner, fake)
+    slept: list[float] = []
+    nvml = NvmlBackend(nvml=fake, run_command=runner, sleep=slept.append, reset_wait_s=2)
     nvml.allow_reset = True
     with pytest.raises(GpuError, match="exit 255.*In use by another client"):
         nvml.reset_gpu(2)
+    assert len(runner.calls) == 3 and slept == [1.0, 1.0]
     assert fake.persistence_log[-1] == (2, fake.NVML_FEATURE_ENABLED)
+
+
+def test_the_older_drivers_in_use_words_are_retried_too(h100_sim: SimBackend) -> None:
+    """Drivers of 2020 said it differently (NVIDIA/gpu-operator#118): still "in use", still retried."""
+    older = (
+        "GPU 00000000:C1:00.0 is currently in use by another process.\n\n1 device is currently being used by one "
+        "or more other processes (e.g., Fabric Manager, CUDA application, graphics application such as an X "
+        "server, or a monitoring application such as another instance of nvidia-smi). Please first kill all "
+        "processes using this device and all compute applications running in the system.\n"
+    )
+    runner = Recorder({"nvidia-smi": done(older, rc=255)})
+    nvml = NvmlBackend(nvml=FakeNvml(h100_sim), run_command=runner, sleep=lambda _s: None, reset_wait_s=1)
+    nvml.allow_reset = True
+    with pytest.raises(GpuError, match="in use by another process.*e.g., Fabric Manager"):
+        nvml.reset_gpu(0)
+    assert len(runner.calls) == 2
 
 
 def test_persistence_mode_already_off_is_left_off(h100_sim: SimBackend) -> None:

@@ -147,8 +147,11 @@ class GpuBackend(abc.ABC):
 
     def release(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Let go of the driver so a GPU on this node can be reset: stop and free every event
-        subscription's driver resources, then shut the library down. Idempotent; returns once
-        nothing of this process holds the driver. The default holds nothing."""
+        subscription's driver resources, then shut the library down. Idempotent and thread-safe;
+        blocks (about a second and a half at most for NVML: call it off an event loop) and returns
+        once nothing of this backend holds the driver. NVML counts initialisations per process, so
+        a process is free of the driver once every backend in it has released. The default holds
+        nothing."""
 
     def reacquire(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Take the driver back after ``release``: initialise it again and resume every event

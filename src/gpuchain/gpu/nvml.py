@@ -8,16 +8,20 @@ drive this exact code through a fake ``pynvml`` built from a simulated topology.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import functools
 import importlib
 import logging
 import math
+import re
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from gpuchain.gpu import catalog
 from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
@@ -30,6 +34,7 @@ from gpuchain.gpu.errors import (
     NoPermissionError,
     NotFoundError,
     NotSupportedError,
+    ReleasedError,
 )
 from gpuchain.gpu.model import (
     DriverInfo,
@@ -49,6 +54,7 @@ from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 MIB = 1024 * 1024
 _NO_INSTANCE = 0xFFFFFFFF
 _SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -57,6 +63,30 @@ RESET_DEADLINE_S = 120.0
 _LATER = ("cuda", "memory", "dcgm")
 """The burn-in checks that run only once NVML found the GPU sound."""
 _FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+_WAIT_MS = 500
+"""How long one nvmlEventSetWait blocks: the longest an event watcher takes to see a stop or a release."""
+RELEASE_MARGIN_S = 1.0
+"""How much longer than one event wait ``release`` waits for the watchers to let go before it shuts
+NVML down anyway (a watcher stuck in the driver must not hold up a reset for ever)."""
+REARM_WAIT_S = 5.0
+"""How long ``reacquire`` waits for the paused watchers to register their GPUs again."""
+RESET_WAIT_S = 30.0
+"""How long a reset is retried while nvidia-smi says another client still holds the GPU (the other
+agents on the node are letting go of NVML at the same time), before it counts as failed."""
+RESET_RETRY_S = 1.0
+"""The pause between two ``nvidia-smi --gpu-reset`` attempts while the GPU is in use."""
+_IN_USE = re.compile(
+    r"In use by another client|is currently in use by another process|"
+    r"currently being used by one or more other processes",
+    re.IGNORECASE,
+)
+"""nvidia-smi's refusals of a reset because a client holds the GPU, exit 255: "GPU 00000000:1A:00.0:
+In use by another client" under "The following GPUs could not be reset:" (NVIDIA/mig-parted#181,
+NVIDIA/NVSentinel#1690), "GPU 00000000:C1:00.0 is currently in use by another process." from older
+drivers (NVIDIA/gpu-operator#118), each followed by "N device(s) ... currently being used by one or
+more other processes (e.g., Fabric Manager, ...)"."""
+_HOLDERS = re.compile(r"other process(?:es)? \((e\.g\.,?[^)]*)\)")
+"""The clients nvidia-smi names in its refusal (the "e.g. ..." list)."""
 
 
 def _nvml_module() -> Any:
@@ -64,6 +94,55 @@ def _nvml_module() -> Any:
         return importlib.import_module("pynvml")
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a hard dependency
         raise LibraryNotFoundError("the nvidia-ml-py package is not installed: pip install nvidia-ml-py") from exc
+
+
+@dataclass(eq=False)
+class _Watcher:
+    """One ``events()`` subscription's watcher thread, as ``release`` and ``reacquire`` see it."""
+
+    holding: bool = False
+    """It may hold NVML resources (an event set, handles): ``release`` waits until it lets go."""
+    armed: bool = False
+    """Its GPUs are registered on a live event set: ``reacquire`` waits until it is again."""
+    done: bool = False
+    """The thread has ended (the subscriber closed the stream, or it failed)."""
+
+
+class _Session(threading.local):
+    """The NVML session (release epoch) of the operation running on this thread; None outside one.
+    A class attribute, so reading it outside an operation costs no failed attribute lookup."""
+
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class _Armed:
+    """What a watcher holds while it listens: the event set and what its answers mean."""
+
+    event_set: Any
+    uuid_of: dict[Any, str]
+    mig_by_ids: dict[tuple[str, int, int], str]
+    uuids: tuple[str, ...]
+
+
+def _nvml_operation(fn: Callable[Concatenate[NvmlBackend, P], T]) -> Callable[Concatenate[NvmlBackend, P], T]:
+    """Mark a public read or write as one NVML session: if the backend is released part-way through
+    (and perhaps reacquired), its next NVML call raises ReleasedError instead of using a handle from
+    before the release (a reset GPU has new handles). Nested operations share the outer one's session."""
+
+    @functools.wraps(fn)
+    def run(self: NvmlBackend, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        local = self._local
+        outer = local.epoch
+        if outer is None:
+            local.epoch = self._epoch
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            if outer is None:
+                local.epoch = None
+
+    return run
 
 
 class NvmlBackend(GpuBackend):
@@ -74,6 +153,12 @@ class NvmlBackend(GpuBackend):
     ``allow_reset`` is set (the repair loop sets it), with the driver's reset: nvidia-ml-py has no
     reset call, so ``nvidia-smi --gpu-reset -i UUID`` through ``run_command``, which also runs the
     burn-in's child processes (gpu.burnin).
+
+    The driver refuses a reset while any process holds NVML, so the backend can let go of it
+    (``release``) and take it back (``reacquire``): every event watcher frees its event set and
+    pauses, NVML is shut down as many times as this backend initialised it (NVML counts
+    nvmlInit/nvmlShutdown per process), and every NVML call is refused with ReleasedError until
+    NVML is initialised again.
     """
 
     name = "nvml"
@@ -86,31 +171,153 @@ class NvmlBackend(GpuBackend):
         run_command: ProcessRunner = run_process,
         burn_in_config: BurnInConfig | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        reset_wait_s: float = RESET_WAIT_S,
     ) -> None:
+        if reset_wait_s < 0:
+            raise ValueError(f"reset_wait_s {reset_wait_s}: must be 0 or more seconds")
         self._nvml = nvml if nvml is not None else _nvml_module()
         self._probe_interval = probe_interval
         self._sysfs = sysfs
         self._run_command = run_command
         self._sleep = sleep
+        self._reset_wait_s = reset_wait_s
         self.burn_in_config = burn_in_config or BurnInConfig()
         self.allow_reset = False
         self._reset_log: list[str] = []
         self._reset_lock = threading.Lock()
+        self._lock = threading.Lock()
+        """Guards the release state below (every NVML call takes it twice: a plain lock is cheapest)."""
+        self._cond = threading.Condition(self._lock)
+        """Watchers, ``release`` and ``reacquire`` wait on it for each other."""
+        self._transition = threading.Lock()
+        """Serialises release, reacquire and close, so a second caller returns only once the first is done."""
+        self._released = False
+        self._epoch = 0
+        """Counts releases: an operation that began in an earlier epoch must not go on after one."""
+        self._inits = 0
+        """nvmlInit calls of this backend not yet matched by an nvmlShutdown."""
+        self._inflight = 0
+        self._watchers: list[_Watcher] = []
+        self._local = _Session()
         self._call(self._nvml.nvmlInit)
+        self._inits = 1
 
     def close(self) -> None:
-        try:
-            self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError as exc:
-            log.debug("nvmlShutdown: %s", exc)
+        """Shut NVML down once for every nvmlInit of this backend (none after ``release``)."""
+        with self._transition:
+            with self._cond:
+                inits, self._inits = self._inits, 0
+            self._shutdown(inits, logging.DEBUG)
+
+    def _shutdown(self, times: int, level: int) -> None:
+        for _ in range(times):
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as exc:
+                log.log(level, "nvmlShutdown: %s", exc)
+
+    # ---- letting go of the driver around a GPU reset ---------------------------------------------
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Let go of NVML so a GPU on this node can be reset. Idempotent and thread-safe.
+
+        Refuses new NVML calls at once (ReleasedError), then waits, for one event wait plus
+        RELEASE_MARGIN_S at most, until every event watcher has freed its event set and paused and
+        every NVML call under way has returned; a watcher or call that does not is logged and NVML
+        is shut down anyway. Returns once this backend's nvmlInit calls are all matched by
+        nvmlShutdown. Blocks: call it off an event loop.
+        """
+        with self._transition:
+            with self._cond:
+                if self._released:
+                    return
+                self._released = True
+                self._epoch += 1
+                self._cond.notify_all()
+                deadline = time.monotonic() + _WAIT_MS / 1000 + RELEASE_MARGIN_S
+                while True:
+                    holding = sum(1 for w in self._watchers if w.holding)
+                    if not holding and not self._inflight:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        log.warning(
+                            "releasing NVML: %d event watcher(s) and %d NVML call(s) did not let go within %.1f s; "
+                            "shutting NVML down anyway",
+                            holding,
+                            self._inflight,
+                            _WAIT_MS / 1000 + RELEASE_MARGIN_S,
+                        )
+                        break
+                    self._cond.wait(left)
+                inits, self._inits = self._inits, 0
+            self._shutdown(inits, logging.WARNING)
+            log.info("NVML released: no NVML call until it is reacquired")
+
+    def reacquire(self) -> None:
+        """Take NVML back after ``release``. Idempotent and thread-safe.
+
+        Initialises NVML; if that fails, raises the translated GpuError and stays released (the
+        caller retries). Then every paused event watcher creates a new event set, registers every
+        GPU again with fresh handles and re-reads the inventory (a reset GPU has new handles, and
+        its MIG devices are gone); this waits up to REARM_WAIT_S for them, so events that happen
+        after ``reacquire`` returns reach every subscriber.
+        """
+        with self._transition:
+            with self._cond:
+                if not self._released:
+                    return
+            try:
+                self._nvml.nvmlInit()
+            except self._nvml.NVMLError as exc:
+                raise self._translate(exc, "nvmlInit") from None
+            with self._cond:
+                self._inits += 1
+                self._released = False
+                self._cond.notify_all()
+                deadline = time.monotonic() + REARM_WAIT_S
+                while any(not (w.armed or w.done) for w in self._watchers):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        log.warning("NVML reacquired, but an event watcher has not registered its GPUs yet")
+                        break
+                    self._cond.wait(left)
+            log.info("NVML reacquired")
+
+    def _released_error(self, what: str) -> ReleasedError:
+        return ReleasedError(
+            f"{what}: NVML is released while a GPU on this node is reset; no reading until it is reacquired"
+        )
 
     # ---- error translation -------------------------------------------------------------------
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Every NVML call: refused while released, errors translated. A call that races a release
+        and finds NVML shut down (NVML_ERROR_UNINITIALIZED) is a ReleasedError too."""
+        session = self._local.epoch
+        with self._lock:
+            if self._released or (session is not None and session != self._epoch):
+                raise self._released_error(getattr(fn, "__name__", "nvml call"))
+            self._inflight += 1
+            epoch = self._epoch
         try:
             return fn(*args)
         except self._nvml.NVMLError as exc:
-            raise self._translate(exc, getattr(fn, "__name__", "nvml call")) from None
+            what = getattr(fn, "__name__", "nvml call")
+            if getattr(exc, "value", None) == self._nvml.NVML_ERROR_UNINITIALIZED and (
+                self._released or self._epoch != epoch
+            ):
+                raise self._released_error(what) from None
+            raise self._translate(exc, what) from None
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if not self._inflight and self._released:
+                    self._cond.notify_all()
 
     def _translate(self, exc: Exception, what: str) -> GpuError:
         n = self._nvml
@@ -150,19 +357,42 @@ class NvmlBackend(GpuBackend):
         nvidia-ml-py has no reset call, so this runs ``nvidia-smi --gpu-reset -i UUID`` (the UUID,
         which nvidia-smi(1) recommends over the index for consistency). Before that, ``plan_reset``
         (gpu.reset) refuses a GPU whose NVLink peers must be reset with it, with NotSupportedError,
-        and the repair loop asks for a reboot instead. Persistence mode is turned off for the
-        reset and back on after it: it counts as a client of the device, and nvidia-smi refuses
-        ("In use by another client") while it is on (NVIDIA/NVSentinel#1690). Success is reported
-        to every event subscriber as the GPU recovered.
+        and the repair loop asks for a reboot instead.
+
+        The driver refuses the reset ("In use by another client") while anything on the node holds
+        the GPU, so: persistence mode is turned off (it counts as a client, NVIDIA/NVSentinel#1690),
+        this backend lets go of NVML (``release``), and the reset is retried every RESET_RETRY_S
+        while nvidia-smi says the GPU is in use (the node's other agents are letting go at the same
+        time), for ``reset_wait_s`` at most. Whatever happens, NVML is then taken back
+        (``reacquire``) and persistence mode turned back on. Success is reported to every event
+        subscriber as the GPU recovered; a GPU still in use at the deadline raises GpuError naming
+        the clients nvidia-smi suspects and what to do.
         """
         if not self.allow_reset:
             super().reset_gpu(gpu_index)
+        uuid, persistent = self._prepare_reset(gpu_index)
+        self.release()
+        try:
+            self._reset_until_free(gpu_index, ["nvidia-smi", "--gpu-reset", "-i", uuid])
+        finally:
+            self._take_back(gpu_index)
+            if persistent:
+                self._restore_persistence(gpu_index, uuid)
+        log.info("GPU %d (%s) reset", gpu_index, uuid)
+        with self._reset_lock:
+            self._reset_log.append(uuid)
+
+    @_nvml_operation
+    def _prepare_reset(self, gpu_index: int) -> tuple[str, bool]:
+        """The GPU's UUID once ``plan_reset`` allows the reset, with persistence mode turned off;
+        and whether it was on (and so must be turned back on)."""
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
         uuid = _text(self._call(n.nvmlDeviceGetUUID, h))
         plan = self.reset_plan(gpu_index)
         if not plan.allowed:
             raise NotSupportedError(plan.reason)
+        log.info("GPU %d (%s): resetting: %s", gpu_index, uuid, plan.reason)
         persistent = self._optional(n.nvmlDeviceGetPersistenceMode, h) == n.NVML_FEATURE_ENABLED
         if persistent:
             try:
@@ -170,21 +400,53 @@ class NvmlBackend(GpuBackend):
             except GpuError as exc:
                 log.warning("GPU %d: could not turn persistence mode off before the reset: %s", gpu_index, exc)
                 persistent = False
-        argv = ["nvidia-smi", "--gpu-reset", "-i", uuid]
-        try:
-            done = self._run_command(argv, RESET_DEADLINE_S)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} could not run: {exc}") from None
-        finally:
-            if persistent:
-                self._restore_persistence(gpu_index, uuid)
-        if done.returncode != 0:
-            said = (done.stdout + "\n" + done.stderr).strip().splitlines()
-            raise GpuError(f"GPU {gpu_index}: {' '.join(argv)} failed (exit {done.returncode}): {' '.join(said)[:400]}")
-        log.info("GPU %d (%s) reset: %s", gpu_index, uuid, plan.reason)
-        with self._reset_lock:
-            self._reset_log.append(uuid)
+        return uuid, persistent
 
+    def _reset_until_free(self, gpu_index: int, argv: list[str]) -> None:
+        """Run the reset; while nvidia-smi refuses it because the GPU is in use, run it again every
+        RESET_RETRY_S until ``reset_wait_s`` has passed. Any other failure ends it at once."""
+        command = " ".join(argv)
+        started = time.monotonic()
+        waited = 0.0
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                done = self._run_command(argv, RESET_DEADLINE_S)
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise GpuError(f"GPU {gpu_index}: {command} could not run: {exc}") from None
+            if done.returncode == 0:
+                return
+            said = " ".join((done.stdout + "\n" + done.stderr).split())
+            if not _IN_USE.search(said):
+                raise GpuError(f"GPU {gpu_index}: {command} failed (exit {done.returncode}): {said[:400]}")
+            if max(waited, time.monotonic() - started) >= self._reset_wait_s:
+                raise GpuError(_still_in_use(gpu_index, command, done.returncode, said, tries, waited))
+            log.info(
+                "GPU %d: the driver refuses the reset while the GPU is in use; retrying in %g s",
+                gpu_index,
+                RESET_RETRY_S,
+            )
+            self._sleep(RESET_RETRY_S)
+            waited += RESET_RETRY_S
+
+    def _take_back(self, gpu_index: int) -> None:
+        """``reacquire`` after a reset, three tries a second apart (the driver may still be bringing
+        the GPU back); then the GpuError, and the backend stays released for its caller to retry."""
+        for attempt in range(3):
+            try:
+                self.reacquire()
+                return
+            except GpuError as exc:
+                if attempt == 2:
+                    raise GpuError(
+                        f"GPU {gpu_index}: NVML could not be initialised again after the reset ({exc}); "
+                        "this agent reads nothing until it is (reacquire), or until it is restarted"
+                    ) from exc
+                log.warning("GPU %d: NVML could not be initialised after the reset (%s); retrying", gpu_index, exc)
+                self._sleep(RESET_RETRY_S)
+
+    @_nvml_operation
     def reset_plan(self, gpu_index: int) -> ResetPlan:
         """Whether this GPU can be reset alone, and why (read-only: NVML queries, gpu.reset rules)."""
         n = self._nvml
@@ -192,6 +454,7 @@ class NvmlBackend(GpuBackend):
         cc = _pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h))
         return plan_reset(gpu_index, cc, self._nvlink(h))
 
+    @_nvml_operation
     def _restore_persistence(self, gpu_index: int, uuid: str) -> None:
         n = self._nvml
         try:
@@ -219,6 +482,7 @@ class NvmlBackend(GpuBackend):
             return NvLink.NVSWITCH
         return NvLink.DIRECT if kinds else NvLink.NONE
 
+    @_nvml_operation
     def burn_in(self, gpu_index: int) -> BurnIn:
         """Check one GPU after its reset before it takes work again.
 
@@ -236,6 +500,8 @@ class NvmlBackend(GpuBackend):
         try:
             h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
             self._call(n.nvmlDeviceGetMemoryInfo, h)
+        except ReleasedError:
+            raise  # NVML let go for a reset: no verdict on the GPU
         except GpuError as exc:
             why = "not run: NVML cannot reach the GPU"
             return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), _LATER, dict.fromkeys(_LATER, why))
@@ -306,6 +572,7 @@ class NvmlBackend(GpuBackend):
 
     # ---- inventory ---------------------------------------------------------------------------
 
+    @_nvml_operation
     def inventory(self) -> Inventory:
         n = self._nvml
         driver = DriverInfo(
@@ -369,7 +636,7 @@ class NvmlBackend(GpuBackend):
         info.version = n.nvmlPciInfoExt_v1
         try:
             self._call(n.nvmlDeviceGetPciInfoExt, h, ctypes.byref(info))
-        except GpuLostError:
+        except (GpuLostError, ReleasedError):
             raise
         except GpuError:  # an older driver (function not found) or library: sysfs has it too
             return self._sysfs_int(bus_id, "class")
@@ -488,12 +755,14 @@ class NvmlBackend(GpuBackend):
             raise NotSupportedError(f"GPU {gpu_index} ({name}) has no MIG profiles in the catalog")
         return h, known
 
+    @_nvml_operation
     def mig_mode(self, gpu_index: int) -> MigMode:
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
         current, pending = self._call(n.nvmlDeviceGetMigMode, h)
         return MigMode(current == n.NVML_DEVICE_MIG_ENABLE, pending == n.NVML_DEVICE_MIG_ENABLE)
 
+    @_nvml_operation
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
         """nvmlDeviceSetMigMode; the mode read back afterwards says whether a reset is pending."""
         n = self._nvml
@@ -501,6 +770,7 @@ class NvmlBackend(GpuBackend):
         self._call(n.nvmlDeviceSetMigMode, h, n.NVML_DEVICE_MIG_ENABLE if enabled else n.NVML_DEVICE_MIG_DISABLE)
         return self.mig_mode(gpu_index)
 
+    @_nvml_operation
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         n = self._nvml
         h, known = self._mig_handle(gpu_index)
@@ -537,6 +807,7 @@ class NvmlBackend(GpuBackend):
                 out.append((handles[k], ComputeInstance(int(ci_info.id), int(info.sliceCount))))
         return out
 
+    @_nvml_operation
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         n = self._nvml
         h, known = self._mig_handle(gpu_index)
@@ -546,6 +817,7 @@ class NvmlBackend(GpuBackend):
         gi = self._call(n.nvmlDeviceCreateGpuInstanceWithPlacement, h, info.id, ctypes.byref(placement))
         return int(self._call(n.nvmlGpuInstanceGetInfo, gi).id)
 
+    @_nvml_operation
     def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
         """nvmlGpuInstanceCreateComputeInstance with the CI profile of ``slices`` (None: the GPU
         instance's full size), placed by the driver, as mig-parted creates them."""
@@ -567,6 +839,7 @@ class NvmlBackend(GpuBackend):
         ci = self._call(n.nvmlGpuInstanceCreateComputeInstance, gi, info.id)
         return int(self._call(n.nvmlComputeInstanceGetInfo, ci).id)
 
+    @_nvml_operation
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         n = self._nvml
         h, _ = self._mig_handle(gpu_index)
@@ -577,6 +850,7 @@ class NvmlBackend(GpuBackend):
 
     # ---- telemetry ---------------------------------------------------------------------------
 
+    @_nvml_operation
     def telemetry(self, gpu_uuid: str) -> Telemetry:
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByUUID, gpu_uuid)
@@ -611,6 +885,7 @@ class NvmlBackend(GpuBackend):
             row_remap_pending=rows[2] if rows is not None else None,
         )
 
+    @_nvml_operation
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         """Row remapping, page retirement and every active NVLink's error counters (on Blackwell and
         later from NVML's field values); a reading the GPU does not support (retired pages on Ampere
@@ -687,6 +962,7 @@ class NvmlBackend(GpuBackend):
             found.append(NvLinkCounters(link, **got))
         return tuple(found), _ber(read[(aggregate[0], _ALL_LINKS)]), _ber(read[(aggregate[1], _ALL_LINKS)])
 
+    @_nvml_operation
     def mig_memory(self, mig_uuid: str) -> MigMemory:
         """nvmlDeviceGetMemoryInfo on the MIG device handle: that GPU instance's framebuffer."""
         n = self._nvml
@@ -717,17 +993,37 @@ class NvmlBackend(GpuBackend):
         generator stops the thread within one wait (0.5 s). If the watcher cannot start or dies
         (no GPU could be registered, the event set cannot be made), the error is raised here, so
         the consumer can mark its devices unhealthy instead of waiting forever.
+
+        While the backend is released the stream stays open and delivers nothing: the watcher has
+        freed its event set, so an XID raised then is never delivered (NVML queues events only on
+        a live event set), and no GPU is probed, so none is reported lost for the release. After
+        ``reacquire`` it registers every GPU again and carries on, its lost/recovered state intact.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[HealthEvent | GpuError] = asyncio.Queue()
         stop = threading.Event()
+        watcher = _Watcher()
+        with self._cond:
+            self._watchers.append(watcher)
+
+        def report(exc: GpuError) -> None:
+            if not stop.is_set():
+                with contextlib.suppress(RuntimeError):  # the subscriber's loop has closed: nobody listens
+                    loop.call_soon_threadsafe(queue.put_nowait, exc)
 
         def watch() -> None:
             try:
-                self._watch(loop, queue, stop)
+                self._watch(loop, queue, stop, watcher)
             except GpuError as exc:
-                if not stop.is_set():
-                    loop.call_soon_threadsafe(queue.put_nowait, exc)
+                report(exc)
+            except Exception as exc:  # a defect: say so now and end the stream, never die silently
+                log.exception("the NVML event watcher failed")
+                report(GpuError(f"the NVML event watcher failed: {exc!r}"))
+            finally:
+                with self._cond:
+                    watcher.done, watcher.holding, watcher.armed = True, False, False
+                    self._watchers.remove(watcher)
+                    self._cond.notify_all()
 
         thread = threading.Thread(target=watch, name="nvml-events", daemon=True)
         thread.start()
@@ -739,10 +1035,18 @@ class NvmlBackend(GpuBackend):
                 yield item
         finally:
             stop.set()
+            with self._cond:
+                self._cond.notify_all()
 
     def _watch(
-        self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[HealthEvent | GpuError], stop: threading.Event
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[HealthEvent | GpuError],
+        stop: threading.Event,
+        watcher: _Watcher,
     ) -> None:
+        """The watcher thread: arm (an event set with every GPU registered), listen until stopped or
+        released, let go; while released, wait for ``reacquire`` and arm again with fresh handles."""
         n = self._nvml
 
         def emit(event: HealthEvent) -> None:
@@ -753,79 +1057,123 @@ class NvmlBackend(GpuBackend):
             except RuntimeError:  # the subscriber's loop has closed: nobody is listening any more
                 stop.set()
 
-        inv = self.inventory()
-        uuids = [g.uuid for g in inv.gpus]
-        mig_by_ids = {(m.parent_uuid, m.gi_id, m.ci_id): m.uuid for m in inv.mig_devices}
-        event_set = self._call(n.nvmlEventSetCreate)
-        uuid_of: dict[Any, str] = {}
-        for gpu in inv.gpus:
-            h = self._call(n.nvmlDeviceGetHandleByUUID, gpu.uuid)
-            uuid_of[_handle_key(h)] = gpu.uuid
-            try:
-                self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
-            except NotSupportedError:
-                log.warning("GPU %s does not support XID events; its health is probed only", gpu.uuid)
         lost: set[str] = set()
+        uuids: tuple[str, ...] = ()
         next_probe = time.monotonic() + self._probe_interval
         with self._reset_lock:
             resets_seen = len(self._reset_log)
-        try:
-            while not stop.is_set():
-                with self._reset_lock:
-                    reset = self._reset_log[resets_seen:]
-                    resets_seen = len(self._reset_log)
-                for gpu_uuid in reset:
-                    lost.discard(gpu_uuid)
-                    emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU reset", timestamp=time.time()))
-                try:
-                    data = n.nvmlEventSetWait(event_set, 500)
-                except n.NVMLError as exc:
-                    if getattr(exc, "value", None) != n.NVML_ERROR_TIMEOUT:
-                        log.warning("NVML event wait failed (%s); probing every GPU", exc)
-                        next_probe = 0.0
-                        stop.wait(0.5)
-                else:
-                    # Map the handle, not ask it: the GPU may already be gone (XID 79).
-                    gpu_uuid = uuid_of.get(_handle_key(data.device), "unknown")
-                    mig_uuid = None
-                    if data.gpuInstanceId != _NO_INSTANCE:
-                        mig_uuid = mig_by_ids.get((gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId)))
-                    xid = int(data.eventData)
-                    emit(
-                        HealthEvent(
-                            EventKind.XID,
-                            gpu_uuid,
-                            xid=xid,
-                            mig_uuid=mig_uuid,
-                            message=f"XID {xid}",
-                            timestamp=time.time(),
-                        )
-                    )
-                if time.monotonic() >= next_probe:
-                    for gpu_uuid in uuids:
-                        alive = self._answers(gpu_uuid)
-                        if not alive and gpu_uuid not in lost:
-                            lost.add(gpu_uuid)
-                            emit(
-                                HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time())
-                            )
-                        elif alive and gpu_uuid in lost:
-                            lost.discard(gpu_uuid)
-                            emit(
-                                HealthEvent(
-                                    EventKind.GPU_RECOVERED,
-                                    gpu_uuid,
-                                    message="GPU answers again",
-                                    timestamp=time.time(),
-                                )
-                            )
-                    next_probe = time.monotonic() + self._probe_interval
-        finally:
+        while self._hold(watcher, stop):
+            armed: _Armed | None = None
             try:
-                n.nvmlEventSetFree(event_set)
-            except n.NVMLError as exc:
-                log.debug("nvmlEventSetFree: %s", exc)
+                armed = self._arm(watcher)
+                uuids = tuple(dict.fromkeys(armed.uuids + uuids))  # a GPU lost meanwhile is still probed
+                while not stop.is_set() and not self._released:
+                    with self._reset_lock:
+                        reset = self._reset_log[resets_seen:]
+                        resets_seen = len(self._reset_log)
+                    for gpu_uuid in reset:
+                        lost.discard(gpu_uuid)
+                        emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU reset", timestamp=time.time()))
+                    try:
+                        data = n.nvmlEventSetWait(armed.event_set, _WAIT_MS)
+                    except n.NVMLError as exc:
+                        if self._released:
+                            break
+                        if getattr(exc, "value", None) != n.NVML_ERROR_TIMEOUT:
+                            log.warning("NVML event wait failed (%s); probing every GPU", exc)
+                            next_probe = 0.0
+                            stop.wait(0.5)
+                    else:
+                        emit(self._xid_event(armed, data))
+                    if time.monotonic() >= next_probe:
+                        if not self._probe(uuids, lost, emit):
+                            break
+                        next_probe = time.monotonic() + self._probe_interval
+            except ReleasedError:
+                pass  # released while arming or probing: let go, then wait for reacquire
+            finally:
+                self._let_go(watcher, armed)
 
+    def _hold(self, watcher: _Watcher, stop: threading.Event) -> bool:
+        """Wait while the backend is released; then mark the watcher as holding NVML (so a release
+        waits for it) and say True, or False once the subscriber has gone."""
+        with self._cond:
+            while self._released and not stop.is_set():
+                self._cond.wait(_WAIT_MS / 1000)
+            if stop.is_set():
+                return False
+            watcher.holding = True
+            return True
+
+    def _arm(self, watcher: _Watcher) -> _Armed:
+        """A new event set with every GPU of a fresh inventory registered for XID events."""
+        n = self._nvml
+        inv = self.inventory()
+        event_set = self._call(n.nvmlEventSetCreate)
+        uuid_of: dict[Any, str] = {}
+        try:
+            for gpu in inv.gpus:
+                h = self._call(n.nvmlDeviceGetHandleByUUID, gpu.uuid)
+                uuid_of[_handle_key(h)] = gpu.uuid
+                try:
+                    self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
+                except NotSupportedError:
+                    log.warning("GPU %s does not support XID events; its health is probed only", gpu.uuid)
+        except BaseException:
+            self._free_event_set(event_set)
+            raise
+        with self._cond:
+            watcher.armed = True
+            self._cond.notify_all()
+        return _Armed(
+            event_set,
+            uuid_of,
+            {(m.parent_uuid, m.gi_id, m.ci_id): m.uuid for m in inv.mig_devices},
+            tuple(g.uuid for g in inv.gpus),
+        )
+
+    def _let_go(self, watcher: _Watcher, armed: _Armed | None) -> None:
+        """Free the watcher's event set (directly: ``release`` is waiting for exactly this, and has
+        not shut NVML down yet) and tell ``release`` it holds nothing now."""
+        if armed is not None:
+            self._free_event_set(armed.event_set)
+        with self._cond:
+            watcher.holding = watcher.armed = False
+            self._cond.notify_all()
+
+    def _free_event_set(self, event_set: Any) -> None:
+        try:
+            self._nvml.nvmlEventSetFree(event_set)
+        except self._nvml.NVMLError as exc:
+            log.debug("nvmlEventSetFree: %s", exc)
+
+    def _xid_event(self, armed: _Armed, data: Any) -> HealthEvent:
+        # Map the handle, not ask it: the GPU may already be gone (XID 79).
+        gpu_uuid = armed.uuid_of.get(_handle_key(data.device), "unknown")
+        mig_uuid = None
+        if data.gpuInstanceId != _NO_INSTANCE:
+            mig_uuid = armed.mig_by_ids.get((gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId)))
+        xid = int(data.eventData)
+        return HealthEvent(
+            EventKind.XID, gpu_uuid, xid=xid, mig_uuid=mig_uuid, message=f"XID {xid}", timestamp=time.time()
+        )
+
+    def _probe(self, uuids: tuple[str, ...], lost: set[str], emit: Callable[[HealthEvent], None]) -> bool:
+        """One round of the lost/recovered probe; False, with nothing changed for the GPU being
+        probed, when the backend was released during it (a release is not a lost GPU)."""
+        for gpu_uuid in uuids:
+            alive = self._answers(gpu_uuid)
+            if alive is None:
+                return False
+            if not alive and gpu_uuid not in lost:
+                lost.add(gpu_uuid)
+                emit(HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time()))
+            elif alive and gpu_uuid in lost:
+                lost.discard(gpu_uuid)
+                emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU answers again", timestamp=time.time()))
+        return True
+
+    @_nvml_operation
     def xid_event_support(self) -> dict[str, bool]:
         """Per GPU UUID: can an NVML event set register it for XID events? Read-only (the set is freed)."""
         n = self._nvml
@@ -843,13 +1191,32 @@ class NvmlBackend(GpuBackend):
             self._call(n.nvmlEventSetFree, event_set)
         return support
 
-    def _answers(self, gpu_uuid: str) -> bool:
+    def _answers(self, gpu_uuid: str) -> bool | None:
+        """Whether the GPU answers NVML; None when the backend is released (no answer either way)."""
         try:
             h = self._call(self._nvml.nvmlDeviceGetHandleByUUID, gpu_uuid)
             self._call(self._nvml.nvmlDeviceGetMemoryInfo, h)
+        except ReleasedError:
+            return None
         except GpuError:
             return False
         return True
+
+
+def _still_in_use(gpu_index: int, command: str, code: int, said: str, tries: int, waited: float) -> str:
+    """The error of a reset the driver still refused at the deadline: nvidia-smi's words, the
+    clients it suspects, and what to do about them."""
+    refusal = _IN_USE.search(said)
+    holders = _HOLDERS.search(said)
+    suspects = f" ({holders.group(1)})" if holders else ""
+    return (
+        f"GPU {gpu_index}: {command} still refused after {tries} tries over {waited:g} s (exit {code}): "
+        f"{refusal.group(0) if refusal else said[:200]}; nvidia-smi says one or more other processes use the "
+        f"GPU{suspects}. This agent let go of NVML for the reset; find what still holds the GPU "
+        "(`fuser -v /dev/nvidia*`: nvidia-persistenced, Fabric Manager, DCGM or dcgm-exporter, a monitoring "
+        "agent, a CUDA job, a gpuchain agent that did not let go), stop it and let the repair loop try again, "
+        "or reboot the node"
+    )
 
 
 def _handle_key(handle: Any) -> Any:

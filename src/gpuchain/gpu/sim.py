@@ -16,7 +16,14 @@ from typing import Any
 
 from gpuchain.gpu import catalog
 from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
-from gpuchain.gpu.errors import GpuError, GpuLostError, InvalidConfigError, NotFoundError, NotSupportedError
+from gpuchain.gpu.errors import (
+    GpuError,
+    GpuLostError,
+    InvalidConfigError,
+    NotFoundError,
+    NotSupportedError,
+    ReleasedError,
+)
 from gpuchain.gpu.model import (
     EventKind,
     Gpu,
@@ -146,6 +153,11 @@ class SimBackend(GpuBackend):
         self._started = clock()
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
+        self._subscriptions: list[Listener] = []
+        """The ``events()`` streams: paused while released, unlike the raw listeners."""
+        self._released = False
+        self._lost_at_release: set[str] = set()
+        self._reset_while_released: list[str] = []
         self._driver = topology.driver_info()
         self._links = topology.gpu_links()
         self._gpus = [_GpuState(spec) for spec in topology.expanded()]
@@ -164,11 +176,13 @@ class SimBackend(GpuBackend):
 
     def inventory(self) -> Inventory:
         with self._lock:
+            self._refuse_if_released("inventory")
             gpus = tuple(self._gpu(s) for s in self._gpus if not s.lost)
         return Inventory(self._driver, gpus, self._links)
 
     def telemetry(self, gpu_uuid: str) -> Telemetry:
         with self._lock:
+            self._refuse_if_released("telemetry")
             state = self._state(gpu_uuid)
             if state.lost:
                 raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
@@ -208,6 +222,7 @@ class SimBackend(GpuBackend):
         Blackwell and later). NVIDIA's T4 capture (k8s-test-infra qx-t4.xml) shows both:
         retired_pages with counts, remapped_rows N/A."""
         with self._lock:
+            self._refuse_if_released("health_readings")
             state = self._state(gpu_uuid)
             if state.lost:
                 raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
@@ -298,6 +313,7 @@ class SimBackend(GpuBackend):
 
     def mig_memory(self, mig_uuid: str) -> MigMemory:
         with self._lock:
+            self._refuse_if_released("mig_memory")
             state, mig = self._resolve(mig_uuid, include_lost=True)
             if mig is None:
                 raise NotFoundError(f"{mig_uuid} is a whole GPU, not a MIG device: read its memory with telemetry()")
@@ -320,12 +336,63 @@ class SimBackend(GpuBackend):
             else:
                 loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        self.add_listener(deliver)
+        with self._lock:
+            self._subscriptions.append(deliver)
         try:
             while True:
                 yield await queue.get()
         finally:
-            self.remove_listener(deliver)
+            with self._lock:
+                self._subscriptions.remove(deliver)
+
+    # ---- letting go of the driver around a GPU reset --------------------------------------------
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Let go as NvmlBackend does: every ``events()`` stream stays open and delivers nothing (an
+        event raised meanwhile never reaches it: NVML would have no event set to queue it on), and
+        every read raises ReleasedError. The GPUs go on: faults can still be injected, the raw
+        listeners (``add_listener``) still hear them, and ``reset_gpu`` (the driver's reset, which
+        nvidia-smi runs as a process of its own) still resets."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            self._lost_at_release = {s.spec.uuid for s in self._gpus if s.lost}
+            self._reset_while_released = []
+
+    def reacquire(self) -> None:
+        """Take the driver back: the streams resume and hear what NvmlBackend's watcher finds once it
+        looks again: a GPU reset meanwhile is recovered ("GPU reset"), one that fell off the bus
+        meanwhile is lost, one that came back meanwhile is recovered ("GPU answers again")."""
+        with self._lock:
+            if not self._released:
+                return
+            self._released = False
+            now = time.time()
+            reset = list(dict.fromkeys(self._reset_while_released))
+            events = [HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=now) for uuid in reset]
+            for state in self._gpus:
+                uuid, was_lost = state.spec.uuid, state.spec.uuid in self._lost_at_release
+                if state.lost and not was_lost:
+                    events.append(HealthEvent(EventKind.GPU_LOST, uuid, message="GPU is lost", timestamp=now))
+                elif was_lost and not state.lost and uuid not in reset:
+                    events.append(
+                        HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU answers again", timestamp=now)
+                    )
+            subscriptions = list(self._subscriptions)
+        for event in events:
+            for deliver in subscriptions:
+                deliver(event)
+
+    def _refuse_if_released(self, what: str) -> None:
+        if self._released:
+            raise ReleasedError(
+                f"{what}: the simulated node's GPUs are released while a GPU is reset; no reading until reacquired"
+            )
 
     # ---- fault injection ----------------------------------------------------------------------
 
@@ -417,11 +484,13 @@ class SimBackend(GpuBackend):
 
     def mig_mode(self, gpu_index: int) -> MigMode:
         with self._lock:
+            self._refuse_if_released("mig_mode")
             state = self._mig_gpu(gpu_index)
             return MigMode(state.mig_enabled, state.mig_pending)
 
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
         with self._lock:
+            self._refuse_if_released("set_mig_mode")
             state = self._mig_gpu(gpu_index)
             if not enabled and state.instances:
                 raise GpuError(
@@ -436,7 +505,8 @@ class SimBackend(GpuBackend):
     def reset_gpu(self, gpu_index: int) -> None:
         """Reset as the driver would: a lost GPU cannot be reset (GpuLostError), a failure set by
         ``fail_reset`` raises GpuError; success applies the pending MIG mode, drops the MIG
-        instances and reports the GPU recovered."""
+        instances and reports the GPU recovered (to the ``events()`` streams at ``reacquire``, when
+        they are paused). It works while released: it is the driver's reset, not a read."""
         with self._lock:
             state, _ = self._resolve(gpu_index)
             if state.reset_failures:
@@ -449,6 +519,8 @@ class SimBackend(GpuBackend):
             self._reset_readings(state.spec.uuid)
             self._refresh(state)
             uuid = state.spec.uuid
+            if self._released:  # the streams are paused: they hear it at reacquire, as NvmlBackend's do
+                self._reset_while_released.append(uuid)
         self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))
 
     def fail_reset(self, gpu_index: int, times: int = -1, reason: str = "") -> None:
@@ -471,6 +543,7 @@ class SimBackend(GpuBackend):
         NVLink fabric, DCGM's diagnostic passes where the node has DCGM, unless ``fail_burn_in``
         said otherwise. As on hardware, nothing runs on a GPU NVML found at fault."""
         with self._lock:
+            self._refuse_if_released("burn_in")
             state, _ = self._resolve(gpu_index, include_lost=True)
             checks: list[BurnInCheck] = []
             skipped: dict[str, str] = {}
@@ -515,6 +588,7 @@ class SimBackend(GpuBackend):
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         with self._lock:
+            self._refuse_if_released("gpu_instances")
             state = self._mig_gpu(gpu_index)
             return tuple(
                 GpuInstance(
@@ -529,11 +603,13 @@ class SimBackend(GpuBackend):
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         """Create a GPU instance, refusing exactly what the hardware refuses (overlap, limits)."""
         with self._lock:
+            self._refuse_if_released("create_gpu_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
             return self._add_instance(state, state.spec.model.profile(profile), start)
 
     def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
         with self._lock:
+            self._refuse_if_released("create_compute_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
             gi = self._instance(state, gi_id)
             size = gi.profile.gi_slices if slices is None else slices
@@ -544,6 +620,7 @@ class SimBackend(GpuBackend):
     def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
         """Destroy one compute instance (NVML's finer step; the port destroys whole GPU instances)."""
         with self._lock:
+            self._refuse_if_released("destroy_compute_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
             gi = self._instance(state, gi_id)
             if ci_id not in gi.compute_instances:
@@ -553,6 +630,7 @@ class SimBackend(GpuBackend):
 
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         with self._lock:
+            self._refuse_if_released("destroy_gpu_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
             self._instance(state, gi_id)
             del state.instances[gi_id]
@@ -563,6 +641,8 @@ class SimBackend(GpuBackend):
     def _publish(self, event: HealthEvent) -> None:
         with self._lock:
             listeners = list(self._listeners)
+            if not self._released:
+                listeners += self._subscriptions
         for listener in listeners:
             listener(event)
 
