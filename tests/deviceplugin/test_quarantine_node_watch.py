@@ -84,14 +84,18 @@ async def test_node_name_alone_withholds_mig_devices_and_replicas_through_one_wa
         assert len(announced(sim, whole)) == 4 and len(announced(sim, mig)) == len(mig.mig_devices)
 
         quarantine(cluster, name, mig, whole)
-        await sim.kubelet.wait_for(lambda: unhealthy_gpus(sim) == {mig.uuid, whole.uuid})
-        assert not any(announced(sim, mig).values()) and not any(announced(sim, whole).values())
+        # Each resource (the replicas, every MIG profile) has its own ListAndWatch stream, so wait
+        # until all of them have announced the change, not just the first of each GPU.
+        await sim.kubelet.wait_for(
+            lambda: not any(announced(sim, mig).values()) and not any(announced(sim, whole).values())
+        )
+        assert unhealthy_gpus(sim) == {mig.uuid, whole.uuid}
         assert sum(sim.kubelet.allocatable().values()) == sum(before.values()) - 4 - len(mig.mig_devices)
         assert sim.kubelet.capacity() == before  # withheld, still announced
 
         quarantine(cluster, name, mig)  # the loop re-admitted the whole GPU
-        await sim.kubelet.wait_for(lambda: unhealthy_gpus(sim) == {mig.uuid})
-        assert all(announced(sim, whole).values())
+        await sim.kubelet.wait_for(lambda: all(announced(sim, whole).values()))
+        assert unhealthy_gpus(sim) == {mig.uuid}
 
         quarantine(cluster, name)
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable() == before)
