@@ -1,4 +1,4 @@
-"""Wake on changes of a directory's entries (Linux inotify), so the plugin need not poll it.
+"""Wake on changes of a directory's entries (Linux inotify), so an agent need not poll it.
 
 The kubelet announces a restart only through its socket directory: the directory is wiped and a
 new ``kubelet.sock`` appears. NVIDIA's plugin watches it with fsnotify; polling it every 100 ms
