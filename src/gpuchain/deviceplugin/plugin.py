@@ -33,9 +33,9 @@ from typing import Any
 
 import grpc
 
+from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.supervise import spawn
 from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
-from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
