@@ -4,6 +4,8 @@
   sends SIGTERM whenever it likes, start-up included; a default handler would end the process
   there, leaving sockets, feature files or paused operands behind. Installed before any start-up
   work, a signal only asks for the stop, and the agent stops (and cleans up) once start-up is over.
+- ``release_follower``: the agent lets go of NVML while gpu-health resets a GPU on the node
+  (``gpu.nvmlrelease``), through ``--nvml-release-dir`` (``nvml_release_dir_option``).
 - ``settled``: start-up is over, so what it allocated (imported modules, config, inventory,
   serialized device lists) lives as long as the process. ``gc.freeze`` moves it out of the
   collector's sight: a full collection then walks only what was allocated since, instead of
@@ -19,8 +21,18 @@ import gc
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from gpuchain.gpu.backend import GpuBackend
+    from gpuchain.gpu.nvmlrelease import Follower
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+DEFAULT_RELEASE_DIR = "/run/gpuchain/nvml"
+"""The chart's hostPath for the NVML release board (``gpu.nvmlrelease.DEFAULT_DIR``), here as text
+so that parsing options imports nothing of the GPU layer."""
 
 
 def stop_on_signals(stop: Callable[[], None]) -> None:
@@ -50,3 +62,24 @@ def settled() -> None:
     """Start-up is over: collect its garbage once and freeze what survives (see the module docstring)."""
     gc.collect()
     gc.freeze()
+
+
+def nvml_release_dir_option() -> Any:
+    """``--nvml-release-dir``: the node's NVML release board (the chart's hostPath), '' for none."""
+    return typer.Option(
+        DEFAULT_RELEASE_DIR,
+        "--nvml-release-dir",
+        envvar="GPUCHAIN_NVML_RELEASE_DIR",
+        help="The node's NVML release board, a directory shared by gpuchain's pods: while gpu-health resets a "
+        "GPU this agent lets go of NVML (the driver refuses a reset while any process holds it). "
+        "'' turns it off; a missing directory is logged once and the agent runs without it.",
+    )
+
+
+def release_follower(directory: str, backend: GpuBackend, component: str) -> Follower | None:
+    """The follower of the board in ``directory`` for ``backend``, or None when there is no board
+    (off, or the directory is missing: logged once, a warning on real GPUs)."""
+    from gpuchain.gpu.nvmlrelease import Follower, open_board
+
+    board = open_board(directory, quiet=backend.name != "nvml")
+    return Follower(board, backend, component) if board is not None else None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuchain.commands._agent import settled, stop_on_signals
+from gpuchain.commands._agent import nvml_release_dir_option, release_follower, settled, stop_on_signals
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -62,11 +62,13 @@ async def serve(
     label: str | None = None,
     watch: NodeLabelWatch | None = None,
     resource_version: str | None = None,
+    release_dir: str = "",
 ) -> None:
     """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
     of the Node's config label (when the config comes from a directory); a bad or missing config
     keeps the running one. With ``watch`` the plugin also withholds the GPUs the Node's repair loop
-    quarantines, followed through that same watch, from before the kubelet first sees a device."""
+    quarantines, followed through that same watch, from before the kubelet first sees a device.
+    With ``release_dir`` the plugin lets go of NVML while gpu-health resets a GPU on the node."""
     plugin = DevicePlugin(backend, config, socket_dir)
     if watch is not None:
         plugin.on_degraded = lambda reason: asyncio.to_thread(
@@ -104,13 +106,16 @@ async def serve(
         else:
             following = spawn("device plugin: node watch", lambda: ride(watch, label, resource_version))
         log.info("following Node %s's repair loop quarantine (%s)", watch.node_name, QUARANTINE_ANNOTATION)
+    release = release_follower(release_dir, backend, "device-plugin")
+    releasing = spawn("device plugin: NVML release board", release.run) if release is not None else None
     try:
         await stop.wait()
     finally:
-        if following is not None:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
+        for task in (following, releasing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await asyncio.gather(*reloads, return_exceptions=True)
         await plugin.stop()
         log.info("stopped; sockets removed")
@@ -219,6 +224,7 @@ def device_plugin(
     list_only: bool = typer.Option(
         False, "--list", help="Print the resources this config announces on this node and exit (serves nothing)."
     ),
+    release_dir: str = nvml_release_dir_option(),
     output: OutputFormat = output_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -277,7 +283,7 @@ def device_plugin(
         emit(rows, output, lambda: _table(resources, choice))
         return
     try:
-        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv))
+        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv, release_dir))
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from gpuchain.commands._agent import settled, stop_on_signals
+from gpuchain.commands._agent import nvml_release_dir_option, release_follower, settled, stop_on_signals
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     DEFAULT_PRESET,
@@ -38,7 +38,7 @@ from gpuchain.commands._output import (
     output_option,
 )
 from gpuchain.common.numbers import positive_seconds
-from gpuchain.common.supervise import Critical
+from gpuchain.common.supervise import Critical, spawn
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
@@ -80,9 +80,12 @@ def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list
         )
 
 
-async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simulated: bool = False) -> None:
+async def serve(
+    driver: DraDriver, server: DraPluginServer, resync: float, simulated: bool = False, release_dir: str = ""
+) -> None:
     """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT (ours before
-    any start-up work: one that comes while starting stops the plugin, sockets removed, once up)."""
+    any start-up work: one that comes while starting stops the plugin, sockets removed, once up).
+    With ``release_dir`` the plugin lets go of NVML while gpu-health resets a GPU on the node."""
     stop = asyncio.Event()
     stop_on_signals(stop.set)
     published = await asyncio.to_thread(driver.publish)
@@ -101,6 +104,9 @@ async def serve(driver: DraDriver, server: DraPluginServer, resync: float, simul
         critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
         critical.add(asyncio.create_task(quarantine.follow(), name="dra-plugin: quarantine watch")),
     ]
+    release = release_follower(release_dir, driver.backend, "dra-plugin")
+    if release is not None:
+        tasks.append(spawn("dra-plugin: NVML release board", release.run))
     settled()
     try:
         await stop.wait()
@@ -146,6 +152,7 @@ def dra_plugin(
         help="Where the driver's /dev lives (/ for a host driver, the driver container's root otherwise); "
         "optional control devices such as /dev/nvidia-modeset are looked up there.",
     ),
+    release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
@@ -188,7 +195,7 @@ def dra_plugin(
         )
         driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)
-        asyncio.run(serve(driver, server, resync, choice.simulated))
+        asyncio.run(serve(driver, server, resync, choice.simulated, release_dir))
     except (CheckpointError, SliceError) as exc:
         fail(str(exc))
     except KubeError as exc:

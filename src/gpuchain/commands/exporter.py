@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from gpuchain.commands._agent import nvml_release_dir_option, release_follower
 from gpuchain.commands._backend import (
     BackendKind,
     backend_or_fail,
@@ -23,6 +24,7 @@ from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
+from gpuchain.gpu.nvmlrelease import FollowerThread
 
 log = logging.getLogger("gpuchain.exporter")
 
@@ -46,6 +48,7 @@ def exporter(
     hostname: str | None = typer.Option(
         None, "--hostname", help="Value of the Hostname label (default $NODE_NAME, else this host's name)."
     ),
+    release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve DCGM-compatible GPU metrics with pod attribution on :9400/metrics.
@@ -79,6 +82,8 @@ def exporter(
         fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
     configure_logging(logging.INFO, log_format)
     collector.start()
+    release = release_follower(release_dir, gpus, "exporter")
+    releasing = FollowerThread(release).start() if release is not None else None
     where = f"http://{address}:{server.server_port}"
     attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
     for name in counter_set.skipped:
@@ -90,6 +95,8 @@ def exporter(
         sys.stderr.write("stopping\n")
     finally:
         server.server_close()
+        if releasing is not None:
+            releasing.stop()
         collector.stop()
         if pods:
             pods.close()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuchain.commands._agent import stop_on_signals
+from gpuchain.commands._agent import nvml_release_dir_option, release_follower, stop_on_signals
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -171,6 +171,7 @@ def gfd(
     machine_type_file: str | None = typer.Option(
         None, "--machine-type-file", help="File with the machine's product name (default: flags.gfd.machineTypeFile)."
     ),
+    release_dir: str = nvml_release_dir_option(),
     output: OutputFormat = output_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -243,7 +244,15 @@ def gfd(
         if watch is not None:
             log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
             follow_config_label(discovery, watch, lambda value: _config(source, value, mig_strategy), label, rv)
-        discovery.run(interval)
+        from gpuchain.gpu.nvmlrelease import FollowerThread
+
+        release = release_follower(release_dir, gpus, "gfd")
+        releasing = FollowerThread(release).start() if release is not None else None
+        try:
+            discovery.run(interval)
+        finally:
+            if releasing is not None:
+                releasing.stop()
         if interval is not None and target not in ("", "-"):
             _remove_feature_file(target)
     finally:

@@ -9,12 +9,13 @@ to a live cluster, so the simulated backend (the default elsewhere) must be aske
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 import typer
 
-from gpuchain.commands._agent import stop_on_signals
+from gpuchain.commands._agent import nvml_release_dir_option, release_follower, stop_on_signals
 from gpuchain.commands._backend import (
     BackendKind,
     backend_or_fail,
@@ -40,16 +41,26 @@ from gpuchain.commands._output import (
 )
 from gpuchain.commands.mig import mig_config
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.common.supervise import spawn
 from gpuchain.kube import KubeError
 from gpuchain.mig.agent import OPERANDS, Policy
 from gpuchain.mig.manager import RESYNC_SECONDS, MigManager
 
 
-async def _run(manager: MigManager, interval: float, resync: float) -> None:
-    """Until SIGTERM/SIGINT, which wait for the round in progress (see ``MigManager.run``)."""
+async def _run(manager: MigManager, interval: float, resync: float, release_dir: str) -> None:
+    """Until SIGTERM/SIGINT, which wait for the round in progress (see ``MigManager.run``); with
+    ``release_dir`` the manager lets go of NVML while gpu-health resets a GPU on the node."""
     stop = asyncio.Event()
     stop_on_signals(stop.set)
-    await manager.run(interval, stop, resync)
+    release = release_follower(release_dir, manager.backend, "mig-manager")
+    releasing = spawn("MIG manager: NVML release board", release.run) if release is not None else None
+    try:
+        await manager.run(interval, stop, resync)
+    finally:
+        if releasing is not None:
+            releasing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await releasing
 
 
 def mig_manager(
@@ -86,6 +97,7 @@ def mig_manager(
     backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
+    release_dir: str = nvml_release_dir_option(),
     output: OutputFormat = output_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -132,7 +144,7 @@ def mig_manager(
         configure_logging(logging.INFO, log_format)
         if choice.simulated:
             logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
-        asyncio.run(_run(manager, interval, resync))
+        asyncio.run(_run(manager, interval, resync, release_dir))
         logging.getLogger(__name__).info("MIG manager stopped")
     finally:
         gpus.close()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -323,6 +324,7 @@ def gpu_health(
         "--burn-in-fabric-wait",
         help="Burn-in: wait this long for a reset GPU to rejoin the NVLink fabric; 0 looks once [default: 1m].",
     ),
+    release_dir: str = nvml_release_dir_option(),
     once: bool = typer.Option(False, "--once", help="Publish once, print what was published and exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Publish to an in-memory API instead of the cluster (implies --once)."
@@ -409,7 +411,10 @@ def gpu_health(
             if isinstance(gpus, NvmlBackend):
                 gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
 
-            agent = GpuLoopAgent(gpus, cluster, name, loop_policy, namespace)
+            from gpuchain.gpu.nvmlrelease import open_board
+
+            board = open_board(release_dir, quiet=gpus.name != "nvml")
+            agent = GpuLoopAgent(gpus, cluster, name, loop_policy, namespace, board=board)
             loops.append(agent.run)
             if metrics_port:
                 server = _serve_metrics(agent, metrics_address, metrics_port)

@@ -41,6 +41,7 @@ from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
+from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -140,6 +141,9 @@ class DevicePlugin:
     ) -> None:
         """``extra_handlers`` are served on every endpoint's socket too (the benchmark's bare baseline)."""
         self.backend = backend
+        self._inventory = SeenInventory(backend)
+        """What the GPUs are: while NVML is let go for a GPU reset on the node, the last answer (a
+        kubelet restart or a reload then re-serves the same devices instead of failing)."""
         self.extra_handlers = tuple(extra_handlers)
         self.config = config or Config()
         self.socket_dir = Path(socket_dir)
@@ -216,7 +220,7 @@ class DevicePlugin:
         """
         async with self._lock:
             policy = config.health.policy(self.env if self.env is not None else os.environ)
-            map_resources(self.backend.inventory(), config)
+            map_resources(self._inventory(), config)
             old = (self.config, self.health.policy, self.health.quiet_seconds)
             self.config = config
             self.health.policy = policy
@@ -243,7 +247,7 @@ class DevicePlugin:
     async def _serve(self, fit: bool = False) -> None:
         """Serve the config's resources; with ``fit``, what still fits when not all of it does
         (otherwise ResourceMappingError)."""
-        inventory = self.backend.inventory()
+        inventory = self._inventory()
         if fit:
             resources, degraded = fit_resources(inventory, self.config)
         else:

@@ -29,6 +29,7 @@ from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config,
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.nvmlrelease import SeenInventory
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,16 @@ class Discovery:
     clock: Callable[[], float] = time.time
     stop: threading.Event = field(default_factory=threading.Event)
     _pass_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _inventory: SeenInventory = field(init=False, repr=False)
+    """The GPUs; while NVML is let go for a GPU reset on the node, the last answer (labels stay)."""
+
+    def __post_init__(self) -> None:
+        self._inventory = SeenInventory(self.backend)
 
     def labels(self) -> Labels:
         """One pass of discovery, without writing anything."""
         stamp = int(self.clock()) if self.timestamps else None
-        return gfd_labels(self.backend.inventory(), self.config, stamp, self.machine)
+        return gfd_labels(self._inventory(), self.config, stamp, self.machine)
 
     def run_once(self) -> Labels:
         """Discover and write to every sink; raises what the backend or a sink raises.

@@ -31,6 +31,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import HealthEvent, Inventory
+from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
@@ -93,6 +94,9 @@ class DraDriver:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
+        self._inventory = SeenInventory(backend)
+        """The GPUs; while NVML is let go for a GPU reset on the node, the last answer, so the slice
+        is republished and other GPUs' claims are prepared as before."""
         self.cluster = cluster
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir / FILE_NAME)
@@ -115,7 +119,7 @@ class DraDriver:
 
     def desired_slice(self, inventory: Inventory | None = None, live: Obj | None = None) -> Obj:
         """The ResourceSlice this node should publish now, checked against the API's rules."""
-        inv = inventory or self.backend.inventory()
+        inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
         devices = slices.render_devices(inv, self.unhealthy)
         owner = self.cluster.get_or_none(NODE, self.node)
@@ -300,7 +304,7 @@ class DraDriver:
         """Every device this node has (published or withdrawn) by DRA name, with its health."""
         found: dict[str, tuple[cdi.CdiDevice, bool]] = {}
         unhealthy = self.unhealthy
-        for gpu in self.backend.inventory().gpus:
+        for gpu in self._inventory().gpus:
             gpu_ok = not slices.withdrawn(gpu, unhealthy)
             if not gpu.mig_enabled:
                 found[slices.gpu_device_name(gpu)] = (

@@ -9,6 +9,11 @@ second call behind the hung one. XIDs arrive through the backend's event stream 
 thread and are visible on the next scrape. ``/health`` turns unhealthy when the last good
 collection is older than ``STALE_AFTER`` intervals, so a hung backend is noticed even though
 scrapes keep answering with old values.
+
+While the backend has let go of NVML for a GPU reset on the node (``gpu.nvmlrelease``) a cycle
+reads nothing: the GPU samples are left out (old values served as current would lie about a GPU
+being reset), ``gpuchain_exporter_nvml_released`` is 1, no error is counted and ``/health`` stays
+healthy, since the exporter does what it was asked to.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import Entity, NodeSample, XidBook, entities, sample_families, xid_families
 from gpuchain.exporter.podresources import Assignment, PodRef, attribute
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import ReleasedError
 from gpuchain.gpu.model import EventKind, Gpu, Inventory, MigMemory, Telemetry
 
 log = logging.getLogger(__name__)
@@ -111,8 +117,16 @@ class GpuMetricsCollector:
             "Unix time of the last collection cycle whose inventory call succeeded.",
             registry=self.registry,
         )
+        self.released = PromGauge(
+            "gpuchain_exporter_nvml_released",
+            "1 while the exporter has let go of NVML for a GPU reset on this node: GPU samples are left out "
+            "until it takes NVML back.",
+            registry=self.registry,
+        )
         self.registry.register(self)
         self._view = _View()
+        self._saw_release = False
+        self._let_go = False
         self._inventory: Inventory | None = None
         self._telemetry: dict[str, Telemetry] = {}
         self._mig_memory: dict[str, MigMemory] = {}
@@ -179,6 +193,9 @@ class GpuMetricsCollector:
             log.warning("%s: no answer within %.1fs; serving the last good value", key, self.call_timeout)
             return None
         del self._inflight[key]
+        if isinstance(pending.error, ReleasedError):  # let go for a reset: no reading, and no error
+            self._saw_release = True
+            return None
         if pending.error is not None:
             self._error(operation)
             log.warning("%s failed: %s; serving the last good value", key, pending.error)
@@ -201,8 +218,13 @@ class GpuMetricsCollector:
         return {m.uuid: self.backend.mig_memory(m.uuid) for m in gpu.mig_devices}
 
     def collect_once(self) -> bool:
-        """One sampling cycle; True when the inventory call succeeded."""
+        """One sampling cycle; True when the inventory call succeeded (or NVML is let go for a reset)."""
+        self._saw_release = False
+        if self.backend.released:
+            return self._released_cycle()
         inventory = self._call("inventory", "inventory", self.backend.inventory, time.monotonic() + self.call_timeout)
+        if self._saw_release:
+            return self._released_cycle()
         ok = inventory is not None
         if inventory is not None:
             self._inventory = inventory
@@ -229,6 +251,8 @@ class GpuMetricsCollector:
             per_mig = self._await(f"mig_memory/{uuid}", "telemetry", batch, deadline)
             if per_mig is not None:
                 self._mig_memory.update(per_mig)
+        if self._saw_release:  # let go in the middle of the cycle: what was read is already old
+            return self._released_cycle()
         present = {g.uuid for g in inv.gpus}
         self._telemetry = {u: t for u, t in self._telemetry.items() if u in present}
         migs_present = {m.uuid for m in inv.mig_devices}
@@ -244,8 +268,21 @@ class GpuMetricsCollector:
         self._view = _View(ents, families, pods, time.time() if ok else self._view.collected_at)
         if ok:
             self.last_success.set(time.time())
+            self.released.set(0)
+            self._let_go = False
         self._changes += 1
         return ok
+
+    def _released_cycle(self) -> bool:
+        """NVML is let go for a GPU reset: serve no GPU sample (nothing old passed off as current)."""
+        if not self._let_go:
+            log.info("NVML is let go for a GPU reset on this node: GPU samples left out until it is back")
+        self._let_go = True
+        self._telemetry, self._mig_memory = {}, {}
+        self._view = _View(collected_at=time.time())
+        self.released.set(1)
+        self._changes += 1
+        return True
 
     # ---- threads --------------------------------------------------------------------------
 

@@ -51,7 +51,8 @@ from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.files import atomic_write, remove
 from gpuchain.common.supervise import supervise
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, ReleasedError
+from gpuchain.gpu.model import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -414,19 +415,45 @@ class ReleaseBoard:
             self.clear(request.id)
 
 
-def open_board(directory: Path | None) -> ReleaseBoard | None:
-    """The board in ``directory``, or None (logged once, here) when it is not given or does not
-    exist: the agent then runs without following it, as before the board existed."""
-    if directory is None:
+def open_board(directory: str | Path | None, quiet: bool = False) -> ReleaseBoard | None:
+    """The board in ``directory``, or None (logged once, here) when it is not given ('' or None) or does not
+    exist: the agent then runs without following it, as before the board existed. ``quiet`` logs
+    that at INFO rather than WARNING (simulated GPUs: no driver refuses a reset)."""
+    if not directory:
         return None
+    directory = Path(directory)
     if not directory.is_dir():
-        log.warning(
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
             "NVML release board %s does not exist: this agent will not let go of NVML for GPU resets "
             "(mount the chart's hostPath there, or pass --nvml-release-dir '' to turn this off)",
             directory,
         )
         return None
     return ReleaseBoard(directory)
+
+
+class SeenInventory:
+    """``backend.inventory()``, or while the backend is released the last inventory it answered.
+
+    What an agent serves from (the device plugin's devices, the DRA plugin's slice and claims,
+    feature discovery's labels) does not change because NVML was let go for a reset: the GPUs are
+    the same, and the one being reset is withheld by the repair loop's quarantine. Only before
+    any answer does a release raise ``ReleasedError``.
+    """
+
+    def __init__(self, backend: GpuBackend) -> None:
+        self.backend = backend
+        self.last: Inventory | None = None
+
+    def __call__(self) -> Inventory:
+        try:
+            self.last = self.backend.inventory()
+        except ReleasedError:
+            if self.last is None:
+                raise
+            log.debug("NVML is let go for a GPU reset: using the inventory seen before")
+        return self.last
 
 
 # ---- the follower (in every agent that holds NVML) -----------------------------------------------

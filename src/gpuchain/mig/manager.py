@@ -206,7 +206,9 @@ class MigManager:
         the machine's own timer (``next_timer``: the timeout, evictions retried every
         ``interval``), ``interval`` after a Kubernetes API error, and every ``resync`` seconds as
         a safety net: a watch event lost between a watch ending and the next one starting would
-        otherwise wait for the next change. An idle node costs nothing between resyncs.
+        otherwise wait for the next change. An idle node costs nothing between resyncs. While the
+        backend has let go of NVML for a GPU reset (``gpu.nvmlrelease``) no round starts: it looks
+        again every ``interval`` until NVML is back, so no layout is checked or applied half-blind.
         """
         wake = asyncio.Event()
         watchers = [
@@ -217,6 +219,9 @@ class MigManager:
             while stop is None or not stop.is_set():
                 wake.clear()  # before reconciling: a change seen during it wakes the next round
                 timeout: float | None
+                if self.backend.released:  # NVML let go for a GPU reset on this node: no round until it is back
+                    await _first(interval, stop)
+                    continue
                 try:
                     machine = await asyncio.to_thread(self.reconcile)
                     timer = next_timer(machine, self.policy, self.clock(), interval)

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from gpuchain.exporter.exposition import render_families
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.nvmlrelease import DEFAULT_WAIT, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import CONFIGMAP, NODE
@@ -286,8 +287,14 @@ class GpuLoopAgent:
         policy: LoopPolicy | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         clock: Callable[[], float] = time.time,
+        board: ReleaseBoard | None = None,
+        release_wait: float = DEFAULT_WAIT,
     ) -> None:
         self.backend = backend
+        self.board = board
+        """The node's NVML release board: with it, the node's gpuchain agents let go of NVML
+        around a reset (the driver refuses it while any process holds NVML); None: reset as is."""
+        self.release_wait = release_wait
         self.cluster = cluster
         self.node_name = node_name
         self.policy = policy or LoopPolicy()
@@ -359,12 +366,27 @@ class GpuLoopAgent:
             return False, "the GPU's index is unknown (it was lost before this agent saw it)"
         try:
             if work is Work.RESET:
-                self.backend.reset_gpu(rec.index)
-                return True, f"GPU {rec.index} reset"
+                return self._reset(rec.index, rec.uuid)
             result = self.backend.burn_in(rec.index)
         except GpuError as exc:
             return False, str(exc)
         return result.passed, result.summary()
+
+    def _reset(self, index: int, uuid: str) -> tuple[bool, str]:
+        """Reset one GPU; with a board, while the node's agents have let go of NVML. A reset refused
+        although some agent did not let go names it (component, pod, pid) in the detail, which the
+        Event, the loop annotation and the reboot request carry."""
+        if self.board is None:
+            self.backend.reset_gpu(index)
+            return True, f"GPU {index} reset"
+        with self.board.letting_go((uuid,), f"reset GPU {index}", self.release_wait, by=COMPONENT) as seen:
+            try:
+                self.backend.reset_gpu(index)
+            except GpuError as exc:
+                if seen.complete:
+                    raise
+                return False, f"{exc}; {seen.describe()}"
+        return True, f"GPU {index} reset" + ("" if seen.complete else f" ({seen.describe()})")
 
     def _events(self, node: Obj, before: GpuRecord, after: GpuRecord) -> None:
         for step in new_steps(before, after):

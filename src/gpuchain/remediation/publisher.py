@@ -28,7 +28,7 @@ from typing import Any
 from gpuchain.common.supervise import spawn
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.health import HealthState, follow_events
 from gpuchain.gpu.model import DriverInfo, EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.probes import ProbeState
@@ -181,6 +181,8 @@ class GpuHealthPublisher:
     def _refresh_inventory(self) -> Inventory | None:
         try:
             inventory = self.backend.inventory()
+        except ReleasedError:
+            pass  # NVML let go for a GPU reset on this node: the last known GPUs, nothing is wrong
         except GpuError as exc:
             log.warning("inventory failed (%s); keeping the last known GPUs", exc)
         else:
@@ -212,7 +214,7 @@ class GpuHealthPublisher:
         for gpu in inventory.gpus if inventory is not None else ():
             try:
                 tripped = self.probes.check(self.backend.health_readings(gpu.uuid), self.clock())
-            except GpuError:
+            except GpuError:  # ReleasedError included: no reading now, never a fault
                 continue
             if tripped and self.tracker.health.policy.checks:
                 found[gpu.uuid] = tripped

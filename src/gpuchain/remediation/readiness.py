@@ -32,6 +32,7 @@ from typing import Any
 
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
@@ -129,11 +130,12 @@ class ReadinessGate:
         self.burn_in = burn_in
         self.taint = taint
         self._burned: str | None = None
+        self._inventory = SeenInventory(backend)
 
     def facts(self) -> ChainFacts:
         """Ask the backend and the ready files (a burn-in runs once, after the plugin registered)."""
         try:
-            inventory = self.backend.inventory()
+            inventory = self._inventory()  # while NVML is let go for a GPU reset: the GPUs seen before
         except GpuError as exc:
             return ChainFacts(str(exc), None, 0, 0)
         units = sum(len(g.mig_devices) if g.mig_enabled else 1 for g in inventory.gpus)
