@@ -5,6 +5,10 @@ repair agent (reset, burn-in) -> quarantine annotation -> the device plugin agai
 A reset-class fault on one of eight GPUs takes that GPU's pod off it, leaves the other seven
 serving, resets and burns in the GPU and gives it back to the kubelet; a failed reset ends in a
 reboot request and stays there.
+
+With the NVML release board the device plugin holds NVML as on a real node, and the reset is
+refused while any process does (as the driver refuses it, NVIDIA/mig-parted#181: "In use by
+another client"): the plugin lets go through the board, the reset runs, it takes NVML back.
 """
 
 from __future__ import annotations
@@ -14,17 +18,22 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+from fakes.releasable import ReleasableView
 
 from gpuchain.deviceplugin.config import Config, Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.exporter.podresources import PodResourcesClient
+from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.nvmlrelease import Follower, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
+from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import EVENT, NODE, POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
-from gpuchain.kubelet.node import SimNode, start_sim_node
+from gpuchain.kubelet.node import DEFAULT_PRESET, SimNode, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
 from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator
@@ -62,6 +71,8 @@ class Rig:
     """pod name -> the GPU UUID the kubelet gave it."""
     allocatable: list[int] = field(default_factory=list)
     taints: list[list[str]] = field(default_factory=list)
+    view: ReleasableView | None = None
+    """The device plugin's own handle on the GPUs, with the board."""
 
     def node(self) -> Obj:
         return self.cluster.get(NODE, self.name)
@@ -78,18 +89,49 @@ class Rig:
         return {p["metadata"]["name"] for p in self.cluster.snapshot(POD)}
 
 
+class InUseDriver(SimBackend):
+    """The node's GPUs as the driver sees them: a reset is refused while a client holds NVML."""
+
+    def __init__(self, topology: SimBackend) -> None:
+        super().__init__(topology.topology)
+        self.clients: list[ReleasableView] = []
+        self.refused = 0
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        if any(not c.released for c in self.clients):
+            self.refused += 1
+            raise GpuError(
+                f"The following GPUs could not be reset: GPU {gpu_index}: In use by another client "
+                "(1 device is currently being used by one or more other processes)"
+            )
+        super().reset_gpu(gpu_index)
+
+
 @contextlib.asynccontextmanager
-async def rig() -> AsyncIterator[Rig]:
+async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[Rig]:
     """One simulated 8-GPU node with one single-GPU pod per GPU, three more GPU nodes, and every
-    agent running: device plugin + kubelet, publisher, quarantine follower, repair agent, remediator."""
-    sim = await start_sim_node(config=Config(health=Health(recovery_quiet_seconds=0)))
+    agent running: device plugin + kubelet, publisher, quarantine follower, repair agent, remediator.
+
+    With ``board``: the device plugin holds NVML (its own ``ReleasableView`` of the node), the
+    driver refuses a reset while it does (``InUseDriver``), the repair agent resets through the
+    board and (with ``follow``) the plugin follows it."""
+    backend: SimBackend | None = None
+    view: ReleasableView | None = None
+    if board is not None:
+        backend = InUseDriver(SimBackend.from_preset(DEFAULT_PRESET))
+        view = ReleasableView(backend)
+        backend.clients.append(view)
+    sim = await start_sim_node(
+        config=Config(health=Health(recovery_quiet_seconds=0)), backend=backend, plugin_backend=view
+    )
     client = PodResourcesClient(str(sim.pod_resources_socket))
     name = sim.backend.topology.node
     node = node_object(name)
     node["status"]["nodeInfo"] = {"bootID": "boot-1"}
     cluster = MemoryCluster([node, *(node_object(f"other-{i}") for i in range(3)), *simulated_policy_objects()])
-    agent = GpuLoopAgent(sim.backend, cluster, name)
-    r = Rig(sim, cluster, name, agent)
+    release_board = ReleaseBoard(board) if board is not None else None
+    agent = GpuLoopAgent(sim.backend, cluster, name, board=release_board, release_wait=5.0)
+    r = Rig(sim, cluster, name, agent, view=view)
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -116,6 +158,9 @@ async def rig() -> AsyncIterator[Rig]:
             asyncio.create_task(agent.run(stop, interval=TICK)),
             asyncio.create_task(Remediator(cluster).run(interval=TICK, stop=stop)),
         ]
+        if release_board is not None and view is not None and follow:
+            tasks.append(asyncio.create_task(Follower(release_board, view, "device-plugin", poll=TICK).run()))
+            await until(lambda: len(release_board.holders()) == 1)
         await until(lambda: sim.kubelet.allocatable()[GPU] == 8)
         await until(lambda: PODS_ANNOTATION in r.node()["metadata"].get("annotations", {}))  # publisher subscribed
         yield r
@@ -220,3 +265,59 @@ async def test_after_the_reboot_the_gpu_is_burned_in_and_readmitted(lost: bool) 
         assert stages[-4:] == [Stage.REBOOT, Stage.BURN_IN, Stage.BURN_IN, Stage.HEALTHY]
         cond = find_condition(r.node(), REBOOT_CONDITION)
         assert cond is not None and cond.status == "False"
+
+
+async def _serving_while(r: Rig, done: Callable[[], bool]) -> list[tuple[bool, int]]:
+    """Until ``done``: whether the plugin had let go of NVML, and how many devices it served then."""
+    seen: list[tuple[bool, int]] = []
+    servicer = r.sim.plugin.servicer(GPU)
+    deadline = time.monotonic() + 20.0
+    while not done():
+        assert time.monotonic() < deadline, "the repair did not finish in time"
+        assert r.view is not None
+        seen.append((r.view.released, r.sim.kubelet.allocatable()[GPU]))
+        assert len(servicer.resource.devices) == 8  # ListAndWatch keeps the cached device list
+        await asyncio.sleep(TICK / 2)
+    return seen
+
+
+async def test_the_device_plugin_lets_go_of_nvml_through_the_board_and_the_reset_runs(tmp_path: Path) -> None:
+    async with rig(board=tmp_path) as r:
+        uuid, index = victim(r)
+        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+        seen = await _serving_while(r, lambda: r.stage(uuid) is Stage.HEALTHY)
+        await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8)
+
+        assert any(released for released, _ in seen), "the plugin never let go of NVML"
+        assert min(n for _, n in seen) == 7  # the other seven served throughout, the released time included
+        assert isinstance(r.sim.backend, InUseDriver) and r.sim.backend.refused == 0
+        assert r.view is not None and not r.view.released  # NVML taken back
+        reset = next(s for s in r.records()[uuid].timeline if s.stage is Stage.BURN_IN)
+        assert reset.note == f"GPU {index} reset"
+        assert r.agent.metrics.outcomes["reset-ok"] == 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            f"holder.{h.name}.{ext}" for h in ReleaseBoard(tmp_path).holders() for ext in ("json", "lock")
+        )  # the request is cleared; only the plugin's registration stays
+        # the repaired GPU is the only free one: a new container gets it, through Allocate
+        assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
+        assert assignment.containers[0].devices[GPU] == (uuid,)
+
+
+async def test_an_agent_that_does_not_let_go_is_named_when_the_reset_is_refused(tmp_path: Path) -> None:
+    async with rig(board=tmp_path, follow=False) as r:
+        stuck = ReleaseBoard(tmp_path).register("exporter")  # registered, never answers
+        try:
+            r.agent.release_wait = 0.2
+            uuid, index = victim(r)
+            r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+            await until(lambda: r.stage(uuid) is Stage.REBOOT)
+        finally:
+            stuck.close()
+        rec = r.records()[uuid]
+        note = rec.timeline[-1].note
+        assert "In use by another client" in note
+        assert "did not let go of NVML within 0 s: exporter (pod " in note
+        assert "pid " in note
+        messages = [e["message"] for e in r.cluster.snapshot(EVENT) if e["reason"] == "GPURebootRequested"]
+        assert any("exporter (pod " in m for m in messages)
+        assert "exporter (pod " in r.node()["metadata"]["annotations"][REBOOT_ANNOTATION]

@@ -82,14 +82,14 @@ def exporter(
         fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
     configure_logging(logging.INFO, log_format)
     collector.start()
-    release = release_follower(release_dir, gpus, "exporter")
-    releasing = FollowerThread(release).start() if release is not None else None
     where = f"http://{address}:{server.server_port}"
     attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
     for name in counter_set.skipped:
         log.info("%s: %s is not available without DCGM; skipped", counter_set.source, name)
     line = f"serving {where}/metrics and /health from the {gpus.name} backend; {attribution}"
     log.info(mark(line, resolve_backend(backend)))
+    release = release_follower(release_dir, gpus, "exporter")
+    releasing = FollowerThread(release).start() if release is not None else None
     try:
         server.serve_forever(stop_signals=True)
         sys.stderr.write("stopping\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.config import Config
 from gpuchain.deviceplugin.plugin import DevicePlugin
+from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.peer import KubeletPeer
 
@@ -46,7 +47,7 @@ class SimNode:
         """Stop the plugin process and start a fresh one with the same config (health state is lost)."""
         await self.plugin.stop()
         self.plugin = DevicePlugin(
-            self.backend,
+            self.plugin.backend,
             self.plugin.config,
             self.socket_dir,
             env=self.plugin.env,
@@ -66,6 +67,7 @@ async def start_sim_node(
     pre_start_required: bool = False,
     wait: bool = True,
     timeout: float = 5.0,
+    plugin_backend: GpuBackend | None = None,
 ) -> SimNode:
     """Start kubelet peer and device plugin for a simulated node.
 
@@ -73,7 +75,9 @@ async def start_sim_node(
     pod-resources API); by default a new directory under $TMPDIR, or /tmp when $TMPDIR is too
     long for unix socket paths (``gpuchain.common.scratch``). ``env`` defaults to empty so the caller's
     DP_*_HEALTHCHECKS variables do not leak into simulations. With ``wait``, returns once every
-    resource is registered and its first device list has arrived.
+    resource is registered and its first device list has arrived. ``plugin_backend`` is the
+    plugin process's own handle on the node's GPUs (one that can let go of NVML, as on a real
+    node), default the node's ``SimBackend`` itself.
     """
     owns = root is None
     base = scratch_dir("gc-") if root is None else Path(root)
@@ -82,7 +86,7 @@ async def start_sim_node(
     sim = backend or SimBackend.from_preset(preset)
     kubelet = KubeletPeer(socket_dir, pod_resources)
     plugin = DevicePlugin(
-        sim,
+        plugin_backend or sim,
         config,
         socket_dir,
         env=env or {},
