@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from gpuchain.gpu.backend import GpuBackend, MigMode
+from gpuchain.gpu.backend import GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import ReleasedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
 from gpuchain.gpu.probes import HealthReadings
@@ -60,6 +60,30 @@ class ReleasableView(GpuBackend):
     def mig_mode(self, gpu_index: int) -> MigMode:
         self._check()
         return self.sim.mig_mode(gpu_index)
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> MigMode:
+        self._check()
+        return self.sim.set_mig_mode(gpu_index, enabled)
+
+    def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
+        self._check()
+        return self.sim.gpu_instances(gpu_index)
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        self._check()
+        return self.sim.create_gpu_instance(gpu_index, profile, start)
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+        self._check()
+        return self.sim.create_compute_instance(gpu_index, gi_id, slices)
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        self._check()
+        self.sim.destroy_gpu_instance(gpu_index, gi_id)
+
+    def reset_gpu(self, gpu_index: int) -> None:
+        self._check()
+        self.sim.reset_gpu(gpu_index)
 
     async def events(self) -> AsyncIterator[HealthEvent]:
         async for event in self.sim.events():

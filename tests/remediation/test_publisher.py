@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
+
+import pytest
+from fakes.releasable import ReleasableView
 
 from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesError
 from gpuchain.gpu.errors import GpuError
@@ -221,3 +225,20 @@ async def test_gpus_are_healthy_again_once_the_event_stream_is_back() -> None:
     finally:
         stop.set()
         await task
+
+
+def test_a_release_for_a_gpu_reset_is_no_fault(h100_sim: SimBackend, caplog: pytest.LogCaptureFixture) -> None:
+    """While NVML is let go (``gpu.nvmlrelease``) the inventory and probes raise ReleasedError: the
+    publisher keeps the GPUs it knew, trips no probe, reports nothing lost and warns of nothing."""
+    view = ReleasableView(h100_sim)
+    cluster = MemoryCluster([node_object("n0")])
+    publisher = GpuHealthPublisher(view, cluster, "n0", None, quiet_seconds=0, clock=Clock())
+    publisher.publish()
+    view.release()
+    with caplog.at_level(logging.WARNING):
+        result = publisher.publish()
+    assert view.reads_while_released >= 1
+    assert result.faults == {}
+    cond = find_condition(cluster.get(NODE, "n0"))
+    assert cond is not None and cond.healthy
+    assert not [r for r in caplog.records if r.name.startswith("gpuchain")]
