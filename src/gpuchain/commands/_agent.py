@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from gpuchain.gpu.nvmlrelease import Follower
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-DEFAULT_RELEASE_DIR = "/run/gpuchain/nvml"
-"""The chart's hostPath for the NVML release board (``gpu.nvmlrelease.DEFAULT_DIR``), here as text
-so that parsing options imports nothing of the GPU layer."""
 
 
 def stop_on_signals(stop: Callable[[], None]) -> None:
@@ -66,10 +63,12 @@ def settled() -> None:
 
 def nvml_release_dir_option() -> Any:
     """``--nvml-release-dir``: the node's NVML release board (the chart's hostPath), '' for none."""
+    from gpuchain.gpu.nvmlrelease import DEFAULT_DIR, ENV_VAR
+
     return typer.Option(
-        DEFAULT_RELEASE_DIR,
+        str(DEFAULT_DIR),
         "--nvml-release-dir",
-        envvar="GPUCHAIN_NVML_RELEASE_DIR",
+        envvar=ENV_VAR,
         help="The node's NVML release board, a directory shared by gpuchain's pods: while gpu-health resets a "
         "GPU this agent lets go of NVML (the driver refuses a reset while any process holds it). "
         "'' turns it off; a missing directory is logged once and the agent runs without it.",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
+from gpuchain.gpu.nvmlrelease import DEFAULT_DIR as NVML_RELEASE_DIR
 from gpuchain.operator.drivertag import driver_image
 from gpuchain.operator.policy import ClusterPolicySpec, EnvVar, ImageSpec
 
@@ -346,6 +347,8 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -
         if policy.device_plugin.config.default:
             env += [{"name": "NODE_CONFIG_KEY", "value": policy.device_plugin.config.default}]
         mounts.append({"name": "config", "mountPath": "/config", "readOnly": True})
+    if operand.state in USES_NVML:  # the NVML release board: it lets go of NVML while gpu-health resets a GPU
+        mounts.append({"name": "nvml-release", "mountPath": str(NVML_RELEASE_DIR)})
     if operand is DEVICE_PLUGIN:
         mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
     if operand is GFD:
@@ -395,6 +398,8 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
         vols.append(_host_path("host-root", policy.host_paths.root_fs))
     if operand is DRIVER:
         vols.append(_host_path("run-nvidia", "/run/nvidia", "DirectoryOrCreate"))
+    if operand.state in USES_NVML:
+        vols.append(_host_path("nvml-release", str(NVML_RELEASE_DIR), "DirectoryOrCreate"))
     if operand is DEVICE_PLUGIN:
         vols.append(_host_path("device-plugins", f"{kubelet}/device-plugins", "Directory"))
     if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
