@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.config import Config, Health, parse_config
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 from gpuchain.gpu.sim import SimBackend
@@ -46,4 +46,24 @@ async def test_mig_devices_of_a_quarantined_gpu_follow_the_node_annotation() -> 
         await sim.kubelet.wait_for(lambda: sum(sim.kubelet.allocatable().values()) == before)
     finally:
         follower.cancel()
+        await sim.stop()
+
+
+async def test_a_gpu_the_loop_gives_back_is_healthy_again_although_this_process_saw_its_xid() -> None:
+    """Only gpu-health, which reset the GPU, sees the driver's recovery; the plugin saw the XID in
+    its own process. The loop gives the GPU back only after the reset and burn-in, so that clears
+    the XID after the quiet period; a GPU the loop never held stays withheld for its XID."""
+    sim = await start_sim_node(config=Config(health=Health(recovery_quiet_seconds=0.1)))
+    try:
+        repaired, other = (sim.backend.inventory().gpu(i).uuid for i in (5, 6))
+        sim.backend.inject_xid(5, 48, "double-bit ECC error")
+        sim.backend.inject_xid(6, 48, "double-bit ECC error")
+        await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable()["nvidia.com/gpu"] == 6)
+        sim.plugin.set_quarantined(frozenset({repaired}))
+        sim.plugin.set_quarantined(frozenset())  # the loop gives it back: reset and burned in
+        await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable()["nvidia.com/gpu"] == 7)
+        await asyncio.sleep(0.3)
+        assert sim.kubelet.allocatable()["nvidia.com/gpu"] == 7  # the other one's XID stands
+        assert other in sim.plugin.health.unhealthy() and repaired not in sim.plugin.health.unhealthy()
+    finally:
         await sim.stop()

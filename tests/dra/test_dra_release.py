@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra.conftest import Allocate
+from dra.conftest import Allocate, DriverFactory
 from dra.fakeclock import QUIET, Clock
 from fakes.releasable import ReleasableView
 
 from gpuchain.dra.driver import DraDriver, DriverConfig
+from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.memory import MemoryCluster
 
@@ -38,3 +39,20 @@ def test_released_driver_republishes_and_prepares_other_gpus_claims(
     assert [d.device for d in prepared.devices] == ["gpu-5"]
     assert view.reads_while_released >= 2
     assert driver.unhealthy == {reset}  # the quarantined GPU only: nothing withdrawn for the release
+
+
+def test_a_gpu_the_loop_gives_back_returns_after_the_quiet_period(
+    h100_sim: SimBackend, make_driver: DriverFactory, clock: Clock
+) -> None:
+    """gpu-health reset the GPU and saw the driver's recovery; this process saw only the XID. The
+    loop gives the GPU back after reset and burn-in: that is its recovery here."""
+    driver = make_driver(h100_sim)
+    before = driver.publish()
+    gpu = h100_sim.inventory().gpu(3).uuid
+    driver.on_event(HealthEvent(EventKind.XID, gpu, xid=48))
+    driver.set_quarantined(frozenset({gpu}))
+    driver.set_quarantined(frozenset())
+    assert gpu in driver.unhealthy  # the quiet period first
+    clock.now += QUIET
+    back = driver.finish_recoveries()
+    assert back is not None and back.devices == before.devices

@@ -15,18 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fakes.fake_libcuda import FakeCuda
+from fakes.fake_nvidia_smi import FakeNvidiaSmi
+from fakes.fake_pynvml import FakeNvml
 from fakes.releasable import ReleasableView
 
 from gpuchain.deviceplugin.config import Config, Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.exporter.podresources import PodResourcesClient
+from gpuchain.gpu import cuda
+from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.nvmlrelease import Follower, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 from gpuchain.gpu.sim import SimBackend
@@ -71,7 +79,7 @@ class Rig:
     """pod name -> the GPU UUID the kubelet gave it."""
     allocatable: list[int] = field(default_factory=list)
     taints: list[list[str]] = field(default_factory=list)
-    view: ReleasableView | None = None
+    view: GpuBackend | None = None
     """The device plugin's own handle on the GPUs, with the board."""
 
     def node(self) -> Obj:
@@ -107,17 +115,42 @@ class InUseDriver(SimBackend):
         super().reset_gpu(gpu_index)
 
 
+def _driver_commands(sim: SimBackend) -> FakeNvidiaSmi:
+    """What gpu-health runs on the node: the fake ``nvidia-smi`` bound to ``sim``, and the burn-in's
+    CUDA child answered by gpuchain.gpu.cuda's own checks over the fake libcuda (as
+    tests/gpu/test_nvml_repair.py does)."""
+
+    def cuda_child(argv: Sequence[str], deadline: float) -> subprocess.CompletedProcess[str]:
+        assert "gpuchain.gpu.cuda" in argv, f"not the CUDA check: {argv}"
+        bus = argv[list(argv).index("--bus-id") + 1]
+        config = cuda.CudaCheckConfig(arith_elements=1024, min_memory_bytes=4096)
+        result = cuda.run_checks(FakeCuda([bus]), bus, config)  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(list(argv), 0, json.dumps(result.to_json()) + "\n", "")
+
+    return FakeNvidiaSmi(sim, others=cuda_child)
+
+
 @contextlib.asynccontextmanager
-async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[Rig]:
+async def rig(board: Path | None = None, follow: bool = True, nvml: bool = False) -> AsyncIterator[Rig]:
     """One simulated 8-GPU node with one single-GPU pod per GPU, three more GPU nodes, and every
     agent running: device plugin + kubelet, publisher, quarantine follower, repair agent, remediator.
 
     With ``board``: the device plugin holds NVML (its own ``ReleasableView`` of the node), the
     driver refuses a reset while it does (``InUseDriver``), the repair agent resets through the
-    board and (with ``follow``) the plugin follows it."""
+    board and (with ``follow``) the plugin follows it.
+
+    With ``nvml`` as well: the device plugin and gpu-health each run ``NvmlBackend`` over a
+    ``FakeNvml`` of their own (one per process) on the node's SimBackend, and gpu-health resets
+    through the fake ``nvidia-smi``, which refuses while any process holds NVML."""
     backend: SimBackend | None = None
-    view: ReleasableView | None = None
-    if board is not None:
+    view: GpuBackend | None = None
+    health: NvmlBackend | None = None
+    if nvml:
+        backend = SimBackend.from_preset(DEFAULT_PRESET)
+        view = NvmlBackend(nvml=FakeNvml(backend), probe_interval=0.05)
+        health = NvmlBackend(nvml=FakeNvml(backend), probe_interval=0.05, run_command=_driver_commands(backend))
+        health.allow_reset = True
+    elif board is not None:
         backend = InUseDriver(SimBackend.from_preset(DEFAULT_PRESET))
         view = ReleasableView(backend)
         backend.clients.append(view)
@@ -130,7 +163,8 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
     node["status"]["nodeInfo"] = {"bootID": "boot-1"}
     cluster = MemoryCluster([node, *(node_object(f"other-{i}") for i in range(3)), *simulated_policy_objects()])
     release_board = ReleaseBoard(board) if board is not None else None
-    agent = GpuLoopAgent(sim.backend, cluster, name, board=release_board, release_wait=5.0)
+    gpus: GpuBackend = health or sim.backend
+    agent = GpuLoopAgent(gpus, cluster, name, board=release_board, release_wait=5.0)
     r = Rig(sim, cluster, name, agent, view=view)
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -149,7 +183,7 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
                 r.taints.append([t["key"] for t in (r.node()["spec"].get("taints") or [])])
                 await asyncio.sleep(TICK)
 
-        publisher = GpuHealthPublisher(sim.backend, cluster, name, client.list, quiet_seconds=0)
+        publisher = GpuHealthPublisher(gpus, cluster, name, client.list, quiet_seconds=0)
         follower = QuarantineFollower(cluster, name, sim.plugin.set_quarantined)
         tasks = [
             asyncio.create_task(kubelet_forgets_deleted_pods()),
@@ -173,6 +207,9 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
                 await task
         client.close()
         await sim.stop()
+        for own in (view, health):
+            if own is not None:
+                own.close()
 
 
 def victim(r: Rig, pod: str = "w-3") -> tuple[str, int]:
@@ -321,3 +358,28 @@ async def test_an_agent_that_does_not_let_go_is_named_when_the_reset_is_refused(
         messages = [e["message"] for e in r.cluster.snapshot(EVENT) if e["reason"] == "GPURebootRequested"]
         assert any("exporter (pod " in m for m in messages)
         assert "exporter (pod " in r.node()["metadata"]["annotations"][REBOOT_ANNOTATION]
+
+
+@pytest.mark.timeout(60)
+async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Path) -> None:
+    """The issue's Done-when through the NVML adapter: a reset-class fault on one of eight GPUs;
+    the device plugin (its own NvmlBackend) lets go via the board, nvidia-smi's reset runs (it
+    would refuse while any process held NVML), the other seven serve throughout (ListAndWatch and
+    Allocate), and the GPU is back in allocatable."""
+    async with rig(board=tmp_path, nvml=True) as r:
+        uuid, index = victim(r)
+        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+        seen = await _serving_while(r, lambda: r.stage(uuid) is Stage.HEALTHY)
+        await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8, timeout=20.0)
+
+        assert any(released for released, _ in seen), "the device plugin never let go of NVML"
+        assert min(n for _, n in seen) == 7
+        assert r.view is not None and not r.view.released
+        smi = r.agent.backend._run_command  # type: ignore[attr-defined]
+        resets = [c for c in smi.calls if "--gpu-reset" in c or "-r" in c]
+        assert len(resets) == 1 and resets[0][-1] == uuid  # not refused once: every holder had let go
+        rec = r.records()[uuid]
+        assert [s.stage for s in rec.timeline][:4] == [Stage.QUARANTINED, Stage.DRAINED, Stage.RESET, Stage.BURN_IN]
+        assert r.agent.metrics.outcomes["reset-ok"] == 1 and r.agent.metrics.outcomes["readmitted"] == 1
+        assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
+        assert assignment.containers[0].devices[GPU] == (uuid,)

@@ -359,9 +359,11 @@ class DevicePlugin:
     # ---- health ---------------------------------------------------------------------------------
 
     def set_quarantined(self, gpu_uuids: frozenset[str]) -> None:
-        """Withhold exactly these GPUs (their MIG devices and replicas too) for the repair loop."""
-        if self.health.quarantine(gpu_uuids):
+        """Withhold exactly these GPUs (their MIG devices and replicas too) for the repair loop; a
+        GPU it gives back was repaired, so an XID seen before clears after the quiet period."""
+        if self.health.quarantine(gpu_uuids, self._clock()):
             self._notify()
+        self._kick.set()  # a recovery deadline may have started
 
     async def _on_stream_failure(self, exc: Exception) -> None:
         if self.health.fail_all([g.uuid for g in (self.inventory.gpus if self.inventory else ())]):

@@ -146,9 +146,12 @@ class DraDriver:
             return self._republish_if(lambda: self.health.apply(event, self.clock()))
 
     def set_quarantined(self, gpu_uuids: frozenset[str]) -> Published | None:
-        """Withdraw exactly these GPUs (and their MIG devices) for the repair loop; republish on change."""
+        """Withdraw exactly these GPUs (and their MIG devices) for the repair loop; republish on change.
+        A GPU it gives back was repaired, so an XID seen before clears after the quiet period."""
         with self._lock:
-            return self._republish_if(lambda: self.health.quarantine(gpu_uuids))
+            published = self._republish_if(lambda: self.health.quarantine(gpu_uuids, self.clock()))
+        self._kick.set()  # a recovery deadline may have started
+        return published
 
     def finish_recoveries(self) -> Published | None:
         """Publish devices whose quiet period has passed (None when none came back)."""

@@ -64,10 +64,20 @@ class HealthState:
     seen: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """(device, XID) -> recent occurrence times, for XIDs with a threshold only (bounded by its count)."""
 
-    def quarantine(self, gpu_uuids: frozenset[str]) -> bool:
-        """Withhold exactly these GPUs for the repair loop; True when the set changed."""
+    def quarantine(self, gpu_uuids: frozenset[str], now: float | None = None) -> bool:
+        """Withhold exactly these GPUs for the repair loop; True when the set changed.
+
+        With ``now``, a GPU the loop gives back is taken as recovered (its quiet period starts) as
+        after the driver's recovery event: the loop gives a GPU back only once it was reset and
+        burned in, and only the process that reset it (gpu-health) sees the driver's recovery, so
+        an XID this process saw before the repair would otherwise withhold the GPU for good."""
+        given_back = self.quarantined - gpu_uuids
         changed = gpu_uuids != self.quarantined
         self.quarantined = frozenset(gpu_uuids)
+        if now is not None:
+            for uuid in sorted(given_back):
+                back = HealthEvent(EventKind.GPU_RECOVERED, uuid, message="given back by the repair loop")
+                changed = self.apply(back, now) or changed
         return changed
 
     def apply(self, event: HealthEvent, now: float) -> bool:
