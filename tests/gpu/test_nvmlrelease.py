@@ -161,6 +161,7 @@ def test_holders_register_mark_and_leave(tmp_path: Path) -> None:
 
 def test_a_state_file_without_its_lock_is_a_process_that_left(tmp_path: Path) -> None:
     (tmp_path / "holder.exporter.abc.json").write_text(json.dumps({"component": "exporter", "pid": 7}))
+    (tmp_path / ".holder.exporter.abc.json.x1y2.tmp").write_text("{")  # killed while writing its state
     assert ReleaseBoard(tmp_path).holders() == ()
     assert os.listdir(tmp_path) == []
 
@@ -203,6 +204,7 @@ def test_two_processes_hold_and_a_killed_one_is_seen_as_gone(
     live = {h.name: h for h in board.holders()}
     assert set(live) == {dp, ex}
     assert live[dp].pid == processes[0].pid and live[ex].pid == processes[1].pid
+    (tmp_path / f".holder.{ex}.json.k1ll.tmp").write_text("{")  # as if killed in the middle of a write
     processes[1].send_signal(signal.SIGKILL)  # no clean-up runs: only the kernel drops its lock
     processes[1].wait(10)
     with caplog.at_level(logging.INFO, logger="gpuchain.gpu.nvmlrelease"):

@@ -68,9 +68,13 @@ class DirectoryChanges:
         return False
 
     async def wait(self, timeout: float) -> None:
-        """Until an entry changed since the last ``wait``, or ``timeout`` seconds."""
+        """Until an entry changed since the last ``wait``, or ``timeout`` seconds.
+
+        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a cancellation
+        that arrives as the change does (CPython gh-86296), and the watching task would not stop."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
         self._changed.clear()
 
     def _readable(self) -> None:

@@ -225,7 +225,7 @@ class HolderFile:
         self.clock = clock
         self.lock_path = directory / f"{HOLDER_PREFIX}{self.name}.lock"
         self.state_path = directory / f"{HOLDER_PREFIX}{self.name}.json"
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".holder.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lock.", suffix=".tmp")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(tmp, self.lock_path)
@@ -344,8 +344,18 @@ class ReleaseBoard:
         for entry in entries:  # a state whose lock is gone: its process left (or was reaped) mid-way
             stem = entry[len(HOLDER_PREFIX) : -len(".json")]
             if entry.startswith(HOLDER_PREFIX) and entry.endswith(".json") and stem not in names:
-                remove(self.directory / entry)
+                self._remove_holder(stem)
         return tuple(found)
+
+    def _remove_holder(self, name: str) -> None:
+        """A gone holder's files: its state, its lock, and a state it was writing when it died
+        (``atomic_write``'s temporary file beside the target)."""
+        partial = f".{HOLDER_PREFIX}{name}.json."
+        for entry in os.listdir(self.directory):
+            if entry.startswith(partial) and entry.endswith(".tmp"):
+                remove(self.directory / entry)
+        remove(self.directory / f"{HOLDER_PREFIX}{name}.json")
+        remove(self.directory / f"{HOLDER_PREFIX}{name}.lock")
 
     def _live(self, name: str) -> Holder | None:
         lock_path = self.directory / f"{HOLDER_PREFIX}{name}.lock"
@@ -360,8 +370,7 @@ class ReleaseBoard:
             except BlockingIOError:
                 pass  # its process lives
             else:
-                remove(state_path)
-                remove(lock_path)
+                self._remove_holder(name)
                 if name not in self._reaped:
                     self._reaped.add(name)
                     log.info("NVML holder %s is gone (its process ended); removed its files", name)
