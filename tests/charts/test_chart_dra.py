@@ -53,6 +53,11 @@ def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
     spec = ds["spec"]["template"]["spec"]
     container = spec["containers"][0]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"/var/lib/kubelet/plugins_registry", f"/var/lib/kubelet/plugins/{DRIVER}", "/var/run/cdi"}
+    assert mounts == {
+        "/var/lib/kubelet/plugins_registry",
+        f"/var/lib/kubelet/plugins/{DRIVER}",
+        "/var/run/cdi",
+        "/run/gpuchain/nvml",  # the NVML release board (test_chart_nvml_release.py)
+    }
     result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
     assert result.exit_code == 0, result.output
