@@ -148,7 +148,9 @@ async def rig(board: Path | None = None, follow: bool = True, nvml: bool = False
     if nvml:
         backend = SimBackend.from_preset(DEFAULT_PRESET)
         view = NvmlBackend(nvml=FakeNvml(backend), probe_interval=0.05)
-        health = NvmlBackend(nvml=FakeNvml(backend), probe_interval=0.05, run_command=_driver_commands(backend))
+        health = NvmlBackend(
+            nvml=FakeNvml(backend), probe_interval=0.05, run_command=_driver_commands(backend), reset_wait_s=1.0
+        )
         health.allow_reset = True
     elif board is not None:
         backend = InUseDriver(SimBackend.from_preset(DEFAULT_PRESET))
@@ -383,3 +385,21 @@ async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Pat
         assert r.agent.metrics.outcomes["reset-ok"] == 1 and r.agent.metrics.outcomes["readmitted"] == 1
         assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
         assert assignment.containers[0].devices[GPU] == (uuid,)
+
+
+@pytest.mark.timeout(60)
+async def test_through_nvml_an_agent_that_does_not_let_go_is_named_beside_nvidia_smis_refusal(tmp_path: Path) -> None:
+    async with rig(board=tmp_path, follow=False, nvml=True) as r:
+        stuck = ReleaseBoard(tmp_path).register("exporter")  # on the board, never answers
+        try:
+            r.agent.release_wait = 0.2
+            uuid, index = victim(r)
+            r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+            await until(lambda: r.stage(uuid) is Stage.REBOOT, timeout=30.0)
+        finally:
+            stuck.close()
+        note = r.records()[uuid].timeline[-1].note
+        assert note.startswith(f"reset failed: GPU {index}: nvidia-smi --gpu-reset -i {uuid} still refused")
+        assert "In use by another client" in note
+        assert "did not let go of NVML within 0 s: exporter (pod " in note
+        assert r.view is not None and not r.view.released  # the plugin never let go: not on the board

@@ -310,8 +310,9 @@ class MemoryCluster(Cluster):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
-                    try:
-                        event = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    try:  # asyncio.timeout: wait_for on Python 3.11 can swallow a cancel (CPython gh-86296)
+                        async with asyncio.timeout(remaining):
+                            event = await watcher.queue.get()
                     except TimeoutError:
                         return
                 if event is None:  # closed for falling behind: the client lists and watches again
