@@ -1,6 +1,7 @@
 """`gpuchain exporter --nvml-release-dir` as a process: it joins the node's NVML release board,
-lets go when gpu-health asks, and a killed exporter is seen as gone; a missing board directory is
-logged once and the exporter serves as before."""
+lets go when gpu-health asks (its scrapes then carry no GPU sample and
+``gpuchain_exporter_nvml_released 1``), takes NVML back, and a killed exporter is seen as gone; a
+missing board directory is logged once and the exporter serves as before."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,18 +44,24 @@ def _start(started: list[subprocess.Popen[str]], board: Path, port: int) -> subp
     return proc
 
 
-def _metrics(port: int, timeout: float = 20.0) -> str:
+def _scrape(port: int, ready: Callable[[str], bool], timeout: float = 20.0) -> str:
+    """The first /metrics body ``ready`` accepts."""
     deadline = time.monotonic() + timeout
+    body = ""
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
                 body = resp.read().decode()
-            if "DCGM_FI_DEV_GPU_TEMP{" in body:
+            if ready(body):
                 return body
         except (urllib.error.URLError, ConnectionError):
             pass
         time.sleep(0.1)
-    raise AssertionError("the exporter did not serve GPU metrics in time")
+    raise AssertionError(f"no such scrape in time; the last one:\n{body[-2000:]}")
+
+
+def _metrics(port: int) -> str:
+    return _scrape(port, lambda body: "DCGM_FI_DEV_GPU_TEMP{" in body)
 
 
 def test_the_exporter_process_follows_the_board_and_a_killed_one_is_gone(
@@ -71,7 +78,10 @@ def test_the_exporter_process_follows_the_board_and_a_killed_one_is_gone(
     assert (holder.component, holder.pid) == ("exporter", proc.pid)
     with board.letting_go(["GPU-x"], "reset GPU 1", wait=10.0) as seen:
         assert seen.complete and [h.component for h in seen.released] == ["exporter"]
-    _metrics(port)  # still serving, NVML taken back
+        during = _scrape(port, lambda body: "gpuchain_exporter_nvml_released 1.0" in body)
+        assert "DCGM_FI_DEV_GPU_TEMP{" not in during  # no old reading passed off as current
+    after = _scrape(port, lambda body: "gpuchain_exporter_nvml_released 0.0" in body)
+    assert "DCGM_FI_DEV_GPU_TEMP{" in after  # NVML taken back, GPUs sampled again
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert board.holders() == ()
