@@ -26,14 +26,12 @@ import pytest
 from fakes.fake_libcuda import FakeCuda
 from fakes.fake_nvidia_smi import FakeNvidiaSmi
 from fakes.fake_pynvml import FakeNvml
-from fakes.releasable import ReleasableView
 
 from gpuchain.deviceplugin.config import Config, Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.exporter.podresources import PodResourcesClient
 from gpuchain.gpu import cuda
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.nvmlrelease import Follower, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
@@ -97,24 +95,6 @@ class Rig:
         return {p["metadata"]["name"] for p in self.cluster.snapshot(POD)}
 
 
-class InUseDriver(SimBackend):
-    """The node's GPUs as the driver sees them: a reset is refused while a client holds NVML."""
-
-    def __init__(self, topology: SimBackend) -> None:
-        super().__init__(topology.topology)
-        self.clients: list[ReleasableView] = []
-        self.refused = 0
-
-    def reset_gpu(self, gpu_index: int) -> None:
-        if any(not c.released for c in self.clients):
-            self.refused += 1
-            raise GpuError(
-                f"The following GPUs could not be reset: GPU {gpu_index}: In use by another client "
-                "(1 device is currently being used by one or more other processes)"
-            )
-        super().reset_gpu(gpu_index)
-
-
 def _driver_commands(sim: SimBackend) -> FakeNvidiaSmi:
     """What gpu-health runs on the node: the fake ``nvidia-smi`` bound to ``sim``, and the burn-in's
     CUDA child answered by gpuchain.gpu.cuda's own checks over the fake libcuda (as
@@ -131,31 +111,24 @@ def _driver_commands(sim: SimBackend) -> FakeNvidiaSmi:
 
 
 @contextlib.asynccontextmanager
-async def rig(board: Path | None = None, follow: bool = True, nvml: bool = False) -> AsyncIterator[Rig]:
+async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[Rig]:
     """One simulated 8-GPU node with one single-GPU pod per GPU, three more GPU nodes, and every
     agent running: device plugin + kubelet, publisher, quarantine follower, repair agent, remediator.
 
-    With ``board``: the device plugin holds NVML (its own ``ReleasableView`` of the node), the
-    driver refuses a reset while it does (``InUseDriver``), the repair agent resets through the
-    board and (with ``follow``) the plugin follows it.
-
-    With ``nvml`` as well: the device plugin and gpu-health each run ``NvmlBackend`` over a
-    ``FakeNvml`` of their own (one per process) on the node's SimBackend, and gpu-health resets
-    through the fake ``nvidia-smi``, which refuses while any process holds NVML."""
+    With ``board`` (the NVML release board's directory): the device plugin and gpu-health each
+    run ``NvmlBackend`` over a ``FakeNvml`` of their own (one per process) on the node's
+    SimBackend, gpu-health resets through the fake ``nvidia-smi``, which refuses while any process
+    holds NVML, and through the board, which (with ``follow``) the device plugin follows."""
     backend: SimBackend | None = None
     view: GpuBackend | None = None
     health: NvmlBackend | None = None
-    if nvml:
+    if board is not None:
         backend = SimBackend.from_preset(DEFAULT_PRESET)
         view = NvmlBackend(nvml=FakeNvml(backend), probe_interval=0.05)
         health = NvmlBackend(
             nvml=FakeNvml(backend), probe_interval=0.05, run_command=_driver_commands(backend), reset_wait_s=1.0
         )
         health.allow_reset = True
-    elif board is not None:
-        backend = InUseDriver(SimBackend.from_preset(DEFAULT_PRESET))
-        view = ReleasableView(backend)
-        backend.clients.append(view)
     sim = await start_sim_node(
         config=Config(health=Health(recovery_quiet_seconds=0)), backend=backend, plugin_backend=view
     )
@@ -320,55 +293,13 @@ async def _serving_while(r: Rig, done: Callable[[], bool]) -> list[tuple[bool, i
     return seen
 
 
-async def test_the_device_plugin_lets_go_of_nvml_through_the_board_and_the_reset_runs(tmp_path: Path) -> None:
-    async with rig(board=tmp_path) as r:
-        uuid, index = victim(r)
-        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
-        seen = await _serving_while(r, lambda: r.stage(uuid) is Stage.HEALTHY)
-        await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8)
-
-        assert any(released for released, _ in seen), "the plugin never let go of NVML"
-        assert min(n for _, n in seen) == 7  # the other seven served throughout, the released time included
-        assert isinstance(r.sim.backend, InUseDriver) and r.sim.backend.refused == 0
-        assert r.view is not None and not r.view.released  # NVML taken back
-        reset = next(s for s in r.records()[uuid].timeline if s.stage is Stage.BURN_IN)
-        assert reset.note == f"GPU {index} reset"
-        assert r.agent.metrics.outcomes["reset-ok"] == 1
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            f"holder.{h.name}.{ext}" for h in ReleaseBoard(tmp_path).holders() for ext in ("json", "lock")
-        )  # the request is cleared; only the plugin's registration stays
-        # the repaired GPU is the only free one: a new container gets it, through Allocate
-        assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
-        assert assignment.containers[0].devices[GPU] == (uuid,)
-
-
-async def test_an_agent_that_does_not_let_go_is_named_when_the_reset_is_refused(tmp_path: Path) -> None:
-    async with rig(board=tmp_path, follow=False) as r:
-        stuck = ReleaseBoard(tmp_path).register("exporter")  # registered, never answers
-        try:
-            r.agent.release_wait = 0.2
-            uuid, index = victim(r)
-            r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
-            await until(lambda: r.stage(uuid) is Stage.REBOOT)
-        finally:
-            stuck.close()
-        rec = r.records()[uuid]
-        note = rec.timeline[-1].note
-        assert "In use by another client" in note
-        assert "did not let go of NVML within 0 s: exporter (pod " in note
-        assert "pid " in note
-        messages = [e["message"] for e in r.cluster.snapshot(EVENT) if e["reason"] == "GPURebootRequested"]
-        assert any("exporter (pod " in m for m in messages)
-        assert "exporter (pod " in r.node()["metadata"]["annotations"][REBOOT_ANNOTATION]
-
-
 @pytest.mark.timeout(60)
 async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Path) -> None:
     """The issue's Done-when through the NVML adapter: a reset-class fault on one of eight GPUs;
     the device plugin (its own NvmlBackend) lets go via the board, nvidia-smi's reset runs (it
     would refuse while any process held NVML), the other seven serve throughout (ListAndWatch and
     Allocate), and the GPU is back in allocatable."""
-    async with rig(board=tmp_path, nvml=True) as r:
+    async with rig(board=tmp_path) as r:
         uuid, index = victim(r)
         r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
         seen = await _serving_while(r, lambda: r.stage(uuid) is Stage.HEALTHY)
@@ -383,13 +314,17 @@ async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Pat
         rec = r.records()[uuid]
         assert [s.stage for s in rec.timeline][:4] == [Stage.QUARANTINED, Stage.DRAINED, Stage.RESET, Stage.BURN_IN]
         assert r.agent.metrics.outcomes["reset-ok"] == 1 and r.agent.metrics.outcomes["readmitted"] == 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            f"holder.{h.name}.{ext}" for h in ReleaseBoard(tmp_path).holders() for ext in ("json", "lock")
+        )  # the request is cleared; only the plugin's registration stays
+        # the repaired GPU is the only free one: a new container gets it, through Allocate
         assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
         assert assignment.containers[0].devices[GPU] == (uuid,)
 
 
 @pytest.mark.timeout(60)
 async def test_through_nvml_an_agent_that_does_not_let_go_is_named_beside_nvidia_smis_refusal(tmp_path: Path) -> None:
-    async with rig(board=tmp_path, follow=False, nvml=True) as r:
+    async with rig(board=tmp_path, follow=False) as r:
         stuck = ReleaseBoard(tmp_path).register("exporter")  # on the board, never answers
         try:
             r.agent.release_wait = 0.2
@@ -401,5 +336,8 @@ async def test_through_nvml_an_agent_that_does_not_let_go_is_named_beside_nvidia
         note = r.records()[uuid].timeline[-1].note
         assert note.startswith(f"reset failed: GPU {index}: nvidia-smi --gpu-reset -i {uuid} still refused")
         assert "In use by another client" in note
-        assert "did not let go of NVML within 0 s: exporter (pod " in note
+        assert "did not let go of NVML within 0 s: exporter (pod " in note and "pid " in note
         assert r.view is not None and not r.view.released  # the plugin never let go: not on the board
+        messages = [e["message"] for e in r.cluster.snapshot(EVENT) if e["reason"] == "GPURebootRequested"]
+        assert any("exporter (pod " in m for m in messages)
+        assert "exporter (pod " in r.node()["metadata"]["annotations"][REBOOT_ANNOTATION]
