@@ -242,3 +242,24 @@ def test_a_release_for_a_gpu_reset_is_no_fault(h100_sim: SimBackend, caplog: pyt
     cond = find_condition(cluster.get(NODE, "n0"))
     assert cond is not None and cond.healthy
     assert not [r for r in caplog.records if r.name.startswith("gpuchain")]
+
+
+def test_a_probed_fault_on_another_gpu_stays_published_through_a_release(h100_sim: SimBackend) -> None:
+    """GPU 2 has a row remap pending (a probe's fault) while NVML is let go for GPU 0's reset: no
+    reading is no evidence, so the fault stays, the node stays GPUHealthy=False and no
+    GPUHealthy/GPUUnhealthy flap is recorded (the remediator would lift its taint on the flap)."""
+    view = ReleasableView(h100_sim)
+    h100_sim.set_telemetry(2, row_remap_pending=1)
+    cluster = MemoryCluster([node_object("n0")])
+    publisher = GpuHealthPublisher(view, cluster, "n0", None, quiet_seconds=0, clock=Clock())
+    gpu2 = h100_sim.inventory().gpu(2).uuid
+    assert set(publisher.publish().faults) == {gpu2}
+    view.release()
+    during = publisher.publish()
+    assert view.reads_while_released >= 1
+    assert set(during.faults) == {gpu2} and during.event is None
+    cond = find_condition(cluster.get(NODE, "n0"))
+    assert cond is not None and not cond.healthy
+    view.reacquire()
+    assert set(publisher.publish().faults) == {gpu2}
+    assert [e["reason"] for e in cluster.snapshot(EVENT)].count("GPUHealthy") == 0

@@ -208,13 +208,20 @@ class GpuHealthPublisher:
         return self._pods
 
     def _probe(self, inventory: Inventory | None) -> dict[str, tuple[str, ...]]:
-        """The probes each answering GPU's readings trip (a GPU that cannot be read trips none here:
-        a lost GPU is reported by its event)."""
+        """The probes each GPU's readings trip. A GPU that cannot be read now keeps what its last
+        reading tripped: no reading is no evidence either way. While NVML is let go for another
+        GPU's reset (ReleasedError), dropping a probed fault would publish the node healthy for the
+        length of the reset, and the remediator would lift its taint from a node waiting for a
+        reboot. A lost GPU is reported by its event."""
         found: dict[str, tuple[str, ...]] = {}
+        with self._lock:
+            before = dict(self.tracker.probed)
         for gpu in inventory.gpus if inventory is not None else ():
             try:
                 tripped = self.probes.check(self.backend.health_readings(gpu.uuid), self.clock())
-            except GpuError:  # ReleasedError included: no reading now, never a fault
+            except GpuError:  # ReleasedError included: never a fault, never a recovery
+                if gpu.uuid in before:
+                    found[gpu.uuid] = before[gpu.uuid]
                 continue
             if tripped and self.tracker.health.policy.checks:
                 found[gpu.uuid] = tripped
