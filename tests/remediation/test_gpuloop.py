@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import NODE
@@ -299,3 +300,37 @@ def test_the_loop_evidence_names_faults_it_leaves_alone_only_on_a_node_that_runs
     assert loop_evidence({"metadata": {"annotations": annotations}}) == []
     held = {FAULTS_ANNOTATION: encode_faults({U: DBE}), LOOP_ANNOTATION: encode_records({})}
     assert loop_evidence({"metadata": {"annotations": held}}) == []  # the loop is about to take it
+
+
+def test_agent_takes_nvml_back_when_a_reset_left_it_let_go_and_a_release_is_no_verdict() -> None:
+    """NVML could not be taken back right after a reset: the next pass takes it back before any
+    work. While it cannot, a burn-in refused with ReleasedError is no verdict: the GPU waits in its
+    stage, nothing fails, no reboot is asked for; once NVML is back the burn-in runs and passes."""
+    cluster, backend, agent = agent_rig("closed")
+    uuid = backend.inventory().gpu(2).uuid
+    real = backend.reacquire
+    refusing = True
+
+    def reacquire() -> None:
+        if refusing:
+            raise GpuError("nvmlInit: driver not loaded")
+        real()
+
+    backend.reacquire = reacquire  # type: ignore[method-assign]
+    real_reset = backend.reset_gpu
+
+    def reset_then_stay_let_go(index: int) -> None:
+        real_reset(index)
+        backend.release()  # as NvmlBackend.reset_gpu leaves it when nvmlInit fails after the reset
+
+    backend.reset_gpu = reset_then_stay_let_go  # type: ignore[method-assign]
+    first = agent.run_once().records[uuid]
+    assert first.stage is Stage.BURN_IN and "NVML" in first.waiting and backend.released
+    second = agent.run_once().records[uuid]
+    assert second.stage is Stage.BURN_IN and not second.passed
+    assert agent.metrics.outcomes == {"reset-ok": 1, "reacquire-failed": 1}
+    assert REBOOT_ANNOTATION not in cluster.get(NODE, "n")["metadata"]["annotations"]
+    refusing = False
+    third = agent.run_once().records[uuid]
+    assert not backend.released and third.passed
+    assert agent.metrics.outcomes["burn-in-ok"] == 1

@@ -81,3 +81,26 @@ def test_scale_up_scenario_holds_the_taint_until_the_chain_is_up_then_lifts_it_o
     assert [s["tainted"] for s in steps] == [True] * 8 + [False] * 4
     assert data["condition"]["status"] == "True"
     assert [e["reason"] for e in data["events"]] == ["GPUChainReady"]
+
+
+def test_a_burn_in_cut_short_by_a_release_is_no_verdict_and_runs_again() -> None:
+    """The repair loop lets go of NVML (a GPU reset) while the gate burns in GPU 2: the gate says
+    BurnInPending, caches nothing, and on its next check burns every GPU in and lifts the taint."""
+    gpus = SimBackend.from_preset("h100-80gb-x8", node="n")
+    cluster = MemoryCluster([joining(8)])
+    gate = ReadinessGate(gpus, cluster, "n", burn_in=True)
+    real = gpus.burn_in
+
+    def interrupted(index: int) -> Any:
+        if index == 2:
+            gpus.release()
+        return real(index)
+
+    gpus.burn_in = interrupted  # type: ignore[method-assign]
+    verdict = gate.run_once()
+    assert verdict.reason == "BurnInPending" and not verdict.ready
+    assert any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, "n")["spec"]["taints"])
+    gpus.burn_in = real  # type: ignore[method-assign]
+    gpus.reacquire()
+    assert gate.run_once().reason == "ChainReady"
+    assert not any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, "n")["spec"]["taints"] or [])

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from gpuchain.exporter.exposition import render_families
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.nvmlrelease import DEFAULT_WAIT, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.kube.errors import KubeError
@@ -98,6 +98,7 @@ OUTCOMES = (
     "reset-failed",
     "burn-in-ok",
     "burn-in-failed",
+    "reacquire-failed",
 )
 """Every value of the outcome counter, served from zero so ``rate()`` and alerts see the first one."""
 REPAIR_STAGES = tuple(s for s in Stage if s is not Stage.HEALTHY)
@@ -333,6 +334,7 @@ class GpuLoopAgent:
         records = decode_records(annotations.get(LOOP_ANNOTATION))
         faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
         pods = decode_pods(annotations.get(PODS_ANNOTATION))
+        self._take_back()
         self._observe_inventory()
         breaker = self.breaker_open()
         boot_id = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
@@ -350,7 +352,13 @@ class GpuLoopAgent:
                 rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
                 if work is None:
                     break
-                ok, detail = self._do(work, rec)
+                try:
+                    ok, detail = self._do(work, rec)
+                except ReleasedError:
+                    # This process has not got NVML back (see _take_back): no verdict on the GPU,
+                    # the work runs again next pass.
+                    rec = replace(rec, waiting=f"waiting for NVML to be taken back before the {work.value}")
+                    break
                 self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
                 rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
             self.metrics.observe(before, rec)
@@ -360,14 +368,31 @@ class GpuLoopAgent:
         written = self._write(node, annotations, kept, breaker)
         return LoopPass(after, written, breaker)
 
+    def _take_back(self) -> None:
+        """Take NVML back when a reset left this process without it (the backend could not be
+        initialised again right after the reset): without this gpu-health would publish stale
+        health and hear no event for good. A failure is logged and tried again next pass."""
+        if not self.backend.released:
+            return
+        try:
+            self.backend.reacquire()
+        except GpuError as exc:
+            log.error("NVML is still let go after a GPU reset on %s; taking it back failed: %s", self.node_name, exc)
+            self.metrics.count("reacquire-failed")
+        else:
+            log.info("NVML taken back on node %s after a GPU reset", self.node_name)
+
     def _do(self, work: Work, rec: GpuRecord) -> tuple[bool, str]:
-        """Run one reset or burn-in through the backend port; (ok, what happened)."""
+        """Run one reset or burn-in through the backend port; (ok, what happened). ReleasedError
+        passes through: no NVML in this process now is no verdict on the GPU."""
         if rec.index is None:
             return False, "the GPU's index is unknown (it was lost before this agent saw it)"
         try:
             if work is Work.RESET:
                 return self._reset(rec.index, rec.uuid)
             result = self.backend.burn_in(rec.index)
+        except ReleasedError:
+            raise
         except GpuError as exc:
             return False, str(exc)
         return result.passed, result.summary()

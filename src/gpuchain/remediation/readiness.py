@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.kinds import NODE
@@ -61,6 +61,8 @@ class ChainFacts:
     gpus: int
     units: int
     burn_in: str | None = None
+    burn_in_waiting: str | None = None
+    """Why a required burn-in has no verdict yet (NVML is let go for a GPU reset): not ready, not failed."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ def assess(node: Mapping[str, Any], facts: ChainFacts) -> Readiness:
         return Readiness(
             False, "GpusMissing", f"{allocatable} GPU units allocatable, {facts.units} expected from {facts.gpus} GPUs"
         )
+    if facts.burn_in_waiting:
+        return Readiness(False, "BurnInPending", facts.burn_in_waiting)
     if facts.burn_in:
         return Readiness(False, "BurnInFailed", f"burn-in failed: {facts.burn_in}")
     checked = "driver, toolkit, plugin, allocatable" if facts.toolkit_ready else "driver, plugin, allocatable"
@@ -147,6 +151,11 @@ class ReadinessGate:
                 for gpu in inventory.gpus:
                     try:
                         result = self.backend.burn_in(gpu.index)
+                    except ReleasedError:
+                        # The repair loop resets a GPU of this process's node: no verdict, and none
+                        # cached; the burn-in runs again on the next check.
+                        waiting = "the burn-in waits: NVML is let go while a GPU on this node is reset"
+                        return ChainFacts(None, toolkit, len(inventory.gpus), units, None, waiting)
                     except GpuError as exc:
                         failed.append(f"GPU {gpu.index}: {exc}")
                         continue
