@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gpuchain.common.supervise import EXIT_CODE, Critical, supervise
+from gpuchain.common.supervise import EXIT_CODE, Critical, supervise, wait_event
 
 
 async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_backoff(
@@ -77,3 +77,23 @@ async def test_a_cancelled_critical_task_is_not_a_failure() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not stop.is_set() and critical.exit_code == 0
+
+
+async def test_wait_event_is_cancelled_even_when_the_event_is_set_in_the_same_step() -> None:
+    """A loop asked to stop by cancellation at the moment it is poked must stop: on Python 3.11
+    ``asyncio.wait_for`` returns the event's result here instead (CPython gh-86296)."""
+    poked = asyncio.Event()
+    task = asyncio.create_task(wait_event(poked, 10.0))
+    for _ in range(2):
+        await asyncio.sleep(0)
+    poked.set()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_wait_event_says_whether_the_event_was_set() -> None:
+    stop = asyncio.Event()
+    assert await wait_event(stop, 0.01) is False
+    stop.set()
+    assert await wait_event(stop, None) is True

@@ -101,3 +101,18 @@ class Critical:
             log.critical("%s ended although it should run until stopped; stopping", task.get_name())
         self.failed = task.get_name()
         self.stop.set()
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds pass (None: no limit); whether it is set.
+
+    Every loop that sleeps between passes but wakes on a stop or a poke waits here. Not
+    ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives as the event is
+    set (CPython gh-86296), and a loop that runs "until cancelled" then never stops.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
+    return event.is_set()

@@ -187,7 +187,8 @@ class DraPluginServer:
 
     async def wait_registered(self, timeout: float) -> RegistrationState:
         """Wait for the kubelet's NotifyRegistrationStatus; TimeoutError if it never comes."""
-        await asyncio.wait_for(self._registered.wait(), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11 (gh-86296)
+            await self._registered.wait()
         assert self.registration is not None
         return self.registration
 

@@ -25,11 +25,11 @@ resubscribing with a bounded backoff, and finishing recoveries when their quiet 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gpuchain.common.supervise import wait_event
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.xid import HealthPolicy
 
@@ -265,7 +265,6 @@ async def run_recoveries(
     while True:
         deadline = next_deadline()
         timeout = None if deadline is None else max(0.0, deadline - clock())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(kick.wait(), timeout)
+        await wait_event(kick, timeout)
         kick.clear()
         await finish()

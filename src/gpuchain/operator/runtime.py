@@ -11,7 +11,6 @@ annotations on our objects, so a quiet cluster sees zero writes from the operato
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import kopf
 
+from gpuchain.common.supervise import wait_event
 from gpuchain.kube import CLUSTER_POLICY, Cluster, name_of
 from gpuchain.operator.operands import MANAGED_BY
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE, ReconcileResult, reconcile
@@ -58,8 +58,7 @@ class Coalescer:
     async def run(self) -> None:
         """Loop forever (until cancelled)."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), self._resync)
+            await wait_event(self._poked, self._resync)
             self._poked.clear()
             try:
                 await asyncio.to_thread(self._work)

@@ -19,7 +19,6 @@ Dry-run writes nothing at all and reports every action as ``would``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from gpuchain.common.supervise import wait_event
 from gpuchain.kube.errors import EvictionBlockedError, KubeError, NotFoundError
 from gpuchain.kube.kinds import CONFIGMAP, NODE, PDB, POD
 from gpuchain.kube.objects import Obj
@@ -317,5 +317,4 @@ class Remediator:
             else:
                 for outcome in report.outcomes:
                     log.info("%s %s: %s", outcome.result, outcome.action.kind.value, outcome.action.message)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_event(stop, interval)

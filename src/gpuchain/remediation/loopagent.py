@@ -18,7 +18,6 @@ All state lives on the Node, so a restarted agent resumes each GPU where it was.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from gpuchain.common.supervise import wait_event
 from gpuchain.exporter.exposition import render_families
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
@@ -459,8 +459,7 @@ class GpuLoopAgent:
                 self.metrics.finished_pass(None, f"{type(exc).__name__}: {exc}", self.clock())
             else:
                 self.metrics.finished_pass(result.records, None, self.clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_event(stop, interval)
 
 
 def _condition(status: str, message: str) -> dict[str, Any]:

@@ -24,12 +24,12 @@ following the chain. ``assess`` is pure; ``ReadinessGate`` reads the facts and w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuchain.common.supervise import wait_event
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.nvmlrelease import SeenInventory
@@ -193,8 +193,7 @@ class ReadinessGate:
                 await asyncio.to_thread(self.run_once)
             except Exception:
                 log.exception("GPU readiness pass on node %s failed; retrying in %g s", self.node_name, interval)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_event(stop, interval)
 
 
 def _condition(node: Obj, status: str, verdict: Readiness) -> dict[str, Any]:
