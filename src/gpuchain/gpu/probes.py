@@ -314,8 +314,10 @@ class ProbeState:
     def reset(self, uuid: str, now: float) -> None:
         """The GPU was reset: its counters start afresh, so its history goes. The counter probes it
         had stay until a reading after the reset was compared with the next one: the first reading
-        is only a baseline, and a link that keeps failing must not look cured on no evidence."""
-        held = frozenset(
+        is only a baseline, and a link that keeps failing must not look cured on no evidence. A second
+        reset before that comparison (NvmlBackend reports a lost GPU's return and then its reset) keeps
+        what the first one left unverified: it brings no evidence either."""
+        held = self.unverified.get(uuid, frozenset()) | frozenset(
             name for (u, name), at in self.tripped_at.items() if u == uuid and now - at < self.limits.hold_s
         )
         self.forget(uuid)
