@@ -31,7 +31,7 @@ errors is one fault, not a condition that flaps every pass.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuchain.gpu.xid import Resolution
@@ -176,6 +176,24 @@ def probe_resolution(name: str) -> Resolution:
     """What a tripped probe needs (a probe this version does not know: a reset, as an unknown XID)."""
     found = PROBE_TABLE.get(name)
     return found.resolution if found is not None else Resolution.RESET_GPU
+
+
+def burn_in_verdict(tripped: Iterable[str]) -> tuple[bool, str]:
+    """Whether a burn-in check passes on the probes a GPU trips after its repair, and what it reports.
+
+    A burn-in asks whether the repair worked, so only probes a repair is for (resolution reset or
+    reboot) fail it. A probe whose resolution is none stays after any repair: retired pages at
+    DCGM's limit are a count kept in the InfoROM, which neither a reset nor a reboot lowers. Failing
+    on it would turn a GPU that serves like its untouched neighbour into a reboot request and then
+    a failed GPU; it is named in the detail instead, and gpu-health keeps publishing it. Both
+    backends' burn-ins judge through this one rule."""
+    names = tuple(dict.fromkeys(tripped))
+    failing = [PROBES.get(n, n) for n in names if probe_resolution(n).repairs]
+    reported = [PROBES.get(n, n) for n in names if not probe_resolution(n).repairs]
+    detail = "; ".join(failing)
+    if reported:
+        detail = "; ".join(filter(None, (detail, "needs no repair: " + "; ".join(reported))))
+    return not failing, detail
 
 
 @dataclass(frozen=True)

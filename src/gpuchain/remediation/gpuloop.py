@@ -227,7 +227,9 @@ def _advance_once(
     if stage is Stage.BURN_IN:
         if not rec.passed:
             return _wait(rec, "running the burn-in"), Work.BURN_IN
-        if fault is None:
+        if not needs_repair(fault, policy.xid_resolutions):
+            # Cleared, or left with what no repair changes (retired pages at DCGM's limit): a GPU
+            # in that state that never entered the loop serves, so this one does too.
             return _to(
                 replace(rec, attempts=0, passed=False, boot_id=""), Stage.HEALTHY, now, policy, "re-admitted"
             ), None

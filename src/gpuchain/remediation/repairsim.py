@@ -21,8 +21,9 @@ Events, the node's taints and annotations, and the faults still published at the
   double-bit ECC error): a reset activates it, so it goes round the loop and comes back with its
   count unchanged. GPU 2 has 60 retired pages, DCGM's limit, nothing pending: an RMA candidate,
   reported (GPUHealthy=False) and left serving. GPU 3 has a retirement pending that brings it to
-  60: the reset activates it, the burn-in finds the count still at the limit and fails, and a
-  reboot is requested.
+  60: the reset activates it, and the burn-in reports the count at the limit without failing on it
+  (no reset or reboot lowers it), so GPU 3 comes back and ends as GPU 2 does: reported, serving,
+  the node untainted.
 - ``gpu-nvlink-errors``: on node-0, GPU 0's NVLink 14 already counts 505 link recoveries, and 3
   more come in: NVLink recovery errors need a reset, so it goes round the loop and comes back.
   GPU 5 sees replay errors and CRC errors above DCGM's rate on link 2: reported, left serving.
