@@ -70,7 +70,7 @@ def t4(index: int, **readings: object) -> tuple[SimBackend, NvmlBackend, CudaRun
 
 
 def test_retired_pages_at_the_limit_pass_both_burn_ins_and_are_reported() -> None:
-    sim, nvml, runner = t4(3, retired_pages_sbe=50, retired_pages_dbe=10)
+    sim, nvml, runner = t4(3, retired_pages_sbe=53, retired_pages_dbe=10)
     real = nvml.burn_in(3)
     assert real.passed, real.summary()
     (pages,) = (c for c in real.checks if c.name == "retired-pages")
@@ -83,7 +83,7 @@ def test_retired_pages_at_the_limit_pass_both_burn_ins_and_are_reported() -> Non
 
 
 def test_a_pending_retirement_still_fails_both_burn_ins_and_the_limit_is_named_beside_it() -> None:
-    sim, nvml, runner = t4(3, retired_pages_pending=True, retired_pages_sbe=50, retired_pages_dbe=10)
+    sim, nvml, runner = t4(3, retired_pages_pending=True, retired_pages_sbe=53, retired_pages_dbe=10)
     real = nvml.burn_in(3)
     assert not real.passed and runner.calls == []  # nothing runs on a GPU NVML found at fault
     assert f"retired-pages: {PENDING}; needs no repair: {LIMIT}" in real.summary()

@@ -2,7 +2,7 @@
 read through the backend port (the NVML adapter over the fake pynvml, and the simulator), turned
 into probes by pure rules, published by gpu-health and acted on by the repair loop.
 
-Limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c): 60 retired pages,
+Limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c and 72fa3fea): 63 retired pages,
 1 NVLink replay/recovery error, 100 CRC errors per second. NVML calls and their constants are
 pynvml's (nvmlDeviceGetRetiredPages(handle, cause), nvmlDeviceGetRetiredPagesPendingStatus,
 nvmlDeviceGetNvLinkErrorCounter(handle, link, NVML_NVLINK_ERROR_DL_*)).
@@ -45,8 +45,13 @@ def links(*counts: tuple[int, int, int, int]) -> tuple[NvLinkCounters, ...]:
 def test_instant_probes() -> None:
     assert instant(HealthReadings("g")) == ()
     assert instant(HealthReadings("g", retired_pages_pending=True)) == ("retired-pages-pending",)
-    assert instant(HealthReadings("g", retired_pages_sbe=59)) == ()
-    assert instant(HealthReadings("g", retired_pages_sbe=40, retired_pages_dbe=20)) == ("retired-pages-limit",)
+    # DCGM's own cases (modules/health/tests/DcgmHealthWatchTests.cpp @ 72fa3fea,
+    # MonitorMemSbeDbeRetiredPages): 30 + 30 passes, 30 + 33 (the limit) and 40 + 30 fail
+    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=30)) == ()
+    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=33)) == ("retired-pages-limit",)
+    assert instant(HealthReadings("g", retired_pages_sbe=40, retired_pages_dbe=30)) == ("retired-pages-limit",)
+    assert instant(HealthReadings("g", retired_pages_sbe=62)) == ()
+    assert ProbeLimits().retired_pages == 63  # DCGM_LIMIT_MAX_RETIRED_PAGES
     assert instant(HealthReadings("g", retired_pages_dbe=5), ProbeLimits(retired_pages=5)) == ("retired-pages-limit",)
 
 
@@ -175,7 +180,7 @@ def test_gpu_health_publishes_each_input_with_its_resolution(h100_sim: SimBacken
     gpu = {i: h100_sim.inventory().gpu(i).uuid for i in range(4)}
     h100_sim.set_health_readings(1, retired_pages_pending=True)
     h100_sim.add_nvlink_errors(2, link=3, recovery=1)
-    h100_sim.set_health_readings(3, retired_pages_sbe=61)
+    h100_sim.set_health_readings(3, retired_pages_sbe=63)
     clock.t += 30
     publisher.publish()
     node = cluster.get(NODE, "n0")

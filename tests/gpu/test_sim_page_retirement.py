@@ -43,7 +43,7 @@ def test_a_count_at_dcgms_limit_survives_the_reset_and_is_reported_not_failed_by
     failed on it and the loop asked for a reboot that could not help)."""
     sim = SimBackend.from_preset("t4-x4")
     uuid = sim.inventory().gpu(3).uuid
-    sim.set_health_readings(3, retired_pages_pending=True, retired_pages_sbe=50, retired_pages_dbe=10)
+    sim.set_health_readings(3, retired_pages_pending=True, retired_pages_sbe=53, retired_pages_dbe=10)
     sim.reset_gpu(3)
     assert instant(sim.health_readings(uuid)) == ("retired-pages-limit",)
     burn_in = sim.burn_in(3)

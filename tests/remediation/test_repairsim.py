@@ -92,9 +92,9 @@ ROUND_TRIP = ["quarantined", "drained", "reset", "burn-in", "burn-in", "healthy"
 
 def test_retired_pages_follow_each_probes_resolution_through_the_real_command() -> None:
     """`gpuchain sim run gpu-retired-pages -o json`, the command as a user runs it, on T4 nodes:
-    a pending retirement needs a reset (GPU 1 goes round and comes back), 60 retired pages need
+    a pending retirement needs a reset (GPU 1 goes round and comes back), 63 retired pages need
     nothing a repair can do (GPU 2 is reported and keeps its pod), and a pending retirement that
-    reaches 60 (GPU 3) is reset, burned in and given back: its count stays at the limit (kept in
+    reaches 63 (GPU 3) is reset, burned in and given back: its count stays at the limit (kept in
     the InfoROM: no reset or reboot lowers it), which the burn-in reports but does not fail on, so
     GPU 3 ends as GPU 2 does, reported and serving, and the node is not tainted."""
     done = subprocess.run(

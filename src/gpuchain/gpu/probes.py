@@ -16,9 +16,11 @@ NVML reports some conditions only as readings, which ``GpuBackend.health_reading
   UINT_MAX), which are what DCGM's health check judges.
 
 ``ProbeState.check`` turns one GPU's readings into tripped probes; each probe has a resolution,
-as an XID has. The limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c:
-``DCGM_LIMIT_MAX_RETIRED_PAGES`` 60, ``DCGM_LIMIT_MAX_LWLINK_ERROR`` 1,
-``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR`` 100 per second). NVLink5 is judged as DCGM 4.6 judges it
+as an XID has. The limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c and
+72fa3fea: ``DCGM_LIMIT_MAX_RETIRED_PAGES`` 63, "updated to match the field diag", judged as
+DcgmHealthWatch.cpp ``MonitorMemSbeDbeRetiredPages`` does: single- plus double-bit retirements, 63
+or more fail; ``DCGM_LIMIT_MAX_NVLINK_ERROR`` 1, ``DCGM_LIMIT_MAX_NVLINK_CRC_ERROR`` 100 per
+second). NVLink5 is judged as DCGM 4.6 judges it
 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp @ 72fa3fea, ``MonitorNVLink5Fields`` and
 ``MonitorNVLinkErrorFields``): any rise of a link-recovery, symbol, effective, receive or
 link-integrity error counter fails (``DCGM_LIMIT_MAX_NVLINK_ERROR`` 1); an effective BER worse than
@@ -200,7 +202,7 @@ def burn_in_verdict(tripped: Iterable[str]) -> tuple[bool, str]:
 class ProbeLimits:
     """When counters trip a probe; the defaults are DCGM's (see the module docstring)."""
 
-    retired_pages: int = 60
+    retired_pages: int = 63
     nvlink_errors: int = 1
     """Replay or recovery errors (NVLink5: recovery events or any error counter) on one link between
     two readings."""
