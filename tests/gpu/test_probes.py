@@ -2,7 +2,7 @@
 read through the backend port (the NVML adapter over the fake pynvml, and the simulator), turned
 into probes by pure rules, published by gpu-health and acted on by the repair loop.
 
-Limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c): 60 retired pages,
+Limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c and 72fa3fea): 63 retired pages,
 1 NVLink replay/recovery error, 100 CRC errors per second. NVML calls and their constants are
 pynvml's (nvmlDeviceGetRetiredPages(handle, cause), nvmlDeviceGetRetiredPagesPendingStatus,
 nvmlDeviceGetNvLinkErrorCounter(handle, link, NVML_NVLINK_ERROR_DL_*)).
@@ -24,6 +24,7 @@ from gpuchain.gpu.probes import (
     NvLinkCounters,
     ProbeLimits,
     ProbeState,
+    dbe_rate_trips,
     instant,
     nvlink_trips,
     probe_resolution,
@@ -45,8 +46,13 @@ def links(*counts: tuple[int, int, int, int]) -> tuple[NvLinkCounters, ...]:
 def test_instant_probes() -> None:
     assert instant(HealthReadings("g")) == ()
     assert instant(HealthReadings("g", retired_pages_pending=True)) == ("retired-pages-pending",)
-    assert instant(HealthReadings("g", retired_pages_sbe=59)) == ()
-    assert instant(HealthReadings("g", retired_pages_sbe=40, retired_pages_dbe=20)) == ("retired-pages-limit",)
+    # DCGM's own cases (modules/health/tests/DcgmHealthWatchTests.cpp @ 72fa3fea,
+    # MonitorMemSbeDbeRetiredPages): 30 + 30 passes, 30 + 33 (the limit) and 40 + 30 fail
+    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=30)) == ()
+    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=33)) == ("retired-pages-limit",)
+    assert instant(HealthReadings("g", retired_pages_sbe=40, retired_pages_dbe=30)) == ("retired-pages-limit",)
+    assert instant(HealthReadings("g", retired_pages_sbe=62)) == ()
+    assert ProbeLimits().retired_pages == 63  # DCGM_LIMIT_MAX_RETIRED_PAGES
     assert instant(HealthReadings("g", retired_pages_dbe=5), ProbeLimits(retired_pages=5)) == ("retired-pages-limit",)
 
 
@@ -175,7 +181,7 @@ def test_gpu_health_publishes_each_input_with_its_resolution(h100_sim: SimBacken
     gpu = {i: h100_sim.inventory().gpu(i).uuid for i in range(4)}
     h100_sim.set_health_readings(1, retired_pages_pending=True)
     h100_sim.add_nvlink_errors(2, link=3, recovery=1)
-    h100_sim.set_health_readings(3, retired_pages_sbe=61)
+    h100_sim.set_health_readings(3, retired_pages_sbe=63)
     clock.t += 30
     publisher.publish()
     node = cluster.get(NODE, "n0")
@@ -185,3 +191,61 @@ def test_gpu_health_publishes_each_input_with_its_resolution(h100_sim: SimBacken
     assert faults[gpu[3]].probes == ("retired-pages-limit",) and not needs_repair(faults[gpu[3]])
     assert faults[gpu[3]].harmless  # reported for a person: no eviction, no reset
     assert gpu[0] not in faults
+
+
+WEEK = 604800.0
+
+
+@pytest.mark.parametrize(
+    ("now", "week_ago", "trips"),
+    [
+        # DCGM's own cases (modules/health/tests/DcgmHealthWatchTests.cpp @ 72fa3fea,
+        # MonitorMemSbeDbeRetiredPages with DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT 15)
+        (20, 5, True),  # above the soft limit, 15 more within the week: DCGM_FR_RETIRED_PAGES_DBE_LIMIT
+        (20, 19, False),  # exactly one more within the week
+        (20, None, False),  # no sample a week old: no verdict
+        (15, 0, False),  # at the soft limit, not above it
+    ],
+)
+def test_dbe_retirements_past_the_soft_limit_trip_by_their_weekly_rise(
+    now: int, week_ago: int | None, trips: bool
+) -> None:
+    assert dbe_rate_trips(now, week_ago) is trips
+    state = ProbeState()
+    if week_ago is not None:
+        state.check(HealthReadings("g", retired_pages_dbe=week_ago), 0.0)
+    found = state.check(HealthReadings("g", retired_pages_dbe=now), WEEK)
+    assert ("retired-pages-dbe-rate" in found) is trips
+
+
+def test_the_dbe_rate_compares_with_the_count_a_week_earlier_and_survives_a_reset() -> None:
+    state = ProbeState()
+    assert state.check(HealthReadings("g", retired_pages_dbe=10), 0.0) == ()
+    assert state.check(HealthReadings("g", retired_pages_dbe=16), 1000.0) == ()  # under a week of history
+    state.reset("g", 2000.0)  # the count lives in the InfoROM: the history stays
+    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK) == ("retired-pages-dbe-rate",)  # 17 - 10
+    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK + 999.0) == ("retired-pages-dbe-rate",)
+    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK + 1000.0) == ()  # 17 - 16: one in the week
+    assert state.dbe_history["g"] == [(1000.0, 16), (WEEK, 17)]  # older changes are dropped
+    state.forget("g")
+    assert "g" not in state.dbe_history
+    assert probe_resolution("retired-pages-dbe-rate") is Resolution.NONE
+
+
+def test_gpu_health_publishes_the_dbe_rate_a_week_on_as_a_fault_the_loop_leaves_alone() -> None:
+    """A T4 (page retirement is reported before Ampere) through the NVML adapter over the fake pynvml,
+    published by the real publisher: 20 double-bit retirements, 5 of them a week earlier (DCGM's
+    failing case above)."""
+    t4 = SimBackend.from_preset("t4-x4")
+    cluster = MemoryCluster([node_object("n0")])
+    clock = Clock()
+    publisher = GpuHealthPublisher(nvml_over(t4), cluster, "n0", clock=clock)
+    t4.set_health_readings(1, retired_pages_dbe=5)
+    publisher.publish()
+    t4.set_health_readings(1, retired_pages_dbe=20)
+    clock.t += WEEK
+    publisher.publish()
+    faults = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+    (fault,) = faults.values()
+    assert fault.probes == ("retired-pages-dbe-rate",) and fault.action is Resolution.NONE
+    assert not needs_repair(fault) and fault.gpu == t4.inventory().gpu(1).uuid

@@ -40,3 +40,21 @@ def test_a_gpu_without_counter_probes_starts_clean_after_a_reset_and_forget_drop
     tripped = tripped_then_reset()
     tripped.forget("g")  # the GPU left
     assert tripped.check(reading(0), 50.0) == ()
+
+
+def test_a_second_reset_before_the_comparison_keeps_the_probe_unverified() -> None:
+    """NvmlBackend reports a lost GPU twice ("GPU answers again", then "GPU reset"): the second
+    reset brings no reading, so the probe the first one left unverified must stay (review of
+    2026-12-03, /tmp/review-18/probe_reset.py)."""
+    state = tripped_then_reset()
+    state.reset("g", 40.1)
+    assert state.check(reading(0), 50.0) == ("nvlink-recovery",)
+    assert state.check(reading(0), 80.0) == ()
+
+
+def test_a_reset_between_baseline_and_comparison_keeps_the_probe_too() -> None:
+    state = tripped_then_reset()
+    assert state.check(reading(0), 50.0) == ("nvlink-recovery",)
+    state.reset("g", 60.0)
+    assert state.check(reading(0), 70.0) == ("nvlink-recovery",)  # a new baseline, still no evidence
+    assert state.check(reading(2), 90.0) == ("nvlink-recovery",)  # and the link failed again

@@ -83,6 +83,20 @@ def test_happy_path_waits_for_the_pods_then_resets_burns_in_and_readmits_once_he
     assert rec.repairs == (100.0,)
 
 
+def test_a_passed_burn_in_readmits_at_once_when_what_is_left_needs_no_repair() -> None:
+    """gpu-retired-pages' GPU 3: the reset activated the pending retirement and the count now sits at
+    DCGM's limit (resolution none, kept in the InfoROM): the GPU is given back at once, as a GPU in
+    that state that never entered the loop keeps serving, not held for the settle period."""
+    pending = Fault(U, U, probes=("retired-pages-pending", "retired-pages-limit"), covers=(U,))
+    limit = Fault(U, U, probes=("retired-pages-limit",), covers=(U,))
+    rec, work = run(GpuRecord(U, 3), pending)
+    assert work == [Work.RESET, Work.BURN_IN] and rec.stage is Stage.BURN_IN and rec.passed
+    rec, work = run(rec, limit, now=101)
+    assert rec.stage is Stage.HEALTHY and work == [] and rec.timeline[-1].note == "re-admitted"
+    rec, work = run(rec, limit, now=102)
+    assert rec.stage is Stage.HEALTHY and work == []  # and it stays: nothing to repair
+
+
 @pytest.mark.parametrize(
     "fault",
     [
@@ -203,9 +217,10 @@ def test_a_node_that_runs_the_loop_is_tainted_only_once_its_loop_asks_for_a_rebo
 
 
 def test_a_reboot_the_loop_asked_for_taints_even_when_the_fault_left_needs_nothing() -> None:
-    """gpu-retired-pages' GPU 3: the reset activated the pending retirement, the burn-in found the
-    count at DCGM's limit (a probe whose resolution is none) and asked for a reboot: the node is
-    tainted for it. Without the reboot request the same fault is only reported."""
+    """A GPU whose reset activated a pending retirement that reached DCGM's limit (a probe whose
+    resolution is none) and whose burn-in then failed on something a repair is for (its memory
+    test, say) asked for a reboot: the node is tainted for it. Without the reboot request the same
+    fault is only reported."""
     limit = Fault(U, U, probes=("retired-pages-limit",), covers=(U,))
     healthy = [node_object(f"ok-{i}") for i in range(9)]
     for loop, expected in (({U: GpuRecord(U, 3, Stage.REBOOT)}, [("n", "reboot-node")]), ({}, []), (None, [])):

@@ -135,12 +135,42 @@ def test_an_annotation_from_before_the_verdict_is_judged_by_the_shipped_table(
     assert _taint(cluster) == taint
 
 
-def test_a_verdict_that_is_not_a_resolution_is_reported_not_acted_on() -> None:
+@pytest.mark.parametrize(
+    ("annotation", "taint"),
+    [
+        ('{"GPU-0":{"gpu":"GPU-0","xids":[79],"resolution":"maybe"}}', "reboot-node"),  # RESTART_BM
+        ('{"GPU-0":{"gpu":"GPU-0","xids":[],"lost":true,"resolution":"drain-and-reset"}}', "reboot-node"),
+        ('{"GPU-0":{"gpu":"GPU-0","xids":[48],"resolution":3}}', "reset-gpu"),
+        ('{"GPU-0":{"gpu":"GPU-0","xids":[43],"resolution":"maybe"}}', None),  # NVIDIA's IGNORE
+    ],
+)
+def test_a_verdict_this_version_does_not_know_is_judged_by_the_shipped_table_and_named(
+    annotation: str, taint: str | None
+) -> None:
+    """A newer gpu-health during a rolling upgrade may publish a resolution this remediator does
+    not know: that fault falls back to the shipped table, a lost GPU included, instead of the whole
+    node being held as a bad annotation; the unknown value is named in what the action reports
+    (review of 2026-12-03)."""
+    (fault,) = decode_faults(annotation).values()
+    assert fault.resolution is None and fault.unknown_resolution
+    assert f"published resolution {fault.unknown_resolution!r} is unknown" in fault.summary()
     node = node_object("n0")
-    node["metadata"]["annotations"] = {FAULTS_ANNOTATION: '{"GPU-0":{"gpu":"GPU-0","xids":[79],"resolution":"maybe"}}'}
+    node["metadata"]["annotations"] = {FAULTS_ANNOTATION: annotation}
     node["status"]["conditions"].append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
     cluster = MemoryCluster([node, *(node_object(f"peer-{i}") for i in range(3))])
     report = Remediator(cluster, Policy(), "gpuchain", verify_node_writes=False).run_once()
-    assert report.outcomes == ()
-    (held,) = report.held
-    assert held.why is HoldReason.BAD_ANNOTATION and "GPU-0" in held.detail and "maybe" in held.detail
+    assert [h.why for h in report.held if h.why is HoldReason.BAD_ANNOTATION] == []
+    assert [o.action.kind for o in report.outcomes] == ([ActionKind.TAINT] if taint else [])
+    assert _taint(cluster) == taint
+    if taint:
+        assert f"{fault.unknown_resolution!r} is unknown to this gpuchain" in report.outcomes[0].action.message
+
+
+def test_a_resolution_of_the_wrong_shape_is_still_named_and_a_known_one_round_trips() -> None:
+    (odd,) = decode_faults('{"GPU-0":{"gpu":"GPU-0","xids":[48],"resolution":["reset-gpu"]}}').values()
+    assert odd.unknown_resolution == "['reset-gpu']" and odd.action is Resolution.RESET_GPU
+    text = '{"GPU-0":{"gpu":"GPU-0","resolution":"maybe","xids":[48]}}'
+    (kept,) = decode_faults(text).values()
+    assert kept.to_json()["resolution"] == "maybe"  # written back as the node published it
+    (known,) = decode_faults('{"GPU-0":{"gpu":"GPU-0","resolution":"none","xids":[48]}}').values()
+    assert known.resolution is Resolution.NONE and known.unknown_resolution == ""

@@ -48,7 +48,7 @@ from gpuchain.gpu.model import (
     Telemetry,
     TopologyLevel,
 )
-from gpuchain.gpu.probes import PROBES, Ber, HealthReadings, NvLinkCounters, instant
+from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant
 from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
@@ -486,8 +486,9 @@ class NvmlBackend(GpuBackend):
     def burn_in(self, gpu_index: int) -> BurnIn:
         """Check one GPU after its reset before it takes work again.
 
-        NVML first: the GPU answers, its health readings trip no probe (gpu.probes: no row remap
-        failed or pending, no page retirement pending, retired pages under DCGM's limit), and on
+        NVML first: the GPU answers, its health readings trip no probe a repair is for
+        (``gpu.probes.burn_in_verdict``: no row remap failed or pending, no page retirement
+        pending; retired pages at DCGM's limit, which no repair lowers, are reported), and on
         Hopper-or-later NVSwitch systems it has rejoined the NVLink fabric (waited for up to
         ``fabric_wait_s``). Then, unless NVML found a fault or the GPU is in MIG mode (CUDA then
         runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel and memory
@@ -519,8 +520,8 @@ class NvmlBackend(GpuBackend):
             if not supported:
                 skipped[name] = "not supported by this GPU"
                 continue
-            found = "; ".join(PROBES[p] for p in probes if p in tripped)
-            checks.append(BurnInCheck(name, not found, found))
+            passed, detail = burn_in_verdict(p for p in probes if p in tripped)
+            checks.append(BurnInCheck(name, passed, detail))
         fabric = self._fabric(h, config.fabric_wait_s)
         if isinstance(fabric, str):
             skipped["fabric"] = fabric

@@ -16,9 +16,15 @@ NVML reports some conditions only as readings, which ``GpuBackend.health_reading
   UINT_MAX), which are what DCGM's health check judges.
 
 ``ProbeState.check`` turns one GPU's readings into tripped probes; each probe has a resolution,
-as an XID has. The limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c:
-``DCGM_LIMIT_MAX_RETIRED_PAGES`` 60, ``DCGM_LIMIT_MAX_LWLINK_ERROR`` 1,
-``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR`` 100 per second). NVLink5 is judged as DCGM 4.6 judges it
+as an XID has. The limits are DCGM's (NVIDIA/DCGM common/DcgmGPUHardwareLimits.h @ 28bfbd4c and
+72fa3fea: ``DCGM_LIMIT_MAX_RETIRED_PAGES`` 63, "updated to match the field diag", judged as
+DcgmHealthWatch.cpp ``MonitorMemSbeDbeRetiredPages`` does: single- plus double-bit retirements, 63
+or more fail; ``DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT`` 15: more than 15 pages retired for
+double-bit errors and more than one more of them than a week earlier fail (DCGM_FR_RETIRED_PAGES_DBE_LIMIT);
+``DCGM_LIMIT_MAX_NVLINK_ERROR`` 1, ``DCGM_LIMIT_MAX_NVLINK_CRC_ERROR`` 100 per second). DCGM rates
+both retired-page failures ``DCGM_ERROR_ISOLATE`` with the next step "Run a field diagnostic on the
+GPU." (dcgmlib/src/dcgm_errors.c, dcgm_errors.h): nothing a reset or reboot lowers, so gpuchain
+reports them (resolution none) for a person. NVLink5 is judged as DCGM 4.6 judges it
 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp @ 72fa3fea, ``MonitorNVLink5Fields`` and
 ``MonitorNVLinkErrorFields``): any rise of a link-recovery, symbol, effective, receive or
 link-integrity error counter fails (``DCGM_LIMIT_MAX_NVLINK_ERROR`` 1); an effective BER worse than
@@ -31,7 +37,7 @@ errors is one fault, not a condition that flaps every pass.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuchain.gpu.xid import Resolution
@@ -158,6 +164,9 @@ PROBE_TABLE: Mapping[str, Probe] = {
     "row-remap-pending": Probe("row remapping pending (a GPU reset activates it)", Resolution.RESET_GPU),
     "retired-pages-pending": Probe("page retirement pending (a GPU reset activates it)", Resolution.RESET_GPU),
     "retired-pages-limit": Probe("retired pages at DCGM's limit (an RMA candidate)", Resolution.NONE),
+    "retired-pages-dbe-rate": Probe(
+        "pages still being retired for double-bit errors past DCGM's limit (an RMA candidate)", Resolution.NONE
+    ),
     "nvlink-recovery": Probe("NVLink recovery errors (a link went down and retrained)", Resolution.RESET_GPU),
     "nvlink-errors": Probe(
         "NVLink replay, CRC, symbol, packet or link-integrity errors above DCGM's limits", Resolution.NONE
@@ -178,11 +187,36 @@ def probe_resolution(name: str) -> Resolution:
     return found.resolution if found is not None else Resolution.RESET_GPU
 
 
+def burn_in_verdict(tripped: Iterable[str]) -> tuple[bool, str]:
+    """Whether a burn-in check passes on the probes a GPU trips after its repair, and what it reports.
+
+    A burn-in asks whether the repair worked, so only probes a repair is for (resolution reset or
+    reboot) fail it. A probe whose resolution is none stays after any repair: retired pages at
+    DCGM's limit are a count kept in the InfoROM, which neither a reset nor a reboot lowers. Failing
+    on it would turn a GPU that serves like its untouched neighbour into a reboot request and then
+    a failed GPU; it is named in the detail instead, and gpu-health keeps publishing it. Both
+    backends' burn-ins judge through this one rule."""
+    names = tuple(dict.fromkeys(tripped))
+    failing = [PROBES.get(n, n) for n in names if probe_resolution(n).repairs]
+    reported = [PROBES.get(n, n) for n in names if not probe_resolution(n).repairs]
+    detail = "; ".join(failing)
+    if reported:
+        detail = "; ".join(filter(None, (detail, "needs no repair: " + "; ".join(reported))))
+    return not failing, detail
+
+
 @dataclass(frozen=True)
 class ProbeLimits:
     """When counters trip a probe; the defaults are DCGM's (see the module docstring)."""
 
-    retired_pages: int = 60
+    retired_pages: int = 63
+    retired_pages_dbe: int = 15
+    """Pages retired for double-bit errors above which their weekly rise is judged
+    (``DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT``)."""
+    dbe_pages_per_window: int = 1
+    """More double-bit retirements than this within ``dbe_window_s`` trip ``retired-pages-dbe-rate``."""
+    dbe_window_s: float = 604800.0
+    """DCGM compares with the count a week earlier."""
     nvlink_errors: int = 1
     """Replay or recovery errors (NVLink5: recovery events or any error counter) on one link between
     two readings."""
@@ -276,6 +310,14 @@ def nvlink_trips(
     return (*(("nvlink-recovery",) if recovery else ()), *(("nvlink-errors",) if errors else ()))
 
 
+def dbe_rate_trips(dbe: int, week_ago: int | None, limits: ProbeLimits | None = None) -> bool:
+    """DCGM's rule (``MonitorMemSbeDbeRetiredPages``): more pages retired for double-bit errors than
+    the soft limit, and more than one more of them than a week earlier. Without a count from a week
+    earlier (DCGM: a blank sample) there is no verdict."""
+    limits = limits or ProbeLimits()
+    return dbe > limits.retired_pages_dbe and week_ago is not None and dbe - week_ago > limits.dbe_pages_per_window
+
+
 def _rise(before: int | None, after: int | None) -> int:
     if before is None or after is None or after < before:
         return 0
@@ -292,10 +334,17 @@ class ProbeState:
     unverified: dict[str, frozenset[str]] = field(default_factory=dict)
     """GPU UUID -> the counter probes it had when it was reset, kept until two readings after the
     reset were compared (``reset``)."""
+    dbe_history: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """GPU UUID -> (when, count) of its double-bit page retirements: the first reading and each
+    change, back to the last one older than ``dbe_window_s`` (the count a window earlier). Kept
+    across a reset (the count lives in the InfoROM); lost when gpu-health restarts, after which
+    ``retired-pages-dbe-rate`` has no verdict for a window, as DCGM has none without a week-old
+    sample."""
 
     def check(self, readings: HealthReadings, now: float) -> tuple[str, ...]:
-        """The probes this GPU trips now: the instant ones, counter probes within ``hold_s`` of
-        their last increase, and those a reset has not yet been shown to cure."""
+        """The probes this GPU trips now: the instant ones, the double-bit retirements' rise over
+        the window, counter probes within ``hold_s`` of their last increase, and those a reset has
+        not yet been shown to cure."""
         uuid = readings.uuid
         previous = self.last.get(uuid)
         if previous is not None:
@@ -303,27 +352,47 @@ class ProbeState:
                 self.tripped_at[(uuid, name)] = now
             self.unverified.pop(uuid, None)
         self.last[uuid] = (now, readings)
+        dbe = readings.retired_pages_dbe
+        rate = ("retired-pages-dbe-rate",) if dbe is not None and self._dbe_rate(uuid, dbe, now) else ()
         unverified = self.unverified.get(uuid, frozenset())
         held = tuple(
             name
             for name in ("nvlink-recovery", "nvlink-errors")
             if now - self.tripped_at.get((uuid, name), float("-inf")) < self.limits.hold_s or name in unverified
         )
-        return (*instant(readings, self.limits), *nvlink_ber(readings), *held)
+        return (*instant(readings, self.limits), *rate, *nvlink_ber(readings), *held)
+
+    def _dbe_rate(self, uuid: str, dbe: int, now: float) -> bool:
+        """Record this double-bit retirement count and judge it against the one a window earlier."""
+        history = self.dbe_history.setdefault(uuid, [])
+        if not history or history[-1][1] != dbe:
+            history.append((now, dbe))
+        cutoff = now - self.limits.dbe_window_s
+        older = [i for i, (at, _) in enumerate(history) if at <= cutoff]
+        if older:
+            del history[: older[-1]]
+        week_ago = history[0][1] if history[0][0] <= cutoff else None
+        return dbe_rate_trips(dbe, week_ago, self.limits)
 
     def reset(self, uuid: str, now: float) -> None:
         """The GPU was reset: its counters start afresh, so its history goes. The counter probes it
         had stay until a reading after the reset was compared with the next one: the first reading
-        is only a baseline, and a link that keeps failing must not look cured on no evidence."""
-        held = frozenset(
+        is only a baseline, and a link that keeps failing must not look cured on no evidence. A second
+        reset before that comparison (NvmlBackend reports a lost GPU's return and then its reset) keeps
+        what the first one left unverified: it brings no evidence either."""
+        held = self.unverified.get(uuid, frozenset()) | frozenset(
             name for (u, name), at in self.tripped_at.items() if u == uuid and now - at < self.limits.hold_s
         )
+        dbe = self.dbe_history.get(uuid)
         self.forget(uuid)
         if held:
             self.unverified[uuid] = held
+        if dbe is not None:  # retired pages survive a reset
+            self.dbe_history[uuid] = dbe
 
     def forget(self, uuid: str) -> None:
         """A GPU left: its counter history goes with it."""
         self.last.pop(uuid, None)
         self.tripped_at = {k: v for k, v in self.tripped_at.items() if k[0] != uuid}
         self.unverified.pop(uuid, None)
+        self.dbe_history.pop(uuid, None)

@@ -33,7 +33,7 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
-from gpuchain.gpu.probes import BER_ZERO, PROBES, Ber, HealthReadings, NvLinkCounters, instant, nvlink5
+from gpuchain.gpu.probes import BER_ZERO, Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant, nvlink5
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
@@ -538,7 +538,8 @@ class SimBackend(GpuBackend):
             self._resolve(gpu_index, include_lost=True)[0].burn_in_failures[check] = times
 
     def burn_in(self, gpu_index: int) -> BurnIn:
-        """The checks a real burn-in runs, modelled: NVML answers and its health readings trip no probe,
+        """The checks a real burn-in runs, modelled: NVML answers and its health readings trip no probe
+        a repair is for (``gpu.probes.burn_in_verdict``, as NvmlBackend judges them),
         a CUDA kernel runs, the memory test passes, a Hopper-or-later NVSwitch GPU is back in the
         NVLink fabric, DCGM's diagnostic passes where the node has DCGM, unless ``fail_burn_in``
         said otherwise. As on hardware, nothing runs on a GPU NVML found at fault."""
@@ -553,15 +554,15 @@ class SimBackend(GpuBackend):
                     skipped[name] = why_not
                     continue
                 left = state.burn_in_failures.get(name, 0)
-                detail = ""
+                passed, detail = True, ""
                 if name == "nvml" and state.lost:
-                    detail = "GPU does not answer"
+                    passed, detail = False, "GPU does not answer"
                 elif name == "nvml":
-                    detail = "; ".join(PROBES[p] for p in instant(self.health_readings(state.spec.uuid)))
+                    passed, detail = burn_in_verdict(instant(self.health_readings(state.spec.uuid)))
                 elif left:
                     state.burn_in_failures[name] = left - 1 if left > 0 else left
-                    detail = BURN_IN_FAILURES[name]
-                checks.append(BurnInCheck(name, not detail, detail))
+                    passed, detail = False, BURN_IN_FAILURES[name]
+                checks.append(BurnInCheck(name, passed, detail))
         checks.sort(key=lambda c: BURN_IN_CHECKS.index(c.name))
         return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
 

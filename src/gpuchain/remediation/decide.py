@@ -237,8 +237,8 @@ def _remediate(
 ) -> tuple[list[Action], list[Held]]:
     if view.error:
         return [], [Held(view.name, HoldReason.BAD_ANNOTATION, view.error)]
-    # a GPU whose loop asked for a reboot needs it whatever its fault says now (a burn-in failed
-    # on a count a reset cannot lower, e.g. retired pages at DCGM's limit)
+    # a GPU whose loop asked for a reboot needs it whatever its fault says now (its burn-in failed
+    # after the reset, while the fault left is one that needs nothing, e.g. retired pages at DCGM's limit)
     reboot = {u for u, s in (stages or {}).items() if s is Stage.REBOOT}
     faults = [f for f in view.faults.values() if not f.harmless or f.gpu in reboot]
     if not view.faults:

@@ -17,7 +17,8 @@ while the node's other GPUs keep serving::
 - reset: the backend's reset of that GPU (``GpuBackend.reset_gpu``), not while the remediator's
   breaker is open;
 - burn-in: ``GpuBackend.burn_in``; once it passed, the GPU is healthy again when its health agrees
-  (the quiet period after the reset's recovery event);
+  (the quiet period after the reset's recovery event), or at once when what is left needs no
+  repair (retired pages at DCGM's limit: no reset or reboot lowers them);
 - reboot-requested: a reset or burn-in failed, or the GPU was repaired too often within the
   window. The node gets the ``gpuchain.io/reboot-requested`` annotation a reboot daemon acts on,
   a ``GPURebootRequired`` condition, and the remediator's taint; all of it only while the breaker
@@ -227,7 +228,9 @@ def _advance_once(
     if stage is Stage.BURN_IN:
         if not rec.passed:
             return _wait(rec, "running the burn-in"), Work.BURN_IN
-        if fault is None:
+        if not needs_repair(fault, policy.xid_resolutions):
+            # Cleared, or left with what no repair changes (retired pages at DCGM's limit): a GPU
+            # in that state that never entered the loop serves, so this one does too.
             return _to(
                 replace(rec, attempts=0, passed=False, boot_id=""), Stage.HEALTHY, now, policy, "re-admitted"
             ), None

@@ -63,7 +63,12 @@ class Fault:
     resolution: Resolution | None = None
     """What the node's publisher computed with the node's own XID table (``gpu-health
     --xid-resolution`` overrides and thresholds); None in annotations written before nodes
-    published it, and in faults built without a node."""
+    published it, in faults built without a node, and when the value is not one this version knows."""
+    unknown_resolution: str = ""
+    """A published resolution this version does not know (a newer gpu-health during a rolling
+    upgrade): the fault is judged by the shipped table instead, and its summary, which Events and
+    the remediator's report carry, says so. One fault's unreadable verdict is no reason to leave the
+    whole node alone, a lost GPU included."""
 
     def needs(self, table: XidTable | None = None) -> Resolution:
         """The most disruptive resolution any of its evidence asks for, by the XID table (``table``:
@@ -97,7 +102,13 @@ class Fault:
         parts.extend(PROBES.get(p, p) for p in self.probes)
         if self.lost:
             parts.append("lost (not answering)")
-        return f"{self.uuid}: {', '.join(parts) or 'unhealthy'}"
+        unknown = (
+            f" (published resolution {self.unknown_resolution!r} is unknown to this gpuchain: judged as "
+            f"{self.action.value} by its own table)"
+            if self.unknown_resolution
+            else ""
+        )
+        return f"{self.uuid}: {', '.join(parts) or 'unhealthy'}{unknown}"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"gpu": self.gpu, "xids": list(self.xids)}
@@ -111,6 +122,8 @@ class Fault:
             data["repeated"] = list(self.repeated)
         if self.resolution is not None:
             data["resolution"] = self.resolution.value
+        elif self.unknown_resolution:
+            data["resolution"] = self.unknown_resolution  # written back as the node published it
         return data
 
 
@@ -120,10 +133,14 @@ def encode_faults(faults: Mapping[str, Fault]) -> str:
     return json.dumps({u: f.to_json() for u, f in sorted(faults.items())}, sort_keys=True, separators=(",", ":"))
 
 
+_RESOLUTIONS = frozenset(r.value for r in Resolution)
+
+
 def decode_faults(text: str | None) -> dict[str, Fault]:
     """Parse the faults annotation (absent or empty: no faults). An entry without ``resolution``
-    (written by a gpu-health from before nodes published their verdict) is judged by the shipped
-    XID table. Raises AnnotationError naming the key."""
+    (written by a gpu-health from before nodes published their verdict), or with one this version
+    does not know (``Fault.unknown_resolution``), is judged by the shipped XID table. Raises
+    AnnotationError naming the key for what is not the shape gpu-health writes."""
     data = load_annotation(FAULTS_ANNOTATION, text, {})
     faults: dict[str, Fault] = {}
     for uuid, item in data.items():
@@ -135,7 +152,8 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
             probes = tuple(str(p) for p in item.get("probes", ()))
             repeated = tuple(int(x) for x in item.get("repeated", ()))
             verdict = item.get("resolution")
-            resolution = None if verdict is None else Resolution(str(verdict))
+            resolution = Resolution(verdict) if isinstance(verdict, str) and verdict in _RESOLUTIONS else None
+            unknown = "" if verdict is None or resolution is not None else str(verdict)
             faults[uuid] = Fault(
                 uuid,
                 str(item.get("gpu", uuid)),
@@ -145,6 +163,7 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
                 probes,
                 repeated,
                 resolution,
+                unknown,
             )
         except (TypeError, ValueError) as exc:
             raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None

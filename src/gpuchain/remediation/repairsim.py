@@ -19,10 +19,11 @@ Events, the node's taints and annotations, and the faults still published at the
 - ``gpu-retired-pages``: four nodes of four Tesla T4 (pre-Ampere GPUs retire pages instead of
   remapping rows). On node-0, GPU 1 has a page retirement pending (one page retired for a
   double-bit ECC error): a reset activates it, so it goes round the loop and comes back with its
-  count unchanged. GPU 2 has 60 retired pages, DCGM's limit, nothing pending: an RMA candidate,
+  count unchanged. GPU 2 has 63 retired pages, DCGM's limit, nothing pending: an RMA candidate,
   reported (GPUHealthy=False) and left serving. GPU 3 has a retirement pending that brings it to
-  60: the reset activates it, the burn-in finds the count still at the limit and fails, and a
-  reboot is requested.
+  63: the reset activates it, and the burn-in reports the count at the limit without failing on it
+  (no reset or reboot lowers it), so GPU 3 comes back and ends as GPU 2 does: reported, serving,
+  the node untainted.
 - ``gpu-nvlink-errors``: on node-0, GPU 0's NVLink 14 already counts 505 link recoveries, and 3
   more come in: NVLink recovery errors need a reset, so it goes round the loop and comes back.
   GPU 5 sees replay errors and CRC errors above DCGM's rate on link 2: reported, left serving.
@@ -144,11 +145,11 @@ def _gpu_reset_storm(sim: SimCluster) -> None:
 def _retired_pages(sim: SimCluster) -> None:
     """Page retirement as NVIDIA's Dynamic Page Retirement guide describes it: the count goes up
     when the page is retired and the page waits ("Pending Page Blacklist") for the GPU to be
-    initialized again. DCGM's limit is 60 retired pages (``gpu.probes``)."""
+    initialized again. DCGM's limit is 63 retired pages (``gpu.probes``)."""
     gpus = sim.backends[FAULT_NODE]
     gpus.set_health_readings(1, retired_pages_pending=True, retired_pages_dbe=1)
-    gpus.set_health_readings(2, retired_pages_sbe=52, retired_pages_dbe=8)
-    gpus.set_health_readings(3, retired_pages_pending=True, retired_pages_sbe=50, retired_pages_dbe=10)
+    gpus.set_health_readings(2, retired_pages_sbe=55, retired_pages_dbe=8)
+    gpus.set_health_readings(3, retired_pages_pending=True, retired_pages_sbe=53, retired_pages_dbe=10)
 
 
 NVLINK_GPU, NVLINK_LINK = 0, 14
