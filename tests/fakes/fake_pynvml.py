@@ -137,6 +137,8 @@ class FakeNvml(types.ModuleType):
         self.inits = 0
         """nvmlInit calls that succeeded, ever (to check a release shuts down each one)."""
         self.calls: list[str] = []
+        self.stale: list[str] = []
+        """NVML calls made on an event set already freed (use after free, double free)."""
         self._lock = threading.Lock()
         self._event_sets: list[_EventSet] = []
         self._opaque: dict[int, GiHandle | CiHandle] = {}
@@ -769,19 +771,22 @@ class FakeNvml(types.ModuleType):
         self.sim.add_listener(es.on_event)
         return es
 
-    def _live(self, es: _EventSet) -> None:
-        if es.freed:  # a set freed (or torn down with the library) is no longer a valid argument
+    def _live(self, es: _EventSet, name: str) -> None:
+        """A set freed (or torn down with the library) is no longer a valid argument. The real
+        library would read freed memory (or free it twice): each such call is kept in ``stale``."""
+        if es.freed:
+            self.stale.append(name)
             raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceRegisterEvents(self, handle: GpuHandle, mask: int, es: _EventSet) -> None:
         self._enter("nvmlDeviceRegisterEvents")
-        self._live(es)
+        self._live(es, "nvmlDeviceRegisterEvents")
         self._gpu(handle)
         es.registered[handle.uuid] = es.registered.get(handle.uuid, 0) | mask
 
     def nvmlEventSetWait(self, es: _EventSet, timeout_ms: int) -> Any:
         self._enter("nvmlEventSetWait")
-        self._live(es)
+        self._live(es, "nvmlEventSetWait")
         try:
             return es.pending.get(timeout=timeout_ms / 1000)
         except queue.Empty:
@@ -789,7 +794,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlEventSetFree(self, es: _EventSet) -> None:
         self._enter("nvmlEventSetFree")
-        self._live(es)
+        self._live(es, "nvmlEventSetFree")
         es.freed = True
         self.sim.remove_listener(es.on_event)
         with self._lock:

@@ -17,13 +17,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pynvml
 import pytest
 from fakes.fake_pynvml import FakeNvml
 
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, LibraryNotFoundError, ReleasedError
 from gpuchain.gpu.model import EventKind, HealthEvent
-from gpuchain.gpu.nvml import RELEASE_MARGIN_S, NvmlBackend
+from gpuchain.gpu.nvml import REARM_WAIT_S, RELEASE_MARGIN_S, NvmlBackend
 from gpuchain.gpu.sim import SimBackend
 
 pytestmark = pytest.mark.timeout(30)
@@ -387,6 +388,109 @@ async def test_a_watcher_that_does_not_let_go_is_logged_and_the_release_goes_on(
     await asyncio.to_thread(nvml.reacquire)
     h100_sim.inject_xid(4, 63)
     assert (await sub.first()).xid == 63
+    await sub.close()
+
+
+async def test_a_watcher_stuck_across_a_release_arms_a_new_event_set_when_its_call_returns(
+    h100_sim: SimBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watcher stuck in one NVML call longer than the release waits: the shutdown frees its event
+    set under it. Its call returns while ``reacquire`` waits: it must leave the freed set alone (no
+    more waits on it, no second free: in libnvidia-ml a use after free, then a double free) and arm
+    a new one, and ``reacquire`` must wait for that rather than trust its state from before the
+    release. (The review of the release code, repro /tmp/review-18/test_stale_watcher.py.)"""
+    fake = _StuckWait(h100_sim)
+    nvml = backend(fake)
+    sub = Collector(nvml)
+    await armed(fake, 8)
+    fake.stuck.set()
+    await asyncio.sleep(0.6)  # the watcher is inside a wait that will not return by itself
+    with caplog.at_level(logging.WARNING, logger="gpuchain.gpu.nvml"):
+        await asyncio.to_thread(nvml.release)
+        assert "1 event watcher(s)" in caplog.text and fake.event_sets == 0
+        fake.stuck.clear()
+        threading.Timer(0.5, fake.gate.set).start()  # its call returns while reacquire waits
+        started = time.monotonic()
+        await asyncio.to_thread(nvml.reacquire)
+        assert time.monotonic() - started >= 0.4  # it waited for the stuck watcher to arm again
+        assert [len(r) for r in fake.registered()] == [8]  # on a new event set
+        h100_sim.inject_xid(4, 63)
+        event = await sub.first()
+        assert (event.kind, event.xid) == (EventKind.XID, 63)
+        await asyncio.sleep(1.2)  # more than two event waits
+    assert "event wait failed" not in caplog.text and "has not registered" not in caplog.text
+    assert fake.stale == ["nvmlEventSetWait"]  # only the call stuck across the shutdown touched the freed set
+    assert sub.error is None
+    await sub.close()
+    await until(lambda: fake.event_sets == 0, "the closed stream frees its new event set")
+
+
+async def test_a_watcher_still_stuck_when_reacquire_gives_up_waiting_delivers_once_it_returns(
+    h100_sim: SimBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The review's repro as it ran: ``reacquire`` while the watcher is still stuck. It waits
+    REARM_WAIT_S for it, says so, and returns; once the stuck call returns the watcher arms again."""
+    fake = _StuckWait(h100_sim)
+    nvml = backend(fake)
+    sub = Collector(nvml)
+    await armed(fake, 8)
+    fake.stuck.set()
+    await asyncio.sleep(0.6)
+    with caplog.at_level(logging.WARNING, logger="gpuchain.gpu.nvml"):
+        await asyncio.to_thread(nvml.release)
+        started = time.monotonic()
+        await asyncio.to_thread(nvml.reacquire)
+        assert time.monotonic() - started >= REARM_WAIT_S - 0.5
+        assert "an event watcher has not registered its GPUs yet" in caplog.text
+        fake.stuck.clear()
+        fake.gate.set()
+        await armed(fake, 8)
+        h100_sim.inject_xid(4, 63)
+        assert (await sub.first()).xid == 63
+    assert "event wait failed" not in caplog.text
+    assert fake.stale == ["nvmlEventSetWait"]
+    await sub.close()
+
+
+class _ResetRequired(FakeNvml):
+    """A GPU a failed reset left behind: nvmlDeviceGetMemoryInfo answers NVML_ERROR_RESET_REQUIRED
+    (nvml.h: "The GPU requires a reset before it can be used again") for the UUID in ``broken``."""
+
+    broken: str | None = None
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        if self.broken is not None and getattr(handle, "uuid", None) == self.broken:
+            self._enter("nvmlDeviceGetMemoryInfo")
+            raise self._err(pynvml.NVML_ERROR_RESET_REQUIRED)
+        return super().nvmlDeviceGetMemoryInfo(handle)
+
+
+async def test_one_gpu_answering_an_error_after_reacquire_is_reported_lost_and_ends_no_stream(
+    h100_sim: SimBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a reset one GPU may answer an error that is not GPU_IS_LOST. Arming must not fail the
+    whole stream for it (consumers would then fail all 8 GPUs): the GPU is reported lost by the
+    probe, as a lost GPU would be, the other GPUs' events flow, and it is logged. (Review repro
+    /tmp/review-18/test_rearm.py.)"""
+    fake = _ResetRequired(h100_sim)
+    nvml = backend(fake)
+    uuid = {i: h100_sim.inventory().gpu(i).uuid for i in (3, 5)}
+    sub = Collector(nvml)
+    await armed(fake, 8)
+    await asyncio.to_thread(nvml.release)
+    fake.broken = uuid[3]
+    with caplog.at_level(logging.WARNING, logger="gpuchain.gpu.nvml"):
+        await asyncio.to_thread(nvml.reacquire)
+    assert f"GPU 3 ({uuid[3]}) is watched only in part" in caplog.text and "GPU requires restart" in caplog.text
+    await until(lambda: sub.events or sub.error, "the probe reports GPU 3")
+    assert sub.error is None
+    assert [(e.kind, e.gpu_uuid) for e in sub.events] == [(EventKind.GPU_LOST, uuid[3])]
+    h100_sim.inject_xid(5, 94)
+    await until(lambda: len(sub.events) == 2, "an XID of a sound GPU")
+    assert (sub.events[1].kind, sub.events[1].xid, sub.events[1].gpu_uuid) == (EventKind.XID, 94, uuid[5])
+    fake.broken = None
+    await until(lambda: len(sub.events) == 3, "GPU 3 answers again")
+    assert (sub.events[2].kind, sub.events[2].gpu_uuid, sub.error) == (EventKind.GPU_RECOVERED, uuid[3], None)
     await sub.close()
 
 

@@ -102,8 +102,10 @@ class _Watcher:
 
     holding: bool = False
     """It may hold NVML resources (an event set, handles): ``release`` waits until it lets go."""
-    armed: bool = False
-    """Its GPUs are registered on a live event set: ``reacquire`` waits until it is again."""
+    armed: int | None = None
+    """The release epoch in which its GPUs were registered on a live event set (None: not armed).
+    ``reacquire`` waits until it is armed in the current epoch: a watcher armed before a release
+    that it outlasted (stuck in the driver) still listens on the event set the shutdown freed."""
     done: bool = False
     """The thread has ended (the subscriber closed the stream, or it failed)."""
 
@@ -123,6 +125,9 @@ class _Armed:
     uuid_of: dict[Any, str]
     mig_by_ids: dict[tuple[str, int, int], str]
     uuids: tuple[str, ...]
+    epoch: int
+    """The release epoch the event set was made in: once the backend's epoch has moved past it, the
+    set is stale (freed, or about to be, by the release's nvmlShutdown) and the watcher stops using it."""
 
 
 def _nvml_operation(fn: Callable[Concatenate[NvmlBackend, P], T]) -> Callable[Concatenate[NvmlBackend, P], T]:
@@ -194,6 +199,9 @@ class NvmlBackend(GpuBackend):
         self._released = False
         self._epoch = 0
         """Counts releases: an operation that began in an earlier epoch must not go on after one."""
+        self._torn_down = 0
+        """Event sets made in an epoch before this one were freed by an nvmlShutdown (a release's or
+        close's): freeing one again would be a double free in libnvidia-ml."""
         self._inits = 0
         """nvmlInit calls of this backend not yet matched by an nvmlShutdown."""
         self._inflight = 0
@@ -207,6 +215,8 @@ class NvmlBackend(GpuBackend):
         with self._transition:
             with self._cond:
                 inits, self._inits = self._inits, 0
+                if inits:
+                    self._torn_down = self._epoch + 1
             self._shutdown(inits, logging.DEBUG)
 
     def _shutdown(self, times: int, level: int) -> None:
@@ -228,8 +238,10 @@ class NvmlBackend(GpuBackend):
         Refuses new NVML calls at once (ReleasedError), then waits, for one event wait plus
         RELEASE_MARGIN_S at most, until every event watcher has freed its event set and paused and
         every NVML call under way has returned; a watcher or call that does not is logged and NVML
-        is shut down anyway. Returns once this backend's nvmlInit calls are all matched by
-        nvmlShutdown. Blocks: call it off an event loop.
+        is shut down anyway. Such a watcher (stuck in the driver) counts as not armed: when its call
+        returns, even after ``reacquire``, it sees the epoch moved, leaves its event set alone (the
+        shutdown freed it) and arms a new one. Returns once this backend's nvmlInit calls are all
+        matched by nvmlShutdown. Blocks: call it off an event loop.
         """
         with self._transition:
             with self._cond:
@@ -254,7 +266,10 @@ class NvmlBackend(GpuBackend):
                         )
                         break
                     self._cond.wait(left)
+                for w in self._watchers:
+                    w.armed = None  # whatever it was armed on is freed by the shutdown below
                 inits, self._inits = self._inits, 0
+                self._torn_down = self._epoch
             self._shutdown(inits, logging.WARNING)
             log.info("NVML released: no NVML call until it is reacquired")
 
@@ -280,7 +295,7 @@ class NvmlBackend(GpuBackend):
                 self._released = False
                 self._cond.notify_all()
                 deadline = time.monotonic() + REARM_WAIT_S
-                while any(not (w.armed or w.done) for w in self._watchers):
+                while any(not (w.armed == self._epoch or w.done) for w in self._watchers):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         log.warning("NVML reacquired, but an event watcher has not registered its GPUs yet")
@@ -1022,7 +1037,7 @@ class NvmlBackend(GpuBackend):
                 report(GpuError(f"the NVML event watcher failed: {exc!r}"))
             finally:
                 with self._cond:
-                    watcher.done, watcher.holding, watcher.armed = True, False, False
+                    watcher.done, watcher.holding, watcher.armed = True, False, None
                     self._watchers.remove(watcher)
                     self._cond.notify_all()
 
@@ -1068,7 +1083,7 @@ class NvmlBackend(GpuBackend):
             try:
                 armed = self._arm(watcher)
                 uuids = tuple(dict.fromkeys(armed.uuids + uuids))  # a GPU lost meanwhile is still probed
-                while not stop.is_set() and not self._released:
+                while not stop.is_set() and not self._released and self._epoch == armed.epoch:
                     with self._reset_lock:
                         reset = self._reset_log[resets_seen:]
                         resets_seen = len(self._reset_log)
@@ -1078,13 +1093,15 @@ class NvmlBackend(GpuBackend):
                     try:
                         data = n.nvmlEventSetWait(armed.event_set, _WAIT_MS)
                     except n.NVMLError as exc:
-                        if self._released:
+                        if self._released or self._epoch != armed.epoch:
                             break
                         if getattr(exc, "value", None) != n.NVML_ERROR_TIMEOUT:
                             log.warning("NVML event wait failed (%s); probing every GPU", exc)
                             next_probe = 0.0
                             stop.wait(0.5)
                     else:
+                        if self._torn_down > armed.epoch:
+                            break  # the answer of a wait stuck across a shutdown: its set is freed
                         emit(self._xid_event(armed, data))
                     if time.monotonic() >= next_probe:
                         if not self._probe(uuids, lost, emit):
@@ -1106,41 +1123,99 @@ class NvmlBackend(GpuBackend):
             watcher.holding = True
             return True
 
+    @_nvml_operation
     def _arm(self, watcher: _Watcher) -> _Armed:
-        """A new event set with every GPU of a fresh inventory registered for XID events."""
+        """A new event set with every GPU registered for XID events, GPU by GPU with fresh handles.
+
+        A GPU that answers with an error (one a failed reset left needing another, RESET_REQUIRED)
+        is logged and armed as far as it answers; its UUID, when it has one, stays among those the
+        watcher probes, so the probe reports it lost, as it would a GPU fallen off the bus. One bad
+        GPU must not end the stream: consumers would then fail every GPU on the node."""
         n = self._nvml
-        inv = self.inventory()
+        epoch = self._local.epoch
+        assert epoch is not None  # an operation always runs in a session
         event_set = self._call(n.nvmlEventSetCreate)
         uuid_of: dict[Any, str] = {}
+        mig_by_ids: dict[tuple[str, int, int], str] = {}
+        uuids: list[str] = []
         try:
-            for gpu in inv.gpus:
-                h = self._call(n.nvmlDeviceGetHandleByUUID, gpu.uuid)
-                uuid_of[_handle_key(h)] = gpu.uuid
-                try:
-                    self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
-                except NotSupportedError:
-                    log.warning("GPU %s does not support XID events; its health is probed only", gpu.uuid)
+            for index in range(self._call(n.nvmlDeviceGetCount)):
+                self._arm_gpu(index, event_set, uuid_of, mig_by_ids, uuids)
         except BaseException:
-            self._free_event_set(event_set)
+            self._drop(event_set, epoch)
             raise
+        armed = _Armed(event_set, uuid_of, mig_by_ids, tuple(uuids), epoch)
         with self._cond:
-            watcher.armed = True
-            self._cond.notify_all()
-        return _Armed(
-            event_set,
-            uuid_of,
-            {(m.parent_uuid, m.gi_id, m.ci_id): m.uuid for m in inv.mig_devices},
-            tuple(g.uuid for g in inv.gpus),
-        )
+            if self._released or self._epoch != epoch:  # released after the last call: not armed
+                stale = True
+            else:
+                stale = False
+                watcher.armed = epoch
+                self._cond.notify_all()
+        if stale:
+            self._drop(event_set, epoch)
+            raise self._released_error("nvmlDeviceRegisterEvents")
+        return armed
+
+    def _arm_gpu(
+        self,
+        index: int,
+        event_set: Any,
+        uuid_of: dict[Any, str],
+        mig_by_ids: dict[tuple[str, int, int], str],
+        uuids: list[str],
+    ) -> None:
+        """Register one GPU for XID events and note its MIG devices; log what it does not answer."""
+        n = self._nvml
+        uuid: str | None = None
+        try:
+            h = self._call(n.nvmlDeviceGetHandleByIndex, index)
+            uuid = _text(self._call(n.nvmlDeviceGetUUID, h))
+            uuids.append(uuid)
+            uuid_of[_handle_key(h)] = uuid
+            try:
+                self._call(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, event_set)
+            except NotSupportedError:
+                log.warning("GPU %s does not support XID events; its health is probed only", uuid)
+            gpu = self._gpu(index, h)
+        except ReleasedError:
+            raise
+        except GpuError as exc:
+            log.warning(
+                "GPU %d (%s) is watched only in part: %s; the probe reports it lost until it answers",
+                index,
+                uuid or "UUID unknown",
+                exc,
+            )
+            return
+        mig_by_ids.update({(m.parent_uuid, m.gi_id, m.ci_id): m.uuid for m in gpu.mig_devices})
 
     def _let_go(self, watcher: _Watcher, armed: _Armed | None) -> None:
         """Free the watcher's event set (directly: ``release`` is waiting for exactly this, and has
         not shut NVML down yet) and tell ``release`` it holds nothing now."""
         if armed is not None:
-            self._free_event_set(armed.event_set)
+            self._drop(armed.event_set, armed.epoch)
         with self._cond:
-            watcher.holding = watcher.armed = False
+            watcher.holding = False
+            watcher.armed = None
             self._cond.notify_all()
+
+    def _drop(self, event_set: Any, epoch: int) -> None:
+        """Free an event set made in ``epoch``, unless an nvmlShutdown has freed it already. Counted
+        as a call under way, so a release waits for the free before it shuts NVML down. A set whose
+        shutdown did not tear the library down (another backend in this process still holds NVML)
+        is left allocated: one leaked event set, never one freed twice."""
+        with self._lock:
+            if self._torn_down > epoch:
+                return
+            self._inflight += 1
+        try:
+            self._free_event_set(event_set)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if not self._inflight and self._released:
+                    self._cond.notify_all()
 
     def _free_event_set(self, event_set: Any) -> None:
         try:
