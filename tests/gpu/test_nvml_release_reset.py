@@ -16,7 +16,7 @@ import pytest
 from fakes.fake_nvidia_smi import IN_USE_EXIT, FakeNvidiaSmi
 from fakes.fake_pynvml import FakeNvml, clients, driver
 
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, NotReacquiredError
 from gpuchain.gpu.model import EventKind
 from gpuchain.gpu.nvml import RESET_RETRY_S, NvmlBackend
 from gpuchain.gpu.sim import SimBackend
@@ -140,20 +140,81 @@ def test_a_failure_other_than_in_use_is_not_retried(h100_sim: SimBackend) -> Non
     assert (fake.initialized, nvml.released) == (1, False)
 
 
-def test_nvml_that_cannot_be_initialised_after_the_reset_is_an_error_and_stays_released(
+def test_nvml_that_cannot_be_initialised_after_the_reset_says_so_and_persistence_waits_for_reacquire(
     h100_sim: SimBackend,
 ) -> None:
+    """The reset went through but NVML cannot be taken back: the error says both, the backend stays
+    released for the caller to retry reacquire, and that reacquire turns persistence mode back on
+    (it is owed: the reset turned it off)."""
     fake = FakeNvml(h100_sim)
     smi = FakeNvidiaSmi(h100_sim)
     smi.before_each = lambda _tries: setattr(fake, "library_missing", True)
     slept: list[float] = []
     nvml = resetter(fake, smi, slept)
-    with pytest.raises(GpuError, match="NVML could not be initialised again after the reset"):
+    with pytest.raises(NotReacquiredError) as caught:
         nvml.reset_gpu(0)
+    message = str(caught.value)
+    assert message.startswith("GPU 0 was reset; then NVML could not be initialised again after the reset")
+    assert "stays released" in message and "retry reacquire" in message
+    assert caught.value.reset_error is None
     assert nvml.released and fake.initialized == 0 and slept == [RESET_RETRY_S] * 2
+    assert persistence(h100_sim, 0) == fake.NVML_FEATURE_DISABLED
     fake.library_missing = False
     nvml.reacquire()
+    assert persistence(h100_sim, 0) == fake.NVML_FEATURE_ENABLED
     assert nvml.inventory().gpu(0).index == 0
+
+
+def test_a_failed_reset_that_cannot_take_nvml_back_names_both(h100_sim: SimBackend) -> None:
+    h100_sim.fail_reset(4, times=1, reason="GPU did not come back")
+    fake = FakeNvml(h100_sim)
+    smi = FakeNvidiaSmi(h100_sim)
+    smi.before_each = lambda _tries: setattr(fake, "library_missing", True)
+    nvml = resetter(fake, smi)
+    with pytest.raises(NotReacquiredError) as caught:
+        nvml.reset_gpu(4)
+    message = str(caught.value)
+    assert message.startswith("GPU 4: nvidia-smi --gpu-reset -i ")
+    assert "failed (exit 255): GPU 4: GPU did not come back" in message
+    assert "then NVML could not be initialised again after the reset" in message
+    assert isinstance(caught.value.reset_error, GpuError) and nvml.released
+    fake.library_missing = False
+    nvml.reacquire()
+    assert persistence(h100_sim, 4) == fake.NVML_FEATURE_ENABLED
+
+
+class _RefusesPersistenceOnce(FakeNvml):
+    """nvmlDeviceSetPersistenceMode(ENABLED) answers an error once (a GPU still settling after its
+    reset), then works."""
+
+    refusals = 1
+
+    def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
+        if mode == pynvml.NVML_FEATURE_ENABLED and self.refusals:
+            self.refusals -= 1
+            self._enter("nvmlDeviceSetPersistenceMode")
+            raise self._err(pynvml.NVML_ERROR_UNKNOWN)
+        super().nvmlDeviceSetPersistenceMode(handle, mode)
+
+
+def test_persistence_mode_that_could_not_be_turned_back_on_stays_owed(
+    h100_sim: SimBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The GPU refuses persistence mode after its reset: it stays owed, so the next reacquire (here,
+    the next reset's) turns it on, though that reset found it off."""
+    fake = _RefusesPersistenceOnce(h100_sim)
+    nvml = resetter(fake, FakeNvidiaSmi(h100_sim))
+    nvml.reset_gpu(2)
+    assert persistence(h100_sim, 2) == fake.NVML_FEATURE_DISABLED
+    assert "persistence mode could not be turned back on" in caplog.text
+    nvml.reset_gpu(2)
+    assert persistence(h100_sim, 2) == fake.NVML_FEATURE_ENABLED
+    nvml.release()
+    nvml.reacquire()
+    assert [mode for index, mode in fake.persistence_log if index == 2] == [
+        fake.NVML_FEATURE_DISABLED,
+        fake.NVML_FEATURE_ENABLED,
+    ]  # nothing owed any more: the last reacquire did not touch it again
 
 
 async def test_subscribers_see_the_gpu_recovered_and_nothing_else(h100_sim: SimBackend) -> None:

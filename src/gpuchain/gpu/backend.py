@@ -171,7 +171,11 @@ class GpuBackend(abc.ABC):
     def reset_gpu(self, gpu_index: int) -> None:
         """Reset one GPU (a pending MIG mode takes effect, its MIG instances are gone); not every
         backend can. Raises GpuError when the reset fails. After a successful reset the backend
-        reports the GPU recovered on its event stream, so health consumers let it back in."""
+        reports the GPU recovered on its event stream, so health consumers let it back in.
+
+        A backend that lets go of the driver for the reset and cannot take it back afterwards raises
+        NotReacquiredError (whatever the reset's outcome, which the error carries) and stays
+        released: the caller must retry ``reacquire`` until it succeeds."""
         raise NotSupportedError(
             f"the {self.name} backend cannot reset GPU {gpu_index}: reset it (nvidia-smi -r -i {gpu_index}) "
             "or reboot the node"

@@ -39,3 +39,14 @@ class ReleasedError(GpuError):
     """The backend has let go of the driver (``GpuBackend.release``) while a GPU on this node is
     reset; the call is refused until ``reacquire``. Not a fault of any GPU: consumers skip the
     reading, they never mark a device unhealthy for it."""
+
+
+class NotReacquiredError(GpuError):
+    """A backend let go of the driver to reset a GPU and could not take it back afterwards: it stays
+    released (every reading refused with ReleasedError, events paused) until ``reacquire`` succeeds.
+    The caller must retry ``reacquire`` (or restart the agent). ``reset_error`` is the reset's own
+    failure, None when the reset itself went through."""
+
+    def __init__(self, message: str, reset_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.reset_error = reset_error

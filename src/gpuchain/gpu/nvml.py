@@ -33,6 +33,7 @@ from gpuchain.gpu.errors import (
     LibraryNotFoundError,
     NoPermissionError,
     NotFoundError,
+    NotReacquiredError,
     NotSupportedError,
     ReleasedError,
 )
@@ -206,6 +207,9 @@ class NvmlBackend(GpuBackend):
         """nvmlInit calls of this backend not yet matched by an nvmlShutdown."""
         self._inflight = 0
         self._watchers: list[_Watcher] = []
+        self._persistence_owed: dict[str, int] = {}
+        """GPU UUID -> index of each GPU whose persistence mode a reset turned off and that is not yet
+        back on (NVML could not be taken back, or the GPU refused): turned on at each ``reacquire``."""
         self._local = _Session()
         self._call(self._nvml.nvmlInit)
         self._inits = 1
@@ -280,7 +284,8 @@ class NvmlBackend(GpuBackend):
         caller retries). Then every paused event watcher creates a new event set, registers every
         GPU again with fresh handles and re-reads the inventory (a reset GPU has new handles, and
         its MIG devices are gone); this waits up to REARM_WAIT_S for them, so events that happen
-        after ``reacquire`` returns reach every subscriber.
+        after ``reacquire`` returns reach every subscriber. Last, persistence mode is turned back on
+        for every GPU a reset turned it off on and that still lacks it (``reset_gpu``).
         """
         with self._transition:
             with self._cond:
@@ -301,7 +306,12 @@ class NvmlBackend(GpuBackend):
                         log.warning("NVML reacquired, but an event watcher has not registered its GPUs yet")
                         break
                     self._cond.wait(left)
+                owed = dict(self._persistence_owed)
             log.info("NVML reacquired")
+            for uuid, gpu_index in owed.items():
+                if self._restore_persistence(gpu_index, uuid):
+                    with self._cond:
+                        self._persistence_owed.pop(uuid, None)
 
     def _released_error(self, what: str) -> ReleasedError:
         return ReleasedError(
@@ -379,23 +389,34 @@ class NvmlBackend(GpuBackend):
         this backend lets go of NVML (``release``), and the reset is retried every RESET_RETRY_S
         while nvidia-smi says the GPU is in use (the node's other agents are letting go at the same
         time), for ``reset_wait_s`` at most. Whatever happens, NVML is then taken back
-        (``reacquire``) and persistence mode turned back on. Success is reported to every event
-        subscriber as the GPU recovered; a GPU still in use at the deadline raises GpuError naming
-        the clients nvidia-smi suspects and what to do.
+        (``reacquire``, three tries) and persistence mode turned back on. Success is reported to
+        every event subscriber as the GPU recovered; a GPU still in use at the deadline raises
+        GpuError naming the clients nvidia-smi suspects and what to do.
+
+        If NVML cannot be taken back, NotReacquiredError says so with the reset's outcome, and the
+        backend stays released: the caller must retry ``reacquire`` (every reading is refused and
+        events are paused until it succeeds). Persistence mode is then owed: the first ``reacquire``
+        that succeeds turns it back on.
         """
         if not self.allow_reset:
             super().reset_gpu(gpu_index)
         uuid, persistent = self._prepare_reset(gpu_index)
+        if persistent:
+            with self._cond:
+                self._persistence_owed[uuid] = gpu_index
         self.release()
+        failure: BaseException | None = None
         try:
             self._reset_until_free(gpu_index, ["nvidia-smi", "--gpu-reset", "-i", uuid])
-        finally:
-            self._take_back(gpu_index)
-            if persistent:
-                self._restore_persistence(gpu_index, uuid)
-        log.info("GPU %d (%s) reset", gpu_index, uuid)
-        with self._reset_lock:
-            self._reset_log.append(uuid)
+        except BaseException as exc:  # NVML is taken back first, whatever stopped the reset
+            failure = exc
+        else:
+            log.info("GPU %d (%s) reset", gpu_index, uuid)
+            with self._reset_lock:
+                self._reset_log.append(uuid)
+        self._take_back(gpu_index, failure)
+        if failure is not None:
+            raise failure
 
     @_nvml_operation
     def _prepare_reset(self, gpu_index: int) -> tuple[str, bool]:
@@ -445,21 +466,31 @@ class NvmlBackend(GpuBackend):
             self._sleep(RESET_RETRY_S)
             waited += RESET_RETRY_S
 
-    def _take_back(self, gpu_index: int) -> None:
+    def _take_back(self, gpu_index: int, failure: BaseException | None) -> None:
         """``reacquire`` after a reset, three tries a second apart (the driver may still be bringing
-        the GPU back); then the GpuError, and the backend stays released for its caller to retry."""
+        the GPU back); then NotReacquiredError with the reset's outcome, and the backend stays
+        released for its caller to retry."""
         for attempt in range(3):
             try:
                 self.reacquire()
                 return
             except GpuError as exc:
-                if attempt == 2:
-                    raise GpuError(
-                        f"GPU {gpu_index}: NVML could not be initialised again after the reset ({exc}); "
-                        "this agent reads nothing until it is (reacquire), or until it is restarted"
-                    ) from exc
-                log.warning("GPU %d: NVML could not be initialised after the reset (%s); retrying", gpu_index, exc)
-                self._sleep(RESET_RETRY_S)
+                if attempt < 2:
+                    log.warning("GPU %d: NVML could not be initialised after the reset (%s); retrying", gpu_index, exc)
+                    self._sleep(RESET_RETRY_S)
+                    continue
+                if failure is None:
+                    outcome = f"GPU {gpu_index} was reset"
+                elif isinstance(failure, GpuError):
+                    outcome = str(failure)  # it names the GPU and the command already
+                else:
+                    outcome = f"GPU {gpu_index}: the reset stopped: {failure!r}"
+                raise NotReacquiredError(
+                    f"{outcome}; then NVML could not be initialised again after the reset ({exc}): this agent "
+                    "stays released and reads nothing (no health readings, no events) until reacquire() "
+                    "succeeds; retry reacquire, or restart the agent",
+                    failure,
+                ) from exc
 
     @_nvml_operation
     def reset_plan(self, gpu_index: int) -> ResetPlan:
@@ -470,13 +501,21 @@ class NvmlBackend(GpuBackend):
         return plan_reset(gpu_index, cc, self._nvlink(h))
 
     @_nvml_operation
-    def _restore_persistence(self, gpu_index: int, uuid: str) -> None:
+    def _restore_persistence(self, gpu_index: int, uuid: str) -> bool:
+        """Turn persistence mode back on after a reset; whether it is on (if not, it stays owed)."""
         n = self._nvml
         try:
             h = self._call(n.nvmlDeviceGetHandleByUUID, uuid)  # a fresh handle: the device was reset
             self._call(n.nvmlDeviceSetPersistenceMode, h, n.NVML_FEATURE_ENABLED)
         except GpuError as exc:
-            log.warning("GPU %d: persistence mode could not be turned back on after the reset: %s", gpu_index, exc)
+            log.warning(
+                "GPU %d: persistence mode could not be turned back on after the reset (%s); trying again at "
+                "the next reacquire",
+                gpu_index,
+                exc,
+            )
+            return False
+        return True
 
     def _active_links(self, h: Any) -> Iterator[int]:
         """The GPU's NVLinks that are up, by index, up to the first one NVML does not know."""
