@@ -78,14 +78,16 @@ RESET_RETRY_S = 1.0
 """The pause between two ``nvidia-smi --gpu-reset`` attempts while the GPU is in use."""
 _IN_USE = re.compile(
     r"In use by another client|is currently in use by another process|"
-    r"currently being used by one or more other processes",
+    r"currently being used by one or more other processes|being used by some other process",
     re.IGNORECASE,
 )
 """nvidia-smi's refusals of a reset because a client holds the GPU, exit 255: "GPU 00000000:1A:00.0:
 In use by another client" under "The following GPUs could not be reset:" (NVIDIA/mig-parted#181,
 NVIDIA/NVSentinel#1690), "GPU 00000000:C1:00.0 is currently in use by another process." from older
 drivers (NVIDIA/gpu-operator#118), each followed by "N device(s) ... currently being used by one or
-more other processes (e.g., Fabric Manager, ...)"."""
+more other processes (e.g., Fabric Manager, ...)"; and older drivers' still "Unable to reset this GPU
+because it's being used by some other process (e.g. CUDA application, ...)" (driver 418, quoted in
+tests/gpu/test_nvml_release_reset.py)."""
 _HOLDERS = re.compile(r"other process(?:es)? \((e\.g\.,?[^)]*)\)")
 """The clients nvidia-smi names in its refusal (the "e.g. ..." list)."""
 
