@@ -19,7 +19,7 @@ Sources (facts and values, not code):
 from __future__ import annotations
 
 import pytest
-from fakes.fake_pynvml import FakeNvml, nvml_over
+from fakes.fake_pynvml import FakeNvml, GpuHandle, nvml_over
 from pynvml import (
     NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER,
     NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS,
@@ -184,7 +184,7 @@ def test_blackwell_reads_field_values_in_one_call_per_gpu(b200_sim: SimBackend) 
     clean = nvml.health_readings(uuid)
     made = calls(nvml)[before:]
     assert made.count("nvmlDeviceGetFieldValues") == 1
-    assert made.count("nvmlDeviceGetNvLinkErrorCounter") == 4  # asked once, on the first link, then not again
+    assert "nvmlDeviceGetNvLinkErrorCounter" not in made  # compute capability 10 decides: not asked at all
     assert clean == b200_sim.health_readings(uuid)
     assert len(clean.nvlink) == 18
     link = clean.nvlink[0]
@@ -241,6 +241,32 @@ def test_a_link_reporting_no_field_is_left_out_and_no_field_values_reads_no_link
     nothing = nvml_over(b200_sim, unsupported=frozenset({"nvmlDeviceGetFieldValues"}))
     read = nothing.health_readings(uuid)
     assert read.nvlink == () and read.nvlink_symbol_ber is None and read.nvlink_effective_ber is None
+
+
+class _LegacyZeros(FakeNvml):
+    """A driver that answers the pre-Blackwell NVLink error counters with zeros on Blackwell too,
+    instead of NOT_SUPPORTED (nvml.h only says they are "unsupported for Blackwell+")."""
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: GpuHandle, link: int, counter: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkErrorCounter")
+        self._gpu(handle)
+        return 0
+
+
+def test_blackwell_is_read_from_field_values_whatever_the_old_counters_answer(b200_sim: SimBackend) -> None:
+    """NVLink5 is decided by compute capability (10 and later, as DCGM's IsGpuBlackwellOrNewer), not
+    by whether the first link's old counters answer: zeros there must not hide the NVLink5 fields."""
+    fake = _LegacyZeros(b200_sim)
+    nvml = NvmlBackend(nvml=fake)
+    uuid = b200_sim.inventory().gpu(2).uuid
+    b200_sim.add_nvlink_errors(2, link=3, symbol_errors=6, recovery=1)
+    before = len(fake.calls)
+    read = nvml.health_readings(uuid)
+    made = fake.calls[before:]
+    assert made.count("nvmlDeviceGetFieldValues") == 1 and "nvmlDeviceGetNvLinkErrorCounter" not in made
+    assert read == b200_sim.health_readings(uuid)
+    assert (read.nvlink[3].symbol_errors, read.nvlink[3].recovery, read.nvlink[3].replay) == (6, 1, None)
+    assert read.nvlink_symbol_ber == Ber.from_raw(73710)
 
 
 def test_hopper_is_read_as_before_without_field_values(h100_sim: SimBackend) -> None:

@@ -49,7 +49,7 @@ from gpuchain.gpu.model import (
     Telemetry,
     TopologyLevel,
 )
-from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant
+from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant, nvlink5
 from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
@@ -973,14 +973,17 @@ class NvmlBackend(GpuBackend):
     def _nvlink_counters(self, h: Any) -> tuple[tuple[NvLinkCounters, ...], Ber | None, Ber | None]:
         """Every active link's error counters, and the GPU's aggregate symbol and effective BER.
 
-        Before Blackwell: nvmlDeviceGetNvLinkErrorCounter per link and counter (no aggregate BER).
-        Where the GPU does not support that call on its first active link (Blackwell and later,
-        nvml.h: "unsupported for Blackwell+"), every link's NVLink5 field values instead."""
+        Which counters a GPU has is decided by its compute capability, as DCGM decides it
+        (``probes.nvlink5``): from Blackwell on, every link's NVLink5 field values, in one call;
+        before, nvmlDeviceGetNvLinkErrorCounter per link and counter (no aggregate BER). Not by what
+        the old counters answer: a driver answering them with zeros on Blackwell would otherwise
+        hide the NVLink5 errors (nvml.h says only that they are "unsupported for Blackwell+")."""
         links = list(self._active_links(h))
-        first = self._error_counters(h, links[0]) if links else None
-        if links and first is None:
+        if not links:
+            return (), None, None
+        if nvlink5(_pair(self._call(self._nvml.nvmlDeviceGetCudaComputeCapability, h))):
             return self._nvlink_fields(h, links)
-        found = [c for c in (first, *(self._error_counters(h, link) for link in links[1:])) if c is not None]
+        found = [c for c in (self._error_counters(h, link) for link in links) if c is not None]
         return tuple(found), None, None
 
     def _error_counters(self, h: Any, link: int) -> NvLinkCounters | None:
