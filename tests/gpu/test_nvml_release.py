@@ -271,6 +271,8 @@ async def test_a_release_pauses_events_without_an_error_or_a_lost_gpu_and_reacqu
     await asyncio.sleep(0.4)
     assert len(sub.events) == 1 and sub.error is None
     await sub.close()
+    await until(lambda: fake.event_sets == 0, "the closed stream frees its event set")
+    assert fake.stale == []  # no call ever used an event set after it was freed
 
 
 async def test_every_subscription_pauses_and_resumes(h100_sim: SimBackend) -> None:
