@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, NotReacquiredError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import NODE
@@ -337,6 +337,7 @@ def test_agent_takes_nvml_back_when_a_reset_left_it_let_go_and_a_release_is_no_v
     def reset_then_stay_let_go(index: int) -> None:
         real_reset(index)
         backend.release()  # as NvmlBackend.reset_gpu leaves it when nvmlInit fails after the reset
+        raise NotReacquiredError(f"GPU {index} was reset, but NVML could not be taken back")
 
     backend.reset_gpu = reset_then_stay_let_go  # type: ignore[method-assign]
     first = agent.run_once().records[uuid]

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from gpuchain.common.supervise import wait_event
 from gpuchain.exporter.exposition import render_families
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError, ReleasedError
+from gpuchain.gpu.errors import GpuError, NotReacquiredError, ReleasedError
 from gpuchain.gpu.nvmlrelease import DEFAULT_WAIT, ReleaseBoard
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.kube.errors import KubeError
@@ -402,16 +402,28 @@ class GpuLoopAgent:
         although some agent did not let go names it (component, pod, pid) in the detail, which the
         Event, the loop annotation and the reboot request carry."""
         if self.board is None:
-            self.backend.reset_gpu(index)
-            return True, f"GPU {index} reset"
+            return self._reset_now(index)
         with self.board.letting_go((uuid,), f"reset GPU {index}", self.release_wait, by=COMPONENT) as seen:
             try:
-                self.backend.reset_gpu(index)
+                ok, detail = self._reset_now(index)
             except GpuError as exc:
                 if seen.complete:
                     raise
                 return False, f"{exc}; {seen.describe()}"
-        return True, f"GPU {index} reset" + ("" if seen.complete else f" ({seen.describe()})")
+        return ok, detail + ("" if seen.complete else f" ({seen.describe()})")
+
+    def _reset_now(self, index: int) -> tuple[bool, str]:
+        """The backend's reset. One that went through although NVML could not be taken back after it
+        is a reset done: the GPU goes on to its burn-in, which waits until the next pass takes NVML
+        back (``_take_back``)."""
+        try:
+            self.backend.reset_gpu(index)
+        except NotReacquiredError as exc:
+            if exc.reset_error is not None:
+                raise
+            log.error("%s", exc)
+            return True, f"GPU {index} reset; NVML not yet taken back"
+        return True, f"GPU {index} reset"
 
     def _events(self, node: Obj, before: GpuRecord, after: GpuRecord) -> None:
         for step in new_steps(before, after):
