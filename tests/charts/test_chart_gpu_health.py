@@ -47,6 +47,7 @@ def test_repair_is_off_by_default_and_gpu_health_stays_unprivileged() -> None:
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}
     assert not [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "gpuchain-gpu-health"]
     assert "ports" not in container and "hostPID" not in pod
+    assert "terminationGracePeriodSeconds" not in pod
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -61,6 +62,8 @@ def test_repair_on_validates_and_grants_exactly_the_reset_privileges(version: st
     container = pod["containers"][0]
     assert container["securityContext"] == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
     assert "hostPID" not in pod and "hostIPC" not in pod and "hostNetwork" not in pod
+    # a reset under way (agents let go for up to 30 s, nvidia-smi retried for 30 s) ends before exit
+    assert pod["terminationGracePeriodSeconds"] >= 120
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["run-nvidia-persistenced"] == "/run/nvidia-persistenced"
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}

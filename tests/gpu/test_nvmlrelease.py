@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -279,6 +280,34 @@ async def test_follower_lets_go_for_the_reset_and_takes_nvml_back(tmp_path: Path
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert os.listdir(tmp_path) == []  # it left the board
+
+
+async def test_a_request_posted_right_after_the_first_look_still_wakes_the_follower(tmp_path: Path) -> None:
+    """gpu-health posts as soon as it sees a new holder; one posted after the follower's first look
+    at the board must wake it through the watch (not the 300 s idle wake-up). The first look is
+    made slow here, as load makes it, so the request lands between it and anything after it."""
+    board = ReleaseBoard(tmp_path)
+    backend = DoubleBackend()
+    follower = Follower(board, backend, "exporter", poll=60.0, idle=60.0)
+    first_look = asyncio.Event()
+    step = follower.step
+
+    async def slow_step(holder: Any) -> float:
+        timeout = await step(holder)
+        first_look.set()
+        await asyncio.sleep(0.1)
+        return timeout
+
+    follower.step = slow_step  # type: ignore[method-assign]
+    task = asyncio.create_task(follower.run())
+    try:
+        await asyncio.wait_for(first_look.wait(), 10.0)
+        now = time.time()
+        board.post(Request("r1", ("GPU-1",), "reset GPU 1", now, now + 300))
+        await _until(lambda: backend.released, timeout=5.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_follower_retries_a_refused_reacquire_and_follows_a_lapse(tmp_path: Path) -> None:

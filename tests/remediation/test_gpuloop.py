@@ -4,13 +4,14 @@ agent against a MemoryCluster and a SimBackend: breaker, reboot request, restart
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from gpuchain.gpu.errors import GpuError, NotReacquiredError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube.kinds import NODE
+from gpuchain.kube.kinds import CONFIGMAP, NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.remediation.controller import STATUS_NAME
 from gpuchain.remediation.decide import ActionKind, HoldReason, Policy, decide
@@ -350,3 +351,37 @@ def test_agent_takes_nvml_back_when_a_reset_left_it_let_go_and_a_release_is_no_v
     third = agent.run_once().records[uuid]
     assert not backend.released and third.passed
     assert agent.metrics.outcomes["burn-in-ok"] == 1
+
+
+def test_agent_without_nvml_asks_no_agent_to_let_go_and_uses_no_reset_attempt(tmp_path: Path) -> None:
+    """gpu-health could not take NVML back: a GPU reaching its reset neither posts a release request
+    (every agent on the node would let go for nothing) nor counts a failed reset (which would
+    end in a reboot request); it stays drained and waits, and resets once NVML is back."""
+    from gpuchain.gpu.nvmlrelease import ReleaseBoard
+
+    cluster, backend, _ = agent_rig("open")  # held drained by the breaker while it sees the GPUs
+    board = ReleaseBoard(tmp_path)
+    agent = GpuLoopAgent(backend, cluster, "n", clock=lambda: 1000.0, board=board, release_wait=0.2)
+    uuid = backend.inventory().gpu(2).uuid
+    assert agent.run_once().records[uuid].stage is Stage.DRAINED
+    cluster.patch(CONFIGMAP, STATUS_NAME, {"data": {"breaker": "closed"}}, "gpuchain")
+    posted: list[object] = []
+    post = board.post
+    board.post = lambda request: (posted.append(request), post(request))[1]  # type: ignore[method-assign]
+    real = backend.reacquire
+    refusing = True
+
+    def reacquire() -> None:
+        if refusing:
+            raise GpuError("nvmlInit: driver not loaded")
+        real()
+
+    backend.reacquire = reacquire  # type: ignore[method-assign]
+    backend.release()
+    for _ in range(3):
+        rec = agent.run_once().records[uuid]
+        assert rec.stage is Stage.DRAINED and "NVML" in rec.waiting and rec.attempts == 0
+    assert posted == [] and "reset-failed" not in agent.metrics.outcomes
+    refusing = False
+    rec = agent.run_once().records[uuid]
+    assert rec.stage is Stage.BURN_IN and rec.passed and len(posted) == 1

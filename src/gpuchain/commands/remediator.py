@@ -413,7 +413,9 @@ def gpu_health(
 
             from gpuchain.gpu.nvmlrelease import open_board
 
-            board = open_board(release_dir, quiet=gpus.name != "nvml")
+            # Only a loop over the node's real GPUs asks the node's agents to let go: a simulated
+            # reset on a node that has the board would make the real agents let go for nothing.
+            board = open_board(release_dir) if isinstance(gpus, NvmlBackend) else None
             agent = GpuLoopAgent(gpus, cluster, name, loop_policy, namespace, board=board)
             loops.append(agent.run)
             if metrics_port:

@@ -12,13 +12,14 @@ was created, deleted, moved or changed, or after ``timeout`` seconds. Where inot
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
 import errno
 import logging
 import os
 from pathlib import Path
+
+from gpuchain.common.supervise import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ class DirectoryChanges:
         self._loop = asyncio.get_running_loop()
         self._fd = -1
         self._libc: ctypes.CDLL | None = None
+        self._refused = 0
+        """The errno the last refused watch gave (0: the last one was added)."""
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -61,20 +64,22 @@ class DirectoryChanges:
         # Adding the watch again is idempotent while the directory lives; after it was removed and
         # created again it watches the new one.
         if self._libc.inotify_add_watch(self._fd, os.fsencode(self.path), _MASK) >= 0:
+            self._refused = 0
             return True
         code = ctypes.get_errno()
-        if code not in (errno.ENOENT, errno.ENOTDIR):
+        if code not in (errno.ENOENT, errno.ENOTDIR) and code != self._refused:
+            # Once per cause: ENOSPC (fs.inotify.max_user_watches) lasts, and the caller asks again
+            # at every poll.
             log.warning("cannot watch %s (%s): polling it", self.path, os.strerror(code))
+        self._refused = code
         return False
 
     async def wait(self, timeout: float) -> None:
         """Until an entry changed since the last ``wait``, or ``timeout`` seconds.
 
-        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a cancellation
+        ``wait_event``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a cancellation
         that arrives as the change does (CPython gh-86296), and the watching task would not stop."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
+        await wait_event(self._changed, timeout)
         self._changed.clear()
 
     def _readable(self) -> None:

@@ -250,10 +250,12 @@ class HolderFile:
         """Leave the board: the state first, then the lock (a state without a lock reads as gone)."""
         if self._fd < 0:
             return
-        remove(self.state_path)
-        remove(self.lock_path)
-        os.close(self._fd)
-        self._fd = -1
+        try:
+            remove(self.state_path)
+            remove(self.lock_path)
+        finally:  # the lock goes with the descriptor, whatever the removals did
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _pod_name() -> str:
@@ -505,9 +507,12 @@ class Follower:
         log.info("following the NVML release board %s as %s", self.board.directory, holder.name)
         try:
             with DirectoryChanges(self.board.directory) as changes:
+                # Watch before the first look: a request posted between that look and the watch
+                # (gpu-health posts as soon as it sees the holder) would wake nobody.
+                watching = changes.watching
                 while True:
                     timeout = await self.step(holder)
-                    if changes.watching:
+                    if watching and changes.watching:
                         await changes.wait(timeout)
                     else:
                         await asyncio.sleep(min(timeout, self.poll))

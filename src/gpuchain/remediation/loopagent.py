@@ -319,6 +319,8 @@ class GpuLoopAgent:
     def _observe_inventory(self) -> None:
         try:
             inventory = self.backend.inventory()
+        except ReleasedError:
+            return  # NVML is let go (see _take_back): the GPUs seen before, nothing is wrong with them
         except GpuError as exc:
             log.warning("inventory failed (%s); using the GPUs seen before", exc)
             return
@@ -349,15 +351,16 @@ class GpuLoopAgent:
             holding = tuple(sorted({ref for d in devices for ref in pods.get(d, ())}))
             before = rec
             for _ in range(MAX_WORK_PER_PASS):
+                ready = rec
                 rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
                 if work is None:
                     break
                 try:
                     ok, detail = self._do(work, rec)
                 except ReleasedError:
-                    # This process has not got NVML back (see _take_back): no verdict on the GPU,
-                    # the work runs again next pass.
-                    rec = replace(rec, waiting=f"waiting for NVML to be taken back before the {work.value}")
+                    # This process has not got NVML back (see _take_back): no verdict on the GPU and
+                    # no attempt used up; the GPU stays where it was and the work runs next pass.
+                    rec = replace(ready, waiting=f"waiting for NVML to be taken back before the {work.value}")
                     break
                 self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
                 rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
@@ -401,11 +404,15 @@ class GpuLoopAgent:
         """Reset one GPU; with a board, while the node's agents have let go of NVML. A reset refused
         although some agent did not let go names it (component, pod, pid) in the detail, which the
         Event, the loop annotation and the reboot request carry."""
+        if self.backend.released:  # no NVML here: asking the node's agents to let go would be for nothing
+            raise ReleasedError(f"GPU {index}: NVML is not taken back yet after an earlier reset")
         if self.board is None:
             return self._reset_now(index)
         with self.board.letting_go((uuid,), f"reset GPU {index}", self.release_wait, by=COMPONENT) as seen:
             try:
                 ok, detail = self._reset_now(index)
+            except ReleasedError:
+                raise
             except GpuError as exc:
                 if seen.complete:
                     raise
