@@ -160,6 +160,18 @@ def test_holders_register_mark_and_leave(tmp_path: Path) -> None:
     assert board.holders() == () and os.listdir(tmp_path) == []
 
 
+def test_a_holder_s_files_are_readable_by_a_gpu_health_of_another_user(tmp_path: Path) -> None:
+    """gpu-health tells live holders from dead ones by trying their locks; the files an agent
+    writes must be readable by all (mkstemp would make the lock 0600)."""
+    board = ReleaseBoard(tmp_path)
+    holder = board.register("exporter")
+    try:
+        for path in (holder.lock_path, holder.state_path):
+            assert path.stat().st_mode & 0o777 == 0o644, path
+    finally:
+        holder.close()
+
+
 def test_a_state_file_without_its_lock_is_a_process_that_left(tmp_path: Path) -> None:
     (tmp_path / "holder.exporter.abc.json").write_text(json.dumps({"component": "exporter", "pid": 7}))
     (tmp_path / ".holder.exporter.abc.json.x1y2.tmp").write_text("{")  # killed while writing its state

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuchain.common.dirwatch import DirectoryChanges
-from gpuchain.common.files import atomic_write, remove
+from gpuchain.common.files import DEFAULT_MODE, atomic_write, remove
 from gpuchain.common.supervise import supervise
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
@@ -227,6 +227,9 @@ class HolderFile:
         self.state_path = directory / f"{HOLDER_PREFIX}{self.name}.json"
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lock.", suffix=".tmp")
         try:
+            # Readable by all (mkstemp makes 0600): gpu-health tells a live holder from a dead one
+            # by trying its lock, and it may run as another user than this agent.
+            os.fchmod(fd, DEFAULT_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(tmp, self.lock_path)
         except BaseException:
@@ -234,13 +237,21 @@ class HolderFile:
             remove(tmp)
             raise
         self._fd = fd
+        self._lock = threading.Lock()
+        """``mark`` runs on a worker thread (``asyncio.to_thread``) that a cancelled follower does not
+        wait for: it must not write the state again after ``close`` removed it."""
         self.holder = Holder(self.name, component, os.getpid(), _pod_name())
         self.mark(state)
 
     def mark(self, state: HolderState, answers: str | None = None) -> None:
         """Publish this process's state (atomically: readers see the old state or the new one)."""
-        self.holder = Holder(self.name, self.component, self.holder.pid, self.holder.pod, state, answers, self.clock())
-        atomic_write(self.state_path, self.holder.to_json())
+        with self._lock:
+            if self._fd < 0:
+                return
+            self.holder = Holder(
+                self.name, self.component, self.holder.pid, self.holder.pod, state, answers, self.clock()
+            )
+            atomic_write(self.state_path, self.holder.to_json())
 
     @property
     def state(self) -> HolderState:
@@ -248,14 +259,15 @@ class HolderFile:
 
     def close(self) -> None:
         """Leave the board: the state first, then the lock (a state without a lock reads as gone)."""
-        if self._fd < 0:
-            return
-        try:
-            remove(self.state_path)
-            remove(self.lock_path)
-        finally:  # the lock goes with the descriptor, whatever the removals did
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            if self._fd < 0:
+                return
+            try:
+                remove(self.state_path)
+                remove(self.lock_path)
+            finally:  # the lock goes with the descriptor, whatever the removals did
+                os.close(self._fd)
+                self._fd = -1
 
 
 def _pod_name() -> str:
@@ -366,6 +378,9 @@ class ReleaseBoard:
             fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except PermissionError:  # another user's holder that cannot be checked: it may hold NVML
+            log.warning("cannot open %s to see whether its agent lives; counting it as holding NVML", lock_path)
+            return Holder(name, name.split(".")[0])
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
