@@ -5,6 +5,11 @@ changes nothing. If the hardware refuses a step half-way, the node is put back t
 found (best effort, reported if that fails too). A MIG mode change that waits for a GPU reset
 is reset through the backend where it can; otherwise ``ResetRequiredError`` says which GPUs
 need a reset or a reboot, which is the `rebooting` state of the node agent.
+
+A ``ReleasedError`` (the backend let go of NVML for a GPU reset on this node) says nothing about
+the layout: it stops the apply where it is, without a restore (which could not read the GPUs
+either), and reaches the caller, who applies again once NVML is back. ``plan`` clears and carves
+again every GPU that differs, so that apply finishes the layout from whatever part was done.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError, NotSupportedError
+from gpuchain.gpu.errors import GpuError, NotSupportedError, ReleasedError
 from gpuchain.mig.config import MigPartedConfig
 from gpuchain.mig.plan import (
     GpuTarget,
@@ -88,6 +93,8 @@ def execute(backend: GpuBackend, steps: Sequence[Step]) -> None:
                     backend.create_compute_instance(step.gpu, gi_id)
                 for slices in step.compute:
                     backend.create_compute_instance(step.gpu, gi_id, slices)
+        except ReleasedError:
+            raise
         except GpuError as exc:
             raise _StepFailed(step, exc) from exc
     if pending:
@@ -107,7 +114,8 @@ def _reset(backend: GpuBackend, gpus: Sequence[int]) -> None:
 
 def apply(backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool = False) -> ApplyResult:
     """Give the node the named layout. Raises LayoutError (nothing touched), ResetRequiredError
-    or MigApplyError (the node restored to what it was, or the message says it could not be)."""
+    or MigApplyError (the node restored to what it was, or the message says it could not be), or
+    ReleasedError (stopped where it was: apply again once NVML is back)."""
     before = observe(backend)
     targets = resolve(before, config, name)
     steps = tuple(plan(before, targets))
@@ -128,6 +136,8 @@ def _restore(backend: GpuBackend, before: NodeMigState) -> str:
     original: tuple[GpuTarget, ...] = snapshot(before)
     try:
         execute(backend, plan(observe(backend), original))
+    except ReleasedError:
+        raise
     except (_StepFailed, MigApplyError, GpuError) as exc:
         return f"restoring the previous layout failed too ({exc}); check the GPUs with `gpuchain gpus`"
     return "the previous layout was restored"

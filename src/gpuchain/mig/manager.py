@@ -18,7 +18,7 @@ from typing import Any
 from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
 from gpuchain.common.supervise import spawn
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError
+from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
@@ -124,9 +124,13 @@ class MigManager:
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors)
 
     def _check(self) -> LayoutCheck:
+        """The node against the layout. A ``ReleasedError`` is no verdict on it: it ends the round
+        (see ``reconcile``), and the check is made again once NVML is back."""
         name = self.machine.config or ""
         try:
             return LayoutCheck(has_layout=not check(self.backend, self.config, name))
+        except ReleasedError:
+            raise
         except LayoutError as exc:
             return LayoutCheck(error=str(exc))
         except GpuError as exc:
@@ -166,8 +170,12 @@ class MigManager:
             )
 
     def _apply(self, name: str) -> tuple[ApplyOutcome, str]:
+        """Apply the layout and say how it went. A ``ReleasedError`` is no outcome: it ends the
+        round with the machine still before the apply, which the next round makes again."""
         try:
             result = apply(self.backend, self.config, name)
+        except ReleasedError:
+            raise
         except ResetRequiredError as exc:
             return ApplyOutcome.RESET_REQUIRED, str(exc)
         except (LayoutError, MigApplyError, GpuError) as exc:
@@ -181,8 +189,11 @@ class MigManager:
     # ---- loop --------------------------------------------------------------------------------
 
     def reconcile(self) -> Machine:
-        """Run transitions until the machine waits on the world. A Kubernetes error leaves the
-        machine where it was (the same transition is retried next time)."""
+        """Run transitions until the machine waits on the world. A Kubernetes error, or a
+        ``ReleasedError`` (NVML let go for a GPU reset on this node, on another thread, while the
+        round ran), leaves the machine where it was and propagates: the same transition is made
+        again next time, so nothing is marked failed for it and a layout stopped half-way is
+        finished from what the GPUs then have."""
         for _ in range(_MAX_TRANSITIONS):
             before = self.machine
             nxt, actions = step(before, self.observe(), self.policy, self.clock())
@@ -209,6 +220,8 @@ class MigManager:
         otherwise wait for the next change. An idle node costs nothing between resyncs. While the
         backend has let go of NVML for a GPU reset (``gpu.nvmlrelease``) no round starts: it looks
         again every ``interval`` until NVML is back, so no layout is checked or applied half-blind.
+        A release that lands during a round ends it without a verdict (``reconcile``); the next
+        round comes once NVML is back, without waiting for the node to change.
         """
         wake = asyncio.Event()
         watchers = [
@@ -229,6 +242,9 @@ class MigManager:
                 except KubeError as exc:
                     log.warning("MIG manager: Kubernetes API error, retrying in %g s: %s", interval, exc)
                     timeout = interval
+                except ReleasedError as exc:
+                    log.info("MIG manager: NVML let go during a round, retrying once it is back: %s", exc)
+                    timeout = interval  # then the check above waits for NVML; never a tight loop
                 await _first(timeout, wake, stop)
         finally:
             for watcher in watchers:
