@@ -11,6 +11,14 @@ One MIG change walks ``nvidia.com/mig.config.state`` pending -> success | failed
 time as an argument, so every path (timeouts included) is a plain function call in tests. Every
 path out of a change goes through ``restore``, which puts back each label it paused (and any
 left paused by an earlier, interrupted run): the node is never left wedged with its operands off.
+
+A node that has its layout (``success``) is looked at again when the shell says a GPU reset may
+have destroyed MIG devices (``Observation.recarve``: the repair loop resets a GPU in MIG mode, which
+keeps MIG mode but drops its GPU and compute instances). When that is the only difference, those
+GPUs are carved again without a new ``pending`` state and without the workloads phase: a MIG GPU
+without instances runs no CUDA work, so no pod is using it. The operands are still paused and put
+back, as for any change, because that is how the device plugin, feature discovery and the exporter
+learn of the new MIG devices (the device plugin reads its devices when it starts).
 """
 
 from __future__ import annotations
@@ -97,6 +105,9 @@ class Observation:
     layout: LayoutCheck | None = None
     applied: tuple[ApplyOutcome, str] | None = None
     evict_errors: tuple[str, ...] = ()
+    recarve: tuple[int, ...] = ()
+    """GPUs that lost their MIG devices to a reset and nothing else (``plan.recarvable``); looked
+    for only while idle, and only when the shell has news of a reset."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,10 @@ class Evict:
 
 @dataclass(frozen=True)
 class Apply:
+    """Apply the layout; with ``gpus``, to those GPUs only (a re-carve after a reset)."""
+
     config: str
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,8 @@ class Machine:
     outcome: State | None = None
     message: str = ""
     evict_errors: tuple[str, ...] = field(default=())
+    recarve: tuple[int, ...] = ()
+    """The GPUs this change carves again after a reset (empty: a whole layout change)."""
 
     @property
     def waiting(self) -> bool:
@@ -209,6 +225,13 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
             return m, [SetLabels(dict.fromkeys(leftover, "true"))] if leftover else []
         settled = m.config == wanted and state in (State.SUCCESS, State.FAILED, State.REBOOTING)
         if settled and not leftover_paused(obs.labels):
+            if obs.recarve and state == State.SUCCESS:
+                gpus = ", ".join(map(str, obs.recarve))
+                event = RecordEvent(
+                    "MigConfigRecarve",
+                    f"MIG layout {m.config!r}: GPU {gpus} lost its MIG devices to a GPU reset; creating them again",
+                )
+                return Machine(Phase.PAUSE, m.config, now, recarve=obs.recarve), [event]
             return m, []
         # Labels an interrupted run left paused: their old value is lost, "true" brings them back.
         start = Machine(Phase.CHECK, wanted, now, tuple((k, "true") for k in leftover_paused(obs.labels)))
@@ -252,7 +275,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
 
     if m.phase is Phase.OPERANDS:
         if not obs.operand_pods:
-            return replace(m, phase=Phase.APPLY), [Apply(m.config or "")]
+            return replace(m, phase=Phase.APPLY), [Apply(m.config or "", m.recarve)]
         if now - m.started > policy.timeout_s:
             return _finish(
                 m,

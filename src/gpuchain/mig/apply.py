@@ -28,6 +28,7 @@ from gpuchain.mig.plan import (
     differences,
     observe,
     plan,
+    recarvable,
     resolve,
     snapshot,
 )
@@ -112,12 +113,17 @@ def _reset(backend: GpuBackend, gpus: Sequence[int]) -> None:
         raise ResetRequiredError(still)
 
 
-def apply(backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool = False) -> ApplyResult:
-    """Give the node the named layout. Raises LayoutError (nothing touched), ResetRequiredError
+def apply(
+    backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool = False, gpus: Sequence[int] = ()
+) -> ApplyResult:
+    """Give the node the named layout (with ``gpus``, only those of its GPUs: the others are not
+    touched even where they differ). Raises LayoutError (nothing touched), ResetRequiredError
     or MigApplyError (the node restored to what it was, or the message says it could not be), or
     ReleasedError (stopped where it was: apply again once NVML is back)."""
     before = observe(backend)
     targets = resolve(before, config, name)
+    if gpus:
+        targets = tuple(t for t in targets if t.index in gpus)
     steps = tuple(plan(before, targets))
     if dry_run or not steps:
         return ApplyResult(name, steps, applied=False, targets=targets)
@@ -147,3 +153,10 @@ def check(backend: GpuBackend, config: MigPartedConfig, name: str) -> list[str]:
     """What differs between the node and the named layout; empty when it already has it."""
     state = observe(backend)
     return differences(state, resolve(state, config, name))
+
+
+def lost_to_reset_gpus(backend: GpuBackend, config: MigPartedConfig, name: str) -> tuple[int, ...]:
+    """The GPUs whose MIG devices a GPU reset destroyed, to carve again (``plan.recarvable``):
+    empty when the node has the layout or differs from it in any other way."""
+    state = observe(backend)
+    return recarvable(state, resolve(state, config, name))

@@ -19,6 +19,7 @@ from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
 from gpuchain.common.supervise import spawn
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError
 from gpuchain.kube import NotFoundError as KubeNotFoundError
@@ -38,7 +39,7 @@ from gpuchain.mig.agent import (
     next_timer,
     step,
 )
-from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check
+from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check, lost_to_reset_gpus
 from gpuchain.mig.config import LayoutError, MigPartedConfig
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,9 @@ class MigManager:
         self.machine = Machine()
         self._applied: tuple[ApplyOutcome, str] | None = None
         self._evict_errors: tuple[str, ...] = ()
+        self._reset_news = False
+        """NVML was let go (a GPU reset on this node) since the node was last looked at again."""
+        self._quarantine_seen: str | None = None
 
     # ---- observe -----------------------------------------------------------------------------
 
@@ -121,7 +125,28 @@ class MigManager:
         ]
         operand, workload = classify_pods(pods, self.policy.operands)
         layout = self._check() if self.machine.phase is Phase.CHECK else None
-        return Observation(labels, operand, workload, layout, self._applied, self._evict_errors)
+        quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
+        recarve = self._lost_to_reset(quarantine) if self.machine.phase is Phase.IDLE else ()
+        return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
+
+    def _lost_to_reset(self, quarantine: str | None) -> tuple[int, ...]:
+        """The GPUs a reset left without their MIG devices (``apply.lost_to_reset_gpus``), looked
+        for only with news of a reset: NVML was let go since the last look, the repair loop's
+        quarantine changed (a GPU taken out or given back), or it still holds a GPU (each step of
+        its repair changes the Node). Otherwise the GPUs are not read at all. An error reading
+        them is no news: the node is left as it is, as before."""
+        due = self._reset_news or quarantine != self._quarantine_seen or bool(decode_quarantine(quarantine))
+        self._reset_news, self._quarantine_seen = False, quarantine
+        if not due or not self.machine.config:
+            return ()
+        try:
+            return lost_to_reset_gpus(self.backend, self.config, self.machine.config)
+        except ReleasedError:
+            self._reset_news = True  # look again once NVML is back
+            raise
+        except (LayoutError, GpuError) as exc:
+            log.warning("MIG manager: cannot look for MIG devices lost to a GPU reset: %s", exc)
+            return ()
 
     def _check(self) -> LayoutCheck:
         """The node against the layout. A ``ReleasedError`` is no verdict on it: it ends the round
@@ -157,7 +182,7 @@ class MigManager:
                     continue
             self._evict_errors = tuple(errors)
         elif isinstance(action, Apply):
-            self._applied = self._apply(action.config)
+            self._applied = self._apply(action.config, action.gpus)
         else:
             node = self.cluster.get(NODE, self.node)
             simulated = isinstance(self.backend, SimBackend)  # a test cluster must not read as real GPUs
@@ -169,11 +194,12 @@ class MigManager:
                 component="gpuchain-mig-manager",
             )
 
-    def _apply(self, name: str) -> tuple[ApplyOutcome, str]:
-        """Apply the layout and say how it went. A ``ReleasedError`` is no outcome: it ends the
-        round with the machine still before the apply, which the next round makes again."""
+    def _apply(self, name: str, gpus: tuple[int, ...] = ()) -> tuple[ApplyOutcome, str]:
+        """Apply the layout (to ``gpus`` only, if given) and say how it went. A ``ReleasedError`` is
+        no outcome: it ends the round with the machine still before the apply, which the next round
+        makes again."""
         try:
-            result = apply(self.backend, self.config, name)
+            result = apply(self.backend, self.config, name, gpus=gpus)
         except ReleasedError:
             raise
         except ResetRequiredError as exc:
@@ -183,8 +209,8 @@ class MigManager:
         except Exception as exc:  # any failure must still end in restore: never leave the node wedged
             log.exception("MIG apply failed unexpectedly")
             return ApplyOutcome.FAILED, f"unexpected error while applying {name!r}: {exc!r}"
-        gpus = ", ".join(map(str, result.changed_gpus)) or "none"
-        return ApplyOutcome.DONE, f"applied MIG layout {name!r} ({len(result.steps)} steps, GPUs changed: {gpus})"
+        changed = ", ".join(map(str, result.changed_gpus)) or "none"
+        return ApplyOutcome.DONE, f"applied MIG layout {name!r} ({len(result.steps)} steps, GPUs changed: {changed})"
 
     # ---- loop --------------------------------------------------------------------------------
 
@@ -197,7 +223,7 @@ class MigManager:
         for _ in range(_MAX_TRANSITIONS):
             before = self.machine
             nxt, actions = step(before, self.observe(), self.policy, self.clock())
-            if nxt.phase is Phase.CHECK and before.phase is Phase.IDLE:
+            if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
                 self._applied, self._evict_errors = None, ()
             for action in actions:
                 self._perform(action)
@@ -233,6 +259,7 @@ class MigManager:
                 wake.clear()  # before reconciling: a change seen during it wakes the next round
                 timeout: float | None
                 if self.backend.released:  # NVML let go for a GPU reset on this node: no round until it is back
+                    self._reset_news = True
                     await _first(interval, stop)
                     continue
                 try:

@@ -205,6 +205,31 @@ def differences(state: NodeMigState, targets: Sequence[GpuTarget]) -> list[str]:
     return out
 
 
+def lost_to_reset(gpu: GpuMigState, target: GpuTarget) -> bool:
+    """Whether the GPU differs from its target only as a GPU reset leaves a MIG GPU: MIG mode on
+    and nothing pending, but no GPU instance left, where the target wants MIG devices. Such a GPU
+    runs no CUDA work, so no pod can be using it: carving it again disturbs nobody."""
+    mode = gpu.mode
+    return (
+        mode is not None
+        and mode.current
+        and mode.pending
+        and not gpu.instances
+        and target.enabled
+        and bool(target.placements)
+    )
+
+
+def recarvable(state: NodeMigState, targets: Sequence[GpuTarget]) -> tuple[int, ...]:
+    """The GPUs to carve again after a reset destroyed their MIG devices: every GPU that differs
+    from its target, provided each of them differs only that way (``lost_to_reset``); empty when
+    none differs or any other does (that is a layout change, which goes through the full change)."""
+    differing = [(state.gpu(t.index), t) for t in targets if not matches(state.gpu(t.index), t)]
+    if not differing or not all(lost_to_reset(g, t) for g, t in differing):
+        return ()
+    return tuple(g.index for g, _ in differing)
+
+
 def _describe_gpu(gpu: GpuMigState) -> str:
     if gpu.mode is None:
         return "no MIG support"
