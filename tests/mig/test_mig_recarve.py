@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import pytest
+from fakes.releasable import ReleasableView
 
 from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from gpuchain.deviceplugin.config import parse_config as plugin_config
@@ -272,3 +273,35 @@ async def test_the_device_plugin_announces_the_new_mig_devices_after_its_restart
         assert r.labels()[MIG_CONFIG_STATE] == "success"
     finally:
         await node.stop()
+
+
+async def test_nvml_let_go_during_a_round_is_news_of_a_reset_without_a_quarantine() -> None:
+    """A reset by someone else than the loop (no quarantine on the Node) while the MIG manager had
+    let go of NVML and a round was due (here an unrelated Node change woke it): once NVML is back it
+    looks and carves again. A release and take-back while it sleeps is not seen (no callback from
+    the release follower): only the loop's quarantine covers that."""
+    sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+    view = ReleasableView(sim)
+    cluster = MemoryCluster([_node()])
+    manager = MigManager(cluster, view, NODE_NAME, CONFIG, Policy(timeout_s=60, operands=()))
+    manager.clock = time.monotonic
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(interval=0.05, stop=stop, resync=60))
+    try:
+        deadline = time.monotonic() + 10
+        while cluster.get(NODE, NODE_NAME)["metadata"]["labels"].get(MIG_CONFIG_STATE) != "success":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        view.release()
+        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {"unrelated": "x"}}})
+        await asyncio.sleep(0.2)  # the woken manager waits for NVML
+        sim.reset_gpu(5)
+        view.reacquire()
+        while len(sim.gpu_instances(5)) != 7:
+            assert time.monotonic() < deadline, "GPU 5 was not carved again"
+            await asyncio.sleep(0.02)
+        assert cluster.get(NODE, NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
+    finally:
+        stop.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

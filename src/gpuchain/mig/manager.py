@@ -247,7 +247,10 @@ class MigManager:
         backend has let go of NVML for a GPU reset (``gpu.nvmlrelease``) no round starts: it looks
         again every ``interval`` until NVML is back, so no layout is checked or applied half-blind.
         A release that lands during a round ends it without a verdict (``reconcile``); the next
-        round comes once NVML is back, without waiting for the node to change.
+        round comes once NVML is back, without waiting for the node to change. NVML let go is
+        also news of a GPU reset: that round looks for MIG devices a reset destroyed
+        (``_lost_to_reset``). A release and take-back while no round was due is not seen here;
+        the repair loop's resets are, through its quarantine on the Node.
         """
         wake = asyncio.Event()
         watchers = [
