@@ -318,21 +318,28 @@ def test_the_loop_evidence_names_faults_it_leaves_alone_only_on_a_node_that_runs
     assert loop_evidence({"metadata": {"annotations": held}}) == []  # the loop is about to take it
 
 
+class RefusedReacquire:
+    """Make ``backend.reacquire`` fail as nvmlInit does with the driver gone, until ``refusing`` is
+    cleared (NVML cannot be taken back after a reset)."""
+
+    def __init__(self, backend: SimBackend) -> None:
+        self.refusing = True
+        self._real = backend.reacquire
+        backend.reacquire = self._reacquire  # type: ignore[method-assign]
+
+    def _reacquire(self) -> None:
+        if self.refusing:
+            raise GpuError("nvmlInit: driver not loaded")
+        self._real()
+
+
 def test_agent_takes_nvml_back_when_a_reset_left_it_let_go_and_a_release_is_no_verdict() -> None:
     """NVML could not be taken back right after a reset: the next pass takes it back before any
     work. While it cannot, a burn-in refused with ReleasedError is no verdict: the GPU waits in its
     stage, nothing fails, no reboot is asked for; once NVML is back the burn-in runs and passes."""
     cluster, backend, agent = agent_rig("closed")
     uuid = backend.inventory().gpu(2).uuid
-    real = backend.reacquire
-    refusing = True
-
-    def reacquire() -> None:
-        if refusing:
-            raise GpuError("nvmlInit: driver not loaded")
-        real()
-
-    backend.reacquire = reacquire  # type: ignore[method-assign]
+    driver = RefusedReacquire(backend)
     real_reset = backend.reset_gpu
 
     def reset_then_stay_let_go(index: int) -> None:
@@ -347,7 +354,7 @@ def test_agent_takes_nvml_back_when_a_reset_left_it_let_go_and_a_release_is_no_v
     assert second.stage is Stage.BURN_IN and not second.passed
     assert agent.metrics.outcomes == {"reset-ok": 1, "reacquire-failed": 1}
     assert REBOOT_ANNOTATION not in cluster.get(NODE, "n")["metadata"]["annotations"]
-    refusing = False
+    driver.refusing = False
     third = agent.run_once().records[uuid]
     assert not backend.released and third.passed
     assert agent.metrics.outcomes["burn-in-ok"] == 1
@@ -368,20 +375,12 @@ def test_agent_without_nvml_asks_no_agent_to_let_go_and_uses_no_reset_attempt(tm
     posted: list[object] = []
     post = board.post
     board.post = lambda request: (posted.append(request), post(request))[1]  # type: ignore[method-assign]
-    real = backend.reacquire
-    refusing = True
-
-    def reacquire() -> None:
-        if refusing:
-            raise GpuError("nvmlInit: driver not loaded")
-        real()
-
-    backend.reacquire = reacquire  # type: ignore[method-assign]
+    driver = RefusedReacquire(backend)
     backend.release()
     for _ in range(3):
         rec = agent.run_once().records[uuid]
         assert rec.stage is Stage.DRAINED and "NVML" in rec.waiting and rec.attempts == 0
     assert posted == [] and "reset-failed" not in agent.metrics.outcomes
-    refusing = False
+    driver.refusing = False
     rec = agent.run_once().records[uuid]
     assert rec.stage is Stage.BURN_IN and rec.passed and len(posted) == 1
