@@ -227,8 +227,9 @@ class LiveCluster(Cluster):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return
-                try:
-                    type_, obj = await asyncio.wait_for(stream.__anext__(), remaining)
+                try:  # asyncio.timeout, as MemoryCluster.watch: wait_for on 3.11 can swallow a cancel (gh-86296)
+                    async with asyncio.timeout(remaining):
+                        type_, obj = await stream.__anext__()
                 except (TimeoutError, StopAsyncIteration):
                     return
                 except httpx2.HTTPStatusError as exc:
