@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gpuchain.common.supervise import EXIT_CODE, Critical, supervise, wait_event
+from gpuchain.common.supervise import EXIT_CODE, Backoff, Critical, supervise, wait_event
 
 
 async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_backoff(
@@ -97,3 +97,14 @@ async def test_wait_event_says_whether_the_event_was_set() -> None:
     assert await wait_event(stop, 0.01) is False
     stop.set()
     assert await wait_event(stop, None) is True
+
+
+def test_a_backoff_doubles_to_its_cap_with_jitter_in_the_upper_half_and_starts_over_on_reset() -> None:
+    draws = iter([0.0, 1.0, 0.5, 0.0, 1.0, 0.0])
+    backoff = Backoff(1.0, 4.0, rng=lambda: next(draws))
+    assert [backoff.next() for _ in range(5)] == [0.5, 2.0, 3.0, 2.0, 4.0]
+    assert backoff.failures == 5
+    backoff.reset()
+    assert (backoff.next(), backoff.failures) == (0.5, 1)
+    with pytest.raises(ValueError, match="first"):
+        Backoff(0.0, 1.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -37,6 +38,38 @@ def _next_delay(delay: float, ran_for: float, first_delay: float, max_delay: flo
     if ran_for > max_delay:
         delay = first_delay
     return delay, min(delay * 2, max_delay)
+
+
+class Backoff:
+    """The waits of one retry loop: ``first``, doubling up to ``cap``, each drawn at random from the
+    upper half of its step, until ``reset()`` (a success) starts it over.
+
+    The doubling spares a peer that stays down (an API server answering 503 or 410 for minutes);
+    the cap bounds how long the loop takes to notice the peer is back; the jitter keeps the agents
+    of a whole fleet, which all lost the API server at the same moment, from retrying in lockstep.
+    """
+
+    def __init__(self, first: float, cap: float, rng: Callable[[], float] = random.random) -> None:
+        if not 0 < first <= cap:
+            raise ValueError(f"backoff: need 0 < first ({first}) <= cap ({cap})")
+        self.first = first
+        self.cap = cap
+        self._rng = rng
+        self._step = first
+        self.failures = 0
+        """Waits handed out since the last reset: how many times in a row the loop failed."""
+
+    def next(self) -> float:
+        """The wait before the next try (between half of this step and the whole of it)."""
+        wait = self._step * (0.5 + 0.5 * self._rng())
+        self._step = min(self._step * 2, self.cap)
+        self.failures += 1
+        return wait
+
+    def reset(self) -> None:
+        """The loop succeeded: the next failure waits ``first`` again."""
+        self._step = self.first
+        self.failures = 0
 
 
 async def supervise(
