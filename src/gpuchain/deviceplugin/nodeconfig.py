@@ -95,7 +95,8 @@ class NodeLabelWatch:
     sends only its events, not every Node's.
     A watch that ends (server timeout, ``watch_seconds``) resumes from the last resourceVersion;
     one that fails (410 Gone, a dropped connection, an API error) starts over with a fresh watch,
-    whose initial ADDED events resync the label, after ``retry_seconds``.
+    whose initial ADDED events resync the label: at once after a first 410, else after a jittered
+    backoff from ``retry_seconds`` (``kube.follow``).
     """
 
     def __init__(

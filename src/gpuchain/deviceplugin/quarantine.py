@@ -10,7 +10,7 @@ GPU UUIDs whenever it changes. It follows the Node one of two ways:
   ``--config-dir``: the label picks no config, but the quarantine list still matters);
 - ``follow()``: a watch of its own on this Node (field selector ``metadata.name``), for a process
   without another (the DRA plugin). A failed or expired watch starts over with a fresh one (whose
-  first ADDED event resyncs), after ``retry_seconds``; the quarantine in force stays meanwhile.
+  first ADDED event resyncs), paced as ``kube.follow`` says; the quarantine in force stays meanwhile.
 """
 
 from __future__ import annotations

@@ -24,12 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuchain.common.supervise import Backoff
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config, format_go_duration
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.nvmlrelease import SeenInventory
+from gpuchain.kube.follow import MAX_RETRY_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +168,9 @@ def follow_config_label(
     ``label`` is the value the running config was chosen with. A value whose config cannot be
     loaded (missing key, bad file) keeps the running config and is logged. The watch retries on its
     own (see ``NodeLabelWatch.changes``); anything else that ends the thread's loop is logged and
-    the watch started again after ``retry_seconds``, from the last label seen. The thread notices
-    ``discovery.stop`` within ``retry_seconds``.
+    the watch started again from the last label seen, after a jittered backoff from
+    ``retry_seconds`` (``kube.follow``'s pacing). The thread notices ``discovery.stop`` within
+    ``retry_seconds``.
     """
     current = label
     rv = resource_version
@@ -193,12 +196,16 @@ def follow_config_label(
             await following
 
     def supervise() -> None:
+        backoff = Backoff(retry_seconds, MAX_RETRY_SECONDS)
         while not discovery.stop.is_set():
+            started = time.monotonic()
             try:
                 asyncio.run(until_stopped())
             except Exception:
                 log.exception("following Node %s's %s label failed; watching again", watch.node_name, NODE_CONFIG_LABEL)
-            discovery.stop.wait(retry_seconds)
+            if time.monotonic() - started > MAX_RETRY_SECONDS:  # it ran a good while: a new fault
+                backoff.reset()
+            discovery.stop.wait(backoff.next())
 
     thread = threading.Thread(target=supervise, name="gfd-config-label", daemon=True)
     thread.start()

@@ -21,7 +21,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError
+from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError, follow
 from gpuchain.kube import NotFoundError as KubeNotFoundError
 from gpuchain.kube.gpu_resources import uses_gpus
 from gpuchain.mig.agent import (
@@ -284,15 +284,13 @@ class MigManager:
         """Wake the reconcile on the changes it cares about. Each watch asks the API server for
         this node's objects only (by field), so other nodes' events never reach the agent; pod
         events wake it only while a change waits on pods. A watch that ends or fails is started
-        again, and its opening ADDED events wake a round that sees what happened in between."""
-        while True:
-            try:
-                async for _event in self.cluster.watch(kind, field_selector=field_selector):
-                    if kind == NODE or self.machine.waits_on_pods:
-                        wake.set()
-            except KubeError as exc:
-                log.warning("MIG manager: %s watch ended (%s); watching again", kind.kind, exc)
-            await asyncio.sleep(1.0)
+        again (``kube.follow.events``: at once after its timeout or a first 410, else after a
+        jittered backoff), and its opening ADDED events wake a round that sees what happened in
+        between."""
+        what = f"MIG manager: {kind.kind}s ({field_selector})"
+        async for _event in follow.events(self.cluster, kind, what, field_selector=field_selector):
+            if kind == NODE or self.machine.waits_on_pods:
+                wake.set()
 
 
 async def _first(timeout: float, *events: asyncio.Event | None) -> None:
