@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sized
+
+import pytest
 
 from kube.kmock_server import kmock_server
 from operator_helpers import NS, node
@@ -12,7 +15,8 @@ from operator_helpers import NS, node
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, LiveCluster
 from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import OPERANDS
-from gpuchain.operator.runtime import Coalescer, RuntimeConfig, run
+from gpuchain.operator import runtime as runtime_module
+from gpuchain.operator.runtime import Coalescer, RuntimeConfig, kopf_settings, run
 
 
 async def _until(check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -73,3 +77,34 @@ async def test_coalescer_bounds_runs_during_a_burst_and_runs_again_after_it() ->
         await _until(lambda: len(calls) == settled + 1, timeout=5)
     finally:
         task.cancel()
+
+
+def test_kopf_retries_a_failed_request_without_end_on_a_capped_backoff() -> None:
+    retries = kopf_settings(RuntimeConfig(retry_seconds=1.0, max_retry_seconds=5.0)).networking.error_backoffs
+    assert not isinstance(retries, Sized), "kopf gives up after a retry list of known length"
+    waits = list(itertools.islice(retries, 1000))
+    assert 0.5 <= waits[0] <= 1.0 and max(waits) <= 5.0 and min(waits[10:]) >= 2.5
+    assert next(iter(retries)) <= 1.0, "each request starts its own backoff"
+
+
+async def test_a_kopf_watch_stream_restarts_at_once_then_backs_off_while_it_keeps_restarting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    watching = kopf_settings(RuntimeConfig(retry_seconds=1.0, max_retry_seconds=4.0)).watching
+    clock = [100.0]
+    monkeypatch.setattr(runtime_module.time, "monotonic", lambda: clock[0])
+
+    async def stream(restarts: int, then_quiet: float = 0.0) -> list[float]:
+        """One watch stream's task: ``restarts`` restarts back to back, then one after ``then_quiet`` s."""
+        waits = []
+        for _ in range(restarts):
+            waits.append(watching.reconnect_backoff)
+            clock[0] += waits[-1]
+        clock[0] += then_quiet
+        waits.append(watching.reconnect_backoff)
+        return waits
+
+    first = await asyncio.create_task(stream(5, then_quiet=9.0))  # quiet for more than twice the cap
+    assert first[0] == 0 and all(0.5 <= w <= 4.0 for w in first[1:5]) and first[4] >= 2.0
+    assert first[5] == 0, "a stream quiet for a while restarts at once again"
+    assert (await asyncio.create_task(stream(0))) == [0.0], "another stream has its own pacing"
