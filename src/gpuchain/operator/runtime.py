@@ -180,6 +180,8 @@ def build_registry(cluster: Cluster, config: RuntimeConfig) -> tuple[kopf.Operat
             version: str = kwargs["meta"].get("resourceVersion", "")
             if version and seen.get(uid) == version:
                 return
+            if len(seen) >= SEEN_LIMIT:  # objects deleted while a watch was down are never seen DELETED
+                seen.clear()
             seen[uid] = version
         coalescer.poke()
 
@@ -193,6 +195,8 @@ def build_registry(cluster: Cluster, config: RuntimeConfig) -> tuple[kopf.Operat
 
 POKE = "poke"
 """The id of the event handlers, which kopf names in its log."""
+SEEN_LIMIT = 100_000
+"""The most objects whose last version the handlers keep; past it they forget all (one extra poke)."""
 
 
 def _not_a_poke_done(record: logging.LogRecord) -> bool:
