@@ -14,8 +14,8 @@ after a healthy watch re-lists at once (that is what 410 asks for: the resourceV
 compacted); a failure, or a 410 again before the new watch delivered anything, waits a
 ``Backoff``: ``retry_seconds``, doubling to ``max_retry_seconds``, with jitter. The cap is what
 bounds how long an agent takes to notice the API server is back. A streak of failures logs its
-first failure and its end; the attempts in between log at DEBUG only, so an outage of any length
-costs two lines.
+first failure (for 410s also the first that waits) and its end; the attempts in between log at
+DEBUG only, so an outage of any length costs two or three lines.
 """
 
 from __future__ import annotations
