@@ -27,7 +27,9 @@ async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_ba
         waits.append(seconds)
 
     with caplog.at_level(logging.ERROR):
-        task = asyncio.create_task(supervise("watcher", flaky, first_delay=0.5, max_delay=4, sleep=sleep))
+        task = asyncio.create_task(
+            supervise("watcher", flaky, first_delay=0.5, max_delay=4, sleep=sleep, rng=lambda: 1.0)
+        )
         while runs < 4:
             await asyncio.sleep(0)
         task.cancel()
@@ -108,3 +110,22 @@ def test_a_backoff_doubles_to_its_cap_with_jitter_in_the_upper_half_and_starts_o
     assert (backoff.next(), backoff.failures) == (0.5, 1)
     with pytest.raises(ValueError, match="first"):
         Backoff(0.0, 1.0)
+
+
+async def test_supervised_restarts_are_jittered_and_a_long_healthy_run_starts_the_backoff_over() -> None:
+    now = [0.0]
+    ran_for = iter([0.0, 0.0, 10.0, 0.0])  # the third run lasts longer than max_delay
+    waits: list[float] = []
+
+    async def fails() -> None:
+        now[0] += next(ran_for)
+        raise RuntimeError("boom")
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 4:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await supervise("loop", fails, first_delay=1, max_delay=4, sleep=sleep, clock=lambda: now[0], rng=lambda: 0.0)
+    assert waits == [0.5, 1.0, 0.5, 1.0]

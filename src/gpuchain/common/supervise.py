@@ -5,9 +5,10 @@ dies the pod still looks Running while the node quietly stops being served. So e
 runs under one of two rules:
 
 - ``supervise`` / ``spawn`` (asyncio): an exception is logged at once, with its traceback, and
-  the loop starts again after a backoff that doubles from ``first_delay`` to ``max_delay`` (a run
-  that lasted longer than ``max_delay`` starts the backoff over), so a persistent fault is
-  neither hammered nor given up on. Loops on threads (the exporter's sampler) catch and log per
+  the loop starts again after a jittered backoff (``Backoff``) that doubles from ``first_delay`` to
+  ``max_delay`` (a run that lasted longer than ``max_delay`` starts the backoff over), so a
+  persistent fault is neither hammered nor given up on, and agents that failed together (the API
+  server went away) do not retry in lockstep. Loops on threads (the exporter's sampler) catch and log per
   cycle themselves; the health event stream has its own resubscribing loop, ``follow_events``;
 - ``Critical``: for tasks whose state cannot be rebuilt in place, a crash is logged at once, the
   command cleans up and exits non-zero, so the kubelet restarts the container.
@@ -31,13 +32,6 @@ MAX_DELAY = 30.0
 EXIT_CODE = 1
 """The status a process exits with when a task it cannot restart in place has failed."""
 T = TypeVar("T")
-
-
-def _next_delay(delay: float, ran_for: float, first_delay: float, max_delay: float) -> tuple[float, float]:
-    """(the wait before this restart, the wait before the one after): a long healthy run resets it."""
-    if ran_for > max_delay:
-        delay = first_delay
-    return delay, min(delay * 2, max_delay)
 
 
 class Backoff:
@@ -79,10 +73,11 @@ async def supervise(
     max_delay: float = MAX_DELAY,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
+    rng: Callable[[], float] = random.random,
 ) -> NoReturn:
     """Run ``run()`` forever: log any exception (or an unexpected return) at once and start it again
-    after a bounded, doubling backoff. Only cancellation ends it."""
-    delay = first_delay
+    after a bounded, doubling, jittered backoff. Only cancellation ends it."""
+    backoff = Backoff(first_delay, max_delay, rng)
     while True:
         started = clock()
         try:
@@ -90,12 +85,19 @@ async def supervise(
         except asyncio.CancelledError:
             raise
         except Exception:
-            wait, delay = _next_delay(delay, clock() - started, first_delay, max_delay)
+            wait = _next_wait(backoff, clock() - started)
             log.exception("%s failed; restarting it in %.1f s", name, wait)
         else:
-            wait, delay = _next_delay(delay, clock() - started, first_delay, max_delay)
+            wait = _next_wait(backoff, clock() - started)
             log.error("%s ended although it should run until stopped; restarting it in %.1f s", name, wait)
         await sleep(wait)
+
+
+def _next_wait(backoff: Backoff, ran_for: float) -> float:
+    """The wait before this restart: a run longer than the backoff's cap was healthy, start over."""
+    if ran_for > backoff.cap:
+        backoff.reset()
+    return backoff.next()
 
 
 def spawn(
