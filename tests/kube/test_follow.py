@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuchain.kube import NODE, KubeError, MemoryCluster
+from gpuchain.kube import KubeError, MemoryCluster
 from gpuchain.kube import follow as follow_module
 from gpuchain.kube.errors import GoneError
 from gpuchain.kube.follow import node_states
