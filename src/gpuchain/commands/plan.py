@@ -266,7 +266,7 @@ def stack_command(
         "hours_per_node": hours_per_node,
         "operator_install_hours": operator_install_hours,
         "operator_hours_per_change": operator_hours_per_change,
-        "needs": frozenset(need) or None,
+        "needs": need,
         "gpu_models": gpu_models,
         "driver_versions": driver_versions,
     }

@@ -62,7 +62,8 @@ def _driver_owner(snapshot: Snapshot, gpu: list[Obj]) -> tuple[DriverOwner, str]
     if container:
         return (
             DriverOwner.SELF_MANAGED,
-            f"{stack.title} runs the driver in a container (DaemonSet {stack.ds('driver')}): your team picks the version",
+            f"{stack.title} runs the driver in a container (DaemonSet {stack.ds('driver')}): "
+            "your team picks the version",
         )
     if provider in CLOUDS:
         return (

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpuchain.planner.errors import PlanInputError
@@ -103,7 +103,7 @@ class StackRequest:
     hours_per_node: float | None = None
     operator_install_hours: float = DEFAULT_OPERATOR_INSTALL_HOURS
     operator_hours_per_change: float = DEFAULT_OPERATOR_HOURS_PER_CHANGE
-    needs: frozenset[Need] = frozenset()
+    needs: tuple[Need, ...] = ()  #: in `Need` order, so JSON and tables list them the same way every run
     gpu_models: int = 1
     driver_versions: int = 1
 
@@ -200,20 +200,40 @@ def costs(req: StackRequest, nodes: int | None = None) -> tuple[RouteCost, Route
 
 
 def crossover(req: StackRequest) -> Crossover:
-    """The fewest nodes, and the fewest upgrades a year, at which the operator costs fewer hours."""
+    """The fewest nodes, and the fewest upgrades a year, at which the operator costs fewer hours.
+
+    Solved from the two lines, then settled on the comparison `plan_stack` makes, so a rounding
+    error in the division never moves the answer by one.
+    """
     h, u = req.node_hours, req.driver_upgrades_per_year
     install, change = req.operator_install_hours, req.operator_hours_per_change
-    nodes = None if h == 0 else math.floor((install + u * change) / (h * (1 + u))) + 1
+    nodes = None
+    if h > 0:
+        guess = math.floor((install + u * change) / (h * (1 + u))) + 1
+        nodes = _first(lambda n: _operator_cheaper(req, n, u), guess, 1)
     # by hand - operator = (nodes x h - install) + upgrades x (nodes x h - change): a line in upgrades
-    round_hours = req.nodes * h
-    start, slope = round_hours - install, round_hours - change
-    if start > 0:
-        upgrades: int | None = 0
-    elif slope > 0:
-        upgrades = math.floor(-start / slope) + 1
-    else:
-        upgrades = None
+    start, slope = req.nodes * h - install, req.nodes * h - change
+    upgrades = None
+    if start > 0 or slope > 0:
+        guess = 0 if start > 0 else math.floor(-start / slope) + 1
+        upgrades = _first(lambda k: _operator_cheaper(req, req.nodes, k), guess, 0)
     return Crossover(nodes, upgrades)
+
+
+def _operator_cheaper(req: StackRequest, nodes: int, upgrades: float) -> bool:
+    hand, op = costs(replace(req, driver_upgrades_per_year=upgrades), nodes)
+    return op.yearly_hours < hand.yearly_hours
+
+
+def _first(cheaper: Callable[[int], bool], guess: int, least: int) -> int:
+    """The least whole value from ``least`` on where ``cheaper`` holds, from a guess one off at most
+    (it holds from some value on: the hours by hand grow faster than the operator's)."""
+    at = max(guess, least)
+    while not cheaper(at):
+        at += 1
+    while at > least and cheaper(at - 1):
+        at -= 1
+    return at
 
 
 def plan_stack(req: StackRequest, inputs: tuple[InputSource, ...] = (), read_from: str = "") -> StackPlan:
@@ -347,7 +367,7 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
 
     Raises PlanInputError when nodes or the driver owner are neither given nor read.
     """
-    values: dict[str, Any] = {k: v for k, v in given.items() if v is not None and v != []}
+    values: dict[str, Any] = {k: v for k, v in given.items() if v is not None and v != () and v != []}
     sources: dict[str, InputSource] = {}
     if reading is not None:
         read: dict[str, tuple[Any, str]] = {
@@ -372,9 +392,9 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
             f"{', '.join(missing)} required (or read them with --from-cluster, --scenario NAME or --from-dump DIR), "
             "e.g. --nodes 100 --driver self-managed"
         )
-    needs = frozenset(values.get("needs", frozenset()))
-    mig_read = reading is not None and bool(reading.mig_nodes) and Need.MIG not in needs
-    values["needs"] = needs | {Need.MIG} if mig_read else needs
+    given_needs = frozenset(values.get("needs", ()))
+    mig_read = reading is not None and bool(reading.mig_nodes) and Need.MIG not in given_needs
+    values["needs"] = tuple(n for n in Need if n in given_needs or (mig_read and n is Need.MIG))
     values.setdefault("hours_per_node", DEFAULT_HOURS_PER_NODE[DriverOwner(values["driver"])])
     req = StackRequest(**values)
     out = []
@@ -383,7 +403,7 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
         if f.name in sources:
             out.append(sources[f.name])
         elif f.name == "needs":
-            out.append(_needs_source(req.needs, needs, reading if mig_read else None))
+            out.append(_needs_source(req.needs, given_needs, reading if mig_read else None))
         elif f.name in given and given[f.name] is not None:
             out.append(InputSource(flag_of(f.name), _show(value), "given"))
         elif f.name == "hours_per_node":
@@ -393,8 +413,8 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
     return req, tuple(out)
 
 
-def _needs_source(needs: frozenset[Need], given: frozenset[Need], reading: Reading | None) -> InputSource:
-    value = ", ".join(n.value for n in Need if n in needs) or "none"
+def _needs_source(needs: tuple[Need, ...], given: frozenset[Need], reading: Reading | None) -> InputSource:
+    value = ", ".join(n.value for n in needs) or "none"
     if reading is not None:
         return InputSource("--need", value, "read", reading.mig_evidence + (" (the rest given)" if given else ""))
     if given:
