@@ -326,8 +326,8 @@ def _stack_view(result: StackPlan) -> RenderableType:
         parts.append(Text(f"Read from {result.read_from}"))
     parts.append(table)
     if result.ratio is not None:
-        cheaper = "" if result.ratio >= 1 else ": by hand costs fewer hours"
-        parts.append(Text(f"By hand / operator: {result.ratio:.3g}x{cheaper}"))
+        which = "" if result.ratio > 1 else " (a tie)" if result.ratio == 1 else " (by hand costs fewer hours)"
+        parts.append(Text(f"By hand / operator: {result.ratio:.3g}x{which}"))
     parts.append(Text(_crossover_line(result)))
     unsaid = [i for i in result.inputs if i.source != "given"]
     if unsaid:
