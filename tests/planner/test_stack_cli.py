@@ -93,6 +93,8 @@ def test_plot_draws_both_routes_against_nodes(tmp_path: Path) -> None:
         (["plan", "stack", "--from-dump", "/nonexistent-dump"], "no such directory"),
         (["plan", "stack", "--from-dump", ".", "--scenario", "healthy"], "pass one of them"),
         (["plan", "stack", "--scenario", "no-such-scenario"], "no-such-scenario"),
+        (["plan", "stack", "--from-cluster", "--kubeconfig", "/nonexistent/config"], "no Kubernetes API configuration"),
+        (["plan", "stack", "--kubeconfig", "/nonexistent/config"], "tried kubeconfig /nonexistent/config"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
