@@ -83,6 +83,10 @@ TOUR_OUTPUT: dict[str, tuple[int, list[str]]] = {
         ["Recommended: 7 x MIG 1g.5gb - 420 QPS per GPU", "time-slicing x10"],
     ),
     "gpuchain plan fleet --failure-rate 5% --gpus 128": (0, ["6.4 expected failures a year", "57 days"]),
+    "gpuchain plan stack --nodes 100 --driver self-managed --driver-upgrades-per-year 3": (
+        0,
+        ["400 h", "By hand / operator: 50x", "Recommended: an operator"],
+    ),
     "gpuchain mig apply -c all-1g.10gb --dry-run": (0, ["would apply (dry run) MIG layout 'all-1g.10gb'"]),
     "gpuchain gfd --oneshot --output-file -": (
         0,

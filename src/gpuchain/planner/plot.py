@@ -1,4 +1,5 @@
-"""The plan as a picture: density and headroom per option, for people who would rather look than read.
+"""The plans as pictures, for people who would rather look than read: density and headroom per option
+(`gpuchain plan`), hours a year against nodes for both routes (`gpuchain plan stack`).
 
 Drawn on an explicit Agg canvas (no pyplot), so it works headless, in threads and in tests, and
 never touches a global backend.
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from gpuchain.planner.capacity import Isolation, Option, Plan
+from gpuchain.planner.stack import StackPlan, StackRequest, costs
 
 _COLOURS = {Isolation.EXCLUSIVE: "#4c72b0", Isolation.HARDWARE: "#55a868", Isolation.NONE: "#c44e52"}
 
@@ -55,9 +57,40 @@ def figure(plan: Plan) -> Figure:
     return fig
 
 
-def write_png(plan: Plan, path: Path) -> None:
+def stack_figure(result: StackPlan) -> Figure:
+    """Hours in the first year against the node count, by hand and with an operator, at the request's
+    upgrades a year; the request's node count and the crossover marked."""
+    req = result.request
+    fig = Figure(figsize=(9, 5.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    upgrades = f"{req.driver_upgrades_per_year:g} driver upgrades a year"
+    ax.set_title(f"{req.driver.value} driver, {upgrades}: recommended {result.recommendation.value}")
+    last = max(10, 2 * req.nodes, 2 * (result.crossover.nodes or 0))
+    nodes = list(range(last + 1))
+    ax.plot(nodes, [_hours(req, n)[0] for n in nodes], color="#c44e52", label="by hand")
+    ax.plot(nodes, [_hours(req, n)[1] for n in nodes], color="#4c72b0", label="with an operator")
+    ax.axvline(req.nodes, color="grey", linestyle=":", label=f"your {req.nodes} nodes")
+    if result.crossover.nodes is not None:
+        at = result.crossover.nodes
+        ax.scatter([at], [_hours(req, at)[1]], color="black", zorder=3, label=f"operator cheaper from {at} nodes")
+    ax.set_xlabel("GPU nodes")
+    ax.set_ylabel("hours in the first year (install + upgrades)")
+    ax.set_xlim(0, last)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left")
+    return fig
+
+
+def _hours(req: StackRequest, nodes: int) -> tuple[float, float]:
+    hand, op = costs(req, nodes)
+    return hand.yearly_hours, op.yearly_hours
+
+
+def write_png(plan: Plan | StackPlan, path: Path) -> None:
     """Draw ``plan`` into a PNG at ``path`` (parent folder must exist)."""
-    figure(plan).savefig(path, format="png", dpi=100)
+    fig = figure(plan) if isinstance(plan, Plan) else stack_figure(plan)
+    fig.savefig(path, format="png", dpi=100)
 
 
 def _label(o: Option, chosen: str | None) -> str:
