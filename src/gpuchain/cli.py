@@ -76,7 +76,7 @@ COMMANDS: dict[str, Entry] = {
     "operator": Entry("gpuchain.commands.operator", "The gpuchain operator (ClusterPolicy gpuchain.io/v1)."),
     "plan": Entry(
         "gpuchain.commands.plan",
-        "Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`).",
+        "Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`, `plan stack`).",
     ),
     "sim": Entry("gpuchain.commands.sim", "Simulated clusters built from scenario YAML (no GPU, no cluster needed)."),
     "validate": Entry(

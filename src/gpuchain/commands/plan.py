@@ -69,7 +69,7 @@ def plan_command(
     plot: Path | None = typer.Option(None, "--plot", help="Also draw density and headroom per option to FILE.png."),
     output: OutputFormat = output_option(),
 ) -> None:
-    """Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`).
+    """Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`, `plan stack`).
 
     How many instances of one model a GPU serves as a whole GPU, per MIG profile and time-sliced.
     Shows instances and QPS per GPU, memory headroom per instance, isolation and risk, and a
