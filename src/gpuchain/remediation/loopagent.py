@@ -304,6 +304,9 @@ class GpuLoopAgent:
         self.metrics = LoopMetrics(node_name)
         self._indexes: dict[str, int] = {}
         self._devices: dict[str, tuple[str, ...]] = {}
+        self._unrecorded: dict[str, tuple[dict[str, Any] | None, GpuRecord]] = {}
+        """Per GPU, results of work done that the pass's closing write could not record: (the record
+        the Node showed then, JSON, None for none; the record after the work)."""
 
     def breaker_open(self) -> bool:
         """The remediator's breaker, from its status ConfigMap; unreadable counts as open (safe)."""
@@ -330,10 +333,19 @@ class GpuLoopAgent:
 
     def run_once(self) -> LoopPass:
         """One pass (see the module docstring). Raises the port's errors; a bad annotation is logged
-        and the pass leaves the node alone."""
+        and the pass leaves the node alone.
+
+        Nothing is done to a GPU that the Node does not record first: before a reset or a burn-in the
+        record that asks for it (for a reset, the attempt it uses up) is written to the Node, and
+        when that write fails the work waits. Otherwise a Node that can be read but not written (an
+        etcd space alarm, write throttling, a webhook refusing the agent) would see the GPU reset on
+        every pass, the attempt count that bounds resets never reaching the Node. The results of
+        work done that the closing write could not record are kept in this process
+        (``_unrecorded``) and used while the Node still shows what was written before the work, so
+        a burn-in that passed is not run again either."""
         node = self.cluster.get(NODE, self.node_name)
-        annotations = annotations_of(node)
-        records = decode_records(annotations.get(LOOP_ANNOTATION))
+        annotations = dict(annotations_of(node))
+        records = self._with_unrecorded(decode_records(annotations.get(LOOP_ANNOTATION)))
         faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
         pods = decode_pods(annotations.get(PODS_ANNOTATION))
         self._take_back()
@@ -342,6 +354,7 @@ class GpuLoopAgent:
         boot_id = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
         by_gpu: dict[str, Fault] = {f.gpu: f for f in faults.values() if f.uuid == f.gpu}
         after: dict[str, GpuRecord] = {}
+        unrecordable: KubeError | None = None
         for uuid in sorted(set(records) | set(by_gpu)):
             rec = records.get(uuid) or GpuRecord(uuid)
             if rec.index is None and uuid in self._indexes:
@@ -354,6 +367,14 @@ class GpuLoopAgent:
                 ready = rec
                 rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
                 if work is None:
+                    break
+                if unrecordable is None:
+                    try:
+                        self._record_intent(annotations, {**records, **after, uuid: rec})
+                    except KubeError as exc:
+                        unrecordable = exc
+                if unrecordable is not None:
+                    rec = replace(ready, waiting=f"waiting to record the {work.value} on the Node before it runs")
                     break
                 try:
                     ok, detail = self._do(work, rec)
@@ -368,8 +389,39 @@ class GpuLoopAgent:
             self._events(node, before, rec)
             after[uuid] = rec
         kept = {u: r for u, r in after.items() if keep(r, self.clock(), self.policy)}
-        written = self._write(node, annotations, kept, breaker)
+        shown = decode_records(annotations.get(LOOP_ANNOTATION))
+        try:
+            written = self._write(node, annotations, kept, breaker)
+        except KubeError:
+            seen = {u: _json_or_none(shown.get(u)) for u in after}
+            self._unrecorded = {u: (seen[u], r) for u, r in after.items() if seen[u] != r.to_json()}
+            raise
+        self._unrecorded = {}
+        if unrecordable is not None:
+            raise unrecordable
         return LoopPass(after, written, breaker)
+
+    def _with_unrecorded(self, records: dict[str, GpuRecord]) -> dict[str, GpuRecord]:
+        """``records`` as read from the Node, with the results of work this process did but could not
+        record, for each GPU whose record on the Node is still the one written before that work.
+        A record that moved on (another writer, a restarted agent) wins."""
+        merged = dict(records)
+        for uuid, (seen, result) in self._unrecorded.items():
+            if _json_or_none(records.get(uuid)) == seen:
+                merged[uuid] = result
+        return merged
+
+    def _record_intent(self, annotations: dict[str, str], records: Mapping[str, GpuRecord]) -> None:
+        """Write the loop annotation and the quarantine list for ``records`` unless the Node already
+        shows them; ``annotations`` becomes what the Node shows. Raises the port's error: the work
+        the record asks for must then not run."""
+        kept = {u: r for u, r in records.items() if keep(r, self.clock(), self.policy)}
+        wanted = {LOOP_ANNOTATION: encode_records(kept), QUARANTINE_ANNOTATION: encode_quarantine(withheld(kept))}
+        patch = {k: v for k, v in wanted.items() if annotations.get(k) != v}
+        if patch:
+            written = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+            annotations.clear()
+            annotations.update(annotations_of(written))
 
     def _take_back(self) -> None:
         """Take NVML back when a reset left this process without it (the backend could not be
@@ -479,6 +531,11 @@ class GpuLoopAgent:
             else:
                 self.metrics.finished_pass(result.records, None, self.clock())
             await wait_event(stop, interval)
+
+
+def _json_or_none(rec: GpuRecord | None) -> dict[str, Any] | None:
+    """A record as the annotation holds it (None: the Node has none for the GPU), for comparing."""
+    return None if rec is None else rec.to_json()
 
 
 def _condition(status: str, message: str) -> dict[str, Any]:
