@@ -20,7 +20,7 @@ from gpuchain.kube.kinds import NODE, Kind
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, LoopPolicy, Stage, decode_records
-from gpuchain.remediation.loopagent import GpuLoopAgent
+from gpuchain.remediation.loopagent import MAX_RETRY_S, GpuLoopAgent, retry_delay
 from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, encode_faults
 from gpuchain.remediation.scenario import node_object
 
@@ -191,3 +191,12 @@ def test_work_done_whose_result_could_not_be_recorded_is_not_done_again() -> Non
     assert run_pass(agent)
     records = decode_records(cluster.get(NODE, NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION])
     assert all(r.stage is Stage.BURN_IN and r.passed for r in records.values()), records
+
+
+@given(interval=st.floats(0.01, 30.0), failures=st.integers(1, 200), share=st.floats(0.0, 1.0))
+def test_failed_passes_back_off_with_jitter_within_bounds(interval: float, failures: int, share: float) -> None:
+    """The wait after failed passes is never under the pass interval nor over ``MAX_RETRY_S`` (or the
+    interval, if longer), grows with the failures, and its random share is drawn afresh each time."""
+    wait = retry_delay(interval, failures, lambda lo, hi: lo + share * (hi - lo))
+    assert interval <= wait <= max(MAX_RETRY_S, interval) + 1e-9
+    assert retry_delay(interval, failures + 1, lambda lo, hi: hi) >= retry_delay(interval, failures, lambda lo, hi: hi)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections import Counter
@@ -82,6 +83,15 @@ STAGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0
 """Histogram bounds (seconds): a drain takes seconds to a job's grace period, a reset tens of seconds."""
 MAX_WORK_PER_PASS = 4
 """Work items one GPU may run in one pass (reset, then burn-in, ...): a bound, not a target."""
+MAX_RETRY_S = 60.0
+"""The longest wait after failed passes: an API server shedding writes is not hammered by every node."""
+
+
+def retry_delay(interval: float, failures: int, draw: Callable[[float, float], float] = random.uniform) -> float:
+    """The wait after ``failures`` passes failed in a row: ``interval`` plus a random share (jitter, so
+    a fleet of agents does not retry in step) of a span that doubles per failure up to ``MAX_RETRY_S``."""
+    span = min(interval * (2 ** min(failures, 32) - 1), max(MAX_RETRY_S - interval, 0.0))
+    return interval + draw(0.0, span)
 
 
 def new_steps(before: GpuRecord, after: GpuRecord) -> tuple[Step, ...]:
@@ -520,17 +530,23 @@ class GpuLoopAgent:
 
     async def run(self, stop: asyncio.Event | None = None, interval: float = 5.0) -> None:
         """Pass after pass until ``stop`` is set. A failed pass is logged whole and the next one
-        starts from a fresh read of the Node (the loop's state is there, not in this process)."""
+        starts from a fresh read of the Node (the loop's state is there, not in this process), after
+        a backoff with jitter (``retry_delay``) while passes keep failing."""
         stop = stop or asyncio.Event()
+        failures = 0
         while not stop.is_set():
+            wait = interval
             try:
                 result = await asyncio.to_thread(self.run_once)
             except Exception as exc:
-                log.exception("GPU repair pass on node %s failed; retrying in %g s", self.node_name, interval)
+                failures += 1
+                wait = retry_delay(interval, failures)
+                log.exception("GPU repair pass on node %s failed; retrying in %.1f s", self.node_name, wait)
                 self.metrics.finished_pass(None, f"{type(exc).__name__}: {exc}", self.clock())
             else:
+                failures = 0
                 self.metrics.finished_pass(result.records, None, self.clock())
-            await wait_event(stop, interval)
+            await wait_event(stop, wait)
 
 
 def _json_or_none(rec: GpuRecord | None) -> dict[str, Any] | None:
