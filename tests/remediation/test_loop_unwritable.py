@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.errors import KubeError, TooManyRequestsError
-from gpuchain.kube.kinds import NODE, Kind
+from gpuchain.kube.kinds import EVENT, NODE, Kind
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, LoopPolicy, Stage, decode_records
@@ -37,6 +37,8 @@ class FlakyWrites(MemoryCluster):
         self.failing = False
         self.allowed: int | None = None
         """Node patches that still land before ``failing`` turns on by itself (None: no limit)."""
+        self.only_nodes = False
+        """Refuse only Node writes (a webhook on Nodes): Events still land."""
         super().__init__(objects)
 
     def _refuse(self, node_patch: bool = False) -> None:
@@ -55,7 +57,8 @@ class FlakyWrites(MemoryCluster):
         return super().patch_status(*args, **kwargs)
 
     def create(self, obj: Obj) -> Obj:
-        self._refuse()
+        if not self.only_nodes:
+            self._refuse()
         return super().create(obj)
 
 
@@ -200,3 +203,30 @@ def test_failed_passes_back_off_with_jitter_within_bounds(interval: float, failu
     wait = retry_delay(interval, failures, lambda lo, hi: lo + share * (hi - lo))
     assert interval <= wait <= max(MAX_RETRY_S, interval) + 1e-9
     assert retry_delay(interval, failures + 1, lambda lo, hi: hi) >= retry_delay(interval, failures, lambda lo, hi: hi)
+
+
+def test_events_tell_a_stage_once_the_node_records_it() -> None:
+    """Node writes are refused after the record before each burn-in, Events still land. The first
+    GPU's passed burn-in reaches the Node with the second GPU's record before its reset; the second
+    GPU's, due in the pass's closing write, does not: it is not told while the Node shows the burn-in
+    running, and is told once, when the Node records it."""
+    cluster, _, agent, now = rig(LoopPolicy(settle_s=600.0))
+    cluster.allowed, cluster.only_nodes = 2 * len(FAULTY), True
+
+    def told() -> Counter[str]:
+        return Counter(str(e["reason"]) for e in cluster.list(EVENT, "default"))
+
+    def passed_on_node() -> int:
+        shown = cluster.get(NODE, NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION]
+        return sum(r.passed for r in decode_records(shown).values())
+
+    for _ in range(3):
+        assert not run_pass(agent)
+        now[0] += 1.0
+    assert told()["GPUBurnInPassed"] == passed_on_node() == 1, told()
+    assert told() == Counter(
+        {**dict.fromkeys(["GPUQuarantined", "GPUDrained", "GPUResetStarted", "GPUBurnIn"], 2), "GPUBurnInPassed": 1}
+    )
+    cluster.failing, cluster.allowed = False, None
+    assert run_pass(agent)
+    assert told()["GPUBurnInPassed"] == passed_on_node() == 2, told()

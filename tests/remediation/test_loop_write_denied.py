@@ -3,7 +3,8 @@ reads (issue 25, item 1): a ValidatingAdmissionPolicy denies every update of Nod
 by the agent's service account, as a failing webhook, an etcd space alarm or write throttling would.
 The agent runs for a bounded time on a Node whose published fault needs a reset; the simulated GPU
 counts the resets it was asked for. Before the fix: one reset (and one burn-in) per pass. Once the
-policy goes, the loop records its attempt and resets the GPU exactly once.
+policy goes, the loop records its attempt and resets the GPU exactly once. Events are not Node
+writes and still land: the loop tells each stage once, when the Node records it, not once per pass.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from peers.apiserver import ApiServer
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, KubeError, LiveCluster
+from gpuchain.kube.kinds import EVENT
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, Stage, decode_records
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, encode_faults
@@ -136,6 +138,13 @@ def _refused(client: LiveCluster) -> bool:
     return False
 
 
+def _gpu_events(client: LiveCluster) -> list[str]:
+    """The reasons of the repair loop's Events about the Node, oldest first."""
+    events = [e for e in client.list(EVENT, "default") if (e.get("involvedObject") or {}).get("name") == NODE_NAME]
+    events.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("creationTimestamp") or ""))
+    return [str(e.get("reason")) for e in events if str(e.get("reason", "")).startswith("GPU")]
+
+
 async def _run_for(agent: GpuLoopAgent, seconds: float) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop, interval=PASS_S))
@@ -173,6 +182,7 @@ def test_no_reset_storm_while_the_api_server_refuses_node_writes_and_serves_read
     assert passes["failed"] >= 4 and passes["ok"] == 0, passes
     assert backend.resets[3] == 0 and backend.burn_ins[3] == 0, (backend.resets, backend.burn_ins, passes)
     assert LOOP_ANNOTATION not in live_cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {})
+    assert _gpu_events(live_cluster) == []  # nothing happened that the Node records
 
     apiserver.request("DELETE", f"{ADMISSION}/validatingadmissionpolicybindings/{POLICY}")
     _until(lambda: not _refused(agent_client), "the policy is gone from admission")
@@ -185,3 +195,5 @@ def test_no_reset_storm_while_the_api_server_refuses_node_writes_and_serves_read
 
     _until(burned_in, "the GPU is reset and burned in once writes work again")
     assert backend.resets[3] == 1 and backend.burn_ins[3] == 1, (backend.resets, backend.burn_ins)
+    told = Counter(_gpu_events(live_cluster))
+    assert told == Counter(["GPUQuarantined", "GPUDrained", "GPUResetStarted", "GPUBurnIn", "GPUBurnInPassed"]), told

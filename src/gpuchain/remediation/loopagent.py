@@ -355,7 +355,9 @@ class GpuLoopAgent:
         a burn-in that passed is not run again either."""
         node = self.cluster.get(NODE, self.node_name)
         annotations = dict(annotations_of(node))
-        records = self._with_unrecorded(decode_records(annotations.get(LOOP_ANNOTATION)))
+        recorded = decode_records(annotations.get(LOOP_ANNOTATION))
+        records = self._with_unrecorded(recorded)
+        announced = dict(recorded)  # what the Node shows and its Events told; moves on with each write
         faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
         pods = decode_pods(annotations.get(PODS_ANNOTATION))
         self._take_back()
@@ -372,7 +374,6 @@ class GpuLoopAgent:
             fault = by_gpu.get(uuid)
             devices = {uuid, *self._devices.get(uuid, ()), *(fault.covers if fault else ())}
             holding = tuple(sorted({ref for d in devices for ref in pods.get(d, ())}))
-            before = rec
             for _ in range(MAX_WORK_PER_PASS):
                 ready = rec
                 rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
@@ -380,7 +381,9 @@ class GpuLoopAgent:
                     break
                 if unrecordable is None:
                     try:
-                        self._record_intent(annotations, {**records, **after, uuid: rec})
+                        intent = {**records, **after, uuid: rec}
+                        self._record_intent(annotations, intent)
+                        self._announce(node, announced, intent)
                     except KubeError as exc:
                         unrecordable = exc
                 if unrecordable is not None:
@@ -395,8 +398,6 @@ class GpuLoopAgent:
                     break
                 self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
                 rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
-            self.metrics.observe(before, rec)
-            self._events(node, before, rec)
             after[uuid] = rec
         kept = {u: r for u, r in after.items() if keep(r, self.clock(), self.policy)}
         shown = decode_records(annotations.get(LOOP_ANNOTATION))
@@ -407,6 +408,7 @@ class GpuLoopAgent:
             self._unrecorded = {u: (seen[u], r) for u, r in after.items() if seen[u] != r.to_json()}
             raise
         self._unrecorded = {}
+        self._announce(node, announced, after)
         if unrecordable is not None:
             raise unrecordable
         return LoopPass(after, written, breaker)
@@ -420,6 +422,16 @@ class GpuLoopAgent:
             if _json_or_none(records.get(uuid)) == seen:
                 merged[uuid] = result
         return merged
+
+    def _announce(self, node: Obj, announced: dict[str, GpuRecord], records: Mapping[str, GpuRecord]) -> None:
+        """Count in the metrics and tell as Events the stages ``records`` entered since ``announced``
+        (what was told before), once they are on the Node: a stage a failed write kept off the Node
+        is told when a later write records it, not on every pass that recomputes it."""
+        for uuid, rec in records.items():
+            told = announced.get(uuid) or GpuRecord(uuid, rec.index)
+            self.metrics.observe(told, rec)
+            self._events(node, told, rec)
+            announced[uuid] = rec
 
     def _record_intent(self, annotations: dict[str, str], records: Mapping[str, GpuRecord]) -> None:
         """Write the loop annotation and the quarantine list for ``records`` unless the Node already
