@@ -6,13 +6,16 @@ One agent runs on each GPU node (in ``gpuchain gpu-health``, next to the publish
 1. reads its Node (the loop annotation, the faults and pod map the publisher wrote, the boot ID)
    and the remediator's status ConfigMap (is the breaker open? unreadable counts as open);
 2. for every GPU with a fault or a record, ``gpuloop.advance``; a reset or burn-in asked for runs
-   here through the ``GpuBackend`` port and its result goes through ``gpuloop.complete``;
+   here through the ``GpuBackend`` port, but only once the record asking for it (for a reset, the
+   attempt it uses up) is written to the Node: a Node that cannot be written gets no reset at all.
+   The result goes through ``gpuloop.complete``;
 3. writes, only when something changed, the loop annotation, the quarantine list the device
    plugin and DRA plugin follow, and the reboot request (annotation and ``GPURebootRequired``
    condition, the latter two only while the breaker is closed), and records an Event on the Node
-   for every stage a GPU entered.
+   for every stage a GPU entered, once the Node records it.
 
-All state lives on the Node, so a restarted agent resumes each GPU where it was.
+All state lives on the Node, so a restarted agent resumes each GPU where it was; a result the
+closing write could not record stays in memory until a write does (see ``run_once``).
 """
 
 from __future__ import annotations
