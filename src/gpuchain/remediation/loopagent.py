@@ -383,12 +383,13 @@ class GpuLoopAgent:
                 if work is None:
                     break
                 if unrecordable is None:
+                    intent = {**records, **after, uuid: rec}
                     try:
-                        intent = {**records, **after, uuid: rec}
                         self._record_intent(annotations, intent)
-                        self._announce(node, announced, intent)
                     except KubeError as exc:
                         unrecordable = exc
+                    else:
+                        self._announce(node, announced, intent)
                 if unrecordable is not None:
                     rec = replace(ready, waiting=f"waiting to record the {work.value} on the Node before it runs")
                     break
