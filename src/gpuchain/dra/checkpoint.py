@@ -4,11 +4,18 @@ The kubelet may call Prepare again for a claim it prepared before the plugin res
 Unprepare for one the new process never saw. The checkpoint makes both answers the same as
 before the restart. It is one JSON file, replaced atomically on every change, so a crash leaves
 the old or the new content, never a torn one.
+
+The file leads and memory follows: a change is made to the claims in memory only once the file
+holding it is written and synced (the directory too, so the rename survives a power loss). A write
+that fails (the state directory's file system full) raises and leaves memory as the file is, so the
+plugin never answers from a claim a restart would not find.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,9 +112,15 @@ class Checkpoint:
                 f"{self.path}: unreadable checkpoint ({exc}); move it aside to start with no prepared claims"
             ) from None
 
-    def _save(self) -> None:
-        data = {"version": VERSION, "claims": {uid: c.to_dict() for uid, c in sorted(self._claims.items())}}
+    def _save(self, claims: Mapping[str, PreparedClaim]) -> None:
+        """Write ``claims`` as the whole file and sync its directory; raises OSError, file unchanged."""
+        data = {"version": VERSION, "claims": {uid: c.to_dict() for uid, c in sorted(claims.items())}}
         atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def get(self, uid: str) -> PreparedClaim | None:
         """The prepared claim, or None."""
@@ -118,13 +131,18 @@ class Checkpoint:
         return list(self._claims.values())
 
     def add(self, claim: PreparedClaim) -> None:
-        """Record a prepared claim and save."""
-        self._claims[claim.uid] = claim
-        self._save()
+        """Record a prepared claim: saved first, then remembered. Raises OSError when the file cannot
+        be written; the claim is then neither on disk nor in memory."""
+        claims = {**self._claims, claim.uid: claim}
+        self._save(claims)
+        self._claims = claims
 
     def discard(self, uid: str) -> bool:
-        """Forget a claim and save; False when it was not there."""
-        if self._claims.pop(uid, None) is None:
+        """Forget a claim: saved first, then forgotten; False when it was not there. Raises OSError
+        when the file cannot be written; the claim is then still recorded on disk and in memory."""
+        if uid not in self._claims:
             return False
-        self._save()
+        claims = {u: c for u, c in self._claims.items() if u != uid}
+        self._save(claims)
+        self._claims = claims
         return True

@@ -9,8 +9,14 @@ Prepare reads the ResourceClaim from the API (the kubelet sends only namespace, 
 takes the allocation results for this driver, checks each device is one this node publishes and
 healthy, writes the claim's CDI spec, then records the claim in the checkpoint. A second Prepare
 answers from the checkpoint (rewriting the spec if a reboot emptied the CDI directory);
-Unprepare removes the spec and the record, and succeeds when they are already gone. Either step
+Unprepare removes the record, then the spec, and succeeds when they are already gone. Either step
 may be repeated after a crash without harm.
+
+Both are all or nothing, so that a plugin restart finds exactly the claims the kubelet was told
+are prepared: Prepare answers success only once the checkpoint on disk holds the claim, and when
+it cannot record it (the state directory full) it removes the spec it wrote and keeps nothing in
+memory; Unprepare that cannot record the claim's removal leaves the claim prepared, its record
+and spec in place, and answers the error, so the kubelet retries it.
 """
 
 from __future__ import annotations
@@ -265,7 +271,14 @@ class DraDriver:
                     for r, d, cid in zip(results, devices, cdi_ids, strict=True)
                 ),
             )
-            self.checkpoint.add(prepared)
+            try:
+                self.checkpoint.add(prepared)
+            except OSError as exc:
+                cdi.remove_spec(self.config.cdi_dir, ref.uid)  # nothing prepared: no spec either
+                raise PrepareError(
+                    f"claim {ref.namespace}/{ref.name}: cannot record it in {self.checkpoint.path} ({exc}); "
+                    "nothing was prepared"
+                ) from exc
             return prepared
 
     def _ensure_spec(self, claim: PreparedClaim) -> None:
@@ -275,10 +288,24 @@ class DraDriver:
             cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root)
 
     def unprepare(self, ref: ClaimRef) -> bool:
-        """Undo Prepare (idempotent); False when the claim was not prepared."""
+        """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
+        the claim still prepared (record and spec as they were), when its removal cannot be recorded
+        or its spec cannot be removed."""
+        where = f"claim {ref.namespace}/{ref.name}"
         with self._lock:
-            removed = cdi.remove_spec(self.config.cdi_dir, ref.uid)
-            forgotten = self.checkpoint.discard(ref.uid)
+            claim = self.checkpoint.get(ref.uid)
+            try:
+                forgotten = self.checkpoint.discard(ref.uid)
+            except OSError as exc:
+                raise PrepareError(
+                    f"{where}: cannot record its removal in {self.checkpoint.path} ({exc}); it stays prepared"
+                ) from exc
+            try:
+                removed = cdi.remove_spec(self.config.cdi_dir, ref.uid)
+            except OSError as exc:
+                if claim is not None:
+                    self.checkpoint.add(claim)  # the spec is still there: so is the claim
+                raise PrepareError(f"{where}: cannot remove its CDI spec ({exc}); it stays prepared") from exc
             return removed or forgotten
 
     def _allocated(self, ref: ClaimRef) -> list[dict[str, Any]]:

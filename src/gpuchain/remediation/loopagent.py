@@ -6,19 +6,23 @@ One agent runs on each GPU node (in ``gpuchain gpu-health``, next to the publish
 1. reads its Node (the loop annotation, the faults and pod map the publisher wrote, the boot ID)
    and the remediator's status ConfigMap (is the breaker open? unreadable counts as open);
 2. for every GPU with a fault or a record, ``gpuloop.advance``; a reset or burn-in asked for runs
-   here through the ``GpuBackend`` port and its result goes through ``gpuloop.complete``;
+   here through the ``GpuBackend`` port, but only once the record asking for it (for a reset, the
+   attempt it uses up) is written to the Node: a Node that cannot be written gets no reset at all.
+   The result goes through ``gpuloop.complete``;
 3. writes, only when something changed, the loop annotation, the quarantine list the device
    plugin and DRA plugin follow, and the reboot request (annotation and ``GPURebootRequired``
    condition, the latter two only while the breaker is closed), and records an Event on the Node
-   for every stage a GPU entered.
+   for every stage a GPU entered, once the Node records it.
 
-All state lives on the Node, so a restarted agent resumes each GPU where it was.
+All state lives on the Node, so a restarted agent resumes each GPU where it was; a result the
+closing write could not record stays in memory until a write does (see ``run_once``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections import Counter
@@ -82,6 +86,15 @@ STAGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0
 """Histogram bounds (seconds): a drain takes seconds to a job's grace period, a reset tens of seconds."""
 MAX_WORK_PER_PASS = 4
 """Work items one GPU may run in one pass (reset, then burn-in, ...): a bound, not a target."""
+MAX_RETRY_S = 60.0
+"""The longest wait after failed passes: an API server shedding writes is not hammered by every node."""
+
+
+def retry_delay(interval: float, failures: int, draw: Callable[[float, float], float] = random.uniform) -> float:
+    """The wait after ``failures`` passes failed in a row: ``interval`` plus a random share (jitter, so
+    a fleet of agents does not retry in step) of a span that doubles per failure up to ``MAX_RETRY_S``."""
+    span = min(interval * (2 ** min(failures, 32) - 1), max(MAX_RETRY_S - interval, 0.0))
+    return interval + draw(0.0, span)
 
 
 def new_steps(before: GpuRecord, after: GpuRecord) -> tuple[Step, ...]:
@@ -304,6 +317,9 @@ class GpuLoopAgent:
         self.metrics = LoopMetrics(node_name)
         self._indexes: dict[str, int] = {}
         self._devices: dict[str, tuple[str, ...]] = {}
+        self._unrecorded: dict[str, tuple[dict[str, Any] | None, GpuRecord]] = {}
+        """Per GPU, results of work done that the pass's closing write could not record: (the record
+        the Node showed then, JSON, None for none; the record after the work)."""
 
     def breaker_open(self) -> bool:
         """The remediator's breaker, from its status ConfigMap; unreadable counts as open (safe)."""
@@ -330,10 +346,21 @@ class GpuLoopAgent:
 
     def run_once(self) -> LoopPass:
         """One pass (see the module docstring). Raises the port's errors; a bad annotation is logged
-        and the pass leaves the node alone."""
+        and the pass leaves the node alone.
+
+        Nothing is done to a GPU that the Node does not record first: before a reset or a burn-in the
+        record that asks for it (for a reset, the attempt it uses up) is written to the Node, and
+        when that write fails the work waits. Otherwise a Node that can be read but not written (an
+        etcd space alarm, write throttling, a webhook refusing the agent) would see the GPU reset on
+        every pass, the attempt count that bounds resets never reaching the Node. The results of
+        work done that the closing write could not record are kept in this process
+        (``_unrecorded``) and used while the Node still shows what was written before the work, so
+        a burn-in that passed is not run again either."""
         node = self.cluster.get(NODE, self.node_name)
-        annotations = annotations_of(node)
-        records = decode_records(annotations.get(LOOP_ANNOTATION))
+        annotations = dict(annotations_of(node))
+        recorded = decode_records(annotations.get(LOOP_ANNOTATION))
+        records = self._with_unrecorded(recorded)
+        announced = dict(recorded)  # what the Node shows and its Events told; moves on with each write
         faults = decode_faults(annotations.get(FAULTS_ANNOTATION))
         pods = decode_pods(annotations.get(PODS_ANNOTATION))
         self._take_back()
@@ -342,6 +369,7 @@ class GpuLoopAgent:
         boot_id = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
         by_gpu: dict[str, Fault] = {f.gpu: f for f in faults.values() if f.uuid == f.gpu}
         after: dict[str, GpuRecord] = {}
+        unrecordable: KubeError | None = None
         for uuid in sorted(set(records) | set(by_gpu)):
             rec = records.get(uuid) or GpuRecord(uuid)
             if rec.index is None and uuid in self._indexes:
@@ -349,11 +377,21 @@ class GpuLoopAgent:
             fault = by_gpu.get(uuid)
             devices = {uuid, *self._devices.get(uuid, ()), *(fault.covers if fault else ())}
             holding = tuple(sorted({ref for d in devices for ref in pods.get(d, ())}))
-            before = rec
             for _ in range(MAX_WORK_PER_PASS):
                 ready = rec
                 rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
                 if work is None:
+                    break
+                if unrecordable is None:
+                    intent = {**records, **after, uuid: rec}
+                    try:
+                        self._record_intent(annotations, intent)
+                    except KubeError as exc:
+                        unrecordable = exc
+                    else:
+                        self._announce(node, announced, intent)
+                if unrecordable is not None:
+                    rec = replace(ready, waiting=f"waiting to record the {work.value} on the Node before it runs")
                     break
                 try:
                     ok, detail = self._do(work, rec)
@@ -364,12 +402,52 @@ class GpuLoopAgent:
                     break
                 self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
                 rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
-            self.metrics.observe(before, rec)
-            self._events(node, before, rec)
             after[uuid] = rec
         kept = {u: r for u, r in after.items() if keep(r, self.clock(), self.policy)}
-        written = self._write(node, annotations, kept, breaker)
+        shown = decode_records(annotations.get(LOOP_ANNOTATION))
+        try:
+            written = self._write(node, annotations, kept, breaker)
+        except KubeError:
+            seen = {u: _json_or_none(shown.get(u)) for u in after}
+            self._unrecorded = {u: (seen[u], r) for u, r in after.items() if seen[u] != r.to_json()}
+            raise
+        self._unrecorded = {}
+        self._announce(node, announced, after)
+        if unrecordable is not None:
+            raise unrecordable
         return LoopPass(after, written, breaker)
+
+    def _with_unrecorded(self, records: dict[str, GpuRecord]) -> dict[str, GpuRecord]:
+        """``records`` as read from the Node, with the results of work this process did but could not
+        record, for each GPU whose record on the Node is still the one written before that work.
+        A record that moved on (another writer, a restarted agent) wins."""
+        merged = dict(records)
+        for uuid, (seen, result) in self._unrecorded.items():
+            if _json_or_none(records.get(uuid)) == seen:
+                merged[uuid] = result
+        return merged
+
+    def _announce(self, node: Obj, announced: dict[str, GpuRecord], records: Mapping[str, GpuRecord]) -> None:
+        """Count in the metrics and tell as Events the stages ``records`` entered since ``announced``
+        (what was told before), once they are on the Node: a stage a failed write kept off the Node
+        is told when a later write records it, not on every pass that recomputes it."""
+        for uuid, rec in records.items():
+            told = announced.get(uuid) or GpuRecord(uuid, rec.index)
+            self.metrics.observe(told, rec)
+            self._events(node, told, rec)
+            announced[uuid] = rec
+
+    def _record_intent(self, annotations: dict[str, str], records: Mapping[str, GpuRecord]) -> None:
+        """Write the loop annotation and the quarantine list for ``records`` unless the Node already
+        shows them; ``annotations`` becomes what the Node shows. Raises the port's error: the work
+        the record asks for must then not run."""
+        kept = {u: r for u, r in records.items() if keep(r, self.clock(), self.policy)}
+        wanted = {LOOP_ANNOTATION: encode_records(kept), QUARANTINE_ANNOTATION: encode_quarantine(withheld(kept))}
+        patch = {k: v for k, v in wanted.items() if annotations.get(k) != v}
+        if patch:
+            written = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+            annotations.clear()
+            annotations.update(annotations_of(written))
 
     def _take_back(self) -> None:
         """Take NVML back when a reset left this process without it (the backend could not be
@@ -468,17 +546,28 @@ class GpuLoopAgent:
 
     async def run(self, stop: asyncio.Event | None = None, interval: float = 5.0) -> None:
         """Pass after pass until ``stop`` is set. A failed pass is logged whole and the next one
-        starts from a fresh read of the Node (the loop's state is there, not in this process)."""
+        starts from a fresh read of the Node (the loop's state is there, not in this process), after
+        a backoff with jitter (``retry_delay``) while passes keep failing."""
         stop = stop or asyncio.Event()
+        failures = 0
         while not stop.is_set():
+            wait = interval
             try:
                 result = await asyncio.to_thread(self.run_once)
             except Exception as exc:
-                log.exception("GPU repair pass on node %s failed; retrying in %g s", self.node_name, interval)
+                failures += 1
+                wait = retry_delay(interval, failures)
+                log.exception("GPU repair pass on node %s failed; retrying in %.1f s", self.node_name, wait)
                 self.metrics.finished_pass(None, f"{type(exc).__name__}: {exc}", self.clock())
             else:
+                failures = 0
                 self.metrics.finished_pass(result.records, None, self.clock())
-            await wait_event(stop, interval)
+            await wait_event(stop, wait)
+
+
+def _json_or_none(rec: GpuRecord | None) -> dict[str, Any] | None:
+    """A record as the annotation holds it (None: the Node has none for the GPU), for comparing."""
+    return None if rec is None else rec.to_json()
 
 
 def _condition(status: str, message: str) -> dict[str, Any]:
