@@ -5,6 +5,8 @@ action, and the simulator applies that action too."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from gpuchain.doctor import Report, run_doctor
@@ -64,6 +66,13 @@ def test_the_corpus_expects_every_fixable_finding_somewhere() -> None:
         assert fid in ids, fid
 
 
+def pastes(fix: str) -> bool:
+    """Is a fix one line that a shell reads as it is printed (``bash -n``: parsed, not run)? Work
+    outside the cluster is said as a comment, so prose never runs as a command."""
+    checked = subprocess.run(["bash", "-n", "-c", fix], capture_output=True, timeout=10, check=False)
+    return "\n" not in fix and checked.returncode == 0
+
+
 @pytest.mark.parametrize(("scenario", "finding_id"), CASES, ids=[f"{s}:{f}" for s, f in CASES])
 def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> None:
     sc = load_scenario(scenario)
@@ -73,6 +82,7 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
     first = found[0]
     if first.action is None:
         pytest.fail(f"{finding_id} in {scenario} has no fix as data; its text is: {first.fix}")
+    assert pastes(first.fix), f"{finding_id}: its fix does not paste into a shell: {first.fix}"
     if first.action.op is FixOp.HARDWARE:
         assert first.fix.count("hardware, no command fixes it") == 1 and first.action.changes["action"]
     if first.action.op is FixOp.NODE:
@@ -127,23 +137,36 @@ def test_an_invalid_policy_is_reset_field_by_field_through_the_api() -> None:
     assert "policy.invalid" not in after.ids and not after.broken
 
 
-def test_a_missing_gpuchain_daemonset_is_created_as_the_operator_renders_it() -> None:
-    """operand.not-deployed on gpuchain: the fix is the DaemonSet gpuchain's operator renders."""
+def test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand() -> None:
+    """operand.not-deployed on gpuchain: the DaemonSet is its operator's, so the fix restarts the operator
+    (which reconciles on start) and never applies a copy of the DaemonSet (issue 24: a 3,000-character
+    kubectl apply the operator then overwrites)."""
     from gpuchain.kube import DAEMONSET, POD, name_of
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario("healthy"))
     sim.cluster.delete(DAEMONSET, "nvidia-dcgm-exporter", "gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("nvidia-dcgm-exporter-"):
             sim.cluster.delete(POD, name_of(pod), "gpu-operator")
-    before = run_doctor(sim.cluster, reader=sim.read_log)
-    found = [f for f in before.findings if f.id == "operand.not-deployed"]
-    assert found and found[0].action is not None and found[0].action.op is FixOp.CREATE
-    assert found[0].action.changes["metadata"]["name"] == "nvidia-dcgm-exporter"
-    apply_to_cluster(sim.cluster, found[0].action)
-    after = run_doctor(sim.cluster, reader=sim.read_log)
-    assert "operand.not-deployed" not in after.ids
+    alone = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
+    assert alone.action is None and "kubectl apply" not in alone.fix and "scale it to 1" in alone.fix
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpuchain-operator-5c9f7d8b6-x2k4q", "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "operator", "image": "gpuchain:dev"}]},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "operator", "ready": True}],
+            },
+        }
+    )
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
+    assert found.action is not None and found.action.op is FixOp.DELETE
+    assert found.fix.startswith("kubectl -n gpu-operator delete pod gpuchain-operator-5c9f7d8b6-x2k4q")
+    assert len(found.fix) < 200
 
 
 def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_simulated() -> None:
