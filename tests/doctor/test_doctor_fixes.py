@@ -198,6 +198,63 @@ def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_sim
         apply_fix(sc, found.action)
 
 
+def test_an_operator_pod_the_scheduler_places_nowhere_is_named_with_the_label_that_places_it() -> None:
+    """Issue 24: with the operator's pod Pending the doctor said the driver DaemonSet 'does not exist
+    although the policy enables it' and offered to restart (or re-create) things the operator owns.
+    It now names the pod, its phase and the scheduler's words, and labels a node the pod accepts."""
+    sc = load_scenario("op-operator-pending")
+    found = next(f for f in _diagnose(sc).findings if f.id == "operator.not-running")
+    assert found.root and found.link == "driver"
+    assert found.evidence[:2] == (
+        "pod gpu-operator-7d6d75f67c-jsrbx: Pending",
+        "scheduler: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+    )
+    assert "enterprise.discover.com/shared" in found.evidence[2]
+    assert found.action is not None and (found.action.op, found.action.target) == (FixOp.LABEL_NODE, "cpu")
+    assert found.action.changes == {"enterprise.discover.com/shared": "true"}
+    assert "apply" not in found.fix and "delete" not in found.fix
+    after = _diagnose(apply_fix(sc, found.action))
+    assert not after.findings and after.gpu_nodes == 2
+
+
+def test_a_crashing_operator_is_named_with_its_waiting_reason() -> None:
+    """The operator's pod is scheduled but crashes: its waiting reason and last lines, and its log."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+
+    sim = build(load_scenario("healthy-gpu-operator"))
+    for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
+        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    last = "failed to get API group resources: unable to retrieve the complete list of server APIs"
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
+            "spec": {"nodeName": "cpu-0", "containers": [{"name": "gpu-operator", "image": "gpu-operator"}]},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "gpu-operator",
+                        "ready": False,
+                        "restartCount": 12,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
+                        "lastState": {"terminated": {"exitCode": 1, "message": last}},
+                    }
+                ],
+            },
+        }
+    )
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operator.not-running")
+    assert found.evidence[0] == "pod gpu-operator-7d6d75f67c-jsrbx: CrashLoopBackOff (gpu-operator, 12 restarts)"
+    assert f"last log lines: {last}" in found.evidence
+    assert found.fix.startswith("kubectl -n gpu-operator logs gpu-operator-7d6d75f67c-jsrbx --previous   # fix ")
+    assert pastes(found.fix) and found.action is None
+
+
 def test_a_runtime_the_toolkit_cannot_configure_is_node_work() -> None:
     """node.runtime-unsupported: a containerRuntimeVersion scheme NVIDIA's operator does not recognise
     (controllers/state_manager.go getRuntimeString); a constructed scheme, no upstream report."""

@@ -278,19 +278,20 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             taints = None
         else:
             taints = next((b for n in nodes if (b := pod_blocker(spec, n)) is not None and b.kind == "taint"), None)
+            # No label change places it: the change is the Deployment's, made through its chart (said as a comment).
             fix = (
-                f"let the operator's Deployment tolerate {dataclasses.replace(taints, owner='operator').describe()} "
+                f"# let the operator's Deployment tolerate {dataclasses.replace(taints, owner='operator').describe()} "
                 "(the chart's operator.tolerations), or run it on a node without that taint"
                 if taints is not None
-                else "give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
+                else "# give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
                 "lower its requests (the chart's operator.resources)"
             )
     else:
         why = f"{state.status}" + (f" ({state.message})" if state.message else "")
         fix = (
-            f"fix what the operator's log says (kubectl -n {ctx.namespace} logs {state.name}"
+            f"kubectl -n {ctx.namespace} logs {state.name}"
             + (" --previous" if state.restarts else "")
-            + "); it creates the operand DaemonSets once it runs"
+            + "   # fix what the operator's log says; once it runs it creates the operand DaemonSets"
         )
     return Result(
         LinkState.BROKEN,
