@@ -155,6 +155,13 @@ def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]]
     return st
 
 
+def _unschedulable(message: str) -> dict[str, Any]:
+    """A pod's status as kube-scheduler leaves one it places on no node: Pending, PodScheduled False
+    (Unschedulable) with its "0/N nodes are available: ..." message."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [condition]}
+
+
 def _config_missing_log(scenario: Scenario, key: str, args: list[str]) -> str:
     """What the plugin pod prints when the node's config label names a key its ConfigMap lacks.
 
@@ -607,18 +614,7 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
                     if p.name in tainted or len(free[p.name].get(w.resource, [])) < w.gpus
                 )
                 detail = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
-                message = f"0/{len(plans)} nodes are available: {detail}."
-                pod["status"] = {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": message,
-                        }
-                    ],
-                }
+                pod["status"] = _unschedulable(f"0/{len(plans)} nodes are available: {detail}.")
             elif node in stale:
                 # The scheduler placed it; the kubelet's admission refuses it (kubernetes/kubernetes#130145).
                 pod["spec"]["nodeName"] = node
@@ -810,18 +806,7 @@ def _operator_pod(namespace: str, scenario: Scenario, nodes: int, events: list[O
         f"0/{nodes} nodes are available: {nodes} node(s) didn't match Pod's node affinity/selector. "
         f"preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
     )
-    pod["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": said,
-                "lastTransitionTime": STAMP,
-            }
-        ],
-    }
+    pod["status"] = _unschedulable(said)
     events.append(_event(namespace, pod, "FailedScheduling", said, "default-scheduler", len(events)))
     return pod
 
