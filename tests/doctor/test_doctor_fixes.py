@@ -11,6 +11,7 @@ import pytest
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
+from gpuchain.kube import Cluster
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
 
@@ -98,22 +99,56 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
     assert not still, f"{finding_id} still named after {first.fix}: {[f.node for f in still]}"
 
 
-@pytest.mark.parametrize("scenario", ["healthy", "healthy-gpu-operator"])
-def test_the_runtime_class_fix_is_an_object_created_on_the_cluster(scenario: str) -> None:
-    """toolkit.runtime-class-missing: the fix is the RuntimeClass itself, created through the API."""
+def _operator_running(sim_cluster: Cluster, name: str) -> None:
+    """The operator's pod, Running and ready (the simulator renders none for these stacks)."""
+    sim_cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "operator", "image": "operator"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "operator", "ready": True}]},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "operator"),
+    [("healthy", "gpuchain-operator-5c9f7d8b6-x2k4q"), ("healthy-gpu-operator", "gpu-operator-7d6d75f67c-jsrbx")],
+)
+def test_a_missing_runtime_class_restarts_the_operator_that_makes_it(scenario: str, operator: str) -> None:
+    """toolkit.runtime-class-missing on an operator's stack: the operator makes the RuntimeClass, so the
+    fix restarts the operator (it reconciles on start), never applies a copy by hand."""
     from gpuchain.kube import RUNTIME_CLASS, name_of
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario(scenario))
     for rc in sim.cluster.list(RUNTIME_CLASS):
         sim.cluster.delete(RUNTIME_CLASS, name_of(rc))
-    before = run_doctor(sim.cluster, reader=sim.read_log)
-    found = [f for f in before.findings if f.id == "toolkit.runtime-class-missing"]
+    _operator_running(sim.cluster, operator)
+    found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
+    assert found and all(f.action is not None and f.action.op is FixOp.DELETE for f in found)
+    assert found[0].fix.startswith(f"kubectl -n gpu-operator delete pod {operator}")
+    assert "apply" not in found[0].fix and found[0].action is not None
+    assert "no operator" in found[0].action.changes[NOT_SIMULATED]
+
+
+def test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster() -> None:
+    """toolkit.runtime-class-missing where no operator makes it (NVIDIA's device plugin chart with
+    runtimeClassName set): the fix is the RuntimeClass itself, created through the API."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    sim = build(load_scenario("healthy-nvidia-device-plugin"))
+    for pod in sim.cluster.list(POD):
+        if any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or []):
+            sim.cluster.patch(POD, name_of(pod), {"spec": {"runtimeClassName": "nvidia"}}, pod["metadata"]["namespace"])
+    assert sim.cluster.list(DAEMONSET)
+    found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
     assert found and all(f.action is not None and f.action.op is FixOp.CREATE for f in found)
     action = found[0].action
-    assert action is not None
+    assert action is not None and pastes(found[0].fix)
     apply_to_cluster(sim.cluster, action)
-    after = run_doctor(sim.cluster, reader=sim.read_log)
+    after = run_doctor(sim.cluster)
     assert "toolkit.runtime-class-missing" not in after.ids and not after.broken
 
 
@@ -150,19 +185,7 @@ def test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand() -> None:
             sim.cluster.delete(POD, name_of(pod), "gpu-operator")
     alone = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
     assert alone.action is None and "kubectl apply" not in alone.fix and "scale it to 1" in alone.fix
-    sim.cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "gpuchain-operator-5c9f7d8b6-x2k4q", "namespace": "gpu-operator"},
-            "spec": {"containers": [{"name": "operator", "image": "gpuchain:dev"}]},
-            "status": {
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "operator", "ready": True}],
-            },
-        }
-    )
+    _operator_running(sim.cluster, "gpuchain-operator-5c9f7d8b6-x2k4q")
     found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
     assert found.action is not None and found.action.op is FixOp.DELETE
     assert found.fix.startswith("kubectl -n gpu-operator delete pod gpuchain-operator-5c9f7d8b6-x2k4q")
@@ -177,15 +200,7 @@ def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_sim
 
     sc = load_scenario("healthy-gpu-operator")
     sim = build(sc)
-    sim.cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
-            "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v24.9.0"}]},
-            "status": {"phase": "Running", "containerStatuses": [{"name": "gpu-operator", "ready": True}]},
-        }
-    )
+    _operator_running(sim.cluster, "gpu-operator-7d6d75f67c-jsrbx")
     sim.cluster.delete(DAEMONSET, "gpu-feature-discovery", "gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("gpu-feature-discovery-"):

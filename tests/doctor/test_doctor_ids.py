@@ -25,7 +25,7 @@ CLUSTER_TESTS = {
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
-    "toolkit.runtime-class-missing": "test_the_runtime_class_fix_is_an_object_created_on_the_cluster",
+    "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -177,9 +177,10 @@ def operator_pod(ctx: Context) -> Obj | None:
 
 
 def _restart_operator(ctx: Context, operator: Obj | None) -> tuple[Fix | None, str, list[str]]:
-    """The change that brings a missing operand DaemonSet back while the operator runs: restart the
-    operator, which reconciles on start. Never the DaemonSet itself: the operator owns it, and a
-    copy applied by hand is overwritten (or fights the operator) at its next reconcile."""
+    """The change that brings back a missing object the operator makes (an operand DaemonSet, the
+    RuntimeClass) while the operator runs: restart the operator, which reconciles on start. Never
+    the object itself: the operator owns it, and a copy applied by hand is overwritten (or fights
+    the operator) at its next reconcile."""
     if operator is not None:
         state = pod_state(operator)
         restart = Fix(
@@ -744,16 +745,24 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
     )
     if uses_rc and rc not in ctx.runtime_classes:
-        create = Fix(
-            FixOp.CREATE,
-            "",
-            {
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": rc},
-                "handler": RUNTIME_CLASS_HANDLER,
-            },
-        )
+        evidence = [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"]
+        action: Fix | None
+        if ctx.stack.policy_resource:
+            # The operator creates the RuntimeClass: restart it (it reconciles on start), never a copy by hand.
+            action, fix, more = _restart_operator(ctx, operator_pod(ctx))
+            evidence += more
+        else:
+            action = Fix(
+                FixOp.CREATE,
+                "",
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": rc},
+                    "handler": RUNTIME_CLASS_HANDLER,
+                },
+            )
+            fix = ctx.stack.render(action) + "   # the chart names it and no operator makes it"
         return Result(
             LinkState.BROKEN,
             f"RuntimeClass {rc} missing",
@@ -764,9 +773,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     Severity.ERROR,
                     "toolkit",
                     f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
-                    [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"],
-                    ctx.stack.render(create),
-                    create,
+                    evidence,
+                    fix,
+                    action,
                 ),
             ),
         )
