@@ -110,6 +110,16 @@ def test_a_plain_kubectl_dump_never_reads_the_policys_defaults(tmp_path: Path) -
     assert "the dump has no ClusterPolicy" in driver[LinkState.NOT_JUDGED]
 
 
+def test_a_plain_kubectl_dump_of_an_operator_that_never_ran_names_its_pending_pod(tmp_path: Path) -> None:
+    """No ClusterPolicy and no DaemonSet in the dump: the GPU Operator is found by its own pod, and the
+    root cause is that pod, not 'no GPU stack' and not a link left unjudged."""
+    write_dump(build(load_scenario("op-operator-pending")).cluster, tmp_path)
+    (tmp_path / "clusterpolicies.json").unlink()
+    report = diagnose(read_dump(tmp_path))
+    assert report.stack["id"] == "gpu-operator" and report.stack["namespace"] == "gpu-operator"
+    assert [g.id for g in report.root_causes] == ["operator.not-running"], report.ids
+
+
 @pytest.mark.parametrize("scenario", ["healthy-gpu-operator", "op-time-slicing-leftover", "friday-scale-out"])
 def test_a_dump_gpuchain_writes_lacks_nothing_the_doctor_reads(tmp_path: Path, scenario: str) -> None:
     write_dump(build(load_scenario(scenario)).cluster, tmp_path)

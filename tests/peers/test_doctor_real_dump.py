@@ -101,6 +101,8 @@ def roots(findings: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         ("dp-gpu-fell-off-bus", "nvidia-device-plugin", "gpu.lost"),
         ("eks-gpu-fell-off-bus", "eks", "gpu.lost"),
         ("aks-plugin-no-nvml", "aks", "device-plugin.not-registered"),
+        # Issue 24: all the dump shows of an operator that never ran is its Pending pod and the Event.
+        ("op-operator-pending", "gpu-operator", "operator.not-running"),
     ],
 )
 def test_doctor_from_the_real_kubectl_dump_names_what_the_live_doctor_names(

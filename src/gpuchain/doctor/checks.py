@@ -326,20 +326,21 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
+    if not ctx.policy_unknown and not enabled(ctx.policy, operand):
+        return None
     ds = operand_daemonset(ctx, operand)
     name = name_of(ds) if ds is not None else ctx.ds(operand)
+    operator = operator_pod(ctx) if ds is None else None
+    if operator is not None and not pod_state(operator).ready:
+        # Whatever the policy enables, an operator that does not run has deployed nothing.
+        return _operator_down(ctx, view, operator, name, link)
     if ds is None and ctx.policy_unknown:
         return Result(
             LinkState.NOT_JUDGED,
             f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
         )
-    if not ctx.policy_unknown and not enabled(ctx.policy, operand):
-        return None
     where = f"DaemonSet {ctx.namespace}/{name}"
     if ds is None:
-        operator = operator_pod(ctx)
-        if operator is not None and not pod_state(operator).ready:
-            return _operator_down(ctx, view, operator, name, link)
         switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
         action, fix, more = _restart_operator(ctx, operator)
         return Result(

@@ -785,10 +785,8 @@ def _operator_pod(namespace: str, scenario: Scenario, nodes: int, events: list[O
         "metadata": {
             "name": OPERATOR_POD,
             "namespace": namespace,
+            # No ownerReferences: the simulator renders no Deployment or ReplicaSet for them to name.
             "labels": {"app": "gpu-operator", "app.kubernetes.io/component": "gpu-operator"},
-            "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": OPERATOR_POD.rsplit("-", 1)[0]}
-            ],
         },
         "spec": {
             "containers": [{"name": "gpu-operator", "image": OPERATOR_IMAGE}],
