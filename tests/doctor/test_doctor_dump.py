@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gpuchain.cli import app
 from gpuchain.doctor import LinkState, diagnose, run_doctor
 from gpuchain.doctor.dump import DumpError, parse_logs, read_dump, write_dump
-from gpuchain.sim import build, load_scenario
+from gpuchain.sim import build, load_scenario, parse_scenario
 
 runner = CliRunner()
 
@@ -142,6 +142,15 @@ def test_the_table_says_what_a_plain_kubectl_dump_lacks(tmp_path: Path) -> None:
         "ConfigMaps of gpu-operator",
         "RuntimeClasses",
     ]
+
+
+def test_a_dump_with_no_gpu_node_exits_3_and_names_the_directory(tmp_path: Path) -> None:
+    write_dump(
+        build(parse_scenario("name: cpu\nstack: none\nnodes: [{name: cpu, count: 2, gpu: false}]\n")).cluster, tmp_path
+    )
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 3
+    assert f"no GPU node found in dump {tmp_path}: 2 node(s), none with an NVIDIA GPU" in result.stdout
 
 
 def test_logs_txt_as_kubectl_writes_it() -> None:
