@@ -233,6 +233,49 @@ def test_an_operator_pod_the_scheduler_places_nowhere_is_named_with_the_label_th
     assert not after.findings and after.gpu_nodes == 2
 
 
+@pytest.mark.parametrize(
+    ("taint", "said", "fix"),
+    [
+        (
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: gpu}.",
+            "# let the operator's Deployment tolerate the taint dedicated=gpu:NoSchedule (the chart's "
+            "operator.tolerations)",
+        ),
+        (None, "0/3 nodes are available: 3 Insufficient cpu.", "# give the operator's pod what the scheduler says"),
+    ],
+)
+def test_an_operator_no_label_places_names_the_taint_or_the_resources(
+    taint: dict[str, str] | None, said: str, fix: str
+) -> None:
+    """No node label lets the operator's pod schedule: the fix names the taint (the chart's
+    tolerations) or the resources the scheduler reports, as a comment: no command of gpuchain's
+    changes a Deployment its chart owns."""
+    from gpuchain.kube import DAEMONSET, NODE, POD, name_of
+
+    sim = build(load_scenario("healthy-gpu-operator"))
+    for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
+        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    if taint is not None:
+        for node in sim.cluster.list(NODE):
+            sim.cluster.patch(NODE, name_of(node), {"spec": {"taints": [taint]}})
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v24.9.0"}]},
+            "status": {"phase": "Pending", "conditions": [condition]},
+        }
+    )
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operator.not-running")
+    assert found.evidence[1] == f"scheduler: {said}" and found.action is None
+    assert found.fix.startswith(fix) and pastes(found.fix)
+
+
 def test_a_crashing_operator_is_named_with_its_waiting_reason() -> None:
     """The operator's pod is scheduled but crashes: its waiting reason and last lines, and its log."""
     from gpuchain.kube import DAEMONSET, POD, name_of

@@ -268,23 +268,28 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
         kept = next(((n, b) for n in nodes if (b := pod_blocker(spec, n)) is not None), None)
         if kept is not None:
             evidence.insert(2, f"on {name_of(kept[0])}: {dataclasses.replace(kept[1], owner='operator').describe()}")
-        placing = ((n, _labels_that_place(spec, n)) for n in nodes)
-        target, changes = next(((n, c) for n, c in placing if c), (None, None))
-        if target is not None and changes:
-            action = Fix(FixOp.LABEL_NODE, name_of(target), dict(changes))
+        placing = [(n, _labels_that_place(spec, n)) for n in nodes]
+        # A node that labels and taints already admit means the scheduler lacks something else (CPU, memory).
+        admitted = any(c == {} for _, c in placing)
+        labelled = None if admitted else next(((n, c) for n, c in placing if c), None)
+        taint = next((b for n in nodes if (b := pod_blocker(spec, n)) is not None and b.kind == "taint"), None)
+        if labelled is not None:
+            action = Fix(FixOp.LABEL_NODE, name_of(labelled[0]), dict(labelled[1] or {}))
             fix = (
                 ctx.stack.render(action) + "   # a node the operator's nodeSelector/affinity accepts; or change the "
                 "operator's nodeSelector (the chart's operator.nodeSelector) to labels your nodes have"
             )
-            taints = None
-        else:
-            taints = next((b for n in nodes if (b := pod_blocker(spec, n)) is not None and b.kind == "taint"), None)
+        elif taint is not None and not admitted:
             # No label change places it: the change is the Deployment's, made through its chart (said as a comment).
+            t = taint.detail
+            value = f"={t['value']}" if t.get("value") else ""
             fix = (
-                f"# let the operator's Deployment tolerate {dataclasses.replace(taints, owner='operator').describe()} "
-                "(the chart's operator.tolerations), or run it on a node without that taint"
-                if taints is not None
-                else "# give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
+                f"# let the operator's Deployment tolerate the taint {t['key']}{value}:{t['effect']} (the chart's "
+                "operator.tolerations), or run it on a node without that taint"
+            )
+        else:
+            fix = (
+                "# give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
                 "lower its requests (the chart's operator.resources)"
             )
     else:
