@@ -69,8 +69,11 @@ def test_fixes_are_whole_lines_on_an_80_column_terminal(monkeypatch: pytest.Monk
     fix = lines[lines.index("  fix:") + 1]
     assert fix.startswith("    kubectl cordon gpu-new-0 && kubectl drain gpu-new-0 --ignore-daemonsets   # then ")
     assert fix.endswith("a release built for 6.8.0-51-generic")  # one line: the terminal, not gpuchain, wraps it
-    assert any(line.endswith("gpu-new-0 … gpu-new-7 (8): driver.kernel-mismatch") for line in lines)
     assert "ROOT CAUSE driver.kernel-mismatch on gpu-new-0 … gpu-new-7 (8)" in lines
+    chain = lines[lines.index("chain per GPU node (bottom-up)") :]
+    assert max(len(line) for line in chain) <= 80  # wrapped at spaces, never inside a word
+    words = " ".join(chain).split()
+    assert "driver.kernel-mismatch" in words and "gpu-new-0" in words and "gpu-old-3" in words
 
 
 def test_doctor_live_flag_runs_the_grpc_link_first() -> None:

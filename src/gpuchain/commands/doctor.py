@@ -184,7 +184,7 @@ def finding_lines(report: Report) -> list[Text]:
         lines += [Text.assemble(("  evidence  ", "dim"), line) for line in f.evidence]
         lines += [Text.assemble(("  waiting   ", "dim"), line) for line in f.consequences[:8]]
         lines.append(Text("  fix:", style="dim"))
-        lines.append(Text(f"    {f.fix}", style="bold"))
+        lines.append(Text(f"    {f.fix}", style="bold", no_wrap=True))  # one line to paste: see print_report
     return lines
 
 
@@ -229,15 +229,16 @@ def report_lines(report: Report, where: str, all_nodes: bool) -> list[Text]:
 
 
 def print_report(report: Report, output: OutputFormat, lines: Callable[[], list[Text]]) -> None:
-    """JSON/YAML for scripts; for people, plain lines that rich never wraps or cuts (soft wrap: the
-    terminal folds a long line, and copying it gives the one line back)."""
+    """JSON/YAML for scripts; for people, plain lines. A line marked ``no_wrap`` (a fix) is printed
+    with soft wrap: rich neither wraps nor cuts it, the terminal folds it, and copying it gives the
+    one line back. Other lines wrap at spaces, so a finding id or a node name is never split."""
     if not output.for_people:
         emit_data(report, output)
         return
     from gpuchain.commands._output import console
 
     for line in lines():
-        console.print(line, soft_wrap=True)
+        console.print(line, soft_wrap=bool(line.no_wrap))
 
 
 def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
