@@ -55,9 +55,13 @@ class Target:
 
     cluster: Cluster
     reader: LogReader | None
-    sim: SimCluster | None = None
-    where: str = ""
-    target: dict[str, str] | None = None  #: `Report.target`: what was examined, for -o json
+    sim: SimCluster | None
+    target: dict[str, str]  #: `Report.target`: what was examined (said in the report and in -o json)
+
+    @property
+    def where(self) -> str:
+        """What was examined, in words, for the report's first line."""
+        return describe_target(self.target)
 
 
 def live_target(cluster: Cluster) -> dict[str, str]:
@@ -108,12 +112,12 @@ def open_target(scenario: str | None, kubeconfig: str | None, context: str | Non
         if live:
             asyncio.run(go_live(sim))
         target = {"kind": "scenario", "name": sim.scenario.name}
-        return Target(sim.cluster, sim.read_log, sim, describe_target(target), target)
+        return Target(sim.cluster, sim.read_log, sim, target)
     from gpuchain.doctor.logs import cluster_log_reader
 
     cluster = open_cluster(kubeconfig, context, hint="pass --kubeconfig, or try --scenario friday-scale-out")
     target = live_target(cluster)
-    return Target(cluster, cluster_log_reader(cluster), None, describe_target(target), target)
+    return Target(cluster, cluster_log_reader(cluster), None, target)
 
 
 @contextmanager
@@ -339,7 +343,7 @@ def doctor(
             report = run_doctor(target.cluster, namespace, target.reader, step)
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")
-    report.target = target.target or {}
+    report.target = target.target
     print_report(report, output, lambda: report_lines(report, target.where, all_nodes))
     if report.exit_code:
         raise typer.Exit(report.exit_code)
