@@ -120,6 +120,17 @@ def test_a_plain_kubectl_dump_of_an_operator_that_never_ran_names_its_pending_po
     assert [g.id for g in report.root_causes] == ["operator.not-running"], report.ids
 
 
+def test_a_plain_kubectl_dump_names_no_configmap_the_policy_would_name(tmp_path: Path) -> None:
+    """The time-slicing explanation named "ConfigMap gpu-operator/ key 'any'": a name read from the
+    defaults of a policy the dump does not have."""
+    write_dump(build(load_scenario("op-time-slicing-leftover")).cluster, tmp_path)
+    (tmp_path / "clusterpolicies.json").unlink()
+    found = next(f for f in diagnose(read_dump(tmp_path)).findings if f.id == "device-plugin.time-slicing")
+    assert "config source: key 'any' of the device plugin's ConfigMap (the dump has no ClusterPolicy" in " ".join(
+        found.evidence
+    )
+
+
 @pytest.mark.parametrize("scenario", ["healthy-gpu-operator", "op-time-slicing-leftover", "friday-scale-out"])
 def test_a_dump_gpuchain_writes_lacks_nothing_the_doctor_reads(tmp_path: Path, scenario: str) -> None:
     write_dump(build(load_scenario(scenario)).cluster, tmp_path)

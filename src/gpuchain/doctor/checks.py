@@ -979,7 +979,11 @@ def _count_findings(
         key = view.labels.get(DEVICE_PLUGIN_CONFIG) or ctx.policy.device_plugin.config.default or "default"
         configs = ctx.plugin_configs() or {}
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
-        source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        source = (
+            f"key {key!r} of the device plugin's ConfigMap ({NO_POLICY} to name it)"
+            if ctx.policy_unknown
+            else f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        )
         # Only a label the node carries can be removed; a shared default is changed in the policy.
         if view.labels.get(DEVICE_PLUGIN_CONFIG):
             drop = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: None})
