@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -38,6 +40,40 @@ def test_doctor_exit_codes_healthy_0_warning_0_bad_scenario_2(tmp_path: Path) ->
     bad.write_text("name: x\nnodes:\n  - name: gpu\n    kernal: 1\n")
     result = runner.invoke(app, ["doctor", "--scenario", str(bad)])
     assert result.exit_code == 2 and "bad.yaml:4: nodes.0.kernal" in result.stderr
+
+
+def test_doctor_on_a_cluster_without_gpu_nodes_exits_3_and_says_where_it_looked(tmp_path: Path) -> None:
+    """Issue 24: no GPU node read as "every link on every GPU node is healthy", exit 0."""
+    scenario = tmp_path / "cpu-only.yaml"
+    scenario.write_text("name: cpu-only\nstack: none\nnodes:\n  - {name: cpu, count: 3, gpu: false}\n")
+    table = runner.invoke(app, ["doctor", "--scenario", str(scenario)])
+    assert table.exit_code == 3 and "healthy" not in table.stdout.replace("nothing is called healthy", "")
+    assert "no GPU node found in scenario cpu-only (simulated): 3 node(s), none with an NVIDIA GPU" in table.stdout
+    assert "3 no GPU node found" in runner.invoke(app, ["doctor", "--help"], env={"COLUMNS": "300"}).stdout
+    data = json.loads(runner.invoke(app, ["doctor", "--scenario", str(scenario), "-o", "json"]).stdout)
+    assert (data["gpuNodes"], data["clusterNodes"], data["target"]) == (0, 3, {"kind": "scenario", "name": "cpu-only"})
+
+
+def test_fixes_are_whole_lines_on_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: fixes were printed in a bordered box (so a copied command carried the border), and
+    at 80 columns the finding column cut ids into pieces (driver.k / nel-mism / ch). On a terminal
+    the report is now plain lines: the fix is one line of its own, ids and node names are whole."""
+    from gpuchain.commands import _render
+
+    monkeypatch.setattr(_render.console, "_force_terminal", True)
+    monkeypatch.setattr(_render.console, "_width", 80)
+    result = runner.invoke(app, ["doctor", "--scenario", "friday-scale-out"])
+    assert result.exit_code == 1
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in result.stdout.splitlines()]
+    assert not any(set(line) & set("╭╮╰╯│─") for line in lines), "a box"
+    fix = lines[lines.index("  fix:") + 1]
+    assert fix.startswith("    kubectl cordon gpu-new-0 && kubectl drain gpu-new-0 --ignore-daemonsets   # then ")
+    assert fix.endswith("a release built for 6.8.0-51-generic")  # one line: the terminal, not gpuchain, wraps it
+    assert "ROOT CAUSE driver.kernel-mismatch on gpu-new-0 … gpu-new-7 (8)" in lines
+    chain = lines[lines.index("chain per GPU node (bottom-up)") :]
+    assert max(len(line) for line in chain) <= 80  # wrapped at spaces, never inside a word
+    words = " ".join(chain).split()
+    assert "driver.kernel-mismatch" in words and "gpu-new-0" in words and "gpu-old-3" in words
 
 
 def test_doctor_live_flag_runs_the_grpc_link_first() -> None:

@@ -10,15 +10,16 @@ List objects whose items carry no apiVersion/kind, <ns>/<pod>/logs.txt with
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.doctor import diagnose, run_doctor
+from gpuchain.doctor import LinkState, diagnose, run_doctor
 from gpuchain.doctor.dump import DumpError, parse_logs, read_dump, write_dump
-from gpuchain.sim import build, load_scenario
+from gpuchain.sim import build, load_scenario, parse_scenario
 
 runner = CliRunner()
 
@@ -80,6 +81,87 @@ def test_a_plain_kubectl_dump_without_the_extras(tmp_path: Path) -> None:
             cm.unlink()
         report = diagnose(read_dump(where))
         assert [g.id for g in report.root_causes if g.severity.value == "error"] == expected, report.ids
+
+
+def test_a_plain_kubectl_dump_never_reads_the_policys_defaults(tmp_path: Path) -> None:
+    """The policy turns the driver container off and the nodes bring their own driver: without the
+    ClusterPolicy the absent nvidia-driver-daemonset is not judged (it used to be
+    operand.not-deployed on every node), and the report says what the dump lacks."""
+    write_dump(build(load_scenario("op-driver-skew-host")).cluster, tmp_path)
+    (tmp_path / "clusterpolicies.json").unlink()
+    report = diagnose(read_dump(tmp_path))
+    assert [g.id for g in report.root_causes] == ["driver.version-skew"], report.ids
+    assert any(line.startswith("the dump has no ClusterPolicy") for line in report.not_judged)
+    assert {c.state("driver") for c in report.chains} == {LinkState.OK}
+    # Without a driver validated on the node, the missing DaemonSet is a link not judged, not a fault.
+    for validator in tmp_path.glob("gpu-operator/nvidia-operator-validator-*"):
+        shutil.rmtree(validator)
+    pods = json.loads((tmp_path / "gpu-operator" / "pods.json").read_text())
+    pods["items"] = [p for p in pods["items"] if "validator" not in p["metadata"]["name"]]
+    (tmp_path / "gpu-operator" / "pods.json").write_text(json.dumps(pods))
+    nodes = json.loads((tmp_path / "nodes.json").read_text())
+    for node in nodes["items"]:
+        node["metadata"]["labels"].pop("nvidia.com/cuda.driver-version.full", None)
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    unsure = diagnose(read_dump(tmp_path))
+    assert "operand.not-deployed" not in unsure.ids and not unsure.broken, unsure.ids
+    driver = {c.links[0].state: c.links[0].summary for c in unsure.chains}
+    assert list(driver) == [LinkState.NOT_JUDGED]
+    assert "the dump has no ClusterPolicy" in driver[LinkState.NOT_JUDGED]
+
+
+def test_a_plain_kubectl_dump_of_an_operator_that_never_ran_names_its_pending_pod(tmp_path: Path) -> None:
+    """No ClusterPolicy and no DaemonSet in the dump: the GPU Operator is found by its own pod, and the
+    root cause is that pod, not 'no GPU stack' and not a link left unjudged."""
+    write_dump(build(load_scenario("op-operator-pending")).cluster, tmp_path)
+    (tmp_path / "clusterpolicies.json").unlink()
+    report = diagnose(read_dump(tmp_path))
+    assert report.stack["id"] == "gpu-operator" and report.stack["namespace"] == "gpu-operator"
+    assert [g.id for g in report.root_causes] == ["operator.not-running"], report.ids
+
+
+def test_a_plain_kubectl_dump_names_no_configmap_the_policy_would_name(tmp_path: Path) -> None:
+    """The time-slicing explanation named "ConfigMap gpu-operator/ key 'any'": a name read from the
+    defaults of a policy the dump does not have."""
+    write_dump(build(load_scenario("op-time-slicing-leftover")).cluster, tmp_path)
+    (tmp_path / "clusterpolicies.json").unlink()
+    found = next(f for f in diagnose(read_dump(tmp_path)).findings if f.id == "device-plugin.time-slicing")
+    assert "config source: key 'any' of the device plugin's ConfigMap (the dump has no ClusterPolicy" in " ".join(
+        found.evidence
+    )
+
+
+@pytest.mark.parametrize("scenario", ["healthy-gpu-operator", "op-time-slicing-leftover", "friday-scale-out"])
+def test_a_dump_gpuchain_writes_lacks_nothing_the_doctor_reads(tmp_path: Path, scenario: str) -> None:
+    write_dump(build(load_scenario(scenario)).cluster, tmp_path)
+    snapshot = read_dump(tmp_path)
+    assert snapshot.absent == frozenset() and diagnose(snapshot).not_judged == []
+
+
+def test_the_table_says_what_a_plain_kubectl_dump_lacks(tmp_path: Path) -> None:
+    write_dump(build(load_scenario("healthy-gpu-operator")).cluster, tmp_path)
+    for extra in ("clusterpolicies.json", "runtimeclasses.json", "gpu-operator/configmaps.json"):
+        (tmp_path / extra).unlink()
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"gpuchain doctor: dump {tmp_path}, 3 GPU node(s)")
+    assert lines[2] == "nothing broken in what the source holds; see what was not judged"
+    lacks = [line for line in lines if line.startswith("not judged: the dump has no ")]
+    assert [line.split(" (")[0].removeprefix("not judged: the dump has no ") for line in lacks] == [
+        "ClusterPolicy",
+        "ConfigMaps of gpu-operator",
+        "RuntimeClasses",
+    ]
+
+
+def test_a_dump_with_no_gpu_node_exits_3_and_names_the_directory(tmp_path: Path) -> None:
+    write_dump(
+        build(parse_scenario("name: cpu\nstack: none\nnodes: [{name: cpu, count: 2, gpu: false}]\n")).cluster, tmp_path
+    )
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 3
+    assert f"no GPU node found in dump {tmp_path}: 2 node(s), none with an NVIDIA GPU" in result.stdout
 
 
 def test_logs_txt_as_kubectl_writes_it() -> None:

@@ -5,10 +5,13 @@ action, and the simulator applies that action too."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
+from gpuchain.kube import Cluster
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
 
@@ -64,6 +67,13 @@ def test_the_corpus_expects_every_fixable_finding_somewhere() -> None:
         assert fid in ids, fid
 
 
+def pastes(fix: str) -> bool:
+    """Is a fix one line that a shell reads as it is printed (``bash -n``: parsed, not run)? Work
+    outside the cluster is said as a comment, so prose never runs as a command."""
+    checked = subprocess.run(["bash", "-n", "-c", fix], capture_output=True, timeout=10, check=False)
+    return "\n" not in fix and checked.returncode == 0
+
+
 @pytest.mark.parametrize(("scenario", "finding_id"), CASES, ids=[f"{s}:{f}" for s, f in CASES])
 def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> None:
     sc = load_scenario(scenario)
@@ -73,6 +83,7 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
     first = found[0]
     if first.action is None:
         pytest.fail(f"{finding_id} in {scenario} has no fix as data; its text is: {first.fix}")
+    assert pastes(first.fix), f"{finding_id}: its fix does not paste into a shell: {first.fix}"
     if first.action.op is FixOp.HARDWARE:
         assert first.fix.count("hardware, no command fixes it") == 1 and first.action.changes["action"]
     if first.action.op is FixOp.NODE:
@@ -88,22 +99,56 @@ def test_applying_the_fix_clears_the_finding(scenario: str, finding_id: str) -> 
     assert not still, f"{finding_id} still named after {first.fix}: {[f.node for f in still]}"
 
 
-@pytest.mark.parametrize("scenario", ["healthy", "healthy-gpu-operator"])
-def test_the_runtime_class_fix_is_an_object_created_on_the_cluster(scenario: str) -> None:
-    """toolkit.runtime-class-missing: the fix is the RuntimeClass itself, created through the API."""
+def _operator_running(sim_cluster: Cluster, name: str) -> None:
+    """The operator's pod, Running and ready (the simulator renders none for these stacks)."""
+    sim_cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "operator", "image": "operator"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "operator", "ready": True}]},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "operator"),
+    [("healthy", "gpuchain-operator-5c9f7d8b6-x2k4q"), ("healthy-gpu-operator", "gpu-operator-7d6d75f67c-jsrbx")],
+)
+def test_a_missing_runtime_class_restarts_the_operator_that_makes_it(scenario: str, operator: str) -> None:
+    """toolkit.runtime-class-missing on an operator's stack: the operator makes the RuntimeClass, so the
+    fix restarts the operator (it reconciles on start), never applies a copy by hand."""
     from gpuchain.kube import RUNTIME_CLASS, name_of
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario(scenario))
     for rc in sim.cluster.list(RUNTIME_CLASS):
         sim.cluster.delete(RUNTIME_CLASS, name_of(rc))
-    before = run_doctor(sim.cluster, reader=sim.read_log)
-    found = [f for f in before.findings if f.id == "toolkit.runtime-class-missing"]
+    _operator_running(sim.cluster, operator)
+    found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
+    assert found and all(f.action is not None and f.action.op is FixOp.DELETE for f in found)
+    assert found[0].fix.startswith(f"kubectl -n gpu-operator delete pod {operator}")
+    assert "apply" not in found[0].fix and found[0].action is not None
+    assert "no operator" in found[0].action.changes[NOT_SIMULATED]
+
+
+def test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster() -> None:
+    """toolkit.runtime-class-missing where no operator makes it (NVIDIA's device plugin chart with
+    runtimeClassName set): the fix is the RuntimeClass itself, created through the API."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    sim = build(load_scenario("healthy-nvidia-device-plugin"))
+    for pod in sim.cluster.list(POD):
+        if any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or []):
+            sim.cluster.patch(POD, name_of(pod), {"spec": {"runtimeClassName": "nvidia"}}, pod["metadata"]["namespace"])
+    assert sim.cluster.list(DAEMONSET)
+    found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
     assert found and all(f.action is not None and f.action.op is FixOp.CREATE for f in found)
     action = found[0].action
-    assert action is not None
+    assert action is not None and pastes(found[0].fix)
     apply_to_cluster(sim.cluster, action)
-    after = run_doctor(sim.cluster, reader=sim.read_log)
+    after = run_doctor(sim.cluster)
     assert "toolkit.runtime-class-missing" not in after.ids and not after.broken
 
 
@@ -127,23 +172,24 @@ def test_an_invalid_policy_is_reset_field_by_field_through_the_api() -> None:
     assert "policy.invalid" not in after.ids and not after.broken
 
 
-def test_a_missing_gpuchain_daemonset_is_created_as_the_operator_renders_it() -> None:
-    """operand.not-deployed on gpuchain: the fix is the DaemonSet gpuchain's operator renders."""
+def test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand() -> None:
+    """operand.not-deployed on gpuchain: the DaemonSet is its operator's, so the fix restarts the operator
+    (which reconciles on start) and never applies a copy of the DaemonSet (issue 24: a 3,000-character
+    kubectl apply the operator then overwrites)."""
     from gpuchain.kube import DAEMONSET, POD, name_of
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario("healthy"))
     sim.cluster.delete(DAEMONSET, "nvidia-dcgm-exporter", "gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("nvidia-dcgm-exporter-"):
             sim.cluster.delete(POD, name_of(pod), "gpu-operator")
-    before = run_doctor(sim.cluster, reader=sim.read_log)
-    found = [f for f in before.findings if f.id == "operand.not-deployed"]
-    assert found and found[0].action is not None and found[0].action.op is FixOp.CREATE
-    assert found[0].action.changes["metadata"]["name"] == "nvidia-dcgm-exporter"
-    apply_to_cluster(sim.cluster, found[0].action)
-    after = run_doctor(sim.cluster, reader=sim.read_log)
-    assert "operand.not-deployed" not in after.ids
+    alone = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
+    assert alone.action is None and "kubectl apply" not in alone.fix and "scale it to 1" in alone.fix
+    _operator_running(sim.cluster, "gpuchain-operator-5c9f7d8b6-x2k4q")
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
+    assert found.action is not None and found.action.op is FixOp.DELETE
+    assert found.fix.startswith("kubectl -n gpu-operator delete pod gpuchain-operator-5c9f7d8b6-x2k4q")
+    assert len(found.fix) < 200
 
 
 def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_simulated() -> None:
@@ -154,15 +200,7 @@ def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_sim
 
     sc = load_scenario("healthy-gpu-operator")
     sim = build(sc)
-    sim.cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
-            "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v24.9.0"}]},
-            "status": {"phase": "Running", "containerStatuses": [{"name": "gpu-operator", "ready": True}]},
-        }
-    )
+    _operator_running(sim.cluster, "gpu-operator-7d6d75f67c-jsrbx")
     sim.cluster.delete(DAEMONSET, "gpu-feature-discovery", "gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("gpu-feature-discovery-"):
@@ -173,6 +211,106 @@ def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_sim
     assert "no operator" in found.action.changes[NOT_SIMULATED]
     with pytest.raises(UnsupportedFix, match="no operator"):
         apply_fix(sc, found.action)
+
+
+def test_an_operator_pod_the_scheduler_places_nowhere_is_named_with_the_label_that_places_it() -> None:
+    """Issue 24: with the operator's pod Pending the doctor said the driver DaemonSet 'does not exist
+    although the policy enables it' and offered to restart (or re-create) things the operator owns.
+    It now names the pod, its phase and the scheduler's words, and labels a node the pod accepts."""
+    sc = load_scenario("op-operator-pending")
+    found = next(f for f in _diagnose(sc).findings if f.id == "operator.not-running")
+    assert found.root and found.link == "driver"
+    assert found.evidence[:2] == (
+        "pod gpu-operator-7d6d75f67c-jsrbx: Pending",
+        "scheduler: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+    )
+    assert "enterprise.discover.com/shared" in found.evidence[2]
+    assert found.action is not None and (found.action.op, found.action.target) == (FixOp.LABEL_NODE, "cpu")
+    assert found.action.changes == {"enterprise.discover.com/shared": "true"}
+    assert "apply" not in found.fix and "delete" not in found.fix
+    after = _diagnose(apply_fix(sc, found.action))
+    assert not after.findings and after.gpu_nodes == 2
+
+
+@pytest.mark.parametrize(
+    ("taint", "said", "fix"),
+    [
+        (
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: gpu}.",
+            "# let the operator's Deployment tolerate the taint dedicated=gpu:NoSchedule (the chart's "
+            "operator.tolerations)",
+        ),
+        (None, "0/3 nodes are available: 3 Insufficient cpu.", "# give the operator's pod what the scheduler says"),
+    ],
+)
+def test_an_operator_no_label_places_names_the_taint_or_the_resources(
+    taint: dict[str, str] | None, said: str, fix: str
+) -> None:
+    """No node label lets the operator's pod schedule: the fix names the taint (the chart's
+    tolerations) or the resources the scheduler reports, as a comment: no command of gpuchain's
+    changes a Deployment its chart owns."""
+    from gpuchain.kube import DAEMONSET, NODE, POD, name_of
+
+    sim = build(load_scenario("healthy-gpu-operator"))
+    for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
+        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    if taint is not None:
+        for node in sim.cluster.list(NODE):
+            sim.cluster.patch(NODE, name_of(node), {"spec": {"taints": [taint]}})
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v24.9.0"}]},
+            "status": {"phase": "Pending", "conditions": [condition]},
+        }
+    )
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operator.not-running")
+    assert found.evidence[1] == f"scheduler: {said}" and found.action is None
+    assert found.fix.startswith(fix) and pastes(found.fix)
+
+
+def test_a_crashing_operator_is_named_with_its_waiting_reason() -> None:
+    """The operator's pod is scheduled but crashes: its waiting reason and last lines, and its log."""
+    from gpuchain.kube import DAEMONSET, POD, name_of
+
+    sim = build(load_scenario("healthy-gpu-operator"))
+    for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
+        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+    for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+    last = "failed to get API group resources: unable to retrieve the complete list of server APIs"
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-operator-7d6d75f67c-jsrbx", "namespace": "gpu-operator"},
+            "spec": {"nodeName": "cpu-0", "containers": [{"name": "gpu-operator", "image": "gpu-operator"}]},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "gpu-operator",
+                        "ready": False,
+                        "restartCount": 12,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
+                        "lastState": {"terminated": {"exitCode": 1, "message": last}},
+                    }
+                ],
+            },
+        }
+    )
+    found = next(f for f in run_doctor(sim.cluster).findings if f.id == "operator.not-running")
+    assert found.evidence[0] == "pod gpu-operator-7d6d75f67c-jsrbx: CrashLoopBackOff (gpu-operator, 12 restarts)"
+    assert f"last log lines: {last}" in found.evidence
+    assert found.fix.startswith("kubectl -n gpu-operator logs gpu-operator-7d6d75f67c-jsrbx --previous   # fix ")
+    assert pastes(found.fix) and found.action is None
 
 
 def test_a_runtime_the_toolkit_cannot_configure_is_node_work() -> None:

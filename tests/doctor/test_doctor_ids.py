@@ -17,15 +17,15 @@ from gpuchain.doctor.model import NOT_SIMULATED
 from gpuchain.sim import load_scenario, scenario_names
 
 ROOT = Path(__file__).resolve().parents[2]
-PREFIXES = "stack|policy|nfd|operand|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
+PREFIXES = "stack|policy|nfd|operand|operator|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
 #: Links whose check builds ``f"{link}.not-ready"`` (checks._not_ready and _simple).
 NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix.
 CLUSTER_TESTS = {
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
-    "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_created_as_the_operator_renders_it",
+    "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
-    "toolkit.runtime-class-missing": "test_the_runtime_class_fix_is_an_object_created_on_the_cluster",
+    "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
@@ -83,5 +83,5 @@ def test_local_fixes_are_host_work_marked_not_simulated(error: str, fid: str) ->
 def test_a_node_without_gpus_on_the_bus_is_hardware() -> None:
     chain = local_chain(LocalAnswer("gpu-1", "6.8.0-40-generic", driver="570.86.15", cuda="12.8", gpus=()))
     f = chain.findings[0]
-    assert f.id == "driver.no-gpus" and f.fix.startswith("hardware, no command fixes it:")
+    assert f.id == "driver.no-gpus" and f.fix.startswith("# hardware, no command fixes it:")
     assert f.action is not None and f.action.changes[NOT_SIMULATED]

@@ -31,7 +31,7 @@ def test_missing_library_is_the_chapters_command_not_found(h100_sim: SimBackend)
     assert chain.findings[0].id == "driver.nvml-missing" and chain.state("driver") is LinkState.BROKEN
     # The fix is work on the host (install the driver), said as such and marked as not simulated.
     f = chain.findings[0]
-    assert f.fix.startswith("on node gpu-1 (outside the cluster): install the NVIDIA driver")
+    assert f.fix.startswith("# on node gpu-1 (outside the cluster): install the NVIDIA driver")
     assert f.action is not None and f.action.outside_cluster and f.action.changes[NOT_SIMULATED]
 
 

@@ -101,6 +101,8 @@ def roots(findings: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         ("dp-gpu-fell-off-bus", "nvidia-device-plugin", "gpu.lost"),
         ("eks-gpu-fell-off-bus", "eks", "gpu.lost"),
         ("aks-plugin-no-nvml", "aks", "device-plugin.not-registered"),
+        # Issue 24: all the dump shows of an operator that never ran is its Pending pod and the Event.
+        ("op-operator-pending", "gpu-operator", "operator.not-running"),
     ],
 )
 def test_doctor_from_the_real_kubectl_dump_names_what_the_live_doctor_names(
@@ -116,3 +118,56 @@ def test_doctor_from_the_real_kubectl_dump_names_what_the_live_doctor_names(
     assert root in live["rootCauses"]
     assert offline["rootCauses"] == live["rootCauses"]
     assert roots(offline["findings"]) == roots(live["findings"])
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH (Debian's kubectl or the cloud SDK's)")
+def test_a_plain_kubectl_dump_of_a_policy_without_the_driver_is_not_judged_from_defaults(
+    apiserver: ApiServer, live_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """Issue 24: kubectl's dump has no ClusterPolicy. Its policy turns the driver container off (the
+    nodes bring their own), so there is no nvidia-driver-daemonset; the doctor used to read the
+    policy's defaults and call it missing on every node. It now says what the dump lacks, marks
+    nothing broken that it cannot judge, and names the same root cause as the live doctor."""
+    from gpuchain.doctor import run_doctor
+
+    load_scenario_into(apiserver, live_cluster, "op-driver-skew-host")
+    live = run_doctor(live_cluster).to_dict()
+    real_dump(apiserver, tmp_path / "dump")
+    assert not (tmp_path / "dump" / "clusterpolicies.json").exists()
+    offline = doctor_from_dump(tmp_path / "dump")
+    assert live["rootCauses"] == offline["rootCauses"] == ["driver.version-skew"]
+    assert "operand.not-deployed" not in {f["id"] for f in offline["findings"]}
+    assert any("no ClusterPolicy" in line for line in offline["notJudged"]) and not live["notJudged"]
+    skew = next(f for f in offline["findings"] if f["id"] == "driver.version-skew")
+    assert skew["action"]["changes"]["fact"] == "host-driver:550.54.15"
+    assert {n["links"]["driver"]["state"] for n in offline["nodes"]} == {"ok"}
+
+
+def test_a_dump_gpuchain_writes_from_the_real_server_lacks_nothing(
+    apiserver: ApiServer, live_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """`gpuchain doctor dump` writes the ClusterPolicy and the stack's ConfigMaps with kubectl's layout,
+    so reading it back judges everything the live doctor judges."""
+    load_scenario_into(apiserver, live_cluster, "op-driver-skew-host")
+    written = subprocess.run(
+        [sys.executable, "-m", "gpuchain", "doctor", "dump", str(tmp_path / "dump"),
+         "--kubeconfig", str(apiserver.kubeconfig)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    offline = doctor_from_dump(tmp_path / "dump")
+    assert offline["notJudged"] == [] and offline["rootCauses"] == ["driver.version-skew"]
+
+
+def test_a_cluster_with_no_gpu_node_exits_3_and_names_the_context_and_server(apiserver: ApiServer) -> None:
+    """Issue 24: pointed at a cluster without GPU nodes (the wrong context), the doctor said "every
+    link on every GPU node is healthy" and exited 0."""
+    command = [sys.executable, "-m", "gpuchain", "doctor", "--kubeconfig", str(apiserver.kubeconfig)]
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert table.returncode == 3, table.stderr
+    server = yaml.safe_load(apiserver.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    assert f"no GPU node found in context peer (server {server})" in table.stdout
+    assert "healthy" not in table.stdout.replace("nothing is called healthy", "")
+    data = subprocess.run([*command, "-o", "json"], capture_output=True, text=True, timeout=120, check=False)
+    assert data.returncode == 3
+    assert json.loads(data.stdout)["target"] == {"kind": "live", "context": "peer", "server": server}

@@ -137,6 +137,23 @@ def test_the_opt_out_scenario_leaves_the_reports_three_operands_off_worker04() -
     assert any(p.startswith("nvidia-driver-daemonset") for p in pods)
 
 
+def test_the_operator_pending_scenario_shows_the_reports_scheduler_words_and_nothing_it_would_make() -> None:
+    """gpu-operator#371: the operator's pod requires enterprise.discover.com/shared=true, the nodes are
+    labelled dedicated; the scheduler's words for that, and no operand the operator would have made."""
+    from gpuchain.kube.kinds import CLUSTER_POLICY, DAEMONSET, EVENT
+    from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
+
+    sim = build(load_scenario("op-operator-pending"))
+    pod = next(p for p in sim.cluster.list(POD, namespace="gpu-operator") if p["metadata"]["name"].startswith("gpu-"))
+    assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
+    said = pod["status"]["conditions"][0]["message"]
+    assert "3 node(s) didn't match Pod's node affinity/selector" in said
+    assert [e["message"] for e in sim.cluster.list(EVENT) if e["reason"] == "FailedScheduling"] == [said]
+    assert sim.cluster.list(DAEMONSET) == [] and "status" not in sim.cluster.list(NVIDIA_CLUSTER_POLICY)[0]
+    assert sim.cluster.list(CLUSTER_POLICY) == []
+    assert not any("nvidia.com/gpu" in n["status"]["capacity"] for n in sim.cluster.list(NODE))
+
+
 @pytest.mark.parametrize(
     ("scenario", "expected"),
     [
@@ -247,6 +264,9 @@ def test_nvidia_cluster_policies_carry_only_the_status_nvidias_crd_defines() -> 
             continue
         sim = build(sc)
         for policy in [o for k in sim.cluster.kinds() if k.kind == "ClusterPolicy" for o in sim.cluster.list(k)]:
+            if "status" not in policy:  # no operator ever ran to write one
+                assert sc.operator_pending, name
+                continue
             status = policy["status"]
             jsonschema.validate(status, schema)
             assert set(status) <= set(schema["properties"]), name

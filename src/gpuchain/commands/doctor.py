@@ -3,7 +3,12 @@
 Runs on a live cluster (in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config``; ``--kubeconfig``
 and ``--context`` to choose) or on a simulated one (``--scenario NAME|FILE``). Also works as
 ``kubectl gpuchain doctor`` (the package installs the ``kubectl-gpuchain`` plugin binary).
-Exit code: 0 nothing broken (warnings allowed), 1 something broken, 2 bad input or no cluster.
+Exit code: 0 nothing broken (warnings allowed), 1 something broken, 2 bad input or no cluster, 3 no GPU
+node found (nothing was walked: often the wrong context; the output names the context and server, or
+the dump directory, it looked at).
+
+The report for people is plain lines, not boxes: a fix is one line that pastes into a shell as it
+is (the terminal, not gpuchain, wraps a long one), and finding ids and node names are never cut.
 """
 
 from __future__ import annotations
@@ -16,15 +21,12 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Group, RenderableType
-from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn
-from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._backend import BackendKind, open_backend
-from gpuchain.commands._cluster import SIMULATED, open_cluster, reads_a_whole_cluster
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option, plain
+from gpuchain.commands._cluster import SIMULATED, _server_of, open_cluster, reads_a_whole_cluster
+from gpuchain.commands._output import OutputFormat, emit_data, err_console, fail, output_option, plain
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
 from gpuchain.doctor.local import ask, local_chain
@@ -38,8 +40,12 @@ STYLE = {
     LinkState.BROKEN: ("✘", "bold red"),
     LinkState.NOT_REACHED: ("…", "dim"),
     LinkState.SKIPPED: ("-", "dim"),
+    LinkState.NOT_JUDGED: ("?", "yellow"),
 }
-LEGEND = "✔ ok   ! degraded   ✘ broken (first broken link)   … not reached (waits for the broken link)   - skipped"
+LEGEND = (
+    "✔ ok   ! degraded   ✘ broken (first broken link)   … not reached (waits for the broken link)   - skipped"
+    "   ? not judged (the source lacks what the check reads)"
+)
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
@@ -49,8 +55,34 @@ class Target:
 
     cluster: Cluster
     reader: LogReader | None
-    sim: SimCluster | None = None
-    where: str = ""
+    sim: SimCluster | None
+    target: dict[str, str]  #: `Report.target`: what was examined (said in the report and in -o json)
+
+    @property
+    def where(self) -> str:
+        """What was examined, in words, for the report's first line."""
+        return describe_target(self.target)
+
+
+def live_target(cluster: Cluster) -> dict[str, str]:
+    """The kubeconfig context and API server a live cluster was opened with (in-cluster config has
+    no context name), so a report of no GPU node says which cluster it looked at."""
+    config = getattr(cluster, "_config", None)
+    try:
+        context = str(config.get().context_name) if config is not None else ""
+    except (AttributeError, LookupError, ValueError):
+        context = ""
+    return {"kind": "live", "context": context, "server": _server_of(cluster)}
+
+
+def describe_target(target: dict[str, str]) -> str:
+    """``context C (server S)``, ``dump DIR`` or ``scenario N (simulated)`` for the report's first line."""
+    if target.get("kind") == "live":
+        context = f"context {target['context']} " if target.get("context") else "in-cluster config "
+        return f"{context}(server {target.get('server', '?')})"
+    if target.get("kind") == "dump":
+        return f"dump {target.get('directory', '?')}"
+    return f"scenario {target.get('name', '?')} (simulated)"
 
 
 def scenario_option() -> Any:
@@ -79,11 +111,13 @@ def open_target(scenario: str | None, kubeconfig: str | None, context: str | Non
             fail(str(exc))
         if live:
             asyncio.run(go_live(sim))
-        return Target(sim.cluster, sim.read_log, sim, f"scenario {sim.scenario.name} (simulated)")
+        target = {"kind": "scenario", "name": sim.scenario.name}
+        return Target(sim.cluster, sim.read_log, sim, target)
     from gpuchain.doctor.logs import cluster_log_reader
 
     cluster = open_cluster(kubeconfig, context, hint="pass --kubeconfig, or try --scenario friday-scale-out")
-    return Target(cluster, cluster_log_reader(cluster), None, "live cluster")
+    target = live_target(cluster)
+    return Target(cluster, cluster_log_reader(cluster), None, target)
 
 
 @contextmanager
@@ -108,32 +142,17 @@ def reading_progress(enabled: bool, steps: int) -> Iterator[Callable[[str], None
         yield step
 
 
-def _cell(chain: NodeChain, link: str) -> Text:
-    state = chain.state(link)
-    label, style = STYLE[state]
-    return Text(label, style=style)
-
-
 def _node_label(names: list[str]) -> str:
     if len(names) <= 3:
         return ", ".join(names)
     return f"{names[0]} … {names[-1]} ({len(names)})"
 
 
-def chain_table(report: Report, all_nodes: bool) -> Table:
-    """Per-node chain view; nodes with the same chain and findings share a row unless ``all_nodes``."""
-    table = Table(
-        title="chain per GPU node (bottom-up)",
-        title_justify="left",
-        caption=LEGEND,
-        caption_justify="left",
-        show_edge=False,
-        padding=(0, 1),
-    )
-    table.add_column("node(s)", style="bold", no_wrap=True)
-    for link in LINKS:
-        table.add_column(link, justify="center", no_wrap=True, min_width=len(link))
-    table.add_column("finding")
+def chain_lines(report: Report, all_nodes: bool) -> list[Text]:
+    """Per-node chain view as lines: one narrow column per link, then the node(s) and finding ids at
+    the end of the line, whole (nodes with the same chain and findings share a line unless ``all_nodes``)."""
+    head = Text("  ".join(LINKS) + "   node(s): finding(s)", style="bold")
+    lines = [Text("chain per GPU node (bottom-up)", style="bold"), head]
     rows: dict[tuple[Any, ...], list[NodeChain]] = {}
     for chain in report.chains:
         key = (
@@ -142,58 +161,88 @@ def chain_table(report: Report, all_nodes: bool) -> Table:
         rows.setdefault(key, []).append(chain)
     for chains in rows.values():
         first = chains[0]
+        line = Text()
+        for link in LINKS:
+            label, style = STYLE[first.state(link)]
+            line.append(label.center(len(link)), style=style)
+            line.append("  ")
         ids = ", ".join(dict.fromkeys(f.id for f in first.findings)) or "-"
-        table.add_row(_node_label([c.node for c in chains]), *(_cell(first, lk) for lk in LINKS), ids)
-    return table
+        line.append(f" {_node_label([c.node for c in chains])}: ", style="bold")
+        line.append(ids)
+        lines.append(line)
+    lines.append(Text(LEGEND, style="dim"))
+    return lines
 
 
-def findings_view(report: Report) -> RenderableType:
-    """Root causes first (evidence, fix, consequences), then the rest."""
-    parts: list[RenderableType] = []
+def finding_lines(report: Report) -> list[Text]:
+    """Root causes first (evidence, what waits on them, the fix), then the rest; each fix on a line
+    of its own, indented by spaces only, so it pastes into a shell as it is."""
+    lines: list[Text] = []
     for group in report.groups():
         f = group.first
         tag = "ROOT CAUSE" if group.root else f.severity.value.upper()
         where = f" on {_node_label(list(group.nodes))}" if group.nodes else ""
-        body = Text()
-        body.append(f"{f.cause}\n")
-        for line in f.evidence:
-            body.append("  evidence  ", style="dim")
-            body.append(f"{line}\n")
-        for line in f.consequences[:8]:
-            body.append("  waiting   ", style="dim")
-            body.append(f"{line}\n")
-        body.append("  fix       ", style="dim")
-        body.append(f.fix, style="bold")
-        parts.append(
-            Panel(
-                body,
-                title=Text.assemble((tag, SEVERITY_STYLE[f.severity]), f" {group.id}{where}"),
-                title_align="left",
-                border_style=SEVERITY_STYLE[f.severity],
-            )
+        lines.append(Text())
+        lines.append(Text.assemble((tag, SEVERITY_STYLE[f.severity]), (f" {group.id}{where}", "bold")))
+        lines.append(Text(f"  {f.cause}"))
+        lines += [Text.assemble(("  evidence  ", "dim"), line) for line in f.evidence]
+        lines += [Text.assemble(("  waiting   ", "dim"), line) for line in f.consequences[:8]]
+        lines.append(Text("  fix:", style="dim"))
+        lines.append(Text(f"    {f.fix}", style="bold", no_wrap=True))  # one line to paste: see print_report
+    return lines
+
+
+def verdict_line(report: Report, where: str) -> Text:
+    """One line: broken (the root causes), no GPU node (and where it looked), or healthy."""
+    if report.broken:
+        return Text(f"broken: {', '.join(g.id for g in report.root_causes)}", style="bold red")
+    if not report.gpu_nodes:
+        return Text(
+            f"no GPU node found in {where}: {report.cluster_nodes} node(s), none with an NVIDIA GPU label or "
+            "nvidia.com/gpu capacity, so no chain was walked and nothing is called healthy; check that this is the "
+            "cluster you meant (exit 3)",
+            style="bold yellow",
         )
-    return Group(*parts)
+    judged = not report.not_judged and all(
+        lk.state is not LinkState.NOT_JUDGED for c in report.chains for lk in c.links
+    )
+    if not report.findings and judged:
+        return Text("every link on every GPU node is healthy", style="bold green")
+    if not report.findings:
+        return Text("nothing broken in what the source holds; see what was not judged", style="yellow")
+    return Text("nothing broken; see the notes below", style="yellow")
 
 
-def render_report(report: Report, where: str, all_nodes: bool) -> RenderableType:
-    """The terminal view: summary, findings, chain table."""
+def report_lines(report: Report, where: str, all_nodes: bool) -> list[Text]:
+    """The view for people: summary, verdict, what was not judged, findings, chain view."""
     calls = sum(report.api_calls.values())
     stack = report.stack
     found = f"stack: {stack.get('title', '?')}" + (
         f" in namespace {stack['namespace']}" if stack.get("namespace") else ""
     )
-    head = Text.from_markup(
-        f"[bold]gpuchain doctor[/]: {where}, {report.gpu_nodes} GPU node(s), "
-        f"{calls} API call(s), {report.seconds:.2f} s\n{found}",
-        emoji=False,
+    head = Text.assemble(
+        ("gpuchain doctor", "bold"),
+        f": {where}, {report.gpu_nodes} GPU node(s), {calls} API call(s), {report.seconds:.2f} s",
     )
-    if not report.findings:
-        verdict = Text("every link on every GPU node is healthy", style="bold green")
-    elif report.broken:
-        verdict = Text(f"broken: {', '.join(g.id for g in report.root_causes)}", style="bold red")
-    else:
-        verdict = Text("nothing broken; see the notes below", style="yellow")
-    return Group(head, verdict, findings_view(report), chain_table(report, all_nodes))
+    lines = [head, Text(found), verdict_line(report, where)]
+    lines += [Text.assemble(("not judged: ", "yellow"), line) for line in report.not_judged]
+    lines += finding_lines(report)
+    if report.chains:
+        lines += [Text(), *chain_lines(report, all_nodes)]
+    return lines
+
+
+def print_report(report: Report, output: OutputFormat, lines: Callable[[], list[Text]]) -> None:
+    """JSON/YAML for scripts; for people, plain lines. A line marked ``no_wrap`` (a fix) is printed
+    with soft wrap: rich neither wraps nor cuts it, the terminal folds it, and copying it gives the
+    one line back. Other lines wrap at spaces, so a finding id or a node name is never split."""
+    if not output.for_people:
+        emit_data(report, output)
+        return
+    from gpuchain.commands._output import console
+
+    for line in lines():
+        console.print(line, soft_wrap=bool(line.no_wrap))
 
 
 def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
@@ -204,20 +253,25 @@ def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
 
     simulated = backend is BackendKind.sim
 
-    def view() -> RenderableType:
+    def view() -> list[Text]:
         where = f"node {answer.node}, kernel {answer.kernel}" + (f" ({SIMULATED} GPUs)" if simulated else "")
         head = Text.assemble(("gpuchain doctor --local", "bold"), f": {where}")
         lines = [head, Text(chain.links[0].summary + (f" ({SIMULATED})" if simulated else ""))]
         lines += [Text(f"  {g}") for g in answer.gpus]
-        return Group(*lines, findings_view(report))
+        return lines + finding_lines(report)
 
-    emit({**plain(report), SIMULATED: simulated}, output, view)
+    if output.for_people:
+        print_report(report, output, view)
+    else:
+        emit_data({**plain(report), SIMULATED: simulated}, output)
     raise typer.Exit(1 if report.broken else 0)
 
 
 doctor_app = typer.Typer(
     name="doctor",
     help="Walk each GPU node's chain bottom-up and name the first broken link, its evidence and the fix.",
+    epilog="Exit codes: 0 nothing broken, 1 something broken, 2 bad input or no reachable cluster, 3 no GPU node "
+    "found (the report names the kubeconfig context and server, or the dump directory, it looked at).",
 )
 
 
@@ -235,8 +289,9 @@ def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, a
         fail(str(exc))
     report = diagnose(snapshot)
     report.seconds = time.perf_counter() - started
-    emit(report, output, lambda: render_report(report, f"dump {directory}", all_nodes))
-    raise typer.Exit(1 if report.broken else 0)
+    report.target = {"kind": "dump", "directory": directory}
+    print_report(report, output, lambda: report_lines(report, describe_target(report.target), all_nodes))
+    raise typer.Exit(report.exit_code)
 
 
 @doctor_app.callback(invoke_without_command=True)
@@ -272,6 +327,8 @@ def doctor(
 
     Links: driver, toolkit, device plugin, then feature discovery, exporter and MIG. Works on the
     NVIDIA GPU Operator, NVIDIA's device plugin chart, GKE/EKS/AKS and gpuchain's own chart.
+
+    Exit codes: see the epilog of ``doctor_app`` (shown by --help).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -286,9 +343,10 @@ def doctor(
             report = run_doctor(target.cluster, namespace, target.reader, step)
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")
-    emit(report, output, lambda: render_report(report, target.where, all_nodes))
-    if report.broken:
-        raise typer.Exit(1)
+    report.target = target.target
+    print_report(report, output, lambda: report_lines(report, target.where, all_nodes))
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
 
 
 @doctor_app.command("dump")

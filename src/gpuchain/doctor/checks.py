@@ -8,6 +8,7 @@ one sentence and a fix as a command.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpuchain.common.labels import (
@@ -20,14 +21,14 @@ from gpuchain.common.labels import (
     OPERANDS_LABEL,
     PAUSED_FOR_MIG_CHANGE,
 )
-from gpuchain.doctor.context import Context, NodeView, replicas_in
+from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
-from gpuchain.doctor.placement import Blocker, blocker
-from gpuchain.doctor.pods import PodState, init_done, matching_line, pod_state
-from gpuchain.doctor.stacks import daemonsets_in
+from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
+from gpuchain.doctor.pods import PodState, init_done, matching_line, pod_state, unschedulable_message
+from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -38,10 +39,8 @@ from gpuchain.operator.operands import (
     RUNTIME_CLASS_HANDLER,
     TOOLKIT,
     VALIDATOR,
-    Facts,
     Operand,
     deploy_label,
-    desired,
     enabled,
 )
 from gpuchain.remediation.gpuloop import loop_evidence
@@ -165,17 +164,9 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> 
     )
 
 
-def _redeploy(ctx: Context, operand: Operand, name: str) -> tuple[Fix | None, str, list[str]]:
-    """The change that brings a missing operand DaemonSet back: gpuchain's own operator's object
-    (what it would create), else a restart of the stack's operator pod, which recreates it."""
-    if ctx.stack.id == "gpuchain" and ctx.policy_obj is not None:
-        wanted = next(
-            (d for d in desired(ctx.policy, Facts(ctx.namespace, ctx.policy_name)) if name_of(d) == name), None
-        )
-        if wanted is not None:
-            create = Fix(FixOp.CREATE, "", wanted)
-            return create, ctx.stack.render(create) + "   # the DaemonSet gpuchain's operator renders", []
-    operator = next(
+def operator_pod(ctx: Context) -> Obj | None:
+    """The stack's operator pod in its namespace (the one that creates the operand DaemonSets)."""
+    return next(
         (
             p
             for p in ctx.snapshot.pods
@@ -183,6 +174,13 @@ def _redeploy(ctx: Context, operand: Operand, name: str) -> tuple[Fix | None, st
         ),
         None,
     )
+
+
+def _restart_operator(ctx: Context, operator: Obj | None) -> tuple[Fix | None, str, list[str]]:
+    """The change that brings back a missing object the operator makes (an operand DaemonSet, the
+    RuntimeClass) while the operator runs: restart the operator, which reconciles on start. Never
+    the object itself: the operator owns it, and a copy applied by hand is overwritten (or fights
+    the operator) at its next reconcile."""
     if operator is not None:
         state = pod_state(operator)
         restart = Fix(
@@ -208,6 +206,118 @@ def _redeploy(ctx: Context, operand: Operand, name: str) -> tuple[Fix | None, st
     )
 
 
+def _scheduler_says(ctx: Context, pod: Obj) -> str:
+    """Why the scheduler does not place ``pod``: its PodScheduled condition, else its latest
+    FailedScheduling Event ("" when neither says)."""
+    said = unschedulable_message(pod)
+    if said:
+        return said
+    name = name_of(pod)
+    return next(
+        (
+            str(e.get("message", ""))
+            for e in reversed(ctx.snapshot.events)
+            if e.get("reason") == "FailedScheduling" and (e.get("involvedObject") or {}).get("name") == name
+        ),
+        "",
+    )
+
+
+def _labels_that_place(spec: Obj, node: Obj) -> dict[str, str | None] | None:
+    """The node label changes that let a pod of ``spec`` onto ``node``; None when a taint (not a
+    label) keeps it off, {} when nothing does."""
+    changes: dict[str, str | None] = {}
+    labelled = {**node, "metadata": {**(node.get("metadata") or {}), "labels": dict(labels_of(node))}}
+    for _ in range(len(spec.get("nodeSelector") or {}) + 8):  # one label per unmet term; bounded
+        block = pod_blocker(spec, labelled)
+        if block is None:
+            return changes
+        if block.kind == "taint":
+            return None
+        d = block.detail
+        values = list(d.get("values") or [])
+        value = None if d.get("operator") in ("NotIn", "DoesNotExist") else str(values[0]) if values else "true"
+        changes[str(d["key"])] = value
+        labels = labelled["metadata"]["labels"]
+        if value is None:
+            labels.pop(str(d["key"]), None)
+        else:
+            labels[str(d["key"])] = value
+    return None
+
+
+def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link: str) -> Result:
+    """The operand DaemonSet is missing because the operator itself does not run: name its pod,
+    why it does not run, and the change that lets it run (it then creates the DaemonSets)."""
+    state = pod_state(operator)
+    spec = operator.get("spec") or {}
+    said = _scheduler_says(ctx, operator) if not spec.get("nodeName") else ""
+    where = f"DaemonSet {ctx.namespace}/{name}"
+    evidence = [
+        state.describe(),
+        f"scheduler: {said}" if said else "",
+        state.message,
+        f"last log lines: {state.last_log.strip().splitlines()[-1]}" if state.last_log.strip() else "",
+        f"{where} does not exist",
+    ]
+    action: Fix | None = None
+    if said:
+        why = "the scheduler places it on no node"
+        # A node the operator may run on (operators run beside the GPU nodes, not on them, by preference).
+        nodes = sorted(ctx.snapshot.nodes, key=lambda n: (is_gpu_node(n), name_of(n)))
+        kept = next(((n, b) for n in nodes if (b := pod_blocker(spec, n)) is not None), None)
+        if kept is not None:
+            evidence.insert(2, f"on {name_of(kept[0])}: {dataclasses.replace(kept[1], owner='operator').describe()}")
+        placing = [(n, _labels_that_place(spec, n)) for n in nodes]
+        # A node that labels and taints already admit means the scheduler lacks something else (CPU, memory).
+        admitted = any(c == {} for _, c in placing)
+        labelled = None if admitted else next(((n, c) for n, c in placing if c), None)
+        taint = next((b for n in nodes if (b := pod_blocker(spec, n)) is not None and b.kind == "taint"), None)
+        if labelled is not None:
+            action = Fix(FixOp.LABEL_NODE, name_of(labelled[0]), dict(labelled[1] or {}))
+            fix = (
+                ctx.stack.render(action) + "   # a node the operator's nodeSelector/affinity accepts; or change the "
+                "operator's nodeSelector (the chart's operator.nodeSelector) to labels your nodes have"
+            )
+        elif taint is not None and not admitted:
+            # No label change places it: the change is the Deployment's, made through its chart (said as a comment).
+            t = taint.detail
+            value = f"={t['value']}" if t.get("value") else ""
+            fix = (
+                f"# let the operator's Deployment tolerate the taint {t['key']}{value}:{t['effect']} (the chart's "
+                "operator.tolerations), or run it on a node without that taint"
+            )
+        else:
+            fix = (
+                "# give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
+                "lower its requests (the chart's operator.resources)"
+            )
+    else:
+        why = f"{state.status}" + (f" ({state.message})" if state.message else "")
+        fix = (
+            f"kubectl -n {ctx.namespace} logs {state.name}"
+            + (" --previous" if state.restarts else "")
+            + "   # fix what the operator's log says; once it runs it creates the operand DaemonSets"
+        )
+    return Result(
+        LinkState.BROKEN,
+        f"operator {state.status}: no {name}",
+        (
+            _finding(
+                view,
+                "operator.not-running",
+                Severity.ERROR,
+                link,
+                f"the operator's pod {state.name} is {state.status}: {why}. The operator has never reconciled, so "
+                f"{where} and the other operand DaemonSets do not exist and no link of the chain is deployed.",
+                evidence,
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
 def _operator_pod(name: str) -> bool:
     """NVIDIA's operator Deployment is ``gpu-operator`` (pods gpu-operator-<hash>-<id>), gpuchain's
     ``gpuchain-operator``."""
@@ -217,16 +327,27 @@ def _operator_pod(name: str) -> bool:
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
-    if not enabled(ctx.policy, operand) or opted_out(view, operand) or view.pod(operand) is not None:
+    if opted_out(view, operand) or view.pod(operand) is not None:
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
+    if not ctx.policy_unknown and not enabled(ctx.policy, operand):
+        return None
     ds = operand_daemonset(ctx, operand)
     name = name_of(ds) if ds is not None else ctx.ds(operand)
+    operator = operator_pod(ctx) if ds is None else None
+    if operator is not None and not pod_state(operator).ready:
+        # Whatever the policy enables, an operator that does not run has deployed nothing.
+        return _operator_down(ctx, view, operator, name, link)
+    if ds is None and ctx.policy_unknown:
+        return Result(
+            LinkState.NOT_JUDGED,
+            f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
+        )
     where = f"DaemonSet {ctx.namespace}/{name}"
     if ds is None:
         switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
-        action, fix, more = _redeploy(ctx, operand, name)
+        action, fix, more = _restart_operator(ctx, operator)
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
@@ -487,6 +608,15 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         # The policy wants the driver container here but its DaemonSet places no pod: say why,
         # rather than calling it "driver container off".
         missing = unscheduled(ctx, view, DRIVER, "driver")
+        if (
+            missing is not None
+            and missing.state is LinkState.NOT_JUDGED
+            and (init_done(validator, "driver-validation") or version)
+        ):
+            # Whatever the unknown policy says of the driver container, a driver answers here.
+            return Result(
+                LinkState.OK, f"host driver{f' {version}' if version else ''} (no driver DaemonSet; {NO_POLICY})"
+            )
         if missing is not None:
             return missing
         why = (
@@ -621,16 +751,24 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
     )
     if uses_rc and rc not in ctx.runtime_classes:
-        create = Fix(
-            FixOp.CREATE,
-            "",
-            {
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": rc},
-                "handler": RUNTIME_CLASS_HANDLER,
-            },
-        )
+        evidence = [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"]
+        action: Fix | None
+        if ctx.stack.policy_resource:
+            # The operator creates the RuntimeClass: restart it (it reconciles on start), never a copy by hand.
+            action, fix, more = _restart_operator(ctx, operator_pod(ctx))
+            evidence += more
+        else:
+            action = Fix(
+                FixOp.CREATE,
+                "",
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": rc},
+                    "handler": RUNTIME_CLASS_HANDLER,
+                },
+            )
+            fix = ctx.stack.render(action) + "   # the chart names it and no operator makes it"
         return Result(
             LinkState.BROKEN,
             f"RuntimeClass {rc} missing",
@@ -641,9 +779,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     Severity.ERROR,
                     "toolkit",
                     f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
-                    [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"],
-                    ctx.stack.render(create),
-                    create,
+                    evidence,
+                    fix,
+                    action,
                 ),
             ),
         )
@@ -708,8 +846,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
-    if "configmaps" in ctx.snapshot.absent:
-        return None  # a dump without the stack's ConfigMaps: nothing to compare the label with
+    if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown:
+        return None  # a dump without the stack's ConfigMaps or the policy naming one: nothing to compare
     labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
     key = labelled or ctx.policy.device_plugin.config.default
     if not key:
@@ -789,7 +927,11 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
     evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
-    targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3]) or "<pods on the lost GPU>"
+    targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
+    # Only pods it can name go in the command; the rest of the work is said as a comment, so the line pastes.
+    evict = f"kubectl cordon {view.name}" + (
+        f" && kubectl delete pod {targets}   # then: " if targets else "   # then delete the pods on the lost GPU; "
+    )
     action = Fix(
         FixOp.HARDWARE,
         view.name,
@@ -807,7 +949,7 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
         "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
         "dead GPU until they are evicted.",
         evidence,
-        f"kubectl cordon {view.name} && kubectl delete pod {targets}; then {ctx.stack.render(action)}",
+        evict + ctx.stack.render(action).removeprefix("# "),
         action,
     )
 
@@ -837,7 +979,11 @@ def _count_findings(
         key = view.labels.get(DEVICE_PLUGIN_CONFIG) or ctx.policy.device_plugin.config.default or "default"
         configs = ctx.plugin_configs() or {}
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
-        source = f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        source = (
+            f"key {key!r} of the device plugin's ConfigMap ({NO_POLICY} to name it)"
+            if ctx.policy_unknown
+            else f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        )
         # Only a label the node carries can be removed; a shared default is changed in the policy.
         if view.labels.get(DEVICE_PLUGIN_CONFIG):
             drop = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: None})
@@ -1311,6 +1457,8 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 action,
             )
         )
+    if ctx.policy_unknown:
+        return findings  # whether the toolkit hands GPUs to pods that set the variable is in the policy
     accept = next((e.value for e in ctx.policy.toolkit.env if e.name == ACCEPT_ENVVAR), None)
     seeing = [
         f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"

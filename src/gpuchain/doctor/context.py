@@ -12,8 +12,11 @@ import yaml
 from gpuchain.doctor.snapshot import Snapshot
 from gpuchain.doctor.stacks import Stack, is_gpu_node
 from gpuchain.kube.objects import Obj, labels_of, name_of
-from gpuchain.operator.operands import DRIVER, Operand
+from gpuchain.operator.operands import DRIVER, Operand, enabled
 from gpuchain.operator.policy import ClusterPolicySpec
+
+#: What a check that needs the policy says when the source has none (see `Context.policy_unknown`).
+NO_POLICY = "the dump has no ClusterPolicy"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,27 @@ class Context:
     def namespace(self) -> str:
         """The stack's namespace (where its operand DaemonSets run)."""
         return self.stack.namespace
+
+    @property
+    def policy_unknown(self) -> bool:
+        """The stack runs from a ClusterPolicy that the source does not include (a plain
+        ``kubectl cluster-info dump`` has none): its switches are unknown, and the checks must not
+        read gpuchain's defaults as the user's policy (a policy that turns the driver off would
+        read as a driver DaemonSet gone missing)."""
+        return (
+            self.policy_obj is None and bool(self.stack.policy_resource) and "clusterpolicies" in self.snapshot.absent
+        )
+
+    def deploys(self, operand: Operand) -> bool:
+        """Does the stack deploy ``operand``: the policy's switch, or, where the source has no
+        policy (`policy_unknown`), whether one of its DaemonSets is there."""
+        if not self.policy_unknown:
+            return enabled(self.policy, operand)
+        return any(
+            (d.get("metadata") or {}).get("namespace") == self.namespace
+            and self.stack.operand_of(name_of(d)) == operand.state
+            for d in self.snapshot.daemonsets
+        )
 
     @property
     def policy_name(self) -> str:

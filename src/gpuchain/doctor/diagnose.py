@@ -282,11 +282,13 @@ def _version_skew(ctx: Context) -> list[Finding]:
         if v.name in minority and UPGRADE_STATE in v.labels
     )
     first = minority[0]
-    if ctx.policy.driver.enabled and ctx.policy.driver.version != majority:
+    containers = ctx.deploys(DRIVER)
+    if containers and not ctx.policy_unknown and ctx.policy.driver.version != majority:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
         fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"
-    elif ctx.policy.driver.enabled:
-        # The policy already names the majority's version: the minority's driver pods are stale.
+    elif containers:
+        # The policy names the majority's version (or is not in the dump while driver containers
+        # run): the minority's driver pods are stale.
         pod = next((v.pod(DRIVER) for v in ctx.views if v.name == first and v.pod(DRIVER) is not None), None)
         restart = f"kubectl -n {ctx.namespace} delete pod {name_of(pod) if pod else '<driver pod>'}"
         action = Fix(
@@ -344,7 +346,9 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             "the pods schedule by themselves once capacity appears"
         )
     else:
-        cause = f"{len(stuck)} pod(s) are Pending on Insufficient {resources}: every schedulable GPU is in use."
+        cause = f"{len(stuck)} pod(s) are Pending on Insufficient {resources}: " + (
+            "every schedulable GPU is in use." if ctx.views else "the cluster has no GPU node."
+        )
         fix = "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"
     return [
         Finding(
@@ -360,6 +364,33 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     ]
 
 
+def not_judged(ctx: Context) -> list[str]:
+    """What the source (a dump) lacks that this stack's checks read, and what was therefore not judged."""
+    absent, stack = ctx.snapshot.absent, ctx.stack
+    lines = []
+    if ctx.policy_unknown:
+        lines.append(
+            f"the dump has no ClusterPolicy ({stack.policy_resource}; clusterpolicies.json): not judged whether "
+            "the policy enables an operand whose DaemonSet is missing, the device plugin config it names, "
+            "the toolkit's environment"
+        )
+    if "configmaps" in absent and stack.namespace:
+        lines.append(
+            f"the dump has no ConfigMaps of {stack.namespace} ({stack.namespace}/configmaps.json): not judged "
+            "whether the device plugin config a node's label or the policy names exists"
+        )
+    if "runtimeclasses" in absent and stack.policy_resource:
+        lines.append(
+            "the dump has no RuntimeClasses (runtimeclasses.json): not judged whether the operands' "
+            f"RuntimeClass {ctx.policy.operator.runtime_class} exists"
+        )
+    if "nvidiadrivers" in absent and stack.id == "gpu-operator":
+        lines.append("the dump has no NVIDIADrivers (nvidiadrivers.json): not judged which of them drives a node")
+    if lines:
+        lines.append("gpuchain doctor dump DIR writes all of these (kubectl cluster-info dump writes none of them)")
+    return lines
+
+
 def diagnose(snapshot: Snapshot) -> Report:
     """Walk every GPU node and check the cluster; pure, so any snapshot (live, simulated, saved) works."""
     ctx = index(snapshot)
@@ -368,7 +399,14 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings += [f for c in chains for f in c.findings]
     findings += _version_skew(ctx)
     findings += _pending(ctx, chains)
-    return Report(chains, findings, len(ctx.views), stack=ctx.stack.to_dict())
+    return Report(
+        chains,
+        findings,
+        len(ctx.views),
+        cluster_nodes=len(snapshot.nodes),
+        stack=ctx.stack.to_dict(),
+        not_judged=not_judged(ctx),
+    )
 
 
 def run_doctor(

@@ -165,8 +165,6 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
             extras[stem] = []
         else:
             extras[stem] = _items(path, item_kind)
-    if not configmaps:
-        absent.add("configmaps")
     pods = [p for p in found["pods"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     partial = Snapshot(
         namespace or "",
@@ -178,9 +176,10 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         [],
         [],
         drivers=extras["nvidiadrivers"],
-        absent=frozenset(absent),
     )
     stack_ns = partial.stack.namespace
+    if stack_ns not in configmaps:
+        absent.add("configmaps")  # the ConfigMaps the checks read are the stack namespace's
     return Snapshot(
         namespace or "",
         extras["clusterpolicies"],

@@ -90,9 +90,9 @@ def _host_fix(op: FixOp, node: str, action: str) -> tuple[str, Fix]:
     """The fix as data (marked as host work the simulator does not apply) and as text."""
     fix = Fix(op, node, {"action": action, NOT_SIMULATED: HOST_ONLY})
     text = (
-        f"hardware, no command fixes it: {action}"
+        f"# hardware, no command fixes it: {action}"
         if op is FixOp.HARDWARE
-        else f"on node {node} (outside the cluster): {action}"
+        else f"# on node {node} (outside the cluster): {action}"
     )
     return text, fix
 

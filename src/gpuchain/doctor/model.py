@@ -23,6 +23,7 @@ class LinkState(enum.StrEnum):
     BROKEN = "broken"  #: the first broken link; the walk stops here
     NOT_REACHED = "not-reached"  #: above a broken link: waiting, not at fault
     SKIPPED = "skipped"  #: not deployed here (disabled, opted out, not requested)
+    NOT_JUDGED = "not-judged"  #: the source lacks what the check needs (a dump without the ClusterPolicy)
 
 
 #: The links, bottom-up, in the order the doctor walks them.
@@ -43,6 +44,9 @@ class FixOp(enum.StrEnum):
     INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
     DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
 
+
+#: The doctor's exit code when the cluster has no GPU node: 0 is "healthy", 1 "broken", 2 bad input.
+NO_GPU_NODE = 3
 
 #: ``Fix.changes`` key naming why the simulator cannot apply a fix (nothing in a scenario models
 #: what it changes); tests assert the reason rather than pass silently.
@@ -168,13 +172,28 @@ class Report:
     findings: list[Finding]
     gpu_nodes: int
     api_calls: dict[str, int] = field(default_factory=dict)
+    cluster_nodes: int = 0  #: every node seen, GPU or not (a report of no GPU node says how many)
     seconds: float = 0.0
     stack: dict[str, Any] = field(default_factory=dict)  #: the stack found (`Stack.to_dict`)
+    #: what the source lacks and what the doctor therefore did not judge, one line each (a dump
+    #: without the ClusterPolicy: whether a missing operand DaemonSet is a fault)
+    not_judged: list[str] = field(default_factory=list)
+    #: what was examined: {"kind": "live", "context", "server"}, {"kind": "dump", "directory"} or
+    #: {"kind": "scenario", "name"}; said with a report of no GPU node, so a wrong context shows
+    target: dict[str, str] = field(default_factory=dict)
 
     @property
     def broken(self) -> bool:
         """Is any finding an error (the command then exits 1)?"""
         return any(f.severity is Severity.ERROR for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        """What ``gpuchain doctor`` exits with: 1 something is broken, 3 no GPU node was found (nothing
+        was walked, so nothing can be called healthy: often the wrong cluster), else 0."""
+        if self.broken:
+            return 1
+        return NO_GPU_NODE if not self.gpu_nodes else 0
 
     @property
     def ids(self) -> set[str]:
@@ -202,8 +221,11 @@ class Report:
         """JSON form (``gpuchain doctor -o json``)."""
         return {
             "broken": self.broken,
+            "target": self.target,
             "stack": self.stack,
             "gpuNodes": self.gpu_nodes,
+            "clusterNodes": self.cluster_nodes,
+            "notJudged": self.not_judged,
             "rootCauses": [g.id for g in self.root_causes],
             "findings": [g.to_dict() for g in self.groups()],
             "nodes": [c.to_dict() for c in self.chains],

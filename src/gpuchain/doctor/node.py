@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
 from gpuchain.kube.objects import Obj
+from gpuchain.operator.operands import TOOLKIT
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
 #: controller adds for each (TaintNodesByCondition) and what the kubelet does under it.
@@ -201,7 +202,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
             )
         )
     scheme = runtime_scheme(view.node)
-    configures = ctx.policy.toolkit.enabled and not ctx.stack.host_driver
+    configures = ctx.deploys(TOOLKIT) and not ctx.stack.host_driver
     if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
         version = node_info(view.node).get("containerRuntimeVersion", "")
         action = Fix(

@@ -20,14 +20,15 @@ class Blocker:
 
     kind: str  #: "taint" or "selector"
     detail: dict[str, Any]  #: the taint, or {"key", "values", "operator"} of the unmet term
+    owner: str = "DaemonSet"  #: what is kept off, for the evidence line ("DaemonSet", "operator's pod")
 
     def describe(self) -> str:
         """One line for evidence."""
         d = self.detail
         if self.kind == "taint":
             value = f"={d['value']}" if d.get("value") else ""
-            return f"node taint {d['key']}{value}:{d['effect']} is not tolerated by the DaemonSet"
-        return f"the DaemonSet needs node label {d['key']} {d['operator']} {d.get('values') or ''}".rstrip()
+            return f"node taint {d['key']}{value}:{d['effect']} is not tolerated by the {self.owner}"
+        return f"the {self.owner} needs node label {d['key']} {d['operator']} {d.get('values') or ''}".rstrip()
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
@@ -58,7 +59,12 @@ def _term_ok(expr: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def blocker(ds: Obj, node: Obj) -> Blocker | None:
     """The first thing that keeps ``ds`` off ``node``, None when the DaemonSet should place a pod."""
-    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return pod_blocker(((ds.get("spec") or {}).get("template") or {}).get("spec") or {}, node)
+
+
+def pod_blocker(spec: Obj, node: Obj) -> Blocker | None:
+    """The first taint or node selector that keeps a pod of ``spec`` off ``node`` (the scheduler's
+    node filters, as the DaemonSet controller also applies them), None when none does."""
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], taint):
             return Blocker("taint", dict(taint))

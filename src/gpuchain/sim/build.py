@@ -78,10 +78,12 @@ def build(scenario: Scenario) -> SimCluster:
     """Plan and render every node, and load the objects into a fresh MemoryCluster (calls reset to 0)."""
     started = time.perf_counter()
     policy = policy_of(scenario)
+    # An operator that never ran deployed nothing: every node is planned as with no stack installed.
+    deployed = policy_of(scenario.model_copy(update={"stack": "none"})) if scenario.operator_pending else policy
     plans = []
     for group in scenario.nodes:
         # Nodes of a group share every fact but their name: plan once, rename the rest.
-        first = plan_node(scenario, policy, group, group.node_names()[0])
+        first = plan_node(scenario, deployed, group, group.node_names()[0])
         plans += [first] + [dataclasses.replace(first, name=name) for name in group.node_names()[1:]]
     out = render(scenario, plans, policy)
     cluster = MemoryCluster(out.objects)

@@ -155,6 +155,13 @@ def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]]
     return st
 
 
+def _unschedulable(message: str) -> dict[str, Any]:
+    """A pod's status as kube-scheduler leaves one it places on no node: Pending, PodScheduled False
+    (Unschedulable) with its "0/N nodes are available: ..." message."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [condition]}
+
+
 def _config_missing_log(scenario: Scenario, key: str, args: list[str]) -> str:
     """What the plugin pod prints when the node's config label names a key its ConfigMap lacks.
 
@@ -607,18 +614,7 @@ def _place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -
                     if p.name in tainted or len(free[p.name].get(w.resource, [])) < w.gpus
                 )
                 detail = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
-                message = f"0/{len(plans)} nodes are available: {detail}."
-                pod["status"] = {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": message,
-                        }
-                    ],
-                }
+                pod["status"] = _unschedulable(f"0/{len(plans)} nodes are available: {detail}.")
             elif node in stale:
                 # The scheduler placed it; the kubelet's admission refuses it (kubernetes/kubernetes#130145).
                 pod["spec"]["nodeName"] = node
@@ -657,8 +653,8 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     stack = scenario.stack
     ns = namespace_for(stack, scenario.namespace)
     facts = Facts(ns, scenario.policy_name)
-    # No stack installed: the GPU nodes and the workloads, nothing of any operator.
-    wanted = desired(policy, facts) if stack != "none" else []
+    # No stack installed, or its operator never ran: the GPU nodes and the workloads, nothing the operator makes.
+    wanted = desired(policy, facts) if stack != "none" and not scenario.operator_pending else []
     if stack != "none":
         out.objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     others = [o for o in wanted if o["kind"] != "DaemonSet"]
@@ -676,6 +672,9 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         )
     nodes = [node_object(p, stack) for p in plans]
     out.objects += nodes
+    events: list[Obj] = []
+    if scenario.operator_node_selector:
+        out.objects.append(_operator_pod(ns, scenario, len(nodes), events))
     by_operand: dict[str, list[Obj]] = {}
     by_name = {o.name: o for o in OPERANDS}
     # Every node of a scenario runs the same images (they come from the policy), so the first plan says.
@@ -689,7 +688,6 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         # kubectl delete --cascade=orphan: the DaemonSets lose their owner and keep running.
         for d in daemonsets.values():
             d["metadata"].pop("ownerReferences", None)
-    events: list[Obj] = []
     taken: set[str] = set()
     for op in OPERANDS:
         ds = daemonsets.get(op.name)
@@ -766,8 +764,49 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         if api != "gpuchain.io/v1":
             obj["spec"] = _without_empty(obj["spec"])
             obj["status"] = _nvidia_policy_status(policy, daemonsets, pods, plans, ns)
+        if scenario.operator_pending:
+            del obj["status"]  # the chart created the policy; no operator ever wrote its status
         out.objects.append(obj)
     return out
+
+
+#: The GPU Operator's Deployment pod (chart nvidia/gpu-operator, Deployment gpu-operator) and its image.
+OPERATOR_POD = "gpu-operator-7d6d75f67c-jsrbx"
+OPERATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v24.9.0"
+
+
+def _operator_pod(namespace: str, scenario: Scenario, nodes: int, events: list[Obj]) -> Obj:
+    """The GPU Operator's pod with the scenario's nodeSelector: Running on the first node that has the
+    labels, else Pending as kube-scheduler reports a nodeSelector no node matches (its PodScheduled
+    condition and a FailedScheduling Event, in the words of NVIDIA/gpu-operator#371)."""
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": OPERATOR_POD,
+            "namespace": namespace,
+            # No ownerReferences: the simulator renders no Deployment or ReplicaSet for them to name.
+            "labels": {"app": "gpu-operator", "app.kubernetes.io/component": "gpu-operator"},
+        },
+        "spec": {
+            "containers": [{"name": "gpu-operator", "image": OPERATOR_IMAGE}],
+            "nodeSelector": dict(scenario.operator_node_selector),
+            "tolerations": [
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "effect": "NoSchedule"}
+            ],
+        },
+    }
+    if scenario.operator_node is not None:
+        pod["spec"]["nodeName"] = scenario.operator_node
+        pod["status"] = _status("Running", [], [_running("gpu-operator")], "10.0.0.2")
+        return pod
+    said = (
+        f"0/{nodes} nodes are available: {nodes} node(s) didn't match Pod's node affinity/selector. "
+        f"preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
+    )
+    pod["status"] = _unschedulable(said)
+    events.append(_event(namespace, pod, "FailedScheduling", said, "default-scheduler", len(events)))
+    return pod
 
 
 #: NVIDIA's operand states in the order its operator steps through them (the assets/ directory

@@ -231,6 +231,13 @@ class Scenario(_Strict):
         description="the ClusterPolicy was deleted and its operand DaemonSets orphaned (they run, nothing "
         "reconciles them)",
     )
+    operator_node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        alias="operatorNodeSelector",
+        description="the GPU Operator Deployment's nodeSelector (its chart's operator.nodeSelector); set, the "
+        "operator's pod is rendered, and when no node carries these labels it stays Pending with the scheduler's "
+        "words: the operator never runs, so no operand DaemonSet, RuntimeClass or ClusterPolicy status exists",
+    )
     missing_images: list[str] = Field(
         default_factory=list,
         alias="missingImages",
@@ -291,6 +298,32 @@ class Scenario(_Strict):
         if unknown:
             raise ValueError(f"workloads name nodes that do not exist: {', '.join(str(u) for u in unknown)}")
         return self
+
+    @model_validator(mode="after")
+    def _operator_selector_on_the_operator(self) -> Scenario:
+        if self.operator_node_selector and self.stack != "gpu-operator":
+            raise ValueError(f"operatorNodeSelector is the GPU Operator's; stack {self.stack!r} has no such Deployment")
+        return self
+
+    @property
+    def operator_node(self) -> str | None:
+        """The first node the operator's nodeSelector accepts (a node's own labels plus the kubelet's
+        kubernetes.io/hostname and kubernetes.io/os), None when none does."""
+        wanted = self.operator_node_selector.items()
+        return next(
+            (
+                name
+                for g in self.nodes
+                for name in g.node_names()
+                if wanted <= {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **g.labels}.items()
+            ),
+            None,
+        )
+
+    @property
+    def operator_pending(self) -> bool:
+        """The operator's pod (rendered only with an ``operatorNodeSelector``) finds no node."""
+        return bool(self.operator_node_selector) and self.operator_node is None
 
     @property
     def origin(self) -> str:

@@ -106,13 +106,14 @@ class Stack:
             return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.CREATE:
             return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
+        # Work outside the cluster is said as a shell comment, so the whole line still pastes.
         if fix.op is FixOp.NODE and ch.get("drain") is False:
-            return f"on node {fix.target} (outside the cluster): {ch['action']}"
+            return f"# on node {fix.target} (outside the cluster): {ch['action']}"
         if fix.op is FixOp.NODE:
             drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
-            return f"{drain}; then on the node (outside the cluster): {ch['action']}"
+            return f"{drain}   # then on the node (outside the cluster): {ch['action']}"
         if fix.op is FixOp.HARDWARE:
-            return f"hardware, no command fixes it: {ch['action']}"
+            return f"# hardware, no command fixes it: {ch['action']}"
         if fix.op is FixOp.DELETE:
             return f"kubectl -n {ch['namespace']} delete {str(ch['kind']).lower()} {ch['name']}"
         verb = "upgrade --install" if ch.get("upgrade") else "install"

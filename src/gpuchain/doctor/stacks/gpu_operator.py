@@ -89,15 +89,26 @@ def driver_daemonsets(snapshot: Snapshot, namespace: str) -> list[Obj]:
     return [d for n, d in daemonsets_in(snapshot, namespace).items() if n.startswith(DRIVER_PREFIX)]
 
 
+def _operator_image(pod: Obj) -> bool:
+    """Does the pod run NVIDIA's operator image (``.../gpu-operator:<tag>``)?"""
+    return any(
+        str(c.get("image", "")).rsplit(":", 1)[0].rsplit("/", 1)[-1] == "gpu-operator"
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
+
+
 def detect(snapshot: Snapshot) -> Stack | None:
-    """A nvidia.com ClusterPolicy, or NVIDIA's validator DaemonSet in some namespace."""
+    """A nvidia.com ClusterPolicy, NVIDIA's validator DaemonSet in some namespace, or the operator's own
+    pod (all a plain kubectl dump shows of an operator that never ran: no policy, no DaemonSet)."""
     policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
     validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
-    if not policies and not validators:
+    operators = [] if policies or validators else [p for p in snapshot.pods if _operator_image(p)]
+    if not policies and not validators and not operators:
         return None
     obj = active_policy(policies)
     status_ns = str((obj or {}).get("status", {}).get("namespace") or "")
-    ds_ns = str((validators[0].get("metadata") or {}).get("namespace") or "") if validators else ""
+    found = validators or operators
+    ds_ns = str((found[0].get("metadata") or {}).get("namespace") or "") if found else ""
     namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
     spec = lenient_policy((obj or {}).get("spec"))
     notes = []
