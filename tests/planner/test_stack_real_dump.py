@@ -51,7 +51,7 @@ def test_live_and_real_dump_read_the_same_inputs(
     assert offline.returncode == 0, offline.stderr
     dump: dict[str, Any] = json.loads(offline.stdout)
     assert (live["request"]["driver"], live["recommendation"]) == (driver, route)
-    assert live["readFrom"].startswith("live cluster: ")
+    assert live["readFrom"].startswith("context peer (server https://127.0.0.1:")
     for key in ("request", "recommendation", "reason", "crossover"):
         assert dump[key] == live[key], key
     assert [(i["flag"], i["source"]) for i in dump["inputs"]] == [(i["flag"], i["source"]) for i in live["inputs"]]
