@@ -6,8 +6,8 @@ proxy serves) run the way nvidia-device-plugin runs it at start: its flags' defa
 resource naming turned off, the checks it makes before touching a GPU. Each file goes to both; both
 must start or both refuse, and when they start they must run with the same settings.
 
-Inputs: every NVIDIA file in tests/compat/deviceplugin/fixtures (see its SOURCES.md), and configs
-hypothesis writes over the whole space of the keys both readers know.
+Inputs: every NVIDIA file in tests/compat/deviceplugin/fixtures (see its SOURCES.md), empty files,
+and configs hypothesis writes over the whole space of the keys both readers know.
 
 Where gpuchain differs on purpose it is listed in ``KNOWN`` with the reason, and the test checks
 the difference is exactly that one (so a fix upstream or here shows up as a failure to update).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,34 +132,84 @@ def announced(entry: ReplicatedResource, section: ReplicatedResources) -> str:
     return entry.rename or (entry.name + SHARED_SUFFIX if section.rename_by_default else entry.name)
 
 
-def known_difference(
-    text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome, str], variables: dict[str, str] | None = None
-) -> str | None:
-    """Why gpuchain differs from NVIDIA on this file on purpose, or None when it must not differ."""
-    data = yaml.safe_load(text) if text.strip() else None
+Case = tuple[Any, tuple[Outcome, str], tuple[Outcome, str], dict[str, str]]
+"""One file where the readers disagree: its parsed YAML, NVIDIA's outcome and reason, gpuchain's,
+and the environment variables both were given."""
+
+
+def empty_section_is_unset(case: Case) -> bool:
+    """NVIDIA's own start-up log prints an unset section as ``"timeSlicing": {}``, and its reader
+    refuses that JSON; gpuchain reads the empty section as unset so the logged JSON loads back."""
+    data, theirs, ours, _ = case
     sharing = data.get("sharing") if isinstance(data, dict) else None
-    if (
+    return (
         theirs[0] == REFUSED
         and "no resources specified" in theirs[1]
         and ours[0] != REFUSED
         and isinstance(sharing, dict)
         and any(isinstance(v, dict) and not any(x is not None for x in v.values()) for v in sharing.values())
-    ):
-        # NVIDIA's own start-up log prints an unset section as "timeSlicing": {}, and its reader
-        # refuses that JSON; gpuchain reads the empty section as unset so the logged JSON loads back.
-        return "an empty sharing section is unset"
-    if theirs[0] != REFUSED and ours[0] == REFUSED and "is listed twice" in ours[1]:
-        # NVIDIA's plugin takes both entries and builds the same replica IDs twice, so the later
-        # entry overwrites the earlier one's devices and the count is the larger of the two; gpuchain
-        # refuses the file naming the resource.
-        return "a resource listed twice in one sharing section is refused"
-    overridden = {".".join(path) for path, names in ENV_FLAGS if any(n in (variables or {}) for n in names)}
-    if theirs[0] != REFUSED and ours[0] == REFUSED and any(f": {field}: " in ours[1] for field in overridden):
-        # NVIDIA's plugin checks only the value it ends up with, so a bad value in the file that an
-        # environment variable replaces goes unnoticed; gpuchain checks the file as a whole first
-        # (the same ConfigMap feeds feature discovery, which may not have that variable).
-        return "a bad value in the file is refused even where the environment overrides it"
-    return None
+    )
+
+
+def resource_listed_twice(case: Case) -> bool:
+    """NVIDIA's plugin takes both entries and builds the same replica IDs twice, so the later entry
+    overwrites the earlier one's devices and the count is the larger of the two; gpuchain refuses
+    the file naming the resource."""
+    _, theirs, ours, _ = case
+    return theirs[0] != REFUSED and ours[0] == REFUSED and "is listed twice" in ours[1]
+
+
+def overridden_value_checked(case: Case) -> bool:
+    """NVIDIA's plugin checks only the value it ends up with, so a bad value in the file that an
+    environment variable replaces goes unnoticed; gpuchain checks the file as a whole first (the
+    same ConfigMap feeds feature discovery, which may not have that variable)."""
+    _, theirs, ours, variables = case
+    overridden = {".".join(path) for path, names in ENV_FLAGS if any(n in variables for n in names)}
+    return theirs[0] != REFUSED and ours[0] == REFUSED and any(f": {field}: " in ours[1] for field in overridden)
+
+
+def mps_explicit_false_honoured(case: Case) -> bool:
+    """The peer's release forces MPS ``failRequestsGreaterThanOne`` to true whatever the file says
+    (k8s-device-plugin api/config/v1/config.go@v0.18.0 ``NewConfig``, as from v0.15.0 through
+    v0.19.3); v0.20.0, the release gpuchain follows, honours an explicit false and defaults only an
+    unset one to true (api/config/v1/config.go@v0.20.0, config_test.go@v0.20.0
+    ``TestNewConfigHonorsExplicitMPSFailRequestsGreaterThanOneFalse``). Exactly that flag differs:
+    every other setting both readers start with is the same."""
+    data, theirs, ours, _ = case
+    sharing = data.get("sharing") if isinstance(data, dict) else None
+    mps = sharing.get("mps") if isinstance(sharing, dict) else None
+    if not (isinstance(mps, dict) and mps.get("failRequestsGreaterThanOne") is False):
+        return False
+    if not (isinstance(theirs[0], dict) and isinstance(ours[0], dict) and ours[0]["sharing"] is not None):
+        return False
+    ours_sharing = ours[0]["sharing"]
+    as_v018 = {**ours[0], "sharing": {**ours_sharing, "failRequestsGreaterThanOne": True}}
+    return (
+        ours_sharing["kind"] == "mps" and ours_sharing["failRequestsGreaterThanOne"] is False and as_v018 == theirs[0]
+    )
+
+
+KNOWN: tuple[tuple[str, Callable[[Case], bool]], ...] = (
+    ("an empty sharing section is unset", empty_section_is_unset),
+    ("a resource listed twice in one sharing section is refused", resource_listed_twice),
+    ("a bad value in the file is refused even where the environment overrides it", overridden_value_checked),
+    (
+        "an explicit MPS failRequestsGreaterThanOne: false is honoured, as from v0.20.0 (the peer is v0.18.0)",
+        mps_explicit_false_honoured,
+    ),
+)
+"""Where gpuchain differs from NVIDIA's reader on purpose: the reason, and the test that a
+disagreement is exactly that one (see each test's docstring for why)."""
+
+
+def known_difference(
+    text: str, theirs: tuple[Outcome, str], ours: tuple[Outcome, str], variables: dict[str, str] | None = None
+) -> str | None:
+    """Why gpuchain differs from NVIDIA on this file on purpose (a ``KNOWN`` reason), or None when it
+    must not differ."""
+    data = yaml.safe_load(text) if text.strip() else None
+    case: Case = (data, theirs, ours, variables or {})
+    return next((reason for reason, applies in KNOWN if applies(case)), None)
 
 
 def compare(files: dict[Path, str], variables: dict[str, str] | None = None) -> list[str]:
@@ -319,3 +370,43 @@ def test_nvidia_refuses_its_own_logged_config(name: str) -> None:
     theirs = nvidia([path])[path]
     assert theirs[0] == REFUSED and "no resources specified" in theirs[1]
     assert gpuchain(path)[0] != REFUSED
+
+
+MPS_EXPLICIT_FALSE = (
+    "version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
+    "    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n"
+)
+"""The file of NVIDIA's config_test.go@v0.20.0 TestNewConfigHonorsExplicitMPSFailRequestsGreaterThanOneFalse."""
+
+
+def test_the_peer_forces_mps_fail_requests_greater_than_one(tmp_path: Path) -> None:
+    """The peer (v0.18.0) runs MPS with failRequestsGreaterThanOne true although the file says false;
+    gpuchain honours the false as v0.20.0 does; the disagreement is the known one and only that.
+    When the peer is moved to a release that honours it, this fails: drop the ``KNOWN`` entry."""
+    path = tmp_path / "mps.yaml"
+    path.write_text(MPS_EXPLICIT_FALSE)
+    theirs, ours = nvidia([path])[path], gpuchain(path)
+    assert isinstance(theirs[0], dict) and isinstance(ours[0], dict)
+    flags = [outcome["sharing"]["failRequestsGreaterThanOne"] for outcome in (theirs[0], ours[0])]
+    assert flags == [True, False]
+    assert known_difference(MPS_EXPLICIT_FALSE, theirs, ours) == KNOWN[-1][0]
+    assert compare({path: MPS_EXPLICIT_FALSE}) == []
+    # Any other disagreement on the same file is not covered by that entry.
+    for key, other in (("replicas", 3), ("announced", "nvidia.com/gpu.shared")):
+        resources = [{**ours[0]["sharing"]["resources"][0], key: other}]
+        skewed = ({**ours[0], "sharing": {**ours[0]["sharing"], "resources": resources}}, "")
+        assert known_difference(MPS_EXPLICIT_FALSE, theirs, skewed) is None
+    assert known_difference(MPS_EXPLICIT_FALSE, theirs, ({**ours[0], "migStrategy": "single"}, "")) is None
+
+
+@pytest.mark.parametrize("text", ["", " \n\n", "null\n", "~\n", "---\n", "# nothing set yet\n", "{}\n"])
+def test_empty_files_read_alike(tmp_path: Path, text: str) -> None:
+    """An empty config file (no bytes, whitespace, a comment, a null document) starts both readers
+    with every default (NVIDIA's since v0.12.2, its CHANGELOG's "Allow an empty config file")."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text("version: v1\n")
+    theirs = nvidia([path, defaults])
+    assert compare({path: text}) == []
+    assert theirs[path] == theirs[defaults] and gpuchain(path) == gpuchain(defaults)

@@ -326,7 +326,12 @@ class ReplicatedResources(_Model):
     """``sharing.timeSlicing`` / ``sharing.mps``.
 
     ``failRequestsGreaterThanOne`` left unset is off for time-slicing and on for MPS (NVIDIA's
-    defaults); an explicit value is honoured for both (see ``Config.replication``).
+    defaults); an explicit value is honoured for both (see ``Config.replication``), as
+    k8s-device-plugin v0.20.0, the release gpuchain follows, does (``NewConfig`` in
+    api/config/v1/config.go@v0.20.0, tested by config_test.go@v0.20.0). Releases v0.15.0 (which
+    added MPS) through v0.19.3 force it on for MPS whatever the file says
+    (api/config/v1/config.go@v0.18.0), so a ConfigMap with ``false`` allows multi-replica requests
+    here and refuses them there; tests/peers/test_nvidia_config_peer.py lists that as known.
     """
 
     rename_by_default: bool = Field(False, alias="renameByDefault")
