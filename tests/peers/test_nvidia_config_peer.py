@@ -11,20 +11,32 @@ and configs hypothesis writes over the whole space of the keys both readers know
 
 Where gpuchain differs on purpose it is listed in ``KNOWN`` with the reason, and the test checks
 the difference is exactly that one (so a fix upstream or here shows up as a failure to update).
+
+Hypothesis runs under the profile tests/conftest.py picks: in CI (CI=true, scripts/test) the same
+draws every run, so red means a change broke something. Every input that once showed a difference
+is kept in ``EXAMPLES`` (tests/peers/nvidia-config-examples/, one reviewed YAML file each) and
+replayed first, as an explicit example, by the test that found it, under every profile. New
+differences are looked for off CI by ``scripts/explore-config-differences`` (random draws, many more
+examples, a database of its own); it saves the input each failing test shrank to into ``EXAMPLES``
+(``GPUCHAIN_SAVE_DIFFERENCES=1``), for review: fix gpuchain, or add a ``KNOWN`` entry, and say why in
+the file's comment.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpuchain.common.yamlfile import ConfigFileError
@@ -322,14 +334,106 @@ def config(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(doc=config())
-def test_written_configs_read_alike(tmp_path: Path, doc: dict[str, Any]) -> None:
-    """Configs over the keys both readers know: both start with the same settings, or both refuse."""
+EXAMPLES = Path(__file__).resolve().parent / "nvidia-config-examples"
+"""Inputs that once showed a difference, replayed by the test named in each (see the module doc)."""
+SAVE_DIFFERENCES = "GPUCHAIN_SAVE_DIFFERENCES"
+"""Set to 1 (by scripts/explore-config-differences) to save new differences into ``EXAMPLES``."""
+
+_last_difference: dict[str, Any] = {}
+"""The last input of the running test on which the readers differed. Hypothesis runs the input it
+shrank to last, so at the end of a failed test this is the one it reports."""
+
+
+def saved_entries() -> list[dict[str, Any]]:
+    """Every saved input: ``{"test": ..., "variables": ..., "doc": ...}`` each."""
+    entries = [yaml.safe_load(path.read_text()) for path in sorted(EXAMPLES.glob("*.yaml"))]
+    return [{"test": e["test"], "variables": e.get("variables") or {}, "doc": e["doc"]} for e in entries]
+
+
+REPLAYING: set[str] = set()
+"""The tests that replay their saved inputs (``replay_saved``)."""
+
+
+def replay_saved(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` with each saved input of its own as an explicit hypothesis example (run before any
+    drawn one, under every profile). A test without ``variables`` replays only inputs without any."""
+    REPLAYING.add(test.__name__)
+    takes_variables = "variables" in inspect.signature(test).parameters
+    for entry in saved_entries():
+        if entry["test"] != test.__name__:
+            continue
+        if takes_variables:
+            test = example(variables=entry["variables"], doc=entry["doc"])(test)
+        else:
+            assert not entry["variables"], f"{test.__name__} takes no environment variables to replay"
+            test = example(doc=entry["doc"])(test)
+    return test
+
+
+def save_example(found: dict[str, Any]) -> Path | None:
+    """Write ``found`` into ``EXAMPLES`` under a name that is a hash of its content, with a header
+    asking the reviewer to say why it differed; None when that input is saved already (under any
+    name: a reviewed file may be renamed)."""
+    if found in saved_entries():
+        return None
+    body = yaml.safe_dump(found, sort_keys=False)
+    path = EXAMPLES / f"{hashlib.sha256(body.encode()).hexdigest()[:12]}.yaml"
+    path.write_text(
+        "# Saved by scripts/explore-config-differences: the readers differed on this input.\n"
+        "# Review: fix gpuchain or add a KNOWN entry, then replace these lines with why it differed.\n" + body
+    )
+    return path
+
+
+@pytest.fixture(autouse=True)
+def save_new_difference(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With ``GPUCHAIN_SAVE_DIFFERENCES=1``, the input a test ended on a difference with (the one
+    hypothesis shrank to and reports) is saved into ``EXAMPLES`` under the test's name."""
+    _last_difference.clear()
+    yield
+    if _last_difference and os.environ.get(SAVE_DIFFERENCES) == "1":
+        saved = save_example({"test": request.node.originalname, **_last_difference})
+        print(f"saved for review: {saved}" if saved else "the difference is a saved input: see its file's comment")
+
+
+def written_alike(tmp_path: Path, doc: dict[str, Any], variables: dict[str, str]) -> None:
+    """Write ``doc`` as YAML and check both readers start alike with ``variables`` (remembering the
+    input for ``save_new_difference`` when they do not)."""
     path = tmp_path / "config.yaml"
     text = yaml.safe_dump(doc, sort_keys=False)
     path.write_text(text)
-    assert compare({path: text}) == []
+    diffs = compare({path: text}, variables or None)
+    if diffs:
+        _last_difference.update(variables=variables, doc=doc)
+    assert diffs == []
+
+
+DRAWN_EXAMPLES = max(200, settings.default.max_examples)
+"""Drawn configs per run: 200, or the profile's count when that is higher (the explore profile)."""
+
+
+@settings(max_examples=DRAWN_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=config())
+@replay_saved
+def test_written_configs_read_alike(tmp_path: Path, doc: dict[str, Any]) -> None:
+    """Configs over the keys both readers know: both start with the same settings, or both refuse."""
+    written_alike(tmp_path, doc, {})
+
+
+def test_every_saved_input_is_replayed() -> None:
+    """A saved file naming a test that does not replay it (a typo, a renamed test) would never run."""
+    entries = saved_entries()
+    assert entries and {e["test"] for e in entries} <= REPLAYING
+
+
+def test_a_difference_is_saved_once_for_review(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the exploration run saves reads back as the input found; the same input is not saved twice."""
+    monkeypatch.setattr(sys.modules[__name__], "EXAMPLES", tmp_path)
+    found = {"test": "test_written_configs_read_alike", "variables": {}, "doc": {"flags": {"migStrategy": "single"}}}
+    path = save_example(found)
+    assert path is not None and path.read_text().startswith("# Saved by scripts/explore-config-differences")
+    assert saved_entries() == [found]
+    assert save_example(found) is None and len(list(tmp_path.iterdir())) == 1
 
 
 BOOLS = ["true", "false", "1", "0", "t", "F", "TRUE", "False", "yes", ""]
@@ -344,20 +448,18 @@ ENVIRONMENT = {
 }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=DRAWN_EXAMPLES * 3 // 4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     variables=st.lists(st.sampled_from(sorted(ENVIRONMENT)), max_size=4, unique=True).flatmap(
         lambda keys: st.fixed_dictionaries({k: st.sampled_from(ENVIRONMENT[k]) for k in keys})
     ),
     doc=config(),
 )
+@replay_saved
 def test_environment_over_the_file_reads_alike(tmp_path: Path, variables: dict[str, str], doc: dict[str, Any]) -> None:
     """The plugin's environment variables over a file (the environment wins): both readers start with
     the same settings or both refuse, for the spellings Go's flag parsing takes and those it does not."""
-    path = tmp_path / "config.yaml"
-    text = yaml.safe_dump(doc, sort_keys=False)
-    path.write_text(text)
-    assert compare({path: text}, variables) == []
+    written_alike(tmp_path, doc, variables)
 
 
 @pytest.mark.parametrize(
