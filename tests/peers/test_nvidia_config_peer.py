@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -174,10 +175,12 @@ def resource_listed_twice(case: Case) -> bool:
 def overridden_value_checked(case: Case) -> bool:
     """NVIDIA's plugin checks only the value it ends up with, so a bad value in the file that an
     environment variable replaces goes unnoticed; gpuchain checks the file as a whole first (the
-    same ConfigMap feeds feature discovery, which may not have that variable)."""
+    same ConfigMap feeds feature discovery, which may not have that variable). The refusal names
+    the overridden field, or one entry of it when it is a list (``deviceListStrategy.0``)."""
     _, theirs, ours, variables = case
-    overridden = {".".join(path) for path, names in ENV_FLAGS if any(n in variables for n in names)}
-    return theirs[0] != REFUSED and ours[0] == REFUSED and any(f": {field}: " in ours[1] for field in overridden)
+    overridden = [".".join(path) for path, names in ENV_FLAGS if any(n in variables for n in names)]
+    named = re.search(r": ([\w.]+?)(?:\.\d+)?: ", ours[1]) if ours[0] == REFUSED else None
+    return theirs[0] != REFUSED and named is not None and named.group(1) in overridden
 
 
 def mps_explicit_false_honoured(case: Case) -> bool:
