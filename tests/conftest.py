@@ -31,7 +31,7 @@ __all__ = ["nvml_over"]  # older tests import it from here
 #   so inputs that once found a difference are kept as reviewed files and replayed as explicit
 #   examples by the tests that found them (tests/peers/nvidia-config-examples/), under every profile.
 # - "explore", for scripts/explore-config-differences: random draws, GPUCHAIN_EXPLORE_EXAMPLES
-#   examples per test (default 2000) and a writable database of its own, never run in CI.
+#   examples per test (default 10000) and a writable database of its own, never run in CI.
 # Each is built on hypothesis's "default" profile, not on whatever is loaded when this file is read
 # (hypothesis's own "ci" profile under CI, which would make "dev" and "explore" derandomized too).
 _BASE = settings.get_profile("default")
@@ -44,7 +44,7 @@ settings.register_profile(
     "explore",
     _BASE,
     deadline=None,
-    max_examples=int(os.environ.get("GPUCHAIN_EXPLORE_EXAMPLES", "2000")),
+    max_examples=int(os.environ.get("GPUCHAIN_EXPLORE_EXAMPLES", "10000")),
     database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parents[1] / ".hypothesis" / "explore"),
 )
 settings.load_profile("ci" if _IN_CI else "dev")
