@@ -3,11 +3,14 @@ and the real Kubernetes control plane of tests/peers (built by scripts/build-pee
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fakes.fake_pynvml import nvml_over
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from peers.apiserver import ApiServer, control_plane
 
 from gpuchain.gpu.sim import SimBackend
@@ -15,11 +18,36 @@ from gpuchain.kube import LiveCluster
 
 __all__ = ["nvml_over"]  # older tests import it from here
 
-# Property tests check answers, not speed: a loaded 2-core CI machine must not fail them on
-# hypothesis's default 200 ms deadline. Tests that bound time (the fuzz suite's hang check) set
-# their own deadline explicitly.
-settings.register_profile("gpuchain", deadline=None)
-settings.load_profile("gpuchain")
+# Hypothesis profiles. Property tests check answers, not speed: a loaded 2-core CI machine must not
+# fail them on hypothesis's default 200 ms deadline (tests that bound time, such as the fuzz suite's
+# hang check, set their own deadline). Pick one with --hypothesis-profile=NAME.
+# - "dev", the default: new random draws each run and hypothesis's own database in .hypothesis/,
+#   so a developer's run keeps looking for new failures and replays the ones it found.
+# - "ci", in scripts/test and wherever hypothesis detects a CI service (CI=..., GITLAB_CI=..., it
+#   then loads its own profile of that name, replaced here): the same draws on every run
+#   (derandomize: seeded from each test's source, so only a change to the test, hypothesis or Python
+#   changes them) and no database, so a red run means a change broke something, never an unlucky
+#   draw. Hypothesis uses no example database with fixed draws (derandomize or a seed turns it off),
+#   so inputs that once found a difference are kept as reviewed files and replayed as explicit
+#   examples by the tests that found them (tests/peers/nvidia-config-examples/), under every profile.
+# - "explore", for scripts/explore-config-differences: random draws, GPUCHAIN_EXPLORE_EXAMPLES
+#   examples per test (default 10000) and a writable database of its own, never run in CI.
+# Each is built on hypothesis's "default" profile, not on whatever is loaded when this file is read
+# (hypothesis's own "ci" profile under CI, which would make "dev" and "explore" derandomized too).
+_BASE = settings.get_profile("default")
+_IN_CI = settings.get_current_profile_name() == "ci"
+settings.register_profile("dev", _BASE, deadline=None)
+settings.register_profile(
+    "ci", _BASE, deadline=None, derandomize=True, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "explore",
+    _BASE,
+    deadline=None,
+    max_examples=int(os.environ.get("GPUCHAIN_EXPLORE_EXAMPLES", "10000")),
+    database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parents[1] / ".hypothesis" / "explore"),
+)
+settings.load_profile("ci" if _IN_CI else "dev")
 
 
 @pytest.fixture

@@ -75,6 +75,15 @@ def test_empty_version_and_empty_file_mean_v1() -> None:
     assert parse_config("version: ''").version == "v1"
 
 
+@pytest.mark.parametrize("data", [b"", b"  \n\n", b"null\n", b"~\n", b"---\n", b"# nothing set yet\n"])
+def test_an_empty_config_file_starts_with_every_default(tmp_path: Path, data: bytes) -> None:
+    """NVIDIA's plugin and GFD start on an empty config file (k8s-device-plugin CHANGELOG.md, v0.12.2:
+    "Allow an empty config file"), e.g. a ConfigMap key created before anyone fills it in."""
+    path = tmp_path / "config.yaml"
+    path.write_bytes(data)
+    assert load_config(path, {}) == Config()
+
+
 def test_device_list_strategy_accepts_a_plain_string() -> None:
     c = parse_config("flags: {plugin: {deviceListStrategy: volume-mounts}}")
     assert c.flags.plugin.device_list_strategy == (DeviceListStrategy.VOLUME_MOUNTS,)

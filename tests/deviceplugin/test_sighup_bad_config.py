@@ -20,7 +20,7 @@ GPU = "nvidia.com/gpu"
 BAD = [
     (b"version: v1\nflags: {\x00}\n", "config.yaml:2: contains a NUL byte"),
     (b"version: v1\n# caf\xe9\n", "config.yaml:2: is not UTF-8 (byte 0xe9)"),
-    (b"", "config.yaml:1: the file is empty (or null)"),
+    (b"version: v1\nversion: v1\n", "config.yaml:2: version: duplicate key (first at line 1)"),
 ]
 
 

@@ -326,7 +326,12 @@ class ReplicatedResources(_Model):
     """``sharing.timeSlicing`` / ``sharing.mps``.
 
     ``failRequestsGreaterThanOne`` left unset is off for time-slicing and on for MPS (NVIDIA's
-    defaults); an explicit value is honoured for both (see ``Config.replication``).
+    defaults); an explicit value is honoured for both (see ``Config.replication``), as
+    k8s-device-plugin v0.20.0, the release gpuchain follows, does (``NewConfig`` in
+    api/config/v1/config.go@v0.20.0, tested by config_test.go@v0.20.0). Releases v0.15.0 (which
+    added MPS) through v0.19.3 force it on for MPS whatever the file says
+    (api/config/v1/config.go@v0.18.0), so a ConfigMap with ``false`` allows multi-replica requests
+    here and refuses them there; tests/peers/test_nvidia_config_peer.py lists that as known.
     """
 
     rename_by_default: bool = Field(False, alias="renameByDefault")
@@ -671,11 +676,17 @@ def load_config(
 ) -> Config:
     """Read the config file (None: all defaults), then apply environment overrides.
 
+    An empty file (no bytes, only whitespace or comments, or a ``null`` document) is every default,
+    as NVIDIA's plugin and GFD read it: k8s-device-plugin CHANGELOG.md@v0.20.0 under v0.12.2 "Allow
+    an empty config file and default to version: v1" (``parseConfigFrom`` in
+    api/config/v1/config.go@v0.20.0 unmarshals nothing into a zero Config). A ConfigMap key created
+    before anyone fills it in must not stop the plugin on every node.
+
     Without ``config_naming`` the config's resource naming is dropped, with NVIDIA's warnings
     logged, as NVIDIA's plugin and GFD do at start (see ``without_config_naming``).
     Raises ConfigFileError (`file:line: field: reason`) on a bad file or variable.
     """
-    config = load_yaml_file(Config, path) if path else Config()
+    config = load_yaml_file(Config, path, empty_ok=True) if path else Config()
     config = apply_env(config, env or {}, variables)
     for note in unsupported_settings(config):
         log.warning("%s", note)
