@@ -117,6 +117,8 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
         pods = _pods(cluster, edit["daemonset"], edit.get("node"), edit.get("namespace"))
         assert pods, f"no pod of {edit['daemonset']} on {edit.get('node')}"
         for pod in pods:
+            _ensure_spec(cluster, pod, edit)
+            pod = cluster.get(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
             status = copy.deepcopy(pod.get("status") or {})
             if "phase" in edit:
                 status["phase"] = edit["phase"]
@@ -129,16 +131,25 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
                         "message": edit["unschedulable"],
                     }
                 ]
-                status.pop("containerStatuses", None)
-                status.pop("initContainerStatuses", None)
+                # None: a merge patch removes the key (the pod never started a container)
+                status["containerStatuses"] = None
+                status["initContainerStatuses"] = None
+                status.pop("hostIP", None)
                 spec = copy.deepcopy(pod["spec"])
-                spec.pop("nodeName", None)
+                node = spec.get("nodeName")
+                spec["nodeName"] = None
+                # As the DaemonSet controller writes every pod it creates: pinned to its node by affinity
+                # (kubernetes pkg/controller/daemon/util ReplaceDaemonSetPodNodeNameNodeAffinity).
+                spec["affinity"] = {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                            ]
+                        }
+                    }
+                }
                 cluster.patch(POD, pod["metadata"]["name"], {"spec": spec}, pod["metadata"]["namespace"])
-            _ensure_spec(cluster, pod, edit)
-            pod = cluster.get(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
-            status = copy.deepcopy(pod.get("status") or {})
-            if "phase" in edit:
-                status["phase"] = edit["phase"]
             for c in edit.get("init", []):
                 status.setdefault("initContainerStatuses", [])
                 _set_container(status["initContainerStatuses"], c)
@@ -187,10 +198,8 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
             status = copy.deepcopy(cluster.get(NODE, edit["node"])["status"])
             for key in ("capacity", "allocatable"):
                 for res, val in (edit.get(key) or {}).items():
-                    if val is None:
-                        status[key].pop(res, None)
-                    else:
-                        status[key][res] = str(val)
+                    # None: a merge patch removes the resource (the kubelet no longer reports it)
+                    status[key][res] = None if val is None else str(val)
             status.setdefault("nodeInfo", {}).update(edit.get("nodeInfo") or {})
             cluster.patch_status(NODE, edit["node"], status)
     elif what == "rename-daemonset":
