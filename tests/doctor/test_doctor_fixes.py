@@ -43,7 +43,7 @@ def test_the_corpus_expects_every_fixable_finding_somewhere() -> None:
         "driver.version-skew",
         "toolkit.runtime-not-configured",
         "device-plugin.config-missing",
-        "device-plugin.no-nvml",
+        "toolkit.runtime-not-default",
         "mig.invalid-for-strategy",
         "gpu.lost",
         "node.opted-out",
@@ -377,3 +377,129 @@ def test_an_unknown_failure_has_no_invented_fix() -> None:
     report = diagnose(Snapshot(**{**snap.__dict__, "pods": pods}))
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert found.action is None and "does not recognise" in found.cause
+
+
+# -- failures read from pod state and the message catalog (issue 26), on a built cluster ---------
+
+
+def _fail(
+    sim: object, ds: str, node: str, *, init: str | None = None, main: str | None = None, **state: object
+) -> None:
+    """Give the DaemonSet ``ds``'s pod on ``node`` a failing init or main container, as the kubelet writes it."""
+    from gpuchain.kube import POD
+
+    cluster = sim.cluster  # type: ignore[attr-defined]
+    pod = next(p for p in cluster.list(POD) if p["metadata"]["name"].startswith(ds) and p["spec"]["nodeName"] == node)
+    status = pod["status"]
+    key, name = ("initContainerStatuses", init) if init else ("containerStatuses", main)
+    entries = status.setdefault(key, [])
+    entry = next((e for e in entries if e["name"] == name), None) or entries[0]
+    entry.update(ready=False, restartCount=7, state={"waiting": {"reason": "CrashLoopBackOff"}}, **state)
+    if init:  # the init containers after it have not run, nor has the main container
+        later = entries[entries.index(entry) + 1 :]
+        for e in later:
+            e.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
+        for e in status.get("containerStatuses") or []:
+            e.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
+    status["phase"] = "Pending" if init else "Running"
+    status["conditions"] = [{"type": "Ready", "status": "False"}]
+    cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+
+def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behind_it() -> None:
+    """NVIDIA/gpu-operator#1518's shape: toolkit-validation ends in StartError (the runtime hook exits 1)."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n"))
+    hook = "failed to create shim task: OCI runtime create failed: error running prestart hook #0: exit status 1"
+    _fail(
+        sim,
+        "nvidia-operator-validator",
+        "b",
+        init="toolkit-validation",
+        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.validation-failed", "toolkit", "b")
+    assert "StartError" in found.evidence[0] and hook in found.evidence[1]
+    assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
+    assert "toolkit" in found.fix and "delete pod" in found.fix
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+
+
+def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
+    """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
+    loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""
+    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n"))
+    line = "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown"
+    _fail(
+        sim,
+        "nvidia-device-plugin",
+        "a",
+        main="nvidia-device-plugin-ctr",
+        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": "exit status 1\n" + line}},
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.version-mismatch", "driver")
+    assert f"says: {line}" in found.evidence and any(e.startswith("catalog: ") for e in found.evidence)
+    assert found.action is not None and found.action.op is FixOp.NODE and "reboot" in found.action.changes["action"]
+    assert NOT_SIMULATED in found.action.changes
+
+
+def test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit() -> None:
+    """awslabs/amazon-eks-ami#1817: a standard AL2023 AMI under a GPU node group; the plugin exits with
+    'Incompatible platform detected'. The fix is the accelerated AMI, never 'configure the toolkit'."""
+    sim = build(parse_scenario("name: x\nstack: eks\nnodes:\n  - {name: a}\n"))
+    _fail(
+        sim,
+        "nvidia-device-plugin",
+        "a",
+        main="nvidia-device-plugin-ctr",
+        lastState={
+            "terminated": {
+                "reason": "Error",
+                "exitCode": 1,
+                "message": "I0519 factory.go:104] Detected non-NVML platform: could not load NVML library: "
+                "libnvidia-ml.so.1: cannot open shared object file\nE0519 factory.go:112] Incompatible platform detected",
+            }
+        },
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.not-on-node-image", "driver")
+    assert found.action is not None and "accelerated AMI" in found.action.changes["action"]
+    # The standalone chart on the user's own hosts has no node image to blame: not this finding.
+    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 550.54.15}\n"))
+    _fail(
+        sim,
+        "nvidia-device-plugin",
+        "a",
+        main="nvidia-device-plugin-ctr",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": "Incompatible platform detected"}},
+    )
+    assert "driver.not-on-node-image" not in run_doctor(sim.cluster, reader=sim.read_log).ids
+
+
+def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:
+    """NVIDIA/gpu-operator#2166: the driver pod restarts while GPU pods run; 'driver is in use' then means
+    drain the node, not 'a host driver conflicts' (which would turn the driver container off)."""
+    sc = parse_scenario(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\nworkloads:\n  - {name: train, gpus: 8, node: a}\n"
+    )
+    sim = build(sc)
+    _fail(
+        sim,
+        "nvidia-driver-daemonset",
+        "a",
+        main="nvidia-driver-ctr",
+        lastState={
+            "terminated": {
+                "reason": "Error",
+                "exitCode": 1,
+                "message": "Unloading NVIDIA driver kernel modules...\n"
+                "Could not unload NVIDIA driver kernel modules, driver is in use",
+            }
+        },
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.in-use", "driver")
+    assert found.evidence[-1] == "GPU pods on a: train" and "kubectl drain a" in found.fix
+    assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes

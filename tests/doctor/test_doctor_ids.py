@@ -26,6 +26,9 @@ CLUSTER_TESTS = {
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
     "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
+    "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
+    "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
+    "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -91,8 +91,8 @@ def test_after_a_restart_the_previous_run_log_names_the_cause() -> None:
         )
     sim.cluster.calls.reset()
     report = run_doctor(sim.cluster, reader=sim.read_log)
-    assert [g.id for g in report.root_causes] == ["device-plugin.no-nvml"]
-    finding = next(f for f in report.findings if f.id == "device-plugin.no-nvml")
+    assert [g.id for g in report.root_causes] == ["toolkit.runtime-not-default"]
+    finding = next(f for f in report.findings if f.id == "toolkit.runtime-not-default")
     assert any("could not load NVML library" in e for e in finding.evidence)
     # one current and one previous read per plugin pod, through the port
     assert sim.cluster.calls.snapshot().get("logs") == 2 * len(sim.cluster.snapshot(POD))
@@ -110,7 +110,7 @@ def test_gpuchain_dump_keeps_the_previous_run_and_kubectl_s_plain_dump_cannot(tm
     write_dump(sim.cluster, tmp_path)
     previous = sorted(tmp_path.glob("kube-system/*/previous-logs.txt"))
     assert len(previous) == 2 and "could not load NVML library" in previous[0].read_text()
-    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] == ["device-plugin.no-nvml"]
+    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] == ["toolkit.runtime-not-default"]
     for path in previous:  # what kubectl cluster-info dump writes: the current run only
         path.unlink()
-    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] != ["device-plugin.no-nvml"]
+    assert [g.id for g in diagnose(read_dump(tmp_path)).root_causes] != ["toolkit.runtime-not-default"]

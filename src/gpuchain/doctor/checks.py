@@ -9,6 +9,7 @@ one sentence and a fix as a command.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from gpuchain.common.labels import (
@@ -442,6 +443,8 @@ def _pull_event(view: NodeView, pod: str) -> str:
 
 def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
     """What the operand's status or log names, and its fix (None: gpuchain does not know this failure)."""
+    if state.unschedulable:
+        return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
     line = matching_line(log, *SECURE_BOOT_LINES) if log else None
@@ -488,10 +491,65 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     return None
 
 
+#: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
+#: pkg/scheduler/framework/plugins: noderesources "Insufficient <resource>", nodeports "didn't have
+#: free ports for the requested pod ports", tainttoleration "had untolerated taint").
+ROOM = (
+    (
+        r"Insufficient (cpu|memory|ephemeral-storage|pods)",
+        "the node has no {0} left for it: lower the DaemonSet's {0} "
+        "request, give its pods a higher priority (priorityClassName system-node-critical) so the scheduler preempts "
+        "for them, or move workloads off the node",
+    ),
+    (r"Too many pods", "the node is at its pod limit: raise the kubelet's maxPods or move pods off the node"),
+    (r"didn't have free ports", "another pod holds the host port it needs: move or reconfigure that pod"),
+    (r"untolerated taint", "add a toleration for the node's taint to the DaemonSet"),
+)
+
+
+def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
+    """A DaemonSet pod the scheduler cannot place on its node: the scheduler's words, and what makes room."""
+    fix = "make room for it on the node as the scheduler's message says"
+    for pattern, text in ROOM:
+        found = re.search(pattern, state.message)
+        if found:
+            fix = text.format(*(found.groups() or ("",)))
+            break
+    return Known(
+        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
+        "link has no pod here; the DaemonSet is right, restarting it changes nothing.",
+        (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}"),
+        None,
+        f"{fix} (node {view.name}, pod {state.name})",
+    )
+
+
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
     event = _pull_event(view, state.name)
     evidence = (state.message, f"event Failed (kubelet): {event}" if event else "")
+    pod = view.pod(operand) or {}
+    owner = next(
+        (str(r.get("name")) for r in (pod.get("metadata") or {}).get("ownerReferences") or () if r.get("kind")),
+        "",
+    )
+    prefix = ctx.stack.precompiled_prefix
+    if operand is DRIVER and prefix and owner.startswith(prefix):
+        # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
+        ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"driver": {"usePrecompiled": False}}, NOT_SIMULATED: "precompiled images are not simulated"},
+        )
+        return Known(
+            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator made "
+            f"DaemonSet {owner} for it and the registry has no such tag.",
+            (*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
+            action,
+            ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
+            f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
+        )
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
     if ctx.policy_obj is not None and spec.get("version") and ("not found" in event or not event):
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
@@ -662,6 +720,36 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
+    holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
+    if conflict_line and "in use" in conflict_line and holders:
+        drain = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "the drain takes the GPU pods off, the driver container then unloads the module and starts; "
+                f"for the next upgrade set spec.driver.upgradePolicy.drain.enable=true in {ctx.policy_ref} (or the "
+                "driver manager's ENABLE_GPU_POD_EVICTION) so it evicts them itself",
+                "drain": True,
+                NOT_SIMULATED: "a module held by running pods is not simulated",
+            },
+        )
+        return Result(
+            LinkState.BROKEN,
+            "driver cannot unload: GPU pods hold it",
+            (
+                _finding(
+                    view,
+                    "driver.in-use",
+                    Severity.ERROR,
+                    "driver",
+                    "the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on this "
+                    "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
+                    [state.describe(), f"log: {conflict_line}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
+                    ctx.stack.render(drain),
+                    drain,
+                ),
+            ),
+        )
     if conflict_line:
         off_here = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
         return Result(
@@ -683,7 +771,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
-    if state.failing and (kernel_line or (others and view.kernel not in ctx.driver_kernels)):
+    if (
+        state.failing
+        and state.status not in IMAGE_PULL
+        and (kernel_line or (others and view.kernel not in ctx.driver_kernels))
+    ):
         if others:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
         if kernel_line:
@@ -824,7 +916,13 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         )
     if pod is None:
         missing = unscheduled(ctx, view, TOOLKIT, "toolkit")
-        return missing or Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
+        if missing is not None:
+            return missing
+        # The node's own runtime: assumed until the plugin above says it got no NVML through it.
+        no_nvml = plugin_without_nvml(ctx, view)
+        if no_nvml is not None:
+            return _no_nvml(ctx, view, no_nvml)
+        return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
     state = pod_state(pod)
     if state.ready:
         done = init_done(view.pod(VALIDATOR), "toolkit-validation")
@@ -1098,21 +1196,37 @@ def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     )
     return Result(
         LinkState.BROKEN,
-        "device plugin finds no NVML",
+        "containerd's default runtime is not nvidia",
         (
             _finding(
                 view,
-                "device-plugin.no-nvml",
+                "toolkit.runtime-not-default",
                 Severity.ERROR,
-                "device-plugin",
-                "the device plugin runs without the NVIDIA container runtime, so libnvidia-ml is not in its container, "
-                "it finds no GPU and announces nothing to the kubelet.",
+                "toolkit",
+                "the device plugin runs without the NVIDIA container runtime (containerd's default runtime is not "
+                "nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it finds "
+                "no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
                 evidence,
                 ctx.stack.render(action),
                 action,
             ),
         ),
     )
+
+
+def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
+    """The evidence that the device plugin runs without the NVIDIA runtime on this node (its log says
+    NVML cannot be loaded and the node announces no GPU), None otherwise."""
+    pod = view.pod(DEVICE_PLUGIN)
+    if pod is None or any(v > 0 for v in node_gpu_resources(view.node).values()):
+        return None
+    state = pod_state(pod)
+    log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
+    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
+    if not nvml:
+        return None
+    more = matching_line(log, r"No devices found")
+    return [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""]
 
 
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
@@ -1234,6 +1348,25 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if state.ready:
         return Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
+    if operand is DCGM_EXPORTER:
+        known = _exporter_failure(ctx, view, pod, state, log)
+        if known is not None:
+            return Result(
+                LinkState.BROKEN,
+                f"{what} {state.status}",
+                (
+                    _finding(
+                        view,
+                        f"{link}.not-ready",
+                        Severity.ERROR,
+                        link,
+                        known.cause,
+                        [state.describe(), *known.evidence],
+                        known.fix,
+                        known.action,
+                    ),
+                ),
+            )
     line = matching_line(log, r"libdcgm") if log else None
     if operand is DCGM_EXPORTER and line:
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
@@ -1262,6 +1395,49 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
             ),
         )
     return _not_ready(ctx, view, operand, link, what, state, log, f"the {what} pod is {state.status}.")
+
+
+#: dcgm-exporter's fatal lines (NVIDIA/dcgm-exporter pkg/cmd/app.go "Failed to watch metrics", and
+#: DCGM's own error strings it wraps), each with what repairs it.
+EXPORTER_PROFILING_RACE = r"Profiling module returned an unrecoverable error"
+EXPORTER_NO_PROFILING = (r"module of DCGM that is not currently loaded", r"Profiling is not supported")
+EXPORTER_NO_NVML = (r"Failed to initialize NVML", r"DCGM initialization error")
+
+
+def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
+    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    line = matching_line(log, EXPORTER_PROFILING_RACE) if log else None
+    if line:
+        action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
+        return Known(
+            "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
+            "a new pod starts cleanly.",
+            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            action,
+            ctx.stack.render(action) + "   # its DaemonSet starts a new one",
+        )
+    line = matching_line(log, *EXPORTER_NO_PROFILING) if log else None
+    if line:
+        return Known(
+            "dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
+            "and exits.",
+            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            None,
+            "run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
+            "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
+            "unsupported DCP metrics",
+        )
+    line = matching_line(log, *EXPORTER_NO_NVML) if log else None
+    if line and ctx.stack.driver_root:
+        return Known(
+            f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on the "
+            "host, and the exporter's pod neither mounts it nor runs privileged.",
+            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            None,
+            f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
+            "LD_LIBRARY_PATH) and run it privileged (securityContext.privileged: true)",
+        )
+    return None
 
 
 def check_gfd(ctx: Context, view: NodeView) -> Result:

@@ -114,20 +114,36 @@ class Context:
         return self.configmaps.get(name, {})
 
 
-def _operand_of(meta: Obj, operand_of: Callable[[str], str | None]) -> str | None:
-    """The operand a pod of the stack's namespace runs (its DaemonSet owner, else its app label)."""
+def _operand_of(meta: Obj, operand_of: Callable[[str, str], str | None]) -> str | None:
+    """The operand a pod runs: its DaemonSet owner, else its app label (in the stack's namespace)."""
+    ns = str(meta.get("namespace") or "")
     for ref in meta.get("ownerReferences") or ():
         if ref.get("kind") == "DaemonSet":
-            return operand_of(str(ref.get("name")))
+            return operand_of(ns, str(ref.get("name")))
     app = (meta.get("labels") or {}).get("app")
-    return operand_of(app) if app else None
+    return operand_of(ns, app) if app else None
+
+
+def pinned_node(pod: Obj) -> str | None:
+    """The node a DaemonSet pod is for before it is scheduled: the scheduler places DaemonSet pods, each
+    pinned by node affinity on ``metadata.name`` (kubernetes pkg/controller/daemon/util)."""
+    affinity = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in affinity.get("nodeSelectorTerms") or ():
+        for field_ in term.get("matchFields") or ():
+            values = field_.get("values") or []
+            if field_.get("key") == "metadata.name" and field_.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return None
 
 
 def index(snapshot: Snapshot) -> Context:
     """Build the context: one pass over pods and events, whatever the cluster size."""
     stack = snapshot.stack
-    operand_of = cache(stack.operand_of)  # one answer per DaemonSet name, not one search per pod
+    operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     operand_pods: dict[str, dict[str, Obj]] = defaultdict(dict)
+    others: dict[str, dict[str, Obj]] = defaultdict(dict)  #: operands of another release, elsewhere
     workloads: dict[str, list[Obj]] = defaultdict(list)
     # Only the pods Warning Events are about need their node looked up by name.
     named = {
@@ -143,16 +159,22 @@ def index(snapshot: Snapshot) -> Context:
             continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
-        op = _operand_of(meta, operand_of) if meta.get("namespace") == stack.namespace else None
+        ours = meta.get("namespace") == stack.namespace
+        op = _operand_of(meta, operand_of) if ours or stack.elsewhere else None
+        if op is not None and not node:
+            node = pinned_node(pod)  # a DaemonSet pod the scheduler has not placed (yet)
         if node:
             if named and str(meta.get("name")) in named:
                 pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
             if op is not None:
-                operand_pods[node][op] = pod
+                (operand_pods if ours else others)[node][op] = pod
             else:
                 workloads[node].append(pod)
         elif op is None and status.get("phase") == "Pending":
             pending.append(pod)
+    for node, ops in others.items():
+        for op, pod in ops.items():
+            operand_pods[node].setdefault(op, pod)  # the stack's own pod first
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:
         if ev.get("type") != "Warning":

@@ -26,6 +26,7 @@ from gpuchain.doctor.checks import (
     check_workloads,
 )
 from gpuchain.doctor.context import Context, NodeView, index
+from gpuchain.doctor.evidence import failure_at
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
@@ -125,6 +126,12 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 links.append(Link(name, LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)"))
             continue
         result = check(ctx, view)
+        if name in FOUNDATION and result.state is not LinkState.BROKEN:
+            # A failure this link's own check does not see: a validation of it that fails, or a
+            # message that proves it broken in another link's pod (the catalog).
+            early = failure_at(ctx, view, name)
+            if early is not None:
+                result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
             driver_result = result
         links.append(Link(name, result.state, result.summary))
@@ -347,18 +354,23 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
         )
     else:
         cause = f"{len(stuck)} pod(s) are Pending on Insufficient {resources}: " + (
-            "every schedulable GPU is in use." if ctx.views else "the cluster has no GPU node."
+            "every schedulable GPU is in use; the chain works on every GPU node, so this is capacity, not a fault."
+            if ctx.views
+            else "the cluster has no GPU node."
         )
         fix = "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"
+    # A healthy cluster whose GPUs are all allocated is information; only GPUs that cannot be offered
+    # (or none at all) make the waiting pods an error.
+    healthy_full = bool(ctx.views) and not no_gpu and not any(f.root for c in chains for f in c.findings)
     return [
         Finding(
             "workload.insufficient-gpu",
-            Severity.ERROR,
+            Severity.INFO if healthy_full else Severity.ERROR,
             "device-plugin",
             cause,
             (f"pods: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", f"scheduler: {stuck[0][1]}"),
             fix,
-            root=not no_gpu,
+            root=not no_gpu and not healthy_full,
             consequences=tuple(f"node {n}: no nvidia.com/gpu" for n in no_gpu[:8]),
         )
     ]

@@ -8,10 +8,25 @@ from typing import Any
 
 from gpuchain.kube.objects import Obj
 
-#: Waiting reasons that mean a container is failing, not just starting.
+#: Waiting reasons that mean a container is failing, not just starting (the kubelet's and the CRI's
+#: words: kubernetes pkg/kubelet/images and kuberuntime, containerd's StartError for a task the OCI
+#: runtime or its prestart hook refused to create).
 FAILING = frozenset(
-    {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "RunContainerError", "Error"}
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "StartError",
+        "Error",
+    }
 )
+#: Terminated reasons (with a non-zero exit code) that mean the container failed.
+FAILED_TERMINATION = frozenset({"Error", "StartError", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded"})
 
 
 @dataclass(frozen=True)
@@ -27,6 +42,7 @@ class PodState:
     last_log: str = ""  #: lastState.terminated.message (the last log lines with FallbackToLogsOnError)
     waiting_init: str = ""  #: the init container it is blocked in, if any
     message: str = ""  #: the failing container's waiting message (``Back-off pulling image "..."``)
+    unschedulable: bool = False  #: Pending because the scheduler cannot place it (``message`` says why)
 
     def describe(self) -> str:
         """``name: status (container, N restarts)`` for evidence lines."""
@@ -45,8 +61,22 @@ def pod_state(pod: Obj) -> PodState:
     name = str(pod.get("metadata", {}).get("name", "?"))
     inits = _statuses(pod, "initContainerStatuses")
     mains = _statuses(pod, "containerStatuses")
+    unschedulable = unschedulable_message(pod)
+    if unschedulable is not None and not inits and not mains:
+        return PodState(name, "Pending", False, True, message=unschedulable, unschedulable=True)
     for cs in [*inits, *mains]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated.get("reason") in FAILED_TERMINATION and terminated.get("exitCode") not in (0, None):
+            return PodState(
+                name,
+                str(terminated["reason"]),
+                False,
+                True,
+                str(cs.get("name")),
+                int(cs.get("restartCount") or 0),
+                str(terminated.get("message") or ""),
+            )
         if waiting.get("reason") in FAILING:
             last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
             return PodState(

@@ -150,7 +150,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         for n in snapshot.nodes
         if not any(v > 0 for v in node_gpu_resources(n).values())
     }
-    operand_of = cache(stack.operand_of)  # one answer per DaemonSet, not one search per pod
+    operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
     workloads: list[tuple[LogKey, Obj]] = []
@@ -159,11 +159,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         namespace = meta.get("namespace")
         status = pod.get("status") or {}
         state = None
-        if namespace == stack.namespace:
+        if namespace == stack.namespace or stack.elsewhere:
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") == "DaemonSet":
                     owner = ref.get("name")
-                    state = operand_of(str(owner)) if owner else None
+                    state = operand_of(str(namespace), str(owner)) if owner else None
                     break
         if state is not None:
             on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
@@ -172,14 +172,14 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 current = cs.get("state") or {}
                 if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
                     if not _last_message(cs):
-                        crashing.append(((stack.namespace, str(meta.get("name")), str(cs.get("name"))), cs))
+                        crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
                 # A running init container is waiting for a lower link, unless it already restarted.
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
                     and not (cs in inits and not cs.get("restartCount"))
                 ):
-                    quiet.append(((stack.namespace, str(meta.get("name")), str(cs.get("name"))), cs))
+                    quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue

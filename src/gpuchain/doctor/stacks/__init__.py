@@ -10,6 +10,7 @@ recognises the cluster wins. An API group or namespace that is absent only means
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -44,8 +45,24 @@ GPU_NODE_LABELS = (
 )
 
 
-#: Cloud instance types that come with NVIDIA GPUs (AWS p/g families, Azure NC/ND/NV, GCP a2/a3/g2).
-GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[4-6][a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
+#: The validations NVIDIA's validator runs as init containers (gpu-operator's
+#: assets/state-operator-validation, cmd/nvidia-validator): the init container's name -> the link
+#: it proves. Operand pods carry the same names as init containers that only wait for the ready file.
+VALIDATIONS = {
+    "driver-validation": "driver",
+    "toolkit-validation": "toolkit",
+    "cuda-validation": "toolkit",
+    "plugin-validation": "device-plugin",
+    "mofed-validation": "driver",
+}
+#: Images of operands a stack may find installed beside it as their own release, in any namespace
+#: (dcgm-exporter's own Helm chart beside the GPU Operator, NVIDIA/dcgm-exporter deployment/).
+STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter"}
+
+
+#: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
+#: g4ad's AMD Radeon; Azure NC/ND/NV, GCP a2/a3/g2).
+GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[3-6](?!ad)[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,25 @@ class Stack:
     host_driver: bool = False  #: the driver is the node's own (managed image, pre-installed)
     prefixes: dict[str, str] = field(default_factory=dict)  #: DaemonSet name prefix -> operand state
     notes: tuple[str, ...] = ()  #: what the adapter saw, for the report header
+    #: validator init container name -> the link it proves (NVIDIA's names by default)
+    validations: dict[str, str] = field(default_factory=lambda: dict(VALIDATIONS))
+    #: what to put on a node whose image should carry the driver and runtime and does not ("" when
+    #: the stack installs them itself or the image is the user's own)
+    node_image: str = ""
+    #: where the node image installs the driver on the host, for operands that must mount it ("" = /)
+    driver_root: str = ""
+    #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
+    precompiled_prefix: str = ""
+    #: "namespace/name" of an operand DaemonSet outside the stack's namespace -> its operand state
+    #: (a second release of an operand, e.g. dcgm-exporter's own chart beside the operator)
+    elsewhere: dict[str, str] = field(default_factory=dict)
+
+    def operand_in(self, namespace: str, ds_name: str) -> str | None:
+        """The operand state of DaemonSet ``namespace/ds_name``: the stack's own (in its namespace) or
+        another release of an operand found elsewhere (None: not one of the chain's)."""
+        if namespace == self.namespace:
+            return self.operand_of(ds_name)
+        return self.elsewhere.get(f"{namespace}/{ds_name}")
 
     def operand_of(self, ds_name: str) -> str | None:
         """The operand state a DaemonSet of this stack stands for (None: not one of the chain's)."""
@@ -166,12 +202,32 @@ def adapters() -> list[Adapter]:
     return [gpuchain.detect, gpu_operator.detect, gke.detect, device_plugin.detect]
 
 
+def _template_images(ds: Obj) -> str:
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return " ".join(str(c.get("image", "")) for c in [*(spec.get("containers") or [])])
+
+
+def elsewhere(snapshot: Snapshot, stack: Stack) -> dict[str, str]:
+    """Operand DaemonSets outside the stack's namespace, by image (a separate dcgm-exporter release)."""
+    found = {}
+    for ds in snapshot.daemonsets:
+        ns = str((ds.get("metadata") or {}).get("namespace") or "")
+        if ns == stack.namespace:
+            continue
+        images = _template_images(ds)
+        for marker, state in STANDALONE_IMAGES.items():
+            if marker in images or name_of(ds).endswith(marker):
+                found[f"{ns}/{name_of(ds)}"] = state
+    return found
+
+
 def detect(snapshot: Snapshot) -> Stack:
     """The stack that runs this cluster; ``none`` (every link off) when no adapter recognises it."""
     for adapter in adapters():
         stack = adapter(snapshot)
         if stack is not None:
-            return stack
+            more = elsewhere(snapshot, stack)
+            return dataclasses.replace(stack, elsewhere=more) if more else stack
     provider = provider_of(snapshot.nodes)
     off = ClusterPolicySpec.model_validate(
         {k: {"enabled": False} for k in ("driver", "toolkit", "validator", "devicePlugin", "gfd", "dcgmExporter")}

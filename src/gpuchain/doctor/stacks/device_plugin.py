@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 PLUGIN = "nvidia-device-plugin"
 CONTAINER = "nvidia-device-plugin-ctr"
 GFD = "gpu-feature-discovery"
+#: The node image a managed cloud means to carry the driver and the nvidia runtime (its GPU docs).
+NODE_IMAGES = {
+    "eks": "the EKS accelerated AMI (amazon-eks-node-al2023-x86_64-nvidia-*, amazon-eks-gpu-node-*, or Bottlerocket's "
+    "-nvidia variant) for this node group, which carries the NVIDIA driver and makes nvidia containerd's default "
+    "runtime; a standard AMI has neither",
+    "aks": "an AKS GPU node image (a GPU VM size with the default --gpu-driver Install, which installs the NVIDIA "
+    "driver and runtime; not --gpu-driver None)",
+}
 TITLES = {
     "nvidia-device-plugin": "NVIDIA device plugin (standalone, host driver)",
     "eks": "Amazon EKS (accelerated AMI driver + NVIDIA device plugin)",
@@ -83,4 +91,5 @@ def detect(snapshot: Snapshot) -> Stack | None:
         containers,
         spec,
         host_driver=True,
+        node_image=NODE_IMAGES.get(stack_id, ""),
     )

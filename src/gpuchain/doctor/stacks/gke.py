@@ -55,4 +55,7 @@ def detect(snapshot: Snapshot) -> Stack | None:
         spec,
         host_driver=installer is None,
         prefixes={PLUGIN_PREFIX: "device-plugin"},
+        # GKE installs the driver under /home/kubernetes/bin/nvidia on the host (its docs and
+        # NVIDIA/dcgm-exporter#59): an operand of another release must mount it to load NVML.
+        driver_root="/home/kubernetes/bin/nvidia",
     )

@@ -45,6 +45,10 @@ CONTAINERS = {
 }
 #: NVIDIADriver-managed driver DaemonSets.
 DRIVER_PREFIX = "nvidia-gpu-driver-"
+#: Driver DaemonSets the operator makes per kernel and OS for precompiled drivers
+#: (``nvidia-driver-daemonset-<kernel>-<os><version>``, e.g.
+#: nvidia-driver-daemonset-5.15.0-1041-azure-ubuntu22.04; NVIDIA/gpu-operator#682).
+PRECOMPILED_PREFIX = "nvidia-driver-daemonset-"
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 
 
@@ -123,6 +127,7 @@ def detect(snapshot: Snapshot) -> Stack | None:
         spec,
         policy_obj=obj,
         policy_resource=f"clusterpolicies.{POLICY_GROUP}",
-        prefixes={DRIVER_PREFIX: "driver"},
+        prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},
+        precompiled_prefix=PRECOMPILED_PREFIX,
         notes=tuple(notes),
     )

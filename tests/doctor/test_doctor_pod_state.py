@@ -1,0 +1,139 @@
+"""The walk reasons from pod and DaemonSet state, whatever stack runs the cluster (issue 26): pods the
+scheduler cannot place, driver DaemonSets made per kernel, an operand's second release elsewhere."""
+
+from __future__ import annotations
+
+from gpuchain.doctor import run_doctor
+from gpuchain.doctor.pods import pod_state
+from gpuchain.kube import DAEMONSET, POD
+from gpuchain.sim import build, parse_scenario
+
+SCHEDULER = (
+    "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. "
+    "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod."
+)
+
+
+def _pod(sim: object, prefix: str, node: str) -> dict:  # type: ignore[type-arg]
+    cluster = sim.cluster  # type: ignore[attr-defined]
+    return next(
+        p for p in cluster.list(POD) if p["metadata"]["name"].startswith(prefix) and p["spec"]["nodeName"] == node
+    )
+
+
+def test_a_daemonset_pod_the_scheduler_cannot_place_is_the_root_of_its_link() -> None:
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: full}\n"))
+    pod = _pod(sim, "nvidia-device-plugin-daemonset", "full")
+    affinity = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["full"]}]}
+    sim.cluster.patch(
+        POD,
+        pod["metadata"]["name"],
+        {
+            "spec": {
+                "nodeName": None,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [affinity]}
+                    }
+                },
+            }
+        },
+        "gpu-operator",
+    )
+    sim.cluster.patch_status(
+        POD,
+        pod["metadata"]["name"],
+        {
+            "phase": "Pending",
+            "containerStatuses": None,
+            "initContainerStatuses": None,
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SCHEDULER}
+            ],
+        },
+        "gpu-operator",
+    )
+    state = pod_state(sim.cluster.get(POD, pod["metadata"]["name"], "gpu-operator"))
+    assert (state.status, state.failing, state.unschedulable) == ("Pending", True, True)
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root)
+    assert (found.link, found.node) == ("device-plugin", "full")
+    assert f"scheduler: {SCHEDULER}" in found.evidence
+    assert "cpu" in found.fix and "restart" not in found.fix
+
+
+def test_precompiled_driver_daemonsets_per_kernel_are_the_driver() -> None:
+    """NVIDIA/gpu-operator#682: with usePrecompiled the operator names a driver DaemonSet per kernel and OS."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
+    ds = sim.cluster.get(DAEMONSET, "nvidia-driver-daemonset", "gpu-operator")
+    pod = _pod(sim, "nvidia-driver-daemonset", "a")
+    new = "nvidia-driver-daemonset-5.15.0-1041-azure-ubuntu22.04"
+    sim.cluster.delete(POD, pod["metadata"]["name"], "gpu-operator")
+    sim.cluster.delete(DAEMONSET, "nvidia-driver-daemonset", "gpu-operator")
+    keep = ("labels", "annotations")
+    ds["metadata"] = {
+        **{k: v for k, v in ds["metadata"].items() if k in keep},
+        "name": new,
+        "namespace": "gpu-operator",
+    }
+    sim.cluster.create(ds)
+    pod["metadata"] = {
+        **{k: v for k, v in pod["metadata"].items() if k in keep},
+        "name": f"{new}-hv26g",
+        "namespace": "gpu-operator",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": new, "controller": True}],
+    }
+    sim.cluster.create(pod)
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    assert not report.broken, report.ids
+    assert report.chains[0].links[0].summary.startswith("driver pod Running")
+
+
+def test_a_second_exporter_release_in_another_namespace_is_read() -> None:
+    """dcgm-exporter's own chart beside the operator (its exporter off): its crash is the exporter link's."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {dcgmExporter: {enabled: false}}\nnodes:\n  - {name: a}\n"
+        )
+    )
+    labels = {"app.kubernetes.io/name": "dcgm-exporter"}
+    image = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04"
+    sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    sim.cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dcgm-exporter", "namespace": "monitoring", "labels": labels},
+            "spec": {"template": {"spec": {"containers": [{"name": "exporter", "image": image}]}}},
+        }
+    )
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "dcgm-exporter-x1",
+                "namespace": "monitoring",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter"}],
+            },
+            "spec": {"nodeName": "a", "containers": [{"name": "exporter", "image": image}]},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "exporter",
+                        "ready": False,
+                        "restartCount": 4,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    }
+                ],
+            },
+        }
+    )
+    line = 'level=fatal msg="Failed to watch metrics: Error watching fields: The third-party Profiling module returned an unrecoverable error"'
+    sim.cluster.set_logs("dcgm-exporter-x1", "monitoring", "exporter", line + "\n")
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("exporter.not-ready", "exporter", "a")
+    assert found.action is not None and found.action.changes["namespace"] == "monitoring"
+    assert "kubectl -n monitoring delete pod dcgm-exporter-x1" in found.fix
