@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING
-from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.operands import TOOLKIT
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,6 @@ def classify(ctx: Context, text: str) -> tuple[Message, str] | None:
     return None
 
 
-def _gpu_pods(view: NodeView) -> list[str]:
-    return [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
-
-
 def _fix(ctx: Context, view: NodeView, msg: Message | None, link: str, failure: Failure) -> tuple[Fix | None, str]:
     ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
     if msg is not None and msg.id == "driver.version-mismatch":
@@ -166,15 +162,19 @@ def _fix(ctx: Context, view: NodeView, msg: Message | None, link: str, failure: 
         )
         return action, ctx.stack.render(action)
     if link == "toolkit":
+        toolkit = view.pod(TOOLKIT)
+        again = (
+            f"restart the container toolkit so it writes its runtime config again (kubectl -n {ctx.namespace} "
+            f"delete pod {name_of(toolkit)}), "
+            if toolkit is not None
+            else "check the nvidia runtime entry of containerd's config, "
+        )
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "the NVIDIA runtime hook fails to create containers here: restart the container "
-                "toolkit so it writes its runtime config again (kubectl -n "
-                f"{ctx.namespace} delete pod -l app=nvidia-container-toolkit-daemonset --field-selector "
-                f"spec.nodeName={view.name}), restart containerd, then kubectl -n {ns} delete pod "
-                f"{name_of(failure.pod)}",
+                "action": f"the NVIDIA runtime hook fails to create containers here: {again}restart containerd, "
+                f"then kubectl -n {ns} delete pod {name_of(failure.pod)}",
                 "drain": False,
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },
