@@ -9,6 +9,10 @@ disruption controller (a PodDisruptionBudget's status, which the Eviction API re
 namespace controller, the service-account controller (each namespace's ``default`` account,
 without which the API server refuses pods) and the ValidatingAdmissionPolicy status controller
 (the type-check warnings of a policy's CEL in its status).
+
+The API server keeps an audit log (JSON lines, ``ApiServer.audit_log``) of every write request
+(create, update, patch, delete, deletecollection) and list at Metadata level, and of the marks a
+test sets (``GET /audit-mark/...``); peers/audit.py counts the writes between two marks.
 """
 
 from __future__ import annotations
@@ -30,6 +34,20 @@ from pathlib import Path
 import yaml
 
 from peers.binaries import peer_or_skip
+
+#: Writes at Metadata level (who, what, which subresource; no bodies), lists (a controller's pass
+#: shows as its lists, so a test can tell that passes happened), and the marks peers/audit.py sets.
+#: Both stages are kept: a request's RequestReceived line is written before the server acts on it
+#: (in blocking mode), which is what makes a mark a sharp line between two periods.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "rules": [
+        {"level": "Metadata", "nonResourceURLs": ["/audit-mark*"]},
+        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection", "list"]},
+        {"level": "None"},
+    ],
+}
 
 #: The namespaces the tests write into; made once per session (namespace deletion is slow).
 TEST_NAMESPACES = ("ml", "web", "gpu", "gpu-operator", "gpuchain", "kube-system")
@@ -90,6 +108,11 @@ class ApiServer:
     kubeconfig: Path
     ca: Path
     workdir: Path
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (see AUDIT_POLICY), one JSON event per line."""
+        return self.workdir / "audit.log"
 
     def _ssl(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca))
@@ -249,6 +272,7 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
         raise RuntimeError("openssl is needed to make the test control plane's certificates")
     workdir.mkdir(parents=True, exist_ok=True)
     make_certs(workdir)
+    (workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
     ca = workdir / "ca.crt"
     with ExitStack() as stack:
         client_port, peer_port = free_port(), free_port()
@@ -294,6 +318,10 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged
                 "--profiling=false",
+                f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={workdir / 'audit.log'}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",  # written before the request is served: see AUDIT_POLICY
                 "--v=1",
             ],
             workdir / "kube-apiserver.log",
