@@ -428,6 +428,7 @@ async def test_watch_streams_existing_then_changes(cluster: Cluster) -> None:
         ("DELETED", "n1"),
     ]
     assert events[2].object["metadata"]["labels"] == {"a": "1"}
+    assert {(e.object["apiVersion"], e.object["kind"]) for e in events} == {("v1", "Node")}
 
 
 async def test_watch_resumes_from_resource_version(cluster: Cluster) -> None:
@@ -496,6 +497,22 @@ def test_calls_counted_per_verb(cluster: Cluster) -> None:
         cluster.logs("p1", "ml")
     assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 2, "delete": 1, "logs": 1}
     assert cluster.calls.writes == 4 and cluster.calls.total == 7
+
+
+def test_listed_objects_carry_their_api_version_and_kind(cluster: Cluster) -> None:
+    """The port's objects are whole: a real server's List omits each item's apiVersion and kind
+    (only the List carries them), which the live adapter puts back, as client-go's dynamic client
+    does. Without them a listed object never matched a desired one in apply (13 patches per
+    operator pass) and an Event about a listed object named no kind."""
+    cluster.create(node("n1"))
+    cluster.apply(daemonset("img:1"))
+    for listed in (*cluster.list(NODE), *cluster.list_readonly(NODE)):
+        assert (listed["apiVersion"], listed["kind"]) == ("v1", "Node")
+    (ds,) = cluster.list(DAEMONSET, "gpu")
+    assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
+    cluster.calls.reset()
+    assert not cluster.apply(daemonset("img:1"), live=ds, known_live=True).changed
+    assert cluster.calls.writes == 0, "applying what a list shows as already there must not write"
 
 
 def test_apply_with_a_listed_object_skips_the_get(cluster: Cluster) -> None:

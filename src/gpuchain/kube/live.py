@@ -193,7 +193,7 @@ class LiveCluster(Cluster):
                 fields=_selector(parse_field_requirements(field_selector)),
                 **ns,
             )
-            return [self._plain(o) for o in items]
+            return [_typed(self._plain(o), kind) for o in items]
         except httpx2.HTTPStatusError as exc:
             raise _error(exc) from None
 
@@ -312,6 +312,18 @@ class LiveCluster(Cluster):
                 message, pdb = refusal
                 raise EvictionBlockedError(namespace, name, pdb, message) from None
             raise _error(exc) from None
+
+
+def _typed(obj: Obj, kind: Kind) -> Obj:
+    """A listed object with its apiVersion and kind, as ``get`` returns it.
+
+    A List response names the kind once, on the list; the API server leaves it off every item
+    (custom resources excepted), so ``apply`` compared a desired object's ``apiVersion``/``kind``
+    with an item that had none and wrote again on every reconcile, and an Event about a listed
+    object named no kind. client-go's dynamic client fills them in the same way (first, where
+    a dump puts them; an item that carries its own keeps them).
+    """
+    return {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
 
 
 def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str] | None:
