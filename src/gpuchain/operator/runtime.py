@@ -115,8 +115,13 @@ def kopf_settings(config: RuntimeConfig) -> kopf.OperatorSettings:
 
 
 def reconcile_all(cluster: Cluster, namespace: str) -> list[ReconcileResult]:
-    """Reconcile every ClusterPolicy (extra ones are marked ignored)."""
-    return [reconcile(cluster, name_of(p), namespace) for p in cluster.list(CLUSTER_POLICY)]
+    """Reconcile every ClusterPolicy (extra ones are marked ignored), with one INFO line for each
+    pass that wrote something: the operator's log says what it changed, and a quiet pass is quiet."""
+    results = [reconcile(cluster, name_of(p), namespace) for p in cluster.list(CLUSTER_POLICY)]
+    for result in results:
+        if result.changed:
+            log.info("ClusterPolicy %s (%s): wrote %s", result.policy, result.state, ", ".join(result.changed))
+    return results
 
 
 class Coalescer:
