@@ -75,13 +75,34 @@ def test_300_idle_connections_hold_no_threads_and_scrapes_still_answer(collector
         _wait_for(lambda: server.active == 0)
 
 
-def test_connections_past_the_cap_get_503_and_are_closed(collector: GpuMetricsCollector) -> None:
+def test_a_scrape_is_served_while_idle_connections_fill_the_default_cap(collector: GpuMetricsCollector) -> None:
+    """300 idle connections against the default cap of 256 (issue 24: a real scrape got 503): the
+    longest-waiting idle connections make room, the scrape gets its metrics, and the cap holds."""
+    with _serve(collector) as server:
+        assert server.max_connections < 300
+        idle = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(300)]
+        try:
+            _wait_for(lambda: server.evicted == 300 - server.max_connections)
+            _wait_for(lambda: server.active == server.max_connections)
+            status, body = _scrape(server)
+            assert status == 200 and b"DCGM_FI_DEV_GPU_TEMP{" in body
+            assert server.refused == 0 and server.evicted == 301 - server.max_connections
+            idle[0].settimeout(10)
+            assert idle[0].recv(100) == b"", "the longest-waiting connection was the one closed"
+            assert server.active <= server.max_connections
+        finally:
+            for s in idle:
+                s.close()
+        _wait_for(lambda: server.active == 0)
+
+
+def test_connections_past_the_cap_close_the_longest_idle_one(collector: GpuMetricsCollector) -> None:
     with _serve(collector, max_connections=3) as server:
         idle = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(3)]
         try:
             _wait_for(lambda: server.active == 3)
             status, _ = _scrape(server)
-            assert status == 503 and server.refused == 1
+            assert status == 200 and server.refused == 0 and server.evicted == 1
         finally:
             for s in idle:
                 s.close()

@@ -8,8 +8,11 @@ and never speak:
 - a real listen backlog (``BACKLOG``; the stdlib server's 5 overflowed at 50 scrapers);
 - idle and slow connections cost no thread: each waits on the loop, and is closed after
   ``request_timeout`` seconds without a complete request or a drained response;
-- at most ``max_connections`` at once; one more gets ``503`` and is closed, so a flood of idle
-  sockets cannot exhaust file descriptors;
+- at most ``max_connections`` at once, so a flood of idle sockets cannot exhaust file
+  descriptors; one more closes the connection that has waited longest for its request (an idle
+  keep-alive or a client that never speaks), so a real scrape is served while a flood of idle
+  connections is held; only when every connection is in the middle of an answer does the new one
+  get ``503``;
 - renders are shared: the body is rendered again only when the collector's ``generation``
   moved (a new sample, an XID, a counted error), and scrapes that arrive while a render runs
   (on a worker thread, so the loop keeps accepting) get that render's body, so 50 concurrent
@@ -153,7 +156,11 @@ class MetricsServer:
         self.active = 0
         """Connections open now."""
         self.refused = 0
-        """Connections turned away with 503 because ``max_connections`` were open."""
+        """Connections turned away with 503: ``max_connections`` were open, none waiting for a request."""
+        self.evicted = 0
+        """Connections closed while waiting for a request, to make room for a new one at the cap."""
+        self._waiting: dict[asyncio.StreamWriter, None] = {}
+        """Connections waiting for a request head, longest-waiting first (a dict keeps order)."""
         self._render = _Render(lambda: render(self.collector.registry), lambda: self.collector.generation)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -226,9 +233,14 @@ class MetricsServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.active >= self.max_connections:
-            self.refused += 1
-            await self._close_with(writer, 503, b"too many connections; try again\n")
-            return
+            if not self._waiting:
+                self.refused += 1
+                await self._close_with(writer, 503, b"too many connections; try again\n")
+                return
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            self.evicted += 1
+            oldest.transport.abort()  # its reader ends at once; its own task counts it out
         self.active += 1
         try:
             while await self._one_request(reader, writer):
@@ -245,6 +257,7 @@ class MetricsServer:
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; True when the connection stays open for another."""
+        self._waiting[writer] = None
         try:
             async with asyncio.timeout(self.request_timeout):  # cheaper than wait_for: no extra task
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -253,6 +266,8 @@ class MetricsServer:
             return False
         except asyncio.IncompleteReadError:
             return False
+        finally:
+            self._waiting.pop(writer, None)
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
