@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_open_cluster_names_the_kubeconfig_and_what_is_wrong(tmp_path: Path) -> 
     out = _one_line_error(runner.invoke(app, ["operator", "status", "--kubeconfig", str(bad)]))
     assert "not valid YAML" in out
     out = _one_line_error(runner.invoke(app, ["operator", "status", "--kubeconfig", str(tmp_path / "missing")]))
-    assert "not found" in out
+    assert f"{tmp_path / 'missing'}: cannot read file: No such file or directory" in out
 
 
 def test_open_cluster_with_a_context_that_is_not_there(tmp_path: Path) -> None:
@@ -239,3 +240,52 @@ def test_gfd_refuses_default_sim_for_a_node_or_the_nfd_feature_file(no_kubeconfi
 def test_dra_plugin_refuses_default_sim_in_the_kubelets_directories(tmp_path: Path) -> None:
     live = _one_line_error(runner.invoke(app, ["dra-plugin", "--cluster", "memory"]))
     assert "/var/lib/kubelet/plugins_registry" in live and "--backend sim" in live
+
+
+def test_a_huge_kubeconfig_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A 100 MB file given as --kubeconfig once ran for 3 minutes and grew to 4.5 GB: it goes
+    through the one input reader, which refuses it by its size (a sparse file: nothing to read)."""
+    huge = tmp_path / "kubeconfig"
+    with huge.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024)
+    out = _one_line_error(runner.invoke(app, ["doctor", "--kubeconfig", str(huge)]))
+    assert f"{huge}: is larger than 1024 KiB" in out
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_kubeconfig_that_is_not_a_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "kube"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    out = _one_line_error(runner.invoke(app, ["doctor", "--kubeconfig", str(path)]))
+    what = "a directory" if kind == "directory" else "a FIFO (named pipe)"
+    assert f"{path}: is {what}, not a regular file" in out and "not found" not in out
+
+
+def test_kubeconfig_from_the_environment_goes_through_the_same_reader(no_kubeconfig: Path) -> None:
+    (no_kubeconfig / ".kube").mkdir()
+    (no_kubeconfig / ".kube" / "config").write_text("- a list\n- not a kubeconfig\n")
+    out = _one_line_error(runner.invoke(app, ["doctor"]))
+    assert "is not a kubeconfig" in out
+
+
+def test_doctor_dump_into_an_existing_file_is_one_line(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    out = _one_line_error(runner.invoke(app, ["doctor", "dump", str(taken), "--scenario", "healthy"]))
+    assert f"{taken}: exists and is not a directory" in out and "Errno" not in out
+    below = taken / "dump"
+    out = _one_line_error(runner.invoke(app, ["doctor", "dump", str(below), "--scenario", "healthy"]))
+    assert "is a file, not a directory" in out and "Errno" not in out
+
+
+@pytest.mark.parametrize("oneshot", [["--oneshot"], []])
+def test_gfd_output_file_that_is_a_directory_is_refused_at_start(tmp_path: Path, oneshot: list[str]) -> None:
+    """Before, the service started and failed every pass (and --oneshot exited 1), the temporary
+    file landing beside the directory; now it is refused before any work, exit 2."""
+    args = ["gfd", *oneshot, "--output-file", str(tmp_path), "--backend", "sim", "--machine-type-file", ""]
+    out = _one_line_error(runner.invoke(app, args))
+    assert f"--output-file {tmp_path}: is a directory" in out
+    assert list(tmp_path.iterdir()) == []

@@ -11,13 +11,16 @@ become the typed errors of `gpuchain.kube.errors`.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import httpx2
-from lightkube import ApiError, AsyncClient, Client, KubeConfig
+import yaml
+from lightkube import ApiError, AsyncClient, Client, ConfigError, KubeConfig
 from lightkube import operators as ops
 from lightkube.config.models import Cluster as KubeConfigCluster
 from lightkube.config.models import User
@@ -33,6 +36,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
 
+from gpuchain.common.inputfile import ConfigFileError, read_input_text
 from gpuchain.kube.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -105,6 +109,35 @@ def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
     return err
 
 
+KUBECONFIG_MAX_BYTES = 1024 * 1024
+"""The largest kubeconfig read: a busy one with embedded certificates for dozens of clusters is
+well under this; a wrong path to a log or an image must not be read into memory (a 100 MB file
+once ran for minutes and grew the process to 4.5 GB)."""
+
+
+def read_kubeconfig(path: str | Path) -> KubeConfig:
+    """A kubeconfig file read through gpuchain's one input reader (bounded, regular, UTF-8 text), so
+    a directory, a FIFO or a huge file is one line naming it; ValueError when it is no mapping."""
+    file = Path(path).expanduser()
+    try:
+        text = read_input_text(file, KUBECONFIG_MAX_BYTES)
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from None
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: is not a kubeconfig (a YAML mapping with clusters, users and contexts)")
+    return KubeConfig.from_dict(data, fname=file)
+
+
+def _kubeconfig_from_env() -> KubeConfig:
+    """In-cluster config, else ``$KUBECONFIG``, else ``~/.kube/config``, as lightkube's ``from_env``
+    looks, with the files read by :func:`read_kubeconfig`."""
+    try:
+        return KubeConfig.from_service_account()
+    except ConfigError:
+        return read_kubeconfig(os.environ.get("KUBECONFIG") or "~/.kube/config")
+
+
 class LiveCluster(Cluster):
     """The port over a Kubernetes API server (in-cluster config, kubeconfig, or a URL)."""
 
@@ -128,7 +161,7 @@ class LiveCluster(Cluster):
     ) -> LiveCluster:
         """A client for a kubeconfig file (``path``), else in-cluster config, ``$KUBECONFIG`` or
         ``~/.kube/config``; ``context`` picks one of its contexts (ValueError naming the ones there)."""
-        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+        config = read_kubeconfig(path) if path else _kubeconfig_from_env()
         if context:
             if context not in (config.contexts or {}):
                 have = ", ".join(config.contexts or {})
