@@ -359,15 +359,18 @@ def dump(
 ) -> None:
     """Write what the doctor reads, in kubectl cluster-info dump's layout plus the GPU extras
     (ClusterPolicies, NVIDIADrivers, RuntimeClasses, the stack's ConfigMaps), for a ticket."""
+    from gpuchain.common.files import output_problem
     from gpuchain.doctor.dump import write_dump
 
+    if (problem := output_problem(directory, directory=True)) is not None:
+        fail(f"{directory}: {problem}")
     target = open_target(scenario, kubeconfig, context)
     try:
         counts = write_dump(target.cluster, directory)
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")
     except OSError as exc:
-        fail(f"cannot write {directory}: {exc}")
+        fail(f"cannot write {exc.filename or directory}: {exc.strerror or exc}")
     err_console.print(
         f"wrote {directory}: {counts['nodes']} node(s), {counts['namespaces']} namespace(s), "
         f"{counts['pods']} pod(s), logs of {counts['podLogs']}; read it with gpuchain doctor --from-dump {directory}",

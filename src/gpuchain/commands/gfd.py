@@ -37,6 +37,7 @@ from gpuchain.commands._output import (
     log_format_option,
     output_option,
 )
+from gpuchain.common.files import output_problem
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import (
     GFD_ENV_FLAGS,
@@ -203,6 +204,8 @@ def gfd(
     except ValueError as exc:
         fail(f"{_interval_source(sleep_interval, source.path(label))}: {exc}")
     target = gfd_flags.output_file if output_file is None else output_file
+    if target not in ("", "-") and (problem := output_problem(target)) is not None:
+        fail(f"--output-file {target}: {problem}; or pass - for stdout, '' for none")
     choice = resolve_backend(backend)
     if node:
         refuse_implicit_sim(choice, f"node {node}'s labels on the live cluster")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -47,3 +48,34 @@ def remove(path: str | Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def output_problem(path: str | Path, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take what a command is about to write there, or None when it can.
+
+    ``directory``: the command writes a directory of files (created when missing); otherwise one
+    file, replaced atomically. Asked before any work, so a wrong path is one line naming it and
+    the fix instead of an ``[Errno 17]`` after a long read, or a service that starts and then
+    fails every pass (a directory given for a file cannot be replaced by a rename).
+    """
+    target = Path(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        return "a part of this path is a file, not a directory; give a path under an existing directory"
+    except OSError as exc:
+        return f"cannot be checked: {exc.strerror or exc}"
+    if directory:
+        if mode is not None and not stat.S_ISDIR(mode):
+            return "exists and is not a directory; give a new directory (it is created) or an existing one"
+        return None
+    if mode is not None and stat.S_ISDIR(mode):
+        return f"is a directory; give the path of a file in it, e.g. {target / 'gfd'}"
+    if mode is not None and not stat.S_ISREG(mode):
+        return "exists and is not a regular file; give the path of a file"
+    parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        return f"{parent} is not a directory; give a path under an existing directory"
+    return None
