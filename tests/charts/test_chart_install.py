@@ -128,6 +128,9 @@ def test_notes_tell_the_next_steps() -> None:
     text = notes()
     assert "Image: ghcr.io/gpuchain/gpuchain:0.1.0" in text
     assert "kubectl gpuchain doctor" in text
+    # beside NVIDIA's CRD, `clusterpolicy` resolves to gpuchain.io's (kubectl orders equal-priority
+    # CRD groups by name): the notes name the group so the command is unambiguous
+    assert "kubectl get clusterpolicies.gpuchain.io cluster-policy" in text
     assert "kubectl apply --server-side --force-conflicts -f charts/gpuchain/crds/" in text
     assert "570.124.06-<OS of your GPU nodes>" in text
     assert "pre-installed" not in text
