@@ -359,7 +359,12 @@ def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) ->
     _until(lambda: _refusal(lambda: world.admin.patch_status(NODE, "gpu-a", clear)) is None, "the binding is lifted")
     assert all(c["type"] != CONDITION_TYPE for c in world.node("gpu-a")["status"]["conditions"])
     _apply(
-        world.apiserver, next(d for d in render({"remediation": {"enabled": True}}) if d["kind"] == VAP_BINDING.kind)
+        world.apiserver,
+        next(
+            d
+            for d in render({"remediation": {"enabled": True}})
+            if d["kind"] == VAP_BINDING.kind and d["metadata"]["name"] == POLICY_NAME
+        ),
     )
     _wait_enforced(world)
 

@@ -18,6 +18,8 @@ from typing import Any
 import celpy
 import pytest
 
+from gpuchain.remediation.admission import POLICY_NAME
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from test_chart import render
 
@@ -29,7 +31,7 @@ FAULTS = "gpuchain.io/gpu-faults"
 
 def _policy(remediation: dict[str, Any] | None = None) -> dict[str, Any]:
     docs = render({"remediation": {"enabled": True, **(remediation or {})}})
-    return next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    return next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == POLICY_NAME)
 
 
 ENV = celpy.Environment()

@@ -1,0 +1,114 @@
+"""Node agents confined to their own node on the real API server (issue 24 item 4).
+
+RBAC cannot name "the node I run on": GFD and the MIG manager are granted patch on every Node,
+the DRA plugin create/patch on every ResourceSlice. With its pod-bound token GFD could label,
+cordon and NoExecute-taint any node, and the DRA plugin publish devices for another node. The
+chart's ValidatingAdmissionPolicy gpuchain-node-agent-writes ties each write to the node claim
+of the pod-bound token (``authentication.kubernetes.io/node-name``). Here the chart's RBAC and
+policy are created on the real kube-apiserver (v1.34.4) and each agent writes with a token bound
+to its pod on gpu-a: its own node's labels and slices pass, another node and a taint are refused.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuchain.dra.kinds import RESOURCE_SLICE as SLICE
+from gpuchain.kube import NODE, ForbiddenError, LiveCluster, NotFoundError
+from peers.apiserver import ApiServer
+from peers.test_node_write_policy import COLLECTIONS, NS, _apply, _node, _pod, _refusal, _until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
+from test_chart import render
+
+POLICY = "gpuchain-node-agent-writes"
+AGENTS = ("gpuchain-gpu-feature-discovery", "gpuchain-mig-manager", "gpuchain-dra-plugin")
+REFUSAL = "may write only the node its pod runs on"
+
+
+@dataclass
+class World:
+    admin: LiveCluster
+    agents: dict[str, LiveCluster]  # each agent, token bound to its pod on gpu-a
+
+
+def _slice(node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.gpuchain.io"},
+        "spec": {"driver": "gpu.gpuchain.io", "nodeName": node, "pool": {"name": node, "resourceSliceCount": 1}},
+    }
+
+
+@pytest.fixture(scope="module")
+def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    apiserver = kube_apiserver
+    apiserver.reset()
+    apiserver.ensure_namespace(NS)
+    for doc in render({"dra": {"enabled": True}}):
+        if doc["kind"] in COLLECTIONS and doc["metadata"]["name"] in (*AGENTS, POLICY):
+            _apply(apiserver, doc)
+    admin = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
+    for name in ("gpu-a", "gpu-b"):
+        admin.create(_node(name))
+    tmp = tmp_path_factory.mktemp("node-agent-policy")
+    agents = {}
+    for account in AGENTS:
+        apiserver.ensure_service_account(NS, account)  # the operator makes the operands' accounts
+        pod = admin.create(_pod(account.removeprefix("gpuchain-"), "gpu-a", account))
+        token = apiserver.service_account_token(NS, account, bound_pod=pod)
+        agents[account] = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig_for_token(token, tmp / account)))
+    world = World(admin, agents)
+    try:
+        gfd = agents[AGENTS[0]]
+        probe = {"metadata": {"labels": {"probe": "x"}}}
+        _until(lambda: _refusal(lambda: gfd.get(NODE, "gpu-a")) is None, "the chart's RBAC reaches the authorizer")
+        _until(
+            lambda: isinstance(_refusal(lambda: gfd.patch(NODE, "gpu-b", probe)), ForbiddenError),
+            f"ValidatingAdmissionPolicy {POLICY} is enforced",
+        )
+        yield world
+    finally:
+        for c in (admin, *agents.values()):
+            c.close()
+        apiserver.reset()
+
+
+def _forbidden(write: Callable[[], object]) -> None:
+    err = _refusal(write)
+    assert isinstance(err, ForbiddenError), f"admitted or not refused by the policy: {err}"
+    assert REFUSAL in str(err), str(err)
+
+
+@pytest.mark.parametrize("account", AGENTS[:2])
+def test_a_node_agent_labels_its_own_node_only(world: World, account: str) -> None:
+    agent = world.agents[account]
+    agent.patch(NODE, "gpu-a", {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}})
+    assert world.admin.get(NODE, "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    _forbidden(lambda: agent.patch(NODE, "gpu-b", {"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}}))
+    assert "nvidia.com/gpu.count" not in world.admin.get(NODE, "gpu-b")["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("account", AGENTS[:2])
+@pytest.mark.parametrize(
+    "spec",
+    [{"unschedulable": True}, {"taints": [{"key": "evil", "effect": "NoExecute"}]}],
+    ids=["cordon", "taint"],
+)
+def test_a_node_agent_may_not_cordon_or_taint_even_its_own_node(world: World, account: str, spec: dict) -> None:
+    _forbidden(lambda: world.agents[account].patch(NODE, "gpu-a", {"spec": spec}))
+
+
+def test_the_dra_plugin_publishes_slices_for_its_own_node_only(world: World) -> None:
+    dra = world.agents["gpuchain-dra-plugin"]
+    dra.create(_slice("gpu-a"))
+    _forbidden(lambda: dra.create(_slice("gpu-b")))
+    with pytest.raises(NotFoundError):
+        world.admin.get(SLICE, "gpu-b-gpu.gpuchain.io")
