@@ -83,21 +83,29 @@ def test_an_exported_columns_does_not_cut_a_piped_table() -> None:
         assert any(line.startswith(row["name"] + " ") and row["symptom"] in line for line in table.splitlines()), row
 
 
-def test_terminal_at_80_columns_wraps_ids_instead_of_cutting_them() -> None:
-    result = gpuchain("gpus", env={"TTY_COMPATIBLE": "1", "COLUMNS": "80"})
+@pytest.mark.parametrize("preset", ["h100-80gb-x8", "h100-80gb-x8-mig-mixed", "l4-x2"])
+def test_terminal_at_80_columns_keeps_every_id_whole_and_leaves_columns_out(preset: str) -> None:
+    """A UUID folded over five lines and a bus id over two (issue 24) cannot be read or copied:
+    identifiers stay whole, and a table too wide for 80 columns leaves columns out and says so."""
+    result = gpuchain("gpus", "--preset", preset, env={"TTY_COMPATIBLE": "1", "COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
     shown = ANSI.sub("", result.stdout)
+    lines = shown.splitlines()
     assert "…" not in shown
-    assert all(len(line) <= 80 for line in shown.splitlines())
-    cells: list[str] = []
-    for line in shown.splitlines():
-        parts = [p.strip() for p in line.split("│")]
-        if len(parts) < 3 or not parts[2]:
-            continue
-        if parts[1] or not cells:  # the GPU index column starts a new row
-            cells.append("")
-        cells[-1] += parts[2]
-    uuids = [g["uuid"] for g in json.loads(gpuchain("gpus", "-o", "json").stdout)["gpus"]]
-    assert cells[: len(uuids)] == uuids
+    assert all(len(line) <= 80 for line in lines)
+    data = json.loads(gpuchain("gpus", "--preset", preset, "-o", "json").stdout)
+    uuids = [g["uuid"] for g in data["gpus"]] + [m["uuid"] for g in data["gpus"] for m in g["migDevices"]]
+    for uuid in uuids:
+        assert sum(uuid in line for line in lines) == 1, (uuid, shown)
+    fragments = [line for line in lines if re.search(r"\b(GPU|MIG)-[0-9a-f-]+", line)]
+    assert len(fragments) == len(uuids), "no line holds a piece of a UUID"
+    bus_ids = [g["pciBusId"] for g in data["gpus"]]
+    if "PCI bus" in next(line for line in lines if " UUID " in line):
+        assert all(any(b in line for line in lines) for b in bus_ids)
+    else:
+        assert "PCI bus" in next(line for line in lines if "left out at 80 columns" in line)
+        assert not any(b[:8] in line for b in bus_ids for line in lines), "no piece of a bus id"
+    assert "-o wide shows every column" in shown
 
 
 def test_wide_adds_columns_and_never_cuts_on_a_terminal() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -26,7 +27,7 @@ class _Console(Console):
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if self.is_terminal:
-            super().print(*(for_terminal(o) for o in objects), **kwargs)
+            super().print(*(for_terminal(o, self) for o in objects), **kwargs)
             return
         if not any(isinstance(o, Table | Panel | Group) for o in objects):
             super().print(*objects, **kwargs)
@@ -95,24 +96,67 @@ def for_pipe(renderable: RenderableType) -> RenderableType:
     return renderable
 
 
-def for_terminal(renderable: RenderableType) -> RenderableType:
-    """``renderable`` for a terminal: a cell too long for its column wraps onto the next line.
+def for_terminal(renderable: RenderableType, console: Console | None = None) -> RenderableType:
+    """``renderable`` for a terminal ``console`` wide: identifiers stay whole, prose wraps, and a
+    table too wide for the terminal leaves out its right-most columns, as ``kubectl get`` shows
+    fewer columns than ``-o wide``.
 
-    Nothing is cut with ``…`` and no column is dropped on a narrow terminal; ``-o wide`` or a
-    pipe shows every row on one line.
+    A column whose cells are single words (UUIDs, PCI bus ids, node names, finding ids, resource
+    names) never wraps: a UUID folded over five lines cannot be read or copied. A column with
+    spaces in its cells wraps at them. When even that is wider than the terminal, columns are left
+    out from the right (never the first) and a line under the table names them and ``-o wide``.
     """
     if isinstance(renderable, Table):
         for column in renderable.columns:
-            column.overflow = "fold"
-            column.no_wrap = False
-        return renderable
+            cells = list(column.cells) or [column.header]
+            whole = all(" " not in _plain(c).strip() for c in cells)
+            column.no_wrap = whole
+            column.overflow = "ignore" if whole else "fold"
+        if console is None:
+            return renderable
+        left_out = _fit(renderable, console)
+        if not left_out:
+            return renderable
+        note = Text(f"({', '.join(left_out)} left out at {console.width} columns; -o wide shows every column)")
+        return Group(renderable, note)
     if isinstance(renderable, Panel):
-        renderable.renderable = for_terminal(renderable.renderable)
+        renderable.renderable = for_terminal(renderable.renderable, console)
         return renderable
     if isinstance(renderable, Group):
-        for r in renderable.renderables:
-            for_terminal(r)
+        return Group(*(for_terminal(r, console) for r in renderable.renderables))
     return renderable
+
+
+def _plain(cell: RenderableType) -> str:
+    return cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
+
+
+def _fit(table: Table, console: Console) -> list[str]:
+    """Drop ``table``'s right-most columns (keeping the first) until it fits ``console``; their headers.
+
+    Measured here rather than by rich, which squeezes every column (identifiers included) to fit.
+    """
+    left_out: list[str] = []
+    while len(table.columns) > 1 and _narrowest(table) > console.width:
+        column = table.columns.pop()
+        left_out.insert(0, _plain(column.header) or "?")
+    return left_out
+
+
+def _narrowest(table: Table) -> int:
+    """The fewest terminal cells ``table`` can take: unwrapped columns whole, the others as wide as
+    their longest word, plus padding and rules."""
+    _, right, _, left = table.padding
+    widths = []
+    for column in table.columns:
+        texts = [_plain(c) for c in (column.header, *column.cells)]
+        if column.no_wrap:
+            widths.append(max(cell_len(line) for t in texts for line in t.splitlines() or [""]))
+        else:
+            widths.append(max((cell_len(word) for t in texts for word in t.split()), default=0))
+    n = len(widths)
+    rules = (n + 1 if table.show_edge else n - 1) if table.box else 0
+    return sum(widths) + n * (left + right) + rules
 
 
 def show(renderable: RenderableType, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
