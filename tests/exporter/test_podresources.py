@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gpuchain.deviceplugin.config import parse_config
@@ -17,6 +19,7 @@ from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesClien
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
+from gpuchain.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 
 def _row(device_id: str, pod: str = "p", resource: str = "nvidia.com/gpu") -> Assignment:
@@ -124,3 +127,55 @@ async def test_attribution_through_the_kubelet_peer() -> None:
     finally:
         client.close()
         await node.stop()
+
+
+class _ManyPods(api_pb2_grpc.PodResourcesListerServicer):
+    """A List answer as a kubelet with ``pods`` pods gives it (a Deployment's pod names, an app
+    container and a mesh sidecar each; pod 0 holds GPU ``uuid``); while ``failing`` it answers
+    UNAVAILABLE, as a kubelet that went away."""
+
+    def __init__(self, pods: int, uuid: str) -> None:
+        self.response = api_pb2.ListPodResourcesResponse()
+        for i in range(pods):
+            pod = self.response.pod_resources.add(name=f"inference-server-7f9c8d6b5-{i:05d}", namespace="ml-serving-production")
+            container = pod.containers.add(name="inference-server")
+            pod.containers.add(name="istio-proxy")
+            if i == 0:
+                container.devices.add(resource_name="nvidia.com/gpu", device_ids=[uuid])
+        self.failing = False
+
+    def List(self, request: object, context: grpc.ServicerContext) -> api_pb2.ListPodResourcesResponse:
+        if self.failing:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
+        return self.response
+
+
+def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(h100_sim: SimBackend) -> None:
+    """gRPC's 4 MiB default refused the answer of a node with 50,000 pods and the exporter kept
+    serving its old pod map without a sign; the client reads it, and a List that fails shows in
+    the scrape (up 0, the answer's age, the error counter)."""
+    uuid = h100_sim.inventory().gpus[0].uuid
+    lister = _ManyPods(50_000, uuid)
+    assert lister.response.ByteSize() > 4 * 1024 * 1024
+    sock = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    client = PodResourcesClient(str(sock), timeout=30)
+    try:
+        collector = GpuMetricsCollector(h100_sim, load_collectors(), "node-1", pod_lister=client.list, call_timeout=30)
+        assert collector.collect_once()
+        text = render(collector.registry).decode()
+        assert any('pod="inference-server-7f9c8d6b5-00000"' in line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
+        assert "gpuchain_exporter_pod_attribution_up 1.0" in text
+        assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 0.0' in text
+        lister.failing = True
+        assert collector.collect_once()
+        text = render(collector.registry).decode()
+        assert "gpuchain_exporter_pod_attribution_up 0.0" in text
+        assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 1.0' in text
+        assert any(line.startswith("gpuchain_exporter_pod_attribution_timestamp_seconds 1") for line in text.splitlines())
+    finally:
+        client.close()
+        server.stop(None)

@@ -117,6 +117,17 @@ class GpuMetricsCollector:
             "Unix time of the last collection cycle whose inventory call succeeded.",
             registry=self.registry,
         )
+        self.pods_up = PromGauge(
+            "gpuchain_exporter_pod_attribution_up",
+            "1 when the last pod-resources List answered, 0 when the pod labels served come from an older "
+            "answer (see gpuchain_exporter_scrape_errors_total{operation=\"pod_resources\"}).",
+            registry=self.registry,
+        )
+        self.pods_at = PromGauge(
+            "gpuchain_exporter_pod_attribution_timestamp_seconds",
+            "Unix time of the last pod-resources List that answered: the age of the pod labels served.",
+            registry=self.registry,
+        )
         self.released = PromGauge(
             "gpuchain_exporter_nvml_released",
             "1 while the exporter has let go of NVML for a GPU reset on this node: GPU samples are left out "
@@ -261,6 +272,8 @@ class GpuMetricsCollector:
             rows = self._call("pod_resources", "pod_resources", self.pod_lister, time.monotonic() + self.call_timeout)
             if rows is not None:
                 self._assignments = rows
+                self.pods_at.set(time.time())
+            self.pods_up.set(0 if rows is None else 1)
         pods = attribute(self._assignments, inv)
         sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory))
         ents = entities(inv, self.hostname, self.counters)

@@ -20,6 +20,10 @@ from gpuchain.gpu.model import Inventory
 from gpuchain.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+MAX_LIST_BYTES = 256 * 1024 * 1024
+"""The largest List answer read. gRPC's default of 4 MiB refused a node's answer past about
+20,000 pods, and the exporter then kept its old pod map; a kubelet answers for every pod on its
+node, so the bound is only against a runaway peer."""
 
 
 @dataclass(frozen=True, order=True)
@@ -50,7 +54,9 @@ class PodResourcesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self._channel = grpc.insecure_channel(
+            f"unix://{socket_path}", options=[("grpc.max_receive_message_length", MAX_LIST_BYTES)]
+        )
         self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
 
     def list(self) -> list[Assignment]:
