@@ -22,9 +22,9 @@ CONFIGS = [
     "health: {recoveryQuietSeconds: 0.05}\n"
     "sharing: {timeSlicing: {renameByDefault: true, resources: [{name: nvidia.com/gpu, devices: 8, replicas: 2}]}}",
 ]
-BAD_FILES = [
-    b"",
-    b"null\n",
+BAD_FILES = [  # an empty or null file is not bad: it is every default, as NVIDIA's plugin reads it
+    b"flags: [\n",
+    b"\xff\xfef\x00l\x00",
     b"version: v1\nflags: {\x00}\n",
     b"caf\xe9: 1\n",
     b"a: 1\na: 2\n",
