@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +57,33 @@ def test_dra_plugin_passes_quiet_period_and_dev_root_to_the_driver(tmp_path: Pat
     result = CliRunner().invoke(app, [*args, "--recovery-quiet-seconds", "2.5", "--dev-root", str(tmp_path)])
     assert result.exit_code == 2 and "stop here" in result.stderr
     assert (seen[0].recovery_quiet_seconds, seen[0].dev_root) == (2.5, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("mount", "fill", "reason"),
+    [
+        ("size=16k,ro", "", "Read-only file system"),
+        ("size=4k,nr_inodes=2", "touch a b 2>/dev/null;", "No space left on device"),
+    ],
+)
+def test_a_socket_directory_that_cannot_take_a_socket_is_one_line(
+    tmp_path: Path, mount: str, fill: str, reason: str
+) -> None:
+    """A read-only or full device plugin directory (issue 25) ended in a Python traceback and exit
+    1; it is one line naming the directory and the system's reason, exit 2. The tmpfs is mounted
+    in a mount namespace of the test's own (``unshare -m``), so nothing outside sees it."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a tmpfs in a mount namespace of its own")
+    sockets = tmp_path / "device-plugins"
+    sockets.mkdir()
+    script = (
+        f"mount -t tmpfs -o {mount} tmpfs {sockets} && cd {sockets} && {fill} "
+        f"exec {sys.executable} -m gpuchain device-plugin --backend sim --socket-dir {sockets} --nvml-release-dir ''"
+    )
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    errors = [line for line in done.stderr.splitlines() if " INFO " not in line]
+    assert done.returncode == 2, done.stderr
+    assert errors == [
+        f"error: cannot serve in {sockets}: {reason}; --socket-dir must be the kubelet's device plugin "
+        "directory, mounted read-write with room for a socket"
+    ], done.stderr

@@ -287,7 +287,10 @@ def device_plugin(
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:
-        fail(f"cannot serve in {socket_dir}: {exc}", code=1)
+        fail(
+            f"cannot serve in {socket_dir}: {exc.strerror or exc}; --socket-dir must be the kubelet's device "
+            "plugin directory, mounted read-write with room for a socket"
+        )
     finally:
         b.close()
     log.info("device plugin stopped")

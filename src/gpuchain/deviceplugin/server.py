@@ -236,6 +236,18 @@ def device_plugin_handler(servicer: ResourceServicer) -> grpc.GenericRpcHandler[
     )
 
 
+def _unwritable(directory: Path) -> OSError | None:
+    """Why no socket can be made in ``directory`` (read-only, full, missing), or None: a probe file
+    gets the system's reason before gRPC tries, whose own error names none and logs a line of its own."""
+    probe = directory / f".gpuchain-probe-{os.getpid()}"
+    try:
+        probe.touch()
+    except OSError as exc:
+        return OSError(exc.errno, exc.strerror, str(directory))
+    probe.unlink()
+    return None
+
+
 class ResourceServer:
     """A gRPC server on the resource's unix socket, serving one ResourceServicer."""
 
@@ -252,13 +264,19 @@ class ResourceServer:
 
     async def start(self) -> None:
         """Listen on the socket (a stale file from a previous run is replaced)."""
+        problem = _unwritable(self.path.parent)
+        if problem is not None:
+            raise problem
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((device_plugin_handler(self.servicer),))
         if self.extra_handlers:
             server.add_generic_rpc_handlers(self.extra_handlers)
-        server.add_insecure_port(f"unix://{self.path}")
+        try:
+            server.add_insecure_port(f"unix://{self.path}")
+        except RuntimeError:  # the probe passed, yet gRPC could not bind (a path too long for a socket)
+            raise OSError(None, f"gRPC could not listen on {self.path}", str(self.path)) from None
         await server.start()
         self._server = server
 
