@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -54,6 +55,21 @@ def test_machine_type(tmp_path: Path) -> None:
     f.write_text("ProLiant XL675d Gen10 Plus\n")
     assert read_machine_type(f) == "ProLiant XL675d Gen10 Plus"
     assert read_machine_type(tmp_path / "missing") == "unknown"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "100 MB file"])
+def test_machine_type_file_that_is_no_sysfs_attribute_is_unknown_at_once(tmp_path: Path, kind: str) -> None:
+    # In a subprocess bounded by a timeout: the old read blocked forever on a FIFO and read a
+    # 100 MB file whole (7 s, 1 GB).
+    f = tmp_path / "product_name"
+    if kind == "fifo":
+        os.mkfifo(f)
+    else:
+        with f.open("wb") as fh:
+            fh.truncate(100 * 1024 * 1024)
+    code = "import sys; from gpuchain.discovery.service import read_machine_type; print(read_machine_type(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, timeout=5, check=False)
+    assert (done.returncode, done.stdout) == (0, "unknown\n"), done.stderr
 
 
 class _Flaky(SimBackend):

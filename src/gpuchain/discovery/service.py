@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuchain.common.inputfile import read_input_text
 from gpuchain.common.supervise import Backoff
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config, format_go_duration
@@ -79,12 +80,20 @@ def sleep_seconds(interval_ns: int, oneshot: bool) -> float | None:
     return interval_ns / 1e9
 
 
+MACHINE_TYPE_MAX_BYTES = 4096
+"""A sysfs attribute is at most one page; a wrong --machine-type-file (a FIFO, a 100 MB log) must
+not block the labeller or be read into memory."""
+
+
 def read_machine_type(path: str | Path) -> str:
-    """The machine's product name (``/sys/class/dmi/id/product_name``); ``unknown`` if unreadable."""
+    """The machine's product name (``/sys/class/dmi/id/product_name``); ``unknown`` if unreadable.
+
+    Read through the one input reader, so a FIFO, a device or a huge file is refused at once.
+    """
     try:
-        return Path(path).read_text(encoding="utf-8").strip() or UNKNOWN_MACHINE
-    except OSError as exc:
-        log.warning("cannot read machine type from %s: %s", path, exc)
+        return read_input_text(path, MACHINE_TYPE_MAX_BYTES).strip() or UNKNOWN_MACHINE
+    except ConfigFileError as exc:
+        log.warning("machine type: %s; labelled %s", exc, UNKNOWN_MACHINE)
         return UNKNOWN_MACHINE
 
 
