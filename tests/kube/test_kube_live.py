@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kube.kmock_server import kmock_server
+from lightkube import ConfigError
 
 from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError
 from gpuchain.kube.errors import TooManyRequestsError
@@ -150,3 +151,14 @@ def test_fixture_discovery_lists_verbs_and_scope() -> None:
     for res, namespaced in [(core["nodes"], False), (core["pods"], True), (apps["daemonsets"], True)]:
         assert {"get", "list", "watch", "create", "patch", "delete"} <= set(res["verbs"]), res
         assert res["namespaced"] is namespaced, res
+
+
+def test_default_client_reads_kubeconfig_through_the_bounded_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # LiveCluster() with no config read $KUBECONFIG with lightkube's own unbounded reader: a
+    # 100 MB file was loaded whole and failed as a YAML ReaderError about a NUL byte.
+    big = tmp_path / "kubeconfig"
+    with big.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024)
+    monkeypatch.setenv("KUBECONFIG", str(big))
+    with pytest.raises(ConfigError, match=f"^{big}: is larger than 1024 KiB"):
+        LiveCluster()

@@ -143,7 +143,7 @@ class LiveCluster(Cluster):
 
     def __init__(self, config: KubeConfig | None = None, field_manager: str = "gpuchain") -> None:
         super().__init__()
-        self._config = config if config is not None else KubeConfig.from_env()
+        self._config = config if config is not None else _kubeconfig_from_env()
         self._field_manager = field_manager
         # lightkube's overloads cannot see through generic classes built at runtime; Any is honest here.
         self._client: Any = Client(self._config, field_manager=field_manager)
