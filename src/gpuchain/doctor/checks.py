@@ -610,28 +610,28 @@ def _toolkit_socket(ctx: Context, view: NodeView, line: str) -> Known:
     )
 
 
+def _known_not_ready(view: NodeView, link: str, what: str, state: PodState, known: Known) -> Result:
+    """The link broken by a failure the pod's log names: its cause, evidence and fix."""
+    finding = _finding(
+        view,
+        f"{link}.not-ready",
+        Severity.ERROR,
+        link,
+        known.cause,
+        [state.describe(), *known.evidence],
+        known.fix,
+        known.action,
+    )
+    return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
+
+
 def _not_ready(
     ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
 ) -> Result:
     """An operand pod failing: the known failure its log names with its fix, else its state and last error."""
     known = known_failure(ctx, view, operand, state, log)
     if known is not None:
-        return Result(
-            LinkState.BROKEN,
-            f"{what} {state.status}",
-            (
-                _finding(
-                    view,
-                    f"{link}.not-ready",
-                    Severity.ERROR,
-                    link,
-                    known.cause,
-                    [state.describe(), *known.evidence],
-                    known.fix,
-                    known.action,
-                ),
-            ),
-        )
+        return _known_not_ready(view, link, what, state, known)
     line = matching_line(log, r"error", r"fail", r"unable", r"not found", r"could not") if log else None
     return Result(
         LinkState.BROKEN,
@@ -1351,22 +1351,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
     if operand is DCGM_EXPORTER:
         known = _exporter_failure(ctx, view, pod, state, log)
         if known is not None:
-            return Result(
-                LinkState.BROKEN,
-                f"{what} {state.status}",
-                (
-                    _finding(
-                        view,
-                        f"{link}.not-ready",
-                        Severity.ERROR,
-                        link,
-                        known.cause,
-                        [state.describe(), *known.evidence],
-                        known.fix,
-                        known.action,
-                    ),
-                ),
-            )
+            return _known_not_ready(view, link, what, state, known)
     line = matching_line(log, r"libdcgm") if log else None
     if operand is DCGM_EXPORTER and line:
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
