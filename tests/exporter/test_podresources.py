@@ -179,3 +179,30 @@ def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(h100_
     finally:
         client.close()
         server.stop(None)
+
+
+def test_a_list_that_keeps_failing_is_one_warning_until_it_answers(
+    h100_sim: SimBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every failed List counts in the scrape, but a kubelet away for many cycles is one warning,
+    a line when it answers again, and a new warning if it fails again."""
+    answers: list[bool] = [False, False, False, True, False]
+
+    def lister() -> list[Assignment]:
+        if not answers.pop(0):
+            raise PodResourcesError("pod-resources List on /x failed (UNAVAILABLE: kubelet restarting)")
+        return []
+
+    collector = GpuMetricsCollector(h100_sim, load_collectors(), "node-1", pod_lister=lister)
+    caplog.set_level("INFO", logger="gpuchain.exporter.collector")
+    for _ in range(5):
+        assert collector.collect_once()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "pod_resources" in r.getMessage()]
+    warning = (
+        "WARNING",
+        "pod_resources: failed: pod-resources List on /x failed (UNAVAILABLE: kubelet restarting); "
+        "serving the last good value until it answers",
+    )
+    assert said == [warning, ("INFO", "pod_resources answers again"), warning]
+    text = render(collector.registry).decode()
+    assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 4.0' in text

@@ -143,6 +143,8 @@ class GpuMetricsCollector:
         self._mig_memory: dict[str, MigMemory] = {}
         self._assignments: list[Assignment] = []
         self._inflight: dict[str, _Pending[Any]] = {}
+        self._failing: dict[str, str] = {}
+        """Per call key, the failure last logged: a call that keeps failing the same way is logged once."""
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._events_loop: asyncio.AbstractEventLoop | None = None
@@ -200,25 +202,32 @@ class GpuMetricsCollector:
 
     def _await(self, key: str, operation: str, pending: _Pending[T], deadline: float) -> T | None:
         if not pending.done.wait(max(0.0, deadline - time.monotonic())):
-            self._error(operation)
-            log.warning("%s: no answer within %.1fs; serving the last good value", key, self.call_timeout)
+            self._failed(key, operation, f"no answer within {self.call_timeout:.1f}s")
             return None
         del self._inflight[key]
         if isinstance(pending.error, ReleasedError):  # let go for a reset: no reading, and no error
             self._saw_release = True
             return None
         if pending.error is not None:
-            self._error(operation)
-            log.warning("%s failed: %s; serving the last good value", key, pending.error)
+            self._failed(key, operation, f"failed: {pending.error}")
             return None
+        if self._failing.pop(key, None) is not None:
+            log.info("%s answers again", key)
         return pending.value
+
+    def _failed(self, key: str, operation: str, why: str) -> None:
+        """Count a failed call (every time: the scrape shows it) and log it when its cause is new, so
+        a kubelet away for an hour is one warning line, not one per collection cycle."""
+        self._error(operation)
+        if self._failing.get(key) != why:
+            self._failing[key] = why
+            log.warning("%s: %s; serving the last good value until it answers", key, why)
 
     def _start(self, key: str, operation: str, fn: Callable[[], T]) -> _Pending[T] | None:
         """Start a call on its own thread, unless the previous one is still hung (then count an error)."""
         pending = self._inflight.get(key)
         if pending is not None and not pending.done.is_set():
-            self._error(operation)
-            log.warning("%s: previous call still running; serving the last good value", key)
+            self._failed(key, operation, "previous call still running")
             return None
         fresh: _Pending[T] = _Pending(fn)
         self._inflight[key] = fresh
