@@ -14,6 +14,13 @@ GROUP = "gpuchain.io"
 VERSION = "v1"
 KIND = "ClusterPolicy"
 PLURAL = "clusterpolicies"
+#: kubectl's other names for gpuchain's ClusterPolicy. Not ``clusterpolicy``: NVIDIA's CRD
+#: (clusterpolicies.nvidia.com) has that singular, and where both CRDs are installed kubectl gives a
+#: name both share to the group first by name, gpuchain.io, so NVIDIA's documented
+#: ``kubectl patch clusterpolicy/cluster-policy`` changed gpuchain's policy. These names are
+#: gpuchain's alone. The plural, the CRD's identity, stays (docs/operator.md, "Names").
+SINGULAR = "gpuchainpolicy"
+SHORT_NAMES = ["gcpol"]
 
 
 def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +90,13 @@ def crd() -> dict[str, Any]:
         "spec": {
             "group": GROUP,
             "scope": "Cluster",
-            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": "clusterpolicy"},
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+            },
             "versions": [
                 {
                     "name": VERSION,
