@@ -1,10 +1,11 @@
-"""A real Kubernetes node for tests: containerd v2 + runc + the real kubelet, next to the test control plane.
+"""A real Kubernetes node for tests: containerd v2 + runc + the real kubelet, with the real scheduler.
 
 The binaries come from scripts/build-peers (kubelet v1.34.4 from tests/peers/go.mod, containerd
 v2.2 from tests/peers/containerd/go.mod, Debian's runc), and so do the node's two images (a static
 pause program and busybox-static as OCI archives, imported with ``ctr images import``: no
 registry is ever asked). ``real_node(workdir)`` starts the control plane (etcd, kube-apiserver,
-kube-controller-manager: peers/apiserver.py), then the node in namespaces of its own, and on exit
+kube-controller-manager: peers/apiserver.py) and kube-scheduler (v1.34.4), then the node in
+namespaces of its own, and on exit
 stops everything and checks that nothing is left (``leftovers``).
 
 Every setting below that is not a default is here for a reason found by running it; each says why:
@@ -518,7 +519,10 @@ def _mountinfo_keys() -> set[str]:
 @contextmanager
 def real_node(workdir: Path) -> Iterator[RealNode]:
     """The control plane and a Ready-to-use node (kubelet registered, images imported) under ``workdir``."""
-    bins = {name: peer_or_skip(name) for name in ("kubelet", "containerd", "ctr", "containerd-shim-runc-v2")}
+    bins = {
+        name: peer_or_skip(name)
+        for name in ("kubelet", "kube-scheduler", "containerd", "ctr", "containerd-shim-runc-v2")
+    }
     images = [peer_or_skip(name) for name in ("pause.oci.tar", "busybox.oci.tar")]
     for tool in ("runc", "nsenter", "unshare", "ip"):
         found = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
@@ -536,6 +540,16 @@ def real_node(workdir: Path) -> Iterator[RealNode]:
     mnt_ns: str | None = None
     with ExitStack() as outer:
         api = outer.enter_context(control_plane(workdir / "control-plane"))
+        # The real scheduler, for pods that name no node (the kubelet's extended resources and,
+        # for DRA, ResourceClaims are what it reads). On the machine's loopback like the control plane.
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        scheduler_log = (workdir / "logs" / "kube-scheduler.log").open("wb")
+        outer.callback(scheduler_log.close)
+        scheduler = subprocess.Popen(
+            [str(bins["kube-scheduler"]), f"--kubeconfig={api.kubeconfig}", "--leader-elect=false", "--secure-port=0", "--v=1"],
+            stdout=scheduler_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        outer.callback(stop_process, scheduler)
         # cgroup root in every hierarchy (removed last, after every process in it is gone)
         outer.callback(
             lambda: [_remove_cgroup_tree(h / cgroup_name, time.monotonic() + 20) for h in cgroup_hierarchies()]
@@ -630,6 +644,8 @@ def real_node(workdir: Path) -> Iterator[RealNode]:
             120,
         )
         wait_for("the kubelet's device-plugin registration socket", node.kubelet_sock_ready, 60)
+        if scheduler.poll() is not None:
+            _raise(scheduler, workdir / "logs" / "kube-scheduler.log")
         try:
             yield node
         finally:
