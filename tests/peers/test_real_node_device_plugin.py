@@ -68,12 +68,13 @@ class Plugin:
         else:
             argv = [GPUCHAIN, "device-plugin", *args]
         self.proc = self.node.spawn("device-plugin", argv)
-        wait_for(
-            "the plugin's registration",
-            lambda: registrations(self.node) > before or self._exited(),
-            60,
-        )
-        self.node.wait_allocatable(resource, count)
+        try:
+            wait_for("the plugin's registration", lambda: registrations(self.node) > before or self._exited(), 60)
+            self.node.wait_allocatable(resource, count)
+        except BaseException:
+            stop_process(self.proc)  # the next test's plugin must not meet this one on the socket
+            self.proc = None
+            raise
 
     def _exited(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
