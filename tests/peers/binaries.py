@@ -3,7 +3,8 @@
 Each Go module under tests/peers has its own cache directory, keyed by the hash of its go.mod + go.sum
 (+ ldflags for the Kubernetes module), computed here exactly as scripts/build-peers computes it, so a
 pinned version change is a new directory, never a stale binary: tests/peers/go.mod pins Kubernetes and
-etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package (with the peer's own main.go).
+etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package (with the peer's own main.go),
+tests/peers/containerd/go.mod containerd v2 (with the real node's pause program and image maker).
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
 """
@@ -19,7 +20,14 @@ import pytest
 PEERS = Path(__file__).resolve().parent
 
 
-MODULES = {"nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum", "nvidia/main.go")}
+_CONTAINERD = ("containerd/go.mod", "containerd/go.sum", "containerd/pause/main.go", "containerd/oci_image.py")
+MODULES = {
+    "nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum", "nvidia/main.go"),
+    **{
+        name: _CONTAINERD
+        for name in ("containerd", "ctr", "containerd-shim-runc-v2", "pause.oci.tar", "busybox.oci.tar")
+    },
+}
 """Peers built from a module other than tests/peers/go.mod, and the files their cache is keyed by."""
 
 
@@ -37,7 +45,7 @@ def peer_or_skip(name: str) -> Path:
     """The built binary ``name``, or skip naming why it is not there (fail in CI if merely unbuilt)."""
     root = cache_root(*([MODULES[name]] if name in MODULES else []))
     binary = root / "bin" / name
-    if binary.is_file() and os.access(binary, os.X_OK):
+    if binary.is_file() and (name.endswith(".tar") or os.access(binary, os.X_OK)):  # an image archive is no program
         return binary
     failed = root / "failed" / name
     if failed.is_file():
