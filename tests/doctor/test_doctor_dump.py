@@ -10,6 +10,7 @@ List objects whose items carry no apiVersion/kind, <ns>/<pod>/logs.txt with
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -207,3 +208,33 @@ def test_doctor_dump_then_from_dump_on_the_command_line(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
     assert data["rootCauses"] == ["gpu.lost"] and data["apiCalls"] == {}
+
+
+def test_a_dump_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO where kubectl writes a file (a list or a pod's logs) is refused at once: reading it
+    would block the doctor forever."""
+    write_dump(build(load_scenario("healthy")).cluster, tmp_path)
+    pods = tmp_path / "gpu-operator" / "pods.json"
+    pods.unlink()
+    os.mkfifo(pods)
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "FIFO" in result.output and str(pods) in result.output
+    pods.unlink()
+    log = next(tmp_path.glob("*/*/logs.txt"))
+    log.unlink()
+    os.mkfifo(log)
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 2 and "FIFO" in result.output and str(log) in result.output
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path: Path) -> None:
+    """Container logs keep whatever bytes a program wrote; the doctor reads them, replacing what
+    does not decode, instead of refusing the dump."""
+    write_dump(build(load_scenario("healthy")).cluster, tmp_path)
+    log = next(tmp_path.glob("*/*/logs.txt"))
+    text = log.read_bytes()
+    end = text.index(b"==== END")
+    log.write_bytes(text[:end] + b"binary \xff\xfe noise\n" + text[end:])
+    result = runner.invoke(app, ["doctor", "--from-dump", str(tmp_path)])
+    assert result.exit_code == 0, result.output

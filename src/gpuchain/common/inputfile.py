@@ -51,6 +51,15 @@ MAX_BYTES = 4 * 1024 * 1024
 
 def read_input_text(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
     """The text of ``path``; raises ConfigFileError (one line naming the file and the fix)."""
+    return decode_input(read_input_bytes(path, max_bytes), str(path), max_bytes)
+
+
+def read_input_bytes(path: str | Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` by the same rules as ``read_input_text`` save the text checks.
+
+    For inputs that are not strict UTF-8 text by nature (a container log in a cluster dump keeps
+    whatever bytes the program wrote), so they are still refused when they are a FIFO, a device or
+    too large, and never block or fill memory."""
     source = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -61,10 +70,9 @@ def read_input_text(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
         if not stat.S_ISREG(st.st_mode):
             kind = _kind(st.st_mode)
             raise ConfigFileError(source, None, "", f"is {kind}, not a regular file; give the path of a file")
-        data = _read(fd, max_bytes, source)
+        return _read(fd, max_bytes, source)
     finally:
         os.close(fd)
-    return decode_input(data, source, max_bytes)
 
 
 def decode_input(data: bytes, source: str, max_bytes: int = MAX_BYTES) -> str:

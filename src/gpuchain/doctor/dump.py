@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
 from gpuchain.doctor.snapshot import LogKey, Snapshot, list_if_served
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
@@ -59,8 +60,16 @@ class DumpError(ValueError):
     """A dump file the doctor cannot read; the message names the file and what is wrong."""
 
 
+#: The largest dump file read: a 10,000-node cluster's pods.json is a few hundred MiB; a path
+#: that is a FIFO, a device or far larger is a mistake to name, not a read that hangs or fills memory.
+DUMP_FILE_MAX_BYTES = 1024 * 1024 * 1024
+
+
 def _load(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = read_input_text(path, DUMP_FILE_MAX_BYTES)
+    except ConfigFileError as exc:
+        raise DumpError(str(exc)) from None
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
@@ -69,6 +78,15 @@ def _load(path: Path) -> Any:
             f"{path}: not valid {path.suffix.lstrip('.').upper()} ({where}: {str(exc).splitlines()[0]}); "
             "re-run kubectl cluster-info dump --all-namespaces --output-directory=DIR"
         ) from None
+
+
+def _log_text(path: Path) -> str:
+    """A pod's logs file: any bytes the containers wrote are kept (undecodable ones replaced)."""
+    try:
+        data = read_input_bytes(path, DUMP_FILE_MAX_BYTES)
+    except ConfigFileError as exc:
+        raise DumpError(str(exc)) from None
+    return data.decode("utf-8", errors="replace")
 
 
 def _items(path: Path, kind: Kind | None = None) -> list[Obj]:
@@ -89,9 +107,11 @@ def _items(path: Path, kind: Kind | None = None) -> list[Obj]:
 
 
 def _file(directory: Path, stem: str) -> Path | None:
+    """The dump's file for ``stem``; anything at that path counts, so a FIFO or a directory there
+    is named by the reader instead of being taken for an absent file."""
     for ext in (".json", ".yaml"):
         path = directory / f"{stem}{ext}"
-        if path.is_file():
+        if path.exists():
             return path
     return None
 
@@ -148,9 +168,9 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         if cm is not None:
             configmaps[ns_dir.name] = _items(cm, CONFIGMAP)
         for log_file in sorted(ns_dir.glob("*/logs.txt")):
-            logs.update(parse_logs(log_file.read_text(encoding="utf-8", errors="replace"), str(log_file)))
+            logs.update(parse_logs(_log_text(log_file), str(log_file)))
         for log_file in sorted(ns_dir.glob("*/previous-logs.txt")):
-            previous.update(parse_logs(log_file.read_text(encoding="utf-8", errors="replace"), str(log_file)))
+            previous.update(parse_logs(_log_text(log_file), str(log_file)))
     absent: set[str] = set()
     extras: dict[str, list[Obj]] = {}
     optional: tuple[tuple[str, Kind | None], ...] = (
