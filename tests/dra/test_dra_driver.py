@@ -100,9 +100,11 @@ def test_claim_prepared_and_unprepared_twice(
     assert spec["kind"] == "gpu.gpuchain.io/claim"
     uuids = f"{h100_sim.inventory().gpu(2).uuid},{h100_sim.inventory().gpu(3).uuid}"
     assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={uuids}"]
+    # The driver's /dev is under its root (not the node's /dev): the runtime finds each node there.
+    root = driver.config.dev_root
     assert [d["containerEdits"]["deviceNodes"] for d in spec["devices"]] == [
-        [{"path": "/dev/nvidia2"}],
-        [{"path": "/dev/nvidia3"}],
+        [{"path": "/dev/nvidia2", "hostPath": f"{root}/dev/nvidia2"}],
+        [{"path": "/dev/nvidia3", "hostPath": f"{root}/dev/nvidia3"}],
     ]
     assert driver.unprepare(ref) is True
     assert driver.unprepare(ref) is False
@@ -157,7 +159,7 @@ def test_mig_claim_gets_the_parent_device_node(
     prepared = driver.prepare(ref)
     spec = json.loads(cdi.spec_path(driver.config.cdi_dir, ref.uid).read_text())
     assert prepared.devices[0].device == name
-    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia4"}]
+    assert [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]] == ["/dev/nvidia4"]
     assert spec["containerEdits"]["env"][0].startswith("NVIDIA_VISIBLE_DEVICES=MIG-")
 
 
@@ -215,7 +217,10 @@ def test_cdi_spec_has_modeset_only_where_the_driver_created_it(
 ) -> None:
     driver = make_driver(h100_sim)
     driver.publish()
-    always = [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
+    root = driver.config.dev_root
+    always = [
+        {"path": p, "hostPath": f"{root}{p}"} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+    ]
     without = allocate("a", "h100-node", ["gpu-0"])
     driver.prepare(without)
     assert (
@@ -226,4 +231,7 @@ def test_cdi_spec_has_modeset_only_where_the_driver_created_it(
     with_modeset = allocate("b", "h100-node", ["gpu-1"])
     driver.prepare(with_modeset)
     spec = json.loads(cdi.spec_path(short_dir / "cdi", with_modeset.uid).read_text())
-    assert spec["containerEdits"]["deviceNodes"] == [*always, {"path": "/dev/nvidia-modeset"}]
+    assert spec["containerEdits"]["deviceNodes"] == [
+        *always,
+        {"path": "/dev/nvidia-modeset", "hostPath": f"{root}/dev/nvidia-modeset"},
+    ]

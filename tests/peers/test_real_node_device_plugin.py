@@ -4,8 +4,11 @@ Everything the kubelet double in src/gpuchain/kubelet/ stands in for, asked of t
 registration on its kubelet.sock, the Node's capacity and allocatable, a pod given a GPU through
 Allocate (the container prints what it got), the device manager's checkpoint, registration again
 after the kubelet restarts (it wipes the socket directory) and after the plugin restarts, a GPU an
-XID made unhealthy leaving allocatable and coming back, time-slicing's shared resource, and the
-real scheduler placing a GPU pod by the Node's allocatable (and refusing one that does not fit).
+XID made unhealthy leaving allocatable and coming back, time-slicing's shared resource, the
+real scheduler placing a GPU pod by the Node's allocatable (and refusing one that does not fit),
+each device list strategy (envvar, volume-mounts, and CDI by CRI field and by annotation, with
+containerd injecting what the plugin's CDI spec names into the container: stand-in device nodes,
+peers/stand_ins.py), and MIG's mixed strategy (a resource per profile, a pod given a MIG device).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuchain.deviceplugin.allocate import VOLUME_MOUNT_ROOT
 from peers.node import RealNode, busybox_pod, stop_process, wait_for
+from peers.stand_ins import DEV_ROOT, LIST_DEVICES, NVIDIA_MAJOR, devices_seen, gpu_stand_ins, make_stand_ins, minor_of
 
 GPU = "nvidia.com/gpu"
 PRESET = "h100-80gb-x8"
@@ -31,10 +36,10 @@ REGISTERED = "Got registration request from device plugin with resource"
 """The kubelet's log line for each Register call it receives (pkg/kubelet/cm/devicemanager)."""
 
 
-def announced(*args: str) -> dict[str, list[str]]:
+def announced(*args: str, preset: str = PRESET) -> dict[str, list[str]]:
     """What ``gpuchain device-plugin --list`` says these arguments serve: resource -> device ids."""
     out = subprocess.run(
-        [GPUCHAIN, "device-plugin", "--backend", "sim", "--preset", PRESET, *args, "--list", "-o", "json"],
+        [GPUCHAIN, "device-plugin", "--backend", "sim", "--preset", preset, *args, "--list", "-o", "json"],
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
     return {r["resource"]: r["ids"] for r in json.loads(out.stdout)}
@@ -51,8 +56,8 @@ class Plugin:
     injects into its simulated GPUs.
     """
 
-    def __init__(self, node: RealNode, *args: str, faults: bool = False) -> None:
-        self.node, self.args = node, args
+    def __init__(self, node: RealNode, *args: str, faults: bool = False, preset: str = PRESET) -> None:
+        self.node, self.args, self.preset = node, args, preset
         self.proc: subprocess.Popen | None = None
         self.fifo: Path | None = None
         if faults:
@@ -62,7 +67,7 @@ class Plugin:
     def start(self, resource: str = GPU, count: str = "8") -> None:
         """Start it and wait for its registration and ``count`` of ``resource`` allocatable on the Node."""
         before = registrations(self.node)
-        args = ["--backend", "sim", "--preset", PRESET, *self.args]
+        args = ["--backend", "sim", "--preset", self.preset, *self.args]
         if self.fifo is not None:
             argv = [sys.executable, FAULTY, str(self.fifo), *args]
         else:
@@ -109,9 +114,12 @@ def plugin(node: RealNode) -> Iterator[Plugin]:
     p.stop()
 
 
-def run_gpu_pod(node: RealNode, name: str, gpus: int = 1, resource: str = GPU) -> str:
-    """Run a pod asking for ``gpus`` of ``resource`` on the node; what its container printed."""
-    pod = busybox_pod(name, "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES", {resource: str(gpus)})
+def run_gpu_pod(node: RealNode, name: str, gpus: int = 1, resource: str = GPU, script: str = "") -> str:
+    """Run a pod asking for ``gpus`` of ``resource`` on the node; what its container printed
+    (``NVIDIA_VISIBLE_DEVICES``, then what ``script`` prints)."""
+    pod = busybox_pod(
+        name, f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {script or 'true'}", {resource: str(gpus)}
+    )
     pod["spec"]["nodeName"] = node.name
     node.create_pod("gpu", pod)
     try:
@@ -226,3 +234,83 @@ def test_the_real_scheduler_places_a_gpu_pod_by_the_nodes_allocatable(node: Real
     finally:
         node.delete_pod("gpu", "scheduled")
         node.delete_pod("gpu", "too-big")
+
+
+def strategy_config(tmp_path: Path, strategy: str, **flags: str) -> Path:
+    """A config file selecting ``deviceListStrategy`` (and further top-level ``flags``) with the
+    driver's /dev at the stand-ins' root (peers/stand_ins.py)."""
+    config = tmp_path / f"{strategy}.yaml"
+    config.write_text(
+        json.dumps({"flags": {**flags, "nvidiaDevRoot": DEV_ROOT, "plugin": {"deviceListStrategy": strategy}}})
+    )
+    return config
+
+
+PLUGIN_SPEC = "run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
+"""The plugin's spec in the node's /var/run/cdi, under ``node.root``: /var/run is a link to /run, and
+an absolute link read through /proc/PID/root leads to the machine's /run, not the node's."""
+
+CONTROL = {p: (NVIDIA_MAJOR, minor_of(p)) for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")}
+
+
+def test_volume_mounts_name_the_gpu_by_mounted_file(node: RealNode, tmp_path: Path) -> None:
+    plugin = Plugin(node, "--config", str(strategy_config(tmp_path, "volume-mounts")))
+    plugin.start()
+    try:
+        out = run_gpu_pod(node, "volume-mounts", script=f"ls {VOLUME_MOUNT_ROOT}; {LIST_DEVICES}")
+    finally:
+        plugin.stop()
+    assert visible(out) == [VOLUME_MOUNT_ROOT]
+    listed = [line for line in out.splitlines()[1:] if not line.startswith("DEVICE")]
+    assert len(listed) == 1 and listed[0] in announced()[GPU]
+    # The runtime's NVIDIA hook reads those names to inject the GPU; runc alone injects nothing.
+    assert devices_seen(out) == {}
+
+
+@pytest.mark.parametrize(("strategy", "gpus"), [("cdi-cri", 1), ("cdi-annotations", 2)])
+def test_containerd_injects_the_gpus_the_cdi_names_refer_to(
+    node: RealNode, tmp_path: Path, strategy: str, gpus: int
+) -> None:
+    gpu_stand_ins(node)
+    plugin = Plugin(node, "--config", str(strategy_config(tmp_path, strategy)))
+    plugin.start()
+    try:
+        # The spec the plugin wrote, in the directory containerd reads (enable_cdi, cdi_spec_dirs).
+        spec = json.loads((node.root / PLUGIN_SPEC).read_text())
+        assert spec["kind"] == "k8s.device-plugin.nvidia.com/gpu"
+        out = run_gpu_pod(node, strategy, gpus=gpus, script=LIST_DEVICES)
+    finally:
+        plugin.stop()
+    assert visible(out) == ["void"]  # the spec's: NVIDIA's runtime hook must add nothing more
+    seen = devices_seen(out)
+    gpu_nodes = {p: n for p, n in seen.items() if p not in CONTROL}
+    assert {p: n for p, n in seen.items() if p in CONTROL} == CONTROL
+    assert len(gpu_nodes) == gpus
+    assert all(n == (NVIDIA_MAJOR, int(p.removeprefix("/dev/nvidia"))) for p, n in gpu_nodes.items()), seen
+
+
+MIG_PRESET = "h100-80gb-x8-mig-mixed"
+
+
+def test_mig_mixed_announces_each_profile_and_a_pod_gets_its_mig_device(node: RealNode, tmp_path: Path) -> None:
+    config = strategy_config(tmp_path, "cdi-cri", migStrategy="mixed")
+    expected = announced("--config", str(config), preset=MIG_PRESET)
+    assert set(expected) == {GPU, "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}
+    plugin = Plugin(node, "--config", str(config), preset=MIG_PRESET)
+    plugin.start("nvidia.com/mig-1g.10gb", str(len(expected["nvidia.com/mig-1g.10gb"])))
+    try:
+        for resource, ids in expected.items():
+            node.wait_allocatable(resource, str(len(ids)))
+            assert (node.device_plugins / f"nvidia-{resource.split('/')[1]}.sock").is_socket()
+        spec = json.loads((node.root / PLUGIN_SPEC).read_text())
+        nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]}
+        make_stand_ins(node, [*nodes["all"], *CONTROL])
+        out = run_gpu_pod(node, "mig-slice", resource="nvidia.com/mig-2g.20gb", script=LIST_DEVICES)
+    finally:
+        plugin.stop()
+    seen = devices_seen(out)
+    (mig,) = [name for name in nodes if name != "all" and set(nodes[name]) <= set(seen)]
+    assert mig in expected["nvidia.com/mig-2g.20gb"]
+    # Its parent GPU's node and its GPU-instance and compute-instance capability devices, nothing else.
+    assert set(seen) == {*nodes[mig], *CONTROL}
+    assert len(nodes[mig]) == 3 and nodes[mig][0].startswith("/dev/nvidia")

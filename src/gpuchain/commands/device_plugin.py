@@ -40,12 +40,14 @@ from gpuchain.commands._output import (
 )
 from gpuchain.common.supervise import spawn
 from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
 from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 
 if TYPE_CHECKING:
@@ -63,13 +65,14 @@ async def serve(
     watch: NodeLabelWatch | None = None,
     resource_version: str | None = None,
     release_dir: str = "",
+    cdi_dir: Path | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
     of the Node's config label (when the config comes from a directory); a bad or missing config
     keeps the running one. With ``watch`` the plugin also withholds the GPUs the Node's repair loop
     quarantines, followed through that same watch, from before the kubelet first sees a device.
     With ``release_dir`` the plugin lets go of NVML while gpu-health resets a GPU on the node."""
-    plugin = DevicePlugin(backend, config, socket_dir)
+    plugin = DevicePlugin(backend, config, socket_dir, cdi_dir=cdi_dir)
     if watch is not None:
         plugin.on_degraded = lambda reason: asyncio.to_thread(
             watch.report, ResourceMappingError(reason), "serving what still fits"
@@ -221,6 +224,13 @@ def device_plugin(
         help="Apply the config's resources, sharing rename and devices. NVIDIA's plugin ignores them "
         "(with a warning), and so does gpuchain without this option; give it to feature discovery too.",
     ),
+    cdi_dir: Path = typer.Option(
+        DEFAULT_CDI_DIR,
+        "--cdi-dir",
+        envvar="CDI_DIR",
+        help="Where the plugin writes the CDI spec its names refer to under deviceListStrategy cdi-annotations "
+        "or cdi-cri (a directory the container runtime reads specs from).",
+    ),
     list_only: bool = typer.Option(
         False, "--list", help="Print the resources this config announces on this node and exit (serves nothing)."
     ),
@@ -263,6 +273,10 @@ def device_plugin(
         fail(str(exc))
     for problem in cfg.plugin_problems():
         fail(f"{source.path(label) or 'config'}: {problem}")
+    if not list_only and cdi_dir == DEFAULT_CDI_DIR and set(cfg.flags.plugin.device_list_strategy) & CDI_STRATEGIES:
+        refuse_implicit_sim(
+            choice, f"the container runtime's CDI directory ({DEFAULT_CDI_DIR})", "pass --cdi-dir DIR or --list"
+        )
     try:
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
@@ -283,7 +297,7 @@ def device_plugin(
         emit(rows, output, lambda: _table(resources, choice))
         return
     try:
-        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv, release_dir))
+        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv, release_dir, cdi_dir))
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:

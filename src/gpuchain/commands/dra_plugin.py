@@ -40,11 +40,11 @@ from gpuchain.commands._output import (
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import Critical, spawn
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
-from gpuchain.dra.cdi import DEFAULT_CDI_DIR
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
 from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraPluginServer
 from gpuchain.dra.slices import SliceError
+from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import policy_from_env

@@ -9,7 +9,8 @@ NVIDIA's, so the container runtime (nvidia-container-toolkit) reads the answer t
   ``/dev/null`` mount per id under that directory (the runtime reads the mount names, which an
   unprivileged pod cannot forge through its own environment).
 - ``cdi-annotations``: CDI device names, comma-joined, in an annotation under ``cdiAnnotationPrefix``.
-- ``cdi-cri``: the same names in the CRI ``cdi_devices`` field.
+- ``cdi-cri``: the same names in the CRI ``cdi_devices`` field. The runtime resolves them
+  through the spec the plugin writes for them (``deviceplugin.cdi``).
 - ``passDeviceSpecs``: the control devices (``gpu.devnodes``) and ``/dev/nvidiaN`` (plus MIG
   capability devices).
 """
@@ -23,11 +24,14 @@ from pathlib import PurePosixPath
 
 from gpuchain.deviceplugin.config import DeviceIdStrategy, DeviceListStrategy, PluginFlags
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
+from gpuchain.gpu.cdi import qualified_name
 from gpuchain.gpu.devnodes import control_device_nodes
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
+"""NVIDIA's plugin's CDI vendor and class: the kind of the spec ``deviceplugin.cdi`` writes."""
+CDI_STRATEGIES = frozenset({DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI})
 MIG_CAPS_PER_GI = 9
 """nvidia-caps minors per GPU instance: one for the GI, eight for its compute instances."""
 MIG_CAPS_PER_GPU = 15 * MIG_CAPS_PER_GI
@@ -115,8 +119,8 @@ def allocate_container(
     if DeviceListStrategy.VOLUME_MOUNTS in strategies:
         envs[VISIBLE_DEVICES] = VOLUME_MOUNT_ROOT
         mounts = [MountSpec(f"{VOLUME_MOUNT_ROOT}/{v}", "/dev/null") for v in visible]
-    if strategies & {DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI}:
-        cdi = tuple(f"{CDI_KIND}={v}" for v in visible)
+    if strategies & CDI_STRATEGIES:
+        cdi = tuple(qualified_name(CDI_KIND, v) for v in visible)
         if DeviceListStrategy.CDI_ANNOTATIONS in strategies:
             annotations[cdi_annotation_key(flags.cdi_annotation_prefix, resource, visible)] = ",".join(cdi)
         if DeviceListStrategy.CDI_CRI not in strategies:
@@ -131,17 +135,27 @@ def cdi_annotation_key(prefix: str, resource: Resource, visible: Sequence[str]) 
     return f"{prefix}nvidia-device-plugin_{request}"
 
 
+def gpu_device_node(device: AnnouncedDevice) -> str:
+    """The ``/dev/nvidiaN`` of the GPU ``device`` is (on)."""
+    return f"/dev/nvidia{device.minor_number}"
+
+
+def mig_capability_nodes(device: AnnouncedDevice) -> list[str]:
+    """A MIG device's GPU-instance and compute-instance capability devices (none for a whole GPU)."""
+    if device.mig_gi_id is None or device.mig_ci_id is None:
+        return []
+    gi = MIG_CAPS_FIRST + device.gpu_index * MIG_CAPS_PER_GPU + device.mig_gi_id * MIG_CAPS_PER_GI
+    return [f"/dev/nvidia-caps/nvidia-cap{gi}", f"/dev/nvidia-caps/nvidia-cap{gi + 1 + device.mig_ci_id}"]
+
+
 def device_specs(devices: Sequence[AnnouncedDevice], dev_root: str = "/") -> tuple[DeviceNode, ...]:
     """Control devices, then each GPU's ``/dev/nvidiaN``, then MIG capability devices, without repeats.
 
     ``/dev/nvidia-modeset`` is among the control devices only when it exists under ``dev_root``.
     """
     paths = control_device_nodes(dev_root)
+    paths += [gpu_device_node(d) for d in devices]
     for d in devices:
-        paths.append(f"/dev/nvidia{d.minor_number}")
-    for d in devices:
-        if d.mig_gi_id is not None and d.mig_ci_id is not None:
-            gi = MIG_CAPS_FIRST + d.gpu_index * MIG_CAPS_PER_GPU + d.mig_gi_id * MIG_CAPS_PER_GI
-            paths += [f"/dev/nvidia-caps/nvidia-cap{gi}", f"/dev/nvidia-caps/nvidia-cap{gi + 1 + d.mig_ci_id}"]
+        paths += mig_capability_nodes(d)
     root = PurePosixPath(dev_root)
     return tuple(DeviceNode(p, str(root / p.lstrip("/"))) for p in dict.fromkeys(paths))

@@ -232,6 +232,11 @@ class Flags(_Model):
     plugin: PluginFlags = PluginFlags()
     gfd: GfdFlags = GfdFlags()
 
+    @property
+    def dev_root(self) -> str:
+        """Where the driver's ``/dev`` is on the node: ``nvidiaDevRoot``, else ``nvidiaDriverRoot``."""
+        return self.nvidia_dev_root or self.nvidia_driver_root
+
 
 class ResourcePattern(_Model):
     """``resources.gpus[]`` / ``resources.mig[]``: devices whose product (or MIG profile) matches

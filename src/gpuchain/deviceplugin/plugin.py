@@ -4,6 +4,8 @@
 
 - maps the inventory to resources and serves each on ``<socket dir>/nvidia-<name>.sock``;
 - registers each endpoint with ``<socket dir>/kubelet.sock`` (API version v1beta1);
+- in CDI mode keeps the CDI spec of what it serves in the CDI directory (``deviceplugin.cdi``),
+  rewritten with every re-serve;
 - watches the socket directory (inotify): when the kubelet restarts it wipes the directory and
   creates a new ``kubelet.sock``; the plugin then re-serves and re-registers at once;
 - consumes the backend's health events and pushes a new device list on every change, and
@@ -34,11 +36,16 @@ from typing import Any
 import grpc
 
 from gpuchain.common.dirwatch import DirectoryChanges
+from gpuchain.common.files import remove
 from gpuchain.common.supervise import spawn
+from gpuchain.deviceplugin import cdi
+from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
 from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.cdi import write as write_spec
+from gpuchain.gpu.devnodes import control_device_nodes
 from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
@@ -138,13 +145,17 @@ class DevicePlugin:
         clock: Callable[[], float] = time.monotonic,
         pre_start_required: bool = False,
         extra_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]] = (),
+        cdi_dir: Path | None = None,
     ) -> None:
-        """``extra_handlers`` are served on every endpoint's socket too (the benchmark's bare baseline)."""
+        """``extra_handlers`` are served on every endpoint's socket too (the benchmark's bare baseline).
+        With ``cdi_dir`` the plugin keeps its CDI spec there while a CDI device list strategy is on
+        (``deviceplugin.cdi``); without, it writes none (the kubelet double's runtime needs none)."""
         self.backend = backend
         self._inventory = SeenInventory(backend)
         """What the GPUs are: while NVML is let go for a GPU reset on the node, the last answer (a
         kubelet restart or a reload then re-serves the same devices instead of failing)."""
         self.extra_handlers = tuple(extra_handlers)
+        self.cdi_dir = cdi_dir
         self.config = config or Config()
         self.socket_dir = Path(socket_dir)
         self.watch_interval = watch_interval
@@ -264,6 +275,7 @@ class DevicePlugin:
                 await server.stop(0)
             raise
         self.inventory, self.resources, self.servers = inventory, resources, servers
+        self._keep_cdi_spec()
         self._served = frozenset(d.gpu_uuid for r in resources for d in r.devices)
         self._registered_with = None
         self._unserved = False
@@ -276,6 +288,20 @@ class DevicePlugin:
                 log.error("the config no longer fits this node (%s); serving what still fits: %s", degraded, served)
                 if self.on_degraded is not None:
                     await self.on_degraded(degraded)
+
+    def _keep_cdi_spec(self) -> None:
+        """Write the CDI spec for what is served now, or remove one a CDI config left behind."""
+        if self.cdi_dir is None:
+            return
+        flags = self.config.flags
+        path = cdi.spec_path(self.cdi_dir)
+        if set(flags.plugin.device_list_strategy) & CDI_STRATEGIES:
+            spec = cdi.plugin_spec(
+                self.resources, flags.plugin.device_id_strategy, control_device_nodes(flags.dev_root), flags.dev_root
+            )
+            write_spec(path, spec)
+        elif remove(path):
+            log.info("removed the CDI spec %s: no CDI device list strategy any more", path)
 
     async def _unserve(self) -> None:
         for server in self.servers.values():

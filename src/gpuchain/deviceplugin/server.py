@@ -174,7 +174,7 @@ class ResourceServicer:
                 )
             try:
                 alloc = allocate_container(
-                    self.resource, list(req.devices_ids), self.config.flags.plugin, self._dev_root()
+                    self.resource, list(req.devices_ids), self.config.flags.plugin, self.config.flags.dev_root
                 )
             except AllocationError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -204,9 +204,6 @@ class ResourceServicer:
                 if why is not None:
                     out.append((device_id, why))
         return out
-
-    def _dev_root(self) -> str:
-        return self.config.flags.nvidia_dev_root or self.config.flags.nvidia_driver_root
 
 
 def device_plugin_handler(servicer: ResourceServicer) -> grpc.GenericRpcHandler[Any, Any]:

@@ -8,24 +8,23 @@ the claim's file removes exactly what Prepare added.
 Each CDI device carries its GPU's device node (a MIG device its parent's); the spec-wide edits
 add the driver's control nodes (``gpu.devnodes``: ``/dev/nvidia-modeset`` only where present)
 and ``NVIDIA_VISIBLE_DEVICES`` with the claim's GPU or MIG UUIDs, which the NVIDIA container
-runtime hook reads to mount the driver libraries.
+runtime hook reads to mount the driver libraries. The spec's shape and its atomic write are
+``gpu.cdi``'s, shared with the device plugin's spec.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuchain.common.files import atomic_write, remove
+from gpuchain.common.files import remove
 from gpuchain.dra.kinds import DRIVER
+from gpuchain.gpu import cdi
 from gpuchain.gpu.devnodes import control_device_nodes
 
-CDI_VERSION = "0.6.0"
 CDI_KIND = f"{DRIVER}/claim"
-DEFAULT_CDI_DIR = Path("/var/run/cdi")
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def cdi_device_name(claim_uid: str, device: str) -> str:
 
 def cdi_id(claim_uid: str, device: str) -> str:
     """The fully qualified CDI device id the kubelet passes to the runtime."""
-    return f"{CDI_KIND}={cdi_device_name(claim_uid, device)}"
+    return cdi.qualified_name(CDI_KIND, cdi_device_name(claim_uid, device))
 
 
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
@@ -52,34 +51,29 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
     return cdi_dir / f"{DRIVER}-claim_{claim_uid}.json"
 
 
-def claim_spec(claim_uid: str, devices: list[CdiDevice], control_nodes: Sequence[str]) -> dict[str, Any]:
+def claim_spec(
+    claim_uid: str, devices: list[CdiDevice], control_nodes: Sequence[str], dev_root: str | Path = "/"
+) -> dict[str, Any]:
     """The CDI spec for one claim (pure); ``control_nodes`` from ``gpu.devnodes.control_device_nodes``."""
     uuids = ",".join(d.uuid for d in devices)
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "devices": [
-            {
-                "name": cdi_device_name(claim_uid, d.name),
-                "containerEdits": {"deviceNodes": [{"path": d.device_node}]},
-            }
-            for d in devices
-        ],
-        "containerEdits": {
-            "env": [f"NVIDIA_VISIBLE_DEVICES={uuids}"],
-            "deviceNodes": [{"path": p} for p in control_nodes],
-        },
-    }
+    return cdi.spec(
+        CDI_KIND,
+        {cdi_device_name(claim_uid, d.name): [d.device_node] for d in devices},
+        control_nodes,
+        env=[f"NVIDIA_VISIBLE_DEVICES={uuids}"],
+        dev_root=dev_root,
+    )
 
 
 def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice], dev_root: Path = Path("/")) -> list[str]:
     """Write the claim's spec atomically (rewriting it is harmless) and return its CDI ids.
 
     The control devices are looked up under ``dev_root`` now, so a spec names ``/dev/nvidia-modeset``
-    only on a node whose driver created it.
+    only on a node whose driver created it; with a ``dev_root`` other than ``/`` every device node
+    is found there (``hostPath``), as ``nvidia-ctk cdi generate --dev-root`` writes it.
     """
-    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root))
-    atomic_write(spec_path(cdi_dir, claim_uid), json.dumps(spec, indent=2) + "\n")
+    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root), dev_root)
+    cdi.write(spec_path(cdi_dir, claim_uid), spec)
     return [cdi_id(claim_uid, d.name) for d in devices]
 
 

@@ -34,6 +34,7 @@ from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import HealthEvent, Inventory
@@ -73,7 +74,7 @@ class DriverConfig:
     """
 
     node: str
-    cdi_dir: Path = cdi.DEFAULT_CDI_DIR
+    cdi_dir: Path = DEFAULT_CDI_DIR
     state_dir: Path = DEFAULT_STATE_DIR
     policy: HealthPolicy = field(default_factory=HealthPolicy)
     recovery_quiet_seconds: float = DEFAULT_QUIET_SECONDS
