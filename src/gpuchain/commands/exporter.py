@@ -22,6 +22,7 @@ from gpuchain.commands._output import LogFormat, configure_logging, fail, log_fo
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
+from gpuchain.exporter.expected import gfd_gpu_count
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
 from gpuchain.gpu.nvmlrelease import FollowerThread
@@ -47,6 +48,12 @@ def exporter(
     ),
     hostname: str | None = typer.Option(
         None, "--hostname", help="Value of the Hostname label (default $NODE_NAME, else this host's name)."
+    ),
+    per_process: bool = typer.Option(
+        False,
+        "--per-process",
+        help="Per-pod memory and SM share on shared GPUs from the GPUs' processes (needs hostPID to read "
+        "/proc/<pid>/cgroup), as dcgm-exporter's --kubernetes-virtual-gpus.",
     ),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
@@ -75,6 +82,8 @@ def exporter(
         pod_lister=pods.list if pods else None,
         interval=interval,
         call_timeout=call_timeout,
+        processes=per_process,
+        expected_gpus=gfd_gpu_count,
     )
     try:
         server = MetricsServer(collector, address, port)
