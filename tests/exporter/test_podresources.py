@@ -225,8 +225,8 @@ def test_dra_claims_in_the_list_answer_reach_their_gpu_and_mig_device(mig_sim: S
     pod = response.pod_resources.add(name="trainer", namespace="ml")
     container = pod.containers.add(name="main")
     claim = container.dynamic_resources.add(claim_name="gpus", claim_namespace="ml")
-    claim.claim_resources.add(driver_name="gpu.gpuchain.io", pool_name="n", device_name=gpu_device_name(whole))
-    claim.claim_resources.add(driver_name="gpu.nvidia.com", pool_name="n", device_name=mig_device_name(mig))
+    claim.claim_resources.add(driver_name="gpu.nvidia.com", pool_name="n", device_name=gpu_device_name(whole))
+    claim.claim_resources.add(driver_name="gpu.gpuchain.io", pool_name="n", device_name=mig_device_name(mig))
     claim.claim_resources.add(driver_name="rdma.example.com", pool_name="n", device_name="gpu-7")
     ref = PodRef("ml", "trainer", "main")
     assert attribute(assignments(response), inv) == {whole.uuid: (ref,), mig.uuid: (ref,)}

@@ -4,8 +4,10 @@ The kubelet answers ``List`` with the device ids the device plugin handed out. T
 every form the plugin can produce: GPU UUIDs, MIG UUIDs, indexes (``3``, ``3:1`` for MIG device
 1 on GPU 3) and time-slicing replicas (``<id>::<n>``). Devices a DRA driver prepared for a
 container's claims come in the same answer (``dynamic_resources``), named as the driver publishes
-them in its ResourceSlice (``gpu-3``, ``gpu-3-mig-1g10gb-9-0``; gpuchain's driver and NVIDIA's use
-these names). ``attribute`` reduces them all to the exporter's entities (a whole GPU or a MIG
+them in its ResourceSlice: gpuchain's ``gpu-3`` and ``gpu-3-mig-1g10gb-9-0``. NVIDIA's driver names
+a whole GPU ``gpu-<minor>`` too (the index on every node we know of), but its MIG device names
+have changed across its releases (``gpu-<minor>-mig-<profile id>-<start>-<size>``, later with the
+profile name): those are not mapped, and are left out like an id that names nothing. ``attribute`` reduces them all to the exporter's entities (a whole GPU or a MIG
 device, by UUID), so series carry the pod that uses the device however it was handed out.
 """
 
