@@ -12,7 +12,7 @@ from gpuchain.exporter.counters import load_collectors
 from gpuchain.exporter.expected import gfd_gpu_count
 from gpuchain.exporter.exposition import render
 from gpuchain.exporter.podresources import Assignment, PodRef
-from gpuchain.exporter.usage import PodIdentity
+from gpuchain.exporter.usage import PodIdentity, pod_directory
 from gpuchain.gpu.sim import SimBackend
 
 COUNTERS = load_collectors()
@@ -153,3 +153,21 @@ def test_the_expected_count_reads_gfd_feature_file(tmp_path: Path) -> None:
     assert gfd_gpu_count(features) is None
     features.write_text("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\nnvidia.com/gpu.count=8\n")
     assert gfd_gpu_count(features) == (8, "gfd")
+
+
+def test_the_pod_directory_reads_uids_and_container_ids_from_pod_objects() -> None:
+    """Pod objects as the API server returns them (containerID as the kubelet writes it)."""
+    pods = [
+        {
+            "metadata": {"name": "train-a", "namespace": "ml", "uid": _uid(1)},
+            "status": {
+                "initContainerStatuses": [{"name": "fetch", "containerID": f"containerd://{_cid(9)}"}],
+                "containerStatuses": [
+                    {"name": "main", "containerID": f"cri-o://{_cid(1)}"},
+                    {"name": "waiting"},
+                ],
+            },
+        },
+        {"metadata": {"name": "no-uid", "namespace": "ml"}},
+    ]
+    assert pod_directory(pods) == {_uid(1): PodIdentity("ml", "train-a", {_cid(9): "fetch", _cid(1): "main"})}

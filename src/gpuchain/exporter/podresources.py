@@ -7,8 +7,9 @@ container's claims come in the same answer (``dynamic_resources``), named as the
 them in its ResourceSlice: gpuchain's ``gpu-3`` and ``gpu-3-mig-1g10gb-9-0``. NVIDIA's driver names
 a whole GPU ``gpu-<minor>`` too (the index on every node we know of), but its MIG device names
 have changed across its releases (``gpu-<minor>-mig-<profile id>-<start>-<size>``, later with the
-profile name): those are not mapped, and are left out like an id that names nothing. ``attribute`` reduces them all to the exporter's entities (a whole GPU or a MIG
-device, by UUID), so series carry the pod that uses the device however it was handed out.
+profile name): those are not mapped, and are left out like an id that names nothing.
+``attribute`` reduces them all to the exporter's entities (a whole GPU or a MIG device, by UUID),
+so series carry the pod that uses the device however it was handed out.
 """
 
 from __future__ import annotations

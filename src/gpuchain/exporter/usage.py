@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuchain.exporter.cgroups import ContainerCgroup
 from gpuchain.exporter.podresources import PodRef
@@ -50,6 +51,27 @@ class DeviceUsage:
     pods: Mapping[PodRef, PodUsage]
     unattributed_processes: int = 0
     unattributed_memory_mib: int = 0
+
+
+def pod_directory(pods: Iterable[Mapping[str, Any]]) -> dict[str, PodIdentity]:
+    """Pod UID -> identity from Pod objects (the API server's, listed for this node): container IDs
+    from ``status.containerStatuses[].containerID`` (``containerd://<id>``, ``cri-o://<id>``), init
+    and ephemeral containers included, as any of them can run on a GPU."""
+    out: dict[str, PodIdentity] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            continue
+        status = pod.get("status") or {}
+        containers: dict[str, str] = {}
+        for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+            for c in status.get(key) or []:
+                _, sep, cid = str(c.get("containerID") or "").partition("://")
+                if sep and cid:
+                    containers[cid] = c.get("name", "")
+        out[uid] = PodIdentity(meta.get("namespace", ""), meta.get("name", ""), containers)
+    return out
 
 
 def attribute_processes(
