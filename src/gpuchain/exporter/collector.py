@@ -388,7 +388,7 @@ class GpuMetricsCollector:
         if not self._let_go:
             log.info("NVML is let go for a GPU reset on this node: GPU samples left out until it is back")
         self._let_go = True
-        self._telemetry, self._mig_memory = {}, {}
+        self._telemetry, self._mig_memory, self._processes = {}, {}, {}
         self._view = _View(collected_at=time.time())
         self.released.set(1)
         self._changes += 1
