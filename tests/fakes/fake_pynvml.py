@@ -611,7 +611,7 @@ class FakeNvml(types.ModuleType):
         return [
             types.SimpleNamespace(
                 pid=p.pid,
-                usedGpuMemory=(p.used_memory_mib or 0) * MIB,
+                usedGpuMemory=None if p.used_memory_mib is None else p.used_memory_mib * MIB,
                 gpuInstanceId=0xFFFFFFFF,
                 computeInstanceId=0xFFFFFFFF,
             )

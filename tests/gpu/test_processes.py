@@ -49,3 +49,10 @@ def test_processes_cannot_use_more_than_the_gpu() -> None:
         sim.run_process(0, 2, memory_mib=20_000)
     with pytest.raises(ValueError, match="past 100%"):
         sim.run_process(0, 3, memory_mib=10, sm_percent=20)
+
+
+def test_memory_the_driver_withholds_is_none_not_a_number() -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    uuid = sim.inventory().gpus[0].uuid
+    sim.run_process(0, 5, memory_mib=None, sm_percent=10)
+    assert nvml_over(sim).processes(uuid) == (GpuProcess(5, uuid, None, 10),)

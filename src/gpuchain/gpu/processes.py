@@ -24,9 +24,6 @@ from typing import Any
 from gpuchain.gpu.errors import NotFoundError, NotSupportedError
 
 MIB = 1024 * 1024
-NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
-"""NVML_VALUE_NOT_AVAILABLE in ``usedGpuMemory``: the driver withholds the figure (seen on
-Windows WDDM and for processes outside the caller's PID namespace)."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +79,11 @@ def _on_device(
         pid = int(info.pid)
         if pid in seen:
             continue
-        used = int(info.usedGpuMemory)
+        # None: the driver withholds the figure (NVML_VALUE_NOT_AVAILABLE, which nvidia-ml-py turns into None).
+        used = info.usedGpuMemory
         share = None if shares is None else shares.get(pid)
-        seen[pid] = GpuProcess(pid, uuid, None if used == NOT_AVAILABLE else used // MIB, share, is_mps)
+        memory = None if used is None else int(used) // MIB
+        seen[pid] = GpuProcess(pid, uuid, memory, share, is_mps)
     return list(seen.values())
 
 

@@ -230,11 +230,12 @@ class SimBackend(GpuBackend):
             return tuple(sorted(state.processes.values(), key=lambda p: p.pid))
 
     def run_process(
-        self, device: int | str, pid: int, memory_mib: int, sm_percent: int = 0, mps: bool = False
+        self, device: int | str, pid: int, memory_mib: int | None, sm_percent: int = 0, mps: bool = False
     ) -> GpuProcess:
         """Start a simulated process on a GPU (index or UUID) or MIG device (UUID) holding
         ``memory_mib`` of framebuffer and ``sm_percent`` of the SMs (no SM figure on a MIG device,
-        as NVML gives none). The device's own memory and utilisation readings then include it.
+        as NVML gives none; ``memory_mib=None``: the driver withholds the figure). The device's own
+        memory and utilisation readings then include it.
         Refused (ValueError) when the processes on the device would use more memory than it has
         or more than 100% of its SMs."""
         with self._lock:
@@ -242,7 +243,9 @@ class SimBackend(GpuBackend):
             uuid = mig.uuid if mig is not None else state.spec.uuid
             capacity = mig.memory_mib if mig is not None else state.spec.model.memory_mib
             on_device = [p for p in state.processes.values() if p.device_uuid == uuid and p.pid != pid]
-            if memory_mib < 0 or sum(p.used_memory_mib or 0 for p in on_device) + memory_mib > capacity:
+            if memory_mib is not None and (
+                memory_mib < 0 or sum(p.used_memory_mib or 0 for p in on_device) + memory_mib > capacity
+            ):
                 raise ValueError(f"process {pid}: {memory_mib} MiB does not fit in {uuid}'s {capacity} MiB")
             if not 0 <= sm_percent <= 100 - sum(p.sm_percent or 0 for p in on_device):
                 raise ValueError(f"process {pid}: {sm_percent}% SM would take {uuid} past 100%")
