@@ -93,6 +93,10 @@ TOUR_OUTPUT: dict[str, tuple[int, list[str]]] = {
         ["# simulated GPUs", "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count=8"],
     ),
     "gpuchain remediator --scenario xid79": (0, ["evict", "ml/train-0", "XID 79", "taint"]),
+    "gpuchain top --scenario time-sliced": (
+        0,
+        ["gpu-0: 8 GPUs answering of 8 expected", "ml/train/main", "40,000", "research/notebook/main", "(no pod)"],
+    ),
     "gpuchain operator render": (0, ["kind: DaemonSet", "name: nvidia-device-plugin-daemonset"]),
 }
 

@@ -79,6 +79,10 @@ COMMANDS: dict[str, Entry] = {
         "Capacity planning: whole GPU vs MIG vs time-slicing for one model (and `plan fleet`, `plan stack`).",
     ),
     "sim": Entry("gpuchain.commands.sim", "Simulated clusters built from scenario YAML (no GPU, no cluster needed)."),
+    "top": Entry(
+        "gpuchain.commands.top",
+        "Per node: the GPUs, the pods on each and their own memory and SM share, what no pod owns.",
+    ),
     "validate": Entry(
         "gpuchain.commands.validate",
         "Validate one link of the GPU chain and write its ready file (the operator's init containers).",

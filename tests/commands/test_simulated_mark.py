@@ -29,6 +29,8 @@ runner = CliRunner()
         (["mig", "apply", "-c", "all-1g.10gb", "--dry-run"], "GPUs after apply (planned; nothing was changed) (simulated)"),
         (["mig", "assert", "-c", "all-disabled"], "node has MIG layout 'all-disabled' (simulated)"),
         (["remediator", "--scenario", "xid79"], "scenario xid79 (simulated): breaker closed"),
+        (["top"], "8 GPUs answering of 8 expected (seen) (simulated)"),
+        (["top", "--scenario", "time-sliced"], "gpu-0: 8 GPUs answering of 8 expected (seen) (simulated)"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )
@@ -54,6 +56,7 @@ def test_validate_marks_its_message_and_ready_file(tmp_path: Path) -> None:
         ["mig", "apply", "-c", "all-1g.10gb", "--dry-run"],
         ["mig", "assert", "-c", "all-disabled"],
         ["remediator", "--scenario", "xid79"],
+        ["top"],
     ],
     ids=" ".join,
 )
@@ -75,6 +78,7 @@ def test_nvml_missing_is_exit_2_in_every_command_that_needs_it(tmp_path: Path) -
         ["device-plugin", "--backend", "nvml", "--socket-dir", str(tmp_path)],
         ["gfd", "--backend", "nvml", "--oneshot", "--output-file", "-"],
         ["exporter", "--backend", "nvml", "--port", "0"],
+        ["top", "--backend", "nvml"],
         ["mig", "apply", "-c", "all-disabled", "--backend", "nvml"],
     ):
         result = runner.invoke(app, args)

@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -17,7 +19,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_exporter_process_serves_and_stops_on_sigterm() -> None:
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], ['gpuchain_gpu_up{gpu="1",', "gpuchain_gpus_expected{"]),
+        (["--per-process"], ['gpuchain_gpu_unattributed_processes{gpu="1",']),
+    ],
+    ids=["default", "per-process"],
+)
+def test_exporter_process_serves_and_stops_on_sigterm(extra: list[str], expected: list[str]) -> None:
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -35,6 +45,7 @@ def test_exporter_process_serves_and_stops_on_sigterm() -> None:
             "l4-node",
             "--collect-interval",
             "0.2",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -53,6 +64,7 @@ def test_exporter_process_serves_and_stops_on_sigterm() -> None:
             time.sleep(0.1)
         assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1",' in body
         assert 'Hostname="l4-node"' in body
+        assert all(line in body for line in expected), body
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:

@@ -70,3 +70,19 @@ def test_a_release_in_the_middle_of_a_cycle_serves_nothing_old_and_counts_no_err
     assert _value(text, "gpuchain_exporter_scrape_errors_total", operation="telemetry") == 0.0
     assert _value(text, "gpuchain_exporter_nvml_released") == 1.0
     assert view.reads_while_released >= 1
+
+
+def test_a_release_leaves_the_processes_out_too() -> None:
+    sim = SimBackend.from_preset("l4-x2")
+    sim.run_process(0, 7, memory_mib=1_000, sm_percent=20)
+    view = ReleasableView(sim)
+    collector = GpuMetricsCollector(view, COUNTERS, "n", call_timeout=1.0, processes=True, cgroup_of=lambda pid: None)
+    assert collector.collect_once()
+    assert _value(render(collector.registry).decode(), "gpuchain_gpu_unattributed_processes", gpu="0") == 1.0
+    view.release()
+    assert collector.collect_once()
+    assert collector.usage is None  # nothing old served while NVML is let go
+    assert view.reads_while_released == 0
+    view.reacquire()
+    assert collector.collect_once()
+    assert _value(render(collector.registry).decode(), "gpuchain_gpu_unattributed_fb_used_mib", gpu="0") == 1_000

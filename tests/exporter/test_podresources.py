@@ -12,10 +12,18 @@ import pytest
 
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR, map_resources
+from gpuchain.dra.slices import gpu_device_name, mig_device_name
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors
 from gpuchain.exporter.exposition import render
-from gpuchain.exporter.podresources import Assignment, PodRef, PodResourcesClient, PodResourcesError, attribute
+from gpuchain.exporter.podresources import (
+    Assignment,
+    PodRef,
+    PodResourcesClient,
+    PodResourcesError,
+    assignments,
+    attribute,
+)
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
@@ -206,3 +214,19 @@ def test_a_list_that_keeps_failing_is_one_warning_until_it_answers(
     assert said == [warning, ("INFO", "pod_resources answers again"), warning]
     text = render(collector.registry).decode()
     assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 4.0' in text
+
+
+def test_dra_claims_in_the_list_answer_reach_their_gpu_and_mig_device(mig_sim: SimBackend) -> None:
+    """A container's DRA claims (pod-resources v1 ``dynamic_resources``) carry the ResourceSlice
+    device names; devices of other drivers (a NIC's) are not GPUs and are left out."""
+    inv = mig_sim.inventory()
+    whole, mig = inv.gpus[7], inv.gpus[4].mig_devices[3]
+    response = api_pb2.ListPodResourcesResponse()
+    pod = response.pod_resources.add(name="trainer", namespace="ml")
+    container = pod.containers.add(name="main")
+    claim = container.dynamic_resources.add(claim_name="gpus", claim_namespace="ml")
+    claim.claim_resources.add(driver_name="gpu.nvidia.com", pool_name="n", device_name=gpu_device_name(whole))
+    claim.claim_resources.add(driver_name="gpu.gpuchain.io", pool_name="n", device_name=mig_device_name(mig))
+    claim.claim_resources.add(driver_name="rdma.example.com", pool_name="n", device_name="gpu-7")
+    ref = PodRef("ml", "trainer", "main")
+    assert attribute(assignments(response), inv) == {whole.uuid: (ref,), mig.uuid: (ref,)}

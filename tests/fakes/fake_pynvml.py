@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import queue
 import threading
+import time
 import types
 import weakref
 from collections.abc import Callable
@@ -599,6 +600,46 @@ class FakeNvml(types.ModuleType):
 
     def _t(self, handle: GpuHandle) -> Any:
         return self.sim.telemetry(self._gpu(handle).uuid)
+
+    def _processes(self, handle: GpuHandle | MigHandle, mps: bool) -> list[Any]:
+        """The sim's processes on the device behind ``handle`` (a MIG handle: that GPU instance's)."""
+        if isinstance(handle, MigHandle):
+            parent, uuid = self._gpu(GpuHandle(handle.parent_uuid)), self._mig(handle).uuid
+        else:
+            parent = self._gpu(handle)
+            uuid = parent.uuid
+        return [
+            types.SimpleNamespace(
+                pid=p.pid,
+                usedGpuMemory=None if p.used_memory_mib is None else p.used_memory_mib * MIB,
+                gpuInstanceId=0xFFFFFFFF,
+                computeInstanceId=0xFFFFFFFF,
+            )
+            for p in self.sim.processes(parent.uuid)
+            if p.device_uuid == uuid and p.mps == mps
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: GpuHandle | MigHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses")
+        return self._processes(handle, mps=False)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: GpuHandle | MigHandle) -> list[Any]:
+        self._enter("nvmlDeviceGetMPSComputeRunningProcesses")
+        return self._processes(handle, mps=True)
+
+    def nvmlDeviceGetProcessUtilization(self, handle: GpuHandle, since_us: int) -> list[Any]:
+        """As the driver: NOT_SUPPORTED on a MIG device, NOT_FOUND when no process has a sample."""
+        self._enter("nvmlDeviceGetProcessUtilization")
+        gpu = self._gpu(handle)
+        stamp = max(since_us + 1, int(time.time() * 1_000_000))
+        samples = [
+            types.SimpleNamespace(pid=p.pid, timeStamp=stamp, smUtil=p.sm_percent, memUtil=0, encUtil=0, decUtil=0)
+            for p in self.sim.processes(gpu.uuid)
+            if p.sm_percent is not None
+        ]
+        if not samples:
+            raise self._err(real.NVML_ERROR_NOT_FOUND)
+        return samples
 
     def nvmlDeviceGetUtilizationRates(self, handle: GpuHandle) -> Any:
         self._enter("nvmlDeviceGetUtilizationRates")

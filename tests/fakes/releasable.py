@@ -15,6 +15,7 @@ from gpuchain.gpu.backend import GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import ReleasedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
 from gpuchain.gpu.probes import HealthReadings
+from gpuchain.gpu.processes import GpuProcess
 from gpuchain.gpu.sim import SimBackend
 
 
@@ -48,6 +49,10 @@ class ReleasableView(GpuBackend):
     def telemetry(self, gpu_uuid: str) -> Telemetry:
         self._check()
         return self.sim.telemetry(gpu_uuid)
+
+    def processes(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
+        self._check()
+        return self.sim.processes(gpu_uuid)
 
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         self._check()

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import typer
@@ -22,8 +23,10 @@ from gpuchain.commands._output import LogFormat, configure_logging, fail, log_fo
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
+from gpuchain.exporter.expected import gfd_gpu_count
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
+from gpuchain.exporter.usage import PodIdentity, pod_directory
 from gpuchain.gpu.nvmlrelease import FollowerThread
 
 log = logging.getLogger("gpuchain.exporter")
@@ -48,6 +51,18 @@ def exporter(
     hostname: str | None = typer.Option(
         None, "--hostname", help="Value of the Hostname label (default $NODE_NAME, else this host's name)."
     ),
+    per_process: bool = typer.Option(
+        False,
+        "--per-process",
+        help="Per-pod memory and SM share on shared GPUs from the GPUs' processes (needs hostPID to read "
+        "/proc/<pid>/cgroup), as dcgm-exporter's --kubernetes-virtual-gpus.",
+    ),
+    pods_from_api: bool = typer.Option(
+        False,
+        "--pods-from-api",
+        help="With --per-process: name pods by UID from this node's Pod objects (needs RBAC to list pods), "
+        "so processes of several pods time-sliced on one GPU are told apart.",
+    ),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -67,14 +82,19 @@ def exporter(
         fail(str(exc))
     socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
     pods = PodResourcesClient(socket_path, timeout=call_timeout) if socket_path else None
+    node_name = hostname or os.environ.get("NODE_NAME") or socket.gethostname()
+    directory = _pods_on(node_name) if per_process and pods_from_api else None
     gpus = backend_or_fail(resolve_backend(backend).kind, preset, topology)
     collector = GpuMetricsCollector(
         gpus,
         counter_set,
-        hostname or os.environ.get("NODE_NAME") or socket.gethostname(),
+        node_name,
         pod_lister=pods.list if pods else None,
         interval=interval,
         call_timeout=call_timeout,
+        processes=per_process,
+        pod_directory=directory,
+        expected_gpus=gfd_gpu_count,
     )
     try:
         server = MetricsServer(collector, address, port)
@@ -101,6 +121,15 @@ def exporter(
         if pods:
             pods.close()
         gpus.close()
+
+
+def _pods_on(node: str) -> Callable[[], Mapping[str, PodIdentity]]:
+    """A reader of this node's pods by UID, through the API server (one List per collection)."""
+    from gpuchain.commands._cluster import open_cluster
+    from gpuchain.kube import POD
+
+    cluster = open_cluster(hint="or leave out --pods-from-api")
+    return lambda: pod_directory(cluster.list(POD, field_selector=f"spec.nodeName={node}"))
 
 
 def register(app: typer.Typer) -> None:

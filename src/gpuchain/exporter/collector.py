@@ -14,6 +14,11 @@ While the backend has let go of NVML for a GPU reset on the node (``gpu.nvmlrele
 reads nothing: the GPU samples are left out (old values served as current would lie about a GPU
 being reset), ``gpuchain_exporter_nvml_released`` is 1, no error is counted and ``/health`` stays
 healthy, since the exporter does what it was asked to.
+
+With ``processes=True`` each cycle also lists every GPU's processes (``gpu.processes``), finds
+each one's pod through its cgroup (``exporter.cgroups``; cached per PID while it keeps running)
+and charges it to a container (``exporter.usage``). Every cycle also says which GPUs answered
+and when each last did, beside how many the node should have (``metrics.status_families``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -33,18 +38,32 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client.metrics_core import Metric
 
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter.cgroups import ContainerCgroup, read_cgroup
 from gpuchain.exporter.counters import CounterSet
-from gpuchain.exporter.metrics import Entity, NodeSample, XidBook, entities, sample_families, xid_families
+from gpuchain.exporter.metrics import (
+    Entity,
+    GpuStatus,
+    Labels,
+    NodeSample,
+    XidBook,
+    entities,
+    gpu_labels,
+    sample_families,
+    status_families,
+    xid_families,
+)
 from gpuchain.exporter.podresources import Assignment, PodRef, attribute
+from gpuchain.exporter.usage import DeviceUsage, PodIdentity, attribute_processes
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import ReleasedError
 from gpuchain.gpu.model import EventKind, Gpu, Inventory, MigMemory, Telemetry
+from gpuchain.gpu.processes import GpuProcess
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-OPERATIONS = ("inventory", "telemetry", "pod_resources", "events")
+OPERATIONS = ("inventory", "telemetry", "processes", "pod_resources", "events")
 """Values of the ``operation`` label on the scrape-error counter (MIG memory reads count as telemetry)."""
 STALE_AFTER = 3.0
 """Collection intervals without a good collection after which ``/health`` reports unhealthy."""
@@ -77,6 +96,7 @@ class _View:
     families: list[Metric] = field(default_factory=list)
     pods: dict[str, tuple[PodRef, ...]] = field(default_factory=dict)
     collected_at: float | None = None
+    usage: dict[str, DeviceUsage] | None = None
 
 
 class GpuMetricsCollector:
@@ -95,7 +115,15 @@ class GpuMetricsCollector:
         interval: float = 30.0,
         call_timeout: float = 5.0,
         registry: CollectorRegistry | None = None,
+        processes: bool = False,
+        cgroup_of: Callable[[int], ContainerCgroup | None] = read_cgroup,
+        pod_directory: Callable[[], Mapping[str, PodIdentity]] | None = None,
+        expected_gpus: Callable[[], tuple[int, str] | None] | None = None,
     ) -> None:
+        """``processes`` turns per-process attribution on; ``cgroup_of`` finds a PID's pod (the
+        host's /proc by default); ``pod_directory`` names pods by UID where the exporter has a
+        source for it (else only a device's single holder can be named); ``expected_gpus`` says how
+        many GPUs the node should have and from where (default: the most the backend listed)."""
         self.backend = backend
         self.counters = counters
         self.hostname = hostname
@@ -120,7 +148,7 @@ class GpuMetricsCollector:
         self.pods_up = PromGauge(
             "gpuchain_exporter_pod_attribution_up",
             "1 when the last pod-resources List answered, 0 when the pod labels served come from an older "
-            "answer (see gpuchain_exporter_scrape_errors_total{operation=\"pod_resources\"}).",
+            'answer (see gpuchain_exporter_scrape_errors_total{operation="pod_resources"}).',
             registry=self.registry,
         )
         self.pods_at = PromGauge(
@@ -142,6 +170,18 @@ class GpuMetricsCollector:
         self._telemetry: dict[str, Telemetry] = {}
         self._mig_memory: dict[str, MigMemory] = {}
         self._assignments: list[Assignment] = []
+        self.processes = processes
+        self.cgroup_of = cgroup_of
+        self.pod_directory = pod_directory
+        self.expected_gpus = expected_gpus
+        self._processes: dict[str, tuple[GpuProcess, ...]] = {}
+        self._cgroups: dict[int, ContainerCgroup | None] = {}
+        """PID -> its pod, read once while the PID stays on a GPU (a reused PID first leaves the list)."""
+        self._directory: Mapping[str, PodIdentity] = {}
+        self._known: dict[str, Labels] = {}
+        """Every GPU seen since start -> its labels, so one that leaves the inventory still shows (up 0)."""
+        self._sampled_at: dict[str, float] = {}
+        self._most_seen = 0
         self._inflight: dict[str, _Pending[Any]] = {}
         self._failing: dict[str, str] = {}
         """Per call key, the failure last logged: a call that keeps failing the same way is logged once."""
@@ -254,19 +294,33 @@ class GpuMetricsCollector:
         deadline = time.monotonic() + self.call_timeout
         telemetry: list[tuple[str, _Pending[Telemetry]]] = []
         memory: list[tuple[str, _Pending[dict[str, MigMemory]]]] = []
+        listing: list[tuple[str, _Pending[tuple[GpuProcess, ...]]]] = []
         for gpu in inv.gpus:
             read = functools.partial(self.backend.telemetry, gpu.uuid)
             reading = self._start(f"telemetry/{gpu.uuid}", "telemetry", read)
             if reading is not None:
                 telemetry.append((gpu.uuid, reading))
+            if self.processes:
+                procs = self._start(
+                    f"processes/{gpu.uuid}", "processes", functools.partial(self.backend.processes, gpu.uuid)
+                )
+                if procs is not None:
+                    listing.append((gpu.uuid, procs))
             if gpu.mig_enabled and gpu.mig_devices:
                 migs = self._start(f"mig_memory/{gpu.uuid}", "telemetry", functools.partial(self._read_mig_memory, gpu))
                 if migs is not None:
                     memory.append((gpu.uuid, migs))
+        answered: set[str] = set()
         for uuid, call in telemetry:
             got = self._await(f"telemetry/{uuid}", "telemetry", call, deadline)
             if got is not None:
                 self._telemetry[uuid] = got
+                self._sampled_at[uuid] = time.time()
+                answered.add(uuid)
+        for uuid, listed in listing:
+            found = self._await(f"processes/{uuid}", "processes", listed, deadline)
+            if found is not None:
+                self._processes[uuid] = found
         for uuid, batch in memory:
             per_mig = self._await(f"mig_memory/{uuid}", "telemetry", batch, deadline)
             if per_mig is not None:
@@ -277,6 +331,7 @@ class GpuMetricsCollector:
         self._telemetry = {u: t for u, t in self._telemetry.items() if u in present}
         migs_present = {m.uuid for m in inv.mig_devices}
         self._mig_memory = {u: m for u, m in self._mig_memory.items() if u in migs_present}
+        self._processes = {u: p for u, p in self._processes.items() if u in present}
         if self.pod_lister is not None:
             rows = self._call("pod_resources", "pod_resources", self.pod_lister, time.monotonic() + self.call_timeout)
             if rows is not None:
@@ -284,10 +339,13 @@ class GpuMetricsCollector:
                 self.pods_at.set(time.time())
             self.pods_up.set(0 if rows is None else 1)
         pods = attribute(self._assignments, inv)
-        sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory))
+        usage = self._usage(pods) if self.processes else None
+        sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory), usage)
         ents = entities(inv, self.hostname, self.counters)
         families = sample_families(self.counters, sample, ents)
-        self._view = _View(ents, families, pods, time.time() if ok else self._view.collected_at)
+        families += status_families(self._statuses(inv, answered), self._expected(inv))
+        holders = {e.uuid: sample.holders(e.uuid) for e in ents}
+        self._view = _View(ents, families, holders, time.time() if ok else self._view.collected_at, usage)
         if ok:
             self.last_success.set(time.time())
             self.released.set(0)
@@ -295,12 +353,42 @@ class GpuMetricsCollector:
         self._changes += 1
         return ok
 
+    def _usage(self, pods: dict[str, tuple[PodRef, ...]]) -> dict[str, DeviceUsage]:
+        """Charge the processes last listed to containers (cgroups read once per new PID)."""
+        if self.pod_directory is not None:
+            directory = self._call(
+                "pod_directory", "pod_resources", self.pod_directory, time.monotonic() + self.call_timeout
+            )
+            if directory is not None:
+                self._directory = directory
+        running = [p for procs in self._processes.values() for p in procs]
+        pids = {p.pid for p in running}
+        self._cgroups = {pid: c for pid, c in self._cgroups.items() if pid in pids}
+        for pid in pids - set(self._cgroups):
+            self._cgroups[pid] = self.cgroup_of(pid)
+        return attribute_processes(running, pods, self._cgroups, self._directory)
+
+    def _statuses(self, inv: Inventory, answered: set[str]) -> list[GpuStatus]:
+        for gpu in inv.gpus:
+            self._known[gpu.uuid] = gpu_labels(gpu, self.hostname)
+        return [GpuStatus(labels, uuid in answered, self._sampled_at.get(uuid)) for uuid, labels in self._known.items()]
+
+    def _expected(self, inv: Inventory) -> tuple[int, str] | None:
+        self._most_seen = max(self._most_seen, len(inv.gpus), len(self._known))
+        told = self.expected_gpus() if self.expected_gpus is not None else None
+        return told if told is not None else (self._most_seen, "seen")
+
+    @property
+    def usage(self) -> dict[str, DeviceUsage] | None:
+        """The last collection's per-container usage by device UUID (None: attribution is off)."""
+        return self._view.usage
+
     def _released_cycle(self) -> bool:
         """NVML is let go for a GPU reset: serve no GPU sample (nothing old passed off as current)."""
         if not self._let_go:
             log.info("NVML is let go for a GPU reset on this node: GPU samples left out until it is back")
         self._let_go = True
-        self._telemetry, self._mig_memory = {}, {}
+        self._telemetry, self._mig_memory, self._processes = {}, {}, {}
         self._view = _View(collected_at=time.time())
         self.released.set(1)
         self._changes += 1

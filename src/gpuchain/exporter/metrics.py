@@ -14,6 +14,23 @@ MIG-enabled GPU (labelled ``GPU_I_PROFILE``/``GPU_I_ID``). A MIG device gets:
 
 A device held by several containers (time-slicing) gets one series per container, each with its
 ``pod``/``namespace``/``container`` labels.
+
+With per-process attribution on (``NodeSample.usage`` set, from ``exporter.usage``), each
+container's ``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_GPU_UTIL`` are its own processes' framebuffer
+and SM share instead of the device's (0 for a holder running nothing), as dcgm-exporter's
+``--kubernetes-virtual-gpus`` does for the same two fields; a container found running on a device
+it was not assigned gets series too. Per-process figures dcgm-exporter has no name for are
+gpuchain's own, per device (the DCGM base labels) and per container:
+
+- ``gpuchain_gpu_processes``: processes of the container on the device;
+- ``gpuchain_gpu_unattributed_processes`` / ``gpuchain_gpu_unattributed_fb_used_mib``: processes
+  that map to no pod (host daemons, the MPS server, pods the exporter cannot name) and their
+  framebuffer, always present (0) so that a missing series is never read as none.
+
+Trust signals (``status_families``), per GPU by ``gpu``/``UUID``/``Hostname``:
+``gpuchain_gpu_up`` (0 for a GPU seen since start whose last read failed or that left the
+inventory), ``gpuchain_gpu_last_sample_timestamp_seconds`` (age = ``time() - value``), and per
+node ``gpuchain_gpus_expected{source}`` beside ``gpuchain_gpus_exported``.
 """
 
 from __future__ import annotations
@@ -26,7 +43,8 @@ from prometheus_client.metrics_core import Metric
 
 from gpuchain.exporter.counters import Counter, CounterSet, Field
 from gpuchain.exporter.podresources import PodRef
-from gpuchain.gpu.model import Inventory, MigMemory, Telemetry
+from gpuchain.exporter.usage import DeviceUsage, PodUsage
+from gpuchain.gpu.model import Gpu, Inventory, MigMemory, Telemetry
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -49,6 +67,17 @@ class NodeSample:
     pods: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
     mig_memory: Mapping[str, MigMemory] = field(default_factory=dict)
     """MIG device UUID -> its framebuffer reading."""
+    usage: Mapping[str, DeviceUsage] | None = None
+    """Device UUID -> per-container usage from its processes; None: per-process attribution is off."""
+
+    def holders(self, uuid: str) -> tuple[PodRef, ...]:
+        """The containers a device's series are labelled with: those holding it and, with
+        per-process attribution, those found running on it."""
+        refs = self.pods.get(uuid, ())
+        found = self.usage.get(uuid) if self.usage is not None else None
+        if found is None or not set(found.pods) - set(refs):
+            return refs
+        return tuple(sorted({*refs, *found.pods}))
 
 
 def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[Entity]:
@@ -58,15 +87,7 @@ def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[
         extra = ((Field.DRIVER_VERSION.value, inventory.driver.version),)
     out: list[Entity] = []
     for gpu in inventory.gpus:
-        base: Labels = (
-            ("gpu", str(gpu.index)),
-            ("UUID", gpu.uuid),
-            ("pci_bus_id", gpu.pci_bus_id),
-            ("device", f"nvidia{gpu.minor_number}"),
-            ("modelName", gpu.name),
-            ("Hostname", hostname),
-            *extra,
-        )
+        base: Labels = (*gpu_labels(gpu, hostname), *extra)
         if gpu.mig_enabled:
             for mig in gpu.mig_devices:
                 mig_labels = (*base, ("GPU_I_PROFILE", mig.profile), ("GPU_I_ID", str(mig.gi_id)))
@@ -74,6 +95,64 @@ def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[
         else:
             out.append(Entity(gpu.uuid, gpu.uuid, base))
     return out
+
+
+def gpu_labels(gpu: Gpu, hostname: str) -> Labels:
+    """A physical GPU's DCGM labels, in dcgm-exporter's order."""
+    return (
+        ("gpu", str(gpu.index)),
+        ("UUID", gpu.uuid),
+        ("pci_bus_id", gpu.pci_bus_id),
+        ("device", f"nvidia{gpu.minor_number}"),
+        ("modelName", gpu.name),
+        ("Hostname", hostname),
+    )
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    """Whether a GPU seen since start answered the last collection, and when it last did."""
+
+    labels: Labels
+    up: bool
+    sampled_at: float | None
+
+
+def status_families(statuses: Iterable[GpuStatus], expected: tuple[int, str] | None) -> list[Metric]:
+    """The trust signals: per GPU up and last-sample time, per node GPUs expected and exported.
+
+    ``expected`` is the count the node should have and where it comes from (``gfd``: GPU
+    feature discovery's ``nvidia.com/gpu.count``; ``seen``: the most GPUs the backend listed
+    since start); None leaves the family out.
+    """
+    up = Metric(
+        "gpuchain_gpu_up",
+        "1 when the GPU answered the last collection; 0 when its read failed or hung, "
+        "or it left the inventory (fell off the bus) since the exporter saw it.",
+        "gauge",
+    )
+    at = Metric(
+        "gpuchain_gpu_last_sample_timestamp_seconds",
+        "Unix time of the GPU's last good reading: its age is time() minus this.",
+        "gauge",
+    )
+    exported = 0
+    for st in statuses:
+        labels = dict(st.labels)
+        up.add_sample(up.name, labels, 1.0 if st.up else 0.0)
+        exported += st.up
+        if st.sampled_at is not None:
+            at.add_sample(at.name, labels, st.sampled_at)
+    count = Metric("gpuchain_gpus_exported", "GPUs whose readings this scrape carries (gpuchain_gpu_up == 1).", "gauge")
+    count.add_sample(count.name, {}, float(exported))
+    families = [up, at, count]
+    if expected is not None:
+        want = Metric(
+            "gpuchain_gpus_expected", "GPUs this node should have, and where that number comes from.", "gauge"
+        )
+        want.add_sample(want.name, {"source": expected[1]}, float(expected[0]))
+        families.append(want)
+    return families
 
 
 _READINGS: dict[Field, Callable[[Telemetry], float | int | None]] = {
@@ -123,7 +202,7 @@ def _family(counter: Counter) -> Metric:
 
 def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Entity]) -> list[Metric]:
     """Families for every telemetry field in ``counters``; built once per collection, rendered per scrape."""
-    rows = [(e, _with_pods(e.labels, sample.pods.get(e.uuid, ()))) for e in ents]
+    rows = [(e, sample.holders(e.uuid)) for e in ents]
     families: list[Metric] = []
     for counter in counters.metrics():
         reading = _READINGS.get(counter.field)
@@ -131,14 +210,53 @@ def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Ent
             continue
         family = _family(counter)
         name = counter.field.value
-        for entity, label_sets in rows:
+        per_pod = _PER_PROCESS.get(counter.field) if sample.usage is not None else None
+        for entity, refs in rows:
             value = _value(counter.field, reading, entity, sample)
             if value is None:
                 continue
-            for labels in label_sets:
+            if per_pod is not None and refs:
+                used = sample.usage.get(entity.uuid) if sample.usage is not None else None
+                for ref, labels in zip(refs, _with_pods(entity.labels, refs), strict=True):
+                    mine = used.pods.get(ref) if used is not None else None
+                    family.add_sample(name, labels, float(per_pod(mine) if mine is not None else 0))
+                continue
+            for labels in _with_pods(entity.labels, refs):
                 family.add_sample(name, labels, float(value))
         families.append(family)
+    if sample.usage is not None:
+        families += _usage_families(sample.usage, rows)
     return families
+
+
+_PER_PROCESS: dict[Field, Callable[[PodUsage], int]] = {
+    Field.FB_USED: lambda u: u.memory_mib,
+    Field.GPU_UTIL: lambda u: u.sm_percent or 0,
+}
+"""The two fields a container gets its own figure for under per-process attribution (as dcgm-exporter)."""
+
+
+def _usage_families(usage: Mapping[str, DeviceUsage], rows: list[tuple[Entity, tuple[PodRef, ...]]]) -> list[Metric]:
+    procs = Metric("gpuchain_gpu_processes", "Processes of the container running on the GPU or MIG device.", "gauge")
+    loose = Metric(
+        "gpuchain_gpu_unattributed_processes",
+        "Processes on the GPU or MIG device that map to no pod (host daemons, the MPS server, unknown pods).",
+        "gauge",
+    )
+    loose_mib = Metric(
+        "gpuchain_gpu_unattributed_fb_used_mib",
+        "Framebuffer (MiB) held by the processes on the device that map to no pod.",
+        "gauge",
+    )
+    for entity, _refs in rows:
+        found = usage.get(entity.uuid, DeviceUsage({}))
+        refs = tuple(found.pods)
+        for ref, labels in zip(refs, _with_pods(entity.labels, refs) if refs else [], strict=True):
+            procs.add_sample(procs.name, labels, float(found.pods[ref].processes))
+        base = dict(entity.labels)
+        loose.add_sample(loose.name, base, float(found.unattributed_processes))
+        loose_mib.add_sample(loose_mib.name, base, float(found.unattributed_memory_mib))
+    return [procs, loose, loose_mib]
 
 
 def _value(

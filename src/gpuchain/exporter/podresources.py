@@ -2,9 +2,14 @@
 
 The kubelet answers ``List`` with the device ids the device plugin handed out. Those ids come in
 every form the plugin can produce: GPU UUIDs, MIG UUIDs, indexes (``3``, ``3:1`` for MIG device
-1 on GPU 3) and time-slicing replicas (``<id>::<n>``). ``attribute`` reduces them to the
-exporter's entities (a whole GPU or a MIG device, by UUID), so series carry the pod that uses
-the device however the plugin was configured.
+1 on GPU 3) and time-slicing replicas (``<id>::<n>``). Devices a DRA driver prepared for a
+container's claims come in the same answer (``dynamic_resources``), named as the driver publishes
+them in its ResourceSlice: gpuchain's ``gpu-3`` and ``gpu-3-mig-1g10gb-9-0``. NVIDIA's driver names
+a whole GPU ``gpu-<minor>`` too (the index on every node we know of), but its MIG device names
+have changed across its releases (``gpu-<minor>-mig-<profile id>-<start>-<size>``, later with the
+profile name): those are not mapped, and are left out like an id that names nothing.
+``attribute`` reduces them all to the exporter's entities (a whole GPU or a MIG device, by UUID),
+so series carry the pod that uses the device however it was handed out.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ import grpc
 
 from gpuchain.deviceplugin.config import RESOURCE_PREFIX
 from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR
+from gpuchain.dra.kinds import DRIVER
+from gpuchain.dra.slices import gpu_device_name, mig_device_name
 from gpuchain.gpu.model import Inventory
 from gpuchain.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DRA_DRIVERS = frozenset({DRIVER, "gpu.nvidia.com"})
+"""DRA drivers whose prepared devices are GPUs or MIG devices of this node (gpuchain's, NVIDIA's)."""
 MAX_LIST_BYTES = 256 * 1024 * 1024
 """The largest List answer read. gRPC's default of 4 MiB refused a node's answer past about
 20,000 pods, and the exporter then kept its old pod map; a kubelet answers for every pod on its
@@ -87,6 +96,12 @@ def assignments(response: api_pb2.ListPodResourcesResponse) -> list[Assignment]:
                 if not devices.resource_name.startswith(RESOURCE_PREFIX):
                     continue
                 rows.extend(Assignment(devices.resource_name, d, ref) for d in devices.device_ids)
+            for claim in container.dynamic_resources:
+                for device in claim.claim_resources:
+                    if device.driver_name in DRA_DRIVERS:
+                        rows.append(
+                            Assignment(f"dra:{claim.claim_namespace}/{claim.claim_name}", device.device_name, ref)
+                        )
     return rows
 
 
@@ -115,7 +130,9 @@ def _id_index(inventory: Inventory) -> Mapping[str, str]:
     for gpu in inventory.gpus:
         index[gpu.uuid] = gpu.uuid
         index[str(gpu.index)] = gpu.uuid
+        index[gpu_device_name(gpu)] = gpu.uuid
         for mig in gpu.mig_devices:
             index[mig.uuid] = mig.uuid
             index[f"{gpu.index}:{mig.index}"] = mig.uuid
+            index[mig_device_name(mig)] = mig.uuid
     return index

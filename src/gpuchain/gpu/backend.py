@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from gpuchain.gpu.errors import NotSupportedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
 from gpuchain.gpu.probes import HealthReadings
+from gpuchain.gpu.processes import GpuProcess
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,12 @@ class GpuBackend(abc.ABC):
         backend cannot read it, so a backend or test double without MIG need not implement it.
         """
         raise NotSupportedError(f"the {self.name} backend cannot read MIG device memory")
+
+    def processes(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
+        """The processes on one GPU (on its MIG devices when partitioned), with the memory and SM
+        share NVML gives each; raises GpuLostError or NotFoundError. The default: the backend
+        cannot list them, so per-process attribution is simply off."""
+        raise NotSupportedError(f"the {self.name} backend cannot list GPU processes")
 
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         """One GPU's health counters (row remapping, retired pages, NVLink errors) for ``gpu.probes``;

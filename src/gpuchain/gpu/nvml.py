@@ -50,6 +50,7 @@ from gpuchain.gpu.model import (
     TopologyLevel,
 )
 from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant, nvlink5
+from gpuchain.gpu.processes import GpuProcess, read_processes
 from gpuchain.gpu.reset import NvLink, ResetPlan, plan_reset
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,8 @@ class NvmlBackend(GpuBackend):
         """nvmlInit calls of this backend not yet matched by an nvmlShutdown."""
         self._inflight = 0
         self._watchers: list[_Watcher] = []
+        self._process_reads: dict[str, int] = {}
+        """GPU UUID -> time (microseconds) of its last ``processes`` read, the start of the next SM window."""
         self._persistence_owed: dict[str, int] = {}
         """GPU UUID -> index of each GPU whose persistence mode a reset turned off and that is not yet
         back on (NVML could not be taken back, or the GPU refused): turned on at each ``reacquire``."""
@@ -906,6 +909,15 @@ class NvmlBackend(GpuBackend):
         self._call(n.nvmlGpuInstanceDestroy, gi)
 
     # ---- telemetry ---------------------------------------------------------------------------
+
+    @_nvml_operation
+    def processes(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
+        """Read by ``gpu.processes``; SM shares are averaged since this GPU's previous read."""
+        now_us = int(time.time() * 1_000_000)
+        since = self._process_reads.get(gpu_uuid, now_us - 1_000_000)
+        found = read_processes(self._nvml, self._call, self._optional, gpu_uuid, since)
+        self._process_reads[gpu_uuid] = now_us
+        return found
 
     @_nvml_operation
     def telemetry(self, gpu_uuid: str) -> Telemetry:

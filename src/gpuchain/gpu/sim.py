@@ -34,6 +34,7 @@ from gpuchain.gpu.model import (
     Telemetry,
 )
 from gpuchain.gpu.probes import BER_ZERO, Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant, nvlink5
+from gpuchain.gpu.processes import GpuProcess
 from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
 
 XID_GPU_FALLEN_OFF_BUS = 79
@@ -128,6 +129,8 @@ class _GpuState:
     telemetry: dict[str, Any] = field(default_factory=dict)
     mig_used_mib: dict[str, int] = field(default_factory=dict)
     """MIG device UUID -> framebuffer used (MiB); a device not listed uses none."""
+    processes: dict[int, GpuProcess] = field(default_factory=dict)
+    """PID -> a process running on this GPU or one of its MIG devices (``run_process``)."""
     reset_failures: int = 0
     """How many coming resets fail (-1: every one), set by ``fail_reset``."""
     reset_failure: str = ""
@@ -187,8 +190,11 @@ class SimBackend(GpuBackend):
             if state.lost:
                 raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
             spec = state.spec
-            util = int(state.telemetry.get("gpu_util", 0))
-            used = int(state.telemetry.get("memory_used_mib", 0))
+            # Processes set the GPU's readings unless a test set them: what NVML reports for the device
+            # is what its processes use, so the per-process figures never sum past it.
+            procs = [p for p in state.processes.values() if p.device_uuid == spec.uuid]
+            util = int(state.telemetry.get("gpu_util", min(100, sum(p.sm_percent or 0 for p in procs))))
+            used = int(state.telemetry.get("memory_used_mib", sum(p.used_memory_mib or 0 for p in procs)))
             reserved = spec.model.memory_mib // 100
             power = 70.0 + util * 6.3
             elapsed = self._clock() - self._started
@@ -214,6 +220,49 @@ class SimBackend(GpuBackend):
             }
             base.update(state.telemetry)
         return Telemetry(uuid=spec.uuid, **base)
+
+    def processes(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
+        with self._lock:
+            self._refuse_if_released("processes")
+            state = self._state(gpu_uuid)
+            if state.lost:
+                raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
+            return tuple(sorted(state.processes.values(), key=lambda p: p.pid))
+
+    def run_process(
+        self, device: int | str, pid: int, memory_mib: int | None, sm_percent: int = 0, mps: bool = False
+    ) -> GpuProcess:
+        """Start a simulated process on a GPU (index or UUID) or MIG device (UUID) holding
+        ``memory_mib`` of framebuffer and ``sm_percent`` of the SMs (no SM figure on a MIG device,
+        as NVML gives none; ``memory_mib=None``: the driver withholds the figure). The device's own
+        memory and utilisation readings then include it.
+        Refused (ValueError) when the processes on the device would use more memory than it has
+        or more than 100% of its SMs."""
+        with self._lock:
+            state, mig = self._resolve(device)
+            uuid = mig.uuid if mig is not None else state.spec.uuid
+            capacity = mig.memory_mib if mig is not None else state.spec.model.memory_mib
+            on_device = [p for p in state.processes.values() if p.device_uuid == uuid and p.pid != pid]
+            if memory_mib is not None and (
+                memory_mib < 0 or sum(p.used_memory_mib or 0 for p in on_device) + memory_mib > capacity
+            ):
+                raise ValueError(f"process {pid}: {memory_mib} MiB does not fit in {uuid}'s {capacity} MiB")
+            if not 0 <= sm_percent <= 100 - sum(p.sm_percent or 0 for p in on_device):
+                raise ValueError(f"process {pid}: {sm_percent}% SM would take {uuid} past 100%")
+            proc = GpuProcess(pid, uuid, memory_mib, None if mig is not None else sm_percent, mps)
+            state.processes[pid] = proc
+            if mig is not None:
+                state.mig_used_mib[uuid] = sum(p.used_memory_mib or 0 for p in [*on_device, proc])
+            return proc
+
+    def end_process(self, pid: int) -> None:
+        """Stop a simulated process wherever it runs (no error when none has that PID)."""
+        with self._lock:
+            for state in self._gpus:
+                proc = state.processes.pop(pid, None)
+                if proc is not None and proc.device_uuid in state.mig_used_mib:
+                    rest = [p for p in state.processes.values() if p.device_uuid == proc.device_uuid]
+                    state.mig_used_mib[proc.device_uuid] = sum(p.used_memory_mib or 0 for p in rest)
 
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         """As NVML reports them on this GPU, by generation: row remapping (from the telemetry) on

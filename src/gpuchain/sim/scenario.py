@@ -173,6 +173,10 @@ class Workload(_Strict):
     visible_devices: str | None = Field(
         None, alias="visibleDevices", description="NVIDIA_VISIBLE_DEVICES in the container's env (e.g. all)"
     )
+    memory_mib: int = Field(
+        0, ge=0, alias="memoryMib", description="framebuffer each pod's process holds on each of its GPUs (MiB)"
+    )
+    sm_percent: int = Field(0, ge=0, le=100, alias="smPercent", description="share of the GPU's SMs it keeps busy")
 
     @field_validator("name", "namespace")
     @classmethod
