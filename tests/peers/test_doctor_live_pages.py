@@ -1,5 +1,6 @@
-"""The doctor's fast live read (`LiveCluster.list_readonly`: pages, msgspec, no managedFields) on the
-real kube-apiserver gives the objects and the findings the plain `list()` read gives (issue 26).
+"""The doctor's fast live read (`LiveCluster.list_readonly`: pages, msgspec, no managedFields nor node
+images) on the real kube-apiserver gives the objects and the findings the plain `list()` read gives
+(issue 26).
 
 A simulated GPU Operator cluster of 30 nodes (about 250 objects: its operand pods, GPU workloads,
 DaemonSets, ConfigMaps, Events; a kernel without a driver build on 4 nodes, a GPU off the bus on 2)
@@ -59,8 +60,12 @@ class WholeObjects(LiveCluster):
         return self.list(kind, namespace, label_selector, field_selector)
 
 
-def _without_managed_fields(obj: Obj) -> Obj:
-    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+def _left_out(obj: Obj) -> Obj:
+    """``obj`` less what the fast read leaves out: managedFields, and a node's images."""
+    out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+    if obj["kind"] == "Node":
+        out["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
+    return out
 
 
 def _load(apiserver: ApiServer, live: LiveCluster) -> None:
@@ -74,16 +79,21 @@ def test_pages_give_every_object_the_plain_list_gives_less_managed_fields(
     apiserver: ApiServer, live_cluster: LiveCluster
 ) -> None:
     _load(apiserver, live_cluster)
+    images = [{"names": ["nvcr.io/nvidia/driver@sha256:" + "0" * 64, "nvcr.io/nvidia/driver:570"], "sizeBytes": 1}]
+    live_cluster.patch_status(NODE, "gpu-0", {"images": images})  # what a kubelet reports; the simulator has none
     live_cluster.list_page = 7
     for kind, namespace, fields in READS:
         whole = live_cluster.list(kind, namespace, field_selector=fields)
         live_cluster.calls.reset()
         paged = live_cluster.list_readonly(kind, namespace, field_selector=fields)
-        assert paged == [_without_managed_fields(o) for o in whole], kind
+        assert paged == [_left_out(o) for o in whole], kind
         assert live_cluster.calls.by_verb["list"] == max(1, -(-len(whole) // 7)), kind  # one request per page
         if kind in (NODE, POD, DAEMONSET, CONFIGMAP):  # the server writes them on every object; gone here
             assert all("managedFields" in o["metadata"] for o in whole)
             assert not any("managedFields" in o["metadata"] for o in paged)
+    nodes = {o["metadata"]["name"]: o for o in live_cluster.list_readonly(NODE)}
+    assert live_cluster.get(NODE, "gpu-0")["status"]["images"] == images and "images" not in nodes["gpu-0"]["status"]
+    assert nodes["gpu-0"]["status"]["capacity"]["nvidia.com/gpu"] == "8"
     assert len(live_cluster.list_readonly(POD)) > 200
 
 

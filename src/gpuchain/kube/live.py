@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import gc
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,10 +35,12 @@ from lightkube.generic_resource import (
     GenericNamespacedStatus,
     create_api_info,
 )
+from lightkube.models.core_v1 import NodeStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
 
+from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.inputfile import ConfigFileError, read_input_text
 from gpuchain.kube.errors import (
     AlreadyExistsError,
@@ -260,23 +260,23 @@ class LiveCluster(Cluster):
             "labelSelector": build_selector(labels) if labels else None,
             "fieldSelector": build_selector(fields, for_fields=True) if fields else None,
         }
-        decoder = _SPEC_STATUS_PAGE if kind in _SPEC_STATUS_KINDS else _ANY_PAGE
+        decoder = _PAGES.get(kind, _ANY_PAGE)
         http = self._client._client  # lightkube's request layer: auth, TLS, base URL, as logs() uses it
         items: builtins.list[Obj] = []
-        while True:
-            self.calls.count("list")
-            try:
-                request = http.prepare_request("list", self._res(kind)[0], params=params, **ns)
-                response = http.send(http.build_adapter_request(request))
-                http.raise_for_status(response)
-            except httpx2.HTTPStatusError as exc:
-                raise _error(exc) from None
-            with _collector_paused():
+        with collector_paused():
+            while True:
+                self.calls.count("list")
+                try:
+                    request = http.prepare_request("list", self._res(kind)[0], params=params, **ns)
+                    response = http.send(http.build_adapter_request(request))
+                    http.raise_for_status(response)
+                except httpx2.HTTPStatusError as exc:
+                    raise _error(exc) from None
                 page = decoder.decode(response.content)
                 items += [_listed(item, kind) for item in page.items or ()]
-            if not page.metadata.continue_:
-                return items
-            params["continue"] = page.metadata.continue_
+                if not page.metadata.continue_:
+                    return items
+                params["continue"] = page.metadata.continue_
 
     async def watch(
         self,
@@ -412,37 +412,30 @@ LIST_PAGE = 500
 API server is tuned for; it bounds one response's bytes (a few MB of pods) whatever the cluster's
 size."""
 
-#: Built-in kinds whose objects hold exactly apiVersion, kind, metadata, spec and status (their Go
-#: types in k8s.io/api), so a page of them decodes through `_SpecStatusItem` with nothing lost.
-_SPEC_STATUS_KINDS = frozenset({NODE, POD, DAEMONSET, DEPLOYMENT, NAMESPACE, SERVICE, PDB})
+
+def _struct(name: str, model: type[msgspec.Struct], leave_out: str) -> type[msgspec.Struct]:
+    """A msgspec Struct with the JSON fields of one of lightkube's models (the API's own field
+    list, at lightkube-models' Kubernetes version) but ``leave_out``: each value is decoded as
+    plain JSON, and the field left out is skipped by the decoder without being built."""
+    fields = [(f, Any, msgspec.UNSET) for f in model.__struct_encode_fields__ if f != leave_out]
+    return msgspec.defstruct(name, fields, omit_defaults=True, gc=False)
 
 
-class _ItemMeta(msgspec.Struct, omit_defaults=True, gc=False):
-    """ObjectMeta (k8s.io/apimachinery meta/v1), every field but managedFields, which the decoder
-    then skips without building it."""
-
-    name: Any = msgspec.UNSET
-    generateName: Any = msgspec.UNSET
-    namespace: Any = msgspec.UNSET
-    selfLink: Any = msgspec.UNSET
-    uid: Any = msgspec.UNSET
-    resourceVersion: Any = msgspec.UNSET
-    generation: Any = msgspec.UNSET
-    creationTimestamp: Any = msgspec.UNSET
-    deletionTimestamp: Any = msgspec.UNSET
-    deletionGracePeriodSeconds: Any = msgspec.UNSET
-    labels: Any = msgspec.UNSET
-    annotations: Any = msgspec.UNSET
-    ownerReferences: Any = msgspec.UNSET
-    finalizers: Any = msgspec.UNSET
+#: What `LiveCluster.list_readonly` leaves out: ``metadata.managedFields`` on every object (the
+#: server's record of which writer owns which field: a third to a half of a pod's JSON) and a
+#: Node's ``status.images`` (the kubelet lists up to 50 images with their digests: most of a
+#: node's JSON). No reader of a snapshot looks at either.
+_Meta = _struct("_Meta", ObjectMeta, leave_out="managedFields")
+_NodeStatus = _struct("_NodeStatus", NodeStatus, leave_out="images")
 
 
-class _SpecStatusItem(msgspec.Struct, gc=False):
-    """One object of a `_SPEC_STATUS_KINDS` kind."""
+class _Object(msgspec.Struct, gc=False):
+    """One object of a built-in kind whose Go type holds exactly apiVersion, kind, metadata, spec
+    and status (k8s.io/api), so nothing else is lost."""
 
     apiVersion: Any = msgspec.UNSET
     kind: Any = msgspec.UNSET
-    metadata: _ItemMeta | msgspec.UnsetType = msgspec.UNSET
+    metadata: Any = msgspec.UNSET
     spec: Any = msgspec.UNSET
     status: Any = msgspec.UNSET
 
@@ -453,53 +446,46 @@ class _ListMeta(msgspec.Struct, gc=False):
     continue_: str = msgspec.field(default="", name="continue")
 
 
-class _SpecStatusPage(msgspec.Struct, gc=False):
-    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
-    items: list[_SpecStatusItem] | None = None
+def _page_decoder(item: Any) -> msgspec.json.Decoder[Any]:
+    """A decoder of one list response whose items are ``item``."""
+    page = msgspec.defstruct(
+        "_Page",
+        [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)), ("items", list[item] | None, None)],
+        gc=False,
+    )
+    return msgspec.json.Decoder(page)
 
 
-class _AnyPage(msgspec.Struct, gc=False):
-    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
-    items: list[dict[str, Any]] | None = None
+_META = ("metadata", _Meta | None | msgspec.UnsetType, msgspec.UNSET)
+_OBJECT_PAGE = _page_decoder(msgspec.defstruct("_Item", [_META], bases=(_Object,)))
+_NODE_PAGE = _page_decoder(
+    msgspec.defstruct(
+        "_Node", [_META, ("status", _NodeStatus | None | msgspec.UnsetType, msgspec.UNSET)], bases=(_Object,)
+    )
+)
+#: Decoders by kind; any other kind (ConfigMaps, Events, custom resources: top-level fields of their
+#: own) is decoded whole, as dicts, and loses only its managedFields.
+_PAGES = {NODE: _NODE_PAGE, **{k: _OBJECT_PAGE for k in (POD, DAEMONSET, DEPLOYMENT, NAMESPACE, SERVICE, PDB)}}
+_ANY_PAGE = _page_decoder(dict[str, Any])
 
 
-_SPEC_STATUS_PAGE = msgspec.json.Decoder(_SpecStatusPage)
-_ANY_PAGE = msgspec.json.Decoder(_AnyPage)
-_META_FIELDS = _ItemMeta.__struct_fields__
-_ITEM_FIELDS = _SpecStatusItem.__struct_fields__
-
-
-def _listed(item: _SpecStatusItem | Obj, kind: Kind) -> Obj:
-    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less managedFields."""
+def _listed(item: msgspec.Struct | Obj, kind: Kind) -> Obj:
+    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out."""
     if isinstance(item, dict):
         meta = item.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
         return _typed(item, kind)
-    obj: Obj = {}
-    for name in _ITEM_FIELDS:
-        value = getattr(item, name)
-        if isinstance(value, _ItemMeta):
-            value = {f: v for f in _META_FIELDS if (v := getattr(value, f)) is not msgspec.UNSET}
+    return _plain_struct(item, {"apiVersion": kind.api_version, "kind": kind.kind})
+
+
+def _plain_struct(struct: msgspec.Struct, out: Obj) -> Obj:
+    """``out`` with the fields of a decoded Struct that the JSON had (a field absent stays absent)."""
+    for name in struct.__struct_fields__:
+        value = getattr(struct, name)
         if value is not msgspec.UNSET:
-            obj[name] = value
-    return _typed(obj, kind)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block. Decoding a page allocates some hundred
-    thousand dicts and lists; with the collector on, each threshold crossing walks every object
-    still alive, the pages before included, so decoding 75,000 pods spent most of its time in the
-    collector (about 4x msgspec's own time, bench.doctor.live). JSON cannot build a reference
-    cycle, so there is nothing the collector could find."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
+            out[name] = _plain_struct(value, {}) if isinstance(value, msgspec.Struct) else value
+    return out
 
 
 def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str] | None:
