@@ -20,12 +20,12 @@ the simulator leaves out and a real kube-apiserver returns:
   addresses and ``daemonEndpoints``;
 - items carry no apiVersion/kind (the list names them once), except custom resources.
 
-Every response is computed once, on its first request (the recording), and sent from that copy
-afterwards (the replay). ``limit``/``continue`` pages as the API server does (``continue`` token,
-``remainingItemCount``); label and field selectors are the in-memory cluster's, which the contract
-tests hold to the real API server's. ``GET /_replay/requests`` answers (and forgets) the list
-requests served since the last time it was asked, so the bench can fetch the same bytes without
-decoding them.
+Every object is shaped and encoded once, at start; every response is put together once, on its
+first request (the recording), and sent from that copy afterwards (the replay). ``limit`` and
+``continue`` page as the API server does (``continue`` token, ``remainingItemCount``); label and
+field selectors are the in-memory cluster's, which the contract tests hold to the real server's.
+``GET /_replay/requests`` answers (and forgets) the list requests served since it was last asked,
+so the bench can fetch the same bytes without decoding them.
 
     .venv/bin/python -m bench.doctor.replay --nodes 1000   # prints "replaying on http://127.0.0.1:PORT"
 """
@@ -277,6 +277,12 @@ def apiserver_item(obj: Obj, kind: Kind, index: int) -> Obj:
     return item
 
 
+def _key(obj: Obj) -> tuple[str, str]:
+    """(namespace, name) of an object."""
+    meta = obj["metadata"]
+    return str(meta.get("namespace") or ""), str(meta["name"])
+
+
 def _status(code: int, reason: str, message: str) -> bytes:
     """A metav1.Status body."""
     body = {
@@ -296,7 +302,18 @@ class Recording:
 
     def __init__(self, cluster: MemoryCluster) -> None:
         self.cluster = cluster
-        self._items: dict[tuple[str, str, str, str], list[bytes] | None] = {}
+        #: every object the doctor may list, shaped and encoded once, up front (a first request
+        #: that had to shape 75,000 pods would outlast a client's timeout)
+        self._encoded: dict[Kind, dict[tuple[str, str], bytes]] = {}
+        for kind in KINDS.values():
+            try:
+                objs = cluster.list_readonly(kind)
+            except (NotFoundError, UnknownKindError):
+                continue
+            self._encoded[kind] = {
+                _key(o): json.dumps(apiserver_item(o, kind, i), separators=(",", ":")).encode()
+                for i, o in enumerate(objs)
+            }
         self._pages: dict[str, tuple[int, bytes]] = {}
         self._lock = threading.Lock()
         self.served: list[str] = []
@@ -318,17 +335,10 @@ class Recording:
 
     def _encoded_items(self, kind: Kind, namespace: str | None, labels: str, fields: str) -> list[bytes] | None:
         """Each matching item's JSON, or None when the cluster does not serve the kind (404)."""
-        key = (kind.plural + "." + kind.group, namespace or "", labels, fields)
-        if key not in self._items:
-            try:
-                objs = self.cluster.list_readonly(kind, namespace, labels or None, fields or None)
-            except (NotFoundError, UnknownKindError):
-                self._items[key] = None
-            else:
-                self._items[key] = [
-                    json.dumps(apiserver_item(o, kind, i), separators=(",", ":")).encode() for i, o in enumerate(objs)
-                ]
-        return self._items[key]
+        if kind not in self._encoded:
+            return None
+        encoded = self._encoded[kind]
+        return [encoded[_key(o)] for o in self.cluster.list_readonly(kind, namespace, labels or None, fields or None)]
 
     def response(self, target: str) -> tuple[int, bytes]:
         """(HTTP status, body) for a GET of ``target`` (path and query)."""

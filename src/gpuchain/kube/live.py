@@ -470,21 +470,24 @@ _ANY_PAGE = _page_decoder(dict[str, Any])
 
 
 def _listed(item: msgspec.Struct | Obj, kind: Kind) -> Obj:
-    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out."""
+    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out:
+    the fields the JSON had, a field absent staying absent."""
     if isinstance(item, dict):
         meta = item.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
         return _typed(item, kind)
-    return _plain_struct(item, {"apiVersion": kind.api_version, "kind": kind.kind})
-
-
-def _plain_struct(struct: msgspec.Struct, out: Obj) -> Obj:
-    """``out`` with the fields of a decoded Struct that the JSON had (a field absent stays absent)."""
-    for name in struct.__struct_fields__:
-        value = getattr(struct, name)
-        if value is not msgspec.UNSET:
-            out[name] = _plain_struct(value, {}) if isinstance(value, msgspec.Struct) else value
+    out: Obj = msgspec.structs.asdict(item)  # an `_Object`: apiVersion, kind, metadata, spec, status
+    if out["apiVersion"] is msgspec.UNSET:
+        out["apiVersion"] = kind.api_version
+    if out["kind"] is msgspec.UNSET:
+        out["kind"] = kind.kind
+    for name in ("metadata", "spec", "status"):
+        value = out[name]
+        if value is msgspec.UNSET:
+            del out[name]
+        elif isinstance(value, msgspec.Struct):
+            out[name] = msgspec.to_builtins(value)
     return out
 
 
