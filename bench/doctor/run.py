@@ -8,7 +8,8 @@ Measured, with API calls counted by the cluster (MemoryCluster: in-process, no n
   "diagnose overhead" is doctor / listing;
 - baseline 2, what a live client pays on top to decode those lists: ``json.loads`` of each
   list's body as an API server sends it (serialised once before the rounds, not timed), the
-  part of a live run the in-memory cluster does not show;
+  part of a live run the in-memory cluster does not show (`bench.doctor.live` measures a live
+  doctor itself, over HTTP, on responses shaped as a kube-apiserver's);
 - baseline 3, the per-node way: get the node and list its pods with ``spec.nodeName=<node>``
   for every GPU node, timed on ``--sample`` nodes and scaled to all of them (printed as such).
 

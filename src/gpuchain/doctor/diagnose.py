@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor.checks import (
     DRIVER_VERSION,
@@ -427,10 +428,13 @@ def run_doctor(
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the time."""
+    """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the
+    time. The cyclic collector is paused meanwhile (`collector_paused`: it would only walk the
+    snapshot again and again)."""
     started = time.perf_counter()
-    snap, calls, _ = timed_gather(cluster, namespace, reader, progress)
-    report = diagnose(snap)
+    with collector_paused():
+        snap, calls, _ = timed_gather(cluster, namespace, reader, progress)
+        report = diagnose(snap)
     report.api_calls = calls
     report.seconds = time.perf_counter() - started
     return report

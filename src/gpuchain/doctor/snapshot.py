@@ -8,6 +8,13 @@ Warning Events; a ninth lists NVIDIADrivers where the GPU Operator runs. Contain
 only for the few operand containers that are not ready and whose last lines are not already in
 ``lastState.terminated.message`` (at most ``MAX_LOGS``), so a thousand failing nodes cost no more
 than five.
+
+On a live cluster the lists are read with ``list_readonly`` (pages, and none of the server's
+bookkeeping: see `LiveCluster.list_readonly`). The server narrows only what the doctor never
+judges: finished pods and non-Warning Events. Nodes are not narrowed to GPU nodes (a GPU node
+whose labels are missing is itself a finding, when feature discovery is down), nor pods to GPU
+ones (a GPU request is no field the server selects on), and no list is asked as
+PartialObjectMetadata: every check reads spec or status.
 """
 
 from __future__ import annotations

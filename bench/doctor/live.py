@@ -1,0 +1,171 @@
+"""The live doctor end to end (HTTP, decoding, diagnosis) on recorded list responses, against fetching them alone.
+
+`bench.doctor.run` measures the doctor on the in-memory cluster, where nothing is decoded; this
+measures what a live ``gpuchain doctor`` pays on a cluster of ``--nodes`` GPU nodes (the same
+simulated cluster, about 7.6 pods a node: 10,000 nodes give some 76,000 pods), with the list
+responses a kube-apiserver would send (managedFields, defaults, node images: see
+`bench.doctor.replay`) replayed over HTTP on loopback by a server in its own process:
+
+- baseline, the replay alone: a plain HTTP client (httpx, as lightkube uses) fetches the very
+  requests one doctor run made and reads their bytes, decoding nothing: what any client pays;
+- before: the doctor as it was before issue 26: gather on `LiveCluster` reading each list whole
+  through lightkube (one request a list, ``json.loads``, every field), then diagnose, with Python's
+  cyclic collector running as usual;
+- after: ``run_doctor`` on `LiveCluster` as it is (``list_readonly``: pages of 500, msgspec, no
+  managedFields nor node images; the collector paused for the run);
+- the diagnosis alone, on the snapshot "after" gathered (the doctor's own time), collector paused.
+
+All four alternate round by round, so load from other processes hits all alike; the first run of
+each way records the responses (not measured); what the bench itself keeps through the rounds is
+frozen out of the cyclic collector (``gc.freeze``), as `bench.doctor.run` does. Both ways must find
+the same; the goal is "after" under 5 s at 10,000 nodes. Container logs are not read
+(``reader=None``): the replay has none, and a live doctor reads at most eight.
+
+    .venv/bin/python -m bench.doctor.live [--nodes 1000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+
+from bench.doctor.run import alternated_times, medians
+from gpuchain.common.gcpause import collector_paused
+from gpuchain.doctor import run_doctor
+from gpuchain.doctor.diagnose import diagnose
+from gpuchain.doctor.model import Report
+from gpuchain.doctor.snapshot import Snapshot, gather, timed_gather
+from gpuchain.kube import LiveCluster
+from gpuchain.kube.kinds import Kind
+from gpuchain.kube.objects import Obj
+
+
+class WholeLists(LiveCluster):
+    """The read before issue 26: ``list_readonly`` is ``list`` (lightkube, one request, every field)."""
+
+    def list_readonly(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        return self.list(kind, namespace, label_selector, field_selector)
+
+
+def doctor_before(cluster: WholeLists) -> Report:
+    """``run_doctor`` as it was before issue 26 (gather, then diagnose; no collector pause)."""
+    return diagnose(timed_gather(cluster)[0])
+
+
+def diagnosis_alone(snapshot: Snapshot) -> Report:
+    """The doctor's own time: ``diagnose`` as ``run_doctor`` runs it."""
+    with collector_paused():
+        return diagnose(snapshot)
+
+
+def start_replay(nodes: int) -> tuple[subprocess.Popen[str], str]:
+    """The replay server in its own process, and its URL once it has built the cluster."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.doctor.replay", "--nodes", str(nodes)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    if not line.startswith("replaying on "):
+        server.kill()
+        raise SystemExit(f"the replay server did not start: {line!r}")
+    return server, line.split()[-1]
+
+
+def served(http: httpx2.Client) -> list[str]:
+    """The list requests the replay server answered since the last time it was asked."""
+    return list(json.loads(http.get("/_replay/requests").content))
+
+
+def fetch(http: httpx2.Client, targets: list[str]) -> int:
+    """GET each target and read its body, decoding nothing; the bytes read."""
+    return sum(len(http.get(target).content) for target in targets)
+
+
+def findings(report: Any) -> list[tuple[str, list[str]]]:
+    """The report's findings as (id, nodes), to compare the two ways."""
+    return sorted((g.id, sorted(g.nodes)) for g in report.groups())
+
+
+def main() -> None:
+    """Start the replay, record, measure, print figures and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    server, url = start_replay(args.nodes)
+    try:
+        http = httpx2.Client(base_url=url, timeout=600)
+        before_cluster, after_cluster = WholeLists.from_url(url), LiveCluster.from_url(url)
+        before_report = doctor_before(before_cluster)  # recording, not measured
+        before_targets = served(http)
+        after_report = run_doctor(after_cluster)
+        after_targets = served(http)
+        snapshot = gather(after_cluster)
+        served(http)
+        nbytes = fetch(http, before_targets)
+        print(
+            f"cluster: {args.nodes} GPU nodes, {after_report.cluster_nodes} nodes, "
+            f"{len(snapshot.pods)} pods; {nbytes / 1e6:.0f} MB of list responses; "
+            f"built and recorded in {time.perf_counter() - started:.0f} s (not measured)"
+        )
+        same = findings(before_report) == findings(after_report)
+        print(f"findings: {', '.join(sorted({i for i, _ in findings(after_report)}))}")
+        print(f"same findings before and after: {'yes' if same else 'NO'}")
+        del before_report, after_report
+        # The snapshot the diagnosis row reads lives through the rounds: frozen out of the cyclic
+        # collector, so the way that runs it (before) does not pay for walking the bench's objects.
+        gc.collect()
+        gc.freeze()
+        load_before = os.getloadavg()
+        ways: list[Callable[[], object]] = [
+            lambda: fetch(http, before_targets),
+            lambda: doctor_before(before_cluster),
+            lambda: run_doctor(after_cluster),
+            lambda: diagnosis_alone(snapshot),
+        ]
+        times = [medians(t) for t in alternated_times(ways, args.rounds)]
+        load_after = os.getloadavg()
+    finally:
+        server.kill()
+        server.wait()
+    (base_s, base_cpu), (before_s, before_cpu), (after_s, after_cpu), (own_s, own_cpu) = times
+    print(f"load average (1 min) before / after the rounds: {load_before[0]:.2f} / {load_after[0]:.2f}")
+    print(f"median of {args.rounds} rounds; CPU is this process's (the replay server runs in its own)")
+    print()
+    print(f"{'':46} {'wall s':>8} {'CPU s':>8} {'requests':>9} {'vs replay':>10}")
+    rows = [
+        ("baseline: the replay alone (bytes, no decoding)", base_s, base_cpu, len(before_targets)),
+        ("before: doctor, whole lists, lightkube, json", before_s, before_cpu, len(before_targets)),
+        ("after: doctor, pages, msgspec, less, no GC", after_s, after_cpu, len(after_targets)),
+        ("the diagnosis alone (after's snapshot)", own_s, own_cpu, 0),
+    ]
+    for label, wall, cpu, requests in rows:
+        print(f"{label:46} {wall:8.3f} {cpu:8.3f} {requests:9d} {wall / base_s:9.2f}x")
+    print()
+    print(f"after / before: {after_s / before_s:.2f}x the time ({before_s / after_s:.1f}x faster)")
+    print(f"reading and decoding on top of the replay: before {before_s - own_s - base_s:.3f} s, "
+          f"after {after_s - own_s - base_s:.3f} s")  # fmt: skip
+    print(f"goal < 5 s end to end: {'met' if after_s < 5.0 else 'MISSED'} ({after_s:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The doctor's fast live read (`LiveCluster.list_readonly`: pages, msgspec, no managedFields nor node
+images) on the real kube-apiserver gives the objects and the findings the plain `list()` read gives
+(issue 26).
+
+A simulated GPU Operator cluster of 30 nodes (about 250 objects: its operand pods, GPU workloads,
+DaemonSets, ConfigMaps, Events; a kernel without a driver build on 4 nodes, a GPU off the bus on 2)
+is recreated on the tests/peers control plane, then read both ways with pages of 7 objects, so
+that every list of more than a handful of objects takes several pages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuchain.doctor import run_doctor
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
+from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, LiveCluster
+from gpuchain.kube.objects import Obj
+from gpuchain.sim import build, parse_scenario
+from peers.apiserver import ApiServer
+from peers.test_doctor_real_dump import _lists, install_nvidia_crds
+from peers.test_kube_apiserver import _until, copy_into
+
+SCENARIO = """
+name: live-pages
+driverBuilds: [5.15.0-105-generic]
+nodes:
+  - {name: gpu, count: 24}
+  - {name: newkernel, count: 4, kernel: 6.8.0-51-generic}
+  - {name: lost, count: 2, lostGpus: [3]}
+workloads:
+  - {name: train, count: 10, gpus: 8}
+  - {name: infer, count: 6, gpus: 1}
+"""
+
+#: What `gpuchain.doctor.snapshot.gather` lists, with its namespace and selectors.
+READS: list[tuple[Any, str | None, str | None]] = [
+    (CLUSTER_POLICY, None, None),
+    (NVIDIA_CLUSTER_POLICY, None, None),
+    (NODE, None, None),
+    (POD, None, "status.phase!=Succeeded,status.phase!=Failed"),
+    (DAEMONSET, None, None),
+    (NVIDIA_DRIVER, None, None),
+    (CONFIGMAP, "gpu-operator", None),
+    (RUNTIME_CLASS, None, None),
+    (EVENT, None, "type=Warning"),
+]
+
+
+class WholeObjects(LiveCluster):
+    """The read the doctor made before: one request per list, lightkube's decoding, every field."""
+
+    def list_readonly(
+        self,
+        kind: Any,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        return self.list(kind, namespace, label_selector, field_selector)
+
+
+def _left_out(obj: Obj) -> Obj:
+    """``obj`` less what the fast read leaves out: managedFields, and a node's images."""
+    out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+    if obj["kind"] == "Node":
+        out["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
+    return out
+
+
+def _load(apiserver: ApiServer, live: LiveCluster) -> None:
+    install_nvidia_crds(live)
+    copy_into(apiserver, live, build(parse_scenario(SCENARIO)).cluster)
+    for kind in (CLUSTER_POLICY, NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER):
+        _until(lambda kind=kind: _lists(live, kind), f"the server lists {kind.plural} of {kind.api_version}")
+
+
+def test_pages_give_every_object_the_plain_list_gives_less_managed_fields(
+    apiserver: ApiServer, live_cluster: LiveCluster
+) -> None:
+    _load(apiserver, live_cluster)
+    images = [{"names": ["nvcr.io/nvidia/driver@sha256:" + "0" * 64, "nvcr.io/nvidia/driver:570"], "sizeBytes": 1}]
+    live_cluster.patch_status(NODE, "gpu-0", {"images": images})  # what a kubelet reports; the simulator has none
+    live_cluster.list_page = 7
+    for kind, namespace, fields in READS:
+        whole = live_cluster.list(kind, namespace, field_selector=fields)
+        live_cluster.calls.reset()
+        paged = live_cluster.list_readonly(kind, namespace, field_selector=fields)
+        assert paged == [_left_out(o) for o in whole], kind
+        assert live_cluster.calls.by_verb["list"] == max(1, -(-len(whole) // 7)), kind  # one request per page
+        if kind in (NODE, POD, DAEMONSET, CONFIGMAP):  # the server writes them on every object; gone here
+            assert all("managedFields" in o["metadata"] for o in whole)
+            assert not any("managedFields" in o["metadata"] for o in paged)
+    nodes = {o["metadata"]["name"]: o for o in live_cluster.list_readonly(NODE)}
+    assert live_cluster.get(NODE, "gpu-0")["status"]["images"] == images and "images" not in nodes["gpu-0"]["status"]
+    assert nodes["gpu-0"]["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert len(live_cluster.list_readonly(POD)) > 200
+
+
+def test_the_doctor_finds_the_same_read_either_way(apiserver: ApiServer, live_cluster: LiveCluster) -> None:
+    _load(apiserver, live_cluster)
+    live_cluster.list_page = 7
+    old = WholeObjects.from_kubeconfig(str(apiserver.kubeconfig))
+    try:
+        before = run_doctor(old).to_dict()
+    finally:
+        old.close()
+    after = run_doctor(live_cluster).to_dict()
+    assert {"driver.kernel-mismatch", "gpu.lost"} <= set(after["rootCauses"])
+    for report in (before, after):
+        del report["seconds"], report["apiCalls"]
+    assert after == before
