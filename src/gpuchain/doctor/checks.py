@@ -22,11 +22,12 @@ from gpuchain.common.labels import (
     OPERANDS_LABEL,
     PAUSED_FOR_MIG_CHANGE,
 )
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
-from gpuchain.doctor.pods import PodState, init_done, matching_line, pod_state, unschedulable_message
+from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
 from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of
@@ -50,7 +51,7 @@ from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_vie
 GPU_COUNT = "nvidia.com/gpu.count"
 PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
-NO_RUNTIME = 'no runtime for "nvidia"'
+NO_RUNTIME = "containerd.no-runtime-for-handler"
 #: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
 DCGM_EXPORTER_IMAGE = {
     "repository": "nvcr.io/nvidia/k8s",
@@ -413,18 +414,13 @@ class Known:
     fix: str
 
 
-#: NVIDIA's driver container when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266,
-#: #1726; modprobe's own words where the module is loaded by hand).
-SECURE_BOOT_LINES = (
-    r"not signed by a key that is trusted",
-    r"Loading of unsigned module is rejected",
-    r"Key was rejected",
-)
-#: NVIDIA's toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406, #522).
-SOCKET_LINES = (r"unable to dial: dial unix .*containerd\.sock", r"Error signaling containerd")
-#: Any NVIDIA component that watches files when the node's inotify instances are used up
-#: (NVIDIA/gpu-operator#441: "Error: failed to create FS watcher: too many open files").
-INOTIFY_LINES = (r"failed to create FS watcher: too many open files",)
+#: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
+#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726; modprobe's own words
+#: where the module is loaded by hand), the toolkit when the containerd socket it was given does not
+#: exist (NVIDIA/gpu-operator#406, #522), and a component out of inotify instances (#441).
+SECURE_BOOT = ("nvidia-installer.unsigned-module", "glibc.key-rejected")
+SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
+INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
 
 
@@ -447,8 +443,8 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
-    line = matching_line(log, *SECURE_BOOT_LINES) if log else None
-    if line and operand is DRIVER:
+    found = catalog.find(log, *SECURE_BOOT)
+    if found and operand is DRIVER:
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -461,15 +457,15 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return Known(
             "the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container built "
             "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
-            (f"log: {line}",),
+            found.evidence(),
             action,
             ctx.stack.render(action),
         )
-    line = matching_line(log, *SOCKET_LINES) if log else None
-    if line and operand is TOOLKIT:
-        return _toolkit_socket(ctx, view, line)
-    line = matching_line(log, *INOTIFY_LINES) if log else None
-    if line:
+    found = catalog.find(log, *SOCKET)
+    if found and operand is TOOLKIT:
+        return _toolkit_socket(ctx, view, found)
+    found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
+    if found:
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -484,7 +480,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return Known(
             "the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot watch "
             "its files and exits; a kernel setting of the node, outside the cluster.",
-            (f"log: {line}",),
+            found.evidence(),
             action,
             ctx.stack.render(action),
         )
@@ -569,11 +565,11 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     )
 
 
-def _toolkit_socket(ctx: Context, view: NodeView, line: str) -> Known:
+def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
     """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
     dist = distribution_of(view.node)
     kubelet = node_info(view.node).get("kubeletVersion", "?")
-    evidence = (f"log: {line}", f"kubeletVersion {kubelet} ({dist.name})")
+    evidence = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
     if dist is not KUBEADM and ctx.policy_obj is not None:
         keep = [
             {"name": e.name, "value": e.value}
@@ -632,7 +628,16 @@ def _not_ready(
     known = known_failure(ctx, view, operand, state, log)
     if known is not None:
         return _known_not_ready(view, link, what, state, known)
-    line = matching_line(log, r"error", r"fail", r"unable", r"not found", r"could not") if log else None
+    found = catalog.known_error(log)
+    if found is not None:
+        # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
+        known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
+        return _known_not_ready(view, link, what, state, known)
+    # Nothing known: the line itself is reported as unrecognised (evidence.unrecognised); restarting the
+    # pod is the one action, and it is said as no repair.
+    again = Fix(
+        FixOp.DELETE, f"{ctx.namespace}/{state.name}", {"kind": "Pod", "namespace": ctx.namespace, "name": state.name}
+    )
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -643,9 +648,8 @@ def _not_ready(
                 Severity.ERROR,
                 link,
                 cause + " gpuchain does not recognise the failure, so it has no change to propose.",
-                [state.describe(), f"log: {line}" if line else "", state.message],
-                f"fix what the log says{f' ({line})' if line else ''}; the DaemonSet restarts the pod "
-                f"(kubectl -n {ctx.namespace} delete pod {state.name} to retry at once)",
+                [state.describe(), state.message],
+                ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure",
             ),
         ),
     )
@@ -714,14 +718,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
-    kernel_line = matching_line(
-        log, r"could not resolve linux kernel", r"kernel.*(not supported|no precompiled)", r"precompiled"
-    )
-    conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
+    kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
+    conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
-    if conflict_line and "in use" in conflict_line and holders:
+    if conflict_line and conflict_line.entry.id == "driver-container.unload-in-use" and holders:
         drain = Fix(
             FixOp.NODE,
             view.name,
@@ -744,7 +746,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     "the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on this "
                     "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
-                    [state.describe(), f"log: {conflict_line}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
+                    [state.describe(), *conflict_line.evidence(), f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
                     ctx.stack.render(drain),
                     drain,
                 ),
@@ -763,7 +765,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     "the operator's driver container was started on a node whose host already has an NVIDIA "
                     "driver loaded, and it cannot unload it.",
-                    [state.describe(), f"log: {conflict_line}"],
+                    [state.describe(), *conflict_line.evidence()],
                     ctx.stack.render(off_here)
                     + f"   # or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
                     '-p \'{"spec":{"driver":{"enabled":false}}}\'',
@@ -779,7 +781,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         if others:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
         if kernel_line:
-            evidence.append(f"log: {kernel_line}")
+            evidence += kernel_line.evidence()
         good = others[0] if others else "a kernel the driver image supports"
         reimage = Fix(
             FixOp.NODE,
@@ -822,10 +824,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
 def _runtime_evidence(view: NodeView) -> list[str]:
     lines = []
     for ev in view.events:
-        if NO_RUNTIME in str(ev.get("message", "")):
+        if catalog.find(str(ev.get("message", "")), NO_RUNTIME):
             ref = ev.get("involvedObject") or {}
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
-    if not lines:
+    if lines:
+        lines = [*lines[:3], catalog.entry(NO_RUNTIME).cite()]
+    else:
         for pod in view.operand_pods.values():
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
             creating = any(
@@ -882,14 +886,20 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
     if runtime:
         tk = pod_state(pod) if pod is not None else None
         log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
-        warn = matching_line(log, r"warning", r"not (found|reloaded)", r"error") if log else None
+        said = catalog.known_error(log)
+        dist = distribution_of(view.node)
+        rewrite = (
+            f"kubectl -n {ctx.namespace} delete pod {tk.name} so the toolkit writes the nvidia runtime there"
+            if tk
+            else "nvidia-ctk runtime configure --runtime=containerd --config=" + dist.containerd_config
+        )
         restart = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "check that the toolkit's CONTAINERD_CONFIG and CONTAINERD_SOCKET are this node's, let it "
-                f"write the nvidia runtime into containerd's config (kubectl -n {ctx.namespace} delete pod "
-                f"{tk.name if tk else '<toolkit pod>'}), then systemctl restart containerd",
+                "action": f"set the toolkit's CONTAINERD_CONFIG={dist.containerd_config} and CONTAINERD_SOCKET="
+                f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
+                f"{rewrite}, then systemctl restart containerd",
                 "fact": "runtime",
             },
         )
@@ -905,9 +915,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     "containerd on this node has no 'nvidia' runtime handler, so every pod with runtimeClassName "
                     f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
                     [
-                        *runtime[:3],
+                        *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",
-                        f"toolkit log: {warn}" if warn else "",
+                        *(said.evidence("toolkit log") if said else ()),
                     ],
                     ctx.stack.render(restart),
                     restart,
@@ -943,6 +953,14 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 # -- 3. device plugin --------------------------------------------------------------------------
 
 
+#: What NVIDIA's config-manager and gpuchain's plugin write when the config key does not exist (catalog.yaml).
+CONFIG_MISSING = (
+    "k8s-device-plugin.config-does-not-exist",
+    "gpuchain-device-plugin.config-key-missing",
+    "k8s-device-plugin.unable-to-load-config",
+)
+
+
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown:
         return None  # a dump without the stack's ConfigMaps or the policy naming one: nothing to compare
@@ -958,7 +976,7 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     pod = view.pod(DEVICE_PLUGIN)
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
-    line = matching_line(log, r"unable to load config", r"no config named", r"not found") if log else None
+    said = catalog.find(log, *CONFIG_MISSING)
     where = (
         f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
         if cm
@@ -984,7 +1002,7 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         Severity.ERROR,
         "device-plugin",
         f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
-        [source, where, state.describe() if state else "", f"log: {line}" if line else ""],
+        [source, where, state.describe() if state else "", *(said.evidence() if said else ())],
         fix,
         action,
     )
@@ -1022,8 +1040,9 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     plugin = view.pod(DEVICE_PLUGIN)
     plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
     # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
-    xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
-    evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
+    xid = catalog.entry("k8s-device-plugin.xid-critical")
+    hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
+    evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
     targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
     # Only pods it can name go in the command; the rest of the work is said as a comment, so the line pastes.
@@ -1214,6 +1233,16 @@ def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     )
 
 
+#: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
+NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed")
+NO_DEVICES = "k8s-device-plugin.no-devices"
+
+
+def _nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
+    more = catalog.find(log, NO_DEVICES)
+    return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
+
+
 def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     """The evidence that the device plugin runs without the NVIDIA runtime on this node (its log says
     NVML cannot be loaded and the node announces no GPU), None otherwise."""
@@ -1222,11 +1251,8 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
         return None
     state = pod_state(pod)
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
-    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
-    if not nvml:
-        return None
-    more = matching_line(log, r"No devices found")
-    return [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""]
+    nvml = catalog.find(log, *NO_NVML)
+    return _nvml_evidence(state, nvml, log) if nvml else None
 
 
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
@@ -1240,8 +1266,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
-    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
-    mig_line = matching_line(log, r"invalid MIG configuration") if log else None
+    nvml = catalog.find(log, *NO_NVML)
+    mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)
@@ -1252,10 +1278,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         if absent is not None:
             return absent
     elif state is not None and (mig_line or (invalid_product and not announced)):
-        return _mig_invalid(ctx, view, [state.describe(), f"log: {mig_line}" if mig_line else ""])
+        return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and nvml and not announced:
-        more = matching_line(log, r"No devices found")
-        return _no_nvml(ctx, view, [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""])
+        return _no_nvml(ctx, view, _nvml_evidence(state, nvml, log))
     elif state is not None and not state.ready:
         return _not_ready(
             ctx,
@@ -1268,16 +1293,19 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
     if not announced:
-        registered = matching_line(log, r"registered device plugin") if log else None
-        problem = matching_line(log, r"error", r"fail", r"unable", r"no devices") if log else None
+        registered = catalog.find(log, "k8s-device-plugin.registered")
+        problem = catalog.known_error(log) or catalog.find(log, NO_DEVICES)
+        odd = catalog.unknown_error(log)
         log_evidence = (
-            f"log: {problem}"
+            list(problem.evidence())
             if problem
-            else f"log: {registered} (but the kubelet did not keep it)"
+            else [f"unrecognised: {odd}"]
+            if odd
+            else [f"log: {registered.line} (but the kubelet did not keep it)", registered.entry.cite()]
             if registered
-            else "log has no 'Registered device plugin' line"
+            else ["log has no 'Registered device plugin' line"]
             if log
-            else ""
+            else []
         )
         shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
         # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
@@ -1317,7 +1345,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                         f"node {view.name} capacity: {shown}",
                         f"GPUs present: {present}" if present else "",
                         state.describe() if state else "",
-                        log_evidence,
+                        *log_evidence,
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
@@ -1352,8 +1380,8 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
         known = _exporter_failure(ctx, view, pod, state, log)
         if known is not None:
             return _known_not_ready(view, link, what, state, known)
-    line = matching_line(log, r"libdcgm") if log else None
-    if operand is DCGM_EXPORTER and line:
+    found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
+    if operand is DCGM_EXPORTER and found:
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
         cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
         if ctx.policy_obj is not None and ctx.stack.id == "gpu-operator":
@@ -1373,7 +1401,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
                     Severity.ERROR,
                     link,
                     cause,
-                    [state.describe(), f"log: {line}"],
+                    [state.describe(), *found.evidence()],
                     fix,
                     action,
                 ),
@@ -1383,41 +1411,41 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
 
 
 #: dcgm-exporter's fatal lines (NVIDIA/dcgm-exporter pkg/cmd/app.go "Failed to watch metrics", and
-#: DCGM's own error strings it wraps), each with what repairs it.
-EXPORTER_PROFILING_RACE = r"Profiling module returned an unrecoverable error"
-EXPORTER_NO_PROFILING = (r"module of DCGM that is not currently loaded", r"Profiling is not supported")
-EXPORTER_NO_NVML = (r"Failed to initialize NVML", r"DCGM initialization error")
+#: DCGM's own error strings it wraps; catalog.yaml), each with what repairs it.
+EXPORTER_PROFILING_RACE = "dcgm.profiling-library-error"
+EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported")
+EXPORTER_NO_NVML = "dcgm.init-error"
 
 
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
     ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
-    line = matching_line(log, EXPORTER_PROFILING_RACE) if log else None
-    if line:
+    found = catalog.find(log, EXPORTER_PROFILING_RACE)
+    if found:
         action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
         return Known(
             "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
             "a new pod starts cleanly.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             action,
             ctx.stack.render(action) + "   # its DaemonSet starts a new one",
         )
-    line = matching_line(log, *EXPORTER_NO_PROFILING) if log else None
-    if line:
+    found = catalog.find(log, *EXPORTER_NO_PROFILING)
+    if found:
         return Known(
             "dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
             "and exits.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             None,
             "run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
             "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
             "unsupported DCP metrics",
         )
-    line = matching_line(log, *EXPORTER_NO_NVML) if log else None
-    if line and ctx.stack.driver_root:
+    found = catalog.find(log, EXPORTER_NO_NVML)
+    if found and ctx.stack.driver_root:
         return Known(
             f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on the "
             "host, and the exporter's pod neither mounts it nor runs privileged.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             None,
             f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
             "LD_LIBRARY_PATH) and run it privileged (securityContext.privileged: true)",
@@ -1518,7 +1546,7 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
 
 # -- workloads on GPU nodes ----------------------------------------------------------------------
 
-NVML_LOST = "Failed to initialize NVML: Unknown Error"
+NVML_LOST = "nvml.unknown-error-in-workload"
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
 
 
@@ -1542,7 +1570,9 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
             for e in refused
         }
     )
-    if "GPU is lost" in message:
+    lost = catalog.find(message, "nvml.gpu-lost")
+    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost) if m]
+    if lost:
         action = Fix(
             FixOp.HARDWARE,
             view.name,
@@ -1571,7 +1601,7 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         Severity.ERROR,
         "device-plugin",
         cause,
-        [f"event UnexpectedAdmissionError (kubelet): {message}", f"pods refused: {', '.join(pods[:5])}"],
+        [f"event UnexpectedAdmissionError (kubelet): {message}", *said, f"pods refused: {', '.join(pods[:5])}"],
         ctx.stack.render(action),
         action,
     )
@@ -1590,7 +1620,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
         if not pod_gpu_requests(pod):
             continue
         for c in (pod.get("spec") or {}).get("containers") or []:
-            if NVML_LOST in ctx.log(pod, str(c.get("name"))):
+            if catalog.find(ctx.log(pod, str(c.get("name"))), NVML_LOST):
                 lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
                 break
     if lost:
@@ -1613,7 +1643,11 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
                 "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
                 "NVML fails inside them; the device plugin and the node look healthy.",
-                [f"pods logging '{NVML_LOST}': {', '.join(lost[:5])}", "NVIDIA/nvidia-container-toolkit#48"],
+                [
+                    f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
+                    catalog.entry(NVML_LOST).cite(),
+                    "NVIDIA/nvidia-container-toolkit#48",
+                ],
                 ctx.stack.render(action),
                 action,
             )
