@@ -259,7 +259,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
         state.describe(),
         f"scheduler: {said}" if said else "",
         state.message,
-        f"last log lines: {state.last_log.strip().splitlines()[-1]}" if state.last_log.strip() else "",
+        *_said(state.last_log),
         f"{where} does not exist",
     ]
     action: Fix | None = None
@@ -296,10 +296,16 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             )
     else:
         why = f"{state.status}" + (f" ({state.message})" if state.message else "")
+        known = catalog.known_error(state.last_log)
+        again = Fix(
+            FixOp.DELETE,
+            f"{ctx.namespace}/{state.name}",
+            {"kind": "Pod", "namespace": ctx.namespace, "name": state.name},
+        )
         fix = (
-            f"kubectl -n {ctx.namespace} logs {state.name}"
-            + (" --previous" if state.restarts else "")
-            + "   # fix what the operator's log says; once it runs it creates the operand DaemonSets"
+            f"# {known.entry.fix}"
+            if known
+            else ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure"
         )
     return Result(
         LinkState.BROKEN,
@@ -318,6 +324,17 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             ),
         ),
     )
+
+
+def _said(log: str) -> list[str]:
+    """What a crashed container's log says, as evidence: the line a catalog entry knows and the entry,
+    else its last error line (or its last line, its final word) quoted as unrecognised."""
+    known = catalog.known_error(log)
+    if known is not None:
+        return list(known.evidence())
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    odd = catalog.unknown_error(log) or (lines[-1] if lines else None)
+    return [f"unrecognised: {odd}"] if odd else []
 
 
 def _operator_pod(name: str) -> bool:
@@ -499,25 +516,33 @@ ROOM = (
     ),
     (r"Too many pods", "the node is at its pod limit: raise the kubelet's maxPods or move pods off the node"),
     (r"didn't have free ports", "another pod holds the host port it needs: move or reconfigure that pod"),
-    (r"untolerated taint", "add a toleration for the node's taint to the DaemonSet"),
 )
+#: The scheduler's words for a taint the pod does not tolerate ("had untolerated taint {key: value}").
+UNTOLERATED = re.compile(r"untolerated taint \{([^:}]+)")
 
 
 def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """A DaemonSet pod the scheduler cannot place on its node: the scheduler's words, and what makes room."""
-    fix = "make room for it on the node as the scheduler's message says"
+    cause = (
+        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
+        "link has no pod here; the DaemonSet is right, restarting it changes nothing."
+    )
+    evidence = (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}")
+    said = UNTOLERATED.search(state.message)
+    taints = ((view.node.get("spec") or {}).get("taints")) or []
+    taint = next((t for t in taints if said and t.get("key") == said.group(1).strip()), None)
+    ds = operand_daemonset(ctx, operand)
+    if taint is not None and ds is not None:
+        # The toleration to add, on the object the stack's operands take their tolerations from.
+        action = placement_fix(ctx, view, ds, Blocker("taint", taint))
+        return Known(cause, evidence, action, ctx.stack.render(action))
+    fix = "# gpuchain knows no change that makes room for this scheduler reason"
     for pattern, text in ROOM:
         found = re.search(pattern, state.message)
         if found:
             fix = text.format(*(found.groups() or ("",)))
             break
-    return Known(
-        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
-        "link has no pod here; the DaemonSet is right, restarting it changes nothing.",
-        (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}"),
-        None,
-        f"{fix} (node {view.name}, pod {state.name})",
-    )
+    return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
 
 
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
@@ -1527,8 +1552,8 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence,
-        ctx.stack.render(cancel) + "   # cancels the change; or free the GPUs the MIG manager waits for "
-        f"(kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)})",
+        ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
+        f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
         cancel,
     )
 
