@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from sim.heldout import harness
 
 from gpuchain.doctor import Severity, catalog, run_doctor
 from gpuchain.sim import build, load_scenario, scenario_names
@@ -95,6 +96,14 @@ def _cited(finding: object) -> None:
 def test_every_log_based_finding_cites_a_catalog_entry(name: str) -> None:
     sim = build(load_scenario(name))
     for finding in run_doctor(sim.cluster, reader=sim.read_log).findings:
+        _cited(finding)
+
+
+@pytest.mark.parametrize("path", harness.cases(), ids=lambda p: p.stem)
+def test_every_log_based_finding_on_the_held_out_set_cites_a_catalog_entry(path: Path) -> None:
+    """The held-out cases carry the components' lines as the public reports quote them."""
+    case = harness.load(path)
+    for finding in run_doctor(case.cluster, reader=case.read_log).findings:
         _cited(finding)
 
 
