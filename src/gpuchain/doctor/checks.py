@@ -51,7 +51,8 @@ from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_vie
 GPU_COUNT = "nvidia.com/gpu.count"
 PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
-NO_RUNTIME = "containerd.no-runtime-for-handler"
+#: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
+NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
 #: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
 DCGM_EXPORTER_IMAGE = {
     "repository": "nvcr.io/nvidia/k8s",
@@ -846,23 +847,26 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
 # -- 2. toolkit --------------------------------------------------------------------------------
 
 
-def _runtime_evidence(view: NodeView) -> list[str]:
+def _runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
+    """Events and pods that show the runtime has no nvidia handler, and the runtime's message that says so."""
     lines = []
+    said = None
     for ev in view.events:
-        if catalog.find(str(ev.get("message", "")), NO_RUNTIME):
+        found = catalog.find(str(ev.get("message", "")), *NO_RUNTIME)
+        if found:
+            said = found
             ref = ev.get("involvedObject") or {}
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
-    if lines:
-        lines = [*lines[:3], catalog.entry(NO_RUNTIME).cite()]
-    else:
-        for pod in view.operand_pods.values():
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            creating = any(
-                ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
-            )
-            if creating and (pod.get("spec") or {}).get("runtimeClassName"):
-                lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
-    return lines
+    if said is not None:
+        return [*lines[:3], said.entry.cite()], said.entry
+    for pod in view.operand_pods.values():
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        creating = any(
+            ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+        )
+        if creating and (pod.get("spec") or {}).get("runtimeClassName"):
+            lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
+    return lines[:3], None
 
 
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
@@ -907,7 +911,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             ),
         )
     pod = view.pod(TOOLKIT)
-    runtime = _runtime_evidence(view)
+    runtime, said_by = _runtime_evidence(view)
     if runtime:
         tk = pod_state(pod) if pod is not None else None
         log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
@@ -918,16 +922,14 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             if tk
             else "nvidia-ctk runtime configure --runtime=containerd --config=" + dist.containerd_config
         )
-        restart = Fix(
-            FixOp.NODE,
-            view.name,
-            {
-                "action": f"set the toolkit's CONTAINERD_CONFIG={dist.containerd_config} and CONTAINERD_SOCKET="
-                f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
-                f"{rewrite}, then systemctl restart containerd",
-                "fact": "runtime",
-            },
+        work = (
+            f"set the toolkit's CONTAINERD_CONFIG={dist.containerd_config} and CONTAINERD_SOCKET="
+            f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
+            f"{rewrite}, then systemctl restart containerd"
         )
+        if said_by is not None and said_by.component == "CRI-O":
+            work = said_by.fix
+        restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
         return Result(
             LinkState.BROKEN,
             "containerd has no nvidia runtime",
@@ -937,7 +939,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     "toolkit.runtime-not-configured",
                     Severity.ERROR,
                     "toolkit",
-                    "containerd on this node has no 'nvidia' runtime handler, so every pod with runtimeClassName "
+                    f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
+                    "handler, so every pod with runtimeClassName "
                     f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
                     [
                         *runtime,
