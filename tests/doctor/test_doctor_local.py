@@ -57,3 +57,14 @@ def test_cli_local_with_the_simulated_backend_exits_0() -> None:
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert data["broken"] is False and data["nodes"][0]["links"]["driver"]["state"] == "ok"
+
+
+def test_an_nvml_error_the_catalog_knows_gets_its_cause_and_repair() -> None:
+    """NVML's "Driver/library version mismatch" on the node: a reboot (or module reload), cited to
+    the catalog entry, not the generic 'NVML answered with an error'."""
+    chain = local_chain(LocalAnswer("n", "k", error="other", message="Driver/library version mismatch"))
+    found = chain.findings[0]
+    assert found.id == "driver.nvml-error" and "version than the driver's user-space libraries" in found.cause
+    assert "reboot the node" in found.fix and any(
+        e.startswith("catalog: nvml.version-mismatch") for e in found.evidence
+    )

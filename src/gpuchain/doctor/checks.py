@@ -22,11 +22,12 @@ from gpuchain.common.labels import (
     OPERANDS_LABEL,
     PAUSED_FOR_MIG_CHANGE,
 )
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
-from gpuchain.doctor.pods import PodState, init_done, matching_line, pod_state, unschedulable_message
+from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
 from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of
@@ -50,7 +51,8 @@ from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_vie
 GPU_COUNT = "nvidia.com/gpu.count"
 PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
-NO_RUNTIME = 'no runtime for "nvidia"'
+#: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
+NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
 #: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
 DCGM_EXPORTER_IMAGE = {
     "repository": "nvcr.io/nvidia/k8s",
@@ -258,7 +260,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
         state.describe(),
         f"scheduler: {said}" if said else "",
         state.message,
-        f"last log lines: {state.last_log.strip().splitlines()[-1]}" if state.last_log.strip() else "",
+        *_said(state.last_log),
         f"{where} does not exist",
     ]
     action: Fix | None = None
@@ -295,10 +297,16 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             )
     else:
         why = f"{state.status}" + (f" ({state.message})" if state.message else "")
+        known = catalog.known_error(state.last_log)
+        again = Fix(
+            FixOp.DELETE,
+            f"{ctx.namespace}/{state.name}",
+            {"kind": "Pod", "namespace": ctx.namespace, "name": state.name},
+        )
         fix = (
-            f"kubectl -n {ctx.namespace} logs {state.name}"
-            + (" --previous" if state.restarts else "")
-            + "   # fix what the operator's log says; once it runs it creates the operand DaemonSets"
+            f"# {known.entry.fix}"
+            if known
+            else ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure"
         )
     return Result(
         LinkState.BROKEN,
@@ -317,6 +325,17 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             ),
         ),
     )
+
+
+def _said(log: str) -> list[str]:
+    """What a crashed container's log says, as evidence: the line a catalog entry knows and the entry,
+    else its last error line (or its last line, its final word) quoted as unrecognised."""
+    known = catalog.known_error(log)
+    if known is not None:
+        return list(known.evidence())
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    odd = catalog.unknown_error(log) or (lines[-1] if lines else None)
+    return [f"unrecognised: {odd}"] if odd else []
 
 
 def _operator_pod(name: str) -> bool:
@@ -413,18 +432,13 @@ class Known:
     fix: str
 
 
-#: NVIDIA's driver container when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266,
-#: #1726; modprobe's own words where the module is loaded by hand).
-SECURE_BOOT_LINES = (
-    r"not signed by a key that is trusted",
-    r"Loading of unsigned module is rejected",
-    r"Key was rejected",
-)
-#: NVIDIA's toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406, #522).
-SOCKET_LINES = (r"unable to dial: dial unix .*containerd\.sock", r"Error signaling containerd")
-#: Any NVIDIA component that watches files when the node's inotify instances are used up
-#: (NVIDIA/gpu-operator#441: "Error: failed to create FS watcher: too many open files").
-INOTIFY_LINES = (r"failed to create FS watcher: too many open files",)
+#: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
+#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726; modprobe's own words
+#: where the module is loaded by hand), the toolkit when the containerd socket it was given does not
+#: exist (NVIDIA/gpu-operator#406, #522), and a component out of inotify instances (#441).
+SECURE_BOOT = ("nvidia-installer.unsigned-module", "glibc.key-rejected")
+SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
+INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
 
 
@@ -447,8 +461,8 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
-    line = matching_line(log, *SECURE_BOOT_LINES) if log else None
-    if line and operand is DRIVER:
+    found = catalog.find(log, *SECURE_BOOT)
+    if found and operand is DRIVER:
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -461,15 +475,15 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return Known(
             "the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container built "
             "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
-            (f"log: {line}",),
+            found.evidence(),
             action,
             ctx.stack.render(action),
         )
-    line = matching_line(log, *SOCKET_LINES) if log else None
-    if line and operand is TOOLKIT:
-        return _toolkit_socket(ctx, view, line)
-    line = matching_line(log, *INOTIFY_LINES) if log else None
-    if line:
+    found = catalog.find(log, *SOCKET)
+    if found and operand is TOOLKIT:
+        return _toolkit_socket(ctx, view, found)
+    found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
+    if found:
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -484,7 +498,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return Known(
             "the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot watch "
             "its files and exits; a kernel setting of the node, outside the cluster.",
-            (f"log: {line}",),
+            found.evidence(),
             action,
             ctx.stack.render(action),
         )
@@ -503,25 +517,33 @@ ROOM = (
     ),
     (r"Too many pods", "the node is at its pod limit: raise the kubelet's maxPods or move pods off the node"),
     (r"didn't have free ports", "another pod holds the host port it needs: move or reconfigure that pod"),
-    (r"untolerated taint", "add a toleration for the node's taint to the DaemonSet"),
 )
+#: The scheduler's words for a taint the pod does not tolerate ("had untolerated taint {key: value}").
+UNTOLERATED = re.compile(r"untolerated taint \{([^:}]+)")
 
 
 def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """A DaemonSet pod the scheduler cannot place on its node: the scheduler's words, and what makes room."""
-    fix = "make room for it on the node as the scheduler's message says"
+    cause = (
+        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
+        "link has no pod here; the DaemonSet is right, restarting it changes nothing."
+    )
+    evidence = (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}")
+    said = UNTOLERATED.search(state.message)
+    taints = ((view.node.get("spec") or {}).get("taints")) or []
+    taint = next((t for t in taints if said and t.get("key") == said.group(1).strip()), None)
+    ds = operand_daemonset(ctx, operand)
+    if taint is not None and ds is not None:
+        # The toleration to add, on the object the stack's operands take their tolerations from.
+        action = placement_fix(ctx, view, ds, Blocker("taint", taint))
+        return Known(cause, evidence, action, ctx.stack.render(action))
+    fix = "# gpuchain knows no change that makes room for this scheduler reason"
     for pattern, text in ROOM:
         found = re.search(pattern, state.message)
         if found:
             fix = text.format(*(found.groups() or ("",)))
             break
-    return Known(
-        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
-        "link has no pod here; the DaemonSet is right, restarting it changes nothing.",
-        (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}"),
-        None,
-        f"{fix} (node {view.name}, pod {state.name})",
-    )
+    return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
 
 
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
@@ -569,11 +591,11 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     )
 
 
-def _toolkit_socket(ctx: Context, view: NodeView, line: str) -> Known:
+def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
     """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
     dist = distribution_of(view.node)
     kubelet = node_info(view.node).get("kubeletVersion", "?")
-    evidence = (f"log: {line}", f"kubeletVersion {kubelet} ({dist.name})")
+    evidence = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
     if dist is not KUBEADM and ctx.policy_obj is not None:
         keep = [
             {"name": e.name, "value": e.value}
@@ -632,7 +654,16 @@ def _not_ready(
     known = known_failure(ctx, view, operand, state, log)
     if known is not None:
         return _known_not_ready(view, link, what, state, known)
-    line = matching_line(log, r"error", r"fail", r"unable", r"not found", r"could not") if log else None
+    found = catalog.known_error(log)
+    if found is not None:
+        # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
+        known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
+        return _known_not_ready(view, link, what, state, known)
+    # Nothing known: the line itself is reported as unrecognised (evidence.unrecognised); restarting the
+    # pod is the one action, and it is said as no repair.
+    again = Fix(
+        FixOp.DELETE, f"{ctx.namespace}/{state.name}", {"kind": "Pod", "namespace": ctx.namespace, "name": state.name}
+    )
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -643,9 +674,8 @@ def _not_ready(
                 Severity.ERROR,
                 link,
                 cause + " gpuchain does not recognise the failure, so it has no change to propose.",
-                [state.describe(), f"log: {line}" if line else "", state.message],
-                f"fix what the log says{f' ({line})' if line else ''}; the DaemonSet restarts the pod "
-                f"(kubectl -n {ctx.namespace} delete pod {state.name} to retry at once)",
+                [state.describe(), state.message],
+                ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure",
             ),
         ),
     )
@@ -714,14 +744,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
-    kernel_line = matching_line(
-        log, r"could not resolve linux kernel", r"kernel.*(not supported|no precompiled)", r"precompiled"
-    )
-    conflict_line = matching_line(log, r"driver is in use", r"pre-installed", r"already (installed|loaded)")
+    kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
+    conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
-    if conflict_line and "in use" in conflict_line and holders:
+    if conflict_line and conflict_line.entry.id == "driver-container.unload-in-use" and holders:
         drain = Fix(
             FixOp.NODE,
             view.name,
@@ -744,7 +772,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     "the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on this "
                     "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
-                    [state.describe(), f"log: {conflict_line}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
+                    [state.describe(), *conflict_line.evidence(), f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
                     ctx.stack.render(drain),
                     drain,
                 ),
@@ -763,7 +791,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     "the operator's driver container was started on a node whose host already has an NVIDIA "
                     "driver loaded, and it cannot unload it.",
-                    [state.describe(), f"log: {conflict_line}"],
+                    [state.describe(), *conflict_line.evidence()],
                     ctx.stack.render(off_here)
                     + f"   # or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
                     '-p \'{"spec":{"driver":{"enabled":false}}}\'',
@@ -779,7 +807,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         if others:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
         if kernel_line:
-            evidence.append(f"log: {kernel_line}")
+            evidence += kernel_line.evidence()
         good = others[0] if others else "a kernel the driver image supports"
         reimage = Fix(
             FixOp.NODE,
@@ -819,21 +847,26 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
 # -- 2. toolkit --------------------------------------------------------------------------------
 
 
-def _runtime_evidence(view: NodeView) -> list[str]:
+def _runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
+    """Events and pods that show the runtime has no nvidia handler, and the runtime's message that says so."""
     lines = []
+    said = None
     for ev in view.events:
-        if NO_RUNTIME in str(ev.get("message", "")):
+        found = catalog.find(str(ev.get("message", "")), *NO_RUNTIME)
+        if found:
+            said = found
             ref = ev.get("involvedObject") or {}
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
-    if not lines:
-        for pod in view.operand_pods.values():
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            creating = any(
-                ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
-            )
-            if creating and (pod.get("spec") or {}).get("runtimeClassName"):
-                lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
-    return lines
+    if said is not None:
+        return [*lines[:3], said.entry.cite()], said.entry
+    for pod in view.operand_pods.values():
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        creating = any(
+            ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+        )
+        if creating and (pod.get("spec") or {}).get("runtimeClassName"):
+            lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
+    return lines[:3], None
 
 
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
@@ -878,21 +911,25 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             ),
         )
     pod = view.pod(TOOLKIT)
-    runtime = _runtime_evidence(view)
+    runtime, said_by = _runtime_evidence(view)
     if runtime:
         tk = pod_state(pod) if pod is not None else None
         log = _logs(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
-        warn = matching_line(log, r"warning", r"not (found|reloaded)", r"error") if log else None
-        restart = Fix(
-            FixOp.NODE,
-            view.name,
-            {
-                "action": "check that the toolkit's CONTAINERD_CONFIG and CONTAINERD_SOCKET are this node's, let it "
-                f"write the nvidia runtime into containerd's config (kubectl -n {ctx.namespace} delete pod "
-                f"{tk.name if tk else '<toolkit pod>'}), then systemctl restart containerd",
-                "fact": "runtime",
-            },
+        said = catalog.known_error(log)
+        dist = distribution_of(view.node)
+        rewrite = (
+            f"kubectl -n {ctx.namespace} delete pod {tk.name} so the toolkit writes the nvidia runtime there"
+            if tk
+            else "nvidia-ctk runtime configure --runtime=containerd --config=" + dist.containerd_config
         )
+        work = (
+            f"set the toolkit's CONTAINERD_CONFIG={dist.containerd_config} and CONTAINERD_SOCKET="
+            f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
+            f"{rewrite}, then systemctl restart containerd"
+        )
+        if said_by is not None and said_by.component == "CRI-O":
+            work = said_by.fix
+        restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
         return Result(
             LinkState.BROKEN,
             "containerd has no nvidia runtime",
@@ -902,12 +939,13 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     "toolkit.runtime-not-configured",
                     Severity.ERROR,
                     "toolkit",
-                    "containerd on this node has no 'nvidia' runtime handler, so every pod with runtimeClassName "
+                    f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
+                    "handler, so every pod with runtimeClassName "
                     f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
                     [
-                        *runtime[:3],
+                        *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",
-                        f"toolkit log: {warn}" if warn else "",
+                        *(said.evidence("toolkit log") if said else ()),
                     ],
                     ctx.stack.render(restart),
                     restart,
@@ -943,6 +981,14 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 # -- 3. device plugin --------------------------------------------------------------------------
 
 
+#: What NVIDIA's config-manager and gpuchain's plugin write when the config key does not exist (catalog.yaml).
+CONFIG_MISSING = (
+    "k8s-device-plugin.config-does-not-exist",
+    "gpuchain-device-plugin.config-key-missing",
+    "k8s-device-plugin.unable-to-load-config",
+)
+
+
 def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown:
         return None  # a dump without the stack's ConfigMaps or the policy naming one: nothing to compare
@@ -958,7 +1004,7 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     pod = view.pod(DEVICE_PLUGIN)
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
-    line = matching_line(log, r"unable to load config", r"no config named", r"not found") if log else None
+    said = catalog.find(log, *CONFIG_MISSING)
     where = (
         f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
         if cm
@@ -984,7 +1030,7 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         Severity.ERROR,
         "device-plugin",
         f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
-        [source, where, state.describe() if state else "", f"log: {line}" if line else ""],
+        [source, where, state.describe() if state else "", *(said.evidence() if said else ())],
         fix,
         action,
     )
@@ -1022,8 +1068,9 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     plugin = view.pod(DEVICE_PLUGIN)
     plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
     # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
-    xid = [ln.strip() for ln in plugin_log.splitlines() if "XidCriticalError" in ln or "NVRM: Xid" in ln]
-    evidence += [f"device plugin log: {ln}" for ln in xid[:3]]
+    xid = catalog.entry("k8s-device-plugin.xid-critical")
+    hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
+    evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
     targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
     # Only pods it can name go in the command; the rest of the work is said as a comment, so the line pastes.
@@ -1214,6 +1261,16 @@ def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     )
 
 
+#: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
+NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed")
+NO_DEVICES = "k8s-device-plugin.no-devices"
+
+
+def _nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
+    more = catalog.find(log, NO_DEVICES)
+    return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
+
+
 def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     """The evidence that the device plugin runs without the NVIDIA runtime on this node (its log says
     NVML cannot be loaded and the node announces no GPU), None otherwise."""
@@ -1222,11 +1279,8 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
         return None
     state = pod_state(pod)
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
-    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
-    if not nvml:
-        return None
-    more = matching_line(log, r"No devices found")
-    return [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""]
+    nvml = catalog.find(log, *NO_NVML)
+    return _nvml_evidence(state, nvml, log) if nvml else None
 
 
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
@@ -1240,8 +1294,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
-    nvml = matching_line(log, r"could not load NVML", r"Failed to initialize NVML") if log else None
-    mig_line = matching_line(log, r"invalid MIG configuration") if log else None
+    nvml = catalog.find(log, *NO_NVML)
+    mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = _mig_finding(ctx, view)
@@ -1252,10 +1306,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         if absent is not None:
             return absent
     elif state is not None and (mig_line or (invalid_product and not announced)):
-        return _mig_invalid(ctx, view, [state.describe(), f"log: {mig_line}" if mig_line else ""])
+        return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and nvml and not announced:
-        more = matching_line(log, r"No devices found")
-        return _no_nvml(ctx, view, [state.describe(), f"log: {nvml}", f"log: {more}" if more else ""])
+        return _no_nvml(ctx, view, _nvml_evidence(state, nvml, log))
     elif state is not None and not state.ready:
         return _not_ready(
             ctx,
@@ -1268,16 +1321,19 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
     if not announced:
-        registered = matching_line(log, r"registered device plugin") if log else None
-        problem = matching_line(log, r"error", r"fail", r"unable", r"no devices") if log else None
+        registered = catalog.find(log, "k8s-device-plugin.registered")
+        problem = catalog.known_error(log) or catalog.find(log, NO_DEVICES)
+        odd = catalog.unknown_error(log)
         log_evidence = (
-            f"log: {problem}"
+            list(problem.evidence())
             if problem
-            else f"log: {registered} (but the kubelet did not keep it)"
+            else [f"unrecognised: {odd}"]
+            if odd
+            else [f"log: {registered.line} (but the kubelet did not keep it)", registered.entry.cite()]
             if registered
-            else "log has no 'Registered device plugin' line"
+            else ["log has no 'Registered device plugin' line"]
             if log
-            else ""
+            else []
         )
         shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
         # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
@@ -1317,7 +1373,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                         f"node {view.name} capacity: {shown}",
                         f"GPUs present: {present}" if present else "",
                         state.describe() if state else "",
-                        log_evidence,
+                        *log_evidence,
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
@@ -1352,8 +1408,8 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
         known = _exporter_failure(ctx, view, pod, state, log)
         if known is not None:
             return _known_not_ready(view, link, what, state, known)
-    line = matching_line(log, r"libdcgm") if log else None
-    if operand is DCGM_EXPORTER and line:
+    found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
+    if operand is DCGM_EXPORTER and found:
         # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
         cause = f"the {what} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
         if ctx.policy_obj is not None and ctx.stack.id == "gpu-operator":
@@ -1373,7 +1429,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
                     Severity.ERROR,
                     link,
                     cause,
-                    [state.describe(), f"log: {line}"],
+                    [state.describe(), *found.evidence()],
                     fix,
                     action,
                 ),
@@ -1383,41 +1439,41 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
 
 
 #: dcgm-exporter's fatal lines (NVIDIA/dcgm-exporter pkg/cmd/app.go "Failed to watch metrics", and
-#: DCGM's own error strings it wraps), each with what repairs it.
-EXPORTER_PROFILING_RACE = r"Profiling module returned an unrecoverable error"
-EXPORTER_NO_PROFILING = (r"module of DCGM that is not currently loaded", r"Profiling is not supported")
-EXPORTER_NO_NVML = (r"Failed to initialize NVML", r"DCGM initialization error")
+#: DCGM's own error strings it wraps; catalog.yaml), each with what repairs it.
+EXPORTER_PROFILING_RACE = "dcgm.profiling-library-error"
+EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported")
+EXPORTER_NO_NVML = "dcgm.init-error"
 
 
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
     ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
-    line = matching_line(log, EXPORTER_PROFILING_RACE) if log else None
-    if line:
+    found = catalog.find(log, EXPORTER_PROFILING_RACE)
+    if found:
         action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
         return Known(
             "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
             "a new pod starts cleanly.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             action,
             ctx.stack.render(action) + "   # its DaemonSet starts a new one",
         )
-    line = matching_line(log, *EXPORTER_NO_PROFILING) if log else None
-    if line:
+    found = catalog.find(log, *EXPORTER_NO_PROFILING)
+    if found:
         return Known(
             "dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
             "and exits.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             None,
             "run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
             "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
             "unsupported DCP metrics",
         )
-    line = matching_line(log, *EXPORTER_NO_NVML) if log else None
-    if line and ctx.stack.driver_root:
+    found = catalog.find(log, EXPORTER_NO_NVML)
+    if found and ctx.stack.driver_root:
         return Known(
             f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on the "
             "host, and the exporter's pod neither mounts it nor runs privileged.",
-            (f"log: {line}", f"DaemonSet in namespace {ns}"),
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
             None,
             f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
             "LD_LIBRARY_PATH) and run it privileged (securityContext.privileged: true)",
@@ -1499,8 +1555,8 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence,
-        ctx.stack.render(cancel) + "   # cancels the change; or free the GPUs the MIG manager waits for "
-        f"(kubectl -n {ctx.namespace} logs {pod_state(mgr).name if mgr is not None else 'ds/' + ctx.ds(MIG_MANAGER)})",
+        ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
+        f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
         cancel,
     )
 
@@ -1518,7 +1574,7 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
 
 # -- workloads on GPU nodes ----------------------------------------------------------------------
 
-NVML_LOST = "Failed to initialize NVML: Unknown Error"
+NVML_LOST = "nvml.unknown-error-in-workload"
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
 
 
@@ -1542,7 +1598,9 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
             for e in refused
         }
     )
-    if "GPU is lost" in message:
+    lost = catalog.find(message, "nvml.gpu-lost")
+    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost) if m]
+    if lost:
         action = Fix(
             FixOp.HARDWARE,
             view.name,
@@ -1571,7 +1629,7 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         Severity.ERROR,
         "device-plugin",
         cause,
-        [f"event UnexpectedAdmissionError (kubelet): {message}", f"pods refused: {', '.join(pods[:5])}"],
+        [f"event UnexpectedAdmissionError (kubelet): {message}", *said, f"pods refused: {', '.join(pods[:5])}"],
         ctx.stack.render(action),
         action,
     )
@@ -1590,7 +1648,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
         if not pod_gpu_requests(pod):
             continue
         for c in (pod.get("spec") or {}).get("containers") or []:
-            if NVML_LOST in ctx.log(pod, str(c.get("name"))):
+            if catalog.find(ctx.log(pod, str(c.get("name"))), NVML_LOST):
                 lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
                 break
     if lost:
@@ -1613,7 +1671,11 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
                 "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
                 "NVML fails inside them; the device plugin and the node look healthy.",
-                [f"pods logging '{NVML_LOST}': {', '.join(lost[:5])}", "NVIDIA/nvidia-container-toolkit#48"],
+                [
+                    f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
+                    catalog.entry(NVML_LOST).cite(),
+                    "NVIDIA/nvidia-container-toolkit#48",
+                ],
                 ctx.stack.render(action),
                 action,
             )

@@ -27,7 +27,7 @@ from gpuchain.doctor.checks import (
     check_workloads,
 )
 from gpuchain.doctor.context import Context, NodeView, index
-from gpuchain.doctor.evidence import failure_at
+from gpuchain.doctor.evidence import failure_at, unrecognised
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
@@ -58,6 +58,8 @@ CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
 )
+#: Each operand's link, by its state name.
+LINK_OF = {op.state: name for name, _, operands in CHECKS for op in operands}
 
 
 def _consequence(view: NodeView, link: str, operands: tuple[Operand, ...]) -> list[str]:
@@ -157,6 +159,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings.append(opted)
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
+    findings += unrecognised(ctx, view, LINK_OF)
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 

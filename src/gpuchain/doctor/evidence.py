@@ -2,8 +2,8 @@
 
 Two sources, both independent of which stack runs the cluster:
 
-- the message catalog (`CATALOG`): an error line a component or the runtime writes, with the link it
-  proves broken, whatever pod shows it. "driver/library version mismatch" is the driver's fault even
+- the evidence catalog (`catalog`, scope "anywhere"): an error line a component or the runtime writes,
+  with the link it proves broken, whatever pod shows it. "driver/library version mismatch" is the driver's fault even
   when the container that prints it is the toolkit's validation or the device plugin (its runtime
   hook calls NVML first);
 - the validations: NVIDIA's validator runs one init container per link (`Stack.validations`); one
@@ -17,51 +17,20 @@ is named first.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from gpuchain.doctor import catalog
+from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import TOOLKIT
 
-
-@dataclass(frozen=True)
-class Message:
-    """One error message of the catalog: its pattern, the link it proves broken, and why."""
-
-    id: str  #: the finding it raises
-    link: str
-    patterns: tuple[str, ...]
-    cause: str
-    source: str  #: where the message is written (repo path), for the finding's evidence
-    node_image_only: bool = False  #: only where the stack's node image should carry the driver
-
-
-CATALOG: tuple[Message, ...] = (
-    Message(
-        "driver.version-mismatch",
-        "driver",
-        (r"driver/library version mismatch",),
-        "the NVIDIA kernel module loaded on this node is another version than the driver's user-space "
-        "libraries (NVML): the driver was upgraded or reinstalled while the old module stayed loaded, so "
-        "every NVML call fails (nvidia-smi, the runtime hook, the device plugin) until the module is reloaded.",
-        "NVML's NVML_ERROR_LIB_RM_VERSION_MISMATCH (NVIDIA/go-nvml pkg/nvml/return.go), as "
-        "nvidia-container-cli and nvidia-smi print it",
-    ),
-    Message(
-        "driver.not-on-node-image",
-        "driver",
-        (r"Incompatible platform detected", r"nvml error: driver not loaded"),
-        "the device plugin finds no NVIDIA driver library on the node (libnvidia-ml.so.1 cannot be loaded, "
-        "'Incompatible platform detected'), and on this stack the node image is what carries the driver and "
-        "the nvidia runtime: the node was built from an image without them.",
-        "NVIDIA/k8s-device-plugin internal/rm factory.go ('Incompatible platform detected'); "
-        "nvidia-container-cli ('nvml error: driver not loaded')",
-        node_image_only=True,
-    ),
-)
+#: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
+#: catalog.yaml, or a missing driver on a stack whose node image should carry it).
+FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch"}
+NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 
 
 @dataclass(frozen=True)
@@ -124,21 +93,24 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
     return sorted(out, key=lambda f: not f.init)
 
 
-def classify(ctx: Context, text: str) -> tuple[Message, str] | None:
-    """The catalog entry the text matches (with the line), None when the catalog does not know it."""
-    for msg in CATALOG:
-        if msg.node_image_only and not ctx.stack.node_image:
+def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
+    """The catalog entry that proves a link broken whatever pod shows it, the link, and the line;
+    None when no line of ``text`` is such a message."""
+    for e in catalog.entries():
+        link = e.link if e.scope == "anywhere" else e.on_node_image if ctx.stack.node_image else None
+        if link is None:
             continue
-        for pattern in msg.patterns:
-            for line in text.splitlines():
-                if re.search(pattern, line, re.IGNORECASE):
-                    return msg, line.strip()
+        found = catalog.find(text, e.id)
+        if found is not None:
+            return e, link, found.line
     return None
 
 
-def _fix(ctx: Context, view: NodeView, msg: Message | None, link: str, failure: Failure) -> tuple[Fix | None, str]:
+def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure) -> tuple[Fix | None, str]:
+    """The repairing change for a failure that proves ``link`` broken, through the stack's renderer."""
     ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
-    if msg is not None and msg.id == "driver.version-mismatch":
+    rerun = f"kubectl -n {ns} delete pod {name_of(failure.pod)}"
+    if finding_id == "driver.version-mismatch":
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -146,44 +118,41 @@ def _fix(ctx: Context, view: NodeView, msg: Message | None, link: str, failure: 
                 "action": "reboot the node, so the kernel loads the module of the installed driver (or, with no GPU "
                 "process left, reload it: rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia); "
                 "where the host's package manager upgraded the driver, hold its packages so it does not happen again; "
-                f"then kubectl -n {ns} delete pod {name_of(failure.pod)}",
+                f"then {rerun}",
                 NOT_SIMULATED: "the loaded module's version is a fact of the node no scenario names",
             },
         )
-        return action, ctx.stack.render(action)
-    if msg is not None and msg.id == "driver.not-on-node-image":
+    elif finding_id == NOT_ON_NODE_IMAGE:
         action = Fix(
             FixOp.NODE,
             view.name,
-            {
-                "action": f"replace the node with one built from {ctx.stack.node_image}",
-                "fact": "runtime",
-            },
+            {"action": f"replace the node with one built from {ctx.stack.node_image}", "fact": "runtime"},
         )
-        return action, ctx.stack.render(action)
-    if link == "toolkit":
+    elif link == "toolkit":
         toolkit = view.pod(TOOLKIT)
         again = (
             f"restart the container toolkit so it writes its runtime config again (kubectl -n {ctx.namespace} "
             f"delete pod {name_of(toolkit)}), "
             if toolkit is not None
-            else "check the nvidia runtime entry of containerd's config, "
+            else "write the nvidia runtime into the containerd config this node's containerd reads (nvidia-ctk "
+            "runtime configure --runtime=containerd), "
         )
         action = Fix(
             FixOp.NODE,
             view.name,
             {
                 "action": f"the NVIDIA runtime hook fails to create containers here: {again}restart containerd, "
-                f"then kubectl -n {ns} delete pod {name_of(failure.pod)}",
+                f"then {rerun}",
                 "drain": False,
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },
         )
-        return action, ctx.stack.render(action)
-    return None, (
-        f"fix what {failure.container} reports; then kubectl -n {ns} delete pod {name_of(failure.pod)} to run the "
-        "validation again"
-    )
+    else:
+        # No repair is known for this failure: running the validation again is the one action.
+        pod = name_of(failure.pod)
+        rerun_it = Fix(FixOp.DELETE, f"{ns}/{pod}", {"kind": "Pod", "namespace": ns, "name": pod})
+        return None, ctx.stack.render(rerun_it) + "   # runs the validation again; gpuchain knows no repair for it"
+    return action, ctx.stack.render(action)
 
 
 def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
@@ -191,31 +160,52 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     catalog, or by being that link's validation), as a root finding; None when none does."""
     for failure in failures(ctx, view):
         known = classify(ctx, failure.text)
-        proves = known[0].link if known else ctx.stack.validations.get(failure.container) if failure.init else None
+        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init else None
         if proves != link:
             continue
-        msg, line = known if known else (None, "")
-        if msg is not None:
-            finding_id, cause = msg.id, msg.cause
+        evidence = [failure.describe()]
+        if known is not None:
+            entry, _, line = known
+            finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
+            cause = entry.cause
+            evidence += [f"says: {line}", entry.cite()]
         else:
             finding_id = f"{link}.validation-failed"
             cause = (
                 f"the {failure.container} init container, which proves the {link} link on this node, fails to run "
                 f"({failure.reason}); every operand that waits for its ready file waits behind it."
             )
-        first = next((x for x in failure.text.splitlines() if x.strip()), "")
-        evidence = [failure.describe(), f"says: {line or first}" if (line or first) else ""]
-        if msg is not None:
-            evidence.append(f"catalog: {msg.source}")
-        action, fix = _fix(ctx, view, msg, link, failure)
-        return Finding(
-            finding_id,
-            Severity.ERROR,
-            link,
-            cause,
-            tuple(e for e in evidence if e),
-            fix,
-            view.name,
-            action=action,
-        )
+            said = catalog.find(failure.text)
+            if said is not None:
+                evidence += [f"says: {said.line}", said.entry.cite()]
+        action, fix = _fix(ctx, view, finding_id, link, failure)
+        return Finding(finding_id, Severity.ERROR, link, cause, tuple(evidence), fix, view.name, action=action)
     return None
+
+
+def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str]) -> list[Finding]:
+    """A warning for each failing container whose last error line no catalog entry knows: the line,
+    quoted, and the component it came from, so an unknown failure is never taken for a known one.
+    ``link_of`` maps an operand state to its link."""
+    out = []
+    for failure in failures(ctx, view):
+        line = catalog.unknown_error(failure.text)
+        state = next((s for s, p in view.operand_pods.items() if p is failure.pod), "")
+        link = ctx.stack.validations.get(failure.container) if failure.init else None
+        link = link or link_of.get(state)
+        if line is None or link is None:
+            continue
+        component = f"{state or name_of(failure.pod)} ({failure.container})"
+        out.append(
+            Finding(
+                "log.unrecognised",
+                Severity.WARNING,
+                link,
+                f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
+                "this line, so it names no cause and no repair for it.",
+                (failure.describe(), f"unrecognised: {line}"),
+                "# no repair known to gpuchain for this message",
+                view.name,
+            )
+        )
+    return out

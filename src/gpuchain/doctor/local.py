@@ -11,6 +11,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import DriverNotLoadedError, GpuError, GpuLostError, LibraryNotFoundError
@@ -123,13 +124,18 @@ def local_chain(answer: LocalAnswer) -> NodeChain:
         summary = f"NVML: driver {answer.driver}, CUDA {answer.cuda}, {len(answer.gpus)} GPU(s)"
         return NodeChain(answer.node, (Link("driver", LinkState.OK, summary), *rest))
     fid, cause, op, work = _ERRORS[answer.error]
-    text, action = _host_fix(op, answer.node, work.format(kernel=answer.kernel))
+    cause, work = cause.format(kernel=answer.kernel), work.format(kernel=answer.kernel)
+    known = catalog.known_error(answer.message)
+    if known is not None and answer.error == "other":
+        # NVML's message names the failure (a driver/library version mismatch): its cause and repair.
+        cause, work = known.entry.cause, known.entry.fix
+    text, action = _host_fix(op, answer.node, work)
     finding = Finding(
         fid,
         Severity.ERROR,
         "driver",
-        cause.format(kernel=answer.kernel),
-        (f"NVML: {answer.message}", f"kernel {answer.kernel}"),
+        cause,
+        (f"NVML: {answer.message}", *([known.entry.cite()] if known else []), f"kernel {answer.kernel}"),
         text,
         node=answer.node,
         root=True,

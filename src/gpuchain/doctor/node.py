@@ -135,16 +135,16 @@ def _condition(c: Obj, taint: str) -> Condition:
 
 #: What a person does on the node for each condition (nothing in the cluster's objects clears them).
 _ACTIONS = {
-    "Ready": "bring its kubelet back: systemctl status kubelet containerd and journalctl -u kubelet say why it "
-    "stopped; systemctl restart containerd kubelet, or power-cycle the node through its BMC if it does not answer",
-    "MemoryPressure": "free memory on the node: find the pods and processes that use it (kubectl top pods -A "
-    "--sort-by=memory, then on the node ps aux --sort=-rss) and lower their limits or move them",
+    "Ready": "systemctl restart containerd kubelet on the node, or power-cycle it through its BMC if it does not "
+    "answer",
+    "MemoryPressure": "free memory on the node: lower the memory limits of its largest pods (kubectl top pods -A "
+    "--sort-by=memory names them) or move them to other nodes",
     "DiskPressure": "free the node's disk: remove unused images (crictl rmi --prune) and old logs, or grow the "
     "disk; the kubelet lifts DiskPressure once usage falls below its eviction threshold",
-    "PIDPressure": "find what forks without bound on the node (ps -eLf | wc -l, per pod: kubectl top pods) and "
-    "stop it, or raise the pod PID limit and kernel.pid_max",
-    "NetworkUnavailable": "the node's pod network is not set up: check the CNI pod on this node (kubectl -n "
-    "kube-system get pods -o wide --field-selector spec.nodeName=NODE) and the cloud route for its pod CIDR",
+    "PIDPressure": "raise the node's PID limits (kubelet podPidsLimit, sysctl -w kernel.pid_max=4194304) or stop "
+    "the pod that forks without bound",
+    "NetworkUnavailable": "restart the CNI pod on this node (kubectl -n kube-system delete pod, the one with "
+    "spec.nodeName=NODE) and give the node's pod CIDR its cloud route",
 }
 #: The scenario fact each condition stands for (what the simulator clears when the work is done).
 _FACTS = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,12 +132,4 @@ def unschedulable_message(pod: Obj) -> str | None:
             and cond.get("reason") == "Unschedulable"
         ):
             return str(cond.get("message", ""))
-    return None
-
-
-def matching_line(text: str, *patterns: str) -> str | None:
-    """The first line of ``text`` matching any regex (case-insensitive), for evidence."""
-    for line in text.splitlines():
-        if any(re.search(p, line, re.IGNORECASE) for p in patterns):
-            return line.strip()
     return None

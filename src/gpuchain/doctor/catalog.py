@@ -1,0 +1,126 @@
+"""The evidence catalog (catalog.yaml): the messages the chain's components write, as data.
+
+Every log line or container message a finding quotes is matched here, and the finding cites the
+entry (``catalog: <id> (<source>)``), so what the doctor knows about a message is the component's
+own source, read at a named version, and tested against the line as written there. A line at
+error level that no entry knows is returned by `unknown_error`, for the doctor to report as
+unrecognised with the line, never as a nearby link's fault.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gpuchain.doctor.model import LINKS
+
+LEVELS = ("fatal", "error", "warning", "info")
+SCOPES = ("component", "anywhere")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message of one component: where it is written, what it proves, what repairs it."""
+
+    id: str
+    component: str
+    link: str
+    level: str
+    pattern: str
+    cause: str
+    fix: str
+    source: str  #: "owner/repo path@version"
+    line: str  #: the message as written in the source, format verbs left in
+    args: tuple[str, ...] = ()
+    scope: str = "component"
+    on_node_image: str | None = None  #: the link it proves broken where the node image carries the driver
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled pattern (case-insensitive)."""
+        return re.compile(self.pattern, re.IGNORECASE)
+
+    def cite(self) -> str:
+        """The evidence line a finding carries for this entry."""
+        return f"catalog: {self.id} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Match:
+    """An entry and the line of the text that matched it (stripped)."""
+
+    entry: Entry
+    line: str
+
+    def evidence(self, label: str = "log") -> tuple[str, str]:
+        """The line as a finding quotes it, and the entry it cites."""
+        return f"{label}: {self.line}", self.entry.cite()
+
+
+def _entry(raw: dict[str, Any]) -> Entry:
+    fields = {k: v for k, v in raw.items() if k != "args"}
+    entry = Entry(**fields, args=tuple(str(a) for a in raw.get("args") or ()))
+    if entry.link not in LINKS or (entry.on_node_image and entry.on_node_image not in LINKS):
+        raise ValueError(f"catalog entry {entry.id}: unknown link {entry.link!r}")
+    if entry.level not in LEVELS or entry.scope not in SCOPES:
+        raise ValueError(f"catalog entry {entry.id}: level {entry.level!r} or scope {entry.scope!r} unknown")
+    return entry
+
+
+@functools.cache
+def entries() -> tuple[Entry, ...]:
+    """Every entry of catalog.yaml, in its order (the first that matches a line wins)."""
+    text = resources.files("gpuchain.doctor").joinpath("catalog.yaml").read_text()
+    loaded = tuple(_entry(raw) for raw in yaml.safe_load(text))
+    ids = [e.id for e in loaded]
+    if len(set(ids)) != len(ids):
+        raise ValueError("catalog ids repeat")
+    return loaded
+
+
+@functools.cache
+def entry(entry_id: str) -> Entry:
+    """The entry by id (KeyError naming it when the catalog has none: a check cites only what exists)."""
+    found = next((e for e in entries() if e.id == entry_id), None)
+    if found is None:
+        raise KeyError(f"no catalog entry {entry_id!r}")
+    return found
+
+
+def find(text: str, *ids: str) -> Match | None:
+    """The first line of ``text`` that one of the entries ``ids`` matches (entries tried in the
+    order given, so the more specific comes first), or None; all entries when ``ids`` is empty."""
+    chosen = tuple(entry(i) for i in ids) if ids else entries()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for e in chosen:
+        for line in lines:
+            if e.regex.search(line):
+                return Match(e, line)
+    return None
+
+
+def known_error(text: str) -> Match | None:
+    """The first line of ``text`` an entry above info level knows (a failure, not a progress line)."""
+    return find(text, *(e.id for e in entries() if e.level != "info"))
+
+
+#: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,
+#: and the "Error:" / "ERROR:" / "FATAL" prefixes of CLIs and shell scripts.
+ERROR_LEVEL = re.compile(
+    r"^[EF]\d{4} \d\d:\d\d:\d\d|\blevel=\"?(error|fatal|panic)\b|^(error|fatal|panic)\b:?|^\S*:\s*(error|fatal)\b",
+    re.IGNORECASE,
+)
+
+
+def unknown_error(text: str) -> str | None:
+    """The last line at error level in ``text`` when no catalog entry above info level knows any
+    line of it (the component's final word), else None."""
+    if known_error(text) is not None:
+        return None
+    errors = [ln.strip() for ln in text.splitlines() if ERROR_LEVEL.search(ln.strip())]
+    return errors[-1] if errors else None
