@@ -565,10 +565,10 @@ def unsupported_settings(config: Config) -> list[str]:
         notes.append(
             "sharing.timeSlicing: ignored because sharing.mps is also set (MPS is used, as NVIDIA's plugin does)"
         )
-    if config.sharing.mps is not None:
+    if config.sharing.mps is not None and not flags.mps_root:
         notes.append(
-            "sharing.mps: gpuchain announces the MPS replicas but runs no MPS control daemon; "
-            "containers share the GPU as with time-slicing"
+            "sharing.mps: no flags.mpsRoot (MPS_ROOT), so gpuchain announces the MPS replicas but runs no "
+            "MPS control daemon and containers share the GPU as with time-slicing; set it to run one"
         )
     return notes
 

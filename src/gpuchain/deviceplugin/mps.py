@@ -39,6 +39,8 @@ CONTAINER_ROOT = "/mps"
 """Where the daemon's directories are inside the daemon's and the workloads' containers."""
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 SHM_DIR = "/dev/shm"
+HEALTH_INTERVAL = 5.0
+"""Seconds between two health questions to a running daemon."""
 HEALTH_COMMAND = "get_default_active_thread_percentage"
 MIB = 1024 * 1024
 
@@ -191,7 +193,7 @@ async def keep_daemon(
     commands: Sequence[str],
     gpu_uuids: Sequence[str],
     on_health: Callable[[bool], None] = lambda up: None,
-    interval: float = 5.0,
+    interval: float = HEALTH_INTERVAL,
     backoff: Backoff | None = None,
 ) -> None:
     """Start the daemon and keep it answering: every ``interval`` ask it NVIDIA's health question;

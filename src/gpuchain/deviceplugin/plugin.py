@@ -41,6 +41,7 @@ from gpuchain.common.supervise import spawn
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
 from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
+from gpuchain.deviceplugin.mps import HEALTH_INTERVAL, MpsControl, MpsRoot, daemon_commands, keep_daemon
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
@@ -52,6 +53,7 @@ from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
+MPS_DOWN = "the MPS control daemon does not answer"
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
@@ -183,6 +185,12 @@ class DevicePlugin:
         self._unserved = True
         """No endpoint is up (before start, or a re-serve failed): the kubelet watch serves again."""
         self._lock = asyncio.Lock()
+        self._mps: dict[str, tuple[tuple[str, ...], asyncio.Task[None]]] = {}
+        """Per MPS-shared resource: its announced ids and the task keeping its control daemon."""
+        self.mps_health_interval = HEALTH_INTERVAL
+        """Seconds between two health questions to each running MPS control daemon."""
+        self.mps_down: set[str] = set()
+        """MPS-shared resources whose control daemon does not answer (their devices are Unhealthy)."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -221,6 +229,7 @@ class DevicePlugin:
         self._tasks = []
         async with self._lock:
             await self._unserve()
+            await self._stop_mps(set(self._mps))
 
     async def reload(self, config: Config) -> None:
         """Apply a new config: re-map resources, re-serve and re-register. Health state is kept.
@@ -267,6 +276,8 @@ class DevicePlugin:
         try:
             for res in resources:
                 servicer = ResourceServicer(res, inventory, self.config, self.health, self.pre_start_required)
+                if res.name in self.mps_down:
+                    servicer.held = MPS_DOWN
                 server = ResourceServer(servicer, self.socket_dir, self.extra_handlers)
                 await server.start()
                 servers[res.name] = server
@@ -276,6 +287,7 @@ class DevicePlugin:
             raise
         self.inventory, self.resources, self.servers = inventory, resources, servers
         self._keep_cdi_spec()
+        await self._keep_mps()
         self._served = frozenset(d.gpu_uuid for r in resources for d in r.devices)
         self._registered_with = None
         self._unserved = False
@@ -302,6 +314,59 @@ class DevicePlugin:
             write_spec(path, spec)
         elif remove(path):
             log.info("removed the CDI spec %s: no CDI device list strategy any more", path)
+
+    async def _keep_mps(self) -> None:
+        """With ``flags.mpsRoot`` set, keep one MPS control daemon per MPS-shared resource served
+        now (NVIDIA's plugin requires the root for MPS; without it the replicas are announced and
+        no daemon runs); stop those of resources no longer served the same way."""
+        root = self.config.flags.mps_root
+        wanted = {r.name: r for r in self.resources if r.sharing == "mps"} if root else {}
+        stale = {
+            name
+            for name, (ids, _) in self._mps.items()
+            if name not in wanted or ids != tuple(d.id for d in wanted[name].devices)
+        }
+        await self._stop_mps(stale)
+        if root is None or self.inventory is None:
+            return
+        memory = {g.uuid: g.memory_mib for g in self.inventory.gpus}
+        for name, res in wanted.items():
+            if name in self._mps:
+                continue
+            control = MpsControl(name, MpsRoot(root))
+            commands = daemon_commands(res, memory)
+            self._mps_health(name, False)
+            task = spawn(f"device plugin: MPS control daemon for {name}", self._mps_keeper(control, commands, res))
+            self._mps[name] = (tuple(d.id for d in res.devices), task)
+
+    def _mps_keeper(self, control: MpsControl, commands: list[str], res: Resource) -> Callable[[], Awaitable[None]]:
+        """What the supervisor runs (and runs again should it fail) for one resource's daemon."""
+
+        def run() -> Awaitable[None]:
+            return keep_daemon(
+                control, commands, res.unit_uuids, lambda up: self._mps_health(res.name, up), self.mps_health_interval
+            )
+
+        return run
+
+    async def _stop_mps(self, names: set[str]) -> None:
+        for name in names:
+            _, task = self._mps.pop(name)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self.mps_down.discard(name)
+
+    def _mps_health(self, resource: str, up: bool) -> None:
+        """The resource's MPS daemon answers (or not): its devices are reported (Un)healthy."""
+        if up:
+            self.mps_down.discard(resource)
+        else:
+            self.mps_down.add(resource)
+        server = self.servers.get(resource)
+        if server is not None:
+            server.servicer.held = None if up else MPS_DOWN
+            server.servicer.notify()
 
     async def _unserve(self) -> None:
         for server in self.servers.values():

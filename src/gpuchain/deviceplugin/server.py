@@ -20,6 +20,7 @@ import grpc
 
 from gpuchain.deviceplugin.allocate import AllocationError, ContainerAllocation, allocate_container
 from gpuchain.deviceplugin.config import Config
+from gpuchain.deviceplugin.mps import with_mps
 from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
 from gpuchain.deviceplugin.resources import Resource
 from gpuchain.gpu.health import HealthState
@@ -109,6 +110,9 @@ class ResourceServicer:
         self.prestarts = 0
         self._changed = asyncio.Event()
         self._closed = False
+        self.held: str | None = None
+        """Why every device of this resource is Unhealthy whatever the GPUs' health (its MPS
+        control daemon does not answer), or None."""
         self.on_send: Callable[[pb.ListAndWatchResponse], None] | None = None
 
     def notify(self) -> None:
@@ -132,7 +136,11 @@ class ResourceServicer:
         last: bytes | None = None
         while not self._closed:
             changed = self._changed
-            current = device_list_bytes(self._frames, self.health)
+            current = (
+                device_list_bytes(self._frames, self.health)
+                if self.held is None
+                else b"".join(bad for *_, bad in self._frames.runs)
+            )
             if current != last:
                 if self.on_send is not None:
                     self.on_send(pb.ListAndWatchResponse.FromString(current))
@@ -178,6 +186,9 @@ class ResourceServicer:
                 )
             except AllocationError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            mps_root = self.config.flags.mps_root
+            if self.resource.sharing == "mps" and mps_root:
+                alloc = with_mps(alloc, self.resource.name, mps_root)
             responses.append(to_proto(alloc))
         self.allocations += 1
         return pb.AllocateResponse(container_responses=responses)
@@ -196,6 +207,8 @@ class ResourceServicer:
     def _unhealthy(self, ids: Sequence[str]) -> list[tuple[str, str]]:
         """(id, reason) for each requested id this plugin reports Unhealthy (unknown ids are
         ``allocate_container``'s to refuse)."""
+        if self.held is not None:
+            return [(device_id, self.held) for device_id in ids]
         out = []
         for device_id in ids:
             d = self.resource.device(device_id)

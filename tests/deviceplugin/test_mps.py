@@ -1,0 +1,194 @@
+"""MPS sharing with a control daemon, as NVIDIA's plugin runs it (k8s-device-plugin v0.18.0,
+``cmd/mps-control-daemon/mps/daemon.go`` and ``internal/plugin/mps.go``).
+
+The control program and nvidia-smi are stand-ins on PATH that record what they are told:
+``nvidia-cuda-mps-control -d`` starts a background process (the "daemon"); without arguments it
+reads one command from stdin and answers only while that process lives, as the real program does
+("Cannot find MPS control daemon process" otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gpuchain.deviceplugin.allocate import ContainerAllocation
+from gpuchain.deviceplugin.config import parse_config
+from gpuchain.deviceplugin.mps import daemon_commands, with_mps
+from gpuchain.deviceplugin.resources import map_resources
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kubelet.node import start_sim_node
+
+GPU = "nvidia.com/gpu"
+MIB = 1024 * 1024
+
+CONTROL = r"""#!/usr/bin/env python3
+import os, signal, subprocess, sys, time
+pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+record = os.path.join(pipe, "record")
+pidfile = os.path.join(pipe, "daemon.pid")
+def log(line):
+    with open(record, "a") as f:
+        f.write(line + "\n")
+def alive():
+    try:
+        pid = int(open(pidfile).read())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+if sys.argv[1:] == ["-d"]:
+    if os.path.exists(os.path.join(pipe, "refuse")):
+        sys.exit("refusing to start (the test asked)")
+    if not os.path.isdir(os.environ["CUDA_MPS_LOG_DIRECTORY"]):
+        sys.exit("no log directory")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # a daemon: it keeps none of the caller's pipes open
+    open(pidfile, "w").write(str(proc.pid))
+    log("-d")
+    sys.exit(0)
+command = sys.stdin.read().strip()
+pid = alive()
+if pid is None:
+    print("Cannot find MPS control daemon process")
+    sys.exit(1)
+log(command)
+if command == "quit":
+    os.kill(pid, signal.SIGKILL)
+print("50")
+"""
+
+SMI = r"""#!/bin/sh
+echo "$*" >> "$SMI_RECORD"
+"""
+
+
+@pytest.fixture
+def stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A bin directory on PATH with the two stand-ins; returns the MPS root to use."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-cuda-mps-control", CONTROL), ("nvidia-smi", SMI)):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SMI_RECORD", str(tmp_path / "smi"))
+    return tmp_path / "mps"
+
+
+def _nvidia_limits(memory_bytes: dict[int, int], replicas: dict[int, int]) -> list[str]:
+    """NVIDIA's ``perDevicePinnedDeviceMemoryLimits`` and ``activeThreadPercentage`` written out."""
+    out = [
+        f"set_default_device_pinned_mem_limit {i} {memory_bytes[i] // replicas[i] // 1024 // 1024}M"
+        for i in sorted(replicas)
+    ]
+    per_gpu = sum(replicas.values()) // len(replicas)
+    return [*out, f"set_default_active_thread_percentage {100 // per_gpu}"]
+
+
+@pytest.mark.parametrize(("preset", "replicas"), [("h100-80gb-x8", 3), ("a100-40gb-x8", 4), ("l4-x2", 2)])
+def test_the_daemon_gets_nvidias_limits_for_the_same_config(preset: str, replicas: int) -> None:
+    config = parse_config(f"sharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: {replicas}}}]}}}}")
+    inventory = SimBackend.from_preset(preset).inventory()
+    (res,) = map_resources(inventory, config)
+    assert len(res.devices) == replicas * len(inventory.gpus)
+    expected = _nvidia_limits(
+        {g.index: g.memory_mib * MIB for g in inventory.gpus}, {g.index: replicas for g in inventory.gpus}
+    )
+    assert daemon_commands(res, {g.uuid: g.memory_mib for g in inventory.gpus}) == expected
+    if preset == "h100-80gb-x8":  # 81559 MiB in three: NVIDIA's integer division, not a rounded third
+        assert expected[0] == "set_default_device_pinned_mem_limit 0 27186M"
+        assert expected[-1] == "set_default_active_thread_percentage 33"
+
+
+def test_a_container_of_an_mps_share_gets_nvidias_pipe_and_shm_mounts() -> None:
+    alloc = with_mps(ContainerAllocation({"NVIDIA_VISIBLE_DEVICES": "GPU-x"}), GPU, "/run/nvidia/mps")
+    assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-x", "CUDA_MPS_PIPE_DIRECTORY": "/mps/nvidia.com/gpu/pipe"}
+    assert [(m.container_path, m.host_path, m.read_only) for m in alloc.mounts] == [
+        ("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe", False),
+        ("/dev/shm", "/run/nvidia/mps/shm", False),
+    ]
+
+
+def _record(root: Path) -> list[str]:
+    path = root / GPU / "pipe" / "record"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_restarts_it(
+    stand_ins: Path, tmp_path: Path
+) -> None:
+    config = parse_config(
+        f"flags: {{mpsRoot: {stand_ins}}}\nsharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}"
+    )
+    node = await start_sim_node(config=config, wait=False)
+    node.plugin.mps_health_interval = 0.1
+    try:
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        res = node.plugin.resources[0]
+        memory = {g.uuid: g.memory_mib for g in node.backend.inventory().gpus}
+        assert _record(stand_ins)[:10] == ["-d", *daemon_commands(res, memory)]
+        uuids = [g.uuid for g in node.backend.inventory().gpus]
+        assert (tmp_path / "smi").read_text().splitlines() == [f"-i {u} -c EXCLUSIVE_PROCESS" for u in uuids]
+        assert (stand_ins / GPU / ".started").exists()
+
+        response = await node.kubelet.allocate_raw(GPU, [res.devices[0].id])
+        container = response.container_responses[0]
+        assert container.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+        assert {(m.container_path, m.host_path) for m in container.mounts} >= {
+            ("/mps/nvidia.com/gpu/pipe", f"{stand_ins}/nvidia.com/gpu/pipe"),
+            ("/dev/shm", f"{stand_ins}/shm"),
+        }
+
+        os.kill(int((stand_ins / GPU / "pipe" / "daemon.pid").read_text()), signal.SIGKILL)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, 10)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        assert _record(stand_ins).count("-d") == 2
+    finally:
+        await node.stop()
+    assert _record(stand_ins)[-1] == "quit"
+    assert (tmp_path / "smi").read_text().splitlines()[-8:] == [f"-i {u} -c DEFAULT" for u in uuids]
+    assert not (stand_ins / GPU / ".started").exists()
+
+
+async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> None:
+    """A daemon that dies and cannot be started again leaves every share Unhealthy, and Allocate
+    says why, instead of handing a container a pipe nobody listens on."""
+    config = parse_config(
+        f"flags: {{mpsRoot: {stand_ins}}}\nsharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}"
+    )
+    node = await start_sim_node(config=config, wait=False)
+    node.plugin.mps_health_interval = 0.1
+    try:
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        pipe = stand_ins / GPU / "pipe"
+        (pipe / "refuse").touch()
+        os.kill(int((pipe / "daemon.pid").read_text()), signal.SIGKILL)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, 10)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await node.kubelet.allocate_raw(GPU, [node.plugin.resources[0].devices[0].id])
+        assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "MPS control daemon does not answer" in (err.value.details() or "")
+        (pipe / "refuse").unlink()
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 15)
+    finally:
+        await node.stop()
+
+
+def test_without_an_mps_root_the_plugin_says_it_runs_no_daemon() -> None:
+    from gpuchain.deviceplugin.config import unsupported_settings
+
+    notes = unsupported_settings(parse_config("sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"))
+    assert any("no flags.mpsRoot" in n for n in notes)
+    with_root = parse_config(
+        "flags: {mpsRoot: /run/nvidia/mps}\nsharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"
+    )
+    assert not any("MPS" in n for n in unsupported_settings(with_root))
