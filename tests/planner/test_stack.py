@@ -113,14 +113,14 @@ def test_a_mixed_fleet_gets_feature_discovery_and_the_exporter(models: int, vers
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"nodes": -1}, "--nodes: must be at least 1 GPU node, got -1"),
-        ({"nodes": 0}, "--nodes: must be at least 1"),
+        ({"nodes": -1}, "--nodes: must be from 1 to 1,000,000 GPU nodes, got -1"),
+        ({"nodes": 0}, "--nodes: must be from 1"),
         ({"driver_upgrades_per_year": -1}, "--driver-upgrades-per-year: must be zero or more"),
         ({"hours_per_node": -0.5}, "--hours-per-node: must be zero or more"),
         ({"operator_install_hours": float("nan")}, "--operator-install-hours"),
         ({"operator_hours_per_change": -2}, "--operator-hours-per-change"),
-        ({"gpu_models": 0}, "--gpu-models: must be at least 1"),
-        ({"driver_versions": 0}, "--driver-versions: must be at least 1"),
+        ({"gpu_models": 0}, "--gpu-models: must be from 1"),
+        ({"driver_versions": 0}, "--driver-versions: must be from 1"),
     ],
 )
 def test_out_of_range_inputs_name_the_flag(kwargs: dict[str, float], message: str) -> None:

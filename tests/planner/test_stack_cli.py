@@ -85,7 +85,7 @@ def test_plot_draws_both_routes_against_nodes(tmp_path: Path) -> None:
         (["plan", "stack"], "--nodes, --driver required"),
         (
             ["plan", "stack", "--nodes", "-3", "--driver", "self-managed"],
-            "--nodes: must be at least 1 GPU node, got -3",
+            "--nodes: must be from 1 to 1,000,000 GPU nodes, got -3",
         ),
         ([*CLOUD_8, "--driver-upgrades-per-year", "-1"], "--driver-upgrades-per-year: must be zero or more"),
         ([*CLOUD_8, "--hours-per-node", "-1"], "--hours-per-node: must be zero or more"),
@@ -178,3 +178,28 @@ def test_a_dump_reads_as_the_cluster_it_came_from(tmp_path: Path, scenario: str)
     assert dump["readFrom"].startswith(f"dump {tmp_path}: ")
     for key in ("request", "recommendation", "reason", "crossover"):
         assert dump[key] == live[key], key
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--driver-upgrades-per-year", "1e308"],
+        ["--operator-install-hours", "1e308"],
+        ["--hours-per-node", "nan"],
+        ["--hours-per-node", "inf"],
+        ["--nodes", "99999999999999999999"],
+        ["--gpu-models", "0"],
+    ],
+)
+def test_out_of_range_numbers_are_one_line_exit_2(extra: list[str]) -> None:
+    """Before: 1e308 upgrades a year overflowed into a traceback, 1e308 install hours spun forever."""
+    result = runner.invoke(app, [*SELF_MANAGED_100, *extra])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and extra[0] in result.output
+
+
+@pytest.mark.parametrize("hours", ["1e-300", "0.000001"])
+def test_a_node_that_costs_almost_nothing_has_no_crossover_and_answers_at_once(hours: str) -> None:
+    """Before: the crossover walked a float up from 1e300 one node at a time and never ended."""
+    data = _json([*SELF_MANAGED_100, "--hours-per-node", hours])
+    assert data["crossover"]["nodes"] is None

@@ -72,6 +72,11 @@ _LABELS = {
     Route.OPERATOR: "an operator (gpuchain's chart or NVIDIA's GPU Operator)",
 }
 
+MAX_NODES = 1_000_000
+"""The most nodes (and GPU models, driver versions) the planner takes: above the largest clusters."""
+MAX_UPGRADES_PER_YEAR = 365.0
+MAX_HOURS = 10_000.0
+"""The most hours any one step may cost: more than a year of one person's work."""
 DEFAULT_UPGRADES_PER_YEAR = 3.0
 """Driver upgrades a year: a quarterly cadence, the first of the four quarters being the install."""
 
@@ -169,20 +174,25 @@ class StackPlan:
 
 
 def validate(req: StackRequest) -> None:
-    """Raise PlanInputError naming the flag of the first input out of range."""
-    if req.nodes < 1:
-        raise PlanInputError(f"--nodes: must be at least 1 GPU node, got {req.nodes}")
-    for flag, value in (
-        ("--driver-upgrades-per-year", req.driver_upgrades_per_year),
-        ("--hours-per-node", req.node_hours),
-        ("--operator-install-hours", req.operator_install_hours),
-        ("--operator-hours-per-change", req.operator_hours_per_change),
+    """Raise PlanInputError naming the flag of the first input out of range.
+
+    The upper bounds keep the arithmetic meaningful: 1e308 upgrades a year overflowed the
+    crossover into a traceback, and 1e308 install hours made its search walk for ever."""
+    if not 1 <= req.nodes <= MAX_NODES:
+        raise PlanInputError(f"--nodes: must be from 1 to {MAX_NODES:,} GPU nodes, got {req.nodes}")
+    for flag, value, most in (
+        ("--driver-upgrades-per-year", req.driver_upgrades_per_year, MAX_UPGRADES_PER_YEAR),
+        ("--hours-per-node", req.node_hours, MAX_HOURS),
+        ("--operator-install-hours", req.operator_install_hours, MAX_HOURS),
+        ("--operator-hours-per-change", req.operator_hours_per_change, MAX_HOURS),
     ):
         if not math.isfinite(value) or value < 0:
             raise PlanInputError(f"{flag}: must be zero or more, got {value:g}")
+        if value > most:
+            raise PlanInputError(f"{flag}: must be at most {most:,g}, got {value:g}")
     for flag, count in (("--gpu-models", req.gpu_models), ("--driver-versions", req.driver_versions)):
-        if count < 1:
-            raise PlanInputError(f"{flag}: must be at least 1, got {count}")
+        if not 1 <= count <= MAX_NODES:
+            raise PlanInputError(f"{flag}: must be from 1 to {MAX_NODES:,}, got {count}")
 
 
 def costs(req: StackRequest, nodes: int | None = None) -> tuple[RouteCost, RouteCost]:
@@ -209,14 +219,16 @@ def crossover(req: StackRequest) -> Crossover:
     install, change = req.operator_install_hours, req.operator_hours_per_change
     nodes = None
     if h > 0:
-        guess = math.floor((install + u * change) / (h * (1 + u))) + 1
-        nodes = _first(lambda n: _operator_cheaper(req, n, u), guess, 1)
+        guess = (install + u * change) / (h * (1 + u))
+        if guess < MAX_NODES:  # beyond, "never" for any cluster there is (and no float walk to get there)
+            nodes = _first(lambda n: _operator_cheaper(req, n, u), math.floor(guess) + 1, 1)
     # by hand - operator = (nodes x h - install) + upgrades x (nodes x h - change): a line in upgrades
     start, slope = req.nodes * h - install, req.nodes * h - change
     upgrades = None
     if start > 0 or slope > 0:
-        guess = 0 if start > 0 else math.floor(-start / slope) + 1
-        upgrades = _first(lambda k: _operator_cheaper(req, req.nodes, k), guess, 0)
+        guess = 0.0 if start > 0 else math.floor(-start / slope) + 1
+        if guess <= MAX_UPGRADES_PER_YEAR:
+            upgrades = _first(lambda k: _operator_cheaper(req, req.nodes, k), int(guess), 0)
     return Crossover(nodes, upgrades)
 
 
