@@ -684,6 +684,80 @@ def _not_ready(
 # -- 1. driver ---------------------------------------------------------------------------------
 
 
+#: NVIDIADriver's default node selector when ``spec.nodeSelector`` is absent: every GPU node
+#: (NVIDIA/gpu-operator ``api/nvidia/v1alpha1/nvidiadriver_types.go@v25.10.1``, ``GetNodeSelector``).
+NVIDIADRIVER_DEFAULT_SELECTOR = {"nvidia.com/gpu.present": "true"}
+
+
+def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
+    """The NVIDIADrivers selecting this node whose reconcile stopped on an error, as the driver
+    link's root: the GPU Operator then makes no driver DaemonSet for them, so no driver pod is here.
+
+    NVIDIA's controller records the stop as ``Error=True`` with the reason and message
+    (``internal/conditions/nvidiadriver.go@v25.10.1``). ``ConflictingNodeSelector`` (two NVIDIADrivers
+    select the same node) has a repair: remove the newer one; any other reason is quoted."""
+    stopped = []
+    for driver in sorted(ctx.snapshot.drivers, key=lambda d: (_created(d), name_of(d))):
+        selector = (driver.get("spec") or {}).get("nodeSelector")
+        selector = NVIDIADRIVER_DEFAULT_SELECTOR if selector is None else selector
+        if any(view.labels.get(k) != v for k, v in selector.items()):
+            continue
+        conditions = (driver.get("status") or {}).get("conditions") or []
+        error = next((c for c in conditions if c.get("type") == "Error" and c.get("status") == "True"), None)
+        if error is not None:
+            stopped.append((driver, selector, error))
+    if not stopped:
+        return None
+    evidence = [
+        f"NVIDIADriver {name_of(d)} (nodeSelector {sel or 'empty: every node'}): Error=True "
+        f"{e.get('reason', '')}: {e.get('message', '')}"
+        for d, sel, e in stopped
+    ]
+    conflicting = [d for d, _, e in stopped if e.get("reason") == "ConflictingNodeSelector"]
+    if len(conflicting) > 1:
+        names = [name_of(d) for d in conflicting]
+        newest = names[-1]
+        return Result(
+            LinkState.BROKEN,
+            f"NVIDIADrivers {', '.join(names)} all select this node",
+            (
+                _finding(
+                    view,
+                    "driver.nvidiadriver-conflict",
+                    Severity.ERROR,
+                    "driver",
+                    f"NVIDIADrivers {' and '.join(names)} both select this node, so the GPU Operator deploys the "
+                    "driver for none of them (reason ConflictingNodeSelector) and nothing above the driver starts.",
+                    evidence,
+                    f"kubectl delete nvidiadriver {newest}   # the newer one; or give each NVIDIADriver a "
+                    "spec.nodeSelector that no other one's nodes match",
+                ),
+            ),
+        )
+    driver, _, error = stopped[0]
+    return Result(
+        LinkState.BROKEN,
+        f"NVIDIADriver {name_of(driver)}: {error.get('reason', 'Error')}",
+        (
+            _finding(
+                view,
+                "driver.nvidiadriver-error",
+                Severity.ERROR,
+                "driver",
+                f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys no "
+                "driver on this node; the condition's message names what it could not do.",
+                evidence,
+                f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
+                "message names; the operator reconciles again on the edit",
+            ),
+        ),
+    )
+
+
+def _created(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
 def check_driver(ctx: Context, view: NodeView) -> Result:
     """Driver: the driver pod (or a pre-installed host driver, seen through the validator and GFD)."""
     pod = view.pod(DRIVER)
@@ -693,6 +767,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":
             return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
+        stopped = _nvidiadriver_stopped(ctx, view)
+        if stopped is not None:
+            return stopped
         # The policy wants the driver container here but its DaemonSet places no pod: say why,
         # rather than calling it "driver container off".
         missing = unscheduled(ctx, view, DRIVER, "driver")
