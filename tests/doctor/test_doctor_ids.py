@@ -29,6 +29,8 @@ CLUSTER_TESTS = {
     "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
+    "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
+    "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

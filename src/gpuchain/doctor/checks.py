@@ -717,6 +717,16 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
     if len(conflicting) > 1:
         names = [name_of(d) for d in conflicting]
         newest = names[-1]
+        remove = Fix(
+            FixOp.DELETE,
+            newest,
+            {
+                "kind": "NVIDIADriver",
+                "name": newest,
+                "namespace": "",
+                NOT_SIMULATED: "the GPU Operator's reconcile of the NVIDIADriver left is not simulated",
+            },
+        )
         return Result(
             LinkState.BROKEN,
             f"NVIDIADrivers {', '.join(names)} all select this node",
@@ -729,8 +739,9 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
                     f"NVIDIADrivers {' and '.join(names)} both select this node, so the GPU Operator deploys the "
                     "driver for none of them (reason ConflictingNodeSelector) and nothing above the driver starts.",
                     evidence,
-                    f"kubectl delete nvidiadriver {newest}   # the newer one; or give each NVIDIADriver a "
-                    "spec.nodeSelector that no other one's nodes match",
+                    ctx.stack.render(remove) + "   # the newer one; or give each NVIDIADriver a spec.nodeSelector "
+                    "that no other one's nodes match",
+                    remove,
                 ),
             ),
         )

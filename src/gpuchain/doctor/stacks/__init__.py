@@ -151,7 +151,8 @@ class Stack:
         if fix.op is FixOp.HARDWARE:
             return f"# hardware, no command fixes it: {ch['action']}"
         if fix.op is FixOp.DELETE:
-            return f"kubectl -n {ch['namespace']} delete {str(ch['kind']).lower()} {ch['name']}"
+            scope = f"-n {ch['namespace']} " if ch.get("namespace") else ""  # cluster-scoped: no namespace
+            return f"kubectl {scope}delete {str(ch['kind']).lower()} {ch['name']}"
         verb = "upgrade --install" if ch.get("upgrade") else "install"
         flags = f" {ch['flags']}" if ch.get("flags") else ""
         return f"helm {verb} {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace{flags}"
