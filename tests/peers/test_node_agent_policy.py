@@ -11,7 +11,10 @@ to its pod on gpu-a: its own node's labels and slices pass, another node and a t
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import sys
+import urllib.error
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from gpuchain.dra.kinds import RESOURCE_SLICE as SLICE
-from gpuchain.kube import NODE, ForbiddenError, LiveCluster, NotFoundError
+from gpuchain.kube import NODE, POD, ForbiddenError, LiveCluster, NotFoundError
 from peers.apiserver import ApiServer
 from peers.test_node_write_policy import COLLECTIONS, NS, _apply, _node, _pod, _refusal, _until
 
@@ -112,3 +115,83 @@ def test_the_dra_plugin_publishes_slices_for_its_own_node_only(world: World) -> 
     _forbidden(lambda: dra.create(_slice("gpu-b")))
     with pytest.raises(NotFoundError):
         world.admin.get(SLICE, "gpu-b-gpu.gpuchain.io")
+
+
+def _probe_policy(name: str, resource: str, operation: str, expression: str, message: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its Deny binding, for one resource and operation."""
+    admission = "admissionregistration.k8s.io/v1"
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": [resource], "operations": [operation]}
+    return [
+        {
+            "apiVersion": admission,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule]},
+                "validations": [{"expression": expression, "message": message}],
+            },
+        },
+        {
+            "apiVersion": admission,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    ]
+
+
+def test_an_eviction_cannot_be_confined_to_the_agents_node_by_admission_policy(
+    world: World, kube_apiserver: ApiServer
+) -> None:
+    """Why the MIG manager's evictions are not confined (issue 25 item 3), pinned on the real server.
+
+    A policy on ``pods/eviction`` sees the Eviction and no pod (so no ``spec.nodeName`` to compare
+    with the token's node), and the pod delete an eviction makes runs no validating admission (a
+    policy refusing every pod DELETE does not stop it). Confining evictions needs a component
+    that looks the pod up: an admission webhook, or evictions made centrally on a node agent's
+    request written to its own Node (which the node-write policy already confines)."""
+    mig = world.agents["gpuchain-mig-manager"]
+    probes = itertools.count()
+
+    def delete_refused() -> bool:
+        """Whether the admin's delete of a fresh pod is refused by the delete probe (a pod once
+        deleted cannot be asked again: a second DELETE is NotFound before admission runs)."""
+        name = f"probe-{next(probes)}"
+        world.admin.create(_pod(name, "gpu-b", "default"))
+        return "every pod DELETE is refused" in str(_refusal(lambda: world.admin.delete(POD, name, NS)))
+
+    sees = _probe_policy(
+        "probe-eviction-sees",
+        "pods/eviction",
+        "CREATE",
+        "!(object.kind == 'Eviction' && oldObject == null)",
+        "an eviction policy sees the Eviction and no pod",
+    )
+    blind = _probe_policy("probe-pod-delete", "pods", "DELETE", "false", "every pod DELETE is refused")
+    try:
+        for doc in sees:
+            _apply(kube_apiserver, doc)
+        # admission runs before the pod is looked up: no pod user-b is needed to see what it sees
+        _until(
+            lambda: "sees the Eviction and no pod" in str(_refusal(lambda: mig.evict("user-b", NS))),
+            "the eviction probe is enforced",
+        )
+        _remove(kube_apiserver, sees)
+        for doc in blind:
+            _apply(kube_apiserver, doc)
+        _until(delete_refused, "the delete probe is enforced")
+        world.admin.create(_pod("user-d", "gpu-b", "default"))
+        err = _refusal(lambda: mig.evict("user-d", NS))
+        assert err is None, f"the eviction was refused: {err!r}"
+        # the pod another node's agent evicted is gone (grace 0), the delete probe notwithstanding
+        assert isinstance(_refusal(lambda: world.admin.get(POD, "user-d", NS)), NotFoundError)
+    finally:
+        _remove(kube_apiserver, sees + blind)
+        _until(lambda: not delete_refused(), "the delete probe is gone")
+
+
+def _remove(apiserver: ApiServer, docs: list[dict[str, Any]]) -> None:
+    for doc in reversed(docs):
+        with contextlib.suppress(urllib.error.HTTPError):
+            apiserver.request("DELETE", f"{COLLECTIONS[doc['kind']]}/{doc['metadata']['name']}")
