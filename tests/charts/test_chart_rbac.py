@@ -174,13 +174,13 @@ OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
     # discovery/output.py: get its Node, patch its labels; discovery/service.py: watch its config label.
     "gpu-feature-discovery": {("get", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes")},
-    # mig/manager.py: get/watch/patch its Node, list + evict the GPU pods on it, record Events.
+    # mig/manager.py: get/watch/patch its Node, list the GPU pods on it, record Events (evicting
+    # them is --evict, granted only with migManagerEviction).
     "nvidia-mig-manager": {
         ("get", "", "nodes"),
         ("watch", "", "nodes"),
         ("patch", "", "nodes"),
         ("list", "", "pods"),
-        ("create", "", "pods/eviction"),
         ("create", "", "events"),
     },
     # validator/checks.py: the plugin check gets its Node's allocatable.
@@ -211,3 +211,19 @@ def test_each_operand_is_granted_exactly_what_it_uses() -> None:
         assert (pod.get("automountServiceAccountToken") is not False) == bool(OPERAND_NEEDS[name]), name
     operand_subjects = set(bound) - {"gpuchain-operator"}
     assert operand_subjects <= accounts, f"bindings for accounts no operand uses: {operand_subjects - accounts}"
+
+
+def test_the_mig_manager_may_evict_only_when_the_chart_allows_it() -> None:
+    """No admission policy can confine an eviction to the agent's node, so the grant is opt-in."""
+
+    def mig_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        (role,) = [
+            d for d in render(values) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-mig-manager"
+        ]
+        return list(role["rules"])
+
+    assert not any("pods/eviction" in r["resources"] for r in mig_rules({}))
+    allowed = mig_rules({"migManagerEviction": True})
+    assert {"resources": ["pods/eviction"], "verbs": ["create"]}.items() <= next(
+        r for r in allowed if "pods/eviction" in r["resources"]
+    ).items()

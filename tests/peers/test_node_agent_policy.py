@@ -55,7 +55,8 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     apiserver = kube_apiserver
     apiserver.reset()
     apiserver.ensure_namespace(NS)
-    for doc in render({"dra": {"enabled": True}}):
+    # with the eviction grant the chart gives only on request (migManagerEviction), to pin what it allows
+    for doc in render({"dra": {"enabled": True}, "migManagerEviction": True}):
         if doc["kind"] in COLLECTIONS and doc["metadata"]["name"] in (*AGENTS, POLICY):
             _apply(apiserver, doc)
     admin = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
@@ -150,7 +151,8 @@ def test_an_eviction_cannot_be_confined_to_the_agents_node_by_admission_policy(
     with the token's node), and the pod delete an eviction makes runs no validating admission (a
     policy refusing every pod DELETE does not stop it). Confining evictions needs a component
     that looks the pod up: an admission webhook, or evictions made centrally on a node agent's
-    request written to its own Node (which the node-write policy already confines)."""
+    request written to its own Node (which the node-write policy already confines). So the chart
+    grants the MIG manager evictions only with ``migManagerEviction: true`` (for ``--evict``)."""
     mig = world.agents["gpuchain-mig-manager"]
     probes = itertools.count()
 
