@@ -31,7 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from test_chart import render
 
 POLICY = "gpuchain-node-agent-writes"
-AGENTS = ("gpuchain-gpu-feature-discovery", "gpuchain-mig-manager", "gpuchain-dra-plugin")
+AGENTS = (
+    "gpuchain-gpu-feature-discovery",
+    "gpuchain-mig-manager",
+    "gpuchain-dra-plugin",
+    "gpuchain-device-plugin",
+    "gpuchain-operator-validator",
+)
 REFUSAL = "may write only the node its pod runs on"
 
 
@@ -197,3 +203,29 @@ def _remove(apiserver: ApiServer, docs: list[dict[str, Any]]) -> None:
     for doc in reversed(docs):
         with contextlib.suppress(urllib.error.HTTPError):
             apiserver.request("DELETE", f"{COLLECTIONS[doc['kind']]}/{doc['metadata']['name']}")
+
+
+def test_the_device_plugin_reads_its_node_and_records_events_only(world: World) -> None:
+    """deviceplugin/nodeconfig.py: get and watch its Node's config label, a Warning Event on a bad
+    config; nothing else (issue 24 item 3)."""
+    plugin = world.agents["gpuchain-device-plugin"]
+    node = plugin.get(NODE, "gpu-a")
+    plugin.record_event(node, "ConfigInvalid", "probe", type="Warning", component="gpuchain-device-plugin")
+    for beyond in (
+        lambda: plugin.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
+        lambda: plugin.list(POD, NS),
+        lambda: plugin.evict("anything", NS),
+    ):
+        assert isinstance(_refusal(beyond), ForbiddenError)
+
+
+def test_the_validator_reads_its_node_only(world: World) -> None:
+    """validator/checks.py: the plugin validation gets its Node's allocatable; nothing else."""
+    validator = world.agents["gpuchain-operator-validator"]
+    assert validator.get(NODE, "gpu-a")["metadata"]["name"] == "gpu-a"
+    for beyond in (
+        lambda: validator.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
+        lambda: validator.list(POD, NS),
+        lambda: validator.record_event(world.admin.get(NODE, "gpu-a"), "Probe", "probe"),
+    ):
+        assert isinstance(_refusal(beyond), ForbiddenError)
