@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -20,14 +21,18 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize(
-    ("extra", "expected"),
+    ("extra", "env", "expected"),
     [
-        ([], ['gpuchain_gpu_up{gpu="1",', "gpuchain_gpus_expected{"]),
-        (["--per-process"], ['gpuchain_gpu_unattributed_processes{gpu="1",']),
+        ([], {}, ['gpuchain_gpu_up{gpu="1",', "gpuchain_gpus_expected{"]),
+        (["--per-process"], {}, ['gpuchain_gpu_unattributed_processes{gpu="1",']),
+        # dcgm-exporter's switch (pkg/cmd/app.go@d5e5f51), as a ClusterPolicy's dcgmExporter.env sets it
+        ([], {"KUBERNETES_VIRTUAL_GPUS": "true"}, ['gpuchain_gpu_unattributed_processes{gpu="1",']),
     ],
-    ids=["default", "per-process"],
+    ids=["default", "per-process", "dcgm-exporter-env"],
 )
-def test_exporter_process_serves_and_stops_on_sigterm(extra: list[str], expected: list[str]) -> None:
+def test_exporter_process_serves_and_stops_on_sigterm(
+    extra: list[str], env: dict[str, str], expected: list[str]
+) -> None:
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -49,6 +54,7 @@ def test_exporter_process_serves_and_stops_on_sigterm(extra: list[str], expected
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**os.environ, **env},
     )
     try:
         deadline = time.monotonic() + 20

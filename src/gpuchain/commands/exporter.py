@@ -54,8 +54,10 @@ def exporter(
     per_process: bool = typer.Option(
         False,
         "--per-process",
+        envvar="KUBERNETES_VIRTUAL_GPUS",
         help="Per-pod memory and SM share on shared GPUs from the GPUs' processes (needs hostPID to read "
-        "/proc/<pid>/cgroup), as dcgm-exporter's --kubernetes-virtual-gpus.",
+        "/proc/<pid>/cgroup), as dcgm-exporter's --kubernetes-virtual-gpus (and its environment variable, "
+        "so a ClusterPolicy's dcgmExporter.env and hostPID turn it on).",
     ),
     pods_from_api: bool = typer.Option(
         False,
