@@ -235,3 +235,19 @@ def test_cdi_spec_has_modeset_only_where_the_driver_created_it(
         *always,
         {"path": "/dev/nvidia-modeset", "hostPath": f"{root}/dev/nvidia-modeset"},
     ]
+
+
+def test_a_spec_left_by_a_crash_before_the_checkpoint_is_removed_at_start(
+    h100_sim: SimBackend, make_driver: DriverFactory, allocate: Allocate, short_dir: Path
+) -> None:
+    """A crash between writing a claim's spec and recording the claim leaves a spec the kubelet will
+    never unprepare (it got no success): the next start removes it and keeps the recorded ones."""
+    kept = allocate("train", "h100-node", ["gpu-1"])
+    make_driver(h100_sim).prepare(kept)
+    orphan = cdi.spec_path(short_dir / "cdi", "0000-orphan")
+    orphan.write_text(cdi.spec_path(short_dir / "cdi", kept.uid).read_text())
+    unrelated = short_dir / "cdi" / "vendor-other.json"
+    unrelated.write_text("{}")
+    make_driver(h100_sim)
+    assert not orphan.exists()
+    assert cdi.spec_path(short_dir / "cdi", kept.uid).exists() and unrelated.exists()

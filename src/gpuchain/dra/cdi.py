@@ -80,3 +80,13 @@ def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice], dev_root
 def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
     """Remove the claim's spec; False when it was already gone."""
     return remove(spec_path(cdi_dir, claim_uid))
+
+
+def spec_claims(cdi_dir: Path) -> dict[str, Path]:
+    """The claim UID of every claim spec this driver wrote in ``cdi_dir`` (by its file name)."""
+    prefix, suffix = f"{DRIVER}-claim_", ".json"
+    try:
+        names = [p for p in cdi_dir.iterdir() if p.name.startswith(prefix) and p.name.endswith(suffix)]
+    except FileNotFoundError:
+        return {}
+    return {p.name[len(prefix) : -len(suffix)]: p for p in names}

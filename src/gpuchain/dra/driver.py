@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuchain.common.files import remove
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
@@ -107,6 +108,7 @@ class DraDriver:
         self.cluster = cluster
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir / FILE_NAME)
+        self._remove_orphan_specs()
         self.health = HealthState(config.policy, config.recovery_quiet_seconds)
         self.clock = clock
         self._gpus: tuple[str, ...] = ()
@@ -116,6 +118,14 @@ class DraDriver:
     @property
     def node(self) -> str:
         return self.config.node
+
+    def _remove_orphan_specs(self) -> None:
+        """Remove the claim specs the checkpoint does not hold: a crash between writing a spec and
+        recording the claim (or between forgetting a claim and removing its spec) leaves one, and
+        the kubelet, which never got a success for that claim, will not unprepare it."""
+        for uid, path in cdi.spec_claims(self.config.cdi_dir).items():
+            if self.checkpoint.get(uid) is None and remove(path):
+                log.info("removed %s: no prepared claim %s in %s", path, uid, self.checkpoint.path)
 
     @property
     def unhealthy(self) -> frozenset[str]:
