@@ -50,3 +50,19 @@ def test_remove_is_idempotent(tmp_path: Path) -> None:
     atomic_write(target, "1")
     assert remove(target) is True
     assert remove(target) is False
+
+
+def test_the_file_and_then_its_directory_are_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the directory's sync a power loss can lose the rename (the DRA checkpoint relies on it)."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    target = tmp_path / "state.json"
+    atomic_write(target, "{}\n")
+    assert len(synced) == 2
+    assert Path(synced[0]).parent == tmp_path and synced[1] == str(tmp_path)

@@ -21,7 +21,9 @@ DEFAULT_MODE = 0o644
 def atomic_write(path: str | Path, data: str | bytes, mode: int = DEFAULT_MODE) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) in one step; returns the path.
 
-    The parent directory is created when missing. ``mode`` is the file's permission bits.
+    The parent directory is created when missing. ``mode`` is the file's permission bits. The file
+    and then its directory are synced, so after a power loss the path holds the old or the new
+    content, never an empty file nor a rename that was lost.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -38,6 +40,11 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int = DEFAULT_MODE) 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
     return target
 
 

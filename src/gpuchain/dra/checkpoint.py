@@ -14,7 +14,6 @@ plugin never answers from a claim a restart would not find.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,14 +112,10 @@ class Checkpoint:
             ) from None
 
     def _save(self, claims: Mapping[str, PreparedClaim]) -> None:
-        """Write ``claims`` as the whole file and sync its directory; raises OSError, file unchanged."""
+        """Write ``claims`` as the whole file, synced with its directory (``atomic_write``); raises
+        OSError, file unchanged."""
         data = {"version": VERSION, "claims": {uid: c.to_dict() for uid, c in sorted(claims.items())}}
         atomic_write(self.path, json.dumps(data, indent=2) + "\n")
-        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def get(self, uid: str) -> PreparedClaim | None:
         """The prepared claim, or None."""
