@@ -1,12 +1,13 @@
 // NVML for NVIDIA's device plugin when it runs as gpuchain's test peer: go-nvml's DGX A100 mock
-// (eight A100-SXM4-40GB), copied into cmd/nvidia-device-plugin by tests/peers/nvidia-plugin/build
+// (eight A100-SXM4-40GB), copied into cmd/nvidia-device-plugin by tests/peers/nvidia-plugin/prepare
 // and wired in place of the real library. Two things are added around the mock:
-//   - calls go straight to the mock's XxxFunc fields, because its generated methods append every
-//     call's arguments to a log that is never trimmed (GetPreferredAllocation alone makes about a
-//     thousand NVML calls, so the peer's memory would grow for as long as a test drives it);
+//   - the methods the plugin calls are answered here from the mock's data, not through its
+//     generated methods, which append every call's arguments to a log that is never trimmed (one
+//     GetPreferredAllocation makes over a thousand NVML calls, so the peer's memory would grow for
+//     as long as a test drives it);
 //   - the methods the plugin calls that the mock leaves nil (and would panic on) are filled: PCI
-//     bus ids, the PCIe topology between GPUs, NVLinks to the NVSwitches, and health event sets
-//     on which no event ever arrives.
+//     bus ids, the PCIe topology between GPUs, NVLinks to the NVSwitches, MIG device slots (all
+//     empty), and health event sets on which no event ever arrives.
 // GPUCHAIN_MOCK_GPU_UUIDS (comma-separated, one per GPU) replaces the mock's random UUIDs, so a
 // test can give NVIDIA's plugin the UUIDs of gpuchain's simulated node and compare answers.
 
@@ -177,3 +178,9 @@ func (d *mockDevice) GetSupportedEventTypes() (uint64, nvml.Return) {
 	return uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError), nvml.SUCCESS
 }
 func (d *mockDevice) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+
+// An A100 holds up to seven MIG devices; the mock's GPUs start with MIG disabled and none made.
+func (d *mockDevice) GetMaxMigDeviceCount() (int, nvml.Return) { return 7, nvml.SUCCESS }
+func (d *mockDevice) GetMigDeviceHandleByIndex(int) (nvml.Device, nvml.Return) {
+	return nil, nvml.ERROR_NOT_FOUND
+}
