@@ -50,7 +50,7 @@ def test_volume_mounts(h100_sim: SimBackend) -> None:
     alloc = allocate_container(res, [uuid], _flags(deviceListStrategy="volume-mounts"))
     assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNT_ROOT}
     assert [(m.container_path, m.host_path, m.read_only) for m in alloc.mounts] == [
-        (f"{VOLUME_MOUNT_ROOT}/{uuid}", "/dev/null", True)
+        (f"{VOLUME_MOUNT_ROOT}/{uuid}", "/dev/null", False)
     ]
 
 

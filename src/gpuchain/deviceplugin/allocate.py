@@ -45,9 +45,12 @@ class AllocationError(ValueError):
 
 @dataclass(frozen=True)
 class MountSpec:
+    """One mount of an Allocate answer. Writable unless said, as every mount NVIDIA's plugin answers
+    is (it never sets ReadOnly; found by the differential test against its v0.18.0)."""
+
     container_path: str
     host_path: str
-    read_only: bool = True
+    read_only: bool = False
 
 
 @dataclass(frozen=True)

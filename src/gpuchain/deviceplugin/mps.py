@@ -105,8 +105,8 @@ def with_mps(alloc: ContainerAllocation, resource: str, host_root: str) -> Conta
     writable, as NVIDIA's plugin mounts them."""
     inside, host = MpsRoot(CONTAINER_ROOT), MpsRoot(host_root)
     mounts = (
-        MountSpec(inside.pipe_dir(resource), host.pipe_dir(resource), read_only=False),
-        MountSpec(SHM_DIR, host.shm_dir(), read_only=False),
+        MountSpec(inside.pipe_dir(resource), host.pipe_dir(resource)),
+        MountSpec(SHM_DIR, host.shm_dir()),
     )
     envs = {**alloc.envs, "CUDA_MPS_PIPE_DIRECTORY": inside.pipe_dir(resource)}
     return replace(alloc, envs=envs, mounts=alloc.mounts + mounts)
