@@ -250,6 +250,8 @@ def _add(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
     template = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
     if edit.get("nodeSelector"):
         template["spec"]["nodeSelector"] = edit["nodeSelector"]
+    if edit.get("tolerations"):
+        template["spec"]["tolerations"] = edit["tolerations"]
     nodes = edit["nodes"]
     cluster.create(
         {
