@@ -85,7 +85,7 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
             lambda: isinstance(_refusal(lambda: gfd.patch(NODE, "gpu-b", probe)), ForbiddenError),
             f"ValidatingAdmissionPolicy {POLICY} is enforced",
         )
-        _wait_evictions_confined(world)
+        evictions_judged(world.agents["gpuchain-mig-manager"], admin)
         yield world
     finally:
         for c in (admin, *agents.values()):
@@ -93,13 +93,15 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
         apiserver.reset()
 
 
-def _wait_evictions_confined(world: World) -> None:
-    """The eviction policy holds once the server's informers have its binding and the pods (a
-    fresh pod each try: one evicted before then is gone)."""
-    mig = world.agents["gpuchain-mig-manager"]
+def evictions_judged(mig: LiveCluster, admin: LiveCluster) -> None:
+    """Wait until gpuchain-node-agent-evictions refuses the MIG manager (token bound to gpu-a) the
+    eviction of a pod created now on gpu-b. The policy finds pods in the server's own informer,
+    which sees them in the order they were written: once it judges this one, it has every pod
+    created before (a pod it has not seen yet is not judged, so a test that expects a refusal
+    waits here first). A fresh pod each try: one evicted before the informer had it is gone."""
     _until(
-        lambda: "may evict only pods" in str(_refusal(lambda: mig.evict(_user_pod(world, "gpu-b"), NS))),
-        f"{EVICTIONS} is enforced",
+        lambda: "may evict only pods" in str(_refusal(lambda: mig.evict(_user_pod(admin, "gpu-b"), NS))),
+        f"{EVICTIONS} judges the pods created so far",
     )
 
 
@@ -166,10 +168,10 @@ def _remove(apiserver: ApiServer, docs: list[dict[str, Any]]) -> None:
             apiserver.request("DELETE", f"{COLLECTIONS[doc['kind']]}/{doc['metadata']['name']}")
 
 
-def _user_pod(world: World, node: str) -> str:
+def _user_pod(admin: LiveCluster, node: str) -> str:
     """A fresh pod bound to ``node`` (a new name each time: a deleted pod cannot be asked about again)."""
     name = f"user-{node}-{next(_serial)}"
-    world.admin.create(_pod(name, node, "default"))
+    admin.create(_pod(name, node, "default"))
     return name
 
 
@@ -181,10 +183,11 @@ def test_the_mig_manager_evicts_pods_of_its_own_node_only(world: World) -> None:
     cluster. The chart's gpuchain-node-agent-evictions policy looks the pod up (as its parameter)
     and compares its node with the token's."""
     mig = world.agents["gpuchain-mig-manager"]
-    own = _user_pod(world, "gpu-a")
+    own = _user_pod(world.admin, "gpu-a")
     mig.evict(own, NS)
     assert isinstance(_refusal(lambda: world.admin.get(POD, own, NS)), NotFoundError)
-    other = _user_pod(world, "gpu-b")
+    other = _user_pod(world.admin, "gpu-b")
+    evictions_judged(mig, world.admin)
     err = _refusal(lambda: mig.evict(other, NS))
     assert isinstance(err, ForbiddenError), f"admitted or not refused by the policy: {err!r}"
     assert (
@@ -192,13 +195,17 @@ def test_the_mig_manager_evicts_pods_of_its_own_node_only(world: World) -> None:
         in str(err)
     )
     assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
-    # an unscheduled pod is no node's: refused too
-    pending = _pod(f"pending-{next(_serial)}", "gpu-a", "default")
-    del pending["spec"]["nodeName"]
-    world.admin.create(pending)
+
+    # an unscheduled pod is no node's: refused too (a fresh one each try: one evicted before the
+    # policy's informer had it is gone)
+    def pending() -> str:
+        pod = _pod(f"pending-{next(_serial)}", "gpu-a", "default")
+        del pod["spec"]["nodeName"]
+        return str(world.admin.create(pod)["metadata"]["name"])
+
     _until(
-        lambda: "evicting" in str(_refusal(lambda: mig.evict(pending["metadata"]["name"], NS))),
-        "the unscheduled pod reaches the policy's informer",
+        lambda: "on no node)" in str(_refusal(lambda: mig.evict(pending(), NS))),
+        "an unscheduled pod's eviction is refused",
     )
 
 
@@ -239,9 +246,9 @@ def pod_deletes(world: World, kube_apiserver: ApiServer) -> Iterator[None]:
 @pytest.mark.parametrize("account", AGENTS)
 def test_a_node_agent_deletes_pods_of_its_own_node_only(world: World, account: str) -> None:
     agent = world.agents[account]
-    own = _user_pod(world, "gpu-a")
+    own = _user_pod(world.admin, "gpu-a")
     agent.delete(POD, own, NS)
-    other = _user_pod(world, "gpu-b")
+    other = _user_pod(world.admin, "gpu-b")
     _forbidden(lambda: agent.delete(POD, other, NS))
     assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
 
@@ -274,7 +281,7 @@ def test_an_eviction_escapes_pod_rules_so_the_policy_looks_the_pod_up(world: Wor
         )
         _remove(kube_apiserver, sees)
         _until(lambda: isinstance(_refusal(lambda: mig.evict("absent", NS)), NotFoundError), "the probe is gone")
-        victim = _user_pod(world, "gpu-b")
+        victim = _user_pod(world.admin, "gpu-b")
         _forbidden(lambda: mig.delete(POD, victim, NS))
         err = _refusal(lambda: mig.evict(victim, NS))
         assert err is None, f"the eviction was refused: {err!r}"
@@ -283,4 +290,4 @@ def test_an_eviction_escapes_pod_rules_so_the_policy_looks_the_pod_up(world: Wor
         _remove(kube_apiserver, sees)
         saved["metadata"] = {"name": EVICTIONS, "labels": saved["metadata"].get("labels", {})}
         _apply(kube_apiserver, saved)
-        _wait_evictions_confined(world)
+        evictions_judged(mig, world.admin)
