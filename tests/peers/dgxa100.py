@@ -37,7 +37,7 @@ GFD = "gpu-feature-discovery-dgxa100"
 
 _PRIVATE_MOUNTS = (
     'mount --bind "$1" /sys/bus/pci/devices'
-    ' && mount -t tmpfs gpuchain-nvidia-peer /var/lib && mkdir -p /var/lib/kubelet/device-plugins'
+    " && mount -t tmpfs gpuchain-nvidia-peer /var/lib && mkdir -p /var/lib/kubelet/device-plugins"
     ' && mount --bind "$0" /var/lib/kubelet/device-plugins && shift && exec "$@"'
 )
 
