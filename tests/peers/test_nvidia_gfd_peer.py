@@ -3,8 +3,8 @@
 NVIDIA's GFD runs on go-nvml's DGX A100 mock made to match gpuchain's `a100-40gb-x8` preset
 (peers/dgxa100.py: the same UUIDs, names, bus ids, driver and CUDA versions, and a bare-metal
 sysfs for the PCI class and vGPU capability it reads). Both get the same config file and machine
-type file, label once into a feature file, and the test compares the files label by label. A
-difference is either fixed in gpuchain or listed in KNOWN, checked to be exactly what differs.
+type file, label once into a feature file, and the test compares the files label by label: no
+difference is listed (the last one, `vgpu.present`, was fixed in gpuchain).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from peers.dgxa100 import GFD, PRESET, nvidia_command, nvidia_env
 MACHINE = "DGXA100 920-23687-2530-000"
 """/sys/class/dmi/id/product_name of a DGX A100."""
 
-_TIME_SLICED = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n"
+_TIME_SLICED = (
+    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n"
+)
 CONFIGS = {
     "default": "version: v1\n",
     "mig-single-without-mig": "version: v1\nflags:\n  migStrategy: single\n",
@@ -35,9 +37,6 @@ CONFIGS = {
     "mps": _TIME_SLICED.replace("timeSlicing", "mps"),
 }
 """Config files both read (NVIDIA's config v1), by test id."""
-
-KNOWN: dict[str, tuple[str | None, str | None]] = {}
-"""Deliberate differences: label -> (NVIDIA's value, gpuchain's value), None where one has no such label."""
 
 
 def _labels(path: Path) -> dict[str, str]:
@@ -71,4 +70,4 @@ def test_same_labels_as_nvidias_gfd(config: str, tmp_path: Path) -> None:
         for key in sorted(nvidia_labels.keys() | our_labels.keys())
         if nvidia_labels.get(key) != our_labels.get(key)
     }
-    assert differences == KNOWN
+    assert differences == {}, "label -> (NVIDIA's value, gpuchain's value), None where one has no such label"
