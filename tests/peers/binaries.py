@@ -47,10 +47,15 @@ def cache_root(recipe_files: tuple[str, ...] = ("go.mod", "go.sum", "ldflags")) 
     return Path(base) / digest
 
 
+def peer_path(name: str) -> Path:
+    """Where scripts/build-peers puts the peer ``name`` (it may not be built)."""
+    return cache_root(*([MODULES[name]] if name in MODULES else [])) / "bin" / name
+
+
 def peer_or_skip(name: str) -> Path:
     """The built binary ``name``, or skip naming why it is not there (fail in CI if merely unbuilt)."""
-    root = cache_root(*([MODULES[name]] if name in MODULES else []))
-    binary = root / "bin" / name
+    binary = peer_path(name)
+    root = binary.parent.parent
     if binary.is_file() and (name.endswith(".tar") or os.access(binary, os.X_OK)):  # an image archive is no program
         return binary
     failed = root / "failed" / name

@@ -3,8 +3,9 @@
 scripts/build-peers builds both from NVIDIA's module with NVML pointed at the mock
 (tests/peers/nvidia-plugin says how). The mock makes up part of its node (random UUIDs, "Mock"
 names, its own bus ids and driver), and NVIDIA's components read the rest from the host's sysfs,
-which has no such GPUs. ``nvidia_command`` fills both from gpuchain's simulated node, so that the
-two stacks describe the same eight GPUs and any difference in their answers is theirs:
+which has no such GPUs. The helpers here fill both from gpuchain's simulated node, so that the
+two stacks describe the same eight GPUs and any difference in their answers is theirs
+(``on_dgxa100`` with ``nvidia_env``):
 
 - the mock's node (UUIDs, names, PCI bus ids, driver and CUDA versions) through
   ``GPUCHAIN_MOCK_NODE``;
@@ -82,18 +83,24 @@ def pci_devices(inv: Inventory, root: Path) -> Path:
     return root
 
 
-def nvidia_command(binary: Path, args: list[str], workdir: Path, socket_dir: Path | None = None) -> list[str]:
-    """``binary args`` in a mount namespace where the host looks like ``inventory()``'s node.
+def needs_root() -> None:
+    """Skip the test unless it can make the mounts ``on_dgxa100`` makes."""
+    if os.geteuid() != 0:
+        pytest.skip("NVIDIA's components need a private /sys/bus/pci/devices: a mount namespace, which needs root")
+
+
+def on_dgxa100(argv: list[str], workdir: Path, socket_dir: Path | None = None) -> list[str]:
+    """``argv`` in a mount namespace where the host looks like ``inventory()``'s node (needs root).
 
     ``socket_dir`` (default: a fresh one under ``workdir``) is its /var/lib/kubelet/device-plugins.
     """
-    if os.geteuid() != 0:
-        pytest.skip("NVIDIA's components need a private /sys/bus/pci/devices: a mount namespace, which needs root")
     if socket_dir is None:
         socket_dir = workdir / "device-plugins"
         socket_dir.mkdir(exist_ok=True)
-    sysfs = pci_devices(inventory(), workdir / "pci-devices")
-    return ["unshare", "-m", "sh", "-c", _PRIVATE_MOUNTS, str(socket_dir), str(sysfs), str(binary), *args]
+    sysfs = workdir / "pci-devices"
+    if not sysfs.exists():
+        pci_devices(inventory(), sysfs)
+    return ["unshare", "-m", "sh", "-c", _PRIVATE_MOUNTS, str(socket_dir), str(sysfs), *argv]
 
 
 def nvidia_env() -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from peers.binaries import peer_or_skip
-from peers.dgxa100 import GFD, PRESET, nvidia_command, nvidia_env
+from peers.dgxa100 import GFD, PRESET, needs_root, nvidia_env, on_dgxa100
 
 MACHINE = "DGXA100 920-23687-2530-000"
 """/sys/class/dmi/id/product_name of a DGX A100."""
@@ -48,13 +48,14 @@ def _labels(path: Path) -> dict[str, str]:
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_same_labels_as_nvidias_gfd(config: str, tmp_path: Path) -> None:
     binary = peer_or_skip(GFD)
+    needs_root()
     cfg, machine = tmp_path / "config.yaml", tmp_path / "product_name"
     cfg.write_text(CONFIGS[config])
     machine.write_text(MACHINE + "\n")
     common = ["--config-file", str(cfg), "--machine-type-file", str(machine), "--oneshot", "--no-timestamp"]
     theirs, ours = tmp_path / "nvidia.gfd", tmp_path / "gpuchain.gfd"
     nvidia = subprocess.run(
-        nvidia_command(binary, [*common, "--output-file", str(theirs)], tmp_path),
+        on_dgxa100([str(binary), *common, "--output-file", str(theirs)], tmp_path),
         env=nvidia_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert nvidia.returncode == 0, nvidia.stderr[-3000:]

@@ -27,7 +27,7 @@ import pytest
 from gpuchain.kubelet.peer import KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from peers.binaries import peer_or_skip
-from peers.dgxa100 import PLUGIN, PRESET, nvidia_command, nvidia_env
+from peers.dgxa100 import PLUGIN, PRESET, needs_root, nvidia_env, on_dgxa100
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
@@ -176,11 +176,12 @@ async def _observe(kubelet: KubeletPeer, ids_to_allocate: list[str], index_ids: 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(config: str, tmp_path: Path) -> None:
     binary = peer_or_skip(PLUGIN)
+    needs_root()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(CONFIGS[config])
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
     nvidia_args = ["--config-file", str(cfg), "--kubelet-socket", "{dir}/kubelet.sock"]
-    nvidia_argv = nvidia_command(binary, nvidia_args, tmp_path, socket_dir=Path("{dir}"))
+    nvidia_argv = on_dgxa100([str(binary), *nvidia_args], tmp_path, socket_dir=Path("{dir}"))
     ours_argv = [sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--preset", PRESET]
     ours_argv += ["--config", str(cfg), "--socket-dir", "{dir}"]
 
