@@ -12,12 +12,12 @@ two stacks describe the same eight GPUs and any difference in their answers is t
 - ``/sys/bus/pci/devices`` holding one directory per GPU as a bare-metal A100 has it (vendor,
   device, class, NUMA node, an empty BAR list, a config space without capabilities: no vGPU),
   which NVIDIA's plugin reads for NUMA topology and GFD for ``gpu.mode`` and ``vgpu.present``;
-- ``/var/lib/kubelet/device-plugins``, a path NVIDIA's plugin hard-codes whatever
-  ``--kubelet-socket`` says, bound on the test's socket directory.
+- where a test plays the kubelet, ``/var/lib/kubelet/device-plugins``, a path NVIDIA's plugin
+  hard-codes whatever ``--kubelet-socket`` says, bound on the test's socket directory, under a
+  tmpfs over ``/var/lib`` so nothing is created on the host.
 
-The last two are mounts, made in a mount namespace of the NVIDIA process's own (``unshare -m``:
-private propagation, gone with the process), under a tmpfs over ``/var/lib`` so nothing is created
-on the host. That needs root.
+Those are mounts, made in a mount namespace of the NVIDIA process's own (``unshare -m``: private
+propagation, gone with the process). That needs root.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ PRESET = "a100-40gb-x8"
 PLUGIN = "nvidia-device-plugin-dgxa100"
 GFD = "gpu-feature-discovery-dgxa100"
 
-_PRIVATE_MOUNTS = (
-    'mount --bind "$1" /sys/bus/pci/devices'
+_FAKE_SYSFS = 'mount --bind "$0" /sys/bus/pci/devices && exec "$@"'
+_FAKE_SYSFS_AND_SOCKETS = (
+    'mount --bind "$0" /sys/bus/pci/devices'
     " && mount -t tmpfs gpuchain-nvidia-peer /var/lib && mkdir -p /var/lib/kubelet/device-plugins"
-    ' && mount --bind "$0" /var/lib/kubelet/device-plugins && shift && exec "$@"'
+    ' && mount --bind "$1" /var/lib/kubelet/device-plugins && shift && exec "$@"'
 )
 
 
@@ -92,15 +93,15 @@ def needs_root() -> None:
 def on_dgxa100(argv: list[str], workdir: Path, socket_dir: Path | None = None) -> list[str]:
     """``argv`` in a mount namespace where the host looks like ``inventory()``'s node (needs root).
 
-    ``socket_dir`` (default: a fresh one under ``workdir``) is its /var/lib/kubelet/device-plugins.
+    With ``socket_dir``, that is its /var/lib/kubelet/device-plugins; without, the directory stays
+    what it is where the command runs (on the real node: the kubelet's).
     """
-    if socket_dir is None:
-        socket_dir = workdir / "device-plugins"
-        socket_dir.mkdir(exist_ok=True)
     sysfs = workdir / "pci-devices"
     if not sysfs.exists():
         pci_devices(inventory(), sysfs)
-    return ["unshare", "-m", "sh", "-c", _PRIVATE_MOUNTS, str(socket_dir), str(sysfs), *argv]
+    if socket_dir is None:
+        return ["unshare", "-m", "sh", "-c", _FAKE_SYSFS, str(sysfs), *argv]
+    return ["unshare", "-m", "sh", "-c", _FAKE_SYSFS_AND_SOCKETS, str(sysfs), str(socket_dir), *argv]
 
 
 def nvidia_env() -> dict[str, str]:
