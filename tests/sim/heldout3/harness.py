@@ -1,5 +1,5 @@
-"""The second held-out set for the doctor (issue 26, item 5): 20+ cluster states from public reports that
-neither tests/sim/SOURCES.md nor tests/sim/heldout cite, written and given their expected answers by
+"""The third held-out set for the doctor (issue 26, item 5): 20+ cluster states from public reports that
+neither tests/sim/SOURCES.md nor tests/sim/heldout or tests/sim/heldout2 cite, written and given their expected answers by
 someone who had not read the doctor's checks, before the doctor was run on them.
 
 The file format, the edits and the scoring rule are tests/sim/heldout's (its harness is reused, not
