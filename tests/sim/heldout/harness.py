@@ -251,6 +251,8 @@ def _add(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
     template = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
     if edit.get("nodeSelector"):
         template["spec"]["nodeSelector"] = edit["nodeSelector"]
+    if edit.get("tolerations"):
+        template["spec"]["tolerations"] = edit["tolerations"]
     nodes = edit["nodes"]
     cluster.create(
         {
@@ -444,11 +446,13 @@ def expect_digest(path: Path) -> str:
 
 
 def frozen(here: Path = HERE) -> dict[str, str]:
+    """The digests recorded in ``here``'s FROZEN file (another held-out set keeps its own)."""
     lines = (here / "FROZEN").read_text().splitlines()
     return dict(line.split()[::-1] for line in lines if line and not line.startswith("#"))
 
 
 def cases(here: Path = HERE) -> list[Path]:
+    """The case files of the held-out set in ``here``."""
     return sorted(here.glob("*.yaml"))
 
 
