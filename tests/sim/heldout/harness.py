@@ -19,6 +19,7 @@ import contextlib
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -376,13 +377,15 @@ def _ready(pod: Obj) -> bool:
     return all(cs.get("ready") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
-def load(path: Path) -> Case:
+def load(path: Path, apply: Callable[[MemoryCluster, dict[str, Any]], None] = _apply) -> Case:
+    """A held-out file built: its ``base`` scenario, then each edit through ``apply`` (a later set passes
+    its own, which adds edit kinds and hands the rest to this one)."""
     doc = yaml.safe_load(path.read_text())
     base = dict(doc["base"])
     base.setdefault("name", doc["name"])
     sim = build(parse_scenario(yaml.safe_dump(base), str(path)))
     for edit in doc.get("edits") or []:
-        _apply(sim.cluster, edit)
+        apply(sim.cluster, edit)
     exps = doc["expect"] if isinstance(doc["expect"], list) else [doc["expect"]]
     expects = [
         Expect(
