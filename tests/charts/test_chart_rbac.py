@@ -25,6 +25,9 @@ NS = "gpu-operator"
 KOPF = {("list", "gpuchain.io", "clusterpolicies"), ("watch", "gpuchain.io", "clusterpolicies")}
 KOPF |= {("list", "apps", "daemonsets"), ("watch", "apps", "daemonsets")}
 KOPF |= {("list", "", "nodes"), ("watch", "", "nodes")}
+# kopf's resource scanning (tests/peers/test_operator_role.py: refused, it logged 403s forever).
+KOPF |= {("list", "apiextensions.k8s.io", "customresourcedefinitions")}
+KOPF |= {("watch", "apiextensions.k8s.io", "customresourcedefinitions")}
 
 
 class Recording(MemoryCluster):
