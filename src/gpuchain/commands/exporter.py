@@ -24,6 +24,7 @@ from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
 from gpuchain.exporter.expected import gfd_gpu_count
+from gpuchain.exporter.metrics import COLLECT_INTERVAL
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
 from gpuchain.exporter.usage import PodIdentity, pod_directory
@@ -41,7 +42,9 @@ def exporter(
     collectors: Path | None = typer.Option(
         None, "--collectors", "-f", help="Metric set as a dcgm-exporter collectors CSV (default: the packaged set)."
     ),
-    interval: float = typer.Option(30.0, "--collect-interval", help="Seconds between background collections."),
+    interval: float = typer.Option(
+        COLLECT_INTERVAL, "--collect-interval", help="Seconds between background collections."
+    ),
     call_timeout: float = typer.Option(5.0, "--call-timeout", help="Seconds one NVML or kubelet call may take."),
     pod_resources_socket: str | None = typer.Option(
         None,

@@ -20,7 +20,6 @@ from gpuchain.doctor.checks import (
     Result,
     check_device_plugin,
     check_driver,
-    check_exporter,
     check_gfd,
     check_mig,
     check_toolkit,
@@ -34,6 +33,7 @@ from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
 from gpuchain.doctor.stacks import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.doctor.trust import check_exporter
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import name_of

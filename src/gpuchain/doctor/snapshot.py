@@ -45,6 +45,15 @@ class LogReader(Protocol):
 
 
 @dataclass(frozen=True)
+class Scrape:
+    """One exporter's ``/metrics`` answer and when it was read (Unix time): the age of a GPU's last
+    sample is ``at`` minus its ``gpuchain_gpu_last_sample_timestamp_seconds``."""
+
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The cluster as the doctor saw it; every check is a pure function of this.
 
@@ -66,6 +75,8 @@ class Snapshot:
     previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
+    #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
+    scrapes: dict[str, Scrape] = field(default_factory=dict)
 
     @property
     def stack(self) -> Stack:

@@ -41,6 +41,7 @@ from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter.cgroups import ContainerCgroup, read_cgroup
 from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import (
+    COLLECT_INTERVAL,
     Entity,
     GpuStatus,
     Labels,
@@ -112,7 +113,7 @@ class GpuMetricsCollector:
         counters: CounterSet,
         hostname: str,
         pod_lister: Callable[[], list[Assignment]] | None = None,
-        interval: float = 30.0,
+        interval: float = COLLECT_INTERVAL,
         call_timeout: float = 5.0,
         registry: CollectorRegistry | None = None,
         processes: bool = False,
