@@ -138,3 +138,33 @@ def test_a_dump_carries_the_scrape_beside_the_exporter_pod(tmp_path: Path) -> No
     snap = read_dump(tmp_path)
     assert set(snap.scrapes) == {view.name} and snap.scrapes[view.name].at == pytest.approx(scraped_at)
     assert "exporter.gpu-down" in {f.id for f in diagnose(snap).findings if f.node == view.name}
+
+
+def test_a_live_doctor_scrapes_gpuchains_ready_exporters_through_the_pod_proxy() -> None:
+    from gpuchain.doctor import run_doctor
+    from gpuchain.doctor.logs import cluster_scraper
+    from gpuchain.doctor.snapshot import scrape_candidates, with_scrapes
+    from gpuchain.kube import POD
+
+    sim = build(load_scenario("healthy"))
+    exporters = sorted(
+        (p["spec"]["nodeName"], name_of(p))
+        for p in sim.cluster.list(POD, "gpu-operator")
+        if name_of(p).startswith("nvidia-dcgm-exporter-")
+    )
+    assert len(exporters) >= 2
+    assert scrape_candidates(gather(sim.cluster)) == [], "a pod without an IP cannot be proxied to"
+    for i, (_, pod) in enumerate(exporters):
+        sim.cluster.patch_status(POD, pod, {"podIP": f"10.0.0.{i + 10}"}, "gpu-operator")
+    lost_on = exporters[0][0]
+    # Each exporter serves its own node's scrape; the last one serves nothing (connection refused).
+    for node, pod in exporters[:-1]:
+        sim.cluster.set_served(pod, "gpu-operator", 9400, "metrics", _scrape(node, lose=2 if node == lost_on else None))
+    report = run_doctor(sim.cluster, scraper=cluster_scraper(sim.cluster))
+    assert {(f.id, f.node) for f in report.findings} == {("exporter.gpu-down", lost_on)}
+    assert report.api_calls["proxy"] == len(exporters) and "proxy" not in run_doctor(sim.cluster).api_calls
+    assert not report.not_judged
+    # Bounded: one read, and the rest said not judged.
+    snap, reads = with_scrapes(gather(sim.cluster), cluster_scraper(sim.cluster), limit=1)
+    assert reads == 1 and set(snap.scrapes) == {lost_on} and snap.unscraped == len(exporters) - 1
+    assert any(f"{len(exporters) - 1} exporter(s) beyond" in line for line in diagnose(snap).not_judged)

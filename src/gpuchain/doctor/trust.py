@@ -139,9 +139,7 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float) ->
                 f"the exporter on {view.name} serves samples up to {oldest:.0f}s old for {len(stale)} GPU(s), more "
                 f"than {STALE_INTERVALS} collection intervals ({interval:g}s each): its collection has stopped "
                 "while its HTTP server still answers, so every scrape repeats the same numbers.",
-                tuple(
-                    f"{d.uuid}: last sample{_age(d.sample_age_s)} (collect interval {interval:g}s)" for d in stale
-                ),
+                tuple(f"{d.uuid}: last sample{_age(d.sample_age_s)} (collect interval {interval:g}s)" for d in stale),
                 command + "   # a new pod starts collecting again",
                 node=view.name,
                 action=restart,
