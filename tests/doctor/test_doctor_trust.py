@@ -168,3 +168,23 @@ def test_a_live_doctor_scrapes_gpuchains_ready_exporters_through_the_pod_proxy()
     snap, reads = with_scrapes(gather(sim.cluster), cluster_scraper(sim.cluster), limit=1)
     assert reads == 1 and set(snap.scrapes) == {lost_on} and snap.unscraped == len(exporters) - 1
     assert any(f"{len(exporters) - 1} exporter(s) beyond" in line for line in diagnose(snap).not_judged)
+
+
+def test_doctor_dump_writes_the_scrapes_it_reads_back(tmp_path: Path) -> None:
+    from gpuchain.kube import POD
+
+    sim = build(load_scenario("healthy"))
+    node, pod = min(
+        (p["spec"]["nodeName"], name_of(p))
+        for p in sim.cluster.list(POD, "gpu-operator")
+        if name_of(p).startswith("nvidia-dcgm-exporter-")
+    )
+    sim.cluster.patch_status(POD, pod, {"podIP": "10.0.0.7"}, "gpu-operator")
+    sim.cluster.set_served(pod, "gpu-operator", 9400, "metrics", _scrape(node, lose=1))
+    before = time.time()
+    counts = write_dump(sim.cluster, tmp_path)
+    assert counts["scrapes"] == 1
+    assert (tmp_path / "gpu-operator" / pod / "metrics.txt").read_text().startswith("# HELP")
+    snap = read_dump(tmp_path)
+    assert set(snap.scrapes) == {node} and snap.scrapes[node].at >= before - 1
+    assert {(f.id, f.node) for f in diagnose(snap).findings} == {("exporter.gpu-down", node)}

@@ -376,7 +376,8 @@ def dump(
         fail(f"cannot write {exc.filename or directory}: {exc.strerror or exc}")
     err_console.print(
         f"wrote {directory}: {counts['nodes']} node(s), {counts['namespaces']} namespace(s), "
-        f"{counts['pods']} pod(s), logs of {counts['podLogs']}; read it with gpuchain doctor --from-dump {directory}",
+        f"{counts['pods']} pod(s), logs of {counts['podLogs']}, {counts['scrapes']} exporter scrape(s); "
+        f"read it with gpuchain doctor --from-dump {directory}",
         highlight=False,
         soft_wrap=True,
     )

@@ -30,7 +30,8 @@ from typing import Any
 import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
-from gpuchain.doctor.snapshot import LogKey, Scrape, Snapshot, list_if_served
+from gpuchain.doctor.logs import cluster_scraper
+from gpuchain.doctor.snapshot import MAX_SCRAPES, LogKey, Scrape, Snapshot, list_if_served, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
@@ -288,7 +289,8 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
 
     Logs are written for every pod of the GPU stack's namespace and for every pod elsewhere that
     is not ready (kubectl writes every pod's; a GPU ticket needs these), the last ``DUMP_TAIL``
-    lines of each container.
+    lines of each container; and the scrape of each ready gpuchain exporter, as the live doctor
+    reads them (`snapshot.with_scrapes`), written the moment it is read.
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
@@ -322,4 +324,19 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
             if _restarted(pod):
                 (path.parent / "previous-logs.txt").write_text(_pod_logs(cluster, pod, True), encoding="utf-8")
             logged += 1
-    return {"nodes": len(nodes), "namespaces": len(namespaces), "pods": len(per_kind["pods"]), "podLogs": logged}
+    scraped = 0
+    scrape = cluster_scraper(cluster)
+    for _, ns, name in scrape_candidates(partial)[:MAX_SCRAPES]:
+        text = scrape(ns, name)
+        if text is not None:
+            path = root / ns / name / METRICS_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            scraped += 1
+    return {
+        "nodes": len(nodes),
+        "namespaces": len(namespaces),
+        "pods": len(per_kind["pods"]),
+        "podLogs": logged,
+        "scrapes": scraped,
+    }
