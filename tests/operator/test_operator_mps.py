@@ -178,3 +178,10 @@ def test_render_mps_flag() -> None:
     out = CliRunner().invoke(app, ["operator", "render", "--mps", "-o", "json"])
     assert out.exit_code == 0, out.output
     assert "MPS_ROOT" in out.output and '"hostPID": true' in out.output
+
+
+def test_a_relative_mps_root_is_a_problem_naming_the_field() -> None:
+    problems = parse_policy({"devicePlugin": {"mps": {"root": "run/mps"}}})
+    assert isinstance(problems, list)
+    assert [p.field for p in problems] == ["devicePlugin.mps.root"]
+    assert "not an absolute host path" in problems[0].reason
