@@ -115,26 +115,30 @@ def test_the_daemon_the_plugin_starts_and_the_containers_allocate_answers_meet_o
     assert _host_of(pod, main, "/dev/shm") == given["/dev/shm"]
 
 
-def test_shm_init_mounts_a_tmpfs_of_half_the_memory(tmp_path: Path) -> None:
-    """The init container's script, run with stand-ins for mount/umount that record their arguments."""
-    pod = _plugin({"devicePlugin": {"config": {"name": "dp"}}}, mps=True)
+@pytest.mark.parametrize("root", ["/run/nvidia/mps", "/run/my mps;touch x"])
+def test_shm_init_mounts_a_tmpfs_of_half_the_memory(tmp_path: Path, root: str) -> None:
+    """The init container's script, run with stand-ins for mount/umount that record their arguments
+    (one line per argument: a root the shell split or ran would show)."""
+    pod = _plugin({"devicePlugin": {"config": {"name": "dp"}, "mps": {"root": root}}}, mps=True)
     shm_init = next(c for c in pod["initContainers"] if c["name"] == "mps-shm")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     for tool in ("mount", "umount", "mkdir"):
         stub = bin_dir / tool
-        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+        stub.write_text(f'#!/bin/sh\nprintf "%s|" {tool} "$@" >> {calls}\necho >> {calls}\n')
         stub.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    subprocess.run(shm_init["command"], env=env, check=True, timeout=30)
+    subprocess.run(shm_init["command"], env=env, check=True, timeout=30, cwd=tmp_path)
     meminfo = Path("/proc/meminfo").read_text()
     total_k = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemTotal:")))
+    shm = f"{root}/shm"
     assert calls.read_text().splitlines() == [
-        "umount /run/nvidia/mps/shm",
-        "mkdir -p /run/nvidia/mps/shm",
-        f"mount -t tmpfs -o rw,nosuid,nodev,noexec,relatime,size={total_k // 2}k shm /run/nvidia/mps/shm",
+        f"umount|{shm}|",
+        f"mkdir|-p|{shm}|",
+        f"mount|-t|tmpfs|-o|rw,nosuid,nodev,noexec,relatime,size={total_k // 2}k|shm|{shm}|",
     ]
+    assert not (tmp_path / "x").exists()
 
 
 def test_config_uses_mps_reads_every_named_config() -> None:

@@ -38,6 +38,7 @@ no token mounted.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -508,7 +509,7 @@ def _mps_shm_init(policy: ClusterPolicySpec) -> dict[str, Any]:
     """The init container that makes ``<root>/shm`` a fresh tmpfs of half the node's memory on the
     host (Bidirectional propagation), as NVIDIA's ``mps-control-daemon mount-shm`` does: the MPS
     daemon and its clients meet in that ``/dev/shm``, and the host's ``/run`` is too small for it."""
-    shm = _shm_dir(policy)
+    shm = shlex.quote(_shm_dir(policy))  # the root is the policy's text, run by a privileged shell
     script = (
         f"umount {shm} 2>/dev/null; mkdir -p {shm} && "
         "size=$(awk '/^MemTotal:/ {print int($2 / 2) \"k\"}' /proc/meminfo) && "
