@@ -650,19 +650,19 @@ class _ExporterNode:
     """One simulated node's GPUs and the exporter process its exporter pod runs (gpuchain's own
     collector), which the DaemonSet replaces when the pod is deleted."""
 
-    def __init__(self, node: str, gfd_count: int | None = 8) -> None:
+    def __init__(self, node: str) -> None:
         from gpuchain.gpu.sim import SimBackend
 
         self.node = node
         self.gpus = SimBackend.from_preset("a100-80gb-x8")
-        self.expected = None if gfd_count is None else (gfd_count, "gfd")
-        self.collector = self._start()
+        self.collector = self.start()
 
-    def _start(self) -> Any:
+    def start(self) -> Any:
+        """A new exporter process over the node's GPUs; feature discovery counted 8."""
         from gpuchain.exporter.collector import GpuMetricsCollector
         from gpuchain.exporter.counters import load_collectors
 
-        return GpuMetricsCollector(self.gpus, load_collectors(), self.node, expected_gpus=lambda: self.expected)
+        return GpuMetricsCollector(self.gpus, load_collectors(), self.node, expected_gpus=lambda: (8, "gfd"))
 
     def scrape(self, at: float | None = None) -> Any:
         import time
@@ -693,7 +693,7 @@ def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding
     apply_to_cluster(sim.cluster, found.action)
     assert sim.cluster.get_or_none(POD, pod, str(found.action.changes["namespace"])) is None
     OperandSimulator(sim.cluster, str(found.action.changes["namespace"])).settle()
-    exporter.collector = exporter._start()
+    exporter.collector = exporter.start()
     exporter.collector.collect_once()
 
 
