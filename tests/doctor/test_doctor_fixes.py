@@ -726,7 +726,7 @@ def test_a_stopped_collection_collects_again_in_a_new_exporter_pod() -> None:
     import time
 
     from gpuchain.doctor.trust import STALE_INTERVALS
-    from gpuchain.exporter.metrics import COLLECT_INTERVAL
+    from gpuchain.exporter import COLLECT_INTERVAL
 
     sim = build(load_scenario("healthy"))
     exporter = _ExporterNode("gpu-0")

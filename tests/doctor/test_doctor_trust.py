@@ -15,10 +15,10 @@ from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import FixOp, LinkState, Severity
 from gpuchain.doctor.snapshot import Scrape, Snapshot, gather
 from gpuchain.doctor.trust import STALE_INTERVALS, collect_interval
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors
 from gpuchain.exporter.exposition import render
-from gpuchain.exporter.metrics import COLLECT_INTERVAL
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.operator.operands import DCGM_EXPORTER

@@ -21,10 +21,10 @@ from gpuchain.commands._backend import (
 from gpuchain.commands._cluster import mark, node_backend_option, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import CollectorsFileError, load_collectors
 from gpuchain.exporter.expected import gfd_gpu_count
-from gpuchain.exporter.metrics import COLLECT_INTERVAL
 from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 from gpuchain.exporter.server import DEFAULT_PORT, MetricsServer
 from gpuchain.exporter.usage import PodIdentity, pod_directory

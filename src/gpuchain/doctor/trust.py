@@ -31,7 +31,7 @@ from gpuchain.doctor.checks import check_exporter as check_exporter_pod
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.snapshot import Scrape
-from gpuchain.exporter.metrics import COLLECT_INTERVAL
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.top import NodeTop, top_view
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DCGM_EXPORTER

@@ -38,10 +38,10 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client.metrics_core import Metric
 
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.cgroups import ContainerCgroup, read_cgroup
 from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import (
-    COLLECT_INTERVAL,
     Entity,
     GpuStatus,
     Labels,

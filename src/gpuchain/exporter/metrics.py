@@ -46,10 +46,6 @@ from gpuchain.exporter.podresources import PodRef
 from gpuchain.exporter.usage import DeviceUsage, PodUsage
 from gpuchain.gpu.model import Gpu, Inventory, MigMemory, Telemetry
 
-COLLECT_INTERVAL = 30.0
-"""Seconds between two collections unless ``--collect-interval`` says otherwise: the pace at which
-``gpuchain_gpu_last_sample_timestamp_seconds`` moves while a GPU answers."""
-
 Labels = tuple[tuple[str, str], ...]
 
 
