@@ -433,10 +433,16 @@ class Known:
 
 
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
-#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726; modprobe's own words
-#: where the module is loaded by hand), the toolkit when the containerd socket it was given does not
-#: exist (NVIDIA/gpu-operator#406, #522), and a component out of inotify instances (#441).
-SECURE_BOOT = ("nvidia-installer.unsigned-module", "glibc.key-rejected")
+#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726: nvidia-installer's
+#: words, the kernel's own, EPERM from its lockdown, and modprobe's where the module is loaded by
+#: hand), the toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406,
+#: #522), and a component out of inotify instances (#441).
+SECURE_BOOT = (
+    "nvidia-installer.unsigned-module",
+    "kernel.unsigned-module-rejected",
+    "nvidia-installer.load-not-permitted",
+    "glibc.key-rejected",
+)
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
@@ -546,6 +552,19 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
 
 
+#: The kubelet's words for the image it pulls: "Back-off pulling image %q" (pkg/kubelet/images/image_manager.go)
+#: and "Failed to pull image %q: %v" (kuberuntime), kubernetes@v1.34.4.
+PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
+
+
+DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+
+
+def _pulled_image(text: str) -> str:
+    found = PULLING.search(text)
+    return found.group(1) if found else ""
+
+
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
     event = _pull_event(view, state.name)
@@ -572,8 +591,35 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
             ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
             f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
         )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
-    if ctx.policy_obj is not None and spec.get("version") and ("not found" in event or not event):
+    version = str(spec.get("version") or "")
+    # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
+    versioned = DRIVER_TAG.fullmatch(tag)
+    dist = versioned.group(2) if versioned else ""
+    if (
+        operand is DRIVER
+        and ctx.policy_obj is not None
+        and dist
+        and "not found" in event
+        and not dist.startswith(ctx.stack.driver_image_os)
+    ):
+        # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
+        os_image = node_info(view.node).get("osImage") or dist
+        off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        return Known(
+            f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
+            f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
+            f"{os_image}.",
+            (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
+            off,
+            ctx.stack.render(off) + "   # driver.enabled=false, after installing the driver on the host (its OS "
+            "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
+            "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
+            "supports (Ubuntu, RHEL)",
+        )
+    if ctx.policy_obj is not None and version and version in image and ("not found" in event or not event):
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
         return Known(
             f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
@@ -1603,6 +1649,10 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
     return _simple(ctx, view, DCGM_EXPORTER, "exporter", "dcgm-exporter")
 
 
+#: mig-parted's line when a MIG mode change waits for a GPU reset or a reboot (catalog.yaml).
+MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
+
+
 def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     state = view.labels.get(MIG_CONFIG_STATE)
     wanted = view.labels.get(MIG_CONFIG)
@@ -1617,6 +1667,31 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         f"operands paused: {', '.join(paused)}" if paused else "",
         pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
     ]
+    log = ctx.log(mgr, ctx.container(MIG_MANAGER)) if mgr is not None else ""
+    pending = catalog.find(log, MODE_CHANGE_PENDING)
+    if state == "failed" and pending is not None:
+        # The mode change is written to the GPU and waits for a reset; where the manager could not
+        # reset the GPUs, only a reboot commits it. Another layout label would wait the same way.
+        reboot = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "reboot the node so the pending MIG mode change takes effect; to let the MIG manager "
+                "reboot it itself, set WITH_REBOOT=true in spec.migManager.env of the ClusterPolicy",
+                "drain": True,
+                NOT_SIMULATED: "a pending MIG mode change is not simulated",
+            },
+        )
+        return _finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {pending.entry.cause}",
+            [*evidence, *pending.evidence("mig-manager log")],
+            ctx.stack.render(reboot),
+            reboot,
+        )
     if state == "failed":
         back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
         return _finding(

@@ -30,6 +30,9 @@ from gpuchain.operator.operands import TOOLKIT
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
 FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch"}
+#: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
+#: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
+NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 
 
@@ -160,7 +163,10 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     catalog, or by being that link's validation), as a root finding; None when none does."""
     for failure in failures(ctx, view):
         known = classify(ctx, failure.text)
-        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init else None
+        # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
+        # it validates: the pod that carries it fails to start, which its own link's check reports.
+        ran = failure.reason not in NOT_STARTED
+        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init and ran else None
         if proves != link:
             continue
         evidence = [failure.describe()]

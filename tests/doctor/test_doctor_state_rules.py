@@ -1,0 +1,130 @@
+"""Rules the walk applies from component source and pod state (issue 26, items 2 and 4), each on a
+small simulated cluster edited the way the real components would leave it: the finding's link, and a
+fix that acts (the repairing change, never the diagnosis again)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.heldout import harness
+
+from gpuchain.doctor import Severity, run_doctor
+from gpuchain.doctor.model import FixOp, Report
+from gpuchain.sim import build, parse_scenario
+
+
+def _doctor(scenario: str, *edits: dict[str, Any]) -> Report:
+    sim = build(parse_scenario(scenario))
+    for edit in edits:
+        harness._apply(sim.cluster, edit)
+    return run_doctor(sim.cluster, reader=sim.read_log)
+
+
+def _roots(report: Report) -> list[Any]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n"
+
+
+def test_the_kernels_own_refusal_of_an_unsigned_module_gets_the_secure_boot_fix() -> None:
+    crash = {"name": "nvidia-driver-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
+    report = _doctor(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-driver-daemonset",
+            "node": "n2",
+            "containers": [crash],
+            "logs": {"nvidia-driver-ctr": "Loading of module with unavailable key is rejected\nERROR: failed\n"},
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "n2")
+    assert "Secure Boot" in root.fix and root.action is not None and root.action.op is FixOp.NODE
+    assert any("kernel.unsigned-module-rejected" in e for e in root.evidence)
+    assert not [f for f in report.findings if f.id == "log.unrecognised"]
+
+
+def test_a_pending_mig_mode_change_the_manager_could_not_reset_is_repaired_by_a_reboot() -> None:
+    log = (
+        'level=debug msg="    Mode change pending: true"\n'
+        'level=debug msg="At least one mode change pending"\n'
+        'level=fatal msg="Error applying MIG configuration with hooks: error resetting all GPUs: exit status 3"\n'
+    )
+    report = _doctor(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-3g.40gb"}},
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    assert root.action is not None and root.action.op is FixOp.NODE and "reboot" in root.fix
+    assert "WITH_REBOOT=true" in root.fix and "all-disabled" not in root.fix
+
+
+def test_a_validation_whose_image_cannot_be_pulled_is_its_own_pods_failure_not_the_link_it_validates() -> None:
+    pull = {
+        "name": "driver-validation",
+        "state": {
+            "waiting": "ImagePullBackOff",
+            "message": 'Back-off pulling image "registry.example/validator:v9"',
+        },
+    }
+    report = _doctor(
+        OPERATOR,
+        {"do": "pod", "daemonset": "nvidia-container-toolkit-daemonset", "node": "n1", "init": [pull]},
+        {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("toolkit", "n1")
+    assert root.id != "driver.validation-failed"
+    # The image that fails is the validator's, not the toolkit's: no toolkit version is blamed.
+    assert "imagePullSecrets" in root.fix and '"toolkit"' not in root.fix
+
+
+def test_a_driver_image_for_an_os_nvidia_builds_none_for_turns_the_driver_container_off() -> None:
+    image = "nvcr.io/nvidia/driver:570.1.2-alpine3.20"
+    report = _doctor(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-driver-daemonset",
+            "node": "n2",
+            "containers": [
+                {
+                    "name": "nvidia-driver-ctr",
+                    "state": {"waiting": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'},
+                }
+            ],
+            "events": [
+                {"reason": "Failed", "message": f'Failed to pull image "{image}": {image}: not found'},
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "n2")
+    assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
+    assert "driver.enabled=false" in root.fix
+
+
+def test_a_missing_driver_image_for_a_published_os_is_still_a_version_the_registry_lacks() -> None:
+    image = "nvcr.io/nvidia/driver:999.1.2-ubuntu22.04"
+    report = _doctor(
+        "name: t\nstack: gpu-operator\npolicy: {driver: {version: 999.1.2}}\nnodes:\n  - {name: n1}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-driver-daemonset",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "nvidia-driver-ctr",
+                    "state": {"waiting": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'},
+                }
+            ],
+            "events": [{"reason": "Failed", "message": f'Failed to pull image "{image}": not found'}],
+        },
+    )
+    (root,) = _roots(report)
+    assert root.action is not None and root.action.changes == {"spec": {"driver": {"version": None}}}
