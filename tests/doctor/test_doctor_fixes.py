@@ -486,6 +486,37 @@ def test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit() -> None:
     assert "driver.not-on-node-image" not in run_doctor(sim.cluster, reader=sim.read_log).ids
 
 
+def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work() -> None:
+    """NVIDIA/libnvidia-container src/cli/configure.c: the hook's 'mount error: ...' ends every GPU
+    container in StartError while the chain's operands run. The toolkit link is the root, on the node the
+    pods run on, and on a stack whose node image carries the hook the repair is another image release."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: eks\nnodes:\n  - {name: a}\n  - {name: b}\nworkloads:\n  - {name: job, gpus: 1, node: b}\n"
+        )
+    )
+    pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+    refused = (
+        "OCI runtime create failed: runc create failed: error running hook #0: error running hook: exit status 1, "
+        "stdout: , stderr: nvidia-container-cli: mount error: file creation failed: /rootfs/usr/bin/nvidia-smi: "
+        "file exists: unknown"
+    )
+    status = copy.deepcopy(pod["status"])
+    status["containerStatuses"][0].update(
+        ready=False,
+        restartCount=3,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": refused}},
+    )
+    sim.cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("workload.runtime-hook-failed", "toolkit", "b")]
+    (found,) = roots
+    assert found.action is not None and found.action.op is FixOp.NODE
+    assert NOT_SIMULATED in found.action.changes and "accelerated AMI" in found.action.changes["action"]
+    assert any("libnvidia-container.mount-error" in e for e in found.evidence)
+
+
 def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:
     """NVIDIA/gpu-operator#2166: the driver pod restarts while GPU pods run; 'driver is in use' then means
     drain the node, not 'a host driver conflicts' (which would turn the driver container off)."""

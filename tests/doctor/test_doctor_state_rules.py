@@ -128,3 +128,52 @@ def test_a_missing_driver_image_for_a_published_os_is_still_a_version_the_regist
     )
     (root,) = _roots(report)
     assert root.action is not None and root.action.changes == {"spec": {"driver": {"version": None}}}
+
+
+def _second_exporter(nodes: list[str]) -> dict[str, Any]:
+    return {
+        "do": "add-daemonset",
+        "namespace": "metrics",
+        "name": "dcgm-exporter",
+        "labels": {"app.kubernetes.io/name": "dcgm-exporter", "app.kubernetes.io/instance": "gpu-metrics"},
+        "containers": ["exporter"],
+        "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04",
+        "nodes": nodes,
+    }
+
+
+def test_a_failing_second_exporter_beside_the_operators_own_is_the_one_removed() -> None:
+    crash = {
+        "name": "exporter",
+        "restarts": 20,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    report = _doctor(
+        OPERATOR,
+        _second_exporter(["n1"]),
+        {"do": "pod", "daemonset": "dcgm-exporter", "namespace": "metrics", "node": "n1", "containers": [crash]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "n1")
+    assert root.action is not None and root.action.op is FixOp.DELETE
+    assert root.action.changes == {"kind": "DaemonSet", "namespace": "metrics", "name": "dcgm-exporter"}
+    assert root.fix.startswith("helm -n metrics uninstall gpu-metrics")
+
+
+def test_an_oom_killed_operand_gets_its_memory_limit_raised_where_its_release_lives() -> None:
+    oom = {
+        "name": "exporter",
+        "restarts": 9,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "OOMKilled", "exitCode": 137},
+    }
+    report = _doctor(
+        "name: t\nstack: eks\nnodes:\n  - {name: e1}\n",
+        _second_exporter(["e1"]),
+        {"do": "pod", "daemonset": "dcgm-exporter", "namespace": "metrics", "node": "e1", "containers": [oom]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "e1")
+    assert "kubectl -n metrics set resources ds/dcgm-exporter -c exporter --limits=memory=512Mi" in root.fix
+    assert "delete pod" not in root.fix

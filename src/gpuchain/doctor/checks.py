@@ -467,6 +467,9 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
+    oom = _oom_killed(ctx, view, operand, state)
+    if oom is not None:
+        return oom
     found = catalog.find(log, *SECURE_BOOT)
     if found and operand is DRIVER:
         action = Fix(
@@ -509,6 +512,63 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             ctx.stack.render(action),
         )
     return None
+
+
+#: The memory limit an OOM-killed operand gets at least: its limit doubled, never under this (Mi).
+MIN_RAISED_LIMIT_MI = 512
+MEMORY = re.compile(r"(\d+)(Ki|Mi|Gi)?$")
+
+
+def _mebibytes(quantity: str) -> int | None:
+    found = MEMORY.match(quantity)
+    if not found:
+        return None
+    scale = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, None: 1 / 2**20}[found.group(2)]
+    return int(int(found.group(1)) * scale)
+
+
+def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """A container the kernel killed for its memory limit (terminated OOMKilled, exit 137): the limit is
+    too low for this node (more GPUs, more metrics); restarting it changes nothing."""
+    pod = view.pod(operand) or {}
+    statuses = [
+        *((pod.get("status") or {}).get("initContainerStatuses") or []),
+        *((pod.get("status") or {}).get("containerStatuses") or []),
+    ]
+    cs = next((c for c in statuses if c.get("name") == state.container), None)
+    reasons = [((cs or {}).get(k) or {}).get("terminated", {}).get("reason") for k in ("state", "lastState")]
+    if "OOMKilled" not in reasons:
+        return None
+    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ds = _owner(pod) or ctx.ds(operand)
+    spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
+    container: Obj = next((c for c in spec if c.get("name") == state.container), {})
+    limit = str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    current = _mebibytes(limit) if limit else None
+    raised = f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
+    evidence = (
+        f"container {state.container}: terminated OOMKilled (exit 137), {state.restarts} restarts",
+        f"memory limit {limit or 'none set in the pod spec'}",
+    )
+    cause = (
+        f"the kernel kills the {state.container} container for exceeding its memory"
+        + (f" limit ({limit})" if limit else " (no limit in its pod spec: a LimitRange's default, or the node's)")
+        + ", so it restarts and is killed again; the limit is too low for what it serves on this node."
+    )
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        patch = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {operand.spec_key: {"resources": {"limits": {"memory": raised}}}}},
+        )
+        return Known(cause, evidence, patch, ctx.stack.render(patch) + "   # raises the memory limit")
+    return Known(
+        cause,
+        evidence,
+        None,
+        f"kubectl -n {ns} set resources ds/{ds} -c {state.container} --limits=memory={raised}   # raises the memory "
+        "limit (in its Helm release: resources.limits.memory)",
+    )
 
 
 #: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
@@ -1575,8 +1635,45 @@ EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported
 EXPORTER_NO_NVML = "dcgm.init-error"
 
 
+def _owner(pod: Obj) -> str:
+    """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")
+
+
+def _stack_exporter_on(ctx: Context, node: str) -> str:
+    """The stack's own exporter pod on ``node`` ("" when it runs none there)."""
+    mine = ctx.ds(DCGM_EXPORTER)
+    return next(
+        (
+            name_of(p)
+            for p in ctx.snapshot.pods
+            if (p.get("metadata") or {}).get("namespace") == ctx.namespace
+            and (p.get("spec") or {}).get("nodeName") == node
+            and _owner(p) == mine
+        ),
+        "",
+    )
+
+
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
     ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
+    if own and _owner(pod):
+        # Two exporters on one node each start a DCGM host engine on the same GPUs; the stack's own
+        # already serves the node's metrics, so the second release is the one to remove.
+        ds = _owner(pod)
+        release = (pod.get("metadata") or {}).get("labels", {}).get("app.kubernetes.io/instance") or ds
+        remove = Fix(FixOp.DELETE, f"{ns}/{ds}", {"kind": "DaemonSet", "namespace": ns, "name": ds})
+        said = catalog.known_error(log)
+        return Known(
+            f"a second dcgm-exporter release (DaemonSet {ns}/{ds}) runs beside {ctx.stack.title}'s own exporter "
+            f"({own}) on this node; both drive DCGM on the same GPUs (its profiling module serves one), and the "
+            "second one fails.",
+            (*(said.evidence() if said else ()), f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here"),
+            remove,
+            f"helm -n {ns} uninstall {release}   # the second release; or: {ctx.stack.render(remove)}",
+        )
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
     if found:
         action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
@@ -1794,14 +1891,81 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     )
 
 
+#: What the NVIDIA runtime hook writes when it refuses to set up a GPU container (catalog.yaml), most
+#: specific first; containerd reports it as the container's StartError message.
+HOOK_FAILED = (
+    "libnvidia-container.mount-error",
+    "libnvidia-container.imex-parse",
+    "libnvidia-container.initialization-error",
+    "runc.prestart-hook-failed",
+)
+#: The container states in which the runtime refused to create or start a container (the kubelet's
+#: and containerd's reasons: kuberuntime RunContainerError / CreateContainerError, containerd StartError).
+NOT_CREATED = frozenset({"StartError", "RunContainerError", "CreateContainerError", "ContainerCannotRun"})
+
+
+def _start_refused(pod: Obj) -> str:
+    """The runtime's message for a container of ``pod`` it refused to start ("" when none was refused)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            for phase in ("terminated", "waiting"):
+                said = state.get(phase) or {}
+                if said.get("reason") in NOT_CREATED and said.get("message"):
+                    return str(said["message"])
+    return ""
+
+
+def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
+    """GPU pods the NVIDIA runtime hook refuses to start while the chain's operands run: the toolkit on the
+    node (its hook), not the pods, is broken."""
+    refused = []
+    said: catalog.Match | None = None
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        found = catalog.find(_start_refused(pod), *HOOK_FAILED)
+        if found is not None:
+            refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+            said = said or found
+    if said is None:
+        return None
+    if ctx.stack.node_image:
+        work = (
+            f"the node image carries the runtime hook: replace the node with one of another release of "
+            f"{ctx.stack.node_image} (the release before the one it runs, or a later one with the fix); "
+            f"then delete the pods: {', '.join(refused[:3])}"
+        )
+    else:
+        work = f"{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": work, "drain": False, NOT_SIMULATED: "the runtime hook's release is not a scenario fact"},
+    )
+    return _finding(
+        view,
+        "workload.runtime-hook-failed",
+        Severity.ERROR,
+        "toolkit",
+        f"every GPU pod on this node fails to start: the NVIDIA runtime hook refuses to set up its container. "
+        f"{said.entry.cause}",
+        [f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
+        ctx.stack.render(action),
+        action,
+    )
+
+
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
-    """Application pods on a GPU node: refused at admission, GPUs that went away under them, and
-    GPUs seen without a request."""
+    """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPUs
+    that went away under them, and GPUs seen without a request."""
     refused = _admission(ctx, view)
     findings: list[Finding] = [refused] if refused else []
     apps = [
         p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
     ]
+    hook = _hook_refused(ctx, view, apps)
+    if hook is not None:
+        findings.append(hook)
     lost = []
     for pod in apps:
         if not pod_gpu_requests(pod):
