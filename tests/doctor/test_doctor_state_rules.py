@@ -177,3 +177,47 @@ def test_an_oom_killed_operand_gets_its_memory_limit_raised_where_its_release_li
     assert (root.link, root.node) == ("exporter", "e1")
     assert "kubectl -n metrics set resources ds/dcgm-exporter -c exporter --limits=memory=512Mi" in root.fix
     assert "delete pod" not in root.fix
+
+
+def test_a_running_plugin_that_logs_a_version_mismatch_names_the_driver_not_its_registration() -> None:
+    report = _doctor(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "logs": {
+                "nvidia-device-plugin-ctr": "Loading NVML\nFailed to initialize NVML: Driver/library version mismatch\n"
+            },
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("driver.version-mismatch", "driver")
+    assert "reboot the node" in root.fix
+
+
+def test_a_plugin_that_cannot_build_its_nvml_managers_on_a_host_driver_wants_nvidia_as_default_runtime() -> None:
+    crash = {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 4,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    report = _doctor(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [crash],
+            "logs": {
+                "nvidia-device-plugin-ctr": "E0101 00:00:00.000000 1 main.go:1] error starting plugins: "
+                "failed to construct NVML resource managers\n"
+            },
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("toolkit.runtime-not-default", "toolkit")
+    assert "--set-as-default" in root.fix

@@ -1452,7 +1452,7 @@ def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
 
 
 #: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
-NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed")
+NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed", "k8s-device-plugin.nvml-resource-managers")
 NO_DEVICES = "k8s-device-plugin.no-devices"
 
 

@@ -34,6 +34,8 @@ FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch"}
 #: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
 NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
+#: The catalog entries that prove their link broken in whatever pod shows them.
+ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,21 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
                     )
                 )
     return sorted(out, key=lambda f: not f.init)
+
+
+def running_says(ctx: Context, view: NodeView) -> list[Failure]:
+    """Running operand containers whose log (read by the gather step) holds a message that proves a link
+    broken wherever it shows (catalog scope "anywhere"): a plugin that keeps running after NVML failed
+    under it is as good a witness as one that crashed."""
+    out = []
+    for pod in view.operand_pods.values():
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if not (cs.get("state") or {}).get("running"):
+                continue
+            text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
+            if text and catalog.find(text, *ANYWHERE):
+                out.append(Failure(pod, str(cs.get("name")), "Running", text, False, int(cs.get("restartCount") or 0)))
+    return out
 
 
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
@@ -161,7 +178,7 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
 def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
     catalog, or by being that link's validation), as a root finding; None when none does."""
-    for failure in failures(ctx, view):
+    for failure in [*failures(ctx, view), *running_says(ctx, view)]:
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
         # it validates: the pod that carries it fails to start, which its own link's check reports.
