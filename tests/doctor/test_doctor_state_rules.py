@@ -84,29 +84,33 @@ def test_a_validation_whose_image_cannot_be_pulled_is_its_own_pods_failure_not_t
     assert "imagePullSecrets" in root.fix and '"toolkit"' not in root.fix
 
 
-def test_a_driver_image_for_an_os_nvidia_builds_none_for_turns_the_driver_container_off() -> None:
+def _no_image_for_os(node: str) -> dict[str, Any]:
     image = "nvcr.io/nvidia/driver:570.1.2-alpine3.20"
-    report = _doctor(
-        OPERATOR,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-driver-daemonset",
-            "node": "n2",
-            "containers": [
-                {
-                    "name": "nvidia-driver-ctr",
-                    "state": {"waiting": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'},
-                }
-            ],
-            "events": [
-                {"reason": "Failed", "message": f'Failed to pull image "{image}": {image}: not found'},
-            ],
-        },
-    )
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": node,
+        "containers": [
+            {
+                "name": "nvidia-driver-ctr",
+                "state": {"waiting": "ImagePullBackOff", "message": f'pulling image "{image}"'},
+            }
+        ],
+        "events": [{"reason": "Failed", "message": f'Failed to pull image "{image}": {image}: not found'}],
+    }
+
+
+def test_a_driver_image_for_an_os_nvidia_builds_none_for_turns_the_driver_container_off() -> None:
+    # The only GPU node: the policy's driver container goes off (the host's driver replaces it).
+    report = _doctor("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _no_image_for_os("n1"))
     (root,) = _roots(report)
-    assert (root.link, root.node) == ("driver", "n2")
+    assert (root.link, root.node) == ("driver", "n1")
     assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
     assert "driver.enabled=false" in root.fix
+    # Beside nodes whose driver container runs, only that node opts out.
+    (root,) = _roots(_doctor(OPERATOR, _no_image_for_os("n2")))
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {"nvidia.com/gpu.deploy.driver": "false"} and root.node == "n2"
 
 
 def test_a_missing_driver_image_for_a_published_os_is_still_a_version_the_registry_lacks() -> None:
@@ -221,3 +225,29 @@ def test_a_plugin_that_cannot_build_its_nvml_managers_on_a_host_driver_wants_nvi
     (root,) = _roots(report)
     assert (root.id, root.link) == ("toolkit.runtime-not-default", "toolkit")
     assert "--set-as-default" in root.fix
+
+
+def test_gpu_pods_refused_for_cdi_devices_no_spec_defines_get_the_spec_generated() -> None:
+    refused = (
+        "failed to create containerd task: OCI runtime create failed: error modifying OCI spec: failed to inject "
+        "CDI devices: unresolvable CDI devices management.nvidia.com/gpu=GPU-0000"
+    )
+    report = _doctor(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
+        {
+            "do": "pod",
+            "daemonset": "app",
+            "namespace": "default",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "app",
+                    "state": {"waiting": "RunContainerError"},
+                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("workload.runtime-hook-failed", "toolkit", "n1")
+    assert "nvidia-ctk cdi generate" in root.fix

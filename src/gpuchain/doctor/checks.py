@@ -667,14 +667,20 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     ):
         # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
         os_image = node_info(view.node).get("osImage") or dist
-        off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
         return Known(
             f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
             f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
             f"{os_image}.",
             (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
             off,
-            ctx.stack.render(off) + "   # driver.enabled=false, after installing the driver on the host (its OS "
+            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            ", after installing the driver on the host (its OS "
             "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
             "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
             "supports (Ubuntu, RHEL)",
@@ -1891,12 +1897,13 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     )
 
 
-#: What the NVIDIA runtime hook writes when it refuses to set up a GPU container (catalog.yaml), most
-#: specific first; containerd reports it as the container's StartError message.
+#: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
+#: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
 HOOK_FAILED = (
     "libnvidia-container.mount-error",
     "libnvidia-container.imex-parse",
     "libnvidia-container.initialization-error",
+    "cdi.unresolvable-devices",
     "runc.prestart-hook-failed",
 )
 #: The container states in which the runtime refused to create or start a container (the kubelet's
@@ -1947,7 +1954,7 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
         "workload.runtime-hook-failed",
         Severity.ERROR,
         "toolkit",
-        f"every GPU pod on this node fails to start: the NVIDIA runtime hook refuses to set up its container. "
+        f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
         f"{said.entry.cause}",
         [f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
         ctx.stack.render(action),
