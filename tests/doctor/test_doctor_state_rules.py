@@ -251,3 +251,26 @@ def test_gpu_pods_refused_for_cdi_devices_no_spec_defines_get_the_spec_generated
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("workload.runtime-hook-failed", "toolkit", "n1")
     assert "nvidia-ctk cdi generate" in root.fix
+
+
+def test_a_pod_whose_configmap_is_not_in_its_namespace_gets_it_created_there() -> None:
+    report = _doctor(
+        "name: t\nstack: gpu-operator\npolicy: {devicePlugin: {config: {name: sharing}}}\nnodes:\n  - {name: n1}\n",
+        {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "n1",
+            "init": [{"name": "toolkit-validation", "state": {"waiting": "PodInitializing"}}],
+            "events": [
+                {
+                    "reason": "FailedMount",
+                    "message": 'MountVolume.SetUp failed for volume "sharing" : configmap "sharing" not found',
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert root.fix.startswith("kubectl -n gpu-operator create configmap sharing ")
+    assert "delete pod" not in root.fix

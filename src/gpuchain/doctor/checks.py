@@ -470,6 +470,9 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     oom = _oom_killed(ctx, view, operand, state)
     if oom is not None:
         return oom
+    mount = _configmap_missing(ctx, view, operand, state)
+    if mount is not None:
+        return mount
     found = catalog.find(log, *SECURE_BOOT)
     if found and operand is DRIVER:
         action = Fix(
@@ -510,6 +513,34 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             found.evidence(),
             action,
             ctx.stack.render(action),
+        )
+    return None
+
+
+#: The ConfigMap the kubelet's FailedMount Event names (catalog kubelet.configmap-volume-not-found).
+CONFIGMAP_NAMED = re.compile(r'configmap "([^"]+)" not found')
+
+
+def _configmap_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """The kubelet cannot mount a ConfigMap the pod names (FailedMount): the ConfigMap is not in the pod's
+    namespace, so no container of the pod starts until it is."""
+    for ev in view.events:
+        if (ev.get("involvedObject") or {}).get("name") != state.name or ev.get("reason") != "FailedMount":
+            continue
+        found = catalog.find(str(ev.get("message", "")), "kubelet.configmap-volume-not-found")
+        named = CONFIGMAP_NAMED.search(found.line) if found else None
+        if found is None or named is None:
+            continue
+        pod = view.pod(operand) or {}
+        ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+        cm = named.group(1)
+        return Known(
+            f"the {operand.state} pod mounts ConfigMap {cm}, which does not exist in its namespace {ns}, so the "
+            "kubelet cannot set up its volumes and none of its containers starts.",
+            (f"event FailedMount (kubelet) x{ev.get('count', 1)}: {found.line}", found.entry.cite()),
+            None,
+            f"kubectl -n {ns} create configmap {cm} --from-file=<key>=<config file>   # create ConfigMap {cm} in "
+            f"{ns}, where the pod looks for it (or copy it there: kubectl get configmap {cm} -A)",
         )
     return None
 
