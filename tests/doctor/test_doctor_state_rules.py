@@ -274,3 +274,56 @@ def test_a_pod_whose_configmap_is_not_in_its_namespace_gets_it_created_there() -
     assert (root.link, root.node) == ("device-plugin", "n1")
     assert root.fix.startswith("kubectl -n gpu-operator create configmap sharing ")
     assert "delete pod" not in root.fix
+
+
+PLUGIN_ON_NFD = {
+    "do": "add-daemonset",
+    "namespace": "gpu",
+    "name": "gpu-plugin",
+    "containers": ["plugin"],
+    "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+    "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+    "nodes": [],
+}
+
+
+def test_an_nfd_worker_that_does_not_tolerate_the_gpu_taint_gets_the_toleration() -> None:
+    report = _doctor(
+        "name: t\nstack: eks\nnodes:\n  - {name: cpu, gpu: false}\n"
+        "  - {name: g, taints: [{key: dedicated, value: gpu, effect: NoSchedule}]}\n",
+        {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"},
+        PLUGIN_ON_NFD,
+        {
+            "do": "add-daemonset",
+            "namespace": "nfd",
+            "name": "nfd-worker",
+            "containers": ["worker"],
+            "image": "registry.k8s.io/nfd/node-feature-discovery:v0.17.3",
+            "nodes": ["cpu"],
+        },
+        {"do": "node", "node": "g", "labels": {"feature.node.kubernetes.io/pci-10de.present": None}},
+        {"do": "node", "node": "g", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("nfd.not-labelled", "device-plugin", "g")
+    assert (
+        root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET and root.action.target == "nfd/nfd-worker"
+    )
+    tolerations = root.action.changes["spec"]["template"]["spec"]["tolerations"]
+    assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+
+
+def test_a_node_nfd_labelled_under_another_device_label_gets_the_label_the_daemonset_selects() -> None:
+    report = _doctor(
+        "name: t\nstack: eks\nnodes:\n  - {name: g, nfd: false}\n",
+        {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"},
+        PLUGIN_ON_NFD,
+        {"do": "node", "node": "g", "labels": {"feature.node.kubernetes.io/pci-0302_10de.present": "true"}},
+        {"do": "node", "node": "g", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("nfd.not-labelled", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    assert "deviceLabelFields" in root.fix

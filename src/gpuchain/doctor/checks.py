@@ -143,27 +143,69 @@ def _nfd_hint(ctx: Context) -> str:
     )
 
 
-def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
-    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
-    action = nfd_install()
-    hint = _nfd_hint(ctx)
+def _nfd_worker(ds: Obj) -> bool:
+    """A Node Feature Discovery worker DaemonSet (NFD's own chart, or the one a GPU chart bundles)."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    images = " ".join(str(c.get("image", "")) for c in spec.get("containers") or [])
+    return "node-feature-discovery" in images and "worker" in name_of(ds)
+
+
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str) -> Result:
+    """The stack selects GPU nodes by an NFD label the node lacks, so the first link whose DaemonSet
+    selects on it (the driver's in the operator, the plugin's on a managed image) is missing here.
+
+    What repairs it follows from NFD's own state: NFD labelled the node's NVIDIA device under another
+    name (its ``deviceLabelFields`` publish the class too, ``pci-0300_10de``), so the node gets the label
+    the DaemonSet asks for; its worker runs but cannot land on the node (a taint it does not tolerate),
+    so the worker gets the toleration; or no NFD runs at all, so it is installed."""
+    others = sorted(
+        k for k in view.labels if k.startswith(NFD_PREFIX + "pci-") and "10de" in k and k != block.detail.get("key")
+    )
+    workers = sorted((d for d in ctx.snapshot.daemonsets if _nfd_worker(d)), key=name_of)
+    kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
+    evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
+    action: Fix
+    if others and block.kind == "selector":
+        values = list(block.detail.get("values") or [])
+        action = Fix(FixOp.LABEL_NODE, view.name, {str(block.detail["key"]): str(values[0]) if values else "true"})
+        cause = (
+            f"Node Feature Discovery labelled this node's NVIDIA device as {others[0]}, not {block.detail['key']}, "
+            f"which {ds_name} selects on, so it places no pod here and the {link} link is missing."
+        )
+        evidence.append(f"NFD labels on the node: {', '.join(others)}")
+        fix = ctx.stack.render(action) + (
+            "   # or have NFD publish the vendor-only label (its sources.pci.deviceLabelFields: [vendor]), or give "
+            f"{ds_name} an affinity on {others[0]}"
+        )
+    elif kept is not None:
+        worker, taint = kept
+        toleration = {"key": taint.detail["key"], "operator": "Exists", "effect": taint.detail["effect"]}
+        current = (((worker.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        action = Fix(
+            FixOp.PATCH_DAEMONSET,
+            f"{ns}/{name_of(worker)}",
+            {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}},
+        )
+        cause = (
+            f"Node Feature Discovery's worker {ns}/{name_of(worker)} does not tolerate this node's taint, so NFD never "
+            f"labels the node ({block.detail.get('key')} is absent) and {ds_name}, which selects on it, places no pod "
+            f"here: the {link} link is missing."
+        )
+        evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
+        fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
+    else:
+        action = nfd_install()
+        cause = (
+            f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
+            f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the {link} "
+            "first, is placed here."
+        )
+        fix = ctx.stack.render(action) + _nfd_hint(ctx)
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
-        (
-            _finding(
-                view,
-                "nfd.not-labelled",
-                Severity.ERROR,
-                "driver",
-                f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
-                f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the driver "
-                "first, is placed here.",
-                [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"],
-                ctx.stack.render(action) + hint,
-                action,
-            ),
-        ),
+        (_finding(view, "nfd.not-labelled", Severity.ERROR, link, cause, evidence, fix, action),),
     )
 
 
@@ -389,7 +431,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     if block is None:
         return None
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
-        return _nfd_missing(ctx, view, name, block)
+        return _nfd_missing(ctx, view, name, block, link)
     action = placement_fix(ctx, view, ds, block)
     return Result(
         LinkState.BROKEN,
