@@ -16,7 +16,7 @@ import yaml
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
 from gpuchain.doctor.stacks import NVIDIA_DRIVER
-from gpuchain.kube import DAEMONSET, POD, Cluster
+from gpuchain.kube import DAEMONSET, NODE, POD, Cluster
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
@@ -515,6 +515,44 @@ def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_wor
     assert found.action is not None and found.action.op is FixOp.NODE
     assert NOT_SIMULATED in found.action.changes and "accelerated AMI" in found.action.changes["action"]
     assert any("libnvidia-container.mount-error" in e for e in found.evidence)
+
+
+def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes() -> None:
+    """awslabs/amazon-eks-ami#1470 shape: a plugin DaemonSet with no node selector lands on a node with no
+    NVIDIA GPU and fails there; nodes without GPUs are not walked, so the finding comes from the pod itself,
+    and the repair is the DaemonSet's placement (the GPU nodes' label), never the node."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: g}\n  - {name: c, gpu: false}\n"))
+    ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "gpu-operator")
+    pod = copy.deepcopy(
+        next(p for p in sim.cluster.list(POD) if name_of(p).startswith("nvidia-device-plugin-daemonset"))
+    )
+    pod["metadata"] = {
+        "name": "nvidia-device-plugin-daemonset-zz9",
+        "namespace": "gpu-operator",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name_of(ds), "controller": True}],
+    }
+    pod["spec"]["nodeName"] = "c"
+    pod["status"]["containerStatuses"][0].update(
+        ready=False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={
+            "terminated": {
+                "reason": "StartError",
+                "exitCode": 128,
+                "message": "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+            }
+        },
+    )
+    sim.cluster.create(pod)
+    found = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "device-plugin.off-gpu-node"]
+    assert [(f.node, f.root, f.severity) for f in found] == [("c", True, Severity.ERROR)]
+    action = found[0].action
+    assert action is not None and action.op is FixOp.PATCH_DAEMONSET
+    assert action.target == "gpu-operator/nvidia-device-plugin-daemonset"
+    term = action.changes["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
 
 
 def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:

@@ -28,7 +28,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState,
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
-from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
+from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, labels_of, name_of
 from gpuchain.operator.operands import (
@@ -1657,6 +1657,71 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     )
     errors = [f for f in findings if f.severity is not Severity.INFO]
     return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
+
+
+def _gpu_node_affinity(gpu_nodes: list[Obj], node: Obj) -> dict[str, object] | None:
+    """A node affinity term every GPU node matches and ``node`` does not: a GPU label they all carry, else
+    their instance types (None when nothing tells them apart)."""
+    for key in GPU_NODE_LABELS:
+        if all(labels_of(n).get(key) for n in gpu_nodes) and not labels_of(node).get(key):
+            return {"key": key, "operator": "Exists"}
+    types = sorted({labels_of(n).get(INSTANCE_TYPE, "") for n in gpu_nodes} - {""})
+    if types and labels_of(node).get(INSTANCE_TYPE) not in types:
+        return {"key": INSTANCE_TYPE, "operator": "In", "values": types}
+    return None
+
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
+    """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
+    lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
+    placement, not the node: an affinity the GPU nodes match."""
+    gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
+    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+    if not gpu_nodes or not others:
+        return []
+    out = []
+    for pod in ctx.snapshot.pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        owner = _owner(pod)
+        if node not in others or not owner:
+            continue
+        if ctx.stack.operand_in(str(meta.get("namespace") or ""), owner) != DEVICE_PLUGIN.state:
+            continue
+        state = pod_state(pod)
+        term = _gpu_node_affinity(gpu_nodes, others[str(node)]) if state.failing else None
+        if term is None:
+            continue
+        ns = str(meta.get("namespace") or ctx.namespace)
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+            }
+        }
+        action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{owner}", {"spec": {"template": {"spec": {"affinity": affinity}}}})
+        said = catalog.known_error("\n".join((state.last_log, state.message)))
+        view = NodeView(str(node), others[str(node)], labels_of(others[str(node)]), {}, [], [])
+        out.append(
+            _finding(
+                view,
+                "device-plugin.off-gpu-node",
+                Severity.ERROR,
+                "device-plugin",
+                f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU (no GPU "
+                "label, capacity or GPU instance type), where it cannot start: its DaemonSet selects no GPU nodes.",
+                [
+                    state.describe(),
+                    *(said.evidence("runtime says") if said else ()),
+                    f"GPU nodes: {', '.join(sorted(name_of(n) for n in gpu_nodes)[:5])}",
+                ],
+                ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
+                action,
+            )
+        )
+    return out
 
 
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
