@@ -555,6 +555,53 @@ def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_no
     assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
 
 
+def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old() -> None:
+    """The validator starts nvidia-cuda-validator itself (no DaemonSet owns it); its vectorAdd prints CUDA's
+    error 804 over a host driver older than its CUDA. The driver is the root, not the toolkit its init
+    container's name stands for, and the repair is a newer driver on the host."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\n"
+            "nodes:\n  - {name: a, hostDriver: 450.80.02}\n"
+        )
+    )
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nvidia-cuda-validator-x1", "namespace": "gpu-operator"},
+            "spec": {
+                "nodeName": "a",
+                "initContainers": [{"name": "cuda-validation", "image": "validator"}],
+                "containers": [{"name": "nvidia-cuda-validator", "image": "validator"}],
+            },
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {
+                        "name": "cuda-validation",
+                        "ready": False,
+                        "restartCount": 6,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                    }
+                ],
+            },
+        }
+    )
+    sim.cluster.set_logs(
+        "nvidia-cuda-validator-x1",
+        "gpu-operator",
+        "cuda-validation",
+        "Failed to allocate device vector A (error code forward compatibility was attempted on non supported HW)!\n",
+    )
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.too-old", "driver", "a")]
+    action = roots[0].action
+    assert action is not None and action.op is FixOp.NODE and NOT_SIMULATED in action.changes
+    assert "upgrade the host's NVIDIA driver" in action.changes["action"]
+
+
 def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:
     """NVIDIA/gpu-operator#2166: the driver pod restarts while GPU pods run; 'driver is in use' then means
     drain the node, not 'a host driver conflicts' (which would turn the driver container off)."""

@@ -32,6 +32,7 @@ CLUSTER_TESTS = {
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",
     "device-plugin.off-gpu-node": "test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes",
+    "driver.too-old": "test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old",
     "workload.runtime-hook-failed": "test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.

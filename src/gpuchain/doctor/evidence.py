@@ -25,11 +25,11 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import TOOLKIT
+from gpuchain.operator.operands import DRIVER, TOOLKIT
 
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
-FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch"}
+FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch", "cuda.compat-not-supported": "driver.too-old"}
 #: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
 #: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
 NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
@@ -66,10 +66,22 @@ def _failing(status: Obj) -> str | None:
     return None
 
 
+def _validation_pods(ctx: Context, view: NodeView) -> list[Obj]:
+    """Pods on this node in the stack's namespace that no controller owns: the workloads NVIDIA's validator
+    starts itself to prove a link (nvidia-cuda-validator, nvidia-device-plugin-validator)."""
+    return [
+        p
+        for p in view.workloads
+        if (p.get("metadata") or {}).get("namespace") == ctx.namespace
+        and not (p.get("metadata") or {}).get("ownerReferences")
+    ]
+
+
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
-    """Every failing container of the chain's pods on this node, init containers first."""
+    """Every failing container of the chain's pods on this node (the validator's own workload pods
+    included), init containers first."""
     out = []
-    for pod in view.operand_pods.values():
+    for pod in [*view.operand_pods.values(), *_validation_pods(ctx, view)]:
         status = pod.get("status") or {}
         for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
             for cs in status.get(key) or []:
@@ -140,6 +152,23 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 "where the host's package manager upgraded the driver, hold its packages so it does not happen again; "
                 f"then {rerun}",
                 NOT_SIMULATED: "the loaded module's version is a fact of the node no scenario names",
+            },
+        )
+    elif finding_id == "driver.too-old":
+        if ctx.policy_obj is not None and ctx.policy.driver.enabled and view.pod(DRIVER) is not None:
+            newer = Fix(
+                FixOp.PATCH_POLICY,
+                ctx.policy_name,
+                {"spec": {"driver": {"version": None}}, NOT_SIMULATED: "the CUDA a pod needs is not a scenario fact"},
+            )
+            return newer, ctx.stack.render(newer) + "   # upgrade the driver: the operator's default (newer) release"
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "upgrade the host's NVIDIA driver to a release that supports the CUDA version the failing "
+                f"pod runs (the driver branch its CUDA release notes name), reboot, then {rerun}",
+                NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:

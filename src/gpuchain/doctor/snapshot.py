@@ -179,6 +179,13 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     owner = ref.get("name")
                     state = operand_of(str(namespace), str(owner)) if owner else None
                     break
+        if state is None and namespace == stack.namespace and not meta.get("ownerReferences"):
+            # A pod the validator starts itself (the CUDA or plugin validation workload): no DaemonSet owns
+            # it, and its crashing init container's log is the validation's failure.
+            for cs in status.get("initContainerStatuses") or []:
+                waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                if waiting == "CrashLoopBackOff" and not _last_message(cs) and cs.get("name") in stack.validations:
+                    crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         if state is not None:
             node = (pod.get("spec") or {}).get("nodeName")
             on_bare_node = (state == "device-plugin" and node in unregistered) or (
