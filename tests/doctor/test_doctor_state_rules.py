@@ -327,3 +327,46 @@ def test_a_node_nfd_labelled_under_another_device_label_gets_the_label_the_daemo
     assert root.action is not None and root.action.op is FixOp.LABEL_NODE
     assert root.action.changes == {"feature.node.kubernetes.io/pci-10de.present": "true"}
     assert "deviceLabelFields" in root.fix
+
+
+def test_a_node_whose_nfd_os_build_label_is_stale_gets_nfd_to_relabel_it() -> None:
+    crash = {
+        "name": "nvidia-driver-ctr",
+        "restarts": 7,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    report = _doctor(
+        "name: t\nstack: gpu-operator\nnodes:\n  - name: w\n    osImage: Red Hat Enterprise Linux CoreOS 418.94.202511010000-0\n"
+        "    labels: {feature.node.kubernetes.io/system-os_release.OSTREE_VERSION: 418.94.202509010000-0}\n",
+        {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "w", "containers": [crash]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "w")
+    assert "OSTREE_VERSION" in root.fix and "418.94.202511010000-0" in root.fix
+    # The same crash on a node whose label matches its build is not this rule's.
+    report = _doctor(
+        "name: t\nstack: gpu-operator\nnodes:\n  - name: w\n    osImage: Red Hat Enterprise Linux CoreOS 418.94.202511010000-0\n"
+        "    labels: {feature.node.kubernetes.io/system-os_release.OSTREE_VERSION: 418.94.202511010000-0}\n",
+        {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "w", "containers": [crash]},
+    )
+    assert "OSTREE_VERSION" not in _roots(report)[0].fix
+
+
+def test_a_failing_driver_manager_on_a_node_marked_upgrade_done_under_gpu_pods_is_marked_upgrade_required() -> None:
+    manager = {
+        "name": "k8s-driver-manager",
+        "restarts": 5,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    report = _doctor(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: u, labels: {nvidia.com/gpu-driver-upgrade-state: upgrade-done}}\n"
+        "workloads:\n  - {name: job, count: 2, gpus: 1, node: u}\n",
+        {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "u", "init": [manager]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "u")
+    assert root.action is not None and root.action.changes == {
+        "nvidia.com/gpu-driver-upgrade-state": "upgrade-required"
+    }

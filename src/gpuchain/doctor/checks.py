@@ -29,6 +29,7 @@ from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
 from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
+from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, labels_of, name_of
 from gpuchain.operator.operands import (
@@ -1101,6 +1102,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
+    stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
+    if stale is not None:
+        return _known_not_ready(view, "driver", "driver pod", state, stale)
     return _not_ready(
         ctx,
         view,
@@ -1110,6 +1114,70 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         state,
         log,
         f"the driver pod is {state.status}, so the kernel module is not loaded.",
+    )
+
+
+#: NFD's label of the RHCOS build a node runs, which the GPU Operator names and selects its per-OS driver
+#: DaemonSets by on OpenShift (NVIDIA/gpu-operator controllers/object_controls.go@v25.3.0,
+#: nfdOSTreeVersionLabelKey), and the build as RHCOS writes it in the node's osImage.
+OSTREE_VERSION = "feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"
+RHCOS_BUILD = re.compile(r"\b(\d+\.\d+\.\d{8,12}-\d+)\b")
+#: The driver upgrade controller's node states (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go:
+#: "UpgradeStateDone is set when driver pod is up to date and running on the node", UpgradeStateUpgradeRequired).
+UPGRADE_DONE, UPGRADE_REQUIRED = "upgrade-done", "upgrade-required"
+DRIVER_MANAGER = "k8s-driver-manager"
+
+
+def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
+    """The node runs another RHCOS build than NFD's OSTREE_VERSION label says, so the operator keeps the
+    driver DaemonSet (and driver toolkit image) of the old build on it: NFD must label the node again."""
+    labelled = view.labels.get(OSTREE_VERSION)
+    running = RHCOS_BUILD.search(str(node_info(view.node).get("osImage", "")))
+    if not labelled or running is None or running.group(1) == labelled:
+        return None
+    worker = next(
+        (
+            p
+            for p in ctx.snapshot.pods
+            if (p.get("spec") or {}).get("nodeName") == view.name
+            and any(_nfd_worker(d) and name_of(d) == _owner(p) for d in ctx.snapshot.daemonsets)
+        ),
+        None,
+    )
+    relabel: Fix | None = None
+    if worker is not None:
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        relabel = Fix(
+            FixOp.DELETE, f"{ns}/{name_of(worker)}", {"kind": "Pod", "namespace": ns, "name": name_of(worker)}
+        )
+        fix = ctx.stack.render(relabel) + "   # the nfd-worker on the node starts again and relabels OSTREE_VERSION"
+    else:
+        fix = (
+            f"restart the Node Feature Discovery worker on {view.name} (node-feature-discovery) so it labels "
+            f"{OSTREE_VERSION}={running.group(1)}"
+        )
+    return Known(
+        f"the node runs RHCOS {running.group(1)} but NFD's label {OSTREE_VERSION} still says {labelled}, so the "
+        f"operator runs the driver DaemonSet built for {labelled} here ({_owner(pod)}), whose driver does not fit "
+        "the running kernel; the label, not the driver, is wrong.",
+        (f"osImage {node_info(view.node).get('osImage')}", f"label {OSTREE_VERSION}={labelled}"),
+        relabel,
+        fix,
+    )
+
+
+def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, holders: list[str]) -> Known | None:
+    """The driver manager fails on a node the upgrade controller marks upgrade-done while GPU pods hold the
+    driver: the controller evicts them only from upgrade-required, so nothing frees the node."""
+    if view.labels.get(UPGRADE_STATE) != UPGRADE_DONE or state.container != DRIVER_MANAGER or not holders:
+        return None
+    again = Fix(FixOp.LABEL_NODE, view.name, {UPGRADE_STATE: UPGRADE_REQUIRED})
+    return Known(
+        f"the driver manager fails on this node while GPU pods hold the driver, and the upgrade controller marks "
+        f"the node {UPGRADE_DONE}, so it never evicts them (it drains only from {UPGRADE_REQUIRED}).",
+        (f"label {UPGRADE_STATE}={UPGRADE_DONE}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"),
+        again,
+        ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
     )
 
 
