@@ -370,3 +370,23 @@ def test_a_failing_driver_manager_on_a_node_marked_upgrade_done_under_gpu_pods_i
     assert root.action is not None and root.action.changes == {
         "nvidia.com/gpu-driver-upgrade-state": "upgrade-required"
     }
+
+
+def test_a_secret_an_operand_needs_that_is_not_in_its_namespace_gets_created_there() -> None:
+    report = _doctor(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-dcgm-exporter",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "nvidia-dcgm-exporter",
+                    "state": {"waiting": "CreateContainerConfigError", "message": 'secret "dcgm-tls" not found'},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "n1")
+    assert root.fix.startswith("kubectl -n gpu-operator create secret generic dcgm-tls ")

@@ -513,7 +513,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     oom = _oom_killed(ctx, view, operand, state)
     if oom is not None:
         return oom
-    mount = _configmap_missing(ctx, view, operand, state)
+    mount = _object_missing(ctx, view, operand, state)
     if mount is not None:
         return mount
     found = catalog.find(log, *SECURE_BOOT)
@@ -560,30 +560,40 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     return None
 
 
-#: The ConfigMap the kubelet's FailedMount Event names (catalog kubelet.configmap-volume-not-found).
-CONFIGMAP_NAMED = re.compile(r'configmap "([^"]+)" not found')
+#: The object the kubelet names as missing (catalog apimachinery.object-not-found).
+OBJECT_NAMED = re.compile(r'\b(configmap|secret)s? "([^"]+)" not found')
 
 
-def _configmap_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
-    """The kubelet cannot mount a ConfigMap the pod names (FailedMount): the ConfigMap is not in the pod's
-    namespace, so no container of the pod starts until it is."""
-    for ev in view.events:
-        if (ev.get("involvedObject") or {}).get("name") != state.name or ev.get("reason") != "FailedMount":
-            continue
-        found = catalog.find(str(ev.get("message", "")), "kubelet.configmap-volume-not-found")
-        named = CONFIGMAP_NAMED.search(found.line) if found else None
+def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """The pod references a ConfigMap or Secret that is not in its namespace: the kubelet cannot mount it
+    (a FailedMount Event) or build the container's env (CreateContainerConfigError), so no container of the
+    pod starts until it exists there."""
+    said = [state.message] if state.status == "CreateContainerConfigError" else []
+    said += [
+        str(ev.get("message", ""))
+        for ev in view.events
+        if (ev.get("involvedObject") or {}).get("name") == state.name and ev.get("reason") == "FailedMount"
+    ]
+    for text in said:
+        found = catalog.find(text, "apimachinery.object-not-found")
+        named = OBJECT_NAMED.search(found.line) if found else None
         if found is None or named is None:
             continue
         pod = view.pod(operand) or {}
         ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
-        cm = named.group(1)
+        kind, name = named.group(1), named.group(2)
+        create = (
+            f"create configmap {name} --from-file=<key>=<file>"
+            if kind == "configmap"
+            else f"create secret generic {name} --from-literal=<key>=<value>"
+        )
         return Known(
-            f"the {operand.state} pod mounts ConfigMap {cm}, which does not exist in its namespace {ns}, so the "
-            "kubelet cannot set up its volumes and none of its containers starts.",
-            (f"event FailedMount (kubelet) x{ev.get('count', 1)}: {found.line}", found.entry.cite()),
+            f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so the "
+            "kubelet does not start its containers.",
+            (f"kubelet: {found.line}", found.entry.cite()),
             None,
-            f"kubectl -n {ns} create configmap {cm} --from-file=<key>=<config file>   # create ConfigMap {cm} in "
-            f"{ns}, where the pod looks for it (or copy it there: kubectl get configmap {cm} -A)",
+            f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
+            f"there: kubectl get {kind} {name} -A)",
         )
     return None
 
