@@ -390,3 +390,19 @@ def test_a_secret_an_operand_needs_that_is_not_in_its_namespace_gets_created_the
     (root,) = _roots(report)
     assert (root.link, root.node) == ("exporter", "n1")
     assert root.fix.startswith("kubectl -n gpu-operator create secret generic dcgm-tls ")
+
+
+def test_a_mig_reset_refused_because_clients_hold_the_gpus_frees_them_rather_than_relabelling() -> None:
+    log = (
+        'level=error msg="The following GPUs could not be reset:\\n  GPU 00000000:07:00.0: In use by another client"\n'
+        'level=fatal msg="Error applying MIG configuration with hooks: error resetting all GPUs: exit status 255"\n'
+    )
+    report = _doctor(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-2g.20gb"}},
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    assert "rmmod nvidia_drm" in root.fix and "all-disabled" not in root.fix

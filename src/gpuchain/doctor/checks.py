@@ -1970,6 +1970,9 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
 
 #: mig-parted's line when a MIG mode change waits for a GPU reset or a reboot (catalog.yaml).
 MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
+RESET_FAILED = "mig-parted.reset-failed"
+#: nvidia-smi's words when a GPU it must reset is held (NVML_ERROR_IN_USE: "the GPU is currently in use").
+IN_USE = re.compile(r"in use by another client|currently being used by one or more other processes", re.IGNORECASE)
 
 
 def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
@@ -1988,6 +1991,32 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     ]
     log = ctx.log(mgr, ctx.container(MIG_MANAGER)) if mgr is not None else ""
     pending = catalog.find(log, MODE_CHANGE_PENDING)
+    reset = catalog.find(log, RESET_FAILED)
+    if state == "failed" and reset is not None and IN_USE.search(log):
+        # The reset found the GPUs held (nvidia-smi's words for NVML_ERROR_IN_USE): free them, then apply.
+        ns = str(((mgr or {}).get("metadata") or {}).get("namespace") or ctx.namespace)
+        restart = f"kubectl -n {ns} delete pod {name_of(mgr)}" if mgr is not None else "delete its pod"
+        free = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "unload the nvidia_drm kernel module (rmmod nvidia_drm) and stop the other GPU clients "
+                "(nvidia-persistenced, fabric manager, monitoring agents) so the MIG manager can reset the GPUs; "
+                f"then restart the MIG manager so it applies {wanted!r} again on start ({restart}); load nvidia_drm "
+                "again afterwards",
+                NOT_SIMULATED: "kernel modules holding a GPU are not simulated",
+            },
+        )
+        return _finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {reset.entry.cause}",
+            [*evidence, *reset.evidence("mig-manager log")],
+            ctx.stack.render(free),
+            free,
+        )
     if state == "failed" and pending is not None:
         # The mode change is written to the GPU and waits for a reset; where the manager could not
         # reset the GPUs, only a reboot commits it. Another layout label would wait the same way.
