@@ -406,3 +406,29 @@ def test_a_mig_reset_refused_because_clients_hold_the_gpus_frees_them_rather_tha
     (root,) = _roots(report)
     assert (root.id, root.link) == ("mig.failed", "mig")
     assert "rmmod nvidia_drm" in root.fix and "all-disabled" not in root.fix
+
+
+def test_gpu_pods_refused_at_start_over_a_version_mismatch_name_the_driver_not_the_hook() -> None:
+    refused = (
+        "OCI runtime create failed: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+        "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown"
+    )
+    report = _doctor(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
+        {
+            "do": "pod",
+            "daemonset": "app",
+            "namespace": "default",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "app",
+                    "state": {"waiting": "RunContainerError"},
+                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.version-mismatch", "driver", "n1")
+    assert "workload.runtime-hook-failed" not in report.ids

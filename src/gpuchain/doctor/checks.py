@@ -24,10 +24,11 @@ from gpuchain.common.labels import (
 )
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
+from gpuchain.doctor.evidence import ANYWHERE
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
-from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
+from gpuchain.doctor.pods import PodState, init_done, pod_state, start_refused, unschedulable_message
 from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -2151,20 +2152,6 @@ HOOK_FAILED = (
     "cdi.unresolvable-devices",
     "runc.prestart-hook-failed",
 )
-#: The container states in which the runtime refused to create or start a container (the kubelet's
-#: and containerd's reasons: kuberuntime RunContainerError / CreateContainerError, containerd StartError).
-NOT_CREATED = frozenset({"StartError", "RunContainerError", "CreateContainerError", "ContainerCannotRun"})
-
-
-def _start_refused(pod: Obj) -> str:
-    """The runtime's message for a container of ``pod`` it refused to start ("" when none was refused)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            for phase in ("terminated", "waiting"):
-                said = state.get(phase) or {}
-                if said.get("reason") in NOT_CREATED and said.get("message"):
-                    return str(said["message"])
-    return ""
 
 
 def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
@@ -2175,7 +2162,10 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     for pod in apps:
         if not pod_gpu_requests(pod):
             continue
-        found = catalog.find(_start_refused(pod), *HOOK_FAILED)
+        said_here = start_refused(pod)
+        if catalog.find(said_here, *ANYWHERE):
+            continue  # a message that proves a lower link broken (the walk names it there, from this pod)
+        found = catalog.find(said_here, *HOOK_FAILED)
         if found is not None:
             refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
             said = said or found

@@ -23,7 +23,8 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING
+from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, start_refused
+from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
@@ -108,6 +109,18 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
                     )
                 )
     return sorted(out, key=lambda f: not f.init)
+
+
+def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
+    """GPU pods the runtime refused to start with a message that proves a link broken wherever it shows
+    (a version mismatch the runtime hook met in NVML): witnesses for that link, as an operand would be."""
+    out = []
+    for pod in view.workloads:
+        said = start_refused(pod) if pod_gpu_requests(pod) else ""
+        if said and catalog.find(said, *ANYWHERE):
+            container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
+            out.append(Failure(pod, container, "StartError", said, False, 0))
+    return out
 
 
 def running_says(ctx: Context, view: NodeView) -> list[Failure]:
@@ -207,7 +220,7 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
 def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
     catalog, or by being that link's validation), as a root finding; None when none does."""
-    for failure in [*failures(ctx, view), *running_says(ctx, view)]:
+    for failure in [*failures(ctx, view), *running_says(ctx, view), *refused_workloads(ctx, view)]:
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
         # it validates: the pod that carries it fails to start, which its own link's check reports.
