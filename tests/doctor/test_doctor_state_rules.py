@@ -432,3 +432,31 @@ def test_gpu_pods_refused_at_start_over_a_version_mismatch_name_the_driver_not_t
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("driver.version-mismatch", "driver", "n1")
     assert "workload.runtime-hook-failed" not in report.ids
+
+
+def test_a_gpu_pod_whose_cuda_requirement_the_driver_cannot_meet_names_the_driver_too_old() -> None:
+    refused = (
+        "OCI runtime create failed: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, please update your driver to a "
+        "newer version, or use an earlier cuda container: unknown"
+    )
+    report = _doctor(
+        "name: t\nstack: gpu-operator\npolicy: {driver: {version: 535.1.2}}\nnodes:\n  - {name: n1}\n"
+        "workloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
+        {
+            "do": "pod",
+            "daemonset": "app",
+            "namespace": "default",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "app",
+                    "state": {"waiting": "RunContainerError"},
+                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.too-old", "driver", "n1")
+    assert root.action is not None and root.action.changes["spec"] == {"driver": {"version": None}}

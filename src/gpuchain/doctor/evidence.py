@@ -30,7 +30,11 @@ from gpuchain.operator.operands import DRIVER, TOOLKIT
 
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
-FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch", "cuda.compat-not-supported": "driver.too-old"}
+FINDING_OF = {
+    "nvml.version-mismatch": "driver.version-mismatch",
+    "cuda.compat-not-supported": "driver.too-old",
+    "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
+}
 #: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
 #: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
 NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
@@ -169,12 +173,24 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
         )
     elif finding_id == "driver.too-old":
         if ctx.policy_obj is not None and ctx.policy.driver.enabled and view.pod(DRIVER) is not None:
-            newer = Fix(
-                FixOp.PATCH_POLICY,
-                ctx.policy_name,
-                {"spec": {"driver": {"version": None}}, NOT_SIMULATED: "the CUDA a pod needs is not a scenario fact"},
+            pinned = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("version")
+            if pinned:
+                newer = Fix(
+                    FixOp.PATCH_POLICY,
+                    ctx.policy_name,
+                    {
+                        "spec": {"driver": {"version": None}},
+                        NOT_SIMULATED: "the CUDA a pod needs is not a scenario fact",
+                    },
+                )
+                return newer, ctx.stack.render(newer) + (
+                    f"   # upgrade the driver: drop the pinned {pinned} for the operator's default (newer) release"
+                )
+            return None, (
+                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to a newer branch whose CUDA "
+                "support covers the pod's (the line above names it), or run the pod from an image built for an "
+                "older CUDA"
             )
-            return newer, ctx.stack.render(newer) + "   # upgrade the driver: the operator's default (newer) release"
         action = Fix(
             FixOp.NODE,
             view.name,
