@@ -16,7 +16,7 @@ import yaml
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
 from gpuchain.doctor.stacks import NVIDIA_DRIVER
-from gpuchain.kube import DAEMONSET, POD, Cluster
+from gpuchain.kube import DAEMONSET, NODE, POD, Cluster
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
@@ -484,6 +484,122 @@ def test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit() -> None:
         lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": "Incompatible platform detected"}},
     )
     assert "driver.not-on-node-image" not in run_doctor(sim.cluster, reader=sim.read_log).ids
+
+
+def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work() -> None:
+    """NVIDIA/libnvidia-container src/cli/configure.c: the hook's 'mount error: ...' ends every GPU
+    container in StartError while the chain's operands run. The toolkit link is the root, on the node the
+    pods run on, and on a stack whose node image carries the hook the repair is another image release."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: eks\nnodes:\n  - {name: a}\n  - {name: b}\nworkloads:\n  - {name: job, gpus: 1, node: b}\n"
+        )
+    )
+    pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+    refused = (
+        "OCI runtime create failed: runc create failed: error running hook #0: error running hook: exit status 1, "
+        "stdout: , stderr: nvidia-container-cli: mount error: file creation failed: /rootfs/usr/bin/nvidia-smi: "
+        "file exists: unknown"
+    )
+    status = copy.deepcopy(pod["status"])
+    status["containerStatuses"][0].update(
+        ready=False,
+        restartCount=3,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": refused}},
+    )
+    sim.cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("workload.runtime-hook-failed", "toolkit", "b")]
+    (found,) = roots
+    assert found.action is not None and found.action.op is FixOp.NODE
+    assert NOT_SIMULATED in found.action.changes and "accelerated AMI" in found.action.changes["action"]
+    assert any("libnvidia-container.mount-error" in e for e in found.evidence)
+
+
+def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes() -> None:
+    """awslabs/amazon-eks-ami#1470 shape: a plugin DaemonSet with no node selector lands on a node with no
+    NVIDIA GPU and fails there; nodes without GPUs are not walked, so the finding comes from the pod itself,
+    and the repair is the DaemonSet's placement (the GPU nodes' label), never the node."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: g}\n  - {name: c, gpu: false}\n"))
+    ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "gpu-operator")
+    pod = copy.deepcopy(
+        next(p for p in sim.cluster.list(POD) if name_of(p).startswith("nvidia-device-plugin-daemonset"))
+    )
+    pod["metadata"] = {
+        "name": "nvidia-device-plugin-daemonset-zz9",
+        "namespace": "gpu-operator",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name_of(ds), "controller": True}],
+    }
+    pod["spec"]["nodeName"] = "c"
+    pod["status"]["containerStatuses"][0].update(
+        ready=False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={
+            "terminated": {
+                "reason": "StartError",
+                "exitCode": 128,
+                "message": "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+            }
+        },
+    )
+    sim.cluster.create(pod)
+    found = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "device-plugin.off-gpu-node"]
+    assert [(f.node, f.root, f.severity) for f in found] == [("c", True, Severity.ERROR)]
+    action = found[0].action
+    assert action is not None and action.op is FixOp.PATCH_DAEMONSET
+    assert action.target == "gpu-operator/nvidia-device-plugin-daemonset"
+    term = action.changes["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
+
+
+def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old() -> None:
+    """The validator starts nvidia-cuda-validator itself (no DaemonSet owns it); its vectorAdd prints CUDA's
+    error 804 over a host driver older than its CUDA. The driver is the root, not the toolkit its init
+    container's name stands for, and the repair is a newer driver on the host."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\n"
+            "nodes:\n  - {name: a, hostDriver: 450.80.02}\n"
+        )
+    )
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nvidia-cuda-validator-x1", "namespace": "gpu-operator"},
+            "spec": {
+                "nodeName": "a",
+                "initContainers": [{"name": "cuda-validation", "image": "validator"}],
+                "containers": [{"name": "nvidia-cuda-validator", "image": "validator"}],
+            },
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {
+                        "name": "cuda-validation",
+                        "ready": False,
+                        "restartCount": 6,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                    }
+                ],
+            },
+        }
+    )
+    sim.cluster.set_logs(
+        "nvidia-cuda-validator-x1",
+        "gpu-operator",
+        "cuda-validation",
+        "Failed to allocate device vector A (error code forward compatibility was attempted on non supported HW)!\n",
+    )
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.too-old", "driver", "a")]
+    action = roots[0].action
+    assert action is not None and action.op is FixOp.NODE and NOT_SIMULATED in action.changes
+    assert "upgrade the host's NVIDIA driver" in action.changes["action"]
 
 
 def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:

@@ -24,6 +24,7 @@ from gpuchain.doctor.checks import (
     check_mig,
     check_toolkit,
     check_workloads,
+    plugin_off_gpu_nodes,
 )
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.evidence import failure_at, unrecognised
@@ -418,6 +419,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     chains = [walk(ctx, v) for v in ctx.views]
     findings = _policy_findings(ctx)
     findings += [f for c in chains for f in c.findings]
+    findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
     findings += _version_skew(ctx)
     findings += _pending(ctx, chains)
     return Report(

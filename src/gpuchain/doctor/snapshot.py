@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol, cast
 
+from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
@@ -179,6 +180,12 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         for n in snapshot.nodes
         if not any(v > 0 for v in node_gpu_resources(n).values())
     }
+    # A MIG manager's log says why its node's layout change failed or waits, though its pod runs ready.
+    mig_stuck = {
+        str(n.get("metadata", {}).get("name"))
+        for n in snapshot.nodes
+        if (n.get("metadata", {}).get("labels") or {}).get(MIG_CONFIG_STATE) in ("failed", "pending", "rebooting")
+    }
     operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
@@ -194,8 +201,18 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     owner = ref.get("name")
                     state = operand_of(str(namespace), str(owner)) if owner else None
                     break
+        if state is None and namespace == stack.namespace and not meta.get("ownerReferences"):
+            # A pod the validator starts itself (the CUDA or plugin validation workload): no DaemonSet owns
+            # it, and its crashing init container's log is the validation's failure.
+            for cs in status.get("initContainerStatuses") or []:
+                waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                if waiting == "CrashLoopBackOff" and not _last_message(cs) and cs.get("name") in stack.validations:
+                    crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         if state is not None:
-            on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
+            node = (pod.get("spec") or {}).get("nodeName")
+            on_bare_node = (state == "device-plugin" and node in unregistered) or (
+                state == "mig-manager" and node in mig_stuck
+            )
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
                 current = cs.get("state") or {}
