@@ -58,6 +58,11 @@ COMMANDS: dict[str, Entry] = {
     "mig-manager": Entry(
         "gpuchain.commands.mig_manager", "Watch this node's `nvidia.com/mig.config` label and apply that MIG layout."
     ),
+    "node-agent": Entry(
+        "gpuchain.commands.node_agent",
+        "Serve the node side of the chain (device plugin, GFD, exporter, GPU health, MIG manager, DRA plugin, "
+        "validator) from one process sharing one GPU backend.",
+    ),
     "remediator": Entry(
         "gpuchain.commands.remediator",
         "Move workloads off failed GPUs: evict the pods on them (PDBs respected), taint the node.",

@@ -262,6 +262,11 @@ def _profile_order(name: str) -> tuple[int, int, tuple[str, ...], tuple[str, ...
     return p.gi_slices, p.memory_gb, p.attributes, p.negated
 
 
+def config_or_default(path: str | Path | None) -> MigPartedConfig:
+    """The mig-parted file ``path`` (``load_config``), or without one the built-in layouts."""
+    return load_config(path) if path else default_config()
+
+
 def default_config() -> MigPartedConfig:
     """The named layouts generated from the catalog: all-disabled, all-enabled, one
     ``all-<profile>`` per profile (``+me`` written ``.me``, as node label values allow no ``+``)
