@@ -70,17 +70,29 @@ def follow_release(node: Node, component: str) -> asyncio.Task[None] | None:
     return spawn(f"{component}: NVML release board", release.run) if release is not None else None
 
 
-async def serve_alone(role: Role, node: Node, component: str) -> None:
-    """Serve one role until SIGTERM/SIGINT (see the module docstring); raises what the role raised."""
+async def serve_alone(role: Role, node: Node, component: str, early: threading.Event | None = None) -> None:
+    """Serve one role until SIGTERM/SIGINT (see the module docstring); raises what the role raised.
+    ``early`` (``runtime.stop_early``) holds a signal that came while the command was starting: the
+    role then stops as soon as it is up. The release board is followed once the role serves: its
+    first concern is to serve."""
     stop = asyncio.Event()
     stop_on_signals(stop.set)
+    if early is not None and early.is_set():
+        stop.set()
     if threading.current_thread() is threading.main_thread():
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, node.reload, "SIGHUP")
-    releasing = follow_release(node, component)
+    releasing: list[asyncio.Task[None]] = []
+
+    def started() -> None:
+        settled()
+        task = follow_release(node, component)
+        if task is not None:
+            releasing.append(task)
+
     try:
-        await role(stop, settled)
+        await role(stop, started)
     finally:
-        if releasing is not None:
-            releasing.cancel()
+        for task in releasing:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await releasing
+                await task

@@ -53,6 +53,15 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
             signal.signal(sig, lambda signum, frame: threading.Thread(target=stop, name="stop signal").start())
 
 
+def stop_early() -> threading.Event:
+    """SIGTERM and SIGINT from now on, before any event loop runs: set the event returned. An agent
+    calls it first thing, and ``build.serve_alone`` (or the node agent) takes the signals over on its
+    loop, stopping at once if one came while starting."""
+    early = threading.Event()
+    stop_on_signals(early.set)
+    return early
+
+
 def settled() -> None:
     """Start-up is over: collect its garbage once and freeze what survives (see the module docstring)."""
     gc.collect()

@@ -11,13 +11,14 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 
 import typer
 
 from gpuchain.agent.build import ROLES, build, follow_release
 from gpuchain.agent.node import Node, open_gpus
-from gpuchain.agent.runtime import stop_on_signals
+from gpuchain.agent.runtime import stop_early, stop_on_signals
 from gpuchain.agent.settings import (
     DevicePluginSettings,
     DraPluginSettings,
@@ -181,6 +182,7 @@ def node_agent(
     repeatedly. SIGHUP reloads the device plugin's config; SIGTERM stops every role cleanly.
     """
     configure_logging(logging.INFO, log_format)
+    early = stop_early()
     names = _roles(roles)
     choice = resolve_backend(backend)
     refuse_implicit_sim(choice, "this node (the kubelet's sockets, the node's files, the cluster)")
@@ -237,16 +239,19 @@ def node_agent(
         gpus.close()
         fail(f"cannot listen on {metrics_address}:{metrics_port}: {exc.strerror or exc}; pick another --metrics-port")
     log.info(mark(f"node agent: roles {', '.join(names)} on the {gpus.name} backend", choice))
-    asyncio.run(_serve(node, [(n, wanted[n]) for n in names]))
+    asyncio.run(_serve(node, [(n, wanted[n]) for n in names], early))
     log.info("node agent stopped")
 
 
-async def _serve(node: Node, roles: list[tuple[str, RoleSettings]]) -> None:
-    """Share the node's resources, supervise the roles until SIGTERM/SIGINT, then let go of everything."""
+async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threading.Event) -> None:
+    """Share the node's resources, supervise the roles until SIGTERM/SIGINT (``early``: one that
+    came while starting), then let go of everything."""
     from gpuchain.agent.supervisor import RoleMetrics, Supervisor
 
     stop = asyncio.Event()
     stop_on_signals(stop.set)
+    if early.is_set():
+        stop.set()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, node.reload, "SIGHUP")
     node.share(loop)

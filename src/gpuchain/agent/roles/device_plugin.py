@@ -28,6 +28,7 @@ from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
+from gpuchain.kube.port import Cluster
 
 log = logging.getLogger("gpuchain.deviceplugin")
 
@@ -51,12 +52,12 @@ class Prepared:
 
 
 def node_label(
-    settings: DevicePluginSettings, node: Node, once: bool = False
+    settings: DevicePluginSettings, node_name: str | None, cluster: Callable[[], Cluster], once: bool = False
 ) -> tuple[NodeLabelWatch | None, str | None, str | None]:
     """With a Node: the watch on it (its repair loop's quarantine list; with a config directory also
     its config label), the label now and the resourceVersion to watch from. ``once`` (listing the
     resources) reads the Node only for the label. Without a Node: nothing to follow."""
-    if not node.name or (once and not settings.config_dir):
+    if not node_name or (once and not settings.config_dir):
         return None, None, None
     if settings.config_dir:
         hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
@@ -64,13 +65,13 @@ def node_label(
     else:
         hint = "or leave out --node-name/NODE_NAME (the plugin then ignores the repair loop's quarantine)"
         wanted = f"the repair loop's quarantine list ({QUARANTINE_ANNOTATION})"
-    watch = NodeLabelWatch(node.cluster(), node.name)
+    watch = NodeLabelWatch(cluster(), node_name)
     try:
         label, rv = watch.read()
     except Exception as exc:  # any API or connection failure: what to serve cannot be known, so do not guess
-        raise RoleError(f"cannot read Node {node.name!r} for {wanted}: {exc}; {hint}", code=1) from None
+        raise RoleError(f"cannot read Node {node_name!r} for {wanted}: {exc}; {hint}", code=1) from None
     if settings.config_dir:
-        log.info("Node %s: %s=%s", node.name, NODE_CONFIG_LABEL, label or "(unset)")
+        log.info("Node %s: %s=%s", node_name, NODE_CONFIG_LABEL, label or "(unset)")
     return (None if once else watch), label, rv
 
 
@@ -95,7 +96,7 @@ def load(source: ConfigSource, label: str | None, watch: NodeLabelWatch | None) 
 def prepare(settings: DevicePluginSettings, node: Node) -> Prepared:
     """Read the Node and the config (blocking: call it off the event loop). Raises RoleError."""
     source = source_of(settings)
-    watch, label, rv = node_label(settings, node)
+    watch, label, rv = node_label(settings, node.name, node.cluster)
     return Prepared(load(source, label, watch), source, watch, label, rv)
 
 

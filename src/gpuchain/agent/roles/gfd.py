@@ -63,6 +63,8 @@ class Prepared:
     """A discovery ready to label, and how often."""
 
     discovery: Discovery
+    oneshot: bool
+    """Label once and exit (``--oneshot``, ``flags.gfd.oneshot``)."""
     interval: float | None
     """Seconds between passes; None: no further pass (oneshot, or ``infinite``)."""
     every: str
@@ -114,7 +116,7 @@ def prepare(settings: GfdSettings, node: Node) -> Prepared:
         if interval is None
         else f"every {format_go_duration(interval_ns)}"
     )
-    return Prepared(discovery, interval, every, target, source, watch, label, rv)
+    return Prepared(discovery, oneshot, interval, every, target, source, watch, label, rv)
 
 
 def _node_label(settings: GfdSettings, node: Node) -> tuple[NodeLabelWatch | None, str | None, str | None]:
