@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpuchain.agent.roles import dra_plugin
 from gpuchain.cli import app
-from gpuchain.commands import dra_plugin
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DriverConfig
 

@@ -20,6 +20,7 @@ from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.settings import GpuHealthSettings
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import load_config
+from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE
 from gpuchain.remediation.publisher import GpuHealthPublisher
 
@@ -36,19 +37,26 @@ class Prepared:
     publisher: GpuHealthPublisher
 
 
-def prepare(settings: GpuHealthSettings, node: Node, name: str | None = None) -> Prepared:
-    """The publisher for Node ``name`` (default the node's). Raises RoleError for a bad config."""
+def policy_of(settings: GpuHealthSettings) -> tuple[HealthPolicy, float]:
+    """The XID policy (the config's health section, the environment's switches, the settings'
+    overrides) and the recovery quiet period. Raises RoleError for a bad config."""
     try:
         config = load_config(str(settings.config_file) if settings.config_file else None, os.environ)
         policy = config.health.policy(os.environ).with_overrides(settings.xid_overrides)
     except (ConfigFileError, ValueError) as exc:
         raise RoleError(str(exc)) from None
+    return policy, config.health.recovery_quiet_seconds
+
+
+def prepare(settings: GpuHealthSettings, node: Node) -> Prepared:
+    """The publisher for this Node. Raises RoleError for a bad config or no Node name."""
+    policy, quiet = policy_of(settings)
     if node.backend.name == "nvml" and settings.burn_in is not None:
         from gpuchain.gpu.nvml import NvmlBackend
 
         if isinstance(node.backend, NvmlBackend):
             node.backend.burn_in_config = settings.burn_in  # the repair loop's and the readiness gate's burn-in
-    node_name = name or node.need_name(NAME, "--node")
+    node_name = node.need_name(NAME, "--node")
     pods = node.pods()
     publisher = GpuHealthPublisher(
         node.backend,
@@ -56,7 +64,7 @@ def prepare(settings: GpuHealthSettings, node: Node, name: str | None = None) ->
         node_name,
         pods.list if pods else None,
         policy,
-        config.health.recovery_quiet_seconds,
+        quiet,
     )
     return Prepared(node_name, publisher)
 
@@ -97,9 +105,10 @@ def loops(
     return every
 
 
-async def run(settings: GpuHealthSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
+async def serve(
+    settings: GpuHealthSettings, node: Node, prepared: Prepared, stop: asyncio.Event, started: Callable[[], None]
+) -> None:
     """Publish (and repair, and gate) until ``stop``."""
-    prepared = await asyncio.to_thread(prepare, settings, node)
     running = loops(settings, node, prepared)
     simulated = " (simulated)" if node.simulated else ""
     log.info("publishing GPU health of node %s; Ctrl-C to stop%s", prepared.node_name, simulated)
@@ -111,3 +120,9 @@ async def run(settings: GpuHealthSettings, node: Node, stop: asyncio.Event, star
         await asyncio.gather(*(loop(stop) for loop in running))
     finally:
         node.metrics.remove(NAME)
+
+
+async def run(settings: GpuHealthSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
+    """The role: prepare, then publish until ``stop``."""
+    prepared = await asyncio.to_thread(prepare, settings, node)
+    await serve(settings, node, prepared, stop, started)
