@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuchain.agent.node import open_gpus
 from gpuchain.commands._output import fail
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
@@ -36,19 +37,11 @@ def topology_option() -> Any:
 
 def open_backend(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
     """Build the backend the options name. Raises ConfigFileError or GpuError with a clear message."""
-    if kind is BackendKind.nvml:
-        if preset or topology:
-            raise typer.BadParameter("--preset and --topology apply to --backend sim only")
-        from gpuchain.gpu.nvml import NvmlBackend
-
-        return NvmlBackend()
+    if kind is BackendKind.nvml and (preset or topology):
+        raise typer.BadParameter("--preset and --topology apply to --backend sim only")
     if preset and topology:
         raise typer.BadParameter("give --preset or --topology, not both")
-    from gpuchain.gpu.sim import SimBackend  # a node with real GPUs never loads the simulator
-    from gpuchain.gpu.topology import load_preset, load_topology
-
-    topo = load_topology(topology) if topology else load_preset(preset or DEFAULT_PRESET)
-    return SimBackend(topo)
+    return open_gpus(kind.value, preset, topology, DEFAULT_PRESET)
 
 
 BACKEND_ERRORS = (ConfigFileError, GpuError)

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from gpuchain.agent.build import ROLES, build, follow_release
-from gpuchain.agent.node import Node, open_gpus
+from gpuchain.agent.node import Node
 from gpuchain.agent.runtime import stop_early, stop_on_signals
 from gpuchain.agent.settings import (
     DevicePluginSettings,
@@ -31,7 +31,7 @@ from gpuchain.agent.settings import (
     ValidatorSettings,
 )
 from gpuchain.commands._agent import nvml_release_dir_option
-from gpuchain.commands._backend import BACKEND_ERRORS, DEFAULT_PRESET, BackendKind, preset_option, topology_option
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
 from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
 from gpuchain.kube.port import Cluster
@@ -228,7 +228,7 @@ def node_agent(
     else:
         cluster_of = lambda: open_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
     try:
-        gpus = open_gpus(choice.kind.value, preset, topology, DEFAULT_PRESET)
+        gpus = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc), code=1)
     node = Node(gpus, settings, cluster_of)

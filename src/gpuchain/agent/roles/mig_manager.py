@@ -31,7 +31,7 @@ def manager_of(settings: MigManagerSettings, node: Node, config: MigPartedConfig
     default = settings.default_config
     if default and default not in config.mig_configs:
         known = ", ".join(sorted(config.mig_configs))
-        raise RoleError(f"--default-config / DEFAULT_MIG_CONFIG: no layout {default!r} in the config; known: {known}")
+        raise RoleError(f"default layout (DEFAULT_MIG_CONFIG): no layout {default!r} in the config; known: {known}")
     policy = Policy(
         timeout_s=settings.timeout,
         evict=settings.evict,
