@@ -96,11 +96,13 @@ def free_port() -> int:
 def kube_api(root: Path) -> Iterator[tuple[Path, Any]]:
     """kmock's Kubernetes emulator on loopback with this node in it; yields a kubeconfig and a client."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-    from kube.kmock_server import kmock_server
+    from kube.kmock_server import VERBS, kmock_server
 
     from gpuchain.kube import LiveCluster
 
-    with kmock_server() as (url, _emulator):
+    with kmock_server() as (url, emulator):
+        # The DRA plugin's ResourceSlices, for a node agent that publishes them to this API.
+        emulator.resources["resource.k8s.io/v1/resourceslices"] = {"namespaced": False, "verbs": set(VERBS)}
         kubeconfig = root / "kubeconfig"
         kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: bench\n"

@@ -167,6 +167,9 @@ def node_agent(
     ),
     plugin_dir: Path | None = typer.Option(None, "--plugin-dir", help="dra-plugin: where its endpoint socket goes."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="dra-plugin: the prepared-claims checkpoint."),
+    dra_resync: float = typer.Option(
+        30.0, "--dra-resync-seconds", min=0.1, help="dra-plugin: republish interval (catches MIG re-layouts)."
+    ),
     validations_dir: Path | None = typer.Option(
         None, "--validations-dir", help="validator, gpu-health --gate-startup: the ready files' directory."
     ),
@@ -210,7 +213,7 @@ def node_agent(
             config_file, config_dir, config_key, config_naming, sleep_interval=sleep_interval, output_file=output_file
         ),
         "mig-manager": MigManagerSettings(mig_config_file, evict, default_config=default_mig_config),
-        "dra-plugin": DraPluginSettings(registry_dir, plugin_dir, cdi_dir, state_dir),
+        "dra-plugin": DraPluginSettings(registry_dir, plugin_dir, cdi_dir, state_dir, dra_resync),
         "validator": ValidatorSettings(validations_dir),
     }
     if memory_cluster:
