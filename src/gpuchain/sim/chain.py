@@ -11,6 +11,7 @@ functions over a SimBackend inventory, so the numbers are the ones the real code
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -178,9 +179,8 @@ def backend_for(preset: str, node: str, driver_version: str | None, mig_layout: 
     """A SimBackend for one node: the preset, the node's driver version, its MIG layout applied."""
     topo = load_preset(preset, node)
     if driver_version:
-        topo = topo.model_copy(
-            update={"driver": DriverSpec(version=driver_version, cuda_version=cuda_for(driver_version))}
-        )
+        driver = DriverSpec(version=driver_version, cuda_version=cuda_for(driver_version))
+        topo = dataclasses.replace(topo, driver=driver)
     backend = SimBackend(topo)
     if mig_layout:
         mig_apply(backend, default_config(), mig_layout)
