@@ -3,7 +3,7 @@
 The files a node agent reads (NVIDIA's device plugin config, mig-parted layouts, simulated
 topologies) are small, flat and fixed in shape; a node agent importing pydantic for them pays
 12.9 MiB of RSS per process and a tenth of a second at start. These models are plain
-frozen dataclasses (``@model``) whose fields say, through ``spec(...)``, what pydantic's
+frozen dataclasses (``@define``) whose fields say, through ``spec(...)``, what pydantic's
 ``Field`` said (alias, bounds, validators); ``validate(cls, data)`` builds one from data and
 ``dump`` writes one back. Problems come out as pydantic's did, one dict per problem with ``loc``,
 ``type``, ``msg`` and ``input``, so ``common.yamlfile`` reports both the same way
@@ -37,6 +37,10 @@ Loc = tuple[str | int, ...]
 
 class StrictInt(int):
     """The annotation of an int field that accepts an int and nothing else (no bool, no text)."""
+
+
+class StrictBool(int):
+    """The annotation of a bool field that accepts true or false and nothing else (no 1, no text)."""
 
 
 class SchemaError(ValueError):
@@ -84,8 +88,8 @@ def spec(
 
 
 @typing.dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, spec))
-def model(cls: type[T] | None = None, *, kw_only: bool = False) -> Any:
-    """``@model``: a frozen dataclass whose fields may be ``spec(...)`` (type checkers know them)."""
+def define(cls: type[T] | None = None, *, kw_only: bool = False) -> Any:
+    """``@define``: a frozen dataclass whose fields may be ``spec(...)`` (type checkers know them)."""
 
     def make(c: type[T]) -> type[T]:
         return dataclasses.dataclass(frozen=True, kw_only=kw_only)(c)
@@ -198,13 +202,14 @@ def _value(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec = Sp
         rest = [o for o in options if o is not type(None)]
         if len(rest) == 1:
             return _value(rest[0], v, loc, errors, s)
-        trial: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
         for option in rest:
-            trial = []
-            found = _value(option, v, loc, trial, s)
+            trial: list[dict[str, Any]] = []
+            found = _value(option, v, (*loc, _tag(option)), trial, s)
             if not trial:
                 return found
-        errors.extend(trial)
+            failures += trial
+        errors.extend(failures)  # every member's problems, each under the member's name, as pydantic lists them
         return None
     if v is None:
         _error(errors, loc, "none_type", _none_message(tp), v)
@@ -237,8 +242,25 @@ def _value(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec = Sp
     return _bounded(_scalar(tp, v, loc, errors), loc, errors, s)
 
 
+def _tag(tp: Any) -> str:
+    """How pydantic names a member of a union in an error's location (``literal['all']``, ``list[int]``)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return f"literal[{','.join(repr(a) for a in args)}]"
+    if origin in (list, tuple, dict):
+        return f"{origin.__name__}[{','.join('...' if a is Ellipsis else _tag(a) for a in args)}]"
+    names = {StrictInt: "int", StrictBool: "bool"}
+    return names.get(tp) or getattr(tp, "__name__", str(tp))
+
+
 def _none_message(tp: Any) -> str:
-    names = {bool: "a valid boolean", int: "a valid integer", StrictInt: "a valid integer", float: "a valid number"}
+    names = {
+        bool: "a valid boolean",
+        StrictBool: "a valid boolean",
+        int: "a valid integer",
+        StrictInt: "a valid integer",
+        float: "a valid number",
+    }
     if tp in names:
         return f"Input should be {names[tp]}"
     if tp is str:
@@ -279,6 +301,11 @@ def _sequence(tp: Any, origin: type, v: Any, loc: Loc, errors: list[dict[str, An
 
 
 def _scalar(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]]) -> Any:
+    if tp is StrictBool:
+        if isinstance(v, bool):
+            return v
+        _error(errors, loc, "bool_type", "Input should be a valid boolean", v)
+        return None
     if tp is StrictInt:
         if isinstance(v, int) and not isinstance(v, bool):
             return v

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Literal
 
-from gpuchain.common.schema import model, spec
+from gpuchain.common.schema import define, spec
 from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
@@ -22,7 +22,7 @@ from gpuchain.gpu.model import DriverInfo, GpuLink, TopologyLevel
 _LEVELS = {lvl.short: lvl for lvl in TopologyLevel if lvl is not TopologyLevel.INTERNAL}
 
 
-@model
+@define
 class DriverSpec:
     version: str = "570.86.15"
     cuda_version: str = spec(default="12.8", alias="cudaVersion", pattern=r"^\d+\.\d+$")
@@ -45,7 +45,7 @@ def _layout_fits(v: dict[str, int] | None, data: Mapping[str, Any]) -> dict[str,
     return v
 
 
-@model
+@define
 class GpuGroup:
     """``count`` GPUs of one model. ``mig`` set means MIG enabled with that layout."""
 
@@ -55,7 +55,7 @@ class GpuGroup:
     mig: dict[str, int] | None = spec(default=None, check=_layout_fits)
 
 
-@model
+@define
 class LinkSpec:
     """An explicit link between two GPU indexes, overriding the derived one."""
 
@@ -73,7 +73,7 @@ def _links_in_range(v: list[LinkSpec], data: Mapping[str, Any]) -> list[LinkSpec
     return v
 
 
-@model(kw_only=True)
+@define(kw_only=True)
 class Topology:
     """One node's GPUs. ``interconnect`` decides NVLink wiring when ``links`` does not."""
 
@@ -140,7 +140,7 @@ class Topology:
         return tuple(links)
 
 
-@model
+@define
 class SimGpuSpec:
     """One expanded GPU of a topology."""
 
