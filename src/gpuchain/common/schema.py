@@ -59,7 +59,7 @@ class SchemaError(ValueError):
 class Spec:
     """What a field's ``spec(...)`` said: see ``spec``."""
 
-    alias: str | None = None
+    key: str | None = None
     ge: float | None = None
     le: float | None = None
     min_length: int | None = None
@@ -72,7 +72,7 @@ def spec(
     *,
     default: Any = dataclasses.MISSING,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
-    alias: str | None = None,
+    key: str | None = None,
     ge: float | None = None,
     le: float | None = None,
     min_length: int | None = None,
@@ -80,8 +80,8 @@ def spec(
     before: Callable[[Any], Any] | None = None,
     check: Callable[[Any, Mapping[str, Any]], Any] | None = None,
 ) -> Any:
-    """A model field: its default, the key it has in files (``alias``), bounds, and validators."""
-    meta = {"schema": Spec(alias, ge, le, min_length, pattern, before, check)}
+    """A model field: its default, the key it has in files (``key``, when not its name), bounds, validators."""
+    meta = {"schema": Spec(key, ge, le, min_length, pattern, before, check)}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -103,8 +103,8 @@ def spec_of(f: dataclasses.Field[Any]) -> Spec:
 
 
 def key_of(f: dataclasses.Field[Any]) -> str:
-    """The field's key in files: its alias, else its name."""
-    return spec_of(f).alias or f.name
+    """The field's key in files: ``spec(key=...)``, else its name."""
+    return spec_of(f).key or f.name
 
 
 @functools.cache
@@ -250,7 +250,7 @@ def _tag(tp: Any) -> str:
     if origin in (list, tuple, dict):
         return f"{origin.__name__}[{','.join('...' if a is Ellipsis else _tag(a) for a in args)}]"
     names = {StrictInt: "int", StrictBool: "bool"}
-    return names.get(tp) or getattr(tp, "__name__", str(tp))
+    return names[tp] if tp in names else str(getattr(tp, "__name__", tp))
 
 
 def _none_message(tp: Any) -> str:

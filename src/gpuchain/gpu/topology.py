@@ -25,7 +25,7 @@ _LEVELS = {lvl.short: lvl for lvl in TopologyLevel if lvl is not TopologyLevel.I
 @define
 class DriverSpec:
     version: str = "570.86.15"
-    cuda_version: str = spec(default="12.8", alias="cudaVersion", pattern=r"^\d+\.\d+$")
+    cuda_version: str = spec(default="12.8", key="cudaVersion", pattern=r"^\d+\.\d+$")
 
 
 def _known_model(v: str, _: Mapping[str, Any]) -> str:
@@ -51,7 +51,7 @@ class GpuGroup:
 
     model: str = spec(check=_known_model)
     count: int = spec(default=1, ge=1, le=64)
-    numa_nodes: list[int] | None = spec(default=None, alias="numaNodes", check=_one_numa_node_each)
+    numa_nodes: list[int] | None = spec(default=None, key="numaNodes", check=_one_numa_node_each)
     mig: dict[str, int] | None = spec(default=None, check=_layout_fits)
 
 

@@ -86,10 +86,10 @@ def _profiles(value: dict[str, int] | None, _: Mapping[str, Any]) -> dict[str, i
 class MigConfigEntry:
     """One entry of a named layout: which GPUs it selects and what MIG state they get."""
 
-    device_filter: str | list[str] | None = spec(default=None, alias="device-filter", check=_filter_ids)
+    device_filter: str | list[str] | None = spec(default=None, key="device-filter", check=_filter_ids)
     devices: Literal["all"] | list[StrictInt] = spec(before=_devices_shape, check=_devices)
-    mig_enabled: StrictBool = spec(alias="mig-enabled")
-    mig_devices: dict[str, StrictInt] | None = spec(default=None, alias="mig-devices", check=_profiles)
+    mig_enabled: StrictBool = spec(key="mig-enabled")
+    mig_devices: dict[str, StrictInt] | None = spec(default=None, key="mig-devices", check=_profiles)
 
     def __post_init__(self) -> None:
         if self.mig_enabled and self.mig_devices is None:
@@ -130,7 +130,7 @@ class MigPartedConfig:
     """A whole mig-parted v1 file: named layouts, each a list of entries."""
 
     version: Literal["v1"]
-    mig_configs: dict[str, list[MigConfigEntry]] = spec(alias="mig-configs", check=_non_empty)
+    mig_configs: dict[str, list[MigConfigEntry]] = spec(key="mig-configs", check=_non_empty)
 
     def __post_init__(self) -> None:
         """Every entry that names GPU models by device-filter must fit each catalogued one."""
