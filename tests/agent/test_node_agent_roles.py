@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import shutil
 import urllib.request
@@ -96,6 +97,7 @@ async def agent_of() -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
         await agent.node.close()
         await agent.kubelet.stop()
         shutil.rmtree(agent.root, ignore_errors=True)
+    gc.unfreeze()  # the supervisor froze the start-up heap (runtime.settled), as an agent does; not this test process's
 
 
 def _every_role(root: Path) -> list[tuple[str, RoleSettings | Role]]:

@@ -28,19 +28,22 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
 
 Loc = tuple[str | int, ...]
 
 
-class StrictInt(int):
-    """The annotation of an int field that accepts an int and nothing else (no bool, no text)."""
+class _Strict:
+    """The mark of a field that takes its type's own values and nothing else (no text, no 1 for true)."""
 
 
-class StrictBool(int):
-    """The annotation of a bool field that accepts true or false and nothing else (no 1, no text)."""
+STRICT = _Strict()
+StrictInt = Annotated[int, STRICT]
+"""An int and nothing else (no bool, no text)."""
+StrictBool = Annotated[bool, STRICT]
+"""True or false and nothing else (no 1, no text)."""
 
 
 class SchemaError(ValueError):
@@ -109,7 +112,7 @@ def key_of(f: dataclasses.Field[Any]) -> str:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def is_model(tp: Any) -> bool:
@@ -175,10 +178,14 @@ def _model(cls: type, data: Any, loc: Loc, errors: list[dict[str, Any]]) -> Any:
     if len(errors) > failed:
         return None
     try:
-        return cls(**values)
+        built = cls(**values)
+        after = getattr(built, "_after", None)
+        if after is not None:
+            after()
     except ValueError as exc:
         _error(errors, loc, "value_error", f"Value error, {exc}", data)
         return None
+    return built
 
 
 def _choices(values: list[Any]) -> str:
@@ -195,6 +202,11 @@ def _value(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec = Sp
     origin = get_origin(tp)
     if tp is Any:
         return v
+    if origin is Annotated:
+        base, *marks = get_args(tp)
+        if STRICT in marks:
+            return _bounded(_strict(base, v, loc, errors), v, loc, errors, s)
+        return _value(base, v, loc, errors, s)
     if origin in (Union, types.UnionType):
         options = get_args(tp)
         if v is None and type(None) in options:
@@ -239,7 +251,7 @@ def _value(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec = Sp
                 return member
         _error(errors, loc, "enum", f"Input should be {_choices(list(tp))}", v)
         return None
-    return _bounded(_scalar(tp, v, loc, errors), loc, errors, s)
+    return _bounded(_scalar(tp, v, loc, errors), v, loc, errors, s)
 
 
 def _tag(tp: Any) -> str:
@@ -249,18 +261,15 @@ def _tag(tp: Any) -> str:
         return f"literal[{','.join(repr(a) for a in args)}]"
     if origin in (list, tuple, dict):
         return f"{origin.__name__}[{','.join('...' if a is Ellipsis else _tag(a) for a in args)}]"
-    names = {StrictInt: "int", StrictBool: "bool"}
-    return names[tp] if tp in names else str(getattr(tp, "__name__", tp))
+    if origin is Annotated:
+        return _tag(args[0])
+    return str(getattr(tp, "__name__", tp))
 
 
 def _none_message(tp: Any) -> str:
-    names = {
-        bool: "a valid boolean",
-        StrictBool: "a valid boolean",
-        int: "a valid integer",
-        StrictInt: "a valid integer",
-        float: "a valid number",
-    }
+    if get_origin(tp) is Annotated:
+        return _none_message(get_args(tp)[0])
+    names = {bool: "a valid boolean", int: "a valid integer", float: "a valid number"}
     if tp in names:
         return f"Input should be {names[tp]}"
     if tp is str:
@@ -300,22 +309,24 @@ def _sequence(tp: Any, origin: type, v: Any, loc: Loc, errors: list[dict[str, An
     return tuple(items) if origin is tuple else items
 
 
+def _strict(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]]) -> Any:
+    """``v`` if it is a ``tp`` itself (a bool is no int here)."""
+    if isinstance(v, tp) and (tp is bool or not isinstance(v, bool)):
+        return v
+    names = {bool: "a valid boolean", int: "a valid integer"}
+    _error(errors, loc, f"{tp.__name__}_type", f"Input should be {names.get(tp, tp.__name__)}", v)
+    return None
+
+
 def _scalar(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]]) -> Any:
-    if tp is StrictBool:
-        if isinstance(v, bool):
-            return v
-        _error(errors, loc, "bool_type", "Input should be a valid boolean", v)
-        return None
-    if tp is StrictInt:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        _error(errors, loc, "int_type", "Input should be a valid integer", v)
-        return None
     if tp is bool:
         if isinstance(v, bool):
             return v
-        if isinstance(v, int | float) and v in (0, 1):
-            return bool(v)
+        if isinstance(v, int | float):
+            if v in (0, 1):
+                return bool(v)
+            _error(errors, loc, "bool_parsing", "Input should be a valid boolean, unable to interpret input", v)
+            return None
         if isinstance(v, str):
             word = v.strip().lower()
             if word in _TRUE or word in _FALSE:
@@ -365,17 +376,18 @@ def _scalar(tp: Any, v: Any, loc: Loc, errors: list[dict[str, Any]]) -> Any:
     return None
 
 
-def _bounded(v: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec) -> Any:
+def _bounded(v: Any, given: Any, loc: Loc, errors: list[dict[str, Any]], s: Spec) -> Any:
+    """``v`` (validated from ``given``) within the field's bounds; the errors show what was given."""
     if v is None:
         return None
     if s.ge is not None and v < s.ge:
-        _error(errors, loc, "greater_than_equal", f"Input should be greater than or equal to {_num(s.ge)}", v)
+        _error(errors, loc, "greater_than_equal", f"Input should be greater than or equal to {_num(s.ge)}", given)
         return None
     if s.le is not None and v > s.le:
-        _error(errors, loc, "less_than_equal", f"Input should be less than or equal to {_num(s.le)}", v)
+        _error(errors, loc, "less_than_equal", f"Input should be less than or equal to {_num(s.le)}", given)
         return None
     if s.pattern is not None and isinstance(v, str) and not re.search(s.pattern, v):
-        _error(errors, loc, "string_pattern_mismatch", f"String should match pattern '{s.pattern}'", v)
+        _error(errors, loc, "string_pattern_mismatch", f"String should match pattern '{s.pattern}'", given)
         return None
     return v
 

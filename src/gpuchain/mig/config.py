@@ -91,7 +91,7 @@ class MigConfigEntry:
     mig_enabled: StrictBool = spec(key="mig-enabled")
     mig_devices: dict[str, StrictInt] | None = spec(default=None, key="mig-devices", check=_profiles)
 
-    def __post_init__(self) -> None:
+    def _after(self) -> None:
         if self.mig_enabled and self.mig_devices is None:
             raise ValueError("mig-devices is required when mig-enabled is true (use {} for no instances)")
         if not self.mig_enabled and self.mig_devices:
@@ -132,7 +132,7 @@ class MigPartedConfig:
     version: Literal["v1"]
     mig_configs: dict[str, list[MigConfigEntry]] = spec(key="mig-configs", check=_non_empty)
 
-    def __post_init__(self) -> None:
+    def _after(self) -> None:
         """Every entry that names GPU models by device-filter must fit each catalogued one."""
         for name, entries in self.mig_configs.items():
             for i, entry in enumerate(entries):

@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass, field
 
 from gpuchain.common.labels import GPU_PRESENT, MIG_CAPABLE
+from gpuchain.common.schema import validate
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
@@ -208,14 +209,14 @@ def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None
     body = scenario.device_plugin_configs.get(key)
     if body is None:
         return None
-    return apply_env(DevicePluginConfig.model_validate(body), env)
+    return apply_env(validate(DevicePluginConfig, body), env)
 
 
 def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dict[str, str]:
     """GFD's labels when strategy single meets a non-uniform layout (NVIDIA/k8s-device-plugin
     internal/lm/mig-strategy.go newInvalidMigStrategyLabeler): product ``<model>-MIG-INVALID``
     and count, replicas and memory 0."""
-    mixed = config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": MigStrategy.MIXED})})
+    mixed = dataclasses.replace(config, flags=dataclasses.replace(config.flags, mig_strategy=MigStrategy.MIXED))
     labels = dict(gfd_labels(inventory, mixed))
     model = labels.get("nvidia.com/gpu.product", "NVIDIA-GPU").split("-MIG-")[0]
     labels.update(

@@ -9,6 +9,7 @@ on a clean stop of a looping run the feature file goes with the labels, as NVIDI
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -35,7 +36,7 @@ from gpuchain.discovery.service import Discovery, Sink, follow_config_label, rea
 
 log = logging.getLogger("gpuchain.discovery")
 
-NFD_FEATURE_FILE = str(GfdFlags.model_fields["output_file"].default)
+NFD_FEATURE_FILE = GfdFlags().output_file
 """Where NFD on the host picks feature files up and turns them into node labels."""
 
 
@@ -45,8 +46,8 @@ def config_of(source: ConfigSource, label: str | None, mig_strategy: str | None)
     config = source.load(label, os.environ)
     if mig_strategy is None:
         return config
-    flags = config.flags.model_copy(update={"mig_strategy": MigStrategy(mig_strategy)})
-    return config.model_copy(update={"flags": flags})
+    flags = dataclasses.replace(config.flags, mig_strategy=MigStrategy(mig_strategy))
+    return dataclasses.replace(config, flags=flags)
 
 
 def _interval_source(option: str | None, config_file: Path | None) -> str:
