@@ -174,6 +174,10 @@ def main() -> None:
 
     Pipelines and scripts read the first line of stderr; ``--help`` still shows the whole page.
     """
+    if sys.argv[1:2] == ["node-agent"]:  # parsed by argparse: typer would load pydantic for its options
+        from gpuchain.commands.node_agent import main as node_agent
+
+        sys.exit(node_agent(sys.argv[2:]))
     from typer._click import exceptions as click  # typer vendors click; these are the classes it raises
 
     try:

@@ -7,12 +7,16 @@ settings, opens the one GPU backend, and runs the roles under the agent's superv
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import signal
+import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -30,10 +34,10 @@ from gpuchain.agent.settings import (
     RoleSettings,
     ValidatorSettings,
 )
-from gpuchain.commands._agent import nvml_release_dir_option
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend, preset_option, topology_option
-from gpuchain.commands._cluster import mark, node_backend_option, open_cluster, refuse_implicit_sim, resolve_backend
-from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend
+from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
+from gpuchain.commands._output import LogFormat, configure_logging, fail
+from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube.port import Cluster
 
 log = logging.getLogger("gpuchain.node-agent")
@@ -42,6 +46,13 @@ DEFAULT_ROLES = ("device-plugin", "gpu-health", "exporter", "gfd", "mig-manager"
 """Every role but the DRA plugin: the device plugin and the DRA driver never serve the same GPU."""
 METRICS_PORT = 9400
 """The exporter's port (DCGM's): the node agent serves every role's metrics there."""
+HELP = """Serve the node side of the chain (device plugin, GFD, exporter, GPU health, MIG manager, DRA
+plugin, validator) from one process sharing one GPU backend."""
+DETAILS = """One NVML session with one health event stream fanned out to the roles, one watch on the
+Node, one pod-resources client and one metrics endpoint (the exporter's port). A role that fails is
+logged and restarted alone with backoff; gpuchain_node_agent_role_failing says which fail
+repeatedly. SIGHUP reloads the device plugin's config; SIGTERM stops every role cleanly. Flags
+are parsed without pydantic (argparse), so the agent never loads it."""
 
 
 def _roles(text: str) -> list[str]:
@@ -71,167 +82,262 @@ def _memory_cluster(node_name: str) -> Cluster:
     return MemoryCluster([node])
 
 
-def node_agent(
-    roles: str = typer.Option(
-        ",".join(DEFAULT_ROLES),
+class _Parser(argparse.ArgumentParser):
+    """argparse with gpuchain's usage errors: one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
+        sys.exit(2)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The node agent's flags; a flag's environment variable (in brackets) is its default."""
+    env = os.environ.get
+    ap = _Parser(
+        prog="gpuchain node-agent",
+        description=" ".join(HELP.split()),
+        epilog=" ".join(DETAILS.split()),
+    )
+    add = ap.add_argument
+    add(
         "--roles",
-        envvar="GPUCHAIN_ROLES",
-        help=f"The roles this process serves, comma-separated, of: {', '.join(ROLES)}. The device plugin "
-        "starts first; a role that fails is restarted alone while the others keep serving.",
-    ),
-    backend: BackendKind | None = node_backend_option(),
-    preset: str | None = preset_option(),
-    topology: str | None = topology_option(),
-    node_name: str | None = typer.Option(
-        None, "--node-name", envvar="NODE_NAME", help="This node (downward API spec.nodeName)."
-    ),
-    memory_cluster: bool = typer.Option(
-        False,
+        default=env("GPUCHAIN_ROLES", ",".join(DEFAULT_ROLES)),
+        help=f"The roles this process serves, comma-separated, of: {', '.join(ROLES)} [GPUCHAIN_ROLES]. The "
+        "device plugin starts first; a role that fails is restarted alone while the others keep serving.",
+    )
+    add(
+        "--backend",
+        "-b",
+        choices=[k.value for k in BackendKind],
+        default=None,
+        help="nvml: this node's GPUs; sim: simulated GPUs (given explicitly: nothing simulated reaches a node by "
+        "default).",
+    )
+    add("--preset", default=None, help="Simulated topology preset (default h100-80gb-x8).")
+    add("--topology", default=None, help="Simulated topology from a YAML file instead of a preset.")
+    add("--node-name", default=env("NODE_NAME"), help="This node (downward API spec.nodeName) [NODE_NAME].")
+    add(
         "--memory-cluster",
+        action="store_true",
         help="Keep every Kubernetes object in this process (a simulated node reaching no cluster), with --backend sim.",
-    ),
-    socket_dir: Path | None = typer.Option(
-        None,
+    )
+    add(
         "--socket-dir",
-        envvar="DP_SOCKET_DIR",
-        help="device-plugin: the kubelet's device plugin socket directory [default: /var/lib/kubelet/device-plugins].",
-    ),
-    config_file: Path | None = typer.Option(
-        None,
+        type=Path,
+        default=_path(env("DP_SOCKET_DIR")),
+        help="device-plugin: the kubelet's device plugin directory [DP_SOCKET_DIR; /var/lib/kubelet/device-plugins].",
+    )
+    add(
         "--config-file",
-        envvar="CONFIG_FILE",
-        help="device-plugin, gfd, gpu-health: NVIDIA device plugin config v1 (gpu-health reads its health section).",
-    ),
-    config_dir: Path | None = typer.Option(
-        None,
+        type=Path,
+        default=_path(env("CONFIG_FILE")),
+        help="device-plugin, gfd, gpu-health: NVIDIA device plugin config v1 (gpu-health reads its health "
+        "section) [CONFIG_FILE].",
+    )
+    add(
         "--config-dir",
+        type=Path,
+        default=None,
         help="device-plugin, gfd: a mounted ConfigMap with several configs, picked by the node's "
         "nvidia.com/device-plugin.config label, else --config-key.",
-    ),
-    config_key: str | None = typer.Option(
-        None, "--config-key", envvar="NODE_CONFIG_KEY", help="device-plugin, gfd: the default key of --config-dir."
-    ),
-    config_naming: bool = typer.Option(
-        False,
+    )
+    add(
+        "--config-key",
+        default=env("NODE_CONFIG_KEY"),
+        help="device-plugin, gfd: the default key of --config-dir [NODE_CONFIG_KEY].",
+    )
+    add(
         "--config-resource-naming",
-        envvar="GPUCHAIN_CONFIG_RESOURCE_NAMING",
-        help="device-plugin, gfd: apply the config's resources, sharing rename and devices.",
-    ),
-    cdi_dir: Path | None = typer.Option(
-        None, "--cdi-dir", envvar="CDI_DIR", help="device-plugin, dra-plugin: the container runtime's CDI directory."
-    ),
-    metrics_port: int = typer.Option(
-        METRICS_PORT,
+        action="store_true",
+        default=_env_flag("GPUCHAIN_CONFIG_RESOURCE_NAMING"),
+        help="device-plugin, gfd: apply the config's resources, sharing rename and devices "
+        "[GPUCHAIN_CONFIG_RESOURCE_NAMING].",
+    )
+    add(
+        "--cdi-dir",
+        type=Path,
+        default=_path(env("CDI_DIR")),
+        help="device-plugin, dra-plugin: the container runtime's CDI directory [CDI_DIR].",
+    )
+    add(
         "--metrics-port",
         "--port",
-        min=0,
-        max=65535,
-        help="Every role's metrics on this port at /metrics (the exporter's DCGM metrics, the repair loop's, "
-        "each role's state), /health; 0 picks a free port.",
-    ),
-    metrics_address: str = typer.Option("0.0.0.0", "--metrics-address", "--address", help="Address to listen on."),
-    pod_resources_socket: str | None = typer.Option(
-        None,
+        type=_port,
+        default=METRICS_PORT,
+        help="Every role's metrics on this port at /metrics (the exporter's DCGM metrics, the repair loop's, each "
+        f"role's state), /health; 0 picks a free port (default {METRICS_PORT}).",
+    )
+    add("--metrics-address", "--address", default="0.0.0.0", help="Address to listen on.")
+    add(
         "--pod-resources-socket",
-        help="exporter, gpu-health: the kubelet's pod-resources socket "
-        "[default: /var/lib/kubelet/pod-resources/kubelet.sock, used when it exists].",
-    ),
-    collect_interval: float = typer.Option(30.0, "--collect-interval", help="exporter: seconds between collections."),
-    collectors: Path | None = typer.Option(
-        None, "--collectors", help="exporter: metric set as a dcgm-exporter collectors CSV (default: the packaged set)."
-    ),
-    output_file: str | None = typer.Option(
-        None, "--output-file", help="gfd: the NFD feature file (default: flags.gfd.outputFile); '' writes none."
-    ),
-    sleep_interval: str | None = typer.Option(
-        None, "--sleep-interval", help="gfd: time between passes as a Go duration (default: flags.gfd.sleepInterval)."
-    ),
-    resync: float = typer.Option(30.0, "--resync", help="gpu-health: republish the pod map at least this often (s)."),
-    repair: bool = typer.Option(False, "--repair", help="gpu-health: also run the per-GPU repair loop."),
-    gate_startup: bool = typer.Option(
-        False, "--gate-startup", help="gpu-health: remove the startup taint once the chain is up on this node."
-    ),
-    xid_resolution: str = typer.Option("", "--xid-resolution", help="gpu-health: per-XID overrides (109=none)."),
-    namespace: str | None = typer.Option(
-        None, "--namespace", envvar="POD_NAMESPACE", help="gpu-health: where the remediator keeps its status."
-    ),
-    mig_config_file: str | None = typer.Option(
-        None, "--mig-config-file", help="mig-manager: mig-parted v1 config (default: built-in layouts)."
-    ),
-    default_mig_config: str | None = typer.Option(
-        None, "--default-mig-config", envvar="DEFAULT_MIG_CONFIG", help="mig-manager: layout for an unlabelled node."
-    ),
-    evict: bool = typer.Option(False, "--evict", help="mig-manager: evict pods that still use GPUs."),
-    registry_dir: Path | None = typer.Option(
-        None, "--registry-dir", help="dra-plugin: the kubelet's plugins_registry."
-    ),
-    plugin_dir: Path | None = typer.Option(None, "--plugin-dir", help="dra-plugin: where its endpoint socket goes."),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help="dra-plugin: the prepared-claims checkpoint."),
-    dra_resync: float = typer.Option(
-        30.0, "--dra-resync-seconds", min=0.1, help="dra-plugin: republish interval (catches MIG re-layouts)."
-    ),
-    validations_dir: Path | None = typer.Option(
-        None, "--validations-dir", help="validator, gpu-health --gate-startup: the ready files' directory."
-    ),
-    release_dir: str = nvml_release_dir_option(),
-    log_format: LogFormat = log_format_option(),
-) -> None:
-    """Serve the node side of the chain (device plugin, GFD, exporter, GPU health, MIG manager, DRA
-    plugin, validator) from one process sharing one GPU backend.
+        default=None,
+        help="exporter, gpu-health: the kubelet's pod-resources socket (default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock, used when it exists).",
+    )
+    add("--collect-interval", type=_seconds, default=30.0, help="exporter: seconds between collections.")
+    add(
+        "--collectors",
+        type=Path,
+        default=None,
+        help="exporter: metric set as a dcgm-exporter collectors CSV (default: the packaged set).",
+    )
+    add("--output-file", default=None, help="gfd: the NFD feature file (default: flags.gfd.outputFile); '' none.")
+    add(
+        "--sleep-interval",
+        default=None,
+        help="gfd: time between passes as a Go duration (default: flags.gfd.sleepInterval).",
+    )
+    add("--resync", type=_seconds, default=30.0, help="gpu-health: republish the pod map at least this often (s).")
+    add("--repair", action="store_true", help="gpu-health: also run the per-GPU repair loop.")
+    add(
+        "--gate-startup",
+        action="store_true",
+        help="gpu-health: remove the startup taint once the chain is up on this node.",
+    )
+    add("--xid-resolution", default="", help="gpu-health: per-XID overrides (109=none, 13=reset@5/1h).")
+    add(
+        "--namespace",
+        default=env("POD_NAMESPACE"),
+        help="gpu-health: where the remediator keeps its status [POD_NAMESPACE].",
+    )
+    add("--mig-config-file", default=None, help="mig-manager: mig-parted v1 config (default: built-in layouts).")
+    add(
+        "--default-mig-config",
+        default=env("DEFAULT_MIG_CONFIG"),
+        help="mig-manager: the layout for a node without a nvidia.com/mig.config label [DEFAULT_MIG_CONFIG].",
+    )
+    add("--evict", action="store_true", help="mig-manager: evict pods that still use GPUs.")
+    add("--registry-dir", type=Path, default=None, help="dra-plugin: the kubelet's plugins_registry.")
+    add("--plugin-dir", type=Path, default=None, help="dra-plugin: where its endpoint socket goes.")
+    add("--state-dir", type=Path, default=None, help="dra-plugin: the prepared-claims checkpoint.")
+    add(
+        "--dra-resync-seconds",
+        type=_seconds,
+        default=30.0,
+        help="dra-plugin: republish interval (catches MIG re-layouts).",
+    )
+    add(
+        "--validations-dir",
+        type=Path,
+        default=None,
+        help="validator, gpu-health --gate-startup: the ready files' directory.",
+    )
+    add(
+        "--nvml-release-dir",
+        default=env("GPUCHAIN_NVML_RELEASE_DIR"),
+        help="The node's NVML release board, for gpuchain agents in other processes ('' for none; default "
+        "/run/gpuchain/nvml) [GPUCHAIN_NVML_RELEASE_DIR].",
+    )
+    add(
+        "--log-format",
+        choices=[f.value for f in LogFormat],
+        default=env("GPUCHAIN_LOG_FORMAT", "text"),
+        help="Log lines as text or json [GPUCHAIN_LOG_FORMAT].",
+    )
+    return ap
 
-    One NVML session with one health event stream fanned out to the roles, one watch on the Node,
-    one pod-resources client and one metrics endpoint (the exporter's port). A role that fails is
-    logged and restarted alone with backoff; gpuchain_node_agent_role_failing says which fail
-    repeatedly. SIGHUP reloads the device plugin's config; SIGTERM stops every role cleanly.
-    """
-    configure_logging(logging.INFO, log_format)
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        return positive_seconds("seconds", float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: Sequence[str]) -> int:
+    """``gpuchain node-agent ARGS``: parse with argparse and run; the exit status."""
+    args = parser().parse_args(list(argv))
+    try:
+        node_agent(args)
+    except typer.Exit as exc:  # fail() ends a command this way
+        return int(exc.exit_code)
+    return 0
+
+
+def node_agent(args: argparse.Namespace) -> None:
+    """Run the roles ``args`` name until SIGTERM/SIGINT."""
+    configure_logging(logging.INFO, LogFormat(args.log_format))
     early = stop_early()
-    names = _roles(roles)
-    choice = resolve_backend(backend)
+    names = _roles(args.roles)
+    choice = resolve_backend(BackendKind(args.backend) if args.backend else None)
     refuse_implicit_sim(choice, "this node (the kubelet's sockets, the node's files, the cluster)")
-    if memory_cluster and not choice.simulated:
+    if args.memory_cluster and not choice.simulated:
         fail("--memory-cluster runs a simulated node: give it with --backend sim")
     from gpuchain.gpu.xid import parse_overrides
 
     try:
-        overrides = parse_overrides(xid_resolution)
+        overrides = parse_overrides(args.xid_resolution)
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
+    validations = args.validations_dir
     wanted: dict[str, RoleSettings] = {
-        "device-plugin": DevicePluginSettings(socket_dir, config_file, config_dir, config_key, config_naming, cdi_dir),
+        "device-plugin": DevicePluginSettings(
+            args.socket_dir,
+            args.config_file,
+            args.config_dir,
+            args.config_key,
+            args.config_resource_naming,
+            args.cdi_dir,
+        ),
         "gpu-health": GpuHealthSettings(
-            config_file,
-            resync,
-            namespace,
-            repair,
+            args.config_file,
+            args.resync,
+            args.namespace,
+            args.repair,
             overrides,
-            gate_startup=gate_startup,
-            validations_dir=str(validations_dir) if validations_dir else None,
+            gate_startup=args.gate_startup,
+            validations_dir=str(validations) if validations else None,
         ),
-        "exporter": ExporterSettings(collectors, collect_interval),
+        "exporter": ExporterSettings(args.collectors, args.collect_interval),
         "gfd": GfdSettings(
-            config_file, config_dir, config_key, config_naming, sleep_interval=sleep_interval, output_file=output_file
+            args.config_file,
+            args.config_dir,
+            args.config_key,
+            args.config_resource_naming,
+            sleep_interval=args.sleep_interval,
+            output_file=args.output_file,
         ),
-        "mig-manager": MigManagerSettings(mig_config_file, evict, default_config=default_mig_config),
-        "dra-plugin": DraPluginSettings(registry_dir, plugin_dir, cdi_dir, state_dir, dra_resync),
-        "validator": ValidatorSettings(validations_dir),
+        "mig-manager": MigManagerSettings(args.mig_config_file, args.evict, default_config=args.default_mig_config),
+        "dra-plugin": DraPluginSettings(
+            args.registry_dir, args.plugin_dir, args.cdi_dir, args.state_dir, args.dra_resync_seconds
+        ),
+        "validator": ValidatorSettings(validations),
     }
-    if memory_cluster:
-        node_name = node_name or "sim-node"
+    node_name = args.node_name or ("sim-node" if args.memory_cluster else None)
+    release_dir = args.nvml_release_dir
+    if release_dir is None:
+        from gpuchain.gpu.nvmlrelease import DEFAULT_DIR
+
+        release_dir = str(DEFAULT_DIR)
     settings = NodeSettings(
         node_name=node_name,
         release_dir=release_dir,
-        pod_resources_socket=_pod_resources(pod_resources_socket),
-        metrics_address=metrics_address,
-        metrics_port=metrics_port,
+        pod_resources_socket=_pod_resources(args.pod_resources_socket),
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
     )
-    if memory_cluster:
+    if args.memory_cluster:
         name = node_name or "sim-node"
         cluster_of = lambda: _memory_cluster(name)  # noqa: E731
     else:
         cluster_of = lambda: open_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
     try:
-        gpus = open_backend(choice.kind, preset, topology)
+        gpus = open_backend(choice.kind, args.preset, args.topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc), code=1)
     node = Node(gpus, settings, cluster_of)
@@ -240,7 +346,8 @@ def node_agent(
         node.serve_metrics()
     except OSError as exc:
         gpus.close()
-        fail(f"cannot listen on {metrics_address}:{metrics_port}: {exc.strerror or exc}; pick another --metrics-port")
+        port = args.metrics_port
+        fail(f"cannot listen on {args.metrics_address}:{port}: {exc.strerror or exc}; pick another --metrics-port")
     log.info(mark(f"node agent: roles {', '.join(names)} on the {gpus.name} backend", choice))
     asyncio.run(_serve(node, [(n, wanted[n]) for n in names], early))
     log.info("node agent stopped")
@@ -270,4 +377,14 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
 
 
 def register(app: typer.Typer) -> None:
-    app.command("node-agent")(node_agent)
+    """The command in gpuchain's typer app: its arguments go to ``main`` untouched. ``cli.main``
+    runs ``main`` before typer is asked, since typer validates every option through pydantic."""
+
+    @app.command(
+        "node-agent",
+        help=HELP + "\n\n" + DETAILS,
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    def node_agent_command(ctx: typer.Context) -> None:
+        raise typer.Exit(main(ctx.args))
