@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -184,9 +185,19 @@ class Node:
             self._share_node_watch(self._cluster)
         return self._cluster
 
+    @property
+    def pods_socket(self) -> str:
+        """The pod-resources socket the roles use ('' for none): see ``NodeSettings``."""
+        socket = self.settings.pod_resources_socket
+        if socket is None:
+            from gpuchain.exporter.podresources import DEFAULT_SOCKET
+
+            socket = DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else ""
+        return socket
+
     def pods(self) -> PodResourcesClient | None:
         """The one pod-resources client of the process, or None without a socket."""
-        socket = self.settings.pod_resources_socket
+        socket = self.pods_socket
         if self._pods is None and socket:
             from gpuchain.exporter.podresources import PodResourcesClient
 

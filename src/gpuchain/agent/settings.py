@@ -28,7 +28,9 @@ class NodeSettings:
     release_dir: str = ""
     """The node's NVML release board ('' for none): for agents that share no process with gpu-health."""
     pod_resources_socket: str | None = None
-    """The kubelet's pod-resources socket; None: no pod attribution."""
+    """The kubelet's pod-resources socket; '' for none (no pod attribution); None: the kubelet's
+    own (``exporter.podresources.DEFAULT_SOCKET``) when it exists, looked for by the first role
+    that asks, so a node agent's device plugin registers before that module is loaded."""
     pod_resources_timeout: float = 5.0
     metrics_address: str = "0.0.0.0"
     metrics_port: int | None = None

@@ -12,9 +12,10 @@ supervisor keeps each role in a loop of its own:
   that says so, and ``RoleMetrics`` serves per role ``gpuchain_node_agent_role_up``,
   ``gpuchain_node_agent_role_failures_total`` and ``gpuchain_node_agent_role_failing``;
 - start-up is ordered: the first role (the device plugin, ``build.ROLES``) is started alone and
-  the others only once it serves (or failed, or ``first_wait`` passed), so a node's GPUs reach
-  the kubelet before the other roles' imports and first passes; once every role served (or
-  ``settle_after`` passed) the start-up heap is frozen (``runtime.settled``);
+  the others (and ``after_first``: the node agent's metrics endpoint) only once it serves (or
+  failed, or ``first_wait`` passed), so a node's GPUs reach the kubelet before the other roles'
+  imports and first passes; once every role served (or ``settle_after`` passed) the start-up
+  heap is frozen (``runtime.settled``);
 - stopping sets every role's stop event and waits for them to clean up (``stop_timeout``, after
   which a role is cancelled).
 """
@@ -25,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -72,6 +73,7 @@ class Supervisor:
         settle_after: float = 60.0,
         stop_timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        after_first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.roles = [RoleState(name, build) for name, build in roles]
         self.first_delay = first_delay
@@ -80,6 +82,9 @@ class Supervisor:
         self.settle_after = settle_after
         self.stop_timeout = stop_timeout
         self._clock = clock
+        self.after_first = after_first
+        """Run once the first role serves (or failed), before the others start: what the agent
+        does not need for its first role (the metrics endpoint) waits until then."""
         self._stopping = asyncio.Event()
         self.changes = 0
         """Bumped on every change of a role's state (the metrics' generation)."""
@@ -95,8 +100,11 @@ class Supervisor:
                 if stop.is_set():
                     break
                 tasks.append(asyncio.create_task(self._keep(state), name=f"role {state.name}"))
-                if i == 0 and len(self.roles) > 1:
-                    await _first_of((state.served, stop), self.first_wait)
+                if i == 0:
+                    if len(self.roles) > 1 or self.after_first is not None:
+                        await _first_of((state.served, stop), self.first_wait)
+                    if self.after_first is not None and not stop.is_set():
+                        await self.after_first()
             settling = asyncio.create_task(self._settle())
             await stop.wait()
             settling.cancel()

@@ -76,7 +76,7 @@ def exporter(
     except ValueError as exc:
         fail(str(exc))
     settings = ExporterSettings(collectors, interval, call_timeout, hostname, per_process, pods_from_api)
-    socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
+    socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else "")
     node_settings = NodeSettings(
         node_name=os.environ.get("NODE_NAME"),
         release_dir=release_dir,

@@ -64,15 +64,6 @@ def _roles(text: str) -> list[str]:
     return [r for r in ROLES if r in named]
 
 
-def _pod_resources(given: str | None) -> str | None:
-    """The pod-resources socket given, else the kubelet's when it exists (else none: no pod attribution)."""
-    if given:
-        return given
-    from gpuchain.exporter.podresources import DEFAULT_SOCKET
-
-    return DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None
-
-
 def _memory_cluster(node_name: str) -> Cluster:
     """An in-process API holding this Node: a simulated node that reaches no cluster."""
     from gpuchain.kube.memory import MemoryCluster
@@ -327,7 +318,7 @@ def node_agent(args: argparse.Namespace) -> None:
     settings = NodeSettings(
         node_name=node_name,
         release_dir=release_dir,
-        pod_resources_socket=_pod_resources(args.pod_resources_socket),
+        pod_resources_socket=args.pod_resources_socket,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
     )
@@ -342,20 +333,18 @@ def node_agent(args: argparse.Namespace) -> None:
         fail(str(exc), code=1)
     node = Node(gpus, settings, cluster_of)
     node.in_process_reset = "gpu-health" in names
-    try:
-        node.serve_metrics()
-    except OSError as exc:
-        gpus.close()
-        port = args.metrics_port
-        fail(f"cannot listen on {args.metrics_address}:{port}: {exc.strerror or exc}; pick another --metrics-port")
     log.info(mark(f"node agent: roles {', '.join(names)} on the {gpus.name} backend", choice))
-    asyncio.run(_serve(node, [(n, wanted[n]) for n in names], early))
+    failed = asyncio.run(_serve(node, [(n, wanted[n]) for n in names], early))
+    if failed is not None:
+        port = args.metrics_port
+        fail(f"cannot listen on {args.metrics_address}:{port}: {failed}; pick another --metrics-port", code=1)
     log.info("node agent stopped")
 
 
-async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threading.Event) -> None:
+async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threading.Event) -> str | None:
     """Share the node's resources, supervise the roles until SIGTERM/SIGINT (``early``: one that
-    came while starting), then let go of everything."""
+    came while starting), then let go of everything. The metrics endpoint opens once the first role
+    (the device plugin) serves; why it could not (its port taken), or None."""
     from gpuchain.agent.supervisor import RoleMetrics, Supervisor
 
     stop = asyncio.Event()
@@ -365,7 +354,17 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, node.reload, "SIGHUP")
     node.share(loop)
-    supervisor = Supervisor([(name, lambda s=s: build(s, node)) for name, s in roles])  # type: ignore[misc]
+    failed: list[str] = []
+
+    async def open_metrics() -> None:
+        try:
+            await asyncio.to_thread(node.serve_metrics)
+        except OSError as exc:
+            failed.append(str(exc.strerror or exc))
+            stop.set()
+
+    builders = [(name, lambda s=s: build(s, node)) for name, s in roles]
+    supervisor = Supervisor(builders, after_first=open_metrics)
     node.metrics.add("node-agent", RoleMetrics(supervisor))
     releasing = follow_release(node, "node-agent")
     try:
@@ -374,6 +373,7 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
         if releasing is not None:
             releasing.cancel()
         await node.close()
+    return failed[0] if failed else None
 
 
 def register(app: typer.Typer) -> None:

@@ -391,7 +391,7 @@ def gpu_health(
     node_settings = NodeSettings(
         node_name=name,
         release_dir=release_dir,
-        pod_resources_socket=pod_resources_socket if os.path.exists(pod_resources_socket) else None,
+        pod_resources_socket=pod_resources_socket if os.path.exists(pod_resources_socket) else "",
         metrics_address=metrics_address,
         metrics_port=metrics_port if serves else None,
     )

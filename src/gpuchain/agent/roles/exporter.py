@@ -62,7 +62,7 @@ async def run(settings: ExporterSettings, node: Node, stop: asyncio.Event, start
     collector.start()
     node.metrics.add(NAME, collector)
     try:
-        socket_path = node.settings.pod_resources_socket
+        socket_path = node.pods_socket
         attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
         where = f"http://{node.settings.metrics_address}:{node.server.server_port}" if node.server else "no endpoint"
         simulated = " (simulated)" if node.simulated else ""
