@@ -107,13 +107,9 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     from gpuchain.kube import NODE as NODE_KIND
 
     procs, ports = start_all(root, kubeconfig, busy=True)
-    kubelets = [
-        Kubelet(root / "device-plugin"),
-        Kubelet(root / "node-agent" / "dp"),
-        Kubelet(root / "node-agent-dp" / "dp"),
-    ]
-    for k in kubelets:
-        k.thread.start()
+    sockets = [root / "device-plugin", root / "node-agent" / "dp", root / "node-agent-dp" / "dp"]
+    kubelets = Kubelet.on_one_loop(sockets)
+    kubelets[0].thread.start()  # one thread, one loop, for all three
     layouts = ["all-1g.10gb", "all-disabled"]
     began = time.monotonic()
     flips = scrapes = 0

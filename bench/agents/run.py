@@ -195,6 +195,26 @@ class Kubelet:
         except BaseException as exc:  # the bench fails on it (check), not a thread dying quietly
             self.error = exc
 
+    @classmethod
+    def on_one_loop(cls, socket_dirs: list[Path]) -> list[Kubelet]:
+        """Kubelets for several plugins on one thread and one event loop (gRPC's asyncio poller
+        serves the first loop of a process; a second loop's calls end in 'Event loop is closed')."""
+        kubelets = [cls(d) for d in socket_dirs]
+
+        async def one(kubelet: Kubelet) -> None:
+            try:
+                await kubelet._run()
+            except BaseException as exc:
+                kubelet.error = exc
+
+        async def every() -> None:
+            await asyncio.gather(*(one(k) for k in kubelets))
+
+        thread = threading.Thread(target=lambda: asyncio.run(every()), daemon=True)
+        for kubelet in kubelets:
+            kubelet.thread = thread
+        return kubelets
+
     def check(self) -> None:
         if self.error is not None:
             raise RuntimeError(f"the kubelet side failed: {self.error!r}")
