@@ -46,8 +46,8 @@ async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a
     await kubelet.start()
     burn_in = BurnInConfig(cuda=False, dcgm=False, fabric_wait_s=0)  # the burn-in's NVML checks only
     roles = [
-        ("device-plugin", DevicePluginSettings(root)),
-        ("gpu-health", GpuHealthSettings(resync=0.1, repair=True, burn_in=burn_in)),
+        ("device-plugin", DevicePluginSettings(socket_dir=root)),
+        ("gpu-health", GpuHealthSettings(resync=0.1, repair=True, repair_interval=0.1, burn_in=burn_in)),
     ]
     supervisor = Supervisor([(name, functools.partial(build, s, node)) for name, s in roles])
     stop = asyncio.Event()

@@ -31,13 +31,15 @@ from gpuchain.agent.supervisor import RoleMetrics, Supervisor
 from gpuchain.kube.memory import MemoryCluster
 
 roles = {
-    "device-plugin": DevicePluginSettings(root / "dp"),
+    "device-plugin": DevicePluginSettings(socket_dir=root / "dp"),
     "gpu-health": GpuHealthSettings(resync=0.5),
     "exporter": ExporterSettings(interval=0.2),
     "gfd": GfdSettings(output_file=str(root / "gfd"), sleep_interval="1s", machine_type_file=str(root / "none")),
     "mig-manager": MigManagerSettings(),
-    "dra-plugin": DraPluginSettings(root / "reg", root / "plugin", root / "cdi", root / "state"),
-    "validator": ValidatorSettings(root / "validations"),
+    "dra-plugin": DraPluginSettings(
+        registry_dir=root / "reg", plugin_dir=root / "plugin", cdi_dir=root / "cdi", state_dir=root / "state"
+    ),
+    "validator": ValidatorSettings(directory=root / "validations"),
 }
 assert set(roles) == set(ROLES)
 

@@ -102,15 +102,25 @@ async def agent_of() -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
 
 def _every_role(root: Path) -> list[tuple[str, RoleSettings | Role]]:
     return [
-        ("device-plugin", DevicePluginSettings(root / "device-plugins")),
+        ("device-plugin", DevicePluginSettings(socket_dir=root / "device-plugins")),
         ("gpu-health", GpuHealthSettings(resync=0.5)),
         ("exporter", ExporterSettings(interval=0.2)),
-        ("dra-plugin", DraPluginSettings(root / "registry", root / "plugins", root / "cdi", root / "state")),
+        (
+            "dra-plugin",
+            DraPluginSettings(
+                registry_dir=root / "registry",
+                plugin_dir=root / "plugins",
+                cdi_dir=root / "cdi",
+                state_dir=root / "state",
+            ),
+        ),
         ("mig-manager", MigManagerSettings()),
     ]
 
 
-async def test_roles_share_one_backend_one_event_stream_and_one_node_watch(agent_of: Callable[..., asyncio.Future[Agent]]) -> None:
+async def test_roles_share_one_backend_one_event_stream_and_one_node_watch(
+    agent_of: Callable[..., asyncio.Future[Agent]],
+) -> None:
     """Device plugin, gpu-health, exporter, DRA plugin and MIG manager on one process: one health event
     subscription and one watch on the Node feed them all, and an XID reaches every role through it."""
     backend = SimBackend.from_preset("h100-80gb-x8", node=NODE_NAME)
@@ -159,7 +169,10 @@ async def test_a_role_crashing_in_a_loop_leaves_the_device_plugin_serving(
     caplog.set_level(logging.ERROR, logger="gpuchain.node-agent")
     agent = await agent_of(
         backend,
-        lambda root: [("device-plugin", DevicePluginSettings(root / "device-plugins")), ("crasher", crashing)],
+        lambda root: [
+            ("device-plugin", DevicePluginSettings(socket_dir=root / "device-plugins")),
+            ("crasher", crashing),
+        ],
         first_delay=0.02,
         max_delay=0.1,
     )
@@ -171,7 +184,7 @@ async def test_a_role_crashing_in_a_loop_leaves_the_device_plugin_serving(
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(crashed_repeatedly(), 20)
-    assert agent.supervisor.role("crasher").failing
+    assert agent.supervisor.failing(agent.supervisor.role("crasher"))
     assert agent.supervisor.role("device-plugin").failures == 0
 
     # Allocate answers: a pod gets a GPU.

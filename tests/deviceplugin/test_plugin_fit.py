@@ -130,7 +130,7 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     node = Node(backend, NodeSettings(node_name="gpu-node"), lambda: cluster)
     prepared = Prepared(parse_config(EIGHT_SHARED), ConfigSource(config_file), watch, None, None)
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(DevicePluginSettings(root), node, prepared, stop, lambda: None))
+    task = asyncio.create_task(serve(DevicePluginSettings(socket_dir=root), node, prepared, stop, lambda: None))
     try:
         await kubelet.wait_for(lambda: kubelet.capacity() == {SHARED: 16}, timeout=10)
         backend.lose_gpu(5)

@@ -114,10 +114,10 @@ class Node:
                 return self.backend.topology.node
         return socket.gethostname()
 
-    def need_name(self, role: str, flag: str = "--node-name") -> str:
+    def need_name(self, role: str) -> str:
         """This Node's name, or RoleError for a role that cannot run without it."""
         if not self.name:
-            raise RoleError(f"{role}: this Node's name is required: pass {flag} or set NODE_NAME")
+            raise RoleError(f"{role} needs this Node's name: set NODE_NAME (the downward API's spec.nodeName)")
         return self.name
 
     # ---- sharing -------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ class Node:
         """Ask every role that can reload to do so now (on the running loop). Asked before any
         role can, the reload is kept and served as soon as one can: a SIGHUP that comes while the
         device plugin registers is served once it runs, never lost."""
-        if not self._reloads:
+        if not self._reloads and trigger not in self._early:  # one reload serves any number asked for
             self._early.append(trigger)
         for reload in list(self._reloads):
             self._start(reload, trigger)

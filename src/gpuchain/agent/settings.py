@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gpuchain.gpu.xid import XidOverride
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeSettings:
     """What every role of one process shares: the GPUs, the Node, the kubelet's pod-resources
     socket, the NVML release board and the metrics endpoint."""
@@ -37,7 +37,7 @@ class NodeSettings:
     """The one metrics endpoint of the process (the exporter's 9400 in the node agent); None: none."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DevicePluginSettings:
     """``gpuchain device-plugin``: NVIDIA's device plugin config v1 from a file or a ConfigMap directory."""
 
@@ -51,7 +51,7 @@ class DevicePluginSettings:
     """None: the container runtime's CDI directory (``gpu.cdi.DEFAULT_CDI_DIR``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExporterSettings:
     """``gpuchain exporter``: DCGM-compatible metrics, served on the process's metrics endpoint."""
 
@@ -64,7 +64,7 @@ class ExporterSettings:
     pods_from_api: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GfdSettings:
     """``gpuchain gfd``: NVIDIA GFD-compatible labels into a feature file and/or onto the Node."""
 
@@ -84,7 +84,7 @@ class GfdSettings:
     oneshot: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuHealthSettings:
     """``gpuchain gpu-health``: publish GPU health; with ``repair`` the repair loop, with
     ``gate_startup`` the new node's readiness gate."""
@@ -95,6 +95,8 @@ class GpuHealthSettings:
     """Where the remediator keeps its status ConfigMap (its breaker holds resets); None:
     ``remediation.decide.DEFAULT_NAMESPACE``."""
     repair: bool = False
+    repair_interval: float | None = None
+    """Seconds between the repair loop's passes; None: ``GpuLoopAgent.run``'s."""
     xid_overrides: Mapping[int, XidOverride] = field(default_factory=dict)
     burn_in: BurnInConfig | None = None
     gate_startup: bool = False
@@ -104,7 +106,7 @@ class GpuHealthSettings:
     validations_dir: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MigManagerSettings:
     """``gpuchain mig-manager``: the Node's nvidia.com/mig.config label applied to the GPUs."""
 
@@ -119,7 +121,7 @@ class MigManagerSettings:
     default_config: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraPluginSettings:
     """``gpuchain dra-plugin``: the DRA kubelet plugin, driver gpu.gpuchain.io."""
 
@@ -133,7 +135,7 @@ class DraPluginSettings:
     dev_root: Path = Path("/")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ValidatorSettings:
     """The validator's GPU links, kept current: ``driver-ready`` and ``toolkit-ready`` written while
     the check passes and removed when it fails, as ``gpuchain validate driver|toolkit`` write them once."""

@@ -10,7 +10,8 @@ supervisor keeps each role in a loop of its own:
   ``max_delay``; a run longer than ``max_delay`` counts as healthy and starts the backoff over;
 - repeated failure is visible: from ``REPEATED`` failures in a row each restart logs an error
   that says so, and ``RoleMetrics`` serves per role ``gpuchain_node_agent_role_up``,
-  ``gpuchain_node_agent_role_failures_total`` and ``gpuchain_node_agent_role_failing``;
+  ``gpuchain_node_agent_role_failures_total`` and ``gpuchain_node_agent_role_failing`` (1 from
+  the ``REPEATED``-th failure in a row until the role has served ``max_delay`` seconds again);
 - start-up is ordered: the first role (the device plugin, ``build.ROLES``) is started alone and
   the others (and ``after_first``: the node agent's metrics endpoint) only once it serves (or
   failed, or ``first_wait`` passed), so a node's GPUs reach the kubelet before the other roles'
@@ -52,13 +53,11 @@ class RoleState:
     failures: int = 0
     in_a_row: int = 0
     last_error: str = ""
+    began: float = 0.0
+    """When its current run began (the supervisor's clock)."""
     served: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the role served, or failed, for the first time: start-up goes on."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def failing(self) -> bool:
-        return self.in_a_row >= REPEATED
 
 
 class Supervisor:
@@ -91,6 +90,11 @@ class Supervisor:
 
     def role(self, name: str) -> RoleState:
         return next(r for r in self.roles if r.name == name)
+
+    def failing(self, state: RoleState) -> bool:
+        """``REPEATED`` failures in a row, and not serving for longer than ``max_delay`` since."""
+        healthy_again = state.up and self._clock() - state.began > self.max_delay
+        return state.in_a_row >= REPEATED and not healthy_again
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start the roles in order, keep them up until ``stop``, then stop them all."""
@@ -146,7 +150,7 @@ class Supervisor:
         backoff = Backoff(self.first_delay, self.max_delay)
         while not self._stopping.is_set():
             state.stop = asyncio.Event()
-            began = self._clock()
+            began = state.began = self._clock()
             try:
                 role = state.build()
                 await role(state.stop, lambda: self._started(state))
@@ -168,7 +172,7 @@ class Supervisor:
                 state.served.set()
                 self.changes += 1
                 again = f"; restarting it in {wait:.1f} s"
-                if state.failing:
+                if self.failing(state):
                     again += f" (failed {state.in_a_row} times in a row; the other roles keep serving)"
                 if isinstance(exc, RoleError):
                     log.error("role %s cannot start: %s%s", state.name, exc, again)
@@ -202,7 +206,7 @@ class RoleMetrics:
         return self.supervisor.changes
 
     def health(self) -> tuple[bool, str]:
-        failing = [r.name for r in self.supervisor.roles if r.failing]
+        failing = [r.name for r in self.supervisor.roles if self.supervisor.failing(r)]
         if failing:
             return False, f"failing: {', '.join(failing)}"
         return True, "every role serves" if all(r.up for r in self.supervisor.roles) else "starting"
@@ -220,5 +224,5 @@ class RoleMetrics:
         for r in self.supervisor.roles:
             up.add_metric([r.name], 1.0 if r.up else 0.0)
             failures.add_metric([r.name], r.failures)
-            failing.add_metric([r.name], 1.0 if r.failing else 0.0)
+            failing.add_metric([r.name], 1.0 if self.supervisor.failing(r) else 0.0)
         yield from (up, failures, failing)

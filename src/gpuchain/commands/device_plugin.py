@@ -157,12 +157,12 @@ def device_plugin(
     configure_logging(level, log_format)
     early = None if list_only else stop_early()
     settings = DevicePluginSettings(
-        socket_dir,
-        Path(config) if config else None,
-        Path(config_dir) if config_dir else None,
-        config_key or None,
-        config_naming,
-        cdi_dir,
+        socket_dir=socket_dir,
+        config_file=Path(config) if config else None,
+        config_dir=Path(config_dir) if config_dir else None,
+        config_key=config_key or None,
+        config_naming=config_naming,
+        cdi_dir=cdi_dir,
     )
     choice = resolve_backend(backend)
     if not list_only and socket_dir == DEFAULT_SOCKET_DIR:

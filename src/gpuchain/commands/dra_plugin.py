@@ -143,7 +143,15 @@ def dra_plugin(
         b = open_backend(choice.kind, preset, topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
-    settings = DraPluginSettings(registry_dir, plugin_dir, cdi_dir, state_dir, resync, quiet, dev_root)
+    settings = DraPluginSettings(
+        registry_dir=registry_dir,
+        plugin_dir=plugin_dir,
+        cdi_dir=cdi_dir,
+        state_dir=state_dir,
+        resync=resync,
+        recovery_quiet_seconds=quiet,
+        dev_root=dev_root,
+    )
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:
         driver, server = dra_role.driver_of(settings, node)

@@ -75,7 +75,14 @@ def exporter(
         positive_seconds("--call-timeout", call_timeout)
     except ValueError as exc:
         fail(str(exc))
-    settings = ExporterSettings(collectors, interval, call_timeout, hostname, per_process, pods_from_api)
+    settings = ExporterSettings(
+        collectors=collectors,
+        interval=interval,
+        call_timeout=call_timeout,
+        hostname=hostname,
+        per_process=per_process,
+        pods_from_api=pods_from_api,
+    )
     socket_path = pod_resources_socket or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else "")
     node_settings = NodeSettings(
         node_name=os.environ.get("NODE_NAME"),

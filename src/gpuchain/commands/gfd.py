@@ -129,17 +129,17 @@ def gfd(
     """
     early = stop_early()  # SIGTERM while starting (reading the Node, opening NVML) stops it once up
     settings = GfdSettings(
-        Path(config_file) if config_file else None,
-        Path(config_dir) if config_dir else None,
-        config_key or None,
-        config_naming,
-        mig_strategy.value if mig_strategy is not None else None,
-        sleep_interval,
-        output_file,
-        node,
-        no_timestamp,
-        machine_type_file,
-        oneshot,
+        config_file=Path(config_file) if config_file else None,
+        config_dir=Path(config_dir) if config_dir else None,
+        config_key=config_key or None,
+        config_naming=config_naming,
+        mig_strategy=mig_strategy.value if mig_strategy is not None else None,
+        sleep_interval=sleep_interval,
+        output_file=output_file,
+        patch_node=node,
+        no_timestamp=no_timestamp,
+        machine_type_file=machine_type_file,
+        oneshot=oneshot,
     )
     choice = resolve_backend(backend)
     if node:

@@ -105,7 +105,13 @@ def mig_manager(
     refuse_implicit_sim(choice, f"node {node} of the live cluster (nvidia.com/mig.config.state)")
     config = mig_config(config_file)
     settings = MigManagerSettings(
-        config_file, evict, timeout, interval, resync, tuple(o for o in operands.split(",") if o), default_config
+        config_file=config_file,
+        evict=evict,
+        timeout=timeout,
+        interval=interval,
+        resync=resync,
+        operands=tuple(o for o in operands.split(",") if o),
+        default_config=default_config,
     )
     gpus = backend_or_fail(choice.kind, preset, topology)
     cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")

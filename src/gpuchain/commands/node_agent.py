@@ -278,36 +278,42 @@ def node_agent(args: argparse.Namespace) -> None:
     validations = args.validations_dir
     wanted: dict[str, RoleSettings] = {
         "device-plugin": DevicePluginSettings(
-            args.socket_dir,
-            args.config_file,
-            args.config_dir,
-            args.config_key,
-            args.config_resource_naming,
-            args.cdi_dir,
+            socket_dir=args.socket_dir,
+            config_file=args.config_file,
+            config_dir=args.config_dir,
+            config_key=args.config_key,
+            config_naming=args.config_resource_naming,
+            cdi_dir=args.cdi_dir,
         ),
         "gpu-health": GpuHealthSettings(
-            args.config_file,
-            args.resync,
-            args.namespace,
-            args.repair,
-            overrides,
+            config_file=args.config_file,
+            resync=args.resync,
+            namespace=args.namespace,
+            repair=args.repair,
+            xid_overrides=overrides,
             gate_startup=args.gate_startup,
             validations_dir=str(validations) if validations else None,
         ),
-        "exporter": ExporterSettings(args.collectors, args.collect_interval),
+        "exporter": ExporterSettings(collectors=args.collectors, interval=args.collect_interval),
         "gfd": GfdSettings(
-            args.config_file,
-            args.config_dir,
-            args.config_key,
-            args.config_resource_naming,
+            config_file=args.config_file,
+            config_dir=args.config_dir,
+            config_key=args.config_key,
+            config_naming=args.config_resource_naming,
             sleep_interval=args.sleep_interval,
             output_file=args.output_file,
         ),
-        "mig-manager": MigManagerSettings(args.mig_config_file, args.evict, default_config=args.default_mig_config),
-        "dra-plugin": DraPluginSettings(
-            args.registry_dir, args.plugin_dir, args.cdi_dir, args.state_dir, args.dra_resync_seconds
+        "mig-manager": MigManagerSettings(
+            config_file=args.mig_config_file, evict=args.evict, default_config=args.default_mig_config
         ),
-        "validator": ValidatorSettings(validations),
+        "dra-plugin": DraPluginSettings(
+            registry_dir=args.registry_dir,
+            plugin_dir=args.plugin_dir,
+            cdi_dir=args.cdi_dir,
+            state_dir=args.state_dir,
+            resync=args.dra_resync_seconds,
+        ),
+        "validator": ValidatorSettings(directory=validations),
     }
     node_name = args.node_name or ("sim-node" if args.memory_cluster else None)
     release_dir = args.nvml_release_dir

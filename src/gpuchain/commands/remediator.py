@@ -357,16 +357,16 @@ def gpu_health(
         fabric_wait_s=burn_in_fabric_wait,
     )
     settings = GpuHealthSettings(
-        Path(config_file) if config_file else None,
-        resync_s,
-        namespace,
-        repair,
-        overrides,
-        burn_in,
-        gate_startup,
-        gate_burn_in,
-        startup_taint,
-        validations_dir,
+        config_file=Path(config_file) if config_file else None,
+        resync=resync_s,
+        namespace=namespace,
+        repair=repair,
+        xid_overrides=overrides,
+        burn_in=burn_in,
+        gate_startup=gate_startup,
+        gate_burn_in=gate_burn_in,
+        startup_taint=startup_taint,
+        validations_dir=validations_dir,
     )
     choice = resolve_backend(backend)
     try:

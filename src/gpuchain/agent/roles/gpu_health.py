@@ -56,7 +56,7 @@ def prepare(settings: GpuHealthSettings, node: Node) -> Prepared:
 
         if isinstance(node.backend, NvmlBackend):
             node.backend.burn_in_config = settings.burn_in  # the repair loop's and the readiness gate's burn-in
-    node_name = node.need_name(NAME, "--node")
+    node_name = node.need_name(NAME)
     pods = node.pods()
     publisher = GpuHealthPublisher(
         node.backend,
@@ -94,7 +94,11 @@ def loops(
         policy = LoopPolicy(xid_resolutions=settings.xid_overrides)
         agent = GpuLoopAgent(node.backend, cluster, name, policy, settings.namespace or DEFAULT_NAMESPACE, board=board)
         node.metrics.add(NAME, agent.metrics)
-        every.append(agent.run)
+        if settings.repair_interval is None:
+            every.append(agent.run)
+        else:
+            interval = settings.repair_interval
+            every.append(lambda stop: agent.run(stop, interval))
     if settings.gate_startup:
         from gpuchain.remediation.readiness import STARTUP_TAINT, ReadinessGate
         from gpuchain.validator.ready import ReadyFiles

@@ -22,7 +22,7 @@ log = logging.getLogger("gpuchain.mig")
 
 def manager_of(settings: MigManagerSettings, node: Node, config: MigPartedConfig | None = None) -> MigManager:
     """The manager for this Node (``config``: the layouts already read). Raises RoleError."""
-    name = node.need_name("mig-manager", "--node")
+    name = node.need_name("mig-manager")
     if config is None:
         try:
             config = config_or_default(settings.config_file)
