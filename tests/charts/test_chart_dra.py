@@ -41,6 +41,7 @@ def test_rules_are_justified_and_narrow() -> None:
     grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert grants == {
         ("nodes", "get"),
+        ("nodes", "watch"),  # the repair loop's quarantine list (tests/peers/test_agent_roles.py)
         ("resourceslices", "get"),
         ("resourceslices", "create"),
         ("resourceslices", "patch"),

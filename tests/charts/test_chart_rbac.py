@@ -3,9 +3,14 @@ RBAC, and every verb granted to the operator is one it uses."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from test_chart import render
+import helm_python as helm
+import pytest
+from helm_python import _native
+from helm_python.errors import HelmRenderError
+from test_chart import CHART, render
 
 from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
@@ -174,13 +179,14 @@ OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
     # discovery/output.py: get its Node, patch its labels; discovery/service.py: watch its config label.
     "gpu-feature-discovery": {("get", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes")},
-    # mig/manager.py: get/watch/patch its Node, list the GPU pods on it, record Events (evicting
-    # them is --evict, granted only with migManagerEviction).
+    # mig/manager.py: get/watch/patch its Node, list and watch the GPU pods on it, record Events
+    # (evicting them is --evict, granted only with migManagerEviction).
     "nvidia-mig-manager": {
         ("get", "", "nodes"),
         ("watch", "", "nodes"),
         ("patch", "", "nodes"),
         ("list", "", "pods"),
+        ("watch", "", "pods"),
         ("create", "", "events"),
     },
     # validator/checks.py: the plugin check gets its Node's allocatable.
@@ -214,7 +220,8 @@ def test_each_operand_is_granted_exactly_what_it_uses() -> None:
 
 
 def test_the_mig_manager_may_evict_only_when_the_chart_allows_it() -> None:
-    """No admission policy can confine an eviction to the agent's node, so the grant is opt-in."""
+    """The eviction grant is opt-in and comes with the admission policy that confines it to the
+    MIG manager's own node's pods (tests/peers/test_node_agent_policy.py checks it on the server)."""
 
     def mig_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
         (role,) = [
@@ -222,8 +229,31 @@ def test_the_mig_manager_may_evict_only_when_the_chart_allows_it() -> None:
         ]
         return list(role["rules"])
 
+    def policies(values: dict[str, Any]) -> set[str]:
+        return {d["metadata"]["name"] for d in render(values) if d["kind"].startswith("ValidatingAdmissionPolicy")}
+
     assert not any("pods/eviction" in r["resources"] for r in mig_rules({}))
+    assert "gpuchain-node-agent-evictions" not in policies({})
     allowed = mig_rules({"migManagerEviction": True})
     assert {"resources": ["pods/eviction"], "verbs": ["create"]}.items() <= next(
         r for r in allowed if "pods/eviction" in r["resources"]
     ).items()
+    assert "gpuchain-node-agent-evictions" in policies({"migManagerEviction": True})
+
+
+def test_the_chart_refuses_mig_manager_evictions_where_nothing_can_confine_them() -> None:
+    """Before Kubernetes 1.30 a token names no node: the grant would reach every pod, so helm stops.
+    (helm_python's Chart.render takes no Kubernetes version; its native helm_render does.)"""
+
+    def rendered(kube_version: str) -> str:
+        options = {"name": "gpuchain", "namespace": NS, "is_install": True, "kube_version": kube_version}
+        chart = helm.Chart.load(CHART)
+        return str(
+            _native.call_string(
+                "helm_render", chart._raw(), json.dumps({"migManagerEviction": True}), json.dumps(options)
+            )
+        )
+
+    assert "gpuchain-node-agent-evictions" in rendered("v1.30.0")
+    with pytest.raises(HelmRenderError, match="migManagerEviction needs Kubernetes >= 1.30"):
+        rendered("v1.29.0")

@@ -22,7 +22,7 @@ from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.mps import daemon_commands, with_mps
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import start_sim_node
+from gpuchain.kubelet.node import SimNode, start_sim_node
 
 GPU = "nvidia.com/gpu"
 MIB = 1024 * 1024
@@ -118,6 +118,16 @@ def test_a_container_of_an_mps_share_gets_nvidias_pipe_and_shm_mounts() -> None:
     ]
 
 
+SHARED_TWICE = "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"
+
+
+async def _mps_node(root: Path) -> SimNode:
+    """A simulated H100 node whose plugin keeps MPS daemons under ``root``, asking their health often."""
+    node = await start_sim_node(config=parse_config(f"flags: {{mpsRoot: {root}}}\n{SHARED_TWICE}"), wait=False)
+    node.plugin.mps_health_interval = 0.1
+    return node
+
+
 def _record(root: Path) -> list[str]:
     path = root / GPU / "pipe" / "record"
     return path.read_text().splitlines() if path.exists() else []
@@ -126,11 +136,7 @@ def _record(root: Path) -> list[str]:
 async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_restarts_it(
     stand_ins: Path, tmp_path: Path
 ) -> None:
-    config = parse_config(
-        f"flags: {{mpsRoot: {stand_ins}}}\nsharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}"
-    )
-    node = await start_sim_node(config=config, wait=False)
-    node.plugin.mps_health_interval = 0.1
+    node = await _mps_node(stand_ins)
     try:
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
         res = node.plugin.resources[0]
@@ -162,11 +168,7 @@ async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_r
 async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> None:
     """A daemon that dies and cannot be started again leaves every share Unhealthy, and Allocate
     says why, instead of handing a container a pipe nobody listens on."""
-    config = parse_config(
-        f"flags: {{mpsRoot: {stand_ins}}}\nsharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}"
-    )
-    node = await start_sim_node(config=config, wait=False)
-    node.plugin.mps_health_interval = 0.1
+    node = await _mps_node(stand_ins)
     try:
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
         pipe = stand_ins / GPU / "pipe"
@@ -186,9 +188,7 @@ async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> 
 def test_without_an_mps_root_the_plugin_says_it_runs_no_daemon() -> None:
     from gpuchain.deviceplugin.config import unsupported_settings
 
-    notes = unsupported_settings(parse_config("sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"))
+    notes = unsupported_settings(parse_config(SHARED_TWICE))
     assert any("no flags.mpsRoot" in n for n in notes)
-    with_root = parse_config(
-        "flags: {mpsRoot: /run/nvidia/mps}\nsharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"
-    )
+    with_root = parse_config(f"flags: {{mpsRoot: /run/nvidia/mps}}\n{SHARED_TWICE}")
     assert not any("MPS" in n for n in unsupported_settings(with_root))

@@ -44,6 +44,7 @@ COMMON = {
     N + "gpu.machine": "DGX-H100",
     N + "gpu.mode": "compute",
     N + "mps.capable": "false",
+    N + "vgpu.present": "false",
 }
 
 # preset -> (product, count, memory MiB, family, compute major, minor, mig.capable)
@@ -330,6 +331,14 @@ def test_gpu_mode_label_for_a_graphics_card_node() -> None:
     assert gfd_labels(vga, parse_config(""))[N + "gpu.mode"] == "graphics"
 
 
+def test_vgpu_present_on_a_vgpu_guest_only() -> None:
+    # NVIDIA's GFD labels vgpu.present on every GPU node: true where a GPU is a vGPU in a VM.
+    inv = SimBackend.from_preset("a100-40gb-x8").inventory()
+    assert gfd_labels(inv, parse_config(""))[N + "vgpu.present"] == "false"
+    guest = Inventory(inv.driver, (dataclasses.replace(inv.gpus[0], vgpu=True), *inv.gpus[1:]))
+    assert gfd_labels(guest, parse_config(""))[N + "vgpu.present"] == "true"
+
+
 def test_sanitize_and_label_value() -> None:
     assert sanitize("NVIDIA A100-SXM4-40GB") == "NVIDIA-A100-SXM4-40GB"
     assert sanitize("Tesla  V100 (PCIe)/32GB") == "Tesla-V100-PCIe32GB"
@@ -351,6 +360,7 @@ def test_sanitize_and_label_value() -> None:
         "nvidia.com/gfd.timestamp",
         "nvidia.com/gpu.machine",
         "nvidia.com/gpu.mode",
+        "nvidia.com/vgpu.present",
     ],
 )
 def test_owned_labels(key: str) -> None:

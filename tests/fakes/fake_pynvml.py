@@ -357,6 +357,11 @@ class FakeNvml(types.ModuleType):
         node = self._gpu(handle).numa_node
         return -1 if node is None else node
 
+    def nvmlDeviceGetVirtualizationMode(self, handle: GpuHandle) -> int:
+        self._enter("nvmlDeviceGetVirtualizationMode")
+        vgpu = self._gpu(handle).vgpu
+        return real.NVML_GPU_VIRTUALIZATION_MODE_VGPU if vgpu else real.NVML_GPU_VIRTUALIZATION_MODE_NONE
+
     def nvmlDeviceGetMinorNumber(self, handle: GpuHandle) -> int:
         self._enter("nvmlDeviceGetMinorNumber")
         return self._gpu(handle).minor_number

@@ -4,8 +4,8 @@ Each Go module under tests/peers has its own cache directory, keyed by the hash 
 (+ ldflags for the Kubernetes module), computed here exactly as scripts/build-peers computes it, so a
 pinned version change is a new directory, never a stale binary: tests/peers/go.mod pins Kubernetes and
 etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package (with the peer's own main.go),
-tests/peers/nvidia-plugin NVIDIA's device plugin v0.18.0 on go-nvml's DGX A100 mock (its recipe: the
-source patch and the mock's wrapper),
+tests/peers/nvidia-plugin NVIDIA's device plugin and GFD v0.18.0 on go-nvml's DGX A100 mock (its recipe:
+the source patch and the mock's wrapper),
 tests/peers/containerd/go.mod containerd v2 (with the real node's pause program and image maker).
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
@@ -25,7 +25,10 @@ PEERS = Path(__file__).resolve().parent
 _CONTAINERD = ("containerd/go.mod", "containerd/go.sum", "containerd/pause/main.go", "containerd/oci_image.py")
 MODULES = {
     "nvidia-dp-config": ("nvidia/go.mod", "nvidia/go.sum", "nvidia/main.go"),
-    "nvidia-device-plugin-dgxa100": ("nvidia-plugin/prepare", "nvidia-plugin/mock_nvml.go"),
+    **{
+        name: ("nvidia-plugin/prepare", "nvidia-plugin/mock_nvml.go")
+        for name in ("nvidia-device-plugin-dgxa100", "gpu-feature-discovery-dgxa100")
+    },
     **{
         name: _CONTAINERD
         for name in ("containerd", "ctr", "containerd-shim-runc-v2", "pause.oci.tar", "busybox.oci.tar")
@@ -44,10 +47,15 @@ def cache_root(recipe_files: tuple[str, ...] = ("go.mod", "go.sum", "ldflags")) 
     return Path(base) / digest
 
 
+def peer_path(name: str) -> Path:
+    """Where scripts/build-peers puts the peer ``name`` (it may not be built)."""
+    return cache_root(*([MODULES[name]] if name in MODULES else [])) / "bin" / name
+
+
 def peer_or_skip(name: str) -> Path:
     """The built binary ``name``, or skip naming why it is not there (fail in CI if merely unbuilt)."""
-    root = cache_root(*([MODULES[name]] if name in MODULES else []))
-    binary = root / "bin" / name
+    binary = peer_path(name)
+    root = binary.parent.parent
     if binary.is_file() and (name.endswith(".tar") or os.access(binary, os.X_OK)):  # an image archive is no program
         return binary
     failed = root / "failed" / name

@@ -1,12 +1,14 @@
-"""Node agents confined to their own node on the real API server (issue 24 item 4).
+"""Node agents confined to their own node on the real API server (issue 24 item 4, issue 25 item 3).
 
 RBAC cannot name "the node I run on": GFD and the MIG manager are granted patch on every Node,
-the DRA plugin create/patch on every ResourceSlice. With its pod-bound token GFD could label,
-cordon and NoExecute-taint any node, and the DRA plugin publish devices for another node. The
-chart's ValidatingAdmissionPolicy gpuchain-node-agent-writes ties each write to the node claim
-of the pod-bound token (``authentication.kubernetes.io/node-name``). Here the chart's RBAC and
-policy are created on the real kube-apiserver (v1.34.4) and each agent writes with a token bound
-to its pod on gpu-a: its own node's labels and slices pass, another node and a taint are refused.
+the DRA plugin create/patch on every ResourceSlice, the MIG manager (``migManagerEviction``)
+evictions of any pod. With its pod-bound token GFD could label, cordon and NoExecute-taint any
+node, the DRA plugin publish devices for another node and the MIG manager evict any pod. The
+chart's ValidatingAdmissionPolicies gpuchain-node-agent-writes (Nodes, ResourceSlices, pod
+deletes) and gpuchain-node-agent-evictions tie each write to the node claim of the pod-bound token
+(``authentication.kubernetes.io/node-name``). Here the chart's RBAC and policies are created on
+the real kube-apiserver (v1.34.4) and each agent writes with a token bound to its pod on gpu-a:
+its own node's labels, slices and pods pass, another node's and a taint are refused.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import pytest
 from gpuchain.dra.kinds import RESOURCE_SLICE as SLICE
 from gpuchain.kube import NODE, POD, ForbiddenError, LiveCluster, NotFoundError
 from peers.apiserver import ApiServer
-from peers.test_node_write_policy import COLLECTIONS, NS, _apply, _node, _pod, _refusal, _until
+from peers.test_node_write_policy import COLLECTIONS, NS, _apply, _node, _pod, _refusal, _until, pod_bound_kubeconfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from test_chart import render
 
 POLICY = "gpuchain-node-agent-writes"
+EVICTIONS = "gpuchain-node-agent-evictions"
 AGENTS = (
     "gpuchain-gpu-feature-discovery",
     "gpuchain-mig-manager",
@@ -63,7 +66,7 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     apiserver.ensure_namespace(NS)
     # with the eviction grant the chart gives only on request (migManagerEviction), to pin what it allows
     for doc in render({"dra": {"enabled": True}, "migManagerEviction": True}):
-        if doc["kind"] in COLLECTIONS and doc["metadata"]["name"] in (*AGENTS, POLICY):
+        if doc["kind"] in COLLECTIONS and doc["metadata"]["name"] in (*AGENTS, POLICY, EVICTIONS):
             _apply(apiserver, doc)
     admin = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
     for name in ("gpu-a", "gpu-b"):
@@ -71,10 +74,8 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     tmp = tmp_path_factory.mktemp("node-agent-policy")
     agents = {}
     for account in AGENTS:
-        apiserver.ensure_service_account(NS, account)  # the operator makes the operands' accounts
-        pod = admin.create(_pod(account.removeprefix("gpuchain-"), "gpu-a", account))
-        token = apiserver.service_account_token(NS, account, bound_pod=pod)
-        agents[account] = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig_for_token(token, tmp / account)))
+        kubeconfig = pod_bound_kubeconfig(apiserver, admin, account, "gpu-a", tmp / account)
+        agents[account] = LiveCluster.from_kubeconfig(str(kubeconfig))
     world = World(admin, agents)
     try:
         gfd = agents[AGENTS[0]]
@@ -84,11 +85,24 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
             lambda: isinstance(_refusal(lambda: gfd.patch(NODE, "gpu-b", probe)), ForbiddenError),
             f"ValidatingAdmissionPolicy {POLICY} is enforced",
         )
+        evictions_judged(world.agents["gpuchain-mig-manager"], admin)
         yield world
     finally:
         for c in (admin, *agents.values()):
             c.close()
         apiserver.reset()
+
+
+def evictions_judged(mig: LiveCluster, admin: LiveCluster) -> None:
+    """Wait until gpuchain-node-agent-evictions refuses the MIG manager (token bound to gpu-a) the
+    eviction of a pod created now on gpu-b. The policy finds pods in the server's own informer,
+    which sees them in the order they were written: once it judges this one, it has every pod
+    created before (a pod it has not seen yet is not judged, so a test that expects a refusal
+    waits here first). A fresh pod each try: one evicted before the informer had it is gone."""
+    _until(
+        lambda: "may evict only pods" in str(_refusal(lambda: mig.evict(_user_pod(admin, "gpu-b"), NS))),
+        f"{EVICTIONS} judges the pods created so far",
+    )
 
 
 def _forbidden(write: Callable[[], object]) -> None:
@@ -148,27 +162,105 @@ def _probe_policy(name: str, resource: str, operation: str, expression: str, mes
     ]
 
 
-def test_an_eviction_cannot_be_confined_to_the_agents_node_by_admission_policy(
-    world: World, kube_apiserver: ApiServer
-) -> None:
-    """Why the MIG manager's evictions are not confined (issue 25 item 3), pinned on the real server.
+def _remove(apiserver: ApiServer, docs: list[dict[str, Any]]) -> None:
+    for doc in reversed(docs):
+        with contextlib.suppress(urllib.error.HTTPError):
+            apiserver.request("DELETE", f"{COLLECTIONS[doc['kind']]}/{doc['metadata']['name']}")
 
-    A policy on ``pods/eviction`` sees the Eviction and no pod (so no ``spec.nodeName`` to compare
-    with the token's node), and the pod delete an eviction makes runs no validating admission (a
-    policy refusing every pod DELETE does not stop it). Confining evictions needs a component
-    that looks the pod up: an admission webhook, or evictions made centrally on a node agent's
-    request written to its own Node (which the node-write policy already confines). So the chart
-    grants the MIG manager evictions only with ``migManagerEviction: true`` (for ``--evict``)."""
+
+def _user_pod(admin: LiveCluster, node: str) -> str:
+    """A fresh pod bound to ``node`` (a new name each time: a deleted pod cannot be asked about again)."""
+    name = f"user-{node}-{next(_serial)}"
+    admin.create(_pod(name, node, "default"))
+    return name
+
+
+_serial = itertools.count()
+
+
+def test_the_mig_manager_evicts_pods_of_its_own_node_only(world: World) -> None:
+    """Issue 25 item 3: with its pod-bound token the MIG manager (--evict) evicted any pod in the
+    cluster. The chart's gpuchain-node-agent-evictions policy looks the pod up (as its parameter)
+    and compares its node with the token's."""
     mig = world.agents["gpuchain-mig-manager"]
-    probes = itertools.count()
+    own = _user_pod(world.admin, "gpu-a")
+    mig.evict(own, NS)
+    assert isinstance(_refusal(lambda: world.admin.get(POD, own, NS)), NotFoundError)
+    other = _user_pod(world.admin, "gpu-b")
+    evictions_judged(mig, world.admin)
+    err = _refusal(lambda: mig.evict(other, NS))
+    assert isinstance(err, ForbiddenError), f"admitted or not refused by the policy: {err!r}"
+    assert (
+        f"may evict only pods of the node its pod runs on (token bound to gpu-a, evicting {NS}/{other} on gpu-b)"
+        in str(err)
+    )
+    assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
 
-    def delete_refused() -> bool:
-        """Whether the admin's delete of a fresh pod is refused by the delete probe (a pod once
-        deleted cannot be asked again: a second DELETE is NotFound before admission runs)."""
-        name = f"probe-{next(probes)}"
-        world.admin.create(_pod(name, "gpu-b", "default"))
-        return "every pod DELETE is refused" in str(_refusal(lambda: world.admin.delete(POD, name, NS)))
+    # an unscheduled pod is no node's: refused too (a fresh one each try: one evicted before the
+    # policy's informer had it is gone)
+    def pending() -> str:
+        pod = _pod(f"pending-{next(_serial)}", "gpu-a", "default")
+        del pod["spec"]["nodeName"]
+        return str(world.admin.create(pod)["metadata"]["name"])
 
+    _until(
+        lambda: "on no node)" in str(_refusal(lambda: mig.evict(pending(), NS))),
+        "an unscheduled pod's eviction is refused",
+    )
+
+
+@pytest.fixture
+def pod_deletes(world: World, kube_apiserver: ApiServer) -> Iterator[None]:
+    """Grant every node agent pod deletes (no chart role does), so that what refuses a delete one
+    node over is the policy, not RBAC."""
+    grant = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "test-node-agents-delete-pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "test-node-agents-delete-pods"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "test-node-agents-delete-pods",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS} for account in AGENTS],
+        },
+    ]
+    for doc in grant:
+        _apply(kube_apiserver, doc)
+    mig = world.agents["gpuchain-mig-manager"]
+    _until(lambda: isinstance(_refusal(lambda: mig.delete(POD, "absent", NS)), NotFoundError), "the grant is in force")
+    try:
+        yield
+    finally:
+        _remove(kube_apiserver, grant)
+
+
+@pytest.mark.usefixtures("pod_deletes")
+@pytest.mark.parametrize("account", AGENTS)
+def test_a_node_agent_deletes_pods_of_its_own_node_only(world: World, account: str) -> None:
+    agent = world.agents[account]
+    own = _user_pod(world.admin, "gpu-a")
+    agent.delete(POD, own, NS)
+    other = _user_pod(world.admin, "gpu-b")
+    _forbidden(lambda: agent.delete(POD, other, NS))
+    assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
+
+
+@pytest.mark.usefixtures("pod_deletes")
+def test_an_eviction_escapes_pod_rules_so_the_policy_looks_the_pod_up(world: World, kube_apiserver: ApiServer) -> None:
+    """Why gpuchain-node-agent-evictions takes the pod as its parameter, pinned on the real server:
+    a policy on ``pods/eviction`` sees the Eviction and no pod (``oldObject`` is null, so no
+    ``spec.nodeName`` to compare with the token's node), and the pod delete an eviction makes runs
+    no validating admission: with that policy unbound, the MIG manager evicts a pod one node over
+    that the pod-delete rule of gpuchain-node-agent-writes refuses it to delete."""
+    mig = world.agents["gpuchain-mig-manager"]
     sees = _probe_policy(
         "probe-eviction-sees",
         "pods/eviction",
@@ -176,56 +268,26 @@ def test_an_eviction_cannot_be_confined_to_the_agents_node_by_admission_policy(
         "!(object.kind == 'Eviction' && oldObject == null)",
         "an eviction policy sees the Eviction and no pod",
     )
-    blind = _probe_policy("probe-pod-delete", "pods", "DELETE", "false", "every pod DELETE is refused")
+    binding = f"{COLLECTIONS['ValidatingAdmissionPolicyBinding']}/{EVICTIONS}"
+    saved = kube_apiserver.request("GET", binding)
     try:
+        kube_apiserver.request("DELETE", binding)
         for doc in sees:
             _apply(kube_apiserver, doc)
-        # admission runs before the pod is looked up: no pod user-b is needed to see what it sees
+        # admission runs before the pod is looked up: no pod is needed to see what it sees
         _until(
-            lambda: "sees the Eviction and no pod" in str(_refusal(lambda: mig.evict("user-b", NS))),
+            lambda: "sees the Eviction and no pod" in str(_refusal(lambda: mig.evict("absent", NS))),
             "the eviction probe is enforced",
         )
         _remove(kube_apiserver, sees)
-        for doc in blind:
-            _apply(kube_apiserver, doc)
-        _until(delete_refused, "the delete probe is enforced")
-        world.admin.create(_pod("user-d", "gpu-b", "default"))
-        err = _refusal(lambda: mig.evict("user-d", NS))
+        _until(lambda: isinstance(_refusal(lambda: mig.evict("absent", NS)), NotFoundError), "the probe is gone")
+        victim = _user_pod(world.admin, "gpu-b")
+        _forbidden(lambda: mig.delete(POD, victim, NS))
+        err = _refusal(lambda: mig.evict(victim, NS))
         assert err is None, f"the eviction was refused: {err!r}"
-        # the pod another node's agent evicted is gone (grace 0), the delete probe notwithstanding
-        assert isinstance(_refusal(lambda: world.admin.get(POD, "user-d", NS)), NotFoundError)
+        assert isinstance(_refusal(lambda: world.admin.get(POD, victim, NS)), NotFoundError)
     finally:
-        _remove(kube_apiserver, sees + blind)
-        _until(lambda: not delete_refused(), "the delete probe is gone")
-
-
-def _remove(apiserver: ApiServer, docs: list[dict[str, Any]]) -> None:
-    for doc in reversed(docs):
-        with contextlib.suppress(urllib.error.HTTPError):
-            apiserver.request("DELETE", f"{COLLECTIONS[doc['kind']]}/{doc['metadata']['name']}")
-
-
-def test_the_device_plugin_reads_its_node_and_records_events_only(world: World) -> None:
-    """deviceplugin/nodeconfig.py: get and watch its Node's config label, a Warning Event on a bad
-    config; nothing else (issue 24 item 3)."""
-    plugin = world.agents["gpuchain-device-plugin"]
-    node = plugin.get(NODE, "gpu-a")
-    plugin.record_event(node, "ConfigInvalid", "probe", type="Warning", component="gpuchain-device-plugin")
-    for beyond in (
-        lambda: plugin.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
-        lambda: plugin.list(POD, NS),
-        lambda: plugin.evict("anything", NS),
-    ):
-        assert isinstance(_refusal(beyond), ForbiddenError)
-
-
-def test_the_validator_reads_its_node_only(world: World) -> None:
-    """validator/checks.py: the plugin validation gets its Node's allocatable; nothing else."""
-    validator = world.agents["gpuchain-operator-validator"]
-    assert validator.get(NODE, "gpu-a")["metadata"]["name"] == "gpu-a"
-    for beyond in (
-        lambda: validator.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
-        lambda: validator.list(POD, NS),
-        lambda: validator.record_event(world.admin.get(NODE, "gpu-a"), "Probe", "probe"),
-    ):
-        assert isinstance(_refusal(beyond), ForbiddenError)
+        _remove(kube_apiserver, sees)
+        saved["metadata"] = {"name": EVICTIONS, "labels": saved["metadata"].get("labels", {})}
+        _apply(kube_apiserver, saved)
+        evictions_judged(mig, world.admin)

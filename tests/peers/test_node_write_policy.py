@@ -100,6 +100,15 @@ def _pod(name: str, node: str, account: str, namespace: str = NS) -> dict[str, A
     }
 
 
+def pod_bound_kubeconfig(apiserver: ApiServer, admin: LiveCluster, account: str, node: str, path: Path) -> Path:
+    """A kubeconfig with a token of ``account`` bound to a new pod of it on ``node``, as a node
+    agent's pod gets (its claims name the node). The account is made if absent, as the operator
+    makes the operands' accounts."""
+    apiserver.ensure_service_account(NS, account)
+    pod = admin.create(_pod(f"{account.removeprefix('gpuchain-')}-{node}", node, account))
+    return apiserver.kubeconfig_for_token(apiserver.service_account_token(NS, account, bound_pod=pod), path)
+
+
 @dataclass
 class World:
     """Nodes gpu-a and gpu-b, the chart's policy and RBAC, and a client per identity."""

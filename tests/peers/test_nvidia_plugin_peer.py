@@ -1,12 +1,13 @@
 """NVIDIA's device plugin v0.18.0 and `gpuchain device-plugin`, side by side on the same hardware.
 
 NVIDIA's plugin runs on go-nvml's DGX A100 mock (eight A100-SXM4-40GB; scripts/build-peers builds
-it, tests/peers/nvidia-plugin says how) with the UUIDs of gpuchain's `a100-40gb-x8` preset, the
-simulated node with the same eight GPUs. Each plugin gets the same config file and its own
-kubelet double (gpuchain.kubelet.peer: real gRPC over unix sockets), and the test compares what a
-kubelet sees: the resources registered, the device ids of each, and the Allocate response for the
-same ids. A difference is either fixed in gpuchain or listed in KNOWN, which is checked to be
-exactly what differs.
+it, tests/peers/nvidia-plugin says how) made to match gpuchain's `a100-40gb-x8` preset, the
+simulated node with the same eight GPUs (UUIDs, bus ids, NUMA nodes: peers/dgxa100.py). Each
+plugin gets the same config file and its own kubelet double (gpuchain.kubelet.peer: real gRPC over
+unix sockets), and the test compares what a kubelet sees: the resources registered, the device
+ids of each with their health and NUMA node, and the Allocate response for the same ids. A
+difference is either fixed in gpuchain or listed in KNOWN, which is checked to be exactly what
+differs. The same comparison on the real kubelet is test_nvidia_real_kubelet.py's.
 """
 
 from __future__ import annotations
@@ -23,22 +24,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpuchain.gpu.topology import load_preset
 from gpuchain.kubelet.peer import KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from peers.binaries import peer_or_skip
+from peers.dgxa100 import PLUGIN, PRESET, needs_root, nvidia_env, on_dgxa100
 
-PRESET = "a100-40gb-x8"  # the mock's GPUs: eight A100-SXM4-40GB behind NVSwitch
-PLUGIN = "nvidia-device-plugin-dgxa100"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
-# NVIDIA's plugin serves its sockets in /var/lib/kubelet/device-plugins whatever --kubelet-socket
-# says (the path is a constant in its source), so it runs in a mount namespace of its own where that
-# directory is the test's kubelet directory: a tmpfs over /var/lib (so nothing is created on the
-# host) with the test's directory bound on kubelet/device-plugins.
-_PRIVATE_SOCKET_DIR = (
-    "mount -t tmpfs gpuchain-nvidia-peer /var/lib && mkdir -p /var/lib/kubelet/device-plugins"
-    ' && mount --bind "$0" /var/lib/kubelet/device-plugins && exec "$@"'
-)
 
 _SHARED = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n"
 CONFIGS = {
@@ -152,6 +143,7 @@ async def _observe(kubelet: KubeletPeer, ids_to_allocate: list[str], index_ids: 
     seen: dict[str, object] = {"capacity": kubelet.capacity()}
     for resource, ep in sorted(kubelet.endpoints.items()):
         seen[f"{resource} ids"] = sorted(ep.devices)
+        seen[f"{resource} health and NUMA"] = sorted((d.id, d.healthy, d.numa_nodes) for d in ep.devices.values())
         try:
             answer = (await kubelet.allocate_raw(resource, ids_to_allocate)).container_responses[0]
         except grpc.aio.AioRpcError as refused:
@@ -184,21 +176,16 @@ async def _observe(kubelet: KubeletPeer, ids_to_allocate: list[str], index_ids: 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(config: str, tmp_path: Path) -> None:
     binary = peer_or_skip(PLUGIN)
-    if os.geteuid() != 0:
-        pytest.skip(
-            "NVIDIA's plugin needs a private /var/lib/kubelet/device-plugins: a mount namespace, which needs root"
-        )
+    needs_root()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(CONFIGS[config])
-    uuids = [gpu.uuid for gpu in load_preset(PRESET).expanded()]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
-    nvidia_env = {"PATH": os.environ["PATH"], "GPUCHAIN_MOCK_GPU_UUIDS": ",".join(uuids)}
-    nvidia_argv = ["unshare", "-m", "sh", "-c", _PRIVATE_SOCKET_DIR, "{dir}", str(binary)]
-    nvidia_argv += ["--config-file", str(cfg), "--kubelet-socket", "{dir}/kubelet.sock"]
+    nvidia_args = ["--config-file", str(cfg), "--kubelet-socket", "{dir}/kubelet.sock"]
+    nvidia_argv = on_dgxa100([str(binary), *nvidia_args], tmp_path, socket_dir=Path("{dir}"))
     ours_argv = [sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--preset", PRESET]
     ours_argv += ["--config", str(cfg), "--socket-dir", "{dir}"]
 
-    async with _serving(nvidia_argv, nvidia_env, EXPECTED[config]) as kubelet:
+    async with _serving(nvidia_argv, nvidia_env(), EXPECTED[config]) as kubelet:
         assert kubelet.capacity() == EXPECTED[config], "NVIDIA's plugin did not register as expected"
         some_ids = sorted(next(iter(kubelet.endpoints.values())).devices)[1:3]
         nvidia = await _observe(kubelet, some_ids, config == "index-ids")

@@ -202,14 +202,16 @@ async def keep_daemon(
     backoff = backoff or Backoff(0.5, 30.0)
     up: bool | None = None
     try:
+        answering = await control.healthy()
         while True:
-            if await control.healthy():
+            if answering:
                 if up is not True:
                     log.info("%s: MPS control daemon is answering", control.resource)
                     on_health(True)
                 up = True
                 backoff.reset()
                 await asyncio.sleep(interval)
+                answering = await control.healthy()
                 continue
             if up is not False:
                 if up is True:
@@ -221,11 +223,13 @@ async def keep_daemon(
             except (MpsError, OSError) as exc:
                 problem = str(exc)
             else:
-                if await control.healthy():
+                answering = await control.healthy()
+                if answering:
                     continue
                 problem = "started, but does not answer"
             wait = backoff.next()
             log.error("%s: MPS control daemon: %s; retrying in %.1fs", control.resource, problem, wait)
             await asyncio.sleep(wait)
+            answering = await control.healthy()
     finally:
         await asyncio.shield(control.stop(gpu_uuids))

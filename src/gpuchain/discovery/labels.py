@@ -48,7 +48,7 @@ _OWNED = re.compile(
     r"^nvidia\.com/(?:"
     r"gfd\.timestamp"
     r"|cuda\.(?:driver|runtime|driver-version|runtime-version)\.[a-z]+"
-    r"|gpu\.machine|gpu\.mode|mig\.capable|mig\.strategy|mps\.capable"
+    r"|gpu\.machine|gpu\.mode|mig\.capable|mig\.strategy|mps\.capable|vgpu\.present"
     rf"|(?:gpu|mig-[A-Za-z0-9.+_-]+)\.(?:{_RESOURCE_KEYS})"
     r")$"
 )
@@ -296,5 +296,6 @@ def gfd_labels(
         labels.update(version_labels(inventory.driver))
         labels[f"{PREFIX}mig.capable"] = str(any(g.mig_capable for g in inventory.gpus)).lower()
         labels[f"{PREFIX}mps.capable"] = str(config.mps is not None).lower()
+        labels[f"{PREFIX}vgpu.present"] = str(any(g.vgpu for g in inventory.gpus)).lower()
         labels.update(resource_labels(inventory, config))
     return dict(sorted(labels.items()))

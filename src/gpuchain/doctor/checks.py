@@ -30,7 +30,7 @@ from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
 from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.kube.objects import Obj, created_of, labels_of, name_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -697,7 +697,7 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
     (``internal/conditions/nvidiadriver.go@v25.10.1``). ``ConflictingNodeSelector`` (two NVIDIADrivers
     select the same node) has a repair: remove the newer one; any other reason is quoted."""
     stopped = []
-    for driver in sorted(ctx.snapshot.drivers, key=lambda d: (_created(d), name_of(d))):
+    for driver in sorted(ctx.snapshot.drivers, key=lambda d: (created_of(d), name_of(d))):
         selector = (driver.get("spec") or {}).get("nodeSelector")
         selector = NVIDIADRIVER_DEFAULT_SELECTOR if selector is None else selector
         if any(view.labels.get(k) != v for k, v in selector.items()):
@@ -763,10 +763,6 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
             ),
         ),
     )
-
-
-def _created(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 def check_driver(ctx: Context, view: NodeView) -> Result:

@@ -46,9 +46,13 @@ def cdi_id(claim_uid: str, device: str) -> str:
     return cdi.qualified_name(CDI_KIND, cdi_device_name(claim_uid, device))
 
 
+SPEC_PREFIX, SPEC_SUFFIX = f"{DRIVER}-claim_", ".json"
+"""A claim's spec file is ``<prefix><claim uid><suffix>`` in the CDI directory."""
+
+
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
     """Where the claim's spec lives."""
-    return cdi_dir / f"{DRIVER}-claim_{claim_uid}.json"
+    return cdi_dir / f"{SPEC_PREFIX}{claim_uid}{SPEC_SUFFIX}"
 
 
 def claim_spec(
@@ -84,9 +88,8 @@ def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
 
 def spec_claims(cdi_dir: Path) -> dict[str, Path]:
     """The claim UID of every claim spec this driver wrote in ``cdi_dir`` (by its file name)."""
-    prefix, suffix = f"{DRIVER}-claim_", ".json"
     try:
-        names = [p for p in cdi_dir.iterdir() if p.name.startswith(prefix) and p.name.endswith(suffix)]
+        names = [p for p in cdi_dir.iterdir() if p.name.startswith(SPEC_PREFIX) and p.name.endswith(SPEC_SUFFIX)]
     except FileNotFoundError:
         return {}
-    return {p.name[len(prefix) : -len(suffix)]: p for p in names}
+    return {p.name[len(SPEC_PREFIX) : -len(SPEC_SUFFIX)]: p for p in names}

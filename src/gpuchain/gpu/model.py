@@ -120,6 +120,11 @@ class Gpu:
     NVML does not report it; the NVML backend reads it from sysfs and leaves None when it cannot.
     Feature discovery derives ``nvidia.com/gpu.mode`` from it, as NVIDIA's GFD does.
     """
+    vgpu: bool = False
+    """A vGPU inside a virtual machine (NVML's virtualization mode VGPU); False on bare metal and
+    for a GPU passed through whole. Feature discovery labels ``nvidia.com/vgpu.present`` from it:
+    NVIDIA's GFD reads the same fact from the vGPU capability in the device's PCI config space.
+    """
 
     @property
     def device_node(self) -> str:

@@ -676,6 +676,7 @@ class NvmlBackend(GpuBackend):
             mig_devices=self._mig_devices(index, uuid, h, known) if mig_enabled else (),
             minor_number=int(self._call(n.nvmlDeviceGetMinorNumber, h)),
             pci_class=self._pci_class(h, bus_id),
+            vgpu=self._optional(n.nvmlDeviceGetVirtualizationMode, h) == n.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
         )
 
     def _numa_node(self, h: Any, bus_id: str) -> int | None:

@@ -86,7 +86,9 @@ def _status_body(exc: httpx2.HTTPStatusError) -> dict[str, Any]:
         return dict(exc.status.to_dict())
     try:
         body = exc.response.json()
-    except ValueError:
+    except (ValueError, httpx2.StreamError):
+        # A refused watch: lightkube closes the streamed answer unread before raising, so the
+        # error is typed by its HTTP status alone (a 403 is still a ForbiddenError).
         return {}
     return dict(body) if isinstance(body, dict) else {}
 

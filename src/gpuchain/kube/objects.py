@@ -52,6 +52,11 @@ def name_of(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
 
 
+def created_of(obj: Obj) -> str:
+    """metadata.creationTimestamp as RFC 3339 text ("" when absent), which sorts by time."""
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
 def namespace_of(obj: Obj) -> str | None:
     """metadata.namespace, or None for cluster-scoped objects."""
     ns = obj.get("metadata", {}).get("namespace")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime
 
 from gpuchain.kube.kinds import Kind, register_kind
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, created_of
 
 POLICY_NAME = "gpuchain-gpu-health-writes"
 VAP = register_kind(
@@ -66,7 +66,7 @@ def verify_writes(policy: Obj | None, binding: Obj | None) -> str | None:
 
 def trusted_since(binding: Obj) -> str:
     """The time from which writes were checked by the policy (the binding's creation)."""
-    return str((binding.get("metadata") or {}).get("creationTimestamp") or "")
+    return created_of(binding)
 
 
 def written_under_policy(node: Obj, since: str, condition_type: str = "GPUHealthy") -> bool:

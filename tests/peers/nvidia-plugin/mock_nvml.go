@@ -1,22 +1,28 @@
-// NVML for NVIDIA's device plugin when it runs as gpuchain's test peer: go-nvml's DGX A100 mock
-// (eight A100-SXM4-40GB), copied into cmd/nvidia-device-plugin by tests/peers/nvidia-plugin/prepare
-// and wired in place of the real library. Two things are added around the mock:
+// NVML for NVIDIA's device plugin and GFD when they run as gpuchain's test peers: go-nvml's DGX
+// A100 mock (eight A100-SXM4-40GB), copied into cmd/nvidia-device-plugin and
+// cmd/gpu-feature-discovery by tests/peers/nvidia-plugin/prepare and wired in place of the real
+// library. Three things are added around the mock:
 //   - the methods the plugin calls are answered here from the mock's data, not through its
 //     generated methods, which append every call's arguments to a log that is never trimmed (one
 //     GetPreferredAllocation makes over a thousand NVML calls, so the peer's memory would grow for
 //     as long as a test drives it);
 //   - the methods the plugin calls that the mock leaves nil (and would panic on) are filled: PCI
 //     bus ids, the PCIe topology between GPUs, NVLinks to the NVSwitches, MIG device slots (all
-//     empty), and health event sets on which no event ever arrives.
-// GPUCHAIN_MOCK_GPU_UUIDS (comma-separated, one per GPU) replaces the mock's random UUIDs, so a
-// test can give NVIDIA's plugin the UUIDs of gpuchain's simulated node and compare answers.
+//     empty), GPU fabric info (an A100 has none to report), and health event sets on which no
+//     event ever arrives;
+//   - GPUCHAIN_MOCK_NODE, a JSON object, replaces what the mock makes up (random UUIDs, "Mock"
+//     names, bus ids 0000:0N:00.0, driver 550.54.15) with what gpuchain's simulated node reports:
+//     {"driverVersion": "570.86.15", "cudaDriverVersion": 12080,
+//      "gpus": [{"uuid": "GPU-...", "name": "NVIDIA A100-SXM4-40GB", "pciBusId": "00000000:18:00.0"}, ...]}
+//     so a test gives NVIDIA's components and gpuchain's the same node and compares their answers.
+//     Bus ids are NVML's (an eight-digit domain), as the plugin and GFD trim them for sysfs.
 
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	nvinfo "github.com/NVIDIA/go-nvlib/pkg/nvlib/info"
@@ -43,17 +49,34 @@ type mockInfo struct {
 func (mockInfo) HasNvml() (bool, string)          { return true, "go-nvml's DGX A100 mock" }
 func (mockInfo) ResolvePlatform() nvinfo.Platform { return nvinfo.PlatformNVML }
 
+// mockNode is GPUCHAIN_MOCK_NODE: the simulated node the mock is made to match.
+type mockNode struct {
+	DriverVersion     string `json:"driverVersion"`
+	CudaDriverVersion int    `json:"cudaDriverVersion"`
+	Gpus              []struct {
+		UUID     string `json:"uuid"`
+		Name     string `json:"name"`
+		PciBusID string `json:"pciBusId"`
+	} `json:"gpus"`
+}
+
 func newMockNVML() *mockServer {
 	server := dgxa100.New()
-	var uuids []string
-	if v := os.Getenv("GPUCHAIN_MOCK_GPU_UUIDS"); v != "" {
-		uuids = strings.Split(v, ",")
+	var node mockNode
+	if v := os.Getenv("GPUCHAIN_MOCK_NODE"); v != "" {
+		if err := json.Unmarshal([]byte(v), &node); err != nil {
+			panic(fmt.Sprintf("GPUCHAIN_MOCK_NODE: %v", err))
+		}
+		if len(node.Gpus) != len(server.Devices) {
+			panic(fmt.Sprintf("GPUCHAIN_MOCK_NODE names %d GPUs; the DGX A100 mock has %d", len(node.Gpus), len(server.Devices)))
+		}
+		server.DriverVersion, server.CudaDriverVersion = node.DriverVersion, node.CudaDriverVersion
 	}
 	s := &mockServer{Server: server}
 	for i, d := range server.Devices {
 		dev := d.(*dgxa100.Device)
-		if i < len(uuids) {
-			dev.UUID = uuids[i]
+		if node.Gpus != nil {
+			dev.UUID, dev.Name, dev.PciBusID = node.Gpus[i].UUID, node.Gpus[i].Name, node.Gpus[i].PciBusID
 		}
 		s.devices = append(s.devices, &mockDevice{dev})
 	}
@@ -91,8 +114,9 @@ func (s *mockServer) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Retur
 	return nil, nvml.ERROR_NOT_FOUND
 }
 func (s *mockServer) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
+	want := pciInfo(busID, 0).BusId
 	for _, d := range s.devices {
-		if strings.EqualFold(d.PciBusID, busID) {
+		if pciInfo(d.PciBusID, 0).BusId == want {
 			return d, nvml.SUCCESS
 		}
 	}
@@ -129,10 +153,15 @@ func (d *mockDevice) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 	return pciInfo(d.PciBusID, 0x20B010DE), nvml.SUCCESS
 }
 
+// pciInfo as NVML fills it: busId with an eight-digit domain, busIdLegacy with a four-digit one.
 func pciInfo(busID string, deviceID uint32) nvml.PciInfo {
-	p := nvml.PciInfo{PciDeviceId: deviceID}
-	copy(p.BusId[:], busID)
-	copy(p.BusIdLegacy[:], busID[4:])
+	var domain, bus, dev, fn uint32
+	if _, err := fmt.Sscanf(busID, "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
+		panic(fmt.Sprintf("PCI bus id %q: %v", busID, err))
+	}
+	p := nvml.PciInfo{Domain: domain, Bus: bus, Device: dev, PciDeviceId: deviceID}
+	copy(p.BusId[:], fmt.Sprintf("%08X:%02X:%02X.%X", domain, bus, dev, fn))
+	copy(p.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:%02X.%X", domain, bus, dev, fn))
 	return p
 }
 
@@ -183,4 +212,10 @@ func (d *mockDevice) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return 
 func (d *mockDevice) GetMaxMigDeviceCount() (int, nvml.Return) { return 7, nvml.SUCCESS }
 func (d *mockDevice) GetMigDeviceHandleByIndex(int) (nvml.Device, nvml.Return) {
 	return nil, nvml.ERROR_NOT_FOUND
+}
+
+// GetGpuFabricInfo: an A100's NVSwitch fabric is not the multi-node NVLink fabric this reports on
+// (Hopper and later), so the driver answers NOT_SUPPORTED, and GFD adds no IMEX clique labels.
+func (d *mockDevice) GetGpuFabricInfo() (nvml.GpuFabricInfo, nvml.Return) {
+	return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
 }

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,8 @@ def _add(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
     template = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
     if edit.get("nodeSelector"):
         template["spec"]["nodeSelector"] = edit["nodeSelector"]
+    if edit.get("tolerations"):
+        template["spec"]["tolerations"] = edit["tolerations"]
     nodes = edit["nodes"]
     cluster.create(
         {
@@ -374,13 +377,15 @@ def _ready(pod: Obj) -> bool:
     return all(cs.get("ready") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
-def load(path: Path) -> Case:
+def load(path: Path, apply: Callable[[MemoryCluster, dict[str, Any]], None] = _apply) -> Case:
+    """A held-out file built: its ``base`` scenario, then each edit through ``apply`` (a later set passes
+    its own, which adds edit kinds and hands the rest to this one)."""
     doc = yaml.safe_load(path.read_text())
     base = dict(doc["base"])
     base.setdefault("name", doc["name"])
     sim = build(parse_scenario(yaml.safe_dump(base), str(path)))
     for edit in doc.get("edits") or []:
-        _apply(sim.cluster, edit)
+        apply(sim.cluster, edit)
     exps = doc["expect"] if isinstance(doc["expect"], list) else [doc["expect"]]
     expects = [
         Expect(
@@ -440,13 +445,15 @@ def expect_digest(path: Path) -> str:
     return hashlib.sha256(json.dumps(doc["expect"], sort_keys=True).encode()).hexdigest()
 
 
-def frozen() -> dict[str, str]:
-    lines = (HERE / "FROZEN").read_text().splitlines()
+def frozen(here: Path = HERE) -> dict[str, str]:
+    """The digests recorded in ``here``'s FROZEN file (another held-out set keeps its own)."""
+    lines = (here / "FROZEN").read_text().splitlines()
     return dict(line.split()[::-1] for line in lines if line and not line.startswith("#"))
 
 
-def cases() -> list[Path]:
-    return sorted(HERE.glob("*.yaml"))
+def cases(here: Path = HERE) -> list[Path]:
+    """The case files of the held-out set in ``here``."""
+    return sorted(here.glob("*.yaml"))
 
 
 def table(results: list[Result]) -> str:

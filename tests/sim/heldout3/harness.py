@@ -1,0 +1,118 @@
+"""The third held-out set for the doctor (issue 26, item 5): 20+ cluster states from public reports that
+neither tests/sim/SOURCES.md nor tests/sim/heldout or tests/sim/heldout2 cite, written and given their expected answers by
+someone who had not read the doctor's checks, before the doctor was run on them.
+
+The file format, the edits and the scoring rule are tests/sim/heldout's (its harness is reused, not
+copied); this module only adds the edits those reports need and the first set did not:
+
+- ``policy``: merge ``spec`` into NVIDIA's ClusterPolicy as the report shows it (keys the simulator's
+  policy schema refuses, e.g. ``driver.rdma``, or env lists of operands);
+- ``daemonset``: merge ``spec`` / ``status`` into a DaemonSet (an affinity a chart ships, counts the
+  controller reports) and, with ``dropPods``, remove its pods: a DaemonSet that places none;
+- ``add-pod``: a pod no DaemonSet owns (the CUDA validator pod the validator starts), running on
+  ``node`` with the named ``init`` and ``containers``; a later ``pod`` edit (``daemonset:`` its name's
+  prefix) gives them the reported states.
+
+After the edits every DaemonSet's ready counts are recounted from its pods, as its controller would.
+
+Scoring (``score``/``table`` of tests/sim/heldout): a fault case is right when every expected node has an
+error finding (root, or cluster-wide) on the expected link and no root error finding on another link; the
+fix is right when each such finding's fix op is one of ``ops`` (if given) and its text or action matches
+one of ``match`` (regexes, case-insensitive), frozen with the expectation. A healthy case is right when
+the doctor reports no error finding at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sim.heldout import harness as base
+
+from gpuchain.kube import DAEMONSET, POD, MemoryCluster
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
+
+HERE = Path(__file__).parent
+
+
+def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
+    what = edit["do"]
+    if what == "policy":
+        for policy in cluster.list(NVIDIA_CLUSTER_POLICY):
+            cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], {"spec": edit["spec"]})
+    elif what == "daemonset":
+        ns, name = edit["namespace"], edit["name"]
+        if "spec" in edit:
+            cluster.patch(DAEMONSET, name, {"spec": edit["spec"]}, ns)
+        if edit.get("dropPods"):
+            for pod in base._pods(cluster, name, None, ns):
+                cluster.delete(POD, pod["metadata"]["name"], ns)
+        if "status" in edit:
+            cluster.patch_status(DAEMONSET, name, edit["status"], ns)
+    elif what == "add-pod":
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": edit["name"], "namespace": edit["namespace"], "labels": edit.get("labels", {})},
+                "spec": {
+                    "nodeName": edit["node"],
+                    "initContainers": [{"name": c, "image": edit.get("image", "")} for c in edit.get("init", [])],
+                    "containers": [{"name": c, "image": edit.get("image", "")} for c in edit["containers"]],
+                },
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "initContainerStatuses": [
+                        {"name": c, "ready": True, "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}
+                        for c in edit.get("init", [])
+                    ],
+                    "containerStatuses": [
+                        {"name": c, "ready": True, "restartCount": 0, "state": {"running": {}}}
+                        for c in edit["containers"]
+                    ],
+                },
+            }
+        )
+    else:
+        base._apply(cluster, edit)
+
+
+def _recount(cluster: MemoryCluster) -> None:
+    """Each DaemonSet's ready and available counts as its controller reports them once the edits have
+    changed its pods' states (a dump shows READY 0/1 for a crash-looping operand, not the built 1/1)."""
+    for ds in cluster.list(DAEMONSET):
+        ns, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
+        pods = [
+            p
+            for p in cluster.list(POD, namespace=ns)
+            if name in [o.get("name") for o in p["metadata"].get("ownerReferences") or []]
+        ]
+        desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+        ready = sum(1 for p in pods if p["spec"].get("nodeName") and base._ready(p))
+        status = {"numberReady": ready, "numberAvailable": ready, "numberUnavailable": max(desired - ready, 0)}
+        cluster.patch_status(DAEMONSET, name, status, ns)
+
+
+def load(path: Path) -> base.Case:
+    """A held-out file of this set, built with its edits."""
+    case = base.load(path, apply=_apply)
+    _recount(case.cluster)
+    return case
+
+
+def cases() -> list[Path]:
+    return base.cases(HERE)
+
+
+def frozen() -> dict[str, str]:
+    return base.frozen(HERE)
+
+
+def results() -> list[base.Result]:
+    """Every case of this set, loaded and scored against its frozen expectation."""
+    return [base.score(load(p)) for p in cases()]
+
+
+if __name__ == "__main__":
+    print(base.table(results()))
