@@ -200,3 +200,32 @@ async def test_a_role_crashing_in_a_loop_leaves_the_device_plugin_serving(
     assert 'gpuchain_node_agent_role_up{role="device-plugin"} 1.0' in text
     repeated = [r for r in caplog.records if "role crasher failed" in r.getMessage() and "in a row" in r.getMessage()]
     assert repeated and repeated[0].exc_info is not None
+
+
+async def test_no_other_role_runs_before_the_kubelet_has_the_device_plugin_registered(
+    agent_of: Callable[..., asyncio.Future[Agent]],
+) -> None:
+    """Start-up order: the device plugin is started alone and the other roles (which load the
+    Kubernetes client, prometheus, ...) only once the kubelet accepted its Register."""
+    agents: list[Agent] = []
+    seen: list[tuple[str, bool]] = []
+
+    def recording(name: str) -> Role:
+        async def run(stop: asyncio.Event, started: Callable[[], None]) -> None:
+            seen.append((name, GPU in agents[0].kubelet.endpoints))
+            started()
+            await stop.wait()
+
+        return run
+
+    agent = await agent_of(  # its supervisor runs from the first await on: agents is filled by then
+        SimBackend.from_preset("h100-80gb-x8", node=NODE_NAME),
+        lambda root: [
+            ("device-plugin", DevicePluginSettings(socket_dir=root / "device-plugins")),
+            ("gfd", recording("gfd")),
+            ("exporter", recording("exporter")),
+        ],
+    )
+    agents.append(agent)
+    await agent.up("device-plugin", "gfd", "exporter")
+    assert sorted(seen) == [("exporter", True), ("gfd", True)]

@@ -218,7 +218,8 @@ class RoleMetrics:
         )
         failing = GaugeMetricFamily(
             "gpuchain_node_agent_role_failing",
-            f"1 while the role has failed {REPEATED} or more times in a row.",
+            f"1 from the role's {REPEATED}th failure in a row until it has served"
+            f" {self.supervisor.max_delay:g} s again.",
             labels=["role"],
         )
         for r in self.supervisor.roles:
