@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -50,6 +51,7 @@ from bench.agents.run import (
     AGENTS,
     FLOOR,
     NODE,
+    TICK,
     Kubelet,
     Proc,
     agent_command,
@@ -102,8 +104,18 @@ def start_all(root: Path, kubeconfig: Path, busy: bool) -> tuple[list[Proc], dic
     return procs, ports
 
 
-def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace) -> list[Proc]:
-    """Phase 1: both sides at work for ``--duration`` seconds, RSS sampled throughout."""
+def roles_up(port: int) -> dict[str, bool]:
+    """The node agent's ``gpuchain_node_agent_role_up`` per role, from its metrics endpoint: a role
+    that crashed would weigh nothing, so the figures count only with every role up."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = re.findall(r'^gpuchain_node_agent_role_up\{role="([^"]+)"\} (\S+)$', text, re.MULTILINE)
+    return {role: float(value) == 1.0 for role, value in found}
+
+
+def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace) -> tuple[list[Proc], dict[str, bool]]:
+    """Phase 1: both sides at work for ``--duration`` seconds, RSS sampled throughout; the node
+    agent's roles, up or not, at the end."""
     from gpuchain.kube import NODE as NODE_KIND
 
     procs, ports = start_all(root, kubeconfig, busy=True)
@@ -139,6 +151,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
         for p in procs:
             p.rss.append((now, rss_mib(p.popen.pid)))
         check_alive(procs)
+        roles = roles_up(ports[NODE_AGENT])
         for k in kubelets:
             k.finish()
     finally:
@@ -149,7 +162,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     print(
         f"activity: {args.duration:.0f} s; kubelet calls {calls}, scrapes {scrapes}, MIG flips {flips}", file=sys.stderr
     )
-    return procs
+    return procs, roles
 
 
 def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -264,7 +277,7 @@ def rows_of(procs: list[Proc], cpu: dict[str, float], window: float) -> list[Row
     return rows
 
 
-def report(rows: list[Row], starts: dict[str, list[float]], args: argparse.Namespace) -> None:
+def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, bool], args: argparse.Namespace) -> None:
     by = {r.process: r for r in rows}
     floor, agent, alone, separate = by[FLOOR], by[NODE_AGENT], by[DP_ALONE], by[SEPARATE]
     print("Node agent vs the six separate agents: real processes on a simulated 8-GPU H100 node, one run")
@@ -278,6 +291,11 @@ def report(rows: list[Row], starts: dict[str, list[float]], args: argparse.Names
             f"{r.process:<36}{r.rss_end_mib:>12.1f}{r.ratio_to_floor:>9.2f}"
             f"{r.growth_last_window_mib:>+18.1f} MiB{r.idle_cpu_percent:>12.2f}"
         )
+    print(f"(idle CPU resolution: one clock tick over {args.idle:.0f} s = {100 / TICK / args.idle:.2f}% of a core)")
+    print(
+        "node agent roles at the end of the activity:",
+        ", ".join(f"{r} {'up' if up else 'DOWN'}" for r, up in roles.items()),
+    )
     print()
     print(f"start-up, exec until the kubelet peer has the devices (median of {args.starts}, alternated, ms):")
     for name, values in starts.items():
@@ -332,17 +350,19 @@ def main() -> None:
 
             client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
             assert client.get(NODE_KIND, AGENT_NODE)
-            procs = activity(root, kubeconfig, client, args)
+            procs, roles = activity(root, kubeconfig, client, args)
             cpu = idle(root, kubeconfig, args)
             starts = startups(root, kubeconfig, args.starts)
         rows = rows_of(procs, cpu, args.flat_window)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        json.dump({"rows": [asdict(r) for r in rows], "startup_seconds": starts}, sys.stdout, indent=2)
+        json.dump(
+            {"rows": [asdict(r) for r in rows], "startup_seconds": starts, "roles_up": roles}, sys.stdout, indent=2
+        )
         print()
     else:
-        report(rows, starts, args)
+        report(rows, starts, roles, args)
 
 
 if __name__ == "__main__":
