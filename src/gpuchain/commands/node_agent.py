@@ -171,6 +171,18 @@ def parser() -> argparse.ArgumentParser:
     )
     add("--collect-interval", type=_seconds, default=30.0, help="exporter: seconds between collections.")
     add(
+        "--per-process",
+        action="store_true",
+        default=_env_flag("KUBERNETES_VIRTUAL_GPUS"),
+        help="exporter: per-pod memory and SM share on shared GPUs from the GPUs' processes (needs hostPID), "
+        "as dcgm-exporter's --kubernetes-virtual-gpus [KUBERNETES_VIRTUAL_GPUS].",
+    )
+    add(
+        "--pods-from-api",
+        action="store_true",
+        help="exporter, with --per-process: name pods by UID from this node's Pod objects (needs RBAC to list pods).",
+    )
+    add(
         "--collectors",
         type=Path,
         default=None,
@@ -260,15 +272,8 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def node_agent(args: argparse.Namespace) -> None:
-    """Run the roles ``args`` name until SIGTERM/SIGINT."""
-    configure_logging(logging.INFO, LogFormat(args.log_format))
-    early = stop_early()
-    names = _roles(args.roles)
-    choice = resolve_backend(BackendKind(args.backend) if args.backend else None)
-    refuse_implicit_sim(choice, "this node (the kubelet's sockets, the node's files, the cluster)")
-    if args.memory_cluster and not choice.simulated:
-        fail("--memory-cluster runs a simulated node: give it with --backend sim")
+def settings_of(args: argparse.Namespace) -> dict[str, RoleSettings]:
+    """Each role's settings from the parsed flags (exit 2 on a bad --xid-resolution)."""
     from gpuchain.gpu.xid import parse_overrides
 
     try:
@@ -276,7 +281,7 @@ def node_agent(args: argparse.Namespace) -> None:
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
     validations = args.validations_dir
-    wanted: dict[str, RoleSettings] = {
+    return {
         "device-plugin": DevicePluginSettings(
             socket_dir=args.socket_dir,
             config_file=args.config_file,
@@ -294,7 +299,12 @@ def node_agent(args: argparse.Namespace) -> None:
             gate_startup=args.gate_startup,
             validations_dir=str(validations) if validations else None,
         ),
-        "exporter": ExporterSettings(collectors=args.collectors, interval=args.collect_interval),
+        "exporter": ExporterSettings(
+            collectors=args.collectors,
+            interval=args.collect_interval,
+            per_process=args.per_process,
+            pods_from_api=args.pods_from_api,
+        ),
         "gfd": GfdSettings(
             config_file=args.config_file,
             config_dir=args.config_dir,
@@ -315,6 +325,18 @@ def node_agent(args: argparse.Namespace) -> None:
         ),
         "validator": ValidatorSettings(directory=validations),
     }
+
+
+def node_agent(args: argparse.Namespace) -> None:
+    """Run the roles ``args`` name until SIGTERM/SIGINT."""
+    configure_logging(logging.INFO, LogFormat(args.log_format))
+    early = stop_early()
+    names = _roles(args.roles)
+    choice = resolve_backend(BackendKind(args.backend) if args.backend else None)
+    refuse_implicit_sim(choice, "this node (the kubelet's sockets, the node's files, the cluster)")
+    if args.memory_cluster and not choice.simulated:
+        fail("--memory-cluster runs a simulated node: give it with --backend sim")
+    wanted = settings_of(args)
     node_name = args.node_name or ("sim-node" if args.memory_cluster else None)
     release_dir = args.nvml_release_dir
     if release_dir is None:
