@@ -64,7 +64,8 @@ async def run(settings: ExporterSettings, node: Node, stop: asyncio.Event, start
     try:
         socket_path = node.pods_socket
         attribution = f"pod labels from {socket_path}" if socket_path else "no pod labels (no pod-resources socket)"
-        where = f"http://{node.settings.metrics_address}:{node.server.server_port}" if node.server else "no endpoint"
+        port = node.server.server_port if node.server else node.settings.metrics_port  # the node agent opens it later
+        where = f"http://{node.settings.metrics_address}:{port}" if port is not None else "no endpoint"
         simulated = " (simulated)" if node.simulated else ""
         log.info(
             "serving %s/metrics and /health from the %s backend; %s%s", where, node.backend.name, attribution, simulated
