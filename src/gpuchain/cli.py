@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from gpuchain import __version__
 
@@ -139,6 +139,23 @@ class LazyGroup(TyperGroup):
             self._listing = False
 
 
+def _bare_flags() -> None:
+    """Show boolean flags bare in ``--help`` (``--dry-run``, ``--test-pod/--no-test-pod``).
+
+    typer labels every option with its type, so a flag reads ``--dry-run <bool>`` as if it took
+    a value, yet ``--dry-run=true`` is refused. A flag has no value to show.
+    """
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else typed(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
+
+
+_bare_flags()
+
+
 app = typer.Typer(
     name="gpuchain",
     cls=LazyGroup,
@@ -174,10 +191,6 @@ def main() -> None:
 
     Pipelines and scripts read the first line of stderr; ``--help`` still shows the whole page.
     """
-    if sys.argv[1:2] == ["node-agent"]:  # parsed by argparse: typer would load pydantic for its options
-        from gpuchain.commands.node_agent import main as node_agent
-
-        sys.exit(node_agent(sys.argv[2:]))
     from typer._click import exceptions as click  # typer vendors click; these are the classes it raises
 
     try:

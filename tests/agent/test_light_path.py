@@ -1,4 +1,5 @@
-"""The node agent's path never loads pydantic: its entry point, its flags and every role, running.
+"""The node agent's path never loads pydantic: its entry point, its flags and every role, running;
+nor typer, from the ``gpuchain`` executable to the agent's flags.
 
 pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
 the typer commands; a node agent needs none of it. Checked in a fresh interpreter: the test process
@@ -15,7 +16,7 @@ PROGRAM = r"""
 import asyncio, sys, tempfile
 from pathlib import Path
 
-from gpuchain import cli  # the console entry point, as `gpuchain node-agent` starts
+from gpuchain import entry  # the console entry point, as `gpuchain node-agent` starts
 from gpuchain.commands import node_agent
 
 args = node_agent.parser().parse_args(["--backend", "sim", "--memory-cluster"])
@@ -77,11 +78,23 @@ def test_the_node_agent_runs_every_role_without_pydantic(tmp_path: Path) -> None
     assert loaded == "False"
 
 
-def test_the_node_agent_command_itself_never_imports_pydantic() -> None:
+def test_the_node_agent_command_itself_never_imports_pydantic_nor_typer() -> None:
     """As a pod starts it: `gpuchain node-agent --help` goes through the console entry point."""
-    program = "import sys\nfrom gpuchain.cli import main\nsys.argv = ['gpuchain', 'node-agent', '--help']\n"
-    program += "try:\n    main()\nexcept SystemExit:\n    pass\nprint('pydantic' in sys.modules)"
+    program = "import sys\nfrom gpuchain.entry import main\nsys.argv = ['gpuchain', 'node-agent', '--help']\n"
+    program += (
+        "try:\n    main()\nexcept SystemExit:\n    pass\nprint('pydantic' in sys.modules, 'typer' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "False"
+    assert proc.stdout.splitlines()[-1] == "False False"
     assert "--roles" in proc.stdout
+
+
+def test_a_node_agent_that_cannot_start_says_why_in_one_line() -> None:
+    """fail() ends the agent as it ends a typer command; the argparse entry turns that into the exit status."""
+    program = "import sys\nfrom gpuchain.entry import main\n"
+    program += "sys.argv = ['gpuchain', 'node-agent', '--backend', 'nvml', '--preset', 'h100-80gb-x8']\nmain()"
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "--preset and --topology apply to --backend sim only" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -16,9 +16,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
-
-import typer
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuchain.agent.build import ROLES, build, follow_release
 from gpuchain.agent.node import Node
@@ -34,11 +32,14 @@ from gpuchain.agent.settings import (
     RoleSettings,
     ValidatorSettings,
 )
-from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, open_backend
+from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, backend_problem, open_backend
 from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube.port import Cluster
+
+if TYPE_CHECKING:
+    import typer
 
 log = logging.getLogger("gpuchain.node-agent")
 
@@ -267,7 +268,11 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     try:
         node_agent(args)
-    except typer.Exit as exc:  # fail() ends a command this way
+    except Exception as exc:
+        from typer import Exit  # fail() ends a command with it, so only a failing agent loads typer
+
+        if not isinstance(exc, Exit):
+            raise
         return int(exc.exit_code)
     return 0
 
@@ -355,6 +360,8 @@ def node_agent(args: argparse.Namespace) -> None:
         cluster_of = lambda: _memory_cluster(name)  # noqa: E731
     else:
         cluster_of = lambda: open_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
+    if problem := backend_problem(choice.kind, args.preset, args.topology):
+        fail(problem)
     try:
         gpus = open_backend(choice.kind, args.preset, args.topology)
     except BACKEND_ERRORS as exc:
@@ -405,14 +412,18 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
 
 
 def register(app: typer.Typer) -> None:
-    """The command in gpuchain's typer app: its arguments go to ``main`` untouched. ``cli.main``
-    runs ``main`` before typer is asked, since typer validates every option through pydantic."""
+    """The command in gpuchain's typer app (its listing in ``gpuchain --help``, and a program that
+    runs the app): its arguments go to ``main`` untouched. The ``gpuchain`` executable
+    (``gpuchain.entry``) runs ``main`` before typer is even imported."""
+    import typer
 
-    @app.command(
+    def node_agent_command(ctx: typer.Context) -> None:
+        raise typer.Exit(main(ctx.args))
+
+    node_agent_command.__annotations__["ctx"] = typer.Context  # typer reads it; this module's globals have no typer
+    app.command(
         "node-agent",
         help=HELP + "\n\n" + DETAILS,
         add_help_option=False,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    def node_agent_command(ctx: typer.Context) -> None:
-        raise typer.Exit(main(ctx.args))
+    )(node_agent_command)
