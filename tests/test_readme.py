@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import typer.main
 import yaml
+from cli_parse import parse
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -174,17 +174,7 @@ def _argv(line: str) -> list[str]:
 
 def _parse(argv: list[str]) -> str:
     """Parse ``argv`` the way the CLI would (options, choices, types, required values) without running it."""
-    command = typer.main.get_command(app)
-    ctx = command.make_context("gpuchain", list(argv))
-    while hasattr(command, "resolve_command"):
-        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
-        if not rest:
-            break
-        name, sub, rest = command.resolve_command(ctx, rest)
-        assert sub is not None
-        command = sub
-        ctx = command.make_context(str(name), rest, parent=ctx)
-    return str(command.name)
+    return str(parse(argv).command.name)
 
 
 DOC_LINES = [(doc.relative_to(ROOT).as_posix(), line) for doc in DOCS for line in _commands(doc.read_text())]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+from cli_parse import container_env, parse
 from test_chart import CHART, render
-from typer.testing import CliRunner
 
-from gpuchain.cli import app
 from gpuchain.dra.kinds import DRIVER
 
 ON = {"dra": {"enabled": True}}
@@ -60,5 +59,6 @@ def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
         "/var/run/cdi",
         "/run/gpuchain/nvml",  # the NVML release board (test_chart_nvml_release.py)
     }
-    result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
-    assert result.exit_code == 0, result.output
+    params = parse([*container["command"][1:], *container["args"]], container_env(container)).params
+    assert (str(params["registry_dir"]), str(params["cdi_dir"])) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
+    assert str(params["plugin_dir"]) == f"/var/lib/kubelet/plugins/{DRIVER}"

@@ -9,10 +9,9 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
+from cli_parse import container_env, parse
 from test_chart import CHART, VERSIONS, policy_of, render
-from typer.testing import CliRunner
 
-from gpuchain.cli import app
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import Kind
 from gpuchain.kube.kinds import NODE
@@ -100,8 +99,16 @@ def test_lints_with_repair_and_gate(version: str) -> None:
 )  # fmt: skip
 def test_the_container_args_are_ones_gpu_health_accepts(values: dict[str, Any]) -> None:
     container = _pod(render(values))["containers"][0]
-    result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
-    assert result.exit_code == 0, result.output
+    params = parse([*container["command"][1:], *container["args"]], container_env(container)).params
+    repair = values["remediation"].get("repair", {})
+    gate = values["remediation"].get("gateStartup", {})
+    assert params["repair"] is bool(repair.get("enabled"))
+    assert params["xid_resolution"] == repair.get("xidResolution", "")
+    assert params["gate_startup"] is gate.get("enabled", True)  # values.yaml: on by default
+    assert params["startup_taint"] == gate.get("taint", "gpuchain.io/gpu-not-ready")
+    assert params["gate_burn_in"] is gate.get("burnIn", False)
+    if "metricsPort" in repair:
+        assert params["metrics_port"] == repair["metricsPort"]
 
 
 def test_metrics_port_zero_serves_nothing_and_opens_no_port() -> None:

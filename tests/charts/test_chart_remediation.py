@@ -7,10 +7,8 @@ from pathlib import Path
 import helm_python as helm
 import kubernetes_validate
 import pytest
+from cli_parse import container_env, parse
 from test_chart import CHART, VERSIONS, render
-from typer.testing import CliRunner
-
-from gpuchain.cli import app
 
 ON = {"remediation": {"enabled": True}}
 
@@ -78,9 +76,14 @@ def test_every_rule_is_justified_and_matches_the_documented_permissions() -> Non
 
 
 @pytest.mark.parametrize(
-    ("kind", "name"), [("DaemonSet", "gpuchain-gpu-health"), ("Deployment", "gpuchain-remediator")]
+    ("kind", "name", "param", "value"),
+    [
+        ("DaemonSet", "gpuchain-gpu-health", "repair", False),  # the repair loop is off unless asked for
+        ("Deployment", "gpuchain-remediator", "namespace", "gpu-operator"),  # its status ConfigMap's
+    ],
 )
-def test_containers_run_real_commands(kind: str, name: str) -> None:
+def test_containers_run_real_commands(kind: str, name: str, param: str, value: object) -> None:
     container = _named(render(ON), kind, name)["spec"]["template"]["spec"]["containers"][0]
-    result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
-    assert result.exit_code == 0, result.output
+    ctx = parse([*container["command"][1:], *container["args"]], container_env(container))
+    assert ctx.command.name == container["command"][-1]
+    assert ctx.params[param] == value

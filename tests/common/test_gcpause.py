@@ -12,7 +12,11 @@ from gpuchain.common.gcpause import collector_paused
 
 @pytest.fixture
 def collector_on() -> Iterator[None]:
+    """The collector on and nothing frozen, as in a fresh process. An agent command run in this
+    test process before (commands/_agent.py freezes what it built at start, for the process's
+    lifetime) leaves objects frozen; unfreezing them only lets the collector walk them again."""
     was_on = gc.isenabled()
+    gc.unfreeze()
     gc.enable()
     yield
     if not was_on:

@@ -641,3 +641,113 @@ def test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver() -> N
     assert any(failure in e for e in finding.evidence)
     assert NVIDIA_DRIVER.kind == "NVIDIADriver"
     assert finding.fix.startswith("kubectl edit nvidiadriver default")
+
+
+# -- the exporter's trust signals: its scrape, read beside the cluster ------------------------------
+
+
+class _ExporterNode:
+    """One simulated node's GPUs and the exporter process its exporter pod runs (gpuchain's own
+    collector), which the DaemonSet replaces when the pod is deleted."""
+
+    def __init__(self, node: str) -> None:
+        from gpuchain.gpu.sim import SimBackend
+
+        self.node = node
+        self.gpus = SimBackend.from_preset("a100-80gb-x8")
+        self.collector = self.start()
+
+    def start(self) -> Any:
+        """A new exporter process over the node's GPUs; feature discovery counted 8."""
+        from gpuchain.exporter.collector import GpuMetricsCollector
+        from gpuchain.exporter.counters import load_collectors
+
+        return GpuMetricsCollector(self.gpus, load_collectors(), self.node, expected_gpus=lambda: (8, "gfd"))
+
+    def scrape(self, at: float | None = None) -> Any:
+        import time
+
+        from gpuchain.doctor.snapshot import Scrape
+        from gpuchain.exporter.exposition import render
+
+        return Scrape(render(self.collector.registry).decode(), time.time() if at is None else at)
+
+
+def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) -> Report:
+    from gpuchain.doctor import diagnose
+    from gpuchain.doctor.snapshot import Snapshot, gather
+
+    snap = gather(sim.cluster)
+    return diagnose(Snapshot(**{**snap.__dict__, "scrapes": {exporter.node: exporter.scrape(at)}}))
+
+
+def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding_id: str) -> None:
+    """Apply the finding's fix to the cluster; the DaemonSet makes a new pod, which runs a new exporter."""
+    from gpuchain.operator.simulate import OperandSimulator
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
+    assert found.action is not None and found.action.op is FixOp.DELETE and pastes(found.fix)
+    assert NOT_SIMULATED not in found.action.changes
+    pod = str(found.action.changes["name"])
+    apply_to_cluster(sim.cluster, found.action)
+    assert sim.cluster.get_or_none(POD, pod, str(found.action.changes["namespace"])) is None
+    OperandSimulator(sim.cluster, str(found.action.changes["namespace"])).settle()
+    exporter.collector = exporter.start()
+    exporter.collector.collect_once()
+
+
+def _reset_gpu(exporter: _ExporterNode, report: Report, finding_id: str, gpu: int) -> None:
+    """Apply the finding's fix, host work on the GPU: the reset brings it back, and the running
+    exporter's next collection (it lists the GPUs every time) sees it."""
+    found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
+    assert found.action is not None and found.action.op is FixOp.HARDWARE and found.action.target == exporter.node
+    assert "nvidia-smi -r" in found.action.changes["action"] and pastes(found.fix)
+    exporter.gpus.recover_gpu(gpu)
+    exporter.collector.collect_once()
+
+
+def test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset() -> None:
+    """exporter.gpus-missing: GPU 3 was off the bus when the exporter started (it never saw it) and
+    feature discovery counts 8; the scrape carries 7 until the GPU is reset."""
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.gpus.lose_gpu(3)
+    exporter.collector.collect_once()
+    before = _trust_report(sim, exporter)
+    assert {f.id for f in before.findings} == {"exporter.gpus-missing"}
+    _reset_gpu(exporter, before, "exporter.gpus-missing", 3)
+    after = _trust_report(sim, exporter)
+    assert not after.findings and not after.broken
+
+
+def test_a_stopped_collection_collects_again_in_a_new_exporter_pod() -> None:
+    """exporter.stale: the exporter answers scrapes with samples from long ago (its loop stopped)."""
+    import time
+
+    from gpuchain.doctor.trust import STALE_INTERVALS
+    from gpuchain.exporter import COLLECT_INTERVAL
+
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.collector.collect_once()
+    later = time.time() + (STALE_INTERVALS + 1) * COLLECT_INTERVAL
+    before = _trust_report(sim, exporter, at=later)
+    assert {f.id for f in before.findings} == {"exporter.stale"}
+    _restart_exporter(sim, exporter, before, "exporter.stale")
+    assert not _trust_report(sim, exporter).findings
+
+
+def test_a_gpu_that_stopped_answering_the_exporter_is_reset() -> None:
+    """exporter.gpu-down: GPU 3 fell off the bus under a running exporter, which keeps its series at
+    gpuchain_gpu_up 0 (visible, not just gone); after the GPU's reset it answers again."""
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.collector.collect_once()
+    exporter.gpus.lose_gpu(3)
+    exporter.collector.collect_once()
+    before = _trust_report(sim, exporter)
+    assert {f.id for f in before.findings} == {"exporter.gpu-down"}
+    _reset_gpu(exporter, before, "exporter.gpu-down", 3)
+    after = _trust_report(sim, exporter)
+    assert not after.findings and not after.broken

@@ -31,6 +31,9 @@ CLUSTER_TESTS = {
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",
+    "exporter.gpus-missing": "test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset",
+    "exporter.stale": "test_a_stopped_collection_collects_again_in_a_new_exporter_pod",
+    "exporter.gpu-down": "test_a_gpu_that_stopped_answering_the_exporter_is_reset",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

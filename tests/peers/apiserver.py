@@ -44,7 +44,10 @@ AUDIT_POLICY = {
     "kind": "Policy",
     "rules": [
         {"level": "Metadata", "nonResourceURLs": ["/audit-mark*"]},
-        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection", "list"]},
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch", "delete", "deletecollection", "list", "get", "watch"],
+        },
         {"level": "None"},
     ],
 }

@@ -8,9 +8,10 @@ A test sets a mark, lets the component work, and asks for the writes made since:
     run_the_component()
     assert audit.writes(since=start) == []          # or: audit.counts(since=start)[("patch", "nodes", "", user)]
 
-The log also holds every list request, so a test can tell that a controller's passes happened
-(``audit.requests(start, verbs=frozenset({"list"}))``) and a zero count is not a component that
-stopped working.
+The log also holds every list, get and watch request and each request's answer, so a test can
+find what the server refused a role (``audit.refused(start)``), and tell that a controller's passes
+happened (``audit.requests(start, verbs=frozenset({"list"}))``) and a zero count is not a component
+that stopped working.
 
 A mark is a request of its own (``GET /audit-mark/<token>``) that the log records, and it counts
 by each request's RequestReceived line, which the server writes before it acts on the request: a
@@ -32,7 +33,9 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from peers.apiserver import ApiServer
 
@@ -75,6 +78,9 @@ class AuditLog:
     def __init__(self, server: ApiServer) -> None:
         self._server = server
         self._path = server.audit_log
+        # Marks only move forward, so each looks for its line after the last one found (the log
+        # holds every test's requests of the session).
+        self._scanned = self._path.stat().st_size if self._path.exists() else 0
 
     def mark(self, timeout: float = 10.0) -> Mark:
         """Set a mark now: make the mark request and wait until the log holds it."""
@@ -89,44 +95,47 @@ class AuditLog:
                 raise
         deadline = time.monotonic() + timeout
         while True:
-            offset = 0
+            offset = self._scanned
             with self._path.open("rb") as log:
+                log.seek(offset)
                 for line in log:
                     offset += len(line)
                     if uri.encode() in line and json.loads(line).get("requestURI") == uri:
+                        self._scanned = offset
                         return Mark(offset)
             if time.monotonic() > deadline:
                 raise AssertionError(f"the audit log {self._path} did not record the mark {uri} in {timeout}s")
             time.sleep(0.02)
 
-    def requests(self, since: Mark, until: Mark | None = None, verbs: frozenset[str] = WRITE_VERBS) -> list[Request]:
-        """The requests with one of ``verbs`` between two marks (``until`` None: a mark set now),
-        oldest first, without the control plane's own (CONTROL_PLANE_AGENTS)."""
+    def _events(self, since: Mark, until: Mark | None) -> Iterator[dict[str, Any]]:
+        """The audit events between two marks (``until`` None: a mark set now), oldest first,
+        without the control plane's own (CONTROL_PLANE_AGENTS)."""
         end = until if until is not None else self.mark()
         with self._path.open("rb") as log:
             log.seek(since.offset)
             lines = log.read(end.offset - since.offset).splitlines()
-        found: list[Request] = []
         for line in lines:
             event = json.loads(line)
-            if event.get("stage") != "RequestReceived" or event.get("verb") not in verbs:
-                continue
-            agent = str(event.get("userAgent", ""))
-            if agent.startswith(CONTROL_PLANE_AGENTS):
-                continue
-            ref = event.get("objectRef") or {}
-            found.append(
-                Request(
-                    verb=str(event["verb"]),
-                    resource=str(ref.get("resource", "")),
-                    subresource=str(ref.get("subresource", "")),
-                    namespace=str(ref.get("namespace", "")),
-                    name=str(ref.get("name", "")),
-                    user=str(event.get("user", {}).get("username", "")),
-                    user_agent=agent,
-                )
-            )
-        return found
+            if not str(event.get("userAgent", "")).startswith(CONTROL_PLANE_AGENTS):
+                yield event
+
+    def requests(self, since: Mark, until: Mark | None = None, verbs: frozenset[str] = WRITE_VERBS) -> list[Request]:
+        """The requests with one of ``verbs`` between two marks (``until`` None: a mark set now),
+        oldest first, without the control plane's own (CONTROL_PLANE_AGENTS)."""
+        return [
+            _request(event)
+            for event in self._events(since, until)
+            if event.get("stage") == "RequestReceived" and event.get("verb") in verbs
+        ]
+
+    def refused(self, since: Mark, until: Mark | None = None) -> list[Request]:
+        """The requests the server answered 403 Forbidden between two marks (any verb AUDIT_POLICY
+        logs: writes, list, get, watch): what a role lacked."""
+        return [
+            _request(event)
+            for event in self._events(since, until)
+            if event.get("stage") == "ResponseComplete" and (event.get("responseStatus") or {}).get("code") == 403
+        ]
 
     def writes(self, since: Mark, until: Mark | None = None) -> list[Request]:
         """The write requests (WRITE_VERBS) between two marks; see ``requests``."""
@@ -135,3 +144,16 @@ class AuditLog:
     def counts(self, since: Mark, until: Mark | None = None) -> collections.Counter[tuple[str, str, str, str]]:
         """The writes between two marks, counted by (verb, resource, subresource, user)."""
         return collections.Counter((w.verb, w.resource, w.subresource, w.user) for w in self.writes(since, until))
+
+
+def _request(event: dict[str, Any]) -> Request:
+    ref = event.get("objectRef") or {}
+    return Request(
+        verb=str(event["verb"]),
+        resource=str(ref.get("resource", "")),
+        subresource=str(ref.get("subresource", "")),
+        namespace=str(ref.get("namespace", "")),
+        name=str(ref.get("name", "")),
+        user=str(event.get("user", {}).get("username", "")),
+        user_agent=str(event.get("userAgent", "")),
+    )

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuchain.exporter import COLLECT_INTERVAL
+
 if TYPE_CHECKING:
     from gpuchain.gpu.burnin import BurnInConfig
     from gpuchain.gpu.xid import XidOverride
@@ -56,7 +58,7 @@ class ExporterSettings:
     """``gpuchain exporter``: DCGM-compatible metrics, served on the process's metrics endpoint."""
 
     collectors: Path | None = None
-    interval: float = 30.0
+    interval: float = COLLECT_INTERVAL
     call_timeout: float = 5.0
     hostname: str | None = None
     """The Hostname label; None: the node's name, else this host's."""

@@ -189,7 +189,18 @@ def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
 
     methods: dict[str, Any] = {
         name: guard(name, getattr(base, name))
-        for name in ("get", "list", "list_readonly", "create", "patch", "patch_status", "delete", "logs", "evict")
+        for name in (
+            "get",
+            "list",
+            "list_readonly",
+            "create",
+            "patch",
+            "patch_status",
+            "delete",
+            "logs",
+            "evict",
+            "pod_proxy_get",
+        )
     }
     methods["watch"] = watch
     methods["tried"] = ""

@@ -24,6 +24,7 @@ from gpuchain.commands._backend import (
 from gpuchain.commands._cluster import node_backend_option, open_cluster, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.podresources import DEFAULT_SOCKET
 from gpuchain.exporter.server import DEFAULT_PORT
 
@@ -37,7 +38,9 @@ def exporter(
     collectors: Path | None = typer.Option(
         None, "--collectors", "-f", help="Metric set as a dcgm-exporter collectors CSV (default: the packaged set)."
     ),
-    interval: float = typer.Option(30.0, "--collect-interval", help="Seconds between background collections."),
+    interval: float = typer.Option(
+        COLLECT_INTERVAL, "--collect-interval", help="Seconds between background collections."
+    ),
     call_timeout: float = typer.Option(5.0, "--call-timeout", help="Seconds one NVML or kubelet call may take."),
     pod_resources_socket: str | None = typer.Option(
         None,

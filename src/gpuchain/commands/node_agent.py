@@ -36,6 +36,7 @@ from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, backend_prob
 from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.kube.port import Cluster
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
         help="exporter, gpu-health: the kubelet's pod-resources socket (default "
         "/var/lib/kubelet/pod-resources/kubelet.sock, used when it exists).",
     )
-    add("--collect-interval", type=_seconds, default=30.0, help="exporter: seconds between collections.")
+    add("--collect-interval", type=_seconds, default=COLLECT_INTERVAL, help="exporter: seconds between collections.")
     add(
         "--per-process",
         action="store_true",

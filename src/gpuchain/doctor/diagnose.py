@@ -20,7 +20,6 @@ from gpuchain.doctor.checks import (
     Result,
     check_device_plugin,
     check_driver,
-    check_exporter,
     check_gfd,
     check_mig,
     check_toolkit,
@@ -31,9 +30,10 @@ from gpuchain.doctor.evidence import failure_at, unrecognised
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
-from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
+from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, Snapshot, timed_gather
 from gpuchain.doctor.stacks import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.doctor.trust import check_exporter
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import name_of
@@ -404,6 +404,11 @@ def not_judged(ctx: Context) -> list[str]:
         lines.append("the dump has no NVIDIADrivers (nvidiadrivers.json): not judged which of them drives a node")
     if lines:
         lines.append("gpuchain doctor dump DIR writes all of these (kubectl cluster-info dump writes none of them)")
+    if ctx.snapshot.unscraped:
+        lines.append(
+            f"{ctx.snapshot.unscraped} exporter(s) beyond the first {MAX_SCRAPES} (by node name) were not scraped: "
+            "not judged whether their GPUs' metrics are current and complete"
+        )
     return lines
 
 
@@ -430,13 +435,14 @@ def run_doctor(
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
+    scraper: Scraper | None = None,
 ) -> Report:
     """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the
     time. The cyclic collector is paused meanwhile (`collector_paused`: it would only walk the
     snapshot again and again)."""
     started = time.perf_counter()
     with collector_paused():
-        snap, calls, _ = timed_gather(cluster, namespace, reader, progress)
+        snap, calls, _ = timed_gather(cluster, namespace, reader, progress, scraper)
         report = diagnose(snap)
     report.api_calls = calls
     report.seconds = time.perf_counter() - started

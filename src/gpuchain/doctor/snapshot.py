@@ -33,8 +33,18 @@ from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj
 
 MAX_LOGS = 5
+MAX_SCRAPES = 32
+"""The most exporter scrapes one run reads (one request each, through the API server's pod proxy);
+the nodes beyond it are said not judged."""
 MAX_WORKLOAD_LOGS = 3
 LogKey = tuple[str, str, str]  #: (namespace, pod, container)
+
+
+class Scraper(Protocol):
+    """Reads what an exporter pod serves at ``/metrics`` (through the API server's pod proxy); None
+    when it cannot."""
+
+    def __call__(self, namespace: str, pod: str) -> str | None: ...
 
 
 class LogReader(Protocol):
@@ -42,6 +52,15 @@ class LogReader(Protocol):
     None when it cannot."""
 
     def __call__(self, namespace: str, pod: str, container: str, previous: bool = False) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One exporter's ``/metrics`` answer and when it was read (Unix time): the age of a GPU's last
+    sample is ``at`` minus its ``gpuchain_gpu_last_sample_timestamp_seconds``."""
+
+    text: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,9 @@ class Snapshot:
     previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
+    #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
+    scrapes: dict[str, Scrape] = field(default_factory=dict)
+    unscraped: int = 0  #: gpuchain exporters beyond ``MAX_SCRAPES``, whose scrapes were not read
 
     @property
     def stack(self) -> Stack:
@@ -243,21 +265,64 @@ def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOG
     return Snapshot(**{**snapshot.__dict__, "logs": logs, "previous_logs": previous}), len(keys) + len(again)
 
 
+def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
+    """``(node, namespace, pod)`` of every ready exporter pod that runs gpuchain's exporter (only it
+    serves the trust signals; NVIDIA's dcgm-exporter would cost a request for nothing), by node."""
+    stack = snapshot.stack
+    operand_of = cache(stack.operand_in)
+    found = []
+    for pod in snapshot.pods:
+        meta, spec, status = pod.get("metadata", {}), pod.get("spec") or {}, pod.get("status") or {}
+        owner = next((r.get("name") for r in meta.get("ownerReferences") or () if r.get("kind") == "DaemonSet"), None)
+        node, namespace = spec.get("nodeName"), str(meta.get("namespace"))
+        if not (owner and node and status.get("podIP")) or operand_of(namespace, str(owner)) != "dcgm-exporter":
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        runs_gpuchain = any(
+            "gpuchain" in [*(c.get("command") or ()), *(c.get("args") or ())][:1] for c in spec.get("containers") or ()
+        )
+        if ready and runs_gpuchain:
+            found.append((str(node), namespace, str(meta.get("name"))))
+    return sorted(found)
+
+
+def with_scrapes(
+    snapshot: Snapshot, scraper: Scraper | None, limit: int = MAX_SCRAPES, clock: Callable[[], float] = time.time
+) -> tuple[Snapshot, int]:
+    """The snapshot plus the scrapes of up to ``limit`` gpuchain exporters (`scrape_candidates`),
+    each stamped with when it was read; also how many reads it made."""
+    if scraper is None:
+        return snapshot, 0
+    candidates = scrape_candidates(snapshot)
+    scrapes = dict(snapshot.scrapes)
+    for node, namespace, pod in candidates[:limit]:
+        text = scraper(namespace, pod)
+        if text is not None:
+            scrapes[node] = Scrape(text, clock())
+    unscraped = max(0, len(candidates) - limit)
+    return Snapshot(**{**snapshot.__dict__, "scrapes": scrapes, "unscraped": unscraped}), min(len(candidates), limit)
+
+
 def timed_gather(
     cluster: Cluster,
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
+    scraper: Scraper | None = None,
 ) -> tuple[Snapshot, dict[str, int], float]:
-    """gather() + with_logs(), with the API calls made (per verb, ``logs`` included) and the seconds."""
+    """gather() + with_logs() + with_scrapes(), with the API calls made (per verb, ``logs`` and
+    ``proxy`` included) and the seconds."""
     before = cluster.calls.snapshot()
     started = time.perf_counter()
     snap = gather(cluster, namespace, progress)
     snap, log_reads = with_logs(snap, reader)
+    snap, scrape_reads = with_scrapes(snap, scraper)
     after = cluster.calls.snapshot()
     calls = {
         verb: after.get(verb, 0) - before.get(verb, 0) for verb in after if after.get(verb, 0) != before.get(verb, 0)
     }
     if log_reads:
         calls["logs"] = log_reads
+    if scrape_reads:
+        calls["proxy"] = scrape_reads
     return snap, calls, time.perf_counter() - started
