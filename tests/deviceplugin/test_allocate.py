@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from fakes.driver_root import driver_dev
 
+from gpuchain.common.schema import validate
 from gpuchain.deviceplugin.allocate import (
     VOLUME_MOUNT_ROOT,
     AllocationError,
@@ -18,7 +19,7 @@ from gpuchain.gpu.sim import SimBackend
 
 
 def _flags(**plugin: object) -> PluginFlags:
-    return PluginFlags.model_validate(plugin)
+    return validate(PluginFlags, plugin)
 
 
 def _gpu(sim: SimBackend, text: str = "") -> Resource:
