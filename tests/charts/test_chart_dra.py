@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+from helm_python.errors import HelmRenderError
 from test_chart import CHART, render
 from typer.testing import CliRunner
 
@@ -62,3 +63,24 @@ def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
     }
     result = CliRunner().invoke(app, [*container["command"][1:], *container["args"], "--help"])
     assert result.exit_code == 0, result.output
+
+
+def _args(values: dict) -> list[str]:  # type: ignore[type-arg]
+    ds = next(d for d in render(values) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+    return list(ds["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_beside_the_device_plugin_only_labelled_nodes_are_dras() -> None:
+    assert "--unlabelled-nodes=device-plugin" in _args(ON)
+
+
+def test_every_gpu_node_is_dras_only_without_the_device_plugin() -> None:
+    alone = {"dra": {"enabled": True, "nodes": "all"}, "devicePlugin": {"enabled": False}}
+    assert "--unlabelled-nodes=dra" in _args(alone)
+
+
+def test_the_chart_refuses_both_plugins_on_the_same_gpus() -> None:
+    with pytest.raises(HelmRenderError, match=r"dra.nodes=all .* devicePlugin.enabled=true .* set devicePlugin"):
+        render({"dra": {"enabled": True, "nodes": "all"}})
+    with pytest.raises(HelmRenderError, match="dra.nodes=some: choose labelled"):
+        render({"dra": {"enabled": True, "nodes": "some"}})

@@ -49,6 +49,7 @@ def test_dra_demo_unknown_preset_is_a_user_error() -> None:
 async def test_dra_plugin_registers_and_stops_cleanly(short_dir: Path) -> None:
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     args = ["--backend", "sim", "--cluster", "memory", "--registry-dir", str(registry), "--plugin-dir", str(plugins)]
+    args += ["--unlabelled-nodes", "dra"]  # the memory cluster has no Node to label
     args += ["--cdi-dir", str(short_dir / "cdi"), "--state-dir", str(short_dir / "state")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuchain", "dra-plugin", *args],
@@ -88,6 +89,7 @@ def test_sigterm_during_start_up_still_removes_the_sockets(short_dir: Path) -> N
     once up (exit 0, both sockets gone) instead of dying on the default action and leaving them."""
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     args = ["--backend", "sim", "--cluster", "memory", "--registry-dir", str(registry), "--plugin-dir", str(plugins)]
+    args += ["--unlabelled-nodes", "dra"]  # the memory cluster has no Node to label
     args += ["--cdi-dir", str(short_dir / "cdi"), "--state-dir", str(short_dir / "state")]
     program = sigterm_during("gpuchain.dra.server:DraPluginServer.start", "after")
     proc = subprocess.run(

@@ -57,7 +57,7 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
          "--registry-dir", str(kubelet_root / "plugins_registry"),
          "--plugin-dir", str(kubelet_root / "plugins" / DRIVER),
          "--state-dir", str(kubelet_root / "plugins" / DRIVER),
-         "--cdi-dir", "/var/run/cdi", "--dev-root", DEV_ROOT],
+         "--cdi-dir", "/var/run/cdi", "--dev-root", DEV_ROOT, "--unlabelled-nodes", "dra"],
         env={**os.environ, "KUBECONFIG": str(node.workdir / "kubelet.kubeconfig")},
     )  # fmt: skip
     claim_uid = ""

@@ -49,11 +49,30 @@ from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
+from gpuchain.kube.allocator import DRA, allocator_of
+from gpuchain.kube.objects import Obj
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 log = logging.getLogger("gpuchain.deviceplugin")
+
+
+def follow_allocator(plugin: DevicePlugin, watch: NodeLabelWatch) -> None:
+    """Keep the plugin off the node's GPUs while its Node gives them to the DRA driver
+    (``gpuchain.io/gpu.allocator=dra``, ``kube.allocator``): decided from the Node the watch last
+    read before the kubelet first sees a device, then on every change the watch brings."""
+    plugin.handed_to_dra = allocator_of(watch.node) == DRA
+    pending: set[asyncio.Task[None]] = set()  # held until done: the loop keeps only weak references
+
+    def see(node: Obj) -> None:
+        handed = allocator_of(node) == DRA
+        if handed != plugin.handed_to_dra:
+            task = asyncio.get_running_loop().create_task(plugin.hand_to_dra(handed))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    watch.observers.append(see)
 
 
 async def serve(
@@ -78,6 +97,7 @@ async def serve(
             watch.report, ResourceMappingError(reason), "serving what still fits"
         )
         QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).attach(watch)
+        follow_allocator(plugin, watch)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     # Signals are ours before the kubelet can see the plugin: a SIGHUP's default action would

@@ -48,10 +48,16 @@ from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import policy_from_env
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN, DRA
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
 
 log = logging.getLogger("gpuchain.dra")
+
+
+class UnlabelledNodes(enum.StrEnum):
+    device_plugin = DEVICE_PLUGIN
+    dra = DRA
 
 
 class ClusterKind(enum.StrEnum):
@@ -97,7 +103,8 @@ async def serve(
     )
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
-    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined)  # the repair loop's list
+    # The repair loop's list, and whether the node's GPUs are this driver's (kube.allocator), on one watch.
+    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined, on_node=driver.node_changed)
     critical = Critical(stop)
     tasks = [
         critical.add(asyncio.create_task(driver.follow_health(), name="dra-plugin: health")),
@@ -152,12 +159,20 @@ def dra_plugin(
         help="Where the driver's /dev lives (/ for a host driver, the driver container's root otherwise); "
         "optional control devices such as /dev/nvidia-modeset are looked up there.",
     ),
+    unlabelled: UnlabelledNodes = typer.Option(
+        UnlabelledNodes.device_plugin,
+        "--unlabelled-nodes",
+        help=f"Who serves a node without the {ALLOCATOR_LABEL} label: the device plugin (this driver then "
+        f"publishes nothing there; label the node {ALLOCATOR_LABEL}={DRA} to hand it over), or this driver "
+        "(only where no device plugin is deployed).",
+    ),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
 
-    Publishes this node's ResourceSlice, registers with the kubelet's plugin watcher, prepares
+    Publishes this node's ResourceSlice (its devices only while the node's GPUs are DRA's, never
+    while a device plugin announces them), registers with the kubelet's plugin watcher, prepares
     claims as CDI specs and withdraws devices on XIDs (DP_DISABLE_HEALTHCHECKS /
     DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
     """
@@ -192,6 +207,7 @@ def dra_plugin(
             policy=policy,
             recovery_quiet_seconds=quiet,
             dev_root=dev_root,
+            unlabelled=DRA if unlabelled is UnlabelledNodes.dra else DEVICE_PLUGIN,
         )
         driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)

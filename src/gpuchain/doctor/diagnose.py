@@ -27,6 +27,7 @@ from gpuchain.doctor.checks import (
     check_workloads,
 )
 from gpuchain.doctor.context import Context, NodeView, index
+from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, unrecognised
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
@@ -414,6 +415,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings = _policy_findings(ctx)
     findings += [f for c in chains for f in c.findings]
     findings += _version_skew(ctx)
+    findings += dra_conflicts(snapshot, ctx.stack)
     findings += _pending(ctx, chains)
     return Report(
         chains,

@@ -41,6 +41,7 @@ from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_event
 from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
@@ -71,7 +72,10 @@ class DriverConfig:
     ``recovery_quiet_seconds`` is the device plugin's ``health.recoveryQuietSeconds``: how long a
     recovered GPU (or a restored event stream) must stay quiet before its devices are published
     again. ``dev_root`` is where the driver's ``/dev`` lives (``/`` for a host driver, the driver
-    container's root otherwise); optional control devices are looked up there.
+    container's root otherwise); optional control devices are looked up there. ``unlabelled``:
+    who serves a node without the ``gpuchain.io/gpu.allocator`` label (``kube.allocator``): the
+    device plugin (the driver then publishes nothing there), or this driver where no device plugin
+    is deployed.
     """
 
     node: str
@@ -80,6 +84,7 @@ class DriverConfig:
     policy: HealthPolicy = field(default_factory=HealthPolicy)
     recovery_quiet_seconds: float = DEFAULT_QUIET_SECONDS
     dev_root: Path = Path("/")
+    unlabelled: Allocator = DEVICE_PLUGIN
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class DraDriver:
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
         self._lock = threading.RLock()
+        self.withheld: str | None = None
+        """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
 
     @property
     def node(self) -> str:
@@ -138,8 +145,15 @@ class DraDriver:
         """The ResourceSlice this node should publish now, checked against the API's rules."""
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
-        devices = slices.render_devices(inv, self.unhealthy)
         owner = self.cluster.get_or_none(NODE, self.node)
+        withheld = dra_may_publish(owner, self.config.unlabelled)
+        if withheld != self.withheld:
+            if withheld:
+                log.warning("Node %s: publishing no devices: %s", self.node, withheld)
+            else:
+                log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
+            self.withheld = withheld
+        devices = [] if withheld else slices.render_devices(inv, self.unhealthy)
         obj = slices.resource_slice(self.node, devices, slices.pool_generation(live, devices), owner)
         slices.check_slice(obj)
         return obj
@@ -153,6 +167,16 @@ class DraDriver:
             spec = desired["spec"]
             names = tuple(str(d["name"]) for d in spec["devices"])
             return Published(int(spec["pool"]["generation"]), result.changed, names)
+
+    def node_changed(self, node: Obj) -> Published | None:
+        """This Node as just read (its labels, its capacity): republish when whether its GPUs are
+        this driver's changed, so a node handed over either way is served at once."""
+        with self._lock:
+            reason = dra_may_publish(node, self.config.unlabelled)
+            if (reason is None) == (self.withheld is None):
+                self.withheld = reason  # the same verdict, perhaps newer words
+                return None
+            return self.publish()
 
     def on_event(self, event: HealthEvent) -> Published | None:
         """Apply a health event; republish when it changed the unhealthy set (else None).
@@ -266,6 +290,8 @@ class DraDriver:
                 if name not in known:
                     raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r} is not on node {self.node}")
                 device, healthy = known[name]
+                if self.withheld:
+                    raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r}: {self.withheld}")
                 if not healthy:
                     raise PrepareError(
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
