@@ -84,3 +84,8 @@ def test_the_chart_refuses_both_plugins_on_the_same_gpus() -> None:
         render({"dra": {"enabled": True, "nodes": "all"}})
     with pytest.raises(HelmRenderError, match="dra.nodes=some: choose labelled"):
         render({"dra": {"enabled": True, "nodes": "some"}})
+
+
+def test_device_taints_are_opt_in() -> None:
+    assert "--device-taints" not in _args(ON)
+    assert "--device-taints" in _args({"dra": {"enabled": True, "deviceTaints": True}})

@@ -166,6 +166,13 @@ def dra_plugin(
         f"publishes nothing there; label the node {ALLOCATOR_LABEL}={DRA} to hand it over), or this driver "
         "(only where no device plugin is deployed).",
     ),
+    device_taints: bool = typer.Option(
+        False,
+        "--device-taints",
+        help="Publish an unhealthy device with a taint (NoSchedule, or NoExecute where its fault needs the pods "
+        "off) instead of leaving it out of the slice; needs Device.taints (Kubernetes >= 1.36, or the "
+        "DRADeviceTaints feature gate), else the plugin falls back to leaving it out.",
+    ),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -208,6 +215,7 @@ def dra_plugin(
             recovery_quiet_seconds=quiet,
             dev_root=dev_root,
             unlabelled=DRA if unlabelled is UnlabelledNodes.dra else DEVICE_PLUGIN,
+            device_taints=device_taints,
         )
         driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpuchain.common.files import remove
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.taints import health_taint, taints_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
@@ -75,7 +77,8 @@ class DriverConfig:
     container's root otherwise); optional control devices are looked up there. ``unlabelled``:
     who serves a node without the ``gpuchain.io/gpu.allocator`` label (``kube.allocator``): the
     device plugin (the driver then publishes nothing there), or this driver where no device plugin
-    is deployed.
+    is deployed. ``device_taints``: publish unhealthy devices with a taint (``dra.taints``) instead of
+    leaving them out, where the cluster serves ``Device.taints``.
     """
 
     node: str
@@ -85,6 +88,7 @@ class DriverConfig:
     recovery_quiet_seconds: float = DEFAULT_QUIET_SECONDS
     dev_root: Path = Path("/")
     unlabelled: Allocator = DEVICE_PLUGIN
+    device_taints: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class DraDriver:
         self._lock = threading.RLock()
         self.withheld: str | None = None
         """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
+        self.taints_served = config.device_taints
+        """Unhealthy devices are published tainted: asked for, and the API server kept the taints."""
 
     @property
     def node(self) -> str:
@@ -153,7 +159,8 @@ class DraDriver:
             else:
                 log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
             self.withheld = withheld
-        devices = [] if withheld else slices.render_devices(inv, self.unhealthy)
+        taint_of = partial(health_taint, self.health) if self.taints_served else None
+        devices = [] if withheld else slices.render_devices(inv, self.unhealthy, taint_of)
         obj = slices.resource_slice(self.node, devices, slices.pool_generation(live, devices), owner)
         slices.check_slice(obj)
         return obj
@@ -164,9 +171,26 @@ class DraDriver:
             live = self.cluster.get_or_none(RESOURCE_SLICE, slices.slice_name(self.node))
             desired = self.desired_slice(live=live)
             result = self.cluster.apply(desired, live, known_live=True)
+            if self._taints_dropped(desired, result.object):
+                desired = self.desired_slice(live=result.object)
+                result = self.cluster.apply(desired, result.object, known_live=True)
             spec = desired["spec"]
             names = tuple(str(d["name"]) for d in spec["devices"])
             return Published(int(spec["pool"]["generation"]), result.changed, names)
+
+    def _taints_dropped(self, desired: Obj, written: Obj) -> bool:
+        """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
+        the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
+        wanted = any(taints_of(d) for d in desired["spec"]["devices"])
+        if not wanted or any(taints_of(d) for d in written.get("spec", {}).get("devices", [])):
+            return False
+        log.error(
+            "the API server dropped the device taints of ResourceSlice %s (Kubernetes before 1.36 serves "
+            "Device.taints only with the DRADeviceTaints feature gate): withdrawing unhealthy devices instead",
+            slices.slice_name(self.node),
+        )
+        self.taints_served = False
+        return True
 
     def node_changed(self, node: Obj) -> Published | None:
         """This Node as just read (its labels, its capacity): republish when whether its GPUs are
@@ -211,11 +235,19 @@ class DraDriver:
             return self._republish_if(lambda: self.health.stream_restored(now) and bool(self.health.due(now)))
 
     def _republish_if(self, change: Callable[[], bool]) -> Published | None:
-        before = self.unhealthy
+        before = self._health_marks()
         change()
-        if self.unhealthy == before:
+        if self._health_marks() == before:
             return None
         return self.publish()
+
+    def _health_marks(self) -> object:
+        """What the slice shows of health: the unhealthy devices, and with taints also why (a GPU
+        already unhealthy that the repair loop takes changes its taint, not the set)."""
+        if not self.taints_served:
+            return self.unhealthy
+        h = self.health
+        return (self.unhealthy, h.quarantined, tuple(sorted(h.bad_gpus.items())), tuple(sorted(h.bad_migs.items())))
 
     async def follow_health(self) -> None:
         """Consume the backend's health events forever, republishing on each change.
@@ -328,6 +360,7 @@ class DraDriver:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
         the claim still prepared (record and spec as they were), when its removal cannot be recorded
         or its spec cannot be removed."""
+
         where = f"claim {ref.namespace}/{ref.name}"
         with self._lock:
             claim = self.checkpoint.get(ref.uid)
