@@ -86,6 +86,10 @@ def test_the_chart_refuses_both_plugins_on_the_same_gpus() -> None:
         render({"dra": {"enabled": True, "nodes": "some"}})
 
 
-def test_device_taints_are_opt_in() -> None:
-    assert "--device-taints" not in _args(ON)
-    assert "--device-taints" in _args({"dra": {"enabled": True, "deviceTaints": True}})
+def test_device_taints_and_metrics_are_opt_in() -> None:
+    assert not {"--device-taints"} & set(_args(ON))
+    on = {"dra": {"enabled": True, "deviceTaints": True, "metricsPort": 9402}}
+    assert {"--device-taints", "--metrics-port=9402"} <= set(_args(on))
+    ds = next(d for d in render(on) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9402}]
+    kubernetes_validate.validate(ds, "1.34.0", strict=True)

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -51,6 +52,9 @@ from gpuchain.gpu.xid import policy_from_env
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN, DRA
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
+
+if TYPE_CHECKING:
+    from gpuchain.exporter.server import MetricsServer
 
 log = logging.getLogger("gpuchain.dra")
 
@@ -126,6 +130,20 @@ async def serve(
         raise typer.Exit(critical.exit_code)
 
 
+def _serve_metrics(driver: DraDriver, address: str, port: int) -> MetricsServer:
+    """The plugin's metrics on the exporter's HTTP server, on a daemon thread; a port that cannot be
+    bound is one line and exit 1 (before the plugin registers)."""
+    from gpuchain.exporter.server import MetricsServer
+
+    try:
+        server = MetricsServer(driver.metrics, address, port)
+    except OSError as exc:
+        fail(f"--metrics-port: cannot listen on {address}:{port}: {exc.strerror or exc}; pick another port", code=1)
+    server.start_background()
+    log.info("serving the DRA plugin's metrics on http://%s:%d/metrics", address, server.server_port)
+    return server
+
+
 def dra_plugin(
     backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
@@ -173,6 +191,14 @@ def dra_plugin(
         "off) instead of leaving it out of the slice; needs Device.taints (Kubernetes >= 1.36, or the "
         "DRADeviceTaints feature gate), else the plugin falls back to leaving it out.",
     ),
+    metrics_port: int = typer.Option(
+        0,
+        "--metrics-port",
+        min=0,
+        help="Serve the plugin's Prometheus metrics (prepare/unprepare latency histograms, devices per state) "
+        "on this port at /metrics; 0 serves nothing.",
+    ),
+    metrics_address: str = typer.Option("0.0.0.0", "--metrics-address", help="With --metrics-port: the address."),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
@@ -219,7 +245,13 @@ def dra_plugin(
         )
         driver = DraDriver(b, kube, config)
         server = DraPluginServer(driver, registry_dir, plugin_dir)
-        asyncio.run(serve(driver, server, resync, choice.simulated, release_dir))
+        metrics = _serve_metrics(driver, metrics_address, metrics_port) if metrics_port else None
+        try:
+            asyncio.run(serve(driver, server, resync, choice.simulated, release_dir))
+        finally:
+            if metrics is not None:
+                metrics.shutdown()
+                metrics.server_close()
     except (CheckpointError, SliceError) as exc:
         fail(str(exc))
     except KubeError as exc:

@@ -25,7 +25,9 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +37,7 @@ from gpuchain.common.files import remove
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.metrics import DraMetrics
 from gpuchain.dra.taints import health_taint, taints_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
@@ -127,6 +130,8 @@ class DraDriver:
         """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
         self.taints_served = config.device_taints
         """Unhealthy devices are published tainted: asked for, and the API server kept the taints."""
+        self.metrics = DraMetrics(config.node, self.device_states)
+        """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
     @property
     def node(self) -> str:
@@ -309,6 +314,10 @@ class DraDriver:
 
     def prepare(self, ref: ClaimRef) -> PreparedClaim:
         """Prepare a claim (idempotent); raises PrepareError naming the claim and the problem."""
+        with self._timed("prepare"):
+            return self._prepare(ref)
+
+    def _prepare(self, ref: ClaimRef) -> PreparedClaim:
         with self._lock:
             done = self.checkpoint.get(ref.uid)
             if done is not None:
@@ -360,7 +369,36 @@ class DraDriver:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
         the claim still prepared (record and spec as they were), when its removal cannot be recorded
         or its spec cannot be removed."""
+        with self._timed("unprepare"):
+            return self._unprepare(ref)
 
+    @contextmanager
+    def _timed(self, operation: str) -> Iterator[None]:
+        """Observe how long ``operation`` took, and whether it raised, in the metrics."""
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.metrics.observe(operation, time.perf_counter() - start, ok)
+
+    def device_states(self) -> dict[str, int]:
+        """The node's devices by state (``dra.metrics.STATES``): withheld while the GPUs are not DRA's;
+        else unhealthy ones tainted or withdrawn, the others prepared (held by a claim) or available."""
+        with self._lock:
+            prepared = {d.device for c in self.checkpoint.claims() for d in c.devices}
+            states: Counter[str] = Counter()
+            for name, (_, healthy) in self._devices_by_name().items():
+                if self.withheld:
+                    states["withheld"] += 1
+                elif not healthy:
+                    states["tainted" if self.taints_served else "withdrawn"] += 1
+                else:
+                    states["prepared" if name in prepared else "available"] += 1
+            return dict(states)
+
+    def _unprepare(self, ref: ClaimRef) -> bool:
         where = f"claim {ref.namespace}/{ref.name}"
         with self._lock:
             claim = self.checkpoint.get(ref.uid)
