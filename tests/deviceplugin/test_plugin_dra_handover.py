@@ -1,6 +1,7 @@
 """The device plugin announces none of a node's GPUs while its Node gives them to the DRA driver
 (``gpuchain.io/gpu.allocator=dra``, ``kube.allocator``), followed through the plugin's Node watch, and
-announces them again when the label gives them back; seen through the kubelet peer (gRPC)."""
+announces them again when the label gives them back; seen through the kubelet peer (gRPC). It keeps
+its endpoints with empty lists, so the kubelet's capacity (what the DRA driver waits on) is 0 at once."""
 
 from __future__ import annotations
 
@@ -32,11 +33,9 @@ async def test_the_label_takes_the_gpus_off_the_kubelet_and_gives_them_back() ->
     try:
         assert sim.kubelet.allocatable()["nvidia.com/gpu"] == 8
         cluster.patch(NODE, name, {"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
-        await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable().get("nvidia.com/gpu", 0) == 0)
-        async with asyncio.timeout(5):  # the endpoints go first, then the plugin maps nothing
-            while sim.plugin.resources:
-                await asyncio.sleep(0.01)
-        assert sim.plugin.handed_to_dra
+        # capacity 0 from a registered endpoint, not a vanished one (whose capacity the kubelet keeps)
+        await sim.kubelet.wait_for(lambda: sim.kubelet.capacity().get("nvidia.com/gpu") == 0)
+        assert sim.plugin.handed_to_dra and [len(r.devices) for r in sim.plugin.resources] == [0]
         cluster.patch(NODE, name, {"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable().get("nvidia.com/gpu", 0) == 8)
     finally:
@@ -57,8 +56,8 @@ async def test_a_node_already_handed_over_is_never_announced() -> None:
     await kubelet.start()
     try:
         await plugin.start()
-        await asyncio.sleep(0.2)
-        assert plugin.resources == [] and plugin.registrations == [] and kubelet.endpoints == {}
+        await kubelet.wait_for(lambda: kubelet.capacity() == {"nvidia.com/gpu": 0})
+        assert [(r.resource, r.devices) for r in plugin.registrations] == [("nvidia.com/gpu", 0)]
     finally:
         await plugin.stop()
         await kubelet.stop()

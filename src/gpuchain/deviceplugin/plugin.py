@@ -96,11 +96,13 @@ def fit_resources(inventory: Inventory, config: Config) -> tuple[list[Resource],
 def served_resources(
     inventory: Inventory, config: Config, handed_to_dra: bool = False, fit: bool = False
 ) -> tuple[list[Resource], str | None]:
-    """What the plugin serves, and why not all of it (None when it is): nothing while the Node gives
-    its GPUs to the DRA driver (``kube.allocator``); else the config's resources, and with ``fit``
-    what still fits when not all of it does (``fit_resources``; without, ResourceMappingError)."""
+    """What the plugin serves, and why not all of it (None when it is): while the Node gives its GPUs
+    to the DRA driver (``kube.allocator``), its resources with no device, so the kubelet's capacity
+    drops to 0 at once (an endpoint that goes away keeps its capacity for the kubelet's grace period,
+    and the DRA driver waits for 0); else the config's resources, and with ``fit`` what still fits
+    when not all of it does (``fit_resources``; without, ResourceMappingError)."""
     if handed_to_dra:
-        return [], None
+        return [replace(r, devices=()) for r in fit_resources(inventory, config)[0]], None
     if fit:
         return fit_resources(inventory, config)
     return map_resources(inventory, config), None
@@ -205,7 +207,7 @@ class DevicePlugin:
         self.mps_down: set[str] = set()
         """MPS-shared resources whose control daemon does not answer (their devices are Unhealthy)."""
         self.handed_to_dra = False
-        """The Node gives its GPUs to the DRA driver (``kube.allocator``): no endpoint is served."""
+        """The Node gives its GPUs to the DRA driver (``kube.allocator``): every endpoint announces no device."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -332,7 +334,7 @@ class DevicePlugin:
         now (NVIDIA's plugin requires the root for MPS; without it the replicas are announced and
         no daemon runs); stop those of resources no longer served the same way."""
         root = self.config.flags.mps_root
-        wanted = {r.name: r for r in self.resources if r.sharing == "mps"} if root else {}
+        wanted = {r.name: r for r in self.resources if r.sharing == "mps" and r.devices} if root else {}
         stale = {
             name
             for name, (ids, _) in self._mps.items()
@@ -462,7 +464,7 @@ class DevicePlugin:
     async def hand_to_dra(self, handed: bool) -> None:
         """Stop serving (the Node's GPUs now belong to the DRA driver) or serve again (they are back).
 
-        Handed over, the plugin serves no endpoint, so the kubelet offers none of the node's GPUs;
+        Handed over, every endpoint announces an empty list, so the kubelet offers none of the node's GPUs;
         the DRA driver publishes them only once the Node's capacity shows none (``kube.allocator``).
         """
         if handed == self.handed_to_dra:
