@@ -684,3 +684,17 @@ def test_another_dra_driver_beside_the_device_plugin_takes_the_plugin_off_the_no
     finding = next(f for f in run_doctor(sim.cluster).findings if f.id == "device-plugin.dra-conflict")
     assert "gpu.nvidia.com: 1 devices" in finding.cause
     assert finding.fix.startswith(f"kubectl label node {node} nvidia.com/gpu.deploy.device-plugin=false --overwrite")
+
+
+def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -> None:
+    """Its device plugin announces 0 by design (kube.allocator): the link is fine, nothing to fix."""
+    sim = build(load_scenario("healthy"))
+    node = _gpu_node(sim)
+    sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    zero = {"nvidia.com/gpu": "0"}
+    sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    chain = next(c for c in report.chains if c.node == node)
+    link = next(lk for lk in chain.links if lk.name == "device-plugin")
+    assert link.state.value == "ok" and "DRA driver" in link.summary, link
+    assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()
