@@ -10,7 +10,7 @@ Two sources, both independent of which stack runs the cluster:
   that fails (StartError, CreateContainerError, RunContainerError, a crash loop, a hook exiting 1)
   breaks that link, and the operands that wait behind it are consequences, never the root.
 
-`failure_at(ctx, view, link)` answers, for one link of one node, the first such failure, or None.
+`failure_at(ctx, view, link, failures(ctx, view))` answers, for one link of one node, the first such failure, or None.
 The walk asks it before the link's own check, bottom-up, so the lowest link a failure proves broken
 is named first.
 """
@@ -155,10 +155,11 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
     return action, ctx.stack.render(action)
 
 
-def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
+def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
-    catalog, or by being that link's validation), as a root finding; None when none does."""
-    for failure in failures(ctx, view):
+    catalog, or by being that link's validation), as a root finding; None when none does. ``found``
+    is `failures` of this node: the walk reads them once, not once per link."""
+    for failure in found:
         known = classify(ctx, failure.text)
         proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init else None
         if proves != link:
@@ -183,12 +184,12 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     return None
 
 
-def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str]) -> list[Finding]:
+def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: list[Failure]) -> list[Finding]:
     """A warning for each failing container whose last error line no catalog entry knows: the line,
     quoted, and the component it came from, so an unknown failure is never taken for a known one.
-    ``link_of`` maps an operand state to its link."""
+    ``link_of`` maps an operand state to its link; ``found`` is `failures` of this node."""
     out = []
-    for failure in failures(ctx, view):
+    for failure in found:
         line = catalog.unknown_error(failure.text)
         state = next((s for s, p in view.operand_pods.items() if p is failure.pod), "")
         link = ctx.stack.validations.get(failure.container) if failure.init else None
