@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes.driver_root import driver_dev
 from fakes.fake_pynvml import nvml_over
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -60,6 +61,12 @@ def h100_sim() -> SimBackend:
 def mig_sim() -> SimBackend:
     """A simulated H100 node partly in MIG mode (the `h100-80gb-x8-mig-mixed` preset)."""
     return SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+
+
+@pytest.fixture
+def driver_root(tmp_path: Path) -> Path:
+    """A driver root with its control device nodes (``driver_dev``'s default three)."""
+    return driver_dev(tmp_path / "driver-root")
 
 
 @pytest.fixture(scope="session")

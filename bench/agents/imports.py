@@ -7,6 +7,9 @@ cost is its growth minus that of the modules it imported in turn, summed per pac
 writes the table and the whole RSS; "running" is what the process holds beyond its imports
 (heap, thread stacks, arenas). The floor, ``import grpc``, is measured the same way in the run.
 
+The node agent with every role (``bench.agents.node``'s command) is measured the same way, named
+``node-agent``; ``--agent node-agent`` measures it alone.
+
     .venv/bin/python -m bench.agents.imports [--settle 20] [--agent device-plugin ...] [--json]
 
 Figures are RSS pages, so a package's cost includes the shared libraries it maps and touches.
@@ -24,8 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.agents.node import AGENT_NODE, node_agent_command
 from bench.agents.run import AGENTS, agent_command, free_port, kube_api
 from bench.procs import stop as stop_processes
+
+NODE_AGENT = "node-agent"
 
 
 def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float) -> dict[str, Any]:
@@ -52,17 +58,21 @@ def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--settle", type=float, default=20.0, help="seconds of running before the table is taken")
-    ap.add_argument("--agent", action="append", choices=AGENTS, help="only these agents (repeatable)")
+    ap.add_argument("--agent", action="append", choices=[*AGENTS, NODE_AGENT], help="only these agents (repeatable)")
     ap.add_argument("--top", type=int, default=14, help="packages listed per agent")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gcim-", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
-    with kube_api(root) as (kubeconfig, _client):
+    with kube_api(root) as (kubeconfig, client):
         floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
         results["floor"] = measure("floor", floor, root, kubeconfig, args.settle)
-        for agent in args.agent or AGENTS:
-            cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
+        client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
+        for agent in args.agent or [*AGENTS, NODE_AGENT]:
+            if agent == NODE_AGENT:
+                cmd = node_agent_command(root, busy=False, port=free_port())[1:]
+            else:
+                cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
             results[agent] = measure(agent, cmd, root, kubeconfig, args.settle)
     if args.json:
         json.dump(results, sys.stdout, indent=2)

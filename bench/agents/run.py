@@ -96,11 +96,13 @@ def free_port() -> int:
 def kube_api(root: Path) -> Iterator[tuple[Path, Any]]:
     """kmock's Kubernetes emulator on loopback with this node in it; yields a kubeconfig and a client."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-    from kube.kmock_server import kmock_server
+    from kube.kmock_server import VERBS, kmock_server
 
     from gpuchain.kube import LiveCluster
 
-    with kmock_server() as (url, _emulator):
+    with kmock_server() as (url, emulator):
+        # The DRA plugin's ResourceSlices, for a node agent that publishes them to this API.
+        emulator.resources["resource.k8s.io/v1/resourceslices"] = {"namespaced": False, "verbs": set(VERBS)}
         kubeconfig = root / "kubeconfig"
         kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: bench\n"
@@ -192,6 +194,26 @@ class Kubelet:
             asyncio.run(self._run())
         except BaseException as exc:  # the bench fails on it (check), not a thread dying quietly
             self.error = exc
+
+    @classmethod
+    def on_one_loop(cls, socket_dirs: list[Path]) -> list[Kubelet]:
+        """Kubelets for several plugins on one thread and one event loop (gRPC's asyncio poller
+        serves the first loop of a process; a second loop's calls end in 'Event loop is closed')."""
+        kubelets = [cls(d) for d in socket_dirs]
+
+        async def one(kubelet: Kubelet) -> None:
+            try:
+                await kubelet._run()
+            except BaseException as exc:
+                kubelet.error = exc
+
+        async def every() -> None:
+            await asyncio.gather(*(one(k) for k in kubelets))
+
+        thread = threading.Thread(target=lambda: asyncio.run(every()), daemon=True)
+        for kubelet in kubelets:
+            kubelet.thread = thread
+        return kubelets
 
     def check(self) -> None:
         if self.error is not None:

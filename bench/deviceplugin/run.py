@@ -39,7 +39,7 @@ from typing import Any
 
 import grpc
 
-from gpuchain.commands._agent import settled
+from gpuchain.agent.runtime import settled
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.gpu.sim import SimBackend

@@ -1,5 +1,5 @@
 """`python -m gpuchain` is the `gpuchain` command."""
 
-from gpuchain.cli import main
+from gpuchain.entry import main
 
 main()

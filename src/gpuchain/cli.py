@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from gpuchain import __version__
 
@@ -57,6 +57,11 @@ COMMANDS: dict[str, Entry] = {
     "gpus": Entry("gpuchain.commands.gpus", "List GPUs, MIG devices and the GPU-to-GPU topology."),
     "mig-manager": Entry(
         "gpuchain.commands.mig_manager", "Watch this node's `nvidia.com/mig.config` label and apply that MIG layout."
+    ),
+    "node-agent": Entry(
+        "gpuchain.commands.node_agent",
+        "Serve the node side of the chain (device plugin, GFD, exporter, GPU health, MIG manager, DRA plugin, "
+        "validator) from one process sharing one GPU backend.",
     ),
     "remediator": Entry(
         "gpuchain.commands.remediator",
@@ -132,6 +137,23 @@ class LazyGroup(TyperGroup):
             return super().shell_complete(ctx, incomplete)
         finally:
             self._listing = False
+
+
+def _bare_flags() -> None:
+    """Show boolean flags bare in ``--help`` (``--dry-run``, ``--test-pod/--no-test-pod``).
+
+    typer labels every option with its type, so a flag reads ``--dry-run <bool>`` as if it took
+    a value, yet ``--dry-run=true`` is refused. A flag has no value to show.
+    """
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else typed(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
+
+
+_bare_flags()
 
 
 app = typer.Typer(

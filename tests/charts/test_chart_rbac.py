@@ -12,7 +12,7 @@ from helm_python import _native
 from helm_python.errors import HelmRenderError
 from test_chart import CHART, render
 
-from gpuchain.kube import CLUSTER_POLICY, NODE, RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT, Kind, MemoryCluster
+from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import Facts, desired
@@ -139,6 +139,23 @@ def _exercise() -> Recording:
     assert cluster.get(SERVICE, "nvidia-dcgm-exporter", NS)["metadata"]["labels"]["app.kubernetes.io/part-of"] == (
         "gpuchain"
     )
+    # The device plugin's ConfigMap shares with MPS: the operator reads it and mounts the MPS root.
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "plugin-config", "namespace": NS},
+            "data": {
+                "mps": "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+            },
+        }
+    )
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"devicePlugin": {"config": {"name": "plugin-config"}}}})
+    cluster.recording = True
+    reconcile(cluster, "cluster-policy", NS)
+    cluster.recording = False
+    plugin = cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", NS)
+    assert plugin["spec"]["template"]["spec"]["hostPID"] is True
     # The exporter switched off: its Service goes with it.
     cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
     cluster.recording = True

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuchain.commands._agent import STOP_SIGNALS, settled, stop_on_signals
+from gpuchain.agent.runtime import STOP_SIGNALS, settled, stop_on_signals
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpuchain.agent.roles import dra_plugin
 from gpuchain.cli import app
-from gpuchain.commands import dra_plugin
 from gpuchain.dra.checkpoint import CheckpointError
 from gpuchain.dra.driver import DriverConfig
 
@@ -87,3 +87,23 @@ def test_a_socket_directory_that_cannot_take_a_socket_is_one_line(
         f"error: cannot serve in {sockets}: {reason}; --socket-dir must be the kubelet's device plugin "
         "directory, mounted read-write with room for a socket"
     ], done.stderr
+
+
+def test_the_node_agents_exporter_takes_per_process_from_its_flag_or_dcgm_exporters_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As ``gpuchain exporter``: --per-process, or KUBERNETES_VIRTUAL_GPUS from a ClusterPolicy's
+    dcgmExporter.env; --pods-from-api beside it."""
+    from gpuchain.agent.settings import ExporterSettings
+    from gpuchain.commands.node_agent import parser, settings_of
+
+    monkeypatch.delenv("KUBERNETES_VIRTUAL_GPUS", raising=False)
+    plain = settings_of(parser().parse_args([]))["exporter"]
+    flagged = settings_of(parser().parse_args(["--per-process", "--pods-from-api"]))["exporter"]
+    monkeypatch.setenv("KUBERNETES_VIRTUAL_GPUS", "true")
+    from_env = settings_of(parser().parse_args([]))["exporter"]
+    assert isinstance(plain, ExporterSettings) and isinstance(flagged, ExporterSettings)
+    assert isinstance(from_env, ExporterSettings)
+    assert (plain.per_process, plain.pods_from_api) == (False, False)
+    assert (flagged.per_process, flagged.pods_from_api) == (True, True)
+    assert (from_env.per_process, from_env.pods_from_api) == (True, False)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes.driver_root import driver_dev
 
+from gpuchain.common.schema import validate
 from gpuchain.deviceplugin.allocate import (
     VOLUME_MOUNT_ROOT,
     AllocationError,
@@ -17,7 +19,7 @@ from gpuchain.gpu.sim import SimBackend
 
 
 def _flags(**plugin: object) -> PluginFlags:
-    return PluginFlags.model_validate(plugin)
+    return validate(PluginFlags, plugin)
 
 
 def _gpu(sim: SimBackend, text: str = "") -> Resource:
@@ -70,9 +72,9 @@ def test_cdi_annotations_and_cri(h100_sim: SimBackend) -> None:
     assert next(iter(prefixed.annotations)).startswith("x.io/")
 
 
-def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend, tmp_path: Path) -> None:
+def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend, driver_root: Path) -> None:
     res = _gpu(h100_sim)
-    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(tmp_path))
+    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(driver_root))
     paths = [d.container_path for d in alloc.devices]
     assert paths == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia4"]
     assert {d.permissions for d in alloc.devices} == {"rw"}
@@ -84,11 +86,10 @@ def test_pass_device_specs(h100_sim: SimBackend, mig_sim: SimBackend, tmp_path: 
     assert len(caps) == 2
 
 
-def test_modeset_is_passed_when_the_driver_created_it(h100_sim: SimBackend, tmp_path: Path) -> None:
-    (tmp_path / "dev").mkdir()
-    (tmp_path / "dev" / "nvidia-modeset").touch()
+def test_modeset_is_passed_when_the_driver_created_it(h100_sim: SimBackend, driver_root: Path) -> None:
+    driver_dev(driver_root, "/dev/nvidia-modeset")
     res = _gpu(h100_sim)
-    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(tmp_path))
+    alloc = allocate_container(res, [res.devices[4].id], _flags(passDeviceSpecs=True), dev_root=str(driver_root))
     paths = [d.container_path for d in alloc.devices]
     assert paths == [
         "/dev/nvidiactl",
@@ -97,14 +98,23 @@ def test_modeset_is_passed_when_the_driver_created_it(h100_sim: SimBackend, tmp_
         "/dev/nvidia-modeset",
         "/dev/nvidia4",
     ]
-    assert alloc.devices[3].host_path == f"{tmp_path}/dev/nvidia-modeset"
+    assert alloc.devices[3].host_path == f"{driver_root}/dev/nvidia-modeset"
 
 
-def test_dev_root_prefixes_host_paths(h100_sim: SimBackend) -> None:
+def test_dev_root_prefixes_host_paths(h100_sim: SimBackend, driver_root: Path) -> None:
     res = _gpu(h100_sim)
-    alloc = allocate_container(res, [res.devices[0].id], _flags(passDeviceSpecs=True), dev_root="/run/nvidia/driver")
-    assert alloc.devices[0].host_path == "/run/nvidia/driver/dev/nvidiactl"
+    alloc = allocate_container(res, [res.devices[0].id], _flags(passDeviceSpecs=True), dev_root=str(driver_root))
+    assert alloc.devices[0].host_path == f"{driver_root}/dev/nvidiactl"
     assert alloc.devices[0].container_path == "/dev/nvidiactl"
+
+
+def test_a_control_device_the_driver_has_not_made_is_left_out(h100_sim: SimBackend, tmp_path: Path) -> None:
+    """As NVIDIA's plugin: /dev/nvidia-uvm before nvidia-modprobe ran would make the runtime refuse
+    the container, so only the GPU's own node and the control nodes present are passed."""
+    res = _gpu(h100_sim)
+    root = driver_dev(tmp_path, "/dev/nvidiactl")
+    alloc = allocate_container(res, [res.devices[2].id], _flags(passDeviceSpecs=True), dev_root=str(root))
+    assert [d.container_path for d in alloc.devices] == ["/dev/nvidiactl", "/dev/nvidia2"]
 
 
 def test_unknown_id_is_named(h100_sim: SimBackend) -> None:

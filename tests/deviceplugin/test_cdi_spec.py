@@ -20,7 +20,6 @@ from gpuchain.deviceplugin.allocate import allocate_container
 from gpuchain.deviceplugin.config import DeviceIdStrategy, MigStrategy, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.resources import map_resources
-from gpuchain.gpu.devnodes import control_device_nodes
 from gpuchain.gpu.sim import SimBackend
 
 NVIDIA_CTK = Path(__file__).with_name("fixtures") / "nvidia-ctk-cdi-generate-default.yaml"
@@ -48,7 +47,9 @@ def nvidia_ctk_spec() -> dict[str, Any]:
 def spec_for(backend: SimBackend, config_text: str, dev_root: str = "/") -> dict[str, Any]:
     config = parse_config(config_text)
     resources = map_resources(backend.inventory(), config)
-    return cdi.plugin_spec(resources, config.flags.plugin.device_id_strategy, control_device_nodes(dev_root), dev_root)
+    # The control nodes nvidia-ctk's captured spec (the fixture) found on its node.
+    control = ["/dev/nvidiactl"]
+    return cdi.plugin_spec(resources, config.flags.plugin.device_id_strategy, control, dev_root)
 
 
 def test_the_spec_has_nvidia_ctks_layout(h100_sim: SimBackend) -> None:

@@ -192,3 +192,19 @@ def test_without_an_mps_root_the_plugin_says_it_runs_no_daemon() -> None:
     assert any("no flags.mpsRoot" in n for n in notes)
     with_root = parse_config(f"flags: {{mpsRoot: /run/nvidia/mps}}\n{SHARED_TWICE}")
     assert not any("MPS" in n for n in unsupported_settings(with_root))
+
+
+async def test_a_missing_control_program_is_named_with_where_it_comes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gpuchain image carries no nvidia-cuda-mps-control (it is the node driver's): without the
+    NVIDIA runtime's compute capability the error says so, not just ENOENT."""
+    from gpuchain.deviceplugin.mps import MpsControl, MpsError, MpsRoot
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    control = MpsControl(GPU, MpsRoot(str(tmp_path / "mps")))
+    with pytest.raises(MpsError) as err:
+        await control.ask("get_default_active_thread_percentage")
+    assert str(err.value).startswith("nvidia-cuda-mps-control: not found on PATH")
+    assert "NVIDIA_DRIVER_CAPABILITIES including compute" in str(err.value)
+    assert not await control.healthy()

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -111,8 +109,10 @@ async def test_a_crash_in_the_kubelet_watch_is_logged_at_once_and_the_watch_rest
 
 
 async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_path: Path) -> None:
-    """The CLI's serve(): the reason reaches the Node as an Event (kubectl describe node shows it)."""
-    from gpuchain.commands.device_plugin import serve
+    """The device plugin role's serve(): the reason reaches the Node as an Event (kubectl describe node shows it)."""
+    from gpuchain.agent.node import Node
+    from gpuchain.agent.roles.device_plugin import Prepared, serve
+    from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
     from gpuchain.deviceplugin.nodeconfig import REASON_INVALID, ConfigSource, NodeLabelWatch
     from gpuchain.kube import EVENT, MemoryCluster
     from gpuchain.kubelet.peer import KubeletPeer
@@ -127,7 +127,10 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     backend = SimBackend.from_preset("h100-80gb-x8")
     kubelet = KubeletPeer(root)
     await kubelet.start()
-    task = asyncio.create_task(serve(backend, parse_config(EIGHT_SHARED), ConfigSource(config_file), root, None, watch))
+    node = Node(backend, NodeSettings(node_name="gpu-node"), lambda: cluster)
+    prepared = Prepared(parse_config(EIGHT_SHARED), ConfigSource(config_file), watch, None, None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(DevicePluginSettings(socket_dir=root), node, prepared, stop, lambda: None))
     try:
         await kubelet.wait_for(lambda: kubelet.capacity() == {SHARED: 16}, timeout=10)
         backend.lose_gpu(5)
@@ -144,7 +147,7 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
         assert "asks to replicate 8 devices but the node has 7" in event["message"]
         assert event["message"].endswith("serving what still fits")
     finally:
-        os.kill(os.getpid(), signal.SIGTERM)  # serve() stops on SIGTERM, as in a pod
+        stop.set()
         await asyncio.wait_for(task, 10)
         await kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -16,7 +16,7 @@ import yaml
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
 from gpuchain.doctor.stacks import NVIDIA_DRIVER
-from gpuchain.kube import DAEMONSET, POD, Cluster
+from gpuchain.kube import DAEMONSET, NODE, POD, Cluster
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
@@ -486,6 +486,122 @@ def test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit() -> None:
     assert "driver.not-on-node-image" not in run_doctor(sim.cluster, reader=sim.read_log).ids
 
 
+def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work() -> None:
+    """NVIDIA/libnvidia-container src/cli/configure.c: the hook's 'mount error: ...' ends every GPU
+    container in StartError while the chain's operands run. The toolkit link is the root, on the node the
+    pods run on, and on a stack whose node image carries the hook the repair is another image release."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: eks\nnodes:\n  - {name: a}\n  - {name: b}\nworkloads:\n  - {name: job, gpus: 1, node: b}\n"
+        )
+    )
+    pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+    refused = (
+        "OCI runtime create failed: runc create failed: error running hook #0: error running hook: exit status 1, "
+        "stdout: , stderr: nvidia-container-cli: mount error: file creation failed: /rootfs/usr/bin/nvidia-smi: "
+        "file exists: unknown"
+    )
+    status = copy.deepcopy(pod["status"])
+    status["containerStatuses"][0].update(
+        ready=False,
+        restartCount=3,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": refused}},
+    )
+    sim.cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("workload.runtime-hook-failed", "toolkit", "b")]
+    (found,) = roots
+    assert found.action is not None and found.action.op is FixOp.NODE
+    assert NOT_SIMULATED in found.action.changes and "accelerated AMI" in found.action.changes["action"]
+    assert any("libnvidia-container.mount-error" in e for e in found.evidence)
+
+
+def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes() -> None:
+    """awslabs/amazon-eks-ami#1470 shape: a plugin DaemonSet with no node selector lands on a node with no
+    NVIDIA GPU and fails there; nodes without GPUs are not walked, so the finding comes from the pod itself,
+    and the repair is the DaemonSet's placement (the GPU nodes' label), never the node."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: g}\n  - {name: c, gpu: false}\n"))
+    ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "gpu-operator")
+    pod = copy.deepcopy(
+        next(p for p in sim.cluster.list(POD) if name_of(p).startswith("nvidia-device-plugin-daemonset"))
+    )
+    pod["metadata"] = {
+        "name": "nvidia-device-plugin-daemonset-zz9",
+        "namespace": "gpu-operator",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name_of(ds), "controller": True}],
+    }
+    pod["spec"]["nodeName"] = "c"
+    pod["status"]["containerStatuses"][0].update(
+        ready=False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={
+            "terminated": {
+                "reason": "StartError",
+                "exitCode": 128,
+                "message": "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+            }
+        },
+    )
+    sim.cluster.create(pod)
+    found = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "device-plugin.off-gpu-node"]
+    assert [(f.node, f.root, f.severity) for f in found] == [("c", True, Severity.ERROR)]
+    action = found[0].action
+    assert action is not None and action.op is FixOp.PATCH_DAEMONSET
+    assert action.target == "gpu-operator/nvidia-device-plugin-daemonset"
+    term = action.changes["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
+
+
+def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old() -> None:
+    """The validator starts nvidia-cuda-validator itself (no DaemonSet owns it); its vectorAdd prints CUDA's
+    error 804 over a host driver older than its CUDA. The driver is the root, not the toolkit its init
+    container's name stands for, and the repair is a newer driver on the host."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\n"
+            "nodes:\n  - {name: a, hostDriver: 450.80.02}\n"
+        )
+    )
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nvidia-cuda-validator-x1", "namespace": "gpu-operator"},
+            "spec": {
+                "nodeName": "a",
+                "initContainers": [{"name": "cuda-validation", "image": "validator"}],
+                "containers": [{"name": "nvidia-cuda-validator", "image": "validator"}],
+            },
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {
+                        "name": "cuda-validation",
+                        "ready": False,
+                        "restartCount": 6,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                    }
+                ],
+            },
+        }
+    )
+    sim.cluster.set_logs(
+        "nvidia-cuda-validator-x1",
+        "gpu-operator",
+        "cuda-validation",
+        "Failed to allocate device vector A (error code forward compatibility was attempted on non supported HW)!\n",
+    )
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.too-old", "driver", "a")]
+    action = roots[0].action
+    assert action is not None and action.op is FixOp.NODE and NOT_SIMULATED in action.changes
+    assert "upgrade the host's NVIDIA driver" in action.changes["action"]
+
+
 def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() -> None:
     """NVIDIA/gpu-operator#2166: the driver pod restarts while GPU pods run; 'driver is in use' then means
     drain the node, not 'a host driver conflicts' (which would turn the driver container off)."""
@@ -641,3 +757,113 @@ def test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver() -> N
     assert any(failure in e for e in finding.evidence)
     assert NVIDIA_DRIVER.kind == "NVIDIADriver"
     assert finding.fix.startswith("kubectl edit nvidiadriver default")
+
+
+# -- the exporter's trust signals: its scrape, read beside the cluster ------------------------------
+
+
+class _ExporterNode:
+    """One simulated node's GPUs and the exporter process its exporter pod runs (gpuchain's own
+    collector), which the DaemonSet replaces when the pod is deleted."""
+
+    def __init__(self, node: str) -> None:
+        from gpuchain.gpu.sim import SimBackend
+
+        self.node = node
+        self.gpus = SimBackend.from_preset("a100-80gb-x8")
+        self.collector = self.start()
+
+    def start(self) -> Any:
+        """A new exporter process over the node's GPUs; feature discovery counted 8."""
+        from gpuchain.exporter.collector import GpuMetricsCollector
+        from gpuchain.exporter.counters import load_collectors
+
+        return GpuMetricsCollector(self.gpus, load_collectors(), self.node, expected_gpus=lambda: (8, "gfd"))
+
+    def scrape(self, at: float | None = None) -> Any:
+        import time
+
+        from gpuchain.doctor.snapshot import Scrape
+        from gpuchain.exporter.exposition import render
+
+        return Scrape(render(self.collector.registry).decode(), time.time() if at is None else at)
+
+
+def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) -> Report:
+    from gpuchain.doctor import diagnose
+    from gpuchain.doctor.snapshot import Snapshot, gather
+
+    snap = gather(sim.cluster)
+    return diagnose(Snapshot(**{**snap.__dict__, "scrapes": {exporter.node: exporter.scrape(at)}}))
+
+
+def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding_id: str) -> None:
+    """Apply the finding's fix to the cluster; the DaemonSet makes a new pod, which runs a new exporter."""
+    from gpuchain.operator.simulate import OperandSimulator
+    from gpuchain.sim.fixes import apply_to_cluster
+
+    found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
+    assert found.action is not None and found.action.op is FixOp.DELETE and pastes(found.fix)
+    assert NOT_SIMULATED not in found.action.changes
+    pod = str(found.action.changes["name"])
+    apply_to_cluster(sim.cluster, found.action)
+    assert sim.cluster.get_or_none(POD, pod, str(found.action.changes["namespace"])) is None
+    OperandSimulator(sim.cluster, str(found.action.changes["namespace"])).settle()
+    exporter.collector = exporter.start()
+    exporter.collector.collect_once()
+
+
+def _reset_gpu(exporter: _ExporterNode, report: Report, finding_id: str, gpu: int) -> None:
+    """Apply the finding's fix, host work on the GPU: the reset brings it back, and the running
+    exporter's next collection (it lists the GPUs every time) sees it."""
+    found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
+    assert found.action is not None and found.action.op is FixOp.HARDWARE and found.action.target == exporter.node
+    assert "nvidia-smi -r" in found.action.changes["action"] and pastes(found.fix)
+    exporter.gpus.recover_gpu(gpu)
+    exporter.collector.collect_once()
+
+
+def test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset() -> None:
+    """exporter.gpus-missing: GPU 3 was off the bus when the exporter started (it never saw it) and
+    feature discovery counts 8; the scrape carries 7 until the GPU is reset."""
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.gpus.lose_gpu(3)
+    exporter.collector.collect_once()
+    before = _trust_report(sim, exporter)
+    assert {f.id for f in before.findings} == {"exporter.gpus-missing"}
+    _reset_gpu(exporter, before, "exporter.gpus-missing", 3)
+    after = _trust_report(sim, exporter)
+    assert not after.findings and not after.broken
+
+
+def test_a_stopped_collection_collects_again_in_a_new_exporter_pod() -> None:
+    """exporter.stale: the exporter answers scrapes with samples from long ago (its loop stopped)."""
+    import time
+
+    from gpuchain.doctor.trust import STALE_INTERVALS
+    from gpuchain.exporter import COLLECT_INTERVAL
+
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.collector.collect_once()
+    later = time.time() + (STALE_INTERVALS + 1) * COLLECT_INTERVAL
+    before = _trust_report(sim, exporter, at=later)
+    assert {f.id for f in before.findings} == {"exporter.stale"}
+    _restart_exporter(sim, exporter, before, "exporter.stale")
+    assert not _trust_report(sim, exporter).findings
+
+
+def test_a_gpu_that_stopped_answering_the_exporter_is_reset() -> None:
+    """exporter.gpu-down: GPU 3 fell off the bus under a running exporter, which keeps its series at
+    gpuchain_gpu_up 0 (visible, not just gone); after the GPU's reset it answers again."""
+    sim = build(load_scenario("healthy"))
+    exporter = _ExporterNode("gpu-0")
+    exporter.collector.collect_once()
+    exporter.gpus.lose_gpu(3)
+    exporter.collector.collect_once()
+    before = _trust_report(sim, exporter)
+    assert {f.id for f in before.findings} == {"exporter.gpu-down"}
+    _reset_gpu(exporter, before, "exporter.gpu-down", 3)
+    after = _trust_report(sim, exporter)
+    assert not after.findings and not after.broken

@@ -26,11 +26,17 @@ CLUSTER_TESTS = {
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
     "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
+    "device-plugin.off-gpu-node": "test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes",
+    "driver.too-old": "test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old",
+    "workload.runtime-hook-failed": "test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work",
     "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",
+    "exporter.gpus-missing": "test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset",
+    "exporter.stale": "test_a_stopped_collection_collects_again_in_a_new_exporter_pod",
+    "exporter.gpu-down": "test_a_gpu_that_stopped_answering_the_exporter_is_reset",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from dra.fakeclock import QUIET, Clock
+from fakes.driver_root import driver_dev
 
 from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
@@ -51,7 +52,7 @@ def make_driver(cluster: MemoryCluster, short_dir: Path, clock: Clock) -> Driver
             cdi_dir=short_dir / "cdi",
             state_dir=short_dir / "state",
             recovery_quiet_seconds=QUIET,
-            dev_root=short_dir / "driver-root",
+            dev_root=driver_dev(short_dir / "driver-root"),
         )
         return DraDriver(sim, cluster, config, clock)
 

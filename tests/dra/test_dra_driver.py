@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from dra.fakeclock import QUIET, Clock
+from fakes.driver_root import driver_dev
 
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import CheckpointError
@@ -226,8 +227,7 @@ def test_cdi_spec_has_modeset_only_where_the_driver_created_it(
     assert (
         json.loads(cdi.spec_path(short_dir / "cdi", without.uid).read_text())["containerEdits"]["deviceNodes"] == always
     )
-    (driver.config.dev_root / "dev").mkdir(parents=True)
-    (driver.config.dev_root / "dev" / "nvidia-modeset").touch()
+    driver_dev(driver.config.dev_root, "/dev/nvidia-modeset")
     with_modeset = allocate("b", "h100-node", ["gpu-1"])
     driver.prepare(with_modeset)
     spec = json.loads(cdi.spec_path(short_dir / "cdi", with_modeset.uid).read_text())

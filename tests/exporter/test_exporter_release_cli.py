@@ -71,7 +71,8 @@ def test_the_exporter_process_follows_the_board_and_a_killed_one_is_gone(
     proc = _start(exporter, tmp_path, port)
     board = ReleaseBoard(tmp_path)
     deadline = time.monotonic() + 20
-    while not board.holders():
+    # Joined once its state is written beside its lock (a holder registering right now has none yet).
+    while not any(h.pid for h in board.holders()):
         assert time.monotonic() < deadline and proc.poll() is None, "the exporter did not join the board"
         time.sleep(0.05)
     holder = board.holders()[0]

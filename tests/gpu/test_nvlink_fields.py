@@ -26,6 +26,7 @@ from pynvml import (
     NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS,
 )
 
+from gpuchain.common.schema import validate
 from gpuchain.gpu.errors import NotSupportedError
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.probes import (
@@ -57,7 +58,7 @@ from gpuchain.remediation.scenario import node_object
 def b200_sim() -> SimBackend:
     """An HGX B200 node: eight B200 (compute capability 10.0, 18 NVLinks each) on NVSwitch."""
     return SimBackend(
-        Topology.model_validate(
+        validate(Topology,
             {
                 "node": "b200-node",
                 "driver": {"version": "570.148.08", "cudaVersion": "12.8"},

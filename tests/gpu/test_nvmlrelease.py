@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,7 +30,6 @@ from gpuchain.gpu.nvmlrelease import (
     REQUEST_FILE,
     BoardError,
     Follower,
-    FollowerThread,
     Holder,
     HolderState,
     ReleaseBoard,
@@ -354,20 +352,3 @@ async def test_a_follower_restarted_while_released_answers_the_new_request(tmp_p
         assert backend.releases == 1
     finally:
         holder.close()
-
-
-def test_follower_thread_serves_an_agent_without_an_event_loop(tmp_path: Path) -> None:
-    board = ReleaseBoard(tmp_path)
-    backend = DoubleBackend()
-    thread = FollowerThread(Follower(board, backend, "exporter", poll=0.05)).start()
-    try:
-        deadline = time.monotonic() + 10
-        while not board.holders():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        with board.letting_go(["GPU-1"], "reset", wait=10.0) as seen:
-            assert seen.complete and backend.released
-    finally:
-        thread.stop()
-    assert not any(t.name == "exporter: nvml release" for t in threading.enumerate())
-    assert os.listdir(tmp_path) == []

@@ -27,6 +27,7 @@ from gpuchain.kube import (
     ConflictError,
     EvictionBlockedError,
     InvalidError,
+    KubeError,
     MemoryCluster,
     NotFoundError,
     WatchEvent,
@@ -313,6 +314,30 @@ def test_logs_tail_previous_and_container_choice() -> None:
     assert cluster.logs("p1", "ml", container="main") == "", "logs go with the pod"
     with pytest.raises(NotFoundError):
         cluster.set_logs("absent", "ml", "main", "x")
+
+
+def test_pod_proxy_of_an_unknown_pod_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFoundError):
+        cluster.pod_proxy_get("absent", "ml", 9400, "metrics")
+    assert cluster.calls.snapshot() == {"proxy": 1} and cluster.calls.writes == 0
+
+
+def test_pod_proxy_answers_what_the_pod_serves() -> None:
+    """What a pod serves comes from its container, which no peer here runs: MemoryCluster only
+    (test_kube_live checks the request over HTTP)."""
+    cluster = MemoryCluster()
+    cluster.create(pod("p1", "n1"))
+    cluster.set_served("p1", "ml", 9400, "/metrics", "gpuchain_gpus_exported 8\n")
+    assert cluster.pod_proxy_get("p1", "ml", 9400, "metrics") == "gpuchain_gpus_exported 8\n"
+    with pytest.raises(KubeError) as refused:
+        cluster.pod_proxy_get("p1", "ml", 8080, "metrics")
+    assert refused.value.code == 503 and "connection refused" in str(refused.value)
+    cluster.delete(POD, "p1", "ml")
+    cluster.create(pod("p1", "n1"))
+    with pytest.raises(KubeError):
+        cluster.pod_proxy_get("p1", "ml", 9400, "metrics")  # what it served went with the pod
+    with pytest.raises(NotFoundError):
+        cluster.set_served("absent", "ml", 9400, "metrics", "x")
 
 
 def test_status_is_a_separate_subresource(cluster: Cluster) -> None:

@@ -96,6 +96,18 @@ def test_logs_errors_are_typed() -> None:
             cluster.logs("absent", "ml")
 
 
+def test_pod_proxy_get_asks_the_api_servers_pod_proxy() -> None:
+    with kmock_server() as (url, emulator):
+        served = emulator["get /api/v1/namespaces/gpu-operator/pods/nvidia-dcgm-exporter-x1:9400/proxy/metrics"]
+        served << b"gpuchain_gpus_exported 8\n"
+        cluster = LiveCluster.from_url(url)
+        assert cluster.pod_proxy_get("nvidia-dcgm-exporter-x1", "gpu-operator", 9400, "/metrics") == (
+            "gpuchain_gpus_exported 8\n"
+        )
+        assert len(list(served)) == 1
+        assert cluster.calls.snapshot() == {"proxy": 1} and cluster.calls.writes == 0
+
+
 def test_set_condition_sends_a_strategic_merge_patch_of_one_condition() -> None:
     with kmock_server() as (url, emulator):
         cluster = LiveCluster.from_url(url)

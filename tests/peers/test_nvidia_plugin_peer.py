@@ -81,24 +81,8 @@ KNOWN: dict[tuple[str, str], tuple[object, object]] = {
     ),
 }
 """Deliberate differences: (config id, what) -> (NVIDIA's answer, gpuchain's answer), exactly.
-``_host_dependent_differences`` adds the one that depends on this machine's /dev."""
-
-_ALWAYS_LISTED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-
-
-def _host_dependent_differences() -> dict[tuple[str, str], tuple[object, object]]:
-    """With passDeviceSpecs, NVIDIA's plugin leaves out each control device node that does not exist
-    on its host (internal/plugin apiDeviceSpecs treats all four as optional), while gpuchain lists
-    these three always (gpu/devnodes: as NVIDIA's container stack injects them). On a machine without
-    the driver that is a difference in the answer for GPUs 0 and 7 (the ids the test allocates)."""
-    missing = [p for p in _ALWAYS_LISTED if not Path(p).exists()]
-    if not missing:
-        return {}
-    ours = ["/dev/nvidia0", "/dev/nvidia7", *_ALWAYS_LISTED]
-    ours += ["/dev/nvidia-modeset"] if Path("/dev/nvidia-modeset").exists() else []
-    specs = sorted((p, p) for p in ours)
-    return {("pass-device-specs", _SPECS): ([d for d in specs if d[0] not in missing], specs)}
-
+(passDeviceSpecs on a host without the driver's control nodes used to be one: gpuchain listed
+nvidiactl and the two uvm nodes always, NVIDIA only where they exist; gpuchain now does as NVIDIA.)"""
 
 async def _wait_registered(kubelet: KubeletPeer, expected: Mapping[str, int], proc: asyncio.subprocess.Process) -> None:
     """Wait until the kubelet's capacity is ``expected``; on time-out the caller's assert shows the difference."""
@@ -197,5 +181,4 @@ async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(config:
         for what in sorted(nvidia.keys() | ours.keys())
         if nvidia.get(what) != ours.get(what)
     }
-    known = {**KNOWN, **_host_dependent_differences()}
-    assert differences == {k: v for k, v in known.items() if k[0] == config}
+    assert differences == {k: v for k, v in KNOWN.items() if k[0] == config}

@@ -141,7 +141,13 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
     operator = Recording.from_kubeconfig(str(world.kubeconfig))
     assert isinstance(operator, Recording)
     try:
-        admin.create(cluster_policy("cluster-policy", {}))
+        # The device plugin's config from a ConfigMap, which the operator reads (for sharing.mps).
+        admin.create(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plugin-configs", "namespace": NS},
+             "data": {"default": "version: v1\n"}}
+        )  # fmt: skip
+        plugin_config = {"devicePlugin": {"config": {"name": "plugin-configs", "default": "default"}}}
+        admin.create(cluster_policy("cluster-policy", plugin_config))
         first = reconcile(operator, "cluster-policy", NS)
         assert len(admin.list(DAEMONSET, NS)) == len(OPERANDS), first
         assert "clusterpolicy/cluster-policy/status" in first.changed

@@ -1,64 +1,14 @@
-"""What every long-running node agent does around its start-up: stop signals first, a settled heap after.
+"""The option every node agent command shares: the node's NVML release board (``gpu.nvmlrelease``).
 
-- ``stop_on_signals``: SIGTERM and SIGINT are the agent's from its first moment. The kubelet
-  sends SIGTERM whenever it likes, start-up included; a default handler would end the process
-  there, leaving sockets, feature files or paused operands behind. Installed before any start-up
-  work, a signal only asks for the stop, and the agent stops (and cleans up) once start-up is over.
-- ``release_follower``: the agent lets go of NVML while gpu-health resets a GPU on the node
-  (``gpu.nvmlrelease``), through ``--nvml-release-dir`` (``nvml_release_dir_option``).
-- ``settled``: start-up is over, so what it allocated (imported modules, config, inventory,
-  serialized device lists) lives as long as the process. ``gc.freeze`` moves it out of the
-  collector's sight: a full collection then walks only what was allocated since, instead of
-  tens of thousands of start-up objects (about 30 ms on a loaded node, a pause on the path from
-  an XID to the kubelet). Frozen objects are still freed by reference counting when dropped (a
-  reload's old config); only a reference cycle among them would stay.
+What an agent does around its start-up (stop signals, the settled heap, following the board)
+lives in the agent layer (``gpuchain.agent.runtime``), shared with ``gpuchain node-agent``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import signal
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
-
-if TYPE_CHECKING:
-    from gpuchain.gpu.backend import GpuBackend
-    from gpuchain.gpu.nvmlrelease import Follower
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def stop_on_signals(stop: Callable[[], None]) -> None:
-    """From now on SIGTERM and SIGINT call ``stop`` and nothing else.
-
-    Inside a running event loop ``stop`` runs on the loop (``add_signal_handler``). Without one
-    (an agent whose main thread is not asyncio) it runs on a thread of its own, so it may take a
-    lock the interrupted main thread holds (``threading.Event.set``) without deadlocking.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        # Python delivers signals to the main thread only and refuses handlers from any other: an
-        # agent run on another thread (embedded, or a test bounding it with a thread) leaves the
-        # signals to whoever owns the main thread.
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    for sig in STOP_SIGNALS:
-        if loop is not None:
-            loop.add_signal_handler(sig, stop)
-        else:
-            signal.signal(sig, lambda signum, frame: threading.Thread(target=stop, name="stop signal").start())
-
-
-def settled() -> None:
-    """Start-up is over: collect its garbage once and freeze what survives (see the module docstring)."""
-    gc.collect()
-    gc.freeze()
 
 
 def nvml_release_dir_option() -> Any:
@@ -73,12 +23,3 @@ def nvml_release_dir_option() -> Any:
         "GPU this agent lets go of NVML (the driver refuses a reset while any process holds it). "
         "'' turns it off; a missing directory is logged once and the agent runs without it.",
     )
-
-
-def release_follower(directory: str, backend: GpuBackend, component: str) -> Follower | None:
-    """The follower of the board in ``directory`` for ``backend``, or None when there is no board
-    (off, or the directory is missing: logged once, a warning on real GPUs)."""
-    from gpuchain.gpu.nvmlrelease import Follower, open_board
-
-    board = open_board(directory, quiet=backend.name != "nvml")
-    return Follower(board, backend, component) if board is not None else None

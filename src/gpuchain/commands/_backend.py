@@ -1,12 +1,14 @@
-"""The `--backend/--preset/--topology` options shared by every command that looks at GPUs."""
+"""The `--backend/--preset/--topology` options shared by every command that looks at GPUs.
+
+typer is imported by the option builders, not here: the node agent (``commands.node_agent``,
+argparse) opens its backend through this module and never loads typer."""
 
 from __future__ import annotations
 
 import enum
 from typing import Any
 
-import typer
-
+from gpuchain.agent.node import open_gpus
 from gpuchain.commands._output import fail
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
@@ -21,34 +23,42 @@ class BackendKind(enum.StrEnum):
 
 
 def backend_option() -> Any:
+    import typer
+
     return typer.Option(
         BackendKind.sim, "--backend", "-b", help="sim: simulated GPUs (no hardware needed); nvml: this node's GPUs."
     )
 
 
 def preset_option() -> Any:
+    import typer
+
     return typer.Option(None, "--preset", help=f"Simulated topology preset (default {DEFAULT_PRESET}).")
 
 
 def topology_option() -> Any:
+    import typer
+
     return typer.Option(None, "--topology", help="Simulated topology from a YAML file instead of a preset.")
 
 
-def open_backend(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
-    """Build the backend the options name. Raises ConfigFileError or GpuError with a clear message."""
-    if kind is BackendKind.nvml:
-        if preset or topology:
-            raise typer.BadParameter("--preset and --topology apply to --backend sim only")
-        from gpuchain.gpu.nvml import NvmlBackend
-
-        return NvmlBackend()
+def backend_problem(kind: BackendKind, preset: str | None, topology: str | None) -> str | None:
+    """What is wrong with these options together, or None."""
+    if kind is BackendKind.nvml and (preset or topology):
+        return "--preset and --topology apply to --backend sim only"
     if preset and topology:
-        raise typer.BadParameter("give --preset or --topology, not both")
-    from gpuchain.gpu.sim import SimBackend  # a node with real GPUs never loads the simulator
-    from gpuchain.gpu.topology import load_preset, load_topology
+        return "give --preset or --topology, not both"
+    return None
 
-    topo = load_topology(topology) if topology else load_preset(preset or DEFAULT_PRESET)
-    return SimBackend(topo)
+
+def open_backend(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
+    """Build the backend the options name. Raises typer's BadParameter for options that do not go
+    together (``backend_problem``), ConfigFileError or GpuError with a clear message."""
+    if problem := backend_problem(kind, preset, topology):
+        import typer
+
+        raise typer.BadParameter(problem)
+    return open_gpus(kind.value, preset, topology, DEFAULT_PRESET)
 
 
 BACKEND_ERRORS = (ConfigFileError, GpuError)

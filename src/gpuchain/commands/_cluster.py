@@ -6,6 +6,7 @@ broken kubeconfig is one line naming what was tried and the fix (exit 2), never 
 Node agents default to the simulated backend so people can explore without a GPU; the guard
 here makes that impossible to mistake for the real thing: results say "simulated", and nothing
 simulated reaches a real cluster or a node directory unless ``--backend sim`` was typed.
+typer is imported by the option builder alone: ``gpuchain node-agent`` uses the rest without it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import typer
 import yaml
 
 from gpuchain.commands._backend import BackendKind
@@ -189,7 +189,18 @@ def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
 
     methods: dict[str, Any] = {
         name: guard(name, getattr(base, name))
-        for name in ("get", "list", "list_readonly", "create", "patch", "patch_status", "delete", "logs", "evict")
+        for name in (
+            "get",
+            "list",
+            "list_readonly",
+            "create",
+            "patch",
+            "patch_status",
+            "delete",
+            "logs",
+            "evict",
+            "pod_proxy_get",
+        )
     }
     methods["watch"] = watch
     methods["tried"] = ""
@@ -199,6 +210,8 @@ def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
 
 def node_backend_option() -> Any:
     """``--backend`` for node agents: None when not given, so an explicit ``sim`` is told from the default."""
+    import typer
+
     return typer.Option(
         None,
         "--backend",

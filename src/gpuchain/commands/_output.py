@@ -10,6 +10,9 @@ applied with :class:`rich.text.Text` styles, never with markup in data.
 JSON and YAML use one key style for every command, Kubernetes' camelCase (``docs/output.md``):
 dataclass and pydantic field names are converted here; keys of mappings are data (label names,
 resource names, environment variables) and are kept as they are. YAML never has aliases.
+
+typer is imported where an option or an exit needs it, not at the top: ``gpuchain node-agent``
+(argparse) logs and fails through this module without loading typer.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import typer
 import yaml
 
 if TYPE_CHECKING:
@@ -49,31 +51,14 @@ class OutputFormat(enum.StrEnum):
 
 def output_option() -> Any:
     """The shared `-o/--output` option; table/wide for people, json/yaml for scripts."""
+    import typer
+
     return typer.Option(
         OutputFormat.table,
         "-o",
         "--output",
         help="Output format: table (sized to the terminal), wide (nothing cut, extra columns), json or yaml.",
     )
-
-
-def _bare_flags() -> None:
-    """Show boolean flags bare in ``--help`` (``--dry-run``, ``--test-pod/--no-test-pod``).
-
-    typer labels every option with its type, so a flag reads ``--dry-run <bool>`` as if it took
-    a value, yet ``--dry-run=true`` is refused. A flag has no value to show.
-    """
-    from typer.core import TyperOption
-
-    typed = TyperOption.display_type_rich
-
-    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
-        return None if self.is_flag else typed(self, ctx)
-
-    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
-
-
-_bare_flags()
 
 
 def _console(stderr: bool = False) -> Console:
@@ -213,6 +198,8 @@ def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
     err_console.print(line, soft_wrap=True)
     for more in also:
         err_console.print(Text("  also: " + " ".join(more.split("\n"))), soft_wrap=True)
+    import typer  # a node agent that fails loads typer only now
+
     raise typer.Exit(code)
 
 
@@ -223,6 +210,8 @@ class LogFormat(enum.StrEnum):
 
 def log_format_option() -> Any:
     """The shared `--log-format` option of the long-running services."""
+    import typer
+
     return typer.Option(
         LogFormat.text,
         "--log-format",

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-import os
-import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from gpuchain.commands._agent import nvml_release_dir_option, release_follower, settled, stop_on_signals
+from gpuchain.agent.build import serve_alone
+from gpuchain.agent.node import Node, RoleError
+from gpuchain.agent.roles import device_plugin as device_plugin_role
+from gpuchain.agent.runtime import stop_early, stop_on_signals
+from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
+from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
@@ -38,90 +42,15 @@ from gpuchain.commands._output import (
     log_format_option,
     output_option,
 )
-from gpuchain.common.supervise import spawn
-from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
-from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
-from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
-from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
+from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
-from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
-from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 log = logging.getLogger("gpuchain.deviceplugin")
-
-
-async def serve(
-    backend: GpuBackend,
-    config: Config,
-    source: ConfigSource,
-    socket_dir: Path,
-    label: str | None = None,
-    watch: NodeLabelWatch | None = None,
-    resource_version: str | None = None,
-    release_dir: str = "",
-    cdi_dir: Path | None = None,
-) -> None:
-    """Run until SIGTERM/SIGINT. SIGHUP re-reads the config, and with ``watch`` so does every change
-    of the Node's config label (when the config comes from a directory); a bad or missing config
-    keeps the running one. With ``watch`` the plugin also withholds the GPUs the Node's repair loop
-    quarantines, followed through that same watch, from before the kubelet first sees a device.
-    With ``release_dir`` the plugin lets go of NVML while gpu-health resets a GPU on the node."""
-    plugin = DevicePlugin(backend, config, socket_dir, cdi_dir=cdi_dir)
-    if watch is not None:
-        plugin.on_degraded = lambda reason: asyncio.to_thread(
-            watch.report, ResourceMappingError(reason), "serving what still fits"
-        )
-        QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).attach(watch)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    # Signals are ours before the kubelet can see the plugin: a SIGHUP's default action would
-    # end the process, so one that comes while registering is kept and served once running.
-    early_hup: list[str] = []
-    loop.add_signal_handler(signal.SIGHUP, lambda: early_hup.append("SIGHUP"))
-    stop_on_signals(stop.set)
-    await plugin.start()
-    for res in plugin.resources:
-        log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
-    settled()
-    follower = ConfigFollower(plugin, source, os.environ, label, watch)
-    reloads: list[asyncio.Task[None]] = []
-
-    async def reload(trigger: str) -> None:
-        try:
-            await follower.reload(trigger)
-        except Exception:  # anything the follower does not turn into a refusal: log it, keep serving
-            log.exception("%s: config not reloaded, keeping the running one", trigger)
-
-    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload("SIGHUP"))))
-    if early_hup:
-        reloads.append(loop.create_task(reload("SIGHUP")))
-    following = None
-    if watch is not None:  # one watch on this Node: its config label (with a directory) and quarantine list
-        if source.directory is not None:
-            following = spawn("device plugin: node watch", lambda: follower.follow(resource_version))
-            log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label or "unset")
-        else:
-            following = spawn("device plugin: node watch", lambda: ride(watch, label, resource_version))
-        log.info("following Node %s's repair loop quarantine (%s)", watch.node_name, QUARANTINE_ANNOTATION)
-    release = release_follower(release_dir, backend, "device-plugin")
-    releasing = spawn("device plugin: NVML release board", release.run) if release is not None else None
-    try:
-        await stop.wait()
-    finally:
-        for task in (following, releasing):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await asyncio.gather(*reloads, return_exceptions=True)
-        await plugin.stop()
-        log.info("stopped; sockets removed")
 
 
 def _summary(res: Resource) -> dict[str, object]:
@@ -146,30 +75,6 @@ def _table(resources: list[Resource], choice: BackendChoice) -> Table:
     for r in resources:
         table.add_row(r.name, str(len(r.devices)), str(len(r.unit_uuids)), r.sharing, str(r.replicas))
     return table
-
-
-def _node_label(
-    node_name: str | None, config_dir: str | None, once: bool
-) -> tuple[NodeLabelWatch | None, str | None, str | None]:
-    """With --node-name: the watch on this Node (its repair loop's quarantine list; with
-    --config-dir also its config label), the label now and the resourceVersion to watch from.
-    --list reads the Node only for the label (with --config-dir). Without a node: nothing to follow."""
-    if not node_name or (once and not config_dir):
-        return None, None, None
-    if config_dir:
-        hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
-        wanted = f"its {NODE_CONFIG_LABEL} label"
-    else:
-        hint = "or leave out --node-name/NODE_NAME (the plugin then ignores the repair loop's quarantine)"
-        wanted = f"the repair loop's quarantine list ({QUARANTINE_ANNOTATION})"
-    watch = NodeLabelWatch(open_cluster(hint=hint), node_name)
-    try:
-        label, rv = watch.read()
-    except Exception as exc:  # any API or connection failure: what to serve cannot be known, so do not guess
-        fail(f"cannot read Node {node_name!r} for {wanted}: {exc}; {hint}", code=1)
-    if config_dir:
-        log.info("Node %s: %s=%s", node_name, NODE_CONFIG_LABEL, label or "(unset)")
-    return (None if once else watch), label, rv
 
 
 async def _idle() -> None:
@@ -250,29 +155,28 @@ def device_plugin(
     """
     level = logging.WARNING if list_only else logging.INFO
     configure_logging(level, log_format)
-    if config and config_dir:
-        fail("give --config-file or --config-dir, not both")
-    source = ConfigSource(
-        Path(config) if config else None, Path(config_dir) if config_dir else None, config_key or None, config_naming
+    early = None if list_only else stop_early()
+    settings = DevicePluginSettings(
+        socket_dir=socket_dir,
+        config_file=Path(config) if config else None,
+        config_dir=Path(config_dir) if config_dir else None,
+        config_key=config_key or None,
+        config_naming=config_naming,
+        cdi_dir=cdi_dir,
     )
     choice = resolve_backend(backend)
     if not list_only and socket_dir == DEFAULT_SOCKET_DIR:
         refuse_implicit_sim(
             choice, f"the kubelet's device plugin directory ({DEFAULT_SOCKET_DIR})", "pass --socket-dir DIR or --list"
         )
-    watch, label, rv = _node_label(node_name, config_dir, list_only)
+    cluster = functools.cache(lambda: open_cluster(hint=_cluster_hint(config_dir)))
+    # The config is read before the GPUs are opened: a bad config is named even on a node without GPUs.
     try:
-        cfg = source.load(label, os.environ)
-    except ConfigFileError as exc:
-        if watch is not None:
-            watch.report(exc, "the device plugin did not start")
-        fail(str(exc))
-    try:
-        cfg.health.policy(os.environ)
-    except ValueError as exc:
-        fail(str(exc))
-    for problem in cfg.plugin_problems():
-        fail(f"{source.path(label) or 'config'}: {problem}")
+        source = device_plugin_role.source_of(settings)
+        watch, label, rv = device_plugin_role.node_label(settings, node_name, cluster, once=list_only)
+        cfg = device_plugin_role.load(source, label, watch)
+    except RoleError as exc:
+        fail(str(exc), code=exc.code)
     if not list_only and cdi_dir == DEFAULT_CDI_DIR and set(cfg.flags.plugin.device_list_strategy) & CDI_STRATEGIES:
         refuse_implicit_sim(
             choice, f"the container runtime's CDI directory ({DEFAULT_CDI_DIR})", "pass --cdi-dir DIR or --list"
@@ -296,8 +200,14 @@ def device_plugin(
         rows = [{**_summary(r), SIMULATED: choice.simulated} for r in resources]
         emit(rows, output, lambda: _table(resources, choice))
         return
+    node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), cluster)
+    prepared = device_plugin_role.Prepared(cfg, source, watch, label, rv)
+
+    async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
+        await device_plugin_role.serve(settings, node, prepared, stop, started)
+
     try:
-        asyncio.run(serve(b, cfg, source, socket_dir, label, watch, rv, release_dir, cdi_dir))
+        asyncio.run(serve_alone(role, node, "device-plugin", early))
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -308,6 +218,14 @@ def device_plugin(
     finally:
         b.close()
     log.info("device plugin stopped")
+
+
+def _cluster_hint(config_dir: str | None) -> str:
+    """What to do without a Kubernetes API: leave out the Node, which the plugin reads for the
+    config label (with --config-dir) or the repair loop's quarantine list."""
+    if config_dir:
+        return "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
+    return "or leave out --node-name/NODE_NAME (the plugin then ignores the repair loop's quarantine)"
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,7 @@ from gpuchain.commands._output import OutputFormat, emit_data, err_console, fail
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
 from gpuchain.doctor.local import ask, local_chain
+from gpuchain.doctor.logs import cluster_scraper
 from gpuchain.doctor.snapshot import STEPS, LogReader
 from gpuchain.kube import Cluster, KubeError
 from gpuchain.sim import SimCluster, build, go_live, load_scenario
@@ -340,7 +341,9 @@ def doctor(
     show = output is OutputFormat.table and sys.stderr.isatty()
     try:
         with reading_progress(show, len(STEPS)) as step:
-            report = run_doctor(target.cluster, namespace, target.reader, step)
+            # The exporters' scrapes are read on a live cluster (a scenario's pods serve nothing).
+            scraper = cluster_scraper(target.cluster) if target.sim is None else None
+            report = run_doctor(target.cluster, namespace, target.reader, step, scraper)
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")
     report.target = target.target
@@ -373,7 +376,8 @@ def dump(
         fail(f"cannot write {exc.filename or directory}: {exc.strerror or exc}")
     err_console.print(
         f"wrote {directory}: {counts['nodes']} node(s), {counts['namespaces']} namespace(s), "
-        f"{counts['pods']} pod(s), logs of {counts['podLogs']}; read it with gpuchain doctor --from-dump {directory}",
+        f"{counts['pods']} pod(s), logs of {counts['podLogs']}, {counts['scrapes']} exporter scrape(s); "
+        f"read it with gpuchain doctor --from-dump {directory}",
         highlight=False,
         soft_wrap=True,
     )

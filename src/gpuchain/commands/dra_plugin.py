@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
-import os
-import socket
 from pathlib import Path
 
 import typer
 
-from gpuchain.commands._agent import nvml_release_dir_option, release_follower, settled, stop_on_signals
+from gpuchain.agent.build import serve_alone
+from gpuchain.agent.node import Node, RoleError
+from gpuchain.agent.roles import dra_plugin as dra_role
+from gpuchain.agent.settings import DraPluginSettings, NodeSettings
+from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     DEFAULT_PRESET,
@@ -38,16 +41,13 @@ from gpuchain.commands._output import (
     output_option,
 )
 from gpuchain.common.numbers import positive_seconds
-from gpuchain.common.supervise import Critical, spawn
-from gpuchain.deviceplugin.quarantine import QuarantineFollower
+from gpuchain.common.supervise import EXIT_CODE
 from gpuchain.dra.checkpoint import CheckpointError
-from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver, DriverConfig
-from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraPluginServer
+from gpuchain.dra.driver import DEFAULT_STATE_DIR
+from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR
 from gpuchain.dra.slices import SliceError
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
-from gpuchain.gpu.sim import SimBackend
-from gpuchain.gpu.xid import policy_from_env
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
 
@@ -78,45 +78,6 @@ def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list
             f"the kubelet's directories ({', '.join(real)})",
             "point --registry-dir, --plugin-dir, --cdi-dir and --state-dir elsewhere",
         )
-
-
-async def serve(
-    driver: DraDriver, server: DraPluginServer, resync: float, simulated: bool = False, release_dir: str = ""
-) -> None:
-    """Publish, serve both sockets, follow health and resync until SIGTERM/SIGINT (ours before
-    any start-up work: one that comes while starting stops the plugin, sockets removed, once up).
-    With ``release_dir`` the plugin lets go of NVML while gpu-health resets a GPU on the node."""
-    stop = asyncio.Event()
-    stop_on_signals(stop.set)
-    published = await asyncio.to_thread(driver.publish)
-    log.info(
-        "ResourceSlice for pool %s: %d devices, generation %d" + (" (simulated GPUs)" if simulated else ""),
-        driver.node,
-        len(published.devices),
-        published.generation,
-    )
-    await server.start()
-    log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
-    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined)  # the repair loop's list
-    critical = Critical(stop)
-    tasks = [
-        critical.add(asyncio.create_task(driver.follow_health(), name="dra-plugin: health")),
-        critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
-        critical.add(asyncio.create_task(quarantine.follow(), name="dra-plugin: quarantine watch")),
-    ]
-    release = release_follower(release_dir, driver.backend, "dra-plugin")
-    if release is not None:
-        tasks.append(spawn("dra-plugin: NVML release board", release.run))
-    settled()
-    try:
-        await stop.wait()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await server.stop()
-        log.info("stopped; sockets removed (prepared claims stay in %s)", driver.checkpoint.path)
-    if critical.failed:
-        raise typer.Exit(critical.exit_code)
 
 
 def dra_plugin(
@@ -179,27 +140,30 @@ def dra_plugin(
         ],
     )
     try:
-        policy = policy_from_env(os.environ)
         b = open_backend(choice.kind, preset, topology)
-    except (*BACKEND_ERRORS, ValueError) as exc:
+    except BACKEND_ERRORS as exc:
         fail(str(exc))
-    node = node_name or (b.topology.node if isinstance(b, SimBackend) else socket.gethostname())
+    settings = DraPluginSettings(
+        registry_dir=registry_dir,
+        plugin_dir=plugin_dir,
+        cdi_dir=cdi_dir,
+        state_dir=state_dir,
+        resync=resync,
+        recovery_quiet_seconds=quiet,
+        dev_root=dev_root,
+    )
+    node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:
-        config = DriverConfig(
-            node=node,
-            cdi_dir=cdi_dir,
-            state_dir=state_dir,
-            policy=policy,
-            recovery_quiet_seconds=quiet,
-            dev_root=dev_root,
-        )
-        driver = DraDriver(b, kube, config)
-        server = DraPluginServer(driver, registry_dir, plugin_dir)
-        asyncio.run(serve(driver, server, resync, choice.simulated, release_dir))
+        driver, server = dra_role.driver_of(settings, node)
+        asyncio.run(serve_alone(functools.partial(dra_role.serve, driver, server, resync), node, "dra-plugin"))
+    except RoleError as exc:
+        fail(str(exc), code=exc.code)
     except (CheckpointError, SliceError) as exc:
         fail(str(exc))
     except KubeError as exc:
         fail(f"Kubernetes API: {exc}", code=1)
+    except dra_role.CriticalLoopFailed:
+        raise typer.Exit(EXIT_CODE) from None
     except OSError as exc:
         fail(f"cannot serve in {registry_dir} / {plugin_dir}: {exc}", code=1)
     finally:

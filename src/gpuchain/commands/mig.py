@@ -25,7 +25,7 @@ from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.model import Inventory
 from gpuchain.mig.apply import ApplyResult, MigApplyError, ResetRequiredError, apply, check
-from gpuchain.mig.config import LayoutError, MigPartedConfig, default_config, load_config
+from gpuchain.mig.config import LayoutError, MigPartedConfig, config_or_default
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -56,7 +56,7 @@ def _name_option() -> Any:
 def mig_config(path: str | None) -> MigPartedConfig:
     """The config file ``path``, or the built-in layouts; a bad file exits 2 naming file and line."""
     try:
-        return load_config(path) if path else default_config()
+        return config_or_default(path)
     except ConfigFileError as exc:
         fail(str(exc), also=exc.others)
 

@@ -9,13 +9,17 @@ to a live cluster, so the simulated backend (the default elsewhere) must be aske
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import typer
 
-from gpuchain.commands._agent import nvml_release_dir_option, release_follower, stop_on_signals
+from gpuchain.agent.build import serve_alone
+from gpuchain.agent.node import Node, RoleError
+from gpuchain.agent.roles import mig_manager as mig_manager_role
+from gpuchain.agent.settings import MigManagerSettings, NodeSettings
+from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BackendKind,
     backend_or_fail,
@@ -41,26 +45,11 @@ from gpuchain.commands._output import (
 )
 from gpuchain.commands.mig import mig_config
 from gpuchain.common.numbers import positive_seconds
-from gpuchain.common.supervise import spawn
 from gpuchain.kube import KubeError
-from gpuchain.mig.agent import OPERANDS, Policy
-from gpuchain.mig.manager import RESYNC_SECONDS, MigManager
+from gpuchain.mig.agent import OPERANDS
+from gpuchain.mig.manager import RESYNC_SECONDS
 
-
-async def _run(manager: MigManager, interval: float, resync: float, release_dir: str) -> None:
-    """Until SIGTERM/SIGINT, which wait for the round in progress (see ``MigManager.run``); with
-    ``release_dir`` the manager lets go of NVML while gpu-health resets a GPU on the node."""
-    stop = asyncio.Event()
-    stop_on_signals(stop.set)
-    release = release_follower(release_dir, manager.backend, "mig-manager")
-    releasing = spawn("MIG manager: NVML release board", release.run) if release is not None else None
-    try:
-        await manager.run(interval, stop, resync)
-    finally:
-        if releasing is not None:
-            releasing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await releasing
+log = logging.getLogger(__name__)
 
 
 def mig_manager(
@@ -115,19 +104,23 @@ def mig_manager(
     choice = resolve_backend(backend)
     refuse_implicit_sim(choice, f"node {node} of the live cluster (nvidia.com/mig.config.state)")
     config = mig_config(config_file)
-    if default_config and default_config not in config.mig_configs:
-        known = ", ".join(sorted(config.mig_configs))
-        fail(f"--default-config / DEFAULT_MIG_CONFIG: no layout {default_config!r} in the config; known: {known}")
-    policy = Policy(
-        timeout_s=timeout,
+    settings = MigManagerSettings(
+        config_file=config_file,
         evict=evict,
+        timeout=timeout,
+        interval=interval,
+        resync=resync,
         operands=tuple(o for o in operands.split(",") if o),
-        default_config=default_config or None,
+        default_config=default_config,
     )
     gpus = backend_or_fail(choice.kind, preset, topology)
     cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
-    manager = MigManager(cluster, gpus, node, config, policy)
+    manager_node = Node(gpus, NodeSettings(node_name=node, release_dir=release_dir), lambda: cluster)
     try:
+        try:
+            manager = mig_manager_role.manager_of(settings, manager_node, config)
+        except RoleError as exc:
+            fail(str(exc), code=exc.code)
         if once:
             try:
                 m = manager.reconcile()
@@ -143,12 +136,16 @@ def mig_manager(
             return
         configure_logging(logging.INFO, log_format)
         if choice.simulated:
-            logging.getLogger(__name__).warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
-        asyncio.run(_run(manager, interval, resync, release_dir))
-        logging.getLogger(__name__).info("MIG manager stopped")
+            log.warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
+
+        async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
+            started()
+            await mig_manager_role.serve(settings, manager, stop)
+
+        asyncio.run(serve_alone(role, manager_node, "mig-manager"))
+        log.info("MIG manager stopped")
     finally:
-        gpus.close()
-        cluster.close()
+        asyncio.run(manager_node.close())
 
 
 def register(app: typer.Typer) -> None:

@@ -115,6 +115,12 @@ def render(
     policy_file: Path | None = typer.Option(None, "--policy", "-f", help="ClusterPolicy YAML (default: all defaults)."),
     namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
     output: ManifestFormat = _manifest_option("yaml (multi-document) or json."),
+    mps: bool = typer.Option(
+        False,
+        "--mps",
+        help="Render as when the device plugin's ConfigMap (devicePlugin.config.name) has sharing.mps: "
+        "the device plugin then runs the MPS control daemons (the operator reads the ConfigMap).",
+    ),
 ) -> None:
     """Print the manifests the operator would apply for a ClusterPolicy (no cluster needed).
 
@@ -122,7 +128,7 @@ def render(
     """
     _namespace(namespace)
     doc = PolicyDocument() if policy_file is None else _read_policy(policy_file)
-    objs = desired(doc.policy(), Facts(namespace, doc.name))
+    objs = desired(doc.policy(), Facts(namespace, doc.name, mps=mps))
     problems = manifest_problems(objs)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

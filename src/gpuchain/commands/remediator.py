@@ -12,10 +12,15 @@ import os
 import re
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpuchain.agent.build import serve_alone
+from gpuchain.agent.node import Node, RoleError
+from gpuchain.agent.roles import gpu_health as gpu_health_role
+from gpuchain.agent.settings import GpuHealthSettings, NodeSettings
 from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
@@ -43,10 +48,8 @@ from gpuchain.commands._output import (
     output_option,
     plain,
 )
-from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import load_config
 from gpuchain.discovery.service import parse_interval
-from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
+from gpuchain.exporter.podresources import DEFAULT_SOCKET
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
@@ -54,15 +57,13 @@ from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.port import Cluster
 from gpuchain.remediation.controller import Remediator, Report
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, NodeAction, Policy
-from gpuchain.remediation.publisher import GpuHealthPublisher, PublishResult
+from gpuchain.remediation.publisher import PublishResult
 from gpuchain.remediation.scenario import SCENARIOS, node_object, run_scenario
 
 if TYPE_CHECKING:  # rich: when a table is shown; the loop: when gpu-health runs the repair loop
     from rich.console import RenderableType
 
-    from gpuchain.exporter.server import MetricsServer
     from gpuchain.gpu.burnin import BurnInConfig
-    from gpuchain.remediation.loopagent import GpuLoopAgent
 
 
 DEFAULT_METRICS_PORT = 9401
@@ -338,13 +339,11 @@ def gpu_health(
     """
     resync_s = _seconds("--resync", resync)
     from gpuchain.gpu.xid import parse_overrides
-    from gpuchain.remediation.gpuloop import LoopPolicy
 
     try:
         overrides = parse_overrides(xid_resolution)
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
-    loop_policy = LoopPolicy(xid_resolutions=overrides)
     burn_in = _burn_in_config(
         cuda=burn_in_cuda,
         memory_fraction=burn_in_memory_fraction,
@@ -357,87 +356,81 @@ def gpu_health(
         dcgm_deadline_s=burn_in_dcgm_timeout,
         fabric_wait_s=burn_in_fabric_wait,
     )
+    settings = GpuHealthSettings(
+        config_file=Path(config_file) if config_file else None,
+        resync=resync_s,
+        namespace=namespace,
+        repair=repair,
+        xid_overrides=overrides,
+        burn_in=burn_in,
+        gate_startup=gate_startup,
+        gate_burn_in=gate_burn_in,
+        startup_taint=startup_taint,
+        validations_dir=validations_dir,
+    )
     choice = resolve_backend(backend)
     try:
-        config = load_config(config_file, os.environ)
-        policy = config.health.policy(os.environ).with_overrides(overrides)
-    except (ConfigFileError, ValueError) as exc:
-        fail(str(exc))
+        gpu_health_role.policy_of(settings)
+    except RoleError as exc:
+        fail(str(exc), code=exc.code)
     gpus = backend_or_fail(choice.kind, preset, topology)
-    if choice.kind is BackendKind.nvml:
-        from gpuchain.gpu.nvml import NvmlBackend
-
-        if isinstance(gpus, NvmlBackend):
-            gpus.burn_in_config = burn_in  # the repair loop's and the readiness gate's burn-in
     name = node
     if name is None and dry_run and isinstance(gpus, SimBackend):
         name = gpus.topology.node
     if not name:
         fail("--node (or $NODE_NAME) is required: the Node to publish on")
     if dry_run:
-        cluster: Cluster = MemoryCluster([node_object(name)])
+        memory: Cluster = MemoryCluster([node_object(name)])
         once = True
+        cluster: Callable[[], Cluster] = lambda: memory  # noqa: E731
     else:
         refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy)", "pass --dry-run")
-        cluster = open_cluster(hint="or pass --dry-run")
-    pods = PodResourcesClient(pod_resources_socket) if os.path.exists(pod_resources_socket) else None
-    server: MetricsServer | None = None
-    publisher = GpuHealthPublisher(
-        gpus, cluster, name, pods.list if pods else None, policy, config.health.recovery_quiet_seconds
+        live = open_cluster(hint="or pass --dry-run")
+        cluster = lambda: live  # noqa: E731
+    serves = repair and metrics_port and not once
+    node_settings = NodeSettings(
+        node_name=name,
+        release_dir=release_dir,
+        pod_resources_socket=pod_resources_socket if os.path.exists(pod_resources_socket) else "",
+        metrics_address=metrics_address,
+        metrics_port=metrics_port if serves else None,
     )
+    health = Node(gpus, node_settings, cluster)
+    health.in_process_reset = True  # this is the process that resets: it follows no release board
     try:
+        try:
+            prepared = gpu_health_role.prepare(settings, health)
+        except RoleError as exc:
+            fail(str(exc), code=exc.code)
         if once:
             try:
-                result = publisher.publish()
+                result = prepared.publisher.publish()
             except (KubeError, *BACKEND_ERRORS) as exc:
                 fail(str(exc), code=1)
             data = {
                 "node": name,
-                "published": cluster.get(NODE, name)["metadata"].get("annotations", {}),
+                "published": health.cluster().get(NODE, name)["metadata"].get("annotations", {}),
                 **_plain(result),
                 SIMULATED: choice.simulated,
             }
             emit(data, output, lambda: _publish_table(result, choice))
             return
         configure_logging(logging.INFO, log_format)
-        logging.getLogger("gpuchain.gpu-health").info(
-            mark(f"publishing GPU health of node {name}; Ctrl-C to stop", choice)
-        )
-        loops: list[Callable[[asyncio.Event], Awaitable[None]]] = [lambda stop: publisher.run(stop, resync_s)]
-        if repair:
-            from gpuchain.gpu.nvml import NvmlBackend
-            from gpuchain.remediation.loopagent import GpuLoopAgent
+        try:
+            health.serve_metrics()
+        except OSError as exc:
+            fail(
+                f"--metrics-port: cannot listen on {metrics_address}:{metrics_port}: {exc.strerror or exc}; "
+                "pick another port",
+                code=1,
+            )
 
-            if isinstance(gpus, NvmlBackend):
-                gpus.allow_reset = True  # the loop resets drained GPUs; nothing else on this node does
+        async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
+            await gpu_health_role.serve(settings, health, prepared, stop, started)
 
-            from gpuchain.gpu.nvmlrelease import open_board
-
-            # Only a loop over the node's real GPUs asks the node's agents to let go: a simulated
-            # reset on a node that has the board would make the real agents let go for nothing.
-            board = open_board(release_dir) if isinstance(gpus, NvmlBackend) else None
-            agent = GpuLoopAgent(gpus, cluster, name, loop_policy, namespace, board=board)
-            loops.append(agent.run)
-            if metrics_port:
-                server = _serve_metrics(agent, metrics_address, metrics_port)
-        if gate_startup:
-            from gpuchain.remediation.readiness import ReadinessGate
-            from gpuchain.validator.ready import ReadyFiles
-
-            ready = ReadyFiles(validations_dir) if validations_dir else None
-            loops.append(ReadinessGate(gpus, cluster, name, ready, gate_burn_in, startup_taint).run)
-
-        async def every(stop: asyncio.Event) -> None:
-            await asyncio.gather(*(loop(stop) for loop in loops))
-
-        _run_until_signal(every)
+        asyncio.run(serve_alone(role, health, "gpu-health"))
     finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if pods is not None:
-            pods.close()
-        gpus.close()
+        asyncio.run(health.close())
 
 
 _BURN_IN_FLAGS = {
@@ -475,22 +468,6 @@ def _burn_in_config(**given: object) -> BurnInConfig:
     except ValueError as exc:
         fields = re.compile(r"\b(" + "|".join(_BURN_IN_FLAGS) + r")\b")
         fail(fields.sub(lambda m: _BURN_IN_FLAGS[m.group(1)], str(exc)))
-
-
-def _serve_metrics(agent: GpuLoopAgent, address: str, port: int) -> MetricsServer:
-    """The repair loop's metrics on the exporter's HTTP server, on a daemon thread; a port that
-    cannot be bound is one line and exit 1 (nothing else has started yet)."""
-    from gpuchain.exporter.server import MetricsServer
-
-    try:
-        server = MetricsServer(agent.metrics, address, port)
-    except OSError as exc:
-        fail(f"--metrics-port: cannot listen on {address}:{port}: {exc.strerror or exc}; pick another port", code=1)
-    server.start_background()
-    logging.getLogger("gpuchain.gpu-health").info(
-        "serving the repair loop's metrics on http://%s:%d/metrics", address, server.server_port
-    )
-    return server
 
 
 def _plain(result: PublishResult) -> dict[str, Any]:

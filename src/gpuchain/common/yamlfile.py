@@ -1,4 +1,4 @@
-"""Load YAML into a pydantic model and report a bad file as `file:line: field: reason`.
+"""Load YAML into a model and report a bad file as `file:line: field: reason`.
 
 Every YAML file gpuchain reads (topologies, device plugin and GFD config, MIG layouts, scenarios,
 ClusterPolicy files) goes through here, and its bytes through ``read_input_text``, so a user
@@ -16,17 +16,25 @@ Beyond plain YAML, a file is refused when it
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_text
 
-__all__ = ["MAX_ALIASES", "MAX_DEPTH", "ConfigFileError", "load_yaml_data", "load_yaml_file", "load_yaml_model"]
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "ConfigFileError",
+    "load_yaml_data",
+    "load_yaml_file",
+    "load_yaml_model",
+    "validate_data",
+]
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 MAX_DEPTH = 64
 """Deepest nesting accepted: NVIDIA's configs and Kubernetes objects stay under 20."""
@@ -128,24 +136,45 @@ def _unprintable(text: str, exc: yaml.reader.ReaderError, source: str) -> Config
 
 
 def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok: bool = True) -> M:
-    """Parse ``text`` as YAML and validate it as ``model``.
+    """Parse ``text`` as YAML and validate it as ``model``: a ``common.schema`` dataclass (the node
+    agents' configs, no pydantic imported) or a pydantic model (the operator's, the simulator's).
 
     Raises ConfigFileError naming the line and dotted field of the first problem, with a count
     of any further problems so nothing is hidden. Text given in code may be empty (every
     default); a file may not (``load_yaml_file``).
     """
     data, root = load_yaml_data(text, source, empty_ok)
+    return validate_data(model, data, source, root)
+
+
+def validate_data(model: type[M], data: Any, source: str = "<input>", root: yaml.Node | None = None) -> M:
+    """``data`` (parsed from ``source``, whose node tree ``root`` gives lines) validated as ``model``;
+    raises ConfigFileError as ``load_yaml_model`` says."""
+    if dataclasses.is_dataclass(model):
+        from gpuchain.common.schema import SchemaError, validate
+
+        try:
+            return validate(model, data)
+        except SchemaError as exc:
+            raise _problems(source, root, exc.errors()) from None
+    from pydantic import ValidationError
+
     try:
-        return model.model_validate(data)
+        return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
     except ValidationError as exc:
-        found = [_located(source, root, e) for e in exc.errors()]
-        first, others = found[0], tuple(str(e) for e in found[1:])
-        more = f" (and {len(others)} more problem{'s' if len(others) > 1 else ''})" if others else ""
-        raise ConfigFileError(first.source, first.line, first.field, first.reason + more, others) from None
+        raise _problems(source, root, exc.errors()) from None
+
+
+def _problems(source: str, root: yaml.Node | None, errors: list[Any]) -> ConfigFileError:
+    """The first problem, with a count of (and each of) the others, so nothing is hidden."""
+    found = [_located(source, root, e) for e in errors]
+    first, others = found[0], tuple(str(e) for e in found[1:])
+    more = f" (and {len(others)} more problem{'s' if len(others) > 1 else ''})" if others else ""
+    return ConfigFileError(first.source, first.line, first.field, first.reason + more, others)
 
 
 def _located(source: str, root: yaml.Node | None, error: Any) -> ConfigFileError:
-    """One pydantic error as `source:line: field: reason`."""
+    """One problem (pydantic's or ``common.schema``'s, the same shape) as `source:line: field: reason`."""
     loc = tuple(error["loc"])
     field = ".".join(str(p) for p in loc) or "(top level)"
     return ConfigFileError(source, _line_of(root, loc), field, _reason(error))

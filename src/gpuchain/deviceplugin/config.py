@@ -20,18 +20,19 @@ resource names and replica counts as the plugin (see ``gpuchain.deviceplugin.res
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import re
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG
+from gpuchain.common.schema import StrictInt, define, dump, field_types, spec
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
 from gpuchain.gpu.xid import HealthPolicy, policy_from_env
@@ -86,12 +87,11 @@ class DeviceDiscoveryStrategy(enum.StrEnum):
     VFIO = "vfio"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+class _Model:
+    """What every section shares: unknown keys refused, and ``null`` read as not given."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _null_is_unset(cls, data: Any) -> Any:
+    @staticmethod
+    def _before(data: Any) -> Any:
         """A key given as ``null`` is a key not given: NVIDIA's Go structs hold pointers, and the
         JSON its components log writes every unset one as ``null``."""
         if isinstance(data, dict):
@@ -99,36 +99,36 @@ class _Model(BaseModel):
         return data
 
 
+def _string_or_list(v: Any) -> Any:
+    """NVIDIA accepts one strategy as a plain string or several as a list."""
+    choices = ", ".join(s.value for s in DeviceListStrategy)
+    if isinstance(v, str):
+        v = [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, list | tuple):
+        raise ValueError(f"give one strategy or a list of them ({choices})")
+    if not v:
+        raise ValueError(f"give at least one of {choices}")
+    for item in v:
+        if not isinstance(item, str):
+            raise ValueError(f"each entry must be one of {choices}, not {item!r}")
+    return tuple(dict.fromkeys(v))
+
+
+@define
 class PluginFlags(_Model):
     """``flags.plugin``: how Allocate answers."""
 
-    pass_device_specs: bool = Field(False, alias="passDeviceSpecs")
-    device_list_strategy: tuple[DeviceListStrategy, ...] = Field(
-        (DeviceListStrategy.ENVVAR,), alias="deviceListStrategy"
+    pass_device_specs: bool = spec(default=False, key="passDeviceSpecs")
+    device_list_strategy: tuple[DeviceListStrategy, ...] = spec(
+        default=(DeviceListStrategy.ENVVAR,), key="deviceListStrategy", before=_string_or_list
     )
-    device_id_strategy: DeviceIdStrategy = Field(DeviceIdStrategy.UUID, alias="deviceIDStrategy")
-    cdi_annotation_prefix: str = Field("cdi.k8s.io/", alias="cdiAnnotationPrefix")
-    nvidia_ctk_path: str = Field("/usr/bin/nvidia-ctk", alias="nvidiaCTKPath")
-    container_driver_root: str = Field("/driver-root", alias="containerDriverRoot")
-    shared_devices_allocation_policy: AllocationPolicy = Field(
-        AllocationPolicy.DISTRIBUTED, alias="sharedDevicesAllocationPolicy"
+    device_id_strategy: DeviceIdStrategy = spec(default=DeviceIdStrategy.UUID, key="deviceIDStrategy")
+    cdi_annotation_prefix: str = spec(default="cdi.k8s.io/", key="cdiAnnotationPrefix")
+    nvidia_ctk_path: str = spec(default="/usr/bin/nvidia-ctk", key="nvidiaCTKPath")
+    container_driver_root: str = spec(default="/driver-root", key="containerDriverRoot")
+    shared_devices_allocation_policy: AllocationPolicy = spec(
+        default=AllocationPolicy.DISTRIBUTED, key="sharedDevicesAllocationPolicy"
     )
-
-    @field_validator("device_list_strategy", mode="before")
-    @classmethod
-    def _string_or_list(cls, v: Any) -> Any:
-        """NVIDIA accepts one strategy as a plain string or several as a list."""
-        choices = ", ".join(s.value for s in DeviceListStrategy)
-        if isinstance(v, str):
-            v = [s.strip() for s in v.split(",") if s.strip()]
-        if not isinstance(v, list | tuple):
-            raise ValueError(f"give one strategy or a list of them ({choices})")
-        if not v:
-            raise ValueError(f"give at least one of {choices}")
-        for item in v:
-            if not isinstance(item, str):
-                raise ValueError(f"each entry must be one of {choices}, not {item!r}")
-        return tuple(dict.fromkeys(v))
 
 
 INFINITE_NS = 2**63 - 1
@@ -189,6 +189,17 @@ def format_go_duration(ns: int) -> str:
     return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + f"{sec}s"
 
 
+def _duration(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError("give a duration such as 60s, 1m30s or infinite")
+    if isinstance(v, int | float):
+        return int(v)
+    if isinstance(v, str):
+        return parse_go_duration(v)
+    raise ValueError("give a duration such as 60s, 1m30s or infinite")
+
+
+@define
 class GfdFlags(_Model):
     """``flags.gfd``: read by feature discovery; accepted here so one file serves both.
 
@@ -197,37 +208,27 @@ class GfdFlags(_Model):
     """
 
     oneshot: bool = False
-    no_timestamp: bool = Field(False, alias="noTimestamp")
-    sleep_interval: int = Field(60 * 10**9, alias="sleepInterval")
-    output_file: str = Field("/etc/kubernetes/node-feature-discovery/features.d/gfd", alias="outputFile")
-    machine_type_file: str = Field("/sys/class/dmi/id/product_name", alias="machineTypeFile")
-
-    @field_validator("sleep_interval", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> Any:
-        if isinstance(v, bool):
-            raise ValueError("give a duration such as 60s, 1m30s or infinite")
-        if isinstance(v, int | float):
-            return int(v)
-        if isinstance(v, str):
-            return parse_go_duration(v)
-        raise ValueError("give a duration such as 60s, 1m30s or infinite")
+    no_timestamp: bool = spec(default=False, key="noTimestamp")
+    sleep_interval: int = spec(default=60 * 10**9, key="sleepInterval", before=_duration)
+    output_file: str = spec(default="/etc/kubernetes/node-feature-discovery/features.d/gfd", key="outputFile")
+    machine_type_file: str = spec(default="/sys/class/dmi/id/product_name", key="machineTypeFile")
 
 
+@define
 class Flags(_Model):
     """``flags``: behaviour shared by the plugin and feature discovery."""
 
-    mig_strategy: MigStrategy = Field(MigStrategy.NONE, alias="migStrategy")
-    fail_on_init_error: bool = Field(True, alias="failOnInitError")
-    nvidia_driver_root: str = Field("/", alias="nvidiaDriverRoot")
-    nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
-    mps_root: str | None = Field(None, alias="mpsRoot")
-    gdrcopy_enabled: bool = Field(False, alias="gdrcopyEnabled")
-    gds_enabled: bool = Field(False, alias="gdsEnabled")
-    mofed_enabled: bool = Field(False, alias="mofedEnabled")
-    use_node_feature_api: bool = Field(False, alias="useNodeFeatureAPI")
-    device_discovery_strategy: DeviceDiscoveryStrategy = Field(
-        DeviceDiscoveryStrategy.AUTO, alias="deviceDiscoveryStrategy"
+    mig_strategy: MigStrategy = spec(default=MigStrategy.NONE, key="migStrategy")
+    fail_on_init_error: bool = spec(default=True, key="failOnInitError")
+    nvidia_driver_root: str = spec(default="/", key="nvidiaDriverRoot")
+    nvidia_dev_root: str | None = spec(default=None, key="nvidiaDevRoot")
+    mps_root: str | None = spec(default=None, key="mpsRoot")
+    gdrcopy_enabled: bool = spec(default=False, key="gdrcopyEnabled")
+    gds_enabled: bool = spec(default=False, key="gdsEnabled")
+    mofed_enabled: bool = spec(default=False, key="mofedEnabled")
+    use_node_feature_api: bool = spec(default=False, key="useNodeFeatureAPI")
+    device_discovery_strategy: DeviceDiscoveryStrategy = spec(
+        default=DeviceDiscoveryStrategy.AUTO, key="deviceDiscoveryStrategy"
     )
     plugin: PluginFlags = PluginFlags()
     gfd: GfdFlags = GfdFlags()
@@ -238,26 +239,27 @@ class Flags(_Model):
         return self.nvidia_dev_root or self.nvidia_driver_root
 
 
+def _valid_name(v: str | None, _: Mapping[str, Any]) -> str | None:
+    return None if v is None else _check_resource_name(v)
+
+
+@define
 class ResourcePattern(_Model):
     """``resources.gpus[]`` / ``resources.mig[]``: devices whose product (or MIG profile) matches
     ``pattern`` (``*`` matches any run of characters, nothing else is special) are announced as
     ``name`` instead of the default name."""
 
     pattern: str
-    name: str
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, v: str) -> str:
-        return _check_resource_name(v)
+    name: str = spec(check=_valid_name)
 
 
+@define
 class Resources(_Model):
     gpus: tuple[ResourcePattern, ...] = ()
     mig: tuple[ResourcePattern, ...] = ()
 
 
-DeviceSelector = Literal["all"] | Annotated[StrictInt, Field(ge=1)] | tuple[str, ...]
+DeviceSelector = Literal["all"] | StrictInt | tuple[str, ...]
 """``devices``: ``all``, a count of devices, or GPU indexes, MIG indexes (``0:1``) and UUIDs."""
 
 _UINT = re.compile(r"[0-9]+")
@@ -295,38 +297,45 @@ def _device_ref(item: Any) -> str:
     )
 
 
+def _device_list(v: Any) -> Any:
+    """``all``, a count above 0, or a list of device references (NVIDIA's three forms)."""
+    if v == "all":
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v <= 0:
+            raise ValueError(f"a count of devices must be greater than 0 (got {v})")
+        return v
+    if isinstance(v, list | tuple):
+        # An empty list is accepted as NVIDIA's reader accepts it: at start the devices field is
+        # dropped (``without_config_naming``); only honoured naming refuses it (``load_config``).
+        return tuple(_device_ref(item) for item in v)
+    if isinstance(v, str):
+        raise ValueError(f"the only word devices takes is 'all' (got {v!r}); or give a count or a list")
+    raise ValueError(f"devices is 'all', a count or a list of indexes/UUIDs (got {v!r})")
+
+
+@define(kw_only=True)
 class ReplicatedResource(_Model):
     """``sharing.<kind>.resources[]``: announce each selected device of ``name`` ``replicas`` times."""
 
-    name: str
-    rename: str | None = None
-    devices: DeviceSelector = "all"
-    replicas: StrictInt = Field(ge=2)
-
-    @field_validator("name", "rename")
-    @classmethod
-    def _valid_name(cls, v: str | None) -> str | None:
-        return None if v is None else _check_resource_name(v)
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _device_list(cls, v: Any) -> Any:
-        """``all``, a count above 0, or a list of device references (NVIDIA's three forms)."""
-        if v == "all":
-            return v
-        if isinstance(v, int) and not isinstance(v, bool):
-            if v <= 0:
-                raise ValueError(f"a count of devices must be greater than 0 (got {v})")
-            return v
-        if isinstance(v, list | tuple):
-            # An empty list is accepted as NVIDIA's reader accepts it: at start the devices field is
-            # dropped (``without_config_naming``); only honoured naming refuses it (``load_config``).
-            return tuple(_device_ref(item) for item in v)
-        if isinstance(v, str):
-            raise ValueError(f"the only word devices takes is 'all' (got {v!r}); or give a count or a list")
-        raise ValueError(f"devices is 'all', a count or a list of indexes/UUIDs (got {v!r})")
+    name: str = spec(check=_valid_name)
+    rename: str | None = spec(default=None, check=_valid_name)
+    devices: DeviceSelector = spec(default="all", ge=1, before=_device_list)
+    replicas: StrictInt = spec(ge=2)
 
 
+def _unique_names(v: tuple[ReplicatedResource, ...], _: Mapping[str, Any]) -> tuple[ReplicatedResource, ...]:
+    if not v:
+        raise ValueError("no resources to share; list at least one (name, replicas) or leave the section out")
+    seen: set[str] = set()
+    for r in v:
+        if r.name in seen:
+            raise ValueError(f"resource {r.name} is listed twice; give each resource one entry")
+        seen.add(r.name)
+    return v
+
+
+@define
 class ReplicatedResources(_Model):
     """``sharing.timeSlicing`` / ``sharing.mps``.
 
@@ -339,35 +348,28 @@ class ReplicatedResources(_Model):
     here and refuses them there; tests/peers/test_nvidia_config_peer.py lists that as known.
     """
 
-    rename_by_default: bool = Field(False, alias="renameByDefault")
-    fail_requests_greater_than_one: bool | None = Field(None, alias="failRequestsGreaterThanOne")
-    resources: tuple[ReplicatedResource, ...] = ()
+    rename_by_default: bool = spec(default=False, key="renameByDefault")
+    fail_requests_greater_than_one: bool | None = spec(default=None, key="failRequestsGreaterThanOne")
+    resources: tuple[ReplicatedResource, ...] = spec(default=(), check=_unique_names)
 
-    @field_validator("resources")
-    @classmethod
-    def _unique_names(cls, v: tuple[ReplicatedResource, ...]) -> tuple[ReplicatedResource, ...]:
-        if not v:
-            raise ValueError("no resources to share; list at least one (name, replicas) or leave the section out")
-        seen: set[str] = set()
-        for r in v:
-            if r.name in seen:
-                raise ValueError(f"resource {r.name} is listed twice; give each resource one entry")
-            seen.add(r.name)
-        return v
-
-    @model_validator(mode="after")
-    def _has_resources(self) -> ReplicatedResources:
+    def _after(self) -> None:
         if not self.resources:
             raise ValueError("no resources to share; add resources: [{name: nvidia.com/gpu, replicas: N}]")
-        return self
 
     def settled(self, kind: str) -> ReplicatedResources:
         """These settings with ``failRequestsGreaterThanOne`` resolved: unset is True for MPS."""
         if self.fail_requests_greater_than_one is not None:
             return self
-        return self.model_copy(update={"fail_requests_greater_than_one": kind == "mps"})
+        return dataclasses.replace(self, fail_requests_greater_than_one=kind == "mps")
 
 
+def _empty_is_unset(v: Any) -> Any:
+    if isinstance(v, dict) and not {k: x for k, x in v.items() if x is not None}:
+        return None
+    return v
+
+
+@define
 class Sharing(_Model):
     """``sharing``: time-slicing or MPS. Given both, MPS is used and time-slicing ignored, as
     NVIDIA's plugin does (``Config.replication``; a warning at start names the ignored section).
@@ -376,43 +378,37 @@ class Sharing(_Model):
     components write an unset section in the JSON they log.
     """
 
-    time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
+    time_slicing: ReplicatedResources | None = spec(default=None, key="timeSlicing", before=_empty_is_unset)
     mps: ReplicatedResources | None = None
 
-    @field_validator("time_slicing", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, v: Any) -> Any:
-        if isinstance(v, dict) and not {k: x for k, x in v.items() if x is not None}:
-            return None
-        return v
+
+def _channel_ids(v: Any) -> Any:
+    if isinstance(v, str):  # IMEX_CHANNEL_IDS=0,1
+        try:
+            v = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"channel IDs are integers, e.g. 0 (got {v!r})") from None
+    if isinstance(v, list | tuple) and len(v) > 0 and list(v) != [0]:
+        raise ValueError(f"channelIDs must be [] or [0] (got {list(v)})")
+    return v
 
 
+@define
 class Imex(_Model):
     """``imex``: IMEX channels to inject. NVIDIA allows only channel 0 (``[]`` or ``[0]``)."""
 
-    channel_ids: tuple[StrictInt, ...] = Field((), alias="channelIDs")
+    channel_ids: tuple[StrictInt, ...] = spec(default=(), key="channelIDs", before=_channel_ids)
     required: bool = False
 
-    @field_validator("channel_ids", mode="before")
-    @classmethod
-    def _ids(cls, v: Any) -> Any:
-        if isinstance(v, str):  # IMEX_CHANNEL_IDS=0,1
-            try:
-                v = [int(x) for x in v.split(",") if x.strip()]
-            except ValueError:
-                raise ValueError(f"channel IDs are integers, e.g. 0 (got {v!r})") from None
-        if isinstance(v, list | tuple) and len(v) > 0 and list(v) != [0]:
-            raise ValueError(f"channelIDs must be [] or [0] (got {list(v)})")
-        return v
 
-
+@define
 class Health(_Model):
     """gpuchain extension: the XID policy and when a recovered GPU's devices become healthy again."""
 
     disabled: bool = False
-    ignored_xids: tuple[int, ...] = Field((), alias="ignoredXids")
-    enabled_xids: tuple[int, ...] = Field((), alias="enabledXids")
-    recovery_quiet_seconds: float = Field(DEFAULT_QUIET_SECONDS, ge=0, alias="recoveryQuietSeconds")
+    ignored_xids: tuple[int, ...] = spec(default=(), key="ignoredXids")
+    enabled_xids: tuple[int, ...] = spec(default=(), key="enabledXids")
+    recovery_quiet_seconds: float = spec(default=DEFAULT_QUIET_SECONDS, ge=0, key="recoveryQuietSeconds")
 
     def policy(self, env: Mapping[str, str] | None = None) -> HealthPolicy:
         """The XID policy: defaults, then this section, then DP_*_HEALTHCHECKS from ``env``."""
@@ -420,22 +416,22 @@ class Health(_Model):
         return policy_from_env(env or {}, base)
 
 
+def _v1(v: Any) -> str:
+    if v in (None, "", "v1"):
+        return "v1"
+    raise ValueError("unsupported config version; only v1 exists (or leave it empty)")
+
+
+@define
 class Config(_Model):
     """The whole file. An empty file is a valid config with every default."""
 
-    version: str = "v1"
+    version: str = spec(default="v1", before=_v1)
     flags: Flags = Flags()
     resources: Resources = Resources()
     sharing: Sharing = Sharing()
     imex: Imex = Imex()
     health: Health = Health()
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _v1(cls, v: Any) -> str:
-        if v in (None, "", "v1"):
-            return "v1"
-        raise ValueError("unsupported config version; only v1 exists (or leave it empty)")
 
     @property
     def replication(self) -> tuple[str, ReplicatedResources] | None:
@@ -524,16 +520,16 @@ def without_config_naming(config: Config) -> tuple[Config, list[str]]:
                 renamed = True
             if r.devices != "all":
                 devices = True
-            entries.append(r.model_copy(update={"rename": default, "devices": "all"}))
+            entries.append(dataclasses.replace(r, rename=default, devices="all"))
         if renamed:
             warnings.append(NAMING_WARNINGS["rename"].format(kind=kind))
         if devices:
             warnings.append(NAMING_WARNINGS["devices"].format(kind=kind))
         if renamed or devices:
-            sharing[attr] = section.model_copy(update={"resources": tuple(entries)})
+            sharing[attr] = dataclasses.replace(section, resources=tuple(entries))
     if sharing:
-        update["sharing"] = config.sharing.model_copy(update=sharing)
-    return (config.model_copy(update=update) if update else config), warnings
+        update["sharing"] = dataclasses.replace(config.sharing, **sharing)
+    return (dataclasses.replace(config, **update) if update else config), warnings
 
 
 def unsupported_settings(config: Config) -> list[str]:
@@ -630,11 +626,9 @@ def go_env_bool(text: str) -> bool:
 def _field_type(path: tuple[str, ...]) -> Any:
     """The type of the config field at ``path`` (aliases, as in the file)."""
     model: Any = Config
-    annotation: Any = None
     for key in path:
-        field = next(f for name, f in model.model_fields.items() if (f.alias or name) == key)
-        annotation = model = field.annotation
-    return annotation
+        model = field_types(model)[key]
+    return model
 
 
 def apply_env(
@@ -646,7 +640,7 @@ def apply_env(
 
     Validates the result as a whole; a bad value raises ConfigFileError naming the variable.
     """
-    data = config.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    data = dump(config, exclude_none=True, exclude_defaults=True)
     names: dict[str, str] = {}
     for path, candidates in variables:
         var = next((v for v in candidates if v in env), None)

@@ -43,6 +43,12 @@ HEALTH_INTERVAL = 5.0
 """Seconds between two health questions to a running daemon."""
 HEALTH_COMMAND = "get_default_active_thread_percentage"
 MIB = 1024 * 1024
+NOT_INSTALLED = (
+    "not found on PATH. It is part of the node's NVIDIA driver, not of the gpuchain image: run the "
+    "device plugin with runtimeClassName nvidia and NVIDIA_DRIVER_CAPABILITIES including compute, so "
+    "the NVIDIA container runtime injects it (gpuchain's operator does when a config has sharing.mps)"
+)
+"""Why the control program or nvidia-smi is missing, and the fix."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,8 @@ class MpsControl:
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
             )
+        except FileNotFoundError:
+            raise MpsError(f"{argv[0]}: {NOT_INSTALLED}") from None
         except OSError as exc:
             raise MpsError(f"{argv[0]}: {exc.strerror or exc}") from None
         try:

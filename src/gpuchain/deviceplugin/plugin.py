@@ -112,7 +112,7 @@ def _clamped(inventory: Inventory, config: Config) -> Config:
     replication = config.replication
     if replication is None:
         return config
-    base = map_resources(inventory, config.model_copy(update={"sharing": Sharing()}))
+    base = map_resources(inventory, replace(config, sharing=Sharing()))
     have = {r.name: len(r.devices) for r in base}
 
     def clamp(settings: ReplicatedResources) -> ReplicatedResources:
@@ -121,9 +121,9 @@ def _clamped(inventory: Inventory, config: Config) -> Config:
             if isinstance(entry.devices, int) and entry.devices > have.get(entry.name, 0):
                 if have.get(entry.name, 0) == 0:
                     continue
-                entry = entry.model_copy(update={"devices": have[entry.name]})
+                entry = replace(entry, devices=have[entry.name])
             entries.append(entry)
-        return settings.model_copy(update={"resources": tuple(entries)})
+        return replace(settings, resources=tuple(entries))
 
     sharing = config.sharing
     update: dict[str, ReplicatedResources] = {}
@@ -131,7 +131,7 @@ def _clamped(inventory: Inventory, config: Config) -> Config:
         update["time_slicing"] = clamp(sharing.time_slicing)
     if sharing.mps is not None:
         update["mps"] = clamp(sharing.mps)
-    return config.model_copy(update={"sharing": sharing.model_copy(update=update)})
+    return replace(config, sharing=replace(sharing, **update))
 
 
 class DevicePlugin:

@@ -24,11 +24,13 @@ from gpuchain.common.labels import (
 )
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
+from gpuchain.doctor.evidence import ANYWHERE
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
-from gpuchain.doctor.pods import PodState, init_done, pod_state, unschedulable_message
-from gpuchain.doctor.stacks import daemonsets_in, is_gpu_node
+from gpuchain.doctor.pods import PodState, init_done, pod_state, start_refused, unschedulable_message
+from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
+from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, labels_of, name_of
 from gpuchain.operator.operands import (
@@ -143,27 +145,69 @@ def _nfd_hint(ctx: Context) -> str:
     )
 
 
-def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker) -> Result:
-    """The operator selects GPU nodes by NFD's PCI label; a node NFD never labelled gets nothing."""
-    action = nfd_install()
-    hint = _nfd_hint(ctx)
+def _nfd_worker(ds: Obj) -> bool:
+    """A Node Feature Discovery worker DaemonSet (NFD's own chart, or the one a GPU chart bundles)."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    images = " ".join(str(c.get("image", "")) for c in spec.get("containers") or [])
+    return "node-feature-discovery" in images and "worker" in name_of(ds)
+
+
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str) -> Result:
+    """The stack selects GPU nodes by an NFD label the node lacks, so the first link whose DaemonSet
+    selects on it (the driver's in the operator, the plugin's on a managed image) is missing here.
+
+    What repairs it follows from NFD's own state: NFD labelled the node's NVIDIA device under another
+    name (its ``deviceLabelFields`` publish the class too, ``pci-0300_10de``), so the node gets the label
+    the DaemonSet asks for; its worker runs but cannot land on the node (a taint it does not tolerate),
+    so the worker gets the toleration; or no NFD runs at all, so it is installed."""
+    others = sorted(
+        k for k in view.labels if k.startswith(NFD_PREFIX + "pci-") and "10de" in k and k != block.detail.get("key")
+    )
+    workers = sorted((d for d in ctx.snapshot.daemonsets if _nfd_worker(d)), key=name_of)
+    kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
+    evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
+    action: Fix
+    if others and block.kind == "selector":
+        values = list(block.detail.get("values") or [])
+        action = Fix(FixOp.LABEL_NODE, view.name, {str(block.detail["key"]): str(values[0]) if values else "true"})
+        cause = (
+            f"Node Feature Discovery labelled this node's NVIDIA device as {others[0]}, not {block.detail['key']}, "
+            f"which {ds_name} selects on, so it places no pod here and the {link} link is missing."
+        )
+        evidence.append(f"NFD labels on the node: {', '.join(others)}")
+        fix = ctx.stack.render(action) + (
+            "   # or have NFD publish the vendor-only label (its sources.pci.deviceLabelFields: [vendor]), or give "
+            f"{ds_name} an affinity on {others[0]}"
+        )
+    elif kept is not None:
+        worker, taint = kept
+        toleration = {"key": taint.detail["key"], "operator": "Exists", "effect": taint.detail["effect"]}
+        current = (((worker.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        action = Fix(
+            FixOp.PATCH_DAEMONSET,
+            f"{ns}/{name_of(worker)}",
+            {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}},
+        )
+        cause = (
+            f"Node Feature Discovery's worker {ns}/{name_of(worker)} does not tolerate this node's taint, so NFD never "
+            f"labels the node ({block.detail.get('key')} is absent) and {ds_name}, which selects on it, places no pod "
+            f"here: the {link} link is missing."
+        )
+        evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
+        fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
+    else:
+        action = nfd_install()
+        cause = (
+            f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
+            f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the {link} "
+            "first, is placed here."
+        )
+        fix = ctx.stack.render(action) + _nfd_hint(ctx)
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
-        (
-            _finding(
-                view,
-                "nfd.not-labelled",
-                Severity.ERROR,
-                "driver",
-                f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
-                f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the driver "
-                "first, is placed here.",
-                [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"],
-                ctx.stack.render(action) + hint,
-                action,
-            ),
-        ),
+        (_finding(view, "nfd.not-labelled", Severity.ERROR, link, cause, evidence, fix, action),),
     )
 
 
@@ -389,7 +433,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     if block is None:
         return None
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
-        return _nfd_missing(ctx, view, name, block)
+        return _nfd_missing(ctx, view, name, block, link)
     action = placement_fix(ctx, view, ds, block)
     return Result(
         LinkState.BROKEN,
@@ -433,10 +477,16 @@ class Known:
 
 
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
-#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726; modprobe's own words
-#: where the module is loaded by hand), the toolkit when the containerd socket it was given does not
-#: exist (NVIDIA/gpu-operator#406, #522), and a component out of inotify instances (#441).
-SECURE_BOOT = ("nvidia-installer.unsigned-module", "glibc.key-rejected")
+#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726: nvidia-installer's
+#: words, the kernel's own, EPERM from its lockdown, and modprobe's where the module is loaded by
+#: hand), the toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406,
+#: #522), and a component out of inotify instances (#441).
+SECURE_BOOT = (
+    "nvidia-installer.unsigned-module",
+    "kernel.unsigned-module-rejected",
+    "nvidia-installer.load-not-permitted",
+    "glibc.key-rejected",
+)
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
@@ -461,6 +511,12 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
         return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
+    oom = _oom_killed(ctx, view, operand, state)
+    if oom is not None:
+        return oom
+    mount = _object_missing(ctx, view, operand, state)
+    if mount is not None:
+        return mount
     found = catalog.find(log, *SECURE_BOOT)
     if found and operand is DRIVER:
         action = Fix(
@@ -505,6 +561,101 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     return None
 
 
+#: The object the kubelet names as missing (catalog apimachinery.object-not-found).
+OBJECT_NAMED = re.compile(r'\b(configmap|secret)s? "([^"]+)" not found')
+
+
+def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """The pod references a ConfigMap or Secret that is not in its namespace: the kubelet cannot mount it
+    (a FailedMount Event) or build the container's env (CreateContainerConfigError), so no container of the
+    pod starts until it exists there."""
+    said = [state.message] if state.status == "CreateContainerConfigError" else []
+    said += [
+        str(ev.get("message", ""))
+        for ev in view.events
+        if (ev.get("involvedObject") or {}).get("name") == state.name and ev.get("reason") == "FailedMount"
+    ]
+    for text in said:
+        found = catalog.find(text, "apimachinery.object-not-found")
+        named = OBJECT_NAMED.search(found.line) if found else None
+        if found is None or named is None:
+            continue
+        pod = view.pod(operand) or {}
+        ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+        kind, name = named.group(1), named.group(2)
+        create = (
+            f"create configmap {name} --from-file=<key>=<file>"
+            if kind == "configmap"
+            else f"create secret generic {name} --from-literal=<key>=<value>"
+        )
+        return Known(
+            f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so the "
+            "kubelet does not start its containers.",
+            (f"kubelet: {found.line}", found.entry.cite()),
+            None,
+            f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
+            f"there: kubectl get {kind} {name} -A)",
+        )
+    return None
+
+
+#: The memory limit an OOM-killed operand gets at least: its limit doubled, never under this (Mi).
+MIN_RAISED_LIMIT_MI = 512
+MEMORY = re.compile(r"(\d+)(Ki|Mi|Gi)?$")
+
+
+def _mebibytes(quantity: str) -> int | None:
+    found = MEMORY.match(quantity)
+    if not found:
+        return None
+    scale = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, None: 1 / 2**20}[found.group(2)]
+    return int(int(found.group(1)) * scale)
+
+
+def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """A container the kernel killed for its memory limit (terminated OOMKilled, exit 137): the limit is
+    too low for this node (more GPUs, more metrics); restarting it changes nothing."""
+    pod = view.pod(operand) or {}
+    statuses = [
+        *((pod.get("status") or {}).get("initContainerStatuses") or []),
+        *((pod.get("status") or {}).get("containerStatuses") or []),
+    ]
+    cs = next((c for c in statuses if c.get("name") == state.container), None)
+    reasons = [((cs or {}).get(k) or {}).get("terminated", {}).get("reason") for k in ("state", "lastState")]
+    if "OOMKilled" not in reasons:
+        return None
+    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ds = _owner(pod) or ctx.ds(operand)
+    spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
+    container: Obj = next((c for c in spec if c.get("name") == state.container), {})
+    limit = str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    current = _mebibytes(limit) if limit else None
+    raised = f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
+    evidence = (
+        f"container {state.container}: terminated OOMKilled (exit 137), {state.restarts} restarts",
+        f"memory limit {limit or 'none set in the pod spec'}",
+    )
+    cause = (
+        f"the kernel kills the {state.container} container for exceeding its memory"
+        + (f" limit ({limit})" if limit else " (no limit in its pod spec: a LimitRange's default, or the node's)")
+        + ", so it restarts and is killed again; the limit is too low for what it serves on this node."
+    )
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        patch = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {operand.spec_key: {"resources": {"limits": {"memory": raised}}}}},
+        )
+        return Known(cause, evidence, patch, ctx.stack.render(patch) + "   # raises the memory limit")
+    return Known(
+        cause,
+        evidence,
+        None,
+        f"kubectl -n {ns} set resources ds/{ds} -c {state.container} --limits=memory={raised}   # raises the memory "
+        "limit (in its Helm release: resources.limits.memory)",
+    )
+
+
 #: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
 #: pkg/scheduler/framework/plugins: noderesources "Insufficient <resource>", nodeports "didn't have
 #: free ports for the requested pod ports", tainttoleration "had untolerated taint").
@@ -546,6 +697,19 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
 
 
+#: The kubelet's words for the image it pulls: "Back-off pulling image %q" (pkg/kubelet/images/image_manager.go)
+#: and "Failed to pull image %q: %v" (kuberuntime), kubernetes@v1.34.4.
+PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
+
+
+DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+
+
+def _pulled_image(text: str) -> str:
+    found = PULLING.search(text)
+    return found.group(1) if found else ""
+
+
 def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
     event = _pull_event(view, state.name)
@@ -572,8 +736,41 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
             ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
             f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
         )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
-    if ctx.policy_obj is not None and spec.get("version") and ("not found" in event or not event):
+    version = str(spec.get("version") or "")
+    # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
+    versioned = DRIVER_TAG.fullmatch(tag)
+    dist = versioned.group(2) if versioned else ""
+    if (
+        operand is DRIVER
+        and ctx.policy_obj is not None
+        and dist
+        and "not found" in event
+        and not dist.startswith(ctx.stack.driver_image_os)
+    ):
+        # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
+        os_image = node_info(view.node).get("osImage") or dist
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
+        return Known(
+            f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
+            f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
+            f"{os_image}.",
+            (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
+            off,
+            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            ", after installing the driver on the host (its OS "
+            "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
+            "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
+            "supports (Ubuntu, RHEL)",
+        )
+    if ctx.policy_obj is not None and version and version in image and ("not found" in event or not event):
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
         return Known(
             f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
@@ -916,6 +1113,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
+    stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
+    if stale is not None:
+        return _known_not_ready(view, "driver", "driver pod", state, stale)
     return _not_ready(
         ctx,
         view,
@@ -925,6 +1125,70 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         state,
         log,
         f"the driver pod is {state.status}, so the kernel module is not loaded.",
+    )
+
+
+#: NFD's label of the RHCOS build a node runs, which the GPU Operator names and selects its per-OS driver
+#: DaemonSets by on OpenShift (NVIDIA/gpu-operator controllers/object_controls.go@v25.3.0,
+#: nfdOSTreeVersionLabelKey), and the build as RHCOS writes it in the node's osImage.
+OSTREE_VERSION = "feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"
+RHCOS_BUILD = re.compile(r"\b(\d+\.\d+\.\d{8,12}-\d+)\b")
+#: The driver upgrade controller's node states (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go:
+#: "UpgradeStateDone is set when driver pod is up to date and running on the node", UpgradeStateUpgradeRequired).
+UPGRADE_DONE, UPGRADE_REQUIRED = "upgrade-done", "upgrade-required"
+DRIVER_MANAGER = "k8s-driver-manager"
+
+
+def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
+    """The node runs another RHCOS build than NFD's OSTREE_VERSION label says, so the operator keeps the
+    driver DaemonSet (and driver toolkit image) of the old build on it: NFD must label the node again."""
+    labelled = view.labels.get(OSTREE_VERSION)
+    running = RHCOS_BUILD.search(str(node_info(view.node).get("osImage", "")))
+    if not labelled or running is None or running.group(1) == labelled:
+        return None
+    worker = next(
+        (
+            p
+            for p in ctx.snapshot.pods
+            if (p.get("spec") or {}).get("nodeName") == view.name
+            and any(_nfd_worker(d) and name_of(d) == _owner(p) for d in ctx.snapshot.daemonsets)
+        ),
+        None,
+    )
+    relabel: Fix | None = None
+    if worker is not None:
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        relabel = Fix(
+            FixOp.DELETE, f"{ns}/{name_of(worker)}", {"kind": "Pod", "namespace": ns, "name": name_of(worker)}
+        )
+        fix = ctx.stack.render(relabel) + "   # the nfd-worker on the node starts again and relabels OSTREE_VERSION"
+    else:
+        fix = (
+            f"restart the Node Feature Discovery worker on {view.name} (node-feature-discovery) so it labels "
+            f"{OSTREE_VERSION}={running.group(1)}"
+        )
+    return Known(
+        f"the node runs RHCOS {running.group(1)} but NFD's label {OSTREE_VERSION} still says {labelled}, so the "
+        f"operator runs the driver DaemonSet built for {labelled} here ({_owner(pod)}), whose driver does not fit "
+        "the running kernel; the label, not the driver, is wrong.",
+        (f"osImage {node_info(view.node).get('osImage')}", f"label {OSTREE_VERSION}={labelled}"),
+        relabel,
+        fix,
+    )
+
+
+def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, holders: list[str]) -> Known | None:
+    """The driver manager fails on a node the upgrade controller marks upgrade-done while GPU pods hold the
+    driver: the controller evicts them only from upgrade-required, so nothing frees the node."""
+    if view.labels.get(UPGRADE_STATE) != UPGRADE_DONE or state.container != DRIVER_MANAGER or not holders:
+        return None
+    again = Fix(FixOp.LABEL_NODE, view.name, {UPGRADE_STATE: UPGRADE_REQUIRED})
+    return Known(
+        f"the driver manager fails on this node while GPU pods hold the driver, and the upgrade controller marks "
+        f"the node {UPGRADE_DONE}, so it never evicts them (it drains only from {UPGRADE_REQUIRED}).",
+        (f"label {UPGRADE_STATE}={UPGRADE_DONE}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"),
+        again,
+        ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
     )
 
 
@@ -1346,7 +1610,7 @@ def _no_nvml(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
 
 
 #: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
-NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed")
+NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed", "k8s-device-plugin.nvml-resource-managers")
 NO_DEVICES = "k8s-device-plugin.no-devices"
 
 
@@ -1474,6 +1738,71 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
 
 
+def _gpu_node_affinity(gpu_nodes: list[Obj], node: Obj) -> dict[str, object] | None:
+    """A node affinity term every GPU node matches and ``node`` does not: a GPU label they all carry, else
+    their instance types (None when nothing tells them apart)."""
+    for key in GPU_NODE_LABELS:
+        if all(labels_of(n).get(key) for n in gpu_nodes) and not labels_of(node).get(key):
+            return {"key": key, "operator": "Exists"}
+    types = sorted({labels_of(n).get(INSTANCE_TYPE, "") for n in gpu_nodes} - {""})
+    if types and labels_of(node).get(INSTANCE_TYPE) not in types:
+        return {"key": INSTANCE_TYPE, "operator": "In", "values": types}
+    return None
+
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
+    """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
+    lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
+    placement, not the node: an affinity the GPU nodes match."""
+    gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
+    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+    if not gpu_nodes or not others:
+        return []
+    out = []
+    for pod in ctx.snapshot.pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        owner = _owner(pod)
+        if node not in others or not owner:
+            continue
+        if ctx.stack.operand_in(str(meta.get("namespace") or ""), owner) != DEVICE_PLUGIN.state:
+            continue
+        state = pod_state(pod)
+        term = _gpu_node_affinity(gpu_nodes, others[str(node)]) if state.failing else None
+        if term is None:
+            continue
+        ns = str(meta.get("namespace") or ctx.namespace)
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+            }
+        }
+        action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{owner}", {"spec": {"template": {"spec": {"affinity": affinity}}}})
+        said = catalog.known_error("\n".join((state.last_log, state.message)))
+        view = NodeView(str(node), others[str(node)], labels_of(others[str(node)]), {}, [], [])
+        out.append(
+            _finding(
+                view,
+                "device-plugin.off-gpu-node",
+                Severity.ERROR,
+                "device-plugin",
+                f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU (no GPU "
+                "label, capacity or GPU instance type), where it cannot start: its DaemonSet selects no GPU nodes.",
+                [
+                    state.describe(),
+                    *(said.evidence("runtime says") if said else ()),
+                    f"GPU nodes: {', '.join(sorted(name_of(n) for n in gpu_nodes)[:5])}",
+                ],
+                ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
+                action,
+            )
+        )
+    return out
+
+
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
 
 
@@ -1529,8 +1858,45 @@ EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported
 EXPORTER_NO_NVML = "dcgm.init-error"
 
 
+def _owner(pod: Obj) -> str:
+    """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")
+
+
+def _stack_exporter_on(ctx: Context, node: str) -> str:
+    """The stack's own exporter pod on ``node`` ("" when it runs none there)."""
+    mine = ctx.ds(DCGM_EXPORTER)
+    return next(
+        (
+            name_of(p)
+            for p in ctx.snapshot.pods
+            if (p.get("metadata") or {}).get("namespace") == ctx.namespace
+            and (p.get("spec") or {}).get("nodeName") == node
+            and _owner(p) == mine
+        ),
+        "",
+    )
+
+
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
     ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
+    if own and _owner(pod):
+        # Two exporters on one node each start a DCGM host engine on the same GPUs; the stack's own
+        # already serves the node's metrics, so the second release is the one to remove.
+        ds = _owner(pod)
+        release = (pod.get("metadata") or {}).get("labels", {}).get("app.kubernetes.io/instance") or ds
+        remove = Fix(FixOp.DELETE, f"{ns}/{ds}", {"kind": "DaemonSet", "namespace": ns, "name": ds})
+        said = catalog.known_error(log)
+        return Known(
+            f"a second dcgm-exporter release (DaemonSet {ns}/{ds}) runs beside {ctx.stack.title}'s own exporter "
+            f"({own}) on this node; both drive DCGM on the same GPUs (its profiling module serves one), and the "
+            "second one fails.",
+            (*(said.evidence() if said else ()), f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here"),
+            remove,
+            f"helm -n {ns} uninstall {release}   # the second release; or: {ctx.stack.render(remove)}",
+        )
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
     if found:
         action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
@@ -1603,6 +1969,13 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
     return _simple(ctx, view, DCGM_EXPORTER, "exporter", "dcgm-exporter")
 
 
+#: mig-parted's line when a MIG mode change waits for a GPU reset or a reboot (catalog.yaml).
+MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
+RESET_FAILED = "mig-parted.reset-failed"
+#: nvidia-smi's words when a GPU it must reset is held (NVML_ERROR_IN_USE: "the GPU is currently in use").
+IN_USE = re.compile(r"in use by another client|currently being used by one or more other processes", re.IGNORECASE)
+
+
 def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     state = view.labels.get(MIG_CONFIG_STATE)
     wanted = view.labels.get(MIG_CONFIG)
@@ -1617,6 +1990,57 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         f"operands paused: {', '.join(paused)}" if paused else "",
         pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
     ]
+    log = ctx.log(mgr, ctx.container(MIG_MANAGER)) if mgr is not None else ""
+    pending = catalog.find(log, MODE_CHANGE_PENDING)
+    reset = catalog.find(log, RESET_FAILED)
+    if state == "failed" and reset is not None and IN_USE.search(log):
+        # The reset found the GPUs held (nvidia-smi's words for NVML_ERROR_IN_USE): free them, then apply.
+        ns = str(((mgr or {}).get("metadata") or {}).get("namespace") or ctx.namespace)
+        restart = f"kubectl -n {ns} delete pod {name_of(mgr)}" if mgr is not None else "delete its pod"
+        free = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "unload the nvidia_drm kernel module (rmmod nvidia_drm) and stop the other GPU clients "
+                "(nvidia-persistenced, fabric manager, monitoring agents) so the MIG manager can reset the GPUs; "
+                f"then restart the MIG manager so it applies {wanted!r} again on start ({restart}); load nvidia_drm "
+                "again afterwards",
+                NOT_SIMULATED: "kernel modules holding a GPU are not simulated",
+            },
+        )
+        return _finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {reset.entry.cause}",
+            [*evidence, *reset.evidence("mig-manager log")],
+            ctx.stack.render(free),
+            free,
+        )
+    if state == "failed" and pending is not None:
+        # The mode change is written to the GPU and waits for a reset; where the manager could not
+        # reset the GPUs, only a reboot commits it. Another layout label would wait the same way.
+        reboot = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "reboot the node so the pending MIG mode change takes effect; to let the MIG manager "
+                "reboot it itself, set WITH_REBOOT=true in spec.migManager.env of the ClusterPolicy",
+                "drain": True,
+                NOT_SIMULATED: "a pending MIG mode change is not simulated",
+            },
+        )
+        return _finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {pending.entry.cause}",
+            [*evidence, *pending.evidence("mig-manager log")],
+            ctx.stack.render(reboot),
+            reboot,
+        )
     if state == "failed":
         back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
         return _finding(
@@ -1719,14 +2143,71 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     )
 
 
+#: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
+#: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
+HOOK_FAILED = (
+    "libnvidia-container.mount-error",
+    "libnvidia-container.imex-parse",
+    "libnvidia-container.initialization-error",
+    "cdi.unresolvable-devices",
+    "runc.prestart-hook-failed",
+)
+
+
+def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
+    """GPU pods the NVIDIA runtime hook refuses to start while the chain's operands run: the toolkit on the
+    node (its hook), not the pods, is broken."""
+    refused = []
+    said: catalog.Match | None = None
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        said_here = start_refused(pod)
+        if catalog.find(said_here, *ANYWHERE):
+            continue  # a message that proves a lower link broken (the walk names it there, from this pod)
+        found = catalog.find(said_here, *HOOK_FAILED)
+        if found is not None:
+            refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+            said = said or found
+    if said is None:
+        return None
+    if ctx.stack.node_image:
+        work = (
+            f"the node image carries the runtime hook: replace the node with one of another release of "
+            f"{ctx.stack.node_image} (the release before the one it runs, or a later one with the fix); "
+            f"then delete the pods: {', '.join(refused[:3])}"
+        )
+    else:
+        work = f"{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": work, "drain": False, NOT_SIMULATED: "the runtime hook's release is not a scenario fact"},
+    )
+    return _finding(
+        view,
+        "workload.runtime-hook-failed",
+        Severity.ERROR,
+        "toolkit",
+        f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
+        f"{said.entry.cause}",
+        [f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
+        ctx.stack.render(action),
+        action,
+    )
+
+
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
-    """Application pods on a GPU node: refused at admission, GPUs that went away under them, and
-    GPUs seen without a request."""
+    """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPUs
+    that went away under them, and GPUs seen without a request."""
     refused = _admission(ctx, view)
     findings: list[Finding] = [refused] if refused else []
     apps = [
         p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
     ]
+    hook = _hook_refused(ctx, view, apps)
+    if hook is not None:
+        findings.append(hook)
     lost = []
     for pod in apps:
         if not pod_gpu_requests(pod):

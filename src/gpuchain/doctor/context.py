@@ -9,6 +9,7 @@ from functools import cache
 
 import yaml
 
+from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.snapshot import Snapshot
 from gpuchain.doctor.stacks import Stack, is_gpu_node
 from gpuchain.kube.objects import Obj, labels_of, name_of
@@ -174,7 +175,11 @@ def index(snapshot: Snapshot) -> Context:
             pending.append(pod)
     for node, ops in others.items():
         for op, pod in ops.items():
-            operand_pods[node].setdefault(op, pod)  # the stack's own pod first
+            # The stack's own pod first, unless it runs and the other release's fails: a link is
+            # broken on a node when any of its pods is, and a healthy pod beside it hides nothing.
+            own = operand_pods[node].get(op)
+            if own is None or (pod_state(own).ready and pod_state(pod).failing):
+                operand_pods[node][op] = pod
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:
         if ev.get("type") != "Warning":

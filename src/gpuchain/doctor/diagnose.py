@@ -20,20 +20,21 @@ from gpuchain.doctor.checks import (
     Result,
     check_device_plugin,
     check_driver,
-    check_exporter,
     check_gfd,
     check_mig,
     check_toolkit,
     check_workloads,
+    plugin_off_gpu_nodes,
 )
 from gpuchain.doctor.context import Context, NodeView, index
-from gpuchain.doctor.evidence import failure_at, failures, unrecognised
+from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
-from gpuchain.doctor.snapshot import LogReader, Snapshot, timed_gather
+from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, Snapshot, timed_gather
 from gpuchain.doctor.stacks import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.doctor.trust import check_exporter
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import name_of
@@ -113,7 +114,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
     driver_result: Result | None = None
-    found = failures(ctx, view)  # every failing container here, read once for all the links
+    # Every failing container here, and what else witnesses a link, read once for all the links.
+    found = failures(ctx, view)
+    witnessed = witnesses(ctx, view, found)
     for name, check, operands in CHECKS:
         if root is not None or (
             driver_result is not None
@@ -133,7 +136,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         if name in FOUNDATION and result.state is not LinkState.BROKEN:
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
-            early = failure_at(ctx, view, name, found)
+            early = failure_at(ctx, view, name, witnessed)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
@@ -405,6 +408,11 @@ def not_judged(ctx: Context) -> list[str]:
         lines.append("the dump has no NVIDIADrivers (nvidiadrivers.json): not judged which of them drives a node")
     if lines:
         lines.append("gpuchain doctor dump DIR writes all of these (kubectl cluster-info dump writes none of them)")
+    if ctx.snapshot.unscraped:
+        lines.append(
+            f"{ctx.snapshot.unscraped} exporter(s) beyond the first {MAX_SCRAPES} (by node name) were not scraped: "
+            "not judged whether their GPUs' metrics are current and complete"
+        )
     return lines
 
 
@@ -414,6 +422,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     chains = [walk(ctx, v) for v in ctx.views]
     findings = _policy_findings(ctx)
     findings += [f for c in chains for f in c.findings]
+    findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
     findings += _version_skew(ctx)
     findings += _pending(ctx, chains)
     return Report(
@@ -431,13 +440,14 @@ def run_doctor(
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
+    scraper: Scraper | None = None,
 ) -> Report:
     """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the
     time. The cyclic collector is paused meanwhile (`collector_paused`: it would only walk the
     snapshot again and again)."""
     started = time.perf_counter()
     with collector_paused():
-        snap, calls, _ = timed_gather(cluster, namespace, reader, progress)
+        snap, calls, _ = timed_gather(cluster, namespace, reader, progress, scraper)
         report = diagnose(snap)
     report.api_calls = calls
     report.seconds = time.perf_counter() - started

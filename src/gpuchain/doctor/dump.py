@@ -13,7 +13,9 @@ present: ``DIR/clusterpolicies.json`` (gpuchain.io or nvidia.com items), ``DIR/n
 ``DIR/runtimeclasses.json``, ``DIR/<ns>/configmaps.json`` and ``DIR/<ns>/<pod>/previous-logs.txt``
 (logs.txt's layout, the last terminated run of each container that restarted: kubectl's dump has
 only the current run's log, so from a plain kubectl dump a container that crashed once and runs
-again shows only its fresh start). A dump without them still works;
+again shows only its fresh start), and ``DIR/<ns>/<pod>/metrics.txt``, an exporter pod's
+``/metrics`` answer, whose modification time is when it was read (``curl -o`` writes it then; the
+doctor judges its trust signals, `gpuchain.doctor.trust`). A dump without them still works;
 the checks that need them say nothing rather than guess. ``write_dump`` writes the layout, extras
 included, from any `Cluster`, so a user can attach it to a ticket.
 """
@@ -28,7 +30,8 @@ from typing import Any
 import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
-from gpuchain.doctor.snapshot import LogKey, Snapshot, list_if_served
+from gpuchain.doctor.logs import cluster_scraper
+from gpuchain.doctor.snapshot import MAX_SCRAPES, LogKey, Scrape, Snapshot, list_if_served, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
@@ -52,6 +55,7 @@ PER_NAMESPACE = {
 START = re.compile(r"^==== START logs for container (\S+) of pod ([^/\s]+)/(\S+) ====$")
 END = re.compile(r"^==== END logs for container (\S+) of pod ([^/\s]+)/(\S+) ====$")
 LOG_ERROR = ("Request log error: ", "Create log request error: ")
+METRICS_FILE = "metrics.txt"
 #: Lines of each container log ``write_dump`` keeps (kubectl keeps all; the doctor reads the tail).
 DUMP_TAIL = 500
 
@@ -159,6 +163,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
     configmaps: dict[str, list[Obj]] = {}
     logs: dict[LogKey, str] = {}
     previous: dict[LogKey, str] = {}
+    scraped: dict[tuple[str, str], Scrape] = {}
     for ns_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for stem, kind in PER_NAMESPACE.items():
             path = _file(ns_dir, stem)
@@ -171,6 +176,10 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
             logs.update(parse_logs(_log_text(log_file), str(log_file)))
         for log_file in sorted(ns_dir.glob("*/previous-logs.txt")):
             previous.update(parse_logs(_log_text(log_file), str(log_file)))
+        for metrics_file in sorted(ns_dir.glob(f"*/{METRICS_FILE}")):
+            scraped[(ns_dir.name, metrics_file.parent.name)] = Scrape(
+                _log_text(metrics_file), metrics_file.stat().st_mtime
+            )
     absent: set[str] = set()
     extras: dict[str, list[Obj]] = {}
     optional: tuple[tuple[str, Kind | None], ...] = (
@@ -213,7 +222,19 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         previous_logs=previous,
         drivers=extras["nvidiadrivers"],
         absent=frozenset(absent),
+        scrapes=_scrapes_by_node(pods, scraped),
     )
+
+
+def _scrapes_by_node(pods: list[Obj], scraped: dict[tuple[str, str], Scrape]) -> dict[str, Scrape]:
+    """The dump's exporter scrapes by the node their pod runs on (a pod the dump lacks: left out)."""
+    out: dict[str, Scrape] = {}
+    for pod in pods:
+        scrape = scraped.get((namespace_of(pod) or "default", name_of(pod)))
+        node = (pod.get("spec") or {}).get("nodeName")
+        if scrape is not None and node:
+            out[str(node)] = scrape
+    return out
 
 
 def _list_obj(kind: Kind, items: list[Obj]) -> Obj:
@@ -268,7 +289,8 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
 
     Logs are written for every pod of the GPU stack's namespace and for every pod elsewhere that
     is not ready (kubectl writes every pod's; a GPU ticket needs these), the last ``DUMP_TAIL``
-    lines of each container.
+    lines of each container; and the scrape of each ready gpuchain exporter, as the live doctor
+    reads them (`snapshot.with_scrapes`), written the moment it is read.
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
@@ -302,4 +324,19 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
             if _restarted(pod):
                 (path.parent / "previous-logs.txt").write_text(_pod_logs(cluster, pod, True), encoding="utf-8")
             logged += 1
-    return {"nodes": len(nodes), "namespaces": len(namespaces), "pods": len(per_kind["pods"]), "podLogs": logged}
+    scraped = 0
+    scrape = cluster_scraper(cluster)
+    for _, ns, name in scrape_candidates(partial)[:MAX_SCRAPES]:
+        text = scrape(ns, name)
+        if text is not None:
+            path = root / ns / name / METRICS_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            scraped += 1
+    return {
+        "nodes": len(nodes),
+        "namespaces": len(namespaces),
+        "pods": len(per_kind["pods"]),
+        "podLogs": logged,
+        "scrapes": scraped,
+    }

@@ -10,7 +10,8 @@ Two sources, both independent of which stack runs the cluster:
   that fails (StartError, CreateContainerError, RunContainerError, a crash loop, a hook exiting 1)
   breaks that link, and the operands that wait behind it are consequences, never the root.
 
-`failure_at(ctx, view, link, failures(ctx, view))` answers, for one link of one node, the first such failure, or None.
+`failure_at(ctx, view, link, witnessed)` answers, for one link of one node, the first such failure
+(of `witnesses`), or None.
 The walk asks it before the link's own check, bottom-up, so the lowest link a failure proves broken
 is named first.
 """
@@ -23,14 +24,24 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING
+from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, start_refused
+from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import TOOLKIT
+from gpuchain.operator.operands import DRIVER, TOOLKIT
 
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
-FINDING_OF = {"nvml.version-mismatch": "driver.version-mismatch"}
+FINDING_OF = {
+    "nvml.version-mismatch": "driver.version-mismatch",
+    "cuda.compat-not-supported": "driver.too-old",
+    "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
+}
+#: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
+#: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
+NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
+#: The catalog entries that prove their link broken in whatever pod shows them.
+ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 
 
 @dataclass(frozen=True)
@@ -61,10 +72,22 @@ def _failing(status: Obj) -> str | None:
     return None
 
 
+def _validation_pods(ctx: Context, view: NodeView) -> list[Obj]:
+    """Pods on this node in the stack's namespace that no controller owns: the workloads NVIDIA's validator
+    starts itself to prove a link (nvidia-cuda-validator, nvidia-device-plugin-validator)."""
+    return [
+        p
+        for p in view.workloads
+        if (p.get("metadata") or {}).get("namespace") == ctx.namespace
+        and not (p.get("metadata") or {}).get("ownerReferences")
+    ]
+
+
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
-    """Every failing container of the chain's pods on this node, init containers first."""
+    """Every failing container of the chain's pods on this node (the validator's own workload pods
+    included), init containers first."""
     out = []
-    for pod in view.operand_pods.values():
+    for pod in [*view.operand_pods.values(), *_validation_pods(ctx, view)]:
         status = pod.get("status") or {}
         for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
             for cs in status.get(key) or []:
@@ -91,6 +114,40 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
                     )
                 )
     return sorted(out, key=lambda f: not f.init)
+
+
+def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
+    """GPU pods the runtime refused to start with a message that proves a link broken wherever it shows
+    (a version mismatch the runtime hook met in NVML): witnesses for that link, as an operand would be."""
+    out = []
+    for pod in view.workloads:
+        said = start_refused(pod) if pod_gpu_requests(pod) else ""
+        if said and catalog.find(said, *ANYWHERE):
+            container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
+            out.append(Failure(pod, container, "StartError", said, False, 0))
+    return out
+
+
+def running_says(ctx: Context, view: NodeView) -> list[Failure]:
+    """Running operand containers whose log (read by the gather step) holds a message that proves a link
+    broken wherever it shows (catalog scope "anywhere"): a plugin that keeps running after NVML failed
+    under it is as good a witness as one that crashed."""
+    out = []
+    for pod in view.operand_pods.values():
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if not (cs.get("state") or {}).get("running"):
+                continue
+            text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
+            if text and catalog.find(text, *ANYWHERE):
+                out.append(Failure(pod, str(cs.get("name")), "Running", text, False, int(cs.get("restartCount") or 0)))
+    return out
+
+
+def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failure]:
+    """Everything on this node that may prove a link broken, in the order `failure_at` weighs it:
+    ``found`` (`failures` of this node), running operands whose log says so, GPU pods the runtime
+    refused."""
+    return [*found, *running_says(ctx, view), *refused_workloads(ctx, view)]
 
 
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
@@ -120,6 +177,35 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 "where the host's package manager upgraded the driver, hold its packages so it does not happen again; "
                 f"then {rerun}",
                 NOT_SIMULATED: "the loaded module's version is a fact of the node no scenario names",
+            },
+        )
+    elif finding_id == "driver.too-old":
+        if ctx.policy_obj is not None and ctx.policy.driver.enabled and view.pod(DRIVER) is not None:
+            pinned = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("version")
+            if pinned:
+                newer = Fix(
+                    FixOp.PATCH_POLICY,
+                    ctx.policy_name,
+                    {
+                        "spec": {"driver": {"version": None}},
+                        NOT_SIMULATED: "the CUDA a pod needs is not a scenario fact",
+                    },
+                )
+                return newer, ctx.stack.render(newer) + (
+                    f"   # upgrade the driver: drop the pinned {pinned} for the operator's default (newer) release"
+                )
+            return None, (
+                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to a newer branch whose CUDA "
+                "support covers the pod's (the line above names it), or run the pod from an image built for an "
+                "older CUDA"
+            )
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "upgrade the host's NVIDIA driver to a release that supports the CUDA version the failing "
+                f"pod runs (the driver branch its CUDA release notes name), reboot, then {rerun}",
+                NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:
@@ -158,10 +244,13 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
 def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
     catalog, or by being that link's validation), as a root finding; None when none does. ``found``
-    is `failures` of this node: the walk reads them once, not once per link."""
+    is `witnesses` of this node: the walk reads them once, not once per link."""
     for failure in found:
         known = classify(ctx, failure.text)
-        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init else None
+        # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
+        # it validates: the pod that carries it fails to start, which its own link's check reports.
+        ran = failure.reason not in NOT_STARTED
+        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init and ran else None
         if proves != link:
             continue
         evidence = [failure.describe()]

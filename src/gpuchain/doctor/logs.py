@@ -1,9 +1,11 @@
-"""The doctor's log reader: container logs through the `Cluster` port, like every other read."""
+"""The doctor's readers of what pods say: container logs and the exporters' scrapes, through the
+`Cluster` port like every other read."""
 
 from __future__ import annotations
 
-from gpuchain.doctor.snapshot import LogReader
+from gpuchain.doctor.snapshot import LogReader, Scraper
 from gpuchain.kube import Cluster, KubeError
+from gpuchain.operator.operands import EXPORTER_PORT
 
 TAIL_LINES = 50
 
@@ -21,6 +23,20 @@ def cluster_log_reader(cluster: Cluster, tail_lines: int = TAIL_LINES) -> LogRea
     def read(namespace: str, pod: str, container: str, previous: bool = False) -> str | None:
         try:
             return cluster.logs(pod, namespace, container=container, tail_lines=tail_lines, previous=previous) or None
+        except KubeError:
+            return None
+
+    return read
+
+
+def cluster_scraper(cluster: Cluster, port: int = EXPORTER_PORT) -> Scraper:
+    """A Scraper over ``cluster.pod_proxy_get``: the exporter pod's ``/metrics`` on its port (9400),
+    each read counted as verb ``proxy``. A pod the proxy cannot reach reads as None, so one silent
+    exporter never stops the diagnosis (its pod's own state is judged as before)."""
+
+    def read(namespace: str, pod: str) -> str | None:
+        try:
+            return cluster.pod_proxy_get(pod, namespace, port, "metrics") or None
         except KubeError:
             return None
 

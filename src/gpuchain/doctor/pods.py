@@ -113,6 +113,22 @@ def pod_state(pod: Obj) -> PodState:
     )
 
 
+#: The container states in which the runtime refused to create or start a container (the kubelet's and
+#: containerd's reasons: kuberuntime RunContainerError / CreateContainerError, containerd StartError).
+NOT_CREATED = frozenset({"StartError", "RunContainerError", "CreateContainerError", "ContainerCannotRun"})
+
+
+def start_refused(pod: Obj) -> str:
+    """The runtime's message for a container of ``pod`` it refused to start ("" when none was refused)."""
+    for cs in _statuses(pod, "containerStatuses"):
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            for phase in ("terminated", "waiting"):
+                said = state.get(phase) or {}
+                if said.get("reason") in NOT_CREATED and said.get("message"):
+                    return str(said["message"])
+    return ""
+
+
 def init_done(pod: Obj | None, container: str) -> bool:
     """Did init container ``container`` finish successfully (a validator's ready file was written)?"""
     if pod is None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol, cast
 
+from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
@@ -33,8 +34,18 @@ from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj
 
 MAX_LOGS = 5
+MAX_SCRAPES = 32
+"""The most exporter scrapes one run reads (one request each, through the API server's pod proxy);
+the nodes beyond it are said not judged."""
 MAX_WORKLOAD_LOGS = 3
 LogKey = tuple[str, str, str]  #: (namespace, pod, container)
+
+
+class Scraper(Protocol):
+    """Reads what an exporter pod serves at ``/metrics`` (through the API server's pod proxy); None
+    when it cannot."""
+
+    def __call__(self, namespace: str, pod: str) -> str | None: ...
 
 
 class LogReader(Protocol):
@@ -42,6 +53,15 @@ class LogReader(Protocol):
     None when it cannot."""
 
     def __call__(self, namespace: str, pod: str, container: str, previous: bool = False) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One exporter's ``/metrics`` answer and when it was read (Unix time): the age of a GPU's last
+    sample is ``at`` minus its ``gpuchain_gpu_last_sample_timestamp_seconds``."""
+
+    text: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -66,6 +86,9 @@ class Snapshot:
     previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
+    #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
+    scrapes: dict[str, Scrape] = field(default_factory=dict)
+    unscraped: int = 0  #: gpuchain exporters beyond ``MAX_SCRAPES``, whose scrapes were not read
 
     @property
     def stack(self) -> Stack:
@@ -157,6 +180,12 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         for n in snapshot.nodes
         if not any(v > 0 for v in node_gpu_resources(n).values())
     }
+    # A MIG manager's log says why its node's layout change failed or waits, though its pod runs ready.
+    mig_stuck = {
+        str(n.get("metadata", {}).get("name"))
+        for n in snapshot.nodes
+        if (n.get("metadata", {}).get("labels") or {}).get(MIG_CONFIG_STATE) in ("failed", "pending", "rebooting")
+    }
     operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
@@ -172,8 +201,18 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     owner = ref.get("name")
                     state = operand_of(str(namespace), str(owner)) if owner else None
                     break
+        if state is None and namespace == stack.namespace and not meta.get("ownerReferences"):
+            # A pod the validator starts itself (the CUDA or plugin validation workload): no DaemonSet owns
+            # it, and its crashing init container's log is the validation's failure.
+            for cs in status.get("initContainerStatuses") or []:
+                waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                if waiting == "CrashLoopBackOff" and not _last_message(cs) and cs.get("name") in stack.validations:
+                    crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         if state is not None:
-            on_bare_node = state == "device-plugin" and (pod.get("spec") or {}).get("nodeName") in unregistered
+            node = (pod.get("spec") or {}).get("nodeName")
+            on_bare_node = (state == "device-plugin" and node in unregistered) or (
+                state == "mig-manager" and node in mig_stuck
+            )
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
                 current = cs.get("state") or {}
@@ -243,21 +282,64 @@ def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOG
     return Snapshot(**{**snapshot.__dict__, "logs": logs, "previous_logs": previous}), len(keys) + len(again)
 
 
+def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
+    """``(node, namespace, pod)`` of every ready exporter pod that runs gpuchain's exporter (only it
+    serves the trust signals; NVIDIA's dcgm-exporter would cost a request for nothing), by node."""
+    stack = snapshot.stack
+    operand_of = cache(stack.operand_in)
+    found = []
+    for pod in snapshot.pods:
+        meta, spec, status = pod.get("metadata", {}), pod.get("spec") or {}, pod.get("status") or {}
+        owner = next((r.get("name") for r in meta.get("ownerReferences") or () if r.get("kind") == "DaemonSet"), None)
+        node, namespace = spec.get("nodeName"), str(meta.get("namespace"))
+        if not (owner and node and status.get("podIP")) or operand_of(namespace, str(owner)) != "dcgm-exporter":
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        runs_gpuchain = any(
+            "gpuchain" in [*(c.get("command") or ()), *(c.get("args") or ())][:1] for c in spec.get("containers") or ()
+        )
+        if ready and runs_gpuchain:
+            found.append((str(node), namespace, str(meta.get("name"))))
+    return sorted(found)
+
+
+def with_scrapes(
+    snapshot: Snapshot, scraper: Scraper | None, limit: int = MAX_SCRAPES, clock: Callable[[], float] = time.time
+) -> tuple[Snapshot, int]:
+    """The snapshot plus the scrapes of up to ``limit`` gpuchain exporters (`scrape_candidates`),
+    each stamped with when it was read; also how many reads it made."""
+    if scraper is None:
+        return snapshot, 0
+    candidates = scrape_candidates(snapshot)
+    scrapes = dict(snapshot.scrapes)
+    for node, namespace, pod in candidates[:limit]:
+        text = scraper(namespace, pod)
+        if text is not None:
+            scrapes[node] = Scrape(text, clock())
+    unscraped = max(0, len(candidates) - limit)
+    return Snapshot(**{**snapshot.__dict__, "scrapes": scrapes, "unscraped": unscraped}), min(len(candidates), limit)
+
+
 def timed_gather(
     cluster: Cluster,
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
+    scraper: Scraper | None = None,
 ) -> tuple[Snapshot, dict[str, int], float]:
-    """gather() + with_logs(), with the API calls made (per verb, ``logs`` included) and the seconds."""
+    """gather() + with_logs() + with_scrapes(), with the API calls made (per verb, ``logs`` and
+    ``proxy`` included) and the seconds."""
     before = cluster.calls.snapshot()
     started = time.perf_counter()
     snap = gather(cluster, namespace, progress)
     snap, log_reads = with_logs(snap, reader)
+    snap, scrape_reads = with_scrapes(snap, scraper)
     after = cluster.calls.snapshot()
     calls = {
         verb: after.get(verb, 0) - before.get(verb, 0) for verb in after if after.get(verb, 0) != before.get(verb, 0)
     }
     if log_reads:
         calls["logs"] = log_reads
+    if scrape_reads:
+        calls["proxy"] = scrape_reads
     return snap, calls, time.perf_counter() - started

@@ -38,6 +38,7 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client.metrics_core import Metric
 
 from gpuchain.common.numbers import positive_seconds
+from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.cgroups import ContainerCgroup, read_cgroup
 from gpuchain.exporter.counters import CounterSet
 from gpuchain.exporter.metrics import (
@@ -112,7 +113,7 @@ class GpuMetricsCollector:
         counters: CounterSet,
         hostname: str,
         pod_lister: Callable[[], list[Assignment]] | None = None,
-        interval: float = 30.0,
+        interval: float = COLLECT_INTERVAL,
         call_timeout: float = 5.0,
         registry: CollectorRegistry | None = None,
         processes: bool = False,

@@ -49,7 +49,6 @@ from typing import Any
 
 from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.files import DEFAULT_MODE, atomic_write, remove
-from gpuchain.common.supervise import supervise
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.model import Inventory
@@ -488,8 +487,8 @@ class SeenInventory:
 class Follower:
     """Lets go of ``backend``'s NVML while a request is current and takes it back afterwards.
 
-    ``run`` is the long-lived task (supervise it: ``spawn`` on an event loop, or ``FollowerThread``
-    for an agent without one). Its holder lives as long as ``run``: a restarted ``run`` registers
+    ``run`` is the long-lived task (supervise it: ``spawn`` on the agent's event loop, where
+    ``agent.build`` starts it for every agent). Its holder lives as long as ``run``: a restarted ``run`` registers
     again, and starts from the backend's state (a backend still released is taken back, or marked
     released for the current request).
     """
@@ -566,38 +565,3 @@ class Follower:
             await asyncio.to_thread(holder.mark, HolderState.HOLDING)
         self._retry = self.retry_first
         return self.idle
-
-
-class FollowerThread:
-    """A supervised ``Follower`` on an event loop of its own, for agents whose main thread is not
-    asyncio (the exporter, feature discovery). ``stop`` cancels it and waits; the thread is a daemon
-    so a process that exits without ``stop`` still exits (the kernel drops the lock)."""
-
-    def __init__(self, follower: Follower) -> None:
-        self.follower = follower
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"{follower.component}: nvml release", daemon=True)
-
-    def start(self) -> FollowerThread:
-        self._thread.start()
-        self._ready.wait(5.0)
-        return self
-
-    def _main(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._task = asyncio.current_task()
-            self._ready.set()
-            await supervise(f"{self.follower.component}: NVML release board", self.follower.run)
-
-        with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(main())
-
-    def stop(self, timeout: float = 5.0) -> None:
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
-                loop.call_soon_threadsafe(task.cancel)
-        self._thread.join(timeout)

@@ -7,12 +7,13 @@ and, optionally, a MIG layout per group. Presets are topology files shipped in
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Mapping
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
+from gpuchain.common.schema import define, spec
 from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
@@ -21,70 +22,66 @@ from gpuchain.gpu.model import DriverInfo, GpuLink, TopologyLevel
 _LEVELS = {lvl.short: lvl for lvl in TopologyLevel if lvl is not TopologyLevel.INTERNAL}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-class DriverSpec(_Strict):
+@define
+class DriverSpec:
     version: str = "570.86.15"
-    cuda_version: str = Field("12.8", alias="cudaVersion", pattern=r"^\d+\.\d+$")
+    cuda_version: str = spec(default="12.8", key="cudaVersion", pattern=r"^\d+\.\d+$")
 
 
-class GpuGroup(_Strict):
+def _known_model(v: str, _: Mapping[str, Any]) -> str:
+    return catalog.model(v).key
+
+
+def _one_numa_node_each(v: list[int] | None, data: Mapping[str, Any]) -> list[int] | None:
+    count = data.get("count")
+    if v is not None and count is not None and len(v) != count:
+        raise ValueError(f"{len(v)} entries for {count} GPUs")
+    return v
+
+
+def _layout_fits(v: dict[str, int] | None, data: Mapping[str, Any]) -> dict[str, int] | None:
+    if v is not None and "model" in data:
+        catalog.place_layout(catalog.model(data["model"]), v)
+    return v
+
+
+@define
+class GpuGroup:
     """``count`` GPUs of one model. ``mig`` set means MIG enabled with that layout."""
 
-    model: str
-    count: int = Field(1, ge=1, le=64)
-    numa_nodes: list[int] | None = Field(None, alias="numaNodes")
-    mig: dict[str, int] | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        return catalog.model(v).key
-
-    @field_validator("numa_nodes")
-    @classmethod
-    def _one_numa_node_each(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
-        count = info.data.get("count")
-        if v is not None and count is not None and len(v) != count:
-            raise ValueError(f"{len(v)} entries for {count} GPUs")
-        return v
-
-    @field_validator("mig")
-    @classmethod
-    def _layout_fits(cls, v: dict[str, int] | None, info: ValidationInfo) -> dict[str, int] | None:
-        if v is not None and "model" in info.data:
-            catalog.place_layout(catalog.model(info.data["model"]), v)
-        return v
+    model: str = spec(check=_known_model)
+    count: int = spec(default=1, ge=1, le=64)
+    numa_nodes: list[int] | None = spec(default=None, key="numaNodes", check=_one_numa_node_each)
+    mig: dict[str, int] | None = spec(default=None, check=_layout_fits)
 
 
-class LinkSpec(_Strict):
+@define
+class LinkSpec:
     """An explicit link between two GPU indexes, overriding the derived one."""
 
     gpus: tuple[int, int]
     level: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] = "NODE"
-    nvlinks: int = Field(0, ge=0)
+    nvlinks: int = spec(default=0, ge=0)
 
 
-class Topology(_Strict):
+def _links_in_range(v: list[LinkSpec], data: Mapping[str, Any]) -> list[LinkSpec]:
+    n = sum(g.count for g in data.get("gpus", []))
+    for i, link in enumerate(v):
+        a, b = link.gpus
+        if a == b or not (0 <= a < n and 0 <= b < n):
+            raise ValueError(f"entry {i}: gpus {list(link.gpus)} must name two different GPUs in 0..{n - 1}")
+    return v
+
+
+@define(kw_only=True)
+class Topology:
     """One node's GPUs. ``interconnect`` decides NVLink wiring when ``links`` does not."""
 
     node: str = "sim-node"
     driver: DriverSpec = DriverSpec()
     interconnect: Literal["nvswitch", "pcie"] | None = None
-    gpus: list[GpuGroup] = Field(min_length=1)
-    links: list[LinkSpec] = []
-
-    @field_validator("links")
-    @classmethod
-    def _links_in_range(cls, v: list[LinkSpec], info: ValidationInfo) -> list[LinkSpec]:
-        n = sum(g.count for g in info.data.get("gpus", []))
-        for i, link in enumerate(v):
-            a, b = link.gpus
-            if a == b or not (0 <= a < n and 0 <= b < n):
-                raise ValueError(f"entry {i}: gpus {list(link.gpus)} must name two different GPUs in 0..{n - 1}")
-        return v
+    gpus: list[GpuGroup] = spec(min_length=1)
+    links: list[LinkSpec] = spec(default_factory=list, check=_links_in_range)
 
     @property
     def gpu_count(self) -> int:
@@ -143,10 +140,9 @@ class Topology(_Strict):
         return tuple(links)
 
 
-class SimGpuSpec(BaseModel):
+@define
+class SimGpuSpec:
     """One expanded GPU of a topology."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     index: int
     uuid: str
@@ -181,7 +177,7 @@ def load_preset(name: str, node: str | None = None) -> Topology:
     if not resource.is_file():
         raise InvalidConfigError(f"unknown preset {name!r}; available presets: {', '.join(preset_names())}")
     topo = load_yaml_model(Topology, resource.read_text(encoding="utf-8"), f"preset {name}")
-    return topo.model_copy(update={"node": node}) if node else topo
+    return dataclasses.replace(topo, node=node) if node else topo
 
 
 def load_topology(path: str) -> Topology:

@@ -117,6 +117,22 @@ def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
     return err
 
 
+PROXY_TIMEOUT = 10.0
+"""Seconds a pod proxy read may take: a pod that does not answer must not hold up a whole command."""
+
+
+class _PodProxy(lk_res.NamespacedSubResource):
+    """``pods/proxy``: lightkube has no resource for it; its request layer builds the path from this."""
+
+    _api_info = lk_res.ApiInfo(
+        resource=lk_res.ResourceDef("", "v1", "Pod"),
+        parent=lk_res.ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["get"],
+        action="proxy",
+    )
+
+
 KUBECONFIG_MAX_BYTES = 1024 * 1024
 """The largest kubeconfig read: a busy one with embedded certificates for dozens of clusters is
 well under this; a wrong path to a log or an image must not be read into memory (a 100 MB file
@@ -398,6 +414,19 @@ class LiveCluster(Cluster):
         http = self._client._client
         try:
             request = http.prepare_request("get", PodLog, name=name, namespace=namespace, params=params)
+            response = http.send(http.build_adapter_request(request))
+            http.raise_for_status(response)
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+        return str(response.text)
+
+    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+        self.calls.count("proxy")
+        http = self._client._client
+        try:
+            request = http.prepare_request("get", _PodProxy, name=f"{name}:{port}", namespace=namespace)
+            request.url = f"{request.url}/{path.lstrip('/')}"
+            request.timeout = httpx2.Timeout(PROXY_TIMEOUT)
             response = http.send(http.build_adapter_request(request))
             http.raise_for_status(response)
         except httpx2.HTTPStatusError as exc:

@@ -39,6 +39,7 @@ from gpuchain.kube.errors import (
     EvictionBlockedError,
     GoneError,
     InvalidError,
+    KubeError,
     NotFoundError,
 )
 from gpuchain.kube.kinds import PDB, POD, Kind, kind_of
@@ -84,6 +85,7 @@ class MemoryCluster(Cluster):
         self._order: dict[Kind, list[_Key]] = {}  # per kind: keys in list order, dropped on create/delete
         self._watchers: list[_Watcher] = []
         self._logs: dict[_LogKey, str] = {}
+        self._served: dict[tuple[str, str, int, str], str] = {}  #: (ns, pod, port, path) -> body
         for obj in objects:
             self.create(obj)
         self.calls.reset()
@@ -197,9 +199,10 @@ class MemoryCluster(Cluster):
         gone = json_copy(obj)
         gone["metadata"]["resourceVersion"] = str(self._last_rv)
         self._emit(kind, "DELETED", gone, obj)
-        if kind == POD and self._logs:
+        if kind == POD and (self._logs or self._served):
             where = (meta.get("namespace"), meta["name"])
             self._logs = {k: v for k, v in self._logs.items() if k[:2] != where}
+            self._served = {k: v for k, v in self._served.items() if k[:2] != where}
         self._collect_dependents(meta.get("uid"))
 
     def _collect_dependents(self, owner_uid: str | None) -> None:
@@ -389,7 +392,26 @@ class MemoryCluster(Cluster):
             return text
         return "".join(text.splitlines(keepends=True)[-tail_lines:] if tail_lines else [])
 
+    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+        self.calls.count("proxy")
+        with self._lock:
+            self._lookup(POD, name, namespace)
+            text = self._served.get((namespace, name, port, path.lstrip("/")))
+        if text is None:
+            # What the API server answers when nothing listens there (its proxy's dial error).
+            refused = KubeError(f"error trying to reach service: dial tcp :{port}: connect: connection refused")
+            refused.code = 503
+            raise refused
+        return text
+
     # -- test and simulator conveniences (not part of the port) ------------------------------
+
+    def set_served(self, name: str, namespace: str, port: int, path: str, text: str) -> None:
+        """Set what ``pod_proxy_get`` answers for an existing pod's ``port`` and ``path``. Not an
+        API request, so not counted; deleting the pod drops it."""
+        with self._lock:
+            self._lookup(POD, name, namespace)
+            self._served[(namespace, name, port, path.lstrip("/"))] = text
 
     def set_logs(self, name: str, namespace: str, container: str, text: str, previous: bool = False) -> None:
         """Set what ``logs()`` answers for a container of an existing pod (``previous``: its last

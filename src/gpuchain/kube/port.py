@@ -222,6 +222,14 @@ class Cluster(abc.ABC):
         named, or ``previous`` when the container never restarted. Counted as verb ``logs`` (a read).
         """
 
+    @abc.abstractmethod
+    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+        """What a pod serves on ``port`` at ``path``, through the API server's pod proxy
+        (``GET /api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/{path}``, the ``get`` verb of
+        ``pods/proxy``): how the doctor reads an exporter's ``/metrics`` with no network route to the
+        node. NotFoundError for an unknown pod; KubeError with the code for a pod that does not
+        answer. Counted as verb ``proxy`` (a read)."""
+
     # -- built on the verbs -------------------------------------------------------------------
 
     def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:

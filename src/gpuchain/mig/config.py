@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from gpuchain.common.inputfile import read_input_text
+from gpuchain.common.schema import StrictBool, StrictInt, define, dump, spec, validate
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError
@@ -51,58 +51,51 @@ def format_device_id(value: int) -> str:
     return f"0x{value:08X}"
 
 
-class MigConfigEntry(BaseModel):
+def _filter_ids(value: str | list[str] | None, _: Mapping[str, Any]) -> str | list[str] | None:
+    for item in [value] if isinstance(value, str) else value or []:
+        parse_device_id(item)
+    return value
+
+
+def _devices_shape(value: Any) -> Any:
+    if value != "all" and not isinstance(value, list):
+        raise ValueError("devices must be `all` or a list of GPU indexes such as [0, 1]")
+    return value
+
+
+def _devices(value: Literal["all"] | list[int], _: Mapping[str, Any]) -> Literal["all"] | list[int]:
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("list at least one GPU index, or write `devices: all`")
+        if any(i < 0 for i in value) or len(set(value)) != len(value):
+            raise ValueError("GPU indexes must be distinct and >= 0")
+    return value
+
+
+def _profiles(value: dict[str, int] | None, _: Mapping[str, Any]) -> dict[str, int] | None:
+    for name, count in (value or {}).items():
+        catalog.parse_profile(name)
+        if count < 0:
+            raise ValueError(f"{name}: count must be >= 0, got {count}")
+    if value and not any(value.values()):
+        raise ValueError("every count is 0; write mig-devices: {} for MIG enabled with no instances")
+    return value
+
+
+@define(kw_only=True)
+class MigConfigEntry:
     """One entry of a named layout: which GPUs it selects and what MIG state they get."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    device_filter: str | list[str] | None = spec(default=None, key="device-filter", check=_filter_ids)
+    devices: Literal["all"] | list[StrictInt] = spec(before=_devices_shape, check=_devices)
+    mig_enabled: StrictBool = spec(key="mig-enabled")
+    mig_devices: dict[str, StrictInt] | None = spec(default=None, key="mig-devices", check=_profiles)
 
-    device_filter: str | list[str] | None = Field(None, alias="device-filter")
-    devices: Literal["all"] | list[StrictInt]
-    mig_enabled: StrictBool = Field(alias="mig-enabled")
-    mig_devices: dict[str, StrictInt] | None = Field(None, alias="mig-devices")
-
-    @field_validator("device_filter")
-    @classmethod
-    def _filter_ids(cls, value: str | list[str] | None) -> str | list[str] | None:
-        for item in [value] if isinstance(value, str) else value or []:
-            parse_device_id(item)
-        return value
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices_shape(cls, value: Any) -> Any:
-        if value != "all" and not isinstance(value, list):
-            raise ValueError("devices must be `all` or a list of GPU indexes such as [0, 1]")
-        return value
-
-    @field_validator("devices")
-    @classmethod
-    def _devices(cls, value: Literal["all"] | list[int]) -> Literal["all"] | list[int]:
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("list at least one GPU index, or write `devices: all`")
-            if any(i < 0 for i in value) or len(set(value)) != len(value):
-                raise ValueError("GPU indexes must be distinct and >= 0")
-        return value
-
-    @field_validator("mig_devices")
-    @classmethod
-    def _profiles(cls, value: dict[str, int] | None) -> dict[str, int] | None:
-        for name, count in (value or {}).items():
-            catalog.parse_profile(name)
-            if count < 0:
-                raise ValueError(f"{name}: count must be >= 0, got {count}")
-        if value and not any(value.values()):
-            raise ValueError("every count is 0; write mig-devices: {} for MIG enabled with no instances")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MigConfigEntry:
+    def _after(self) -> None:
         if self.mig_enabled and self.mig_devices is None:
             raise ValueError("mig-devices is required when mig-enabled is true (use {} for no instances)")
         if not self.mig_enabled and self.mig_devices:
             raise ValueError("mig-devices must be empty when mig-enabled is false")
-        return self
 
     @property
     def device_ids(self) -> tuple[int, ...]:
@@ -123,40 +116,36 @@ class MigConfigEntry(BaseModel):
         return self.devices == "all" or index in self.devices
 
 
-class MigPartedConfig(BaseModel):
+def _non_empty(value: dict[str, list[MigConfigEntry]], _: Mapping[str, Any]) -> dict[str, list[MigConfigEntry]]:
+    if not value:
+        raise ValueError("at least one named layout is required")
+    for name, entries in value.items():
+        if not entries:
+            raise ValueError(f"layout {name!r} needs at least one entry")
+    return value
+
+
+@define(kw_only=True)
+class MigPartedConfig:
     """A whole mig-parted v1 file: named layouts, each a list of entries."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
     version: Literal["v1"]
-    mig_configs: dict[str, list[MigConfigEntry]] = Field(alias="mig-configs")
+    mig_configs: dict[str, list[MigConfigEntry]] = spec(key="mig-configs", check=_non_empty)
 
-    @field_validator("mig_configs")
-    @classmethod
-    def _non_empty(cls, value: dict[str, list[MigConfigEntry]]) -> dict[str, list[MigConfigEntry]]:
-        if not value:
-            raise ValueError("at least one named layout is required")
-        for name, entries in value.items():
-            if not entries:
-                raise ValueError(f"layout {name!r} needs at least one entry")
-        return value
-
-    @model_validator(mode="after")
-    def _fits_named_models(self) -> MigPartedConfig:
+    def _after(self) -> None:
         """Every entry that names GPU models by device-filter must fit each catalogued one."""
         for name, entries in self.mig_configs.items():
             for i, entry in enumerate(entries):
                 if not entry.mig_enabled:
                     continue
                 for device_id in entry.device_ids:
-                    model = catalog.model_for_name("", device_id)
-                    if model is None:
+                    gpu = catalog.model_for_name("", device_id)
+                    if gpu is None:
                         continue
                     try:
-                        catalog.place_layout(model, entry.layout)
+                        catalog.place_layout(gpu, entry.layout)
                     except InvalidConfigError as exc:
                         raise ValueError(f"layout {name!r} entry {i}: {exc}") from None
-        return self
 
     def layout(self, name: str) -> list[MigConfigEntry]:
         """The entries of one named layout; the error lists the names the file has."""
@@ -168,7 +157,7 @@ class MigPartedConfig(BaseModel):
 
     def to_yaml(self) -> str:
         """The config as mig-parted reads it (for a ConfigMap)."""
-        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data = dump(self, exclude_none=True)
         return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -262,6 +251,11 @@ def _profile_order(name: str) -> tuple[int, int, tuple[str, ...], tuple[str, ...
     return p.gi_slices, p.memory_gb, p.attributes, p.negated
 
 
+def config_or_default(path: str | Path | None) -> MigPartedConfig:
+    """The mig-parted file ``path`` (``load_config``), or without one the built-in layouts."""
+    return load_config(path) if path else default_config()
+
+
 def default_config() -> MigPartedConfig:
     """The named layouts generated from the catalog: all-disabled, all-enabled, one
     ``all-<profile>`` per profile (``+me`` written ``.me``, as node label values allow no ``+``)
@@ -284,4 +278,4 @@ def default_config() -> MigPartedConfig:
             _entry(ids, True, {name: count}) for count, ids in by_profile[name].items()
         ]
     configs[BALANCED] = [_entry(list(m.pci_device_ids), True, balanced_layout(m)) for m in mig_models]
-    return MigPartedConfig.model_validate({"version": "v1", "mig-configs": configs})
+    return validate(MigPartedConfig, {"version": "v1", "mig-configs": configs})

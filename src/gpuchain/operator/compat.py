@@ -113,6 +113,13 @@ FEATURES: tuple[Feature, ...] = (
     Feature("validator", "implemented", "validator", "gpuchain validate; driver, toolkit, cuda and plugin env"),
     Feature("devicePlugin", "implemented", "device plugin", "gpuchain device-plugin; config.name and config.default"),
     Feature(
+        "devicePlugin.mps",
+        "implemented",
+        "host directory of the MPS control daemons",
+        "root: when the device plugin's ConfigMap has sharing.mps, the device plugin runs the daemons there "
+        "(MPS_ROOT, the root and its shm tmpfs mounted, host PID, the compute capability)",
+    ),
+    Feature(
         "dcgmExporter",
         "implemented",
         "metrics exporter",
@@ -240,12 +247,6 @@ FEATURES: tuple[Feature, ...] = (
         "ignored",
         "NLS licensing switch",
         "only in effect with a licensing ConfigMap or Secret (refused)",
-    ),
-    Feature(
-        "devicePlugin.mps",
-        "ignored",
-        "host directory of NVIDIA's MPS control daemon",
-        "gpuchain deploys no MPS control daemon",
     ),
     Feature(
         "dcgmExporter.serviceMonitor",

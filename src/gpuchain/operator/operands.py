@@ -19,6 +19,18 @@ and ``NVIDIA_DRIVER_CAPABILITIES`` (``utility`` for NVML, ``compute,utility`` fo
 names ``runtimeClassName: nvidia``, so the NVIDIA runtime injects the devices and libraries, as
 gpu-operator does.
 
+MPS: when the device plugin's config (``devicePlugin.config``) shares a resource with MPS, the
+device plugin runs the MPS control daemons itself (`gpuchain.deviceplugin.mps`), so its pod gets
+what NVIDIA gives its separate ``mps-control-daemon`` pod (k8s-device-plugin v0.18.0,
+``daemonset-mps-control-daemon.yml``; gpu-operator ``state-mps-control-daemon``): the host's MPS
+root (``devicePlugin.mps.root``, ``/run/nvidia/mps``) with ``MPS_ROOT`` naming it, a tmpfs at
+``<root>/shm`` mounted by an init container and seen as the pod's ``/dev/shm``, the host PID
+namespace (the MPS server checks its clients' PIDs as the driver reports them) and the ``compute``
+driver capability, through which the NVIDIA runtime injects ``nvidia-cuda-mps-control`` and
+``nvidia-cuda-mps-server`` from the node's driver (as it does for NVIDIA's daemon). The root is
+mounted at its own path: the plugin creates the pipe directories there and gives Allocate's
+containers the same host paths.
+
 Identity: each operand runs as its own ServiceAccount (``gpuchain-<deploy suffix>``), which the
 chart binds to only what that operand does with the API; operands that do nothing with it get
 no token mounted.
@@ -26,10 +38,14 @@ no token mounted.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
+from gpuchain.common.yamlfile import ConfigFileError
+from gpuchain.deviceplugin.config import parse_config
 from gpuchain.gpu.nvmlrelease import DEFAULT_DIR as NVML_RELEASE_DIR
 from gpuchain.operator.drivertag import driver_image
 from gpuchain.operator.policy import ClusterPolicySpec, EnvVar, ImageSpec
@@ -51,6 +67,8 @@ EXPORTER_PORT = 9400
 #: NVIDIA's layout for dcgmExporter.config.name: the ConfigMap key and where the exporter reads it.
 METRICS_CONFIG_KEY = "dcgm-metrics.csv"
 METRICS_CONFIG_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
+#: Where the MPS daemons' shared memory (the host's ``<mps root>/shm``) is in the device plugin's pod.
+MPS_SHM_MOUNT = "/dev/shm"
 
 
 @dataclass(frozen=True)
@@ -149,6 +167,30 @@ class Facts:
     policy_uid: str = ""
     runtime: str = "containerd"  #: the GPU nodes' container runtime (NVIDIA's default when none reports one)
     driver_os: str = ""  #: GPU nodes' OS tag (``ubuntu22.04``) for NVIDIA's driver image tag, see drivertag
+    mps: bool = False  #: the device plugin's ConfigMap shares a resource with MPS (`config_uses_mps`)
+
+
+def config_uses_mps(data: Mapping[str, str]) -> bool:
+    """Whether any named config of the device plugin's ConfigMap (``data``: key -> config file)
+    has ``sharing.mps``. Any one counts: one DaemonSet serves every node, whichever key a node's
+    ``nvidia.com/device-plugin.config`` label picks. A config that does not parse counts as none:
+    the device plugin refuses it at start and says why, which MPS mounts would not change."""
+    for key, text in data.items():
+        try:
+            if parse_config(text, key).mps is not None:
+                return True
+        except ConfigFileError:
+            continue
+    return False
+
+
+def mps_root(policy: ClusterPolicySpec) -> str:
+    """The host's MPS root (``devicePlugin.mps.root``) without a trailing slash."""
+    return policy.device_plugin.mps.root.rstrip("/") or "/"
+
+
+def _runs_mps(operand: Operand, facts: Facts) -> bool:
+    return operand is DEVICE_PLUGIN and facts.mps
 
 
 def image_of(policy: ClusterPolicySpec, operand: Operand) -> ImageSpec:
@@ -333,7 +375,8 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -
         )
     env: list[dict[str, Any]] = [node_name]
     if operand.state in USES_NVML:
-        env += gpu_env()
+        # compute: the NVIDIA runtime then injects the MPS control and server binaries as well.
+        env += gpu_env("compute,utility" if _runs_mps(operand, facts) else "utility")
     # gpuchain commands default to simulated GPUs; on a node they talk to NVML.
     args: list[str] = [] if operand is VALIDATOR else ["--backend", "nvml"]
     if operand is DEVICE_PLUGIN:
@@ -351,6 +394,12 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -
         mounts.append({"name": "nvml-release", "mountPath": str(NVML_RELEASE_DIR)})
     if operand is DEVICE_PLUGIN:
         mounts.append({"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
+    if _runs_mps(operand, facts):
+        env += [{"name": "MPS_ROOT", "value": mps_root(policy)}]
+        mounts += [
+            {"name": "mps-root", "mountPath": mps_root(policy), "mountPropagation": "HostToContainer"},
+            {"name": "mps-shm", "mountPath": MPS_SHM_MOUNT},
+        ]
     if operand is GFD:
         args += ["--mig-strategy", policy.mig.strategy]
         mounts.append({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"})
@@ -391,7 +440,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -
     )
 
 
-def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]]:
+def _volumes(operand: Operand, policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     vols = [_host_path("run-gpuchain", "/run/gpuchain", "DirectoryOrCreate")]
     kubelet = policy.host_paths.kubelet_root_dir.rstrip("/")
     if operand in (DRIVER, TOOLKIT):
@@ -402,6 +451,9 @@ def _volumes(operand: Operand, policy: ClusterPolicySpec) -> list[dict[str, Any]
         vols.append(_host_path("nvml-release", str(NVML_RELEASE_DIR), "DirectoryOrCreate"))
     if operand is DEVICE_PLUGIN:
         vols.append(_host_path("device-plugins", f"{kubelet}/device-plugins", "Directory"))
+    if _runs_mps(operand, facts):
+        vols.append(_host_path("mps-root", mps_root(policy), "DirectoryOrCreate"))
+        vols.append(_host_path("mps-shm", _shm_dir(policy), "DirectoryOrCreate"))
     if operand in SHARES_PLUGIN_CONFIG and policy.device_plugin.config.name:
         vols.append({"name": "config", "configMap": {"name": policy.device_plugin.config.name}})
     if operand is GFD:
@@ -449,13 +501,37 @@ def _validation_init(policy: ClusterPolicySpec, check: str) -> dict[str, Any]:
     )
 
 
-def _init_containers(policy: ClusterPolicySpec, operand: Operand) -> list[dict[str, Any]]:
+def _shm_dir(policy: ClusterPolicySpec) -> str:
+    return f"{mps_root(policy).rstrip('/')}/shm"
+
+
+def _mps_shm_init(policy: ClusterPolicySpec) -> dict[str, Any]:
+    """The init container that makes ``<root>/shm`` a fresh tmpfs of half the node's memory on the
+    host (Bidirectional propagation), as NVIDIA's ``mps-control-daemon mount-shm`` does: the MPS
+    daemon and its clients meet in that ``/dev/shm``, and the host's ``/run`` is too small for it."""
+    shm = shlex.quote(_shm_dir(policy))  # the root is the policy's text, run by a privileged shell
+    script = (
+        f"umount {shm} 2>/dev/null; mkdir -p {shm} && "
+        "size=$(awk '/^MemTotal:/ {print int($2 / 2) \"k\"}' /proc/meminfo) && "
+        f'mount -t tmpfs -o "rw,nosuid,nodev,noexec,relatime,size=${{size:-65536k}}" shm {shm}'
+    )
+    return _container(
+        "mps-shm",
+        policy.device_plugin,
+        ["sh", "-c", script],
+        securityContext={"privileged": True},
+        volumeMounts=[{"name": "mps-root", "mountPath": mps_root(policy), "mountPropagation": "Bidirectional"}],
+    )
+
+
+def _init_containers(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> list[dict[str, Any]]:
     if operand is VALIDATOR:
         return [_validation_init(policy, check) for check in VALIDATIONS]
+    mps = [_mps_shm_init(policy)] if _runs_mps(operand, facts) else []
     if operand.waits_for is None or not policy.validator.enabled:
         # Without the validator nobody writes ready files: the links start unordered.
-        return []
-    return [_wait_init(policy, operand.waits_for)]
+        return mps
+    return [_wait_init(policy, operand.waits_for), *mps]
 
 
 def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
@@ -468,7 +544,7 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         "tolerations": [t.to_dict() for t in ds.tolerations],
         "affinity": node_affinity(operand),
         "containers": [_main_container(policy, operand, facts)],
-        "volumes": _volumes(operand, policy),
+        "volumes": _volumes(operand, policy, facts),
     }
     if ds.priority_class_name:
         pod_spec["priorityClassName"] = ds.priority_class_name
@@ -483,7 +559,9 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         pod_spec["hostPID"] = True
     if operand.state not in USES_API:
         pod_spec["automountServiceAccountToken"] = False
-    inits = _init_containers(policy, operand)
+    if _runs_mps(operand, facts):
+        pod_spec["hostPID"] = True
+    inits = _init_containers(policy, operand, facts)
     if inits:
         pod_spec["initContainers"] = inits
     if operand not in (DRIVER, TOOLKIT):

@@ -245,9 +245,17 @@ class ConfigRef(_Model):
 
 
 class MpsSpec(_Model):
-    """Where NVIDIA's MPS control daemon keeps its pipes on the host."""
+    """Where the MPS control daemons keep their pipes, logs and shared memory on the host."""
 
     root: str = "/run/nvidia/mps"
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        """A hostPath must be absolute; the API server would refuse the device plugin's DaemonSet."""
+        if not v.startswith("/"):
+            raise ValueError(f"{v!r} is not an absolute host path; give one such as /run/nvidia/mps")
+        return v
 
 
 class DevicePluginSpec(ImageSpec):

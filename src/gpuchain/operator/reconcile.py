@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from gpuchain.kube import (
     CLUSTER_POLICY,
+    CONFIGMAP,
     DAEMONSET,
     DEPLOYMENT,
     NODE,
@@ -40,12 +41,13 @@ from gpuchain.operator.operands import (
     MANAGED_SELECTOR,
     OPERANDS,
     Facts,
+    config_uses_mps,
     desired,
     enabled,
     has_nfd_labels,
     is_gpu_node,
 )
-from gpuchain.operator.policy import Problem, parse_policy
+from gpuchain.operator.policy import ClusterPolicySpec, Problem, parse_policy
 from gpuchain.operator.status import (
     StatusAndConditions,
     aside_status,
@@ -150,6 +152,18 @@ def active_policy(policies: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(policies, key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), name_of(p)))
 
 
+def _plugin_uses_mps(cluster: Cluster, policy: ClusterPolicySpec, namespace: str) -> bool:
+    """Whether the device plugin's ConfigMap (``devicePlugin.config.name``, in the operands'
+    namespace) shares a resource with MPS, so its DaemonSet needs the MPS mounts: one read per
+    pass, and only with a ConfigMap named. A ConfigMap edited later is seen on the next pass (the
+    resync at the latest)."""
+    config = policy.device_plugin
+    if not (config.enabled and config.config.name):
+        return False
+    found = cluster.get_or_none(CONFIGMAP, config.config.name, namespace)
+    return found is not None and config_uses_mps(found.get("data") or {})
+
+
 def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -> ReconcileResult:
     """Bring the cluster in line with ClusterPolicy ``name``; safe to call any number of times."""
     policies = cluster.list(CLUSTER_POLICY)
@@ -182,7 +196,8 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     # NVIDIA's operator ignores the deprecated operator.defaultRuntime and asks the nodes; so does gpuchain.
     os_tag = driver_os((name_of(n), labels_of(n)) for n in nodes if is_gpu_node(labels_of(n)))
     uid = str(policy["metadata"].get("uid") or "")
-    facts = Facts(namespace, name, uid, runtime_of(nodes) or "containerd", os_tag)
+    mps = _plugin_uses_mps(cluster, parsed, namespace)
+    facts = Facts(namespace, name, uid, runtime_of(nodes) or "containerd", os_tag, mps)
     live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
     # One list for the per-operand ServiceAccounts instead of a get each.
     live_sa = {

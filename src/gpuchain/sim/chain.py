@@ -11,10 +11,12 @@ functions over a SimBackend inventory, so the numbers are the ones the real code
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 from gpuchain.common.labels import GPU_PRESENT, MIG_CAPABLE
+from gpuchain.common.schema import validate
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
@@ -178,9 +180,8 @@ def backend_for(preset: str, node: str, driver_version: str | None, mig_layout: 
     """A SimBackend for one node: the preset, the node's driver version, its MIG layout applied."""
     topo = load_preset(preset, node)
     if driver_version:
-        topo = topo.model_copy(
-            update={"driver": DriverSpec(version=driver_version, cuda_version=cuda_for(driver_version))}
-        )
+        driver = DriverSpec(version=driver_version, cuda_version=cuda_for(driver_version))
+        topo = dataclasses.replace(topo, driver=driver)
     backend = SimBackend(topo)
     if mig_layout:
         mig_apply(backend, default_config(), mig_layout)
@@ -208,14 +209,14 @@ def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None
     body = scenario.device_plugin_configs.get(key)
     if body is None:
         return None
-    return apply_env(DevicePluginConfig.model_validate(body), env)
+    return apply_env(validate(DevicePluginConfig, body), env)
 
 
 def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dict[str, str]:
     """GFD's labels when strategy single meets a non-uniform layout (NVIDIA/k8s-device-plugin
     internal/lm/mig-strategy.go newInvalidMigStrategyLabeler): product ``<model>-MIG-INVALID``
     and count, replicas and memory 0."""
-    mixed = config.model_copy(update={"flags": config.flags.model_copy(update={"mig_strategy": MigStrategy.MIXED})})
+    mixed = dataclasses.replace(config, flags=dataclasses.replace(config.flags, mig_strategy=MigStrategy.MIXED))
     labels = dict(gfd_labels(inventory, mixed))
     model = labels.get("nvidia.com/gpu.product", "NVIDIA-GPU").split("-MIG-")[0]
     labels.update(

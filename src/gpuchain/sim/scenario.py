@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuchain.common.schema import validate
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
 from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.gpu.topology import preset_names
@@ -279,7 +280,7 @@ class Scenario(_Strict):
     def _valid_configs(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for key, body in value.items():
             try:
-                DevicePluginConfig.model_validate(body)
+                validate(DevicePluginConfig, body)
             except ValueError as exc:
                 raise ValueError(f"config {key!r} is not a valid device plugin config: {exc}") from None
         return value

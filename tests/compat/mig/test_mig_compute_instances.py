@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuchain.common.schema import validate
 from gpuchain.gpu import catalog
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import Topology
@@ -66,7 +67,7 @@ def _beyond_the_card(wanted: dict[str, int], gpu: catalog.GpuModel) -> bool:
 
 def test_every_configuration_mig_parted_tests_applies_unless_the_card_cannot_hold_it() -> None:
     cfg = parse_config(_as_mig_parted_file(), FIXTURE.name)
-    sim = SimBackend(Topology.model_validate({"node": "a100", "gpus": [{"model": "A100-40GB"}]}))
+    sim = SimBackend(validate(Topology, {"node": "a100", "gpus": [{"model": "A100-40GB"}]}))
     gpu = catalog.model("A100-40GB")
     applied = applied_split = refused = 0
     for i, wanted in enumerate(CONFIGS):

@@ -28,6 +28,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.common.schema import validate
 from gpuchain.gpu import catalog
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import Topology
@@ -88,7 +89,7 @@ def _mig_parted_outcome(cfg: MigPartedConfig, layout: str, gpu: catalog.GpuModel
 
 
 def _node(key: str) -> SimBackend:
-    return SimBackend(Topology.model_validate({"node": f"compat-{key.lower()}", "gpus": [{"model": key}]}))
+    return SimBackend(validate(Topology, {"node": f"compat-{key.lower()}", "gpus": [{"model": key}]}))
 
 
 def _run(cfg: MigPartedConfig, layout: str) -> tuple[int, int]:

@@ -90,6 +90,8 @@ class Stack:
     driver_root: str = ""
     #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
     precompiled_prefix: str = ""
+    #: the OS families the stack publishes driver container images for (() = it publishes none)
+    driver_image_os: tuple[str, ...] = ()
     #: "namespace/name" of an operand DaemonSet outside the stack's namespace -> its operand state
     #: (a second release of an operand, e.g. dcgm-exporter's own chart beside the operator)
     elsewhere: dict[str, str] = field(default_factory=dict)

@@ -43,6 +43,11 @@ CONTAINERS = {
     "gpu-feature-discovery": "gpu-feature-discovery",
     "mig-manager": "nvidia-mig-manager",
 }
+#: The OS families NVIDIA publishes driver images for: the image tag is ``<version>-<os><os version>``
+#: (NVIDIA/gpu-driver-container Makefile@25.01.21: ``IMAGE_TAG = $(IMAGE_VERSION)-$(DIST)``,
+#: ``DISTRIBUTIONS := ubuntu18.04 ubuntu20.04 ubuntu22.04 ubuntu24.04 ... rhel8 rhel9 flatcar fedora36
+#: sles15.3 precompiled_rhcos``). A node on any other OS has no driver image at any version.
+DRIVER_IMAGE_OS = ("ubuntu", "rhel", "rhcos", "flatcar", "fedora", "sles")
 #: NVIDIADriver-managed driver DaemonSets.
 DRIVER_PREFIX = "nvidia-gpu-driver-"
 #: Driver DaemonSets the operator makes per kernel and OS for precompiled drivers
@@ -129,5 +134,6 @@ def detect(snapshot: Snapshot) -> Stack | None:
         policy_resource=f"clusterpolicies.{POLICY_GROUP}",
         prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},
         precompiled_prefix=PRECOMPILED_PREFIX,
+        driver_image_os=DRIVER_IMAGE_OS,
         notes=tuple(notes),
     )

@@ -1,0 +1,100 @@
+"""The node agent's path never loads pydantic: its entry point, its flags and every role, running;
+nor typer, from the ``gpuchain`` executable to the agent's flags.
+
+pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
+the typer commands; a node agent needs none of it. Checked in a fresh interpreter: the test process
+itself has long imported pydantic.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+PROGRAM = r"""
+import asyncio, sys, tempfile
+from pathlib import Path
+
+from gpuchain import entry  # the console entry point, as `gpuchain node-agent` starts
+from gpuchain.commands import node_agent
+
+args = node_agent.parser().parse_args(["--backend", "sim", "--memory-cluster"])
+root = Path(tempfile.mkdtemp(prefix="gc-light-"))
+
+from gpuchain.agent.build import ROLES, build
+from gpuchain.agent.node import Node, open_gpus
+from gpuchain.agent.settings import (
+    DevicePluginSettings, DraPluginSettings, ExporterSettings, GfdSettings, GpuHealthSettings,
+    MigManagerSettings, NodeSettings, ValidatorSettings,
+)
+from gpuchain.agent.supervisor import RoleMetrics, Supervisor
+from gpuchain.kube.memory import MemoryCluster
+
+roles = {
+    "device-plugin": DevicePluginSettings(socket_dir=root / "dp"),
+    "gpu-health": GpuHealthSettings(resync=0.5),
+    "exporter": ExporterSettings(interval=0.2),
+    "gfd": GfdSettings(output_file=str(root / "gfd"), sleep_interval="1s", machine_type_file=str(root / "none")),
+    "mig-manager": MigManagerSettings(),
+    "dra-plugin": DraPluginSettings(
+        registry_dir=root / "reg", plugin_dir=root / "plugin", cdi_dir=root / "cdi", state_dir=root / "state"
+    ),
+    "validator": ValidatorSettings(directory=root / "validations"),
+}
+assert set(roles) == set(ROLES)
+
+
+async def main():
+    cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
+    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(node_name="n", metrics_port=0), lambda: cluster)
+    node.share(asyncio.get_running_loop())
+    supervisor = Supervisor([(name, lambda s=s: build(s, node)) for name, s in roles.items()])
+    node.metrics.add("node-agent", RoleMetrics(supervisor))
+    node.serve_metrics()
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop))
+    for _ in range(400):
+        if all(r.up for r in supervisor.roles):
+            break
+        await asyncio.sleep(0.05)
+    up = sorted(r.name for r in supervisor.roles if r.up)
+    stop.set()
+    await task
+    await node.close()
+    print(",".join(up))
+    print("pydantic" in sys.modules)
+
+
+asyncio.run(main())
+"""
+
+
+def test_the_node_agent_runs_every_role_without_pydantic(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    up, loaded = proc.stdout.split()
+    assert up == "device-plugin,dra-plugin,exporter,gfd,gpu-health,mig-manager,validator"
+    assert loaded == "False"
+
+
+def test_the_node_agent_command_itself_never_imports_pydantic_nor_typer() -> None:
+    """As a pod starts it: `gpuchain node-agent --help` goes through the console entry point."""
+    program = "import sys\nfrom gpuchain.entry import main\nsys.argv = ['gpuchain', 'node-agent', '--help']\n"
+    program += (
+        "try:\n    main()\nexcept SystemExit:\n    pass\nprint('pydantic' in sys.modules, 'typer' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "False False"
+    assert "--roles" in proc.stdout
+
+
+def test_a_node_agent_that_cannot_start_says_why_in_one_line() -> None:
+    """fail() ends the agent as it ends a typer command; the argparse entry turns that into the exit status."""
+    program = "import sys\nfrom gpuchain.entry import main\n"
+    program += "sys.argv = ['gpuchain', 'node-agent', '--backend', 'nvml', '--preset', 'h100-80gb-x8']\nmain()"
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "--preset and --topology apply to --backend sim only" in proc.stderr
+    assert "Traceback" not in proc.stderr

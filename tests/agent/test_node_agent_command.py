@@ -1,0 +1,85 @@
+"""`gpuchain node-agent` as a pod runs it: the device plugin registers with the kubelet while another
+role cannot start, the metrics endpoint says which, and SIGTERM stops every role cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from typer.testing import CliRunner
+
+from gpuchain.cli import app
+from gpuchain.common.scratch import scratch_dir
+from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
+
+GPU = "nvidia.com/gpu"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _metrics(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
+
+
+async def test_the_device_plugin_serves_while_another_role_cannot_start() -> None:
+    root = scratch_dir("gc-na-")
+    kubelet = KubeletPeer(root / "dp")
+    await kubelet.start()
+    port = _free_port()
+    args = [sys.executable, "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
+    args += ["--roles", "device-plugin,mig-manager,exporter", "--default-mig-config", "no-such-layout"]
+    args += ["--socket-dir", str(root / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", str(port)]
+    args += ["--nvml-release-dir", ""]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=60)
+        pod = await kubelet.admit("default", "train", [ContainerRequest("main", {GPU: 2})])
+        assert len(pod.containers[0].devices[GPU]) == 2
+
+        failing = 'gpuchain_node_agent_role_failing{role="mig-manager"} 1.0'
+        deadline = time.monotonic() + 60
+        while failing not in (text := await asyncio.to_thread(_metrics, port)):
+            assert time.monotonic() < deadline and proc.poll() is None, text
+            await asyncio.sleep(0.5)
+        assert 'gpuchain_node_agent_role_up{role="device-plugin"} 1.0' in text
+        assert "DCGM_FI_DEV_GPU_TEMP" in text  # the exporter's metrics on the same endpoint
+        assert proc.poll() is None
+
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "role mig-manager cannot start: default layout (DEFAULT_MIG_CONFIG): no layout" in err
+        assert "Traceback" not in err
+        assert not list((root / "dp").glob("nvidia-*.sock"))  # the plugin removed its socket
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_unknown_role_is_one_line() -> None:
+    result = CliRunner().invoke(app, ["node-agent", "--backend", "sim", "--roles", "device-plugin,dcgm"])
+    assert result.exit_code == 2
+    assert "--roles: unknown role(s) dcgm; choose from device-plugin, gpu-health" in result.stderr
+
+
+def test_the_default_backend_writes_nothing_to_the_node() -> None:
+    result = CliRunner().invoke(app, ["node-agent"])
+    assert result.exit_code == 2
+    assert "refusing to write simulated GPU results to this node" in result.stderr
