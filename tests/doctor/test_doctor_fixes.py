@@ -867,3 +867,84 @@ def test_a_gpu_that_stopped_answering_the_exporter_is_reset() -> None:
     _reset_gpu(exporter, before, "exporter.gpu-down", 3)
     after = _trust_report(sim, exporter)
     assert not after.findings and not after.broken
+
+
+def _warn(cluster: Cluster, pod: dict[str, Any], reason: str, message: str) -> None:
+    """A kubelet Warning Event about ``pod``, as `kubectl get events` lists it."""
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name_of(pod)}.{reason.lower()}", "namespace": namespace_of(pod)},
+            "involvedObject": {"kind": "Pod", "name": name_of(pod), "namespace": namespace_of(pod)},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+        }
+    )
+
+
+def _creating(cluster: Cluster, ds: str, node: str) -> dict[str, Any]:
+    """The ``ds`` pod on ``node`` left in ContainerCreating (its volumes never mounted)."""
+    pod = next(p for p in cluster.list(POD) if p["metadata"]["name"].startswith(ds) and p["spec"]["nodeName"] == node)
+    status = pod["status"]
+    for e in status.get("containerStatuses") or []:
+        e.update(ready=False, state={"waiting": {"reason": "ContainerCreating"}})
+    status.update(phase="Pending", conditions=[{"type": "Ready", "status": "False"}])
+    cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    return pod
+
+
+def test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand() -> None:
+    """Any operand that cannot mount the driver's host directory waits on the driver (issue 26, item 2):
+    on GKE the plugin's FailedMount for /home/kubernetes/bin/nvidia means no driver was installed."""
+    sim = build(parse_scenario("name: x\nstack: gke\nnodes:\n  - {name: a}\n  - {name: b}\n"))
+    pod = _creating(sim.cluster, "nvidia-gpu-device-plugin", "b")
+    _warn(
+        sim.cluster,
+        pod,
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "nvidia" : hostPath type check failed: /home/kubernetes/bin/nvidia '
+        "is not a directory",
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.not-installed", "driver", "b")]
+    assert "kubelet.hostpath-not-directory" in " ".join(roots[0].evidence)
+    assert "gpu-driver-version" in roots[0].fix and "daemonset-preloaded" in roots[0].fix
+
+
+def test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver() -> None:
+    """NVML failing under the plugin's Allocate (kubelet UnexpectedAdmissionError) is the driver's fault,
+    with the driver's repair (reboot, GSP firmware off), not a kubelet restart."""
+    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n"))
+    node = "a"
+    pod = {"metadata": {"name": "job-0", "namespace": "default"}, "spec": {"nodeName": node}}
+    _warn(
+        sim.cluster,
+        pod,
+        "UnexpectedAdmissionError",
+        "Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: rpc error: code = "
+        "Unknown desc = error getting list of preferred allocation devices: unable to retrieve list of available "
+        "devices: error creating nvml.Device 0: nvml: Unknown Error, which is unexpected",
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert [(f.id, f.link) for f in roots] == [("driver.gpu-unavailable", "driver")]
+    assert "NVreg_EnableGpuFirmware=0" in roots[0].fix and "restart kubelet" not in roots[0].fix
+    assert roots[0].action is not None and roots[0].action.op is FixOp.NODE
+
+
+def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
+    """NVIDIA/gpu-operator#287's class: MIG mode set on the host before the operator; the plugin and GFD
+    both fail and the MIG manager was never placed, so the fix puts it there with a layout."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a, preset: a100-40gb-x8}\n"))
+    unset = dict.fromkeys(("nvidia.com/gpu.deploy.mig-manager", "nvidia.com/mig.config", "nvidia.com/mig.config.state"))
+    sim.cluster.patch(NODE, "a", {"metadata": {"labels": unset}})
+    for ds in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery"):
+        _fail(sim, ds, "a")
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link) for f in roots] == [("mig.unmanaged", "mig")]
+    assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"

@@ -16,6 +16,7 @@ from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
     GPU_PRESENT,
+    MIG_CAPABLE,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
     MIG_CONFIG_STATE_REASON,
@@ -2043,14 +2044,19 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
     if state == "failed":
         back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+        known = catalog.known_error(log)
         return _finding(
             view,
             "mig.failed",
             Severity.ERROR,
             "mig",
-            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
-            evidence,
-            ctx.stack.render(back) + "   # or a layout this GPU supports",
+            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}"
+            + (f": {known.entry.cause}" if known else "."),
+            [*evidence, *(known.evidence("mig-manager log") if known else ())],
+            (f"# {known.entry.fix}   # or: " if known else "")
+            + ctx.stack.render(back)
+            + "   # or a layout this GPU supports; where the MIG mode change waits for a GPU reset the node cannot "
+            "do, reboot the node (WITH_REBOOT=true in the MIG manager's env lets it reboot itself)",
             back,
         )
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
@@ -2067,6 +2073,53 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
         cancel,
     )
+
+
+def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG-capable node the MIG manager was never placed on (no deploy label, no layout label) while
+    the operands that enumerate its GPUs fail with nothing the catalog knows: the GPUs' MIG mode was set
+    outside the cluster (before the operator came), so no one manages it (NVIDIA/gpu-operator#287)."""
+    if (
+        view.labels.get(MIG_CAPABLE) != "true"
+        or view.labels.get(MIG_CONFIG)
+        or deploy_label(MIG_MANAGER) in view.labels
+        or operand_daemonset(ctx, MIG_MANAGER) is None
+    ):
+        return None
+    failing = []
+    for operand in (DEVICE_PLUGIN, GFD):
+        pod = view.pod(operand)
+        if pod is None:
+            return None
+        state = pod_state(pod)
+        if not state.failing:
+            return None
+        if catalog.known_error(ctx.log(pod, state.container or ctx.container(operand)) + "\n" + state.message):
+            return None
+        failing.append(state.describe())
+    if len(failing) < 2:
+        # Both fail when the GPUs' MIG mode is the cause; one alone fails for its own reason (its config).
+        return None
+    manage = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(MIG_MANAGER): "true", MIG_CONFIG: "all-disabled"})
+    return _finding(
+        view,
+        "mig.unmanaged",
+        Severity.ERROR,
+        "mig",
+        "the node's GPUs are MIG-capable, the MIG manager was never placed on it (no "
+        f"{deploy_label(MIG_MANAGER)} label) and the operands that enumerate its GPUs fail: MIG mode was turned "
+        "on outside the cluster, so the GPUs carry no layout the device plugin and GFD can use.",
+        [f"{MIG_CAPABLE}=true, no {MIG_CONFIG} label, no {deploy_label(MIG_MANAGER)} label", *failing],
+        ctx.stack.render(manage) + "   # puts the MIG manager on the node; give it the layout you want instead of "
+        "all-disabled (e.g. nvidia.com/mig.config=all-1g.5gb), or turn MIG off on the host (nvidia-smi -mig 0)",
+        manage,
+    )
+
+
+def mig_root(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG state that stops the links above it (the device plugin, GFD and exporter wait for the
+    layout): a change that failed or hangs, or MIG on GPUs the MIG manager does not manage."""
+    return _mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
 
 
 def check_mig(ctx: Context, view: NodeView) -> Result:

@@ -17,6 +17,7 @@ is named first.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
@@ -28,12 +29,22 @@ from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
+#: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
+HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
+HOST_PATH = re.compile(r"hostPath type check failed: (\S+) is not a directory")
+#: Host directories that a lower link creates and operands mount (hostPath type Directory): the
+#: operator's driver root (NVIDIA/gpu-operator assets, driverInstallDir /run/nvidia/driver) and
+#: the toolkit's install dir (toolkit.installDir /usr/local/nvidia); a stack's own driver root is
+#: added from the adapter (GKE's /home/kubernetes/bin/nvidia).
+PROVIDED_BY = (("/run/nvidia/driver", "driver"), ("/usr/local/nvidia", "toolkit"), ("/run/nvidia/toolkit", "toolkit"))
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
 FINDING_OF = {
     "nvml.version-mismatch": "driver.version-mismatch",
     "cuda.compat-not-supported": "driver.too-old",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
+    "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
+    HOST_PATH_ENTRY: "driver.not-installed",
 }
 #: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
 #: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
@@ -142,6 +153,43 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     return out
 
 
+def provider_of(ctx: Context, path: str) -> str | None:
+    """The link that creates host directory ``path`` (None when no link of the chain does)."""
+    owners = ((ctx.stack.driver_root, "driver"), *PROVIDED_BY) if ctx.stack.driver_root else PROVIDED_BY
+    return next((link for root, link in owners if path == root or path.startswith(root.rstrip("/") + "/")), None)
+
+
+def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
+    """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
+    (FailedMount events): witnesses for the link that creates the directory, never for their own."""
+    out = []
+    for pod in view.operand_pods.values():
+        said = [
+            str(e.get("message", ""))
+            for e in view.events
+            if e.get("reason") == "FailedMount" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+        ]
+        if any(HOST_PATH.search(m) for m in said):
+            container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
+            out.append(Failure(pod, container, "ContainerCreating (FailedMount)", "\n".join(said), False, 0))
+    return out
+
+
+def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
+    """GPU pods the kubelet rejected at admission (UnexpectedAdmissionError) with a message that proves a
+    link broken wherever it shows: the device plugin only relays what NVML told it."""
+    out = []
+    for e in view.events:
+        obj = e.get("involvedObject") or {}
+        said = str(e.get("message", ""))
+        if e.get("reason") != "UnexpectedAdmissionError" or not catalog.find(said, *ANYWHERE):
+            continue
+        pod = next((p for p in view.workloads if name_of(p) == obj.get("name")), None)
+        stub: Obj = pod or {"metadata": {"name": obj.get("name", ""), "namespace": obj.get("namespace", "")}}
+        out.append(Failure(stub, "", "UnexpectedAdmissionError", said, False, 0))
+    return out
+
+
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
     """The catalog entry that proves a link broken whatever pod shows it, the link, and the line;
     None when no line of ``text`` is such a message."""
@@ -152,11 +200,19 @@ def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
         found = catalog.find(text, e.id)
         if found is not None:
             return e, link, found.line
+    mount = HOST_PATH.search(text)
+    owner = provider_of(ctx, mount.group(1)) if mount else None
+    if mount and owner:
+        entry = catalog.entry(HOST_PATH_ENTRY)
+        return entry, owner, next(ln.strip() for ln in text.splitlines() if HOST_PATH.search(ln))
     return None
 
 
-def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure) -> tuple[Fix | None, str]:
-    """The repairing change for a failure that proves ``link`` broken, through the stack's renderer."""
+def _fix(
+    ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
+) -> tuple[Fix | None, str]:
+    """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
+    checks' own for the failures they know, else the catalog entry's fix."""
     ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
     rerun = f"kubectl -n {ns} delete pod {name_of(failure.pod)}"
     if finding_id == "driver.version-mismatch":
@@ -200,6 +256,20 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
+    elif finding_id == "driver.not-installed":
+        install = ctx.stack.driver_install or (
+            f"replace the node with one built from {ctx.stack.node_image}"
+            if ctx.stack.node_image
+            else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
+            f"in {ctx.policy_ref})"
+            if ctx.policy_obj is not None
+            else "install the NVIDIA driver on the node"
+        )
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"{install}; then {rerun}", NOT_SIMULATED: "a missing host directory is a fact of the node"},
+        )
     elif finding_id == NOT_ON_NODE_IMAGE:
         action = Fix(
             FixOp.NODE,
@@ -225,6 +295,12 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },
         )
+    elif entry is not None:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"{entry.fix}; then {rerun}", NOT_SIMULATED: "the catalog's repair is a fact of the node"},
+        )
     else:
         # No repair is known for this failure: running the validation again is the one action.
         pod = name_of(failure.pod)
@@ -236,7 +312,13 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
 def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
     catalog, or by being that link's validation), as a root finding; None when none does."""
-    for failure in [*failures(ctx, view), *running_says(ctx, view), *refused_workloads(ctx, view)]:
+    for failure in [
+        *failures(ctx, view),
+        *running_says(ctx, view),
+        *refused_workloads(ctx, view),
+        *mount_waits(ctx, view),
+        *admission_refused(ctx, view),
+    ]:
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
         # it validates: the pod that carries it fails to start, which its own link's check reports.
@@ -248,6 +330,8 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
         if known is not None:
             entry, _, line = known
             finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
+            if entry.id == HOST_PATH_ENTRY and proves != "driver":
+                finding_id = f"{proves}.not-installed"
             cause = entry.cause
             evidence += [f"says: {line}", entry.cite()]
         else:
@@ -259,7 +343,7 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
             said = catalog.find(failure.text)
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
-        action, fix = _fix(ctx, view, finding_id, link, failure)
+        action, fix = _fix(ctx, view, finding_id, link, failure, known[0] if known else None)
         return Finding(finding_id, Severity.ERROR, link, cause, tuple(evidence), fix, view.name, action=action)
     return None
 

@@ -88,6 +88,8 @@ class Stack:
     node_image: str = ""
     #: where the node image installs the driver on the host, for operands that must mount it ("" = /)
     driver_root: str = ""
+    #: how a user installs the driver on a node of this stack where it is missing ("" = the generic advice)
+    driver_install: str = ""
     #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
     precompiled_prefix: str = ""
     #: the OS families the stack publishes driver container images for (() = it publishes none)
