@@ -6,6 +6,7 @@ action, and the simulator applies that action too."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -948,3 +949,55 @@ def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
     roots = [f for f in report.findings if f.root]
     assert [(f.id, f.link) for f in roots] == [("mig.unmanaged", "mig")]
     assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"
+
+
+def _released_beside(tmp_path: Path, ds: str, namespace: str, image: str, log: str, labels: str = "") -> Report:
+    """A standalone-plugin cluster with a release of its own of ``ds`` (in ``namespace``) whose one pod runs
+    ready and logs ``log``; the doctor's report on it. Built with the held-out sets' edits (tests/sim/heldout)."""
+    from sim.heldout import harness
+
+    doc = f"""
+name: x
+source: gpuchain#0
+base:
+  stack: nvidia-device-plugin
+  nodes: [{{name: a, preset: l4-x2, hostDriver: 550.90.07}}]
+edits:
+  - {{do: add-daemonset, namespace: {namespace}, name: {ds}, image: {image}, containers: [main], nodes: [a]}}
+  - {{do: pod, daemonset: {ds}, namespace: {namespace}, node: a, logs: {{main: {json.dumps(log)}}}}}
+{labels}
+expect: {{root: none, nodes: []}}
+"""
+    path = tmp_path / "x.yaml"
+    path.write_text(doc)
+    case = harness.load(path)
+    return run_doctor(case.cluster, reader=case.read_log)
+
+
+def test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter(tmp_path: Path) -> None:
+    """NVIDIA/dcgm-exporter's pod-resources client cannot reach the kubelet's socket: the pod runs, no
+    metrics carry pods; its own link, with the catalog's repair (the chart's kubeletPath)."""
+    line = (
+        "level=error msg=\"Failed to collect metrics; err: failure connecting to '/var/lib/kubelet/pod-resources/"
+        "kubelet.sock'; err: context deadline exceeded\""
+    )
+    report = _released_beside(tmp_path, "dcgm-exporter", "monitoring", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3", line)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("exporter.running-with-errors", "exporter", "a")]
+    assert "kubeletPath" in roots[0].fix and "dcgm-exporter.pod-resources-connect" in " ".join(roots[0].evidence)
+
+
+def test_a_running_gfd_without_labels_whose_log_says_why_is_gfd(tmp_path: Path) -> None:
+    """gpu-feature-discovery that found no GPU at its start runs on with no label written: its own link."""
+    unlabel = "  - {do: node, node: a, labels: {nvidia.com/gpu.product: null}}"
+    report = _released_beside(
+        tmp_path,
+        "gpu-feature-discovery",
+        "node-feature-discovery",
+        "nvcr.io/nvidia/gpu-feature-discovery:v0.8.2",
+        "W0101 00:00:00.000000 1 main.go:275] No labels generated from any source",
+        unlabel,
+    )
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("gfd.running-with-errors", "gfd", "a")]
+    assert "delete pod" in roots[0].fix

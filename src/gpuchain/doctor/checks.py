@@ -30,6 +30,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState,
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, start_refused, unschedulable_message
+from gpuchain.doctor.snapshot import PRODUCT as PRODUCT  # re-exported: the planner reads it here
 from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -52,7 +53,6 @@ from gpuchain.remediation.gpuloop import loop_evidence
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
-PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 #: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
 NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
@@ -1807,6 +1807,35 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
 
 
+#: The finding of an operand that runs ready while its log says its own work fails, by link.
+RUNNING_WITH_ERRORS = {"exporter": "exporter.running-with-errors", "gfd": "gfd.running-with-errors"}
+
+
+def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what: str) -> Result | None:
+    """A ready pod whose log (read for one pod per troubled DaemonSet, snapshot._log_candidates) holds an
+    error the catalog knows for this pod's own link: it runs, but its product (metrics, labels) is not made."""
+    finding_id = RUNNING_WITH_ERRORS.get(link)
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    found = catalog.known_error("\n".join(ctx.log(pod, n) for n in names)) if finding_id else None
+    if finding_id is None or found is None or found.entry.link != link:
+        return None
+    return Result(
+        LinkState.BROKEN,
+        f"{what} Running, but its log says it fails",
+        (
+            _finding(
+                view,
+                finding_id,
+                Severity.ERROR,
+                link,
+                f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
+                [f"pod {name_of(pod)}: Running", *found.evidence()],
+                f"# {found.entry.fix}",
+            ),
+        ),
+    )
+
+
 def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str) -> Result:
     pod = view.pod(operand)
     if pod is None:
@@ -1816,7 +1845,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
         return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
     state = pod_state(pod)
     if state.ready:
-        return Result(LinkState.OK, f"{what} Running")
+        return _running_with_errors(ctx, view, pod, link, what) or Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
     if operand is DCGM_EXPORTER:
         known = _exporter_failure(ctx, view, pod, state, log)
@@ -1952,12 +1981,21 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         evidence.append(f"no {NFD_PREFIX}* label on {view.name}")
         fix = ctx.stack.render(install) + _nfd_hint(ctx)
     else:
-        action = None
+        # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
+        # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
+        gfd = view.pod(GFD) or {}
+        ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
+        again = Fix(FixOp.DELETE, f"{ns}/{name_of(gfd)}", {"kind": "Pod", "namespace": ns, "name": name_of(gfd)})
+        action = again
         cause = (
             "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors on GPU "
-            "model or memory match nothing; NFD runs here, so its master refuses or drops the labels."
+            "model or memory match nothing; NFD runs here, so GFD did not label (it found no GPU through NVML when "
+            "it started, e.g. before the driver was ready) or nfd-master drops its labels."
         )
-        fix = "let nfd-master accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+        fix = ctx.stack.render(again) + (
+            "   # a new GFD pod labels the node from NVML again; if the labels still do not appear, let nfd-master "
+            "accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+        )
     return Result(
         LinkState.BROKEN,
         "no nvidia.com/gpu.* labels",

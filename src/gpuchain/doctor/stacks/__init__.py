@@ -57,7 +57,7 @@ VALIDATIONS = {
 }
 #: Images of operands a stack may find installed beside it as their own release, in any namespace
 #: (dcgm-exporter's own Helm chart beside the GPU Operator, NVIDIA/dcgm-exporter deployment/).
-STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter"}
+STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter", "gpu-feature-discovery": "gpu-feature-discovery"}
 
 
 #: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
