@@ -1001,3 +1001,21 @@ def test_a_running_gfd_without_labels_whose_log_says_why_is_gfd(tmp_path: Path) 
     roots = [f for f in report.findings if f.root]
     assert [(f.id, f.link, f.node) for f in roots] == [("gfd.running-with-errors", "gfd", "a")]
     assert "delete pod" in roots[0].fix
+
+
+def test_a_driver_failure_no_entry_knows_quotes_the_line_and_names_the_next_action() -> None:
+    """Issue 26, item 3: a driver log line the catalog does not know is quoted in the fix with the action a
+    person takes for the driver link (packages, precompiled driver), never "run it again" alone."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
+    line = "Error: Unable to frobnicate the widget for kernel 9.9.9"
+    _fail(
+        sim,
+        "nvidia-driver-daemonset",
+        "a",
+        main="nvidia-driver-ctr",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.not-ready", "driver")
+    assert line in found.fix and "usePrecompiled" in found.fix
+    assert "knows no repair" not in found.fix and pastes(found.fix)

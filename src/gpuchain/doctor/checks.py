@@ -25,7 +25,7 @@ from gpuchain.common.labels import (
 )
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
-from gpuchain.doctor.evidence import ANYWHERE
+from gpuchain.doctor.evidence import ANYWHERE, next_step
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
@@ -857,11 +857,12 @@ def _not_ready(
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return _known_not_ready(view, link, what, state, known)
-    # Nothing known: the line itself is reported as unrecognised (evidence.unrecognised); restarting the
-    # pod is the one action, and it is said as no repair.
+    # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
+    # the link's next action; the pod is run again after it.
     again = Fix(
         FixOp.DELETE, f"{ctx.namespace}/{state.name}", {"kind": "Pod", "namespace": ctx.namespace, "name": state.name}
     )
+    line = catalog.unknown_error(log) or ""
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -871,9 +872,10 @@ def _not_ready(
                 f"{link}.not-ready",
                 Severity.ERROR,
                 link,
-                cause + " gpuchain does not recognise the failure, so it has no change to propose.",
-                [state.describe(), state.message],
-                ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure",
+                cause + " gpuchain does not recognise the failure.",
+                [state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
+                f"# {next_step(ctx, link, line)}; the pod retries by itself ({ctx.stack.render(again)} starts it "
+                "at once)",
             ),
         ),
     )

@@ -153,6 +153,34 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     return out
 
 
+def next_step(ctx: Context, link: str, line: str) -> str:
+    """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
+    none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
+    said = f"its last error line is {line!r}, which gpuchain's catalog does not know" if line else "it left no log line"
+    policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
+    steps = {
+        "driver": ctx.stack.driver_install
+        or (
+            "the driver container builds the module from the node's kernel packages: correct what the line names "
+            f"(package repositories, entitlement, kernel headers), or switch to a precompiled driver "
+            f"(spec.driver.usePrecompiled=true{policy}) or a driver installed on the host"
+            if ctx.policy_obj is not None
+            else "reinstall the node's NVIDIA driver for its running kernel (the distribution's packages), and reboot"
+        ),
+        "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
+        f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
+        "(nvidia-ctk runtime configure) and turn the operator's toolkit off",
+        "device-plugin": "run the device plugin release the stack ships (its image tag in the chart or ClusterPolicy; "
+        "a newer release where the line is a fixed upstream bug) with the node's GPUs and driver it supports",
+        "gfd": "run the gpu-feature-discovery release the stack ships (a newer one where the line is a fixed upstream "
+        "bug)",
+        "exporter": "run the dcgm-exporter release the stack ships, with the driver it supports",
+        "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
+        "change takes effect",
+    }
+    return f"{said}; next: {steps.get(link, 'correct what the line names on the node')}"
+
+
 def provider_of(ctx: Context, path: str) -> str | None:
     """The link that creates host directory ``path`` (None when no link of the chain does)."""
     owners = ((ctx.stack.driver_root, "driver"), *PROVIDED_BY) if ctx.stack.driver_root else PROVIDED_BY
@@ -302,10 +330,11 @@ def _fix(
             {"action": f"{entry.fix}; then {rerun}", NOT_SIMULATED: "the catalog's repair is a fact of the node"},
         )
     else:
-        # No repair is known for this failure: running the validation again is the one action.
+        # No repair is known for this failure: the line it left and the link's next action, then run it again.
         pod = name_of(failure.pod)
         rerun_it = Fix(FixOp.DELETE, f"{ns}/{pod}", {"kind": "Pod", "namespace": ns, "name": pod})
-        return None, ctx.stack.render(rerun_it) + "   # runs the validation again; gpuchain knows no repair for it"
+        line = catalog.unknown_error(failure.text) or ""
+        return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)
 
 
