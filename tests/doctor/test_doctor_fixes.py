@@ -1019,3 +1019,21 @@ def test_a_driver_failure_no_entry_knows_quotes_the_line_and_names_the_next_acti
     assert (found.id, found.link) == ("driver.not-ready", "driver")
     assert line in found.fix and "usePrecompiled" in found.fix
     assert "knows no repair" not in found.fix and pastes(found.fix)
+
+
+def test_a_failing_validation_whose_message_the_catalog_knows_gets_the_entrys_repair() -> None:
+    """The validator's driver-validation without a host driver: the driver link, with the catalog entry's
+    repair (install the host driver or let the operator install it), not a rerun of the validation."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
+    line = 'time="2026-01-01T00:00:00Z" level=error msg="failed to find an executable \'nvidia-smi\' on the host"'
+    _fail(
+        sim,
+        "nvidia-operator-validator",
+        "a",
+        init="driver-validation",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.validation-failed", "driver")
+    assert "gpu-operator.validator-no-host-nvidia-smi" in " ".join(found.evidence)
+    assert "spec.driver.enabled=true" in found.fix and found.action is not None

@@ -356,6 +356,7 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
         if proves != link:
             continue
         evidence = [failure.describe()]
+        said = None
         if known is not None:
             entry, _, line = known
             finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
@@ -369,10 +370,12 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
                 f"the {failure.container} init container, which proves the {link} link on this node, fails to run "
                 f"({failure.reason}); every operand that waits for its ready file waits behind it."
             )
-            said = catalog.find(failure.text)
+            said = catalog.known_error(failure.text)
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
-        action, fix = _fix(ctx, view, finding_id, link, failure, known[0] if known else None)
+        # A validation's message the catalog knows (scope component) gives its repair as well.
+        told = known[0] if known else said.entry if said is not None and said.entry.link == link else None
+        action, fix = _fix(ctx, view, finding_id, link, failure, told)
         return Finding(finding_id, Severity.ERROR, link, cause, tuple(evidence), fix, view.name, action=action)
     return None
 
