@@ -934,6 +934,7 @@ def test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver() -> N
     roots = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
     assert [(f.id, f.link) for f in roots] == [("driver.gpu-unavailable", "driver")]
     assert "NVreg_EnableGpuFirmware=0" in roots[0].fix and "restart kubelet" not in roots[0].fix
+    assert not any(f.id == "workload.admission-failed" for f in report.findings), "no kubelet restart beside it"
     assert roots[0].action is not None and roots[0].action.op is FixOp.NODE
 
 

@@ -2193,6 +2193,10 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     if not refused:
         return None
     message = str(refused[0].get("message", ""))
+    if catalog.find(message, *ANYWHERE):
+        # A message that proves a lower link broken (NVML failing under the plugin): the walk names that
+        # link as the root with its repair (evidence.admission_refused); a kubelet restart would not help.
+        return None
     pods = sorted(
         {
             f"{(e.get('involvedObject') or {}).get('namespace')}/{(e.get('involvedObject') or {}).get('name')}"
