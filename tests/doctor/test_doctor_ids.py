@@ -43,6 +43,7 @@ CLUSTER_TESTS = {
     "mig.unmanaged": "test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link",
     "exporter.running-with-errors": "test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter",
     "gfd.running-with-errors": "test_a_running_gfd_without_labels_whose_log_says_why_is_gfd",
+    "device-plugin.dra-conflict": "test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

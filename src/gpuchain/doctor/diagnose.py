@@ -28,6 +28,7 @@ from gpuchain.doctor.checks import (
     plugin_off_gpu_nodes,
 )
 from gpuchain.doctor.context import Context, NodeView, index
+from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, unrecognised
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
@@ -435,6 +436,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings += [f for c in chains for f in c.findings]
     findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
     findings += _version_skew(ctx)
+    findings += dra_conflicts(snapshot, ctx.stack)
     findings += _pending(ctx, chains)
     return Report(
         chains,
