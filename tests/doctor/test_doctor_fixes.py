@@ -1095,3 +1095,47 @@ def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -
     link = next(lk for lk in chain.links if lk.name == "device-plugin")
     assert link.state.value == "ok" and "DRA driver" in link.summary, link
     assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()
+
+
+def _upgrading(tmp_path: Path, state: str, driver_pod: str) -> Report:
+    """Three GPU Operator nodes in a rolling driver upgrade (one at a time): a-0 done, a-1 in ``state`` with
+    its driver pod as ``driver_pod`` (held-out edit YAML), a-2 waiting its turn."""
+    from sim.heldout import harness
+
+    doc = f"""
+name: x
+source: gpuchain#0
+base:
+  stack: gpu-operator
+  nodes: [{{name: a, count: 3, preset: l4-x2}}]
+edits:
+  - {{do: node, node: a-0, labels: {{nvidia.com/gpu-driver-upgrade-state: upgrade-done}}}}
+  - {{do: node, node: a-1, labels: {{nvidia.com/gpu-driver-upgrade-state: {state}}}, unschedulable: true}}
+  - {{do: node, node: a-2, labels: {{nvidia.com/gpu-driver-upgrade-state: upgrade-required}}}}
+  - {{do: pod, daemonset: nvidia-driver-daemonset, node: a-1, {driver_pod}}}
+expect: {{root: none, nodes: []}}
+"""
+    path = tmp_path / "x.yaml"
+    path.write_text(doc)
+    case = harness.load(path)
+    return run_doctor(case.cluster, reader=case.read_log)
+
+
+@pytest.mark.parametrize("state", ["pod-restart-required", "validation-required"])
+def test_a_driver_pod_the_upgrade_restarts_is_information_not_a_fault(tmp_path: Path, state: str) -> None:
+    """NVIDIA's upgrade controller deleted the old driver pod (pod-restart-required) or waits for the new one
+    to validate: the new pod in its driver-manager init container is the upgrade at work."""
+    starting = "phase: Pending, init: [{name: k8s-driver-manager, state: {running: true}}]"
+    report = _upgrading(tmp_path, state, starting)
+    assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()
+    (info,) = [f for f in report.findings if f.id == "driver.upgrading"]
+    assert (info.node, info.severity, info.action) == ("a-1", Severity.INFO, None)
+    chain = next(c for c in report.chains if c.node == "a-1")
+    assert [lk.state.value for lk in chain.links][:2] == ["broken", "not-reached"]  # the links above wait
+
+
+def test_a_driver_pod_that_fails_during_the_upgrade_is_still_judged(tmp_path: Path) -> None:
+    crash = "containers: [{name: nvidia-driver-ctr, state: {waiting: CrashLoopBackOff}, last: {terminated: Error}}]"
+    report = _upgrading(tmp_path, "pod-restart-required", crash)
+    assert [f.id for f in report.findings if f.root and f.severity is Severity.ERROR] == ["driver.not-ready"]
+    assert not [f for f in report.findings if f.id == "driver.upgrading"]

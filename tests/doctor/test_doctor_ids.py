@@ -31,6 +31,7 @@ CLUSTER_TESTS = {
     "workload.runtime-hook-failed": "test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work",
     "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
+    "driver.upgrading": "test_a_driver_pod_the_upgrade_restarts_is_information_not_a_fault",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",

@@ -50,6 +50,7 @@ from gpuchain.operator.operands import (
     deploy_label,
     enabled,
 )
+from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
 from gpuchain.remediation.gpuloop import loop_evidence
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
@@ -1028,6 +1029,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     state = pod_state(pod)
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    restarting = _driver_upgrade_restart(ctx, view, state)
+    if restarting is not None:
+        return restarting
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
     conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
@@ -1179,6 +1183,30 @@ def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
         relabel,
         fix,
     )
+
+
+def _driver_upgrade_restart(ctx: Context, view: NodeView, state: PodState) -> Result | None:
+    """A driver pod that is not ready because the upgrade controller is restarting it: the node's
+    ``nvidia.com/gpu-driver-upgrade-state`` says the old pod was deleted on purpose (pod-restart-required)
+    or the new one is being validated (validation-required), and the pod is on its way, not failing.
+    That is the upgrade at work, information; the links above wait for it. A pod that fails, or a node
+    the controller marks upgrade-failed, is judged as any other."""
+    upgrading = view.labels.get(UPGRADE_STATE, "")
+    if upgrading not in (POD_RESTART, VALIDATION) or state.failing:
+        return None
+    finding = _finding(
+        view,
+        "driver.upgrading",
+        Severity.INFO,
+        "driver",
+        f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the node "
+        "resumes once the new driver validates and the controller uncordons it.",
+        [f"label {UPGRADE_STATE}={upgrading}", state.describe()],
+        f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
+        "stays in this state past spec.driver.upgradePolicy.podDeletion.timeoutSeconds, the controller marks it "
+        "upgrade-failed and the doctor judges the driver pod then",
+    )
+    return Result(LinkState.BROKEN, f"driver upgrade in progress ({upgrading})", (finding,))
 
 
 def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, holders: list[str]) -> Known | None:
@@ -1357,6 +1385,11 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
     said = catalog.find(log, *CONFIG_MISSING)
+    if configs is None and state is not None and state.ready and said is None:
+        # No ClusterPolicy names the plugin's ConfigMap (a standalone plugin's chart mounts its own), so
+        # the doctor cannot see the configs; a missing key stops the plugin (its config-manager fails),
+        # and this one runs and says nothing of it: the label names a config the plugin has.
+        return None
     where = (
         f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
         if cm
