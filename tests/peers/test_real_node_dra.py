@@ -67,6 +67,9 @@ def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
             60,
         )
     kubelet_root = node.workdir / "kubelet"
+    # The log file is the node's for the session (appended to): an earlier test's plugin already wrote
+    # its registration line there, so only what this one writes counts.
+    earlier = len(node.log("dra-plugin"))
     plugin = node.spawn(
         "dra-plugin",
         [GPUCHAIN, "dra-plugin", "--backend", "sim", "--preset", PRESET, "--node-name", node.name,
@@ -80,7 +83,7 @@ def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
     def registered() -> bool:
         if plugin.poll() is not None:
             raise RuntimeError(f"dra-plugin exited {plugin.returncode}:\n{node.log('dra-plugin')[-3000:]}")
-        return REGISTERED in node.log("dra-plugin")
+        return REGISTERED in node.log("dra-plugin")[earlier:]
 
     try:
         wait_for("the kubelet's registration of the DRA driver", registered, 60)
