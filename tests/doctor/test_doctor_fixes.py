@@ -374,7 +374,8 @@ def test_the_toolkit_socket_fix_sets_the_distributions_paths_in_the_policy() -> 
 
 def test_an_unknown_failure_has_no_invented_fix() -> None:
     """A log line gpuchain does not know: the finding says so and carries no action."""
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     sim = build(load_scenario("op-plugin-inotify"))
     snap = gather(sim.cluster)
@@ -668,7 +669,8 @@ def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
     """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
     names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
     from gpuchain.doctor import diagnose
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     sim = build(load_scenario("op-runtime-not-configured"))
     snap = gather(sim.cluster)
@@ -788,7 +790,7 @@ class _ExporterNode:
     def scrape(self, at: float | None = None) -> Any:
         import time
 
-        from gpuchain.doctor.snapshot import Scrape
+        from gpuchain.doctor.structs import Scrape
         from gpuchain.exporter.exposition import render
 
         return Scrape(render(self.collector.registry).decode(), time.time() if at is None else at)
@@ -796,7 +798,8 @@ class _ExporterNode:
 
 def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) -> Report:
     from gpuchain.doctor import diagnose
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     snap = gather(sim.cluster)
     return diagnose(Snapshot(**{**snap.__dict__, "scrapes": {exporter.node: exporter.scrape(at)}}))

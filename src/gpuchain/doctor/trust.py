@@ -26,11 +26,11 @@ nothing here.
 
 from __future__ import annotations
 
-from gpuchain.doctor.checks import Result
-from gpuchain.doctor.checks import check_exporter as check_exporter_pod
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result
+from gpuchain.doctor.links.exporter import check_exporter as check_exporter_pod
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.snapshot import Scrape
+from gpuchain.doctor.structs import Scrape
 from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.top import NodeTop, top_view
 from gpuchain.kube.objects import Obj
@@ -153,7 +153,7 @@ def _age(age: float | None) -> str:
 
 
 def check_exporter(ctx: Context, view: NodeView) -> Result:
-    """The exporter link: its pod (`checks.check_exporter`), then, where the pod is ready and its
+    """The exporter link: its pod (`links.exporter.check_exporter`), then, where the pod is ready and its
     scrape was read, the trust signals in it."""
     result = check_exporter_pod(ctx, view)
     scrape = ctx.snapshot.scrapes.get(view.name)
