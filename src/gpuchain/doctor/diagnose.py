@@ -308,7 +308,7 @@ def _version_skew(ctx: Context) -> list[Finding]:
         # The policy names the majority's version (or is not in the dump while driver containers
         # run): the minority's driver pods are stale.
         pod = next((v.pod(DRIVER) for v in ctx.views if v.name == first and v.pod(DRIVER) is not None), None)
-        restart = f"kubectl -n {ctx.namespace} delete pod {name_of(pod) if pod else '<driver pod>'}"
+        restart = ctx.stack.render(Fix.delete_pod(ctx.namespace, name_of(pod) if pod else "<driver pod>"))
         action = Fix(
             FixOp.NODE,
             first,

@@ -158,10 +158,6 @@ class Stack:
         """The active policy's name ("" when the stack has none)."""
         return name_of(self.policy_obj) if self.policy_obj else ""
 
-    def patch_policy(self, patch: str) -> str:
-        """The kubectl command that merge-patches this stack's policy."""
-        return f"kubectl patch {self.policy_resource} {self.policy_name} --type merge -p '{patch}'"
-
     def render(self, fix: Fix) -> str:
         """The fix as the commands a person runs on this stack (its names, its namespace)."""
         ch = fix.changes
@@ -177,6 +173,18 @@ class Stack:
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
+        if fix.op is FixOp.RESTART_DAEMONSET:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} rollout restart ds/{name}"
+        if fix.op is FixOp.SET_ENV:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} set env ds/{name} " + " ".join(f"{k}={v}" for k, v in ch["env"].items())
+        if fix.op is FixOp.SET_LIMITS:
+            ns, _, name = fix.target.partition("/")
+            limits = ",".join(f"{k}={v}" for k, v in ch["limits"].items())
+            return f"kubectl -n {ns} set resources ds/{name} -c {ch['container']} --limits={limits}"
+        if fix.op is FixOp.UNINSTALL:
+            return f"helm -n {ch['namespace']} uninstall {ch['release']}"
         if fix.op is FixOp.CREATE:
             return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
         # Work outside the cluster is said as a shell comment, so the whole line still pastes.

@@ -138,15 +138,10 @@ def restart_operator(ctx: Context, operator: Obj | None) -> tuple[Fix | None, st
     the operator) at its next reconcile."""
     if operator is not None:
         state = pod_state(operator)
-        restart = Fix(
-            FixOp.DELETE,
-            f"{ctx.namespace}/{state.name}",
-            {
-                "kind": "Pod",
-                "namespace": ctx.namespace,
-                "name": state.name,
-                NOT_SIMULATED: "the simulator runs no operator that would recreate the DaemonSet",
-            },
+        restart = Fix.delete_pod(
+            ctx.namespace,
+            state.name,
+            **{NOT_SIMULATED: "the simulator runs no operator that would recreate the DaemonSet"},
         )
         return (
             restart,
@@ -250,11 +245,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
     else:
         why = f"{state.status}" + (f" ({state.message})" if state.message else "")
         known = catalog.known_error(state.last_log)
-        again = Fix(
-            FixOp.DELETE,
-            f"{ctx.namespace}/{state.name}",
-            {"kind": "Pod", "namespace": ctx.namespace, "name": state.name},
-        )
+        again = Fix.delete_pod(ctx.namespace, state.name)
         fix = (
             f"# {known.entry.fix}"
             if known

@@ -221,8 +221,8 @@ def _count_findings(
                 f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout {layout}): "
                 "each GPU is cut into isolated slices, so this count is expected, not a fault.",
                 [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
-                f"kubectl label node {view.name} {MIG_CONFIG}=all-disabled --overwrite"
-                "   # only if whole GPUs are wanted",
+                ctx.stack.render(Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"}))
+                + "   # only if whole GPUs are wanted",
             )
         )
     return findings
@@ -237,8 +237,10 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     else:
         action = None
         fix = (
-            f"kubectl -n {ctx.namespace} set env ds/{ctx.ds(DEVICE_PLUGIN)} MIG_STRATEGY=mixed   "
-            "# or give every GPU the same MIG profile"
+            ctx.stack.render(
+                Fix(FixOp.SET_ENV, f"{ctx.namespace}/{ctx.ds(DEVICE_PLUGIN)}", {"env": {"MIG_STRATEGY": "mixed"}})
+            )
+            + "   # or give every GPU the same MIG profile"
         )
     return Result(
         LinkState.BROKEN,
@@ -321,15 +323,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
         # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
         # a new pod registers anew, as the plugin does on its own when kubelet.sock is created again.
-        restart = (
-            Fix(
-                FixOp.DELETE,
-                f"{ctx.namespace}/{state.name}",
-                {"kind": "Pod", "namespace": ctx.namespace, "name": state.name, "fact": "registration"},
-            )
-            if state is not None
-            else None
-        )
+        restart = Fix.delete_pod(ctx.namespace, state.name, fact="registration") if state is not None else None
         present = gpus_present(view)
         cause = (
             "the node has GPUs but its capacity announces none: the device plugin is not registered with "
@@ -360,7 +354,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
-                    else f"kubectl -n {ctx.namespace} rollout restart ds/{ctx.ds(DEVICE_PLUGIN)}",
+                    else ctx.stack.render(Fix(FixOp.RESTART_DAEMONSET, f"{ctx.namespace}/{ctx.ds(DEVICE_PLUGIN)}")),
                     restart,
                 ),
             ),

@@ -216,8 +216,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver loaded, and it cannot unload it.",
                     [state.describe(), *conflict_line.evidence()],
                     ctx.stack.render(off_here)
-                    + f"   # or for the whole cluster: kubectl patch {ctx.policy_ref} --type merge "
-                    '-p \'{"spec":{"driver":{"enabled":false}}}\'',
+                    + "   # or for the whole cluster: "
+                    + ctx.stack.render(
+                        Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+                    ),
                     off_here,
                 ),
             ),
@@ -300,9 +302,7 @@ def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
     relabel: Fix | None = None
     if worker is not None:
         ns = str((worker.get("metadata") or {}).get("namespace") or "")
-        relabel = Fix(
-            FixOp.DELETE, f"{ns}/{name_of(worker)}", {"kind": "Pod", "namespace": ns, "name": name_of(worker)}
-        )
+        relabel = Fix.delete_pod(ns, name_of(worker))
         fix = ctx.stack.render(relabel) + "   # the nfd-worker on the node starts again and relabels OSTREE_VERSION"
     else:
         fix = (

@@ -60,11 +60,12 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             "second one fails.",
             (*(said.evidence() if said else ()), f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here"),
             remove,
-            f"helm -n {ns} uninstall {release}   # the second release; or: {ctx.stack.render(remove)}",
+            ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
+            + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
     if found:
-        action = Fix(FixOp.DELETE, f"{ns}/{state.name}", {"kind": "Pod", "namespace": ns, "name": state.name})
+        action = Fix.delete_pod(ns, state.name)
         return Known(
             "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
             "a new pod starts cleanly.",

@@ -87,7 +87,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             {
                 "action": "raise the node's inotify instance limit (sysctl -w fs.inotify.max_user_instances=512, and "
                 "the same in /etc/sysctl.d/ so it survives a reboot; the kernel's default is 128), then "
-                f"kubectl -n {ctx.namespace} delete pod {state.name}",
+                f"{ctx.stack.render(Fix.delete_pod(ctx.namespace, state.name))}",
                 "fact": "inotify",
                 "drain": False,
             },
@@ -192,8 +192,10 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
         cause,
         evidence,
         None,
-        f"kubectl -n {ns} set resources ds/{ds} -c {state.container} --limits=memory={raised}   # raises the memory "
-        "limit (in its Helm release: resources.limits.memory)",
+        ctx.stack.render(
+            Fix(FixOp.SET_LIMITS, f"{ns}/{ds}", {"container": state.container, "limits": {"memory": raised}})
+        )
+        + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
     )
 
 
@@ -399,9 +401,7 @@ def not_ready(
         return known_not_ready(view, link, what, state, known)
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
-    again = Fix(
-        FixOp.DELETE, f"{ctx.namespace}/{state.name}", {"kind": "Pod", "namespace": ctx.namespace, "name": state.name}
-    )
+    again = Fix.delete_pod(ctx.namespace, state.name)
     line = catalog.unknown_error(log) or ""
     return Result(
         LinkState.BROKEN,

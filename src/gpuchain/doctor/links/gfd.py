@@ -6,7 +6,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install
 from gpuchain.doctor.links.operand import simple
-from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.kube.objects import name_of
@@ -37,7 +37,7 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
         gfd = view.pod(GFD) or {}
         ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
-        again = Fix(FixOp.DELETE, f"{ns}/{name_of(gfd)}", {"kind": "Pod", "namespace": ns, "name": name_of(gfd)})
+        again = Fix.delete_pod(ns, name_of(gfd))
         action = again
         cause = (
             "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors on GPU "

@@ -50,7 +50,7 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     if state == "failed" and reset is not None and IN_USE.search(log):
         # The reset found the GPUs held (nvidia-smi's words for NVML_ERROR_IN_USE): free them, then apply.
         ns = str(((mgr or {}).get("metadata") or {}).get("namespace") or ctx.namespace)
-        restart = f"kubectl -n {ns} delete pod {name_of(mgr)}" if mgr is not None else "delete its pod"
+        restart = ctx.stack.render(Fix.delete_pod(ns, name_of(mgr))) if mgr is not None else "delete its pod"
         free = Fix(
             FixOp.NODE,
             view.name,
