@@ -31,15 +31,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit,
-    fail,
-    log_format_option,
-    output_option,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option
 from gpuchain.deviceplugin.config import MigStrategy
 from gpuchain.discovery.labels import LabelError, Labels
 from gpuchain.kube.errors import KubeError
