@@ -31,6 +31,7 @@ class NoGpus(GpuBackend):
         raise NotFoundError(f"no GPU {gpu_uuid!r}: {self.reason}")
 
     async def events(self) -> AsyncIterator[HealthEvent]:
-        await asyncio.Event().wait()  # nothing ever happens to GPUs that are not there
-        return
-        yield  # an async generator, as the port asks
+        """An endless stream with nothing in it: GPUs that are not there have no health events."""
+        nothing: asyncio.Queue[HealthEvent] = asyncio.Queue()
+        while True:
+            yield await nothing.get()
