@@ -28,6 +28,7 @@ import grpc
 
 from gpuchain.common.supervise import cancel_and_wait, reraise_cancel
 from gpuchain.kubelet.podresources import serve_pod_resources
+from gpuchain.kubelet.state import ContainerAssignment, DeviceInfo, PodAssignment
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -41,13 +42,6 @@ HEALTHY = "Healthy"
 
 class AdmissionError(RuntimeError):
     """A pod cannot start: not enough devices, or the plugin refused the allocation."""
-
-
-@dataclass
-class DeviceInfo:
-    id: str
-    healthy: bool
-    numa_nodes: tuple[int, ...] = ()
 
 
 @dataclass
@@ -71,26 +65,6 @@ class ContainerRequest:
 
     name: str
     resources: Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class ContainerAssignment:
-    """What a container got: device ids per resource and the merged Allocate answers."""
-
-    name: str
-    devices: Mapping[str, tuple[str, ...]]
-    envs: Mapping[str, str]
-    mounts: tuple[pb.Mount, ...]
-    device_specs: tuple[pb.DeviceSpec, ...]
-    annotations: Mapping[str, str]
-    cdi_devices: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PodAssignment:
-    namespace: str
-    name: str
-    containers: tuple[ContainerAssignment, ...]
 
 
 @dataclass(frozen=True)
