@@ -89,7 +89,8 @@ CHARTS = {
 
 @dataclass(frozen=True)
 class Stack:
-    """One stack's names for the links, as the checks and the fixes need them."""
+    """One stack's names for the links, as the checks and the fixes need them, and its quirks as data:
+    a check reads a field here, never the stack's ``id``."""
 
     id: str  #: gpuchain, gpu-operator, nvidia-device-plugin, gke, eks, aks, none
     title: str  #: what the output calls it

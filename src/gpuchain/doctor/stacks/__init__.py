@@ -2,9 +2,11 @@
 
 The checks know links (driver, toolkit, device plugin, ...), never a stack. Each adapter here
 (`gpuchain`, `gpu_operator`, `device_plugin` for NVIDIA's standalone chart and the managed clouds
-that use it, `gke`) recognises its stack from a snapshot and says, as a `Stack`, where its objects
-live: the namespace, the DaemonSet (and main container) behind each link, whether the driver is
-the host's, and the policy its switches come from. `detect` asks them in order; the first that
+that use it, `gke`) recognises its stack from a snapshot and says, as a `Stack`
+(`gpuchain.doctor.structs`), where its objects live: the namespace, the DaemonSet (and main
+container) behind each link, whether the driver is the host's, and the policy its switches come
+from; and, as fields the checks read instead of asking which stack it is, its quirks (its chart and
+the NFD it bundles, driver DaemonSets per kernel, what its policy names). `detect` asks them in order; the first that
 recognises the cluster wins. An API group or namespace that is absent only means "not this stack".
 """
 
