@@ -178,14 +178,17 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
-def _install(stack: str, namespace: str = "", upgrade: bool = False, chart: Chart | None = None) -> Fix:
-    """Install ``stack`` by its chart (``chart``, else the one `CHARTS` names), or upgrade it in place."""
-    ch = chart or CHARTS[stack]
-    changes: dict[str, object] = {"release": ch.release, "chart": ch.chart, "namespace": namespace or ch.namespace}
+def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:
+    """Install a stack by its chart, or upgrade it in place (into ``namespace``, else the chart's own)."""
+    changes: dict[str, object] = {
+        "release": chart.release,
+        "chart": chart.chart,
+        "namespace": namespace or chart.namespace,
+    }
     if upgrade:
         changes |= {"upgrade": True, "flags": "--reuse-values", "fact": "policy"}
     else:
-        changes["fact"] = f"stack:{stack}"
+        changes["fact"] = f"stack:{chart.stack}"
     return Fix(FixOp.INSTALL, "", changes)
 
 
@@ -196,7 +199,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
             return []
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.
         cloud = provider_of(ctx.snapshot.nodes)
-        install = _install("nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain")
+        install = _install(CHARTS["nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain"])
         return [
             Finding(
                 "stack.missing",
@@ -224,7 +227,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
             )
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
-        install = _install(stack.id, stack.namespace, upgrade=True, chart=stack.chart or CHARTS["gpuchain"])
+        install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)
         return [
             Finding(
                 "policy.missing",

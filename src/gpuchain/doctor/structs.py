@@ -70,6 +70,7 @@ VALIDATIONS = {
 class Chart:
     """A stack's Helm chart, as a fix installs or upgrades it."""
 
+    stack: str  #: the id of the stack it installs
     release: str
     chart: str
     namespace: str  #: the namespace its docs install it in
@@ -81,9 +82,9 @@ class Chart:
 #: release nvdp in namespace nvidia-device-plugin; NVIDIA/gpu-operator: nvidia/gpu-operator, whose
 #: values turn its bundled NFD on under nfd).
 CHARTS = {
-    "gpuchain": Chart("gpuchain", "charts/gpuchain", "gpuchain"),
-    "gpu-operator": Chart("gpu-operator", "nvidia/gpu-operator", "gpu-operator", nfd_values="nfd"),
-    "nvidia-device-plugin": Chart("nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
+    "gpuchain": Chart("gpuchain", "gpuchain", "charts/gpuchain", "gpuchain"),
+    "gpu-operator": Chart("gpu-operator", "gpu-operator", "nvidia/gpu-operator", "gpu-operator", nfd_values="nfd"),
+    "nvidia-device-plugin": Chart("nvidia-device-plugin", "nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
 }
 
 
