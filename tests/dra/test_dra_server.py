@@ -190,10 +190,7 @@ async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
     flaky = FlakyEvents.from_preset("h100-80gb-x8")
     flaky.failures = ["cannot create the NVML event set"]
     config = DriverConfig(
-        node="h100-node",
-        cdi_dir=short_dir / "cdi",
-        state_dir=short_dir / "state",
-        recovery_quiet_seconds=0.05,
+        node="h100-node", cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", recovery_quiet_seconds=0.05,
         unlabelled=DRA,
     )
     driver = DraDriver(flaky, cluster, config)
