@@ -271,8 +271,9 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-FEATURE_GATES = "DRADeviceTaints=true"
-"""Feature gates of the API server, controller manager and scheduler: device taints are alpha in 1.34."""
+FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true"
+"""Feature gates of the API server, controller manager and scheduler: device taints and partitionable
+devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU) are alpha in 1.34."""
 
 
 @contextmanager

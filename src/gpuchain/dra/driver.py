@@ -238,7 +238,7 @@ class DraDriver:
         """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
         the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
         wanted = any(taints_of(d) for obj in desired for d in obj["spec"]["devices"])
-        kept = any(taints_of(d) for obj in written.values() for d in obj.get("spec", {}).get("devices", []))
+        kept = any(taints_of(d) for obj in written.values() for d in obj.get("spec", {}).get("devices") or [])
         if not wanted or kept:
             return False
         log.error(
