@@ -17,6 +17,7 @@ from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
+from gpuchain.kube.port import ApplyResult
 
 Allocate = Callable[[str, str, list[str]], ClaimRef]
 NODE = "h100-node"
@@ -168,3 +169,32 @@ def test_an_unhealthy_parent_refuses_its_placements(
     assert h100_sim.gpu_instances(6) == ()
     states = driver.device_states()
     assert states["withdrawn"] == len(slices.render_gpu_slices(h100_sim.inventory())[6].devices)
+
+
+class NoPartitionGate(MemoryCluster):
+    """An API server without the DRAPartitionableDevices gate: it drops ``sharedCounters`` and
+    ``consumesCounters`` from a ResourceSlice without an error, as 1.34 and 1.35 do."""
+
+    def apply(self, obj: dict, live: dict | None = None, known_live: bool = False) -> ApplyResult:
+        if obj.get("kind") == "ResourceSlice":
+            spec = {k: v for k, v in obj["spec"].items() if k != "sharedCounters"}
+            spec["devices"] = [{k: v for k, v in d.items() if k != "consumesCounters"} for d in spec["devices"]]
+            obj = {**obj, "spec": spec}
+        return super().apply(obj, live, known_live)
+
+
+def test_without_the_gate_the_gpus_are_published_as_before(
+    h100_sim: SimBackend, short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = NoPartitionGate()
+    config = DriverConfig(
+        node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, partitionable_mig=True
+    )
+    driver = DraDriver(h100_sim, cluster, config)
+    published = driver.publish()
+    assert not driver.partitions_served
+    assert "DRAPartitionableDevices" in caplog.text
+    # placements without their counters could all be allocated at once: none is left published
+    assert published.devices == tuple(f"gpu-{i}" for i in range(8))
+    assert set(_slices(cluster)) == {slices.slice_name(NODE)}
+    assert _slices(cluster)[slices.slice_name(NODE)]["spec"]["pool"]["resourceSliceCount"] == 1

@@ -5,9 +5,14 @@ not published whole: its memory and SMs already belong to its MIG devices, and o
 would let the scheduler hand out the same silicon twice. Devices withdrawn for health are simply
 absent, which is how DRA tells the scheduler not to use them.
 
-The pool (one per node, named after it) carries a generation that must grow whenever the
-published devices change; consumers ignore slices of an older generation. ``pool_generation``
-decides it from what is live, so a restarted plugin continues the count instead of restarting it.
+With partitionable MIG (``partitions``) each MIG-capable GPU is instead published in a slice of
+its own (``render_gpu_slices``, ``gpu_slice_name``): the whole GPU and every MIG placement,
+sharing the GPU's counters, so offering both is safe there.
+
+The pool (one per node, named after it, one slice or one plus a slice per partitionable GPU)
+carries a generation that must grow whenever the published devices change; consumers ignore
+slices of an older generation. ``pool_generation`` decides it from what is live, so a restarted
+plugin continues the count instead of restarting it.
 
 Names follow the API server's rules, checked by ``check_slice`` before anything is written:
 device names are DNS labels, attribute and capacity names C identifiers of at most 32
