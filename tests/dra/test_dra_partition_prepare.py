@@ -198,3 +198,18 @@ def test_without_the_gate_the_gpus_are_published_as_before(
     assert published.devices == tuple(f"gpu-{i}" for i in range(8))
     assert set(_slices(cluster)) == {slices.slice_name(NODE)}
     assert _slices(cluster)[slices.slice_name(NODE)]["spec"]["pool"]["resourceSliceCount"] == 1
+
+
+def test_switching_partitions_on_keeps_the_mig_devices_of_prepared_claims(
+    mig_sim: SimBackend,
+    make_driver: Callable[[SimBackend], DraDriver],
+    make_partitioning: Callable[[SimBackend], DraDriver],
+    allocate: Allocate,
+) -> None:
+    static = make_driver(mig_sim)  # the mixed preset: GPUs 0-5 in MIG mode with a static layout
+    static.publish()
+    in_use = mig_sim.inventory().gpu(0).mig_devices[0]
+    static.prepare(allocate("static", mig_sim.topology.node, [slices.mig_device_name(in_use)]))
+    make_partitioning(mig_sim)  # restarted with --partitionable-mig
+    assert [m.uuid for m in mig_sim.inventory().gpu(0).mig_devices] == [in_use.uuid]  # its pod still has it
+    assert mig_sim.inventory().gpu(1).mig_devices == ()  # no claim held GPU 1's layout

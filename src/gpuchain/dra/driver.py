@@ -494,12 +494,17 @@ class DraDriver:
     def _destroy_orphan_instances(self) -> None:
         """Destroy the MIG instances of partitionable GPUs that no prepared claim holds: Prepare
         creates an instance before it records the claim, so a crash between the two leaves one the
-        kubelet never got, which would otherwise keep its slices booked forever."""
+        kubelet never got, which would otherwise keep its slices booked forever.
+
+        An instance behind any prepared claim's device stays, made here or not: a claim prepared on
+        a static MIG device before partitions were switched on still has its pod."""
         held = {(c.gpu_index, c.gi_id) for claim in self.checkpoint.claims() for d in claim.devices if (c := d.created)}
+        in_use = {d.uuid for claim in self.checkpoint.claims() for d in claim.devices}
         try:
             for gpu in self._inventory().gpus:
                 if partitions.partitionable(gpu) is None or not gpu.mig_enabled:
                     continue
+                held |= {(gpu.index, m.gi_id) for m in gpu.mig_devices if m.uuid in in_use}
                 self._destroy(
                     CreatedInstance(gpu.index, gi.gi_id, gi.profile, gi.start)
                     for gi in self.backend.gpu_instances(gpu.index)
