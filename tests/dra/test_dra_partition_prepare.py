@@ -16,6 +16,7 @@ from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.allocator import DRA
+from gpuchain.kube.errors import InvalidError
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.port import ApplyResult
 
@@ -213,3 +214,32 @@ def test_switching_partitions_on_keeps_the_mig_devices_of_prepared_claims(
     make_partitioning(mig_sim)  # restarted with --partitionable-mig
     assert [m.uuid for m in mig_sim.inventory().gpu(0).mig_devices] == [in_use.uuid]  # its pod still has it
     assert mig_sim.inventory().gpu(1).mig_devices == ()  # no claim held GPU 1's layout
+
+
+class CountersApart(MemoryCluster):
+    """An API server of Kubernetes 1.35 or later: a ResourceSlice holds counter sets or devices,
+    not both (1.37's validation message)."""
+
+    def apply(self, obj: dict, live: dict | None = None, known_live: bool = False) -> ApplyResult:
+        spec = obj.get("spec", {})
+        if obj.get("kind") == "ResourceSlice" and spec.get("sharedCounters") and spec.get("devices") is not None:
+            raise InvalidError(
+                f"ResourceSlice {obj['metadata']['name']}: spec: only one of `sharedCounters` or `devices` is allowed"
+            )
+        return super().apply(obj, live, known_live)
+
+
+def test_a_server_refusing_the_layout_gets_the_gpus_without_partitions(
+    h100_sim: SimBackend, short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = CountersApart()
+    config = DriverConfig(
+        node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, partitionable_mig=True
+    )
+    driver = DraDriver(h100_sim, cluster, config)
+    published = driver.publish()
+    assert not driver.partitions_served and "want counter sets in slices of their own" in caplog.text
+    assert published.devices == tuple(f"gpu-{i}" for i in range(8))
+    live = _slices(cluster)
+    assert set(live) == {slices.slice_name(NODE)}
+    assert live[slices.slice_name(NODE)]["spec"]["pool"]["resourceSliceCount"] == 1

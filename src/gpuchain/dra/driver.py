@@ -48,7 +48,7 @@ from gpuchain.gpu.model import Gpu, HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
-from gpuchain.kube.errors import KubeError, NotFoundError
+from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
@@ -201,7 +201,15 @@ class DraDriver:
         with self._lock:
             lives = self._live_slices()
             desired = self.desired_slices(lives)
-            written, changed = self._write(desired, lives)
+            try:
+                written, changed = self._write(desired, lives)
+            except InvalidError as exc:
+                if not any(obj["spec"].get("sharedCounters") for obj in desired):
+                    raise
+                self._partitions_refused(exc)
+                lives = self._live_slices()
+                desired = self.desired_slices(lives)
+                written, changed = self._write(desired, lives)
             if self._taints_dropped(desired, written) | self._counters_dropped(desired, written):
                 desired = self.desired_slices(written)
                 written, again = self._write(desired, written)
@@ -248,6 +256,18 @@ class DraDriver:
         )
         self.taints_served = False
         return True
+
+    def _partitions_refused(self, exc: InvalidError) -> None:
+        """The API server refused a GPU's slice with its counters: Kubernetes 1.35 and later want
+        counter sets in slices without devices, a layout this driver does not write yet. The GPUs
+        are published without partitions rather than not at all."""
+        log.error(
+            "the API server refused the partitionable GPUs' ResourceSlices (%s); Kubernetes 1.35 and later want "
+            "counter sets in slices of their own, which this plugin does not write yet: publishing MIG-capable "
+            "GPUs without partitions",
+            exc,
+        )
+        self.partitions_served = False
 
     def _counters_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
         """Whether the API server dropped the shared counters just written (no
