@@ -156,8 +156,9 @@ def test_telemetry_and_health_read_the_mocks_memory_and_nothing_else(read: dict[
 
 
 def test_mig_reads(read: dict[str, Any]) -> None:
-    """MIG mode 0 on every GPU, current and pending; no GPU instance of any catalogued A100 profile
-    (the mock answers their profile info and lists none of each)."""
+    """MIG mode 0 on every GPU, current and pending, and no GPU instance: the mock answers the profile
+    info of each catalogued A100 profile (nvmlDeviceGetGpuInstanceProfileInfoV, from its v1 table)
+    and lists no instance of it; nothing here creates one (main.go bridges MIG reads only)."""
     assert read["mig_mode"] == [{"current": False, "pending": False}] * 8
     assert read["gpu_instances"] == [[]] * 8
 
