@@ -456,6 +456,29 @@ def cases(here: Path = HERE) -> list[Path]:
     return sorted(here.glob("*.yaml"))
 
 
+@dataclass(frozen=True)
+class HeldOutSet:
+    """One held-out set: its directory and the loader its edits need. Every later set's harness is
+    one of these, so a set adds its cases and its loader, never another copy of this plumbing."""
+
+    here: Path
+    load: Callable[[Path], Case]
+
+    def cases(self) -> list[Path]:
+        return cases(self.here)
+
+    def frozen(self) -> dict[str, str]:
+        return frozen(self.here)
+
+    def results(self) -> list[Result]:
+        """Every case of the set, loaded and scored against its frozen expectation."""
+        return [score(self.load(p)) for p in self.cases()]
+
+    def main(self) -> None:
+        """Print the set's score table (``python -m sim.<set>.harness``)."""
+        print(table(self.results()))
+
+
 def table(results: list[Result]) -> str:
     faults = [r for r in results if r.case.root != "none"]
     healthy = [r for r in results if r.case.root == "none"]

@@ -101,18 +101,8 @@ def load(path: Path) -> base.Case:
     return case
 
 
-def cases() -> list[Path]:
-    return base.cases(HERE)
-
-
-def frozen() -> dict[str, str]:
-    return base.frozen(HERE)
-
-
-def results() -> list[base.Result]:
-    """Every case of this set, loaded and scored against its frozen expectation."""
-    return [base.score(load(p)) for p in cases()]
-
+SET = base.HeldOutSet(HERE, load)
+cases, frozen, results = SET.cases, SET.frozen, SET.results
 
 if __name__ == "__main__":
-    print(base.table(results()))
+    SET.main()

@@ -14,25 +14,9 @@ from pathlib import Path
 from sim.heldout import harness as base
 from sim.heldout3 import harness as third
 
-HERE = Path(__file__).parent
-
-
-#: A held-out file of this set, built with its edits: the third set's loader, whose edits cover every one here.
-load = third.load
-
-
-def cases() -> list[Path]:
-    return base.cases(HERE)
-
-
-def frozen() -> dict[str, str]:
-    return base.frozen(HERE)
-
-
-def results() -> list[base.Result]:
-    """Every case of this set, loaded and scored against its frozen expectation."""
-    return [base.score(load(p)) for p in cases()]
-
+#: The set: the third set's loader, whose edits cover every case here.
+SET = base.HeldOutSet(Path(__file__).parent, third.load)
+HERE, load, cases, frozen, results = SET.here, SET.load, SET.cases, SET.frozen, SET.results
 
 if __name__ == "__main__":
-    print(base.table(results()))
+    SET.main()
