@@ -26,7 +26,8 @@ def _operand_pods(cluster: MemoryCluster) -> set[str]:
 def test_operands_stop_for_the_change_and_come_back() -> None:
     labels = {"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/hostname": NODE_NAME}
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
-    cluster = MemoryCluster([node, cluster_policy("cluster-policy", None)])
+    # NVIDIA's layout: pausing a deploy label takes that operand's own DaemonSet's pod off the node.
+    cluster = MemoryCluster([node, cluster_policy("cluster-policy", {"nodeAgent": {"enabled": False}})])
     operands = OperandSimulator(cluster, NS)
     reconcile(cluster, "cluster-policy", NS)
     operands.settle()

@@ -9,6 +9,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from cli_parse import container_env, parse
+from operator_helpers import PER_OPERAND
 
 from gpuchain.operator.crd import cluster_policy, crd
 from gpuchain.operator.operands import Facts, desired
@@ -29,7 +30,8 @@ SPECS: list[dict[str, Any]] = [
 
 
 def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
-    parsed = parse_policy(spec)
+    """``spec`` in the per-operand layout (each operand's own DaemonSet is under test here)."""
+    parsed = parse_policy({**PER_OPERAND, **spec})
     assert isinstance(parsed, ClusterPolicySpec), parsed
     return parsed
 

@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from gpuchain import __version__
+from gpuchain.common.quantity import parse_quantity
 from gpuchain.operator.manifests import label_key_problem, label_value_problem, name_problem, toleration_problem
 
 GPUCHAIN_REPOSITORY = "ghcr.io/gpuchain"
@@ -282,6 +283,15 @@ class MigSpec(_Model):
     """How MIG devices are advertised: none, single or mixed (NVIDIA's strategies)."""
 
     strategy: Literal["none", "single", "mixed"] = "single"
+
+
+class NodeAgentSpec(_Model):
+    """gpuchain's layout switch (not in NVIDIA's ClusterPolicy): with ``enabled`` the validator,
+    device plugin, exporter, GFD and MIG manager run as roles of one ``gpuchain node-agent``
+    DaemonSet (one process, one NVML session per node), each role on while its own section's
+    ``enabled`` is; ``false`` deploys one DaemonSet per operand, NVIDIA's layout."""
+
+    enabled: bool = True
 
 
 class RollingUpdate(_Model):
@@ -563,6 +573,7 @@ class ClusterPolicySpec(_Model):
     gfd: ImageSpec = Field(default_factory=ImageSpec)
     mig_manager: MigManagerSpec = Field(default_factory=MigManagerSpec)
     mig: MigSpec = Field(default_factory=MigSpec)
+    node_agent: NodeAgentSpec = Field(default_factory=NodeAgentSpec)
     host_paths: HostPathsSpec = Field(default_factory=HostPathsSpec)
     cdi: CdiSpec = Field(default_factory=CdiSpec)
     psp: Switch = Field(default_factory=Switch)
@@ -642,6 +653,44 @@ def _schema_problems(exc: ValidationError) -> list[Problem]:
 
 
 #: The keys of an operand block that make up its image reference.
+#: The sections served as roles of the one node agent DaemonSet under ``nodeAgent.enabled``.
+AGENT_KEYS = ("validator", "devicePlugin", "dcgmExporter", "gfd", "migManager")
+
+
+def _node_agent_problems(policy: ClusterPolicySpec) -> list[Problem]:
+    """The node agent is one container: the sections it serves must name one image and pull policy."""
+    if not policy.node_agent.enabled:
+        return []
+    seen: dict[tuple[str, str], str] = {}
+    for key in AGENT_KEYS:
+        block: ImageSpec = getattr(policy, to_snake(key))
+        if block.enabled:
+            seen.setdefault((block.image_ref(), block.image_pull_policy), key)
+    problems = []
+    for key in AGENT_KEYS:
+        block = getattr(policy, to_snake(key))
+        if block.enabled and block.resources is not None:
+            for kind, quantities in (("limits", block.resources.limits), ("requests", block.resources.requests)):
+                for resource, quantity in quantities.items():
+                    try:
+                        parse_quantity(quantity)
+                    except ValueError as exc:
+                        # the node agent's resources are the sum of its roles' (operands.agent_resources)
+                        problems.append(Problem(f"{key}.resources.{kind}.{resource}", str(exc)))
+    if len(seen) < 2:
+        return problems
+    named = "; ".join(f"{key}: {ref} ({pull})" for (ref, pull), key in seen.items())
+    return [
+        *problems,
+        Problem(
+            "nodeAgent.enabled",
+            f"the node agent runs its roles in one container, but they name different images ({named}): "
+            "give them one repository, image, version and imagePullPolicy, or set nodeAgent.enabled=false "
+            "for one DaemonSet per operand",
+        ),
+    ]
+
+
 _IMAGE_FIELDS = ("enabled", "repository", "image", "version")
 
 
@@ -752,6 +801,8 @@ def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Proble
     if policy.mig_manager.enabled and not policy.mig_manager.config.default:
         problems.append(Problem("migManager.config.default", "name the layout nodes get without a label"))
     problems += _name_problems(policy) + refusals(policy) + nvidia_image_problems(policy)
+    if not problems:  # images of different operands disagree only once each is a usable image
+        problems += _node_agent_problems(policy)
     return problems or policy
 
 
