@@ -172,6 +172,10 @@ def test_the_agent_pod_needs_what_its_roles_pods_need_together_and_no_more(
         assert mine.items() <= env.items()
     assert "CONFIG_FILE" not in env, "the node agent would read it as the device plugin's config"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    if {"gfd", "devicePlugin"} & set(on):  # the plugin's variable; GFD's own container has it as --mig-strategy
+        assert env["MIG_STRATEGY"] == "single"
+    else:
+        assert "MIG_STRATEGY" not in env
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == ("compute,utility" if mps else "utility")
     # Init containers: the validator's driver, toolkit and CUDA checks (its plugin check is the
     # agent's validator role, once the agent's own device plugin serves); the MPS tmpfs mount.

@@ -31,6 +31,11 @@ driver capability, through which the NVIDIA runtime injects ``nvidia-cuda-mps-co
 mounted at its own path: the plugin creates the pipe directories there and gives Allocate's
 containers the same host paths.
 
+Layout: by default (``nodeAgent.enabled``) the operands of `AGENT_ROLES` are roles of one
+``gpuchain node-agent`` DaemonSet (`node_agent_daemonset`), its pod built from what their own
+DaemonSets would be, merged; ``nodeAgent.enabled: false`` gives each its own DaemonSet, NVIDIA's
+layout. Driver and toolkit are NVIDIA's images and always have their own.
+
 Identity: each operand runs as its own ServiceAccount (``gpuchain-<deploy suffix>``), which the
 chart binds to only what that operand does with the API; operands that do nothing with it get
 no token mounted.
@@ -687,6 +692,8 @@ def _agent_container(policy: ClusterPolicySpec, roles: list[Operand], facts: Fac
     gpu = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
     # Every role shares the agent's one NVML session, the validator's driver and toolkit checks too.
     env = _merged([every[0], *gpu_env(_capabilities(every)), *(e for e in every if e["name"] not in gpu)])
+    if GFD in roles:  # GFD's own container is given --mig-strategy; the agent's GFD role reads the variable
+        env = _merged([*env, {"name": "MIG_STRATEGY", "value": policy.mig.strategy}])
     args = ["--backend", "nvml", "--roles", ",".join(AGENT_ROLES[op] for op in roles)]
     config = policy.device_plugin.config
     if config.name and any(op in SHARES_PLUGIN_CONFIG for op in roles):
