@@ -36,10 +36,12 @@ def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
     return parsed
 
 
+@pytest.mark.parametrize("layout", [{}, {"nodeAgent": {"enabled": True}}], ids=["per-operand", "node-agent"])
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("spec", SPECS)
-def test_operands_validate(spec: dict[str, Any], version: str) -> None:
-    objs = desired(_policy(spec), Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
+def test_operands_validate(spec: dict[str, Any], version: str, layout: dict[str, Any]) -> None:
+    policy = _policy({**spec, **layout})
+    objs = desired(policy, Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
     assert objs
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)
