@@ -1,5 +1,6 @@
-"""The README and docs stay true: the opening commands, the XID table, links, the tour run on the
-simulated default with its output checked, and every documented command line parsed as written."""
+"""The README and docs stay true: the opening commands, links, the tour run on the simulated
+default with its output checked, every command the README names run or parsed, and every
+documented command line parsed as written."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer.main
 import yaml
 from cli_parse import parse
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.remediation.xidtable import xid_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -28,17 +30,42 @@ def _blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", README, flags=re.S)
 
 
+SETUP = ["scripts/setup && .venv/bin/gpuchain demo", "scripts/test"]
+
+
 def test_opens_with_exactly_the_two_setup_commands() -> None:
     first = _blocks()[0].strip().splitlines()
-    assert first == ["scripts/setup && .venv/bin/gpuchain demo", "scripts/test"]
+    assert first == SETUP
     assert README.index("```bash") < README.index("\n## ")
     for script in ("scripts/setup", "scripts/test", ".ci/run"):
         assert (ROOT / script).stat().st_mode & 0o111, f"{script} must be executable"
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_xid_table_is_the_shared_policy_table() -> None:
-    assert xid_markdown(brief=True) in README
+def test_the_setup_scripts_parse_and_chain_as_the_readme_says() -> None:
+    """The two scripts install from the network, so the suite does not run them (CI does: ``.ci/run``
+    execs ``scripts/test``, which runs ``scripts/setup --test`` first); bash parses both here."""
+    for script in ("scripts/setup", "scripts/test"):
+        proc = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, (script, proc.stderr)
+    assert "scripts/setup --test" in (ROOT / "scripts" / "test").read_text()
+
+
+def test_the_first_command_s_main_job_runs_from_the_installed_executable() -> None:
+    """``.venv/bin/gpuchain demo``: the console script next to this interpreter (the venv's, under
+    ``scripts/test``), as a process of its own."""
+    executable = Path(sys.executable).parent / "gpuchain"
+    proc = subprocess.run([str(executable), "demo"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for needle in TOUR_OUTPUT["gpuchain demo"][1]:
+        assert needle in proc.stdout, (needle, proc.stdout[-3000:])
+
+
+def test_the_readme_reads_in_a_minute() -> None:
+    assert len(README.splitlines()) <= 120
+    figures = README.split("## Measured", 1)[1]
+    assert "| figure | ratio | baseline |" in figures
+    assert "(docs/performance.md)" in figures
 
 
 def test_local_links_exist() -> None:
@@ -145,16 +172,75 @@ def test_tour_exporter_serves_dcgm_metrics() -> None:
     assert 'modelName="NVIDIA H100 80GB HBM3"' in body
 
 
-def test_topology_file_of_the_readme_works(tmp_path: Path) -> None:
-    """The GPU layer section's ``my-node.yaml``, written out, is what ``gpuchain gpus --topology`` reads."""
-    (text,) = [b for b in re.findall(r"```yaml\n(.*?)```", README, flags=re.S) if b.startswith("node: my-node")]
+def test_topology_file_of_the_gpu_docs_works(tmp_path: Path) -> None:
+    """docs/gpus.md's ``my-node.yaml``, written out, is what ``gpuchain gpus --topology`` reads."""
+    doc = (ROOT / "docs" / "gpus.md").read_text()
+    (text,) = [b for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S) if b.startswith("node: my-node")]
     (tmp_path / "my-node.yaml").write_text(text)
-    line = next(c for c in _commands(README) if "--topology my-node.yaml" in c)
+    line = next(c for c in _commands(doc) if "--topology my-node.yaml" in c)
     result = CliRunner().invoke(app, shlex.split(line.replace("my-node.yaml", str(tmp_path / "my-node.yaml")))[1:])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert (len(data["gpus"]), data["driver"]["version"], data["simulated"]) == (4, "570.86.15", True)
     assert sum(len(g["migDevices"]) for g in data["gpus"]) == 4 * 7
+
+
+# ---- every command the README names is run (above) or parsed ----------------------------------------
+
+#: How a code span or a ```bash line starts when it is a command someone would type.
+COMMAND = re.compile(r"^(?:kubectl |helm |bash |export |python|sudo |\.venv/bin/|scripts/|\.ci/|gpuchain(?: |$))")
+
+
+def _readme_commands() -> list[str]:
+    """Every command line of the README: each ```bash line and each inline code span that is one."""
+    lines = [line.split("  #")[0].strip() for block in _blocks() for line in block.splitlines() if line.strip()]
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    spans = [span.strip() for span in re.findall(r"`([^`\n]+)`", prose)]
+    return lines + [span for span in spans if COMMAND.match(span)]
+
+
+def _inline_gpuchain() -> list[str]:
+    named = [c for c in _readme_commands() if c not in SETUP and c not in _tour() and "gpuchain" in c.split()[:2]]
+    return list(dict.fromkeys(named))
+
+
+def test_every_readme_command_is_run_or_parsed() -> None:
+    """The two set-up lines (run above, or by CI), the tour (each run above) and gpuchain commands named
+    in the prose (parsed below, or run where they are ``--help``); the scripts the set-up lines name,
+    by name. Anything else a reader could type needs a check of its own before it goes in."""
+    named = {"scripts/setup", "scripts/test", ".ci/run", ".venv/bin"}
+    unchecked = [c for c in _readme_commands() if c not in SETUP and c not in _tour() and c not in _inline_gpuchain()]
+    assert [c for c in unchecked if c not in named] == []
+
+
+def _command_named(words: list[str]) -> Any:
+    """The command ``gpuchain WORDS`` names, found group by group; a name alone needs no arguments."""
+    command: Any = typer.main.get_command(app)
+    ctx = command.make_context("gpuchain", [], resilient_parsing=True)
+    for word in words:
+        command = command.get_command(ctx, word)
+        assert command is not None, f"no command {word!r}"
+        ctx = command.make_context(word, [], parent=ctx, resilient_parsing=True)
+    return command
+
+
+@pytest.mark.parametrize("line", _inline_gpuchain())
+def test_every_gpuchain_command_in_the_readme_prose_is_checked(line: str) -> None:
+    """A command named in a sentence or the parts table exists; one written with options parses;
+    ``--help`` (which click answers before parsing anything) is run."""
+    argv = shlex.split(line.removeprefix("kubectl "))[1:]
+    if "--help" in argv:
+        result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+        assert result.exit_code == 0 and "Usage" in result.output, result.output
+    elif any(arg.startswith("-") for arg in argv):
+        assert parse(argv).command.name
+    else:
+        assert _command_named(argv) is not None
+
+
+def test_the_name_check_catches_a_wrong_name() -> None:
+    with pytest.raises(AssertionError, match="no command 'mig-manger'"):
+        _command_named(["mig-manger"])
 
 
 # ---- every gpuchain command line in the README and docs/ parses as written -------------------------

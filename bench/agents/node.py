@@ -56,8 +56,8 @@ from bench.agents.run import (
     Proc,
     agent_command,
     check_alive,
-    cpu_seconds,
     free_port,
+    idle_cpu_percent,
     kube_api,
     rss_mib,
     stop,
@@ -168,17 +168,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
 def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
     """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
     procs, _ports = start_all(root, kubeconfig, busy=False)
-    try:
-        time.sleep(args.settle)
-        check_alive(procs)
-        before = {p.name: cpu_seconds(p.popen.pid) for p in procs}
-        t0 = time.monotonic()
-        time.sleep(args.idle)
-        elapsed = time.monotonic() - t0
-        check_alive(procs)
-        return {p.name: 100 * (cpu_seconds(p.popen.pid) - before[p.name]) / elapsed for p in procs}
-    finally:
-        stop(procs)
+    return idle_cpu_percent(procs, args.settle, args.idle)
 
 
 class _Peers:

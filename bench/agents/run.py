@@ -298,20 +298,27 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     return procs
 
 
-def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
-    procs = start(root, kubeconfig, busy=False, ports={a: free_port() for a in AGENTS})
+def idle_cpu_percent(procs: list[Proc], settle: float, window: float) -> dict[str, float]:
+    """% of a core each process used over ``window`` seconds, after ``settle`` seconds of start-up
+    (CPU seconds from /proc); the processes are stopped afterwards. Shared by every idle phase so
+    the node agent and the separate agents are measured the same way."""
     try:
-        time.sleep(args.settle)
+        time.sleep(settle)
         check_alive(procs)
         before = {p.name: cpu_seconds(p.popen.pid) for p in procs}
         t0 = time.monotonic()
-        time.sleep(args.idle)
+        time.sleep(window)
         elapsed = time.monotonic() - t0
         check_alive(procs)
         return {p.name: 100 * (cpu_seconds(p.popen.pid) - before[p.name]) / elapsed for p in procs}
     finally:
         stop(procs)
+
+
+def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
+    procs = start(root, kubeconfig, busy=False, ports={a: free_port() for a in AGENTS})
+    return idle_cpu_percent(procs, args.settle, args.idle)
 
 
 @dataclass

@@ -44,7 +44,8 @@ from gpuchain.common.gcpause import collector_paused
 from gpuchain.doctor import run_doctor
 from gpuchain.doctor.diagnose import diagnose
 from gpuchain.doctor.model import Report
-from gpuchain.doctor.snapshot import Snapshot, gather, timed_gather
+from gpuchain.doctor.snapshot import gather, timed_gather
+from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube import LiveCluster
 from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj

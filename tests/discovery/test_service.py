@@ -368,3 +368,71 @@ def test_the_label_follower_restarts_after_an_unexpected_failure(
         discovery.stop.set()
         follower.join(5)
     assert not follower.is_alive()
+
+
+# ---- failOnInitError: the driver does not answer (no NVML on the test machine) --------------------
+
+
+def test_cli_without_nvml_stops_when_fail_on_init_error(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    result = runner.invoke(app, ["gfd", "--backend", "nvml", "--oneshot", "--output-file", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "GFD_FAIL_ON_INIT_ERROR=false" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("how", ["env", "config"])
+def test_cli_without_nvml_labels_no_gpu_when_not_fail_on_init_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """As NVIDIA's GFD with its null resource manager: the run succeeds and the labels of GPUs
+    that once answered leave the feature file, only the timestamp stays."""
+    out = tmp_path / "gfd"
+    out.write_text("nvidia.com/gpu.product=NVIDIA-L4\nnvidia.com/gpu.count=2\n")
+    args = ["gfd", "--backend", "nvml", "--oneshot", "--output-file", str(out), "-o", "json"]
+    if how == "env":
+        monkeypatch.setenv("GFD_FAIL_ON_INIT_ERROR", "false")
+    else:
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text("version: v1\nflags:\n  failOnInitError: false\n")
+        args += ["--config-file", str(cfg)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.stdout)) == ["nvidia.com/gfd.timestamp"]
+    assert [line.split("=")[0] for line in out.read_text().splitlines()] == ["nvidia.com/gfd.timestamp"]
+
+
+def test_gfd_process_without_nvml_keeps_running_when_not_fail_on_init_error(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuchain",
+            "gfd",
+            "--backend",
+            "nvml",
+            "--sleep-interval",
+            "200ms",
+            "--output-file",
+            out,
+        ],
+        env={**os.environ, "GFD_FAIL_ON_INIT_ERROR": "false"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run should keep going without GPUs"
+        assert [line.split("=")[0] for line in out.read_text().splitlines()] == ["nvidia.com/gfd.timestamp"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert proc.stderr is not None
+        assert "failOnInitError is false" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

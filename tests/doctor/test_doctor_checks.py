@@ -6,7 +6,8 @@ import copy
 
 from gpuchain.doctor import diagnose, run_doctor
 from gpuchain.doctor.model import Severity
-from gpuchain.doctor.snapshot import MAX_LOGS, Snapshot, gather, needs_logs, with_logs
+from gpuchain.doctor.snapshot import MAX_LOGS, gather, needs_logs, with_logs
+from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube import CLUSTER_POLICY, NODE, MemoryCluster
 from gpuchain.sim import build, load_scenario
 

@@ -111,7 +111,8 @@ def test_an_error_line_no_entry_knows_is_reported_as_unrecognised_with_the_line(
     """A failing container's last error line that the catalog does not know is a warning that quotes
     it and names its component, never a nearby link's known fault."""
     from gpuchain.doctor import diagnose
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     sim = build(load_scenario("op-plugin-inotify"))
     snap = gather(sim.cluster)

@@ -8,11 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
@@ -24,6 +26,7 @@ from gpuchain.kube.allocator import DRA
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
+from gpuchain.sim.build import SimCluster
 from gpuchain.sim.fixes import apply_fix
 
 #: Finding ids whose text is a consequence or an explanation, not a fault with a fix of its own.
@@ -374,7 +377,8 @@ def test_the_toolkit_socket_fix_sets_the_distributions_paths_in_the_policy() -> 
 
 def test_an_unknown_failure_has_no_invented_fix() -> None:
     """A log line gpuchain does not know: the finding says so and carries no action."""
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     sim = build(load_scenario("op-plugin-inotify"))
     snap = gather(sim.cluster)
@@ -419,18 +423,23 @@ def _fail(
     cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
 
 
+def _failing(ds: str, node: str, **how: Any) -> Callable[[SimCluster], None]:
+    """`_fail` as an edit of `diagnosed`'s small cluster."""
+    return lambda sim: _fail(sim, ds, node, **how)
+
+
 def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behind_it() -> None:
     """NVIDIA/gpu-operator#1518's shape: toolkit-validation ends in StartError (the runtime hook exits 1)."""
-    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n"))
     hook = "failed to create shim task: OCI runtime create failed: error running prestart hook #0: exit status 1"
-    _fail(
-        sim,
-        "nvidia-operator-validator",
-        "b",
-        init="toolkit-validation",
-        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _failing(
+            "nvidia-operator-validator",
+            "b",
+            init="toolkit-validation",
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+        ),
     )
-    report = run_doctor(sim.cluster, reader=sim.read_log)
     found = next(f for f in report.findings if f.root)
     assert (found.id, found.link, found.node) == ("toolkit.validation-failed", "toolkit", "b")
     assert "StartError" in found.evidence[0] and hook in found.evidence[1]
@@ -442,16 +451,17 @@ def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behi
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
     """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
     loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""
-    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n"))
     line = "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown"
-    _fail(
-        sim,
-        "nvidia-device-plugin",
-        "a",
-        main="nvidia-device-plugin-ctr",
-        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": "exit status 1\n" + line}},
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n",
+        _failing(
+            "nvidia-device-plugin",
+            "a",
+            main="nvidia-device-plugin-ctr",
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": "exit status 1\n" + line}},
+        ),
     )
-    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    found = next(f for f in report.findings if f.root)
     assert (found.id, found.link) == ("driver.version-mismatch", "driver")
     assert f"says: {line}" in found.evidence and any(e.startswith("catalog: ") for e in found.evidence)
     assert found.action is not None and found.action.op is FixOp.NODE and "reboot" in found.action.changes["action"]
@@ -461,34 +471,37 @@ def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_re
 def test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit() -> None:
     """awslabs/amazon-eks-ami#1817: a standard AL2023 AMI under a GPU node group; the plugin exits with
     'Incompatible platform detected'. The fix is the accelerated AMI, never 'configure the toolkit'."""
-    sim = build(parse_scenario("name: x\nstack: eks\nnodes:\n  - {name: a}\n"))
-    _fail(
-        sim,
-        "nvidia-device-plugin",
-        "a",
-        main="nvidia-device-plugin-ctr",
-        lastState={
-            "terminated": {
-                "reason": "Error",
-                "exitCode": 1,
-                "message": "I0519 factory.go:104] Detected non-NVML platform: could not load NVML library: "
-                "libnvidia-ml.so.1: cannot open shared object file\nE0519 factory.go:112] Incompatible platform detected",
-            }
-        },
+    report = diagnosed(
+        "name: x\nstack: eks\nnodes:\n  - {name: a}\n",
+        _failing(
+            "nvidia-device-plugin",
+            "a",
+            main="nvidia-device-plugin-ctr",
+            lastState={
+                "terminated": {
+                    "reason": "Error",
+                    "exitCode": 1,
+                    "message": "I0519 factory.go:104] Detected non-NVML platform: could not load NVML library: "
+                    "libnvidia-ml.so.1: cannot open shared object file\nE0519 factory.go:112] Incompatible platform "
+                    "detected",
+                }
+            },
+        ),
     )
-    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    found = next(f for f in report.findings if f.root)
     assert (found.id, found.link) == ("driver.not-on-node-image", "driver")
     assert found.action is not None and "accelerated AMI" in found.action.changes["action"]
     # The standalone chart on the user's own hosts has no node image to blame: not this finding.
-    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 550.54.15}\n"))
-    _fail(
-        sim,
-        "nvidia-device-plugin",
-        "a",
-        main="nvidia-device-plugin-ctr",
-        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": "Incompatible platform detected"}},
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 550.54.15}\n",
+        _failing(
+            "nvidia-device-plugin",
+            "a",
+            main="nvidia-device-plugin-ctr",
+            lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": "Incompatible platform detected"}},
+        ),
     )
-    assert "driver.not-on-node-image" not in run_doctor(sim.cluster, reader=sim.read_log).ids
+    assert "driver.not-on-node-image" not in report.ids
 
 
 def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work() -> None:
@@ -668,7 +681,8 @@ def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
     """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
     names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
     from gpuchain.doctor import diagnose
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     sim = build(load_scenario("op-runtime-not-configured"))
     snap = gather(sim.cluster)
@@ -788,7 +802,7 @@ class _ExporterNode:
     def scrape(self, at: float | None = None) -> Any:
         import time
 
-        from gpuchain.doctor.snapshot import Scrape
+        from gpuchain.doctor.structs import Scrape
         from gpuchain.exporter.exposition import render
 
         return Scrape(render(self.collector.registry).decode(), time.time() if at is None else at)
@@ -796,7 +810,8 @@ class _ExporterNode:
 
 def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) -> Report:
     from gpuchain.doctor import diagnose
-    from gpuchain.doctor.snapshot import Snapshot, gather
+    from gpuchain.doctor.snapshot import gather
+    from gpuchain.doctor.structs import Snapshot
 
     snap = gather(sim.cluster)
     return diagnose(Snapshot(**{**snap.__dict__, "scrapes": {exporter.node: exporter.scrape(at)}}))
@@ -904,16 +919,16 @@ def _creating(cluster: Cluster, ds: str, node: str) -> dict[str, Any]:
 def test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand() -> None:
     """Any operand that cannot mount the driver's host directory waits on the driver (issue 26, item 2):
     on GKE the plugin's FailedMount for /home/kubernetes/bin/nvidia means no driver was installed."""
-    sim = build(parse_scenario("name: x\nstack: gke\nnodes:\n  - {name: a}\n  - {name: b}\n"))
-    pod = _creating(sim.cluster, "nvidia-gpu-device-plugin", "b")
-    _warn(
-        sim.cluster,
-        pod,
-        "FailedMount",
-        'MountVolume.SetUp failed for volume "nvidia" : hostPath type check failed: /home/kubernetes/bin/nvidia '
-        "is not a directory",
+    report = diagnosed(
+        "name: x\nstack: gke\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        lambda sim: _warn(
+            sim.cluster,
+            _creating(sim.cluster, "nvidia-gpu-device-plugin", "b"),
+            "FailedMount",
+            'MountVolume.SetUp failed for volume "nvidia" : hostPath type check failed: /home/kubernetes/bin/nvidia '
+            "is not a directory",
+        ),
     )
-    report = run_doctor(sim.cluster, reader=sim.read_log)
     roots = [f for f in report.findings if f.root]
     assert [(f.id, f.link, f.node) for f in roots] == [("driver.not-installed", "driver", "b")]
     assert "kubelet.hostpath-not-directory" in " ".join(roots[0].evidence)
@@ -923,18 +938,18 @@ def test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand() -
 def test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver() -> None:
     """NVML failing under the plugin's Allocate (kubelet UnexpectedAdmissionError) is the driver's fault,
     with the driver's repair (reboot, GSP firmware off), not a kubelet restart."""
-    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n"))
-    node = "a"
-    pod = {"metadata": {"name": "job-0", "namespace": "default"}, "spec": {"nodeName": node}}
-    _warn(
-        sim.cluster,
-        pod,
-        "UnexpectedAdmissionError",
-        "Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: rpc error: code = "
-        "Unknown desc = error getting list of preferred allocation devices: unable to retrieve list of available "
-        "devices: error creating nvml.Device 0: nvml: Unknown Error, which is unexpected",
+    pod = {"metadata": {"name": "job-0", "namespace": "default"}, "spec": {"nodeName": "a"}}
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n",
+        lambda sim: _warn(
+            sim.cluster,
+            pod,
+            "UnexpectedAdmissionError",
+            "Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: rpc error: code = "
+            "Unknown desc = error getting list of preferred allocation devices: unable to retrieve list of available "
+            "devices: error creating nvml.Device 0: nvml: Unknown Error, which is unexpected",
+        ),
     )
-    report = run_doctor(sim.cluster, reader=sim.read_log)
     roots = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
     assert [(f.id, f.link) for f in roots] == [("driver.gpu-unavailable", "driver")]
     assert "NVreg_EnableGpuFirmware=0" in roots[0].fix and "restart kubelet" not in roots[0].fix
@@ -945,12 +960,13 @@ def test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver() -> N
 def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
     """NVIDIA/gpu-operator#287's class: MIG mode set on the host before the operator; the plugin and GFD
     both fail and the MIG manager was never placed, so the fix puts it there with a layout."""
-    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a, preset: a100-40gb-x8}\n"))
     unset = dict.fromkeys(("nvidia.com/gpu.deploy.mig-manager", "nvidia.com/mig.config", "nvidia.com/mig.config.state"))
-    sim.cluster.patch(NODE, "a", {"metadata": {"labels": unset}})
-    for ds in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery"):
-        _fail(sim, ds, "a")
-    report = run_doctor(sim.cluster, reader=sim.read_log)
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a, preset: a100-40gb-x8}\n",
+        lambda sim: sim.cluster.patch(NODE, "a", {"metadata": {"labels": unset}}),
+        _failing("nvidia-device-plugin-daemonset", "a"),
+        _failing("gpu-feature-discovery", "a"),
+    )
     roots = [f for f in report.findings if f.root]
     assert [(f.id, f.link) for f in roots] == [("mig.unmanaged", "mig")]
     assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"
@@ -1011,16 +1027,17 @@ def test_a_running_gfd_without_labels_whose_log_says_why_is_gfd(tmp_path: Path) 
 def test_a_driver_failure_no_entry_knows_quotes_the_line_and_names_the_next_action() -> None:
     """Issue 26, item 3: a driver log line the catalog does not know is quoted in the fix with the action a
     person takes for the driver link (packages, precompiled driver), never "run it again" alone."""
-    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
     line = "Error: Unable to frobnicate the widget for kernel 9.9.9"
-    _fail(
-        sim,
-        "nvidia-driver-daemonset",
-        "a",
-        main="nvidia-driver-ctr",
-        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _failing(
+            "nvidia-driver-daemonset",
+            "a",
+            main="nvidia-driver-ctr",
+            lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+        ),
     )
-    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    found = next(f for f in report.findings if f.root)
     assert (found.id, found.link) == ("driver.not-ready", "driver")
     assert line in found.fix and "usePrecompiled" in found.fix
     assert "knows no repair" not in found.fix and pastes(found.fix)
@@ -1029,16 +1046,17 @@ def test_a_driver_failure_no_entry_knows_quotes_the_line_and_names_the_next_acti
 def test_a_failing_validation_whose_message_the_catalog_knows_gets_the_entrys_repair() -> None:
     """The validator's driver-validation without a host driver: the driver link, with the catalog entry's
     repair (install the host driver or let the operator install it), not a rerun of the validation."""
-    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
     line = 'time="2026-01-01T00:00:00Z" level=error msg="failed to find an executable \'nvidia-smi\' on the host"'
-    _fail(
-        sim,
-        "nvidia-operator-validator",
-        "a",
-        init="driver-validation",
-        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _failing(
+            "nvidia-operator-validator",
+            "a",
+            init="driver-validation",
+            lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+        ),
     )
-    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    found = next(f for f in report.findings if f.root)
     assert (found.id, found.link) == ("driver.validation-failed", "driver")
     assert "gpu-operator.validator-no-host-nvidia-smi" in " ".join(found.evidence)
     assert "spec.driver.enabled=true" in found.fix and found.action is not None

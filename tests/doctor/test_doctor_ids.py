@@ -18,7 +18,7 @@ from gpuchain.sim import load_scenario, scenario_names
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIXES = "stack|policy|nfd|operand|operator|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
-#: Links whose check builds ``f"{link}.not-ready"`` (checks._not_ready and _simple).
+#: Links whose check builds ``f"{link}.not-ready"`` (links.failures.not_ready and links.operand.simple).
 NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix.
 CLUSTER_TESTS = {
@@ -58,7 +58,7 @@ LOCAL = {
 def code_ids() -> set[str]:
     """Every finding id written in the doctor's source."""
     ids = {f"{link}.not-ready" for link in NOT_READY_LINKS}
-    for path in (ROOT / "src/gpuchain/doctor").glob("*.py"):
+    for path in (ROOT / "src/gpuchain/doctor").rglob("*.py"):
         ids |= set(re.findall(rf'"((?:{PREFIXES})\.[a-z]+(?:-[a-z]+)*)"', path.read_text()))
     return ids
 

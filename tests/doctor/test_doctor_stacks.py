@@ -11,6 +11,7 @@ import yaml
 from kube.kmock_server import kmock_server
 
 from gpuchain.doctor import diagnose, gather, run_doctor
+from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, detect, is_gpu_node
 from gpuchain.doctor.stacks.gpu_operator import lenient_policy
 from gpuchain.kube import CONFIGMAP, DAEMONSET, EVENT, NODE, POD, LiveCluster, MemoryCluster
@@ -138,3 +139,31 @@ def test_gpu_zero_in_capacity_with_gpus_present_is_not_registered_not_all_in_use
     assert "nvidia.com/gpu: 0" in group.first.evidence[0]
     assert any(e == "GPUs present: nvidia.com/gpu.count=8" for e in group.first.evidence)
     assert "this is not 'all GPUs in use'" in group.first.cause
+
+
+def test_the_one_renderer_writes_the_daemonset_commands_kubectl_takes() -> None:
+    """Restarting, re-configuring and re-limiting an operand's DaemonSet, restarting a pod and removing a
+    Helm release are fixes as data, written by the stack's renderer in kubectl's and helm's own syntax."""
+    stack = detect(gather(build(load_scenario("healthy-nvidia-device-plugin")).cluster))
+    ds = "kube-system/nvidia-device-plugin-daemonset"
+    assert stack.render(Fix(FixOp.RESTART_DAEMONSET, ds)) == (
+        "kubectl -n kube-system rollout restart ds/nvidia-device-plugin-daemonset"
+    )
+    assert stack.render(Fix(FixOp.SET_ENV, ds, {"env": {"MIG_STRATEGY": "mixed", "FAIL_ON_INIT_ERROR": "false"}})) == (
+        "kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset MIG_STRATEGY=mixed FAIL_ON_INIT_ERROR=false"
+    )
+    limits = {"container": "nvidia-device-plugin-ctr", "limits": {"memory": "512Mi", "cpu": "1"}}
+    assert stack.render(Fix(FixOp.SET_LIMITS, ds, limits)) == (
+        "kubectl -n kube-system set resources ds/nvidia-device-plugin-daemonset -c nvidia-device-plugin-ctr "
+        "--limits=memory=512Mi,cpu=1"
+    )
+    restart = Fix.delete_pod("kube-system", "nvidia-device-plugin-abcde", fact="registration")
+    assert restart.changes == {
+        "kind": "Pod",
+        "namespace": "kube-system",
+        "name": "nvidia-device-plugin-abcde",
+        "fact": "registration",
+    }
+    assert stack.render(restart) == "kubectl -n kube-system delete pod nvidia-device-plugin-abcde"
+    release = Fix(FixOp.UNINSTALL, "dcgm", {"release": "dcgm", "namespace": "monitoring"})
+    assert stack.render(release) == "helm -n monitoring uninstall dcgm"

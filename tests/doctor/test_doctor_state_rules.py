@@ -6,18 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.heldout import harness
+from doctor.small_cluster import diagnosed
 
-from gpuchain.doctor import Severity, run_doctor
+from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
-from gpuchain.sim import build, parse_scenario
-
-
-def _doctor(scenario: str, *edits: dict[str, Any]) -> Report:
-    sim = build(parse_scenario(scenario))
-    for edit in edits:
-        harness._apply(sim.cluster, edit)
-    return run_doctor(sim.cluster, reader=sim.read_log)
 
 
 def _roots(report: Report) -> list[Any]:
@@ -29,7 +21,7 @@ OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}
 
 def test_the_kernels_own_refusal_of_an_unsigned_module_gets_the_secure_boot_fix() -> None:
     crash = {"name": "nvidia-driver-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
-    report = _doctor(
+    report = diagnosed(
         OPERATOR,
         {
             "do": "pod",
@@ -52,7 +44,7 @@ def test_a_pending_mig_mode_change_the_manager_could_not_reset_is_repaired_by_a_
         'level=debug msg="At least one mode change pending"\n'
         'level=fatal msg="Error applying MIG configuration with hooks: error resetting all GPUs: exit status 3"\n'
     )
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
         {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-3g.40gb"}},
         {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
@@ -72,7 +64,7 @@ def test_a_validation_whose_image_cannot_be_pulled_is_its_own_pods_failure_not_t
             "message": 'Back-off pulling image "registry.example/validator:v9"',
         },
     }
-    report = _doctor(
+    report = diagnosed(
         OPERATOR,
         {"do": "pod", "daemonset": "nvidia-container-toolkit-daemonset", "node": "n1", "init": [pull]},
         {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
@@ -102,20 +94,20 @@ def _no_image_for_os(node: str) -> dict[str, Any]:
 
 def test_a_driver_image_for_an_os_nvidia_builds_none_for_turns_the_driver_container_off() -> None:
     # The only GPU node: the policy's driver container goes off (the host's driver replaces it).
-    report = _doctor("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _no_image_for_os("n1"))
+    report = diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _no_image_for_os("n1"))
     (root,) = _roots(report)
     assert (root.link, root.node) == ("driver", "n1")
     assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
     assert "driver.enabled=false" in root.fix
     # Beside nodes whose driver container runs, only that node opts out.
-    (root,) = _roots(_doctor(OPERATOR, _no_image_for_os("n2")))
+    (root,) = _roots(diagnosed(OPERATOR, _no_image_for_os("n2")))
     assert root.action is not None and root.action.op is FixOp.LABEL_NODE
     assert root.action.changes == {"nvidia.com/gpu.deploy.driver": "false"} and root.node == "n2"
 
 
 def test_a_missing_driver_image_for_a_published_os_is_still_a_version_the_registry_lacks() -> None:
     image = "nvcr.io/nvidia/driver:999.1.2-ubuntu22.04"
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {driver: {version: 999.1.2}}\nnodes:\n  - {name: n1}\n",
         {
             "do": "pod",
@@ -153,7 +145,7 @@ def test_a_failing_second_exporter_beside_the_operators_own_is_the_one_removed()
         "state": {"waiting": "CrashLoopBackOff"},
         "last": {"terminated": "Error"},
     }
-    report = _doctor(
+    report = diagnosed(
         OPERATOR,
         _second_exporter(["n1"]),
         {"do": "pod", "daemonset": "dcgm-exporter", "namespace": "metrics", "node": "n1", "containers": [crash]},
@@ -172,7 +164,7 @@ def test_an_oom_killed_operand_gets_its_memory_limit_raised_where_its_release_li
         "state": {"waiting": "CrashLoopBackOff"},
         "last": {"terminated": "OOMKilled", "exitCode": 137},
     }
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: eks\nnodes:\n  - {name: e1}\n",
         _second_exporter(["e1"]),
         {"do": "pod", "daemonset": "dcgm-exporter", "namespace": "metrics", "node": "e1", "containers": [oom]},
@@ -184,7 +176,7 @@ def test_an_oom_killed_operand_gets_its_memory_limit_raised_where_its_release_li
 
 
 def test_a_running_plugin_that_logs_a_version_mismatch_names_the_driver_not_its_registration() -> None:
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
         {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
         {
@@ -208,7 +200,7 @@ def test_a_plugin_that_cannot_build_its_nvml_managers_on_a_host_driver_wants_nvi
         "state": {"waiting": "CrashLoopBackOff"},
         "last": {"terminated": "Error"},
     }
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
         {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
         {
@@ -232,7 +224,7 @@ def test_gpu_pods_refused_for_cdi_devices_no_spec_defines_get_the_spec_generated
         "failed to create containerd task: OCI runtime create failed: error modifying OCI spec: failed to inject "
         "CDI devices: unresolvable CDI devices management.nvidia.com/gpu=GPU-0000"
     )
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
         {
             "do": "pod",
@@ -254,7 +246,7 @@ def test_gpu_pods_refused_for_cdi_devices_no_spec_defines_get_the_spec_generated
 
 
 def test_a_pod_whose_configmap_is_not_in_its_namespace_gets_it_created_there() -> None:
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {devicePlugin: {config: {name: sharing}}}\nnodes:\n  - {name: n1}\n",
         {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
         {
@@ -289,7 +281,7 @@ PLUGIN_ON_NFD = {
 
 
 def test_an_nfd_worker_that_does_not_tolerate_the_gpu_taint_gets_the_toleration() -> None:
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: eks\nnodes:\n  - {name: cpu, gpu: false}\n"
         "  - {name: g, taints: [{key: dedicated, value: gpu, effect: NoSchedule}]}\n",
         {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"},
@@ -315,7 +307,7 @@ def test_an_nfd_worker_that_does_not_tolerate_the_gpu_taint_gets_the_toleration(
 
 
 def test_a_node_nfd_labelled_under_another_device_label_gets_the_label_the_daemonset_selects() -> None:
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: eks\nnodes:\n  - {name: g, nfd: false}\n",
         {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"},
         PLUGIN_ON_NFD,
@@ -336,7 +328,7 @@ def test_a_node_whose_nfd_os_build_label_is_stale_gets_nfd_to_relabel_it() -> No
         "state": {"waiting": "CrashLoopBackOff"},
         "last": {"terminated": "Error"},
     }
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - name: w\n    osImage: Red Hat Enterprise Linux CoreOS 418.94.202511010000-0\n"
         "    labels: {feature.node.kubernetes.io/system-os_release.OSTREE_VERSION: 418.94.202509010000-0}\n",
         {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "w", "containers": [crash]},
@@ -345,7 +337,7 @@ def test_a_node_whose_nfd_os_build_label_is_stale_gets_nfd_to_relabel_it() -> No
     assert (root.link, root.node) == ("driver", "w")
     assert "OSTREE_VERSION" in root.fix and "418.94.202511010000-0" in root.fix
     # The same crash on a node whose label matches its build is not this rule's.
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - name: w\n    osImage: Red Hat Enterprise Linux CoreOS 418.94.202511010000-0\n"
         "    labels: {feature.node.kubernetes.io/system-os_release.OSTREE_VERSION: 418.94.202511010000-0}\n",
         {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "w", "containers": [crash]},
@@ -360,7 +352,7 @@ def test_a_failing_driver_manager_on_a_node_marked_upgrade_done_under_gpu_pods_i
         "state": {"waiting": "CrashLoopBackOff"},
         "last": {"terminated": "Error"},
     }
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: u, labels: {nvidia.com/gpu-driver-upgrade-state: upgrade-done}}\n"
         "workloads:\n  - {name: job, count: 2, gpus: 1, node: u}\n",
         {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "u", "init": [manager]},
@@ -373,7 +365,7 @@ def test_a_failing_driver_manager_on_a_node_marked_upgrade_done_under_gpu_pods_i
 
 
 def test_a_secret_an_operand_needs_that_is_not_in_its_namespace_gets_created_there() -> None:
-    report = _doctor(
+    report = diagnosed(
         OPERATOR,
         {
             "do": "pod",
@@ -397,7 +389,7 @@ def test_a_mig_reset_refused_because_clients_hold_the_gpus_frees_them_rather_tha
         'level=error msg="The following GPUs could not be reset:\\n  GPU 00000000:07:00.0: In use by another client"\n'
         'level=fatal msg="Error applying MIG configuration with hooks: error resetting all GPUs: exit status 255"\n'
     )
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
         {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-2g.20gb"}},
         {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
@@ -413,7 +405,7 @@ def test_gpu_pods_refused_at_start_over_a_version_mismatch_name_the_driver_not_t
         "OCI runtime create failed: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
         "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown"
     )
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
         {
             "do": "pod",
@@ -440,7 +432,7 @@ def test_a_gpu_pod_whose_cuda_requirement_the_driver_cannot_meet_names_the_drive
         "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, please update your driver to a "
         "newer version, or use an earlier cuda container: unknown"
     )
-    report = _doctor(
+    report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {driver: {version: 535.1.2}}\nnodes:\n  - {name: n1}\n"
         "workloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
         {
@@ -472,14 +464,14 @@ STANDALONE_TS = (
 def test_a_standalone_plugin_running_with_its_labelled_config_is_not_told_the_config_is_missing() -> None:
     """No ClusterPolicy names the plugin's ConfigMap (NVIDIA's chart mounts its own), so the doctor cannot
     read the configs; a plugin that runs and says nothing of a missing key has the one its label names."""
-    report = _doctor(STANDALONE_TS)
+    report = diagnosed(STANDALONE_TS)
     assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()
 
 
 def test_a_standalone_plugin_whose_config_manager_says_the_key_is_missing_is_the_config() -> None:
     crash = {"name": "nvidia-device-plugin-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
     said = 'E1205 10:00:00.000000 1 main.go:180] error: specified config ts4 does not exist\n'
-    report = _doctor(
+    report = diagnosed(
         STANDALONE_TS,
         {"do": "pod", "daemonset": "nvidia-device-plugin-daemonset", "namespace": "kube-system", "node": "t4",
          "containers": [crash], "logs": {"nvidia-device-plugin-ctr": said}},

@@ -13,7 +13,8 @@ from gpuchain.doctor import diagnose
 from gpuchain.doctor.context import index
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import FixOp, LinkState, Severity
-from gpuchain.doctor.snapshot import Scrape, Snapshot, gather
+from gpuchain.doctor.snapshot import gather
+from gpuchain.doctor.structs import Scrape, Snapshot
 from gpuchain.doctor.trust import STALE_INTERVALS, collect_interval
 from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.collector import GpuMetricsCollector

@@ -80,10 +80,15 @@ def test_unhealthy_gpu_withdraws_it_and_its_mig_devices(mig_sim: SimBackend) -> 
 
 def test_pool_generation_grows_only_on_change(h100_sim: SimBackend) -> None:
     devices = slices.render_devices(h100_sim.inventory())
-    assert slices.pool_generation(None, devices) == 1
+    desired = slices.resource_slice("n", devices, 0)
+    assert slices.pool_generation({}, [desired]) == 1
     live = slices.resource_slice("n", devices, 4)
-    assert slices.pool_generation(live, devices) == 4
-    assert slices.pool_generation(live, devices[1:]) == 5
+    assert slices.pool_generation({slices.slice_name("n"): live}, [desired]) == 4
+    assert slices.pool_generation({slices.slice_name("n"): live}, [slices.resource_slice("n", devices[1:], 0)]) == 5
+    # a slice added to the pool, or one that is no longer wanted, is a change too
+    other = slices.resource_slice("n", [], 0, name="other")
+    assert slices.pool_generation({slices.slice_name("n"): live}, [desired, other]) == 5
+    assert slices.pool_generation({slices.slice_name("n"): live, "other": other}, [desired]) == 5
 
 
 @pytest.mark.parametrize(

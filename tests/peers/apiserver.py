@@ -271,8 +271,9 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-FEATURE_GATES = "DRADeviceTaints=true"
-"""Feature gates of the API server, controller manager and scheduler: device taints are alpha in 1.34."""
+FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true"
+"""Feature gates of the API server, controller manager and scheduler: device taints and partitionable
+devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU) are alpha in 1.34."""
 
 
 @contextmanager
@@ -330,7 +331,8 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=RBAC",
                 # Device taints (KEP-5055, alpha in 1.34): Device.taints in ResourceSlices, and the
-                # DeviceTaintRule API the device taint eviction controller watches.
+                # DeviceTaintRule API the device taint eviction controller watches. Partitionable
+                # devices (KEP-4815, alpha in 1.34): sharedCounters and consumesCounters kept.
                 f"--feature-gates={FEATURE_GATES}",
                 "--runtime-config=resource.k8s.io/v1alpha3=true",
                 "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged

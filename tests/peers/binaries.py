@@ -6,7 +6,8 @@ pinned version change is a new directory, never a stale binary: tests/peers/go.m
 etcd, tests/peers/nvidia/go.mod NVIDIA's device plugin config package (with the peer's own main.go),
 tests/peers/nvidia-plugin NVIDIA's device plugin and GFD v0.18.0 on go-nvml's DGX A100 mock (its recipe:
 the source patch and the mock's wrapper),
-tests/peers/containerd/go.mod containerd v2 (with the real node's pause program and image maker).
+tests/peers/containerd/go.mod containerd v2 (with the real node's pause program and image maker),
+tests/peers/mock-nvml go-nvml's DGX A100 mock as a ``libnvidia-ml.so.1`` (its build script and module).
 When ``GPUCHAIN_REQUIRE_PEERS=1`` (scripts/test sets it after building), a peer that is neither
 built nor recorded as unbuildable is an error, not a skip: CI must not go green by skipping.
 """
@@ -33,6 +34,7 @@ MODULES = {
         name: _CONTAINERD
         for name in ("containerd", "ctr", "containerd-shim-runc-v2", "pause.oci.tar", "busybox.oci.tar")
     },
+    "libnvidia-ml.so.1": ("mock-nvml/build", "mock-nvml/go.mod", "mock-nvml/go.sum", "mock-nvml/main.go"),
 }
 """Peers built from a module other than tests/peers/go.mod, and the files their cache is keyed by."""
 

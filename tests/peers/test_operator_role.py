@@ -16,9 +16,6 @@ second test shows are allowed too), and one step beyond its job is refused.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -38,6 +35,7 @@ from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.upgrade import DONE, STATE_LABEL
 from peers.apiserver import ApiServer
 from peers.audit import AuditLog
+from peers.operator_run import operator_run
 from peers.test_agent_roles import Recording, _gpu_pod, _grants
 from peers.test_clusterpolicy_names import NVIDIA_CRD, NVIDIA_SAMPLE, _install
 from peers.test_kube_apiserver import gpu_node, install_crd
@@ -230,22 +228,10 @@ def test_gpuchain_operator_run_rolls_out_with_its_own_token(world: World, tmp_pa
     for ds in admin.list(DAEMONSET, NS):
         admin.delete(DAEMONSET, ds["metadata"]["name"], NS)
     start = audit.mark()
-    stderr = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(world.kubeconfig), "HOME": str(tmp_path)}
-    args = [sys.executable, "-m", "gpuchain", "operator", "run", "-n", NS, "--min-interval", "0.2", "--resync", "1"]
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    try:
+    with operator_run(world.kubeconfig, tmp_path, NS) as (proc, stderr):
         _until(lambda: len(admin.list(DAEMONSET, NS)) == len(OPERANDS), "the roll-out by `gpuchain operator run`", 60)
         time.sleep(3)  # a few resyncs and kopf's watches
         assert proc.poll() is None, stderr.read_text()[-3000:]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     refused = audit.refused(start)
     assert not refused, "the server refused the operator:\n" + "\n".join(map(str, refused))
     log = stderr.read_text()

@@ -12,11 +12,8 @@ server's List leaves apiVersion and kind off its items. The operator is checked 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +33,7 @@ from gpuchain.operator.reconcile import reconcile
 from gpuchain.remediation.publisher import GpuHealthPublisher
 from peers.apiserver import ApiServer
 from peers.audit import AuditLog, Mark
+from peers.operator_run import operator_run
 from peers.test_kube_apiserver import gpu_node, install_crd
 
 NS = "gpu-operator"
@@ -99,22 +97,9 @@ def test_operator_passes_after_the_first_write_nothing(audit: AuditLog, live_clu
 
 @pytest.fixture
 def operator_process(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """``gpuchain operator run`` as it runs in a pod (its own process, kopf logging in from the
-    kubeconfig), resyncing every second; stopped with SIGTERM. Yields it and its stderr file."""
-    stderr = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(apiserver.kubeconfig), "HOME": str(tmp_path)}
-    args = [sys.executable, "-m", "gpuchain", "operator", "run", "-n", NS, "--min-interval", "0.2", "--resync", "1"]
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        yield proc, stderr
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """``gpuchain operator run`` with the admin's kubeconfig. Yields it and its stderr file."""
+    with operator_run(apiserver.kubeconfig, tmp_path, NS) as running:
+        yield running
 
 
 def _until(check: Any, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30.0) -> None:

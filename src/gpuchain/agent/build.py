@@ -13,7 +13,6 @@ start-up allocated is frozen once the role serves (``runtime.settled``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import importlib
 import signal
@@ -32,7 +31,7 @@ from gpuchain.agent.settings import (
     RoleSettings,
     ValidatorSettings,
 )
-from gpuchain.common.supervise import spawn
+from gpuchain.common.supervise import cancel_and_wait, spawn
 
 Role = Callable[[asyncio.Event, Callable[[], None]], Awaitable[None]]
 """A built role: serves until the event is set, calls the callable once it serves."""
@@ -92,7 +91,4 @@ async def serve_alone(role: Role, node: Node, component: str, early: threading.E
     try:
         await role(stop, started)
     finally:
-        for task in releasing:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*releasing)

@@ -141,6 +141,8 @@ class DraPluginSettings:
     ``device-plugin`` (the driver publishes nothing there) or ``dra``."""
     device_taints: bool = False
     """Publish an unhealthy device with a taint instead of leaving it out of the slice."""
+    partitionable_mig: bool = False
+    """Publish MIG-capable GPUs as partitionable devices, MIG devices made on Prepare (``dra.partitions``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

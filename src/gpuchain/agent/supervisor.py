@@ -24,7 +24,6 @@ supervisor keeps each role in a loop of its own:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -35,7 +34,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from gpuchain.agent.build import Role
 from gpuchain.agent.node import RoleError
 from gpuchain.agent.runtime import settled
-from gpuchain.common.supervise import Backoff, wait_event
+from gpuchain.common.supervise import Backoff, cancel_and_wait, wait_event
 
 log = logging.getLogger("gpuchain.node-agent")
 
@@ -133,10 +132,7 @@ class Supervisor:
         _done, pending = await asyncio.wait(tasks, timeout=self.stop_timeout)
         for task in pending:
             log.error("%s did not stop within %.0f s; cancelling it", task.get_name(), self.stop_timeout)
-            task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*pending)
 
     def _started(self, state: RoleState) -> None:
         state.up = True

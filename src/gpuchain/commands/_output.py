@@ -29,24 +29,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
+from gpuchain.commands._format import OutputFormat
+
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.text import Text
-
-UNLIMITED = 100_000
-"""Width a pipe or ``-o wide`` renders at: wide enough that no table is ever squeezed."""
-
-
-class OutputFormat(enum.StrEnum):
-    table = "table"
-    wide = "wide"
-    json = "json"
-    yaml = "yaml"
-
-    @property
-    def for_people(self) -> bool:
-        """Table or wide: rendered for a person, not data for a script."""
-        return self in (OutputFormat.table, OutputFormat.wide)
 
 
 def output_option() -> Any:

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._output import UNLIMITED, OutputFormat
+from gpuchain.commands._format import UNLIMITED, OutputFormat
 
 
 class _Console(Console):

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._output import OutputFormat, emit_data, fail, output_option, records, say, show
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit_data, fail, output_option, records, say, show
 from gpuchain.commands.dra_plugin import dra_demo
 from gpuchain.kubelet.demo import DemoStep, run_demo
 from gpuchain.kubelet.node import DEFAULT_PRESET

@@ -33,15 +33,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit,
-    fail,
-    log_format_option,
-    output_option,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources

@@ -26,7 +26,8 @@ from rich.text import Text
 
 from gpuchain.commands._backend import BackendKind, open_backend
 from gpuchain.commands._cluster import SIMULATED, _server_of, open_cluster, reads_a_whole_cluster
-from gpuchain.commands._output import OutputFormat, emit_data, err_console, fail, output_option, plain
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit_data, err_console, fail, output_option, plain
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
 from gpuchain.doctor.local import ask, local_chain

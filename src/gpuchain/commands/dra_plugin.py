@@ -32,15 +32,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit_data,
-    fail,
-    log_format_option,
-    output_option,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit_data, fail, log_format_option, output_option
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import EXIT_CODE
 from gpuchain.dra.checkpoint import CheckpointError
@@ -151,6 +144,15 @@ def dra_plugin(
         "off) instead of leaving it out of the slice; needs Device.taints (Kubernetes >= 1.36, or the "
         "DRADeviceTaints feature gate), else the plugin falls back to leaving it out.",
     ),
+    partitionable_mig: bool = typer.Option(
+        False,
+        "--partitionable-mig",
+        help="Publish each MIG-capable GPU as partitionable devices: the whole GPU and every MIG profile "
+        "placement, sharing its memory slices, compute slices and engines as counters, the MIG device created "
+        "on prepare and destroyed on unprepare. The plugin then owns those GPUs' MIG layout (no MIG manager "
+        "on the node). Needs shared counters (the DRAPartitionableDevices feature gate), else the plugin "
+        "falls back to publishing the GPUs as before.",
+    ),
     metrics_port: int = typer.Option(
         0,
         "--metrics-port",
@@ -200,6 +202,7 @@ def dra_plugin(
         dev_root=dev_root,
         unlabelled=DRA if unlabelled is UnlabelledNodes.dra else DEVICE_PLUGIN,
         device_taints=device_taints,
+        partitionable_mig=partitionable_mig,
     )
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:

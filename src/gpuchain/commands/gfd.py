@@ -19,7 +19,7 @@ from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
     BackendKind,
-    backend_or_fail,
+    open_backend,
     preset_option,
     topology_option,
 )
@@ -31,17 +31,14 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit,
-    fail,
-    log_format_option,
-    output_option,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option
+from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import MigStrategy
 from gpuchain.discovery.labels import LabelError, Labels
+from gpuchain.gpu.absent import NoGpus
+from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.errors import GpuError
 from gpuchain.kube.errors import KubeError
 
 if TYPE_CHECKING:
@@ -149,13 +146,23 @@ def gfd(
         if node
         else "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
     )
-    gpus = backend_or_fail(choice.kind, preset, topology)
+    try:
+        gpus: GpuBackend = open_backend(choice.kind, preset, topology)
+        init_error = None
+    except GpuError as exc:  # the driver did not answer: failOnInitError, read with the config, decides
+        gpus, init_error = NoGpus(str(exc)), exc
+    except ConfigFileError as exc:
+        fail(str(exc))
     gfd_node = Node(gpus, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: open_cluster(hint=hint))
     try:
         try:
             prepared = gfd_role.prepare(settings, gfd_node)
         except RoleError as exc:
             fail(str(exc), code=exc.code)
+        if init_error is not None:
+            if prepared.discovery.config.flags.fail_on_init_error:
+                fail(f"{init_error} (set GFD_FAIL_ON_INIT_ERROR=false to keep running without GPU labels)")
+            gfd_role.log.error("no GPUs (%s); failOnInitError is false: labelling without GPU labels", init_error)
         target = prepared.target
         if target == gfd_role.NFD_FEATURE_FILE:
             refuse_implicit_sim(

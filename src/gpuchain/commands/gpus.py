@@ -15,7 +15,8 @@ from gpuchain.commands._backend import (
     topology_option,
 )
 from gpuchain.commands._cluster import SIMULATED
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option, records
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option, records
 from gpuchain.gpu.model import Inventory
 
 

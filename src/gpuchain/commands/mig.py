@@ -20,7 +20,8 @@ from gpuchain.commands._backend import (
     topology_option,
 )
 from gpuchain.commands._cluster import SIMULATED
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.model import Inventory

@@ -34,15 +34,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit,
-    fail,
-    log_format_option,
-    output_option,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option
 from gpuchain.commands.mig import mig_config
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.kube import KubeError

@@ -17,9 +17,9 @@ from rich.console import Group
 from rich.table import Table
 
 from gpuchain.commands._cluster import open_cluster
+from gpuchain.commands._format import OutputFormat
 from gpuchain.commands._output import (
     LogFormat,
-    OutputFormat,
     configure_logging,
     emit,
     emit_data,

@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._cluster import reads_a_whole_cluster
-from gpuchain.commands._output import OutputFormat, emit, err_console, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, err_console, fail, output_option
 from gpuchain.planner import (
     MIB,
     DriverOwner,

@@ -38,16 +38,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import (
-    LogFormat,
-    OutputFormat,
-    configure_logging,
-    emit,
-    fail,
-    log_format_option,
-    output_option,
-    plain,
-)
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option, plain
 from gpuchain.discovery.service import parse_interval
 from gpuchain.exporter.podresources import DEFAULT_SOCKET
 from gpuchain.gpu.sim import SimBackend

@@ -10,7 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.sim import SimCluster, build, go_live, load_scenario, scenario_names
 from gpuchain.sim.build import LiveNode

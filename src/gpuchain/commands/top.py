@@ -15,7 +15,8 @@ from rich.table import Table
 
 from gpuchain.commands._backend import BackendKind, backend_or_fail, preset_option, topology_option
 from gpuchain.commands._cluster import SIMULATED, node_backend_option, resolve_backend
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.exporter.exposition import render
 from gpuchain.exporter.top import NodeTop, top_view

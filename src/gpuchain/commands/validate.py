@@ -25,7 +25,8 @@ from gpuchain.commands._cluster import (
     refuse_implicit_sim,
     resolve_backend,
 )
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.validator import CheckResult, ReadyFiles, check_cuda, check_driver, check_plugin, check_toolkit
 from gpuchain.validator.ready import DEFAULT_DIR

@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuchain.commands._cluster import reads_a_whole_cluster
-from gpuchain.commands._output import OutputFormat, emit, fail, output_option
+from gpuchain.commands._format import OutputFormat
+from gpuchain.commands._output import emit, fail, output_option
 from gpuchain.commands.doctor import context_option, kubeconfig_option, open_target, reading_progress, scenario_option
 from gpuchain.doctor.snapshot import STEPS, gather
 from gpuchain.doctor.verify import DEFAULT_CUDA_IMAGE, Checklist, PodOutcome, Status, checklist, live_test_pod

@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +151,36 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     except TimeoutError:
         pass
     return event.is_set()
+
+
+def reraise_cancel() -> None:
+    """Raise CancelledError when this task was asked to stop but an await swallowed the request.
+
+    Call it where a gRPC error is caught. grpc.aio's unary call catches the CancelledError of a
+    cancel that arrives as its answer does and reports the call's status instead (``_invoke`` in
+    ``grpc/aio/_call.py``), so the caller sees an ``AioRpcError`` (even one with status OK) where
+    it should have stopped. A loop that logs RPC errors and tries again then runs on after
+    ``cancel()``, and whatever awaits it (a plugin's ``stop``) waits forever. The request is still
+    counted by ``Task.cancelling()``, which is what this reads.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended; raise the first error one ended with.
+
+    Not ``with suppress(CancelledError): await task``: that swallows a cancel of the caller as
+    well (a stop being timed out by its own caller), which then goes on waiting as if nothing had
+    asked it to stop. ``asyncio.wait`` lets the caller's cancel through and leaves the tasks' own
+    ends to be read here.
+    """
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error

@@ -24,7 +24,6 @@ and the loop restarted with backoff, so the plugin never stops re-registering si
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -37,7 +36,7 @@ import grpc
 
 from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.files import remove
-from gpuchain.common.supervise import spawn
+from gpuchain.common.supervise import cancel_and_wait, reraise_cancel, spawn
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
 from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
@@ -238,11 +237,7 @@ class DevicePlugin:
 
     async def stop(self) -> None:
         """Stop watching and serving; remove our sockets. Safe to call twice."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         async with self._lock:
             await self._unserve()
@@ -366,9 +361,7 @@ class DevicePlugin:
     async def _stop_mps(self, names: set[str]) -> None:
         for name in names:
             _, task = self._mps.pop(name)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             self.mps_down.discard(name)
 
     def _mps_health(self, resource: str, up: bool) -> None:
@@ -424,6 +417,7 @@ class DevicePlugin:
                 try:
                     await stub.Register(request, timeout=5)
                 except grpc.aio.AioRpcError as exc:
+                    reraise_cancel()
                     raise RegistrationError(
                         f"registering {res.name} with the kubelet at {target} failed: {exc.details() or exc.code()}"
                     ) from None

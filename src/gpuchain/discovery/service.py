@@ -15,7 +15,6 @@ file, keeps the running config (logged).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import threading
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuchain.common.inputfile import read_input_text
-from gpuchain.common.supervise import Backoff
+from gpuchain.common.supervise import Backoff, cancel_and_wait
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config, format_go_duration
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
@@ -200,9 +199,7 @@ def follow_config_label(
         following = asyncio.create_task(follow())
         while not (following.done() or discovery.stop.is_set()):
             await asyncio.wait({following}, timeout=retry_seconds)
-        following.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
+        await cancel_and_wait(following)
 
     def supervise() -> None:
         backoff = Backoff(retry_seconds, MAX_RETRY_SECONDS)

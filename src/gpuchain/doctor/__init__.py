@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from gpuchain.doctor.diagnose import diagnose, run_doctor, walk
 from gpuchain.doctor.model import LINKS, Finding, FindingGroup, Link, LinkState, NodeChain, Report, Severity
-from gpuchain.doctor.snapshot import LogReader, Snapshot, gather
+from gpuchain.doctor.snapshot import LogReader, gather
+from gpuchain.doctor.structs import Snapshot
 
 __all__ = [
     "LINKS",

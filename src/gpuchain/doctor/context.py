@@ -10,8 +10,9 @@ from functools import cache
 import yaml
 
 from gpuchain.doctor.pods import pod_state
-from gpuchain.doctor.snapshot import Snapshot
-from gpuchain.doctor.stacks import Stack, is_gpu_node
+from gpuchain.doctor.stacks import detect
+from gpuchain.doctor.stacks.base import is_gpu_node
+from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import DRIVER, Operand, enabled
 from gpuchain.operator.policy import ClusterPolicySpec
@@ -141,7 +142,7 @@ def pinned_node(pod: Obj) -> str | None:
 
 def index(snapshot: Snapshot) -> Context:
     """Build the context: one pass over pods and events, whatever the cluster size."""
-    stack = snapshot.stack
+    stack = detect(snapshot)
     operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     operand_pods: dict[str, dict[str, Obj]] = defaultdict(dict)
     others: dict[str, dict[str, Obj]] = defaultdict(dict)  #: operands of another release, elsewhere

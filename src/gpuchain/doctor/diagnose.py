@@ -15,27 +15,23 @@ from collections.abc import Callable
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
-from gpuchain.doctor.checks import (
-    DRIVER_VERSION,
-    Result,
-    check_device_plugin,
-    check_driver,
-    check_gfd,
-    check_mig,
-    check_toolkit,
-    check_workloads,
-    mig_root,
-    plugin_off_gpu_nodes,
-)
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
+from gpuchain.doctor.links.common import DRIVER_VERSION, Result
+from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
+from gpuchain.doctor.links.driver import check_driver
+from gpuchain.doctor.links.gfd import check_gfd
+from gpuchain.doctor.links.mig import check_mig, mig_root
+from gpuchain.doctor.links.toolkit import check_toolkit
+from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
-from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, Snapshot, timed_gather
-from gpuchain.doctor.stacks import provider_of
+from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
+from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.doctor.structs import CHARTS, Chart, Snapshot
 from gpuchain.doctor.trust import check_exporter
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -182,22 +178,17 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
-#: Where each installable stack's chart lives (NVIDIA/k8s-device-plugin README: helm repo nvdp,
-#: release nvdp in namespace nvidia-device-plugin; NVIDIA/gpu-operator: nvidia/gpu-operator).
-CHARTS = {
-    "gpuchain": ("gpuchain", "charts/gpuchain", "gpuchain"),
-    "gpu-operator": ("gpu-operator", "nvidia/gpu-operator", "gpu-operator"),
-    "nvidia-device-plugin": ("nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
-}
-
-
-def _install(stack: str, namespace: str = "", upgrade: bool = False) -> Fix:
-    release, chart, default_ns = CHARTS[stack]
-    changes: dict[str, object] = {"release": release, "chart": chart, "namespace": namespace or default_ns}
+def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:
+    """Install a stack by its chart, or upgrade it in place (into ``namespace``, else the chart's own)."""
+    changes: dict[str, object] = {
+        "release": chart.release,
+        "chart": chart.chart,
+        "namespace": namespace or chart.namespace,
+    }
     if upgrade:
         changes |= {"upgrade": True, "flags": "--reuse-values", "fact": "policy"}
     else:
-        changes["fact"] = f"stack:{stack}"
+        changes["fact"] = f"stack:{chart.stack}"
     return Fix(FixOp.INSTALL, "", changes)
 
 
@@ -208,7 +199,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
             return []
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.
         cloud = provider_of(ctx.snapshot.nodes)
-        install = _install("nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain")
+        install = _install(CHARTS["nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain"])
         return [
             Finding(
                 "stack.missing",
@@ -236,7 +227,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
             )
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
-        install = _install(stack.id if stack.id in CHARTS else "gpuchain", stack.namespace, upgrade=True)
+        install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)
         return [
             Finding(
                 "policy.missing",
@@ -320,7 +311,7 @@ def _version_skew(ctx: Context) -> list[Finding]:
         # The policy names the majority's version (or is not in the dump while driver containers
         # run): the minority's driver pods are stale.
         pod = next((v.pod(DRIVER) for v in ctx.views if v.name == first and v.pod(DRIVER) is not None), None)
-        restart = f"kubectl -n {ctx.namespace} delete pod {name_of(pod) if pod else '<driver pod>'}"
+        restart = ctx.stack.render(Fix.delete_pod(ctx.namespace, name_of(pod) if pod else "<driver pod>"))
         action = Fix(
             FixOp.NODE,
             first,
@@ -419,7 +410,7 @@ def not_judged(ctx: Context) -> list[str]:
             "the dump has no RuntimeClasses (runtimeclasses.json): not judged whether the operands' "
             f"RuntimeClass {ctx.policy.operator.runtime_class} exists"
         )
-    if "nvidiadrivers" in absent and stack.id == "gpu-operator":
+    if "nvidiadrivers" in absent and stack.driver_resource:
         lines.append("the dump has no NVIDIADrivers (nvidiadrivers.json): not judged which of them drives a node")
     if lines:
         lines.append("gpuchain doctor dump DIR writes all of these (kubectl cluster-info dump writes none of them)")

@@ -20,8 +20,7 @@ from collections import defaultdict
 
 from gpuchain.common.labels import DEPLOY_PREFIX
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
-from gpuchain.doctor.snapshot import Snapshot
-from gpuchain.doctor.stacks import Stack
+from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.dra.kinds import DRIVER
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN, device_plugin_announces
 from gpuchain.kube.objects import Obj, name_of

@@ -31,8 +31,9 @@ import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
 from gpuchain.doctor.logs import cluster_scraper
-from gpuchain.doctor.snapshot import MAX_SCRAPES, LogKey, Scrape, Snapshot, list_if_served, scrape_candidates
-from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
+from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, scrape_candidates
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
+from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import Kind, register_kind
@@ -206,7 +207,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         [],
         drivers=extras["nvidiadrivers"],
     )
-    stack_ns = partial.stack.namespace
+    stack_ns = detect(partial).namespace
     if stack_ns not in configmaps:
         absent.add("configmaps")  # the ConfigMaps the checks read are the stack namespace's
     return Snapshot(
@@ -304,7 +305,7 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
     _write(root / "runtimeclasses.json", RUNTIME_CLASS, cluster.list(RUNTIME_CLASS))
     namespaces = sorted({namespace_of(o) or "default" for objs in per_kind.values() for o in objs})
     partial = Snapshot("", policies, nodes, per_kind["pods"], per_kind["daemonsets"], [], [], [], drivers=drivers)
-    stack_ns = partial.stack.namespace
+    stack_ns = detect(partial).namespace
     if stack_ns and stack_ns not in namespaces:
         namespaces.append(stack_ns)
     for ns in namespaces:

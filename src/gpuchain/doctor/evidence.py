@@ -257,7 +257,7 @@ def _fix(
     """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
     checks' own for the failures they know, else the catalog entry's fix."""
     ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
-    rerun = f"kubectl -n {ns} delete pod {name_of(failure.pod)}"
+    rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(failure.pod)))
     if finding_id == "driver.version-mismatch":
         action = Fix(
             FixOp.NODE,
@@ -347,7 +347,7 @@ def _fix(
     else:
         # No repair is known for this failure: the line it left and the link's next action, then run it again.
         pod = name_of(failure.pod)
-        rerun_it = Fix(FixOp.DELETE, f"{ns}/{pod}", {"kind": "Pod", "namespace": ns, "name": pod})
+        rerun_it = Fix.delete_pod(ns, pod)
         line = catalog.unknown_error(failure.text) or ""
         return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)

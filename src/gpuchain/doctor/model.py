@@ -42,7 +42,11 @@ class FixOp(enum.StrEnum):
     NODE = "node"  #: work on the node itself (changes["action"]): reimage, restart containerd, upgrade driver
     HARDWARE = "hardware"  #: no command fixes it: changes["action"] names what a person must do
     INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
+    UNINSTALL = "uninstall"  #: remove a Helm release (changes["release"], changes["namespace"])
     DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
+    RESTART_DAEMONSET = "restart-daemonset"  #: a rolling restart of the DaemonSet ``target`` (ns/name)
+    SET_ENV = "set-env"  #: changes: {"env": {name: value}} of the DaemonSet ``target``'s containers
+    SET_LIMITS = "set-limits"  #: changes: {"container": name, "limits": {resource: quantity}} of ``target``
 
 
 #: The doctor's exit code when the cluster has no GPU node: 0 is "healthy", 1 "broken", 2 bad input.
@@ -70,6 +74,12 @@ class Fix:
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {"op": self.op.value, "target": self.target, "changes": self.changes}
+
+    @classmethod
+    def delete_pod(cls, namespace: str, name: str, **more: Any) -> Fix:
+        """Delete pod ``namespace/name`` so its controller starts it again; ``more`` are keys after the
+        pod's (a ``fact`` for the simulator, `NOT_SIMULATED`)."""
+        return cls(FixOp.DELETE, f"{namespace}/{name}", {"kind": "Pod", "namespace": namespace, "name": name, **more})
 
 
 @dataclass(frozen=True)

@@ -228,13 +228,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         )
     cdi = ((((ctx.policy_obj or {}).get("spec") or {}).get("cdi")) or {}).get("enabled")
     release = runtime_version(view.node)
-    if (
-        ctx.stack.id == "gpu-operator"
-        and cdi is True
-        and scheme == "containerd"
-        and release
-        and release < CDI_CONTAINERD
-    ):
+    if ctx.stack.policy_cdi and cdi is True and scheme == "containerd" and release and release < CDI_CONTAINERD:
         have, need = ".".join(map(str, release)), ".".join(map(str, CDI_CONTAINERD))
         off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
         findings.append(

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
-from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
+from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
@@ -43,7 +43,6 @@ MAX_SCRAPES = 32
 """The most exporter scrapes one run reads (one request each, through the API server's pod proxy);
 the nodes beyond it are said not judged."""
 MAX_WORKLOAD_LOGS = 3
-LogKey = tuple[str, str, str]  #: (namespace, pod, container)
 
 
 class Scraper(Protocol):
@@ -58,48 +57,6 @@ class LogReader(Protocol):
     None when it cannot."""
 
     def __call__(self, namespace: str, pod: str, container: str, previous: bool = False) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class Scrape:
-    """One exporter's ``/metrics`` answer and when it was read (Unix time): the age of a GPU's last
-    sample is ``at`` minus its ``gpuchain_gpu_last_sample_timestamp_seconds``."""
-
-    text: str
-    at: float
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The cluster as the doctor saw it; every check is a pure function of this.
-
-    ``namespace`` is the stack namespace the user named (``--namespace``), "" to let the stack
-    adapter find it. The objects may be the cluster's own (`gather` reads with
-    ``list_readonly``): read them, never change them.
-    """
-
-    namespace: str
-    policies: list[Obj]
-    nodes: list[Obj]
-    pods: list[Obj]
-    daemonsets: list[Obj]
-    configmaps: list[Obj]
-    runtime_classes: list[Obj]
-    events: list[Obj]
-    logs: dict[LogKey, str] = field(default_factory=dict)
-    #: the last terminated run's log of containers that restarted (``kubectl logs --previous``)
-    previous_logs: dict[LogKey, str] = field(default_factory=dict)
-    drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
-    resource_slices: list[Obj] = field(default_factory=list)  #: DRA ResourceSlices (resource.k8s.io/v1)
-    absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
-    #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
-    scrapes: dict[str, Scrape] = field(default_factory=dict)
-    unscraped: int = 0  #: gpuchain exporters beyond ``MAX_SCRAPES``, whose scrapes were not read
-
-    @property
-    def stack(self) -> Stack:
-        """The stack that runs the cluster (see `gpuchain.doctor.stacks`)."""
-        return detect(self)
 
 
 #: The list calls, in order, with what each is for (also the progress bar's steps).
@@ -147,7 +104,7 @@ def gather(
     step("daemonsets")
     drivers = list_if_served(cluster, NVIDIA_DRIVER) if nvidia else []
     partial = Snapshot(namespace or "", policies + nvidia, nodes, pods, daemonsets, [], [], [], drivers=drivers)
-    stack = partial.stack
+    stack = detect(partial)
     configmaps = cluster.list_readonly(CONFIGMAP, stack.namespace) if stack.namespace else []
     step("configmaps")
     runtime_classes = cluster.list_readonly(RUNTIME_CLASS)
@@ -184,7 +141,7 @@ def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
 def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     """`needs_logs`'s containers with their statuses, from one pass over the pods (at 10,000
     nodes each pass over their pods costs a noticeable part of the doctor's time)."""
-    stack = snapshot.stack
+    stack = detect(snapshot)
     unregistered = {
         str(n.get("metadata", {}).get("name"))
         for n in snapshot.nodes
@@ -312,7 +269,7 @@ def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOG
 def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
     """``(node, namespace, pod)`` of every ready exporter pod that runs gpuchain's exporter (only it
     serves the trust signals; NVIDIA's dcgm-exporter would cost a request for nothing), by node."""
-    stack = snapshot.stack
+    stack = detect(snapshot)
     operand_of = cache(stack.operand_in)
     found = []
     for pod in snapshot.pods:

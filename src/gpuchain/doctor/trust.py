@@ -26,11 +26,11 @@ nothing here.
 
 from __future__ import annotations
 
-from gpuchain.doctor.checks import Result
-from gpuchain.doctor.checks import check_exporter as check_exporter_pod
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result
+from gpuchain.doctor.links.exporter import check_exporter as check_exporter_pod
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.snapshot import Scrape
+from gpuchain.doctor.structs import Scrape, Stack
 from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.top import NodeTop, top_view
 from gpuchain.kube.objects import Obj
@@ -74,15 +74,16 @@ def _node_top(scrape: Scrape, node: str) -> NodeTop | None:
     return top
 
 
-def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float) -> list[Finding]:
-    """What the scrape of ``view``'s exporter pod ``pod`` says against trusting its metrics."""
+def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float, *, stack: Stack) -> list[Finding]:
+    """What the scrape of ``view``'s exporter pod ``pod`` says against trusting its metrics (its fixes
+    written by ``stack``'s renderer)."""
     top = _node_top(scrape, view.name)
     if top is None:
         return []
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-    restart = Fix(FixOp.DELETE, f"{namespace}/{name}", {"kind": "Pod", "namespace": namespace, "name": name})
-    command = f"kubectl -n {namespace} delete pod {name}"
+    restart = Fix.delete_pod(namespace, name)
+    command = stack.render(restart)
     gpu_work = Fix(FixOp.HARDWARE, view.name, {"action": GPU_ACTION})
     findings: list[Finding] = []
     down = [d for d in top.devices if d.up is False]
@@ -100,7 +101,7 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float) ->
                     *(f"{d.uuid}: gpuchain_gpu_up 0, last good sample" + _age(d.sample_age_s) for d in down),
                     f"on {view.name}: nvidia-smi -q -i <UUID> and the kernel log's XID lines say why",
                 ),
-                f"# hardware, no command fixes it: {GPU_ACTION}",
+                stack.render(gpu_work),
                 node=view.name,
                 action=gpu_work,
             )
@@ -122,7 +123,7 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float) ->
                         f"the exporter lists the GPUs NVML lists at every collection: nvidia-smi -L on "
                         f"{view.name} shows which one the driver lost",
                     ),
-                    f"# hardware, no command fixes it: {GPU_ACTION}",
+                    stack.render(gpu_work),
                     node=view.name,
                     action=gpu_work,
                 )
@@ -153,14 +154,14 @@ def _age(age: float | None) -> str:
 
 
 def check_exporter(ctx: Context, view: NodeView) -> Result:
-    """The exporter link: its pod (`checks.check_exporter`), then, where the pod is ready and its
+    """The exporter link: its pod (`links.exporter.check_exporter`), then, where the pod is ready and its
     scrape was read, the trust signals in it."""
     result = check_exporter_pod(ctx, view)
     scrape = ctx.snapshot.scrapes.get(view.name)
     pod = view.pod(DCGM_EXPORTER)
     if result.state is not LinkState.OK or scrape is None or pod is None:
         return result
-    findings = trust_findings(view, pod, scrape, collect_interval(pod))
+    findings = trust_findings(view, pod, scrape, collect_interval(pod), stack=ctx.stack)
     if not findings:
         return result
     ids = ", ".join(f.id.removeprefix("exporter.") for f in findings)

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE
-from gpuchain.doctor.checks import GPU_COUNT
 from gpuchain.doctor.context import Context, index
+from gpuchain.doctor.links.common import GPU_COUNT
 from gpuchain.doctor.pods import init_done, pod_state
-from gpuchain.doctor.snapshot import LogReader, Snapshot
+from gpuchain.doctor.snapshot import LogReader
+from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube import POD, Cluster, KubeError, NotFoundError
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.operator.operands import DCGM_EXPORTER, TOOLKIT, VALIDATOR

@@ -30,6 +30,19 @@ class CheckpointError(ValueError):
 
 
 @dataclass(frozen=True)
+class CreatedInstance:
+    """A MIG GPU instance Prepare created for a partitionable device, which Unprepare destroys.
+
+    Profile and start are kept beside the id so Unprepare destroys only that instance: an id
+    names a different instance once the one it named is gone."""
+
+    gpu_index: int
+    gi_id: int
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     """One device of a prepared claim, as NodePrepareResources reports it.
 
@@ -43,6 +56,7 @@ class PreparedDevice:
     cdi_ids: tuple[str, ...]
     uuid: str = ""
     device_node: str = ""
+    created: CreatedInstance | None = None
 
 
 @dataclass(frozen=True)
@@ -55,21 +69,21 @@ class PreparedClaim:
     devices: tuple[PreparedDevice, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "devices": [
-                {
-                    "requests": list(d.requests),
-                    "pool": d.pool,
-                    "device": d.device,
-                    "cdiIds": list(d.cdi_ids),
-                    "uuid": d.uuid,
-                    "deviceNode": d.device_node,
-                }
-                for d in self.devices
-            ],
-        }
+        devices: list[dict[str, Any]] = []
+        for d in self.devices:
+            device: dict[str, Any] = {
+                "requests": list(d.requests),
+                "pool": d.pool,
+                "device": d.device,
+                "cdiIds": list(d.cdi_ids),
+                "uuid": d.uuid,
+                "deviceNode": d.device_node,
+            }
+            if d.created is not None:
+                c = d.created
+                device["createdInstance"] = {"gpu": c.gpu_index, "gi": c.gi_id, "profile": c.profile, "start": c.start}
+            devices.append(device)
+        return {"namespace": self.namespace, "name": self.name, "devices": devices}
 
     @classmethod
     def from_dict(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
@@ -81,10 +95,17 @@ class PreparedClaim:
                 tuple(d["cdiIds"]),
                 str(d["uuid"]),
                 str(d["deviceNode"]),
+                _created(d.get("createdInstance")),
             )
             for d in data["devices"]
         )
         return cls(uid, str(data["namespace"]), str(data["name"]), devices)
+
+
+def _created(data: dict[str, Any] | None) -> CreatedInstance | None:
+    if data is None:
+        return None
+    return CreatedInstance(int(data["gpu"]), int(data["gi"]), str(data["profile"]), int(data["start"]))
 
 
 class Checkpoint:

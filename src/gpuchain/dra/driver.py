@@ -22,11 +22,12 @@ and spec in place, and answers the error, so the kubelet retries it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.dra import cdi, slices
-from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
+from gpuchain.dra import cdi, partitions, slices
+from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
 from gpuchain.dra.taints import health_taint, taints_of
@@ -43,11 +44,11 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
-from gpuchain.gpu.model import HealthEvent, Inventory
+from gpuchain.gpu.model import Gpu, HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
-from gpuchain.kube.errors import KubeError
+from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
@@ -81,7 +82,11 @@ class DriverConfig:
     who serves a node without the ``gpuchain.io/gpu.allocator`` label (``kube.allocator``): the
     device plugin (the driver then publishes nothing there), or this driver where no device plugin
     is deployed. ``device_taints``: publish unhealthy devices with a taint (``dra.taints``) instead of
-    leaving them out, where the cluster serves ``Device.taints``.
+    leaving them out, where the cluster serves ``Device.taints``. ``partitionable_mig``: publish
+    MIG-capable GPUs as partitionable devices (``dra.partitions``: the full GPU and every MIG
+    placement, sharing counters; MIG devices created on Prepare) where the cluster serves
+    ``sharedCounters`` (the ``DRAPartitionableDevices`` gate); the driver then owns those GPUs' MIG
+    layout, so the MIG manager must not manage them.
     """
 
     node: str
@@ -92,6 +97,7 @@ class DriverConfig:
     dev_root: Path = Path("/")
     unlabelled: Allocator = DEVICE_PLUGIN
     device_taints: bool = False
+    partitionable_mig: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,10 @@ class DraDriver:
         """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
         self.taints_served = config.device_taints
         """Unhealthy devices are published tainted: asked for, and the API server kept the taints."""
+        self.partitions_served = config.partitionable_mig
+        """MIG-capable GPUs are partitionable: asked for, and the API server kept the counters."""
+        if config.partitionable_mig:
+            self._destroy_orphan_instances()
         self.metrics = DraMetrics(config.node, self.device_states)
         """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
@@ -152,8 +162,9 @@ class DraDriver:
 
     # ---- the slice ----------------------------------------------------------------------------
 
-    def desired_slice(self, inventory: Inventory | None = None, live: Obj | None = None) -> Obj:
-        """The ResourceSlice this node should publish now, checked against the API's rules."""
+    def desired_slices(self, lives: Mapping[str, Obj], inventory: Inventory | None = None) -> list[Obj]:
+        """The ResourceSlices this node should publish now (``lives``: those live, by name), checked
+        against the API's rules: the plain devices' slice, then one per partitionable GPU."""
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
         owner = self.cluster.get_or_none(NODE, self.node)
@@ -165,29 +176,78 @@ class DraDriver:
                 log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
             self.withheld = withheld
         taint_of = partial(health_taint, self.health) if self.taints_served else None
-        devices = [] if withheld else slices.render_devices(inv, self.unhealthy, taint_of)
-        obj = slices.resource_slice(self.node, devices, slices.pool_generation(live, devices), owner)
-        slices.check_slice(obj)
-        return obj
+        plain = [] if withheld else slices.render_devices(inv, self.unhealthy, taint_of, self.partitions_served)
+        parts = (
+            [] if withheld or not self.partitions_served else slices.render_gpu_slices(inv, self.unhealthy, taint_of)
+        )
+        count = 1 + len(parts)
+        out = [slices.resource_slice(self.node, plain, 0, owner, slice_count=count)]
+        for part in parts:
+            partitions.check_gpu_slice(part)
+            name = slices.gpu_slice_name(self.node, part.gpu.index)
+            out.append(
+                slices.resource_slice(
+                    self.node, part.devices, 0, owner, name=name, slice_count=count, shared_counters=[part.counter_set]
+                )
+            )
+        generation = slices.pool_generation(lives, out)
+        for obj in out:
+            obj["spec"]["pool"]["generation"] = generation
+            slices.check_slice(obj)
+        return out
 
     def publish(self) -> Published:
-        """Bring the live ResourceSlice to the current devices; a new generation only on change."""
+        """Bring the live ResourceSlices to the current devices; a new generation only on change."""
         with self._lock:
-            live = self.cluster.get_or_none(RESOURCE_SLICE, slices.slice_name(self.node))
-            desired = self.desired_slice(live=live)
-            result = self.cluster.apply(desired, live, known_live=True)
-            if self._taints_dropped(desired, result.object):
-                desired = self.desired_slice(live=result.object)
-                result = self.cluster.apply(desired, result.object, known_live=True)
-            spec = desired["spec"]
-            names = tuple(str(d["name"]) for d in spec["devices"])
-            return Published(int(spec["pool"]["generation"]), result.changed, names)
+            lives = self._live_slices()
+            desired = self.desired_slices(lives)
+            try:
+                written, changed = self._write(desired, lives)
+            except InvalidError as exc:
+                if not any(obj["spec"].get("sharedCounters") for obj in desired):
+                    raise
+                self._partitions_refused(exc)
+                lives = self._live_slices()
+                desired = self.desired_slices(lives)
+                written, changed = self._write(desired, lives)
+            if self._taints_dropped(desired, written) | self._counters_dropped(desired, written):
+                desired = self.desired_slices(written)
+                written, again = self._write(desired, written)
+                changed |= again
+            devices = tuple(str(d["name"]) for obj in desired for d in obj["spec"]["devices"])
+            return Published(int(desired[0]["spec"]["pool"]["generation"]), changed, devices)
 
-    def _taints_dropped(self, desired: Obj, written: Obj) -> bool:
+    def _live_slices(self) -> dict[str, Obj]:
+        """This node's live slices by name: all of this driver's on the node where GPUs may be
+        partitionable (so a GPU's slice that is no longer wanted is found), else the one."""
+        if not self.config.partitionable_mig:
+            live = self.cluster.get_or_none(RESOURCE_SLICE, slices.slice_name(self.node))
+            return {} if live is None else {slices.slice_name(self.node): live}
+        found = self.cluster.list(RESOURCE_SLICE, field_selector=f"spec.nodeName={self.node},spec.driver={DRIVER}")
+        return {str(obj["metadata"]["name"]): obj for obj in found}
+
+    def _write(self, desired: list[Obj], lives: Mapping[str, Obj]) -> tuple[dict[str, Obj], bool]:
+        """Apply ``desired`` and delete the live slices it does not name; the slices as written, and
+        whether anything was written."""
+        changed = False
+        written: dict[str, Obj] = {}
+        for obj in desired:
+            name = str(obj["metadata"]["name"])
+            result = self.cluster.apply(obj, lives.get(name), known_live=True)
+            changed |= result.changed
+            written[name] = result.object
+        for name in sorted(set(lives) - set(written)):
+            with contextlib.suppress(NotFoundError):  # gone already
+                self.cluster.delete(RESOURCE_SLICE, name)
+            changed = True
+        return written, changed
+
+    def _taints_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
         """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
         the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
-        wanted = any(taints_of(d) for d in desired["spec"]["devices"])
-        if not wanted or any(taints_of(d) for d in written.get("spec", {}).get("devices", [])):
+        wanted = any(taints_of(d) for obj in desired for d in obj["spec"]["devices"])
+        kept = any(taints_of(d) for obj in written.values() for d in obj.get("spec", {}).get("devices") or [])
+        if not wanted or kept:
             return False
         log.error(
             "the API server dropped the device taints of ResourceSlice %s (Kubernetes before 1.36 serves "
@@ -195,6 +255,33 @@ class DraDriver:
             slices.slice_name(self.node),
         )
         self.taints_served = False
+        return True
+
+    def _partitions_refused(self, exc: InvalidError) -> None:
+        """The API server refused a GPU's slice with its counters: Kubernetes 1.35 and later want
+        counter sets in slices without devices, a layout this driver does not write yet. The GPUs
+        are published without partitions rather than not at all."""
+        log.error(
+            "the API server refused the partitionable GPUs' ResourceSlices (%s); Kubernetes 1.35 and later want "
+            "counter sets in slices of their own, which this plugin does not write yet: publishing MIG-capable "
+            "GPUs without partitions",
+            exc,
+        )
+        self.partitions_served = False
+
+    def _counters_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
+        """Whether the API server dropped the shared counters just written (no
+        ``DRAPartitionableDevices`` gate). Devices without their counters could all be allocated
+        at once, so the driver publishes those GPUs as before (whole, or their static MIG devices)."""
+        wanted = [str(obj["metadata"]["name"]) for obj in desired if obj["spec"].get("sharedCounters")]
+        if all(written[name].get("spec", {}).get("sharedCounters") for name in wanted):
+            return False
+        log.error(
+            "the API server dropped the shared counters of ResourceSlice %s (Kubernetes before 1.36 serves them "
+            "only with the DRAPartitionableDevices feature gate): publishing MIG-capable GPUs without partitions",
+            wanted[0],
+        )
+        self.partitions_served = False
         return True
 
     def node_changed(self, node: Obj) -> Published | None:
@@ -326,6 +413,7 @@ class DraDriver:
             results = self._allocated(ref)
             known = self._devices_by_name()
             devices: list[cdi.CdiDevice] = []
+            created: list[CreatedInstance | None] = []
             for result in results:
                 name = str(result.get("device", ""))
                 if name not in known:
@@ -339,25 +427,129 @@ class DraDriver:
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
                 devices.append(device)
-            cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices, self.config.dev_root)
+            try:
+                for i, device in enumerate(devices):
+                    devices[i], instance = self._make_ready(ref, device)
+                    created.append(instance)
+                cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices, self.config.dev_root)
+            except BaseException:
+                self._destroy(c for c in created if c is not None)  # nothing prepared: no MIG device either
+                raise
             prepared = PreparedClaim(
                 ref.uid,
                 ref.namespace,
                 ref.name,
                 tuple(
-                    PreparedDevice((str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node)
-                    for r, d, cid in zip(results, devices, cdi_ids, strict=True)
+                    PreparedDevice((str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node, made)
+                    for r, d, cid, made in zip(results, devices, cdi_ids, created, strict=True)
                 ),
             )
             try:
                 self.checkpoint.add(prepared)
             except OSError as exc:
                 cdi.remove_spec(self.config.cdi_dir, ref.uid)  # nothing prepared: no spec either
+                self._destroy(c for c in created if c is not None)
                 raise PrepareError(
                     f"claim {ref.namespace}/{ref.name}: cannot record it in {self.checkpoint.path} ({exc}); "
                     "nothing was prepared"
                 ) from exc
             return prepared
+
+    def _make_ready(self, ref: ClaimRef, device: cdi.CdiDevice) -> tuple[cdi.CdiDevice, CreatedInstance | None]:
+        """Put a partitionable GPU in the MIG mode ``device`` needs and create its MIG device: the
+        device to hand out (with the new MIG device's UUID) and the instance made (None if none)."""
+        where = f"claim {ref.namespace}/{ref.name}: device {device.name!r}"
+        part = self._partitions().get(device.name)
+        gpu = part.gpu if part is not None else self._partitionable_gpu(device.name)
+        if gpu is None:
+            return device, None
+        try:
+            mode = self.backend.mig_mode(gpu.index)
+            if mode.current != (part is not None):
+                if part is None and self.backend.gpu_instances(gpu.index):
+                    raise PrepareError(f"{where}: GPU {gpu.index} still has MIG instances; the whole GPU is not free")
+                mode = self.backend.set_mig_mode(gpu.index, part is not None)
+                if mode.current != (part is not None):
+                    raise PrepareError(f"{where}: GPU {gpu.index} switches MIG mode only after a GPU reset")
+            if part is None:
+                return device, None
+            gi_id = self.backend.create_gpu_instance(gpu.index, part.profile.name, part.start)
+            made = CreatedInstance(gpu.index, gi_id, part.profile.name, part.start)
+            try:
+                self.backend.create_compute_instance(gpu.index, gi_id)
+                migs = [m for m in self.backend.inventory().gpu(gpu.index).mig_devices if m.gi_id == gi_id]
+                if not migs:
+                    raise PrepareError(f"{where}: GPU instance {gi_id} made no MIG device")
+            except BaseException:
+                self._destroy([made])
+                raise
+        except GpuError as exc:
+            raise PrepareError(f"{where}: {exc}") from exc
+        log.info(
+            "claim %s/%s: created MIG device %s (%s) as %s",
+            ref.namespace,
+            ref.name,
+            migs[0].uuid,
+            migs[0].profile,
+            device.name,
+        )
+        return cdi.CdiDevice(device.name, migs[0].uuid, device.device_node), made
+
+    def _destroy(self, instances: Iterable[CreatedInstance]) -> None:
+        """Destroy MIG GPU instances this driver created, each only while it is still the one
+        recorded (same id, profile and start); one already gone is no error. Raises GpuError."""
+        for made in instances:
+            live = {gi.gi_id: gi for gi in self.backend.gpu_instances(made.gpu_index)}
+            gi = live.get(made.gi_id)
+            if gi is not None and (gi.profile, gi.start) == (made.profile, made.start):
+                self.backend.destroy_gpu_instance(made.gpu_index, made.gi_id)
+                log.info(
+                    "destroyed MIG GPU instance %d (%s at slice %d) of GPU %d",
+                    made.gi_id,
+                    made.profile,
+                    made.start,
+                    made.gpu_index,
+                )
+
+    def _destroy_orphan_instances(self) -> None:
+        """Destroy the MIG instances of partitionable GPUs that no prepared claim holds: Prepare
+        creates an instance before it records the claim, so a crash between the two leaves one the
+        kubelet never got, which would otherwise keep its slices booked forever.
+
+        An instance behind any prepared claim's device stays, made here or not: a claim prepared on
+        a static MIG device before partitions were switched on still has its pod."""
+        held = {(c.gpu_index, c.gi_id) for claim in self.checkpoint.claims() for d in claim.devices if (c := d.created)}
+        in_use = {d.uuid for claim in self.checkpoint.claims() for d in claim.devices}
+        try:
+            for gpu in self._inventory().gpus:
+                if partitions.partitionable(gpu) is None or not gpu.mig_enabled:
+                    continue
+                held |= {(gpu.index, m.gi_id) for m in gpu.mig_devices if m.uuid in in_use}
+                self._destroy(
+                    CreatedInstance(gpu.index, gi.gi_id, gi.profile, gi.start)
+                    for gi in self.backend.gpu_instances(gpu.index)
+                    if (gpu.index, gi.gi_id) not in held
+                )
+        except GpuError as exc:
+            log.error("cannot clean up MIG instances left by an interrupted Prepare: %s", exc)
+
+    def _partitions(self) -> dict[str, partitions.Partition]:
+        """The placements published now, by device name (none unless GPUs are partitionable)."""
+        if not self.partitions_served:
+            return {}
+        return {
+            p.name: p
+            for gpu in self._inventory().gpus
+            if (model := partitions.partitionable(gpu)) is not None
+            for p in partitions.partitions(gpu, model)
+        }
+
+    def _partitionable_gpu(self, name: str) -> Gpu | None:
+        """The partitionable GPU whose full-GPU device ``name`` is, if any."""
+        if not self.partitions_served:
+            return None
+        gpus = self._inventory().gpus
+        return next((g for g in gpus if slices.gpu_device_name(g) == name and partitions.partitionable(g)), None)
 
     def _ensure_spec(self, claim: PreparedClaim) -> None:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
@@ -403,6 +595,10 @@ class DraDriver:
         with self._lock:
             claim = self.checkpoint.get(ref.uid)
             try:
+                self._destroy(d.created for d in (claim.devices if claim else ()) if d.created is not None)
+            except GpuError as exc:
+                raise PrepareError(f"{where}: cannot destroy its MIG device ({exc}); it stays prepared") from exc
+            try:
                 forgotten = self.checkpoint.discard(ref.uid)
             except OSError as exc:
                 raise PrepareError(
@@ -444,6 +640,16 @@ class DraDriver:
         unhealthy = self.unhealthy
         for gpu in self._inventory().gpus:
             gpu_ok = not slices.withdrawn(gpu, unhealthy)
+            model = partitions.partitionable(gpu) if self.partitions_served else None
+            if model is not None:  # the full GPU and its placements; the MIG device is made on Prepare
+                if partitions.offers_full_gpu(gpu):
+                    found[slices.gpu_device_name(gpu)] = (
+                        cdi.CdiDevice(slices.gpu_device_name(gpu), gpu.uuid, gpu.device_node),
+                        gpu_ok,
+                    )
+                for part in partitions.partitions(gpu, model):
+                    found[part.name] = (cdi.CdiDevice(part.name, "", gpu.device_node), gpu_ok)
+                continue
             if not gpu.mig_enabled:
                 found[slices.gpu_device_name(gpu)] = (
                     cdi.CdiDevice(slices.gpu_device_name(gpu), gpu.uuid, gpu.device_node),

@@ -5,9 +5,14 @@ not published whole: its memory and SMs already belong to its MIG devices, and o
 would let the scheduler hand out the same silicon twice. Devices withdrawn for health are simply
 absent, which is how DRA tells the scheduler not to use them.
 
-The pool (one per node, named after it) carries a generation that must grow whenever the
-published devices change; consumers ignore slices of an older generation. ``pool_generation``
-decides it from what is live, so a restarted plugin continues the count instead of restarting it.
+With partitionable MIG (``partitions``) each MIG-capable GPU is instead published in a slice of
+its own (``render_gpu_slices``, ``gpu_slice_name``): the whole GPU and every MIG placement,
+sharing the GPU's counters, so offering both is safe there.
+
+The pool (one per node, named after it, one slice or one plus a slice per partitionable GPU)
+carries a generation that must grow whenever the published devices change; consumers ignore
+slices of an older generation. ``pool_generation`` decides it from what is live, so a restarted
+plugin continues the count instead of restarting it.
 
 Names follow the API server's rules, checked by ``check_slice`` before anything is written:
 device names are DNS labels, attribute and capacity names C identifiers of at most 32
@@ -17,9 +22,10 @@ characters, at most 32 of them per device, strings at most 64 characters, versio
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from gpuchain.dra import partitions
 from gpuchain.dra.kinds import API_VERSION, DRIVER
 from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
@@ -133,9 +139,15 @@ TaintOf = Callable[[str, str | None], Obj | None]
 """A device's taint from its GPU UUID and MIG UUID (None for a whole GPU), None when healthy."""
 
 
-def render_devices(inventory: Inventory, unhealthy: Collection[str] = (), taint_of: TaintOf | None = None) -> list[Obj]:
+def render_devices(
+    inventory: Inventory,
+    unhealthy: Collection[str] = (),
+    taint_of: TaintOf | None = None,
+    partitionable: bool = False,
+) -> list[Obj]:
     """The node's devices in a stable order. Without ``taint_of`` every unhealthy GPU or MIG device
-    (by UUID) is left out; with it every device is published, an unhealthy one with its taint."""
+    (by UUID) is left out; with it every device is published, an unhealthy one with its taint.
+    ``partitionable``: GPUs published as partitionable devices (``render_gpu_slices``) are not here."""
 
     def add(device: Obj, gpu_uuid: str, mig_uuid: str | None) -> None:
         if taint_of is not None:
@@ -147,6 +159,8 @@ def render_devices(inventory: Inventory, unhealthy: Collection[str] = (), taint_
 
     devices: list[Obj] = []
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        if partitionable and partitions.partitionable(gpu) is not None:
+            continue
         if not gpu.mig_enabled:
             add(gpu_device(gpu, inventory.driver), gpu.uuid, None)
             continue
@@ -155,9 +169,33 @@ def render_devices(inventory: Inventory, unhealthy: Collection[str] = (), taint_
     return devices
 
 
+def render_gpu_slices(
+    inventory: Inventory, unhealthy: Collection[str] = (), taint_of: TaintOf | None = None
+) -> list[partitions.GpuSlice]:
+    """One slice's content per partitionable GPU (``partitions``), in GPU order; health as in
+    ``render_devices``, the GPU's own deciding for the full GPU and every placement on it."""
+    out: list[partitions.GpuSlice] = []
+    for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        model = partitions.partitionable(gpu)
+        if model is None:
+            continue
+        whole = gpu_device(gpu, inventory.driver)
+        if taint_of is not None:
+            taint = taint_of(gpu.uuid, None)
+            out.append(partitions.gpu_slice(gpu, model, whole, taints=[taint] if taint else []))
+        else:
+            out.append(partitions.gpu_slice(gpu, model, whole, withdrawn=withdrawn(gpu, unhealthy)))
+    return out
+
+
 def slice_name(node: str) -> str:
-    """The node's one ResourceSlice: ``<node>-gpu.gpuchain.io``."""
+    """The node's ResourceSlice of plain devices: ``<node>-gpu.gpuchain.io``."""
     return f"{node}-{DRIVER}"
+
+
+def gpu_slice_name(node: str, gpu_index: int) -> str:
+    """The ResourceSlice of one partitionable GPU: ``<node>-gpu.gpuchain.io-gpu-<index>``."""
+    return f"{slice_name(node)}-gpu-{gpu_index}"
 
 
 def live_generation(live: Obj | None) -> int:
@@ -167,37 +205,67 @@ def live_generation(live: Obj | None) -> int:
     return int(live.get("spec", {}).get("pool", {}).get("generation", 0))
 
 
-def pool_generation(live: Obj | None, devices: list[Obj]) -> int:
-    """The generation to publish ``devices`` under: the live one if nothing changed, else one more.
+def _published(obj: Obj) -> Obj:
+    """What of a slice's spec the driver decides: its devices, counters and the pool's slice count."""
+    spec = obj.get("spec", {})
+    return {
+        "devices": spec.get("devices", []),
+        "sharedCounters": spec.get("sharedCounters", []),
+        "count": spec.get("pool", {}).get("resourceSliceCount"),
+    }
 
-    Fields the API server adds to what was written (a taint's ``timeAdded``) are no change."""
-    if live is not None and is_subset(devices, live.get("spec", {}).get("devices", [])):
-        return live_generation(live)
-    return live_generation(live) + 1
+
+def pool_generation(lives: Mapping[str, Obj], desired: Sequence[Obj]) -> int:
+    """The generation to publish the pool's ``desired`` slices under (``lives``: its slices now, by
+    name): the live one if every slice is there unchanged and no other, else one more than any.
+
+    All slices of a pool carry one generation. Fields the API server adds to what was written (a
+    taint's ``timeAdded``) are no change."""
+    newest = max((live_generation(live) for live in lives.values()), default=0)
+    names = {str(d["metadata"]["name"]) for d in desired}
+    same = (
+        bool(lives)
+        and names == set(lives)
+        and all(
+            live_generation(lives[str(d["metadata"]["name"])]) == newest
+            and is_subset(_published(d), _published(lives[str(d["metadata"]["name"])]))
+            for d in desired
+        )
+    )
+    return newest if same else newest + 1
 
 
-def resource_slice(node: str, devices: list[Obj], generation: int, owner: Obj | None = None) -> Obj:
-    """The node's ResourceSlice (one slice, one pool named after the node).
+def resource_slice(
+    node: str,
+    devices: list[Obj],
+    generation: int,
+    owner: Obj | None = None,
+    *,
+    name: str | None = None,
+    slice_count: int = 1,
+    shared_counters: list[Obj] | None = None,
+) -> Obj:
+    """One ResourceSlice of the node's pool (named after the node; ``slice_count`` slices in all,
+    one unless GPUs are partitionable).
 
     ``owner``: the Node object, when known, so the slice is garbage collected with the node.
+    ``name``: the slice's name (default ``slice_name``); ``shared_counters``: its counter sets.
     """
-    meta: dict[str, Any] = {"name": slice_name(node), "labels": {"app.kubernetes.io/managed-by": "gpuchain"}}
+    meta: dict[str, Any] = {"name": name or slice_name(node), "labels": {"app.kubernetes.io/managed-by": "gpuchain"}}
     node_uid = (owner or {}).get("metadata", {}).get("uid")
     if node_uid:
         meta["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}
         ]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceSlice",
-        "metadata": meta,
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
-        },
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "nodeName": node,
+        "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
+        "devices": devices,
     }
+    if shared_counters:
+        spec["sharedCounters"] = shared_counters
+    return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
 
 
 def _check_attribute(where: str, name: str, value: Any) -> None:

@@ -255,15 +255,6 @@ class SimBackend(GpuBackend):
                 state.mig_used_mib[uuid] = sum(p.used_memory_mib or 0 for p in [*on_device, proc])
             return proc
 
-    def end_process(self, pid: int) -> None:
-        """Stop a simulated process wherever it runs (no error when none has that PID)."""
-        with self._lock:
-            for state in self._gpus:
-                proc = state.processes.pop(pid, None)
-                if proc is not None and proc.device_uuid in state.mig_used_mib:
-                    rest = [p for p in state.processes.values() if p.device_uuid == proc.device_uuid]
-                    state.mig_used_mib[proc.device_uuid] = sum(p.used_memory_mib or 0 for p in rest)
-
     def health_readings(self, gpu_uuid: str) -> HealthReadings:
         """As NVML reports them on this GPU, by generation: row remapping (from the telemetry) on
         Ampere and newer, page retirement before Ampere (none retired and none pending until set;

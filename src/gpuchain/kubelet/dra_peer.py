@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from gpuchain.common.supervise import reraise_cancel
 from gpuchain.proto.dra.v1 import api_pb2 as v1
 from gpuchain.proto.dra.v1 import api_pb2_grpc as v1_grpc
 from gpuchain.proto.dra.v1beta1 import api_pb2 as v1beta1
@@ -169,6 +170,7 @@ class DraPeer:
             except RegistrationError as exc:
                 self.refused[socket] = str(exc)
             except grpc.aio.AioRpcError as exc:
+                reraise_cancel()
                 self._seen.discard(socket)  # not serving yet: try again on the next scan
                 log.debug("registration socket %s not answering: %s", socket, exc.code())
         return added
@@ -216,6 +218,7 @@ class DraPeer:
         try:
             response = await stub.NodePrepareResources(request, timeout=RPC_TIMEOUT)
         except grpc.aio.AioRpcError as exc:
+            reraise_cancel()
             raise DraCallError(f"NodePrepareResources on {plugin.name}: {exc.code().name}: {exc.details()}") from None
         results: dict[str, PrepareResult] = {}
         for claim in wanted:
@@ -240,6 +243,7 @@ class DraPeer:
         try:
             response = await stub.NodeUnprepareResources(request, timeout=RPC_TIMEOUT)
         except grpc.aio.AioRpcError as exc:
+            reraise_cancel()
             raise DraCallError(f"NodeUnprepareResources on {plugin.name}: {exc.code().name}: {exc.details()}") from None
         return {
             c.uid: response.claims[c.uid].error

@@ -2,14 +2,13 @@
 
 ``start_sim_node()`` is the building block of ``gpuchain demo``, the simulator and the doctor:
 it returns handles to every part and ``SimNode.stop()`` takes it all down and removes the
-temporary socket directory. ``sim_node()`` is the same as an async context manager.
+temporary socket directory.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,13 +112,3 @@ def all_registered(node: SimNode) -> Callable[[], bool]:
         return all(r.name in eps and eps[r.name].connected and eps[r.name].updates > 0 for r in node.plugin.resources)
 
     return check
-
-
-@asynccontextmanager
-async def sim_node(preset: str = DEFAULT_PRESET, **kwargs: object) -> AsyncIterator[SimNode]:
-    """``async with sim_node() as node:`` — start_sim_node with a guaranteed stop."""
-    node = await start_sim_node(preset, **kwargs)  # type: ignore[arg-type]
-    try:
-        yield node
-    finally:
-        await node.stop()

@@ -16,7 +16,6 @@ It is the device plugin's test double and the simulator's engine, never used in 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -27,7 +26,9 @@ from typing import Any
 
 import grpc
 
+from gpuchain.common.supervise import cancel_and_wait, reraise_cancel
 from gpuchain.kubelet.podresources import serve_pod_resources
+from gpuchain.kubelet.state import ContainerAssignment, DeviceInfo, PodAssignment
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 
@@ -41,13 +42,6 @@ HEALTHY = "Healthy"
 
 class AdmissionError(RuntimeError):
     """A pod cannot start: not enough devices, or the plugin refused the allocation."""
-
-
-@dataclass
-class DeviceInfo:
-    id: str
-    healthy: bool
-    numa_nodes: tuple[int, ...] = ()
 
 
 @dataclass
@@ -71,26 +65,6 @@ class ContainerRequest:
 
     name: str
     resources: Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class ContainerAssignment:
-    """What a container got: device ids per resource and the merged Allocate answers."""
-
-    name: str
-    devices: Mapping[str, tuple[str, ...]]
-    envs: Mapping[str, str]
-    mounts: tuple[pb.Mount, ...]
-    device_specs: tuple[pb.DeviceSpec, ...]
-    annotations: Mapping[str, str]
-    cdi_devices: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PodAssignment:
-    namespace: str
-    name: str
-    containers: tuple[ContainerAssignment, ...]
 
 
 @dataclass(frozen=True)
@@ -196,6 +170,7 @@ class KubeletPeer:
                 ep.updates += 1
                 await self._publish(ep)
         except grpc.aio.AioRpcError as exc:
+            reraise_cancel()
             log.info("ListAndWatch for %s ended: %s", ep.resource, exc.code())
         ep.connected = False
         for d in ep.devices.values():
@@ -212,9 +187,7 @@ class KubeletPeer:
 
     async def _disconnect(self, ep: PluginEndpoint) -> None:
         if ep.stream_task is not None:
-            ep.stream_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ep.stream_task
+            await cancel_and_wait(ep.stream_task)
         await ep.channel.close(None)
         ep.connected = False
         for d in ep.devices.values():
@@ -300,6 +273,7 @@ class KubeletPeer:
         try:
             response = await ep.stub.GetPreferredAllocation(request, timeout=5)
         except grpc.aio.AioRpcError as exc:
+            reraise_cancel()
             log.warning("GetPreferredAllocation for %s failed (%s); using the first free ids", resource, exc.details())
             return free[:count]
         preferred = list(response.container_responses[0].deviceIDs) if response.container_responses else []
@@ -316,6 +290,7 @@ class KubeletPeer:
             if ep.options.pre_start_required:
                 await ep.stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids), timeout=5)
         except grpc.aio.AioRpcError as exc:
+            reraise_cancel()
             raise AdmissionError(f"{resource}: plugin refused allocation of {ids}: {exc.details()}") from None
         if len(response.container_responses) != 1:
             raise AdmissionError(f"{resource}: plugin answered {len(response.container_responses)} containers for 1")

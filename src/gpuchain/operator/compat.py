@@ -1,7 +1,7 @@
 """What gpuchain does with each section of NVIDIA's ClusterPolicy: implemented, ignored, refused.
 
 Every key of NVIDIA's ``nvidia.com/v1`` ClusterPolicy is a known key of gpuchain's (see
-`policy.ClusterPolicySpec`), so a policy written for NVIDIA's operator parses. What gpuchain then
+`spec.ClusterPolicySpec`), so a policy written for NVIDIA's operator parses. What gpuchain then
 does with a key is decided here, in one table that the parser, `operator import` and the docs
 all read:
 
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuchain.operator.policy import GPUCHAIN_IMAGE, ClusterPolicySpec, Problem, to_snake
+from gpuchain.operator.spec import GPUCHAIN_IMAGE, ClusterPolicySpec, Problem, to_snake
 
 Support = Literal["implemented", "ignored", "refused"]
 

@@ -23,15 +23,8 @@ from pydantic import ValidationError
 from gpuchain.kube import Kind, register_kind
 from gpuchain.operator.compat import FEATURES, GPUCHAIN_IMAGE_OPERANDS, NVIDIA_OPERAND_IMAGES, in_effect, value_at
 from gpuchain.operator.operands import OPERANDS, Operand, is_gpu_node
-from gpuchain.operator.policy import (
-    RESERVED_LABELS,
-    ClusterPolicySpec,
-    Problem,
-    drop_nulls,
-    parse_policy,
-    schema_problems,
-    to_snake,
-)
+from gpuchain.operator.policy import drop_nulls, parse_policy, schema_problems
+from gpuchain.operator.spec import RESERVED_LABELS, ClusterPolicySpec, Problem, to_snake
 
 NVIDIA_CLUSTER_POLICY = register_kind(Kind("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", namespaced=False))
 NVIDIA_DRIVER = register_kind(Kind("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", namespaced=False))

@@ -14,9 +14,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from gpuchain.common.labels import MIG_CONFIG
-from gpuchain.doctor.checks import DRIVER_VERSION, PRODUCT
-from gpuchain.doctor.snapshot import Snapshot
-from gpuchain.doctor.stacks import is_gpu_node, provider_of
+from gpuchain.doctor.links.common import DRIVER_VERSION
+from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.doctor.stacks import detect
+from gpuchain.doctor.stacks.base import is_gpu_node, provider_of
+from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.planner.stack import DriverOwner, Reading
@@ -29,7 +31,7 @@ CLOUDS = {"eks": "aws://", "aks": "azure://", "gke": "gce://"}
 
 def read_snapshot(snapshot: Snapshot, where: str) -> Reading:
     """What ``snapshot`` says about nodes, driver owner, heterogeneity and MIG (``where`` names the source)."""
-    stack = snapshot.stack
+    stack = detect(snapshot)
     gpu = sorted((n for n in snapshot.nodes if is_gpu_node(n)), key=name_of)
     driver, driver_why = _driver_owner(snapshot, gpu)
     models, models_why = _distinct(gpu, _model, "GPU models")
@@ -54,7 +56,7 @@ def read_snapshot(snapshot: Snapshot, where: str) -> Reading:
 
 
 def _driver_owner(snapshot: Snapshot, gpu: list[Obj]) -> tuple[DriverOwner, str]:
-    stack = snapshot.stack
+    stack = detect(snapshot)
     provider = provider_of(gpu or snapshot.nodes)
     container = not stack.host_driver and stack.policy.driver.enabled
     if container and stack.id == "gke":

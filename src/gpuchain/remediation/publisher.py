@@ -16,7 +16,6 @@ Writes happen only when something differs, so a resync that finds nothing new ma
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import threading
@@ -25,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuchain.common.supervise import spawn
+from gpuchain.common.supervise import cancel_and_wait, spawn
 from gpuchain.exporter.podresources import Assignment, PodResourcesError, attribute
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
@@ -308,10 +307,7 @@ class GpuHealthPublisher:
                 waker.cancel()
                 wake.clear()
         finally:
-            for task in (consumer, stopper):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(consumer, stopper)
 
 
 def _heartbeat_due(node: Obj, every_s: float) -> bool:

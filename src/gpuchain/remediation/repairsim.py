@@ -45,7 +45,7 @@ from gpuchain.gpu.model import HealthEvent, Inventory, Telemetry
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import EVENT, NODE, POD
 from gpuchain.remediation.controller import Remediator
-from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, GpuRecord, Stage, decode_records
+from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, GpuRecord, decode_records
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.model import FAULTS_ANNOTATION, decode_faults
 from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ReadinessGate
@@ -297,12 +297,6 @@ def run_repair(name: str, nodes: int = 4) -> RepairRun:
 def _published_faults(sim: SimCluster, text: str | None) -> dict[str, dict[str, Any]]:
     indexes = {g.uuid: g.index for g in sim.backends[FAULT_NODE].inventory().gpus}
     return {u: {"index": indexes.get(f.gpu), **f.to_json()} for u, f in sorted(decode_faults(text).items())}
-
-
-def stage_of(run: RepairRun, node: str, uuid: str) -> Stage | None:
-    """The GPU's final stage in a run (None: the loop never recorded it)."""
-    rec = run.records.get(node, {}).get(uuid)
-    return None if rec is None else rec.stage
 
 
 class _LoadingDriver(GpuBackend):

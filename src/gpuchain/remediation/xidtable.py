@@ -1,7 +1,7 @@
 """The XID table as Markdown, generated from the one data file (``gpu/xids.yaml``) and the rules.
 
-docs/remediation.md carries ``xid_markdown()`` and the README ``xid_markdown(brief=True)``; tests
-compare them, so the pages cannot drift from what the code does. The last column is computed by
+docs/remediation.md carries ``xid_markdown()`` and, for a first look, ``xid_markdown(brief=True)``;
+tests compare them, so the pages cannot drift from what the code does. The last column is computed by
 the remediator's and the repair loop's own functions (``Fault``, ``gpuloop.needs_repair``), not
 written by hand.
 """
@@ -30,7 +30,7 @@ def _notable(info: XidInfo) -> bool:
 
 
 def xid_markdown(brief: bool = False) -> str:
-    """One row per XID in the table (``brief``: the notable ones, for the README), with what
+    """One row per XID in the table (``brief``: the notable ones, for a first look), with what
     gpuchain does under the default policy on its first occurrence and once it repeats."""
     policy = HealthPolicy()
     lines = [

@@ -881,14 +881,6 @@ def _publish_health(node: Obj, plan: NodePlan, placements: dict[tuple[str, str],
     annotations[PODS_ANNOTATION] = encode_pods({k: tuple(v) for k, v in holders.items()})
 
 
-def _gpu_index(plan: NodePlan, device_id: str) -> int | None:
-    for r in plan.resources:
-        d = r.device(device_id)
-        if d is not None:
-            return d.gpu_index
-    return None
-
-
 def _policy_object(
     scenario: Scenario,
     policy: ClusterPolicySpec,

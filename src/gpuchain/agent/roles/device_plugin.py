@@ -11,7 +11,6 @@ device. A bad or missing config on reload keeps the running one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.settings import DevicePluginSettings
-from gpuchain.common.supervise import spawn
+from gpuchain.common.supervise import cancel_and_wait, spawn
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
@@ -167,9 +166,7 @@ async def serve(
     finally:
         await node.remove_reload(reload)
         if following is not None:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
+            await cancel_and_wait(following)
         await plugin.stop()
         log.info("stopped; sockets removed")
 

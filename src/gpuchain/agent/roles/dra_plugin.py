@@ -49,6 +49,7 @@ def driver_of(settings: DraPluginSettings, node: Node) -> tuple[DraDriver, DraPl
         dev_root=settings.dev_root,
         unlabelled=settings.unlabelled,
         device_taints=settings.device_taints,
+        partitionable_mig=settings.partitionable_mig,
     )
     driver = DraDriver(backend, node.cluster(), config)
     server = DraPluginServer(

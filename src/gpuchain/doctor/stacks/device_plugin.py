@@ -10,14 +10,10 @@ image has both.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from gpuchain.doctor.stacks import Stack, provider_of
+from gpuchain.doctor.stacks.base import provider_of
+from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.policy import ClusterPolicySpec
-
-if TYPE_CHECKING:
-    from gpuchain.doctor.snapshot import Snapshot
 
 PLUGIN = "nvidia-device-plugin"
 CONTAINER = "nvidia-device-plugin-ctr"

@@ -8,14 +8,9 @@ NVIDIA/k8s-device-plugin#96): DaemonSets ``nvidia-gpu-device-plugin-<size>-<os>`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from gpuchain.doctor.stacks import Stack
+from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import labels_of, name_of, namespace_of
 from gpuchain.operator.policy import ClusterPolicySpec
-
-if TYPE_CHECKING:
-    from gpuchain.doctor.snapshot import Snapshot
 
 NAMESPACE = "kube-system"
 PLUGIN_PREFIX = "nvidia-gpu-device-plugin"

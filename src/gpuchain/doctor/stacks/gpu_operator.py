@@ -11,17 +11,15 @@ With the NVIDIADriver CRD the driver DaemonSets are ``nvidia-gpu-driver-<os>-<ha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-from gpuchain.doctor.stacks import Stack, daemonsets_in
+from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import active_policy
-
-if TYPE_CHECKING:
-    from gpuchain.doctor.snapshot import Snapshot
 
 POLICY_GROUP = "nvidia.com"
 DEFAULT_NAMESPACE = "gpu-operator"
@@ -135,5 +133,9 @@ def detect(snapshot: Snapshot) -> Stack | None:
         prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},
         precompiled_prefix=PRECOMPILED_PREFIX,
         driver_image_os=DRIVER_IMAGE_OS,
+        chart=CHARTS["gpu-operator"],
+        policy_names_images=True,
+        policy_cdi=True,
+        driver_resource="nvidiadrivers.nvidia.com",
         notes=tuple(notes),
     )

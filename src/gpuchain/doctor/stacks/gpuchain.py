@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from gpuchain.doctor.stacks import Stack
+from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import labels_of
 from gpuchain.operator.operands import MANAGED_BY, OPERANDS
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE, active_policy
-
-if TYPE_CHECKING:
-    from gpuchain.doctor.snapshot import Snapshot
 
 POLICY_GROUP = "gpuchain.io"
 MANAGED = next(iter(MANAGED_BY.items()))
@@ -42,4 +37,6 @@ def detect(snapshot: Snapshot) -> Stack | None:
         policy_obj=obj,
         policy_resource=f"clusterpolicies.{POLICY_GROUP}",
         policy_problems=problems,
+        chart=CHARTS["gpuchain"],
+        gfd_via_nfd=False,
     )

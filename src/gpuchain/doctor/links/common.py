@@ -1,0 +1,131 @@
+"""What every link's check shares: its result, how it words a finding, and how it finds its operand.
+
+The checks are one module per link (`driver`, `toolkit`, `device_plugin`, `gfd`, `exporter`, `mig`,
+`workload`); each is a pure function of a node's view and the cluster context that returns the link's
+state, a one-line summary and the findings it made. The walk (`gpuchain.doctor.diagnose`) calls them
+bottom-up and stops at the first broken foundation link. Finding ids are stable; every finding carries
+evidence (objects, log lines, numbers), its cause in one sentence and a fix, written by the stack's one
+fix renderer (`Stack.render`) wherever the fix is a change gpuchain can state as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuchain.common.labels import GPU_PRESENT, OPERANDS_LABEL
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.placement import Blocker
+from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
+
+GPU_COUNT = "nvidia.com/gpu.count"
+DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one check concluded about one link on one node."""
+
+    state: LinkState
+    summary: str
+    findings: tuple[Finding, ...] = ()
+
+
+def node_finding(
+    view: NodeView,
+    fid: str,
+    sev: Severity,
+    link: str,
+    cause: str,
+    evidence: list[str],
+    fix: str,
+    action: Fix | None = None,
+) -> Finding:
+    """A finding about ``view``'s node; empty evidence lines (a fact that did not apply) are dropped."""
+    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name, action=action)
+
+
+def opted_out(view: NodeView, operand: Operand) -> str | None:
+    """The label that keeps ``operand`` off this node (``key=false``), if any."""
+    for key in (OPERANDS_LABEL, deploy_label(operand)):
+        if view.labels.get(key) == "false":
+            return f"{key}=false"
+    return None
+
+
+def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
+    """The operand's DaemonSet in the stack's namespace (by name, or by prefix such as NVIDIADriver's)."""
+    mine = daemonsets_in(ctx.snapshot, ctx.namespace)
+    if ctx.ds(operand) in mine:
+        return mine[ctx.ds(operand)]
+    return next((d for n, d in sorted(mine.items()) if ctx.stack.operand_of(n) == operand.state), None)
+
+
+def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
+    """The change that lets ``ds`` place its pod: tolerate the taint, or give the node the label."""
+    if block.kind == "taint":
+        taint = block.detail
+        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        if ctx.policy_obj is not None:
+            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), toleration]
+            return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
+        current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        patch = {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}}
+        return Fix(FixOp.PATCH_DAEMONSET, f"{ctx.namespace}/{name_of(ds)}", patch)
+    d = block.detail
+    values = list(d.get("values") or [])
+    if d.get("operator") in ("NotIn", "DoesNotExist"):
+        return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): None})
+    return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
+
+
+def said_in(log: str) -> list[str]:
+    """What a crashed container's log says, as evidence: the line a catalog entry knows and the entry,
+    else its last error line (or its last line, its final word) quoted as unrecognised."""
+    known = catalog.known_error(log)
+    if known is not None:
+        return list(known.evidence())
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    odd = catalog.unknown_error(log) or (lines[-1] if lines else None)
+    return [f"unrecognised: {odd}"] if odd else []
+
+
+def operand_log(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
+    """The container's last lines from its status, else the log the gather step read ("" if none)."""
+    pod = view.pod(operand)
+    if last or pod is None:
+        return last
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return ctx.log(pod, container or str(containers[0].get("name", "")))
+
+
+@dataclass(frozen=True)
+class Known:
+    """A failure gpuchain recognises in an operand's log or status, with the change that fixes it."""
+
+    cause: str
+    evidence: tuple[str, ...]
+    action: Fix | None
+    fix: str
+
+
+def gpus_present(view: NodeView) -> str:
+    """What says this node has GPUs, whatever its capacity shows (GFD, NFD, cloud labels)."""
+    labels = view.labels
+    for key in (GPU_COUNT, "karpenter.k8s.aws/instance-gpu-count", "cloud.google.com/gke-accelerator-count"):
+        if labels.get(key, "0") not in ("", "0"):
+            return f"{key}={labels[key]}"
+    for key in (*NFD_GPU_LABELS, GPU_PRESENT, "cloud.google.com/gke-accelerator", "kubernetes.azure.com/accelerator"):
+        if labels.get(key):
+            return f"{key}={labels[key]}"
+    instance = labels.get("node.kubernetes.io/instance-type")
+    return f"instance type {instance}" if instance else ""
+
+
+def owner_ds(pod: Obj) -> str:
+    """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")

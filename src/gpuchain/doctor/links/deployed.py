@@ -1,0 +1,342 @@
+"""Whether an enabled operand has a pod on the node at all: its DaemonSet missing (the operator down
+or not reconciling), or a taint, selector or missing NFD label keeping it off the node."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuchain.common.labels import GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import NO_POLICY, Context, NodeView
+from gpuchain.doctor.links.common import (
+    Result,
+    gpus_present,
+    node_finding,
+    operand_daemonset,
+    opted_out,
+    placement_fix,
+    said_in,
+)
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
+from gpuchain.doctor.pods import pod_state, unschedulable_message
+from gpuchain.doctor.stacks.base import is_gpu_node
+from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label, enabled
+
+NFD_PREFIX = "feature.node.kubernetes.io/"
+
+
+def nfd_install() -> Fix:
+    """Install Node Feature Discovery (its own chart and namespace)."""
+    return Fix(
+        FixOp.INSTALL,
+        "",
+        {
+            "release": "node-feature-discovery",
+            "chart": "nfd/node-feature-discovery",
+            "namespace": "node-feature-discovery",
+            "fact": "nfd",
+        },
+    )
+
+
+def nfd_hint(ctx: Context) -> str:
+    """The stack's other way to get NFD, as a comment after the fix: its chart's bundled NFD ("" when
+    its chart bundles none)."""
+    chart = ctx.stack.chart
+    if chart is None or not chart.nfd_values:
+        return ""
+    return (
+        f"   # or: helm upgrade {chart.release} {chart.chart} -n {ctx.namespace} --reuse-values "
+        f"--set {chart.nfd_values}.enabled=true"
+    )
+
+
+def nfd_worker(ds: Obj) -> bool:
+    """A Node Feature Discovery worker DaemonSet (NFD's own chart, or the one a GPU chart bundles)."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    images = " ".join(str(c.get("image", "")) for c in spec.get("containers") or [])
+    return "node-feature-discovery" in images and "worker" in name_of(ds)
+
+
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str) -> Result:
+    """The stack selects GPU nodes by an NFD label the node lacks, so the first link whose DaemonSet
+    selects on it (the driver's in the operator, the plugin's on a managed image) is missing here.
+
+    What repairs it follows from NFD's own state: NFD labelled the node's NVIDIA device under another
+    name (its ``deviceLabelFields`` publish the class too, ``pci-0300_10de``), so the node gets the label
+    the DaemonSet asks for; its worker runs but cannot land on the node (a taint it does not tolerate),
+    so the worker gets the toleration; or no NFD runs at all, so it is installed."""
+    others = sorted(
+        k for k in view.labels if k.startswith(NFD_PREFIX + "pci-") and "10de" in k and k != block.detail.get("key")
+    )
+    workers = sorted((d for d in ctx.snapshot.daemonsets if nfd_worker(d)), key=name_of)
+    kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
+    evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
+    action: Fix
+    if others and block.kind == "selector":
+        values = list(block.detail.get("values") or [])
+        action = Fix(FixOp.LABEL_NODE, view.name, {str(block.detail["key"]): str(values[0]) if values else "true"})
+        cause = (
+            f"Node Feature Discovery labelled this node's NVIDIA device as {others[0]}, not {block.detail['key']}, "
+            f"which {ds_name} selects on, so it places no pod here and the {link} link is missing."
+        )
+        evidence.append(f"NFD labels on the node: {', '.join(others)}")
+        fix = ctx.stack.render(action) + (
+            "   # or have NFD publish the vendor-only label (its sources.pci.deviceLabelFields: [vendor]), or give "
+            f"{ds_name} an affinity on {others[0]}"
+        )
+    elif kept is not None:
+        worker, taint = kept
+        toleration = {"key": taint.detail["key"], "operator": "Exists", "effect": taint.detail["effect"]}
+        current = (((worker.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        action = Fix(
+            FixOp.PATCH_DAEMONSET,
+            f"{ns}/{name_of(worker)}",
+            {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}},
+        )
+        cause = (
+            f"Node Feature Discovery's worker {ns}/{name_of(worker)} does not tolerate this node's taint, so NFD never "
+            f"labels the node ({block.detail.get('key')} is absent) and {ds_name}, which selects on it, places no pod "
+            f"here: the {link} link is missing."
+        )
+        evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
+        fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
+    else:
+        action = nfd_install()
+        cause = (
+            f"the node has GPUs but Node Feature Discovery never labelled them ({NFD_GPU_LABELS[0]} is absent), "
+            f"and {ctx.stack.title}'s DaemonSets select GPU nodes by that label, so no operand, the {link} "
+            "first, is placed here."
+        )
+        fix = ctx.stack.render(action) + nfd_hint(ctx)
+    return Result(
+        LinkState.BROKEN,
+        "Node Feature Discovery never labelled this node",
+        (node_finding(view, "nfd.not-labelled", Severity.ERROR, link, cause, evidence, fix, action),),
+    )
+
+
+def operator_pod(ctx: Context) -> Obj | None:
+    """The stack's operator pod in its namespace (the one that creates the operand DaemonSets)."""
+    return next(
+        (
+            p
+            for p in ctx.snapshot.pods
+            if (p.get("metadata") or {}).get("namespace") == ctx.namespace and _operator_pod(name_of(p))
+        ),
+        None,
+    )
+
+
+def restart_operator(ctx: Context, operator: Obj | None) -> tuple[Fix | None, str, list[str]]:
+    """The change that brings back a missing object the operator makes (an operand DaemonSet, the
+    RuntimeClass) while the operator runs: restart the operator, which reconciles on start. Never
+    the object itself: the operator owns it, and a copy applied by hand is overwritten (or fights
+    the operator) at its next reconcile."""
+    if operator is not None:
+        state = pod_state(operator)
+        restart = Fix.delete_pod(
+            ctx.namespace,
+            state.name,
+            **{NOT_SIMULATED: "the simulator runs no operator that would recreate the DaemonSet"},
+        )
+        return (
+            restart,
+            ctx.stack.render(restart) + "   # the operator reconciles again when it starts",
+            [state.describe()],
+        )
+    return (
+        None,
+        f"start the operator again (kubectl -n {ctx.namespace} get deploy; scale it to 1), or read another namespace "
+        f"(--namespace; read {ctx.namespace})",
+        [f"no operator pod in namespace {ctx.namespace}"],
+    )
+
+
+def _scheduler_says(ctx: Context, pod: Obj) -> str:
+    """Why the scheduler does not place ``pod``: its PodScheduled condition, else its latest
+    FailedScheduling Event ("" when neither says)."""
+    said = unschedulable_message(pod)
+    if said:
+        return said
+    name = name_of(pod)
+    return next(
+        (
+            str(e.get("message", ""))
+            for e in reversed(ctx.snapshot.events)
+            if e.get("reason") == "FailedScheduling" and (e.get("involvedObject") or {}).get("name") == name
+        ),
+        "",
+    )
+
+
+def _labels_that_place(spec: Obj, node: Obj) -> dict[str, str | None] | None:
+    """The node label changes that let a pod of ``spec`` onto ``node``; None when a taint (not a
+    label) keeps it off, {} when nothing does."""
+    changes: dict[str, str | None] = {}
+    labelled = {**node, "metadata": {**(node.get("metadata") or {}), "labels": dict(labels_of(node))}}
+    for _ in range(len(spec.get("nodeSelector") or {}) + 8):  # one label per unmet term; bounded
+        block = pod_blocker(spec, labelled)
+        if block is None:
+            return changes
+        if block.kind == "taint":
+            return None
+        d = block.detail
+        values = list(d.get("values") or [])
+        value = None if d.get("operator") in ("NotIn", "DoesNotExist") else str(values[0]) if values else "true"
+        changes[str(d["key"])] = value
+        labels = labelled["metadata"]["labels"]
+        if value is None:
+            labels.pop(str(d["key"]), None)
+        else:
+            labels[str(d["key"])] = value
+    return None
+
+
+def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link: str) -> Result:
+    """The operand DaemonSet is missing because the operator itself does not run: name its pod,
+    why it does not run, and the change that lets it run (it then creates the DaemonSets)."""
+    state = pod_state(operator)
+    spec = operator.get("spec") or {}
+    said = _scheduler_says(ctx, operator) if not spec.get("nodeName") else ""
+    where = f"DaemonSet {ctx.namespace}/{name}"
+    evidence = [
+        state.describe(),
+        f"scheduler: {said}" if said else "",
+        state.message,
+        *said_in(state.last_log),
+        f"{where} does not exist",
+    ]
+    action: Fix | None = None
+    if said:
+        why = "the scheduler places it on no node"
+        # A node the operator may run on (operators run beside the GPU nodes, not on them, by preference).
+        nodes = sorted(ctx.snapshot.nodes, key=lambda n: (is_gpu_node(n), name_of(n)))
+        kept = next(((n, b) for n in nodes if (b := pod_blocker(spec, n)) is not None), None)
+        if kept is not None:
+            evidence.insert(2, f"on {name_of(kept[0])}: {dataclasses.replace(kept[1], owner='operator').describe()}")
+        placing = [(n, _labels_that_place(spec, n)) for n in nodes]
+        # A node that labels and taints already admit means the scheduler lacks something else (CPU, memory).
+        admitted = any(c == {} for _, c in placing)
+        labelled = None if admitted else next(((n, c) for n, c in placing if c), None)
+        taint = next((b for n in nodes if (b := pod_blocker(spec, n)) is not None and b.kind == "taint"), None)
+        if labelled is not None:
+            action = Fix(FixOp.LABEL_NODE, name_of(labelled[0]), dict(labelled[1] or {}))
+            fix = (
+                ctx.stack.render(action) + "   # a node the operator's nodeSelector/affinity accepts; or change the "
+                "operator's nodeSelector (the chart's operator.nodeSelector) to labels your nodes have"
+            )
+        elif taint is not None and not admitted:
+            # No label change places it: the change is the Deployment's, made through its chart (said as a comment).
+            t = taint.detail
+            value = f"={t['value']}" if t.get("value") else ""
+            fix = (
+                f"# let the operator's Deployment tolerate the taint {t['key']}{value}:{t['effect']} (the chart's "
+                "operator.tolerations), or run it on a node without that taint"
+            )
+        else:
+            fix = (
+                "# give the operator's pod what the scheduler says it lacks: free CPU or memory on a node, or "
+                "lower its requests (the chart's operator.resources)"
+            )
+    else:
+        why = f"{state.status}" + (f" ({state.message})" if state.message else "")
+        known = catalog.known_error(state.last_log)
+        again = Fix.delete_pod(ctx.namespace, state.name)
+        fix = (
+            f"# {known.entry.fix}"
+            if known
+            else ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure"
+        )
+    return Result(
+        LinkState.BROKEN,
+        f"operator {state.status}: no {name}",
+        (
+            node_finding(
+                view,
+                "operator.not-running",
+                Severity.ERROR,
+                link,
+                f"the operator's pod {state.name} is {state.status}: {why}. The operator has never reconciled, so "
+                f"{where} and the other operand DaemonSets do not exist and no link of the chain is deployed.",
+                evidence,
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
+def _operator_pod(name: str) -> bool:
+    """NVIDIA's operator Deployment is ``gpu-operator`` (pods gpu-operator-<hash>-<id>), gpuchain's
+    ``gpuchain-operator``."""
+    return name.startswith(("gpu-operator-", "gpuchain-operator-")) and "node-feature-discovery" not in name
+
+
+def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
+    """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
+    or selector keeps it off the node (named, with the change that lets it in)."""
+    if opted_out(view, operand) or view.pod(operand) is not None:
+        return None
+    if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
+        return None
+    if not ctx.policy_unknown and not enabled(ctx.policy, operand):
+        return None
+    ds = operand_daemonset(ctx, operand)
+    name = name_of(ds) if ds is not None else ctx.ds(operand)
+    operator = operator_pod(ctx) if ds is None else None
+    if operator is not None and not pod_state(operator).ready:
+        # Whatever the policy enables, an operator that does not run has deployed nothing.
+        return _operator_down(ctx, view, operator, name, link)
+    if ds is None and ctx.policy_unknown:
+        return Result(
+            LinkState.NOT_JUDGED,
+            f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
+        )
+    where = f"DaemonSet {ctx.namespace}/{name}"
+    if ds is None:
+        switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
+        action, fix, more = restart_operator(ctx, operator)
+        return Result(
+            LinkState.BROKEN,
+            f"no {name} DaemonSet",
+            (
+                node_finding(
+                    view,
+                    "operand.not-deployed",
+                    Severity.ERROR,
+                    link,
+                    f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
+                    "node: the operator is not reconciling (stopped, or failing).",
+                    [f"{where} does not exist", switch, *more],
+                    fix,
+                    action,
+                ),
+            ),
+        )
+    block = blocker(ds, view.node)
+    if block is None:
+        return None
+    if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
+        return _nfd_missing(ctx, view, name, block, link)
+    action = placement_fix(ctx, view, ds, block)
+    return Result(
+        LinkState.BROKEN,
+        f"{name} places no pod here",
+        (
+            node_finding(
+                view,
+                "operand.not-scheduled",
+                Severity.ERROR,
+                link,
+                f"{name} is enabled but places no pod on this node ({block.describe()}), so the {link} link is "
+                "missing here.",
+                [f"{where} has no pod on {view.name}", block.describe()],
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )

@@ -1,0 +1,435 @@
+"""The device plugin link: its config, its pod, its registration (the node's capacity) and the numbers
+(lost GPUs, time-slicing, MIG resources); and plugin pods placed on nodes with no GPU."""
+
+from __future__ import annotations
+
+from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG, MIG_CONFIG, PAUSED_FOR_MIG_CHANGE
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
+from gpuchain.doctor.links.common import GPU_COUNT, Result, gpus_present, node_finding, operand_log, opted_out, owner_ds
+from gpuchain.doctor.links.deployed import unscheduled
+from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.mig import mig_finding
+from gpuchain.doctor.links.toolkit import NO_DEVICES, NO_NVML, nvml_evidence, runtime_not_default
+from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_gpu_node
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label, enabled
+from gpuchain.remediation.gpuloop import loop_evidence
+from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
+
+#: What NVIDIA's config-manager and gpuchain's plugin write when the config key does not exist (catalog.yaml).
+CONFIG_MISSING = (
+    "k8s-device-plugin.config-does-not-exist",
+    "gpuchain-device-plugin.config-key-missing",
+    "k8s-device-plugin.unable-to-load-config",
+)
+
+
+def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
+    if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown:
+        return None  # a dump without the stack's ConfigMaps or the policy naming one: nothing to compare
+    labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
+    key = labelled or ctx.policy.device_plugin.config.default
+    if not key:
+        return None
+    configs = ctx.plugin_configs()
+    if (configs is not None and key in configs) or (not labelled and configs is None):
+        return None
+    cm = ctx.policy.device_plugin.config.name
+    keys = ", ".join(sorted(configs or {})) or "none"
+    pod = view.pod(DEVICE_PLUGIN)
+    state = pod_state(pod) if pod is not None else None
+    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    said = catalog.find(log, *CONFIG_MISSING)
+    if configs is None and state is not None and state.ready and said is None:
+        # No ClusterPolicy names the plugin's ConfigMap (a standalone plugin's chart mounts its own), so
+        # the doctor cannot see the configs; a missing key stops the plugin (its config-manager fails),
+        # and this one runs and says nothing of it: the label names a config the plugin has.
+        return None
+    where = (
+        f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
+        if cm
+        else "no ConfigMap (spec.devicePlugin.config.name is empty)"
+    )
+    default = ctx.policy.device_plugin.config.default
+    if labelled:
+        source = f"the node label {DEVICE_PLUGIN_CONFIG}={key}"
+        usable = default if default and configs and default in configs else None
+        action = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: usable})
+    else:
+        source = f"spec.devicePlugin.config.default={key} of ClusterPolicy {ctx.policy_name}"
+        existing = sorted(configs or {})[:1]
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"devicePlugin": {"config": {"default": existing[0] if existing else ""}}}},
+        )
+    fix = ctx.stack.render(action)
+    return node_finding(
+        view,
+        "device-plugin.config-missing",
+        Severity.ERROR,
+        "device-plugin",
+        f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
+        [source, where, state.describe() if state else "", *(said.evidence() if said else ())],
+        fix,
+        action,
+    )
+
+
+def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical: int | None) -> Finding:
+    """A GPU fell off the bus (or went unhealthy): the numbers, the published fault, the pods bound to it."""
+    health = node_view(view.node)
+    condition = health.condition
+    bound = sorted(
+        {
+            "/".join(ref.split("/")[:2])
+            for f in health.faults.values()
+            for u in f.covers
+            for ref in health.pods.get(u, ())
+        }
+    )
+    gpu_pods = [p for p in view.workloads if pod_gpu_requests(p)]
+    hung = sorted(
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in gpu_pods if not pod_state(p).ready
+    )
+    holders = sorted(f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in gpu_pods)
+    events = [str(e.get("message")) for e in view.events if e.get("involvedObject", {}).get("kind") == "Node"]
+    victims = bound or hung
+    evidence = [
+        f"{res}: allocatable {alloc}, capacity {cap}" + (f", {physical} GPUs on the node" if physical else ""),
+        f"condition {CONDITION_TYPE}={condition.status} ({condition.reason}): {condition.message}"
+        if condition is not None and not condition.healthy
+        else "",
+        *(f"event: {m}" for m in events[:2]),
+        f"pods bound to the failed GPU ({PODS_ANNOTATION}): {', '.join(bound)}" if bound else "",
+        f"GPU pods not ready (likely on the lost GPU): {', '.join(hung)}" if hung and not bound else "",
+        f"GPU pods on the node: {', '.join(holders[:8])}" if holders and not victims else "",
+    ]
+    plugin = view.pod(DEVICE_PLUGIN)
+    plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
+    # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
+    xid = catalog.entry("k8s-device-plugin.xid-critical")
+    hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
+    evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
+    evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
+    targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
+    # Only pods it can name go in the command; the rest of the work is said as a comment, so the line pastes.
+    evict = f"kubectl cordon {view.name}" + (
+        f" && kubectl delete pod {targets}   # then: " if targets else "   # then delete the pods on the lost GPU; "
+    )
+    action = Fix(
+        FixOp.HARDWARE,
+        view.name,
+        {
+            "action": "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
+            "fact": "replace-gpu",
+        },
+    )
+    return node_finding(
+        view,
+        "gpu.lost",
+        Severity.ERROR,
+        "device-plugin",
+        f"{max(cap - alloc, len(health.faults))} of {cap} {res} devices are unhealthy (a GPU fell off the bus or "
+        "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
+        "dead GPU until they are evicted.",
+        evidence,
+        evict + ctx.stack.render(action).removeprefix("# "),
+        action,
+    )
+
+
+def _count_findings(
+    ctx: Context, view: NodeView, capacity: dict[str, int], allocatable: dict[str, int]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    physical = int(view.labels[GPU_COUNT]) if view.labels.get(GPU_COUNT, "").isdigit() else None
+    health = node_view(view.node)
+    reported = health.unhealthy and bool(health.faults)
+    short = [
+        (res, cap, allocatable.get(res, cap))
+        for res, cap in sorted(capacity.items())
+        if allocatable.get(res, cap) < cap
+    ]
+    if reported and not short:
+        res = min(capacity)
+        short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
+    findings += [_lost(ctx, view, res, cap, alloc, physical) for res, cap, alloc in short]
+    if physical is None:
+        return findings
+    gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)
+    mig_total = sum(v for k, v in capacity.items() if k.startswith("nvidia.com/mig-"))
+    product = view.labels.get("nvidia.com/gpu.product", "")
+    if gpu_cap > physical and "-MIG-" not in product:
+        key = view.labels.get(DEVICE_PLUGIN_CONFIG) or ctx.policy.device_plugin.config.default or "default"
+        configs = ctx.plugin_configs() or {}
+        replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
+        source = (
+            f"key {key!r} of the device plugin's ConfigMap ({NO_POLICY} to name it)"
+            if ctx.policy_unknown
+            else f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
+        )
+        # Only a label the node carries can be removed; a shared default is changed in the policy.
+        if view.labels.get(DEVICE_PLUGIN_CONFIG):
+            drop = Fix(FixOp.LABEL_NODE, view.name, {DEVICE_PLUGIN_CONFIG: None})
+            unshare: Fix | None = drop
+            unshare_text = ctx.stack.render(drop) + "   # if the sharing is not intended"
+        else:
+            unshare = None
+            unshare_text = (
+                f"remove sharing.timeSlicing from key {key!r} of ConfigMap {ctx.namespace}/"
+                f"{ctx.policy.device_plugin.config.name} (kubectl -n {ctx.namespace} edit configmap "
+                f"{ctx.policy.device_plugin.config.name}) if the sharing is not intended"
+            )
+        findings.append(
+            node_finding(
+                view,
+                "device-plugin.time-slicing",
+                Severity.WARNING,
+                "device-plugin",
+                f"capacity shows {gpu_cap} nvidia.com/gpu on {physical} physical GPUs because the device plugin config "
+                f"in use shares each GPU {replicas} ways by time-slicing (no memory isolation); fine for small "
+                "inference, wrong for training, and easy to leave behind by accident.",
+                [
+                    f"capacity nvidia.com/gpu {gpu_cap}, {GPU_COUNT}={physical}",
+                    f"nvidia.com/gpu.replicas={view.labels.get('nvidia.com/gpu.replicas', '?')}, "
+                    f"nvidia.com/gpu.sharing-strategy={view.labels.get('nvidia.com/gpu.sharing-strategy', '?')}",
+                    f"config source: {source}"
+                    + (f" (node label {DEVICE_PLUGIN_CONFIG})" if view.labels.get(DEVICE_PLUGIN_CONFIG) else ""),
+                ],
+                unshare_text,
+                unshare,
+            )
+        )
+    mig_gpu_single = gpu_cap > physical and "-MIG-" in product
+    if mig_total > physical or mig_gpu_single:
+        total = mig_total or gpu_cap
+        layout = view.labels.get(MIG_CONFIG, "?")
+        names = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+        findings.append(
+            node_finding(
+                view,
+                "device-plugin.mig-resources",
+                Severity.INFO,
+                "device-plugin",
+                f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout {layout}): "
+                "each GPU is cut into isolated slices, so this count is expected, not a fault.",
+                [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
+                ctx.stack.render(Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"}))
+                + "   # only if whole GPUs are wanted",
+            )
+        )
+    return findings
+
+
+def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    product = view.labels.get(PRODUCT, "")
+    if ctx.policy_obj is not None:
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"mig": {"strategy": "mixed"}}})
+        action: Fix | None = patch
+        fix = ctx.stack.render(patch) + f"   # or give every GPU one profile: {MIG_CONFIG}=all-1g.10gb"
+    else:
+        action = None
+        fix = (
+            ctx.stack.render(
+                Fix(FixOp.SET_ENV, f"{ctx.namespace}/{ctx.ds(DEVICE_PLUGIN)}", {"env": {"MIG_STRATEGY": "mixed"}})
+            )
+            + "   # or give every GPU the same MIG profile"
+        )
+    return Result(
+        LinkState.BROKEN,
+        "MIG layout does not fit mig.strategy=single",
+        (
+            node_finding(
+                view,
+                "mig.invalid-for-strategy",
+                Severity.ERROR,
+                "device-plugin",
+                "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
+                "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
+                "-MIG-INVALID.",
+                [
+                    f"{PRODUCT}={product}" if product else "",
+                    f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '?')}",
+                    *evidence,
+                ],
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
+def check_device_plugin(ctx: Context, view: NodeView) -> Result:
+    """Device plugin: config label, pod state, registration (node capacity) and the numbers."""
+    missing = _config_missing(ctx, view)
+    if missing is not None:
+        return Result(LinkState.BROKEN, "config label names a missing config", (missing,))
+    pod = view.pod(DEVICE_PLUGIN)
+    capacity, allocatable = node_gpu_resources(view.node), node_gpu_resources(view.node, "allocatable")
+    announced = {k: v for k, v in capacity.items() if v > 0}
+    invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
+    state = pod_state(pod) if pod is not None else None
+    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    nvml = catalog.find(log, *NO_NVML)
+    mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
+    if pod is None:
+        if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
+            mig = mig_finding(ctx, view)
+            return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
+        if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
+            return Result(LinkState.SKIPPED, "device plugin not deployed here")
+        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
+        if absent is not None:
+            return absent
+    elif state is not None and (mig_line or (invalid_product and not announced)):
+        return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
+    elif state is not None and nvml and not announced:
+        return runtime_not_default(ctx, view, nvml_evidence(state, nvml, log))
+    elif state is not None and not state.ready:
+        return not_ready(
+            ctx,
+            view,
+            DEVICE_PLUGIN,
+            "device-plugin",
+            "device plugin pod",
+            state,
+            log,
+            f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
+        )
+    if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
+        return Result(LinkState.OK, f"the node's GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA})")
+    if not announced:
+        registered = catalog.find(log, "k8s-device-plugin.registered")
+        problem = catalog.known_error(log) or catalog.find(log, NO_DEVICES)
+        odd = catalog.unknown_error(log)
+        log_evidence = (
+            list(problem.evidence())
+            if problem
+            else [f"unrecognised: {odd}"]
+            if odd
+            else [f"log: {registered.line} (but the kubelet did not keep it)", registered.entry.cite()]
+            if registered
+            else ["log has no 'Registered device plugin' line"]
+            if log
+            else []
+        )
+        shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
+        # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
+        # a new pod registers anew, as the plugin does on its own when kubelet.sock is created again.
+        restart = Fix.delete_pod(ctx.namespace, state.name, fact="registration") if state is not None else None
+        present = gpus_present(view)
+        cause = (
+            "the node has GPUs but its capacity announces none: the device plugin is not registered with "
+            "the kubelet (or registered with no devices), so no pod can be given one; this is not "
+            "'all GPUs in use'."
+        )
+        if registered and not problem:
+            cause = (
+                "the node has GPUs and the running device plugin logged its registration, but the kubelet no longer "
+                "holds it (capacity reads none or 0, as after a kubelet restart the plugin missed; "
+                "NVIDIA/k8s-device-plugin#1228), so no pod can be given a GPU; this is not 'all GPUs in use'."
+            )
+        return Result(
+            LinkState.BROKEN,
+            "no GPU announced in node capacity",
+            (
+                node_finding(
+                    view,
+                    "device-plugin.not-registered",
+                    Severity.ERROR,
+                    "device-plugin",
+                    cause,
+                    [
+                        f"node {view.name} capacity: {shown}",
+                        f"GPUs present: {present}" if present else "",
+                        state.describe() if state else "",
+                        *log_evidence,
+                    ],
+                    ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
+                    if restart
+                    else ctx.stack.render(Fix(FixOp.RESTART_DAEMONSET, f"{ctx.namespace}/{ctx.ds(DEVICE_PLUGIN)}")),
+                    restart,
+                ),
+            ),
+        )
+    findings = _count_findings(ctx, view, capacity, allocatable)
+    summary = ", ".join(
+        f"{k.removeprefix('nvidia.com/')} {allocatable.get(k, v)}/{v}" for k, v in sorted(capacity.items())
+    )
+    errors = [f for f in findings if f.severity is not Severity.INFO]
+    return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
+
+
+def _gpu_node_affinity(gpu_nodes: list[Obj], node: Obj) -> dict[str, object] | None:
+    """A node affinity term every GPU node matches and ``node`` does not: a GPU label they all carry, else
+    their instance types (None when nothing tells them apart)."""
+    for key in GPU_NODE_LABELS:
+        if all(labels_of(n).get(key) for n in gpu_nodes) and not labels_of(node).get(key):
+            return {"key": key, "operator": "Exists"}
+    types = sorted({labels_of(n).get(INSTANCE_TYPE, "") for n in gpu_nodes} - {""})
+    if types and labels_of(node).get(INSTANCE_TYPE) not in types:
+        return {"key": INSTANCE_TYPE, "operator": "In", "values": types}
+    return None
+
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
+    """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
+    lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
+    placement, not the node: an affinity the GPU nodes match."""
+    gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
+    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+    if not gpu_nodes or not others:
+        return []
+    out = []
+    for pod in ctx.snapshot.pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        owner = owner_ds(pod)
+        if node not in others or not owner:
+            continue
+        if ctx.stack.operand_in(str(meta.get("namespace") or ""), owner) != DEVICE_PLUGIN.state:
+            continue
+        state = pod_state(pod)
+        term = _gpu_node_affinity(gpu_nodes, others[str(node)]) if state.failing else None
+        if term is None:
+            continue
+        ns = str(meta.get("namespace") or ctx.namespace)
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+            }
+        }
+        action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{owner}", {"spec": {"template": {"spec": {"affinity": affinity}}}})
+        said = catalog.known_error("\n".join((state.last_log, state.message)))
+        view = NodeView(str(node), others[str(node)], labels_of(others[str(node)]), {}, [], [])
+        out.append(
+            node_finding(
+                view,
+                "device-plugin.off-gpu-node",
+                Severity.ERROR,
+                "device-plugin",
+                f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU (no GPU "
+                "label, capacity or GPU instance type), where it cannot start: its DaemonSet selects no GPU nodes.",
+                [
+                    state.describe(),
+                    *(said.evidence("runtime says") if said else ()),
+                    f"GPU nodes: {', '.join(sorted(name_of(n) for n in gpu_nodes)[:5])}",
+                ],
+                ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
+                action,
+            )
+        )
+    return out
+
+
+# -- 4. feature discovery, exporter, MIG --------------------------------------------------------

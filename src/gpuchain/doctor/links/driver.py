@@ -1,0 +1,358 @@
+"""The driver link: the driver pod (or the host's own driver, seen through the validator and the
+labels), NVIDIADriver resources that stopped, kernel and host-driver conflicts, the upgrade controller."""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.common.labels import OPERANDS_LABEL
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import NO_POLICY, Context, NodeView
+from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out, owner_ds
+from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
+from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import node_info
+from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.kube.gpu_resources import pod_gpu_requests
+from gpuchain.kube.objects import Obj, created_of, name_of
+from gpuchain.operator.operands import DRIVER, VALIDATOR, deploy_label
+from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
+
+#: NVIDIADriver's default node selector when ``spec.nodeSelector`` is absent: every GPU node
+#: (NVIDIA/gpu-operator ``api/nvidia/v1alpha1/nvidiadriver_types.go@v25.10.1``, ``GetNodeSelector``).
+NVIDIADRIVER_DEFAULT_SELECTOR = {"nvidia.com/gpu.present": "true"}
+
+
+def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
+    """The NVIDIADrivers selecting this node whose reconcile stopped on an error, as the driver
+    link's root: the GPU Operator then makes no driver DaemonSet for them, so no driver pod is here.
+
+    NVIDIA's controller records the stop as ``Error=True`` with the reason and message
+    (``internal/conditions/nvidiadriver.go@v25.10.1``). ``ConflictingNodeSelector`` (two NVIDIADrivers
+    select the same node) has a repair: remove the newer one; any other reason is quoted."""
+    stopped = []
+    for driver in sorted(ctx.snapshot.drivers, key=lambda d: (created_of(d), name_of(d))):
+        selector = (driver.get("spec") or {}).get("nodeSelector")
+        selector = NVIDIADRIVER_DEFAULT_SELECTOR if selector is None else selector
+        if any(view.labels.get(k) != v for k, v in selector.items()):
+            continue
+        conditions = (driver.get("status") or {}).get("conditions") or []
+        error = next((c for c in conditions if c.get("type") == "Error" and c.get("status") == "True"), None)
+        if error is not None:
+            stopped.append((driver, selector, error))
+    if not stopped:
+        return None
+    evidence = [
+        f"NVIDIADriver {name_of(d)} (nodeSelector {sel or 'empty: every node'}): Error=True "
+        f"{e.get('reason', '')}: {e.get('message', '')}"
+        for d, sel, e in stopped
+    ]
+    conflicting = [d for d, _, e in stopped if e.get("reason") == "ConflictingNodeSelector"]
+    if len(conflicting) > 1:
+        names = [name_of(d) for d in conflicting]
+        newest = names[-1]
+        remove = Fix(
+            FixOp.DELETE,
+            newest,
+            {
+                "kind": "NVIDIADriver",
+                "name": newest,
+                "namespace": "",
+                NOT_SIMULATED: "the GPU Operator's reconcile of the NVIDIADriver left is not simulated",
+            },
+        )
+        return Result(
+            LinkState.BROKEN,
+            f"NVIDIADrivers {', '.join(names)} all select this node",
+            (
+                node_finding(
+                    view,
+                    "driver.nvidiadriver-conflict",
+                    Severity.ERROR,
+                    "driver",
+                    f"NVIDIADrivers {' and '.join(names)} both select this node, so the GPU Operator deploys the "
+                    "driver for none of them (reason ConflictingNodeSelector) and nothing above the driver starts.",
+                    evidence,
+                    ctx.stack.render(remove) + "   # the newer one; or give each NVIDIADriver a spec.nodeSelector "
+                    "that no other one's nodes match",
+                    remove,
+                ),
+            ),
+        )
+    driver, _, error = stopped[0]
+    return Result(
+        LinkState.BROKEN,
+        f"NVIDIADriver {name_of(driver)}: {error.get('reason', 'Error')}",
+        (
+            node_finding(
+                view,
+                "driver.nvidiadriver-error",
+                Severity.ERROR,
+                "driver",
+                f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys no "
+                "driver on this node; the condition's message names what it could not do.",
+                evidence,
+                f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
+                "message names; the operator reconciles again on the edit",
+            ),
+        ),
+    )
+
+
+def check_driver(ctx: Context, view: NodeView) -> Result:
+    """Driver: the driver pod (or a pre-installed host driver, seen through the validator and GFD)."""
+    pod = view.pod(DRIVER)
+    validator = view.pod(VALIDATOR)
+    version = view.labels.get(DRIVER_VERSION)
+    if pod is None:
+        label = opted_out(view, DRIVER)
+        if view.labels.get(OPERANDS_LABEL) == "false":
+            return Result(LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)")
+        stopped = _nvidiadriver_stopped(ctx, view)
+        if stopped is not None:
+            return stopped
+        # The policy wants the driver container here but its DaemonSet places no pod: say why,
+        # rather than calling it "driver container off".
+        missing = unscheduled(ctx, view, DRIVER, "driver")
+        if (
+            missing is not None
+            and missing.state is LinkState.NOT_JUDGED
+            and (init_done(validator, "driver-validation") or version)
+        ):
+            # Whatever the unknown policy says of the driver container, a driver answers here.
+            return Result(
+                LinkState.OK, f"host driver{f' {version}' if version else ''} (no driver DaemonSet; {NO_POLICY})"
+            )
+        if missing is not None:
+            return missing
+        why = (
+            f"label {label}"
+            if label
+            else f"{ctx.stack.title}: the node image's driver"
+            if ctx.stack.host_driver
+            else f"spec.driver.enabled=false in ClusterPolicy {ctx.policy_name}"
+        )
+        if init_done(validator, "driver-validation") or version:
+            return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
+        if validator is None:
+            return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
+        state = pod_state(validator)
+        enable = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): None})
+            if label
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
+        )
+        return Result(
+            LinkState.BROKEN,
+            "no driver: container off and no host driver answers",
+            (
+                node_finding(
+                    view,
+                    "driver.missing",
+                    Severity.ERROR,
+                    "driver",
+                    f"the driver container is off on this node ({why}) and no pre-installed driver answers nvidia-smi.",
+                    [f"driver container off: {why}", f"validator {state.describe()} (driver-validation not done)"],
+                    ctx.stack.render(enable) + "   # let the operator install the driver",
+                    enable,
+                ),
+            ),
+        )
+    state = pod_state(pod)
+    if state.ready:
+        return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    restarting = _driver_upgrade_restart(ctx, view, state)
+    if restarting is not None:
+        return restarting
+    log = operand_log(ctx, view, DRIVER, state.container, state.last_log)
+    kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
+    conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
+    evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
+    others = sorted(ctx.driver_kernels - {view.kernel})
+    holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
+    if conflict_line and conflict_line.entry.id == "driver-container.unload-in-use" and holders:
+        drain = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "the drain takes the GPU pods off, the driver container then unloads the module and starts; "
+                f"for the next upgrade set spec.driver.upgradePolicy.drain.enable=true in {ctx.policy_ref} (or the "
+                "driver manager's ENABLE_GPU_POD_EVICTION) so it evicts them itself",
+                "drain": True,
+                NOT_SIMULATED: "a module held by running pods is not simulated",
+            },
+        )
+        return Result(
+            LinkState.BROKEN,
+            "driver cannot unload: GPU pods hold it",
+            (
+                node_finding(
+                    view,
+                    "driver.in-use",
+                    Severity.ERROR,
+                    "driver",
+                    "the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on this "
+                    "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
+                    [state.describe(), *conflict_line.evidence(), f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
+                    ctx.stack.render(drain),
+                    drain,
+                ),
+            ),
+        )
+    if conflict_line:
+        off_here = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+        return Result(
+            LinkState.BROKEN,
+            "driver container fights a pre-installed host driver",
+            (
+                node_finding(
+                    view,
+                    "driver.host-driver-conflict",
+                    Severity.ERROR,
+                    "driver",
+                    "the operator's driver container was started on a node whose host already has an NVIDIA "
+                    "driver loaded, and it cannot unload it.",
+                    [state.describe(), *conflict_line.evidence()],
+                    ctx.stack.render(off_here)
+                    + "   # or for the whole cluster: "
+                    + ctx.stack.render(
+                        Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+                    ),
+                    off_here,
+                ),
+            ),
+        )
+    if (
+        state.failing
+        and state.status not in IMAGE_PULL
+        and (kernel_line or (others and view.kernel not in ctx.driver_kernels))
+    ):
+        if others:
+            evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
+        if kernel_line:
+            evidence += kernel_line.evidence()
+        good = others[0] if others else "a kernel the driver image supports"
+        reimage = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"reimage it with kernel {good}", "fact": f"kernel:{good}" if others else ""},
+        )
+        return Result(
+            LinkState.BROKEN,
+            f"no driver build for kernel {view.kernel}",
+            (
+                node_finding(
+                    view,
+                    "driver.kernel-mismatch",
+                    Severity.ERROR,
+                    "driver",
+                    f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} has no "
+                    "build for it, so nvidia.ko never loads and nothing above the driver can start.",
+                    evidence,
+                    ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
+                    f"built for {view.kernel}",
+                    reimage,
+                ),
+            ),
+        )
+    stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
+    if stale is not None:
+        return known_not_ready(view, "driver", "driver pod", state, stale)
+    return not_ready(
+        ctx,
+        view,
+        DRIVER,
+        "driver",
+        "driver pod",
+        state,
+        log,
+        f"the driver pod is {state.status}, so the kernel module is not loaded.",
+    )
+
+
+#: NFD's label of the RHCOS build a node runs, which the GPU Operator names and selects its per-OS driver
+#: DaemonSets by on OpenShift (NVIDIA/gpu-operator controllers/object_controls.go@v25.3.0,
+#: nfdOSTreeVersionLabelKey), and the build as RHCOS writes it in the node's osImage.
+OSTREE_VERSION = "feature.node.kubernetes.io/system-os_release.OSTREE_VERSION"
+RHCOS_BUILD = re.compile(r"\b(\d+\.\d+\.\d{8,12}-\d+)\b")
+#: The driver upgrade controller's node states (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go:
+#: "UpgradeStateDone is set when driver pod is up to date and running on the node", UpgradeStateUpgradeRequired).
+UPGRADE_DONE, UPGRADE_REQUIRED = "upgrade-done", "upgrade-required"
+DRIVER_MANAGER = "k8s-driver-manager"
+
+
+def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
+    """The node runs another RHCOS build than NFD's OSTREE_VERSION label says, so the operator keeps the
+    driver DaemonSet (and driver toolkit image) of the old build on it: NFD must label the node again."""
+    labelled = view.labels.get(OSTREE_VERSION)
+    running = RHCOS_BUILD.search(str(node_info(view.node).get("osImage", "")))
+    if not labelled or running is None or running.group(1) == labelled:
+        return None
+    worker = next(
+        (
+            p
+            for p in ctx.snapshot.pods
+            if (p.get("spec") or {}).get("nodeName") == view.name
+            and any(nfd_worker(d) and name_of(d) == owner_ds(p) for d in ctx.snapshot.daemonsets)
+        ),
+        None,
+    )
+    relabel: Fix | None = None
+    if worker is not None:
+        ns = str((worker.get("metadata") or {}).get("namespace") or "")
+        relabel = Fix.delete_pod(ns, name_of(worker))
+        fix = ctx.stack.render(relabel) + "   # the nfd-worker on the node starts again and relabels OSTREE_VERSION"
+    else:
+        fix = (
+            f"restart the Node Feature Discovery worker on {view.name} (node-feature-discovery) so it labels "
+            f"{OSTREE_VERSION}={running.group(1)}"
+        )
+    return Known(
+        f"the node runs RHCOS {running.group(1)} but NFD's label {OSTREE_VERSION} still says {labelled}, so the "
+        f"operator runs the driver DaemonSet built for {labelled} here ({owner_ds(pod)}), whose driver does not fit "
+        "the running kernel; the label, not the driver, is wrong.",
+        (f"osImage {node_info(view.node).get('osImage')}", f"label {OSTREE_VERSION}={labelled}"),
+        relabel,
+        fix,
+    )
+
+
+def _driver_upgrade_restart(ctx: Context, view: NodeView, state: PodState) -> Result | None:
+    """A driver pod that is not ready because the upgrade controller is restarting it: the node's
+    ``nvidia.com/gpu-driver-upgrade-state`` says the old pod was deleted on purpose (pod-restart-required)
+    or the new one is being validated (validation-required), and the pod is on its way, not failing.
+    That is the upgrade at work, information; the links above wait for it. A pod that fails, or a node
+    the controller marks upgrade-failed, is judged as any other."""
+    upgrading = view.labels.get(UPGRADE_STATE, "")
+    if upgrading not in (POD_RESTART, VALIDATION) or state.failing:
+        return None
+    finding = node_finding(
+        view,
+        "driver.upgrading",
+        Severity.INFO,
+        "driver",
+        f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the node "
+        "resumes once the new driver validates and the controller uncordons it.",
+        [f"label {UPGRADE_STATE}={upgrading}", state.describe()],
+        f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
+        "stays in this state past spec.driver.upgradePolicy.podDeletion.timeoutSeconds, the controller marks it "
+        "upgrade-failed and the doctor judges the driver pod then",
+    )
+    return Result(LinkState.BROKEN, f"driver upgrade in progress ({upgrading})", (finding,))
+
+
+def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, holders: list[str]) -> Known | None:
+    """The driver manager fails on a node the upgrade controller marks upgrade-done while GPU pods hold the
+    driver: the controller evicts them only from upgrade-required, so nothing frees the node."""
+    if view.labels.get(UPGRADE_STATE) != UPGRADE_DONE or state.container != DRIVER_MANAGER or not holders:
+        return None
+    again = Fix(FixOp.LABEL_NODE, view.name, {UPGRADE_STATE: UPGRADE_REQUIRED})
+    return Known(
+        f"the driver manager fails on this node while GPU pods hold the driver, and the upgrade controller marks "
+        f"the node {UPGRADE_DONE}, so it never evicts them (it drains only from {UPGRADE_REQUIRED}).",
+        (f"label {UPGRADE_STATE}={UPGRADE_DONE}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"),
+        again,
+        ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
+    )

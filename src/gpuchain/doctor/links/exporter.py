@@ -1,0 +1,138 @@
+"""The exporter link: the dcgm-exporter pod, a second release beside the stack's, and the failures
+dcgm-exporter names in its log."""
+
+from __future__ import annotations
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Known, Result, node_finding, owner_ds
+from gpuchain.doctor.links.failures import known_not_ready
+from gpuchain.doctor.links.operand import simple
+from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.pods import PodState
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.operands import DCGM_EXPORTER
+
+LINK, WHAT = "exporter", "dcgm-exporter"
+#: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
+DCGM_EXPORTER_IMAGE = {
+    "repository": "nvcr.io/nvidia/k8s",
+    "image": "dcgm-exporter",
+    "version": "3.3.9-3.6.1-ubuntu22.04",
+}
+
+
+#: dcgm-exporter's fatal lines (NVIDIA/dcgm-exporter pkg/cmd/app.go "Failed to watch metrics", and
+#: DCGM's own error strings it wraps; catalog.yaml), each with what repairs it.
+EXPORTER_PROFILING_RACE = "dcgm.profiling-library-error"
+EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported")
+EXPORTER_NO_NVML = "dcgm.init-error"
+
+
+def _stack_exporter_on(ctx: Context, node: str) -> str:
+    """The stack's own exporter pod on ``node`` ("" when it runs none there)."""
+    mine = ctx.ds(DCGM_EXPORTER)
+    return next(
+        (
+            name_of(p)
+            for p in ctx.snapshot.pods
+            if (p.get("metadata") or {}).get("namespace") == ctx.namespace
+            and (p.get("spec") or {}).get("nodeName") == node
+            and owner_ds(p) == mine
+        ),
+        "",
+    )
+
+
+def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
+    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
+    if own and owner_ds(pod):
+        # Two exporters on one node each start a DCGM host engine on the same GPUs; the stack's own
+        # already serves the node's metrics, so the second release is the one to remove.
+        ds = owner_ds(pod)
+        release = (pod.get("metadata") or {}).get("labels", {}).get("app.kubernetes.io/instance") or ds
+        remove = Fix(FixOp.DELETE, f"{ns}/{ds}", {"kind": "DaemonSet", "namespace": ns, "name": ds})
+        said = catalog.known_error(log)
+        return Known(
+            f"a second dcgm-exporter release (DaemonSet {ns}/{ds}) runs beside {ctx.stack.title}'s own exporter "
+            f"({own}) on this node; both drive DCGM on the same GPUs (its profiling module serves one), and the "
+            "second one fails.",
+            (*(said.evidence() if said else ()), f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here"),
+            remove,
+            ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
+            + f"   # the second release; or: {ctx.stack.render(remove)}",
+        )
+    found = catalog.find(log, EXPORTER_PROFILING_RACE)
+    if found:
+        action = Fix.delete_pod(ns, state.name)
+        return Known(
+            "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
+            "a new pod starts cleanly.",
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
+            action,
+            ctx.stack.render(action) + "   # its DaemonSet starts a new one",
+        )
+    found = catalog.find(log, *EXPORTER_NO_PROFILING)
+    if found:
+        return Known(
+            "dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
+            "and exits.",
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
+            None,
+            "run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
+            "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
+            "unsupported DCP metrics",
+        )
+    found = catalog.find(log, EXPORTER_NO_NVML)
+    if found and ctx.stack.driver_root:
+        return Known(
+            f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on the "
+            "host, and the exporter's pod neither mounts it nor runs privileged.",
+            (*found.evidence(), f"DaemonSet in namespace {ns}"),
+            None,
+            f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
+            "LD_LIBRARY_PATH) and run it privileged (securityContext.privileged: true)",
+        )
+    return None
+
+
+def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
+    """The exporter's own failures: a second release beside the stack's, a failure its log names with a
+    repair, or an image without DCGM (None: none of these)."""
+    known = _exporter_failure(ctx, view, pod, state, log)
+    if known is not None:
+        return known_not_ready(view, LINK, WHAT, state, known)
+    found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
+    if not found:
+        return None
+    # dcgm-exporter's own image bundles DCGM; an image without it never starts collecting.
+    cause = f"the {WHAT} pod is {state.status}: its image has no DCGM library, so it can serve no GPU metrics."
+    if ctx.policy_obj is not None and ctx.stack.policy_names_images:
+        image = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": dict(DCGM_EXPORTER_IMAGE)}})
+        action: Fix | None = image
+        fix = ctx.stack.render(image)
+    else:
+        action = None
+        fix = f"run an exporter image that bundles DCGM ({'/'.join(DCGM_EXPORTER_IMAGE.values())})"
+    return Result(
+        LinkState.BROKEN,
+        f"{WHAT} {state.status}",
+        (
+            node_finding(
+                view,
+                f"{LINK}.not-ready",
+                Severity.ERROR,
+                LINK,
+                cause,
+                [state.describe(), *found.evidence()],
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
+def check_exporter(ctx: Context, view: NodeView) -> Result:
+    """Metrics exporter: its pod (a Running, ready pod serves /metrics on :9400)."""
+    return simple(ctx, view, DCGM_EXPORTER, LINK, WHAT, _not_ready)

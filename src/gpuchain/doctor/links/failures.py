@@ -1,0 +1,421 @@
+"""What a failing operand pod's own output says, and the change that answers it: the failures every
+link's pod may show (unschedulable, image pull, OOM, a missing ConfigMap, the kernel refusing the
+module, a socket or inotify limit), and the not-ready finding built from them or from the catalog."""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.evidence import next_step
+from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, owner_ds, placement_fix
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
+from gpuchain.doctor.placement import Blocker
+from gpuchain.doctor.pods import PodState
+from gpuchain.kube.objects import Obj
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
+
+#: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
+#: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726: nvidia-installer's
+#: words, the kernel's own, EPERM from its lockdown, and modprobe's where the module is loaded by
+#: hand), the toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406,
+#: #522), and a component out of inotify instances (#441).
+SECURE_BOOT = (
+    "nvidia-installer.unsigned-module",
+    "kernel.unsigned-module-rejected",
+    "nvidia-installer.load-not-permitted",
+    "glibc.key-rejected",
+)
+SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
+INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
+IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
+
+
+def _pull_event(view: NodeView, pod: str) -> str:
+    """The kubelet's "Failed to pull image" Event for ``pod`` (containerd's NotFound, an auth error ...)."""
+    return next(
+        (
+            str(e.get("message"))
+            for e in view.events
+            if (e.get("involvedObject") or {}).get("name") == pod
+            and str(e.get("message", "")).startswith("Failed to pull")
+        ),
+        "",
+    )
+
+
+def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
+    """What the operand's status or log names, and its fix (None: gpuchain does not know this failure)."""
+    if state.unschedulable:
+        return _unschedulable(ctx, view, operand, state)
+    if state.status in IMAGE_PULL:
+        return _image_missing(ctx, view, operand, state)
+    oom = _oom_killed(ctx, view, operand, state)
+    if oom is not None:
+        return oom
+    mount = _object_missing(ctx, view, operand, state)
+    if mount is not None:
+        return mount
+    found = catalog.find(log, *SECURE_BOOT)
+    if found and operand is DRIVER:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "turn Secure Boot off in the node's firmware (or enroll a key that signs the NVIDIA modules "
+                "with mokutil) and reboot; the driver container loads nvidia.ko on the next start",
+                "fact": "secure-boot",
+            },
+        )
+        return Known(
+            "the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container built "
+            "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
+            found.evidence(),
+            action,
+            ctx.stack.render(action),
+        )
+    found = catalog.find(log, *SOCKET)
+    if found and operand is TOOLKIT:
+        return _toolkit_socket(ctx, view, found)
+    found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
+    if found:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "raise the node's inotify instance limit (sysctl -w fs.inotify.max_user_instances=512, and "
+                "the same in /etc/sysctl.d/ so it survives a reboot; the kernel's default is 128), then "
+                f"{ctx.stack.render(Fix.delete_pod(ctx.namespace, state.name))}",
+                "fact": "inotify",
+                "drain": False,
+            },
+        )
+        return Known(
+            "the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot watch "
+            "its files and exits; a kernel setting of the node, outside the cluster.",
+            found.evidence(),
+            action,
+            ctx.stack.render(action),
+        )
+    return None
+
+
+#: The object the kubelet names as missing (catalog apimachinery.object-not-found).
+OBJECT_NAMED = re.compile(r'\b(configmap|secret)s? "([^"]+)" not found')
+
+
+def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """The pod references a ConfigMap or Secret that is not in its namespace: the kubelet cannot mount it
+    (a FailedMount Event) or build the container's env (CreateContainerConfigError), so no container of the
+    pod starts until it exists there."""
+    said = [state.message] if state.status == "CreateContainerConfigError" else []
+    said += [
+        str(ev.get("message", ""))
+        for ev in view.events
+        if (ev.get("involvedObject") or {}).get("name") == state.name and ev.get("reason") == "FailedMount"
+    ]
+    for text in said:
+        found = catalog.find(text, "apimachinery.object-not-found")
+        named = OBJECT_NAMED.search(found.line) if found else None
+        if found is None or named is None:
+            continue
+        pod = view.pod(operand) or {}
+        ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+        kind, name = named.group(1), named.group(2)
+        create = (
+            f"create configmap {name} --from-file=<key>=<file>"
+            if kind == "configmap"
+            else f"create secret generic {name} --from-literal=<key>=<value>"
+        )
+        return Known(
+            f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so the "
+            "kubelet does not start its containers.",
+            (f"kubelet: {found.line}", found.entry.cite()),
+            None,
+            f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
+            f"there: kubectl get {kind} {name} -A)",
+        )
+    return None
+
+
+#: The memory limit an OOM-killed operand gets at least: its limit doubled, never under this (Mi).
+MIN_RAISED_LIMIT_MI = 512
+MEMORY = re.compile(r"(\d+)(Ki|Mi|Gi)?$")
+
+
+def _mebibytes(quantity: str) -> int | None:
+    found = MEMORY.match(quantity)
+    if not found:
+        return None
+    scale = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, None: 1 / 2**20}[found.group(2)]
+    return int(int(found.group(1)) * scale)
+
+
+def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known | None:
+    """A container the kernel killed for its memory limit (terminated OOMKilled, exit 137): the limit is
+    too low for this node (more GPUs, more metrics); restarting it changes nothing."""
+    pod = view.pod(operand) or {}
+    statuses = [
+        *((pod.get("status") or {}).get("initContainerStatuses") or []),
+        *((pod.get("status") or {}).get("containerStatuses") or []),
+    ]
+    cs = next((c for c in statuses if c.get("name") == state.container), None)
+    reasons = [((cs or {}).get(k) or {}).get("terminated", {}).get("reason") for k in ("state", "lastState")]
+    if "OOMKilled" not in reasons:
+        return None
+    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ds = owner_ds(pod) or ctx.ds(operand)
+    spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
+    container: Obj = next((c for c in spec if c.get("name") == state.container), {})
+    limit = str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    current = _mebibytes(limit) if limit else None
+    raised = f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
+    evidence = (
+        f"container {state.container}: terminated OOMKilled (exit 137), {state.restarts} restarts",
+        f"memory limit {limit or 'none set in the pod spec'}",
+    )
+    cause = (
+        f"the kernel kills the {state.container} container for exceeding its memory"
+        + (f" limit ({limit})" if limit else " (no limit in its pod spec: a LimitRange's default, or the node's)")
+        + ", so it restarts and is killed again; the limit is too low for what it serves on this node."
+    )
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        patch = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {operand.spec_key: {"resources": {"limits": {"memory": raised}}}}},
+        )
+        return Known(cause, evidence, patch, ctx.stack.render(patch) + "   # raises the memory limit")
+    return Known(
+        cause,
+        evidence,
+        None,
+        ctx.stack.render(
+            Fix(FixOp.SET_LIMITS, f"{ns}/{ds}", {"container": state.container, "limits": {"memory": raised}})
+        )
+        + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
+    )
+
+
+#: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
+#: pkg/scheduler/framework/plugins: noderesources "Insufficient <resource>", nodeports "didn't have
+#: free ports for the requested pod ports", tainttoleration "had untolerated taint").
+ROOM = (
+    (
+        r"Insufficient (cpu|memory|ephemeral-storage|pods)",
+        "the node has no {0} left for it: lower the DaemonSet's {0} "
+        "request, give its pods a higher priority (priorityClassName system-node-critical) so the scheduler preempts "
+        "for them, or move workloads off the node",
+    ),
+    (r"Too many pods", "the node is at its pod limit: raise the kubelet's maxPods or move pods off the node"),
+    (r"didn't have free ports", "another pod holds the host port it needs: move or reconfigure that pod"),
+)
+#: The scheduler's words for a taint the pod does not tolerate ("had untolerated taint {key: value}").
+UNTOLERATED = re.compile(r"untolerated taint \{([^:}]+)")
+
+
+def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
+    """A DaemonSet pod the scheduler cannot place on its node: the scheduler's words, and what makes room."""
+    cause = (
+        f"the {operand.state} pod for this node is Pending: the scheduler cannot place it ({state.message}), so the "
+        "link has no pod here; the DaemonSet is right, restarting it changes nothing."
+    )
+    evidence = (f"pod {state.name}: Pending, unschedulable", f"scheduler: {state.message}")
+    said = UNTOLERATED.search(state.message)
+    taints = ((view.node.get("spec") or {}).get("taints")) or []
+    taint = next((t for t in taints if said and t.get("key") == said.group(1).strip()), None)
+    ds = operand_daemonset(ctx, operand)
+    if taint is not None and ds is not None:
+        # The toleration to add, on the object the stack's operands take their tolerations from.
+        action = placement_fix(ctx, view, ds, Blocker("taint", taint))
+        return Known(cause, evidence, action, ctx.stack.render(action))
+    fix = "# gpuchain knows no change that makes room for this scheduler reason"
+    for pattern, text in ROOM:
+        found = re.search(pattern, state.message)
+        if found:
+            fix = text.format(*(found.groups() or ("",)))
+            break
+    return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
+
+
+#: The kubelet's words for the image it pulls: "Back-off pulling image %q" (pkg/kubelet/images/image_manager.go)
+#: and "Failed to pull image %q: %v" (kuberuntime), kubernetes@v1.34.4.
+PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
+
+
+DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+
+
+def _pulled_image(text: str) -> str:
+    found = PULLING.search(text)
+    return found.group(1) if found else ""
+
+
+def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
+    """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
+    event = _pull_event(view, state.name)
+    evidence = (state.message, f"event Failed (kubelet): {event}" if event else "")
+    pod = view.pod(operand) or {}
+    owner = next(
+        (str(r.get("name")) for r in (pod.get("metadata") or {}).get("ownerReferences") or () if r.get("kind")),
+        "",
+    )
+    prefix = ctx.stack.precompiled_prefix
+    if operand is DRIVER and prefix and owner.startswith(prefix):
+        # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
+        ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"driver": {"usePrecompiled": False}}, NOT_SIMULATED: "precompiled images are not simulated"},
+        )
+        return Known(
+            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator made "
+            f"DaemonSet {owner} for it and the registry has no such tag.",
+            (*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
+            action,
+            ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
+            f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
+        )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
+    version = str(spec.get("version") or "")
+    # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
+    versioned = DRIVER_TAG.fullmatch(tag)
+    dist = versioned.group(2) if versioned else ""
+    if (
+        operand is DRIVER
+        and ctx.policy_obj is not None
+        and dist
+        and "not found" in event
+        and not dist.startswith(ctx.stack.driver_image_os)
+    ):
+        # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
+        os_image = node_info(view.node).get("osImage") or dist
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
+        return Known(
+            f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
+            f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
+            f"{os_image}.",
+            (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
+            off,
+            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            ", after installing the driver on the host (its OS "
+            "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
+            "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
+            "supports (Ubuntu, RHEL)",
+        )
+    if ctx.policy_obj is not None and version and version in image and ("not found" in event or not event):
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
+        return Known(
+            f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
+            f"{ctx.policy_ref} names a tag the registry does not have.",
+            evidence,
+            action,
+            ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
+        )
+    return Known(
+        "the kubelet cannot pull the image (the registry refuses it or has no such tag).",
+        evidence,
+        None,
+        "make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
+        "imagePullSecrets, or a mirror the node can reach",
+    )
+
+
+def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
+    """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
+    dist = distribution_of(view.node)
+    kubelet = node_info(view.node).get("kubeletVersion", "?")
+    evidence = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
+    if dist is not KUBEADM and ctx.policy_obj is not None:
+        keep = [
+            {"name": e.name, "value": e.value}
+            for e in ctx.policy.toolkit.env
+            if e.name not in ("CONTAINERD_CONFIG", "CONTAINERD_SOCKET", "RUNTIME_CONFIG", "RUNTIME_SOCKET")
+        ]
+        env = [
+            *keep,
+            {"name": "CONTAINERD_CONFIG", "value": dist.containerd_config},
+            {"name": "CONTAINERD_SOCKET", "value": dist.containerd_socket},
+        ]
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+        action: Fix = patch
+        fix = ctx.stack.render(patch)
+    else:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "find where this node's containerd listens and reads its config (ps -o args -C containerd), "
+                "then set the toolkit's CONTAINERD_SOCKET and CONTAINERD_CONFIG to them",
+                "drain": False,
+                NOT_SIMULATED: "the socket path of an unknown distribution is a fact of the node no scenario names",
+            },
+        )
+        fix = ctx.stack.render(action)
+    return Known(
+        f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this node "
+        f"runs {dist.name}, whose containerd listens at {dist.containerd_socket} with its config in "
+        f"{dist.containerd_config}; it exits and the nvidia runtime is never loaded.",
+        evidence,
+        action,
+        fix,
+    )
+
+
+def known_not_ready(view: NodeView, link: str, what: str, state: PodState, known: Known) -> Result:
+    """The link broken by a failure the pod's log names: its cause, evidence and fix."""
+    finding = node_finding(
+        view,
+        f"{link}.not-ready",
+        Severity.ERROR,
+        link,
+        known.cause,
+        [state.describe(), *known.evidence],
+        known.fix,
+        known.action,
+    )
+    return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
+
+
+def not_ready(
+    ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
+) -> Result:
+    """An operand pod failing: the known failure its log names with its fix, else its state and last error."""
+    known = known_failure(ctx, view, operand, state, log)
+    if known is not None:
+        return known_not_ready(view, link, what, state, known)
+    found = catalog.known_error(log)
+    if found is not None:
+        # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
+        known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
+        return known_not_ready(view, link, what, state, known)
+    # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
+    # the link's next action; the pod is run again after it.
+    again = Fix.delete_pod(ctx.namespace, state.name)
+    line = catalog.unknown_error(log) or ""
+    return Result(
+        LinkState.BROKEN,
+        f"{what} {state.status}",
+        (
+            node_finding(
+                view,
+                f"{link}.not-ready",
+                Severity.ERROR,
+                link,
+                cause + " gpuchain does not recognise the failure.",
+                [state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
+                f"# {next_step(ctx, link, line)}; the pod retries by itself ({ctx.stack.render(again)} starts it "
+                "at once)",
+            ),
+        ),
+    )

@@ -1,0 +1,55 @@
+"""The feature discovery link: its pod, and the nvidia.com/gpu.* labels it should have written."""
+
+from __future__ import annotations
+
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install
+from gpuchain.doctor.links.operand import simple
+from gpuchain.doctor.model import Fix, LinkState, Severity
+from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.kube.objects import name_of
+from gpuchain.operator.operands import GFD
+
+
+def check_gfd(ctx: Context, view: NodeView) -> Result:
+    """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
+    result = simple(ctx, view, GFD, "gfd", "gpu-feature-discovery")
+    if result.state is not LinkState.OK or PRODUCT in view.labels:
+        return result
+    nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))
+    evidence = [f"node {view.name} has no {PRODUCT} label", pod_state(view.pod(GFD) or {}).describe()]
+    if not nfd and ctx.stack.gfd_via_nfd:
+        # NVIDIA's GFD hands its labels to Node Feature Discovery (features.d or a NodeFeature object);
+        # a node NFD never labelled (its GPU label set by hand) never gets them.
+        install = nfd_install()
+        action: Fix | None = install
+        cause = (
+            "gpu-feature-discovery runs, but it hands its labels to Node Feature Discovery and NFD does not run "
+            f"on this node (no {NFD_PREFIX}* label at all), so nvidia.com/gpu.* labels never appear and nodeSelectors "
+            "on GPU model or memory match nothing."
+        )
+        evidence.append(f"no {NFD_PREFIX}* label on {view.name}")
+        fix = ctx.stack.render(install) + nfd_hint(ctx)
+    else:
+        # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
+        # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
+        gfd = view.pod(GFD) or {}
+        ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
+        again = Fix.delete_pod(ns, name_of(gfd))
+        action = again
+        cause = (
+            "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors on GPU "
+            "model or memory match nothing; NFD runs here, so GFD did not label (it found no GPU through NVML when "
+            "it started, e.g. before the driver was ready) or nfd-master drops its labels."
+        )
+        fix = ctx.stack.render(again) + (
+            "   # a new GFD pod labels the node from NVML again; if the labels still do not appear, let nfd-master "
+            "accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+        )
+    return Result(
+        LinkState.BROKEN,
+        "no nvidia.com/gpu.* labels",
+        (node_finding(view, "gfd.labels-missing", Severity.ERROR, "gfd", cause, evidence, fix, action),),
+    )

@@ -1,0 +1,186 @@
+"""The MIG link: the layout a node asks for, how far the MIG manager got, and MIG turned on outside
+the cluster with no manager."""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.common.labels import (
+    DEPLOY_PREFIX,
+    MIG_CAPABLE,
+    MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    MIG_CONFIG_STATE_REASON,
+    PAUSED_FOR_MIG_CHANGE,
+)
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.pods import pod_state
+from gpuchain.kube.objects import name_of
+from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, MIG_MANAGER, deploy_label
+
+#: mig-parted's line when a MIG mode change waits for a GPU reset or a reboot (catalog.yaml).
+MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
+RESET_FAILED = "mig-parted.reset-failed"
+#: nvidia-smi's words when a GPU it must reset is held (NVML_ERROR_IN_USE: "the GPU is currently in use").
+IN_USE = re.compile(r"in use by another client|currently being used by one or more other processes", re.IGNORECASE)
+
+
+def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
+    """The node's MIG change that failed or is stuck (pending, rebooting), with what the MIG manager's
+    log says and the change that repairs it; None when the layout applied or none was asked."""
+    state = view.labels.get(MIG_CONFIG_STATE)
+    wanted = view.labels.get(MIG_CONFIG)
+    if state not in ("pending", "rebooting", "failed"):
+        return None
+    reason = ((view.node.get("metadata") or {}).get("annotations") or {}).get(MIG_CONFIG_STATE_REASON, "")
+    paused = sorted(k.removeprefix(DEPLOY_PREFIX) for k, v in view.labels.items() if v == PAUSED_FOR_MIG_CHANGE)
+    mgr = view.pod(MIG_MANAGER)
+    evidence = [
+        f"{MIG_CONFIG}={wanted}, {MIG_CONFIG_STATE}={state}",
+        f"{MIG_CONFIG_STATE_REASON}: {reason}" if reason else "",
+        f"operands paused: {', '.join(paused)}" if paused else "",
+        pod_state(mgr).describe() if mgr is not None else "no mig-manager pod on this node",
+    ]
+    log = ctx.log(mgr, ctx.container(MIG_MANAGER)) if mgr is not None else ""
+    pending = catalog.find(log, MODE_CHANGE_PENDING)
+    reset = catalog.find(log, RESET_FAILED)
+    if state == "failed" and reset is not None and IN_USE.search(log):
+        # The reset found the GPUs held (nvidia-smi's words for NVML_ERROR_IN_USE): free them, then apply.
+        ns = str(((mgr or {}).get("metadata") or {}).get("namespace") or ctx.namespace)
+        restart = ctx.stack.render(Fix.delete_pod(ns, name_of(mgr))) if mgr is not None else "delete its pod"
+        free = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "unload the nvidia_drm kernel module (rmmod nvidia_drm) and stop the other GPU clients "
+                "(nvidia-persistenced, fabric manager, monitoring agents) so the MIG manager can reset the GPUs; "
+                f"then restart the MIG manager so it applies {wanted!r} again on start ({restart}); load nvidia_drm "
+                "again afterwards",
+                NOT_SIMULATED: "kernel modules holding a GPU are not simulated",
+            },
+        )
+        return node_finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {reset.entry.cause}",
+            [*evidence, *reset.evidence("mig-manager log")],
+            ctx.stack.render(free),
+            free,
+        )
+    if state == "failed" and pending is not None:
+        # The mode change is written to the GPU and waits for a reset; where the manager could not
+        # reset the GPUs, only a reboot commits it. Another layout label would wait the same way.
+        reboot = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "reboot the node so the pending MIG mode change takes effect; to let the MIG manager "
+                "reboot it itself, set WITH_REBOOT=true in spec.migManager.env of the ClusterPolicy",
+                "drain": True,
+                NOT_SIMULATED: "a pending MIG mode change is not simulated",
+            },
+        )
+        return node_finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}: {pending.entry.cause}",
+            [*evidence, *pending.evidence("mig-manager log")],
+            ctx.stack.render(reboot),
+            reboot,
+        )
+    if state == "failed":
+        back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+        known = catalog.known_error(log)
+        return node_finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}"
+            + (f": {known.entry.cause}" if known else "."),
+            [*evidence, *(known.evidence("mig-manager log") if known else ())],
+            (f"# {known.entry.fix}   # or: " if known else "")
+            + ctx.stack.render(back)
+            + "   # or a layout this GPU supports; where the MIG mode change waits for a GPU reset the node cannot "
+            "do, reboot the node (WITH_REBOOT=true in the MIG manager's env lets it reboot itself)",
+            back,
+        )
+    cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
+    return node_finding(
+        view,
+        "mig.pending",
+        Severity.ERROR,
+        "mig",
+        f"the MIG change to {wanted!r} is stuck in {state!r}"
+        + (f" ({reason})" if reason else "")
+        + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
+        evidence,
+        ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
+        f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
+        cancel,
+    )
+
+
+def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG-capable node the MIG manager was never placed on (no deploy label, no layout label) while
+    the operands that enumerate its GPUs fail with nothing the catalog knows: the GPUs' MIG mode was set
+    outside the cluster (before the operator came), so no one manages it (NVIDIA/gpu-operator#287)."""
+    if (
+        view.labels.get(MIG_CAPABLE) != "true"
+        or view.labels.get(MIG_CONFIG)
+        or deploy_label(MIG_MANAGER) in view.labels
+        or operand_daemonset(ctx, MIG_MANAGER) is None
+    ):
+        return None
+    failing = []
+    for operand in (DEVICE_PLUGIN, GFD):
+        pod = view.pod(operand)
+        if pod is None:
+            return None
+        state = pod_state(pod)
+        if not state.failing:
+            return None
+        if catalog.known_error(ctx.log(pod, state.container or ctx.container(operand)) + "\n" + state.message):
+            return None
+        failing.append(state.describe())
+    if len(failing) < 2:
+        # Both fail when the GPUs' MIG mode is the cause; one alone fails for its own reason (its config).
+        return None
+    manage = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(MIG_MANAGER): "true", MIG_CONFIG: "all-disabled"})
+    return node_finding(
+        view,
+        "mig.unmanaged",
+        Severity.ERROR,
+        "mig",
+        "the node's GPUs are MIG-capable, the MIG manager was never placed on it (no "
+        f"{deploy_label(MIG_MANAGER)} label) and the operands that enumerate its GPUs fail: MIG mode was turned "
+        "on outside the cluster, so the GPUs carry no layout the device plugin and GFD can use.",
+        [f"{MIG_CAPABLE}=true, no {MIG_CONFIG} label, no {deploy_label(MIG_MANAGER)} label", *failing],
+        ctx.stack.render(manage) + "   # puts the MIG manager on the node; give it the layout you want instead of "
+        "all-disabled (e.g. nvidia.com/mig.config=all-1g.5gb), or turn MIG off on the host (nvidia-smi -mig 0)",
+        manage,
+    )
+
+
+def mig_root(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG state that stops the links above it (the device plugin, GFD and exporter wait for the
+    layout): a change that failed or hangs, or MIG on GPUs the MIG manager does not manage."""
+    return mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
+
+
+def check_mig(ctx: Context, view: NodeView) -> Result:
+    """MIG: the requested layout and how far the MIG manager got."""
+    wanted = view.labels.get(MIG_CONFIG)
+    if not wanted:
+        return Result(LinkState.SKIPPED, "MIG not requested")
+    finding = mig_finding(ctx, view)
+    if finding is not None:
+        return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
+    return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")

@@ -1,0 +1,69 @@
+"""An operand link that is one DaemonSet pod per node (feature discovery, the exporter): placed or
+not, running (but failing at its work, by its log) or failing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuchain.common.labels import PAUSED_FOR_MIG_CHANGE
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding, operand_log
+from gpuchain.doctor.links.deployed import unscheduled
+from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.model import LinkState, Severity
+from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.operands import Operand, deploy_label
+
+#: The finding of an operand that runs ready while its log says its own work fails, by link.
+RUNNING_WITH_ERRORS = {"exporter": "exporter.running-with-errors", "gfd": "gfd.running-with-errors"}
+
+
+def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what: str) -> Result | None:
+    """A ready pod whose log (read for one pod per troubled DaemonSet, snapshot._log_candidates) holds an
+    error the catalog knows for this pod's own link: it runs, but its product (metrics, labels) is not made."""
+    finding_id = RUNNING_WITH_ERRORS.get(link)
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    found = catalog.known_error("\n".join(ctx.log(pod, n) for n in names)) if finding_id else None
+    if finding_id is None or found is None or found.entry.link != link:
+        return None
+    return Result(
+        LinkState.BROKEN,
+        f"{what} Running, but its log says it fails",
+        (
+            node_finding(
+                view,
+                finding_id,
+                Severity.ERROR,
+                link,
+                f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
+                [f"pod {name_of(pod)}: Running", *found.evidence()],
+                f"# {found.entry.fix}",
+            ),
+        ),
+    )
+
+
+#: A link's own reading of its failing pod (pod, its state, its log): the Result, or None to leave it
+#: to what every operand's failure is read by (`not_ready`).
+Failing = Callable[[Context, NodeView, Obj, PodState, str], Result | None]
+
+
+def simple(
+    ctx: Context, view: NodeView, operand: Operand, link: str, what: str, failing: Failing | None = None
+) -> Result:
+    """An operand link that is one DaemonSet pod per node (feature discovery, the exporter): paused, not
+    placed, running (with errors its log names) or failing."""
+    pod = view.pod(operand)
+    if pod is None:
+        if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
+            return Result(LinkState.DEGRADED, "paused for a MIG change")
+        missing = unscheduled(ctx, view, operand, link)
+        return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
+    state = pod_state(pod)
+    if state.ready:
+        return _running_with_errors(ctx, view, pod, link, what) or Result(LinkState.OK, f"{what} Running")
+    log = operand_log(ctx, view, operand, state.container, state.last_log)
+    own = failing(ctx, view, pod, state, log) if failing is not None else None
+    return own or not_ready(ctx, view, operand, link, what, state, log, f"the {what} pod is {state.status}.")

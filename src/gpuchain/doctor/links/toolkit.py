@@ -1,0 +1,207 @@
+"""The toolkit link: the RuntimeClass, the runtime's nvidia handler, the toolkit pod, and the node's
+own runtime where the stack manages none (seen through a device plugin that gets no NVML)."""
+
+from __future__ import annotations
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding, operand_log
+from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
+from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import distribution_of
+from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
+
+#: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
+NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
+
+
+def _runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
+    """Events and pods that show the runtime has no nvidia handler, and the runtime's message that says so."""
+    lines = []
+    said = None
+    for ev in view.events:
+        found = catalog.find(str(ev.get("message", "")), *NO_RUNTIME)
+        if found:
+            said = found
+            ref = ev.get("involvedObject") or {}
+            lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
+    if said is not None:
+        return [*lines[:3], said.entry.cite()], said.entry
+    for pod in view.operand_pods.values():
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        creating = any(
+            ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+        )
+        if creating and (pod.get("spec") or {}).get("runtimeClassName"):
+            lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
+    return lines[:3], None
+
+
+def check_toolkit(ctx: Context, view: NodeView) -> Result:
+    """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
+    rc = ctx.policy.operator.runtime_class
+    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and any(
+        (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
+    )
+    if uses_rc and rc not in ctx.runtime_classes:
+        evidence = [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"]
+        action: Fix | None
+        if ctx.stack.policy_resource:
+            # The operator creates the RuntimeClass: restart it (it reconciles on start), never a copy by hand.
+            action, fix, more = restart_operator(ctx, operator_pod(ctx))
+            evidence += more
+        else:
+            action = Fix(
+                FixOp.CREATE,
+                "",
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": rc},
+                    "handler": RUNTIME_CLASS_HANDLER,
+                },
+            )
+            fix = ctx.stack.render(action) + "   # the chart names it and no operator makes it"
+        return Result(
+            LinkState.BROKEN,
+            f"RuntimeClass {rc} missing",
+            (
+                node_finding(
+                    view,
+                    "toolkit.runtime-class-missing",
+                    Severity.ERROR,
+                    "toolkit",
+                    f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
+                    evidence,
+                    fix,
+                    action,
+                ),
+            ),
+        )
+    pod = view.pod(TOOLKIT)
+    runtime, said_by = _runtime_evidence(view)
+    if runtime:
+        tk = pod_state(pod) if pod is not None else None
+        log = operand_log(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
+        said = catalog.known_error(log)
+        dist = distribution_of(view.node)
+        rewrite = (
+            f"{ctx.stack.render(Fix.delete_pod(ctx.namespace, tk.name))} so the toolkit writes the nvidia runtime there"
+            if tk
+            else "nvidia-ctk runtime configure --runtime=containerd --config=" + dist.containerd_config
+        )
+        work = (
+            f"set the toolkit's CONTAINERD_CONFIG={dist.containerd_config} and CONTAINERD_SOCKET="
+            f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
+            f"{rewrite}, then systemctl restart containerd"
+        )
+        if said_by is not None and said_by.component == "CRI-O":
+            work = said_by.fix
+        restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
+        return Result(
+            LinkState.BROKEN,
+            "containerd has no nvidia runtime",
+            (
+                node_finding(
+                    view,
+                    "toolkit.runtime-not-configured",
+                    Severity.ERROR,
+                    "toolkit",
+                    f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
+                    "handler, so every pod with runtimeClassName "
+                    f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
+                    [
+                        *runtime,
+                        tk.describe() if tk else "no toolkit pod on this node",
+                        *(said.evidence("toolkit log") if said else ()),
+                    ],
+                    ctx.stack.render(restart),
+                    restart,
+                ),
+            ),
+        )
+    if pod is None:
+        missing = unscheduled(ctx, view, TOOLKIT, "toolkit")
+        if missing is not None:
+            return missing
+        # The node's own runtime: assumed until the plugin above says it got no NVML through it.
+        no_nvml = plugin_without_nvml(ctx, view)
+        if no_nvml is not None:
+            return runtime_not_default(ctx, view, no_nvml)
+        return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
+    state = pod_state(pod)
+    if state.ready:
+        done = init_done(view.pod(VALIDATOR), "toolkit-validation")
+        return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
+    log = operand_log(ctx, view, TOOLKIT, state.container, state.last_log)
+    return not_ready(
+        ctx,
+        view,
+        TOOLKIT,
+        "toolkit",
+        "toolkit pod",
+        state,
+        log,
+        f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
+    )
+
+
+# -- 3. device plugin --------------------------------------------------------------------------
+
+
+def runtime_not_default(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """The toolkit link broken under a device plugin that got no NVML: containerd's default runtime is
+    not nvidia on a node whose stack asks for no RuntimeClass."""
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": "make nvidia containerd's default runtime (nvidia-ctk runtime configure --runtime=containerd "
+            "--set-as-default && systemctl restart containerd)",
+            "fact": "runtime",
+        },
+    )
+    return Result(
+        LinkState.BROKEN,
+        "containerd's default runtime is not nvidia",
+        (
+            node_finding(
+                view,
+                "toolkit.runtime-not-default",
+                Severity.ERROR,
+                "toolkit",
+                "the device plugin runs without the NVIDIA container runtime (containerd's default runtime is not "
+                "nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it finds "
+                "no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
+                evidence,
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
+
+
+#: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
+NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed", "k8s-device-plugin.nvml-resource-managers")
+NO_DEVICES = "k8s-device-plugin.no-devices"
+
+
+def nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
+    """The plugin pod's state, its NVML line and its idle "no devices" line after, as evidence."""
+    more = catalog.find(log, NO_DEVICES)
+    return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
+
+
+def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
+    """The evidence that the device plugin runs without the NVIDIA runtime on this node (its log says
+    NVML cannot be loaded and the node announces no GPU), None otherwise."""
+    pod = view.pod(DEVICE_PLUGIN)
+    if pod is None or any(v > 0 for v in node_gpu_resources(view.node).values()):
+        return None
+    state = pod_state(pod)
+    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
+    nvml = catalog.find(log, *NO_NVML)
+    return nvml_evidence(state, nvml, log) if nvml else None

@@ -1,0 +1,223 @@
+"""GPU workloads on a node: refused at admission, refused at start by the runtime hook, GPUs that went
+away under them, and GPUs seen without a request."""
+
+from __future__ import annotations
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.evidence import ANYWHERE
+from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.pods import start_refused
+from gpuchain.kube.gpu_resources import pod_gpu_requests
+from gpuchain.kube.objects import Obj
+
+NVML_LOST = "nvml.unknown-error-in-workload"
+ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+
+
+def _visible_devices(pod: Obj) -> str | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for env in c.get("env") or []:
+            if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
+                return str(env.get("value", ""))
+    return None
+
+
+def _admission(ctx: Context, view: NodeView) -> Finding | None:
+    """The kubelet refused GPU pods at admission (Allocate): UnexpectedAdmissionError Events."""
+    refused = [e for e in view.events if e.get("reason") == "UnexpectedAdmissionError"]
+    if not refused:
+        return None
+    message = str(refused[0].get("message", ""))
+    if catalog.find(message, *ANYWHERE):
+        # A message that proves a lower link broken (NVML failing under the plugin): the walk names that
+        # link as the root with its repair (evidence.admission_refused); a kubelet restart would not help.
+        return None
+    pods = sorted(
+        {
+            f"{(e.get('involvedObject') or {}).get('namespace')}/{(e.get('involvedObject') or {}).get('name')}"
+            for e in refused
+        }
+    )
+    lost = catalog.find(message, "nvml.gpu-lost")
+    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost) if m]
+    if lost:
+        action = Fix(
+            FixOp.HARDWARE,
+            view.name,
+            {
+                "action": "reset the lost GPU (nvidia-smi -r) or reboot the node; replace it if it recurs",
+                "fact": "replace-gpu",
+            },
+        )
+        cause = "the device plugin cannot list its devices because a GPU is lost, so the kubelet refuses every GPU pod."
+    else:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "systemctl restart kubelet (its device manager holds allocations of pods that are gone)",
+                "fact": "kubelet",
+            },
+        )
+        cause = (
+            "the kubelet's device manager counts GPUs of pods that no longer exist as allocated, so it refuses new GPU "
+            "pods at admission although the scheduler placed them (kubernetes/kubernetes#130145)."
+        )
+    return node_finding(
+        view,
+        "workload.admission-failed",
+        Severity.ERROR,
+        "device-plugin",
+        cause,
+        [f"event UnexpectedAdmissionError (kubelet): {message}", *said, f"pods refused: {', '.join(pods[:5])}"],
+        ctx.stack.render(action),
+        action,
+    )
+
+
+#: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
+#: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
+HOOK_FAILED = (
+    "libnvidia-container.mount-error",
+    "libnvidia-container.imex-parse",
+    "libnvidia-container.initialization-error",
+    "cdi.unresolvable-devices",
+    "runc.prestart-hook-failed",
+)
+
+
+def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
+    """GPU pods the NVIDIA runtime hook refuses to start while the chain's operands run: the toolkit on the
+    node (its hook), not the pods, is broken."""
+    refused = []
+    said: catalog.Match | None = None
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        said_here = start_refused(pod)
+        if catalog.find(said_here, *ANYWHERE):
+            continue  # a message that proves a lower link broken (the walk names it there, from this pod)
+        found = catalog.find(said_here, *HOOK_FAILED)
+        if found is not None:
+            refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+            said = said or found
+    if said is None:
+        return None
+    if ctx.stack.node_image:
+        work = (
+            f"the node image carries the runtime hook: replace the node with one of another release of "
+            f"{ctx.stack.node_image} (the release before the one it runs, or a later one with the fix); "
+            f"then delete the pods: {', '.join(refused[:3])}"
+        )
+    else:
+        work = f"{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": work, "drain": False, NOT_SIMULATED: "the runtime hook's release is not a scenario fact"},
+    )
+    return node_finding(
+        view,
+        "workload.runtime-hook-failed",
+        Severity.ERROR,
+        "toolkit",
+        f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
+        f"{said.entry.cause}",
+        [f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
+        ctx.stack.render(action),
+        action,
+    )
+
+
+def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
+    """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPUs
+    that went away under them, and GPUs seen without a request."""
+    refused = _admission(ctx, view)
+    findings: list[Finding] = [refused] if refused else []
+    apps = [
+        p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
+    ]
+    hook = _hook_refused(ctx, view, apps)
+    if hook is not None:
+        findings.append(hook)
+    lost = []
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if catalog.find(ctx.log(pod, str(c.get("name"))), NVML_LOST):
+                lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+                break
+    if lost:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
+                "create-dev-char-symlinks --create-all), then delete the affected pods so they start with their "
+                f"device rules: kubectl delete pod -n {lost[0].split('/')[0]} {lost[0].split('/')[1]}",
+                "fact": "dev-char",
+            },
+        )
+        findings.append(
+            node_finding(
+                view,
+                "workload.nvml-lost",
+                Severity.ERROR,
+                "toolkit",
+                "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
+                "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
+                "NVML fails inside them; the device plugin and the node look healthy.",
+                [
+                    f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
+                    catalog.entry(NVML_LOST).cite(),
+                    "NVIDIA/nvidia-container-toolkit#48",
+                ],
+                ctx.stack.render(action),
+                action,
+            )
+        )
+    if ctx.policy_unknown:
+        return findings  # whether the toolkit hands GPUs to pods that set the variable is in the policy
+    accept = next((e.value for e in ctx.policy.toolkit.env if e.name == ACCEPT_ENVVAR), None)
+    seeing = [
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"
+        for p in apps
+        if not pod_gpu_requests(p) and _visible_devices(p) not in (None, "", "void", "none")
+    ]
+    if seeing and str(accept).lower() != "false":
+        env = [
+            *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
+            {"name": ACCEPT_ENVVAR, "value": "false"},
+        ]
+        fix_action = (
+            Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+            if ctx.policy_obj is not None
+            else Fix(
+                FixOp.NODE,
+                view.name,
+                {
+                    "action": "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in "
+                    "/etc/nvidia-container-runtime/config.toml (and the device plugin's "
+                    "DEVICE_LIST_STRATEGY=volume-mounts, so GPU pods still get theirs)",
+                    "drain": False,
+                    NOT_SIMULATED: "the node image's container runtime config is not a scenario fact",
+                },
+            )
+        )
+        findings.append(
+            node_finding(
+                view,
+                "workload.gpu-without-request",
+                Severity.WARNING,
+                "toolkit",
+                "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
+                "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
+                [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
+                ctx.stack.render(fix_action),
+                fix_action,
+            )
+        )
+    return findings

@@ -1,0 +1,57 @@
+"""What any stack adapter reads of a cluster: which nodes have NVIDIA GPUs, which cloud runs them, the
+DaemonSets of a namespace."""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.common.labels import GPU_PRESENT
+from gpuchain.doctor.structs import Snapshot
+from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.operator.operands import NFD_GPU_LABELS
+
+#: Node labels that say "this node has NVIDIA GPUs" whichever stack runs it.
+GPU_NODE_LABELS = (
+    *NFD_GPU_LABELS,
+    GPU_PRESENT,
+    "cloud.google.com/gke-accelerator",
+    "k8s.amazonaws.com/accelerator",
+    "karpenter.k8s.aws/instance-gpu-manufacturer",
+    "kubernetes.azure.com/accelerator",
+    "accelerator",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.product",
+)
+
+
+#: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
+#: g4ad's AMD Radeon; Azure NC/ND/NV, GCP a2/a3/g2).
+GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[3-6](?!ad)[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
+
+
+def is_gpu_node(node: Obj) -> bool:
+    """Any stack's sign of NVIDIA GPUs: detection labels, cloud accelerator labels, or GPU capacity."""
+    labels = labels_of(node)
+    if any(labels.get(k) not in (None, "", "false") for k in GPU_NODE_LABELS if k != "accelerator"):
+        return True
+    if labels.get("accelerator", "").startswith("nvidia"):
+        return True
+    if GPU_INSTANCE.match(labels.get("node.kubernetes.io/instance-type", "")):
+        return True
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    return any(str(k).startswith(("nvidia.com/gpu", "nvidia.com/mig-")) for k in capacity)
+
+
+def provider_of(nodes: list[Obj]) -> str:
+    """eks, aks, gke or "" from the nodes' providerID (aws://, azure://, gce://)."""
+    for node in nodes:
+        pid = str((node.get("spec") or {}).get("providerID") or "")
+        for prefix, provider in (("aws://", "eks"), ("azure://", "aks"), ("gce://", "gke")):
+            if pid.startswith(prefix):
+                return provider
+    return ""
+
+
+def daemonsets_in(snapshot: Snapshot, namespace: str) -> dict[str, Obj]:
+    """The snapshot's DaemonSets of one namespace by name."""
+    return {name_of(d): d for d in snapshot.daemonsets if (d.get("metadata") or {}).get("namespace") == namespace}

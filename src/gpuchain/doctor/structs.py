@@ -1,0 +1,217 @@
+"""The doctor's shared types: the snapshot it reads and the stack it finds there.
+
+`gpuchain.doctor.snapshot` gathers a `Snapshot`; the adapters of `gpuchain.doctor.stacks` read one and
+answer a `Stack`. Both live here, below both, so neither imports the other's module to name them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.doctor.model import Fix, FixOp
+from gpuchain.kube.objects import Obj, name_of
+from gpuchain.operator.policy import ClusterPolicySpec
+
+LogKey = tuple[str, str, str]  #: (namespace, pod, container)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One exporter's ``/metrics`` answer and when it was read (Unix time): the age of a GPU's last
+    sample is ``at`` minus its ``gpuchain_gpu_last_sample_timestamp_seconds``."""
+
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as the doctor saw it; every check is a pure function of this.
+
+    ``namespace`` is the stack namespace the user named (``--namespace``), "" to let the stack
+    adapter find it. The objects may be the cluster's own (`gather` reads with
+    ``list_readonly``): read them, never change them.
+    """
+
+    namespace: str
+    policies: list[Obj]
+    nodes: list[Obj]
+    pods: list[Obj]
+    daemonsets: list[Obj]
+    configmaps: list[Obj]
+    runtime_classes: list[Obj]
+    events: list[Obj]
+    logs: dict[LogKey, str] = field(default_factory=dict)
+    #: the last terminated run's log of containers that restarted (``kubectl logs --previous``)
+    previous_logs: dict[LogKey, str] = field(default_factory=dict)
+    drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
+    resource_slices: list[Obj] = field(default_factory=list)  #: DRA ResourceSlices (resource.k8s.io/v1)
+    absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
+    #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
+    scrapes: dict[str, Scrape] = field(default_factory=dict)
+    unscraped: int = 0  #: gpuchain exporters beyond ``MAX_SCRAPES``, whose scrapes were not read
+
+
+#: The validations NVIDIA's validator runs as init containers (gpu-operator's
+#: assets/state-operator-validation, cmd/nvidia-validator): the init container's name -> the link
+#: it proves. Operand pods carry the same names as init containers that only wait for the ready file.
+VALIDATIONS = {
+    "driver-validation": "driver",
+    "toolkit-validation": "toolkit",
+    "cuda-validation": "toolkit",
+    "plugin-validation": "device-plugin",
+    "mofed-validation": "driver",
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A stack's Helm chart, as a fix installs or upgrades it."""
+
+    stack: str  #: the id of the stack it installs
+    release: str
+    chart: str
+    namespace: str  #: the namespace its docs install it in
+    #: the values key of the Node Feature Discovery it bundles, turned on by ``<key>.enabled`` ("" = none)
+    nfd_values: str = ""
+
+
+#: The charts a fix installs a stack with, by stack id (NVIDIA/k8s-device-plugin README: helm repo nvdp,
+#: release nvdp in namespace nvidia-device-plugin; NVIDIA/gpu-operator: nvidia/gpu-operator, whose
+#: values turn its bundled NFD on under nfd).
+CHARTS = {
+    "gpuchain": Chart("gpuchain", "gpuchain", "charts/gpuchain", "gpuchain"),
+    "gpu-operator": Chart("gpu-operator", "gpu-operator", "nvidia/gpu-operator", "gpu-operator", nfd_values="nfd"),
+    "nvidia-device-plugin": Chart("nvidia-device-plugin", "nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack's names for the links, as the checks and the fixes need them, and its quirks as data:
+    a check reads a field here, never the stack's ``id``."""
+
+    id: str  #: gpuchain, gpu-operator, nvidia-device-plugin, gke, eks, aks, none
+    title: str  #: what the output calls it
+    namespace: str
+    daemonsets: dict[str, str]  #: operand state -> DaemonSet name (the names this stack uses)
+    containers: dict[str, str]  #: operand state -> main container name
+    policy: ClusterPolicySpec  #: the switches: which links this stack deploys
+    policy_obj: Obj | None = None
+    policy_resource: str = ""  #: e.g. clusterpolicies.nvidia.com (for kubectl), "" without a policy
+    policy_problems: tuple[str, ...] = ()
+    host_driver: bool = False  #: the driver is the node's own (managed image, pre-installed)
+    prefixes: dict[str, str] = field(default_factory=dict)  #: DaemonSet name prefix -> operand state
+    notes: tuple[str, ...] = ()  #: what the adapter saw, for the report header
+    #: validator init container name -> the link it proves (NVIDIA's names by default)
+    validations: dict[str, str] = field(default_factory=lambda: dict(VALIDATIONS))
+    #: what to put on a node whose image should carry the driver and runtime and does not ("" when
+    #: the stack installs them itself or the image is the user's own)
+    node_image: str = ""
+    #: where the node image installs the driver on the host, for operands that must mount it ("" = /)
+    driver_root: str = ""
+    #: how a user installs the driver on a node of this stack where it is missing ("" = the generic advice)
+    driver_install: str = ""
+    #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
+    precompiled_prefix: str = ""
+    #: the OS families the stack publishes driver container images for (() = it publishes none)
+    driver_image_os: tuple[str, ...] = ()
+    #: "namespace/name" of an operand DaemonSet outside the stack's namespace -> its operand state
+    #: (a second release of an operand, e.g. dcgm-exporter's own chart beside the operator)
+    elsewhere: dict[str, str] = field(default_factory=dict)
+    #: the chart that installs the stack, for a fix that installs or upgrades it (None: no chart of its own)
+    chart: Chart | None = None
+    #: whether its feature discovery hands the nvidia.com/gpu.* labels to Node Feature Discovery
+    #: (NVIDIA's GFD: features.d or a NodeFeature object) rather than writing them itself (gpuchain's)
+    gfd_via_nfd: bool = True
+    #: whether its policy names each operand's image (repository, image, version), so a patch can swap one
+    policy_names_images: bool = False
+    #: whether its policy's spec.cdi.enabled hands GPUs to containers through the runtime's CDI support
+    policy_cdi: bool = False
+    #: the resource that puts drivers on node groups beside the policy ("" = none; NVIDIA's NVIDIADriver)
+    driver_resource: str = ""
+
+    def operand_in(self, namespace: str, ds_name: str) -> str | None:
+        """The operand state of DaemonSet ``namespace/ds_name``: the stack's own (in its namespace) or
+        another release of an operand found elsewhere (None: not one of the chain's)."""
+        if namespace == self.namespace:
+            return self.operand_of(ds_name)
+        return self.elsewhere.get(f"{namespace}/{ds_name}")
+
+    def operand_of(self, ds_name: str) -> str | None:
+        """The operand state a DaemonSet of this stack stands for (None: not one of the chain's)."""
+        for state, name in self.daemonsets.items():
+            if name == ds_name:
+                return state
+        return next((state for prefix, state in self.prefixes.items() if ds_name.startswith(prefix)), None)
+
+    def ds(self, state: str) -> str:
+        """The DaemonSet name of an operand in this stack."""
+        return self.daemonsets.get(state, state)
+
+    def container(self, state: str) -> str:
+        """The main container name of an operand in this stack."""
+        return self.containers.get(state, self.ds(state))
+
+    @property
+    def policy_name(self) -> str:
+        """The active policy's name ("" when the stack has none)."""
+        return name_of(self.policy_obj) if self.policy_obj else ""
+
+    def render(self, fix: Fix) -> str:
+        """The fix as the commands a person runs on this stack (its names, its namespace)."""
+        ch = fix.changes
+        if fix.op is FixOp.LABEL_NODE:
+            parts = [f"{k}-" if v is None else f"{k}={v}" for k, v in ch.items()]
+            overwrite = " --overwrite" if any(v is not None for v in ch.values()) else ""
+            return f"kubectl label node {fix.target} {' '.join(parts)}{overwrite}"
+        if fix.op is FixOp.PATCH_POLICY:
+            return (
+                f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
+                f"-p '{json.dumps(ch, separators=(',', ':'))}'"
+            )
+        if fix.op is FixOp.PATCH_DAEMONSET:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
+        if fix.op is FixOp.RESTART_DAEMONSET:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} rollout restart ds/{name}"
+        if fix.op is FixOp.SET_ENV:
+            ns, _, name = fix.target.partition("/")
+            return f"kubectl -n {ns} set env ds/{name} " + " ".join(f"{k}={v}" for k, v in ch["env"].items())
+        if fix.op is FixOp.SET_LIMITS:
+            ns, _, name = fix.target.partition("/")
+            limits = ",".join(f"{k}={v}" for k, v in ch["limits"].items())
+            return f"kubectl -n {ns} set resources ds/{name} -c {ch['container']} --limits={limits}"
+        if fix.op is FixOp.UNINSTALL:
+            return f"helm -n {ch['namespace']} uninstall {ch['release']}"
+        if fix.op is FixOp.CREATE:
+            return f"kubectl apply -f - <<< '{json.dumps(ch, separators=(',', ':'))}'"
+        # Work outside the cluster is said as a shell comment, so the whole line still pastes.
+        if fix.op is FixOp.NODE and ch.get("drain") is False:
+            return f"# on node {fix.target} (outside the cluster): {ch['action']}"
+        if fix.op is FixOp.NODE:
+            drain = f"kubectl cordon {fix.target} && kubectl drain {fix.target} --ignore-daemonsets"
+            return f"{drain}   # then on the node (outside the cluster): {ch['action']}"
+        if fix.op is FixOp.HARDWARE:
+            return f"# hardware, no command fixes it: {ch['action']}"
+        if fix.op is FixOp.DELETE:
+            scope = f"-n {ch['namespace']} " if ch.get("namespace") else ""  # cluster-scoped: no namespace
+            return f"kubectl {scope}delete {str(ch['kind']).lower()} {ch['name']}"
+        verb = "upgrade --install" if ch.get("upgrade") else "install"
+        flags = f" {ch['flags']}" if ch.get("flags") else ""
+        return f"helm {verb} {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace{flags}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``doctor -o json``)."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "namespace": self.namespace,
+            "policy": f"{self.policy_resource}/{self.policy_name}" if self.policy_obj else None,
+            "hostDriver": self.host_driver,
+            "daemonsets": dict(self.daemonsets),
+            "notes": list(self.notes),
+        }

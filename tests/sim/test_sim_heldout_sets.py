@@ -1,0 +1,78 @@
+"""The held-out sets written after the first two (tests/sim/heldout3 .. heldout6, issue 26 item 5): in each,
+every case builds from its report's evidence and the doctor runs on it, the set has the mix the issue asks
+for, its reports are new against the corpus and every earlier set, and the expectations are the ones frozen
+with the set's first score. The scores themselves are recorded in each set's SCORE.md, never asserted: a set
+measures the doctor, it is not a goal the checks are written to."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from sim.heldout import harness as base
+
+LINKS = {"driver", "toolkit", "device-plugin", "gfd", "exporter", "mig", "node", "none"}
+#: Every held-out set in the order it was written; a set's reports must be new against all before it.
+ORDER = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6")
+#: The sets this module checks (heldout and heldout2 keep their own, older test modules).
+SETS = ORDER[2:]
+SIM = Path(__file__).parent
+
+
+def _harness(name: str) -> ModuleType:
+    return importlib.import_module(f"sim.{name}.harness")
+
+
+def _case_params() -> list[tuple[str, Path]]:
+    return [(name, path) for name in SETS for path in _harness(name).cases()]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_the_set_is_big_enough_and_mixed(name: str) -> None:
+    harness = _harness(name)
+    cases = [harness.load(p) for p in harness.cases()]
+    assert len(cases) >= 20
+    two = [c for c in cases if c.kind == "two-faults"]
+    assert len(two) >= 2
+    assert all(len({n for e in c.expects for n in e.nodes}) >= 2 for c in two)
+    assert sum(c.kind == "healthy" for c in cases) >= 3
+    assert all(e.root in LINKS for c in cases for e in c.expects)
+    # a fault case says where and what repairs it
+    assert all(e.nodes and e.fix_match and e.fix_does for c in cases if c.kind != "healthy" for e in c.expects)
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_sources_are_new(name: str) -> None:
+    """No case of a set comes from a report the corpus or an earlier held-out set already cites."""
+    harness = _harness(name)
+    earlier = ORDER[: ORDER.index(name)]
+    files = [
+        SIM / "SOURCES.md",
+        *(SIM / d / "SOURCES.md" for d in earlier),
+        *(p for d in earlier for p in base.cases(SIM / d)),
+    ]
+    cited = "".join(p.read_text() for p in files if p.exists())
+    for path in harness.cases():
+        case = harness.load(path)
+        if case.kind != "healthy":
+            repo, number = case.source.split("#")
+            # the number must end there: #264 is not #2646
+            cites = re.compile(rf"{re.escape(repo)}(#|/issues/|/pull/){number}(?!\d)")
+            assert not cites.search(cited), (case.name, case.source)
+
+
+@pytest.mark.parametrize(("name", "path"), _case_params(), ids=lambda v: v if isinstance(v, str) else v.stem)
+def test_expectations_are_frozen(name: str, path: Path) -> None:
+    assert _harness(name).frozen()[path.stem] == base.expect_digest(path), (
+        f"{name}/{path.name}: its expect block changed after it was scored; add a note to SCORE.md instead"
+    )
+
+
+@pytest.mark.parametrize(("name", "path"), _case_params(), ids=lambda v: v if isinstance(v, str) else v.stem)
+def test_the_doctor_runs_and_is_scored(name: str, path: Path) -> None:
+    result = base.score(_harness(name).load(path))
+    assert isinstance(result.root_right, bool)
+    assert (result.fix_right is None) == (result.case.root == "none")
