@@ -124,7 +124,7 @@ TOUR_OUTPUT: dict[str, tuple[int, list[str]]] = {
         0,
         ["gpu-0: 8 GPUs answering of 8 expected", "ml/train/main", "40,000", "research/notebook/main", "(no pod)"],
     ),
-    "gpuchain operator render": (0, ["kind: DaemonSet", "name: nvidia-device-plugin-daemonset"]),
+    "gpuchain operator render": (0, ["kind: DaemonSet", "name: gpuchain-node-agent"]),
 }
 
 

@@ -47,15 +47,22 @@ def policy_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == "ClusterPolicy")
 
 
+#: The layouts of the gpuchain operands (values nodeAgent.enabled) with the ClusterRoles each renders:
+#: the operator's, and the node agent's or one per operand that calls the API.
+LAYOUTS = {"node-agent": ({}, 2), "per-operand": ({"nodeAgent": {"enabled": False}}, 5)}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("version", VERSIONS)
-def test_rendered_manifests_validate(version: str) -> None:
-    docs = render()
+def test_rendered_manifests_validate(version: str, layout: str) -> None:
+    values, roles = LAYOUTS[layout]
+    docs = render(values)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         [
             "ClusterPolicy",
-            *["ClusterRole"] * 5,  # the operator's, and one per operand that calls the API
-            *["ClusterRoleBinding"] * 5,
+            *["ClusterRole"] * roles,
+            *["ClusterRoleBinding"] * roles,
             "Deployment",
             "Role",
             "RoleBinding",
@@ -87,19 +94,24 @@ def test_default_cluster_policy_matches_crd_and_operator() -> None:
     assert parsed.driver.image_ref().startswith("nvcr.io/nvidia/driver:")
 
 
-@pytest.mark.parametrize("key", ["driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager"])
+@pytest.mark.parametrize("key", ["driver", "toolkit", "validator", "devicePlugin", "dcgmExporter", "gfd", "migManager"])
 def test_enabled_values_reach_the_operands(key: str) -> None:
-    policy = policy_of(render({key: {"enabled": False}}))
+    """Per operand (nodeAgent.enabled=false) each switch removes its DaemonSet and ServiceAccount
+    (tests/charts/test_chart_node_agent.py: in the node agent, its role)."""
+    per_operand = LAYOUTS["per-operand"][0]
+    policy = policy_of(render({**per_operand, key: {"enabled": False}}))
     assert policy["spec"][key]["enabled"] is False
     parsed = parse_policy(policy["spec"])
     assert isinstance(parsed, ClusterPolicySpec)
+    everything = parse_policy(policy_of(render(per_operand))["spec"])
+    assert isinstance(everything, ClusterPolicySpec)
     for kind in ("DaemonSet", "ServiceAccount"):
         names = {
             o["metadata"]["name"] for o in desired(parsed, Facts("gpu-operator", "cluster-policy")) if o["kind"] == kind
         }
         full = {
             o["metadata"]["name"]
-            for o in desired(ClusterPolicySpec(), Facts("gpu-operator", "cluster-policy"))
+            for o in desired(everything, Facts("gpu-operator", "cluster-policy"))
             if o["kind"] == kind
         }
         assert len(full - names) == 1 and names < full, f"{key}.enabled=false removes exactly its {kind}"

@@ -1,5 +1,5 @@
 """The NVML release board in the chart: one host directory, mounted where an agent holds NVML
-(the device plugin, exporter, GFD and MIG manager operands, the DRA plugin) and in gpu-health
+(the device plugin, exporter, GFD and MIG manager operands or the node agent serving them, the DRA plugin) and in gpu-health
 when it repairs GPUs, at the path the agents default to; nowhere else."""
 
 from __future__ import annotations
@@ -44,14 +44,16 @@ def _operands(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.mark.parametrize("layout", [{"nodeAgent": {"enabled": False}}, {}])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_nvml_holding_operand_mounts_the_board_and_no_other(version: str) -> None:
-    operands = _operands({"migManager": {"enabled": True}})
-    assert set(operands) >= HOLDERS
+def test_every_nvml_holding_operand_mounts_the_board_and_no_other(version: str, layout: dict[str, Any]) -> None:
+    operands = _operands({**layout, "migManager": {"enabled": True}})
+    holders = HOLDERS if layout else {"gpuchain-node-agent"}  # the node agent serves them all
+    assert set(operands) >= holders
     for name, ds in operands.items():
         kubernetes_validate.validate(ds, version, strict=True)
         mounts = _board(ds["spec"]["template"]["spec"])
-        if name in HOLDERS:
+        if name in holders:
             assert [(path, kind) for _, path, kind in mounts] == [(BOARD, "DirectoryOrCreate")], name
         else:
             assert mounts == [], name  # the driver, toolkit and validator hold no NVML for their life

@@ -16,7 +16,7 @@ from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVIC
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import Facts, desired
-from gpuchain.operator.policy import ClusterPolicySpec
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.simulate import OperandSimulator
 
@@ -97,7 +97,8 @@ def _exercise() -> Recording:
         }
         for i in range(2)
     ]
-    cluster = Recording([*nodes, cluster_policy()])
+    # NVIDIA's layout first (one DaemonSet per operand), the node agent's later: the same verbs
+    cluster = Recording([*nodes, cluster_policy("cluster-policy", {"nodeAgent": {"enabled": False}})])
     sim = OperandSimulator(cluster, NS)
     for _ in range(3):
         cluster.recording = True
@@ -162,6 +163,16 @@ def _exercise() -> Recording:
     reconcile(cluster, "cluster-policy", NS)
     cluster.recording = False
     assert cluster.list(SERVICE, NS) == []
+    # The node agent layout: the per-operand DaemonSets go, one agent DaemonSet and its account come.
+    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"nodeAgent": {"enabled": True}}})
+    cluster.recording = True
+    reconcile(cluster, "cluster-policy", NS)
+    cluster.recording = False
+    assert {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)} == {
+        "nvidia-driver-daemonset",
+        "nvidia-container-toolkit-daemonset",
+        "gpuchain-node-agent",
+    }
     # NVIDIA's chart installed afterwards (its operator Deployment labelled as its chart labels it):
     # the operator lists Deployments, stands aside and deletes its own colliding DaemonSets.
     cluster.create({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "nvidia"}, "spec": {}})
@@ -218,34 +229,67 @@ OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
 }
 
 
-def test_each_operand_is_granted_exactly_what_it_uses() -> None:
-    docs = render()
+#: The node agent's roles by values key, with the per-operand DaemonSet whose needs each brings.
+AGENT_ROLES = {
+    "validator": "nvidia-operator-validator",
+    "devicePlugin": "nvidia-device-plugin-daemonset",
+    "dcgmExporter": "nvidia-dcgm-exporter",
+    "gfd": "gpu-feature-discovery",
+    "migManager": "nvidia-mig-manager",
+}
+OFF = {"enabled": False}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"nodeAgent": OFF},
+        {},
+        {"devicePlugin": OFF, "migManager": OFF},
+        {"validator": OFF, "devicePlugin": OFF, "gfd": OFF, "migManager": OFF},  # the exporter alone
+    ],
+    ids=["per-operand", "node-agent", "agent-without-plugin-and-mig", "agent-exporter-only"],
+)
+def test_each_operand_is_granted_exactly_what_it_uses(values: dict[str, Any]) -> None:
+    """Each DaemonSet's account is granted what its code uses; the node agent's, what its enabled
+    roles use together, no more (and no token where none of them calls the API)."""
+    docs = render(values)
     roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
     bound: dict[str, set[tuple[str, str, str]]] = {}
     for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         for subject in binding["subjects"]:
             grants = _grants(roles.get(binding["roleRef"]["name"], []))
             bound.setdefault(subject["name"], set()).update(grants)
-    objs = desired(ClusterPolicySpec(), Facts(NS, "cluster-policy"))
+    policy = parse_policy(next(d for d in docs if d["kind"] == "ClusterPolicy")["spec"])
+    assert isinstance(policy, ClusterPolicySpec), policy
+    objs = desired(policy, Facts(NS, "cluster-policy"))
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
-    assert set(pods) == set(OPERAND_NEEDS)
+    needs = dict(OPERAND_NEEDS)
+    if policy.node_agent.enabled:
+        on = [ds for key, ds in AGENT_ROLES.items() if values.get(key) != OFF]
+        needs = {name: need for name, need in needs.items() if name not in AGENT_ROLES.values()}
+        needs["gpuchain-node-agent"] = set().union(*(OPERAND_NEEDS[ds] for ds in on))
+    assert set(pods) == set(needs)
     for name, pod in pods.items():
         account = pod["serviceAccountName"]
         assert account in accounts, f"{name}: ServiceAccount {account} is not rendered by the operator"
-        assert bound.get(account, set()) == OPERAND_NEEDS[name], name
-        assert (pod.get("automountServiceAccountToken") is not False) == bool(OPERAND_NEEDS[name]), name
+        assert bound.get(account, set()) == needs[name], name
+        assert (pod.get("automountServiceAccountToken") is not False) == bool(needs[name]), name
     operand_subjects = set(bound) - {"gpuchain-operator"}
     assert operand_subjects <= accounts, f"bindings for accounts no operand uses: {operand_subjects - accounts}"
 
 
-def test_the_mig_manager_may_evict_only_when_the_chart_allows_it() -> None:
+@pytest.mark.parametrize("layout", [{"nodeAgent": OFF}, {}], ids=["per-operand", "node-agent"])
+def test_the_mig_manager_may_evict_only_when_the_chart_allows_it(layout: dict[str, Any]) -> None:
     """The eviction grant is opt-in and comes with the admission policy that confines it to the
-    MIG manager's own node's pods (tests/peers/test_node_agent_policy.py checks it on the server)."""
+    MIG manager's own node's pods (tests/peers/test_node_agent_policy.py checks it on the server),
+    in the node agent as in the MIG manager's own DaemonSet."""
+    account = "gpuchain-node-agent" if not layout else "gpuchain-mig-manager"
 
     def mig_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
         (role,) = [
-            d for d in render(values) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-mig-manager"
+            d for d in render({**layout, **values}) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == account
         ]
         return list(role["rules"])
 

@@ -26,7 +26,8 @@ def _operand_pods(cluster: MemoryCluster) -> set[str]:
 def test_operands_stop_for_the_change_and_come_back() -> None:
     labels = {"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/hostname": NODE_NAME}
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
-    cluster = MemoryCluster([node, cluster_policy("cluster-policy", None)])
+    # NVIDIA's layout: pausing a deploy label takes that operand's own DaemonSet's pod off the node.
+    cluster = MemoryCluster([node, cluster_policy("cluster-policy", {"nodeAgent": {"enabled": False}})])
     operands = OperandSimulator(cluster, NS)
     reconcile(cluster, "cluster-policy", NS)
     operands.settle()
@@ -47,3 +48,35 @@ def test_operands_stop_for_the_change_and_come_back() -> None:
     assert len(gpus.inventory().mig_devices) == 56
     operands.settle()
     assert _operand_pods(cluster) == before
+
+
+def _agent_pods(cluster: MemoryCluster) -> set[str]:
+    return {
+        p["metadata"]["name"]
+        for p in cluster.list(POD, NS)
+        if p["metadata"]["labels"].get("app") == "gpuchain-node-agent"
+    }
+
+
+def test_in_the_node_agent_layout_a_change_does_not_wait_for_the_agent_itself() -> None:
+    """The MIG manager is a role of the node agent: its pod is scheduled by the agent's own deploy
+    label, which the manager does not pause, so the change goes through without waiting for it
+    (nor for the device plugin, which serves from the same process and is not taken off the node)."""
+    labels = {"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/hostname": NODE_NAME}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
+    cluster = MemoryCluster([node, cluster_policy("cluster-policy", None)])
+    operands = OperandSimulator(cluster, NS)
+    reconcile(cluster, "cluster-policy", NS)
+    operands.settle()
+    agent = _agent_pods(cluster)
+    assert agent and _operand_pods(cluster) == set(), "the agent's pod is none of the paused operands'"
+    gpus = SimBackend.from_preset("h100-80gb-x8")
+    manager = MigManager(cluster, gpus, NODE_NAME, default_config(), Policy(timeout_s=60))
+    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    manager.reconcile()
+    operands.settle()
+    manager.reconcile()
+    assert cluster.get(NODE, NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
+    assert len(gpus.inventory().mig_devices) == 56
+    operands.settle()
+    assert _agent_pods(cluster) == agent, "the agent's pod ran through the change"

@@ -11,6 +11,9 @@ from gpuchain.operator.simulate import OperandSimulator
 
 NS = "gpu-operator"
 NFD = "feature.node.kubernetes.io/pci-10de.present"
+#: One DaemonSet per operand (NVIDIA's layout), for the tests of each operand's own DaemonSet and of
+#: the on-node ordering between them that `OperandSimulator` plays; the default is the node agent.
+PER_OPERAND: dict[str, Any] = {"nodeAgent": {"enabled": False}}
 
 
 def node(name: str, gpu: bool = True, **labels: str) -> dict[str, Any]:
@@ -21,6 +24,8 @@ def node(name: str, gpu: bool = True, **labels: str) -> dict[str, Any]:
 
 
 def make_cluster(gpu_nodes: int = 3, cpu_nodes: int = 1, spec: dict[str, Any] | None = None) -> MemoryCluster:
+    """GPU and CPU nodes and a ClusterPolicy of ``spec``, in the per-operand layout unless it says otherwise."""
+    spec = {**PER_OPERAND, **(spec or {})}
     objs = [node(f"gpu-{i}") for i in range(gpu_nodes)] + [node(f"cpu-{i}", gpu=False) for i in range(cpu_nodes)]
     return MemoryCluster([*objs, cluster_policy("cluster-policy", spec)])
 

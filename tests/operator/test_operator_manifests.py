@@ -9,6 +9,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from cli_parse import container_env, parse
+from operator_helpers import PER_OPERAND
 
 from gpuchain.operator.crd import cluster_policy, crd
 from gpuchain.operator.operands import Facts, desired
@@ -29,15 +30,18 @@ SPECS: list[dict[str, Any]] = [
 
 
 def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
-    parsed = parse_policy(spec)
+    """``spec`` in the per-operand layout (each operand's own DaemonSet is under test here)."""
+    parsed = parse_policy({**PER_OPERAND, **spec})
     assert isinstance(parsed, ClusterPolicySpec), parsed
     return parsed
 
 
+@pytest.mark.parametrize("layout", [{}, {"nodeAgent": {"enabled": True}}], ids=["per-operand", "node-agent"])
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("spec", SPECS)
-def test_operands_validate(spec: dict[str, Any], version: str) -> None:
-    objs = desired(_policy(spec), Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
+def test_operands_validate(spec: dict[str, Any], version: str, layout: dict[str, Any]) -> None:
+    policy = _policy({**spec, **layout})
+    objs = desired(policy, Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
     assert objs
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from operator_helpers import NS, make_cluster
+from operator_helpers import NS, PER_OPERAND, make_cluster
 
 from gpuchain.deviceplugin.allocate import ContainerAllocation
 from gpuchain.deviceplugin.mps import MpsRoot, with_mps
@@ -26,7 +26,8 @@ TIME_SLICED = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name
 
 
 def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
-    parsed = parse_policy(spec)
+    """``spec`` in the per-operand layout (each operand's own DaemonSet is under test here)."""
+    parsed = parse_policy({**PER_OPERAND, **spec})
     assert isinstance(parsed, ClusterPolicySpec), parsed
     return parsed
 

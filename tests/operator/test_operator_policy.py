@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from operator_helpers import NS, converge, make_cluster
+from operator_helpers import NS, PER_OPERAND, converge, make_cluster
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
@@ -76,7 +76,7 @@ def test_nvidia_keys_parse() -> None:
 
 def test_digest_image_reference() -> None:
     digest = "sha256:" + "a" * 64
-    policy = parse_policy({"gfd": {"version": digest}})
+    policy = parse_policy({**PER_OPERAND, "gfd": {"version": digest}})  # its own image: its own DaemonSet
     assert isinstance(policy, ClusterPolicySpec)
     assert policy.gfd.image_ref().endswith("@" + digest)
 

@@ -63,6 +63,7 @@ NODE_AGENTS = (
 )
 REMEDIATOR = "gpuchain-remediator"
 VALUES = {
+    "nodeAgent": {"enabled": False},  # each agent's own account (the node agent's is their union: test_chart_rbac)
     "dra": {"enabled": True},
     "migManagerEviction": True,
     "remediation": {"enabled": True, "repair": {"enabled": True}},
@@ -393,7 +394,9 @@ def test_the_dra_plugin_publishes_its_nodes_slice_and_prepares_its_claims(world:
     dra = world.agent(account)
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-a")
     # gpu-a's GPUs are DRA's (kube.allocator): no device plugin announces them.
-    world.admin.patch_status(NODE, "gpu-a", {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}})
+    world.admin.patch_status(
+        NODE, "gpu-a", {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}
+    )
     config = DriverConfig(
         node="gpu-a", cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", dev_root=tmp_path / "root", unlabelled=DRA
     )

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuchain.kube import CLUSTER_POLICY, CRD, DAEMONSET, NODE, POD, InvalidError, LiveCluster
+from gpuchain.kube import CLUSTER_POLICY, CRD, DAEMONSET, NODE, POD, SERVICE, InvalidError, LiveCluster, name_of
 from gpuchain.operator.crd import cluster_policy
-from gpuchain.operator.operands import OPERANDS
+from gpuchain.operator.operands import DRIVER, EXPORTER_SERVICE, NODE_AGENT, TOOLKIT
 from gpuchain.operator.runtime import RuntimeConfig, run
 from peers.apiserver import ApiServer
 
@@ -72,6 +72,12 @@ def test_the_servers_schema_check_accepts_the_default_policy_and_refuses_a_bad_o
     assert live_cluster.get_or_none(CLUSTER_POLICY, "bad-runtime") is None
 
 
+def _roles(cluster: LiveCluster) -> list[str]:
+    args = cluster.get(DAEMONSET, NODE_AGENT.name, NS)["spec"]["template"]["spec"]["containers"][0]["args"]
+    roles: list[str] = args[args.index("--roles") + 1].split(",")
+    return roles
+
+
 async def test_the_operator_reconciles_through_real_watches(
     apiserver: ApiServer, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,7 +99,9 @@ async def test_the_operator_reconciles_through_real_watches(
 
     try:
         await until(lambda: "status" in live_cluster.get(CLUSTER_POLICY, "cluster-policy"), "a status")
-        await until(lambda: len(live_cluster.list(DAEMONSET, NS)) == len(OPERANDS) - 1, "the operand DaemonSets")
+        # the default layout: NVIDIA's driver and toolkit, one node agent for the gpuchain operands
+        wanted = {DRIVER.name, TOOLKIT.name, NODE_AGENT.name}
+        await until(lambda: {name_of(d) for d in live_cluster.list(DAEMONSET, NS)} == wanted, "the DaemonSets")
         status = live_cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
         assert status["gpuNodes"] == 2
         assert status["operands"]["dcgm-exporter"]["state"] == "disabled"
@@ -102,7 +110,8 @@ async def test_the_operator_reconciles_through_real_watches(
             assert ds["metadata"]["generation"] >= 1 and ds["spec"]["template"]["spec"]["containers"]
         # A spec change arrives through the watch and is acted on.
         live_cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": True}}})
-        await until(lambda: len(live_cluster.list(DAEMONSET, NS)) == len(OPERANDS), "the exporter DaemonSet")
+        await until(lambda: "exporter" in _roles(live_cluster), "the node agent's exporter role")
+        assert live_cluster.get(SERVICE, EXPORTER_SERVICE, NS)["spec"]["selector"] == {"app": NODE_AGENT.name}
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

@@ -40,7 +40,10 @@ AGENTS = (
     "gpuchain-dra-plugin",
     "gpuchain-device-plugin",
     "gpuchain-operator-validator",
+    "gpuchain-node-agent",  # the node agent layout's one account (values nodeAgent.enabled, the default)
 )
+#: The accounts that label their node: GFD's, the MIG manager's and the node agent's (serving both).
+LABELLERS = ("gpuchain-gpu-feature-discovery", "gpuchain-mig-manager", "gpuchain-node-agent")
 REFUSAL = "may write only the node its pod runs on"
 
 
@@ -65,8 +68,14 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     apiserver.reset()
     apiserver.ensure_namespace(NS)
     # with the eviction grant the chart gives only on request (migManagerEviction), to pin what it allows
-    for doc in render({"dra": {"enabled": True}, "migManagerEviction": True}):
-        if doc["kind"] in COLLECTIONS and doc["metadata"]["name"] in (*AGENTS, POLICY, EVICTIONS):
+    # both layouts' accounts: each separate agent's and the node agent's (the policies are the same in both)
+    values = {"dra": {"enabled": True}, "migManagerEviction": True}
+    docs = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in (*render({**values, "nodeAgent": {"enabled": False}}), *render(values))
+    }
+    for (kind, name), doc in docs.items():
+        if kind in COLLECTIONS and name in (*AGENTS, POLICY, EVICTIONS):
             _apply(apiserver, doc)
     admin = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
     for name in ("gpu-a", "gpu-b"):
@@ -111,7 +120,7 @@ def _forbidden(write: Callable[[], object]) -> None:
     assert REFUSAL in str(err), str(err)
 
 
-@pytest.mark.parametrize("account", AGENTS[:2])
+@pytest.mark.parametrize("account", LABELLERS)
 def test_a_node_agent_labels_its_own_node_only(world: World, account: str) -> None:
     agent = world.agents[account]
     agent.patch(NODE, "gpu-a", {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}})
@@ -120,7 +129,7 @@ def test_a_node_agent_labels_its_own_node_only(world: World, account: str) -> No
     assert "nvidia.com/gpu.count" not in world.admin.get(NODE, "gpu-b")["metadata"]["labels"]
 
 
-@pytest.mark.parametrize("account", AGENTS[:2])
+@pytest.mark.parametrize("account", LABELLERS)
 @pytest.mark.parametrize(
     "spec",
     [{"unschedulable": True}, {"taints": [{"key": "evil", "effect": "NoExecute"}]}],

@@ -144,7 +144,10 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plugin-configs", "namespace": NS},
              "data": {"default": "version: v1\n"}}
         )  # fmt: skip
-        plugin_config = {"devicePlugin": {"config": {"name": "plugin-configs", "default": "default"}}}
+        plugin_config = {
+            "devicePlugin": {"config": {"name": "plugin-configs", "default": "default"}},
+            "nodeAgent": {"enabled": False},  # one DaemonSet per operand, each pruned on its own below
+        }
         admin.create(cluster_policy("cluster-policy", plugin_config))
         first = reconcile(operator, "cluster-policy", NS)
         assert len(admin.list(DAEMONSET, NS)) == len(OPERANDS), first
@@ -199,7 +202,9 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
         assert not unused, f"the operator's role grants what no code path used: {sorted(unused)}"
 
         for step in (
-            lambda: operator.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}),
+            lambda: operator.create(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}
+            ),
             lambda: operator.delete(POD, "anything", "ml"),
             lambda: operator.create(
                 {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x", "namespace": "ml"}, "spec": {}}

@@ -6,7 +6,7 @@ server received over further passes with nothing changed: there must be none. Th
 shown to have happened (by the component's own reads), so a zero is never a component that
 stopped. On the in-memory cluster these components already wrote nothing; against the real server
 the operator patched 7 ServiceAccounts, 7 DaemonSets and its Service on every pass, because a real
-server's List leaves apiVersion and kind off its items.
+server's List leaves apiVersion and kind off its items. The operator is checked in both layouts.
 """
 
 from __future__ import annotations
@@ -64,14 +64,29 @@ def _invoke(args: list[str], env: dict[str, str]) -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_operator_passes_after_the_first_write_nothing(audit: AuditLog, live_cluster: LiveCluster) -> None:
+#: The node agent's resources are its roles' added up: written as the server writes quantities back
+#: (``0.05`` + ``50m`` is ``100m``, ``100Mi`` + ``1Gi`` is ``1124Mi``), or each pass would write them again.
+AGENT_RESOURCES = {
+    "devicePlugin": {"resources": {"requests": {"cpu": "0.05", "memory": "100Mi"}, "limits": {"memory": "1Gi"}}},
+    "gfd": {"resources": {"requests": {"cpu": "50m", "memory": "1Gi"}, "limits": {"memory": "512Mi"}}},
+}
+LAYOUTS = {
+    # the default: driver, toolkit and the node agent
+    "node-agent": (AGENT_RESOURCES, 3),
+    "per-operand": ({"nodeAgent": {"enabled": False}}, len(OPERANDS)),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_operator_passes_after_the_first_write_nothing(audit: AuditLog, live_cluster: LiveCluster, layout: str) -> None:
+    spec, daemonsets = LAYOUTS[layout]
     install_crd(live_cluster)
     live_cluster.create(gpu_node(NODE_NAME))
-    live_cluster.create(cluster_policy("cluster-policy", {}))
+    live_cluster.create(cluster_policy("cluster-policy", spec))
     start = audit.mark()
     first = reconcile(live_cluster, "cluster-policy", NS)
     counts = audit.counts(start)
-    assert counts[("create", "daemonsets", "", "admin")] == len(OPERANDS)
+    assert counts[("create", "daemonsets", "", "admin")] == daemonsets
     assert counts[("patch", "clusterpolicies", "status", "admin")] == 1
     assert "clusterpolicy/cluster-policy/status" in first.changed
     steady = audit.mark()
@@ -118,7 +133,7 @@ def test_operator_run_resyncs_without_writing_or_logging_requests(
 
     def rolled_out() -> bool:
         status = live_cluster.get(CLUSTER_POLICY, "cluster-policy").get("status") or {}
-        return bool(status) and len(live_cluster.list(DAEMONSET, NS)) == len(OPERANDS)
+        return bool(status) and len(live_cluster.list(DAEMONSET, NS)) == 3  # driver, toolkit, node agent
 
     _until(rolled_out, "the operator's roll-out", proc, log)
     steady = audit.mark()
@@ -130,7 +145,7 @@ def test_operator_run_resyncs_without_writing_or_logging_requests(
         per_request[:5]
     )
     wrote = [line for line in lines if " INFO gpuchain.operator: ClusterPolicy cluster-policy " in line]
-    assert len(wrote) >= 1 and "daemonset/nvidia-device-plugin-daemonset" in wrote[0], "the roll-out is one line"
+    assert len(wrote) >= 1 and "daemonset/gpuchain-node-agent" in wrote[0], "the roll-out is one line"
     assert len(wrote) <= 2, f"one line per pass that wrote, none for a quiet pass:\n{chr(10).join(wrote)}"
 
 

@@ -31,6 +31,11 @@ driver capability, through which the NVIDIA runtime injects ``nvidia-cuda-mps-co
 mounted at its own path: the plugin creates the pipe directories there and gives Allocate's
 containers the same host paths.
 
+Layout: by default (``nodeAgent.enabled``) the operands of `AGENT_ROLES` are roles of one
+``gpuchain node-agent`` DaemonSet (`node_agent_daemonset`), its pod built from what their own
+DaemonSets would be, merged; ``nodeAgent.enabled: false`` gives each its own DaemonSet, NVIDIA's
+layout. Driver and toolkit are NVIDIA's images and always have their own.
+
 Identity: each operand runs as its own ServiceAccount (``gpuchain-<deploy suffix>``), which the
 chart binds to only what that operand does with the API; operands that do nothing with it get
 no token mounted.
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
+from gpuchain.common.quantity import add_quantities
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.gpu.nvmlrelease import DEFAULT_DIR as NVML_RELEASE_DIR
@@ -67,6 +73,8 @@ EXPORTER_PORT = 9400
 #: NVIDIA's layout for dcgmExporter.config.name: the ConfigMap key and where the exporter reads it.
 METRICS_CONFIG_KEY = "dcgm-metrics.csv"
 METRICS_CONFIG_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
+#: Where the MIG manager reads its ConfigMap's mig-parted layouts (``migManager.config.name``).
+MIG_CONFIG_FILE = "/mig-parted-config/config.yaml"
 #: Where the MPS daemons' shared memory (the host's ``<mps root>/shm``) is in the device plugin's pod.
 MPS_SHM_MOUNT = "/dev/shm"
 
@@ -143,6 +151,32 @@ MIG_MANAGER = Operand(
 #: In gpu-operator's state order (the roll-out order; status uses `status.dependency_order`).
 OPERANDS = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, DCGM_EXPORTER, GFD, MIG_MANAGER)
 
+#: The one DaemonSet (``nodeAgent.enabled``) that serves the operands of `AGENT_ROLES` as roles of
+#: ``gpuchain node-agent``. Not an operand of its own: status stays per operand, each read from it.
+NODE_AGENT = Operand(
+    "node-agent",
+    "nodeAgent",
+    "node-agent",
+    "gpuchain-node-agent",
+    ("driver", "container-toolkit"),
+    "toolkit",
+    ("gpuchain", "node-agent"),
+)
+
+#: The operands the node agent serves, each with its role (``gpuchain node-agent --roles``), in
+#: roll-out order. The switch of each (``devicePlugin.enabled``, ...) turns its role on or off.
+AGENT_ROLES: dict[Operand, str] = {
+    VALIDATOR: "validator",
+    DEVICE_PLUGIN: "device-plugin",
+    DCGM_EXPORTER: "exporter",
+    GFD: "gfd",
+    MIG_MANAGER: "mig-manager",
+}
+
+#: The links the node agent's init containers validate before its roles start: the plugin link
+#: is its own device plugin role, which its validator role checks once it serves.
+AGENT_VALIDATIONS = ("driver", "toolkit", "cuda")
+
 #: The validator init containers, in chain order: (check, file it writes).
 VALIDATIONS = ("driver", "toolkit", "cuda", "plugin")
 
@@ -211,6 +245,20 @@ def enabled(policy: ClusterPolicySpec, operand: Operand) -> bool:
     return image_of(policy, operand).enabled
 
 
+def agent_operands(policy: ClusterPolicySpec) -> list[Operand]:
+    """The operands the node agent serves as roles: the enabled ones of `AGENT_ROLES`, none in
+    the per-operand layout (``nodeAgent.enabled: false``)."""
+    if not policy.node_agent.enabled:
+        return []
+    return [op for op in AGENT_ROLES if enabled(policy, op)]
+
+
+def served_by(policy: ClusterPolicySpec) -> dict[str, str]:
+    """Operand state -> the DaemonSet that runs it, for every enabled operand."""
+    agent = agent_operands(policy)
+    return {op.state: NODE_AGENT.name if op in agent else op.name for op in OPERANDS if enabled(policy, op)}
+
+
 def service_account_name(operand: Operand) -> str:
     """The operand's own ServiceAccount, e.g. ``gpuchain-device-plugin`` (bound by the chart)."""
     return f"gpuchain-{operand.deploy}"
@@ -237,13 +285,14 @@ def gpu_node_terms(extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def node_affinity(operand: Operand) -> dict[str, Any]:
-    """Where an operand runs: GPU nodes that have not opted out of it (see module docstring)."""
+def node_affinity(operand: Operand, mig_only: bool = False) -> dict[str, Any]:
+    """Where an operand runs: GPU nodes that have not opted out of it (see module docstring);
+    MIG-capable ones only for the MIG manager (``mig_only``: a node agent that serves it alone)."""
     extra: list[dict[str, Any]] = [
         {"key": deploy_label(operand), "operator": "NotIn", "values": ["false", PAUSED_FOR_MIG_CHANGE]},
         {"key": OPERANDS_LABEL, "operator": "NotIn", "values": ["false"]},
     ]
-    if operand is MIG_MANAGER:
+    if operand is MIG_MANAGER or mig_only:
         extra.append({"key": MIG_CAPABLE, "operator": "In", "values": ["true"]})
     return {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": gpu_node_terms(extra)}}
@@ -420,7 +469,7 @@ def _main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -
         # The layout a node gets while it has no nvidia.com/mig.config label.
         env += [{"name": "DEFAULT_MIG_CONFIG", "value": policy.mig_manager.config.default}]
     if operand is MIG_MANAGER and policy.mig_manager.config.name:
-        env += [{"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"}]
+        env += [{"name": "CONFIG_FILE", "value": MIG_CONFIG_FILE}]
         mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config", "readOnly": True})
     extra: dict[str, Any] = {}
     if operand is DCGM_EXPORTER:
@@ -538,7 +587,6 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
     """The DaemonSet of one operand."""
     ds = policy.daemonsets
     image = image_of(policy, operand)
-    app = {"app": operand.name}
     pod_spec: dict[str, Any] = {
         "serviceAccountName": service_account_name(operand),
         "tolerations": [t.to_dict() for t in ds.tolerations],
@@ -570,13 +618,23 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         pod_spec["hostPID"] = True
         d = policy.driver
         pod_spec["containers"][0]["image"] = driver_image(d.repository, d.image, d.version, facts.driver_os)
+    return _daemonset_object(policy, operand, pod_spec, facts, exporter=operand is DCGM_EXPORTER)
+
+
+def _daemonset_object(
+    policy: ClusterPolicySpec, operand: Operand, pod_spec: dict[str, Any], facts: Facts, exporter: bool
+) -> dict[str, Any]:
+    """The DaemonSet around a pod spec: update strategy, labels, annotations (the exporter's with
+    ``exporter``)."""
+    ds = policy.daemonsets
+    app = {"app": operand.name}
     # The driver restarts only when the upgrade state machine deletes its pod, node by node.
     strategy: dict[str, Any] = {"type": "OnDelete"} if operand is DRIVER else {"type": ds.update_strategy}
     if strategy["type"] == "RollingUpdate":
         mu = ds.rolling_update.max_unavailable
         strategy["rollingUpdate"] = {"maxUnavailable": int(mu) if isinstance(mu, str) and mu.isdigit() else mu}
     template_meta: dict[str, Any] = {"labels": {**app, **MANAGED_BY, **ds.labels}}
-    annotations = {**ds.annotations, **(policy.dcgm_exporter.annotations if operand is DCGM_EXPORTER else {})}
+    annotations = {**ds.annotations, **(policy.dcgm_exporter.annotations if exporter else {})}
     if annotations:
         template_meta["annotations"] = annotations
     return {
@@ -589,6 +647,117 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+
+
+def _merged(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries with a ``name`` (env, mounts, volumes) once each, first one kept, in order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for item in items:
+        seen.setdefault(item["name"], item)
+    return list(seen.values())
+
+
+def _capabilities(env: list[dict[str, Any]]) -> str:
+    """The driver capabilities every role asked for, together (``compute,utility`` for MPS)."""
+    asked = {c for e in env if e["name"] == "NVIDIA_DRIVER_CAPABILITIES" for c in e["value"].split(",")}
+    return ",".join(sorted(asked | {"utility"}))
+
+
+def agent_resources(policy: ClusterPolicySpec, roles: list[Operand]) -> dict[str, Any]:
+    """The node agent's resources: each request the sum of its roles' requests, and a limit only
+    for a resource every role limits (a role without a limit may take any amount), their sum.
+    Quantities that do not parse are refused with the policy (``policy._node_agent_problems``)."""
+    specs = [image_of(policy, op).resources for op in roles]
+    given = [r for r in specs if r is not None]
+    requests: dict[str, list[str | int]] = {}
+    for res in given:
+        for name, quantity in res.requests.items():
+            requests.setdefault(name, []).append(quantity)
+    limited = set.intersection(*(set(r.limits) for r in given)) if given and len(given) == len(specs) else set()
+    out: dict[str, Any] = {}
+    if limited:
+        out["limits"] = {name: add_quantities(r.limits[name] for r in given) for name in sorted(limited)}
+    if requests:
+        out["requests"] = {name: add_quantities(q) for name, q in sorted(requests.items())}
+    return {"resources": out} if out else {}
+
+
+def _agent_container(policy: ClusterPolicySpec, roles: list[Operand], facts: Facts) -> dict[str, Any]:
+    """``gpuchain node-agent --roles ...``: env and mounts the union of its roles' containers (see
+    `_main_container`), privileged if one of them is, the flags each role's container is given."""
+    alone = [_main_container(policy, op, facts) for op in roles]
+    # CONFIG_FILE is the MIG manager's layouts alone, the node agent's the device plugin's config:
+    # the agent is told the layouts by flag.
+    every = [e for c in alone for e in c["env"] if e["name"] != "CONFIG_FILE"]
+    gpu = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+    # Every role shares the agent's one NVML session, the validator's driver and toolkit checks too.
+    env = _merged([every[0], *gpu_env(_capabilities(every)), *(e for e in every if e["name"] not in gpu)])
+    if GFD in roles:  # GFD's own container is given --mig-strategy; the agent's GFD role reads the variable
+        env = _merged([*env, {"name": "MIG_STRATEGY", "value": policy.mig.strategy}])
+    args = ["--backend", "nvml", "--roles", ",".join(AGENT_ROLES[op] for op in roles)]
+    config = policy.device_plugin.config
+    if config.name and any(op in SHARES_PLUGIN_CONFIG for op in roles):
+        args += ["--config-dir", "/config"]
+    if DCGM_EXPORTER in roles and policy.dcgm_exporter.config.name:
+        args += ["--collectors", METRICS_CONFIG_PATH]
+    if MIG_MANAGER in roles and policy.mig_manager.config.name:
+        args += ["--mig-config-file", MIG_CONFIG_FILE]
+    extra: dict[str, Any] = {}
+    if DCGM_EXPORTER in roles:  # every role's metrics are on this port, the exporter's
+        extra["ports"] = [{"name": "metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"}]
+    image = image_of(policy, roles[0])  # one image for all (policy._node_agent_problems)
+    return _container(
+        "node-agent",
+        image,
+        list(NODE_AGENT.command),
+        # each role's own flags (the validator's container ran no command of its own to give them to)
+        args=[*args, *(a for op in roles if op is not VALIDATOR for a in image_of(policy, op).args)],
+        env=env,
+        securityContext={"privileged": any(c["securityContext"]["privileged"] for c in alone)},
+        volumeMounts=_merged([m for c in alone for m in c["volumeMounts"]]),
+        **extra,
+        **agent_resources(policy, roles),
+    )
+
+
+def node_agent_daemonset(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any] | None:
+    """The one DaemonSet of the node agent, serving the enabled operands of `AGENT_ROLES` (None
+    when it serves none): tolerations, pod settings and volumes the union of what its roles'
+    own DaemonSets (`daemonset`) would have, no more."""
+    roles = agent_operands(policy)
+    if not roles:
+        return None
+    ds = policy.daemonsets
+    images = [image_of(policy, op) for op in roles]
+    mps = DEVICE_PLUGIN in roles and facts.mps
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": service_account_name(NODE_AGENT),
+        "tolerations": [t.to_dict() for t in ds.tolerations],
+        "affinity": node_affinity(NODE_AGENT, mig_only=roles == [MIG_MANAGER]),
+        "containers": [_agent_container(policy, roles, facts)],
+        "volumes": _merged([v for op in roles for v in _volumes(op, policy, facts)]),
+    }
+    if ds.priority_class_name:
+        pod_spec["priorityClassName"] = ds.priority_class_name
+    secrets = list(dict.fromkeys(s for image in images for s in image.image_pull_secrets))
+    if secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in secrets]
+    if any(image.host_network for image in images):
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if ds.pod_security_context:
+        pod_spec["securityContext"] = ds.pod_security_context.to_dict()
+    if mps or (DCGM_EXPORTER in roles and policy.dcgm_exporter.host_pid):
+        pod_spec["hostPID"] = True
+    if not any(op.state in USES_API for op in roles):
+        pod_spec["automountServiceAccountToken"] = False
+    inits = [_validation_init(policy, check) for check in AGENT_VALIDATIONS] if VALIDATOR in roles else []
+    if mps:
+        inits.append(_mps_shm_init(policy))
+    if inits:
+        pod_spec["initContainers"] = inits
+    pod_spec["runtimeClassName"] = policy.operator.runtime_class
+    return _daemonset_object(policy, NODE_AGENT, pod_spec, facts, exporter=DCGM_EXPORTER in roles)
 
 
 def runtime_class(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
@@ -613,11 +782,12 @@ def service_account(operand: Operand, facts: Facts) -> dict[str, Any]:
 def exporter_service(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
     """The exporter's Service as NVIDIA's operator makes it (name, port name and number, the
     ``prometheus.io/scrape`` annotation, selector on the pods' ``app`` label), so Prometheus
-    scrape configs and ServiceMonitors written for NVIDIA's stack keep finding the metrics;
+    scrape configs and ServiceMonitors written for NVIDIA's stack keep finding the metrics; it
+    selects the pods that serve them, the node agent's where its exporter role does (same port);
     ``dcgmExporter.service.type`` and ``internalTrafficPolicy`` apply as in NVIDIA's operator."""
-    app = {"app": DCGM_EXPORTER.name}
+    app = {"app": DCGM_EXPORTER.name}  # its own label stays NVIDIA's: ServiceMonitors select the Service by it
     spec: dict[str, Any] = {
-        "selector": app,
+        "selector": {"app": served_by(policy).get(DCGM_EXPORTER.state, DCGM_EXPORTER.name)},
         "ports": [{"name": EXPORTER_PORT_NAME, "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}],
     }
     service = policy.dcgm_exporter.service
@@ -633,9 +803,14 @@ def exporter_service(policy: ClusterPolicySpec, facts: Facts) -> dict[str, Any]:
 def desired(policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     """Everything the operator should own for this policy, in roll-out order."""
     on = [op for op in OPERANDS if enabled(policy, op)]
+    agent = agent_operands(policy)
+    separate = [op for op in on if op not in agent]
+    agent_ds = node_agent_daemonset(policy, facts)
     objs = [runtime_class(policy, facts)]
-    objs += [service_account(op, facts) for op in on]
-    objs += [daemonset(policy, op, facts) for op in on]
+    objs += [service_account(op, facts) for op in (*separate, *([NODE_AGENT] if agent else []))]
+    objs += [daemonset(policy, op, facts) for op in separate]
+    if agent_ds is not None:
+        objs.append(agent_ds)
     if DCGM_EXPORTER in on:
         objs.append(exporter_service(policy, facts))
     return objs

@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from gpuchain.common.quantity import parse_quantity
 from gpuchain.operator.compat import nvidia_image_problems, refusals
 from gpuchain.operator.manifests import label_key_problem, label_value_problem, name_problem
 from gpuchain.operator.spec import IMAGE_KEYS, RESERVED_LABELS, ClusterPolicySpec, EnvVar, ImageSpec, Problem, to_snake
@@ -81,6 +82,43 @@ def _schema_problems(exc: ValidationError) -> list[Problem]:
 
 
 #: The keys of an operand block that make up its image reference.
+#: The sections served as roles of the one node agent DaemonSet under ``nodeAgent.enabled``.
+AGENT_KEYS = ("validator", "devicePlugin", "dcgmExporter", "gfd", "migManager")
+
+
+def _node_agent_problems(policy: ClusterPolicySpec) -> list[Problem]:
+    """The node agent is one container: the sections it serves must name one image and pull
+    policy, and resource quantities it can add up (`operands.agent_resources`)."""
+    if not policy.node_agent.enabled:
+        return []
+    seen: dict[tuple[str, str], str] = {}
+    problems = []
+    for key in AGENT_KEYS:
+        block: ImageSpec = getattr(policy, to_snake(key))
+        if not block.enabled:
+            continue
+        seen.setdefault((block.image_ref(), block.image_pull_policy), key)
+        if block.resources is not None:
+            for kind, quantities in (("limits", block.resources.limits), ("requests", block.resources.requests)):
+                for resource, quantity in quantities.items():
+                    try:
+                        parse_quantity(quantity)
+                    except ValueError as exc:
+                        problems.append(Problem(f"{key}.resources.{kind}.{resource}", str(exc)))
+    if len(seen) < 2:
+        return problems
+    named = "; ".join(f"{key}: {ref} ({pull})" for (ref, pull), key in seen.items())
+    return [
+        *problems,
+        Problem(
+            "nodeAgent.enabled",
+            f"the node agent runs its roles in one container, but they name different images ({named}): "
+            "give them one repository, image, version and imagePullPolicy, or set nodeAgent.enabled=false "
+            "for one DaemonSet per operand",
+        ),
+    ]
+
+
 _IMAGE_FIELDS = ("enabled", "repository", "image", "version")
 
 
@@ -188,6 +226,8 @@ def parse_policy(spec: dict[str, Any] | None) -> ClusterPolicySpec | list[Proble
     if policy.mig_manager.enabled and not policy.mig_manager.config.default:
         problems.append(Problem("migManager.config.default", "name the layout nodes get without a label"))
     problems += _name_problems(policy) + refusals(policy) + nvidia_image_problems(policy)
+    if not problems:  # images of different operands disagree only once each is a usable image
+        problems += _node_agent_problems(policy)
     return problems or policy
 
 

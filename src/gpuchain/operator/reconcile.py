@@ -7,6 +7,7 @@ status only when it changed. With nothing to do it makes zero writes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +48,7 @@ from gpuchain.operator.operands import (
     enabled,
     has_nfd_labels,
     is_gpu_node,
+    served_by,
 )
 from gpuchain.operator.policy import ClusterPolicySpec, Problem, parse_policy
 from gpuchain.operator.status import (
@@ -124,14 +126,20 @@ def _nvidia_operator_deployments(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def _remove_colliding(
-    cluster: Cluster, collision: Collision, daemonsets: list[dict[str, Any]], namespace: str
+    cluster: Cluster,
+    collision: Collision,
+    daemonsets: list[dict[str, Any]],
+    namespace: str,
+    runs_in: Mapping[str, str],
 ) -> list[str]:
     """Delete gpuchain's own DaemonSets for the operands NVIDIA's operator also runs.
 
     Two device plugins, GFDs, MIG managers or drivers on one node fight over the same GPUs,
-    labels and kernel module; NVIDIA's stay, gpuchain's go. The others are left as they are.
+    labels and kernel module; NVIDIA's stay, gpuchain's go (the node agent with them, where it
+    serves one: ``runs_in``, `operands.served_by`). The others are left as they are.
     """
-    names = {op.name for op in OPERANDS if op.state in collision.operands}
+    colliding = [op for op in OPERANDS if op.state in collision.operands]
+    names = {op.name for op in colliding} | {runs_in[op.state] for op in colliding if op.state in runs_in}
     removed: list[str] = []
     for ds in _managed(daemonsets):
         ds_name = name_of(ds)
@@ -191,7 +199,7 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     if nvidia:
         collision = nvidia_collision(nvidia, daemonsets, _nvidia_operator_deployments(cluster), parsed)
         if collision is not None:
-            removed = _remove_colliding(cluster, collision, daemonsets, namespace)
+            removed = _remove_colliding(cluster, collision, daemonsets, namespace, served_by(parsed))
             if _write_status(cluster, policy, aside_status(collision.message(), namespace, generation)):
                 removed.append(f"clusterpolicy/{name}/status")
             return ReconcileResult(name, "standingAside", removed)
@@ -255,8 +263,9 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     upgrades = advance_upgrades(cluster, parsed, gpu_nodes, live_ds, operand_pods, namespace)
     changed += upgrades.writes
     switched = {op.state: enabled(parsed, op) for op in OPERANDS}
-    all_ready = all(own_status(live_ds.get(op.name), []).state == "ready" for op in OPERANDS if switched[op.state])
-    operands = chain_status(switched, live_ds, [] if all_ready else operand_pods())
+    runs_in = served_by(parsed)
+    all_ready = all(own_status(live_ds.get(ds), []).state == "ready" for ds in set(runs_in.values()))
+    operands = chain_status(switched, live_ds, [] if all_ready else operand_pods(), runs_in)
     nfd_seen = any(has_nfd_labels(labels_of(n)) for n in nodes)
     computed = policy_status(operands, len(gpu_nodes), nfd_seen, namespace, generation)
     if upgrades.summary:

@@ -268,6 +268,15 @@ class MigSpec(_Model):
     strategy: Literal["none", "single", "mixed"] = "single"
 
 
+class NodeAgentSpec(_Model):
+    """gpuchain's layout switch (not in NVIDIA's ClusterPolicy): with ``enabled`` the validator,
+    device plugin, exporter, GFD and MIG manager run as roles of one ``gpuchain node-agent``
+    DaemonSet (one process, one NVML session per node), each role on while its own section's
+    ``enabled`` is; ``false`` deploys one DaemonSet per operand, NVIDIA's layout."""
+
+    enabled: bool = True
+
+
 class RollingUpdate(_Model):
     """DaemonSet rolling update budget."""
 
@@ -547,6 +556,7 @@ class ClusterPolicySpec(_Model):
     gfd: ImageSpec = Field(default_factory=ImageSpec)
     mig_manager: MigManagerSpec = Field(default_factory=MigManagerSpec)
     mig: MigSpec = Field(default_factory=MigSpec)
+    node_agent: NodeAgentSpec = Field(default_factory=NodeAgentSpec)
     host_paths: HostPathsSpec = Field(default_factory=HostPathsSpec)
     cdi: CdiSpec = Field(default_factory=CdiSpec)
     psp: Switch = Field(default_factory=Switch)

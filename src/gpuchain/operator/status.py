@@ -7,7 +7,7 @@ rather than repeating X's failure; the Ready condition names the lowest broken l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +81,19 @@ def chain_status(
     enabled: dict[str, bool],
     daemonsets: dict[str, dict[str, Any]],
     pods: list[dict[str, Any]],
+    served_by: Mapping[str, str] | None = None,
 ) -> dict[str, OperandStatus]:
-    """Status of every operand in chain order; a not-ready operand behind a broken link waits for it."""
+    """Status of every operand in chain order; a not-ready operand behind a broken link waits for it.
+    ``served_by``: state -> the DaemonSet that runs it (the node agent's for its roles); default each
+    operand's own."""
     out: dict[str, OperandStatus] = {}
     for op in dependency_order(OPERANDS):
         if not enabled.get(op.state, False):
             out[op.state] = OperandStatus("disabled", "Disabled", f"{op.spec_key}.enabled is false")
             continue
-        mine = [p for p in pods if p.get("metadata", {}).get("labels", {}).get("app") == op.name]
-        own = own_status(daemonsets.get(op.name), mine)
+        name = (served_by or {}).get(op.state, op.name)
+        mine = [p for p in pods if p.get("metadata", {}).get("labels", {}).get("app") == name]
+        own = own_status(daemonsets.get(name), mine)
         blocker = _first_blocker(op, out)
         if own.state == "notReady" and blocker is not None:
             own = OperandStatus(

@@ -41,7 +41,7 @@ from gpuchain.operator.operands import (
     enabled,
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
-from gpuchain.sim.scenario import NodeGroup, Scenario
+from gpuchain.sim.scenario import PER_OPERAND, NodeGroup, Scenario
 from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS, operand_image
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
@@ -148,7 +148,7 @@ class NodePlan:
 
 def policy_of(scenario: Scenario) -> ClusterPolicySpec:
     """The scenario's ClusterPolicy spec, with the device plugin ConfigMap wired in when configs are given."""
-    spec = dict(scenario.policy)
+    spec = {**PER_OPERAND, **scenario.policy}
     if scenario.stack in HOST_STACKS:
         # The node image brings driver and runtime; only the device plugin is deployed.
         for key in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager"):

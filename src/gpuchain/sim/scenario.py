@@ -33,6 +33,9 @@ NodeProblem = Literal["kubelet-stopped", "memory-pressure", "disk-pressure", "pi
 NODE_PROBLEMS: tuple[str, ...] = get_args(NodeProblem)
 #: Suffixes allowed after ``nvidia.com/gpu.deploy.`` in ``optOut`` ("operands" means all of them).
 OPT_OUT_KEYS = ("operands", *(o.deploy for o in OPERANDS))
+#: The layout every simulated stack renders: one DaemonSet per operand, the names the scenarios'
+#: evidence and the doctor's stack adapters know (a scenario's policy may still say otherwise).
+PER_OPERAND = {"nodeAgent": {"enabled": False}}
 
 
 class _Strict(BaseModel):
@@ -270,7 +273,7 @@ class Scenario(_Strict):
     @field_validator("policy")
     @classmethod
     def _valid_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
-        parsed = parse_policy(value)
+        parsed = parse_policy({**PER_OPERAND, **value})
         if isinstance(parsed, list):
             raise ValueError("; ".join(str(p) for p in parsed))
         return value

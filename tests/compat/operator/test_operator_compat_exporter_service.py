@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from operator_compat_helpers import FIXTURES
 
@@ -30,18 +31,30 @@ def _objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return desired(policy, Facts("gpu-operator", "cluster-policy"))
 
 
-def test_the_exporter_service_is_nvidias_and_selects_gpuchains_exporter_pods() -> None:
-    objs = _objects({})
+@pytest.mark.parametrize(
+    ("layout", "pods"),
+    [({"nodeAgent": {"enabled": False}}, "nvidia-dcgm-exporter"), ({}, "gpuchain-node-agent")],
+    ids=["per-operand", "node-agent"],
+)
+def test_the_exporter_service_is_nvidias_and_selects_gpuchains_exporter_pods(layout: dict[str, Any], pods: str) -> None:
+    """NVIDIA's name, labels, annotation and port, selecting the pods that serve the metrics: the
+    exporter's own, or the node agent's (its exporter role serves them on the same port)."""
+    objs = _objects(layout)
     (svc,) = [o for o in objs if o["kind"] == "Service"]
     assert svc["metadata"]["name"] == NVIDIA["metadata"]["name"]
     assert NVIDIA["metadata"]["labels"].items() <= svc["metadata"]["labels"].items()
     assert NVIDIA["metadata"]["annotations"].items() <= svc["metadata"]["annotations"].items()
     assert svc["spec"]["ports"] == NVIDIA["spec"]["ports"]
-    assert svc["spec"]["selector"] == NVIDIA["spec"]["selector"]
-    (exporter,) = [o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "nvidia-dcgm-exporter"]
-    pod = exporter["spec"]["template"]
-    assert match_label_selector_object({"matchLabels": svc["spec"]["selector"]}, pod["metadata"]["labels"])
-    (port,) = pod["spec"]["containers"][0]["ports"]
+    if layout:  # NVIDIA's layout: NVIDIA's selector too
+        assert svc["spec"]["selector"] == NVIDIA["spec"]["selector"]
+    daemonsets = {o["metadata"]["name"]: o["spec"]["template"] for o in objs if o["kind"] == "DaemonSet"}
+    selected = [
+        n
+        for n, t in daemonsets.items()
+        if match_label_selector_object({"matchLabels": svc["spec"]["selector"]}, t["metadata"]["labels"])
+    ]
+    assert selected == [pods]
+    (port,) = daemonsets[pods]["spec"]["containers"][0]["ports"]
     assert port["containerPort"] == svc["spec"]["ports"][0]["targetPort"]
 
 

@@ -103,24 +103,18 @@ def test_nvidias_sample_renders_unchanged(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "DaemonSet"}
-    # driver, toolkit, validator, device plugin, exporter, GFD and MIG manager are on in the sample.
-    assert names == {
-        "nvidia-driver-daemonset",
-        "nvidia-container-toolkit-daemonset",
-        "nvidia-operator-validator",
-        "nvidia-device-plugin-daemonset",
-        "nvidia-dcgm-exporter",
-        "gpu-feature-discovery",
-        "nvidia-mig-manager",
-    }
-    plugin = next(d for d in docs if d["metadata"]["name"] == "nvidia-device-plugin-daemonset")
-    env = {e["name"]: e.get("value") for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
+    # driver, toolkit, validator, device plugin, exporter, GFD and MIG manager are on in the sample:
+    # gpuchain's default layout runs the last five as roles of its node agent.
+    assert names == {"nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", "gpuchain-node-agent"}
+    agent = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-node-agent")
+    pod = agent["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--roles") + 1] == "validator,device-plugin,exporter,gfd,mig-manager"
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["MIG_STRATEGY"] == "single"
-    validator = next(d for d in docs if d["metadata"]["name"] == "nvidia-operator-validator")
-    for init in validator["spec"]["template"]["spec"]["initContainers"]:
+    for init in pod["initContainers"]:
         assert {"name": "WITH_WORKLOAD", "value": "false"} not in init["env"], "validator.env goes to the main one"
-    main_env = validator["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "WITH_WORKLOAD", "value": "false"} in main_env
+    assert env["WITH_WORKLOAD"] == "false"
     for doc in docs:
         kubernetes_validate.validate(doc, "1.36.0", strict=True)
 
@@ -172,6 +166,7 @@ def test_harmless_keys_are_accepted() -> None:
         "operator": {"initContainer": {"image": "cuda"}, "use_ocp_driver_toolkit": True},
         "kataManager": {"enabled": True},
         "cdi": {"enabled": True, "default": True},
+        "nodeAgent": {"enabled": False},  # each operand's own DaemonSet is looked at
     }
     policy = parse_policy(spec)
     assert isinstance(policy, ClusterPolicySpec), [str(p) for p in policy]  # type: ignore[union-attr]

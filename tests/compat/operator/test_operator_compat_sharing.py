@@ -34,7 +34,8 @@ PRODUCT = "NVIDIA-L4"  #: what GFD labels the simulated node's GPUs (upstream's 
 
 
 def _daemonsets(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    policy = parse_policy(spec)
+    """The DaemonSets of ``spec`` in NVIDIA's per-operand layout, whose check this replays."""
+    policy = parse_policy({"nodeAgent": {"enabled": False}, **spec})
     assert isinstance(policy, ClusterPolicySpec), policy
     objs = desired(policy, Facts("gpu-operator", "cluster-policy"))
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
