@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuchain.dra import partitions
+from gpuchain.dra import partitions, shares
 from gpuchain.dra.kinds import API_VERSION, DRIVER
 from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
@@ -144,10 +144,12 @@ def render_devices(
     unhealthy: Collection[str] = (),
     taint_of: TaintOf | None = None,
     partitionable: bool = False,
+    shared: bool = False,
 ) -> list[Obj]:
     """The node's devices in a stable order. Without ``taint_of`` every unhealthy GPU or MIG device
     (by UUID) is left out; with it every device is published, an unhealthy one with its taint.
-    ``partitionable``: GPUs published as partitionable devices (``render_gpu_slices``) are not here."""
+    ``partitionable``: GPUs published as partitionable devices (``render_gpu_slices``) are not here.
+    ``shared``: whole GPUs are published for several claims to share (``shares``)."""
 
     def add(device: Obj, gpu_uuid: str, mig_uuid: str | None) -> None:
         if taint_of is not None:
@@ -162,7 +164,8 @@ def render_devices(
         if partitionable and partitions.partitionable(gpu) is not None:
             continue
         if not gpu.mig_enabled:
-            add(gpu_device(gpu, inventory.driver), gpu.uuid, None)
+            whole = gpu_device(gpu, inventory.driver)
+            add(shares.shared_device(whole, gpu) if shared else whole, gpu.uuid, None)
             continue
         for mig in sorted(gpu.mig_devices, key=lambda m: (m.gi_id, m.ci_id)):
             add(mig_device(mig, gpu, inventory.driver), gpu.uuid, mig.uuid)
@@ -309,6 +312,11 @@ def check_devices(devices: Iterable[Obj]) -> None:
                 raise SliceError(f"{where}: {key!r} must be a C identifier of at most {MAX_IDENTIFIER} characters")
         for key, value in attrs.items():
             _check_attribute(where, key, value)
+        for key, value in capacity.items():
+            try:
+                shares.check_capacity(where, key, value, device.get("allowMultipleAllocations") is True)
+            except ValueError as exc:
+                raise SliceError(str(exc)) from None
     if count > MAX_DEVICES_PER_SLICE:
         raise SliceError(f"a slice holds at most {MAX_DEVICES_PER_SLICE} devices, this one {count}")
 
