@@ -23,6 +23,8 @@ from gpuchain.gpu.mps import MpsLimits
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
+from gpuchain.kube.objects import Obj
+from gpuchain.kube.port import ApplyResult
 
 
 def test_shared_gpus_carry_their_capacities_with_request_policies(h100_sim: SimBackend) -> None:
@@ -235,3 +237,33 @@ def test_a_share_of_a_mig_device_is_refused(
     with pytest.raises(PrepareError, match="only whole GPUs are shared"):
         driver.prepare(ref)
     assert driver.checkpoint.get(ref.uid) is None
+
+
+class NoConsumableCapacity(MemoryCluster):
+    """An API server without the DRAConsumableCapacity gate: it drops ``allowMultipleAllocations`` and
+    the capacities' ``requestPolicy`` on write."""
+
+    def apply(self, obj: Obj, live: Obj | None = None, known_live: bool = False) -> ApplyResult:
+        if obj.get("kind") == "ResourceSlice":
+            devices = [
+                {
+                    **{k: v for k, v in d.items() if k != "allowMultipleAllocations"},
+                    "capacity": {n: {"value": c["value"]} for n, c in d.get("capacity", {}).items()},
+                }
+                for d in obj["spec"]["devices"]
+            ]
+            obj = {**obj, "spec": {**obj["spec"], "devices": devices}}
+        return super().apply(obj, live, known_live)
+
+
+def test_a_server_without_consumable_capacity_gets_the_gpus_unshared(
+    short_dir: Path, clock: Clock, h100_sim: SimBackend
+) -> None:
+    cluster = NoConsumableCapacity()
+    driver = _driver(cluster, short_dir, clock, h100_sim)
+    first = driver.publish()
+    assert driver.shares_served is False
+    live = cluster.get(RESOURCE_SLICE, slices.slice_name(NODE))
+    assert live["spec"]["devices"] == slices.render_devices(h100_sim.inventory())  # as without --gpu-shares
+    again = driver.publish()
+    assert not again.changed and again.generation == first.generation  # no new generation on every resync
