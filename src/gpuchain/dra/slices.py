@@ -7,7 +7,8 @@ absent, which is how DRA tells the scheduler not to use them.
 
 With partitionable MIG (``partitions``) each MIG-capable GPU is instead published in a slice of
 its own (``render_gpu_slices``, ``gpu_slice_name``): the whole GPU and every MIG placement,
-sharing the GPU's counters, so offering both is safe there.
+sharing the GPU's counters, so offering both is safe there. With shares (``shares``) each whole
+GPU is published for several claims to share, each booking part of its memory and SMs.
 
 The pool (one per node, named after it, one slice or one plus a slice per partitionable GPU)
 carries a generation that must grow whenever the published devices change; consumers ignore
