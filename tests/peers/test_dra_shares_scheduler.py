@@ -71,6 +71,7 @@ def test_two_half_gpu_claims_share_one_gpu_and_a_third_does_not_fit(
     (device,) = live.get(RESOURCE_SLICE, slices.slice_name(NODE))["spec"]["devices"]
     assert device["allowMultipleAllocations"] is True
     assert device["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] == "1Mi"
+    assert not driver.publish().changed  # what the API server wrote back is what was published
 
     half = gpu.memory_mib // 2
     node.claim_and_pod("half-a", _asking(memory=f"{half}Mi"))
