@@ -9,6 +9,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from dra.conftest import NODE
 from dra.fakeclock import QUIET, Clock
@@ -267,3 +268,13 @@ def test_a_server_without_consumable_capacity_gets_the_gpus_unshared(
     assert live["spec"]["devices"] == slices.render_devices(h100_sim.inventory())  # as without --gpu-shares
     again = driver.publish()
     assert not again.changed and again.generation == first.generation  # no new generation on every resync
+
+
+@pytest.mark.parametrize("preset", ["h100-80gb-x8", "h100-80gb-x8-mig-mixed", "l4-x2"])
+@pytest.mark.parametrize("version", ["1.34.0", "1.36.0"])
+def test_shared_slices_pass_the_api_schema(preset: str, version: str) -> None:
+    """Field names and shapes as the API's schema has them (strict: an unknown field fails)."""
+    sim = SimBackend.from_preset(preset)
+    obj = slices.resource_slice(sim.topology.node, slices.render_devices(sim.inventory(), shared=True), 1)
+    slices.check_slice(obj)
+    kubernetes_validate.validate(obj, version, strict=True)
