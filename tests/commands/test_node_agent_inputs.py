@@ -44,7 +44,7 @@ def test_exporter_port_out_of_range_is_a_usage_error() -> None:
     assert "Traceback" not in result.output
 
 
-def test_dra_plugin_passes_quiet_period_and_dev_root_to_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dra_plugin_passes_quiet_period_dev_root_and_gpu_shares_to_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[DriverConfig] = []
 
     def capture(backend: object, cluster: object, config: DriverConfig) -> None:
@@ -54,9 +54,12 @@ def test_dra_plugin_passes_quiet_period_and_dev_root_to_the_driver(tmp_path: Pat
     monkeypatch.setattr(dra_plugin, "DraDriver", capture)
     dirs = [f"--{d}-dir={tmp_path / d}" for d in ("registry", "plugin", "cdi", "state")]
     args = ["dra-plugin", "--backend", "sim", "--cluster", "memory", *dirs]
-    result = CliRunner().invoke(app, [*args, "--recovery-quiet-seconds", "2.5", "--dev-root", str(tmp_path)])
+    flags = ["--recovery-quiet-seconds", "2.5", "--dev-root", str(tmp_path), "--gpu-shares"]
+    result = CliRunner().invoke(app, [*args, *flags])
     assert result.exit_code == 2 and "stop here" in result.stderr
-    assert (seen[0].recovery_quiet_seconds, seen[0].dev_root) == (2.5, tmp_path)
+    assert (seen[0].recovery_quiet_seconds, seen[0].dev_root, seen[0].gpu_shares) == (2.5, tmp_path, True)
+    CliRunner().invoke(app, args)
+    assert seen[1].gpu_shares is False  # off unless asked for
 
 
 @pytest.mark.parametrize(

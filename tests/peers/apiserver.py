@@ -271,9 +271,10 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true"
-"""Feature gates of the API server, controller manager and scheduler: device taints and partitionable
-devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU) are alpha in 1.34."""
+FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true"
+"""Feature gates of the API server, controller manager and scheduler: device taints, partitionable
+devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU) and consumable
+capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) are alpha in 1.34."""
 
 
 @contextmanager

@@ -93,9 +93,10 @@ def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
     return plugin
 
 
-def create_claim(node: RealNode, name: str, index: int) -> str:
-    """A ResourceClaim in namespace gpu for the GPU with this index; its UID."""
-    claim = {
+def create_claim(node: RealNode, name: str, index: int, capacity: dict[str, str] | None = None) -> str:
+    """A ResourceClaim in namespace gpu for the GPU with this index (``capacity``: the part of it the
+    claim asks for, on a node publishing shares); its UID."""
+    claim: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {"name": name},
@@ -104,6 +105,8 @@ def create_claim(node: RealNode, name: str, index: int) -> str:
             {"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index}"}}
         ]}}]}},
     }  # fmt: skip
+    if capacity:
+        claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": capacity}
     return str(node.api.request("POST", f"{RESOURCE}/namespaces/gpu/resourceclaims", claim)["metadata"]["uid"])
 
 
@@ -156,6 +159,57 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
         node.delete_pod("gpu", "dra")
         stop_process(plugin)
         for path in ("/namespaces/gpu/resourceclaims/one-gpu", f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}"):
+            try:
+                node.api.request("DELETE", RESOURCE + path)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+
+
+def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealNode) -> None:
+    """With --gpu-shares (DRAConsumableCapacity on in the peers, alpha in 1.34), two claims for part
+    of one GPU's memory are allocated the same GPU: the first pod still runs while the second is
+    scheduled, prepared and run, each container sees the GPU with its own MPS limits, and each
+    claim is unprepared when its pod goes."""
+    index, memory = 4, 81559  # the preset's H100 80GB: 81559 MiB, 132 SMs
+    uuid = gpu_uuids()[index]
+    script = "echo LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT THREADS=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+    plugin = start_plugin(node, "--gpu-shares")
+    try:
+        create_claim(node, "share-a", index, {"memory": f"{memory // 2}Mi"})
+        node.create_pod("gpu", claim_pod("share-a", "share-a", f"{script}; sleep 3600"))
+        node.wait_pod_phase("gpu", "share-a", ("Running",))
+        b_uid = create_claim(node, "share-b", index, {"memory": "20Gi", "multiprocessors": "33"})
+        visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+        node.create_pod("gpu", claim_pod("share-b", "share-b", f"{visible}; {script}"))
+        done = node.wait_pod_phase("gpu", "share-b", ("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert node.get_pod("gpu", "share-a")["status"]["phase"] == "Running"  # side by side on one GPU
+
+        results = {
+            name: node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")["status"]["allocation"][
+                "devices"
+            ]["results"][0]
+            for name in ("share-a", "share-b")
+        }
+        assert {r["device"] for r in results.values()} == {f"gpu-{index}"}
+        assert results["share-a"]["shareID"] != results["share-b"]["shareID"]
+        assert f"LIMIT=0={memory // 2}M THREADS=" in node.pod_log("gpu", "share-a", "main").splitlines()
+        out = node.pod_log("gpu", "share-b", "main").splitlines()
+        assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in out and "LIMIT=0=20480M THREADS=25" in out
+
+        node.delete_pod("gpu", "share-b")
+        spec = node.root / f"run/cdi/{DRIVER}-claim_{b_uid}.json"
+        wait_for("NodeUnprepareResources of the second share", lambda: not spec.exists(), 60)
+    finally:
+        for pod in ("share-a", "share-b"):
+            node.delete_pod("gpu", pod)
+        stop_process(plugin)
+        for path in (
+            "/namespaces/gpu/resourceclaims/share-a",
+            "/namespaces/gpu/resourceclaims/share-b",
+            f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}",
+        ):
             try:
                 node.api.request("DELETE", RESOURCE + path)
             except urllib.error.HTTPError as exc:

@@ -143,6 +143,8 @@ class DraPluginSettings:
     """Publish an unhealthy device with a taint instead of leaving it out of the slice."""
     partitionable_mig: bool = False
     """Publish MIG-capable GPUs as partitionable devices, MIG devices made on Prepare (``dra.partitions``)."""
+    gpu_shares: bool = False
+    """Publish whole GPUs for several claims to share, each with its memory and SMs (``dra.shares``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -153,6 +153,15 @@ def dra_plugin(
         "on the node). Needs shared counters (the DRAPartitionableDevices feature gate), else the plugin "
         "falls back to publishing the GPUs as before.",
     ),
+    gpu_shares: bool = typer.Option(
+        False,
+        "--gpu-shares",
+        help="Publish each whole GPU for several claims to share: a claim asks for part of its memory and SMs in "
+        "capacity.requests (memory, multiprocessors) and gets them as MPS limits in its container (enforced "
+        "where an MPS daemon serves the GPU; time-sliced otherwise). A claim that asks for no memory gets the "
+        "GPU to itself. Needs consumable capacity (the DRAConsumableCapacity feature gate), else the plugin "
+        "falls back to publishing the GPUs unshared.",
+    ),
     metrics_port: int = typer.Option(
         0,
         "--metrics-port",
@@ -203,6 +212,7 @@ def dra_plugin(
         unlabelled=DRA if unlabelled is UnlabelledNodes.dra else DEVICE_PLUGIN,
         device_taints=device_taints,
         partitionable_mig=partitionable_mig,
+        gpu_shares=gpu_shares,
     )
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:

@@ -32,6 +32,7 @@ from pathlib import PurePosixPath
 from gpuchain.common.supervise import Backoff
 from gpuchain.deviceplugin.allocate import ContainerAllocation, MountSpec
 from gpuchain.deviceplugin.resources import Resource
+from gpuchain.gpu.mps import MpsLimits, percentage, split_memory_mib
 
 log = logging.getLogger("gpuchain.mps")
 
@@ -42,7 +43,6 @@ SHM_DIR = "/dev/shm"
 HEALTH_INTERVAL = 5.0
 """Seconds between two health questions to a running daemon."""
 HEALTH_COMMAND = "get_default_active_thread_percentage"
-MIB = 1024 * 1024
 NOT_INSTALLED = (
     "not found on PATH. It is part of the node's NVIDIA driver, not of the gpuchain image: run the "
     "device plugin with runtimeClassName nvidia and NVIDIA_DRIVER_CAPABILITIES including compute, so "
@@ -94,15 +94,10 @@ def daemon_commands(resource: Resource, memory_mib: Mapping[str, int]) -> list[s
     for d in resource.devices:
         replicas[d.gpu_uuid] = replicas.get(d.gpu_uuid, 0) + 1
         index[d.gpu_uuid] = d.gpu_index
-    commands = []
-    for uuid in sorted(replicas, key=lambda u: index[u]):
-        memory = memory_mib.get(uuid, 0)
-        if memory:
-            limit = memory * MIB // replicas[uuid] // MIB
-            commands.append(f"set_default_device_pinned_mem_limit {index[uuid]} {limit}M")
-    if replicas:
-        commands.append(f"set_default_active_thread_percentage {100 // (len(resource.devices) // len(replicas))}")
-    return commands
+    gpus = sorted(replicas, key=lambda u: index[u])
+    memory = tuple((index[u], split_memory_mib(memory_mib[u], replicas[u])) for u in gpus if memory_mib.get(u, 0))
+    threads = percentage(1, len(resource.devices) // len(replicas)) if replicas else None
+    return MpsLimits(memory, threads).control_commands()
 
 
 def with_mps(alloc: ContainerAllocation, resource: str, host_root: str) -> ContainerAllocation:

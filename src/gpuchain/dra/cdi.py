@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
+from gpuchain.dra import shares
 from gpuchain.dra.kinds import DRIVER
+from gpuchain.dra.shares import Share
 from gpuchain.gpu import cdi
 from gpuchain.gpu.devnodes import control_device_nodes
 
@@ -29,11 +31,19 @@ CDI_KIND = f"{DRIVER}/claim"
 
 @dataclass(frozen=True)
 class CdiDevice:
-    """One allocated device as the runtime sees it: its DRA name, UUID and device node."""
+    """One allocated device as the runtime sees it: its DRA name, UUID and device node, and the
+    share of it the claim holds (None: the device is the claim's alone)."""
 
     name: str
     uuid: str
     device_node: str
+    share: Share | None = None
+
+    @property
+    def cdi_name(self) -> str:
+        """The device's name in the claim's spec: its DRA name, with the share id for a share, so
+        two shares of one GPU in one claim are two CDI devices."""
+        return self.name if self.share is None else f"{self.name}-{self.share.share_id}"
 
 
 def cdi_device_name(claim_uid: str, device: str) -> str:
@@ -58,13 +68,15 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
 def claim_spec(
     claim_uid: str, devices: list[CdiDevice], control_nodes: Sequence[str], dev_root: str | Path = "/"
 ) -> dict[str, Any]:
-    """The CDI spec for one claim (pure); ``control_nodes`` from ``gpu.devnodes.control_device_nodes``."""
-    uuids = ",".join(d.uuid for d in devices)
+    """The CDI spec for one claim (pure); ``control_nodes`` from ``gpu.devnodes.control_device_nodes``.
+    Shared devices bring the claim's MPS limits (``shares.limits``) into its environment."""
+    uuids = ",".join(dict.fromkeys(d.uuid for d in devices))
+    mps = shares.limits([(d.uuid, d.share) for d in devices]).client_env()
     return cdi.spec(
         CDI_KIND,
-        {cdi_device_name(claim_uid, d.name): [d.device_node] for d in devices},
+        {cdi_device_name(claim_uid, d.cdi_name): [d.device_node] for d in devices},
         control_nodes,
-        env=[f"NVIDIA_VISIBLE_DEVICES={uuids}"],
+        env=[f"NVIDIA_VISIBLE_DEVICES={uuids}", *(f"{k}={v}" for k, v in mps.items())],
         dev_root=dev_root,
     )
 
@@ -78,7 +90,7 @@ def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice], dev_root
     """
     spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root), dev_root)
     cdi.write(spec_path(cdi_dir, claim_uid), spec)
-    return [cdi_id(claim_uid, d.name) for d in devices]
+    return [cdi_id(claim_uid, d.cdi_name) for d in devices]
 
 
 def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:

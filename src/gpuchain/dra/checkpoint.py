@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import atomic_write
+from gpuchain.dra.shares import Share
 
 VERSION = 1
 FILE_NAME = "checkpoint.json"
@@ -57,6 +58,7 @@ class PreparedDevice:
     uuid: str = ""
     device_node: str = ""
     created: CreatedInstance | None = None
+    share: Share | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,13 @@ class PreparedClaim:
             if d.created is not None:
                 c = d.created
                 device["createdInstance"] = {"gpu": c.gpu_index, "gi": c.gi_id, "profile": c.profile, "start": c.start}
+            if d.share is not None:
+                device["share"] = {
+                    "id": d.share.share_id,
+                    "memoryMiB": d.share.memory_mib,
+                    "multiprocessors": d.share.multiprocessors,
+                    "gpuMultiprocessors": d.share.gpu_multiprocessors,
+                }
             devices.append(device)
         return {"namespace": self.namespace, "name": self.name, "devices": devices}
 
@@ -96,6 +105,7 @@ class PreparedClaim:
                 str(d["uuid"]),
                 str(d["deviceNode"]),
                 _created(d.get("createdInstance")),
+                _share(d.get("share")),
             )
             for d in data["devices"]
         )
@@ -106,6 +116,12 @@ def _created(data: dict[str, Any] | None) -> CreatedInstance | None:
     if data is None:
         return None
     return CreatedInstance(int(data["gpu"]), int(data["gi"]), str(data["profile"]), int(data["start"]))
+
+
+def _share(data: dict[str, Any] | None) -> Share | None:
+    if data is None:
+        return None
+    return Share(str(data["id"]), int(data["memoryMiB"]), int(data["multiprocessors"]), int(data["gpuMultiprocessors"]))
 
 
 class Checkpoint:

@@ -29,13 +29,13 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.dra import cdi, partitions, slices
+from gpuchain.dra import cdi, partitions, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
@@ -86,7 +86,10 @@ class DriverConfig:
     MIG-capable GPUs as partitionable devices (``dra.partitions``: the full GPU and every MIG
     placement, sharing counters; MIG devices created on Prepare) where the cluster serves
     ``sharedCounters`` (the ``DRAPartitionableDevices`` gate); the driver then owns those GPUs' MIG
-    layout, so the MIG manager must not manage them.
+    layout, so the MIG manager must not manage them. ``gpu_shares``: publish whole GPUs for
+    several claims to share, each with the memory and SMs it asks for (``dra.shares``), where the
+    cluster serves consumable capacity (the ``DRAConsumableCapacity`` gate); Prepare gives each
+    claim its share as MPS limits.
     """
 
     node: str
@@ -98,6 +101,7 @@ class DriverConfig:
     unlabelled: Allocator = DEVICE_PLUGIN
     device_taints: bool = False
     partitionable_mig: bool = False
+    gpu_shares: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class DraDriver:
         """Unhealthy devices are published tainted: asked for, and the API server kept the taints."""
         self.partitions_served = config.partitionable_mig
         """MIG-capable GPUs are partitionable: asked for, and the API server kept the counters."""
+        self.shares_served = config.gpu_shares
+        """Whole GPUs are shared: asked for, and the API server kept ``allowMultipleAllocations``."""
         if config.partitionable_mig:
             self._destroy_orphan_instances()
         self.metrics = DraMetrics(config.node, self.device_states)
@@ -176,7 +182,11 @@ class DraDriver:
                 log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
             self.withheld = withheld
         taint_of = partial(health_taint, self.health) if self.taints_served else None
-        plain = [] if withheld else slices.render_devices(inv, self.unhealthy, taint_of, self.partitions_served)
+        plain = (
+            []
+            if withheld
+            else slices.render_devices(inv, self.unhealthy, taint_of, self.partitions_served, self.shares_served)
+        )
         parts = (
             [] if withheld or not self.partitions_served else slices.render_gpu_slices(inv, self.unhealthy, taint_of)
         )
@@ -210,7 +220,8 @@ class DraDriver:
                 lives = self._live_slices()
                 desired = self.desired_slices(lives)
                 written, changed = self._write(desired, lives)
-            if self._taints_dropped(desired, written) | self._counters_dropped(desired, written):
+            dropped = self._taints_dropped(desired, written) | self._counters_dropped(desired, written)
+            if dropped | self._shares_dropped(desired, written):
                 desired = self.desired_slices(written)
                 written, again = self._write(desired, written)
                 changed |= again
@@ -255,6 +266,25 @@ class DraDriver:
             slices.slice_name(self.node),
         )
         self.taints_served = False
+        return True
+
+    def _shares_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
+        """Whether the API server dropped ``allowMultipleAllocations`` just written (no
+        ``DRAConsumableCapacity`` gate): the GPUs are then published whole, one claim each."""
+        wanted = any(d.get("allowMultipleAllocations") for obj in desired for d in obj["spec"]["devices"])
+        kept = any(
+            d.get("allowMultipleAllocations")
+            for obj in written.values()
+            for d in obj.get("spec", {}).get("devices") or []
+        )
+        if not wanted or kept:
+            return False
+        log.error(
+            "the API server dropped allowMultipleAllocations from ResourceSlice %s (Kubernetes before 1.36 serves "
+            "consumable capacity only with the DRAConsumableCapacity feature gate): publishing GPUs unshared",
+            slices.slice_name(self.node),
+        )
+        self.shares_served = False
         return True
 
     def _partitions_refused(self, exc: InvalidError) -> None:
@@ -426,7 +456,7 @@ class DraDriver:
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
-                devices.append(device)
+                devices.append(self._with_share(ref, device, result))
             try:
                 for i, device in enumerate(devices):
                     devices[i], instance = self._make_ready(ref, device)
@@ -440,7 +470,9 @@ class DraDriver:
                 ref.namespace,
                 ref.name,
                 tuple(
-                    PreparedDevice((str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node, made)
+                    PreparedDevice(
+                        (str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node, made, d.share
+                    )
                     for r, d, cid, made in zip(results, devices, cdi_ids, created, strict=True)
                 ),
             )
@@ -454,6 +486,22 @@ class DraDriver:
                     "nothing was prepared"
                 ) from exc
             return prepared
+
+    def _with_share(self, ref: ClaimRef, device: cdi.CdiDevice, result: Mapping[str, Any]) -> cdi.CdiDevice:
+        """``device`` with the share of it ``result`` allocates (``dra.shares``), if any."""
+        if not result.get("shareID"):
+            return device
+        gpu = next((g for g in self._inventory().gpus if g.uuid == device.uuid and not g.mig_enabled), None)
+        if gpu is None or device.name != slices.gpu_device_name(gpu):
+            raise PrepareError(
+                f"claim {ref.namespace}/{ref.name}: device {device.name!r} is allocated as a share, "
+                "but only whole GPUs are shared on this node"
+            )
+        try:
+            share = shares.share_of(result, gpu)
+        except ValueError as exc:
+            raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {device.name!r}: {exc}") from exc
+        return replace(device, share=share)
 
     def _make_ready(self, ref: ClaimRef, device: cdi.CdiDevice) -> tuple[cdi.CdiDevice, CreatedInstance | None]:
         """Put a partitionable GPU in the MIG mode ``device`` needs and create its MIG device: the
@@ -554,7 +602,7 @@ class DraDriver:
     def _ensure_spec(self, claim: PreparedClaim) -> None:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
         if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
-            devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node) for d in claim.devices]
+            devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node, d.share) for d in claim.devices]
             cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root)
 
     def unprepare(self, ref: ClaimRef) -> bool:

@@ -7,7 +7,8 @@ absent, which is how DRA tells the scheduler not to use them.
 
 With partitionable MIG (``partitions``) each MIG-capable GPU is instead published in a slice of
 its own (``render_gpu_slices``, ``gpu_slice_name``): the whole GPU and every MIG placement,
-sharing the GPU's counters, so offering both is safe there.
+sharing the GPU's counters, so offering both is safe there. With shares (``shares``) each whole
+GPU is published for several claims to share, each booking part of its memory and SMs.
 
 The pool (one per node, named after it, one slice or one plus a slice per partitionable GPU)
 carries a generation that must grow whenever the published devices change; consumers ignore
@@ -25,7 +26,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuchain.dra import partitions
+from gpuchain.dra import partitions, shares
 from gpuchain.dra.kinds import API_VERSION, DRIVER
 from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
@@ -144,10 +145,12 @@ def render_devices(
     unhealthy: Collection[str] = (),
     taint_of: TaintOf | None = None,
     partitionable: bool = False,
+    shared: bool = False,
 ) -> list[Obj]:
     """The node's devices in a stable order. Without ``taint_of`` every unhealthy GPU or MIG device
     (by UUID) is left out; with it every device is published, an unhealthy one with its taint.
-    ``partitionable``: GPUs published as partitionable devices (``render_gpu_slices``) are not here."""
+    ``partitionable``: GPUs published as partitionable devices (``render_gpu_slices``) are not here.
+    ``shared``: whole GPUs are published for several claims to share (``shares``)."""
 
     def add(device: Obj, gpu_uuid: str, mig_uuid: str | None) -> None:
         if taint_of is not None:
@@ -162,7 +165,8 @@ def render_devices(
         if partitionable and partitions.partitionable(gpu) is not None:
             continue
         if not gpu.mig_enabled:
-            add(gpu_device(gpu, inventory.driver), gpu.uuid, None)
+            whole = gpu_device(gpu, inventory.driver)
+            add(shares.shared_device(whole, gpu) if shared else whole, gpu.uuid, None)
             continue
         for mig in sorted(gpu.mig_devices, key=lambda m: (m.gi_id, m.ci_id)):
             add(mig_device(mig, gpu, inventory.driver), gpu.uuid, mig.uuid)
@@ -309,6 +313,11 @@ def check_devices(devices: Iterable[Obj]) -> None:
                 raise SliceError(f"{where}: {key!r} must be a C identifier of at most {MAX_IDENTIFIER} characters")
         for key, value in attrs.items():
             _check_attribute(where, key, value)
+        for key, value in capacity.items():
+            try:
+                shares.check_capacity(where, key, value, device.get("allowMultipleAllocations") is True)
+            except ValueError as exc:
+                raise SliceError(str(exc)) from None
     if count > MAX_DEVICES_PER_SLICE:
         raise SliceError(f"a slice holds at most {MAX_DEVICES_PER_SLICE} devices, this one {count}")
 

@@ -50,6 +50,7 @@ def driver_of(settings: DraPluginSettings, node: Node) -> tuple[DraDriver, DraPl
         unlabelled=settings.unlabelled,
         device_taints=settings.device_taints,
         partitionable_mig=settings.partitionable_mig,
+        gpu_shares=settings.gpu_shares,
     )
     driver = DraDriver(backend, node.cluster(), config)
     server = DraPluginServer(
