@@ -448,6 +448,35 @@ def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behi
     assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
 
 
+def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_operand() -> None:
+    """The plugin's own container, refused by the NVIDIA runtime hook: containerd's CRI ends a task the OCI
+    runtime could not create in terminated StartError, exit 128, with runc's words (containerd
+    internal/cri/server/container_start.go@v2.0.5), and the kubelet shows it as CrashLoopBackOff with that
+    last state. The plugin never ran; the toolkit is the root and the fix acts on the toolkit."""
+    hook = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running prestart hook #0: "
+        "exit status 1, stdout: , stderr: : unknown"
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _failing(
+            "nvidia-device-plugin-daemonset",
+            "b",
+            main="nvidia-device-plugin",
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+        ),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.hook-failed", "toolkit", "b")
+    assert "CrashLoopBackOff (last: StartError)" in found.evidence[0] and hook in found.evidence[1]
+    assert "catalog: runc.prestart-hook-failed" in found.evidence[2]
+    assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
+    assert "nvidia-container-toolkit-daemonset" in found.fix and "restart containerd" in found.fix
+    assert not [f for f in report.findings if f.id == "device-plugin.not-ready"]
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+
+
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
     """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
     loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""

@@ -3,10 +3,16 @@ scheduler cannot place, driver DaemonSets made per kernel, an operand's second r
 
 from __future__ import annotations
 
-from gpuchain.doctor import run_doctor
+from collections.abc import Callable
+
+from doctor.small_cluster import diagnosed
+
+from gpuchain.doctor import Severity, run_doctor
+from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube import DAEMONSET, POD
 from gpuchain.sim import build, parse_scenario
+from gpuchain.sim.build import SimCluster
 
 SCHEDULER = (
     "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. "
@@ -137,3 +143,67 @@ def test_a_second_exporter_release_in_another_namespace_is_read() -> None:
     assert (found.id, found.link, found.node) == ("exporter.not-ready", "exporter", "a")
     assert found.action is not None and found.action.changes["namespace"] == "monitoring"
     assert "kubectl -n monitoring delete pod dcgm-exporter-x1" in found.fix
+
+
+#: runc's words when a prestart hook exits non-zero (opencontainers/runc libcontainer/configs/config.go@v1.2.5,
+#: "error running %s hook #%d: %w"), as containerd's CRI wraps them.
+HOOK = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+    "unable to start container process: error during container init: error running prestart hook #0: exit status 1, "
+    "stdout: , stderr: : unknown"
+)
+
+
+def _refused(prefix: str, node: str, container: str, message: str) -> Callable[[SimCluster], None]:
+    """The pod's main container as the kubelet leaves it when the runtime cannot start it: waiting
+    ``RunContainerError`` with the runtime's error as message (kubernetes pkg/kubelet/container/sync_result.go
+    ErrRunContainer, the reason the kubelet's status manager writes for a failed StartContainer), phase Running
+    with its init containers done."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = _pod(sim, prefix, node)
+        status = pod["status"]
+        for cs in status["containerStatuses"]:
+            if cs["name"] == container:
+                cs.update(
+                    ready=False,
+                    restartCount=2,
+                    state={"waiting": {"reason": "RunContainerError", "message": message}},
+                )
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+def test_an_operand_the_runtime_hook_will_not_start_is_a_toolkit_fault_whatever_the_operand() -> None:
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _refused("gpu-feature-discovery", "a", "gpu-feature-discovery", HOOK),
+    )
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "a")
+    assert root.evidence[0].endswith("container gpu-feature-discovery RunContainerError, 2 restarts")
+    assert "gfd.not-ready" not in report.ids
+    # The links above the toolkit are not reached: the plugin on that node is not judged on its own.
+    chain = next(c for c in report.chains if c.node == "a")
+    assert [lk.name for lk in chain.links if lk.state is LinkState.BROKEN] == ["toolkit"]
+
+
+def test_the_toolkits_own_refused_container_and_a_refusal_the_toolkit_did_not_write_stay_with_their_pod() -> None:
+    # The toolkit's own container is judged by the toolkit's check, not as its own victim.
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _refused("nvidia-container-toolkit-daemonset", "a", "nvidia-container-toolkit-ctr", HOOK),
+    )
+    assert "toolkit.hook-failed" not in report.ids and "toolkit.not-ready" in report.ids
+    # A refusal whose message is not the toolkit's (a missing executable in the plugin's own image) is the plugin's.
+    own = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+        'unable to start container process: exec: "nvidia-device-plugin": executable file not found in $PATH: unknown'
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _refused("nvidia-device-plugin-daemonset", "a", "nvidia-device-plugin", own),
+    )
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("device-plugin", "device-plugin.not-ready")
