@@ -477,6 +477,102 @@ def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_ope
     assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
 
 
+def _waits_in(ds: str, node: str, inits: dict[str, str]) -> Callable[[SimCluster], None]:
+    """The pod of ``ds`` on ``node`` in its init phase as the kubelet writes it (kubernetes
+    pkg/kubelet/kubelet_pods.go@v1.34.4 convertToAPIContainerStatuses): phase Pending, each init container
+    ``done`` (terminated, exit 0, Completed), ``running`` (the loop that waits for the ready file) or
+    ``PodInitializing`` (waiting, not started), the main containers waiting in PodInitializing."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(
+            p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith(ds) and p["spec"]["nodeName"] == node
+        )
+        shapes: dict[str, dict[str, Any]] = {
+            "done": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            "running": {"running": {"startedAt": "2026-06-05T18:00:00Z"}},
+            "PodInitializing": {"waiting": {"reason": "PodInitializing"}},
+        }
+        status = pod["status"]
+        status["phase"] = "Pending"
+        status["initContainerStatuses"] = [
+            {"name": n, "ready": how == "done", "restartCount": 0, "state": shapes[how]} for n, how in inits.items()
+        ]
+        for cs in status.get("containerStatuses") or []:
+            cs.update(ready=False, started=False, state=shapes["PodInitializing"])
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+#: The operands that wait for the toolkit's ready file (gpu-operator assets: their toolkit-validation init
+#: container loops until /run/nvidia/validations/toolkit-ready exists).
+GATED = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter")
+
+
+def test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link() -> None:
+    """The validator is at driver-validation (its loop Running) while the driver pod runs: the plugin, GFD and
+    exporter wait in toolkit-validation for a file only the validator writes, so none of them is the root."""
+    validator = {
+        "driver-validation": "running",
+        "toolkit-validation": "PodInitializing",
+        "cuda-validation": "PodInitializing",
+        "plugin-validation": "PodInitializing",
+    }
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _waits_in("nvidia-operator-validator", "b", validator),
+        *(_waits_in(ds, "b", {"toolkit-validation": "running"}) for ds in GATED),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("driver.not-validated", "driver", "b")
+    assert found.evidence[0].endswith("Init:0/4, at driver-validation")
+    assert sum("waiting in toolkit-validation" in e for e in found.evidence) == len(GATED)
+    assert found.action is not None and found.action.op is FixOp.DELETE and NOT_SIMULATED in found.action.changes
+    assert "delete pod nvidia-operator-validator-" in found.fix
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+    assert not {"device-plugin.not-ready", "gfd.not-ready", "exporter.not-ready"} & set(report.ids)
+    # One validation further (the driver proven, toolkit-validation running): the toolkit link.
+    validator |= {"driver-validation": "done", "toolkit-validation": "running"}
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _waits_in("nvidia-operator-validator", "a", validator),
+        *(_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("toolkit.not-validated", "toolkit")
+
+
+def _no_validator(sim: SimCluster) -> None:
+    pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-operator-validator"))
+    sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+
+def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_placed() -> None:
+    """No validator pod on the node writes the ready file: what keeps it off is the root, with its fix."""
+    waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
+
+    def opted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, *waits)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("toolkit.not-validated", "toolkit")
+    assert found.action is not None and found.action.op is FixOp.LABEL_NODE
+    assert found.action.changes == {"nvidia.com/gpu.deploy.operator-validator": None}
+    # A taint the validator does not tolerate (the others do, by their own tolerations): the toleration.
+    taint = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+    def tainted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"spec": {"taints": [taint]}})
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, tainted, *waits)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("operand.not-scheduled", "toolkit")
+    assert any("waiting in toolkit-validation" in e for e in found.evidence)
+    assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
+    assert "example.com/dedicated" in json.dumps(found.action.changes)
+
+
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
     """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
     loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""

@@ -24,6 +24,7 @@ from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.toolkit import check_toolkit
+from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
@@ -148,6 +149,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 # A validation that fails with no message the catalog knows, on a node whose MIG state stops
                 # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
                 early = mig_root(ctx, view) or early
+            if early is None and result.state is LinkState.OK:
+                # Operands waiting (not failing) behind this link's validation, which the validator never completes.
+                early = waiting_on(ctx, view, name)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
