@@ -573,6 +573,39 @@ def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_pl
     assert "example.com/dedicated" in json.dumps(found.action.changes)
 
 
+def test_operands_waiting_for_a_validator_the_scheduler_cannot_place_get_room_made_for_it() -> None:
+    """The validator's DaemonSet pod is Pending on its node (the pod as the scheduler leaves it: no nodeName, the
+    DaemonSet's matchFields affinity for the node, PodScheduled=False Unschedulable with kube-scheduler's
+    message, the shape NVIDIA/gpu-operator issues quote from kubectl describe): the room it needs is the fix."""
+    said = (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+
+    def pending(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-operator-validator"))
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}
+        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        sim.cluster.patch(POD, name, {"spec": {"nodeName": None, "affinity": {"nodeAffinity": required}}}, ns)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+        status = {
+            "phase": "Pending",
+            "containerStatuses": None,
+            "initContainerStatuses": None,
+            "conditions": [condition],
+        }
+        sim.cluster.patch_status(POD, name, status, ns)
+
+    waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", pending, *waits)
+    (found,) = [f for f in report.findings if f.root]
+    assert (found.id, found.link, found.node) == ("toolkit.not-validated", "toolkit", "a")
+    assert f"scheduler: {said}" in found.evidence
+    assert sum("waiting in toolkit-validation" in e for e in found.evidence) == len(GATED)
+    assert "cpu" in found.fix and "restart" not in found.fix
+
+
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
     """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
     loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""

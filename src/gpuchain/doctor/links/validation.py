@@ -7,14 +7,16 @@ until ``/run/nvidia/validations/toolkit-ready`` exists, the toolkit's with a ``d
 (``driver-validation``, ``toolkit-validation``, ``cuda-validation``, ``plugin-validation``, in that order)
 write those files as each link is proven. A pod Running in such an init container is not failing, and
 not at fault: nothing writes its file. Who should is the validator pod on the node, so the root is read
-from it: no validator pod (opted out, or kept off by a taint or selector), or a validator still at an
-earlier validation, whose link is then the root."""
+from it: no validator pod (opted out, or kept off by a taint or selector), a validator the scheduler
+cannot place (Pending, the scheduler's words), or a validator still at an earlier validation, whose
+link is then the root."""
 
 from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, opted_out
 from gpuchain.doctor.links.deployed import unscheduled
+from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj, name_of
@@ -90,6 +92,24 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
             action,
         )
     vstate = pod_state(validator)
+    if vstate.unschedulable:
+        if order.index(link) != min(gates):
+            return None
+        # The scheduler cannot place the validator on its node: its words, and what makes room.
+        known = known_failure(ctx, view, VALIDATOR, vstate, "")
+        if known is None:
+            return None
+        return node_finding(
+            view,
+            fid,
+            Severity.ERROR,
+            link,
+            f"{known.cause} It writes the ready file the operands' validation init containers wait for, so they "
+            "wait behind it; they are not the root.",
+            [*known.evidence, *sorted(waiting)],
+            known.fix,
+            known.action,
+        )
     at = _running_init(ctx, validator)
     if vstate.failing or ctx.stack.validations.get(at) != link:
         return None  # failing: failure_at reads it; at another link: that link's turn
