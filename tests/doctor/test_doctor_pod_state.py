@@ -207,3 +207,51 @@ def test_the_toolkits_own_refused_container_and_a_refusal_the_toolkit_did_not_wr
     )
     root = next(f for f in report.findings if f.root)
     assert (root.link, root.id) == ("device-plugin", "device-plugin.not-ready")
+
+
+def _init_waiting(prefix: str, reason: str, message: str) -> Callable[[SimCluster], None]:
+    """The pod's first init container waiting with ``reason`` as the kubelet writes a container it never handed
+    to the runtime (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4: CreateContainerConfigError
+    when it cannot build the container's config from a ConfigMap or Secret, pkg/kubelet/images: ImagePullBackOff),
+    the later init containers and the main ones waiting in PodInitializing, phase Pending."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = _pod(sim, prefix, "a")
+        status = pod["status"]
+        inits = status["initContainerStatuses"]
+        inits[0].update(ready=False, state={"waiting": {"reason": reason, "message": message}})
+        for cs in [*inits[1:], *status["containerStatuses"]]:
+            cs.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
+        status["phase"] = "Pending"
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+ONE = "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"
+
+
+def test_a_validation_init_container_the_kubelet_never_started_proves_nothing_of_the_link_it_validates() -> None:
+    # The plugin's toolkit-validation cannot get its config: the plugin pod's own ConfigMap is the repair.
+    report = diagnosed(
+        ONE,
+        _init_waiting(
+            "nvidia-device-plugin-daemonset", "CreateContainerConfigError", 'configmap "plugin-config" not found'
+        ),
+    )
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("device-plugin", "device-plugin.not-ready")
+    assert root.fix.startswith("kubectl -n gpu-operator create configmap plugin-config")
+    # The validator's own driver-validation, likewise: nothing about the driver; its Secret is created.
+    report = diagnosed(
+        ONE, _init_waiting("nvidia-operator-validator", "CreateContainerConfigError", 'secret "ngc-secret" not found')
+    )
+    root = next(f for f in report.findings if f.root)
+    assert root.link == "toolkit" and "driver.validation-failed" not in report.ids
+    assert root.fix.startswith("kubectl -n gpu-operator create secret generic ngc-secret")
+    # A validator image the node cannot pull is the validator pod's, reported at the link it sits under.
+    pull = 'Back-off pulling image "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v99.0.0"'
+    report = diagnosed(ONE, _init_waiting("nvidia-operator-validator", "ImagePullBackOff", pull))
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("toolkit", "toolkit.not-ready")
+    assert "ImagePullBackOff (driver-validation)" in root.evidence[0] and "imagePullSecrets" in root.fix

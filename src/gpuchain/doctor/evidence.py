@@ -47,9 +47,13 @@ FINDING_OF = {
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     HOST_PATH_ENTRY: "driver.not-installed",
 }
-#: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
-#: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
-NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
+#: The kubelet's waiting reasons for a container it never handed to the runtime: it could not get its image
+#: (kubernetes pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull,
+#: InvalidImageName) or not build its config from the pod spec (pkg/kubelet/kuberuntime/kuberuntime_container.go
+#: ErrCreateContainerConfig, "CreateContainerConfigError": a ConfigMap, Secret or key it names is missing).
+NOT_STARTED = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"}
+)
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 #: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
 HOOK_FAILED = "toolkit.hook-failed"
@@ -378,8 +382,9 @@ def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) ->
     not once per link."""
     for failure in found:
         known = classify(ctx, failure.text)
-        # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
-        # it validates: the pod that carries it fails to start, which its own link's check reports.
+        # A validation whose image the kubelet cannot pull, or whose config it cannot build, never ran, so it
+        # proves nothing of the link it validates: the pod that carries it fails to start, which its own link's
+        # check reports.
         ran = failure.reason not in NOT_STARTED
         validated = ctx.stack.validations.get(failure.container) if failure.init and ran else None
         hooked = not known and not validated and refused_by_hook(view, failure)
