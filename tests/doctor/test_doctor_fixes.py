@@ -573,6 +573,20 @@ def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_pl
     assert "example.com/dedicated" in json.dumps(found.action.changes)
 
 
+def test_the_toolkits_own_driver_validation_does_not_wait_on_the_validator_pod() -> None:
+    """The toolkit's driver-validation runs the validation itself (gpu-operator
+    assets/state-container-toolkit/0500_daemonset.yaml: nvidia-validator, COMPONENT=driver, WITH_WAIT=true), so
+    with it alone waiting, the validator's absence is not what it waits on."""
+
+    def opted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+
+    waits = _waits_in("nvidia-container-toolkit-daemonset", "a", {"driver-validation": "running"})
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, waits)
+    assert not {"driver.not-validated", "toolkit.not-validated"} & set(report.ids)
+    assert not any(f.root and "operator-validator" in f.fix for f in report.findings)
+
+
 def test_operands_waiting_for_a_validator_the_scheduler_cannot_place_get_room_made_for_it() -> None:
     """The validator's DaemonSet pod is Pending on its node (the pod as the scheduler leaves it: no nodeName, the
     DaemonSet's matchFields affinity for the node, PodScheduled=False Unschedulable with kube-scheduler's

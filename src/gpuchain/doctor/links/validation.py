@@ -20,7 +20,7 @@ from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import VALIDATOR
+from gpuchain.operator.operands import TOOLKIT, VALIDATOR
 
 #: The finding of a link whose validation no validator pod completes on the node, by link.
 NOT_VALIDATED = {"driver": "driver.not-validated", "toolkit": "toolkit.not-validated"}
@@ -47,19 +47,26 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
     if link not in order:
         return None
     validator = view.pod(VALIDATOR)
+    toolkit = view.pod(TOOLKIT)
     waiting, gates = [], set()
     for pod in view.operand_pods.values():
         state = pod_state(pod)
         gate = ctx.stack.validations.get(_running_init(ctx, pod), "")
         if pod is not validator and not state.failing and gate in order and order.index(gate) >= order.index(link):
             waiting.append(f"pod {state.name}: {state.status}, waiting in {state.waiting_init}")
-            gates.add(order.index(gate))
+            if not (pod is toolkit and gate == "driver"):
+                gates.add(order.index(gate))
     if not waiting:
         return None
     fid = NOT_VALIDATED[link]
+    # Without a validator running here, only pods that wait for its file wait on it (the toolkit's own
+    # driver-validation runs the validation itself: nvidia-validator, COMPONENT=driver, WITH_WAIT=true in
+    # gpu-operator assets/state-container-toolkit/0500_daemonset.yaml, and waits on the driver); the lowest
+    # validation waited on is the root, found when the walk asks for that link.
+    absent = validator is None or pod_state(validator).unschedulable
+    if absent and (not gates or order.index(link) != min(gates)):
+        return None
     if validator is None:
-        if order.index(link) != min(gates):
-            return None  # the lowest validation waited on is the root, found when the walk asks for that link
         placed = unscheduled(ctx, view, VALIDATOR, link)
         if placed is not None and placed.findings:
             first = placed.findings[0]
@@ -93,8 +100,6 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
         )
     vstate = pod_state(validator)
     if vstate.unschedulable:
-        if order.index(link) != min(gates):
-            return None
         # The scheduler cannot place the validator on its node: its words, and what makes room.
         known = known_failure(ctx, view, VALIDATOR, vstate, "")
         if known is None:
