@@ -620,6 +620,49 @@ def test_operands_waiting_for_a_validator_the_scheduler_cannot_place_get_room_ma
     assert "cpu" in found.fix and "restart" not in found.fix
 
 
+def test_a_daemonset_whose_pods_the_api_refuses_gets_the_namespace_it_may_create_them_in() -> None:
+    """The plugin's DaemonSet selects and tolerates the node but has no pod there: the DaemonSet controller's
+    Warning Event (kubernetes pkg/controller/daemon, reason FailedCreate, "Error creating: %v") quotes Pod Security
+    admission's refusal (pod-security-admission admission.go: "violates PodSecurity %q: %s"). The namespace's
+    enforce level is the repair, never a restart of a DaemonSet whose every pod is refused."""
+    refused = (
+        'Error creating: pods "nvidia-device-plugin-daemonset-x7k2p" is forbidden: violates PodSecurity '
+        '"baseline:latest": privileged (container "nvidia-device-plugin" must not set securityContext.privileged=true)'
+    )
+
+    def no_pod(sim: SimCluster) -> None:
+        pod = next(
+            p
+            for p in sim.cluster.list(POD)
+            if p["metadata"]["name"].startswith("nvidia-device-plugin") and p["spec"]["nodeName"] == "b"
+        )
+        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        gone = {"nvidia.com/gpu": None}
+        sim.cluster.patch_status(NODE, "b", {"capacity": gone, "allocatable": gone})
+        ds = {"kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "nvidia-device-plugin-daemonset.1", "namespace": "gpu-operator"},
+            "involvedObject": ds,
+            "type": "Warning",
+            "reason": "FailedCreate",
+            "message": refused,
+            "source": {"component": "daemonset-controller"},
+        }
+        sim.cluster.create(event)
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n", no_pod)
+    (found,) = [f for f in report.findings if f.root]
+    assert (found.id, found.link, found.node) == ("operand.not-created", "device-plugin", "b")
+    assert f"event FailedCreate (daemonset-controller): {refused}" in found.evidence
+    assert found.action is not None and found.action.op is FixOp.LABEL_NAMESPACE
+    assert found.fix.startswith(
+        "kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged --overwrite"
+    )
+    assert "restart" not in found.fix and NOT_SIMULATED in found.action.changes
+
+
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:
     """NVIDIA/k8s-device-plugin#1431: the plugin's runtime hook prints NVML's version mismatch; the node's
     loaded module is older than its libraries, which only a reboot (or a module reload) repairs."""

@@ -41,6 +41,7 @@ CLUSTER_TESTS = {
     "toolkit.validation-failed": "test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behind_it",
     "driver.not-validated": "test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link",
     "toolkit.not-validated": "test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link",
+    "operand.not-created": "test_a_daemonset_whose_pods_the_api_refuses_gets_the_namespace_it_may_create_them_in",
     "toolkit.hook-failed": "test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_operand",
     "driver.not-installed": "test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand",
     "driver.gpu-unavailable": "test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver",

@@ -36,6 +36,7 @@ class FixOp(enum.StrEnum):
     """What kind of change a fix is."""
 
     LABEL_NODE = "label-node"  #: changes: {key: value, or None to remove}
+    LABEL_NAMESPACE = "label-namespace"  #: changes: {key: value, or None to remove} of namespace ``target``
     PATCH_POLICY = "patch-policy"  #: changes: a merge patch of the stack's ClusterPolicy
     PATCH_DAEMONSET = "patch-daemonset"  #: changes: a merge patch of the DaemonSet ``target`` (ns/name)
     CREATE = "create"  #: changes: the object to create
