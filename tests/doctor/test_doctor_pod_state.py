@@ -10,7 +10,7 @@ from doctor.small_cluster import diagnosed
 from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube import DAEMONSET, POD
+from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
 
@@ -255,3 +255,22 @@ def test_a_validation_init_container_the_kubelet_never_started_proves_nothing_of
     root = next(f for f in report.findings if f.root)
     assert (root.link, root.id) == ("toolkit", "toolkit.not-ready")
     assert "ImagePullBackOff (driver-validation)" in root.evidence[0] and "imagePullSecrets" in root.fix
+
+
+def test_a_plugin_daemonset_with_no_pod_on_an_admitted_node_is_never_told_to_restart() -> None:
+    """No taint, selector or FailedCreate explains the missing pod: a restart of a DaemonSet that makes no pod
+    here makes none either, so the fix names no restart and quotes the DaemonSet's own counts."""
+
+    def no_pod(sim: SimCluster) -> None:
+        pod = _pod(sim, "nvidia-device-plugin-daemonset", "a")
+        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        gone = {"nvidia.com/gpu": None}
+        sim.cluster.patch_status(NODE, "a", {"capacity": gone, "allocatable": gone})
+
+    report = diagnosed(ONE, no_pod)
+    root = next(f for f in report.findings if f.root)
+    assert (root.id, root.node) == ("device-plugin.not-registered", "a")
+    assert "rollout restart" not in root.fix and root.fix.startswith(
+        "# nvidia-device-plugin-daemonset admits this node"
+    )
+    assert root.action is None and "desired 1, current 1, ready 1" in root.fix

@@ -45,7 +45,6 @@ class FixOp(enum.StrEnum):
     INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
     UNINSTALL = "uninstall"  #: remove a Helm release (changes["release"], changes["namespace"])
     DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
-    RESTART_DAEMONSET = "restart-daemonset"  #: a rolling restart of the DaemonSet ``target`` (ns/name)
     SET_ENV = "set-env"  #: changes: {"env": {name: value}} of the DaemonSet ``target``'s containers
     SET_LIMITS = "set-limits"  #: changes: {"container": name, "limits": {resource: quantity}} of ``target``
 

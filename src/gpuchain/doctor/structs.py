@@ -177,9 +177,6 @@ class Stack:
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
-        if fix.op is FixOp.RESTART_DAEMONSET:
-            ns, _, name = fix.target.partition("/")
-            return f"kubectl -n {ns} rollout restart ds/{name}"
         if fix.op is FixOp.SET_ENV:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} set env ds/{name} " + " ".join(f"{k}={v}" for k, v in ch["env"].items())
