@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, unschedulable
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
@@ -596,22 +596,8 @@ def test_operands_waiting_for_a_validator_the_scheduler_cannot_place_get_room_ma
         "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod."
     )
 
-    def pending(sim: SimCluster) -> None:
-        pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-operator-validator"))
-        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}
-        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
-        name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
-        sim.cluster.patch(POD, name, {"spec": {"nodeName": None, "affinity": {"nodeAffinity": required}}}, ns)
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
-        status = {
-            "phase": "Pending",
-            "containerStatuses": None,
-            "initContainerStatuses": None,
-            "conditions": [condition],
-        }
-        sim.cluster.patch_status(POD, name, status, ns)
-
     waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
+    pending = unschedulable("nvidia-operator-validator", "a", said)
     report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", pending, *waits)
     (found,) = [f for f in report.findings if f.root]
     assert (found.id, found.link, found.node) == ("toolkit.not-validated", "toolkit", "a")

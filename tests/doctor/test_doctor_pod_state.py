@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, unschedulable
 
 from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.model import LinkState
@@ -274,3 +274,35 @@ def test_a_plugin_daemonset_with_no_pod_on_an_admitted_node_is_never_told_to_res
         "# nvidia-device-plugin-daemonset admits this node"
     )
     assert root.action is None and "desired 1, current 1, ready 1" in root.fix
+
+
+def test_a_daemonset_pod_pending_for_a_host_port_names_the_pod_that_holds_it() -> None:
+    """kube-scheduler's NodePorts filter says only "didn't have free ports for the requested pod ports": the pod
+    on the node that holds the port (here a second dcgm-exporter release's, in its own namespace) is named."""
+    said = (
+        "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 1 node(s) didn't "
+        "match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 No preemption victims found."
+    )
+    port = [{"name": "metrics", "containerPort": 9400, "hostPort": 9400, "protocol": "TCP"}]
+
+    def crowded(sim: SimCluster) -> None:
+        pod = _pod(sim, "nvidia-dcgm-exporter", "a")
+        containers = [{**pod["spec"]["containers"][0], "ports": port}]
+        unschedulable("nvidia-dcgm-exporter", "a", said, containers=containers)(sim)
+        sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+        owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter", "controller": True}]
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "dcgm-exporter-q8x2m", "namespace": "monitoring", "ownerReferences": owner},
+                "spec": {"nodeName": "a", "containers": [{"name": "exporter", "image": "busybox", "ports": port}]},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "exporter", "ready": True}]},
+            }
+        )
+
+    report = diagnosed(ONE, crowded)
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.node) == ("exporter", "a")
+    assert "pod monitoring/dcgm-exporter-q8x2m (dcgm-exporter) holds host port 9400 on a" in root.evidence
+    assert "dcgm-exporter-q8x2m" in root.fix and "restart" not in root.fix
