@@ -11,6 +11,7 @@ from sim.heldout import harness
 
 from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import Report
+from gpuchain.kube import POD
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
 
@@ -28,3 +29,31 @@ def diagnosed(scenario: str, *edits: Edit) -> Report:
         else:
             harness._apply(sim.cluster, dict(edit))
     return run_doctor(sim.cluster, reader=sim.read_log)
+
+
+def unschedulable(prefix: str, node: str, message: str, **spec: Any) -> Callable[[SimCluster], None]:
+    """An edit: the DaemonSet pod ``prefix``-* of ``node`` Pending as kube-scheduler leaves it (no nodeName, the
+    DaemonSet controller's matchFields affinity for its node, PodScheduled=False Unschedulable with ``message``),
+    its spec merged with ``spec`` (e.g. containers)."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(
+            p
+            for p in sim.cluster.list(POD)
+            if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName") == node
+        )
+        name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        patch = {"nodeName": None, "affinity": {"nodeAffinity": required}, **spec}
+        sim.cluster.patch(POD, name, {"spec": patch}, ns)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        status = {
+            "phase": "Pending",
+            "containerStatuses": None,
+            "initContainerStatuses": None,
+            "conditions": [condition],
+        }
+        sim.cluster.patch_status(POD, name, status, ns)
+
+    return edit

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+from doctor.small_cluster import diagnosed
+
 from gpuchain.doctor import diagnose, run_doctor
 from gpuchain.doctor.model import Severity
 from gpuchain.doctor.snapshot import MAX_LOGS, gather, needs_logs, with_logs
@@ -115,6 +117,53 @@ def test_pending_pods_on_a_full_healthy_cluster_are_information_not_an_error() -
     # Issue 26: a healthy cluster whose GPUs are all allocated is capacity, not a broken chain.
     assert f.severity is Severity.INFO and not f.root and "every schedulable GPU is in use" in f.cause
     assert report.exit_code == 0
+
+
+def test_a_full_cluster_stays_information_beside_a_fault_that_takes_no_gpu_away() -> None:
+    """The exporter crashing on one node is its own error; the GPUs are still offered, so pods Pending on
+    Insufficient nvidia.com/gpu are capacity (info), not a consequence of it."""
+    waiting = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    crash = {"name": "nvidia-dcgm-exporter", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
+    exporter = {"do": "pod", "daemonset": "nvidia-dcgm-exporter", "node": "n2", "containers": [crash]}
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n",
+        exporter,
+        lambda sim: sim.cluster.create(waiting),
+    )
+    pending = next(f for f in report.findings if f.id == "workload.insufficient-gpu")
+    assert pending.severity is Severity.INFO and not pending.root
+    assert [(f.link, f.node) for f in report.findings if f.root] == [("exporter", "n2")]
+    # A fault that does take GPUs away (the plugin on n2) makes the same pods an error again.
+    plugin = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "n2",
+        "containers": [crash | {"name": "nvidia-device-plugin"}],
+    }
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n",
+        plugin,
+        {"do": "node", "node": "n2", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        lambda sim: sim.cluster.create(waiting),
+    )
+    pending = next(f for f in report.findings if f.id == "workload.insufficient-gpu")
+    assert pending.severity is Severity.ERROR and "consequence of" in pending.cause
 
 
 def test_namespace_comes_from_the_clusterpolicy_status() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, unschedulable
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
@@ -446,6 +446,207 @@ def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behi
     assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
     assert "toolkit" in found.fix and "delete pod" in found.fix
     assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+
+
+def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_operand() -> None:
+    """The plugin's own container, refused by the NVIDIA runtime hook: containerd's CRI ends a task the OCI
+    runtime could not create in terminated StartError, exit 128, with runc's words (containerd
+    internal/cri/server/container_start.go@v2.0.5), and the kubelet shows it as CrashLoopBackOff with that
+    last state. The plugin never ran; the toolkit is the root and the fix acts on the toolkit."""
+    hook = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running prestart hook #0: "
+        "exit status 1, stdout: , stderr: : unknown"
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _failing(
+            "nvidia-device-plugin-daemonset",
+            "b",
+            main="nvidia-device-plugin",
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+        ),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.hook-failed", "toolkit", "b")
+    assert "CrashLoopBackOff (last: StartError)" in found.evidence[0] and hook in found.evidence[1]
+    assert "catalog: runc.prestart-hook-failed" in found.evidence[2]
+    assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
+    assert "nvidia-container-toolkit-daemonset" in found.fix and "restart containerd" in found.fix
+    assert not [f for f in report.findings if f.id == "device-plugin.not-ready"]
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+
+
+def _waits_in(ds: str, node: str, inits: dict[str, str]) -> Callable[[SimCluster], None]:
+    """The pod of ``ds`` on ``node`` in its init phase as the kubelet writes it (kubernetes
+    pkg/kubelet/kubelet_pods.go@v1.34.4 convertToAPIContainerStatuses): phase Pending, each init container
+    ``done`` (terminated, exit 0, Completed), ``running`` (the loop that waits for the ready file) or
+    ``PodInitializing`` (waiting, not started), the main containers waiting in PodInitializing."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(
+            p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith(ds) and p["spec"]["nodeName"] == node
+        )
+        shapes: dict[str, dict[str, Any]] = {
+            "done": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            "running": {"running": {"startedAt": "2026-06-05T18:00:00Z"}},
+            "PodInitializing": {"waiting": {"reason": "PodInitializing"}},
+        }
+        status = pod["status"]
+        status["phase"] = "Pending"
+        status["initContainerStatuses"] = [
+            {"name": n, "ready": how == "done", "restartCount": 0, "state": shapes[how]} for n, how in inits.items()
+        ]
+        for cs in status.get("containerStatuses") or []:
+            cs.update(ready=False, started=False, state=shapes["PodInitializing"])
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+#: The operands that wait for the toolkit's ready file (gpu-operator assets: their toolkit-validation init
+#: container loops until /run/nvidia/validations/toolkit-ready exists).
+GATED = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter")
+
+
+def test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link() -> None:
+    """The validator is at driver-validation (its loop Running) while the driver pod runs: the plugin, GFD and
+    exporter wait in toolkit-validation for a file only the validator writes, so none of them is the root."""
+    validator = {
+        "driver-validation": "running",
+        "toolkit-validation": "PodInitializing",
+        "cuda-validation": "PodInitializing",
+        "plugin-validation": "PodInitializing",
+    }
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _waits_in("nvidia-operator-validator", "b", validator),
+        *(_waits_in(ds, "b", {"toolkit-validation": "running"}) for ds in GATED),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("driver.not-validated", "driver", "b")
+    assert found.evidence[0].endswith("Init:0/4, at driver-validation")
+    assert sum("waiting in toolkit-validation" in e for e in found.evidence) == len(GATED)
+    assert found.action is not None and found.action.op is FixOp.DELETE and NOT_SIMULATED in found.action.changes
+    assert "delete pod nvidia-operator-validator-" in found.fix
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+    assert not {"device-plugin.not-ready", "gfd.not-ready", "exporter.not-ready"} & set(report.ids)
+    # One validation further (the driver proven, toolkit-validation running): the toolkit link.
+    validator |= {"driver-validation": "done", "toolkit-validation": "running"}
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _waits_in("nvidia-operator-validator", "a", validator),
+        *(_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("toolkit.not-validated", "toolkit")
+
+
+def _no_validator(sim: SimCluster) -> None:
+    pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-operator-validator"))
+    sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+
+def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_placed() -> None:
+    """No validator pod on the node writes the ready file: what keeps it off is the root, with its fix."""
+    waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
+
+    def opted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, *waits)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("toolkit.not-validated", "toolkit")
+    assert found.action is not None and found.action.op is FixOp.LABEL_NODE
+    assert found.action.changes == {"nvidia.com/gpu.deploy.operator-validator": None}
+    # A taint the validator does not tolerate (the others do, by their own tolerations): the toleration.
+    taint = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+    def tainted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"spec": {"taints": [taint]}})
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, tainted, *waits)
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link) == ("operand.not-scheduled", "toolkit")
+    assert any("waiting in toolkit-validation" in e for e in found.evidence)
+    assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
+    assert "example.com/dedicated" in json.dumps(found.action.changes)
+
+
+def test_the_toolkits_own_driver_validation_does_not_wait_on_the_validator_pod() -> None:
+    """The toolkit's driver-validation runs the validation itself (gpu-operator
+    assets/state-container-toolkit/0500_daemonset.yaml: nvidia-validator, COMPONENT=driver, WITH_WAIT=true), so
+    with it alone waiting, the validator's absence is not what it waits on."""
+
+    def opted(sim: SimCluster) -> None:
+        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+
+    waits = _waits_in("nvidia-container-toolkit-daemonset", "a", {"driver-validation": "running"})
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, waits)
+    assert not {"driver.not-validated", "toolkit.not-validated"} & set(report.ids)
+    assert not any(f.root and "operator-validator" in f.fix for f in report.findings)
+
+
+def test_operands_waiting_for_a_validator_the_scheduler_cannot_place_get_room_made_for_it() -> None:
+    """The validator's DaemonSet pod is Pending on its node (the pod as the scheduler leaves it: no nodeName, the
+    DaemonSet's matchFields affinity for the node, PodScheduled=False Unschedulable with kube-scheduler's
+    message, the shape NVIDIA/gpu-operator issues quote from kubectl describe): the room it needs is the fix."""
+    said = (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+
+    waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
+    pending = unschedulable("nvidia-operator-validator", "a", said)
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", pending, *waits)
+    (found,) = [f for f in report.findings if f.root]
+    assert (found.id, found.link, found.node) == ("toolkit.not-validated", "toolkit", "a")
+    assert f"scheduler: {said}" in found.evidence
+    assert sum("waiting in toolkit-validation" in e for e in found.evidence) == len(GATED)
+    assert "cpu" in found.fix and "restart" not in found.fix
+
+
+def test_a_daemonset_whose_pods_the_api_refuses_gets_the_namespace_it_may_create_them_in() -> None:
+    """The plugin's DaemonSet selects and tolerates the node but has no pod there: the DaemonSet controller's
+    Warning Event (kubernetes pkg/controller/daemon, reason FailedCreate, "Error creating: %v") quotes Pod Security
+    admission's refusal (pod-security-admission admission.go: "violates PodSecurity %q: %s"). The namespace's
+    enforce level is the repair, never a restart of a DaemonSet whose every pod is refused."""
+    refused = (
+        'Error creating: pods "nvidia-device-plugin-daemonset-x7k2p" is forbidden: violates PodSecurity '
+        '"baseline:latest": privileged (container "nvidia-device-plugin" must not set securityContext.privileged=true)'
+    )
+
+    def no_pod(sim: SimCluster) -> None:
+        pod = next(
+            p
+            for p in sim.cluster.list(POD)
+            if p["metadata"]["name"].startswith("nvidia-device-plugin") and p["spec"]["nodeName"] == "b"
+        )
+        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        gone = {"nvidia.com/gpu": None}
+        sim.cluster.patch_status(NODE, "b", {"capacity": gone, "allocatable": gone})
+        ds = {"kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "nvidia-device-plugin-daemonset.1", "namespace": "gpu-operator"},
+            "involvedObject": ds,
+            "type": "Warning",
+            "reason": "FailedCreate",
+            "message": refused,
+            "source": {"component": "daemonset-controller"},
+        }
+        sim.cluster.create(event)
+
+    report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n", no_pod)
+    (found,) = [f for f in report.findings if f.root]
+    assert (found.id, found.link, found.node) == ("operand.not-created", "device-plugin", "b")
+    assert f"event FailedCreate (daemonset-controller): {refused}" in found.evidence
+    assert found.action is not None and found.action.op is FixOp.LABEL_NAMESPACE
+    assert found.fix.startswith(
+        "kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged --overwrite"
+    )
+    assert "restart" not in found.fix and NOT_SIMULATED in found.action.changes
 
 
 def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot() -> None:

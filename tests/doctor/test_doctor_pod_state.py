@@ -3,10 +3,16 @@ scheduler cannot place, driver DaemonSets made per kernel, an operand's second r
 
 from __future__ import annotations
 
-from gpuchain.doctor import run_doctor
+from collections.abc import Callable
+
+from doctor.small_cluster import diagnosed, unschedulable
+
+from gpuchain.doctor import Severity, run_doctor
+from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube import DAEMONSET, POD
+from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.sim import build, parse_scenario
+from gpuchain.sim.build import SimCluster
 
 SCHEDULER = (
     "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. "
@@ -137,3 +143,166 @@ def test_a_second_exporter_release_in_another_namespace_is_read() -> None:
     assert (found.id, found.link, found.node) == ("exporter.not-ready", "exporter", "a")
     assert found.action is not None and found.action.changes["namespace"] == "monitoring"
     assert "kubectl -n monitoring delete pod dcgm-exporter-x1" in found.fix
+
+
+#: runc's words when a prestart hook exits non-zero (opencontainers/runc libcontainer/configs/config.go@v1.2.5,
+#: "error running %s hook #%d: %w"), as containerd's CRI wraps them.
+HOOK = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+    "unable to start container process: error during container init: error running prestart hook #0: exit status 1, "
+    "stdout: , stderr: : unknown"
+)
+
+
+def _refused(prefix: str, node: str, container: str, message: str) -> Callable[[SimCluster], None]:
+    """The pod's main container as the kubelet leaves it when the runtime cannot start it: waiting
+    ``RunContainerError`` with the runtime's error as message (kubernetes pkg/kubelet/container/sync_result.go
+    ErrRunContainer, the reason the kubelet's status manager writes for a failed StartContainer), phase Running
+    with its init containers done."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = _pod(sim, prefix, node)
+        status = pod["status"]
+        for cs in status["containerStatuses"]:
+            if cs["name"] == container:
+                cs.update(
+                    ready=False,
+                    restartCount=2,
+                    state={"waiting": {"reason": "RunContainerError", "message": message}},
+                )
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+def test_an_operand_the_runtime_hook_will_not_start_is_a_toolkit_fault_whatever_the_operand() -> None:
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _refused("gpu-feature-discovery", "a", "gpu-feature-discovery", HOOK),
+    )
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "a")
+    assert root.evidence[0].endswith("container gpu-feature-discovery RunContainerError, 2 restarts")
+    assert "gfd.not-ready" not in report.ids
+    # The links above the toolkit are not reached: the plugin on that node is not judged on its own.
+    chain = next(c for c in report.chains if c.node == "a")
+    assert [lk.name for lk in chain.links if lk.state is LinkState.BROKEN] == ["toolkit"]
+
+
+def test_the_toolkits_own_refused_container_and_a_refusal_the_toolkit_did_not_write_stay_with_their_pod() -> None:
+    # The toolkit's own container is judged by the toolkit's check, not as its own victim.
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _refused("nvidia-container-toolkit-daemonset", "a", "nvidia-container-toolkit-ctr", HOOK),
+    )
+    assert "toolkit.hook-failed" not in report.ids and "toolkit.not-ready" in report.ids
+    # A refusal whose message is not the toolkit's (a missing executable in the plugin's own image) is the plugin's.
+    own = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+        'unable to start container process: exec: "nvidia-device-plugin": executable file not found in $PATH: unknown'
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        _refused("nvidia-device-plugin-daemonset", "a", "nvidia-device-plugin", own),
+    )
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("device-plugin", "device-plugin.not-ready")
+
+
+def _init_waiting(prefix: str, reason: str, message: str) -> Callable[[SimCluster], None]:
+    """The pod's first init container waiting with ``reason`` as the kubelet writes a container it never handed
+    to the runtime (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4: CreateContainerConfigError
+    when it cannot build the container's config from a ConfigMap or Secret, pkg/kubelet/images: ImagePullBackOff),
+    the later init containers and the main ones waiting in PodInitializing, phase Pending."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = _pod(sim, prefix, "a")
+        status = pod["status"]
+        inits = status["initContainerStatuses"]
+        inits[0].update(ready=False, state={"waiting": {"reason": reason, "message": message}})
+        for cs in [*inits[1:], *status["containerStatuses"]]:
+            cs.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
+        status["phase"] = "Pending"
+        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+
+    return edit
+
+
+ONE = "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"
+
+
+def test_a_validation_init_container_the_kubelet_never_started_proves_nothing_of_the_link_it_validates() -> None:
+    # The plugin's toolkit-validation cannot get its config: the plugin pod's own ConfigMap is the repair.
+    report = diagnosed(
+        ONE,
+        _init_waiting(
+            "nvidia-device-plugin-daemonset", "CreateContainerConfigError", 'configmap "plugin-config" not found'
+        ),
+    )
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("device-plugin", "device-plugin.not-ready")
+    assert root.fix.startswith("kubectl -n gpu-operator create configmap plugin-config")
+    # The validator's own driver-validation, likewise: nothing about the driver; its Secret is created.
+    report = diagnosed(
+        ONE, _init_waiting("nvidia-operator-validator", "CreateContainerConfigError", 'secret "ngc-secret" not found')
+    )
+    root = next(f for f in report.findings if f.root)
+    assert root.link == "toolkit" and "driver.validation-failed" not in report.ids
+    assert root.fix.startswith("kubectl -n gpu-operator create secret generic ngc-secret")
+    # A validator image the node cannot pull is the validator pod's, reported at the link it sits under.
+    pull = 'Back-off pulling image "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v99.0.0"'
+    report = diagnosed(ONE, _init_waiting("nvidia-operator-validator", "ImagePullBackOff", pull))
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.id) == ("toolkit", "toolkit.not-ready")
+    assert "ImagePullBackOff (driver-validation)" in root.evidence[0] and "imagePullSecrets" in root.fix
+
+
+def test_a_plugin_daemonset_with_no_pod_on_an_admitted_node_is_never_told_to_restart() -> None:
+    """No taint, selector or FailedCreate explains the missing pod: a restart of a DaemonSet that makes no pod
+    here makes none either, so the fix names no restart and quotes the DaemonSet's own counts."""
+
+    def no_pod(sim: SimCluster) -> None:
+        pod = _pod(sim, "nvidia-device-plugin-daemonset", "a")
+        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        gone = {"nvidia.com/gpu": None}
+        sim.cluster.patch_status(NODE, "a", {"capacity": gone, "allocatable": gone})
+
+    report = diagnosed(ONE, no_pod)
+    root = next(f for f in report.findings if f.root)
+    assert (root.id, root.node) == ("device-plugin.not-registered", "a")
+    assert "rollout restart" not in root.fix and root.fix.startswith(
+        "# nvidia-device-plugin-daemonset admits this node"
+    )
+    assert root.action is None and "desired 1, current 1, ready 1" in root.fix
+
+
+def test_a_daemonset_pod_pending_for_a_host_port_names_the_pod_that_holds_it() -> None:
+    """kube-scheduler's NodePorts filter says only "didn't have free ports for the requested pod ports": the pod
+    on the node that holds the port (here a second dcgm-exporter release's, in its own namespace) is named."""
+    said = (
+        "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 1 node(s) didn't "
+        "match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 No preemption victims found."
+    )
+    port = [{"name": "metrics", "containerPort": 9400, "hostPort": 9400, "protocol": "TCP"}]
+
+    def crowded(sim: SimCluster) -> None:
+        pod = _pod(sim, "nvidia-dcgm-exporter", "a")
+        containers = [{**pod["spec"]["containers"][0], "ports": port}]
+        unschedulable("nvidia-dcgm-exporter", "a", said, containers=containers)(sim)
+        sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+        owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter", "controller": True}]
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "dcgm-exporter-q8x2m", "namespace": "monitoring", "ownerReferences": owner},
+                "spec": {"nodeName": "a", "containers": [{"name": "exporter", "image": "busybox", "ports": port}]},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "exporter", "ready": True}]},
+            }
+        )
+
+    report = diagnosed(ONE, crowded)
+    root = next(f for f in report.findings if f.root)
+    assert (root.link, root.node) == ("exporter", "a")
+    assert "pod monitoring/dcgm-exporter-q8x2m (dcgm-exporter) holds host port 9400 on a" in root.evidence
+    assert "dcgm-exporter-q8x2m" in root.fix and "restart" not in root.fix

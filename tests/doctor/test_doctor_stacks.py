@@ -142,12 +142,13 @@ def test_gpu_zero_in_capacity_with_gpus_present_is_not_registered_not_all_in_use
 
 
 def test_the_one_renderer_writes_the_daemonset_commands_kubectl_takes() -> None:
-    """Restarting, re-configuring and re-limiting an operand's DaemonSet, restarting a pod and removing a
+    """Labelling an operand's namespace, re-configuring and re-limiting its DaemonSet, restarting a pod and removing a
     Helm release are fixes as data, written by the stack's renderer in kubectl's and helm's own syntax."""
     stack = detect(gather(build(load_scenario("healthy-nvidia-device-plugin")).cluster))
     ds = "kube-system/nvidia-device-plugin-daemonset"
-    assert stack.render(Fix(FixOp.RESTART_DAEMONSET, ds)) == (
-        "kubectl -n kube-system rollout restart ds/nvidia-device-plugin-daemonset"
+    privileged = Fix(FixOp.LABEL_NAMESPACE, "kube-system", {"pod-security.kubernetes.io/enforce": "privileged"})
+    assert stack.render(privileged) == (
+        "kubectl label namespace kube-system pod-security.kubernetes.io/enforce=privileged --overwrite"
     )
     assert stack.render(Fix(FixOp.SET_ENV, ds, {"env": {"MIG_STRATEGY": "mixed", "FAIL_ON_INIT_ERROR": "false"}})) == (
         "kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset MIG_STRATEGY=mixed FAIL_ON_INIT_ERROR=false"

@@ -24,6 +24,7 @@ from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.toolkit import check_toolkit
+from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
@@ -148,6 +149,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 # A validation that fails with no message the catalog knows, on a node whose MIG state stops
                 # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
                 early = mig_root(ctx, view) or early
+            if early is None and result.state is LinkState.OK:
+                # Operands waiting (not failing) behind this link's validation, which the validator never completes.
+                early = waiting_on(ctx, view, name)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
@@ -340,6 +344,10 @@ def _version_skew(ctx: Context) -> list[Finding]:
     ]
 
 
+#: The links whose fault takes GPUs away from the scheduler (the node itself, the foundation, MIG's layout).
+OFFERS_GPUS = frozenset({"node", *FOUNDATION, "mig"})
+
+
 def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     stuck = []
     for pod in ctx.pending:
@@ -368,14 +376,17 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
         )
     else:
         cause = f"{len(stuck)} pod(s) are Pending on Insufficient {resources}: " + (
-            "every schedulable GPU is in use; the chain works on every GPU node, so this is capacity, not a fault."
+            "every schedulable GPU is in use; the links that offer GPUs work on every GPU node, so this is capacity, "
+            "not a fault."
             if ctx.views
             else "the cluster has no GPU node."
         )
         fix = "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"
-    # A healthy cluster whose GPUs are all allocated is information; only GPUs that cannot be offered
-    # (or none at all) make the waiting pods an error.
-    healthy_full = bool(ctx.views) and not no_gpu and not any(f.root for c in chains for f in c.findings)
+    # A cluster whose GPUs are all allocated is information; only GPUs that cannot be offered (or none at
+    # all) make the waiting pods an error. A fault of a link that offers no GPU (the exporter, feature
+    # discovery) is its own finding and takes no GPU away from the scheduler.
+    offering = {c.node for c in chains for f in c.findings if f.root and f.link in OFFERS_GPUS}
+    healthy_full = bool(ctx.views) and not no_gpu and not offering
     return [
         Finding(
             "workload.insufficient-gpu",

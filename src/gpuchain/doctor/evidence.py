@@ -25,7 +25,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, start_refused
+from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
@@ -47,10 +47,16 @@ FINDING_OF = {
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     HOST_PATH_ENTRY: "driver.not-installed",
 }
-#: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
-#: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
-NOT_STARTED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"})
+#: The kubelet's waiting reasons for a container it never handed to the runtime: it could not get its image
+#: (kubernetes pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull,
+#: InvalidImageName) or not build its config from the pod spec (pkg/kubelet/kuberuntime/kuberuntime_container.go
+#: ErrCreateContainerConfig, "CreateContainerConfigError": a ConfigMap, Secret or key it names is missing).
+NOT_STARTED = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"}
+)
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
+#: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
+HOOK_FAILED = "toolkit.hook-failed"
 #: The catalog entries that prove their link broken in whatever pod shows them.
 ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 
@@ -353,16 +359,36 @@ def _fix(
     return action, ctx.stack.render(action)
 
 
+def refused_by_hook(view: NodeView, failure: Failure) -> bool:
+    """Did the runtime refuse to create or start this container with a message of the toolkit's own runtime
+    (its hook, libnvidia-container: catalog entries of link toolkit)? The container never ran, so its own
+    link's code said nothing: the refusal proves the toolkit broken, and the operand is only its victim. The
+    kubelet writes the refusal as waiting ``RunContainerError`` / ``CreateContainerError`` with the runtime's
+    message, or as terminated ``StartError`` (exit 128) and then ``CrashLoopBackOff`` with that as last state
+    (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4, containerd's StartError). The
+    toolkit's own pod is judged by its own check."""
+    last = failure.reason.removeprefix("CrashLoopBackOff (last: ").removesuffix(")")
+    if last not in NOT_CREATED:
+        return False
+    said = catalog.known_error(failure.text)
+    own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
+    return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
+
+
 def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
-    catalog, or by being that link's validation), as a root finding; None when none does. ``found``
-    is `witnesses` of this node: the walk reads them once, not once per link."""
+    catalog, by being that link's validation, or by the toolkit's runtime refusing to start it), as a
+    root finding; None when none does. ``found`` is `witnesses` of this node: the walk reads them once,
+    not once per link."""
     for failure in found:
         known = classify(ctx, failure.text)
-        # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
-        # it validates: the pod that carries it fails to start, which its own link's check reports.
+        # A validation whose image the kubelet cannot pull, or whose config it cannot build, never ran, so it
+        # proves nothing of the link it validates: the pod that carries it fails to start, which its own link's
+        # check reports.
         ran = failure.reason not in NOT_STARTED
-        proves = known[1] if known else ctx.stack.validations.get(failure.container) if failure.init and ran else None
+        validated = ctx.stack.validations.get(failure.container) if failure.init and ran else None
+        hooked = not known and not validated and refused_by_hook(view, failure)
+        proves = known[1] if known else validated or ("toolkit" if hooked else None)
         if proves != link:
             continue
         evidence = [failure.describe()]
@@ -375,10 +401,14 @@ def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) ->
             cause = entry.cause
             evidence += [f"says: {line}", entry.cite()]
         else:
-            finding_id = f"{link}.validation-failed"
+            finding_id = HOOK_FAILED if hooked else f"{link}.validation-failed"
             cause = (
-                f"the {failure.container} init container, which proves the {link} link on this node, fails to run "
-                f"({failure.reason}); every operand that waits for its ready file waits behind it."
+                f"the container runtime refused to start the {failure.container} container ({failure.reason}) with "
+                "the NVIDIA container toolkit's own error: every container that runs with the nvidia runtime fails "
+                "the same way on this node, so the toolkit is the root and that pod only its victim."
+                if hooked
+                else f"the {failure.container} init container, which proves the {link} link on this node, fails to "
+                f"run ({failure.reason}); every operand that waits for its ready file waits behind it."
             )
             said = catalog.known_error(failure.text)
             if said is not None:

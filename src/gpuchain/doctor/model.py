@@ -36,6 +36,7 @@ class FixOp(enum.StrEnum):
     """What kind of change a fix is."""
 
     LABEL_NODE = "label-node"  #: changes: {key: value, or None to remove}
+    LABEL_NAMESPACE = "label-namespace"  #: changes: {key: value, or None to remove} of namespace ``target``
     PATCH_POLICY = "patch-policy"  #: changes: a merge patch of the stack's ClusterPolicy
     PATCH_DAEMONSET = "patch-daemonset"  #: changes: a merge patch of the DaemonSet ``target`` (ns/name)
     CREATE = "create"  #: changes: the object to create
@@ -44,7 +45,6 @@ class FixOp(enum.StrEnum):
     INSTALL = "install"  #: install a stack (changes["chart"], changes["namespace"])
     UNINSTALL = "uninstall"  #: remove a Helm release (changes["release"], changes["namespace"])
     DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
-    RESTART_DAEMONSET = "restart-daemonset"  #: a rolling restart of the DaemonSet ``target`` (ns/name)
     SET_ENV = "set-env"  #: changes: {"env": {name: value}} of the DaemonSet ``target``'s containers
     SET_LIMITS = "set-limits"  #: changes: {"container": name, "limits": {resource: quantity}} of ``target``
 

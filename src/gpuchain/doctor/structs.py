@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuchain.doctor.model import Fix, FixOp
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.policy import ClusterPolicySpec
 
@@ -163,10 +163,12 @@ class Stack:
     def render(self, fix: Fix) -> str:
         """The fix as the commands a person runs on this stack (its names, its namespace)."""
         ch = fix.changes
-        if fix.op is FixOp.LABEL_NODE:
-            parts = [f"{k}-" if v is None else f"{k}={v}" for k, v in ch.items()]
-            overwrite = " --overwrite" if any(v is not None for v in ch.values()) else ""
-            return f"kubectl label node {fix.target} {' '.join(parts)}{overwrite}"
+        if fix.op in (FixOp.LABEL_NODE, FixOp.LABEL_NAMESPACE):
+            labels = {k: v for k, v in ch.items() if k != NOT_SIMULATED}
+            parts = [f"{k}-" if v is None else f"{k}={v}" for k, v in labels.items()]
+            overwrite = " --overwrite" if any(v is not None for v in labels.values()) else ""
+            kind = "node" if fix.op is FixOp.LABEL_NODE else "namespace"
+            return f"kubectl label {kind} {fix.target} {' '.join(parts)}{overwrite}"
         if fix.op is FixOp.PATCH_POLICY:
             return (
                 f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
@@ -175,9 +177,6 @@ class Stack:
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
-        if fix.op is FixOp.RESTART_DAEMONSET:
-            ns, _, name = fix.target.partition("/")
-            return f"kubectl -n {ns} rollout restart ds/{name}"
         if fix.op is FixOp.SET_ENV:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} set env ds/{name} " + " ".join(f"{k}={v}" for k, v in ch["env"].items())

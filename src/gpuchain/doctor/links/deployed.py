@@ -276,6 +276,64 @@ def _operator_pod(name: str) -> bool:
     return name.startswith(("gpu-operator-", "gpuchain-operator-")) and "node-feature-discovery" not in name
 
 
+#: The admission plugin's refusal of a pod the namespace's Pod Security level forbids (kubernetes
+#: staging/src/k8s.io/pod-security-admission/admission/admission.go@v1.34.4: "violates PodSecurity %q: %s").
+POD_SECURITY = "violates PodSecurity"
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def _not_created(ctx: Context, view: NodeView, ds: Obj, link: str) -> Result | None:
+    """The DaemonSet selects and tolerates this node but has no pod on it, and its controller says why: it
+    cannot create the pod (a Warning ``FailedCreate`` Event on the DaemonSet, ``Error creating: pods "..." is
+    forbidden: ...``, kubernetes pkg/controller/daemon). A restart changes nothing: the API refuses every
+    pod the DaemonSet makes. None when no such Event is listed."""
+    ns, name = str((ds.get("metadata") or {}).get("namespace") or ctx.namespace), name_of(ds)
+    said = next(
+        (
+            str(e.get("message", ""))
+            for e in ctx.snapshot.events
+            if e.get("reason") == "FailedCreate"
+            and (e.get("involvedObject") or {}).get("kind") == "DaemonSet"
+            and (e.get("involvedObject") or {}).get("name") == name
+            and (e.get("involvedObject") or {}).get("namespace", ns) == ns
+        ),
+        "",
+    )
+    if not said:
+        return None
+    status = ds.get("status") or {}
+    counts = (
+        f"DaemonSet {ns}/{name}: desired {status.get('desiredNumberScheduled', '?')}, "
+        f"current {status.get('currentNumberScheduled', '?')}, ready {status.get('numberReady', '?')}"
+    )
+    action = None
+    fix = f"# no change gpuchain can name for this refusal; {name} retries by itself once the API accepts its pods"
+    if POD_SECURITY in said:
+        action = Fix(
+            FixOp.LABEL_NAMESPACE,
+            ns,
+            {ENFORCE: "privileged", NOT_SIMULATED: "Pod Security admission is not simulated"},
+        )
+        fix = ctx.stack.render(action) + f"   # the GPU operands need privileged pods; {name} creates them next sync"
+    return Result(
+        LinkState.BROKEN,
+        f"{name} cannot create its pod",
+        (
+            node_finding(
+                view,
+                "operand.not-created",
+                Severity.ERROR,
+                link,
+                f"{name} selects and tolerates this node, but the API server refuses the pod it creates for it, so "
+                f"the {link} link has no pod here; restarting the DaemonSet changes nothing.",
+                [f"{name} has no pod on {view.name}", counts, f"event FailedCreate (daemonset-controller): {said}"],
+                fix,
+                action,
+            ),
+        ),
+    )
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
@@ -319,7 +377,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
         )
     block = blocker(ds, view.node)
     if block is None:
-        return None
+        return _not_created(ctx, view, ds, link)
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
         return _nfd_missing(ctx, view, name, block, link)
     action = placement_fix(ctx, view, ds, block)

@@ -6,7 +6,16 @@ from __future__ import annotations
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG, MIG_CONFIG, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
-from gpuchain.doctor.links.common import GPU_COUNT, Result, gpus_present, node_finding, operand_log, opted_out, owner_ds
+from gpuchain.doctor.links.common import (
+    GPU_COUNT,
+    Result,
+    gpus_present,
+    node_finding,
+    operand_daemonset,
+    operand_log,
+    opted_out,
+    owner_ds,
+)
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
@@ -266,6 +275,21 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     )
 
 
+def _no_pod(ctx: Context) -> str:
+    """What to say when the plugin's DaemonSet admits the node (no taint, selector or refusal found) yet has
+    no pod on it: a restart makes no pod where the DaemonSet makes none, so no action is named; its own
+    counts are quoted."""
+    ds = operand_daemonset(ctx, DEVICE_PLUGIN)
+    if ds is None:
+        return f"# no {ctx.ds(DEVICE_PLUGIN)} DaemonSet runs a device plugin for this node; install the stack's plugin"
+    status = ds.get("status") or {}
+    return (
+        f"# {name_of(ds)} admits this node but has no pod on it (desired {status.get('desiredNumberScheduled', '?')}, "
+        f"current {status.get('currentNumberScheduled', '?')}, ready {status.get('numberReady', '?')}) and recorded "
+        "no refusal; a restart of the DaemonSet makes none either"
+    )
+
+
 def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     """Device plugin: config label, pod state, registration (node capacity) and the numbers."""
     missing = _config_missing(ctx, view)
@@ -354,7 +378,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
-                    else ctx.stack.render(Fix(FixOp.RESTART_DAEMONSET, f"{ctx.namespace}/{ctx.ds(DEVICE_PLUGIN)}")),
+                    else _no_pod(ctx),
                     restart,
                 ),
             ),

@@ -14,7 +14,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
@@ -216,6 +216,25 @@ ROOM = (
 UNTOLERATED = re.compile(r"untolerated taint \{([^:}]+)")
 
 
+def _host_ports(pod: Obj) -> set[int]:
+    containers = ((pod.get("spec") or {}).get("containers")) or []
+    return {int(p["hostPort"]) for c in containers for p in c.get("ports") or [] if p.get("hostPort")}
+
+
+def _port_holder(ctx: Context, view: NodeView, pod: Obj) -> tuple[Obj, int] | None:
+    """The pod on the node that holds a host port ``pod`` asks for (the scheduler's NodePorts filter says only
+    "didn't have free ports for the requested pod ports"), and the port; None when none on the node does.
+    Every pod of the snapshot is looked at (a second release of an operand is in no view), on this rare path."""
+    wanted = _host_ports(pod)
+    for other in ctx.snapshot.pods:
+        if (other.get("spec") or {}).get("nodeName") != view.name or other is pod:
+            continue
+        shared = wanted & _host_ports(other)
+        if shared:
+            return other, min(shared)
+    return None
+
+
 def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodState) -> Known:
     """A DaemonSet pod the scheduler cannot place on its node: the scheduler's words, and what makes room."""
     cause = (
@@ -231,6 +250,19 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         # The toleration to add, on the object the stack's operands take their tolerations from.
         action = placement_fix(ctx, view, ds, Blocker("taint", taint))
         return Known(cause, evidence, action, ctx.stack.render(action))
+    held = _port_holder(ctx, view, view.pod(operand) or {}) if "didn't have free ports" in state.message else None
+    if held is not None:
+        holder, port = held
+        owner = owner_ds(holder) or "no DaemonSet"
+        where = f"{(holder.get('metadata') or {}).get('namespace')}/{name_of(holder)}"
+        return Known(
+            cause,
+            (*evidence, f"pod {where} ({owner}) holds host port {port} on {view.name}"),
+            None,
+            f"# pod {where} ({owner}) holds host port {port}, which the {operand.state} pod needs on {view.name}: "
+            "remove whichever of the two is a second release of the same component, or give one of them another "
+            "host port",
+        )
     fix = "# gpuchain knows no change that makes room for this scheduler reason"
     for pattern, text in ROOM:
         found = re.search(pattern, state.message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
@@ -134,7 +135,23 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
     state = pod_state(pod)
     if state.ready:
-        done = init_done(view.pod(VALIDATOR), "toolkit-validation")
+        validator = view.pod(VALIDATOR)
+        checked = pod_state(validator) if validator is not None else None
+        if checked is not None and checked.failing and checked.status in NOT_STARTED:
+            # The kubelet never started the validator (its image, its config): nothing proves the toolkit and
+            # every operand waits for the ready file it would write; the repair is the validator pod's own.
+            return not_ready(
+                ctx,
+                view,
+                VALIDATOR,
+                "toolkit",
+                "validator pod",
+                checked,
+                "",
+                f"the validator pod is {checked.status} in {checked.container}: the kubelet never started it, so "
+                "nothing validates the toolkit and the operands wait for its ready file.",
+            )
+        done = init_done(validator, "toolkit-validation")
         return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
     log = operand_log(ctx, view, TOOLKIT, state.container, state.last_log)
     return not_ready(
