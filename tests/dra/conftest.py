@@ -8,14 +8,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dra.fakeclock import QUIET, Clock
-from fakes.driver_root import driver_dev
+from dra.build import build_driver
+from dra.fakeclock import Clock
 
 from gpuchain.dra.claims import allocation_status, resource_claim
-from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
+from gpuchain.dra.driver import ClaimRef, DraDriver
 from gpuchain.dra.kinds import RESOURCE_CLAIM
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 
 NODE = "h100-node"
@@ -48,15 +47,7 @@ def make_driver(cluster: MemoryCluster, short_dir: Path, clock: Clock) -> Driver
     on the test clock with a ``QUIET`` second recovery quiet period."""
 
     def build(sim: SimBackend) -> DraDriver:
-        config = DriverConfig(
-            node=sim.topology.node,
-            cdi_dir=short_dir / "cdi",
-            state_dir=short_dir / "state",
-            recovery_quiet_seconds=QUIET,
-            dev_root=driver_dev(short_dir / "driver-root"),
-            unlabelled=DRA,  # no Node in the cluster: a DRA-only node
-        )
-        return DraDriver(sim, cluster, config, clock)
+        return build_driver(sim, cluster, short_dir, clock)
 
     return build
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dra.fakeclock import QUIET, Clock
-from fakes.driver_root import driver_dev
+from dra.build import build_driver
+from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
@@ -29,16 +29,7 @@ def make_partitioning(cluster: MemoryCluster, short_dir: Path, clock: Clock) -> 
     """A DRA-only node's driver with partitionable MIG (built again to model a plugin restart)."""
 
     def build(sim: SimBackend) -> DraDriver:
-        config = DriverConfig(
-            node=sim.topology.node,
-            cdi_dir=short_dir / "cdi",
-            state_dir=short_dir / "state",
-            recovery_quiet_seconds=QUIET,
-            dev_root=driver_dev(short_dir / "driver-root"),
-            unlabelled=DRA,
-            partitionable_mig=True,
-        )
-        return DraDriver(sim, cluster, config, clock)
+        return build_driver(sim, cluster, short_dir, clock, partitionable_mig=True)
 
     return build
 

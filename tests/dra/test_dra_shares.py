@@ -11,18 +11,17 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from dra.build import build_driver
 from dra.conftest import NODE
-from dra.fakeclock import QUIET, Clock
-from fakes.driver_root import driver_dev
+from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, shares, slices
 from gpuchain.dra.claims import allocation_status, resource_claim
-from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.shares import Share
 from gpuchain.gpu.mps import MpsLimits
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import ApplyResult
@@ -153,16 +152,7 @@ def sharing(cluster: MemoryCluster, short_dir: Path, clock: Clock, h100_sim: Sim
 
 
 def _driver(cluster: MemoryCluster, short_dir: Path, clock: Clock, sim: SimBackend) -> DraDriver:
-    config = DriverConfig(
-        node=sim.topology.node,
-        cdi_dir=short_dir / "cdi",
-        state_dir=short_dir / "state",
-        recovery_quiet_seconds=QUIET,
-        dev_root=driver_dev(short_dir / "driver-root"),
-        unlabelled=DRA,
-        gpu_shares=True,
-    )
-    return DraDriver(sim, cluster, config, clock)
+    return build_driver(sim, cluster, short_dir, clock, gpu_shares=True)
 
 
 def _shared_claim(cluster: MemoryCluster, name: str, results: list[dict[str, Any]], pool: str = NODE) -> ClaimRef:

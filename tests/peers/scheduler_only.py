@@ -44,6 +44,17 @@ def kube_scheduler(apiserver: ApiServer, log_name: str) -> Iterator[subprocess.P
         log.close()
 
 
+@contextmanager
+def live_cluster(apiserver: ApiServer, node: str, ns: str) -> Iterator[LiveCluster]:
+    """A client of the control plane that forgets, at the end, what the test made on ``node``."""
+    cluster = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
+    try:
+        yield cluster
+    finally:
+        SchedulerOnlyNode(apiserver, node, ns).forget(cluster)
+        cluster.close()
+
+
 @dataclass(frozen=True)
 class SchedulerOnlyNode:
     """A Ready node named ``name`` whose GPUs are handed to DRA, and the namespace ``ns`` of the

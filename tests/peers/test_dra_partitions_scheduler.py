@@ -25,7 +25,7 @@ from gpuchain.kube import LiveCluster
 from gpuchain.kube.allocator import DRA
 from peers.apiserver import ApiServer
 from peers.node import wait_for
-from peers.scheduler_only import SchedulerOnlyNode, kube_scheduler
+from peers.scheduler_only import SchedulerOnlyNode, kube_scheduler, live_cluster
 
 NODE = "partition-node"
 NS = "gpu"
@@ -40,12 +40,8 @@ def scheduler(apiserver: ApiServer) -> Iterator[subprocess.Popen]:
 
 @pytest.fixture
 def live(apiserver: ApiServer) -> Iterator[LiveCluster]:
-    cluster = LiveCluster.from_kubeconfig(str(apiserver.kubeconfig))
-    try:
+    with live_cluster(apiserver, NODE, NS) as cluster:
         yield cluster
-    finally:
-        SchedulerOnlyNode(apiserver, NODE, NS).forget(cluster)
-        cluster.close()
 
 
 def _claim_and_pod(node: SchedulerOnlyNode, name: str, cel: str) -> None:

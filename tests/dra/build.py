@@ -1,0 +1,28 @@
+"""The DRA driver the tests run: a DRA-only node's driver over a cluster, CDI and state directories
+under ``short_dir`` (unix socket paths stay short), on the test clock with a ``QUIET`` second
+recovery quiet period; ``options`` turn on what a test is about (``partitionable_mig``, ``gpu_shares``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dra.fakeclock import QUIET, Clock
+from fakes.driver_root import driver_dev
+
+from gpuchain.dra.driver import DraDriver, DriverConfig
+from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.allocator import DRA
+from gpuchain.kube.memory import MemoryCluster
+
+
+def build_driver(sim: SimBackend, cluster: MemoryCluster, short_dir: Path, clock: Clock, **options: bool) -> DraDriver:
+    config = DriverConfig(
+        node=sim.topology.node,
+        cdi_dir=short_dir / "cdi",
+        state_dir=short_dir / "state",
+        recovery_quiet_seconds=QUIET,
+        dev_root=driver_dev(short_dir / "driver-root"),
+        unlabelled=DRA,  # no Node in the cluster: a DRA-only node
+        **options,
+    )
+    return DraDriver(sim, cluster, config, clock)
