@@ -1,11 +1,6 @@
-"""The sixth held-out set for the doctor (issue 26, item 5): 20 cluster states from public reports that
-neither tests/sim/SOURCES.md nor tests/sim/heldout .. heldout5 cite, written and given their expected answers
-by someone who had not read the doctor's checks, before the doctor was run on them.
-
-The file format, the edits, the per-DaemonSet recount and the scoring rule are those of tests/sim/heldout
-and tests/sim/heldout3 (their harnesses are reused, not copied): a case is loaded with heldout3's edit
-function, whose ``policy``, ``daemonset`` and ``add-pod`` edits hand everything else to heldout's.
-"""
+"""The sixth held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md
+nor heldout .. heldout5 cite, written blind to the doctor and frozen before it was run on them. Its harness
+is heldout4's: the format, edits, recount and scoring of tests/sim/heldout and heldout3, reused."""
 
 from __future__ import annotations
 
