@@ -132,20 +132,25 @@ class Stack:
     policy_cdi: bool = False
     #: the resource that puts drivers on node groups beside the policy ("" = none; NVIDIA's NVIDIADriver)
     driver_resource: str = ""
+    #: operand state -> the node label whose ``false`` keeps it off a node, where that is not the
+    #: operand's own ``nvidia.com/gpu.deploy.<operand>`` (gpuchain's node agent: one label for its roles)
+    deploy_labels: dict[str, str] = field(default_factory=dict)
 
-    def operand_in(self, namespace: str, ds_name: str) -> str | None:
-        """The operand state of DaemonSet ``namespace/ds_name``: the stack's own (in its namespace) or
-        another release of an operand found elsewhere (None: not one of the chain's)."""
-        if namespace == self.namespace:
-            return self.operand_of(ds_name)
-        return self.elsewhere.get(f"{namespace}/{ds_name}")
+    def operands_in(self, namespace: str, ds_name: str) -> tuple[str, ...]:
+        """Every operand state DaemonSet ``namespace/ds_name`` runs: one for an operand's own
+        DaemonSet, each role's for a DaemonSet that serves several (gpuchain's node agent)."""
+        if namespace != self.namespace:
+            other = self.elsewhere.get(f"{namespace}/{ds_name}")
+            return (other,) if other else ()
+        served = tuple(state for state, name in self.daemonsets.items() if name == ds_name)
+        if served:
+            return served
+        return tuple(state for prefix, state in self.prefixes.items() if ds_name.startswith(prefix))[:1]
 
     def operand_of(self, ds_name: str) -> str | None:
-        """The operand state a DaemonSet of this stack stands for (None: not one of the chain's)."""
-        for state, name in self.daemonsets.items():
-            if name == ds_name:
-                return state
-        return next((state for prefix, state in self.prefixes.items() if ds_name.startswith(prefix)), None)
+        """The operand state a DaemonSet of this stack stands for, the first in chain order where it
+        serves several (None: not one of the chain's)."""
+        return next(iter(self.operands_in(self.namespace, ds_name)), None)
 
     def ds(self, state: str) -> str:
         """The DaemonSet name of an operand in this stack."""

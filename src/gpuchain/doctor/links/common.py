@@ -50,7 +50,7 @@ def node_finding(
 
 def opted_out(view: NodeView, operand: Operand) -> str | None:
     """The label that keeps ``operand`` off this node (``key=false``), if any."""
-    for key in (OPERANDS_LABEL, deploy_label(operand)):
+    for key in (OPERANDS_LABEL, view.deploy_labels.get(operand.state, deploy_label(operand))):
         if view.labels.get(key) == "false":
             return f"{key}=false"
     return None
