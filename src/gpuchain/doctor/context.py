@@ -34,6 +34,12 @@ class NodeView:
     #: operand state -> the label that opts it out where the stack's is not the operand's own (`Stack.deploy_labels`)
     deploy_labels: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def pods(self) -> list[Obj]:
+        """Each operand pod on this node once: one pod serves several operands in gpuchain's node
+        agent layout, and its failure is one failure, not one per role."""
+        return list({id(p): p for p in self.operand_pods.values()}.values())
+
     def pod(self, operand: Operand) -> Obj | None:
         """The operand's pod on this node, if its DaemonSet placed one."""
         return self.operand_pods.get(operand.state)

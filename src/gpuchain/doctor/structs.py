@@ -7,6 +7,7 @@ answer a `Stack`. Both live here, below both, so neither imports the other's mod
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,16 @@ VALIDATIONS = {
     "plugin-validation": "device-plugin",
     "mofed-validation": "driver",
 }
+
+
+#: gpuchain's text log line (commands/_output.TextLogFormatter): ``<asctime> <LEVEL> <logger>: <message>``.
+_LOG_LINE = re.compile(r"\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.-]+): ")
+
+
+def _logger_of(line: str) -> str:
+    """The logger that wrote a gpuchain text log line ("" for any other line)."""
+    found = _LOG_LINE.search(line)
+    return found.group(1) if found else ""
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,9 @@ class Stack:
     #: operand state -> the node label whose ``false`` keeps it off a node, where that is not the
     #: operand's own ``nvidia.com/gpu.deploy.<operand>`` (gpuchain's node agent: one label for its roles)
     deploy_labels: dict[str, str] = field(default_factory=dict)
+    #: operand state -> the logger its lines carry where one container serves several operands
+    #: (gpuchain's node agent), so each link reads its own lines of the shared log
+    loggers: dict[str, str] = field(default_factory=dict)
 
     def operands_in(self, namespace: str, ds_name: str) -> tuple[str, ...]:
         """Every operand state DaemonSet ``namespace/ds_name`` runs: one for an operand's own
@@ -151,6 +165,22 @@ class Stack:
         """The operand state a DaemonSet of this stack stands for, the first in chain order where it
         serves several (None: not one of the chain's)."""
         return next(iter(self.operands_in(self.namespace, ds_name)), None)
+
+    def own_lines(self, state: str, log: str) -> str:
+        """The lines of a container's log that concern ``state``: where the container serves several
+        operands, the other operands' lines (by their logger, gpuchain's ``<time> <LEVEL> <logger>:``
+        text format) are left out, so one role's error is not quoted as another link's; the whole
+        log otherwise."""
+        others = {name for s, name in self.loggers.items() if s != state}
+        if state not in self.loggers or not others:
+            return log
+        return "\n".join(ln for ln in log.splitlines() if _logger_of(ln) not in others)
+
+    def speaker(self, states: list[str], line: str) -> str:
+        """Which of ``states`` (the operands one pod serves) wrote ``line``: the one whose logger it
+        carries, else the first ("" for none)."""
+        logger = _logger_of(line)
+        return next((s for s in states if logger and self.loggers.get(s) == logger), states[0] if states else "")
 
     def ds(self, state: str) -> str:
         """The DaemonSet name of an operand in this stack."""

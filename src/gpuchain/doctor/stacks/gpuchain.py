@@ -17,6 +17,15 @@ from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE, active_policy
 
 POLICY_GROUP = "gpuchain.io"
+#: The logger each node agent role writes its lines under (``gpuchain.agent.roles``; the doctor does
+#: not import the agent, its tests check these against it), by the operand state the role serves.
+ROLE_LOGGERS = {
+    "operator-validation": "gpuchain.validator",
+    "device-plugin": "gpuchain.deviceplugin",
+    "dcgm-exporter": "gpuchain.exporter",
+    "gpu-feature-discovery": "gpuchain.discovery",
+    "mig-manager": "gpuchain.mig",
+}
 MANAGED = next(iter(MANAGED_BY.items()))
 
 
@@ -54,6 +63,7 @@ def detect(snapshot: Snapshot) -> Stack | None:
         chart=CHARTS["gpuchain"],
         gfd_via_nfd=False,
         deploy_labels={state: deploy_label(NODE_AGENT) for state in agent},
+        loggers={state: ROLE_LOGGERS[state] for state in agent},
         notes=(f"node agent layout: {', '.join(agent)} served by DaemonSet {NODE_AGENT.name}",) if agent else (),
     )
 
