@@ -158,6 +158,32 @@ def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]]
     return st
 
 
+def _init_waits(done: int, inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """Init:<done>/N: the first ``done`` init containers finished, the next one waits (for a ready
+    file that never comes), the rest and the main containers have not started."""
+    return _status(
+        "Pending",
+        [
+            *(_done(n) for n in inits[:done]),
+            _running(inits[done], ready=False),
+            *(_waiting(n, "PodInitializing") for n in inits[done + 1 :]),
+        ],
+        [_waiting(n, "PodInitializing") for n in mains],
+        ip,
+    )
+
+
+def _no_sandbox(inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so
+    ContainerCreating (the kubelet's FailedCreatePodSandBox Event says why)."""
+    return _status(
+        "Pending",
+        [_waiting(n, "PodInitializing") for n in inits],
+        [_waiting(n, "ContainerCreating") for n in mains],
+        ip,
+    )
+
+
 def _unschedulable(message: str) -> dict[str, Any]:
     """A pod's status as kube-scheduler leaves one it places on no node: Pending, PodScheduled False
     (Unschedulable) with its "0/N nodes are available: ..." message."""
@@ -324,27 +350,12 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
     needs_runtime = spec.get("runtimeClassName") is not None
     if state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
         # Init:0/N - the first init container waits for a ready file that never comes.
-        status = _status(
-            "Pending",
-            [_running(inits[0], ready=False), *(_waiting(n, "PodInitializing") for n in inits[1:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(0, inits, mains, ip)
     elif operand is VALIDATOR and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
         # driver validated; toolkit-validation waits for the toolkit's ready file.
-        status = _status(
-            "Pending",
-            [_done(inits[0]), _running(inits[1], ready=False), *(_waiting(n, "PodInitializing") for n in inits[2:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(1, inits, mains, ip)
     elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
-        status = _status(
-            "Pending",
-            [_waiting(n, "PodInitializing") for n in inits],
-            [_waiting(n, "ContainerCreating") for n in mains],
-            ip,
-        )
+        status = _no_sandbox(inits, mains, ip)
     elif state == chain.IMAGE_MISSING:
         # The kubelet cannot pull the image (containerd answers NotFound): ImagePullBackOff.
         pulling = _waiting(mains[0], "ImagePullBackOff", f'Back-off pulling image "{spec["containers"][0]["image"]}"')
@@ -412,26 +423,11 @@ def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str) -> Obj:
     mains = [c["name"] for c in spec["containers"]]
     ip = "10.0.0.1"
     if inits and plan.driver not in (chain.OK, chain.HOST):
-        status = _status(
-            "Pending",
-            [_running(inits[0], ready=False), *(_waiting(n, "PodInitializing") for n in inits[1:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(0, inits, mains, ip)
     elif inits and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
-        status = _status(
-            "Pending",
-            [_done(inits[0]), _running(inits[1], ready=False), *(_waiting(n, "PodInitializing") for n in inits[2:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(1, inits, mains, ip)
     elif spec.get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-        status = _status(
-            "Pending",
-            [_waiting(n, "PodInitializing") for n in inits],
-            [_waiting(n, "ContainerCreating") for n in mains],
-            ip,
-        )
+        status = _no_sandbox(inits, mains, ip)
     else:
         status = _status("Running", [_done(n) for n in inits], [_running(n) for n in mains], ip)
     return _pod_object(ds, name, spec, status)
@@ -602,6 +598,12 @@ def _event(namespace: str, involved: Obj, reason: str, message: str, component: 
     }
 
 
+def _sandbox_event(namespace: str, pod: Obj, n: int) -> Obj:
+    """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler."""
+    message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}"
+    return _event(namespace, pod, "FailedCreatePodSandBox", message, "kubelet", n)
+
+
 def _ds_status(pods: list[Obj]) -> dict[str, Any]:
     n = len(pods)
     ready = sum(any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"]) for p in pods)
@@ -750,7 +752,6 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         for d in daemonsets.values():
             d["metadata"].pop("ownerReferences", None)
     taken: set[str] = set()
-    plans_by_name = {p.name: p for p in plans}
     for op in OPERANDS:
         ds = daemonsets.get(op.name)
         if ds is None:
@@ -781,16 +782,7 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                     )
                 )
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(
-                    _event(
-                        ns,
-                        pod,
-                        "FailedCreatePodSandBox",
-                        f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}",
-                        "kubelet",
-                        len(events),
-                    )
-                )
+                events.append(_sandbox_event(ns, pod, len(events)))
         ds = {**ds, "status": _ds_status(pods)}
         daemonsets[op.name] = ds
         by_operand[op.name] = pods
@@ -798,26 +790,14 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         out.objects += pods
     if agent_ds is not None:
         roles = agent_operands(policy)
-        pods = [
-            _agent_pod(agent_ds, plan, roles, unique_pod_name(NODE_AGENT.name, plan.name, taken))
-            for plan in plans
-            if any(plan.deployed(op) for op in roles)
-        ]
-        for pod in pods:
-            if (
-                pod["spec"].get("runtimeClassName")
-                and plans_by_name[pod["spec"]["nodeName"]].toolkit == chain.RUNTIME_MISSING
-            ):
-                events.append(
-                    _event(
-                        ns,
-                        pod,
-                        "FailedCreatePodSandBox",
-                        f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}",
-                        "kubelet",
-                        len(events),
-                    )
-                )
+        pods = []
+        for plan in plans:
+            if not any(plan.deployed(op) for op in roles):
+                continue
+            pod = _agent_pod(agent_ds, plan, roles, unique_pod_name(NODE_AGENT.name, plan.name, taken))
+            pods.append(pod)
+            if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
+                events.append(_sandbox_event(ns, pod, len(events)))
         daemonsets[NODE_AGENT.name] = {**agent_ds, "status": _ds_status(pods)}
         by_operand[NODE_AGENT.name] = pods
         out.objects.append(daemonsets[NODE_AGENT.name])
