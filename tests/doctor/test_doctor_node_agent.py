@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 
 import pytest
 
@@ -100,13 +101,20 @@ def test_without_a_policy_the_layout_is_read_from_the_managed_daemonsets() -> No
         assert stack.policy.node_agent.enabled is (plugin_ds == NODE_AGENT.name)
 
 
-def test_a_crash_looping_agent_is_the_lowest_served_link_down_quoting_that_roles_own_line() -> None:
+def log_line(fmt: str, level: str, logger: str, msg: str) -> str:
+    """A line as the agent writes it (commands/_output: TextLogFormatter, JsonLogFormatter)."""
+    if fmt == "json":
+        return json.dumps({"ts": "2026-06-05T18:00:01.000Z", "level": level.lower(), "logger": logger, "msg": msg})
+    return f"2026-06-05 18:00:01,000 {level} {logger}: {msg}"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_crash_looping_agent_is_the_lowest_served_link_down_quoting_that_roles_own_line(fmt: str) -> None:
     sim = agent_cluster()
-    plugin_line = "2026-06-05 18:00:01,000 ERROR gpuchain.deviceplugin: cannot open /var/lib/kubelet/device-plugins"
-    gfd_line = "2026-06-05 18:00:02,000 ERROR gpuchain.discovery: cannot write labels"
-    pod = crash_loop(
-        sim, "gpu-1", f"2026-06-05 18:00:00,000 INFO gpuchain.node-agent: starting\n{plugin_line}\n{gfd_line}"
-    )
+    plugin_line = log_line(fmt, "ERROR", "gpuchain.deviceplugin", "cannot open /var/lib/kubelet/device-plugins")
+    gfd_line = log_line(fmt, "ERROR", "gpuchain.discovery", "cannot write labels")
+    start = log_line(fmt, "INFO", "gpuchain.node-agent", "starting")
+    pod = crash_loop(sim, "gpu-1", f"{start}\n{plugin_line}\n{gfd_line}")
     report = doctor(sim)
     assert errors(report) == [("device-plugin.not-ready", "device-plugin", "gpu-1")]
     finding = next(f for f in report.findings if f.id == "device-plugin.not-ready")

@@ -67,14 +67,15 @@ VALIDATIONS = {
 }
 
 
-#: gpuchain's text log line (commands/_output.TextLogFormatter): ``<asctime> <LEVEL> <logger>: <message>``.
-_LOG_LINE = re.compile(r"\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.-]+): ")
+#: gpuchain's log line (commands/_output): text ``<asctime> <LEVEL> <logger>: <message>`` or JSON
+#: ``{"ts": ..., "level": ..., "logger": ..., "msg": ...}``.
+_LOG_LINE = re.compile(r'\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.-]+): |"logger": "([\w.-]+)"')
 
 
 def _logger_of(line: str) -> str:
-    """The logger that wrote a gpuchain text log line ("" for any other line)."""
+    """The logger that wrote a gpuchain log line ("" for any other line)."""
     found = _LOG_LINE.search(line)
-    return found.group(1) if found else ""
+    return (found.group(1) or found.group(2)) if found else ""
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,8 @@ class Stack:
 
     def own_lines(self, state: str, log: str) -> str:
         """The lines of a container's log that concern ``state``: where the container serves several
-        operands, the other operands' lines (by their logger, gpuchain's ``<time> <LEVEL> <logger>:``
-        text format) are left out, so one role's error is not quoted as another link's; the whole
-        log otherwise."""
+        operands, the other operands' lines (by the logger each line names) are left out, so one
+        role's error is not quoted as another link's; the whole log otherwise."""
         others = {name for s, name in self.loggers.items() if s != state}
         if state not in self.loggers or not others:
             return log
