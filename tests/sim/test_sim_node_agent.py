@@ -95,5 +95,5 @@ def test_the_layout_is_refused_where_it_is_not_simulated(body: str, reason: str)
 
 
 def test_a_role_failing_alone_is_refused_rather_than_rendered_as_a_crash() -> None:
-    with pytest.raises(ValueError, match="does not simulate a failing role"):
+    with pytest.raises(ConfigFileError, match="does not simulate a role failing alone"):
         build(parse_scenario(AGENT + "- name: down\n  exporterDown: true\n"))

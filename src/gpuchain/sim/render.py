@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
@@ -402,7 +403,7 @@ def _pod_object(ds: Obj, name: str, spec: dict[str, Any], status: dict[str, Any]
     }
 
 
-def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str) -> Obj:
+def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str, source: str) -> Obj:
     """The node agent's pod on this node, serving ``roles``: its init containers validate driver,
     toolkit and CUDA (``driver-validation`` waits while the node has no working driver,
     ``toolkit-validation`` while the toolkit has not configured the runtime), it cannot start
@@ -415,9 +416,8 @@ def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str) -> Obj:
         op.state for op in roles if plan.state_of(op) in chain.CRASHING or plan.state_of(op) == chain.IMAGE_MISSING
     ]
     if failing:
-        raise ValueError(
-            f"node {plan.name}: the node agent layout does not simulate a failing role ({', '.join(failing)})"
-        )
+        why = f"node {plan.name}: the node agent layout does not simulate a role failing alone ({', '.join(failing)})"
+        raise ConfigFileError(source, None, "policy.nodeAgent", why)
     spec = _placed_spec(ds, plan)
     inits = [c["name"] for c in spec.get("initContainers", [])]
     mains = [c["name"] for c in spec["containers"]]
@@ -794,7 +794,8 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         for plan in plans:
             if not any(plan.deployed(op) for op in roles):
                 continue
-            pod = _agent_pod(agent_ds, plan, roles, unique_pod_name(NODE_AGENT.name, plan.name, taken))
+            agent_pod_name = unique_pod_name(NODE_AGENT.name, plan.name, taken)
+            pod = _agent_pod(agent_ds, plan, roles, agent_pod_name, scenario.name)
             pods.append(pod)
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
                 events.append(_sandbox_event(ns, pod, len(events)))
