@@ -110,9 +110,11 @@ def known_error(text: str) -> Match | None:
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,
-#: and the "Error:" / "ERROR:" / "FATAL" prefixes of CLIs and shell scripts.
+#: the "Error:" / "ERROR:" / "FATAL" prefixes of CLIs and shell scripts, and gpuchain's own formats
+#: (text ``<time> ERROR <logger>: ...``, JSON ``"level": "error"``; commands/_output).
 ERROR_LEVEL = re.compile(
-    r"^[EF]\d{4} \d\d:\d\d:\d\d|\blevel=\"?(error|fatal|panic)\b|^(error|fatal|panic)\b:?|^\S*:\s*(error|fatal)\b",
+    r"^[EF]\d{4} \d\d:\d\d:\d\d|\blevel=\"?(error|fatal|panic)\b|^(error|fatal|panic)\b:?|^\S*:\s*(error|fatal)\b"
+    r'|\d \b(ERROR|CRITICAL) [\w.-]+: |"level": "(error|critical)"',
     re.IGNORECASE,
 )
 

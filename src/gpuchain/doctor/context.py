@@ -31,6 +31,14 @@ class NodeView:
     operand_pods: dict[str, Obj]  #: operand state -> its pod on this node
     workloads: list[Obj]  #: other pods bound to this node
     events: list[Obj]  #: Warning events about the node or its operand pods
+    #: operand state -> the label that opts it out where the stack's is not the operand's own (`Stack.deploy_labels`)
+    deploy_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pods(self) -> list[Obj]:
+        """Each operand pod on this node once: one pod serves several operands in gpuchain's node
+        agent layout, and its failure is one failure, not one per role."""
+        return list({id(p): p for p in self.operand_pods.values()}.values())
 
     def pod(self, operand: Operand) -> Obj | None:
         """The operand's pod on this node, if its DaemonSet placed one."""
@@ -79,7 +87,7 @@ class Context:
             return enabled(self.policy, operand)
         return any(
             (d.get("metadata") or {}).get("namespace") == self.namespace
-            and self.stack.operand_of(name_of(d)) == operand.state
+            and operand.state in self.stack.operands_in(self.namespace, name_of(d))
             for d in self.snapshot.daemonsets
         )
 
@@ -116,14 +124,15 @@ class Context:
         return self.configmaps.get(name, {})
 
 
-def _operand_of(meta: Obj, operand_of: Callable[[str, str], str | None]) -> str | None:
-    """The operand a pod runs: its DaemonSet owner, else its app label (in the stack's namespace)."""
+def _operands_of(meta: Obj, operands_in: Callable[[str, str], tuple[str, ...]]) -> tuple[str, ...]:
+    """The operands a pod runs (several for gpuchain's node agent): its DaemonSet owner's, else its
+    app label's (in the stack's namespace)."""
     ns = str(meta.get("namespace") or "")
     for ref in meta.get("ownerReferences") or ():
         if ref.get("kind") == "DaemonSet":
-            return operand_of(ns, str(ref.get("name")))
+            return operands_in(ns, str(ref.get("name")))
     app = (meta.get("labels") or {}).get("app")
-    return operand_of(ns, app) if app else None
+    return operands_in(ns, app) if app else ()
 
 
 def pinned_node(pod: Obj) -> str | None:
@@ -143,7 +152,7 @@ def pinned_node(pod: Obj) -> str | None:
 def index(snapshot: Snapshot) -> Context:
     """Build the context: one pass over pods and events, whatever the cluster size."""
     stack = detect(snapshot)
-    operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
+    operands_in = cache(stack.operands_in)  # one answer per DaemonSet, not one search per pod
     operand_pods: dict[str, dict[str, Obj]] = defaultdict(dict)
     others: dict[str, dict[str, Obj]] = defaultdict(dict)  #: operands of another release, elsewhere
     workloads: dict[str, list[Obj]] = defaultdict(list)
@@ -162,20 +171,20 @@ def index(snapshot: Snapshot) -> Context:
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
         ours = meta.get("namespace") == stack.namespace
-        op = _operand_of(meta, operand_of) if ours or stack.elsewhere else None
-        if op is not None and not node:
+        ops = _operands_of(meta, operands_in) if ours or stack.elsewhere else ()
+        if ops and not node:
             node = pinned_node(pod)  # a DaemonSet pod the scheduler has not placed (yet)
         if node:
             if named and str(meta.get("name")) in named:
                 pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
-            if op is not None:
+            for op in ops:
                 (operand_pods if ours else others)[node][op] = pod
-            else:
+            if not ops:
                 workloads[node].append(pod)
-        elif op is None and status.get("phase") == "Pending":
+        elif not ops and status.get("phase") == "Pending":
             pending.append(pod)
-    for node, ops in others.items():
-        for op, pod in ops.items():
+    for node, found in others.items():
+        for op, pod in found.items():
             # The stack's own pod first, unless it runs and the other release's fails: a link is
             # broken on a node when any of its pods is, and a healthy pod beside it hides nothing.
             own = operand_pods[node].get(op)
@@ -202,7 +211,15 @@ def index(snapshot: Snapshot) -> Context:
             continue
         name = name_of(n)
         views.append(
-            NodeView(name, n, labels, operand_pods.get(name, {}), workloads.get(name, []), events.get(name, []))
+            NodeView(
+                name,
+                n,
+                labels,
+                operand_pods.get(name, {}),
+                workloads.get(name, []),
+                events.get(name, []),
+                stack.deploy_labels,
+            )
         )
     configmaps = {name_of(cm): dict(cm.get("data") or {}) for cm in snapshot.configmaps}
     ctx = Context(

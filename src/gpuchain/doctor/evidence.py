@@ -104,7 +104,7 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
     """Every failing container of the chain's pods on this node (the validator's own workload pods
     included), init containers first."""
     out = []
-    for pod in [*view.operand_pods.values(), *_validation_pods(ctx, view)]:
+    for pod in [*view.pods, *_validation_pods(ctx, view)]:
         status = pod.get("status") or {}
         for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
             for cs in status.get(key) or []:
@@ -150,7 +150,7 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     broken wherever it shows (catalog scope "anywhere"): a plugin that keeps running after NVML failed
     under it is as good a witness as one that crashed."""
     out = []
-    for pod in view.operand_pods.values():
+    for pod in view.pods:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if not (cs.get("state") or {}).get("running"):
                 continue
@@ -212,7 +212,7 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
     (FailedMount events): witnesses for the link that creates the directory, never for their own."""
     out = []
-    for pod in view.operand_pods.values():
+    for pod in view.pods:
         said = [
             str(e.get("message", ""))
             for e in view.events
@@ -427,7 +427,7 @@ def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: l
     out = []
     for failure in found:
         line = catalog.unknown_error(failure.text)
-        state = next((s for s, p in view.operand_pods.items() if p is failure.pod), "")
+        state = ctx.stack.speaker([s for s, p in view.operand_pods.items() if p is failure.pod], line or "")
         link = ctx.stack.validations.get(failure.container) if failure.init else None
         link = link or link_of.get(state)
         if line is None or link is None:

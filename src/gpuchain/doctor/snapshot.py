@@ -156,7 +156,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     labels_by_node = {
         str(n.get("metadata", {}).get("name")): n.get("metadata", {}).get("labels") or {} for n in snapshot.nodes
     }
-    operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
+    operands_in = cache(stack.operands_in)  # one answer per DaemonSet, not one search per pod
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
     # One running pod per exporter / GFD DaemonSet that shows a sign of trouble: they keep running while
@@ -169,14 +169,15 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         meta = pod.get("metadata", {})
         namespace = meta.get("namespace")
         status = pod.get("status") or {}
-        state = owner = None
+        owner = None
+        states: tuple[str, ...] = ()  # several for gpuchain's node agent, one per role
         if namespace == stack.namespace or stack.elsewhere:
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") == "DaemonSet":
                     owner = ref.get("name")
-                    state = operand_of(str(namespace), str(owner)) if owner else None
+                    states = operands_in(str(namespace), str(owner)) if owner else ()
                     break
-        if state is None and namespace == stack.namespace and not meta.get("ownerReferences"):
+        if not states and namespace == stack.namespace and not meta.get("ownerReferences"):
             # A pod the validator starts itself (the CUDA or plugin validation workload): no DaemonSet owns
             # it, and its crashing init container's log is the validation's failure.
             for cs in status.get("initContainerStatuses") or []:
@@ -184,17 +185,17 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if waiting == "CrashLoopBackOff" and not _last_message(cs) and cs.get("name") in stack.validations:
                     crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         node_labels = labels_by_node.get(str((pod.get("spec") or {}).get("nodeName")), {})
-        unlabelled = state == "gpu-feature-discovery" and PRODUCT not in node_labels
-        own_release = state == "dcgm-exporter" and namespace != stack.namespace
+        unlabelled = "gpu-feature-discovery" in states and PRODUCT not in node_labels
+        own_release = "dcgm-exporter" in states and namespace != stack.namespace
         if (unlabelled or own_release) and owner:
             for cs in status.get("containerStatuses") or []:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
                     samples.setdefault((str(namespace), str(owner)), (key, cs))
-        if state is not None:
+        if states:
             node = (pod.get("spec") or {}).get("nodeName")
-            on_bare_node = (state == "device-plugin" and node in unregistered) or (
-                state == "mig-manager" and node in mig_stuck
+            on_bare_node = ("device-plugin" in states and node in unregistered) or (
+                "mig-manager" in states and node in mig_stuck
             )
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
@@ -270,13 +271,13 @@ def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
     """``(node, namespace, pod)`` of every ready exporter pod that runs gpuchain's exporter (only it
     serves the trust signals; NVIDIA's dcgm-exporter would cost a request for nothing), by node."""
     stack = detect(snapshot)
-    operand_of = cache(stack.operand_in)
+    operands_in = cache(stack.operands_in)
     found = []
     for pod in snapshot.pods:
         meta, spec, status = pod.get("metadata", {}), pod.get("spec") or {}, pod.get("status") or {}
         owner = next((r.get("name") for r in meta.get("ownerReferences") or () if r.get("kind") == "DaemonSet"), None)
         node, namespace = spec.get("nodeName"), str(meta.get("namespace"))
-        if not (owner and node and status.get("podIP")) or operand_of(namespace, str(owner)) != "dcgm-exporter":
+        if not (owner and node and status.get("podIP")) or "dcgm-exporter" not in operands_in(namespace, str(owner)):
             continue
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
         runs_gpuchain = any(

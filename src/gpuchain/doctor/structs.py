@@ -7,6 +7,7 @@ answer a `Stack`. Both live here, below both, so neither imports the other's mod
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,17 @@ VALIDATIONS = {
     "plugin-validation": "device-plugin",
     "mofed-validation": "driver",
 }
+
+
+#: gpuchain's log line (commands/_output): text ``<asctime> <LEVEL> <logger>: <message>`` or JSON
+#: ``{"ts": ..., "level": ..., "logger": ..., "msg": ...}``.
+_LOG_LINE = re.compile(r'\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.-]+): |"logger": "([\w.-]+)"')
+
+
+def _logger_of(line: str) -> str:
+    """The logger that wrote a gpuchain log line ("" for any other line)."""
+    found = _LOG_LINE.search(line)
+    return (found.group(1) or found.group(2)) if found else ""
 
 
 @dataclass(frozen=True)
@@ -132,20 +144,43 @@ class Stack:
     policy_cdi: bool = False
     #: the resource that puts drivers on node groups beside the policy ("" = none; NVIDIA's NVIDIADriver)
     driver_resource: str = ""
+    #: operand state -> the node label whose ``false`` keeps it off a node, where that is not the
+    #: operand's own ``nvidia.com/gpu.deploy.<operand>`` (gpuchain's node agent: one label for its roles)
+    deploy_labels: dict[str, str] = field(default_factory=dict)
+    #: operand state -> the logger its lines carry where one container serves several operands
+    #: (gpuchain's node agent), so each link reads its own lines of the shared log
+    loggers: dict[str, str] = field(default_factory=dict)
 
-    def operand_in(self, namespace: str, ds_name: str) -> str | None:
-        """The operand state of DaemonSet ``namespace/ds_name``: the stack's own (in its namespace) or
-        another release of an operand found elsewhere (None: not one of the chain's)."""
-        if namespace == self.namespace:
-            return self.operand_of(ds_name)
-        return self.elsewhere.get(f"{namespace}/{ds_name}")
+    def operands_in(self, namespace: str, ds_name: str) -> tuple[str, ...]:
+        """Every operand state DaemonSet ``namespace/ds_name`` runs: one for an operand's own
+        DaemonSet, each role's for a DaemonSet that serves several (gpuchain's node agent)."""
+        if namespace != self.namespace:
+            other = self.elsewhere.get(f"{namespace}/{ds_name}")
+            return (other,) if other else ()
+        served = tuple(state for state, name in self.daemonsets.items() if name == ds_name)
+        if served:
+            return served
+        return tuple(state for prefix, state in self.prefixes.items() if ds_name.startswith(prefix))[:1]
 
     def operand_of(self, ds_name: str) -> str | None:
-        """The operand state a DaemonSet of this stack stands for (None: not one of the chain's)."""
-        for state, name in self.daemonsets.items():
-            if name == ds_name:
-                return state
-        return next((state for prefix, state in self.prefixes.items() if ds_name.startswith(prefix)), None)
+        """The operand state a DaemonSet of this stack stands for, the first in chain order where it
+        serves several (None: not one of the chain's)."""
+        return next(iter(self.operands_in(self.namespace, ds_name)), None)
+
+    def own_lines(self, state: str, log: str) -> str:
+        """The lines of a container's log that concern ``state``: where the container serves several
+        operands, the other operands' lines (by the logger each line names) are left out, so one
+        role's error is not quoted as another link's; the whole log otherwise."""
+        others = {name for s, name in self.loggers.items() if s != state}
+        if state not in self.loggers or not others:
+            return log
+        return "\n".join(ln for ln in log.splitlines() if _logger_of(ln) not in others)
+
+    def speaker(self, states: list[str], line: str) -> str:
+        """Which of ``states`` (the operands one pod serves) wrote ``line``: the one whose logger it
+        carries, else the first ("" for none)."""
+        logger = _logger_of(line)
+        return next((s for s in states if logger and self.loggers.get(s) == logger), states[0] if states else "")
 
     def ds(self, state: str) -> str:
         """The DaemonSet name of an operand in this stack."""

@@ -35,9 +35,12 @@ from gpuchain.operator.operands import (
     DRIVER,
     GFD,
     MIG_MANAGER,
+    NODE_AGENT,
     OPERANDS,
     TOOLKIT,
+    VALIDATOR,
     Operand,
+    agent_operands,
     enabled,
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
@@ -136,7 +139,10 @@ class NodePlan:
         }
         if operand.state in states:
             return states[operand.state]
-        if not self.gpu or "operands" in self.opted_out or operand.deploy in self.opted_out:
+        # A node-agent opt-out only exists in the node agent's layout (the scenario says), where it
+        # takes the validator role off as well.
+        agent_off = NODE_AGENT.deploy in self.opted_out and operand is VALIDATOR
+        if not self.gpu or "operands" in self.opted_out or operand.deploy in self.opted_out or agent_off:
             return OFF
         return self.toolkit if operand.state == "container-toolkit" else self._validator()
 
@@ -253,8 +259,10 @@ def untolerated(policy: ClusterPolicySpec, group: NodeGroup, host_stack: bool) -
 def _off(
     policy: ClusterPolicySpec, group: NodeGroup, operand: Operand, opted: frozenset[str], tainted: bool = False
 ) -> bool:
-    """Not deployed here: no GPU, disabled, opted out, or kept off by a taint it does not tolerate."""
-    return not group.gpu or not enabled(policy, operand) or "operands" in opted or operand.deploy in opted or tainted
+    """Not deployed here: no GPU, disabled, opted out (the node agent's label for its roles), or kept
+    off by a taint it does not tolerate."""
+    label = NODE_AGENT.deploy if operand in agent_operands(policy) else operand.deploy
+    return not group.gpu or not enabled(policy, operand) or "operands" in opted or label in opted or tainted
 
 
 def toolkit_socket(policy: ClusterPolicySpec) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
@@ -32,13 +33,16 @@ from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import (
     DRIVER,
     NFD_GPU_LABELS,
+    NODE_AGENT,
     OPERANDS,
     TOOLKIT,
     VALIDATOR,
     Facts,
     Operand,
+    agent_operands,
     desired,
     enabled,
+    served_by,
 )
 from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.operator.status import chain_status, policy_status
@@ -153,6 +157,32 @@ def _status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]]
     if inits:
         st["initContainerStatuses"] = inits
     return st
+
+
+def _init_waits(done: int, inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """Init:<done>/N: the first ``done`` init containers finished, the next one waits (for a ready
+    file that never comes), the rest and the main containers have not started."""
+    return _status(
+        "Pending",
+        [
+            *(_done(n) for n in inits[:done]),
+            _running(inits[done], ready=False),
+            *(_waiting(n, "PodInitializing") for n in inits[done + 1 :]),
+        ],
+        [_waiting(n, "PodInitializing") for n in mains],
+        ip,
+    )
+
+
+def _no_sandbox(inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so
+    ContainerCreating (the kubelet's FailedCreatePodSandBox Event says why)."""
+    return _status(
+        "Pending",
+        [_waiting(n, "PodInitializing") for n in inits],
+        [_waiting(n, "ContainerCreating") for n in mains],
+        ip,
+    )
 
 
 def _unschedulable(message: str) -> dict[str, Any]:
@@ -313,9 +343,7 @@ def _logs_for(plan: NodePlan, operand: Operand, scenario: Scenario, policy: Clus
 
 def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str) -> Obj:
     """The DaemonSet's pod ``name`` on this node, with the status the node's story implies."""
-    # A shallow copy: pods share the template's containers (MemoryCluster copies what it stores).
-    spec = {k: v for k, v in ds["spec"]["template"]["spec"].items() if k != "affinity"}
-    spec["nodeName"] = plan.name
+    spec = _placed_spec(ds, plan)
     inits = [c["name"] for c in spec.get("initContainers", [])]
     mains = [c["name"] for c in spec["containers"]]
     state = plan.state_of(operand)
@@ -323,27 +351,12 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
     needs_runtime = spec.get("runtimeClassName") is not None
     if state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
         # Init:0/N - the first init container waits for a ready file that never comes.
-        status = _status(
-            "Pending",
-            [_running(inits[0], ready=False), *(_waiting(n, "PodInitializing") for n in inits[1:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(0, inits, mains, ip)
     elif operand is VALIDATOR and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
         # driver validated; toolkit-validation waits for the toolkit's ready file.
-        status = _status(
-            "Pending",
-            [_done(inits[0]), _running(inits[1], ready=False), *(_waiting(n, "PodInitializing") for n in inits[2:])],
-            [_waiting(n, "PodInitializing") for n in mains],
-            ip,
-        )
+        status = _init_waits(1, inits, mains, ip)
     elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
-        status = _status(
-            "Pending",
-            [_waiting(n, "PodInitializing") for n in inits],
-            [_waiting(n, "ContainerCreating") for n in mains],
-            ip,
-        )
+        status = _no_sandbox(inits, mains, ip)
     elif state == chain.IMAGE_MISSING:
         # The kubelet cannot pull the image (containerd answers NotFound): ImagePullBackOff.
         pulling = _waiting(mains[0], "ImagePullBackOff", f'Back-off pulling image "{spec["containers"][0]["image"]}"')
@@ -360,6 +373,19 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
         )
     else:
         status = _status("Running", [_done(n) for n in inits], [_running(n) for n in mains], ip)
+    return _pod_object(ds, name, spec, status)
+
+
+def _placed_spec(ds: Obj, plan: NodePlan) -> dict[str, Any]:
+    """The DaemonSet's pod spec placed on the plan's node."""
+    # A shallow copy: pods share the template's containers (MemoryCluster copies what it stores).
+    spec = {k: v for k, v in ds["spec"]["template"]["spec"].items() if k != "affinity"}
+    spec["nodeName"] = plan.name
+    return spec
+
+
+def _pod_object(ds: Obj, name: str, spec: dict[str, Any], status: dict[str, Any]) -> Obj:
+    """Pod ``name`` of the DaemonSet, with its spec and status."""
     labels = dict(ds["spec"]["template"]["metadata"]["labels"])
     return {
         "apiVersion": "v1",
@@ -375,6 +401,36 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
         "spec": spec,
         "status": status,
     }
+
+
+def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str, source: str) -> Obj:
+    """The node agent's pod on this node, serving ``roles``: its init containers validate driver,
+    toolkit and CUDA (``driver-validation`` waits while the node has no working driver,
+    ``toolkit-validation`` while the toolkit has not configured the runtime), it cannot start
+    without the NVIDIA runtime handler, and otherwise its one container runs every role.
+
+    A role that fails alone is restarted by the agent's supervisor while the others serve
+    (`gpuchain.agent.supervisor`); the simulator does not model that, and refuses a node that
+    would need it rather than render it as something it is not."""
+    failing = [
+        op.state for op in roles if plan.state_of(op) in chain.CRASHING or plan.state_of(op) == chain.IMAGE_MISSING
+    ]
+    if failing:
+        why = f"node {plan.name}: the node agent layout does not simulate a role failing alone ({', '.join(failing)})"
+        raise ConfigFileError(source, None, "policy.nodeAgent", why)
+    spec = _placed_spec(ds, plan)
+    inits = [c["name"] for c in spec.get("initContainers", [])]
+    mains = [c["name"] for c in spec["containers"]]
+    ip = "10.0.0.1"
+    if inits and plan.driver not in (chain.OK, chain.HOST):
+        status = _init_waits(0, inits, mains, ip)
+    elif inits and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
+        status = _init_waits(1, inits, mains, ip)
+    elif spec.get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
+        status = _no_sandbox(inits, mains, ip)
+    else:
+        status = _status("Running", [_done(n) for n in inits], [_running(n) for n in mains], ip)
+    return _pod_object(ds, name, spec, status)
 
 
 def _node_labels(plan: NodePlan) -> dict[str, str]:
@@ -542,6 +598,12 @@ def _event(namespace: str, involved: Obj, reason: str, message: str, component: 
     }
 
 
+def _sandbox_event(namespace: str, pod: Obj, n: int) -> Obj:
+    """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler."""
+    message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}"
+    return _event(namespace, pod, "FailedCreatePodSandBox", message, "kubelet", n)
+
+
 def _ds_status(pods: list[Obj]) -> dict[str, Any]:
     n = len(pods)
     ready = sum(any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"]) for p in pods)
@@ -682,8 +744,9 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     daemonsets = {
         name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d, images.get(by_name[name_of(d)].state, ""))
         for d in wanted
-        if d["kind"] == "DaemonSet"
+        if d["kind"] == "DaemonSet" and name_of(d) != NODE_AGENT.name
     }
+    agent_ds = next((d for d in wanted if d["kind"] == "DaemonSet" and name_of(d) == NODE_AGENT.name), None)
     if scenario.policy_deleted:
         # kubectl delete --cascade=orphan: the DaemonSets lose their owner and keep running.
         for d in daemonsets.values():
@@ -719,20 +782,26 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                     )
                 )
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(
-                    _event(
-                        ns,
-                        pod,
-                        "FailedCreatePodSandBox",
-                        f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}",
-                        "kubelet",
-                        len(events),
-                    )
-                )
+                events.append(_sandbox_event(ns, pod, len(events)))
         ds = {**ds, "status": _ds_status(pods)}
         daemonsets[op.name] = ds
         by_operand[op.name] = pods
         out.objects.append(ds)
+        out.objects += pods
+    if agent_ds is not None:
+        roles = agent_operands(policy)
+        pods = []
+        for plan in plans:
+            if not any(plan.deployed(op) for op in roles):
+                continue
+            agent_pod_name = unique_pod_name(NODE_AGENT.name, plan.name, taken)
+            pod = _agent_pod(agent_ds, plan, roles, agent_pod_name, scenario.name)
+            pods.append(pod)
+            if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
+                events.append(_sandbox_event(ns, pod, len(events)))
+        daemonsets[NODE_AGENT.name] = {**agent_ds, "status": _ds_status(pods)}
+        by_operand[NODE_AGENT.name] = pods
+        out.objects.append(daemonsets[NODE_AGENT.name])
         out.objects += pods
     workloads = _place_workloads(scenario, plans, out)
     out.objects += workloads
@@ -889,7 +958,8 @@ def _policy_object(
     plans: list[NodePlan],
 ) -> Obj:
     """The ClusterPolicy with the status the operator's own status functions compute."""
-    operands = chain_status({op.state: enabled(policy, op) for op in OPERANDS}, daemonsets, list(pods))
+    switched = {op.state: enabled(policy, op) for op in OPERANDS}
+    operands = chain_status(switched, daemonsets, list(pods), served_by(policy))
     status, conditions = policy_status(operands, sum(p.gpu for p in plans), True, scenario.namespace, 1)
     spec = policy.model_dump(mode="json", by_alias=True)
     return {

@@ -24,17 +24,18 @@ from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.gpu.topology import preset_names
 from gpuchain.mig.agent import State as MigState
 from gpuchain.mig.config import default_config
-from gpuchain.operator.operands import OPERANDS
-from gpuchain.operator.policy import parse_policy
+from gpuchain.operator.operands import NODE_AGENT, OPERANDS
+from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 #: Node problems the kubelet (or the node lifecycle controller) reports as conditions and taints.
 NodeProblem = Literal["kubelet-stopped", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"]
 NODE_PROBLEMS: tuple[str, ...] = get_args(NodeProblem)
-#: Suffixes allowed after ``nvidia.com/gpu.deploy.`` in ``optOut`` ("operands" means all of them).
-OPT_OUT_KEYS = ("operands", *(o.deploy for o in OPERANDS))
-#: The layout every simulated stack renders: one DaemonSet per operand, the names the scenarios'
-#: evidence and the doctor's stack adapters know (a scenario's policy may still say otherwise).
+#: Suffixes allowed after ``nvidia.com/gpu.deploy.`` in ``optOut`` ("operands" means all of them;
+#: "node-agent" the node agent's roles, in its layout).
+OPT_OUT_KEYS = ("operands", *(o.deploy for o in OPERANDS), NODE_AGENT.deploy)
+#: The layout every simulated stack renders unless its policy says ``nodeAgent: {enabled: true}``
+#: (gpuchain's stack only): one DaemonSet per operand, the names the scenarios' evidence knows.
 PER_OPERAND = {"nodeAgent": {"enabled": False}}
 
 
@@ -305,6 +306,21 @@ class Scenario(_Strict):
         unknown = [w.node for w in self.workloads if w.node and w.node not in set(names)]
         if unknown:
             raise ValueError(f"workloads name nodes that do not exist: {', '.join(str(u) for u in unknown)}")
+        return self
+
+    @model_validator(mode="after")
+    def _node_agent_layout(self) -> Scenario:
+        """The node agent layout only where the simulator renders it: gpuchain's stack with the
+        validator role on (its init containers tell the lower links' story), and its opt-out label
+        only there (elsewhere no DaemonSet reads it)."""
+        spec = parse_policy({**PER_OPERAND, **self.policy})
+        if not isinstance(spec, ClusterPolicySpec):
+            return self  # `_valid_policy` refused it
+        agent = spec.node_agent.enabled
+        if agent and (self.stack != "gpuchain" or not spec.validator.enabled):
+            raise ValueError("policy nodeAgent.enabled is simulated for stack gpuchain with its validator enabled")
+        if not agent and any(NODE_AGENT.deploy in g.opt_out for g in self.nodes):
+            raise ValueError(f"optOut {NODE_AGENT.deploy} needs the node agent layout (policy nodeAgent.enabled)")
         return self
 
     @model_validator(mode="after")

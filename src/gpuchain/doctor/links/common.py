@@ -50,7 +50,7 @@ def node_finding(
 
 def opted_out(view: NodeView, operand: Operand) -> str | None:
     """The label that keeps ``operand`` off this node (``key=false``), if any."""
-    for key in (OPERANDS_LABEL, deploy_label(operand)):
+    for key in (OPERANDS_LABEL, view.deploy_labels.get(operand.state, deploy_label(operand))):
         if view.labels.get(key) == "false":
             return f"{key}=false"
     return None
@@ -94,12 +94,13 @@ def said_in(log: str) -> list[str]:
 
 
 def operand_log(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
-    """The container's last lines from its status, else the log the gather step read ("" if none)."""
+    """The container's last lines from its status, else the log the gather step read ("" if none);
+    of a container that serves several operands, the lines of this one (`Stack.own_lines`)."""
     pod = view.pod(operand)
     if last or pod is None:
-        return last
+        return ctx.stack.own_lines(operand.state, last)
     containers = (pod.get("spec") or {}).get("containers") or [{}]
-    return ctx.log(pod, container or str(containers[0].get("name", "")))
+    return ctx.stack.own_lines(operand.state, ctx.log(pod, container or str(containers[0].get("name", ""))))
 
 
 @dataclass(frozen=True)

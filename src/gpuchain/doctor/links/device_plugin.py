@@ -421,7 +421,7 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
         owner = owner_ds(pod)
         if node not in others or not owner:
             continue
-        if ctx.stack.operand_in(str(meta.get("namespace") or ""), owner) != DEVICE_PLUGIN.state:
+        if DEVICE_PLUGIN.state not in ctx.stack.operands_in(str(meta.get("namespace") or ""), owner):
             continue
         state = pod_state(pod)
         term = _gpu_node_affinity(gpu_nodes, others[str(node)]) if state.failing else None

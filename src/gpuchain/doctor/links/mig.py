@@ -150,8 +150,9 @@ def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
         if catalog.known_error(ctx.log(pod, state.container or ctx.container(operand)) + "\n" + state.message):
             return None
         failing.append(state.describe())
-    if len(failing) < 2:
-        # Both fail when the GPUs' MIG mode is the cause; one alone fails for its own reason (its config).
+    if len(set(failing)) < 2:
+        # Both fail when the GPUs' MIG mode is the cause; one alone fails for its own reason (its config),
+        # and one pod that serves both (gpuchain's node agent) fails for whatever stops it.
         return None
     manage = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(MIG_MANAGER): "true", MIG_CONFIG: "all-disabled"})
     return node_finding(

@@ -31,7 +31,7 @@ def _runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
-    for pod in view.operand_pods.values():
+    for pod in view.pods:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         creating = any(
             ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
