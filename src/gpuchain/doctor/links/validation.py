@@ -49,7 +49,7 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
     validator = view.pod(VALIDATOR)
     toolkit = view.pod(TOOLKIT)
     waiting, gates = [], set()
-    for pod in view.operand_pods.values():
+    for pod in view.pods:
         state = pod_state(pod)
         gate = ctx.stack.validations.get(_running_init(ctx, pod), "")
         if pod is not validator and not state.failing and gate in order and order.index(gate) >= order.index(link):
