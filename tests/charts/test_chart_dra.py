@@ -93,3 +93,17 @@ def test_device_taints_and_metrics_are_opt_in() -> None:
     ds = next(d for d in render(on) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
     assert ds["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9402}]
     kubernetes_validate.validate(ds, "1.34.0", strict=True)
+
+
+def test_the_chart_refuses_the_nvidia_gpu_bridge_beside_the_device_plugin() -> None:
+    """dra.extendedResource with the device plugin on: the plugin registers nvidia.com/gpu on the same
+    nodes, so the chart names the setting and the way out instead of rendering both."""
+    refused = r"dra.extendedResource=true .* devicePlugin.enabled=true .* set devicePlugin"
+    with pytest.raises(HelmRenderError, match=refused):
+        render({"dra": {"enabled": True, "extendedResource": True}})
+    alone = render({"dra": {"enabled": True, "extendedResource": True}, "devicePlugin": {"enabled": False}})
+    classes = {d["metadata"]["name"]: d for d in alone if d["kind"] == "DeviceClass"}
+    assert sorted(classes) == ["gpu.gpuchain.io", "whole-gpu.gpuchain.io"]
+    kubernetes_validate.validate(classes["whole-gpu.gpuchain.io"], "1.34.0", strict=True)
+    plain = render({**ON, "devicePlugin": {"enabled": False}})
+    assert not [d for d in plain if d["metadata"]["name"].startswith("whole-gpu")]

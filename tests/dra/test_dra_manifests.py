@@ -14,7 +14,7 @@ import yaml
 
 from gpuchain.dra import slices
 from gpuchain.dra.claims import resource_claim
-from gpuchain.dra.kinds import DRIVER, device_class
+from gpuchain.dra.kinds import DRIVER, device_class, whole_gpu_class
 from gpuchain.gpu.sim import SimBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,8 @@ def test_examples_validate(path: Path, version: str) -> None:
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 def test_rendered_objects_validate(version: str, mig_sim: SimBackend) -> None:
     rendered = slices.resource_slice("n", slices.render_devices(mig_sim.inventory()), 3)
-    for obj in (device_class(), resource_claim("c", "default", count=2, cel="device.driver == 'x'"), rendered):
+    claim = resource_claim("c", "default", count=2, cel="device.driver == 'x'")
+    for obj in (device_class(), whole_gpu_class(), claim, rendered):
         kubernetes_validate.validate(obj, version, strict=True)
 
 
@@ -88,3 +89,31 @@ def test_chart_device_class(tmp_path: Path, version: str) -> None:
     kubernetes_validate.validate(obj, version, strict=True)
     assert obj["metadata"]["name"] == device_class()["metadata"]["name"]
     assert obj["spec"] == device_class()["spec"]
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_chart_whole_gpu_class_is_opt_in_and_the_same_object(tmp_path: Path, version: str) -> None:
+    """dra.extendedResource adds whole-gpu.gpuchain.io, exactly the class the real scheduler serves
+    ``nvidia.com/gpu`` through in tests/peers/test_dra_extended_resource.py."""
+    off = _render_chart(tmp_path / "off", {"dra": {"enabled": True}, "devicePlugin": {"enabled": False}})
+    assert len(list(yaml.safe_load_all(next(iter(off.values()))))) == 1
+    on = {"dra": {"enabled": True, "extendedResource": True}, "devicePlugin": {"enabled": False}}
+    (text,) = _render_chart(tmp_path / "on", on).values()
+    main, bridge = yaml.safe_load_all(text)
+    for obj in (main, bridge):
+        kubernetes_validate.validate(obj, version, strict=True)
+    assert main["spec"] == device_class()["spec"]  # the class of claims is untouched
+    assert bridge["metadata"]["name"] == whole_gpu_class()["metadata"]["name"]
+    assert bridge["spec"] == whole_gpu_class()["spec"]
+    assert bridge["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+
+
+def test_whole_gpu_class_selects_whole_gpus_only(mig_sim: SimBackend) -> None:
+    """``nvidia.com/gpu: 1`` is a whole GPU: the class's type selector matches the published GPUs, not
+    their MIG devices."""
+    published = slices.render_devices(mig_sim.inventory())
+    types = {d["attributes"]["type"]["string"] for d in published}
+    assert types == {"gpu", "mig"}
+    assert f"device.attributes['{DRIVER}'].type == 'gpu'" in [
+        s["cel"]["expression"] for s in whole_gpu_class()["spec"]["selectors"]
+    ]

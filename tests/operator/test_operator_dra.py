@@ -1,5 +1,6 @@
 """The operator refuses to deploy its device plugin beside a DRA plugin that serves the same GPUs
-(the chart's ``dra.nodes=all`` DaemonSet), naming the field and the fix, and deploys nothing."""
+(the chart's ``dra.nodes=all`` DaemonSet) or beside a DeviceClass that serves ``nvidia.com/gpu``
+through DRA (the chart's ``dra.extendedResource``), naming the field and the fix, and deploys nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from charts.test_chart import render
 from operator_helpers import make_cluster
 
+from gpuchain.dra.kinds import device_class, whole_gpu_class
 from gpuchain.kube.kinds import DAEMONSET
 from gpuchain.operator.reconcile import reconcile
 
@@ -39,5 +41,35 @@ def test_a_dra_plugin_on_labelled_nodes_or_no_device_plugin_is_fine() -> None:
     assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in beside.list(DAEMONSET)]
     alone = make_cluster(spec={"devicePlugin": {"enabled": False}})
     alone.create(chart_dra_plugin("all"))
+    assert reconcile(alone, "cluster-policy", NS).problems == []
+    assert len(alone.list(DAEMONSET)) > 1  # the other operands are deployed
+
+
+def chart_device_classes() -> list[dict[str, Any]]:
+    """The chart's DeviceClasses for ``dra.extendedResource=true`` (the device plugin off, as the chart needs)."""
+    values = {"dra": {"enabled": True, "extendedResource": True}, "devicePlugin": {"enabled": False}}
+    return [d for d in render(values) if d["kind"] == "DeviceClass"]
+
+
+def test_a_device_plugin_beside_the_nvidia_gpu_bridge_is_refused() -> None:
+    cluster = make_cluster(spec={"devicePlugin": {"enabled": True}})
+    for dc in chart_device_classes():
+        cluster.create(dc)
+    result = reconcile(cluster, "cluster-policy", NS)
+    assert result.state == "notReady"
+    (problem,) = result.problems
+    message = str(problem)
+    assert message.startswith("spec.devicePlugin.enabled=true: DeviceClass whole-gpu.gpuchain.io serves nvidia.com/gpu")
+    assert "set devicePlugin.enabled=false" in message and "dra.extendedResource=false" in message
+    assert cluster.list(DAEMONSET) == []  # nothing deployed
+
+
+def test_device_classes_without_the_bridge_or_no_device_plugin_are_fine() -> None:
+    claims_only = make_cluster()
+    claims_only.create(device_class())
+    assert reconcile(claims_only, "cluster-policy", NS).problems == []
+    assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in claims_only.list(DAEMONSET)]
+    alone = make_cluster(spec={"devicePlugin": {"enabled": False}})
+    alone.create(whole_gpu_class())
     assert reconcile(alone, "cluster-policy", NS).problems == []
     assert len(alone.list(DAEMONSET)) > 1  # the other operands are deployed

@@ -108,7 +108,8 @@ def test_noop_reconcile_makes_zero_writes() -> None:
     result = reconcile(cluster, "cluster-policy", NS)
     assert result.changed == []
     assert cluster.calls.writes == 0
-    assert cluster.calls.total <= 8, cluster.calls.snapshot()
+    # 9: the DeviceClasses are listed too while the device plugin is on (operator/dra.py)
+    assert cluster.calls.total <= 9, cluster.calls.snapshot()
 
 
 def test_first_reconcile_writes_per_operand_not_per_node() -> None:

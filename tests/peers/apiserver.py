@@ -271,10 +271,14 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true"
+FEATURE_GATES = (
+    "DRADeviceTaints=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true"
+)
 """Feature gates of the API server, controller manager and scheduler: device taints, partitionable
-devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU) and consumable
-capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) are alpha in 1.34."""
+devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU), consumable
+capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) and extended
+resources backed by DRA (a DeviceClass's ``extendedResourceName``: ``nvidia.com/gpu`` served by
+DRA devices on nodes without a device plugin's) are alpha in 1.34."""
 
 
 @contextmanager

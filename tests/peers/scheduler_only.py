@@ -20,6 +20,7 @@ from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE, device_cl
 from gpuchain.kube import LiveCluster
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
 from gpuchain.kube.errors import NotFoundError
+from gpuchain.kube.gpu_resources import GPU
 from peers.apiserver import FEATURE_GATES, ApiServer
 from peers.binaries import peer_or_skip
 from peers.node import POD_TOLERATIONS, stop_process
@@ -104,6 +105,20 @@ class SchedulerOnlyNode:
                     "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
                     "tolerations": POD_TOLERATIONS,  # the not-ready taint a new Node gets (no kubelet here)
                     "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+                },
+            },
+        )
+
+    def gpu_pod(self, name: str, gpus: int) -> None:
+        """A pod asking for ``nvidia.com/gpu: <gpus>`` the device plugin way, with no claim."""
+        self.apiserver.request(
+            "POST",
+            f"/api/v1/namespaces/{self.ns}/pods",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "tolerations": POD_TOLERATIONS,
+                    "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {GPU: str(gpus)}}}],
                 },
             },
         )

@@ -5,7 +5,12 @@ The chart deploys gpuchain's DRA plugin; the operator deploys the device plugin.
 plugin publishes nothing, unless it runs with ``--unlabelled-nodes=dra`` (the chart's
 ``dra.nodes=all``): then it serves every unlabelled GPU node, and a device plugin there would serve
 the same GPUs. The operator refuses to deploy its device plugin beside such a DRA plugin, naming
-the field and both ways out. A pure decision over the policy and the cluster's DaemonSets.
+the field and both ways out. Nor does it deploy its device plugin while a DeviceClass serves a device
+plugin resource (``nvidia.com/gpu``) through ``extendedResourceName`` (the chart's
+``dra.extendedResource``): the device plugin registers that resource on every GPU node it runs on,
+with no device where the node is DRA's, and the scheduler serves a request through the class only
+on nodes that have none, so the two would each claim the name. A pure decision over the policy, the
+cluster's DaemonSets and its DeviceClasses.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
+from gpuchain.kube.gpu_resources import is_gpu_resource
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.policy import ClusterPolicySpec, Problem
 
@@ -33,11 +39,24 @@ def serves_unlabelled_nodes(daemonset: Obj) -> bool:
     return False
 
 
-def dra_problems(policy: ClusterPolicySpec, daemonsets: Iterable[Obj]) -> list[Problem]:
-    """The device plugin switched on beside a DRA plugin that serves the same (unlabelled) nodes."""
+def dra_problems(policy: ClusterPolicySpec, daemonsets: Iterable[Obj], device_classes: Iterable[Obj]) -> list[Problem]:
+    """The device plugin switched on beside a DRA plugin that serves the same (unlabelled) nodes, or
+    beside a DeviceClass that serves its resource name to DRA."""
     if not policy.device_plugin.enabled:
         return []
-    return [
+    bridges = [
+        Problem(
+            "devicePlugin.enabled",
+            f"DeviceClass {name_of(dc)} serves {dc['spec']['extendedResourceName']} requests with DRA devices "
+            "(extendedResourceName), while the device plugin registers that resource on the same nodes: set "
+            "devicePlugin.enabled=false, or remove the class (chart: dra.extendedResource=false) and ask for DRA "
+            "GPUs with ResourceClaims",
+            "true",
+        )
+        for dc in device_classes
+        if is_gpu_resource(str((dc.get("spec") or {}).get("extendedResourceName") or ""))
+    ]
+    return bridges + [
         Problem(
             "devicePlugin.enabled",
             f"DaemonSet {namespace_of(ds)}/{name_of(ds)} runs gpuchain's DRA plugin on every GPU node without "

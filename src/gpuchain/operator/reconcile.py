@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuchain.dra.kinds import DEVICE_CLASS
 from gpuchain.kube import (
     CLUSTER_POLICY,
     CONFIGMAP,
@@ -119,6 +120,14 @@ def _nvidia_policies(cluster: Cluster) -> list[dict[str, Any]]:
         return []
 
 
+def _device_classes(cluster: Cluster) -> list[dict[str, Any]]:
+    """The cluster's DRA DeviceClasses; none before Kubernetes 1.34 (no resource.k8s.io/v1)."""
+    try:
+        return cluster.list(DEVICE_CLASS)
+    except NotFoundError:
+        return []
+
+
 def _nvidia_operator_deployments(cluster: Cluster) -> list[dict[str, Any]]:
     """Deployments that may be NVIDIA's operator (all namespaces); one list, read only beside an nvidia.com policy."""
     key, value = NVIDIA_OPERATOR_COMPONENT
@@ -190,7 +199,7 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], parsed)
 
     daemonsets = cluster.list(DAEMONSET)
-    both = dra_problems(parsed, daemonsets)
+    both = dra_problems(parsed, daemonsets, _device_classes(cluster) if parsed.device_plugin.enabled else [])
     if both:  # the device plugin and the DRA plugin would serve the same GPUs: deploy neither change
         wrote = _write_status(cluster, policy, invalid_status(both, namespace, generation))
         return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], both)
