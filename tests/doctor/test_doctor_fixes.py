@@ -1173,6 +1173,33 @@ def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
     assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"
 
 
+def test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link() -> None:
+    """The single strategy's panic when MIG mode is on and no instance is carved (NVIDIA/k8s-device-plugin
+    internal/mig/mig.go@v0.12.3, wrapped by its mig-strategy.go): the MIG layout, not the plugin's registration."""
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 6, "state": {"waiting": "CrashLoopBackOff"}}
+    log = (
+        "2026/01/01 00:00:00 Starting FS watcher.\n"
+        "panic: At least one device with migEnabled=true was not configured correctly: "
+        "No MIG devices associated with /dev/nvidia3: GPU-0f0e0d0c-1111-2222-3333-444455556666\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "m", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "m",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("mig.no-instances", "mig", "m")
+    assert "catalog: k8s-device-plugin.mig-no-instances" in " ".join(root.evidence)
+    assert root.action is not None and root.action.changes == {"nvidia.com/mig.config": "all-disabled"}
+    assert "delete pod" not in root.fix
+
+
 def _released_beside(tmp_path: Path, ds: str, namespace: str, image: str, log: str, labels: str = "") -> Report:
     """A standalone-plugin cluster with a release of its own of ``ds`` (in ``namespace``) whose one pod runs
     ready and logs ``log``; the doctor's report on it. Built with the held-out sets' edits (tests/sim/heldout)."""

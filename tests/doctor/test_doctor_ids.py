@@ -46,6 +46,7 @@ CLUSTER_TESTS = {
     "driver.not-installed": "test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand",
     "driver.gpu-unavailable": "test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver",
     "mig.unmanaged": "test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link",
+    "mig.no-instances": "test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link",
     "exporter.running-with-errors": "test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter",
     "gfd.running-with-errors": "test_a_running_gfd_without_labels_whose_log_says_why_is_gfd",
     "device-plugin.dra-conflict": "test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one",

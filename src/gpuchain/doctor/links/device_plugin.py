@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG, MIG_CONFIG, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
@@ -259,7 +261,7 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 view,
                 "mig.invalid-for-strategy",
                 Severity.ERROR,
-                "device-plugin",
+                "mig",
                 "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
                 "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
                 "-MIG-INVALID.",
@@ -270,6 +272,39 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 ],
                 fix,
                 action,
+            ),
+        ),
+    )
+
+
+#: The plugin's words for a MIG-enabled GPU with no MIG instance on it (catalog.yaml, two releases).
+MIG_EMPTY = ("k8s-device-plugin.mig-no-instances", "k8s-device-plugin.mig-device-unconfigured")
+
+
+def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """MIG mode on with no instance carved: the plugin refuses the node, but the fault is the MIG layout
+    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off)."""
+    managed = mig_finding(ctx, view)
+    if managed is not None:
+        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence))
+        return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
+    off = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+    return Result(
+        LinkState.BROKEN,
+        "MIG on with no instance",
+        (
+            node_finding(
+                view,
+                "mig.no-instances",
+                Severity.ERROR,
+                "mig",
+                "MIG mode is on for this node's GPUs but no MIG instance is carved on them, so the device plugin "
+                "(mig.strategy single) refuses the node and announces no GPU: the MIG layout was never applied.",
+                [f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
+                ctx.stack.render(off)
+                + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
+                "manager to carve",
+                off,
             ),
         ),
     )
@@ -303,6 +338,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
     nvml = catalog.find(log, *NO_NVML)
     mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
+    mig_empty = catalog.find(log, *MIG_EMPTY)
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = mig_finding(ctx, view)
@@ -312,6 +348,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent
+    elif state is not None and mig_empty and not announced:
+        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and nvml and not announced:

@@ -1,0 +1,66 @@
+"""Classes of failure the doctor missed on clusters it had never seen (issue 26), each rule on a small
+simulated cluster edited the way the real components leave it: the link the finding names, and a fix
+that acts. Log lines are the components' own (their catalog entries name the source); pod states are
+as the kubelet writes them (k8s.io/api core/v1 ContainerStateWaiting/Terminated)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.small_cluster import diagnosed
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import Report
+
+PLUGIN = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n"
+NO_GPU = {"do": "node", "node": "m", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+CRASH = {
+    "name": "nvidia-device-plugin-ctr",
+    "restarts": 6,
+    "state": {"waiting": "CrashLoopBackOff"},
+    "last": {"terminated": "Error"},
+}
+
+
+def _roots(report: Report) -> list[Any]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+def _plugin_log(text: str) -> dict[str, Any]:
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "m",
+        "containers": [CRASH],
+        "logs": {"nvidia-device-plugin-ctr": text},
+    }
+
+
+def test_the_newer_plugins_no_mig_devices_configured_error_is_the_mig_link_too() -> None:
+    # NVIDIA/k8s-device-plugin internal/rm/device_map.go@v0.17.1, wrapped in "invalid MIG configuration".
+    log = (
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: error getting plugins: failed to construct "
+        "NVML resource managers: error building device map: invalid MIG configuration: at least one device with "
+        "migEnabled=true was not configured correctly: device 2 has no MIG devices configured\n"
+    )
+    (root,) = _roots(diagnosed(PLUGIN, NO_GPU, _plugin_log(log)))
+    assert (root.id, root.link) == ("mig.no-instances", "mig")
+
+
+def test_a_mig_layout_that_does_not_fit_the_single_strategy_is_filed_under_mig() -> None:
+    log = "E0101 00:00:00.000000 1 main.go:1] invalid MIG configuration: all devices must have the same MIG profile\n"
+    (root,) = _roots(diagnosed(PLUGIN, NO_GPU, _plugin_log(log)))
+    assert (root.id, root.link) == ("mig.invalid-for-strategy", "mig")
+    assert "MIG_STRATEGY" in root.fix
+
+
+def test_the_plugins_exit_line_when_nvml_cannot_load_is_known_not_unrecognised() -> None:
+    # NVIDIA/k8s-device-plugin internal/plugin/manager/factory.go@v0.16.2 (failOnInitError: the exit error only).
+    log = (
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: error creating plugin manager: "
+        "unable to create plugin manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND\n"
+    )
+    report = diagnosed(PLUGIN, NO_GPU, _plugin_log(log))
+    assert not [f for f in report.findings if f.id == "log.unrecognised"]
+    (root,) = _roots(report)
+    assert root.link == "toolkit" and "catalog: k8s-device-plugin.nvml-init-failed-exit" in " ".join(root.evidence)
