@@ -848,6 +848,52 @@ def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() 
     assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
 
 
+def _unload_refused(lsmod: str, **how: Any) -> Report:
+    """A driver pod on an operator node with no GPU pod whose entrypoint printed ``lsmod`` and then
+    "driver is in use" (NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@25.01.21, ``_unload_driver``)."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n"))
+    message = (
+        "Unloading NVIDIA driver kernel modules...\n"
+        + lsmod
+        + "Could not unload NVIDIA driver kernel modules, driver is in use"
+    )
+    _fail(
+        sim,
+        "nvidia-driver-daemonset",
+        "b",
+        main="nvidia-driver-ctr",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": message}},
+        **how,
+    )
+    return run_doctor(sim.cluster, reader=sim.read_log)
+
+
+def test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off() -> None:
+    """gdrdrv (GPUDirect copy, loaded by the driver pod's gdrcopy sidecar) uses ``nvidia`` and the entrypoint does
+    not unload it: the repair frees it with the whole driver pod, never 'a host driver' (deploy.driver=false)."""
+    lsmod = (
+        "nvidia_uvm           1794048  0\n"
+        "gdrdrv                 24576  0\n"
+        "nvidia              56807424  3 gdrdrv,nvidia_uvm,nvidia_modeset\n"
+    )
+    (found,) = [f for f in _unload_refused(lsmod).findings if f.root]
+    assert (found.id, found.link, found.node) == ("driver.module-held", "driver", "b")
+    assert "lsmod: nvidia              56807424  3 gdrdrv,nvidia_uvm,nvidia_modeset" in found.evidence
+    assert found.action is not None and found.action.op is FixOp.DELETE and found.action.changes["kind"] == "Pod"
+    assert (
+        found.fix.startswith("kubectl -n gpu-operator delete pod nvidia-driver-daemonset-")
+        and "rmmod gdrdrv" in found.fix
+    )
+    assert "deploy.driver=false" not in found.fix
+
+
+def test_a_driver_that_cannot_unload_with_nothing_of_the_operators_holding_it_is_the_host_driver() -> None:
+    """No GPU pod, no GPUDirect module, no sidecar: the module is the host's own driver."""
+    lsmod = "nvidia_drm             77824  4\nnvidia              56807424  90 nvidia_modeset\n"
+    (found,) = [f for f in _unload_refused(lsmod).findings if f.root]
+    assert found.id == "driver.host-driver-conflict" and "nvidia.com/gpu.deploy.driver=false" in found.fix
+
+
 def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_add() -> None:
     """Issue 26 (fixes that act): the scheduler names the taint; the fix is that toleration in the
     policy's daemonsets.tolerations, rendered as the patch, never 'add a toleration' in words."""

@@ -33,6 +33,7 @@ CLUSTER_TESTS = {
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
     "driver.upgrading": "test_a_driver_pod_the_upgrade_restarts_is_information_not_a_fault",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
+    "driver.module-held": "test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",
     "exporter.gpus-missing": "test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset",
