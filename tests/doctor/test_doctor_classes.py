@@ -64,3 +64,60 @@ def test_the_plugins_exit_line_when_nvml_cannot_load_is_known_not_unrecognised()
     assert not [f for f in report.findings if f.id == "log.unrecognised"]
     (root,) = _roots(report)
     assert root.link == "toolkit" and "catalog: k8s-device-plugin.nvml-init-failed-exit" in " ".join(root.evidence)
+
+
+#: runc's refusal as containerd reports it and the kubelet keeps it (lastState.terminated, reason StartError):
+#: runc libcontainer "unable to start container process" quoting Go's os/exec ErrNotFound.
+NO_BINARY = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+    'unable to start container process: exec: "{}": executable file not found in $PATH: unknown'
+)
+
+
+def test_a_plugin_container_whose_image_lacks_its_command_names_the_chart_and_image_releases() -> None:
+    from gpuchain.kube import DAEMONSET
+
+    def chart_labels(sim: Any) -> None:
+        # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/_helpers.tpl (labels).
+        labels = {
+            "helm.sh/chart": "nvidia-device-plugin-0.17.1",
+            "app.kubernetes.io/instance": "gpu",
+            "app.kubernetes.io/version": "0.17.1",
+        }
+        sim.cluster.patch(DAEMONSET, "nvidia-device-plugin-daemonset", {"metadata": {"labels": labels}}, "kube-system")
+
+    start_error = {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 3,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "StartError", "exitCode": 128, "message": NO_BINARY.format("nvidia-device-plugin")},
+    }
+    report = diagnosed(
+        PLUGIN,
+        chart_labels,
+        NO_GPU,
+        {"do": "pod", "daemonset": "nvidia-device-plugin-daemonset", "node": "m", "containers": [start_error]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "m")
+    assert any("executable file not found in $PATH" in e for e in root.evidence)
+    assert "no log line" not in root.cause and "delete pod" not in root.fix
+    assert root.fix.startswith(
+        "helm upgrade gpu nvdp/nvidia-device-plugin -n kube-system --reuse-values --set image.tag=v0.17.1"
+    )
+
+
+def test_an_operator_operand_whose_image_lacks_its_command_goes_back_to_the_operators_version() -> None:
+    start_error = {
+        "name": "gpu-feature-discovery",
+        "restarts": 2,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "StartError", "exitCode": 128, "message": NO_BINARY.format("gpu-feature-discovery")},
+    }
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n",
+        {"do": "pod", "daemonset": "gpu-feature-discovery", "node": "n2", "containers": [start_error]},
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("gfd", "n2")
+    assert root.action is not None and root.action.changes == {"spec": {"gfd": {"version": None}}}
