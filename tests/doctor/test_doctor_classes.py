@@ -121,3 +121,22 @@ def test_an_operator_operand_whose_image_lacks_its_command_goes_back_to_the_oper
     (root,) = _roots(report)
     assert (root.link, root.node) == ("gfd", "n2")
     assert root.action is not None and root.action.changes == {"spec": {"gfd": {"version": None}}}
+
+
+def test_a_plugin_without_a_sandbox_on_a_node_whose_runtime_no_toolkit_touches_is_the_node() -> None:
+    # The kubelet's Event (kuberuntime_manager.go "Failed to create pod sandbox: %v") around containerd's
+    # CNI error (containernetworking/cni pkg/invoke/find.go "failed to find plugin %q in path %s").
+    event = (
+        'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox "51ab": '
+        'plugin type="cilium-cni" failed (add): failed to find plugin "cilium-cni" in path [/usr/libexec/cni]'
+    )
+    pod = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "m",
+        "containers": [{"name": "nvidia-device-plugin-ctr", "state": {"waiting": "ContainerCreating"}}],
+        "events": [{"reason": "FailedCreatePodSandBox", "message": event, "count": 12}],
+    }
+    (root,) = _roots(diagnosed(PLUGIN, NO_GPU, pod))
+    assert (root.id, root.link, root.node) == ("node.sandbox-failed", "node", "m")
+    assert "the toolkit rewrote" not in root.fix and "bin_dir" in root.fix

@@ -848,6 +848,49 @@ def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() 
     assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
 
 
+#: The kubelet's FailedCreatePodSandBox Event (kuberuntime_manager.go "Failed to create pod sandbox: %v") with
+#: containerd's CNI error around containernetworking/cni pkg/invoke/find.go's "failed to find plugin %q in path %s".
+NO_CNI_PLUGIN = (
+    'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox "9f2c": '
+    'plugin type="calico" failed (add): failed to find plugin "calico" in path [/opt/cni/bin]'
+)
+
+
+def _no_sandbox(node: str, *daemonsets: str) -> list[dict[str, Any]]:
+    """Edits: each DaemonSet's pod on ``node`` waiting in ContainerCreating with the kubelet's Event."""
+    creating = {"waiting": "ContainerCreating"}
+    return [
+        {
+            "do": "pod",
+            "daemonset": ds,
+            "node": node,
+            "containers": [{"name": c, "state": creating}],
+            "events": [{"reason": "FailedCreatePodSandBox", "message": NO_CNI_PLUGIN, "count": 40}],
+        }
+        for ds, c in daemonsets
+    ]
+
+
+def test_operands_without_a_sandbox_after_the_toolkit_rewrote_containerd_are_the_runtime_config() -> None:
+    """Every operand but the toolkit (which started before its rewrite) waits for a sandbox: the Event says
+    why; the root is the runtime's config the toolkit wrote, not an operand that 'left no log line'."""
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        *_no_sandbox(
+            "b",
+            ("nvidia-device-plugin-daemonset", "nvidia-device-plugin"),
+            ("gpu-feature-discovery", "gpu-feature-discovery"),
+            ("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
+        ),
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("node.sandbox-failed", "toolkit", "b")
+    assert any('failed to find plugin "calico" in path [/opt/cni/bin]' in e for e in root.evidence)
+    assert "catalog: cni.plugin-not-found (containernetworking/cni pkg/invoke/find.go@" in " ".join(root.evidence)
+    assert "bin_dir" in root.fix and "RUNTIME_DROP_IN_CONFIG" in root.fix and "no log line" not in root.cause
+    assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
+
+
 def _unload_refused(lsmod: str, **how: Any) -> Report:
     """A driver pod on an operator node with no GPU pod whose entrypoint printed ``lsmod`` and then
     "driver is in use" (NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@25.01.21, ``_unload_driver``)."""
