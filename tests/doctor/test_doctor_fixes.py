@@ -891,6 +891,47 @@ def test_operands_without_a_sandbox_after_the_toolkit_rewrote_containerd_are_the
     assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
 
 
+def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capability() -> None:
+    """NVIDIA's chart adds SYS_ADMIN for volume-mounts or a MIG strategy (deployments/helm/nvidia-device-plugin
+    _helpers.tpl@v0.16.2 requiresCapSysAdmin); values that override the securityContext drop it, and the plugin
+    exits on NVML (internal/plugin/manager/factory.go@v0.16.2): its own DaemonSet, not the node's runtime."""
+    from gpuchain.kube import DAEMONSET
+
+    def locked_down(sim: SimCluster) -> None:
+        ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "kube-system")
+        container = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0])
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        container["env"] = [*(container.get("env") or []), {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+        patch = {"spec": {"template": {"spec": {"containers": [container]}}}}
+        sim.cluster.patch(DAEMONSET, "nvidia-device-plugin-daemonset", patch, "kube-system")
+        for pod in sim.cluster.list(POD, namespace="kube-system"):
+            if pod["metadata"]["name"].startswith("nvidia-device-plugin-daemonset"):
+                sim.cluster.patch(POD, pod["metadata"]["name"], {"spec": {"containers": [container]}}, "kube-system")
+
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}
+    log = (
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: error creating plugin manager: "
+        "unable to create plugin manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        locked_down,
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link) == ("device-plugin.privileges-missing", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    grant = root.action.changes["spec"]["template"]["spec"]["containers"][0]
+    assert grant["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+
+
 def _unload_refused(lsmod: str, **how: Any) -> Report:
     """A driver pod on an operator node with no GPU pod whose entrypoint printed ``lsmod`` and then
     "driver is in use" (NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@25.01.21, ``_unload_driver``)."""

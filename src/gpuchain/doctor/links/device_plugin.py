@@ -21,9 +21,9 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
-from gpuchain.doctor.links.toolkit import NO_DEVICES, NO_NVML, nvml_evidence, runtime_not_default
+from gpuchain.doctor.links.toolkit import NO_DEVICES, NO_NVML, needs_sys_admin, nvml_evidence, runtime_not_default
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_gpu_node
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
@@ -277,6 +277,39 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     )
 
 
+def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs: str, evidence: list[str]) -> Result:
+    """The plugin cannot initialise NVML because its container was given fewer privileges than its settings
+    need: NVIDIA's chart adds SYS_ADMIN for them, values that set the securityContext by hand drop it."""
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+    name = str(container.get("name", ""))
+    grant = {"name": name, "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+    patch = Fix(
+        FixOp.PATCH_DAEMONSET,
+        f"{(pod.get('metadata') or {}).get('namespace', ctx.namespace)}/{owner_ds(pod)}",
+        {"spec": {"template": {"spec": {"containers": [grant]}}}},
+    )
+    security = container.get("securityContext") or {}
+    return Result(
+        LinkState.BROKEN,
+        "device plugin without SYS_ADMIN",
+        (
+            node_finding(
+                view,
+                "device-plugin.privileges-missing",
+                Severity.ERROR,
+                "device-plugin",
+                f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, but "
+                "its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it and "
+                "no GPU is announced.",
+                [*evidence, f"container {name} securityContext: {security or 'none'}"],
+                ctx.stack.render(patch) + "   # and the same in the chart's values (securityContext.capabilities.add="
+                "[SYS_ADMIN], or no securityContext override), so the next upgrade keeps it",
+                patch,
+            ),
+        ),
+    )
+
+
 #: The plugin's words for a MIG-enabled GPU with no MIG instance on it (catalog.yaml, two releases).
 MIG_EMPTY = ("k8s-device-plugin.mig-no-instances", "k8s-device-plugin.mig-device-unconfigured")
 
@@ -352,6 +385,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
+    elif state is not None and nvml and not announced and pod is not None and (needs := needs_sys_admin(pod, log)):
+        return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml, log))
     elif state is not None and nvml and not announced:
         return runtime_not_default(ctx, view, nvml_evidence(state, nvml, log))
     elif state is not None and not state.ready:

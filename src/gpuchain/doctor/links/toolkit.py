@@ -3,6 +3,8 @@ own runtime where the stack manages none (seen through a device plugin that gets
 
 from __future__ import annotations
 
+import re
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import NOT_STARTED
@@ -13,6 +15,7 @@ from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
 
 #: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
@@ -217,6 +220,33 @@ def nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
     return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
 
 
+#: The plugin's settings for which NVIDIA's chart grants its container SYS_ADMIN (deployments/helm/
+#: nvidia-device-plugin/templates/_helpers.tpl@v0.16.2, ``requiresCapSysAdmin``): a MIG strategy other than
+#: none, or volume-mounts among the device list strategies; read from the container's env (the chart's
+#: MIG_STRATEGY, DEVICE_LIST_STRATEGY) or the "Running with config" the plugin logs at start.
+SYS_ADMIN_SETTINGS = (
+    (re.compile(r'"?migStrategy"?:\s*"(single|mixed)"'), "MIG_STRATEGY", ("single", "mixed")),
+    (re.compile(r'"(volume-mounts)"'), "DEVICE_LIST_STRATEGY", ("volume-mounts",)),
+)
+
+
+def needs_sys_admin(pod: Obj, log: str) -> str:
+    """What in the plugin's settings needs SYS_ADMIN when its container runs without it (neither privileged nor
+    adding SYS_ADMIN); "" when it has it or needs none."""
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+    security = container.get("securityContext") or {}
+    if security.get("privileged") or "SYS_ADMIN" in ((security.get("capabilities") or {}).get("add") or ()):
+        return ""
+    env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []}
+    for pattern, key, values in SYS_ADMIN_SETTINGS:
+        if any(v in env.get(key, "") for v in values):
+            return f"{key}={env[key]}"
+        found = pattern.search(log)
+        if found:
+            return f"{key}={found.group(1)} (the plugin's logged config)"
+    return ""
+
+
 def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     """The evidence that the device plugin runs without the NVIDIA runtime on this node (its log says
     NVML cannot be loaded and the node announces no GPU), None otherwise."""
@@ -226,4 +256,5 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     state = pod_state(pod)
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
     nvml = catalog.find(log, *NO_NVML)
-    return nvml_evidence(state, nvml, log) if nvml else None
+    # A plugin whose settings need SYS_ADMIN and that runs without it fails NVML on its own (its link's finding).
+    return nvml_evidence(state, nvml, log) if nvml and not needs_sys_admin(pod, log) else None
