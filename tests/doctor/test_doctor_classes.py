@@ -140,3 +140,45 @@ def test_a_plugin_without_a_sandbox_on_a_node_whose_runtime_no_toolkit_touches_i
     (root,) = _roots(diagnosed(PLUGIN, NO_GPU, pod))
     assert (root.id, root.link, root.node) == ("node.sandbox-failed", "node", "m")
     assert "the toolkit rewrote" not in root.fix and "bin_dir" in root.fix
+
+
+def _own_driver(version: str) -> Any:
+    """An edit: node ``own`` keeps its host's driver: the GPU Operator's per-node opt-out of its driver container
+    (nvidia.com/gpu.deploy.driver=false, which its driver DaemonSet's node selector excludes), so no driver pod
+    runs there, and GFD labels the host driver's version (nvidia.com/cuda.driver-version.full)."""
+    from gpuchain.kube import NODE, POD
+
+    def edit(sim: Any) -> None:
+        labels = {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/cuda.driver-version.full": version}
+        sim.cluster.patch(NODE, "own", {"metadata": {"labels": labels}})
+        for pod in sim.cluster.list(POD, namespace="gpu-operator"):
+            if pod["metadata"]["name"].startswith("nvidia-driver-daemonset") and pod["spec"].get("nodeName") == "own":
+                sim.cluster.delete(POD, pod["metadata"]["name"], "gpu-operator")
+
+    return edit
+
+
+THREE = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n  - {name: own}\n"
+
+
+def test_a_node_keeping_its_own_driver_beside_operator_driver_nodes_is_a_warning_without_a_policy_patch() -> None:
+    report = diagnosed(THREE, _own_driver("535.183.06"))
+    skew = [f for f in report.findings if f.id == "driver.version-skew"]
+    assert [f.severity for f in skew] == [Severity.WARNING]
+    assert skew[0].action is None and "kubectl" not in skew[0].fix
+    assert "own (nvidia.com/gpu.deploy.driver=false)" in skew[0].cause
+    assert not _roots(report)
+
+
+def test_two_operator_driver_versions_beside_a_host_driver_node_are_still_a_skew_to_repair() -> None:
+    from gpuchain.kube import NODE
+
+    report = diagnosed(
+        THREE,
+        _own_driver("535.183.06"),
+        lambda sim: sim.cluster.patch(
+            NODE, "n2", {"metadata": {"labels": {"nvidia.com/cuda.driver-version.full": "550.54.14"}}}
+        ),
+    )
+    (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
+    assert skew.severity is Severity.ERROR
