@@ -932,6 +932,39 @@ def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capa
     assert grant["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
 
 
+def test_a_plugin_whose_nvml_fails_with_unknown_error_at_every_start_is_the_low_level_runtime() -> None:
+    """The plugin's 'Failed to initialize NVML: Unknown Error.' (NVIDIA/k8s-device-plugin internal/plugin/
+    factory.go@v0.17.1) on every restart, host driver fine: the runtime under the NVIDIA runtime does not grant
+    the devices, so the fix is that runtime's setting, never 'delete the plugin pod, it registers anew'."""
+    crash = {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 9,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    log = (
+        "I0101 00:00:00.000000 1 main.go:1] Retrieving plugins.\n"
+        "E0101 00:00:00.000000 1 factory.go:1] Failed to initialize NVML: Unknown Error.\n"
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: nvml init failed: Unknown Error\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("toolkit.devices-denied", "toolkit", "h")
+    assert "catalog: k8s-device-plugin.nvml-unknown-error" in " ".join(root.evidence)
+    assert 'runtimes = ["runc"]' in root.fix and "delete pod" not in root.fix.split("#")[0]
+    assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
+
+
 def _unload_refused(lsmod: str, **how: Any) -> Report:
     """A driver pod on an operator node with no GPU pod whose entrypoint printed ``lsmod`` and then
     "driver is in use" (NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@25.01.21, ``_unload_driver``)."""

@@ -49,6 +49,7 @@ CLUSTER_TESTS = {
     "mig.unmanaged": "test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link",
     "node.sandbox-failed": "test_operands_without_a_sandbox_after_the_toolkit_rewrote_containerd_are_the_runtime_config",
     "device-plugin.privileges-missing": "test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capability",
+    "toolkit.devices-denied": "test_a_plugin_whose_nvml_fails_with_unknown_error_at_every_start_is_the_low_level_runtime",
     "mig.no-instances": "test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link",
     "exporter.running-with-errors": "test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter",
     "gfd.running-with-errors": "test_a_running_gfd_without_labels_whose_log_says_why_is_gfd",

@@ -21,7 +21,15 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
-from gpuchain.doctor.links.toolkit import NO_DEVICES, NO_NVML, needs_sys_admin, nvml_evidence, runtime_not_default
+from gpuchain.doctor.links.toolkit import (
+    NO_DEVICES,
+    NO_NVML,
+    NVML_DEVICES_DENIED,
+    devices_denied,
+    needs_sys_admin,
+    nvml_evidence,
+    runtime_not_default,
+)
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
@@ -385,6 +393,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
+    elif state is not None and not announced and (denied := catalog.find(log, NVML_DEVICES_DENIED)):
+        return devices_denied(ctx, view, [state.describe(), *denied.evidence()])
     elif state is not None and nvml and not announced and pod is not None and (needs := needs_sys_admin(pod, log)):
         return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml, log))
     elif state is not None and nvml and not announced:

@@ -11,8 +11,8 @@ from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
-from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import distribution_of
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import distribution_of, node_info
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
@@ -245,6 +245,41 @@ def needs_sys_admin(pod: Obj, log: str) -> str:
         if found:
             return f"{key}={found.group(1)} (the plugin's logged config)"
     return ""
+
+
+#: The plugin's NVML failure when the devices are not granted to its container (catalog.yaml).
+NVML_DEVICES_DENIED = "k8s-device-plugin.nvml-unknown-error"
+
+
+def devices_denied(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """The toolkit link broken under a device plugin whose NVML fails with Unknown Error at every start: the
+    libraries are injected but the low-level runtime does not grant the GPU devices, so the fix is that
+    runtime's setting, never the plugin's registration."""
+    runtime = node_info(view.node).get("containerRuntimeVersion", "")
+    said = catalog.entry(NVML_DEVICES_DENIED)
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": said.fix, NOT_SIMULATED: "a low-level runtime's device handling is not simulated"},
+    )
+    return Result(
+        LinkState.BROKEN,
+        "the runtime does not grant the GPU devices",
+        (
+            node_finding(
+                view,
+                "toolkit.devices-denied",
+                Severity.ERROR,
+                "toolkit",
+                "the device plugin's container gets the driver's libraries but not the GPU devices, so NVML fails "
+                "with Unknown Error at every start and no GPU is announced: the low-level runtime under the NVIDIA "
+                "runtime (runc or crun) does not grant /dev/nvidia*, while the host's driver answers.",
+                [*evidence, f"status.nodeInfo.containerRuntimeVersion: {runtime}" if runtime else ""],
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
 
 
 def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
