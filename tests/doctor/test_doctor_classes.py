@@ -182,3 +182,45 @@ def test_two_operator_driver_versions_beside_a_host_driver_node_are_still_a_skew
     )
     (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
     assert skew.severity is Severity.ERROR
+
+
+def test_a_driver_that_cannot_unload_where_the_policy_turns_gdrcopy_on_frees_gdrdrv_not_the_host() -> None:
+    # NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go `gdrcopy` (its driver pod's nvidia-gdrcopy-ctr
+    # loads gdrdrv, which gpu-driver-container's _unload_driver never removes); the entrypoint's own words.
+    from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY
+
+    def gdrcopy_on(sim: Any) -> None:
+        policy = sim.cluster.list(NVIDIA_CLUSTER_POLICY)[0]
+        patch = {"spec": {"gdrcopy": {"enabled": True}}}
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], patch)
+
+    refused = {
+        "name": "nvidia-driver-ctr",
+        "restarts": 3,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {
+            "terminated": "Error",
+            "message": "Unloading NVIDIA driver kernel modules...\n"
+            "Could not unload NVIDIA driver kernel modules, driver is in use",
+        },
+    }
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n",
+        gdrcopy_on,
+        {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "n2", "containers": [refused]},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.node) == ("driver.module-held", "n2")
+    assert "rmmod gdrdrv" in root.fix and "deploy.driver=false" not in root.fix
+
+
+def test_the_plugins_mig_panic_is_the_mig_link_even_while_the_kubelet_still_shows_its_old_capacity() -> None:
+    # The kubelet keeps a resource's capacity after its plugin stops (allocatable drops to 0); the panic is the
+    # plugin's at its start (NVIDIA/k8s-device-plugin internal/mig/mig.go@v0.12.3).
+    log = (
+        "panic: At least one device with migEnabled=true was not configured correctly: "
+        "No MIG devices associated with /dev/nvidia5: GPU-77aa88bb-0000-1111-2222-333344445555\n"
+    )
+    stale = {"do": "node", "node": "m", "allocatable": {"nvidia.com/gpu": "0"}}
+    (root,) = _roots(diagnosed(PLUGIN, stale, _plugin_log(log)))
+    assert (root.id, root.link) == ("mig.no-instances", "mig")

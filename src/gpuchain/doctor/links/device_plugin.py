@@ -389,7 +389,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent
-    elif state is not None and mig_empty and not announced:
+    elif state is not None and mig_empty:
         return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])

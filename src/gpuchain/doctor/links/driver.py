@@ -111,9 +111,10 @@ HOLDERS = {"gdrdrv": "gdrcopy", "nvidia_peermem": "peermem"}
 LSMOD = re.compile(r"^(?P<module>[\w-]+)\s+\d+\s+(?P<refs>\d+)\s*(?P<users>\S*)$")
 
 
-def _module_holders(pod: Obj, log: str) -> list[str]:
+def _module_holders(pod: Obj, log: str, gdrcopy: bool) -> list[str]:
     """The GPUDirect modules that hold the NVIDIA module here: named as a user of ``nvidia`` or loaded with
-    references in the log's lsmod lines, or loaded by a sidecar container of the driver pod."""
+    references in the log's lsmod lines, loaded by a sidecar container of the driver pod, or gdrdrv where
+    the policy turns GDRCopy on (its driver pod loads gdrdrv, which the entrypoint never unloads)."""
     held: set[str] = set()
     for line in log.splitlines():
         m = LSMOD.match(line.strip())
@@ -123,9 +124,18 @@ def _module_holders(pod: Obj, log: str) -> list[str]:
         held |= {h for h in HOLDERS if h in users}
         if m["module"].replace("-", "_") in HOLDERS and int(m["refs"]) > 0:
             held.add(m["module"].replace("-", "_"))
-    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    names = _container_names(pod)
     held |= {module for module, sidecar in HOLDERS.items() if any(sidecar in n for n in names)}
+    if gdrcopy:
+        held.add("gdrdrv")
     return sorted(held)
+
+
+def _container_names(pod: Obj) -> list[str]:
+    """The names of the pod's containers, from its spec and its status (a dump may carry either)."""
+    spec = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    status = [str(c.get("name", "")) for c in (pod.get("status") or {}).get("containerStatuses") or []]
+    return list(dict.fromkeys([*spec, *status]))
 
 
 def _holder_evidence(pod: Obj, log: str) -> list[str]:
@@ -135,7 +145,7 @@ def _holder_evidence(pod: Obj, log: str) -> list[str]:
         for ln in log.splitlines()
         if LSMOD.match(ln.strip()) and any(h in ln.replace("-", "_") for h in HOLDERS)
     ]
-    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    names = _container_names(pod)
     sidecars = [n for n in names if any(s in n for s in HOLDERS.values())]
     return lines + ([f"driver pod containers: {', '.join(names)}"] if sidecars else [])
 
@@ -240,7 +250,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
-    held_by = _module_holders(pod, log) if conflict_line and conflict_line.entry.id == UNLOAD_IN_USE else []
+    # NVIDIA/gpu-operator ClusterPolicy spec.gdrcopy.enabled (api/nvidia/v1/clusterpolicy_types.go GDRCopySpec).
+    gdrcopy = bool((((ctx.policy_obj or {}).get("spec") or {}).get("gdrcopy") or {}).get("enabled"))
+    in_use = conflict_line is not None and conflict_line.entry.id == UNLOAD_IN_USE
+    held_by = _module_holders(pod, log, gdrcopy) if in_use else []
     if conflict_line and held_by:
         restart = Fix.delete_pod(
             ctx.namespace, name_of(pod), **{NOT_SIMULATED: "a module held by GPUDirect is not simulated"}
@@ -256,7 +269,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver",
                     f"the driver container must unload the NVIDIA module to (re)install, and {' and '.join(held_by)} "
                     "(loaded beside it for GPUDirect) still holds it, so it cannot; this is not a host's driver.",
-                    [state.describe(), *conflict_line.evidence(), *_holder_evidence(pod, log)],
+                    [
+                        state.describe(),
+                        *conflict_line.evidence(),
+                        *_holder_evidence(pod, log),
+                        f"spec.gdrcopy.enabled=true in {ctx.policy_ref}" if gdrcopy else "",
+                    ],
                     ctx.stack.render(restart)
                     + "   # the whole pod, so its sidecar lets go; if the module stays loaded: "
                     f"rmmod {' '.join(held_by)} on the node first",
