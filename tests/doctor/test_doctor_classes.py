@@ -224,3 +224,27 @@ def test_the_plugins_mig_panic_is_the_mig_link_even_while_the_kubelet_still_show
     stale = {"do": "node", "node": "m", "allocatable": {"nvidia.com/gpu": "0"}}
     (root,) = _roots(diagnosed(PLUGIN, stale, _plugin_log(log)))
     assert (root.id, root.link) == ("mig.no-instances", "mig")
+
+
+def test_a_plugin_that_finds_no_gpu_on_a_managed_gpu_node_image_is_the_images_driver() -> None:
+    # NVML loads (the node image's runtime injects it) but lists no device on a GPU instance: the image's
+    # driver does not drive this GPU (NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go@v0.17.1).
+    running = {"name": "nvidia-device-plugin-ctr", "ready": True, "state": {"running": True}}
+    log = (
+        "I0101 00:00:00.000000 1 main.go:1] Retrieving plugins.\n"
+        "I0101 00:00:00.000000 1 main.go:1] No devices found. Waiting indefinitely.\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: eks\nnodes:\n  - {name: a}\n",
+        {"do": "node", "node": "a", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin",
+            "node": "a",
+            "containers": [running],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.not-on-node-image", "driver", "a")
+    assert "delete pod" not in root.fix
