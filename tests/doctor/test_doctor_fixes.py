@@ -848,6 +848,169 @@ def test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off() 
     assert found.action is not None and found.action.op is FixOp.NODE and NOT_SIMULATED in found.action.changes
 
 
+#: The kubelet's FailedCreatePodSandBox Event (kuberuntime_manager.go "Failed to create pod sandbox: %v") with
+#: containerd's CNI error around containernetworking/cni pkg/invoke/find.go's "failed to find plugin %q in path %s".
+NO_CNI_PLUGIN = (
+    'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox "9f2c": '
+    'plugin type="calico" failed (add): failed to find plugin "calico" in path [/opt/cni/bin]'
+)
+
+
+def _no_sandbox(node: str, *daemonsets: str) -> list[dict[str, Any]]:
+    """Edits: each DaemonSet's pod on ``node`` waiting in ContainerCreating with the kubelet's Event."""
+    creating = {"waiting": "ContainerCreating"}
+    return [
+        {
+            "do": "pod",
+            "daemonset": ds,
+            "node": node,
+            "containers": [{"name": c, "state": creating}],
+            "events": [{"reason": "FailedCreatePodSandBox", "message": NO_CNI_PLUGIN, "count": 40}],
+        }
+        for ds, c in daemonsets
+    ]
+
+
+def test_operands_without_a_sandbox_after_the_toolkit_rewrote_containerd_are_the_runtime_config() -> None:
+    """Every operand but the toolkit (which started before its rewrite) waits for a sandbox: the Event says
+    why; the root is the runtime's config the toolkit wrote, not an operand that 'left no log line'."""
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        *_no_sandbox(
+            "b",
+            ("nvidia-device-plugin-daemonset", "nvidia-device-plugin"),
+            ("gpu-feature-discovery", "gpu-feature-discovery"),
+            ("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
+        ),
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("node.sandbox-failed", "toolkit", "b")
+    assert any('failed to find plugin "calico" in path [/opt/cni/bin]' in e for e in root.evidence)
+    assert "catalog: cni.plugin-not-found (containernetworking/cni pkg/invoke/find.go@" in " ".join(root.evidence)
+    assert "bin_dir" in root.fix and "RUNTIME_DROP_IN_CONFIG" in root.fix and "no log line" not in root.cause
+    assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
+
+
+def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capability() -> None:
+    """NVIDIA's chart adds SYS_ADMIN for volume-mounts or a MIG strategy (deployments/helm/nvidia-device-plugin
+    _helpers.tpl@v0.16.2 requiresCapSysAdmin); values that override the securityContext drop it, and the plugin
+    exits on NVML (internal/plugin/manager/factory.go@v0.16.2): its own DaemonSet, not the node's runtime."""
+    from gpuchain.kube import DAEMONSET
+
+    def locked_down(sim: SimCluster) -> None:
+        ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "kube-system")
+        container = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0])
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        container["env"] = [*(container.get("env") or []), {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+        patch = {"spec": {"template": {"spec": {"containers": [container]}}}}
+        sim.cluster.patch(DAEMONSET, "nvidia-device-plugin-daemonset", patch, "kube-system")
+        for pod in sim.cluster.list(POD, namespace="kube-system"):
+            if pod["metadata"]["name"].startswith("nvidia-device-plugin-daemonset"):
+                sim.cluster.patch(POD, pod["metadata"]["name"], {"spec": {"containers": [container]}}, "kube-system")
+
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}
+    log = (
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: error creating plugin manager: "
+        "unable to create plugin manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        locked_down,
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link) == ("device-plugin.privileges-missing", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    grant = root.action.changes["spec"]["template"]["spec"]["containers"][0]
+    assert grant["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+
+
+def test_a_plugin_whose_nvml_fails_with_unknown_error_at_every_start_is_the_low_level_runtime() -> None:
+    """The plugin's 'Failed to initialize NVML: Unknown Error.' (NVIDIA/k8s-device-plugin internal/plugin/
+    factory.go@v0.17.1) on every restart, host driver fine: the runtime under the NVIDIA runtime does not grant
+    the devices, so the fix is that runtime's setting, never 'delete the plugin pod, it registers anew'."""
+    crash = {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 9,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    log = (
+        "I0101 00:00:00.000000 1 main.go:1] Retrieving plugins.\n"
+        "E0101 00:00:00.000000 1 factory.go:1] Failed to initialize NVML: Unknown Error.\n"
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: nvml init failed: Unknown Error\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("toolkit.devices-denied", "toolkit", "h")
+    assert "catalog: k8s-device-plugin.nvml-unknown-error" in " ".join(root.evidence)
+    assert 'runtimes = ["runc"]' in root.fix and "delete pod" not in root.fix.split("#")[0]
+    assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
+
+
+def _unload_refused(lsmod: str, **how: Any) -> Report:
+    """A driver pod on an operator node with no GPU pod whose entrypoint printed ``lsmod`` and then
+    "driver is in use" (NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@25.01.21, ``_unload_driver``)."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n"))
+    message = (
+        "Unloading NVIDIA driver kernel modules...\n"
+        + lsmod
+        + "Could not unload NVIDIA driver kernel modules, driver is in use"
+    )
+    _fail(
+        sim,
+        "nvidia-driver-daemonset",
+        "b",
+        main="nvidia-driver-ctr",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": message}},
+        **how,
+    )
+    return run_doctor(sim.cluster, reader=sim.read_log)
+
+
+def test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off() -> None:
+    """gdrdrv (GPUDirect copy, loaded by the driver pod's gdrcopy sidecar) uses ``nvidia`` and the entrypoint does
+    not unload it: the repair frees it with the whole driver pod, never 'a host driver' (deploy.driver=false)."""
+    lsmod = (
+        "nvidia_uvm           1794048  0\n"
+        "gdrdrv                 24576  0\n"
+        "nvidia              56807424  3 gdrdrv,nvidia_uvm,nvidia_modeset\n"
+    )
+    (found,) = [f for f in _unload_refused(lsmod).findings if f.root]
+    assert (found.id, found.link, found.node) == ("driver.module-held", "driver", "b")
+    assert "lsmod: nvidia              56807424  3 gdrdrv,nvidia_uvm,nvidia_modeset" in found.evidence
+    assert found.action is not None and found.action.op is FixOp.DELETE and found.action.changes["kind"] == "Pod"
+    assert (
+        found.fix.startswith("kubectl -n gpu-operator delete pod nvidia-driver-daemonset-")
+        and "rmmod gdrdrv" in found.fix
+    )
+    assert "deploy.driver=false" not in found.fix
+
+
+def test_a_driver_that_cannot_unload_with_nothing_of_the_operators_holding_it_is_the_host_driver() -> None:
+    """No GPU pod, no GPUDirect module, no sidecar: the module is the host's own driver."""
+    lsmod = "nvidia_drm             77824  4\nnvidia              56807424  90 nvidia_modeset\n"
+    (found,) = [f for f in _unload_refused(lsmod).findings if f.root]
+    assert found.id == "driver.host-driver-conflict" and "nvidia.com/gpu.deploy.driver=false" in found.fix
+
+
 def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_add() -> None:
     """Issue 26 (fixes that act): the scheduler names the taint; the fix is that toleration in the
     policy's daemonsets.tolerations, rendered as the patch, never 'add a toleration' in words."""
@@ -1171,6 +1334,33 @@ def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
     roots = [f for f in report.findings if f.root]
     assert [(f.id, f.link) for f in roots] == [("mig.unmanaged", "mig")]
     assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"
+
+
+def test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link() -> None:
+    """The single strategy's panic when MIG mode is on and no instance is carved (NVIDIA/k8s-device-plugin
+    internal/mig/mig.go@v0.12.3, wrapped by its mig-strategy.go): the MIG layout, not the plugin's registration."""
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 6, "state": {"waiting": "CrashLoopBackOff"}}
+    log = (
+        "2026/01/01 00:00:00 Starting FS watcher.\n"
+        "panic: At least one device with migEnabled=true was not configured correctly: "
+        "No MIG devices associated with /dev/nvidia3: GPU-0f0e0d0c-1111-2222-3333-444455556666\n"
+    )
+    report = diagnosed(
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "m", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "m",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": log},
+        },
+    )
+    (root,) = [f for f in report.findings if f.root]
+    assert (root.id, root.link, root.node) == ("mig.no-instances", "mig", "m")
+    assert "catalog: k8s-device-plugin.mig-no-instances" in " ".join(root.evidence)
+    assert root.action is not None and root.action.changes == {"nvidia.com/mig.config": "all-disabled"}
+    assert "delete pod" not in root.fix
 
 
 def _released_beside(tmp_path: Path, ds: str, namespace: str, image: str, log: str, labels: str = "") -> Report:

@@ -18,7 +18,7 @@ from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
-from gpuchain.doctor.links.common import DRIVER_VERSION, Result
+from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.links.gfd import check_gfd
@@ -100,7 +100,7 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
 
 
 #: Node findings under which no link can be judged (the kubelet is gone, or no runtime to configure).
-STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported")
+STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported", "node.sandbox-failed")
 
 
 def walk(ctx: Context, view: NodeView) -> NodeChain:
@@ -285,6 +285,22 @@ def _reset_fields(ctx: Context) -> Fix | None:
     return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": patch}) if patch else None
 
 
+def _host_beside_operator(ctx: Context, versions: dict[str, list[str]]) -> str:
+    """The nodes keeping a host driver of their own (no driver pod, the driver container opted out there) when
+    the versions split exactly between them and the nodes with an operator driver pod ("" otherwise)."""
+    with_pod = {v.name for v in ctx.views if v.pod(DRIVER) is not None}
+    own = {v.name: opted_out(v, DRIVER) for v in ctx.views if v.pod(DRIVER) is None and opted_out(v, DRIVER)}
+    if not with_pod or not own:
+        return ""
+    for nodes in versions.values():
+        if not (set(nodes) <= with_pod or set(nodes) <= own.keys()):
+            return ""
+    if len({k for k, ns in versions.items() if set(ns) <= with_pod}) > 1:
+        return ""
+    shown = sorted(set(own) & {n for ns in versions.values() for n in ns})
+    return ", ".join(f"{n} ({own[n]})" for n in shown[:5])
+
+
 def _version_skew(ctx: Context) -> list[Finding]:
     versions: dict[str, list[str]] = {}
     for v in ctx.views:
@@ -308,6 +324,23 @@ def _version_skew(ctx: Context) -> list[Finding]:
     )
     first = minority[0]
     containers = ctx.deploys(DRIVER)
+    mixed = _host_beside_operator(ctx, versions)
+    if mixed:
+        # Nodes that keep their own driver (the driver container opted out there, e.g. DGX OS) beside nodes
+        # whose driver the operator installs: a supported layout whose versions follow two owners.
+        return [
+            Finding(
+                "driver.version-skew",
+                Severity.WARNING,
+                "driver",
+                f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}) because {mixed} "
+                "keep their own host driver beside nodes whose driver the operator installs: a supported layout; "
+                "an image built for the newer CUDA may not run on the older driver.",
+                evidence,
+                "# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
+                "operator's to change), or keep CUDA images within the older driver's branch",
+            )
+        ]
     if containers and not ctx.policy_unknown and ctx.policy.driver.version != majority:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
         fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"

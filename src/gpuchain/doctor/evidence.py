@@ -26,7 +26,7 @@ from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
-from gpuchain.kube.gpu_resources import pod_gpu_requests
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
@@ -59,6 +59,11 @@ NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 HOOK_FAILED = "toolkit.hook-failed"
 #: The catalog entries that prove their link broken in whatever pod shows them.
 ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
+#: A running plugin's word that NVML loaded but lists no GPU: where the node image carries the driver and the
+#: node announces none, the image's driver does not serve this GPU (catalog on_node_image: driver).
+NO_GPU_ON_IMAGE = "k8s-device-plugin.no-devices"
+#: The other node-image entries: NVML itself missing in the container, which a running plugin's runtime explains.
+NVML_MISSING = tuple(e.id for e in catalog.entries() if e.on_node_image and e.id != NO_GPU_ON_IMAGE)
 
 
 @dataclass(frozen=True)
@@ -147,15 +152,18 @@ def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
 
 def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     """Running operand containers whose log (read by the gather step) holds a message that proves a link
-    broken wherever it shows (catalog scope "anywhere"): a plugin that keeps running after NVML failed
-    under it is as good a witness as one that crashed."""
+    broken wherever it shows (catalog scope "anywhere", or NVML listing no GPU on a node image stack whose node
+    announces none): a plugin that keeps running after NVML failed under it is as good a witness as one
+    that crashed."""
     out = []
+    image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
     for pod in view.pods:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if not (cs.get("state") or {}).get("running"):
                 continue
             text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
-            if text and catalog.find(text, *ANYWHERE):
+            no_gpu = image and catalog.find(text, NO_GPU_ON_IMAGE) and not catalog.find(text, *NVML_MISSING)
+            if text and (catalog.find(text, *ANYWHERE) or no_gpu):
                 out.append(Failure(pod, str(cs.get("name")), "Running", text, False, int(cs.get("restartCount") or 0)))
     return out
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import TOOLKIT
 
@@ -203,6 +205,9 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         )
     scheme = runtime_scheme(view.node)
     configures = ctx.deploys(TOOLKIT) and not ctx.stack.host_driver
+    sandbox = _sandbox_failed(ctx, view, configures)
+    if sandbox is not None:
+        findings.append(sandbox)
     if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
         version = node_info(view.node).get("containerRuntimeVersion", "")
         action = Fix(
@@ -249,3 +254,64 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
             )
         )
     return findings
+
+
+#: The kubelet's Event when the runtime cannot create a pod's sandbox (kubernetes pkg/kubelet/events
+#: FailedCreatePodSandBox; kuberuntime_manager.go: "Failed to create pod sandbox: %v").
+SANDBOX_FAILED = "FailedCreatePodSandBox"
+#: The runtime's words for a missing nvidia handler: the toolkit link reads those itself (catalog.yaml).
+NVIDIA_HANDLER = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
+
+
+def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding | None:
+    """No pod of the node gets a sandbox (the kubelet's FailedCreatePodSandBox Events on pods still not
+    running): nothing on the node starts, so no link above can be judged. Where the stack's toolkit rewrites
+    the runtime's config here, that rewrite is the cause (the toolkit link); otherwise the node's own
+    runtime or CNI setup. A missing nvidia handler is the toolkit check's own finding and left to it."""
+    by_name = {(p.get("metadata") or {}).get("name"): p for p in [*view.pods, *view.workloads]}
+    failed = []
+    for ev in view.events:
+        message = str(ev.get("message", ""))
+        pod = by_name.get((ev.get("involvedObject") or {}).get("name"))
+        if ev.get("reason") != SANDBOX_FAILED or pod is None or pod_state(pod).ready:
+            continue
+        if catalog.find(message, *NVIDIA_HANDLER):
+            return None
+        failed.append((pod, message))
+    if not failed:
+        return None
+    said = next((m for _, m in failed if catalog.known_error(m)), failed[0][1])
+    known = catalog.known_error(said)
+    names = sorted({str(p["metadata"]["name"]) for p, _ in failed})
+    toolkit = view.pod(TOOLKIT) is not None and configures
+    if known is not None:
+        work = known.entry.fix
+    else:
+        work = "repair the runtime setting the Event names (its CNI plugin, runtime handler or config), then restart it"
+    if toolkit:
+        work = "the toolkit rewrote containerd's config on this node: " + work
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": work, "drain": False, NOT_SIMULATED: "a runtime's sandbox and CNI setup are not simulated"},
+    )
+    return Finding(
+        "node.sandbox-failed",
+        Severity.ERROR,
+        "toolkit" if toolkit else "node",
+        "the container runtime on this node cannot create a pod sandbox, so no pod starts there: every operand "
+        "waits in ContainerCreating with no log of its own; "
+        + (
+            "the toolkit configures this node's runtime and rewrote its config."
+            if toolkit
+            else "the node's own runtime or CNI setup."
+        ),
+        (
+            f"event {SANDBOX_FAILED} on pod {names[0]}: {said}",
+            *([known.entry.cite()] if known else ()),
+            f"{len(names)} pod(s) on {view.name} without a sandbox: {', '.join(names[:5])}",
+        ),
+        ctx.stack.render(action),
+        node=view.name,
+        action=action,
+    )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG, MIG_CONFIG, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
@@ -19,9 +21,17 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
-from gpuchain.doctor.links.toolkit import NO_DEVICES, NO_NVML, nvml_evidence, runtime_not_default
+from gpuchain.doctor.links.toolkit import (
+    NO_DEVICES,
+    NO_NVML,
+    NVML_DEVICES_DENIED,
+    devices_denied,
+    needs_sys_admin,
+    nvml_evidence,
+    runtime_not_default,
+)
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_gpu_node
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
@@ -259,7 +269,7 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 view,
                 "mig.invalid-for-strategy",
                 Severity.ERROR,
-                "device-plugin",
+                "mig",
                 "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
                 "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
                 "-MIG-INVALID.",
@@ -270,6 +280,72 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 ],
                 fix,
                 action,
+            ),
+        ),
+    )
+
+
+def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs: str, evidence: list[str]) -> Result:
+    """The plugin cannot initialise NVML because its container was given fewer privileges than its settings
+    need: NVIDIA's chart adds SYS_ADMIN for them, values that set the securityContext by hand drop it."""
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+    name = str(container.get("name", ""))
+    grant = {"name": name, "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+    patch = Fix(
+        FixOp.PATCH_DAEMONSET,
+        f"{(pod.get('metadata') or {}).get('namespace', ctx.namespace)}/{owner_ds(pod)}",
+        {"spec": {"template": {"spec": {"containers": [grant]}}}},
+    )
+    security = container.get("securityContext") or {}
+    return Result(
+        LinkState.BROKEN,
+        "device plugin without SYS_ADMIN",
+        (
+            node_finding(
+                view,
+                "device-plugin.privileges-missing",
+                Severity.ERROR,
+                "device-plugin",
+                f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, but "
+                "its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it and "
+                "no GPU is announced.",
+                [*evidence, f"container {name} securityContext: {security or 'none'}"],
+                ctx.stack.render(patch) + "   # and the same in the chart's values (securityContext.capabilities.add="
+                "[SYS_ADMIN], or no securityContext override), so the next upgrade keeps it",
+                patch,
+            ),
+        ),
+    )
+
+
+#: The plugin's words for a MIG-enabled GPU with no MIG instance on it (catalog.yaml, two releases).
+MIG_EMPTY = ("k8s-device-plugin.mig-no-instances", "k8s-device-plugin.mig-device-unconfigured")
+
+
+def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """MIG mode on with no instance carved: the plugin refuses the node, but the fault is the MIG layout
+    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off)."""
+    managed = mig_finding(ctx, view)
+    if managed is not None:
+        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence))
+        return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
+    off = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+    return Result(
+        LinkState.BROKEN,
+        "MIG on with no instance",
+        (
+            node_finding(
+                view,
+                "mig.no-instances",
+                Severity.ERROR,
+                "mig",
+                "MIG mode is on for this node's GPUs but no MIG instance is carved on them, so the device plugin "
+                "(mig.strategy single) refuses the node and announces no GPU: the MIG layout was never applied.",
+                [f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
+                ctx.stack.render(off)
+                + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
+                "manager to carve",
+                off,
             ),
         ),
     )
@@ -303,6 +379,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
     nvml = catalog.find(log, *NO_NVML)
     mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
+    mig_empty = catalog.find(log, *MIG_EMPTY)
     if pod is None:
         if view.labels.get(deploy_label(DEVICE_PLUGIN)) == PAUSED_FOR_MIG_CHANGE:
             mig = mig_finding(ctx, view)
@@ -312,8 +389,14 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent
+    elif state is not None and mig_empty:
+        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
+    elif state is not None and not announced and (denied := catalog.find(log, NVML_DEVICES_DENIED)):
+        return devices_denied(ctx, view, [state.describe(), *denied.evidence()])
+    elif state is not None and nvml and not announced and pod is not None and (needs := needs_sys_admin(pod, log)):
+        return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml, log))
     elif state is not None and nvml and not announced:
         return runtime_not_default(ctx, view, nvml_evidence(state, nvml, log))
     elif state is not None and not state.ready:

@@ -101,6 +101,55 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
     )
 
 
+UNLOAD_IN_USE = "driver-container.unload-in-use"
+#: Kernel modules loaded beside the driver for GPUDirect that take a reference on ``nvidia`` and that the
+#: driver container's ``_unload_driver`` does not remove (gdrdrv) or cannot while in use (nvidia_peermem),
+#: by the sidecar container of the driver pod that loads each (NVIDIA/gpu-driver-container
+#: ubuntu22.04/nvidia-driver@25.01.21; the GPU Operator's nvidia-gdrcopy-ctr and nvidia-peermem-ctr).
+HOLDERS = {"gdrdrv": "gdrcopy", "nvidia_peermem": "peermem"}
+#: A line of ``lsmod`` (which the entrypoint prints before "driver is in use"): module, size, use count, users.
+LSMOD = re.compile(r"^(?P<module>[\w-]+)\s+\d+\s+(?P<refs>\d+)\s*(?P<users>\S*)$")
+
+
+def _module_holders(pod: Obj, log: str, gdrcopy: bool) -> list[str]:
+    """The GPUDirect modules that hold the NVIDIA module here: named as a user of ``nvidia`` or loaded with
+    references in the log's lsmod lines, loaded by a sidecar container of the driver pod, or gdrdrv where
+    the policy turns GDRCopy on (its driver pod loads gdrdrv, which the entrypoint never unloads)."""
+    held: set[str] = set()
+    for line in log.splitlines():
+        m = LSMOD.match(line.strip())
+        if m is None:
+            continue
+        users = set(m["users"].split(",")) if m["module"] == "nvidia" else set()
+        held |= {h for h in HOLDERS if h in users}
+        if m["module"].replace("-", "_") in HOLDERS and int(m["refs"]) > 0:
+            held.add(m["module"].replace("-", "_"))
+    names = _container_names(pod)
+    held |= {module for module, sidecar in HOLDERS.items() if any(sidecar in n for n in names)}
+    if gdrcopy:
+        held.add("gdrdrv")
+    return sorted(held)
+
+
+def _container_names(pod: Obj) -> list[str]:
+    """The names of the pod's containers, from its spec and its status (a dump may carry either)."""
+    spec = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    status = [str(c.get("name", "")) for c in (pod.get("status") or {}).get("containerStatuses") or []]
+    return list(dict.fromkeys([*spec, *status]))
+
+
+def _holder_evidence(pod: Obj, log: str) -> list[str]:
+    """The lsmod lines that name a holder, and the driver pod's sidecar containers that load one."""
+    lines = [
+        f"lsmod: {ln.strip()}"
+        for ln in log.splitlines()
+        if LSMOD.match(ln.strip()) and any(h in ln.replace("-", "_") for h in HOLDERS)
+    ]
+    names = _container_names(pod)
+    sidecars = [n for n in names if any(s in n for s in HOLDERS.values())]
+    return lines + ([f"driver pod containers: {', '.join(names)}"] if sidecars else [])
+
+
 def check_driver(ctx: Context, view: NodeView) -> Result:
     """Driver: the driver pod (or a pre-installed host driver, seen through the validator and GFD)."""
     pod = view.pod(DRIVER)
@@ -168,7 +217,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         return restarting
     log = operand_log(ctx, view, DRIVER, state.container, state.last_log)
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
-    conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
+    conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
@@ -198,6 +247,38 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     [state.describe(), *conflict_line.evidence(), f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
                     ctx.stack.render(drain),
                     drain,
+                ),
+            ),
+        )
+    # NVIDIA/gpu-operator ClusterPolicy spec.gdrcopy.enabled (api/nvidia/v1/clusterpolicy_types.go GDRCopySpec).
+    gdrcopy = bool((((ctx.policy_obj or {}).get("spec") or {}).get("gdrcopy") or {}).get("enabled"))
+    in_use = conflict_line is not None and conflict_line.entry.id == UNLOAD_IN_USE
+    held_by = _module_holders(pod, log, gdrcopy) if in_use else []
+    if conflict_line and held_by:
+        restart = Fix.delete_pod(
+            ctx.namespace, name_of(pod), **{NOT_SIMULATED: "a module held by GPUDirect is not simulated"}
+        )
+        return Result(
+            LinkState.BROKEN,
+            f"driver cannot unload: {', '.join(held_by)} holds it",
+            (
+                node_finding(
+                    view,
+                    "driver.module-held",
+                    Severity.ERROR,
+                    "driver",
+                    f"the driver container must unload the NVIDIA module to (re)install, and {' and '.join(held_by)} "
+                    "(loaded beside it for GPUDirect) still holds it, so it cannot; this is not a host's driver.",
+                    [
+                        state.describe(),
+                        *conflict_line.evidence(),
+                        *_holder_evidence(pod, log),
+                        f"spec.gdrcopy.enabled=true in {ctx.policy_ref}" if gdrcopy else "",
+                    ],
+                    ctx.stack.render(restart)
+                    + "   # the whole pod, so its sidecar lets go; if the module stays loaded: "
+                    f"rmmod {' '.join(held_by)} on the node first",
+                    restart,
                 ),
             ),
         )

@@ -13,7 +13,8 @@ from gpuchain.doctor.links.common import Known, Result, node_finding, operand_da
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker
-from gpuchain.doctor.pods import PodState
+from gpuchain.doctor.pods import NOT_CREATED, PodState
+from gpuchain.doctor.structs import CHARTS
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -58,6 +59,9 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
     mount = _object_missing(ctx, view, operand, state)
     if mount is not None:
         return mount
+    command = _command_missing(ctx, view, operand)
+    if command is not None:
+        return command
     found = catalog.find(log, *SECURE_BOOT)
     if found and operand is DRIVER:
         action = Fix(
@@ -100,6 +104,87 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             ctx.stack.render(action),
         )
     return None
+
+
+#: The runtime's refusal when the image has no such command: Go's os/exec error ("exec: %q: ..." with
+#: ErrNotFound's "executable file not found in $PATH", golang/go src/os/exec/exec.go and lp_unix.go), which
+#: runc quotes after "unable to start container process" and the kubelet keeps as the container's
+#: StartError / RunContainerError / ContainerCannotRun message.
+EXEC_MISSING = re.compile(
+    r'exec: "([^"]+)": (?:executable file not found in \$PATH|stat \S+: no such file or directory)'
+)
+#: The labels NVIDIA's charts give their DaemonSets (k8s-device-plugin deployments/helm/.../_helpers.tpl
+#: ``nvidia-device-plugin.labels``): the release, and the chart's appVersion whose ``v<appVersion>`` tag
+#: is the image the chart's templates were written for (``nvidia-device-plugin.fullimage``).
+HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"
+
+
+def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | None:
+    """The container never started because its image has no such command: the image and the command its
+    pod spec runs belong to different releases (an image tag pinned apart from the chart or policy)."""
+    pod = view.pod(operand) or {}
+    refused = [
+        (str(cs.get("name", "")), str(said.get("message") or ""))
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        for st in (cs.get("state") or {}, cs.get("lastState") or {})
+        for said in (st.get("terminated") or {}, st.get("waiting") or {})
+        if said.get("reason") in NOT_CREATED and EXEC_MISSING.search(str(said.get("message") or ""))
+    ]
+    if not refused:
+        return None
+    container, message = refused[0]
+    found = EXEC_MISSING.search(message)
+    assert found is not None
+    command = found.group(1)
+    spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
+    image = str(spec.get("image", ""))
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else "latest"
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    ds = next(
+        (
+            d
+            for d in ctx.snapshot.daemonsets
+            if name_of(d) == owner_ds(pod) and d["metadata"].get("namespace") == namespace
+        ),
+        {},
+    )
+    labels = (ds.get("metadata") or {}).get("labels") or {}
+    release, app = labels.get(HELM_RELEASE), labels.get(HELM_APP_VERSION)
+    evidence = (f"container {container} ({image}): {message}",)
+    cause = (
+        f"the container never started: its image {image} has no {command!r}, the command its pod spec runs, so the "
+        "image and the spec come from different releases (an image tag set apart from the chart or the policy)."
+    )
+    if ctx.policy_obj is not None:
+        key = operand.spec_key
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {key: {"version": None}}})
+        return Known(
+            cause,
+            evidence,
+            action,
+            ctx.stack.render(action) + f"   # the operator's own {key} image for its release, which has {command}",
+        )
+    if release and app and tag != f"v{app}":
+        # helm.sh/chart is <chart name>-<chart version>; the repo alias is the one a fix installs it with.
+        chart_name = str(labels.get(HELM_CHART, "")).rpartition("-")[0]
+        chart = next(
+            (c.chart for c in CHARTS.values() if chart_name and c.chart.endswith("/" + chart_name)),
+            ctx.stack.chart.chart if ctx.stack.chart is not None else chart_name or "<chart>",
+        )
+        return Known(
+            cause + f" The chart release {release} is {app}; the image tag is {tag}.",
+            (*evidence, f"DaemonSet {name_of(ds)}: {HELM_APP_VERSION}={app}, {HELM_RELEASE}={release}"),
+            None,
+            f"helm upgrade {release} {chart} -n {namespace} --reuse-values --set image.tag=v{app}   # the image "
+            f"the chart {app} was written for (or upgrade the chart to the image's release {tag})",
+        )
+    return Known(
+        cause,
+        evidence,
+        None,
+        f"# run {container} from the image release its DaemonSet's spec was written for (one that has {command}), "
+        f"not {image}; or the spec of {tag}'s release",
+    )
 
 
 #: The object the kubelet names as missing (catalog apimachinery.object-not-found).

@@ -3,16 +3,19 @@ own runtime where the stack manages none (seen through a device plugin that gets
 
 from __future__ import annotations
 
+import re
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
-from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import distribution_of
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import distribution_of, node_info
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
 
 #: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
@@ -202,7 +205,12 @@ def runtime_not_default(ctx: Context, view: NodeView, evidence: list[str]) -> Re
 
 
 #: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
-NO_NVML = ("go-nvlib.nvml-not-loaded", "k8s-device-plugin.nvml-init-failed", "k8s-device-plugin.nvml-resource-managers")
+NO_NVML = (
+    "go-nvlib.nvml-not-loaded",
+    "k8s-device-plugin.nvml-init-failed",
+    "k8s-device-plugin.nvml-init-failed-exit",
+    "k8s-device-plugin.nvml-resource-managers",
+)
 NO_DEVICES = "k8s-device-plugin.no-devices"
 
 
@@ -210,6 +218,68 @@ def nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
     """The plugin pod's state, its NVML line and its idle "no devices" line after, as evidence."""
     more = catalog.find(log, NO_DEVICES)
     return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
+
+
+#: The plugin's settings for which NVIDIA's chart grants its container SYS_ADMIN (deployments/helm/
+#: nvidia-device-plugin/templates/_helpers.tpl@v0.16.2, ``requiresCapSysAdmin``): a MIG strategy other than
+#: none, or volume-mounts among the device list strategies; read from the container's env (the chart's
+#: MIG_STRATEGY, DEVICE_LIST_STRATEGY) or the "Running with config" the plugin logs at start.
+SYS_ADMIN_SETTINGS = (
+    (re.compile(r'"?migStrategy"?:\s*"(single|mixed)"'), "MIG_STRATEGY", ("single", "mixed")),
+    (re.compile(r'"(volume-mounts)"'), "DEVICE_LIST_STRATEGY", ("volume-mounts",)),
+)
+
+
+def needs_sys_admin(pod: Obj, log: str) -> str:
+    """What in the plugin's settings needs SYS_ADMIN when its container runs without it (neither privileged nor
+    adding SYS_ADMIN); "" when it has it or needs none."""
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+    security = container.get("securityContext") or {}
+    if security.get("privileged") or "SYS_ADMIN" in ((security.get("capabilities") or {}).get("add") or ()):
+        return ""
+    env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []}
+    for pattern, key, values in SYS_ADMIN_SETTINGS:
+        if any(v in env.get(key, "") for v in values):
+            return f"{key}={env[key]}"
+        found = pattern.search(log)
+        if found:
+            return f"{key}={found.group(1)} (the plugin's logged config)"
+    return ""
+
+
+#: The plugin's NVML failure when the devices are not granted to its container (catalog.yaml).
+NVML_DEVICES_DENIED = "k8s-device-plugin.nvml-unknown-error"
+
+
+def devices_denied(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """The toolkit link broken under a device plugin whose NVML fails with Unknown Error at every start: the
+    libraries are injected but the low-level runtime does not grant the GPU devices, so the fix is that
+    runtime's setting, never the plugin's registration."""
+    runtime = node_info(view.node).get("containerRuntimeVersion", "")
+    said = catalog.entry(NVML_DEVICES_DENIED)
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": said.fix, NOT_SIMULATED: "a low-level runtime's device handling is not simulated"},
+    )
+    return Result(
+        LinkState.BROKEN,
+        "the runtime does not grant the GPU devices",
+        (
+            node_finding(
+                view,
+                "toolkit.devices-denied",
+                Severity.ERROR,
+                "toolkit",
+                "the device plugin's container gets the driver's libraries but not the GPU devices, so NVML fails "
+                "with Unknown Error at every start and no GPU is announced: the low-level runtime under the NVIDIA "
+                "runtime (runc or crun) does not grant /dev/nvidia*, while the host's driver answers.",
+                [*evidence, f"status.nodeInfo.containerRuntimeVersion: {runtime}" if runtime else ""],
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
 
 
 def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
@@ -221,4 +291,5 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     state = pod_state(pod)
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
     nvml = catalog.find(log, *NO_NVML)
-    return nvml_evidence(state, nvml, log) if nvml else None
+    # A plugin whose settings need SYS_ADMIN and that runs without it fails NVML on its own (its link's finding).
+    return nvml_evidence(state, nvml, log) if nvml and not needs_sys_admin(pod, log) else None
