@@ -25,7 +25,13 @@ Phase 3, start-up (``--starts`` rounds, alternated): from exec until the kubelet
 the node agent with every role and with the device plugin alone, next to the time
 ``python -c "import grpc"`` takes from exec to exit.
 
-    .venv/bin/python -m bench.agents.node [--full] [--duration S] [--idle S] [--starts N] [--json]
+``--baseline SRC``: another tree's ``src`` (``git archive main src | tar -x -C /tmp/base``) whose node
+agent (every role, and the device plugin alone) runs beside this tree's in every phase, with
+``PYTHONPATH=SRC``: a change's before and after, measured in one run. Python compiles a module it
+has no bytecode for on every import: byte-compile both trees first (``python -m compileall -q``),
+as an installed package is, or start-up times are the compiler's.
+
+    .venv/bin/python -m bench.agents.node [--full] [--duration S] [--idle S] [--starts N] [--baseline SRC] [--json]
 """
 
 from __future__ import annotations
@@ -65,20 +71,29 @@ from bench.agents.run import (
 
 ROLES = "device-plugin,gpu-health,exporter,gfd,mig-manager,dra-plugin,validator"
 AGENT_NODE = "bench-agent-node"
+BASELINE_NODE = "bench-baseline-node"
 NODE_AGENT = "node agent, every role"
 DP_ALONE = "node agent, device plugin alone"
 SEPARATE = "six separate agents, summed"
+BASELINE = "baseline: "
+"""The prefix of a ``--baseline`` tree's rows."""
 GPU = "nvidia.com/gpu"
 
 
-def node_agent_command(root: Path, busy: bool, port: int, roles: str = ROLES) -> list[str]:
-    """``gpuchain node-agent`` with ``roles``: busy (1 s intervals) for phase 1, defaults otherwise."""
+def node_agent_command(
+    root: Path, busy: bool, port: int, roles: str = ROLES, baseline: Path | None = None
+) -> list[str]:
+    """``gpuchain node-agent`` with ``roles``: busy (1 s intervals) for phase 1, defaults otherwise;
+    ``baseline``: the ``--baseline`` tree's (its own directories and Node)."""
     d = root / ("node-agent" if roles == ROLES else "node-agent-dp")
+    if baseline is not None:
+        d = d.with_name(f"baseline-{d.name}")
     d.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "gpuchain", "node-agent", "--backend", "sim", "--roles", roles]
     cmd += ["--socket-dir", str(d / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", str(port)]
     if roles == ROLES:
-        cmd += ["--node-name", AGENT_NODE, "--output-file", str(d / "gfd"), "--validations-dir", str(d / "val")]
+        node = AGENT_NODE if baseline is None else BASELINE_NODE
+        cmd += ["--node-name", node, "--output-file", str(d / "gfd"), "--validations-dir", str(d / "val")]
         cmd += ["--registry-dir", str(d / "reg"), "--plugin-dir", str(d / "plugin"), "--cdi-dir", str(d / "cdi")]
         cmd += ["--state-dir", str(d / "state")]
         if busy:
@@ -86,21 +101,33 @@ def node_agent_command(root: Path, busy: bool, port: int, roles: str = ROLES) ->
     return cmd
 
 
-def start_all(root: Path, kubeconfig: Path, busy: bool) -> tuple[list[Proc], dict[str, int]]:
-    """The floor, the six agents and both node agents, each a process of its own; their metrics ports."""
+def baseline_env(env: dict[str, str], baseline: Path | None) -> dict[str, str]:
+    """``env`` for a process of the ``--baseline`` tree: its ``src`` first on the path."""
+    return env if baseline is None else {**env, "PYTHONPATH": str(baseline)}
+
+
+def start_all(
+    root: Path, kubeconfig: Path, busy: bool, baseline: Path | None = None
+) -> tuple[list[Proc], dict[str, int]]:
+    """The floor, the six agents and both node agents (and the baseline tree's two), each a process
+    of its own; their metrics ports."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-    ports = {name: free_port() for name in (*AGENTS, NODE_AGENT, DP_ALONE)}
+    names = (NODE_AGENT, DP_ALONE, *((BASELINE + NODE_AGENT, BASELINE + DP_ALONE) if baseline else ()))
+    ports = {name: free_port() for name in (*AGENTS, *names)}
     floor = [sys.executable, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-    commands = [(FLOOR, floor)]
-    commands += [(a, agent_command(a, root, busy, ports[a])) for a in AGENTS]
-    commands += [(NODE_AGENT, node_agent_command(root, busy, ports[NODE_AGENT]))]
-    commands += [(DP_ALONE, node_agent_command(root, busy, ports[DP_ALONE], "device-plugin"))]
+    commands = [(FLOOR, floor, env)]
+    commands += [(a, agent_command(a, root, busy, ports[a]), env) for a in AGENTS]
+    for name in names:
+        tree = baseline if name.startswith(BASELINE) else None
+        roles = "device-plugin" if name.endswith(DP_ALONE) else ROLES
+        cmd = node_agent_command(root, busy, ports[name], roles, tree)
+        commands.append((name, cmd, baseline_env(env, tree)))
     procs = []
     phase = "busy" if busy else "idle"
-    for name, cmd in commands:
+    for name, cmd, proc_env in commands:
         log = root / f"{''.join(c if c.isalnum() else '-' for c in name.split(' python')[0])}-{phase}.log"
         with log.open("wb") as out:
-            procs.append(Proc(name, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env), log))
+            procs.append(Proc(name, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env), log))
     return procs, ports
 
 
@@ -118,10 +145,12 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     agent's roles, up or not, at the end."""
     from gpuchain.kube import NODE as NODE_KIND
 
-    procs, ports = start_all(root, kubeconfig, busy=True)
+    procs, ports = start_all(root, kubeconfig, busy=True, baseline=args.baseline)
     sockets = [root / "device-plugin", root / "node-agent" / "dp", root / "node-agent-dp" / "dp"]
+    if args.baseline:
+        sockets += [root / "baseline-node-agent" / "dp", root / "baseline-node-agent-dp" / "dp"]
     kubelets = Kubelet.on_one_loop(sockets)
-    kubelets[0].thread.start()  # one thread, one loop, for all three
+    kubelets[0].thread.start()  # one thread, one loop, for all of them
     layouts = ["all-1g.10gb", "all-disabled"]
     began = time.monotonic()
     flips = scrapes = 0
@@ -132,10 +161,10 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
                 k.check()
             if now > flips * 15:
                 label = {"nvidia.com/mig.config": layouts[flips % 2]}
-                for node in (NODE, AGENT_NODE):
+                for node in (NODE, AGENT_NODE, *([BASELINE_NODE] if args.baseline else [])):
                     client.patch(NODE_KIND, node, {"metadata": {"labels": label}})
                 flips += 1
-            for name in ("exporter", NODE_AGENT):
+            for name in ("exporter", NODE_AGENT, *([BASELINE + NODE_AGENT] if args.baseline else [])):
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{ports[name]}/metrics", timeout=5) as r:
                         r.read()
@@ -152,6 +181,8 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
             p.rss.append((now, rss_mib(p.popen.pid)))
         check_alive(procs)
         roles = roles_up(ports[NODE_AGENT])
+        if args.baseline:
+            roles |= {BASELINE + role: up for role, up in roles_up(ports[BASELINE + NODE_AGENT]).items()}
         for k in kubelets:
             k.finish()
     finally:
@@ -167,7 +198,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
 
 def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
     """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
-    procs, _ports = start_all(root, kubeconfig, busy=False)
+    procs, _ports = start_all(root, kubeconfig, busy=False, baseline=args.baseline)
     return idle_cpu_percent(procs, args.settle, args.idle)
 
 
@@ -206,8 +237,9 @@ class _Peers:
         self.thread.join(10)
 
 
-def startups(root: Path, kubeconfig: Path, rounds: int) -> dict[str, list[float]]:
-    """Phase 3: seconds from exec until registered (the floor: until ``import grpc`` exited), alternated."""
+def startups(root: Path, kubeconfig: Path, rounds: int, baseline: Path | None = None) -> dict[str, list[float]]:
+    """Phase 3: seconds from exec until registered (the floor: until ``import grpc`` exited), alternated
+    (with ``baseline``, its node agent's two cases after this tree's in every round)."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     seconds: dict[str, list[float]] = {}
     peers = _Peers()
@@ -225,13 +257,17 @@ def startups(root: Path, kubeconfig: Path, rounds: int) -> dict[str, list[float]
                 NODE_AGENT: node_agent_command(root, False, free_port()),
                 DP_ALONE: node_agent_command(root, False, free_port(), "device-plugin"),
             }
+            if baseline is not None:
+                cases[BASELINE + NODE_AGENT] = node_agent_command(root, False, free_port(), baseline=baseline)
+                cases[BASELINE + DP_ALONE] = node_agent_command(root, False, free_port(), "device-plugin", baseline)
             for j, (name, cmd) in enumerate(cases.items()):
                 sockets = root / f"start-{i}-{j}"
                 if "--socket-dir" in cmd:
                     cmd[cmd.index("--socket-dir") + 1] = str(sockets)
                 else:
                     cmd += ["--socket-dir", str(sockets)]
-                seconds.setdefault(name, []).append(peers.registered_after(sockets, cmd, env))
+                tree = baseline if name.startswith(BASELINE) else None
+                seconds.setdefault(name, []).append(peers.registered_after(sockets, cmd, baseline_env(env, tree)))
     finally:
         peers.close()
     return seconds
@@ -317,6 +353,16 @@ def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, boo
     ]
     for goal, value, ok in checks:
         print(f"  {goal}: {value}  {'ok' if ok else 'MISSED'}")
+    if args.baseline:
+        print()
+        print(f"against the baseline tree {args.baseline} (same run; this tree / baseline):")
+        for name in (NODE_AGENT, DP_ALONE):
+            now, before = by[name], by[BASELINE + name]
+            ratio = now.rss_end_mib / before.rss_end_mib
+            rss = f"RSS {now.rss_end_mib:.1f} / {before.rss_end_mib:.1f} MiB = {ratio:.2f}"
+            now_s, before_s = statistics.median(starts[name]), statistics.median(starts[BASELINE + name])
+            start = f"start-up {now_s * 1000:.0f} / {before_s * 1000:.0f} ms = {now_s / before_s:.2f}"
+            print(f"  {name}: {rss}; {start}")
 
 
 def main() -> None:
@@ -328,8 +374,15 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=5.0, help="seconds between RSS samples")
     ap.add_argument("--settle", type=float, default=15.0, help="start-up seconds before the idle window")
     ap.add_argument("--starts", type=int, default=5, help="start-up rounds (alternated)")
+    ap.add_argument(
+        "--baseline", type=Path, default=None, help="another tree's src: its node agent runs beside this one's"
+    )
     ap.add_argument("--json", action="store_true", help="print the rows and start-up times as JSON")
     args = ap.parse_args()
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        if not (args.baseline / "gpuchain" / "__init__.py").is_file():
+            ap.error(f"--baseline {args.baseline}: no gpuchain package there (give a tree's src directory)")
     args.duration = args.duration or (120.0 if args.full else 30.0)
     args.idle = args.idle or (60.0 if args.full else 20.0)
     args.flat_window = min(args.flat_window or args.duration / 2, args.duration)
@@ -338,11 +391,12 @@ def main() -> None:
         with kube_api(root) as (kubeconfig, client):
             from gpuchain.kube import NODE as NODE_KIND
 
-            client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
-            assert client.get(NODE_KIND, AGENT_NODE)
+            for node in (AGENT_NODE, *([BASELINE_NODE] if args.baseline else [])):
+                client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}})
+                assert client.get(NODE_KIND, node)
             procs, roles = activity(root, kubeconfig, client, args)
             cpu = idle(root, kubeconfig, args)
-            starts = startups(root, kubeconfig, args.starts)
+            starts = startups(root, kubeconfig, args.starts, args.baseline)
         rows = rows_of(procs, cpu, args.flat_window)
     finally:
         shutil.rmtree(root, ignore_errors=True)

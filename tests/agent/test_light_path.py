@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PROGRAM = r"""
@@ -98,3 +99,59 @@ def test_a_node_agent_that_cannot_start_says_why_in_one_line() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "--preset and --topology apply to --backend sim only" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+ROLE_MODULES = (
+    "gpuchain.exporter.collector",
+    "gpuchain.remediation",
+    "gpuchain.discovery",
+    "gpuchain.mig.manager",
+    "gpuchain.dra",
+    "gpuchain.validator",
+)
+"""What the other roles run on: none of it is loaded before the device plugin serves."""
+NEVER = ("pydantic", "typer", "rich", "click")
+
+
+def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_role(tmp_path: Path) -> None:
+    """The real ``gpuchain node-agent`` with every role, under ``python -X importtime`` (as
+    ``tests/test_cli_lazy.py`` reads a command's imports): its import lines and its log lines share
+    stderr in the order they happened, so what was imported before the device plugin's "serving"
+    line is what the kubelet waited for. Neither that nor the whole run, every role up, loads
+    pydantic, typer or rich; the other roles' modules and prometheus_client (the metrics endpoint,
+    opened after) come after."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
+    cmd += ["--socket-dir", str(tmp_path / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", "0"]
+    cmd += ["--output-file", str(tmp_path / "gfd"), "--validations-dir", str(tmp_path / "val")]
+    cmd += ["--registry-dir", str(tmp_path / "reg"), "--plugin-dir", str(tmp_path / "plugin")]
+    cmd += ["--cdi-dir", str(tmp_path / "cdi"), "--state-dir", str(tmp_path / "state")]
+    cmd += ["--roles", "device-plugin,gpu-health,exporter,gfd,mig-manager,dra-plugin,validator"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    waiting = {"gpuchain.deviceplugin: serving", "gpuchain.dra: serving", "gpuchain.validator:", "gpuchain.exporter:"}
+    waiting |= {"gpuchain.gpu-health:", "gpuchain.discovery", "gpuchain.mig:"}
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 90
+        while waiting and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            waiting = {w for w in waiting if w not in line}
+    finally:
+        proc.terminate()
+        _, rest = proc.communicate(timeout=60)
+        lines += rest.splitlines()
+    assert not waiting, "".join(lines[-40:])
+    served = next(i for i, line in enumerate(lines) if "gpuchain.deviceplugin: serving" in line)
+    before, whole = _imports(lines[:served]), _imports(lines)
+    assert sorted(m for m in whole if m.split(".")[0] in NEVER) == []
+    assert sorted(m for m in before if m.startswith(ROLE_MODULES) or m.startswith("prometheus_client")) == []
+    assert {"grpc", "gpuchain.deviceplugin.plugin"} <= before
+    assert {"prometheus_client", *ROLE_MODULES} <= whole  # the run's list: every role did load its modules
+
+
+def _imports(lines: list[str]) -> set[str]:
+    """The modules ``-X importtime`` lines name."""
+    return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:") and "|" in line}

@@ -335,3 +335,26 @@ async def test_a_reload_with_a_bad_healthcheck_variable_changes_nothing(node: Si
         await node.plugin.reload(parse_config("flags: {migStrategy: mixed}"))
     assert node.plugin.config is config
     assert node.kubelet.allocatable() == {GPU: 8}
+
+
+async def test_listed_says_when_the_kubelet_has_had_the_first_device_list() -> None:
+    """What the node agent waits for before starting its other roles on the same event loop."""
+    node = await _node(wait=False)
+    try:
+        assert node.plugin.registered and not node.kubelet.updates
+        assert await node.plugin.listed(10)
+        assert node.plugin.servicer(GPU).listed.is_set()
+        await node.kubelet.wait_for(lambda: bool(node.kubelet.updates), 5)  # the list it says it sent
+        assert node.kubelet.allocatable() == {GPU: 8}
+    finally:
+        await node.stop()
+
+
+async def test_listed_without_a_kubelet_waits_for_nothing(tmp_path: Path) -> None:
+    plugin = DevicePlugin(SimBackend.from_preset("h100-80gb-x8"), parse_config(""), tmp_path, env={})
+    await plugin.start()
+    try:
+        assert not plugin.registered
+        assert not await asyncio.wait_for(plugin.listed(30), 1)  # at once: no kubelet to wait for
+    finally:
+        await plugin.stop()

@@ -28,13 +28,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from gpuchain.agent.build import Role
 from gpuchain.agent.node import RoleError
 from gpuchain.agent.runtime import settled
 from gpuchain.common.supervise import Backoff, cancel_and_wait, wait_event
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("gpuchain.node-agent")
 
@@ -208,6 +210,10 @@ class RoleMetrics:
         return True, "every role serves" if all(r.up for r in self.supervisor.roles) else "starting"
 
     def collect(self) -> Iterator[Metric]:
+        # Imported on the first scrape: prometheus_client (with http.server and email) is no part
+        # of what the device plugin needs to register.
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
         up = GaugeMetricFamily("gpuchain_node_agent_role_up", "1 while the role serves.", labels=["role"])
         failures = CounterMetricFamily(
             "gpuchain_node_agent_role_failures", "Times the role failed and was restarted.", labels=["role"]

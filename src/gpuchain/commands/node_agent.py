@@ -379,9 +379,12 @@ def node_agent(args: argparse.Namespace) -> None:
 
 async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threading.Event) -> str | None:
     """Share the node's resources, supervise the roles until SIGTERM/SIGINT (``early``: one that
-    came while starting), then let go of everything. The metrics endpoint opens once the first role
-    (the device plugin) serves; why it could not (its port taken), or None."""
+    came while starting), then let go of everything. The metrics endpoint opens, and the NVML
+    release board is followed, once the first role (the device plugin) serves: as a separate
+    agent's, the first concern is the kubelet. Why the endpoint could not open (its port taken),
+    or None."""
     from gpuchain.agent.supervisor import RoleMetrics, Supervisor
+    from gpuchain.common.supervise import cancel_and_wait
 
     stop = asyncio.Event()
     stop_on_signals(stop.set)
@@ -391,23 +394,25 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
     loop.add_signal_handler(signal.SIGHUP, node.reload, "SIGHUP")
     node.share(loop)
     failed: list[str] = []
+    releasing: list[asyncio.Task[None]] = []
 
-    async def open_metrics() -> None:
+    async def after_first() -> None:
         try:
             await asyncio.to_thread(node.serve_metrics)
         except OSError as exc:
             failed.append(str(exc.strerror or exc))
             stop.set()
+            return
+        if (task := follow_release(node, "node-agent")) is not None:
+            releasing.append(task)
 
     builders = [(name, lambda s=s: build(s, node)) for name, s in roles]
-    supervisor = Supervisor(builders, after_first=open_metrics)
+    supervisor = Supervisor(builders, after_first=after_first)
     node.metrics.add("node-agent", RoleMetrics(supervisor))
-    releasing = follow_release(node, "node-agent")
     try:
         await supervisor.run(stop)
     finally:
-        if releasing is not None:
-            releasing.cancel()
+        await cancel_and_wait(*releasing)
         await node.close()
     return failed[0] if failed else None
 

@@ -271,6 +271,23 @@ class DevicePlugin:
     def registered(self) -> bool:
         return self._registered_with is not None
 
+    async def listed(self, timeout: float) -> bool:
+        """Registered, wait (at most ``timeout`` s) until the kubelet has had every resource's
+        first device list; whether it has. Not registered (no kubelet yet): False at once. What
+        shares the process waits for this before loading and starting its own work on the event
+        loop that answers the kubelet (``agent.roles.device_plugin``)."""
+        if not self.registered:
+            return False
+        waits = [asyncio.ensure_future(s.servicer.listed.wait()) for s in self.servers.values()]
+        if not waits:
+            return True
+        try:
+            _done, pending = await asyncio.wait(waits, timeout=timeout)
+        finally:
+            for w in waits:
+                w.cancel()
+        return not pending
+
     def servicer(self, resource: str) -> ResourceServicer:
         return self.servers[resource].servicer
 

@@ -114,6 +114,8 @@ class ResourceServicer:
         """Why every device of this resource is Unhealthy whatever the GPUs' health (its MPS
         control daemon does not answer), or None."""
         self.on_send: Callable[[pb.ListAndWatchResponse], None] | None = None
+        self.listed = asyncio.Event()
+        """Set once a ListAndWatch stream has had its first list: the kubelet knows the devices."""
 
     def notify(self) -> None:
         """Health may have changed: every open ListAndWatch stream re-sends the full list."""
@@ -146,6 +148,7 @@ class ResourceServicer:
                     self.on_send(pb.ListAndWatchResponse.FromString(current))
                 yield current
                 last = current
+                self.listed.set()
             await changed.wait()
 
     async def GetPreferredAllocation(

@@ -20,8 +20,7 @@ from functools import cached_property
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from gpuchain.common.yamlfile import load_shipped
 from gpuchain.gpu.errors import InvalidConfigError
 
 MEMORY_SLICES = 8
@@ -282,7 +281,7 @@ def _profile(row: dict[str, Any]) -> MigProfile:
 def _load() -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
     """The catalogued models by key, and every variant (its own key, name and PCI id) by key."""
     text = (resources.files("gpuchain.gpu") / "mig_catalog.yaml").read_text(encoding="utf-8")
-    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = load_shipped(text)
     tables = {
         key: (tuple(_profile(r) for r in t["profiles"]), t["memory_slices"], t["compute_slices"])
         for key, t in data["tables"].items()

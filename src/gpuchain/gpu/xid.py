@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
-import yaml
+from gpuchain.common.yamlfile import load_shipped
 
 ENV_DISABLE = "DP_DISABLE_HEALTHCHECKS"
 ENV_ENABLE = "DP_ENABLE_HEALTHCHECKS"
@@ -190,7 +190,7 @@ class XidTable:
 
 def _load() -> dict[str, Any]:
     text = (resources.files("gpuchain.gpu") / "xids.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = load_shipped(text)
     return data
 
 

@@ -33,6 +33,11 @@ from gpuchain.kube.port import Cluster
 
 log = logging.getLogger("gpuchain.deviceplugin")
 
+FIRST_LIST_WAIT = 1.0
+"""Seconds the role waits, registered, for the kubelet's first ListAndWatch before it says it
+serves: the node agent starts its other roles then, and their imports and first passes run on the
+event loop that answers the kubelet (they delayed its first list by some 150 ms)."""
+
 
 def source_of(settings: DevicePluginSettings) -> ConfigSource:
     """Where the config comes from: one file, or a ConfigMap directory whose key the Node's label picks."""
@@ -125,9 +130,10 @@ async def serve(
     stop: asyncio.Event,
     started: Callable[[], None],
 ) -> None:
-    """Serve until ``stop``; ``started()`` once every resource is served (and registered when the
-    kubelet is there). Raises ResourceMappingError when the config does not fit the node, OSError
-    when the socket directory cannot be served."""
+    """Serve until ``stop``; ``started()`` once every resource is served (and, when the kubelet is
+    there, registered and its first device lists sent, or ``FIRST_LIST_WAIT`` passed). Raises
+    ResourceMappingError when the config does not fit the node, OSError when the socket directory
+    cannot be served."""
     watch, source = prepared.watch, prepared.source
     cdi_dir = settings.cdi_dir or DEFAULT_CDI_DIR
     socket_dir = settings.socket_dir or DEFAULT_SOCKET_DIR
@@ -151,6 +157,7 @@ async def serve(
         await plugin.start()
         for res in plugin.resources:
             log.info("serving %s: %d devices on %s", res.name, len(res.devices), socket_dir / res.endpoint)
+        await plugin.listed(FIRST_LIST_WAIT)
         started()
         node.add_reload(reload)  # a SIGHUP that came while starting is served now
         if watch is not None:  # one watch on this Node: its config label (with a directory) and quarantine list
