@@ -57,3 +57,22 @@ def unschedulable(prefix: str, node: str, message: str, **spec: Any) -> Callable
         sim.cluster.patch_status(POD, name, status, ns)
 
     return edit
+
+
+def no_gpus(node: str) -> dict[str, Any]:
+    """An edit: ``node`` announces no nvidia.com/gpu at all (no plugin ever registered there)."""
+    return {"do": "node", "node": node, "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+
+
+def plugin_pod(node: str, container: Mapping[str, Any], log: str | None = None) -> dict[str, Any]:
+    """An edit: the standalone plugin's pod on ``node`` with its ``nvidia-device-plugin-ctr`` in the state
+    ``container`` gives (held-out format) and, where given, ``log`` as its log."""
+    edit: dict[str, Any] = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": node,
+        "containers": [dict(container)],
+    }
+    if log is not None:
+        edit["logs"] = {"nvidia-device-plugin-ctr": log}
+    return edit

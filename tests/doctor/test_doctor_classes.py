@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Report
 
 PLUGIN = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n"
-NO_GPU = {"do": "node", "node": "m", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+NO_GPU = no_gpus("m")
 CRASH = {
     "name": "nvidia-device-plugin-ctr",
     "restarts": 6,
@@ -27,13 +27,7 @@ def _roots(report: Report) -> list[Any]:
 
 
 def _plugin_log(text: str) -> dict[str, Any]:
-    return {
-        "do": "pod",
-        "daemonset": "nvidia-device-plugin-daemonset",
-        "node": "m",
-        "containers": [CRASH],
-        "logs": {"nvidia-device-plugin-ctr": text},
-    }
+    return plugin_pod("m", CRASH, text)
 
 
 def test_the_newer_plugins_no_mig_devices_configured_error_is_the_mig_link_too() -> None:
@@ -96,7 +90,7 @@ def test_a_plugin_container_whose_image_lacks_its_command_names_the_chart_and_im
         PLUGIN,
         chart_labels,
         NO_GPU,
-        {"do": "pod", "daemonset": "nvidia-device-plugin-daemonset", "node": "m", "containers": [start_error]},
+        plugin_pod("m", start_error),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("device-plugin", "m")
@@ -236,7 +230,7 @@ def test_a_plugin_that_finds_no_gpu_on_a_managed_gpu_node_image_is_the_images_dr
     )
     report = diagnosed(
         "name: x\nstack: eks\nnodes:\n  - {name: a}\n",
-        {"do": "node", "node": "a", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        no_gpus("a"),
         {
             "do": "pod",
             "daemonset": "nvidia-device-plugin",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from doctor.small_cluster import diagnosed, unschedulable
+from doctor.small_cluster import diagnosed, no_gpus, plugin_pod, unschedulable
 
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
@@ -916,14 +916,8 @@ def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capa
     report = diagnosed(
         "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
         locked_down,
-        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "h",
-            "containers": [crash],
-            "logs": {"nvidia-device-plugin-ctr": log},
-        },
+        no_gpus("h"),
+        plugin_pod("h", crash, log),
     )
     (root,) = [f for f in report.findings if f.root]
     assert (root.id, root.link) == ("device-plugin.privileges-missing", "device-plugin")
@@ -949,14 +943,8 @@ def test_a_plugin_whose_nvml_fails_with_unknown_error_at_every_start_is_the_low_
     )
     report = diagnosed(
         "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
-        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "h",
-            "containers": [crash],
-            "logs": {"nvidia-device-plugin-ctr": log},
-        },
+        no_gpus("h"),
+        plugin_pod("h", crash, log),
     )
     (root,) = [f for f in report.findings if f.root]
     assert (root.id, root.link, root.node) == ("toolkit.devices-denied", "toolkit", "h")
@@ -1347,14 +1335,8 @@ def test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link() -> No
     )
     report = diagnosed(
         "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n",
-        {"do": "node", "node": "m", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "m",
-            "containers": [crash],
-            "logs": {"nvidia-device-plugin-ctr": log},
-        },
+        no_gpus("m"),
+        plugin_pod("m", crash, log),
     )
     (root,) = [f for f in report.findings if f.root]
     assert (root.id, root.link, root.node) == ("mig.no-instances", "mig", "m")
