@@ -111,6 +111,8 @@ async def test_the_operator_reconciles_through_real_watches(
         # A spec change arrives through the watch and is acted on.
         live_cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": True}}})
         await until(lambda: "exporter" in _roles(live_cluster), "the node agent's exporter role")
+        # the pass writes the DaemonSet before the Service, so the Service may land a moment later
+        await until(lambda: live_cluster.get_or_none(SERVICE, EXPORTER_SERVICE, NS), "the exporter Service")
         assert live_cluster.get(SERVICE, EXPORTER_SERVICE, NS)["spec"]["selector"] == {"app": NODE_AGENT.name}
     finally:
         stop.set()
