@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench.agents.run import cpu_seconds, rss_mib
 from bench.procs import stop
+from bench.stats import percentile
 from gpuchain.kubelet.peer import KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 
@@ -153,10 +154,6 @@ async def _one(impl: str, config_text: str, capacity: dict[str, int], args: argp
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _p(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
 @dataclass
 class Row:
     scenario: str
@@ -171,10 +168,10 @@ def _rows(scenario: str, by_impl: dict[str, Samples]) -> list[Row]:
     figures = {
         "start-up until registered, ms (median)": lambda s: statistics.median(s.startup_ms),
         "first ListAndWatch, ms (median)": lambda s: statistics.median(s.first_list_ms),
-        "Allocate p50, ms": lambda s: _p(s.allocate_ms, 50),
-        "Allocate p99, ms": lambda s: _p(s.allocate_ms, 99),
-        "GetPreferredAllocation p50, ms": lambda s: _p(s.preferred_ms, 50),
-        "GetPreferredAllocation p99, ms": lambda s: _p(s.preferred_ms, 99),
+        "Allocate p50, ms": lambda s: percentile(s.allocate_ms, 50),
+        "Allocate p99, ms": lambda s: percentile(s.allocate_ms, 99),
+        "GetPreferredAllocation p50, ms": lambda s: percentile(s.preferred_ms, 50),
+        "GetPreferredAllocation p99, ms": lambda s: percentile(s.preferred_ms, 99),
         "RSS after the calls, MiB (median)": lambda s: statistics.median(s.rss_mib),
         "idle CPU, % of a core (median)": lambda s: statistics.median(s.idle_cpu_percent),
     }

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing as mp
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -39,6 +39,7 @@ from typing import Any
 
 import grpc
 
+from bench.stats import percentile
 from gpuchain.agent.runtime import settled
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
@@ -158,10 +159,6 @@ class Row:
     propagation_ratio_p99: float
 
 
-def _p(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
-
-
 async def _measure(name: str, config_text: str, layout: str, calls: int, events: int) -> Row:
     root = tempfile.mkdtemp(prefix="gcb-", dir="/tmp")
     parent, child = mp.Pipe()
@@ -238,9 +235,10 @@ async def _measure(name: str, config_text: str, layout: str, calls: int, events:
         if proc.is_alive():
             proc.kill()
         shutil.rmtree(root, ignore_errors=True)
-    a50, a99, b50, b99 = _p(alloc_t, 50), _p(alloc_t, 99), _p(bare_t, 50), _p(bare_t, 99)
-    p50, p99, s50, s99 = _p(prop_t, 50), _p(prop_t, 99), _p(tick_t, 50), _p(tick_t, 99)
-    g50, g99, gb50, gb99 = _p(pref_t, 50), _p(pref_t, 99), _p(pref_bare_t, 50), _p(pref_bare_t, 99)
+    ms = functools.partial(percentile, scale=1000)
+    a50, a99, b50, b99 = ms(alloc_t, 50), ms(alloc_t, 99), ms(bare_t, 50), ms(bare_t, 99)
+    p50, p99, s50, s99 = ms(prop_t, 50), ms(prop_t, 99), ms(tick_t, 50), ms(tick_t, 99)
+    g50, g99, gb50, gb99 = ms(pref_t, 50), ms(pref_t, 99), ms(pref_bare_t, 50), ms(pref_bare_t, 99)
     return Row(
         name,
         len(ids),

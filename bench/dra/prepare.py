@@ -34,8 +34,8 @@ import os
 import shutil
 from collections.abc import Awaitable, Callable
 
-from bench.deviceplugin.run import _p
 from bench.doctor.run import alternated
+from bench.stats import percentile
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import DraDriver, DriverConfig
@@ -137,8 +137,8 @@ def report(times: list[list[float]], load: tuple[float, float]) -> None:
     print(f"{'call':<42}{'p50 ms':>9}{'p99 ms':>9}  {'ratio p50 / p99':>16}")
     for (label, baseline), spent in zip(CALLS, times, strict=True):
         base = times[baseline]
-        p50, p99 = _p(spent, 50), _p(spent, 99)
-        ratio = f"{p50 / _p(base, 50):>7.2f} / {p99 / _p(base, 99):<7.2f}"
+        p50, p99 = percentile(spent, 50, scale=1000), percentile(spent, 99, scale=1000)
+        ratio = f"{p50 / percentile(base, 50, scale=1000):>7.2f} / {p99 / percentile(base, 99, scale=1000):<7.2f}"
         print(f"{label:<42}{p50:>9.3f}{p99:>9.3f}  {ratio}".rstrip())
 
 
