@@ -190,7 +190,10 @@ async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
     flaky = FlakyEvents.from_preset("h100-80gb-x8")
     flaky.failures = ["cannot create the NVML event set"]
     config = DriverConfig(
-        node="h100-node", cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", recovery_quiet_seconds=0.05,
+        node="h100-node",
+        cdi_dir=short_dir / "cdi",
+        state_dir=short_dir / "state",
+        recovery_quiet_seconds=0.05,
         unlabelled=DRA,
     )
     driver = DraDriver(flaky, cluster, config)
@@ -233,6 +236,54 @@ async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_
     finally:
         watcher.cancel()
         await server.stop()
+        await peer.close()
+
+
+class _GoneBeforeNotified(reg_grpc.RegistrationServicer):
+    """A DRA plugin that answers GetInfo and is gone when the kubelet tells it it is registered, as a
+    plugin stopped in the middle of the handshake looks to the plugin watcher."""
+
+    def __init__(self, endpoint: Path) -> None:
+        self.endpoint = endpoint
+        self.told: list[bool] = []  # plugin_registered of each notification
+
+    async def GetInfo(self, request: reg.InfoRequest, context: grpc.aio.ServicerContext) -> reg.PluginInfo:
+        return reg.PluginInfo(
+            type="DRAPlugin", name=DRIVER, endpoint=str(self.endpoint), supported_versions=list(SUPPORTED_SERVICES)
+        )
+
+    async def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: grpc.aio.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        self.told.append(request.plugin_registered)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the plugin is stopping")
+        raise AssertionError("abort returns by raising")
+
+
+async def test_a_plugin_gone_before_it_is_told_it_registered_is_not_kept(short_dir: Path) -> None:
+    """The watcher once kept such a plugin for good: it was added before the notification failed, and the
+    failed socket was dropped from the seen set, so its removal was never noticed (a flake of the test above)."""
+    registry = short_dir / "registry"
+    registry.mkdir()
+    socket = registry / f"{DRIVER}-reg.sock"
+    servicer = _GoneBeforeNotified(short_dir / "dra.sock")
+    server = grpc.aio.server()
+    reg_grpc.add_RegistrationServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    peer = DraPeer(registry)
+    try:
+        assert await peer.scan() == []
+        assert servicer.told == [True]  # accepted by the watcher, then gone
+        assert peer.plugins == {}
+        await peer.scan()  # the socket is still there: the handshake is tried again, and fails again
+        assert servicer.told == [True, True] and peer.plugins == {}
+        await server.stop(0)
+        socket.unlink(missing_ok=True)  # grpc removes its socket on stop; a plugin may leave it behind
+        await peer.scan()
+        assert peer.plugins == {}
+    finally:
+        await server.stop(0)
         await peer.close()
 
 

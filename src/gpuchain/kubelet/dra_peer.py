@@ -144,7 +144,15 @@ class DraPeer:
                 info.name, info.endpoint, version, socket, grpc.aio.insecure_channel(f"unix://{info.endpoint}")
             )
             self.plugins[info.name] = plugin
-            await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=RPC_TIMEOUT)
+            try:
+                await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=RPC_TIMEOUT)
+            except BaseException:
+                # The plugin went away mid-handshake: the next scan retries the socket if it is still
+                # there, so no entry may outlive this attempt (nothing would ever forget it).
+                if self.plugins.get(info.name) is plugin:
+                    del self.plugins[info.name]
+                await plugin.channel.close(None)
+                raise
         log.info("DRA driver %s registered (%s at %s)", plugin.name, plugin.service, plugin.endpoint)
         return plugin
 
