@@ -469,8 +469,9 @@ class DevicePlugin:
                     log.info("kubelet restarted (new %s): re-serving and re-registering", KUBELET_SOCKET)
                 await self._unserve()
                 await self._serve(fit=True)
-            if not await self._try_register():
-                await asyncio.sleep(1.0)
+            registered = await self._try_register()
+        if not registered:  # back off outside the lock: a reload, a remap or stop() need not wait out the pause
+            await asyncio.sleep(1.0)
 
     async def hand_to_dra(self, handed: bool) -> None:
         """Stop serving (the Node's GPUs now belong to the DRA driver) or serve again (they are back).
