@@ -140,8 +140,21 @@ def knows(line: str) -> Entry | None:
 
 
 def known_error(text: str) -> Match | None:
-    """The first line of ``text`` an entry above info level knows (a failure, not a progress line)."""
-    return find(text, *(e.id for e in entries() if e.level != "info"))
+    """The first line of ``text`` an entry above info level knows (a failure, not a progress line).
+
+    Where several entries know that line, the one that matches deepest into it wins: a Go error is its
+    wrappers' words and then its cause ("unable to setup runtime: unable to load config: unable to load
+    containerd config: ..."), so the entry of the innermost words names the cause, and the component that
+    wrote it (the toolkit's containerd config, not the device plugin's config file that a wrapper's words
+    also match)."""
+    failures = [e for e in entries() if e.level != "info"]
+    found = find(text, *(e.id for e in failures))
+    if found is None:
+        return None
+    deepest = max(failures, key=lambda e: m.start() if (m := e.regex.search(found.line)) else -1)
+    here = deepest.regex.search(found.line)
+    first = found.entry.regex.search(found.line)
+    return Match(deepest, found.line) if here and first and here.start() > first.start() else found
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,

@@ -10,7 +10,7 @@ from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.operand import simple
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DCGM_EXPORTER
 
 LINK, WHAT = "exporter", "dcgm-exporter"
@@ -45,7 +45,7 @@ def _stack_exporter_on(ctx: Context, node: str) -> str:
 
 
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
-    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ns = namespace_of(pod) or ctx.namespace
     own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
     if own and owner_ds(pod):
         # Two exporters on one node each start a DCGM host engine on the same GPUs; the stack's own

@@ -9,7 +9,7 @@ from gpuchain.doctor.links.operand import simple
 from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.snapshot import PRODUCT
-from gpuchain.kube.objects import name_of
+from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.operator.operands import GFD
 
 
@@ -36,7 +36,7 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
         # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
         gfd = view.pod(GFD) or {}
-        ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
+        ns = namespace_of(gfd) or ctx.namespace
         again = Fix.delete_pod(ns, name_of(gfd))
         action = again
         cause = (
