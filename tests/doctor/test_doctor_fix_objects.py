@@ -261,3 +261,57 @@ def test_a_config_label_the_mounted_configmap_lacks_names_that_configmap() -> No
     )
     found = next(f for f in report.findings if f.id == "device-plugin.config-missing")
     assert any("/nvdp-configs (keys: default)" in e for e in found.evidence), found.evidence
+
+
+def test_an_exporter_without_the_runtime_class_the_plugin_gets_its_gpus_through_is_given_it() -> None:
+    """A fault seen through its consumer: the exporter's NVML cannot load (dcgm-exporter
+    internal/pkg/nvmlprovider/provider.go@4.2.3-4.1.1), while the plugin on the same node announces its
+    GPUs through RuntimeClass nvidia: the driver and the runtime work, and the exporter's pod spec names
+    no RuntimeClass, so the fix is that field on its DaemonSet, not the driver or the toolkit."""
+    crash = {
+        "name": "exporter",
+        "restarts": 5,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    log = 'time=2026-01-01T00:00:00Z level=ERROR msg="Cannot init NVML library; err: ERROR_LIBRARY_NOT_FOUND"\n'
+
+    def plugin_uses_runtime_class(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            }
+        )
+        for p in sim.cluster.list(POD):
+            if name_of(p).startswith("nvidia-device-plugin"):
+                sim.cluster.patch(POD, name_of(p), {"spec": {"runtimeClassName": "nvidia"}}, namespace_of(p))
+
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h}\n",
+        plugin_uses_runtime_class,
+        {
+            "do": "add-daemonset",
+            "namespace": "metrics",
+            "name": "dcgm-exporter",
+            "labels": {"app.kubernetes.io/name": "dcgm-exporter", "app.kubernetes.io/instance": "gpu-metrics"},
+            "containers": ["exporter"],
+            "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04",
+            "nodes": ["h"],
+        },
+        {
+            "do": "pod",
+            "daemonset": "dcgm-exporter",
+            "namespace": "metrics",
+            "node": "h",
+            "containers": [crash],
+            "logs": {"exporter": log},
+        },
+    )
+    root = next(f for f in report.findings if f.root and f.node == "h")
+    assert root.link == "exporter", (root.id, root.link, root.fix)
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    assert root.action.target == "metrics/dcgm-exporter"
+    assert root.action.changes == {"spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}}

@@ -43,6 +43,7 @@ PROVIDED_BY = (("/run/nvidia/driver", "driver"), ("/usr/local/nvidia", "toolkit"
 FINDING_OF = {
     "nvml.version-mismatch": "driver.version-mismatch",
     "cuda.compat-not-supported": "driver.too-old",
+    "cuda.system-not-ready": "driver.fabric-manager",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     HOST_PATH_ENTRY: "driver.not-installed",
