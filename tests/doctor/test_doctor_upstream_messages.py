@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor import catalog
 
@@ -91,3 +92,48 @@ def test_the_script_takes_each_error_level_string_once_and_only_returned_errors_
     ]
     assert script._go_string(r'"say \"hi\" \\ there\n"') == 'say "hi" \\ there\\n'
     assert re.search(script.LOGGED, 'klog.Warningf("x")') is None
+
+
+#: (stack, DaemonSet, container, the line as the component prints it, the entry, a key its fix names)
+CRASHES = [
+    (
+        "nvidia-device-plugin",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin-ctr",
+        "E0101 00:00:01.000000 1 main.go:1] error: invalid --device-list-strategy option: volume-mount",
+        "k8s-device-plugin.invalid-device-list-strategy",
+        "DEVICE_LIST_STRATEGY",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-container-toolkit-daemonset",
+        "nvidia-container-toolkit-ctr",
+        'time="2026-01-01T00:00:01Z" level=fatal msg="error running nvidia-toolkit: unable to setup runtime: '
+        'unknown runtime: cri-o"',
+        "nvidia-container-toolkit.unknown-runtime",
+        "RUNTIME",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        "time=2026-01-01T00:00:01Z level=ERROR msg=\"Could not read metrics file '/etc/dcgm-exporter/dcgm-metrics.csv'; "
+        'err: open /etc/dcgm-exporter/dcgm-metrics.csv: no such file or directory"',
+        "dcgm-exporter.metrics-file-unreadable",
+        "spec.dcgmExporter.config.name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stack", "ds", "container", "line", "entry_id", "key"), CRASHES, ids=[c[4] for c in CRASHES])
+def test_a_component_crashing_on_a_recorded_line_gets_that_entrys_repair_not_unrecognised(
+    stack: str, ds: str, container: str, line: str, entry_id: str, key: str
+) -> None:
+    crash = {"name": container, "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
+    report = diagnosed(
+        f"name: t\nstack: {stack}\nnodes:\n  - {{name: n1}}\n",
+        {"do": "pod", "daemonset": ds, "node": "n1", "containers": [crash], "logs": {container: line}},
+    )
+    assert "log.unrecognised" not in report.ids
+    root = next(f for f in report.findings if f.root)
+    assert f"catalog: {entry_id}" in " ".join(root.evidence) and key in root.fix
