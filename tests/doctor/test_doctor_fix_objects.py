@@ -315,3 +315,37 @@ def test_an_exporter_without_the_runtime_class_the_plugin_gets_its_gpus_through_
     assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
     assert root.action.target == "metrics/dcgm-exporter"
     assert root.action.changes == {"spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}}
+
+
+def test_gfd_without_the_runtime_class_the_plugin_gets_its_gpus_through_is_given_it() -> None:
+    """The same reading for feature discovery: its NVML fails (NVIDIA's factory.go line) while the plugin
+    beside it announces GPUs through RuntimeClass nvidia that GFD's pod does not name."""
+    crash = {
+        "name": "gpu-feature-discovery",
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    log = "E0101 00:00:01.000000 1 factory.go:1] Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND.\n"
+
+    def runtime_classes(sim: SimCluster) -> None:
+        # The operator's RuntimeClass nvidia exists; the plugin runs with it, GFD without.
+        for p in sim.cluster.list(POD):
+            wanted = "nvidia" if name_of(p).startswith("nvidia-device-plugin") else None
+            if name_of(p).startswith(("nvidia-device-plugin", "gpu-feature-discovery")):
+                sim.cluster.patch(POD, name_of(p), {"spec": {"runtimeClassName": wanted}}, namespace_of(p))
+
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
+        runtime_classes,
+        {
+            "do": "pod",
+            "daemonset": "gpu-feature-discovery",
+            "node": "n1",
+            "containers": [crash],
+            "logs": {"gpu-feature-discovery": log},
+        },
+    )
+    root = next(f for f in report.findings if f.root and f.node == "n1")
+    assert (root.id, root.link) == ("gfd.not-ready", "gfd"), (root.id, root.fix)
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    assert root.action.changes == {"spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}}

@@ -7,12 +7,11 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding, owner_ds
 from gpuchain.doctor.links.failures import known_not_ready
-from gpuchain.doctor.links.operand import simple
+from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import DCGM_EXPORTER, DEVICE_PLUGIN
+from gpuchain.operator.operands import DCGM_EXPORTER
 
 LINK, WHAT = "exporter", "dcgm-exporter"
 #: NVIDIA's published dcgm-exporter image (it bundles DCGM), as gpu-operator's values name it.
@@ -31,38 +30,6 @@ EXPORTER_NO_NVML = "dcgm.init-error"
 #: The words of an exporter whose container has no NVML library (catalog.yaml): the NVIDIA runtime did not
 #: inject the driver's libraries into it.
 NVML_NOT_INJECTED = ("dcgm-exporter.nvml-init", "go-nvlib.nvml-not-loaded")
-
-
-def _runtime_class(pod: Obj | None) -> str:
-    return str(((pod or {}).get("spec") or {}).get("runtimeClassName") or "")
-
-
-def _not_injected(ctx: Context, view: NodeView, pod: Obj, log: str) -> Known | None:
-    """An exporter whose NVML cannot be loaded, read through the links below it: where the device plugin
-    on the same node gets its GPUs through a RuntimeClass the exporter's pod does not name, the driver and
-    the runtime work and the exporter's own pod spec is what keeps the driver's libraries out of it."""
-    found = catalog.find(log, *NVML_NOT_INJECTED)
-    plugin = view.pod(DEVICE_PLUGIN)
-    wanted = _runtime_class(plugin)
-    announced = any(v > 0 for v in node_gpu_resources(view.node).values())
-    if plugin is None or found is None or not wanted or _runtime_class(pod) == wanted or not announced:
-        return None
-    if not owner_ds(pod):
-        return None
-    ns, ds = namespace_of(pod) or ctx.namespace, owner_ds(pod)
-    action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{ds}", {"spec": {"template": {"spec": {"runtimeClassName": wanted}}}})
-    return Known(
-        f"dcgm-exporter cannot load NVML: its pod runs without RuntimeClass {wanted!r}, through which the device "
-        f"plugin on this node gets the driver's libraries (and announces its GPUs), so the NVIDIA runtime never "
-        "injects them into the exporter; the driver and the runtime are fine.",
-        (
-            *found.evidence(),
-            f"device plugin pod {name_of(plugin)}: runtimeClassName {wanted}, GPUs announced",
-            f"exporter pod {name_of(pod)}: runtimeClassName {_runtime_class(pod) or 'unset'}",
-        ),
-        action,
-        ctx.stack.render(action) + f"   # or the exporter chart's runtimeClassName value: {wanted}",
-    )
 
 
 def _stack_exporter_on(ctx: Context, node: str) -> str:
@@ -99,7 +66,7 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
-    not_injected = _not_injected(ctx, view, pod, log)
+    not_injected = without_plugins_runtime_class(ctx, view, pod, log, WHAT, NVML_NOT_INJECTED)
     if not_injected is not None:
         return not_injected
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
