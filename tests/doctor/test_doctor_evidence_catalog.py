@@ -13,33 +13,11 @@ from gpuchain.doctor import Severity, catalog, run_doctor
 from gpuchain.sim import build, load_scenario, scenario_names
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Go's and C's format verbs (%s, %v, %+v, %d, %q, %w, %08x ...), the literal %%, and Python's
-#: f-string fields ({key!r}) for gpuchain's own messages.
-VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?[a-zA-Z%]|\{[^{}]*\}")
-
-
-def formatted(entry: catalog.Entry) -> str:
-    """The entry's source line with each format verb replaced by its sample value, as the component
-    would print it (%q quotes, as Go's does)."""
-    verbs = [m for m in VERB.finditer(entry.line) if m.group() != "%%"]
-    args = list(entry.args) if entry.args else ["sample"] * len(verbs)
-    assert len(args) == len(verbs), f"{entry.id}: {len(verbs)} verbs in its line, {len(args)} args"
-    values = iter(args)
-
-    def one(m: re.Match[str]) -> str:
-        if m.group() == "%%":
-            return "%"
-        value = next(values)
-        if m.group().endswith("!r}"):
-            return repr(value)
-        return f'"{value}"' if m.group().endswith("q") else value
-
-    return VERB.sub(one, entry.line)
 
 
 @pytest.mark.parametrize("entry", catalog.entries(), ids=lambda e: e.id)
 def test_every_pattern_matches_its_quoted_source_line(entry: catalog.Entry) -> None:
-    line = formatted(entry)
+    line = catalog.printed(entry.line, entry.args)
     assert entry.regex.search(line), f"{entry.id}: {entry.pattern!r} does not match {line!r}"
     assert catalog.find(line, entry.id) == catalog.Match(entry, line.strip())
 

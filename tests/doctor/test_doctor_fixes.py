@@ -1530,3 +1530,43 @@ def test_a_driver_pod_that_fails_during_the_upgrade_is_still_judged(tmp_path: Pa
     report = _upgrading(tmp_path, "pod-restart-required", crash)
     assert [f.id for f in report.findings if f.root and f.severity is Severity.ERROR] == ["driver.not-ready"]
     assert not [f for f in report.findings if f.id == "driver.upgrading"]
+
+
+def test_cuda_not_initialised_on_a_running_driver_is_the_fabric_manager_not_the_toolkit() -> None:
+    """CUDA's error 802 in the cuda validation (vectorAdd's line): the driver runs and the toolkit started
+    the container, so neither the toolkit its init container stands for nor a restart repairs it; on an
+    NVSwitch system it is the Fabric Manager of the driver's version that is missing."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\nnodes:\n  - {name: a, hostDriver: 550.127.05}\n"
+        )
+    )
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nvidia-cuda-validator-x1", "namespace": "gpu-operator"},
+            "spec": {
+                "nodeName": "a",
+                "initContainers": [{"name": "cuda-validation", "image": "validator"}],
+                "containers": [{"name": "nvidia-cuda-validator", "image": "validator"}],
+            },
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {
+                        "name": "cuda-validation",
+                        "ready": False,
+                        "restartCount": 6,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                    }
+                ],
+            },
+        }
+    )
+    said = "Failed to allocate device vector A (error code system not yet initialized)!\n"
+    sim.cluster.set_logs("nvidia-cuda-validator-x1", "gpu-operator", "cuda-validation", said)
+    roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.fabric-manager", "driver", "a")]
+    assert "nvidia-fabricmanager" in roots[0].fix and "catalog: cuda.system-not-ready" in " ".join(roots[0].evidence)

@@ -28,6 +28,7 @@ CLUSTER_TESTS = {
     "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
     "device-plugin.off-gpu-node": "test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes",
     "driver.too-old": "test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old",
+    "driver.fabric-manager": "test_cuda_not_initialised_on_a_running_driver_is_the_fabric_manager_not_the_toolkit",
     "workload.runtime-hook-failed": "test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work",
     "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",

@@ -104,9 +104,57 @@ def find(text: str, *ids: str) -> Match | None:
     return None
 
 
+#: Go's and C's format verbs (%s, %v, %+v, %d, %q, %w, %08x ...), the literal %%, and Python's
+#: f-string fields ({key!r}) for gpuchain's own messages.
+VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?[a-zA-Z%]|\{[^{}]*\}")
+
+
+def printed(line: str, args: tuple[str, ...] = ()) -> str:
+    """A source's format string as its component prints it: each verb replaced by its value in
+    ``args`` ("sample" for each when none are given), %q quoted as Go quotes, %% as %."""
+    verbs = [m for m in VERB.finditer(line) if m.group() != "%%"]
+    values = iter(args or ("sample",) * len(verbs))
+    if args and len(args) != len(verbs):
+        raise ValueError(f"{len(verbs)} verbs in {line!r}, {len(args)} values")
+
+    def one(m: re.Match[str]) -> str:
+        if m.group() == "%%":
+            return "%"
+        value = next(values)
+        if m.group().endswith("!r}"):
+            return repr(value)
+        return f'"{value}"' if m.group().endswith("q") else value
+
+    return VERB.sub(one, line)
+
+
+def knows(line: str) -> Entry | None:
+    """The entry that knows a component's message as its source writes it (format verbs left in):
+    the entry quoting that very line, else the first whose pattern matches it as printed. Used to hold
+    the messages recorded from the components' source (scripts/upstream-messages) to the catalog."""
+    quoting = next((e for e in entries() if e.line == line), None)
+    if quoting is not None:
+        return quoting
+    shown = printed(line)
+    return next((e for e in entries() if e.regex.search(shown)), None)
+
+
 def known_error(text: str) -> Match | None:
-    """The first line of ``text`` an entry above info level knows (a failure, not a progress line)."""
-    return find(text, *(e.id for e in entries() if e.level != "info"))
+    """The first line of ``text`` an entry above info level knows (a failure, not a progress line).
+
+    Where several entries know that line, the one that matches deepest into it wins: a Go error is its
+    wrappers' words and then its cause ("unable to setup runtime: unable to load config: unable to load
+    containerd config: ..."), so the entry of the innermost words names the cause, and the component that
+    wrote it (the toolkit's containerd config, not the device plugin's config file that a wrapper's words
+    also match)."""
+    failures = [e for e in entries() if e.level != "info"]
+    found = find(text, *(e.id for e in failures))
+    if found is None:
+        return None
+    deepest = max(failures, key=lambda e: m.start() if (m := e.regex.search(found.line)) else -1)
+    here = deepest.regex.search(found.line)
+    first = found.entry.regex.search(found.line)
+    return Match(deepest, found.line) if here and first and here.start() > first.start() else found
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,

@@ -11,10 +11,10 @@ import yaml
 
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.stacks import detect
-from gpuchain.doctor.stacks.base import is_gpu_node
+from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, labels_of, name_of
-from gpuchain.operator.operands import DRIVER, Operand, enabled
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, Operand, enabled
 from gpuchain.operator.policy import ClusterPolicySpec
 
 #: What a check that needs the policy says when the source has none (see `Context.policy_unknown`).
@@ -116,12 +116,22 @@ class Context:
         runs = (self.snapshot.previous_logs.get(key, ""), self.snapshot.logs.get(key, ""))
         return "\n".join(r for r in runs if r)
 
+    def plugin_configmaps(self) -> list[str]:
+        """The ConfigMaps (in the stack's namespace) the device plugin reads its configs from: the one the
+        policy names, else the ones its DaemonSet mounts (NVIDIA's chart mounts ``config.name``, or the map
+        it renders from ``config.map``, as the config-manager's available-configs volume)."""
+        if self.policy.device_plugin.config.name:
+            return [self.policy.device_plugin.config.name]
+        ds = daemonsets_in(self.snapshot, self.namespace).get(self.ds(DEVICE_PLUGIN)) or {}
+        volumes = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or []
+        return [str(v["configMap"]["name"]) for v in volumes if (v.get("configMap") or {}).get("name")]
+
     def plugin_configs(self) -> dict[str, str] | None:
-        """The device plugin ConfigMap's keys -> YAML (None when the policy names no ConfigMap)."""
-        name = self.policy.device_plugin.config.name
-        if not name:
+        """The device plugin's configs, keys -> YAML, of `plugin_configmaps` (None when it reads none)."""
+        names = self.plugin_configmaps()
+        if not names:
             return None
-        return self.configmaps.get(name, {})
+        return {k: v for name in names for k, v in self.configmaps.get(name, {}).items()}
 
 
 def _operands_of(meta: Obj, operands_in: Callable[[str, str], tuple[str, ...]]) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from gpuchain.doctor.structs import CHARTS, Chart, Snapshot
 from gpuchain.doctor.trust import check_exporter
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import name_of
+from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.operator.operands import (
     DCGM_EXPORTER,
     DEVICE_PLUGIN,
@@ -348,7 +348,11 @@ def _version_skew(ctx: Context) -> list[Finding]:
         # The policy names the majority's version (or is not in the dump while driver containers
         # run): the minority's driver pods are stale.
         pod = next((v.pod(DRIVER) for v in ctx.views if v.name == first and v.pod(DRIVER) is not None), None)
-        restart = ctx.stack.render(Fix.delete_pod(ctx.namespace, name_of(pod) if pod else "<driver pod>"))
+        restart = ctx.stack.render(
+            Fix.delete_pod(
+                (namespace_of(pod) or ctx.namespace) if pod else ctx.namespace, name_of(pod) if pod else "<driver pod>"
+            )
+        )
         action = Fix(
             FixOp.NODE,
             first,

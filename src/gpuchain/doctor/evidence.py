@@ -27,7 +27,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
 #: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
@@ -43,6 +43,7 @@ PROVIDED_BY = (("/run/nvidia/driver", "driver"), ("/usr/local/nvidia", "toolkit"
 FINDING_OF = {
     "nvml.version-mismatch": "driver.version-mismatch",
     "cuda.compat-not-supported": "driver.too-old",
+    "cuda.system-not-ready": "driver.fabric-manager",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     HOST_PATH_ENTRY: "driver.not-installed",
@@ -270,7 +271,7 @@ def _fix(
 ) -> tuple[Fix | None, str]:
     """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
     checks' own for the failures they know, else the catalog entry's fix."""
-    ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ns = namespace_of(failure.pod) or ctx.namespace
     rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(failure.pod)))
     if finding_id == "driver.version-mismatch":
         action = Fix(
@@ -336,8 +337,8 @@ def _fix(
     elif link == "toolkit":
         toolkit = view.pod(TOOLKIT)
         again = (
-            f"restart the container toolkit so it writes its runtime config again (kubectl -n {ctx.namespace} "
-            f"delete pod {name_of(toolkit)}), "
+            "restart the container toolkit so it writes its runtime config again "
+            f"(kubectl -n {namespace_of(toolkit) or ctx.namespace} delete pod {name_of(toolkit)}), "
             if toolkit is not None
             else "write the nvidia runtime into the containerd config this node's containerd reads (nvidia-ctk "
             "runtime configure --runtime=containerd), "

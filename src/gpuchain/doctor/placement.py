@@ -21,14 +21,30 @@ class Blocker:
     kind: str  #: "taint" or "selector"
     detail: dict[str, Any]  #: the taint, or {"key", "values", "operator"} of the unmet term
     owner: str = "DaemonSet"  #: what is kept off, for the evidence line ("DaemonSet", "operator's pod")
+    #: Every NoSchedule/NoExecute taint of the node the pod does not tolerate (``detail`` is the first):
+    #: a fix that tolerates one of several still leaves the pod off the node.
+    taints: tuple[dict[str, Any], ...] = ()
 
     def describe(self) -> str:
         """One line for evidence."""
         d = self.detail
         if self.kind == "taint":
-            value = f"={d['value']}" if d.get("value") else ""
-            return f"node taint {d['key']}{value}:{d['effect']} is not tolerated by the {self.owner}"
+            names = ", ".join(taint_text(t) for t in self.taints or (d,))
+            many = "s" if len(self.taints) > 1 else ""
+            return f"node taint{many} {names} {'are' if many else 'is'} not tolerated by the {self.owner}"
         return f"the {self.owner} needs node label {d['key']} {d['operator']} {d.get('values') or ''}".rstrip()
+
+
+def taint_text(taint: dict[str, Any]) -> str:
+    """``key[=value]:effect``, as kubectl writes a taint."""
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint['key']}{value}:{taint['effect']}"
+
+
+def tolerations_for(block: Blocker) -> list[dict[str, Any]]:
+    """The tolerations that let the pod past every taint of ``block`` (Exists on key and effect, so a
+    value change of the taint does not keep it off again)."""
+    return [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in block.taints or (block.detail,)]
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
@@ -65,9 +81,13 @@ def blocker(ds: Obj, node: Obj) -> Blocker | None:
 def pod_blocker(spec: Obj, node: Obj) -> Blocker | None:
     """The first taint or node selector that keeps a pod of ``spec`` off ``node`` (the scheduler's
     node filters, as the DaemonSet controller also applies them), None when none does."""
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], taint):
-            return Blocker("taint", dict(taint))
+    untolerated = tuple(
+        dict(t)
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], t)
+    )
+    if untolerated:
+        return Blocker("taint", untolerated[0], taints=untolerated)
     labels = labels_of(node)
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:

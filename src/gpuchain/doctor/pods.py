@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, namespace_of
 
 #: Waiting reasons that mean a container is failing, not just starting (the kubelet's and the CRI's
 #: words: kubernetes pkg/kubelet/images and kuberuntime, containerd's StartError for a task the OCI
@@ -42,6 +42,11 @@ class PodState:
     waiting_init: str = ""  #: the init container it is blocked in, if any
     message: str = ""  #: the failing container's waiting message (``Back-off pulling image "..."``)
     unschedulable: bool = False  #: Pending because the scheduler cannot place it (``message`` says why)
+    namespace: str = ""  #: the pod's own namespace: a fix that deletes it names this, not the stack's
+
+    def restart_in(self, fallback: str) -> str:
+        """The namespace a delete of this pod names: its own, else ``fallback`` (a pod with none set)."""
+        return self.namespace or fallback
 
     def describe(self) -> str:
         """``name: status (container, N restarts)`` for evidence lines."""
@@ -57,6 +62,10 @@ def _statuses(pod: Obj, key: str) -> list[dict[str, Any]]:
 
 def pod_state(pod: Obj) -> PodState:
     """Summarise a pod the way kubectl does: failing container first, then init progress, then readiness."""
+    return replace(_summary(pod), namespace=namespace_of(pod) or "")
+
+
+def _summary(pod: Obj) -> PodState:
     name = str(pod.get("metadata", {}).get("name", "?"))
     inits = _statuses(pod, "initContainerStatuses")
     mains = _statuses(pod, "containerStatuses")

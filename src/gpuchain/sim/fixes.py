@@ -16,6 +16,7 @@ from typing import Any
 from gpuchain.common.labels import DEPLOY_PREFIX, DEVICE_PLUGIN_CONFIG, MIG_CONFIG, MIG_CONFIG_STATE
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, POD, Cluster
+from gpuchain.mig.agent import State as MigState
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
 from gpuchain.sim.scenario import MigFacts, NodeGroup, Scenario
 
@@ -84,6 +85,9 @@ def _node_fact(group: NodeGroup, fact: str) -> dict[str, Any]:
         return {"driver_version": value or None}
     if name == "kubelet":
         return {"stale_allocations": False}
+    if name == "mig-applied" and group.mig is not None:
+        # The layout (or the GPU's mode) repaired and the MIG manager restarted: it applies the layout.
+        return {"mig": group.mig.model_copy(update={"state": MigState.SUCCESS, "reason": ""})}
     if name == "replace-gpu":
         return {"lost_gpus": []}
     raise UnsupportedFix(f"node fact {fact!r} is not simulated")

@@ -16,7 +16,7 @@ from gpuchain.common.labels import GPU_PRESENT, OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.placement import Blocker
+from gpuchain.doctor.placement import Blocker, tolerations_for
 from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
@@ -67,13 +67,12 @@ def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
 def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
     """The change that lets ``ds`` place its pod: tolerate the taint, or give the node the label."""
     if block.kind == "taint":
-        taint = block.detail
-        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        needed = tolerations_for(block)
         if ctx.policy_obj is not None:
-            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), toleration]
+            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), *needed]
             return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
         current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
-        patch = {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}}
+        patch = {"spec": {"template": {"spec": {"tolerations": [*current, *needed]}}}}
         return Fix(FixOp.PATCH_DAEMONSET, f"{ctx.namespace}/{name_of(ds)}", patch)
     d = block.detail
     values = list(d.get("values") or [])

@@ -18,10 +18,10 @@ from gpuchain.doctor.links.common import (
     said_in,
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
+from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.stacks.base import is_gpu_node
-from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label, enabled
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
@@ -89,13 +89,12 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
         )
     elif kept is not None:
         worker, taint = kept
-        toleration = {"key": taint.detail["key"], "operator": "Exists", "effect": taint.detail["effect"]}
         current = (((worker.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
         ns = str((worker.get("metadata") or {}).get("namespace") or "")
         action = Fix(
             FixOp.PATCH_DAEMONSET,
             f"{ns}/{name_of(worker)}",
-            {"spec": {"template": {"spec": {"tolerations": [*current, toleration]}}}},
+            {"spec": {"template": {"spec": {"tolerations": [*current, *tolerations_for(taint)]}}}},
         )
         cause = (
             f"Node Feature Discovery's worker {ns}/{name_of(worker)} does not tolerate this node's taint, so NFD never "
@@ -139,7 +138,7 @@ def restart_operator(ctx: Context, operator: Obj | None) -> tuple[Fix | None, st
     if operator is not None:
         state = pod_state(operator)
         restart = Fix.delete_pod(
-            ctx.namespace,
+            state.restart_in(ctx.namespace),
             state.name,
             **{NOT_SIMULATED: "the simulator runs no operator that would recreate the DaemonSet"},
         )
@@ -231,11 +230,12 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
             )
         elif taint is not None and not admitted:
             # No label change places it: the change is the Deployment's, made through its chart (said as a comment).
-            t = taint.detail
-            value = f"={t['value']}" if t.get("value") else ""
+            every = taint.taints or (taint.detail,)
+            names = ", ".join(taint_text(t) for t in every)
+            which = ("the taints", "them") if len(every) > 1 else ("the taint", "that taint")
             fix = (
-                f"# let the operator's Deployment tolerate the taint {t['key']}{value}:{t['effect']} (the chart's "
-                "operator.tolerations), or run it on a node without that taint"
+                f"# let the operator's Deployment tolerate {which[0]} {names} (the chart's "
+                f"operator.tolerations), or run it on a node without {which[1]}"
             )
         else:
             fix = (
@@ -245,7 +245,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
     else:
         why = f"{state.status}" + (f" ({state.message})" if state.message else "")
         known = catalog.known_error(state.last_log)
-        again = Fix.delete_pod(ctx.namespace, state.name)
+        again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
         fix = (
             f"# {known.entry.fix}"
             if known
@@ -287,7 +287,7 @@ def _not_created(ctx: Context, view: NodeView, ds: Obj, link: str) -> Result | N
     cannot create the pod (a Warning ``FailedCreate`` Event on the DaemonSet, ``Error creating: pods "..." is
     forbidden: ...``, kubernetes pkg/controller/daemon). A restart changes nothing: the API refuses every
     pod the DaemonSet makes. None when no such Event is listed."""
-    ns, name = str((ds.get("metadata") or {}).get("namespace") or ctx.namespace), name_of(ds)
+    ns, name = (namespace_of(ds) or ctx.namespace), name_of(ds)
     said = next(
         (
             str(e.get("message", ""))

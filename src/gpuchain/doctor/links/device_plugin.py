@@ -57,14 +57,18 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if not key:
         return None
     configs = ctx.plugin_configs()
-    if (configs is not None and key in configs) or (not labelled and configs is None):
+    if not labelled and configs is None:
         return None
-    cm = ctx.policy.device_plugin.config.name
-    keys = ", ".join(sorted(configs or {})) or "none"
     pod = view.pod(DEVICE_PLUGIN)
     state = pod_state(pod) if pod is not None else None
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
     said = catalog.find(log, *CONFIG_MISSING)
+    # The ConfigMap the plugin reads holds the key: fine, unless the plugin itself says it is missing
+    # (its words outrank what the dump shows: a mount of another map, a key added after it started).
+    if configs is not None and key in configs and said is None:
+        return None
+    cm = ", ".join(ctx.plugin_configmaps())
+    keys = ", ".join(sorted(configs or {})) or "none"
     if configs is None and state is not None and state.ready and said is None:
         # No ClusterPolicy names the plugin's ConfigMap (a standalone plugin's chart mounts its own), so
         # the doctor cannot see the configs; a missing key stops the plugin (its config-manager fails),
@@ -137,10 +141,12 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
     evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
-    targets = " ".join(f"-n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
+    # One delete per pod: kubectl applies the last -n to every name of one command, so pods of several
+    # namespaces in one command would be looked for in the last namespace only.
+    targets = " && ".join(f"kubectl delete pod -n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
     # Only pods it can name go in the command; the rest of the work is said as a comment, so the line pastes.
     evict = f"kubectl cordon {view.name}" + (
-        f" && kubectl delete pod {targets}   # then: " if targets else "   # then delete the pods on the lost GPU; "
+        f" && {targets}   # then: " if targets else "   # then delete the pods on the lost GPU; "
     )
     action = Fix(
         FixOp.HARDWARE,
@@ -430,7 +436,15 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         shown = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no nvidia.com/* resource"
         # The plugin runs but the kubelet does not hold its registration (NVIDIA/k8s-device-plugin#1228):
         # a new pod registers anew, as the plugin does on its own when kubelet.sock is created again.
-        restart = Fix.delete_pod(ctx.namespace, state.name, fact="registration") if state is not None else None
+        # Unless the plugin's own log names why it cannot register (a kubelet of another device plugin API
+        # version, the kubelet's socket not where it looks): then a new pod fails the same way, and the
+        # repair is what that catalog entry says.
+        own = problem.entry if problem is not None and problem.entry.link == "device-plugin" else None
+        restart = (
+            Fix.delete_pod(state.restart_in(ctx.namespace), state.name, fact="registration")
+            if state is not None and own is None
+            else None
+        )
         present = gpus_present(view)
         cause = (
             "the node has GPUs but its capacity announces none: the device plugin is not registered with "
@@ -461,6 +475,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
+                    else f"# {own.fix}"
+                    if own
                     else _no_pod(ctx),
                     restart,
                 ),

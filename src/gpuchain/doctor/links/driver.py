@@ -16,7 +16,7 @@ from gpuchain.doctor.node import node_info
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import pod_gpu_requests
-from gpuchain.kube.objects import Obj, created_of, name_of
+from gpuchain.kube.objects import Obj, created_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, VALIDATOR, deploy_label
 from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
 
@@ -256,7 +256,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     held_by = _module_holders(pod, log, gdrcopy) if in_use else []
     if conflict_line and held_by:
         restart = Fix.delete_pod(
-            ctx.namespace, name_of(pod), **{NOT_SIMULATED: "a module held by GPUDirect is not simulated"}
+            (namespace_of(pod) or ctx.namespace),
+            name_of(pod),
+            **{NOT_SIMULATED: "a module held by GPUDirect is not simulated"},
         )
         return Result(
             LinkState.BROKEN,

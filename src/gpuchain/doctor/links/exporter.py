@@ -7,10 +7,10 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding, owner_ds
 from gpuchain.doctor.links.failures import known_not_ready
-from gpuchain.doctor.links.operand import simple
+from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DCGM_EXPORTER
 
 LINK, WHAT = "exporter", "dcgm-exporter"
@@ -27,6 +27,9 @@ DCGM_EXPORTER_IMAGE = {
 EXPORTER_PROFILING_RACE = "dcgm.profiling-library-error"
 EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported")
 EXPORTER_NO_NVML = "dcgm.init-error"
+#: The words of an exporter whose container has no NVML library (catalog.yaml): the NVIDIA runtime did not
+#: inject the driver's libraries into it.
+NVML_NOT_INJECTED = ("dcgm-exporter.nvml-init", "go-nvlib.nvml-not-loaded")
 
 
 def _stack_exporter_on(ctx: Context, node: str) -> str:
@@ -45,7 +48,7 @@ def _stack_exporter_on(ctx: Context, node: str) -> str:
 
 
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
-    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ns = namespace_of(pod) or ctx.namespace
     own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
     if own and owner_ds(pod):
         # Two exporters on one node each start a DCGM host engine on the same GPUs; the stack's own
@@ -63,6 +66,9 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
+    not_injected = without_plugins_runtime_class(ctx, view, pod, log, WHAT, NVML_NOT_INJECTED)
+    if not_injected is not None:
+        return not_injected
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
     if found:
         action = Fix.delete_pod(ns, state.name)

@@ -12,10 +12,10 @@ from gpuchain.doctor.evidence import next_step
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, owner_ds, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
-from gpuchain.doctor.placement import Blocker
+from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.doctor.structs import CHARTS
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
@@ -91,7 +91,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             {
                 "action": "raise the node's inotify instance limit (sysctl -w fs.inotify.max_user_instances=512, and "
                 "the same in /etc/sysctl.d/ so it survives a reboot; the kernel's default is 128), then "
-                f"{ctx.stack.render(Fix.delete_pod(ctx.namespace, state.name))}",
+                f"{ctx.stack.render(Fix.delete_pod(state.restart_in(ctx.namespace), state.name))}",
                 "fact": "inotify",
                 "drain": False,
             },
@@ -207,7 +207,7 @@ def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSt
         if found is None or named is None:
             continue
         pod = view.pod(operand) or {}
-        ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+        ns = namespace_of(pod) or ctx.namespace
         kind, name = named.group(1), named.group(2)
         create = (
             f"create configmap {name} --from-file=<key>=<file>"
@@ -250,7 +250,7 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
     reasons = [((cs or {}).get(k) or {}).get("terminated", {}).get("reason") for k in ("state", "lastState")]
     if "OOMKilled" not in reasons:
         return None
-    ns = str((pod.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ns = namespace_of(pod) or ctx.namespace
     ds = owner_ds(pod) or ctx.ds(operand)
     spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
     container: Obj = next((c for c in spec if c.get("name") == state.container), {})
@@ -332,8 +332,10 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     taint = next((t for t in taints if said and t.get("key") == said.group(1).strip()), None)
     ds = operand_daemonset(ctx, operand)
     if taint is not None and ds is not None:
-        # The toleration to add, on the object the stack's operands take their tolerations from.
-        action = placement_fix(ctx, view, ds, Blocker("taint", taint))
+        # The tolerations to add, on the object the stack's operands take their tolerations from: for every
+        # taint of the node the pod does not tolerate, not only the one the scheduler's message names.
+        block = pod_blocker((view.pod(operand) or {}).get("spec") or {}, view.node)
+        action = placement_fix(ctx, view, ds, block if block and block.kind == "taint" else Blocker("taint", taint))
         return Known(cause, evidence, action, ctx.stack.render(action))
     held = _port_holder(ctx, view, view.pod(operand) or {}) if "didn't have free ports" in state.message else None
     if held is not None:
@@ -518,7 +520,7 @@ def not_ready(
         return known_not_ready(view, link, what, state, known)
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
-    again = Fix.delete_pod(ctx.namespace, state.name)
+    again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
     line = catalog.unknown_error(log) or ""
     return Result(
         LinkState.BROKEN,

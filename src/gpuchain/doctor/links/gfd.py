@@ -5,17 +5,28 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install
-from gpuchain.doctor.links.operand import simple
+from gpuchain.doctor.links.failures import known_not_ready
+from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
+from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
-from gpuchain.kube.objects import name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import GFD
+
+WHAT = "gpu-feature-discovery"
+
+
+def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
+    """GFD failing because its container has no NVML while the plugin beside it gets its GPUs through a
+    RuntimeClass GFD's pod lacks (None: left to every operand's reading)."""
+    known = without_plugins_runtime_class(ctx, view, pod, log, WHAT, NO_NVML)
+    return known_not_ready(view, "gfd", WHAT, state, known) if known is not None else None
 
 
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
-    result = simple(ctx, view, GFD, "gfd", "gpu-feature-discovery")
+    result = simple(ctx, view, GFD, "gfd", WHAT, _not_ready)
     if result.state is not LinkState.OK or PRODUCT in view.labels:
         return result
     nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))
@@ -36,7 +47,7 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
         # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
         gfd = view.pod(GFD) or {}
-        ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
+        ns = namespace_of(gfd) or ctx.namespace
         again = Fix.delete_pod(ns, name_of(gfd))
         action = again
         cause = (

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     MIG_CAPABLE,
@@ -18,12 +20,17 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.objects import name_of
+from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.mig.config import CONFIGMAP_KEY
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, MIG_MANAGER, deploy_label
 
 #: mig-parted's line when a MIG mode change waits for a GPU reset or a reboot (catalog.yaml).
 MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
 RESET_FAILED = "mig-parted.reset-failed"
+APPLY_FAILED = "mig-parted.apply-failed"
+#: The ConfigMap of layouts NVIDIA's operator gives its MIG manager when the ClusterPolicy names none
+#: (gpu-operator controllers/object_controls.go@v25.3.0 MigPartedDefaultConfigMapName), key config.yaml.
+DEFAULT_LAYOUTS = "default-mig-parted-config"
 #: nvidia-smi's words when a GPU it must reset is held (NVML_ERROR_IN_USE: "the GPU is currently in use").
 IN_USE = re.compile(r"in use by another client|currently being used by one or more other processes", re.IGNORECASE)
 
@@ -49,7 +56,7 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     reset = catalog.find(log, RESET_FAILED)
     if state == "failed" and reset is not None and IN_USE.search(log):
         # The reset found the GPUs held (nvidia-smi's words for NVML_ERROR_IN_USE): free them, then apply.
-        ns = str(((mgr or {}).get("metadata") or {}).get("namespace") or ctx.namespace)
+        ns = namespace_of(mgr or {}) or ctx.namespace
         restart = ctx.stack.render(Fix.delete_pod(ns, name_of(mgr))) if mgr is not None else "delete its pod"
         free = Fix(
             FixOp.NODE,
@@ -96,22 +103,7 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
             reboot,
         )
     if state == "failed":
-        back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
-        known = catalog.known_error(log)
-        return node_finding(
-            view,
-            "mig.failed",
-            Severity.ERROR,
-            "mig",
-            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}"
-            + (f": {known.entry.cause}" if known else "."),
-            [*evidence, *(known.evidence("mig-manager log") if known else ())],
-            (f"# {known.entry.fix}   # or: " if known else "")
-            + ctx.stack.render(back)
-            + "   # or a layout this GPU supports; where the MIG mode change waits for a GPU reset the node cannot "
-            "do, reboot the node (WITH_REBOOT=true in the MIG manager's env lets it reboot itself)",
-            back,
-        )
+        return _failed_layout(ctx, view, wanted or "", reason, log, evidence)
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return node_finding(
         view,
@@ -185,3 +177,71 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
     if finding is not None:
         return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
     return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")
+
+
+def _layouts(data: dict[str, str] | None) -> list[str] | None:
+    """The layout names of a MIG manager ConfigMap's config.yaml (mig-configs), None when the ConfigMap
+    is not in the dump or its config cannot be read (then nothing is said about it)."""
+    if data is None:
+        return None
+    try:
+        config = yaml.safe_load(data.get(CONFIGMAP_KEY) or "") or {}
+    except yaml.YAMLError:
+        return None
+    layouts = config.get("mig-configs") if isinstance(config, dict) else None
+    return sorted(str(k) for k in layouts) if isinstance(layouts, dict) else None
+
+
+def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: str, evidence: list[str]) -> Finding:
+    """A layout the MIG manager marked failed, repaired through what it reads: the layout in its ConfigMap
+    (name and namespace), or what its log or the state reason says, then applied again. Never giving up
+    MIG (all-disabled): the node asked for this layout."""
+    mgr = view.pod(MIG_MANAGER)
+    ns = namespace_of(mgr or {}) or ctx.namespace
+    name = ctx.policy.mig_manager.config.name or DEFAULT_LAYOUTS
+    where = f"ConfigMap {ns}/{name} (config.yaml, mig-configs)"
+    again = (
+        ctx.stack.render(Fix.delete_pod(ns, name_of(mgr)))
+        if mgr is not None
+        else f"kubectl -n {ns} rollout restart daemonset/{ctx.ds(MIG_MANAGER)}"
+    )
+    layouts = _layouts(ctx.configmaps.get(name))
+    if layouts is not None and wanted not in layouts:
+        return node_finding(
+            view,
+            "mig.failed",
+            Severity.ERROR,
+            "mig",
+            f"the node asks for MIG layout {wanted!r}, which the MIG manager's {where} does not define, so it "
+            "applies nothing and marks the change failed.",
+            [*evidence, f"layouts in {ns}/{name}: {', '.join(layouts) or 'none'}"],
+            f"kubectl -n {ns} edit configmap {name}   # add layout {wanted!r} under mig-configs in config.yaml, or "
+            f"label the node with one it defines: kubectl label node {view.name} {MIG_CONFIG}=<"
+            + "|".join(layouts[:6])
+            + "> --overwrite",
+        )
+    said = catalog.known_error("\n".join((log, reason)))
+    # mig-parted's wrapper line names no cause of its own: the layout in the ConfigMap is what to repair.
+    if said is not None and said.entry.id != APPLY_FAILED:
+        cause = f"the MIG manager could not apply layout {wanted!r}: {said.entry.cause}"
+        work = f"{said.entry.fix}; then restart the MIG manager so it applies {wanted!r} again ({again})"
+    else:
+        cause = f"the MIG manager could not apply layout {wanted!r} from its {where}" + (
+            f": {reason}." if reason else "."
+        )
+        work = (
+            f"make layout {wanted!r} in {where} one this node's GPUs take (its device-filter matches their PCI "
+            "device ID, and every MIG profile it names is one nvidia-smi mig -lgip lists on the node), then "
+            f"restart the MIG manager so it applies it again ({again})"
+        )
+    action = Fix(FixOp.NODE, view.name, {"action": work, "fact": "mig-applied"})
+    return node_finding(
+        view,
+        "mig.failed",
+        Severity.ERROR,
+        "mig",
+        cause,
+        [*evidence, *(said.evidence("mig-manager log" if said.line in log else "says") if said else ())],
+        ctx.stack.render(action),
+        action,
+    )

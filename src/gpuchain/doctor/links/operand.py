@@ -8,13 +8,14 @@ from collections.abc import Callable
 from gpuchain.common.labels import PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Result, node_finding, operand_log
+from gpuchain.doctor.links.common import Known, Result, node_finding, operand_log, owner_ds
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
-from gpuchain.doctor.model import LinkState, Severity
+from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import Operand, deploy_label
+from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import DEVICE_PLUGIN, Operand, deploy_label
 
 #: The finding of an operand that runs ready while its log says its own work fails, by link.
 RUNNING_WITH_ERRORS = {"exporter": "exporter.running-with-errors", "gfd": "gfd.running-with-errors"}
@@ -42,6 +43,41 @@ def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what
                 f"# {found.entry.fix}",
             ),
         ),
+    )
+
+
+def _runtime_class(pod: Obj | None) -> str:
+    return str(((pod or {}).get("spec") or {}).get("runtimeClassName") or "")
+
+
+def without_plugins_runtime_class(
+    ctx: Context, view: NodeView, pod: Obj, log: str, what: str, nvml_ids: tuple[str, ...]
+) -> Known | None:
+    """A consumer of the GPUs (the exporter, GFD) whose NVML cannot be loaded, read through the links below
+    it: where the device plugin on the same node announces its GPUs through a RuntimeClass the consumer's
+    pod does not name, the driver and the runtime work, and the consumer's own pod spec keeps the driver's
+    libraries out of it; the fix is that field on its DaemonSet. None where the links below explain it."""
+    found = catalog.find(log, *nvml_ids)
+    plugin = view.pod(DEVICE_PLUGIN)
+    wanted = _runtime_class(plugin)
+    announced = any(v > 0 for v in node_gpu_resources(view.node).values())
+    if plugin is None or found is None or not wanted or _runtime_class(pod) == wanted or not announced:
+        return None
+    if not owner_ds(pod):
+        return None
+    ns, ds = namespace_of(pod) or ctx.namespace, owner_ds(pod)
+    action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{ds}", {"spec": {"template": {"spec": {"runtimeClassName": wanted}}}})
+    return Known(
+        f"{what} cannot load NVML: its pod runs without RuntimeClass {wanted!r}, through which the device plugin "
+        "on this node gets the driver's libraries (and announces its GPUs), so the NVIDIA runtime never injects "
+        f"them into the {what} container; the driver and the runtime are fine.",
+        (
+            *found.evidence(),
+            f"device plugin pod {name_of(plugin)}: runtimeClassName {wanted}, GPUs announced",
+            f"{what} pod {name_of(pod)}: runtimeClassName {_runtime_class(pod) or 'unset'}",
+        ),
+        action,
+        ctx.stack.render(action) + f"   # or the {what} chart's runtimeClassName value: {wanted}",
     )
 
 

@@ -93,7 +93,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         said = catalog.known_error(log)
         dist = distribution_of(view.node)
         rewrite = (
-            f"{ctx.stack.render(Fix.delete_pod(ctx.namespace, tk.name))} so the toolkit writes the nvidia runtime there"
+            ctx.stack.render(Fix.delete_pod(tk.restart_in(ctx.namespace), tk.name))
+            + " so the toolkit writes the nvidia runtime there"
             if tk
             else "nvidia-ctk runtime configure --runtime=containerd --config=" + dist.containerd_config
         )

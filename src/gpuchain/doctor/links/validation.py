@@ -19,7 +19,7 @@ from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import TOOLKIT, VALIDATOR
 
 #: The finding of a link whose validation no validator pod completes on the node, by link.
@@ -118,7 +118,7 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
     at = _running_init(ctx, validator)
     if vstate.failing or ctx.stack.validations.get(at) != link:
         return None  # failing: failure_at reads it; at another link: that link's turn
-    ns = str((validator.get("metadata") or {}).get("namespace") or ctx.namespace)
+    ns = namespace_of(validator) or ctx.namespace
     action = Fix.delete_pod(ns, name_of(validator), **{NOT_SIMULATED: "a validation that hangs is no scenario fact"})
     return node_finding(
         view,
