@@ -155,3 +155,71 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
 def _imports(lines: list[str]) -> set[str]:
     """The modules ``-X importtime`` lines name."""
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:") and "|" in line}
+
+
+SERVE_ALONE = r"""
+import asyncio, socket, sys, tempfile
+from pathlib import Path
+
+from gpuchain.agent.build import build
+from gpuchain.agent.node import Node, open_gpus
+from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
+from gpuchain.agent.supervisor import RoleMetrics, Supervisor
+
+root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
+
+
+def scrape(port):
+    # a bare socket: urllib and http.client would load email themselves
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+async def main():
+    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(metrics_address="127.0.0.1", metrics_port=0))
+    node.share(asyncio.get_running_loop())
+    settings = DevicePluginSettings(socket_dir=root / "dp")
+    supervisor = Supervisor([("device-plugin", lambda: build(settings, node))])
+    node.metrics.add("node-agent", RoleMetrics(supervisor))
+    server = node.serve_metrics()
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop))
+    for _ in range(400):
+        if all(r.up for r in supervisor.roles):
+            break
+        await asyncio.sleep(0.05)
+    body = await asyncio.to_thread(scrape, server.server_port)
+    stop.set()
+    await task
+    await node.close()
+    print([line for line in body.splitlines() if line.startswith("gpuchain_node_agent_role_")])
+    print(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])))
+
+
+asyncio.run(main())
+"""
+LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
+"""What a device plugin alone, scraped, never loads: prometheus-client (its package brings an HTTP
+server, urllib and email, 2.6 MiB; the exporter, gpu-health and DRA roles still use it) and the
+Kubernetes client (no Node name, nothing to read)."""
+
+
+def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client() -> None:
+    """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
+    written as prometheus-client's were; nothing else on this path needs prometheus-client."""
+    cmd = [sys.executable, "-c", SERVE_ALONE, *LEFT_TO_OTHER_ROLES]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples, loaded = proc.stdout.splitlines()[-2:]
+    assert samples == repr(
+        [
+            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+            'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
+            'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
+        ]
+    )
+    assert loaded == "[]"
