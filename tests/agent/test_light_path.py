@@ -2,8 +2,9 @@
 nor typer, from the ``gpuchain`` executable to the agent's flags.
 
 pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
-the typer commands; a node agent needs none of it. Checked in a fresh interpreter: the test process
-itself has long imported pydantic.
+the typer commands; a node agent needs none of it. A device plugin alone, scraped, loads no
+prometheus-client either (``LEFT_TO_OTHER_ROLES``). Checked in a fresh interpreter: the test
+process itself has long imported pydantic.
 """
 
 from __future__ import annotations
@@ -12,6 +13,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+SUPERVISE = r"""
+async def supervise(node, roles):
+    # The node agent's supervision of `roles` on `node`, its metrics served, once every role is up
+    # (or 20 s passed); `supervisor.stop_all()` stops the roles and lets go of the node.
+    from gpuchain.agent.build import build
+    from gpuchain.agent.supervisor import RoleMetrics, Supervisor
+
+    node.share(asyncio.get_running_loop())
+    supervisor = Supervisor([(name, lambda s=s: build(s, node)) for name, s in roles.items()])
+    node.metrics.add("node-agent", RoleMetrics(supervisor))
+    server = node.serve_metrics()
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop))
+
+    async def stop_all():
+        stop.set()
+        await task
+        await node.close()
+
+    supervisor.stop_all = stop_all
+    for _ in range(400):
+        if all(r.up for r in supervisor.roles):
+            break
+        await asyncio.sleep(0.05)
+    return supervisor, server
+"""
 
 PROGRAM = r"""
 import asyncio, sys, tempfile
@@ -23,13 +51,12 @@ from gpuchain.commands import node_agent
 args = node_agent.parser().parse_args(["--backend", "sim", "--memory-cluster"])
 root = Path(tempfile.mkdtemp(prefix="gc-light-"))
 
-from gpuchain.agent.build import ROLES, build
+from gpuchain.agent.build import ROLES
 from gpuchain.agent.node import Node, open_gpus
 from gpuchain.agent.settings import (
     DevicePluginSettings, DraPluginSettings, ExporterSettings, GfdSettings, GpuHealthSettings,
     MigManagerSettings, NodeSettings, ValidatorSettings,
 )
-from gpuchain.agent.supervisor import RoleMetrics, Supervisor
 from gpuchain.kube.memory import MemoryCluster
 
 roles = {
@@ -44,25 +71,14 @@ roles = {
     "validator": ValidatorSettings(directory=root / "validations"),
 }
 assert set(roles) == set(ROLES)
-
+""" + SUPERVISE + r"""
 
 async def main():
     cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
     node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(node_name="n", metrics_port=0), lambda: cluster)
-    node.share(asyncio.get_running_loop())
-    supervisor = Supervisor([(name, lambda s=s: build(s, node)) for name, s in roles.items()])
-    node.metrics.add("node-agent", RoleMetrics(supervisor))
-    node.serve_metrics()
-    stop = asyncio.Event()
-    task = asyncio.create_task(supervisor.run(stop))
-    for _ in range(400):
-        if all(r.up for r in supervisor.roles):
-            break
-        await asyncio.sleep(0.05)
+    supervisor, _server = await supervise(node, roles)
     up = sorted(r.name for r in supervisor.roles if r.up)
-    stop.set()
-    await task
-    await node.close()
+    await supervisor.stop_all()
     print(",".join(up))
     print("pydantic" in sys.modules)
 
@@ -155,3 +171,58 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
 def _imports(lines: list[str]) -> set[str]:
     """The modules ``-X importtime`` lines name."""
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:") and "|" in line}
+
+
+SERVE_ALONE = r"""
+import asyncio, socket, sys, tempfile
+from pathlib import Path
+
+from gpuchain.agent.node import Node, open_gpus
+from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
+
+root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
+
+
+def scrape(port):
+    # a bare socket: urllib and http.client would load email themselves
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+""" + SUPERVISE + r"""
+
+async def main():
+    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(metrics_address="127.0.0.1", metrics_port=0))
+    supervisor, server = await supervise(node, {"device-plugin": DevicePluginSettings(socket_dir=root / "dp")})
+    body = await asyncio.to_thread(scrape, server.server_port)
+    await supervisor.stop_all()
+    print([line for line in body.splitlines() if line.startswith("gpuchain_node_agent_role_")])
+    print(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])))
+
+
+asyncio.run(main())
+"""
+LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
+"""What a device plugin alone, scraped, never loads: prometheus-client (its package brings an HTTP
+server, urllib and email, 2.6 MiB; the exporter, gpu-health and DRA roles still use it) and the
+Kubernetes client (no Node name, nothing to read)."""
+
+
+def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client() -> None:
+    """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
+    written as prometheus-client's were; nothing else on this path needs prometheus-client."""
+    cmd = [sys.executable, "-c", SERVE_ALONE, *LEFT_TO_OTHER_ROLES]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples, loaded = proc.stdout.splitlines()[-2:]
+    assert samples == repr(
+        [
+            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+            'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
+            'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
+        ]
+    )
+    assert loaded == "[]"

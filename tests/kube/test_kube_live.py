@@ -4,15 +4,21 @@ request, the strategic merge patch of a condition, a watch's field selector, and
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kube.kmock_server import kmock_server
-from lightkube import ConfigError
+from lightkube import ConfigError, KubeConfig
+from lightkube.config import client_adapter
+from lightkube.config.models import Cluster as KubeConfigCluster
+from lightkube.config.models import User
 
-from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError
+from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError, live
 from gpuchain.kube.errors import TooManyRequestsError
 
 REFUSAL = {
@@ -219,3 +225,39 @@ def test_list_readonly_asks_for_the_next_page_from_the_head_and_trusts_the_decod
     assert all(n["kind"] == "Node" and n["apiVersion"] == "v1" for n in nodes)
     assert asked == ["", "b", "elsewhere", "c", "d"]
     assert cluster.calls.snapshot() == {"list": 5}
+
+
+def _config(server: str) -> KubeConfig:
+    return KubeConfig.from_one(cluster=KubeConfigCluster(server=server), user=User())
+
+
+async def test_one_tls_context_serves_the_client_and_every_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lightkube builds a TLS context for every client it opens, reading the trust store each time
+    (some 60 ms and 0.8 MiB): a node agent paid it for its client and again for every watch."""
+    built: list[str] = []
+
+    def counted(owner: str, build: Callable[..., ssl.SSLContext]) -> Callable[..., ssl.SSLContext]:
+        def verify(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+            built.append(owner)
+            return build(*args, **kwargs)
+
+        return verify
+
+    monkeypatch.setattr(live, "verify_cluster", counted("gpuchain", live.verify_cluster))
+    monkeypatch.setattr(client_adapter, "verify_cluster", counted("lightkube", client_adapter.verify_cluster))
+    cluster = LiveCluster(_config("https://127.0.0.1:9"))  # nothing listens: no request is made
+    for _ in range(3):  # each watch opens a client of its own; a timeout of 0 ends it before any request
+        assert [ev async for ev in cluster.watch(NODE, timeout=0)] == []
+    assert built == ["gpuchain"]
+    cluster.close()
+
+
+def test_a_plain_http_server_gets_a_context_that_trusts_nothing() -> None:
+    """No connection to an http:// server is TLS: its context loads no trust store, and would fail a
+    handshake (it verifies, trusting no one) rather than pass one unverified."""
+    for server in ("http://127.0.0.1:8001", "HTTP://localhost:8080"):
+        context = live.tls_context(_config(server).get())
+        assert context.cert_store_stats()["x509_ca"] == 0
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    https = live.tls_context(_config("https://127.0.0.1:9").get())
+    assert https.verify_mode == ssl.CERT_REQUIRED and https.check_hostname

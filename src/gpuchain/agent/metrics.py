@@ -13,8 +13,7 @@ from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
+    from gpuchain.exporter.exposition import Exposed
     from gpuchain.exporter.server import MetricsSource
 
 
@@ -45,7 +44,7 @@ class MetricsHub:
     def registry(self) -> MetricsHub:
         return self
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Exposed]:
         for _name, source in self._now():
             yield from source.registry.collect()
 

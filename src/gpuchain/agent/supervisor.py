@@ -36,7 +36,7 @@ from gpuchain.agent.runtime import settled
 from gpuchain.common.supervise import Backoff, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
+    from gpuchain.exporter.exposition import Exposed
 
 log = logging.getLogger("gpuchain.node-agent")
 
@@ -209,23 +209,27 @@ class RoleMetrics:
             return False, f"failing: {', '.join(failing)}"
         return True, "every role serves" if all(r.up for r in self.supervisor.roles) else "starting"
 
-    def collect(self) -> Iterator[Metric]:
-        # Imported on the first scrape: prometheus_client (with http.server and email) is no part
-        # of what the device plugin needs to register.
-        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+    def collect(self) -> Iterator[Exposed]:
+        # gpuchain's own families: a device plugin alone loads no prometheus-client (see exporter.exposition).
+        from gpuchain.exporter.exposition import Family, Sample
 
-        up = GaugeMetricFamily("gpuchain_node_agent_role_up", "1 while the role serves.", labels=["role"])
-        failures = CounterMetricFamily(
-            "gpuchain_node_agent_role_failures", "Times the role failed and was restarted.", labels=["role"]
+        roles = self.supervisor.roles
+        up = "gpuchain_node_agent_role_up"
+        failures = "gpuchain_node_agent_role_failures"
+        failing = "gpuchain_node_agent_role_failing"
+        yield Family(
+            up, "1 while the role serves.", "gauge", [Sample(up, {"role": r.name}, 1.0 if r.up else 0.0) for r in roles]
         )
-        failing = GaugeMetricFamily(
-            "gpuchain_node_agent_role_failing",
+        yield Family(
+            failures,
+            "Times the role failed and was restarted.",
+            "counter",
+            [Sample(failures + "_total", {"role": r.name}, r.failures) for r in roles],
+        )
+        yield Family(
+            failing,
             f"1 from the role's {REPEATED}th failure in a row until it has served"
             f" {self.supervisor.max_delay:g} s again.",
-            labels=["role"],
+            "gauge",
+            [Sample(failing, {"role": r.name}, 1.0 if self.supervisor.failing(r) else 0.0) for r in roles],
         )
-        for r in self.supervisor.roles:
-            up.add_metric([r.name], 1.0 if r.up else 0.0)
-            failures.add_metric([r.name], r.failures)
-            failing.add_metric([r.name], 1.0 if self.supervisor.failing(r) else 0.0)
-        yield from (up, failures, failing)

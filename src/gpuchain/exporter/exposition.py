@@ -5,15 +5,50 @@ prometheus-client's ``generate_latest`` follows OpenMetrics naming and declares 
 which dashboards and alerts query, so this writer names the ``# TYPE`` line after the samples it
 heads. Families from prometheus-client's own metrics (the exporter's self-metrics) come out as
 ``generate_latest`` would write them, minus the ``_created`` samples.
+
+This module and the server need nothing of prometheus-client at run time: a family is anything
+with a name, help, type and samples (``Exposed``). Importing any part of prometheus-client runs its
+package, which brings an HTTP server, urllib and email (2.6 MiB on a device plugin that serves
+nothing else); a source whose role needs nothing else of it yields ``Family`` instead.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+
+class Sample(NamedTuple):
+    """One sample of a ``Family``: what ``render_families`` reads of prometheus-client's."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+class Family(NamedTuple):
+    """A metric family as ``render_families`` writes it, for a source that loads no prometheus-client.
+    ``type`` is Prometheus's (``gauge``, ``counter``); a counter's samples are named ``<name>_total``,
+    as prometheus-client names them."""
+
+    name: str
+    documentation: str
+    type: str
+    samples: Sequence[Sample]
+
+
+if TYPE_CHECKING:
+    Exposed = Metric | Family
+
+
+class Collects(Protocol):
+    """What is rendered: prometheus-client's registries and collectors, and gpuchain's own sources."""
+
+    def collect(self) -> Iterable[Exposed]: ...
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -35,7 +70,7 @@ def _escape_value(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def render_families(families: Iterable[Metric]) -> str:
+def render_families(families: Iterable[Exposed]) -> str:
     """Text exposition of ``families``; label order is kept as given (dcgm-exporter's order)."""
     out: list[str] = []
     for family in families:
@@ -54,6 +89,6 @@ def render_families(families: Iterable[Metric]) -> str:
     return "".join(out)
 
 
-def render(registry: Collector) -> bytes:
+def render(registry: Collects) -> bytes:
     """Collect ``registry`` and write it as Prometheus text."""
     return render_families(registry.collect()).encode("utf-8")

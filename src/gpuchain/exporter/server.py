@@ -34,10 +34,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client.registry import Collector
-
 from gpuchain.common.numbers import positive_seconds
-from gpuchain.exporter.exposition import CONTENT_TYPE, render
+from gpuchain.exporter.exposition import CONTENT_TYPE, Collects, render
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +66,7 @@ class MetricsSource(Protocol):
     (``gpu-health``'s repair loop) that want the same server instead of a second one."""
 
     @property
-    def registry(self) -> Collector:
+    def registry(self) -> Collects:
         """Rendered on a scrape of ``/metrics``."""
         ...
 

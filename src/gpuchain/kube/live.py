@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import os
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -25,9 +27,12 @@ import msgspec
 import yaml
 from lightkube import ApiError, AsyncClient, Client, ConfigError, KubeConfig
 from lightkube import operators as ops
+from lightkube.config.client_adapter import ConnectionParams, user_auth, verify_cluster
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster as KubeConfigCluster
 from lightkube.config.models import User
 from lightkube.core import resource as lk_res
+from lightkube.core.generic_client import GenericAsyncClient, GenericSyncClient
 from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
     GenericGlobalResource,
@@ -162,15 +167,61 @@ def _kubeconfig_from_env() -> KubeConfig:
         return read_kubeconfig(os.environ.get("KUBECONFIG") or "~/.kube/config")
 
 
+def tls_context(config: SingleConfig) -> ssl.SSLContext:
+    """The TLS context of every connection to ``config``'s API server: lightkube's own (the
+    cluster's CA, else the system's trust store and ``SSL_CERT_FILE``; the user's client
+    certificate), built once. A plain-http server (``kubectl proxy``, a local test server) gets a
+    context that trusts nothing: no connection to it is TLS, so the system's trust store (some
+    60 ms and 0.8 MiB to load) is left unread, and were the context ever used its handshake would
+    fail rather than pass unverified."""
+    if config.cluster.server.lower().startswith("http://"):
+        return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    assert config.user, "Missing user"  # as lightkube asserts
+    return verify_cluster(config.cluster, config.user, config.abs_file)
+
+
+@dataclasses.dataclass
+class _Connection(ConnectionParams):
+    """lightkube's connection parameters with the TLS context given: lightkube builds one for every
+    client it opens (a watch opens one of its own), reading the trust store each time."""
+
+    context: ssl.SSLContext | None = None
+
+    def httpx_params(self, config: SingleConfig) -> dict[str, Any]:
+        assert config.user, "Missing user"  # as lightkube's own
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(ConnectionParams)}
+        return {"base_url": config.cluster.server, "verify": self.context, "auth": user_auth(config.user), **own}
+
+
+class _Client(Client):
+    """lightkube's Client over ``_Connection`` (its own constructor builds the parameters itself)."""
+
+    def __init__(self, config: SingleConfig, connection: _Connection, field_manager: str) -> None:
+        self._timeout = httpx2.Timeout(connection.timeout)
+        self._client = GenericSyncClient(connection, config, lazy=True, field_manager=field_manager)
+
+
+class _AsyncClient(AsyncClient):
+    """lightkube's AsyncClient over ``_Connection``, as ``_Client``."""
+
+    def __init__(self, config: SingleConfig, connection: _Connection, field_manager: str) -> None:
+        self._timeout = httpx2.Timeout(connection.timeout)
+        self._client = GenericAsyncClient(connection, config, lazy=True, field_manager=field_manager)
+
+
 class LiveCluster(Cluster):
     """The port over a Kubernetes API server (in-cluster config, kubeconfig, or a URL)."""
 
     def __init__(self, config: KubeConfig | None = None, field_manager: str = "gpuchain") -> None:
         super().__init__()
-        self._config = config if config is not None else _kubeconfig_from_env()
+        single = (config if config is not None else _kubeconfig_from_env()).get()
+        assert single is not None, "get() without a default raises instead"
+        self._config = single
         self._field_manager = field_manager
+        # One TLS context for the process's every connection to this server: the client's and each watch's.
+        self._connection = _Connection(context=tls_context(self._config))
         # lightkube's overloads cannot see through generic classes built at runtime; Any is honest here.
-        self._client: Any = Client(self._config, field_manager=field_manager)
+        self._client: Any = _Client(self._config, self._connection, field_manager)
         self._resources: dict[Kind, tuple[type[Any], type[Any]]] = {}
         self.list_page = LIST_PAGE
 
@@ -334,7 +385,7 @@ class LiveCluster(Cluster):
         # Parsed before the client opens, so a bad selector (ValueError) leaves no connection behind.
         labels = _selector(parse_requirements(label_selector))
         fields = _selector(parse_field_requirements(field_selector))
-        client: Any = AsyncClient(self._config, field_manager=self._field_manager)
+        client: Any = _AsyncClient(self._config, self._connection, self._field_manager)
         stream = client.watch(
             self._res(kind)[0],
             labels=labels,
