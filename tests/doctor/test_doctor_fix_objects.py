@@ -145,6 +145,24 @@ def test_a_layout_the_mig_managers_configmap_does_not_define_is_added_there() ->
     assert any("layouts in gpu-operator/custom-mig-parted-config" in e for e in found.evidence)
 
 
+def test_a_layout_that_stops_at_the_mig_mode_change_is_committed_by_a_reboot() -> None:
+    """The MIG manager logs its mode-change step and never reaches the layout step: the mode change is what
+    failed, so the repair is the reset or reboot it waits for, not the ConfigMap."""
+    log = (
+        'level=info msg="Applying the MIG mode change from the selected config to the node (and double checking it'
+        ' took effect)"\n'
+        'level=info msg="If the -r option was passed, the node will be automatically rebooted if this is not'
+        ' successful"\n'
+        'level=debug msg="Checking current MIG mode..."\n'
+    )
+    found = _mig_failed("all-1g.10gb", log)
+    assert "reboot the node" in found.fix and "WITH_REBOOT=true" in found.fix
+    assert "edit configmap" not in found.fix
+    # the same lines followed by the layout step: the mode change took, so it is the layout that failed
+    later = _mig_failed("all-1g.10gb", log + 'level=info msg="Applying the selected MIG config to the node"\n')
+    assert "reboot the node" not in later.fix and "default-mig-parted-config" in later.fix
+
+
 def test_the_mig_mode_a_layout_found_disabled_is_committed_by_a_reboot_and_applied_again() -> None:
     """mig-parted's reason (cmd/nvidia-mig-parted/apply/config.go@v0.12.1), as op-mig-failed carries it."""
     sim = build(load_scenario("op-mig-failed"))

@@ -31,6 +31,11 @@ APPLY_FAILED = "mig-parted.apply-failed"
 #: The ConfigMap of layouts NVIDIA's operator gives its MIG manager when the ClusterPolicy names none
 #: (gpu-operator controllers/object_controls.go@v25.3.0 MigPartedDefaultConfigMapName), key config.yaml.
 DEFAULT_LAYOUTS = "default-mig-parted-config"
+#: The MIG manager's two steps as it logs them (mig-parted cmd/nvidia-mig-manager/main.go@v0.12.1): a failure
+#: after the first and before the second is the MIG mode change not taking effect, which waits for a GPU
+#: reset or a reboot whatever the layout says.
+MODE_STEP = "Applying the MIG mode change from the selected config to the node"
+CONFIG_STEP = "Applying the selected MIG config to the node"
 #: nvidia-smi's words when a GPU it must reset is held (NVML_ERROR_IN_USE: "the GPU is currently in use").
 IN_USE = re.compile(r"in use by another client|currently being used by one or more other processes", re.IGNORECASE)
 
@@ -225,6 +230,16 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
     if said is not None and said.entry.id != APPLY_FAILED:
         cause = f"the MIG manager could not apply layout {wanted!r}: {said.entry.cause}"
         work = f"{said.entry.fix}; then restart the MIG manager so it applies {wanted!r} again ({again})"
+    elif MODE_STEP in log and CONFIG_STEP not in log.rsplit(MODE_STEP, 1)[1]:
+        cause = (
+            f"the MIG manager stopped at the MIG mode change for layout {wanted!r}: the mode did not take effect, "
+            "which on most GPUs (and in VMs always) needs a GPU reset the node could not do or a reboot"
+        )
+        work = (
+            f"reboot the node so the pending MIG mode change takes effect (kubectl drain {view.name} "
+            "--ignore-daemonsets first), then the MIG manager applies the layout on start; to let it reboot the "
+            "node itself, set WITH_REBOOT=true in spec.migManager.env of the ClusterPolicy"
+        )
     else:
         cause = f"the MIG manager could not apply layout {wanted!r} from its {where}" + (
             f": {reason}." if reason else "."
