@@ -21,7 +21,7 @@ from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
+from gpuchain.kubelet.node import SimNode, all_registered, registered_again, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 
@@ -212,10 +212,7 @@ async def test_kubelet_restart_reregisters(node: SimNode) -> None:
     assert not stray.exists()
     # The new registration itself, not a state the old one already satisfied (under CI load the
     # checks below passed before the plugin had noticed the restart).
-    async with asyncio.timeout(10):
-        while len(node.plugin.registrations) == before:
-            await asyncio.sleep(0.02)
-    await node.kubelet.wait_for(all_registered(node))
+    await registered_again(node, before)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
     assert len(node.plugin.registrations) == before + 1
     assert (node.socket_dir / "nvidia-gpu.sock").exists()

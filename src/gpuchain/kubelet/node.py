@@ -7,6 +7,7 @@ temporary socket directory.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -112,3 +113,18 @@ def all_registered(node: SimNode) -> Callable[[], bool]:
         return all(r.name in eps and eps[r.name].connected and eps[r.name].updates > 0 for r in node.plugin.resources)
 
     return check
+
+
+async def registered_again(node: SimNode, before: int, timeout: float = 30.0) -> None:
+    """Wait until the plugin has recorded a registration beyond its first ``before`` and the kubelet
+    serves each of its resources (``all_registered``).
+
+    Not ``kubelet.wait_for`` on the kubelet alone: the kubelet takes the new endpoint and reads its
+    first device list while the plugin's Register call is still returning, so the plugin records
+    the registration a moment after the kubelet shows it (or shows the old one again); and the
+    kubelet's condition is not woken by the plugin's record. Hence a poll of both.
+    """
+    done = all_registered(node)
+    async with asyncio.timeout(timeout):
+        while not (len(node.plugin.registrations) > before and done()):
+            await asyncio.sleep(0.02)
