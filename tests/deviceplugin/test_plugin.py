@@ -242,6 +242,20 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_appears(h100_
         shutil.rmtree(root)
 
 
+async def test_a_reload_re_serves_and_registers_once(node: SimNode) -> None:
+    """The kubelet watch does not take a reload's own un-serve for a vanished socket: seen from
+    before the reload let go of its lock, it did, re-served a second time and took the endpoint
+    away again, so an Allocate just after the reload met no socket."""
+    before = len(node.plugin.registrations)
+    await node.plugin.reload(parse_config("{}"))
+    assert len(node.plugin.registrations) == before + 1
+    await asyncio.sleep(0.5)  # ten polls of the kubelet watch (watch_interval 0.05) and its inotify wake-up
+    assert len(node.plugin.registrations) == before + 1
+    await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
+    pod = await node.kubelet.admit("default", "after-reload", [ContainerRequest("c", {GPU: 1})])
+    assert len(pod.containers[0].devices[GPU]) == 1
+
+
 async def test_reload_switches_to_time_slicing(node: SimNode) -> None:
     await node.plugin.reload(
         parse_config("sharing: {timeSlicing: {renameByDefault: true, resources: [{name: gpu, replicas: 2}]}}")
