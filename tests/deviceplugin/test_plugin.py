@@ -235,7 +235,7 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_appears(h100_
         await plugin.start()
         assert not plugin.registered
         await kubelet.start()
-        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=1.0)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8})
     finally:
         await plugin.stop()
         await kubelet.stop()

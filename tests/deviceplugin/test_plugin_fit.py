@@ -45,16 +45,16 @@ async def test_kubelet_restart_with_a_gpu_lost_serves_what_fits_and_all_again_wh
         with caplog.at_level(logging.ERROR):
             await node.kubelet.restart()
             await registered_again(node, before)
-            await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {SHARED: 14}, timeout=2.0)
+            await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {SHARED: 14})
         assert len(node.plugin.registrations) == before + 1
         assert degraded and "asks to replicate 8 devices but the node has 7" in degraded[0]
         assert node.plugin.degraded == degraded[0]
         assert any("no longer fits" in r.getMessage() and "gpu.shared=14" in r.getMessage() for r in caplog.records)
         node.backend.recover_gpu(3)
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16})
         assert node.plugin.degraded is None
         await node.kubelet.restart()
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16})
     finally:
         await node.stop()
 
