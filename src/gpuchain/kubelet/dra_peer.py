@@ -200,7 +200,8 @@ class DraPeer:
             return self.plugins[driver]
 
         try:
-            return await asyncio.wait_for(poll(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for, which can swallow a cancel
+                return await poll()
         except TimeoutError:
             raise TimeoutError(
                 f"DRA driver {driver} did not register in {self.registry_dir} within {timeout}s"

@@ -219,8 +219,8 @@ class KubeletPeer:
 
         The default is what a loaded 2-core CI machine may take to re-serve, register and list
         (a timeout only says how long to wait before calling it a failure, never how fast)."""
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+        async with self._changed, asyncio.timeout(timeout):  # not wait_for, which can swallow a cancel
+            await self._changed.wait_for(predicate)
 
     # ---- admission ------------------------------------------------------------------------------
 
