@@ -44,7 +44,7 @@ def _claim(ref: ClaimRef) -> DraClaim:
 async def test_registration_handshake(plugin: DraPluginServer, short_dir: Path) -> None:
     peer = DraPeer(short_dir / "registry")
     try:
-        registered = await peer.wait_for(DRIVER, timeout=5)
+        registered = await peer.wait_for(DRIVER)
         assert registered.endpoint == str(plugin.endpoint)
         assert registered.version == "v1"
         assert registered.registration_socket.name == f"{DRIVER}-reg.sock"

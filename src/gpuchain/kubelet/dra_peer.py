@@ -189,8 +189,9 @@ class DraPeer:
             await self.scan()
             await asyncio.sleep(interval)
 
-    async def wait_for(self, driver: str, timeout: float = 5.0, interval: float = 0.02) -> DraPlugin:
-        """Scan until ``driver`` is registered; TimeoutError naming it otherwise."""
+    async def wait_for(self, driver: str, timeout: float = 30.0, interval: float = 0.02) -> DraPlugin:
+        """Scan until ``driver`` is registered; TimeoutError naming it otherwise (after a default
+        that a loaded 2-core CI machine needs, as ``KubeletPeer.wait_for``'s)."""
 
         async def poll() -> DraPlugin:
             while driver not in self.plugins:
