@@ -27,6 +27,7 @@ from fakes.fake_libcuda import FakeCuda
 from fakes.fake_nvidia_smi import FakeNvidiaSmi
 from fakes.fake_pynvml import FakeNvml
 
+from gpuchain.common.supervise import cancel_and_wait
 from gpuchain.deviceplugin.config import Config, Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.exporter.podresources import PodResourcesClient
@@ -175,11 +176,7 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
         yield r
     finally:
         stop.set()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         client.close()
         await sim.stop()
         for own in (view, health):
