@@ -100,3 +100,20 @@ async def test_a_new_reader_first_sees_the_replayed_last_item() -> None:
     assert await asyncio.wait_for(anext(late), 5) == 6
     assert await asyncio.wait_for(anext(stream), 5) == 6
     await fan.close()
+
+
+async def test_a_cancelled_close_stays_cancelled() -> None:
+    """The closer's own cancel (an agent's stop cut short) is not taken for the pump's end."""
+    up = Upstream()
+    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop())
+    stream = aiter(fan.subscribe())
+    pending = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+    up.queue.put_nowait(1)
+    assert await asyncio.wait_for(pending, 5) == 1
+    closing = asyncio.create_task(fan.close())
+    await asyncio.sleep(0)  # the closer now waits for the pump's end
+    closing.cancel()
+    await asyncio.wait([closing], timeout=5)
+    assert closing.cancelled()
+    await stream.aclose()

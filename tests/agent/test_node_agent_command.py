@@ -50,13 +50,19 @@ async def test_the_device_plugin_serves_while_another_role_cannot_start() -> Non
         pod = await kubelet.admit("default", "train", [ContainerRequest("main", {GPU: 2})])
         assert len(pod.containers[0].devices[GPU]) == 2
 
-        failing = 'gpuchain_node_agent_role_failing{role="mig-manager"} 1.0'
+        # Each role reaches its state in its own time (the plugin counts as up once the kubelet
+        # has its first list, the exporter shows GPUs after its first sample): wait for all three.
+        wanted = (
+            'gpuchain_node_agent_role_failing{role="mig-manager"} 1.0',
+            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+            "DCGM_FI_DEV_GPU_TEMP",  # the exporter's metrics on the same endpoint
+        )
         deadline = time.monotonic() + 60
-        while failing not in (text := await asyncio.to_thread(_metrics, port)):
+        text = await asyncio.to_thread(_metrics, port)
+        while not all(line in text for line in wanted):
             assert time.monotonic() < deadline and proc.poll() is None, text
             await asyncio.sleep(0.5)
-        assert 'gpuchain_node_agent_role_up{role="device-plugin"} 1.0' in text
-        assert "DCGM_FI_DEV_GPU_TEMP" in text  # the exporter's metrics on the same endpoint
+            text = await asyncio.to_thread(_metrics, port)
         assert proc.poll() is None
 
         proc.send_signal(signal.SIGTERM)

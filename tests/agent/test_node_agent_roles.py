@@ -34,6 +34,7 @@ from gpuchain.remediation.scenario import node_object
 
 GPU = "nvidia.com/gpu"
 NODE_NAME = "gpu-node"
+NODE_WATCH = f"watch on Node {NODE_NAME}"
 
 
 class Agent:
@@ -127,7 +128,15 @@ async def test_roles_share_one_backend_one_event_stream_and_one_node_watch(
     agent = await agent_of(backend, _every_role)
     await agent.kubelet.wait_for(lambda: agent.kubelet.allocatable() == {GPU: 8}, timeout=20)
     await agent.up("device-plugin", "gpu-health", "exporter", "dra-plugin", "mig-manager")
-    await asyncio.sleep(0.5)  # every follower subscribed (the DRA plugin's and the MIG manager's watches)
+
+    async def every_follower_subscribed() -> None:
+        """Four roles follow the health events, three the Node (the DRA plugin's and the MIG
+        manager's watches among them): waited for, not slept on, as a loaded machine may take
+        longer than any fixed pause to start them."""
+        while {f.name: f.readers for f in agent.node._fanouts} != {"GPU health events": 4, NODE_WATCH: 3}:
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(every_follower_subscribed(), 20)
 
     # What the backend and the API see, beside what the agent counts: one subscriber, one Node watch.
     assert len(backend._subscriptions) == 1 and agent.node.event_subscriptions == 1

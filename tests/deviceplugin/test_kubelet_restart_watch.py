@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuchain.kubelet.node import all_registered, start_sim_node
+from gpuchain.kubelet.node import registered_again, start_sim_node
 
 GPU = "nvidia.com/gpu"
 
@@ -12,7 +12,7 @@ async def test_plugin_reregisters_after_a_kubelet_restart_without_polling() -> N
     try:
         before = len(node.plugin.registrations)
         await node.kubelet.restart()
-        await node.kubelet.wait_for(all_registered(node), timeout=5.0)
+        await registered_again(node, before)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8}, timeout=5.0)
         assert len(node.plugin.registrations) == before + 1
     finally:

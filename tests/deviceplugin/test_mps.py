@@ -118,6 +118,10 @@ def test_a_container_of_an_mps_share_gets_nvidias_pipe_and_shm_mounts() -> None:
     ]
 
 
+DAEMON = 60.0
+"""Seconds for the plugin to see a daemon start, die or come back: a start runs some twenty stand-in
+programs (nvidia-smi per GPU, the control program per limit), which a loaded 2-core machine took
+over 10 s to run (the first wait below timed out there)."""
 SHARED_TWICE = "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}"
 
 
@@ -138,7 +142,7 @@ async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_r
 ) -> None:
     node = await _mps_node(stand_ins)
     try:
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         res = node.plugin.resources[0]
         memory = {g.uuid: g.memory_mib for g in node.backend.inventory().gpus}
         assert _record(stand_ins)[:10] == ["-d", *daemon_commands(res, memory)]
@@ -155,8 +159,8 @@ async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_r
         }
 
         os.kill(int((stand_ins / GPU / "pipe" / "daemon.pid").read_text()), signal.SIGKILL)
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, 10)
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         assert _record(stand_ins).count("-d") == 2
     finally:
         await node.stop()
@@ -170,17 +174,17 @@ async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> 
     says why, instead of handing a container a pipe nobody listens on."""
     node = await _mps_node(stand_ins)
     try:
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 10)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         pipe = stand_ins / GPU / "pipe"
         (pipe / "refuse").touch()
         os.kill(int((pipe / "daemon.pid").read_text()), signal.SIGKILL)
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, 10)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await node.kubelet.allocate_raw(GPU, [node.plugin.resources[0].devices[0].id])
         assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "MPS control daemon does not answer" in (err.value.details() or "")
         (pipe / "refuse").unlink()
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, 15)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
     finally:
         await node.stop()
 

@@ -29,7 +29,7 @@ from gpuchain.deviceplugin.nodeconfig import (
 )
 from gpuchain.kube import NODE, KubeError, MemoryCluster, WatchEvent
 from gpuchain.kube.objects import Obj
-from gpuchain.kubelet.node import SimNode, start_sim_node
+from gpuchain.kubelet.node import SimNode, registered_again, start_sim_node
 
 GPU = "nvidia.com/gpu"
 NODE_NAME = "gpu-node-1"
@@ -148,8 +148,8 @@ async def test_a_node_labelled_ts_gets_time_slicing_and_relabelling_brings_defau
     registrations = len(following.sim.plugin.registrations)
 
     _relabel(following.cluster, "default")
+    await registered_again(following.sim, registrations)  # re-registered with the kubelet
     await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8})
-    assert len(following.sim.plugin.registrations) > registrations, "re-registered with the kubelet"
 
     _relabel(following.cluster, "ts")
     await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 16})

@@ -21,7 +21,7 @@ from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
+from gpuchain.kubelet.node import SimNode, all_registered, registered_again, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 
@@ -212,10 +212,7 @@ async def test_kubelet_restart_reregisters(node: SimNode) -> None:
     assert not stray.exists()
     # The new registration itself, not a state the old one already satisfied (under CI load the
     # checks below passed before the plugin had noticed the restart).
-    async with asyncio.timeout(10):
-        while len(node.plugin.registrations) == before:
-            await asyncio.sleep(0.02)
-    await node.kubelet.wait_for(all_registered(node))
+    await registered_again(node, before)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
     assert len(node.plugin.registrations) == before + 1
     assert (node.socket_dir / "nvidia-gpu.sock").exists()
@@ -238,11 +235,25 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_appears(h100_
         await plugin.start()
         assert not plugin.registered
         await kubelet.start()
-        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=1.0)
+        await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8})
     finally:
         await plugin.stop()
         await kubelet.stop()
         shutil.rmtree(root)
+
+
+async def test_a_reload_re_serves_and_registers_once(node: SimNode) -> None:
+    """The kubelet watch does not take a reload's own un-serve for a vanished socket: seen from
+    before the reload let go of its lock, it did, re-served a second time and took the endpoint
+    away again, so an Allocate just after the reload met no socket."""
+    before = len(node.plugin.registrations)
+    await node.plugin.reload(parse_config("{}"))
+    assert len(node.plugin.registrations) == before + 1
+    await asyncio.sleep(0.5)  # ten polls of the kubelet watch (watch_interval 0.05) and its inotify wake-up
+    assert len(node.plugin.registrations) == before + 1
+    await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
+    pod = await node.kubelet.admit("default", "after-reload", [ContainerRequest("c", {GPU: 1})])
+    assert len(pod.containers[0].devices[GPU]) == 1
 
 
 async def test_reload_switches_to_time_slicing(node: SimNode) -> None:

@@ -18,7 +18,7 @@ from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import all_registered, start_sim_node
+from gpuchain.kubelet.node import registered_again, start_sim_node
 
 SHARED = "nvidia.com/gpu.shared"
 EIGHT_SHARED = (
@@ -44,17 +44,17 @@ async def test_kubelet_restart_with_a_gpu_lost_serves_what_fits_and_all_again_wh
         before = len(node.plugin.registrations)
         with caplog.at_level(logging.ERROR):
             await node.kubelet.restart()
-            await node.kubelet.wait_for(all_registered(node), timeout=2.0)
-            await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {SHARED: 14}, timeout=2.0)
+            await registered_again(node, before)
+            await node.kubelet.wait_for(lambda: node.kubelet.capacity() == {SHARED: 14})
         assert len(node.plugin.registrations) == before + 1
         assert degraded and "asks to replicate 8 devices but the node has 7" in degraded[0]
         assert node.plugin.degraded == degraded[0]
         assert any("no longer fits" in r.getMessage() and "gpu.shared=14" in r.getMessage() for r in caplog.records)
         node.backend.recover_gpu(3)
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16})
         assert node.plugin.degraded is None
         await node.kubelet.restart()
-        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16}, timeout=2.0)
+        await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {SHARED: 16})
     finally:
         await node.stop()
 
@@ -97,9 +97,7 @@ async def test_a_crash_in_the_kubelet_watch_is_logged_at_once_and_the_watch_rest
         before = len(node.plugin.registrations)
         with caplog.at_level(logging.ERROR):
             await node.kubelet.restart()
-            await node.kubelet.wait_for(
-                lambda: len(node.plugin.registrations) > before and all_registered(node)(), timeout=5.0
-            )
+            await registered_again(node, before)
         assert node.kubelet.capacity() == {SHARED: 16} and failures == 1
         crash = [r for r in caplog.records if "device plugin: kubelet watch failed" in r.getMessage()]
         assert len(crash) == 1 and crash[0].exc_info is not None

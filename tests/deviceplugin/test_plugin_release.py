@@ -11,7 +11,7 @@ from fakes.releasable import ReleasableView
 
 from gpuchain.deviceplugin.config import Config
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import DEFAULT_PRESET, all_registered, start_sim_node
+from gpuchain.kubelet.node import DEFAULT_PRESET, registered_again, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
 
 GPU = "nvidia.com/gpu"
@@ -27,7 +27,7 @@ async def test_released_plugin_keeps_serving_across_a_kubelet_restart_and_a_relo
 
         before = len(node.plugin.registrations)
         await node.kubelet.restart()  # the socket directory is wiped: the plugin re-serves and registers
-        await node.kubelet.wait_for(all_registered(node), timeout=5.0)
+        await registered_again(node, before)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8}, timeout=5.0)
         assert len(node.plugin.registrations) == before + 1
         assert view.reads_while_released >= 1  # it asked, was refused, and served what it had seen

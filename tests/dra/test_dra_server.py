@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import ClassVar
@@ -12,6 +11,7 @@ import grpc
 import pytest
 from dra.fakeclock import QUIET, Clock
 
+from gpuchain.common.supervise import cancel_and_wait
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, Published
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.dra.server import SUPPORTED_SERVICES, DraPluginServer
@@ -44,7 +44,7 @@ def _claim(ref: ClaimRef) -> DraClaim:
 async def test_registration_handshake(plugin: DraPluginServer, short_dir: Path) -> None:
     peer = DraPeer(short_dir / "registry")
     try:
-        registered = await peer.wait_for(DRIVER, timeout=5)
+        registered = await peer.wait_for(DRIVER)
         assert registered.endpoint == str(plugin.endpoint)
         assert registered.version == "v1"
         assert registered.registration_socket.name == f"{DRIVER}-reg.sock"
@@ -328,6 +328,4 @@ async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim:
                 break
         assert gpu not in driver.unhealthy
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

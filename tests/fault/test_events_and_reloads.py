@@ -8,6 +8,7 @@ registered. Bounded: 150 steps, each settled within 15 s, on unix sockets.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -79,9 +80,13 @@ async def test_random_events_reloads_and_restarts_keep_kubelet_and_plugin_agreei
                 await node.kubelet.restart()
             counts[kind] += 1
             # The plugin may still be re-registering after a restart it noticed late (a loaded
-            # machine): the step settles when both sides agree and the plugin is registered.
+            # machine): the step settles when both sides agree and the plugin is registered. A
+            # poll, not kubelet.wait_for: the plugin counts itself registered after the kubelet's
+            # last device update, and its own state changes never wake the kubelet's condition.
             try:
-                await node.kubelet.wait_for(lambda: _consistent(node) and node.plugin.registered, timeout=15.0)
+                async with asyncio.timeout(15.0):
+                    while not (_consistent(node) and node.plugin.registered):
+                        await asyncio.sleep(0.02)
             except TimeoutError:
                 raise AssertionError(f"step {step} ({kind}): kubelet and plugin did not settle") from None
         assert min(counts.values()) >= 10, counts

@@ -103,3 +103,13 @@ async def test_stop_removes_the_temporary_directory() -> None:
     assert (root / "dp" / "kubelet.sock").exists()
     await node.stop()
     assert not root.exists()
+
+
+async def test_a_started_node_sees_a_fault_injected_at_once(node: SimNode) -> None:
+    """start_sim_node returns with the plugin subscribed to the GPUs' health events, not only
+    registered: the kubelet can have the first device list before the plugin's health task has
+    run, and an XID injected then was never delivered (as with NVML), so the test that injected
+    one waited its whole timeout for the device to go."""
+    assert node.backend.subscribers == 1
+    node.backend.inject_xid(0, 79)
+    await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 7})

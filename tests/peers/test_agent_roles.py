@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from gpuchain.common.supervise import cancel_and_wait
 from gpuchain.deviceplugin.config import ConfigKeyError
 from gpuchain.deviceplugin.nodeconfig import NODE_CONFIG_LABEL, REASON_NOT_FOUND, NodeLabelWatch
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
@@ -247,9 +248,7 @@ async def _quarantines(
             assert not task.done(), "the follower ended"
             await asyncio.sleep(0.05)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 def _events_on(world: World, node: str, reason: str) -> builtins.list[Obj]:

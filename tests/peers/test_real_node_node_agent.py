@@ -38,9 +38,18 @@ def test_a_role_crashing_in_a_loop_leaves_the_device_plugin_serving_the_real_kub
         node.wait_allocatable(GPU, "8")
         in_a_row = "(failed 3 times in a row; the other roles keep serving)"
         wait_for("the MIG manager failing three times in a row", lambda: in_a_row in node.log("node-agent"), 60)
-        text = _metrics(node, port)
-        assert 'gpuchain_node_agent_role_failing{role="mig-manager"} 1.0' in text
-        assert 'gpuchain_node_agent_role_up{role="device-plugin"} 1.0' in text
+        # The plugin counts as up once it has seen the kubelet take its first list, which the
+        # kubelet's log and the Node's allocatable do not wait for: read until both are shown.
+        wanted = (
+            'gpuchain_node_agent_role_failing{role="mig-manager"} 1.0',
+            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+        )
+
+        def shown() -> bool:
+            text = _metrics(node, port)
+            return all(line in text for line in wanted)
+
+        wait_for("the roles' state on /metrics", shown, 60, 0.5)
         assert proc.poll() is None, node.log("node-agent")[-3000:]
 
         got = visible(run_gpu_pod(node, "agent-gpu-pod"))  # Allocate, through the real kubelet

@@ -15,7 +15,7 @@ import asyncio
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,18 +172,33 @@ def test_gpu_health_publishes_once_then_writes_nothing(
     assert audit.writes(faulted), "the fault is published"
     steady = audit.mark()
     gets = live_cluster.calls.by_verb["get"]
-    asyncio.run(_run_for(lambda stop: publisher.run(stop, resync=0.2), 1.5))
-    assert live_cluster.calls.by_verb["get"] - gets >= 3, "the loop made its passes"
+    asyncio.run(
+        _run_until(
+            lambda stop: publisher.run(stop, resync=0.2),
+            lambda: live_cluster.calls.by_verb["get"] - gets >= 3,
+            "the loop's three passes",
+        )
+    )
     _no_writes(audit, steady, "gpu-health's loop on a faulty GPU")
 
 
-async def _run_for(loop: Any, seconds: float) -> None:
-    """Run ``loop(stop)`` for ``seconds``, then stop it and wait for it to end."""
+async def _run_until(loop: Any, done: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Run ``loop(stop)`` until ``done()``, then stop it and wait for it to end.
+
+    Until its passes are counted, not for a fixed time: on a loaded machine 1.5 s held fewer than
+    the three passes the tests ask for."""
     stop = asyncio.Event()
     task = asyncio.create_task(loop(stop))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await asyncio.wait_for(task, 10)
+    try:
+        async with asyncio.timeout(timeout):
+            while not done():
+                assert not task.done(), f"the loop ended before {what}"
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
 
 
 def test_gfd_labels_a_node_once_then_writes_nothing(
@@ -220,8 +235,13 @@ def test_mig_manager_applies_once_then_writes_nothing(audit: AuditLog, live_clus
     assert live_cluster.get(NODE, NODE_NAME)["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     steady = audit.mark()
     lists = live_cluster.calls.by_verb["list"]
-    asyncio.run(_run_for(lambda stop: manager.run(interval=0.2, stop=stop, resync=0.2), 1.5))
-    assert live_cluster.calls.by_verb["list"] - lists >= 3, "the manager made its rounds"
+    asyncio.run(
+        _run_until(
+            lambda stop: manager.run(interval=0.2, stop=stop, resync=0.2),
+            lambda: live_cluster.calls.by_verb["list"] - lists >= 3,
+            "the manager's three rounds",
+        )
+    )
     _no_writes(audit, steady, "the MIG manager's resyncs")
 
 

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from gpuchain.common.supervise import Backoff
+from gpuchain.common.supervise import Backoff, reraise_cancel
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +152,20 @@ class Fanout(Generic[T]):
             raise
 
     async def close(self) -> None:
-        """Stop the pump (on ``loop``); readers still subscribed see the stream end."""
+        """Stop the pump (on ``loop``); readers still subscribed see the stream end.
+
+        The pump's own end (cancelled, or an error its upstream's close raised) is no concern of
+        the closer, but a cancel of the closer itself (an agent's stop cut short) goes on: not
+        ``suppress(CancelledError)``, which swallowed it and let the stop run on as if unasked.
+        """
         with self._lock:
             pump = self._pump
         if pump is not None:
             pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, concurrent.futures.CancelledError, Exception):
+            try:
                 await asyncio.wrap_future(pump)
+            except (asyncio.CancelledError, concurrent.futures.CancelledError):
+                reraise_cancel()
+            except Exception:  # the pump already logged what its upstream raised
+                pass
         self._deliver(_END, None)

@@ -142,9 +142,11 @@ class MpsControl:
         except OSError as exc:
             raise MpsError(f"{argv[0]}: {exc.strerror or exc}") from None
         try:
-            out, _ = await asyncio.wait_for(
-                proc.communicate(stdin.encode() if stdin is not None else None), self.timeout
-            )
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the program's answer
+            # when a cancel comes as it finishes (CPython gh-86296), and keep_daemon, which asks
+            # every interval, then ran on after the plugin cancelled it: the plugin's stop hung.
+            async with asyncio.timeout(self.timeout):
+                out, _ = await proc.communicate(stdin.encode() if stdin is not None else None)
         except TimeoutError:
             proc.kill()
             await proc.wait()

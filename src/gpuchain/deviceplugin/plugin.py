@@ -454,15 +454,25 @@ class DevicePlugin:
                 await changes.wait(self.watch_interval if pending or not changes.watching else KUBELET_RESYNC_SECONDS)
                 await self._check_kubelet()
 
-    async def _check_kubelet(self) -> None:
+    def _ours_gone(self) -> bool:
+        return any(not s.path.exists() for s in self.servers.values())
+
+    def _stale(self) -> bool:
+        """A kubelet is there and what it knows of us is not what we serve."""
         identity = self._kubelet_identity()
-        if identity is None:
-            return
-        ours_gone = any(not s.path.exists() for s in self.servers.values())
-        if identity == self._registered_with and not ours_gone and not self._unserved:
+        return identity is not None and (identity != self._registered_with or self._ours_gone() or self._unserved)
+
+    async def _check_kubelet(self) -> None:
+        if not self._stale():
             return
         async with self._lock:
-            if ours_gone or self._unserved or self._registered_with is not None:
+            # Looked at again under the lock: a reload or re-map that held it took our sockets
+            # away and has served and registered since; seen from before, its own un-serve read
+            # as a vanished socket, and a second re-serve took the endpoint away from the kubelet
+            # again (an Allocate then met no socket).
+            if not self._stale():
+                return
+            if self._ours_gone() or self._unserved or self._registered_with is not None:
                 if self._unserved:
                     log.info("serving again after a failed re-serve")
                 else:

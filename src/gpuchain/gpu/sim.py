@@ -362,6 +362,13 @@ class SimBackend(GpuBackend):
             used = state.mig_used_mib.get(mig.uuid, 0)
         return MigMemory(mig.uuid, mig.memory_mib, used, mig.memory_mib - used)
 
+    @property
+    def subscribers(self) -> int:
+        """``events()`` streams open now. As with NVML, a fault raised before a follower has
+        subscribed is never delivered to it, so whoever injects one waits for this first."""
+        with self._lock:
+            return len(self._subscriptions)
+
     async def events(self) -> AsyncIterator[HealthEvent]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[HealthEvent] = asyncio.Queue()

@@ -189,8 +189,9 @@ class DraPeer:
             await self.scan()
             await asyncio.sleep(interval)
 
-    async def wait_for(self, driver: str, timeout: float = 5.0, interval: float = 0.02) -> DraPlugin:
-        """Scan until ``driver`` is registered; TimeoutError naming it otherwise."""
+    async def wait_for(self, driver: str, timeout: float = 30.0, interval: float = 0.02) -> DraPlugin:
+        """Scan until ``driver`` is registered; TimeoutError naming it otherwise (after a default
+        that a loaded 2-core CI machine needs, as ``KubeletPeer.wait_for``'s)."""
 
         async def poll() -> DraPlugin:
             while driver not in self.plugins:
@@ -200,7 +201,8 @@ class DraPeer:
             return self.plugins[driver]
 
         try:
-            return await asyncio.wait_for(poll(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for, which can swallow a cancel
+                return await poll()
         except TimeoutError:
             raise TimeoutError(
                 f"DRA driver {driver} did not register in {self.registry_dir} within {timeout}s"

@@ -7,6 +7,7 @@ temporary socket directory.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,9 +75,11 @@ async def start_sim_node(
     pod-resources API); by default a new directory under $TMPDIR, or /tmp when $TMPDIR is too
     long for unix socket paths (``gpuchain.common.scratch``). ``env`` defaults to empty so the caller's
     DP_*_HEALTHCHECKS variables do not leak into simulations. With ``wait``, returns once every
-    resource is registered and its first device list has arrived. ``plugin_backend`` is the
-    plugin process's own handle on the node's GPUs (one that can let go of NVML, as on a real
-    node), default the node's ``SimBackend`` itself.
+    resource is registered and its first device list has arrived, and, when the plugin reads the
+    ``SimBackend`` itself, once it follows the GPUs' health events (a fault injected before it
+    subscribed would never reach it). ``plugin_backend`` is the plugin process's own handle on the
+    node's GPUs (one that can let go of NVML, as on a real node), default the node's
+    ``SimBackend`` itself; its caller knows when that one has subscribed.
     """
     owns = root is None
     base = scratch_dir("gc-") if root is None else Path(root)
@@ -93,11 +96,14 @@ async def start_sim_node(
         pre_start_required=pre_start_required,
     )
     node = SimNode(sim, plugin, kubelet, base, socket_dir, pod_resources, owns)
+    subscribers = sim.subscribers
     try:
         await kubelet.start()
         await plugin.start()
         if wait:
             await kubelet.wait_for(all_registered(node), timeout)
+            if plugin_backend is None:
+                await _until(lambda: sim.subscribers > subscribers, timeout)
     except BaseException:
         await node.stop()
         raise
@@ -112,3 +118,23 @@ def all_registered(node: SimNode) -> Callable[[], bool]:
         return all(r.name in eps and eps[r.name].connected and eps[r.name].updates > 0 for r in node.plugin.resources)
 
     return check
+
+
+async def registered_again(node: SimNode, before: int, timeout: float = 30.0) -> None:
+    """Wait until the plugin has recorded a registration beyond its first ``before`` and the kubelet
+    serves each of its resources (``all_registered``).
+
+    Not ``kubelet.wait_for`` on the kubelet alone: the kubelet takes the new endpoint and reads its
+    first device list while the plugin's Register call is still returning, so the plugin records
+    the registration a moment after the kubelet shows it (or shows the old one again); and the
+    kubelet's condition is not woken by the plugin's record. Hence a poll of both.
+    """
+    done = all_registered(node)
+    await _until(lambda: len(node.plugin.registrations) > before and done(), timeout)
+
+
+async def _until(check: Callable[[], bool], timeout: float) -> None:
+    """Poll ``check`` until it holds; TimeoutError after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.02)

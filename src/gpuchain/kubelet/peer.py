@@ -214,10 +214,13 @@ class KubeletPeer:
         used = self.allocated_ids(resource)
         return [i for i, d in ep.devices.items() if d.healthy and i not in used]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        """Wait until ``predicate()`` holds after some device update; TimeoutError otherwise."""
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+        """Wait until ``predicate()`` holds after some device update; TimeoutError otherwise.
+
+        The default is what a loaded 2-core CI machine may take to re-serve, register and list
+        (a timeout only says how long to wait before calling it a failure, never how fast)."""
+        async with self._changed, asyncio.timeout(timeout):  # not wait_for, which can swallow a cancel
+            await self._changed.wait_for(predicate)
 
     # ---- admission ------------------------------------------------------------------------------
 
