@@ -109,10 +109,8 @@ _CHECK = (
 
 
 def _server_of(cluster: Any) -> str:
-    try:
-        return str(cluster._config.get().cluster.server)
-    except (AttributeError, LookupError, ValueError):
-        return "the API server"
+    """The live cluster's server address; "the API server" for a cluster that has none to name."""
+    return str(getattr(cluster, "server", "") or "the API server")
 
 
 def _transport_reason(exc: BaseException) -> str:

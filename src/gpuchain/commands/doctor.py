@@ -69,12 +69,7 @@ class Target:
 def live_target(cluster: Cluster) -> dict[str, str]:
     """The kubeconfig context and API server a live cluster was opened with (in-cluster config has
     no context name), so a report of no GPU node says which cluster it looked at."""
-    config = getattr(cluster, "_config", None)
-    try:
-        context = str(config.get().context_name) if config is not None else ""
-    except (AttributeError, LookupError, ValueError):
-        context = ""
-    return {"kind": "live", "context": context, "server": _server_of(cluster)}
+    return {"kind": "live", "context": str(getattr(cluster, "context_name", "")), "server": _server_of(cluster)}
 
 
 def describe_target(target: dict[str, str]) -> str:

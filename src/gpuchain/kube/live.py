@@ -231,6 +231,16 @@ class LiveCluster(Cluster):
         config = KubeConfig.from_one(cluster=KubeConfigCluster(server=url), user=User())
         return cls(config, field_manager)
 
+    @property
+    def server(self) -> str:
+        """The API server's address this cluster talks to, for messages that must say which cluster."""
+        return str(self._config.cluster.server)
+
+    @property
+    def context_name(self) -> str:
+        """The kubeconfig context this cluster was opened with (lightkube names in-cluster config's too)."""
+        return str(self._config.context_name or "")
+
     @classmethod
     def from_kubeconfig(
         cls, path: str | None = None, context: str | None = None, field_manager: str = "gpuchain"
