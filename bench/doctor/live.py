@@ -11,8 +11,9 @@ responses a kube-apiserver would send (managedFields, defaults, node images: see
 - before: the doctor as it was before issue 26: gather on `LiveCluster` reading each list whole
   through lightkube (one request a list, ``json.loads``, every field), then diagnose, with Python's
   cyclic collector running as usual;
-- after: ``run_doctor`` on `LiveCluster` as it is (``list_readonly``: pages of 500, msgspec, no
-  managedFields nor node images; the collector paused for the run);
+- after: ``run_doctor`` on `LiveCluster` as it is (``list_readonly``: pages of 500, each next page
+  asked for while this one is decoded, msgspec, no managedFields nor node images; the collector
+  paused for the run);
 - the diagnosis alone, on the snapshot "after" gathered (the doctor's own time), collector paused.
 
 All four alternate round by round, so load from other processes hits all alike; the first run of
@@ -155,7 +156,7 @@ def main() -> None:
     rows = [
         ("baseline: the replay alone (bytes, no decoding)", base_s, base_cpu, len(before_targets)),
         ("before: doctor, whole lists, lightkube, json", before_s, before_cpu, len(before_targets)),
-        ("after: doctor, pages, msgspec, less, no GC", after_s, after_cpu, len(after_targets)),
+        ("after: pages read ahead, msgspec, less, no GC", after_s, after_cpu, len(after_targets)),
         ("the diagnosis alone (after's snapshot)", own_s, own_cpu, 0),
     ]
     for label, wall, cpu, requests in rows:

@@ -30,7 +30,9 @@ class Upstream:
 
 async def test_every_reader_sees_every_item_and_the_failure_from_one_upstream() -> None:
     up = Upstream()
-    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop(), first_delay=0.01, max_delay=0.02)
+    # The retry after the failure waits longer than the test runs: it checks the one upstream both
+    # readers shared, and a loaded machine let a 10 ms retry open a second one before the count.
+    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop(), first_delay=30, max_delay=30)
     here: list[object] = []
     there: list[object] = []
     subscribed = threading.Event()

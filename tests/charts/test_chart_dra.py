@@ -5,6 +5,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 from cli_parse import container_env, parse
+from helm_python.errors import HelmRenderError
 from test_chart import CHART, render
 
 from gpuchain.dra.kinds import DRIVER
@@ -62,3 +63,33 @@ def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
     params = parse([*container["command"][1:], *container["args"]], container_env(container)).params
     assert (str(params["registry_dir"]), str(params["cdi_dir"])) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
     assert str(params["plugin_dir"]) == f"/var/lib/kubelet/plugins/{DRIVER}"
+
+
+def _args(values: dict) -> list[str]:  # type: ignore[type-arg]
+    ds = next(d for d in render(values) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+    return list(ds["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_beside_the_device_plugin_only_labelled_nodes_are_dras() -> None:
+    assert "--unlabelled-nodes=device-plugin" in _args(ON)
+
+
+def test_every_gpu_node_is_dras_only_without_the_device_plugin() -> None:
+    alone = {"dra": {"enabled": True, "nodes": "all"}, "devicePlugin": {"enabled": False}}
+    assert "--unlabelled-nodes=dra" in _args(alone)
+
+
+def test_the_chart_refuses_both_plugins_on_the_same_gpus() -> None:
+    with pytest.raises(HelmRenderError, match=r"dra.nodes=all .* devicePlugin.enabled=true .* set devicePlugin"):
+        render({"dra": {"enabled": True, "nodes": "all"}})
+    with pytest.raises(HelmRenderError, match="dra.nodes=some: choose labelled"):
+        render({"dra": {"enabled": True, "nodes": "some"}})
+
+
+def test_device_taints_and_metrics_are_opt_in() -> None:
+    assert not {"--device-taints"} & set(_args(ON))
+    on = {"dra": {"enabled": True, "deviceTaints": True, "metricsPort": 9402}}
+    assert {"--device-taints", "--metrics-port=9402"} <= set(_args(on))
+    ds = next(d for d in render(on) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9402}]
+    kubernetes_validate.validate(ds, "1.34.0", strict=True)

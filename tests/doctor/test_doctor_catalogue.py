@@ -77,7 +77,7 @@ def test_skew_lists_both_versions_and_fix_targets_the_minority() -> None:
     assert "gpu-b-0" in f.fix and "535.161.08" in f.fix
 
 
-def test_reads_a_big_cluster_with_eight_list_calls() -> None:
+def test_reads_a_big_cluster_with_nine_list_calls() -> None:
     from gpuchain.sim import parse_scenario
 
     text = (
@@ -86,5 +86,5 @@ def test_reads_a_big_cluster_with_eight_list_calls() -> None:
     )
     sim = build(parse_scenario(text))
     report = run_doctor(sim.cluster, reader=sim.read_log)
-    assert report.api_calls == {"list": 8}
+    assert report.api_calls == {"list": 9}  # snapshot.STEPS: one list per kind, ResourceSlices the ninth
     assert report.root_causes[0].id == "driver.kernel-mismatch" and len(report.root_causes[0].nodes) == 20

@@ -19,7 +19,7 @@ def test_doctor_friday_json_names_the_root_cause_and_exits_1() -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["rootCauses"] == ["driver.kernel-mismatch"]
-    assert data["apiCalls"] == {"list": 8}
+    assert data["apiCalls"] == {"list": 9}
     first = data["findings"][0]
     assert first["id"] == "driver.kernel-mismatch" and first["count"] == 8 and first["root"]
     node = next(n for n in data["nodes"] if n["node"] == "gpu-new-0")

@@ -16,7 +16,11 @@ import yaml
 from gpuchain.doctor import Report, run_doctor
 from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Severity
 from gpuchain.doctor.stacks import NVIDIA_DRIVER
+from gpuchain.dra.driver import DraDriver, DriverConfig
+from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import DAEMONSET, NODE, POD, Cluster
+from gpuchain.kube.allocator import DRA
+from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.fixes import apply_fix
@@ -867,3 +871,56 @@ def test_a_gpu_that_stopped_answering_the_exporter_is_reset() -> None:
     _reset_gpu(exporter, before, "exporter.gpu-down", 3)
     after = _trust_report(sim, exporter)
     assert not after.findings and not after.broken
+
+
+def _gpu_node(sim: Any) -> str:
+    return next(name_of(n) for n in sim.cluster.list(NODE) if node_gpu_resources(n))
+
+
+def test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one(tmp_path: Path) -> None:
+    """gpuchain's DRA driver publishes while the device plugin is not registered yet (capacity 0),
+    then the plugin registers and the driver has not seen the Node since: both announce. The fix, the
+    label the doctor names applied as `kubectl label` would, makes the real driver withdraw its devices."""
+    sim = build(load_scenario("healthy"))
+    node = _gpu_node(sim)
+    registered = sim.cluster.get(NODE, node)["status"]["capacity"]
+    sim.cluster.patch_status(NODE, node, {"capacity": {"nvidia.com/gpu": "0"}})
+    config = DriverConfig(node=node, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", unlabelled=DRA)
+    driver = DraDriver(SimBackend.from_preset("h100-80gb-x8", node=node), sim.cluster, config)
+    assert driver.publish().devices
+    sim.cluster.patch_status(NODE, node, {"capacity": registered})
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    (finding,) = [f for f in report.findings if f.id == "device-plugin.dra-conflict"]
+    assert finding.node == node and finding.severity is Severity.ERROR and finding.root
+    assert finding.fix.startswith(f"kubectl label node {node} gpuchain.io/gpu.allocator=device-plugin --overwrite")
+    assert finding.action is not None and finding.action.op is FixOp.LABEL_NODE
+    labelled = sim.cluster.patch(NODE, node, {"metadata": {"labels": finding.action.changes}})
+    assert driver.node_changed(labelled) is not None  # the driver follows its Node: it withdraws
+    after = run_doctor(sim.cluster, reader=sim.read_log)
+    assert not [f for f in after.findings if f.id == "device-plugin.dra-conflict"]
+
+
+def test_another_dra_driver_beside_the_device_plugin_takes_the_plugin_off_the_node() -> None:
+    sim = build(load_scenario("healthy"))
+    node = _gpu_node(sim)
+    device = {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}
+    slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu"}}
+    slice_["spec"] = {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node}, "devices": [device]}
+    sim.cluster.create(slice_)
+    finding = next(f for f in run_doctor(sim.cluster).findings if f.id == "device-plugin.dra-conflict")
+    assert "gpu.nvidia.com: 1 devices" in finding.cause
+    assert finding.fix.startswith(f"kubectl label node {node} nvidia.com/gpu.deploy.device-plugin=false --overwrite")
+
+
+def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -> None:
+    """Its device plugin announces 0 by design (kube.allocator): the link is fine, nothing to fix."""
+    sim = build(load_scenario("healthy"))
+    node = _gpu_node(sim)
+    sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    zero = {"nvidia.com/gpu": "0"}
+    sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    chain = next(c for c in report.chains if c.node == node)
+    link = next(lk for lk in chain.links if lk.name == "device-plugin")
+    assert link.state.value == "ok" and "DRA driver" in link.summary, link
+    assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()

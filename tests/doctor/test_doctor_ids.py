@@ -37,6 +37,7 @@ CLUSTER_TESTS = {
     "exporter.gpus-missing": "test_a_gpu_the_driver_stopped_listing_is_the_gpus_to_reset",
     "exporter.stale": "test_a_stopped_collection_collects_again_in_a_new_exporter_pod",
     "exporter.gpu-down": "test_a_gpu_that_stopped_answering_the_exporter_is_reset",
+    "device-plugin.dra-conflict": "test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

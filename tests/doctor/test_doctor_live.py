@@ -33,7 +33,7 @@ def test_doctor_over_http_names_the_same_root_cause_with_seven_lists() -> None:
         report = run_doctor(live)
     assert [g.id for g in report.root_causes] == ["driver.kernel-mismatch"]
     assert len(report.root_causes[0].nodes) == 8
-    assert report.api_calls == {"list": 8}
+    assert report.api_calls == {"list": 9}
 
 
 def test_cli_reads_a_kubeconfig(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
 from gpuchain.dra.kinds import RESOURCE_CLAIM
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 
 NODE = "h100-node"
@@ -53,6 +54,7 @@ def make_driver(cluster: MemoryCluster, short_dir: Path, clock: Clock) -> Driver
             state_dir=short_dir / "state",
             recovery_quiet_seconds=QUIET,
             dev_root=driver_dev(short_dir / "driver-root"),
+            unlabelled=DRA,  # no Node in the cluster: a DRA-only node
         )
         return DraDriver(sim, cluster, config, clock)
 

@@ -24,6 +24,7 @@ from gpuchain.dra.driver import DraDriver, DriverConfig
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM
 from gpuchain.dra.server import DraPluginServer
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.dra_peer import DraClaim, DraPeer
 
@@ -52,7 +53,8 @@ class Rig:
     async def start(self) -> DraDriver:
         """A fresh plugin process over the same directories, registered with the kubelet."""
         config = DriverConfig(
-            node=self.sim.topology.node, cdi_dir=self.cdi, state_dir=self.state, dev_root=self.root / "driver-root"
+            node=self.sim.topology.node, cdi_dir=self.cdi, state_dir=self.state, dev_root=self.root / "driver-root",
+            unlabelled=DRA,
         )
         self.driver = DraDriver(self.sim, self.cluster, config)
         self.server = DraPluginServer(self.driver, self.root / "registry", self.root / "plugins" / DRIVER)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from fakes.sigterm import sigterm_during
@@ -49,6 +51,11 @@ def test_dra_demo_unknown_preset_is_a_user_error() -> None:
 async def test_dra_plugin_registers_and_stops_cleanly(short_dir: Path) -> None:
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     args = ["--backend", "sim", "--cluster", "memory", "--registry-dir", str(registry), "--plugin-dir", str(plugins)]
+    args += ["--unlabelled-nodes", "dra"]  # the memory cluster has no Node to label
+    with socket.socket() as probe:  # a free port for the metrics
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args += ["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
     args += ["--cdi-dir", str(short_dir / "cdi"), "--state-dir", str(short_dir / "state")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuchain", "dra-plugin", *args],
@@ -60,6 +67,10 @@ async def test_dra_plugin_registers_and_stops_cleanly(short_dir: Path) -> None:
     try:
         plugin = await peer.wait_for(DRIVER, timeout=30)
         assert plugin.endpoint == str(plugins / "dra.sock") and plugin.version == "v1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            scraped = resp.read().decode()
+        assert 'gpuchain_dra_devices{state="available",node="h100-node"} 8' in scraped.splitlines()
+        assert 'gpuchain_dra_prepare_seconds_count{result="ok",node="h100-node"} 0.0' in scraped.splitlines()
     finally:
         await peer.close()
         proc.send_signal(signal.SIGTERM)
@@ -88,6 +99,11 @@ def test_sigterm_during_start_up_still_removes_the_sockets(short_dir: Path) -> N
     once up (exit 0, both sockets gone) instead of dying on the default action and leaving them."""
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     args = ["--backend", "sim", "--cluster", "memory", "--registry-dir", str(registry), "--plugin-dir", str(plugins)]
+    args += ["--unlabelled-nodes", "dra"]  # the memory cluster has no Node to label
+    with socket.socket() as probe:  # a free port for the metrics
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args += ["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
     args += ["--cdi-dir", str(short_dir / "cdi"), "--state-dir", str(short_dir / "state")]
     program = sigterm_during("gpuchain.dra.server:DraPluginServer.start", "after")
     proc = subprocess.run(

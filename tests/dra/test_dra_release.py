@@ -13,6 +13,7 @@ from fakes.releasable import ReleasableView
 from gpuchain.dra.driver import DraDriver, DriverConfig
 from gpuchain.gpu.model import EventKind, HealthEvent
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 
 
@@ -26,6 +27,7 @@ def test_released_driver_republishes_and_prepares_other_gpus_claims(
         state_dir=short_dir / "state",
         recovery_quiet_seconds=QUIET,
         dev_root=short_dir / "driver-root",
+        unlabelled=DRA,
     )
     driver = DraDriver(view, cluster, config, clock)
     before = driver.publish()

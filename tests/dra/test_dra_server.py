@@ -19,6 +19,7 @@ from gpuchain.dra.slices import slice_name
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.dra_peer import DraClaim, DraPeer, RegistrationError, choose_version
 from gpuchain.proto.pluginregistration.v1 import api_pb2 as reg
@@ -189,7 +190,8 @@ async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
     flaky = FlakyEvents.from_preset("h100-80gb-x8")
     flaky.failures = ["cannot create the NVML event set"]
     config = DriverConfig(
-        node="h100-node", cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", recovery_quiet_seconds=0.05
+        node="h100-node", cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", recovery_quiet_seconds=0.05,
+        unlabelled=DRA,
     )
     driver = DraDriver(flaky, cluster, config)
     assert len(driver.publish().devices) == 8

@@ -174,3 +174,48 @@ def test_default_client_reads_kubeconfig_through_the_bounded_reader(tmp_path: Pa
     monkeypatch.setenv("KUBECONFIG", str(big))
     with pytest.raises(ConfigError, match=f"^{big}: is larger than 1024 KiB"):
         LiveCluster()
+
+
+def _pages_served(cluster: LiveCluster, bodies: dict[str, bytes], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Serve list pages from ``bodies`` by their ``continue`` token ("" first); the tokens asked, in order."""
+    asked: list[str] = []
+
+    def page(resource: object, params: dict[str, object], ns: dict[str, object]) -> bytes:
+        token = str(params.get("continue") or "")
+        asked.append(token)
+        return bodies[token]
+
+    monkeypatch.setattr(cluster, "_page", page)
+    return asked
+
+
+def _body(names: list[str], token: str, metadata_first: bool = True) -> bytes:
+    items = json.dumps([{"metadata": {"name": n, "managedFields": [{"manager": "kubelet"}]}} for n in names])
+    meta = json.dumps({"continue": token} if token else {})
+    if metadata_first:
+        return f'{{"kind":"NodeList","apiVersion":"v1","metadata":{meta},"items":{items}}}'.encode()
+    return f'{{"kind":"NodeList","apiVersion":"v1","items":{items},"metadata":{meta}}}'.encode()
+
+
+def test_list_readonly_asks_for_the_next_page_from_the_head_and_trusts_the_decoded_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The API server writes a list's metadata first: the next page is asked for from it while the
+    # page is decoded. A head that says otherwise than the page (here a second metadata key, which
+    # the decoder reads last) costs one request more and changes nothing read; a server that writes
+    # the items first is read page by page.
+    cluster = LiveCluster.from_url("http://127.0.0.1:9")
+    misleading = b'{"metadata":{"continue":"elsewhere"},' + _body(["b"], "c", metadata_first=False)[1:]
+    bodies = {
+        "": _body(["a"], "b"),
+        "b": misleading,
+        "elsewhere": _body(["x"], ""),
+        "c": _body(["c"], "d", metadata_first=False),
+        "d": _body(["d"], ""),
+    }
+    asked = _pages_served(cluster, bodies, monkeypatch)
+    nodes = cluster.list_readonly(NODE)
+    assert [n["metadata"] for n in nodes] == [{"name": n} for n in "abcd"]
+    assert all(n["kind"] == "Node" and n["apiVersion"] == "v1" for n in nodes)
+    assert asked == ["", "b", "elsewhere", "c", "d"]
+    assert cluster.calls.snapshot() == {"list": 5}

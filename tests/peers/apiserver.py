@@ -265,6 +265,10 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
+FEATURE_GATES = "DRADeviceTaints=true"
+"""Feature gates of the API server, controller manager and scheduler: device taints are alpha in 1.34."""
+
+
 @contextmanager
 def control_plane(workdir: Path) -> Iterator[ApiServer]:
     """Start etcd, kube-apiserver and kube-controller-manager under ``workdir``; stop them on exit."""
@@ -319,6 +323,10 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--api-audiences=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=RBAC",
+                # Device taints (KEP-5055, alpha in 1.34): Device.taints in ResourceSlices, and the
+                # DeviceTaintRule API the device taint eviction controller watches.
+                f"--feature-gates={FEATURE_GATES}",
+                "--runtime-config=resource.k8s.io/v1alpha3=true",
                 "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged
                 "--profiling=false",
                 f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
@@ -343,7 +351,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
             [
                 str(kcm_bin),
                 f"--kubeconfig={kubeconfig}",
-                "--controllers=garbagecollector,disruption,namespace,serviceaccount,validatingadmissionpolicy-status-controller",
+                "--controllers=garbagecollector,disruption,namespace,serviceaccount,validatingadmissionpolicy-status-controller,"
+                "device-taint-eviction-controller",  # evicts the pods of a claim on a NoExecute-tainted device
+                f"--feature-gates={FEATURE_GATES}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--concurrent-gc-syncs=5",

@@ -89,7 +89,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from peers.apiserver import ApiServer, _b64, control_plane, write_kubeconfig
+from peers.apiserver import FEATURE_GATES, ApiServer, _b64, control_plane, write_kubeconfig
 from peers.binaries import peer_or_skip
 
 NODE_NAME = "gpuchain-node"
@@ -546,7 +546,8 @@ def real_node(workdir: Path) -> Iterator[RealNode]:
         scheduler_log = (workdir / "logs" / "kube-scheduler.log").open("wb")
         outer.callback(scheduler_log.close)
         scheduler = subprocess.Popen(
-            [str(bins["kube-scheduler"]), f"--kubeconfig={api.kubeconfig}", "--leader-elect=false", "--secure-port=0", "--v=1"],
+            [str(bins["kube-scheduler"]), f"--kubeconfig={api.kubeconfig}", "--leader-elect=false", "--secure-port=0",
+             f"--feature-gates={FEATURE_GATES}", "--v=1"],
             stdout=scheduler_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         outer.callback(stop_process, scheduler)

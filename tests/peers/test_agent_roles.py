@@ -33,6 +33,7 @@ from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.exporter.podresources import Assignment, PodRef
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import CONFIGMAP, EVENT, NODE, POD, ForbiddenError, Kind, KubeError, LiveCluster, kind_of
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import WatchEvent
 from gpuchain.mig.agent import Policy as MigPolicy
@@ -391,8 +392,10 @@ def test_the_dra_plugin_publishes_its_nodes_slice_and_prepares_its_claims(world:
     account = "gpuchain-dra-plugin"
     dra = world.agent(account)
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-a")
+    # gpu-a's GPUs are DRA's (kube.allocator): no device plugin announces them.
+    world.admin.patch_status(NODE, "gpu-a", {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}})
     config = DriverConfig(
-        node="gpu-a", cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", dev_root=tmp_path / "root"
+        node="gpu-a", cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", dev_root=tmp_path / "root", unlabelled=DRA
     )
     driver = DraDriver(backend, dra, config)
     first = driver.publish()

@@ -17,8 +17,11 @@ import subprocess
 import sys
 import urllib.error
 from pathlib import Path
+from typing import Any
 
 from gpuchain.dra.kinds import API_VERSION, DRIVER, device_class
+from gpuchain.dra.taints import NO_EXECUTE, TAINT_KEY
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from peers.node import RealNode, busybox_pod, stop_process, wait_for
 from peers.stand_ins import DEV_ROOT, LIST_DEVICES, NVIDIA_MAJOR, devices_seen, gpu_stand_ins
 
@@ -40,10 +43,9 @@ def gpu_uuids() -> list[str]:
     return [g["uuid"] for g in json.loads(out.stdout)["gpus"]]
 
 
-def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -> None:
-    # The DRA API the 1.34 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
-    group = node.api.request("GET", "/apis/resource.k8s.io")
-    assert group["preferredVersion"]["groupVersion"] == API_VERSION == "resource.k8s.io/v1"
+def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
+    """``gpuchain dra-plugin`` on the node (simulated GPUs, stand-in device nodes), once the kubelet
+    has registered it. The node has no device plugin: its GPUs are DRA's (``--unlabelled-nodes dra``)."""
     try:
         node.api.request("POST", f"{RESOURCE}/deviceclasses", device_class())
     except urllib.error.HTTPError as exc:
@@ -57,32 +59,55 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
          "--registry-dir", str(kubelet_root / "plugins_registry"),
          "--plugin-dir", str(kubelet_root / "plugins" / DRIVER),
          "--state-dir", str(kubelet_root / "plugins" / DRIVER),
-         "--cdi-dir", "/var/run/cdi", "--dev-root", DEV_ROOT],
+         "--cdi-dir", "/var/run/cdi", "--dev-root", DEV_ROOT, "--unlabelled-nodes", "dra", *flags],
         env={**os.environ, "KUBECONFIG": str(node.workdir / "kubelet.kubeconfig")},
     )  # fmt: skip
+
+    def registered() -> bool:
+        if plugin.poll() is not None:
+            raise RuntimeError(f"dra-plugin exited {plugin.returncode}:\n{node.log('dra-plugin')[-3000:]}")
+        return REGISTERED in node.log("dra-plugin")
+
+    try:
+        wait_for("the kubelet's registration of the DRA driver", registered, 60)
+    except BaseException:
+        stop_process(plugin)
+        raise
+    return plugin
+
+
+def create_claim(node: RealNode, name: str, index: int) -> str:
+    """A ResourceClaim in namespace gpu for the GPU with this index; its UID."""
+    claim = {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "selectors": [
+            # One GPU picked by an attribute the plugin publishes, evaluated by the real scheduler.
+            {"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index}"}}
+        ]}}]}},
+    }  # fmt: skip
+    return str(node.api.request("POST", f"{RESOURCE}/namespaces/gpu/resourceclaims", claim)["metadata"]["uid"])
+
+
+def claim_pod(name: str, claim: str, script: str) -> dict[str, Any]:
+    """A busybox pod whose container uses the ResourceClaim ``claim``."""
+    pod = busybox_pod(name, script)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
+
+
+def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -> None:
+    # The DRA API the 1.34 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
+    group = node.api.request("GET", "/apis/resource.k8s.io")
+    assert group["preferredVersion"]["groupVersion"] == API_VERSION == "resource.k8s.io/v1"
+    kubelet_root = node.workdir / "kubelet"
+    plugin = start_plugin(node)
     claim_uid = ""
     try:
-
-        def registered() -> bool:
-            if plugin.poll() is not None:
-                raise RuntimeError(f"dra-plugin exited {plugin.returncode}:\n{node.log('dra-plugin')[-3000:]}")
-            return REGISTERED in node.log("dra-plugin")
-
-        wait_for("the kubelet's registration of the DRA driver", registered, 60)
-        claim = {
-            "apiVersion": API_VERSION,
-            "kind": "ResourceClaim",
-            "metadata": {"name": "one-gpu"},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "selectors": [
-                # One GPU picked by an attribute the plugin publishes, evaluated by the real scheduler.
-                {"cel": {"expression": f"device.attributes['{DRIVER}'].index == {WANTED}"}}
-            ]}}]}},
-        }  # fmt: skip
-        claim_uid = node.api.request("POST", f"{RESOURCE}/namespaces/gpu/resourceclaims", claim)["metadata"]["uid"]
-        pod = busybox_pod("dra", f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}")
-        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
-        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-        node.create_pod("gpu", pod)
+        claim_uid = create_claim(node, "one-gpu", WANTED)
+        node.create_pod("gpu", claim_pod("dra", "one-gpu", f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}"))
         done = node.wait_pod_phase("gpu", "dra", ("Succeeded", "Failed"))
         assert done["spec"]["nodeName"] == node.name and done["status"]["phase"] == "Succeeded", done["status"]
 
@@ -114,6 +139,96 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
         node.delete_pod("gpu", "dra")
         stop_process(plugin)
         for path in ("/namespaces/gpu/resourceclaims/one-gpu", f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}"):
+            try:
+                node.api.request("DELETE", RESOURCE + path)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+
+
+def quarantine(node: RealNode, uuids: list[str]) -> None:
+    """Set the Node's repair loop quarantine list, as gpu-health does (a PUT retried on a conflict)."""
+
+    def put() -> bool:
+        current = node.api.request("GET", f"/api/v1/nodes/{node.name}")
+        annotations = current["metadata"].setdefault("annotations", {})
+        value = encode_quarantine(uuids)
+        if value is None:
+            annotations.pop(QUARANTINE_ANNOTATION, None)
+        else:
+            annotations[QUARANTINE_ANNOTATION] = value
+        try:
+            node.api.request("PUT", f"/api/v1/nodes/{node.name}", current)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409:
+                return False
+            raise
+        return True
+
+    wait_for("the Node's quarantine annotation written", put, 30)
+
+
+def device_taints(node: RealNode, device: str) -> list[dict[str, Any]]:
+    """The taints of one device of the plugin's live ResourceSlice, as the API server keeps them."""
+    live = node.api.request("GET", f"{RESOURCE}/resourceslices/{node.name}-{DRIVER}")
+    return list(next(d for d in live["spec"]["devices"] if d["name"] == device).get("taints") or [])
+
+
+def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_lifts_it(node: RealNode) -> None:
+    """With --device-taints, a GPU the repair loop quarantines is tainted NoExecute in the slice (the
+    API server keeps the taint: DRADeviceTaints is on in the peers, alpha in 1.34): the controller
+    manager evicts the pod already running on it, the real scheduler allocates it to no new claim,
+    and when the loop gives the GPU back the taint goes and the waiting pod gets it."""
+    uuids = gpu_uuids()
+    held, wanted = 3, 2
+    plugin = start_plugin(node, "--device-taints")
+    try:
+        create_claim(node, "held", held)
+        node.create_pod("gpu", claim_pod("holder", "held", "sleep 3600"))
+        node.wait_pod_phase("gpu", "holder", ("Running",))
+
+        quarantine(node, [uuids[held], uuids[wanted]])
+        taint = wait_for("the quarantined GPUs tainted", lambda: device_taints(node, f"gpu-{wanted}") or None, 60)
+        assert [(t["key"], t["value"], t["effect"]) for t in taint] == [(TAINT_KEY, "quarantined", NO_EXECUTE)]
+        assert taint[0]["timeAdded"]  # added by the API server: the field is served, not dropped
+        assert device_taints(node, f"gpu-{held}") and not device_taints(node, "gpu-0")
+
+        def evicted() -> bool:
+            try:
+                pod = node.get_pod("gpu", "holder")
+            except urllib.error.HTTPError as exc:
+                return exc.code == 404
+            return bool(pod["metadata"].get("deletionTimestamp"))
+
+        wait_for("the holder's eviction by the device taint eviction controller", evicted, 60)
+
+        create_claim(node, "waiting", wanted)
+        node.create_pod("gpu", claim_pod("waiter", "waiting", "echo got it"))
+
+        def unschedulable() -> bool:
+            conditions = node.get_pod("gpu", "waiter").get("status", {}).get("conditions") or []
+            return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+        wait_for("the scheduler finding no untainted device", unschedulable, 60)
+        waiting = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/waiting")
+        assert not waiting.get("status", {}).get("allocation")
+
+        quarantine(node, [])  # the repair loop gives both GPUs back
+        wait_for("the taint lifted", lambda: not device_taints(node, f"gpu-{wanted}"), 60)
+        done = node.wait_pod_phase("gpu", "waiter", ("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/waiting")["status"]["allocation"]
+        assert [r["device"] for r in allocation["devices"]["results"]] == [f"gpu-{wanted}"]
+    finally:
+        for pod in ("holder", "waiter"):
+            node.delete_pod("gpu", pod)
+        quarantine(node, [])
+        stop_process(plugin)
+        for path in (
+            "/namespaces/gpu/resourceclaims/held",
+            "/namespaces/gpu/resourceclaims/waiting",
+            f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}",
+        ):
             try:
                 node.api.request("DELETE", RESOURCE + path)
             except urllib.error.HTTPError as exc:

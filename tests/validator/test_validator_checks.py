@@ -89,6 +89,16 @@ def test_plugin_check_reads_node_capacity() -> None:
     assert not check_plugin(cluster, "absent").ok
 
 
+def test_plugin_check_passes_a_node_whose_gpus_are_the_dra_drivers() -> None:
+    """``gpuchain.io/gpu.allocator=dra`` (kube.allocator): the device plugin announces none by design."""
+    dra = {"name": "dra", "labels": {"gpuchain.io/gpu.allocator": "dra"}}
+    cluster = MemoryCluster(
+        [{"apiVersion": "v1", "kind": "Node", "metadata": dra, "status": {"capacity": {"nvidia.com/gpu": "0"}}}]
+    )
+    ok = check_plugin(cluster, "dra")
+    assert ok.ok and "DRA driver" in ok.message
+
+
 def test_ready_files(tmp_path: Path) -> None:
     files = ReadyFiles(tmp_path / "validations")
     assert not files.is_ready("driver")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuchain.exporter import COLLECT_INTERVAL
+from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator
 
 if TYPE_CHECKING:
     from gpuchain.gpu.burnin import BurnInConfig
@@ -135,6 +136,11 @@ class DraPluginSettings:
     resync: float = 30.0
     recovery_quiet_seconds: float | None = None
     dev_root: Path = Path("/")
+    unlabelled: Allocator = DEVICE_PLUGIN
+    """Who serves a node without the ``gpuchain.io/gpu.allocator`` label (``kube.allocator``):
+    ``device-plugin`` (the driver publishes nothing there) or ``dra``."""
+    device_taints: bool = False
+    """Publish an unhealthy device with a taint instead of leaving it out of the slice."""
 
 
 @dataclass(frozen=True, kw_only=True)

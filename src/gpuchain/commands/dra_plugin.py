@@ -7,6 +7,7 @@ import enum
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -43,15 +44,24 @@ from gpuchain.commands._output import (
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.common.supervise import EXIT_CODE
 from gpuchain.dra.checkpoint import CheckpointError
-from gpuchain.dra.driver import DEFAULT_STATE_DIR
+from gpuchain.dra.driver import DEFAULT_STATE_DIR, DraDriver
 from gpuchain.dra.server import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR
 from gpuchain.dra.slices import SliceError
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN, DRA
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
 
+if TYPE_CHECKING:
+    from gpuchain.exporter.server import MetricsServer
+
 log = logging.getLogger("gpuchain.dra")
+
+
+class UnlabelledNodes(enum.StrEnum):
+    device_plugin = DEVICE_PLUGIN
+    dra = DRA
 
 
 class ClusterKind(enum.StrEnum):
@@ -78,6 +88,20 @@ def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list
             f"the kubelet's directories ({', '.join(real)})",
             "point --registry-dir, --plugin-dir, --cdi-dir and --state-dir elsewhere",
         )
+
+
+def _serve_metrics(driver: DraDriver, address: str, port: int) -> MetricsServer:
+    """The plugin's metrics on the exporter's HTTP server, on a daemon thread; a port that cannot be
+    bound is one line and exit 1 (before the plugin registers)."""
+    from gpuchain.exporter.server import MetricsServer
+
+    try:
+        server = MetricsServer(driver.metrics, address, port)
+    except OSError as exc:
+        fail(f"--metrics-port: cannot listen on {address}:{port}: {exc.strerror or exc}; pick another port", code=1)
+    server.start_background()
+    log.info("serving the DRA plugin's metrics on http://%s:%d/metrics", address, server.server_port)
+    return server
 
 
 def dra_plugin(
@@ -113,12 +137,35 @@ def dra_plugin(
         help="Where the driver's /dev lives (/ for a host driver, the driver container's root otherwise); "
         "optional control devices such as /dev/nvidia-modeset are looked up there.",
     ),
+    unlabelled: UnlabelledNodes = typer.Option(
+        UnlabelledNodes.device_plugin,
+        "--unlabelled-nodes",
+        help=f"Who serves a node without the {ALLOCATOR_LABEL} label: the device plugin (this driver then "
+        f"publishes nothing there; label the node {ALLOCATOR_LABEL}={DRA} to hand it over), or this driver "
+        "(only where no device plugin is deployed).",
+    ),
+    device_taints: bool = typer.Option(
+        False,
+        "--device-taints",
+        help="Publish an unhealthy device with a taint (NoSchedule, or NoExecute where its fault needs the pods "
+        "off) instead of leaving it out of the slice; needs Device.taints (Kubernetes >= 1.36, or the "
+        "DRADeviceTaints feature gate), else the plugin falls back to leaving it out.",
+    ),
+    metrics_port: int = typer.Option(
+        0,
+        "--metrics-port",
+        min=0,
+        help="Serve the plugin's Prometheus metrics (prepare/unprepare latency histograms, devices per state) "
+        "on this port at /metrics; 0 serves nothing.",
+    ),
+    metrics_address: str = typer.Option("0.0.0.0", "--metrics-address", help="With --metrics-port: the address."),
     release_dir: str = nvml_release_dir_option(),
     log_format: LogFormat = log_format_option(),
 ) -> None:
     """Serve GPUs and MIG devices to Kubernetes DRA as driver gpu.gpuchain.io.
 
-    Publishes this node's ResourceSlice, registers with the kubelet's plugin watcher, prepares
+    Publishes this node's ResourceSlice (its devices only while the node's GPUs are DRA's, never
+    while a device plugin announces them), registers with the kubelet's plugin watcher, prepares
     claims as CDI specs and withdraws devices on XIDs (DP_DISABLE_HEALTHCHECKS /
     DP_ENABLE_HEALTHCHECKS as for the device plugin). SIGTERM stops cleanly.
     """
@@ -151,11 +198,19 @@ def dra_plugin(
         resync=resync,
         recovery_quiet_seconds=quiet,
         dev_root=dev_root,
+        unlabelled=DRA if unlabelled is UnlabelledNodes.dra else DEVICE_PLUGIN,
+        device_taints=device_taints,
     )
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:
         driver, server = dra_role.driver_of(settings, node)
-        asyncio.run(serve_alone(functools.partial(dra_role.serve, driver, server, resync), node, "dra-plugin"))
+        metrics = _serve_metrics(driver, metrics_address, metrics_port) if metrics_port else None
+        try:
+            asyncio.run(serve_alone(functools.partial(dra_role.serve, driver, server, resync), node, "dra-plugin"))
+        finally:
+            if metrics is not None:
+                metrics.shutdown()
+                metrics.server_close()
     except RoleError as exc:
         fail(str(exc), code=exc.code)
     except (CheckpointError, SliceError) as exc:

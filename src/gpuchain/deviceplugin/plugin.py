@@ -93,6 +93,21 @@ def fit_resources(inventory: Inventory, config: Config) -> tuple[list[Resource],
     return map_resources(fitting, _clamped(fitting, config)), reason
 
 
+def served_resources(
+    inventory: Inventory, config: Config, handed_to_dra: bool = False, fit: bool = False
+) -> tuple[list[Resource], str | None]:
+    """What the plugin serves, and why not all of it (None when it is): while the Node gives its GPUs
+    to the DRA driver (``kube.allocator``), its resources with no device, so the kubelet's capacity
+    drops to 0 at once (an endpoint that goes away keeps its capacity for the kubelet's grace period,
+    and the DRA driver waits for 0); else the config's resources, and with ``fit`` what still fits
+    when not all of it does (``fit_resources``; without, ResourceMappingError)."""
+    if handed_to_dra:
+        return [replace(r, devices=()) for r in fit_resources(inventory, config)[0]], None
+    if fit:
+        return fit_resources(inventory, config)
+    return map_resources(inventory, config), None
+
+
 def _single_fit(inventory: Inventory, config: Config) -> Inventory:
     if not mig_strategy_problems(inventory, config.flags.mig_strategy):
         return inventory
@@ -191,6 +206,8 @@ class DevicePlugin:
         """Seconds between two health questions to each running MPS control daemon."""
         self.mps_down: set[str] = set()
         """MPS-shared resources whose control daemon does not answer (their devices are Unhealthy)."""
+        self.handed_to_dra = False
+        """The Node gives its GPUs to the DRA driver (``kube.allocator``): every endpoint announces no device."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -268,10 +285,7 @@ class DevicePlugin:
         """Serve the config's resources; with ``fit``, what still fits when not all of it does
         (otherwise ResourceMappingError)."""
         inventory = self._inventory()
-        if fit:
-            resources, degraded = fit_resources(inventory, self.config)
-        else:
-            resources, degraded = map_resources(inventory, self.config), None
+        resources, degraded = served_resources(inventory, self.config, self.handed_to_dra, fit)
         servers = {}
         try:
             for res in resources:
@@ -320,7 +334,7 @@ class DevicePlugin:
         now (NVIDIA's plugin requires the root for MPS; without it the replicas are announced and
         no daemon runs); stop those of resources no longer served the same way."""
         root = self.config.flags.mps_root
-        wanted = {r.name: r for r in self.resources if r.sharing == "mps"} if root else {}
+        wanted = {r.name: r for r in self.resources if r.sharing == "mps" and r.devices} if root else {}
         stale = {
             name
             for name, (ids, _) in self._mps.items()
@@ -446,6 +460,25 @@ class DevicePlugin:
                 await self._serve(fit=True)
             if not await self._try_register():
                 await asyncio.sleep(1.0)
+
+    async def hand_to_dra(self, handed: bool) -> None:
+        """Stop serving (the Node's GPUs now belong to the DRA driver) or serve again (they are back).
+
+        Handed over, every endpoint announces an empty list, so the kubelet offers none of the node's GPUs;
+        the DRA driver publishes them only once the Node's capacity shows none (``kube.allocator``).
+        """
+        if handed == self.handed_to_dra:
+            return
+        self.handed_to_dra = handed
+        log.info(
+            "the node's GPUs are the DRA driver's now: announcing none"
+            if handed
+            else "the node's GPUs are the device plugin's again: announcing them"
+        )
+        try:
+            await self._remap()
+        except OSError as exc:  # the kubelet watch serves again (``_unserved``)
+            log.error("re-serving after the node's GPUs changed hands failed (%s); retrying", exc)
 
     # ---- health ---------------------------------------------------------------------------------
 

@@ -45,7 +45,11 @@ class QuarantineFollower:
         apply: Callable[[frozenset[str]], object],
         retry_seconds: float = 1.0,
         watch_seconds: float | None = 600.0,
+        on_node: Callable[[Obj], object] | None = None,
     ) -> None:
+        """``on_node``: called with every Node read, for what else the plugin follows on it (the DRA
+        plugin: whether the node's GPUs are its own, ``kube.allocator``)."""
+        self.on_node = on_node
         self.cluster = cluster
         self.node_name = node_name
         self.apply = apply
@@ -55,6 +59,8 @@ class QuarantineFollower:
 
     def see(self, node: Obj) -> None:
         """Take the quarantine list of ``node`` (this Node as just read); ``apply`` when it changed."""
+        if self.on_node is not None:
+            self.on_node(node)
         found = quarantine_of(node)
         if found != self.current:
             if found:

@@ -31,6 +31,7 @@ from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, start_refused, unschedulable_message
 from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, labels_of, name_of
 from gpuchain.operator.operands import (
@@ -1668,6 +1669,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             log,
             f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
+    if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
+        return Result(LinkState.OK, f"the node's GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA})")
     if not announced:
         registered = catalog.find(log, "k8s-device-plugin.registered")
         problem = catalog.known_error(log) or catalog.find(log, NO_DEVICES)

@@ -27,7 +27,8 @@ from gpuchain.doctor.checks import (
     plugin_off_gpu_nodes,
 )
 from gpuchain.doctor.context import Context, NodeView, index
-from gpuchain.doctor.evidence import failure_at, unrecognised
+from gpuchain.doctor.dra_conflict import dra_conflicts
+from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
@@ -76,7 +77,7 @@ def _consequence(view: NodeView, link: str, operands: tuple[Operand, ...]) -> li
 
 
 def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
-    labels = sorted(k for k, v in view.labels.items() if k.startswith(DEPLOY_PREFIX) and v == "false")
+    labels = sorted(k for k, v in view.labels.items() if v == "false" and k.startswith(DEPLOY_PREFIX))
     if driver.state is LinkState.OK:
         labels = [k for k in labels if k != DEPLOY_PREFIX + DRIVER.deploy]
     if not labels:
@@ -114,6 +115,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
     driver_result: Result | None = None
+    # Every failing container here, and what else witnesses a link, read once for all the links.
+    found = failures(ctx, view)
+    witnessed = witnesses(ctx, view, found)
     for name, check, operands in CHECKS:
         if root is not None or (
             driver_result is not None
@@ -133,7 +137,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         if name in FOUNDATION and result.state is not LinkState.BROKEN:
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
-            early = failure_at(ctx, view, name)
+            early = failure_at(ctx, view, name, witnessed)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
@@ -160,7 +164,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings.append(opted)
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
-    findings += unrecognised(ctx, view, LINK_OF)
+    findings += unrecognised(ctx, view, LINK_OF, found)
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
@@ -421,6 +425,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     findings += [f for c in chains for f in c.findings]
     findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
     findings += _version_skew(ctx)
+    findings += dra_conflicts(snapshot, ctx.stack)
     findings += _pending(ctx, chains)
     return Report(
         chains,

@@ -10,7 +10,8 @@ Two sources, both independent of which stack runs the cluster:
   that fails (StartError, CreateContainerError, RunContainerError, a crash loop, a hook exiting 1)
   breaks that link, and the operands that wait behind it are consequences, never the root.
 
-`failure_at(ctx, view, link)` answers, for one link of one node, the first such failure, or None.
+`failure_at(ctx, view, link, witnessed)` answers, for one link of one node, the first such failure
+(of `witnesses`), or None.
 The walk asks it before the link's own check, bottom-up, so the lowest link a failure proves broken
 is named first.
 """
@@ -142,6 +143,13 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     return out
 
 
+def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failure]:
+    """Everything on this node that may prove a link broken, in the order `failure_at` weighs it:
+    ``found`` (`failures` of this node), running operands whose log says so, GPU pods the runtime
+    refused."""
+    return [*found, *running_says(ctx, view), *refused_workloads(ctx, view)]
+
+
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
     """The catalog entry that proves a link broken whatever pod shows it, the link, and the line;
     None when no line of ``text`` is such a message."""
@@ -233,10 +241,11 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
     return action, ctx.stack.render(action)
 
 
-def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
+def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
-    catalog, or by being that link's validation), as a root finding; None when none does."""
-    for failure in [*failures(ctx, view), *running_says(ctx, view), *refused_workloads(ctx, view)]:
+    catalog, or by being that link's validation), as a root finding; None when none does. ``found``
+    is `witnesses` of this node: the walk reads them once, not once per link."""
+    for failure in found:
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull never ran, so it proves nothing of the link
         # it validates: the pod that carries it fails to start, which its own link's check reports.
@@ -264,12 +273,12 @@ def failure_at(ctx: Context, view: NodeView, link: str) -> Finding | None:
     return None
 
 
-def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str]) -> list[Finding]:
+def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: list[Failure]) -> list[Finding]:
     """A warning for each failing container whose last error line no catalog entry knows: the line,
     quoted, and the component it came from, so an unknown failure is never taken for a known one.
-    ``link_of`` maps an operand state to its link."""
+    ``link_of`` maps an operand state to its link; ``found`` is `failures` of this node."""
     out = []
-    for failure in failures(ctx, view):
+    for failure in found:
         line = catalog.unknown_error(failure.text)
         state = next((s for s, p in view.operand_pods.items() if p is failure.pod), "")
         link = ctx.stack.validations.get(failure.container) if failure.init else None

@@ -27,6 +27,7 @@ from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, Stack, detect
+from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -85,6 +86,7 @@ class Snapshot:
     #: the last terminated run's log of containers that restarted (``kubectl logs --previous``)
     previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
+    resource_slices: list[Obj] = field(default_factory=list)  #: DRA ResourceSlices (resource.k8s.io/v1)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
     #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
     scrapes: dict[str, Scrape] = field(default_factory=dict)
@@ -106,6 +108,7 @@ STEPS = (
     "configmaps",
     "runtimeclasses",
     "events",
+    "resourceslices",
 )
 
 
@@ -147,6 +150,8 @@ def gather(
     step("runtimeclasses")
     events = cluster.list_readonly(EVENT, field_selector="type=Warning")
     step("events")
+    resource_slices = list_if_served(cluster, RESOURCE_SLICE)
+    step("resourceslices")
     return Snapshot(
         namespace or "",
         policies + nvidia,
@@ -157,6 +162,7 @@ def gather(
         runtime_classes,
         events,
         drivers=drivers,
+        resource_slices=resource_slices,
     )
 
 

@@ -25,8 +25,11 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ from gpuchain.common.files import remove
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.metrics import DraMetrics
+from gpuchain.dra.taints import health_taint, taints_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
@@ -41,6 +46,7 @@ from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_event
 from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
+from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj
@@ -71,7 +77,11 @@ class DriverConfig:
     ``recovery_quiet_seconds`` is the device plugin's ``health.recoveryQuietSeconds``: how long a
     recovered GPU (or a restored event stream) must stay quiet before its devices are published
     again. ``dev_root`` is where the driver's ``/dev`` lives (``/`` for a host driver, the driver
-    container's root otherwise); optional control devices are looked up there.
+    container's root otherwise); optional control devices are looked up there. ``unlabelled``:
+    who serves a node without the ``gpuchain.io/gpu.allocator`` label (``kube.allocator``): the
+    device plugin (the driver then publishes nothing there), or this driver where no device plugin
+    is deployed. ``device_taints``: publish unhealthy devices with a taint (``dra.taints``) instead of
+    leaving them out, where the cluster serves ``Device.taints``.
     """
 
     node: str
@@ -80,6 +90,8 @@ class DriverConfig:
     policy: HealthPolicy = field(default_factory=HealthPolicy)
     recovery_quiet_seconds: float = DEFAULT_QUIET_SECONDS
     dev_root: Path = Path("/")
+    unlabelled: Allocator = DEVICE_PLUGIN
+    device_taints: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,12 @@ class DraDriver:
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
         self._lock = threading.RLock()
+        self.withheld: str | None = None
+        """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
+        self.taints_served = config.device_taints
+        """Unhealthy devices are published tainted: asked for, and the API server kept the taints."""
+        self.metrics = DraMetrics(config.node, self.device_states)
+        """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
     @property
     def node(self) -> str:
@@ -138,8 +156,16 @@ class DraDriver:
         """The ResourceSlice this node should publish now, checked against the API's rules."""
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
-        devices = slices.render_devices(inv, self.unhealthy)
         owner = self.cluster.get_or_none(NODE, self.node)
+        withheld = dra_may_publish(owner, self.config.unlabelled)
+        if withheld != self.withheld:
+            if withheld:
+                log.warning("Node %s: publishing no devices: %s", self.node, withheld)
+            else:
+                log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
+            self.withheld = withheld
+        taint_of = partial(health_taint, self.health) if self.taints_served else None
+        devices = [] if withheld else slices.render_devices(inv, self.unhealthy, taint_of)
         obj = slices.resource_slice(self.node, devices, slices.pool_generation(live, devices), owner)
         slices.check_slice(obj)
         return obj
@@ -150,9 +176,36 @@ class DraDriver:
             live = self.cluster.get_or_none(RESOURCE_SLICE, slices.slice_name(self.node))
             desired = self.desired_slice(live=live)
             result = self.cluster.apply(desired, live, known_live=True)
+            if self._taints_dropped(desired, result.object):
+                desired = self.desired_slice(live=result.object)
+                result = self.cluster.apply(desired, result.object, known_live=True)
             spec = desired["spec"]
             names = tuple(str(d["name"]) for d in spec["devices"])
             return Published(int(spec["pool"]["generation"]), result.changed, names)
+
+    def _taints_dropped(self, desired: Obj, written: Obj) -> bool:
+        """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
+        the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
+        wanted = any(taints_of(d) for d in desired["spec"]["devices"])
+        if not wanted or any(taints_of(d) for d in written.get("spec", {}).get("devices", [])):
+            return False
+        log.error(
+            "the API server dropped the device taints of ResourceSlice %s (Kubernetes before 1.36 serves "
+            "Device.taints only with the DRADeviceTaints feature gate): withdrawing unhealthy devices instead",
+            slices.slice_name(self.node),
+        )
+        self.taints_served = False
+        return True
+
+    def node_changed(self, node: Obj) -> Published | None:
+        """This Node as just read (its labels, its capacity): republish when whether its GPUs are
+        this driver's changed, so a node handed over either way is served at once."""
+        with self._lock:
+            reason = dra_may_publish(node, self.config.unlabelled)
+            if (reason is None) == (self.withheld is None):
+                self.withheld = reason  # the same verdict, perhaps newer words
+                return None
+            return self.publish()
 
     def on_event(self, event: HealthEvent) -> Published | None:
         """Apply a health event; republish when it changed the unhealthy set (else None).
@@ -187,11 +240,19 @@ class DraDriver:
             return self._republish_if(lambda: self.health.stream_restored(now) and bool(self.health.due(now)))
 
     def _republish_if(self, change: Callable[[], bool]) -> Published | None:
-        before = self.unhealthy
+        before = self._health_marks()
         change()
-        if self.unhealthy == before:
+        if self._health_marks() == before:
             return None
         return self.publish()
+
+    def _health_marks(self) -> object:
+        """What the slice shows of health: the unhealthy devices, and with taints also why (a GPU
+        already unhealthy that the repair loop takes changes its taint, not the set)."""
+        if not self.taints_served:
+            return self.unhealthy
+        h = self.health
+        return (self.unhealthy, h.quarantined, tuple(sorted(h.bad_gpus.items())), tuple(sorted(h.bad_migs.items())))
 
     async def follow_health(self) -> None:
         """Consume the backend's health events forever, republishing on each change.
@@ -253,6 +314,10 @@ class DraDriver:
 
     def prepare(self, ref: ClaimRef) -> PreparedClaim:
         """Prepare a claim (idempotent); raises PrepareError naming the claim and the problem."""
+        with self._timed("prepare"):
+            return self._prepare(ref)
+
+    def _prepare(self, ref: ClaimRef) -> PreparedClaim:
         with self._lock:
             done = self.checkpoint.get(ref.uid)
             if done is not None:
@@ -266,6 +331,8 @@ class DraDriver:
                 if name not in known:
                     raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r} is not on node {self.node}")
                 device, healthy = known[name]
+                if self.withheld:
+                    raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r}: {self.withheld}")
                 if not healthy:
                     raise PrepareError(
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
@@ -302,6 +369,36 @@ class DraDriver:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
         the claim still prepared (record and spec as they were), when its removal cannot be recorded
         or its spec cannot be removed."""
+        with self._timed("unprepare"):
+            return self._unprepare(ref)
+
+    @contextmanager
+    def _timed(self, operation: str) -> Iterator[None]:
+        """Observe how long ``operation`` took, and whether it raised, in the metrics."""
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.metrics.observe(operation, time.perf_counter() - start, ok)
+
+    def device_states(self) -> dict[str, int]:
+        """The node's devices by state (``dra.metrics.STATES``): withheld while the GPUs are not DRA's;
+        else unhealthy ones tainted or withdrawn, the others prepared (held by a claim) or available."""
+        with self._lock:
+            prepared = {d.device for c in self.checkpoint.claims() for d in c.devices}
+            states: Counter[str] = Counter()
+            for name, (_, healthy) in self._devices_by_name().items():
+                if self.withheld:
+                    states["withheld"] += 1
+                elif not healthy:
+                    states["tainted" if self.taints_served else "withdrawn"] += 1
+                else:
+                    states["prepared" if name in prepared else "available"] += 1
+            return dict(states)
+
+    def _unprepare(self, ref: ClaimRef) -> bool:
         where = f"claim {ref.namespace}/{ref.name}"
         with self._lock:
             claim = self.checkpoint.get(ref.uid)

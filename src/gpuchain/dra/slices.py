@@ -17,13 +17,13 @@ characters, at most 32 of them per device, strings at most 64 characters, versio
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from gpuchain.dra.kinds import API_VERSION, DRIVER
 from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, is_subset
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_PER_DEVICE = 32
@@ -129,18 +129,29 @@ def withdrawn(gpu: Gpu, unhealthy: Collection[str]) -> bool:
     return gpu.uuid in unhealthy
 
 
-def render_devices(inventory: Inventory, unhealthy: Collection[str] = ()) -> list[Obj]:
-    """The node's devices in a stable order, leaving out every unhealthy GPU or MIG device (by UUID)."""
+TaintOf = Callable[[str, str | None], Obj | None]
+"""A device's taint from its GPU UUID and MIG UUID (None for a whole GPU), None when healthy."""
+
+
+def render_devices(inventory: Inventory, unhealthy: Collection[str] = (), taint_of: TaintOf | None = None) -> list[Obj]:
+    """The node's devices in a stable order. Without ``taint_of`` every unhealthy GPU or MIG device
+    (by UUID) is left out; with it every device is published, an unhealthy one with its taint."""
+
+    def add(device: Obj, gpu_uuid: str, mig_uuid: str | None) -> None:
+        if taint_of is not None:
+            taint = taint_of(gpu_uuid, mig_uuid)
+            # an empty list, not no key, so a taint that is gone is a change (kube.objects.is_subset)
+            devices.append({**device, "taints": [taint] if taint else []})
+        elif gpu_uuid not in unhealthy and (mig_uuid is None or mig_uuid not in unhealthy):
+            devices.append(device)
+
     devices: list[Obj] = []
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
-        if withdrawn(gpu, unhealthy):
-            continue
         if not gpu.mig_enabled:
-            devices.append(gpu_device(gpu, inventory.driver))
+            add(gpu_device(gpu, inventory.driver), gpu.uuid, None)
             continue
         for mig in sorted(gpu.mig_devices, key=lambda m: (m.gi_id, m.ci_id)):
-            if mig.uuid not in unhealthy:
-                devices.append(mig_device(mig, gpu, inventory.driver))
+            add(mig_device(mig, gpu, inventory.driver), gpu.uuid, mig.uuid)
     return devices
 
 
@@ -157,8 +168,10 @@ def live_generation(live: Obj | None) -> int:
 
 
 def pool_generation(live: Obj | None, devices: list[Obj]) -> int:
-    """The generation to publish ``devices`` under: the live one if nothing changed, else one more."""
-    if live is not None and live.get("spec", {}).get("devices", []) == devices:
+    """The generation to publish ``devices`` under: the live one if nothing changed, else one more.
+
+    Fields the API server adds to what was written (a taint's ``timeAdded``) are no change."""
+    if live is not None and is_subset(devices, live.get("spec", {}).get("devices", [])):
         return live_generation(live)
     return live_generation(live) + 1
 

@@ -16,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, cast
 
@@ -279,22 +280,43 @@ class LiveCluster(Cluster):
             "fieldSelector": build_selector(fields, for_fields=True) if fields else None,
         }
         decoder = _PAGES.get(kind, _ANY_PAGE)
-        http = self._client._client  # lightkube's request layer: auth, TLS, base URL, as logs() uses it
+        resource = self._res(kind)[0]
         items: builtins.list[Obj] = []
-        with collector_paused():
+        with collector_paused(), ThreadPoolExecutor(1, thread_name_prefix="gpuchain-list") as ahead:
+            self.calls.count("list")
+            body = self._page(resource, params, ns)
             while True:
-                self.calls.count("list")
-                try:
-                    request = http.prepare_request("list", self._res(kind)[0], params=params, **ns)
-                    response = http.send(http.build_adapter_request(request))
-                    http.raise_for_status(response)
-                except httpx2.HTTPStatusError as exc:
-                    raise _error(exc) from None
-                page = decoder.decode(response.content)
+                # The next page is asked for while this one is decoded: the server's time (and the
+                # network's) hides behind the decoding instead of adding to it.
+                hint = _continue_hint(body)
+                following = None
+                if hint:
+                    self.calls.count("list")
+                    following = ahead.submit(self._page, resource, {**params, "continue": hint}, ns)
+                page = decoder.decode(body)
                 items += [_listed(item, kind) for item in page.items or ()]
-                if not page.metadata.continue_:
+                token = page.metadata.continue_
+                if following is not None and token == hint:
+                    body = following.result()
+                    continue
+                if following is not None:
+                    wait([following])  # a head that misled: one request at a time on the client
+                if not token:
                     return items
-                params["continue"] = page.metadata.continue_
+                self.calls.count("list")
+                body = self._page(resource, {**params, "continue": token}, ns)
+
+    def _page(self, resource: type[Any], params: dict[str, Any], ns: dict[str, Any]) -> bytes:
+        """One ``list`` request's body, through lightkube's request layer (auth, TLS, base URL, as
+        logs() uses it); HTTP errors as the port's typed errors."""
+        http = self._client._client
+        try:
+            request = http.prepare_request("list", resource, params=params, **ns)
+            response = http.send(http.build_adapter_request(request))
+            http.raise_for_status(response)
+        except httpx2.HTTPStatusError as exc:
+            raise _error(exc) from None
+        return bytes(response.content)
 
     async def watch(
         self,
@@ -477,6 +499,29 @@ class _ListMeta(msgspec.Struct, gc=False):
     continue_: str = msgspec.field(default="", name="continue")
 
 
+class _Head(msgspec.Struct, gc=False):
+    """A list response's head: its metadata."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+
+def _continue_hint(body: bytes) -> str:
+    """The next page's ``continue`` token read from a list response's head, before its items are
+    decoded; "" when the head does not say. The API server writes a list's metadata before its items
+    (ListMeta precedes Items in every List type of k8s.io/api, and encoding/json keeps field order),
+    so this is the page's own token; the caller still takes the decoded page's token as the truth."""
+    end = body.find(b'"items":')
+    if end < 0:
+        return ""
+    try:
+        return _HEAD.decode(body[:end].rstrip().rstrip(b",") + b"}").metadata.continue_
+    except msgspec.DecodeError:
+        return ""
+
+
 def _page_decoder(item: Any) -> msgspec.json.Decoder[Any]:
     """A decoder of one list response whose items are ``item``."""
     page = msgspec.defstruct(
@@ -500,6 +545,13 @@ _PAGES = {NODE: _NODE_PAGE, **{k: _OBJECT_PAGE for k in (POD, DAEMONSET, DEPLOYM
 _ANY_PAGE = _page_decoder(dict[str, Any])
 
 
+def _fields(struct: msgspec.Struct) -> Obj:
+    """A decoded Struct as a dict of the fields the JSON had: shallow, since every value below it
+    is already plain JSON (`_struct`), so nothing is copied again (``msgspec.to_builtins`` would
+    rebuild every label map and status list: a tenth of the decoding at 10,000 nodes)."""
+    return {k: v for k, v in msgspec.structs.asdict(struct).items() if v is not msgspec.UNSET}
+
+
 def _listed(item: msgspec.Struct | Obj, kind: Kind) -> Obj:
     """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out:
     the fields the JSON had, a field absent staying absent."""
@@ -518,7 +570,7 @@ def _listed(item: msgspec.Struct | Obj, kind: Kind) -> Obj:
         if value is msgspec.UNSET:
             del out[name]
         elif isinstance(value, msgspec.Struct):
-            out[name] = msgspec.to_builtins(value)
+            out[name] = _fields(value)
     return out
 
 

@@ -33,6 +33,7 @@ from gpuchain.dra.server import DraPluginServer
 from gpuchain.dra.slices import slice_name
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import describe
+from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.kubelet.dra_peer import DraClaim, DraPeer
@@ -95,7 +96,8 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
     cluster.create(device_class())
     root = scratch_dir("dra-demo-")
     transcript: dict[str, Any] = {"preset": preset, "node": node, "driver": DRIVER}
-    driver = DraDriver(sim, cluster, DriverConfig(node=node, cdi_dir=root / "cdi", state_dir=root / "state"))
+    config = DriverConfig(node=node, cdi_dir=root / "cdi", state_dir=root / "state", unlabelled=DRA)  # a DRA-only node
+    driver = DraDriver(sim, cluster, config)
     server = DraPluginServer(driver, root / "plugins_registry", root / "plugins" / DRIVER)
     peer = DraPeer(root / "plugins_registry")
     try:

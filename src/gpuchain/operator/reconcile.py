@@ -26,6 +26,7 @@ from gpuchain.kube import (
 )
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
+from gpuchain.operator.dra import dra_problems
 from gpuchain.operator.drivertag import driver_os
 from gpuchain.operator.manifests import manifest_problems
 from gpuchain.operator.migrate import (
@@ -180,9 +181,14 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         wrote = _write_status(cluster, policy, invalid_status(parsed, namespace, generation))
         return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], parsed)
 
+    daemonsets = cluster.list(DAEMONSET)
+    both = dra_problems(parsed, daemonsets)
+    if both:  # the device plugin and the DRA plugin would serve the same GPUs: deploy neither change
+        wrote = _write_status(cluster, policy, invalid_status(both, namespace, generation))
+        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], both)
+
     nvidia = _nvidia_policies(cluster)
     if nvidia:
-        daemonsets = cluster.list(DAEMONSET)
         collision = nvidia_collision(nvidia, daemonsets, _nvidia_operator_deployments(cluster), parsed)
         if collision is not None:
             removed = _remove_colliding(cluster, collision, daemonsets, namespace)

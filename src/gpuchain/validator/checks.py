@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError
 from gpuchain.kube import NODE, Cluster, KubeError
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources
 
 
@@ -114,6 +115,10 @@ def check_plugin(cluster: Cluster, node_name: str) -> CheckResult:
         return CheckResult("plugin", False, f"cannot read node {node_name}: {exc}")
     field = "allocatable" if (node.get("status") or {}).get("allocatable") else "capacity"
     resources = {k: v for k, v in node_gpu_resources(node, field).items() if v > 0}
+    if not resources and allocator_of(node) == DRA:
+        return CheckResult(
+            "plugin", True, f"node {node_name}'s GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA}): none announced"
+        )
     if not resources:
         return CheckResult(
             "plugin",

@@ -28,6 +28,8 @@ from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
+from gpuchain.kube.allocator import DRA, allocator_of
+from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
 
 log = logging.getLogger("gpuchain.deviceplugin")
@@ -100,6 +102,23 @@ def prepare(settings: DevicePluginSettings, node: Node) -> Prepared:
     return Prepared(load(source, label, watch), source, watch, label, rv)
 
 
+def follow_allocator(plugin: DevicePlugin, watch: NodeLabelWatch) -> None:
+    """Keep the plugin off the node's GPUs while its Node gives them to the DRA driver
+    (``gpuchain.io/gpu.allocator=dra``, ``kube.allocator``): decided from the Node the watch last
+    read before the kubelet first sees a device, then on every change the watch brings."""
+    plugin.handed_to_dra = allocator_of(watch.node) == DRA
+    pending: set[asyncio.Task[None]] = set()  # held until done: the loop keeps only weak references
+
+    def see(node: Obj) -> None:
+        handed = allocator_of(node) == DRA
+        if handed != plugin.handed_to_dra:
+            task = asyncio.get_running_loop().create_task(plugin.hand_to_dra(handed))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    watch.observers.append(see)
+
+
 async def serve(
     settings: DevicePluginSettings,
     node: Node,
@@ -119,6 +138,7 @@ async def serve(
             watch.report, ResourceMappingError(reason), "serving what still fits"
         )
         QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).attach(watch)
+        follow_allocator(plugin, watch)
     follower = ConfigFollower(plugin, source, os.environ, prepared.label, watch)
 
     async def reload(trigger: str) -> None:

@@ -47,6 +47,8 @@ def driver_of(settings: DraPluginSettings, node: Node) -> tuple[DraDriver, DraPl
         policy=policy,
         recovery_quiet_seconds=quiet,
         dev_root=settings.dev_root,
+        unlabelled=settings.unlabelled,
+        device_taints=settings.device_taints,
     )
     driver = DraDriver(backend, node.cluster(), config)
     server = DraPluginServer(
@@ -71,7 +73,8 @@ async def serve(
     )
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
-    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined)  # the repair loop's list
+    # The repair loop's list, and whether the node's GPUs are this driver's (kube.allocator), on one watch.
+    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined, on_node=driver.node_changed)
     failed = asyncio.Event()
     critical = Critical(failed)
     tasks = [
