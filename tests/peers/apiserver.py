@@ -312,6 +312,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # Since 1.35 a loopback advertise address is refused by the endpoint reconciler, which
+                # only keeps default/kubernetes's endpoints: nothing here reaches the server that way.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={port}",
                 f"--cert-dir={workdir / 'certs'}",
                 f"--tls-cert-file={workdir / 'server.crt'}",
