@@ -6,6 +6,7 @@ action, and the simulator applies that action too."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -873,6 +874,176 @@ def test_a_gpu_that_stopped_answering_the_exporter_is_reset() -> None:
     assert not after.findings and not after.broken
 
 
+def _warn(cluster: Cluster, pod: dict[str, Any], reason: str, message: str) -> None:
+    """A kubelet Warning Event about ``pod``, as `kubectl get events` lists it."""
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name_of(pod)}.{reason.lower()}", "namespace": namespace_of(pod)},
+            "involvedObject": {"kind": "Pod", "name": name_of(pod), "namespace": namespace_of(pod)},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+        }
+    )
+
+
+def _creating(cluster: Cluster, ds: str, node: str) -> dict[str, Any]:
+    """The ``ds`` pod on ``node`` left in ContainerCreating (its volumes never mounted)."""
+    pod = next(p for p in cluster.list(POD) if p["metadata"]["name"].startswith(ds) and p["spec"]["nodeName"] == node)
+    status = pod["status"]
+    for e in status.get("containerStatuses") or []:
+        e.update(ready=False, state={"waiting": {"reason": "ContainerCreating"}})
+    status.update(phase="Pending", conditions=[{"type": "Ready", "status": "False"}])
+    cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    return pod
+
+
+def test_an_operand_waiting_on_the_driver_root_is_the_driver_not_the_operand() -> None:
+    """Any operand that cannot mount the driver's host directory waits on the driver (issue 26, item 2):
+    on GKE the plugin's FailedMount for /home/kubernetes/bin/nvidia means no driver was installed."""
+    sim = build(parse_scenario("name: x\nstack: gke\nnodes:\n  - {name: a}\n  - {name: b}\n"))
+    pod = _creating(sim.cluster, "nvidia-gpu-device-plugin", "b")
+    _warn(
+        sim.cluster,
+        pod,
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "nvidia" : hostPath type check failed: /home/kubernetes/bin/nvidia '
+        "is not a directory",
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("driver.not-installed", "driver", "b")]
+    assert "kubelet.hostpath-not-directory" in " ".join(roots[0].evidence)
+    assert "gpu-driver-version" in roots[0].fix and "daemonset-preloaded" in roots[0].fix
+
+
+def test_gpu_pods_refused_because_nvml_fails_at_allocation_are_the_driver() -> None:
+    """NVML failing under the plugin's Allocate (kubelet UnexpectedAdmissionError) is the driver's fault,
+    with the driver's repair (reboot, GSP firmware off), not a kubelet restart."""
+    sim = build(parse_scenario("name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: a, hostDriver: 570.195.03}\n"))
+    node = "a"
+    pod = {"metadata": {"name": "job-0", "namespace": "default"}, "spec": {"nodeName": node}}
+    _warn(
+        sim.cluster,
+        pod,
+        "UnexpectedAdmissionError",
+        "Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: rpc error: code = "
+        "Unknown desc = error getting list of preferred allocation devices: unable to retrieve list of available "
+        "devices: error creating nvml.Device 0: nvml: Unknown Error, which is unexpected",
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert [(f.id, f.link) for f in roots] == [("driver.gpu-unavailable", "driver")]
+    assert "NVreg_EnableGpuFirmware=0" in roots[0].fix and "restart kubelet" not in roots[0].fix
+    assert not any(f.id == "workload.admission-failed" for f in report.findings), "no kubelet restart beside it"
+    assert roots[0].action is not None and roots[0].action.op is FixOp.NODE
+
+
+def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
+    """NVIDIA/gpu-operator#287's class: MIG mode set on the host before the operator; the plugin and GFD
+    both fail and the MIG manager was never placed, so the fix puts it there with a layout."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a, preset: a100-40gb-x8}\n"))
+    unset = dict.fromkeys(("nvidia.com/gpu.deploy.mig-manager", "nvidia.com/mig.config", "nvidia.com/mig.config.state"))
+    sim.cluster.patch(NODE, "a", {"metadata": {"labels": unset}})
+    for ds in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery"):
+        _fail(sim, ds, "a")
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link) for f in roots] == [("mig.unmanaged", "mig")]
+    assert roots[0].action is not None and roots[0].action.changes.get("nvidia.com/gpu.deploy.mig-manager") == "true"
+
+
+def _released_beside(tmp_path: Path, ds: str, namespace: str, image: str, log: str, labels: str = "") -> Report:
+    """A standalone-plugin cluster with a release of its own of ``ds`` (in ``namespace``) whose one pod runs
+    ready and logs ``log``; the doctor's report on it. Built with the held-out sets' edits (tests/sim/heldout)."""
+    from sim.heldout import harness
+
+    doc = f"""
+name: x
+source: gpuchain#0
+base:
+  stack: nvidia-device-plugin
+  nodes: [{{name: a, preset: l4-x2, hostDriver: 550.90.07}}]
+edits:
+  - {{do: add-daemonset, namespace: {namespace}, name: {ds}, image: {image}, containers: [main], nodes: [a]}}
+  - {{do: pod, daemonset: {ds}, namespace: {namespace}, node: a, logs: {{main: {json.dumps(log)}}}}}
+{labels}
+expect: {{root: none, nodes: []}}
+"""
+    path = tmp_path / "x.yaml"
+    path.write_text(doc)
+    case = harness.load(path)
+    return run_doctor(case.cluster, reader=case.read_log)
+
+
+def test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter(tmp_path: Path) -> None:
+    """NVIDIA/dcgm-exporter's pod-resources client cannot reach the kubelet's socket: the pod runs, no
+    metrics carry pods; its own link, with the catalog's repair (the chart's kubeletPath)."""
+    line = (
+        "level=error msg=\"Failed to collect metrics; err: failure connecting to '/var/lib/kubelet/pod-resources/"
+        "kubelet.sock'; err: context deadline exceeded\""
+    )
+    report = _released_beside(tmp_path, "dcgm-exporter", "monitoring", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3", line)
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("exporter.running-with-errors", "exporter", "a")]
+    assert "kubeletPath" in roots[0].fix and "dcgm-exporter.pod-resources-connect" in " ".join(roots[0].evidence)
+
+
+def test_a_running_gfd_without_labels_whose_log_says_why_is_gfd(tmp_path: Path) -> None:
+    """gpu-feature-discovery that found no GPU at its start runs on with no label written: its own link."""
+    unlabel = "  - {do: node, node: a, labels: {nvidia.com/gpu.product: null}}"
+    report = _released_beside(
+        tmp_path,
+        "gpu-feature-discovery",
+        "node-feature-discovery",
+        "nvcr.io/nvidia/gpu-feature-discovery:v0.8.2",
+        "W0101 00:00:00.000000 1 main.go:275] No labels generated from any source",
+        unlabel,
+    )
+    roots = [f for f in report.findings if f.root]
+    assert [(f.id, f.link, f.node) for f in roots] == [("gfd.running-with-errors", "gfd", "a")]
+    assert "delete pod" in roots[0].fix
+
+
+def test_a_driver_failure_no_entry_knows_quotes_the_line_and_names_the_next_action() -> None:
+    """Issue 26, item 3: a driver log line the catalog does not know is quoted in the fix with the action a
+    person takes for the driver link (packages, precompiled driver), never "run it again" alone."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
+    line = "Error: Unable to frobnicate the widget for kernel 9.9.9"
+    _fail(
+        sim,
+        "nvidia-driver-daemonset",
+        "a",
+        main="nvidia-driver-ctr",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.not-ready", "driver")
+    assert line in found.fix and "usePrecompiled" in found.fix
+    assert "knows no repair" not in found.fix and pastes(found.fix)
+
+
+def test_a_failing_validation_whose_message_the_catalog_knows_gets_the_entrys_repair() -> None:
+    """The validator's driver-validation without a host driver: the driver link, with the catalog entry's
+    repair (install the host driver or let the operator install it), not a rerun of the validation."""
+    sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
+    line = 'time="2026-01-01T00:00:00Z" level=error msg="failed to find an executable \'nvidia-smi\' on the host"'
+    _fail(
+        sim,
+        "nvidia-operator-validator",
+        "a",
+        init="driver-validation",
+        lastState={"terminated": {"reason": "Error", "exitCode": 1, "message": line}},
+    )
+    found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root)
+    assert (found.id, found.link) == ("driver.validation-failed", "driver")
+    assert "gpu-operator.validator-no-host-nvidia-smi" in " ".join(found.evidence)
+    assert "spec.driver.enabled=true" in found.fix and found.action is not None
+
+
 def _gpu_node(sim: Any) -> str:
     return next(name_of(n) for n in sim.cluster.list(NODE) if node_gpu_resources(n))
 
@@ -924,3 +1095,47 @@ def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -
     link = next(lk for lk in chain.links if lk.name == "device-plugin")
     assert link.state.value == "ok" and "DRA driver" in link.summary, link
     assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()
+
+
+def _upgrading(tmp_path: Path, state: str, driver_pod: str) -> Report:
+    """Three GPU Operator nodes in a rolling driver upgrade (one at a time): a-0 done, a-1 in ``state`` with
+    its driver pod as ``driver_pod`` (held-out edit YAML), a-2 waiting its turn."""
+    from sim.heldout import harness
+
+    doc = f"""
+name: x
+source: gpuchain#0
+base:
+  stack: gpu-operator
+  nodes: [{{name: a, count: 3, preset: l4-x2}}]
+edits:
+  - {{do: node, node: a-0, labels: {{nvidia.com/gpu-driver-upgrade-state: upgrade-done}}}}
+  - {{do: node, node: a-1, labels: {{nvidia.com/gpu-driver-upgrade-state: {state}}}, unschedulable: true}}
+  - {{do: node, node: a-2, labels: {{nvidia.com/gpu-driver-upgrade-state: upgrade-required}}}}
+  - {{do: pod, daemonset: nvidia-driver-daemonset, node: a-1, {driver_pod}}}
+expect: {{root: none, nodes: []}}
+"""
+    path = tmp_path / "x.yaml"
+    path.write_text(doc)
+    case = harness.load(path)
+    return run_doctor(case.cluster, reader=case.read_log)
+
+
+@pytest.mark.parametrize("state", ["pod-restart-required", "validation-required"])
+def test_a_driver_pod_the_upgrade_restarts_is_information_not_a_fault(tmp_path: Path, state: str) -> None:
+    """NVIDIA's upgrade controller deleted the old driver pod (pod-restart-required) or waits for the new one
+    to validate: the new pod in its driver-manager init container is the upgrade at work."""
+    starting = "phase: Pending, init: [{name: k8s-driver-manager, state: {running: true}}]"
+    report = _upgrading(tmp_path, state, starting)
+    assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()
+    (info,) = [f for f in report.findings if f.id == "driver.upgrading"]
+    assert (info.node, info.severity, info.action) == ("a-1", Severity.INFO, None)
+    chain = next(c for c in report.chains if c.node == "a-1")
+    assert [lk.state.value for lk in chain.links][:2] == ["broken", "not-reached"]  # the links above wait
+
+
+def test_a_driver_pod_that_fails_during_the_upgrade_is_still_judged(tmp_path: Path) -> None:
+    crash = "containers: [{name: nvidia-driver-ctr, state: {waiting: CrashLoopBackOff}, last: {terminated: Error}}]"
+    report = _upgrading(tmp_path, "pod-restart-required", crash)
+    assert [f.id for f in report.findings if f.root and f.severity is Severity.ERROR] == ["driver.not-ready"]
+    assert not [f for f in report.findings if f.id == "driver.upgrading"]

@@ -460,3 +460,29 @@ def test_a_gpu_pod_whose_cuda_requirement_the_driver_cannot_meet_names_the_drive
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("driver.too-old", "driver", "n1")
     assert root.action is not None and root.action.changes["spec"] == {"driver": {"version": None}}
+
+
+STANDALONE_TS = (
+    "name: t\nstack: nvidia-device-plugin\n"
+    "devicePluginConfigs:\n  ts4: {version: v1, sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}}\n"
+    "nodes:\n  - {name: t4, preset: t4-x4, hostDriver: 550.127.05, devicePluginConfig: ts4}\n"
+)
+
+
+def test_a_standalone_plugin_running_with_its_labelled_config_is_not_told_the_config_is_missing() -> None:
+    """No ClusterPolicy names the plugin's ConfigMap (NVIDIA's chart mounts its own), so the doctor cannot
+    read the configs; a plugin that runs and says nothing of a missing key has the one its label names."""
+    report = _doctor(STANDALONE_TS)
+    assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()
+
+
+def test_a_standalone_plugin_whose_config_manager_says_the_key_is_missing_is_the_config() -> None:
+    crash = {"name": "nvidia-device-plugin-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
+    said = 'E1205 10:00:00.000000 1 main.go:180] error: specified config ts4 does not exist\n'
+    report = _doctor(
+        STANDALONE_TS,
+        {"do": "pod", "daemonset": "nvidia-device-plugin-daemonset", "namespace": "kube-system", "node": "t4",
+         "containers": [crash], "logs": {"nvidia-device-plugin-ctr": said}},
+    )  # fmt: skip
+    (root,) = _roots(report)
+    assert (root.id, root.node) == ("device-plugin.config-missing", "t4")

@@ -22,6 +22,7 @@ from typing import Any
 from gpuchain.dra.kinds import API_VERSION, DRIVER, device_class
 from gpuchain.dra.taints import NO_EXECUTE, TAINT_KEY
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
+from gpuchain.kube.allocator import device_plugin_announces
 from peers.node import RealNode, busybox_pod, stop_process, wait_for
 from peers.stand_ins import DEV_ROOT, LIST_DEVICES, NVIDIA_MAJOR, devices_seen, gpu_stand_ins
 
@@ -52,6 +53,19 @@ def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
         if exc.code != 409:
             raise
     gpu_stand_ins(node)
+    announced = device_plugin_announces(node.api.request("GET", f"/api/v1/nodes/{node.name}"))
+    if announced:
+        # A device plugin test before this one on the shared node: the kubelet keeps its resources in
+        # the Node's capacity for the device manager's grace period (5 min) after the plugin went, and
+        # the DRA driver publishes nothing while a device plugin announces GPUs (kube.allocator). A
+        # kubelet restart zeroes the extended resources (kubelet reconcileExtendedResource) and brings
+        # the checkpointed endpoints back with no device.
+        node.restart_kubelet()
+        wait_for(
+            f"the Node's capacity to drop the device plugin's {sorted(announced)}",
+            lambda: not device_plugin_announces(node.api.request("GET", f"/api/v1/nodes/{node.name}")),
+            60,
+        )
     kubelet_root = node.workdir / "kubelet"
     plugin = node.spawn(
         "dra-plugin",

@@ -16,6 +16,7 @@ from gpuchain.common.labels import (
     DEPLOY_PREFIX,
     DEVICE_PLUGIN_CONFIG,
     GPU_PRESENT,
+    MIG_CAPABLE,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
     MIG_CONFIG_STATE_REASON,
@@ -24,11 +25,12 @@ from gpuchain.common.labels import (
 )
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
-from gpuchain.doctor.evidence import ANYWHERE
+from gpuchain.doctor.evidence import ANYWHERE, next_step
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker
 from gpuchain.doctor.pods import PodState, init_done, pod_state, start_refused, unschedulable_message
+from gpuchain.doctor.snapshot import PRODUCT as PRODUCT  # re-exported: the planner reads it here
 from gpuchain.doctor.stacks import GPU_NODE_LABELS, daemonsets_in, is_gpu_node
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
@@ -48,11 +50,11 @@ from gpuchain.operator.operands import (
     deploy_label,
     enabled,
 )
+from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
 from gpuchain.remediation.gpuloop import loop_evidence
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
 
 GPU_COUNT = "nvidia.com/gpu.count"
-PRODUCT = "nvidia.com/gpu.product"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 #: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
 NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
@@ -857,11 +859,12 @@ def _not_ready(
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return _known_not_ready(view, link, what, state, known)
-    # Nothing known: the line itself is reported as unrecognised (evidence.unrecognised); restarting the
-    # pod is the one action, and it is said as no repair.
+    # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
+    # the link's next action; the pod is run again after it.
     again = Fix(
         FixOp.DELETE, f"{ctx.namespace}/{state.name}", {"kind": "Pod", "namespace": ctx.namespace, "name": state.name}
     )
+    line = catalog.unknown_error(log) or ""
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -871,9 +874,10 @@ def _not_ready(
                 f"{link}.not-ready",
                 Severity.ERROR,
                 link,
-                cause + " gpuchain does not recognise the failure, so it has no change to propose.",
-                [state.describe(), state.message],
-                ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure",
+                cause + " gpuchain does not recognise the failure.",
+                [state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
+                f"# {next_step(ctx, link, line)}; the pod retries by itself ({ctx.stack.render(again)} starts it "
+                "at once)",
             ),
         ),
     )
@@ -1025,6 +1029,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     state = pod_state(pod)
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    restarting = _driver_upgrade_restart(ctx, view, state)
+    if restarting is not None:
+        return restarting
     log = _logs(ctx, view, DRIVER, state.container, state.last_log)
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
     conflict_line = catalog.find(log, "driver-container.unload-in-use", "driver-container.already-running")
@@ -1176,6 +1183,30 @@ def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
         relabel,
         fix,
     )
+
+
+def _driver_upgrade_restart(ctx: Context, view: NodeView, state: PodState) -> Result | None:
+    """A driver pod that is not ready because the upgrade controller is restarting it: the node's
+    ``nvidia.com/gpu-driver-upgrade-state`` says the old pod was deleted on purpose (pod-restart-required)
+    or the new one is being validated (validation-required), and the pod is on its way, not failing.
+    That is the upgrade at work, information; the links above wait for it. A pod that fails, or a node
+    the controller marks upgrade-failed, is judged as any other."""
+    upgrading = view.labels.get(UPGRADE_STATE, "")
+    if upgrading not in (POD_RESTART, VALIDATION) or state.failing:
+        return None
+    finding = _finding(
+        view,
+        "driver.upgrading",
+        Severity.INFO,
+        "driver",
+        f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the node "
+        "resumes once the new driver validates and the controller uncordons it.",
+        [f"label {UPGRADE_STATE}={upgrading}", state.describe()],
+        f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
+        "stays in this state past spec.driver.upgradePolicy.podDeletion.timeoutSeconds, the controller marks it "
+        "upgrade-failed and the doctor judges the driver pod then",
+    )
+    return Result(LinkState.BROKEN, f"driver upgrade in progress ({upgrading})", (finding,))
 
 
 def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, holders: list[str]) -> Known | None:
@@ -1354,6 +1385,11 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     state = pod_state(pod) if pod is not None else None
     log = _logs(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
     said = catalog.find(log, *CONFIG_MISSING)
+    if configs is None and state is not None and state.ready and said is None:
+        # No ClusterPolicy names the plugin's ConfigMap (a standalone plugin's chart mounts its own), so
+        # the doctor cannot see the configs; a missing key stops the plugin (its config-manager fails),
+        # and this one runs and says nothing of it: the label names a config the plugin has.
+        return None
     where = (
         f"ConfigMap {ctx.namespace}/{cm} (keys: {keys})"
         if cm
@@ -1809,6 +1845,35 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
 
 
+#: The finding of an operand that runs ready while its log says its own work fails, by link.
+RUNNING_WITH_ERRORS = {"exporter": "exporter.running-with-errors", "gfd": "gfd.running-with-errors"}
+
+
+def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what: str) -> Result | None:
+    """A ready pod whose log (read for one pod per troubled DaemonSet, snapshot._log_candidates) holds an
+    error the catalog knows for this pod's own link: it runs, but its product (metrics, labels) is not made."""
+    finding_id = RUNNING_WITH_ERRORS.get(link)
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    found = catalog.known_error("\n".join(ctx.log(pod, n) for n in names)) if finding_id else None
+    if finding_id is None or found is None or found.entry.link != link:
+        return None
+    return Result(
+        LinkState.BROKEN,
+        f"{what} Running, but its log says it fails",
+        (
+            _finding(
+                view,
+                finding_id,
+                Severity.ERROR,
+                link,
+                f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
+                [f"pod {name_of(pod)}: Running", *found.evidence()],
+                f"# {found.entry.fix}",
+            ),
+        ),
+    )
+
+
 def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str) -> Result:
     pod = view.pod(operand)
     if pod is None:
@@ -1818,7 +1883,7 @@ def _simple(ctx: Context, view: NodeView, operand: Operand, link: str, what: str
         return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
     state = pod_state(pod)
     if state.ready:
-        return Result(LinkState.OK, f"{what} Running")
+        return _running_with_errors(ctx, view, pod, link, what) or Result(LinkState.OK, f"{what} Running")
     log = _logs(ctx, view, operand, state.container, state.last_log)
     if operand is DCGM_EXPORTER:
         known = _exporter_failure(ctx, view, pod, state, log)
@@ -1954,12 +2019,21 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         evidence.append(f"no {NFD_PREFIX}* label on {view.name}")
         fix = ctx.stack.render(install) + _nfd_hint(ctx)
     else:
-        action = None
+        # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
+        # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
+        gfd = view.pod(GFD) or {}
+        ns = str((gfd.get("metadata") or {}).get("namespace") or ctx.namespace)
+        again = Fix(FixOp.DELETE, f"{ns}/{name_of(gfd)}", {"kind": "Pod", "namespace": ns, "name": name_of(gfd)})
+        action = again
         cause = (
             "gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label, so nodeSelectors on GPU "
-            "model or memory match nothing; NFD runs here, so its master refuses or drops the labels."
+            "model or memory match nothing; NFD runs here, so GFD did not label (it found no GPU through NVML when "
+            "it started, e.g. before the driver was ready) or nfd-master drops its labels."
         )
-        fix = "let nfd-master accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+        fix = ctx.stack.render(again) + (
+            "   # a new GFD pod labels the node from NVML again; if the labels still do not appear, let nfd-master "
+            "accept the nvidia.com label namespace (its -extra-label-ns / extraLabelNs)"
+        )
     return Result(
         LinkState.BROKEN,
         "no nvidia.com/gpu.* labels",
@@ -2046,14 +2120,19 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
     if state == "failed":
         back = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+        known = catalog.known_error(log)
         return _finding(
             view,
             "mig.failed",
             Severity.ERROR,
             "mig",
-            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}.",
-            evidence,
-            ctx.stack.render(back) + "   # or a layout this GPU supports",
+            f"the MIG manager could not apply layout {wanted!r}{f': {reason}' if reason else ''}"
+            + (f": {known.entry.cause}" if known else "."),
+            [*evidence, *(known.evidence("mig-manager log") if known else ())],
+            (f"# {known.entry.fix}   # or: " if known else "")
+            + ctx.stack.render(back)
+            + "   # or a layout this GPU supports; where the MIG mode change waits for a GPU reset the node cannot "
+            "do, reboot the node (WITH_REBOOT=true in the MIG manager's env lets it reboot itself)",
             back,
         )
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
@@ -2070,6 +2149,53 @@ def _mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
         cancel,
     )
+
+
+def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG-capable node the MIG manager was never placed on (no deploy label, no layout label) while
+    the operands that enumerate its GPUs fail with nothing the catalog knows: the GPUs' MIG mode was set
+    outside the cluster (before the operator came), so no one manages it (NVIDIA/gpu-operator#287)."""
+    if (
+        view.labels.get(MIG_CAPABLE) != "true"
+        or view.labels.get(MIG_CONFIG)
+        or deploy_label(MIG_MANAGER) in view.labels
+        or operand_daemonset(ctx, MIG_MANAGER) is None
+    ):
+        return None
+    failing = []
+    for operand in (DEVICE_PLUGIN, GFD):
+        pod = view.pod(operand)
+        if pod is None:
+            return None
+        state = pod_state(pod)
+        if not state.failing:
+            return None
+        if catalog.known_error(ctx.log(pod, state.container or ctx.container(operand)) + "\n" + state.message):
+            return None
+        failing.append(state.describe())
+    if len(failing) < 2:
+        # Both fail when the GPUs' MIG mode is the cause; one alone fails for its own reason (its config).
+        return None
+    manage = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(MIG_MANAGER): "true", MIG_CONFIG: "all-disabled"})
+    return _finding(
+        view,
+        "mig.unmanaged",
+        Severity.ERROR,
+        "mig",
+        "the node's GPUs are MIG-capable, the MIG manager was never placed on it (no "
+        f"{deploy_label(MIG_MANAGER)} label) and the operands that enumerate its GPUs fail: MIG mode was turned "
+        "on outside the cluster, so the GPUs carry no layout the device plugin and GFD can use.",
+        [f"{MIG_CAPABLE}=true, no {MIG_CONFIG} label, no {deploy_label(MIG_MANAGER)} label", *failing],
+        ctx.stack.render(manage) + "   # puts the MIG manager on the node; give it the layout you want instead of "
+        "all-disabled (e.g. nvidia.com/mig.config=all-1g.5gb), or turn MIG off on the host (nvidia-smi -mig 0)",
+        manage,
+    )
+
+
+def mig_root(ctx: Context, view: NodeView) -> Finding | None:
+    """A MIG state that stops the links above it (the device plugin, GFD and exporter wait for the
+    layout): a change that failed or hangs, or MIG on GPUs the MIG manager does not manage."""
+    return _mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
 
 
 def check_mig(ctx: Context, view: NodeView) -> Result:
@@ -2103,6 +2229,10 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     if not refused:
         return None
     message = str(refused[0].get("message", ""))
+    if catalog.find(message, *ANYWHERE):
+        # A message that proves a lower link broken (NVML failing under the plugin): the walk names that
+        # link as the root with its repair (evidence.admission_refused); a kubelet restart would not help.
+        return None
     pods = sorted(
         {
             f"{(e.get('involvedObject') or {}).get('namespace')}/{(e.get('involvedObject') or {}).get('name')}"

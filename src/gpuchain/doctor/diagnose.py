@@ -24,6 +24,7 @@ from gpuchain.doctor.checks import (
     check_mig,
     check_toolkit,
     check_workloads,
+    mig_root,
     plugin_off_gpu_nodes,
 )
 from gpuchain.doctor.context import Context, NodeView, index
@@ -133,11 +134,24 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
             else:
                 links.append(Link(name, LinkState.SKIPPED, f"opted out ({OPERANDS_LABEL}=false)"))
             continue
+        if name == "device-plugin":
+            # The plugin, GFD and exporter wait for the MIG layout: a MIG state that stops them is the root.
+            stuck = mig_root(ctx, view)
+            if stuck is not None:
+                root = stuck
+                findings.append(stuck)
+                consequences += _consequence(view, name, operands)
+                links.append(Link(name, LinkState.NOT_REACHED, "waiting for mig"))
+                continue
         result = check(ctx, view)
         if name in FOUNDATION and result.state is not LinkState.BROKEN:
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
             early = failure_at(ctx, view, name, witnessed)
+            if early is not None and early.id == "toolkit.validation-failed" and view.pod(DEVICE_PLUGIN) is not None:
+                # A validation that fails with no message the catalog knows, on a node whose MIG state stops
+                # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
+                early = mig_root(ctx, view) or early
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":

@@ -18,6 +18,7 @@ is named first.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
@@ -29,12 +30,22 @@ from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
+#: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
+HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
+HOST_PATH = re.compile(r"hostPath type check failed: (\S+) is not a directory")
+#: Host directories that a lower link creates and operands mount (hostPath type Directory): the
+#: operator's driver root (NVIDIA/gpu-operator assets, driverInstallDir /run/nvidia/driver) and
+#: the toolkit's install dir (toolkit.installDir /usr/local/nvidia); a stack's own driver root is
+#: added from the adapter (GKE's /home/kubernetes/bin/nvidia).
+PROVIDED_BY = (("/run/nvidia/driver", "driver"), ("/usr/local/nvidia", "toolkit"), ("/run/nvidia/toolkit", "toolkit"))
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
 FINDING_OF = {
     "nvml.version-mismatch": "driver.version-mismatch",
     "cuda.compat-not-supported": "driver.too-old",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
+    "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
+    HOST_PATH_ENTRY: "driver.not-installed",
 }
 #: The kubelet's waiting reasons for a container it could not start from its image (kubernetes
 #: pkg/kubelet/images/types.go@v1.34.4: ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName).
@@ -146,8 +157,80 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
 def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failure]:
     """Everything on this node that may prove a link broken, in the order `failure_at` weighs it:
     ``found`` (`failures` of this node), running operands whose log says so, GPU pods the runtime
-    refused."""
-    return [*found, *running_says(ctx, view), *refused_workloads(ctx, view)]
+    refused, operand pods waiting on a host directory a lower link makes, GPU pods the kubelet
+    rejected at admission with a message that proves a link broken."""
+    return [
+        *found,
+        *running_says(ctx, view),
+        *refused_workloads(ctx, view),
+        *mount_waits(ctx, view),
+        *admission_refused(ctx, view),
+    ]
+
+
+def next_step(ctx: Context, link: str, line: str) -> str:
+    """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
+    none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
+    said = f"its last error line is {line!r}, which gpuchain's catalog does not know" if line else "it left no log line"
+    policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
+    steps = {
+        "driver": ctx.stack.driver_install
+        or (
+            "the driver container builds the module from the node's kernel packages: correct what the line names "
+            f"(package repositories, entitlement, kernel headers), or switch to a precompiled driver "
+            f"(spec.driver.usePrecompiled=true{policy}) or a driver installed on the host"
+            if ctx.policy_obj is not None
+            else "reinstall the node's NVIDIA driver for its running kernel (the distribution's packages), and reboot"
+        ),
+        "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
+        f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
+        "(nvidia-ctk runtime configure) and turn the operator's toolkit off",
+        "device-plugin": "run the device plugin release the stack ships (its image tag in the chart or ClusterPolicy; "
+        "a newer release where the line is a fixed upstream bug) with the node's GPUs and driver it supports",
+        "gfd": "run the gpu-feature-discovery release the stack ships (a newer one where the line is a fixed upstream "
+        "bug)",
+        "exporter": "run the dcgm-exporter release the stack ships, with the driver it supports",
+        "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
+        "change takes effect",
+    }
+    return f"{said}; next: {steps.get(link, 'correct what the line names on the node')}"
+
+
+def provider_of(ctx: Context, path: str) -> str | None:
+    """The link that creates host directory ``path`` (None when no link of the chain does)."""
+    owners = ((ctx.stack.driver_root, "driver"), *PROVIDED_BY) if ctx.stack.driver_root else PROVIDED_BY
+    return next((link for root, link in owners if path == root or path.startswith(root.rstrip("/") + "/")), None)
+
+
+def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
+    """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
+    (FailedMount events): witnesses for the link that creates the directory, never for their own."""
+    out = []
+    for pod in view.operand_pods.values():
+        said = [
+            str(e.get("message", ""))
+            for e in view.events
+            if e.get("reason") == "FailedMount" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+        ]
+        if any(HOST_PATH.search(m) for m in said):
+            container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
+            out.append(Failure(pod, container, "ContainerCreating (FailedMount)", "\n".join(said), False, 0))
+    return out
+
+
+def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
+    """GPU pods the kubelet rejected at admission (UnexpectedAdmissionError) with a message that proves a
+    link broken wherever it shows: the device plugin only relays what NVML told it."""
+    out = []
+    for e in view.events:
+        obj = e.get("involvedObject") or {}
+        said = str(e.get("message", ""))
+        if e.get("reason") != "UnexpectedAdmissionError" or not catalog.find(said, *ANYWHERE):
+            continue
+        pod = next((p for p in view.workloads if name_of(p) == obj.get("name")), None)
+        stub: Obj = pod or {"metadata": {"name": obj.get("name", ""), "namespace": obj.get("namespace", "")}}
+        out.append(Failure(stub, "", "UnexpectedAdmissionError", said, False, 0))
+    return out
 
 
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
@@ -160,11 +243,19 @@ def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
         found = catalog.find(text, e.id)
         if found is not None:
             return e, link, found.line
+    mount = HOST_PATH.search(text)
+    owner = provider_of(ctx, mount.group(1)) if mount else None
+    if mount and owner:
+        entry = catalog.entry(HOST_PATH_ENTRY)
+        return entry, owner, next(ln.strip() for ln in text.splitlines() if HOST_PATH.search(ln))
     return None
 
 
-def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure) -> tuple[Fix | None, str]:
-    """The repairing change for a failure that proves ``link`` broken, through the stack's renderer."""
+def _fix(
+    ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
+) -> tuple[Fix | None, str]:
+    """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
+    checks' own for the failures they know, else the catalog entry's fix."""
     ns = str((failure.pod.get("metadata") or {}).get("namespace") or ctx.namespace)
     rerun = f"kubectl -n {ns} delete pod {name_of(failure.pod)}"
     if finding_id == "driver.version-mismatch":
@@ -208,6 +299,20 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
+    elif finding_id == "driver.not-installed":
+        install = ctx.stack.driver_install or (
+            f"replace the node with one built from {ctx.stack.node_image}"
+            if ctx.stack.node_image
+            else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
+            f"in {ctx.policy_ref})"
+            if ctx.policy_obj is not None
+            else "install the NVIDIA driver on the node"
+        )
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"{install}; then {rerun}", NOT_SIMULATED: "a missing host directory is a fact of the node"},
+        )
     elif finding_id == NOT_ON_NODE_IMAGE:
         action = Fix(
             FixOp.NODE,
@@ -233,11 +338,18 @@ def _fix(ctx: Context, view: NodeView, finding_id: str, link: str, failure: Fail
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },
         )
+    elif entry is not None:
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {"action": f"{entry.fix}; then {rerun}", NOT_SIMULATED: "the catalog's repair is a fact of the node"},
+        )
     else:
-        # No repair is known for this failure: running the validation again is the one action.
+        # No repair is known for this failure: the line it left and the link's next action, then run it again.
         pod = name_of(failure.pod)
         rerun_it = Fix(FixOp.DELETE, f"{ns}/{pod}", {"kind": "Pod", "namespace": ns, "name": pod})
-        return None, ctx.stack.render(rerun_it) + "   # runs the validation again; gpuchain knows no repair for it"
+        line = catalog.unknown_error(failure.text) or ""
+        return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)
 
 
@@ -254,9 +366,12 @@ def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) ->
         if proves != link:
             continue
         evidence = [failure.describe()]
+        said = None
         if known is not None:
             entry, _, line = known
             finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
+            if entry.id == HOST_PATH_ENTRY and proves != "driver":
+                finding_id = f"{proves}.not-installed"
             cause = entry.cause
             evidence += [f"says: {line}", entry.cite()]
         else:
@@ -265,10 +380,12 @@ def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) ->
                 f"the {failure.container} init container, which proves the {link} link on this node, fails to run "
                 f"({failure.reason}); every operand that waits for its ready file waits behind it."
             )
-            said = catalog.find(failure.text)
+            said = catalog.known_error(failure.text)
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
-        action, fix = _fix(ctx, view, finding_id, link, failure)
+        # A validation's message the catalog knows (scope component) gives its repair as well.
+        told = known[0] if known else said.entry if said is not None and said.entry.link == link else None
+        action, fix = _fix(ctx, view, finding_id, link, failure, told)
         return Finding(finding_id, Severity.ERROR, link, cause, tuple(evidence), fix, view.name, action=action)
     return None
 

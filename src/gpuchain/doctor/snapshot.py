@@ -35,6 +35,10 @@ from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import Obj
 
 MAX_LOGS = 5
+#: At most how many running exporter / GFD pods' logs are read (one per DaemonSet that shows trouble).
+MAX_SAMPLE_LOGS = 4
+#: GFD's label of the GPU model: on a node, it says GFD labelled it.
+PRODUCT = "nvidia.com/gpu.product"
 MAX_SCRAPES = 32
 """The most exporter scrapes one run reads (one request each, through the API server's pod proxy);
 the nodes beyond it are said not judged."""
@@ -192,15 +196,23 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         for n in snapshot.nodes
         if (n.get("metadata", {}).get("labels") or {}).get(MIG_CONFIG_STATE) in ("failed", "pending", "rebooting")
     }
+    labels_by_node = {
+        str(n.get("metadata", {}).get("name")): n.get("metadata", {}).get("labels") or {} for n in snapshot.nodes
+    }
     operand_of = cache(stack.operand_in)  # one answer per DaemonSet, not one search per pod
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
+    # One running pod per exporter / GFD DaemonSet that shows a sign of trouble: they keep running while
+    # they fail at their work, and their log is the only place that says why. GFD's sign is a node without
+    # its labels; an exporter's is being a release of its own beside the stack (its mounts, such as the
+    # kubelet's pod-resources path, are set by hand, not by the stack). A healthy cluster reads no log.
+    samples: dict[tuple[str, str], tuple[LogKey, Obj]] = {}
     workloads: list[tuple[LogKey, Obj]] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
         namespace = meta.get("namespace")
         status = pod.get("status") or {}
-        state = None
+        state = owner = None
         if namespace == stack.namespace or stack.elsewhere:
             for ref in meta.get("ownerReferences") or ():
                 if ref.get("kind") == "DaemonSet":
@@ -214,6 +226,14 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
                 if waiting == "CrashLoopBackOff" and not _last_message(cs) and cs.get("name") in stack.validations:
                     crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
+        node_labels = labels_by_node.get(str((pod.get("spec") or {}).get("nodeName")), {})
+        unlabelled = state == "gpu-feature-discovery" and PRODUCT not in node_labels
+        own_release = state == "dcgm-exporter" and namespace != stack.namespace
+        if (unlabelled or own_release) and owner:
+            for cs in status.get("containerStatuses") or []:
+                if (cs.get("state") or {}).get("running") and cs.get("ready"):
+                    key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
+                    samples.setdefault((str(namespace), str(owner)), (key, cs))
         if state is not None:
             node = (pod.get("spec") or {}).get("nodeName")
             on_bare_node = (state == "device-plugin" and node in unregistered) or (
@@ -247,7 +267,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         return candidate[0]
 
     operands = sorted(crashing, key=by_key) + sorted(quiet, key=by_key)
-    return operands[:limit] + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
+    sampled = sorted(samples.values(), key=by_key)[:MAX_SAMPLE_LOGS]
+    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
 
 
 def _last_message(status: Obj) -> str | None:

@@ -57,7 +57,7 @@ VALIDATIONS = {
 }
 #: Images of operands a stack may find installed beside it as their own release, in any namespace
 #: (dcgm-exporter's own Helm chart beside the GPU Operator, NVIDIA/dcgm-exporter deployment/).
-STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter"}
+STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter", "gpu-feature-discovery": "gpu-feature-discovery"}
 
 
 #: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
@@ -88,6 +88,8 @@ class Stack:
     node_image: str = ""
     #: where the node image installs the driver on the host, for operands that must mount it ("" = /)
     driver_root: str = ""
+    #: how a user installs the driver on a node of this stack where it is missing ("" = the generic advice)
+    driver_install: str = ""
     #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
     precompiled_prefix: str = ""
     #: the OS families the stack publishes driver container images for (() = it publishes none)

@@ -58,4 +58,11 @@ def detect(snapshot: Snapshot) -> Stack | None:
         # GKE installs the driver under /home/kubernetes/bin/nvidia on the host (its docs and
         # NVIDIA/dcgm-exporter#59): an operand of another release must mount it to load NVML.
         driver_root="/home/kubernetes/bin/nvidia",
+        # GKE's documented ways to get the driver onto a GPU node pool (cloud.google.com/kubernetes-engine/
+        # docs/how-to/gpus): the pool's gpu-driver-version, or the driver installer DaemonSet.
+        driver_install="install the NVIDIA driver on the node: recreate its node pool with --accelerator "
+        "...,gpu-driver-version=default (latest for a GPU the default driver branch does not support), or kubectl "
+        "apply -f https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master/"
+        "nvidia-driver-installer/cos/daemonset-preloaded.yaml (daemonset-preloaded-latest.yaml for the latest "
+        "driver; ubuntu/daemonset-preloaded.yaml on Ubuntu node images)",
     )
