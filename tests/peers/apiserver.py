@@ -188,6 +188,12 @@ class ApiServer:
             self.request(
                 "DELETE", f"/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name!=kube-root-ca.crt", zero
             )
+            # Services (the operator's exporter Service) go one by one: not every release serves a
+            # collection delete for them; the API server's own default/kubernetes stays.
+            for svc in self.request("GET", f"/api/v1/namespaces/{ns}/services").get("items", []):
+                name = svc["metadata"]["name"]
+                if (ns, name) != ("default", "kubernetes"):
+                    self._delete_quietly(f"/api/v1/namespaces/{ns}/services/{name}", zero)
             # Service accounts tests made (copy_into, the operator's own); the controller's "default" stays.
             self.request(
                 "DELETE", f"/api/v1/namespaces/{ns}/serviceaccounts?fieldSelector=metadata.name!=default", zero
