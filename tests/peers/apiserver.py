@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback for tests: etcd, kube-apiserver, kube-controller-manager.
 
 The binaries are built by scripts/build-peers from the modules pinned in tests/peers/go.mod
-(k8s.io/kubernetes v1.34.4, go.etcd.io/etcd/server/v3 v3.6.4). Certificates are made with the
+(k8s.io/kubernetes v1.37.2, go.etcd.io/etcd/server/v3 v3.7.0). Certificates are made with the
 openssl CLI: a throwaway CA, the API server's serving certificate for 127.0.0.1, an admin client
 certificate in ``system:masters`` and an ECDSA key that signs service-account tokens. The
 controller manager runs only the controllers the tests lean on: garbage collection, the
@@ -324,6 +324,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # Since 1.35 a loopback advertise address is refused by the endpoint reconciler, which
+                # only keeps default/kubernetes's endpoints: nothing here reaches the server that way.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={port}",
                 f"--cert-dir={workdir / 'certs'}",
                 f"--tls-cert-file={workdir / 'server.crt'}",
