@@ -278,7 +278,9 @@ FEATURE_GATES = (
 devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU), consumable
 capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) and extended
 resources backed by DRA (a DeviceClass's ``extendedResourceName``: ``nvidia.com/gpu`` served by
-DRA devices on nodes without a device plugin's) are alpha in 1.34."""
+DRA devices on nodes without a device plugin's): alpha in 1.34, on by default since 1.36 (beta; device
+taints and extended resources GA in 1.37). Named anyway: a peer that lacks one refuses to start
+rather than run without it."""
 
 
 @contextmanager
@@ -338,9 +340,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--api-audiences=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=RBAC",
-                # Device taints (KEP-5055, alpha in 1.34): Device.taints in ResourceSlices, and the
+                # Device taints (KEP-5055, GA in 1.37): Device.taints in ResourceSlices, and the
                 # DeviceTaintRule API the device taint eviction controller watches. Partitionable
-                # devices (KEP-4815, alpha in 1.34): sharedCounters and consumesCounters kept.
+                # devices (KEP-4815, beta in 1.37): sharedCounters and consumesCounters kept.
                 f"--feature-gates={FEATURE_GATES}",
                 "--runtime-config=resource.k8s.io/v1alpha3=true",
                 "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged

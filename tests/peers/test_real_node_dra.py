@@ -119,7 +119,7 @@ def claim_pod(name: str, claim: str, script: str) -> dict[str, Any]:
 
 
 def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -> None:
-    # The DRA API the 1.34 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
+    # The DRA API the 1.37 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
     group = node.api.request("GET", "/apis/resource.k8s.io")
     assert group["preferredVersion"]["groupVersion"] == API_VERSION == "resource.k8s.io/v1"
     kubelet_root = node.workdir / "kubelet"
@@ -167,7 +167,7 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
 
 
 def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealNode) -> None:
-    """With --gpu-shares (DRAConsumableCapacity on in the peers, alpha in 1.34), two claims for part
+    """With --gpu-shares (DRAConsumableCapacity on in the peers, beta in 1.37), two claims for part
     of one GPU's memory are allocated the same GPU: the first pod still runs while the second is
     scheduled, prepared and run, each container sees the GPU with its own MPS limits, and each
     claim is unprepared when its pod goes."""
@@ -247,7 +247,7 @@ def device_taints(node: RealNode, device: str) -> list[dict[str, Any]]:
 
 def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_lifts_it(node: RealNode) -> None:
     """With --device-taints, a GPU the repair loop quarantines is tainted NoExecute in the slice (the
-    API server keeps the taint: DRADeviceTaints is on in the peers, alpha in 1.34): the controller
+    API server keeps the taint: DRADeviceTaints is on in the peers, GA in 1.37): the controller
     manager evicts the pod already running on it, the real scheduler allocates it to no new claim,
     and when the loop gives the GPU back the taint goes and the waiting pod gets it."""
     uuids = gpu_uuids()
