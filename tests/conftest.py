@@ -71,7 +71,7 @@ def driver_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """etcd + kube-apiserver + kube-controller-manager (k8s v1.34.4) on loopback, once per session.
+    """etcd + kube-apiserver + kube-controller-manager (k8s v1.37.2) on loopback, once per session.
 
     Skips, naming the reason, only when a peer could not be built (see tests/peers/binaries.py).
     """

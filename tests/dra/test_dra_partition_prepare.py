@@ -1,5 +1,9 @@
-"""The driver with ``partitionable_mig``: one slice per MIG-capable GPU, the MIG device created on
-Prepare and destroyed on Unprepare, and no instance left behind by a crash or a failed record."""
+"""The driver with ``partitionable_mig``: the counter sets in a slice of their own and each MIG-capable
+GPU's devices in another, the MIG device created on Prepare and destroyed on Unprepare, and no
+instance left behind by a crash or a failed record.
+
+The in-memory API server here refuses what Kubernetes 1.35 and later refuse (``CountersApart``); the
+real 1.37 server takes the same layout in ``tests/peers/test_dra_partitions_scheduler.py``."""
 
 from __future__ import annotations
 
@@ -11,10 +15,12 @@ import pytest
 from dra.build import build_driver
 from dra.fakeclock import Clock
 
+from gpuchain.common.yamlfile import load_yaml_model
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.gpu.topology import Topology
 from gpuchain.kube.allocator import DRA
 from gpuchain.kube.errors import InvalidError
 from gpuchain.kube.memory import MemoryCluster
@@ -22,6 +28,24 @@ from gpuchain.kube.port import ApplyResult
 
 Allocate = Callable[[str, str, list[str]], ClaimRef]
 NODE = "h100-node"
+
+
+class CountersApart(MemoryCluster):
+    """An API server of Kubernetes 1.35 or later: a ResourceSlice holds counter sets or devices,
+    not both (1.37's validation message; ``pkg/apis/resource/validation``)."""
+
+    def apply(self, obj: dict, live: dict | None = None, known_live: bool = False) -> ApplyResult:
+        spec = obj.get("spec", {})
+        if obj.get("kind") == "ResourceSlice" and spec.get("sharedCounters") and spec.get("devices") is not None:
+            raise InvalidError(
+                f"ResourceSlice {obj['metadata']['name']}: spec: only one of `sharedCounters` or `devices` is allowed"
+            )
+        return super().apply(obj, live, known_live)
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return CountersApart()
 
 
 @pytest.fixture
@@ -39,28 +63,65 @@ def _slices(cluster: MemoryCluster) -> dict[str, dict]:
     return {s["metadata"]["name"]: s for s in found}
 
 
-def test_one_slice_per_gpu_in_one_pool(
+def test_counter_sets_and_each_gpus_devices_in_slices_of_one_pool(
     h100_sim: SimBackend, make_partitioning: Callable[[SimBackend], DraDriver], cluster: MemoryCluster
 ) -> None:
     driver = make_partitioning(h100_sim)
     published = driver.publish()
     live = _slices(cluster)
-    assert set(live) == {slices.slice_name(NODE)} | {slices.gpu_slice_name(NODE, i) for i in range(8)}
+    counters = slices.counter_slice_name(NODE, 0)
+    assert set(live) == {slices.slice_name(NODE), counters} | {slices.gpu_slice_name(NODE, i) for i in range(8)}
     assert {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in live.values()} == {
-        (1, 9)
+        (1, 10)
     }
     assert live[slices.slice_name(NODE)]["spec"]["devices"] == []
+    # the eight counter sets together, in a slice without devices
+    assert "devices" not in live[counters]["spec"]
+    assert [c["name"] for c in live[counters]["spec"]["sharedCounters"]] == [f"gpu-{i}-counter-set" for i in range(8)]
+    # each GPU's devices without counter sets, consuming their GPU's set only
     gpu3 = live[slices.gpu_slice_name(NODE, 3)]["spec"]
-    assert gpu3["sharedCounters"][0]["name"] == "gpu-3-counter-set"
+    assert "sharedCounters" not in gpu3
+    assert {use["counterSet"] for d in gpu3["devices"] for use in d["consumesCounters"]} == {"gpu-3-counter-set"}
     assert "gpu-3" in published.devices and "gpu-3-mig-3g40gb-2-4" in published.devices
     assert driver.publish().changed is False
-    # switched off: the GPUs' own slices go, the plain slice lists the GPUs again, one generation up
+    # switched off: the counters and the GPUs' own slices go, the plain slice lists the GPUs again, one generation up
     plain = make_partitioning(h100_sim)
     plain.partitions_served = False
     again = plain.publish()
     assert again.changed and again.generation == 2
     assert set(_slices(cluster)) == {slices.slice_name(NODE)}
+    assert _slices(cluster)[slices.slice_name(NODE)]["spec"]["pool"]["resourceSliceCount"] == 1
     assert len(again.devices) == 8
+
+
+def test_more_than_eight_gpus_take_a_second_counter_slice(
+    make_partitioning: Callable[[SimBackend], DraDriver], cluster: MemoryCluster
+) -> None:
+    sim = SimBackend(load_yaml_model(Topology, f"node: {NODE}\ngpus:\n  - model: H100-80GB\n    count: 9\n"))
+    make_partitioning(sim).publish()
+    live = _slices(cluster)
+    sets = [live[slices.counter_slice_name(NODE, k)]["spec"]["sharedCounters"] for k in (0, 1)]
+    assert [len(s) for s in sets] == [8, 1] and sets[1][0]["name"] == "gpu-8-counter-set"
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in live.values()} == {len(live)} == {12}
+
+
+def test_a_gpu_slice_left_in_the_1_34_layout_is_replaced(
+    h100_sim: SimBackend, make_partitioning: Callable[[SimBackend], DraDriver], cluster: MemoryCluster
+) -> None:
+    """A slice a 1.34 server stored with its counter set beside its devices: a merge patch would keep
+    the set, which a newer server refuses beside devices, so the driver deletes and creates it."""
+    old = slices.resource_slice(
+        NODE,
+        [{"name": "gpu-0"}],
+        1,
+        name=slices.gpu_slice_name(NODE, 0),
+        shared_counters=[{"name": "gpu-0-counter-set", "counters": {"memory": {"value": "1Mi"}}}],
+    )
+    cluster.create(old)
+    make_partitioning(h100_sim).publish()
+    gpu0 = _slices(cluster)[slices.gpu_slice_name(NODE, 0)]["spec"]
+    assert "sharedCounters" not in gpu0 and gpu0["pool"]["generation"] == 2
+    assert gpu0["devices"][0]["consumesCounters"][0]["counterSet"] == "gpu-0-counter-set"
 
 
 def test_prepare_creates_the_mig_device_and_unprepare_destroys_it(
@@ -170,7 +231,8 @@ class NoPartitionGate(MemoryCluster):
     def apply(self, obj: dict, live: dict | None = None, known_live: bool = False) -> ApplyResult:
         if obj.get("kind") == "ResourceSlice":
             spec = {k: v for k, v in obj["spec"].items() if k != "sharedCounters"}
-            spec["devices"] = [{k: v for k, v in d.items() if k != "consumesCounters"} for d in spec["devices"]]
+            if "devices" in spec:
+                spec["devices"] = [{k: v for k, v in d.items() if k != "consumesCounters"} for d in spec["devices"]]
             obj = {**obj, "spec": spec}
         return super().apply(obj, live, known_live)
 
@@ -207,29 +269,33 @@ def test_switching_partitions_on_keeps_the_mig_devices_of_prepared_claims(
     assert mig_sim.inventory().gpu(1).mig_devices == ()  # no claim held GPU 1's layout
 
 
-class CountersApart(MemoryCluster):
-    """An API server of Kubernetes 1.35 or later: a ResourceSlice holds counter sets or devices,
-    not both (1.37's validation message)."""
+class CountersTogether(MemoryCluster):
+    """An API server of Kubernetes 1.34 with the DRAPartitionableDevices gate: a device may consume
+    only the counter sets of its own slice (1.34's validation message)."""
 
     def apply(self, obj: dict, live: dict | None = None, known_live: bool = False) -> ApplyResult:
         spec = obj.get("spec", {})
-        if obj.get("kind") == "ResourceSlice" and spec.get("sharedCounters") and spec.get("devices") is not None:
-            raise InvalidError(
-                f"ResourceSlice {obj['metadata']['name']}: spec: only one of `sharedCounters` or `devices` is allowed"
-            )
+        here = {c["name"] for c in spec.get("sharedCounters", [])}
+        for device in spec.get("devices") or [] if obj.get("kind") == "ResourceSlice" else []:
+            for use in device.get("consumesCounters", []):
+                if use["counterSet"] not in here:
+                    raise InvalidError(
+                        f"ResourceSlice {obj['metadata']['name']}: consumesCounters.counterSet: Invalid value: "
+                        f"{use['counterSet']!r}: must reference a counterSet defined in the ResourceSlice sharedCounters"
+                    )
         return super().apply(obj, live, known_live)
 
 
-def test_a_server_refusing_the_layout_gets_the_gpus_without_partitions(
+def test_a_1_34_server_refusing_the_layout_gets_the_gpus_without_partitions(
     h100_sim: SimBackend, short_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cluster = CountersApart()
+    cluster = CountersTogether()
     config = DriverConfig(
         node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, partitionable_mig=True
     )
     driver = DraDriver(h100_sim, cluster, config)
     published = driver.publish()
-    assert not driver.partitions_served and "want counter sets in slices of their own" in caplog.text
+    assert not driver.partitions_served and "Kubernetes before 1.35 wants counter sets" in caplog.text
     assert published.devices == tuple(f"gpu-{i}" for i in range(8))
     live = _slices(cluster)
     assert set(live) == {slices.slice_name(NODE)}

@@ -94,8 +94,10 @@ def test_counters_add_up_to_the_gpu(model: str) -> None:
             if fit(part, [*packed, device]):
                 packed.append(device)
         assert len(packed) == profile.max_instances, profile.name
-    partitions.check_gpu_slice(part)
-    slices.check_slice(slices.resource_slice("n", part.devices, 1, shared_counters=[part.counter_set]))
+    counters, devices = slices.pool_slices("n", [], [part])[1:]  # checks the GPU (check_gpu_slice)
+    assert counters["spec"]["sharedCounters"] == [part.counter_set] and devices["spec"]["devices"] == part.devices
+    for obj in (counters, devices):
+        slices.check_slice({**obj, "spec": {**obj["spec"], "pool": {**obj["spec"]["pool"], "generation": 1}}})
 
 
 @pytest.mark.parametrize("model", MIG_MODELS)

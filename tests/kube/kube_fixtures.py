@@ -1,5 +1,5 @@
 """The `cluster` fixture (import ``cluster_fixture``): the contract tests run on MemoryCluster and on
-LiveCluster over a real kube-apiserver (tests/peers, k8s v1.34.4), never on kmock.
+LiveCluster over a real kube-apiserver (tests/peers, k8s v1.37.2), never on kmock.
 
 Not a conftest.py: several test folders have one, and a second module named ``conftest`` would
 shadow the root conftest for ``from conftest import ...``.

@@ -1,5 +1,5 @@
 """One contract for the `Cluster` port, run on MemoryCluster and on LiveCluster over a real
-kube-apiserver + etcd + kube-controller-manager (k8s v1.34.4, built by scripts/build-peers).
+kube-apiserver + etcd + kube-controller-manager (k8s v1.37.2, built by scripts/build-peers).
 
 Where the real server does work asynchronously (garbage collection, a PodDisruptionBudget's
 status from the disruption controller), the test waits for it with ``eventually``; where it

@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback for tests: etcd, kube-apiserver, kube-controller-manager.
 
 The binaries are built by scripts/build-peers from the modules pinned in tests/peers/go.mod
-(k8s.io/kubernetes v1.34.4, go.etcd.io/etcd/server/v3 v3.6.4). Certificates are made with the
+(k8s.io/kubernetes v1.37.2, go.etcd.io/etcd/server/v3 v3.7.0). Certificates are made with the
 openssl CLI: a throwaway CA, the API server's serving certificate for 127.0.0.1, an admin client
 certificate in ``system:masters`` and an ECDSA key that signs service-account tokens. The
 controller manager runs only the controllers the tests lean on: garbage collection, the
@@ -278,7 +278,9 @@ FEATURE_GATES = (
 devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU), consumable
 capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) and extended
 resources backed by DRA (a DeviceClass's ``extendedResourceName``: ``nvidia.com/gpu`` served by
-DRA devices on nodes without a device plugin's) are alpha in 1.34."""
+DRA devices on nodes without a device plugin's): alpha in 1.34, on by default since 1.36 (beta; device
+taints and extended resources GA in 1.37). Named anyway: a peer that lacks one refuses to start
+rather than run without it."""
 
 
 @contextmanager
@@ -324,6 +326,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # Since 1.35 a loopback advertise address is refused by the endpoint reconciler, which
+                # only keeps default/kubernetes's endpoints: nothing here reaches the server that way.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={port}",
                 f"--cert-dir={workdir / 'certs'}",
                 f"--tls-cert-file={workdir / 'server.crt'}",
@@ -335,9 +340,9 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 "--api-audiences=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=RBAC",
-                # Device taints (KEP-5055, alpha in 1.34): Device.taints in ResourceSlices, and the
+                # Device taints (KEP-5055, GA in 1.37): Device.taints in ResourceSlices, and the
                 # DeviceTaintRule API the device taint eviction controller watches. Partitionable
-                # devices (KEP-4815, alpha in 1.34): sharedCounters and consumesCounters kept.
+                # devices (KEP-4815, beta in 1.37): sharedCounters and consumesCounters kept.
                 f"--feature-gates={FEATURE_GATES}",
                 "--runtime-config=resource.k8s.io/v1alpha3=true",
                 "--allow-privileged=true",  # as real clusters run: the driver and toolkit operands are privileged

@@ -1,10 +1,10 @@
 """A real Kubernetes node for tests: containerd v2 + runc + the real kubelet, with the real scheduler.
 
-The binaries come from scripts/build-peers (kubelet v1.34.4 from tests/peers/go.mod, containerd
+The binaries come from scripts/build-peers (kubelet v1.37.2 from tests/peers/go.mod, containerd
 v2.2 from tests/peers/containerd/go.mod, Debian's runc), and so do the node's two images (a static
 pause program and busybox-static as OCI archives, imported with ``ctr images import``: no
 registry is ever asked). ``real_node(workdir)`` starts the control plane (etcd, kube-apiserver,
-kube-controller-manager: peers/apiserver.py) and kube-scheduler (v1.34.4), then the node in
+kube-controller-manager: peers/apiserver.py) and kube-scheduler (v1.37.2), then the node in
 namespaces of its own, and on exit
 stops everything and checks that nothing is left (``leftovers``).
 
@@ -45,7 +45,7 @@ Every setting below that is not a default is here for a reason found by running 
   values instead, the kubelet stops: "Failed to start ContainerManager ... open
   /proc/sys/vm/overcommit_memory: read-only file system", and the same for kernel.panic and
   kernel.panic_on_oops: those three differ here, and it would have written them.)
-- **cgroups** (v1 here: a hierarchy per controller under ``/sys/fs/cgroup``): kubelet v1.34 refuses
+- **cgroups** (v1 here: a hierarchy per controller under ``/sys/fs/cgroup``): kubelet v1.37 (as from 1.35) refuses
   cgroup v1 unless ``failCgroupV1: false``; the driver is ``cgroupfs`` (no systemd here). Pods go
   under a ``cgroupRoot`` of this node's own (``/gpuchain-node-<pid>``), which the kubelet
   requires to exist in every hierarchy before it starts ("cgroup [...] has some missing paths"): it is made here in each (cpuset's with

@@ -1,6 +1,6 @@
 """Each chart role on the real API server, with a token of that role (issue 24 item 3).
 
-Each agent's own code does its job on the real kube-apiserver (v1.34.4) with a token bound to its
+Each agent's own code does its job on the real kube-apiserver (v1.37.2) with a token bound to its
 pod on gpu-a, through a client that notes every request it makes (``Recording``). What it asked
 for is what its role must grant, and the role grants nothing else: the requests the code made
 equal the chart's grants to that account, verb for verb, and none was refused. Then one step

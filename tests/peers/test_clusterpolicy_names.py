@@ -5,7 +5,7 @@ discovery, and among API groups of equal priority (every CRD group) the first by
 ``gpuchain.io`` before ``nvidia.com``. While gpuchain's CRD also took the singular
 ``clusterpolicy``, ``kubectl get clusterpolicy`` and NVIDIA's own ``kubectl patch
 clusterpolicy/cluster-policy ...`` (NVIDIA/gpu-operator tests/scripts/update-clusterpolicy.sh)
-acted on gpuchain's policy. Here the real kube-apiserver (v1.34.4) serves NVIDIA's CRD, verbatim
+acted on gpuchain's policy. Here the real kube-apiserver (v1.37.2) serves NVIDIA's CRD, verbatim
 from NVIDIA/gpu-operator at a22dbf6 (tests/compat/operator/fixtures/SOURCES.md), and the chart's
 CRD; both hold a ``cluster-policy``, and the real kubectl says whose object each name reaches.
 """

@@ -1,7 +1,7 @@
 """`gpuchain doctor --from-dump` on what the real kubectl writes from the real API server.
 
 A simulated cluster of each stack is recreated on the tests/peers control plane (kube-apiserver
-v1.34.4; NVIDIA's own CRDs from tests/compat/operator/fixtures, see SOURCES.md there), then the
+v1.37.2; NVIDIA's own CRDs from tests/compat/operator/fixtures, see SOURCES.md there), then the
 real `kubectl cluster-info dump --all-namespaces --output-directory=DIR` writes the dump and
 `gpuchain doctor --from-dump DIR` (a separate process, no API access) must name the same root
 causes on the same nodes as the doctor reading the live server. There is no kubelet behind this

@@ -2,7 +2,7 @@
 
 Issue 24: a member of the role's group ran `kubectl gpuchain doctor` and got "daemonsets.apps is
 forbidden ... at the cluster scope"; `doctor dump` failed on replicationcontrollers. The role was
-only ever rendered. Here the rendered RBAC is created on the real kube-apiserver (v1.34.4), bound
+only ever rendered. Here the rendered RBAC is created on the real kube-apiserver (v1.37.2), bound
 to a group a service account is a member of (``system:serviceaccounts:<namespace>``), and the real
 CLI runs with that account's token: every read succeeds, and a write is refused.
 """

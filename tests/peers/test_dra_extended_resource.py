@@ -1,4 +1,4 @@
-"""The ``nvidia.com/gpu`` bridge on the real kube-apiserver and kube-scheduler (v1.34.4, with the
+"""The ``nvidia.com/gpu`` bridge on the real kube-apiserver and kube-scheduler (v1.37.2, with the
 ``DRAExtendedResource`` gate, KEP-5004): a pod that asks for ``nvidia.com/gpu: 1`` the device plugin
 way, on a node whose GPUs only gpuchain's DRA driver publishes, is Pending while no DeviceClass names
 the resource; with the chart's ``dra.extendedResource`` class (``whole-gpu.gpuchain.io``) the

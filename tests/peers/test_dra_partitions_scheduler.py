@@ -1,7 +1,8 @@
-"""MIG as partitionable devices on the real kube-apiserver and kube-scheduler (v1.34.4, with the
-``DRAPartitionableDevices`` gate): the counters gpuchain's driver publishes are what the scheduler
-allocates by, so two claims for overlapping MIG placements are never both allocated, placements
-that do not overlap are, and the full GPU and its MIG devices exclude each other.
+"""MIG as partitionable devices on the real kube-apiserver and kube-scheduler (v1.37.2, with the
+``DRAPartitionableDevices`` gate): the server takes the driver's layout (the counter sets in a slice
+of their own, each GPU's devices in another), and the counters are what the scheduler allocates
+by, so two claims for overlapping MIG placements are never both allocated, placements that do not
+overlap are, and the full GPU and its MIG devices exclude each other.
 
 The node is a Node object with no kubelet: the scheduler binds pods to it and writes the claims'
 allocations, which is all this test asks of it; then the driver prepares the allocated device from
@@ -72,9 +73,12 @@ def test_counters_keep_overlapping_placements_and_the_whole_gpu_apart(
     driver = DraDriver(sim, live, config)
     published = driver.publish()
     assert driver.partitions_served, "the API server dropped the shared counters: is DRAPartitionableDevices on?"
+    counters = live.get(RESOURCE_SLICE, f"{NODE}-{DRIVER}-counters-0")
+    assert [c["name"] for c in counters["spec"]["sharedCounters"]] == ["gpu-0-counter-set", "gpu-1-counter-set"]
+    assert counters["spec"]["sharedCounters"][0]["counters"]["memory-slice-7"] == {"value": "1"}
     gpu0 = live.get(RESOURCE_SLICE, f"{NODE}-{DRIVER}-gpu-0")
-    assert gpu0["spec"]["sharedCounters"][0]["counters"]["memory-slice-7"] == {"value": "1"}
     assert gpu0["spec"]["devices"][1]["consumesCounters"][0]["counterSet"] == "gpu-0-counter-set"
+    assert gpu0["spec"]["pool"]["resourceSliceCount"] == 4  # the plain slice, the counters, two GPUs
     assert "gpu-0-mig-4g40gb-3-0" in published.devices
 
     # GPU 0: a 4g.40gb at slice 0 ...

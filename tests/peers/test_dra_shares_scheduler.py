@@ -1,4 +1,4 @@
-"""GPU shares as consumable capacity on the real kube-apiserver and kube-scheduler (v1.34.4, with the
+"""GPU shares as consumable capacity on the real kube-apiserver and kube-scheduler (v1.37.2, with the
 ``DRAConsumableCapacity`` gate): the scheduler books each claim's ``capacity.requests`` against the
 capacities gpuchain's driver publishes with ``--gpu-shares``, so two claims asking for half a GPU's
 memory each land on the same GPU under two share ids, a third that does not fit beside them is not

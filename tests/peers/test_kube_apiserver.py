@@ -1,4 +1,4 @@
-"""gpuchain against the real control plane of tests/peers (kube-apiserver v1.34.4 + etcd + KCM).
+"""gpuchain against the real control plane of tests/peers (kube-apiserver v1.37.2 + etcd + KCM).
 
 What only a real server can say: the CRD's schema is enforced on write, kopf's runtime logs in with
 a real kubeconfig and reconciles through real watches, service-account tokens are real identities

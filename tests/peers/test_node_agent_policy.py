@@ -7,7 +7,7 @@ node, the DRA plugin publish devices for another node and the MIG manager evict 
 chart's ValidatingAdmissionPolicies gpuchain-node-agent-writes (Nodes, ResourceSlices, pod
 deletes) and gpuchain-node-agent-evictions tie each write to the node claim of the pod-bound token
 (``authentication.kubernetes.io/node-name``). Here the chart's RBAC and policies are created on
-the real kube-apiserver (v1.34.4) and each agent writes with a token bound to its pod on gpu-a:
+the real kube-apiserver (v1.37.2) and each agent writes with a token bound to its pod on gpu-a:
 its own node's labels, slices and pods pass, another node's and a taint are refused.
 """
 

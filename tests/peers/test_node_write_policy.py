@@ -2,7 +2,7 @@
 real kube-apiserver, with real service-account tokens bound to pods on real Nodes.
 
 tests/remediation/test_admission_policy.py checks the policy's CEL with cel-python; this checks
-what the API server (k8s v1.34.4, tests/peers/go.mod) answers: the policy compiles and
+what the API server (k8s v1.37.2, tests/peers/go.mod) answers: the policy compiles and
 type-checks there, gpu-health's writes (the real ``GpuHealthPublisher``) pass on its own node,
 and everything else the policy promises to refuse is refused with HTTP 403 Forbidden.
 

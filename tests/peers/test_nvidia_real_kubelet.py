@@ -1,6 +1,6 @@
 """NVIDIA's device plugin v0.18.0 and `gpuchain device-plugin` on the same real kubelet.
 
-The plugins take turns on the real node (peers/node.py: kubelet v1.34.4, containerd v2), NVIDIA's
+The plugins take turns on the real node (peers/node.py: kubelet v1.37.2, containerd v2), NVIDIA's
 on go-nvml's DGX A100 mock made to match gpuchain's `a100-40gb-x8` preset (peers/dgxa100.py), each
 with the same config file. For each, the test records what the kubelet made of it: the Node's
 capacity and allocatable, the devices the kubelet's device manager checkpointed as registered,

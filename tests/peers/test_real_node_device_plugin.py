@@ -1,4 +1,4 @@
-"""gpuchain's device plugin on a real kubelet (v1.34.4, containerd v2, runc: peers/node.py).
+"""gpuchain's device plugin on a real kubelet (v1.37.2, containerd v2, runc: peers/node.py).
 
 Everything the kubelet double in src/gpuchain/kubelet/ stands in for, asked of the real one:
 registration on its kubelet.sock, the Node's capacity and allocatable, a pod given a GPU through

@@ -19,10 +19,11 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
-from gpuchain.dra.kinds import API_VERSION, DRIVER, device_class
+from gpuchain.dra.kinds import API_VERSION, DRIVER, WHOLE_GPU_CLASS_NAME, device_class, whole_gpu_class
 from gpuchain.dra.taints import NO_EXECUTE, TAINT_KEY
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.kube.allocator import device_plugin_announces
+from gpuchain.kube.gpu_resources import GPU as GPU_RESOURCE
 from peers.node import RealNode, busybox_pod, stop_process, wait_for
 from peers.stand_ins import DEV_ROOT, LIST_DEVICES, NVIDIA_MAJOR, devices_seen, gpu_stand_ins
 
@@ -93,16 +94,19 @@ def start_plugin(node: RealNode, *flags: str) -> subprocess.Popen[bytes]:
     return plugin
 
 
-def create_claim(node: RealNode, name: str, index: int, capacity: dict[str, str] | None = None) -> str:
-    """A ResourceClaim in namespace gpu for the GPU with this index (``capacity``: the part of it the
-    claim asks for, on a node publishing shares); its UID."""
+def create_claim(
+    node: RealNode, name: str, index: int, capacity: dict[str, str] | None = None, also: str = "true"
+) -> str:
+    """A ResourceClaim in namespace gpu for a device of the GPU with this index (``capacity``: the part
+    of it the claim asks for, on a node publishing shares; ``also``: a CEL condition the device must
+    meet as well); its UID."""
     claim: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {"name": name},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "selectors": [
             # One GPU picked by an attribute the plugin publishes, evaluated by the real scheduler.
-            {"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index}"}}
+            {"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index} && ({also})"}}
         ]}}]}},
     }  # fmt: skip
     if capacity:
@@ -119,7 +123,7 @@ def claim_pod(name: str, claim: str, script: str) -> dict[str, Any]:
 
 
 def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -> None:
-    # The DRA API the 1.34 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
+    # The DRA API the 1.37 peers serve: resource.k8s.io/v1 (GA), and it is the preferred version.
     group = node.api.request("GET", "/apis/resource.k8s.io")
     assert group["preferredVersion"]["groupVersion"] == API_VERSION == "resource.k8s.io/v1"
     kubelet_root = node.workdir / "kubelet"
@@ -167,7 +171,7 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
 
 
 def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealNode) -> None:
-    """With --gpu-shares (DRAConsumableCapacity on in the peers, alpha in 1.34), two claims for part
+    """With --gpu-shares (DRAConsumableCapacity on in the peers, beta in 1.37), two claims for part
     of one GPU's memory are allocated the same GPU: the first pod still runs while the second is
     scheduled, prepared and run, each container sees the GPU with its own MPS limits, and each
     claim is unprepared when its pod goes."""
@@ -217,6 +221,94 @@ def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealN
                     raise
 
 
+def delete_resources(node: RealNode, *paths: str) -> None:
+    """DELETE each ``resource.k8s.io/v1`` path (a claim, a class) and this driver's slices; gone already is fine."""
+    for path in (*paths, f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}"):
+        try:
+            node.api.request("DELETE", RESOURCE + path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+
+
+def test_a_mig_profile_claim_gets_a_mig_device_made_on_prepare_and_destroyed_after(node: RealNode) -> None:
+    """With --partitionable-mig (the peers' API server takes the counter slices, DRAPartitionableDevices
+    beta in 1.37), a claim for a 1g.10gb MIG device on a GPU whose MIG mode is off: the real scheduler
+    allocates one of its placements by the counters, the kubelet's Prepare makes that MIG device, the
+    container sees the GPU's node and the MIG device's UUID, and the pod's deletion destroys it."""
+    index = 6
+    kubelet_root = node.workdir / "kubelet"
+    plugin = start_plugin(node, "--partitionable-mig")
+    earlier = len(node.log("dra-plugin"))
+    try:
+        attrs = f"device.attributes['{DRIVER}']"
+        uid = create_claim(node, "mig", index, also=f"{attrs}.type == 'mig' && {attrs}.migProfile == '1g.10gb'")
+        visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+        # kept running, so the claim stays prepared (a finished pod's claim is unprepared at once)
+        node.create_pod("gpu", claim_pod("mig", "mig", f"{visible}; {LIST_DEVICES}; echo LISTED; sleep 3600"))
+        node.wait_pod_phase("gpu", "mig", ("Running",))
+
+        def listed() -> str | None:
+            out = node.pod_log("gpu", "mig", "main")
+            return out if "LISTED" in out.splitlines() else None
+
+        out = wait_for("the container's output", listed, 30)
+
+        claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/mig")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["pool"] == node.name and result["device"].startswith(f"gpu-{index}-mig-1g10gb-")
+        checkpoint = kubelet_root / "plugins" / DRIVER / "checkpoint.json"
+        (device,) = json.loads(checkpoint.read_text())["claims"][uid]["devices"]
+        assert device["device"] == result["device"] and device["createdInstance"]["profile"] == "1g.10gb"
+        mig_uuid = device["uuid"]
+        assert mig_uuid.startswith("MIG-")
+        assert f"created MIG device {mig_uuid} (1g.10gb)" in node.log("dra-plugin")[earlier:]
+        assert f"NVIDIA_VISIBLE_DEVICES={mig_uuid}" in out.splitlines()
+        assert devices_seen(out)[f"/dev/nvidia{index}"] == (NVIDIA_MAJOR, index)
+
+        node.delete_pod("gpu", "mig")
+        spec = node.root / f"run/cdi/{DRIVER}-claim_{uid}.json"
+        wait_for("NodeUnprepareResources", lambda: not spec.exists() and uid not in checkpoint.read_text(), 60)
+        destroyed = f"(1g.10gb at slice {device['createdInstance']['start']}) of GPU {index}"
+        assert destroyed in node.log("dra-plugin")[earlier:]
+    finally:
+        node.delete_pod("gpu", "mig")
+        stop_process(plugin)
+        delete_resources(node, "/namespaces/gpu/resourceclaims/mig")
+
+
+def test_a_plain_nvidia_gpu_pod_is_served_by_the_dra_driver_through_the_class(node: RealNode) -> None:
+    """The ``nvidia.com/gpu`` bridge (the chart's ``dra.extendedResource`` DeviceClass; DRAExtendedResource
+    GA in 1.37) on the real kubelet: a pod asking ``nvidia.com/gpu: 1`` the device plugin way, on a node
+    with no device plugin, gets a claim the scheduler makes, the kubelet prepares it through the
+    driver, and the container sees the GPU; the claim goes with the pod."""
+    plugin = start_plugin(node)
+    created = node.api.request("POST", f"{RESOURCE}/deviceclasses", whole_gpu_class())
+    try:
+        assert created["spec"]["extendedResourceName"] == GPU_RESOURCE
+        visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+        node.create_pod("gpu", busybox_pod("plain", f"{visible}; {LIST_DEVICES}", {GPU_RESOURCE: "1"}))
+        done = node.wait_pod_phase("gpu", "plain", ("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        name = done["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["driver"] == DRIVER and result["device"].startswith("gpu-")
+        index = int(result["device"].removeprefix("gpu-"))
+        out = node.pod_log("gpu", "plain", "main")
+        assert f"NVIDIA_VISIBLE_DEVICES={gpu_uuids()[index]}" in out.splitlines()
+        assert devices_seen(out)[f"/dev/nvidia{index}"] == (NVIDIA_MAJOR, index)
+
+        node.delete_pod("gpu", "plain")
+        spec = node.root / f"run/cdi/{DRIVER}-claim_{claim['metadata']['uid']}.json"
+        wait_for("NodeUnprepareResources of the scheduler's claim", lambda: not spec.exists(), 60)
+    finally:
+        node.delete_pod("gpu", "plain")
+        stop_process(plugin)
+        # cluster-wide: left behind, it would send the device plugin tests' nvidia.com/gpu pods to DRA
+        delete_resources(node, f"/deviceclasses/{WHOLE_GPU_CLASS_NAME}")
+
+
 def quarantine(node: RealNode, uuids: list[str]) -> None:
     """Set the Node's repair loop quarantine list, as gpu-health does (a PUT retried on a conflict)."""
 
@@ -247,7 +339,7 @@ def device_taints(node: RealNode, device: str) -> list[dict[str, Any]]:
 
 def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_lifts_it(node: RealNode) -> None:
     """With --device-taints, a GPU the repair loop quarantines is tainted NoExecute in the slice (the
-    API server keeps the taint: DRADeviceTaints is on in the peers, alpha in 1.34): the controller
+    API server keeps the taint: DRADeviceTaints is on in the peers, GA in 1.37): the controller
     manager evicts the pod already running on it, the real scheduler allocates it to no new claim,
     and when the loop gives the GPU back the taint goes and the waiting pod gets it."""
     uuids = gpu_uuids()

@@ -1,7 +1,7 @@
 """`gpuchain plan stack` on the real API server: `--from-cluster` reading it live, and `--from-dump`
 reading what the real `kubectl cluster-info dump` wrote from it, must read the same inputs.
 
-The simulated stacks are recreated on the tests/peers control plane (kube-apiserver v1.34.4) with
+The simulated stacks are recreated on the tests/peers control plane (kube-apiserver v1.37.2) with
 the helpers of tests/peers/test_doctor_real_dump.py; `--from-dump` runs as a separate process with
 no API access to fall back on.
 """

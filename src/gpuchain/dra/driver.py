@@ -170,7 +170,8 @@ class DraDriver:
 
     def desired_slices(self, lives: Mapping[str, Obj], inventory: Inventory | None = None) -> list[Obj]:
         """The ResourceSlices this node should publish now (``lives``: those live, by name), checked
-        against the API's rules: the plain devices' slice, then one per partitionable GPU."""
+        against the API's rules: the plain devices' slice, then the partitionable GPUs' counter
+        sets and devices (``slices.pool_slices``)."""
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
         owner = self.cluster.get_or_none(NODE, self.node)
@@ -190,16 +191,7 @@ class DraDriver:
         parts = (
             [] if withheld or not self.partitions_served else slices.render_gpu_slices(inv, self.unhealthy, taint_of)
         )
-        count = 1 + len(parts)
-        out = [slices.resource_slice(self.node, plain, 0, owner, slice_count=count)]
-        for part in parts:
-            partitions.check_gpu_slice(part)
-            name = slices.gpu_slice_name(self.node, part.gpu.index)
-            out.append(
-                slices.resource_slice(
-                    self.node, part.devices, 0, owner, name=name, slice_count=count, shared_counters=[part.counter_set]
-                )
-            )
+        out = slices.pool_slices(self.node, plain, parts, owner)
         generation = slices.pool_generation(lives, out)
         for obj in out:
             obj["spec"]["pool"]["generation"] = generation
@@ -225,7 +217,7 @@ class DraDriver:
                 desired = self.desired_slices(written)
                 written, again = self._write(desired, written)
                 changed |= again
-            devices = tuple(str(d["name"]) for obj in desired for d in obj["spec"]["devices"])
+            devices = tuple(str(d["name"]) for obj in desired for d in slices.devices_of(obj))
             return Published(int(desired[0]["spec"]["pool"]["generation"]), changed, devices)
 
     def _live_slices(self) -> dict[str, Obj]:
@@ -244,7 +236,14 @@ class DraDriver:
         written: dict[str, Obj] = {}
         for obj in desired:
             name = str(obj["metadata"]["name"])
-            result = self.cluster.apply(obj, lives.get(name), known_live=True)
+            live = lives.get(name)
+            if live is not None and live.get("spec", {}).get("sharedCounters") and "sharedCounters" not in obj["spec"]:
+                # a GPU's slice in the 1.34 layout (its counter set beside its devices): a merge patch
+                # would keep the set, which a 1.35 or later server refuses beside devices
+                with contextlib.suppress(NotFoundError):
+                    self.cluster.delete(RESOURCE_SLICE, name)
+                live = None
+            result = self.cluster.apply(obj, live, known_live=True)
             changed |= result.changed
             written[name] = result.object
         for name in sorted(set(lives) - set(written)):
@@ -256,8 +255,8 @@ class DraDriver:
     def _taints_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
         """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
         the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
-        wanted = any(taints_of(d) for obj in desired for d in obj["spec"]["devices"])
-        kept = any(taints_of(d) for obj in written.values() for d in obj.get("spec", {}).get("devices") or [])
+        wanted = any(taints_of(d) for obj in desired for d in slices.devices_of(obj))
+        kept = any(taints_of(d) for obj in written.values() for d in slices.devices_of(obj))
         if not wanted or kept:
             return False
         log.error(
@@ -271,12 +270,8 @@ class DraDriver:
     def _shares_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
         """Whether the API server dropped ``allowMultipleAllocations`` just written (no
         ``DRAConsumableCapacity`` gate): the GPUs are then published whole, one claim each."""
-        wanted = any(d.get("allowMultipleAllocations") for obj in desired for d in obj["spec"]["devices"])
-        kept = any(
-            d.get("allowMultipleAllocations")
-            for obj in written.values()
-            for d in obj.get("spec", {}).get("devices") or []
-        )
+        wanted = any(d.get("allowMultipleAllocations") for obj in desired for d in slices.devices_of(obj))
+        kept = any(d.get("allowMultipleAllocations") for obj in written.values() for d in slices.devices_of(obj))
         if not wanted or kept:
             return False
         log.error(
@@ -288,13 +283,14 @@ class DraDriver:
         return True
 
     def _partitions_refused(self, exc: InvalidError) -> None:
-        """The API server refused a GPU's slice with its counters: Kubernetes 1.35 and later want
-        counter sets in slices without devices, a layout this driver does not write yet. The GPUs
-        are published without partitions rather than not at all."""
+        """The API server refused the partitionable GPUs' slices: Kubernetes 1.34 wants each counter
+        set in the slice of the devices consuming it, the layout 1.35 and later refuse and this
+        driver does not write (``dra.partitions``). The GPUs are published without partitions rather
+        than not at all."""
         log.error(
-            "the API server refused the partitionable GPUs' ResourceSlices (%s); Kubernetes 1.35 and later want "
-            "counter sets in slices of their own, which this plugin does not write yet: publishing MIG-capable "
-            "GPUs without partitions",
+            "the API server refused the partitionable GPUs' ResourceSlices (%s); Kubernetes before 1.35 wants "
+            "counter sets in the slice of the devices that consume them, and this plugin writes the layout of "
+            "1.35 and later: publishing MIG-capable GPUs without partitions",
             exc,
         )
         self.partitions_served = False

@@ -1,12 +1,12 @@
 """MIG as partitionable devices (KEP-4815): a GPU, every MIG placement it can hold, and the counters
 they share, so the scheduler picks the profile per claim and never books one slice twice.
 
-A partitionable GPU is published in a ResourceSlice of its own with one counter set
-(``gpu-<index>-counter-set``) and devices that consume from it: the full GPU consumes all of it,
-each placement (a GPU-instance profile at one start slot, from the catalog's MIG table) consumes
-its own memory slices, compute slices, SMs, engines and memory. Two devices whose memory slices
-overlap cannot both be allocated (each memory slice is a counter of 1), nor can the full GPU and
-any placement, nor combinations that need more compute slices or media engines than the GPU has.
+A partitionable GPU has one counter set (``gpu-<index>-counter-set``) and devices that consume
+from it: the full GPU consumes all of it, each placement (a GPU-instance profile at one start slot,
+from the catalog's MIG table) consumes its own memory slices, compute slices, SMs, engines and
+memory. Two devices whose memory slices overlap cannot both be allocated (each memory slice is a
+counter of 1), nor can the full GPU and any placement, nor combinations that need more compute
+slices or media engines than the GPU has.
 
 Counter and device names follow NVIDIA's DRA driver (``cmd/gpu-kubelet-plugin/partitions.go``,
 ``mig.go`` in NVIDIA/k8s-dra-driver-gpu): counters ``multiprocessors``, ``copy-engines``,
@@ -22,10 +22,14 @@ without a GPU reset (Hopper and later, as NVIDIA's driver decides with ``support
 The full GPU is offered while MIG mode is off or can be switched off without a reset; Prepare
 switches the mode as the device needs it.
 
-Kubernetes 1.34 accepts ``sharedCounters`` only with the ``DRAPartitionableDevices`` feature gate
-(alpha) and only in the slice whose devices consume them, at most 32 counters per slice: hence
-one slice per GPU. (1.35 and later want counter sets and devices in separate slices; this builder
-renders the 1.34 layout.)
+Kubernetes 1.35 and later (``pkg/apis/resource/validation`` of 1.37) want the counter sets in
+ResourceSlices of their own ("only one of `sharedCounters` or `devices` is allowed"), at most 8
+sets of at most 32 counters per slice, and the devices that consume them in other slices of the
+same pool, at most 64 per slice where devices consume counters or carry taints. ``slices.pool_slices``
+lays the pool out that way: the counter sets together, each GPU's devices in a slice of their own.
+The 1.34 layout (counter set and devices in one slice, which 1.34 requires and 1.35 refuses) is not
+written: 1.34 served partitionable devices only behind an alpha gate, and its API server refuses
+these device slices, so the driver publishes the GPUs there without partitions (``DraDriver``).
 """
 
 from __future__ import annotations
@@ -38,10 +42,13 @@ from gpuchain.gpu.catalog import GpuModel, MigProfile
 from gpuchain.gpu.model import Gpu
 from gpuchain.kube.objects import Obj
 
-MAX_SHARED_COUNTERS = 32
-"""Counters over all counter sets of one slice (``ResourceSliceMaxSharedCounters``, 1.34)."""
-MAX_DEVICE_COUNTERS = 1024
-"""Counters over all devices' ``consumesCounters`` in one slice (``ResourceSliceMaxDeviceCountersPerSlice``)."""
+MAX_COUNTER_SETS_PER_SLICE = 8
+"""Counter sets in one slice (``ResourceSliceMaxCounterSets``)."""
+MAX_COUNTERS_PER_SET = 32
+"""Counters in one counter set, and in one device's use of a set (``ResourceSliceMaxCountersPerCounterSet``,
+``ResourceSliceMaxCountersPerDeviceCounterConsumption``)."""
+MAX_DEVICES_WITH_COUNTERS = 64
+"""Devices in one slice once any consumes counters (``ResourceSliceMaxDevicesWithAdvancedFeatures``)."""
 
 ENGINE_CAPACITIES = ("copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines")
 """A placement's engine capacities, in ``MigProfile.engines`` order (NVIDIA's capacity names)."""
@@ -175,7 +182,7 @@ def partition_device(part: Partition, attributes: dict[str, Obj]) -> Obj:
 
 @dataclass(frozen=True)
 class GpuSlice:
-    """What one partitionable GPU's ResourceSlice holds: its counter set and its devices."""
+    """One partitionable GPU: its counter set and the devices that consume it."""
 
     gpu: Gpu
     counter_set: Obj
@@ -211,16 +218,17 @@ def gpu_slice(
 
 
 def check_gpu_slice(part: GpuSlice) -> None:
-    """Raise ValueError for a slice the 1.34 API server refuses for its counters: too many shared
-    counters or device counters, or a device consuming a counter its set does not have."""
+    """Raise ValueError for a GPU the API server would refuse: too many counters in its set or in a
+    device's use of it, too many devices for one slice, or a device consuming a counter its set does
+    not have (the scheduler would then find the pool invalid)."""
     have = part.counter_set["counters"]
-    if len(have) > MAX_SHARED_COUNTERS:
-        raise ValueError(f"GPU {part.gpu.index}: {len(have)} shared counters, a slice holds {MAX_SHARED_COUNTERS}")
-    total = 0
+    if len(have) > MAX_COUNTERS_PER_SET:
+        raise ValueError(f"GPU {part.gpu.index}: {len(have)} counters in its set, a set holds {MAX_COUNTERS_PER_SET}")
+    if len(part.devices) > MAX_DEVICES_WITH_COUNTERS:
+        raise ValueError(
+            f"GPU {part.gpu.index}: {len(part.devices)} devices, a slice holds {MAX_DEVICES_WITH_COUNTERS}"
+        )
     for device in part.devices:
         for use in device.get("consumesCounters", []):
             if use["counterSet"] != part.counter_set["name"] or not set(use["counters"]) <= set(have):
-                raise ValueError(f"device {device['name']}: consumes counters its slice's counter set does not have")
-            total += len(use["counters"])
-    if total > MAX_DEVICE_COUNTERS:
-        raise ValueError(f"GPU {part.gpu.index}: devices consume {total} counters, a slice holds {MAX_DEVICE_COUNTERS}")
+                raise ValueError(f"device {device['name']}: consumes counters its GPU's counter set does not have")

@@ -7,13 +7,15 @@ absent, which is how DRA tells the scheduler not to use them.
 
 With partitionable MIG (``partitions``) each MIG-capable GPU is instead published in a slice of
 its own (``render_gpu_slices``, ``gpu_slice_name``): the whole GPU and every MIG placement,
-sharing the GPU's counters, so offering both is safe there. With shares (``shares``) each whole
-GPU is published for several claims to share, each booking part of its memory and SMs.
+consuming the GPU's counters, so offering both is safe there; the counter sets themselves go in
+slices without devices (``counter_slice_name``), as Kubernetes 1.35 and later require
+(``pool_slices``). With shares (``shares``) each whole GPU is published for several claims to
+share, each booking part of its memory and SMs.
 
-The pool (one per node, named after it, one slice or one plus a slice per partitionable GPU)
-carries a generation that must grow whenever the published devices change; consumers ignore
-slices of an older generation. ``pool_generation`` decides it from what is live, so a restarted
-plugin continues the count instead of restarting it.
+The pool (one per node, named after it: the plain slice, plus with partitions the counter slices
+and a slice per partitionable GPU) carries a generation that must grow whenever the published
+devices change; consumers ignore slices of an older generation. ``pool_generation`` decides it
+from what is live, so a restarted plugin continues the count instead of restarting it.
 
 Names follow the API server's rules, checked by ``check_slice`` before anything is written:
 device names are DNS labels, attribute and capacity names C identifiers of at most 32
@@ -202,6 +204,47 @@ def gpu_slice_name(node: str, gpu_index: int) -> str:
     return f"{slice_name(node)}-gpu-{gpu_index}"
 
 
+def counter_slice_name(node: str, chunk: int) -> str:
+    """The ResourceSlice of the pool's counter sets ``chunk * 8`` on: ``<node>-gpu.gpuchain.io-counters-<chunk>``."""
+    return f"{slice_name(node)}-counters-{chunk}"
+
+
+def pool_slices(
+    node: str, plain: list[Obj], parts: Sequence[partitions.GpuSlice], owner: Obj | None = None
+) -> list[Obj]:
+    """The node's pool as ResourceSlices, generation 0 (``pool_generation`` sets it): the plain
+    devices' slice, the partitionable GPUs' counter sets in slices without devices (8 sets each),
+    then each GPU's devices in a slice of its own. Raises ValueError for a GPU the API server would
+    refuse (``partitions.check_gpu_slice``)."""
+    per = partitions.MAX_COUNTER_SETS_PER_SLICE
+    chunks = [parts[i : i + per] for i in range(0, len(parts), per)]
+    count = 1 + len(chunks) + len(parts)
+    out = [resource_slice(node, plain, 0, owner, slice_count=count)]
+    for k, chunk in enumerate(chunks):
+        out.append(
+            resource_slice(
+                node,
+                None,
+                0,
+                owner,
+                name=counter_slice_name(node, k),
+                slice_count=count,
+                shared_counters=[p.counter_set for p in chunk],
+            )
+        )
+    for part in parts:
+        partitions.check_gpu_slice(part)
+        out.append(
+            resource_slice(node, part.devices, 0, owner, name=gpu_slice_name(node, part.gpu.index), slice_count=count)
+        )
+    return out
+
+
+def devices_of(obj: Obj) -> list[Obj]:
+    """A ResourceSlice's devices: none in a slice of counter sets, which has no ``devices`` key."""
+    return list(obj.get("spec", {}).get("devices") or [])
+
+
 def live_generation(live: Obj | None) -> int:
     """The pool generation of a live slice, 0 when there is none."""
     if live is None:
@@ -213,7 +256,7 @@ def _published(obj: Obj) -> Obj:
     """What of a slice's spec the driver decides: its devices, counters and the pool's slice count."""
     spec = obj.get("spec", {})
     return {
-        "devices": spec.get("devices", []),
+        "devices": devices_of(obj),
         "sharedCounters": spec.get("sharedCounters", []),
         "count": spec.get("pool", {}).get("resourceSliceCount"),
     }
@@ -241,7 +284,7 @@ def pool_generation(lives: Mapping[str, Obj], desired: Sequence[Obj]) -> int:
 
 def resource_slice(
     node: str,
-    devices: list[Obj],
+    devices: list[Obj] | None,
     generation: int,
     owner: Obj | None = None,
     *,
@@ -254,6 +297,8 @@ def resource_slice(
 
     ``owner``: the Node object, when known, so the slice is garbage collected with the node.
     ``name``: the slice's name (default ``slice_name``); ``shared_counters``: its counter sets.
+    ``devices`` None: a slice of counter sets, without the ``devices`` key (an empty list there is
+    a list the API server refuses beside ``sharedCounters``).
     """
     meta: dict[str, Any] = {"name": name or slice_name(node), "labels": {"app.kubernetes.io/managed-by": "gpuchain"}}
     node_uid = (owner or {}).get("metadata", {}).get("uid")
@@ -265,8 +310,9 @@ def resource_slice(
         "driver": DRIVER,
         "nodeName": node,
         "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
-        "devices": devices,
     }
+    if devices is not None:
+        spec["devices"] = devices
     if shared_counters:
         spec["sharedCounters"] = shared_counters
     return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
@@ -329,4 +375,8 @@ def check_slice(obj: Obj) -> None:
         raise SliceError(f"spec.driver is {spec.get('driver')!r}, expected {DRIVER!r}")
     if int(spec.get("pool", {}).get("generation", 0)) < 1:
         raise SliceError("spec.pool.generation must be at least 1")
-    check_devices(spec.get("devices", []))
+    if "sharedCounters" in spec and "devices" in spec:
+        raise SliceError("a slice holds counter sets (sharedCounters) or devices, not both (Kubernetes 1.35 and later)")
+    if len(spec.get("sharedCounters", [])) > partitions.MAX_COUNTER_SETS_PER_SLICE:
+        raise SliceError(f"a slice holds at most {partitions.MAX_COUNTER_SETS_PER_SLICE} counter sets")
+    check_devices(devices_of(obj))
