@@ -92,9 +92,13 @@ def entry(entry_id: str) -> Entry:
     return found
 
 
+@functools.lru_cache(maxsize=4096)
 def find(text: str, *ids: str) -> Match | None:
     """The first line of ``text`` that one of the entries ``ids`` matches (entries tried in the
-    order given, so the more specific comes first), or None; all entries when ``ids`` is empty."""
+    order given, so the more specific comes first), or None; all entries when ``ids`` is empty.
+
+    Remembered: on a big cluster the same few messages (a waiting reason's, a crash's last lines)
+    recur on thousands of nodes, and each would be tried against every entry again."""
     chosen = tuple(entry(i) for i in ids) if ids else entries()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for e in chosen:
@@ -106,7 +110,13 @@ def find(text: str, *ids: str) -> Match | None:
 
 def known_error(text: str) -> Match | None:
     """The first line of ``text`` an entry above info level knows (a failure, not a progress line)."""
-    return find(text, *(e.id for e in entries() if e.level != "info"))
+    return find(text, *_above_info())
+
+
+@functools.cache
+def _above_info() -> tuple[str, ...]:
+    """The ids of the entries above info level, in the catalog's order."""
+    return tuple(e.id for e in entries() if e.level != "info")
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,
