@@ -93,8 +93,9 @@ def _pod_state(pod: Obj) -> PodState:
     name = str(pod.get("metadata", {}).get("name", "?"))
     inits = _statuses(pod, "initContainerStatuses")
     mains = _statuses(pod, "containerStatuses")
-    unschedulable = unschedulable_message(pod)
-    if unschedulable is not None and not inits and not mains:
+    # The scheduler's word decides only for a pod with no container statuses yet.
+    unschedulable = None if inits or mains else unschedulable_message(pod)
+    if unschedulable is not None:
         return PodState(name, "Pending", False, True, message=unschedulable, unschedulable=True)
     for cs in [*inits, *mains]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
