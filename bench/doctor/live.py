@@ -22,7 +22,12 @@ frozen out of the cyclic collector (``gc.freeze``), as `bench.doctor.run` does. 
 the same; the goal is "after" under 5 s at 10,000 nodes. Container logs are not read
 (``reader=None``): the replay has none, and a live doctor reads at most eight.
 
-    .venv/bin/python -m bench.doctor.live [--nodes 1000] [--rounds 3]
+``--baseline SRC``: another tree's ``src`` (``git archive main src | tar -x -C /tmp/base``). Then
+"before" is that tree's ``run_doctor`` and "after" this tree's, each in a worker process of its own
+(`bench.doctor.worker`) reporting its own wall and CPU seconds, alternated in the same rounds: a
+change's before and after, measured in one run. Both must find the same.
+
+    .venv/bin/python -m bench.doctor.live [--nodes 1000] [--rounds 3] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx2
 
+from bench.agents.node import baseline_env
 from bench.doctor.run import alternated_times, medians
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.doctor import run_doctor
@@ -100,9 +107,86 @@ def fetch(http: httpx2.Client, targets: list[str]) -> int:
     return sum(len(http.get(target).content) for target in targets)
 
 
-def findings(report: Any) -> list[tuple[str, list[str]]]:
-    """The report's findings as (id, nodes), to compare the two ways."""
-    return sorted((g.id, sorted(g.nodes)) for g in report.groups())
+def findings(report: Any) -> list[list[Any]]:
+    """The report's findings as [id, nodes], to compare the two ways (as `bench.doctor.worker` sends them)."""
+    return sorted([g.id, sorted(g.nodes)] for g in report.groups())
+
+
+class Worker:
+    """A `bench.doctor.worker` process: one tree's ``run_doctor`` on the replay, on request."""
+
+    def __init__(self, url: str, tree: Path | None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.doctor.worker", url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=baseline_env(dict(os.environ), tree),
+        )
+        self.spent: list[tuple[float, float]] = []
+
+    def run(self) -> list[list[Any]]:
+        """One run; its own (wall, CPU) seconds go to ``spent``; the findings."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit("a doctor worker died (its error is above)")
+        answer = json.loads(line)
+        self.spent.append((answer["wall"], answer["cpu"]))
+        return list(answer["findings"])
+
+    def close(self) -> None:
+        """End the worker."""
+        self.process.kill()
+        self.process.wait()
+
+
+def compare_trees(url: str, baseline: Path, rounds: int, http: httpx2.Client, snapshot: Snapshot) -> None:
+    """``--baseline``: the other tree's doctor and this tree's, each in its own worker, alternated
+    with the replay alone and the diagnosis alone; prints the rows and the ratio."""
+    before, after = Worker(url, baseline), Worker(url, None)
+    try:
+        served(http)
+        found_before = before.run()  # the first run of each: what it asks, not measured
+        before_targets = served(http)
+        found_after = after.run()
+        targets = served(http)
+        before.spent.clear()
+        after.spent.clear()
+        print(f"findings: {', '.join(sorted({i for i, _ in found_after}))}")
+        print(f"same findings in both trees: {'yes' if found_before == found_after else 'NO'}")
+        gc.collect()
+        gc.freeze()
+        load_before = os.getloadavg()
+        ways: list[Callable[[], object]] = [
+            lambda: fetch(http, targets),
+            before.run,
+            after.run,
+            lambda: diagnosis_alone(snapshot),
+        ]
+        local = [medians(t) for t in alternated_times(ways, rounds)]
+        load_after = os.getloadavg()
+        rows = [
+            ("baseline: the replay alone (bytes, no decoding)", *local[0], len(targets)),
+            (f"before: {baseline}'s doctor", *medians(before.spent), len(before_targets)),
+            ("after: this tree's doctor", *medians(after.spent), len(targets)),
+            ("the diagnosis alone (this tree, in the bench)", *local[3], 0),
+        ]
+    finally:
+        before.close()
+        after.close()
+    print(f"load average (1 min) before / after the rounds: {load_before[0]:.2f} / {load_after[0]:.2f}")
+    print(f"median of {rounds} rounds; each doctor's wall and CPU are its own process's")
+    print()
+    print(f"{'':46} {'wall s':>8} {'CPU s':>8} {'requests':>9} {'vs replay':>10}")
+    for label, wall, cpu, requests in rows:
+        print(f"{label:46} {wall:8.3f} {cpu:8.3f} {requests:9d} {wall / rows[0][1]:9.2f}x")
+    print()
+    before_s, after_s = rows[1][1], rows[2][1]
+    print(f"after / before: {after_s / before_s:.2f}x the time; CPU {rows[2][2] / rows[1][2]:.2f}x")
+    print(f"goal < 5 s end to end: {'met' if after_s < 5.0 else 'MISSED'} ({after_s:.3f} s)")
 
 
 def main() -> None:
@@ -110,12 +194,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="another tree's src: its doctor is 'before'")
     args = parser.parse_args()
 
     started = time.perf_counter()
     server, url = start_replay(args.nodes)
     try:
         http = httpx2.Client(base_url=url, timeout=600)
+        if args.baseline:
+            snapshot = gather(LiveCluster.from_url(url))
+            print(f"cluster: {args.nodes} GPU nodes, {len(snapshot.nodes)} nodes, {len(snapshot.pods)} pods; "
+                  f"built in {time.perf_counter() - started:.0f} s (not measured)")  # fmt: skip
+            compare_trees(url, args.baseline, args.rounds, http, snapshot)
+            return
         before_cluster, after_cluster = WholeLists.from_url(url), LiveCluster.from_url(url)
         before_report = doctor_before(before_cluster)  # recording, not measured
         before_targets = served(http)

@@ -9,7 +9,7 @@ from doctor.small_cluster import diagnosed, unschedulable
 
 from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.model import LinkState
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import pod_state, states_remembered
 from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
@@ -306,3 +306,18 @@ def test_a_daemonset_pod_pending_for_a_host_port_names_the_pod_that_holds_it() -
     assert (root.link, root.node) == ("exporter", "a")
     assert "pod monitoring/dcgm-exporter-q8x2m (dcgm-exporter) holds host port 9400 on a" in root.evidence
     assert "dcgm-exporter-q8x2m" in root.fix and "restart" not in root.fix
+
+
+def test_a_diagnosis_works_out_each_pods_state_once_and_no_longer_than_it_runs() -> None:
+    # Several links ask about the same operand pod; within a diagnosis the first answer serves them
+    # all. The answers are by the pod object: an equal pod is another pod, and nothing is kept after.
+    crashing = {
+        "metadata": {"name": "plugin-a"},
+        "status": {"containerStatuses": [{"name": "p", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+    }
+    twin = {**crashing, "metadata": {"name": "plugin-b"}}
+    with states_remembered():
+        first = pod_state(crashing)
+        assert pod_state(crashing) is first and first.status == "CrashLoopBackOff"
+        assert pod_state(twin).name == "plugin-b"
+    assert pod_state(crashing) is not first and pod_state(crashing) == first

@@ -101,11 +101,13 @@ def test_returned_objects_are_copies(cluster: Cluster) -> None:
 
 def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` less what ``list_readonly`` may leave out (``Cluster.list_readonly``):
-    ``metadata.managedFields`` and a Node's ``status.images``."""
+    ``metadata.managedFields``, a Node's ``status.images`` and a Pod's ``spec.volumes``."""
     out = copy.deepcopy(obj)
     out["metadata"].pop("managedFields", None)
     if out.get("kind") == "Node":
         out.get("status", {}).pop("images", None)
+    if out.get("kind") == "Pod":
+        out.get("spec", {}).pop("volumes", None)
     return out
 
 
@@ -115,7 +117,10 @@ def test_list_readonly_answers_what_list_answers(cluster: Cluster) -> None:
     for name, zone in (("gpu-2", "b"), ("gpu-1", "a"), ("cpu-1", "a")):
         cluster.create(node(name, zone=zone))
     add_pod(cluster, "p1", "gpu-1", ns="web")
-    add_pod(cluster, "p2", "gpu-2")
+    mounting = pod("p2", "gpu-2")
+    mounting["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    mounting["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
+    cluster.create(mounting)
     add_pod(cluster, "p3", "gpu-1", phase="Succeeded")
     queries: list[tuple[Any, ...]] = [
         (NODE,),
@@ -128,7 +133,15 @@ def test_list_readonly_answers_what_list_answers(cluster: Cluster) -> None:
         before = cluster.calls.by_verb["list"]
         shared = cluster.list_readonly(*query)
         assert cluster.calls.by_verb["list"] == before + 1
-        assert shared == [_without_what_no_reader_reads(o) for o in cluster.list(*query)], query
+        whole = cluster.list(*query)
+        assert [_without_what_no_reader_reads(o) for o in shared] == [
+            _without_what_no_reader_reads(o) for o in whole
+        ], query
+        assert all("managedFields" not in o["metadata"] for o in shared), query
+    mounted = next(p for p in cluster.list_readonly(POD) if p["metadata"]["name"] == "p2")
+    # A container's mounts stay (the real server adds its service account token's): only the pod's own
+    # list of volumes may be left out.
+    assert {"name": "scratch", "mountPath": "/scratch"} in mounted["spec"]["containers"][0]["volumeMounts"]
     assert [n["metadata"]["name"] for n in cluster.list_readonly(NODE, None, "zone=a")] == ["cpu-1", "gpu-1"]
 
 

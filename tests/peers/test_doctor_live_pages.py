@@ -1,5 +1,5 @@
-"""The doctor's fast live read (`LiveCluster.list_readonly`: pages, msgspec, no managedFields nor node
-images) on the real kube-apiserver gives the objects and the findings the plain `list()` read gives
+"""The doctor's fast live read (`LiveCluster.list_readonly`: pages, msgspec, no managedFields, node
+images nor pod volumes) on the real kube-apiserver gives the objects and the findings the plain `list()` read gives
 (issue 26).
 
 A simulated GPU Operator cluster of 30 nodes (about 250 objects: its operand pods, GPU workloads,
@@ -61,10 +61,12 @@ class WholeObjects(LiveCluster):
 
 
 def _left_out(obj: Obj) -> Obj:
-    """``obj`` less what the fast read leaves out: managedFields, and a node's images."""
+    """``obj`` less what the fast read leaves out: managedFields, a node's images and a pod's volumes."""
     out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
     if obj["kind"] == "Node":
         out["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
+    if obj["kind"] == "Pod":
+        out["spec"] = {k: v for k, v in obj["spec"].items() if k != "volumes"}
     return out
 
 
@@ -91,6 +93,10 @@ def test_pages_give_every_object_the_plain_list_gives_less_managed_fields(
         if kind in (NODE, POD, DAEMONSET, CONFIGMAP):  # the server writes them on every object; gone here
             assert all("managedFields" in o["metadata"] for o in whole)
             assert not any("managedFields" in o["metadata"] for o in paged)
+        if kind == POD:  # the operands' host mounts; gone here, their containers' volumeMounts kept
+            assert any(o["spec"].get("volumes") for o in whole) and not any("volumes" in o["spec"] for o in paged)
+            mounts = [o["spec"]["containers"][0].get("volumeMounts") for o in paged]
+            assert mounts == [o["spec"]["containers"][0].get("volumeMounts") for o in whole] and any(mounts)
     nodes = {o["metadata"]["name"]: o for o in live_cluster.list_readonly(NODE)}
     assert live_cluster.get(NODE, "gpu-0")["status"]["images"] == images and "images" not in nodes["gpu-0"]["status"]
     assert nodes["gpu-0"]["status"]["capacity"]["nvidia.com/gpu"] == "8"

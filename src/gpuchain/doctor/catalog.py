@@ -92,9 +92,13 @@ def entry(entry_id: str) -> Entry:
     return found
 
 
+@functools.lru_cache(maxsize=4096)
 def find(text: str, *ids: str) -> Match | None:
     """The first line of ``text`` that one of the entries ``ids`` matches (entries tried in the
-    order given, so the more specific comes first), or None; all entries when ``ids`` is empty."""
+    order given, so the more specific comes first), or None; all entries when ``ids`` is empty.
+
+    Remembered: on a big cluster the same few messages (a waiting reason's, a crash's last lines)
+    recur on thousands of nodes, and each would be tried against every entry again."""
     chosen = tuple(entry(i) for i in ids) if ids else entries()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for e in chosen:
@@ -147,7 +151,7 @@ def known_error(text: str) -> Match | None:
     containerd config: ..."), so the entry of the innermost words names the cause, and the component that
     wrote it (the toolkit's containerd config, not the device plugin's config file that a wrapper's words
     also match)."""
-    failures = [e for e in entries() if e.level != "info"]
+    failures = _above_info()
     found = find(text, *(e.id for e in failures))
     if found is None:
         return None
@@ -155,6 +159,12 @@ def known_error(text: str) -> Match | None:
     here = deepest.regex.search(found.line)
     first = found.entry.regex.search(found.line)
     return Match(deepest, found.line) if here and first and here.start() > first.start() else found
+
+
+@functools.cache
+def _above_info() -> tuple[Entry, ...]:
+    """The entries above info level, in the catalog's order."""
+    return tuple(e for e in entries() if e.level != "info")
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,

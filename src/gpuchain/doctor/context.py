@@ -112,6 +112,8 @@ class Context:
     def log(self, pod: Obj, container: str) -> str:
         """A container's log if the gather step read it, else "": the previous run's (after a
         restart) then the current run's, in the order they were written."""
+        if not self.snapshot.logs and not self.snapshot.previous_logs:
+            return ""  # no log was read (the usual: a healthy cluster's pods need none)
         key = (str((pod.get("metadata") or {}).get("namespace") or self.namespace), name_of(pod), container)
         runs = (self.snapshot.previous_logs.get(key, ""), self.snapshot.logs.get(key, ""))
         return "\n".join(r for r in runs if r)

@@ -28,7 +28,7 @@ from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
-from gpuchain.doctor.pods import pod_state, unschedulable_message
+from gpuchain.doctor.pods import pod_state, states_remembered, unschedulable_message
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
@@ -472,14 +472,15 @@ def not_judged(ctx: Context) -> list[str]:
 
 def diagnose(snapshot: Snapshot) -> Report:
     """Walk every GPU node and check the cluster; pure, so any snapshot (live, simulated, saved) works."""
-    ctx = index(snapshot)
-    chains = [walk(ctx, v) for v in ctx.views]
-    findings = _policy_findings(ctx)
-    findings += [f for c in chains for f in c.findings]
-    findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
-    findings += _version_skew(ctx)
-    findings += dra_conflicts(snapshot, ctx.stack)
-    findings += _pending(ctx, chains)
+    with states_remembered():
+        ctx = index(snapshot)
+        chains = [walk(ctx, v) for v in ctx.views]
+        findings = _policy_findings(ctx)
+        findings += [f for c in chains for f in c.findings]
+        findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
+        findings += _version_skew(ctx)
+        findings += dra_conflicts(snapshot, ctx.stack)
+        findings += _pending(ctx, chains)
     return Report(
         chains,
         findings,

@@ -143,8 +143,9 @@ class Cluster(abc.ABC):
         which spares a reader of 10,000 nodes and their pods a deep copy of every object per call
         (as client-go's listers share their cache). Counted as one ``list`` request per response.
         An adapter may leave out what no reader of a snapshot looks at, ``metadata.managedFields``
-        (the server's record of who wrote which field) and a Node's ``status.images``: the live
-        one does, and reads in pages.
+        (the server's record of who wrote which field), a Node's ``status.images`` and a Pod's
+        ``spec.volumes`` (its containers' ``volumeMounts`` stay): the live one does, and reads in
+        pages.
         """
         return self.list(kind, namespace, label_selector, field_selector)
 
