@@ -382,3 +382,38 @@ def test_the_device_plugin_charts_gfd_daemonset_is_gfd_though_it_runs_the_plugin
     found = next(f for f in report.findings if f.root)
     assert (found.link, found.node) == ("gfd", "a")
     assert any("nvdp-gpu-feature-discovery-x1" in e for e in found.evidence)
+
+
+def test_a_dra_kubelet_plugin_kept_off_tainted_gpu_nodes_gets_tolerations_for_exactly_those_taints() -> None:
+    """NVIDIA's DRA kubelet plugin installed in its own namespace without tolerations, on a cluster whose GPU
+    nodes carry two NoSchedule taints (the operator's operands tolerate them; its device plugin is off): DESIRED 0, no pod, so the
+    device-plugin link is missing; the fix patches that DaemonSet, in its namespace, to tolerate those taints."""
+    taints = "[{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: pool, value: gpu, effect: NoSchedule}]"
+    tolerated = "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}, {key: pool, operator: Exists}]"
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy:\n  devicePlugin: {enabled: false}\n"
+            f"  daemonsets: {{tolerations: {tolerated}}}\nnodes:\n"
+            f"  - {{name: a, taints: {taints}}}\n"
+        )
+    )
+    sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra"}})
+    image = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.3.0"
+    sim.cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "dra"},
+            "spec": {"template": {"spec": {"containers": [{"name": "gpus", "image": image}]}}},
+            "status": {"desiredNumberScheduled": 0, "currentNumberScheduled": 0, "numberReady": 0},
+        }
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root and f.link == "device-plugin")
+    assert (found.id, found.node) == ("operand.not-scheduled", "a")
+    assert found.action is not None and found.action.target == "dra/nvidia-dra-driver-gpu-kubelet-plugin"
+    tolerations = found.action.changes["spec"]["template"]["spec"]["tolerations"]
+    assert tolerations == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "pool", "operator": "Exists", "effect": "NoSchedule"},
+    ]
