@@ -477,6 +477,55 @@ def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_ope
     assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
 
 
+def test_a_hook_refusal_on_a_cri_o_node_names_cri_os_hooks_dir_and_service_not_containerd() -> None:
+    """The same refusal on a node whose kubelet reports cri-o://: CRI-O runs the toolkit's OCI hook only from
+    a directory of its hooks_dir (the toolkit's CRI-O hook mode writes oci-nvidia-hook.json to
+    /usr/share/containers/oci/hooks.d, NVIDIA/nvidia-container-toolkit's CRIO_HOOKS_DIR default), and CRI-O
+    restarts as crio: a fix that restarts containerd repairs nothing there."""
+    hook = (
+        "OCI runtime create failed: runc create failed: unable to start container process: error during container "
+        "init: error running prestart hook #0: exit status 1, stdout: , stderr: : unknown"
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b, containerRuntime: cri-o://1.30.4}\n",
+        _failing(
+            "nvidia-device-plugin-daemonset",
+            "b",
+            main="nvidia-device-plugin",
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+        ),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.hook-failed", "toolkit", "b")
+    assert "containerd" not in found.fix
+    assert "systemctl restart crio" in found.fix and "hooks_dir" in found.fix
+    assert "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json" in found.fix
+    assert "nvidia-container-toolkit-daemonset" in found.fix
+
+
+def test_a_plugin_without_nvml_on_a_cri_o_node_makes_nvidia_cri_os_default_runtime() -> None:
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n"
+        "  - {name: h, hostDriver: 550.54.15, containerRuntime: cri-o://1.30.4}\n",
+        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [{**crash, "last": {"terminated": "Error"}}],
+            "logs": {
+                "nvidia-device-plugin-ctr": "E0101 00:00:00.000000 1 main.go:1] error starting plugins: "
+                "failed to construct NVML resource managers\n"
+            },
+        },
+    )
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link) == ("toolkit.runtime-not-default", "toolkit")
+    assert "nvidia-ctk runtime configure --runtime=crio --set-as-default" in root.fix
+    assert "systemctl restart crio" in root.fix and "containerd" not in root.fix + root.cause
+
+
 def _waits_in(ds: str, node: str, inits: dict[str, str]) -> Callable[[SimCluster], None]:
     """The pod of ``ds`` on ``node`` in its init phase as the kubelet writes it (kubernetes
     pkg/kubelet/kubelet_pods.go@v1.34.4 convertToAPIContainerStatuses): phase Pending, each init container

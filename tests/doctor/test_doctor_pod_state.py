@@ -321,3 +321,114 @@ def test_a_diagnosis_works_out_each_pods_state_once_and_no_longer_than_it_runs()
         assert pod_state(crashing) is first and first.status == "CrashLoopBackOff"
         assert pod_state(twin).name == "plugin-b"
     assert pod_state(crashing) is not first and pod_state(crashing) == first
+
+
+def _crashing_release(sim: SimCluster, namespace: str, ds: str, image: str, container: str, log: str) -> None:
+    """A DaemonSet of a chain component's own release in ``namespace``, named as its chart names it, with
+    its pod on node ``a`` crash-looping and ``log`` as its container's log."""
+    sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    template = {"spec": {"containers": [{"name": container, "image": image}]}}
+    sim.cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": ds, "namespace": namespace},
+            "spec": {"template": template},
+        }
+    )
+    crash = {"name": container, "ready": False, "restartCount": 5, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    sim.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{ds}-x1",
+                "namespace": namespace,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds}],
+            },
+            "spec": {"nodeName": "a", "containers": [{"name": container, "image": image}]},
+            "status": {"phase": "Running", "containerStatuses": [crash]},
+        }
+    )
+    sim.cluster.set_logs(f"{ds}-x1", namespace, container, log)
+
+
+def test_nvidias_dra_kubelet_plugin_in_its_own_namespace_is_read_as_the_device_plugin_link() -> None:
+    """NVIDIA's DRA driver (its chart's kubelet plugin DaemonSet, image nvcr.io/nvidia/k8s-dra-driver-gpu) beside
+    the operator, whose device plugin is off: it is what announces the GPUs to the kubelet, so its crash is the
+    device-plugin link's, found by its image whatever namespace and name it has."""
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy: {devicePlugin: {enabled: false}}\nnodes:\n  - {name: a}\n"
+        )
+    )
+    log = "E0101 00:00:00.000000 1 main.go:1] error: nvml init failed: ERROR_NO_PERMISSION\n"
+    _crashing_release(
+        sim,
+        "nvidia-dra-driver-gpu",
+        "nvidia-dra-driver-gpu-kubelet-plugin",
+        "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.3.0",
+        "gpus",
+        log,
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root)
+    assert (found.link, found.node) == ("device-plugin", "a")
+    assert "catalog: nvml.no-permission" in " ".join(found.evidence)
+    assert any("nvidia-dra-driver-gpu-kubelet-plugin-x1" in e for e in found.evidence)
+    assert "privileged" in found.fix
+
+
+def test_the_device_plugin_charts_gfd_daemonset_is_gfd_though_it_runs_the_plugins_image() -> None:
+    """NVIDIA/k8s-device-plugin's chart runs GFD from the plugin's own image (nvcr.io/nvidia/k8s-device-plugin)
+    in a DaemonSet named <release>-gpu-feature-discovery: read by its name as GFD, not as a second plugin."""
+    sim = build(
+        parse_scenario("name: x\nstack: gpu-operator\npolicy: {gfd: {enabled: false}}\nnodes:\n  - {name: a}\n")
+    )
+    _crashing_release(
+        sim,
+        "gpu-tools",
+        "nvdp-gpu-feature-discovery",
+        "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+        "gpu-feature-discovery-ctr",
+        "E0101 00:00:00.000000 1 main.go:1] nvml init failed: ERROR_NO_PERMISSION\n",
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root)
+    assert (found.link, found.node) == ("gfd", "a")
+    assert any("nvdp-gpu-feature-discovery-x1" in e for e in found.evidence)
+
+
+def test_a_dra_kubelet_plugin_kept_off_tainted_gpu_nodes_gets_tolerations_for_exactly_those_taints() -> None:
+    """NVIDIA's DRA kubelet plugin installed in its own namespace without tolerations, on a cluster whose GPU
+    nodes carry two NoSchedule taints (the operator's operands tolerate them; its device plugin is off): DESIRED 0, no pod, so the
+    device-plugin link is missing; the fix patches that DaemonSet, in its namespace, to tolerate those taints."""
+    taints = "[{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: pool, value: gpu, effect: NoSchedule}]"
+    tolerated = "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}, {key: pool, operator: Exists}]"
+    sim = build(
+        parse_scenario(
+            "name: x\nstack: gpu-operator\npolicy:\n  devicePlugin: {enabled: false}\n"
+            f"  daemonsets: {{tolerations: {tolerated}}}\nnodes:\n"
+            f"  - {{name: a, taints: {taints}}}\n"
+        )
+    )
+    sim.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra"}})
+    image = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.3.0"
+    sim.cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "dra"},
+            "spec": {"template": {"spec": {"containers": [{"name": "gpus", "image": image}]}}},
+            "status": {"desiredNumberScheduled": 0, "currentNumberScheduled": 0, "numberReady": 0},
+        }
+    )
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.root and f.link == "device-plugin")
+    assert (found.id, found.node) == ("operand.not-scheduled", "a")
+    assert found.action is not None and found.action.target == "dra/nvidia-dra-driver-gpu-kubelet-plugin"
+    tolerations = found.action.changes["spec"]["template"]["spec"]["tolerations"]
+    assert tolerations == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "pool", "operator": "Exists", "effect": "NoSchedule"},
+    ]

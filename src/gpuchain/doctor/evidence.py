@@ -25,6 +25,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -336,19 +337,25 @@ def _fix(
         )
     elif link == "toolkit":
         toolkit = view.pod(TOOLKIT)
-        again = (
+        rewrite = (
             "restart the container toolkit so it writes its runtime config again "
             f"(kubectl -n {namespace_of(toolkit) or ctx.namespace} delete pod {name_of(toolkit)}), "
             if toolkit is not None
-            else "write the nvidia runtime into the containerd config this node's containerd reads (nvidia-ctk "
-            "runtime configure --runtime=containerd), "
+            else ""
         )
+        if runtime_scheme(view.node) == "cri-o":
+            again = f"{rewrite}make CRI-O run the nvidia runtime or its hook ({runtime_setup(view.node)})"
+        else:
+            again = rewrite or (
+                "write the nvidia runtime into the containerd config this node's containerd reads (nvidia-ctk "
+                "runtime configure --runtime=containerd), "
+            )
+            again += "restart containerd"
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": f"the NVIDIA runtime hook fails to create containers here: {again}restart containerd, "
-                f"then {rerun}",
+                "action": f"the NVIDIA runtime hook fails to create containers here: {again}, then {rerun}",
                 "drain": False,
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },

@@ -92,6 +92,27 @@ def runtime_scheme(node: Obj) -> str:
     return node_info(node).get("containerRuntimeVersion", "").partition("://")[0]
 
 
+#: Where the toolkit's CRI-O hook mode writes its OCI hook: NVIDIA/nvidia-container-toolkit's CRI-O installer
+#: (flag --hooks-dir, env CRIO_HOOKS_DIR, default /usr/share/containers/oci/hooks.d; file oci-nvidia-hook.json).
+CRIO_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+
+
+def runtime_setup(node: Obj, default: bool = False) -> str:
+    """How a person gives this node's container runtime the NVIDIA runtime (as its default where
+    ``default``) and makes it read that: CRI-O where the node reports ``cri-o://`` (its runtime handler, or
+    the toolkit's OCI hook, which CRI-O reads only from a directory of its hooks_dir), else containerd.
+    A fix that says "restart containerd" on a CRI-O node repairs nothing."""
+    flag = " --set-as-default" if default else ""
+    if runtime_scheme(node) == "cri-o":
+        return (
+            f"nvidia-ctk runtime configure --runtime=crio{flag} (a [crio.runtime.runtimes.nvidia] drop-in under "
+            f"/etc/crio/crio.conf.d/), or in the toolkit's CRI-O hook mode (CRIO_CONFIG_MODE=hook) make sure "
+            f"{CRIO_HOOK} exists and its directory is in hooks_dir of [crio.runtime] in /etc/crio/crio.conf or "
+            "a drop-in; then systemctl restart crio"
+        )
+    return f"nvidia-ctk runtime configure --runtime=containerd{flag} && systemctl restart containerd"
+
+
 @dataclass(frozen=True)
 class Condition:
     """One node condition that keeps pods off the node, with the taint that goes with it."""

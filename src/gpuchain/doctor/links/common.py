@@ -18,7 +18,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.placement import Blocker, tolerations_for
 from gpuchain.doctor.stacks.base import daemonsets_in
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
 
 GPU_COUNT = "nvidia.com/gpu.count"
@@ -65,15 +65,17 @@ def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
 
 
 def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
-    """The change that lets ``ds`` place its pod: tolerate the taint, or give the node the label."""
+    """The change that lets ``ds`` place its pod: tolerate the taint (through the stack's policy for its own
+    DaemonSets, on the DaemonSet itself for a release in another namespace), or give the node the label."""
     if block.kind == "taint":
         needed = tolerations_for(block)
-        if ctx.policy_obj is not None:
+        ns = namespace_of(ds) or ctx.namespace
+        if ctx.policy_obj is not None and ns == ctx.namespace:
             tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), *needed]
             return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
         current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
         patch = {"spec": {"template": {"spec": {"tolerations": [*current, *needed]}}}}
-        return Fix(FixOp.PATCH_DAEMONSET, f"{ctx.namespace}/{name_of(ds)}", patch)
+        return Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{name_of(ds)}", patch)
     d = block.detail
     values = list(d.get("values") or [])
     if d.get("operator") in ("NotIn", "DoesNotExist"):

@@ -334,6 +334,44 @@ def _not_created(ctx: Context, view: NodeView, ds: Obj, link: str) -> Result | N
     )
 
 
+def elsewhere_unplaced(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
+    """A release of ``operand`` in another namespace (`Stack.elsewhere`: the device plugin's chart, NVIDIA's
+    DRA kubelet plugin, dcgm-exporter's or GFD's own chart) that a taint of this GPU node keeps off it, where
+    the stack does not deploy the operand itself: the tolerations for exactly those taints, on that
+    DaemonSet. None when no such release is kept off by a taint (a selector may keep it off on purpose)."""
+    if view.pod(operand) is not None:
+        return None
+    for ds in ctx.snapshot.daemonsets:
+        ns, name = namespace_of(ds), name_of(ds)
+        block = blocker(ds, view.node) if ctx.stack.elsewhere.get(f"{ns}/{name}") == operand.state else None
+        if block is None or block.kind != "taint":
+            continue
+        action = placement_fix(ctx, view, ds, block)
+        status = ds.get("status") or {}
+        return Result(
+            LinkState.BROKEN,
+            f"{name} places no pod here",
+            (
+                node_finding(
+                    view,
+                    "operand.not-scheduled",
+                    Severity.ERROR,
+                    link,
+                    f"{ns}/{name} runs the {link} link's component but places no pod on this GPU node "
+                    f"({block.describe()}), so the {link} link is missing here.",
+                    [
+                        f"DaemonSet {ns}/{name} has no pod on {view.name} "
+                        f"(desired {status.get('desiredNumberScheduled', '?')})",
+                        block.describe(),
+                    ],
+                    ctx.stack.render(action),
+                    action,
+                ),
+            ),
+        )
+    return None
+
+
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
@@ -342,7 +380,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
     if not ctx.policy_unknown and not enabled(ctx.policy, operand):
-        return None
+        return elsewhere_unplaced(ctx, view, operand, link)
     ds = operand_daemonset(ctx, operand)
     name = name_of(ds) if ds is not None else ctx.ds(operand)
     operator = operator_pod(ctx) if ds is None else None

@@ -18,7 +18,7 @@ from gpuchain.doctor.links.common import (
     opted_out,
     owner_ds,
 )
-from gpuchain.doctor.links.deployed import unscheduled
+from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.toolkit import (
@@ -391,7 +391,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             mig = mig_finding(ctx, view)
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
-            return Result(LinkState.SKIPPED, "device plugin not deployed here")
+            foreign = elsewhere_unplaced(ctx, view, DEVICE_PLUGIN, "device-plugin")
+            return foreign or Result(LinkState.SKIPPED, "device plugin not deployed here")
         absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
         if absent is not None:
             return absent

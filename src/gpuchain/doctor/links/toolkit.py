@@ -12,7 +12,7 @@ from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import distribution_of, node_info
+from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
@@ -175,26 +175,26 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 
 def runtime_not_default(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
     """The toolkit link broken under a device plugin that got no NVML: containerd's default runtime is
-    not nvidia on a node whose stack asks for no RuntimeClass."""
+    not nvidia on a node whose stack asks for no RuntimeClass (CRI-O's, on a node that runs CRI-O)."""
+    runtime = "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
     action = Fix(
         FixOp.NODE,
         view.name,
         {
-            "action": "make nvidia containerd's default runtime (nvidia-ctk runtime configure --runtime=containerd "
-            "--set-as-default && systemctl restart containerd)",
+            "action": f"make nvidia the node's default runtime ({runtime_setup(view.node, default=True)})",
             "fact": "runtime",
         },
     )
     return Result(
         LinkState.BROKEN,
-        "containerd's default runtime is not nvidia",
+        f"{runtime}'s default runtime is not nvidia",
         (
             node_finding(
                 view,
                 "toolkit.runtime-not-default",
                 Severity.ERROR,
                 "toolkit",
-                "the device plugin runs without the NVIDIA container runtime (containerd's default runtime is not "
+                f"the device plugin runs without the NVIDIA container runtime ({runtime}'s default runtime is not "
                 "nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it finds "
                 "no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
                 evidence,

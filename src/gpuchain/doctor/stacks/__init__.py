@@ -26,9 +26,20 @@ from gpuchain.operator.policy import ClusterPolicySpec
 # without them answers 404, which `gather` reads as "not the GPU Operator".
 __all__ = ["NVIDIA_CLUSTER_POLICY", "NVIDIA_DRIVER", "Stack", "detect", "is_gpu_node"]
 
-#: Images of operands a stack may find installed beside it as their own release, in any namespace
-#: (dcgm-exporter's own Helm chart beside the GPU Operator, NVIDIA/dcgm-exporter deployment/).
-STANDALONE_IMAGES = {"dcgm-exporter": "dcgm-exporter", "gpu-feature-discovery": "gpu-feature-discovery"}
+#: Image repository names (or DaemonSet name endings) of chain components a stack may find installed
+#: beside it as their own release, in any namespace, and the operand state each is read as: NVIDIA's
+#: device plugin chart (nvcr.io/nvidia/k8s-device-plugin), NVIDIA's DRA driver, whose kubelet plugin
+#: announces GPUs to the kubelet as the device plugin does (nvcr.io/nvidia/k8s-dra-driver-gpu, later
+#: dra-driver-nvidia-gpu), dcgm-exporter's own Helm chart (NVIDIA/dcgm-exporter deployment/) and GFD. In
+#: this order: the last that matches wins, so the device plugin chart's GFD DaemonSet, which runs the
+#: device plugin's image, is read as GFD by its name.
+STANDALONE_IMAGES = {
+    "k8s-device-plugin": "device-plugin",
+    "k8s-dra-driver-gpu": "device-plugin",
+    "dra-driver-nvidia-gpu": "device-plugin",
+    "dcgm-exporter": "dcgm-exporter",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+}
 
 
 Adapter = Callable[[Snapshot], Stack | None]
