@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as dp
@@ -12,6 +14,15 @@ from gpuchain.proto.podresources.v1 import api_pb2 as pr
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+#: The line of a gRPC stub that names the grpcio-tools release that wrote it, not anything of the .proto:
+#: a patch release of the tools changes only it, so a fresh install must not make the stubs "stale".
+TOOLS_RELEASE = re.compile(rb"^GRPC_GENERATED_VERSION = '([0-9.]+)'$", re.MULTILINE)
+
+
+def _release(text: bytes) -> tuple[int, ...]:
+    found = TOOLS_RELEASE.search(text)
+    assert found is not None, "a gRPC stub without GRPC_GENERATED_VERSION"
+    return tuple(int(part) for part in found.group(1).decode().split("."))
 
 
 def test_regenerating_gives_identical_files() -> None:
@@ -31,7 +42,20 @@ def test_regenerating_gives_identical_files() -> None:
         )
         assert fresh == committed
         for rel in fresh:
-            assert (Path(out) / rel).read_bytes() == (ROOT / "src" / rel).read_bytes(), f"{rel} is stale"
+            new, old = (Path(out) / rel).read_bytes(), (ROOT / "src" / rel).read_bytes()
+            assert TOOLS_RELEASE.sub(b"", new) == TOOLS_RELEASE.sub(b"", old), f"{rel} is stale"
+
+
+def test_the_runtime_gpuchain_asks_for_is_one_the_stubs_accept() -> None:
+    """A gRPC stub raises at import under a grpcio older than the tools that wrote it, so the grpcio
+    requirement in pyproject.toml must be at least every committed stub's GRPC_GENERATED_VERSION."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = next(d for d in project["dependencies"] if re.match(r"grpcio\b(?!-)", d))
+    floor = re.fullmatch(r"grpcio>=([0-9.]+)", wanted.split(";")[0].strip())
+    assert floor is not None, f"pyproject.toml asks for {wanted!r}; give grpcio a >= floor"
+    minimum = tuple(int(part) for part in floor.group(1).split("."))
+    stubs = (ROOT / "src" / "gpuchain" / "proto").rglob("*_pb2_grpc.py")
+    assert all(_release(stub.read_bytes()) <= minimum for stub in stubs)
 
 
 def _fields(message: type) -> dict[str, int]:
