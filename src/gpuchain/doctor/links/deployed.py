@@ -346,30 +346,39 @@ def elsewhere_unplaced(ctx: Context, view: NodeView, operand: Operand, link: str
         block = blocker(ds, view.node) if ctx.stack.elsewhere.get(f"{ns}/{name}") == operand.state else None
         if block is None or block.kind != "taint":
             continue
-        action = placement_fix(ctx, view, ds, block)
-        status = ds.get("status") or {}
-        return Result(
-            LinkState.BROKEN,
-            f"{name} places no pod here",
-            (
-                node_finding(
-                    view,
-                    "operand.not-scheduled",
-                    Severity.ERROR,
-                    link,
-                    f"{ns}/{name} runs the {link} link's component but places no pod on this GPU node "
-                    f"({block.describe()}), so the {link} link is missing here.",
-                    [
-                        f"DaemonSet {ns}/{name} has no pod on {view.name} "
-                        f"(desired {status.get('desiredNumberScheduled', '?')})",
-                        block.describe(),
-                    ],
-                    ctx.stack.render(action),
-                    action,
-                ),
-            ),
+        desired = (ds.get("status") or {}).get("desiredNumberScheduled", "?")
+        return _not_scheduled(
+            ctx,
+            view,
+            ds,
+            block,
+            link,
+            f"{ns}/{name} runs the {link} link's component but places no pod on this GPU node",
+            f"DaemonSet {ns}/{name} has no pod on {view.name} (desired {desired})",
         )
     return None
+
+
+def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: str, what: str, no_pod: str) -> Result:
+    """``operand.not-scheduled``: ``ds`` places no pod on this node for ``block``, with the change that lets
+    it in; ``what`` says whose DaemonSet it is, ``no_pod`` is the evidence line."""
+    action = placement_fix(ctx, view, ds, block)
+    return Result(
+        LinkState.BROKEN,
+        f"{name_of(ds)} places no pod here",
+        (
+            node_finding(
+                view,
+                "operand.not-scheduled",
+                Severity.ERROR,
+                link,
+                f"{what} ({block.describe()}), so the {link} link is missing here.",
+                [no_pod, block.describe()],
+                ctx.stack.render(action),
+                action,
+            ),
+        ),
+    )
 
 
 def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
@@ -418,21 +427,12 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
         return _not_created(ctx, view, ds, link)
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
         return _nfd_missing(ctx, view, name, block, link)
-    action = placement_fix(ctx, view, ds, block)
-    return Result(
-        LinkState.BROKEN,
-        f"{name} places no pod here",
-        (
-            node_finding(
-                view,
-                "operand.not-scheduled",
-                Severity.ERROR,
-                link,
-                f"{name} is enabled but places no pod on this node ({block.describe()}), so the {link} link is "
-                "missing here.",
-                [f"{where} has no pod on {view.name}", block.describe()],
-                ctx.stack.render(action),
-                action,
-            ),
-        ),
+    return _not_scheduled(
+        ctx,
+        view,
+        ds,
+        block,
+        link,
+        f"{name} is enabled but places no pod on this node",
+        f"{where} has no pod on {view.name}",
     )
