@@ -823,14 +823,13 @@ def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_no
     assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
 
 
-def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old() -> None:
-    """The validator starts nvidia-cuda-validator itself (no DaemonSet owns it); its vectorAdd prints CUDA's
-    error 804 over a host driver older than its CUDA. The driver is the root, not the toolkit its init
-    container's name stands for, and the repair is a newer driver on the host."""
+def _failing_cuda_validation(host_driver: str, log: str) -> SimCluster:
+    """Node ``a`` on its host's driver, with the pod the validator starts itself (no DaemonSet owns it) whose
+    cuda-validation init container crash-loops printing ``log``."""
     sim = build(
         parse_scenario(
             "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\n"
-            "nodes:\n  - {name: a, hostDriver: 450.80.02}\n"
+            f"nodes:\n  - {{name: a, hostDriver: {host_driver}}}\n"
         )
     )
     sim.cluster.create(
@@ -857,10 +856,16 @@ def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_drive
             },
         }
     )
-    sim.cluster.set_logs(
-        "nvidia-cuda-validator-x1",
-        "gpu-operator",
-        "cuda-validation",
+    sim.cluster.set_logs("nvidia-cuda-validator-x1", "gpu-operator", "cuda-validation", log)
+    return sim
+
+
+def test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old() -> None:
+    """The validator starts nvidia-cuda-validator itself (no DaemonSet owns it); its vectorAdd prints CUDA's
+    error 804 over a host driver older than its CUDA. The driver is the root, not the toolkit its init
+    container's name stands for, and the repair is a newer driver on the host."""
+    sim = _failing_cuda_validation(
+        "450.80.02",
         "Failed to allocate device vector A (error code forward compatibility was attempted on non supported HW)!\n",
     )
     roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
@@ -1585,37 +1590,9 @@ def test_cuda_not_initialised_on_a_running_driver_is_the_fabric_manager_not_the_
     """CUDA's error 802 in the cuda validation (vectorAdd's line): the driver runs and the toolkit started
     the container, so neither the toolkit its init container stands for nor a restart repairs it; on an
     NVSwitch system it is the Fabric Manager of the driver's version that is missing."""
-    sim = build(
-        parse_scenario(
-            "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\nnodes:\n  - {name: a, hostDriver: 550.127.05}\n"
-        )
+    sim = _failing_cuda_validation(
+        "550.127.05", "Failed to allocate device vector A (error code system not yet initialized)!\n"
     )
-    sim.cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "nvidia-cuda-validator-x1", "namespace": "gpu-operator"},
-            "spec": {
-                "nodeName": "a",
-                "initContainers": [{"name": "cuda-validation", "image": "validator"}],
-                "containers": [{"name": "nvidia-cuda-validator", "image": "validator"}],
-            },
-            "status": {
-                "phase": "Pending",
-                "initContainerStatuses": [
-                    {
-                        "name": "cuda-validation",
-                        "ready": False,
-                        "restartCount": 6,
-                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
-                    }
-                ],
-            },
-        }
-    )
-    said = "Failed to allocate device vector A (error code system not yet initialized)!\n"
-    sim.cluster.set_logs("nvidia-cuda-validator-x1", "gpu-operator", "cuda-validation", said)
     roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
     assert [(f.id, f.link, f.node) for f in roots] == [("driver.fabric-manager", "driver", "a")]
     assert "nvidia-fabricmanager" in roots[0].fix and "catalog: cuda.system-not-ready" in " ".join(roots[0].evidence)
