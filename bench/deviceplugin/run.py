@@ -41,7 +41,7 @@ import grpc
 
 from bench.stats import percentile
 from gpuchain.agent.runtime import settled
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpuchain.api.config.v1.config import Config, parse_config
+from gpuchain.api.config.v1.flags import MigStrategy
 from gpuchain.common.schema import SchemaError, dump, validate
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_model
-from gpuchain.deviceplugin.config import Config, MigStrategy, parse_config
 from gpuchain.gpu.topology import Topology
 
 

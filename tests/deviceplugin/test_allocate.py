@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from fakes.driver_root import driver_dev
 
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.flags import PluginFlags
 from gpuchain.common.schema import validate
 from gpuchain.deviceplugin.allocate import (
     VOLUME_MOUNT_ROOT,
     AllocationError,
     allocate_container,
 )
-from gpuchain.deviceplugin.config import PluginFlags, parse_config
 from gpuchain.deviceplugin.resources import Resource, map_resources
 from gpuchain.gpu.sim import SimBackend
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.common.scratch import scratch_dir
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.kubelet.node import start_sim_node
 
 GPU = "nvidia.com/gpu"

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.flags import DeviceIdStrategy, MigStrategy
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import allocate_container
-from gpuchain.deviceplugin.config import DeviceIdStrategy, MigStrategy, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.gpu.sim import SimBackend

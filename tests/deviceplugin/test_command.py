@@ -15,8 +15,8 @@ import pytest
 from kube.kmock_server import kmock_server, write_kubeconfig
 from typer.testing import CliRunner
 
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.cli import app
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL
 from gpuchain.deviceplugin.nodeconfig import REASON_NOT_FOUND
 from gpuchain.kube import NODE, LiveCluster
 from gpuchain.kubelet.peer import KubeletPeer

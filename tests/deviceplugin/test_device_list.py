@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.deviceplugin.server import HEALTHY, UNHEALTHY, device_frames, device_list_bytes
 from gpuchain.gpu.health import HealthState

@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gpuchain.api.config.v1.config import parse_config, unsupported_settings
 from gpuchain.deviceplugin.allocate import ContainerAllocation
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.mps import daemon_commands, with_mps
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.gpu.sim import SimBackend
@@ -190,8 +190,6 @@ async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> 
 
 
 def test_without_an_mps_root_the_plugin_says_it_runs_no_daemon() -> None:
-    from gpuchain.deviceplugin.config import unsupported_settings
-
     notes = unsupported_settings(parse_config(SHARED_TWICE))
     assert any("no flags.mpsRoot" in n for n in notes)
     with_root = parse_config(f"flags: {{mpsRoot: /run/nvidia/mps}}\n{SHARED_TWICE}")

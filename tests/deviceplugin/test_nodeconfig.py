@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import (
+from gpuchain.api.config.v1.selection import (
     CLUSTER_DEFAULT_SOURCE,
     NODE_CONFIG_LABEL,
     ConfigKeyError,
     choose_config_file,
     select_config_key,
 )
+from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.nodeconfig import (
     EVENT_COMPONENT,
     REASON_NOT_FOUND,

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from fakes.fake_pynvml import nvml_over
 
-from gpuchain.deviceplugin.config import Config, parse_config
+from gpuchain.api.config.v1.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.errors import GpuError

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.common.scratch import scratch_dir
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import registered_again, start_sim_node

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuchain.deviceplugin.config import Config, Health, parse_config
+from gpuchain.api.config.v1.config import Config, parse_config
+from gpuchain.api.config.v1.health import Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 from gpuchain.gpu.sim import SimBackend

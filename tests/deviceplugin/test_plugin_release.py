@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fakes.releasable import ReleasableView
 
-from gpuchain.deviceplugin.config import Config
+from gpuchain.api.config.v1.config import Config
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import DEFAULT_PRESET, registered_again, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest

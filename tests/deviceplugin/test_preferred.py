@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.flags import AllocationPolicy
 from gpuchain.common.yamlfile import load_yaml_model
-from gpuchain.deviceplugin.config import AllocationPolicy, parse_config
 from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
 from gpuchain.deviceplugin.resources import Resource, map_resources
 from gpuchain.gpu.sim import SimBackend

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from kube.kmock_server import kmock_server, write_kubeconfig
 
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, parse_config
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride
 from gpuchain.gpu.model import Gpu

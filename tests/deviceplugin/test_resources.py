@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuchain.deviceplugin.config import MigStrategy, parse_config
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.flags import MigStrategy
 from gpuchain.deviceplugin.resources import (
     GPU_RESOURCE,
     ResourceMappingError,

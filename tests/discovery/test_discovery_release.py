@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fakes.releasable import ReleasableView
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.discovery.labels import Labels
 from gpuchain.discovery.service import Discovery
 from gpuchain.gpu.sim import SimBackend

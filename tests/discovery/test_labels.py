@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from fakes.fake_pynvml import nvml_over
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.discovery.labels import (
     LabelError,
     gfd_labels,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.discovery.output import label_patch, patch_node_labels, render_feature_file, write_feature_file
 from gpuchain.gpu.sim import SimBackend

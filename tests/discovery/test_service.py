@@ -17,8 +17,11 @@ import pytest
 from fakes.sigterm import sigterm_during
 from typer.testing import CliRunner
 
+from gpuchain.api.config.v1.config import Config, parse_config
+from gpuchain.api.config.v1.durations import INFINITE_NS
+from gpuchain.api.config.v1.environment import GFD_ENV_FLAGS
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.cli import app
-from gpuchain.deviceplugin.config import GFD_ENV_FLAGS, INFINITE_NS, NODE_CONFIG_LABEL, Config, parse_config
 from gpuchain.deviceplugin.nodeconfig import ConfigSource, NodeLabelWatch
 from gpuchain.discovery.labels import Labels
 from gpuchain.discovery.service import (

@@ -38,7 +38,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.plugin import served_resources
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
 from gpuchain.dra import cdi

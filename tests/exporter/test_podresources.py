@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR, map_resources
 from gpuchain.dra.slices import gpu_device_name, mig_device_name
 from gpuchain.exporter.collector import GpuMetricsCollector

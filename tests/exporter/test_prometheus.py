@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.exporter.cgroups import ContainerCgroup
 from gpuchain.exporter.collector import GpuMetricsCollector
 from gpuchain.exporter.counters import load_collectors

@@ -34,7 +34,7 @@ from fault.apiproxy import FaultProxy, fault_proxy
 from peers.apiserver import ApiServer
 from peers.test_kube_apiserver import NS, gpu_node, install_crd
 
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.kube import CLUSTER_POLICY, NODE, LiveCluster
 from gpuchain.operator.crd import cluster_policy

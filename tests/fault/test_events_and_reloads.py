@@ -12,7 +12,7 @@ import asyncio
 import random
 from pathlib import Path
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource
 from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.kubelet.node import registered_again, start_sim_node
 
 SHARED = "nvidia.com/gpu.shared"

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuchain.api.config.v1.load import load_config
 from gpuchain.commands.operator import PolicyDocument
 from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.common.yamlfile import load_yaml_file
-from gpuchain.deviceplugin.config import load_config
 from gpuchain.exporter.counters import DEFAULT_COLLECTORS, CollectorsFileError, load_collectors
 from gpuchain.gpu.topology import load_topology
 from gpuchain.mig.config import load_config as load_mig_config

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import EVENT_STREAM_FAILED, HealthState, follow_events, run_recoveries

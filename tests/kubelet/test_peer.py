@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gpuchain.deviceplugin.config import parse_config
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.kubelet.node import SimNode, start_sim_node
 from gpuchain.kubelet.peer import AdmissionError, ContainerRequest
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fakes.fake_pynvml import FakeNvml
 
+from gpuchain.api.config.v1.config import parse_config as plugin_config
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON, PAUSED_FOR_MIG_CHANGE
-from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.gpu.backend import GpuBackend

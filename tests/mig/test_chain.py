@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.kubelet.node import SimNode, start_sim_node

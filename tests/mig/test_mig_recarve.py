@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from fakes.releasable import ReleasableView
 
+from gpuchain.api.config.v1.config import parse_config as plugin_config
 from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
-from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import EVENT, NODE, POD, MemoryCluster

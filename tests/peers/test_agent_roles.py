@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from gpuchain.api.config.v1.selection import ConfigKeyError
 from gpuchain.common.supervise import cancel_and_wait
-from gpuchain.deviceplugin.config import ConfigKeyError
 from gpuchain.deviceplugin.nodeconfig import NODE_CONFIG_LABEL, REASON_NOT_FOUND, NodeLabelWatch
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.discovery.output import patch_node_labels

@@ -40,14 +40,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gpuchain.api.config.v1.environment import ENV_FLAGS
+from gpuchain.api.config.v1.load import load_config
+from gpuchain.api.config.v1.replicas import ReplicatedResource, ReplicatedResources
+from gpuchain.api.config.v1.resources import SHARED_SUFFIX
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import (
-    ENV_FLAGS,
-    SHARED_SUFFIX,
-    ReplicatedResource,
-    ReplicatedResources,
-    load_config,
-)
 from peers.binaries import peer_or_skip
 
 FIXTURES = Path(__file__).resolve().parents[1] / "compat" / "deviceplugin" / "fixtures"

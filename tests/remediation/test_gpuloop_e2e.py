@@ -27,8 +27,9 @@ from fakes.fake_libcuda import FakeCuda
 from fakes.fake_nvidia_smi import FakeNvidiaSmi
 from fakes.fake_pynvml import FakeNvml
 
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.health import Health
 from gpuchain.common.supervise import cancel_and_wait
-from gpuchain.deviceplugin.config import Config, Health
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.exporter.podresources import PodResourcesClient
 from gpuchain.gpu import cuda

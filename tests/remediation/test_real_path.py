@@ -7,7 +7,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from gpuchain.deviceplugin.config import Config, Health
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.health import Health
 from gpuchain.exporter.podresources import PodResourcesClient
 from gpuchain.kube.kinds import NODE, POD
 from gpuchain.kube.memory import MemoryCluster

@@ -15,6 +15,7 @@ from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.roles import gfd as gfd_role
 from gpuchain.agent.runtime import stop_early
 from gpuchain.agent.settings import GfdSettings, NodeSettings
+from gpuchain.api.config.v1.flags import MigStrategy
 from gpuchain.commands._agent import nvml_release_dir_option
 from gpuchain.commands._backend import (
     BACKEND_ERRORS,
@@ -34,7 +35,6 @@ from gpuchain.commands._cluster import (
 from gpuchain.commands._format import OutputFormat
 from gpuchain.commands._output import LogFormat, configure_logging, emit, fail, log_format_option, output_option
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import MigStrategy
 from gpuchain.discovery.labels import LabelError, Labels
 from gpuchain.gpu.absent import NoGpus
 from gpuchain.gpu.backend import GpuBackend

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from gpuchain.deviceplugin.config import DeviceIdStrategy, DeviceListStrategy, PluginFlags
+from gpuchain.api.config.v1.flags import DeviceIdStrategy, DeviceListStrategy, PluginFlags
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
 from gpuchain.gpu.cdi import qualified_name
 from gpuchain.gpu.devnodes import control_device_nodes

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuchain.api.config.v1.flags import DeviceIdStrategy
 from gpuchain.deviceplugin.allocate import CDI_KIND, gpu_device_node, mig_capability_nodes, visible_ids
-from gpuchain.deviceplugin.config import DeviceIdStrategy
 from gpuchain.deviceplugin.resources import Resource
 from gpuchain.gpu import cdi
 

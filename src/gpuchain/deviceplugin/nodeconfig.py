@@ -6,7 +6,7 @@ goes through the very path SIGHUP takes (re-serve, re-register, health state kep
 
 - ``ConfigSource`` says where the config comes from (one file, or a mounted ConfigMap with keys)
   and, given the current label, which file applies; the decision itself is the pure
-  ``select_config_key`` in ``gpuchain.deviceplugin.config``.
+  ``select_config_key`` in ``gpuchain.api.config.v1.selection``.
 - ``NodeLabelWatch`` turns a watch on Nodes (through the ``Cluster`` port) into the label's
   successive values for one Node, resuming and resyncing on its own.
 - ``ConfigFollower`` keeps a running ``DevicePlugin`` on the config its source and label name:
@@ -25,15 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.environment import ENV_FLAGS, EnvFlags
+from gpuchain.api.config.v1.load import load_config
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL, ConfigKeyError, choose_config_file
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import (
-    ENV_FLAGS,
-    NODE_CONFIG_LABEL,
-    Config,
-    ConfigKeyError,
-    choose_config_file,
-    load_config,
-)
 from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.kube import NODE, Cluster, labels_of, resource_version_of
 from gpuchain.kube.follow import node_states
@@ -74,7 +70,7 @@ class ConfigSource:
     directory: Path | None = None
     cluster_default: str | None = None
     config_naming: bool = False
-    variables: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ENV_FLAGS
+    variables: EnvFlags = ENV_FLAGS
     """The environment variables that override the file (the plugin's, or GFD's ``GFD_ENV_FLAGS``)."""
 
     def path(self, label: str | None) -> Path | None:

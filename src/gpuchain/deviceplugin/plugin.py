@@ -34,12 +34,14 @@ from typing import Any
 
 import grpc
 
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.replicas import ReplicatedResources
+from gpuchain.api.config.v1.sharing import Sharing
 from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.files import remove
 from gpuchain.common.supervise import cancel_and_wait, reraise_cancel, spawn
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
-from gpuchain.deviceplugin.config import Config, ReplicatedResources, Sharing
 from gpuchain.deviceplugin.mps import HEALTH_INTERVAL, MpsControl, MpsRoot, daemon_commands, keep_daemon
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuchain.deviceplugin.config import AllocationPolicy
+from gpuchain.api.config.v1.flags import AllocationPolicy
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
 from gpuchain.gpu.model import Inventory, TopologyLevel
 

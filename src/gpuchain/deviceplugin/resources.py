@@ -18,14 +18,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gpuchain.deviceplugin.config import (
-    RESOURCE_PREFIX,
-    Config,
-    MigStrategy,
-    ReplicatedResource,
-    ReplicatedResources,
-    ResourcePattern,
-)
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.flags import MigStrategy
+from gpuchain.api.config.v1.replicas import ReplicatedResource, ReplicatedResources
+from gpuchain.api.config.v1.resources import RESOURCE_PREFIX, ResourcePattern
 from gpuchain.gpu.catalog import resource_safe
 from gpuchain.gpu.model import Gpu, Inventory, MigDevice
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
+from gpuchain.api.config.v1.config import Config
 from gpuchain.deviceplugin.allocate import AllocationError, ContainerAllocation, allocate_container
-from gpuchain.deviceplugin.config import Config
 from gpuchain.deviceplugin.mps import with_mps
 from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
 from gpuchain.deviceplugin.resources import Resource

@@ -24,7 +24,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuchain.deviceplugin.config import Config, MigStrategy, ReplicatedResource
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.flags import MigStrategy
+from gpuchain.api.config.v1.replicas import ReplicatedResource
 from gpuchain.deviceplugin.resources import GPU_RESOURCE, mig_strategy_problems
 from gpuchain.gpu import catalog
 from gpuchain.gpu.errors import InvalidConfigError

@@ -23,10 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.durations import INFINITE_NS, format_go_duration
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.common.inputfile import read_input_text
 from gpuchain.common.supervise import Backoff, cancel_and_wait
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import INFINITE_NS, NODE_CONFIG_LABEL, Config, format_go_duration
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
 from gpuchain.gpu.backend import GpuBackend

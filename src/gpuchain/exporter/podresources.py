@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from gpuchain.deviceplugin.config import RESOURCE_PREFIX
+from gpuchain.api.config.v1.resources import RESOURCE_PREFIX
 from gpuchain.deviceplugin.resources import REPLICA_SEPARATOR
 from gpuchain.dra.kinds import DRIVER
 from gpuchain.dra.slices import gpu_device_name, mig_device_name

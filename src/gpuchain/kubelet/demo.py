@@ -14,7 +14,8 @@ from typing import Any
 
 import grpc
 
-from gpuchain.deviceplugin.config import Config, Health
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.health import Health
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.xid import describe
 from gpuchain.kubelet.node import DEFAULT_PRESET, start_sim_node

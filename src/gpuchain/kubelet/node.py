@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuchain.api.config.v1.config import Config
 from gpuchain.common.scratch import scratch_dir
-from gpuchain.deviceplugin.config import Config
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.sim import SimBackend

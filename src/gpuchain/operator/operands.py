@@ -48,10 +48,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, MIG_CAPABLE, OPERANDS_LABEL, PAUSED_FOR_MIG_CHANGE
 from gpuchain.common.quantity import add_quantities
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.gpu.nvmlrelease import DEFAULT_DIR as NVML_RELEASE_DIR
 from gpuchain.operator.drivertag import driver_image
 from gpuchain.operator.policy import ClusterPolicySpec, EnvVar, ImageSpec

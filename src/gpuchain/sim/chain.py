@@ -15,10 +15,11 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
+from gpuchain.api.config.v1.config import Config as DevicePluginConfig
+from gpuchain.api.config.v1.environment import apply_env
+from gpuchain.api.config.v1.flags import MigStrategy
 from gpuchain.common.labels import GPU_PRESENT, MIG_CAPABLE
 from gpuchain.common.schema import validate
-from gpuchain.deviceplugin.config import Config as DevicePluginConfig
-from gpuchain.deviceplugin.config import MigStrategy, apply_env
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, RECOGNISED_RUNTIMES, Distribution

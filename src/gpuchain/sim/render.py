@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.api.config.v1.selection import ConfigKeyError
 from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.common.labels import (
     DEPLOY_PREFIX,
@@ -28,7 +29,6 @@ from gpuchain.common.labels import (
     MIG_CONFIG_STATE_REASON,
     PAUSED_FOR_MIG_CHANGE,
 )
-from gpuchain.deviceplugin.config import ConfigKeyError
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import (
     DRIVER,

@@ -18,9 +18,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuchain.api.config.v1.config import Config as DevicePluginConfig
 from gpuchain.common.schema import validate
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
-from gpuchain.deviceplugin.config import Config as DevicePluginConfig
 from gpuchain.gpu.topology import preset_names
 from gpuchain.mig.agent import State as MigState
 from gpuchain.mig.config import default_config

@@ -33,9 +33,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gpuchain.api.config.v1.config import parse_config
+from gpuchain.api.config.v1.durations import INFINITE_NS
 from gpuchain.cli import app
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import INFINITE_NS, parse_config
 
 HERE = Path(__file__).parent
 FIX = HERE / "fixtures"

@@ -29,8 +29,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gpuchain.api.config.v1.config import parse_config
 from gpuchain.cli import app
-from gpuchain.deviceplugin.config import parse_config
 from gpuchain.discovery.labels import gfd_labels, sanitize
 from gpuchain.discovery.output import render_feature_file
 from gpuchain.gpu import catalog

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.settings import DevicePluginSettings
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.common.supervise import cancel_and_wait, spawn
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import NODE_CONFIG_LABEL, Config
 from gpuchain.deviceplugin.nodeconfig import ConfigFollower, ConfigSource, NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DEFAULT_SOCKET_DIR, DevicePlugin
 from gpuchain.deviceplugin.quarantine import QuarantineFollower, ride

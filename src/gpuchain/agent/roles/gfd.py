@@ -19,17 +19,13 @@ from pathlib import Path
 
 from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.settings import GfdSettings
+from gpuchain.api.config.v1.config import Config
+from gpuchain.api.config.v1.durations import format_go_duration, parse_go_duration
+from gpuchain.api.config.v1.environment import GFD_ENV_FLAGS
+from gpuchain.api.config.v1.flags import GfdFlags, MigStrategy
+from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.common.files import output_problem
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import (
-    GFD_ENV_FLAGS,
-    NODE_CONFIG_LABEL,
-    Config,
-    GfdFlags,
-    MigStrategy,
-    format_go_duration,
-    parse_go_duration,
-)
 from gpuchain.deviceplugin.nodeconfig import ConfigSource, NodeLabelWatch
 from gpuchain.discovery.output import patch_node_labels, render_feature_file, write_feature_file
 from gpuchain.discovery.service import Discovery, Sink, follow_config_label, read_machine_type, sleep_seconds

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from gpuchain.agent.node import Node, RoleError
 from gpuchain.agent.settings import GpuHealthSettings
+from gpuchain.api.config.v1.load import load_config
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import load_config
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE
 from gpuchain.remediation.publisher import GpuHealthPublisher

@@ -1,4 +1,4 @@
-"""Config file: NVIDIA v1 keys and defaults, env precedence, errors that name the field."""
+"""gpuchain.api.config.v1: NVIDIA v1 keys and defaults, env precedence, errors that name the field."""
 
 from __future__ import annotations
 
@@ -6,22 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from gpuchain.api.config.v1.config import Config, parse_config, unsupported_settings, without_config_naming
+from gpuchain.api.config.v1.durations import INFINITE_NS
+from gpuchain.api.config.v1.environment import GFD_ENV_FLAGS, apply_env
+from gpuchain.api.config.v1.flags import AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy
+from gpuchain.api.config.v1.load import load_config
+from gpuchain.api.config.v1.selection import choose_config_file
 from gpuchain.common.yamlfile import ConfigFileError
-from gpuchain.deviceplugin.config import (
-    GFD_ENV_FLAGS,
-    INFINITE_NS,
-    AllocationPolicy,
-    Config,
-    DeviceIdStrategy,
-    DeviceListStrategy,
-    MigStrategy,
-    apply_env,
-    choose_config_file,
-    load_config,
-    parse_config,
-    unsupported_settings,
-    without_config_naming,
-)
 
 NVIDIA_EXAMPLE = """
 version: v1
