@@ -2,7 +2,8 @@
 
 The graph counts every import in a module, at its top, inside a function or under TYPE_CHECKING,
 because a deferred import that closes a circle is still a circle (the module order of the layers
-in DESIGN.md only holds if no module needs one above it)."""
+in DESIGN.md only holds if no module needs one above it). Importing ``a.b.c`` also runs the
+``__init__`` of ``a`` and ``a.b``, so a circle through a package's ``__init__`` counts too."""
 
 from __future__ import annotations
 
@@ -21,8 +22,25 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _packages_of(module: str) -> set[str]:
+    """The packages whose ``__init__`` Python runs before ``module``: ``a`` and ``a.b`` for ``a.b.c``."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _with_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with an edge to each package an import runs the ``__init__`` of, except the
+    importer's own packages (Python has those in hand, half-initialised, before the importer runs)."""
+    return {
+        name: targets
+        | {p for t in targets for p in _packages_of(t) if p in graph and p != name and p not in _packages_of(name)}
+        for name, targets in graph.items()
+    }
+
+
 def _graph() -> dict[str, set[str]]:
-    """Module -> the gpuchain modules it imports (``from pkg import mod`` counts as importing ``pkg.mod``)."""
+    """Module -> the gpuchain modules it imports (``from pkg import mod`` counts as importing ``pkg.mod``),
+    and the packages whose ``__init__`` those imports run."""
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
@@ -38,7 +56,7 @@ def _graph() -> dict[str, set[str]]:
                     base = ".".join([*parts, *([node.module] if node.module else [])])
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
+    return _with_packages(graph)
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -89,6 +107,9 @@ def test_no_import_circle() -> None:
 def test_the_check_finds_a_deferred_circle() -> None:
     graph = {"a.peer": {"a.podresources"}, "a.podresources": {"a.peer"}, "a.state": set()}
     assert _circles(graph) == [["a.peer", "a.podresources"]]
+    through_init = {"a": set(), "a.x": {"b.y"}, "b": {"b.z"}, "b.y": set(), "b.z": {"a.x"}}
+    assert _circles(through_init) == []  # a.x imports b.y, which runs b/__init__, which imports b.z
+    assert _circles(_with_packages(through_init)) == [["a.x", "b", "b.z"]]
     pairs = {
         ("gpuchain.kubelet.peer", "gpuchain.kubelet.state"),
         ("gpuchain.operator.compat", "gpuchain.operator.spec"),

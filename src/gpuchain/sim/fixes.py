@@ -18,6 +18,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, POD, Cluster
 from gpuchain.mig.agent import State as MigState
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
+from gpuchain.sim.build import build
 from gpuchain.sim.scenario import MigFacts, NodeGroup, Scenario
 
 
@@ -141,8 +142,6 @@ def apply_fix(scenario: Scenario, fix: Fix) -> Scenario:
 
 def _pod_nodes(scenario: Scenario, pod: str) -> list[str]:
     """The node an operand pod of the built scenario runs on (pods are named per node)."""
-    from gpuchain.sim.build import build
-
     sim = build(scenario)
     return [
         str(p["spec"].get("nodeName"))
