@@ -1225,7 +1225,8 @@ def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) ->
 
 def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding_id: str) -> None:
     """Apply the finding's fix to the cluster; the DaemonSet makes a new pod, which runs a new exporter."""
-    from gpuchain.operator.simulate import OperandSimulator
+    from fakes.operand_simulator import OperandSimulator
+
     from gpuchain.sim.fixes import apply_to_cluster
 
     found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
