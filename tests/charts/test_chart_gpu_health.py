@@ -22,7 +22,7 @@ from gpuchain.remediation.gpuloop import Stage
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.publisher import GpuHealthPublisher
 from gpuchain.remediation.readiness import STARTUP_TAINT, ReadinessGate
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 NS = "gpu-operator"
 REPAIR = {"remediation": {"enabled": True, "repair": {"enabled": True}}}

@@ -114,7 +114,7 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     from gpuchain.deviceplugin.nodeconfig import REASON_INVALID, ConfigSource, NodeLabelWatch
     from gpuchain.kube import EVENT, MemoryCluster
     from gpuchain.kubelet.peer import KubeletPeer
-    from gpuchain.remediation.scenario import node_object
+    from gpuchain.sim.remediation import node_object
 
     root = scratch_dir("gc-")
     config_file = tmp_path / "config.yaml"

@@ -15,8 +15,8 @@ from gpuchain.cli import app
 from gpuchain.common.labels import DEPLOY_PREFIX
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.kube.kinds import NODE, POD
-from gpuchain.remediation.repairsim import LISTING, SCENARIO_NAMES
 from gpuchain.sim import build, load_scenario, parse_scenario, scenario_names
+from gpuchain.sim.repair import LISTING, SCENARIO_NAMES
 from gpuchain.sim.scenario import BASELINE, NO_SOURCE, builtin_dir, is_upstream_source, source_url
 
 SOURCES = Path(__file__).with_name("SOURCES.md")
