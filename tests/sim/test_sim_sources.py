@@ -229,7 +229,7 @@ def test_sim_list_shows_every_scenario_with_stack_and_source_repair_loop_include
 
 
 def test_driver_and_toolkit_logs_are_the_upstream_scripts_lines() -> None:
-    """NVIDIA's driver container script and toolkit installer (see render.py for the files): the
+    """NVIDIA's driver container script and toolkit installer (see sim/operand_logs.py for the files): the
     runtime-not-configured node's toolkit log is the same as a healthy one's, as on a real node."""
     sim = build(load_scenario("op-runtime-not-configured"))
     logs = {}
