@@ -20,9 +20,7 @@ from gpuchain.common.labels import (
     PAUSED_FOR_MIG_CHANGE,
 )
 from gpuchain.kube.objects import Obj
-from gpuchain.operator.operands import (
-    NFD_GPU_LABELS,
-)
+from gpuchain.operator.operands import NFD_GPU_LABELS
 from gpuchain.remediation.model import (
     CONDITION_TYPE,
     FAULTS_ANNOTATION,

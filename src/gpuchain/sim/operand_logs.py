@@ -7,9 +7,7 @@ start-up lines. Kept apart from the pod rendering because it is the one part tha
 
 from __future__ import annotations
 
-from gpuchain.common.labels import (
-    DEVICE_PLUGIN_CONFIG,
-)
+from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG
 from gpuchain.deviceplugin.config import ConfigKeyError
 from gpuchain.operator.operands import (
     DRIVER,
