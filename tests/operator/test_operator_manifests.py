@@ -12,7 +12,8 @@ from cli_parse import container_env, parse
 from operator_helpers import PER_OPERAND
 
 from gpuchain.operator.crd import cluster_policy, crd
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 VERSIONS = ("1.28.0", "1.36.0")

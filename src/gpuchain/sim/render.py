@@ -21,15 +21,8 @@ import yaml
 
 from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import (
-    NODE_AGENT,
-    OPERANDS,
-    VALIDATOR,
-    Facts,
-    Operand,
-    agent_operands,
-    desired,
-)
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import NODE_AGENT, OPERANDS, VALIDATOR, Facts, Operand, agent_operands
 from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan

@@ -18,7 +18,8 @@ from operator_compat_helpers import FIXTURES
 from gpuchain.kube import CLUSTER_POLICY, SERVICE, MemoryCluster
 from gpuchain.kube.selectors import match_label_selector_object
 from gpuchain.operator.crd import cluster_policy
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 
