@@ -13,12 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fakes.sim_node import registered_again
 
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.config import parse_config
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import registered_again, start_sim_node
+from gpuchain.kubelet.node import start_sim_node
 
 SHARED = "nvidia.com/gpu.shared"
 EIGHT_SHARED = (

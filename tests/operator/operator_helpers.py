@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes.cluster_policy import cluster_policy
 from fakes.operand_simulator import OperandSimulator
 
 from gpuchain.kube import MemoryCluster
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.reconcile import ReconcileResult, reconcile
 
 NS = "gpu-operator"

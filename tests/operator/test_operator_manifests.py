@@ -9,9 +9,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from cli_parse import container_env, parse
+from fakes.cluster_policy import cluster_policy
 from operator_helpers import PER_OPERAND
 
-from gpuchain.operator.crd import cluster_policy, crd
+from gpuchain.operator.crd import crd
 from gpuchain.operator.desired import desired
 from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy

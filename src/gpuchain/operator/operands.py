@@ -28,7 +28,6 @@ NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-0302_10de.present",
     "feature.node.kubernetes.io/pci-0300_10de.present",
 )
-VALIDATIONS_DIR = "/run/gpuchain/validations"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuchain-operator"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuchain-operator"
 RUNTIME_CLASS_HANDLER = "nvidia"
