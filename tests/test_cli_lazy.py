@@ -84,7 +84,7 @@ def test_a_node_agent_loads_no_table_renderer_and_no_demo(agent: str) -> None:
     modules = _imported(code=f"from gpuchain.cli import load; load({agent!r})")
     assert _heavy(modules) == []
     assert sorted(m for m in modules if m == "rich" or m.startswith("rich.")) == []
-    assert [m for m in ("gpuchain.commands._render", "gpuchain.kubelet.dra_demo") if m in modules] == []
+    assert [m for m in ("gpuchain.commands._render", "gpuchain.sim.dra_demo") if m in modules] == []
 
 
 def test_help_lists_every_command_with_its_whole_help() -> None:

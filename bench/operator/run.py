@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpuchain.kube import NODE, POD, MemoryCluster, labels_of, name_of
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import GPU_PRESENT, OPERANDS, deploy_label, is_gpu_node
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
+
+# The policy object and the DaemonSet controller are test doubles: they live in tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from fakes.cluster_policy import cluster_policy
+from fakes.operand_simulator import OperandSimulator
 
 NS = "gpu-operator"
 

@@ -27,7 +27,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, MemoryCluster
 from gpuchain.kubelet.peer import KubeletPeer
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, Stage, decode_records
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 GPU = "nvidia.com/gpu"
 NAME = "gpu-node"

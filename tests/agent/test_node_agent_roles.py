@@ -30,7 +30,7 @@ from gpuchain.common.scratch import scratch_dir
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, MemoryCluster
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 GPU = "nvidia.com/gpu"
 NODE_NAME = "gpu-node"

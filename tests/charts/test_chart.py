@@ -14,7 +14,8 @@ import yaml
 from cli_parse import container_env, parse
 
 from gpuchain.operator.crd import crd
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gpuchain"

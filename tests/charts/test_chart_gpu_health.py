@@ -22,7 +22,7 @@ from gpuchain.remediation.gpuloop import Stage
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.publisher import GpuHealthPublisher
 from gpuchain.remediation.readiness import STARTUP_TAINT, ReadinessGate
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 NS = "gpu-operator"
 REPAIR = {"remediation": {"enabled": True, "repair": {"enabled": True}}}
@@ -139,10 +139,10 @@ def test_the_whole_chain_tolerates_the_startup_taint_while_gpu_health_gates_on_i
 
 
 def test_the_validations_dir_is_where_the_validator_writes() -> None:
-    from gpuchain.operator.operands import VALIDATIONS_DIR
+    from gpuchain.validator.ready import DEFAULT_DIR
 
     args = _pod(render(DEFAULTS))["containers"][0]["args"]
-    assert f"--validations-dir={VALIDATIONS_DIR}" in args
+    assert f"--validations-dir={DEFAULT_DIR}" in args
 
 
 # ---- least privilege, both ways -------------------------------------------------------------------

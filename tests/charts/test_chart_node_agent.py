@@ -21,16 +21,8 @@ from gpuchain.agent.settings import DevicePluginSettings, ExporterSettings, GfdS
 from gpuchain.commands.node_agent import parser as agent_parser
 from gpuchain.commands.node_agent import settings_of
 from gpuchain.kube.selectors import match_label_selector_object
-from gpuchain.operator.operands import (
-    AGENT_ROLES,
-    DCGM_EXPORTER,
-    MIG_MANAGER,
-    NODE_AGENT,
-    OPERANDS,
-    Facts,
-    daemonset,
-    desired,
-)
+from gpuchain.operator.desired import daemonset, desired
+from gpuchain.operator.operands import AGENT_ROLES, DCGM_EXPORTER, MIG_MANAGER, NODE_AGENT, OPERANDS, Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 NS = "gpu-operator"

@@ -11,7 +11,8 @@ import pytest
 from test_chart import VERSIONS, policy_of, render
 
 from gpuchain.gpu.nvmlrelease import DEFAULT_DIR
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import parse_policy
 
 BOARD = str(DEFAULT_DIR)

@@ -8,17 +8,18 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+from fakes.cluster_policy import cluster_policy
+from fakes.operand_simulator import OperandSimulator
 from helm_python import _native
 from helm_python.errors import HelmRenderError
 from test_chart import CHART, render
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
-from gpuchain.operator.crd import cluster_policy
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 NS = "gpu-operator"
 #: Verbs kopf itself needs for its watches (list + watch of each watched resource).

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gpuchain.kubelet.node import registered_again, start_sim_node
+from fakes.sim_node import registered_again
+
+from gpuchain.kubelet.node import start_sim_node
 
 GPU = "nvidia.com/gpu"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.sim_node import registered_again
 
 from gpuchain.api.config.v1.selection import (
     CLUSTER_DEFAULT_SOURCE,
@@ -29,7 +30,7 @@ from gpuchain.deviceplugin.nodeconfig import (
 )
 from gpuchain.kube import NODE, KubeError, MemoryCluster, WatchEvent
 from gpuchain.kube.objects import Obj
-from gpuchain.kubelet.node import SimNode, registered_again, start_sim_node
+from gpuchain.kubelet.node import SimNode, start_sim_node
 
 GPU = "nvidia.com/gpu"
 NODE_NAME = "gpu-node-1"

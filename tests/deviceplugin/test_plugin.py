@@ -14,6 +14,7 @@ from typing import ClassVar
 import grpc
 import pytest
 from fakes.fake_pynvml import nvml_over
+from fakes.sim_node import registered_again
 
 from gpuchain.api.config.v1.config import Config, parse_config
 from gpuchain.deviceplugin.plugin import DevicePlugin
@@ -21,7 +22,7 @@ from gpuchain.deviceplugin.resources import ResourceMappingError
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.model import HealthEvent
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import SimNode, all_registered, registered_again, start_sim_node
+from gpuchain.kubelet.node import SimNode, all_registered, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 

@@ -19,7 +19,7 @@ from gpuchain.kube.kinds import NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.kubelet.peer import KubeletPeer
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 async def test_the_label_takes_the_gpus_off_the_kubelet_and_gives_them_back() -> None:

@@ -13,12 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fakes.sim_node import registered_again
 
 from gpuchain.api.config.v1.config import parse_config
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import registered_again, start_sim_node
+from gpuchain.kubelet.node import start_sim_node
 
 SHARED = "nvidia.com/gpu.shared"
 EIGHT_SHARED = (
@@ -114,7 +115,7 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     from gpuchain.deviceplugin.nodeconfig import REASON_INVALID, ConfigSource, NodeLabelWatch
     from gpuchain.kube import EVENT, MemoryCluster
     from gpuchain.kubelet.peer import KubeletPeer
-    from gpuchain.remediation.scenario import node_object
+    from gpuchain.sim.remediation import node_object
 
     root = scratch_dir("gc-")
     config_file = tmp_path / "config.yaml"

@@ -14,7 +14,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.node import start_sim_node
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 async def test_replicas_of_a_quarantined_gpu_are_withheld_and_return() -> None:

@@ -8,10 +8,11 @@ and GetPreferredAllocation keep working, since none of them needs NVML.
 from __future__ import annotations
 
 from fakes.releasable import ReleasableView
+from fakes.sim_node import registered_again
 
 from gpuchain.api.config.v1.config import Config
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kubelet.node import DEFAULT_PRESET, registered_again, start_sim_node
+from gpuchain.kubelet.node import DEFAULT_PRESET, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
 
 GPU = "nvidia.com/gpu"

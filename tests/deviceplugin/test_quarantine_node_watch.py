@@ -32,7 +32,7 @@ from gpuchain.kube.kinds import NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.node import SimNode, start_sim_node
 from gpuchain.kubelet.peer import KubeletPeer
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 MIXED_SHARED = parse_config(
     "flags: {migStrategy: mixed}\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from doctor.sim_fixes import apply_fix
 from doctor.small_cluster import diagnosed, no_gpus, plugin_pod, unschedulable
 
 from gpuchain.doctor import Report, run_doctor
@@ -27,7 +28,6 @@ from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import Scenario, build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.build import SimCluster
-from gpuchain.sim.fixes import apply_fix
 
 #: Finding ids whose text is a consequence or an explanation, not a fault with a fix of its own.
 NO_FIX = {
@@ -149,8 +149,9 @@ def test_a_missing_runtime_class_restarts_the_operator_that_makes_it(scenario: s
 def test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster() -> None:
     """toolkit.runtime-class-missing where no operator makes it (NVIDIA's device plugin chart with
     runtimeClassName set): the fix is the RuntimeClass itself, created through the API."""
+    from doctor.sim_fixes import apply_to_cluster
+
     from gpuchain.kube import DAEMONSET, POD, name_of
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario("healthy-nvidia-device-plugin"))
     for pod in sim.cluster.list(POD):
@@ -172,8 +173,9 @@ def test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster() -> N
 def test_an_invalid_policy_is_reset_field_by_field_through_the_api() -> None:
     """policy.invalid: the operator refuses a spec; the fix merge-patches the refused fields away (their
     defaults apply), applied to the simulated cluster's ClusterPolicy."""
+    from doctor.sim_fixes import apply_to_cluster
+
     from gpuchain.kube import CLUSTER_POLICY
-    from gpuchain.sim.fixes import apply_to_cluster
 
     sim = build(load_scenario("healthy"))
     sim.cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "sometimes"}}})
@@ -209,8 +211,9 @@ def test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand() -> None:
 def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_simulated() -> None:
     """operand.not-deployed on NVIDIA's operator: restart its pod (it reconciles on start); the
     simulator runs no operator, so the fix says it cannot be applied there, and why."""
+    from doctor.sim_fixes import UnsupportedFix
+
     from gpuchain.kube import DAEMONSET, POD, name_of
-    from gpuchain.sim.fixes import UnsupportedFix
 
     sc = load_scenario("healthy-gpu-operator")
     sim = build(sc)
@@ -346,8 +349,9 @@ def test_a_runtime_the_toolkit_cannot_configure_is_node_work() -> None:
 def test_a_toolkit_socket_on_an_unknown_distribution_is_named_node_work_not_simulated() -> None:
     """The toolkit cannot reach containerd on a kubeadm-like node: the socket path is a fact of that
     host, so the fix names the work and says why the simulator cannot apply it."""
+    from doctor.sim_fixes import UnsupportedFix
+
     from gpuchain.kube import NODE
-    from gpuchain.sim.fixes import UnsupportedFix
 
     sc = load_scenario("op-toolkit-k3s-socket")
     sim = build(sc)
@@ -1225,8 +1229,8 @@ def _trust_report(sim: Any, exporter: _ExporterNode, at: float | None = None) ->
 
 def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding_id: str) -> None:
     """Apply the finding's fix to the cluster; the DaemonSet makes a new pod, which runs a new exporter."""
-    from gpuchain.operator.simulate import OperandSimulator
-    from gpuchain.sim.fixes import apply_to_cluster
+    from doctor.sim_fixes import apply_to_cluster
+    from fakes.operand_simulator import OperandSimulator
 
     found = next(f for f in report.findings if f.id == finding_id and f.node == exporter.node)
     assert found.action is not None and found.action.op is FixOp.DELETE and pastes(found.fix)

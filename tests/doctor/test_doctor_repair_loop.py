@@ -21,8 +21,8 @@ from gpuchain.remediation.gpuloop import (
     loop_evidence,
 )
 from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, condition_for, decode_faults, encode_faults
-from gpuchain.remediation.repairsim import run_repair
 from gpuchain.sim import build, load_scenario
+from gpuchain.sim.repair import run_repair
 
 U = "GPU-aaa"
 

@@ -30,6 +30,7 @@ from typing import Any
 import kopf
 import kopf._cogs.clients.api as kopf_api
 import pytest
+from fakes.cluster_policy import cluster_policy
 from fault.apiproxy import FaultProxy, fault_proxy
 from peers.apiserver import ApiServer
 from peers.test_kube_apiserver import NS, gpu_node, install_crd
@@ -37,7 +38,6 @@ from peers.test_kube_apiserver import NS, gpu_node, install_crd
 from gpuchain.api.config.v1.selection import NODE_CONFIG_LABEL
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.kube import CLUSTER_POLICY, NODE, LiveCluster
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.runtime import RuntimeConfig, run
 
 OUTAGE_S = float(os.environ.get("GPUCHAIN_FAULT_OUTAGE_S", "15"))

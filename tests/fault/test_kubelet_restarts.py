@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import random
 
+from fakes.sim_node import registered_again
+
 from gpuchain.api.config.v1.config import parse_config
-from gpuchain.kubelet.node import registered_again, start_sim_node
+from gpuchain.kubelet.node import start_sim_node
 
 SHARED = "nvidia.com/gpu.shared"
 REPLICAS = 2

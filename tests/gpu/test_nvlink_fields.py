@@ -51,7 +51,7 @@ from gpuchain.kube.memory import MemoryCluster
 from gpuchain.remediation.gpuloop import needs_repair
 from gpuchain.remediation.model import FAULTS_ANNOTATION, decode_faults
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 @pytest.fixture

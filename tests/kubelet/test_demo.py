@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.kubelet.demo import run_demo
+from gpuchain.sim.demo import run_demo
 
 
 async def test_demo_transcript() -> None:

@@ -3,15 +3,16 @@ deploy labels) leave when paused and come back when restored, on a simulated clu
 
 from __future__ import annotations
 
+from fakes.cluster_policy import cluster_policy
+from fakes.operand_simulator import OperandSimulator
+
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, MemoryCluster
 from gpuchain.mig.agent import Phase, Policy
 from gpuchain.mig.config import default_config
 from gpuchain.mig.manager import MigManager, classify_pods
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 NS = "gpu-operator"
 NODE_NAME = "gpu-0"

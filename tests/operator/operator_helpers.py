@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes.cluster_policy import cluster_policy
+from fakes.operand_simulator import OperandSimulator
+
 from gpuchain.kube import MemoryCluster
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.reconcile import ReconcileResult, reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 NS = "gpu-operator"
 NFD = "feature.node.kubernetes.io/pci-10de.present"

@@ -127,11 +127,11 @@ def test_crd_command() -> None:
 def test_status_command_over_http() -> None:
     import json
 
+    from fakes.cluster_policy import cluster_policy
     from kube.kmock_server import kmock_server
     from operator_helpers import NS, node
 
     from gpuchain.kube import LiveCluster
-    from gpuchain.operator.crd import cluster_policy
     from gpuchain.operator.reconcile import reconcile
 
     with kmock_server() as (url, _):

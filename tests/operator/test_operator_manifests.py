@@ -9,10 +9,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from cli_parse import container_env, parse
+from fakes.cluster_policy import cluster_policy
 from operator_helpers import PER_OPERAND
 
-from gpuchain.operator.crd import cluster_policy, crd
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.crd import crd
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 VERSIONS = ("1.28.0", "1.36.0")

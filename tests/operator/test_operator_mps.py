@@ -17,7 +17,8 @@ from operator_helpers import NS, PER_OPERAND, make_cluster
 from gpuchain.deviceplugin.allocate import ContainerAllocation
 from gpuchain.deviceplugin.mps import MpsRoot, with_mps
 from gpuchain.kube import CONFIGMAP, DAEMONSET
-from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, Facts, config_uses_mps, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, Facts, config_uses_mps
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 

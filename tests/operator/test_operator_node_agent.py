@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes.operand_simulator import OperandSimulator
 from operator_helpers import NS, PER_OPERAND, converge, make_cluster
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, SERVICE, MemoryCluster
 from gpuchain.operator.operands import AGENT_ROLES, DRIVER, NODE_AGENT, OPERANDS, TOOLKIT
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 AGENT = {"nodeAgent": {"enabled": True}}
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fakes.operand_simulator import OperandSimulator
 from operator_helpers import NS, converge, make_cluster, node
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, RUNTIME_CLASS, SERVICE, MemoryCluster
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "compat" / "operator" / "fixtures"
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from fakes.operand_simulator import OperandSimulator
 from operator_helpers import NS, PER_OPERAND, converge, make_cluster
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, RUNTIME_CLASS, SERVICE_ACCOUNT
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 
 def _conditions(cluster) -> dict:  # type: ignore[no-untyped-def]

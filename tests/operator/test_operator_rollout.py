@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from fakes.operand_simulator import OperandSimulator
 from operator_helpers import NS, converge, make_cluster, node
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, POD
 from gpuchain.operator.operands import OPERANDS
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 
 
 def _status(cluster):  # type: ignore[no-untyped-def]

@@ -8,12 +8,12 @@ import time
 from collections.abc import Sized
 
 import pytest
+from fakes.cluster_policy import cluster_policy
 from kube.kmock_server import kmock_server
 from operator_helpers import NS, node
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, LiveCluster
 from gpuchain.operator import runtime as runtime_module
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import DRIVER, NODE_AGENT, TOOLKIT
 from gpuchain.operator.runtime import Coalescer, RuntimeConfig, kopf_settings, run
 

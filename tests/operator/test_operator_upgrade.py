@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from fakes.operand_simulator import OperandSimulator
 from operator_helpers import NS, converge, make_cluster
 
 from gpuchain.kube import CLUSTER_POLICY, NODE, POD, MemoryCluster
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
-from gpuchain.operator.simulate import OperandSimulator
 from gpuchain.operator.upgrade import (
     CORDON_REQUIRED,
     CORDONED_ANNOTATION,

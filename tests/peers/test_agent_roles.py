@@ -44,7 +44,7 @@ from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.decide import Policy as RemediationPolicy
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import pod_object
+from gpuchain.sim.remediation import pod_object
 from gpuchain.validator.checks import check_plugin
 from peers.apiserver import ApiServer
 from peers.test_node_agent_policy import evictions_judged

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes.cluster_policy import cluster_policy
 
 from gpuchain.kube import CRD, LiveCluster
-from gpuchain.operator.crd import cluster_policy
 from peers.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes.cluster_policy import cluster_policy
 
 from gpuchain.kube import CLUSTER_POLICY, CRD, DAEMONSET, NODE, POD, SERVICE, InvalidError, LiveCluster, name_of
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import DRIVER, EXPORTER_SERVICE, NODE_AGENT, TOOLKIT
 from gpuchain.operator.runtime import RuntimeConfig, run
 from peers.apiserver import ApiServer

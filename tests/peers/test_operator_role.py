@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes.cluster_policy import cluster_policy
 
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, POD, ForbiddenError, LiveCluster, NotFoundError
 from gpuchain.kube.kinds import RUNTIME_CLASS, SERVICE, SERVICE_ACCOUNT
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import DRIVER, EXPORTER_SERVICE, MANAGED_SELECTOR, OPERANDS
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.operator.upgrade import DONE, STATE_LABEL

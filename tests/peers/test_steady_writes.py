@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.cluster_policy import cluster_policy
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
@@ -27,7 +28,6 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, LiveCluster
 from gpuchain.mig.config import default_config
 from gpuchain.mig.manager import MigManager
-from gpuchain.operator.crd import cluster_policy
 from gpuchain.operator.operands import OPERANDS
 from gpuchain.operator.reconcile import reconcile
 from gpuchain.remediation.publisher import GpuHealthPublisher

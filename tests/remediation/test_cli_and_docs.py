@@ -8,8 +8,19 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.sim.remediation import SCENARIOS
 
 runner = CliRunner()
+
+
+def test_remediator_help_names_every_scenario() -> None:
+    """The help spells the names out (the command loads the simulator only for --scenario), so it
+    must keep naming each one the simulator plays."""
+    result = runner.invoke(app, ["remediator", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    listed = text.split("Run on a simulated 4-node cluster instead: ")[1].split(".")[0]
+    assert listed.split(", ") == list(SCENARIOS)
 
 
 def test_scenario_xid79_json_report() -> None:

@@ -19,7 +19,7 @@ from gpuchain.remediation.model import (
     encode_faults,
     encode_pods,
 )
-from gpuchain.remediation.scenario import node_object, pdb_object, pod_object
+from gpuchain.sim.remediation import node_object, pdb_object, pod_object
 
 NOW = parse_time("2026-01-01T12:00:00Z") or 0.0
 RECENT = "2026-01-01T11:59:00Z"

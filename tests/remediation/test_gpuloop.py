@@ -37,7 +37,7 @@ from gpuchain.remediation.model import (
     Fault,
     encode_faults,
 )
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 U = "GPU-aaaa"
 DBE = Fault(U, U, (48,), covers=(U,))

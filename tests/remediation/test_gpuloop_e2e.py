@@ -43,7 +43,6 @@ from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.kubelet.node import DEFAULT_PRESET, SimNode, start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
-from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.gpuloop import (
     LOOP_ANNOTATION,
@@ -56,7 +55,7 @@ from gpuchain.remediation.gpuloop import (
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.model import PODS_ANNOTATION, TAINT_KEY, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object, pod_object
+from gpuchain.sim.remediation import node_object, pod_object, simulated_policy_objects
 
 GPU = "nvidia.com/gpu"
 TICK = 0.02

@@ -12,11 +12,10 @@ from kube.kmock_server import kmock_server
 
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import CONFIGMAP, EVENT, NODE, LiveCluster
-from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import STATUS_NAME, Remediator
 from gpuchain.remediation.model import FAULTS_ANNOTATION, TAINT_KEY, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object, simulated_policy_objects
 
 
 def test_publish_and_taint_over_http(h100_sim: SimBackend) -> None:

@@ -31,7 +31,7 @@ from gpuchain.kube.memory import MemoryCluster
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, GpuRecord, Stage, Step, decode_records, encode_records
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, encode_faults
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 class SteppedClock:

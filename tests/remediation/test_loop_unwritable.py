@@ -22,7 +22,7 @@ from gpuchain.kube.objects import Obj
 from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, LoopPolicy, Stage, decode_records
 from gpuchain.remediation.loopagent import MAX_RETRY_S, GpuLoopAgent, retry_delay
 from gpuchain.remediation.model import FAULTS_ANNOTATION, Fault, encode_faults
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 NODE_NAME = "n"
 FAULTY = (1, 5)  # two GPUs of eight with a reset-class fault (XID 48, a double-bit ECC error)

@@ -16,12 +16,11 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.xid import HealthPolicy, Resolution, parse_overrides
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.memory import MemoryCluster
-from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator, Report
 from gpuchain.remediation.decide import ActionKind, HoldReason, Policy
 from gpuchain.remediation.model import FAULTS_ANNOTATION, TAINT_KEY, decode_faults
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object, pod_object
+from gpuchain.sim.remediation import node_object, pod_object, simulated_policy_objects
 
 
 class Clock:

@@ -20,7 +20,7 @@ from gpuchain.kube.kinds import EVENT, NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.remediation.model import CONDITION_TYPE, FAULTS_ANNOTATION, PODS_ANNOTATION, decode_faults, find_condition
 from gpuchain.remediation.publisher import FaultTracker, GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 class Clock:

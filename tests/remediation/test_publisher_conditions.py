@@ -7,7 +7,7 @@ from gpuchain.kube import NODE, Kind, MemoryCluster
 from gpuchain.kube.objects import Obj
 from gpuchain.remediation.model import CONDITION_TYPE, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
 
 
 class KubeletBetweenReadAndWrite(MemoryCluster):

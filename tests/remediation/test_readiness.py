@@ -12,8 +12,8 @@ from gpuchain.kube.kinds import NODE
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.remediation.model import find_condition
 from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ChainFacts, ReadinessGate, assess, gate_patch
-from gpuchain.remediation.repairsim import play
-from gpuchain.remediation.scenario import node_object
+from gpuchain.sim.remediation import node_object
+from gpuchain.sim.repair import play
 
 UP = ChainFacts(None, True, 8, 8)
 OTHER = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}

@@ -14,11 +14,10 @@ from gpuchain.kube.kinds import NODE, POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.kubelet.peer import ContainerRequest
-from gpuchain.remediation.admission import simulated_policy_objects
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.model import PODS_ANNOTATION, TAINT_KEY, decode_pods, find_condition
 from gpuchain.remediation.publisher import GpuHealthPublisher
-from gpuchain.remediation.scenario import node_object, pod_object
+from gpuchain.sim.remediation import node_object, pod_object, simulated_policy_objects
 
 GPU = "nvidia.com/gpu"
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from gpuchain.cli import app
 from gpuchain.remediation.gpuloop import Stage
-from gpuchain.remediation.repairsim import REPAIR_SCENARIOS, SCENARIO_NAMES, run_repair
-from gpuchain.remediation.scenario import SimCluster
+from gpuchain.sim.remediation import SimCluster
+from gpuchain.sim.repair import REPAIR_SCENARIOS, SCENARIO_NAMES, run_repair
 
 runner = CliRunner()
 ALL_BUT_W3 = [f"ml/w-{i}" for i in range(8) if i != 3]

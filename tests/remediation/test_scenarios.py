@@ -10,7 +10,7 @@ from gpuchain.kube.kinds import CONFIGMAP, EVENT, NODE, POD
 from gpuchain.remediation.controller import STATUS_NAME, Remediator
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE, HoldReason
 from gpuchain.remediation.model import TAINT_KEY
-from gpuchain.remediation.scenario import SimCluster, pdb_object, run_scenario
+from gpuchain.sim.remediation import SimCluster, pdb_object, run_scenario
 
 
 def pods(sim: SimCluster) -> set[str]:

@@ -9,7 +9,7 @@ import pytest
 from gpuchain.kube.kinds import NODE, Kind
 from gpuchain.remediation.controller import Remediator
 from gpuchain.remediation.model import TAINT_KEY
-from gpuchain.remediation.scenario import run_scenario
+from gpuchain.sim.remediation import run_scenario
 
 UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
 

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from remediation.xidtable import xid_markdown
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
 from gpuchain.gpu.xid import Resolution, Threshold, XidOverride, parse_overrides, xid_table
 from gpuchain.remediation.gpuloop import GpuRecord, LoopPolicy, Stage, advance, needs_repair, resolution
 from gpuchain.remediation.model import Fault, decode_faults, encode_faults
-from gpuchain.remediation.xidtable import xid_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 

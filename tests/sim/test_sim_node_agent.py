@@ -12,7 +12,7 @@ from gpuchain.kube.kinds import CLUSTER_POLICY
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import NODE_AGENT
 from gpuchain.sim import build, load_scenario, parse_scenario
-from gpuchain.sim.render import RUNTIME_ERROR
+from gpuchain.sim.shapes import RUNTIME_ERROR
 
 AGENT = "name: node-agent\npolicy: {nodeAgent: {enabled: true}}\nnodes:\n- name: gpu\n  count: 2\n"
 

@@ -11,7 +11,7 @@ import re
 
 from gpuchain.kube import POD
 from gpuchain.sim import build, load_scenario
-from gpuchain.sim.render import pod_name, unique_pod_name
+from gpuchain.sim.shapes import pod_name, unique_pod_name
 
 NAME = re.compile(r"^nvidia-device-plugin-daemonset-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 DS = "nvidia-device-plugin-daemonset"

@@ -8,7 +8,7 @@ from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.kube import CONFIGMAP, DAEMONSET, EVENT, NODE, POD
 from gpuchain.sim import build, load_scenario, parse_scenario, scenario_names
 from gpuchain.sim.chain import CONFIG_MISSING, HOST_CONFLICT, KERNEL_MISMATCH, LINK_PAUSED, OK, RUNTIME_MISSING
-from gpuchain.sim.render import RUNTIME_ERROR
+from gpuchain.sim.shapes import RUNTIME_ERROR
 
 
 def test_every_builtin_scenario_builds_with_the_catalogue() -> None:

@@ -15,8 +15,8 @@ from gpuchain.cli import app
 from gpuchain.common.labels import DEPLOY_PREFIX
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.kube.kinds import NODE, POD
-from gpuchain.remediation.repairsim import LISTING, SCENARIO_NAMES
 from gpuchain.sim import build, load_scenario, parse_scenario, scenario_names
+from gpuchain.sim.repair import LISTING, SCENARIO_NAMES
 from gpuchain.sim.scenario import BASELINE, NO_SOURCE, builtin_dir, is_upstream_source, source_url
 
 SOURCES = Path(__file__).with_name("SOURCES.md")
@@ -229,7 +229,7 @@ def test_sim_list_shows_every_scenario_with_stack_and_source_repair_loop_include
 
 
 def test_driver_and_toolkit_logs_are_the_upstream_scripts_lines() -> None:
-    """NVIDIA's driver container script and toolkit installer (see render.py for the files): the
+    """NVIDIA's driver container script and toolkit installer (see sim/operand_logs.py for the files): the
     runtime-not-configured node's toolkit log is the same as a healthy one's, as on a real node."""
     sim = build(load_scenario("op-runtime-not-configured"))
     logs = {}

@@ -12,8 +12,8 @@ from rich.text import Text
 from gpuchain.commands._format import OutputFormat
 from gpuchain.commands._output import emit_data, fail, output_option, records, say, show
 from gpuchain.commands.dra_plugin import dra_demo
-from gpuchain.kubelet.demo import DemoStep, run_demo
 from gpuchain.kubelet.node import DEFAULT_PRESET
+from gpuchain.sim.demo import DemoStep, run_demo
 
 
 def _resources(data: dict[str, Any]) -> Table:

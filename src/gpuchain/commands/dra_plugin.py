@@ -253,7 +253,7 @@ def dra_demo(
     from rich.panel import Panel
 
     from gpuchain.commands._render import console
-    from gpuchain.kubelet.dra_demo import run_dra_demo
+    from gpuchain.sim.dra_demo import run_dra_demo
 
     people = output.for_people
     if people:

@@ -33,8 +33,9 @@ from gpuchain.commands._output import (
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file
 from gpuchain.kube import CLUSTER_POLICY, KubeError
 from gpuchain.operator.crd import crd
+from gpuchain.operator.desired import desired
 from gpuchain.operator.manifests import manifest_problems, name_problem
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import NvidiaPolicyDocument, PolicyDocument
 from gpuchain.operator.reconcile import DEFAULT_NAMESPACE
 from gpuchain.operator.runtime import RuntimeConfig, run

@@ -50,7 +50,6 @@ from gpuchain.kube.port import Cluster
 from gpuchain.remediation.controller import Remediator, Report
 from gpuchain.remediation.decide import DEFAULT_NAMESPACE, SYSTEM_NAMESPACES, NodeAction, Policy
 from gpuchain.remediation.publisher import PublishResult
-from gpuchain.remediation.scenario import SCENARIOS, node_object, run_scenario
 
 if TYPE_CHECKING:  # rich: when a table is shown; the loop: when gpu-health runs the repair loop
     from rich.console import RenderableType
@@ -134,7 +133,9 @@ def remediator(
         [], "--protect-namespace", help="Another namespace never touched (repeatable); system namespaces always are."
     ),
     scenario: str | None = typer.Option(
-        None, "--scenario", help=f"Run on a simulated 4-node cluster instead: {', '.join(SCENARIOS)}."
+        None,
+        "--scenario",
+        help="Run on a simulated 4-node cluster instead: xid79, pdb, pdb-spread, storm, app-xid, healthy.",
     ),
     node_writes: NodeWrites = typer.Option(
         NodeWrites.ADMISSION,
@@ -164,6 +165,8 @@ def remediator(
     except ValueError as exc:
         fail(str(exc).replace("breaker_share", "--breaker-share").replace("breaker_min_nodes", "--breaker-min-nodes"))
     if scenario is not None:
+        from gpuchain.sim.remediation import run_scenario  # the simulator loads only for --scenario
+
         try:
             cluster: Cluster = run_scenario(scenario).cluster
         except KeyError as exc:
@@ -372,6 +375,8 @@ def gpu_health(
     if not name:
         fail("--node (or $NODE_NAME) is required: the Node to publish on")
     if dry_run:
+        from gpuchain.sim.remediation import node_object  # the simulator loads only for --dry-run
+
         memory: Cluster = MemoryCluster([node_object(name)])
         once = True
         cluster: Callable[[], Cluster] = lambda: memory  # noqa: E731

@@ -149,7 +149,7 @@ def run(
     output: OutputFormat = output_option(),
 ) -> None:
     """Build SCENARIO on an in-memory API server and print what was built."""
-    from gpuchain.remediation.repairsim import SCENARIO_NAMES
+    from gpuchain.sim.repair import SCENARIO_NAMES
 
     if scenario in SCENARIO_NAMES:  # the GPU repair loop's scenarios play out over simulated time
         _run_repair(scenario, output)
@@ -166,7 +166,7 @@ def run(
 
 def _run_repair(scenario: str, output: OutputFormat) -> None:
     """Play a repair-loop or readiness scenario and print each GPU's stage timeline (or the gate's)."""
-    from gpuchain.remediation.repairsim import play
+    from gpuchain.sim.repair import play
 
     data = play(scenario)
 
@@ -195,7 +195,7 @@ def _run_repair(scenario: str, output: OutputFormat) -> None:
 def list_scenarios(output: OutputFormat = output_option()) -> None:
     """The built-in scenarios (cluster states for the doctor, then the GPU repair loop's), each with
     its stack and the public report it comes from."""
-    from gpuchain.remediation.repairsim import LISTING
+    from gpuchain.sim.repair import LISTING
     from gpuchain.sim.scenario import source_url
 
     rows: list[dict[str, Any]] = []

@@ -3,6 +3,9 @@
 Built from a topology (preset or file). Faults are injected through methods (an XID on a GPU
 or a MIG device, a GPU falling off the bus, its return) and reach every subscriber of
 ``events()`` at once, from any thread.
+
+The backend holds the lock, the events and the faults; each GPU's state and MIG rules are
+`gpu.simstate`, the burn-in's checks `gpu.simburnin`, and a clean NVLink's readings `gpu.simnvlink`.
 """
 
 from __future__ import annotations
@@ -11,15 +14,13 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from gpuchain.gpu import catalog
-from gpuchain.gpu.backend import BurnIn, BurnInCheck, ComputeInstance, GpuBackend, GpuInstance, MigMode
+from gpuchain.gpu.backend import BurnIn, ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import (
     GpuError,
     GpuLostError,
-    InvalidConfigError,
     NotFoundError,
     NotSupportedError,
     ReleasedError,
@@ -33,110 +34,25 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
-from gpuchain.gpu.probes import BER_ZERO, Ber, HealthReadings, NvLinkCounters, burn_in_verdict, instant, nvlink5
+from gpuchain.gpu.probes import Ber, HealthReadings, burn_in_verdict, instant, nvlink5
 from gpuchain.gpu.processes import GpuProcess
-from gpuchain.gpu.topology import SimGpuSpec, Topology, load_preset, stable_uuid
+from gpuchain.gpu.simburnin import BURN_IN_CHECKS, run_checks
+from gpuchain.gpu.simnvlink import clean_nvlink
+from gpuchain.gpu.simstate import (
+    GpuState,
+    add_gpu_instance,
+    carve,
+    gpu_instance,
+    gpu_of,
+    refresh_mig_devices,
+)
+from gpuchain.gpu.topology import Topology, load_preset
 
 XID_GPU_FALLEN_OFF_BUS = 79
-PCI_CLASS_3D_CONTROLLER = 0x030200
-"""Every catalogued card is a data-centre GPU, which enumerates as a 3D controller (no display)."""
 MIG_READINGS = frozenset({"memory_used_mib"})
 """The readings a MIG device has of its own; everything else is its parent GPU's."""
 
 Listener = Callable[[HealthEvent], None]
-BURN_IN_FAILURES = {
-    "nvml": "NVML did not answer",
-    "cuda": "test kernel returned wrong results",
-    "memory": "memory test found errors",
-    "fabric": "NVLink fabric state In Progress after 60 s",
-    "dcgm": "diagnostic: DCGM's diagnostic test failed on this GPU",
-}
-"""The burn-in checks SimBackend models, in order, and what each reports when told to fail:
-the same checks NvmlBackend runs (fabric only on Hopper-or-later NVSwitch GPUs, dcgm only where
-``dcgm`` says the node has DCGM)."""
-BURN_IN_CHECKS = tuple(BURN_IN_FAILURES)
-_BURN_IN_ORDER = ("nvml", "fabric", "cuda", "memory", "dcgm")
-"""The order the checks run in, as on hardware: nothing runs on a GPU NVML found at fault."""
-
-
-@dataclass(frozen=True)
-class _CleanNvLink:
-    """What a GPU's NVLinks read before any error: each link's counters, and the GPU's aggregates."""
-
-    link: NvLinkCounters
-    aggregate: dict[str, Ber]
-
-
-_NVLINK_CLEAN = _CleanNvLink(NvLinkCounters(0, replay=0, recovery=0, crc_flit=0, crc_data=0), {})
-"""Before Blackwell: nvmlDeviceGetNvLinkErrorCounter's four counters, no NVLink5 field values."""
-_NVLINK5_CLEAN = _CleanNvLink(
-    NvLinkCounters(
-        0,
-        recovery=0,
-        recovery_failed=0,
-        symbol_errors=0,
-        effective_errors=0,
-        rx_errors=0,
-        rx_malformed=0,
-        rx_buffer_overrun=0,
-        rx_remote_errors=0,
-        rx_general_errors=0,
-        link_integrity_errors=0,
-        symbol_ber=BER_ZERO,
-        effective_ber=BER_ZERO,
-    ),
-    {"symbol_ber": Ber(15, 238), "effective_ber": BER_ZERO},
-)
-"""Blackwell and later: NVLink5 field values, no replay or CRC counters. A healthy B200's aggregate
-symbol BER reads 15e-238 (raw 73710, NVIDIA/DCGM testing/python3/tests/test_field_values.py
-``test_nvlink_ber_fields`` @ 72fa3fea: "Blackwell aggregate healthy floor"); a BER with no errors
-reads 15e-255 (raw 4095, the same test and DcgmHealthWatch's healthy baselines)."""
-
-
-@dataclass
-class _GiState:
-    profile: catalog.MigProfile
-    start: int
-    compute_instances: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """ci_id -> (first compute slice, compute slices)."""
-
-    def add_compute_instance(self, slices: int, where: str) -> int:
-        """Put a compute instance of ``slices`` at the first legal start no other one covers, as
-        NVML does when asked without a placement; refuse what the GPU instance does not offer."""
-        gi_slices = self.profile.gi_slices
-        starts = catalog.compute_starts(slices, gi_slices)
-        if not starts:
-            raise InvalidConfigError(
-                f"{where}: a {self.profile.name} GPU instance has no {slices}-slice compute instance"
-            )
-        used = [(start, n) for start, n in self.compute_instances.values()]
-        free = [s for s in starts if not any(s < u + n and u < s + slices for u, n in used)]
-        if not free:
-            raise InvalidConfigError(f"{where}: no room for another {slices}-slice compute instance")
-        ci_id = next(i for i in range(8) if i not in self.compute_instances)
-        self.compute_instances[ci_id] = (free[0], slices)
-        return ci_id
-
-
-@dataclass
-class _GpuState:
-    spec: SimGpuSpec
-    lost: bool = False
-    mig_enabled: bool = False
-    mig_pending: bool = False
-    mig_devices: list[MigDevice] = field(default_factory=list)
-    instances: dict[int, _GiState] = field(default_factory=dict)
-    telemetry: dict[str, Any] = field(default_factory=dict)
-    mig_used_mib: dict[str, int] = field(default_factory=dict)
-    """MIG device UUID -> framebuffer used (MiB); a device not listed uses none."""
-    processes: dict[int, GpuProcess] = field(default_factory=dict)
-    """PID -> a process running on this GPU or one of its MIG devices (``run_process``)."""
-    reset_failures: int = 0
-    """How many coming resets fail (-1: every one), set by ``fail_reset``."""
-    reset_failure: str = ""
-    """What a failing reset says (nvidia-smi's words); empty: a generic failure."""
-    burn_in_failures: dict[str, int] = field(default_factory=dict)
-    """Burn-in check name -> how many coming burn-ins it fails (-1: every one), set by ``fail_burn_in``."""
 
 
 class SimBackend(GpuBackend):
@@ -163,13 +79,13 @@ class SimBackend(GpuBackend):
         self._reset_while_released: list[str] = []
         self._driver = topology.driver_info()
         self._links = topology.gpu_links()
-        self._gpus = [_GpuState(spec) for spec in topology.expanded()]
+        self._gpus = [GpuState(spec) for spec in topology.expanded()]
         self._readings: dict[str, dict[str, Any]] = {}
         """GPU UUID -> health counters set by ``set_health_readings`` / ``add_nvlink_errors``."""
         for state in self._gpus:
             if state.spec.mig is not None:
                 state.mig_enabled = state.mig_pending = True
-                self._carve(state, state.spec.mig)
+                carve(state, state.spec.mig)
 
     @classmethod
     def from_preset(cls, name: str, node: str | None = None) -> SimBackend:
@@ -180,7 +96,7 @@ class SimBackend(GpuBackend):
     def inventory(self) -> Inventory:
         with self._lock:
             self._refuse_if_released("inventory")
-            gpus = tuple(self._gpu(s) for s in self._gpus if not s.lost)
+            gpus = tuple(gpu_of(s) for s in self._gpus if not s.lost)
         return Inventory(self._driver, gpus, self._links)
 
     def telemetry(self, gpu_uuid: str) -> Telemetry:
@@ -274,7 +190,7 @@ class SimBackend(GpuBackend):
         counters = extra.pop("nvlink", {})
         if not remaps:
             extra = {"retired_pages_pending": False, "retired_pages_sbe": 0, "retired_pages_dbe": 0, **extra}
-        clean = _NVLINK5_CLEAN if nvlink5(state.spec.model.compute_capability) else _NVLINK_CLEAN
+        clean = clean_nvlink(state.spec.model.compute_capability)
         aggregate = {**clean.aggregate, **counters.get(None, {})} if links else {}
         return HealthReadings(
             uuid=uuid,
@@ -286,7 +202,7 @@ class SimBackend(GpuBackend):
             **extra,
         )
 
-    def _nvlink_count(self, state: _GpuState) -> int:
+    def _nvlink_count(self, state: GpuState) -> int:
         """Active NVLinks of a GPU: every link of its model to the NVSwitches, else its direct lanes."""
         topo, model = self.topology, state.spec.model
         if (topo.interconnect or ("nvswitch" if model.nvlinks else "pcie")) == "nvswitch" and not topo.links:
@@ -316,7 +232,7 @@ class SimBackend(GpuBackend):
         ``crc_data`` before Blackwell, ``symbol_errors``, ``recovery_failed`` ... from Blackwell on."""
         with self._lock:
             state = self._resolve(device, include_lost=True)[0]
-            clean = _NVLINK5_CLEAN if nvlink5(state.spec.model.compute_capability) else _NVLINK_CLEAN
+            clean = clean_nvlink(state.spec.model.compute_capability)
             counters = self._readings.setdefault(state.spec.uuid, {}).setdefault("nvlink", {})
             now = counters.setdefault(link, {})
             for name, n in counts.items():
@@ -525,9 +441,9 @@ class SimBackend(GpuBackend):
             state.instances.clear()
             state.mig_enabled = state.mig_pending = layout is not None
             if layout is None:
-                self._refresh(state)
+                refresh_mig_devices(state)
             else:
-                self._carve(state, layout)
+                carve(state, layout)
 
     def mig_mode(self, gpu_index: int) -> MigMode:
         with self._lock:
@@ -564,7 +480,7 @@ class SimBackend(GpuBackend):
             state.instances.clear()
             state.telemetry.pop("row_remap_pending", None)  # a reset activates the pending remap
             self._reset_readings(state.spec.uuid)
-            self._refresh(state)
+            refresh_mig_devices(state)
             uuid = state.spec.uuid
             if self._released:  # the streams are paused: they hear it at reacquire, as NvmlBackend's do
                 self._reset_while_released.append(uuid)
@@ -593,46 +509,13 @@ class SimBackend(GpuBackend):
         with self._lock:
             self._refuse_if_released("burn_in")
             state, _ = self._resolve(gpu_index, include_lost=True)
-            checks: list[BurnInCheck] = []
-            skipped: dict[str, str] = {}
-            for name in _BURN_IN_ORDER:
-                why_not = self._burn_in_skip(state, name, checks)
-                if why_not:
-                    skipped[name] = why_not
-                    continue
-                left = state.burn_in_failures.get(name, 0)
-                passed, detail = True, ""
-                if name == "nvml" and state.lost:
-                    passed, detail = False, "GPU does not answer"
-                elif name == "nvml":
-                    passed, detail = burn_in_verdict(instant(self.health_readings(state.spec.uuid)))
-                elif left:
-                    state.burn_in_failures[name] = left - 1 if left > 0 else left
-                    passed, detail = False, BURN_IN_FAILURES[name]
-                checks.append(BurnInCheck(name, passed, detail))
-        checks.sort(key=lambda c: BURN_IN_CHECKS.index(c.name))
+            checks, skipped = run_checks(
+                state,
+                interconnect=self.topology.interconnect,
+                dcgm=self.dcgm,
+                nvml_verdict=lambda: burn_in_verdict(instant(self.health_readings(state.spec.uuid))),
+            )
         return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
-
-    def _burn_in_skip(self, state: _GpuState, name: str, done: list[BurnInCheck]) -> str:
-        """Why ``name`` does not run on this GPU now (empty: it runs), as NvmlBackend decides."""
-        if name == "nvml":
-            return ""
-        if not all(c.passed for c in done if c.name in ("nvml", "fabric")):
-            return "not run: an NVML check failed"
-        if name == "fabric":
-            nvswitch = (
-                self.topology.interconnect or ("nvswitch" if state.spec.model.nvlinks else "pcie")
-            ) == "nvswitch"
-            if state.spec.model.compute_capability[0] < 9 or not nvswitch:
-                return "not an NVSwitch fabric GPU (Hopper or later on NVSwitch)"
-            return ""
-        if name in ("cuda", "memory") and state.mig_enabled:
-            return "not run: MIG mode is on, CUDA runs only inside MIG devices"
-        if name == "dcgm" and not self.dcgm:
-            return "no DCGM on this simulated node"
-        if name == "memory" and not done[-1].passed:
-            return "not run: the CUDA check failed"
-        return ""
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         with self._lock:
@@ -653,16 +536,16 @@ class SimBackend(GpuBackend):
         with self._lock:
             self._refuse_if_released("create_gpu_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
-            return self._add_instance(state, state.spec.model.profile(profile), start)
+            return add_gpu_instance(state, state.spec.model.profile(profile), start)
 
     def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
         with self._lock:
             self._refuse_if_released("create_compute_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
-            gi = self._instance(state, gi_id)
+            gi = gpu_instance(state, gi_id)
             size = gi.profile.gi_slices if slices is None else slices
             ci_id = gi.add_compute_instance(size, f"GPU {gpu_index} GPU instance {gi_id}")
-            self._refresh(state)
+            refresh_mig_devices(state)
             return ci_id
 
     def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
@@ -670,19 +553,19 @@ class SimBackend(GpuBackend):
         with self._lock:
             self._refuse_if_released("destroy_compute_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
-            gi = self._instance(state, gi_id)
+            gi = gpu_instance(state, gi_id)
             if ci_id not in gi.compute_instances:
                 raise NotFoundError(f"GPU {gpu_index} GPU instance {gi_id} has no compute instance {ci_id}")
             del gi.compute_instances[ci_id]
-            self._refresh(state)
+            refresh_mig_devices(state)
 
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         with self._lock:
             self._refuse_if_released("destroy_gpu_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
-            self._instance(state, gi_id)
+            gpu_instance(state, gi_id)
             del state.instances[gi_id]
-            self._refresh(state)
+            refresh_mig_devices(state)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -694,69 +577,7 @@ class SimBackend(GpuBackend):
         for listener in listeners:
             listener(event)
 
-    def _carve(self, state: _GpuState, layout: dict[str, int]) -> None:
-        """Lay out a whole GPU at once: GPU instances in start order, each with its compute
-        instances (one full-size one unless the layout splits it)."""
-        for placement in catalog.place_layout(state.spec.model, layout):
-            gi_id = self._add_instance(state, placement.profile, placement.start)
-            gi = state.instances[gi_id]
-            for slices in placement.compute or (placement.profile.gi_slices,):
-                gi.add_compute_instance(slices, f"GPU {state.spec.index} GPU instance {gi_id}")
-        self._refresh(state)
-
-    def _add_instance(self, state: _GpuState, prof: catalog.MigProfile, start: int) -> int:
-        where = f"GPU {state.spec.index} ({state.spec.model.key})"
-        if start not in prof.starts:
-            starts = ", ".join(map(str, prof.starts))
-            raise InvalidConfigError(f"{where}: {prof.name} cannot start at slice {start}; legal starts: {starts}")
-        used = {s for gi in state.instances.values() for s in range(gi.start, gi.start + gi.profile.memory_slices)}
-        span = set(range(start, start + prof.memory_slices))
-        if span & used or max(span) >= state.spec.model.memory_slices:
-            raise InvalidConfigError(f"{where}: {prof.name} at slice {start} overlaps an existing GPU instance")
-        same = sum(1 for gi in state.instances.values() if gi.profile.name == prof.name)
-        if same >= prof.max_instances:
-            raise InvalidConfigError(f"{where}: at most {prof.max_instances} x {prof.name} per GPU")
-        taken = sum(gi.profile.gi_slices for gi in state.instances.values())
-        if taken + prof.gi_slices > state.spec.model.compute_slices:
-            raise InvalidConfigError(f"{where}: not enough compute slices left for {prof.name}")
-        if prof.media_extensions and any(gi.profile.media_extensions for gi in state.instances.values()):
-            raise InvalidConfigError(f"{where}: at most one +me GPU instance per GPU")
-        gi_id = next(i for i in range(1, 16) if i not in state.instances)
-        state.instances[gi_id] = _GiState(prof, start)
-        self._refresh(state)
-        return gi_id
-
-    def _refresh(self, state: _GpuState) -> None:
-        """Derive the MIG devices (one per compute instance) from the GPU instances.
-
-        A compute instance smaller than its GPU instance is named ``<c>c.<profile>`` and has the
-        GPU instance's memory and its share of the multiprocessors (``c/g`` of them, rounded
-        down: the rule of NVIDIA's go-nvml A100 mock, 14 per slice; derived for other cards).
-        """
-        spec = state.spec
-        devices: list[MigDevice] = []
-        for gi_id, gi in sorted(state.instances.items()):
-            full = gi.profile.gi_slices
-            for ci_id, (_, slices) in sorted(gi.compute_instances.items()):
-                name = gi.profile.name if slices == full else catalog.device_profile(gi.profile.name, slices)
-                devices.append(
-                    MigDevice(
-                        uuid=stable_uuid("MIG", f"{spec.uuid}/{gi_id}/{ci_id}/{name}/{gi.start}"),
-                        parent_index=spec.index,
-                        parent_uuid=spec.uuid,
-                        index=len(devices),
-                        profile=name,
-                        gi_id=gi_id,
-                        ci_id=ci_id,
-                        memory_mib=gi.profile.memory_mib,
-                        multiprocessors=gi.profile.multiprocessors * slices // full,
-                    )
-                )
-        state.mig_devices = devices
-        live = {d.uuid for d in devices}
-        state.mig_used_mib = {u: n for u, n in state.mig_used_mib.items() if u in live}
-
-    def _mig_gpu(self, gpu_index: int, enabled: bool = False) -> _GpuState:
+    def _mig_gpu(self, gpu_index: int, enabled: bool = False) -> GpuState:
         state, _ = self._resolve(gpu_index)
         if not state.spec.model.mig_capable:
             raise NotSupportedError(f"GPU {gpu_index} ({state.spec.model.key}) does not support MIG")
@@ -764,38 +585,13 @@ class SimBackend(GpuBackend):
             raise NotSupportedError(f"GPU {gpu_index}: MIG mode is not enabled")
         return state
 
-    def _instance(self, state: _GpuState, gi_id: int) -> _GiState:
-        try:
-            return state.instances[gi_id]
-        except KeyError:
-            raise NotFoundError(f"GPU {state.spec.index} has no GPU instance {gi_id}") from None
-
-    def _gpu(self, state: _GpuState) -> Gpu:
-        spec = state.spec
-        return Gpu(
-            index=spec.index,
-            uuid=spec.uuid,
-            name=spec.model.name,
-            pci_bus_id=spec.pci_bus_id,
-            pci_device_id=spec.model.pci_device_id,
-            memory_mib=spec.model.memory_mib,
-            compute_capability=spec.model.compute_capability,
-            numa_node=spec.numa_node,
-            multiprocessors=spec.model.multiprocessors,
-            mig_capable=spec.model.mig_capable,
-            mig_enabled=state.mig_enabled,
-            mig_devices=tuple(state.mig_devices),
-            minor_number=spec.index,
-            pci_class=PCI_CLASS_3D_CONTROLLER,
-        )
-
-    def _state(self, gpu_uuid: str) -> _GpuState:
+    def _state(self, gpu_uuid: str) -> GpuState:
         for state in self._gpus:
             if state.spec.uuid == gpu_uuid:
                 return state
         raise NotFoundError(f"no GPU with UUID {gpu_uuid} on node {self.topology.node}")
 
-    def _resolve(self, device: int | str, include_lost: bool = False) -> tuple[_GpuState, MigDevice | None]:
+    def _resolve(self, device: int | str, include_lost: bool = False) -> tuple[GpuState, MigDevice | None]:
         for state in self._gpus:
             if device in (state.spec.index, state.spec.uuid):
                 if state.lost and not include_lost:
@@ -810,7 +606,7 @@ class SimBackend(GpuBackend):
         """The current model of one GPU, even while it is lost (for tests and the simulator)."""
         with self._lock:
             state, _ = self._resolve(device, include_lost=True)
-            return self._gpu(state)
+            return gpu_of(state)
 
     def is_lost(self, device: int | str) -> bool:
         """Whether a GPU (index or UUID) has fallen off the bus and not come back."""

@@ -103,7 +103,7 @@ async def start_sim_node(
         if wait:
             await kubelet.wait_for(all_registered(node), timeout)
             if plugin_backend is None:
-                await _until(lambda: sim.subscribers > subscribers, timeout)
+                await poll_until(lambda: sim.subscribers > subscribers, timeout)
     except BaseException:
         await node.stop()
         raise
@@ -120,21 +120,9 @@ def all_registered(node: SimNode) -> Callable[[], bool]:
     return check
 
 
-async def registered_again(node: SimNode, before: int, timeout: float = 30.0) -> None:
-    """Wait until the plugin has recorded a registration beyond its first ``before`` and the kubelet
-    serves each of its resources (``all_registered``).
-
-    Not ``kubelet.wait_for`` on the kubelet alone: the kubelet takes the new endpoint and reads its
-    first device list while the plugin's Register call is still returning, so the plugin records
-    the registration a moment after the kubelet shows it (or shows the old one again); and the
-    kubelet's condition is not woken by the plugin's record. Hence a poll of both.
-    """
-    done = all_registered(node)
-    await _until(lambda: len(node.plugin.registrations) > before and done(), timeout)
-
-
-async def _until(check: Callable[[], bool], timeout: float) -> None:
-    """Poll ``check`` until it holds; TimeoutError after ``timeout`` seconds."""
+async def poll_until(check: Callable[[], bool], timeout: float) -> None:
+    """Poll ``check`` until it holds; TimeoutError after ``timeout`` seconds (the simulated node and
+    the tests wait on conditions that no event wakes)."""
     async with asyncio.timeout(timeout):
         while not check():
             await asyncio.sleep(0.02)

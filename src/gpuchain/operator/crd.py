@@ -110,7 +110,3 @@ def crd() -> dict[str, Any]:
         },
     }
 
-
-def cluster_policy(name: str = "cluster-policy", spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ClusterPolicy object (the default one when ``spec`` is None)."""
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name}, "spec": spec or {}}

@@ -88,7 +88,7 @@ AGENT_KEYS = ("validator", "devicePlugin", "dcgmExporter", "gfd", "migManager")
 
 def _node_agent_problems(policy: ClusterPolicySpec) -> list[Problem]:
     """The node agent is one container: the sections it serves must name one image and pull
-    policy, and resource quantities it can add up (`operands.agent_resources`)."""
+    policy, and resource quantities it can add up (`desired.agent_resources`)."""
     if not policy.node_agent.enabled:
         return []
     seen: dict[tuple[str, str], str] = {}

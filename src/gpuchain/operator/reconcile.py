@@ -28,6 +28,7 @@ from gpuchain.kube import (
 )
 from gpuchain.kube.objects import diff_patch
 from gpuchain.kube.port import now_rfc3339
+from gpuchain.operator.desired import desired
 from gpuchain.operator.dra import dra_problems
 from gpuchain.operator.drivertag import driver_os
 from gpuchain.operator.manifests import manifest_problems
@@ -45,7 +46,6 @@ from gpuchain.operator.operands import (
     OPERANDS,
     Facts,
     config_uses_mps,
-    desired,
     enabled,
     has_nfd_labels,
     is_gpu_node,

@@ -3,8 +3,9 @@
 - ``publisher``: node side; GPUHealthy condition, Events, and the GPU fault/pod annotations.
 - ``decide``: the pure decision (evict, taint/cordon, breaker) over plain Kubernetes objects.
 - ``controller``: the shell that reads the cluster, decides and applies through the kube port.
-- ``scenario``: simulated clusters (MemoryCluster + SimBackend) for demos and tests.
-- ``xidtable``: the shared XID table as Markdown for the docs.
+
+Its simulated clusters and repair scenarios are the simulator's (``gpuchain.sim.remediation``,
+``gpuchain.sim.repair``).
 """
 
 from gpuchain.remediation.controller import Outcome, Remediator, Report

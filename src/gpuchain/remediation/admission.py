@@ -83,22 +83,3 @@ def _time(stamp: str) -> datetime.datetime | None:
         return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def simulated_policy_objects() -> list[Obj]:
-    """The policy and binding as the chart installs them (the fields the remediator checks), for
-    simulated clusters; the real ones come from charts/gpuchain/templates/remediation-admission.yaml."""
-    return [
-        {
-            "apiVersion": VAP.api_version,
-            "kind": VAP.kind,
-            "metadata": {"name": POLICY_NAME},
-            "spec": {"failurePolicy": "Fail"},
-        },
-        {
-            "apiVersion": VAP_BINDING.api_version,
-            "kind": VAP_BINDING.kind,
-            "metadata": {"name": POLICY_NAME},
-            "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
-        },
-    ]

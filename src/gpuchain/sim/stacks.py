@@ -21,7 +21,6 @@ from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import Operand, image_of
 from gpuchain.operator.policy import ClusterPolicySpec
 
-STACKS = ("gpuchain", "gpu-operator", "nvidia-device-plugin", "eks", "aks", "gke", "none")
 #: Stacks whose nodes come with the driver and the NVIDIA runtime from their image.
 HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
 #: What NVIDIA's standalone plugin manifest and GKE's plugin tolerate.

@@ -24,7 +24,7 @@ from gpuchain.sim.build import SimCluster
 from gpuchain.sim.chain import backend_for, plugin_config
 
 CONTAINER = "main"
-"""The container every simulated workload pod runs (``render._workload_pod``)."""
+"""The container every simulated workload pod runs (``workloads._workload_pod``)."""
 MPS_SERVER_MIB = 300
 """Framebuffer the simulated MPS server holds on each GPU it serves (this simulator's figure)."""
 

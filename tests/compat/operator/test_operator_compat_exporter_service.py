@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes.cluster_policy import cluster_policy
 from operator_compat_helpers import FIXTURES
 
 from gpuchain.kube import CLUSTER_POLICY, SERVICE, MemoryCluster
 from gpuchain.kube.selectors import match_label_selector_object
-from gpuchain.operator.crd import cluster_policy
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import reconcile
 

@@ -19,8 +19,9 @@ from operator_compat_helpers import FIXTURES, load, olm_example_policy, publishe
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.operator.desired import desired
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, PolicyImportError, import_policy, runtime_of
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 runner = CliRunner()

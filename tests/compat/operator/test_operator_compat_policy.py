@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from gpuchain.cli import app
 from gpuchain.operator.compat import FEATURES, refusals
 from gpuchain.operator.crd import crd
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, drop_nulls, parse_policy
 
 runner = CliRunner()

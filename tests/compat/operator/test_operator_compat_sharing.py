@@ -24,7 +24,8 @@ from operator_compat_helpers import FIXTURES
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.operator.operands import Facts, desired
+from gpuchain.operator.desired import desired
+from gpuchain.operator.operands import Facts
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 
 runner = CliRunner()

@@ -1,7 +1,7 @@
 """The DRA path on a simulated node: publish the ResourceSlice, register, prepare a claim, an XID.
 
-It lives beside the device plugin's demo because it drives the DRA plugin through the kubelet test
-double (``dra_peer``), which production code never imports.
+It lives in the simulator beside the device plugin's demo (`sim.demo`) because it drives the DRA
+plugin through the kubelet test double (``dra_peer``), which production code never imports.
 
 Everything is real except the GPUs and the API server: the plugin serves gRPC on unix sockets in
 a temporary directory, the kubelet's DRA peer registers it and calls NodePrepareResources /

@@ -7,6 +7,7 @@ restart containerd, create /dev/char links, upgrade the host driver) changes the
 names (``changes["fact"]``); a hardware action (replace or reset a GPU) clears the lost GPUs.
 Rebuilding the scenario then shows what the cluster looks like after the fix. A label on one
 node of a group changes the whole group (the doctor names every node of a group alike).
+Only the doctor's fix tests apply fixes in simulation, so this lives with them, not in gpuchain.sim.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ unless the strategy is OnDelete, and on each node the validator's ready files ap
 link as gpuchain orders them: an init container ``gpuchain validate wait <link>`` waits for
 ``<link>-ready``; the validator's ``gpuchain validate <link>`` writes it when the link's pod runs.
 Faults: a set of operand names that crash-loop on a node; drivers pre-installed on the host.
-Used by the operator tests, the benchmark and the scenario simulator.
+A test double, so it lives with the tests: the operator tests and the operator benchmark use it
+(the scenario simulator renders operand pods itself, `gpuchain.sim.render`); nothing in gpuchain does.
 """
 
 from __future__ import annotations

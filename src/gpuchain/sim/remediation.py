@@ -3,7 +3,9 @@
 Each node gets a real ``GpuHealthPublisher`` fed by its SimBackend's events; the pod map comes
 from a stand-in for the kubelet's pod-resources answer (the pods placed on each GPU that still
 exist in the cluster, as the kubelet forgets a pod once it is gone). ``gpuchain remediator
---scenario NAME`` runs the named scenario and then one controller pass on it.
+--scenario NAME`` runs the named scenario and then one controller pass on it; ``gpuchain
+gpu-health --dry-run`` publishes onto one such Node. It is simulation, so it lives in the
+simulator; the remediation layer it drives never imports it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import POD
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.objects import Obj
-from gpuchain.remediation.admission import simulated_policy_objects
+from gpuchain.remediation.admission import POLICY_NAME, VAP, VAP_BINDING
 from gpuchain.remediation.publisher import GpuHealthPublisher
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -56,6 +58,25 @@ def pod_object(namespace: str, name: str, node: str, gpus: int = 1, labels: Mapp
         },
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     }
+
+
+def simulated_policy_objects() -> list[Obj]:
+    """The policy and binding as the chart installs them (the fields the remediator checks), for
+    simulated clusters; the real ones come from charts/gpuchain/templates/remediation-admission.yaml."""
+    return [
+        {
+            "apiVersion": VAP.api_version,
+            "kind": VAP.kind,
+            "metadata": {"name": POLICY_NAME},
+            "spec": {"failurePolicy": "Fail"},
+        },
+        {
+            "apiVersion": VAP_BINDING.api_version,
+            "kind": VAP_BINDING.kind,
+            "metadata": {"name": POLICY_NAME},
+            "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        },
+    ]
 
 
 def pdb_object(namespace: str, name: str, match_labels: Mapping[str, str], min_available: int | str) -> Obj:

@@ -3,6 +3,7 @@
 Everything runs in one process over real unix sockets: SimBackend -> device plugin (gRPC) ->
 kubelet peer (gRPC) -> pod-resources API (gRPC). Each step is reported as a ``DemoStep`` the
 moment it completes, so the CLI can print as it goes and ``-o json`` gets the same transcript.
+A scenario played on simulated GPUs, so it lives in the simulator beside its DRA twin (`sim.dra_demo`).
 """
 
 from __future__ import annotations

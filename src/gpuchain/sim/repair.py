@@ -1,6 +1,6 @@
 """The repair loop's scenarios, played out over simulated time on a simulated cluster.
 
-Four nodes of eight H100 unless the scenario names another preset (``remediation.scenario``:
+Four nodes of eight H100 unless the scenario names another preset (``sim.remediation``:
 MemoryCluster, one SimBackend and one health publisher per node, the kubelet's pod map), one
 single-GPU pod on each GPU of node-0, a repair agent on every node and the remediator, all on one
 simulated clock. A scenario injects a fault, then each tick (one simulated second) every
@@ -49,7 +49,7 @@ from gpuchain.remediation.gpuloop import LOOP_ANNOTATION, REBOOT_ANNOTATION, Gpu
 from gpuchain.remediation.loopagent import GpuLoopAgent
 from gpuchain.remediation.model import FAULTS_ANNOTATION, decode_faults
 from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ReadinessGate
-from gpuchain.remediation.scenario import GPU_RESOURCE, SIM_PRESET, SimCluster, build, node_object
+from gpuchain.sim.remediation import GPU_RESOURCE, SIM_PRESET, SimCluster, build, node_object
 from gpuchain.validator.ready import ReadyFiles
 
 FAULT_NODE = "node-0"

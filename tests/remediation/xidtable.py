@@ -3,7 +3,7 @@
 docs/remediation.md carries ``xid_markdown()`` and, for a first look, ``xid_markdown(brief=True)``;
 tests compare them, so the pages cannot drift from what the code does. The last column is computed by
 the remediator's and the repair loop's own functions (``Fault``, ``gpuloop.needs_repair``), not
-written by hand.
+written by hand. Only that test calls it, so it lives with the tests.
 """
 
 from __future__ import annotations

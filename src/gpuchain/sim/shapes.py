@@ -1,0 +1,172 @@
+"""The shapes the simulated API server holds: pod and container statuses as the kubelet and
+kube-scheduler write them, Events, DaemonSet-style pod names, and `Rendered`, what a render returns.
+
+Every renderer of the simulated cluster (`sim.render`, `sim.nodes`, `sim.workloads`,
+`sim.clusterpolicy`) builds on these, so one status looks the same wherever it is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuchain.kube.objects import Obj
+
+RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+
+STAMP = "2026-06-05T18:00:00Z"
+
+LogKey = tuple[str, str, str]  #: (namespace, pod, container)
+
+
+@dataclass
+class Rendered:
+    """Everything the simulated API server holds: objects, and container logs (which ``build`` hands to
+    ``MemoryCluster.set_logs``, so the doctor reads them through the port as on a live cluster)."""
+
+    objects: list[Obj] = field(default_factory=list)
+    logs: dict[LogKey, str] = field(default_factory=dict)
+    placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """(namespace, pod) -> (node, device ids) of every workload pod that got devices."""
+
+
+#: The alphabet of generateName suffixes (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0/1/3).
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
+    """A stable pod name like the DaemonSet controller's (name + 5 generateName characters); a
+    later ``attempt`` gives another suffix, as the API server's retry on a taken name does."""
+    n = int.from_bytes(hashlib.sha1(f"{node}/{attempt}".encode()).digest()[:8], "big")
+    suffix = ""
+    for _ in range(5):
+        n, i = divmod(n, len(_SUFFIX))
+        suffix += _SUFFIX[i]
+    return f"{ds_name}-{suffix}"
+
+
+def unique_pod_name(ds_name: str, node: str, taken: set[str]) -> str:
+    """``pod_name``, drawn again while the name is ``taken`` (then recorded there): a cluster of
+    thousands of nodes has colliding 5-character suffixes (27^5 names: a collision is more likely
+    than not among 5,000 pods of one DaemonSet), which the real controller meets as AlreadyExists
+    and retries with a fresh random suffix. The same nodes in the same order always get the same names."""
+    attempt = 0
+    name = pod_name(ds_name, node)
+    while name in taken:
+        attempt += 1
+        name = pod_name(ds_name, node, attempt)
+    taken.add(name)
+    return name
+
+
+def running_container(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": ready,
+        "started": True,
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": STAMP}},
+    }
+
+
+def completed_container(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": True,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": STAMP}},
+    }
+
+
+def waiting_container(name: str, reason: str, message: str = "") -> dict[str, Any]:
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    return {"name": name, "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
+
+
+def crashloop_container(name: str, log: str, restarts: int = 37) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": False,
+        "restartCount": restarts,
+        "state": {
+            "waiting": {"reason": "CrashLoopBackOff", "message": f"back-off 5m0s restarting failed container={name}"}
+        },
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": log, "finishedAt": STAMP}},
+    }
+
+
+def pod_status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str) -> dict[str, Any]:
+    ready = phase == "Running" and all(c["ready"] for c in mains)
+    st: dict[str, Any] = {
+        "phase": phase,
+        "hostIP": node_ip,
+        "conditions": [
+            {"type": "Initialized", "status": "True" if all(c["ready"] for c in inits) else "False"},
+            {"type": "Ready", "status": "True" if ready else "False"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": mains,
+    }
+    if inits:
+        st["initContainerStatuses"] = inits
+    return st
+
+
+def init_waiting(done: int, inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """Init:<done>/N: the first ``done`` init containers finished, the next one waits (for a ready
+    file that never comes), the rest and the main containers have not started."""
+    return pod_status(
+        "Pending",
+        [
+            *(completed_container(n) for n in inits[:done]),
+            running_container(inits[done], ready=False),
+            *(waiting_container(n, "PodInitializing") for n in inits[done + 1 :]),
+        ],
+        [waiting_container(n, "PodInitializing") for n in mains],
+        ip,
+    )
+
+
+def no_sandbox(inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+    """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so
+    ContainerCreating (the kubelet's FailedCreatePodSandBox Event says why)."""
+    return pod_status(
+        "Pending",
+        [waiting_container(n, "PodInitializing") for n in inits],
+        [waiting_container(n, "ContainerCreating") for n in mains],
+        ip,
+    )
+
+
+def unschedulable(message: str) -> dict[str, Any]:
+    """A pod's status as kube-scheduler leaves one it places on no node: Pending, PodScheduled False
+    (Unschedulable) with its "0/N nodes are available: ..." message."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [condition]}
+
+
+def warning_event(namespace: str, involved: Obj, reason: str, message: str, component: str, n: int) -> Obj:
+    meta = involved["metadata"]
+    ref = {"apiVersion": involved["apiVersion"], "kind": involved["kind"], "name": meta["name"]}
+    if meta.get("namespace"):
+        ref["namespace"] = meta["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{n:016x}", "namespace": namespace},
+        "involvedObject": ref,
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": STAMP,
+        "lastTimestamp": STAMP,
+        "count": 12,
+    }
+
+
+def sandbox_event(namespace: str, pod: Obj, n: int) -> Obj:
+    """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler."""
+    message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}"
+    return warning_event(namespace, pod, "FailedCreatePodSandBox", message, "kubelet", n)
