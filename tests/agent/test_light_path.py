@@ -2,17 +2,20 @@
 nor typer, from the ``gpuchain`` executable to the agent's flags.
 
 pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
-the typer commands; a node agent needs none of it. A device plugin alone, scraped, loads no
-prometheus-client either (``LEFT_TO_OTHER_ROLES``). Checked in a fresh interpreter: the test
+the typer commands; a node agent needs none of it. A device plugin, DRA plugin or gpu-health role
+alone, scraped, loads no prometheus-client either (``LEFT_TO_OTHER_ROLES``). Checked in a fresh interpreter: the test
 process itself has long imported pydantic.
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 SUPERVISE = r"""
 async def supervise(node, roles):
@@ -178,9 +181,18 @@ import asyncio, socket, sys, tempfile
 from pathlib import Path
 
 from gpuchain.agent.node import Node, open_gpus
-from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
+from gpuchain.agent.settings import DevicePluginSettings, DraPluginSettings, GpuHealthSettings, NodeSettings
+from gpuchain.kube.memory import MemoryCluster
 
 root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
+role, prefix, *left = sys.argv[1:]
+SETTINGS = {
+    "device-plugin": DevicePluginSettings(socket_dir=root / "dp"),
+    "dra-plugin": DraPluginSettings(
+        registry_dir=root / "reg", plugin_dir=root / "plugin", cdi_dir=root / "cdi", state_dir=root / "state"
+    ),
+    "gpu-health": GpuHealthSettings(resync=0.2, repair=True, repair_interval=0.2),
+}
 
 
 def scrape(port):
@@ -195,34 +207,77 @@ def scrape(port):
 """ + SUPERVISE + r"""
 
 async def main():
-    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(metrics_address="127.0.0.1", metrics_port=0))
-    supervisor, server = await supervise(node, {"device-plugin": DevicePluginSettings(socket_dir=root / "dp")})
+    where = NodeSettings(metrics_address="127.0.0.1", metrics_port=0)
+    if role == "device-plugin":  # no Node name: the device plugin alone reads nothing of the cluster
+        node = Node(open_gpus("sim", "h100-80gb-x8"), where)
+    else:
+        cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
+        where = NodeSettings(node_name="n", metrics_address="127.0.0.1", metrics_port=0)
+        node = Node(open_gpus("sim", "h100-80gb-x8"), where, lambda: cluster)
+    supervisor, server = await supervise(node, {role: SETTINGS[role]})
     body = await asyncio.to_thread(scrape, server.server_port)
     await supervisor.stop_all()
     print([line for line in body.splitlines() if line.startswith("gpuchain_node_agent_role_")])
-    print(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])))
+    print(sorted({line.split("{")[0].split()[0] for line in body.splitlines() if line.startswith(prefix)}))
+    print(sorted({m.split(".")[0] for m in sys.modules} & set(left)))
 
 
 asyncio.run(main())
 """
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
-"""What a device plugin alone, scraped, never loads: prometheus-client (its package brings an HTTP
-server, urllib and email, 2.6 MiB; the exporter, gpu-health and DRA roles still use it) and the
-Kubernetes client (no Node name, nothing to read)."""
+"""What a device plugin, DRA plugin or gpu-health role alone, scraped, never loads: prometheus-client
+(its package brings an HTTP server, urllib and email, 2.6 MiB; the exporter role still uses it) and
+the Kubernetes client (the device plugin has no Node name; the others are given an in-memory cluster)."""
+
+
+def _serve_alone(role: str, prefix: str) -> tuple[list[str], list[str], list[str]]:
+    """``role`` alone in a fresh interpreter, its metrics scraped: the supervisor's samples for it, the
+    names of the scraped samples that start with ``prefix`` (the role's own), and which of
+    ``LEFT_TO_OTHER_ROLES`` it loaded."""
+    cmd = [sys.executable, "-c", SERVE_ALONE, role, prefix, *LEFT_TO_OTHER_ROLES]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples, own, loaded = (ast.literal_eval(line) for line in proc.stdout.splitlines()[-3:])
+    return samples, own, loaded
 
 
 def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client() -> None:
     """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
     written as prometheus-client's were; nothing else on this path needs prometheus-client."""
-    cmd = [sys.executable, "-c", SERVE_ALONE, *LEFT_TO_OTHER_ROLES]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    samples, loaded = proc.stdout.splitlines()[-2:]
-    assert samples == repr(
-        [
-            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
-            'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
-            'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
-        ]
-    )
-    assert loaded == "[]"
+    samples, _, loaded = _serve_alone("device-plugin", "gpuchain_node_agent_role_")
+    assert samples == [
+        'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+        'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
+        'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
+    ]
+    assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("role", "prefix", "families"),
+    [
+        (
+            "dra-plugin",
+            "gpuchain_dra_",
+            {"gpuchain_dra_devices", "gpuchain_dra_prepare_seconds_bucket", "gpuchain_dra_unprepare_seconds_sum"},
+        ),
+        (
+            "gpu-health",
+            "gpuchain_gpu_repair_",
+            {
+                "gpuchain_gpu_repair_passes_total",
+                "gpuchain_gpu_repair_gpus",
+                "gpuchain_gpu_repair_duration_seconds_count",
+            },
+        ),
+    ],
+)
+def test_a_role_whose_own_metrics_are_scraped_loads_no_prometheus_client(
+    role: str, prefix: str, families: set[str]
+) -> None:
+    """The DRA plugin's metrics (``dra.metrics``) and the repair loop's (``remediation.loopagent``)
+    are gpuchain's families too: served, and scraped, with no prometheus-client in the process."""
+    samples, own, loaded = _serve_alone(role, prefix)
+    assert f'gpuchain_node_agent_role_up{{role="{role}"}} 1.0' in samples
+    assert families <= set(own)
+    assert loaded == []

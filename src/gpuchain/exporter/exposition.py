@@ -41,6 +41,19 @@ class Family(NamedTuple):
     samples: Sequence[Sample]
 
 
+def histogram(name: str, labels: dict[str, str], bounds: Sequence[float], values: Sequence[float]) -> list[Sample]:
+    """One histogram's samples over ``bounds`` and +Inf, as prometheus-client's
+    ``HistogramMetricFamily`` writes them: a cumulative ``<name>_bucket`` per bound (label ``le``,
+    last), then ``<name>_count`` and ``<name>_sum``."""
+    out = [
+        Sample(f"{name}_bucket", {**labels, "le": f"{b:g}"}, float(sum(1 for v in values if v <= b))) for b in bounds
+    ]
+    out.append(Sample(f"{name}_bucket", {**labels, "le": "+Inf"}, float(len(values))))
+    out.append(Sample(f"{name}_count", labels, float(len(values))))
+    out.append(Sample(f"{name}_sum", labels, sum(values)))
+    return out
+
+
 if TYPE_CHECKING:
     Exposed = Metric | Family
 
@@ -49,6 +62,7 @@ class Collects(Protocol):
     """What is rendered: prometheus-client's registries and collectors, and gpuchain's own sources."""
 
     def collect(self) -> Iterable[Exposed]: ...
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
