@@ -2,8 +2,9 @@
 nor typer, from the ``gpuchain`` executable to the agent's flags.
 
 pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
-the typer commands; a node agent needs none of it. A device plugin, DRA plugin or gpu-health role
-alone, scraped, loads no prometheus-client either (``LEFT_TO_OTHER_ROLES``). Checked in a fresh interpreter: the test
+the typer commands; a node agent needs none of it. No role, alone or with the others, scraped,
+loads prometheus-client either (``LEFT_TO_OTHER_ROLES``): every metrics source writes gpuchain's
+own families (``exporter.exposition``). Checked in a fresh interpreter: the test
 process itself has long imported pydantic.
 """
 
@@ -129,16 +130,16 @@ ROLE_MODULES = (
     "gpuchain.validator",
 )
 """What the other roles run on: none of it is loaded before the device plugin serves."""
-NEVER = ("pydantic", "typer", "rich", "click")
+NEVER = ("pydantic", "typer", "rich", "click", "prometheus_client")
 
 
 def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_role(tmp_path: Path) -> None:
     """The real ``gpuchain node-agent`` with every role, under ``python -X importtime`` (as
     ``tests/test_cli_lazy.py`` reads a command's imports): its import lines and its log lines share
     stderr in the order they happened, so what was imported before the device plugin's "serving"
-    line is what the kubelet waited for. Neither that nor the whole run, every role up, loads
-    pydantic, typer or rich; the other roles' modules and prometheus_client (the metrics endpoint,
-    opened after) come after."""
+    line is what the kubelet waited for. Neither that nor the whole run, every role up and its
+    metrics served, loads pydantic, typer, rich or prometheus-client; the other roles' modules come
+    after."""
     cmd = [sys.executable, "-X", "importtime", "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
     cmd += ["--socket-dir", str(tmp_path / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", "0"]
     cmd += ["--output-file", str(tmp_path / "gfd"), "--validations-dir", str(tmp_path / "val")]
@@ -166,9 +167,9 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     served = next(i for i, line in enumerate(lines) if "gpuchain.deviceplugin: serving" in line)
     before, whole = _imports(lines[:served]), _imports(lines)
     assert sorted(m for m in whole if m.split(".")[0] in NEVER) == []
-    assert sorted(m for m in before if m.startswith(ROLE_MODULES) or m.startswith("prometheus_client")) == []
+    assert sorted(m for m in before if m.startswith(ROLE_MODULES)) == []
     assert {"grpc", "gpuchain.deviceplugin.plugin"} <= before
-    assert {"prometheus_client", *ROLE_MODULES} <= whole  # the run's list: every role did load its modules
+    assert set(ROLE_MODULES) <= whole  # the run's list: every role did load its modules
 
 
 def _imports(lines: list[str]) -> set[str]:
@@ -181,7 +182,9 @@ import asyncio, socket, sys, tempfile
 from pathlib import Path
 
 from gpuchain.agent.node import Node, open_gpus
-from gpuchain.agent.settings import DevicePluginSettings, DraPluginSettings, GpuHealthSettings, NodeSettings
+from gpuchain.agent.settings import (
+    DevicePluginSettings, DraPluginSettings, ExporterSettings, GpuHealthSettings, NodeSettings,
+)
 from gpuchain.kube.memory import MemoryCluster
 
 root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
@@ -192,6 +195,7 @@ SETTINGS = {
         registry_dir=root / "reg", plugin_dir=root / "plugin", cdi_dir=root / "cdi", state_dir=root / "state"
     ),
     "gpu-health": GpuHealthSettings(resync=0.2, repair=True, repair_interval=0.2),
+    "exporter": ExporterSettings(interval=0.2),
 }
 
 
@@ -225,9 +229,9 @@ async def main():
 asyncio.run(main())
 """
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
-"""What a device plugin, DRA plugin or gpu-health role alone, scraped, never loads: prometheus-client
-(its package brings an HTTP server, urllib and email, 2.6 MiB; the exporter role still uses it) and
-the Kubernetes client (the device plugin has no Node name; the others are given an in-memory cluster)."""
+"""What a role alone, scraped, never loads: prometheus-client (its package brings an HTTP server,
+urllib and email, 2.6 MiB; no role uses it) and the Kubernetes client (the device plugin has no
+Node name; the others are given an in-memory cluster)."""
 
 
 def _serve_alone(role: str, prefix: str) -> tuple[list[str], list[str], list[str]]:
@@ -270,13 +274,19 @@ def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client
                 "gpuchain_gpu_repair_duration_seconds_count",
             },
         ),
+        (
+            "exporter",
+            "gpuchain_exporter_",
+            {"gpuchain_exporter_scrape_errors_total", "gpuchain_exporter_nvml_released"},
+        ),
     ],
 )
 def test_a_role_whose_own_metrics_are_scraped_loads_no_prometheus_client(
     role: str, prefix: str, families: set[str]
 ) -> None:
-    """The DRA plugin's metrics (``dra.metrics``) and the repair loop's (``remediation.loopagent``)
-    are gpuchain's families too: served, and scraped, with no prometheus-client in the process."""
+    """The DRA plugin's metrics (``dra.metrics``), the repair loop's (``remediation.loopagent``) and
+    the exporter's (``exporter.collector``) are gpuchain's families too: served, and scraped, with no
+    prometheus-client in the process."""
     samples, own, loaded = _serve_alone(role, prefix)
     assert f'gpuchain_node_agent_role_up{{role="{role}"}} 1.0' in samples
     assert families <= set(own)
