@@ -234,21 +234,23 @@ urllib and email, 2.6 MiB; no role uses it) and the Kubernetes client (the devic
 Node name; the others are given an in-memory cluster)."""
 
 
-def _serve_alone(role: str, prefix: str) -> tuple[list[str], list[str], list[str]]:
+def _serve_alone(role: str, prefix: str, left: tuple[str, ...] = LEFT_TO_OTHER_ROLES) -> tuple[list[str], ...]:
     """``role`` alone in a fresh interpreter, its metrics scraped: the supervisor's samples for it, the
-    names of the scraped samples that start with ``prefix`` (the role's own), and which of
-    ``LEFT_TO_OTHER_ROLES`` it loaded."""
-    cmd = [sys.executable, "-c", SERVE_ALONE, role, prefix, *LEFT_TO_OTHER_ROLES]
+    names of the scraped samples that start with ``prefix`` (the role's own), and which of the
+    packages ``left`` it loaded."""
+    cmd = [sys.executable, "-c", SERVE_ALONE, role, prefix, *left]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     samples, own, loaded = (ast.literal_eval(line) for line in proc.stdout.splitlines()[-3:])
     return samples, own, loaded
 
 
-def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client() -> None:
+def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client_nor_pyyaml() -> None:
     """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
-    written as prometheus-client's were; nothing else on this path needs prometheus-client."""
-    samples, _, loaded = _serve_alone("device-plugin", "gpuchain_node_agent_role_")
+    written as prometheus-client's were; nothing else on this path needs prometheus-client. Nor
+    PyYAML: the XID table, the MIG catalog and the simulator's preset are read from ``gpu.shipped``,
+    and no config file is given."""
+    samples, _, loaded = _serve_alone("device-plugin", "gpuchain_node_agent_role_", (*LEFT_TO_OTHER_ROLES, "yaml"))
     assert samples == [
         'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
         'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',

@@ -29,8 +29,6 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG
 from gpuchain.common.schema import StrictInt, define, dump, field_types, spec
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_file, load_yaml_model
@@ -659,6 +657,8 @@ def apply_env(
         names[".".join(path)] = var
     if not names:
         return config
+    import yaml
+
     try:
         return load_yaml_model(Config, yaml.safe_dump(data, sort_keys=False), "environment")
     except ConfigFileError as exc:
