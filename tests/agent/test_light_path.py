@@ -2,17 +2,21 @@
 nor typer, from the ``gpuchain`` executable to the agent's flags.
 
 pydantic (12.9 MiB with what it pulls in) stays for the operator, the simulator's scenarios and
-the typer commands; a node agent needs none of it. A device plugin alone, scraped, loads no
-prometheus-client either (``LEFT_TO_OTHER_ROLES``). Checked in a fresh interpreter: the test
+the typer commands; a node agent needs none of it. No role, alone or with the others, scraped,
+loads prometheus-client either (``LEFT_TO_OTHER_ROLES``): every metrics source writes gpuchain's
+own families (``exporter.exposition``). Checked in a fresh interpreter: the test
 process itself has long imported pydantic.
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 SUPERVISE = r"""
 async def supervise(node, roles):
@@ -126,16 +130,16 @@ ROLE_MODULES = (
     "gpuchain.validator",
 )
 """What the other roles run on: none of it is loaded before the device plugin serves."""
-NEVER = ("pydantic", "typer", "rich", "click")
+NEVER = ("pydantic", "typer", "rich", "click", "prometheus_client")
 
 
 def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_role(tmp_path: Path) -> None:
     """The real ``gpuchain node-agent`` with every role, under ``python -X importtime`` (as
     ``tests/test_cli_lazy.py`` reads a command's imports): its import lines and its log lines share
     stderr in the order they happened, so what was imported before the device plugin's "serving"
-    line is what the kubelet waited for. Neither that nor the whole run, every role up, loads
-    pydantic, typer or rich; the other roles' modules and prometheus_client (the metrics endpoint,
-    opened after) come after."""
+    line is what the kubelet waited for. Neither that nor the whole run, every role up and its
+    metrics served, loads pydantic, typer, rich or prometheus-client; the other roles' modules come
+    after."""
     cmd = [sys.executable, "-X", "importtime", "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
     cmd += ["--socket-dir", str(tmp_path / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", "0"]
     cmd += ["--output-file", str(tmp_path / "gfd"), "--validations-dir", str(tmp_path / "val")]
@@ -163,9 +167,9 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     served = next(i for i, line in enumerate(lines) if "gpuchain.deviceplugin: serving" in line)
     before, whole = _imports(lines[:served]), _imports(lines)
     assert sorted(m for m in whole if m.split(".")[0] in NEVER) == []
-    assert sorted(m for m in before if m.startswith(ROLE_MODULES) or m.startswith("prometheus_client")) == []
+    assert sorted(m for m in before if m.startswith(ROLE_MODULES)) == []
     assert {"grpc", "gpuchain.deviceplugin.plugin"} <= before
-    assert {"prometheus_client", *ROLE_MODULES} <= whole  # the run's list: every role did load its modules
+    assert set(ROLE_MODULES) <= whole  # the run's list: every role did load its modules
 
 
 def _imports(lines: list[str]) -> set[str]:
@@ -178,9 +182,21 @@ import asyncio, socket, sys, tempfile
 from pathlib import Path
 
 from gpuchain.agent.node import Node, open_gpus
-from gpuchain.agent.settings import DevicePluginSettings, NodeSettings
+from gpuchain.agent.settings import (
+    DevicePluginSettings, DraPluginSettings, ExporterSettings, GpuHealthSettings, NodeSettings,
+)
+from gpuchain.kube.memory import MemoryCluster
 
 root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
+role, prefix, *left = sys.argv[1:]
+SETTINGS = {
+    "device-plugin": DevicePluginSettings(socket_dir=root / "dp"),
+    "dra-plugin": DraPluginSettings(
+        registry_dir=root / "reg", plugin_dir=root / "plugin", cdi_dir=root / "cdi", state_dir=root / "state"
+    ),
+    "gpu-health": GpuHealthSettings(resync=0.2, repair=True, repair_interval=0.2),
+    "exporter": ExporterSettings(interval=0.2),
+}
 
 
 def scrape(port):
@@ -195,34 +211,85 @@ def scrape(port):
 """ + SUPERVISE + r"""
 
 async def main():
-    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(metrics_address="127.0.0.1", metrics_port=0))
-    supervisor, server = await supervise(node, {"device-plugin": DevicePluginSettings(socket_dir=root / "dp")})
+    where = NodeSettings(metrics_address="127.0.0.1", metrics_port=0)
+    if role == "device-plugin":  # no Node name: the device plugin alone reads nothing of the cluster
+        node = Node(open_gpus("sim", "h100-80gb-x8"), where)
+    else:
+        cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
+        where = NodeSettings(node_name="n", metrics_address="127.0.0.1", metrics_port=0)
+        node = Node(open_gpus("sim", "h100-80gb-x8"), where, lambda: cluster)
+    supervisor, server = await supervise(node, {role: SETTINGS[role]})
     body = await asyncio.to_thread(scrape, server.server_port)
     await supervisor.stop_all()
     print([line for line in body.splitlines() if line.startswith("gpuchain_node_agent_role_")])
-    print(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])))
+    print(sorted({line.split("{")[0].split()[0] for line in body.splitlines() if line.startswith(prefix)}))
+    print(sorted({m.split(".")[0] for m in sys.modules} & set(left)))
 
 
 asyncio.run(main())
 """
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
-"""What a device plugin alone, scraped, never loads: prometheus-client (its package brings an HTTP
-server, urllib and email, 2.6 MiB; the exporter, gpu-health and DRA roles still use it) and the
-Kubernetes client (no Node name, nothing to read)."""
+"""What a role alone, scraped, never loads: prometheus-client (its package brings an HTTP server,
+urllib and email, 2.6 MiB; no role uses it) and the Kubernetes client (the device plugin has no
+Node name; the others are given an in-memory cluster)."""
 
 
-def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client() -> None:
-    """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
-    written as prometheus-client's were; nothing else on this path needs prometheus-client."""
-    cmd = [sys.executable, "-c", SERVE_ALONE, *LEFT_TO_OTHER_ROLES]
+def _serve_alone(role: str, prefix: str, left: tuple[str, ...] = LEFT_TO_OTHER_ROLES) -> tuple[list[str], ...]:
+    """``role`` alone in a fresh interpreter, its metrics scraped: the supervisor's samples for it, the
+    names of the scraped samples that start with ``prefix`` (the role's own), and which of the
+    packages ``left`` it loaded."""
+    cmd = [sys.executable, "-c", SERVE_ALONE, role, prefix, *left]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    samples, loaded = proc.stdout.splitlines()[-2:]
-    assert samples == repr(
-        [
-            'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
-            'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
-            'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
-        ]
-    )
-    assert loaded == "[]"
+    samples, own, loaded = (ast.literal_eval(line) for line in proc.stdout.splitlines()[-3:])
+    return samples, own, loaded
+
+
+def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client_nor_pyyaml() -> None:
+    """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
+    written as prometheus-client's were; nothing else on this path needs prometheus-client. Nor
+    PyYAML: the XID table, the MIG catalog and the simulator's preset are read from ``gpu.shipped``,
+    and no config file is given."""
+    samples, _, loaded = _serve_alone("device-plugin", "gpuchain_node_agent_role_", (*LEFT_TO_OTHER_ROLES, "yaml"))
+    assert samples == [
+        'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
+        'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',
+        'gpuchain_node_agent_role_failing{role="device-plugin"} 0.0',
+    ]
+    assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("role", "prefix", "families"),
+    [
+        (
+            "dra-plugin",
+            "gpuchain_dra_",
+            {"gpuchain_dra_devices", "gpuchain_dra_prepare_seconds_bucket", "gpuchain_dra_unprepare_seconds_sum"},
+        ),
+        (
+            "gpu-health",
+            "gpuchain_gpu_repair_",
+            {
+                "gpuchain_gpu_repair_passes_total",
+                "gpuchain_gpu_repair_gpus",
+                "gpuchain_gpu_repair_duration_seconds_count",
+            },
+        ),
+        (
+            "exporter",
+            "gpuchain_exporter_",
+            {"gpuchain_exporter_scrape_errors_total", "gpuchain_exporter_nvml_released"},
+        ),
+    ],
+)
+def test_a_role_whose_own_metrics_are_scraped_loads_no_prometheus_client(
+    role: str, prefix: str, families: set[str]
+) -> None:
+    """The DRA plugin's metrics (``dra.metrics``), the repair loop's (``remediation.loopagent``) and
+    the exporter's (``exporter.collector``) are gpuchain's families too: served, and scraped, with no
+    prometheus-client in the process."""
+    samples, own, loaded = _serve_alone(role, prefix)
+    assert f'gpuchain_node_agent_role_up{{role="{role}"}} 1.0' in samples
+    assert families <= set(own)
+    assert loaded == []

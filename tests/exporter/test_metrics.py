@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuchain.exporter.counters import load_collectors, parse_collectors
-from gpuchain.exporter.exposition import render_families
+from gpuchain.exporter.exposition import Family, histogram, render_families
 from gpuchain.exporter.metrics import NodeSample, XidBook, entities, sample_families, xid_families
 from gpuchain.exporter.podresources import PodRef
 from gpuchain.gpu.sim import SimBackend
@@ -166,3 +168,20 @@ def test_exposition_keeps_dcgm_counter_names(h100_sim: SimBackend) -> None:
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total" not in text
     first = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
     assert first.startswith('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-')
+
+
+@pytest.mark.parametrize("labels", [{}, {"stage": "reset", "node": "n"}])
+@pytest.mark.parametrize("values", [[], [0.0004, 0.2, 0.2, 7.0, 30.0]])
+def test_a_histogram_without_prometheus_client_is_written_as_prometheus_clients(
+    labels: dict[str, str], values: list[float]
+) -> None:
+    """``exposition.histogram`` (the DRA plugin's and the repair loop's histograms, in roles that load
+    no prometheus-client) writes what prometheus-client's HistogramMetricFamily writes."""
+    from prometheus_client.metrics_core import HistogramMetricFamily
+
+    bounds = (0.001, 0.25, 10.0)
+    theirs = HistogramMetricFamily("x_seconds", "Seconds.", labels=list(labels))
+    buckets = [(f"{b:g}", float(sum(1 for v in values if v <= b))) for b in bounds] + [("+Inf", float(len(values)))]
+    theirs.add_metric(list(labels.values()), buckets, sum(values))
+    ours = Family("x_seconds", "Seconds.", "histogram", histogram("x_seconds", labels, bounds, values))
+    assert render_families([ours]) == render_families([theirs])

@@ -24,7 +24,8 @@ from fakes.fake_pynvml import FakeNvml
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, LibraryNotFoundError, ReleasedError
 from gpuchain.gpu.model import EventKind, HealthEvent
-from gpuchain.gpu.nvml import REARM_WAIT_S, RELEASE_MARGIN_S, NvmlBackend
+from gpuchain.gpu.nvml import NvmlBackend
+from gpuchain.gpu.nvml.session import REARM_WAIT_S, RELEASE_MARGIN_S
 from gpuchain.gpu.sim import SimBackend
 
 pytestmark = pytest.mark.timeout(30)

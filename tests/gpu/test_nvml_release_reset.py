@@ -19,7 +19,8 @@ from fakes.fake_pynvml import FakeNvml, clients, driver
 
 from gpuchain.gpu.errors import GpuError, NotReacquiredError
 from gpuchain.gpu.model import EventKind
-from gpuchain.gpu.nvml import RESET_RETRY_S, NvmlBackend
+from gpuchain.gpu.nvml import NvmlBackend
+from gpuchain.gpu.nvml.reset import RESET_RETRY_S
 from gpuchain.gpu.sim import SimBackend
 
 pytestmark = pytest.mark.timeout(30)

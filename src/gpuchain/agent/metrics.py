@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuchain.exporter.exposition import Exposed
+    from gpuchain.exporter.exposition import Family
     from gpuchain.exporter.server import MetricsSource
 
 
@@ -44,7 +44,7 @@ class MetricsHub:
     def registry(self) -> MetricsHub:
         return self
 
-    def collect(self) -> Iterator[Exposed]:
+    def collect(self) -> Iterator[Family]:
         for _name, source in self._now():
             yield from source.registry.collect()
 

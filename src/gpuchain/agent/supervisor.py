@@ -36,7 +36,7 @@ from gpuchain.agent.runtime import settled
 from gpuchain.common.supervise import Backoff, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
-    from gpuchain.exporter.exposition import Exposed
+    from gpuchain.exporter.exposition import Family
 
 log = logging.getLogger("gpuchain.node-agent")
 
@@ -209,7 +209,7 @@ class RoleMetrics:
             return False, f"failing: {', '.join(failing)}"
         return True, "every role serves" if all(r.up for r in self.supervisor.roles) else "starting"
 
-    def collect(self) -> Iterator[Exposed]:
+    def collect(self) -> Iterator[Family]:
         # gpuchain's own families: a device plugin alone loads no prometheus-client (see exporter.exposition).
         from gpuchain.exporter.exposition import Family, Sample
 

@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
-
 from gpuchain.commands._backend import BackendKind
 from gpuchain.commands._output import fail
 
@@ -72,6 +70,8 @@ def _tried(kubeconfig: str | None, context: str | None) -> str:
 def _reason(exc: Exception) -> str:
     if isinstance(exc, KeyError):
         return f"the kubeconfig has no {exc.args[0]!r} section"
+    import yaml  # loaded already: the kubeconfig reader uses it
+
     if isinstance(exc, yaml.YAMLError):
         return f"the kubeconfig is not valid YAML ({str(exc).splitlines()[0]})"
     return str(exc) or type(exc).__name__
@@ -84,6 +84,7 @@ def open_cluster(
     file, else in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config``. No usable configuration
     exits 2 with one line: why, what was tried, and the fix (``hint`` adds a command's own way out).
     """
+    import yaml
     from lightkube import ConfigError
 
     from gpuchain.kube import LiveCluster

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import re
@@ -26,8 +27,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
-
-import yaml
 
 from gpuchain.commands._format import OutputFormat
 
@@ -145,21 +144,32 @@ def records(obj: Any) -> Any:
     return data
 
 
-class _NoAliases(yaml.SafeDumper):
-    """YAML for people and kubectl: a value used twice is written twice, never ``&id001``/``*id001``."""
+@functools.cache
+def _no_aliases() -> Any:
+    """The dumper class, made on first use: a node agent, which prints no YAML, loads no PyYAML."""
+    import yaml
 
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+    class NoAliases(yaml.SafeDumper):
+        """YAML for people and kubectl: a value used twice is written twice, never ``&id001``/``*id001``."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return NoAliases
 
 
 def to_yaml(data: Any) -> str:
     """Block-style YAML without aliases, keys in the order given."""
-    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    import yaml
+
+    return yaml.dump(data, Dumper=_no_aliases(), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def to_yaml_all(documents: list[Any]) -> str:
     """Several YAML documents separated by ``---``, without aliases (``kubectl apply -f -`` reads it)."""
-    return yaml.dump_all(documents, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    import yaml
+
+    return yaml.dump_all(documents, Dumper=_no_aliases(), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def emit_data(data: Any, fmt: OutputFormat) -> None:

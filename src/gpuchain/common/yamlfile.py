@@ -17,12 +17,14 @@ Beyond plain YAML, a file is refused when it
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_text
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "MAX_ALIASES",
@@ -47,56 +49,68 @@ def load_shipped(text: str) -> Any:
     """A data file shipped inside gpuchain (the XID table, the MIG catalog): trusted and checked by
     the tests, so parsed with libyaml's C loader where PyYAML has it, without the user-file checks
     below. The pure-Python loader takes some 70 ms for the XID table, which the device plugin
-    reads before it can serve."""
+    reads before it can serve; the node agents read those files' data from ``gpu.shipped``."""
+    import yaml
+
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that bounds nesting and aliases and refuses duplicate keys, naming the line."""
+@functools.cache
+def _loader_class() -> Any:
+    """The loader class, made on first use: PyYAML (with libyaml, about 1 MiB) is imported only when
+    a YAML text is read, never by a module that merely names ``ConfigFileError`` or validates data."""
+    import yaml
 
-    def __init__(self, text: str, source: str) -> None:
-        super().__init__(text)
-        self.source = source
-        self._depth = 0
-        self._aliases = 0
+    class Loader(yaml.SafeLoader):
+        """SafeLoader that bounds nesting and aliases and refuses duplicate keys, naming the line."""
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        line = event.start_mark.line + 1 if event.start_mark else None
-        if isinstance(event, yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_ALIASES:
-                raise ConfigFileError(self.source, line, "", f"more than {MAX_ALIASES} aliases; write the values out")
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise ConfigFileError(
-                    self.source,
-                    line,
-                    "",
-                    f"nested more than {MAX_DEPTH} levels deep; no gpuchain input is, check the file",
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        def __init__(self, text: str, source: str) -> None:
+            super().__init__(text)
+            self.source = source
+            self._depth = 0
+            self._aliases = 0
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
+        def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            line = event.start_mark.line + 1 if event.start_mark else None
+            if isinstance(event, yaml.AliasEvent):
+                self._aliases += 1
+                if self._aliases > MAX_ALIASES:
+                    raise ConfigFileError(
+                        self.source, line, "", f"more than {MAX_ALIASES} aliases; write the values out"
+                    )
+            self._depth += 1
             try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: the base constructor names it
-                continue
-            line = key_node.start_mark.line + 1
-            if first is not None:
-                raise ConfigFileError(
-                    self.source, line, str(key), f"duplicate key (first at line {first}); keep only one"
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep)
+                if self._depth > MAX_DEPTH:
+                    raise ConfigFileError(
+                        self.source,
+                        line,
+                        "",
+                        f"nested more than {MAX_DEPTH} levels deep; no gpuchain input is, check the file",
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base constructor names it
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise ConfigFileError(
+                        self.source, line, str(key), f"duplicate key (first at line {first}); keep only one"
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return Loader
 
 
 def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) -> tuple[Any, yaml.Node | None]:
@@ -105,8 +119,10 @@ def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) ->
     Raises ConfigFileError for anything that is not one bounded document with unique keys, and for
     an empty or null document unless ``empty_ok`` (then the data is ``{}``).
     """
+    import yaml
+
     try:
-        loader = _Loader(text, source)
+        loader = _loader_class()(text, source)
     except yaml.reader.ReaderError as exc:  # raised while reading the first chunk
         raise _unprintable(text, exc, source) from None
     try:
@@ -219,6 +235,8 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """The 1-based line of the deepest YAML node that ``loc`` reaches."""
     if node is None:
         return None
+    import yaml  # loaded already: the node comes from it
+
     line = node.start_mark.line + 1
     for part in loc:
         child: yaml.Node | None = None

@@ -18,9 +18,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
-
-from gpuchain.exporter.exposition import render_families
+from gpuchain.exporter.exposition import Family, Sample, histogram, render_families
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Histogram bounds (seconds): a prepare is a claim read and two small files, milliseconds when well."""
@@ -67,36 +65,33 @@ class DraMetrics:
         counts = self.states()
         return True, ", ".join(f"{state} {counts.get(state, 0)}" for state in STATES)
 
-    def collect(self) -> Iterator[Metric]:
-        """The families (prometheus-client ``Collector``)."""
+    def collect(self) -> Iterator[Family]:
+        """The families, as gpuchain's own (``exporter.exposition.Family``): the DRA role loads no
+        prometheus-client."""
         with self._lock:
             latencies = {k: list(v) for k, v in self.latencies.items()}
         for operation in OPERATIONS:
-            family = HistogramMetricFamily(
-                f"gpuchain_dra_{operation}_seconds",
-                f"Seconds the DRA plugin took to {operation} one claim (Node{operation.capitalize()}Resources).",
-                labels=["result", "node"],
-            )
-            for result in RESULTS:
-                values = latencies.get((operation, result), [])
-                family.add_metric([result, self.node], _buckets(values), sum(values))
-            yield family
-        devices = GaugeMetricFamily(
+            name = f"gpuchain_dra_{operation}_seconds"
+            samples = [
+                sample
+                for result in RESULTS
+                for sample in histogram(
+                    name, {"result": result, "node": self.node}, LATENCY_BUCKETS, latencies.get((operation, result), [])
+                )
+            ]
+            help_text = f"Seconds the DRA plugin took to {operation} one claim (Node{operation.capitalize()}Resources)."
+            yield Family(name, help_text, "histogram", samples)
+        counts = self.states()
+        yield Family(
             "gpuchain_dra_devices",
             "The node's DRA devices (whole GPUs, MIG devices) by state.",
-            labels=["state", "node"],
+            "gauge",
+            [
+                Sample("gpuchain_dra_devices", {"state": state, "node": self.node}, counts.get(state, 0))
+                for state in STATES
+            ],
         )
-        counts = self.states()
-        for state in STATES:
-            devices.add_metric([state, self.node], counts.get(state, 0))
-        yield devices
 
     def prometheus(self) -> str:
         """The metrics in Prometheus' text format, as ``/metrics`` serves them."""
         return render_families(self.collect())
-
-
-def _buckets(values: list[float]) -> list[tuple[str, float]]:
-    """Cumulative histogram buckets over ``LATENCY_BUCKETS`` and +Inf."""
-    out = [(f"{bound:g}", float(sum(1 for v in values if v <= bound))) for bound in LATENCY_BUCKETS]
-    return [*out, ("+Inf", float(len(values)))]

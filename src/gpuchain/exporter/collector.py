@@ -32,15 +32,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge as PromGauge
-from prometheus_client.metrics_core import Metric
-
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter import COLLECT_INTERVAL
 from gpuchain.exporter.cgroups import ContainerCgroup, read_cgroup
 from gpuchain.exporter.counters import CounterSet
+from gpuchain.exporter.exposition import Family, Sample
 from gpuchain.exporter.metrics import (
     Entity,
     GpuStatus,
@@ -94,14 +90,17 @@ class _View:
     """What a scrape renders: built once per collection, swapped in whole."""
 
     entities: list[Entity] = field(default_factory=list)
-    families: list[Metric] = field(default_factory=list)
+    families: list[Family] = field(default_factory=list)
     pods: dict[str, tuple[PodRef, ...]] = field(default_factory=dict)
     collected_at: float | None = None
     usage: dict[str, DeviceUsage] | None = None
 
 
 class GpuMetricsCollector:
-    """A prometheus-client collector over a GPU backend, with background sampling.
+    """A metrics source over a GPU backend, with background sampling: its own metrics (errors,
+    collection and pod-attribution times, NVML released) then the GPUs' (``collect``), written as
+    gpuchain's families (``exporter.exposition``), as prometheus-client's Counter and Gauges wrote
+    the former: the exporter role loads no prometheus-client.
 
     ``collect_once()`` runs one sampling cycle (tests call it directly); ``start()`` runs it
     every ``interval`` seconds and watches XID events until ``stop()``.
@@ -115,7 +114,6 @@ class GpuMetricsCollector:
         pod_lister: Callable[[], list[Assignment]] | None = None,
         interval: float = COLLECT_INTERVAL,
         call_timeout: float = 5.0,
-        registry: CollectorRegistry | None = None,
         processes: bool = False,
         cgroup_of: Callable[[int], ContainerCgroup | None] = read_cgroup,
         pod_directory: Callable[[], Mapping[str, PodIdentity]] | None = None,
@@ -131,39 +129,14 @@ class GpuMetricsCollector:
         self.pod_lister = pod_lister
         self.interval = positive_seconds("collection interval", interval)
         self.call_timeout = positive_seconds("call timeout", call_timeout)
-        self.registry = registry or CollectorRegistry(auto_describe=False)
         self.xids = XidBook()
-        self.errors = PromCounter(
-            "gpuchain_exporter_scrape_errors",
-            "Backend or kubelet calls that failed or ran past their deadline; the last good values are served.",
-            ["operation"],
-            registry=self.registry,
-        )
-        for op in OPERATIONS:
-            self.errors.labels(op)
-        self.last_success = PromGauge(
-            "gpuchain_exporter_last_collection_timestamp_seconds",
-            "Unix time of the last collection cycle whose inventory call succeeded.",
-            registry=self.registry,
-        )
-        self.pods_up = PromGauge(
-            "gpuchain_exporter_pod_attribution_up",
-            "1 when the last pod-resources List answered, 0 when the pod labels served come from an older "
-            'answer (see gpuchain_exporter_scrape_errors_total{operation="pod_resources"}).',
-            registry=self.registry,
-        )
-        self.pods_at = PromGauge(
-            "gpuchain_exporter_pod_attribution_timestamp_seconds",
-            "Unix time of the last pod-resources List that answered: the age of the pod labels served.",
-            registry=self.registry,
-        )
-        self.released = PromGauge(
-            "gpuchain_exporter_nvml_released",
-            "1 while the exporter has let go of NVML for a GPU reset on this node: GPU samples are left out "
-            "until it takes NVML back.",
-            registry=self.registry,
-        )
-        self.registry.register(self)
+        self._errors = dict.fromkeys(OPERATIONS, 0.0)
+        """Calls that failed or ran past their deadline, by operation (``gpuchain_exporter_scrape_errors``)."""
+        self._errors_lock = threading.Lock()
+        self._last_success = 0.0
+        self._pods_up = 0.0
+        self._pods_at = 0.0
+        self._released = 0.0
         self._view = _View()
         self._saw_release = False
         self._let_go = False
@@ -198,18 +171,55 @@ class GpuMetricsCollector:
 
         The HTTP server reuses one rendered body while this stays the same, so fifty scrapers
         between two collections cost one render. Covers this collector and its own self-metrics
-        (the registry the exporter command uses holds nothing else).
+        (``collect`` writes both).
         """
         return self._changes, self.xids.version
 
     def _error(self, operation: str) -> None:
-        self.errors.labels(operation).inc()
+        with self._errors_lock:
+            self._errors[operation] = self._errors.get(operation, 0.0) + 1
         self._changes += 1
 
-    # ---- prometheus-client Collector -------------------------------------------------------
+    # ---- the metrics source -----------------------------------------------------------------
 
-    def collect(self) -> Iterator[Metric]:
-        """The last sample's families, plus the XID families read live."""
+    @property
+    def registry(self) -> GpuMetricsCollector:
+        """What ``MetricsServer`` renders: this collector itself."""
+        return self
+
+    def collect(self) -> Iterator[Family]:
+        """The exporter's own families, then the last sample's, then the XID families read live."""
+        with self._errors_lock:
+            errors = dict(self._errors)
+        name = "gpuchain_exporter_scrape_errors"
+        yield Family(
+            name,
+            "Backend or kubelet calls that failed or ran past their deadline; the last good values are served.",
+            "counter",
+            [Sample(f"{name}_total", {"operation": op}, n) for op, n in errors.items()],
+        )
+        yield _gauge(
+            "gpuchain_exporter_last_collection_timestamp_seconds",
+            "Unix time of the last collection cycle whose inventory call succeeded.",
+            self._last_success,
+        )
+        yield _gauge(
+            "gpuchain_exporter_pod_attribution_up",
+            "1 when the last pod-resources List answered, 0 when the pod labels served come from an older "
+            'answer (see gpuchain_exporter_scrape_errors_total{operation="pod_resources"}).',
+            self._pods_up,
+        )
+        yield _gauge(
+            "gpuchain_exporter_pod_attribution_timestamp_seconds",
+            "Unix time of the last pod-resources List that answered: the age of the pod labels served.",
+            self._pods_at,
+        )
+        yield _gauge(
+            "gpuchain_exporter_nvml_released",
+            "1 while the exporter has let go of NVML for a GPU reset on this node: GPU samples are left out "
+            "until it takes NVML back.",
+            self._released,
+        )
         view = self._view
         yield from view.families
         yield from xid_families(self.counters, self.xids, view.entities, view.pods)
@@ -337,8 +347,8 @@ class GpuMetricsCollector:
             rows = self._call("pod_resources", "pod_resources", self.pod_lister, time.monotonic() + self.call_timeout)
             if rows is not None:
                 self._assignments = rows
-                self.pods_at.set(time.time())
-            self.pods_up.set(0 if rows is None else 1)
+                self._pods_at = time.time()
+            self._pods_up = 0.0 if rows is None else 1.0
         pods = attribute(self._assignments, inv)
         usage = self._usage(pods) if self.processes else None
         sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory), usage)
@@ -348,8 +358,8 @@ class GpuMetricsCollector:
         holders = {e.uuid: sample.holders(e.uuid) for e in ents}
         self._view = _View(ents, families, holders, time.time() if ok else self._view.collected_at, usage)
         if ok:
-            self.last_success.set(time.time())
-            self.released.set(0)
+            self._last_success = time.time()
+            self._released = 0.0
             self._let_go = False
         self._changes += 1
         return ok
@@ -391,7 +401,7 @@ class GpuMetricsCollector:
         self._let_go = True
         self._telemetry, self._mig_memory, self._processes = {}, {}, {}
         self._view = _View(collected_at=time.time())
-        self.released.set(1)
+        self._released = 1.0
         self._changes += 1
         return True
 
@@ -446,3 +456,8 @@ class GpuMetricsCollector:
                     self.xids.record(event.mig_uuid or event.gpu_uuid, event.xid)
         except asyncio.CancelledError:
             return
+
+
+def _gauge(name: str, documentation: str, value: float) -> Family:
+    """A gauge family of one unlabelled sample."""
+    return Family(name, documentation, "gauge", [Sample(name, {}, value)])

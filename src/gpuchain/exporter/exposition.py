@@ -3,23 +3,23 @@
 prometheus-client's ``generate_latest`` follows OpenMetrics naming and declares every counter as
 ``<name>_total``. DCGM counters keep their DCGM names (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``),
 which dashboards and alerts query, so this writer names the ``# TYPE`` line after the samples it
-heads. Families from prometheus-client's own metrics (the exporter's self-metrics) come out as
-``generate_latest`` would write them, minus the ``_created`` samples.
+heads. gpuchain's own counters (``<name>_total`` samples) come out as ``generate_latest`` writes a
+prometheus-client counter, minus the ``_created`` samples.
 
-This module and the server need nothing of prometheus-client at run time: a family is anything
-with a name, help, type and samples (``Exposed``). Importing any part of prometheus-client runs its
-package, which brings an HTTP server, urllib and email (2.6 MiB on a device plugin that serves
-nothing else); a source whose role needs nothing else of it yields ``Family`` instead.
+No node agent role needs prometheus-client: every metric source yields ``Family`` (the exporter's
+DCGM and self-metrics, the repair loop's, the DRA plugin's, the node agent's own), and
+``histogram`` writes a histogram's samples as prometheus-client's does. Importing any part of
+prometheus-client runs its package, which brings an HTTP server, urllib and email (2.6 MiB on a
+device plugin that serves nothing else; 1.4 MiB more on a node agent that has the Kubernetes
+client). ``render_families`` reads only a family's name, help, type and samples, so it writes
+prometheus-client's families too (the tests compare the two).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
-
-if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
+from typing import NamedTuple, Protocol
 
 
 class Sample(NamedTuple):
@@ -31,24 +31,38 @@ class Sample(NamedTuple):
 
 
 class Family(NamedTuple):
-    """A metric family as ``render_families`` writes it, for a source that loads no prometheus-client.
+    """A metric family as ``render_families`` writes it.
     ``type`` is Prometheus's (``gauge``, ``counter``); a counter's samples are named ``<name>_total``,
     as prometheus-client names them."""
 
     name: str
     documentation: str
     type: str
-    samples: Sequence[Sample]
+    samples: list[Sample]
+
+    def add_sample(self, name: str, labels: dict[str, str], value: float) -> None:
+        """One more sample (as prometheus-client's ``Metric.add_sample``), while the family is built."""
+        self.samples.append(Sample(name, labels, value))
 
 
-if TYPE_CHECKING:
-    Exposed = Metric | Family
+def histogram(name: str, labels: dict[str, str], bounds: Sequence[float], values: Sequence[float]) -> list[Sample]:
+    """One histogram's samples over ``bounds`` and +Inf, as prometheus-client's
+    ``HistogramMetricFamily`` writes them: a cumulative ``<name>_bucket`` per bound (label ``le``,
+    last), then ``<name>_count`` and ``<name>_sum``."""
+    out = [
+        Sample(f"{name}_bucket", {**labels, "le": f"{b:g}"}, float(sum(1 for v in values if v <= b))) for b in bounds
+    ]
+    out.append(Sample(f"{name}_bucket", {**labels, "le": "+Inf"}, float(len(values))))
+    out.append(Sample(f"{name}_count", labels, float(len(values))))
+    out.append(Sample(f"{name}_sum", labels, sum(values)))
+    return out
 
 
 class Collects(Protocol):
     """What is rendered: prometheus-client's registries and collectors, and gpuchain's own sources."""
 
-    def collect(self) -> Iterable[Exposed]: ...
+    def collect(self) -> Iterable[Family]: ...
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -70,7 +84,7 @@ def _escape_value(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def render_families(families: Iterable[Exposed]) -> str:
+def render_families(families: Iterable[Family]) -> str:
     """Text exposition of ``families``; label order is kept as given (dcgm-exporter's order)."""
     out: list[str] = []
     for family in families:

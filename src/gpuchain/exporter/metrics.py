@@ -39,9 +39,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import Metric
-
 from gpuchain.exporter.counters import Counter, CounterSet, Field
+from gpuchain.exporter.exposition import Family
 from gpuchain.exporter.podresources import PodRef
 from gpuchain.exporter.usage import DeviceUsage, PodUsage
 from gpuchain.gpu.model import Gpu, Inventory, MigMemory, Telemetry
@@ -118,23 +117,25 @@ class GpuStatus:
     sampled_at: float | None
 
 
-def status_families(statuses: Iterable[GpuStatus], expected: tuple[int, str] | None) -> list[Metric]:
+def status_families(statuses: Iterable[GpuStatus], expected: tuple[int, str] | None) -> list[Family]:
     """The trust signals: per GPU up and last-sample time, per node GPUs expected and exported.
 
     ``expected`` is the count the node should have and where it comes from (``gfd``: GPU
     feature discovery's ``nvidia.com/gpu.count``; ``seen``: the most GPUs the backend listed
     since start); None leaves the family out.
     """
-    up = Metric(
+    up = Family(
         "gpuchain_gpu_up",
         "1 when the GPU answered the last collection; 0 when its read failed or hung, "
         "or it left the inventory (fell off the bus) since the exporter saw it.",
         "gauge",
+        [],
     )
-    at = Metric(
+    at = Family(
         "gpuchain_gpu_last_sample_timestamp_seconds",
         "Unix time of the GPU's last good reading: its age is time() minus this.",
         "gauge",
+        [],
     )
     exported = 0
     for st in statuses:
@@ -143,12 +144,14 @@ def status_families(statuses: Iterable[GpuStatus], expected: tuple[int, str] | N
         exported += st.up
         if st.sampled_at is not None:
             at.add_sample(at.name, labels, st.sampled_at)
-    count = Metric("gpuchain_gpus_exported", "GPUs whose readings this scrape carries (gpuchain_gpu_up == 1).", "gauge")
+    count = Family(
+        "gpuchain_gpus_exported", "GPUs whose readings this scrape carries (gpuchain_gpu_up == 1).", "gauge", []
+    )
     count.add_sample(count.name, {}, float(exported))
     families = [up, at, count]
     if expected is not None:
-        want = Metric(
-            "gpuchain_gpus_expected", "GPUs this node should have, and where that number comes from.", "gauge"
+        want = Family(
+            "gpuchain_gpus_expected", "GPUs this node should have, and where that number comes from.", "gauge", []
         )
         want.add_sample(want.name, {"source": expected[1]}, float(expected[0]))
         families.append(want)
@@ -196,14 +199,14 @@ def _with_pods(labels: Labels, refs: tuple[PodRef, ...]) -> list[dict[str, str]]
     return [{**dict(labels), "container": r.container, "namespace": r.namespace, "pod": r.pod} for r in refs]
 
 
-def _family(counter: Counter) -> Metric:
-    return Metric(counter.field.value, counter.help, counter.prom_type.value)
+def _family(counter: Counter) -> Family:
+    return Family(counter.field.value, counter.help, counter.prom_type.value, [])
 
 
-def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Entity]) -> list[Metric]:
+def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Entity]) -> list[Family]:
     """Families for every telemetry field in ``counters``; built once per collection, rendered per scrape."""
     rows = [(e, sample.holders(e.uuid)) for e in ents]
-    families: list[Metric] = []
+    families: list[Family] = []
     for counter in counters.metrics():
         reading = _READINGS.get(counter.field)
         if reading is None:
@@ -236,17 +239,21 @@ _PER_PROCESS: dict[Field, Callable[[PodUsage], int]] = {
 """The two fields a container gets its own figure for under per-process attribution (as dcgm-exporter)."""
 
 
-def _usage_families(usage: Mapping[str, DeviceUsage], rows: list[tuple[Entity, tuple[PodRef, ...]]]) -> list[Metric]:
-    procs = Metric("gpuchain_gpu_processes", "Processes of the container running on the GPU or MIG device.", "gauge")
-    loose = Metric(
+def _usage_families(usage: Mapping[str, DeviceUsage], rows: list[tuple[Entity, tuple[PodRef, ...]]]) -> list[Family]:
+    procs = Family(
+        "gpuchain_gpu_processes", "Processes of the container running on the GPU or MIG device.", "gauge", []
+    )
+    loose = Family(
         "gpuchain_gpu_unattributed_processes",
         "Processes on the GPU or MIG device that map to no pod (host daemons, the MPS server, unknown pods).",
         "gauge",
+        [],
     )
-    loose_mib = Metric(
+    loose_mib = Family(
         "gpuchain_gpu_unattributed_fb_used_mib",
         "Framebuffer (MiB) held by the processes on the device that map to no pod.",
         "gauge",
+        [],
     )
     for entity, _refs in rows:
         found = usage.get(entity.uuid, DeviceUsage({}))
@@ -318,7 +325,7 @@ class XidBook:
 
 def xid_families(
     counters: CounterSet, book: XidBook, ents: Iterable[Entity], pods: Mapping[str, tuple[PodRef, ...]]
-) -> list[Metric]:
+) -> list[Family]:
     """The XID families, read from the live book so an XID shows on the next scrape."""
     wanted = {c.field: c for c in counters.metrics() if c.field in LIVE_FIELDS}
     if not wanted:

@@ -17,10 +17,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from importlib import resources
 from typing import Any
 
-from gpuchain.common.yamlfile import load_shipped
+from gpuchain.gpu import shipped
 from gpuchain.gpu.errors import InvalidConfigError
 
 MEMORY_SLICES = 8
@@ -280,8 +279,7 @@ def _profile(row: dict[str, Any]) -> MigProfile:
 
 def _load() -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
     """The catalogued models by key, and every variant (its own key, name and PCI id) by key."""
-    text = (resources.files("gpuchain.gpu") / "mig_catalog.yaml").read_text(encoding="utf-8")
-    data = load_shipped(text)
+    data = shipped.data("mig_catalog.yaml")
     tables = {
         key: (tuple(_profile(r) for r in t["profiles"]), t["memory_slices"], t["compute_slices"])
         for key, t in data["tables"].items()

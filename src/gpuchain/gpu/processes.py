@@ -11,7 +11,7 @@ it. NVML knows more, per process and without any hook in the containers:
   timestamp. Not on MIG devices (NVML answers NOT_SUPPORTED), so a MIG process has no SM figure.
 
 dcgm-exporter's ``--kubernetes-virtual-gpus`` reads the same three calls (its MPS support aside).
-The reader here takes the NVML module and the backend's call wrappers, so ``gpu/nvml.py`` only
+The reader here takes the NVML module and the backend's call wrappers, so ``gpu/nvml/telemetry.py`` only
 forwards to it and the sim backend answers with the same dataclass.
 """
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any, Literal
 
 from gpuchain.common.schema import define, spec
-from gpuchain.common.yamlfile import load_yaml_file, load_yaml_model
-from gpuchain.gpu import catalog
+from gpuchain.common.yamlfile import load_yaml_file, validate_data
+from gpuchain.gpu import catalog, shipped
 from gpuchain.gpu.errors import InvalidConfigError
 from gpuchain.gpu.model import DriverInfo, GpuLink, TopologyLevel
 
@@ -165,18 +164,18 @@ def stable_uuid(prefix: str, seed: str) -> str:
 
 
 def preset_names() -> list[str]:
-    """Names of the shipped presets."""
-    folder = resources.files("gpuchain.gpu") / "presets"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    """Names of the shipped presets (``presets/*.yaml``)."""
+    return shipped.names("presets")
 
 
 def load_preset(name: str, node: str | None = None) -> Topology:
-    """A shipped preset by name; ``node`` renames the node (and so reseeds its UUIDs)."""
-    folder = resources.files("gpuchain.gpu") / "presets"
-    resource = folder / f"{name}.yaml"
-    if not resource.is_file():
-        raise InvalidConfigError(f"unknown preset {name!r}; available presets: {', '.join(preset_names())}")
-    topo = load_yaml_model(Topology, resource.read_text(encoding="utf-8"), f"preset {name}")
+    """A shipped preset by name (its data as ``gpu.shipped`` keeps it: a simulated node agent loads
+    no PyYAML); ``node`` renames the node (and so reseeds its UUIDs)."""
+    try:
+        data = shipped.data(f"presets/{name}.yaml")
+    except KeyError:
+        raise InvalidConfigError(f"unknown preset {name!r}; available presets: {', '.join(preset_names())}") from None
+    topo = validate_data(Topology, data, f"preset {name}")
     return dataclasses.replace(topo, node=node) if node else topo
 
 

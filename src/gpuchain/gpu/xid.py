@@ -24,10 +24,9 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any
 
-from gpuchain.common.yamlfile import load_shipped
+from gpuchain.gpu import shipped
 
 ENV_DISABLE = "DP_DISABLE_HEALTHCHECKS"
 ENV_ENABLE = "DP_ENABLE_HEALTHCHECKS"
@@ -189,8 +188,7 @@ class XidTable:
 
 
 def _load() -> dict[str, Any]:
-    text = (resources.files("gpuchain.gpu") / "xids.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = load_shipped(text)
+    data: dict[str, Any] = shipped.data("xids.yaml")
     return data
 
 

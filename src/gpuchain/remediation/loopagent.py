@@ -30,10 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
 from gpuchain.common.supervise import wait_event
-from gpuchain.exporter.exposition import render_families
+from gpuchain.exporter.exposition import Family, Sample, histogram, render_families
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, NotReacquiredError, ReleasedError
 from gpuchain.gpu.nvmlrelease import DEFAULT_WAIT, ReleaseBoard
@@ -125,7 +123,7 @@ class LoopMetrics:
     ``repairs`` how long each repair took from the quarantine (the pass that saw the fault) to the
     re-admission; ``outcomes`` counts how repairs ended (readmitted, reboot-requested, failed) and
     the results of the work (reset-ok, burn-in-failed, ...); ``current`` how many GPUs stand in
-    each repair stage after the last pass. It is its own prometheus-client collector (``collect``),
+    each repair stage after the last pass. It is its own collector (``collect``),
     so the exporter's ``MetricsServer`` serves it as it serves the exporter's metrics. The agent
     updates it on a worker thread while the server renders it on another: every access holds
     ``_lock``, and ``generation`` moves with every change.
@@ -195,9 +193,10 @@ class LoopMetrics:
             return False, f"the last repair pass failed: {error}"
         return True, f"last repair pass ok at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}"
 
-    def collect(self) -> Iterator[Metric]:
-        """The families (prometheus-client ``Collector``): one histogram per stage left, the
-        detect-to-re-admitted histogram, the outcome and pass counters, the GPUs per stage now."""
+    def collect(self) -> Iterator[Family]:
+        """The families, as gpuchain's own (``exporter.exposition.Family``: the repair loop loads no
+        prometheus-client): one histogram per stage left, the detect-to-re-admitted histogram, the
+        outcome and pass counters, the GPUs per stage now."""
         with self._lock:
             durations = {k: list(v) for k, v in self.durations.items()}
             repairs = list(self.repairs)
@@ -205,40 +204,46 @@ class LoopMetrics:
             current = Counter(self.current)
             passes = Counter(self.passes)
         node = {"node": self.node} if self.node else {}
-        stages = HistogramMetricFamily(
-            "gpuchain_gpu_repair_stage_seconds",
+        name = "gpuchain_gpu_repair_stage_seconds"
+        yield Family(
+            name,
             "Seconds a GPU spent in a repair stage (quarantined: from detection until drained; drained: "
             "until the reset; reset; burn-in: until re-admitted), observed when it left the stage.",
-            labels=["stage", *node],
+            "histogram",
+            [
+                s
+                for stage in sorted(durations)
+                for s in histogram(name, {"stage": stage, **node}, STAGE_BUCKETS, durations[stage])
+            ],
         )
-        for stage in sorted(durations):
-            stages.add_metric([stage, *node.values()], _buckets(durations[stage]), sum(durations[stage]))
-        total = HistogramMetricFamily(
-            "gpuchain_gpu_repair_duration_seconds",
+        name = "gpuchain_gpu_repair_duration_seconds"
+        yield Family(
+            name,
             "Seconds from a fault's detection (the GPU quarantined) to the GPU's re-admission.",
-            labels=list(node),
+            "histogram",
+            histogram(name, node, STAGE_BUCKETS, repairs),
         )
-        total.add_metric(list(node.values()), _buckets(repairs), sum(repairs))
-        counted = CounterMetricFamily(
-            "gpuchain_gpu_repair_outcomes",
+        name = "gpuchain_gpu_repair_outcomes"
+        yield Family(
+            name,
             "How repairs ended (readmitted, reboot-requested, failed) and reset/burn-in results.",
-            labels=["outcome", *node],
+            "counter",
+            [Sample(f"{name}_total", {"outcome": o, **node}, outcomes[o]) for o in sorted({*OUTCOMES, *outcomes})],
         )
-        for outcome in sorted({*OUTCOMES, *outcomes}):
-            counted.add_metric([outcome, *node.values()], outcomes[outcome])
-        now = GaugeMetricFamily(
-            "gpuchain_gpu_repair_gpus",
+        name = "gpuchain_gpu_repair_gpus"
+        yield Family(
+            name,
             "GPUs in each repair stage after the last pass (every other GPU is serving).",
-            labels=["stage", *node],
+            "gauge",
+            [Sample(name, {"stage": stage.value, **node}, current[stage.value]) for stage in REPAIR_STAGES],
         )
-        for stage in REPAIR_STAGES:
-            now.add_metric([stage.value, *node.values()], current[stage.value])
-        done = CounterMetricFamily(
-            "gpuchain_gpu_repair_passes", "Repair passes by result (failed: logged, retried).", labels=["result", *node]
+        name = "gpuchain_gpu_repair_passes"
+        yield Family(
+            name,
+            "Repair passes by result (failed: logged, retried).",
+            "counter",
+            [Sample(f"{name}_total", {"result": r, **node}, passes[r]) for r in ("ok", "failed")],
         )
-        for result in ("ok", "failed"):
-            done.add_metric([result, *node.values()], passes[result])
-        yield from (stages, total, counted, now, done)
 
     def to_json(self) -> dict[str, Any]:
         """The same figures as plain data (``gpuchain sim run -o json``): per stage left and for
@@ -256,12 +261,6 @@ class LoopMetrics:
     def prometheus(self) -> str:
         """The metrics in Prometheus' text format, as ``/metrics`` serves them."""
         return render_families(self.collect())
-
-
-def _buckets(values: list[float]) -> list[tuple[str, float]]:
-    """Cumulative histogram buckets over ``STAGE_BUCKETS`` and +Inf."""
-    out = [(f"{bound:g}", float(sum(1 for v in values if v <= bound))) for bound in STAGE_BUCKETS]
-    return [*out, ("+Inf", float(len(values)))]
 
 
 def _entered(timeline: tuple[Step, ...]) -> Step | None:

@@ -25,6 +25,8 @@ from gpuchain.gpu.xid import policy_from_env
 
 log = logging.getLogger("gpuchain.dra")
 
+NAME = "dra-plugin"
+
 
 class CriticalLoopFailed(RuntimeError):
     """One of the plugin's loops failed (logged with its traceback): the plugin stopped."""
@@ -102,6 +104,11 @@ async def serve(
 
 
 async def run(settings: DraPluginSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
-    """The role: build the driver, then serve until ``stop``."""
+    """The role: build the driver, then serve until ``stop``, its metrics (prepare and unprepare
+    latencies, devices by state) on the node's one metrics endpoint."""
     driver, server = await asyncio.to_thread(driver_of, settings, node)
-    await serve(driver, server, settings.resync, stop, started)
+    node.metrics.add(NAME, driver.metrics)
+    try:
+        await serve(driver, server, settings.resync, stop, started)
+    finally:
+        node.metrics.remove(NAME)

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from gpuchain.api.config.v1.config import Config
 from gpuchain.common.schema import dump, field_types
 from gpuchain.common.yamlfile import ConfigFileError, load_yaml_model
@@ -108,6 +106,8 @@ def apply_env(
         names[".".join(path)] = var
     if not names:
         return config
+    import yaml  # only when the environment sets a key: the device plugin role alone never loads PyYAML
+
     try:
         return load_yaml_model(Config, yaml.safe_dump(data, sort_keys=False), "environment")
     except ConfigFileError as exc:
