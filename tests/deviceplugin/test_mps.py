@@ -203,7 +203,7 @@ async def test_a_missing_control_program_is_named_with_where_it_comes_from(
 ) -> None:
     """The gpuchain image carries no nvidia-cuda-mps-control (it is the node driver's): without the
     NVIDIA runtime's compute capability the error says so, not just ENOENT."""
-    from gpuchain.deviceplugin.mps import MpsControl, MpsError, MpsRoot
+    from gpuchain.gpu.mps import MpsControl, MpsError, MpsRoot
 
     monkeypatch.setenv("PATH", str(tmp_path))
     control = MpsControl(GPU, MpsRoot(str(tmp_path / "mps")))
