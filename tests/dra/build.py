@@ -1,6 +1,6 @@
 """The DRA driver the tests run: a DRA-only node's driver over a cluster, CDI and state directories
 under ``short_dir`` (unix socket paths stay short), on the test clock with a ``QUIET`` second
-recovery quiet period; ``options`` turn on what a test is about (``partitionable_mig``, ``gpu_shares``)."""
+recovery quiet period; ``options`` turn on what a test is about (``partitionable_mig``, ``gpu_shares``, ``mps_root``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from gpuchain.kube.allocator import DRA
 from gpuchain.kube.memory import MemoryCluster
 
 
-def build_driver(sim: SimBackend, cluster: MemoryCluster, short_dir: Path, clock: Clock, **options: bool) -> DraDriver:
+def build_driver(
+    sim: SimBackend, cluster: MemoryCluster, short_dir: Path, clock: Clock, **options: bool | Path
+) -> DraDriver:
     config = DriverConfig(
         node=sim.topology.node,
         cdi_dir=short_dir / "cdi",

@@ -30,16 +30,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.dra import cdi, partitions, shares, slices
+from gpuchain.dra import cdi, mps, partitions, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
-from gpuchain.dra.taints import health_taint, taints_of
+from gpuchain.dra.taints import health_taint, mps_taint, taints_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
@@ -89,7 +88,10 @@ class DriverConfig:
     layout, so the MIG manager must not manage them. ``gpu_shares``: publish whole GPUs for
     several claims to share, each with the memory and SMs it asks for (``dra.shares``), where the
     cluster serves consumable capacity (the ``DRAConsumableCapacity`` gate); Prepare gives each
-    claim its share as MPS limits.
+    claim its share as MPS limits. ``mps_root``: with shares, run an MPS control daemon per GPU
+    while shares of part of it are prepared, which enforces those limits (``dra.mps``), its
+    directories under this host directory (the same path in the plugin's container); None: no
+    daemon, the GPU is time-sliced and the limits are a promise.
     """
 
     node: str
@@ -102,6 +104,7 @@ class DriverConfig:
     device_taints: bool = False
     partitionable_mig: bool = False
     gpu_shares: bool = False
+    mps_root: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,11 @@ class DraDriver:
         """Whole GPUs are shared: asked for, and the API server kept ``allowMultipleAllocations``."""
         if config.partitionable_mig:
             self._destroy_orphan_instances()
+        self.mps = mps.GpuDaemons(config.mps_root, self._on_mps_health) if config.mps_root else None
+        """The MPS control daemons of shared GPUs (``--mps-root``), kept while ``keep_mps`` runs."""
+        self._mps_down: frozenset[str] = frozenset()
+        """GPUs whose MPS daemon does not answer: unhealthy, their shares refused."""
+        self._background: set[asyncio.Task[None]] = set()
         self.metrics = DraMetrics(config.node, self.device_states)
         """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
@@ -163,8 +171,15 @@ class DraDriver:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """GPU and MIG UUIDs withdrawn for health."""
-        return self.health.unhealthy()
+        """GPU and MIG UUIDs withdrawn for health (a GPU whose MPS daemon does not answer too)."""
+        return self.health.unhealthy() | self._mps_down
+
+    def _taint_of(self, gpu_uuid: str, mig_uuid: str | None) -> Obj | None:
+        """A device's taint: its health's, else ``mps-daemon-down`` while its GPU's daemon is down."""
+        taint = health_taint(self.health, gpu_uuid, mig_uuid)
+        if taint is None and gpu_uuid in self._mps_down:
+            return mps_taint()
+        return taint
 
     # ---- the slice ----------------------------------------------------------------------------
 
@@ -182,7 +197,7 @@ class DraDriver:
             else:
                 log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
             self.withheld = withheld
-        taint_of = partial(health_taint, self.health) if self.taints_served else None
+        taint_of = self._taint_of if self.taints_served else None
         plain = (
             []
             if withheld
@@ -328,6 +343,101 @@ class DraDriver:
         with self._lock:
             return self._republish_if(lambda: self.health.apply(event, self.clock()))
 
+    def mps_health(self, gpu_uuid: str, up: bool) -> Published | None:
+        """A shared GPU's MPS daemon answers again (or stopped answering): its devices are published
+        again (or withdrawn or tainted, like any unhealthy GPU); republish on change."""
+        with self._lock:
+            down = self._mps_down - {gpu_uuid} if up else self._mps_down | {gpu_uuid}
+
+            def change() -> bool:
+                self._mps_down = down
+                return True
+
+            return self._republish_if(change)
+
+    def _on_mps_health(self, gpu_uuid: str, up: bool) -> None:
+        """``mps_health`` off the loop (the daemons call this on it); a failed publish is logged, the
+        next resync publishes the state."""
+        if up:
+            log.info("GPU %s: its MPS control daemon answers; its shares are served", gpu_uuid)
+        else:
+            log.error("GPU %s: its MPS control daemon does not answer; its shares are withdrawn", gpu_uuid)
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(self.mps_health, gpu_uuid, up)
+            except (KubeError, GpuError, OSError) as exc:
+                log.error("MPS daemon of GPU %s: slice not republished yet: %s", gpu_uuid, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def keep_mps(self) -> None:
+        """Keep the MPS daemons of the shares the checkpoint holds, until cancelled (``dra.mps``);
+        returns at once without ``--mps-root``."""
+        if self.mps is None:
+            return
+        wanted = await asyncio.to_thread(self._mps_wanted)
+        await self.mps.run(wanted)
+
+    def _mps_wanted(self, more: Iterable[tuple[str, shares.Share | None]] = ()) -> dict[str, int]:
+        """The GPUs (UUID -> index) whose daemon the prepared claims (and the shares ``more``: GPU
+        UUID, share) need."""
+        gpus = {g.uuid: g for g in self._inventory().gpus}
+        held = [(d.uuid, d.share) for claim in self.checkpoint.claims() for d in claim.devices]
+        return {
+            uuid: gpus[uuid].index
+            for uuid, share in (*held, *more)
+            if uuid in gpus and mps.needs_daemon(share, gpus[uuid].memory_mib)
+        }
+
+    def _mps_client(self, where: str, devices: Iterable[tuple[str, shares.Share | None]]) -> str | None:
+        """The GPU whose daemon a claim's container talks to (None: it has no share needing one).
+        A container talks to one daemon, and there is one per GPU: a claim with part of a GPU
+        holds shares of that GPU only, else PrepareError."""
+        if self.mps is None:
+            return None
+        memory = {g.uuid: g.memory_mib for g in self._inventory().gpus}
+        held = list(devices)
+        gpus = {uuid for uuid, share in held if mps.needs_daemon(share, memory.get(uuid, 0))}
+        if not gpus:
+            return None
+        if len(gpus) > 1 or any(uuid not in gpus or share is None for uuid, share in held):
+            raise PrepareError(
+                f"{where}: holds part of a GPU beside other devices; its container would need one MPS control "
+                "daemon for all of them, and this node runs one per GPU: ask for each shared GPU in a claim of its own"
+            )
+        return gpus.pop()
+
+    def _mps_edits(self, gpu_uuid: str | None) -> cdi.MpsClient | None:
+        if self.mps is None or gpu_uuid is None:
+            return None
+        return mps.client_edits(self.mps.root, gpu_uuid)
+
+    def _mps_start(self, where: str, gpu_uuid: str, held: list[tuple[str, shares.Share | None]]) -> None:
+        """Have the GPU's daemon answering before the claim is prepared: started for the first share
+        of it (a GPU whose daemon stopped answering was refused before, as unhealthy)."""
+        assert self.mps is not None
+        try:
+            self.mps.want(self._mps_wanted(held))
+        except RuntimeError as exc:
+            raise PrepareError(f"{where}: {exc}") from exc
+        problem = self.mps.wait_up(gpu_uuid)
+        if problem is not None:
+            self._mps_settle()
+            raise PrepareError(f"{where}: GPU {gpu_uuid}: {problem}; nothing was prepared")
+
+    def _mps_settle(self) -> None:
+        """Keep the daemons the prepared claims need, and only those (a last share gone, a Prepare
+        undone); a failure is logged: the claims are as recorded, the next change settles again."""
+        if self.mps is None:
+            return
+        try:
+            self.mps.want(self._mps_wanted())
+        except (RuntimeError, GpuError) as exc:
+            log.error("MPS control daemons not brought to the prepared shares: %s", exc)
+
     def set_quarantined(self, gpu_uuids: frozenset[str]) -> Published | None:
         """Withdraw exactly these GPUs (and their MIG devices) for the repair loop; republish on change.
         A GPU it gives back was repaired, so an XID seen before clears after the quiet period."""
@@ -447,19 +557,32 @@ class DraDriver:
                 device, healthy = known[name]
                 if self.withheld:
                     raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r}: {self.withheld}")
+                if not healthy and device.uuid in self._mps_down:
+                    raise PrepareError(
+                        f"claim {ref.namespace}/{ref.name}: device {name!r}: the MPS control daemon of its GPU does "
+                        "not answer (the plugin starts it again); its shares are withdrawn until it does"
+                    )
                 if not healthy:
                     raise PrepareError(
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
                 devices.append(self._with_share(ref, device, result))
+            where = f"claim {ref.namespace}/{ref.name}"
+            held = [(d.uuid, d.share) for d in devices]
+            client = self._mps_client(where, held)
+            if client is not None:
+                self._mps_start(where, client, held)
             try:
                 for i, device in enumerate(devices):
                     devices[i], instance = self._make_ready(ref, device)
                     created.append(instance)
-                cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices, self.config.dev_root)
+                cdi_ids = cdi.write_spec(
+                    self.config.cdi_dir, ref.uid, devices, self.config.dev_root, self._mps_edits(client)
+                )
             except BaseException:
                 self._destroy(c for c in created if c is not None)  # nothing prepared: no MIG device either
+                self._mps_settle()
                 raise
             prepared = PreparedClaim(
                 ref.uid,
@@ -477,6 +600,7 @@ class DraDriver:
             except OSError as exc:
                 cdi.remove_spec(self.config.cdi_dir, ref.uid)  # nothing prepared: no spec either
                 self._destroy(c for c in created if c is not None)
+                self._mps_settle()
                 raise PrepareError(
                     f"claim {ref.namespace}/{ref.name}: cannot record it in {self.checkpoint.path} ({exc}); "
                     "nothing was prepared"
@@ -599,7 +723,8 @@ class DraDriver:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
         if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
             devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node, d.share) for d in claim.devices]
-            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root)
+            client = self._mps_client(f"claim {claim.namespace}/{claim.name}", ((d.uuid, d.share) for d in devices))
+            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root, self._mps_edits(client))
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
@@ -654,6 +779,8 @@ class DraDriver:
                 if claim is not None:
                     self.checkpoint.add(claim)  # the spec is still there: so is the claim
                 raise PrepareError(f"{where}: cannot remove its CDI spec ({exc}); it stays prepared") from exc
+            if claim is not None:
+                self._mps_settle()  # its GPU's daemon stops with the last share
             return removed or forgotten
 
     def _allocated(self, ref: ClaimRef) -> list[dict[str, Any]]:

@@ -154,6 +154,11 @@ class MpsControl:
             proc.kill()
             await proc.wait()
             raise MpsError(f"{' '.join(argv)}: no answer in {self.timeout:g}s") from None
+        except asyncio.CancelledError:  # a keeper stopped mid-question: no program left behind unreaped
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         text = out.decode(errors="replace").strip()
         if proc.returncode != 0:
             raise MpsError(f"{' '.join(argv)} exited {proc.returncode}: {text or 'no output'}")
