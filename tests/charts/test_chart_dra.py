@@ -42,6 +42,7 @@ def test_rules_are_justified_and_narrow() -> None:
     assert grants == {
         ("nodes", "get"),
         ("nodes", "watch"),  # the repair loop's quarantine list (tests/peers/test_agent_roles.py)
+        ("nodes", "patch"),  # the GPUs whose MIG layout it owns, for the MIG manager (tests/dra/test_dra_mig_owner.py)
         ("resourceslices", "get"),
         ("resourceslices", "create"),
         ("resourceslices", "patch"),

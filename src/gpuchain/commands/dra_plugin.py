@@ -149,9 +149,10 @@ def dra_plugin(
         "--partitionable-mig",
         help="Publish each MIG-capable GPU as partitionable devices: the whole GPU and every MIG profile "
         "placement, sharing its memory slices, compute slices and engines as counters, the MIG device created "
-        "on prepare and destroyed on unprepare. The plugin then owns those GPUs' MIG layout (no MIG manager "
-        "on the node). Needs Kubernetes 1.35 or later with shared counters (the DRAPartitionableDevices feature "
-        "gate, on by default from 1.36), else the plugin falls back to publishing the GPUs as before.",
+        "on prepare and destroyed on unprepare. The plugin then owns those GPUs' MIG layout (the MIG manager "
+        "refuses layouts that would change them). Needs Kubernetes 1.35 or later with shared counters (the "
+        "DRAPartitionableDevices feature gate, on by default from 1.36), else the plugin falls back to publishing "
+        "the GPUs as before.",
     ),
     gpu_shares: bool = typer.Option(
         False,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
+from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.dra import cdi, mps, partitions, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
@@ -49,6 +50,7 @@ from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
 from gpuchain.kube.kinds import NODE
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value, dra_mig_gpus, mig_change_pending
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
 
@@ -85,7 +87,7 @@ class DriverConfig:
     MIG-capable GPUs as partitionable devices (``dra.partitions``: the full GPU and every MIG
     placement, sharing counters; MIG devices created on Prepare) where the cluster serves
     ``sharedCounters`` (the ``DRAPartitionableDevices`` gate); the driver then owns those GPUs' MIG
-    layout, so the MIG manager must not manage them. ``gpu_shares``: publish whole GPUs for
+    layout, and the MIG manager keeps off them (``kube.mig_owner``). ``gpu_shares``: publish whole GPUs for
     several claims to share, each with the memory and SMs it asks for (``dra.shares``), where the
     cluster serves consumable capacity (the ``DRAConsumableCapacity`` gate); Prepare gives each
     claim its share as MPS limits. ``mps_root``: with shares, run an MPS control daemon per GPU
@@ -139,6 +141,8 @@ class DraDriver:
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
         self._lock = threading.RLock()
+        self._node_seen: Obj | None = None
+        """This Node as the last publish read it (or as the last annotation patch left it)."""
         self.withheld: str | None = None
         """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
         self.taints_served = config.device_taints
@@ -147,8 +151,8 @@ class DraDriver:
         """MIG-capable GPUs are partitionable: asked for, and the API server kept the counters."""
         self.shares_served = config.gpu_shares
         """Whole GPUs are shared: asked for, and the API server kept ``allowMultipleAllocations``."""
-        if config.partitionable_mig:
-            self._destroy_orphan_instances()
+        self._orphans_due = config.partitionable_mig
+        """MIG instances an interrupted Prepare may have left are still to be looked for (``_clean_orphans``)."""
         self.mps = mps.GpuDaemons(config.mps_root, self._on_mps_health) if config.mps_root else None
         """The MPS control daemons of shared GPUs (``--mps-root``), kept while ``keep_mps`` runs."""
         self._mps_down: frozenset[str] = frozenset()
@@ -190,6 +194,7 @@ class DraDriver:
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
         owner = self.cluster.get_or_none(NODE, self.node)
+        self._node_seen = owner
         withheld = dra_may_publish(owner, self.config.unlabelled)
         if withheld != self.withheld:
             if withheld:
@@ -214,10 +219,14 @@ class DraDriver:
         return out
 
     def publish(self) -> Published:
-        """Bring the live ResourceSlices to the current devices; a new generation only on change."""
+        """Bring the live ResourceSlices to the current devices; a new generation only on change.
+        The GPUs whose MIG layout the driver owns are announced on the Node before any is published
+        (``kube.mig_owner``), and the announcement is brought to what was published after."""
         with self._lock:
             lives = self._live_slices()
             desired = self.desired_slices(lives)
+            self._announce_mig_gpus()
+            self._clean_orphans()
             try:
                 written, changed = self._write(desired, lives)
             except InvalidError as exc:
@@ -232,8 +241,31 @@ class DraDriver:
                 desired = self.desired_slices(written)
                 written, again = self._write(desired, written)
                 changed |= again
+            self._announce_mig_gpus()
             devices = tuple(str(d["name"]) for obj in desired for d in slices.devices_of(obj))
             return Published(int(desired[0]["spec"]["pool"]["generation"]), changed, devices)
+
+    def _mig_gpus(self) -> frozenset[int]:
+        """The GPUs whose MIG layout this driver owns now: those published as partitionable
+        devices, and those holding a MIG device it created for a prepared claim."""
+        made = {d.created.gpu_index for c in self.checkpoint.claims() for d in c.devices if d.created is not None}
+        if self.withheld or not self.partitions_served:
+            return frozenset(made)
+        return frozenset(made | {g.index for g in self._inventory().gpus if partitions.partitionable(g)})
+
+    def _announce_mig_gpus(self) -> None:
+        """Write the Node annotation that keeps the MIG manager off this driver's MIG GPUs
+        (``kube.mig_owner``) when it differs from what the driver owns (one left by a run with
+        ``--partitionable-mig`` is removed by one without); no Node, no announcement."""
+        node = self._node_seen
+        if node is None:
+            return
+        wanted = self._mig_gpus()
+        if dra_mig_gpus(node) == wanted:
+            return
+        patch = {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value(wanted)}}}
+        self._node_seen = self.cluster.patch(NODE, self.node, patch)
+        log.info("Node %s: announced the GPUs whose MIG layout this driver owns: %s", self.node, sorted(wanted))
 
     def _live_slices(self) -> dict[str, Obj]:
         """This node's live slices by name: all of this driver's on the node where GPUs may be
@@ -631,6 +663,11 @@ class DraDriver:
         gpu = part.gpu if part is not None else self._partitionable_gpu(device.name)
         if gpu is None:
             return device, None
+        if mig_change_pending(self.cluster.get_or_none(NODE, self.node)):
+            raise PrepareError(
+                f"{where}: the MIG manager is changing this node's MIG layout ({MIG_CONFIG_STATE}=pending); "
+                "the MIG manager and this driver never change one GPU at once, and the kubelet retries the claim"
+            )
         try:
             mode = self.backend.mig_mode(gpu.index)
             if mode.current != (part is not None):
@@ -678,6 +715,21 @@ class DraDriver:
                     made.start,
                     made.gpu_index,
                 )
+
+    def _clean_orphans(self) -> None:
+        """Destroy the MIG instances an interrupted Prepare left (``_destroy_orphan_instances``) at
+        the first publish that may: once the GPUs are announced as this driver's (never on a node
+        whose GPUs are the device plugin's, where the MIG layout is the MIG manager's) and while no
+        MIG change is under way (``kube.mig_owner``); a later publish (the resync) tries again."""
+        if not self._orphans_due or self.withheld or not self.partitions_served:
+            return
+        if mig_change_pending(self._node_seen):
+            log.info(
+                "Node %s: a MIG change is under way; MIG instances left by a Prepare are destroyed later", self.node
+            )
+            return
+        self._destroy_orphan_instances()
+        self._orphans_due = False
 
     def _destroy_orphan_instances(self) -> None:
         """Destroy the MIG instances of partitionable GPUs that no prepared claim holds: Prepare

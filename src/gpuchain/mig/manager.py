@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
+from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE_REASON
 from gpuchain.common.supervise import spawn
+from gpuchain.dra.kinds import DRIVER as DRA_DRIVER
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
@@ -24,6 +25,7 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError, follow
 from gpuchain.kube import NotFoundError as KubeNotFoundError
 from gpuchain.kube.gpu_resources import uses_gpus
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS, dra_mig_gpus
 from gpuchain.mig.agent import (
     Action,
     Apply,
@@ -39,7 +41,7 @@ from gpuchain.mig.agent import (
     next_timer,
     step,
 )
-from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check, lost_to_reset_gpus
+from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, gpus_to_change, lost_to_reset_gpus
 from gpuchain.mig.config import LayoutError, MigPartedConfig
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,7 @@ class MigManager:
             if _spec(p).get("nodeName") == self.node  # also where a server ignores field selectors
         ]
         operand, workload = classify_pods(pods, self.policy.operands)
-        layout = self._check() if self.machine.phase is Phase.CHECK else None
+        layout = self._check(node) if self.machine.phase is Phase.CHECK else None
         quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
         recarve = self._lost_to_reset(quarantine) if self.machine.phase is Phase.IDLE else ()
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
@@ -148,12 +150,24 @@ class MigManager:
             log.warning("MIG manager: cannot look for MIG devices lost to a GPU reset: %s", exc)
             return ()
 
-    def _check(self) -> LayoutCheck:
-        """The node against the layout. A ``ReleasedError`` is no verdict on it: it ends the round
-        (see ``reconcile``), and the check is made again once NVML is back."""
+    def _check(self, node: Mapping[str, Any]) -> LayoutCheck:
+        """The node against the layout, refused when it would change a GPU whose MIG layout the DRA
+        driver owns (``kube.mig_owner``: read after this change's ``pending`` state was written). A
+        ``ReleasedError`` is no verdict on it: it ends the round (see ``reconcile``), and the check is
+        made again once NVML is back."""
         name = self.machine.config or ""
         try:
-            return LayoutCheck(has_layout=not check(self.backend, self.config, name))
+            todo = gpus_to_change(self.backend, self.config, name)
+            owned = sorted(set(todo) & dra_mig_gpus(node))
+            if owned:
+                gpus = ", ".join(map(str, owned))
+                return LayoutCheck(
+                    error=f"layout {name!r} would change GPU {gpus}, whose MIG devices the DRA driver {DRA_DRIVER} "
+                    f"creates for claims (Node annotation {DRA_MIG_GPUS}); the MIG manager and the DRA driver never "
+                    "change one GPU at once: run the DRA plugin without --partitionable-mig on this node, or remove "
+                    f"the {MIG_CONFIG} label"
+                )
+            return LayoutCheck(has_layout=not todo)
         except ReleasedError:
             raise
         except LayoutError as exc:
@@ -222,15 +236,23 @@ class MigManager:
         finished from what the GPUs then have."""
         for _ in range(_MAX_TRANSITIONS):
             before = self.machine
-            nxt, actions = step(before, self.observe(), self.policy, self.clock())
-            if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
-                self._applied, self._evict_errors = None, ()
-            for action in actions:
-                self._perform(action)
-            self.machine = nxt
-            if nxt.phase is before.phase and (nxt.waiting or not actions):
+            acted = self.transition()
+            if self.machine.phase is before.phase and (self.machine.waiting or not acted):
                 break
         return self.machine
+
+    def transition(self) -> bool:
+        """One transition: observe, step, perform its actions; whether there were any. ``reconcile``
+        runs them until the machine waits; one at a time, another node agent's steps can be put
+        between them (``tests/dra/test_dra_mig_owner.py`` does)."""
+        before = self.machine
+        nxt, actions = step(before, self.observe(), self.policy, self.clock())
+        if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
+            self._applied, self._evict_errors = None, ()
+        for action in actions:
+            self._perform(action)
+        self.machine = nxt
+        return bool(actions)
 
     async def run(
         self, interval: float = 2.0, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS
