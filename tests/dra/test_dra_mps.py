@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dra.build import build_driver
+from dra.build import build_driver, shared_claim
 from dra.conftest import NODE
 from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, slices
-from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
-from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.gpu.mps import MpsControl, MpsRoot
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.memory import MemoryCluster
@@ -93,16 +92,6 @@ async def plugin(make_plugin: Callable[..., Plugin]) -> AsyncIterator[Plugin]:
     await p.stop()
 
 
-def _share(cluster: MemoryCluster, name: str, *results: dict[str, Any]) -> ClaimRef:
-    """A claim the scheduler allocated these shares to (device, shareID, consumedCapacity)."""
-    created = cluster.create(resource_claim(name, "default", count=len(results)))
-    status = allocation_status(NODE, [("gpu", r["device"]) for r in results])
-    for written, extra in zip(status["allocation"]["devices"]["results"], results, strict=True):
-        written.update(extra)
-    cluster.patch_status(RESOURCE_CLAIM, name, status, "default")
-    return ClaimRef("default", created["metadata"]["uid"], name)
-
-
 def _part(device: str, share: str, memory: str = "20Gi", sms: str | None = None) -> dict[str, Any]:
     consumed = {"memory": memory, **({"multiprocessors": sms} if sms else {})}
     return {"device": device, "shareID": share, "consumedCapacity": consumed}
@@ -146,8 +135,8 @@ async def test_the_first_share_starts_its_gpus_daemon_and_the_last_unprepare_sto
 ) -> None:
     gpu0 = h100_sim.inventory().gpus[0]
     root = mps_stand_ins
-    one = _share(cluster, "one", _part("gpu-0", "s1", "40Gi"))
-    two = _share(cluster, "two", _part("gpu-0", "s2", "20Gi", "66"))
+    one = shared_claim(cluster, "one", [_part("gpu-0", "s1", "40Gi")], NODE)
+    two = shared_claim(cluster, "two", [_part("gpu-0", "s2", "20Gi", "66")], NODE)
 
     await plugin.prepare(one)
     # NVIDIA's start: compute mode EXCLUSIVE_PROCESS on the GPU, then the daemon seeing that GPU only;
@@ -189,7 +178,7 @@ async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_s
     try:
         gpu0 = h100_sim.inventory().gpus[0]
         pipe = mps_stand_ins / gpu0.uuid / "pipe"
-        await p.prepare(_share(cluster, "one", _part("gpu-0", "s1")))
+        await p.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
         (pipe / "refuse").touch()  # it cannot be started again until the file goes
         os.kill(_daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
 
@@ -198,11 +187,13 @@ async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_s
         assert (_published(cluster, "gpu-0") or {})["taints"] == [
             {"key": "gpu.gpuchain.io/unhealthy", "value": "mps-daemon-down", "effect": "NoSchedule"}
         ]
-        two = _share(cluster, "two", _part("gpu-0", "s2"))
+        two = shared_claim(cluster, "two", [_part("gpu-0", "s2")], NODE)
         with pytest.raises(PrepareError, match="MPS control daemon of its GPU does not answer"):
             await p.prepare(two)
         assert p.driver.checkpoint.get(two.uid) is None
-        other = await p.prepare(_share(cluster, "other", _part("gpu-1", "s3")))  # another GPU: its own daemon
+        other = await p.prepare(
+            shared_claim(cluster, "other", [_part("gpu-1", "s3")], NODE)
+        )  # another GPU: its own daemon
         assert other.devices[0].device == "gpu-1"
 
         (pipe / "refuse").unlink()
@@ -222,8 +213,8 @@ async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_sto
     first = make_plugin()
     first.driver.publish()
     await first.start()
-    await first.prepare(_share(cluster, "zero", _part("gpu-0", "s0")))
-    held = await first.prepare(_share(cluster, "two", _part("gpu-2", "s2")))
+    await first.prepare(shared_claim(cluster, "zero", [_part("gpu-0", "s0")], NODE))
+    held = await first.prepare(shared_claim(cluster, "two", [_part("gpu-2", "s2")], NODE))
     await first.stop()
     kept = _daemon_pid(root, gpus[0].uuid)
     assert _alive(kept)  # a plugin restart leaves the daemons to the claims' containers
@@ -250,16 +241,18 @@ async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_sto
 
 async def test_a_claim_with_part_of_a_gpu_holds_nothing_else(plugin: Plugin, cluster: MemoryCluster) -> None:
     """A container talks to one MPS daemon, and there is one per GPU."""
-    two_gpus = _share(cluster, "two-gpus", _part("gpu-0", "a"), _part("gpu-1", "b"))
+    two_gpus = shared_claim(cluster, "two-gpus", [_part("gpu-0", "a"), _part("gpu-1", "b")], NODE)
     with pytest.raises(PrepareError, match="ask for each shared GPU in a claim of its own"):
         await plugin.prepare(two_gpus)
-    beside_whole = _share(cluster, "beside", _part("gpu-0", "a"), {"device": "gpu-1"})
+    beside_whole = shared_claim(cluster, "beside", [_part("gpu-0", "a"), {"device": "gpu-1"}], NODE)
     with pytest.raises(PrepareError, match="beside other devices"):
         await plugin.prepare(beside_whole)
     assert plugin.daemons.kept() == frozenset()
     # shares of all of two GPUs' memory are alone on them: no daemon, no limit to enforce
     whole = await plugin.prepare(
-        _share(cluster, "whole", {"device": "gpu-0", "shareID": "w0"}, {"device": "gpu-1", "shareID": "w1"})
+        shared_claim(
+            cluster, "whole", [{"device": "gpu-0", "shareID": "w0"}, {"device": "gpu-1", "shareID": "w1"}], NODE
+        )
     )
     assert len(whole.devices) == 2 and plugin.daemons.kept() == frozenset()
 
@@ -272,7 +265,7 @@ async def test_a_daemon_that_will_not_start_fails_the_prepare_and_is_not_kept(
     pipe.mkdir(parents=True)
     (pipe / "refuse").touch()
     plugin.daemons.start_timeout = 3.0
-    ref = _share(cluster, "one", _part("gpu-0", "s1"))
+    ref = shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE)
     with pytest.raises(PrepareError, match="did not answer within 3s .*refusing to start"):
         await plugin.prepare(ref)
     assert plugin.driver.checkpoint.get(ref.uid) is None and plugin.daemons.kept() == frozenset()
