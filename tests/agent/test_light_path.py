@@ -41,7 +41,8 @@ async def supervise(node, roles):
     return supervisor, server
 """
 
-PROGRAM = r"""
+PROGRAM = (
+    r"""
 import asyncio, sys, tempfile
 from pathlib import Path
 
@@ -71,7 +72,9 @@ roles = {
     "validator": ValidatorSettings(directory=root / "validations"),
 }
 assert set(roles) == set(ROLES)
-""" + SUPERVISE + r"""
+"""
+    + SUPERVISE
+    + r"""
 
 async def main():
     cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
@@ -85,6 +88,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
 
 def test_the_node_agent_runs_every_role_without_pydantic(tmp_path: Path) -> None:
@@ -173,7 +177,8 @@ def _imports(lines: list[str]) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:") and "|" in line}
 
 
-SERVE_ALONE = r"""
+SERVE_ALONE = (
+    r"""
 import asyncio, socket, sys, tempfile
 from pathlib import Path
 
@@ -192,7 +197,9 @@ def scrape(port):
             chunks.append(chunk)
     return b"".join(chunks).decode()
 
-""" + SUPERVISE + r"""
+"""
+    + SUPERVISE
+    + r"""
 
 async def main():
     node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(metrics_address="127.0.0.1", metrics_port=0))
@@ -205,6 +212,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
 """What a device plugin alone, scraped, never loads: prometheus-client (its package brings an HTTP
 server, urllib and email, 2.6 MiB; the exporter, gpu-health and DRA roles still use it) and the

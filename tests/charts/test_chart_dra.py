@@ -163,6 +163,11 @@ def test_the_mps_root_gives_the_plugin_what_its_daemons_and_their_clients_need(v
     assert f"mkdir -p {shm}" in script and script.rstrip().endswith(f"shm {shm}") and "-t tmpfs" in script
     assert pod["hostPID"] is True and container["securityContext"] == {"privileged": True}
     assert container_env(container)["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    role = next(
+        d for d in render(SHARES) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-dra-plugin"
+    )
+    # Prepare reads the pods a shared GPU's claim is reserved for (tests/dra/test_dra_mps.py)
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in role["rules"]
     for doc in render(SHARES):
         if doc["kind"] in ("DaemonSet", "ClusterRole", "DeviceClass"):
             kubernetes_validate.validate(doc, version, strict=True)

@@ -24,9 +24,10 @@ from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
-from gpuchain.dra.kinds import RESOURCE_SLICE
+from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.mps import MpsControl, MpsRoot
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.kinds import POD
 from gpuchain.kube.memory import MemoryCluster
 
 DAEMON = 60.0
@@ -271,3 +272,75 @@ async def test_a_daemon_that_will_not_start_fails_the_prepare_and_is_not_kept(
     assert plugin.driver.checkpoint.get(ref.uid) is None and plugin.daemons.kept() == frozenset()
     assert not cdi.spec_path(plugin.driver.config.cdi_dir, ref.uid).exists()
     assert gpu0.uuid not in plugin.driver.unhealthy  # a first start that fails is that Prepare's error only
+
+
+def _pod(cluster: MemoryCluster, name: str, containers: dict[str, list[str]], generated: str = "") -> None:
+    """A pod whose containers use these claims, reserved for it as the scheduler reserves them; the
+    claim ``generated`` comes from a template (named in ``status.resourceClaimStatuses``), the
+    others by name."""
+    entries = sorted({c for used in containers.values() for c in used})
+    spec = {
+        "nodeName": NODE,
+        "resourceClaims": [
+            {"name": f"e-{c}", "resourceClaimTemplateName": "t"}
+            if c == generated
+            else {"name": f"e-{c}", "resourceClaimName": c}
+            for c in entries
+        ],
+        "containers": [
+            {"name": n, "image": "cuda", "resources": {"claims": [{"name": f"e-{c}"} for c in used]}}
+            for n, used in containers.items()
+        ],
+    }
+    pod = cluster.create(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    )
+    if generated:
+        cluster.patch_status(
+            POD,
+            name,
+            {"resourceClaimStatuses": [{"name": f"e-{generated}", "resourceClaimName": generated}]},
+            "default",
+        )
+    for c in entries:
+        live = cluster.get(RESOURCE_CLAIM, c, "default")
+        reserved = [
+            *(live["status"].get("reservedFor") or []),
+            {"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]},
+        ]
+        cluster.patch_status(RESOURCE_CLAIM, c, {"reservedFor": reserved}, "default")
+
+
+async def test_a_container_with_part_of_a_gpu_uses_no_other_claim_of_another_gpu(
+    plugin: Plugin, cluster: MemoryCluster, short_dir: Path, h100_sim: SimBackend
+) -> None:
+    """The kubelet prepares one claim at a time; the plugin finds the containers of the pods the claim
+    is reserved for and refuses a container that would need two GPUs' daemons, whichever claim
+    comes first. Two containers of one pod may each hold part of a different GPU."""
+    one = shared_claim(cluster, "one", [_part("gpu-0", "a")], NODE)
+    two = shared_claim(cluster, "two", [_part("gpu-1", "b")], NODE)
+    whole = shared_claim(cluster, "whole", [{"device": "gpu-2"}], NODE)
+    _pod(cluster, "mixed", {"main": ["one", "two"], "side": ["whole"]}, generated="two")
+    refused = r"container 'main' of pod default/mixed also uses claim default/{}, which holds other devices .* a container of its own"
+    with pytest.raises(PrepareError, match=refused.format("two")):
+        await plugin.prepare(one)
+    with pytest.raises(PrepareError, match=refused.format("one")):
+        await plugin.prepare(two)
+    assert plugin.driver.checkpoint.claims() == [] and plugin.daemons.kept() == frozenset()
+    assert not cdi.spec_path(short_dir / "cdi", one.uid).exists()
+    await plugin.prepare(whole)  # a claim without a share starts no daemon and is not asked about
+
+    beside = shared_claim(cluster, "beside", [_part("gpu-3", "c")], NODE)
+    _pod(cluster, "beside-whole", {"main": ["beside", "whole"]})
+    with pytest.raises(
+        PrepareError, match=r"container 'main' of pod default/beside-whole also uses claim default/whole"
+    ):
+        await plugin.prepare(beside)
+
+    apart = [shared_claim(cluster, f"apart-{i}", [_part(f"gpu-{i}", f"p{i}")], NODE) for i in (4, 5)]
+    same = shared_claim(cluster, "same", [_part("gpu-4", "q")], NODE)
+    _pod(cluster, "two-containers", {"a": ["apart-4", "same"], "b": ["apart-5"]})
+    for ref in (*apart, same):  # each container reaches one daemon: its GPU's
+        await plugin.prepare(ref)
+    gpus = h100_sim.inventory().gpus
+    assert plugin.daemons.kept() == {gpus[4].uuid, gpus[5].uuid}

@@ -35,7 +35,7 @@ from typing import Any
 
 from gpuchain.common.files import remove
 from gpuchain.common.labels import MIG_CONFIG_STATE
-from gpuchain.dra import cdi, mps, partitions, shares, slices
+from gpuchain.dra import cdi, claims, mps, partitions, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
@@ -49,7 +49,7 @@ from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
-from gpuchain.kube.kinds import NODE
+from gpuchain.kube.kinds import NODE, POD
 from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value, dra_mig_gpus, mig_change_pending
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
@@ -578,7 +578,7 @@ class DraDriver:
             if done is not None:
                 self._ensure_spec(done)
                 return done
-            results = self._allocated(ref)
+            claim, results = self._allocated(ref)
             known = self._devices_by_name()
             devices: list[cdi.CdiDevice] = []
             created: list[CreatedInstance | None] = []
@@ -604,6 +604,7 @@ class DraDriver:
             held = [(d.uuid, d.share) for d in devices]
             client = self._mps_client(where, held)
             if client is not None:
+                self._refuse_other_gpus(where, claim, client, known)
                 self._mps_start(where, client, held)
             try:
                 for i, device in enumerate(devices):
@@ -835,7 +836,61 @@ class DraDriver:
                 self._mps_settle()  # its GPU's daemon stops with the last share
             return removed or forgotten
 
-    def _allocated(self, ref: ClaimRef) -> list[dict[str, Any]]:
+    def _refuse_other_gpus(
+        self, where: str, claim: Obj, gpu_uuid: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
+    ) -> None:
+        """PrepareError when a container that uses this claim, which holds part of ``gpu_uuid``, also
+        uses another claim holding any of this node's devices but shares of that GPU: the container
+        would reach one MPS daemon (its pipe directory is mounted at one path), and each GPU has its
+        own. The kubelet prepares one claim at a time, so the containers come from the pods the claim
+        is reserved for (``status.reservedFor``) and their specs, and the other claims are read back;
+        a claim of another driver is not looked at."""
+        namespace = str(claim.get("metadata", {}).get("namespace", "default"))
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        for consumer in (c for c in reserved if c.get("resource") == "pods" and not c.get("apiGroup")):
+            try:
+                pod = self.cluster.get_or_none(POD, str(consumer.get("name")), namespace)
+            except KubeError as exc:
+                raise PrepareError(
+                    f"{where}: cannot read pod {namespace}/{consumer.get('name')} to see what else its containers "
+                    f"hold beside the shared GPU ({exc}); the plugin needs get on pods"
+                ) from exc
+            if pod is None or pod.get("metadata", {}).get("uid") != consumer.get("uid"):
+                continue  # gone, or another pod of that name: it holds nothing of this claim
+            for container, names in sorted(claims.container_claims(pod).items()):
+                if claim["metadata"]["name"] not in names:
+                    continue
+                for other in sorted(names - {claim["metadata"]["name"]}):
+                    found = self._held_by(namespace, other, known)
+                    if found and any(uuid != gpu_uuid or share is None for uuid, share in found):
+                        raise PrepareError(
+                            f"{where}: container {container!r} of pod {namespace}/{pod['metadata']['name']} also "
+                            f"uses claim {namespace}/{other}, which holds other devices of this node than shares "
+                            f"of GPU {gpu_uuid}; the container would reach one MPS control daemon, and this node "
+                            "runs one per GPU: give each shared GPU's claim a container of its own"
+                        )
+
+    def _held_by(
+        self, namespace: str, name: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
+    ) -> list[tuple[str, shares.Share | None]]:
+        """The devices of this node (GPU or MIG UUID, share) another claim is allocated; none for a
+        claim that is gone, unallocated or of other drivers (a device its own Prepare refuses is
+        left to that Prepare)."""
+        other = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace)
+        allocation = ((other or {}).get("status") or {}).get("allocation") or {}
+        ref = ClaimRef(namespace, str((other or {}).get("metadata", {}).get("uid", "")), name)
+        held: list[tuple[str, shares.Share | None]] = []
+        for result in allocation.get("devices", {}).get("results", []):
+            if result.get("driver") != DRIVER or result.get("pool") != self.node or result.get("device") not in known:
+                continue
+            try:
+                device = self._with_share(ref, known[str(result["device"])][0], result)
+            except PrepareError:
+                continue
+            held.append((device.uuid or str(result["device"]), device.share))
+        return held
+
+    def _allocated(self, ref: ClaimRef) -> tuple[Obj, list[dict[str, Any]]]:
         where = f"claim {ref.namespace}/{ref.name}"
         claim = self.cluster.get_or_none(RESOURCE_CLAIM, ref.name, ref.namespace)
         if claim is None:
@@ -855,7 +910,7 @@ class DraDriver:
                     f"{where}: device {r.get('device')!r} is allocated from pool {r.get('pool')!r}, "
                     f"not this node's pool {self.node!r}"
                 )
-        return results
+        return claim, results
 
     def _devices_by_name(self) -> dict[str, tuple[cdi.CdiDevice, bool]]:
         """Every device this node has (published or withdrawn) by DRA name, with its health."""

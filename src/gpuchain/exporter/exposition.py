@@ -50,6 +50,7 @@ class Collects(Protocol):
 
     def collect(self) -> Iterable[Exposed]: ...
 
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
