@@ -17,7 +17,10 @@ from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE_REASON
 from gpuchain.common.supervise import spawn
+from gpuchain.dra.claims import pod_claims
 from gpuchain.dra.kinds import DRIVER as DRA_DRIVER
+from gpuchain.dra.kinds import RESOURCE_CLAIM
+from gpuchain.dra.slices import gpu_index_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
@@ -114,6 +117,8 @@ class MigManager:
         self._reset_news = False
         """NVML was let go (a GPU reset on this node) since the node was last looked at again."""
         self._quarantine_seen: str | None = None
+        self._changing: frozenset[int] = frozenset()
+        """The GPUs the change under way touches, as its check found them (``_dra_pods``)."""
 
     # ---- observe -----------------------------------------------------------------------------
 
@@ -126,10 +131,40 @@ class MigManager:
             if _spec(p).get("nodeName") == self.node  # also where a server ignores field selectors
         ]
         operand, workload = classify_pods(pods, self.policy.operands)
+        if self.machine.phase is Phase.WORKLOADS:
+            workload += self._dra_pods(pods, operand, workload)
         layout = self._check(node) if self.machine.phase is Phase.CHECK else None
         quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
         recarve = self._lost_to_reset(quarantine) if self.machine.phase is Phase.IDLE else ()
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
+
+    def _dra_pods(
+        self, pods: list[dict[str, Any]], operand: tuple[PodRef, ...], counted: tuple[PodRef, ...]
+    ) -> tuple[PodRef, ...]:
+        """The node's other running pods that hold a claim the DRA driver allocated a device of one of
+        the GPUs this change touches (``_changing``): the whole GPU, a MIG device or a share of it. Such
+        a pod asks for no ``nvidia.com/*`` resource, so ``uses_gpus`` does not see it, and the change
+        would destroy its MIG device or reset its GPU's mode under it. Read only while the change waits
+        for the GPUs' pods, one claim at a time."""
+        seen = set(operand) | set(counted)
+        found: list[PodRef] = []
+        for pod in pods:
+            ref = _ref(pod)
+            if ref in seen or (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+                continue
+            if any(self._claim_on_changing(ref.namespace, name) for name in sorted(pod_claims(pod))):
+                found.append(ref)
+        return tuple(found)
+
+    def _claim_on_changing(self, namespace: str, name: str) -> bool:
+        claim = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace) or {}
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        return any(
+            r.get("driver") == DRA_DRIVER
+            and r.get("pool") == self.node
+            and gpu_index_of(str(r.get("device", ""))) in self._changing
+            for r in results
+        )
 
     def _lost_to_reset(self, quarantine: str | None) -> tuple[int, ...]:
         """The GPUs a reset left without their MIG devices (``apply.lost_to_reset_gpus``), looked
@@ -158,6 +193,7 @@ class MigManager:
         name = self.machine.config or ""
         try:
             todo = gpus_to_change(self.backend, self.config, name)
+            self._changing = frozenset(todo)
             owned = sorted(set(todo) & dra_mig_gpus(node))
             if owned:
                 gpus = ", ".join(map(str, owned))
