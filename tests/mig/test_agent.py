@@ -15,10 +15,12 @@ from gpuchain.deviceplugin.config import parse_config as plugin_config
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.discovery.labels import gfd_labels
 from gpuchain.dra.claims import allocation_status, resource_claim
+from gpuchain.dra.kinds import RESOURCE_CLAIM
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube import NODE, POD, MemoryCluster
+from gpuchain.kube import NODE, POD, Kind, MemoryCluster
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.mig.agent import (
     Apply,
     ApplyOutcome,
@@ -613,3 +615,34 @@ def test_pods_with_dra_claims_on_the_gpus_to_change_block_the_change() -> None:
     _stop_operands(cluster)
     manager.reconcile()
     assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and len(sim.inventory().mig_devices) == 8 * 7
+
+
+class _NoClaimsRole(MemoryCluster):
+    """A cluster whose RBAC gives the MIG manager no ResourceClaims (NVIDIA's mig-manager role)."""
+
+    def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if kind is RESOURCE_CLAIM:
+            raise ForbiddenError(f'resourceclaims.resource.k8s.io "{name}" is forbidden')
+        return super().get_or_none(kind, name, namespace)
+
+
+def test_a_claim_it_may_not_read_leaves_the_change_as_before(caplog: pytest.LogCaptureFixture) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster = _NoClaimsRole(
+        [
+            _node(dict(DEPLOY)),
+            *_operand_pods(),
+            _claim("whole-2", "ml", "gpu-2"),
+            _claim_pod("train-0", "ml", "whole-2"),
+        ]
+    )
+    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=60), Clock())
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
+    assert (
+        "cannot read ResourceClaim ml/whole-2" in caplog.text
+        and "grant the MIG manager get on resourceclaims" in caplog.text
+    )

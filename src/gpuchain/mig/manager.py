@@ -27,6 +27,7 @@ from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError, follow
 from gpuchain.kube import NotFoundError as KubeNotFoundError
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.gpu_resources import uses_gpus
 from gpuchain.kube.mig_owner import DRA_MIG_GPUS, dra_mig_gpus
 from gpuchain.mig.agent import (
@@ -157,7 +158,20 @@ class MigManager:
         return tuple(found)
 
     def _claim_on_changing(self, namespace: str, name: str) -> bool:
-        claim = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace) or {}
+        """Whether the claim has a device on a GPU to change. A claim the MIG manager may not read (a
+        role without ``get`` on ResourceClaims, as NVIDIA's) counts as none, as before claims were
+        read: the change goes on, and the error says what to grant."""
+        try:
+            claim = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace) or {}
+        except ForbiddenError as exc:
+            log.error(
+                "MIG manager: cannot read ResourceClaim %s/%s (%s): a pod holding a GPU of this node through it "
+                "does not block the change; grant the MIG manager get on resourceclaims",
+                namespace,
+                name,
+                exc,
+            )
+            return False
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         return any(
             r.get("driver") == DRA_DRIVER
