@@ -19,9 +19,10 @@ under ``<mps root>/<GPU UUID>``. A share's container gets what NVIDIA's DRA driv
 directory stays with the daemon: clients never read it.
 
 A daemon that stops answering makes its GPU unhealthy (withdrawn, or tainted
-``mps-daemon-down``) and its shares refused until it answers again. The daemons outlive a plugin
-restart: the restarted plugin takes over those its checkpoint still needs, and stops those it
-does not (a crash between starting one and recording the claim).
+``mps-daemon-down``) and its shares refused until it answers again. The daemons outlive a restart
+of the plugin inside its container (not the container: they are its processes, docs/dra.md):
+the restarted plugin takes over those its checkpoint still needs, and stops those it does not (a
+crash between starting one and recording the claim).
 """
 
 from __future__ import annotations
