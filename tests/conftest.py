@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fakes.driver_root import driver_dev
 from fakes.fake_pynvml import nvml_over
+from fakes.mps import install as install_mps_stand_ins
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from peers.apiserver import ApiServer, control_plane
@@ -61,6 +62,13 @@ def h100_sim() -> SimBackend:
 def mig_sim() -> SimBackend:
     """A simulated H100 node partly in MIG mode (the `h100-80gb-x8-mig-mixed` preset)."""
     return SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+
+
+@pytest.fixture
+def mps_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """NVIDIA's MPS control program and nvidia-smi as recording stand-ins on PATH (``fakes.mps``);
+    the MPS root to use."""
+    return install_mps_stand_ins(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -13,7 +13,10 @@ TEXT = (".py", ".md", ".yaml", ".yml", ".txt", ".tpl", ".json")
 
 
 def test_no_user_facing_text_mentions_the_chapter() -> None:
-    files = [ROOT / "README.md", *(p for d in ("src", "docs", "charts") for p in (ROOT / d).rglob("*") if p.suffix in TEXT)]
+    files = [
+        ROOT / "README.md",
+        *(p for d in ("src", "docs", "charts") for p in (ROOT / d).rglob("*") if p.suffix in TEXT),
+    ]
     hits = [
         f"{p.relative_to(ROOT)}:{n}"
         for p in files

@@ -45,7 +45,8 @@ async def supervise(node, roles):
     return supervisor, server
 """
 
-PROGRAM = r"""
+PROGRAM = (
+    r"""
 import asyncio, sys, tempfile
 from pathlib import Path
 
@@ -75,7 +76,9 @@ roles = {
     "validator": ValidatorSettings(directory=root / "validations"),
 }
 assert set(roles) == set(ROLES)
-""" + SUPERVISE + r"""
+"""
+    + SUPERVISE
+    + r"""
 
 async def main():
     cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
@@ -89,6 +92,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
 
 def test_the_node_agent_runs_every_role_without_pydantic(tmp_path: Path) -> None:
@@ -177,7 +181,8 @@ def _imports(lines: list[str]) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:") and "|" in line}
 
 
-SERVE_ALONE = r"""
+SERVE_ALONE = (
+    r"""
 import asyncio, socket, sys, tempfile
 from pathlib import Path
 
@@ -208,7 +213,9 @@ def scrape(port):
             chunks.append(chunk)
     return b"".join(chunks).decode()
 
-""" + SUPERVISE + r"""
+"""
+    + SUPERVISE
+    + r"""
 
 async def main():
     where = NodeSettings(metrics_address="127.0.0.1", metrics_port=0)
@@ -228,6 +235,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")
 """What a role alone, scraped, never loads: prometheus-client (its package brings an HTTP server,
 urllib and email, 2.6 MiB; no role uses it) and the Kubernetes client (the device plugin has no

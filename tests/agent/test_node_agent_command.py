@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -89,3 +90,22 @@ def test_the_default_backend_writes_nothing_to_the_node() -> None:
     result = CliRunner().invoke(app, ["node-agent"])
     assert result.exit_code == 2
     assert "refusing to write simulated GPU results to this node" in result.stderr
+
+
+def test_the_dra_roles_gpu_shares_and_mps_root_reach_its_settings(tmp_path: Path) -> None:
+    """``--gpu-shares --mps-root`` give the DRA role the settings ``gpuchain dra-plugin`` takes, and an
+    MPS root without shares is refused as there (a daemon for shares that are never published)."""
+    from gpuchain.agent.settings import DraPluginSettings
+    from gpuchain.commands.node_agent import parser, settings_of
+
+    shared = settings_of(parser().parse_args(["--gpu-shares", "--mps-root", str(tmp_path)]))["dra-plugin"]
+    assert isinstance(shared, DraPluginSettings)
+    assert (shared.gpu_shares, shared.mps_root) == (True, tmp_path)
+    plain = settings_of(parser().parse_args([]))["dra-plugin"]
+    assert isinstance(plain, DraPluginSettings)
+    assert (plain.gpu_shares, plain.mps_root) == (False, None)
+    result = CliRunner().invoke(
+        app, ["node-agent", "--backend", "sim", "--memory-cluster", "--mps-root", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "--mps-root runs MPS daemons for GPU shares: it needs --gpu-shares" in result.stderr

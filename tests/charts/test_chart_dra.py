@@ -42,6 +42,7 @@ def test_rules_are_justified_and_narrow() -> None:
     assert grants == {
         ("nodes", "get"),
         ("nodes", "watch"),  # the repair loop's quarantine list (tests/peers/test_agent_roles.py)
+        ("nodes", "patch"),  # the GPUs whose MIG layout it owns, for the MIG manager (tests/dra/test_dra_mig_owner.py)
         ("resourceslices", "get"),
         ("resourceslices", "create"),
         ("resourceslices", "patch"),
@@ -61,7 +62,10 @@ def test_daemonset_runs_the_dra_plugin_with_the_kubelet_paths() -> None:
         "/run/gpuchain/nvml",  # the NVML release board (test_chart_nvml_release.py)
     }
     params = parse([*container["command"][1:], *container["args"]], container_env(container)).params
-    assert (str(params["registry_dir"]), str(params["cdi_dir"])) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
+    assert (str(params["registry_dir"]), str(params["cdi_dir"])) == (
+        "/var/lib/kubelet/plugins_registry",
+        "/var/run/cdi",
+    )
     assert str(params["plugin_dir"]) == f"/var/lib/kubelet/plugins/{DRIVER}"
 
 
@@ -107,3 +111,80 @@ def test_the_chart_refuses_the_nvidia_gpu_bridge_beside_the_device_plugin() -> N
     kubernetes_validate.validate(classes["whole-gpu.gpuchain.io"], "1.34.0", strict=True)
     plain = render({**ON, "devicePlugin": {"enabled": False}})
     assert not [d for d in plain if d["metadata"]["name"].startswith("whole-gpu")]
+
+
+SHARES = {"dra": {"enabled": True, "gpuShares": True, "mps": {"root": "/run/gpuchain/dra-mps/"}}}
+
+
+def _plugin_pod(values: dict) -> dict:  # type: ignore[type-arg]
+    ds = next(d for d in render(values) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+    return dict(ds["spec"]["template"]["spec"])
+
+
+def test_gpu_shares_and_their_mps_daemons_are_opt_in() -> None:
+    """Off by default: no shares, no daemon, none of the privileges and mounts the daemons need."""
+    pod = _plugin_pod(ON)
+    container = pod["containers"][0]
+    assert not {a for a in container["args"] if a.startswith(("--gpu-shares", "--mps-root"))}
+    assert "hostPID" not in pod and "initContainers" not in pod
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False}
+    shares_only = {"dra": {"enabled": True, "gpuShares": True}}
+    args = parse(["dra-plugin", *_args(shares_only)]).params
+    assert (args["gpu_shares"], args["mps_root"]) == (True, None)
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "1.36.0"])
+def test_the_mps_root_gives_the_plugin_what_its_daemons_and_their_clients_need(version: str) -> None:
+    """``dra.mps.root``: the plugin runs with ``--mps-root`` at that host path (mounted at the same
+    path, as the claims' CDI specs name it), the daemons' shared memory ``<root>/shm`` is a tmpfs the
+    init container mounts on the host and is the plugin's ``/dev/shm``, which the specs also hand to
+    the claims' containers; the host's PIDs and the driver's compute binaries, as for the device
+    plugin's MPS. Every object validates."""
+    from gpuchain.dra import mps
+    from gpuchain.gpu.mps import MpsRoot
+
+    pod = _plugin_pod(SHARES)
+    container = pod["containers"][0]
+    params = parse([*container["command"][1:], *container["args"]], container_env(container)).params
+    root = "/run/gpuchain/dra-mps"
+    assert (params["gpu_shares"], str(params["mps_root"])) == (True, root)
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert volumes[mounts[root]["name"]] == root and mounts[root]["mountPropagation"] == "HostToContainer"
+    _, client_mounts = mps.client_edits(MpsRoot(root), "GPU-0")
+    shm = next(m["hostPath"] for m in client_mounts if m["containerPath"] == "/dev/shm")
+    assert volumes[mounts["/dev/shm"]["name"]] == shm == f"{root}/shm"
+    pipe = next(m["hostPath"] for m in client_mounts if m["containerPath"] == mps.CLIENT_PIPE_DIR)
+    assert pipe.startswith(f"{root}/")  # the daemon's pipe directory: under the root the plugin sees at the host's path
+    (init,) = pod["initContainers"]
+    assert init["securityContext"] == {"privileged": True}
+    assert init["volumeMounts"] == [{"name": "mps-root", "mountPath": root, "mountPropagation": "Bidirectional"}]
+    script = init["command"][-1]
+    assert f"mkdir -p {shm}" in script and script.rstrip().endswith(f"shm {shm}") and "-t tmpfs" in script
+    assert pod["hostPID"] is True and container["securityContext"] == {"privileged": True}
+    assert container_env(container)["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    role = next(
+        d for d in render(SHARES) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-dra-plugin"
+    )
+    # Prepare reads the pods a shared GPU's claim is reserved for (tests/dra/test_dra_mps.py)
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in role["rules"]
+    for doc in render(SHARES):
+        if doc["kind"] in ("DaemonSet", "ClusterRole", "DeviceClass"):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_chart_refuses_an_mps_root_it_cannot_use() -> None:
+    with pytest.raises(HelmRenderError, match=r"dra.mps.root=/run/x runs MPS control daemons .* dra.gpuShares=true"):
+        render({"dra": {"enabled": True, "mps": {"root": "/run/x"}}})
+    for bad in ("run/x", "/run/x y", "/run/$(reboot)"):
+        with pytest.raises(HelmRenderError, match=r"is not an absolute host path"):
+            render({"dra": {"enabled": True, "gpuShares": True, "mps": {"root": bad}}})
+    shared = r"dra.mps.root=/run/nvidia/mps is devicePlugin.mps.root too: .* stops the MPS daemons"
+    for root in ("/run/nvidia/mps", "/run/nvidia/mps/"):  # the device plugin's default
+        with pytest.raises(HelmRenderError, match=shared):
+            render({"dra": {"enabled": True, "gpuShares": True, "mps": {"root": root}}})
+    alone = {
+        "dra": {"enabled": True, "gpuShares": True, "mps": {"root": "/run/nvidia/mps"}},
+        "devicePlugin": {"enabled": False},
+    }
+    assert "--mps-root=/run/nvidia/mps" in _args(alone)

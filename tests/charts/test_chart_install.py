@@ -40,7 +40,11 @@ OPTIONAL: dict[str, dict[str, Any]] = {
     },
     "digest": {"operator": {"version": "sha256:" + "0" * 64}},
 }
-DRA = {"dra-only": {"dra": {"enabled": True}}, "all-on": {**OPTIONAL["private-registry"], "dra": {"enabled": True}}}
+DRA = {
+    "dra-only": {"dra": {"enabled": True}},
+    "all-on": {**OPTIONAL["private-registry"], "dra": {"enabled": True}},
+    "dra-mps": {"dra": {"enabled": True, "gpuShares": True, "mps": {"root": "/run/gpuchain/dra-mps"}}},
+}
 
 
 def _validate(docs: list[dict[str, Any]], version: str) -> None:

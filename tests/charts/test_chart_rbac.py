@@ -211,14 +211,16 @@ OPERAND_NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "nvidia-device-plugin-daemonset": {("get", "", "nodes"), ("watch", "", "nodes"), ("create", "", "events")},
     # discovery/output.py: get its Node, patch its labels; discovery/service.py: watch its config label.
     "gpu-feature-discovery": {("get", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes")},
-    # mig/manager.py: get/watch/patch its Node, list and watch the GPU pods on it, record Events
-    # (evicting them is --evict, granted only with migManagerEviction).
+    # mig/manager.py: get/watch/patch its Node, list and watch the GPU pods on it, get their DRA
+    # claims (tests/mig/test_agent.py), record Events (evicting them is --evict, granted only with
+    # migManagerEviction).
     "nvidia-mig-manager": {
         ("get", "", "nodes"),
         ("watch", "", "nodes"),
         ("patch", "", "nodes"),
         ("list", "", "pods"),
         ("watch", "", "pods"),
+        ("get", "resource.k8s.io", "resourceclaims"),
         ("create", "", "events"),
     },
     # validator/checks.py: the plugin check gets its Node's allocatable.

@@ -31,7 +31,9 @@ def test_listing_on_the_default_backend_is_fine_and_marked() -> None:
 
 def test_a_bad_healthcheck_variable_is_one_line_not_a_traceback() -> None:
     result = CliRunner().invoke(
-        app, ["device-plugin", "--backend", "sim", "--socket-dir", "/tmp/gc-none"], env={"DP_DISABLE_HEALTHCHECKS": "foo"}
+        app,
+        ["device-plugin", "--backend", "sim", "--socket-dir", "/tmp/gc-none"],
+        env={"DP_DISABLE_HEALTHCHECKS": "foo"},
     )
     assert result.exit_code == 2
     assert "DP_DISABLE_HEALTHCHECKS: 'foo' is not an XID number" in result.stderr
@@ -44,7 +46,9 @@ def test_exporter_port_out_of_range_is_a_usage_error() -> None:
     assert "Traceback" not in result.output
 
 
-def test_dra_plugin_passes_quiet_period_dev_root_and_gpu_shares_to_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dra_plugin_passes_quiet_period_dev_root_and_gpu_shares_to_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen: list[DriverConfig] = []
 
     def capture(backend: object, cluster: object, config: DriverConfig) -> None:

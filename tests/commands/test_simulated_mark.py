@@ -26,7 +26,10 @@ runner = CliRunner()
         (["doctor", "--local", "--backend", "sim"], "NVML: driver 570.86.15, CUDA 12.8, 8 GPU(s) (simulated)"),
         (["doctor", "--scenario", "healthy"], "scenario healthy (simulated)"),
         (["demo", "--quiet-seconds", "0"], "driver 570.86.15 (simulated)"),
-        (["mig", "apply", "-c", "all-1g.10gb", "--dry-run"], "GPUs after apply (planned; nothing was changed) (simulated)"),
+        (
+            ["mig", "apply", "-c", "all-1g.10gb", "--dry-run"],
+            "GPUs after apply (planned; nothing was changed) (simulated)",
+        ),
         (["mig", "assert", "-c", "all-disabled"], "node has MIG layout 'all-disabled' (simulated)"),
         (["remediator", "--scenario", "xid79"], "scenario xid79 (simulated): breaker closed"),
         (["top"], "8 GPUs answering of 8 expected (seen) (simulated)"),

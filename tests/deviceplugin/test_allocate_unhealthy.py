@@ -35,9 +35,7 @@ async def test_allocate_of_an_unhealthy_id_is_failed_precondition_naming_it_and_
 
 
 async def test_allocate_of_an_unhealthy_replica_is_refused_too() -> None:
-    node = await start_sim_node(
-        config=parse_config("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}")
-    )
+    node = await start_sim_node(config=parse_config("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}"))
     try:
         node.backend.inject_xid(0, 48)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 14})

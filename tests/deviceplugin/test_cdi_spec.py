@@ -81,7 +81,9 @@ def test_the_spec_has_nvidia_ctks_layout(h100_sim: SimBackend) -> None:
 @pytest.mark.parametrize("strategy", list(DeviceIdStrategy))
 @pytest.mark.parametrize("list_strategy", ["cdi-cri", "cdi-annotations"])
 def test_every_name_allocate_answers_is_in_the_spec(mig_sim: SimBackend, strategy: str, list_strategy: str) -> None:
-    text = f"flags: {{migStrategy: mixed, plugin: {{deviceIDStrategy: {strategy}, deviceListStrategy: {list_strategy}}}}}"
+    text = (
+        f"flags: {{migStrategy: mixed, plugin: {{deviceIDStrategy: {strategy}, deviceListStrategy: {list_strategy}}}}}"
+    )
     config = parse_config(text)
     assert config.flags.mig_strategy is MigStrategy.MIXED
     spec = spec_for(mig_sim, text)

@@ -1,17 +1,14 @@
 """MPS sharing with a control daemon, as NVIDIA's plugin runs it (k8s-device-plugin v0.18.0,
 ``cmd/mps-control-daemon/mps/daemon.go`` and ``internal/plugin/mps.go``).
 
-The control program and nvidia-smi are stand-ins on PATH that record what they are told:
-``nvidia-cuda-mps-control -d`` starts a background process (the "daemon"); without arguments it
-reads one command from stdin and answers only while that process lives, as the real program does
-("Cannot find MPS control daemon process" otherwise).
+The control program and nvidia-smi are stand-ins on PATH that record what they are told
+(``fakes.mps``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import stat
 from pathlib import Path
 
 import grpc
@@ -26,62 +23,6 @@ from gpuchain.kubelet.node import SimNode, start_sim_node
 
 GPU = "nvidia.com/gpu"
 MIB = 1024 * 1024
-
-CONTROL = r"""#!/usr/bin/env python3
-import os, signal, subprocess, sys, time
-pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
-record = os.path.join(pipe, "record")
-pidfile = os.path.join(pipe, "daemon.pid")
-def log(line):
-    with open(record, "a") as f:
-        f.write(line + "\n")
-def alive():
-    try:
-        pid = int(open(pidfile).read())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
-if sys.argv[1:] == ["-d"]:
-    if os.path.exists(os.path.join(pipe, "refuse")):
-        sys.exit("refusing to start (the test asked)")
-    if not os.path.isdir(os.environ["CUDA_MPS_LOG_DIRECTORY"]):
-        sys.exit("no log directory")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"],
-        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # a daemon: it keeps none of the caller's pipes open
-    open(pidfile, "w").write(str(proc.pid))
-    log("-d")
-    sys.exit(0)
-command = sys.stdin.read().strip()
-pid = alive()
-if pid is None:
-    print("Cannot find MPS control daemon process")
-    sys.exit(1)
-log(command)
-if command == "quit":
-    os.kill(pid, signal.SIGKILL)
-print("50")
-"""
-
-SMI = r"""#!/bin/sh
-echo "$*" >> "$SMI_RECORD"
-"""
-
-
-@pytest.fixture
-def stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A bin directory on PATH with the two stand-ins; returns the MPS root to use."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("nvidia-cuda-mps-control", CONTROL), ("nvidia-smi", SMI)):
-        path = bin_dir / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("SMI_RECORD", str(tmp_path / "smi"))
-    return tmp_path / "mps"
 
 
 def _nvidia_limits(memory_bytes: dict[int, int], replicas: dict[int, int]) -> list[str]:
@@ -138,44 +79,44 @@ def _record(root: Path) -> list[str]:
 
 
 async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_restarts_it(
-    stand_ins: Path, tmp_path: Path
+    mps_stand_ins: Path, tmp_path: Path
 ) -> None:
-    node = await _mps_node(stand_ins)
+    node = await _mps_node(mps_stand_ins)
     try:
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         res = node.plugin.resources[0]
         memory = {g.uuid: g.memory_mib for g in node.backend.inventory().gpus}
-        assert _record(stand_ins)[:10] == ["-d", *daemon_commands(res, memory)]
+        assert _record(mps_stand_ins)[:10] == ["-d", *daemon_commands(res, memory)]
         uuids = [g.uuid for g in node.backend.inventory().gpus]
         assert (tmp_path / "smi").read_text().splitlines() == [f"-i {u} -c EXCLUSIVE_PROCESS" for u in uuids]
-        assert (stand_ins / GPU / ".started").exists()
+        assert (mps_stand_ins / GPU / ".started").exists()
 
         response = await node.kubelet.allocate_raw(GPU, [res.devices[0].id])
         container = response.container_responses[0]
         assert container.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
         assert {(m.container_path, m.host_path) for m in container.mounts} >= {
-            ("/mps/nvidia.com/gpu/pipe", f"{stand_ins}/nvidia.com/gpu/pipe"),
-            ("/dev/shm", f"{stand_ins}/shm"),
+            ("/mps/nvidia.com/gpu/pipe", f"{mps_stand_ins}/nvidia.com/gpu/pipe"),
+            ("/dev/shm", f"{mps_stand_ins}/shm"),
         }
 
-        os.kill(int((stand_ins / GPU / "pipe" / "daemon.pid").read_text()), signal.SIGKILL)
+        os.kill(int((mps_stand_ins / GPU / "pipe" / "daemon.pid").read_text()), signal.SIGKILL)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
-        assert _record(stand_ins).count("-d") == 2
+        assert _record(mps_stand_ins).count("-d") == 2
     finally:
         await node.stop()
-    assert _record(stand_ins)[-1] == "quit"
+    assert _record(mps_stand_ins)[-1] == "quit"
     assert (tmp_path / "smi").read_text().splitlines()[-8:] == [f"-i {u} -c DEFAULT" for u in uuids]
-    assert not (stand_ins / GPU / ".started").exists()
+    assert not (mps_stand_ins / GPU / ".started").exists()
 
 
-async def test_allocate_is_refused_while_the_daemon_is_down(stand_ins: Path) -> None:
+async def test_allocate_is_refused_while_the_daemon_is_down(mps_stand_ins: Path) -> None:
     """A daemon that dies and cannot be started again leaves every share Unhealthy, and Allocate
     says why, instead of handing a container a pipe nobody listens on."""
-    node = await _mps_node(stand_ins)
+    node = await _mps_node(mps_stand_ins)
     try:
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
-        pipe = stand_ins / GPU / "pipe"
+        pipe = mps_stand_ins / GPU / "pipe"
         (pipe / "refuse").touch()
         os.kill(int((pipe / "daemon.pid").read_text()), signal.SIGKILL)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
@@ -201,7 +142,7 @@ async def test_a_missing_control_program_is_named_with_where_it_comes_from(
 ) -> None:
     """The gpuchain image carries no nvidia-cuda-mps-control (it is the node driver's): without the
     NVIDIA runtime's compute capability the error says so, not just ENOENT."""
-    from gpuchain.deviceplugin.mps import MpsControl, MpsError, MpsRoot
+    from gpuchain.gpu.mps import MpsControl, MpsError, MpsRoot
 
     monkeypatch.setenv("PATH", str(tmp_path))
     control = MpsControl(GPU, MpsRoot(str(tmp_path / "mps")))

@@ -469,8 +469,12 @@ def test_a_standalone_plugin_running_with_its_labelled_config_is_not_told_the_co
 
 
 def test_a_standalone_plugin_whose_config_manager_says_the_key_is_missing_is_the_config() -> None:
-    crash = {"name": "nvidia-device-plugin-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
-    said = 'E1205 10:00:00.000000 1 main.go:180] error: specified config ts4 does not exist\n'
+    crash = {
+        "name": "nvidia-device-plugin-ctr",
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    said = "E1205 10:00:00.000000 1 main.go:180] error: specified config ts4 does not exist\n"
     report = diagnosed(
         STANDALONE_TS,
         {"do": "pod", "daemonset": "nvidia-device-plugin-daemonset", "namespace": "kube-system", "node": "t4",

@@ -53,7 +53,10 @@ class Rig:
     async def start(self) -> DraDriver:
         """A fresh plugin process over the same directories, registered with the kubelet."""
         config = DriverConfig(
-            node=self.sim.topology.node, cdi_dir=self.cdi, state_dir=self.state, dev_root=self.root / "driver-root",
+            node=self.sim.topology.node,
+            cdi_dir=self.cdi,
+            state_dir=self.state,
+            dev_root=self.root / "driver-root",
             unlabelled=DRA,
         )
         self.driver = DraDriver(self.sim, self.cluster, config)

@@ -402,7 +402,9 @@ def test_every_kind_of_node_serves_from_one_side() -> None:
         for node in world.nodes:
             live = world.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
             dra = bool(live and live["spec"]["devices"])
-            sides[node.kind] = ("dra" if dra else "") + ("device-plugin" if any(r.devices for r in world.served(node)) else "")
+            sides[node.kind] = ("dra" if dra else "") + (
+                "device-plugin" if any(r.devices for r in world.served(node)) else ""
+            )
         assert sides == {
             "both-labelled-device-plugin": "device-plugin",
             "both-labelled-dra": "dra",

@@ -143,6 +143,7 @@ def test_prepare_creates_the_mig_device_and_unprepare_destroys_it(
     assert mig.uuid in json.dumps(spec)
     # the checkpoint knows which instance to destroy, across a restart
     restarted = make_partitioning(h100_sim)
+    restarted.publish()
     assert len(h100_sim.gpu_instances(2)) == 1  # held by a prepared claim: not an orphan
     assert restarted.prepare(ref) == prepared
     assert restarted.unprepare(ref) is True
@@ -206,7 +207,7 @@ def test_a_failed_record_or_a_crash_leaves_no_instance(
     # a crash between creating the instance and recording the claim: the restarted plugin destroys it
     gi = h100_sim.create_gpu_instance(4, "2g.20gb", 2)
     h100_sim.create_compute_instance(4, gi)
-    make_partitioning(h100_sim)
+    make_partitioning(h100_sim).publish()  # the restarted plugin publishes first
     assert h100_sim.gpu_instances(4) == ()
 
 
@@ -264,7 +265,7 @@ def test_switching_partitions_on_keeps_the_mig_devices_of_prepared_claims(
     static.publish()
     in_use = mig_sim.inventory().gpu(0).mig_devices[0]
     static.prepare(allocate("static", mig_sim.topology.node, [slices.mig_device_name(in_use)]))
-    make_partitioning(mig_sim)  # restarted with --partitionable-mig
+    make_partitioning(mig_sim).publish()  # restarted with --partitionable-mig
     assert [m.uuid for m in mig_sim.inventory().gpu(0).mig_devices] == [in_use.uuid]  # its pod still has it
     assert mig_sim.inventory().gpu(1).mig_devices == ()  # no claim held GPU 1's layout
 

@@ -11,14 +11,13 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from dra.build import build_driver
+from dra.build import build_driver, shared_claim
 from dra.conftest import NODE
 from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, shares, slices
-from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
-from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.dra.shares import Share
 from gpuchain.gpu.mps import MpsLimits
 from gpuchain.gpu.sim import SimBackend
@@ -155,16 +154,6 @@ def _driver(cluster: MemoryCluster, short_dir: Path, clock: Clock, sim: SimBacke
     return build_driver(sim, cluster, short_dir, clock, gpu_shares=True)
 
 
-def _shared_claim(cluster: MemoryCluster, name: str, results: list[dict[str, Any]], pool: str = NODE) -> ClaimRef:
-    """A claim the scheduler allocated shares to (``results``: device, shareID, consumedCapacity)."""
-    created = cluster.create(resource_claim(name, "default", count=len(results)))
-    status = allocation_status(pool, [("gpu", r["device"]) for r in results])
-    for written, extra in zip(status["allocation"]["devices"]["results"], results, strict=True):
-        written.update(extra)
-    cluster.patch_status(RESOURCE_CLAIM, name, status, "default")
-    return ClaimRef("default", created["metadata"]["uid"], name)
-
-
 def _env(short_dir: Path, ref: ClaimRef) -> list[str]:
     return list(json.loads(cdi.spec_path(short_dir / "cdi", ref.uid).read_text())["containerEdits"]["env"])
 
@@ -176,13 +165,14 @@ def test_prepare_gives_each_share_its_limits(
     live = cluster.get(RESOURCE_SLICE, slices.slice_name(NODE))
     assert all(d["allowMultipleAllocations"] for d in live["spec"]["devices"])
     gpu0 = h100_sim.inventory().gpus[0]
-    one = _shared_claim(
-        cluster, "one", [{"device": "gpu-0", "shareID": "share-1", "consumedCapacity": {"memory": "40Gi"}}]
+    one = shared_claim(
+        cluster, "one", [{"device": "gpu-0", "shareID": "share-1", "consumedCapacity": {"memory": "40Gi"}}], NODE
     )
-    two = _shared_claim(
+    two = shared_claim(
         cluster,
         "two",
         [{"device": "gpu-0", "shareID": "share-2", "consumedCapacity": {"memory": "20Gi", "multiprocessors": "66"}}],
+        NODE,
     )
     first, second = sharing.prepare(one), sharing.prepare(two)
     assert first.devices[0].cdi_ids == (cdi.cdi_id(one.uid, "gpu-0-share-1"),)
@@ -210,7 +200,7 @@ def test_an_exclusive_allocation_of_a_shared_gpu_has_no_limits(
     sharing: DraDriver, cluster: MemoryCluster, short_dir: Path
 ) -> None:
     sharing.publish()
-    ref = _shared_claim(cluster, "whole", [{"device": "gpu-1"}])
+    ref = shared_claim(cluster, "whole", [{"device": "gpu-1"}], NODE)
     prepared = sharing.prepare(ref)
     assert prepared.devices[0].share is None and prepared.devices[0].cdi_ids == (cdi.cdi_id(ref.uid, "gpu-1"),)
     assert [e for e in _env(short_dir, ref) if e.startswith("CUDA_MPS")] == []
@@ -222,7 +212,7 @@ def test_a_share_of_a_mig_device_is_refused(
     driver = _driver(cluster, short_dir, clock, mig_sim)
     published = driver.publish()
     mig = next(name for name in published.devices if "-mig-" in name)
-    ref = _shared_claim(
+    ref = shared_claim(
         cluster, "mig-share", [{"device": mig, "shareID": "s", "consumedCapacity": {"memory": "1Gi"}}], driver.node
     )
     with pytest.raises(PrepareError, match="only whole GPUs are shared"):

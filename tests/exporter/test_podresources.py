@@ -145,7 +145,9 @@ class _ManyPods(api_pb2_grpc.PodResourcesListerServicer):
     def __init__(self, pods: int, uuid: str) -> None:
         self.response = api_pb2.ListPodResourcesResponse()
         for i in range(pods):
-            pod = self.response.pod_resources.add(name=f"inference-server-7f9c8d6b5-{i:05d}", namespace="ml-serving-production")
+            pod = self.response.pod_resources.add(
+                name=f"inference-server-7f9c8d6b5-{i:05d}", namespace="ml-serving-production"
+            )
             container = pod.containers.add(name="inference-server")
             pod.containers.add(name="istio-proxy")
             if i == 0:
@@ -175,7 +177,11 @@ def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(h100_
         collector = GpuMetricsCollector(h100_sim, load_collectors(), "node-1", pod_lister=client.list, call_timeout=30)
         assert collector.collect_once()
         text = render(collector.registry).decode()
-        assert any('pod="inference-server-7f9c8d6b5-00000"' in line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
+        assert any(
+            'pod="inference-server-7f9c8d6b5-00000"' in line
+            for line in text.splitlines()
+            if line.startswith("DCGM_FI_DEV_GPU_UTIL{")
+        )
         assert "gpuchain_exporter_pod_attribution_up 1.0" in text
         assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 0.0' in text
         lister.failing = True
@@ -183,7 +189,9 @@ def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(h100_
         text = render(collector.registry).decode()
         assert "gpuchain_exporter_pod_attribution_up 0.0" in text
         assert 'gpuchain_exporter_scrape_errors_total{operation="pod_resources"} 1.0' in text
-        assert any(line.startswith("gpuchain_exporter_pod_attribution_timestamp_seconds 1") for line in text.splitlines())
+        assert any(
+            line.startswith("gpuchain_exporter_pod_attribution_timestamp_seconds 1") for line in text.splitlines()
+        )
     finally:
         client.close()
         server.stop(None)

@@ -58,13 +58,14 @@ from gpuchain.sim.remediation import node_object
 def b200_sim() -> SimBackend:
     """An HGX B200 node: eight B200 (compute capability 10.0, 18 NVLinks each) on NVSwitch."""
     return SimBackend(
-        validate(Topology,
+        validate(
+            Topology,
             {
                 "node": "b200-node",
                 "driver": {"version": "570.148.08", "cudaVersion": "12.8"},
                 "interconnect": "nvswitch",
                 "gpus": [{"model": "B200", "count": 8}],
-            }
+            },
         )
     )
 

@@ -74,7 +74,12 @@ def _write(tmp_path: Path, text: str) -> str:
         ("driver:\n  cudaVersion: twelve\ngpus:\n  - model: L4\n", 2, "driver.cudaVersion", "should match pattern"),
         ("gpus: []\n", 1, "gpus", "at least 1 item"),
         ("gpus:\n  - model: L4\n    count: 2\n    numaNodes: [0]\n", 4, "gpus.0.numaNodes", "1 entries for 2 GPUs"),
-        ("gpus:\n  - model: L4\nlinks:\n  - {gpus: [0, 3]}\n", 3, "links", "entry 0: gpus [0, 3] must name two different GPUs in 0..0"),
+        (
+            "gpus:\n  - model: L4\nlinks:\n  - {gpus: [0, 3]}\n",
+            3,
+            "links",
+            "entry 0: gpus [0, 3] must name two different GPUs in 0..0",
+        ),
         ("gpus: [\n", 2, "", "not valid YAML"),
     ],
 )

@@ -89,12 +89,16 @@ def test_logs_request_asks_for_container_tail_and_previous() -> None:
 
 def test_logs_errors_are_typed() -> None:
     with kmock_server() as (url, emulator):
-        emulator["get /api/v1/namespaces/ml/pods/w1/log"] << 400 << {
-            "kind": "Status",
-            "code": 400,
-            "reason": "BadRequest",
-            "message": 'previous terminated container "main" in pod "w1" not found',
-        }
+        (
+            emulator["get /api/v1/namespaces/ml/pods/w1/log"]
+            << 400
+            << {
+                "kind": "Status",
+                "code": 400,
+                "reason": "BadRequest",
+                "message": 'previous terminated container "main" in pod "w1" not found',
+            }
+        )
         cluster = LiveCluster.from_url(url)
         with pytest.raises(BadRequestError, match="previous terminated container"):
             cluster.logs("w1", "ml", container="main", previous=True)
@@ -122,7 +126,9 @@ def test_set_condition_sends_a_strategic_merge_patch_of_one_condition() -> None:
         cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
         [request] = list(status)
         assert request.headers["Content-Type"] == "application/strategic-merge-patch+json"
-        assert request.data == {"status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "GPULost"}]}}
+        assert request.data == {
+            "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "GPULost"}]}
+        }
         cluster.patch_status(NODE, "n1", {"phase": "x"})
         assert list(status)[1].headers["Content-Type"] == "application/merge-patch+json"
 
@@ -171,7 +177,9 @@ def test_fixture_discovery_lists_verbs_and_scope() -> None:
         assert res["namespaced"] is namespaced, res
 
 
-def test_default_client_reads_kubeconfig_through_the_bounded_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_client_reads_kubeconfig_through_the_bounded_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # LiveCluster() with no config read $KUBECONFIG with lightkube's own unbounded reader: a
     # 100 MB file was loaded whole and failed as a YAML ReaderError about a NUL byte.
     big = tmp_path / "kubeconfig"

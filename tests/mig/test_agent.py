@@ -14,10 +14,13 @@ from gpuchain.api.config.v1.config import parse_config as plugin_config
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON, PAUSED_FOR_MIG_CHANGE
 from gpuchain.deviceplugin.resources import map_resources
 from gpuchain.discovery.labels import gfd_labels
+from gpuchain.dra.claims import allocation_status, resource_claim
+from gpuchain.dra.kinds import RESOURCE_CLAIM
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
-from gpuchain.kube import NODE, POD, MemoryCluster
+from gpuchain.kube import NODE, POD, Kind, MemoryCluster
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.mig.agent import (
     Apply,
     ApplyOutcome,
@@ -32,6 +35,7 @@ from gpuchain.mig.agent import (
     next_timer,
     step,
 )
+from gpuchain.mig.apply import apply
 from gpuchain.mig.config import default_config
 from gpuchain.mig.manager import MigManager, classify_pods
 
@@ -549,3 +553,96 @@ def test_step_uses_the_default_only_without_a_label() -> None:
     m, _ = step(Machine(), Observation({MIG_CONFIG: "all-disabled"}), policy, 0.0)
     assert m.config == "all-disabled"
     assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
+
+
+def _claim(name: str, namespace: str, device: str, pool: str = NODE_NAME) -> dict[str, Any]:
+    """A ResourceClaim the scheduler allocated ``device`` of gpuchain's DRA driver, from ``pool``."""
+    return {**resource_claim(name, namespace), "status": allocation_status(pool, [("gpu", device)])}
+
+
+def _claim_pod(name: str, namespace: str, claim: str, generated: bool = False) -> dict[str, Any]:
+    """A pod that uses ``claim``: by name, or made from a template (named in its status)."""
+    pod = _pod(name, namespace)
+    entry = (
+        {"name": "gpu", "resourceClaimTemplateName": "t"} if generated else {"name": "gpu", "resourceClaimName": claim}
+    )
+    pod["spec"]["resourceClaims"] = [entry]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    if generated:
+        pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return pod
+
+
+def test_pods_with_dra_claims_on_the_gpus_to_change_block_the_change() -> None:
+    """A pod that holds a GPU through a DRA claim asks for no nvidia.com/* resource; the change counts
+    it when its claim has a device of gpuchain's driver on one of the GPUs it changes (a whole GPU, a
+    MIG device, a share), from this node's pool, and leaves the other claims' pods alone."""
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    apply(sim, default_config(), "all-1g.10gb", gpus=(4, 5, 6, 7))  # those GPUs have the layout already
+    claims = [
+        _claim("whole-2", "ml", "gpu-2"),
+        _claim("made-from-template", "ml", "gpu-3-mig-1g10gb-9-0"),
+        _claim("mig-on-5", "ml", "gpu-5-mig-1g10gb-9-0"),  # a GPU the layout does not change
+        _claim("elsewhere", "ml", "gpu-1", pool="gpu-node-2"),  # another node's GPU
+    ]
+    pods = [
+        _claim_pod("train-0", "ml", "whole-2"),
+        _claim_pod("train-1", "ml", "made-from-template", generated=True),
+        _claim_pod("infer-0", "ml", "mig-on-5"),
+        _claim_pod("remote-0", "ml", "elsewhere"),
+    ]
+    cluster, manager, _ = _setup(sim, [*claims, *pods])
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "failed"
+    assert _reason(cluster) == (
+        "2 pods still use GPUs on this node (ml/train-0, ml/train-1); drain the node (kubectl drain) "
+        "or run the MIG manager with --evict"
+    )
+    assert len(sim.inventory().mig_devices) == 4 * 7  # GPUs 0 to 3 untouched
+
+    for name in ("train-0", "train-1"):
+        cluster.delete(POD, name, "ml")
+    _relabel(cluster, "all-balanced")  # their GPUs drained: infer-0's GPU 5 changes too, and blocks it
+    manager.reconcile()
+    assert _reason(cluster) == (
+        "1 pods still use GPUs on this node (ml/infer-0); drain the node (kubectl drain) "
+        "or run the MIG manager with --evict"
+    )
+    cluster.delete(POD, "infer-0", "ml")
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and len(sim.inventory().mig_devices) == 8 * 7
+
+
+class _NoClaimsRole(MemoryCluster):
+    """A cluster whose RBAC gives the MIG manager no ResourceClaims (NVIDIA's mig-manager role)."""
+
+    def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if kind is RESOURCE_CLAIM:
+            raise ForbiddenError(f'resourceclaims.resource.k8s.io "{name}" is forbidden')
+        return super().get_or_none(kind, name, namespace)
+
+
+def test_a_claim_it_may_not_read_leaves_the_change_as_before(caplog: pytest.LogCaptureFixture) -> None:
+    sim = SimBackend.from_preset("h100-80gb-x8")
+    cluster = _NoClaimsRole(
+        [
+            _node(dict(DEPLOY)),
+            *_operand_pods(),
+            _claim("whole-2", "ml", "gpu-2"),
+            _claim_pod("train-0", "ml", "whole-2"),
+        ]
+    )
+    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=60), Clock())
+    _relabel(cluster, "all-1g.10gb")
+    manager.reconcile()
+    _stop_operands(cluster)
+    manager.reconcile()
+    assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
+    assert (
+        "cannot read ResourceClaim ml/whole-2" in caplog.text
+        and "grant the MIG manager get on resourceclaims" in caplog.text
+    )

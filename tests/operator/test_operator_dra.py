@@ -73,3 +73,32 @@ def test_device_classes_without_the_bridge_or_no_device_plugin_are_fine() -> Non
     alone.create(whole_gpu_class())
     assert reconcile(alone, "cluster-policy", NS).problems == []
     assert len(alone.list(DAEMONSET)) > 1  # the other operands are deployed
+
+
+def chart_shares_plugin(root: str) -> dict[str, Any]:
+    """The chart's DRA plugin DaemonSet with GPU shares and their MPS daemons in ``root`` (the device plugin
+    off, as the chart needs for the device plugin's root)."""
+    values = {"dra": {"enabled": True, "gpuShares": True, "mps": {"root": root}}, "devicePlugin": {"enabled": False}}
+    docs = render(values)
+    return next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuchain-dra-plugin")
+
+
+def test_a_device_plugin_sharing_the_dra_plugins_mps_root_is_refused() -> None:
+    """The DRA plugin stops the daemons it finds in its root that no claim needs: in the device
+    plugin's root those are the device plugin's, so the operator deploys no device plugin there."""
+    cluster = make_cluster(spec={"devicePlugin": {"enabled": True, "mps": {"root": "/run/nvidia/mps/"}}})
+    cluster.create(chart_shares_plugin("/run/nvidia/mps"))
+    result = reconcile(cluster, "cluster-policy", NS)
+    assert result.state == "notReady"
+    (problem,) = result.problems
+    message = str(problem)
+    assert message.startswith("spec.devicePlugin.mps.root=/run/nvidia/mps: DaemonSet gpu-operator/gpuchain-dra-plugin")
+    assert "dra.mps.root=/run/gpuchain/dra-mps" in message
+    assert [d["metadata"]["name"] for d in cluster.list(DAEMONSET)] == ["gpuchain-dra-plugin"]  # nothing deployed
+
+
+def test_a_dra_plugin_with_an_mps_root_of_its_own_is_fine() -> None:
+    cluster = make_cluster()
+    cluster.create(chart_shares_plugin("/run/gpuchain/dra-mps"))
+    assert reconcile(cluster, "cluster-policy", NS).problems == []
+    assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in cluster.list(DAEMONSET)]

@@ -15,7 +15,8 @@ import pytest
 from operator_helpers import NS, PER_OPERAND, make_cluster
 
 from gpuchain.deviceplugin.allocate import ContainerAllocation
-from gpuchain.deviceplugin.mps import MpsRoot, with_mps
+from gpuchain.deviceplugin.mps import with_mps
+from gpuchain.gpu.mps import MpsRoot
 from gpuchain.kube import CONFIGMAP, DAEMONSET
 from gpuchain.operator.desired import desired
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, Facts, config_uses_mps

@@ -163,7 +163,9 @@ def test_standing_aside_keeps_gpuchains_operands_nvidia_does_not_run() -> None:
     nvidia_daemonset(cluster, "nvidia-device-plugin-daemonset", created["metadata"]["uid"])
     assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
     assert _ours(cluster) == {"nvidia-dcgm-exporter"}
-    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, NS)] == ["nvidia-dcgm-exporter"], "kept with its exporter"
+    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, NS)] == ["nvidia-dcgm-exporter"], (
+        "kept with its exporter"
+    )
     assert "dcgm-exporter" not in _ready(cluster)["message"].split("deploys")[1]
 
 

@@ -271,9 +271,7 @@ def _spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-FEATURE_GATES = (
-    "DRADeviceTaints=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true"
-)
+FEATURE_GATES = "DRADeviceTaints=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true"
 """Feature gates of the API server, controller manager and scheduler: device taints, partitionable
 devices (``sharedCounters``, ``consumesCounters``: MIG placements sharing a GPU), consumable
 capacity (``allowMultipleAllocations``, request policies: claims sharing a GPU) and extended

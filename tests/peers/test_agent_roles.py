@@ -336,12 +336,24 @@ async def _run_until(run: Callable[[asyncio.Event], Awaitable[None]], done: Call
         await asyncio.wait_for(task, 10)
 
 
+def _dra_pod(namespace: str, name: str, node: str, claim: str) -> Obj:
+    """A pod on ``node`` holding a GPU through the ResourceClaim ``claim`` only (no nvidia.com/gpu)."""
+    pod = _gpu_pod(namespace, name, node)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
+
+
 def test_the_mig_manager_evicts_its_nodes_gpu_pods_and_repartitions(world: World) -> None:
-    """mig/manager.py with --evict: read and watch its Node, list and watch the pods on it, evict
+    """mig/manager.py with --evict: read and watch its Node, list and watch the pods on it, get the
+    DRA claims of those that have any (a claim on a GPU to change makes its pod a GPU user), evict
     the GPU users, pause the operands' labels, apply the layout, record Events."""
     account = "gpuchain-mig-manager"
     mig = world.agent(account)
     world.admin.create(_gpu_pod("ml", "train", "gpu-a"))
+    world.admin.create(resource_claim("mig-user", "ml"))
+    world.admin.patch_status(RESOURCE_CLAIM, "mig-user", allocation_status("gpu-a", [("gpu", "gpu-0")]), "ml")
+    world.admin.create(_dra_pod("ml", "claims-a-gpu", "gpu-a", "mig-user"))
     _label(world, {"nvidia.com/mig.config": "all-1g.10gb"})
     manager = MigManager(
         mig, SimBackend.from_preset("h100-80gb-x8", node="gpu-a"), "gpu-a", default_config(), MigPolicy(evict=True)
@@ -356,7 +368,9 @@ def test_the_mig_manager_evicts_its_nodes_gpu_pods_and_repartitions(world: World
         )
     finally:
         _label(world, {"nvidia.com/mig.config": None, "nvidia.com/mig.config.state": None})
+        world.admin.delete(RESOURCE_CLAIM, "mig-user", "ml")
     assert isinstance(_refusal(lambda: world.admin.get(POD, "train", "ml")), KubeError), "the GPU pod was evicted"
+    assert isinstance(_refusal(lambda: world.admin.get(POD, "claims-a-gpu", "ml")), KubeError), "so was the DRA one"
     assert _events_on(world, "gpu-a", "MigConfigSuccess")
     _did_exactly_its_job(world, account, mig)
     world.admin.create(_gpu_pod("ml", "train-b", "gpu-b"))

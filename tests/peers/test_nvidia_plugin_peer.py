@@ -84,6 +84,7 @@ KNOWN: dict[tuple[str, str], tuple[object, object]] = {
 (passDeviceSpecs on a host without the driver's control nodes used to be one: gpuchain listed
 nvidiactl and the two uvm nodes always, NVIDIA only where they exist; gpuchain now does as NVIDIA.)"""
 
+
 async def _wait_registered(kubelet: KubeletPeer, expected: Mapping[str, int], proc: asyncio.subprocess.Process) -> None:
     """Wait until the kubelet's capacity is ``expected``; on time-out the caller's assert shows the difference."""
     with contextlib.suppress(TimeoutError):

@@ -131,7 +131,9 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
     claim_uid = ""
     try:
         claim_uid = create_claim(node, "one-gpu", WANTED)
-        node.create_pod("gpu", claim_pod("dra", "one-gpu", f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}"))
+        node.create_pod(
+            "gpu", claim_pod("dra", "one-gpu", f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}")
+        )
         done = node.wait_pod_phase("gpu", "dra", ("Succeeded", "Failed"))
         assert done["spec"]["nodeName"] == node.name and done["status"]["phase"] == "Succeeded", done["status"]
 
@@ -380,7 +382,9 @@ def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_
         wait_for("the taint lifted", lambda: not device_taints(node, f"gpu-{wanted}"), 60)
         done = node.wait_pod_phase("gpu", "waiter", ("Succeeded", "Failed"))
         assert done["status"]["phase"] == "Succeeded", done["status"]
-        allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/waiting")["status"]["allocation"]
+        allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/waiting")["status"][
+            "allocation"
+        ]
         assert [r["device"] for r in allocation["devices"]["results"]] == [f"gpu-{wanted}"]
     finally:
         for pod in ("holder", "waiter"):

@@ -43,7 +43,9 @@ def test_a_kubelet_heartbeat_between_read_and_write_is_kept(h100_sim: SimBackend
     assert publisher.publish().condition_written
     node = cluster.snapshot(NODE)[0]
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["message"]) == ("False", f"beat {cluster.heartbeats}"), "the publisher must not write back its stale Ready"
+    assert (ready["status"], ready["message"]) == ("False", f"beat {cluster.heartbeats}"), (
+        "the publisher must not write back its stale Ready"
+    )
     gpu = find_condition(node)
     assert gpu is not None and gpu.status == "False" and "XID 79" in gpu.message
     assert [c["type"] for c in node["status"]["conditions"]].count(CONDITION_TYPE) == 1
@@ -53,7 +55,9 @@ def test_transition_time_moves_only_when_the_status_flips(h100_sim: SimBackend) 
     cluster = MemoryCluster([node_object("n0")])
     publisher = GpuHealthPublisher(h100_sim, cluster, "n0")
     publisher.publish()
-    cluster.set_condition(NODE, "n0", {"type": CONDITION_TYPE, "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"})
+    cluster.set_condition(
+        NODE, "n0", {"type": CONDITION_TYPE, "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+    )
     publisher.handle(h100_sim.inject_xid(3, 79))
     publisher.publish()
     flipped = next(c for c in cluster.get(NODE, "n0")["status"]["conditions"] if c["type"] == CONDITION_TYPE)

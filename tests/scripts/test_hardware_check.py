@@ -33,7 +33,9 @@ def test_report_and_read_only(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     assert not [c for c in fake.calls if c.startswith(MUTATING) or "Destroy" in c]
 
 
-def test_event_registration_failure_is_reported(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_event_registration_failure_is_reported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = FakeNvml(SimBackend.from_preset("l4-x2"), unsupported=frozenset({"nvmlDeviceRegisterEvents"}))
     monkeypatch.setattr(nvml, "_nvml_module", lambda: fake)
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--events-seconds", "0.3"])

@@ -145,6 +145,9 @@ class DraPluginSettings:
     """Publish MIG-capable GPUs as partitionable devices, MIG devices made on Prepare (``dra.partitions``)."""
     gpu_shares: bool = False
     """Publish whole GPUs for several claims to share, each with its memory and SMs (``dra.shares``)."""
+    mps_root: Path | None = None
+    """With ``gpu_shares``: where the MPS control daemons enforcing the shares keep their directories
+    (``dra.mps``); None: no daemon."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -149,9 +149,10 @@ def dra_plugin(
         "--partitionable-mig",
         help="Publish each MIG-capable GPU as partitionable devices: the whole GPU and every MIG profile "
         "placement, sharing its memory slices, compute slices and engines as counters, the MIG device created "
-        "on prepare and destroyed on unprepare. The plugin then owns those GPUs' MIG layout (no MIG manager "
-        "on the node). Needs Kubernetes 1.35 or later with shared counters (the DRAPartitionableDevices feature "
-        "gate, on by default from 1.36), else the plugin falls back to publishing the GPUs as before.",
+        "on prepare and destroyed on unprepare. The plugin then owns those GPUs' MIG layout (the MIG manager "
+        "refuses layouts that would change them). Needs Kubernetes 1.35 or later with shared counters (the "
+        "DRAPartitionableDevices feature gate, on by default from 1.36), else the plugin falls back to publishing "
+        "the GPUs as before.",
     ),
     gpu_shares: bool = typer.Option(
         False,
@@ -161,6 +162,15 @@ def dra_plugin(
         "where an MPS daemon serves the GPU; time-sliced otherwise). A claim that asks for no memory gets the "
         "GPU to itself. Needs consumable capacity (the DRAConsumableCapacity feature gate), else the plugin "
         "falls back to publishing the GPUs unshared.",
+    ),
+    mps_root: Path | None = typer.Option(
+        None,
+        "--mps-root",
+        help="With --gpu-shares: run an MPS control daemon for each GPU while claims hold part of it, so the "
+        "shares' MPS limits hold, its pipe and log directories under this host directory (mounted at the same "
+        "path in the plugin's pod, its shm directory as the pod's /dev/shm); the claims' containers get the "
+        "pipe directory and the shared memory mounted. Needs nvidia-cuda-mps-control and nvidia-smi from the "
+        "node's driver (runtimeClassName nvidia, NVIDIA_DRIVER_CAPABILITIES with compute).",
     ),
     metrics_port: int = typer.Option(
         0,
@@ -185,6 +195,8 @@ def dra_plugin(
         positive_seconds("--resync-seconds", resync)
     except ValueError as exc:
         fail(str(exc))
+    if mps_root is not None and not gpu_shares:
+        fail("--mps-root runs MPS daemons for GPU shares: it needs --gpu-shares")
     choice = resolve_backend(backend)
     kube = _open_cluster(cluster)  # a missing cluster config is named first: its fix holds for any backend
     _refuse_implicit_sim(
@@ -213,6 +225,7 @@ def dra_plugin(
         device_taints=device_taints,
         partitionable_mig=partitionable_mig,
         gpu_shares=gpu_shares,
+        mps_root=mps_root,
     )
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
     try:

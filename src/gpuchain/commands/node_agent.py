@@ -226,6 +226,20 @@ def parser() -> argparse.ArgumentParser:
         help="dra-plugin: republish interval (catches MIG re-layouts).",
     )
     add(
+        "--gpu-shares",
+        action="store_true",
+        help="dra-plugin: publish each whole GPU for several claims to share, each with the memory and SMs it "
+        "asks for (as gpuchain dra-plugin --gpu-shares).",
+    )
+    add(
+        "--mps-root",
+        type=Path,
+        default=None,
+        help="dra-plugin, with --gpu-shares: run an MPS control daemon per GPU while claims hold part of it, its "
+        "directories under this host directory, which is the same path in the agent's pod and whose shm "
+        "directory is the pod's /dev/shm (as gpuchain dra-plugin --mps-root).",
+    )
+    add(
         "--validations-dir",
         type=Path,
         default=None,
@@ -286,6 +300,8 @@ def settings_of(args: argparse.Namespace) -> dict[str, RoleSettings]:
         overrides = parse_overrides(args.xid_resolution)
     except ValueError as exc:
         fail(f"--xid-resolution: {exc}")
+    if args.mps_root is not None and not args.gpu_shares:
+        fail("--mps-root runs MPS daemons for GPU shares: it needs --gpu-shares")
     validations = args.validations_dir
     return {
         "device-plugin": DevicePluginSettings(
@@ -328,6 +344,8 @@ def settings_of(args: argparse.Namespace) -> dict[str, RoleSettings]:
             cdi_dir=args.cdi_dir,
             state_dir=args.state_dir,
             resync=args.dra_resync_seconds,
+            gpu_shares=args.gpu_shares,
+            mps_root=args.mps_root,
         ),
         "validator": ValidatorSettings(directory=validations),
     }

@@ -26,9 +26,7 @@ from pathlib import Path
 class ConfigFileError(ValueError):
     """A file that cannot be used. ``str()`` is one line: `source:line: field: reason`."""
 
-    def __init__(
-        self, source: str, line: int | None, field: str, reason: str, others: tuple[str, ...] = ()
-    ) -> None:
+    def __init__(self, source: str, line: int | None, field: str, reason: str, others: tuple[str, ...] = ()) -> None:
         self.source = source
         self.line = line
         self.field = field

@@ -42,7 +42,7 @@ from gpuchain.common.files import remove
 from gpuchain.common.supervise import cancel_and_wait, reraise_cancel, spawn
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
-from gpuchain.deviceplugin.mps import HEALTH_INTERVAL, MpsControl, MpsRoot, daemon_commands, keep_daemon
+from gpuchain.deviceplugin.mps import daemon_commands
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
 from gpuchain.gpu.backend import GpuBackend
@@ -50,6 +50,7 @@ from gpuchain.gpu.cdi import write as write_spec
 from gpuchain.gpu.devnodes import control_device_nodes
 from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
+from gpuchain.gpu.mps import HEALTH_INTERVAL, MpsControl, MpsRoot, keep_daemon
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc

@@ -65,30 +65,47 @@ def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
     return cdi_dir / f"{SPEC_PREFIX}{claim_uid}{SPEC_SUFFIX}"
 
 
+MpsClient = tuple[list[str], list[dict[str, object]]]
+"""What a container needs to reach its GPU's MPS daemon: environment and mounts (``dra.mps.client_edits``)."""
+
+
 def claim_spec(
-    claim_uid: str, devices: list[CdiDevice], control_nodes: Sequence[str], dev_root: str | Path = "/"
+    claim_uid: str,
+    devices: list[CdiDevice],
+    control_nodes: Sequence[str],
+    dev_root: str | Path = "/",
+    mps: MpsClient | None = None,
 ) -> dict[str, Any]:
     """The CDI spec for one claim (pure); ``control_nodes`` from ``gpu.devnodes.control_device_nodes``.
-    Shared devices bring the claim's MPS limits (``shares.limits``) into its environment."""
+    Shared devices bring the claim's MPS limits (``shares.limits``) into its environment, and
+    ``mps`` the way to the daemon that enforces them."""
     uuids = ",".join(dict.fromkeys(d.uuid for d in devices))
-    mps = shares.limits([(d.uuid, d.share) for d in devices]).client_env()
+    limits = shares.limits([(d.uuid, d.share) for d in devices]).client_env()
+    env, mounts = mps or ([], [])
     return cdi.spec(
         CDI_KIND,
         {cdi_device_name(claim_uid, d.cdi_name): [d.device_node] for d in devices},
         control_nodes,
-        env=[f"NVIDIA_VISIBLE_DEVICES={uuids}", *(f"{k}={v}" for k, v in mps.items())],
+        env=[f"NVIDIA_VISIBLE_DEVICES={uuids}", *(f"{k}={v}" for k, v in limits.items()), *env],
         dev_root=dev_root,
+        mounts=mounts,
     )
 
 
-def write_spec(cdi_dir: Path, claim_uid: str, devices: list[CdiDevice], dev_root: Path = Path("/")) -> list[str]:
+def write_spec(
+    cdi_dir: Path,
+    claim_uid: str,
+    devices: list[CdiDevice],
+    dev_root: Path = Path("/"),
+    mps: MpsClient | None = None,
+) -> list[str]:
     """Write the claim's spec atomically (rewriting it is harmless) and return its CDI ids.
 
     The control devices are looked up under ``dev_root`` now, so a spec names ``/dev/nvidia-modeset``
     only on a node whose driver created it; with a ``dev_root`` other than ``/`` every device node
     is found there (``hostPath``), as ``nvidia-ctk cdi generate --dev-root`` writes it.
     """
-    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root), dev_root)
+    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root), dev_root, mps)
     cdi.write(spec_path(cdi_dir, claim_uid), spec)
     return [cdi_id(claim_uid, d.cdi_name) for d in devices]
 

@@ -1,4 +1,5 @@
-"""ResourceClaims as the simulator and tests need them: the claim, and the scheduler's allocation.
+"""ResourceClaims as the simulator and tests need them: the claim, and the scheduler's allocation;
+and which claims a pod and each of its containers use.
 
 In a cluster the scheduler evaluates the claim's CEL selectors against published slices and
 writes ``status.allocation``; the plugin only reads the result. The simulator has no scheduler,
@@ -60,3 +61,41 @@ def first_fit(resource_slice: Obj, count: int, predicate: DevicePredicate, taken
     if len(free) < count:
         raise LookupError(f"only {len(free)} free devices match, {count} requested")
     return [str(d["name"]) for d in free[:count]]
+
+
+def _entries(pod: Obj) -> dict[str, str]:
+    """The pod's ``spec.resourceClaims`` entries -> their ResourceClaim: given by name, or generated
+    from a template as ``status.resourceClaimStatuses`` names it (left out until it is made)."""
+    generated = {
+        s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names: dict[str, str] = {}
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        claim = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        if claim:
+            names[str(entry.get("name"))] = str(claim)
+    return names
+
+
+def container_claims(pod: Obj) -> dict[str, frozenset[str]]:
+    """The ResourceClaims each container of a pod (init containers included) uses, by container name:
+    the ``spec.resourceClaims`` entries its ``resources.claims`` names (``_entries``), and the
+    scheduler's claim for extended resources (``status.extendedResourceClaimStatus``: a plain
+    ``nvidia.com/gpu`` request served by DRA) where its ``requestMappings`` name the container."""
+    spec = pod.get("spec") or {}
+    names = _entries(pod)
+    used: dict[str, set[str]] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        refs = (container.get("resources") or {}).get("claims") or []
+        used[str(container.get("name"))] = {names[r["name"]] for r in refs if r.get("name") in names}
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):
+        for mapping in extended.get("requestMappings") or []:
+            used.setdefault(str(mapping.get("containerName")), set()).add(str(extended["resourceClaimName"]))
+    return {name: frozenset(claims) for name, claims in used.items()}
+
+
+def pod_claims(pod: Obj) -> frozenset[str]:
+    """Every ResourceClaim a pod uses, which the kubelet prepares for it: those of its containers and
+    those of its ``spec.resourceClaims`` that no container names."""
+    return frozenset(_entries(pod).values()).union(*container_claims(pod).values())

@@ -30,16 +30,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.dra import cdi, partitions, shares, slices
+from gpuchain.common.labels import MIG_CONFIG_STATE
+from gpuchain.dra import cdi, claims, mps, partitions, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
-from gpuchain.dra.taints import health_taint, taints_of
+from gpuchain.dra.taints import health_taint, mps_taint, taints_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
@@ -49,7 +49,8 @@ from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
-from gpuchain.kube.kinds import NODE
+from gpuchain.kube.kinds import NODE, POD
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value, dra_mig_gpus, mig_change_pending
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
 
@@ -86,10 +87,13 @@ class DriverConfig:
     MIG-capable GPUs as partitionable devices (``dra.partitions``: the full GPU and every MIG
     placement, sharing counters; MIG devices created on Prepare) where the cluster serves
     ``sharedCounters`` (the ``DRAPartitionableDevices`` gate); the driver then owns those GPUs' MIG
-    layout, so the MIG manager must not manage them. ``gpu_shares``: publish whole GPUs for
+    layout, and the MIG manager keeps off them (``kube.mig_owner``). ``gpu_shares``: publish whole GPUs for
     several claims to share, each with the memory and SMs it asks for (``dra.shares``), where the
     cluster serves consumable capacity (the ``DRAConsumableCapacity`` gate); Prepare gives each
-    claim its share as MPS limits.
+    claim its share as MPS limits. ``mps_root``: with shares, run an MPS control daemon per GPU
+    while shares of part of it are prepared, which enforces those limits (``dra.mps``), its
+    directories under this host directory (the same path in the plugin's container); None: no
+    daemon, the GPU is time-sliced and the limits are a promise.
     """
 
     node: str
@@ -102,6 +106,7 @@ class DriverConfig:
     device_taints: bool = False
     partitionable_mig: bool = False
     gpu_shares: bool = False
+    mps_root: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,8 @@ class DraDriver:
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
         self._lock = threading.RLock()
+        self._node_seen: Obj | None = None
+        """This Node as the last publish read it (or as the last annotation patch left it)."""
         self.withheld: str | None = None
         """Why the node's GPUs are not published now (they belong to the device plugin), or None."""
         self.taints_served = config.device_taints
@@ -144,8 +151,13 @@ class DraDriver:
         """MIG-capable GPUs are partitionable: asked for, and the API server kept the counters."""
         self.shares_served = config.gpu_shares
         """Whole GPUs are shared: asked for, and the API server kept ``allowMultipleAllocations``."""
-        if config.partitionable_mig:
-            self._destroy_orphan_instances()
+        self._orphans_due = config.partitionable_mig
+        """MIG instances an interrupted Prepare may have left are still to be looked for (``_clean_orphans``)."""
+        self.mps = mps.GpuDaemons(config.mps_root, self._on_mps_health) if config.mps_root else None
+        """The MPS control daemons of shared GPUs (``--mps-root``), kept while ``keep_mps`` runs."""
+        self._mps_down: frozenset[str] = frozenset()
+        """GPUs whose MPS daemon does not answer: unhealthy, their shares refused."""
+        self._background: set[asyncio.Task[None]] = set()
         self.metrics = DraMetrics(config.node, self.device_states)
         """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
@@ -163,8 +175,15 @@ class DraDriver:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """GPU and MIG UUIDs withdrawn for health."""
-        return self.health.unhealthy()
+        """GPU and MIG UUIDs withdrawn for health (a GPU whose MPS daemon does not answer too)."""
+        return self.health.unhealthy() | self._mps_down
+
+    def _taint_of(self, gpu_uuid: str, mig_uuid: str | None) -> Obj | None:
+        """A device's taint: its health's, else ``mps-daemon-down`` while its GPU's daemon is down."""
+        taint = health_taint(self.health, gpu_uuid, mig_uuid)
+        if taint is None and gpu_uuid in self._mps_down:
+            return mps_taint()
+        return taint
 
     # ---- the slice ----------------------------------------------------------------------------
 
@@ -175,6 +194,7 @@ class DraDriver:
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
         owner = self.cluster.get_or_none(NODE, self.node)
+        self._node_seen = owner
         withheld = dra_may_publish(owner, self.config.unlabelled)
         if withheld != self.withheld:
             if withheld:
@@ -182,7 +202,7 @@ class DraDriver:
             else:
                 log.info("Node %s: its GPUs are this driver's: publishing them", self.node)
             self.withheld = withheld
-        taint_of = partial(health_taint, self.health) if self.taints_served else None
+        taint_of = self._taint_of if self.taints_served else None
         plain = (
             []
             if withheld
@@ -199,10 +219,14 @@ class DraDriver:
         return out
 
     def publish(self) -> Published:
-        """Bring the live ResourceSlices to the current devices; a new generation only on change."""
+        """Bring the live ResourceSlices to the current devices; a new generation only on change.
+        The GPUs whose MIG layout the driver owns are announced on the Node before any is published
+        (``kube.mig_owner``), and the announcement is brought to what was published after."""
         with self._lock:
             lives = self._live_slices()
             desired = self.desired_slices(lives)
+            self._announce_mig_gpus()
+            self._clean_orphans()
             try:
                 written, changed = self._write(desired, lives)
             except InvalidError as exc:
@@ -217,8 +241,31 @@ class DraDriver:
                 desired = self.desired_slices(written)
                 written, again = self._write(desired, written)
                 changed |= again
+            self._announce_mig_gpus()
             devices = tuple(str(d["name"]) for obj in desired for d in slices.devices_of(obj))
             return Published(int(desired[0]["spec"]["pool"]["generation"]), changed, devices)
+
+    def _mig_gpus(self) -> frozenset[int]:
+        """The GPUs whose MIG layout this driver owns now: those published as partitionable
+        devices, and those holding a MIG device it created for a prepared claim."""
+        made = {d.created.gpu_index for c in self.checkpoint.claims() for d in c.devices if d.created is not None}
+        if self.withheld or not self.partitions_served:
+            return frozenset(made)
+        return frozenset(made | {g.index for g in self._inventory().gpus if partitions.partitionable(g)})
+
+    def _announce_mig_gpus(self) -> None:
+        """Write the Node annotation that keeps the MIG manager off this driver's MIG GPUs
+        (``kube.mig_owner``) when it differs from what the driver owns (one left by a run with
+        ``--partitionable-mig`` is removed by one without); no Node, no announcement."""
+        node = self._node_seen
+        if node is None:
+            return
+        wanted = self._mig_gpus()
+        if dra_mig_gpus(node) == wanted:
+            return
+        patch = {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value(wanted)}}}
+        self._node_seen = self.cluster.patch(NODE, self.node, patch)
+        log.info("Node %s: announced the GPUs whose MIG layout this driver owns: %s", self.node, sorted(wanted))
 
     def _live_slices(self) -> dict[str, Obj]:
         """This node's live slices by name: all of this driver's on the node where GPUs may be
@@ -328,6 +375,101 @@ class DraDriver:
         with self._lock:
             return self._republish_if(lambda: self.health.apply(event, self.clock()))
 
+    def mps_health(self, gpu_uuid: str, up: bool) -> Published | None:
+        """A shared GPU's MPS daemon answers again (or stopped answering): its devices are published
+        again (or withdrawn or tainted, like any unhealthy GPU); republish on change."""
+        with self._lock:
+            down = self._mps_down - {gpu_uuid} if up else self._mps_down | {gpu_uuid}
+
+            def change() -> bool:
+                self._mps_down = down
+                return True
+
+            return self._republish_if(change)
+
+    def _on_mps_health(self, gpu_uuid: str, up: bool) -> None:
+        """``mps_health`` off the loop (the daemons call this on it); a failed publish is logged, the
+        next resync publishes the state."""
+        if up:
+            log.info("GPU %s: its MPS control daemon answers; its shares are served", gpu_uuid)
+        else:
+            log.error("GPU %s: its MPS control daemon does not answer; its shares are withdrawn", gpu_uuid)
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(self.mps_health, gpu_uuid, up)
+            except (KubeError, GpuError, OSError) as exc:
+                log.error("MPS daemon of GPU %s: slice not republished yet: %s", gpu_uuid, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def keep_mps(self) -> None:
+        """Keep the MPS daemons of the shares the checkpoint holds, until cancelled (``dra.mps``);
+        returns at once without ``--mps-root``."""
+        if self.mps is None:
+            return
+        wanted = await asyncio.to_thread(self._mps_wanted)
+        await self.mps.run(wanted)
+
+    def _mps_wanted(self, more: Iterable[tuple[str, shares.Share | None]] = ()) -> dict[str, int]:
+        """The GPUs (UUID -> index) whose daemon the prepared claims (and the shares ``more``: GPU
+        UUID, share) need."""
+        gpus = {g.uuid: g for g in self._inventory().gpus}
+        held = [(d.uuid, d.share) for claim in self.checkpoint.claims() for d in claim.devices]
+        return {
+            uuid: gpus[uuid].index
+            for uuid, share in (*held, *more)
+            if uuid in gpus and mps.needs_daemon(share, gpus[uuid].memory_mib)
+        }
+
+    def _mps_client(self, where: str, devices: Iterable[tuple[str, shares.Share | None]]) -> str | None:
+        """The GPU whose daemon a claim's container talks to (None: it has no share needing one).
+        A container talks to one daemon, and there is one per GPU: a claim with part of a GPU
+        holds shares of that GPU only, else PrepareError."""
+        if self.mps is None:
+            return None
+        memory = {g.uuid: g.memory_mib for g in self._inventory().gpus}
+        held = list(devices)
+        gpus = {uuid for uuid, share in held if mps.needs_daemon(share, memory.get(uuid, 0))}
+        if not gpus:
+            return None
+        if len(gpus) > 1 or any(uuid not in gpus or share is None for uuid, share in held):
+            raise PrepareError(
+                f"{where}: holds part of a GPU beside other devices; its container would need one MPS control "
+                "daemon for all of them, and this node runs one per GPU: ask for each shared GPU in a claim of its own"
+            )
+        return gpus.pop()
+
+    def _mps_edits(self, gpu_uuid: str | None) -> cdi.MpsClient | None:
+        if self.mps is None or gpu_uuid is None:
+            return None
+        return mps.client_edits(self.mps.root, gpu_uuid)
+
+    def _mps_start(self, where: str, gpu_uuid: str, held: list[tuple[str, shares.Share | None]]) -> None:
+        """Have the GPU's daemon answering before the claim is prepared: started for the first share
+        of it (a GPU whose daemon stopped answering was refused before, as unhealthy)."""
+        assert self.mps is not None
+        try:
+            self.mps.want(self._mps_wanted(held))
+        except RuntimeError as exc:
+            raise PrepareError(f"{where}: {exc}") from exc
+        problem = self.mps.wait_up(gpu_uuid)
+        if problem is not None:
+            self._mps_settle()
+            raise PrepareError(f"{where}: GPU {gpu_uuid}: {problem}; nothing was prepared")
+
+    def _mps_settle(self) -> None:
+        """Keep the daemons the prepared claims need, and only those (a last share gone, a Prepare
+        undone); a failure is logged: the claims are as recorded, the next change settles again."""
+        if self.mps is None:
+            return
+        try:
+            self.mps.want(self._mps_wanted())
+        except (RuntimeError, GpuError) as exc:
+            log.error("MPS control daemons not brought to the prepared shares: %s", exc)
+
     def set_quarantined(self, gpu_uuids: frozenset[str]) -> Published | None:
         """Withdraw exactly these GPUs (and their MIG devices) for the repair loop; republish on change.
         A GPU it gives back was repaired, so an XID seen before clears after the quiet period."""
@@ -436,7 +578,7 @@ class DraDriver:
             if done is not None:
                 self._ensure_spec(done)
                 return done
-            results = self._allocated(ref)
+            claim, results = self._allocated(ref)
             known = self._devices_by_name()
             devices: list[cdi.CdiDevice] = []
             created: list[CreatedInstance | None] = []
@@ -447,19 +589,33 @@ class DraDriver:
                 device, healthy = known[name]
                 if self.withheld:
                     raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {name!r}: {self.withheld}")
+                if not healthy and device.uuid in self._mps_down:
+                    raise PrepareError(
+                        f"claim {ref.namespace}/{ref.name}: device {name!r}: the MPS control daemon of its GPU does "
+                        "not answer (the plugin starts it again); its shares are withdrawn until it does"
+                    )
                 if not healthy:
                     raise PrepareError(
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
                 devices.append(self._with_share(ref, device, result))
+            where = f"claim {ref.namespace}/{ref.name}"
+            held = [(d.uuid, d.share) for d in devices]
+            client = self._mps_client(where, held)
+            if client is not None:
+                self._refuse_other_gpus(where, claim, client, known)
+                self._mps_start(where, client, held)
             try:
                 for i, device in enumerate(devices):
                     devices[i], instance = self._make_ready(ref, device)
                     created.append(instance)
-                cdi_ids = cdi.write_spec(self.config.cdi_dir, ref.uid, devices, self.config.dev_root)
+                cdi_ids = cdi.write_spec(
+                    self.config.cdi_dir, ref.uid, devices, self.config.dev_root, self._mps_edits(client)
+                )
             except BaseException:
                 self._destroy(c for c in created if c is not None)  # nothing prepared: no MIG device either
+                self._mps_settle()
                 raise
             prepared = PreparedClaim(
                 ref.uid,
@@ -477,6 +633,7 @@ class DraDriver:
             except OSError as exc:
                 cdi.remove_spec(self.config.cdi_dir, ref.uid)  # nothing prepared: no spec either
                 self._destroy(c for c in created if c is not None)
+                self._mps_settle()
                 raise PrepareError(
                     f"claim {ref.namespace}/{ref.name}: cannot record it in {self.checkpoint.path} ({exc}); "
                     "nothing was prepared"
@@ -507,6 +664,11 @@ class DraDriver:
         gpu = part.gpu if part is not None else self._partitionable_gpu(device.name)
         if gpu is None:
             return device, None
+        if mig_change_pending(self.cluster.get_or_none(NODE, self.node)):
+            raise PrepareError(
+                f"{where}: the MIG manager is changing this node's MIG layout ({MIG_CONFIG_STATE}=pending); "
+                "the MIG manager and this driver never change one GPU at once, and the kubelet retries the claim"
+            )
         try:
             mode = self.backend.mig_mode(gpu.index)
             if mode.current != (part is not None):
@@ -555,6 +717,21 @@ class DraDriver:
                     made.gpu_index,
                 )
 
+    def _clean_orphans(self) -> None:
+        """Destroy the MIG instances an interrupted Prepare left (``_destroy_orphan_instances``) at
+        the first publish that may: once the GPUs are announced as this driver's (never on a node
+        whose GPUs are the device plugin's, where the MIG layout is the MIG manager's) and while no
+        MIG change is under way (``kube.mig_owner``); a later publish (the resync) tries again."""
+        if not self._orphans_due or self.withheld or not self.partitions_served:
+            return
+        if mig_change_pending(self._node_seen):
+            log.info(
+                "Node %s: a MIG change is under way; MIG instances left by a Prepare are destroyed later", self.node
+            )
+            return
+        self._destroy_orphan_instances()
+        self._orphans_due = False
+
     def _destroy_orphan_instances(self) -> None:
         """Destroy the MIG instances of partitionable GPUs that no prepared claim holds: Prepare
         creates an instance before it records the claim, so a crash between the two leaves one the
@@ -599,7 +776,8 @@ class DraDriver:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
         if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
             devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node, d.share) for d in claim.devices]
-            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root)
+            client = self._mps_client(f"claim {claim.namespace}/{claim.name}", ((d.uuid, d.share) for d in devices))
+            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root, self._mps_edits(client))
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
@@ -654,9 +832,65 @@ class DraDriver:
                 if claim is not None:
                     self.checkpoint.add(claim)  # the spec is still there: so is the claim
                 raise PrepareError(f"{where}: cannot remove its CDI spec ({exc}); it stays prepared") from exc
+            if claim is not None:
+                self._mps_settle()  # its GPU's daemon stops with the last share
             return removed or forgotten
 
-    def _allocated(self, ref: ClaimRef) -> list[dict[str, Any]]:
+    def _refuse_other_gpus(
+        self, where: str, claim: Obj, gpu_uuid: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
+    ) -> None:
+        """PrepareError when a container that uses this claim, which holds part of ``gpu_uuid``, also
+        uses another claim holding any of this node's devices but shares of that GPU: the container
+        would reach one MPS daemon (its pipe directory is mounted at one path), and each GPU has its
+        own. The kubelet prepares one claim at a time, so the containers come from the pods the claim
+        is reserved for (``status.reservedFor``) and their specs, and the other claims are read back;
+        a claim of another driver is not looked at."""
+        namespace = str(claim.get("metadata", {}).get("namespace", "default"))
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        for consumer in (c for c in reserved if c.get("resource") == "pods" and not c.get("apiGroup")):
+            try:
+                pod = self.cluster.get_or_none(POD, str(consumer.get("name")), namespace)
+            except KubeError as exc:
+                raise PrepareError(
+                    f"{where}: cannot read pod {namespace}/{consumer.get('name')} to see what else its containers "
+                    f"hold beside the shared GPU ({exc}); the plugin needs get on pods"
+                ) from exc
+            if pod is None or pod.get("metadata", {}).get("uid") != consumer.get("uid"):
+                continue  # gone, or another pod of that name: it holds nothing of this claim
+            for container, names in sorted(claims.container_claims(pod).items()):
+                if claim["metadata"]["name"] not in names:
+                    continue
+                for other in sorted(names - {claim["metadata"]["name"]}):
+                    found = self._held_by(namespace, other, known)
+                    if found and any(uuid != gpu_uuid or share is None for uuid, share in found):
+                        raise PrepareError(
+                            f"{where}: container {container!r} of pod {namespace}/{pod['metadata']['name']} also "
+                            f"uses claim {namespace}/{other}, which holds other devices of this node than shares "
+                            f"of GPU {gpu_uuid}; the container would reach one MPS control daemon, and this node "
+                            "runs one per GPU: give each shared GPU's claim a container of its own"
+                        )
+
+    def _held_by(
+        self, namespace: str, name: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
+    ) -> list[tuple[str, shares.Share | None]]:
+        """The devices of this node (GPU or MIG UUID, share) another claim is allocated; none for a
+        claim that is gone, unallocated or of other drivers (a device its own Prepare refuses is
+        left to that Prepare)."""
+        other = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace)
+        allocation = ((other or {}).get("status") or {}).get("allocation") or {}
+        ref = ClaimRef(namespace, str((other or {}).get("metadata", {}).get("uid", "")), name)
+        held: list[tuple[str, shares.Share | None]] = []
+        for result in allocation.get("devices", {}).get("results", []):
+            if result.get("driver") != DRIVER or result.get("pool") != self.node or result.get("device") not in known:
+                continue
+            try:
+                device = self._with_share(ref, known[str(result["device"])][0], result)
+            except PrepareError:
+                continue
+            held.append((device.uuid or str(result["device"]), device.share))
+        return held
+
+    def _allocated(self, ref: ClaimRef) -> tuple[Obj, list[dict[str, Any]]]:
         where = f"claim {ref.namespace}/{ref.name}"
         claim = self.cluster.get_or_none(RESOURCE_CLAIM, ref.name, ref.namespace)
         if claim is None:
@@ -676,7 +910,7 @@ class DraDriver:
                     f"{where}: device {r.get('device')!r} is allocated from pool {r.get('pool')!r}, "
                     f"not this node's pool {self.node!r}"
                 )
-        return results
+        return claim, results
 
     def _devices_by_name(self) -> dict[str, tuple[cdi.CdiDevice, bool]]:
         """Every device this node has (published or withdrawn) by DRA name, with its health."""

@@ -79,6 +79,16 @@ def gpu_device_name(gpu: Gpu) -> str:
     return f"gpu-{gpu.index}"
 
 
+_GPU_OF_DEVICE = re.compile(r"^gpu-(\d+)(?:-|$)")
+
+
+def gpu_index_of(device: str) -> int | None:
+    """The GPU a device of gpu.gpuchain.io is on, from its name: the whole GPU (``gpu-<index>``), a
+    MIG device or a MIG placement (``gpu-<index>-mig-...``); None for a name the driver never gives."""
+    found = _GPU_OF_DEVICE.match(device)
+    return int(found.group(1)) if found else None
+
+
 def mig_device_name(mig: MigDevice) -> str:
     """``gpu-<parent index>-mig-<profile>-<gi>-<ci>``: stable while the MIG layout stays the same."""
     return f"gpu-{mig.parent_index}-mig-{profile_slug(mig.profile)}-{mig.gi_id}-{mig.ci_id}"

@@ -13,7 +13,9 @@ keeps the device visible (``kubectl get resourceslice``), and its effect decides
   (it drains, resets and burns in the GPU before giving it back).
 
 One taint per device, key ``gpu.gpuchain.io/unhealthy``, the value saying which fault
-(``xid-48``, ``xid-13-31``, ``gpu-lost``, ``no-health-events``, ``quarantined``), so a claim can
+(``xid-48``, ``xid-13-31``, ``gpu-lost``, ``no-health-events``, ``quarantined``, and
+``mps-daemon-down`` for a shared GPU whose MPS control daemon does not answer: ``NoSchedule``, as
+the plugin starts it again and the pods on it keep their GPU), so a claim can
 tolerate one kind (a diagnostic job tolerating ``quarantined``). When the device is healthy again
 (the quiet period after a recovery, or the repair loop giving the GPU back) the taint goes.
 
@@ -57,6 +59,11 @@ def health_taint(health: HealthState, gpu_uuid: str, mig_uuid: str | None = None
     needs = worst(health.policy.table.needs(code, repeated) for code, repeated in xids.items())
     value = "xid-" + "-".join(str(code) for code in sorted(xids))
     return _taint(value[:63].rstrip("-"), NO_SCHEDULE if needs is Resolution.NONE else NO_EXECUTE)
+
+
+def mps_taint() -> Obj:
+    """The taint of a shared GPU whose MPS control daemon does not answer (``dra.mps``)."""
+    return _taint("mps-daemon-down", NO_SCHEDULE)
 
 
 def taints_of(device: Obj) -> list[Obj]:

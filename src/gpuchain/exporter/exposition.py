@@ -64,6 +64,7 @@ class Collects(Protocol):
     def collect(self) -> Iterable[Family]: ...
 
 
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

@@ -49,13 +49,17 @@ def spec(
     control_nodes: Sequence[str],
     env: Sequence[str] = (),
     dev_root: str | Path = "/",
+    mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A spec of ``kind`` (pure): ``devices`` maps each device name to its own device nodes;
-    ``control_nodes`` and ``env`` are what every device of the spec brings along."""
+    ``control_nodes``, ``env`` and ``mounts`` (CDI mount edits: ``hostPath``, ``containerPath``,
+    ``options``) are what every device of the spec brings along."""
     edits: dict[str, Any] = {}
     if env:
         edits["env"] = list(env)
     edits["deviceNodes"] = [device_node(p, dev_root) for p in control_nodes]
+    if mounts:
+        edits["mounts"] = [dict(m) for m in mounts]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": kind,

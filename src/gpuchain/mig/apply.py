@@ -26,6 +26,7 @@ from gpuchain.mig.plan import (
     Step,
     StepKind,
     differences,
+    matches,
     observe,
     plan,
     recarvable,
@@ -153,6 +154,13 @@ def check(backend: GpuBackend, config: MigPartedConfig, name: str) -> list[str]:
     """What differs between the node and the named layout; empty when it already has it."""
     state = observe(backend)
     return differences(state, resolve(state, config, name))
+
+
+def gpus_to_change(backend: GpuBackend, config: MigPartedConfig, name: str) -> tuple[int, ...]:
+    """The GPUs the named layout would change (those without their target yet); empty when the
+    node has the layout."""
+    state = observe(backend)
+    return tuple(t.index for t in resolve(state, config, name) if not matches(state.gpu(t.index), t))
 
 
 def lost_to_reset_gpus(backend: GpuBackend, config: MigPartedConfig, name: str) -> tuple[int, ...]:

@@ -15,15 +15,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG_STATE_REASON
+from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE_REASON
 from gpuchain.common.supervise import spawn
+from gpuchain.dra.claims import pod_claims
+from gpuchain.dra.kinds import DRIVER as DRA_DRIVER
+from gpuchain.dra.kinds import RESOURCE_CLAIM
+from gpuchain.dra.slices import gpu_index_of
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import GpuError, ReleasedError
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, decode_quarantine
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, POD, Cluster, EvictionBlockedError, Kind, KubeError, follow
 from gpuchain.kube import NotFoundError as KubeNotFoundError
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.gpu_resources import uses_gpus
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS, dra_mig_gpus
 from gpuchain.mig.agent import (
     Action,
     Apply,
@@ -39,7 +45,7 @@ from gpuchain.mig.agent import (
     next_timer,
     step,
 )
-from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, check, lost_to_reset_gpus
+from gpuchain.mig.apply import MigApplyError, ResetRequiredError, apply, gpus_to_change, lost_to_reset_gpus
 from gpuchain.mig.config import LayoutError, MigPartedConfig
 
 log = logging.getLogger(__name__)
@@ -112,6 +118,8 @@ class MigManager:
         self._reset_news = False
         """NVML was let go (a GPU reset on this node) since the node was last looked at again."""
         self._quarantine_seen: str | None = None
+        self._changing: frozenset[int] = frozenset()
+        """The GPUs the change under way touches, as its check found them (``_dra_pods``)."""
 
     # ---- observe -----------------------------------------------------------------------------
 
@@ -124,10 +132,53 @@ class MigManager:
             if _spec(p).get("nodeName") == self.node  # also where a server ignores field selectors
         ]
         operand, workload = classify_pods(pods, self.policy.operands)
-        layout = self._check() if self.machine.phase is Phase.CHECK else None
+        if self.machine.phase is Phase.WORKLOADS:
+            workload += self._dra_pods(pods, operand, workload)
+        layout = self._check(node) if self.machine.phase is Phase.CHECK else None
         quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
         recarve = self._lost_to_reset(quarantine) if self.machine.phase is Phase.IDLE else ()
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
+
+    def _dra_pods(
+        self, pods: list[dict[str, Any]], operand: tuple[PodRef, ...], counted: tuple[PodRef, ...]
+    ) -> tuple[PodRef, ...]:
+        """The node's other running pods that hold a claim the DRA driver allocated a device of one of
+        the GPUs this change touches (``_changing``): the whole GPU, a MIG device or a share of it. Such
+        a pod asks for no ``nvidia.com/*`` resource, so ``uses_gpus`` does not see it, and the change
+        would destroy its MIG device or reset its GPU's mode under it. Read only while the change waits
+        for the GPUs' pods, one claim at a time."""
+        seen = set(operand) | set(counted)
+        found: list[PodRef] = []
+        for pod in pods:
+            ref = _ref(pod)
+            if ref in seen or (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+                continue
+            if any(self._claim_on_changing(ref.namespace, name) for name in sorted(pod_claims(pod))):
+                found.append(ref)
+        return tuple(found)
+
+    def _claim_on_changing(self, namespace: str, name: str) -> bool:
+        """Whether the claim has a device on a GPU to change. A claim the MIG manager may not read (a
+        role without ``get`` on ResourceClaims, as NVIDIA's) counts as none, as before claims were
+        read: the change goes on, and the error says what to grant."""
+        try:
+            claim = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace) or {}
+        except ForbiddenError as exc:
+            log.error(
+                "MIG manager: cannot read ResourceClaim %s/%s (%s): a pod holding a GPU of this node through it "
+                "does not block the change; grant the MIG manager get on resourceclaims",
+                namespace,
+                name,
+                exc,
+            )
+            return False
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        return any(
+            r.get("driver") == DRA_DRIVER
+            and r.get("pool") == self.node
+            and gpu_index_of(str(r.get("device", ""))) in self._changing
+            for r in results
+        )
 
     def _lost_to_reset(self, quarantine: str | None) -> tuple[int, ...]:
         """The GPUs a reset left without their MIG devices (``apply.lost_to_reset_gpus``), looked
@@ -148,12 +199,25 @@ class MigManager:
             log.warning("MIG manager: cannot look for MIG devices lost to a GPU reset: %s", exc)
             return ()
 
-    def _check(self) -> LayoutCheck:
-        """The node against the layout. A ``ReleasedError`` is no verdict on it: it ends the round
-        (see ``reconcile``), and the check is made again once NVML is back."""
+    def _check(self, node: Mapping[str, Any]) -> LayoutCheck:
+        """The node against the layout, refused when it would change a GPU whose MIG layout the DRA
+        driver owns (``kube.mig_owner``: read after this change's ``pending`` state was written). A
+        ``ReleasedError`` is no verdict on it: it ends the round (see ``reconcile``), and the check is
+        made again once NVML is back."""
         name = self.machine.config or ""
         try:
-            return LayoutCheck(has_layout=not check(self.backend, self.config, name))
+            todo = gpus_to_change(self.backend, self.config, name)
+            self._changing = frozenset(todo)
+            owned = sorted(set(todo) & dra_mig_gpus(node))
+            if owned:
+                gpus = ", ".join(map(str, owned))
+                return LayoutCheck(
+                    error=f"layout {name!r} would change GPU {gpus}, whose MIG devices the DRA driver {DRA_DRIVER} "
+                    f"creates for claims (Node annotation {DRA_MIG_GPUS}); the MIG manager and the DRA driver never "
+                    "change one GPU at once: run the DRA plugin without --partitionable-mig on this node, or remove "
+                    f"the {MIG_CONFIG} label"
+                )
+            return LayoutCheck(has_layout=not todo)
         except ReleasedError:
             raise
         except LayoutError as exc:
@@ -222,15 +286,23 @@ class MigManager:
         finished from what the GPUs then have."""
         for _ in range(_MAX_TRANSITIONS):
             before = self.machine
-            nxt, actions = step(before, self.observe(), self.policy, self.clock())
-            if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
-                self._applied, self._evict_errors = None, ()
-            for action in actions:
-                self._perform(action)
-            self.machine = nxt
-            if nxt.phase is before.phase and (nxt.waiting or not actions):
+            acted = self.transition()
+            if self.machine.phase is before.phase and (self.machine.waiting or not acted):
                 break
         return self.machine
+
+    def transition(self) -> bool:
+        """One transition: observe, step, perform its actions; whether there were any. ``reconcile``
+        runs them until the machine waits; one at a time, another node agent's steps can be put
+        between them (``tests/dra/test_dra_mig_owner.py`` does)."""
+        before = self.machine
+        nxt, actions = step(before, self.observe(), self.policy, self.clock())
+        if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
+            self._applied, self._evict_errors = None, ()
+        for action in actions:
+            self._perform(action)
+        self.machine = nxt
+        return bool(actions)
 
     async def run(
         self, interval: float = 2.0, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS

@@ -9,8 +9,10 @@ the field and both ways out. Nor does it deploy its device plugin while a Device
 plugin resource (``nvidia.com/gpu``) through ``extendedResourceName`` (the chart's
 ``dra.extendedResource``): the device plugin registers that resource on every GPU node it runs on,
 with no device where the node is DRA's, and the scheduler serves a request through the class only
-on nodes that have none, so the two would each claim the name. A pure decision over the policy, the
-cluster's DaemonSets and its DeviceClasses.
+on nodes that have none, so the two would each claim the name. Nor beside a DRA plugin whose MPS
+root (``--mps-root``, the chart's ``dra.mps.root``) is the device plugin's (``devicePlugin.mps.root``):
+the DRA plugin stops every MPS daemon it finds there that none of its claims needs, the device
+plugin's among them. A pure decision over the policy, the cluster's DaemonSets and its DeviceClasses.
 """
 
 from __future__ import annotations
@@ -20,30 +22,57 @@ from collections.abc import Iterable
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
 from gpuchain.kube.gpu_resources import is_gpu_resource
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import mps_root
 from gpuchain.operator.policy import ClusterPolicySpec, Problem
 
-_SERVES_UNLABELLED = ("--unlabelled-nodes=dra", ("--unlabelled-nodes", "dra"))
 
-
-def serves_unlabelled_nodes(daemonset: Obj) -> bool:
-    """Whether a DaemonSet runs gpuchain's DRA plugin on every unlabelled GPU node (``--unlabelled-nodes=dra``)."""
+def dra_plugin_flag(daemonset: Obj, flag: str) -> str | None:
+    """The value a DaemonSet gives gpuchain's DRA plugin for ``flag`` (``--flag=value`` or ``--flag
+    value``), or None where it runs no DRA plugin or gives none."""
     pod = daemonset.get("spec", {}).get("template", {}).get("spec", {})
     for container in pod.get("containers") or []:
         words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
         if "dra-plugin" not in words:
             continue
-        if _SERVES_UNLABELLED[0] in words:
-            return True
-        if any(tuple(words[i : i + 2]) == _SERVES_UNLABELLED[1] for i in range(len(words) - 1)):
-            return True
-    return False
+        for i, word in enumerate(words):
+            if word.startswith(f"{flag}="):
+                return word.partition("=")[2]
+            if word == flag and i + 1 < len(words):
+                return words[i + 1]
+    return None
+
+
+def serves_unlabelled_nodes(daemonset: Obj) -> bool:
+    """Whether a DaemonSet runs gpuchain's DRA plugin on every unlabelled GPU node (``--unlabelled-nodes=dra``)."""
+    return dra_plugin_flag(daemonset, "--unlabelled-nodes") == DRA
+
+
+def _mps_root_of(daemonset: Obj) -> str | None:
+    """The DRA plugin's ``--mps-root`` without a trailing slash, as ``operands.mps_root`` gives the
+    device plugin's; None without one."""
+    given = dra_plugin_flag(daemonset, "--mps-root")
+    return (given.rstrip("/") or "/") if given else None
 
 
 def dra_problems(policy: ClusterPolicySpec, daemonsets: Iterable[Obj], device_classes: Iterable[Obj]) -> list[Problem]:
-    """The device plugin switched on beside a DRA plugin that serves the same (unlabelled) nodes, or
-    beside a DeviceClass that serves its resource name to DRA."""
+    """The device plugin switched on beside a DRA plugin that serves the same (unlabelled) nodes or
+    keeps its MPS daemons in the same root, or beside a DeviceClass that serves its resource name to DRA."""
     if not policy.device_plugin.enabled:
         return []
+    daemonsets = list(daemonsets)
+    root = mps_root(policy)
+    roots = [
+        Problem(
+            "devicePlugin.mps.root",
+            f"DaemonSet {namespace_of(ds)}/{name_of(ds)} runs gpuchain's DRA plugin with its MPS daemons in "
+            f"{root} too, and it stops every daemon there that none of its claims needs, the device plugin's "
+            "among them: give the DRA plugin a root of its own (chart: dra.mps.root=/run/gpuchain/dra-mps), or "
+            "set devicePlugin.mps.root to another directory",
+            root,
+        )
+        for ds in daemonsets
+        if _mps_root_of(ds) == root
+    ]
     bridges = [
         Problem(
             "devicePlugin.enabled",
@@ -56,15 +85,19 @@ def dra_problems(policy: ClusterPolicySpec, daemonsets: Iterable[Obj], device_cl
         for dc in device_classes
         if is_gpu_resource(str((dc.get("spec") or {}).get("extendedResourceName") or ""))
     ]
-    return bridges + [
-        Problem(
-            "devicePlugin.enabled",
-            f"DaemonSet {namespace_of(ds)}/{name_of(ds)} runs gpuchain's DRA plugin on every GPU node without "
-            f"the {ALLOCATOR_LABEL} label, so the device plugin would hand out the same GPUs: set "
-            f"devicePlugin.enabled=false, or run the DRA plugin with --unlabelled-nodes=device-plugin (chart: "
-            f"dra.nodes=labelled) and label its nodes {ALLOCATOR_LABEL}={DRA}",
-            "true",
-        )
-        for ds in daemonsets
-        if serves_unlabelled_nodes(ds)
-    ]
+    return (
+        roots
+        + bridges
+        + [
+            Problem(
+                "devicePlugin.enabled",
+                f"DaemonSet {namespace_of(ds)}/{name_of(ds)} runs gpuchain's DRA plugin on every GPU node without "
+                f"the {ALLOCATOR_LABEL} label, so the device plugin would hand out the same GPUs: set "
+                f"devicePlugin.enabled=false, or run the DRA plugin with --unlabelled-nodes=device-plugin (chart: "
+                f"dra.nodes=labelled) and label its nodes {ALLOCATOR_LABEL}={DRA}",
+                "true",
+            )
+            for ds in daemonsets
+            if serves_unlabelled_nodes(ds)
+        ]
+    )

@@ -53,6 +53,7 @@ def driver_of(settings: DraPluginSettings, node: Node) -> tuple[DraDriver, DraPl
         device_taints=settings.device_taints,
         partitionable_mig=settings.partitionable_mig,
         gpu_shares=settings.gpu_shares,
+        mps_root=settings.mps_root,
     )
     driver = DraDriver(backend, node.cluster(), config)
     server = DraPluginServer(
@@ -86,6 +87,8 @@ async def serve(
         critical.add(asyncio.create_task(driver.resync(resync), name="dra-plugin: resync")),
         critical.add(asyncio.create_task(quarantine.follow(), name="dra-plugin: quarantine watch")),
     ]
+    if driver.mps is not None:
+        tasks.append(critical.add(asyncio.create_task(driver.keep_mps(), name="dra-plugin: MPS daemons")))
     started()
     stopped = asyncio.ensure_future(stop.wait())
     ending = asyncio.ensure_future(failed.wait())
