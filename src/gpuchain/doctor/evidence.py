@@ -267,6 +267,19 @@ def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
     return None
 
 
+def install_driver(ctx: Context) -> str:
+    """How a driver missing from a node is installed on this stack: its own way, a node image that carries one,
+    the host's packages (or the policy's driver container)."""
+    return ctx.stack.driver_install or (
+        f"replace the node with one built from {ctx.stack.node_image}"
+        if ctx.stack.node_image
+        else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
+        f"in {ctx.policy_ref})"
+        if ctx.policy_obj is not None
+        else "install the NVIDIA driver on the node"
+    )
+
+
 def _fix(
     ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
 ) -> tuple[Fix | None, str]:
@@ -316,18 +329,13 @@ def _fix(
             },
         )
     elif finding_id == "driver.not-installed":
-        install = ctx.stack.driver_install or (
-            f"replace the node with one built from {ctx.stack.node_image}"
-            if ctx.stack.node_image
-            else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
-            f"in {ctx.policy_ref})"
-            if ctx.policy_obj is not None
-            else "install the NVIDIA driver on the node"
-        )
         action = Fix(
             FixOp.NODE,
             view.name,
-            {"action": f"{install}; then {rerun}", NOT_SIMULATED: "a missing host directory is a fact of the node"},
+            {
+                "action": f"{install_driver(ctx)}; then {rerun}",
+                NOT_SIMULATED: "a missing host directory is a fact of the node",
+            },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:
         action = Fix(

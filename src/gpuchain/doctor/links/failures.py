@@ -119,6 +119,19 @@ EXEC_MISSING = re.compile(
 HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"
 
 
+def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
+    """The DaemonSet that owns ``pod``, from the snapshot ({} when none there does)."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return next(
+        (
+            d
+            for d in ctx.snapshot.daemonsets
+            if name_of(d) == owner_ds(pod) and (d.get("metadata") or {}).get("namespace") == namespace
+        ),
+        {},
+    )
+
+
 def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | None:
     """The container never started because its image has no such command: the image and the command its
     pod spec runs belong to different releases (an image tag pinned apart from the chart or policy)."""
@@ -140,14 +153,7 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
     image = str(spec.get("image", ""))
     tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else "latest"
     namespace = (pod.get("metadata") or {}).get("namespace")
-    ds = next(
-        (
-            d
-            for d in ctx.snapshot.daemonsets
-            if name_of(d) == owner_ds(pod) and d["metadata"].get("namespace") == namespace
-        ),
-        {},
-    )
+    ds = owner_daemonset(ctx, pod)
     labels = (ds.get("metadata") or {}).get("labels") or {}
     release, app = labels.get(HELM_RELEASE), labels.get(HELM_APP_VERSION)
     evidence = (f"container {container} ({image}): {message}",)
@@ -506,10 +512,79 @@ def known_not_ready(view: NodeView, link: str, what: str, state: PodState, known
     return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
 
 
+def repair_target(ctx: Context, pod: Obj, operand: Operand) -> str:
+    """The object a person changes to repair ``pod``'s component: the policy's section where the stack's
+    operator owns its DaemonSet (a change to the DaemonSet itself is undone at the next reconcile), the
+    Helm release that rendered it (its ``app.kubernetes.io/instance`` label), else the DaemonSet."""
+    ns = namespace_of(pod) or ctx.namespace
+    ds = owner_daemonset(ctx, pod)
+    where = f"DaemonSet {ns}/{name_of(ds) if ds else owner_ds(pod) or ctx.ds(operand)}"
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        return f"spec.{operand.spec_key} of {ctx.policy_ref} (its operator owns {where})"
+    release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE)
+    return f"the values of Helm release {release} in {ns} ({where})" if release else where
+
+
+#: The kubelet's own waiting message for a container it restarts ("back-off %s restarting failed container=%s
+#: pod=%s", kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go@v1.34.4): no word of the container's.
+BACK_OFF = "back-off "
+
+
+def _first_unready(pod: Obj) -> str:
+    """The name of the pod's first container that is not ready ("" when all are)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((str(cs.get("name", "")) for cs in statuses if not cs.get("ready")), "")
+
+
+def silent(ctx: Context, view: NodeView, operand: Operand, what: str, state: PodState) -> Known:
+    """A failing pod that left no line to read (no log was collected, no termination message): what its state
+    alone shows (a container that exits at every start, an init container that never finishes, a readiness
+    probe that fails, containers never started), and the fix aimed at it: the log that holds the reason (the
+    previous run's, for a container that restarts) and the object to repair once it is read."""
+    pod = view.pod(operand) or {}
+    spec = pod.get("spec") or {}
+    inits = {str(c.get("name")) for c in spec.get("initContainers") or []}
+    container = state.container or _first_unready(pod)
+    kind = "init container" if container in inits else "container"
+    ns, name = state.restart_in(ctx.namespace), state.name
+    nothing = "no line of it was collected (no log, no termination message)"
+    if state.failing and state.restarts:
+        cause = (
+            f"the {what} is {state.status}: its {kind} {container} exits at every start ({state.restarts} restarts) "
+            f"and {nothing}, so the reason is in its previous run's log."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container} --previous"
+    elif state.waiting_init:
+        cause = (
+            f"the {what} is {state.status}: it is held in its init container {container}, which has not finished, so "
+            f"its main container never starts; {nothing}."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container}"
+    elif container and not state.failing and state.status.startswith("Running"):
+        cause = (
+            f"the {what} runs but its {kind} {container} is not ready: its readiness probe fails"
+            + (f" and it restarted {state.restarts} times" if state.restarts else "")
+            + f"; {nothing}."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container}"
+    else:
+        cause = f"the {what} is {state.status} and no Event or line says why."
+        read = f"kubectl -n {ns} describe pod {name}"
+    again = ctx.stack.render(Fix.delete_pod(ns, name))
+    return Known(
+        cause,
+        (),
+        None,
+        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}, "
+        f"then {again}",
+    )
+
+
 def not_ready(
     ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
 ) -> Result:
-    """An operand pod failing: the known failure its log names with its fix, else its state and last error."""
+    """An operand pod failing: the known failure its log names with its fix, else its state and last error, else
+    (no line at all) what its state alone shows."""
     known = known_failure(ctx, view, operand, state, log)
     if known is not None:
         return known_not_ready(view, link, what, state, known)
@@ -518,6 +593,8 @@ def not_ready(
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return known_not_ready(view, link, what, state, known)
+    if not log.strip() and (not state.message or state.message.startswith(BACK_OFF)):
+        return known_not_ready(view, link, what, state, silent(ctx, view, operand, what, state))
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)

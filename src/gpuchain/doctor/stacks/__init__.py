@@ -16,9 +16,9 @@ import dataclasses
 from collections.abc import Callable
 
 from gpuchain.doctor.stacks import device_plugin, gke, gpu_operator, gpuchain
-from gpuchain.doctor.stacks.base import is_gpu_node, provider_of
+from gpuchain.doctor.stacks.base import DRA_PLUGIN_IMAGES, images_of, is_gpu_node, provider_of
 from gpuchain.doctor.structs import Snapshot, Stack
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import name_of
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
 from gpuchain.operator.policy import ClusterPolicySpec
 
@@ -35,8 +35,7 @@ __all__ = ["NVIDIA_CLUSTER_POLICY", "NVIDIA_DRIVER", "Stack", "detect", "is_gpu_
 #: device plugin's image, is read as GFD by its name.
 STANDALONE_IMAGES = {
     "k8s-device-plugin": "device-plugin",
-    "k8s-dra-driver-gpu": "device-plugin",
-    "dra-driver-nvidia-gpu": "device-plugin",
+    **dict.fromkeys(DRA_PLUGIN_IMAGES, "device-plugin"),
     "dcgm-exporter": "dcgm-exporter",
     "gpu-feature-discovery": "gpu-feature-discovery",
 }
@@ -47,11 +46,6 @@ Adapter = Callable[[Snapshot], Stack | None]
 ADAPTERS: tuple[Adapter, ...] = (gpuchain.detect, gpu_operator.detect, gke.detect, device_plugin.detect)
 
 
-def _template_images(ds: Obj) -> str:
-    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return " ".join(str(c.get("image", "")) for c in [*(spec.get("containers") or [])])
-
-
 def elsewhere(snapshot: Snapshot, stack: Stack) -> dict[str, str]:
     """Operand DaemonSets outside the stack's namespace, by image (a separate dcgm-exporter release)."""
     found = {}
@@ -59,7 +53,7 @@ def elsewhere(snapshot: Snapshot, stack: Stack) -> dict[str, str]:
         ns = str((ds.get("metadata") or {}).get("namespace") or "")
         if ns == stack.namespace:
             continue
-        images = _template_images(ds)
+        images = images_of(ds)
         for marker, state in STANDALONE_IMAGES.items():
             if marker in images or name_of(ds).endswith(marker):
                 found[f"{ns}/{name_of(ds)}"] = state
