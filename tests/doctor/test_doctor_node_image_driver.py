@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -38,17 +38,11 @@ def _operator(*nodes: str, policy: str = "") -> str:
 
 
 def _driver_crash(node: str, log: str = "") -> dict[str, Any]:
-    crash = {
-        "name": "nvidia-driver-ctr",
-        "restarts": 11,
-        "state": {"waiting": "CrashLoopBackOff"},
-        "last": {"terminated": "Error"},
-    }
     return {
         "do": "pod",
         "daemonset": "nvidia-driver-daemonset",
         "node": node,
-        "containers": [crash],
+        "containers": [crash_looping("nvidia-driver-ctr", 11)],
         "logs": {"nvidia-driver-ctr": log},
     }
 

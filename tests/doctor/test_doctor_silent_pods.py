@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, Report
@@ -155,12 +155,7 @@ STANDALONE = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostD
 def test_a_chain_component_crash_looping_with_no_log_gets_its_previous_log_and_the_object_behind_it(
     scenario: str, daemonset: str, container: str, link: str, owner: str
 ) -> None:
-    crash = {
-        "name": container,
-        "restarts": 14,
-        "state": {"waiting": "CrashLoopBackOff"},
-        "last": {"terminated": "Error"},
-    }
+    crash = crash_looping(container, 14)
     # The foundation's fault takes the node's GPUs away; GFD's and the exporter's do not.
     gone = [no_gpus("n1")] if link in ("toolkit", "device-plugin") else []
     pod = {"do": "pod", "daemonset": daemonset, "node": "n1", "containers": [crash], "logs": {container: ""}}

@@ -12,6 +12,7 @@ from gpuchain.doctor.evidence import next_step
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, owner_ds, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
+from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.doctor.structs import CHARTS
@@ -29,6 +30,9 @@ SECURE_BOOT = (
     "nvidia-installer.load-not-permitted",
     "glibc.key-rejected",
 )
+#: The driver container stopped by the node's SELinux mode (catalog.yaml): chcon failing where SELinux is
+#: disabled (NVIDIA/gpu-operator#452, #1489), the module load denied where it enforces (#553).
+SELINUX = ("coreutils.chcon-unlabeled", "coreutils.chcon-no-context", "kmod.insert-permission-denied")
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
@@ -80,6 +84,18 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             action,
             ctx.stack.render(action),
         )
+    found = catalog.find(log, *SELINUX)
+    if found and operand is DRIVER:
+        rerun = ctx.stack.render(Fix.delete_pod(state.restart_in(ctx.namespace), state.name))
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": f"{found.entry.fix}; then {rerun}",
+                NOT_SIMULATED: "the node's SELinux mode is a fact of the node no scenario names",
+            },
+        )
+        return Known(found.entry.cause, found.evidence(), action, ctx.stack.render(action))
     found = catalog.find(log, *SOCKET)
     if found and operand is TOOLKIT:
         return _toolkit_socket(ctx, view, found)
@@ -410,35 +426,10 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     version = str(spec.get("version") or "")
     # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
     versioned = DRIVER_TAG.fullmatch(tag)
-    dist = versioned.group(2) if versioned else ""
-    if (
-        operand is DRIVER
-        and ctx.policy_obj is not None
-        and dist
-        and "not found" in event
-        and not dist.startswith(ctx.stack.driver_image_os)
-    ):
-        # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
-        os_image = node_info(view.node).get("osImage") or dist
-        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
-        off = (
-            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
-            if ctx.driver_kernels
-            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
-        )
-        return Known(
-            f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
-            f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
-            f"{os_image}.",
-            (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
-            off,
-            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
-            ", after installing the driver on the host (its OS "
-            "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
-            "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
-            "supports (Ubuntu, RHEL)",
-        )
-    if ctx.policy_obj is not None and version and version in image and ("not found" in event or not event):
+    missing = "not found" in event or not event
+    if operand is DRIVER and ctx.policy_obj is not None and versioned and missing:
+        return _driver_tag_missing(ctx, view, image, versioned, version, evidence)
+    if ctx.policy_obj is not None and version and version in image and missing:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
         return Known(
             f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
@@ -453,6 +444,66 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         None,
         "make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
         "imagePullSecrets, or a mirror the node can reach",
+    )
+
+
+def _driver_tag_missing(
+    ctx: Context, view: NodeView, image: str, tag: re.Match[str], pinned: str, evidence: tuple[str, ...]
+) -> Known:
+    """The registry lacks the driver image the operator names for this node: ``<version>-<os tag>``, the OS tag
+    from NFD's os-release labels (gpuchain.doctor.node_image). The fix names that tag and how to provide one:
+    no image at all for an OS NVIDIA builds none for (the host's driver then), a pinned version not built for
+    this OS (the operator's default), the default not built for this OS release (a version that is, a
+    precompiled image, or one built for it)."""
+    version, dist = tag.group(1), tag.group(2)
+    os_image = node_info(view.node).get("osImage") or dist
+    repo = image.rpartition(":")[0]
+    said = (
+        *evidence,
+        f"tag {tag.group(0)} = driver version {version} + the node's OS tag {dist} (NFD's system-os_release ID and "
+        f"VERSION_ID; node OS {os_image}, read as {os_tag(view.node) or 'unknown'})",
+    )
+    build = (
+        f"or build {repo}:{tag.group(0)} for {dist} from NVIDIA/gpu-driver-container, push it to a registry the "
+        "nodes reach and set spec.driver.repository to it"
+    )
+    if not dist.startswith(ctx.stack.driver_image_os):
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
+        return Known(
+            f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
+            f"NVIDIA publishes driver images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version "
+            f"pulls on {os_image}.",
+            said,
+            off,
+            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            ", after installing the driver on the host (its OS packages, or the cloud's own installer: on GKE the "
+            "node pool's gpu-driver-version, with hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run "
+            f"the node on an OS the operator supports (Ubuntu, RHEL); {build}",
+        )
+    if pinned and pinned == version:
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
+        return Known(
+            f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, the version "
+            f"spec.driver.version={pinned} of {ctx.policy_ref} built for the node's OS tag {dist}, and that "
+            f"version is not published for {dist}.",
+            said,
+            action,
+            ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
+            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}",
+        )
+    return Known(
+        f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
+        f"{version} for the node's OS tag {dist}, and {version} is not published for {os_image}.",
+        said,
+        None,
+        f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
+        "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
+        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for",
     )
 
 
