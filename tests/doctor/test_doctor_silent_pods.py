@@ -174,3 +174,13 @@ def test_a_component_running_but_never_ready_with_no_log_gets_its_current_log_an
     assert root.link == "device-plugin"
     assert "readiness" in root.cause
     assert " logs nvidia-device-plugin-daemonset-" in root.fix and "--previous" not in root.fix
+
+
+def test_a_dra_kubelet_plugin_held_beside_the_operators_running_plugin_is_not_hidden_by_it() -> None:
+    """A link is broken on a node when any of its pods is: the other release's pod that never gets ready
+    (held in its init container) is read, not the stack's own ready one beside it."""
+    scenario = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
+    report = diagnosed(scenario, dra_release("n1", WAITING_INIT, CREATING, "/"))
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "--set nvidiaDriverRoot=/run/nvidia/driver" in root.fix
