@@ -149,3 +149,13 @@ def test_the_os_tag_is_the_operators() -> None:
     assert os_tag(rhcos) == "rhcos4.16"
     assert os_tag({"status": {"nodeInfo": {"osImage": "Ubuntu 24.04.1 LTS"}}}) == "ubuntu24.04"
     assert node_image({"status": {"nodeInfo": {"osImage": "Ubuntu 24.04.1 LTS"}}}) is None
+
+
+def test_the_operators_driver_on_cos_without_gkes_label_goes_off_for_gkes_driver() -> None:
+    """NVIDIA has no driver container for COS, so whatever installs the driver there, it is not the operator."""
+    labels = "{cloud.google.com/gke-accelerator: nvidia-tesla-t4}"
+    scenario = _operator(_node("g1", "Container-Optimized OS from Google", "6.1.100+", labels))
+    (root,) = _roots(diagnosed(scenario, no_gpus("g1"), _driver_crash("g1")))
+    assert (root.id, root.link) == ("driver.host-driver-conflict", "driver")
+    assert root.action is not None and root.action.changes["spec"]["driver"] == {"enabled": False}
+    assert "gpu-driver-version=default" in root.cause + root.fix

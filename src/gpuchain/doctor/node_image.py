@@ -102,25 +102,28 @@ def node_image(node: Obj) -> NodeImage | None:
     image = node_info(node).get("osImage", "")
     os_id, _ = os_release(node)
     operator = bool(os_id) and os_id.startswith(DRIVER_IMAGE_OS)
-    if GKE_DRIVER in labels:
-        version = labels[GKE_DRIVER]
+    provider = str((node.get("spec") or {}).get("providerID") or "")
+    if GKE_DRIVER in labels or os_id == "cos":
+        # Without the label, GKE installs no driver itself (older node pools: Google's installer DaemonSet).
+        version = labels.get(GKE_DRIVER, "")
         return NodeImage(
             "GKE",
-            version != "disabled",
+            version not in ("", "disabled"),
             operator,
-            (f"label {GKE_DRIVER}={version}", f"osImage {image}"),
+            (f"label {GKE_DRIVER}={version}" if version else f"no label {GKE_DRIVER}", f"osImage {image}"),
             {"driver": {"enabled": False}, "hostPaths": {"driverInstallDir": GKE_DRIVER_ROOT}},
             f"recreate the node pool with --accelerator type={labels.get(GKE_ACCELERATOR) or '<gpu>'},count="
             f"{labels.get(GKE_COUNT) or '<n>'},gpu-driver-version=default (GKE installs the driver under "
             f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
             "an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
         )
-    if labels.get(AKS_ACCELERATOR) == "nvidia":
+    if labels.get(AKS_ACCELERATOR) == "nvidia" or (provider.startswith("azure://") and AKS_IMAGE in labels):
+        said = [f"label {k}={labels[k]}" for k in (AKS_ACCELERATOR, AKS_IMAGE) if k in labels]
         return NodeImage(
             "AKS",
             True,
             operator,
-            (f"label {AKS_ACCELERATOR}=nvidia", f"label {AKS_IMAGE}={labels.get(AKS_IMAGE, '?')}", f"osImage {image}"),
+            (*said, f"osImage {image}"),
             {"driver": {"enabled": False}},
             "a GPU node pool created without --skip-gpu-driver-install (AKS installs the driver and runtime)",
             "a node pool created with --skip-gpu-driver-install",

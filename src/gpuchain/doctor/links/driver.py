@@ -393,26 +393,27 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
         if everywhere
         else Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
     )
-    keys = ", ".join(
+    values = [
         f"{k}.{kk}={str(vv).lower() if isinstance(vv, bool) else vv}"
         for k, v in image.keep.items()
         for kk, vv in v.items()
-    )
-    brings = (
-        f"the {image.cloud} node image, which installs its own NVIDIA driver"
-        if ships
-        else f"{image.cloud}'s {os_tag(view.node) or 'OS'}, for which NVIDIA publishes no driver container"
-    )
-    cause = (
-        f"the GPU Operator's driver container (spec.driver.enabled=true) runs on {brings}, so it cannot install "
-        "its own driver there and its pod fails; "
-        + (
+    ]
+    if ships:
+        cause = (
+            f"the GPU Operator's driver container (spec.driver.enabled=true) runs on the {image.cloud} node image, "
+            f"which installs its own NVIDIA driver, so it cannot install its own there and its pod fails; "
             f"{image.cloud}'s driver and the operator's are mutually exclusive, and the image's is the one to keep."
-            if ships
-            else f"the driver comes from {image.install}."
         )
-    )
-    other = f"; or, to keep the operator's driver, {image.without}" if image.without and ships else ""
+        then = f"the {image.cloud} node image's driver serves the GPUs" + (
+            f"; or, to keep the operator's driver, {image.without}" if image.without else ""
+        )
+    else:
+        cause = (
+            f"the GPU Operator's driver container (spec.driver.enabled=true) runs on {image.cloud}'s "
+            f"{os_tag(view.node) or 'OS'}, for which NVIDIA publishes no driver container, so it cannot install a "
+            f"driver there and its pod fails; such nodes get their driver from {image.cloud}."
+        )
+        then = f"then give the nodes {image.cloud}'s driver: {image.install}"
     return Result(
         LinkState.BROKEN,
         f"driver container over the {image.cloud} image's driver",
@@ -424,10 +425,7 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
                 "driver",
                 cause,
                 [*evidence, *image.said],
-                ctx.stack.render(action)
-                + f"   # {keys}: the {image.cloud} node image's driver serves the GPUs (helm: --set "
-                + " --set ".join(keys.split(", "))
-                + f"){other}",
+                ctx.stack.render(action) + f"   # {', '.join(values)} (helm: --set {' --set '.join(values)}); {then}",
                 action,
             ),
         ),
