@@ -184,3 +184,26 @@ def test_a_dra_kubelet_plugin_held_beside_the_operators_running_plugin_is_not_hi
     (root,) = _roots(report)
     assert (root.link, root.node) == ("device-plugin", "n1")
     assert "--set nvidiaDriverRoot=/run/nvidia/driver" in root.fix
+
+
+def test_a_validation_failing_with_no_log_gets_its_previous_log_and_the_object_of_the_link_it_proves() -> None:
+    """NVIDIA's validator's driver-validation (gpu-operator assets/state-operator-validation) crash-looping with
+    no line: its previous run's log, and the driver's own object, not the package advice of a line it never left."""
+    crash = crash_looping("driver-validation", 7)
+    crash["state"] = {"waiting": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
+    report = diagnosed(
+        OPERATOR,
+        no_gpus("n1"),
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "n1",
+            "init": [crash],
+            "logs": {"driver-validation": ""},
+        },
+    )
+    root = next(f for f in _roots(report) if f.node == "n1")
+    assert (root.id, root.link) == ("driver.validation-failed", "driver")
+    assert root.fix.startswith("kubectl -n gpu-operator logs nvidia-operator-validator-")
+    assert "-c driver-validation --previous" in root.fix and "spec.driver of" in root.fix
+    assert "kernel packages" not in root.fix

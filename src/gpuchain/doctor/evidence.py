@@ -26,10 +26,11 @@ from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
+from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import DRIVER, TOOLKIT
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
 
 #: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
 HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
@@ -57,6 +58,8 @@ NOT_STARTED = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"}
 )
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
+#: The operand whose pod serves each foundation link, whose object a failure of that link's validation repairs.
+LINK_OPERANDS: dict[str, Operand] = {"driver": DRIVER, "toolkit": TOOLKIT, "device-plugin": DEVICE_PLUGIN}
 #: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
 HOOK_FAILED = "toolkit.hook-failed"
 #: The catalog entries that prove their link broken in whatever pod shows them.
@@ -378,6 +381,16 @@ def _fix(
         # No repair is known for this failure: the line it left and the link's next action, then run it again.
         pod = name_of(failure.pod)
         rerun_it = Fix.delete_pod(ns, pod)
+        if silent(failure.text):
+            # Not a line to go on: the log that holds the reason, and what repairs the link it proves.
+            previous = " --previous" if failure.restarts else ""
+            op = LINK_OPERANDS.get(link)
+            own = view.pod(op) if op is not None else None
+            target = repair_target(ctx, own, op) if own is not None and op is not None else f"the node's own {link}"
+            return None, (
+                f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}   # gpuchain read no line of it; what "
+                f"it says of the {link} link is repaired in {target}, then {ctx.stack.render(rerun_it)}"
+            )
         line = catalog.unknown_error(failure.text) or ""
         return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)

@@ -16,7 +16,6 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     operand_log,
     opted_out,
-    owner_ds,
 )
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin
@@ -32,6 +31,7 @@ from gpuchain.doctor.links.toolkit import (
     runtime_not_default,
 )
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node

@@ -13,8 +13,9 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver
 from gpuchain.doctor.links.common import Result, node_finding
-from gpuchain.doctor.links.failures import HELM_RELEASE, not_ready, owner_daemonset
+from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset
 from gpuchain.doctor.pods import PodState
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER

@@ -9,12 +9,13 @@ from typing import Any
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
-from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out, owner_ds
+from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import pod_gpu_requests

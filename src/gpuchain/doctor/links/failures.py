@@ -9,10 +9,19 @@ import re
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step
-from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, owner_ds, placement_fix
+from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.node_image import os_tag
+from gpuchain.doctor.owners import (
+    HELM_APP_VERSION,
+    HELM_CHART,
+    HELM_RELEASE,
+    owner_daemonset,
+    owner_ds,
+    repair_target,
+    silent,
+)
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.doctor.structs import CHARTS
@@ -129,23 +138,6 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
 EXEC_MISSING = re.compile(
     r'exec: "([^"]+)": (?:executable file not found in \$PATH|stat \S+: no such file or directory)'
 )
-#: The labels NVIDIA's charts give their DaemonSets (k8s-device-plugin deployments/helm/.../_helpers.tpl
-#: ``nvidia-device-plugin.labels``): the release, and the chart's appVersion whose ``v<appVersion>`` tag
-#: is the image the chart's templates were written for (``nvidia-device-plugin.fullimage``).
-HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"
-
-
-def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
-    """The DaemonSet that owns ``pod``, from the snapshot ({} when none there does)."""
-    namespace = (pod.get("metadata") or {}).get("namespace")
-    return next(
-        (
-            d
-            for d in ctx.snapshot.daemonsets
-            if name_of(d) == owner_ds(pod) and (d.get("metadata") or {}).get("namespace") == namespace
-        ),
-        {},
-    )
 
 
 def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | None:
@@ -563,31 +555,13 @@ def known_not_ready(view: NodeView, link: str, what: str, state: PodState, known
     return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
 
 
-def repair_target(ctx: Context, pod: Obj, operand: Operand) -> str:
-    """The object a person changes to repair ``pod``'s component: the policy's section where the stack's
-    operator owns its DaemonSet (a change to the DaemonSet itself is undone at the next reconcile), the
-    Helm release that rendered it (its ``app.kubernetes.io/instance`` label), else the DaemonSet."""
-    ns = namespace_of(pod) or ctx.namespace
-    ds = owner_daemonset(ctx, pod)
-    where = f"DaemonSet {ns}/{name_of(ds) if ds else owner_ds(pod) or ctx.ds(operand)}"
-    if ns == ctx.namespace and ctx.policy_obj is not None:
-        return f"spec.{operand.spec_key} of {ctx.policy_ref} (its operator owns {where})"
-    release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE)
-    return f"the values of Helm release {release} in {ns} ({where})" if release else where
-
-
-#: The kubelet's own waiting message for a container it restarts ("back-off %s restarting failed container=%s
-#: pod=%s", kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go@v1.34.4): no word of the container's.
-BACK_OFF = "back-off "
-
-
 def _first_unready(pod: Obj) -> str:
     """The name of the pod's first container that is not ready ("" when all are)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((str(cs.get("name", "")) for cs in statuses if not cs.get("ready")), "")
 
 
-def silent(ctx: Context, view: NodeView, operand: Operand, what: str, state: PodState) -> Known:
+def state_only(ctx: Context, view: NodeView, operand: Operand, what: str, state: PodState) -> Known:
     """A failing pod that left no line to read (no log was collected, no termination message): what its state
     alone shows (a container that exits at every start, an init container that never finishes, a readiness
     probe that fails, containers never started), and the fix aimed at it: the log that holds the reason (the
@@ -644,8 +618,8 @@ def not_ready(
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return known_not_ready(view, link, what, state, known)
-    if not log.strip() and (not state.message or state.message.startswith(BACK_OFF)):
-        return known_not_ready(view, link, what, state, silent(ctx, view, operand, what, state))
+    if silent("\n".join((log, state.message))):
+        return known_not_ready(view, link, what, state, state_only(ctx, view, operand, what, state))
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
