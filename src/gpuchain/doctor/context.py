@@ -64,6 +64,9 @@ class Context:
     configmaps: dict[str, dict[str, str]]
     runtime_classes: set[str]
     driver_kernels: set[str] = field(default_factory=set)  #: kernels where a driver pod runs ready
+    #: cluster-wide answers a node's check works out once (by the asking function's name), where every
+    #: node's check would otherwise read every node again
+    memo: dict[str, object] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:

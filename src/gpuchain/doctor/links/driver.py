@@ -378,20 +378,28 @@ def said_nothing(log: str) -> list[str]:
     return [f"unrecognised: {line}"] if line else ["no log line collected"]
 
 
+def _all_on_image_drivers(ctx: Context) -> bool:
+    """Is every node with a driver pod a managed image whose driver is not the operator's to install? (Once per
+    diagnosis: every failing node asks, and the answer reads every node.)"""
+    known = ctx.memo.get("all_on_image_drivers")
+    if not isinstance(known, bool):
+        known = ctx.memo["all_on_image_drivers"] = all(
+            (seen := node_image(v.node)) is not None and (seen.ships_driver or not seen.operator_driver)
+            for v in ctx.views
+            if v.pod(DRIVER) is not None
+        )
+    return known
+
+
 def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence: list[Any]) -> Result:
     """The operator's driver container fails on a managed node image that brings its own driver (or on an OS
     NVIDIA builds no driver container for): the two are mutually exclusive, and the image's driver is the one to
     keep. The whole policy turns its driver off where every node with a driver pod is such an image; else this
     node opts out."""
     ships = image.ships_driver
-    everywhere = all(
-        (seen := node_image(v.node)) is not None and (seen.ships_driver or not seen.operator_driver)
-        for v in ctx.views
-        if v.pod(DRIVER) is not None
-    )
     action = (
         Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": image.keep})
-        if everywhere
+        if _all_on_image_drivers(ctx)
         else Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
     )
     values = [
