@@ -17,6 +17,8 @@ from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY
+from gpuchain.sim.build import SimCluster
 
 RHEL = (
     "name: t\nstack: gpu-operator\n{policy}nodes:\n  - name: r1\n    osImage: Red Hat Enterprise Linux 9.4 (Plow)\n"
@@ -122,3 +124,22 @@ def test_an_os_nvidia_builds_no_driver_for_names_the_tag_to_build() -> None:
     (root,) = _roots(diagnosed(scenario, no_gpus("o1"), _pull("o1", image)))
     assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
     assert "build nvcr.io/nvidia/driver:570.124.06-scos4.17" in root.fix
+
+
+def test_a_precompiled_driver_missing_for_the_nodes_kernel_names_the_tag_per_kernel() -> None:
+    """Precompiled images are tagged <branch>-<kernel>-<os tag> (resolveDriverTag): the kernel is the node's."""
+    image = "nvcr.io/nvidia/driver:535-5.15.0-1041-azure-ubuntu22.04"
+    scenario = (
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: k1, osImage: Ubuntu 22.04.3 LTS, kernel: 5.15.0-1041-azure}\n"
+    )
+
+    def precompiled(sim: SimCluster) -> None:
+        # NVIDIA's ClusterPolicy spec.driver.usePrecompiled (gpuchain's own policy has no precompiled drivers).
+        policy = sim.cluster.list(NVIDIA_CLUSTER_POLICY)[0]
+        patch = {"spec": {"driver": {"usePrecompiled": True, "version": "535"}}}
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], patch)
+
+    (root,) = _roots(diagnosed(scenario, precompiled, no_gpus("k1"), _pull("k1", image)))
+    assert root.link == "driver" and root.action is not None
+    assert root.action.changes["spec"] == {"driver": {"usePrecompiled": False}}
+    assert "535-5.15.0-1041-azure-ubuntu22.04" in root.fix

@@ -379,6 +379,9 @@ PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
 
 
 DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+#: A precompiled driver image's tag: ``<driver branch>-<kernel>-<os tag>`` (NVIDIA/gpu-operator resolveDriverTag,
+#: e.g. 535-5.15.0-1041-azure-ubuntu22.04).
+PRECOMPILED_TAG = re.compile(r"(\d+)-(\d+\.\d+\.\d+-.+)-([a-z]+[\d.]*)")
 
 
 def _pulled_image(text: str) -> str:
@@ -395,8 +398,13 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         (str(r.get("name")) for r in (pod.get("metadata") or {}).get("ownerReferences") or () if r.get("kind")),
         "",
     )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     prefix = ctx.stack.precompiled_prefix
-    if operand is DRIVER and prefix and owner.startswith(prefix):
+    # The tag says precompiled where the policy asks for precompiled drivers (NVIDIA's spec.driver.usePrecompiled).
+    asks = (((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}).get("usePrecompiled") is True
+    precompiled = PRECOMPILED_TAG.fullmatch(tag) if asks else None
+    if operand is DRIVER and ((prefix and owner.startswith(prefix)) or precompiled):
         # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
         ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
         action = Fix(
@@ -404,16 +412,17 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
             ctx.policy_name,
             {"spec": {"driver": {"usePrecompiled": False}}, NOT_SIMULATED: "precompiled images are not simulated"},
         )
+        looked = f" (tag {tag}: driver branch, kernel, OS tag)" if precompiled else ""
         return Known(
-            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator made "
-            f"DaemonSet {owner} for it and the registry has no such tag.",
+            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator asks for "
+            f"{image or 'an image per kernel'}{looked} and the registry has no such tag.",
             (*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
             action,
-            ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
-            f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
+            ctx.stack.render(action) + "   # the driver container builds the module at start instead; set "
+            "spec.driver.version to a full driver version, or move the node to a kernel with a precompiled image "
+            f"(driver pods run on {ready_kernels}), or build {tag or 'that tag'} from NVIDIA/gpu-driver-container's "
+            "precompiled Dockerfile into a registry the nodes reach and set spec.driver.repository to it",
         )
-    image = _pulled_image(state.message) or _pulled_image(event)
-    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
     version = str(spec.get("version") or "")
     # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
