@@ -207,3 +207,42 @@ def test_a_validation_failing_with_no_log_gets_its_previous_log_and_the_object_o
     assert root.fix.startswith("kubectl -n gpu-operator logs nvidia-operator-validator-")
     assert "-c driver-validation --previous" in root.fix and "spec.driver of" in root.fix
     assert "kernel packages" not in root.fix
+
+
+@pytest.mark.parametrize(
+    ("image", "container", "link"),
+    [
+        ("nvcr.io/nvidia/driver:550.127.08-ubuntu22.04", "nvidia-driver-ctr", "driver"),
+        ("nvcr.io/nvidia/k8s/container-toolkit:v1.17.4-ubuntu20.04", "nvidia-container-toolkit-ctr", "toolkit"),
+    ],
+)
+def test_a_chain_component_run_as_a_daemonset_of_its_own_is_read_by_its_image(
+    image: str, container: str, link: str
+) -> None:
+    """NVIDIA's driver container or toolkit run by hand beside the standalone device plugin (their images, any
+    DaemonSet name): its crash with no line is its own link, found by the image, with its pod's previous log."""
+    crash = crash_looping(container, 9)
+    report = diagnosed(
+        STANDALONE,
+        no_gpus("n1"),
+        {
+            "do": "add-daemonset",
+            "namespace": "gpu-host",
+            "name": "host-setup",
+            "containers": [container],
+            "image": image,
+            "nodes": ["n1"],
+        },
+        {
+            "do": "pod",
+            "daemonset": "host-setup",
+            "namespace": "gpu-host",
+            "node": "n1",
+            "containers": [crash],
+            "logs": {container: ""},
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == (link, "n1")
+    assert root.fix.startswith("kubectl -n gpu-host logs host-setup-") and f"-c {container} --previous" in root.fix
+    assert "DaemonSet gpu-host/host-setup" in root.fix
