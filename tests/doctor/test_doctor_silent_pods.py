@@ -246,3 +246,34 @@ def test_a_chain_component_run_as_a_daemonset_of_its_own_is_read_by_its_image(
     assert (root.link, root.node) == (link, "n1")
     assert root.fix.startswith("kubectl -n gpu-host logs host-setup-") and f"-c {container} --previous" in root.fix
     assert "DaemonSet gpu-host/host-setup" in root.fix
+
+
+def test_a_silent_driver_installer_of_a_stack_with_its_own_install_keeps_that_way_out() -> None:
+    """GKE's nvidia-driver-installer (GoogleCloudPlatform/container-engine-accelerators, its DaemonSet in
+    kube-system with init container ``nvidia-driver-installer``) crash-looping with no line: the log to read,
+    and GKE's own way to install a driver for when that log names nothing, not only the DaemonSet to repair."""
+    report = diagnosed(
+        "name: t\nstack: gke\nnodes:\n  - {name: n1}\n",
+        no_gpus("n1"),
+        {
+            "do": "add-daemonset",
+            "namespace": "kube-system",
+            "name": "nvidia-driver-installer",
+            "image": "cos-nvidia-installer:fixed",
+            "labels": {"k8s-app": "nvidia-driver-installer"},
+            "containers": ["pause"],
+            "nodes": ["n1"],
+        },
+        {
+            "do": "pod",
+            "daemonset": "nvidia-driver-installer",
+            "namespace": "kube-system",
+            "node": "n1",
+            "init": [crash_looping("nvidia-driver-installer", 9)],
+            "logs": {"nvidia-driver-installer": ""},
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "n1")
+    assert "-c nvidia-driver-installer --previous" in root.fix
+    assert "gpu-driver-version=default" in root.fix and "daemonset-preloaded" in root.fix

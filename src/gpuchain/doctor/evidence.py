@@ -187,6 +187,13 @@ def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failur
     ]
 
 
+def own_way(ctx: Context, link: str) -> str:
+    """The stack's own way out of a failure of ``link`` it manages itself (a managed cloud's driver installer), ""
+    where it has none. A pod that left no line gets it after the log to read; the general next steps answer a
+    line, which such a pod never left."""
+    return (ctx.stack.driver_install or "") if link == "driver" else ""
+
+
 def next_step(ctx: Context, link: str, line: str) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
     none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
@@ -389,7 +396,9 @@ def _fix(
             target = repair_target(ctx, own, op) if own is not None and op is not None else f"the node's own {link}"
             return None, (
                 f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}   # gpuchain read no line of it; what "
-                f"it says of the {link} link is repaired in {target}, then {ctx.stack.render(rerun_it)}"
+                f"it says of the {link} link is repaired in {target}"
+                + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
+                + f"; then {ctx.stack.render(rerun_it)}"
             )
         line = catalog.unknown_error(failure.text) or ""
         return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"

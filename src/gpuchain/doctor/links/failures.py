@@ -8,7 +8,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step
+from gpuchain.doctor.evidence import next_step, own_way
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
@@ -570,11 +570,12 @@ def _first_unready(pod: Obj) -> str:
     return next((str(cs.get("name", "")) for cs in statuses if not cs.get("ready")), "")
 
 
-def state_only(ctx: Context, view: NodeView, operand: Operand, what: str, state: PodState) -> Known:
+def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState) -> Known:
     """A failing pod that left no line to read (no log was collected, no termination message): what its state
     alone shows (a container that exits at every start, an init container that never finishes, a readiness
     probe that fails, containers never started), and the fix aimed at it: the log that holds the reason (the
-    previous run's, for a container that restarts) and the object to repair once it is read."""
+    previous run's, for a container that restarts), the object to repair once it is read, and the stack's own
+    way out of ``link`` where it has one (`own_way`)."""
     pod = view.pod(operand) or {}
     spec = pod.get("spec") or {}
     inits = {str(c.get("name")) for c in spec.get("initContainers") or []}
@@ -609,8 +610,9 @@ def state_only(ctx: Context, view: NodeView, operand: Operand, what: str, state:
         cause,
         (),
         None,
-        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}, "
-        f"then {again}",
+        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}"
+        + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
+        + f"; then {again}",
     )
 
 
@@ -628,7 +630,7 @@ def not_ready(
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return known_not_ready(view, link, what, state, known)
     if silent("\n".join((log, state.message))):
-        return known_not_ready(view, link, what, state, state_only(ctx, view, operand, what, state))
+        return known_not_ready(view, link, what, state, state_only(ctx, view, operand, link, what, state))
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
