@@ -64,6 +64,16 @@ def no_gpus(node: str) -> dict[str, Any]:
     return {"do": "node", "node": node, "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
 
 
+def crash_looping(container: str, restarts: int = 5) -> dict[str, Any]:
+    """A container (held-out format) that exits at every start: waiting CrashLoopBackOff, last run Error."""
+    return {
+        "name": container,
+        "restarts": restarts,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+
+
 def plugin_pod(node: str, container: Mapping[str, Any], log: str | None = None) -> dict[str, Any]:
     """An edit: the standalone plugin's pod on ``node`` with its ``nvidia-device-plugin-ctr`` in the state
     ``container`` gives (held-out format) and, where given, ``log`` as its log."""

@@ -64,6 +64,9 @@ class Context:
     configmaps: dict[str, dict[str, str]]
     runtime_classes: set[str]
     driver_kernels: set[str] = field(default_factory=set)  #: kernels where a driver pod runs ready
+    #: cluster-wide answers a node's check works out once (by the asking function's name), where every
+    #: node's check would otherwise read every node again
+    memo: dict[str, object] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -197,10 +200,11 @@ def index(snapshot: Snapshot) -> Context:
             pending.append(pod)
     for node, found in others.items():
         for op, pod in found.items():
-            # The stack's own pod first, unless it runs and the other release's fails: a link is
-            # broken on a node when any of its pods is, and a healthy pod beside it hides nothing.
+            # The stack's own pod first, unless it runs and the other release's fails or never gets ready
+            # (held in an init container): a link is broken on a node when any of its pods is, and a
+            # healthy pod beside it hides nothing.
             own = operand_pods[node].get(op)
-            if own is None or (pod_state(own).ready and pod_state(pod).failing):
+            if own is None or (pod_state(own).ready and not pod_state(pod).ready):
                 operand_pods[node][op] = pod
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:

@@ -26,10 +26,11 @@ from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
+from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import DRIVER, TOOLKIT
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
 
 #: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
 HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
@@ -57,6 +58,8 @@ NOT_STARTED = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"}
 )
 NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
+#: The operand whose pod serves each foundation link, whose object a failure of that link's validation repairs.
+LINK_OPERANDS: dict[str, Operand] = {"driver": DRIVER, "toolkit": TOOLKIT, "device-plugin": DEVICE_PLUGIN}
 #: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
 HOOK_FAILED = "toolkit.hook-failed"
 #: The catalog entries that prove their link broken in whatever pod shows them.
@@ -184,6 +187,13 @@ def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failur
     ]
 
 
+def own_way(ctx: Context, link: str) -> str:
+    """The stack's own way out of a failure of ``link`` it manages itself (a managed cloud's driver installer), ""
+    where it has none. A pod that left no line gets it after the log to read; the general next steps answer a
+    line, which such a pod never left."""
+    return (ctx.stack.driver_install or "") if link == "driver" else ""
+
+
 def next_step(ctx: Context, link: str, line: str) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
     none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
@@ -267,6 +277,19 @@ def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
     return None
 
 
+def install_driver(ctx: Context) -> str:
+    """How a driver missing from a node is installed on this stack: its own way, a node image that carries one,
+    the host's packages (or the policy's driver container)."""
+    return ctx.stack.driver_install or (
+        f"replace the node with one built from {ctx.stack.node_image}"
+        if ctx.stack.node_image
+        else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
+        f"in {ctx.policy_ref})"
+        if ctx.policy_obj is not None
+        else "install the NVIDIA driver on the node"
+    )
+
+
 def _fix(
     ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
 ) -> tuple[Fix | None, str]:
@@ -316,18 +339,13 @@ def _fix(
             },
         )
     elif finding_id == "driver.not-installed":
-        install = ctx.stack.driver_install or (
-            f"replace the node with one built from {ctx.stack.node_image}"
-            if ctx.stack.node_image
-            else f"install the NVIDIA driver on the node (or turn the driver container on: spec.driver.enabled=true "
-            f"in {ctx.policy_ref})"
-            if ctx.policy_obj is not None
-            else "install the NVIDIA driver on the node"
-        )
         action = Fix(
             FixOp.NODE,
             view.name,
-            {"action": f"{install}; then {rerun}", NOT_SIMULATED: "a missing host directory is a fact of the node"},
+            {
+                "action": f"{install_driver(ctx)}; then {rerun}",
+                NOT_SIMULATED: "a missing host directory is a fact of the node",
+            },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:
         action = Fix(
@@ -370,6 +388,18 @@ def _fix(
         # No repair is known for this failure: the line it left and the link's next action, then run it again.
         pod = name_of(failure.pod)
         rerun_it = Fix.delete_pod(ns, pod)
+        if silent(failure.text):
+            # Not a line to go on: the log that holds the reason, and what repairs the link it proves.
+            previous = " --previous" if failure.restarts else ""
+            op = LINK_OPERANDS.get(link)
+            own = view.pod(op) if op is not None else None
+            target = repair_target(ctx, own, op) if own is not None and op is not None else f"the node's own {link}"
+            return None, (
+                f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}   # gpuchain read no line of it; what "
+                f"it says of the {link} link is repaired in {target}"
+                + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
+                + f"; then {ctx.stack.render(rerun_it)}"
+            )
         line = catalog.unknown_error(failure.text) or ""
         return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)

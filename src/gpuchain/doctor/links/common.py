@@ -125,9 +125,3 @@ def gpus_present(view: NodeView) -> str:
             return f"{key}={labels[key]}"
     instance = labels.get("node.kubernetes.io/instance-type")
     return f"instance type {instance}" if instance else ""
-
-
-def owner_ds(pod: Obj) -> str:
-    """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")

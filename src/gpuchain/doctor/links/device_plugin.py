@@ -16,9 +16,9 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     operand_log,
     opted_out,
-    owner_ds,
 )
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
+from gpuchain.doctor.links.dra_plugin import check_dra_plugin
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.toolkit import (
@@ -31,9 +31,10 @@ from gpuchain.doctor.links.toolkit import (
     runtime_not_default,
 )
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
-from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_gpu_node
+from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of
@@ -383,6 +384,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
     state = pod_state(pod) if pod is not None else None
     log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    if pod is not None and state is not None and is_dra_plugin(pod):
+        return check_dra_plugin(ctx, view, pod, state, log)
     nvml = catalog.find(log, *NO_NVML)
     mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
     mig_empty = catalog.find(log, *MIG_EMPTY)

@@ -4,15 +4,18 @@ labels), NVIDIADriver resources that stopped, kernel and host-driver conflicts, 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
-from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out, owner_ds
+from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
+from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import pod_gpu_requests
@@ -193,6 +196,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             if label
             else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
         )
+        image = node_image(view.node)
+        if image is not None and (not image.ships_driver or not image.operator_driver):
+            return _image_without_driver(ctx, view, image, why, state)
         return Result(
             LinkState.BROKEN,
             "no driver: container off and no host driver answers",
@@ -284,6 +290,17 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
+    image = node_image(view.node)
+    explained = state.status in IMAGE_PULL or state.unschedulable or catalog.known_error(log) is not None
+    if (
+        image is not None
+        and ctx.policy_obj is not None
+        and (image.ships_driver or not image.operator_driver)
+        and (conflict_line or not explained)
+    ):
+        return _over_image_driver(
+            ctx, view, image, [state.describe(), *(conflict_line.evidence() if conflict_line else said_nothing(log))]
+        )
     if conflict_line:
         off_here = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
         return Result(
@@ -352,6 +369,114 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         state,
         log,
         f"the driver pod is {state.status}, so the kernel module is not loaded.",
+    )
+
+
+def said_nothing(log: str) -> list[str]:
+    """A failing container's last word for evidence: its last error line, or that it left none."""
+    line = catalog.unknown_error(log)
+    return [f"unrecognised: {line}"] if line else ["no log line collected"]
+
+
+def _all_on_image_drivers(ctx: Context) -> bool:
+    """Is every node with a driver pod a managed image whose driver is not the operator's to install? (Once per
+    diagnosis: every failing node asks, and the answer reads every node.)"""
+    known = ctx.memo.get("all_on_image_drivers")
+    if not isinstance(known, bool):
+        known = ctx.memo["all_on_image_drivers"] = all(
+            (seen := node_image(v.node)) is not None and (seen.ships_driver or not seen.operator_driver)
+            for v in ctx.views
+            if v.pod(DRIVER) is not None
+        )
+    return known
+
+
+def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence: list[Any]) -> Result:
+    """The operator's driver container fails on a managed node image that brings its own driver (or on an OS
+    NVIDIA builds no driver container for): the two are mutually exclusive, and the image's driver is the one to
+    keep. The whole policy turns its driver off where every node with a driver pod is such an image; else this
+    node opts out."""
+    ships = image.ships_driver
+    action = (
+        Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": image.keep})
+        if _all_on_image_drivers(ctx)
+        else Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+    )
+    values = [
+        f"{k}.{kk}={str(vv).lower() if isinstance(vv, bool) else vv}"
+        for k, v in image.keep.items()
+        for kk, vv in v.items()
+    ]
+    if ships:
+        cause = (
+            f"the GPU Operator's driver container (spec.driver.enabled=true) runs on the {image.cloud} node image, "
+            f"which installs its own NVIDIA driver, so it cannot install its own there and its pod fails; "
+            f"{image.cloud}'s driver and the operator's are mutually exclusive, and the image's is the one to keep."
+        )
+        then = f"the {image.cloud} node image's driver serves the GPUs" + (
+            f"; or, to keep the operator's driver, {image.without}" if image.without else ""
+        )
+    else:
+        cause = (
+            f"the GPU Operator's driver container (spec.driver.enabled=true) runs on {image.cloud}'s "
+            f"{os_tag(view.node) or 'OS'}, for which NVIDIA publishes no driver container, so it cannot install a "
+            f"driver there and its pod fails; such nodes get their driver from {image.cloud}."
+        )
+        then = f"then give the nodes {image.cloud}'s driver: {image.install}"
+    return Result(
+        LinkState.BROKEN,
+        f"driver container over the {image.cloud} image's driver",
+        (
+            node_finding(
+                view,
+                "driver.host-driver-conflict",
+                Severity.ERROR,
+                "driver",
+                cause,
+                [*evidence, *image.said],
+                ctx.stack.render(action) + f"   # {', '.join(values)} (helm: --set {' --set '.join(values)}); {then}",
+                action,
+            ),
+        ),
+    )
+
+
+def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, state: PodState) -> Result:
+    """The driver container is off while the node's managed image brings no driver (or runs an OS NVIDIA builds no
+    driver container for, so turning it on would not help): the cloud's own install is the repair."""
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": image.install,
+            NOT_SIMULATED: "a managed node image's driver is a fact of the node no scenario names",
+        },
+    )
+    enable = (
+        f"; or turn the operator's driver on (spec.driver.enabled=true in {ctx.policy_ref})"
+        if image.operator_driver and ctx.policy_obj is not None
+        else ""
+    )
+    return Result(
+        LinkState.BROKEN,
+        f"no driver: container off, the {image.cloud} image installs none",
+        (
+            node_finding(
+                view,
+                "driver.missing",
+                Severity.ERROR,
+                "driver",
+                f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no NVIDIA "
+                "driver, so no driver answers nvidia-smi.",
+                [
+                    f"driver container off: {why}",
+                    *image.said,
+                    f"validator {state.describe()} (driver-validation not done)",
+                ],
+                ctx.stack.render(action) + enable,
+                action,
+            ),
+        ),
     )
 
 

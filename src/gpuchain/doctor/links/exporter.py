@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Known, Result, node_finding, owner_ds
+from gpuchain.doctor.links.common import Known, Result, node_finding
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DCGM_EXPORTER

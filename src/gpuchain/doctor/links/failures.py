@@ -8,10 +8,20 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step
-from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, owner_ds, placement_fix
+from gpuchain.doctor.evidence import next_step, own_way
+from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
+from gpuchain.doctor.node_image import os_tag
+from gpuchain.doctor.owners import (
+    HELM_APP_VERSION,
+    HELM_CHART,
+    HELM_RELEASE,
+    owner_daemonset,
+    owner_ds,
+    repair_target,
+    silent,
+)
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.doctor.structs import CHARTS
@@ -29,6 +39,9 @@ SECURE_BOOT = (
     "nvidia-installer.load-not-permitted",
     "glibc.key-rejected",
 )
+#: The driver container stopped by the node's SELinux mode (catalog.yaml): chcon failing where SELinux is
+#: disabled (NVIDIA/gpu-operator#452, #1489), the module load denied where it enforces (#553).
+SELINUX = ("coreutils.chcon-unlabeled", "coreutils.chcon-no-context", "kmod.insert-permission-denied")
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
@@ -80,6 +93,18 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             action,
             ctx.stack.render(action),
         )
+    found = catalog.find(log, *SELINUX)
+    if found and operand is DRIVER:
+        rerun = ctx.stack.render(Fix.delete_pod(state.restart_in(ctx.namespace), state.name))
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": f"{found.entry.fix}; then {rerun}",
+                NOT_SIMULATED: "the node's SELinux mode is a fact of the node no scenario names",
+            },
+        )
+        return Known(found.entry.cause, found.evidence(), action, ctx.stack.render(action))
     found = catalog.find(log, *SOCKET)
     if found and operand is TOOLKIT:
         return _toolkit_socket(ctx, view, found)
@@ -113,10 +138,6 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
 EXEC_MISSING = re.compile(
     r'exec: "([^"]+)": (?:executable file not found in \$PATH|stat \S+: no such file or directory)'
 )
-#: The labels NVIDIA's charts give their DaemonSets (k8s-device-plugin deployments/helm/.../_helpers.tpl
-#: ``nvidia-device-plugin.labels``): the release, and the chart's appVersion whose ``v<appVersion>`` tag
-#: is the image the chart's templates were written for (``nvidia-device-plugin.fullimage``).
-HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"
 
 
 def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | None:
@@ -140,14 +161,7 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
     image = str(spec.get("image", ""))
     tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else "latest"
     namespace = (pod.get("metadata") or {}).get("namespace")
-    ds = next(
-        (
-            d
-            for d in ctx.snapshot.daemonsets
-            if name_of(d) == owner_ds(pod) and d["metadata"].get("namespace") == namespace
-        ),
-        {},
-    )
+    ds = owner_daemonset(ctx, pod)
     labels = (ds.get("metadata") or {}).get("labels") or {}
     release, app = labels.get(HELM_RELEASE), labels.get(HELM_APP_VERSION)
     evidence = (f"container {container} ({image}): {message}",)
@@ -365,6 +379,9 @@ PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
 
 
 DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+#: A precompiled driver image's tag: ``<driver branch>-<kernel>-<os tag>`` (NVIDIA/gpu-operator resolveDriverTag,
+#: e.g. 535-5.15.0-1041-azure-ubuntu22.04).
+PRECOMPILED_TAG = re.compile(r"(\d+)-(\d+\.\d+\.\d+-.+)-([a-z]+[\d.]*)")
 
 
 def _pulled_image(text: str) -> str:
@@ -381,8 +398,13 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         (str(r.get("name")) for r in (pod.get("metadata") or {}).get("ownerReferences") or () if r.get("kind")),
         "",
     )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     prefix = ctx.stack.precompiled_prefix
-    if operand is DRIVER and prefix and owner.startswith(prefix):
+    # The tag says precompiled where the policy asks for precompiled drivers (NVIDIA's spec.driver.usePrecompiled).
+    asks = (((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}).get("usePrecompiled") is True
+    precompiled = PRECOMPILED_TAG.fullmatch(tag) if asks else None
+    if operand is DRIVER and ((prefix and owner.startswith(prefix)) or precompiled):
         # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
         ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
         action = Fix(
@@ -390,49 +412,25 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
             ctx.policy_name,
             {"spec": {"driver": {"usePrecompiled": False}}, NOT_SIMULATED: "precompiled images are not simulated"},
         )
+        looked = f" (tag {tag}: driver branch, kernel, OS tag)" if precompiled else ""
         return Known(
-            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator made "
-            f"DaemonSet {owner} for it and the registry has no such tag.",
+            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator asks for "
+            f"{image or 'an image per kernel'}{looked} and the registry has no such tag.",
             (*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
             action,
-            ctx.stack.render(action) + "   # and set spec.driver.version to a full driver version, or move the "
-            f"node to a kernel with a precompiled image (driver pods run on {ready_kernels})",
+            ctx.stack.render(action) + "   # the driver container builds the module at start instead; set "
+            "spec.driver.version to a full driver version, or move the node to a kernel with a precompiled image "
+            f"(driver pods run on {ready_kernels}), or build {tag or 'that tag'} from NVIDIA/gpu-driver-container's "
+            "precompiled Dockerfile into a registry the nodes reach and set spec.driver.repository to it",
         )
-    image = _pulled_image(state.message) or _pulled_image(event)
-    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
     version = str(spec.get("version") or "")
     # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
     versioned = DRIVER_TAG.fullmatch(tag)
-    dist = versioned.group(2) if versioned else ""
-    if (
-        operand is DRIVER
-        and ctx.policy_obj is not None
-        and dist
-        and "not found" in event
-        and not dist.startswith(ctx.stack.driver_image_os)
-    ):
-        # The operator names the image after the node's OS; no release exists for an OS NVIDIA builds none for.
-        os_image = node_info(view.node).get("osImage") or dist
-        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
-        off = (
-            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
-            if ctx.driver_kernels
-            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
-        )
-        return Known(
-            f"no driver image exists for this node's OS: the operator asks for {image} and NVIDIA publishes driver "
-            f"images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version pulls on "
-            f"{os_image}.",
-            (*evidence, f"node OS {os_image}: image tag suffix {dist!r}"),
-            off,
-            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
-            ", after installing the driver on the host (its OS "
-            "packages, or the cloud's own installer: on GKE the node pool's gpu-driver-version, with "
-            "hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run the node on an OS the operator "
-            "supports (Ubuntu, RHEL)",
-        )
-    if ctx.policy_obj is not None and version and version in image and ("not found" in event or not event):
+    missing = "not found" in event or not event
+    if operand is DRIVER and ctx.policy_obj is not None and versioned and missing:
+        return _driver_tag_missing(ctx, view, image, versioned, version, evidence)
+    if ctx.policy_obj is not None and version and version in image and missing:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
         return Known(
             f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
@@ -447,6 +445,66 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         None,
         "make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
         "imagePullSecrets, or a mirror the node can reach",
+    )
+
+
+def _driver_tag_missing(
+    ctx: Context, view: NodeView, image: str, tag: re.Match[str], pinned: str, evidence: tuple[str, ...]
+) -> Known:
+    """The registry lacks the driver image the operator names for this node: ``<version>-<os tag>``, the OS tag
+    from NFD's os-release labels (gpuchain.doctor.node_image). The fix names that tag and how to provide one:
+    no image at all for an OS NVIDIA builds none for (the host's driver then), a pinned version not built for
+    this OS (the operator's default), the default not built for this OS release (a version that is, a
+    precompiled image, or one built for it)."""
+    version, dist = tag.group(1), tag.group(2)
+    os_image = node_info(view.node).get("osImage") or dist
+    repo = image.rpartition(":")[0]
+    said = (
+        *evidence,
+        f"tag {tag.group(0)} = driver version {version} + the node's OS tag {dist} (NFD's system-os_release ID and "
+        f"VERSION_ID; node OS {os_image}, read as {os_tag(view.node) or 'unknown'})",
+    )
+    build = (
+        f"or build {repo}:{tag.group(0)} for {dist} from NVIDIA/gpu-driver-container, push it to a registry the "
+        "nodes reach and set spec.driver.repository to it"
+    )
+    if not dist.startswith(ctx.stack.driver_image_os):
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
+        return Known(
+            f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
+            f"NVIDIA publishes driver images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version "
+            f"pulls on {os_image}.",
+            said,
+            off,
+            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            ", after installing the driver on the host (its OS packages, or the cloud's own installer: on GKE the "
+            "node pool's gpu-driver-version, with hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run "
+            f"the node on an OS the operator supports (Ubuntu, RHEL); {build}",
+        )
+    if pinned and pinned == version:
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
+        return Known(
+            f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, the version "
+            f"spec.driver.version={pinned} of {ctx.policy_ref} built for the node's OS tag {dist}, and that "
+            f"version is not published for {dist}.",
+            said,
+            action,
+            ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
+            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}",
+        )
+    return Known(
+        f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
+        f"{version} for the node's OS tag {dist}, and {version} is not published for {os_image}.",
+        said,
+        None,
+        f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
+        "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
+        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for",
     )
 
 
@@ -506,10 +564,63 @@ def known_not_ready(view: NodeView, link: str, what: str, state: PodState, known
     return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
 
 
+def _first_unready(pod: Obj) -> str:
+    """The name of the pod's first container that is not ready ("" when all are)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((str(cs.get("name", "")) for cs in statuses if not cs.get("ready")), "")
+
+
+def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState) -> Known:
+    """A failing pod that left no line to read (no log was collected, no termination message): what its state
+    alone shows (a container that exits at every start, an init container that never finishes, a readiness
+    probe that fails, containers never started), and the fix aimed at it: the log that holds the reason (the
+    previous run's, for a container that restarts), the object to repair once it is read, and the stack's own
+    way out of ``link`` where it has one (`own_way`)."""
+    pod = view.pod(operand) or {}
+    spec = pod.get("spec") or {}
+    inits = {str(c.get("name")) for c in spec.get("initContainers") or []}
+    container = state.container or _first_unready(pod)
+    kind = "init container" if container in inits else "container"
+    ns, name = state.restart_in(ctx.namespace), state.name
+    nothing = "no line of it was collected (no log, no termination message)"
+    if state.failing and state.restarts:
+        cause = (
+            f"the {what} is {state.status}: its {kind} {container} exits at every start ({state.restarts} restarts) "
+            f"and {nothing}, so the reason is in its previous run's log."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container} --previous"
+    elif state.waiting_init:
+        cause = (
+            f"the {what} is {state.status}: it is held in its init container {container}, which has not finished, so "
+            f"its main container never starts; {nothing}."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container}"
+    elif container and not state.failing and state.status.startswith("Running"):
+        cause = (
+            f"the {what} runs but its {kind} {container} is not ready: its readiness probe fails"
+            + (f" and it restarted {state.restarts} times" if state.restarts else "")
+            + f"; {nothing}."
+        )
+        read = f"kubectl -n {ns} logs {name} -c {container}"
+    else:
+        cause = f"the {what} is {state.status} and no Event or line says why."
+        read = f"kubectl -n {ns} describe pod {name}"
+    again = ctx.stack.render(Fix.delete_pod(ns, name))
+    return Known(
+        cause,
+        (),
+        None,
+        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}"
+        + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
+        + f"; then {again}",
+    )
+
+
 def not_ready(
     ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
 ) -> Result:
-    """An operand pod failing: the known failure its log names with its fix, else its state and last error."""
+    """An operand pod failing: the known failure its log names with its fix, else its state and last error, else
+    (no line at all) what its state alone shows."""
     known = known_failure(ctx, view, operand, state, log)
     if known is not None:
         return known_not_ready(view, link, what, state, known)
@@ -518,6 +629,8 @@ def not_ready(
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
         return known_not_ready(view, link, what, state, known)
+    if silent("\n".join((log, state.message))):
+        return known_not_ready(view, link, what, state, state_only(ctx, view, operand, link, what, state))
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)

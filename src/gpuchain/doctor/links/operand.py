@@ -8,10 +8,11 @@ from collections.abc import Callable
 from gpuchain.common.labels import PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Known, Result, node_finding, operand_log, owner_ds
+from gpuchain.doctor.links.common import Known, Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of

@@ -16,10 +16,11 @@ import dataclasses
 from collections.abc import Callable
 
 from gpuchain.doctor.stacks import device_plugin, gke, gpu_operator, gpuchain
-from gpuchain.doctor.stacks.base import is_gpu_node, provider_of
+from gpuchain.doctor.stacks.base import DRA_PLUGIN_IMAGES, images_of, is_gpu_node, provider_of
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
+from gpuchain.operator.operands import MANAGED_BY
 from gpuchain.operator.policy import ClusterPolicySpec
 
 # NVIDIA's GPU Operator CRDs (nvidia.com), as the operator's import registers them; a cluster
@@ -28,15 +29,20 @@ __all__ = ["NVIDIA_CLUSTER_POLICY", "NVIDIA_DRIVER", "Stack", "detect", "is_gpu_
 
 #: Image repository names (or DaemonSet name endings) of chain components a stack may find installed
 #: beside it as their own release, in any namespace, and the operand state each is read as: NVIDIA's
-#: device plugin chart (nvcr.io/nvidia/k8s-device-plugin), NVIDIA's DRA driver, whose kubelet plugin
-#: announces GPUs to the kubelet as the device plugin does (nvcr.io/nvidia/k8s-dra-driver-gpu, later
+#: driver container (nvcr.io/nvidia/driver:<version>-<os>), container toolkit
+#: (nvcr.io/nvidia/k8s/container-toolkit) and MIG manager (nvcr.io/nvidia/cloud-native/k8s-mig-manager) run
+#: as DaemonSets of their own, NVIDIA's device plugin chart (nvcr.io/nvidia/k8s-device-plugin), NVIDIA's DRA
+#: driver, whose kubelet plugin announces GPUs to the kubelet as the device plugin does
+#: (nvcr.io/nvidia/k8s-dra-driver-gpu, later
 #: dra-driver-nvidia-gpu), dcgm-exporter's own Helm chart (NVIDIA/dcgm-exporter deployment/) and GFD. In
 #: this order: the last that matches wins, so the device plugin chart's GFD DaemonSet, which runs the
 #: device plugin's image, is read as GFD by its name.
 STANDALONE_IMAGES = {
+    "nvidia/driver:": "driver",
+    "k8s/container-toolkit": "container-toolkit",
+    "k8s-mig-manager": "mig-manager",
     "k8s-device-plugin": "device-plugin",
-    "k8s-dra-driver-gpu": "device-plugin",
-    "dra-driver-nvidia-gpu": "device-plugin",
+    **dict.fromkeys(DRA_PLUGIN_IMAGES, "device-plugin"),
     "dcgm-exporter": "dcgm-exporter",
     "gpu-feature-discovery": "gpu-feature-discovery",
 }
@@ -47,19 +53,28 @@ Adapter = Callable[[Snapshot], Stack | None]
 ADAPTERS: tuple[Adapter, ...] = (gpuchain.detect, gpu_operator.detect, gke.detect, device_plugin.detect)
 
 
-def _template_images(ds: Obj) -> str:
-    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return " ".join(str(c.get("image", "")) for c in [*(spec.get("containers") or [])])
+#: The owners that make a DaemonSet an operator's operand, never a release of its own: a ClusterPolicy of either
+#: group or NVIDIA's NVIDIADriver (their controllers set the ownerReference), or gpuchain's operator's label.
+OPERATOR_OWNERS = ("ClusterPolicy", "NVIDIADriver")
+
+
+def _operator_owned(ds: Obj) -> bool:
+    meta = ds.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return any(r.get("kind") in OPERATOR_OWNERS for r in meta.get("ownerReferences") or ()) or all(
+        labels.get(k) == v for k, v in MANAGED_BY.items()
+    )
 
 
 def elsewhere(snapshot: Snapshot, stack: Stack) -> dict[str, str]:
-    """Operand DaemonSets outside the stack's namespace, by image (a separate dcgm-exporter release)."""
+    """Operand DaemonSets outside the stack's namespace, by image (a separate dcgm-exporter release); an
+    operator's own operands are not one, wherever they run."""
     found = {}
     for ds in snapshot.daemonsets:
         ns = str((ds.get("metadata") or {}).get("namespace") or "")
-        if ns == stack.namespace:
+        if ns == stack.namespace or _operator_owned(ds):
             continue
-        images = _template_images(ds)
+        images = images_of(ds)
         for marker, state in STANDALONE_IMAGES.items():
             if marker in images or name_of(ds).endswith(marker):
                 found[f"{ns}/{name_of(ds)}"] = state

@@ -42,6 +42,26 @@ def is_gpu_node(node: Obj) -> bool:
     return any(str(k).startswith(("nvidia.com/gpu", "nvidia.com/mig-")) for k in capacity)
 
 
+#: Image repository names of NVIDIA's DRA driver (nvcr.io/nvidia/k8s-dra-driver-gpu; later releases
+#: dra-driver-nvidia-gpu): its kubelet plugin publishes a node's GPUs as ResourceSlices, the device-plugin link's
+#: counterpart where GPUs are allocated through DRA (NVIDIA/k8s-dra-driver-gpu deployments/helm values.yaml).
+DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu")
+
+
+def images_of(obj: Obj) -> str:
+    """Every container image a pod, or a DaemonSet's pod template, runs (init containers too), space-separated."""
+    spec = obj.get("spec") or {}
+    spec = ((spec.get("template") or {}).get("spec") or {}) if "template" in spec else spec
+    return " ".join(
+        str(c.get("image", "")) for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    )
+
+
+def is_dra_plugin(obj: Obj | None) -> bool:
+    """Does this pod (or DaemonSet) run NVIDIA's DRA driver kubelet plugin, by its image?"""
+    return obj is not None and any(marker in images_of(obj) for marker in DRA_PLUGIN_IMAGES)
+
+
 def provider_of(nodes: list[Obj]) -> str:
     """eks, aks, gke or "" from the nodes' providerID (aws://, azure://, gce://)."""
     for node in nodes:

@@ -5,18 +5,21 @@ Names as NVIDIA/k8s-device-plugin's deployments render them (commit 1b826ac): th
 manifest's DaemonSet ``nvidia-device-plugin-daemonset`` in ``kube-system`` (container
 ``nvidia-device-plugin-ctr``); the chart's ``<release>-nvidia-device-plugin`` (same container)
 and, with GFD on, ``<release>-gpu-feature-discovery``. No driver or toolkit DaemonSet: the node
-image has both.
+image has both. NVIDIA's DRA driver alone on such nodes (its chart's ``<name>-kubelet-plugin``, container
+``gpus``) is the same stack with the kubelet plugin in the device plugin's place.
 """
 
 from __future__ import annotations
 
-from gpuchain.doctor.stacks.base import provider_of
+from gpuchain.doctor.stacks.base import images_of, is_dra_plugin, provider_of
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.policy import ClusterPolicySpec
 
 PLUGIN = "nvidia-device-plugin"
 CONTAINER = "nvidia-device-plugin-ctr"
+#: The container of NVIDIA's DRA driver kubelet plugin that serves GPUs (its chart's templates/kubeletplugin.yaml).
+DRA_CONTAINER = "gpus"
 GFD = "gpu-feature-discovery"
 #: The node image a managed cloud means to carry the driver and the nvidia runtime (its GPU docs).
 NODE_IMAGES = {
@@ -26,6 +29,7 @@ NODE_IMAGES = {
     "aks": "an AKS GPU node image (a GPU VM size with the default --gpu-driver Install, which installs the NVIDIA "
     "driver and runtime; not --gpu-driver None)",
 }
+DRA_TITLE = "NVIDIA DRA driver (kubelet plugin, host driver)"
 TITLES = {
     "nvidia-device-plugin": "NVIDIA device plugin (standalone, host driver)",
     "eks": "Amazon EKS (accelerated AMI driver + NVIDIA device plugin)",
@@ -33,23 +37,22 @@ TITLES = {
 }
 
 
-def _image(ds: Obj) -> str:
-    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-    return " ".join(str(c.get("image", "")) for c in containers)
-
-
 def plugin_daemonsets(snapshot: Snapshot) -> list[Obj]:
     """NVIDIA device plugin DaemonSets, by name or image, in any namespace."""
     return [
         d
         for d in snapshot.daemonsets
-        if (PLUGIN in name_of(d) and "gpu-device-plugin" not in name_of(d)) or "k8s-device-plugin" in _image(d)
+        if (PLUGIN in name_of(d) and "gpu-device-plugin" not in name_of(d)) or "k8s-device-plugin" in images_of(d)
     ]
 
 
 def detect(snapshot: Snapshot) -> Stack | None:
-    """A device plugin DaemonSet of NVIDIA's with no operator policy around it."""
+    """A device plugin DaemonSet of NVIDIA's with no operator policy around it; where there is none, NVIDIA's
+    DRA driver kubelet plugin, which serves the same link through DRA on the same host driver and runtime."""
     found = plugin_daemonsets(snapshot)
+    dra = not found
+    if dra:
+        found = [d for d in snapshot.daemonsets if is_dra_plugin(d)]
     provider = provider_of(snapshot.nodes)
     if not found:
         return None
@@ -75,13 +78,13 @@ def detect(snapshot: Snapshot) -> Stack | None:
     )
     stack_id = provider if provider in ("eks", "aks") else "nvidia-device-plugin"
     daemonsets = {"device-plugin": name_of(plugin)}
-    containers = {"device-plugin": CONTAINER}
+    containers = {"device-plugin": DRA_CONTAINER if dra else CONTAINER}
     if gfd:
         daemonsets["gpu-feature-discovery"] = gfd
         containers["gpu-feature-discovery"] = GFD
     return Stack(
         stack_id,
-        TITLES[stack_id],
+        DRA_TITLE if dra else TITLES[stack_id],
         namespace,
         daemonsets,
         containers,

@@ -1,0 +1,143 @@
+"""What a node's image says about its driver: the OS the GPU Operator names a driver image after, and whether
+a managed cloud's node image already brings the NVIDIA driver (read from the node's labels and nodeInfo).
+
+Facts, from their sources:
+
+- the GPU Operator's driver image is ``<repository>/<image>:<version>-<os tag>``, the OS tag being NFD's
+  ``feature.node.kubernetes.io/system-os_release.ID`` then ``VERSION_ID``, whose major number alone for
+  ``rhel``, ``rocky`` and ``ol`` (NVIDIA/gpu-operator controllers/state_manager.go@a22dbf6
+  ``getGPUNodeOSInfo``, controllers/object_controls.go ``resolveDriverTag``); precompiled drivers put the
+  kernel between them (``<version>-<kernel>-<os tag>``);
+- AKS installs the NVIDIA driver and runtime on GPU node pools unless the pool was created with
+  ``--skip-gpu-driver-install``, and its driver and the operator's are mutually exclusive
+  (azure.github.io/aks-rdma-infiniband, configurations/gpu-operator);
+- GKE installs the driver itself on nodes labelled ``cloud.google.com/gke-gpu-driver-version`` (``default``,
+  ``latest``; ``disabled`` installs none) under ``/home/kubernetes/bin/nvidia``, and NVIDIA's GKE guide runs
+  the operator there with ``driver.enabled=false`` and ``hostPaths.driverInstallDir`` set to that directory;
+- EKS's accelerated AMIs (AL2023 NVIDIA, Bottlerocket's ``-nvidia`` variants) carry the driver and runtime;
+- NVIDIA publishes driver containers only for the OS families of `DRIVER_IMAGE_OS`
+  (NVIDIA/gpu-driver-container), none for COS, Amazon Linux or Bottlerocket.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gpuchain.doctor.node import node_info
+from gpuchain.doctor.stacks.gpu_operator import DRIVER_IMAGE_OS
+from gpuchain.kube.objects import Obj, labels_of
+
+OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+#: The operator keeps only the major version of these in the tag.
+MAJOR_ONLY = ("rhel", "rocky", "ol")
+#: osImage (the node's os-release PRETTY_NAME) -> os-release ID, for nodes NFD did not label.
+OS_IMAGES = (
+    (re.compile(r"^Ubuntu (\d+\.\d+)"), "ubuntu"),
+    (re.compile(r"^Red Hat Enterprise Linux CoreOS (\d)(\d\d)\."), "rhcos"),
+    (re.compile(r"^Red Hat Enterprise Linux (?:Server )?(\d+(?:\.\d+)?)"), "rhel"),
+    (re.compile(r"^Rocky Linux (\d+(?:\.\d+)?)"), "rocky"),
+    (re.compile(r"^Oracle Linux Server (\d+(?:\.\d+)?)"), "ol"),
+    (re.compile(r"^Amazon Linux (\d+)"), "amzn"),
+    (re.compile(r"^Bottlerocket OS ()"), "bottlerocket"),
+    (re.compile(r"^Container-Optimized OS()"), "cos"),
+    (re.compile(r"^Flatcar Container Linux .*?(\d+\.\d+\.\d+)"), "flatcar"),
+    (re.compile(r"^SUSE Linux Enterprise Server (\d+)(?: SP(\d+))?"), "sles"),
+)
+GKE_DRIVER = "cloud.google.com/gke-gpu-driver-version"
+GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
+GKE_ACCELERATOR, GKE_COUNT = "cloud.google.com/gke-accelerator", "cloud.google.com/gke-accelerator-count"
+AKS_ACCELERATOR = "kubernetes.azure.com/accelerator"
+AKS_IMAGE = "kubernetes.azure.com/node-image-version"
+
+
+def os_release(node: Obj) -> tuple[str, str]:
+    """The node's os-release ID and VERSION_ID: NFD's labels, else read from ``osImage`` ("" where unknown)."""
+    labels = labels_of(node)
+    if labels.get(OS_ID):
+        return labels[OS_ID], labels.get(OS_VERSION, "")
+    image = node_info(node).get("osImage", "")
+    for pattern, os_id in OS_IMAGES:
+        found = pattern.match(image)
+        if found is None:
+            continue
+        parts = [g for g in found.groups() if g]
+        return os_id, ".".join(parts)
+    return "", ""
+
+
+def os_tag(node: Obj) -> str:
+    """The OS tag the GPU Operator appends to the driver image for this node (``ubuntu22.04``, ``rhel9``,
+    ``rhcos4.16``), "" where the OS is unknown."""
+    os_id, version = os_release(node)
+    if os_id in MAJOR_ONLY:
+        version = version.split(".")[0]
+    return f"{os_id}{version}" if os_id else ""
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """A managed cloud's node image, as it bears on the driver link."""
+
+    cloud: str  #: AKS, GKE, EKS
+    #: True: the image (or its cloud, at node creation) installs the driver; False: it installs none
+    ships_driver: bool
+    #: NVIDIA publishes a driver container for the node's OS, so the operator can install a driver there
+    operator_driver: bool
+    said: tuple[str, ...]  #: the node's facts that say so
+    #: the ClusterPolicy spec that runs the operator over the image's own driver
+    keep: dict[str, Any]
+    #: the cloud's way to put its driver on such a node
+    install: str
+    #: the cloud's way to have nodes without its driver, for the operator's ("" where the operator has none)
+    without: str
+
+
+def node_image(node: Obj) -> NodeImage | None:
+    """What the node's labels and nodeInfo say of a managed cloud's image and its driver (None: not a managed
+    image gpuchain knows, or nothing tells)."""
+    labels = labels_of(node)
+    image = node_info(node).get("osImage", "")
+    os_id, _ = os_release(node)
+    operator = bool(os_id) and os_id.startswith(DRIVER_IMAGE_OS)
+    provider = str((node.get("spec") or {}).get("providerID") or "")
+    if GKE_DRIVER in labels or os_id == "cos":
+        # Without the label, GKE installs no driver itself (older node pools: Google's installer DaemonSet).
+        version = labels.get(GKE_DRIVER, "")
+        return NodeImage(
+            "GKE",
+            version not in ("", "disabled"),
+            operator,
+            (f"label {GKE_DRIVER}={version}" if version else f"no label {GKE_DRIVER}", f"osImage {image}"),
+            {"driver": {"enabled": False}, "hostPaths": {"driverInstallDir": GKE_DRIVER_ROOT}},
+            f"recreate the node pool with --accelerator type={labels.get(GKE_ACCELERATOR) or '<gpu>'},count="
+            f"{labels.get(GKE_COUNT) or '<n>'},gpu-driver-version=default (GKE installs the driver under "
+            f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
+            "an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
+        )
+    if labels.get(AKS_ACCELERATOR) == "nvidia" or (provider.startswith("azure://") and AKS_IMAGE in labels):
+        said = [f"label {k}={labels[k]}" for k in (AKS_ACCELERATOR, AKS_IMAGE) if k in labels]
+        return NodeImage(
+            "AKS",
+            True,
+            operator,
+            (*said, f"osImage {image}"),
+            {"driver": {"enabled": False}},
+            "a GPU node pool created without --skip-gpu-driver-install (AKS installs the driver and runtime)",
+            "a node pool created with --skip-gpu-driver-install",
+        )
+    if os_id in ("bottlerocket", "amzn"):
+        ships = "nvidia" in image.lower() if os_id == "bottlerocket" else True
+        return NodeImage(
+            "EKS",
+            ships,
+            False,
+            (f"osImage {image}",),
+            {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
+            "the EKS accelerated AMI for the node group (AL2023 NVIDIA, or Bottlerocket's -nvidia variant), which "
+            "carries the driver and runtime",
+            "",
+        )
+    return None

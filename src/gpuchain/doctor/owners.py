@@ -1,0 +1,56 @@
+"""Who owns a chain component's pod, and what a person changes to repair it: the DaemonSet, the Helm release
+that rendered it, or the stack's policy where an operator owns the DaemonSet. Pure readers of the snapshot,
+shared by the links' checks and the evidence read across them."""
+
+from __future__ import annotations
+
+from gpuchain.doctor.context import Context
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import Operand
+
+#: The labels NVIDIA's charts give their DaemonSets (k8s-device-plugin deployments/helm/.../_helpers.tpl
+#: ``nvidia-device-plugin.labels``): the release, and the chart's appVersion whose ``v<appVersion>`` tag
+#: is the image the chart's templates were written for (``nvidia-device-plugin.fullimage``).
+HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"
+
+
+def owner_ds(pod: Obj) -> str:
+    """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")
+
+
+def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
+    """The DaemonSet that owns ``pod``, from the snapshot ({} when none there does)."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return next(
+        (
+            d
+            for d in ctx.snapshot.daemonsets
+            if name_of(d) == owner_ds(pod) and (d.get("metadata") or {}).get("namespace") == namespace
+        ),
+        {},
+    )
+
+
+def repair_target(ctx: Context, pod: Obj, operand: Operand) -> str:
+    """The object a person changes to repair ``pod``'s component: the policy's section where the stack's
+    operator owns its DaemonSet (a change to the DaemonSet itself is undone at the next reconcile), the
+    Helm release that rendered it (its ``app.kubernetes.io/instance`` label), else the DaemonSet."""
+    ns = namespace_of(pod) or ctx.namespace
+    ds = owner_daemonset(ctx, pod)
+    where = f"DaemonSet {ns}/{name_of(ds) if ds else owner_ds(pod) or ctx.ds(operand)}"
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        return f"spec.{operand.spec_key} of {ctx.policy_ref} (its operator owns {where})"
+    release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE)
+    return f"the values of Helm release {release} in {ns} ({where})" if release else where
+
+
+#: The kubelet's own waiting message for a container it restarts ("back-off %s restarting failed container=%s
+#: pod=%s", kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go@v1.34.4): no word of the container's.
+BACK_OFF = "back-off "
+
+
+def silent(text: str) -> bool:
+    """Did a failing container leave no word of its own: no line, or only the kubelet's back-off message?"""
+    return all(ln.strip().startswith(BACK_OFF) for ln in text.splitlines() if ln.strip())
