@@ -18,7 +18,7 @@ from lightkube.config import client_adapter
 from lightkube.config.models import Cluster as KubeConfigCluster
 from lightkube.config.models import User
 
-from gpuchain.kube import NODE, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError, live
+from gpuchain.kube import NODE, POD, BadRequestError, EvictionBlockedError, KubeError, LiveCluster, NotFoundError, live
 from gpuchain.kube.errors import TooManyRequestsError
 
 REFUSAL = {
@@ -233,6 +233,36 @@ def test_list_readonly_asks_for_the_next_page_from_the_head_and_trusts_the_decod
     assert all(n["kind"] == "Node" and n["apiVersion"] == "v1" for n in nodes)
     assert asked == ["", "b", "elsewhere", "c", "d"]
     assert cluster.calls.snapshot() == {"list": 5}
+
+
+def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leaves_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
+    # and not the ones no reader of a snapshot reads (a pod's volumes, any object's managedFields).
+    cluster = LiveCluster.from_url("http://127.0.0.1:9")
+    items = [
+        {
+            "metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"nodeName": "n1", "volumes": [{"name": "v", "emptyDir": {}}], "containers": [{"name": "c"}]},
+            "status": None,
+        },
+        {"metadata": {"name": "q"}, "spec": None},
+    ]
+    _pages_served(cluster, {"": json.dumps({"kind": "PodList", "metadata": {}, "items": items}).encode()}, monkeypatch)
+    pods = cluster.list_readonly(POD)
+    assert pods == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "1"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": None,
+        },
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": None},
+    ]
+    assert all(type(p) is dict and type(p["metadata"]) is dict for p in pods)
+    assert type(pods[0]["spec"]) is dict
 
 
 def _config(server: str) -> KubeConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 
 import yaml
 
@@ -34,11 +34,12 @@ class NodeView:
     #: operand state -> the label that opts it out where the stack's is not the operand's own (`Stack.deploy_labels`)
     deploy_labels: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def pods(self) -> list[Obj]:
+    @cached_property
+    def pods(self) -> tuple[Obj, ...]:
         """Each operand pod on this node once: one pod serves several operands in gpuchain's node
-        agent layout, and its failure is one failure, not one per role."""
-        return list({id(p): p for p in self.operand_pods.values()}.values())
+        agent layout, and its failure is one failure, not one per role. Worked out on first use:
+        the links ask for it some seven times a node."""
+        return tuple({id(p): p for p in self.operand_pods.values()}.values())
 
     def pod(self, operand: Operand) -> Obj | None:
         """The operand's pod on this node, if its DaemonSet placed one."""

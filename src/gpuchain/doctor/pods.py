@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.kube.objects import Obj, namespace_of
@@ -94,21 +94,19 @@ def pod_state(pod: Obj) -> PodState:
 
 
 def _pod_state(pod: Obj) -> PodState:
-    """`pod_state`, worked out."""
-    return replace(_summary(pod), namespace=namespace_of(pod) or "")
-
-
-def _summary(pod: Obj) -> PodState:
+    """`pod_state`, worked out. It runs once for each of a diagnosis's pods (70,000 at 10,000 nodes),
+    so each answer is built once with its namespace, and each status's state read once."""
     name = str(pod.get("metadata", {}).get("name", "?"))
+    namespace = namespace_of(pod) or ""
     inits = _statuses(pod, "initContainerStatuses")
     mains = _statuses(pod, "containerStatuses")
     # The scheduler's word decides only for a pod with no container statuses yet.
     unschedulable = None if inits or mains else unschedulable_message(pod)
     if unschedulable is not None:
-        return PodState(name, "Pending", False, True, message=unschedulable, unschedulable=True)
+        return PodState(name, "Pending", False, True, message=unschedulable, unschedulable=True, namespace=namespace)
     for cs in [*inits, *mains]:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        terminated = (cs.get("state") or {}).get("terminated") or {}
+        state = cs.get("state") or {}
+        terminated = state.get("terminated") or {}
         if terminated.get("reason") in FAILED_TERMINATION and terminated.get("exitCode") not in (0, None):
             return PodState(
                 name,
@@ -118,7 +116,9 @@ def _summary(pod: Obj) -> PodState:
                 str(cs.get("name")),
                 int(cs.get("restartCount") or 0),
                 str(terminated.get("message") or ""),
+                namespace=namespace,
             )
+        waiting = state.get("waiting") or {}
         if waiting.get("reason") in FAILING:
             last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
             return PodState(
@@ -130,6 +130,7 @@ def _summary(pod: Obj) -> PodState:
                 int(cs.get("restartCount") or 0),
                 str(last),
                 message=str(waiting.get("message") or ""),
+                namespace=namespace,
             )
     done = sum(1 for cs in inits if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0)
     if inits and done < len(inits):
@@ -141,19 +142,19 @@ def _summary(pod: Obj) -> PodState:
             False,
             str(blocked.get("name")),
             waiting_init=str(blocked.get("name")),
+            namespace=namespace,
         )
     creating = next(
         (cs for cs in mains if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating"),
         None,
     )
     if creating is not None:
-        return PodState(name, "ContainerCreating", False, False, str(creating.get("name")))
+        return PodState(name, "ContainerCreating", False, False, str(creating.get("name")), namespace=namespace)
     ready = bool(mains) and all(cs.get("ready") for cs in mains)
     phase = str((pod.get("status") or {}).get("phase", "Unknown"))
     restarts = sum(int(cs.get("restartCount") or 0) for cs in mains)
-    return PodState(
-        name, phase if ready or phase != "Running" else "Running (not ready)", ready, False, restarts=restarts
-    )
+    status = phase if ready or phase != "Running" else "Running (not ready)"
+    return PodState(name, status, ready, False, restarts=restarts, namespace=namespace)
 
 
 #: The container states in which the runtime refused to create or start a container (the kubelet's and

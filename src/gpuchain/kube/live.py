@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import httpx2
 import msgspec
@@ -528,12 +528,13 @@ API server is tuned for; it bounds one response's bytes (a few MB of pods) whate
 size."""
 
 
-def _struct(name: str, model: type[msgspec.Struct], leave_out: str) -> type[msgspec.Struct]:
-    """A msgspec Struct with the JSON fields of one of lightkube's models (the API's own field
-    list, at lightkube-models' Kubernetes version) but ``leave_out``: each value is decoded as
-    plain JSON, and the field left out is skipped by the decoder without being built."""
-    fields = [(f, Any, msgspec.UNSET) for f in model.__struct_encode_fields__ if f != leave_out]
-    return msgspec.defstruct(name, fields, omit_defaults=True, gc=False)
+def _fields_but(name: str, model: type[msgspec.Struct], leave_out: str) -> Any:
+    """A TypedDict of the JSON fields of one of lightkube's models (the API's own field list, at
+    lightkube-models' Kubernetes version) but ``leave_out``, each value plain JSON: msgspec decodes
+    it straight into a plain dict of the fields the JSON had (in the JSON's order), skipping the
+    field left out without building it. A Struct would need a second pass to become that dict,
+    which at 10,000 nodes cost a quarter of the decoding (bench.doctor.live)."""
+    return TypedDict(name, {f: Any for f in model.__struct_encode_fields__ if f != leave_out}, total=False)  # type: ignore[operator]
 
 
 #: What `LiveCluster.list_readonly` leaves out: ``metadata.managedFields`` on every object (the
@@ -542,20 +543,17 @@ def _struct(name: str, model: type[msgspec.Struct], leave_out: str) -> type[msgs
 #: node's JSON) and a Pod's ``spec.volumes`` (every pod carries at least the service account's
 #: projected volume: a fifth of the objects a pod decodes into, and of the time freeing them).
 #: No reader of a snapshot looks at any of them (a DaemonSet's pod template keeps its volumes).
-_Meta = _struct("_Meta", ObjectMeta, leave_out="managedFields")
-_NodeStatus = _struct("_NodeStatus", NodeStatus, leave_out="images")
-_PodSpec = _struct("_PodSpec", PodSpec, leave_out="volumes")
+_Meta = _fields_but("_Meta", ObjectMeta, leave_out="managedFields")
+_NodeStatus = _fields_but("_NodeStatus", NodeStatus, leave_out="images")
+_PodSpec = _fields_but("_PodSpec", PodSpec, leave_out="volumes")
 
 
-class _Object(msgspec.Struct, gc=False):
-    """One object of a built-in kind whose Go type holds exactly apiVersion, kind, metadata, spec
-    and status (k8s.io/api), so nothing else is lost."""
-
-    apiVersion: Any = msgspec.UNSET
-    kind: Any = msgspec.UNSET
-    metadata: Any = msgspec.UNSET
-    spec: Any = msgspec.UNSET
-    status: Any = msgspec.UNSET
+def _object(name: str, **typed: Any) -> Any:
+    """A TypedDict of one object of a built-in kind whose Go type holds exactly apiVersion, kind,
+    metadata, spec and status (k8s.io/api), so nothing else is lost: ``typed`` overrides the plain
+    JSON of some of them (each may also be null), and its metadata leaves out managedFields."""
+    fields = {"apiVersion": Any, "kind": Any, "spec": Any, "status": Any, "metadata": _Meta, **typed}
+    return TypedDict(name, {f: t if t is Any else t | None for f, t in fields.items()}, total=False)  # type: ignore[operator]
 
 
 class _ListMeta(msgspec.Struct, gc=False):
@@ -597,18 +595,11 @@ def _page_decoder(item: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(page)
 
 
-_META = ("metadata", _Meta | None | msgspec.UnsetType, msgspec.UNSET)
-_OBJECT_PAGE = _page_decoder(msgspec.defstruct("_Item", [_META], bases=(_Object,)))
-_NODE_PAGE = _page_decoder(
-    msgspec.defstruct(
-        "_Node", [_META, ("status", _NodeStatus | None | msgspec.UnsetType, msgspec.UNSET)], bases=(_Object,)
-    )
-)
-_POD_PAGE = _page_decoder(
-    msgspec.defstruct("_Pod", [_META, ("spec", _PodSpec | None | msgspec.UnsetType, msgspec.UNSET)], bases=(_Object,))
-)
+_OBJECT_PAGE = _page_decoder(_object("_Item"))
+_NODE_PAGE = _page_decoder(_object("_Node", status=_NodeStatus))
+_POD_PAGE = _page_decoder(_object("_Pod", spec=_PodSpec))
 #: Decoders by kind; any other kind (ConfigMaps, Events, custom resources: top-level fields of their
-#: own) is decoded whole, as dicts, and loses only its managedFields.
+#: own) is decoded whole, and loses only its managedFields (`_listed`).
 _PAGES = {
     NODE: _NODE_PAGE,
     POD: _POD_PAGE,
@@ -617,33 +608,13 @@ _PAGES = {
 _ANY_PAGE = _page_decoder(dict[str, Any])
 
 
-def _fields(struct: msgspec.Struct) -> Obj:
-    """A decoded Struct as a dict of the fields the JSON had: shallow, since every value below it
-    is already plain JSON (`_struct`), so nothing is copied again (``msgspec.to_builtins`` would
-    rebuild every label map and status list: a tenth of the decoding at 10,000 nodes)."""
-    return {k: v for k, v in msgspec.structs.asdict(struct).items() if v is not msgspec.UNSET}
-
-
-def _listed(item: msgspec.Struct | Obj, kind: Kind) -> Obj:
-    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out:
-    the fields the JSON had, a field absent staying absent."""
-    if isinstance(item, dict):
+def _listed(item: Obj, kind: Kind) -> Obj:
+    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out."""
+    if kind not in _PAGES:
         meta = item.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
-        return _typed(item, kind)
-    out: Obj = msgspec.structs.asdict(item)  # an `_Object`: apiVersion, kind, metadata, spec, status
-    if out["apiVersion"] is msgspec.UNSET:
-        out["apiVersion"] = kind.api_version
-    if out["kind"] is msgspec.UNSET:
-        out["kind"] = kind.kind
-    for name in ("metadata", "spec", "status"):
-        value = out[name]
-        if value is msgspec.UNSET:
-            del out[name]
-        elif isinstance(value, msgspec.Struct):
-            out[name] = _fields(value)
-    return out
+    return _typed(item, kind)
 
 
 def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str] | None:
