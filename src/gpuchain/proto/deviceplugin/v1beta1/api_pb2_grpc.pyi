@@ -26,6 +26,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -58,9 +59,7 @@ class RegistrationServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.Empty, _abc.Awaitable[_api_pb2.Empty]]: ...
 
-def add_RegistrationServicer_to_server(
-    servicer: RegistrationServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_RegistrationServicer_to_server(servicer: RegistrationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class DevicePluginStub:
     """DevicePlugin is served by each plugin on its own unix socket."""
@@ -72,13 +71,9 @@ class DevicePluginStub:
     GetDevicePluginOptions: _grpc.UnaryUnaryMultiCallable[_api_pb2.Empty, _api_pb2.DevicePluginOptions]
     ListAndWatch: _grpc.UnaryStreamMultiCallable[_api_pb2.Empty, _api_pb2.ListAndWatchResponse]
     """A full device list first, then again on every change."""
-    GetPreferredAllocation: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.PreferredAllocationRequest, _api_pb2.PreferredAllocationResponse
-    ]
+    GetPreferredAllocation: _grpc.UnaryUnaryMultiCallable[_api_pb2.PreferredAllocationRequest, _api_pb2.PreferredAllocationResponse]
     Allocate: _grpc.UnaryUnaryMultiCallable[_api_pb2.AllocateRequest, _api_pb2.AllocateResponse]
-    PreStartContainer: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.PreStartContainerRequest, _api_pb2.PreStartContainerResponse
-    ]
+    PreStartContainer: _grpc.UnaryUnaryMultiCallable[_api_pb2.PreStartContainerRequest, _api_pb2.PreStartContainerResponse]
 
 @_typing.type_check_only
 class DevicePluginAsyncStub(DevicePluginStub):
@@ -88,13 +83,9 @@ class DevicePluginAsyncStub(DevicePluginStub):
     GetDevicePluginOptions: _aio.UnaryUnaryMultiCallable[_api_pb2.Empty, _api_pb2.DevicePluginOptions]  # type: ignore[assignment]
     ListAndWatch: _aio.UnaryStreamMultiCallable[_api_pb2.Empty, _api_pb2.ListAndWatchResponse]  # type: ignore[assignment]
     """A full device list first, then again on every change."""
-    GetPreferredAllocation: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.PreferredAllocationRequest, _api_pb2.PreferredAllocationResponse
-    ]  # type: ignore[assignment]
+    GetPreferredAllocation: _aio.UnaryUnaryMultiCallable[_api_pb2.PreferredAllocationRequest, _api_pb2.PreferredAllocationResponse]  # type: ignore[assignment]
     Allocate: _aio.UnaryUnaryMultiCallable[_api_pb2.AllocateRequest, _api_pb2.AllocateResponse]  # type: ignore[assignment]
-    PreStartContainer: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.PreStartContainerRequest, _api_pb2.PreStartContainerResponse
-    ]  # type: ignore[assignment]
+    PreStartContainer: _aio.UnaryUnaryMultiCallable[_api_pb2.PreStartContainerRequest, _api_pb2.PreStartContainerResponse]  # type: ignore[assignment]
 
 class DevicePluginServicer(metaclass=_abc_1.ABCMeta):
     """DevicePlugin is served by each plugin on its own unix socket."""
@@ -105,6 +96,7 @@ class DevicePluginServicer(metaclass=_abc_1.ABCMeta):
         request: _api_pb2.Empty,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.DevicePluginOptions, _abc.Awaitable[_api_pb2.DevicePluginOptions]]: ...
+
     @_abc_1.abstractmethod
     def ListAndWatch(
         self,
@@ -119,12 +111,14 @@ class DevicePluginServicer(metaclass=_abc_1.ABCMeta):
         request: _api_pb2.PreferredAllocationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.PreferredAllocationResponse, _abc.Awaitable[_api_pb2.PreferredAllocationResponse]]: ...
+
     @_abc_1.abstractmethod
     def Allocate(
         self,
         request: _api_pb2.AllocateRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.AllocateResponse, _abc.Awaitable[_api_pb2.AllocateResponse]]: ...
+
     @_abc_1.abstractmethod
     def PreStartContainer(
         self,
@@ -132,6 +126,4 @@ class DevicePluginServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.PreStartContainerResponse, _abc.Awaitable[_api_pb2.PreStartContainerResponse]]: ...
 
-def add_DevicePluginServicer_to_server(
-    servicer: DevicePluginServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_DevicePluginServicer_to_server(servicer: DevicePluginServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

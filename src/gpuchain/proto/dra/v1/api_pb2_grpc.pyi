@@ -26,6 +26,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -39,15 +40,11 @@ class DRAPluginStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> DRAPluginAsyncStub: ...
-    NodePrepareResources: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse
-    ]
+    NodePrepareResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse]
     """Prepare claims for containers on this node. A returned error discards the
     response; a failure of one claim goes in that claim's entry.
     """
-    NodeUnprepareResources: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse
-    ]
+    NodeUnprepareResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse]
     """Undo NodePrepareResources; the same error rules apply."""
 
 @_typing.type_check_only
@@ -55,15 +52,11 @@ class DRAPluginAsyncStub(DRAPluginStub):
     """Served by a DRA kubelet plugin on the endpoint it registered."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    NodePrepareResources: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse
-    ]  # type: ignore[assignment]
+    NodePrepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse]  # type: ignore[assignment]
     """Prepare claims for containers on this node. A returned error discards the
     response; a failure of one claim goes in that claim's entry.
     """
-    NodeUnprepareResources: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse
-    ]  # type: ignore[assignment]
+    NodeUnprepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse]  # type: ignore[assignment]
     """Undo NodePrepareResources; the same error rules apply."""
 
 class DRAPluginServicer(metaclass=_abc_1.ABCMeta):
@@ -84,11 +77,7 @@ class DRAPluginServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _api_pb2.NodeUnprepareResourcesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _api_pb2.NodeUnprepareResourcesResponse, _abc.Awaitable[_api_pb2.NodeUnprepareResourcesResponse]
-    ]:
+    ) -> _typing.Union[_api_pb2.NodeUnprepareResourcesResponse, _abc.Awaitable[_api_pb2.NodeUnprepareResourcesResponse]]:
         """Undo NodePrepareResources; the same error rules apply."""
 
-def add_DRAPluginServicer_to_server(
-    servicer: DRAPluginServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_DRAPluginServicer_to_server(servicer: DRAPluginServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -26,6 +26,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -40,9 +41,7 @@ class RegistrationStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> RegistrationAsyncStub: ...
     GetInfo: _grpc.UnaryUnaryMultiCallable[_api_pb2.InfoRequest, _api_pb2.PluginInfo]
-    NotifyRegistrationStatus: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse
-    ]
+    NotifyRegistrationStatus: _grpc.UnaryUnaryMultiCallable[_api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse]
 
 @_typing.type_check_only
 class RegistrationAsyncStub(RegistrationStub):
@@ -50,9 +49,7 @@ class RegistrationAsyncStub(RegistrationStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetInfo: _aio.UnaryUnaryMultiCallable[_api_pb2.InfoRequest, _api_pb2.PluginInfo]  # type: ignore[assignment]
-    NotifyRegistrationStatus: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse
-    ]  # type: ignore[assignment]
+    NotifyRegistrationStatus: _aio.UnaryUnaryMultiCallable[_api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse]  # type: ignore[assignment]
 
 class RegistrationServicer(metaclass=_abc_1.ABCMeta):
     """Served by the plugin on its registration socket under plugins_registry/."""
@@ -63,6 +60,7 @@ class RegistrationServicer(metaclass=_abc_1.ABCMeta):
         request: _api_pb2.InfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.PluginInfo, _abc.Awaitable[_api_pb2.PluginInfo]]: ...
+
     @_abc_1.abstractmethod
     def NotifyRegistrationStatus(
         self,
@@ -70,6 +68,4 @@ class RegistrationServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.RegistrationStatusResponse, _abc.Awaitable[_api_pb2.RegistrationStatusResponse]]: ...
 
-def add_RegistrationServicer_to_server(
-    servicer: RegistrationServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_RegistrationServicer_to_server(servicer: RegistrationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,6 +25,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -39,9 +40,7 @@ class PodResourcesListerStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PodResourcesListerAsyncStub: ...
     List: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]
-    GetAllocatableResources: _grpc.UnaryUnaryMultiCallable[
-        _api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse
-    ]
+    GetAllocatableResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse]
     Get: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]
 
 @_typing.type_check_only
@@ -50,9 +49,7 @@ class PodResourcesListerAsyncStub(PodResourcesListerStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     List: _aio.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]  # type: ignore[assignment]
-    GetAllocatableResources: _aio.UnaryUnaryMultiCallable[
-        _api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse
-    ]  # type: ignore[assignment]
+    GetAllocatableResources: _aio.UnaryUnaryMultiCallable[_api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse]  # type: ignore[assignment]
     Get: _aio.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]  # type: ignore[assignment]
 
 class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
@@ -64,14 +61,14 @@ class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
         request: _api_pb2.ListPodResourcesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.ListPodResourcesResponse, _abc.Awaitable[_api_pb2.ListPodResourcesResponse]]: ...
+
     @_abc_1.abstractmethod
     def GetAllocatableResources(
         self,
         request: _api_pb2.AllocatableResourcesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _api_pb2.AllocatableResourcesResponse, _abc.Awaitable[_api_pb2.AllocatableResourcesResponse]
-    ]: ...
+    ) -> _typing.Union[_api_pb2.AllocatableResourcesResponse, _abc.Awaitable[_api_pb2.AllocatableResourcesResponse]]: ...
+
     @_abc_1.abstractmethod
     def Get(
         self,
@@ -79,6 +76,4 @@ class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.GetPodResourcesResponse, _abc.Awaitable[_api_pb2.GetPodResourcesResponse]]: ...
 
-def add_PodResourcesListerServicer_to_server(
-    servicer: PodResourcesListerServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_PodResourcesListerServicer_to_server(servicer: PodResourcesListerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
