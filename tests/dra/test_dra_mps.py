@@ -22,11 +22,14 @@ from dra.build import build_driver, shared_claim
 from dra.conftest import NODE
 from dra.fakeclock import Clock
 
+from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.mps import MpsControl, MpsRoot
+from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.gpu.sim import SimBackend
+from gpuchain.kube.kinds import NODE as NODE_KIND
 from gpuchain.kube.kinds import POD
 from gpuchain.kube.memory import MemoryCluster
 
@@ -168,6 +171,37 @@ async def test_the_first_share_starts_its_gpus_daemon_and_the_last_unprepare_sto
     assert _record(root, gpu0.uuid)[-1] == "quit" and not _alive(pid)
     assert _smi(tmp_path)[-1] == f"-i {gpu0.uuid} -c DEFAULT"
     assert not (root / gpu0.uuid / ".started").exists() and plugin.daemons.kept() == frozenset()
+
+
+async def test_news_of_the_node_while_a_prepare_starts_a_daemon_leave_the_loop_free(
+    plugin: Plugin, cluster: MemoryCluster, tmp_path: Path, h100_sim: SimBackend, mps_stand_ins: Path
+) -> None:
+    """The plugin's Node watch (quarantine, allocator) takes the driver's lock, which a Prepare holds
+    while the loop starts its daemon: the watch must not wait for it on the loop, or the daemon
+    is never started and the Prepare fails after its start timeout (the plugin frozen meanwhile)."""
+    cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {}}})
+    follower = QuarantineFollower(
+        cluster, NODE, plugin.driver.set_quarantined, retry_seconds=0.1, on_node=plugin.driver.node_changed
+    )
+    following = asyncio.create_task(follower.follow())
+    try:
+        await _until(lambda: follower.current is not None, 10)
+        gpu0, gpu5 = h100_sim.inventory().gpus[0], h100_sim.inventory().gpus[5]
+        pipe = mps_stand_ins / gpu0.uuid / "pipe"
+        pipe.mkdir(parents=True)
+        (pipe / "hold").touch()  # the daemon's start takes until the file goes
+        prepare = asyncio.create_task(plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE)))
+        await _until(lambda: bool(_smi(tmp_path)))  # Prepare holds the lock, its daemon starting
+        quarantine = encode_quarantine([gpu5.uuid])
+        cluster.patch(NODE_KIND, NODE, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
+        await asyncio.sleep(0.5)  # the watch sees it
+        (pipe / "hold").unlink()
+        prepared = await prepare
+        assert prepared.devices[0].device == "gpu-0"
+        await _until(lambda: gpu5.uuid in plugin.driver.unhealthy, 10)
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
 
 
 async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_started_again(

@@ -4,7 +4,8 @@
 ``<pipe>/daemon.pid``, the line ``-d`` to ``<pipe>/record`` and its ``CUDA_VISIBLE_DEVICES`` to
 ``<pipe>/visible``; without arguments it reads one command from stdin, records it and answers only
 while that process lives, as the real program does ("Cannot find MPS control daemon process"
-otherwise); ``quit`` kills it. A ``<pipe>/refuse`` file makes ``-d`` fail. nvidia-smi appends its
+otherwise); ``quit`` kills it. A ``<pipe>/refuse`` file makes ``-d`` fail; while a ``<pipe>/hold``
+file exists, ``-d`` waits (a start that takes long, as nvidia-smi and the real daemon may). nvidia-smi appends its
 arguments to ``$SMI_RECORD``. ``install`` (the ``mps_stand_ins`` fixture) puts both on PATH and returns an MPS root.
 """
 
@@ -32,6 +33,8 @@ def alive():
     except (OSError, ValueError):
         return None
 if sys.argv[1:] == ["-d"]:
+    while os.path.exists(os.path.join(pipe, "hold")):
+        time.sleep(0.05)
     if os.path.exists(os.path.join(pipe, "refuse")):
         sys.exit("refusing to start (the test asked)")
     if not os.path.isdir(os.environ["CUDA_MPS_LOG_DIRECTORY"]):

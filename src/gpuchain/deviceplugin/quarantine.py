@@ -15,6 +15,7 @@ GPU UUIDs whenever it changes. It follows the Node one of two ways:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -78,7 +79,8 @@ class QuarantineFollower:
             self.see(watch.node)
 
     async def follow(self) -> None:
-        """Forever: a watch on this Node from the start (its ADDED event is the first read)."""
+        """Forever: a watch on this Node from the start (its ADDED event is the first read), each Node
+        taken on a worker thread."""
         async for node in node_states(
             self.cluster,
             self.node_name,
@@ -87,7 +89,9 @@ class QuarantineFollower:
             purpose="for quarantined GPUs",
         ):
             try:
-                self.see(node)
+                # off the loop: ``apply`` and ``on_node`` take the plugin's lock, which a Prepare holds
+                # while it waits on this loop for its MPS daemon (``dra.mps``), and may write slices
+                await asyncio.to_thread(self.see, node)
             except Exception:  # applying failed: log it, keep following (the next change applies)
                 log.exception("Node %s: applying the quarantine list failed", self.node_name)
 

@@ -140,6 +140,8 @@ class DraDriver:
         self.clock = clock
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
+        self._health_loop: asyncio.AbstractEventLoop | None = None
+        """The loop ``follow_health`` runs on, which ``_kick`` wakes."""
         self._lock = threading.RLock()
         self._node_seen: Obj | None = None
         """This Node as the last publish read it (or as the last annotation patch left it)."""
@@ -475,8 +477,17 @@ class DraDriver:
         A GPU it gives back was repaired, so an XID seen before clears after the quiet period."""
         with self._lock:
             published = self._republish_if(lambda: self.health.quarantine(gpu_uuids, self.clock()))
-        self._kick.set()  # a recovery deadline may have started
+        self._wake_recoveries()  # a recovery deadline may have started
         return published
+
+    def _wake_recoveries(self) -> None:
+        """Wake ``follow_health``'s recovery loop from any thread (the quarantine follower calls
+        ``set_quarantined`` on a worker thread; an asyncio event is set on its loop only)."""
+        loop = self._health_loop
+        if loop is None or loop.is_closed():
+            self._kick.set()  # no loop waits on it
+        else:
+            loop.call_soon_threadsafe(self._kick.set)
 
     def finish_recoveries(self) -> Published | None:
         """Publish devices whose quiet period has passed (None when none came back)."""
@@ -536,6 +547,8 @@ class DraDriver:
                     self._kick.set()  # set here, on the loop's thread
 
             return run
+
+        self._health_loop = asyncio.get_running_loop()
 
         async def on_event(event: HealthEvent) -> None:
             await step(f"health event {event.kind} on {event.gpu_uuid}", lambda: self.on_event(event))()
