@@ -25,6 +25,7 @@ from gpuchain.common.labels import DEPLOY_PREFIX, MIG_CONFIG, MIG_CONFIG_STATE, 
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import EVENT, NODE, POD, MemoryCluster
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.mig.agent import (
     Apply,
@@ -165,6 +166,25 @@ def test_without_news_of_a_reset_the_gpus_are_not_read_again() -> None:
     r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
     r.manager.reconcile()
     assert reads > 0
+
+
+def test_a_gpu_the_dra_driver_owns_is_not_carved_again() -> None:
+    """A GPU whose MIG layout the DRA driver owns (``kube.mig_owner``) holds only the instances its
+    claims made, none at first: to the layout's eye it lost them to a reset, and it is not the MIG
+    manager's to carve."""
+    r = Rig()
+    r.manager.reconcile()
+    for gi in r.sim.gpu_instances(4):  # the DRA driver takes GPU 4, keeping none of its instances
+        r.sim.destroy_gpu_instance(4, gi.gi_id)
+    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({4})}}})
+    before = _instances(r.sim)
+    quarantine = r.sim.inventory().gpus[1].uuid  # news of a reset elsewhere on the node
+    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
+    for _ in range(5):
+        r.manager.reconcile()
+    assert _instances(r.sim) == before and before[4] == []
+    assert "MigConfigRecarve" not in r.events()
+    assert r.labels()[MIG_CONFIG_STATE] == "success"
 
 
 def test_a_gpu_that_differs_otherwise_is_no_recarve() -> None:

@@ -136,7 +136,7 @@ class MigManager:
             workload += self._dra_pods(pods, operand, workload)
         layout = self._check(node) if self.machine.phase is Phase.CHECK else None
         quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
-        recarve = self._lost_to_reset(quarantine) if self.machine.phase is Phase.IDLE else ()
+        recarve = self._lost_to_reset(quarantine, dra_mig_gpus(node)) if self.machine.phase is Phase.IDLE else ()
         return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
 
     def _dra_pods(
@@ -180,24 +180,27 @@ class MigManager:
             for r in results
         )
 
-    def _lost_to_reset(self, quarantine: str | None) -> tuple[int, ...]:
+    def _lost_to_reset(self, quarantine: str | None, dra_owned: frozenset[int]) -> tuple[int, ...]:
         """The GPUs a reset left without their MIG devices (``apply.lost_to_reset_gpus``), looked
         for only with news of a reset: NVML was let go since the last look, the repair loop's
         quarantine changed (a GPU taken out or given back), or it still holds a GPU (each step of
         its repair changes the Node). Otherwise the GPUs are not read at all. An error reading
-        them is no news: the node is left as it is, as before."""
+        them is no news: the node is left as it is, as before. The GPUs whose MIG layout the DRA
+        driver owns (``dra_owned``, ``kube.mig_owner``) are never among them: such a GPU holds only
+        its claims' instances, none at first, which the layout would take for a reset's loss."""
         due = self._reset_news or quarantine != self._quarantine_seen or bool(decode_quarantine(quarantine))
         self._reset_news, self._quarantine_seen = False, quarantine
         if not due or not self.machine.config:
             return ()
         try:
-            return lost_to_reset_gpus(self.backend, self.config, self.machine.config)
+            lost = lost_to_reset_gpus(self.backend, self.config, self.machine.config)
         except ReleasedError:
             self._reset_news = True  # look again once NVML is back
             raise
         except (LayoutError, GpuError) as exc:
             log.warning("MIG manager: cannot look for MIG devices lost to a GPU reset: %s", exc)
             return ()
+        return tuple(i for i in lost if i not in dra_owned)
 
     def _check(self, node: Mapping[str, Any]) -> LayoutCheck:
         """The node against the layout, refused when it would change a GPU whose MIG layout the DRA
