@@ -240,6 +240,22 @@ async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_s
         await p.stop()
 
 
+async def test_a_daemon_found_dead_is_waited_for_again(
+    plugin: Plugin, cluster: MemoryCluster, h100_sim: SimBackend, mps_stand_ins: Path
+) -> None:
+    """Once its daemon is found dead, a GPU's daemon is not answering: a Prepare that got past the
+    unhealthy check before the driver heard of it waits for the daemon to answer again, rather than
+    taking the answer the daemon gave before it died."""
+    gpu0 = h100_sim.inventory().gpus[0]
+    await plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
+    (mps_stand_ins / gpu0.uuid / "pipe" / "refuse").touch()  # it cannot be started again
+    os.kill(_daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
+    await _until(lambda: gpu0.uuid in plugin.daemons.down)
+    plugin.daemons.start_timeout = 0.5
+    problem = await asyncio.to_thread(plugin.daemons.wait_up, gpu0.uuid)
+    assert problem is not None and "did not answer within 0.5s" in problem
+
+
 async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_stops_the_others(
     make_plugin: Callable[..., Plugin], cluster: MemoryCluster, h100_sim: SimBackend, mps_stand_ins: Path
 ) -> None:

@@ -73,8 +73,8 @@ def client_edits(root: MpsRoot, gpu_uuid: str) -> MpsClient:
 
 @dataclass
 class _Keeper:
-    """One GPU's daemon as kept now: the task keeping it, whether it answers (None: not yet), and
-    what went wrong last."""
+    """One GPU's daemon as kept now: the task keeping it, whether it answers (None: not yet; also
+    ``answered``, for Prepare's threads to wait on), and what went wrong last."""
 
     control: MpsControl
     reported: bool
@@ -191,6 +191,8 @@ class GpuDaemons:
             if up:
                 keeper.answered.set()
                 keeper.reported = True
+            else:
+                keeper.answered.clear()  # a Prepare waits for it to answer again (``wait_up``)
             if keeper.reported:
                 self.on_health(uuid, up)
 
