@@ -23,7 +23,7 @@ from dra.conftest import NODE
 from dra.fakeclock import Clock
 
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
-from gpuchain.dra import cdi, slices
+from gpuchain.dra import cdi, mps, slices
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.mps import MpsControl, MpsRoot
@@ -254,6 +254,40 @@ async def test_a_daemon_found_dead_is_waited_for_again(
     plugin.daemons.start_timeout = 0.5
     problem = await asyncio.to_thread(plugin.daemons.wait_up, gpu0.uuid)
     assert problem is not None and "did not answer within 0.5s" in problem
+
+
+async def test_a_change_that_comes_after_the_plugin_stopped_keeping_the_daemons_is_refused(
+    plugin: Plugin, h100_sim: SimBackend, mps_stand_ins: Path
+) -> None:
+    """A Prepare's request that reaches the loop after the daemons stopped being kept (the plugin
+    stopping) starts no daemon nobody keeps: it is refused."""
+    gpu0 = h100_sim.inventory().gpus[0]
+    async with plugin.daemons._changes:  # a change under way: the request waits its turn
+        asked = asyncio.create_task(asyncio.to_thread(plugin.daemons.want, {gpu0.uuid: 0}))
+        await asyncio.sleep(0.5)
+        await plugin.stop()
+    with pytest.raises(RuntimeError, match="no longer kept"):
+        await asked
+    await asyncio.sleep(0.5)
+    assert plugin.daemons.kept() == frozenset() and _record(mps_stand_ins, gpu0.uuid) == []
+
+
+async def test_a_stop_cut_short_is_done_by_the_next_change(
+    plugin: Plugin, cluster: MemoryCluster, h100_sim: SimBackend, mps_stand_ins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop cut short (the caller gave up waiting) leaves its daemon kept, so the next change
+    stops it, rather than a daemon running that nothing keeps or stops."""
+    gpu0 = h100_sim.inventory().gpus[0]
+    await plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
+    pid = _daemon_pid(mps_stand_ins, gpu0.uuid)
+    monkeypatch.setattr(mps, "CALL_TIMEOUT", 1.0)
+    (mps_stand_ins / gpu0.uuid / "pipe" / "hold").touch()  # its quit waits
+    with pytest.raises(RuntimeError, match="took over 1s"):
+        await asyncio.to_thread(plugin.daemons.want, {})
+    (mps_stand_ins / gpu0.uuid / "pipe" / "hold").unlink()
+    assert _alive(pid)
+    await asyncio.to_thread(plugin.daemons.want, {})
+    assert not _alive(pid) and plugin.daemons.kept() == frozenset()
 
 
 async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_stops_the_others(

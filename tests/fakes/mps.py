@@ -5,7 +5,7 @@
 ``<pipe>/visible``; without arguments it reads one command from stdin, records it and answers only
 while that process lives, as the real program does ("Cannot find MPS control daemon process"
 otherwise); ``quit`` kills it. A ``<pipe>/refuse`` file makes ``-d`` fail; while a ``<pipe>/hold``
-file exists, ``-d`` waits (a start that takes long, as nvidia-smi and the real daemon may). nvidia-smi appends its
+file exists, every call waits (a start or a command that takes long, as the real program's may). nvidia-smi appends its
 arguments to ``$SMI_RECORD``. ``install`` (the ``mps_stand_ins`` fixture) puts both on PATH and returns an MPS root.
 """
 
@@ -32,9 +32,9 @@ def alive():
         return pid
     except (OSError, ValueError):
         return None
+while os.path.exists(os.path.join(pipe, "hold")):
+    time.sleep(0.05)
 if sys.argv[1:] == ["-d"]:
-    while os.path.exists(os.path.join(pipe, "hold")):
-        time.sleep(0.05)
     if os.path.exists(os.path.join(pipe, "refuse")):
         sys.exit("refusing to start (the test asked)")
     if not os.path.isdir(os.environ["CUDA_MPS_LOG_DIRECTORY"]):

@@ -166,18 +166,22 @@ class GpuDaemons:
 
     async def _locked_reconcile(self, wanted: dict[str, int]) -> None:
         async with self._changes:
+            if self._loop is None:  # ``run`` ended while this waited: a keeper now would be nobody's
+                raise RuntimeError("the MPS control daemons are no longer kept (the plugin is stopping)")
             await self._reconcile(wanted, reported=False)
 
     async def _reconcile(self, wanted: Mapping[str, int], reported: bool) -> None:
         for uuid in sorted(set(self._keepers) - set(wanted)):
-            keeper = self._keepers.pop(uuid)
+            keeper = self._keepers[uuid]
             if keeper.task is not None:
                 await cancel_and_wait(keeper.task)
             await keeper.control.stop([uuid])
+            del self._keepers[uuid]  # only once stopped: a stop cut short is done by the next change
             log.info("GPU %s: stopped its MPS control daemon (no share of it is prepared)", uuid)
             if keeper.reported and keeper.up is False:
                 self.on_health(uuid, True)  # nothing left to be unhealthy about
-        for uuid in sorted(set(wanted) - set(self._keepers)):
+        keeping = {u for u, k in self._keepers.items() if k.task is not None and not k.task.done()}
+        for uuid in sorted(set(wanted) - keeping):  # a keeper whose stop was cut short is replaced
             keeper = _Keeper(self._control(uuid), reported)
             keeper.task = spawn(f"dra-plugin: MPS control daemon of GPU {wanted[uuid]}", self._keep(uuid, keeper))
             self._keepers[uuid] = keeper
