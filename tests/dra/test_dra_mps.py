@@ -290,6 +290,18 @@ async def test_a_stop_cut_short_is_done_by_the_next_change(
     assert not _alive(pid) and plugin.daemons.kept() == frozenset()
 
 
+async def test_a_health_report_applied_late_leaves_the_gpu_as_its_daemon_is(
+    plugin: Plugin, cluster: MemoryCluster, h100_sim: SimBackend
+) -> None:
+    """Each report is applied on a worker thread of its own, so an older one (down) may be applied
+    after a newer one (up): the GPUs withdrawn are those whose daemon is down now, whatever order."""
+    gpu0 = h100_sim.inventory().gpus[0]
+    await plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
+    plugin.daemons.on_health(gpu0.uuid, False)  # the report of a moment ago, its daemon answering again since
+    await asyncio.sleep(0.5)
+    assert gpu0.uuid not in plugin.daemons.down and gpu0.uuid not in plugin.driver.unhealthy
+
+
 async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_stops_the_others(
     make_plugin: Callable[..., Plugin], cluster: MemoryCluster, h100_sim: SimBackend, mps_stand_ins: Path
 ) -> None:

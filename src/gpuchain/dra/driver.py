@@ -377,14 +377,18 @@ class DraDriver:
         with self._lock:
             return self._republish_if(lambda: self.health.apply(event, self.clock()))
 
-    def mps_health(self, gpu_uuid: str, up: bool) -> Published | None:
-        """A shared GPU's MPS daemon answers again (or stopped answering): its devices are published
-        again (or withdrawn or tainted, like any unhealthy GPU); republish on change."""
+    def mps_health(self) -> Published | None:
+        """A shared GPU's MPS daemon answers again (or stopped answering): the GPUs whose daemon is
+        down now (``GpuDaemons.down``) are withdrawn or tainted, like any unhealthy GPU, the others
+        published again; republish on change. The state is read, not the report applied: reports
+        are applied on worker threads, in any order."""
+        if self.mps is None:
+            return None
         with self._lock:
-            down = self._mps_down - {gpu_uuid} if up else self._mps_down | {gpu_uuid}
 
             def change() -> bool:
-                self._mps_down = down
+                assert self.mps is not None
+                self._mps_down = self.mps.down
                 return True
 
             return self._republish_if(change)
@@ -399,7 +403,7 @@ class DraDriver:
 
         async def run() -> None:
             try:
-                await asyncio.to_thread(self.mps_health, gpu_uuid, up)
+                await asyncio.to_thread(self.mps_health)
             except (KubeError, GpuError, OSError) as exc:
                 log.error("MPS daemon of GPU %s: slice not republished yet: %s", gpu_uuid, exc)
 
