@@ -68,6 +68,10 @@ class Plugin:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
 
+    def kept(self) -> frozenset[str]:
+        """The GPUs whose daemon is kept now (its keeper, which nothing outside the daemons reads)."""
+        return frozenset(self.daemons._keepers)
+
     async def prepare(self, ref: ClaimRef) -> Any:
         return await asyncio.to_thread(self.driver.prepare, ref)
 
@@ -166,11 +170,11 @@ async def test_the_first_share_starts_its_gpus_daemon_and_the_last_unprepare_sto
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in _spec(short_dir, two)["env"]
 
     assert await plugin.unprepare(one)
-    assert _alive(pid) and plugin.daemons.kept() == {gpu0.uuid}  # a share of the GPU is left
+    assert _alive(pid) and plugin.kept() == {gpu0.uuid}  # a share of the GPU is left
     assert await plugin.unprepare(two)
     assert _record(root, gpu0.uuid)[-1] == "quit" and not _alive(pid)
     assert _smi(tmp_path)[-1] == f"-i {gpu0.uuid} -c DEFAULT"
-    assert not (root / gpu0.uuid / ".started").exists() and plugin.daemons.kept() == frozenset()
+    assert not (root / gpu0.uuid / ".started").exists() and plugin.kept() == frozenset()
 
 
 async def test_news_of_the_node_while_a_prepare_starts_a_daemon_leave_the_loop_free(
@@ -269,7 +273,7 @@ async def test_a_change_that_comes_after_the_plugin_stopped_keeping_the_daemons_
     with pytest.raises(RuntimeError, match="no longer kept"):
         await asked
     await asyncio.sleep(0.5)
-    assert plugin.daemons.kept() == frozenset() and _record(mps_stand_ins, gpu0.uuid) == []
+    assert plugin.kept() == frozenset() and _record(mps_stand_ins, gpu0.uuid) == []
 
 
 async def test_a_stop_cut_short_is_done_by_the_next_change(
@@ -287,7 +291,7 @@ async def test_a_stop_cut_short_is_done_by_the_next_change(
     (mps_stand_ins / gpu0.uuid / "pipe" / "hold").unlink()
     assert _alive(pid)
     await asyncio.to_thread(plugin.daemons.want, {})
-    assert not _alive(pid) and plugin.daemons.kept() == frozenset()
+    assert not _alive(pid) and plugin.kept() == frozenset()
 
 
 async def test_a_health_report_applied_late_leaves_the_gpu_as_its_daemon_is(
@@ -325,7 +329,7 @@ async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_sto
     restarted.driver.publish()
     await restarted.start()
     try:
-        await _until(lambda: restarted.daemons.kept() == {gpus[0].uuid, gpus[2].uuid})
+        await _until(lambda: restarted.kept() == {gpus[0].uuid, gpus[2].uuid})
         await _until(lambda: not _alive(orphan))
         assert _record(root, gpus[1].uuid)[-1] == "quit" and not (root / gpus[1].uuid / ".started").exists()
         await _until(lambda: _record(root, gpus[2].uuid).count("-d") == 2)
@@ -344,14 +348,14 @@ async def test_a_claim_with_part_of_a_gpu_holds_nothing_else(plugin: Plugin, clu
     beside_whole = shared_claim(cluster, "beside", [_part("gpu-0", "a"), {"device": "gpu-1"}], NODE)
     with pytest.raises(PrepareError, match="beside other devices"):
         await plugin.prepare(beside_whole)
-    assert plugin.daemons.kept() == frozenset()
+    assert plugin.kept() == frozenset()
     # shares of all of two GPUs' memory are alone on them: no daemon, no limit to enforce
     whole = await plugin.prepare(
         shared_claim(
             cluster, "whole", [{"device": "gpu-0", "shareID": "w0"}, {"device": "gpu-1", "shareID": "w1"}], NODE
         )
     )
-    assert len(whole.devices) == 2 and plugin.daemons.kept() == frozenset()
+    assert len(whole.devices) == 2 and plugin.kept() == frozenset()
 
 
 async def test_a_daemon_that_will_not_start_fails_the_prepare_and_is_not_kept(
@@ -365,7 +369,7 @@ async def test_a_daemon_that_will_not_start_fails_the_prepare_and_is_not_kept(
     ref = shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE)
     with pytest.raises(PrepareError, match="did not answer within 3s .*refusing to start"):
         await plugin.prepare(ref)
-    assert plugin.driver.checkpoint.get(ref.uid) is None and plugin.daemons.kept() == frozenset()
+    assert plugin.driver.checkpoint.get(ref.uid) is None and plugin.kept() == frozenset()
     assert not cdi.spec_path(plugin.driver.config.cdi_dir, ref.uid).exists()
     assert gpu0.uuid not in plugin.driver.unhealthy  # a first start that fails is that Prepare's error only
 
@@ -422,7 +426,7 @@ async def test_a_container_with_part_of_a_gpu_uses_no_other_claim_of_another_gpu
         await plugin.prepare(one)
     with pytest.raises(PrepareError, match=refused.format("one")):
         await plugin.prepare(two)
-    assert plugin.driver.checkpoint.claims() == [] and plugin.daemons.kept() == frozenset()
+    assert plugin.driver.checkpoint.claims() == [] and plugin.kept() == frozenset()
     assert not cdi.spec_path(short_dir / "cdi", one.uid).exists()
     await plugin.prepare(whole)  # a claim without a share starts no daemon and is not asked about
 
@@ -439,4 +443,4 @@ async def test_a_container_with_part_of_a_gpu_uses_no_other_claim_of_another_gpu
     for ref in (*apart, same):  # each container reaches one daemon: its GPU's
         await plugin.prepare(ref)
     gpus = h100_sim.inventory().gpus
-    assert plugin.daemons.kept() == {gpus[4].uuid, gpus[5].uuid}
+    assert plugin.kept() == {gpus[4].uuid, gpus[5].uuid}

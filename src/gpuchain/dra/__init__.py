@@ -11,7 +11,16 @@ GPU layer.
 - ``slices``: pure rendering of an Inventory into devices and the node's ResourceSlice, with the
   pool generation rule and the API-server naming rules checked before anything is published.
 - ``cdi`` and ``checkpoint``: the files Prepare writes, atomically.
+- ``claims``: ResourceClaims and the scheduler's allocation as the simulator and tests make them,
+  and which claims a pod and each of its containers use.
+- ``taints``: the taints unhealthy devices are published with (``--device-taints``).
+- ``partitions``: MIG-capable GPUs as partitionable devices, their MIG devices made on Prepare
+  (``--partitionable-mig``).
+- ``shares``: whole GPUs shared by several claims, each with the memory and SMs it asks for
+  (``--gpu-shares``), and ``mps``: the MPS control daemon per shared GPU that enforces them
+  (``--mps-root``).
 - ``driver``: the plugin's decisions over those parts (publish, prepare, unprepare), with
   device health from ``gpuchain.gpu.health`` (the device plugin's rules and quiet period).
 - ``server``: the kubelet-facing gRPC services on unix sockets (registration and DRAPlugin).
+- ``metrics``: Prepare and Unprepare latencies and the devices by state.
 """

@@ -119,10 +119,6 @@ class GpuDaemons:
         """Whether the daemons are being kept (``run`` is running): Prepare may start one."""
         return self._loop is not None
 
-    def kept(self) -> frozenset[str]:
-        """GPUs whose daemon is kept now."""
-        return frozenset(self._keepers)
-
     async def run(self, wanted: Mapping[str, int]) -> None:
         """Keep the daemons until cancelled, from the ones ``wanted`` (GPU UUID -> index: the GPUs of
         the shares the checkpoint holds) on: a daemon left for any other GPU is stopped. Cancelled,
