@@ -277,3 +277,13 @@ def test_a_silent_driver_installer_of_a_stack_with_its_own_install_keeps_that_wa
     assert (root.link, root.node) == ("driver", "n1")
     assert "-c nvidia-driver-installer --previous" in root.fix
     assert "gpu-driver-version=default" in root.fix and "daemonset-preloaded" in root.fix
+
+
+def test_a_dra_kubelet_plugin_merely_starting_beside_the_operators_ready_plugin_does_not_hide_it() -> None:
+    """Only another release's pod that fails or is held in an init container is read over the stack's
+    ready one: a pod that is just starting (its container being created) says nothing is broken."""
+    scenario = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
+    starting = {"state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0, "ready": False}
+    report = diagnosed(scenario, dra_release("n1", DONE, starting, "/"))
+    assert _roots(report) == []
+    assert not [f for f in report.findings if f.link == "device-plugin" and f.severity is not Severity.INFO]

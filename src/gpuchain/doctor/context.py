@@ -201,11 +201,12 @@ def index(snapshot: Snapshot) -> Context:
             pending.append(pod)
     for node, found in others.items():
         for op, pod in found.items():
-            # The stack's own pod first, unless it runs and the other release's fails or never gets ready
-            # (held in an init container): a link is broken on a node when any of its pods is, and a
-            # healthy pod beside it hides nothing.
+            # The stack's own pod first, unless it runs and the other release's fails or is held in an
+            # init container: a link is broken on a node when any of its pods is, and a healthy pod beside
+            # it hides nothing. One merely starting (its containers being created) is no such news.
             own = operand_pods[node].get(op)
-            if own is None or (pod_state(own).ready and not pod_state(pod).ready):
+            other = pod_state(pod)
+            if own is None or (pod_state(own).ready and (other.failing or bool(other.waiting_init))):
                 operand_pods[node][op] = pod
     events: dict[str, list[Obj]] = defaultdict(list)
     for ev in snapshot.events:

@@ -482,9 +482,8 @@ def _driver_tag_missing(
             said,
             off,
             ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
-            ", after installing the driver on the host (its OS packages, or the cloud's own installer: on GKE the "
-            "node pool's gpu-driver-version, with hostPaths.driverInstallDir=/home/kubernetes/bin/nvidia); or run "
-            f"the node on an OS the operator supports (Ubuntu, RHEL); {build}",
+            f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
+            f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
         )
     if pinned and pinned == version:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
