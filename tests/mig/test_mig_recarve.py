@@ -29,6 +29,7 @@ from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value
 from gpuchain.kubelet.node import start_sim_node
 from gpuchain.mig.agent import (
     Apply,
+    LayoutCheck,
     Machine,
     Observation,
     Phase,
@@ -187,6 +188,30 @@ def test_a_gpu_the_dra_driver_owns_is_not_carved_again() -> None:
     assert r.labels()[MIG_CONFIG_STATE] == "success"
 
 
+def test_a_gpu_the_dra_driver_takes_as_a_recarve_begins_is_not_carved() -> None:
+    """A recarve is a MIG change like any other: ``pending`` is written first and the GPUs the DRA
+    driver owns are read after it (``kube.mig_owner``), so a GPU the driver announced just before is
+    left to it; the driver, which reads ``pending`` before it creates a MIG device, waits."""
+    r = Rig()
+    r.manager.reconcile()
+    r.sim.reset_gpu(1)
+    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
+    manager_patch = r.cluster.patch
+    announced = False
+
+    def patch(kind: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal announced
+        if not announced:  # the DRA driver announces GPU 1 just before the manager's first write
+            announced = True
+            manager_patch(NODE, NODE_NAME, {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({1})}}})
+        return manager_patch(kind, name, body, *args, **kwargs)
+
+    r.cluster.patch = patch  # type: ignore[method-assign]
+    r.manager.reconcile()
+    assert announced and not r.sim.gpu_instances(1)
+    assert r.labels()[MIG_CONFIG_STATE] == "success"
+
+
 def test_a_gpu_that_differs_otherwise_is_no_recarve() -> None:
     """Only a GPU left as a reset leaves it counts; any other difference (a person's change) is
     not re-carved behind the node's back: the node is left as before."""
@@ -211,8 +236,11 @@ def test_recarve_skips_the_workloads_and_applies_to_those_gpus_only() -> None:
     labels = {MIG_CONFIG: "custom-config", MIG_CONFIG_STATE: "success"}
     busy = Observation(labels, workload_pods=(), recarve=(1, 2))
     m, actions = step(m, busy, Policy(), 5.0)
-    assert m.phase is Phase.PAUSE and m.recarve == (1, 2)
-    assert not any(isinstance(a, SetLabels) for a in actions)  # the state stays success
+    assert m.phase is Phase.CHECK and m.recarve == (1, 2)
+    assert SetLabels({MIG_CONFIG_STATE: State.PENDING}) in actions  # a MIG change, as the DRA driver reads it
+    labels[MIG_CONFIG_STATE] = "pending"
+    m, _ = step(m, Observation(labels, layout=LayoutCheck(recarve=(1, 2))), Policy(), 5.0)
+    assert m.phase is Phase.PAUSE  # no workloads phase
     m, _ = step(m, Observation(labels), Policy(operands=()), 5.0)
     m, actions = step(m, Observation(labels), Policy(operands=()), 5.0)
     assert actions == [Apply("custom-config", (1, 2))]

@@ -15,10 +15,12 @@ left paused by an earlier, interrupted run): the node is never left wedged with 
 A node that has its layout (``success``) is looked at again when the shell says a GPU reset may
 have destroyed MIG devices (``Observation.recarve``: the repair loop resets a GPU in MIG mode, which
 keeps MIG mode but drops its GPU and compute instances). When that is the only difference, those
-GPUs are carved again without a new ``pending`` state and without the workloads phase: a MIG GPU
-without instances runs no CUDA work, so no pod is using it. The operands are still paused and put
-back, as for any change, because that is how the device plugin, feature discovery and the exporter
-learn of the new MIG devices (the device plugin reads its devices when it starts).
+GPUs are carved again without the workloads phase: a MIG GPU without instances runs no CUDA work, so
+no pod is using it. It is still a MIG change: ``pending`` is written first and the check after it
+leaves out the GPUs the DRA driver owns by then (``LayoutCheck.recarve``, ``kube.mig_owner``). The
+operands are still paused and put back, as for any change, because that is how the device plugin,
+feature discovery and the exporter learn of the new MIG devices (the device plugin reads its devices
+when it starts).
 """
 
 from __future__ import annotations
@@ -82,10 +84,12 @@ class PodRef:
 
 @dataclass(frozen=True)
 class LayoutCheck:
-    """The node against the wanted layout: ``error`` when it cannot be applied at all."""
+    """The node against the wanted layout: ``error`` when it cannot be applied at all. For a
+    recarve, ``recarve``: the GPUs still to carve (none: ``has_layout``)."""
 
     has_layout: bool = False
     error: str | None = None
+    recarve: tuple[int, ...] = ()
 
 
 class ApplyOutcome(enum.StrEnum):
@@ -231,7 +235,10 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
                     "MigConfigRecarve",
                     f"MIG layout {m.config!r}: GPU {gpus} lost its MIG devices to a GPU reset; creating them again",
                 )
-                return Machine(Phase.PAUSE, m.config, now, recarve=obs.recarve), [event]
+                return Machine(Phase.CHECK, m.config, now, recarve=obs.recarve), [
+                    event,
+                    SetLabels({MIG_CONFIG_STATE: State.PENDING}),
+                ]
             return m, []
         # Labels an interrupted run left paused: their old value is lost, "true" brings them back.
         start = Machine(Phase.CHECK, wanted, now, tuple((k, "true") for k in leftover_paused(obs.labels)))
@@ -243,8 +250,12 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
             return m, []
         if check.error is not None:
             return _finish(m, State.FAILED, check.error), []
+        if check.has_layout and m.recarve:
+            return _finish(m, State.SUCCESS, f"the GPUs to carve again are the DRA driver's now: {m.config!r}"), []
         if check.has_layout:
             return _finish(m, State.SUCCESS, f"node already has MIG layout {m.config!r}"), []
+        if m.recarve:  # no pod uses a GPU without MIG devices: straight to the operands
+            return replace(m, phase=Phase.PAUSE, recarve=check.recarve), []
         return replace(m, phase=Phase.WORKLOADS), []
 
     if m.phase is Phase.WORKLOADS:

@@ -204,10 +204,14 @@ class MigManager:
 
     def _check(self, node: Mapping[str, Any]) -> LayoutCheck:
         """The node against the layout, refused when it would change a GPU whose MIG layout the DRA
-        driver owns (``kube.mig_owner``: read after this change's ``pending`` state was written). A
+        driver owns (``kube.mig_owner``: read after this change's ``pending`` state was written); for
+        a recarve, its GPUs less those the driver owns now. A
         ``ReleasedError`` is no verdict on it: it ends the round (see ``reconcile``), and the check is
         made again once NVML is back."""
         name = self.machine.config or ""
+        if self.machine.recarve:  # the GPUs the DRA driver took since they were found are left to it
+            recarve = tuple(i for i in self.machine.recarve if i not in dra_mig_gpus(node))
+            return LayoutCheck(has_layout=not recarve, recarve=recarve)
         try:
             todo = gpus_to_change(self.backend, self.config, name)
             self._changing = frozenset(todo)
