@@ -11,6 +11,7 @@ import pytest
 from fakes.driver_root import driver_dev
 from fakes.fake_pynvml import nvml_over
 from fakes.mps import install as install_mps_stand_ins
+from fakes.mps import stop_daemons as stop_mps_daemons
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from peers.apiserver import ApiServer, control_plane
@@ -65,10 +66,12 @@ def mig_sim() -> SimBackend:
 
 
 @pytest.fixture
-def mps_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def mps_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """NVIDIA's MPS control program and nvidia-smi as recording stand-ins on PATH (``fakes.mps``);
-    the MPS root to use."""
-    return install_mps_stand_ins(tmp_path, monkeypatch)
+    the MPS root to use. The stand-in daemons still running after the test are stopped."""
+    root = install_mps_stand_ins(tmp_path, monkeypatch)
+    yield root
+    stop_mps_daemons(tmp_path)
 
 
 @pytest.fixture

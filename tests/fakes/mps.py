@@ -6,12 +6,14 @@
 while that process lives, as the real program does ("Cannot find MPS control daemon process"
 otherwise); ``quit`` kills it. A ``<pipe>/refuse`` file makes ``-d`` fail; while a ``<pipe>/hold``
 file exists, every call waits (a start or a command that takes long, as the real program's may). nvidia-smi appends its
-arguments to ``$SMI_RECORD``. ``install`` (the ``mps_stand_ins`` fixture) puts both on PATH and returns an MPS root.
+arguments to ``$SMI_RECORD``. ``install`` (the ``mps_stand_ins`` fixture) puts both on PATH and returns an MPS root;
+``stop_daemons`` ends what a test left running.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -61,6 +63,19 @@ print("50")
 SMI = r"""#!/bin/sh
 echo "$*" >> "$SMI_RECORD"
 """
+
+
+def stop_daemons(root: Path) -> None:
+    """Kill every stand-in daemon started under ``root`` that still runs: a plugin may leave its daemons
+    running on purpose (a restarted plugin takes them over), and a test must not leave them behind. A pid
+    is killed only while its command line is still the stand-in's, so a pid the system reused is spared."""
+    for pidfile in root.rglob("daemon.pid"):
+        try:
+            pid = int(pidfile.read_text())
+            if b"time.sleep(600)" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
