@@ -4,6 +4,7 @@ and the real Kubernetes control plane of tests/peers (built by scripts/build-pee
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from peers.apiserver import ApiServer, control_plane
 
+from gpuchain.common.scratch import scratch_dir
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import LiveCluster
 
@@ -63,6 +65,28 @@ def h100_sim() -> SimBackend:
 def mig_sim() -> SimBackend:
     """A simulated H100 node partly in MIG mode (the `h100-80gb-x8-mig-mixed` preset)."""
     return SimBackend.from_preset("h100-80gb-x8-mig-mixed")
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A new directory short enough for unix sockets (``scratch_dir``: $TMPDIR when it fits, else
+    /tmp), removed when the test ends, with the sockets and files its stopped processes left.
+
+    pytest's ``tmp_path`` is too long for a socket path (107 bytes at most). A test stops what it
+    started inside itself; a fixture that starts a process here asks for ``short_dir`` so that
+    pytest stops that process first (fixtures are torn down in reverse order). A process still
+    writing here as it goes is an error of the test, not something to ignore: only an entry that
+    vanished while the tree was removed is tolerated.
+    """
+    path = scratch_dir("gc-")
+    yield path
+    shutil.rmtree(path, onerror=_vanished_is_fine)
+
+
+def _vanished_is_fine(_function: object, _path: str, info: tuple[type[BaseException], BaseException, object]) -> None:
+    """``shutil.rmtree``'s error handler: an entry already gone (a socket its server unlinked) counts as removed."""
+    if not isinstance(info[1], FileNotFoundError):
+        raise info[1]
 
 
 @pytest.fixture

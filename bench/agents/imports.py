@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,16 +65,19 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gcim-", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
-    with kube_api(root) as (kubeconfig, client):
-        floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-        results["floor"] = measure("floor", floor, root, kubeconfig, args.settle)
-        client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
-        for agent in args.agent or [*AGENTS, NODE_AGENT]:
-            if agent == NODE_AGENT:
-                cmd = node_agent_command(root, busy=False, port=free_port())[1:]
-            else:
-                cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
-            results[agent] = measure(agent, cmd, root, kubeconfig, args.settle)
+    try:
+        with kube_api(root) as (kubeconfig, client):
+            floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
+            results["floor"] = measure("floor", floor, root, kubeconfig, args.settle)
+            client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
+            for agent in args.agent or [*AGENTS, NODE_AGENT]:
+                if agent == NODE_AGENT:
+                    cmd = node_agent_command(root, busy=False, port=free_port())[1:]
+                else:
+                    cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
+                results[agent] = measure(agent, cmd, root, kubeconfig, args.settle)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # each measure() stopped its agent; kube_api stopped the API
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()

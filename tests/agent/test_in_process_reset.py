@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import shutil
 import time
+from pathlib import Path
 
 from fakes.fake_nvidia_smi import FakeNvidiaSmi
 from fakes.fake_pynvml import FakeNvml
@@ -20,7 +20,6 @@ from gpuchain.agent.build import build
 from gpuchain.agent.node import Node
 from gpuchain.agent.settings import DevicePluginSettings, GpuHealthSettings, NodeSettings
 from gpuchain.agent.supervisor import Supervisor
-from gpuchain.common.scratch import scratch_dir
 from gpuchain.gpu.burnin import BurnInConfig
 from gpuchain.gpu.nvml import NvmlBackend
 from gpuchain.gpu.sim import SimBackend
@@ -33,12 +32,12 @@ GPU = "nvidia.com/gpu"
 NAME = "gpu-node"
 
 
-async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a_board() -> None:
+async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a_board(short_dir: Path) -> None:
     sim = SimBackend.from_preset("h100-80gb-x8", node=NAME)
     smi = FakeNvidiaSmi(sim)
     nvml = NvmlBackend(nvml=FakeNvml(sim), probe_interval=0.05, run_command=smi, reset_wait_s=2.0)
     cluster = MemoryCluster([node_object(NAME)])
-    root = scratch_dir("gc-reset-")
+    root = short_dir
     node = Node(nvml, NodeSettings(node_name=NAME, release_dir=""), lambda: cluster)
     node.share(asyncio.get_running_loop())
     node.in_process_reset = True
@@ -76,7 +75,6 @@ async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a
         await asyncio.wait_for(task, 30)
         await node.close()
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
         gc.unfreeze()
     resets = [call for call in smi.calls if "--gpu-reset" in call]
     assert len(resets) == 1 and resets[0][-1] == uuid  # not refused: nothing in the process held NVML

@@ -47,7 +47,7 @@ async def supervise(node, roles):
 
 PROGRAM = (
     r"""
-import asyncio, sys, tempfile
+import asyncio, shutil, sys, tempfile
 from pathlib import Path
 
 from gpuchain import entry  # the console entry point, as `gpuchain node-agent` starts
@@ -90,7 +90,10 @@ async def main():
     print("pydantic" in sys.modules)
 
 
-asyncio.run(main())
+try:
+    asyncio.run(main())
+finally:
+    shutil.rmtree(root)  # this script's scratch directory, with what its stopped roles left there
 """
 )
 
@@ -183,7 +186,7 @@ def _imports(lines: list[str]) -> set[str]:
 
 SERVE_ALONE = (
     r"""
-import asyncio, socket, sys, tempfile
+import asyncio, shutil, socket, sys, tempfile
 from pathlib import Path
 
 from gpuchain.agent.node import Node, open_gpus
@@ -233,7 +236,10 @@ async def main():
     print(sorted({m.split(".")[0] for m in sys.modules} & set(left)))
 
 
-asyncio.run(main())
+try:
+    asyncio.run(main())
+finally:
+    shutil.rmtree(root)  # this script's scratch directory, with what its stopped roles left there
 """
 )
 LEFT_TO_OTHER_ROLES = ("prometheus_client", "email", "http", "wsgiref", "lightkube", "httpx2")

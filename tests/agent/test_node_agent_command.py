@@ -4,7 +4,6 @@ role cannot start, the metrics endpoint says which, and SIGTERM stops every role
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +15,6 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
-from gpuchain.common.scratch import scratch_dir
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
 
 GPU = "nvidia.com/gpu"
@@ -36,8 +34,8 @@ def _metrics(port: int) -> str:
         return ""
 
 
-async def test_the_device_plugin_serves_while_another_role_cannot_start() -> None:
-    root = scratch_dir("gc-na-")
+async def test_the_device_plugin_serves_while_another_role_cannot_start(short_dir: Path) -> None:
+    root = short_dir
     kubelet = KubeletPeer(root / "dp")
     await kubelet.start()
     port = _free_port()
@@ -77,7 +75,6 @@ async def test_the_device_plugin_serves_while_another_role_cannot_start() -> Non
             proc.kill()
             proc.wait()
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_an_unknown_role_is_one_line() -> None:

@@ -7,7 +7,6 @@ import asyncio
 import functools
 import gc
 import logging
-import shutil
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,7 +25,6 @@ from gpuchain.agent.settings import (
     RoleSettings,
 )
 from gpuchain.agent.supervisor import REPEATED, RoleMetrics, Supervisor
-from gpuchain.common.scratch import scratch_dir
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import NODE, MemoryCluster
 from gpuchain.kubelet.peer import ContainerRequest, KubeletPeer
@@ -59,7 +57,7 @@ class Agent:
 
 
 @pytest.fixture
-async def agent_of() -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
+async def agent_of(short_dir: Path) -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
     """Start a node agent with the roles given (name, settings or a role of the test's own)."""
     started: list[Agent] = []
 
@@ -68,7 +66,8 @@ async def agent_of() -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
     ) -> Agent:
         """``roles_in(root)``: the roles, given the agent's directory (the kubelet's sockets are in
         ``root / "device-plugins"``)."""
-        root = scratch_dir("gc-agent-")
+        root = short_dir / f"agent-{len(started)}"
+        root.mkdir()
         cluster = MemoryCluster([node_object(NODE_NAME)])
         settings = NodeSettings(node_name=NODE_NAME, metrics_address="127.0.0.1", metrics_port=0)
         node = Node(backend, settings, lambda: cluster)
@@ -97,7 +96,6 @@ async def agent_of() -> AsyncIterator[Callable[..., asyncio.Future[Agent]]]:
             await asyncio.wait_for(agent.task, 30)
         await agent.node.close()
         await agent.kubelet.stop()
-        shutil.rmtree(agent.root, ignore_errors=True)
     gc.unfreeze()  # the supervisor froze the start-up heap (runtime.settled), as an agent does; not this test process's
 
 

@@ -3,7 +3,6 @@ filters them, but a kubelet whose view lags the plugin's must not get a dead GPU
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -47,33 +46,26 @@ async def test_allocate_of_an_unhealthy_replica_is_refused_too() -> None:
         await node.stop()
 
 
-def test_scratch_sockets_go_under_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    short = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
-    try:
-        monkeypatch.setenv("TMPDIR", str(short))
-        monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-        made = scratch_dir("gc-")
-        assert made.parent == short and oct(made.stat().st_mode & 0o777) == "0o700"
-        long = tmp_path / ("x" * 80)
-        long.mkdir()
-        monkeypatch.setenv("TMPDIR", str(long))
-        monkeypatch.setattr(tempfile, "tempdir", None)
-        fallback = scratch_dir("gc-")
-        fallback.rmdir()
-        assert fallback.parent == Path("/tmp")
-    finally:
-        for p in short.iterdir():
-            os.rmdir(p)
-        os.rmdir(short)
+def test_scratch_sockets_go_under_tmpdir(tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(short_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    made = scratch_dir("gc-")
+    assert made.parent == short_dir and oct(made.stat().st_mode & 0o777) == "0o700"
+    long = tmp_path / ("x" * 80)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    fallback = scratch_dir("gc-")
+    fallback.rmdir()
+    assert fallback.parent == Path("/tmp")
 
 
-async def test_simulated_node_sockets_honour_tmpdir(monkeypatch: pytest.MonkeyPatch) -> None:
-    short = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
-    monkeypatch.setenv("TMPDIR", str(short))
+async def test_simulated_node_sockets_honour_tmpdir(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(short_dir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     node = await start_sim_node()
     try:
-        assert node.socket_dir.parent.parent == short
+        assert node.socket_dir.parent.parent == short_dir
     finally:
         await node.stop()
-        os.rmdir(short)
+    assert list(short_dir.iterdir()) == []  # the node removed the directory it made

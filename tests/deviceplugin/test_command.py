@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,8 +30,8 @@ def test_bad_config_fails_start_with_field_and_reason(tmp_path: Path) -> None:
     assert f"{cfg}:3: flags.migStrategy" in result.output
 
 
-async def test_process_registers_reloads_and_stops(tmp_path: Path) -> None:
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+async def test_process_registers_reloads_and_stops(tmp_path: Path, short_dir: Path) -> None:
+    root = short_dir
     cfg = tmp_path / "config.yaml"
     cfg.write_text("version: v1\n")
     kubelet = KubeletPeer(root)
@@ -67,7 +65,6 @@ async def test_process_registers_reloads_and_stops(tmp_path: Path) -> None:
             proc.kill()
             await proc.wait()
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_no_gpus_fails_start_when_fail_on_init_error(tmp_path: Path) -> None:
@@ -120,10 +117,10 @@ def _configs(root: Path) -> Path:
     return root
 
 
-async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Path) -> None:
+async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Path, short_dir: Path) -> None:
     """The command end to end: NODE_NAME + --config-dir, the label read and watched through
     LiveCluster over kmock's HTTP API, the kubelet peer over unix sockets."""
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    root = short_dir
     kubelet = KubeletPeer(root)
     await kubelet.start()
     with kmock_server() as (url, _emulator):
@@ -157,7 +154,6 @@ async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Pat
                 proc.kill()
                 await proc.wait()
             await kubelet.stop()
-            shutil.rmtree(root, ignore_errors=True)
         (event,) = cluster.events_for(_gpu_node("nope"))
     text = out.decode()
     assert proc.returncode == 0, text

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -228,8 +226,10 @@ async def test_plugin_restart_drops_then_restores_allocatable(node: SimNode) -> 
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
 
 
-async def test_plugin_started_before_the_kubelet_registers_when_it_appears(h100_sim: SimBackend) -> None:
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+async def test_plugin_started_before_the_kubelet_registers_when_it_appears(
+    h100_sim: SimBackend, short_dir: Path
+) -> None:
+    root = short_dir
     plugin = DevicePlugin(h100_sim, Config(), root, env={}, watch_interval=0.02)
     kubelet = KubeletPeer(root)
     try:
@@ -240,7 +240,6 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_appears(h100_
     finally:
         await plugin.stop()
         await kubelet.stop()
-        shutil.rmtree(root)
 
 
 async def test_a_reload_re_serves_and_registers_once(node: SimNode) -> None:
@@ -293,10 +292,10 @@ async def test_gpu_lost_across_a_kubelet_restart_is_announced_again_when_back(no
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
 
 
-async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend) -> None:
+async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend, short_dir: Path) -> None:
     """The same plugin on NvmlBackend (fake pynvml over the simulator): XID, loss and recovery."""
     plugin_backend = nvml_over(h100_sim)
-    kubelet_root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    kubelet_root = short_dir
     kubelet = KubeletPeer(kubelet_root)
     plugin = DevicePlugin(plugin_backend, parse_config("health: {recoveryQuietSeconds: 0.05}"), kubelet_root, env={})
     try:
@@ -322,7 +321,6 @@ async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend) -> None:
                 await asyncio.to_thread(thread.join, 2)
         await kubelet.stop()
         plugin_backend.close()
-        shutil.rmtree(kubelet_root)
 
 
 async def test_a_reload_that_does_not_fit_keeps_the_running_resources() -> None:

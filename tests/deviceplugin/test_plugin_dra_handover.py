@@ -6,10 +6,9 @@ its endpoints with empty lists, so the kubelet's capacity (what the DRA driver w
 from __future__ import annotations
 
 import asyncio
-import shutil
+from pathlib import Path
 
 from gpuchain.agent.roles.device_plugin import follow_allocator
-from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.deviceplugin.plugin import DevicePlugin
 from gpuchain.deviceplugin.quarantine import ride
@@ -43,13 +42,13 @@ async def test_the_label_takes_the_gpus_off_the_kubelet_and_gives_them_back() ->
         await sim.stop()
 
 
-async def test_a_node_already_handed_over_is_never_announced() -> None:
+async def test_a_node_already_handed_over_is_never_announced(short_dir: Path) -> None:
     """Decided from the Node read before the plugin starts: the kubelet never sees a device."""
     cluster = MemoryCluster([node_object("dra-node")])
     cluster.patch(NODE, "dra-node", {"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
     watch = NodeLabelWatch(cluster, "dra-node")
     watch.read()
-    base = scratch_dir("gc-")
+    base = short_dir
     kubelet = KubeletPeer(base / "dp", base / "pr" / "kubelet.sock")
     plugin = DevicePlugin(SimBackend.from_preset("h100-80gb-x8"), None, base / "dp", env={}, watch_interval=0.05)
     follow_allocator(plugin, watch)
@@ -61,4 +60,3 @@ async def test_a_node_already_handed_over_is_never_announced() -> None:
     finally:
         await plugin.stop()
         await kubelet.stop()
-        shutil.rmtree(base, ignore_errors=True)

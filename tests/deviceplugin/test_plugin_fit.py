@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from pathlib import Path
 
 import pytest
 from fakes.sim_node import registered_again
 
 from gpuchain.api.config.v1.config import parse_config
-from gpuchain.common.scratch import scratch_dir
 from gpuchain.deviceplugin.plugin import fit_resources
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kubelet.node import start_sim_node
@@ -107,7 +105,7 @@ async def test_a_crash_in_the_kubelet_watch_is_logged_at_once_and_the_watch_rest
         await node.stop()
 
 
-async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_path: Path) -> None:
+async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_path: Path, short_dir: Path) -> None:
     """The device plugin role's serve(): the reason reaches the Node as an Event (kubectl describe node shows it)."""
     from gpuchain.agent.node import Node
     from gpuchain.agent.roles.device_plugin import Prepared, serve
@@ -117,7 +115,7 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     from gpuchain.kubelet.peer import KubeletPeer
     from gpuchain.sim.remediation import node_object
 
-    root = scratch_dir("gc-")
+    root = short_dir
     config_file = tmp_path / "config.yaml"
     config_file.write_text(EIGHT_SHARED)
     cluster = MemoryCluster([node_object("gpu-node")])
@@ -149,5 +147,4 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
         stop.set()
         await asyncio.wait_for(task, 10)
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
     assert not (root / "nvidia-gpu.shared.sock").exists()

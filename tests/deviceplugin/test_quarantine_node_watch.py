@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from kube.kmock_server import kmock_server, write_kubeconfig
@@ -165,10 +163,12 @@ def test_an_observer_that_fails_does_not_stop_the_watch() -> None:
     assert seen == ["n"] and watch.node is not None
 
 
-async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_real_http_api(tmp_path: Path) -> None:
+async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_real_http_api(
+    tmp_path: Path, short_dir: Path
+) -> None:
     """`gpuchain device-plugin --config-file F` with NODE_NAME, no --config-dir: the Node is read and
     watched through LiveCluster over kmock's HTTP API, the kubelet peer serves over unix sockets."""
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+    root = short_dir
     cfg = tmp_path / "config.yaml"
     cfg.write_text("sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}\n")
     gpu = SimBackend.from_preset("h100-80gb-x8").inventory().gpu(3)  # the command's default preset
@@ -205,7 +205,6 @@ async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_re
                 proc.kill()
                 await proc.wait()
             await kubelet.stop()
-            shutil.rmtree(root, ignore_errors=True)
             cluster.close()
     text = out.decode()
     assert proc.returncode == 0, text

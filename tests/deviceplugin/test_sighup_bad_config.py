@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,9 +23,11 @@ BAD = [
 
 
 @contextlib.asynccontextmanager
-async def _plugin(cfg: Path, *python_args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, KubeletPeer, Path]]:
-    """``python *python_args device-plugin`` on simulated GPUs with config ``cfg``, beside a kubelet peer."""
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-"))
+async def _plugin(
+    root: Path, cfg: Path, *python_args: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, KubeletPeer, Path]]:
+    """``python *python_args device-plugin`` on simulated GPUs with config ``cfg``, beside a kubelet
+    peer, their sockets in ``root`` (a ``short_dir``)."""
     kubelet = KubeletPeer(root)
     await kubelet.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
@@ -42,13 +42,12 @@ async def _plugin(cfg: Path, *python_args: str) -> AsyncIterator[tuple[asyncio.s
             proc.kill()
             await proc.wait()
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(tmp_path: Path) -> None:
+async def test_sighup_with_bad_files_keeps_serving_and_sigterm_still_cleans_up(tmp_path: Path, short_dir: Path) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text("version: v1\n")
-    async with _plugin(cfg, "-m", "gpuchain") as (proc, kubelet, root):
+    async with _plugin(short_dir, cfg, "-m", "gpuchain") as (proc, kubelet, root):
         assert proc.stdout is not None
         await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=20)
         lines: list[str] = []
@@ -90,12 +89,12 @@ main()
 """
 
 
-async def test_a_sighup_while_registering_is_served_once_running_not_fatal(tmp_path: Path) -> None:
+async def test_a_sighup_while_registering_is_served_once_running_not_fatal(tmp_path: Path, short_dir: Path) -> None:
     # SIGHUP's default action ends the process: a config reload sent while the plugin was still
     # registering (a ConfigMap updated as the pod starts) killed it before its handler existed.
     cfg = tmp_path / "config.yaml"
     cfg.write_text("version: v1\n")
-    async with _plugin(cfg, "-c", HUP_WHILE_REGISTERING) as (proc, kubelet, _root):
+    async with _plugin(short_dir, cfg, "-c", HUP_WHILE_REGISTERING) as (proc, kubelet, _root):
         assert proc.stdout is not None
         lines: list[str] = []
         while not any("SIGHUP: config reloaded" in line for line in lines):

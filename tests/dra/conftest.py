@@ -1,10 +1,9 @@
-"""DRA test fixtures: a driver over a simulated node and an in-memory cluster, in short /tmp paths."""
+"""DRA test fixtures: a driver over a simulated node and an in-memory cluster, in a short directory
+(``short_dir``, tests/conftest.py)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,6 @@ from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.memory import MemoryCluster
 
 NODE = "h100-node"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory under /tmp: unix socket paths are limited to ~107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

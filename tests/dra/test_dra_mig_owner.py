@@ -9,7 +9,6 @@ in-memory cluster and one simulated H100 node, as they do over one Node in a clu
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON
+from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM
@@ -208,7 +208,7 @@ def test_the_mig_manager_and_the_dra_driver_never_change_one_gpu_at_once(steps: 
     """After every step of either agent, in any order: the MIG manager changed no GPU holding a MIG
     device a prepared claim has, the DRA driver changed no GPU while a MIG change was pending, and
     every claim's MIG device still exists."""
-    root = Path(tempfile.mkdtemp(prefix="dra-mig-", dir="/tmp"))
+    root = scratch_dir("dra-mig-")  # one per drawn example, so not the per-test short_dir fixture
     try:
         sim = SimBackend.from_preset("h100-80gb-x8")
         name = sim.topology.node

@@ -382,6 +382,7 @@ def run(world: World, steps: list[tuple[Any, ...]]) -> None:
     steps=st.lists(STEP, max_size=40),
 )
 def test_no_device_is_handed_out_twice_and_none_is_left_held(kinds: list[str], steps: list[tuple[Any, ...]]) -> None:
+    # one per drawn example, so not the per-test short_dir fixture
     root = Path(tempfile.mkdtemp(prefix="dra-mix-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     try:
         world = World(kinds, root)
@@ -393,26 +394,22 @@ def test_no_device_is_handed_out_twice_and_none_is_left_held(kinds: list[str], s
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_every_kind_of_node_serves_from_one_side() -> None:
+def test_every_kind_of_node_serves_from_one_side(short_dir: Path) -> None:
     """The drawn runs start from these: which side announces each kind's GPUs before anything happens."""
-    root = Path(tempfile.mkdtemp(prefix="dra-mix-"))
-    try:
-        world = World(sorted(KINDS), root)
-        sides = {}
-        for node in world.nodes:
-            live = world.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
-            dra = bool(live and live["spec"]["devices"])
-            sides[node.kind] = ("dra" if dra else "") + (
-                "device-plugin" if any(r.devices for r in world.served(node)) else ""
-            )
-        assert sides == {
-            "both-labelled-device-plugin": "device-plugin",
-            "both-labelled-dra": "dra",
-            "both-refused": "device-plugin",
-            "both-unlabelled": "device-plugin",
-            "device-plugin": "device-plugin",
-            "dra": "dra",
-            "dra-unlabelled": "dra",
-        }
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    world = World(sorted(KINDS), short_dir)
+    sides = {}
+    for node in world.nodes:
+        live = world.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
+        dra = bool(live and live["spec"]["devices"])
+        sides[node.kind] = ("dra" if dra else "") + (
+            "device-plugin" if any(r.devices for r in world.served(node)) else ""
+        )
+    assert sides == {
+        "both-labelled-device-plugin": "device-plugin",
+        "both-labelled-dra": "dra",
+        "both-refused": "device-plugin",
+        "both-unlabelled": "device-plugin",
+        "device-plugin": "device-plugin",
+        "dra": "dra",
+        "dra-unlabelled": "dra",
+    }

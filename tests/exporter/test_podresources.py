@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from concurrent import futures
 from pathlib import Path
 
@@ -81,8 +80,8 @@ def test_every_id_the_device_plugin_announces_is_attributed(mig_sim: SimBackend,
             assert PodRef("ns", d.id, "c") in pods[unit], (r.name, d.id)
 
 
-def test_missing_socket_is_a_clear_error() -> None:
-    client = PodResourcesClient(str(Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"), timeout=0.5)
+def test_missing_socket_is_a_clear_error(short_dir: Path) -> None:
+    client = PodResourcesClient(str(short_dir / "kubelet.sock"), timeout=0.5)
     try:
         with pytest.raises(PodResourcesError, match=r"kubelet.sock failed \(UNAVAILABLE"):
             client.list()
@@ -160,14 +159,16 @@ class _ManyPods(api_pb2_grpc.PodResourcesListerServicer):
         return self.response
 
 
-def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(h100_sim: SimBackend) -> None:
+def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(
+    h100_sim: SimBackend, short_dir: Path
+) -> None:
     """gRPC's 4 MiB default refused the answer of a node with 50,000 pods and the exporter kept
     serving its old pod map without a sign; the client reads it, and a List that fails shows in
     the scrape (up 0, the answer's age, the error counter)."""
     uuid = h100_sim.inventory().gpus[0].uuid
     lister = _ManyPods(50_000, uuid)
     assert lister.response.ByteSize() > 4 * 1024 * 1024
-    sock = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    sock = short_dir / "kubelet.sock"
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     api_pb2_grpc.add_PodResourcesListerServicer_to_server(lister, server)
     server.add_insecure_port(f"unix://{sock}")

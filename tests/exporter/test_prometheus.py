@@ -14,7 +14,6 @@ import json
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -96,10 +95,10 @@ async def _wait_until(base: str, expr: str, timeout: float = 30.0) -> list[dict[
 
 
 @contextlib.contextmanager
-def _prometheus(target_port: int) -> Iterator[str]:
-    """A real Prometheus scraping ``127.0.0.1:<target_port>`` every second; yields its API base URL."""
+def _prometheus(work: Path, target_port: int) -> Iterator[str]:
+    """A real Prometheus scraping ``127.0.0.1:<target_port>`` every second, its config, log and
+    data in ``work``; yields its API base URL."""
     assert PROMETHEUS is not None
-    work = Path(tempfile.mkdtemp(prefix="gc-prom-", dir="/tmp"))
     (work / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
@@ -129,10 +128,9 @@ def _prometheus(target_port: int) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 prom.kill()
                 prom.wait()
-        shutil.rmtree(work, ignore_errors=True)
 
 
-async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
+async def test_prometheus_scrapes_dashboard_series_with_pod_labels(short_dir: Path) -> None:
     config = parse_config("flags: {migStrategy: mixed}")
     node = await start_sim_node("h100-80gb-x8-mig-mixed", config=config)
     pods = PodResourcesClient(str(node.pod_resources_socket))
@@ -143,7 +141,7 @@ async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
         await node.kubelet.admit("ml", "infer", [ContainerRequest("server", {"nvidia.com/mig-3g.40gb": 1})])
         collector.start()
         server.start_background()
-        with _prometheus(server.server_port) as base:
+        with _prometheus(short_dir, server.server_port) as base:
             up = await _wait_until(base, 'up{job="dcgm-exporter"} == 1')
             assert up
             train = await _wait_until(base, 'DCGM_FI_DEV_GPU_UTIL{pod="train"}')
@@ -180,7 +178,7 @@ async def test_prometheus_scrapes_dashboard_series_with_pod_labels() -> None:
         await node.stop()
 
 
-async def test_prometheus_stores_each_time_sliced_pods_own_figures() -> None:
+async def test_prometheus_stores_each_time_sliced_pods_own_figures(short_dir: Path) -> None:
     """Three pods on a time-sliced two-GPU node (the real plugin's replica ids through the kubelet
     peer's pod-resources): each one's FB_USED and GPU_UTIL in Prometheus are its own processes',
     and per GPU they sum to at most the GPU's, which the unattributed MPS-server-like process fills."""
@@ -220,7 +218,7 @@ async def test_prometheus_stores_each_time_sliced_pods_own_figures() -> None:
     try:
         collector.start()
         server.start_background()
-        with _prometheus(server.server_port) as base:
+        with _prometheus(short_dir, server.server_port) as base:
             await _wait_until(base, 'up{job="dcgm-exporter"} == 1')
             for pod, (memory, sm) in figures.items():
                 (fb,) = await _wait_until(base, f'DCGM_FI_DEV_FB_USED{{pod="{pod}", namespace="ml", container="main"}}')

@@ -51,7 +51,6 @@ class Counter(logging.Handler):
 
 def loops(component: str, url: str, node: str, ca: str) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
     """(name, loop) of what ``component`` runs forever."""
-    kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -60,8 +59,11 @@ def loops(component: str, url: str, node: str, ca: str) -> list[tuple[str, Calla
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "c",
     }
-    kubeconfig.write_text(json.dumps(config))
-    cluster = LiveCluster.from_kubeconfig(str(kubeconfig))
+    # A process the test ends with SIGTERM runs no cleanup: the file is gone once the client has read it.
+    with tempfile.TemporaryDirectory() as scratch:
+        kubeconfig = Path(scratch) / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        cluster = LiveCluster.from_kubeconfig(str(kubeconfig))
     if component == "node-watch":
         watch = NodeLabelWatch(cluster, node)
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -92,9 +90,12 @@ async def _wait_registered(kubelet: KubeletPeer, expected: Mapping[str, int], pr
 
 
 @contextlib.asynccontextmanager
-async def _serving(argv: list[str], env: Mapping[str, str], expected: Mapping[str, int]) -> AsyncIterator[KubeletPeer]:
-    """A kubelet double in a fresh directory, with the plugin ``argv`` registered to it (``{dir}`` in argv is it)."""
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="gc-nv-"))  # short: a unix socket path is at most 107 bytes
+async def _serving(
+    root: Path, argv: list[str], env: Mapping[str, str], expected: Mapping[str, int]
+) -> AsyncIterator[KubeletPeer]:
+    """A kubelet double in ``root``, a new directory below a ``short_dir`` (a unix socket path is at
+    most 107 bytes), with the plugin ``argv`` registered to it (``{dir}`` in argv is it)."""
+    root.mkdir()
     kubelet = KubeletPeer(root)
     await kubelet.start()
     proc = await asyncio.create_subprocess_exec(
@@ -111,7 +112,6 @@ async def _serving(argv: list[str], env: Mapping[str, str], expected: Mapping[st
             proc.terminate()
         out, _ = await asyncio.wait_for(proc.communicate(), 20)
         await kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
         if proc.returncode not in (0, -15):
             pytest.fail(f"{argv[0]} exited {proc.returncode}:\n{out.decode()[-3000:]}")
 
@@ -159,7 +159,9 @@ async def _observe(kubelet: KubeletPeer, ids_to_allocate: list[str], index_ids: 
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(config: str, tmp_path: Path) -> None:
+async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(
+    config: str, tmp_path: Path, short_dir: Path
+) -> None:
     binary = peer_or_skip(PLUGIN)
     needs_root()
     cfg = tmp_path / "config.yaml"
@@ -170,11 +172,11 @@ async def test_same_resources_ids_and_allocate_answers_as_nvidias_plugin(config:
     ours_argv = [sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim", "--preset", PRESET]
     ours_argv += ["--config", str(cfg), "--socket-dir", "{dir}"]
 
-    async with _serving(nvidia_argv, nvidia_env(), EXPECTED[config]) as kubelet:
+    async with _serving(short_dir / "nvidia", nvidia_argv, nvidia_env(), EXPECTED[config]) as kubelet:
         assert kubelet.capacity() == EXPECTED[config], "NVIDIA's plugin did not register as expected"
         some_ids = sorted(next(iter(kubelet.endpoints.values())).devices)[1:3]
         nvidia = await _observe(kubelet, some_ids, config == "index-ids")
-    async with _serving(ours_argv, clean, EXPECTED[config]) as kubelet:
+    async with _serving(short_dir / "gpuchain", ours_argv, clean, EXPECTED[config]) as kubelet:
         ours = await _observe(kubelet, some_ids, config == "index-ids")
 
     differences = {
