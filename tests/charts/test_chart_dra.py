@@ -42,7 +42,6 @@ def test_rules_are_justified_and_narrow() -> None:
     assert grants == {
         ("nodes", "get"),
         ("nodes", "watch"),  # the repair loop's quarantine list (tests/peers/test_agent_roles.py)
-        ("nodes", "patch"),  # the GPUs whose MIG layout it owns, for the MIG manager (tests/dra/test_dra_mig_owner.py)
         ("resourceslices", "get"),
         ("resourceslices", "create"),
         ("resourceslices", "patch"),
@@ -188,3 +187,21 @@ def test_the_chart_refuses_an_mps_root_it_cannot_use() -> None:
         "devicePlugin": {"enabled": False},
     }
     assert "--mps-root=/run/nvidia/mps" in _args(alone)
+
+
+def test_partitionable_mig_is_opt_in_and_only_then_may_the_plugin_patch_its_node() -> None:
+    """The Node annotation that keeps the MIG manager off the DRA driver's MIG GPUs is written only with
+    --partitionable-mig, so the role grants patch on Nodes only with dra.partitionableMig (a role grants
+    what its agent does: tests/peers/test_agent_roles.py)."""
+    on = {"dra": {"enabled": True, "partitionableMig": True}}
+    assert "--partitionable-mig" not in _args(ON) and "--partitionable-mig" in _args(on)
+
+    def node_verbs(values: dict) -> set[str]:  # type: ignore[type-arg]
+        role = next(
+            d for d in render(values) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpuchain-dra-plugin"
+        )
+        return {v for rule in role["rules"] if "nodes" in rule["resources"] for v in rule["verbs"]}
+
+    assert node_verbs(ON) == {"get", "watch"}
+    assert node_verbs(on) == {"get", "watch", "patch"}
+    assert parse(["dra-plugin", *_args(on)]).params["partitionable_mig"] is True

@@ -24,10 +24,11 @@ from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STAT
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra.claims import allocation_status, resource_claim
 from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
-from gpuchain.dra.kinds import RESOURCE_CLAIM
+from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import EVENT, NODE
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN, DRA
+from gpuchain.kube.errors import ForbiddenError
 from gpuchain.kube.memory import MemoryCluster
 from gpuchain.kube.mig_owner import DRA_MIG_GPUS, mig_change_pending
 from gpuchain.mig.agent import Phase, Policy
@@ -87,6 +88,31 @@ def test_the_driver_names_the_gpus_whose_mig_layout_it_owns_on_its_node(
     assert _node(node_cluster, h100_sim)["metadata"]["resourceVersion"] == version
     make().publish()  # restarted without partitions: the GPUs are the MIG manager's again
     assert DRA_MIG_GPUS not in _annotations(node_cluster, h100_sim)
+
+
+class _NoNodePatch(MemoryCluster):
+    """The cluster as a role without patch on Nodes sees it (the chart without dra.partitionableMig)."""
+
+    def patch(self, kind: Any, name: str, patch: Any, namespace: str | None = None) -> Any:
+        if kind == NODE:
+            raise ForbiddenError(f"nodes {name} is forbidden: cannot patch")
+        return super().patch(kind, name, patch, namespace)
+
+
+def test_a_stale_announcement_it_may_not_take_back_is_warned_of_and_serving_goes_on(
+    h100_sim: SimBackend, short_dir: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = _NoNodePatch()
+    name = h100_sim.topology.node
+    cluster.create(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": {DRA_MIG_GPUS: "0,1"}}}
+    )
+    build_driver(h100_sim, cluster, short_dir, clock).publish()
+    assert cluster.list(RESOURCE_SLICE)  # published all the same
+    assert _annotations(cluster, h100_sim)[DRA_MIG_GPUS] == "0,1"
+    assert f"kubectl annotate node {name} {DRA_MIG_GPUS}-" in caplog.text
+    with pytest.raises(ForbiddenError):  # announcing GPUs it would publish as partitionable is never skipped
+        build_driver(h100_sim, cluster, short_dir, clock, partitionable_mig=True).publish()
 
 
 def test_the_mig_manager_refuses_a_layout_on_the_dra_drivers_gpus(

@@ -48,7 +48,7 @@ from gpuchain.gpu.model import Gpu, HealthEvent, Inventory
 from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
-from gpuchain.kube.errors import InvalidError, KubeError, NotFoundError
+from gpuchain.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError
 from gpuchain.kube.kinds import NODE, POD
 from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value, dra_mig_gpus, mig_change_pending
 from gpuchain.kube.objects import Obj
@@ -266,7 +266,23 @@ class DraDriver:
         if dra_mig_gpus(node) == wanted:
             return
         patch = {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value(wanted)}}}
-        self._node_seen = self.cluster.patch(NODE, self.node, patch)
+        try:
+            self._node_seen = self.cluster.patch(NODE, self.node, patch)
+        except ForbiddenError:
+            if wanted:
+                raise  # never publish MIG GPUs the MIG manager has not been told are this driver's
+            # Only a stale announcement to take back, under a role granted patch only with partitionable
+            # MIG (the chart's dra.partitionableMig): serving goes on; the MIG manager stays off those GPUs.
+            log.warning(
+                "Node %s: may not remove the annotation %s left by a run with --partitionable-mig, so the "
+                "MIG manager keeps off GPUs %s; remove it: kubectl annotate node %s %s-",
+                self.node,
+                DRA_MIG_GPUS,
+                sorted(dra_mig_gpus(node)),
+                self.node,
+                DRA_MIG_GPUS,
+            )
+            return
         log.info("Node %s: announced the GPUs whose MIG layout this driver owns: %s", self.node, sorted(wanted))
 
     def _live_slices(self) -> dict[str, Obj]:
