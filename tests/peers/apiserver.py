@@ -7,8 +7,10 @@ certificate in ``system:masters`` and an ECDSA key that signs service-account to
 controller manager runs only the controllers the tests lean on: garbage collection, the
 disruption controller (a PodDisruptionBudget's status, which the Eviction API reads), the
 namespace controller, the service-account controller (each namespace's ``default`` account,
-without which the API server refuses pods) and the ValidatingAdmissionPolicy status controller
-(the type-check warnings of a policy's CEL in its status).
+without which the API server refuses pods), the ValidatingAdmissionPolicy status controller
+(the type-check warnings of a policy's CEL in its status), and DRA's two: the device taint eviction
+controller and the ResourceClaim controller (a claim deleted after its pod is deallocated, as in any
+cluster, so its devices go back to the scheduler).
 
 The API server keeps an audit log (JSON lines, ``ApiServer.audit_log``) of every write request
 (create, update, patch, delete, deletecollection) and list at Metadata level, and of the marks a
@@ -368,7 +370,10 @@ def control_plane(workdir: Path) -> Iterator[ApiServer]:
                 str(kcm_bin),
                 f"--kubeconfig={kubeconfig}",
                 "--controllers=garbagecollector,disruption,namespace,serviceaccount,validatingadmissionpolicy-status-controller,"
-                "device-taint-eviction-controller",  # evicts the pods of a claim on a NoExecute-tainted device
+                "device-taint-eviction-controller,"  # evicts the pods of a claim on a NoExecute-tainted device
+                # drops a gone pod from a claim's reservedFor, then deallocates a deleted claim and lifts its
+                # finalizer: without it a deleted claim keeps its devices allocated for the rest of the session
+                "resourceclaim-controller",
                 f"--feature-gates={FEATURE_GATES}",
                 "--leader-elect=false",
                 "--secure-port=0",

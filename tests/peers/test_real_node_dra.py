@@ -131,11 +131,13 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
     claim_uid = ""
     try:
         claim_uid = create_claim(node, "one-gpu", WANTED)
-        node.create_pod(
-            "gpu", claim_pod("dra", "one-gpu", f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}")
-        )
-        done = node.wait_pod_phase("gpu", "dra", ("Succeeded", "Failed"))
-        assert done["spec"]["nodeName"] == node.name and done["status"]["phase"] == "Succeeded", done["status"]
+        # kept running while the claim is read: once its pod is done, the ResourceClaim controller
+        # takes the pod off the claim and deallocates it
+        script = f"echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; {LIST_DEVICES}; echo LISTED; sleep 3600"
+        node.create_pod("gpu", claim_pod("dra", "one-gpu", script))
+        running = node.wait_pod_phase("gpu", "dra", ("Running",))
+        assert running["spec"]["nodeName"] == node.name
+        wait_for("the container's output", lambda: "LISTED" in node.pod_log("gpu", "dra", "main").splitlines(), 30)
 
         # The scheduler's allocation: one device of our driver from this node's pool.
         allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/one-gpu")["status"][
@@ -187,9 +189,12 @@ def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealN
         node.wait_pod_phase("gpu", "share-a", ("Running",))
         b_uid = create_claim(node, "share-b", index, {"memory": "20Gi", "multiprocessors": "33"})
         visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
-        node.create_pod("gpu", claim_pod("share-b", "share-b", f"{visible}; {script}"))
-        done = node.wait_pod_phase("gpu", "share-b", ("Succeeded", "Failed"))
-        assert done["status"]["phase"] == "Succeeded", done["status"]
+        # kept running while the claims are read: the ResourceClaim controller releases a done pod's claim
+        node.create_pod("gpu", claim_pod("share-b", "share-b", f"{visible}; {script}; echo LISTED; sleep 3600"))
+        node.wait_pod_phase("gpu", "share-b", ("Running",))
+        wait_for(
+            "the second share's output", lambda: "LISTED" in node.pod_log("gpu", "share-b", "main").splitlines(), 30
+        )
         assert node.get_pod("gpu", "share-a")["status"]["phase"] == "Running"  # side by side on one GPU
 
         results = {
@@ -279,6 +284,74 @@ def test_a_mig_profile_claim_gets_a_mig_device_made_on_prepare_and_destroyed_aft
         delete_resources(node, "/namespaces/gpu/resourceclaims/mig")
 
 
+H100_PROFILES = ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+"""Every MIG profile of the H100 80GB (gpu/mig_catalog.yaml, from NVIDIA's MIG user guide), so every
+profile of the node's preset."""
+
+
+def test_every_mig_profile_of_the_gpu_is_allocated_made_seen_and_destroyed(node: RealNode) -> None:
+    """One claim per MIG profile of the H100 (each on its own GPU, each in its own container of one
+    pod): the real scheduler allocates a placement of each from the counters, the kubelet's Prepare
+    makes a MIG device of exactly that profile, each container sees its own MIG device and its GPU's
+    node and no other GPU's, and the pod's deletion destroys all of them."""
+    plugin = start_plugin(node, "--partitionable-mig")
+    earlier = len(node.log("dra-plugin"))
+    kubelet_root = node.workdir / "kubelet"
+    checkpoint = kubelet_root / "plugins" / DRIVER / "checkpoint.json"
+    attrs = f"device.attributes['{DRIVER}']"
+    visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+    claims = {f"p{index}": profile for index, profile in enumerate(H100_PROFILES)}
+    try:
+        uids = {
+            name: create_claim(node, name, index, also=f"{attrs}.type == 'mig' && {attrs}.migProfile == '{profile}'")
+            for index, (name, profile) in enumerate(claims.items())
+        }
+        pod = busybox_pod("profiles", "true")
+        main = pod["spec"]["containers"][0]
+        pod["spec"]["resourceClaims"] = [{"name": name, "resourceClaimName": name} for name in claims]
+        # kept running, so the claims stay prepared (a finished pod's claims are unprepared at once)
+        pod["spec"]["containers"] = [
+            {**main, "name": name, "resources": {"claims": [{"name": name}]},
+             "command": ["/bin/sh", "-c", f"{visible}; {LIST_DEVICES}; echo LISTED; sleep 3600"]}
+            for name in claims
+        ]  # fmt: skip
+        node.create_pod("gpu", pod)
+        node.wait_pod_phase("gpu", "profiles", ("Running",))
+        prepared = json.loads(checkpoint.read_text())["claims"]
+        made: dict[int, tuple[str, int]] = {}
+
+        def listed(container: str) -> str | None:
+            out = node.pod_log("gpu", "profiles", container)
+            return out if "LISTED" in out.splitlines() else None
+
+        for index, (name, profile) in enumerate(claims.items()):
+            out = wait_for(f"container {name}'s output", lambda name=name: listed(name), 30)
+            claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            (device,) = prepared[uids[name]]["devices"]
+            assert device["device"] == result["device"] and result["device"].startswith(f"gpu-{index}-mig-")
+            assert device["createdInstance"]["profile"] == profile, (name, device)
+            assert f"created MIG device {device['uuid']} ({profile})" in node.log("dra-plugin")[earlier:]
+            assert f"NVIDIA_VISIBLE_DEVICES={device['uuid']}" in out.splitlines()
+            gpus = {path for path in devices_seen(out) if path.removeprefix("/dev/nvidia").isdigit()}
+            assert gpus == {f"/dev/nvidia{index}"}, (name, gpus)
+            made[index] = (profile, device["createdInstance"]["start"])
+
+        node.delete_pod("gpu", "profiles")
+        wait_for(
+            "NodeUnprepareResources of every claim",
+            lambda: not any(uid in checkpoint.read_text() for uid in uids.values()),
+            60,
+        )
+        log = node.log("dra-plugin")[earlier:]
+        for index, (profile, start) in made.items():
+            assert f"({profile} at slice {start}) of GPU {index}" in log, profile
+    finally:
+        node.delete_pod("gpu", "profiles")
+        stop_process(plugin)
+        delete_resources(node, *(f"/namespaces/gpu/resourceclaims/{name}" for name in claims))
+
+
 def test_a_plain_nvidia_gpu_pod_is_served_by_the_dra_driver_through_the_class(node: RealNode) -> None:
     """The ``nvidia.com/gpu`` bridge (the chart's ``dra.extendedResource`` DeviceClass; DRAExtendedResource
     GA in 1.37) on the real kubelet: a pod asking ``nvidia.com/gpu: 1`` the device plugin way, on a node
@@ -289,10 +362,12 @@ def test_a_plain_nvidia_gpu_pod_is_served_by_the_dra_driver_through_the_class(no
     try:
         assert created["spec"]["extendedResourceName"] == GPU_RESOURCE
         visible = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
-        node.create_pod("gpu", busybox_pod("plain", f"{visible}; {LIST_DEVICES}", {GPU_RESOURCE: "1"}))
-        done = node.wait_pod_phase("gpu", "plain", ("Succeeded", "Failed"))
-        assert done["status"]["phase"] == "Succeeded", done["status"]
-        name = done["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        # kept running while its claim is read: the ResourceClaim controller releases a done pod's claim
+        script = f"{visible}; {LIST_DEVICES}; echo LISTED; sleep 3600"
+        node.create_pod("gpu", busybox_pod("plain", script, {GPU_RESOURCE: "1"}))
+        running = node.wait_pod_phase("gpu", "plain", ("Running",))
+        wait_for("the container's output", lambda: "LISTED" in node.pod_log("gpu", "plain", "main").splitlines(), 30)
+        name = running["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
         claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["driver"] == DRIVER and result["device"].startswith("gpu-")
@@ -368,7 +443,8 @@ def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_
         wait_for("the holder's eviction by the device taint eviction controller", evicted, 60)
 
         create_claim(node, "waiting", wanted)
-        node.create_pod("gpu", claim_pod("waiter", "waiting", "echo got it"))
+        # kept running once it gets its GPU: the ResourceClaim controller releases a done pod's claim
+        node.create_pod("gpu", claim_pod("waiter", "waiting", "echo got it; sleep 3600"))
 
         def unschedulable() -> bool:
             conditions = node.get_pod("gpu", "waiter").get("status", {}).get("conditions") or []
@@ -380,8 +456,7 @@ def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_
 
         quarantine(node, [])  # the repair loop gives both GPUs back
         wait_for("the taint lifted", lambda: not device_taints(node, f"gpu-{wanted}"), 60)
-        done = node.wait_pod_phase("gpu", "waiter", ("Succeeded", "Failed"))
-        assert done["status"]["phase"] == "Succeeded", done["status"]
+        node.wait_pod_phase("gpu", "waiter", ("Running",))
         allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/waiting")["status"][
             "allocation"
         ]
