@@ -196,8 +196,9 @@ def own_way(ctx: Context, link: str) -> str:
 
 def next_step(ctx: Context, link: str, line: str) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
-    said = f"its last error line is {line!r}, which gpuchain's catalog does not know" if line else "it left no log line"
+    none) the catalog does not know: the action for that link first, never "run it again", then the line quoted
+    as what it answers (a fix is the action, not the diagnosis restated)."""
+    said = f"its last error line {line!r} is not in gpuchain's catalog" if line else "it left no log line"
     policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
     steps = {
         "driver": ctx.stack.driver_install
@@ -219,7 +220,7 @@ def next_step(ctx: Context, link: str, line: str) -> str:
         "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
         "change takes effect",
     }
-    return f"{said}; next: {steps.get(link, 'correct what the line names on the node')}"
+    return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
 
 
 def provider_of(ctx: Context, path: str) -> str | None:

@@ -239,6 +239,11 @@ def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSt
     return None
 
 
+#: The Node annotation kubeadm writes with the CRI socket it gave the kubelet (kubernetes
+#: cmd/kubeadm/app/constants/constants.go@v1.34.4 AnnotationKubeadmCRISocket).
+CRI_SOCKET = "kubeadm.alpha.kubernetes.io/cri-socket"
+
+
 #: The memory limit an OOM-killed operand gets at least: its limit doubled, never under this (Mi).
 MIN_RAISED_LIMIT_MI = 512
 MEMORY = re.compile(r"(\d+)(Ki|Mi|Gi)?$")
@@ -511,7 +516,30 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
     """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
     dist = distribution_of(view.node)
     kubelet = node_info(view.node).get("kubeletVersion", "?")
-    evidence = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
+    evidence: tuple[str, ...] = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
+    cri = str(((view.node.get("metadata") or {}).get("annotations") or {}).get(CRI_SOCKET) or "")
+    if dist is KUBEADM and cri.removeprefix("unix://") not in ("", dist.containerd_socket):
+        # kubeadm recorded the socket its kubelet talks to: that is where this node's containerd listens.
+        socket = cri.removeprefix("unix://")
+        evidence = (*evidence, f"annotation {CRI_SOCKET}={cri}")
+        if ctx.policy_obj is not None:
+            keep = [{"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env if e.name != "CONTAINERD_SOCKET"]
+            given = [*keep, {"name": "CONTAINERD_SOCKET", "value": socket}]
+            action: Fix = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": given}}})
+        else:
+            pod = view.pod(TOOLKIT) or {}
+            ds = owner_ds(pod) or ctx.ds(TOOLKIT)
+            action = Fix(
+                FixOp.SET_ENV, f"{namespace_of(pod) or ctx.namespace}/{ds}", {"env": {"CONTAINERD_SOCKET": socket}}
+            )
+        return Known(
+            f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
+            f"node's kubelet talks to containerd at {socket} (kubeadm's record of it); it exits and the nvidia "
+            "runtime is never loaded.",
+            evidence,
+            action,
+            ctx.stack.render(action),
+        )
     if dist is not KUBEADM and ctx.policy_obj is not None:
         keep = [
             {"name": e.name, "value": e.value}
@@ -523,16 +551,16 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
             {"name": "CONTAINERD_CONFIG", "value": dist.containerd_config},
             {"name": "CONTAINERD_SOCKET", "value": dist.containerd_socket},
         ]
-        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
-        action: Fix = patch
-        fix = ctx.stack.render(patch)
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+        fix = ctx.stack.render(action)
     else:
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "find where this node's containerd listens and reads its config (ps -o args -C containerd), "
-                "then set the toolkit's CONTAINERD_SOCKET and CONTAINERD_CONFIG to them",
+                "action": "set the toolkit's CONTAINERD_SOCKET to the socket this node's kubelet is given as "
+                "--container-runtime-endpoint, and CONTAINERD_CONFIG to the file containerd runs with (its --config), "
+                "then delete the toolkit pod",
                 "drain": False,
                 NOT_SIMULATED: "the socket path of an unknown distribution is a fact of the node no scenario names",
             },
