@@ -84,10 +84,11 @@ def gpu_pod(pod: Obj) -> bool:
     return bool(pod_gpu_requests(pod) or (pod.get("spec") or {}).get("resourceClaims"))
 
 
-def _patch_fix(owner: Owner, pod_spec: dict[str, Any]) -> Fix:
+def patch_fix(owner: Owner, pod_spec: dict[str, Any]) -> Fix:
     """The change of ``owner``'s pods' spec: a merge patch where the object takes one, else the object made
     again with it (a running Job's template and a pod's node selector cannot change in place)."""
     in_place = owner.kind in PATCHABLE or (owner.kind == "Pod" and set(pod_spec) <= {"tolerations"})
+    # A pod takes only added tolerations in place; its selector and runtime class are fixed at creation.
     return Fix(
         FixOp.PATCH_WORKLOAD,
         owner.ref,
@@ -132,7 +133,7 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         )
     after = [(v, pod_blocker(spec, v.node)) for v in views]
     if any(b is None for _, b in after):
-        return _finding(ctx, pod, owner, "taint", evidence, _patch_fix(owner, patch), None, chains)
+        return _finding(ctx, pod, owner, "taint", evidence, patch_fix(owner, patch), None, chains)
     selectors = {(str(b.detail["key"]), str(b.detail.get("operator"))): b for _, b in after if b is not None}
     if any(b.kind != "selector" for b in selectors.values()) or len(selectors) != 1:
         return None
@@ -145,7 +146,7 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         evidence.append(f"GPU nodes carry {key}: " + ", ".join(f"{k} ({n})" for k, n in carried.most_common(4)))
         if block.detail.get("operator") == "=" and not (spec.get("affinity") or {}).get("nodeAffinity"):
             patch["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
-            return _finding(ctx, pod, owner, "selector", evidence, _patch_fix(owner, patch), None, chains)
+            return _finding(ctx, pod, owner, "selector", evidence, patch_fix(owner, patch), None, chains)
         text = (
             f"# in {owner.ref}'s pod spec, change the required node affinity on {key} to In [{value}] (the value the "
             "GPU nodes carry)"
