@@ -101,3 +101,15 @@ def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_r
     env = found.action.changes["spec"]["toolkit"]["env"]
     assert {"name": "CONTAINERD_SOCKET", "value": socket} in env
     assert not diagnostic(found.fix)
+
+
+def test_a_catalog_repair_is_filled_with_the_node_namespace_and_pod_the_evidence_names() -> None:
+    """k8s-device-plugin.config-symlink's repair names ``kubectl -n <namespace> delete pod <plugin pod>``: the
+    finding's fix carries the plugin pod's own namespace and name, so it pastes as it stands."""
+    entry = catalog.entry("k8s-device-plugin.config-symlink")
+    assert "<plugin pod>" in entry.fix
+    filled = entry.repair("gpu-1", "nvidia-device-plugin", "nvidia-device-plugin-daemonset-x2x4k")
+    assert "kubectl -n nvidia-device-plugin delete pod nvidia-device-plugin-daemonset-x2x4k" in filled
+    assert "<" not in filled.split("(")[1].split(")")[0]
+    # A placeholder the evidence does not fill stays for the user, never an empty word.
+    assert "<layout>" in catalog.entry("mig-manager.validate-config-failed").repair("gpu-1")

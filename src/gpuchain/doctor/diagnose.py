@@ -443,7 +443,7 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             fix,
             root=not no_gpu and not healthy_full,
             consequences=tuple(f"node {n}: no nvidia.com/gpu" for n in no_gpu[:8]),
-        )
+        ),
     ]
 
 

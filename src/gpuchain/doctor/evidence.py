@@ -383,7 +383,10 @@ def _fix(
         action = Fix(
             FixOp.NODE,
             view.name,
-            {"action": f"{entry.fix}; then {rerun}", NOT_SIMULATED: "the catalog's repair is a fact of the node"},
+            {
+                "action": f"{entry.repair(view.name, ns, name_of(failure.pod))}; then {rerun}",
+                NOT_SIMULATED: "the catalog's repair is a fact of the node",
+            },
         )
     else:
         # No repair is known for this failure: the line it left and the link's next action, then run it again.

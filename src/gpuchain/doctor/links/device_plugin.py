@@ -479,7 +479,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
-                    else f"# {own.fix}"
+                    else f"# {own.repair(view.name, state.restart_in(ctx.namespace), state.name)}"
+                    if own and state is not None
+                    else f"# {own.repair(view.name)}"
                     if own
                     else _no_pod(ctx),
                     restart,

@@ -654,7 +654,8 @@ def not_ready(
     found = catalog.known_error(log)
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
-        known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
+        fix = found.entry.repair(view.name, state.restart_in(ctx.namespace), state.name)
+        known = Known(found.entry.cause, found.evidence(), None, f"# {fix}")
         return known_not_ready(view, link, what, state, known)
     if silent("\n".join((log, state.message))):
         return known_not_ready(view, link, what, state, state_only(ctx, view, operand, link, what, state))
