@@ -277,6 +277,8 @@ def test_a_silent_driver_installer_of_a_stack_with_its_own_install_keeps_that_wa
     assert (root.link, root.node) == ("driver", "n1")
     assert "-c nvidia-driver-installer --previous" in root.fix
     assert "gpu-driver-version=default" in root.fix and "daemonset-preloaded" in root.fix
+    # The stack's way out is an action: it comes first, the log that shows the reason after it.
+    assert root.fix.startswith("# install the NVIDIA driver on the node")
 
 
 def test_a_dra_kubelet_plugin_merely_starting_beside_the_operators_ready_plugin_does_not_hide_it() -> None:

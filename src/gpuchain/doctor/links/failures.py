@@ -8,7 +8,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step, own_way
+from gpuchain.doctor.evidence import next_step, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
@@ -637,9 +637,7 @@ def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: 
         cause,
         (),
         None,
-        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}"
-        + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
-        + f"; then {again}",
+        silent_fix(ctx, link, read, f"the {what}", repair_target(ctx, pod, operand), again),
     )
 
 
