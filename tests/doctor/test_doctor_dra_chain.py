@@ -15,7 +15,9 @@ from typing import Any
 from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor.model import Finding, Report, Severity
+from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import NODE
+from gpuchain.kube.errors import NotFoundError
 from gpuchain.sim.build import SimCluster
 
 SCENARIO = "name: t\nstack: gpuchain\nnodes:\n  - {name: n1}\n"
@@ -102,3 +104,21 @@ def test_a_dra_plugin_that_publishes_the_nodes_gpus_is_the_link_working() -> Non
     chain = next(c for c in report.chains if c.node == "n1")
     link = next(lk for lk in chain.links if lk.name == "device-plugin")
     assert link.state.value == "ok" and "gpu.gpuchain.io: 1 devices" in link.summary
+
+
+def test_a_cluster_that_serves_no_resourceslices_is_not_told_nothing_is_published() -> None:
+    """Before Kubernetes 1.34 resource.k8s.io/v1 is not served (a 404): no ResourceSlice was read, which is not
+    none published, so the DRA link is not judged broken on it."""
+
+    def unserved(sim: SimCluster) -> None:
+        real = sim.cluster.list_readonly
+
+        def list_readonly(kind: Any, *args: Any, **kwargs: Any) -> Any:
+            if kind is RESOURCE_SLICE:
+                raise NotFoundError("the server could not find the requested resource")
+            return real(kind, *args, **kwargs)
+
+        sim.cluster.list_readonly = list_readonly  # type: ignore[method-assign]
+
+    report = diagnosed(SCENARIO, to_dra, dra_plugin(READY), unserved)
+    assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()

@@ -102,12 +102,58 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
     return Result(LinkState.BROKEN, "no driver answers for the DRA plugin", (finding,))
 
 
+def _ready_unpublished(ctx: Context, view: NodeView, pod: Obj, state: PodState) -> Result:
+    """NVIDIA's DRA kubelet plugin runs ready and no ResourceSlice carries a GPU of this node: it lost its
+    registration with the kubelet (a new pod registers and publishes anew), or it sees no GPU under its driver
+    root (then the driver root the chart gives it is where this node's driver is not)."""
+    given = _driver_root(pod)
+    wanted, why = _where_driver_is(ctx, view)
+    ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
+    evidence = [state.describe(), f"no ResourceSlice of {', '.join(GPU_DRA_DRIVERS)} for {view.name}"]
+    if given.rstrip("/") != wanted.rstrip("/"):
+        ds = owner_daemonset(ctx, pod)
+        release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) or "<release>"
+        fix = (
+            f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the chart's "
+            "driver root where this node's driver is; its pods restart with it"
+        )
+        action = None
+        more = [f"NVIDIA_DRIVER_ROOT={given}", why]
+    else:
+        action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "NVIDIA's DRA plugin is not simulated"})
+        fix = ctx.stack.render(action) + "   # a new plugin pod registers with the kubelet and publishes the GPUs"
+        more = []
+    finding = node_finding(
+        view,
+        "device-plugin.dra-unpublished",
+        Severity.ERROR,
+        "device-plugin",
+        f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated one "
+        "here: "
+        + (
+            f"it looks for the driver under NVIDIA_DRIVER_ROOT={given}, and this node's driver is at {wanted}."
+            if action is None
+            else "its registration with the kubelet is lost."
+        ),
+        [*evidence, *more],
+        fix,
+        action,
+    )
+    return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))
+
+
 def check_dra_plugin(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result:
     """The device-plugin link served by NVIDIA's DRA kubelet plugin: ready is working (its GPUs are
     ResourceSlices, never node capacity), held in its init container is the driver it waits for, else its
     pod's failure read as any operand's."""
     if state.ready:
-        return Result(LinkState.OK, "NVIDIA DRA kubelet plugin Running: GPUs published as ResourceSlices")
+        published = published_devices(ctx.snapshot).get(view.name, {})
+        if published or "resourceslices" in ctx.snapshot.absent:
+            counts = ", ".join(f"{d}: {n} devices" for d, n in sorted(published.items())) or "not in the dump"
+            return Result(
+                LinkState.OK, f"NVIDIA DRA kubelet plugin Running: GPUs published as ResourceSlices ({counts})"
+            )
+        return _ready_unpublished(ctx, view, pod, state)
     if state.waiting_init and not state.failing:
         return _held_for_driver(ctx, view, pod, state)
     return not_ready(
