@@ -75,6 +75,9 @@ def test_a_line_no_entry_knows_gets_the_links_action_first_and_the_line_after() 
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert not diagnostic(found.fix), found.fix
     assert found.fix.startswith("# run the device plugin release") and "frobnicator exploded" in found.fix
+    # The warning that reports the line as unrecognised carries the same action, not "no repair known".
+    odd = next(f for f in report.findings if f.id == "log.unrecognised")
+    assert odd.fix.startswith("# run the device plugin release"), odd.fix
 
 
 def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_recorded() -> None:

@@ -497,7 +497,7 @@ def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: l
                 f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
                 "this line, so it names no cause and no repair for it.",
                 (failure.describe(), f"unrecognised: {line}"),
-                "# no repair known to gpuchain for this message",
+                f"# {next_step(ctx, link, line)}",
                 view.name,
             )
         )

@@ -363,6 +363,14 @@ def _no_pod(ctx: Context) -> str:
     no pod on it: a restart makes no pod where the DaemonSet makes none, so no action is named; its own
     counts are quoted."""
     ds = operand_daemonset(ctx, DEVICE_PLUGIN)
+    if ds is None and ctx.stack.chart is not None:
+        chart = ctx.stack.chart
+        install = Fix(
+            FixOp.INSTALL,
+            "",
+            {"release": chart.release, "chart": chart.chart, "namespace": ctx.namespace, "upgrade": True},
+        )
+        return ctx.stack.render(install) + f"   # no {ctx.ds(DEVICE_PLUGIN)} DaemonSet runs a device plugin here"
     if ds is None:
         return f"# no {ctx.ds(DEVICE_PLUGIN)} DaemonSet runs a device plugin for this node; install the stack's plugin"
     status = ds.get("status") or {}
