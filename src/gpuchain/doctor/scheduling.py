@@ -133,7 +133,7 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         )
     after = [(v, pod_blocker(spec, v.node)) for v in views]
     if any(b is None for _, b in after):
-        return _finding(ctx, pod, owner, "taint", evidence, patch_fix(owner, patch), None, chains)
+        return _finding(ctx, pod, owner, "taint", evidence, patch_fix(owner, patch), None)
     selectors = {(str(b.detail["key"]), str(b.detail.get("operator"))): b for _, b in after if b is not None}
     if any(b.kind != "selector" for b in selectors.values()) or len(selectors) != 1:
         return None
@@ -146,19 +146,19 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         evidence.append(f"GPU nodes carry {key}: " + ", ".join(f"{k} ({n})" for k, n in carried.most_common(4)))
         if block.detail.get("operator") == "=" and not (spec.get("affinity") or {}).get("nodeAffinity"):
             patch["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
-            return _finding(ctx, pod, owner, "selector", evidence, patch_fix(owner, patch), None, chains)
+            return _finding(ctx, pod, owner, "selector", evidence, patch_fix(owner, patch), None)
         text = (
             f"# in {owner.ref}'s pod spec, change the required node affinity on {key} to In [{value}] (the value the "
             "GPU nodes carry)"
         )
-        return _finding(ctx, pod, owner, "selector", evidence, None, text, chains)
+        return _finding(ctx, pod, owner, "selector", evidence, None, text)
     if key.startswith("nvidia.com/") and any(c.broken_link == "gfd" for c in chains.values()):
         return None  # feature discovery writes nvidia.com/* labels and is down: its own root, on its nodes
     values = list(block.detail.get("values") or [])
     if block.detail.get("operator") not in ("=", "In") or not values:
         return None
     label = Fix(FixOp.LABEL_NODE, " ".join(v.name for v in views), {key: str(values[0])})
-    return _finding(ctx, pod, owner, "label", evidence, label, None, chains)
+    return _finding(ctx, pod, owner, "label", evidence, label, None)
 
 
 def _finding(
@@ -169,7 +169,6 @@ def _finding(
     evidence: list[str],
     action: Fix | None,
     text: str | None,
-    chains: dict[str, NodeChain],
 ) -> Finding:
     pod_ref = f"{namespace_of(pod)}/{name_of(pod)}"
     causes = {
