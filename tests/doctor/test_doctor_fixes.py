@@ -1533,17 +1533,39 @@ def test_another_dra_driver_beside_the_device_plugin_takes_the_plugin_off_the_no
 
 
 def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -> None:
-    """Its device plugin announces 0 by design (kube.allocator): the link is fine, nothing to fix."""
+    """Its device plugin announces 0 by design (kube.allocator) and gpuchain's DRA plugin publishes its GPUs in a
+    ResourceSlice: the link is fine, nothing to fix."""
+    sim = build(load_scenario("healthy"))
+    node = _gpu_node(sim)
+    sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    zero = {"nvidia.com/gpu": "0"}
+    sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.gpuchain.io"},
+        "spec": {"driver": "gpu.gpuchain.io", "nodeName": node, "devices": [{"name": "gpu-0"}]},
+    }
+    sim.cluster.create(slice_)
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    chain = next(c for c in report.chains if c.node == node)
+    link = next(lk for lk in chain.links if lk.name == "device-plugin")
+    assert link.state.value == "ok" and "DRA driver" in link.summary, link
+    assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()
+
+
+def test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_turned_on() -> None:
+    """The DRA chain, followed where the label hands the GPUs to it: no ResourceSlice for the node and no
+    gpuchain-dra-plugin DaemonSet is the chart's dra.enabled off, not a device plugin that failed to register."""
     sim = build(load_scenario("healthy"))
     node = _gpu_node(sim)
     sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
     zero = {"nvidia.com/gpu": "0"}
     sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
     report = run_doctor(sim.cluster, reader=sim.read_log)
-    chain = next(c for c in report.chains if c.node == node)
-    link = next(lk for lk in chain.links if lk.name == "device-plugin")
-    assert link.state.value == "ok" and "DRA driver" in link.summary, link
-    assert not [f for f in report.findings if f.node == node and f.severity is Severity.ERROR], report.ids()
+    (found,) = [f for f in report.findings if f.node == node and f.severity is Severity.ERROR]
+    assert (found.id, found.link) == ("device-plugin.dra-unpublished", "device-plugin")
+    assert "--set dra.enabled=true" in found.fix and found.fix.startswith("helm upgrade --install gpuchain")
 
 
 def _upgrading(tmp_path: Path, state: str, driver_pod: str) -> Report:

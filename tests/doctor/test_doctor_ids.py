@@ -6,6 +6,7 @@ fails here rather than slipping through."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIXES = "stack|policy|nfd|operand|operator|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
 #: Links whose check builds ``f"{link}.not-ready"`` (links.failures.not_ready and links.operand.simple).
 NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
-#: Ids whose scenario is a change made to a built cluster, with the test that applies their fix.
+#: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
+#: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
@@ -55,6 +57,17 @@ CLUSTER_TESTS = {
     "exporter.running-with-errors": "test_a_running_exporter_release_whose_log_says_it_fails_is_the_exporter",
     "gfd.running-with-errors": "test_a_running_gfd_without_labels_whose_log_says_why_is_gfd",
     "device-plugin.dra-conflict": "test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one",
+    "device-plugin.dra-unpublished": "test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_turned_on",
+    "workload.untolerated-taint": "test_doctor_pending_workloads::"
+    "test_a_gpu_deployment_that_does_not_tolerate_the_gpu_nodes_taint_gets_the_toleration_on_its_template",
+    "workload.node-selector": "test_doctor_pending_workloads::"
+    "test_a_selector_on_a_product_the_gpu_nodes_do_not_have_gets_the_value_they_carry",
+    "workload.dra-unpublished": "test_doctor_pending_workloads::"
+    "test_claims_no_dra_driver_publishes_for_get_the_dra_driver_installed",
+    "workload.no-driver-in-pod": "test_doctor_user_pods::"
+    "test_a_gpu_pod_without_the_driver_in_its_container_gets_the_nvidia_runtime_class_on_its_deployment",
+    "workload.dra-devices-tainted": "test_doctor_pending_workloads::"
+    "test_claims_every_published_device_of_which_is_tainted_get_the_toleration_or_the_taint_removed",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
@@ -81,8 +94,10 @@ def test_the_ids_are_found_in_the_source() -> None:
 
 def test_every_id_has_a_tested_fix() -> None:
     in_scenarios = {fid for name in scenario_names() for fid in load_scenario(name).expect}
-    for fid, test in CLUSTER_TESTS.items():
-        assert callable(getattr(test_doctor_fixes, test, None)), f"{fid}: no test {test}"
+    for fid, ref in CLUSTER_TESTS.items():
+        module, _, test = ref.rpartition("::")
+        found = getattr(importlib.import_module(module) if module else test_doctor_fixes, test, None)
+        assert callable(found), f"{fid}: no test {ref}"
     covered = in_scenarios | set(CLUSTER_TESTS) | set(LOCAL.values()) | {"driver.no-gpus"}
     missing = sorted(code_ids() - covered)
     assert not missing, f"finding ids with no scenario or fix test: {missing}"

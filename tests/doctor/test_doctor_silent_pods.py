@@ -91,17 +91,47 @@ def _roots(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
 
 
+def published(node: str) -> Callable[[SimCluster], None]:
+    """An edit: the ResourceSlice NVIDIA's kubelet plugin publishes for ``node``'s GPU (driver gpu.nvidia.com;
+    k8s.io/api resource/v1 types.go@v0.34.4: spec.driver, spec.nodeName, spec.devices)."""
+
+    def edit(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-gpu.nvidia.com-x7k2p"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": [{"name": "gpu-0"}]},
+            }
+        )
+
+    return edit
+
+
 def test_a_ready_dra_kubelet_plugin_beside_the_operator_is_the_device_plugin_link_working() -> None:
     """Its GPUs are ResourceSlices, not node capacity: no capacity is not a plugin that failed to register."""
-    report = diagnosed(OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, READY, "/run/nvidia/driver"))
+    report = diagnosed(
+        OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, READY, "/run/nvidia/driver"), published("n1")
+    )
     assert not _roots(report), [(f.id, f.cause) for f in _roots(report)]
     assert "device-plugin.not-registered" not in report.ids
 
 
 def test_a_dra_driver_alone_on_host_drivers_is_a_stack_not_a_missing_one() -> None:
-    report = diagnosed(HOST_DRA, no_gpus("n1"), dra_release("n1", DONE, READY))
+    report = diagnosed(HOST_DRA, no_gpus("n1"), dra_release("n1", DONE, READY), published("n1"))
     assert "stack.missing" not in report.ids
     assert not _roots(report), [(f.id, f.cause) for f in _roots(report)]
+
+
+def test_a_ready_dra_kubelet_plugin_that_publishes_nothing_is_started_again_or_given_the_driver_root() -> None:
+    """The DRA chain followed to its end: ready, and no ResourceSlice for the node. Under the driver root where
+    the node's driver is, its registration is lost (a new pod publishes); under another, the chart's value."""
+    (root,) = _roots(diagnosed(HOST_DRA, no_gpus("n1"), dra_release("n1", DONE, READY)))
+    assert (root.id, root.link) == ("device-plugin.dra-unpublished", "device-plugin")
+    assert root.fix.startswith(f"kubectl -n {DRA_NS} delete pod {DRA_DS}-7xk2p")
+    (root,) = _roots(diagnosed(OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, READY, "/")))
+    assert root.id == "device-plugin.dra-unpublished"
+    assert "--set nvidiaDriverRoot=/run/nvidia/driver" in root.fix
 
 
 def test_a_dra_kubelet_plugin_held_in_its_init_container_under_the_wrong_driver_root_gets_the_operators() -> None:
@@ -277,6 +307,8 @@ def test_a_silent_driver_installer_of_a_stack_with_its_own_install_keeps_that_wa
     assert (root.link, root.node) == ("driver", "n1")
     assert "-c nvidia-driver-installer --previous" in root.fix
     assert "gpu-driver-version=default" in root.fix and "daemonset-preloaded" in root.fix
+    # The stack's way out is an action: it comes first, the log that shows the reason after it.
+    assert root.fix.startswith("# install the NVIDIA driver on the node")
 
 
 def test_a_dra_kubelet_plugin_merely_starting_beside_the_operators_ready_plugin_does_not_hide_it() -> None:

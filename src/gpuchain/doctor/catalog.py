@@ -20,6 +20,8 @@ import yaml
 from gpuchain.doctor.model import LINKS
 
 LEVELS = ("fatal", "error", "warning", "info")
+#: A value a catalog fix leaves to the evidence: ``<node>``, ``<namespace>``, ``<plugin pod>`` ...
+PLACEHOLDER = re.compile(r"<([a-z][a-z ]*)>")
 SCOPES = ("component", "anywhere")
 
 
@@ -48,6 +50,13 @@ class Entry:
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
         return f"catalog: {self.id} ({self.source})"
+
+    def repair(self, node: str = "", namespace: str = "", pod: str = "") -> str:
+        """The entry's fix with the placeholders the evidence fills (the node, the pod's namespace, the pod),
+        so the command pastes as it stands; a placeholder nothing fills stays for the user."""
+        values = {"node": node, "namespace": namespace, "operator namespace": namespace}
+        values |= {"plugin pod": pod, "gfd pod": pod}
+        return PLACEHOLDER.sub(lambda m: values.get(m.group(1)) or m.group(0), self.fix)
 
 
 @dataclass(frozen=True)

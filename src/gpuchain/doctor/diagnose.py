@@ -29,6 +29,7 @@ from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, states_remembered, unschedulable_message
+from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
@@ -386,13 +387,17 @@ OFFERS_GPUS = frozenset({"node", *FOUNDATION, "mig"})
 
 
 def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
+    """Pending GPU pods: those every GPU node keeps off (a taint, a selector, claims no device meets) get the
+    change that lets them on (`scheduling.unplaced`); the rest wait on Insufficient GPUs, a consequence of the
+    walk's roots, or capacity."""
+    placed, explained = unplaced(ctx, chains)
     stuck = []
     for pod in ctx.pending:
         msg = unschedulable_message(pod)
-        if msg and "Insufficient nvidia.com/" in msg and pod_gpu_requests(pod):
+        if msg and "Insufficient nvidia.com/" in msg and pod_gpu_requests(pod) and id(pod) not in explained:
             stuck.append((pod, msg))
     if not stuck:
-        return []
+        return placed
     roots = Counter(f.id for c in chains for f in c.findings if f.root)
     no_gpu = [c.node for c in chains if c.broken_link in ("driver", "toolkit", "device-plugin")]
     if ctx.stack.id == "none":
@@ -418,13 +423,17 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             if ctx.views
             else "the cluster has no GPU node."
         )
-        fix = "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu"
+        fix = (
+            f"# add GPU nodes (scale the GPU node pool up) for the {len(stuck)} pod(s) waiting on {resources}, or "
+            "lower their GPU requests; they schedule as soon as GPUs are free"
+        )
     # A cluster whose GPUs are all allocated is information; only GPUs that cannot be offered (or none at
     # all) make the waiting pods an error. A fault of a link that offers no GPU (the exporter, feature
     # discovery) is its own finding and takes no GPU away from the scheduler.
     offering = {c.node for c in chains for f in c.findings if f.root and f.link in OFFERS_GPUS}
     healthy_full = bool(ctx.views) and not no_gpu and not offering
     return [
+        *placed,
         Finding(
             "workload.insufficient-gpu",
             Severity.INFO if healthy_full else Severity.ERROR,
@@ -434,7 +443,7 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             fix,
             root=not no_gpu and not healthy_full,
             consequences=tuple(f"node {n}: no nvidia.com/gpu" for n in no_gpu[:8]),
-        )
+        ),
     ]
 
 

@@ -10,7 +10,8 @@ every init container's then every container's log between the lines
 
 Optional extras in the same List style, which kubectl does not write but the doctor reads when
 present: ``DIR/clusterpolicies.json`` (gpuchain.io or nvidia.com items), ``DIR/nvidiadrivers.json``,
-``DIR/runtimeclasses.json``, ``DIR/<ns>/configmaps.json`` and ``DIR/<ns>/<pod>/previous-logs.txt``
+``DIR/runtimeclasses.json``, ``DIR/resourceslices.json`` (DRA), ``DIR/<ns>/configmaps.json`` and
+``DIR/<ns>/<pod>/previous-logs.txt``
 (logs.txt's layout, the last terminated run of each container that restarted: kubectl's dump has
 only the current run's log, so from a plain kubectl dump a container that crashed once and runs
 again shows only its fresh start), and ``DIR/<ns>/<pod>/metrics.txt``, an exporter pod's
@@ -34,6 +35,7 @@ from gpuchain.doctor.logs import cluster_scraper
 from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
+from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import Kind, register_kind
@@ -187,6 +189,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         ("clusterpolicies", None),
         ("nvidiadrivers", NVIDIA_DRIVER),
         ("runtimeclasses", RUNTIME_CLASS),
+        ("resourceslices", RESOURCE_SLICE),
     )
     for stem, item_kind in optional:
         path = _file(root, stem)
@@ -222,6 +225,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         logs=logs,
         previous_logs=previous,
         drivers=extras["nvidiadrivers"],
+        resource_slices=extras["resourceslices"],
         absent=frozenset(absent),
         scrapes=_scrapes_by_node(pods, scraped),
     )
@@ -303,6 +307,7 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
     _write(root / "clusterpolicies.json", CLUSTER_POLICY, policies)
     _write(root / "nvidiadrivers.json", NVIDIA_DRIVER, drivers)
     _write(root / "runtimeclasses.json", RUNTIME_CLASS, cluster.list(RUNTIME_CLASS))
+    _write(root / "resourceslices.json", RESOURCE_SLICE, list_if_served(cluster, RESOURCE_SLICE))
     namespaces = sorted({namespace_of(o) or "default" for objs in per_kind.values() for o in objs})
     partial = Snapshot("", policies, nodes, per_kind["pods"], per_kind["daemonsets"], [], [], [], drivers=drivers)
     stack_ns = detect(partial).namespace

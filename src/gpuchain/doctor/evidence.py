@@ -194,10 +194,21 @@ def own_way(ctx: Context, link: str) -> str:
     return (ctx.stack.driver_install or "") if link == "driver" else ""
 
 
+def silent_fix(ctx: Context, link: str, read: str, what: str, target: str, again: str) -> str:
+    """The fix for a failing pod that left no line to go on: the stack's own way out of ``link`` first where it
+    has one (an action), the command that shows the reason after it; without one, no action can be named from
+    the evidence, so that command comes first, with the object what it says is repaired in, then the pod again."""
+    way = own_way(ctx, link)
+    if way:
+        return f"# {way}; then {again}   # gpuchain read no line of it; its reason, if that is not it: {read}"
+    return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
+
+
 def next_step(ctx: Context, link: str, line: str) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none) the catalog does not know: the line quoted, and the action for that link, never "run it again"."""
-    said = f"its last error line is {line!r}, which gpuchain's catalog does not know" if line else "it left no log line"
+    none) the catalog does not know: the action for that link first, never "run it again", then the line quoted
+    as what it answers (a fix is the action, not the diagnosis restated)."""
+    said = f"its last error line {line!r} is not in gpuchain's catalog" if line else "it left no log line"
     policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
     steps = {
         "driver": ctx.stack.driver_install
@@ -219,7 +230,7 @@ def next_step(ctx: Context, link: str, line: str) -> str:
         "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
         "change takes effect",
     }
-    return f"{said}; next: {steps.get(link, 'correct what the line names on the node')}"
+    return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
 
 
 def provider_of(ctx: Context, path: str) -> str | None:
@@ -382,7 +393,10 @@ def _fix(
         action = Fix(
             FixOp.NODE,
             view.name,
-            {"action": f"{entry.fix}; then {rerun}", NOT_SIMULATED: "the catalog's repair is a fact of the node"},
+            {
+                "action": f"{entry.repair(view.name, ns, name_of(failure.pod))}; then {rerun}",
+                NOT_SIMULATED: "the catalog's repair is a fact of the node",
+            },
         )
     else:
         # No repair is known for this failure: the line it left and the link's next action, then run it again.
@@ -394,12 +408,8 @@ def _fix(
             op = LINK_OPERANDS.get(link)
             own = view.pod(op) if op is not None else None
             target = repair_target(ctx, own, op) if own is not None and op is not None else f"the node's own {link}"
-            return None, (
-                f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}   # gpuchain read no line of it; what "
-                f"it says of the {link} link is repaired in {target}"
-                + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
-                + f"; then {ctx.stack.render(rerun_it)}"
-            )
+            read = f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}"
+            return None, silent_fix(ctx, link, read, f"the {link} link", target, ctx.stack.render(rerun_it))
         line = catalog.unknown_error(failure.text) or ""
         return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)
@@ -487,7 +497,7 @@ def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: l
                 f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
                 "this line, so it names no cause and no repair for it.",
                 (failure.describe(), f"unrecognised: {line}"),
-                "# no repair known to gpuchain for this message",
+                f"# {next_step(ctx, link, line)}",
                 view.name,
             )
         )

@@ -75,13 +75,19 @@ STEPS = (
 
 def list_if_served(cluster: Cluster, kind: Kind) -> list[Obj]:
     """``cluster.list_readonly(kind)``, or [] when the cluster does not serve that API group (404)."""
+    return served_list(cluster, kind) or []
+
+
+def served_list(cluster: Cluster, kind: Kind) -> list[Obj] | None:
+    """``cluster.list_readonly(kind)``, or None when the cluster does not serve that API group (404): a check
+    that reads the kind then knows it was not read, rather than read empty."""
     try:
         return cluster.list_readonly(kind)
     except (NotFoundError, UnknownKindError):
-        return []
+        return None
     except KubeError as exc:
         if exc.code == 404:
-            return []
+            return None
         raise
 
 
@@ -111,7 +117,8 @@ def gather(
     step("runtimeclasses")
     events = cluster.list_readonly(EVENT, field_selector="type=Warning")
     step("events")
-    resource_slices = list_if_served(cluster, RESOURCE_SLICE)
+    # resource.k8s.io/v1 (Kubernetes 1.34 on): where it is not served, no ResourceSlice was read, not none published.
+    resource_slices = served_list(cluster, RESOURCE_SLICE)
     step("resourceslices")
     return Snapshot(
         namespace or "",
@@ -123,7 +130,8 @@ def gather(
         runtime_classes,
         events,
         drivers=drivers,
-        resource_slices=resource_slices,
+        resource_slices=resource_slices or [],
+        absent=frozenset() if resource_slices is not None else frozenset({"resourceslices"}),
     )
 
 

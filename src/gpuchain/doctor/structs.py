@@ -219,6 +219,15 @@ class Stack:
             ns, _, name = fix.target.partition("/")
             limits = ",".join(f"{k}={v}" for k, v in ch["limits"].items())
             return f"kubectl -n {ns} set resources ds/{name} -c {ch['container']} --limits={limits}"
+        if fix.op is FixOp.PATCH_WORKLOAD:
+            kind, ns, name = fix.target.split("/", 2)
+            patch = json.dumps(ch["patch"], separators=(",", ":"))
+            if ch.get("recreate"):
+                return (
+                    f"kubectl -n {ns} get {kind.lower()} {name} -o json | kubectl patch --local -f - --type merge "
+                    f"-p '{patch}' -o json | kubectl replace --force -f -   # {kind} {name} takes no change in place"
+                )
+            return f"kubectl -n {ns} patch {kind.lower()} {name} --type merge -p '{patch}'"
         if fix.op is FixOp.UNINSTALL:
             return f"helm -n {ch['namespace']} uninstall {ch['release']}"
         if fix.op is FixOp.CREATE:

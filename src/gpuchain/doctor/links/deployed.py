@@ -247,7 +247,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
         known = catalog.known_error(state.last_log)
         again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
         fix = (
-            f"# {known.entry.fix}"
+            f"# {known.entry.repair(namespace=state.restart_in(ctx.namespace), pod=state.name)}"
             if known
             else ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure"
         )

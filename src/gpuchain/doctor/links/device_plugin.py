@@ -18,7 +18,7 @@ from gpuchain.doctor.links.common import (
     opted_out,
 )
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
-from gpuchain.doctor.links.dra_plugin import check_dra_plugin
+from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.toolkit import (
@@ -35,7 +35,7 @@ from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
-from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
+from gpuchain.kube.allocator import DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label, enabled
@@ -363,6 +363,14 @@ def _no_pod(ctx: Context) -> str:
     no pod on it: a restart makes no pod where the DaemonSet makes none, so no action is named; its own
     counts are quoted."""
     ds = operand_daemonset(ctx, DEVICE_PLUGIN)
+    if ds is None and ctx.stack.chart is not None:
+        chart = ctx.stack.chart
+        install = Fix(
+            FixOp.INSTALL,
+            "",
+            {"release": chart.release, "chart": chart.chart, "namespace": ctx.namespace, "upgrade": True},
+        )
+        return ctx.stack.render(install) + f"   # no {ctx.ds(DEVICE_PLUGIN)} DaemonSet runs a device plugin here"
     if ds is None:
         return f"# no {ctx.ds(DEVICE_PLUGIN)} DaemonSet runs a device plugin for this node; install the stack's plugin"
     status = ds.get("status") or {}
@@ -421,7 +429,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
     if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
-        return Result(LinkState.OK, f"the node's GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA})")
+        return check_gpuchain_dra(ctx, view)
     if not announced:
         registered = catalog.find(log, "k8s-device-plugin.registered")
         problem = catalog.known_error(log) or catalog.find(log, NO_DEVICES)
@@ -479,7 +487,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
                     ],
                     ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
-                    else f"# {own.fix}"
+                    else f"# {own.repair(view.name, state.restart_in(ctx.namespace), state.name)}"
+                    if own and state is not None
+                    else f"# {own.repair(view.name)}"
                     if own
                     else _no_pod(ctx),
                     restart,

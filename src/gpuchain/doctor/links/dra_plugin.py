@@ -10,14 +10,19 @@ loops every 10 s and leaves only once ``nvidia-smi`` from the driver under ``NVI
 
 from __future__ import annotations
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver
-from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset
-from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset, owner_ds
+from gpuchain.doctor.placement import blocker
+from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.scheduling import GPUCHAIN_DRA_DS, install_dra
+from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER
 
 WHAT = "NVIDIA DRA kubelet plugin pod"
@@ -97,12 +102,58 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
     return Result(LinkState.BROKEN, "no driver answers for the DRA plugin", (finding,))
 
 
+def _ready_unpublished(ctx: Context, view: NodeView, pod: Obj, state: PodState) -> Result:
+    """NVIDIA's DRA kubelet plugin runs ready and no ResourceSlice carries a GPU of this node: it lost its
+    registration with the kubelet (a new pod registers and publishes anew), or it sees no GPU under its driver
+    root (then the driver root the chart gives it is where this node's driver is not)."""
+    given = _driver_root(pod)
+    wanted, why = _where_driver_is(ctx, view)
+    ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
+    evidence = [state.describe(), f"no ResourceSlice of {', '.join(GPU_DRA_DRIVERS)} for {view.name}"]
+    if given.rstrip("/") != wanted.rstrip("/"):
+        ds = owner_daemonset(ctx, pod)
+        release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) or "<release>"
+        fix = (
+            f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the chart's "
+            "driver root where this node's driver is; its pods restart with it"
+        )
+        action = None
+        more = [f"NVIDIA_DRIVER_ROOT={given}", why]
+    else:
+        action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "NVIDIA's DRA plugin is not simulated"})
+        fix = ctx.stack.render(action) + "   # a new plugin pod registers with the kubelet and publishes the GPUs"
+        more = []
+    finding = node_finding(
+        view,
+        "device-plugin.dra-unpublished",
+        Severity.ERROR,
+        "device-plugin",
+        f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated one "
+        "here: "
+        + (
+            f"it looks for the driver under NVIDIA_DRIVER_ROOT={given}, and this node's driver is at {wanted}."
+            if action is None
+            else "its registration with the kubelet is lost."
+        ),
+        [*evidence, *more],
+        fix,
+        action,
+    )
+    return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))
+
+
 def check_dra_plugin(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result:
     """The device-plugin link served by NVIDIA's DRA kubelet plugin: ready is working (its GPUs are
     ResourceSlices, never node capacity), held in its init container is the driver it waits for, else its
     pod's failure read as any operand's."""
     if state.ready:
-        return Result(LinkState.OK, "NVIDIA DRA kubelet plugin Running: GPUs published as ResourceSlices")
+        published = published_devices(ctx.snapshot).get(view.name, {})
+        if published or "resourceslices" in ctx.snapshot.absent:
+            counts = ", ".join(f"{d}: {n} devices" for d, n in sorted(published.items())) or "not in the dump"
+            return Result(
+                LinkState.OK, f"NVIDIA DRA kubelet plugin Running: GPUs published as ResourceSlices ({counts})"
+            )
+        return _ready_unpublished(ctx, view, pod, state)
     if state.waiting_init and not state.failing:
         return _held_for_driver(ctx, view, pod, state)
     return not_ready(
@@ -115,3 +166,60 @@ def check_dra_plugin(ctx: Context, view: NodeView, pod: Obj, state: PodState, lo
         log,
         f"the {WHAT} is {state.status}, so the node's GPUs are published to no ResourceSlice.",
     )
+
+
+def _gpuchain_dra_pod(ctx: Context, view: NodeView) -> Obj | None:
+    """gpuchain's DRA plugin pod on this node (a pod of DaemonSet ``gpuchain-dra-plugin``), if any."""
+    return next((p for p in view.workloads if owner_ds(p) == GPUCHAIN_DRA_DS), None)
+
+
+def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
+    """A node whose GPUs the label gives to gpuchain's DRA plugin has no nvidia.com/gpu capacity by design; the
+    link works when the plugin publishes the node's GPUs in a ResourceSlice. Followed down the DRA chain where it
+    does not: no plugin DaemonSet (the chart's dra.enabled off), none placed on the node (a taint or selector),
+    its pod not running, or running with nothing published (its registration with the kubelet lost)."""
+    published = published_devices(ctx.snapshot).get(view.name, {})
+    label = f"{ALLOCATOR_LABEL}={DRA}"
+    if "resourceslices" in ctx.snapshot.absent:
+        return Result(LinkState.OK, f"the node's GPUs are the DRA driver's ({label}; ResourceSlices not in the dump)")
+    if published:
+        counts = ", ".join(f"{d}: {n} devices" for d, n in sorted(published.items()))
+        return Result(LinkState.OK, f"the node's GPUs are the DRA driver's ({label}; ResourceSlices: {counts})")
+    ds = next((d for d in ctx.snapshot.daemonsets if name_of(d) == GPUCHAIN_DRA_DS), None)
+    pod = _gpuchain_dra_pod(ctx, view)
+    state = pod_state(pod) if pod is not None else None
+    evidence = [f"node label {label}", f"no ResourceSlice of {GPU_DRA_DRIVERS[0]} for {view.name}"]
+    cause = (
+        f"the node's GPUs are given to gpuchain's DRA plugin ({label}), so it announces no nvidia.com/gpu by design, "
+        "but no ResourceSlice publishes them: no claim can be allocated a GPU here"
+    )
+    action: Fix | None
+    if ds is None:
+        action, fix = install_dra(ctx)
+        why = ": no gpuchain-dra-plugin DaemonSet runs (the chart's dra.enabled is off)."
+    elif pod is None:
+        block = blocker(ds, view.node)
+        action = placement_fix(ctx, view, ds, block) if block is not None else None
+        restart = f"kubectl -n {namespace_of(ds) or ctx.namespace} rollout restart daemonset {GPUCHAIN_DRA_DS}"
+        fix = ctx.stack.render(action) if action is not None else restart
+        why = f": the {GPUCHAIN_DRA_DS} DaemonSet places no pod on the node" + (
+            f" ({block.describe()})." if block is not None else " although it admits it."
+        )
+    elif state is not None and not state.ready:
+        ns = namespace_of(pod) or ctx.namespace
+        said = said_in("\n".join((state.last_log, state.message, ctx.log(pod, state.container or "dra-plugin"))))
+        known = catalog.known_error("\n".join(said))
+        evidence += [state.describe(), *said]
+        action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "gpuchain's DRA plugin is not simulated"})
+        fix = (f"# {known.entry.fix}; then " if known else "") + ctx.stack.render(action)
+        why = f": its DRA plugin pod is {state.status}."
+    else:
+        ns = namespace_of(pod) or ctx.namespace
+        action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "gpuchain's DRA plugin is not simulated"})
+        fix = ctx.stack.render(action) + "   # a new plugin pod registers with the kubelet and publishes the GPUs"
+        evidence.append(state.describe() if state else "")
+        why = ": its DRA plugin pod runs but published nothing (its registration with the kubelet is lost)."
+    finding = node_finding(
+        view, "device-plugin.dra-unpublished", Severity.ERROR, "device-plugin", cause + why, evidence, fix, action
+    )
+    return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))

@@ -8,7 +8,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step, own_way
+from gpuchain.doctor.evidence import next_step, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
@@ -237,6 +237,11 @@ def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSt
             f"there: kubectl get {kind} {name} -A)",
         )
     return None
+
+
+#: The Node annotation kubeadm writes with the CRI socket it gave the kubelet (kubernetes
+#: cmd/kubeadm/app/constants/constants.go@v1.34.4 AnnotationKubeadmCRISocket).
+CRI_SOCKET = "kubeadm.alpha.kubernetes.io/cri-socket"
 
 
 #: The memory limit an OOM-killed operand gets at least: its limit doubled, never under this (Mi).
@@ -511,7 +516,30 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
     """NVIDIA's toolkit signals /run/containerd/containerd.sock; k3s and RKE2 run containerd elsewhere."""
     dist = distribution_of(view.node)
     kubelet = node_info(view.node).get("kubeletVersion", "?")
-    evidence = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
+    evidence: tuple[str, ...] = (*found.evidence(), f"kubeletVersion {kubelet} ({dist.name})")
+    cri = str(((view.node.get("metadata") or {}).get("annotations") or {}).get(CRI_SOCKET) or "")
+    if dist is KUBEADM and cri.removeprefix("unix://") not in ("", dist.containerd_socket):
+        # kubeadm recorded the socket its kubelet talks to: that is where this node's containerd listens.
+        socket = cri.removeprefix("unix://")
+        evidence = (*evidence, f"annotation {CRI_SOCKET}={cri}")
+        if ctx.policy_obj is not None:
+            keep = [{"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env if e.name != "CONTAINERD_SOCKET"]
+            given = [*keep, {"name": "CONTAINERD_SOCKET", "value": socket}]
+            action: Fix = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": given}}})
+        else:
+            pod = view.pod(TOOLKIT) or {}
+            ds = owner_ds(pod) or ctx.ds(TOOLKIT)
+            action = Fix(
+                FixOp.SET_ENV, f"{namespace_of(pod) or ctx.namespace}/{ds}", {"env": {"CONTAINERD_SOCKET": socket}}
+            )
+        return Known(
+            f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
+            f"node's kubelet talks to containerd at {socket} (kubeadm's record of it); it exits and the nvidia "
+            "runtime is never loaded.",
+            evidence,
+            action,
+            ctx.stack.render(action),
+        )
     if dist is not KUBEADM and ctx.policy_obj is not None:
         keep = [
             {"name": e.name, "value": e.value}
@@ -523,16 +551,16 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
             {"name": "CONTAINERD_CONFIG", "value": dist.containerd_config},
             {"name": "CONTAINERD_SOCKET", "value": dist.containerd_socket},
         ]
-        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
-        action: Fix = patch
-        fix = ctx.stack.render(patch)
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+        fix = ctx.stack.render(action)
     else:
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "find where this node's containerd listens and reads its config (ps -o args -C containerd), "
-                "then set the toolkit's CONTAINERD_SOCKET and CONTAINERD_CONFIG to them",
+                "action": "set the toolkit's CONTAINERD_SOCKET to the socket this node's kubelet is given as "
+                "--container-runtime-endpoint, and CONTAINERD_CONFIG to the file containerd runs with (its --config), "
+                "then delete the toolkit pod",
                 "drain": False,
                 NOT_SIMULATED: "the socket path of an unknown distribution is a fact of the node no scenario names",
             },
@@ -609,9 +637,7 @@ def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: 
         cause,
         (),
         None,
-        f"{read}   # gpuchain read no line of it; what it says is repaired in {repair_target(ctx, pod, operand)}"
-        + (f"; if it names nothing: {own_way(ctx, link)}" if own_way(ctx, link) else "")
-        + f"; then {again}",
+        silent_fix(ctx, link, read, f"the {what}", repair_target(ctx, pod, operand), again),
     )
 
 
@@ -626,7 +652,8 @@ def not_ready(
     found = catalog.known_error(log)
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
-        known = Known(found.entry.cause, found.evidence(), None, f"# {found.entry.fix}")
+        fix = found.entry.repair(view.name, state.restart_in(ctx.namespace), state.name)
+        known = Known(found.entry.cause, found.evidence(), None, f"# {fix}")
         return known_not_ready(view, link, what, state, known)
     if silent("\n".join((log, state.message))):
         return known_not_ready(view, link, what, state, state_only(ctx, view, operand, link, what, state))

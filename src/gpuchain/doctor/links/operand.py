@@ -41,7 +41,7 @@ def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what
                 link,
                 f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
                 [f"pod {name_of(pod)}: Running", *found.evidence()],
-                f"# {found.entry.fix}",
+                f"# {found.entry.repair(view.name, namespace_of(pod) or ctx.namespace, name_of(pod))}",
             ),
         ),
     )

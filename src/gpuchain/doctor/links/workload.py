@@ -9,8 +9,10 @@ from gpuchain.doctor.evidence import ANYWHERE
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import start_refused
+from gpuchain.doctor.scheduling import owner_of, patch_fix
 from gpuchain.kube.gpu_resources import pod_gpu_requests
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import RUNTIME_CLASS_HANDLER
 
 NVML_LOST = "nvml.unknown-error-in-workload"
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
@@ -131,6 +133,83 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     )
 
 
+#: What a GPU workload writes when its container has no driver library: the runtime did not inject the node's
+#: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml).
+NO_DRIVER_IN_POD = ("pytorch.no-driver", "nvml.library-not-found")
+
+
+def _said_by(ctx: Context, pod: Obj) -> str:
+    """Everything a pod's containers left: termination messages of the current and last run, and the log the
+    gather step read."""
+    out = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            out.append(str((state.get("terminated") or {}).get("message") or ""))
+        out.append(ctx.log(pod, str(cs.get("name"))))
+    return "\n".join(x for x in out if x)
+
+
+def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
+    """GPU pods that got a GPU but no driver library in their container, on a node whose chain works: they run
+    under a runtime other than nvidia (no runtimeClassName, and nvidia is not the node's default runtime), which
+    the chain's own pods do not show (the operator gives them runtimeClassName: nvidia). The repair is the
+    runtime class on the pods' owner."""
+    hit: list[Obj] = []
+    said: catalog.Match | None = None
+    for pod in apps:
+        if not pod_gpu_requests(pod) or (pod.get("spec") or {}).get("runtimeClassName"):
+            continue
+        found = catalog.find(_said_by(ctx, pod), *NO_DRIVER_IN_POD)
+        if found is not None:
+            hit.append(pod)
+            said = said or found
+    if said is None:
+        return None
+    owner = owner_of(hit[0])
+    rc = ctx.policy.operator.runtime_class if ctx.policy_obj is not None else RUNTIME_CLASS_HANDLER
+    refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
+    if ctx.stack.node_image:
+        action: Fix = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": f"replace the node with one built from {ctx.stack.node_image}, whose runtime gives GPU pods "
+                "the driver",
+                NOT_SIMULATED: "the node image is not a scenario fact",
+            },
+        )
+    else:
+        action = patch_fix(owner, {"runtimeClassName": rc})
+    missing = rc not in ctx.runtime_classes and "runtimeclasses" not in ctx.snapshot.absent
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": rc}}
+    create = (
+        ctx.stack.render(Fix(FixOp.CREATE, "", {**runtime_class, "handler": RUNTIME_CLASS_HANDLER})) + " && "
+        if missing and not ctx.stack.node_image
+        else ""
+    )
+    return node_finding(
+        view,
+        "workload.no-driver-in-pod",
+        Severity.ERROR,
+        "toolkit",
+        f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
+        [
+            f"GPU pods with no runtimeClassName failing on it: {refs}",
+            *said.evidence("pod says"),
+            f"{owner.kind} {owner.namespace}/{owner.name} makes {name_of(hit[0])}",
+        ],
+        create
+        + ctx.stack.render(action)
+        + (
+            "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
+            "--set-as-default && systemctl restart containerd"
+            if not ctx.stack.node_image
+            else ""
+        ),
+        action,
+    )
+
+
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPUs
     that went away under them, and GPUs seen without a request."""
@@ -142,6 +221,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     hook = _hook_refused(ctx, view, apps)
     if hook is not None:
         findings.append(hook)
+    no_driver = _no_driver_injected(ctx, view, apps)
+    if no_driver is not None:
+        findings.append(no_driver)
     lost = []
     for pod in apps:
         if not pod_gpu_requests(pod):

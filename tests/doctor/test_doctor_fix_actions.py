@@ -1,0 +1,118 @@
+"""Every fix the doctor renders is the action that repairs (issue 26): the command, the key and its value, the
+node to reimage, never the diagnosis restated or the next diagnostic step ("check ...", "look at ...",
+``kubectl describe``/``logs``/``get``). Held over every finding the built-in scenarios produce, over every
+catalog entry's repair, and over the fixes built from evidence where a rule once told the user to go and find
+the value (the node's containerd socket, an unknown line's link)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from doctor.small_cluster import diagnosed
+
+from gpuchain.doctor import catalog, run_doctor
+from gpuchain.doctor.model import FixOp
+from gpuchain.kube import NODE
+from gpuchain.sim import build, load_scenario, scenario_names
+from gpuchain.sim.build import SimCluster
+
+#: How a diagnostic step begins: a verb that asks the user to find something out, or a read-only command.
+DIAGNOSTIC = re.compile(
+    r"^(check|inspect|investigate|look|verify|see|find|examine|confirm|determine|debug|diagnose|review|read|"
+    r"kubectl( -n \S+)? (get|describe|logs)|journalctl|dmesg|crictl (ps|logs|inspect)|its last error line|"
+    r"it left no)\b",
+    re.IGNORECASE,
+)
+
+
+def diagnostic(fix: str) -> bool:
+    """Is ``fix`` a diagnostic step rather than an action (a leading shell-comment mark aside)?"""
+    return bool(DIAGNOSTIC.match(fix.lstrip("# ").strip()))
+
+
+def test_the_rule_tells_a_step_from_an_action() -> None:
+    assert diagnostic("# check the GPU's power cabling")
+    assert diagnostic("kubectl -n gpu-operator logs nvidia-driver-x --previous")
+    assert diagnostic("Look at the kubelet's journal")
+    assert not diagnostic("kubectl label node gpu-1 nvidia.com/device-plugin.config=default --overwrite")
+    assert not diagnostic("# reboot the node so the kernel loads the module of the installed driver")
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_no_finding_of_a_scenario_gets_a_diagnostic_step_for_a_fix(name: str) -> None:
+    sim = build(load_scenario(name))
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    steps = [(f.id, f.fix) for f in report.findings if diagnostic(f.fix)]
+    assert not steps, steps
+
+
+def test_no_catalog_entry_repairs_with_a_diagnostic_step() -> None:
+    steps = [(e.id, e.fix) for e in catalog.entries() if diagnostic(e.fix)]
+    assert not steps, steps
+
+
+def test_a_line_no_entry_knows_gets_the_links_action_first_and_the_line_after() -> None:
+    """An operand's unknown last line: the fix opens with the link's action; the line is quoted after it."""
+    line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
+    crash = {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 4,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error"},
+    }
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
+        {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "n1",
+            "containers": [crash],
+            "logs": {"nvidia-device-plugin-ctr": f"starting\n{line}"},
+        },
+    )
+    found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
+    assert not diagnostic(found.fix), found.fix
+    assert found.fix.startswith("# run the device plugin release") and "frobnicator exploded" in found.fix
+    # The warning that reports the line as unrecognised carries the same action, not "no repair known".
+    odd = next(f for f in report.findings if f.id == "log.unrecognised")
+    assert odd.fix.startswith("# run the device plugin release"), odd.fix
+
+
+def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_recorded() -> None:
+    """A kubeadm node whose containerd listens elsewhere than the default: kubeadm's own annotation of the CRI
+    socket (kubernetes cmd/kubeadm/app/constants/constants.go@v1.34.4 AnnotationKubeadmCRISocket) is the value,
+    not a search for it on the node."""
+    socket = "/var/run/containerd-gpu/containerd.sock"
+
+    def kubeadm(sim: SimCluster) -> None:
+        for node in ("gpu-0", "gpu-1"):
+            sim.cluster.patch(
+                NODE,
+                node,
+                {"metadata": {"annotations": {"kubeadm.alpha.kubernetes.io/cri-socket": f"unix://{socket}"}}},
+            )
+            info = sim.cluster.get(NODE, node)["status"]["nodeInfo"]
+            sim.cluster.patch_status(NODE, node, {"nodeInfo": {**info, "kubeletVersion": "v1.31.4"}})
+
+    sim = build(load_scenario("op-toolkit-k3s-socket"))
+    kubeadm(sim)
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    found = next(f for f in report.findings if f.id == "toolkit.not-ready")
+    assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
+    env = found.action.changes["spec"]["toolkit"]["env"]
+    assert {"name": "CONTAINERD_SOCKET", "value": socket} in env
+    assert not diagnostic(found.fix)
+
+
+def test_a_catalog_repair_is_filled_with_the_node_namespace_and_pod_the_evidence_names() -> None:
+    """k8s-device-plugin.config-symlink's repair names ``kubectl -n <namespace> delete pod <plugin pod>``: the
+    finding's fix carries the plugin pod's own namespace and name, so it pastes as it stands."""
+    entry = catalog.entry("k8s-device-plugin.config-symlink")
+    assert "<plugin pod>" in entry.fix
+    filled = entry.repair("gpu-1", "nvidia-device-plugin", "nvidia-device-plugin-daemonset-x2x4k")
+    assert "kubectl -n nvidia-device-plugin delete pod nvidia-device-plugin-daemonset-x2x4k" in filled
+    assert "<" not in filled.split("(")[1].split(")")[0]
+    # A placeholder the evidence does not fill stays for the user, never an empty word.
+    assert "<layout>" in catalog.entry("mig-manager.validate-config-failed").repair("gpu-1")
