@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import catalog, run_doctor
 from gpuchain.doctor.model import FixOp
@@ -55,22 +55,10 @@ def test_no_catalog_entry_repairs_with_a_diagnostic_step() -> None:
 def test_a_line_no_entry_knows_gets_the_links_action_first_and_the_line_after() -> None:
     """An operand's unknown last line: the fix opens with the link's action; the line is quoted after it."""
     line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
-    crash = {
-        "name": "nvidia-device-plugin-ctr",
-        "restarts": 4,
-        "state": {"waiting": "CrashLoopBackOff"},
-        "last": {"terminated": "Error"},
-    }
     report = diagnosed(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
-        {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "n1",
-            "containers": [crash],
-            "logs": {"nvidia-device-plugin-ctr": f"starting\n{line}"},
-        },
+        no_gpus("n1"),
+        plugin_pod("n1", crash_looping("nvidia-device-plugin-ctr", restarts=4), f"starting\n{line}"),
     )
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert not diagnostic(found.fix), found.fix

@@ -432,6 +432,12 @@ def _failing(ds: str, node: str, **how: Any) -> Callable[[SimCluster], None]:
     return lambda sim: _fail(sim, ds, node, **how)
 
 
+def _start_error(message: str) -> dict[str, Any]:
+    """A container's last state when the runtime could not start it: containerd's CRI ends such a task
+    terminated StartError, exit 128, with the runtime's words (internal/cri/server/container_start.go@v2.0.5)."""
+    return {"terminated": {"reason": "StartError", "exitCode": 128, "message": message}}
+
+
 def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behind_it() -> None:
     """NVIDIA/gpu-operator#1518's shape: toolkit-validation ends in StartError (the runtime hook exits 1)."""
     hook = "failed to create shim task: OCI runtime create failed: error running prestart hook #0: exit status 1"
@@ -441,7 +447,7 @@ def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behi
             "nvidia-operator-validator",
             "b",
             init="toolkit-validation",
-            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+            lastState=_start_error(hook),
         ),
     )
     found = next(f for f in report.findings if f.root)
@@ -468,7 +474,7 @@ def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_ope
             "nvidia-device-plugin-daemonset",
             "b",
             main="nvidia-device-plugin",
-            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+            lastState=_start_error(hook),
         ),
     )
     found = next(f for f in report.findings if f.root)
@@ -496,7 +502,7 @@ def test_a_hook_refusal_on_a_cri_o_node_names_cri_os_hooks_dir_and_service_not_c
             "nvidia-device-plugin-daemonset",
             "b",
             main="nvidia-device-plugin",
-            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": hook}},
+            lastState=_start_error(hook),
         ),
     )
     found = next(f for f in report.findings if f.root)
@@ -712,7 +718,7 @@ def test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_re
             "nvidia-device-plugin",
             "a",
             main="nvidia-device-plugin-ctr",
-            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": "exit status 1\n" + line}},
+            lastState=_start_error("exit status 1\n" + line),
         ),
     )
     found = next(f for f in report.findings if f.root)
@@ -778,7 +784,7 @@ def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_wor
         ready=False,
         restartCount=3,
         state={"waiting": {"reason": "CrashLoopBackOff"}},
-        lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": refused}},
+        lastState=_start_error(refused),
     )
     sim.cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
     roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -194,25 +194,11 @@ def test_a_running_plugin_that_logs_a_version_mismatch_names_the_driver_not_its_
 
 
 def test_a_plugin_that_cannot_build_its_nvml_managers_on_a_host_driver_wants_nvidia_as_default_runtime() -> None:
-    crash = {
-        "name": "nvidia-device-plugin-ctr",
-        "restarts": 4,
-        "state": {"waiting": "CrashLoopBackOff"},
-        "last": {"terminated": "Error"},
-    }
+    log = "E0101 00:00:00.000000 1 main.go:1] error starting plugins: failed to construct NVML resource managers\n"
     report = diagnosed(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
-        {"do": "node", "node": "h", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "h",
-            "containers": [crash],
-            "logs": {
-                "nvidia-device-plugin-ctr": "E0101 00:00:00.000000 1 main.go:1] error starting plugins: "
-                "failed to construct NVML resource managers\n"
-            },
-        },
+        no_gpus("h"),
+        plugin_pod("h", crash_looping("nvidia-device-plugin-ctr", restarts=4), log),
     )
     (root,) = _roots(report)
     assert (root.id, root.link) == ("toolkit.runtime-not-default", "toolkit")
