@@ -115,11 +115,11 @@ def kube_api(root: Path) -> Iterator[tuple[Path, Any]]:
         yield kubeconfig, client
 
 
-def agent_command(agent: str, root: Path, busy: bool, port: int) -> list[str]:
-    """The agent's real command line: busy (1 s intervals) for phase 1, defaults for phase 2."""
+def agent_command(agent: str, root: Path, busy: bool, port: int, python: str = sys.executable) -> list[str]:
+    """The agent's real command line: busy (1 s intervals) for phase 1, defaults for phase 2; run by ``python``."""
     d = root / agent
     d.mkdir(parents=True, exist_ok=True)
-    common = [sys.executable, "-m", "gpuchain", agent, "--backend", "sim"]
+    common = [python, "-m", "gpuchain", agent, "--backend", "sim"]
     every = ["1"] if busy else []
     if agent == "device-plugin":
         return [*common, "--socket-dir", str(d)]
