@@ -314,3 +314,41 @@ def test_a_role_whose_own_metrics_are_scraped_loads_no_prometheus_client(
     assert families <= set(own)
     assert loaded == []
 
+
+GC_PROGRAM = r"""
+import gc, logging, os, signal, sys, tempfile, threading
+
+root = tempfile.mkdtemp(prefix="gc-collect-")
+seen = {}
+
+
+class Seen(logging.Handler):
+    # gc.isenabled() as the device plugin serves, and as a role started after it logs
+    def emit(self, record):
+        if record.name == "gpuchain.deviceplugin" and record.getMessage().startswith("serving"):
+            seen.setdefault("device plugin serving", gc.isenabled())
+        if record.name == "gpuchain.validator" and "validator" not in seen:
+            seen["validator"] = gc.isenabled()
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+
+logging.getLogger("gpuchain").addHandler(Seen())
+sys.argv = ["gpuchain", "node-agent", "--backend", "sim", "--memory-cluster", "--roles", "device-plugin,validator"]
+sys.argv += ["--socket-dir", root + "/dp", "--validations-dir", root + "/val", "--metrics-port", "0"]
+sys.argv += ["--metrics-address", "127.0.0.1", "--nvml-release-dir", ""]
+from gpuchain.entry import main
+
+try:
+    main()
+except SystemExit as exc:
+    print(exc.code, seen, gc.isenabled())
+"""
+
+
+def test_the_node_agent_collects_no_cycles_until_its_first_role_serves() -> None:
+    """``gpuchain node-agent`` runs with the cyclic collector off from exec until the device plugin
+    serves (its start-up's imports set off some hundred collections that find next to nothing), and
+    on again for every role after (``agent.runtime.first_served``)."""
+    proc = subprocess.run([sys.executable, "-c", GC_PROGRAM], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "0 {'device plugin serving': False, 'validator': True} True"
