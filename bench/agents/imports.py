@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.agents.interpreter import REPO, runtime_python, tree_env
+from bench.agents.interpreter import REPO, add_python_option, python_of, tree_env
 from bench.agents.node import AGENT_NODE, node_agent_command
 from bench.agents.run import AGENTS, agent_command, free_port, kube_api
 from bench.procs import stop as stop_processes
@@ -66,15 +66,10 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=20.0, help="seconds of running before the table is taken")
     ap.add_argument("--agent", action="append", choices=[*AGENTS, NODE_AGENT], help="only these agents (repeatable)")
     ap.add_argument("--top", type=int, default=14, help="packages listed per agent")
-    ap.add_argument(
-        "--python",
-        default=None,
-        help="the interpreter the agents run under (default: gpuchain's runtime dependencies alone, as "
-        "bench.agents.node; .venv/bin/python for the test venv, whose extras add what finds them)",
-    )
+    add_python_option(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    python = str(Path(args.python).absolute()) if args.python else str(runtime_python())
+    python = python_of(args)
     root = Path(tempfile.mkdtemp(prefix="gcim-", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
     try:
@@ -108,7 +103,8 @@ def main() -> None:
         print(f"    beyond the floor's imports: {sum(beyond.values()) / 1024:.1f} MiB, of which")
         for pkg, kib in sorted(beyond.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"    {pkg:<34}{kib / 1024:>6.1f} MiB  {r['modules'].get(pkg, 0):>4} modules")
-    print("(settle {:.0f} s; load average {})".format(args.settle, " ".join(f"{x:.2f}" for x in os.getloadavg())))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"(settle {args.settle:.0f} s; load average {load}; every process run by {python})")
 
 
 if __name__ == "__main__":

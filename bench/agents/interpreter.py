@@ -12,6 +12,7 @@ changed ``pyproject.toml`` builds a new one), and each process runs the tree's `
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import json
@@ -50,3 +51,20 @@ def runtime_python(pyproject: Path = REPO / "pyproject.toml") -> Path:
 def tree_env(env: dict[str, str], src: Path = SRC) -> dict[str, str]:
     """``env`` for a gpuchain process of the tree whose ``src`` is ``src``: it first on the path."""
     return {**env, "PYTHONPATH": str(src)}
+
+
+def add_python_option(ap: argparse.ArgumentParser) -> None:
+    """``--python``: the interpreter a bench runs gpuchain's processes under (``python_of``)."""
+    ap.add_argument(
+        "--python",
+        default=None,
+        help="the interpreter every measured process runs under (default: a venv of gpuchain's runtime "
+        "dependencies alone, built once under ~/.cache/gpuchain-bench, as the image installs them; the test "
+        "venv also holds what only the tests need, which a package that finds it installed may load; give "
+        ".venv/bin/python to measure there)",
+    )
+
+
+def python_of(args: argparse.Namespace) -> str:
+    """The interpreter ``--python`` names, else ``runtime_python()``'s."""
+    return str(Path(args.python).absolute()) if args.python else str(runtime_python())

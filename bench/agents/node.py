@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.agents.interpreter import SRC, runtime_python, tree_env
+from bench.agents.interpreter import SRC, add_python_option, python_of, tree_env
 from bench.agents.run import (
     AGENTS,
     FLOOR,
@@ -383,17 +383,10 @@ def main() -> None:
     ap.add_argument(
         "--baseline", type=Path, default=None, help="another tree's src: its node agent runs beside this one's"
     )
-    ap.add_argument(
-        "--python",
-        default=None,
-        help="the interpreter every measured process runs under (default: a venv of gpuchain's runtime "
-        "dependencies alone, built once under ~/.cache/gpuchain-bench, as the image installs them; the test "
-        "venv also holds what only the tests need, which a package that finds it installed may load and the "
-        "figures would count as the agent's; give .venv/bin/python to measure there)",
-    )
+    add_python_option(ap)
     ap.add_argument("--json", action="store_true", help="print the rows and start-up times as JSON")
     args = ap.parse_args()
-    args.python = str(Path(args.python).absolute()) if args.python else str(runtime_python())
+    args.python = python_of(args)
     if args.baseline is not None:
         args.baseline = args.baseline.resolve()
         if not (args.baseline / "gpuchain" / "__init__.py").is_file():
