@@ -10,7 +10,10 @@ writes the table and the whole RSS; "running" is what the process holds beyond i
 The node agent with every role (``bench.agents.node``'s command) is measured the same way, named
 ``node-agent``; ``--agent node-agent`` measures it alone.
 
-    .venv/bin/python -m bench.agents.imports [--settle 20] [--agent device-plugin ...] [--json]
+    .venv/bin/python -m bench.agents.imports [--settle 20] [--agent device-plugin ...] [--python PATH] [--json]
+
+The agents run as ``bench.agents.node``'s do: under gpuchain's runtime dependencies alone
+(``bench.agents.interpreter``), this tree's ``src`` first on the path.
 
 Figures are RSS pages, so a package's cost includes the shared libraries it maps and touches.
 """
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.agents.interpreter import REPO, add_python_option, python_of, tree_env
 from bench.agents.node import AGENT_NODE, node_agent_command
 from bench.agents.run import AGENTS, agent_command, free_port, kube_api
 from bench.procs import stop as stop_processes
@@ -35,11 +39,12 @@ from bench.procs import stop as stop_processes
 NODE_AGENT = "node-agent"
 
 
-def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float) -> dict[str, Any]:
-    """One metered process: ``cmd`` is the agent's command line without the interpreter."""
+def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float, python: str) -> dict[str, Any]:
+    """One metered process run by ``python``: ``cmd`` is the agent's command line without the interpreter."""
     out = root / f"{name}.json"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    argv = [sys.executable, "-m", "bench.agents._meter", str(out), str(settle), *cmd]
+    env = tree_env({**os.environ, "KUBECONFIG": str(kubeconfig)})
+    env["PYTHONPATH"] += os.pathsep + str(REPO)  # the meter, bench.agents._meter (standard library only)
+    argv = [python, "-m", "bench.agents._meter", str(out), str(settle), *cmd]
     log = (root / f"{out.stem}.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
@@ -61,21 +66,23 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=20.0, help="seconds of running before the table is taken")
     ap.add_argument("--agent", action="append", choices=[*AGENTS, NODE_AGENT], help="only these agents (repeatable)")
     ap.add_argument("--top", type=int, default=14, help="packages listed per agent")
+    add_python_option(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    python = python_of(args)
     root = Path(tempfile.mkdtemp(prefix="gcim-", dir="/tmp"))
     results: dict[str, dict[str, Any]] = {}
     try:
         with kube_api(root) as (kubeconfig, client):
             floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-            results["floor"] = measure("floor", floor, root, kubeconfig, args.settle)
+            results["floor"] = measure("floor", floor, root, kubeconfig, args.settle, python)
             client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
             for agent in args.agent or [*AGENTS, NODE_AGENT]:
                 if agent == NODE_AGENT:
                     cmd = node_agent_command(root, busy=False, port=free_port())[1:]
                 else:
                     cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
-                results[agent] = measure(agent, cmd, root, kubeconfig, args.settle)
+                results[agent] = measure(agent, cmd, root, kubeconfig, args.settle, python)
     finally:
         shutil.rmtree(root, ignore_errors=True)  # each measure() stopped its agent; kube_api stopped the API
     if args.json:
@@ -96,7 +103,8 @@ def main() -> None:
         print(f"    beyond the floor's imports: {sum(beyond.values()) / 1024:.1f} MiB, of which")
         for pkg, kib in sorted(beyond.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"    {pkg:<34}{kib / 1024:>6.1f} MiB  {r['modules'].get(pkg, 0):>4} modules")
-    print("(settle {:.0f} s; load average {})".format(args.settle, " ".join(f"{x:.2f}" for x in os.getloadavg())))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"(settle {args.settle:.0f} s; load average {load}; every process run by {python})")
 
 
 if __name__ == "__main__":

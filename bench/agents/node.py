@@ -25,13 +25,18 @@ Phase 3, start-up (``--starts`` rounds, alternated): from exec until the kubelet
 the node agent with every role and with the device plugin alone, next to the time
 ``python -c "import grpc"`` takes from exec to exit.
 
-``--baseline SRC``: another tree's ``src`` (``git archive main src | tar -x -C /tmp/base``) whose node
-agent (every role, and the device plugin alone) runs beside this tree's in every phase, with
-``PYTHONPATH=SRC``: a change's before and after, measured in one run. Python compiles a module it
+Every measured process runs under ``--python``, by default a venv of gpuchain's runtime
+dependencies alone (``bench.agents.interpreter``: what the image installs, not the test venv,
+whose extras other packages load when they find them), with this tree's ``src`` on
+``PYTHONPATH``. ``--baseline SRC``: another tree's ``src`` (``git archive main src | tar -x -C
+/tmp/base``) whose node agent (every role, and the device plugin alone) runs beside this tree's in
+every phase, with ``PYTHONPATH=SRC`` on the same interpreter: a change's before and after,
+measured in one run. Python compiles a module it
 has no bytecode for on every import: byte-compile both trees first (``python -m compileall -q``),
 as an installed package is, or start-up times are the compiler's.
 
-    .venv/bin/python -m bench.agents.node [--full] [--duration S] [--idle S] [--starts N] [--baseline SRC] [--json]
+    .venv/bin/python -m bench.agents.node [--full] [--duration S] [--idle S] [--starts N] [--baseline SRC]
+        [--python PATH] [--json]
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.agents.interpreter import SRC, add_python_option, python_of, tree_env
 from bench.agents.run import (
     AGENTS,
     FLOOR,
@@ -81,15 +87,15 @@ GPU = "nvidia.com/gpu"
 
 
 def node_agent_command(
-    root: Path, busy: bool, port: int, roles: str = ROLES, baseline: Path | None = None
+    root: Path, busy: bool, port: int, roles: str = ROLES, baseline: Path | None = None, python: str = sys.executable
 ) -> list[str]:
-    """``gpuchain node-agent`` with ``roles``: busy (1 s intervals) for phase 1, defaults otherwise;
-    ``baseline``: the ``--baseline`` tree's (its own directories and Node)."""
+    """``gpuchain node-agent`` with ``roles`` run by ``python``: busy (1 s intervals) for phase 1,
+    defaults otherwise; ``baseline``: the ``--baseline`` tree's (its own directories and Node)."""
     d = root / ("node-agent" if roles == ROLES else "node-agent-dp")
     if baseline is not None:
         d = d.with_name(f"baseline-{d.name}")
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "gpuchain", "node-agent", "--backend", "sim", "--roles", roles]
+    cmd = [python, "-m", "gpuchain", "node-agent", "--backend", "sim", "--roles", roles]
     cmd += ["--socket-dir", str(d / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", str(port)]
     if roles == ROLES:
         node = AGENT_NODE if baseline is None else BASELINE_NODE
@@ -101,27 +107,22 @@ def node_agent_command(
     return cmd
 
 
-def baseline_env(env: dict[str, str], baseline: Path | None) -> dict[str, str]:
-    """``env`` for a process of the ``--baseline`` tree: its ``src`` first on the path."""
-    return env if baseline is None else {**env, "PYTHONPATH": str(baseline)}
-
-
 def start_all(
-    root: Path, kubeconfig: Path, busy: bool, baseline: Path | None = None
+    root: Path, kubeconfig: Path, busy: bool, python: str, baseline: Path | None = None
 ) -> tuple[list[Proc], dict[str, int]]:
     """The floor, the six agents and both node agents (and the baseline tree's two), each a process
-    of its own; their metrics ports."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+    of its own run by ``python``; their metrics ports."""
+    env = tree_env({**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"})
     names = (NODE_AGENT, DP_ALONE, *((BASELINE + NODE_AGENT, BASELINE + DP_ALONE) if baseline else ()))
     ports = {name: free_port() for name in (*AGENTS, *names)}
-    floor = [sys.executable, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
+    floor = [python, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
     commands = [(FLOOR, floor, env)]
-    commands += [(a, agent_command(a, root, busy, ports[a]), env) for a in AGENTS]
+    commands += [(a, agent_command(a, root, busy, ports[a], python), env) for a in AGENTS]
     for name in names:
         tree = baseline if name.startswith(BASELINE) else None
         roles = "device-plugin" if name.endswith(DP_ALONE) else ROLES
-        cmd = node_agent_command(root, busy, ports[name], roles, tree)
-        commands.append((name, cmd, baseline_env(env, tree)))
+        cmd = node_agent_command(root, busy, ports[name], roles, tree, python)
+        commands.append((name, cmd, tree_env(env, tree or SRC)))
     procs = []
     phase = "busy" if busy else "idle"
     for name, cmd, proc_env in commands:
@@ -145,7 +146,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     agent's roles, up or not, at the end."""
     from gpuchain.kube import NODE as NODE_KIND
 
-    procs, ports = start_all(root, kubeconfig, busy=True, baseline=args.baseline)
+    procs, ports = start_all(root, kubeconfig, busy=True, python=args.python, baseline=args.baseline)
     sockets = [root / "device-plugin", root / "node-agent" / "dp", root / "node-agent-dp" / "dp"]
     if args.baseline:
         sockets += [root / "baseline-node-agent" / "dp", root / "baseline-node-agent-dp" / "dp"]
@@ -198,7 +199,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
 
 def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
     """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
-    procs, _ports = start_all(root, kubeconfig, busy=False, baseline=args.baseline)
+    procs, _ports = start_all(root, kubeconfig, busy=False, python=args.python, baseline=args.baseline)
     return idle_cpu_percent(procs, args.settle, args.idle)
 
 
@@ -237,29 +238,34 @@ class _Peers:
         self.thread.join(10)
 
 
-def startups(root: Path, kubeconfig: Path, rounds: int, baseline: Path | None = None) -> dict[str, list[float]]:
+def startups(
+    root: Path, kubeconfig: Path, rounds: int, python: str, baseline: Path | None = None
+) -> dict[str, list[float]]:
     """Phase 3: seconds from exec until registered (the floor: until ``import grpc`` exited), alternated
-    (with ``baseline``, its node agent's two cases after this tree's in every round)."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    (with ``baseline``, its node agent's two cases after this tree's in every round); every process
+    run by ``python``."""
+    env = tree_env({**os.environ, "KUBECONFIG": str(kubeconfig)})
     seconds: dict[str, list[float]] = {}
     peers = _Peers()
     try:
         for i in range(rounds):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "import grpc"], check=True, env=env)
+            subprocess.run([python, "-c", "import grpc"], check=True, env=env)
             seconds.setdefault(FLOOR, []).append(time.perf_counter() - t0)
             cases = {
-                "gpuchain device-plugin": [sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim"],
+                "gpuchain device-plugin": [python, "-m", "gpuchain", "device-plugin", "--backend", "sim"],
                 "gpuchain device-plugin --node-name": [
-                    *[sys.executable, "-m", "gpuchain", "device-plugin", "--backend", "sim"],
+                    *[python, "-m", "gpuchain", "device-plugin", "--backend", "sim"],
                     *["--node-name", AGENT_NODE],
                 ],
-                NODE_AGENT: node_agent_command(root, False, free_port()),
-                DP_ALONE: node_agent_command(root, False, free_port(), "device-plugin"),
+                NODE_AGENT: node_agent_command(root, False, free_port(), python=python),
+                DP_ALONE: node_agent_command(root, False, free_port(), "device-plugin", python=python),
             }
             if baseline is not None:
-                cases[BASELINE + NODE_AGENT] = node_agent_command(root, False, free_port(), baseline=baseline)
-                cases[BASELINE + DP_ALONE] = node_agent_command(root, False, free_port(), "device-plugin", baseline)
+                cases[BASELINE + NODE_AGENT] = node_agent_command(root, False, free_port(), ROLES, baseline, python)
+                cases[BASELINE + DP_ALONE] = node_agent_command(
+                    root, False, free_port(), "device-plugin", baseline, python
+                )
             for j, (name, cmd) in enumerate(cases.items()):
                 sockets = root / f"start-{i}-{j}"
                 if "--socket-dir" in cmd:
@@ -267,7 +273,7 @@ def startups(root: Path, kubeconfig: Path, rounds: int, baseline: Path | None = 
                 else:
                     cmd += ["--socket-dir", str(sockets)]
                 tree = baseline if name.startswith(BASELINE) else None
-                seconds.setdefault(name, []).append(peers.registered_after(sockets, cmd, baseline_env(env, tree)))
+                seconds.setdefault(name, []).append(peers.registered_after(sockets, cmd, tree_env(env, tree or SRC)))
     finally:
         peers.close()
     return seconds
@@ -308,7 +314,7 @@ def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, boo
     floor, agent, alone, separate = by[FLOOR], by[NODE_AGENT], by[DP_ALONE], by[SEPARATE]
     print("Node agent vs the six separate agents: real processes on a simulated 8-GPU H100 node, one run")
     print(f"activity {args.duration:.0f} s (RSS every {args.sample:.0f} s); idle CPU over {args.idle:.0f} s")
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; every process run by {args.python}")
     print()
     growth = f"growth last {args.flat_window:.0f} s"
     print(f"{'process':<36}{'RSS end MiB':>12}{'x floor':>9}{growth:>22}{'idle CPU %':>12}")
@@ -377,8 +383,10 @@ def main() -> None:
     ap.add_argument(
         "--baseline", type=Path, default=None, help="another tree's src: its node agent runs beside this one's"
     )
+    add_python_option(ap)
     ap.add_argument("--json", action="store_true", help="print the rows and start-up times as JSON")
     args = ap.parse_args()
+    args.python = python_of(args)
     if args.baseline is not None:
         args.baseline = args.baseline.resolve()
         if not (args.baseline / "gpuchain" / "__init__.py").is_file():
@@ -396,7 +404,7 @@ def main() -> None:
                 assert client.get(NODE_KIND, node)
             procs, roles = activity(root, kubeconfig, client, args)
             cpu = idle(root, kubeconfig, args)
-            starts = startups(root, kubeconfig, args.starts, args.baseline)
+            starts = startups(root, kubeconfig, args.starts, args.python, args.baseline)
         rows = rows_of(procs, cpu, args.flat_window)
     finally:
         shutil.rmtree(root, ignore_errors=True)

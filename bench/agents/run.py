@@ -23,7 +23,10 @@ Phase 2, idle (``--idle``, default 60 s): fresh processes with their default int
 requests, after ``--settle`` seconds of start-up; CPU seconds from /proc over the window, as a
 percentage of one core, against the floor's.
 
-    .venv/bin/python -m bench.agents.run [--duration 300] [--idle 60] [--json]
+    .venv/bin/python -m bench.agents.run [--duration 300] [--idle 60] [--python PATH] [--json]
+
+Every process runs as ``bench.agents.node``'s do: under gpuchain's runtime dependencies alone
+(``bench.agents.interpreter``), this tree's ``src`` first on the path.
 
 Where each agent's RSS goes, package by package: ``python -m bench.agents.imports``.
 """
@@ -48,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.agents.interpreter import add_python_option, python_of, tree_env
 from bench.procs import stop as stop_processes
 
 AGENTS = ("device-plugin", "exporter", "gfd", "dra-plugin", "gpu-health", "mig-manager")
@@ -115,11 +119,11 @@ def kube_api(root: Path) -> Iterator[tuple[Path, Any]]:
         yield kubeconfig, client
 
 
-def agent_command(agent: str, root: Path, busy: bool, port: int) -> list[str]:
-    """The agent's real command line: busy (1 s intervals) for phase 1, defaults for phase 2."""
+def agent_command(agent: str, root: Path, busy: bool, port: int, python: str = sys.executable) -> list[str]:
+    """The agent's real command line: busy (1 s intervals) for phase 1, defaults for phase 2; run by ``python``."""
     d = root / agent
     d.mkdir(parents=True, exist_ok=True)
-    common = [sys.executable, "-m", "gpuchain", agent, "--backend", "sim"]
+    common = [python, "-m", "gpuchain", agent, "--backend", "sim"]
     every = ["1"] if busy else []
     if agent == "device-plugin":
         return [*common, "--socket-dir", str(d)]
@@ -153,14 +157,15 @@ class Proc:
         return self.popen.poll() is None
 
 
-def start(root: Path, kubeconfig: Path, busy: bool, ports: dict[str, int]) -> list[Proc]:
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+def start(root: Path, kubeconfig: Path, busy: bool, ports: dict[str, int], python: str) -> list[Proc]:
+    """The references and the six agents, each a process of its own run by ``python``."""
+    env = tree_env({**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"})
     procs = []
-    floor = [sys.executable, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-    typer_cmd = [sys.executable, "-c", TYPER_COMMAND]
+    floor = [python, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
+    typer_cmd = [python, "-c", TYPER_COMMAND]
     serving = [*typer_cmd, "--socket", str(root / f"ref-{'busy' if busy else 'idle'}.sock")]
     references = [(FLOOR, floor), (TYPER_FLOOR, typer_cmd), (SERVING_FLOOR, serving)]
-    for name, cmd in [*references, *[(a, agent_command(a, root, busy, ports[a])) for a in AGENTS]]:
+    for name, cmd in [*references, *[(a, agent_command(a, root, busy, ports[a], python)) for a in AGENTS]]:
         slug = "".join(c if c.isalnum() else "-" for c in name.split(" python")[0])
         log = root / f"{slug}-{'busy' if busy else 'idle'}.log"
         with log.open("wb") as out:
@@ -256,7 +261,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     from gpuchain.kube import NODE as NODE_KIND
 
     ports = {a: free_port() for a in AGENTS}
-    procs = start(root, kubeconfig, busy=True, ports=ports)
+    procs = start(root, kubeconfig, busy=True, ports=ports, python=args.python)
     kubelet = Kubelet(root / "device-plugin")
     kubelet.thread.start()
     layouts = ["all-1g.10gb", "all-disabled"]
@@ -317,7 +322,7 @@ def idle_cpu_percent(procs: list[Proc], settle: float, window: float) -> dict[st
 
 def idle(root: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, float]:
     """Phase 2: fresh processes, default intervals, no requests; % of a core over ``--idle`` s."""
-    procs = start(root, kubeconfig, busy=False, ports={a: free_port() for a in AGENTS})
+    procs = start(root, kubeconfig, busy=False, ports={a: free_port() for a in AGENTS}, python=args.python)
     return idle_cpu_percent(procs, args.settle, args.idle)
 
 
@@ -346,6 +351,7 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
     floor = rows[0]
     print("Node agents, real `gpuchain <agent>` processes on a simulated H100 node (same run as the floor)")
     print(f"activity {args.duration:.0f} s, RSS sampled every {args.sample:.0f} s; idle CPU over {args.idle:.0f} s")
+    print(f"every process run by {args.python}")
     print()
     growth = f"growth last {args.flat_window:.0f} s"
     print(f"{'process':<32}{'RSS end MiB':>12}{'x floor':>9}{growth:>20}{'idle CPU %':>12}")
@@ -374,8 +380,10 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=5.0, help="seconds between RSS samples")
     ap.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measurement (default 60)")
     ap.add_argument("--settle", type=float, default=15.0, help="start-up seconds before the idle window")
+    add_python_option(ap)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args()
+    args.python = python_of(args)
     args.flat_window = min(args.flat_window, args.duration)
     root = Path(tempfile.mkdtemp(prefix="gcag-", dir="/tmp"))
     try:

@@ -13,6 +13,9 @@ import sys
 
 def main() -> None:
     if sys.argv[1:2] == ["node-agent"]:
+        import gc
+
+        gc.disable()  # until its first role serves (``agent.runtime.first_served``)
         from gpuchain.commands.node_agent import main as node_agent
 
         sys.exit(node_agent(sys.argv[2:]))

@@ -138,6 +138,11 @@ ROLE_MODULES = (
 )
 """What the other roles run on: none of it is loaded before the device plugin serves."""
 NEVER = ("pydantic", "typer", "rich", "click", "prometheus_client")
+NOT_BEFORE_SERVING = ("tempfile", "secrets", "ctypes.util")
+"""Standard library the device plugin does not need to serve: tempfile is for writing files
+(``common.files.atomic_write``, a holder's lock on the release board), secrets for an Event's name,
+and ctypes.util runs ``ldconfig -p`` to find the C library the interpreter already runs on
+(``common.dirwatch``)."""
 
 
 def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_role(tmp_path: Path) -> None:
@@ -146,7 +151,7 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     stderr in the order they happened, so what was imported before the device plugin's "serving"
     line is what the kubelet waited for. Neither that nor the whole run, every role up and its
     metrics served, loads pydantic, typer, rich or prometheus-client; the other roles' modules come
-    after."""
+    after, and so does what only writing files needs (``NOT_BEFORE_SERVING``)."""
     cmd = [sys.executable, "-X", "importtime", "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
     cmd += ["--socket-dir", str(tmp_path / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", "0"]
     cmd += ["--output-file", str(tmp_path / "gfd"), "--validations-dir", str(tmp_path / "val")]
@@ -175,6 +180,7 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     before, whole = _imports(lines[:served]), _imports(lines)
     assert sorted(m for m in whole if m.split(".")[0] in NEVER) == []
     assert sorted(m for m in before if m.startswith(ROLE_MODULES)) == []
+    assert sorted(m for m in before if m in NOT_BEFORE_SERVING) == []
     assert {"grpc", "gpuchain.deviceplugin.plugin"} <= before
     assert set(ROLE_MODULES) <= whole  # the run's list: every role did load its modules
 
@@ -307,3 +313,42 @@ def test_a_role_whose_own_metrics_are_scraped_loads_no_prometheus_client(
     assert f'gpuchain_node_agent_role_up{{role="{role}"}} 1.0' in samples
     assert families <= set(own)
     assert loaded == []
+
+
+GC_PROGRAM = r"""
+import gc, logging, os, signal, sys, tempfile, threading
+
+root = tempfile.mkdtemp(prefix="gc-collect-")
+seen = {}
+
+
+class Seen(logging.Handler):
+    # gc.isenabled() as the device plugin serves, and as a role started after it logs
+    def emit(self, record):
+        if record.name == "gpuchain.deviceplugin" and record.getMessage().startswith("serving"):
+            seen.setdefault("device plugin serving", gc.isenabled())
+        if record.name == "gpuchain.validator" and "validator" not in seen:
+            seen["validator"] = gc.isenabled()
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+
+logging.getLogger("gpuchain").addHandler(Seen())
+sys.argv = ["gpuchain", "node-agent", "--backend", "sim", "--memory-cluster", "--roles", "device-plugin,validator"]
+sys.argv += ["--socket-dir", root + "/dp", "--validations-dir", root + "/val", "--metrics-port", "0"]
+sys.argv += ["--metrics-address", "127.0.0.1", "--nvml-release-dir", ""]
+from gpuchain.entry import main
+
+try:
+    main()
+except SystemExit as exc:
+    print(exc.code, seen, gc.isenabled())
+"""
+
+
+def test_the_node_agent_collects_no_cycles_until_its_first_role_serves() -> None:
+    """``gpuchain node-agent`` runs with the cyclic collector off from exec until the device plugin
+    serves (its start-up's imports set off some hundred collections that find next to nothing), and
+    on again for every role after (``agent.runtime.first_served``)."""
+    proc = subprocess.run([sys.executable, "-c", GC_PROGRAM], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "0 {'device plugin serving': False, 'validator': True} True"

@@ -3,8 +3,11 @@ request, the strategic merge patch of a condition, a watch's field selector, and
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import ssl
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -299,3 +302,27 @@ def test_a_plain_http_server_gets_a_context_that_trusts_nothing() -> None:
         assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     https = live.tls_context(_config("https://127.0.0.1:9").get())
     assert https.verify_mode == ssl.CERT_REQUIRED and https.check_hostname
+
+
+def test_the_client_loads_no_http2_stack_and_still_talks_to_the_api_server() -> None:
+    """lightkube requires httpx2[http2], so h2 is installed (here too), but the client speaks HTTP/1.1:
+    a fresh interpreter that opens a LiveCluster and reads a Node through it loads neither h2 nor
+    hpack (1.2 MiB in every agent that talks to the API server)."""
+    assert importlib.metadata.version("h2"), "h2 is not installed: the test would prove nothing"
+    program = (
+        "import sys\n"
+        "from kube.kmock_server import kmock_server\n"
+        "from gpuchain.kube import NODE, LiveCluster\n"
+        "with kmock_server() as (url, _):\n"
+        "    cluster = LiveCluster.from_url(url)\n"
+        "    cluster.create({'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': 'n', 'labels': {}}})\n"
+        "    print(cluster.get(NODE, 'n')['metadata']['name'])\n"
+        "    cluster.close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('h2', 'hpack') and sys.modules[m]))\n"
+    )
+    tests = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False, cwd=tests
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["n", "[]"]

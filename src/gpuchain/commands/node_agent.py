@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpuchain.agent.build import ROLES, build, follow_release
 from gpuchain.agent.node import Node
-from gpuchain.agent.runtime import stop_early, stop_on_signals
+from gpuchain.agent.runtime import first_served, stop_early, stop_on_signals
 from gpuchain.agent.settings import (
     DevicePluginSettings,
     DraPluginSettings,
@@ -415,6 +415,7 @@ async def _serve(node: Node, roles: list[tuple[str, RoleSettings]], early: threa
     releasing: list[asyncio.Task[None]] = []
 
     async def after_first() -> None:
+        first_served()
         try:
             await asyncio.to_thread(node.serve_metrics)
         except OSError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -45,7 +44,9 @@ class DirectoryChanges:
         self._refused = 0
         """The errno the last refused watch gave (0: the last one was added)."""
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            # The C library the interpreter runs on (dlopen(NULL)), found without ctypes.util: its
+            # find_library runs `ldconfig -p` in a child process, on the loop answering the kubelet.
+            libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError) as exc:
             log.info("no inotify (%s): polling %s", exc, path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 DEFAULT_MODE = 0o644
@@ -25,6 +24,8 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int = DEFAULT_MODE) 
     and then its directory are synced, so after a power loss the path holds the old or the new
     content, never an empty file nor a rename that was lost.
     """
+    import tempfile  # here: with shutil, bz2 and lzma, a device plugin that writes no file never loads it
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data

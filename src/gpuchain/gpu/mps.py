@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -198,6 +197,8 @@ class MpsControl:
                 await self._run(self.smi, "-i", uuid, "-c", "DEFAULT")
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.root.started_file(self.resource))
+        import shutil  # here: it brings bz2 and lzma, which a device plugin without MPS never needs
+
         shutil.rmtree(self.root.log_dir(self.resource), ignore_errors=True)
 
 

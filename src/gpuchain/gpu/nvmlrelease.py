@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -224,6 +223,8 @@ class HolderFile:
         self.clock = clock
         self.lock_path = directory / f"{HOLDER_PREFIX}{self.name}.lock"
         self.state_path = directory / f"{HOLDER_PREFIX}{self.name}.json"
+        import tempfile  # here: it brings shutil, bz2 and lzma, for an agent that follows a board only
+
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lock.", suffix=".tmp")
         try:
             # Readable by all (mkstemp makes 0600): gpu-health tells a live holder from a dead one

@@ -35,6 +35,7 @@ changes nothing makes zero writes on both adapters.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from gpuchain.kube.errors import (
@@ -89,6 +90,13 @@ from gpuchain.kube.selectors import match_label_selector_object, match_labels
 if TYPE_CHECKING:
     from gpuchain.kube.live import LiveCluster
     from gpuchain.kube.memory import MemoryCluster
+
+# lightkube asks for httpx2[http2], so h2 is installed wherever gpuchain is, and httpcore2 imports it
+# (with hpack: 1.2 MiB in every agent that talks to the API server) as soon as it finds it. LiveCluster
+# speaks HTTP/1.1 only (lightkube's ``ConnectionParams.http2`` is off and gpuchain never turns it on),
+# so unless something in the process loaded h2 already, httpcore2 is told there is none (and keeps
+# its stand-in, which would say so were HTTP/2 ever asked for).
+sys.modules.setdefault("h2", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:

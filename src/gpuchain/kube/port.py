@@ -11,8 +11,6 @@ from __future__ import annotations
 import abc
 import builtins
 import collections
-import datetime
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -81,6 +79,8 @@ class ApiCalls:
 
 def now_rfc3339() -> str:
     """Current UTC time as Kubernetes writes timestamps (second precision, Z suffix)."""
+    import datetime  # here: a device plugin alone, which writes nothing, never loads it
+
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -296,6 +296,8 @@ class Cluster(abc.ABC):
             involved["namespace"] = namespace
         if meta.get("uid"):
             involved["uid"] = meta["uid"]
+        import secrets  # here: hashlib and OpenSSL's libcrypto (0.5-3 MiB), for a writer of Events only
+
         event = {
             "apiVersion": EVENT.api_version,
             "kind": EVENT.kind,
