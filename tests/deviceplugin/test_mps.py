@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from fakes.mps import daemon_pid, record
 
 from gpuchain.api.config.v1.config import parse_config, unsupported_settings
 from gpuchain.deviceplugin.allocate import ContainerAllocation
@@ -73,11 +74,6 @@ async def _mps_node(root: Path) -> SimNode:
     return node
 
 
-def _record(root: Path) -> list[str]:
-    path = root / GPU / "pipe" / "record"
-    return path.read_text().splitlines() if path.exists() else []
-
-
 async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_restarts_it(
     mps_stand_ins: Path, tmp_path: Path
 ) -> None:
@@ -86,7 +82,7 @@ async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_r
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         res = node.plugin.resources[0]
         memory = {g.uuid: g.memory_mib for g in node.backend.inventory().gpus}
-        assert _record(mps_stand_ins)[:10] == ["-d", *daemon_commands(res, memory)]
+        assert record(mps_stand_ins, GPU)[:10] == ["-d", *daemon_commands(res, memory)]
         uuids = [g.uuid for g in node.backend.inventory().gpus]
         assert (tmp_path / "smi").read_text().splitlines() == [f"-i {u} -c EXCLUSIVE_PROCESS" for u in uuids]
         assert (mps_stand_ins / GPU / ".started").exists()
@@ -99,13 +95,13 @@ async def test_the_plugin_starts_the_daemon_holds_devices_while_it_is_down_and_r
             ("/dev/shm", f"{mps_stand_ins}/shm"),
         }
 
-        os.kill(int((mps_stand_ins / GPU / "pipe" / "daemon.pid").read_text()), signal.SIGKILL)
+        os.kill(daemon_pid(mps_stand_ins, GPU), signal.SIGKILL)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
-        assert _record(mps_stand_ins).count("-d") == 2
+        assert record(mps_stand_ins, GPU).count("-d") == 2
     finally:
         await node.stop()
-    assert _record(mps_stand_ins)[-1] == "quit"
+    assert record(mps_stand_ins, GPU)[-1] == "quit"
     assert (tmp_path / "smi").read_text().splitlines()[-8:] == [f"-i {u} -c DEFAULT" for u in uuids]
     assert not (mps_stand_ins / GPU / ".started").exists()
 
@@ -118,7 +114,7 @@ async def test_allocate_is_refused_while_the_daemon_is_down(mps_stand_ins: Path)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 16}, DAEMON)
         pipe = mps_stand_ins / GPU / "pipe"
         (pipe / "refuse").touch()
-        os.kill(int((pipe / "daemon.pid").read_text()), signal.SIGKILL)
+        os.kill(daemon_pid(mps_stand_ins, GPU), signal.SIGKILL)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 0}, DAEMON)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await node.kubelet.allocate_raw(GPU, [node.plugin.resources[0].devices[0].id])

@@ -21,6 +21,7 @@ import pytest
 from dra.build import build_driver, shared_claim
 from dra.conftest import NODE
 from dra.fakeclock import Clock
+from fakes.mps import daemon_pid, daemon_running, record
 
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.dra import cdi, mps, slices
@@ -105,24 +106,6 @@ def _part(device: str, share: str, memory: str = "20Gi", sms: str | None = None)
     return {"device": device, "shareID": share, "consumedCapacity": consumed}
 
 
-def _record(root: Path, uuid: str) -> list[str]:
-    path = root / uuid / "pipe" / "record"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _daemon_pid(root: Path, uuid: str) -> int:
-    return int((root / uuid / "pipe" / "daemon.pid").read_text())
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process runs (a killed daemon nobody reaped yet is a zombie: not running)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _smi(tmp_path: Path) -> list[str]:
     path = tmp_path / "smi"
     return path.read_text().splitlines() if path.exists() else []
@@ -150,8 +133,8 @@ async def test_the_first_share_starts_its_gpus_daemon_and_the_last_unprepare_sto
     # NVIDIA's start: compute mode EXCLUSIVE_PROCESS on the GPU, then the daemon seeing that GPU only;
     # no daemon-wide limits (each client brings its own), only the health question after it
     assert _smi(tmp_path) == [f"-i {gpu0.uuid} -c EXCLUSIVE_PROCESS"]
-    assert _record(root, gpu0.uuid)[0] == "-d"
-    assert not [line for line in _record(root, gpu0.uuid) if line.startswith("set_")]
+    assert record(root, gpu0.uuid)[0] == "-d"
+    assert not [line for line in record(root, gpu0.uuid) if line.startswith("set_")]
     assert (root / gpu0.uuid / "pipe" / "visible").read_text() == gpu0.uuid
     edits = _spec(short_dir, one)
     assert edits["env"] == [
@@ -163,16 +146,16 @@ async def test_the_first_share_starts_its_gpus_daemon_and_the_last_unprepare_sto
         {"hostPath": f"{root}/{gpu0.uuid}/pipe", "containerPath": "/tmp/nvidia-mps", "options": OPTIONS},
         {"hostPath": f"{root}/shm", "containerPath": "/dev/shm", "options": OPTIONS},
     ]
-    pid = _daemon_pid(root, gpu0.uuid)
+    pid = daemon_pid(root, gpu0.uuid)
 
     await plugin.prepare(two)  # a second share of the GPU: the same daemon
-    assert _record(root, gpu0.uuid).count("-d") == 1 and _daemon_pid(root, gpu0.uuid) == pid
+    assert record(root, gpu0.uuid).count("-d") == 1 and daemon_pid(root, gpu0.uuid) == pid
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in _spec(short_dir, two)["env"]
 
     assert await plugin.unprepare(one)
-    assert _alive(pid) and plugin.kept() == {gpu0.uuid}  # a share of the GPU is left
+    assert daemon_running(pid) and plugin.kept() == {gpu0.uuid}  # a share of the GPU is left
     assert await plugin.unprepare(two)
-    assert _record(root, gpu0.uuid)[-1] == "quit" and not _alive(pid)
+    assert record(root, gpu0.uuid)[-1] == "quit" and not daemon_running(pid)
     assert _smi(tmp_path)[-1] == f"-i {gpu0.uuid} -c DEFAULT"
     assert not (root / gpu0.uuid / ".started").exists() and plugin.kept() == frozenset()
 
@@ -219,7 +202,7 @@ async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_s
         pipe = mps_stand_ins / gpu0.uuid / "pipe"
         await p.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
         (pipe / "refuse").touch()  # it cannot be started again until the file goes
-        os.kill(_daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
+        os.kill(daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
 
         await _until(lambda: gpu0.uuid in p.driver.unhealthy)
         await _until(lambda: bool((_published(cluster, "gpu-0") or {}).get("taints")))
@@ -238,7 +221,7 @@ async def test_a_dead_daemon_makes_its_gpu_unhealthy_refuses_its_shares_and_is_s
         (pipe / "refuse").unlink()
         await _until(lambda: gpu0.uuid not in p.driver.unhealthy)
         await _until(lambda: (_published(cluster, "gpu-0") or {}).get("taints") == [])
-        assert _record(mps_stand_ins, gpu0.uuid).count("-d") == 2
+        assert record(mps_stand_ins, gpu0.uuid).count("-d") == 2
         await p.prepare(two)
     finally:
         await p.stop()
@@ -253,7 +236,7 @@ async def test_a_daemon_found_dead_is_waited_for_again(
     gpu0 = h100_sim.inventory().gpus[0]
     await plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
     (mps_stand_ins / gpu0.uuid / "pipe" / "refuse").touch()  # it cannot be started again
-    os.kill(_daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
+    os.kill(daemon_pid(mps_stand_ins, gpu0.uuid), signal.SIGKILL)
     await _until(lambda: gpu0.uuid in plugin.daemons.down)
     plugin.daemons.start_timeout = 0.5
     problem = await asyncio.to_thread(plugin.daemons.wait_up, gpu0.uuid)
@@ -273,7 +256,7 @@ async def test_a_change_that_comes_after_the_plugin_stopped_keeping_the_daemons_
     with pytest.raises(RuntimeError, match="no longer kept"):
         await asked
     await asyncio.sleep(0.5)
-    assert plugin.kept() == frozenset() and _record(mps_stand_ins, gpu0.uuid) == []
+    assert plugin.kept() == frozenset() and record(mps_stand_ins, gpu0.uuid) == []
 
 
 async def test_a_stop_cut_short_is_done_by_the_next_change(
@@ -283,15 +266,15 @@ async def test_a_stop_cut_short_is_done_by_the_next_change(
     stops it, rather than a daemon running that nothing keeps or stops."""
     gpu0 = h100_sim.inventory().gpus[0]
     await plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE))
-    pid = _daemon_pid(mps_stand_ins, gpu0.uuid)
+    pid = daemon_pid(mps_stand_ins, gpu0.uuid)
     monkeypatch.setattr(mps, "CALL_TIMEOUT", 1.0)
     (mps_stand_ins / gpu0.uuid / "pipe" / "hold").touch()  # its quit waits
     with pytest.raises(RuntimeError, match="took over 1s"):
         await asyncio.to_thread(plugin.daemons.want, {})
     (mps_stand_ins / gpu0.uuid / "pipe" / "hold").unlink()
-    assert _alive(pid)
+    assert daemon_running(pid)
     await asyncio.to_thread(plugin.daemons.want, {})
-    assert not _alive(pid) and plugin.kept() == frozenset()
+    assert not daemon_running(pid) and plugin.kept() == frozenset()
 
 
 async def test_a_health_report_applied_late_leaves_the_gpu_as_its_daemon_is(
@@ -317,24 +300,24 @@ async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_sto
     await first.prepare(shared_claim(cluster, "zero", [_part("gpu-0", "s0")], NODE))
     held = await first.prepare(shared_claim(cluster, "two", [_part("gpu-2", "s2")], NODE))
     await first.stop()
-    kept = _daemon_pid(root, gpus[0].uuid)
-    assert _alive(kept)  # a plugin restart leaves the daemons to the claims' containers
+    kept = daemon_pid(root, gpus[0].uuid)
+    assert daemon_running(kept)  # a plugin restart leaves the daemons to the claims' containers
     # a crash after a Prepare started GPU 1's daemon, before the claim was recorded: nobody holds it
     await MpsControl(gpus[1].uuid, MpsRoot(str(root)), visible_devices=gpus[1].uuid).start([], [gpus[1].uuid])
-    orphan = _daemon_pid(root, gpus[1].uuid)
+    orphan = daemon_pid(root, gpus[1].uuid)
     # and GPU 2's daemon died while no plugin ran
-    os.kill(_daemon_pid(root, gpus[2].uuid), signal.SIGKILL)
+    os.kill(daemon_pid(root, gpus[2].uuid), signal.SIGKILL)
 
     restarted = make_plugin()
     restarted.driver.publish()
     await restarted.start()
     try:
         await _until(lambda: restarted.kept() == {gpus[0].uuid, gpus[2].uuid})
-        await _until(lambda: not _alive(orphan))
-        assert _record(root, gpus[1].uuid)[-1] == "quit" and not (root / gpus[1].uuid / ".started").exists()
-        await _until(lambda: _record(root, gpus[2].uuid).count("-d") == 2)
+        await _until(lambda: not daemon_running(orphan))
+        assert record(root, gpus[1].uuid)[-1] == "quit" and not (root / gpus[1].uuid / ".started").exists()
+        await _until(lambda: record(root, gpus[2].uuid).count("-d") == 2)
         await _until(lambda: not restarted.driver.unhealthy)
-        assert _record(root, gpus[0].uuid).count("-d") == 1 and _daemon_pid(root, gpus[0].uuid) == kept  # taken over
+        assert record(root, gpus[0].uuid).count("-d") == 1 and daemon_pid(root, gpus[0].uuid) == kept  # taken over
         assert await restarted.prepare(ClaimRef("default", held.uid, "two")) == held  # from the checkpoint
     finally:
         await restarted.stop()

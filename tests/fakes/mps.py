@@ -7,7 +7,7 @@ while that process lives, as the real program does ("Cannot find MPS control dae
 otherwise); ``quit`` kills it. A ``<pipe>/refuse`` file makes ``-d`` fail; while a ``<pipe>/hold``
 file exists, every call waits (a start or a command that takes long, as the real program's may). nvidia-smi appends its
 arguments to ``$SMI_RECORD``. ``install`` (the ``mps_stand_ins`` fixture) puts both on PATH and returns an MPS root;
-``stop_daemons`` ends what a test left running.
+``stop_daemons`` ends what a test left running; ``record``, ``daemon_pid`` and ``daemon_running`` read them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,17 +66,44 @@ echo "$*" >> "$SMI_RECORD"
 """
 
 
-def stop_daemons(root: Path) -> None:
+def record(root: Path, name: str) -> list[str]:
+    """What the daemon of ``name`` (a GPU UUID, a resource) under the MPS root was told, a line each."""
+    path = root / name / "pipe" / "record"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def daemon_pid(root: Path, name: str) -> int:
+    """The pid of the last daemon started for ``name``, as its PID namespace numbers it."""
+    return int((root / name / "pipe" / "daemon.pid").read_text())
+
+
+def daemon_running(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether the daemon runs (a killed daemon nobody reaped yet is a zombie: not running); ``proc``
+    is the /proc of the PID namespace it was started in (a real node's own, peers/node.py)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_daemons(root: Path, proc: Path = Path("/proc"), kill: Callable[[int], None] | None = None) -> None:
     """Kill every stand-in daemon started under ``root`` that still runs: a plugin may leave its daemons
     running on purpose (a restarted plugin takes them over), and a test must not leave them behind. A pid
-    is killed only while its command line is still the stand-in's, so a pid the system reused is spared."""
+    is killed only while its command line is still the stand-in's, so a pid the system reused is spared.
+    ``proc`` and ``kill``: the /proc of the PID namespace the daemons were started in, and how to kill
+    one there by its pid in it (a real node's, peers/node.py); this process's own by default."""
     for pidfile in root.rglob("daemon.pid"):
         try:
             pid = int(pidfile.read_text())
-            if b"time.sleep(600)" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGKILL)
+            if b"time.sleep(600)" in (proc / str(pid) / "cmdline").read_bytes():
+                (kill or _kill)(pid)
         except (OSError, ValueError):
             continue
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
 
 
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

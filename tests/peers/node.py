@@ -64,7 +64,11 @@ Every setting below that is not a default is here for a reason found by running 
   must not evict a test's pod), ``failSwapOn: false`` (a machine with swap), authentication and
   authorization of the kubelet's own API off (nothing can reach it), ``nodeStatusUpdateFrequency:
   1s`` (a device plugin's resources reach the Node's capacity/allocatable at the next status
-  update: seconds instead of ten), its client credentials are the test admin's.
+  update: seconds instead of ten), ``syncFrequency: 10s`` (a pod whose DRA Prepare failed is tried
+  again only at its next sync: kuberuntime's SyncPod records FailedPrepareDynamicResources and
+  returns no error, so the pod worker's 10 s error backoff does not apply, and the default minute,
+  jittered by up to half, kept such a pod waiting 60 to 90 s), its client credentials are the test
+  admin's.
 - **Not-ready taint**: the kubelet registers its Node with ``node.kubernetes.io/not-ready:NoSchedule``
   and only the node lifecycle controller (not run: ``--controllers`` in peers/apiserver.py) takes
   it away. A pod bound by ``nodeName`` is not affected (the kubelet admits past NoSchedule
@@ -297,6 +301,23 @@ class RealNode:
     def get_node(self) -> dict[str, Any]:
         return self.api.request("GET", f"/api/v1/nodes/{self.name}")
 
+    def edit_node(self, edit: Callable[[dict[str, Any]], None], what: str = "the Node's change") -> None:
+        """Apply ``edit`` to the Node and write it back, read again and retried on a conflict (the
+        kubelet updates its Node every second)."""
+
+        def put() -> bool:
+            current = self.get_node()
+            edit(current)
+            try:
+                self.api.request("PUT", f"/api/v1/nodes/{self.name}", current)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 409:
+                    return False
+                raise
+            return True
+
+        wait_for(f"{what} written", put, 30)
+
     def allocatable(self, resource: str) -> str | None:
         """The Node's status.allocatable[resource] (None while absent)."""
         try:
@@ -471,6 +492,7 @@ def _kubelet_config(cgroup_name: str) -> dict[str, Any]:
         "authorization": {"mode": "AlwaysAllow"},
         "readOnlyPort": 0,
         "nodeStatusUpdateFrequency": "1s",
+        "syncFrequency": "10s",
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {

@@ -19,11 +19,16 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
+from fakes.mps import daemon_pid, daemon_running, record
+
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON
 from gpuchain.dra.kinds import API_VERSION, DRIVER, WHOLE_GPU_CLASS_NAME, device_class, whole_gpu_class
 from gpuchain.dra.taints import NO_EXECUTE, TAINT_KEY
+from gpuchain.gpu.mps import HEALTH_INTERVAL
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine
 from gpuchain.kube.allocator import device_plugin_announces
 from gpuchain.kube.gpu_resources import GPU as GPU_RESOURCE
+from gpuchain.kube.mig_owner import DRA_MIG_GPUS
 from peers.node import RealNode, busybox_pod, stop_process, wait_for
 from peers.stand_ins import DEV_ROOT, LIST_DEVICES, NVIDIA_MAJOR, devices_seen, gpu_stand_ins
 
@@ -387,25 +392,17 @@ def test_a_plain_nvidia_gpu_pod_is_served_by_the_dra_driver_through_the_class(no
 
 
 def quarantine(node: RealNode, uuids: list[str]) -> None:
-    """Set the Node's repair loop quarantine list, as gpu-health does (a PUT retried on a conflict)."""
+    """Set the Node's repair loop quarantine list, as gpu-health does."""
 
-    def put() -> bool:
-        current = node.api.request("GET", f"/api/v1/nodes/{node.name}")
+    def edit(current: dict[str, Any]) -> None:
         annotations = current["metadata"].setdefault("annotations", {})
         value = encode_quarantine(uuids)
         if value is None:
             annotations.pop(QUARANTINE_ANNOTATION, None)
         else:
             annotations[QUARANTINE_ANNOTATION] = value
-        try:
-            node.api.request("PUT", f"/api/v1/nodes/{node.name}", current)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 409:
-                return False
-            raise
-        return True
 
-    wait_for("the Node's quarantine annotation written", put, 30)
+    node.edit_node(edit, "the Node's quarantine annotation")
 
 
 def device_taints(node: RealNode, device: str) -> list[dict[str, Any]]:
@@ -476,3 +473,191 @@ def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_
             except urllib.error.HTTPError as exc:
                 if exc.code != 404:
                     raise
+
+
+def test_shares_of_a_gpu_run_under_one_mps_daemon_whose_pipe_and_memory_their_containers_mount(
+    node: RealNode, node_mps_stand_ins: Path, tmp_path: Path
+) -> None:
+    """With --gpu-shares --mps-root (NVIDIA's control program and nvidia-smi as the recording
+    stand-ins of fakes.mps, on the plugin's PATH), the real kubelet's Prepare of the first share of
+    a GPU starts that GPU's MPS control daemon; containerd gives the container, from the claim's CDI
+    spec, the daemon's pipe directory at /tmp/nvidia-mps, the daemons' shared memory as its
+    /dev/shm (in place of the pod's own) and the CUDA_MPS_* environment; a second share of the GPU
+    is served by the same daemon, and the daemon is stopped when the last share's pod goes."""
+    index = 7
+    uuid = gpu_uuids()[index]
+    root = node_mps_stand_ins
+    started, smi = root / uuid / ".started", tmp_path / "smi"
+
+    def script(pod: str) -> str:
+        """What each container shows: its MPS environment, the pipe directory it got and the daemon
+        it names; and it leaves its name in the shared memory, for the test to find on the node."""
+        return (
+            "env | grep ^CUDA_MPS_ | sort; ls /tmp/nvidia-mps | sed 's/^/PIPE /'; "
+            "echo DAEMON $(cat /tmp/nvidia-mps/daemon.pid) $(cat /tmp/nvidia-mps/visible); "
+            f"echo {pod} > /dev/shm/{pod}; echo LISTED"
+        )
+
+    def output(pod: str) -> list[str]:
+        def listed() -> list[str] | None:
+            out = node.pod_log("gpu", pod, "main").splitlines()
+            return out if "LISTED" in out else None
+
+        return wait_for(f"the output of {pod}'s container", listed, 30)
+
+    def spec_gone(uid: str) -> bool:
+        return not (node.root / f"run/cdi/{DRIVER}-claim_{uid}.json").exists()
+
+    plugin = start_plugin(node, "--gpu-shares", "--mps-root", str(root))
+    try:
+        a_uid = create_claim(node, "mps-a", index, {"memory": "40Gi"})
+        node.create_pod("gpu", claim_pod("mps-a", "mps-a", f"{script('mps-a')}; sleep 3600"))
+        node.wait_pod_phase("gpu", "mps-a", ("Running",))
+        out = output("mps-a")
+        pid = daemon_pid(root, uuid)
+        assert record(root, uuid)[0] == "-d" and daemon_running(pid, node.root / "proc") and started.exists()
+        assert smi.read_text().splitlines() == [f"-i {uuid} -c EXCLUSIVE_PROCESS"]
+        mps_env = [line for line in out if line.startswith("CUDA_MPS_")]
+        assert mps_env == ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]
+        assert {"PIPE daemon.pid", "PIPE record", "PIPE visible"} <= set(out)  # the daemon's own directory
+        assert f"DAEMON {pid} {uuid}" in out  # the daemon of the claim's GPU
+        assert (root / "shm" / "mps-a").read_text() == "mps-a\n"  # its /dev/shm is the daemons'
+
+        b_uid = create_claim(node, "mps-b", index, {"memory": "20Gi", "multiprocessors": "33"})
+        node.create_pod("gpu", claim_pod("mps-b", "mps-b", script("mps-b")))
+        done = node.wait_pod_phase("gpu", "mps-b", ("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        out = output("mps-b")
+        assert [line for line in out if line.startswith("CUDA_MPS_")] == [
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M",
+            "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+        ]
+        assert f"DAEMON {pid} {uuid}" in out and (root / "shm" / "mps-b").read_text() == "mps-b\n"
+        assert record(root, uuid).count("-d") == 1  # the same daemon: none started for the second share
+
+        # The second pod finished: its claim is unprepared (its spec goes first, then the daemons are
+        # settled), and the first share still needs the daemon: it is asked its health again after.
+        wait_for("NodeUnprepareResources of the second share", lambda: spec_gone(b_uid), 60)
+        told = len(record(root, uuid))
+        wait_for("the daemon's next health question", lambda: len(record(root, uuid)) > told, 3 * HEALTH_INTERVAL)
+        assert "quit" not in record(root, uuid) and daemon_running(pid, node.root / "proc")
+
+        node.delete_pod("gpu", "mps-a")
+        wait_for("NodeUnprepareResources of the last share", lambda: spec_gone(a_uid), 60)
+        wait_for("the daemon stopped", lambda: not started.exists(), 30)
+        assert record(root, uuid)[-1] == "quit" and record(root, uuid).count("-d") == 1
+        assert not daemon_running(pid, node.root / "proc")
+        assert smi.read_text().splitlines() == [f"-i {uuid} -c EXCLUSIVE_PROCESS", f"-i {uuid} -c DEFAULT"]
+    finally:
+        for pod in ("mps-a", "mps-b"):
+            node.delete_pod("gpu", pod)
+        stop_process(plugin)
+        delete_resources(node, "/namespaces/gpu/resourceclaims/mps-a", "/namespaces/gpu/resourceclaims/mps-b")
+
+
+def mig_node_state(node: RealNode) -> tuple[dict[str, str], dict[str, str]]:
+    """The Node's labels and annotations."""
+    meta = node.get_node()["metadata"]
+    return dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+
+
+def forget_mig_change(node: RealNode) -> None:
+    """Take the MIG manager's labels and reason and the DRA plugin's announcement off the Node, as
+    a test found it."""
+
+    def edit(current: dict[str, Any]) -> None:
+        for key in (MIG_CONFIG, MIG_CONFIG_STATE):
+            current["metadata"].setdefault("labels", {}).pop(key, None)
+        for key in (MIG_CONFIG_STATE_REASON, DRA_MIG_GPUS):
+            current["metadata"].setdefault("annotations", {}).pop(key, None)
+
+    node.edit_node(edit, "the Node without its MIG change")
+
+
+def test_the_mig_manager_refuses_a_layout_that_would_change_the_gpus_the_dra_plugin_announced(
+    node: RealNode,
+) -> None:
+    """With --partitionable-mig the DRA plugin names its GPUs on the real Node (gpuchain.io/dra-mig-gpus);
+    ``gpuchain mig-manager`` on the node, asked by the Node's nvidia.com/mig.config label for a layout
+    that changes them, sets nvidia.com/mig.config.state=failed with the reason and a Warning Event."""
+    plugin = start_plugin(node, "--partitionable-mig")
+    manager = None
+    try:
+        announced = wait_for(
+            "the DRA plugin's MIG GPUs on the Node", lambda: mig_node_state(node)[1].get(DRA_MIG_GPUS), 30
+        )
+        assert announced == "0,1,2,3,4,5,6,7"
+        manager = node.spawn(
+            "mig-manager",
+            [GPUCHAIN, "mig-manager", "--node", node.name, "--backend", "sim", "--preset", PRESET],
+            env={**os.environ, "KUBECONFIG": str(node.workdir / "kubelet.kubeconfig")},
+        )
+        node.edit_node(lambda n: n["metadata"].setdefault("labels", {}).update({MIG_CONFIG: "all-1g.10gb"}))
+
+        def finished() -> tuple[dict[str, str], dict[str, str]] | None:
+            if manager.poll() is not None:
+                raise RuntimeError(f"mig-manager exited {manager.returncode}:\n{node.log('mig-manager')[-3000:]}")
+            labels, annotations = mig_node_state(node)
+            return (labels, annotations) if labels.get(MIG_CONFIG_STATE) not in (None, "pending") else None
+
+        labels, annotations = wait_for("the MIG manager's verdict", finished, 45)
+        assert labels[MIG_CONFIG_STATE] == "failed"
+        reason = annotations[MIG_CONFIG_STATE_REASON]
+        assert "layout 'all-1g.10gb' would change GPU 0, 1, 2, 3, 4, 5, 6, 7" in reason
+        assert f"the DRA driver {DRIVER}" in reason and "--partitionable-mig" in reason
+
+        def failed_events() -> list[dict[str, Any]]:  # written after the state, in its own request
+            events = node.api.request(
+                "GET", f"/api/v1/events?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{node.name}"
+            )["items"]
+            return [e for e in events if e["reason"] == "MigConfigFailed"]
+
+        failed = wait_for("the MIG manager's Event", failed_events, 30)
+        assert [e["type"] for e in failed] == ["Warning"] and reason in failed[0]["message"]
+    finally:
+        if manager is not None:
+            stop_process(manager)
+        stop_process(plugin)
+        forget_mig_change(node)
+        delete_resources(node)
+
+
+def test_a_partitionable_claim_is_not_prepared_while_a_mig_change_is_pending(node: RealNode) -> None:
+    """While the Node's nvidia.com/mig.config.state is pending (the MIG manager's first write of a
+    change), the real kubelet's NodePrepareResources of a MIG placement is refused: the pod's
+    FailedPrepareDynamicResources Event says why, no MIG device is made and the pod waits; once the
+    change is over, the kubelet's retry (at its next sync of the pod) prepares the claim and the pod runs."""
+    index = 1
+    plugin = start_plugin(node, "--partitionable-mig")
+    earlier = len(node.log("dra-plugin"))
+    try:
+        node.edit_node(lambda n: n["metadata"].setdefault("labels", {}).update({MIG_CONFIG_STATE: "pending"}))
+        attrs = f"device.attributes['{DRIVER}']"
+        uid = create_claim(node, "mig-wait", index, also=f"{attrs}.type == 'mig' && {attrs}.migProfile == '1g.10gb'")
+        node.create_pod("gpu", claim_pod("mig-wait", "mig-wait", "echo PREPARED"))
+
+        def refusal() -> str | None:
+            events = node.api.request(
+                "GET", "/api/v1/namespaces/gpu/events?fieldSelector=involvedObject.name%3Dmig-wait"
+            )["items"]
+            return next((e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"), None)
+
+        message = wait_for("the kubelet's Event of the refused Prepare", refusal, 45)
+        assert "NodePrepareResources failed for ResourceClaim mig-wait" in message
+        assert "the MIG manager is changing this node's MIG layout (nvidia.com/mig.config.state=pending)" in message
+        assert node.get_pod("gpu", "mig-wait")["status"]["phase"] == "Pending"
+        assert "created MIG device" not in node.log("dra-plugin")[earlier:]
+        checkpoint = node.workdir / "kubelet" / "plugins" / DRIVER / "checkpoint.json"
+        assert uid not in checkpoint.read_text()
+
+        node.edit_node(lambda n: n["metadata"]["labels"].update({MIG_CONFIG_STATE: "success"}))  # the change is over
+        done = node.wait_pod_phase("gpu", "mig-wait", ("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert "created MIG device" in node.log("dra-plugin")[earlier:]
+        wait_for("NodeUnprepareResources", lambda: uid not in checkpoint.read_text(), 60)
+    finally:
+        node.delete_pod("gpu", "mig-wait")
+        stop_process(plugin)
+        forget_mig_change(node)
+        delete_resources(node, "/namespaces/gpu/resourceclaims/mig-wait")
