@@ -16,11 +16,14 @@ import abc
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuchain.gpu.errors import NotSupportedError, ReleasedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
-from gpuchain.gpu.probes import HealthReadings
 from gpuchain.gpu.processes import GpuProcess
+
+if TYPE_CHECKING:
+    from gpuchain.gpu.probes import HealthReadings  # the health probes' module loads with the first reading
 
 log = logging.getLogger(__name__)
 
