@@ -143,6 +143,19 @@ NOT_BEFORE_SERVING = ("tempfile", "secrets", "ctypes.util")
 (``common.files.atomic_write``, a holder's lock on the release board), secrets for an Event's name,
 and ctypes.util runs ``ldconfig -p`` to find the C library the interpreter already runs on
 (``common.dirwatch``)."""
+GPUCHAIN_NOT_BEFORE_SERVING = (
+    "gpuchain.gpu.nvmlrelease",
+    "gpuchain.gpu.mps",
+    "gpuchain.deviceplugin.mps",
+    "gpuchain.gpu.probes",
+    "gpuchain.gpu.simnvlink",
+)
+"""gpuchain's own modules the device plugin does not need to serve, each some dataclasses (~0.5 ms
+apiece to create): the NVML release board, followed once the first role serves (its default
+directory is resolved by ``open_board``, the inventory the plugin serves from is
+``gpu.backend.SeenInventory``); MPS, loaded only for a resource shared through MPS; the health
+probes' readings (and the simulator's clean NVLink counters), loaded by either backend with the
+first health reading or burn-in."""
 
 
 def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_role(tmp_path: Path) -> None:
@@ -151,7 +164,8 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     stderr in the order they happened, so what was imported before the device plugin's "serving"
     line is what the kubelet waited for. Neither that nor the whole run, every role up and its
     metrics served, loads pydantic, typer, rich or prometheus-client; the other roles' modules come
-    after, and so does what only writing files needs (``NOT_BEFORE_SERVING``)."""
+    after, and so does what only writing files needs (``NOT_BEFORE_SERVING``), the NVML release
+    board and MPS (``GPUCHAIN_NOT_BEFORE_SERVING``)."""
     cmd = [sys.executable, "-X", "importtime", "-m", "gpuchain", "node-agent", "--backend", "sim", "--memory-cluster"]
     cmd += ["--socket-dir", str(tmp_path / "dp"), "--metrics-address", "127.0.0.1", "--metrics-port", "0"]
     cmd += ["--output-file", str(tmp_path / "gfd"), "--validations-dir", str(tmp_path / "val")]
@@ -180,9 +194,19 @@ def test_the_node_agent_registers_its_device_plugin_before_loading_any_other_rol
     before, whole = _imports(lines[:served]), _imports(lines)
     assert sorted(m for m in whole if m.split(".")[0] in NEVER) == []
     assert sorted(m for m in before if m.startswith(ROLE_MODULES)) == []
-    assert sorted(m for m in before if m in NOT_BEFORE_SERVING) == []
+    assert sorted(m for m in before if m in NOT_BEFORE_SERVING + GPUCHAIN_NOT_BEFORE_SERVING) == []
     assert {"grpc", "gpuchain.deviceplugin.plugin"} <= before
     assert set(ROLE_MODULES) <= whole  # the run's list: every role did load its modules
+
+
+def test_the_device_plugin_on_real_gpus_loads_neither_the_release_board_nor_mps_nor_the_probes() -> None:
+    """What the node agent's first role imports on a node with real GPUs (the NVML backend, which
+    the test above, on simulated GPUs, does not load), in a fresh interpreter."""
+    program = "import sys\nimport gpuchain.gpu.nvml, gpuchain.agent.roles.device_plugin\n"
+    program += f"print(sorted(set(sys.modules) & {set(GPUCHAIN_NOT_BEFORE_SERVING)!r}))"
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]"]
 
 
 def _imports(lines: list[str]) -> set[str]:

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuchain.gpu import nvmlrelease
 from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import DriverNotLoadedError, ReleasedError
 from gpuchain.gpu.model import DriverInfo, HealthEvent, Inventory, Telemetry
@@ -254,8 +255,15 @@ def test_open_board_runs_without_a_missing_directory(tmp_path: Path, caplog: pyt
     with caplog.at_level(logging.WARNING):
         assert open_board(tmp_path / "missing") is None
     assert "does not exist" in caplog.text
-    assert open_board(None) is None
+    assert open_board("") is None
     board = open_board(tmp_path)
+    assert board is not None and board.directory == tmp_path
+
+
+def test_open_board_without_a_directory_opens_the_charts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """None (the node agent's absent --nvml-release-dir) is the chart's hostPath, resolved here."""
+    monkeypatch.setattr(nvmlrelease, "DEFAULT_DIR", tmp_path)
+    board = open_board(None)
     assert board is not None and board.directory == tmp_path
 
 

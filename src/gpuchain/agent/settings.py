@@ -28,8 +28,10 @@ class NodeSettings:
 
     node_name: str | None = None
     """This Node (downward API spec.nodeName); None: roles that need a Node refuse to start."""
-    release_dir: str = ""
-    """The node's NVML release board ('' for none): for agents that share no process with gpu-health."""
+    release_dir: str | None = ""
+    """The node's NVML release board ('' for none): for agents that share no process with gpu-health.
+    None: the chart's (``gpu.nvmlrelease.DEFAULT_DIR``), which ``open_board`` resolves, so a node
+    agent imports the board's module only once its first role serves."""
     pod_resources_socket: str | None = None
     """The kubelet's pod-resources socket; '' for none (no pod attribution); None: the kubelet's
     own (``exporter.podresources.DEFAULT_SOCKET``) when it exists, looked for by the first role

@@ -362,14 +362,9 @@ def node_agent(args: argparse.Namespace) -> None:
         fail("--memory-cluster runs a simulated node: give it with --backend sim")
     wanted = settings_of(args)
     node_name = args.node_name or ("sim-node" if args.memory_cluster else None)
-    release_dir = args.nvml_release_dir
-    if release_dir is None:
-        from gpuchain.gpu.nvmlrelease import DEFAULT_DIR
-
-        release_dir = str(DEFAULT_DIR)
     settings = NodeSettings(
         node_name=node_name,
-        release_dir=release_dir,
+        release_dir=args.nvml_release_dir,  # None: the chart's board, opened after the first role serves
         pod_resources_socket=args.pod_resources_socket,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,

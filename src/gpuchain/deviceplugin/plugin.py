@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -42,18 +42,18 @@ from gpuchain.common.files import remove
 from gpuchain.common.supervise import cancel_and_wait, reraise_cancel, spawn
 from gpuchain.deviceplugin import cdi
 from gpuchain.deviceplugin.allocate import CDI_STRATEGIES
-from gpuchain.deviceplugin.mps import daemon_commands
 from gpuchain.deviceplugin.resources import Resource, ResourceMappingError, map_resources, mig_strategy_problems
 from gpuchain.deviceplugin.server import ResourceServer, ResourceServicer
-from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.backend import GpuBackend, SeenInventory
 from gpuchain.gpu.cdi import write as write_spec
 from gpuchain.gpu.devnodes import control_device_nodes
 from gpuchain.gpu.health import HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import EventKind, Gpu, HealthEvent, Inventory
-from gpuchain.gpu.mps import HEALTH_INTERVAL, MpsControl, MpsRoot, keep_daemon
-from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2 as pb
 from gpuchain.proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from gpuchain.gpu.mps import MpsControl
 
 MPS_DOWN = "the MPS control daemon does not answer"
 log = logging.getLogger(__name__)
@@ -204,8 +204,9 @@ class DevicePlugin:
         self._lock = asyncio.Lock()
         self._mps: dict[str, tuple[tuple[str, ...], asyncio.Task[None]]] = {}
         """Per MPS-shared resource: its announced ids and the task keeping its control daemon."""
-        self.mps_health_interval = HEALTH_INTERVAL
-        """Seconds between two health questions to each running MPS control daemon."""
+        self.mps_health_interval: float | None = None
+        """Seconds between two health questions to each running MPS control daemon (None:
+        ``gpu.mps.HEALTH_INTERVAL``; the MPS modules load only once a resource is MPS-shared)."""
         self.mps_down: set[str] = set()
         """MPS-shared resources whose control daemon does not answer (their devices are Unhealthy)."""
         self.handed_to_dra = False
@@ -358,6 +359,9 @@ class DevicePlugin:
         await self._stop_mps(stale)
         if root is None or self.inventory is None:
             return
+        from gpuchain.deviceplugin.mps import daemon_commands
+        from gpuchain.gpu.mps import MpsControl, MpsRoot
+
         memory = {g.uuid: g.memory_mib for g in self.inventory.gpus}
         for name, res in wanted.items():
             if name in self._mps:
@@ -370,11 +374,12 @@ class DevicePlugin:
 
     def _mps_keeper(self, control: MpsControl, commands: list[str], res: Resource) -> Callable[[], Awaitable[None]]:
         """What the supervisor runs (and runs again should it fail) for one resource's daemon."""
+        from gpuchain.gpu.mps import HEALTH_INTERVAL, keep_daemon
+
+        interval = HEALTH_INTERVAL if self.mps_health_interval is None else self.mps_health_interval
 
         def run() -> Awaitable[None]:
-            return keep_daemon(
-                control, commands, res.unit_uuids, lambda up: self._mps_health(res.name, up), self.mps_health_interval
-            )
+            return keep_daemon(control, commands, res.unit_uuids, lambda up: self._mps_health(res.name, up), interval)
 
         return run
 

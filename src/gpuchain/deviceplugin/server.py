@@ -20,7 +20,6 @@ import grpc
 
 from gpuchain.api.config.v1.config import Config
 from gpuchain.deviceplugin.allocate import AllocationError, ContainerAllocation, allocate_container
-from gpuchain.deviceplugin.mps import with_mps
 from gpuchain.deviceplugin.preferred import PreferenceError, preferred_allocation
 from gpuchain.deviceplugin.resources import Resource
 from gpuchain.gpu.health import HealthState
@@ -191,6 +190,8 @@ class ResourceServicer:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             mps_root = self.config.flags.mps_root
             if self.resource.sharing == "mps" and mps_root:
+                from gpuchain.deviceplugin.mps import with_mps  # only MPS-shared resources load it
+
                 alloc = with_mps(alloc, self.resource.name, mps_root)
             responses.append(to_proto(alloc))
         self.allocations += 1

@@ -31,8 +31,7 @@ from gpuchain.common.supervise import Backoff, cancel_and_wait
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.deviceplugin.nodeconfig import NodeLabelWatch
 from gpuchain.discovery.labels import UNKNOWN_MACHINE, Labels, gfd_labels
-from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.nvmlrelease import SeenInventory
+from gpuchain.gpu.backend import GpuBackend, SeenInventory
 from gpuchain.kube.follow import MAX_RETRY_SECONDS
 
 log = logging.getLogger(__name__)

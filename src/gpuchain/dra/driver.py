@@ -40,12 +40,11 @@ from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, Prep
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.metrics import DraMetrics
 from gpuchain.dra.taints import health_taint, mps_taint, taints_of
-from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.backend import GpuBackend, SeenInventory
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
 from gpuchain.gpu.model import Gpu, HealthEvent, Inventory
-from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError

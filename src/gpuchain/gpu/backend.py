@@ -13,13 +13,19 @@ implement them.
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gpuchain.gpu.errors import NotSupportedError
+from gpuchain.gpu.errors import NotSupportedError, ReleasedError
 from gpuchain.gpu.model import HealthEvent, Inventory, MigMemory, Telemetry
-from gpuchain.gpu.probes import HealthReadings
 from gpuchain.gpu.processes import GpuProcess
+
+if TYPE_CHECKING:
+    from gpuchain.gpu.probes import HealthReadings  # the health probes' module loads with the first reading
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -208,3 +214,26 @@ class GpuBackend(abc.ABC):
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         """Destroy a GPU instance and, first, every compute instance in it."""
         raise NotSupportedError(f"the {self.name} backend cannot destroy MIG GPU instances")
+
+
+class SeenInventory:
+    """``backend.inventory()``, or while the backend is released the last inventory it answered.
+
+    What an agent serves from (the device plugin's devices, the DRA plugin's slice and claims,
+    feature discovery's labels) does not change because NVML was let go for a reset: the GPUs are
+    the same, and the one being reset is withheld by the repair loop's quarantine. Only before
+    any answer does a release raise ``ReleasedError``.
+    """
+
+    def __init__(self, backend: GpuBackend) -> None:
+        self.backend = backend
+        self.last: Inventory | None = None
+
+    def __call__(self) -> Inventory:
+        try:
+            self.last = self.backend.inventory()
+        except ReleasedError:
+            if self.last is None:
+                raise
+            log.debug("NVML is let go for a GPU reset: using the inventory seen before")
+        return self.last

@@ -49,8 +49,7 @@ from typing import Any
 from gpuchain.common.dirwatch import DirectoryChanges
 from gpuchain.common.files import DEFAULT_MODE, atomic_write, remove
 from gpuchain.gpu.backend import GpuBackend
-from gpuchain.gpu.errors import GpuError, ReleasedError
-from gpuchain.gpu.model import Inventory
+from gpuchain.gpu.errors import GpuError
 
 log = logging.getLogger(__name__)
 
@@ -442,9 +441,12 @@ class ReleaseBoard:
 
 
 def open_board(directory: str | Path | None, quiet: bool = False) -> ReleaseBoard | None:
-    """The board in ``directory``, or None (logged once, here) when it is not given ('' or None) or does not
-    exist: the agent then runs without following it, as before the board existed. ``quiet`` logs
-    that at INFO rather than WARNING (simulated GPUs: no driver refuses a reset)."""
+    """The board in ``directory`` (None: the chart's, ``DEFAULT_DIR``), or None (logged once, here) when
+    it is turned off ('') or does not exist: the agent then runs without following it, as before the
+    board existed. ``quiet`` logs that at INFO rather than WARNING (simulated GPUs: no driver refuses
+    a reset)."""
+    if directory is None:
+        directory = DEFAULT_DIR
     if not directory:
         return None
     directory = Path(directory)
@@ -457,29 +459,6 @@ def open_board(directory: str | Path | None, quiet: bool = False) -> ReleaseBoar
         )
         return None
     return ReleaseBoard(directory)
-
-
-class SeenInventory:
-    """``backend.inventory()``, or while the backend is released the last inventory it answered.
-
-    What an agent serves from (the device plugin's devices, the DRA plugin's slice and claims,
-    feature discovery's labels) does not change because NVML was let go for a reset: the GPUs are
-    the same, and the one being reset is withheld by the repair loop's quarantine. Only before
-    any answer does a release raise ``ReleasedError``.
-    """
-
-    def __init__(self, backend: GpuBackend) -> None:
-        self.backend = backend
-        self.last: Inventory | None = None
-
-    def __call__(self) -> Inventory:
-        try:
-            self.last = self.backend.inventory()
-        except ReleasedError:
-            if self.last is None:
-                raise
-            log.debug("NVML is let go for a GPU reset: using the inventory seen before")
-        return self.last
 
 
 # ---- the follower (in every agent that holds NVML) -----------------------------------------------

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuchain.gpu.backend import BurnIn, ComputeInstance, GpuBackend, GpuInstance, MigMode
 from gpuchain.gpu.errors import (
@@ -34,10 +34,8 @@ from gpuchain.gpu.model import (
     MigMemory,
     Telemetry,
 )
-from gpuchain.gpu.probes import Ber, HealthReadings, burn_in_verdict, instant, nvlink5
 from gpuchain.gpu.processes import GpuProcess
 from gpuchain.gpu.simburnin import BURN_IN_CHECKS, run_checks
-from gpuchain.gpu.simnvlink import clean_nvlink
 from gpuchain.gpu.simstate import (
     GpuState,
     add_gpu_instance,
@@ -47,6 +45,11 @@ from gpuchain.gpu.simstate import (
     refresh_mig_devices,
 )
 from gpuchain.gpu.topology import Topology, load_preset
+
+if TYPE_CHECKING:
+    # The health probes' readings (and the clean NVLink counters, made of them) load with the first
+    # reading: a node agent's device plugin registers before it asks for any.
+    from gpuchain.gpu.probes import Ber, HealthReadings
 
 XID_GPU_FALLEN_OFF_BUS = 79
 MIG_READINGS = frozenset({"memory_used_mib"})
@@ -187,6 +190,9 @@ class SimBackend(GpuBackend):
             t = state.telemetry
             links = self._nvlink_count(state)
             remaps = state.spec.model.compute_capability[0] >= 8
+        from gpuchain.gpu.probes import HealthReadings
+        from gpuchain.gpu.simnvlink import clean_nvlink
+
         counters = extra.pop("nvlink", {})
         if not remaps:
             extra = {"retired_pages_pending": False, "retired_pages_sbe": 0, "retired_pages_dbe": 0, **extra}
@@ -230,6 +236,8 @@ class SimBackend(GpuBackend):
         """Add to one NVLink's error counters (they only grow, until a reset clears them): any count
         of NvLinkCounters the GPU reports, e.g. ``recovery=1``; ``replay``, ``crc_flit`` and
         ``crc_data`` before Blackwell, ``symbol_errors``, ``recovery_failed`` ... from Blackwell on."""
+        from gpuchain.gpu.simnvlink import clean_nvlink
+
         with self._lock:
             state = self._resolve(device, include_lost=True)[0]
             clean = clean_nvlink(state.spec.model.compute_capability)
@@ -246,6 +254,8 @@ class SimBackend(GpuBackend):
     ) -> None:
         """Set an NVLink5 GPU's symbol or effective bit error rate: one link's, or (``link`` None)
         the GPU's aggregate, the one DCGM judges. A reset clears them, as it clears the counters."""
+        from gpuchain.gpu.probes import nvlink5
+
         with self._lock:
             state = self._resolve(device, include_lost=True)[0]
             if not nvlink5(state.spec.model.compute_capability):
@@ -506,6 +516,8 @@ class SimBackend(GpuBackend):
         a CUDA kernel runs, the memory test passes, a Hopper-or-later NVSwitch GPU is back in the
         NVLink fabric, DCGM's diagnostic passes where the node has DCGM, unless ``fail_burn_in``
         said otherwise. As on hardware, nothing runs on a GPU NVML found at fault."""
+        from gpuchain.gpu.probes import burn_in_verdict, instant
+
         with self._lock:
             self._refuse_if_released("burn_in")
             state, _ = self._resolve(gpu_index, include_lost=True)

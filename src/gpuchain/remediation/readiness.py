@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.supervise import wait_event
-from gpuchain.gpu.backend import GpuBackend
+from gpuchain.gpu.backend import GpuBackend, SeenInventory
 from gpuchain.gpu.errors import GpuError, ReleasedError
-from gpuchain.gpu.nvmlrelease import SeenInventory
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.kinds import NODE
 from gpuchain.kube.objects import Obj

@@ -11,7 +11,6 @@ from gpuchain.gpu.burnin import BurnInConfig, ProcessRunner, cuda_checks, dcgm_d
 from gpuchain.gpu.errors import GpuError, NotSupportedError, ReleasedError
 from gpuchain.gpu.nvml.session import as_text, nvml_operation
 from gpuchain.gpu.nvml.telemetry import TelemetryReads
-from gpuchain.gpu.probes import burn_in_verdict, instant
 
 _LATER = ("cuda", "memory", "dcgm")
 """The burn-in checks that run only once NVML found the GPU sound."""
@@ -37,6 +36,8 @@ class BurnInChecks(TelemetryReads):
         runs only inside MIG devices, which the reset removed), gpuchain's CUDA kernel and memory
         test (gpu.cuda, in a child process) and DCGM's diagnostic where dcgmi is installed
         (gpu.burnin). What cannot run is reported skipped with the reason."""
+        from gpuchain.gpu.probes import burn_in_verdict, instant
+
         n = self._nvml
         config = self.burn_in_config
         checks: list[BurnInCheck] = []

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuchain.gpu.errors import NotFoundError
 from gpuchain.gpu.model import MigMemory, Telemetry
 from gpuchain.gpu.nvml.queries import MIB, Queries
 from gpuchain.gpu.nvml.session import as_pair, nvml_operation
-from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters, nvlink5
 from gpuchain.gpu.processes import GpuProcess, read_processes
+
+if TYPE_CHECKING:
+    # The health probes' module loads with the first health reading: a node agent's device plugin
+    # registers before it asks for any.
+    from gpuchain.gpu.probes import Ber, HealthReadings, NvLinkCounters
 
 
 class TelemetryReads(Queries):
@@ -79,6 +83,8 @@ class TelemetryReads(Queries):
         )
         dbe = self._optional(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         links, symbol_ber, effective_ber = self._nvlink_counters(h)
+        from gpuchain.gpu.probes import HealthReadings
+
         return HealthReadings(
             uuid=gpu_uuid,
             row_remap_pending=bool(rows[2]) if rows is not None else None,
@@ -99,6 +105,8 @@ class TelemetryReads(Queries):
         before, nvmlDeviceGetNvLinkErrorCounter per link and counter (no aggregate BER). Not by what
         the old counters answer: a driver answering them with zeros on Blackwell would otherwise
         hide the NVLink5 errors (nvml.h says only that they are "unsupported for Blackwell+")."""
+        from gpuchain.gpu.probes import nvlink5
+
         links = list(self._active_links(h))
         if not links:
             return (), None, None
@@ -117,6 +125,8 @@ class TelemetryReads(Queries):
             n.NVML_NVLINK_ERROR_DL_CRC_DATA,
         )
         values = [self._optional(n.nvmlDeviceGetNvLinkErrorCounter, h, link, kind) for kind in kinds]
+        from gpuchain.gpu.probes import NvLinkCounters
+
         return NvLinkCounters(link, *values) if any(v is not None for v in values) else None
 
     def _nvlink_fields(self, h: Any, links: list[int]) -> tuple[tuple[NvLinkCounters, ...], Ber | None, Ber | None]:
@@ -133,6 +143,8 @@ class TelemetryReads(Queries):
         if values is None:
             return (), None, None
         read = {key: _field_int(n, v) for key, v in zip(request, values, strict=True)}
+        from gpuchain.gpu.probes import NvLinkCounters
+
         found = []
         for link in links:
             got: dict[str, Any] = {name: read[(fid, link)] for name, fid in per_link}
@@ -203,4 +215,6 @@ def _field_int(nvml: Any, value: Any) -> int | None:
 
 
 def _ber(raw: int | None) -> Ber | None:
+    from gpuchain.gpu.probes import Ber
+
     return Ber.from_raw(raw) if raw is not None else None
