@@ -94,11 +94,11 @@ class Rig:
         self.plugin_labels: list[str | None] = []
         real_patch = self.cluster.patch
 
-        def patch(kind: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
-            labels = (body.get("metadata") or {}).get("labels") or {}
+        def patch(kind: Any, name: str, patch: Any, namespace: str | None = None) -> Any:
+            labels = (patch.get("metadata") or {}).get("labels") or {}
             if f"{DEPLOY_PREFIX}device-plugin" in labels:
                 self.plugin_labels.append(labels[f"{DEPLOY_PREFIX}device-plugin"])
-            return real_patch(kind, name, body, *args, **kwargs)
+            return real_patch(kind, name=name, patch=patch, namespace=namespace)
 
         self.cluster.patch = patch  # type: ignore[method-assign]
 
@@ -199,12 +199,14 @@ def test_a_gpu_the_dra_driver_takes_as_a_recarve_begins_is_not_carved() -> None:
     manager_patch = r.cluster.patch
     announced = False
 
-    def patch(kind: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+    def patch(kind: Any, name: str, patch: Any, namespace: str | None = None) -> Any:
         nonlocal announced
         if not announced:  # the DRA driver announces GPU 1 just before the manager's first write
             announced = True
-            manager_patch(NODE, NODE_NAME, {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({1})}}})
-        return manager_patch(kind, name, body, *args, **kwargs)
+            manager_patch(
+                NODE, name=NODE_NAME, patch={"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({1})}}}
+            )
+        return manager_patch(kind, name=name, patch=patch, namespace=namespace)
 
     r.cluster.patch = patch  # type: ignore[method-assign]
     r.manager.reconcile()

@@ -23,8 +23,8 @@ def test_concurrent_taint_survives_and_ours_lands_on_the_next_pass(monkeypatch: 
         nonlocal raced
         if kind == NODE and "taints" in patch.get("spec", {}) and not raced:
             raced = True  # the node controller marks the node unreachable just before our write
-            original(NODE, name, {"spec": {"taints": [UNREACHABLE]}})
-        return original(kind, name, patch, namespace)
+            original(NODE, name=name, patch={"spec": {"taints": [UNREACHABLE]}})
+        return original(kind, name=name, patch=patch, namespace=namespace)
 
     monkeypatch.setattr(sim.cluster, "patch", racing_patch)
     first = Remediator(sim.cluster).run_once()

@@ -160,7 +160,14 @@ class Node:
         ) -> AsyncIterator[WatchEvent]:
             if kind == NODE and field_selector == selector and not namespace and not label_selector:
                 return _for(fan.subscribe(), timeout)
-            return own(kind, namespace, label_selector, resource_version, timeout, field_selector)
+            return own(
+                kind,
+                namespace=namespace,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                timeout=timeout,
+                field_selector=field_selector,
+            )
 
         setattr(cluster, "watch", watch)  # noqa: B010
 

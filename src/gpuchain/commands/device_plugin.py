@@ -194,7 +194,7 @@ def device_plugin(
         emit(rows, output, lambda: _table(resources, choice))
         return
     node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), cluster)
-    prepared = device_plugin_role.Prepared(cfg, source, watch, label, rv)
+    prepared = device_plugin_role.Prepared(config=cfg, source=source, watch=watch, label=label, resource_version=rv)
 
     async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
         await device_plugin_role.serve(settings, node, prepared, stop, started)
