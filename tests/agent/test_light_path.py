@@ -82,7 +82,7 @@ assert set(roles) == set(ROLES)
 
 async def main():
     cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
-    node = Node(open_gpus("sim", "h100-80gb-x8"), NodeSettings(node_name="n", metrics_port=0), lambda: cluster)
+    node = Node(open_gpus("sim", preset="h100-80gb-x8"), settings=NodeSettings(node_name="n", metrics_port=0), cluster=lambda: cluster)
     supervisor, _server = await supervise(node, roles)
     up = sorted(r.name for r in supervisor.roles if r.up)
     await supervisor.stop_all()
@@ -253,11 +253,11 @@ def scrape(port):
 async def main():
     where = NodeSettings(metrics_address="127.0.0.1", metrics_port=0)
     if role == "device-plugin":  # no Node name: the device plugin alone reads nothing of the cluster
-        node = Node(open_gpus("sim", "h100-80gb-x8"), where)
+        node = Node(open_gpus("sim", preset="h100-80gb-x8"), settings=where)
     else:
         cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
         where = NodeSettings(node_name="n", metrics_address="127.0.0.1", metrics_port=0)
-        node = Node(open_gpus("sim", "h100-80gb-x8"), where, lambda: cluster)
+        node = Node(open_gpus("sim", preset="h100-80gb-x8"), settings=where, cluster=lambda: cluster)
     supervisor, server = await supervise(node, {role: SETTINGS[role]})
     body = await asyncio.to_thread(scrape, server.server_port)
     await supervisor.stop_all()

@@ -58,9 +58,9 @@ def _resources(node: str, config: str) -> tuple[Inventory, tuple[Resource, ...]]
         return inventory, ()  # a config that does not fit this node: nothing to compare
 
 
-def _answer(fn: object, *args: object) -> tuple[str, object]:
+def _answer(fn: object, resource: object, **kwargs: object) -> tuple[str, object]:
     try:
-        return "ids", fn(*args)  # type: ignore[operator]
+        return "ids", fn(resource, **kwargs)  # type: ignore[operator]
     except PreferenceError as exc:
         return "error", str(exc)
     except reference.PreferenceError as exc:
@@ -88,8 +88,10 @@ def test_same_answers_as_the_reference(data: st.DataObject, node: str, config: s
     if data.draw(st.integers(0, 20)) == 0:
         available = [*available, "GPU-not-on-this-node"]
     size = data.draw(st.integers(min_value=0, max_value=len(available) + 1))
-    args = (resource, inventory, available, must, size, policy)
-    assert _answer(preferred_allocation, *args) == _answer(reference.preferred_allocation, *args)
+    kwargs = {"inventory": inventory, "available": available, "must_include": must, "size": size, "policy": policy}
+    assert _answer(preferred_allocation, resource, **kwargs) == _answer(
+        reference.preferred_allocation, resource, **kwargs
+    )
 
 
 def test_the_reference_is_exercised_on_every_path() -> None:

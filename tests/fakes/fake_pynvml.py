@@ -178,10 +178,10 @@ class FakeNvml(types.ModuleType):
                 return mig
         raise self._err(real.NVML_ERROR_NOT_FOUND)
 
-    def _sim(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _sim(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a SimBackend MIG method, turning its errors into the NVML codes a driver returns."""
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except GpuLostError:
             raise self._err(real.NVML_ERROR_GPU_IS_LOST) from None
         except NotSupportedError:
@@ -476,7 +476,7 @@ class FakeNvml(types.ModuleType):
         where = _deref(placement)
         if where.size != prof.memory_slices:
             raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
-        gi_id = self._sim(self.sim.create_gpu_instance, gpu.index, prof.name, where.start)
+        gi_id = self._sim(self.sim.create_gpu_instance, gpu.index, profile=prof.name, start=where.start)
         return GiHandle(gpu.uuid, gi_id)
 
     def nvmlGpuInstanceDestroy(self, gi: Any) -> int:
@@ -512,7 +512,7 @@ class FakeNvml(types.ModuleType):
         gpu, inst = self._gi(gi)
         slices = self._ci_slices(self._model(gpu).profile(inst.profile), profile_id)
         # The driver places it (no placement given); the sim picks the first free legal start.
-        ci_id = self._sim(self.sim.create_compute_instance, gpu.index, inst.gi_id, slices)
+        ci_id = self._sim(self.sim.create_compute_instance, gpu.index, gi_id=inst.gi_id, slices=slices)
         return CiHandle(gpu.uuid, inst.gi_id, ci_id)
 
     def nvmlGpuInstanceGetComputeInstances(self, gi: Any, profile_id: int, out: Any, count_ref: Any) -> int:
@@ -547,7 +547,7 @@ class FakeNvml(types.ModuleType):
     def nvmlComputeInstanceDestroy(self, handle: Any) -> int:
         self._enter("nvmlComputeInstanceDestroy")
         gpu, inst, ci = self._ci(handle)
-        self._sim(self.sim.destroy_compute_instance, gpu.index, inst.gi_id, ci.ci_id)
+        self._sim(self.sim.destroy_compute_instance, gpu.index, gi_id=inst.gi_id, ci_id=ci.ci_id)
         return int(real.NVML_SUCCESS)
 
     # ---- topology ----------------------------------------------------------------------------

@@ -122,18 +122,18 @@ def test_list_readonly_answers_what_list_answers(cluster: Cluster) -> None:
     mounting["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     cluster.create(mounting)
     add_pod(cluster, "p3", "gpu-1", phase="Succeeded")
-    queries: list[tuple[Any, ...]] = [
-        (NODE,),
-        (NODE, None, "zone=a"),
-        (POD,),
-        (POD, "ml"),
-        (POD, None, None, "spec.nodeName=gpu-1,status.phase!=Succeeded"),
+    queries: list[tuple[Any, dict[str, Any]]] = [
+        (NODE, {}),
+        (NODE, {"label_selector": "zone=a"}),
+        (POD, {}),
+        (POD, {"namespace": "ml"}),
+        (POD, {"field_selector": "spec.nodeName=gpu-1,status.phase!=Succeeded"}),
     ]
-    for query in queries:
+    for kind, query in queries:
         before = cluster.calls.by_verb["list"]
-        shared = cluster.list_readonly(*query)
+        shared = cluster.list_readonly(kind, **query)
         assert cluster.calls.by_verb["list"] == before + 1
-        whole = cluster.list(*query)
+        whole = cluster.list(kind, **query)
         assert [_without_what_no_reader_reads(o) for o in shared] == [
             _without_what_no_reader_reads(o) for o in whole
         ], query

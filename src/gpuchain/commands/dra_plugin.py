@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +46,8 @@ from gpuchain.kube.errors import KubeError
 from gpuchain.kube.port import Cluster
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpuchain.exporter.server import MetricsServer
 
 log = logging.getLogger("gpuchain.dra")
@@ -231,8 +232,12 @@ def dra_plugin(
     try:
         driver, server = dra_role.driver_of(settings, node)
         metrics = _serve_metrics(driver, metrics_address, metrics_port) if metrics_port else None
+
+        async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
+            await dra_role.serve(driver, server=server, resync=resync, stop=stop, started=started)
+
         try:
-            asyncio.run(serve_alone(functools.partial(dra_role.serve, driver, server, resync), node, "dra-plugin"))
+            asyncio.run(serve_alone(role, node, "dra-plugin"))
         finally:
             if metrics is not None:
                 metrics.shutdown()
