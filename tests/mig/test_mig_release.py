@@ -84,10 +84,10 @@ def release_before_call(backend: GpuBackend, methods: tuple[str, ...], n: int) -
     for name in methods:
         real = getattr(backend, name)
 
-        def call(*args: object, _real: Callable[..., object] = real) -> object:
+        def call(*args: object, _real: Callable[..., object] = real, **kwargs: object) -> object:
             if next(calls) == n:
                 backend.release()
-            return _real(*args)
+            return _real(*args, **kwargs)
 
         setattr(backend, name, call)
 
