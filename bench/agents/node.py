@@ -163,7 +163,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
             if now > flips * 15:
                 label = {"nvidia.com/mig.config": layouts[flips % 2]}
                 for node in (NODE, AGENT_NODE, *([BASELINE_NODE] if args.baseline else [])):
-                    client.patch(NODE_KIND, node, {"metadata": {"labels": label}})
+                    client.patch(NODE_KIND, name=node, patch={"metadata": {"labels": label}})
                 flips += 1
             for name in ("exporter", NODE_AGENT, *([BASELINE + NODE_AGENT] if args.baseline else [])):
                 try:
@@ -401,7 +401,7 @@ def main() -> None:
 
             for node in (AGENT_NODE, *([BASELINE_NODE] if args.baseline else [])):
                 client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}})
-                assert client.get(NODE_KIND, node)
+                assert client.get(NODE_KIND, name=node)
             procs, roles = activity(root, kubeconfig, client, args)
             cpu = idle(root, kubeconfig, args)
             starts = startups(root, kubeconfig, args.starts, args.python, args.baseline)

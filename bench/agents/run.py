@@ -273,7 +273,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
             kubelet.check()
             if now > flips * 15:
                 label = {"nvidia.com/mig.config": layouts[flips % 2]}
-                client.patch(NODE_KIND, NODE, {"metadata": {"labels": label}})
+                client.patch(NODE_KIND, name=NODE, patch={"metadata": {"labels": label}})
                 flips += 1
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ports['exporter']}/metrics", timeout=5) as r:
@@ -294,7 +294,7 @@ def activity(root: Path, kubeconfig: Path, client: Any, args: argparse.Namespace
     finally:
         kubelet.stop.set()
         stop(procs)
-    state = client.get(NODE_KIND, NODE)["metadata"]["labels"].get("nvidia.com/mig.config.state")
+    state = client.get(NODE_KIND, name=NODE)["metadata"]["labels"].get("nvidia.com/mig.config.state")
     print(
         f"activity: {args.duration:.0f} s; kubelet calls {kubelet.calls * 2}, scrapes {scrapes}, "
         f"MIG layout flips {flips} (last state {state})",

@@ -98,7 +98,9 @@ async def _plugin_main(conn: Connection, socket_dir: str, config_text: str, layo
         for i in range(8):
             sim.set_mig_layout(i, {"1g.10gb": 7})
     config = parse_config(config_text + "\nhealth: {recoveryQuietSeconds: 0}\n")
-    plugin = DevicePlugin(sim, config, socket_dir, env={}, watch_interval=3600, extra_handlers=[handler])
+    plugin = DevicePlugin(
+        sim, config=config, socket_dir=socket_dir, env={}, watch_interval=3600, extra_handlers=[handler]
+    )
     await plugin.start()
     settled()  # as `gpuchain device-plugin` does once serving
     res = plugin.resources[0]
@@ -117,7 +119,7 @@ async def _plugin_main(conn: Connection, socket_dir: str, config_text: str, layo
         while True:
             cmd, arg = conn.recv()
             if cmd == "xid":
-                sim.inject_xid(targets[arg % len(targets)], 79)
+                sim.inject_xid(targets[arg % len(targets)], xid=79)
             elif cmd == "recover":
                 sim.recover_gpu(_gpu_of(targets[arg % len(targets)]))
             elif cmd == "tick":

@@ -68,7 +68,7 @@ class WholeLists(LiveCluster):
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]:
-        return self.list(kind, namespace, label_selector, field_selector)
+        return self.list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
 
 def doctor_before(cluster: WholeLists) -> Report:

@@ -338,7 +338,12 @@ class Recording:
         if kind not in self._encoded:
             return None
         encoded = self._encoded[kind]
-        return [encoded[_key(o)] for o in self.cluster.list_readonly(kind, namespace, labels or None, fields or None)]
+        return [
+            encoded[_key(o)]
+            for o in self.cluster.list_readonly(
+                kind, namespace=namespace, label_selector=labels or None, field_selector=fields or None
+            )
+        ]
 
     def response(self, target: str) -> tuple[int, bytes]:
         """(HTTP status, body) for a GET of ``target`` (path and query)."""

@@ -145,7 +145,7 @@ def decode(bodies: list[str]) -> None:
 def per_node(cluster: MemoryCluster, names: list[str]) -> None:
     """The per-node way: one get and one filtered pod list per node."""
     for name in names:
-        cluster.get(NODE, name)
+        cluster.get(NODE, name=name)
         cluster.list(POD, field_selector=f"spec.nodeName={name}")
 
 

@@ -63,8 +63,10 @@ CALLS = (
 
 def _claim(cluster: MemoryCluster, pool: str, name: str, device: str) -> DraClaim:
     """A ResourceClaim with the allocation the scheduler would write; the kubelet's name for it."""
-    created = cluster.create(resource_claim(name, "default"))
-    cluster.patch_status(RESOURCE_CLAIM, name, allocation_status(pool, [("gpu", device)]), "default")
+    created = cluster.create(resource_claim(name, namespace="default"))
+    cluster.patch_status(
+        RESOURCE_CLAIM, name=name, status=allocation_status(pool, [("gpu", device)]), namespace="default"
+    )
     return DraClaim("default", created["metadata"]["uid"], name)
 
 
@@ -77,8 +79,8 @@ def measure(rounds: int) -> list[list[float]]:
     config = DriverConfig(
         node=node, cdi_dir=root / "cdi", state_dir=root / "state", unlabelled=DRA, partitionable_mig=True
     )
-    driver = DraDriver(sim, cluster, config)
-    server = DraPluginServer(driver, root / "registry", root / "plugin")
+    driver = DraDriver(sim, cluster=cluster, config=config)
+    server = DraPluginServer(driver, registry_dir=root / "registry", plugin_dir=root / "plugin")
     peer = DraPeer(root / "registry", supported=("v1",))
     loop = asyncio.new_event_loop()
 

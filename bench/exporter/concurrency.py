@@ -83,7 +83,7 @@ def _collector() -> Any:
     sim = SimBackend.from_preset(PRESET_MIG)
     for gpu in sim.inventory().gpus:
         sim.set_mig_layout(gpu.index, {"1g.10gb": 7})
-    collector = GpuMetricsCollector(sim, load_collectors(), "bench-node", interval=3600)
+    collector = GpuMetricsCollector(sim, counters=load_collectors(), hostname="bench-node", interval=3600)
     collector.collect_once()
     return collector
 
@@ -96,7 +96,7 @@ def serve(kind: str, port: int) -> None:
     if kind == "gpuchain":
         from gpuchain.exporter.server import MetricsServer
 
-        MetricsServer(collector, HOST, port).serve_forever(stop_signals=True)
+        MetricsServer(collector, host=HOST, port=port).serve_forever(stop_signals=True)
         return
 
     class Handler(BaseHTTPRequestHandler):

@@ -87,12 +87,12 @@ def _shared_node(per_process: bool) -> GpuMetricsCollector:
     for i in range(SHARED_PROCESSES):
         gpu_index, uid, cid = pods[i % len(pods)]
         pid = 10_000 + i
-        sim.run_process(gpu_index, pid, memory_mib=64 + i % 512, sm_percent=1 if i % 3 == 0 else 0)
+        sim.run_process(gpu_index, pid=pid, memory_mib=64 + i % 512, sm_percent=1 if i % 3 == 0 else 0)
         cgroups[pid] = ContainerCgroup(uid, cid)
     return GpuMetricsCollector(
         sim,
-        load_collectors(),
-        "bench-node",
+        counters=load_collectors(),
+        hostname="bench-node",
         pod_lister=lambda: rows,
         processes=per_process,
         cgroup_of=cgroups.get,
@@ -187,7 +187,7 @@ def run_scenario(name: str, node: str, rounds: int, scrapes: int) -> list[str]:
         collector = _shared_node(per_process=True)
     else:
         sim, rows = _node(node == "mig")
-        collector = GpuMetricsCollector(sim, load_collectors(), "bench-node", pod_lister=lambda: rows)
+        collector = GpuMetricsCollector(sim, counters=load_collectors(), hostname="bench-node", pod_lister=lambda: rows)
     collector.xids.record(collector.backend.inventory().gpus[0].uuid, 13)
     t0 = time.process_time()
     collector.collect_once()
@@ -205,7 +205,7 @@ def run_scenario(name: str, node: str, rounds: int, scrapes: int) -> list[str]:
     ours, base = _compare(lambda: render(collector.registry), lambda: generate_latest(baseline), rounds, scrapes)
     lines.append(_row(name, "in-process", series, ours, base, goal))
 
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     server.start_background()
     http_server, http_thread = start_http_server(0, "127.0.0.1", registry=baseline)
     try:

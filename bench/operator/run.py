@@ -65,12 +65,12 @@ def per_node_labels(cluster: MemoryCluster) -> None:
     for node in cluster.list(NODE):
         if is_gpu_node(labels_of(node)):
             labels = {GPU_PRESENT: "true", **{deploy_label(op): "true" for op in OPERANDS}}
-            cluster.patch(NODE, name_of(node), {"metadata": {"labels": labels}})
+            cluster.patch(NODE, name=name_of(node), patch={"metadata": {"labels": labels}})
 
 
 def first_reconcile(nodes: int) -> tuple[float, dict[str, int], MemoryCluster]:
     cluster = make(nodes)
-    seconds = timed(lambda: reconcile(cluster, "cluster-policy", NS))
+    seconds = timed(lambda: reconcile(cluster, name="cluster-policy", namespace=NS))
     return seconds, cluster.calls.snapshot(), cluster
 
 
@@ -99,7 +99,7 @@ def main() -> None:
     rollout_start = time.perf_counter()
     for _ in range(5):
         busy = sim.settle()
-        result = reconcile(cluster, "cluster-policy", NS)
+        result = reconcile(cluster, name="cluster-policy", namespace=NS)
         if not busy and not result.changed:
             break
     rollout = time.perf_counter() - rollout_start
@@ -108,7 +108,7 @@ def main() -> None:
     noop_calls: dict[str, int] = {}
     for _ in range(args.rounds):
         cluster.calls.reset()
-        noops.append(timed(lambda: reconcile(cluster, "cluster-policy", NS)))
+        noops.append(timed(lambda: reconcile(cluster, name="cluster-policy", namespace=NS)))
         noop_calls = cluster.calls.snapshot()
         lists.append(timed(lambda: cluster.list(NODE)))
     state = result.state

@@ -32,7 +32,9 @@ async def test_every_reader_sees_every_item_and_the_failure_from_one_upstream() 
     up = Upstream()
     # The retry after the failure waits longer than the test runs: it checks the one upstream both
     # readers shared, and a loaded machine let a 10 ms retry open a second one before the count.
-    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop(), first_delay=30, max_delay=30)
+    fan: Fanout[int] = Fanout(
+        "test stream", open=up.stream, loop=asyncio.get_running_loop(), first_delay=30, max_delay=30
+    )
     here: list[object] = []
     there: list[object] = []
     subscribed = threading.Event()
@@ -66,7 +68,9 @@ async def test_every_reader_sees_every_item_and_the_failure_from_one_upstream() 
 
 async def test_an_upstream_that_ends_ends_each_reader_and_is_opened_again_for_the_next() -> None:
     up = Upstream()
-    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop(), first_delay=0.01, max_delay=0.02)
+    fan: Fanout[int] = Fanout(
+        "test stream", open=up.stream, loop=asyncio.get_running_loop(), first_delay=0.01, max_delay=0.02
+    )
 
     async def read_all() -> list[int]:
         return [item async for item in fan.subscribe()]
@@ -88,7 +92,9 @@ async def test_an_upstream_that_ends_ends_each_reader_and_is_opened_again_for_th
 async def test_a_new_reader_first_sees_the_replayed_last_item() -> None:
     """As a fresh watch opens with the object's state: a reader that comes late is not left without it."""
     up = Upstream()
-    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop(), replay=lambda item: item * 10)
+    fan: Fanout[int] = Fanout(
+        "test stream", open=up.stream, loop=asyncio.get_running_loop(), replay=lambda item: item * 10
+    )
     stream = aiter(fan.subscribe())
     pending = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.05)
@@ -105,7 +111,7 @@ async def test_a_new_reader_first_sees_the_replayed_last_item() -> None:
 async def test_a_cancelled_close_stays_cancelled() -> None:
     """The closer's own cancel (an agent's stop cut short) is not taken for the pump's end."""
     up = Upstream()
-    fan: Fanout[int] = Fanout("test stream", up.stream, asyncio.get_running_loop())
+    fan: Fanout[int] = Fanout("test stream", open=up.stream, loop=asyncio.get_running_loop())
     stream = aiter(fan.subscribe())
     pending = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.05)

@@ -38,7 +38,7 @@ async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a
     nvml = NvmlBackend(nvml=FakeNvml(sim), probe_interval=0.05, run_command=smi, reset_wait_s=2.0)
     cluster = MemoryCluster([node_object(NAME)])
     root = short_dir
-    node = Node(nvml, NodeSettings(node_name=NAME, release_dir=""), lambda: cluster)
+    node = Node(nvml, settings=NodeSettings(node_name=NAME, release_dir=""), cluster=lambda: cluster)
     node.share(asyncio.get_running_loop())
     node.in_process_reset = True
     kubelet = KubeletPeer(root)
@@ -58,13 +58,13 @@ async def test_the_repair_loop_resets_a_gpu_through_the_shared_session_without_a
         uuid = sim.topology.expanded()[3].uuid
 
         def stage() -> Stage | None:
-            annotations = cluster.get(NODE, NAME)["metadata"].get("annotations", {})
+            annotations = cluster.get(NODE, name=NAME)["metadata"].get("annotations", {})
             record = decode_records(annotations.get(LOOP_ANNOTATION)).get(uuid)
             return None if record is None else record.stage
 
         while not all(r.up for r in supervisor.roles):
             await asyncio.sleep(0.02)
-        sim.inject_xid(3, 48, "double-bit ECC error")  # NVIDIA's resolution: reset the GPU
+        sim.inject_xid(3, xid=48, message="double-bit ECC error")  # NVIDIA's resolution: reset the GPU
         deadline = time.monotonic() + 30
         while stage() is not Stage.HEALTHY:
             assert time.monotonic() < deadline, f"stuck at {stage()}"

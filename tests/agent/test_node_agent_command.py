@@ -46,7 +46,7 @@ async def test_the_device_plugin_serves_while_another_role_cannot_start(short_di
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=60)
-        pod = await kubelet.admit("default", "train", [ContainerRequest("main", {GPU: 2})])
+        pod = await kubelet.admit("default", name="train", containers=[ContainerRequest("main", {GPU: 2})])
         assert len(pod.containers[0].devices[GPU]) == 2
 
         # Each role reaches its state in its own time (the plugin counts as up once the kubelet

@@ -70,7 +70,7 @@ async def agent_of(short_dir: Path) -> AsyncIterator[Callable[..., asyncio.Futur
         root.mkdir()
         cluster = MemoryCluster([node_object(NODE_NAME)])
         settings = NodeSettings(node_name=NODE_NAME, metrics_address="127.0.0.1", metrics_port=0)
-        node = Node(backend, settings, lambda: cluster)
+        node = Node(backend, settings=settings, cluster=lambda: cluster)
         node.share(asyncio.get_running_loop())
         node.in_process_reset = True
         kubelet = KubeletPeer(root / "device-plugins")
@@ -142,11 +142,11 @@ async def test_roles_share_one_backend_one_event_stream_and_one_node_watch(
     assert isinstance(cluster, MemoryCluster)
     assert len([w for w in cluster._watchers if w.kind == NODE]) == 1 and agent.node.node_watches == 1
 
-    backend.inject_xid(3, 79)
+    backend.inject_xid(3, xid=79)
     await agent.kubelet.wait_for(lambda: agent.kubelet.allocatable() == {GPU: 7}, timeout=10)
 
     def published() -> bool:
-        node = agent.node.cluster().get(NODE, NODE_NAME)
+        node = agent.node.cluster().get(NODE, name=NODE_NAME)
         return any(c["type"] == "GPUHealthy" and c["status"] == "False" for c in node["status"]["conditions"])
 
     async def seen_everywhere() -> None:
@@ -195,10 +195,10 @@ async def test_a_role_crashing_in_a_loop_leaves_the_device_plugin_serving(
     assert agent.supervisor.role("device-plugin").failures == 0
 
     # Allocate answers: a pod gets a GPU.
-    pod = await kubelet.admit("default", "train", [ContainerRequest("main", {GPU: 1})])
+    pod = await kubelet.admit("default", name="train", containers=[ContainerRequest("main", {GPU: 1})])
     assert len(pod.containers[0].devices[GPU]) == 1
     # ListAndWatch answers: an XID reaches the kubelet as one unhealthy device.
-    backend.inject_xid(5, 79)
+    backend.inject_xid(5, xid=79)
     await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 7}, timeout=10)
 
     text = await asyncio.to_thread(agent.metrics)

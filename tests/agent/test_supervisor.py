@@ -34,7 +34,10 @@ async def test_a_role_that_fails_then_serves_is_failing_only_until_it_has_served
     # longer failing.
     now = [0.0]
     supervisor = Supervisor(
-        [("steady", builder("steady")), ("flaky", builder("flaky"))], 0.01, 0.2, clock=lambda: now[0]
+        [("steady", builder("steady")), ("flaky", builder("flaky"))],
+        first_delay=0.01,
+        max_delay=0.2,
+        clock=lambda: now[0],
     )
     metrics = RoleMetrics(supervisor)
     stop = asyncio.Event()

@@ -72,7 +72,7 @@ def test_an_empty_config_file_starts_with_every_default(tmp_path: Path, data: by
     "Allow an empty config file"), e.g. a ConfigMap key created before anyone fills it in."""
     path = tmp_path / "config.yaml"
     path.write_bytes(data)
-    assert load_config(path, {}) == Config()
+    assert load_config(path, env={}) == Config()
 
 
 def test_device_list_strategy_accepts_a_plain_string() -> None:
@@ -133,7 +133,7 @@ def test_mps_forces_fail_requests_greater_than_one() -> None:
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("flags: {migStrategy: single, plugin: {passDeviceSpecs: false}}")
-    c = load_config(path, {"MIG_STRATEGY": "mixed", "PASS_DEVICE_SPECS": "true", "DEVICE_LIST_STRATEGY": "cdi-cri"})
+    c = load_config(path, env={"MIG_STRATEGY": "mixed", "PASS_DEVICE_SPECS": "true", "DEVICE_LIST_STRATEGY": "cdi-cri"})
     assert c.flags.mig_strategy is MigStrategy.MIXED
     assert c.flags.plugin.pass_device_specs is True
     assert c.flags.plugin.device_list_strategy == (DeviceListStrategy.CDI_CRI,)
@@ -141,7 +141,7 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 
 def test_bad_environment_value_names_the_variable() -> None:
     with pytest.raises(ConfigFileError) as err:
-        apply_env(Config(), {"DEVICE_ID_STRATEGY": "serial"})
+        apply_env(Config(), env={"DEVICE_ID_STRATEGY": "serial"})
     assert err.value.field == "DEVICE_ID_STRATEGY"
 
 
@@ -163,20 +163,20 @@ def test_node_label_picks_the_config_key(tmp_path: Path) -> None:
     (tmp_path / "default").write_text("version: v1")
     (tmp_path / "a100-ts").write_text("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 4}]}}")
     (tmp_path / "..data").mkdir()
-    assert choose_config_file(tmp_path, "a100-ts").name == "a100-ts"
-    assert choose_config_file(tmp_path, None).name == "default"
+    assert choose_config_file(tmp_path, label="a100-ts").name == "a100-ts"
+    assert choose_config_file(tmp_path, label=None).name == "default"
     with pytest.raises(ConfigFileError) as err:
-        choose_config_file(tmp_path, "h100-mig")
+        choose_config_file(tmp_path, label="h100-mig")
     assert err.value.field == "nvidia.com/device-plugin.config"
     assert "'h100-mig', which does not exist; available: a100-ts, default" in err.value.reason
 
 
 def test_single_config_without_label_or_default(tmp_path: Path) -> None:
     (tmp_path / "only").write_text("")
-    assert choose_config_file(tmp_path, None).name == "only"
+    assert choose_config_file(tmp_path, label=None).name == "only"
     (tmp_path / "other").write_text("")
     with pytest.raises(ConfigFileError, match="label the node"):
-        choose_config_file(tmp_path, None)
+        choose_config_file(tmp_path, label=None)
 
 
 # --- NVIDIA k8s-device-plugin v0.20.0 behaviour (api/config/v1, cmd/nvidia-device-plugin/main.go) ---
@@ -335,22 +335,22 @@ imex: {channelIDs: [0], required: true}
         "SHARED_DEVICES_ALLOCATION_POLICY": "distributed",
         "IMEX_CHANNEL_IDS": "0",
     }
-    e = apply_env(Config(), env)
+    e = apply_env(Config(), env=env)
     assert not e.flags.gdrcopy_enabled
     assert e.flags.plugin.nvidia_ctk_path == "/hook"
     assert e.flags.plugin.container_driver_root == "/drv"
     assert e.flags.plugin.shared_devices_allocation_policy is AllocationPolicy.DISTRIBUTED
     assert e.imex.channel_ids == (0,)
     with pytest.raises(ConfigFileError) as err:
-        apply_env(Config(), {"IMEX_CHANNEL_IDS": "3"})
+        apply_env(Config(), env={"IMEX_CHANNEL_IDS": "3"})
     assert err.value.field == "IMEX_CHANNEL_IDS"
 
 
 def test_gfd_variables_take_gfd_names_first() -> None:
     c = apply_env(
         Config(),
-        {"GFD_MIG_STRATEGY": "mixed", "MIG_STRATEGY": "single", "GFD_SLEEP_INTERVAL": "infinite"},
-        GFD_ENV_FLAGS,
+        env={"GFD_MIG_STRATEGY": "mixed", "MIG_STRATEGY": "single", "GFD_SLEEP_INTERVAL": "infinite"},
+        variables=GFD_ENV_FLAGS,
     )
     assert c.flags.mig_strategy is MigStrategy.MIXED
     assert c.flags.gfd.sleep_interval == INFINITE_NS
@@ -391,8 +391,8 @@ def test_boolean_variables_take_gos_spellings(text: str, value: bool) -> None:
     """NVIDIA's plugin reads FAIL_ON_INIT_ERROR and the other boolean variables with Go's
     strconv.ParseBool, and a variable set to "" as false (checked against NVIDIA's reader in
     tests/peers/test_nvidia_config_peer.py)."""
-    assert apply_env(Config(), {"FAIL_ON_INIT_ERROR": text}).flags.fail_on_init_error is value
-    assert apply_env(Config(), {"GFD_ONESHOT": text}, GFD_ENV_FLAGS).flags.gfd.oneshot is value
+    assert apply_env(Config(), env={"FAIL_ON_INIT_ERROR": text}).flags.fail_on_init_error is value
+    assert apply_env(Config(), env={"GFD_ONESHOT": text}, variables=GFD_ENV_FLAGS).flags.gfd.oneshot is value
 
 
 @pytest.mark.parametrize("text", ["yes", "no", "on", " true", "tRuE", "2"])
@@ -400,7 +400,7 @@ def test_boolean_variables_refuse_what_go_refuses(text: str) -> None:
     """Spellings a YAML file would read as booleans stop NVIDIA's plugin at start; here too, naming
     the variable."""
     with pytest.raises(ConfigFileError, match="PASS_DEVICE_SPECS.*not a boolean"):
-        apply_env(Config(), {"PASS_DEVICE_SPECS": text})
+        apply_env(Config(), env={"PASS_DEVICE_SPECS": text})
 
 
 def test_an_empty_device_list_loads_as_nvidia_reads_it(tmp_path: Path) -> None:
@@ -409,7 +409,7 @@ def test_an_empty_device_list_loads_as_nvidia_reads_it(tmp_path: Path) -> None:
     the selection (--config-resource-naming), because there it would select nothing."""
     path = tmp_path / "cfg.yaml"
     path.write_text("sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, devices: [], replicas: 4}]}}\n")
-    entry = load_config(path, {}).sharing.time_slicing.resources[0]  # type: ignore[union-attr]
+    entry = load_config(path, env={}).sharing.time_slicing.resources[0]  # type: ignore[union-attr]
     assert entry.devices == "all" and entry.replicas == 4
     with pytest.raises(ConfigFileError, match=r"sharing.timeSlicing.resources.0.devices: an empty device list"):
-        load_config(path, {}, config_naming=True)
+        load_config(path, env={}, config_naming=True)

@@ -108,11 +108,13 @@ def test_enabled_values_reach_the_operands(key: str) -> None:
     assert isinstance(everything, ClusterPolicySpec)
     for kind in ("DaemonSet", "ServiceAccount"):
         names = {
-            o["metadata"]["name"] for o in desired(parsed, Facts("gpu-operator", "cluster-policy")) if o["kind"] == kind
+            o["metadata"]["name"]
+            for o in desired(parsed, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
+            if o["kind"] == kind
         }
         full = {
             o["metadata"]["name"]
-            for o in desired(everything, Facts("gpu-operator", "cluster-policy"))
+            for o in desired(everything, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
             if o["kind"] == kind
         }
         assert len(full - names) == 1 and names < full, f"{key}.enabled=false removes exactly its {kind}"

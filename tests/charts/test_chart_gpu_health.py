@@ -158,7 +158,7 @@ class Recording(MemoryCluster):
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         self.log.append(("get", kind.plural, namespace if kind.namespaced else None, name))
-        return super().get(kind, name, namespace)
+        return super().get(kind, name=name, namespace=namespace)
 
     def create(self, obj: Obj) -> Obj:
         from gpuchain.kube import kind_of
@@ -169,13 +169,13 @@ class Recording(MemoryCluster):
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self.log.append(("patch", kind.plural, namespace if kind.namespaced else None, name))
-        return super().patch(kind, name, patch, namespace)
+        return super().patch(kind, name=name, patch=patch, namespace=namespace)
 
     def patch_status(
         self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
     ) -> Obj:
         self.log.append(("patch", kind.plural + "/status", namespace if kind.namespaced else None, name))
-        return super().patch_status(kind, name, status, namespace, strategic)
+        return super().patch_status(kind, name=name, status=status, namespace=namespace, strategic=strategic)
 
 
 def _exercise() -> Recording:
@@ -188,17 +188,17 @@ def _exercise() -> Recording:
     status = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATUS_NAME, "namespace": NS},
               "data": {"breaker": "closed"}}  # fmt: skip
     cluster = Recording([node, status])
-    publisher = GpuHealthPublisher(backend, cluster, "n", quiet_seconds=0)
-    agent = GpuLoopAgent(backend, cluster, "n", namespace=NS)
-    gate = ReadinessGate(backend, cluster, "n")
+    publisher = GpuHealthPublisher(backend, cluster=cluster, node_name="n", quiet_seconds=0)
+    agent = GpuLoopAgent(backend, cluster=cluster, node_name="n", namespace=NS)
+    gate = ReadinessGate(backend, cluster=cluster, node_name="n")
     backend.fail_reset(2)
-    publisher.handle(backend.inject_xid(2, 48, "double-bit ECC error"))
+    publisher.handle(backend.inject_xid(2, xid=48, message="double-bit ECC error"))
     publisher.publish()
     for _ in range(3):
         agent.run_once()
     assert agent.run_once().records[backend.inventory().gpu(2).uuid].stage is Stage.REBOOT
     assert gate.run_once().ready
-    assert not cluster.get(NODE, "n")["spec"].get("taints")
+    assert not cluster.get(NODE, name="n")["spec"].get("taints")
     return cluster
 
 

@@ -39,7 +39,7 @@ def _policy(values: dict[str, Any]) -> ClusterPolicySpec:
 
 
 def _objects(values: dict[str, Any], mps: bool = False) -> list[dict[str, Any]]:
-    return desired(_policy(values), Facts(NS, "cluster-policy", mps=mps))
+    return desired(_policy(values), Facts(namespace=NS, policy_name="cluster-policy", mps=mps))
 
 
 def _daemonsets(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -91,11 +91,13 @@ def test_with_every_role_off_there_is_no_node_agent() -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_per_operand_switch_gives_one_daemonset_per_operand(version: str) -> None:
     policy = _policy(PER_OPERAND)
-    objs = desired(policy, Facts(NS, "cluster-policy"))
+    objs = desired(policy, Facts(namespace=NS, policy_name="cluster-policy"))
     daemonsets = _daemonsets(objs)
     assert set(daemonsets) == {op.name for op in OPERANDS}
     for op in OPERANDS:
-        assert daemonsets[op.name] == daemonset(policy, op, Facts(NS, "cluster-policy")), op.name
+        assert daemonsets[op.name] == daemonset(
+            policy, operand=op, facts=Facts(namespace=NS, policy_name="cluster-policy")
+        ), op.name
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)
     (svc,) = [o for o in objs if o["kind"] == "Service"]

@@ -40,7 +40,7 @@ def _operands(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = parse_policy(policy_of(render(values))["spec"])
     return {
         o["metadata"]["name"]: o
-        for o in desired(spec, Facts("gpu-operator", "cluster-policy"))
+        for o in desired(spec, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
         if o["kind"] == "DaemonSet"
     }
 

@@ -46,12 +46,12 @@ class Recording(MemoryCluster):
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         self._rec("get", kind, namespace or "default")
-        return super().get(kind, name, namespace)
+        return super().get(kind, name=name, namespace=namespace)
 
     def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> list[Obj]:  # fmt: skip
         self._rec("list", kind, namespace)
-        return super().list(kind, namespace, label_selector, field_selector)
+        return super().list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
     def create(self, obj: Obj) -> Obj:
         from gpuchain.kube import kind_of
@@ -61,15 +61,15 @@ class Recording(MemoryCluster):
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self._rec("patch", kind, namespace or "default")
-        return super().patch(kind, name, patch, namespace)
+        return super().patch(kind, name=name, patch=patch, namespace=namespace)
 
     def patch_status(self, kind: Kind, name: str, status: Obj, namespace: str | None = None) -> Obj:
         self._rec("patch", kind, namespace or "default", "status")
-        return super().patch_status(kind, name, status, namespace)
+        return super().patch_status(kind, name=name, status=status, namespace=namespace)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         self._rec("delete", kind, namespace or "default")
-        super().delete(kind, name, namespace)
+        super().delete(kind, name=name, namespace=namespace)
 
     def evict(self, name: str, namespace: str) -> None:
         from gpuchain.kube import POD
@@ -103,7 +103,7 @@ def _exercise() -> Recording:
     sim = OperandSimulator(cluster, NS)
     for _ in range(3):
         cluster.recording = True
-        reconcile(cluster, "cluster-policy", NS)
+        reconcile(cluster, name="cluster-policy", namespace=NS)
         cluster.recording = False
         sim.settle()
     cluster.create(
@@ -119,28 +119,32 @@ def _exercise() -> Recording:
         }
     )
     cluster.patch(
-        CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": "580.65.06"}, "gfd": {"enabled": False}}}
+        CLUSTER_POLICY,
+        name="cluster-policy",
+        patch={"spec": {"driver": {"version": "580.65.06"}, "gfd": {"enabled": False}}},
     )
     for _ in range(30):
         cluster.recording = True
-        reconcile(cluster, "cluster-policy", NS)
+        reconcile(cluster, name="cluster-policy", namespace=NS)
         cluster.recording = False
         sim.settle()
-    assert cluster.get(NODE, "gpu-1")["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
-    # Someone edits operand objects by hand: the operator puts them back.
-    cluster.patch(RUNTIME_CLASS, "nvidia", {"handler": "runc"})
-    relabel = {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}
-    cluster.patch(SERVICE_ACCOUNT, "gpuchain-device-plugin", relabel, NS)
-    cluster.patch(SERVICE, "nvidia-dcgm-exporter", relabel, NS)
-    cluster.recording = True
-    reconcile(cluster, "cluster-policy", NS)
-    cluster.recording = False
-    assert cluster.get(RUNTIME_CLASS, "nvidia")["handler"] == "nvidia"
-    labels = cluster.get(SERVICE_ACCOUNT, "gpuchain-device-plugin", NS)["metadata"]["labels"]
-    assert labels["app.kubernetes.io/part-of"] == "gpuchain"
-    assert cluster.get(SERVICE, "nvidia-dcgm-exporter", NS)["metadata"]["labels"]["app.kubernetes.io/part-of"] == (
-        "gpuchain"
+    assert (
+        cluster.get(NODE, name="gpu-1")["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
     )
+    # Someone edits operand objects by hand: the operator puts them back.
+    cluster.patch(RUNTIME_CLASS, name="nvidia", patch={"handler": "runc"})
+    relabel = {"metadata": {"labels": {"app.kubernetes.io/part-of": "x"}}}
+    cluster.patch(SERVICE_ACCOUNT, name="gpuchain-device-plugin", patch=relabel, namespace=NS)
+    cluster.patch(SERVICE, name="nvidia-dcgm-exporter", patch=relabel, namespace=NS)
+    cluster.recording = True
+    reconcile(cluster, name="cluster-policy", namespace=NS)
+    cluster.recording = False
+    assert cluster.get(RUNTIME_CLASS, name="nvidia")["handler"] == "nvidia"
+    labels = cluster.get(SERVICE_ACCOUNT, name="gpuchain-device-plugin", namespace=NS)["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "gpuchain"
+    assert cluster.get(SERVICE, name="nvidia-dcgm-exporter", namespace=NS)["metadata"]["labels"][
+        "app.kubernetes.io/part-of"
+    ] == ("gpuchain")
     # The device plugin's ConfigMap shares with MPS: the operator reads it and mounts the MPS root.
     cluster.create(
         {
@@ -152,24 +156,26 @@ def _exercise() -> Recording:
             },
         }
     )
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"devicePlugin": {"config": {"name": "plugin-config"}}}})
+    cluster.patch(
+        CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"devicePlugin": {"config": {"name": "plugin-config"}}}}
+    )
     cluster.recording = True
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     cluster.recording = False
-    plugin = cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", NS)
+    plugin = cluster.get(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace=NS)
     assert plugin["spec"]["template"]["spec"]["hostPID"] is True
     # The exporter switched off: its Service goes with it.
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": False}}})
     cluster.recording = True
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     cluster.recording = False
-    assert cluster.list(SERVICE, NS) == []
+    assert cluster.list(SERVICE, namespace=NS) == []
     # The node agent layout: the per-operand DaemonSets go, one agent DaemonSet and its account come.
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"nodeAgent": {"enabled": True}}})
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"nodeAgent": {"enabled": True}}})
     cluster.recording = True
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     cluster.recording = False
-    assert {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)} == {
+    assert {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)} == {
         "nvidia-driver-daemonset",
         "nvidia-container-toolkit-daemonset",
         "gpuchain-node-agent",
@@ -187,7 +193,7 @@ def _exercise() -> Recording:
         }
     )
     cluster.recording = True
-    assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
+    assert reconcile(cluster, name="cluster-policy", namespace=NS).state == "standingAside"
     cluster.recording = False
     return cluster
 
@@ -265,7 +271,7 @@ def test_each_operand_is_granted_exactly_what_it_uses(values: dict[str, Any]) ->
             bound.setdefault(subject["name"], set()).update(grants)
     policy = parse_policy(next(d for d in docs if d["kind"] == "ClusterPolicy")["spec"])
     assert isinstance(policy, ClusterPolicySpec), policy
-    objs = desired(policy, Facts(NS, "cluster-policy"))
+    objs = desired(policy, Facts(namespace=NS, policy_name="cluster-policy"))
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     needs = dict(OPERAND_NEEDS)

@@ -197,8 +197,8 @@ def test_resolve_backend_tells_explicit_from_default() -> None:
         mark("ok", resolve_backend(None)) == "ok (simulated)" and mark("ok", resolve_backend(BackendKind.nvml)) == "ok"
     )
     with pytest.raises(typer.Exit):
-        refuse_implicit_sim(resolve_backend(None), "somewhere real")
-    refuse_implicit_sim(resolve_backend(BackendKind.sim), "somewhere real")
+        refuse_implicit_sim(resolve_backend(None), target="somewhere real")
+    refuse_implicit_sim(resolve_backend(BackendKind.sim), target="somewhere real")
 
 
 def test_gpu_health_refuses_the_default_sim_backend_on_a_live_cluster(no_kubeconfig: Path) -> None:
@@ -221,7 +221,7 @@ def test_gpu_health_with_explicit_sim_publishes_and_says_simulated(tmp_path: Pat
         args = ["gpu-health", "--once", "--node", "n1", "--pod-resources-socket", "/nonexistent"]
         env = {"KUBECONFIG": str(kubeconfig)}
         refused = runner.invoke(app, args, env=env)
-        assert refused.exit_code == 2 and "GPUHealthy" not in str(cluster.get(NODE, "n1").get("status"))
+        assert refused.exit_code == 2 and "GPUHealthy" not in str(cluster.get(NODE, name="n1").get("status"))
         result = runner.invoke(app, [*args, "--backend", "sim"], env=env)
         assert result.exit_code == 0, result.output
         assert "(simulated)" in result.output

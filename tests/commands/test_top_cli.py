@@ -40,15 +40,20 @@ def test_scenario_table_names_each_pod() -> None:
 def test_url_reads_a_running_exporter_and_shows_a_lost_gpu() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     uuid = sim.inventory().gpus[1].uuid
-    sim.run_process(1, 10, memory_mib=5_000, sm_percent=30)
+    sim.run_process(1, pid=10, memory_mib=5_000, sm_percent=30)
     rows = [Assignment("nvidia.com/gpu", uuid, PodRef("ml", "solo", "main"))]
     collector = GpuMetricsCollector(
-        sim, load_collectors(), "node-a", pod_lister=lambda: rows, processes=True, cgroup_of=lambda pid: None
+        sim,
+        counters=load_collectors(),
+        hostname="node-a",
+        pod_lister=lambda: rows,
+        processes=True,
+        cgroup_of=lambda pid: None,
     )
     collector.collect_once()
     sim.lose_gpu(4)
     collector.collect_once()
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     server.start_background()
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"

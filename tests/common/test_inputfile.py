@@ -25,7 +25,7 @@ class Doc(BaseModel):
 
 def _err(path: Path) -> str:
     with pytest.raises(ConfigFileError) as info:
-        load_yaml_file(Doc, path)
+        load_yaml_file(Doc, path=path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(path))
     return message
@@ -82,7 +82,7 @@ def test_utf16_and_utf32_are_named(tmp_path: Path, encoding: str) -> None:
 def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_bytes(codecs.BOM_UTF8 + b"a: 3\n")
-    assert load_yaml_file(Doc, p).a == 3
+    assert load_yaml_file(Doc, path=p).a == 3
 
 
 def test_deep_nesting_is_refused_without_recursion(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_duplicate_key_names_both_lines(tmp_path: Path) -> None:
 def test_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("base: &base {x: 1}\nb:\n  <<: *base\n  y: 2\n")
-    assert load_yaml_file(Doc, p).b == {"x": 1, "y": 2}
+    assert load_yaml_file(Doc, path=p).b == {"x": 1, "y": 2}
 
 
 @pytest.mark.parametrize("text", ["", "\n# only a comment\n", "null\n", "~\n", "---\n"])
@@ -123,9 +123,9 @@ def test_empty_or_null_file_is_refused(tmp_path: Path, text: str) -> None:
 def test_empty_file_is_every_default_when_the_format_says_so(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("")
-    assert load_yaml_file(Doc, p, empty_ok=True) == Doc()
+    assert load_yaml_file(Doc, path=p, empty_ok=True) == Doc()
     p.write_text("{}\n")
-    assert load_yaml_file(Doc, p) == Doc()
+    assert load_yaml_file(Doc, path=p) == Doc()
 
 
 def test_oversized_file_is_refused(tmp_path: Path) -> None:
@@ -137,11 +137,11 @@ def test_oversized_file_is_refused(tmp_path: Path) -> None:
 
 def test_huge_integer_and_multiple_documents_are_one_line_errors() -> None:
     with pytest.raises(ConfigFileError, match="not valid YAML"):
-        load_yaml_model(Doc, "a: " + "9" * 5000)
+        load_yaml_model(Doc, text="a: " + "9" * 5000)
     with pytest.raises(
         ConfigFileError, match="not valid YAML: but found another document \\(expected a single document"
     ):
-        load_yaml_model(Doc, "a: 1\n---\na: 2\n")
+        load_yaml_model(Doc, text="a: 1\n---\na: 2\n")
 
 
 def test_symlinked_configmap_file_is_read(tmp_path: Path) -> None:
@@ -151,11 +151,11 @@ def test_symlinked_configmap_file_is_read(tmp_path: Path) -> None:
     data.write_text("a: 5\n")
     (tmp_path / "..data").symlink_to(data.parent.name)
     (tmp_path / "config.yaml").symlink_to("..data/config.yaml")
-    assert load_yaml_file(Doc, tmp_path / "config.yaml").a == 5
+    assert load_yaml_file(Doc, path=tmp_path / "config.yaml").a == 5
 
 
 def test_control_characters_are_named_with_their_line() -> None:
     """Found by tests/fuzz: PyYAML raised ReaderError from its constructor, outside the handler."""
     with pytest.raises(ConfigFileError) as info:
-        load_yaml_model(Doc, "a: 1\nb: \x01\n", "c.yaml")
+        load_yaml_model(Doc, text="a: 1\nb: \x01\n", source="c.yaml")
     assert str(info.value) == "c.yaml:2: contains the control character U+0001; YAML files hold printable text only"

@@ -25,7 +25,7 @@ def test_every_problem_is_found_each_at_its_path() -> None:
 def test_a_field_check_sees_the_fields_above_it_whatever_the_key_order() -> None:
     text = "gpus: [{numaNodes: [0, 1, 0], count: 2, model: H100-80GB}]"
     with pytest.raises(ConfigFileError) as err:
-        load_yaml_model(Topology, text, "topo.yaml")
+        load_yaml_model(Topology, text=text, source="topo.yaml")
     assert err.value.field == "gpus.0.numaNodes" and "3 entries for 2 GPUs" in err.value.reason
 
 

@@ -28,7 +28,7 @@ async def test_a_failing_task_is_logged_at_once_and_restarted_with_a_doubling_ba
 
     with caplog.at_level(logging.ERROR):
         task = asyncio.create_task(
-            supervise("watcher", flaky, first_delay=0.5, max_delay=4, sleep=sleep, rng=lambda: 1.0)
+            supervise("watcher", run=flaky, first_delay=0.5, max_delay=4, sleep=sleep, rng=lambda: 1.0)
         )
         while runs < 4:
             await asyncio.sleep(0)
@@ -50,7 +50,7 @@ async def test_a_task_that_returns_is_restarted_too(caplog: pytest.LogCaptureFix
     async def sleep(seconds: float) -> None:
         await asyncio.sleep(0)
 
-    task = asyncio.create_task(supervise("loop", quits, sleep=sleep))
+    task = asyncio.create_task(supervise("loop", run=quits, sleep=sleep))
     while runs < 3:
         await asyncio.sleep(0)
     task.cancel()
@@ -103,13 +103,13 @@ async def test_wait_event_says_whether_the_event_was_set() -> None:
 
 def test_a_backoff_doubles_to_its_cap_with_jitter_in_the_upper_half_and_starts_over_on_reset() -> None:
     draws = iter([0.0, 1.0, 0.5, 0.0, 1.0, 0.0])
-    backoff = Backoff(1.0, 4.0, rng=lambda: next(draws))
+    backoff = Backoff(1.0, cap=4.0, rng=lambda: next(draws))
     assert [backoff.next() for _ in range(5)] == [0.5, 2.0, 3.0, 2.0, 4.0]
     assert backoff.failures == 5
     backoff.reset()
     assert (backoff.next(), backoff.failures) == (0.5, 1)
     with pytest.raises(ValueError, match="first"):
-        Backoff(0.0, 1.0)
+        Backoff(0.0, cap=1.0)
 
 
 async def test_supervised_restarts_are_jittered_and_a_long_healthy_run_starts_the_backoff_over() -> None:
@@ -127,5 +127,7 @@ async def test_supervised_restarts_are_jittered_and_a_long_healthy_run_starts_th
             raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
-        await supervise("loop", fails, first_delay=1, max_delay=4, sleep=sleep, clock=lambda: now[0], rng=lambda: 0.0)
+        await supervise(
+            "loop", run=fails, first_delay=1, max_delay=4, sleep=sleep, clock=lambda: now[0], rng=lambda: 0.0
+        )
     assert waits == [0.5, 1.0, 0.5, 1.0]

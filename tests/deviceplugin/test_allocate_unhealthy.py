@@ -21,7 +21,7 @@ async def test_allocate_of_an_unhealthy_id_is_failed_precondition_naming_it_and_
     try:
         bad = node.backend.inventory().gpu(2).uuid
         good = node.backend.inventory().gpu(3).uuid
-        node.backend.inject_xid(2, 79)
+        node.backend.inject_xid(2, xid=79)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 7})
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await node.kubelet.allocate_raw(GPU, [good, bad])
@@ -36,7 +36,7 @@ async def test_allocate_of_an_unhealthy_id_is_failed_precondition_naming_it_and_
 async def test_allocate_of_an_unhealthy_replica_is_refused_too() -> None:
     node = await start_sim_node(config=parse_config("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}"))
     try:
-        node.backend.inject_xid(0, 48)
+        node.backend.inject_xid(0, xid=48)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 14})
         uuid = node.backend.inventory().gpu(0).uuid
         with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -50,7 +50,9 @@ def spec_for(backend: SimBackend, config_text: str, dev_root: str = "/") -> dict
     resources = map_resources(backend.inventory(), config)
     # The control nodes nvidia-ctk's captured spec (the fixture) found on its node.
     control = ["/dev/nvidiactl"]
-    return cdi.plugin_spec(resources, config.flags.plugin.device_id_strategy, control, dev_root)
+    return cdi.plugin_spec(
+        resources, strategy=config.flags.plugin.device_id_strategy, control_nodes=control, dev_root=dev_root
+    )
 
 
 def test_the_spec_has_nvidia_ctks_layout(h100_sim: SimBackend) -> None:
@@ -91,7 +93,7 @@ def test_every_name_allocate_answers_is_in_the_spec(mig_sim: SimBackend, strateg
     answered = []
     for res in map_resources(mig_sim.inventory(), config):
         for device in res.devices:
-            alloc = allocate_container(res, [device.id], config.flags.plugin)
+            alloc = allocate_container(res, ids=[device.id], flags=config.flags.plugin)
             names = alloc.cdi_devices or tuple(",".join(alloc.annotations.values()).split(","))
             (name,) = names
             assert CDI_NAME.match(name), name
@@ -110,7 +112,7 @@ async def test_the_plugin_keeps_its_spec_current(h100_sim: SimBackend, tmp_path:
     cdi_dir = tmp_path / "cdi"
     spec_file = cdi_dir / "k8s.device-plugin.nvidia.com-gpu.json"
     plugin = DevicePlugin(
-        h100_sim, parse_config("flags: {plugin: {deviceListStrategy: cdi-cri}}"), tmp_path / "dp", env={},
+        h100_sim, config=parse_config("flags: {plugin: {deviceListStrategy: cdi-cri}}"), socket_dir=tmp_path / "dp", env={},
         cdi_dir=cdi_dir,
     )  # fmt: skip
     gpus = [g.uuid for g in h100_sim.inventory().gpus]

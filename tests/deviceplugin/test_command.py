@@ -139,10 +139,10 @@ async def test_process_follows_its_node_label_over_a_real_http_api(tmp_path: Pat
         try:
             await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 16}, timeout=20)
             relabel = {"metadata": {"labels": {NODE_CONFIG_LABEL: "default"}}}
-            await asyncio.to_thread(cluster.patch, NODE, "gpu-0", relabel)
+            await asyncio.to_thread(cluster.patch, NODE, name="gpu-0", patch=relabel)
             await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 8}, timeout=10)
             relabel = {"metadata": {"labels": {NODE_CONFIG_LABEL: "nope"}}}
-            await asyncio.to_thread(cluster.patch, NODE, "gpu-0", relabel)
+            await asyncio.to_thread(cluster.patch, NODE, name="gpu-0", patch=relabel)
             async with asyncio.timeout(10):
                 while not await asyncio.to_thread(cluster.events_for, _gpu_node("nope")):
                     await asyncio.sleep(0.05)

@@ -26,7 +26,7 @@ def test_joined_frames_equal_the_message_built_per_device(preset: str, config: s
     sim = SimBackend.from_preset(preset)
     inventory = sim.inventory()
     health = HealthState(quiet_seconds=0)
-    health.apply(HealthEvent(EventKind.XID, inventory.gpus[-1].uuid, xid=79), 0)
+    health.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=inventory.gpus[-1].uuid, xid=79), 0)
     for resource in map_resources(inventory, parse_config(config)):
         expected = pb.ListAndWatchResponse(
             devices=[
@@ -56,7 +56,7 @@ def test_one_run_per_unit_and_only_the_changed_gpus_replicas_flip() -> None:
     assert [gpu for gpu, _, _, _ in frames.runs] == [g.uuid for g in inventory.gpus]
     health = HealthState(quiet_seconds=0)
     before = pb.ListAndWatchResponse.FromString(device_list_bytes(frames, health))
-    health.apply(HealthEvent(EventKind.XID, inventory.gpus[3].uuid, xid=79), 0)
+    health.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=inventory.gpus[3].uuid, xid=79), 0)
     after = pb.ListAndWatchResponse.FromString(device_list_bytes(frames, health))
     flipped = [b.ID for b, a in zip(before.devices, after.devices, strict=True) if a.health != b.health]
     assert flipped == [f"{inventory.gpus[3].uuid}::{n}" for n in range(256)]

@@ -52,7 +52,9 @@ def test_the_daemon_gets_nvidias_limits_for_the_same_config(preset: str, replica
 
 
 def test_a_container_of_an_mps_share_gets_nvidias_pipe_and_shm_mounts() -> None:
-    alloc = with_mps(ContainerAllocation({"NVIDIA_VISIBLE_DEVICES": "GPU-x"}), GPU, "/run/nvidia/mps")
+    alloc = with_mps(
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "GPU-x"}), resource=GPU, host_root="/run/nvidia/mps"
+    )
     assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-x", "CUDA_MPS_PIPE_DIRECTORY": "/mps/nvidia.com/gpu/pipe"}
     assert [(m.container_path, m.host_path, m.read_only) for m in alloc.mounts] == [
         ("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe", False),
@@ -141,7 +143,7 @@ async def test_a_missing_control_program_is_named_with_where_it_comes_from(
     from gpuchain.gpu.mps import MpsControl, MpsError, MpsRoot
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    control = MpsControl(GPU, MpsRoot(str(tmp_path / "mps")))
+    control = MpsControl(resource=GPU, root=MpsRoot(str(tmp_path / "mps")))
     with pytest.raises(MpsError) as err:
         await control.ask("get_default_active_thread_percentage")
     assert str(err.value).startswith("nvidia-cuda-mps-control: not found on PATH")

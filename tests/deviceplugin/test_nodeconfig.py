@@ -41,37 +41,37 @@ TIME_SLICING = "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}\
 
 
 def test_label_wins_over_cluster_default_and_default() -> None:
-    assert select_config_key("ts", "mig", {"default", "ts", "mig"}) == "ts"
+    assert select_config_key("ts", cluster_default="mig", available={"default", "ts", "mig"}) == "ts"
 
 
 def test_without_label_the_cluster_default_then_default_then_the_only_key() -> None:
-    assert select_config_key(None, "mig", {"default", "mig"}) == "mig"
-    assert select_config_key("", None, {"default", "mig"}) == "default"
-    assert select_config_key(None, None, {"only"}) == "only"
+    assert select_config_key(None, cluster_default="mig", available={"default", "mig"}) == "mig"
+    assert select_config_key("", cluster_default=None, available={"default", "mig"}) == "default"
+    assert select_config_key(None, cluster_default=None, available={"only"}) == "only"
     with pytest.raises(ConfigFileError, match="label the node or add a 'default' key"):
-        select_config_key(None, None, {"a", "b"})
+        select_config_key(None, cluster_default=None, available={"a", "b"})
 
 
 def test_a_label_naming_a_missing_key_is_an_error_listing_the_keys() -> None:
     with pytest.raises(ConfigKeyError) as err:
-        select_config_key("h100-mig", "default", {"ts", "default"})
+        select_config_key("h100-mig", cluster_default="default", available={"ts", "default"})
     assert (err.value.field, err.value.key, err.value.available) == (NODE_CONFIG_LABEL, "h100-mig", ("default", "ts"))
     assert "'h100-mig', which does not exist; available: default, ts" in str(err.value)
 
 
 def test_a_missing_cluster_default_is_not_silently_replaced_by_default() -> None:
     with pytest.raises(ConfigKeyError) as err:
-        select_config_key(None, "gone", {"default"})
+        select_config_key(None, cluster_default="gone", available={"default"})
     assert err.value.field == CLUSTER_DEFAULT_SOURCE and "devicePlugin.config.default" in str(err.value)
 
 
 def test_choose_config_file_passes_label_and_cluster_default(tmp_path: Path) -> None:
     for key in ("default", "ts", "mig"):
         (tmp_path / key).write_text("")
-    assert choose_config_file(tmp_path, None, "mig").name == "mig"
-    assert choose_config_file(tmp_path, "ts", "mig").name == "ts"
+    assert choose_config_file(tmp_path, label=None, cluster_default="mig").name == "mig"
+    assert choose_config_file(tmp_path, label="ts", cluster_default="mig").name == "ts"
     with pytest.raises(ConfigKeyError, match=str(tmp_path)):
-        choose_config_file(tmp_path, "nope", "mig")
+        choose_config_file(tmp_path, label="nope", cluster_default="mig")
 
 
 def test_node_config_label_treats_an_empty_value_as_absent() -> None:
@@ -90,7 +90,7 @@ def _node(label: str | None, name: str = NODE_NAME) -> Obj:
 
 
 def _relabel(cluster: MemoryCluster, label: str | None, name: str = NODE_NAME) -> None:
-    cluster.patch(NODE, name, {"metadata": {"labels": {NODE_CONFIG_LABEL: label}}})
+    cluster.patch(NODE, name=name, patch={"metadata": {"labels": {NODE_CONFIG_LABEL: label}}})
 
 
 def _config_dir(tmp_path: Path) -> Path:
@@ -118,7 +118,7 @@ class Following:
     async def start(self) -> None:
         label, rv = self.watch.read()
         self.sim = await start_sim_node(config=self.source.load(label, {}))
-        self.follower = ConfigFollower(self.sim.plugin, self.source, {}, label, self.watch)
+        self.follower = ConfigFollower(self.sim.plugin, source=self.source, env={}, label=label, watch=self.watch)
         self.task = asyncio.create_task(self.follower.follow(rv))
 
     async def stop(self) -> None:
@@ -133,7 +133,7 @@ class Following:
 @pytest.fixture
 async def following(tmp_path: Path) -> AsyncIterator[Following]:
     cluster = MemoryCluster([_node("ts"), _node("ts", "gpu-node-2")])
-    f = Following(cluster, ConfigSource(directory=_config_dir(tmp_path)), NodeLabelWatch(cluster, NODE_NAME))
+    f = Following(cluster, ConfigSource(directory=_config_dir(tmp_path)), NodeLabelWatch(cluster, node_name=NODE_NAME))
     await f.start()
     yield f
     await f.stop()
@@ -184,7 +184,7 @@ async def test_a_label_naming_a_missing_key_keeps_the_running_config_and_reports
     assert len(following.sim.plugin.registrations) == registrations, "nothing re-served"
     assert following.sim.plugin.config.sharing.time_slicing.resources[0].replicas == 2
 
-    (event,) = following.cluster.events_for(following.cluster.get(NODE, NODE_NAME))
+    (event,) = following.cluster.events_for(following.cluster.get(NODE, name=NODE_NAME))
     assert (event["type"], event["reason"], event["source"]["component"]) == (
         "Warning",
         REASON_NOT_FOUND,
@@ -199,7 +199,7 @@ async def test_a_label_naming_a_missing_key_keeps_the_running_config_and_reports
 async def test_removing_the_label_falls_back_to_the_cluster_default(tmp_path: Path) -> None:
     cluster = MemoryCluster([_node("default")])
     source = ConfigSource(directory=_config_dir(tmp_path), cluster_default="ts")
-    f = Following(cluster, source, NodeLabelWatch(cluster, NODE_NAME))
+    f = Following(cluster, source, NodeLabelWatch(cluster, node_name=NODE_NAME))
     await f.start()
     try:
         assert f.sim is not None
@@ -237,7 +237,7 @@ class FlakyCluster(MemoryCluster):
 
 async def test_the_watch_retries_and_resyncs_after_failures(caplog: pytest.LogCaptureFixture) -> None:
     cluster = FlakyCluster([_node("ts")], failures=2)
-    watch = NodeLabelWatch(cluster, NODE_NAME, retry_seconds=0.01)
+    watch = NodeLabelWatch(cluster, node_name=NODE_NAME, retry_seconds=0.01)
     label, rv = watch.read()
     _relabel(cluster, "default")  # changed while the watch is down: seen on resync
     changes = watch.changes(label, rv)
@@ -251,7 +251,7 @@ async def test_the_watch_retries_and_resyncs_after_failures(caplog: pytest.LogCa
 
 async def test_a_watch_that_ends_resumes_without_missing_a_change() -> None:
     cluster = MemoryCluster([_node("ts")])
-    watch = NodeLabelWatch(cluster, NODE_NAME, watch_seconds=0.05)
+    watch = NodeLabelWatch(cluster, node_name=NODE_NAME, watch_seconds=0.05)
     label, rv = watch.read()
     changes = watch.changes(label, rv)
     pending = asyncio.ensure_future(anext(changes))
@@ -273,7 +273,9 @@ async def test_relabelling_applies_nvidias_naming_rule_unless_told_otherwise(
     )
     cluster = MemoryCluster([_node("default")])
     f = Following(
-        cluster, ConfigSource(directory=directory, config_naming=config_naming), NodeLabelWatch(cluster, NODE_NAME)
+        cluster,
+        ConfigSource(directory=directory, config_naming=config_naming),
+        NodeLabelWatch(cluster, node_name=NODE_NAME),
     )
     await f.start()
     try:

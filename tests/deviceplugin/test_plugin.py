@@ -49,7 +49,7 @@ async def test_registers_one_endpoint_with_all_gpus(node: SimNode) -> None:
 
 
 async def test_pod_gets_gpus_through_preferred_allocation(node: SimNode) -> None:
-    pod = await node.kubelet.admit("ml", "train", [ContainerRequest("main", {GPU: 4})])
+    pod = await node.kubelet.admit("ml", name="train", containers=[ContainerRequest("main", {GPU: 4})])
     ids = pod.containers[0].devices[GPU]
     numa = {node.backend.inventory().gpu(i).numa_node for i in ids}
     assert len(ids) == 4 and len(numa) == 1
@@ -86,7 +86,7 @@ async def test_pod_gets_gpus_through_preferred_allocation(node: SimNode) -> None
 async def test_allocate_strategies_over_grpc(flags: str, check: object) -> None:
     node = await _node(f"flags:\n  plugin:\n    {flags}\n")
     try:
-        pod = await node.kubelet.admit("default", "p", [ContainerRequest("c", {GPU: 1})])
+        pod = await node.kubelet.admit("default", name="p", containers=[ContainerRequest("c", {GPU: 1})])
         c = pod.containers[0]
         assert check(c, list(c.devices[GPU]))  # type: ignore[operator]
     finally:
@@ -120,8 +120,8 @@ async def test_replicas_spread_over_gpus_and_pod_sees_the_uuid() -> None:
     try:
         shared = "nvidia.com/gpu.shared"
         assert node.kubelet.capacity() == {shared: 32}
-        a = await node.kubelet.admit("default", "a", [ContainerRequest("c", {shared: 1})])
-        b = await node.kubelet.admit("default", "b", [ContainerRequest("c", {shared: 1})])
+        a = await node.kubelet.admit("default", name="a", containers=[ContainerRequest("c", {shared: 1})])
+        b = await node.kubelet.admit("default", name="b", containers=[ContainerRequest("c", {shared: 1})])
         ua = a.containers[0].envs["NVIDIA_VISIBLE_DEVICES"]
         ub = b.containers[0].envs["NVIDIA_VISIBLE_DEVICES"]
         assert ua.startswith("GPU-") and "::" not in ua and ua != ub
@@ -134,10 +134,12 @@ async def test_mixed_mig_endpoints_and_mig_scoped_health(mig_sim: SimBackend) ->
     try:
         cap = node.kubelet.capacity()
         assert cap == {GPU: 2, "nvidia.com/mig-1g.10gb": 22, "nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-3g.40gb": 4}
-        pod = await node.kubelet.admit("default", "m", [ContainerRequest("c", {"nvidia.com/mig-1g.10gb": 1})])
+        pod = await node.kubelet.admit(
+            "default", name="m", containers=[ContainerRequest("c", {"nvidia.com/mig-1g.10gb": 1})]
+        )
         mig_uuid = pod.containers[0].devices["nvidia.com/mig-1g.10gb"][0]
         assert pod.containers[0].envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid
-        mig_sim.inject_xid(mig_uuid, 48)
+        mig_sim.inject_xid(mig_uuid, xid=48)
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable()["nvidia.com/mig-1g.10gb"] == 21)
         assert node.kubelet.allocatable() == {**cap, "nvidia.com/mig-1g.10gb": 21}
     finally:
@@ -145,9 +147,9 @@ async def test_mixed_mig_endpoints_and_mig_scoped_health(mig_sim: SimBackend) ->
 
 
 async def test_xid_drops_allocatable_and_recovery_restores_it(node: SimNode) -> None:
-    node.backend.inject_xid(2, 79)
+    node.backend.inject_xid(2, xid=79)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
-    node.backend.inject_xid(3, 13)
+    node.backend.inject_xid(3, xid=13)
     node.backend.recover_gpu(2)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 8)
     assert node.kubelet.capacity() == {GPU: 8}
@@ -157,7 +159,7 @@ async def test_lost_gpu_is_unhealthy_until_it_comes_back(node: SimNode) -> None:
     node.backend.lose_gpu(5)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
     with pytest.raises(Exception, match="Insufficient"):
-        await node.kubelet.admit("default", "big", [ContainerRequest("c", {GPU: 8})])
+        await node.kubelet.admit("default", name="big", containers=[ContainerRequest("c", {GPU: 8})])
     node.backend.recover_gpu(5)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 8)
 
@@ -183,7 +185,7 @@ async def test_devices_come_back_after_the_event_stream_recovers() -> None:
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 0)
         assert node.kubelet.capacity() == {GPU: 8}  # unhealthy, still announced
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 8)
-        node.backend.inject_xid(1, 79)  # the new subscription delivers events
+        node.backend.inject_xid(1, xid=79)  # the new subscription delivers events
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable().get(GPU) == 7)
     finally:
         await node.stop()
@@ -194,7 +196,7 @@ async def test_disabled_health_checks_keep_devices_healthy() -> None:
     try:
         handled = asyncio.Event()
         node.plugin.on_event = lambda event: handled.set()
-        node.backend.inject_xid(0, 79)
+        node.backend.inject_xid(0, xid=79)
         await asyncio.wait_for(handled.wait(), 5)
         assert not node.plugin.health.bad_gpus
         assert node.kubelet.allocatable() == {GPU: 8}
@@ -203,7 +205,7 @@ async def test_disabled_health_checks_keep_devices_healthy() -> None:
 
 
 async def test_kubelet_restart_reregisters(node: SimNode) -> None:
-    await node.kubelet.admit("default", "keep", [ContainerRequest("c", {GPU: 1})])
+    await node.kubelet.admit("default", name="keep", containers=[ContainerRequest("c", {GPU: 1})])
     before = len(node.plugin.registrations)
     stray = node.socket_dir / "stale-plugin.sock"
     stray.touch()
@@ -230,7 +232,7 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_appears(
     h100_sim: SimBackend, short_dir: Path
 ) -> None:
     root = short_dir
-    plugin = DevicePlugin(h100_sim, Config(), root, env={}, watch_interval=0.02)
+    plugin = DevicePlugin(h100_sim, config=Config(), socket_dir=root, env={}, watch_interval=0.02)
     kubelet = KubeletPeer(root)
     try:
         await plugin.start()
@@ -252,7 +254,7 @@ async def test_a_reload_re_serves_and_registers_once(node: SimNode) -> None:
     await asyncio.sleep(0.5)  # ten polls of the kubelet watch (watch_interval 0.05) and its inotify wake-up
     assert len(node.plugin.registrations) == before + 1
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8})
-    pod = await node.kubelet.admit("default", "after-reload", [ContainerRequest("c", {GPU: 1})])
+    pod = await node.kubelet.admit("default", name="after-reload", containers=[ContainerRequest("c", {GPU: 1})])
     assert len(pod.containers[0].devices[GPU]) == 1
 
 
@@ -268,7 +270,7 @@ async def test_pre_start_container_is_called_when_required() -> None:
     node = await start_sim_node(pre_start_required=True)
     try:
         assert node.kubelet.endpoints[GPU].options.pre_start_required
-        await node.kubelet.admit("default", "p", [ContainerRequest("c", {GPU: 1})])
+        await node.kubelet.admit("default", name="p", containers=[ContainerRequest("c", {GPU: 1})])
         assert node.plugin.servicer(GPU).prestarts == 1
     finally:
         await node.stop()
@@ -277,7 +279,7 @@ async def test_pre_start_container_is_called_when_required() -> None:
 async def test_list_and_watch_resends_the_full_list_on_change(node: SimNode) -> None:
     sent: list[pb.ListAndWatchResponse] = []
     node.plugin.servicer(GPU).on_send = sent.append
-    node.backend.inject_xid(1, 79)
+    node.backend.inject_xid(1, xid=79)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
     assert len(sent) == 1 and len(sent[0].devices) == 8
     assert [d.health for d in sent[0].devices].count("Unhealthy") == 1
@@ -297,7 +299,9 @@ async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend, short_dir: Path)
     plugin_backend = nvml_over(h100_sim)
     kubelet_root = short_dir
     kubelet = KubeletPeer(kubelet_root)
-    plugin = DevicePlugin(plugin_backend, parse_config("health: {recoveryQuietSeconds: 0.05}"), kubelet_root, env={})
+    plugin = DevicePlugin(
+        plugin_backend, config=parse_config("health: {recoveryQuietSeconds: 0.05}"), socket_dir=kubelet_root, env={}
+    )
     try:
         await kubelet.start()
         await plugin.start()
@@ -305,7 +309,7 @@ async def test_plugin_on_the_nvml_backend(h100_sim: SimBackend, short_dir: Path)
         fake = plugin_backend._nvml
         while not (fake._event_sets and len(fake._event_sets[0].registered) == 8):
             await asyncio.sleep(0.01)  # NVML misses events raised before the event set exists
-        h100_sim.inject_xid(1, 48)
+        h100_sim.inject_xid(1, xid=48)
         await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 7})
         h100_sim.lose_gpu(2)
         await kubelet.wait_for(lambda: kubelet.allocatable() == {GPU: 6})
@@ -361,7 +365,7 @@ async def test_listed_says_when_the_kubelet_has_had_the_first_device_list() -> N
 
 
 async def test_listed_without_a_kubelet_waits_for_nothing(tmp_path: Path) -> None:
-    plugin = DevicePlugin(SimBackend.from_preset("h100-80gb-x8"), parse_config(""), tmp_path, env={})
+    plugin = DevicePlugin(SimBackend.from_preset("h100-80gb-x8"), config=parse_config(""), socket_dir=tmp_path, env={})
     await plugin.start()
     try:
         assert not plugin.registered

@@ -25,17 +25,17 @@ async def test_the_label_takes_the_gpus_off_the_kubelet_and_gives_them_back() ->
     sim = await start_sim_node()
     name = sim.backend.topology.node
     cluster = MemoryCluster([node_object(name)])
-    watch = NodeLabelWatch(cluster, name, retry_seconds=0.05)
+    watch = NodeLabelWatch(cluster, node_name=name, retry_seconds=0.05)
     _, version = watch.read()
     follow_allocator(sim.plugin, watch)
-    following = asyncio.create_task(ride(watch, None, version))
+    following = asyncio.create_task(ride(watch, label=None, resource_version=version))
     try:
         assert sim.kubelet.allocatable()["nvidia.com/gpu"] == 8
-        cluster.patch(NODE, name, {"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
+        cluster.patch(NODE, name=name, patch={"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
         # capacity 0 from a registered endpoint, not a vanished one (whose capacity the kubelet keeps)
         await sim.kubelet.wait_for(lambda: sim.kubelet.capacity().get("nvidia.com/gpu") == 0)
         assert sim.plugin.handed_to_dra and [len(r.devices) for r in sim.plugin.resources] == [0]
-        cluster.patch(NODE, name, {"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
+        cluster.patch(NODE, name=name, patch={"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable().get("nvidia.com/gpu", 0) == 8)
     finally:
         following.cancel()
@@ -45,12 +45,14 @@ async def test_the_label_takes_the_gpus_off_the_kubelet_and_gives_them_back() ->
 async def test_a_node_already_handed_over_is_never_announced(short_dir: Path) -> None:
     """Decided from the Node read before the plugin starts: the kubelet never sees a device."""
     cluster = MemoryCluster([node_object("dra-node")])
-    cluster.patch(NODE, "dra-node", {"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
-    watch = NodeLabelWatch(cluster, "dra-node")
+    cluster.patch(NODE, name="dra-node", patch={"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
+    watch = NodeLabelWatch(cluster, node_name="dra-node")
     watch.read()
     base = short_dir
-    kubelet = KubeletPeer(base / "dp", base / "pr" / "kubelet.sock")
-    plugin = DevicePlugin(SimBackend.from_preset("h100-80gb-x8"), None, base / "dp", env={}, watch_interval=0.05)
+    kubelet = KubeletPeer(base / "dp", pod_resources_socket=base / "pr" / "kubelet.sock")
+    plugin = DevicePlugin(
+        SimBackend.from_preset("h100-80gb-x8"), config=None, socket_dir=base / "dp", env={}, watch_interval=0.05
+    )
     follow_allocator(plugin, watch)
     await kubelet.start()
     try:

@@ -119,15 +119,23 @@ async def test_serving_part_of_the_config_is_a_warning_event_on_the_node(tmp_pat
     config_file = tmp_path / "config.yaml"
     config_file.write_text(EIGHT_SHARED)
     cluster = MemoryCluster([node_object("gpu-node")])
-    watch = NodeLabelWatch(cluster, "gpu-node")
+    watch = NodeLabelWatch(cluster, node_name="gpu-node")
     watch.read()
     backend = SimBackend.from_preset("h100-80gb-x8")
     kubelet = KubeletPeer(root)
     await kubelet.start()
-    node = Node(backend, NodeSettings(node_name="gpu-node"), lambda: cluster)
-    prepared = Prepared(parse_config(EIGHT_SHARED), ConfigSource(config_file), watch, None, None)
+    node = Node(backend, settings=NodeSettings(node_name="gpu-node"), cluster=lambda: cluster)
+    prepared = Prepared(
+        config=parse_config(EIGHT_SHARED),
+        source=ConfigSource(file=config_file),
+        watch=watch,
+        label=None,
+        resource_version=None,
+    )
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(DevicePluginSettings(socket_dir=root), node, prepared, stop, lambda: None))
+    task = asyncio.create_task(
+        serve(DevicePluginSettings(socket_dir=root), node=node, prepared=prepared, stop=stop, started=lambda: None)
+    )
     try:
         await kubelet.wait_for(lambda: kubelet.capacity() == {SHARED: 16}, timeout=10)
         backend.lose_gpu(5)

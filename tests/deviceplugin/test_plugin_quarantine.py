@@ -36,14 +36,16 @@ async def test_mig_devices_of_a_quarantined_gpu_follow_the_node_annotation() -> 
     sim = await start_sim_node(config=parse_config("flags: {migStrategy: mixed}"), backend=backend)
     name = backend.topology.node
     cluster = MemoryCluster([node_object(name)])
-    follower = asyncio.create_task(QuarantineFollower(cluster, name, sim.plugin.set_quarantined).follow())
+    follower = asyncio.create_task(
+        QuarantineFollower(cluster, node_name=name, apply=sim.plugin.set_quarantined).follow()
+    )
     try:
         gpu = next(g for g in backend.inventory().gpus if g.mig_enabled)
         assert gpu.mig_devices
         before = sum(sim.kubelet.allocatable().values())
-        cluster.patch(NODE, name, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: gpu.uuid}}})
+        cluster.patch(NODE, name=name, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: gpu.uuid}}})
         await sim.kubelet.wait_for(lambda: sum(sim.kubelet.allocatable().values()) == before - len(gpu.mig_devices))
-        cluster.patch(NODE, name, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: None}}})
+        cluster.patch(NODE, name=name, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: None}}})
         await sim.kubelet.wait_for(lambda: sum(sim.kubelet.allocatable().values()) == before)
     finally:
         follower.cancel()
@@ -57,8 +59,8 @@ async def test_a_gpu_the_loop_gives_back_is_healthy_again_although_this_process_
     sim = await start_sim_node(config=Config(health=Health(recovery_quiet_seconds=0.1)))
     try:
         repaired, other = (sim.backend.inventory().gpu(i).uuid for i in (5, 6))
-        sim.backend.inject_xid(5, 48, "double-bit ECC error")
-        sim.backend.inject_xid(6, 48, "double-bit ECC error")
+        sim.backend.inject_xid(5, xid=48, message="double-bit ECC error")
+        sim.backend.inject_xid(6, xid=48, message="double-bit ECC error")
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable()["nvidia.com/gpu"] == 6)
         sim.plugin.set_quarantined(frozenset({repaired}))
         sim.plugin.set_quarantined(frozenset())  # the loop gives it back: reset and burned in

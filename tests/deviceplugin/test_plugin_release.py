@@ -37,7 +37,7 @@ async def test_released_plugin_keeps_serving_across_a_kubelet_restart_and_a_relo
         await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 8}, timeout=5.0)
 
         # Allocate (with GetPreferredAllocation: two GPUs) for a new pod while released
-        pod = await node.kubelet.admit("ml", "two", [ContainerRequest("main", {GPU: 2})])
+        pod = await node.kubelet.admit("ml", name="two", containers=[ContainerRequest("main", {GPU: 2})])
         assert len(pod.containers[0].devices[GPU]) == 2
         assert not node.plugin.health.unhealthy()
     finally:

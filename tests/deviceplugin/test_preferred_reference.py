@@ -50,7 +50,7 @@ CONFIGS = [
 
 @cache
 def _resources(node: str, config: str) -> tuple[Inventory, tuple[Resource, ...]]:
-    sim = SimBackend(load_yaml_model(Topology, WIDE)) if node == "wide" else SimBackend.from_preset(node)
+    sim = SimBackend(load_yaml_model(Topology, text=WIDE)) if node == "wide" else SimBackend.from_preset(node)
     inventory = sim.inventory()
     try:
         return inventory, tuple(map_resources(inventory, parse_config(config)))
@@ -104,9 +104,9 @@ def test_the_reference_is_exercised_on_every_path() -> None:
     assert kinds == {"replicas", "mig", "gpus"}
     inventory, (gpus,) = _resources("wide", "")
     ids = [d.id for d in gpus.devices]
-    assert preferred_allocation(gpus, inventory, ids, [], 10) == reference.preferred_allocation(
-        gpus, inventory, ids, [], 10
-    )
+    assert preferred_allocation(
+        gpus, inventory=inventory, available=ids, must_include=[], size=10
+    ) == reference.preferred_allocation(gpus, inventory, ids, [], 10)
 
 
 def test_repeated_available_ids_are_refused() -> None:
@@ -114,4 +114,6 @@ def test_repeated_available_ids_are_refused() -> None:
     inventory, resources = _resources("h100-80gb-x8", CONFIGS[2])
     ids = [d.id for d in resources[0].devices]
     with pytest.raises(PreferenceError, match="repeat"):
-        preferred_allocation(resources[0], inventory, [ids[0], ids[0], ids[1]], [], 3)
+        preferred_allocation(
+            resources[0], inventory=inventory, available=[ids[0], ids[0], ids[1]], must_include=[], size=3
+        )

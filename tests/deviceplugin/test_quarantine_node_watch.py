@@ -63,7 +63,7 @@ def announced(sim: SimNode, gpu: Gpu) -> dict[str, bool]:
 
 def quarantine(cluster: MemoryCluster, name: str, *gpus: Gpu) -> None:
     value = ",".join(g.uuid for g in gpus) or None
-    cluster.patch(NODE, name, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: value}}})
+    cluster.patch(NODE, name=name, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: value}}})
 
 
 async def test_node_name_alone_withholds_mig_devices_and_replicas_through_one_watch() -> None:
@@ -71,10 +71,10 @@ async def test_node_name_alone_withholds_mig_devices_and_replicas_through_one_wa
     sim = await start_sim_node(config=MIXED_SHARED, backend=backend)
     name = backend.topology.node
     cluster = MemoryCluster([node_object(name)])
-    watch = NodeLabelWatch(cluster, name)
+    watch = NodeLabelWatch(cluster, node_name=name)
     label, rv = watch.read()
-    QuarantineFollower(cluster, name, sim.plugin.set_quarantined).attach(watch)
-    riding = asyncio.create_task(ride(watch, label, rv))
+    QuarantineFollower(cluster, node_name=name, apply=sim.plugin.set_quarantined).attach(watch)
+    riding = asyncio.create_task(ride(watch, label=label, resource_version=rv))
     try:
         gpus = backend.inventory().gpus
         mig = next(g for g in gpus if g.mig_enabled and g.mig_devices)
@@ -116,16 +116,16 @@ async def test_with_a_config_dir_the_label_and_the_quarantine_share_the_watch(tm
     sim = await start_sim_node(config=source.load(None, {}))
     name = sim.backend.topology.node
     cluster = MemoryCluster([node_object(name)])
-    watch = NodeLabelWatch(cluster, name)
+    watch = NodeLabelWatch(cluster, node_name=name)
     label, rv = watch.read()
-    QuarantineFollower(cluster, name, sim.plugin.set_quarantined).attach(watch)
-    follower = ConfigFollower(sim.plugin, source, {}, label, watch)
+    QuarantineFollower(cluster, node_name=name, apply=sim.plugin.set_quarantined).attach(watch)
+    follower = ConfigFollower(sim.plugin, source=source, env={}, label=label, watch=watch)
     following = asyncio.create_task(follower.follow(rv))
     try:
         victim = sim.backend.inventory().gpu(6)
         quarantine(cluster, name, victim)
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable() == {"nvidia.com/gpu": 7})
-        cluster.patch(NODE, name, {"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
+        cluster.patch(NODE, name=name, patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
         await sim.kubelet.wait_for(lambda: sim.kubelet.capacity() == {"nvidia.com/gpu": 16}, timeout=10)
         await sim.kubelet.wait_for(lambda: sim.kubelet.allocatable() == {"nvidia.com/gpu": 14})
         assert announced(sim, victim) == {f"{victim.uuid}::0": False, f"{victim.uuid}::1": False}
@@ -141,18 +141,18 @@ def test_a_quarantine_already_on_the_node_applies_before_the_watch_starts() -> N
     """A plugin that (re)starts while the loop holds a GPU withholds it from its first device list:
     the startup read of the Node feeds the quarantine."""
     cluster = MemoryCluster([node_object("n")])
-    cluster.patch(NODE, "n", {"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-a,GPU-b"}}})
+    cluster.patch(NODE, name="n", patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-a,GPU-b"}}})
     seen: list[frozenset[str]] = []
-    watch = NodeLabelWatch(cluster, "n")
+    watch = NodeLabelWatch(cluster, node_name="n")
     watch.read()
-    QuarantineFollower(cluster, "n", seen.append).attach(watch)
+    QuarantineFollower(cluster, node_name="n", apply=seen.append).attach(watch)
     assert seen == [frozenset({"GPU-a", "GPU-b"})]
     assert cluster.calls.by_verb["watch"] == 0
 
 
 def test_an_observer_that_fails_does_not_stop_the_watch() -> None:
     cluster = MemoryCluster([node_object("n")])
-    watch = NodeLabelWatch(cluster, "n")
+    watch = NodeLabelWatch(cluster, node_name="n")
     seen: list[str] = []
 
     def broken(_node: object) -> None:
@@ -196,7 +196,7 @@ async def test_the_command_with_node_name_alone_follows_the_quarantine_over_a_re
             replicas = kubelet.endpoints["nvidia.com/gpu"].devices
             assert {i for i, d in replicas.items() if not d.healthy} == {f"{gpu.uuid}::0", f"{gpu.uuid}::1"}
             released = {"metadata": {"annotations": {QUARANTINE_ANNOTATION: None}}}
-            await asyncio.to_thread(cluster.patch, NODE, "gpu-0", released)
+            await asyncio.to_thread(cluster.patch, NODE, name="gpu-0", patch=released)
             await kubelet.wait_for(lambda: kubelet.allocatable() == {"nvidia.com/gpu": 16}, timeout=10)
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 10)

@@ -14,7 +14,7 @@ from gpuchain.gpu.sim import SimBackend
 def test_a_pass_while_released_writes_the_same_labels() -> None:
     view = ReleasableView(SimBackend.from_preset("h100-80gb-x8"))
     seen: list[Labels] = []
-    discovery = Discovery(view, parse_config(""), [seen.append], clock=lambda: 42.0)
+    discovery = Discovery(backend=view, config=parse_config(""), sinks=[seen.append], clock=lambda: 42.0)
     first = discovery.run_once()
     assert first["nvidia.com/gpu.count"] == "8"
     view.release()

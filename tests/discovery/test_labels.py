@@ -63,7 +63,7 @@ TIME_SLICING = "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, repli
 
 def _labels(preset: str, config_text: str = "", **kwargs: object) -> dict[str, str]:
     inv = SimBackend.from_preset(preset).inventory()
-    return gfd_labels(inv, parse_config(config_text), timestamp=1700000000, machine="DGX H100", **kwargs)  # type: ignore[arg-type]
+    return gfd_labels(inv, config=parse_config(config_text), timestamp=1700000000, machine="DGX H100", **kwargs)  # type: ignore[arg-type]
 
 
 def _whole(preset: str, replicas: int = 1, strategy: str = "none", shared: bool = False) -> dict[str, str]:
@@ -193,7 +193,7 @@ def _all_mig(preset: str, layout: dict[str, int]) -> Inventory:
 
 def test_single_strategy_with_one_profile_everywhere() -> None:
     inv = _all_mig("h100-80gb-x8", {"1g.10gb": 7})
-    labels = gfd_labels(inv, parse_config("flags: {migStrategy: single}"), timestamp=None, machine="DGX H100")
+    labels = gfd_labels(inv, config=parse_config("flags: {migStrategy: single}"), timestamp=None, machine="DGX H100")
     expected = {
         **_whole("h100-80gb-x8"),
         N + "mig.strategy": "single",
@@ -207,7 +207,7 @@ def test_single_strategy_with_one_profile_everywhere() -> None:
 def test_single_strategy_with_time_slicing_marks_mig_product_shared() -> None:
     inv = _all_mig("a100-40gb-x8", {"3g.20gb": 2})
     config = parse_config("flags: {migStrategy: single}\n" + TIME_SLICING)
-    labels = gfd_labels(inv, config, timestamp=None)
+    labels = gfd_labels(inv, config=config, timestamp=None)
     assert labels[N + "gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb-SHARED"
     assert labels[N + "gpu.count"] == "16"
     assert labels[N + "gpu.replicas"] == "4"
@@ -218,7 +218,7 @@ def test_single_strategy_with_time_slicing_marks_mig_product_shared() -> None:
 
 def test_all_mig_enabled_without_single_labels_replicas_zero() -> None:
     inv = _all_mig("h100-80gb-x8", {"3g.40gb": 2})
-    labels = gfd_labels(inv, parse_config("flags: {migStrategy: mixed}\n" + TIME_SLICING))
+    labels = gfd_labels(inv, config=parse_config("flags: {migStrategy: mixed}\n" + TIME_SLICING))
     assert labels[N + "gpu.replicas"] == "0"
     assert labels[N + "gpu.sharing-strategy"] == "none"
     assert labels[N + "gpu.product"] == "NVIDIA-H100-80GB-HBM3"
@@ -231,7 +231,7 @@ def test_mixed_strategy_time_slicing_on_a_mig_resource() -> None:
         "flags: {migStrategy: mixed}\n"
         "sharing: {timeSlicing: {resources: [{name: nvidia.com/mig-1g.10gb, replicas: 2}]}}"
     )
-    labels = gfd_labels(SimBackend.from_preset("h100-80gb-x8-mig-mixed").inventory(), config)
+    labels = gfd_labels(SimBackend.from_preset("h100-80gb-x8-mig-mixed").inventory(), config=config)
     assert labels[N + "mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED"
     assert labels[N + "mig-1g.10gb.replicas"] == "2"
     assert labels[N + "mig-1g.10gb.sharing-strategy"] == "time-slicing"
@@ -265,7 +265,7 @@ def test_mps_sharing() -> None:
 def test_media_extension_profile_is_spelled_with_a_dot() -> None:
     sim = SimBackend.from_preset("a100-80gb-x8")
     sim.set_mig_layout(0, {"1g.10gb+me": 1, "1g.10gb": 6})
-    labels = gfd_labels(sim.inventory(), parse_config("flags: {migStrategy: mixed}"))
+    labels = gfd_labels(sim.inventory(), config=parse_config("flags: {migStrategy: mixed}"))
     assert labels[N + "mig-1g.10gb.me.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me"
     assert labels[N + "mig-1g.10gb.me.engines.ofa"] == "1"
     assert labels[N + "mig-1g.10gb.count"] == "6"
@@ -277,19 +277,21 @@ def test_nvml_backend_gives_the_same_labels(preset: str) -> None:
     config = parse_config("flags: {migStrategy: mixed}\n" + TIME_SLICING)
     nvml = nvml_over(sim)
     try:
-        assert gfd_labels(nvml.inventory(), config, timestamp=1) == gfd_labels(sim.inventory(), config, timestamp=1)
+        assert gfd_labels(nvml.inventory(), config=config, timestamp=1) == gfd_labels(
+            sim.inventory(), config=config, timestamp=1
+        )
     finally:
         nvml.close()
 
 
 def test_no_gpus_leaves_only_the_timestamp() -> None:
     inv = Inventory(DriverInfo("570.86.15", "12.8"), ())
-    assert gfd_labels(inv, parse_config(""), timestamp=5) == {N + "gfd.timestamp": "5"}
+    assert gfd_labels(inv, config=parse_config(""), timestamp=5) == {N + "gfd.timestamp": "5"}
 
 
 def test_no_timestamp() -> None:
     inv = SimBackend.from_preset("l4-x2").inventory()
-    assert N + "gfd.timestamp" not in gfd_labels(inv, parse_config(""), timestamp=None)
+    assert N + "gfd.timestamp" not in gfd_labels(inv, config=parse_config(""), timestamp=None)
 
 
 def test_version_labels_keep_leading_zeros_and_two_part_versions() -> None:
@@ -328,15 +330,15 @@ def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> 
 def test_gpu_mode_label_for_a_graphics_card_node() -> None:
     inv = SimBackend.from_preset("l4-x2").inventory()
     vga = Inventory(inv.driver, tuple(_with_class(g, 0x030000) for g in inv.gpus))
-    assert gfd_labels(vga, parse_config(""))[N + "gpu.mode"] == "graphics"
+    assert gfd_labels(vga, config=parse_config(""))[N + "gpu.mode"] == "graphics"
 
 
 def test_vgpu_present_on_a_vgpu_guest_only() -> None:
     # NVIDIA's GFD labels vgpu.present on every GPU node: true where a GPU is a vGPU in a VM.
     inv = SimBackend.from_preset("a100-40gb-x8").inventory()
-    assert gfd_labels(inv, parse_config(""))[N + "vgpu.present"] == "false"
+    assert gfd_labels(inv, config=parse_config(""))[N + "vgpu.present"] == "false"
     guest = Inventory(inv.driver, (dataclasses.replace(inv.gpus[0], vgpu=True), *inv.gpus[1:]))
-    assert gfd_labels(guest, parse_config(""))[N + "vgpu.present"] == "true"
+    assert gfd_labels(guest, config=parse_config(""))[N + "vgpu.present"] == "true"
 
 
 def test_sanitize_and_label_value() -> None:
@@ -394,7 +396,7 @@ def test_compute_instance_profiles_are_labelled_as_nvidias_gfd_reads_their_attri
     for gpu in range(8):
         sim.set_mig_layout(gpu, {"1c.3g.40gb": 3, "3g.40gb": 1})
     config = parse_config("flags: {migStrategy: mixed}")
-    labels = gfd_labels(sim.inventory(), config, timestamp=None)
+    labels = gfd_labels(sim.inventory(), config=config, timestamp=None)
     split, full = N + "mig-1c.3g.40gb", N + "mig-3g.40gb"
     assert labels[split + ".product"] == "NVIDIA-H100-80GB-HBM3-MIG-1c.3g.40gb"
     assert (labels[split + ".count"], labels[full + ".count"]) == ("24", "8")
@@ -408,6 +410,6 @@ def test_compute_instance_profiles_are_labelled_as_nvidias_gfd_reads_their_attri
     }
     nvml = nvml_over(sim)
     try:
-        assert gfd_labels(nvml.inventory(), config, timestamp=None) == labels
+        assert gfd_labels(nvml.inventory(), config=config, timestamp=None) == labels
     finally:
         nvml.close()

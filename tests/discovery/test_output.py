@@ -68,24 +68,24 @@ def _node(labels: dict[str, str]) -> dict[str, object]:
 
 def test_patch_node_after_switching_from_mixed_to_none() -> None:
     inventory = SimBackend.from_preset("h100-80gb-x8-mig-mixed").inventory()
-    mixed = gfd_labels(inventory, parse_config("flags: {migStrategy: mixed}"), timestamp=1)
+    mixed = gfd_labels(inventory, config=parse_config("flags: {migStrategy: mixed}"), timestamp=1)
     others = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.driver": "true", "team": "ml"}
     cluster = MemoryCluster([_node({**others, **mixed})])
 
-    none = gfd_labels(inventory, parse_config(""), timestamp=1)
-    patch_node_labels(cluster, "gpu-node-1", none)
+    none = gfd_labels(inventory, config=parse_config(""), timestamp=1)
+    patch_node_labels(cluster, node="gpu-node-1", labels=none)
 
-    live = labels_of(cluster.get(NODE, "gpu-node-1"))
+    live = labels_of(cluster.get(NODE, name="gpu-node-1"))
     assert live == {**others, **none}
     assert not any(k.startswith("nvidia.com/mig-") for k in live)
     assert "nvidia.com/mig.strategy" not in live
 
 
 def test_patch_node_in_sync_makes_no_write() -> None:
-    labels = gfd_labels(SimBackend.from_preset("l4-x2").inventory(), parse_config(""), timestamp=1)
+    labels = gfd_labels(SimBackend.from_preset("l4-x2").inventory(), config=parse_config(""), timestamp=1)
     cluster = MemoryCluster([_node({"team": "ml"})])
-    patch_node_labels(cluster, "gpu-node-1", labels)
+    patch_node_labels(cluster, node="gpu-node-1", labels=labels)
     assert cluster.calls.writes == 1
     cluster.calls.reset()
-    assert patch_node_labels(cluster, "gpu-node-1", labels) == {}
+    assert patch_node_labels(cluster, node="gpu-node-1", labels=labels) == {}
     assert cluster.calls.writes == 0

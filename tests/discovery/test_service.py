@@ -97,7 +97,7 @@ def test_loop_survives_a_failed_pass_and_stops_on_request() -> None:
         if len(seen) == 2:
             stop.set()
 
-    discovery = Discovery(sim, parse_config(""), [sink], clock=lambda: 42.0, stop=stop)
+    discovery = Discovery(backend=sim, config=parse_config(""), sinks=[sink], clock=lambda: 42.0, stop=stop)
     worker = threading.Thread(target=discovery.run, args=(0.01,))
     worker.start()
     worker.join(5)
@@ -230,7 +230,9 @@ def test_sleep_seconds_refuses_a_busy_loop(ns: int) -> None:
 def test_infinite_interval_labels_once_then_waits_for_stop() -> None:
     seen: list[Labels] = []
     stop = threading.Event()
-    discovery = Discovery(SimBackend.from_preset("l4-x2"), parse_config(""), [seen.append], stop=stop)
+    discovery = Discovery(
+        backend=SimBackend.from_preset("l4-x2"), config=parse_config(""), sinks=[seen.append], stop=stop
+    )
     worker = threading.Thread(target=discovery.run, args=(None,))
     worker.start()
     deadline = time.monotonic() + 5
@@ -318,23 +320,30 @@ def test_relabelling_the_node_relabels_at_once_with_the_config_it_names(
 ) -> None:
     source = ConfigSource(directory=_plugin_config_map(tmp_path), variables=GFD_ENV_FLAGS)
     cluster = MemoryCluster([_labelled_node(None)])
-    watch = NodeLabelWatch(cluster, "gpu-node-1")
+    watch = NodeLabelWatch(cluster, node_name="gpu-node-1")
     label, rv = watch.read()
     seen: list[Labels] = []
-    discovery = Discovery(SimBackend.from_preset("l4-x2"), source.load(label, {}), [seen.append])
+    discovery = Discovery(backend=SimBackend.from_preset("l4-x2"), config=source.load(label, {}), sinks=[seen.append])
     worker = threading.Thread(target=discovery.run, args=(None,))  # infinite: only a config change relabels
     worker.start()
-    follower = follow_config_label(discovery, watch, lambda value: source.load(value, {}), label, rv, 0.05)
+    follower = follow_config_label(
+        discovery,
+        watch=watch,
+        load=lambda value: source.load(value, {}),
+        label=label,
+        resource_version=rv,
+        retry_seconds=0.05,
+    )
     try:
         _wait_for(lambda: len(seen) == 1)
         assert seen[-1]["nvidia.com/gpu.replicas"] == "1"
-        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
+        cluster.patch(NODE, name="gpu-node-1", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
         _wait_for(lambda: len(seen) == 2)
         assert (seen[-1]["nvidia.com/gpu.replicas"], seen[-1]["nvidia.com/gpu.product"]) == ("4", "NVIDIA-L4-SHARED")
         # A label naming a missing key keeps the running config (and says so); relabelling works after it.
-        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "h100-mig"}}})
+        cluster.patch(NODE, name="gpu-node-1", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "h100-mig"}}})
         _wait_for(lambda: "config not switched, keeping the running one" in caplog.text)
-        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: None}}})
+        cluster.patch(NODE, name="gpu-node-1", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: None}}})
         _wait_for(lambda: len(seen) == 3)
         assert seen[-1]["nvidia.com/gpu.replicas"] == "1"
     finally:
@@ -349,7 +358,7 @@ def test_the_label_follower_restarts_after_an_unexpected_failure(
 ) -> None:
     source = ConfigSource(directory=_plugin_config_map(tmp_path), variables=GFD_ENV_FLAGS)
     cluster = MemoryCluster([_labelled_node(None)])
-    watch = NodeLabelWatch(cluster, "gpu-node-1")
+    watch = NodeLabelWatch(cluster, node_name="gpu-node-1")
     calls: list[str | None] = []
 
     def load(value: str | None) -> Config:
@@ -359,12 +368,14 @@ def test_the_label_follower_restarts_after_an_unexpected_failure(
         return source.load(value, {})
 
     seen: list[Labels] = []
-    discovery = Discovery(SimBackend.from_preset("l4-x2"), source.load(None, {}), [seen.append])
-    follower = follow_config_label(discovery, watch, load, None, None, 0.05)
+    discovery = Discovery(backend=SimBackend.from_preset("l4-x2"), config=source.load(None, {}), sinks=[seen.append])
+    follower = follow_config_label(
+        discovery, watch=watch, load=load, label=None, resource_version=None, retry_seconds=0.05
+    )
     try:
-        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
+        cluster.patch(NODE, name="gpu-node-1", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "ts"}}})
         _wait_for(lambda: "following Node gpu-node-1's" in caplog.text)
-        cluster.patch(NODE, "gpu-node-1", {"metadata": {"labels": {NODE_CONFIG_LABEL: "default"}}})
+        cluster.patch(NODE, name="gpu-node-1", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "default"}}})
         _wait_for(lambda: bool(seen))
         assert calls[-1] == "default" and seen[-1]["nvidia.com/gpu.replicas"] == "1"
     finally:

@@ -159,17 +159,17 @@ def apply_to_cluster(cluster: Cluster, fix: Fix) -> None:
         cluster.create(dict(fix.changes))
     elif fix.op is FixOp.PATCH_POLICY:
         kind = next(
-            (k for k in (CLUSTER_POLICY, NVIDIA_CLUSTER_POLICY) if cluster.get_or_none(k, fix.target) is not None),
+            (k for k in (CLUSTER_POLICY, NVIDIA_CLUSTER_POLICY) if cluster.get_or_none(k, name=fix.target) is not None),
             None,
         )
         if kind is None:
             raise UnsupportedFix(f"no ClusterPolicy {fix.target!r} in the cluster")
-        cluster.patch(kind, fix.target, dict(fix.changes))
+        cluster.patch(kind, name=fix.target, patch=dict(fix.changes))
     elif fix.op is FixOp.DELETE:
         ch = fix.changes
         kind = {"Pod": POD, "DaemonSet": DAEMONSET}.get(str(ch.get("kind")))
         if kind is None:
             raise UnsupportedFix(f"deleting a {ch.get('kind')} is not simulated")
-        cluster.delete(kind, str(ch["name"]), str(ch["namespace"]))
+        cluster.delete(kind, name=str(ch["name"]), namespace=str(ch["namespace"]))
     else:
         raise UnsupportedFix(f"{fix.op.value} fixes change scenario facts: use apply_fix")

@@ -46,7 +46,7 @@ def unschedulable(prefix: str, node: str, message: str, **spec: Any) -> Callable
         term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
         patch = {"nodeName": None, "affinity": {"nodeAffinity": required}, **spec}
-        sim.cluster.patch(POD, name, {"spec": patch}, ns)
+        sim.cluster.patch(POD, name=name, patch={"spec": patch}, namespace=ns)
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         status = {
             "phase": "Pending",
@@ -54,7 +54,7 @@ def unschedulable(prefix: str, node: str, message: str, **spec: Any) -> Callable
             "initContainerStatuses": None,
             "conditions": [condition],
         }
-        sim.cluster.patch_status(POD, name, status, ns)
+        sim.cluster.patch_status(POD, name=name, status=status, namespace=ns)
 
     return edit
 

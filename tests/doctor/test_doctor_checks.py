@@ -41,7 +41,7 @@ def test_logs_are_read_only_for_a_few_failing_pods_lacking_a_termination_message
         reads.append((ns, pod, container))
         return sim.read_log(ns, pod, container)
 
-    snap2, n = with_logs(snap, reader)
+    snap2, n = with_logs(snap, reader=reader)
     assert n == 1 and reads == needs_logs(snap)
     assert reads[0][2] == "nvidia-driver-ctr"
     assert diagnose(snap2).root_causes[0].id == "driver.host-driver-conflict"
@@ -77,7 +77,7 @@ def test_missing_runtimeclass_breaks_the_toolkit_link() -> None:
 def test_device_plugin_running_without_capacity_is_not_registered() -> None:
     sim = build(load_scenario("healthy"))
     gone = {"nvidia.com/gpu": None}
-    sim.cluster.patch_status(NODE, "gpu-1", {"capacity": gone, "allocatable": gone})
+    sim.cluster.patch_status(NODE, name="gpu-1", status={"capacity": gone, "allocatable": gone})
     reads: list[str] = []
 
     def reader(ns: str, pod: str, container: str) -> str | None:
@@ -168,7 +168,7 @@ def test_a_full_cluster_stays_information_beside_a_fault_that_takes_no_gpu_away(
 
 def test_namespace_comes_from_the_clusterpolicy_status() -> None:
     sim = build(load_scenario("healthy"))
-    sim.cluster.patch_status(CLUSTER_POLICY, "cluster-policy", {"namespace": "elsewhere"})
+    sim.cluster.patch_status(CLUSTER_POLICY, name="cluster-policy", status={"namespace": "elsewhere"})
     report = run_doctor(sim.cluster)
     # Nothing of the operator lives in "elsewhere": the doctor says so instead of calling the node healthy.
     # The driver is enabled in the policy, so its missing DaemonSet is the first broken link (it
@@ -183,16 +183,16 @@ def test_a_fault_published_by_gpu_health_is_lost_gpu_even_when_counts_still_matc
     from gpuchain.remediation.model import FAULTS_ANNOTATION, PODS_ANNOTATION, Fault, encode_faults, encode_pods
 
     sim = build(load_scenario("healthy"))
-    fault = Fault("GPU-aaa", "GPU-aaa", (48,), covers=("GPU-aaa",))
-    node = sim.cluster.get(NODE, "gpu-3")
+    fault = Fault(uuid="GPU-aaa", gpu="GPU-aaa", xids=(48,), covers=("GPU-aaa",))
+    node = sim.cluster.get(NODE, name="gpu-3")
     conditions = [c for c in node["status"]["conditions"] if c["type"] != "GPUHealthy"]
     conditions.append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError", "message": "XID 48"})
-    sim.cluster.patch_status(NODE, "gpu-3", {"conditions": conditions})
+    sim.cluster.patch_status(NODE, name="gpu-3", status={"conditions": conditions})
     annotations = {
         FAULTS_ANNOTATION: encode_faults({"GPU-aaa": fault}),
         PODS_ANNOTATION: encode_pods({"GPU-aaa": ("ml/job/c",)}),
     }
-    sim.cluster.patch(NODE, "gpu-3", {"metadata": {"annotations": annotations}})
+    sim.cluster.patch(NODE, name="gpu-3", patch={"metadata": {"annotations": annotations}})
     report = run_doctor(sim.cluster)
     f = next(f for f in report.findings if f.node == "gpu-3")
     assert f.id == "gpu.lost" and "-n ml job" in f.fix

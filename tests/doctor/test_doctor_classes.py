@@ -78,7 +78,12 @@ def test_a_plugin_container_whose_image_lacks_its_command_names_the_chart_and_im
             "app.kubernetes.io/instance": "gpu",
             "app.kubernetes.io/version": "0.17.1",
         }
-        sim.cluster.patch(DAEMONSET, "nvidia-device-plugin-daemonset", {"metadata": {"labels": labels}}, "kube-system")
+        sim.cluster.patch(
+            DAEMONSET,
+            name="nvidia-device-plugin-daemonset",
+            patch={"metadata": {"labels": labels}},
+            namespace="kube-system",
+        )
 
     start_error = {
         "name": "nvidia-device-plugin-ctr",
@@ -144,10 +149,10 @@ def _own_driver(version: str) -> Any:
 
     def edit(sim: Any) -> None:
         labels = {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/cuda.driver-version.full": version}
-        sim.cluster.patch(NODE, "own", {"metadata": {"labels": labels}})
+        sim.cluster.patch(NODE, name="own", patch={"metadata": {"labels": labels}})
         for pod in sim.cluster.list(POD, namespace="gpu-operator"):
             if pod["metadata"]["name"].startswith("nvidia-driver-daemonset") and pod["spec"].get("nodeName") == "own":
-                sim.cluster.delete(POD, pod["metadata"]["name"], "gpu-operator")
+                sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace="gpu-operator")
 
     return edit
 
@@ -171,7 +176,7 @@ def test_two_operator_driver_versions_beside_a_host_driver_node_are_still_a_skew
         THREE,
         _own_driver("535.183.06"),
         lambda sim: sim.cluster.patch(
-            NODE, "n2", {"metadata": {"labels": {"nvidia.com/cuda.driver-version.full": "550.54.14"}}}
+            NODE, name="n2", patch={"metadata": {"labels": {"nvidia.com/cuda.driver-version.full": "550.54.14"}}}
         ),
     )
     (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
@@ -186,7 +191,7 @@ def test_a_driver_that_cannot_unload_where_the_policy_turns_gdrcopy_on_frees_gdr
     def gdrcopy_on(sim: Any) -> None:
         policy = sim.cluster.list(NVIDIA_CLUSTER_POLICY)[0]
         patch = {"spec": {"gdrcopy": {"enabled": True}}}
-        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], patch)
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"], patch=patch)
 
     refused = {
         "name": "nvidia-driver-ctr",

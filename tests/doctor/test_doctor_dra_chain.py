@@ -26,9 +26,9 @@ NS = "gpuchain"
 
 def to_dra(sim: SimCluster) -> None:
     """An edit: node n1 handed to DRA; the device plugin announces none there, as it does by design."""
-    sim.cluster.patch(NODE, "n1", {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    sim.cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
     zero = {"nvidia.com/gpu": "0"}
-    sim.cluster.patch_status(NODE, "n1", {"capacity": zero, "allocatable": zero})
+    sim.cluster.patch_status(NODE, name="n1", status={"capacity": zero, "allocatable": zero})
 
 
 def dra_plugin(container: dict[str, Any]) -> Any:

@@ -78,11 +78,11 @@ def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_r
         for node in ("gpu-0", "gpu-1"):
             sim.cluster.patch(
                 NODE,
-                node,
-                {"metadata": {"annotations": {"kubeadm.alpha.kubernetes.io/cri-socket": f"unix://{socket}"}}},
+                name=node,
+                patch={"metadata": {"annotations": {"kubeadm.alpha.kubernetes.io/cri-socket": f"unix://{socket}"}}},
             )
-            info = sim.cluster.get(NODE, node)["status"]["nodeInfo"]
-            sim.cluster.patch_status(NODE, node, {"nodeInfo": {**info, "kubeletVersion": "v1.31.4"}})
+            info = sim.cluster.get(NODE, name=node)["status"]["nodeInfo"]
+            sim.cluster.patch_status(NODE, name=node, status={"nodeInfo": {**info, "kubeletVersion": "v1.31.4"}})
 
     sim = build(load_scenario("op-toolkit-k3s-socket"))
     kubeadm(sim)
@@ -99,7 +99,7 @@ def test_a_catalog_repair_is_filled_with_the_node_namespace_and_pod_the_evidence
     finding's fix carries the plugin pod's own namespace and name, so it pastes as it stands."""
     entry = catalog.entry("k8s-device-plugin.config-symlink")
     assert "<plugin pod>" in entry.fix
-    filled = entry.repair("gpu-1", "nvidia-device-plugin", "nvidia-device-plugin-daemonset-x2x4k")
+    filled = entry.repair("gpu-1", namespace="nvidia-device-plugin", pod="nvidia-device-plugin-daemonset-x2x4k")
     assert "kubectl -n nvidia-device-plugin delete pod nvidia-device-plugin-daemonset-x2x4k" in filled
     assert "<" not in filled.split("(")[1].split(")")[0]
     # A placeholder the evidence does not fill stays for the user, never an empty word.

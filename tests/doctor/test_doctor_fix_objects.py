@@ -40,7 +40,7 @@ def test_pods_of_several_namespaces_on_a_lost_gpu_are_each_deleted_in_their_own(
     other["metadata"] = {"name": "train-7", "namespace": "ml", "labels": victim["metadata"].get("labels") or {}}
     other.pop("status", None)
     sim.cluster.create(other)
-    sim.cluster.patch_status(POD, "train-7", victim["status"], "ml")
+    sim.cluster.patch_status(POD, name="train-7", status=victim["status"], namespace="ml")
     lost = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "gpu.lost")
     assert "kubectl delete pod -n default infer-2" in lost.fix
     assert "kubectl delete pod -n ml train-7" in lost.fix
@@ -57,7 +57,7 @@ def test_a_pending_daemonset_pod_gets_a_toleration_for_every_taint_it_does_not_t
         {"key": "team", "value": "ml", "effect": "NoExecute"},
         {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
     ]
-    sim.cluster.patch(NODE, node, {"spec": {"taints": taints}})
+    sim.cluster.patch(NODE, name=node, patch={"spec": {"taints": taints}})
     pod = next(
         p
         for p in sim.cluster.list(POD, namespace="gpu-operator")
@@ -66,9 +66,9 @@ def test_a_pending_daemonset_pod_gets_a_toleration_for_every_taint_it_does_not_t
     said = "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}."
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
     pending = {"phase": "Pending", "conditions": [condition], "containerStatuses": [], "initContainerStatuses": []}
-    sim.cluster.patch_status(POD, name_of(pod), pending, "gpu-operator")
+    sim.cluster.patch_status(POD, name=name_of(pod), status=pending, namespace="gpu-operator")
     gone = {"nvidia.com/gpu": None}
-    sim.cluster.patch_status(NODE, node, {"capacity": gone, "allocatable": gone})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": gone, "allocatable": gone})
     found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.node == node and f.root)
     assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
     tolerations = found.action.changes["spec"]["daemonsets"]["tolerations"]
@@ -83,12 +83,12 @@ def test_a_daemonset_kept_off_by_two_taints_is_patched_for_both() -> None:
     sim = build(load_scenario("healthy-nvidia-device-plugin"))
     node = name_of(sim.cluster.list(NODE)[-1])
     taints = [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "value": "x", "effect": "NoExecute"}]
-    sim.cluster.patch(NODE, node, {"spec": {"taints": taints}})
+    sim.cluster.patch(NODE, name=node, patch={"spec": {"taints": taints}})
     for p in sim.cluster.list(POD):
         if p["spec"].get("nodeName") == node and name_of(p).startswith("nvidia-device-plugin"):
-            sim.cluster.delete(POD, name_of(p), namespace_of(p))
+            sim.cluster.delete(POD, name=name_of(p), namespace=namespace_of(p))
     gone = {"nvidia.com/gpu": None}
-    sim.cluster.patch_status(NODE, node, {"capacity": gone, "allocatable": gone})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": gone, "allocatable": gone})
     findings = run_doctor(sim.cluster, reader=sim.read_log).findings
     found = next(
         f for f in findings if f.node == node and f.action is not None and f.action.op is FixOp.PATCH_DAEMONSET
@@ -137,7 +137,7 @@ def test_a_layout_the_mig_managers_configmap_does_not_define_is_added_there() ->
     def edit(sim: SimCluster) -> None:
         sim.cluster.create(configmap)
         patch = {"spec": {"migManager": {"config": {"name": "custom-mig-parted-config"}}}}
-        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, "cluster-policy", patch)
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, name="cluster-policy", patch=patch)
 
     found = _mig_failed("all-3g.40gb", 'level=fatal msg="Unable to validate the selected MIG configuration"\n', edit)
     assert "kubectl -n gpu-operator edit configmap custom-mig-parted-config" in found.fix
@@ -243,7 +243,9 @@ def _plugin_reads(configs: dict[str, str]) -> Callable[[SimCluster], None]:
             }
         )
         volume = {"name": "available-configs", "configMap": {"name": "nvdp-configs"}}
-        sim.cluster.patch(DAEMONSET, name_of(ds), {"spec": {"template": {"spec": {"volumes": [volume]}}}}, ns)
+        sim.cluster.patch(
+            DAEMONSET, name=name_of(ds), patch={"spec": {"template": {"spec": {"volumes": [volume]}}}}, namespace=ns
+        )
 
     return edit
 
@@ -305,7 +307,9 @@ def test_an_exporter_without_the_runtime_class_the_plugin_gets_its_gpus_through_
         )
         for p in sim.cluster.list(POD):
             if name_of(p).startswith("nvidia-device-plugin"):
-                sim.cluster.patch(POD, name_of(p), {"spec": {"runtimeClassName": "nvidia"}}, namespace_of(p))
+                sim.cluster.patch(
+                    POD, name=name_of(p), patch={"spec": {"runtimeClassName": "nvidia"}}, namespace=namespace_of(p)
+                )
 
     report = diagnosed(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h}\n",
@@ -350,7 +354,9 @@ def test_gfd_without_the_runtime_class_the_plugin_gets_its_gpus_through_is_given
         for p in sim.cluster.list(POD):
             wanted = "nvidia" if name_of(p).startswith("nvidia-device-plugin") else None
             if name_of(p).startswith(("nvidia-device-plugin", "gpu-feature-discovery")):
-                sim.cluster.patch(POD, name_of(p), {"spec": {"runtimeClassName": wanted}}, namespace_of(p))
+                sim.cluster.patch(
+                    POD, name=name_of(p), patch={"spec": {"runtimeClassName": wanted}}, namespace=namespace_of(p)
+                )
 
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",

@@ -137,7 +137,7 @@ def test_a_missing_runtime_class_restarts_the_operator_that_makes_it(scenario: s
 
     sim = build(load_scenario(scenario))
     for rc in sim.cluster.list(RUNTIME_CLASS):
-        sim.cluster.delete(RUNTIME_CLASS, name_of(rc))
+        sim.cluster.delete(RUNTIME_CLASS, name=name_of(rc))
     _operator_running(sim.cluster, operator)
     found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
     assert found and all(f.action is not None and f.action.op is FixOp.DELETE for f in found)
@@ -156,7 +156,12 @@ def test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster() -> N
     sim = build(load_scenario("healthy-nvidia-device-plugin"))
     for pod in sim.cluster.list(POD):
         if any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or []):
-            sim.cluster.patch(POD, name_of(pod), {"spec": {"runtimeClassName": "nvidia"}}, pod["metadata"]["namespace"])
+            sim.cluster.patch(
+                POD,
+                name=name_of(pod),
+                patch={"spec": {"runtimeClassName": "nvidia"}},
+                namespace=pod["metadata"]["namespace"],
+            )
     assert sim.cluster.list(DAEMONSET)
     found = [f for f in run_doctor(sim.cluster).findings if f.id == "toolkit.runtime-class-missing"]
     assert found and all(f.action is not None and f.action.op is FixOp.CREATE for f in found)
@@ -178,7 +183,7 @@ def test_an_invalid_policy_is_reset_field_by_field_through_the_api() -> None:
     from gpuchain.kube import CLUSTER_POLICY
 
     sim = build(load_scenario("healthy"))
-    sim.cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "sometimes"}}})
+    sim.cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"mig": {"strategy": "sometimes"}}})
     before = run_doctor(sim.cluster, reader=sim.read_log)
     found = next(f for f in before.findings if f.id == "policy.invalid")
     assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
@@ -195,10 +200,10 @@ def test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand() -> None:
     from gpuchain.kube import DAEMONSET, POD, name_of
 
     sim = build(load_scenario("healthy"))
-    sim.cluster.delete(DAEMONSET, "nvidia-dcgm-exporter", "gpu-operator")
+    sim.cluster.delete(DAEMONSET, name="nvidia-dcgm-exporter", namespace="gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("nvidia-dcgm-exporter-"):
-            sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+            sim.cluster.delete(POD, name=name_of(pod), namespace="gpu-operator")
     alone = next(f for f in run_doctor(sim.cluster).findings if f.id == "operand.not-deployed")
     assert alone.action is None and "kubectl apply" not in alone.fix and "scale it to 1" in alone.fix
     _operator_running(sim.cluster, "gpuchain-operator-5c9f7d8b6-x2k4q")
@@ -218,10 +223,10 @@ def test_a_missing_gpu_operator_daemonset_restarts_the_operator_which_is_not_sim
     sc = load_scenario("healthy-gpu-operator")
     sim = build(sc)
     _operator_running(sim.cluster, "gpu-operator-7d6d75f67c-jsrbx")
-    sim.cluster.delete(DAEMONSET, "gpu-feature-discovery", "gpu-operator")
+    sim.cluster.delete(DAEMONSET, name="gpu-feature-discovery", namespace="gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
         if name_of(pod).startswith("gpu-feature-discovery-"):
-            sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+            sim.cluster.delete(POD, name=name_of(pod), namespace="gpu-operator")
     found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "operand.not-deployed")
     assert found.action is not None and found.action.op is FixOp.DELETE
     assert found.fix.startswith("kubectl -n gpu-operator delete pod gpu-operator-7d6d75f67c-jsrbx")
@@ -272,12 +277,12 @@ def test_an_operator_no_label_places_names_the_taint_or_the_resources(
 
     sim = build(load_scenario("healthy-gpu-operator"))
     for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
-        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+        sim.cluster.delete(DAEMONSET, name=name_of(ds), namespace="gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
-        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+        sim.cluster.delete(POD, name=name_of(pod), namespace="gpu-operator")
     if taint is not None:
         for node in sim.cluster.list(NODE):
-            sim.cluster.patch(NODE, name_of(node), {"spec": {"taints": [taint]}})
+            sim.cluster.patch(NODE, name=name_of(node), patch={"spec": {"taints": [taint]}})
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
     sim.cluster.create(
         {
@@ -299,9 +304,9 @@ def test_a_crashing_operator_is_named_with_its_waiting_reason() -> None:
 
     sim = build(load_scenario("healthy-gpu-operator"))
     for ds in sim.cluster.list(DAEMONSET, namespace="gpu-operator"):
-        sim.cluster.delete(DAEMONSET, name_of(ds), "gpu-operator")
+        sim.cluster.delete(DAEMONSET, name=name_of(ds), namespace="gpu-operator")
     for pod in sim.cluster.list(POD, namespace="gpu-operator"):
-        sim.cluster.delete(POD, name_of(pod), "gpu-operator")
+        sim.cluster.delete(POD, name=name_of(pod), namespace="gpu-operator")
     last = "failed to get API group resources: unable to retrieve the complete list of server APIs"
     sim.cluster.create(
         {
@@ -356,9 +361,9 @@ def test_a_toolkit_socket_on_an_unknown_distribution_is_named_node_work_not_simu
     sc = load_scenario("op-toolkit-k3s-socket")
     sim = build(sc)
     for name in ("gpu-0", "gpu-1"):
-        node = sim.cluster.get(NODE, name)
+        node = sim.cluster.get(NODE, name=name)
         info = {**node["status"]["nodeInfo"], "kubeletVersion": "v1.36.0"}
-        sim.cluster.patch_status(NODE, name, {"nodeInfo": info})
+        sim.cluster.patch_status(NODE, name=name, status={"nodeInfo": info})
     found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.id == "toolkit.not-ready")
     assert found.action is not None and found.action.op is FixOp.NODE
     assert "CONTAINERD_SOCKET" in found.fix and found.action.changes[NOT_SIMULATED]
@@ -424,7 +429,7 @@ def _fail(
             e.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
     status["phase"] = "Pending" if init else "Running"
     status["conditions"] = [{"type": "Ready", "status": "False"}]
-    cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+    cluster.patch_status(POD, name=pod["metadata"]["name"], status=status, namespace=pod["metadata"]["namespace"])
 
 
 def _failing(ds: str, node: str, **how: Any) -> Callable[[SimCluster], None]:
@@ -558,7 +563,9 @@ def _waits_in(ds: str, node: str, inits: dict[str, str]) -> Callable[[SimCluster
         ]
         for cs in status.get("containerStatuses") or []:
             cs.update(ready=False, started=False, state=shapes["PodInitializing"])
-        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+        sim.cluster.patch_status(
+            POD, name=pod["metadata"]["name"], status=status, namespace=pod["metadata"]["namespace"]
+        )
 
     return edit
 
@@ -603,7 +610,7 @@ def test_operands_waiting_behind_a_validation_the_validator_never_completes_name
 
 def _no_validator(sim: SimCluster) -> None:
     pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-operator-validator"))
-    sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+    sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
 
 
 def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_placed() -> None:
@@ -611,7 +618,9 @@ def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_pl
     waits = [_waits_in(ds, "a", {"toolkit-validation": "running"}) for ds in GATED]
 
     def opted(sim: SimCluster) -> None:
-        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+        sim.cluster.patch(
+            NODE, name="a", patch={"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}}
+        )
 
     report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, *waits)
     found = next(f for f in report.findings if f.root)
@@ -622,7 +631,7 @@ def test_operands_waiting_for_a_validator_kept_off_the_node_get_the_validator_pl
     taint = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
 
     def tainted(sim: SimCluster) -> None:
-        sim.cluster.patch(NODE, "a", {"spec": {"taints": [taint]}})
+        sim.cluster.patch(NODE, name="a", patch={"spec": {"taints": [taint]}})
 
     report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, tainted, *waits)
     found = next(f for f in report.findings if f.root)
@@ -638,7 +647,9 @@ def test_the_toolkits_own_driver_validation_does_not_wait_on_the_validator_pod()
     with it alone waiting, the validator's absence is not what it waits on."""
 
     def opted(sim: SimCluster) -> None:
-        sim.cluster.patch(NODE, "a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}})
+        sim.cluster.patch(
+            NODE, name="a", patch={"metadata": {"labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}}
+        )
 
     waits = _waits_in("nvidia-container-toolkit-daemonset", "a", {"driver-validation": "running"})
     report = diagnosed("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n", _no_validator, opted, waits)
@@ -681,9 +692,9 @@ def test_a_daemonset_whose_pods_the_api_refuses_gets_the_namespace_it_may_create
             for p in sim.cluster.list(POD)
             if p["metadata"]["name"].startswith("nvidia-device-plugin") and p["spec"]["nodeName"] == "b"
         )
-        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
         gone = {"nvidia.com/gpu": None}
-        sim.cluster.patch_status(NODE, "b", {"capacity": gone, "allocatable": gone})
+        sim.cluster.patch_status(NODE, name="b", status={"capacity": gone, "allocatable": gone})
         ds = {"kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"}
         event = {
             "apiVersion": "v1",
@@ -786,7 +797,7 @@ def test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_wor
         state={"waiting": {"reason": "CrashLoopBackOff"}},
         lastState=_start_error(refused),
     )
-    sim.cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
     roots = [f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.root]
     assert [(f.id, f.link, f.node) for f in roots] == [("workload.runtime-hook-failed", "toolkit", "b")]
     (found,) = roots
@@ -800,7 +811,7 @@ def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_no
     NVIDIA GPU and fails there; nodes without GPUs are not walked, so the finding comes from the pod itself,
     and the repair is the DaemonSet's placement (the GPU nodes' label), never the node."""
     sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: g}\n  - {name: c, gpu: false}\n"))
-    ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "gpu-operator")
+    ds = sim.cluster.get(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace="gpu-operator")
     pod = copy.deepcopy(
         next(p for p in sim.cluster.list(POD) if name_of(p).startswith("nvidia-device-plugin-daemonset"))
     )
@@ -830,7 +841,7 @@ def test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_no
     term = action.changes["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"][0]["matchExpressions"][0]
-    assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, "c")["metadata"]["labels"]
+    assert term["operator"] == "Exists" and term["key"] not in sim.cluster.get(NODE, name="c")["metadata"]["labels"]
 
 
 def _failing_cuda_validation(host_driver: str, log: str) -> SimCluster:
@@ -866,7 +877,7 @@ def _failing_cuda_validation(host_driver: str, log: str) -> SimCluster:
             },
         }
     )
-    sim.cluster.set_logs("nvidia-cuda-validator-x1", "gpu-operator", "cuda-validation", log)
+    sim.cluster.set_logs("nvidia-cuda-validator-x1", namespace="gpu-operator", container="cuda-validation", text=log)
     return sim
 
 
@@ -962,15 +973,20 @@ def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capa
     from gpuchain.kube import DAEMONSET
 
     def locked_down(sim: SimCluster) -> None:
-        ds = sim.cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", "kube-system")
+        ds = sim.cluster.get(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace="kube-system")
         container = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0])
         container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         container["env"] = [*(container.get("env") or []), {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
         patch = {"spec": {"template": {"spec": {"containers": [container]}}}}
-        sim.cluster.patch(DAEMONSET, "nvidia-device-plugin-daemonset", patch, "kube-system")
+        sim.cluster.patch(DAEMONSET, name="nvidia-device-plugin-daemonset", patch=patch, namespace="kube-system")
         for pod in sim.cluster.list(POD, namespace="kube-system"):
             if pod["metadata"]["name"].startswith("nvidia-device-plugin-daemonset"):
-                sim.cluster.patch(POD, pod["metadata"]["name"], {"spec": {"containers": [container]}}, "kube-system")
+                sim.cluster.patch(
+                    POD,
+                    name=pod["metadata"]["name"],
+                    patch={"spec": {"containers": [container]}},
+                    namespace="kube-system",
+                )
 
     crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}
     log = (
@@ -1071,7 +1087,7 @@ def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_
     sim = build(load_scenario("healthy-gpu-operator"))
     node = "gpu-0"
     taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
-    sim.cluster.patch(NODE, node, {"spec": {"taints": [taint]}})
+    sim.cluster.patch(NODE, name=node, patch={"spec": {"taints": [taint]}})
     pod = next(
         p
         for p in sim.cluster.list(POD, namespace="gpu-operator")
@@ -1080,9 +1096,9 @@ def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_
     said = "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}."
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
     pending = {"phase": "Pending", "conditions": [condition], "containerStatuses": [], "initContainerStatuses": []}
-    sim.cluster.patch_status(POD, pod["metadata"]["name"], pending, "gpu-operator")
+    sim.cluster.patch_status(POD, name=pod["metadata"]["name"], status=pending, namespace="gpu-operator")
     gone = {"nvidia.com/gpu": None}  # no plugin has run here, so the node announces no GPU
-    sim.cluster.patch_status(NODE, node, {"capacity": gone, "allocatable": gone})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": gone, "allocatable": gone})
     found = next(f for f in run_doctor(sim.cluster, reader=sim.read_log).findings if f.node == node and f.root)
     assert found.id == "device-plugin.not-ready" and f"scheduler: {said}" in found.evidence
     assert found.action is not None and found.action.op is FixOp.PATCH_POLICY
@@ -1150,10 +1166,10 @@ def _without_driver_daemonset() -> Any:
     sim = build(load_scenario("healthy-gpu-operator"))
     for ds in sim.cluster.list(DAEMONSET):
         if name_of(ds) == "nvidia-driver-daemonset":
-            sim.cluster.delete(DAEMONSET, name_of(ds), namespace_of(ds))
+            sim.cluster.delete(DAEMONSET, name=name_of(ds), namespace=namespace_of(ds))
     for pod in sim.cluster.list(POD):
         if name_of(pod).startswith("nvidia-driver-daemonset"):
-            sim.cluster.delete(POD, name_of(pod), namespace_of(pod))
+            sim.cluster.delete(POD, name=name_of(pod), namespace=namespace_of(pod))
     return sim
 
 
@@ -1213,7 +1229,9 @@ class _ExporterNode:
         from gpuchain.exporter.collector import GpuMetricsCollector
         from gpuchain.exporter.counters import load_collectors
 
-        return GpuMetricsCollector(self.gpus, load_collectors(), self.node, expected_gpus=lambda: (8, "gfd"))
+        return GpuMetricsCollector(
+            self.gpus, counters=load_collectors(), hostname=self.node, expected_gpus=lambda: (8, "gfd")
+        )
 
     def scrape(self, at: float | None = None) -> Any:
         import time
@@ -1243,7 +1261,7 @@ def _restart_exporter(sim: Any, exporter: _ExporterNode, report: Report, finding
     assert NOT_SIMULATED not in found.action.changes
     pod = str(found.action.changes["name"])
     apply_to_cluster(sim.cluster, found.action)
-    assert sim.cluster.get_or_none(POD, pod, str(found.action.changes["namespace"])) is None
+    assert sim.cluster.get_or_none(POD, name=pod, namespace=str(found.action.changes["namespace"])) is None
     OperandSimulator(sim.cluster, str(found.action.changes["namespace"])).settle()
     exporter.collector = exporter.start()
     exporter.collector.collect_once()
@@ -1328,7 +1346,7 @@ def _creating(cluster: Cluster, ds: str, node: str) -> dict[str, Any]:
     for e in status.get("containerStatuses") or []:
         e.update(ready=False, state={"waiting": {"reason": "ContainerCreating"}})
     status.update(phase="Pending", conditions=[{"type": "Ready", "status": "False"}])
-    cluster.patch_status(POD, name_of(pod), status, namespace_of(pod))
+    cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
     return pod
 
 
@@ -1379,7 +1397,7 @@ def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
     unset = dict.fromkeys(("nvidia.com/gpu.deploy.mig-manager", "nvidia.com/mig.config", "nvidia.com/mig.config.state"))
     report = diagnosed(
         "name: x\nstack: gpu-operator\nnodes:\n  - {name: a, preset: a100-40gb-x8}\n",
-        lambda sim: sim.cluster.patch(NODE, "a", {"metadata": {"labels": unset}}),
+        lambda sim: sim.cluster.patch(NODE, name="a", patch={"metadata": {"labels": unset}}),
         _failing("nvidia-device-plugin-daemonset", "a"),
         _failing("gpu-feature-discovery", "a"),
     )
@@ -1509,18 +1527,18 @@ def test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_t
     label the doctor names applied as `kubectl label` would, makes the real driver withdraw its devices."""
     sim = build(load_scenario("healthy"))
     node = _gpu_node(sim)
-    registered = sim.cluster.get(NODE, node)["status"]["capacity"]
-    sim.cluster.patch_status(NODE, node, {"capacity": {"nvidia.com/gpu": "0"}})
+    registered = sim.cluster.get(NODE, name=node)["status"]["capacity"]
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": {"nvidia.com/gpu": "0"}})
     config = DriverConfig(node=node, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", unlabelled=DRA)
-    driver = DraDriver(SimBackend.from_preset("h100-80gb-x8", node=node), sim.cluster, config)
+    driver = DraDriver(SimBackend.from_preset("h100-80gb-x8", node=node), cluster=sim.cluster, config=config)
     assert driver.publish().devices
-    sim.cluster.patch_status(NODE, node, {"capacity": registered})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": registered})
     report = run_doctor(sim.cluster, reader=sim.read_log)
     (finding,) = [f for f in report.findings if f.id == "device-plugin.dra-conflict"]
     assert finding.node == node and finding.severity is Severity.ERROR and finding.root
     assert finding.fix.startswith(f"kubectl label node {node} gpuchain.io/gpu.allocator=device-plugin --overwrite")
     assert finding.action is not None and finding.action.op is FixOp.LABEL_NODE
-    labelled = sim.cluster.patch(NODE, node, {"metadata": {"labels": finding.action.changes}})
+    labelled = sim.cluster.patch(NODE, name=node, patch={"metadata": {"labels": finding.action.changes}})
     assert driver.node_changed(labelled) is not None  # the driver follows its Node: it withdraws
     after = run_doctor(sim.cluster, reader=sim.read_log)
     assert not [f for f in after.findings if f.id == "device-plugin.dra-conflict"]
@@ -1543,9 +1561,9 @@ def test_a_node_handed_to_dra_is_not_a_device_plugin_that_failed_to_register() -
     ResourceSlice: the link is fine, nothing to fix."""
     sim = build(load_scenario("healthy"))
     node = _gpu_node(sim)
-    sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    sim.cluster.patch(NODE, name=node, patch={"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
     zero = {"nvidia.com/gpu": "0"}
-    sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": zero, "allocatable": zero})
     slice_ = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -1565,9 +1583,9 @@ def test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_
     gpuchain-dra-plugin DaemonSet is the chart's dra.enabled off, not a device plugin that failed to register."""
     sim = build(load_scenario("healthy"))
     node = _gpu_node(sim)
-    sim.cluster.patch(NODE, node, {"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
+    sim.cluster.patch(NODE, name=node, patch={"metadata": {"labels": {"gpuchain.io/gpu.allocator": "dra"}}})
     zero = {"nvidia.com/gpu": "0"}
-    sim.cluster.patch_status(NODE, node, {"capacity": zero, "allocatable": zero})
+    sim.cluster.patch_status(NODE, name=node, status={"capacity": zero, "allocatable": zero})
     report = run_doctor(sim.cluster, reader=sim.read_log)
     (found,) = [f for f in report.findings if f.node == node and f.severity is Severity.ERROR]
     assert (found.id, found.link) == ("device-plugin.dra-unpublished", "device-plugin")

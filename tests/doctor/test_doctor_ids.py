@@ -117,7 +117,7 @@ def test_docs_list_every_id_with_cause_evidence_and_fix() -> None:
 
 @pytest.mark.parametrize(("error", "fid"), sorted(LOCAL.items()))
 def test_local_fixes_are_host_work_marked_not_simulated(error: str, fid: str) -> None:
-    chain = local_chain(LocalAnswer("gpu-1", "6.8.0-40-generic", error=error, message="NVML says so"))
+    chain = local_chain(LocalAnswer(node="gpu-1", kernel="6.8.0-40-generic", error=error, message="NVML says so"))
     f = chain.findings[0]
     assert f.id == fid and f.action is not None and f.action.outside_cluster
     assert "host" in f.action.changes[NOT_SIMULATED]
@@ -125,7 +125,7 @@ def test_local_fixes_are_host_work_marked_not_simulated(error: str, fid: str) ->
 
 
 def test_a_node_without_gpus_on_the_bus_is_hardware() -> None:
-    chain = local_chain(LocalAnswer("gpu-1", "6.8.0-40-generic", driver="570.86.15", cuda="12.8", gpus=()))
+    chain = local_chain(LocalAnswer(node="gpu-1", kernel="6.8.0-40-generic", driver="570.86.15", cuda="12.8", gpus=()))
     f = chain.findings[0]
     assert f.id == "driver.no-gpus" and f.fix.startswith("# hardware, no command fixes it:")
     assert f.action is not None and f.action.changes[NOT_SIMULATED]

@@ -48,7 +48,7 @@ def test_each_nvml_error_has_its_finding(error: Exception, fid: str) -> None:
 
 
 def test_no_gpu_visible_is_broken() -> None:
-    chain = local_chain(LocalAnswer("n", "k", "570.86.15", "12.8", ()))
+    chain = local_chain(LocalAnswer(node="n", kernel="k", driver="570.86.15", cuda="12.8", gpus=()))
     assert chain.findings[0].id == "driver.no-gpus"
 
 
@@ -62,7 +62,7 @@ def test_cli_local_with_the_simulated_backend_exits_0() -> None:
 def test_an_nvml_error_the_catalog_knows_gets_its_cause_and_repair() -> None:
     """NVML's "Driver/library version mismatch" on the node: a reboot (or module reload), cited to
     the catalog entry, not the generic 'NVML answered with an error'."""
-    chain = local_chain(LocalAnswer("n", "k", error="other", message="Driver/library version mismatch"))
+    chain = local_chain(LocalAnswer(node="n", kernel="k", error="other", message="Driver/library version mismatch"))
     found = chain.findings[0]
     assert found.id == "driver.nvml-error" and "version than the driver's user-space libraries" in found.cause
     assert "reboot the node" in found.fix and any(

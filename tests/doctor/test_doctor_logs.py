@@ -18,7 +18,9 @@ def _drop_termination_messages(cluster: MemoryCluster) -> int:
         statuses = pod.get("status", {}).get("containerStatuses") or []
         if any(cs.get("lastState") for cs in statuses):
             stripped = [{k: v for k, v in cs.items() if k != "lastState"} for cs in statuses]
-            cluster.patch_status(POD, name_of(pod), {"containerStatuses": stripped}, pod["metadata"]["namespace"])
+            cluster.patch_status(
+                POD, name=name_of(pod), status={"containerStatuses": stripped}, namespace=pod["metadata"]["namespace"]
+            )
             n += 1
     cluster.calls.reset()
     return n
@@ -27,7 +29,10 @@ def _drop_termination_messages(cluster: MemoryCluster) -> int:
 def test_the_simulator_serves_its_logs_through_the_port() -> None:
     sim = build(load_scenario("host-driver-conflict"))
     drivers = [p for p in sim.cluster.snapshot(POD) if name_of(p).startswith("nvidia-driver-daemonset")]
-    texts = [sim.cluster.logs(name_of(p), p["metadata"]["namespace"], container="nvidia-driver-ctr") for p in drivers]
+    texts = [
+        sim.cluster.logs(name_of(p), namespace=p["metadata"]["namespace"], container="nvidia-driver-ctr")
+        for p in drivers
+    ]
     assert any("Could not unload NVIDIA driver kernel modules, driver is in use" in t for t in texts)
     assert sim.cluster.calls.snapshot() == {"logs": len(drivers)}
 
@@ -74,11 +79,11 @@ def test_an_unknown_container_reads_as_no_log() -> None:
 def _restart_with_fresh_log(cluster: MemoryCluster, pod: dict, container: str, fresh: str) -> str:
     """The container ran, failed and runs again: the failed run's log is now only --previous."""
     ns, name = pod["metadata"]["namespace"], name_of(pod)
-    failed = cluster.logs(name, ns, container=container)
+    failed = cluster.logs(name, namespace=ns, container=container)
     statuses = [{**cs, "restartCount": 1} for cs in pod["status"]["containerStatuses"]]
-    cluster.patch_status(POD, name, {"containerStatuses": statuses}, ns)
-    cluster.set_logs(name, ns, container, failed, previous=True)
-    cluster.set_logs(name, ns, container, fresh)
+    cluster.patch_status(POD, name=name, status={"containerStatuses": statuses}, namespace=ns)
+    cluster.set_logs(name, namespace=ns, container=container, text=failed, previous=True)
+    cluster.set_logs(name, namespace=ns, container=container, text=fresh)
     return failed
 
 

@@ -11,8 +11,8 @@ from gpuchain.sim import build, load_scenario
 
 
 def _set(sim_cluster: MemoryCluster, node: str, conditions: list[dict[str, str]], taints: list[dict[str, str]]) -> None:
-    sim_cluster.patch_status(NODE, node, {"conditions": conditions})
-    sim_cluster.patch(NODE, node, {"spec": {"taints": taints}})
+    sim_cluster.patch_status(NODE, name=node, status={"conditions": conditions})
+    sim_cluster.patch(NODE, name=node, patch={"spec": {"taints": taints}})
 
 
 def test_memory_and_pid_pressure_are_named_with_their_taints_and_the_chain_is_still_walked() -> None:

@@ -40,7 +40,9 @@ def agent_cluster(extra: str = "") -> SimCluster:
 
 def agent_pod(cluster: MemoryCluster, node: str) -> Obj:
     return next(
-        p for p in cluster.list(POD, NS) if name_of(p).startswith(NODE_AGENT.name) and p["spec"]["nodeName"] == node
+        p
+        for p in cluster.list(POD, namespace=NS)
+        if name_of(p).startswith(NODE_AGENT.name) and p["spec"]["nodeName"] == node
     )
 
 
@@ -72,8 +74,8 @@ def crash_loop(sim: SimCluster, node: str, log: str) -> str:
         }
     ]
     status["conditions"] = [{"type": "Ready", "status": "False"}]
-    sim.cluster.patch_status(POD, name_of(pod), status, NS)
-    sim.cluster.set_logs(name_of(pod), NS, "node-agent", log)
+    sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=NS)
+    sim.cluster.set_logs(name_of(pod), namespace=NS, container="node-agent", text=log)
     return name_of(pod)
 
 
@@ -154,7 +156,7 @@ def test_a_failing_driver_validation_init_container_of_the_agent_is_the_driver_l
         {"name": "node-agent", "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}
     ]
     status["conditions"] = [{"type": "Initialized", "status": "False"}, {"type": "Ready", "status": "False"}]
-    sim.cluster.patch_status(POD, name_of(pod), status, NS)
+    sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=NS)
     report = doctor(sim)
     assert errors(report) == [("driver.validation-failed", "driver", "gpu-1")]
 
@@ -170,15 +172,15 @@ def test_an_agent_waiting_in_driver_validation_on_a_node_without_a_driver_is_the
 
 def test_the_agent_daemonset_missing_is_the_device_plugin_link_not_deployed_naming_the_agent() -> None:
     sim = agent_cluster()
-    for pod in sim.cluster.list(POD, NS):
+    for pod in sim.cluster.list(POD, namespace=NS):
         if name_of(pod).startswith(NODE_AGENT.name):
-            sim.cluster.delete(POD, name_of(pod), NS)
-    sim.cluster.delete(DAEMONSET, NODE_AGENT.name, NS)
+            sim.cluster.delete(POD, name=name_of(pod), namespace=NS)
+    sim.cluster.delete(DAEMONSET, name=NODE_AGENT.name, namespace=NS)
     for node in sim.cluster.list(NODE):  # no device plugin ever announced the GPUs
         gpus = {
             k: {r: None for r in node["status"][k] if r.startswith("nvidia.com/")} for k in ("capacity", "allocatable")
         }
-        sim.cluster.patch_status(NODE, name_of(node), gpus)
+        sim.cluster.patch_status(NODE, name=name_of(node), status=gpus)
     report = doctor(sim)
     assert errors(report) == [
         ("operand.not-deployed", "device-plugin", "gpu-0"),
@@ -191,7 +193,7 @@ def test_a_node_opted_out_of_the_node_agent_is_a_warning_not_a_missing_device_pl
     sim = agent_cluster("- name: skipped\n  optOut: [node-agent]\n")
     assert not [
         p
-        for p in sim.cluster.list(POD, NS)
+        for p in sim.cluster.list(POD, namespace=NS)
         if p["spec"]["nodeName"] == "skipped" and name_of(p).startswith(NODE_AGENT.name)
     ]
     report = doctor(sim)

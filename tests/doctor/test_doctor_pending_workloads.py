@@ -32,7 +32,7 @@ def tainted(*nodes: str, taint: dict[str, str] = TAINT) -> Any:
 
     def edit(sim: SimCluster) -> None:
         for node in nodes:
-            sim.cluster.patch(NODE, node, {"spec": {"taints": [taint]}})
+            sim.cluster.patch(NODE, name=node, patch={"spec": {"taints": [taint]}})
 
     return edit
 
@@ -57,7 +57,7 @@ def pending_pod(name: str, message: str, spec: dict[str, Any] | None = None, own
             "status": {"phase": "Pending", "conditions": [condition]},
         }
         sim.cluster.create(pod)
-        sim.cluster.patch_status(POD, name, pod["status"], "ml")
+        sim.cluster.patch_status(POD, name=name, status=pod["status"], namespace="ml")
 
     return edit
 
@@ -149,7 +149,7 @@ def _claim_pod(name: str) -> Any:
         containers = [
             {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "resources": {"claims": [{"name": "gpu"}]}}
         ]
-        sim.cluster.patch(POD, name, {"spec": {"containers": containers}}, "ml")
+        sim.cluster.patch(POD, name=name, patch={"spec": {"containers": containers}}, namespace="ml")
 
     return edit
 

@@ -33,8 +33,8 @@ def test_a_daemonset_pod_the_scheduler_cannot_place_is_the_root_of_its_link() ->
     affinity = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["full"]}]}
     sim.cluster.patch(
         POD,
-        pod["metadata"]["name"],
-        {
+        name=pod["metadata"]["name"],
+        patch={
             "spec": {
                 "nodeName": None,
                 "affinity": {
@@ -44,12 +44,12 @@ def test_a_daemonset_pod_the_scheduler_cannot_place_is_the_root_of_its_link() ->
                 },
             }
         },
-        "gpu-operator",
+        namespace="gpu-operator",
     )
     sim.cluster.patch_status(
         POD,
-        pod["metadata"]["name"],
-        {
+        name=pod["metadata"]["name"],
+        status={
             "phase": "Pending",
             "containerStatuses": None,
             "initContainerStatuses": None,
@@ -57,9 +57,9 @@ def test_a_daemonset_pod_the_scheduler_cannot_place_is_the_root_of_its_link() ->
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SCHEDULER}
             ],
         },
-        "gpu-operator",
+        namespace="gpu-operator",
     )
-    state = pod_state(sim.cluster.get(POD, pod["metadata"]["name"], "gpu-operator"))
+    state = pod_state(sim.cluster.get(POD, name=pod["metadata"]["name"], namespace="gpu-operator"))
     assert (state.status, state.failing, state.unschedulable) == ("Pending", True, True)
     report = run_doctor(sim.cluster, reader=sim.read_log)
     found = next(f for f in report.findings if f.root)
@@ -71,11 +71,11 @@ def test_a_daemonset_pod_the_scheduler_cannot_place_is_the_root_of_its_link() ->
 def test_precompiled_driver_daemonsets_per_kernel_are_the_driver() -> None:
     """NVIDIA/gpu-operator#682: with usePrecompiled the operator names a driver DaemonSet per kernel and OS."""
     sim = build(parse_scenario("name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n"))
-    ds = sim.cluster.get(DAEMONSET, "nvidia-driver-daemonset", "gpu-operator")
+    ds = sim.cluster.get(DAEMONSET, name="nvidia-driver-daemonset", namespace="gpu-operator")
     pod = _pod(sim, "nvidia-driver-daemonset", "a")
     new = "nvidia-driver-daemonset-5.15.0-1041-azure-ubuntu22.04"
-    sim.cluster.delete(POD, pod["metadata"]["name"], "gpu-operator")
-    sim.cluster.delete(DAEMONSET, "nvidia-driver-daemonset", "gpu-operator")
+    sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace="gpu-operator")
+    sim.cluster.delete(DAEMONSET, name="nvidia-driver-daemonset", namespace="gpu-operator")
     keep = ("labels", "annotations")
     ds["metadata"] = {
         **{k: v for k, v in ds["metadata"].items() if k in keep},
@@ -137,7 +137,7 @@ def test_a_second_exporter_release_in_another_namespace_is_read() -> None:
         }
     )
     line = 'level=fatal msg="Failed to watch metrics: Error watching fields: The third-party Profiling module returned an unrecoverable error"'
-    sim.cluster.set_logs("dcgm-exporter-x1", "monitoring", "exporter", line + "\n")
+    sim.cluster.set_logs("dcgm-exporter-x1", namespace="monitoring", container="exporter", text=line + "\n")
     report = run_doctor(sim.cluster, reader=sim.read_log)
     found = next(f for f in report.findings if f.root)
     assert (found.id, found.link, found.node) == ("exporter.not-ready", "exporter", "a")
@@ -170,7 +170,9 @@ def _refused(prefix: str, node: str, container: str, message: str) -> Callable[[
                     restartCount=2,
                     state={"waiting": {"reason": "RunContainerError", "message": message}},
                 )
-        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+        sim.cluster.patch_status(
+            POD, name=pod["metadata"]["name"], status=status, namespace=pod["metadata"]["namespace"]
+        )
 
     return edit
 
@@ -223,7 +225,9 @@ def _init_waiting(prefix: str, reason: str, message: str) -> Callable[[SimCluste
         for cs in [*inits[1:], *status["containerStatuses"]]:
             cs.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
         status["phase"] = "Pending"
-        sim.cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+        sim.cluster.patch_status(
+            POD, name=pod["metadata"]["name"], status=status, namespace=pod["metadata"]["namespace"]
+        )
 
     return edit
 
@@ -263,9 +267,9 @@ def test_a_plugin_daemonset_with_no_pod_on_an_admitted_node_is_never_told_to_res
 
     def no_pod(sim: SimCluster) -> None:
         pod = _pod(sim, "nvidia-device-plugin-daemonset", "a")
-        sim.cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
         gone = {"nvidia.com/gpu": None}
-        sim.cluster.patch_status(NODE, "a", {"capacity": gone, "allocatable": gone})
+        sim.cluster.patch_status(NODE, name="a", status={"capacity": gone, "allocatable": gone})
 
     report = diagnosed(ONE, no_pod)
     root = next(f for f in report.findings if f.root)
@@ -350,7 +354,7 @@ def _crashing_release(sim: SimCluster, namespace: str, ds: str, image: str, cont
             "status": {"phase": "Running", "containerStatuses": [crash]},
         }
     )
-    sim.cluster.set_logs(f"{ds}-x1", namespace, container, log)
+    sim.cluster.set_logs(f"{ds}-x1", namespace=namespace, container=container, text=log)
 
 
 def test_nvidias_dra_kubelet_plugin_in_its_own_namespace_is_read_as_the_device_plugin_link() -> None:

@@ -34,16 +34,16 @@ def test_every_stage_has_words() -> None:
 @pytest.mark.parametrize("stage", [s for s in Stage if s is not Stage.HEALTHY])
 def test_gpu_lost_evidence_names_the_loop_stage_and_what_it_waits_for(stage: Stage) -> None:
     sim = build(load_scenario("healthy"))
-    node = sim.cluster.get(NODE, "gpu-3")
+    node = sim.cluster.get(NODE, name="gpu-3")
     conditions = [c for c in node["status"]["conditions"] if c["type"] != "GPUHealthy"]
     conditions.append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError", "message": "XID 48"})
-    sim.cluster.patch_status(NODE, "gpu-3", {"conditions": conditions})
-    record = GpuRecord(U, 2, stage, waiting="the thing it waits for")
+    sim.cluster.patch_status(NODE, name="gpu-3", status={"conditions": conditions})
+    record = GpuRecord(uuid=U, index=2, stage=stage, waiting="the thing it waits for")
     annotations = {
-        FAULTS_ANNOTATION: encode_faults({U: Fault(U, U, (48,), covers=(U,))}),
+        FAULTS_ANNOTATION: encode_faults({U: Fault(uuid=U, gpu=U, xids=(48,), covers=(U,))}),
         LOOP_ANNOTATION: encode_records({U: record}),
     }
-    sim.cluster.patch(NODE, "gpu-3", {"metadata": {"annotations": annotations}})
+    sim.cluster.patch(NODE, name="gpu-3", patch={"metadata": {"annotations": annotations}})
     finding = next(f for f in run_doctor(sim.cluster).findings if f.node == "gpu-3")
     line = f"repair loop: GPU 2 ({U}) is {stage.value}: {STAGE_MEANS[stage]}; waiting for: the thing it waits for"
     assert finding.id == "gpu.lost" and line in finding.evidence
@@ -51,7 +51,7 @@ def test_gpu_lost_evidence_names_the_loop_stage_and_what_it_waits_for(stage: Sta
 
 def test_healthy_gpus_and_nodes_without_the_loop_add_nothing_and_a_bad_annotation_is_named() -> None:
     assert loop_evidence({"metadata": {}}) == []
-    healthy = {"metadata": {"annotations": {LOOP_ANNOTATION: encode_records({U: GpuRecord(U, 0)})}}}
+    healthy = {"metadata": {"annotations": {LOOP_ANNOTATION: encode_records({U: GpuRecord(uuid=U, index=0)})}}}
     assert loop_evidence(healthy) == []
     (line,) = loop_evidence({"metadata": {"annotations": {LOOP_ANNOTATION: "{"}}})
     assert line.startswith(f"repair loop: {LOOP_ANNOTATION}: not JSON")
@@ -84,12 +84,12 @@ def test_the_doctor_says_where_the_counter_scenarios_leave_each_gpu(
     published = decode_faults(json.dumps(faults))
     status, reason, message = condition_for(published)
     sim = build(load_scenario("healthy"))
-    node = sim.cluster.get(NODE, "gpu-3")
+    node = sim.cluster.get(NODE, name="gpu-3")
     conditions = [c for c in node["status"]["conditions"] if c["type"] != "GPUHealthy"]
     conditions.append({"type": "GPUHealthy", "status": status, "reason": reason, "message": message})
-    sim.cluster.patch_status(NODE, "gpu-3", {"conditions": conditions})
+    sim.cluster.patch_status(NODE, name="gpu-3", status={"conditions": conditions})
     annotations = {**run.annotations, FAULTS_ANNOTATION: json.dumps(faults)}
-    sim.cluster.patch(NODE, "gpu-3", {"metadata": {"annotations": annotations}})
+    sim.cluster.patch(NODE, name="gpu-3", patch={"metadata": {"annotations": annotations}})
     finding = next(f for f in run_doctor(sim.cluster).findings if f.node == "gpu-3")
     loop_lines = [e for e in finding.evidence if e.startswith("repair loop:")]
     expected = [

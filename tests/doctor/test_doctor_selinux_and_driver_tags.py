@@ -141,7 +141,7 @@ def test_a_precompiled_driver_missing_for_the_nodes_kernel_names_the_tag_per_ker
         # NVIDIA's ClusterPolicy spec.driver.usePrecompiled (gpuchain's own policy has no precompiled drivers).
         policy = sim.cluster.list(NVIDIA_CLUSTER_POLICY)[0]
         patch = {"spec": {"driver": {"usePrecompiled": True, "version": "535"}}}
-        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], patch)
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"], patch=patch)
 
     (root,) = _roots(diagnosed(scenario, precompiled, no_gpus("k1"), _pull("k1", image)))
     assert root.link == "driver" and root.action is not None

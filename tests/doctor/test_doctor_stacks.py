@@ -51,7 +51,9 @@ def test_each_stack_renders_its_own_daemonset_names_and_namespace() -> None:
     op = build(load_scenario("healthy-gpu-operator")).cluster
     assert [p["apiVersion"] for p in op.list(NVIDIA_CLUSTER_POLICY)] == ["nvidia.com/v1"]
     assert op.list(CLUSTER_POLICY) == []
-    plugin = next(p for p in op.list(POD, "gpu-operator") if p["metadata"]["name"].startswith("nvidia-device-plugin"))
+    plugin = next(
+        p for p in op.list(POD, namespace="gpu-operator") if p["metadata"]["name"].startswith("nvidia-device-plugin")
+    )
     assert plugin["spec"]["containers"][0]["name"] == "nvidia-device-plugin"
 
 
@@ -123,12 +125,12 @@ def test_no_stack_is_reported_as_none() -> None:
 def test_gpu_zero_in_capacity_with_gpus_present_is_not_registered_not_all_in_use() -> None:
     """`nvidia.com/gpu: 0` on a node whose GFD labels count 8 GPUs: the plugin announces nothing."""
     sim = build(load_scenario("healthy-gpu-operator"))
-    node = sim.cluster.get(NODE, "gpu-1")
+    node = sim.cluster.get(NODE, name="gpu-1")
     status = node["status"]
     sim.cluster.patch_status(
         NODE,
-        "gpu-1",
-        {
+        name="gpu-1",
+        status={
             "capacity": {**status["capacity"], "nvidia.com/gpu": "0"},
             "allocatable": {**status["allocatable"], "nvidia.com/gpu": "0"},
         },

@@ -39,7 +39,7 @@ def _scrape(node: str, lose: int | None = None, expected: tuple[int, str] | None
     """What gpuchain's exporter on ``node`` serves after two collections (a GPU lost between them)."""
     gpus = SimBackend.from_preset("a100-80gb-x8")
     collector = GpuMetricsCollector(
-        gpus, load_collectors(), node, expected_gpus=(lambda: expected) if expected else None
+        gpus, counters=load_collectors(), hostname=node, expected_gpus=(lambda: expected) if expected else None
     )
     collector.collect_once()
     if lose is not None:
@@ -150,23 +150,29 @@ def test_a_live_doctor_scrapes_gpuchains_ready_exporters_through_the_pod_proxy()
     sim = build(load_scenario("healthy"))
     exporters = sorted(
         (p["spec"]["nodeName"], name_of(p))
-        for p in sim.cluster.list(POD, "gpu-operator")
+        for p in sim.cluster.list(POD, namespace="gpu-operator")
         if name_of(p).startswith("nvidia-dcgm-exporter-")
     )
     assert len(exporters) >= 2
     assert scrape_candidates(gather(sim.cluster)) == [], "a pod without an IP cannot be proxied to"
     for i, (_, pod) in enumerate(exporters):
-        sim.cluster.patch_status(POD, pod, {"podIP": f"10.0.0.{i + 10}"}, "gpu-operator")
+        sim.cluster.patch_status(POD, name=pod, status={"podIP": f"10.0.0.{i + 10}"}, namespace="gpu-operator")
     lost_on = exporters[0][0]
     # Each exporter serves its own node's scrape; the last one serves nothing (connection refused).
     for node, pod in exporters[:-1]:
-        sim.cluster.set_served(pod, "gpu-operator", 9400, "metrics", _scrape(node, lose=2 if node == lost_on else None))
+        sim.cluster.set_served(
+            pod,
+            namespace="gpu-operator",
+            port=9400,
+            path="metrics",
+            text=_scrape(node, lose=2 if node == lost_on else None),
+        )
     report = run_doctor(sim.cluster, scraper=cluster_scraper(sim.cluster))
     assert {(f.id, f.node) for f in report.findings} == {("exporter.gpu-down", lost_on)}
     assert report.api_calls["proxy"] == len(exporters) and "proxy" not in run_doctor(sim.cluster).api_calls
     assert not report.not_judged
     # Bounded: one read, and the rest said not judged.
-    snap, reads = with_scrapes(gather(sim.cluster), cluster_scraper(sim.cluster), limit=1)
+    snap, reads = with_scrapes(gather(sim.cluster), scraper=cluster_scraper(sim.cluster), limit=1)
     assert reads == 1 and set(snap.scrapes) == {lost_on} and snap.unscraped == len(exporters) - 1
     assert any(f"{len(exporters) - 1} exporter(s) beyond" in line for line in diagnose(snap).not_judged)
 
@@ -177,11 +183,11 @@ def test_doctor_dump_writes_the_scrapes_it_reads_back(tmp_path: Path) -> None:
     sim = build(load_scenario("healthy"))
     node, pod = min(
         (p["spec"]["nodeName"], name_of(p))
-        for p in sim.cluster.list(POD, "gpu-operator")
+        for p in sim.cluster.list(POD, namespace="gpu-operator")
         if name_of(p).startswith("nvidia-dcgm-exporter-")
     )
-    sim.cluster.patch_status(POD, pod, {"podIP": "10.0.0.7"}, "gpu-operator")
-    sim.cluster.set_served(pod, "gpu-operator", 9400, "metrics", _scrape(node, lose=1))
+    sim.cluster.patch_status(POD, name=pod, status={"podIP": "10.0.0.7"}, namespace="gpu-operator")
+    sim.cluster.set_served(pod, namespace="gpu-operator", port=9400, path="metrics", text=_scrape(node, lose=1))
     before = time.time()
     counts = write_dump(sim.cluster, tmp_path)
     assert counts["scrapes"] == 1

@@ -16,7 +16,7 @@ def _statuses(name: str, **kwargs: Any) -> dict[str, Status]:
 
 
 def test_healthy_cluster_passes_every_item_but_mig_which_is_skipped() -> None:
-    ok = GpuTestOutcome(True, "gpu-2", "GPU 0: NVIDIA H100 80GB HBM3")
+    ok = GpuTestOutcome(ok=True, node="gpu-2", output="GPU 0: NVIDIA H100 80GB HBM3")
     got = _statuses("healthy", pod=ok)
     assert got == {
         "driver-version": Status.PASS,
@@ -50,25 +50,25 @@ def test_live_test_pod_waits_reads_the_log_and_always_deletes_the_pod() -> None:
     cluster = MemoryCluster()
 
     def kubelet(_seconds: float) -> None:  # stands in for the scheduler + kubelet between polls
-        cluster.patch(POD, "gpu-test", {"spec": {"nodeName": "gpu-0"}}, "default")
-        cluster.patch_status(POD, "gpu-test", {"phase": "Succeeded"}, "default")
+        cluster.patch(POD, name="gpu-test", patch={"spec": {"nodeName": "gpu-0"}}, namespace="default")
+        cluster.patch_status(POD, name="gpu-test", status={"phase": "Succeeded"}, namespace="default")
 
     outcome = live_test_pod(
         cluster,
-        lambda ns, pod, c: "GPU 0: NVIDIA H100" if (ns, pod, c) == ("default", "gpu-test", "cuda") else None,
+        reader=lambda ns, pod, c: "GPU 0: NVIDIA H100" if (ns, pod, c) == ("default", "gpu-test", "cuda") else None,
         sleep=kubelet,
         poll=0.0,
         timeout=5,
     )
     assert outcome.ok and outcome.node == "gpu-0" and outcome.output == "GPU 0: NVIDIA H100"
-    assert cluster.get_or_none(POD, "gpu-test", "default") is None
+    assert cluster.get_or_none(POD, name="gpu-test", namespace="default") is None
 
 
 def test_live_test_pod_times_out_as_a_failure_with_the_phase() -> None:
     cluster = MemoryCluster()
-    outcome = live_test_pod(cluster, None, sleep=lambda _s: None, poll=0.0, timeout=0.01)
+    outcome = live_test_pod(cluster, reader=None, sleep=lambda _s: None, poll=0.0, timeout=0.01)
     assert not outcome.ok and "Pending" in outcome.reason
-    assert cluster.get_or_none(POD, "gpu-test", "default") is None
+    assert cluster.get_or_none(POD, name="gpu-test", namespace="default") is None
 
 
 def test_metrics_item_says_it_checks_readiness_and_hints_the_real_namespace_and_pod() -> None:
@@ -76,11 +76,11 @@ def test_metrics_item_says_it_checks_readiness_and_hints_the_real_namespace_and_
     port-forwards a real exporter pod in the operator's namespace (the operator creates no Service)."""
     scenario = load_scenario("healthy").model_copy(update={"namespace": "gpus"})
     sim = build(scenario)
-    item = next(i for i in checklist(gather(sim.cluster, "gpus")).items if i.id == "metrics")
+    item = next(i for i in checklist(gather(sim.cluster, namespace="gpus")).items if i.id == "metrics")
     assert item.status is Status.PASS
     assert item.title == "exporter ready"
     assert any("not scraped" in line for line in item.evidence)
     assert item.command.startswith("kubectl -n gpus port-forward pod/")
-    exporter_pods = {p["metadata"]["name"] for p in sim.cluster.list(POD, "gpus")}
+    exporter_pods = {p["metadata"]["name"] for p in sim.cluster.list(POD, namespace="gpus")}
     assert item.command.split("pod/")[1].split()[0] in exporter_pods
     assert "svc/" not in item.command and "gpu-operator" not in item.command

@@ -31,14 +31,14 @@ def build_driver(
         unlabelled=DRA,  # no Node in the cluster: a DRA-only node
         **options,
     )
-    return DraDriver(sim, cluster, config, clock)
+    return DraDriver(sim, cluster=cluster, config=config, clock=clock)
 
 
 def shared_claim(cluster: MemoryCluster, name: str, results: list[dict[str, Any]], pool: str) -> ClaimRef:
     """A claim the scheduler allocated shares to (``results``: device, shareID, consumedCapacity)."""
-    created = cluster.create(resource_claim(name, "default", count=len(results)))
+    created = cluster.create(resource_claim(name, namespace="default", count=len(results)))
     status = allocation_status(pool, [("gpu", r["device"]) for r in results])
     for written, extra in zip(status["allocation"]["devices"]["results"], results, strict=True):
         written.update(extra)
-    cluster.patch_status(RESOURCE_CLAIM, name, status, "default")
+    cluster.patch_status(RESOURCE_CLAIM, name=name, status=status, namespace="default")
     return ClaimRef("default", created["metadata"]["uid"], name)

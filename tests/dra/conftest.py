@@ -51,8 +51,13 @@ def allocate(cluster: MemoryCluster) -> Allocate:
     """Create a ResourceClaim and write the allocation the scheduler would; returns the kubelet's ref."""
 
     def create(name: str, pool: str, devices: list[str]) -> ClaimRef:
-        created = cluster.create(resource_claim(name, "default", count=len(devices)))
-        cluster.patch_status(RESOURCE_CLAIM, name, allocation_status(pool, [("gpu", d) for d in devices]), "default")
+        created = cluster.create(resource_claim(name, namespace="default", count=len(devices)))
+        cluster.patch_status(
+            RESOURCE_CLAIM,
+            name=name,
+            status=allocation_status(pool, [("gpu", d) for d in devices]),
+            namespace="default",
+        )
         return ClaimRef("default", created["metadata"]["uid"], name)
 
     return create

@@ -42,9 +42,9 @@ class Rig:
         self.filler = self.state / "filler"
         self.sim = SimBackend.from_preset("h100-80gb-x8")
         self.cluster = MemoryCluster()
-        created = self.cluster.create(resource_claim("train", "default"))
+        created = self.cluster.create(resource_claim("train", namespace="default"))
         status = allocation_status(self.sim.topology.node, [("gpu", "gpu-2")])
-        self.cluster.patch_status(RESOURCE_CLAIM, "train", status, "default")
+        self.cluster.patch_status(RESOURCE_CLAIM, name="train", status=status, namespace="default")
         self.claim = DraClaim("default", created["metadata"]["uid"], "train")
         self.peer = DraPeer(root / "registry")
         self.driver: DraDriver | None = None
@@ -59,8 +59,10 @@ class Rig:
             dev_root=self.root / "driver-root",
             unlabelled=DRA,
         )
-        self.driver = DraDriver(self.sim, self.cluster, config)
-        self.server = DraPluginServer(self.driver, self.root / "registry", self.root / "plugins" / DRIVER)
+        self.driver = DraDriver(self.sim, cluster=self.cluster, config=config)
+        self.server = DraPluginServer(
+            self.driver, registry_dir=self.root / "registry", plugin_dir=self.root / "plugins" / DRIVER
+        )
         await self.server.start()
         await self.peer.scan()
         await self.peer.wait_for(DRIVER)

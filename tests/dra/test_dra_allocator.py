@@ -62,11 +62,11 @@ def strict(h100_sim: SimBackend, cluster: MemoryCluster, short_dir: Path) -> Dra
     """A driver as the chart runs it beside a device plugin: unlabelled nodes are the device plugin's."""
     root = short_dir
     config = DriverConfig(node=NODE, cdi_dir=root / "cdi", state_dir=root / "state", dev_root=root / "dev")
-    return DraDriver(h100_sim, cluster, config)
+    return DraDriver(h100_sim, cluster=cluster, config=config)
 
 
 def published(cluster: MemoryCluster) -> int:
-    return len(cluster.get(RESOURCE_SLICE, slice_name(NODE))["spec"]["devices"])
+    return len(cluster.get(RESOURCE_SLICE, name=slice_name(NODE))["spec"]["devices"])
 
 
 def test_an_unlabelled_node_is_the_device_plugins(strict: DraDriver, cluster: MemoryCluster) -> None:
@@ -78,13 +78,13 @@ def test_an_unlabelled_node_is_the_device_plugins(strict: DraDriver, cluster: Me
 def test_the_label_hands_the_node_over_and_back(strict: DraDriver, cluster: MemoryCluster) -> None:
     cluster.create(node({ALLOCATOR_LABEL: "device-plugin"}, {"nvidia.com/gpu": "8"}))
     assert strict.publish().devices == ()
-    labelled = cluster.patch(NODE_KIND, NODE, {"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
+    labelled = cluster.patch(NODE_KIND, name=NODE, patch={"metadata": {"labels": {ALLOCATOR_LABEL: "dra"}}})
     assert strict.node_changed(labelled) is None  # the device plugin has not let go yet
     assert published(cluster) == 0
-    released = cluster.patch_status(NODE_KIND, NODE, {"capacity": {"nvidia.com/gpu": "0"}})
+    released = cluster.patch_status(NODE_KIND, name=NODE, status={"capacity": {"nvidia.com/gpu": "0"}})
     after = strict.node_changed(released)
     assert after is not None and len(after.devices) == 8 and published(cluster) == 8
-    back = cluster.patch(NODE_KIND, NODE, {"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
+    back = cluster.patch(NODE_KIND, name=NODE, patch={"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
     assert strict.node_changed(back) is not None and published(cluster) == 0
 
 
@@ -93,8 +93,8 @@ def test_no_claim_is_prepared_on_gpus_that_are_not_dras(
 ) -> None:
     cluster.create(node({ALLOCATOR_LABEL: "dra"}))
     assert len(strict.publish().devices) == 8
-    cluster.patch(NODE_KIND, NODE, {"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
-    strict.node_changed(cluster.get(NODE_KIND, NODE))
+    cluster.patch(NODE_KIND, name=NODE, patch={"metadata": {"labels": {ALLOCATOR_LABEL: "device-plugin"}}})
+    strict.node_changed(cluster.get(NODE_KIND, name=NODE))
     ref = allocate("late", NODE, ["gpu-0"])  # allocated from the slice before it was withdrawn
     with pytest.raises(PrepareError, match="belong to the device plugin"):
         strict.prepare(ref)

@@ -24,7 +24,7 @@ Allocate = Callable[[str, str, list[str]], ClaimRef]
 
 
 def _live(cluster: MemoryCluster, node: str) -> dict[str, object]:
-    return cluster.get(RESOURCE_SLICE, slices.slice_name(node))
+    return cluster.get(RESOURCE_SLICE, name=slices.slice_name(node))
 
 
 def _names(obj: dict[str, object]) -> list[str]:
@@ -43,7 +43,7 @@ def test_publish_creates_the_slice_once_and_is_idempotent(
     assert (again.generation, again.changed) == (1, False)
     assert cluster.calls.writes == writes
     live = _live(cluster, "h100-node")
-    assert live["metadata"]["ownerReferences"][0]["uid"] == cluster.get(NODE, "h100-node")["metadata"]["uid"]  # type: ignore[index]
+    assert live["metadata"]["ownerReferences"][0]["uid"] == cluster.get(NODE, name="h100-node")["metadata"]["uid"]  # type: ignore[index]
 
 
 def test_xid_withdraws_the_device_with_a_new_generation(
@@ -51,8 +51,8 @@ def test_xid_withdraws_the_device_with_a_new_generation(
 ) -> None:
     driver = make_driver(h100_sim)
     driver.publish()
-    assert driver.on_event(h100_sim.inject_xid(5, 13)) is None  # application error: nothing changes
-    published = driver.on_event(h100_sim.inject_xid(5, 48))
+    assert driver.on_event(h100_sim.inject_xid(5, xid=13)) is None  # application error: nothing changes
+    published = driver.on_event(h100_sim.inject_xid(5, xid=48))
     assert published is not None and published.generation == 2
     live = _live(cluster, "h100-node")
     assert "gpu-5" not in _names(live)
@@ -82,7 +82,7 @@ def test_restarted_plugin_continues_the_generation(
     h100_sim: SimBackend, make_driver: DriverFactory, cluster: MemoryCluster
 ) -> None:
     make_driver(h100_sim).publish()
-    make_driver(h100_sim).on_event(h100_sim.inject_xid(0, 79))
+    make_driver(h100_sim).on_event(h100_sim.inject_xid(0, xid=79))
     restarted = make_driver(h100_sim)  # forgot the unhealthy GPU: it is published again, one generation on
     assert restarted.publish().generation == 3
 
@@ -119,7 +119,7 @@ def test_restart_keeps_prepared_claims(
     ref = allocate("train", "h100-node", ["gpu-1"])
     prepared = make_driver(h100_sim).prepare(ref)
     cluster.delete(
-        RESOURCE_CLAIM, ref.name, ref.namespace
+        RESOURCE_CLAIM, name=ref.name, namespace=ref.namespace
     )  # even with the claim gone from the API, the answer is remembered
     restarted = make_driver(h100_sim)
     assert restarted.prepare(ref) == prepared
@@ -139,7 +139,7 @@ def test_prepare_refuses_bad_claims_and_leaves_nothing_behind(
     ref = allocate("ghost", "h100-node", ["gpu-9"])
     with pytest.raises(PrepareError, match="'gpu-9' is not on node h100-node"):
         driver.prepare(ref)
-    driver.on_event(h100_sim.inject_xid(4, 48))
+    driver.on_event(h100_sim.inject_xid(4, xid=48))
     ref = allocate("sick", "h100-node", ["gpu-4"])
     with pytest.raises(PrepareError, match="unhealthy"):
         driver.prepare(ref)
@@ -202,7 +202,7 @@ def test_broken_event_stream_withdraws_every_gpu_until_a_new_subscription_stays_
 ) -> None:
     driver = make_driver(h100_sim)
     driver.publish()
-    driver.on_event(h100_sim.inject_xid(2, 48))
+    driver.on_event(h100_sim.inject_xid(2, xid=48))
     failed = driver.stream_failed()
     assert failed is not None and failed.devices == ()
     assert driver.stream_subscribed() is None  # not vouched for before the quiet period

@@ -53,8 +53,8 @@ def test_examples_validate(path: Path, version: str) -> None:
 
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 def test_rendered_objects_validate(version: str, mig_sim: SimBackend) -> None:
-    rendered = slices.resource_slice("n", slices.render_devices(mig_sim.inventory()), 3)
-    claim = resource_claim("c", "default", count=2, cel="device.driver == 'x'")
+    rendered = slices.resource_slice("n", devices=slices.render_devices(mig_sim.inventory()), generation=3)
+    claim = resource_claim("c", namespace="default", count=2, cel="device.driver == 'x'")
     for obj in (device_class(), whole_gpu_class(), claim, rendered):
         kubernetes_validate.validate(obj, version, strict=True)
 

@@ -38,7 +38,7 @@ def test_latencies_by_result_and_devices_by_state(
     driver.prepare(ref)  # again: answered from the checkpoint, observed again
     with pytest.raises(PrepareError):
         driver.prepare(ClaimRef("default", "no-such-uid", "missing"))
-    driver.on_event(h100_sim.inject_xid(3, 48, "double-bit ECC"))
+    driver.on_event(h100_sim.inject_xid(3, xid=48, message="double-bit ECC"))
     samples = scrape(driver)
     count = "gpuchain_dra_prepare_seconds_count"
     assert samples[(count, (("node", NODE), ("result", "ok")))] == 2
@@ -58,7 +58,7 @@ def test_tainted_and_withheld_devices(h100_sim: SimBackend, make_driver: DriverF
     driver.config = replace(driver.config, device_taints=True)
     driver.taints_served = True
     driver.publish()
-    driver.on_event(h100_sim.inject_xid(3, 48, "double-bit ECC"))
+    driver.on_event(h100_sim.inject_xid(3, xid=48, message="double-bit ECC"))
     assert devices(scrape(driver))["tainted"] == 1
     node = cluster.create(
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {ALLOCATOR_LABEL: DEVICE_PLUGIN}}}

@@ -56,7 +56,7 @@ def make(node_cluster: MemoryCluster, short_dir: Path, clock: Clock, h100_sim: S
 
 
 def _node(cluster: MemoryCluster, sim: SimBackend) -> dict[str, Any]:
-    return cluster.get(NODE, sim.topology.node)
+    return cluster.get(NODE, name=sim.topology.node)
 
 
 def _annotations(cluster: MemoryCluster, sim: SimBackend) -> dict[str, str]:
@@ -71,11 +71,13 @@ CONFIG = default_config()
 
 
 def _manager(cluster: MemoryCluster, sim: SimBackend) -> MigManager:
-    return MigManager(cluster, sim, sim.topology.node, CONFIG, Policy(timeout_s=60, operands=()))
+    return MigManager(
+        cluster, backend=sim, node=sim.topology.node, config=CONFIG, policy=Policy(timeout_s=60, operands=())
+    )
 
 
 def _relabel(cluster: MemoryCluster, sim: SimBackend, labels: dict[str, str | None]) -> None:
-    cluster.patch(NODE, sim.topology.node, {"metadata": {"labels": labels}})
+    cluster.patch(NODE, name=sim.topology.node, patch={"metadata": {"labels": labels}})
 
 
 def test_the_driver_names_the_gpus_whose_mig_layout_it_owns_on_its_node(
@@ -96,7 +98,7 @@ class _NoNodePatch(MemoryCluster):
     def patch(self, kind: Any, name: str, patch: Any, namespace: str | None = None) -> Any:
         if kind == NODE:
             raise ForbiddenError(f"nodes {name} is forbidden: cannot patch")
-        return super().patch(kind, name, patch, namespace)
+        return super().patch(kind, name=name, patch=patch, namespace=namespace)
 
 
 def test_a_stale_announcement_it_may_not_take_back_is_warned_of_and_serving_goes_on(
@@ -169,7 +171,7 @@ def test_on_a_device_plugin_node_the_driver_leaves_the_mig_managers_layout_alone
     """The chart runs the DRA plugin on every GPU node; where the node is the device plugin's, the
     static MIG layout is the MIG manager's, not instances an interrupted Prepare left."""
     _relabel(node_cluster, h100_sim, {ALLOCATOR_LABEL: DEVICE_PLUGIN})
-    apply(h100_sim, CONFIG, "all-balanced")
+    apply(h100_sim, config=CONFIG, name="all-balanced")
     layout = {g.index: h100_sim.gpu_instances(g.index) for g in h100_sim.inventory().gpus}
     driver = make(partitionable_mig=True)
     driver.publish()
@@ -186,8 +188,8 @@ def test_instances_a_crash_left_wait_for_a_mig_change_to_end(
     make: Build, node_cluster: MemoryCluster, h100_sim: SimBackend
 ) -> None:
     h100_sim.set_mig_mode(4, True)
-    gi = h100_sim.create_gpu_instance(4, "2g.20gb", 2)
-    h100_sim.create_compute_instance(4, gi)  # made by a Prepare that crashed before recording its claim
+    gi = h100_sim.create_gpu_instance(4, profile="2g.20gb", start=2)
+    h100_sim.create_compute_instance(4, gi_id=gi)  # made by a Prepare that crashed before recording its claim
     _relabel(node_cluster, h100_sim, {MIG_CONFIG_STATE: "pending"})
     driver = make(partitionable_mig=True)
     driver.publish()
@@ -259,9 +261,9 @@ def test_the_mig_manager_and_the_dra_driver_never_change_one_gpu_at_once(steps: 
                 driver.publish()
             elif op == "prepare" and driver is not None and (devices := driver.publish().devices):
                 serial += 1
-                claim = cluster.create(resource_claim(f"c{serial}", "default"))
+                claim = cluster.create(resource_claim(f"c{serial}", namespace="default"))
                 allocation = allocation_status(name, [("gpu", devices[int(args[0]) % len(devices)])])
-                cluster.patch_status(RESOURCE_CLAIM, f"c{serial}", allocation, "default")
+                cluster.patch_status(RESOURCE_CLAIM, name=f"c{serial}", status=allocation, namespace="default")
                 ref = ClaimRef("default", claim["metadata"]["uid"], f"c{serial}")
                 try:
                     driver.prepare(ref)

@@ -125,7 +125,7 @@ class World:
             name = f"node-{i}"
             labels = {ALLOCATOR_LABEL: label} if label else {}
             self.cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
-            health = HealthState(CONFIG.health.policy({}), QUIET) if dp else None
+            health = HealthState(policy=CONFIG.health.policy({}), quiet_seconds=QUIET) if dp else None
             self.nodes.append(SimNode(name, kind, SimBackend.from_preset(PRESET, node=name), root / name, health))
         for node in self.nodes:  # the device plugins register first, then the DRA drivers start
             self.announce(node)
@@ -137,7 +137,7 @@ class World:
         return self.clock
 
     def node_obj(self, node: SimNode) -> Obj:
-        return self.cluster.get(NODE, node.name)
+        return self.cluster.get(NODE, name=node.name)
 
     # ---- the device plugin and its kubelet --------------------------------------------------------
 
@@ -145,13 +145,13 @@ class World:
         if node.dp_health is None:
             return []
         handed = allocator_of(self.node_obj(node)) == DRA
-        return served_resources(node.inventory, CONFIG, handed)[0]
+        return served_resources(node.inventory, config=CONFIG, handed_to_dra=handed)[0]
 
     def announce(self, node: SimNode) -> None:
         """The kubelet's capacity for what the plugin serves now; the DRA driver sees the Node change."""
         before = node_gpu_resources(self.node_obj(node))
         capacity = {name: "0" for name in before} | {r.name: str(len(r.devices)) for r in self.served(node)}
-        updated = self.cluster.patch_status(NODE, node.name, {"capacity": capacity})
+        updated = self.cluster.patch_status(NODE, name=node.name, status={"capacity": capacity})
         if node.driver is not None:
             node.driver.node_changed(updated)
 
@@ -181,29 +181,31 @@ class World:
             dev_root=node.root / "dev",
             unlabelled=KINDS[node.kind][3],
         )
-        node.driver = DraDriver(node.backend, self.cluster, config, self.now)
+        node.driver = DraDriver(node.backend, cluster=self.cluster, config=config, clock=self.now)
         node.driver.publish()
 
     def schedule(self, node: SimNode, mig: bool) -> None:
         """The scheduler allocates one device of the wanted type from the node's live slice."""
-        live = self.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
+        live = self.cluster.get_or_none(RESOURCE_SLICE, name=slice_name(node.name))
         if live is None:
             return
         taken = [
             str(r["device"])
-            for c in self.cluster.list(RESOURCE_CLAIM, "default")
+            for c in self.cluster.list(RESOURCE_CLAIM, namespace="default")
             for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
             if r["pool"] == node.name
         ]
         want = "mig" if mig else "gpu"
         try:
-            (device,) = first_fit(live, 1, lambda d: attribute(d, "type") == want, taken)
+            (device,) = first_fit(live, count=1, predicate=lambda d: attribute(d, "type") == want, taken=taken)
         except LookupError:
             return  # Pending
         self.serial += 1
         name = f"claim-{self.serial}"
-        created = self.cluster.create(resource_claim(name, "default"))
-        self.cluster.patch_status(RESOURCE_CLAIM, name, allocation_status(node.name, [("gpu", device)]), "default")
+        created = self.cluster.create(resource_claim(name, namespace="default"))
+        self.cluster.patch_status(
+            RESOURCE_CLAIM, name=name, status=allocation_status(node.name, [("gpu", device)]), namespace="default"
+        )
         self.claims[name] = Claim(node.name, ClaimRef("default", created["metadata"]["uid"], name))
 
     def prepare(self, pick: int) -> None:
@@ -219,7 +221,7 @@ class World:
                 raise PrepareError("no DRA plugin on the node")
             driver.prepare(claim.ref)
         except PrepareError:
-            self.cluster.delete(RESOURCE_CLAIM, name, "default")
+            self.cluster.delete(RESOURCE_CLAIM, name=name, namespace="default")
             del self.claims[name]
             return
         claim.prepared = True
@@ -244,7 +246,7 @@ class World:
         if claim.prepared:
             assert driver is not None
             driver.unprepare(claim.ref)
-        self.cluster.delete(RESOURCE_CLAIM, name, "default")
+        self.cluster.delete(RESOURCE_CLAIM, name=name, namespace="default")
 
     def health_event(self, node: SimNode, event: HealthEvent) -> None:
         if node.dp_health is not None:
@@ -255,7 +257,7 @@ class World:
     def xid(self, node: SimNode, gpu: int, on_mig: bool, code: int) -> None:
         target = node.inventory.gpu(gpu)
         device: int | str = target.mig_devices[0].uuid if on_mig and target.mig_devices else gpu
-        self.health_event(node, node.backend.inject_xid(device, code, "drawn fault"))
+        self.health_event(node, node.backend.inject_xid(device, xid=code, message="drawn fault"))
 
     def repair(self, node: SimNode, gpu: int) -> None:
         """The repair loop takes the GPU (drained, reset, burned in) and gives it back."""
@@ -281,7 +283,7 @@ class World:
             return
         if any(c.node == node.name and c.prepared for c in self.claims.values()):
             return
-        self.cluster.patch(NODE, node.name, {"metadata": {"labels": {ALLOCATOR_LABEL: value}}})
+        self.cluster.patch(NODE, name=node.name, patch={"metadata": {"labels": {ALLOCATOR_LABEL: value}}})
         self.announce(node)
 
     # ---- the checks -------------------------------------------------------------------------------
@@ -308,7 +310,7 @@ class World:
                 parts = [m.uuid for m in gpu.mig_devices if m.uuid in units]
                 assert not (whole and parts), f"{node.name} GPU {gpu.index} held whole and as MIG {parts}"
             announced_by_dp = {d.gpu_uuid for r in self.served(node) for d in r.devices}
-            live = self.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
+            live = self.cluster.get_or_none(RESOURCE_SLICE, name=slice_name(node.name))
             published = {
                 str(attribute(d, "parentUUID") or attribute(d, "uuid"))
                 for d in (live or {}).get("spec", {}).get("devices", [])
@@ -399,7 +401,7 @@ def test_every_kind_of_node_serves_from_one_side(short_dir: Path) -> None:
     world = World(sorted(KINDS), short_dir)
     sides = {}
     for node in world.nodes:
-        live = world.cluster.get_or_none(RESOURCE_SLICE, slice_name(node.name))
+        live = world.cluster.get_or_none(RESOURCE_SLICE, name=slice_name(node.name))
         dra = bool(live and live["spec"]["devices"])
         sides[node.kind] = ("dra" if dra else "") + (
             "device-plugin" if any(r.devices for r in world.served(node)) else ""

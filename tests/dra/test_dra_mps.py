@@ -117,7 +117,7 @@ def _spec(short_dir: Path, ref: ClaimRef) -> dict[str, Any]:
 
 
 def _published(cluster: MemoryCluster, name: str) -> dict[str, Any] | None:
-    live = cluster.get(RESOURCE_SLICE, slices.slice_name(NODE))
+    live = cluster.get(RESOURCE_SLICE, name=slices.slice_name(NODE))
     return next((d for d in live["spec"]["devices"] if d["name"] == name), None)
 
 
@@ -168,7 +168,11 @@ async def test_news_of_the_node_while_a_prepare_starts_a_daemon_leave_the_loop_f
     is never started and the Prepare fails after its start timeout (the plugin frozen meanwhile)."""
     cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {}}})
     follower = QuarantineFollower(
-        cluster, NODE, plugin.driver.set_quarantined, retry_seconds=0.1, on_node=plugin.driver.node_changed
+        cluster,
+        node_name=NODE,
+        apply=plugin.driver.set_quarantined,
+        retry_seconds=0.1,
+        on_node=plugin.driver.node_changed,
     )
     following = asyncio.create_task(follower.follow())
     try:
@@ -180,7 +184,7 @@ async def test_news_of_the_node_while_a_prepare_starts_a_daemon_leave_the_loop_f
         prepare = asyncio.create_task(plugin.prepare(shared_claim(cluster, "one", [_part("gpu-0", "s1")], NODE)))
         await _until(lambda: bool(_smi(tmp_path)))  # Prepare holds the lock, its daemon starting
         quarantine = encode_quarantine([gpu5.uuid])
-        cluster.patch(NODE_KIND, NODE, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
+        cluster.patch(NODE_KIND, name=NODE, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
         await asyncio.sleep(0.5)  # the watch sees it
         (pipe / "hold").unlink()
         prepared = await prepare
@@ -303,7 +307,9 @@ async def test_a_restarted_plugin_takes_over_the_daemons_its_claims_need_and_sto
     kept = daemon_pid(root, gpus[0].uuid)
     assert daemon_running(kept)  # a plugin restart leaves the daemons to the claims' containers
     # a crash after a Prepare started GPU 1's daemon, before the claim was recorded: nobody holds it
-    await MpsControl(gpus[1].uuid, MpsRoot(str(root)), visible_devices=gpus[1].uuid).start([], [gpus[1].uuid])
+    await MpsControl(resource=gpus[1].uuid, root=MpsRoot(str(root)), visible_devices=gpus[1].uuid).start(
+        [], [gpus[1].uuid]
+    )
     orphan = daemon_pid(root, gpus[1].uuid)
     # and GPU 2's daemon died while no plugin ran
     os.kill(daemon_pid(root, gpus[2].uuid), signal.SIGKILL)
@@ -381,17 +387,17 @@ def _pod(cluster: MemoryCluster, name: str, containers: dict[str, list[str]], ge
     if generated:
         cluster.patch_status(
             POD,
-            name,
-            {"resourceClaimStatuses": [{"name": f"e-{generated}", "resourceClaimName": generated}]},
-            "default",
+            name=name,
+            status={"resourceClaimStatuses": [{"name": f"e-{generated}", "resourceClaimName": generated}]},
+            namespace="default",
         )
     for c in entries:
-        live = cluster.get(RESOURCE_CLAIM, c, "default")
+        live = cluster.get(RESOURCE_CLAIM, name=c, namespace="default")
         reserved = [
             *(live["status"].get("reservedFor") or []),
             {"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]},
         ]
-        cluster.patch_status(RESOURCE_CLAIM, c, {"reservedFor": reserved}, "default")
+        cluster.patch_status(RESOURCE_CLAIM, name=c, status={"reservedFor": reserved}, namespace="default")
 
 
 async def test_a_container_with_part_of_a_gpu_uses_no_other_claim_of_another_gpu(

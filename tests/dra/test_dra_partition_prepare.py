@@ -40,7 +40,7 @@ class CountersApart(MemoryCluster):
             raise InvalidError(
                 f"ResourceSlice {obj['metadata']['name']}: spec: only one of `sharedCounters` or `devices` is allowed"
             )
-        return super().apply(obj, live, known_live)
+        return super().apply(obj, live=live, known_live=known_live)
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_counter_sets_and_each_gpus_devices_in_slices_of_one_pool(
 def test_more_than_eight_gpus_take_a_second_counter_slice(
     make_partitioning: Callable[[SimBackend], DraDriver], cluster: MemoryCluster
 ) -> None:
-    sim = SimBackend(load_yaml_model(Topology, f"node: {NODE}\ngpus:\n  - model: H100-80GB\n    count: 9\n"))
+    sim = SimBackend(load_yaml_model(Topology, text=f"node: {NODE}\ngpus:\n  - model: H100-80GB\n    count: 9\n"))
     make_partitioning(sim).publish()
     live = _slices(cluster)
     sets = [live[slices.counter_slice_name(NODE, k)]["spec"]["sharedCounters"] for k in (0, 1)]
@@ -112,8 +112,8 @@ def test_a_gpu_slice_left_in_the_1_34_layout_is_replaced(
     the set, which a newer server refuses beside devices, so the driver deletes and creates it."""
     old = slices.resource_slice(
         NODE,
-        [{"name": "gpu-0"}],
-        1,
+        devices=[{"name": "gpu-0"}],
+        generation=1,
         name=slices.gpu_slice_name(NODE, 0),
         shared_counters=[{"name": "gpu-0-counter-set", "counters": {"memory": {"value": "1Mi"}}}],
     )
@@ -205,8 +205,8 @@ def test_a_failed_record_or_a_crash_leaves_no_instance(
     assert not cdi.spec_path(short_dir / "cdi", ref.uid).exists()
     monkeypatch.undo()
     # a crash between creating the instance and recording the claim: the restarted plugin destroys it
-    gi = h100_sim.create_gpu_instance(4, "2g.20gb", 2)
-    h100_sim.create_compute_instance(4, gi)
+    gi = h100_sim.create_gpu_instance(4, profile="2g.20gb", start=2)
+    h100_sim.create_compute_instance(4, gi_id=gi)
     make_partitioning(h100_sim).publish()  # the restarted plugin publishes first
     assert h100_sim.gpu_instances(4) == ()
 
@@ -216,7 +216,7 @@ def test_an_unhealthy_parent_refuses_its_placements(
 ) -> None:
     driver = make_partitioning(h100_sim)
     driver.publish()
-    published = driver.on_event(h100_sim.inject_xid(6, 48))
+    published = driver.on_event(h100_sim.inject_xid(6, xid=48))
     assert published is not None and not any(d.startswith("gpu-6") for d in published.devices)
     with pytest.raises(PrepareError, match="unhealthy"):
         driver.prepare(allocate("mig", NODE, ["gpu-6-mig-1g10gb-0-0"]))
@@ -235,7 +235,7 @@ class NoPartitionGate(MemoryCluster):
             if "devices" in spec:
                 spec["devices"] = [{k: v for k, v in d.items() if k != "consumesCounters"} for d in spec["devices"]]
             obj = {**obj, "spec": spec}
-        return super().apply(obj, live, known_live)
+        return super().apply(obj, live=live, known_live=known_live)
 
 
 def test_without_the_gate_the_gpus_are_published_as_before(
@@ -245,7 +245,7 @@ def test_without_the_gate_the_gpus_are_published_as_before(
     config = DriverConfig(
         node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, partitionable_mig=True
     )
-    driver = DraDriver(h100_sim, cluster, config)
+    driver = DraDriver(h100_sim, cluster=cluster, config=config)
     published = driver.publish()
     assert not driver.partitions_served
     assert "DRAPartitionableDevices" in caplog.text
@@ -284,7 +284,7 @@ class CountersTogether(MemoryCluster):
                         f"ResourceSlice {obj['metadata']['name']}: consumesCounters.counterSet: Invalid value: "
                         f"{use['counterSet']!r}: must reference a counterSet defined in the ResourceSlice sharedCounters"
                     )
-        return super().apply(obj, live, known_live)
+        return super().apply(obj, live=live, known_live=known_live)
 
 
 def test_a_1_34_server_refusing_the_layout_gets_the_gpus_without_partitions(
@@ -294,7 +294,7 @@ def test_a_1_34_server_refusing_the_layout_gets_the_gpus_without_partitions(
     config = DriverConfig(
         node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, partitionable_mig=True
     )
-    driver = DraDriver(h100_sim, cluster, config)
+    driver = DraDriver(h100_sim, cluster=cluster, config=config)
     published = driver.publish()
     assert not driver.partitions_served and "Kubernetes before 1.35 wants counter sets" in caplog.text
     assert published.devices == tuple(f"gpu-{i}" for i in range(8))

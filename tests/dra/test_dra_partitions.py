@@ -31,7 +31,7 @@ MIG_MODELS = sorted(key for key, m in catalog.MODELS.items() if m.mig_capable)
 def one_gpu(model: str, mig: bool = True) -> SimBackend:
     """A node with one GPU of ``model``, MIG mode on with no instances (or off)."""
     layout = "\n    mig: {}" if mig else ""
-    return SimBackend(load_yaml_model(Topology, f"node: n\ngpus:\n  - model: {model}{layout}\n"))
+    return SimBackend(load_yaml_model(Topology, text=f"node: n\ngpus:\n  - model: {model}{layout}\n"))
 
 
 def amount(value: str) -> int:
@@ -94,7 +94,7 @@ def test_counters_add_up_to_the_gpu(model: str) -> None:
             if fit(part, [*packed, device]):
                 packed.append(device)
         assert len(packed) == profile.max_instances, profile.name
-    counters, devices = slices.pool_slices("n", [], [part])[1:]  # checks the GPU (check_gpu_slice)
+    counters, devices = slices.pool_slices("n", plain=[], parts=[part])[1:]  # checks the GPU (check_gpu_slice)
     assert counters["spec"]["sharedCounters"] == [part.counter_set] and devices["spec"]["devices"] == part.devices
     for obj in (counters, devices):
         slices.check_slice({**obj, "spec": {**obj["spec"], "pool": {**obj["spec"]["pool"], "generation": 1}}})
@@ -110,7 +110,7 @@ def test_every_placement_is_one_the_gpu_creates(model: str) -> None:
     }
     assert offered == {(p.name, s) for p in gpu_model.mig_profiles for s in p.starts}
     for name, start in sorted(offered):
-        gi = sim.create_gpu_instance(0, name, start)
+        gi = sim.create_gpu_instance(0, profile=name, start=start)
         sim.destroy_gpu_instance(0, gi)
 
 
@@ -137,7 +137,7 @@ def assert_created(sim: SimBackend, devices: list[Obj]) -> None:
         for d in devices:
             made.append(
                 sim.create_gpu_instance(
-                    0, d["attributes"]["migProfile"]["string"], d["attributes"]["memorySliceStart"]["int"]
+                    0, profile=d["attributes"]["migProfile"]["string"], start=d["attributes"]["memorySliceStart"]["int"]
                 )
             )
     except InvalidConfigError as exc:
@@ -196,7 +196,7 @@ def test_which_gpus_are_partitionable() -> None:
 def test_health_goes_by_the_parent(h100_sim: SimBackend) -> None:
     inv = h100_sim.inventory()
     sick = inv.gpu(2).uuid
-    withdrawn = slices.render_gpu_slices(inv, {sick})
+    withdrawn = slices.render_gpu_slices(inv, unhealthy={sick})
     assert withdrawn[2].devices == [] and withdrawn[2].counter_set == withdrawn[1].counter_set | {
         "name": "gpu-2-counter-set"
     }

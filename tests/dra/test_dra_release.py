@@ -29,7 +29,7 @@ def test_released_driver_republishes_and_prepares_other_gpus_claims(
         dev_root=short_dir / "driver-root",
         unlabelled=DRA,
     )
-    driver = DraDriver(view, cluster, config, clock)
+    driver = DraDriver(view, cluster=cluster, config=config, clock=clock)
     before = driver.publish()
     reset = h100_sim.inventory().gpu(3).uuid
     view.release()
@@ -51,7 +51,7 @@ def test_a_gpu_the_loop_gives_back_returns_after_the_quiet_period(
     driver = make_driver(h100_sim)
     before = driver.publish()
     gpu = h100_sim.inventory().gpu(3).uuid
-    driver.on_event(HealthEvent(EventKind.XID, gpu, xid=48))
+    driver.on_event(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=48))
     driver.set_quarantined(frozenset({gpu}))
     driver.set_quarantined(frozenset())
     assert gpu in driver.unhealthy  # the quiet period first

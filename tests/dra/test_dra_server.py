@@ -31,7 +31,9 @@ Allocate = Callable[[str, str, list[str]], ClaimRef]
 
 @pytest.fixture
 async def plugin(h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path) -> AsyncIterator[DraPluginServer]:
-    server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+    server = DraPluginServer(
+        make_driver(h100_sim), registry_dir=short_dir / "registry", plugin_dir=short_dir / "plugins" / DRIVER
+    )
     await server.start()
     yield server
     await server.stop()
@@ -81,7 +83,10 @@ async def test_refused_registration_reaches_the_plugin(
     h100_sim: SimBackend, make_driver: DriverFactory, short_dir: Path
 ) -> None:
     server = DraPluginServer(
-        make_driver(h100_sim), short_dir / "registry", short_dir / "plugins", services=["v1beta1.DRAPlugin"]
+        make_driver(h100_sim),
+        registry_dir=short_dir / "registry",
+        plugin_dir=short_dir / "plugins",
+        services=["v1beta1.DRAPlugin"],
     )
     await server.start()
     peer = DraPeer(short_dir / "registry", supported=("v1",))
@@ -141,7 +146,9 @@ async def test_plugin_restart_keeps_prepared_claims(
     answers = []
     try:
         for _ in range(2):  # the second round is a fresh process: new driver, new server, same files
-            server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+            server = DraPluginServer(
+                make_driver(h100_sim), registry_dir=short_dir / "registry", plugin_dir=short_dir / "plugins" / DRIVER
+            )
             await server.start()
             await peer.scan()  # the old socket went away with stop(); the new one registers
             await peer.wait_for(DRIVER)
@@ -161,9 +168,9 @@ async def test_xid_from_the_backend_withdraws_the_device_with_a_new_generation(
     task = asyncio.create_task(driver.follow_health())
     try:
         for _ in range(200):  # re-inject until the subscription (started by the task) has seen one
-            h100_sim.inject_xid(7, 62)
+            h100_sim.inject_xid(7, xid=62)
             await asyncio.sleep(0.01)
-            live = cluster.get(RESOURCE_SLICE, slice_name("h100-node"))
+            live = cluster.get(RESOURCE_SLICE, name=slice_name("h100-node"))
             if live["spec"]["pool"]["generation"] != 1:
                 break
         assert live["spec"]["pool"]["generation"] == 2
@@ -196,13 +203,13 @@ async def test_devices_return_to_the_slice_after_the_event_stream_recovers(
         recovery_quiet_seconds=0.05,
         unlabelled=DRA,
     )
-    driver = DraDriver(flaky, cluster, config)
+    driver = DraDriver(flaky, cluster=cluster, config=config)
     assert len(driver.publish().devices) == 8
     counts: list[int] = []
     task = asyncio.create_task(driver.follow_health())
     try:
         for _ in range(300):
-            counts.append(len(cluster.get(RESOURCE_SLICE, slice_name("h100-node"))["spec"]["devices"]))
+            counts.append(len(cluster.get(RESOURCE_SLICE, name=slice_name("h100-node"))["spec"]["devices"]))
             if 0 in counts and counts[-1] == 8:
                 break
             await asyncio.sleep(0.01)
@@ -223,7 +230,9 @@ async def test_plugin_watcher_notices_a_plugin_that_starts_later_and_forgets_it_
 ) -> None:
     peer = DraPeer(short_dir / "registry")
     watcher = asyncio.create_task(peer.watch(interval=0.01))
-    server = DraPluginServer(make_driver(h100_sim), short_dir / "registry", short_dir / "plugins" / DRIVER)
+    server = DraPluginServer(
+        make_driver(h100_sim), registry_dir=short_dir / "registry", plugin_dir=short_dir / "plugins" / DRIVER
+    )
     try:
         await asyncio.sleep(0.05)
         assert peer.plugins == {}
@@ -310,7 +319,7 @@ async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim:
         await asyncio.sleep(0.25)
         assert steps <= 1  # the wake-up of the first subscription, then nothing
         gpu = h100_sim.inventory().gpu(3).uuid
-        h100_sim.inject_xid(3, 79)
+        h100_sim.inject_xid(3, xid=79)
         h100_sim.recover_gpu(3)
         for _ in range(500):  # until the driver has seen both events
             await asyncio.sleep(0.01)
@@ -321,7 +330,7 @@ async def test_an_idle_driver_does_no_work(make_driver: DriverFactory, h100_sim:
         await asyncio.sleep(0.25)
         assert steps - before <= 2  # one wake-up per event, none while the deadline is still ahead
         clock.advance(QUIET)
-        h100_sim.inject_xid(0, 13)  # any event wakes the loop, which then finds the deadline passed
+        h100_sim.inject_xid(0, xid=13)  # any event wakes the loop, which then finds the deadline passed
         for _ in range(500):
             await asyncio.sleep(0.01)
             if gpu not in driver.unhealthy:

@@ -84,7 +84,7 @@ def _capacity(policy: dict[str, Any], value: str = "100") -> dict[str, Any]:
 )
 def test_request_policies_the_api_server_refuses(capacity: dict[str, Any], multiple: bool, says: str) -> None:
     with pytest.raises(ValueError, match=says):
-        shares.check_capacity("device 'gpu-0'", "memory", capacity, multiple)
+        shares.check_capacity("device 'gpu-0'", name="memory", capacity=capacity, multiple=multiple)
 
 
 def test_request_policies_the_api_server_takes() -> None:
@@ -94,7 +94,7 @@ def test_request_policies_the_api_server_takes() -> None:
         {"default": "2Gi", "validRange": {"min": "1Gi", "max": "8Gi", "step": "1Gi"}},
         {"default": "0", "validRange": {"min": "0"}},
     ):
-        shares.check_capacity("device 'gpu-0'", "memory", _capacity(policy, "8Gi"), True)
+        shares.check_capacity("device 'gpu-0'", name="memory", capacity=_capacity(policy, "8Gi"), multiple=True)
     device = {"name": "gpu-0", "capacity": {"memory": _capacity({"default": "1"})}}
     with pytest.raises(slices.SliceError, match="allowMultipleAllocations"):
         slices.check_devices([device])
@@ -121,9 +121,9 @@ def test_a_quantity_that_is_not_one_is_refused() -> None:
 
 
 def test_a_claims_limits_per_gpu_in_container_order() -> None:
-    half = Share("a", 40960, 66, 132)
-    quarter = Share("b", 20480, 33, 132)
-    memory_only = Share("c", 10240, 0, 132)
+    half = Share(share_id="a", memory_mib=40960, multiprocessors=66, gpu_multiprocessors=132)
+    quarter = Share(share_id="b", memory_mib=20480, multiprocessors=33, gpu_multiprocessors=132)
+    memory_only = Share(share_id="c", memory_mib=10240, multiprocessors=0, gpu_multiprocessors=132)
     assert shares.limits([("GPU-1", None)]) == MpsLimits()
     limits = shares.limits([("GPU-1", None), ("GPU-2", half), ("GPU-3", quarter)])
     assert limits == MpsLimits(((1, 40960), (2, 20480)), 25)  # the smaller SM share of the two GPUs
@@ -140,9 +140,11 @@ def test_a_result_without_share_id_is_no_share(h100_sim: SimBackend) -> None:
     gpu = h100_sim.inventory().gpus[0]
     assert shares.share_of({"device": "gpu-0"}, gpu) is None
     booked = shares.share_of({"shareID": "s1", "consumedCapacity": {"memory": "40Gi", "multiprocessors": "33"}}, gpu)
-    assert booked == Share("s1", 40960, 33, gpu.multiprocessors)
+    assert booked == Share(share_id="s1", memory_mib=40960, multiprocessors=33, gpu_multiprocessors=gpu.multiprocessors)
     # capacities the result does not list were booked at their defaults: all the memory, no SMs
-    assert shares.share_of({"shareID": "s2"}, gpu) == Share("s2", gpu.memory_mib, 0, gpu.multiprocessors)
+    assert shares.share_of({"shareID": "s2"}, gpu) == Share(
+        share_id="s2", memory_mib=gpu.memory_mib, multiprocessors=0, gpu_multiprocessors=gpu.multiprocessors
+    )
 
 
 @pytest.fixture
@@ -162,7 +164,7 @@ def test_prepare_gives_each_share_its_limits(
     sharing: DraDriver, cluster: MemoryCluster, short_dir: Path, clock: Clock, h100_sim: SimBackend
 ) -> None:
     sharing.publish()
-    live = cluster.get(RESOURCE_SLICE, slices.slice_name(NODE))
+    live = cluster.get(RESOURCE_SLICE, name=slices.slice_name(NODE))
     assert all(d["allowMultipleAllocations"] for d in live["spec"]["devices"])
     gpu0 = h100_sim.inventory().gpus[0]
     one = shared_claim(
@@ -234,7 +236,7 @@ class NoConsumableCapacity(MemoryCluster):
                 for d in obj["spec"]["devices"]
             ]
             obj = {**obj, "spec": {**obj["spec"], "devices": devices}}
-        return super().apply(obj, live, known_live)
+        return super().apply(obj, live=live, known_live=known_live)
 
 
 def test_a_server_without_consumable_capacity_gets_the_gpus_unshared(
@@ -244,7 +246,7 @@ def test_a_server_without_consumable_capacity_gets_the_gpus_unshared(
     driver = _driver(cluster, short_dir, clock, h100_sim)
     first = driver.publish()
     assert driver.shares_served is False
-    live = cluster.get(RESOURCE_SLICE, slices.slice_name(NODE))
+    live = cluster.get(RESOURCE_SLICE, name=slices.slice_name(NODE))
     assert live["spec"]["devices"] == slices.render_devices(h100_sim.inventory())  # as without --gpu-shares
     again = driver.publish()
     assert not again.changed and again.generation == first.generation  # no new generation on every resync
@@ -255,6 +257,8 @@ def test_a_server_without_consumable_capacity_gets_the_gpus_unshared(
 def test_shared_slices_pass_the_api_schema(preset: str, version: str) -> None:
     """Field names and shapes as the API's schema has them (strict: an unknown field fails)."""
     sim = SimBackend.from_preset(preset)
-    obj = slices.resource_slice(sim.topology.node, slices.render_devices(sim.inventory(), shared=True), 1)
+    obj = slices.resource_slice(
+        sim.topology.node, devices=slices.render_devices(sim.inventory(), shared=True), generation=1
+    )
     slices.check_slice(obj)
     kubernetes_validate.validate(obj, version, strict=True)

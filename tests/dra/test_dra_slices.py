@@ -62,7 +62,7 @@ def test_mig_node_publishes_mig_devices_and_only_non_mig_gpus_whole(mig_sim: Sim
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 def test_rendered_slices_pass_the_api_schema_and_naming_rules(preset: str, version: str) -> None:
     sim = SimBackend.from_preset(preset)
-    obj = slices.resource_slice(sim.topology.node, slices.render_devices(sim.inventory()), 1)
+    obj = slices.resource_slice(sim.topology.node, devices=slices.render_devices(sim.inventory()), generation=1)
     slices.check_slice(obj)
     kubernetes_validate.validate(obj, version, strict=True)
     assert obj["spec"]["driver"] == DRIVER
@@ -72,7 +72,7 @@ def test_rendered_slices_pass_the_api_schema_and_naming_rules(preset: str, versi
 def test_unhealthy_gpu_withdraws_it_and_its_mig_devices(mig_sim: SimBackend) -> None:
     inv = mig_sim.inventory()
     one_mig = inv.gpu(1).mig_devices[0]
-    names = [d["name"] for d in slices.render_devices(inv, {inv.gpu(0).uuid, one_mig.uuid})]
+    names = [d["name"] for d in slices.render_devices(inv, unhealthy={inv.gpu(0).uuid, one_mig.uuid})]
     assert not any(str(n).startswith("gpu-0-") for n in names)
     assert slices.mig_device_name(one_mig) not in names
     assert sum(1 for n in names if str(n).startswith("gpu-1-")) == len(inv.gpu(1).mig_devices) - 1
@@ -80,13 +80,18 @@ def test_unhealthy_gpu_withdraws_it_and_its_mig_devices(mig_sim: SimBackend) -> 
 
 def test_pool_generation_grows_only_on_change(h100_sim: SimBackend) -> None:
     devices = slices.render_devices(h100_sim.inventory())
-    desired = slices.resource_slice("n", devices, 0)
+    desired = slices.resource_slice("n", devices=devices, generation=0)
     assert slices.pool_generation({}, [desired]) == 1
-    live = slices.resource_slice("n", devices, 4)
+    live = slices.resource_slice("n", devices=devices, generation=4)
     assert slices.pool_generation({slices.slice_name("n"): live}, [desired]) == 4
-    assert slices.pool_generation({slices.slice_name("n"): live}, [slices.resource_slice("n", devices[1:], 0)]) == 5
+    assert (
+        slices.pool_generation(
+            {slices.slice_name("n"): live}, [slices.resource_slice("n", devices=devices[1:], generation=0)]
+        )
+        == 5
+    )
     # a slice added to the pool, or one that is no longer wanted, is a change too
-    other = slices.resource_slice("n", [], 0, name="other")
+    other = slices.resource_slice("n", devices=[], generation=0, name="other")
     assert slices.pool_generation({slices.slice_name("n"): live}, [desired, other]) == 5
     assert slices.pool_generation({slices.slice_name("n"): live, "other": other}, [desired]) == 5
 

@@ -26,7 +26,7 @@ from gpuchain.kube.port import ApplyResult
 
 
 def xid(uuid: str, code: int, mig: str | None = None) -> HealthEvent:
-    return HealthEvent(EventKind.XID, uuid, xid=code, mig_uuid=mig, message="test")
+    return HealthEvent(kind=EventKind.XID, gpu_uuid=uuid, xid=code, mig_uuid=mig, message="test")
 
 
 def test_the_effect_follows_the_catalogs_resolution() -> None:
@@ -36,17 +36,28 @@ def test_the_effect_follows_the_catalogs_resolution() -> None:
     health.apply(xid("GPU-a", 48), 0.0)
     health.apply(xid("GPU-b", 44), 0.0)
     health.apply(xid("GPU-c", 44, mig="MIG-c1"), 0.0)
-    assert health_taint(health, "GPU-a") == {"key": TAINT_KEY, "value": "xid-48", "effect": NO_EXECUTE}
-    assert health_taint(health, "GPU-b") == {"key": TAINT_KEY, "value": "xid-44", "effect": NO_SCHEDULE}
-    assert health_taint(health, "GPU-c", "MIG-c1") == {"key": TAINT_KEY, "value": "xid-44", "effect": NO_SCHEDULE}
-    assert health_taint(health, "GPU-c", "MIG-c2") is None and health_taint(health, "GPU-c") is None
-    health.apply(HealthEvent(EventKind.GPU_LOST, "GPU-d"), 0.0)
-    assert health_taint(health, "GPU-d") == {"key": TAINT_KEY, "value": "gpu-lost", "effect": NO_EXECUTE}
+    assert health_taint(health, gpu_uuid="GPU-a") == {"key": TAINT_KEY, "value": "xid-48", "effect": NO_EXECUTE}
+    assert health_taint(health, gpu_uuid="GPU-b") == {"key": TAINT_KEY, "value": "xid-44", "effect": NO_SCHEDULE}
+    assert health_taint(health, gpu_uuid="GPU-c", mig_uuid="MIG-c1") == {
+        "key": TAINT_KEY,
+        "value": "xid-44",
+        "effect": NO_SCHEDULE,
+    }
+    assert (
+        health_taint(health, gpu_uuid="GPU-c", mig_uuid="MIG-c2") is None
+        and health_taint(health, gpu_uuid="GPU-c") is None
+    )
+    health.apply(HealthEvent(kind=EventKind.GPU_LOST, gpu_uuid="GPU-d"), 0.0)
+    assert health_taint(health, gpu_uuid="GPU-d") == {"key": TAINT_KEY, "value": "gpu-lost", "effect": NO_EXECUTE}
     health.fail_all(["GPU-e"])  # the event stream broke: nothing known against the GPU
-    assert health_taint(health, "GPU-e") == {"key": TAINT_KEY, "value": "no-health-events", "effect": NO_SCHEDULE}
-    assert health_taint(health, "GPU-a")["value"] == "xid-48"  # type: ignore[index]  # the real fault stays named
+    assert health_taint(health, gpu_uuid="GPU-e") == {
+        "key": TAINT_KEY,
+        "value": "no-health-events",
+        "effect": NO_SCHEDULE,
+    }
+    assert health_taint(health, gpu_uuid="GPU-a")["value"] == "xid-48"  # type: ignore[index]  # the real fault stays named
     health.quarantine(frozenset({"GPU-f"}), 0.0)
-    assert health_taint(health, "GPU-f") == {"key": TAINT_KEY, "value": "quarantined", "effect": NO_EXECUTE}
+    assert health_taint(health, gpu_uuid="GPU-f") == {"key": TAINT_KEY, "value": "quarantined", "effect": NO_EXECUTE}
 
 
 @pytest.fixture
@@ -61,7 +72,7 @@ def tainting(make_driver: DriverFactory) -> Any:
 
 
 def devices(cluster: MemoryCluster, node: str = NODE) -> dict[str, Obj]:
-    return {d["name"]: d for d in cluster.get(RESOURCE_SLICE, slice_name(node))["spec"]["devices"]}
+    return {d["name"]: d for d in cluster.get(RESOURCE_SLICE, name=slice_name(node))["spec"]["devices"]}
 
 
 def test_an_unhealthy_gpu_stays_published_tainted_and_is_not_prepared(
@@ -69,7 +80,7 @@ def test_an_unhealthy_gpu_stays_published_tainted_and_is_not_prepared(
 ) -> None:
     driver = tainting(h100_sim)
     before = driver.publish()
-    published = driver.on_event(h100_sim.inject_xid(3, 48, "double-bit ECC"))
+    published = driver.on_event(h100_sim.inject_xid(3, xid=48, message="double-bit ECC"))
     assert published is not None and published.devices == before.devices  # still 8 devices
     assert published.generation == before.generation + 1
     live = devices(cluster)
@@ -86,7 +97,7 @@ def test_the_repair_loop_taints_a_gpu_and_its_mig_devices_and_readmission_lifts_
     driver, node = tainting(mig_sim), mig_sim.topology.node
     driver.publish()
     gpu = mig_sim.inventory().gpu(0)
-    driver.on_event(mig_sim.inject_xid(0, 79, "fell off the bus"))
+    driver.on_event(mig_sim.inject_xid(0, xid=79, message="fell off the bus"))
     assert driver.set_quarantined(frozenset({gpu.uuid})) is not None
     tainted = {n for n, d in devices(cluster, node).items() if d["taints"]}
     assert tainted == {n for n in devices(cluster, node) if n.startswith("gpu-0-")} and len(tainted) == len(
@@ -107,7 +118,7 @@ class DroppingTaints(MemoryCluster):
             obj = {**obj, "spec": {**obj["spec"], "devices": [
                 {k: v for k, v in d.items() if k != "taints"} for d in obj["spec"]["devices"]
             ]}}  # fmt: skip
-        return super().apply(obj, live, known_live)
+        return super().apply(obj, live=live, known_live=known_live)
 
 
 def test_a_server_that_drops_taints_gets_the_device_withdrawn(h100_sim: SimBackend, short_dir: Path) -> None:
@@ -118,9 +129,9 @@ def test_a_server_that_drops_taints_gets_the_device_withdrawn(h100_sim: SimBacke
     config = DriverConfig(
         node=NODE, cdi_dir=short_dir / "cdi", state_dir=short_dir / "state", unlabelled=DRA, device_taints=True
     )
-    driver = DraDriver(h100_sim, cluster, config)
+    driver = DraDriver(h100_sim, cluster=cluster, config=config)
     driver.publish()
-    published = driver.on_event(h100_sim.inject_xid(3, 48, "double-bit ECC"))
+    published = driver.on_event(h100_sim.inject_xid(3, xid=48, message="double-bit ECC"))
     assert published is not None and "gpu-3" not in published.devices and len(published.devices) == 7
     assert driver.taints_served is False
     assert "gpu-3" not in devices(cluster)

@@ -60,7 +60,7 @@ def _value(text: str, name: str, **labels: str) -> float | None:
 def test_hung_telemetry_serves_last_good_value_and_counts_errors() -> None:
     sim = _Stalling()
     gpu0, gpu1 = sim.inventory().gpus[:2]
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", call_timeout=0.2)
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n", call_timeout=0.2)
     sim.set_telemetry(0, gpu_util=55)
     assert collector.collect_once()
 
@@ -90,7 +90,7 @@ def test_hung_telemetry_serves_last_good_value_and_counts_errors() -> None:
 
 def test_failing_inventory_keeps_the_last_series() -> None:
     sim = _Stalling("l4-x2")
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", call_timeout=0.5)
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n", call_timeout=0.5)
     assert collector.collect_once()
     sim.fail_inventory = True
     assert not collector.collect_once()
@@ -102,7 +102,7 @@ def test_failing_inventory_keeps_the_last_series() -> None:
 def test_unhealthy_until_the_first_inventory() -> None:
     sim = _Stalling("l4-x2")
     sim.fail_inventory = True
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", call_timeout=0.5)
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n", call_timeout=0.5)
     assert not collector.collect_once()
     ok, reason = collector.health()
     assert not ok and "no successful collection" in reason
@@ -115,8 +115,8 @@ def test_unhealthy_until_the_first_inventory() -> None:
 def test_health_turns_503_when_the_backend_stalls() -> None:
     """A hung backend keeps scrapes answering with old values, so /health must say they are stale."""
     sim = _Stalling("l4-x2")
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", interval=0.1, call_timeout=0.05)
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n", interval=0.1, call_timeout=0.05)
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     server.start_background()
     base = f"http://127.0.0.1:{server.server_port}"
     try:
@@ -152,19 +152,19 @@ def _wait_for(predicate: object, timeout: float = 5.0) -> None:
 def test_repeated_xid_from_the_event_stream_moves_the_counter() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     uuid = sim.inventory().gpus[5].uuid
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", interval=60.0)
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n", interval=60.0)
     collector.start()
     try:
         _wait_for(lambda: collector.health()[0])
 
         def probe_seen() -> bool:
-            sim.inject_xid(5, 31)
+            sim.inject_xid(5, xid=31)
             time.sleep(0.02)
             return _value(render(collector.registry).decode(), "DCGM_EXP_XID_ERRORS_TOTAL", xid="31") is not None
 
         _wait_for(probe_seen)
-        sim.inject_xid(5, 79)
-        sim.inject_xid(5, 79)
+        sim.inject_xid(5, xid=79)
+        sim.inject_xid(5, xid=79)
 
         def two_79s() -> bool:
             text = render(collector.registry).decode()
@@ -179,8 +179,8 @@ def test_repeated_xid_from_the_event_stream_moves_the_counter() -> None:
 
 @pytest.fixture
 def served() -> tuple[GpuMetricsCollector, str]:  # type: ignore[misc]
-    collector = GpuMetricsCollector(SimBackend.from_preset("l4-x2"), COUNTERS, "n")
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    collector = GpuMetricsCollector(SimBackend.from_preset("l4-x2"), counters=COUNTERS, hostname="n")
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     server.start_background()
     yield collector, f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
@@ -220,8 +220,8 @@ def test_nvml_backend_exports_the_same_series_as_the_simulator() -> None:
     sim.set_telemetry(mig.uuid, memory_used_mib=1234)
     nvml = nvml_over(sim)
     try:
-        via_sim = GpuMetricsCollector(sim, COUNTERS, "n")
-        via_nvml = GpuMetricsCollector(nvml, COUNTERS, "n")
+        via_sim = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n")
+        via_nvml = GpuMetricsCollector(nvml, counters=COUNTERS, hostname="n")
         assert via_sim.collect_once() and via_nvml.collect_once()
         sim_series = _series_keys(render(via_sim.registry).decode())
         assert len(sim_series) > 30 * 13  # 30 MIG devices x 13 fields (no utilisation on MIG), 2 whole GPUs

@@ -33,7 +33,7 @@ def _value(text: str, name: str, **labels: str) -> float | None:
 
 def test_a_release_leaves_gpu_samples_out_without_an_error_and_they_come_back() -> None:
     view = ReleasableView(SimBackend.from_preset("l4-x2"))
-    collector = GpuMetricsCollector(view, COUNTERS, "n", call_timeout=1.0)
+    collector = GpuMetricsCollector(view, counters=COUNTERS, hostname="n", call_timeout=1.0)
     assert collector.collect_once()
     text = render(collector.registry).decode()
     assert len(_gpu_lines(text)) == 2 and _value(text, "gpuchain_exporter_nvml_released") == 0.0
@@ -63,7 +63,7 @@ class _ReleasedMidCycle(ReleasableView):
 
 def test_a_release_in_the_middle_of_a_cycle_serves_nothing_old_and_counts_no_error() -> None:
     view = _ReleasedMidCycle(SimBackend.from_preset("l4-x2"))
-    collector = GpuMetricsCollector(view, COUNTERS, "n", call_timeout=1.0)
+    collector = GpuMetricsCollector(view, counters=COUNTERS, hostname="n", call_timeout=1.0)
     assert collector.collect_once()
     text = render(collector.registry).decode()
     assert _gpu_lines(text) == []
@@ -74,9 +74,11 @@ def test_a_release_in_the_middle_of_a_cycle_serves_nothing_old_and_counts_no_err
 
 def test_a_release_leaves_the_processes_out_too() -> None:
     sim = SimBackend.from_preset("l4-x2")
-    sim.run_process(0, 7, memory_mib=1_000, sm_percent=20)
+    sim.run_process(0, pid=7, memory_mib=1_000, sm_percent=20)
     view = ReleasableView(sim)
-    collector = GpuMetricsCollector(view, COUNTERS, "n", call_timeout=1.0, processes=True, cgroup_of=lambda pid: None)
+    collector = GpuMetricsCollector(
+        view, counters=COUNTERS, hostname="n", call_timeout=1.0, processes=True, cgroup_of=lambda pid: None
+    )
     assert collector.collect_once()
     assert _value(render(collector.registry).decode(), "gpuchain_gpu_unattributed_processes", gpu="0") == 1.0
     view.release()

@@ -77,7 +77,7 @@ def test_the_exporter_process_follows_the_board_and_a_killed_one_is_gone(
         time.sleep(0.05)
     holder = board.holders()[0]
     assert (holder.component, holder.pid) == ("exporter", proc.pid)
-    with board.letting_go(["GPU-x"], "reset GPU 1", wait=10.0) as seen:
+    with board.letting_go(["GPU-x"], reason="reset GPU 1", wait=10.0) as seen:
         assert seen.complete and [h.component for h in seen.released] == ["exporter"]
         during = _scrape(port, lambda body: "gpuchain_exporter_nvml_released 1.0" in body)
         assert "DCGM_FI_DEV_GPU_TEMP{" not in during  # no old reading passed off as current

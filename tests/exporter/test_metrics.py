@@ -16,10 +16,10 @@ COUNTERS = load_collectors()
 def _sample(sim: SimBackend, pods: dict[str, tuple[PodRef, ...]] | None = None) -> NodeSample:
     inv = sim.inventory()
     return NodeSample(
-        inv,
-        {g.uuid: sim.telemetry(g.uuid) for g in inv.gpus},
-        pods or {},
-        {m.uuid: sim.mig_memory(m.uuid) for m in inv.mig_devices},
+        inventory=inv,
+        telemetry={g.uuid: sim.telemetry(g.uuid) for g in inv.gpus},
+        pods=pods or {},
+        mig_memory={m.uuid: sim.mig_memory(m.uuid) for m in inv.mig_devices},
     )
 
 
@@ -29,7 +29,7 @@ def _by_name(families: list) -> dict:  # type: ignore[type-arg]
 
 def test_whole_gpu_labels_in_dcgm_order(h100_sim: SimBackend) -> None:
     gpu = h100_sim.inventory().gpus[3]
-    ents = entities(h100_sim.inventory(), "node-7", COUNTERS)
+    ents = entities(h100_sim.inventory(), hostname="node-7", counters=COUNTERS)
     assert len(ents) == 8
     assert ents[3].labels == (
         ("gpu", "3"),
@@ -44,7 +44,7 @@ def test_whole_gpu_labels_in_dcgm_order(h100_sim: SimBackend) -> None:
 
 def test_mig_devices_are_entities_with_gpu_instance_labels(mig_sim: SimBackend) -> None:
     inv = mig_sim.inventory()
-    ents = entities(inv, "n", parse_collectors("DCGM_FI_DEV_GPU_UTIL, gauge, u"))
+    ents = entities(inv, hostname="n", counters=parse_collectors("DCGM_FI_DEV_GPU_UTIL, gauge, u"))
     # GPUs 0-3: 4 MIG devices each, 4-5: 7 each, 6-7 whole
     assert len(ents) == 4 * 4 + 2 * 7 + 2
     mig = inv.gpus[4].mig_devices[6]
@@ -60,7 +60,9 @@ def test_mig_devices_are_entities_with_gpu_instance_labels(mig_sim: SimBackend) 
 def test_values_follow_telemetry(h100_sim: SimBackend) -> None:
     h100_sim.set_telemetry(2, gpu_util=87, memory_used_mib=30000, temperature_c=71, power_w=512.5)
     inv = h100_sim.inventory()
-    fams = _by_name(sample_families(COUNTERS, _sample(h100_sim), entities(inv, "n", COUNTERS)))
+    fams = _by_name(
+        sample_families(COUNTERS, sample=_sample(h100_sim), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
     uuid = inv.gpus[2].uuid
 
     def value(name: str) -> float:
@@ -76,7 +78,9 @@ def test_values_follow_telemetry(h100_sim: SimBackend) -> None:
 def test_mig_devices_repeat_gpu_wide_readings(mig_sim: SimBackend) -> None:
     mig_sim.set_telemetry(0, temperature_c=55)
     inv = mig_sim.inventory()
-    fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
+    fams = _by_name(
+        sample_families(COUNTERS, sample=_sample(mig_sim), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
     on_gpu0 = [s for s in fams["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == "0"]
     assert [s.labels["GPU_I_ID"] for s in on_gpu0] == [str(m.gi_id) for m in inv.gpus[0].mig_devices]
     assert {s.value for s in on_gpu0} == {55}
@@ -88,7 +92,9 @@ def test_mig_devices_get_their_own_framebuffer(mig_sim: SimBackend) -> None:
     a, b = inv.gpus[4].mig_devices[:2]
     mig_sim.set_telemetry(4, memory_used_mib=70000)
     mig_sim.set_telemetry(a.uuid, memory_used_mib=3000)
-    fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
+    fams = _by_name(
+        sample_families(COUNTERS, sample=_sample(mig_sim), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
 
     def fb(name: str, gi_id: int) -> list[float]:
         return [
@@ -106,7 +112,9 @@ def test_mig_devices_do_not_inherit_the_gpus_utilisation(mig_sim: SimBackend) ->
     """GPU_UTIL on a MIG GPU is the whole card's: copying it would make every pod on it look that busy."""
     mig_sim.set_telemetry(4, gpu_util=90)
     inv = mig_sim.inventory()
-    fams = _by_name(sample_families(COUNTERS, _sample(mig_sim), entities(inv, "n", COUNTERS)))
+    fams = _by_name(
+        sample_families(COUNTERS, sample=_sample(mig_sim), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
     for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL"):
         assert {s.labels["gpu"] for s in fams[name].samples} == {"6", "7"}, name
 
@@ -116,7 +124,12 @@ def test_no_made_up_dcgm_profiling_field(h100_sim: SimBackend) -> None:
     counters = parse_collectors("DCGM_FI_DEV_GPU_UTIL, gauge, u\nDCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, g\n")
     assert counters.skipped == ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",)
     inv = h100_sim.inventory()
-    names = {f.name for f in sample_families(COUNTERS, _sample(h100_sim), entities(inv, "n", COUNTERS))}
+    names = {
+        f.name
+        for f in sample_families(
+            COUNTERS, sample=_sample(h100_sim), ents=entities(inv, hostname="n", counters=COUNTERS)
+        )
+    }
     assert not {n for n in names if "PROF" in n}
 
 
@@ -124,7 +137,9 @@ def test_shared_device_gets_one_series_per_container(h100_sim: SimBackend) -> No
     inv = h100_sim.inventory()
     uuid = inv.gpus[1].uuid
     pods = {uuid: (PodRef("ml", "infer-a", "server"), PodRef("ml", "infer-b", "server"))}
-    fams = _by_name(sample_families(COUNTERS, _sample(h100_sim, pods), entities(inv, "n", COUNTERS)))
+    fams = _by_name(
+        sample_families(COUNTERS, sample=_sample(h100_sim, pods), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
     util = [s for s in fams["DCGM_FI_DEV_GPU_UTIL"].samples if s.labels["UUID"] == uuid]
     assert [(s.labels["namespace"], s.labels["pod"], s.labels["container"]) for s in util] == [
         ("ml", "infer-a", "server"),
@@ -136,13 +151,13 @@ def test_shared_device_gets_one_series_per_container(h100_sim: SimBackend) -> No
 
 def test_repeated_xid_moves_the_counter_while_the_gauge_stays(h100_sim: SimBackend) -> None:
     inv = h100_sim.inventory()
-    ents = entities(inv, "n", COUNTERS)
+    ents = entities(inv, hostname="n", counters=COUNTERS)
     book = XidBook()
     book.record(inv.gpus[0].uuid, 79)
     book.record(inv.gpus[0].uuid, 79)
     book.record(inv.gpus[0].uuid, 48)
     book.record(inv.gpus[0].uuid, 79)
-    fams = _by_name(xid_families(COUNTERS, book, ents, {}))
+    fams = _by_name(xid_families(COUNTERS, book=book, ents=ents, pods={}))
     gauge = [s for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples if s.labels["gpu"] == "0"]
     assert [(s.labels["err_code"], s.value) for s in gauge] == [("79", 79.0)]
     quiet = [s for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples if s.labels["gpu"] == "1"]
@@ -153,7 +168,7 @@ def test_repeated_xid_moves_the_counter_while_the_gauge_stays(h100_sim: SimBacke
 
 def test_gpu_wide_xid_reaches_its_mig_devices(mig_sim: SimBackend) -> None:
     inv = mig_sim.inventory()
-    ents = [e for e in entities(inv, "n", COUNTERS) if e.gpu_uuid == inv.gpus[4].uuid]
+    ents = [e for e in entities(inv, hostname="n", counters=COUNTERS) if e.gpu_uuid == inv.gpus[4].uuid]
     book = XidBook()
     book.record(inv.gpus[4].uuid, 48)
     book.record(inv.gpus[4].mig_devices[2].uuid, 94)
@@ -163,7 +178,9 @@ def test_gpu_wide_xid_reaches_its_mig_devices(mig_sim: SimBackend) -> None:
 
 def test_exposition_keeps_dcgm_counter_names(h100_sim: SimBackend) -> None:
     inv = h100_sim.inventory()
-    text = render_families(sample_families(COUNTERS, _sample(h100_sim), entities(inv, "n", COUNTERS)))
+    text = render_families(
+        sample_families(COUNTERS, sample=_sample(h100_sim), ents=entities(inv, hostname="n", counters=COUNTERS))
+    )
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total" not in text
     first = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{"))
@@ -183,5 +200,7 @@ def test_a_histogram_without_prometheus_client_is_written_as_prometheus_clients(
     theirs = HistogramMetricFamily("x_seconds", "Seconds.", labels=list(labels))
     buckets = [(f"{b:g}", float(sum(1 for v in values if v <= b))) for b in bounds] + [("+Inf", float(len(values)))]
     theirs.add_metric(list(labels.values()), buckets, sum(values))
-    ours = Family("x_seconds", "Seconds.", "histogram", histogram("x_seconds", labels, bounds, values))
+    ours = Family(
+        "x_seconds", "Seconds.", "histogram", histogram("x_seconds", labels=labels, bounds=bounds, values=values)
+    )
     assert render_families([ours]) == render_families([theirs])

@@ -33,10 +33,10 @@ def _shared_gpu() -> tuple[SimBackend, list[Assignment], dict[int, ContainerCgro
     sim = SimBackend.from_preset("h100-80gb-x8")
     uuid = sim.inventory().gpus[0].uuid
     rows = [Assignment("nvidia.com/gpu", f"{uuid}::{i}", ref) for i, ref in enumerate((A, B, C))]
-    sim.run_process(0, 100, memory_mib=30_000, sm_percent=40)
-    sim.run_process(0, 101, memory_mib=2_000, sm_percent=10)
-    sim.run_process(0, 200, memory_mib=9_000, sm_percent=25)
-    sim.run_process(0, 300, memory_mib=500, sm_percent=0)
+    sim.run_process(0, pid=100, memory_mib=30_000, sm_percent=40)
+    sim.run_process(0, pid=101, memory_mib=2_000, sm_percent=10)
+    sim.run_process(0, pid=200, memory_mib=9_000, sm_percent=25)
+    sim.run_process(0, pid=300, memory_mib=500, sm_percent=0)
     cgroups: dict[int, ContainerCgroup | None] = {
         100: ContainerCgroup(_uid(1), _cid(1)),
         101: ContainerCgroup(_uid(1), _cid(1)),
@@ -62,8 +62,8 @@ def test_pods_time_sliced_on_one_gpu_get_their_own_figures_summing_to_at_most_th
     sim, rows, cgroups, directory = _shared_gpu()
     collector = GpuMetricsCollector(
         nvml_over(sim),
-        COUNTERS,
-        "n",
+        counters=COUNTERS,
+        hostname="n",
         pod_lister=lambda: rows,
         processes=True,
         cgroup_of=cgroups.__getitem__,
@@ -93,9 +93,11 @@ def test_without_a_directory_only_a_single_holder_is_named() -> None:
     sim, rows, cgroups, _ = _shared_gpu()
     other = sim.inventory().gpus[1].uuid
     rows.append(Assignment("nvidia.com/gpu", other, A))
-    sim.run_process(1, 400, memory_mib=1_000, sm_percent=30)
+    sim.run_process(1, pid=400, memory_mib=1_000, sm_percent=30)
     cgroups[400] = ContainerCgroup(_uid(1), _cid(1))
-    collector = GpuMetricsCollector(sim, COUNTERS, "n", pod_lister=lambda: rows, processes=True, cgroup_of=cgroups.get)
+    collector = GpuMetricsCollector(
+        sim, counters=COUNTERS, hostname="n", pod_lister=lambda: rows, processes=True, cgroup_of=cgroups.get
+    )
     collector.collect_once()
     text = render(collector.registry).decode()
     assert _value(text, "DCGM_FI_DEV_FB_USED", UUID=other, pod="train-a") == 1_000
@@ -106,12 +108,12 @@ def test_without_a_directory_only_a_single_holder_is_named() -> None:
 
 def test_a_pod_running_on_a_gpu_it_was_not_given_is_shown_there() -> None:
     sim, rows, cgroups, directory = _shared_gpu()
-    sim.run_process(5, 500, memory_mib=4_000, sm_percent=60)
+    sim.run_process(5, pid=500, memory_mib=4_000, sm_percent=60)
     cgroups[500] = ContainerCgroup(_uid(2), _cid(2))
     collector = GpuMetricsCollector(
         sim,
-        COUNTERS,
-        "n",
+        counters=COUNTERS,
+        hostname="n",
         pod_lister=lambda: rows,
         processes=True,
         cgroup_of=cgroups.__getitem__,
@@ -124,7 +126,7 @@ def test_a_pod_running_on_a_gpu_it_was_not_given_is_shown_there() -> None:
 
 def test_a_gpu_that_stops_answering_is_visible_and_counts_against_the_expected() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
-    collector = GpuMetricsCollector(sim, COUNTERS, "n")
+    collector = GpuMetricsCollector(sim, counters=COUNTERS, hostname="n")
     collector.collect_once()
     text = render(collector.registry).decode()
     assert (_value(text, "gpuchain_gpus_expected", source="seen"), _value(text, "gpuchain_gpus_exported")) == (8, 8)
@@ -142,7 +144,7 @@ def test_a_gpu_that_stops_answering_is_visible_and_counts_against_the_expected()
 
 def test_the_expected_count_comes_from_feature_discovery_when_told() -> None:
     collector = GpuMetricsCollector(
-        SimBackend.from_preset("h100-80gb-x8"), COUNTERS, "n", expected_gpus=lambda: (16, "gfd")
+        SimBackend.from_preset("h100-80gb-x8"), counters=COUNTERS, hostname="n", expected_gpus=lambda: (16, "gfd")
     )
     collector.collect_once()
     assert _value(render(collector.registry).decode(), "gpuchain_gpus_expected", source="gfd") == 16

@@ -96,11 +96,11 @@ async def test_attribution_through_the_kubelet_peer() -> None:
     node = await start_sim_node("h100-80gb-x8-mig-mixed", config=config)
     client = PodResourcesClient(str(node.pod_resources_socket))
     try:
-        await node.kubelet.admit("ml", "train", [ContainerRequest("main", {"nvidia.com/gpu": 1})])
+        await node.kubelet.admit("ml", name="train", containers=[ContainerRequest("main", {"nvidia.com/gpu": 1})])
         await node.kubelet.admit(
             "ml",
-            "infer",
-            [
+            name="infer",
+            containers=[
                 ContainerRequest("model", {"nvidia.com/mig-1g.10gb": 2}),
                 ContainerRequest("sidecar", {"nvidia.com/mig-3g.40gb": 1}),
             ],
@@ -120,7 +120,9 @@ async def test_attribution_through_the_kubelet_peer() -> None:
         sidecar = [u for u, refs in pods.items() if PodRef("ml", "infer", "sidecar") in refs]
         assert [migs[u] for u in sidecar] == ["3g.40gb"]
 
-        collector = GpuMetricsCollector(node.backend, load_collectors(), "node-1", pod_lister=client.list)
+        collector = GpuMetricsCollector(
+            node.backend, counters=load_collectors(), hostname="node-1", pod_lister=client.list
+        )
         assert await asyncio.to_thread(collector.collect_once)
         text = render(collector.registry).decode()
         util = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
@@ -175,7 +177,9 @@ def test_a_node_with_50000_pods_is_attributed_and_a_failed_list_is_visible(
     server.start()
     client = PodResourcesClient(str(sock), timeout=30)
     try:
-        collector = GpuMetricsCollector(h100_sim, load_collectors(), "node-1", pod_lister=client.list, call_timeout=30)
+        collector = GpuMetricsCollector(
+            h100_sim, counters=load_collectors(), hostname="node-1", pod_lister=client.list, call_timeout=30
+        )
         assert collector.collect_once()
         text = render(collector.registry).decode()
         assert any(
@@ -210,7 +214,7 @@ def test_a_list_that_keeps_failing_is_one_warning_until_it_answers(
             raise PodResourcesError("pod-resources List on /x failed (UNAVAILABLE: kubelet restarting)")
         return []
 
-    collector = GpuMetricsCollector(h100_sim, load_collectors(), "node-1", pod_lister=lister)
+    collector = GpuMetricsCollector(h100_sim, counters=load_collectors(), hostname="node-1", pod_lister=lister)
     caplog.set_level("INFO", logger="gpuchain.exporter.collector")
     for _ in range(5):
         assert collector.collect_once()

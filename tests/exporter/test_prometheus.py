@@ -134,11 +134,15 @@ async def test_prometheus_scrapes_dashboard_series_with_pod_labels(short_dir: Pa
     config = parse_config("flags: {migStrategy: mixed}")
     node = await start_sim_node("h100-80gb-x8-mig-mixed", config=config)
     pods = PodResourcesClient(str(node.pod_resources_socket))
-    collector = GpuMetricsCollector(node.backend, load_collectors(), HOST, pod_lister=pods.list, interval=0.5)
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    collector = GpuMetricsCollector(
+        node.backend, counters=load_collectors(), hostname=HOST, pod_lister=pods.list, interval=0.5
+    )
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     try:
-        await node.kubelet.admit("ml", "train", [ContainerRequest("trainer", {"nvidia.com/gpu": 1})])
-        await node.kubelet.admit("ml", "infer", [ContainerRequest("server", {"nvidia.com/mig-3g.40gb": 1})])
+        await node.kubelet.admit("ml", name="train", containers=[ContainerRequest("trainer", {"nvidia.com/gpu": 1})])
+        await node.kubelet.admit(
+            "ml", name="infer", containers=[ContainerRequest("server", {"nvidia.com/mig-3g.40gb": 1})]
+        )
         collector.start()
         server.start_background()
         with _prometheus(short_dir, server.server_port) as base:
@@ -187,7 +191,7 @@ async def test_prometheus_stores_each_time_sliced_pods_own_figures(short_dir: Pa
     pods = PodResourcesClient(str(node.pod_resources_socket))
     figures = {"a": (4_000, 30), "b": (2_500, 20), "c": (1_000, 5)}
     for name in figures:
-        await node.kubelet.admit("ml", name, [ContainerRequest("main", {"nvidia.com/gpu": 1})])
+        await node.kubelet.admit("ml", name=name, containers=[ContainerRequest("main", {"nvidia.com/gpu": 1})])
     inventory = node.backend.inventory()
     cgroups: dict[int, ContainerCgroup | None] = {}
     directory: dict[str, PodIdentity] = {}
@@ -196,25 +200,25 @@ async def test_prometheus_stores_each_time_sliced_pods_own_figures(short_dir: Pa
     for pid, row in enumerate(sorted(rows, key=lambda r: r.ref.pod), start=100):
         memory, sm = figures[row.ref.pod]
         gpu_of[row.ref.pod] = attribute([row], inventory).popitem()[0]
-        node.backend.run_process(gpu_of[row.ref.pod], pid, memory_mib=memory, sm_percent=sm)
+        node.backend.run_process(gpu_of[row.ref.pod], pid=pid, memory_mib=memory, sm_percent=sm)
         uid = f"{pid:08x}-0000-4000-8000-000000000000"
         cgroups[pid] = ContainerCgroup(uid, f"{pid:064x}")
         directory[uid] = PodIdentity("ml", row.ref.pod, {f"{pid:064x}": "main"})
     assert len(set(gpu_of.values())) < len(gpu_of), "two of the pods share a GPU"
     host_process = 999
-    node.backend.run_process(inventory.gpus[0].uuid, host_process, memory_mib=300)
+    node.backend.run_process(inventory.gpus[0].uuid, pid=host_process, memory_mib=300)
     cgroups[host_process] = None
     collector = GpuMetricsCollector(
         node.backend,
-        load_collectors(),
-        HOST,
+        counters=load_collectors(),
+        hostname=HOST,
         pod_lister=pods.list,
         interval=0.5,
         processes=True,
         cgroup_of=cgroups.get,
         pod_directory=lambda: directory,
     )
-    server = MetricsServer(collector, "127.0.0.1", 0)
+    server = MetricsServer(collector, host="127.0.0.1", port=0)
     try:
         collector.start()
         server.start_background()

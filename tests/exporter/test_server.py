@@ -33,14 +33,14 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 @pytest.fixture
 def collector() -> GpuMetricsCollector:
-    c = GpuMetricsCollector(SimBackend.from_preset("l4-x2"), load_collectors(), "n")
+    c = GpuMetricsCollector(SimBackend.from_preset("l4-x2"), counters=load_collectors(), hostname="n")
     assert c.collect_once()
     return c
 
 
 @contextlib.contextmanager
 def _serve(collector: GpuMetricsCollector, **kwargs: object) -> Iterator[MetricsServer]:
-    server = MetricsServer(collector, "127.0.0.1", 0, **kwargs)  # type: ignore[arg-type]
+    server = MetricsServer(collector, host="127.0.0.1", port=0, **kwargs)  # type: ignore[arg-type]
     server.start_background()
     try:
         yield server
@@ -211,7 +211,9 @@ def test_non_finite_or_non_positive_seconds_are_refused(flag: str, value: str) -
 
 def test_collector_refuses_nan_interval_from_code() -> None:
     with pytest.raises(ValueError, match="collection interval: must be a finite number"):
-        GpuMetricsCollector(SimBackend.from_preset("l4-x2"), load_collectors(), "n", interval=float("nan"))
+        GpuMetricsCollector(
+            SimBackend.from_preset("l4-x2"), counters=load_collectors(), hostname="n", interval=float("nan")
+        )
 
 
 def test_gzip_when_the_scraper_accepts_it_as_prometheus_does(collector: GpuMetricsCollector) -> None:

@@ -60,9 +60,9 @@ class OperandSimulator:
     def step(self) -> bool:
         """One pass of controller + kubelets; True if it wrote anything."""
         wrote = False
-        dss = {name_of(d): d for d in self.cluster.list(DAEMONSET, self.namespace)}
+        dss = {name_of(d): d for d in self.cluster.list(DAEMONSET, namespace=self.namespace)}
         nodes = {name_of(n): labels_of(n) for n in self.cluster.list(NODE)}
-        pods = {name_of(p): p for p in self.cluster.list(POD, self.namespace)}
+        pods = {name_of(p): p for p in self.cluster.list(POD, namespace=self.namespace)}
         wanted: dict[str, tuple[str, str]] = {}
         for ds_name, ds in sorted(dss.items()):
             spec = ds["spec"]["template"]["spec"]
@@ -79,7 +79,7 @@ class OperandSimulator:
                 )
                 stale = outdated and ds["spec"].get("updateStrategy", {}).get("type") != "OnDelete"
             if stale:
-                self.cluster.delete(POD, pod_name, self.namespace)
+                self.cluster.delete(POD, name=pod_name, namespace=self.namespace)
                 del pods[pod_name]
                 wrote = True
         for pod_name, (ds_name, node) in wanted.items():
@@ -96,7 +96,7 @@ class OperandSimulator:
                 new = statuses[name_of(pod)]
                 final[name_of(pod)] = {**pod, "status": new}
                 if pod.get("status") != new:
-                    self.cluster.patch_status(POD, name_of(pod), new, self.namespace)
+                    self.cluster.patch_status(POD, name=name_of(pod), status=new, namespace=self.namespace)
                     wrote = True
         for ds_name, ds in dss.items():
             mine = [final[n] for n, (d, _) in wanted.items() if d == ds_name]
@@ -191,7 +191,7 @@ class OperandSimulator:
         }
         if all(ds.get("status", {}).get(k) == v for k, v in status.items()):
             return False
-        self.cluster.patch_status(DAEMONSET, name_of(ds), status, self.namespace)
+        self.cluster.patch_status(DAEMONSET, name=name_of(ds), status=status, namespace=self.namespace)
         return True
 
 

@@ -76,11 +76,11 @@ class ReleasableView(GpuBackend):
 
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         self._check()
-        return self.sim.create_gpu_instance(gpu_index, profile, start)
+        return self.sim.create_gpu_instance(gpu_index, profile=profile, start=start)
 
     def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
         self._check()
-        return self.sim.create_compute_instance(gpu_index, gi_id, slices)
+        return self.sim.create_compute_instance(gpu_index, gi_id=gi_id, slices=slices)
 
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         self._check()

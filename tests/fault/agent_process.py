@@ -65,7 +65,7 @@ def loops(component: str, url: str, node: str, ca: str) -> list[tuple[str, Calla
         kubeconfig.write_text(json.dumps(config))
         cluster = LiveCluster.from_kubeconfig(str(kubeconfig))
     if component == "node-watch":
-        watch = NodeLabelWatch(cluster, node)
+        watch = NodeLabelWatch(cluster, node_name=node)
 
         async def labels() -> None:
             async for _value in watch.changes(None):
@@ -73,9 +73,13 @@ def loops(component: str, url: str, node: str, ca: str) -> list[tuple[str, Calla
 
         return [("device plugin: node watch", labels)]
     if component == "quarantine":
-        return [("dra-plugin: quarantine watch", QuarantineFollower(cluster, node, lambda _q: None).follow)]
+        return [
+            ("dra-plugin: quarantine watch", QuarantineFollower(cluster, node_name=node, apply=lambda _q: None).follow)
+        ]
     if component == "mig-watch":
-        manager = MigManager(cluster, SimBackend.from_preset("h100-80gb-x8"), node, default_config())
+        manager = MigManager(
+            cluster, backend=SimBackend.from_preset("h100-80gb-x8"), node=node, config=default_config()
+        )
         wake = asyncio.Event()
         return [
             ("MIG manager: node watch", lambda: manager._watch(NODE, f"metadata.name={node}", wake)),
@@ -83,7 +87,7 @@ def loops(component: str, url: str, node: str, ca: str) -> list[tuple[str, Calla
         ]
     if component == "operator":
         config = RuntimeConfig(namespace="gpu-operator", min_interval=0.5, resync=600, server=url)
-        return [("operator", lambda: run(cluster, config))]
+        return [("operator", lambda: run(cluster, config=config))]
     raise SystemExit(f"unknown component {component!r}")
 
 
@@ -97,7 +101,7 @@ async def main(component: str, url: str, node: str, ca: str) -> None:
         print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "logs": counter.records}), flush=True)
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, report)
-    await asyncio.gather(*(supervise(name, loop) for name, loop in loops(component, url, node, ca)))
+    await asyncio.gather(*(supervise(name, run=loop) for name, loop in loops(component, url, node, ca)))
 
 
 if __name__ == "__main__":

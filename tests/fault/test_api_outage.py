@@ -61,7 +61,7 @@ class _ScaledSleeps:
 
 
 def _gpu_nodes(live: LiveCluster) -> int | None:
-    return (live.get(CLUSTER_POLICY, "cluster-policy").get("status") or {}).get("gpuNodes")
+    return (live.get(CLUSTER_POLICY, name="cluster-policy").get("status") or {}).get("gpuNodes")
 
 
 async def test_every_component_outlives_a_503_outage_past_kopfs_retries_and_converges_soon_after(
@@ -76,8 +76,8 @@ async def test_every_component_outlives_a_503_outage_past_kopfs_retries_and_conv
     with fault_proxy(apiserver) as proxy:
         stop = asyncio.Event()
         config = RuntimeConfig(namespace=NS, min_interval=0.2, resync=600, server=proxy.url)
-        operator = asyncio.create_task(run(LiveCluster.from_url(proxy.url), config, stop_flag=stop))
-        watch = NodeLabelWatch(LiveCluster.from_url(proxy.url), "gpu-0")
+        operator = asyncio.create_task(run(LiveCluster.from_url(proxy.url), config=config, stop_flag=stop))
+        watch = NodeLabelWatch(LiveCluster.from_url(proxy.url), node_name="gpu-0")
         labels: list[str | None] = []
 
         async def follow() -> None:
@@ -101,7 +101,7 @@ async def test_every_component_outlives_a_503_outage_past_kopfs_retries_and_conv
             proxy.set_mode("503")
             # What changes during the outage, straight on the server (the proxy only fronts the agents).
             live_cluster.create(gpu_node("gpu-1"))
-            live_cluster.patch(NODE, "gpu-0", {"metadata": {"labels": {NODE_CONFIG_LABEL: "a100"}}})
+            live_cluster.patch(NODE, name="gpu-0", patch={"metadata": {"labels": {NODE_CONFIG_LABEL: "a100"}}})
             deadline = time.monotonic() + OUTAGE_S
             while time.monotonic() < deadline:
                 assert not operator.done(), f"the operator died during the outage: {operator.exception()!r}"

@@ -50,7 +50,7 @@ def _consistent(node: SimNode) -> bool:
 async def test_random_events_reloads_and_restarts_keep_kubelet_and_plugin_agreeing(tmp_path: Path) -> None:
     node = await start_sim_node(config=parse_config(CONFIGS[0]), watch_interval=0.02)
     config_file = tmp_path / "config.yaml"
-    follower = ConfigFollower(node.plugin, ConfigSource(config_file), env={})
+    follower = ConfigFollower(node.plugin, source=ConfigSource(file=config_file), env={})
     rng = random.Random(4500)
     lost: set[int] = set()
     counts = dict.fromkeys(["xid", "lose", "recover", "reload", "bad-reload", "restart"], 0)
@@ -59,7 +59,9 @@ async def test_random_events_reloads_and_restarts_keep_kubelet_and_plugin_agreei
             kind = rng.choice(list(counts))
             present = sorted(set(range(8)) - lost)
             if kind == "xid" and present:
-                node.backend.inject_xid(rng.choice(present), rng.choice([13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95]))
+                node.backend.inject_xid(
+                    rng.choice(present), xid=rng.choice([13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95])
+                )
             elif kind == "lose" and len(lost) < 3:
                 index = rng.choice(present)
                 node.backend.lose_gpu(index)

@@ -53,14 +53,14 @@ mig-configs:
 """
 
 READERS: dict[str, tuple[Callable[[Path], Any], bytes]] = {
-    "device-plugin config": (lambda p: load_config(p, {}), DEVICE_PLUGIN_SEED),
+    "device-plugin config": (lambda p: load_config(p, env={}), DEVICE_PLUGIN_SEED),
     "mig-parted config": (load_mig_config, MIG_SEED),
     "topology": (
         lambda p: load_topology(str(p)),
         (SRC / "gpu" / "presets" / "h100-80gb-x8-mig-mixed.yaml").read_bytes(),
     ),
     "scenario": (load_scenario, (SRC / "sim" / "scenarios" / "driver-version-skew.yaml").read_bytes()),
-    "ClusterPolicy": (lambda p: load_yaml_file(PolicyDocument, p), b"spec:\n  driver: {enabled: false}\n"),
+    "ClusterPolicy": (lambda p: load_yaml_file(PolicyDocument, path=p), b"spec:\n  driver: {enabled: false}\n"),
     "collectors CSV": (load_collectors, (SRC / "exporter" / DEFAULT_COLLECTORS).read_bytes()),
 }
 EXPECTED = (ConfigFileError, CollectorsFileError)

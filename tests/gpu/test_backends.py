@@ -123,7 +123,7 @@ async def test_xid_on_a_mig_device_names_it(make: object) -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     mig = sim.inventory().gpus[4].mig_devices[2]
     stream = make(sim).events()  # type: ignore[operator]
-    events = await _collect(sim, stream, 1, lambda: sim.inject_xid(mig.uuid, 94))
+    events = await _collect(sim, stream, 1, lambda: sim.inject_xid(mig.uuid, xid=94))
     await stream.aclose()
     assert [_key(e) for e in events] == [(EventKind.XID, mig.parent_uuid, 94, mig.uuid)]
 
@@ -145,7 +145,7 @@ async def test_every_subscriber_gets_every_event(h100_sim: SimBackend) -> None:
     first = asyncio.create_task(anext(a))
     second = asyncio.create_task(anext(b))
     await asyncio.sleep(0)
-    h100_sim.inject_xid(0, 48)
+    h100_sim.inject_xid(0, xid=48)
     got = await asyncio.wait_for(asyncio.gather(first, second), 2)
     assert [e.xid for e in got] == [48, 48]
 

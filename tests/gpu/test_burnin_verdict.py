@@ -55,7 +55,7 @@ class CudaRunner:
     def __call__(self, argv: Sequence[str], deadline: float) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
         config = cuda.CudaCheckConfig(arith_elements=1024, min_memory_bytes=4096)
-        result = cuda.run_checks(FakeCuda([self.bus_id]), self.bus_id, config)  # type: ignore[arg-type]
+        result = cuda.run_checks(FakeCuda([self.bus_id]), bus_id=self.bus_id, config=config)  # type: ignore[arg-type]
         return subprocess.CompletedProcess(list(argv), 0, json.dumps(result.to_json()) + "\n", "")
 
 

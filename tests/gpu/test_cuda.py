@@ -24,7 +24,7 @@ SMALL = CudaCheckConfig(arith_elements=4096, min_memory_bytes=4096)
 
 
 def checks(fake: FakeCuda, bus: str = BUS, config: CudaCheckConfig = SMALL) -> dict[str, tuple[bool, str]]:
-    result = run_checks(fake, bus, config)  # type: ignore[arg-type]
+    result = run_checks(fake, bus_id=bus, config=config)  # type: ignore[arg-type]
     return {name: (ok, detail) for name, ok, detail in result.checks} | {
         name: (False, "skipped: " + why) for name, why in result.skipped.items()
     }
@@ -37,7 +37,7 @@ def assert_released(fake: FakeCuda) -> None:
 
 def test_kernel_and_memory_pass_on_a_good_gpu_and_release_everything() -> None:
     fake = FakeCuda([BUS.replace("17", "0a"), BUS])
-    result = run_checks(fake, BUS, SMALL)  # type: ignore[arg-type]
+    result = run_checks(fake, bus_id=BUS, config=SMALL)  # type: ignore[arg-type]
     assert [(n, ok) for n, ok, _ in result.checks] == [("cuda", True), ("memory", True)] and not result.skipped
     assert "4 patterns over" in result.checks[1][2]
     assert fake.launches == ["gpuchain_arith"] + ["gpuchain_fill", "gpuchain_check"] * 4
@@ -117,7 +117,7 @@ def test_the_time_budget_stops_starting_patterns_but_reports_what_ran() -> None:
     ticks = iter(range(0, 1000, 10))
     fake = FakeCuda([BUS])
     config = CudaCheckConfig(arith_elements=256, min_memory_bytes=4096, time_budget_s=5)
-    result = run_checks(fake, BUS, config, clock=lambda: float(next(ticks)))  # type: ignore[arg-type]
+    result = run_checks(fake, bus_id=BUS, config=config, clock=lambda: float(next(ticks)))  # type: ignore[arg-type]
     name, ok, detail = result.checks[1]
     assert (name, ok) == ("memory", True) and detail.startswith("1 patterns") and "3 more not started" in detail
 

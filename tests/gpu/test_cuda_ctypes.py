@@ -60,7 +60,7 @@ def env() -> Iterator[None]:
 
 def test_the_checks_pass_through_the_real_binding(libdir: Path, env: None) -> None:
     driver = cuda.load_libcuda(str(libdir / "libcuda.so.1"))
-    result = cuda.run_checks(driver, BUS, SMALL)
+    result = cuda.run_checks(driver, bus_id=BUS, config=SMALL)
     assert [(n, ok) for n, ok, _ in result.checks] == [("cuda", True), ("memory", True)], result.checks
     assert result.checks[0][2] == "65536 results right" and "4 patterns over" in result.checks[1][2]
 
@@ -68,10 +68,10 @@ def test_the_checks_pass_through_the_real_binding(libdir: Path, env: None) -> No
 def test_a_stuck_bit_and_a_missing_device_are_seen_through_the_real_binding(libdir: Path, env: None) -> None:
     driver = cuda.load_libcuda(str(libdir / "libcuda.so.1"))
     os.environ["FAKE_CUDA_STUCK"] = "4097:40"
-    name, ok, detail = cuda.run_checks(driver, BUS, SMALL).checks[1]
+    name, ok, detail = cuda.run_checks(driver, bus_id=BUS, config=SMALL).checks[1]
     assert (name, ok) == ("memory", False) and "1 of 1048576 words read back wrong" in detail
     os.environ["FAKE_CUDA_BUS_IDS"] = "0000:3b:00.0"
-    [(name, ok, detail)] = cuda.run_checks(driver, BUS, SMALL).checks
+    [(name, ok, detail)] = cuda.run_checks(driver, bus_id=BUS, config=SMALL).checks
     assert (name, ok) == ("cuda", False) and "CUDA_ERROR_INVALID_DEVICE" in detail
 
 

@@ -21,9 +21,9 @@ def test_fatal_xid_marks_the_gpu_and_application_xid_does_not(h100_sim: SimBacke
     (res,) = map_resources(h100_sim.inventory(), parse_config(""))
     state = HealthState()
     gpu = res.devices[1].gpu_uuid
-    assert not state.apply(HealthEvent(EventKind.XID, gpu, xid=13), 0)
+    assert not state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=13), 0)
     assert all(state.healthy(d.gpu_uuid, d.mig_uuid) for d in res.devices)
-    assert state.apply(HealthEvent(EventKind.XID, gpu, xid=48), 0)
+    assert state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=48), 0)
     assert [state.healthy(d.gpu_uuid, d.mig_uuid) for d in res.devices].count(False) == 1
     assert "XID 48" in (state.reason(res.devices[1].gpu_uuid) or "")
 
@@ -33,7 +33,7 @@ def test_mig_event_marks_only_that_mig_device(mig_sim: SimBackend) -> None:
     devices = [d for r in resources for d in r.devices]
     target = next(d for d in devices if d.mig_uuid)
     state = HealthState()
-    state.apply(HealthEvent(EventKind.XID, target.gpu_uuid, xid=48, mig_uuid=target.mig_uuid), 0)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=target.gpu_uuid, xid=48, mig_uuid=target.mig_uuid), 0)
     assert [d.id for d in devices if not state.healthy(d.gpu_uuid, d.mig_uuid)] == [target.id]
 
 
@@ -42,7 +42,7 @@ def test_xid_on_a_mig_gpu_without_mig_uuid_marks_all_its_devices(mig_sim: SimBac
     devices = [d for r in resources for d in r.devices]
     parent = next(d for d in devices if d.mig_uuid).gpu_uuid
     state = HealthState()
-    state.apply(HealthEvent(EventKind.XID, parent, xid=79), 0)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=parent, xid=79), 0)
     unhealthy = {d.id for d in devices if not state.healthy(d.gpu_uuid, d.mig_uuid)}
     assert unhealthy == {d.id for d in devices if d.gpu_uuid == parent} and len(unhealthy) == 4
 
@@ -53,7 +53,7 @@ def test_lost_gpu_marks_all_replicas(h100_sim: SimBackend) -> None:
     )
     gpu = res.devices[0].gpu_uuid
     state = HealthState()
-    assert state.apply(HealthEvent(EventKind.GPU_LOST, gpu), 0)
+    assert state.apply(HealthEvent(kind=EventKind.GPU_LOST, gpu_uuid=gpu), 0)
     assert [d.replica for d in res.devices if not state.healthy(d.gpu_uuid, d.mig_uuid)] == [0, 1, 2]
 
 
@@ -61,8 +61,8 @@ def _recovering(sim: SimBackend) -> tuple[HealthState, str]:
     """A GPU that had XID 79 at t=0 and was reported recovered at t=10, with a 5 s quiet period."""
     gpu = sim.inventory().gpus[0].uuid
     state = HealthState(quiet_seconds=5)
-    state.apply(HealthEvent(EventKind.XID, gpu, xid=79), 0)
-    state.apply(HealthEvent(EventKind.GPU_RECOVERED, gpu), 10)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=79), 0)
+    state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=gpu), 10)
     return state, gpu
 
 
@@ -75,20 +75,20 @@ def test_recovery_waits_out_the_quiet_period(h100_sim: SimBackend) -> None:
 
 def test_new_error_during_quiet_period_cancels_recovery(h100_sim: SimBackend) -> None:
     state, gpu = _recovering(h100_sim)
-    state.apply(HealthEvent(EventKind.XID, gpu, xid=48), 12)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=48), 12)
     assert state.due(100) == [] and not state.healthy(gpu)
 
 
 def test_recovery_of_a_healthy_gpu_is_a_no_op(h100_sim: SimBackend) -> None:
     state = HealthState()
-    assert not state.apply(HealthEvent(EventKind.GPU_RECOVERED, h100_sim.inventory().gpus[0].uuid), 0)
+    assert not state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=h100_sim.inventory().gpus[0].uuid), 0)
     assert state.next_deadline() is None
 
 
 def test_disabled_checks_ignore_everything(h100_sim: SimBackend) -> None:
-    state = HealthState(HealthPolicy(checks=False))
+    state = HealthState(policy=HealthPolicy(checks=False))
     gpu = h100_sim.inventory().gpus[0].uuid
-    assert not state.apply(HealthEvent(EventKind.GPU_LOST, gpu), 0)
+    assert not state.apply(HealthEvent(kind=EventKind.GPU_LOST, gpu_uuid=gpu), 0)
     state.fail_all([gpu])
     assert not state.bad_gpus
 
@@ -120,9 +120,9 @@ def test_stream_breaking_again_during_the_quiet_period_keeps_the_marks(h100_sim:
 def test_real_faults_survive_the_stream_marks(h100_sim: SimBackend) -> None:
     bad, pending, fine = (g.uuid for g in h100_sim.inventory().gpus[:3])
     state = HealthState(quiet_seconds=5)
-    state.apply(HealthEvent(EventKind.XID, bad, xid=48), 0)
-    state.apply(HealthEvent(EventKind.XID, pending, xid=79), 0)
-    state.apply(HealthEvent(EventKind.GPU_RECOVERED, pending), 1)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=bad, xid=48), 0)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=pending, xid=79), 0)
+    state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=pending), 1)
     state.fail_all([bad, pending, fine])
     assert state.due(6) == [] and not state.healthy(pending)  # recovered underneath, still not vouched for
     state.stream_restored(10)
@@ -135,7 +135,7 @@ def test_a_fault_after_resubscription_outlives_the_stream_marks(h100_sim: SimBac
     state = HealthState(quiet_seconds=5)
     state.fail_all([gpu])
     state.stream_restored(10)
-    state.apply(HealthEvent(EventKind.XID, gpu, xid=79), 12)
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=79), 12)
     assert state.due(15) == [] and "XID 79" in (state.reason(gpu) or "")
 
 
@@ -161,7 +161,7 @@ async def _follow(streams: list[str], pauses: int) -> tuple[list[str], list[floa
         if kind == "fail":
             raise GpuError("cannot create the NVML event set")
         if kind == "event":
-            yield HealthEvent(EventKind.XID, "GPU-x", xid=13)
+            yield HealthEvent(kind=EventKind.XID, gpu_uuid="GPU-x", xid=13)
 
     async def on_event(event: HealthEvent) -> None:
         calls.append("event")
@@ -178,7 +178,7 @@ async def _follow(streams: list[str], pauses: int) -> tuple[list[str], list[floa
             raise _Stop
 
     with pytest.raises(_Stop):
-        await follow_events(events, on_event, on_failure, on_subscribe, sleep=sleep)
+        await follow_events(events, on_event=on_event, on_failure=on_failure, on_subscribe=on_subscribe, sleep=sleep)
     return calls, delays
 
 
@@ -201,15 +201,17 @@ async def test_a_stream_that_delivered_starts_the_backoff_over() -> None:
 async def test_recoveries_finish_at_their_deadline() -> None:
     loop = asyncio.get_running_loop()
     state = HealthState(quiet_seconds=0.02)
-    state.apply(HealthEvent(EventKind.XID, "GPU-a", xid=79), loop.time())
-    state.apply(HealthEvent(EventKind.GPU_RECOVERED, "GPU-a"), loop.time())
+    state.apply(HealthEvent(kind=EventKind.XID, gpu_uuid="GPU-a", xid=79), loop.time())
+    state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid="GPU-a"), loop.time())
     back = asyncio.Event()
 
     async def finish() -> None:
         if state.due(loop.time()):
             back.set()
 
-    task = asyncio.create_task(run_recoveries(state.next_deadline, asyncio.Event(), finish, loop.time))
+    task = asyncio.create_task(
+        run_recoveries(state.next_deadline, kick=asyncio.Event(), finish=finish, clock=loop.time)
+    )
     try:
         await asyncio.wait_for(back.wait(), 2)
         assert state.healthy("GPU-a")

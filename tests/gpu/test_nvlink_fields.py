@@ -134,45 +134,45 @@ def nvlink5_links(**counts: int) -> tuple[NvLinkCounters, ...]:
 
 @pytest.mark.parametrize("counter", NVLINK5_ERRORS)
 def test_any_rise_of_an_nvlink5_error_counter_trips_nvlink_errors(counter: str) -> None:
-    before = HealthReadings("g", nvlink=nvlink5_links())
-    after = HealthReadings("g", nvlink=nvlink5_links(**{counter: 1}))
-    assert nvlink_trips(before, after, 30.0) == ("nvlink-errors",)
-    assert nvlink_trips(after, after, 30.0) == ()  # a count that stays is not a new fault
-    assert nvlink_trips(after, before, 30.0) == ()  # a count that went down was reset
+    before = HealthReadings(uuid="g", nvlink=nvlink5_links())
+    after = HealthReadings(uuid="g", nvlink=nvlink5_links(**{counter: 1}))
+    assert nvlink_trips(before, after=after, seconds=30.0) == ("nvlink-errors",)
+    assert nvlink_trips(after, after=after, seconds=30.0) == ()  # a count that stays is not a new fault
+    assert nvlink_trips(after, after=before, seconds=30.0) == ()  # a count that went down was reset
 
 
 @pytest.mark.parametrize("counter", ["recovery", "recovery_failed"])
 def test_a_link_recovery_event_trips_nvlink_recovery(counter: str) -> None:
-    before = HealthReadings("g", nvlink=nvlink5_links())
-    after = HealthReadings("g", nvlink=nvlink5_links(**{counter: 1}))
-    assert nvlink_trips(before, after, 30.0) == ("nvlink-recovery",)
+    before = HealthReadings(uuid="g", nvlink=nvlink5_links())
+    after = HealthReadings(uuid="g", nvlink=nvlink5_links(**{counter: 1}))
+    assert nvlink_trips(before, after=after, seconds=30.0) == ("nvlink-recovery",)
     assert probe_resolution("nvlink-recovery") is Resolution.RESET_GPU
 
 
 def test_ber_trips_on_the_gpus_aggregate_only() -> None:
-    assert nvlink_ber(HealthReadings("g")) == ()  # before Blackwell: no BER at all
-    healthy = HealthReadings("g", nvlink_symbol_ber=Ber.from_raw(73710), nvlink_effective_ber=BER_ZERO)
+    assert nvlink_ber(HealthReadings(uuid="g")) == ()  # before Blackwell: no BER at all
+    healthy = HealthReadings(uuid="g", nvlink_symbol_ber=Ber.from_raw(73710), nvlink_effective_ber=BER_ZERO)
     assert nvlink_ber(healthy) == ()
-    assert nvlink_ber(HealthReadings("g", nvlink_effective_ber=Ber.from_raw(2829))) == ("nvlink-ber",)
-    assert nvlink_ber(HealthReadings("g", nvlink_symbol_ber=Ber(15, 237))) == ("nvlink-ber",)
+    assert nvlink_ber(HealthReadings(uuid="g", nvlink_effective_ber=Ber.from_raw(2829))) == ("nvlink-ber",)
+    assert nvlink_ber(HealthReadings(uuid="g", nvlink_symbol_ber=Ber(15, 237))) == ("nvlink-ber",)
     # One link's BER has no public limit (DCGM judges the aggregate): reported, trips nothing.
     bad_link = (NvLinkCounters(0, symbol_ber=Ber(9, 3), effective_ber=Ber(9, 3)),)
-    assert nvlink_ber(HealthReadings("g", nvlink=bad_link)) == ()
+    assert nvlink_ber(HealthReadings(uuid="g", nvlink=bad_link)) == ()
     assert probe_resolution("nvlink-ber") is Resolution.NONE
 
 
 def test_ber_is_not_an_instant_probe_so_both_burn_ins_agree() -> None:
     """Neither burn-in has an NVLink BER check: the simulator's judges ``instant``, so it stays out."""
-    assert instant(HealthReadings("g", nvlink_effective_ber=Ber(9, 3))) == ()
+    assert instant(HealthReadings(uuid="g", nvlink_effective_ber=Ber(9, 3))) == ()
 
 
 def test_probe_state_holds_nvlink5_counter_trips_and_follows_the_ber() -> None:
     state = ProbeState()
-    quiet = HealthReadings("g", nvlink=nvlink5_links(), nvlink_effective_ber=BER_ZERO)
+    quiet = HealthReadings(uuid="g", nvlink=nvlink5_links(), nvlink_effective_ber=BER_ZERO)
     assert state.check(quiet, 0.0) == ()
-    symbols = HealthReadings("g", nvlink=nvlink5_links(symbol_errors=3), nvlink_effective_ber=Ber(2, 12))
+    symbols = HealthReadings(uuid="g", nvlink=nvlink5_links(symbol_errors=3), nvlink_effective_ber=Ber(2, 12))
     assert state.check(symbols, 30.0) == ("nvlink-ber", "nvlink-errors")
-    calmer = HealthReadings("g", nvlink=nvlink5_links(symbol_errors=3), nvlink_effective_ber=Ber(1, 12))
+    calmer = HealthReadings(uuid="g", nvlink=nvlink5_links(symbol_errors=3), nvlink_effective_ber=Ber(1, 12))
     assert state.check(calmer, 60.0) == ("nvlink-errors",)  # the rate is back under; the rise is held
 
 
@@ -335,7 +335,7 @@ class Clock:
 def test_gpu_health_publishes_blackwell_nvlink_faults(b200_sim: SimBackend) -> None:
     cluster = MemoryCluster([node_object("n0")])
     clock = Clock()
-    publisher = GpuHealthPublisher(nvml_over(b200_sim), cluster, "n0", clock=clock)
+    publisher = GpuHealthPublisher(nvml_over(b200_sim), cluster=cluster, node_name="n0", clock=clock)
     publisher.publish()
     gpu = {i: b200_sim.inventory().gpu(i).uuid for i in range(4)}
     b200_sim.add_nvlink_errors(1, link=4, recovery=1)
@@ -343,7 +343,7 @@ def test_gpu_health_publishes_blackwell_nvlink_faults(b200_sim: SimBackend) -> N
     b200_sim.set_nvlink_ber(3, effective=Ber.from_raw(2829))
     clock.t += 30
     publisher.publish()
-    faults = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+    faults = decode_faults(cluster.get(NODE, name="n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
     assert faults[gpu[1]].probes == ("nvlink-recovery",) and needs_repair(faults[gpu[1]])
     assert faults[gpu[2]].probes == ("nvlink-errors",) and not needs_repair(faults[gpu[2]])
     assert faults[gpu[3]].probes == ("nvlink-ber",) and faults[gpu[3]].harmless

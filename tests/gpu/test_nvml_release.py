@@ -261,12 +261,12 @@ async def test_a_release_pauses_events_without_an_error_or_a_lost_gpu_and_reacqu
     await armed(fake, 8)
     await asyncio.to_thread(nvml.release)
     assert fake.event_sets == 0 and fake.initialized == 0  # the watcher let go before the shutdown
-    h100_sim.inject_xid(2, 48)  # no event set exists now: NVML has nowhere to queue it
+    h100_sim.inject_xid(2, xid=48)  # no event set exists now: NVML has nowhere to queue it
     await asyncio.sleep(0.5)  # several probe intervals: a release must not look like a lost GPU
     assert (sub.events, sub.error) == ([], None)
     await asyncio.to_thread(nvml.reacquire)
     assert [len(r) for r in fake.registered()] == [8]  # reacquire returns once the watcher listens
-    h100_sim.inject_xid(5, 94)
+    h100_sim.inject_xid(5, xid=94)
     event = await sub.first()
     assert (event.kind, event.xid, event.gpu_uuid) == (EventKind.XID, 94, h100_sim.inventory().gpu(5).uuid)
     await asyncio.sleep(0.4)
@@ -285,7 +285,7 @@ async def test_every_subscription_pauses_and_resumes(h100_sim: SimBackend) -> No
     assert fake.event_sets == 0
     await asyncio.to_thread(nvml.reacquire)
     assert [len(r) for r in fake.registered()] == [8, 8]
-    h100_sim.inject_xid(1, 31)
+    h100_sim.inject_xid(1, xid=31)
     assert [(await s.first()).xid for s in subs] == [31, 31]
     for s in subs:
         await s.close()
@@ -336,7 +336,7 @@ async def test_after_reacquire_the_watcher_knows_the_new_mig_devices(mig_sim: Si
     await asyncio.to_thread(nvml.reacquire)
     new = mig_sim.inventory().gpu(0).mig_devices[1].uuid
     assert new not in before
-    mig_sim.inject_xid(new, 43)
+    mig_sim.inject_xid(new, xid=43)
     event = await sub.first()
     assert (event.xid, event.mig_uuid) == (43, new)
     await sub.close()
@@ -350,7 +350,7 @@ async def test_a_subscription_made_while_released_starts_listening_at_reacquire(
     await asyncio.sleep(0.3)
     assert (sub.events, sub.error) == ([], None) and "nvmlEventSetCreate" not in fake.calls
     await asyncio.to_thread(nvml.reacquire)
-    h100_sim.inject_xid(0, 13)
+    h100_sim.inject_xid(0, xid=13)
     assert (await sub.first()).xid == 13
     await sub.close()
 
@@ -389,7 +389,7 @@ async def test_a_watcher_that_does_not_let_go_is_logged_and_the_release_goes_on(
     await asyncio.sleep(0.3)
     assert (sub.events, sub.error) == ([], None)
     await asyncio.to_thread(nvml.reacquire)
-    h100_sim.inject_xid(4, 63)
+    h100_sim.inject_xid(4, xid=63)
     assert (await sub.first()).xid == 63
     await sub.close()
 
@@ -417,7 +417,7 @@ async def test_a_watcher_stuck_across_a_release_arms_a_new_event_set_when_its_ca
         await asyncio.to_thread(nvml.reacquire)
         assert time.monotonic() - started >= 0.4  # it waited for the stuck watcher to arm again
         assert [len(r) for r in fake.registered()] == [8]  # on a new event set
-        h100_sim.inject_xid(4, 63)
+        h100_sim.inject_xid(4, xid=63)
         event = await sub.first()
         assert (event.kind, event.xid) == (EventKind.XID, 63)
         await asyncio.sleep(1.2)  # more than two event waits
@@ -448,7 +448,7 @@ async def test_a_watcher_still_stuck_when_reacquire_gives_up_waiting_delivers_on
         fake.stuck.clear()
         fake.gate.set()
         await armed(fake, 8)
-        h100_sim.inject_xid(4, 63)
+        h100_sim.inject_xid(4, xid=63)
         assert (await sub.first()).xid == 63
     assert "event wait failed" not in caplog.text
     assert fake.stale == ["nvmlEventSetWait"]
@@ -488,7 +488,7 @@ async def test_one_gpu_answering_an_error_after_reacquire_is_reported_lost_and_e
     await until(lambda: sub.events or sub.error, "the probe reports GPU 3")
     assert sub.error is None
     assert [(e.kind, e.gpu_uuid) for e in sub.events] == [(EventKind.GPU_LOST, uuid[3])]
-    h100_sim.inject_xid(5, 94)
+    h100_sim.inject_xid(5, xid=94)
     await until(lambda: len(sub.events) == 2, "an XID of a sound GPU")
     assert (sub.events[1].kind, sub.events[1].xid, sub.events[1].gpu_uuid) == (EventKind.XID, 94, uuid[5])
     fake.broken = None
@@ -558,7 +558,7 @@ async def test_both_backends_show_the_same_release(view: Any) -> None:
         agent.telemetry(uuid[0])
     with pytest.raises(ReleasedError):
         agent.inventory()
-    sim.inject_xid(3, 48)
+    sim.inject_xid(3, xid=48)
     sim.lose_gpu(6)
     sim.recover_gpu(2)
     await asyncio.sleep(0.4)
@@ -570,7 +570,7 @@ async def test_both_backends_show_the_same_release(view: Any) -> None:
         [(EventKind.GPU_RECOVERED.value, uuid[2]), (EventKind.GPU_LOST.value, uuid[6])]
     )
     assert agent.telemetry(uuid[0]).uuid == uuid[0]
-    sim.inject_xid(4, 31)
+    sim.inject_xid(4, xid=31)
     await until(lambda: len(sub.events) == 5, "an XID after the reacquire")
     assert (sub.events[-1].kind, sub.events[-1].xid, sub.error) == (EventKind.XID, 31, None)
     await sub.close()
@@ -583,7 +583,7 @@ def test_the_simulator_refuses_mig_writes_and_burn_in_while_released(mig_sim: Si
         lambda: mig_sim.mig_mode(0),
         lambda: mig_sim.set_mig_mode(0, True),
         lambda: mig_sim.gpu_instances(0),
-        lambda: mig_sim.create_gpu_instance(0, "1g.10gb", 0),
+        lambda: mig_sim.create_gpu_instance(0, profile="1g.10gb", start=0),
         lambda: mig_sim.destroy_gpu_instance(0, 1),
         lambda: mig_sim.burn_in(1),
         lambda: mig_sim.health_readings(mig_sim.snapshot_gpu(1).uuid),

@@ -205,7 +205,7 @@ def cuda_child(sim: SimBackend, index: int, **faults: object) -> subprocess.Comp
     """What the CUDA child prints: gpuchain.gpu.cuda's own checks run against the fake libcuda."""
     bus = sim.inventory().gpu(index).pci_bus_id
     config = cuda.CudaCheckConfig(arith_elements=1024, min_memory_bytes=4096)
-    result = cuda.run_checks(FakeCuda([bus], **faults), bus, config)  # type: ignore[arg-type]
+    result = cuda.run_checks(FakeCuda([bus], **faults), bus_id=bus, config=config)  # type: ignore[arg-type]
     return done(json.dumps(result.to_json()) + "\n")
 
 

@@ -104,7 +104,7 @@ holder_lists = st.lists(
 def test_a_reset_waits_for_exactly_the_holders_not_released_for_its_request(
     holders: list[Holder], rid: str, exclude: set[str]
 ) -> None:
-    waiting = still_holding(holders, rid, exclude)
+    waiting = still_holding(holders, request_id=rid, exclude=exclude)
     for h in holders:
         answered = h.state is HolderState.RELEASED and h.answers == rid
         assert (h in waiting) == (not answered and h.name not in exclude)
@@ -112,13 +112,13 @@ def test_a_reset_waits_for_exactly_the_holders_not_released_for_its_request(
 
 @given(ids, ids)
 def test_released_for_an_older_request_still_counts_as_holding(old: str, new: str) -> None:
-    h = Holder("dp.1", "device-plugin", state=HolderState.RELEASED, answers=old)
-    assert (still_holding([h], new) == ()) == (old == new)
+    h = Holder(name="dp.1", component="device-plugin", state=HolderState.RELEASED, answers=old)
+    assert (still_holding([h], request_id=new) == ()) == (old == new)
 
 
 @given(st.floats(0, 1e9), st.floats(0, 1e4), st.floats(-1e4, 1e4))
 def test_a_request_is_current_until_it_lapses(at: float, ttl: float, offset: float) -> None:
-    req = Request("r", ("GPU-1",), "reset", at, at + ttl)
+    req = Request(id="r", gpus=("GPU-1",), reason="reset", requested_at=at, until=at + ttl)
     now = at + offset
     assert is_current(req, now) == (now < at + ttl)
     assert wanted_state(req, now) is (HolderState.RELEASED if now < at + ttl else HolderState.HOLDING)
@@ -126,7 +126,9 @@ def test_a_request_is_current_until_it_lapses(at: float, ttl: float, offset: flo
 
 
 def test_request_round_trips_and_a_bad_one_names_file_and_field(tmp_path: Path) -> None:
-    req = Request("r1", ("GPU-a", "GPU-b"), "reset GPU 3", 10.0, 310.0, "gpu-health (pod x)")
+    req = Request(
+        id="r1", gpus=("GPU-a", "GPU-b"), reason="reset GPU 3", requested_at=10.0, until=310.0, by="gpu-health (pod x)"
+    )
     assert Request.from_json(req.to_json()) == req
     with pytest.raises(BoardError, match=r"request.json: field 'until' is missing"):
         Request.from_json('{"id": "r"}')
@@ -151,7 +153,7 @@ def test_holders_register_mark_and_leave(tmp_path: Path) -> None:
         dp.mark(HolderState.RELEASED, "r1")
         seen = {h.component: h for h in board.holders()}
         assert seen["device-plugin"].state is HolderState.RELEASED and seen["device-plugin"].answers == "r1"
-        assert [h.component for h in still_holding(board.holders(), "r1")] == ["exporter"]
+        assert [h.component for h in still_holding(board.holders(), request_id="r1")] == ["exporter"]
     finally:
         ex.close()
     assert [h.component for h in board.holders()] == ["device-plugin"]
@@ -229,13 +231,13 @@ def test_letting_go_names_who_did_not_and_clears_the_request(tmp_path: Path) -> 
     board = ReleaseBoard(tmp_path)
     stuck = board.register("exporter")
     try:
-        with board.letting_go(["GPU-1"], "reset GPU 1", wait=0.3, poll=0.05) as seen:
+        with board.letting_go(["GPU-1"], reason="reset GPU 1", wait=0.3, poll=0.05) as seen:
             assert board.request() == seen.request
             assert [h.component for h in seen.holding] == ["exporter"]
             assert 0.3 <= seen.waited < 5.0
             assert seen.describe().startswith("did not let go of NVML within 0 s: exporter (pod ")
         assert board.request() is None
-        with pytest.raises(RuntimeError), board.letting_go(["GPU-1"], "reset", wait=0.0):
+        with pytest.raises(RuntimeError), board.letting_go(["GPU-1"], reason="reset", wait=0.0):
             raise RuntimeError("the reset blew up")
         assert board.request() is None  # cleared whatever happened
     finally:
@@ -245,7 +247,7 @@ def test_letting_go_names_who_did_not_and_clears_the_request(tmp_path: Path) -> 
 def test_a_request_lapses_by_itself(tmp_path: Path) -> None:
     now = [1000.0]
     board = ReleaseBoard(tmp_path, clock=lambda: now[0])
-    board.post(Request("r", ("GPU-1",), "reset", 1000.0, 1010.0))
+    board.post(Request(id="r", gpus=("GPU-1",), reason="reset", requested_at=1000.0, until=1010.0))
     assert is_current(board.request(), now[0])
     now[0] = 1010.0
     assert not is_current(board.request(), now[0])
@@ -280,13 +282,13 @@ async def _until(check: object, timeout: float = 10.0) -> None:
 async def test_follower_lets_go_for_the_reset_and_takes_nvml_back(tmp_path: Path) -> None:
     board = ReleaseBoard(tmp_path)
     backend = DoubleBackend()
-    follower = Follower(board, backend, "device-plugin", poll=0.05)
+    follower = Follower(board, backend=backend, component="device-plugin", poll=0.05)
     task = asyncio.create_task(follower.run())
     try:
         await _until(lambda: len(board.holders()) == 1)
 
         def reset() -> tuple[bool, list[str], bool]:
-            with board.letting_go(["GPU-1"], "reset GPU 1", wait=10.0) as seen:
+            with board.letting_go(["GPU-1"], reason="reset GPU 1", wait=10.0) as seen:
                 return backend.released, [h.component for h in seen.released], seen.complete
 
         released_during, who, complete = await asyncio.wait_for(asyncio.to_thread(reset), 15.0)
@@ -306,7 +308,7 @@ async def test_a_request_posted_right_after_the_first_look_still_wakes_the_follo
     made slow here, as load makes it, so the request lands between it and anything after it."""
     board = ReleaseBoard(tmp_path)
     backend = DoubleBackend()
-    follower = Follower(board, backend, "exporter", poll=60.0, idle=60.0)
+    follower = Follower(board, backend=backend, component="exporter", poll=60.0, idle=60.0)
     first_look = asyncio.Event()
     step = follower.step
 
@@ -321,7 +323,7 @@ async def test_a_request_posted_right_after_the_first_look_still_wakes_the_follo
     try:
         await asyncio.wait_for(first_look.wait(), 10.0)
         now = time.time()
-        board.post(Request("r1", ("GPU-1",), "reset GPU 1", now, now + 300))
+        board.post(Request(id="r1", gpus=("GPU-1",), reason="reset GPU 1", requested_at=now, until=now + 300))
         await _until(lambda: backend.released, timeout=5.0)
     finally:
         task.cancel()
@@ -332,10 +334,10 @@ async def test_follower_retries_a_refused_reacquire_and_follows_a_lapse(tmp_path
     now = [1000.0]
     board = ReleaseBoard(tmp_path, clock=lambda: now[0])
     backend = DoubleBackend(refuse=2)
-    follower = Follower(board, backend, "exporter", retry_first=0.01, retry_max=0.02, poll=0.05)
+    follower = Follower(board, backend=backend, component="exporter", retry_first=0.01, retry_max=0.02, poll=0.05)
     holder = board.register("exporter")
     try:
-        board.post(Request("r1", ("GPU-1",), "reset", 1000.0, 1005.0))
+        board.post(Request(id="r1", gpus=("GPU-1",), reason="reset", requested_at=1000.0, until=1005.0))
         assert await follower.step(holder) == pytest.approx(5.05)  # the next look: when it lapses
         assert backend.released and holder.holder.answers == "r1"
         now[0] = 1005.0  # gpu-health crashed: the request lapses, nobody clears it
@@ -352,11 +354,11 @@ async def test_a_follower_restarted_while_released_answers_the_new_request(tmp_p
     board = ReleaseBoard(tmp_path)
     backend = DoubleBackend()
     backend.release()
-    board.post(Request("r2", (), "reset", time.time(), time.time() + 60))
+    board.post(Request(id="r2", gpus=(), reason="reset", requested_at=time.time(), until=time.time() + 60))
     holder = board.register("gfd", HolderState.RELEASED)
     try:
-        await Follower(board, backend, "gfd").step(holder)
-        assert still_holding(board.holders(), "r2") == ()
+        await Follower(board, backend=backend, component="gfd").step(holder)
+        assert still_holding(board.holders(), request_id="r2") == ()
         assert backend.releases == 1
     finally:
         holder.close()

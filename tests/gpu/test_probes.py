@@ -44,32 +44,37 @@ def links(*counts: tuple[int, int, int, int]) -> tuple[NvLinkCounters, ...]:
 
 
 def test_instant_probes() -> None:
-    assert instant(HealthReadings("g")) == ()
-    assert instant(HealthReadings("g", retired_pages_pending=True)) == ("retired-pages-pending",)
+    assert instant(HealthReadings(uuid="g")) == ()
+    assert instant(HealthReadings(uuid="g", retired_pages_pending=True)) == ("retired-pages-pending",)
     # DCGM's own cases (modules/health/tests/DcgmHealthWatchTests.cpp @ 72fa3fea,
     # MonitorMemSbeDbeRetiredPages): 30 + 30 passes, 30 + 33 (the limit) and 40 + 30 fail
-    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=30)) == ()
-    assert instant(HealthReadings("g", retired_pages_sbe=30, retired_pages_dbe=33)) == ("retired-pages-limit",)
-    assert instant(HealthReadings("g", retired_pages_sbe=40, retired_pages_dbe=30)) == ("retired-pages-limit",)
-    assert instant(HealthReadings("g", retired_pages_sbe=62)) == ()
+    assert instant(HealthReadings(uuid="g", retired_pages_sbe=30, retired_pages_dbe=30)) == ()
+    assert instant(HealthReadings(uuid="g", retired_pages_sbe=30, retired_pages_dbe=33)) == ("retired-pages-limit",)
+    assert instant(HealthReadings(uuid="g", retired_pages_sbe=40, retired_pages_dbe=30)) == ("retired-pages-limit",)
+    assert instant(HealthReadings(uuid="g", retired_pages_sbe=62)) == ()
     assert ProbeLimits().retired_pages == 63  # DCGM_LIMIT_MAX_RETIRED_PAGES
-    assert instant(HealthReadings("g", retired_pages_dbe=5), ProbeLimits(retired_pages=5)) == ("retired-pages-limit",)
+    assert instant(HealthReadings(uuid="g", retired_pages_dbe=5), ProbeLimits(retired_pages=5)) == (
+        "retired-pages-limit",
+    )
 
 
 def test_nvlink_rules() -> None:
-    before = HealthReadings("g", nvlink=links((0, 0, 0, 0), (3, 1, 10, 10)))
-    assert nvlink_trips(before, HealthReadings("g", nvlink=links((0, 0, 0, 0), (3, 1, 10, 10))), 30) == ()
-    assert nvlink_trips(before, HealthReadings("g", nvlink=links((0, 1, 0, 0), (3, 1, 10, 10))), 30) == (
-        "nvlink-recovery",
+    before = HealthReadings(uuid="g", nvlink=links((0, 0, 0, 0), (3, 1, 10, 10)))
+    assert (
+        nvlink_trips(before, after=HealthReadings(uuid="g", nvlink=links((0, 0, 0, 0), (3, 1, 10, 10))), seconds=30)
+        == ()
     )
-    assert nvlink_trips(before, HealthReadings("g", nvlink=links((1, 0, 0, 0), (3, 1, 10, 10))), 30) == (
-        "nvlink-errors",
-    )
-    crc = HealthReadings("g", nvlink=links((0, 0, 1500, 1500), (3, 1, 10, 10)))
-    assert nvlink_trips(before, crc, 30) == ("nvlink-errors",)  # 100 per second
-    assert nvlink_trips(before, crc, 31) == ()
-    reset = HealthReadings("g", nvlink=links((0, 0, 0, 0), (0, 0, 0, 0)))
-    assert nvlink_trips(before, reset, 30) == ()  # counters went down: a reset, not errors
+    assert nvlink_trips(
+        before, after=HealthReadings(uuid="g", nvlink=links((0, 1, 0, 0), (3, 1, 10, 10))), seconds=30
+    ) == ("nvlink-recovery",)
+    assert nvlink_trips(
+        before, after=HealthReadings(uuid="g", nvlink=links((1, 0, 0, 0), (3, 1, 10, 10))), seconds=30
+    ) == ("nvlink-errors",)
+    crc = HealthReadings(uuid="g", nvlink=links((0, 0, 1500, 1500), (3, 1, 10, 10)))
+    assert nvlink_trips(before, after=crc, seconds=30) == ("nvlink-errors",)  # 100 per second
+    assert nvlink_trips(before, after=crc, seconds=31) == ()
+    reset = HealthReadings(uuid="g", nvlink=links((0, 0, 0, 0), (0, 0, 0, 0)))
+    assert nvlink_trips(before, after=reset, seconds=30) == ()  # counters went down: a reset, not errors
 
 
 counter = st.integers(0, 10_000)
@@ -79,25 +84,25 @@ link_st = st.tuples(counter, counter, counter, counter)
 @given(st.lists(link_st, min_size=1, max_size=4))
 def test_counters_that_do_not_rise_trip_nothing(start: list[tuple[int, int, int, int]]) -> None:
     """Monotone: equal or lower counters (a reset) never trip an NVLink probe, whatever the interval."""
-    before = HealthReadings("g", nvlink=links(*start))
-    lower = HealthReadings("g", nvlink=links(*[tuple(v // 2 for v in c) for c in start]))
+    before = HealthReadings(uuid="g", nvlink=links(*start))
+    lower = HealthReadings(uuid="g", nvlink=links(*[tuple(v // 2 for v in c) for c in start]))
     for seconds in (0.0, 0.5, 30.0):
-        assert nvlink_trips(before, before, seconds) == ()
-        assert nvlink_trips(before, lower, seconds) == ()
+        assert nvlink_trips(before, after=before, seconds=seconds) == ()
+        assert nvlink_trips(before, after=lower, seconds=seconds) == ()
 
 
 def test_a_counter_probe_holds_for_its_window_then_clears() -> None:
-    state = ProbeState(ProbeLimits(hold_s=600))
-    quiet = HealthReadings("g", nvlink=links((0, 0, 0, 0)))
-    bumped = HealthReadings("g", nvlink=links((0, 2, 0, 0)))
+    state = ProbeState(limits=ProbeLimits(hold_s=600))
+    quiet = HealthReadings(uuid="g", nvlink=links((0, 0, 0, 0)))
+    bumped = HealthReadings(uuid="g", nvlink=links((0, 2, 0, 0)))
     assert state.check(quiet, 0.0) == ()
     assert state.check(bumped, 30.0) == ("nvlink-recovery",)
     assert state.check(bumped, 60.0) == ("nvlink-recovery",)  # no new errors, still within the hold
     assert state.check(bumped, 629.0) == ("nvlink-recovery",)
     assert state.check(bumped, 631.0) == ()
-    state.check(HealthReadings("g", nvlink=links((0, 3, 0, 0))), 700.0)
+    state.check(HealthReadings(uuid="g", nvlink=links((0, 3, 0, 0))), 700.0)
     state.forget("g")  # the GPU was reset
-    assert state.check(HealthReadings("g", nvlink=links((0, 0, 0, 0))), 710.0) == ()
+    assert state.check(HealthReadings(uuid="g", nvlink=links((0, 0, 0, 0))), 710.0) == ()
 
 
 def test_every_probe_is_in_the_docs_table_with_its_resolution() -> None:
@@ -176,7 +181,7 @@ class Clock:
 def test_gpu_health_publishes_each_input_with_its_resolution(h100_sim: SimBackend) -> None:
     cluster = MemoryCluster([node_object("n0")])
     clock = Clock()
-    publisher = GpuHealthPublisher(nvml_over(h100_sim), cluster, "n0", clock=clock)
+    publisher = GpuHealthPublisher(nvml_over(h100_sim), cluster=cluster, node_name="n0", clock=clock)
     publisher.publish()
     gpu = {i: h100_sim.inventory().gpu(i).uuid for i in range(4)}
     h100_sim.set_health_readings(1, retired_pages_pending=True)
@@ -184,7 +189,7 @@ def test_gpu_health_publishes_each_input_with_its_resolution(h100_sim: SimBacken
     h100_sim.set_health_readings(3, retired_pages_sbe=63)
     clock.t += 30
     publisher.publish()
-    node = cluster.get(NODE, "n0")
+    node = cluster.get(NODE, name="n0")
     faults = decode_faults(node["metadata"]["annotations"][FAULTS_ANNOTATION])
     assert faults[gpu[1]].probes == ("retired-pages-pending",) and needs_repair(faults[gpu[1]])
     assert faults[gpu[2]].probes == ("nvlink-recovery",) and needs_repair(faults[gpu[2]])
@@ -210,22 +215,22 @@ WEEK = 604800.0
 def test_dbe_retirements_past_the_soft_limit_trip_by_their_weekly_rise(
     now: int, week_ago: int | None, trips: bool
 ) -> None:
-    assert dbe_rate_trips(now, week_ago) is trips
+    assert dbe_rate_trips(now, week_ago=week_ago) is trips
     state = ProbeState()
     if week_ago is not None:
-        state.check(HealthReadings("g", retired_pages_dbe=week_ago), 0.0)
-    found = state.check(HealthReadings("g", retired_pages_dbe=now), WEEK)
+        state.check(HealthReadings(uuid="g", retired_pages_dbe=week_ago), 0.0)
+    found = state.check(HealthReadings(uuid="g", retired_pages_dbe=now), WEEK)
     assert ("retired-pages-dbe-rate" in found) is trips
 
 
 def test_the_dbe_rate_compares_with_the_count_a_week_earlier_and_survives_a_reset() -> None:
     state = ProbeState()
-    assert state.check(HealthReadings("g", retired_pages_dbe=10), 0.0) == ()
-    assert state.check(HealthReadings("g", retired_pages_dbe=16), 1000.0) == ()  # under a week of history
+    assert state.check(HealthReadings(uuid="g", retired_pages_dbe=10), 0.0) == ()
+    assert state.check(HealthReadings(uuid="g", retired_pages_dbe=16), 1000.0) == ()  # under a week of history
     state.reset("g", 2000.0)  # the count lives in the InfoROM: the history stays
-    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK) == ("retired-pages-dbe-rate",)  # 17 - 10
-    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK + 999.0) == ("retired-pages-dbe-rate",)
-    assert state.check(HealthReadings("g", retired_pages_dbe=17), WEEK + 1000.0) == ()  # 17 - 16: one in the week
+    assert state.check(HealthReadings(uuid="g", retired_pages_dbe=17), WEEK) == ("retired-pages-dbe-rate",)  # 17 - 10
+    assert state.check(HealthReadings(uuid="g", retired_pages_dbe=17), WEEK + 999.0) == ("retired-pages-dbe-rate",)
+    assert state.check(HealthReadings(uuid="g", retired_pages_dbe=17), WEEK + 1000.0) == ()  # 17 - 16: one in the week
     assert state.dbe_history["g"] == [(1000.0, 16), (WEEK, 17)]  # older changes are dropped
     state.forget("g")
     assert "g" not in state.dbe_history
@@ -239,13 +244,13 @@ def test_gpu_health_publishes_the_dbe_rate_a_week_on_as_a_fault_the_loop_leaves_
     t4 = SimBackend.from_preset("t4-x4")
     cluster = MemoryCluster([node_object("n0")])
     clock = Clock()
-    publisher = GpuHealthPublisher(nvml_over(t4), cluster, "n0", clock=clock)
+    publisher = GpuHealthPublisher(nvml_over(t4), cluster=cluster, node_name="n0", clock=clock)
     t4.set_health_readings(1, retired_pages_dbe=5)
     publisher.publish()
     t4.set_health_readings(1, retired_pages_dbe=20)
     clock.t += WEEK
     publisher.publish()
-    faults = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+    faults = decode_faults(cluster.get(NODE, name="n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
     (fault,) = faults.values()
     assert fault.probes == ("retired-pages-dbe-rate",) and fault.action is Resolution.NONE
     assert not needs_repair(fault) and fault.gpu == t4.inventory().gpu(1).uuid

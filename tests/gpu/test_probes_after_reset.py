@@ -8,11 +8,11 @@ from gpuchain.gpu.probes import HealthReadings, NvLinkCounters, ProbeLimits, Pro
 
 
 def reading(recovery: int) -> HealthReadings:
-    return HealthReadings("g", nvlink=(NvLinkCounters(14, replay=0, recovery=recovery, crc_flit=0, crc_data=0),))
+    return HealthReadings(uuid="g", nvlink=(NvLinkCounters(14, replay=0, recovery=recovery, crc_flit=0, crc_data=0),))
 
 
 def tripped_then_reset() -> ProbeState:
-    state = ProbeState(ProbeLimits(hold_s=3600))
+    state = ProbeState(limits=ProbeLimits(hold_s=3600))
     assert state.check(reading(505), 0.0) == ()  # a lifetime count is no fault: only a rise is
     assert state.check(reading(508), 30.0) == ("nvlink-recovery",)
     state.reset("g", 40.0)

@@ -34,7 +34,7 @@ def test_burn_in_passes_and_names_each_failing_check(h100_sim: SimBackend) -> No
     assert (
         result.summary() == "nvml: ok; cuda: ok; memory: ok; fabric: ok; dcgm: skipped (no DCGM on this simulated node)"
     )
-    h100_sim.fail_burn_in(0, "memory", times=1)
+    h100_sim.fail_burn_in(0, check="memory", times=1)
     failed = h100_sim.burn_in(0)
     assert not failed.passed and "memory: memory test found errors" in failed.summary()
     assert h100_sim.burn_in(0).passed  # the one injected failure is used up
@@ -45,18 +45,18 @@ def test_burn_in_passes_and_names_each_failing_check(h100_sim: SimBackend) -> No
     h100_sim.lose_gpu(3)
     assert not h100_sim.burn_in(3).passed
     with pytest.raises(ValueError, match="unknown burn-in check"):
-        h100_sim.fail_burn_in(0, "nccl")
+        h100_sim.fail_burn_in(0, check="nccl")
 
 
 def test_sim_burn_in_models_the_fabric_dcgm_and_mig_rules_of_the_real_one(
     h100_sim: SimBackend, mig_sim: SimBackend
 ) -> None:
-    h100_sim.fail_burn_in(2, "fabric", times=1)
+    h100_sim.fail_burn_in(2, check="fabric", times=1)
     stuck = h100_sim.burn_in(2)
     assert "fabric: NVLink fabric state In Progress after 60 s" in stuck.summary()
     assert set(stuck.skipped) == {"cuda", "memory", "dcgm"}
     h100_sim.dcgm = True
-    h100_sim.fail_burn_in(2, "dcgm", times=1)
+    h100_sim.fail_burn_in(2, check="dcgm", times=1)
     assert "dcgm: diagnostic: DCGM's diagnostic test failed" in h100_sim.burn_in(2).summary()
     assert h100_sim.burn_in(2).summary().endswith("dcgm: ok")
     a100 = SimBackend.from_preset("a100-80gb-x8").burn_in(0)
@@ -79,7 +79,7 @@ def test_quarantine_withholds_a_gpu_and_its_mig_devices_until_lifted(mig_sim: Si
     assert state.quarantine(frozenset({gpu.uuid}))
     assert not state.quarantine(frozenset({gpu.uuid}))  # unchanged
     assert state.reason(gpu.uuid, mig) == QUARANTINED and gpu.uuid in state.unhealthy()
-    state.apply(HealthEvent(EventKind.GPU_RECOVERED, gpu.uuid), 0)  # a reset's recovery does not lift it
+    state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=gpu.uuid), 0)  # a reset's recovery does not lift it
     assert not state.healthy(gpu.uuid)
     assert state.quarantine(frozenset())
     assert state.healthy(gpu.uuid, mig)

@@ -175,11 +175,11 @@ def test_overrides_round_trip(code: int, res: Resolution, count: int, window: in
 
 
 def _xid(xid: int, gpu: str = "GPU-a", mig: str | None = None) -> HealthEvent:
-    return HealthEvent(EventKind.XID, gpu, xid=xid, mig_uuid=mig)
+    return HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=xid, mig_uuid=mig)
 
 
 def test_a_single_109_keeps_the_gpu_and_three_in_an_hour_take_it_out() -> None:
-    state = HealthState(HealthPolicy())
+    state = HealthState(policy=HealthPolicy())
     assert not state.apply(_xid(109), 0.0)
     assert not state.apply(_xid(109), 600.0)
     assert state.healthy("GPU-a")
@@ -190,7 +190,7 @@ def test_a_single_109_keeps_the_gpu_and_three_in_an_hour_take_it_out() -> None:
 
 
 def test_repeats_spread_beyond_the_window_do_not_count() -> None:
-    state = HealthState(HealthPolicy())
+    state = HealthState(policy=HealthPolicy())
     for t in (0.0, 3000.0, 6000.0, 9000.0):
         state.apply(_xid(109), t)
     assert state.healthy("GPU-a")
@@ -198,7 +198,7 @@ def test_repeats_spread_beyond_the_window_do_not_count() -> None:
 
 def test_the_real_burst_counts_once() -> None:
     """Five faults, each a burst of twelve XID 13 lines as the driver logs it: 5 within 1h."""
-    state = HealthState(HealthPolicy())
+    state = HealthState(policy=HealthPolicy())
     for fault in range(4):
         for t in BURST:
             state.apply(_xid(13), fault * 300.0 + t)
@@ -209,7 +209,7 @@ def test_the_real_burst_counts_once() -> None:
 
 
 def test_counts_are_per_device() -> None:
-    state = HealthState(HealthPolicy())
+    state = HealthState(policy=HealthPolicy())
     state.apply(_xid(109, mig="MIG-1"), 0.0)
     state.apply(_xid(109, mig="MIG-2"), 10.0)
     state.apply(_xid(109, mig="MIG-1"), 20.0)
@@ -220,17 +220,17 @@ def test_counts_are_per_device() -> None:
 
 
 def test_a_recovery_forgets_the_history() -> None:
-    state = HealthState(HealthPolicy(), quiet_seconds=0.0)
+    state = HealthState(policy=HealthPolicy(), quiet_seconds=0.0)
     for t in (0.0, 10.0, 20.0):
         state.apply(_xid(109), t)
-    state.apply(HealthEvent(EventKind.GPU_RECOVERED, "GPU-a"), 30.0)
+    state.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid="GPU-a"), 30.0)
     assert state.healthy("GPU-a") and not state.xids and not state.seen
     state.apply(_xid(109), 40.0)
     assert state.healthy("GPU-a")  # one 109 after the reset, not the fourth
 
 
 def test_a_repeat_on_an_unhealthy_gpu_changes_what_it_needs() -> None:
-    state = HealthState(HealthPolicy())
+    state = HealthState(policy=HealthPolicy())
     assert state.apply(_xid(94), 0.0)  # withheld at once (NVIDIA's plugin), restart-app
     assert state.repeated("GPU-a") == ()
     assert not state.apply(_xid(94), 10.0)
@@ -240,22 +240,22 @@ def test_a_repeat_on_an_unhealthy_gpu_changes_what_it_needs() -> None:
 
 def test_an_xid_a_person_ignores_does_not_escalate() -> None:
     policy = policy_from_env({"DP_DISABLE_HEALTHCHECKS": "109"})
-    state = HealthState(policy)
+    state = HealthState(policy=policy)
     for t in range(0, 100, 10):
         state.apply(_xid(109), float(t))
     assert state.healthy("GPU-a")
-    off = HealthState(policy_from_env({"DP_DISABLE_HEALTHCHECKS": "xids"}))
+    off = HealthState(policy=policy_from_env({"DP_DISABLE_HEALTHCHECKS": "xids"}))
     for t in range(0, 100, 10):
         off.apply(_xid(109), float(t))
     assert off.healthy("GPU-a")
 
 
 def test_an_override_switches_escalation_off_or_tightens_it() -> None:
-    quiet = HealthState(HealthPolicy().with_overrides(parse_overrides("109=none@3/1h")))
+    quiet = HealthState(policy=HealthPolicy().with_overrides(parse_overrides("109=none@3/1h")))
     for t in (0.0, 10.0, 20.0, 30.0):
         quiet.apply(_xid(109), t)
     assert quiet.healthy("GPU-a")
-    tight = HealthState(HealthPolicy().with_overrides(parse_overrides("13=reboot@2/10m")))
+    tight = HealthState(policy=HealthPolicy().with_overrides(parse_overrides("13=reboot@2/10m")))
     tight.apply(_xid(13), 0.0)
     assert tight.healthy("GPU-a")
     tight.apply(_xid(13), 60.0)
@@ -263,6 +263,6 @@ def test_an_override_switches_escalation_off_or_tightens_it() -> None:
 
 
 def test_enable_all_counts_every_first_occurrence() -> None:
-    state = HealthState(policy_from_env({"DP_ENABLE_HEALTHCHECKS": "all"}))
+    state = HealthState(policy=policy_from_env({"DP_ENABLE_HEALTHCHECKS": "all"}))
     state.apply(_xid(13), 0.0)
     assert not state.healthy("GPU-a") and state.repeated("GPU-a") == ()

@@ -45,7 +45,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 async def _first_state(cluster: Failing) -> None:
-    states = node_states(cluster, "gpu-0", retry_seconds=1.0, max_retry_seconds=4.0)
+    states = node_states(cluster, node_name="gpu-0", retry_seconds=1.0, max_retry_seconds=4.0)
     await asyncio.wait_for(anext(states), 5)
     await states.aclose()
 
@@ -76,7 +76,7 @@ async def test_a_failing_watch_backs_off_from_the_first_failure_and_warns_once(
 
 async def test_a_410_after_a_healthy_watch_relists_at_once_again(waits: list[float]) -> None:
     cluster = Failing([GoneError("expired")])
-    states = node_states(cluster, "gpu-0", watch_seconds=0.05)
+    states = node_states(cluster, node_name="gpu-0", watch_seconds=0.05)
     await asyncio.wait_for(anext(states), 5)  # a 410, then a healthy watch: the backoff starts over
     cluster.failures.append(GoneError("expired"))  # met when the watch resumes after its timeout
     await asyncio.wait_for(anext(states), 5)

@@ -59,7 +59,7 @@ def add_pod(cluster: Cluster, name: str, node_name: str, ns: str = "ml", phase: 
     cluster.create(pod(name, node_name, ns, phase, **labels))
     ready = "True" if phase == "Running" else "False"
     status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}
-    return cluster.patch_status(POD, name, status, ns)
+    return cluster.patch_status(POD, name=name, status=status, namespace=ns)
 
 
 def daemonset(image: str, tolerations: list | None = None) -> dict:
@@ -81,22 +81,22 @@ def daemonset(image: str, tolerations: list | None = None) -> dict:
 def test_create_get_delete(cluster: Cluster) -> None:
     created = cluster.create(node("n1", a="1"))
     assert created["metadata"]["name"] == "n1"
-    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+    assert cluster.get(NODE, name="n1")["metadata"]["labels"] == {"a": "1"}
     with pytest.raises(AlreadyExistsError):
         cluster.create(node("n1"))
-    cluster.delete(NODE, "n1")
+    cluster.delete(NODE, name="n1")
     with pytest.raises(NotFoundError):
-        cluster.get(NODE, "n1")
+        cluster.get(NODE, name="n1")
     with pytest.raises(NotFoundError):
-        cluster.delete(NODE, "n1")
-    assert cluster.get_or_none(NODE, "n1") is None
+        cluster.delete(NODE, name="n1")
+    assert cluster.get_or_none(NODE, name="n1") is None
 
 
 def test_returned_objects_are_copies(cluster: Cluster) -> None:
     cluster.create(node("n1", a="1"))
-    got = cluster.get(NODE, "n1")
+    got = cluster.get(NODE, name="n1")
     got["metadata"]["labels"]["a"] = "changed"
-    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+    assert cluster.get(NODE, name="n1")["metadata"]["labels"] == {"a": "1"}
 
 
 def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
@@ -142,42 +142,45 @@ def test_list_readonly_answers_what_list_answers(cluster: Cluster) -> None:
     # A container's mounts stay (the real server adds its service account token's): only the pod's own
     # list of volumes may be left out.
     assert {"name": "scratch", "mountPath": "/scratch"} in mounted["spec"]["containers"][0]["volumeMounts"]
-    assert [n["metadata"]["name"] for n in cluster.list_readonly(NODE, None, "zone=a")] == ["cpu-1", "gpu-1"]
+    assert [n["metadata"]["name"] for n in cluster.list_readonly(NODE, namespace=None, label_selector="zone=a")] == [
+        "cpu-1",
+        "gpu-1",
+    ]
 
 
 def test_a_write_leaves_what_a_reader_holds(cluster: Cluster) -> None:
     """Objects from list_readonly may be shared with the store, so no write may change them in place."""
     cluster.create(node("n1", a="1"))
     held = cluster.list_readonly(NODE)
-    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "2"}}})
-    cluster.patch_status(NODE, "n1", {"capacity": {"nvidia.com/gpu": "8"}})
+    cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"a": "2"}}})
+    cluster.patch_status(NODE, name="n1", status={"capacity": {"nvidia.com/gpu": "8"}})
     assert held[0]["metadata"]["labels"] == {"a": "1"}
     assert "capacity" not in (held[0].get("status") or {})
     assert cluster.list_readonly(NODE)[0]["metadata"]["labels"] == {"a": "2"}
-    cluster.delete(NODE, "n1")
+    cluster.delete(NODE, name="n1")
     assert held[0]["metadata"]["name"] == "n1"
     assert cluster.list_readonly(NODE) == []
 
 
 def test_merge_patch_sets_and_deletes_labels(cluster: Cluster) -> None:
     cluster.create(node("n1", keep="1", drop="2"))
-    out = cluster.patch(NODE, "n1", {"metadata": {"labels": {"drop": None, "new": "3"}}})
+    out = cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"drop": None, "new": "3"}}})
     assert out["metadata"]["labels"] == {"keep": "1", "new": "3"}
-    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"keep": "1", "new": "3"}
+    assert cluster.get(NODE, name="n1")["metadata"]["labels"] == {"keep": "1", "new": "3"}
     with pytest.raises(NotFoundError):
-        cluster.patch(NODE, "missing", {"metadata": {"labels": {"a": "b"}}})
+        cluster.patch(NODE, name="missing", patch={"metadata": {"labels": {"a": "b"}}})
 
 
 def test_patch_with_a_stale_resource_version_conflicts(cluster: Cluster) -> None:
     read = cluster.create(node("n1"))
-    cluster.patch(NODE, "n1", {"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}})
+    cluster.patch(NODE, name="n1", patch={"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}})
     stale = {"metadata": {"resourceVersion": read["metadata"]["resourceVersion"]}, "spec": {"taints": None}}
     with pytest.raises(ConflictError):
-        cluster.patch(NODE, "n1", stale)
-    assert cluster.get(NODE, "n1")["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
-    fresh = cluster.get(NODE, "n1")["metadata"]["resourceVersion"]
-    cluster.patch(NODE, "n1", {"metadata": {"resourceVersion": fresh}, "spec": {"taints": None}})
-    assert "taints" not in cluster.get(NODE, "n1")["spec"]
+        cluster.patch(NODE, name="n1", patch=stale)
+    assert cluster.get(NODE, name="n1")["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
+    fresh = cluster.get(NODE, name="n1")["metadata"]["resourceVersion"]
+    cluster.patch(NODE, name="n1", patch={"metadata": {"resourceVersion": fresh}, "spec": {"taints": None}})
+    assert "taints" not in cluster.get(NODE, name="n1")["spec"]
 
 
 def test_list_by_namespace(cluster: Cluster) -> None:
@@ -207,10 +210,10 @@ def test_server_metadata(cluster: Cluster) -> None:
     a = cluster.create(node("n1"))
     meta = a["metadata"]
     assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"]
-    b = cluster.patch(NODE, "n1", {"metadata": {"labels": {"x": "1"}}})
+    b = cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"x": "1"}}})
     assert int(b["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
     assert b["metadata"]["uid"] == meta["uid"]
-    same = cluster.patch(NODE, "n1", {"metadata": {"labels": {"x": "1"}}})
+    same = cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"x": "1"}}})
     assert same["metadata"]["resourceVersion"] == b["metadata"]["resourceVersion"], "a no-op patch keeps the rv"
 
 
@@ -223,13 +226,13 @@ def test_apply_creates_then_is_a_no_op_then_patches(cluster: Cluster) -> None:
     assert cluster.calls.writes == before, "an unchanged apply must not write"
     changed = cluster.apply(daemonset("img:2", tolerations=[{"operator": "Exists"}]))
     assert changed.changed and not changed.created
-    live = cluster.get(DAEMONSET, "dp", "gpu")
+    live = cluster.get(DAEMONSET, name="dp", namespace="gpu")
     assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "img:2"
     assert live["spec"]["template"]["spec"]["tolerations"] == [{"operator": "Exists"}]
     shrunk = cluster.apply(daemonset("img:2"))
     assert shrunk.changed, "removing a list element is a change"
     # The real server drops an empty list on write; MemoryCluster keeps it: both mean "none".
-    assert cluster.get(DAEMONSET, "dp", "gpu")["spec"]["template"]["spec"].get("tolerations", []) == []
+    assert cluster.get(DAEMONSET, name="dp", namespace="gpu")["spec"]["template"]["spec"].get("tolerations", []) == []
 
 
 def test_apply_tolerates_server_defaults(cluster: Cluster) -> None:
@@ -239,7 +242,7 @@ def test_apply_tolerates_server_defaults(cluster: Cluster) -> None:
             "template": {"spec": {"containers": [{"name": "dp", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}}
         }
     }
-    cluster.patch(DAEMONSET, "dp", defaulted, "gpu")
+    cluster.patch(DAEMONSET, name="dp", patch=defaulted, namespace="gpu")
     before = cluster.calls.writes
     assert not cluster.apply(daemonset("img:1")).changed
     assert cluster.calls.writes == before
@@ -247,9 +250,9 @@ def test_apply_tolerates_server_defaults(cluster: Cluster) -> None:
 
 def test_patch_status(cluster: Cluster) -> None:
     cluster.create(pod("p1", "n1", phase="Pending"))
-    out = cluster.patch_status(POD, "p1", {"phase": "Running"}, "ml")
+    out = cluster.patch_status(POD, name="p1", status={"phase": "Running"}, namespace="ml")
     assert out["status"]["phase"] == "Running"
-    assert cluster.get(POD, "p1", "ml")["status"]["phase"] == "Running"
+    assert cluster.get(POD, name="p1", namespace="ml")["status"]["phase"] == "Running"
 
 
 def _ready(status: str) -> dict:
@@ -258,27 +261,29 @@ def _ready(status: str) -> dict:
 
 def test_set_condition_adds_and_replaces_one_condition(cluster: Cluster) -> None:
     cluster.create({**node("n1"), "status": {"conditions": [_ready("True")]}})
-    added = cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
+    added = cluster.set_condition(
+        NODE, name="n1", condition={"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"}
+    )
     gpu = next(c for c in added["status"]["conditions"] if c["type"] == "GPUHealthy")
     assert (gpu["status"], gpu["reason"]) == ("False", "GPUXidError")
-    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True", "reason": "GPUsHealthy"})
-    conditions = cluster.get(NODE, "n1")["status"]["conditions"]
+    cluster.set_condition(NODE, name="n1", condition={"type": "GPUHealthy", "status": "True", "reason": "GPUsHealthy"})
+    conditions = cluster.get(NODE, name="n1")["status"]["conditions"]
     assert [(c["type"], c["status"]) for c in conditions if c["type"] == "GPUHealthy"] == [("GPUHealthy", "True")]
     with pytest.raises(InvalidError, match="type"):
-        cluster.set_condition(NODE, "n1", {"status": "True"})
+        cluster.set_condition(NODE, name="n1", condition={"status": "True"})
     with pytest.raises(NotFoundError):
-        cluster.set_condition(NODE, "missing", {"type": "GPUHealthy", "status": "True"})
+        cluster.set_condition(NODE, name="missing", condition={"type": "GPUHealthy", "status": "True"})
 
 
 def test_set_condition_keeps_the_other_writers_conditions(cluster: Cluster) -> None:
     cluster.create({**node("n1"), "status": {"conditions": [_ready("True")]}})
-    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True"})
+    cluster.set_condition(NODE, name="n1", condition={"type": "GPUHealthy", "status": "True"})
     # The kubelet's heartbeat lands after our write, then we write again: neither loses the other.
-    cluster.set_condition(NODE, "n1", _ready("False"))
-    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
+    cluster.set_condition(NODE, name="n1", condition=_ready("False"))
+    cluster.set_condition(NODE, name="n1", condition={"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
     # By type, not by position: without a $setElementOrder directive the real server moves the
     # entries a strategic merge patch names to the front; the list's order carries no meaning.
-    conditions = {c["type"]: c for c in cluster.get(NODE, "n1")["status"]["conditions"]}
+    conditions = {c["type"]: c for c in cluster.get(NODE, name="n1")["status"]["conditions"]}
     assert {t: c["status"] for t, c in conditions.items()} == {"Ready": "False", "GPUHealthy": "False"}
     assert conditions["Ready"]["reason"] == "KubeletReady"
     assert cluster.calls.snapshot() == {"create": 1, "patch": 3, "get": 1}
@@ -286,7 +291,7 @@ def test_set_condition_keeps_the_other_writers_conditions(cluster: Cluster) -> N
 
 def test_logs_of_an_unknown_pod_are_not_found(cluster: Cluster) -> None:
     with pytest.raises(NotFoundError):
-        cluster.logs("absent", "ml")
+        cluster.logs("absent", namespace="ml")
     assert cluster.calls.snapshot() == {"logs": 1}
     assert cluster.calls.writes == 0
 
@@ -296,11 +301,11 @@ def test_logs_container_choice_is_checked_before_any_kubelet(cluster: Cluster) -
     two["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
     cluster.create(two)
     with pytest.raises(BadRequestError, match="choose one of"):
-        cluster.logs("p1", "ml")
+        cluster.logs("p1", namespace="ml")
     with pytest.raises(BadRequestError, match="not valid"):
-        cluster.logs("p1", "ml", container="nope")
+        cluster.logs("p1", namespace="ml", container="nope")
     with pytest.raises(InvalidError, match="tail_lines"):
-        cluster.logs("p1", "ml", container="main", tail_lines=-1)
+        cluster.logs("p1", namespace="ml", container="main", tail_lines=-1)
     assert cluster.calls.writes == 1
 
 
@@ -312,26 +317,26 @@ def test_logs_tail_previous_and_container_choice() -> None:
     two["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
     cluster.create(two)
     cluster.create(pod("p2", "n1"))
-    cluster.set_logs("p1", "ml", "main", "one\ntwo\nthree\n")
-    cluster.set_logs("p1", "ml", "main", "crashed\n", previous=True)
-    assert cluster.logs("p1", "ml", container="main") == "one\ntwo\nthree\n"
-    assert cluster.logs("p1", "ml", container="main", tail_lines=2) == "two\nthree\n"
-    assert cluster.logs("p1", "ml", container="main", tail_lines=0) == ""
-    assert cluster.logs("p1", "ml", container="main", previous=True) == "crashed\n"
-    assert cluster.logs("p1", "ml", container="sidecar") == "", "a container that printed nothing"
-    assert cluster.logs("p2", "ml") == "", "the only container needs no name"
+    cluster.set_logs("p1", namespace="ml", container="main", text="one\ntwo\nthree\n")
+    cluster.set_logs("p1", namespace="ml", container="main", text="crashed\n", previous=True)
+    assert cluster.logs("p1", namespace="ml", container="main") == "one\ntwo\nthree\n"
+    assert cluster.logs("p1", namespace="ml", container="main", tail_lines=2) == "two\nthree\n"
+    assert cluster.logs("p1", namespace="ml", container="main", tail_lines=0) == ""
+    assert cluster.logs("p1", namespace="ml", container="main", previous=True) == "crashed\n"
+    assert cluster.logs("p1", namespace="ml", container="sidecar") == "", "a container that printed nothing"
+    assert cluster.logs("p2", namespace="ml") == "", "the only container needs no name"
     with pytest.raises(BadRequestError, match="previous terminated container"):
-        cluster.logs("p1", "ml", container="sidecar", previous=True)
-    cluster.delete(POD, "p1", "ml")
+        cluster.logs("p1", namespace="ml", container="sidecar", previous=True)
+    cluster.delete(POD, name="p1", namespace="ml")
     cluster.create(two)
-    assert cluster.logs("p1", "ml", container="main") == "", "logs go with the pod"
+    assert cluster.logs("p1", namespace="ml", container="main") == "", "logs go with the pod"
     with pytest.raises(NotFoundError):
-        cluster.set_logs("absent", "ml", "main", "x")
+        cluster.set_logs("absent", namespace="ml", container="main", text="x")
 
 
 def test_pod_proxy_of_an_unknown_pod_is_not_found(cluster: Cluster) -> None:
     with pytest.raises(NotFoundError):
-        cluster.pod_proxy_get("absent", "ml", 9400, "metrics")
+        cluster.pod_proxy_get("absent", namespace="ml", port=9400, path="metrics")
     assert cluster.calls.snapshot() == {"proxy": 1} and cluster.calls.writes == 0
 
 
@@ -340,30 +345,32 @@ def test_pod_proxy_answers_what_the_pod_serves() -> None:
     (test_kube_live checks the request over HTTP)."""
     cluster = MemoryCluster()
     cluster.create(pod("p1", "n1"))
-    cluster.set_served("p1", "ml", 9400, "/metrics", "gpuchain_gpus_exported 8\n")
-    assert cluster.pod_proxy_get("p1", "ml", 9400, "metrics") == "gpuchain_gpus_exported 8\n"
+    cluster.set_served("p1", namespace="ml", port=9400, path="/metrics", text="gpuchain_gpus_exported 8\n")
+    assert cluster.pod_proxy_get("p1", namespace="ml", port=9400, path="metrics") == "gpuchain_gpus_exported 8\n"
     with pytest.raises(KubeError) as refused:
-        cluster.pod_proxy_get("p1", "ml", 8080, "metrics")
+        cluster.pod_proxy_get("p1", namespace="ml", port=8080, path="metrics")
     assert refused.value.code == 503 and "connection refused" in str(refused.value)
-    cluster.delete(POD, "p1", "ml")
+    cluster.delete(POD, name="p1", namespace="ml")
     cluster.create(pod("p1", "n1"))
     with pytest.raises(KubeError):
-        cluster.pod_proxy_get("p1", "ml", 9400, "metrics")  # what it served went with the pod
+        cluster.pod_proxy_get("p1", namespace="ml", port=9400, path="metrics")  # what it served went with the pod
     with pytest.raises(NotFoundError):
-        cluster.set_served("absent", "ml", 9400, "metrics", "x")
+        cluster.set_served("absent", namespace="ml", port=9400, path="metrics", text="x")
 
 
 def test_status_is_a_separate_subresource(cluster: Cluster) -> None:
     cluster.create(pod("p1", "n1", phase="Pending"))
-    cluster.patch(POD, "p1", {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "1"}}}, "ml")
-    got = cluster.get(POD, "p1", "ml")
+    cluster.patch(
+        POD, name="p1", patch={"status": {"phase": "Running"}, "metadata": {"labels": {"x": "1"}}}, namespace="ml"
+    )
+    got = cluster.get(POD, name="p1", namespace="ml")
     assert got["status"]["phase"] == "Pending", "patch must not write status"
     assert got["metadata"]["labels"]["x"] == "1"
 
 
 def test_events_are_recorded(cluster: Cluster) -> None:
     n = cluster.create(node("n1"))
-    cluster.record_event(n, "GpuLost", "GPU 3 fell off the bus", type="Warning")
+    cluster.record_event(n, reason="GpuLost", message="GPU 3 fell off the bus", type="Warning")
     events = cluster.events_for(n)
     assert len(events) == 1
     ev = events[0]
@@ -378,7 +385,7 @@ def wait_for_budget(cluster: Cluster, name: str, healthy: int, ns: str = "ml") -
         return
 
     def counted() -> bool:
-        pdb = cluster.get(PDB, name, ns)
+        pdb = cluster.get(PDB, name=name, namespace=ns)
         status = pdb.get("status") or {}
         return (
             status.get("observedGeneration") == pdb["metadata"]["generation"]
@@ -401,12 +408,12 @@ def test_evict_deletes_when_budget_allows(cluster: Cluster) -> None:
     )
     wait_for_budget(cluster, "train-pdb", healthy=3)
     cluster.evict("w0", "ml")
-    assert cluster.get_or_none(POD, "w0", "ml") is None
+    assert cluster.get_or_none(POD, name="w0", namespace="ml") is None
     with pytest.raises(EvictionBlockedError) as err:
         cluster.evict("w1", "ml")
     assert err.value.pdb == "train-pdb"
     assert "train-pdb" in str(err.value)
-    assert cluster.get_or_none(POD, "w1", "ml") is not None, "a blocked eviction deletes nothing"
+    assert cluster.get_or_none(POD, name="w1", namespace="ml") is not None, "a blocked eviction deletes nothing"
     assert cluster.list(PDB, namespace="ml")
 
 
@@ -414,7 +421,7 @@ def test_a_running_pod_without_a_ready_condition_is_not_healthy_to_a_budget(clus
     """The disruption controller counts a pod as healthy only on Ready=True (IsPodReady)."""
     for i in range(2):
         cluster.create(pod(f"w{i}", "n1", app="train"))
-        cluster.patch_status(POD, f"w{i}", {"phase": "Running"}, "ml")
+        cluster.patch_status(POD, name=f"w{i}", status={"phase": "Running"}, namespace="ml")
     cluster.create(
         {
             "apiVersion": "policy/v1",
@@ -440,7 +447,7 @@ def test_evict_pending_pod_ignores_budget(cluster: Cluster) -> None:
     )
     wait_for_budget(cluster, "all", healthy=0)
     cluster.evict("w0", "ml")
-    assert cluster.get_or_none(POD, "w0", "ml") is None
+    assert cluster.get_or_none(POD, name="w0", namespace="ml") is None
 
 
 def test_owner_garbage_collection(cluster: Cluster) -> None:
@@ -450,8 +457,11 @@ def test_owner_garbage_collection(cluster: Cluster) -> None:
         {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": owner["metadata"]["uid"]}
     ]
     cluster.create(dependent)
-    cluster.delete(NODE, "n1")
-    eventually(lambda: cluster.get_or_none(POD, "p1", "ml") is None, "the garbage collector deletes the dependent pod")
+    cluster.delete(NODE, name="n1")
+    eventually(
+        lambda: cluster.get_or_none(POD, name="p1", namespace="ml") is None,
+        "the garbage collector deletes the dependent pod",
+    )
 
 
 async def _collect(cluster: Cluster, n: int, **kwargs: object) -> list[WatchEvent]:
@@ -468,8 +478,8 @@ async def test_watch_streams_existing_then_changes(cluster: Cluster) -> None:
     task = asyncio.create_task(_collect(cluster, 4))
     await asyncio.sleep(0.2)
     await asyncio.to_thread(cluster.create, node("n2"))
-    await asyncio.to_thread(cluster.patch, NODE, "n2", {"metadata": {"labels": {"a": "1"}}})
-    await asyncio.to_thread(cluster.delete, NODE, "n1")
+    await asyncio.to_thread(cluster.patch, NODE, name="n2", patch={"metadata": {"labels": {"a": "1"}}})
+    await asyncio.to_thread(cluster.delete, NODE, name="n1")
     events = await task
     assert [(e.type, e.object["metadata"]["name"]) for e in events] == [
         ("ADDED", "n1"),
@@ -484,7 +494,7 @@ async def test_watch_streams_existing_then_changes(cluster: Cluster) -> None:
 async def test_watch_resumes_from_resource_version(cluster: Cluster) -> None:
     first = cluster.create(node("n1"))
     cluster.create(node("n2"))
-    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
+    cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"a": "1"}}})
     events = await _collect(cluster, 2, resource_version=first["metadata"]["resourceVersion"])
     assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "n2"), ("MODIFIED", "n1")]
     rvs = [int(e.resource_version or 0) for e in events]
@@ -496,7 +506,7 @@ async def test_watch_label_selector_sees_objects_leave(cluster: Cluster) -> None
     task = asyncio.create_task(_collect(cluster, 2, label_selector="gpu=true"))
     await asyncio.sleep(0.1)
     cluster.create(node("cpu"))
-    cluster.patch(NODE, "n1", {"metadata": {"labels": {"gpu": None}}})
+    cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"gpu": None}}})
     events = await task
     assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "n1"), ("DELETED", "n1")]
 
@@ -506,10 +516,10 @@ async def test_watch_field_selector_follows_one_node(cluster: Cluster) -> None:
     cluster.create(node("gpu-2"))
     task = asyncio.create_task(_collect(cluster, 3, field_selector="metadata.name=gpu-1"))
     await asyncio.sleep(0.1)
-    cluster.patch(NODE, "gpu-2", {"metadata": {"labels": {"a": "1"}}})
-    cluster.patch(NODE, "gpu-1", {"metadata": {"labels": {"a": "1"}}})
-    cluster.delete(NODE, "gpu-2")
-    cluster.delete(NODE, "gpu-1")
+    cluster.patch(NODE, name="gpu-2", patch={"metadata": {"labels": {"a": "1"}}})
+    cluster.patch(NODE, name="gpu-1", patch={"metadata": {"labels": {"a": "1"}}})
+    cluster.delete(NODE, name="gpu-2")
+    cluster.delete(NODE, name="gpu-1")
     events = await task
     assert [(e.type, e.object["metadata"]["name"]) for e in events] == [
         ("ADDED", "gpu-1"),
@@ -538,13 +548,13 @@ async def test_watch_timeout_ends_stream(cluster: Cluster) -> None:
 def test_calls_counted_per_verb(cluster: Cluster) -> None:
     cluster.calls.reset()
     cluster.create(node("n1"))
-    cluster.get(NODE, "n1")
+    cluster.get(NODE, name="n1")
     cluster.list(NODE)
-    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
-    cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "True"})
-    cluster.delete(NODE, "n1")
+    cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"a": "1"}}})
+    cluster.set_condition(NODE, name="n1", condition={"type": "GPUHealthy", "status": "True"})
+    cluster.delete(NODE, name="n1")
     with pytest.raises(NotFoundError):
-        cluster.logs("p1", "ml")
+        cluster.logs("p1", namespace="ml")
     assert cluster.calls.snapshot() == {"create": 1, "get": 1, "list": 1, "patch": 2, "delete": 1, "logs": 1}
     assert cluster.calls.writes == 4 and cluster.calls.total == 7
 
@@ -558,7 +568,7 @@ def test_listed_objects_carry_their_api_version_and_kind(cluster: Cluster) -> No
     cluster.apply(daemonset("img:1"))
     for listed in (*cluster.list(NODE), *cluster.list_readonly(NODE)):
         assert (listed["apiVersion"], listed["kind"]) == ("v1", "Node")
-    (ds,) = cluster.list(DAEMONSET, "gpu")
+    (ds,) = cluster.list(DAEMONSET, namespace="gpu")
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     cluster.calls.reset()
     assert not cluster.apply(daemonset("img:1"), live=ds, known_live=True).changed

@@ -67,9 +67,9 @@ def test_server_errors_are_typed() -> None:
         emulator["get /api/v1/nodes/broken"] << 500 << {"kind": "Status", "code": 500, "message": "etcd is down"}
         cluster = LiveCluster.from_url(url)
         with pytest.raises(NotFoundError):
-            cluster.get(NODE, "absent")
+            cluster.get(NODE, name="absent")
         with pytest.raises(KubeError) as err:
-            cluster.get(NODE, "broken")
+            cluster.get(NODE, name="broken")
         assert err.value.code == 500
         assert "etcd is down" in str(err.value)
 
@@ -80,9 +80,9 @@ def test_logs_request_asks_for_container_tail_and_previous() -> None:
         served = emulator["get /api/v1/namespaces/ml/pods/w1/log"]
         served << b"Could not resolve Linux kernel version\nexiting\n"
         cluster = LiveCluster.from_url(url)
-        text = cluster.logs("w1", "ml", container="nvidia-driver-ctr", tail_lines=50, previous=True)
+        text = cluster.logs("w1", namespace="ml", container="nvidia-driver-ctr", tail_lines=50, previous=True)
         assert text == "Could not resolve Linux kernel version\nexiting\n"
-        cluster.logs("w1", "ml")
+        cluster.logs("w1", namespace="ml")
         assert [dict(r.params) for r in served] == [
             {"container": "nvidia-driver-ctr", "tailLines": "50", "previous": "true"},
             {},
@@ -104,9 +104,9 @@ def test_logs_errors_are_typed() -> None:
         )
         cluster = LiveCluster.from_url(url)
         with pytest.raises(BadRequestError, match="previous terminated container"):
-            cluster.logs("w1", "ml", container="main", previous=True)
+            cluster.logs("w1", namespace="ml", container="main", previous=True)
         with pytest.raises(NotFoundError):
-            cluster.logs("absent", "ml")
+            cluster.logs("absent", namespace="ml")
 
 
 def test_pod_proxy_get_asks_the_api_servers_pod_proxy() -> None:
@@ -114,9 +114,9 @@ def test_pod_proxy_get_asks_the_api_servers_pod_proxy() -> None:
         served = emulator["get /api/v1/namespaces/gpu-operator/pods/nvidia-dcgm-exporter-x1:9400/proxy/metrics"]
         served << b"gpuchain_gpus_exported 8\n"
         cluster = LiveCluster.from_url(url)
-        assert cluster.pod_proxy_get("nvidia-dcgm-exporter-x1", "gpu-operator", 9400, "/metrics") == (
-            "gpuchain_gpus_exported 8\n"
-        )
+        assert cluster.pod_proxy_get(
+            "nvidia-dcgm-exporter-x1", namespace="gpu-operator", port=9400, path="/metrics"
+        ) == ("gpuchain_gpus_exported 8\n")
         assert len(list(served)) == 1
         assert cluster.calls.snapshot() == {"proxy": 1} and cluster.calls.writes == 0
 
@@ -126,13 +126,13 @@ def test_set_condition_sends_a_strategic_merge_patch_of_one_condition() -> None:
         cluster = LiveCluster.from_url(url)
         cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
         status = emulator["patch /api/v1/nodes/n1/status"]
-        cluster.set_condition(NODE, "n1", {"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
+        cluster.set_condition(NODE, name="n1", condition={"type": "GPUHealthy", "status": "False", "reason": "GPULost"})
         [request] = list(status)
         assert request.headers["Content-Type"] == "application/strategic-merge-patch+json"
         assert request.data == {
             "status": {"conditions": [{"type": "GPUHealthy", "status": "False", "reason": "GPULost"}]}
         }
-        cluster.patch_status(NODE, "n1", {"phase": "x"})
+        cluster.patch_status(NODE, name="n1", status={"phase": "x"})
         assert list(status)[1].headers["Content-Type"] == "application/merge-patch+json"
 
 
@@ -316,7 +316,7 @@ def test_the_client_loads_no_http2_stack_and_still_talks_to_the_api_server() -> 
         "with kmock_server() as (url, _):\n"
         "    cluster = LiveCluster.from_url(url)\n"
         "    cluster.create({'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': 'n', 'labels': {}}})\n"
-        "    print(cluster.get(NODE, 'n')['metadata']['name'])\n"
+        "    print(cluster.get(NODE, name='n')['metadata']['name'])\n"
         "    cluster.close()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('h2', 'hpack') and sys.modules[m]))\n"
     )

@@ -95,7 +95,7 @@ def test_strategic_merge_patch_merges_conditions_by_type() -> None:
             "addresses": [{"type": "Hostname", "address": "n1"}],
         }
     }
-    out = strategic_merge_patch(node, patch)
+    out = strategic_merge_patch(node, patch=patch)
     assert out["status"]["conditions"] == [
         {"type": "Ready", "status": "True"},
         {"type": "GPUHealthy", "status": "False"},
@@ -103,13 +103,13 @@ def test_strategic_merge_patch_merges_conditions_by_type() -> None:
     ]
     assert out["status"]["addresses"] == [{"type": "Hostname", "address": "n1"}], "no merge key: replaced"
     assert node["status"]["conditions"][1]["status"] == "True", "the input is not modified"
-    gone = strategic_merge_patch(out, {"status": {"conditions": [{"type": "Other", "$patch": "delete"}]}})
+    gone = strategic_merge_patch(out, patch={"status": {"conditions": [{"type": "Other", "$patch": "delete"}]}})
     assert [c["type"] for c in gone["status"]["conditions"]] == ["Ready", "GPUHealthy"]
-    assert strategic_merge_patch({}, {"status": {"conditions": [{"type": "A", "status": "True"}]}}) == {
+    assert strategic_merge_patch({}, patch={"status": {"conditions": [{"type": "A", "status": "True"}]}}) == {
         "status": {"conditions": [{"type": "A", "status": "True"}]}
     }
     with pytest.raises(InvalidError, match="status.conditions: every element needs its merge key 'type'"):
-        strategic_merge_patch(node, {"status": {"conditions": [{"status": "True"}]}})
+        strategic_merge_patch(node, patch={"status": {"conditions": [{"status": "True"}]}})
 
 
 json_values = st.recursive(
@@ -170,5 +170,5 @@ def test_pdb_arithmetic() -> None:
     assert disruptions_allowed(_pdb(minAvailable="50%"), pods) == 1
     assert disruptions_allowed(_pdb(maxUnavailable=1), pods) == 0, "one is already unhealthy"
     assert disruptions_allowed(_pdb(maxUnavailable="50%"), pods) == 1
-    assert blocking_budget(_pod("x", phase="Pending"), [_pdb(maxUnavailable=0)], pods) is None
-    assert blocking_budget(pods[0], [_pdb(maxUnavailable=0)], pods) is not None
+    assert blocking_budget(_pod("x", phase="Pending"), pdbs=[_pdb(maxUnavailable=0)], pods=pods) is None
+    assert blocking_budget(pods[0], pdbs=[_pdb(maxUnavailable=0)], pods=pods) is not None

@@ -31,7 +31,7 @@ async def test_a_watch_resumes_within_the_history_and_is_gone_before_it(monkeypa
     monkeypatch.setattr(memory_module, "HISTORY", 5)
     cluster = MemoryCluster([node("n1")])
     rvs = [
-        cluster.patch(NODE, "n1", {"metadata": {"labels": {"step": str(i)}}})["metadata"]["resourceVersion"]
+        cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"step": str(i)}}})["metadata"]["resourceVersion"]
         for i in range(10)
     ]
     # The last 5 events are kept: resuming from the rv just before them sees all 5.
@@ -46,7 +46,7 @@ async def test_history_is_kept_per_kind(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(memory_module, "HISTORY", 5)
     cluster = MemoryCluster()
     since = cluster.create(node("n1"))["metadata"]["resourceVersion"]
-    cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "1"}}})
+    cluster.patch(NODE, name="n1", patch={"metadata": {"labels": {"a": "1"}}})
     for i in range(50):
         cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}", "namespace": "x"}})
     assert cluster.count(CONFIGMAP) == 50
@@ -81,7 +81,9 @@ async def test_memory_is_flat_under_endless_writes(monkeypatch: pytest.MonkeyPat
 
     def write(n: int) -> None:
         for i in range(n):
-            cluster.patch(NODE, "n1", {"metadata": {"annotations": {"seq": str(i), "blob": payload + str(i)}}})
+            cluster.patch(
+                NODE, name="n1", patch={"metadata": {"annotations": {"seq": str(i), "blob": payload + str(i)}}}
+            )
 
     tracemalloc.start()
     try:
@@ -101,7 +103,7 @@ async def test_a_watcher_that_falls_behind_is_closed_and_can_watch_again(monkeyp
     first = await anext(stream)  # the initial ADDED; the watcher is now registered
     assert first.type == "ADDED"
     for i in range(10):  # the reader does not read meanwhile
-        await asyncio.to_thread(cluster.patch, NODE, "n1", {"metadata": {"labels": {"i": str(i)}}})
+        await asyncio.to_thread(cluster.patch, NODE, name="n1", patch={"metadata": {"labels": {"i": str(i)}}})
     got = [ev async for ev in stream]
     assert 1 <= len(got) <= 3  # what it had buffered, then the stream ended
     last = got[-1].resource_version
@@ -116,7 +118,7 @@ async def test_watchers_get_their_own_copies() -> None:
     cluster = MemoryCluster([node("n1", a="1")])
     events = await _drain(cluster, "0")
     events[0].object["metadata"]["labels"]["a"] = "changed"
-    assert cluster.get(NODE, "n1")["metadata"]["labels"] == {"a": "1"}
+    assert cluster.get(NODE, name="n1")["metadata"]["labels"] == {"a": "1"}
     assert (await _drain(cluster, "0"))[0].object["metadata"]["labels"] == {"a": "1"}
 
 

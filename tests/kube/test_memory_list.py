@@ -26,23 +26,23 @@ def test_list_order_follows_every_create_and_delete() -> None:
     for step in range(300):
         key = (rng.choice(["a", "b", "default"]), f"p{rng.randrange(40)}")
         if key in present and rng.random() < 0.5:
-            cluster.delete(POD, key[1], key[0])
+            cluster.delete(POD, name=key[1], namespace=key[0])
             present.discard(key)
         elif key not in present:
             cluster.create(pod(key[1], key[0]))
             present.add(key)
         else:  # a write that keeps the key: the order stays valid
-            cluster.patch(POD, key[1], {"metadata": {"labels": {"step": str(step)}}}, key[0])
+            cluster.patch(POD, name=key[1], patch={"metadata": {"labels": {"step": str(step)}}}, namespace=key[0])
         if step % 7 == 0:
             assert names(cluster.list_readonly(POD)) == sorted(present)
-            assert names(cluster.list(POD, "b")) == sorted(k for k in present if k[0] == "b")
+            assert names(cluster.list(POD, namespace="b")) == sorted(k for k in present if k[0] == "b")
     assert names(cluster.list(POD)) == sorted(present)
 
 
 def test_an_empty_namespace_lists_every_namespace() -> None:
     """As LiveCluster sends it (``namespace or "*"``)."""
     cluster = MemoryCluster([pod("x", "a"), pod("y", "b")])
-    assert names(cluster.list(POD, "")) == [("a", "x"), ("b", "y")]
+    assert names(cluster.list(POD, namespace="")) == [("a", "x"), ("b", "y")]
 
 
 def test_list_readonly_shares_and_list_copies() -> None:

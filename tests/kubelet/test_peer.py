@@ -47,26 +47,30 @@ async def test_bad_registration_is_refused(node: SimNode, request_: pb.RegisterR
 
 async def test_insufficient_devices(node: SimNode) -> None:
     with pytest.raises(AdmissionError, match=r"Insufficient nvidia.com/gpu \(requested 9, 8 free"):
-        await node.kubelet.admit("default", "big", [ContainerRequest("c", {GPU: 9})])
+        await node.kubelet.admit("default", name="big", containers=[ContainerRequest("c", {GPU: 9})])
     with pytest.raises(AdmissionError, match="Insufficient nvidia.com/foo"):
-        await node.kubelet.admit("default", "foo", [ContainerRequest("c", {"nvidia.com/foo": 1})])
+        await node.kubelet.admit("default", name="foo", containers=[ContainerRequest("c", {"nvidia.com/foo": 1})])
 
 
 async def test_admission_is_all_or_nothing_and_devices_are_not_shared(node: SimNode) -> None:
-    await node.kubelet.admit("default", "a", [ContainerRequest("c", {GPU: 6})])
+    await node.kubelet.admit("default", name="a", containers=[ContainerRequest("c", {GPU: 6})])
     with pytest.raises(AdmissionError):
-        await node.kubelet.admit("default", "b", [ContainerRequest("x", {GPU: 1}), ContainerRequest("y", {GPU: 2})])
+        await node.kubelet.admit(
+            "default", name="b", containers=[ContainerRequest("x", {GPU: 1}), ContainerRequest("y", {GPU: 2})]
+        )
     assert list(node.kubelet.pods) == [("default", "a")]
     assert len(node.kubelet.free_ids(GPU)) == 2
-    b = await node.kubelet.admit("default", "b", [ContainerRequest("x", {GPU: 1}), ContainerRequest("y", {GPU: 1})])
+    b = await node.kubelet.admit(
+        "default", name="b", containers=[ContainerRequest("x", {GPU: 1}), ContainerRequest("y", {GPU: 1})]
+    )
     assert set(b.containers[0].devices[GPU]).isdisjoint(b.containers[1].devices[GPU])
     node.kubelet.remove_pod("default", "a")
     assert len(node.kubelet.free_ids(GPU)) == 6
 
 
 async def test_pod_resources_api(node: SimNode) -> None:
-    pod = await node.kubelet.admit("ml", "train", [ContainerRequest("main", {GPU: 2})])
-    node.backend.inject_xid(pod.containers[0].devices[GPU][0], 79)
+    pod = await node.kubelet.admit("ml", name="train", containers=[ContainerRequest("main", {GPU: 2})])
+    node.backend.inject_xid(pod.containers[0].devices[GPU][0], xid=79)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable()[GPU] == 7)
     async with grpc.aio.insecure_channel(f"unix://{node.pod_resources_socket}") as channel:
         stub = pr_grpc.PodResourcesListerStub(channel)
@@ -88,7 +92,7 @@ async def test_pod_resources_api(node: SimNode) -> None:
 async def test_pod_resources_report_replica_ids() -> None:
     node = await start_sim_node(config=parse_config("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}"))
     try:
-        await node.kubelet.admit("default", "p", [ContainerRequest("c", {GPU: 1})])
+        await node.kubelet.admit("default", name="p", containers=[ContainerRequest("c", {GPU: 1})])
         async with grpc.aio.insecure_channel(f"unix://{node.pod_resources_socket}") as channel:
             listed = await pr_grpc.PodResourcesListerStub(channel).List(pr.ListPodResourcesRequest())
         (device_id,) = listed.pod_resources[0].containers[0].devices[0].device_ids
@@ -111,5 +115,5 @@ async def test_a_started_node_sees_a_fault_injected_at_once(node: SimNode) -> No
     run, and an XID injected then was never delivered (as with NVML), so the test that injected
     one waited its whole timeout for the device to go."""
     assert node.backend.subscribers == 1
-    node.backend.inject_xid(0, 79)
+    node.backend.inject_xid(0, xid=79)
     await node.kubelet.wait_for(lambda: node.kubelet.allocatable() == {GPU: 7})

@@ -88,11 +88,11 @@ def _operand_pods() -> list[dict[str, Any]]:
 
 
 def _labels(cluster: MemoryCluster) -> dict[str, str]:
-    return dict(cluster.get(NODE, NODE_NAME)["metadata"]["labels"])
+    return dict(cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"])
 
 
 def _reason(cluster: MemoryCluster) -> str | None:
-    return cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {}).get(MIG_CONFIG_STATE_REASON)
+    return cluster.get(NODE, name=NODE_NAME)["metadata"].get("annotations", {}).get(MIG_CONFIG_STATE_REASON)
 
 
 def _setup(
@@ -100,18 +100,25 @@ def _setup(
 ) -> tuple[MemoryCluster, MigManager, Clock]:
     cluster = MemoryCluster([_node(dict(DEPLOY)), *_operand_pods(), *(extra or [])])
     clock = Clock()
-    manager = MigManager(cluster, backend, NODE_NAME, default_config(), policy or Policy(timeout_s=60), clock)
+    manager = MigManager(
+        cluster,
+        backend=backend,
+        node=NODE_NAME,
+        config=default_config(),
+        policy=policy or Policy(timeout_s=60),
+        clock=clock,
+    )
     return cluster, manager, clock
 
 
 def _relabel(cluster: MemoryCluster, config: str) -> None:
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: config}}})
+    cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: config}}})
 
 
 def _stop_operands(cluster: MemoryCluster) -> None:
     """What the DaemonSet controller does once the deploy labels no longer select the node."""
     for pod in classify_pods(cluster.list(POD, field_selector=f"spec.nodeName={NODE_NAME}"), OPERANDS)[0]:
-        cluster.delete(POD, pod.name, pod.namespace)
+        cluster.delete(POD, name=pod.name, namespace=pod.namespace)
 
 
 MIXED = plugin_config("version: v1\nflags:\n  migStrategy: mixed\n")
@@ -124,7 +131,7 @@ def _resources(backend: GpuBackend) -> dict[str, int]:
 
 def _mig_count_label(backend: GpuBackend) -> str | None:
     """What feature discovery labels the node with for the 1g.10gb profile (mixed strategy)."""
-    return gfd_labels(backend.inventory(), MIXED).get("nvidia.com/mig-1g.10gb.count")
+    return gfd_labels(backend.inventory(), config=MIXED).get("nvidia.com/mig-1g.10gb.count")
 
 
 def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
@@ -155,7 +162,7 @@ def test_h100_node_goes_to_56_mig_devices_and_back_to_8_gpus() -> None:
     assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
     assert _resources(sim) == {"nvidia.com/gpu": 8}
     assert _mig_count_label(sim) is None
-    reasons = [e["reason"] for e in cluster.events_for(cluster.get(NODE, NODE_NAME))]
+    reasons = [e["reason"] for e in cluster.events_for(cluster.get(NODE, name=NODE_NAME))]
     assert reasons == ["MigConfigSuccess", "MigConfigSuccess"]
 
 
@@ -168,7 +175,7 @@ def test_invalid_layout_fails_with_a_reason_and_leaves_the_node_unchanged() -> N
     assert _labels(cluster) == {**DEPLOY, MIG_CONFIG: "all-1g.18gb", MIG_CONFIG_STATE: "failed"}
     assert "selects none of this node's GPUs (models: H100-80GB)" in (_reason(cluster) or "")
     assert sim.inventory() == before
-    events = cluster.events_for(cluster.get(NODE, NODE_NAME))
+    events = cluster.events_for(cluster.get(NODE, name=NODE_NAME))
     assert [(e["reason"], e["type"]) for e in events] == [("MigConfigFailed", "Warning")]
 
     _relabel(cluster, "no-such-layout")
@@ -212,7 +219,7 @@ def test_gpu_workloads_block_the_change_with_a_clear_reason() -> None:
     assert cluster.calls.by_verb["evict"] == 0 and not sim.inventory().mig_devices
 
     _relabel(cluster, "all-balanced")  # draining the node unblocks it
-    cluster.delete(POD, "train-0", "ml")
+    cluster.delete(POD, name="train-0", namespace="ml")
     manager.reconcile()
     _stop_operands(cluster)
     manager.reconcile()
@@ -226,7 +233,7 @@ def test_evict_policy_evicts_gpu_pods_through_the_eviction_api() -> None:
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
     assert cluster.calls.by_verb["evict"] == 1
-    assert cluster.get_or_none(POD, "web-0", "default") is not None
+    assert cluster.get_or_none(POD, name="web-0", namespace="default") is not None
     _stop_operands(cluster)
     manager.reconcile()
     assert _labels(cluster)[MIG_CONFIG_STATE] == "success"
@@ -268,8 +275,8 @@ def test_labels_left_paused_by_an_interrupted_run_are_restored() -> None:
     cluster, manager, _ = _setup(sim)
     cluster.patch(
         NODE,
-        NODE_NAME,
-        {
+        name=NODE_NAME,
+        patch={
             "metadata": {
                 "labels": {
                     "nvidia.com/gpu.deploy.device-plugin": PAUSED_FOR_MIG_CHANGE,
@@ -297,7 +304,9 @@ def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
     assert "pending a GPU reset" in (_reason(cluster) or "")
     for i in range(8):
         sim.reset_gpu(i)  # the node reboots; a fresh agent picks the change up again
-    fresh = MigManager(cluster, nvml_over(sim), NODE_NAME, default_config(), Policy(timeout_s=60))
+    fresh = MigManager(
+        cluster, backend=nvml_over(sim), node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60)
+    )
     fresh.reconcile()
     _stop_operands(cluster)
     fresh.reconcile()
@@ -308,7 +317,7 @@ def test_pending_reset_is_reported_as_rebooting_and_labels_restored() -> None:
 async def test_run_reacts_to_the_label() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     cluster = MemoryCluster([_node({})])
-    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=5))
+    manager = MigManager(cluster, backend=sim, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=5))
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(interval=5.0, stop=stop))
     await asyncio.sleep(0.05)
@@ -326,7 +335,9 @@ async def test_run_reacts_to_the_label() -> None:
 async def test_run_is_not_woken_by_another_nodes_changes() -> None:
     other = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-2", "labels": {}}}
     cluster = MemoryCluster([_node({}), other])
-    manager = MigManager(cluster, SimBackend.from_preset("h100-80gb-x8"), NODE_NAME, default_config())
+    manager = MigManager(
+        cluster, backend=SimBackend.from_preset("h100-80gb-x8"), node=NODE_NAME, config=default_config()
+    )
     rounds: list[None] = []
     reconcile = manager.reconcile
 
@@ -348,9 +359,9 @@ async def test_run_is_not_woken_by_another_nodes_changes() -> None:
     try:
         start = await settled()
         for i in range(5):
-            cluster.patch(NODE, "gpu-node-2", {"metadata": {"labels": {MIG_CONFIG: f"c{i}"}}})
+            cluster.patch(NODE, name="gpu-node-2", patch={"metadata": {"labels": {MIG_CONFIG: f"c{i}"}}})
         assert await settled() == start  # the watch follows this node only
-        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {"other": "1"}}})
+        cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {"other": "1"}}})
         assert await settled() > start
     finally:
         stop.set()
@@ -400,7 +411,7 @@ async def test_run_does_not_poll_an_idle_node() -> None:
         cluster.calls.reset()
         await asyncio.sleep(0.5)
         cluster.create(_pod("web-0", namespace="default"))
-        cluster.delete(POD, "web-0", "default")
+        cluster.delete(POD, name="web-0", namespace="default")
         await asyncio.sleep(0.2)
         assert len(rounds) == start
         assert cluster.calls.by_verb["get"] == cluster.calls.by_verb["list"] == 0
@@ -445,14 +456,16 @@ async def test_run_is_woken_by_the_operand_pods_going() -> None:
 def test_next_timer_only_while_waiting_for_pods() -> None:
     policy = Policy(timeout_s=300)
     evicting = Policy(timeout_s=300, evict=True)
-    assert next_timer(Machine(), policy, 1000.0, 2.0) is None
-    assert next_timer(Machine(Phase.IDLE, "all-1g.10gb"), evicting, 1000.0, 2.0) is None
-    operands = Machine(Phase.OPERANDS, "all-1g.10gb", started=1000.0)
-    assert next_timer(operands, policy, 1100.0, 2.0) == pytest.approx(200.01)  # the timeout, just past it
-    assert next_timer(operands, policy, 1400.0, 2.0) == pytest.approx(0.01)
-    workloads = Machine(Phase.WORKLOADS, "all-1g.10gb", started=1000.0)
-    assert next_timer(workloads, evicting, 1100.0, 2.0) == 2.0  # evictions retried
-    assert next_timer(workloads, evicting, 1299.5, 2.0) == pytest.approx(0.51)
+    assert next_timer(Machine(), policy=policy, now=1000.0, retry=2.0) is None
+    assert next_timer(Machine(phase=Phase.IDLE, config="all-1g.10gb"), policy=evicting, now=1000.0, retry=2.0) is None
+    operands = Machine(phase=Phase.OPERANDS, config="all-1g.10gb", started=1000.0)
+    assert next_timer(operands, policy=policy, now=1100.0, retry=2.0) == pytest.approx(
+        200.01
+    )  # the timeout, just past it
+    assert next_timer(operands, policy=policy, now=1400.0, retry=2.0) == pytest.approx(0.01)
+    workloads = Machine(phase=Phase.WORKLOADS, config="all-1g.10gb", started=1000.0)
+    assert next_timer(workloads, policy=evicting, now=1100.0, retry=2.0) == 2.0  # evictions retried
+    assert next_timer(workloads, policy=evicting, now=1299.5, retry=2.0) == pytest.approx(0.51)
 
 
 # ---- the pure state machine ------------------------------------------------------------------
@@ -462,23 +475,23 @@ def test_step_walks_the_phases_and_every_end_restores() -> None:
     policy = Policy(timeout_s=10, operands=(*OPERANDS, "dcgm", "nvsm"))
     # dcgm is switched off on this node; nvsm has no label (runs under gpuchain's "not false" affinity)
     labels = {**DEPLOY, "nvidia.com/gpu.deploy.dcgm": "false", MIG_CONFIG: "all-1g.10gb"}
-    m, actions = step(Machine(), Observation(labels), policy, 0.0)
+    m, actions = step(Machine(), obs=Observation(labels=labels), policy=policy, now=0.0)
     assert m.phase is Phase.CHECK and actions == [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
-    m, _ = step(m, Observation(labels, layout=LayoutCheck()), policy, 1.0)
-    m, _ = step(m, Observation(labels), policy, 1.0)
+    m, _ = step(m, obs=Observation(labels=labels, layout=LayoutCheck()), policy=policy, now=1.0)
+    m, _ = step(m, obs=Observation(labels=labels), policy=policy, now=1.0)
     assert m.phase is Phase.PAUSE
-    m, actions = step(m, Observation(labels), policy, 1.0)
+    m, actions = step(m, obs=Observation(labels=labels), policy=policy, now=1.0)
     nvsm = "nvidia.com/gpu.deploy.nvsm"
     assert actions == [SetLabels(dict.fromkeys([*DEPLOY, nvsm], PAUSED_FOR_MIG_CHANGE))]
     assert dict(m.paused) == {**DEPLOY, nvsm: None}
-    busy = Observation(labels, operand_pods=(PodRef("gpu-operator", "dp"),))
-    m, actions = step(m, busy, policy, 5.0)
+    busy = Observation(labels=labels, operand_pods=(PodRef("gpu-operator", "dp"),))
+    m, actions = step(m, obs=busy, policy=policy, now=5.0)
     assert m.phase is Phase.OPERANDS and actions == []
-    m, actions = step(m, Observation(labels), policy, 6.0)
+    m, actions = step(m, obs=Observation(labels=labels), policy=policy, now=6.0)
     assert actions == [Apply("all-1g.10gb")]
-    m, _ = step(m, Observation(labels, applied=(ApplyOutcome.FAILED, "boom")), policy, 7.0)
+    m, _ = step(m, obs=Observation(labels=labels, applied=(ApplyOutcome.FAILED, "boom")), policy=policy, now=7.0)
     assert (m.phase, m.outcome) == (Phase.RESTORE, State.FAILED)
-    m, actions = step(m, Observation(labels), policy, 7.0)
+    m, actions = step(m, obs=Observation(labels=labels), policy=policy, now=7.0)
     restore = actions[0]
     assert isinstance(restore, SetLabels)
     assert restore.labels == {**DEPLOY, nvsm: None, MIG_CONFIG_STATE: State.FAILED} and restore.reason == "boom"
@@ -488,14 +501,14 @@ def test_step_walks_the_phases_and_every_end_restores() -> None:
 @pytest.mark.parametrize("state", ["success", "failed", "rebooting"])
 def test_step_is_quiet_once_settled(state: str) -> None:
     labels = {MIG_CONFIG: "all-disabled", MIG_CONFIG_STATE: state}
-    m = Machine(Phase.IDLE, "all-disabled")
-    assert step(m, Observation(labels), Policy(), 0.0) == (m, [])
-    assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
+    m = Machine(phase=Phase.IDLE, config="all-disabled")
+    assert step(m, obs=Observation(labels=labels), policy=Policy(), now=0.0) == (m, [])
+    assert step(Machine(), obs=Observation(labels={}), policy=Policy(), now=0.0) == (Machine(), [])
 
 
 def test_step_restores_leftover_paused_labels_even_without_a_layout_label() -> None:
     labels = {"nvidia.com/gpu.deploy.dcgm": PAUSED_FOR_MIG_CHANGE, "nvidia.com/gpu.deploy.driver": "true"}
-    m, actions = step(Machine(), Observation(labels), Policy(), 0.0)
+    m, actions = step(Machine(), obs=Observation(labels=labels), policy=Policy(), now=0.0)
     assert m == Machine() and actions == [SetLabels({"nvidia.com/gpu.deploy.dcgm": "true"})]
 
 
@@ -547,17 +560,17 @@ def test_a_label_wins_over_the_default() -> None:
 
 def test_step_uses_the_default_only_without_a_label() -> None:
     policy = Policy(default_config="all-1g.10gb")
-    m, actions = step(Machine(), Observation({}), policy, 0.0)
+    m, actions = step(Machine(), obs=Observation(labels={}), policy=policy, now=0.0)
     assert (m.phase, m.config) == (Phase.CHECK, "all-1g.10gb")
     assert actions == [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
-    m, _ = step(Machine(), Observation({MIG_CONFIG: "all-disabled"}), policy, 0.0)
+    m, _ = step(Machine(), obs=Observation(labels={MIG_CONFIG: "all-disabled"}), policy=policy, now=0.0)
     assert m.config == "all-disabled"
-    assert step(Machine(), Observation({}), Policy(), 0.0) == (Machine(), [])
+    assert step(Machine(), obs=Observation(labels={}), policy=Policy(), now=0.0) == (Machine(), [])
 
 
 def _claim(name: str, namespace: str, device: str, pool: str = NODE_NAME) -> dict[str, Any]:
     """A ResourceClaim the scheduler allocated ``device`` of gpuchain's DRA driver, from ``pool``."""
-    return {**resource_claim(name, namespace), "status": allocation_status(pool, [("gpu", device)])}
+    return {**resource_claim(name, namespace=namespace), "status": allocation_status(pool, [("gpu", device)])}
 
 
 def _claim_pod(name: str, namespace: str, claim: str, generated: bool = False) -> dict[str, Any]:
@@ -578,7 +591,7 @@ def test_pods_with_dra_claims_on_the_gpus_to_change_block_the_change() -> None:
     it when its claim has a device of gpuchain's driver on one of the GPUs it changes (a whole GPU, a
     MIG device, a share), from this node's pool, and leaves the other claims' pods alone."""
     sim = SimBackend.from_preset("h100-80gb-x8")
-    apply(sim, default_config(), "all-1g.10gb", gpus=(4, 5, 6, 7))  # those GPUs have the layout already
+    apply(sim, config=default_config(), name="all-1g.10gb", gpus=(4, 5, 6, 7))  # those GPUs have the layout already
     claims = [
         _claim("whole-2", "ml", "gpu-2"),
         _claim("made-from-template", "ml", "gpu-3-mig-1g10gb-9-0"),
@@ -602,14 +615,14 @@ def test_pods_with_dra_claims_on_the_gpus_to_change_block_the_change() -> None:
     assert len(sim.inventory().mig_devices) == 4 * 7  # GPUs 0 to 3 untouched
 
     for name in ("train-0", "train-1"):
-        cluster.delete(POD, name, "ml")
+        cluster.delete(POD, name=name, namespace="ml")
     _relabel(cluster, "all-balanced")  # their GPUs drained: infer-0's GPU 5 changes too, and blocks it
     manager.reconcile()
     assert _reason(cluster) == (
         "1 pods still use GPUs on this node (ml/infer-0); drain the node (kubectl drain) "
         "or run the MIG manager with --evict"
     )
-    cluster.delete(POD, "infer-0", "ml")
+    cluster.delete(POD, name="infer-0", namespace="ml")
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
     _stop_operands(cluster)
@@ -623,7 +636,7 @@ class _NoClaimsRole(MemoryCluster):
     def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         if kind is RESOURCE_CLAIM:
             raise ForbiddenError(f'resourceclaims.resource.k8s.io "{name}" is forbidden')
-        return super().get_or_none(kind, name, namespace)
+        return super().get_or_none(kind, name=name, namespace=namespace)
 
 
 def test_a_claim_it_may_not_read_leaves_the_change_as_before(caplog: pytest.LogCaptureFixture) -> None:
@@ -636,7 +649,9 @@ def test_a_claim_it_may_not_read_leaves_the_change_as_before(caplog: pytest.LogC
             _claim_pod("train-0", "ml", "whole-2"),
         ]
     )
-    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=60), Clock())
+    manager = MigManager(
+        cluster, backend=sim, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60), clock=Clock()
+    )
     _relabel(cluster, "all-1g.10gb")
     manager.reconcile()
     _stop_operands(cluster)

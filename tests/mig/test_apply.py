@@ -34,15 +34,15 @@ CONFIG = default_config()
 def test_all_1g_10gb_gives_56_mig_devices_and_all_disabled_gives_8_gpus_back(make: Callable) -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     backend = make(sim)
-    result = apply(backend, CONFIG, "all-1g.10gb")
+    result = apply(backend, config=CONFIG, name="all-1g.10gb")
     assert result.applied and result.changed_gpus == tuple(range(8))
     inv = backend.inventory()
     assert len(inv.mig_devices) == 56
     assert {m.profile for m in inv.mig_devices} == {"1g.10gb"}
     assert all(g.mig_enabled and len(g.mig_devices) == 7 for g in inv.gpus)
-    assert check(backend, CONFIG, "all-1g.10gb") == []
+    assert check(backend, config=CONFIG, name="all-1g.10gb") == []
 
-    apply(backend, CONFIG, "all-disabled")
+    apply(backend, config=CONFIG, name="all-disabled")
     inv = backend.inventory()
     assert len(inv.gpus) == 8 and not inv.mig_devices and not any(g.mig_enabled for g in inv.gpus)
     assert inv == SimBackend.from_preset("h100-80gb-x8").inventory()
@@ -51,7 +51,7 @@ def test_all_1g_10gb_gives_56_mig_devices_and_all_disabled_gives_8_gpus_back(mak
 def test_nvml_path_drives_the_real_mig_api() -> None:
     fake = FakeNvml(SimBackend.from_preset("h100-80gb-x8"))
     backend = NvmlBackend(nvml=fake)
-    apply(backend, CONFIG, "all-balanced")
+    apply(backend, config=CONFIG, name="all-balanced")
     for call in (
         "nvmlDeviceSetMigMode",
         "nvmlDeviceGetGpuInstanceProfileInfo",
@@ -61,7 +61,7 @@ def test_nvml_path_drives_the_real_mig_api() -> None:
     ):
         assert call in fake.calls, call
     fake.calls.clear()
-    apply(backend, CONFIG, "all-disabled")
+    apply(backend, config=CONFIG, name="all-disabled")
     assert {"nvmlComputeInstanceDestroy", "nvmlGpuInstanceDestroy", "nvmlDeviceGetGpuInstances"} <= set(fake.calls)
 
 
@@ -70,10 +70,10 @@ def test_apply_is_idempotent_and_touches_only_gpus_that_differ(make: Callable) -
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")  # GPUs 0-3 balanced, 4-5 7x1g.10gb, 6-7 whole
     backend = make(sim)
     untouched = {g.index: g for g in sim.inventory().gpus if g.index < 4}
-    result = apply(backend, CONFIG, "all-balanced")
+    result = apply(backend, config=CONFIG, name="all-balanced")
     assert result.changed_gpus == (4, 5, 6, 7)
     assert {g.index: g for g in sim.inventory().gpus if g.index < 4} == untouched  # same MIG UUIDs
-    again = apply(backend, CONFIG, "all-balanced")
+    again = apply(backend, config=CONFIG, name="all-balanced")
     assert again.steps == () and not again.applied
 
 
@@ -81,9 +81,9 @@ def test_idempotent_apply_makes_no_nvml_writes() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     fake = FakeNvml(sim)
     backend = NvmlBackend(nvml=fake)
-    apply(backend, CONFIG, "all-3g.40gb")
+    apply(backend, config=CONFIG, name="all-3g.40gb")
     fake.calls.clear()
-    apply(backend, CONFIG, "all-3g.40gb")
+    apply(backend, config=CONFIG, name="all-3g.40gb")
     writes = [c for c in fake.calls if "Create" in c or "Destroy" in c or "Set" in c]
     assert writes == []
 
@@ -91,7 +91,7 @@ def test_idempotent_apply_makes_no_nvml_writes() -> None:
 def test_plan_orders_destroys_then_modes_then_creates() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     state = observe(sim)
-    steps = plan(state, resolve(state, CONFIG, "all-7g.80gb"))
+    steps = plan(state, resolve(state, config=CONFIG, name="all-7g.80gb"))
     kinds = [s.kind for s in steps]
     first_mode = kinds.index(StepKind.SET_MIG_MODE)
     assert set(kinds[:first_mode]) == {StepKind.DESTROY_GPU_INSTANCE}
@@ -103,14 +103,14 @@ def test_invalid_layouts_leave_the_node_unchanged() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     before = sim.inventory()
     with pytest.raises(LayoutError, match="selects none of this node's GPUs \\(models: H100-80GB\\)"):
-        apply(sim, CONFIG, "all-1g.5gb")
+        apply(sim, config=CONFIG, name="all-1g.5gb")
     unfiltered = parse_config(
         "version: v1\nmig-configs:\n  huge:\n    - devices: [7]\n      mig-enabled: true\n"
         "      mig-devices: {4g.40gb: 1, 3g.40gb: 1, 1g.10gb: 1}\n"
         "    - devices: [0, 1]\n      mig-enabled: false\n"
     )
     with pytest.raises(LayoutError, match="GPU 7 H100-80GB: layout .* needs 8 compute slices, the GPU has 7"):
-        apply(sim, unfiltered, "huge")
+        apply(sim, config=unfiltered, name="huge")
     assert sim.inventory() == before
 
 
@@ -127,15 +127,15 @@ def test_invalid_layouts_leave_the_node_unchanged() -> None:
 def test_ambiguous_or_missing_gpus_are_errors(entries: str, message: str) -> None:
     cfg = parse_config("version: v1\nmig-configs:\n  x:\n" + entries)
     with pytest.raises(LayoutError, match=message):
-        apply(SimBackend.from_preset("h100-80gb-x8"), cfg, "x")
+        apply(SimBackend.from_preset("h100-80gb-x8"), config=cfg, name="x")
 
 
 def test_gpu_without_mig_is_named(tmp_path: Path) -> None:
     path = tmp_path / "l4.yaml"
     path.write_text("gpus:\n  - model: L4\n    count: 2\n")
     with pytest.raises(LayoutError, match="GPU 0 \\(L4\\) does not support MIG"):
-        apply(SimBackend(load_topology(str(path))), CONFIG, "all-enabled")
-    assert apply(SimBackend(load_topology(str(path))), CONFIG, "all-disabled").steps == ()
+        apply(SimBackend(load_topology(str(path))), config=CONFIG, name="all-enabled")
+    assert apply(SimBackend(load_topology(str(path))), config=CONFIG, name="all-disabled").steps == ()
 
 
 class _FailingSim(SimBackend):
@@ -144,21 +144,21 @@ class _FailingSim(SimBackend):
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         if gpu_index == 5 and profile == "3g.40gb":
             raise GpuError("injected: insufficient resources")
-        return super().create_gpu_instance(gpu_index, profile, start)
+        return super().create_gpu_instance(gpu_index, profile=profile, start=start)
 
 
 def test_hardware_refusal_half_way_restores_the_previous_layout() -> None:
     sim = _FailingSim(SimBackend.from_preset("h100-80gb-x8-mig-mixed").topology)
     before = sim.inventory()
     with pytest.raises(MigApplyError, match="GPU 5: create 3g.40gb .*injected.*previous layout was restored"):
-        apply(sim, CONFIG, "all-3g.40gb")
+        apply(sim, config=CONFIG, name="all-3g.40gb")
     assert sim.inventory() == before
 
 
 def test_pending_mode_is_reset_where_the_backend_can() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     sim.mig_mode_needs_reset = True
-    apply(sim, CONFIG, "all-1g.10gb")
+    apply(sim, config=CONFIG, name="all-1g.10gb")
     assert len(sim.inventory().mig_devices) == 56
 
 
@@ -167,40 +167,42 @@ def test_pending_mode_that_needs_a_reset_is_reported_not_hidden() -> None:
     sim.mig_mode_needs_reset = True
     backend = nvml_over(sim)  # NVML cannot reset a GPU
     with pytest.raises(ResetRequiredError, match="GPU 0, 1, 2, 3, 4, 5, 6, 7 is pending a GPU reset.*reboot"):
-        apply(backend, CONFIG, "all-1g.10gb")
+        apply(backend, config=CONFIG, name="all-1g.10gb")
     assert all(backend.mig_mode(i).reset_pending for i in range(8))
-    assert any("pending a GPU reset" in line for line in check(backend, CONFIG, "all-1g.10gb"))
+    assert any("pending a GPU reset" in line for line in check(backend, config=CONFIG, name="all-1g.10gb"))
     for i in range(8):
         sim.reset_gpu(i)  # the reboot
-    apply(backend, CONFIG, "all-1g.10gb")
+    apply(backend, config=CONFIG, name="all-1g.10gb")
     assert len(backend.inventory().mig_devices) == 56
 
 
 def test_check_names_each_differing_gpu() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
-    lines = check(sim, CONFIG, "all-disabled")
+    lines = check(sim, config=CONFIG, name="all-disabled")
     assert len(lines) == 6
     assert lines[0] == "GPU 0 (H100-80GB): has MIG 2x 1g.10gb, 1x 2g.20gb, 1x 3g.40gb, layout wants MIG disabled"
 
 
 def test_gpu_instance_without_compute_instance_is_not_the_layout() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
-    apply(sim, CONFIG, "all-7g.80gb")
+    apply(sim, config=CONFIG, name="all-7g.80gb")
     gi = sim.gpu_instances(2)[0]
-    sim.destroy_compute_instance(2, gi.gi_id, 0)
-    assert check(sim, CONFIG, "all-7g.80gb") == [
+    sim.destroy_compute_instance(2, gi_id=gi.gi_id, ci_id=0)
+    assert check(sim, config=CONFIG, name="all-7g.80gb") == [
         "GPU 2 (H100-80GB): has MIG enabled, no MIG devices (GPU instances without a compute instance: "
         "7g.80gb), layout wants MIG 1x 7g.80gb"
     ]
-    assert apply(sim, CONFIG, "all-7g.80gb").changed_gpus == (2,)
-    assert check(sim, CONFIG, "all-7g.80gb") == []
+    assert apply(sim, config=CONFIG, name="all-7g.80gb").changed_gpus == (2,)
+    assert check(sim, config=CONFIG, name="all-7g.80gb") == []
 
 
 def test_mig_gpu_missing_from_the_catalog_is_named() -> None:
-    a30 = GpuMigState(0, "GPU-a30", "NVIDIA A30", 0x20B710DE, None, MigMode(False, False))
+    a30 = GpuMigState(
+        index=0, uuid="GPU-a30", name="NVIDIA A30", pci_device_id=0x20B710DE, model=None, mode=MigMode(False, False)
+    )
     with pytest.raises(LayoutError, match="GPU 0 \\(NVIDIA A30\\) supports MIG but is not in gpuchain's MIG catalog"):
-        resolve(NodeMigState((a30,)), CONFIG, "all-enabled")
-    (target,) = resolve(NodeMigState((a30,)), CONFIG, "all-disabled")
+        resolve(NodeMigState((a30,)), config=CONFIG, name="all-enabled")
+    (target,) = resolve(NodeMigState((a30,)), config=CONFIG, name="all-disabled")
     assert plan(NodeMigState((a30,)), [target]) == []
 
 
@@ -208,7 +210,7 @@ def test_devices_all_passes_over_a_gpu_without_mig_as_mig_parted_does(tmp_path: 
     path = tmp_path / "mixed.yaml"
     path.write_text("gpus:\n  - model: H100-80GB\n  - model: L4\n")
     backend = SimBackend(load_topology(str(path)))
-    result = apply(backend, CONFIG, "all-1g.10gb")
+    result = apply(backend, config=CONFIG, name="all-1g.10gb")
     assert result.changed_gpus == (0,)
     assert [m.profile for m in backend.inventory().gpu(0).mig_devices] == ["1g.10gb"] * 7
     assert not backend.inventory().gpu(1).mig_devices
@@ -221,7 +223,7 @@ def test_listing_a_gpu_without_mig_by_index_is_an_error(tmp_path: Path) -> None:
         "version: v1\nmig-configs:\n  x:\n    - devices: [1]\n      mig-enabled: true\n      mig-devices: {}\n"
     )
     with pytest.raises(LayoutError, match="GPU 1 \\(L4\\) does not support MIG; remove it from devices"):
-        apply(SimBackend(load_topology(str(path))), cfg, "x")
+        apply(SimBackend(load_topology(str(path))), config=cfg, name="x")
 
 
 SPLIT = parse_config(
@@ -241,7 +243,7 @@ def test_compute_instance_profiles_apply_as_mig_parted_creates_them(
     reads the GPU back as ``{1c.3g.40gb: 3}``; gpuchain does the same, and again changes nothing."""
     sim = SimBackend.from_preset("h100-80gb-x8")
     backend = backend_of(sim)
-    result = apply(backend, SPLIT, "split")
+    result = apply(backend, config=SPLIT, name="split")
     creates = [s for s in result.steps if s.kind is StepKind.CREATE_MIG_DEVICE]
     assert len(creates) == 8 and creates[0].describe() == (
         "GPU 0: create 3g.40gb at memory slice 0 with compute instances of 1c, 1c, 1c"
@@ -249,23 +251,23 @@ def test_compute_instance_profiles_apply_as_mig_parted_creates_them(
     for gpu in sim.inventory().gpus:
         assert [(m.profile, m.gi_id) for m in gpu.mig_devices] == [("1c.3g.40gb", gpu.mig_devices[0].gi_id)] * 3
         assert [ci.slices for gi in sim.gpu_instances(gpu.index) for ci in gi.compute_instances] == [1, 1, 1]
-    assert apply(backend, SPLIT, "split").steps == ()
-    assert check(backend, SPLIT, "split") == []
-    assert check(backend, CONFIG, "all-3g.40gb") == [
+    assert apply(backend, config=SPLIT, name="split").steps == ()
+    assert check(backend, config=SPLIT, name="split") == []
+    assert check(backend, config=CONFIG, name="all-3g.40gb") == [
         f"GPU {i} (H100-80GB): has MIG 3x 1c.3g.40gb, layout wants MIG 2x 3g.40gb" for i in range(8)
     ]
-    apply(backend, SPLIT, "mixed")
+    apply(backend, config=SPLIT, name="mixed")
     devices = Counter(m.profile for m in sim.inventory().gpu(5).mig_devices)
     assert devices == {"2c.3g.40gb": 1, "1c.3g.40gb": 1, "3g.40gb": 1}
     assert len(sim.gpu_instances(5)) == 2, "the 2c and 1c share one GPU instance"
-    assert apply(backend, SPLIT, "mixed").steps == ()
+    assert apply(backend, config=SPLIT, name="mixed").steps == ()
 
 
 def test_a_compute_instance_profile_the_gpu_instance_does_not_offer_is_refused_before_anything_changes() -> None:
     backend = SimBackend.from_preset("h100-80gb-x8")
     before = backend.inventory()
     with pytest.raises(LayoutError, match="a 4-slice GPU instance has no 3-slice compute instance"):
-        apply(backend, SPLIT, "bad")
+        apply(backend, config=SPLIT, name="bad")
     assert backend.inventory() == before
 
 
@@ -278,7 +280,7 @@ class _FailingSplitSim(SimBackend):
         if gpu_index == 5 and self.failures:
             self.failures -= 1
             raise GpuError("injected: insufficient resources")
-        return super().create_compute_instance(gpu_index, gi_id, slices)
+        return super().create_compute_instance(gpu_index, gi_id=gi_id, slices=slices)
 
 
 def test_a_failed_apply_restores_split_gpu_instances_as_they_were() -> None:
@@ -288,6 +290,6 @@ def test_a_failed_apply_restores_split_gpu_instances_as_they_were() -> None:
     with pytest.raises(
         MigApplyError, match="GPU 5: create 3g.40gb .*1c, 1c, 1c: injected.*previous layout was restored"
     ):
-        apply(sim, SPLIT, "split")
-    assert check(sim, SPLIT, "mixed") == []
+        apply(sim, config=SPLIT, name="split")
+    assert check(sim, config=SPLIT, name="mixed") == []
     assert len(sim.gpu_instances(5)) == 2, "the 2c and 1c share one GPU instance again"

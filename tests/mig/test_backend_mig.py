@@ -29,11 +29,13 @@ def test_create_list_and_destroy_instances(make: Callable[[SimBackend], GpuBacke
     backend = make(sim)
     assert backend.mig_mode(6) == MigMode(False, False)
     assert backend.set_mig_mode(6, True) == MigMode(True, True)
-    gi = backend.create_gpu_instance(6, "3g.40gb", 4)
-    assert backend.gpu_instances(6) == (GpuInstance(gi, "3g.40gb", 4),)  # no compute instance yet
+    gi = backend.create_gpu_instance(6, profile="3g.40gb", start=4)
+    assert backend.gpu_instances(6) == (GpuInstance(gi_id=gi, profile="3g.40gb", start=4),)  # no compute instance yet
     assert not backend.inventory().gpu(6).mig_devices
-    ci = backend.create_compute_instance(6, gi)
-    assert backend.gpu_instances(6) == (GpuInstance(gi, "3g.40gb", 4, (ComputeInstance(ci, 3),)),)
+    ci = backend.create_compute_instance(6, gi_id=gi)
+    assert backend.gpu_instances(6) == (
+        GpuInstance(gi_id=gi, profile="3g.40gb", start=4, compute_instances=(ComputeInstance(ci, 3),)),
+    )
     (mig,) = backend.inventory().gpu(6).mig_devices
     assert (mig.profile, mig.gi_id, mig.ci_id, mig.memory_mib) == ("3g.40gb", gi, ci, 40448)
     assert nvml_over(sim).inventory() == sim.inventory()
@@ -48,23 +50,23 @@ def test_hardware_refusals(make: Callable[[SimBackend], GpuBackend]) -> None:
     backend = make(sim)
     refused = (InvalidConfigError, GpuError)
     with pytest.raises(refused):
-        backend.create_gpu_instance(0, "1g.10gb", 4)  # overlaps the 3g.40gb
+        backend.create_gpu_instance(0, profile="1g.10gb", start=4)  # overlaps the 3g.40gb
     with pytest.raises(refused):
         backend.set_mig_mode(0, False)  # GPU instances still exist
     with pytest.raises(NotSupportedError):
-        backend.create_gpu_instance(6, "1g.10gb", 0)  # MIG mode is off on GPU 6
+        backend.create_gpu_instance(6, profile="1g.10gb", start=0)  # MIG mode is off on GPU 6
     with pytest.raises(refused):
-        backend.create_compute_instance(0, backend.gpu_instances(0)[0].gi_id)  # already has its full CI
+        backend.create_compute_instance(0, gi_id=backend.gpu_instances(0)[0].gi_id)  # already has its full CI
 
 
 def test_sim_names_gpu_profile_and_rule() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     with pytest.raises(InvalidConfigError, match="GPU 0 \\(H100-80GB\\): 3g.40gb cannot start at slice 2"):
-        sim.create_gpu_instance(0, "3g.40gb", 2)
+        sim.create_gpu_instance(0, profile="3g.40gb", start=2)
     with pytest.raises(InvalidConfigError, match="at most 1 x 1g.10gb\\+me per GPU"):
         sim.set_mig_layout(6, {})
-        sim.create_gpu_instance(6, "1g.10gb+me", 0)
-        sim.create_gpu_instance(6, "1g.10gb+me", 1)
+        sim.create_gpu_instance(6, profile="1g.10gb+me", start=0)
+        sim.create_gpu_instance(6, profile="1g.10gb+me", start=1)
 
 
 def test_nvml_uses_profile_info_ids_not_profile_constants() -> None:
@@ -76,8 +78,8 @@ def test_nvml_uses_profile_info_ids_not_profile_constants() -> None:
     backend.set_mig_mode(0, True)
     info = fake.nvmlDeviceGetGpuInstanceProfileInfo(fake.nvmlDeviceGetHandleByIndex(0), 0)
     assert info.id == 19 and info.instanceCount == 7
-    gi = backend.create_gpu_instance(0, "1g.10gb", 3)
-    backend.create_compute_instance(0, gi)
+    gi = backend.create_gpu_instance(0, profile="1g.10gb", start=3)
+    backend.create_compute_instance(0, gi_id=gi)
     assert backend.inventory().gpu(0).mig_devices[0].profile == "1g.10gb"
     assert backend.gpu_instances(0)[0].start == 3
 
@@ -116,10 +118,18 @@ def test_a_gpu_instance_split_into_smaller_compute_instances(make: Callable[[Sim
     sim = SimBackend.from_preset("h100-80gb-x8")
     backend = make(sim)
     backend.set_mig_mode(6, True)
-    gi = backend.create_gpu_instance(6, "3g.40gb", 0)
-    cis = [backend.create_compute_instance(6, gi, 2), backend.create_compute_instance(6, gi, 1)]
+    gi = backend.create_gpu_instance(6, profile="3g.40gb", start=0)
+    cis = [
+        backend.create_compute_instance(6, gi_id=gi, slices=2),
+        backend.create_compute_instance(6, gi_id=gi, slices=1),
+    ]
     assert backend.gpu_instances(6) == (
-        GpuInstance(gi, "3g.40gb", 0, (ComputeInstance(cis[0], 2), ComputeInstance(cis[1], 1))),
+        GpuInstance(
+            gi_id=gi,
+            profile="3g.40gb",
+            start=0,
+            compute_instances=(ComputeInstance(cis[0], 2), ComputeInstance(cis[1], 1)),
+        ),
     )
     devices = sorted(backend.inventory().gpu(6).mig_devices, key=lambda m: m.ci_id)
     assert [(m.profile, m.gi_slices, m.ci_slices, m.memory_mib) for m in devices] == [
@@ -133,7 +143,7 @@ def test_a_gpu_instance_split_into_smaller_compute_instances(make: Callable[[Sim
     ]
     assert nvml_over(sim).inventory() == sim.inventory()
     with pytest.raises((InvalidConfigError, GpuError)):
-        backend.create_compute_instance(6, gi, 1)  # all three slices are taken
+        backend.create_compute_instance(6, gi_id=gi, slices=1)  # all three slices are taken
     backend.destroy_gpu_instance(6, gi)  # its compute instances first
     assert backend.gpu_instances(6) == ()
 
@@ -145,9 +155,9 @@ def test_a_compute_instance_size_the_gpu_instance_does_not_offer_is_refused(
     sim = SimBackend.from_preset("h100-80gb-x8")
     backend = make(sim)
     backend.set_mig_mode(6, True)
-    gi = backend.create_gpu_instance(6, "4g.40gb", 0)
+    gi = backend.create_gpu_instance(6, profile="4g.40gb", start=0)
     with pytest.raises((InvalidConfigError, NotSupportedError)):
-        backend.create_compute_instance(6, gi, 3)  # a 4-slice GPU instance has 1c, 2c and 4c only
+        backend.create_compute_instance(6, gi_id=gi, slices=3)  # a 4-slice GPU instance has 1c, 2c and 4c only
     with pytest.raises((InvalidConfigError, NotSupportedError)):
-        backend.create_compute_instance(6, gi, 7)
-    assert backend.gpu_instances(6) == (GpuInstance(gi, "4g.40gb", 0),)
+        backend.create_compute_instance(6, gi_id=gi, slices=7)
+    assert backend.gpu_instances(6) == (GpuInstance(gi_id=gi, profile="4g.40gb", start=0),)

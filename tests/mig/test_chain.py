@@ -28,16 +28,16 @@ PLUGIN_POD = {
 
 
 def _labels(cluster: MemoryCluster) -> dict[str, Any]:
-    return dict(cluster.get(NODE, NODE_NAME)["metadata"]["labels"])
+    return dict(cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"])
 
 
 async def _change(cluster: MemoryCluster, manager: MigManager, node: SimNode, layout: str) -> None:
     """Relabel; the plugin stops while paused (its DaemonSet leaves the node) and restarts after."""
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: layout}}})
+    cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: layout}}})
     manager.reconcile()
     assert _labels(cluster)[DEVICE_PLUGIN] == PAUSED_FOR_MIG_CHANGE
     await node.plugin.stop()
-    cluster.delete(POD, PLUGIN_POD["metadata"]["name"], "gpu-operator")
+    cluster.delete(POD, name=PLUGIN_POD["metadata"]["name"], namespace="gpu-operator")
     manager.reconcile()
     assert _labels(cluster)[MIG_CONFIG_STATE] == "success" and _labels(cluster)[DEVICE_PLUGIN] == "true"
     cluster.create(PLUGIN_POD)
@@ -48,7 +48,7 @@ async def test_56_mig_devices_reach_the_kubelet_and_8_gpus_come_back() -> None:
     sim = SimBackend.from_preset("h100-80gb-x8")
     node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {DEVICE_PLUGIN: "true"}}}
     cluster = MemoryCluster([node_obj, PLUGIN_POD])
-    manager = MigManager(cluster, sim, NODE_NAME, default_config(), Policy(timeout_s=60))
+    manager = MigManager(cluster, backend=sim, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60))
     node = await start_sim_node(backend=sim, config=parse_config("version: v1\nflags:\n  migStrategy: mixed\n"))
     kubelet = node.kubelet
     try:

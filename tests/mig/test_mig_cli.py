@@ -114,13 +114,15 @@ def test_mig_manager_once_against_a_real_http_api(tmp_path: Path, monkeypatch: p
         cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": labels}})
         refused = runner.invoke(app, ["mig-manager", "--node", "n1", "--once", "-o", "json"])
         assert refused.exit_code == 2 and "--backend defaults to sim" in refused.output
-        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, "n1")["metadata"]["labels"], "nothing written"
+        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, name="n1")["metadata"]["labels"], (
+            "nothing written"
+        )
         args = ["mig-manager", "--node", "n1", "--once", "--backend", "sim", "-o", "json"]
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["outcome"] == "success"
         assert json.loads(result.stdout)["simulated"] is True and "(simulated)" in json.loads(result.stdout)["message"]
-        node = cluster.get(NODE, "n1")
+        node = cluster.get(NODE, name="n1")
         assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
         assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
         cluster.close()
@@ -138,13 +140,13 @@ def test_mig_manager_applies_default_mig_config_to_an_unlabelled_node(
         args = ["mig-manager", "--node", "n1", "--once", "--backend", "sim", "-o", "json"]
         idle = runner.invoke(app, args)
         assert idle.exit_code == 0 and json.loads(idle.stdout)["phase"] == "idle"
-        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, "n1")["metadata"]["labels"]
+        assert "nvidia.com/mig.config.state" not in cluster.get(NODE, name="n1")["metadata"]["labels"]
         monkeypatch.setenv("DEFAULT_MIG_CONFIG", "all-3g.40gb")
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert (data["config"], data["outcome"]) == ("all-3g.40gb", "success")
-        assert cluster.get(NODE, "n1")["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+        assert cluster.get(NODE, name="n1")["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
         cluster.close()
     bad = runner.invoke(app, [*args, "--default-config", "all-9g"])
     assert bad.exit_code == 2 and "all-9g" in bad.output
@@ -177,7 +179,7 @@ def test_mig_manager_sigterm_during_its_first_round_finishes_the_round_and_exits
             check=False,
             env={**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))},
         )
-        after = cluster.get(NODE, "n1")["metadata"]["labels"]
+        after = cluster.get(NODE, name="n1")["metadata"]["labels"]
         cluster.close()
     log = (proc.stdout + proc.stderr).decode()
     assert proc.returncode == 0, log

@@ -88,9 +88,11 @@ class Rig:
     def __init__(self) -> None:
         self.sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
         self.cluster = MemoryCluster([_node(), _workload()])
-        self.manager = MigManager(self.cluster, self.sim, NODE_NAME, CONFIG, Policy(timeout_s=60, evict=True))
-        self.publisher = GpuHealthPublisher(self.sim, self.cluster, NODE_NAME, quiet_seconds=0)
-        self.loop = GpuLoopAgent(self.sim, self.cluster, NODE_NAME)
+        self.manager = MigManager(
+            self.cluster, backend=self.sim, node=NODE_NAME, config=CONFIG, policy=Policy(timeout_s=60, evict=True)
+        )
+        self.publisher = GpuHealthPublisher(self.sim, cluster=self.cluster, node_name=NODE_NAME, quiet_seconds=0)
+        self.loop = GpuLoopAgent(self.sim, cluster=self.cluster, node_name=NODE_NAME)
         self.plugin_labels: list[str | None] = []
         real_patch = self.cluster.patch
 
@@ -103,10 +105,10 @@ class Rig:
         self.cluster.patch = patch  # type: ignore[method-assign]
 
     def labels(self) -> dict[str, str]:
-        return dict(self.cluster.get(NODE, NODE_NAME)["metadata"].get("labels") or {})
+        return dict(self.cluster.get(NODE, name=NODE_NAME)["metadata"].get("labels") or {})
 
     def annotations(self) -> dict[str, str]:
-        return dict(self.cluster.get(NODE, NODE_NAME)["metadata"].get("annotations") or {})
+        return dict(self.cluster.get(NODE, name=NODE_NAME)["metadata"].get("annotations") or {})
 
     def stage(self, uuid: str) -> Stage | None:
         rec = decode_records(self.annotations().get(LOOP_ANNOTATION)).get(uuid)
@@ -126,12 +128,14 @@ def test_a_reset_by_the_loop_is_carved_again_on_that_gpu_only_without_eviction()
     assert r.labels()[MIG_CONFIG_STATE] == "success"  # the preset already has the layout: nothing applied
     before = _instances(r.sim)
     uuid = r.sim.inventory().gpus[1].uuid
-    r.publisher.handle(r.sim.inject_xid(1, 48, "double-bit ECC error"))  # NVIDIA's XID catalog: reset
+    r.publisher.handle(r.sim.inject_xid(1, xid=48, message="double-bit ECC error"))  # NVIDIA's XID catalog: reset
 
     for _ in range(10):
         r.repair_pass()
         r.manager.reconcile()
-        if r.stage(uuid) in (Stage.BURN_IN, Stage.HEALTHY) and not lost_to_reset_gpus(r.sim, CONFIG, "custom-config"):
+        if r.stage(uuid) in (Stage.BURN_IN, Stage.HEALTHY) and not lost_to_reset_gpus(
+            r.sim, config=CONFIG, name="custom-config"
+        ):
             break
     assert r.stage(uuid) in (Stage.BURN_IN, Stage.HEALTHY)  # the loop did reset GPU 1
     assert "GPUResetStarted" in r.events()
@@ -141,7 +145,7 @@ def test_a_reset_by_the_loop_is_carved_again_on_that_gpu_only_without_eviction()
     layout = sorted(gi[1] for gi in after[1])
     assert layout == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]  # GPU 1 carved again per custom-config
     assert r.labels()[MIG_CONFIG_STATE] == "success"
-    assert r.cluster.get(POD, "train-0", "ml")  # nothing evicted, although the manager may evict
+    assert r.cluster.get(POD, name="train-0", namespace="ml")  # nothing evicted, although the manager may evict
     assert r.cluster.calls.by_verb["evict"] == 0
     # The operands were paused and put back (how the device plugin reads the new MIG devices).
     assert r.plugin_labels == [PAUSED_FOR_MIG_CHANGE, "true"]
@@ -161,10 +165,10 @@ def test_without_news_of_a_reset_the_gpus_are_not_read_again() -> None:
         return real(index)
 
     r.sim.gpu_instances = counted  # type: ignore[method-assign]
-    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {"unrelated": "x"}}})
+    r.cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {"unrelated": "x"}}})
     r.manager.reconcile()
     assert reads == 0
-    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
+    r.cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
     r.manager.reconcile()
     assert reads > 0
 
@@ -177,10 +181,10 @@ def test_a_gpu_the_dra_driver_owns_is_not_carved_again() -> None:
     r.manager.reconcile()
     for gi in r.sim.gpu_instances(4):  # the DRA driver takes GPU 4, keeping none of its instances
         r.sim.destroy_gpu_instance(4, gi.gi_id)
-    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({4})}}})
+    r.cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value({4})}}})
     before = _instances(r.sim)
     quarantine = r.sim.inventory().gpus[1].uuid  # news of a reset elsewhere on the node
-    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
+    r.cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: quarantine}}})
     for _ in range(5):
         r.manager.reconcile()
     assert _instances(r.sim) == before and before[4] == []
@@ -195,7 +199,7 @@ def test_a_gpu_the_dra_driver_takes_as_a_recarve_begins_is_not_carved() -> None:
     r = Rig()
     r.manager.reconcile()
     r.sim.reset_gpu(1)
-    r.cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
+    r.cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"annotations": {QUARANTINE_ANNOTATION: "GPU-x"}}})
     manager_patch = r.cluster.patch
     announced = False
 
@@ -219,32 +223,32 @@ def test_a_gpu_that_differs_otherwise_is_no_recarve() -> None:
     not re-carved behind the node's back: the node is left as before."""
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     sim.reset_gpu(1)
-    assert lost_to_reset_gpus(sim, CONFIG, "custom-config") == (1,)
+    assert lost_to_reset_gpus(sim, config=CONFIG, name="custom-config") == (1,)
     sim.destroy_gpu_instance(4, sim.gpu_instances(4)[0].gi_id)  # six of seven left on GPU 4
-    assert lost_to_reset_gpus(sim, CONFIG, "custom-config") == ()
+    assert lost_to_reset_gpus(sim, config=CONFIG, name="custom-config") == ()
 
 
 @pytest.mark.parametrize("state", [State.FAILED, State.REBOOTING, State.PENDING])
 def test_recarve_only_from_success(state: State) -> None:
-    m = Machine(Phase.IDLE, "custom-config", outcome=state)
+    m = Machine(phase=Phase.IDLE, config="custom-config", outcome=state)
     labels = {MIG_CONFIG: "custom-config", MIG_CONFIG_STATE: state.value}
-    nxt, actions = step(m, Observation(labels, recarve=(1,)), Policy(), 0.0)
+    nxt, actions = step(m, obs=Observation(labels=labels, recarve=(1,)), policy=Policy(), now=0.0)
     assert nxt.phase is (Phase.IDLE if state is not State.PENDING else Phase.CHECK)
     assert not any(isinstance(a, RecordEvent) and a.reason == "MigConfigRecarve" for a in actions)
 
 
 def test_recarve_skips_the_workloads_and_applies_to_those_gpus_only() -> None:
-    m = Machine(Phase.IDLE, "custom-config", outcome=State.SUCCESS)
+    m = Machine(phase=Phase.IDLE, config="custom-config", outcome=State.SUCCESS)
     labels = {MIG_CONFIG: "custom-config", MIG_CONFIG_STATE: "success"}
-    busy = Observation(labels, workload_pods=(), recarve=(1, 2))
-    m, actions = step(m, busy, Policy(), 5.0)
+    busy = Observation(labels=labels, workload_pods=(), recarve=(1, 2))
+    m, actions = step(m, obs=busy, policy=Policy(), now=5.0)
     assert m.phase is Phase.CHECK and m.recarve == (1, 2)
     assert SetLabels({MIG_CONFIG_STATE: State.PENDING}) in actions  # a MIG change, as the DRA driver reads it
     labels[MIG_CONFIG_STATE] = "pending"
-    m, _ = step(m, Observation(labels, layout=LayoutCheck(recarve=(1, 2))), Policy(), 5.0)
+    m, _ = step(m, obs=Observation(labels=labels, layout=LayoutCheck(recarve=(1, 2))), policy=Policy(), now=5.0)
     assert m.phase is Phase.PAUSE  # no workloads phase
-    m, _ = step(m, Observation(labels), Policy(operands=()), 5.0)
-    m, actions = step(m, Observation(labels), Policy(operands=()), 5.0)
+    m, _ = step(m, obs=Observation(labels=labels), policy=Policy(operands=()), now=5.0)
+    m, actions = step(m, obs=Observation(labels=labels), policy=Policy(operands=()), now=5.0)
     assert actions == [Apply("custom-config", (1, 2))]
 
 
@@ -258,7 +262,7 @@ async def test_the_running_manager_carves_again_without_a_relabel() -> None:
         while r.labels().get(MIG_CONFIG_STATE) != "success":
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
-        r.publisher.handle(r.sim.inject_xid(2, 48, "double-bit ECC error"))
+        r.publisher.handle(r.sim.inject_xid(2, xid=48, message="double-bit ECC error"))
         uuid = r.sim.inventory().gpus[2].uuid
         while r.stage(uuid) not in (Stage.BURN_IN, Stage.HEALTHY):
             assert time.monotonic() < deadline
@@ -303,7 +307,7 @@ async def test_the_device_plugin_announces_the_new_mig_devices_after_its_restart
             return {m.uuid for g in r.sim.inventory().gpus if g.index == 1 for m in g.mig_devices}
 
         assert announced() == present() and len(present()) == 4
-        r.publisher.handle(r.sim.inject_xid(1, 48, "double-bit ECC error"))
+        r.publisher.handle(r.sim.inject_xid(1, xid=48, message="double-bit ECC error"))
         uuid = r.sim.inventory().gpus[1].uuid
         for _ in range(10):
             r.repair_pass()
@@ -313,7 +317,7 @@ async def test_the_device_plugin_announces_the_new_mig_devices_after_its_restart
         r.manager.reconcile()
         assert r.labels()[f"{DEPLOY_PREFIX}device-plugin"] == PAUSED_FOR_MIG_CHANGE
         await node.plugin.stop()
-        r.cluster.delete(POD, PLUGIN_POD["metadata"]["name"], "gpu-operator")
+        r.cluster.delete(POD, name=PLUGIN_POD["metadata"]["name"], namespace="gpu-operator")
         r.manager.reconcile()
         assert r.labels()[f"{DEPLOY_PREFIX}device-plugin"] == "true"
         assert len(present()) == 4
@@ -333,24 +337,24 @@ async def test_nvml_let_go_during_a_round_is_news_of_a_reset_without_a_quarantin
     sim = SimBackend.from_preset("h100-80gb-x8-mig-mixed")
     view = ReleasableView(sim)
     cluster = MemoryCluster([_node()])
-    manager = MigManager(cluster, view, NODE_NAME, CONFIG, Policy(timeout_s=60, operands=()))
+    manager = MigManager(cluster, backend=view, node=NODE_NAME, config=CONFIG, policy=Policy(timeout_s=60, operands=()))
     manager.clock = time.monotonic
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(interval=0.05, stop=stop, resync=60))
     try:
         deadline = time.monotonic() + 10
-        while cluster.get(NODE, NODE_NAME)["metadata"]["labels"].get(MIG_CONFIG_STATE) != "success":
+        while cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"].get(MIG_CONFIG_STATE) != "success":
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
         view.release()
-        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {"unrelated": "x"}}})
+        cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {"unrelated": "x"}}})
         await asyncio.sleep(0.2)  # the woken manager waits for NVML
         sim.reset_gpu(5)
         view.reacquire()
         while len(sim.gpu_instances(5)) != 7:
             assert time.monotonic() < deadline, "GPU 5 was not carved again"
             await asyncio.sleep(0.02)
-        assert cluster.get(NODE, NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
+        assert cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
     finally:
         stop.set()
         task.cancel()

@@ -36,7 +36,7 @@ NODE_NAME = "gpu-node-1"
 
 
 def _labels(cluster: MemoryCluster) -> dict[str, str]:
-    return dict(cluster.get(NODE, NODE_NAME)["metadata"].get("labels") or {})
+    return dict(cluster.get(NODE, name=NODE_NAME)["metadata"].get("labels") or {})
 
 
 async def _until(check: object, timeout: float = 10.0) -> None:
@@ -51,13 +51,15 @@ async def test_no_round_while_released_then_the_waiting_change_applies() -> None
     view = ReleasableView(sim)
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {}}}
     cluster = MemoryCluster([node])
-    manager = MigManager(cluster, view, NODE_NAME, default_config(), Policy(timeout_s=60, operands=()))
+    manager = MigManager(
+        cluster, backend=view, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60, operands=())
+    )
     manager.clock = time.monotonic
     view.release()
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(interval=0.05, stop=stop, resync=60))
     try:
-        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+        cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
         await asyncio.sleep(0.5)  # ten intervals: a round would have read the GPUs by now
         assert view.reads_while_released == 0
         assert _labels(cluster).get(MIG_CONFIG_STATE) != "failed"
@@ -99,7 +101,7 @@ def nvml_over(sim: SimBackend) -> NvmlBackend:
 
 def _manager(cluster: MemoryCluster, backend: GpuBackend) -> MigManager:
     policy = Policy(timeout_s=60, operands=("device-plugin",))
-    return MigManager(cluster, backend, NODE_NAME, default_config(), policy)
+    return MigManager(cluster, backend=backend, node=NODE_NAME, config=default_config(), policy=policy)
 
 
 def _node(labels: dict[str, str]) -> dict[str, object]:
@@ -140,7 +142,7 @@ def test_a_release_mid_apply_is_no_verdict_and_the_next_round_finishes_the_layou
     sim = SimBackend.from_preset("h100-80gb-x8")
     sim.mig_mode_needs_reset = needs_reset
     if before:
-        apply(sim, default_config(), before)
+        apply(sim, config=default_config(), name=before)
     backend = make(sim)
     cluster = MemoryCluster([_node({MIG_CONFIG: wanted, f"{DEPLOY_PREFIX}device-plugin": "true"})])
     manager = _manager(cluster, backend)
@@ -150,17 +152,17 @@ def test_a_release_mid_apply_is_no_verdict_and_the_next_round_finishes_the_layou
         manager.reconcile()
     labels = _labels(cluster)
     assert labels[MIG_CONFIG_STATE] == "pending"  # no verdict, neither failed nor success
-    assert MIG_CONFIG_STATE_REASON not in (cluster.get(NODE, NODE_NAME)["metadata"].get("annotations") or {})
+    assert MIG_CONFIG_STATE_REASON not in (cluster.get(NODE, name=NODE_NAME)["metadata"].get("annotations") or {})
     assert labels[f"{DEPLOY_PREFIX}device-plugin"] == PAUSED_FOR_MIG_CHANGE  # off while the GPUs are half-carved
     assert manager.machine.phase is Phase.OPERANDS  # before the apply, which the next round makes again
-    assert check(sim, default_config(), wanted)  # the apply was cut off
+    assert check(sim, config=default_config(), name=wanted)  # the apply was cut off
 
     backend.reacquire()
     assert manager.reconcile().phase is Phase.IDLE
     labels = _labels(cluster)
     assert labels[MIG_CONFIG_STATE] == "success"
     assert labels[f"{DEPLOY_PREFIX}device-plugin"] == "true"
-    assert check(sim, default_config(), wanted) == []
+    assert check(sim, config=default_config(), name=wanted) == []
     assert all(gi.compute_instances for g in range(8) if sim.mig_mode(g).current for gi in sim.gpu_instances(g))
 
 
@@ -181,7 +183,7 @@ async def test_a_release_mid_round_under_run_converges_after_reacquire_without_a
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(interval=0.05, stop=stop, resync=60))
     try:
-        cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+        cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
         await _until(lambda: view.released)
         for _ in range(10):  # ten intervals: a round would have run (and given a verdict) by now
             states.append(_labels(cluster).get(MIG_CONFIG_STATE))
@@ -208,4 +210,4 @@ def test_a_release_during_the_restore_of_a_refused_step_is_no_verdict_either() -
 
     view.create_gpu_instance = refused  # type: ignore[method-assign]
     with pytest.raises(ReleasedError):
-        apply(view, default_config(), "all-1g.10gb")
+        apply(view, config=default_config(), name="all-1g.10gb")

@@ -20,7 +20,7 @@ OPERAND_LABELS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dc
 
 
 def _operand_pods(cluster: MemoryCluster) -> set[str]:
-    pods = cluster.list(POD, NS, field_selector=f"spec.nodeName={NODE_NAME}")
+    pods = cluster.list(POD, namespace=NS, field_selector=f"spec.nodeName={NODE_NAME}")
     return {p.name for p in classify_pods(pods, OPERAND_LABELS)[0]}
 
 
@@ -30,21 +30,23 @@ def test_operands_stop_for_the_change_and_come_back() -> None:
     # NVIDIA's layout: pausing a deploy label takes that operand's own DaemonSet's pod off the node.
     cluster = MemoryCluster([node, cluster_policy("cluster-policy", {"nodeAgent": {"enabled": False}})])
     operands = OperandSimulator(cluster, NS)
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     operands.settle()
     before = _operand_pods(cluster)
     assert before, "the operator runs GPU operands on the node"
 
     gpus = SimBackend.from_preset("h100-80gb-x8")
-    manager = MigManager(cluster, gpus, NODE_NAME, default_config(), Policy(timeout_s=60))
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    manager = MigManager(cluster, backend=gpus, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60))
+    cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
     manager.reconcile()
-    paused = {k for k, v in cluster.get(NODE, NODE_NAME)["metadata"]["labels"].items() if v == PAUSED_FOR_MIG_CHANGE}
+    paused = {
+        k for k, v in cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"].items() if v == PAUSED_FOR_MIG_CHANGE
+    }
     assert paused and manager.machine.phase is Phase.OPERANDS
     operands.settle()  # the DaemonSet controller removes pods from the paused node
     assert _operand_pods(cluster) == set()
     manager.reconcile()
-    node_labels = cluster.get(NODE, NODE_NAME)["metadata"]["labels"]
+    node_labels = cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"]
     assert node_labels[MIG_CONFIG_STATE] == "success" and PAUSED_FOR_MIG_CHANGE not in node_labels.values()
     assert len(gpus.inventory().mig_devices) == 56
     operands.settle()
@@ -54,7 +56,7 @@ def test_operands_stop_for_the_change_and_come_back() -> None:
 def _agent_pods(cluster: MemoryCluster) -> set[str]:
     return {
         p["metadata"]["name"]
-        for p in cluster.list(POD, NS)
+        for p in cluster.list(POD, namespace=NS)
         if p["metadata"]["labels"].get("app") == "gpuchain-node-agent"
     }
 
@@ -67,17 +69,17 @@ def test_in_the_node_agent_layout_a_change_does_not_wait_for_the_agent_itself() 
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": labels}}
     cluster = MemoryCluster([node, cluster_policy("cluster-policy", None)])
     operands = OperandSimulator(cluster, NS)
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     operands.settle()
     agent = _agent_pods(cluster)
     assert agent and _operand_pods(cluster) == set(), "the agent's pod is none of the paused operands'"
     gpus = SimBackend.from_preset("h100-80gb-x8")
-    manager = MigManager(cluster, gpus, NODE_NAME, default_config(), Policy(timeout_s=60))
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    manager = MigManager(cluster, backend=gpus, node=NODE_NAME, config=default_config(), policy=Policy(timeout_s=60))
+    cluster.patch(NODE, name=NODE_NAME, patch={"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
     manager.reconcile()
     operands.settle()
     manager.reconcile()
-    assert cluster.get(NODE, NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
+    assert cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"][MIG_CONFIG_STATE] == "success"
     assert len(gpus.inventory().mig_devices) == 56
     operands.settle()
     assert _agent_pods(cluster) == agent, "the agent's pod ran through the change"

@@ -33,10 +33,10 @@ def make_cluster(gpu_nodes: int = 3, cpu_nodes: int = 1, spec: dict[str, Any] | 
 
 def converge(cluster: MemoryCluster, sim: OperandSimulator, rounds: int = 6) -> ReconcileResult:
     """Alternate operator passes and cluster reaction until both are quiet."""
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     for _ in range(rounds):
         busy = sim.settle()
-        result = reconcile(cluster, "cluster-policy", NS)
+        result = reconcile(cluster, name="cluster-policy", namespace=NS)
         if not busy and not result.changed:
             break
     return result

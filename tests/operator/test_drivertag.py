@@ -48,7 +48,7 @@ def test_missing_labels_name_the_label_and_nfd() -> None:
     ],
 )
 def test_driver_image(version: str, tag_os: str, expected: str) -> None:
-    assert driver_image("nvcr.io/nvidia", "driver", version, tag_os) == expected
+    assert driver_image("nvcr.io/nvidia", image="driver", version=version, tag_os=tag_os) == expected
 
 
 def test_driver_os_is_the_first_labelled_gpu_node() -> None:
@@ -60,7 +60,7 @@ def test_driver_os_is_the_first_labelled_gpu_node() -> None:
 def test_reconcile_renders_the_driver_for_the_nodes_os() -> None:
     cluster = make_cluster(gpu_nodes=0, cpu_nodes=0, spec={"driver": {"version": "550.90.07"}})
     cluster.create(node("gpu-0", **UBUNTU))
-    reconcile(cluster, "cluster-policy", NS)
-    ds = cluster.get(DAEMONSET, "nvidia-driver-daemonset", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
+    ds = cluster.get(DAEMONSET, name="nvidia-driver-daemonset", namespace=NS)
     image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "nvcr.io/nvidia/driver:550.90.07-ubuntu22.04"

@@ -140,7 +140,7 @@ def test_status_command_over_http() -> None:
         assert empty.exit_code == 1 and "no ClusterPolicy" in empty.output
         live.create(node("gpu-0"))
         live.create(cluster_policy("cluster-policy", {"gfd": {"enabled": False}}))
-        reconcile(live, "cluster-policy", NS)
+        reconcile(live, name="cluster-policy", namespace=NS)
         result = runner.invoke(app, ["operator", "status", "--server", url, "-o", "json"])
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)

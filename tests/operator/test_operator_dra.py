@@ -25,7 +25,7 @@ def chart_dra_plugin(nodes: str) -> dict[str, Any]:
 def test_a_device_plugin_beside_a_dra_plugin_on_every_node_is_refused() -> None:
     cluster = make_cluster(spec={"devicePlugin": {"enabled": True}})
     cluster.create(chart_dra_plugin("all"))
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "notReady"
     (problem,) = result.problems
     message = str(problem)
@@ -37,11 +37,11 @@ def test_a_device_plugin_beside_a_dra_plugin_on_every_node_is_refused() -> None:
 def test_a_dra_plugin_on_labelled_nodes_or_no_device_plugin_is_fine() -> None:
     beside = make_cluster()
     beside.create(chart_dra_plugin("labelled"))
-    assert reconcile(beside, "cluster-policy", NS).problems == []
+    assert reconcile(beside, name="cluster-policy", namespace=NS).problems == []
     assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in beside.list(DAEMONSET)]
     alone = make_cluster(spec={"devicePlugin": {"enabled": False}})
     alone.create(chart_dra_plugin("all"))
-    assert reconcile(alone, "cluster-policy", NS).problems == []
+    assert reconcile(alone, name="cluster-policy", namespace=NS).problems == []
     assert len(alone.list(DAEMONSET)) > 1  # the other operands are deployed
 
 
@@ -55,7 +55,7 @@ def test_a_device_plugin_beside_the_nvidia_gpu_bridge_is_refused() -> None:
     cluster = make_cluster(spec={"devicePlugin": {"enabled": True}})
     for dc in chart_device_classes():
         cluster.create(dc)
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "notReady"
     (problem,) = result.problems
     message = str(problem)
@@ -67,11 +67,11 @@ def test_a_device_plugin_beside_the_nvidia_gpu_bridge_is_refused() -> None:
 def test_device_classes_without_the_bridge_or_no_device_plugin_are_fine() -> None:
     claims_only = make_cluster()
     claims_only.create(device_class())
-    assert reconcile(claims_only, "cluster-policy", NS).problems == []
+    assert reconcile(claims_only, name="cluster-policy", namespace=NS).problems == []
     assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in claims_only.list(DAEMONSET)]
     alone = make_cluster(spec={"devicePlugin": {"enabled": False}})
     alone.create(whole_gpu_class())
-    assert reconcile(alone, "cluster-policy", NS).problems == []
+    assert reconcile(alone, name="cluster-policy", namespace=NS).problems == []
     assert len(alone.list(DAEMONSET)) > 1  # the other operands are deployed
 
 
@@ -88,7 +88,7 @@ def test_a_device_plugin_sharing_the_dra_plugins_mps_root_is_refused() -> None:
     plugin's root those are the device plugin's, so the operator deploys no device plugin there."""
     cluster = make_cluster(spec={"devicePlugin": {"enabled": True, "mps": {"root": "/run/nvidia/mps/"}}})
     cluster.create(chart_shares_plugin("/run/nvidia/mps"))
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "notReady"
     (problem,) = result.problems
     message = str(problem)
@@ -100,5 +100,5 @@ def test_a_device_plugin_sharing_the_dra_plugins_mps_root_is_refused() -> None:
 def test_a_dra_plugin_with_an_mps_root_of_its_own_is_fine() -> None:
     cluster = make_cluster()
     cluster.create(chart_shares_plugin("/run/gpuchain/dra-mps"))
-    assert reconcile(cluster, "cluster-policy", NS).problems == []
+    assert reconcile(cluster, name="cluster-policy", namespace=NS).problems == []
     assert "nvidia-device-plugin-daemonset" in [d["metadata"]["name"] for d in cluster.list(DAEMONSET)]

@@ -43,7 +43,12 @@ def _policy(spec: dict[str, Any]) -> ClusterPolicySpec:
 @pytest.mark.parametrize("spec", SPECS)
 def test_operands_validate(spec: dict[str, Any], version: str, layout: dict[str, Any]) -> None:
     policy = _policy({**spec, **layout})
-    objs = desired(policy, Facts("gpu-operator", "cluster-policy", "0c1f4c1a-0000-4000-8000-000000000001"))
+    objs = desired(
+        policy,
+        Facts(
+            namespace="gpu-operator", policy_name="cluster-policy", policy_uid="0c1f4c1a-0000-4000-8000-000000000001"
+        ),
+    )
     assert objs
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)
@@ -92,7 +97,7 @@ def test_crd_shape() -> None:
 
 
 def test_validator_ready_files_and_wait_init_containers() -> None:
-    objs = {o["metadata"]["name"]: o for o in desired(_policy({}), Facts("gpu-operator", "cp"))}
+    objs = {o["metadata"]["name"]: o for o in desired(_policy({}), Facts(namespace="gpu-operator", policy_name="cp"))}
     validator = objs["nvidia-operator-validator"]["spec"]["template"]["spec"]
     assert [c["command"] for c in validator["initContainers"]] == [
         ["gpuchain", "validate", check] for check in ("driver", "toolkit", "cuda", "plugin")
@@ -109,7 +114,7 @@ def test_validator_ready_files_and_wait_init_containers() -> None:
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_every_mount_has_a_volume_and_every_volume_is_used(spec: dict[str, Any]) -> None:
-    for obj in desired(_policy(spec), Facts("gpu-operator", "cp")):
+    for obj in desired(_policy(spec), Facts(namespace="gpu-operator", policy_name="cp")):
         if obj["kind"] != "DaemonSet":
             continue
         pod = obj["spec"]["template"]["spec"]
@@ -124,7 +129,7 @@ def test_gpuchain_operand_commands_exist_with_their_arguments() -> None:
     a single value) and names the command the image runs."""
     spec = {"devicePlugin": {"config": {"name": "dp", "default": "ts"}}, "migManager": {"config": {"name": "mp"}}}
     seen = set()
-    for obj in desired(_policy(spec), Facts("gpu-operator", "cp")):
+    for obj in desired(_policy(spec), Facts(namespace="gpu-operator", policy_name="cp")):
         if obj["kind"] != "DaemonSet":
             continue
         pod = obj["spec"]["template"]["spec"]
@@ -142,7 +147,7 @@ def test_gpuchain_operand_commands_exist_with_their_arguments() -> None:
 
 def _pods(spec: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """DaemonSet name -> pod spec for a policy."""
-    objs = desired(_policy(spec or {}), Facts("gpu-operator", "cp"))
+    objs = desired(_policy(spec or {}), Facts(namespace="gpu-operator", policy_name="cp"))
     return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
 
 
@@ -200,7 +205,7 @@ def test_mig_manager_gets_the_default_layout_and_device_plugin_its_node() -> Non
 
 
 def test_each_operand_has_its_own_service_account() -> None:
-    objs = desired(_policy({"gfd": {"enabled": False}}), Facts("gpu-operator", "cp"))
+    objs = desired(_policy({"gfd": {"enabled": False}}), Facts(namespace="gpu-operator", policy_name="cp"))
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs if o["kind"] == "DaemonSet"}
     used = [p["serviceAccountName"] for p in pods.values()]

@@ -39,7 +39,9 @@ def _daemonset(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 
 def _plugin(spec: dict[str, Any], mps: bool) -> dict[str, Any]:
-    ds = _daemonset(desired(_policy(spec), Facts(NS, "cluster-policy", mps=mps)), DEVICE_PLUGIN.name)
+    ds = _daemonset(
+        desired(_policy(spec), Facts(namespace=NS, policy_name="cluster-policy", mps=mps)), DEVICE_PLUGIN.name
+    )
     pod: dict[str, Any] = ds["spec"]["template"]["spec"]
     return pod
 
@@ -66,7 +68,7 @@ def _host_of(pod: dict[str, Any], container: dict[str, Any], path: str) -> str |
 @pytest.mark.parametrize("root", ("/run/nvidia/mps", "/var/run/mps/"))
 def test_mps_plugin_daemonset_validates_and_has_what_the_daemon_needs(root: str, version: str) -> None:
     spec = {"devicePlugin": {"config": {"name": "dp"}, "mps": {"root": root}}}
-    objs = desired(_policy(spec), Facts(NS, "cluster-policy", mps=True))
+    objs = desired(_policy(spec), Facts(namespace=NS, policy_name="cluster-policy", mps=True))
     for obj in objs:
         kubernetes_validate.validate(obj, version, strict=True)
     pod = _plugin(spec, mps=True)
@@ -98,7 +100,10 @@ def test_without_mps_the_plugin_gets_none_of_it() -> None:
 
 
 def test_only_the_device_plugin_runs_mps() -> None:
-    objs = desired(_policy({"devicePlugin": {"config": {"name": "dp"}}}), Facts(NS, "cluster-policy", mps=True))
+    objs = desired(
+        _policy({"devicePlugin": {"config": {"name": "dp"}}}),
+        Facts(namespace=NS, policy_name="cluster-policy", mps=True),
+    )
     gfd = _daemonset(objs, GFD.name)["spec"]["template"]["spec"]
     assert "hostPID" not in gfd and "MPS_ROOT" not in _env(gfd["containers"][0])
 
@@ -111,7 +116,7 @@ def test_the_daemon_the_plugin_starts_and_the_containers_allocate_answers_meet_o
     main = pod["containers"][0]
     root = _env(main)["MPS_ROOT"]
     resource = "nvidia.com/gpu"
-    alloc = with_mps(ContainerAllocation(), resource, root)
+    alloc = with_mps(ContainerAllocation(), resource=resource, host_root=root)
     given = {m.container_path: m.host_path for m in alloc.mounts}
     inside = MpsRoot(root)
     assert _host_of(pod, main, inside.pipe_dir(resource)) == given[MpsRoot("/mps").pipe_dir(resource)]
@@ -156,10 +161,10 @@ def test_reconcile_follows_the_plugin_configmap() -> None:
     cluster = make_cluster(spec={"devicePlugin": {"config": {"name": "plugin-config", "default": "mps"}}})
 
     def plugin_pod() -> dict[str, Any]:
-        spec: dict[str, Any] = cluster.get(DAEMONSET, DEVICE_PLUGIN.name, NS)["spec"]["template"]["spec"]
+        spec: dict[str, Any] = cluster.get(DAEMONSET, name=DEVICE_PLUGIN.name, namespace=NS)["spec"]["template"]["spec"]
         return spec
 
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert "hostPID" not in plugin_pod(), "no ConfigMap yet: no MPS"
     cm = {
         "apiVersion": "v1",
@@ -168,11 +173,11 @@ def test_reconcile_follows_the_plugin_configmap() -> None:
         "data": {"mps": MPS_CONFIG},
     }
     cluster.create(cm)
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert plugin_pod()["hostPID"] is True
     assert _env(plugin_pod()["containers"][0])["MPS_ROOT"] == "/run/nvidia/mps"
-    cluster.patch(CONFIGMAP, "plugin-config", {"data": {"mps": TIME_SLICED}}, NS)
-    reconcile(cluster, "cluster-policy", NS)
+    cluster.patch(CONFIGMAP, name="plugin-config", patch={"data": {"mps": TIME_SLICED}}, namespace=NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert "MPS_ROOT" not in _env(plugin_pod()["containers"][0])
     assert not any(v["name"] == "mps-root" for v in plugin_pod()["volumes"])
 

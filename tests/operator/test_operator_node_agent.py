@@ -18,16 +18,18 @@ AGENT = {"nodeAgent": {"enabled": True}}
 
 
 def _daemonsets(cluster: MemoryCluster) -> set[str]:
-    return {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)}
+    return {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)}
 
 
 def _status(cluster: MemoryCluster) -> dict[str, Any]:
-    status: dict[str, Any] = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    status: dict[str, Any] = cluster.get(CLUSTER_POLICY, name="cluster-policy")["status"]
     return status
 
 
 def _roles(cluster: MemoryCluster) -> list[str]:
-    args = cluster.get(DAEMONSET, NODE_AGENT.name, NS)["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = cluster.get(DAEMONSET, name=NODE_AGENT.name, namespace=NS)["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
     roles: list[str] = args[args.index("--roles") + 1].split(",")
     return roles
 
@@ -60,12 +62,12 @@ def test_switching_a_role_off_reports_it_disabled_and_takes_it_off_the_command_l
     cluster = make_cluster(gpu_nodes=1, spec=AGENT)
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
-    assert "exporter" in _roles(cluster) and cluster.list(SERVICE, NS)
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
+    assert "exporter" in _roles(cluster) and cluster.list(SERVICE, namespace=NS)
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": False}}})
     assert converge(cluster, sim).state == "ready"
     assert _roles(cluster) == ["validator", "device-plugin", "gfd", "mig-manager"]
     assert _status(cluster)["operands"]["dcgm-exporter"]["state"] == "disabled"
-    assert cluster.list(SERVICE, NS) == [], "the exporter's Service goes with its role"
+    assert cluster.list(SERVICE, namespace=NS) == [], "the exporter's Service goes with its role"
 
 
 def test_the_layout_switch_replaces_one_layout_by_the_other() -> None:
@@ -73,12 +75,12 @@ def test_the_layout_switch_replaces_one_layout_by_the_other() -> None:
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
     assert _daemonsets(cluster) == {op.name for op in OPERANDS}
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": AGENT})
-    result = reconcile(cluster, "cluster-policy", NS)
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": AGENT})
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert {f"daemonset/{op.name} (deleted)" for op in AGENT_ROLES} <= set(result.changed)
     assert _daemonsets(cluster) == {DRIVER.name, TOOLKIT.name, NODE_AGENT.name}
     assert converge(cluster, sim).state == "ready"
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": PER_OPERAND})
-    assert f"daemonset/{NODE_AGENT.name} (deleted)" in reconcile(cluster, "cluster-policy", NS).changed
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": PER_OPERAND})
+    assert f"daemonset/{NODE_AGENT.name} (deleted)" in reconcile(cluster, name="cluster-policy", namespace=NS).changed
     assert converge(cluster, sim).state == "ready"
     assert _daemonsets(cluster) == {op.name for op in OPERANDS}

@@ -70,11 +70,11 @@ def nvidia_operator(cluster: MemoryCluster, replicas: int = 1) -> None:
 
 
 def _ours(cluster: MemoryCluster) -> set[str]:
-    return {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)}
+    return {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)}
 
 
 def _ready(cluster: MemoryCluster) -> dict[str, Any]:
-    status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    status = cluster.get(CLUSTER_POLICY, name="cluster-policy")["status"]
     return next(c for c in status["conditions"] if c["type"] == "Ready")
 
 
@@ -82,7 +82,7 @@ def test_stands_aside_while_nvidias_operator_runs_the_same_operands() -> None:
     cluster = make_cluster()
     created = cluster.create(nvidia_policy())
     nvidia_daemonset(cluster, "nvidia-device-plugin-daemonset", created["metadata"]["uid"])
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "standingAside"
     ready = _ready(cluster)
     assert ready["status"] == "False" and ready["reason"] == "NVIDIAGPUOperatorPresent"
@@ -92,7 +92,7 @@ def test_stands_aside_while_nvidias_operator_runs_the_same_operands() -> None:
     ours = [d for d in cluster.list(DAEMONSET) if d["metadata"]["namespace"] == NS]
     assert ours == [] and cluster.list(RUNTIME_CLASS) == [], "nothing of gpuchain's is created"
     cluster.calls.reset()
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert cluster.calls.writes == 0, "standing aside is not a write loop"
 
 
@@ -100,8 +100,8 @@ def test_goes_ahead_once_nvidias_policy_is_gone() -> None:
     cluster = make_cluster()
     cluster.create(nvidia_policy())
     nvidia_operator(cluster)
-    assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
-    cluster.delete(NVIDIA_CLUSTER_POLICY, "cluster-policy")
+    assert reconcile(cluster, name="cluster-policy", namespace=NS).state == "standingAside"
+    cluster.delete(NVIDIA_CLUSTER_POLICY, name="cluster-policy")
     assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
 
 
@@ -115,7 +115,7 @@ def test_runs_beside_nvidias_driver_and_toolkit() -> None:
     )
     result = converge(cluster, OperandSimulator(cluster, NS))
     assert result.state == "ready"
-    names = {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)}
+    names = {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)}
     assert names == {
         "nvidia-device-plugin-daemonset",
         "gpu-feature-discovery",
@@ -143,16 +143,16 @@ def test_nvidia_installed_after_gpuchain_removes_gpuchains_colliding_operands() 
     assert "nvidia-device-plugin-daemonset" in _ours(cluster)
     cluster.create(nvidia_policy())
     nvidia_operator(cluster)
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "standingAside"
     assert _ours(cluster) == set(), "two device plugins, GFDs, MIG managers and drivers on one node"
     assert "daemonset/nvidia-device-plugin-daemonset (deleted)" in result.changed
-    assert cluster.list(SERVICE, NS) == [], "the exporter's Service goes with its DaemonSet"
+    assert cluster.list(SERVICE, namespace=NS) == [], "the exporter's Service goes with its DaemonSet"
     ready = _ready(cluster)
     assert "Deployment nvidia-gpu-operator/gpu-operator" in ready["message"]
     assert "gpuchain removes its own DaemonSets for these" in ready["message"]
     cluster.calls.reset()
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert cluster.calls.writes == 0, "standing aside is not a write loop"
 
 
@@ -161,9 +161,9 @@ def test_standing_aside_keeps_gpuchains_operands_nvidia_does_not_run() -> None:
     assert converge(cluster, OperandSimulator(cluster, NS)).state == "ready"
     created = cluster.create(nvidia_policy(dcgmExporter=False))
     nvidia_daemonset(cluster, "nvidia-device-plugin-daemonset", created["metadata"]["uid"])
-    assert reconcile(cluster, "cluster-policy", NS).state == "standingAside"
+    assert reconcile(cluster, name="cluster-policy", namespace=NS).state == "standingAside"
     assert _ours(cluster) == {"nvidia-dcgm-exporter"}
-    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, NS)] == ["nvidia-dcgm-exporter"], (
+    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, namespace=NS)] == ["nvidia-dcgm-exporter"], (
         "kept with its exporter"
     )
     assert "dcgm-exporter" not in _ready(cluster)["message"].split("deploys")[1]

@@ -12,7 +12,7 @@ from gpuchain.operator.reconcile import reconcile
 
 
 def _conditions(cluster) -> dict:  # type: ignore[no-untyped-def]
-    status = cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    status = cluster.get(CLUSTER_POLICY, name="cluster-policy")["status"]
     return {c["type"]: c for c in status["conditions"]}
 
 
@@ -30,24 +30,24 @@ def _conditions(cluster) -> dict:  # type: ignore[no-untyped-def]
 )
 def test_bad_spec_sets_error_condition_and_deploys_nothing(spec: dict, field: str, words: str) -> None:
     cluster = make_cluster(spec=spec)
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.state == "notReady"
     assert str(result.problems[0]).startswith(field)
     conds = _conditions(cluster)
     assert conds["Error"]["status"] == "True" and conds["Error"]["reason"] == "InvalidSpec"
     assert field in conds["Error"]["message"] and words in conds["Error"]["message"]
     assert conds["Ready"]["status"] == "False"
-    assert cluster.list(DAEMONSET, NS) == [], "nothing is applied from a bad policy"
+    assert cluster.list(DAEMONSET, namespace=NS) == [], "nothing is applied from a bad policy"
     cluster.calls.reset()
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert cluster.calls.writes == 0, "a bad policy does not make the operator loop writing"
 
 
 def test_fixing_a_bad_spec_recovers() -> None:
     cluster = make_cluster(spec={"mig": {"strategy": "balanced"}})
     sim = OperandSimulator(cluster, NS)
-    reconcile(cluster, "cluster-policy", NS)
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
+    reconcile(cluster, name="cluster-policy", namespace=NS)
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"mig": {"strategy": "mixed"}}})
     assert converge(cluster, sim).state == "ready"
     conds = _conditions(cluster)
     assert conds["Error"]["status"] == "False" and conds["Ready"]["status"] == "True"
@@ -115,7 +115,7 @@ def test_manifests_the_api_server_would_refuse_are_not_half_applied() -> None:
     # The spec is valid but the namespace is not a DNS label: every namespaced object would be
     # refused, so none is applied (the RuntimeClass, cluster-scoped, would have been accepted).
     cluster = make_cluster()
-    result = reconcile(cluster, "cluster-policy", "Bad_Namespace!")
+    result = reconcile(cluster, name="cluster-policy", namespace="Bad_Namespace!")
     assert result.state == "notReady"
     conds = _conditions(cluster)
     assert conds["Error"]["reason"] == "InvalidSpec"
@@ -135,8 +135,10 @@ def test_toolkit_runtime_comes_from_the_nodes_not_the_deprecated_default_runtime
     # a stale "docker" from an old chart must not configure Docker on CRI-O nodes.
     cluster = make_cluster(spec={"operator": {"defaultRuntime": "docker"}})
     for n in cluster.list(NODE):
-        cluster.patch_status(NODE, n["metadata"]["name"], {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}})
-    reconcile(cluster, "cluster-policy", NS)
-    toolkit = cluster.get(DAEMONSET, "nvidia-container-toolkit-daemonset", NS)
+        cluster.patch_status(
+            NODE, name=n["metadata"]["name"], status={"nodeInfo": {"containerRuntimeVersion": "cri-o://1.30.2"}}
+        )
+    reconcile(cluster, name="cluster-policy", namespace=NS)
+    toolkit = cluster.get(DAEMONSET, name="nvidia-container-toolkit-daemonset", namespace=NS)
     env = {e["name"]: e.get("value") for e in toolkit["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["RUNTIME"] == "crio"

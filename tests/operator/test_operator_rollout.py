@@ -11,7 +11,7 @@ from gpuchain.operator.reconcile import reconcile
 
 
 def _status(cluster):  # type: ignore[no-untyped-def]
-    return cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+    return cluster.get(CLUSTER_POLICY, name="cluster-policy")["status"]
 
 
 def _ready(status: dict, type_: str = "Ready") -> dict:
@@ -30,7 +30,7 @@ def test_full_rollout_reaches_ready_and_writes_ready_files() -> None:
     for i in range(3):
         assert sim.files[f"gpu-{i}"] == {"driver", "toolkit", "cuda", "plugin"}
     assert "cpu-0" not in sim.files, "no operand pod lands on a CPU node"
-    assert {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)} == {o.name for o in OPERANDS}
+    assert {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)} == {o.name for o in OPERANDS}
 
 
 def test_driver_crashloop_gates_later_links_and_status_names_it() -> None:
@@ -52,11 +52,11 @@ def test_driver_crashloop_gates_later_links_and_status_names_it() -> None:
     # On the broken node nothing past the driver ran; the others are complete.
     assert sim.files["gpu-1"] == set()
     assert sim.files["gpu-0"] == {"driver", "toolkit", "cuda", "plugin"}
-    toolkit = cluster.get(POD, "nvidia-container-toolkit-daemonset-gpu-1", NS)
+    toolkit = cluster.get(POD, name="nvidia-container-toolkit-daemonset-gpu-1", namespace=NS)
     assert toolkit["status"]["phase"] == "Pending"
     assert toolkit["status"]["initContainerStatuses"][0]["name"] == "driver-validation"
     assert not toolkit["status"]["initContainerStatuses"][0]["ready"]
-    plugin = cluster.get(POD, "nvidia-device-plugin-daemonset-gpu-1", NS)
+    plugin = cluster.get(POD, name="nvidia-device-plugin-daemonset-gpu-1", namespace=NS)
     assert plugin["status"]["phase"] == "Pending", "device plugin gated until the toolkit link is ready"
 
     sim.crashloop.clear()
@@ -105,7 +105,7 @@ def test_noop_reconcile_makes_zero_writes() -> None:
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
     cluster.calls.reset()
-    result = reconcile(cluster, "cluster-policy", NS)
+    result = reconcile(cluster, name="cluster-policy", namespace=NS)
     assert result.changed == []
     assert cluster.calls.writes == 0
     # 9: the DeviceClasses are listed too while the device plugin is on (operator/dra.py)
@@ -115,7 +115,7 @@ def test_noop_reconcile_makes_zero_writes() -> None:
 def test_first_reconcile_writes_per_operand_not_per_node() -> None:
     small, large = make_cluster(gpu_nodes=2), make_cluster(gpu_nodes=40)
     for c in (small, large):
-        reconcile(c, "cluster-policy", NS)
+        reconcile(c, name="cluster-policy", namespace=NS)
     assert small.calls.writes == large.calls.writes
     assert small.calls.writes <= 2 * len(OPERANDS) + 4, (
         "DaemonSets + their ServiceAccounts + RuntimeClass + exporter Service + status + Event"
@@ -128,7 +128,7 @@ def test_preinstalled_driver_and_toolkit() -> None:
     assert converge(cluster, sim).state == "ready"
     ops = _status(cluster)["operands"]
     assert ops["driver"]["state"] == ops["container-toolkit"]["state"] == "disabled"
-    names = {d["metadata"]["name"] for d in cluster.list(DAEMONSET, NS)}
+    names = {d["metadata"]["name"] for d in cluster.list(DAEMONSET, namespace=NS)}
     assert "nvidia-driver-daemonset" not in names and "nvidia-container-toolkit-daemonset" not in names
     assert sim.files["gpu-0"] == {"driver", "toolkit", "cuda", "plugin"}
 
@@ -137,13 +137,13 @@ def test_disabling_an_operand_prunes_it() -> None:
     cluster = make_cluster()
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": False}}})
     result = converge(cluster, sim)
     assert (
         "daemonset/nvidia-dcgm-exporter (deleted)" in " ".join(result.changed)
-        or cluster.get_or_none(DAEMONSET, "nvidia-dcgm-exporter", NS) is None
+        or cluster.get_or_none(DAEMONSET, name="nvidia-dcgm-exporter", namespace=NS) is None
     )
-    assert cluster.get_or_none(DAEMONSET, "nvidia-dcgm-exporter", NS) is None
+    assert cluster.get_or_none(DAEMONSET, name="nvidia-dcgm-exporter", namespace=NS) is None
     assert _status(cluster)["operands"]["dcgm-exporter"]["state"] == "disabled"
 
 
@@ -155,7 +155,7 @@ def test_node_opt_outs_and_gpu_present_label() -> None:
     cluster.create(node("mig", **{"nvidia.com/mig.capable": "true"}))
     sim = OperandSimulator(cluster, NS)
     converge(cluster, sim)
-    pods = {p["metadata"]["name"] for p in cluster.list(POD, NS)}
+    pods = {p["metadata"]["name"] for p in cluster.list(POD, namespace=NS)}
     assert "nvidia-driver-daemonset-no-nfd" in pods
     assert not any(p.endswith("-opted-out") for p in pods)
     assert "nvidia-driver-daemonset-no-plugin" in pods and "nvidia-device-plugin-daemonset-no-plugin" not in pods
@@ -164,11 +164,11 @@ def test_node_opt_outs_and_gpu_present_label() -> None:
 
 def test_no_gpu_nodes_and_missing_nfd_are_named() -> None:
     cluster = make_cluster(gpu_nodes=0, cpu_nodes=2)
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert _ready(_status(cluster))["reason"] == "NoGPUNodes"
     bare = make_cluster(gpu_nodes=0, cpu_nodes=0)
     bare.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "plain"}})
-    reconcile(bare, "cluster-policy", NS)
+    reconcile(bare, name="cluster-policy", namespace=NS)
     assert _ready(_status(bare))["reason"] == "NFDLabelsMissing"
 
 
@@ -177,15 +177,15 @@ def test_second_policy_is_ignored() -> None:
     cluster.create(
         {"apiVersion": "gpuchain.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "zz-extra"}, "spec": {}}
     )
-    assert reconcile(cluster, "zz-extra", NS).state == "ignored"
-    assert cluster.get(CLUSTER_POLICY, "zz-extra")["status"]["state"] == "ignored"
+    assert reconcile(cluster, name="zz-extra", namespace=NS).state == "ignored"
+    assert cluster.get(CLUSTER_POLICY, name="zz-extra")["status"]["state"] == "ignored"
 
 
 def test_ready_transitions_are_recorded_as_events() -> None:
     cluster = make_cluster(gpu_nodes=2)
     sim = OperandSimulator(cluster, NS, crashloop={"gpu-0": {"nvidia-driver-daemonset"}})
     converge(cluster, sim)
-    policy = cluster.get(CLUSTER_POLICY, "cluster-policy")
+    policy = cluster.get(CLUSTER_POLICY, name="cluster-policy")
     warnings = [e for e in cluster.events_for(policy) if e["type"] == "Warning"]
     assert warnings and warnings[-1]["reason"] == "OperandNotReady"
     assert "driver not ready: CrashLoopBackOff" in warnings[-1]["message"]
@@ -194,7 +194,7 @@ def test_ready_transitions_are_recorded_as_events() -> None:
     events = cluster.events_for(policy)
     assert events[-1]["type"] == "Normal" and events[-1]["reason"] == "Reconciled"
     count = len(events)
-    reconcile(cluster, "cluster-policy", NS)
+    reconcile(cluster, name="cluster-policy", namespace=NS)
     assert len(cluster.events_for(policy)) == count, "no event without a transition"
 
 
@@ -203,5 +203,5 @@ def test_without_the_validator_operands_do_not_wait_for_ready_files() -> None:
     sim = OperandSimulator(cluster, NS)
     assert converge(cluster, sim).state == "ready"
     assert _status(cluster)["operands"]["operator-validation"]["state"] == "disabled"
-    plugin = cluster.get(DAEMONSET, "nvidia-device-plugin-daemonset", NS)
+    plugin = cluster.get(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace=NS)
     assert "initContainers" not in plugin["spec"]["template"]["spec"]

@@ -33,22 +33,22 @@ async def test_operator_runs_against_kmock() -> None:
         stop = asyncio.Event()
         # A resync far past the test's end: every reconcile here was woken by a watch event.
         config = RuntimeConfig(namespace=NS, min_interval=0.05, resync=600, server=url)
-        task = asyncio.create_task(run(LiveCluster.from_url(url), config, stop_flag=stop))
+        task = asyncio.create_task(run(LiveCluster.from_url(url), config=config, stop_flag=stop))
         try:
-            await _until(lambda: "status" in live.get(CLUSTER_POLICY, "cluster-policy"))
+            await _until(lambda: "status" in live.get(CLUSTER_POLICY, name="cluster-policy"))
             # The default layout: the node agent serves every gpuchain operand but the switched-off exporter.
             wanted = {DRIVER.name, TOOLKIT.name, NODE_AGENT.name}
-            await _until(lambda: {d["metadata"]["name"] for d in live.list(DAEMONSET, NS)} == wanted)
-            status = live.get(CLUSTER_POLICY, "cluster-policy")["status"]
+            await _until(lambda: {d["metadata"]["name"] for d in live.list(DAEMONSET, namespace=NS)} == wanted)
+            status = live.get(CLUSTER_POLICY, name="cluster-policy")["status"]
             assert status["gpuNodes"] == 1
             assert status["operands"]["dcgm-exporter"]["state"] == "disabled"
             assert status["operands"]["driver"]["reason"] == "Deploying", "kmock runs no DaemonSet controller"
             # A spec change is picked up from the watch.
-            live.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "sideways"}}})
+            live.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"mig": {"strategy": "sideways"}}})
             await _until(
                 lambda: any(
                     c["type"] == "Error" and c["status"] == "True"
-                    for c in live.get(CLUSTER_POLICY, "cluster-policy")["status"]["conditions"]
+                    for c in live.get(CLUSTER_POLICY, name="cluster-policy")["status"]["conditions"]
                 )
             )
         finally:

@@ -35,7 +35,7 @@ def _faults(fifo: str) -> None:
             for line in lines:
                 what, *args = line.split()
                 if what == "xid":
-                    opened[-1].inject_xid(int(args[0]), int(args[1]))
+                    opened[-1].inject_xid(int(args[0]), xid=int(args[1]))
                 elif what == "recover":
                     opened[-1].recover_gpu(int(args[0]))
                 else:

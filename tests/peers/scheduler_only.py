@@ -150,11 +150,11 @@ class SchedulerOnlyNode:
     def forget(self, cluster: LiveCluster) -> None:
         """Delete the test's pods and claims (finalizers dropped) and the node's slices."""
         self.apiserver.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods", {"gracePeriodSeconds": 0})
-        for claim in cluster.list(RESOURCE_CLAIM, self.ns):
+        for claim in cluster.list(RESOURCE_CLAIM, namespace=self.ns):
             name = claim["metadata"]["name"]
-            cluster.patch(RESOURCE_CLAIM, name, {"metadata": {"finalizers": None}}, self.ns)
+            cluster.patch(RESOURCE_CLAIM, name=name, patch={"metadata": {"finalizers": None}}, namespace=self.ns)
             with contextlib.suppress(NotFoundError):
-                cluster.delete(RESOURCE_CLAIM, name, self.ns)
+                cluster.delete(RESOURCE_CLAIM, name=name, namespace=self.ns)
         for obj in cluster.list(RESOURCE_SLICE, field_selector=f"spec.nodeName={self.name}"):
             with contextlib.suppress(NotFoundError):  # collected with the node already
-                cluster.delete(RESOURCE_SLICE, obj["metadata"]["name"])
+                cluster.delete(RESOURCE_SLICE, name=obj["metadata"]["name"])

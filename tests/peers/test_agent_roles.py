@@ -93,7 +93,7 @@ class Recording(LiveCluster):
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         with self._noting("get", kind):
-            return super().get(kind, name, namespace)
+            return super().get(kind, name=name, namespace=namespace)
 
     def list(
         self,
@@ -103,7 +103,7 @@ class Recording(LiveCluster):
         field_selector: str | None = None,
     ) -> builtins.list[Obj]:
         with self._noting("list", kind):
-            return super().list(kind, namespace, label_selector, field_selector)
+            return super().list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
     def create(self, obj: Obj) -> Obj:
         with self._noting("create", kind_of(obj)):
@@ -111,17 +111,17 @@ class Recording(LiveCluster):
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         with self._noting("patch", kind):
-            return super().patch(kind, name, patch, namespace)
+            return super().patch(kind, name=name, patch=patch, namespace=namespace)
 
     def patch_status(
         self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
     ) -> Obj:
         with self._noting("patch", kind, "status"):
-            return super().patch_status(kind, name, status, namespace, strategic)
+            return super().patch_status(kind, name=name, status=status, namespace=namespace, strategic=strategic)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         with self._noting("delete", kind):
-            super().delete(kind, name, namespace)
+            super().delete(kind, name=name, namespace=namespace)
 
     def evict(self, name: str, namespace: str) -> None:
         with self._noting("create", POD, "eviction"):
@@ -184,7 +184,8 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     try:
         validator = world.agent("gpuchain-operator-validator")
         _until(
-            lambda: _refusal(lambda: validator.get(NODE, "gpu-a")) is None, "the chart's RBAC reaches the authorizer"
+            lambda: _refusal(lambda: validator.get(NODE, name="gpu-a")) is None,
+            "the chart's RBAC reaches the authorizer",
         )
         gfd = world.agent("gpuchain-gpu-feature-discovery")
         probe = {"metadata": {"labels": {"probe": "x"}}}
@@ -199,7 +200,7 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def _refuses_gpu_b(agent: Recording, patch: Obj) -> bool:
-    return isinstance(_refusal(lambda: agent.patch(NODE, "gpu-b", patch)), ForbiddenError)
+    return isinstance(_refusal(lambda: agent.patch(NODE, name="gpu-b", patch=patch)), ForbiddenError)
 
 
 def _did_exactly_its_job(world: World, account: str, agent: Recording) -> None:
@@ -254,7 +255,7 @@ async def _quarantines(
 def _events_on(world: World, node: str, reason: str) -> builtins.list[Obj]:
     return [
         e
-        for e in world.admin.list(EVENT, "default")
+        for e in world.admin.list(EVENT, namespace="default")
         if e["involvedObject"].get("name") == node and e["reason"] == reason
     ]
 
@@ -262,20 +263,20 @@ def _events_on(world: World, node: str, reason: str) -> builtins.list[Obj]:
 def _gpu_pod(namespace: str, name: str, node: str) -> Obj:
     """A pod holding one GPU on ``node`` (remediation/scenario.py's, with an image the server asks for
     and no grace period: no kubelet is there to finish a graceful deletion)."""
-    pod = pod_object(namespace, name, node)
+    pod = pod_object(namespace, name=name, node=node)
     pod["spec"]["terminationGracePeriodSeconds"] = 0
     pod["spec"]["containers"][0]["image"] = "ghcr.io/gpuchain/gpuchain:0.1.0"
     return pod
 
 
 def _label(world: World, labels: dict[str, Any], node: str = "gpu-a") -> None:
-    world.admin.patch(NODE, node, {"metadata": {"labels": labels}})
+    world.admin.patch(NODE, name=node, patch={"metadata": {"labels": labels}})
 
 
 def _follows_config_label(world: World, agent: Recording, value: str) -> NodeLabelWatch:
     """As the device plugin and GFD do (deviceplugin/nodeconfig.py): read gpu-a's
     ``nvidia.com/device-plugin.config`` label, then watch it change to ``value``."""
-    watch = NodeLabelWatch(agent, "gpu-a", watch_seconds=5)
+    watch = NodeLabelWatch(agent, node_name="gpu-a", watch_seconds=5)
     label, rv = watch.read()
 
     async def changed() -> str | None:
@@ -295,12 +296,14 @@ def test_the_device_plugin_follows_its_nodes_config_label_and_warns_on_it(world:
     account = "gpuchain-device-plugin"
     plugin = world.agent(account)
     watch = _follows_config_label(world, plugin, "mps")
-    watch.report(ConfigKeyError("ConfigMap gpu-operator/plugin-configs", "data", "mps", ["default"]))
+    watch.report(
+        ConfigKeyError("ConfigMap gpu-operator/plugin-configs", field="data", key="mps", available=["default"])
+    )
     assert _events_on(world, "gpu-a", REASON_NOT_FOUND)
     _did_exactly_its_job(world, account, plugin)
     _refused(
-        lambda: plugin.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
-        lambda: plugin.list(POD, NS),
+        lambda: plugin.patch(NODE, name="gpu-a", patch={"metadata": {"labels": {"probe": "x"}}}),
+        lambda: plugin.list(POD, namespace=NS),
         lambda: plugin.evict("anything", NS),
     )
 
@@ -309,15 +312,17 @@ def test_gfd_labels_its_node_and_follows_its_config_label(world: World) -> None:
     """discovery/output.py patches the Node's labels; discovery/service.py follows its config label."""
     account = "gpuchain-gpu-feature-discovery"
     gfd = world.agent(account)
-    patch_node_labels(gfd, "gpu-a", {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
-    assert world.admin.get(NODE, "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    patch_node_labels(
+        gfd, node="gpu-a", labels={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    )
+    assert world.admin.get(NODE, name="gpu-a")["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
     _follows_config_label(world, gfd, "a100")
     _did_exactly_its_job(world, account, gfd)
     _refused(
-        lambda: gfd.patch(NODE, "gpu-b", {"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}}),
-        lambda: gfd.patch(NODE, "gpu-a", {"spec": {"unschedulable": True}}),
-        lambda: gfd.list(POD, NS),
-        lambda: gfd.record_event(world.admin.get(NODE, "gpu-a"), "Probe", "probe"),
+        lambda: gfd.patch(NODE, name="gpu-b", patch={"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}}),
+        lambda: gfd.patch(NODE, name="gpu-a", patch={"spec": {"unschedulable": True}}),
+        lambda: gfd.list(POD, namespace=NS),
+        lambda: gfd.record_event(world.admin.get(NODE, name="gpu-a"), reason="Probe", message="probe"),
     )
 
 
@@ -351,16 +356,22 @@ def test_the_mig_manager_evicts_its_nodes_gpu_pods_and_repartitions(world: World
     account = "gpuchain-mig-manager"
     mig = world.agent(account)
     world.admin.create(_gpu_pod("ml", "train", "gpu-a"))
-    world.admin.create(resource_claim("mig-user", "ml"))
-    world.admin.patch_status(RESOURCE_CLAIM, "mig-user", allocation_status("gpu-a", [("gpu", "gpu-0")]), "ml")
+    world.admin.create(resource_claim("mig-user", namespace="ml"))
+    world.admin.patch_status(
+        RESOURCE_CLAIM, name="mig-user", status=allocation_status("gpu-a", [("gpu", "gpu-0")]), namespace="ml"
+    )
     world.admin.create(_dra_pod("ml", "claims-a-gpu", "gpu-a", "mig-user"))
     _label(world, {"nvidia.com/mig.config": "all-1g.10gb"})
     manager = MigManager(
-        mig, SimBackend.from_preset("h100-80gb-x8", node="gpu-a"), "gpu-a", default_config(), MigPolicy(evict=True)
+        mig,
+        backend=SimBackend.from_preset("h100-80gb-x8", node="gpu-a"),
+        node="gpu-a",
+        config=default_config(),
+        policy=MigPolicy(evict=True),
     )
 
     def state() -> str | None:
-        return world.admin.get(NODE, "gpu-a")["metadata"]["labels"].get("nvidia.com/mig.config.state")
+        return world.admin.get(NODE, name="gpu-a")["metadata"]["labels"].get("nvidia.com/mig.config.state")
 
     try:
         asyncio.run(
@@ -368,18 +379,24 @@ def test_the_mig_manager_evicts_its_nodes_gpu_pods_and_repartitions(world: World
         )
     finally:
         _label(world, {"nvidia.com/mig.config": None, "nvidia.com/mig.config.state": None})
-        world.admin.delete(RESOURCE_CLAIM, "mig-user", "ml")
-    assert isinstance(_refusal(lambda: world.admin.get(POD, "train", "ml")), KubeError), "the GPU pod was evicted"
-    assert isinstance(_refusal(lambda: world.admin.get(POD, "claims-a-gpu", "ml")), KubeError), "so was the DRA one"
+        world.admin.delete(RESOURCE_CLAIM, name="mig-user", namespace="ml")
+    assert isinstance(_refusal(lambda: world.admin.get(POD, name="train", namespace="ml")), KubeError), (
+        "the GPU pod was evicted"
+    )
+    assert isinstance(_refusal(lambda: world.admin.get(POD, name="claims-a-gpu", namespace="ml")), KubeError), (
+        "so was the DRA one"
+    )
     assert _events_on(world, "gpu-a", "MigConfigSuccess")
     _did_exactly_its_job(world, account, mig)
     world.admin.create(_gpu_pod("ml", "train-b", "gpu-b"))
     evictions_judged(mig, world.admin)
     _refused(
         lambda: mig.evict("train-b", "ml"),
-        lambda: mig.patch(NODE, "gpu-b", {"metadata": {"labels": {"nvidia.com/mig.config.state": "failed"}}}),
-        lambda: mig.patch(NODE, "gpu-a", {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}),
-        lambda: mig.delete(POD, "train-b", "ml"),
+        lambda: mig.patch(
+            NODE, name="gpu-b", patch={"metadata": {"labels": {"nvidia.com/mig.config.state": "failed"}}}
+        ),
+        lambda: mig.patch(NODE, name="gpu-a", patch={"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}),
+        lambda: mig.delete(POD, name="train-b", namespace="ml"),
     )
 
 
@@ -388,15 +405,15 @@ def test_the_validator_reads_its_nodes_gpus_only(world: World) -> None:
     account = "gpuchain-operator-validator"
     validator = world.agent(account)
     world.admin.patch_status(
-        NODE, "gpu-a", {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}
+        NODE, name="gpu-a", status={"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}
     )
     result = check_plugin(validator, "gpu-a")
     assert result.ok, result.message
     _did_exactly_its_job(world, account, validator)
     _refused(
-        lambda: validator.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
-        lambda: validator.list(POD, NS),
-        lambda: validator.record_event(world.admin.get(NODE, "gpu-a"), "Probe", "probe"),
+        lambda: validator.patch(NODE, name="gpu-a", patch={"metadata": {"labels": {"probe": "x"}}}),
+        lambda: validator.list(POD, namespace=NS),
+        lambda: validator.record_event(world.admin.get(NODE, name="gpu-a"), reason="Probe", message="probe"),
     )
 
 
@@ -408,26 +425,28 @@ def test_the_dra_plugin_publishes_its_nodes_slice_and_prepares_its_claims(world:
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-a")
     # gpu-a's GPUs are DRA's (kube.allocator): no device plugin announces them.
     world.admin.patch_status(
-        NODE, "gpu-a", {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}
+        NODE, name="gpu-a", status={"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}
     )
     config = DriverConfig(
         node="gpu-a", cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", dev_root=tmp_path / "root", unlabelled=DRA
     )
-    driver = DraDriver(backend, dra, config)
+    driver = DraDriver(backend, cluster=dra, config=config)
     first = driver.publish()
     assert first.changed and first.devices
     uuid = backend.inventory().gpu(0).uuid
     assert driver.set_quarantined(frozenset({uuid})) is not None
-    live = world.admin.get(RESOURCE_SLICE, "gpu-a-gpu.gpuchain.io")
+    live = world.admin.get(RESOURCE_SLICE, name="gpu-a-gpu.gpuchain.io")
     assert len(live["spec"]["devices"]) == len(first.devices) - 1
 
-    created = world.admin.create(resource_claim("one-gpu", "ml"))
-    world.admin.patch_status(RESOURCE_CLAIM, "one-gpu", allocation_status("gpu-a", [("gpu", "gpu-1")]), "ml")
+    created = world.admin.create(resource_claim("one-gpu", namespace="ml"))
+    world.admin.patch_status(
+        RESOURCE_CLAIM, name="one-gpu", status=allocation_status("gpu-a", [("gpu", "gpu-1")]), namespace="ml"
+    )
     prepared = driver.prepare(ClaimRef("ml", created["metadata"]["uid"], "one-gpu"))
     assert prepared
 
     seen: list[frozenset[str]] = []
-    follower = QuarantineFollower(dra, "gpu-a", seen.append, watch_seconds=5)
+    follower = QuarantineFollower(dra, node_name="gpu-a", apply=seen.append, watch_seconds=5)
 
     async def follow() -> None:
         await _first(_quarantines(follower, seen), dra)
@@ -437,9 +456,9 @@ def test_the_dra_plugin_publishes_its_nodes_slice_and_prepares_its_claims(world:
     other = dict(live, metadata={"name": "gpu-b-gpu.gpuchain.io"}, spec=dict(live["spec"], nodeName="gpu-b"))
     _refused(
         lambda: dra.create(other),
-        lambda: dra.delete(RESOURCE_SLICE, "gpu-a-gpu.gpuchain.io"),
-        lambda: dra.list(RESOURCE_CLAIM, "ml"),
-        lambda: dra.patch(NODE, "gpu-a", {"metadata": {"labels": {"probe": "x"}}}),
+        lambda: dra.delete(RESOURCE_SLICE, name="gpu-a-gpu.gpuchain.io"),
+        lambda: dra.list(RESOURCE_CLAIM, namespace="ml"),
+        lambda: dra.patch(NODE, name="gpu-a", patch={"metadata": {"labels": {"probe": "x"}}}),
     )
 
 
@@ -452,17 +471,17 @@ def test_gpu_health_publishes_its_nodes_gpus_and_runs_its_repair_loop(world: Wor
     held = backend.inventory().gpu(3).uuid
     world.admin.create(_gpu_pod("ml", "trainer", "gpu-a"))
     rows = [Assignment("nvidia.com/gpu", held, PodRef("ml", "trainer", "main"))]
-    publisher = GpuHealthPublisher(backend, health, "gpu-a", lambda: rows, quiet_seconds=0)
-    publisher.handle(backend.inject_xid(3, 79))
+    publisher = GpuHealthPublisher(backend, cluster=health, node_name="gpu-a", pods=lambda: rows, quiet_seconds=0)
+    publisher.handle(backend.inject_xid(3, xid=79))
     assert publisher.publish().annotations_written
-    loop = GpuLoopAgent(backend, health, "gpu-a", namespace=NS)
+    loop = GpuLoopAgent(backend, cluster=health, node_name="gpu-a", namespace=NS)
     loop.run_once()
-    assert held in world.admin.get(NODE, "gpu-a")["metadata"]["annotations"]["gpuchain.io/gpu-quarantine"]
+    assert held in world.admin.get(NODE, name="gpu-a")["metadata"]["annotations"]["gpuchain.io/gpu-quarantine"]
     _did_exactly_its_job(world, account, health)
     _refused(
-        lambda: health.patch(NODE, "gpu-b", {"metadata": {"annotations": {"gpuchain.io/gpu-faults": "[]"}}}),
-        lambda: health.get(CONFIGMAP, "kube-root-ca.crt", NS),
-        lambda: health.list(POD, "ml"),
+        lambda: health.patch(NODE, name="gpu-b", patch={"metadata": {"annotations": {"gpuchain.io/gpu-faults": "[]"}}}),
+        lambda: health.get(CONFIGMAP, name="kube-root-ca.crt", namespace=NS),
+        lambda: health.list(POD, namespace="ml"),
         lambda: health.evict("trainer", "ml"),
     )
 
@@ -483,24 +502,26 @@ def test_the_remediator_evicts_a_failed_gpus_pods_and_taints_its_node(world: Wor
     )
     assert isinstance(health_b, Recording)
     world.opened.append(health_b)
-    publisher = GpuHealthPublisher(backend, health_b, "gpu-b", lambda: rows, quiet_seconds=0)
-    publisher.handle(backend.inject_xid(5, 79))
+    publisher = GpuHealthPublisher(backend, cluster=health_b, node_name="gpu-b", pods=lambda: rows, quiet_seconds=0)
+    publisher.handle(backend.inject_xid(5, xid=79))
     publisher.publish()
 
     remediator = world.agent(account)
-    controller = Remediator(remediator, RemediationPolicy(breaker_share=1.0), NS)
+    controller = Remediator(remediator, policy=RemediationPolicy(breaker_share=1.0), namespace=NS)
     controller.run_once()
-    assert isinstance(_refusal(lambda: world.admin.get(POD, "victim", "ml")), KubeError), "the pod was evicted"
-    taints = world.admin.get(NODE, "gpu-b")["spec"].get("taints") or []
+    assert isinstance(_refusal(lambda: world.admin.get(POD, name="victim", namespace="ml")), KubeError), (
+        "the pod was evicted"
+    )
+    taints = world.admin.get(NODE, name="gpu-b")["spec"].get("taints") or []
     assert taints, "the node was tainted"
     # restarted with a breaker that one failed node of two trips: its status ConfigMap is patched
-    strict = Remediator(remediator, RemediationPolicy(breaker_share=0.3, breaker_min_nodes=1), NS)
+    strict = Remediator(remediator, policy=RemediationPolicy(breaker_share=0.3, breaker_min_nodes=1), namespace=NS)
     assert strict.run_once().breaker.tripped
-    assert world.admin.get(CONFIGMAP, "gpuchain-remediator", NS)["data"]["breaker"] == "open"
+    assert world.admin.get(CONFIGMAP, name="gpuchain-remediator", namespace=NS)["data"]["breaker"] == "open"
     _did_exactly_its_job(world, account, remediator)
     world.admin.create(_gpu_pod("ml", "bystander", "gpu-b"))
     _refused(
-        lambda: remediator.delete(POD, "bystander", "ml"),
+        lambda: remediator.delete(POD, name="bystander", namespace="ml"),
         lambda: remediator.patch_status(NODE, "gpu-b", {"conditions": [{"type": "GPUHealthy", "status": "True"}]}),
         lambda: remediator.create(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ml"}}
@@ -522,7 +543,7 @@ def test_the_exporter_is_granted_nothing(world: World) -> None:
 
     _refused(
         lambda: asyncio.run(watch()),
-        lambda: exporter.get(NODE, "gpu-a"),
-        lambda: exporter.list(POD, NS),
-        lambda: exporter.record_event(world.admin.get(NODE, "gpu-a"), "Probe", "probe"),
+        lambda: exporter.get(NODE, name="gpu-a"),
+        lambda: exporter.list(POD, namespace=NS),
+        lambda: exporter.record_event(world.admin.get(NODE, name="gpu-a"), reason="Probe", message="probe"),
     )

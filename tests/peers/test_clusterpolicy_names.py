@@ -41,7 +41,7 @@ def _install(live: LiveCluster, path: Path) -> None:
     live.create(crd)
     deadline = time.monotonic() + 30
     while True:
-        conditions = (live.get(CRD, crd["metadata"]["name"]).get("status") or {}).get("conditions") or []
+        conditions = (live.get(CRD, name=crd["metadata"]["name"]).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
         assert time.monotonic() < deadline, f"{crd['metadata']['name']} not established within 30s"

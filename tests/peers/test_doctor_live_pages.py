@@ -57,7 +57,7 @@ class WholeObjects(LiveCluster):
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]:
-        return self.list(kind, namespace, label_selector, field_selector)
+        return self.list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
 
 def _left_out(obj: Obj) -> Obj:
@@ -82,12 +82,14 @@ def test_pages_give_every_object_the_plain_list_gives_less_managed_fields(
 ) -> None:
     _load(apiserver, live_cluster)
     images = [{"names": ["nvcr.io/nvidia/driver@sha256:" + "0" * 64, "nvcr.io/nvidia/driver:570"], "sizeBytes": 1}]
-    live_cluster.patch_status(NODE, "gpu-0", {"images": images})  # what a kubelet reports; the simulator has none
+    live_cluster.patch_status(
+        NODE, name="gpu-0", status={"images": images}
+    )  # what a kubelet reports; the simulator has none
     live_cluster.list_page = 7
     for kind, namespace, fields in READS:
-        whole = live_cluster.list(kind, namespace, field_selector=fields)
+        whole = live_cluster.list(kind, namespace=namespace, field_selector=fields)
         live_cluster.calls.reset()
-        paged = live_cluster.list_readonly(kind, namespace, field_selector=fields)
+        paged = live_cluster.list_readonly(kind, namespace=namespace, field_selector=fields)
         assert paged == [_left_out(o) for o in whole], kind
         assert live_cluster.calls.by_verb["list"] == max(1, -(-len(whole) // 7)), kind  # one request per page
         if kind in (NODE, POD, DAEMONSET, CONFIGMAP):  # the server writes them on every object; gone here
@@ -98,7 +100,9 @@ def test_pages_give_every_object_the_plain_list_gives_less_managed_fields(
             mounts = [o["spec"]["containers"][0].get("volumeMounts") for o in paged]
             assert mounts == [o["spec"]["containers"][0].get("volumeMounts") for o in whole] and any(mounts)
     nodes = {o["metadata"]["name"]: o for o in live_cluster.list_readonly(NODE)}
-    assert live_cluster.get(NODE, "gpu-0")["status"]["images"] == images and "images" not in nodes["gpu-0"]["status"]
+    assert (
+        live_cluster.get(NODE, name="gpu-0")["status"]["images"] == images and "images" not in nodes["gpu-0"]["status"]
+    )
     assert nodes["gpu-0"]["status"]["capacity"]["nvidia.com/gpu"] == "8"
     assert len(live_cluster.list_readonly(POD)) > 200
 

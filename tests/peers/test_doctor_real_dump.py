@@ -38,7 +38,7 @@ def install_nvidia_crds(live: LiveCluster) -> None:
         live.create(crd)
 
         def established(crd_name: str = crd["metadata"]["name"]) -> bool:
-            conditions = (live.get(CRD, crd_name).get("status") or {}).get("conditions") or []
+            conditions = (live.get(CRD, name=crd_name).get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         _until(established, f"{name} is established")

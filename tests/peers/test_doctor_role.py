@@ -59,6 +59,6 @@ def test_the_doctor_role_runs_doctor_dump_and_verify_and_writes_nothing(
     try:
         node = reader.list(NODE)[0]["metadata"]["name"]
         with pytest.raises(ForbiddenError):
-            reader.patch(NODE, node, {"metadata": {"labels": {"doctor-wrote": "yes"}}})
+            reader.patch(NODE, name=node, patch={"metadata": {"labels": {"doctor-wrote": "yes"}}})
     finally:
         reader.close()

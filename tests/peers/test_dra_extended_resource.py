@@ -57,7 +57,7 @@ def live(apiserver: ApiServer) -> Iterator[LiveCluster]:
         yield cluster
         # the class is cluster-wide: left behind, it would send other tests' nvidia.com/gpu pods to DRA
         with contextlib.suppress(NotFoundError):
-            cluster.delete(DEVICE_CLASS, whole_gpu_class()["metadata"]["name"])
+            cluster.delete(DEVICE_CLASS, name=whole_gpu_class()["metadata"]["name"])
 
 
 def _pod(apiserver: ApiServer, name: str) -> dict:  # type: ignore[type-arg]
@@ -69,12 +69,12 @@ def test_nvidia_gpu_request_is_served_by_a_whole_dra_gpu_only_through_the_class(
 ) -> None:
     node = SchedulerOnlyNode(apiserver, NODE, NS)
     node.create()
-    sim = SimBackend(load_yaml_model(Topology, TOPOLOGY))
+    sim = SimBackend(load_yaml_model(Topology, text=TOPOLOGY))
     whole = next(g for g in sim.inventory().gpus if not g.mig_enabled)
     config = DriverConfig(node=NODE, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", unlabelled=DRA)
-    driver = DraDriver(sim, live, config)
+    driver = DraDriver(sim, cluster=live, config=config)
     driver.publish()
-    devices = live.get(RESOURCE_SLICE, slice_name(NODE))["spec"]["devices"]
+    devices = live.get(RESOURCE_SLICE, name=slice_name(NODE))["spec"]["devices"]
     kinds = {d["name"]: d["attributes"]["type"]["string"] for d in devices}
     assert sorted(kinds.values()) == ["gpu"] + ["mig"] * 7
     (gpu_device,) = [name for name, kind in kinds.items() if kind == "gpu"]
@@ -83,7 +83,7 @@ def test_nvidia_gpu_request_is_served_by_a_whole_dra_gpu_only_through_the_class(
     node.gpu_pod("before", 1)
     cond = wait_for("plain GPU pod refused", lambda: node.unschedulable("before"), 60)
     assert "nvidia.com/gpu" in cond["message"]
-    assert not live.list(RESOURCE_CLAIM, NS)
+    assert not live.list(RESOURCE_CLAIM, namespace=NS)
     apiserver.request("DELETE", f"/api/v1/namespaces/{NS}/pods/before", {"gracePeriodSeconds": 0})
 
     created = apiserver.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", whole_gpu_class())
@@ -91,7 +91,7 @@ def test_nvidia_gpu_request_is_served_by_a_whole_dra_gpu_only_through_the_class(
 
     node.gpu_pod("bridged", 1)
     wait_for("bridged pod bound", lambda: _pod(apiserver, "bridged")["spec"].get("nodeName") == NODE or None, 60)
-    (claim,) = live.list(RESOURCE_CLAIM, NS)
+    (claim,) = live.list(RESOURCE_CLAIM, namespace=NS)
     assert claim["metadata"]["annotations"][EXTENDED_CLAIM] == "true"
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert (result["driver"], result["device"]) == (DRIVER, gpu_device)
@@ -106,4 +106,4 @@ def test_nvidia_gpu_request_is_served_by_a_whole_dra_gpu_only_through_the_class(
     # seven MIG devices are free, but nvidia.com/gpu means a whole GPU
     node.gpu_pod("no-whole-gpu-left", 1)
     wait_for("second plain GPU pod refused", lambda: node.unschedulable("no-whole-gpu-left"), 60)
-    assert len(live.list(RESOURCE_CLAIM, NS)) == 1
+    assert len(live.list(RESOURCE_CLAIM, namespace=NS)) == 1

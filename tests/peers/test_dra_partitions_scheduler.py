@@ -66,17 +66,17 @@ def test_counters_keep_overlapping_placements_and_the_whole_gpu_apart(
 ) -> None:
     node = SchedulerOnlyNode(apiserver, NODE, NS)
     node.create()
-    sim = SimBackend(load_yaml_model(Topology, TOPOLOGY))
+    sim = SimBackend(load_yaml_model(Topology, text=TOPOLOGY))
     config = DriverConfig(
         node=NODE, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", unlabelled=DRA, partitionable_mig=True
     )
-    driver = DraDriver(sim, live, config)
+    driver = DraDriver(sim, cluster=live, config=config)
     published = driver.publish()
     assert driver.partitions_served, "the API server dropped the shared counters: is DRAPartitionableDevices on?"
-    counters = live.get(RESOURCE_SLICE, f"{NODE}-{DRIVER}-counters-0")
+    counters = live.get(RESOURCE_SLICE, name=f"{NODE}-{DRIVER}-counters-0")
     assert [c["name"] for c in counters["spec"]["sharedCounters"]] == ["gpu-0-counter-set", "gpu-1-counter-set"]
     assert counters["spec"]["sharedCounters"][0]["counters"]["memory-slice-7"] == {"value": "1"}
-    gpu0 = live.get(RESOURCE_SLICE, f"{NODE}-{DRIVER}-gpu-0")
+    gpu0 = live.get(RESOURCE_SLICE, name=f"{NODE}-{DRIVER}-gpu-0")
     assert gpu0["spec"]["devices"][1]["consumesCounters"][0]["counterSet"] == "gpu-0-counter-set"
     assert gpu0["spec"]["pool"]["resourceSliceCount"] == 4  # the plain slice, the counters, two GPUs
     assert "gpu-0-mig-4g40gb-3-0" in published.devices
@@ -103,7 +103,7 @@ def test_counters_keep_overlapping_placements_and_the_whole_gpu_apart(
         assert not node.claim(name).get("status", {}).get("allocation"), name
 
     # the driver prepares what the scheduler allocated: the MIG instance at the allocated placement
-    claim = live.get(RESOURCE_CLAIM, "three-at-4", NS)
+    claim = live.get(RESOURCE_CLAIM, name="three-at-4", namespace=NS)
     ref = ClaimRef(NS, claim["metadata"]["uid"], "three-at-4")
     prepared = driver.prepare(ref)
     (instance,) = sim.gpu_instances(0)

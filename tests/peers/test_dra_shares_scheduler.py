@@ -56,15 +56,15 @@ def test_two_half_gpu_claims_share_one_gpu_and_a_third_does_not_fit(
 ) -> None:
     node = SchedulerOnlyNode(apiserver, NODE, NS)
     node.create()
-    sim = SimBackend(load_yaml_model(Topology, TOPOLOGY))
+    sim = SimBackend(load_yaml_model(Topology, text=TOPOLOGY))
     gpu = sim.inventory().gpus[0]
     config = DriverConfig(
         node=NODE, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", unlabelled=DRA, gpu_shares=True
     )
-    driver = DraDriver(sim, live, config)
+    driver = DraDriver(sim, cluster=live, config=config)
     driver.publish()
     assert driver.shares_served, "the API server dropped allowMultipleAllocations: is DRAConsumableCapacity on?"
-    (device,) = live.get(RESOURCE_SLICE, slices.slice_name(NODE))["spec"]["devices"]
+    (device,) = live.get(RESOURCE_SLICE, name=slices.slice_name(NODE))["spec"]["devices"]
     assert device["allowMultipleAllocations"] is True
     assert device["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] == "1Mi"
     assert not driver.publish().changed  # what the API server wrote back is what was published
@@ -91,7 +91,7 @@ def test_two_half_gpu_claims_share_one_gpu_and_a_third_does_not_fit(
     # the driver prepares each share with its own limits, from what the scheduler booked
     envs = {}
     for name in ("half-a", "half-b"):
-        claim = live.get(RESOURCE_CLAIM, name, NS)
+        claim = live.get(RESOURCE_CLAIM, name=name, namespace=NS)
         ref = ClaimRef(NS, claim["metadata"]["uid"], name)
         prepared = driver.prepare(ref)
         share_id = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]

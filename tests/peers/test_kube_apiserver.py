@@ -44,7 +44,7 @@ def install_crd(live: LiveCluster) -> None:
     live.create(yaml.safe_load(CRD_FILE.read_text()))
 
     def established() -> bool:
-        conditions = (live.get(CRD, "clusterpolicies.gpuchain.io").get("status") or {}).get("conditions") or []
+        conditions = (live.get(CRD, name="clusterpolicies.gpuchain.io").get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     _until(established, "the ClusterPolicy CRD is established")
@@ -64,16 +64,18 @@ def test_the_server_is_the_pinned_release(apiserver: ApiServer) -> None:
 def test_the_servers_schema_check_accepts_the_default_policy_and_refuses_a_bad_one(live_cluster: LiveCluster) -> None:
     install_crd(live_cluster)
     live_cluster.create(cluster_policy("cluster-policy", {"mig": {"strategy": "mixed"}}))
-    assert live_cluster.get(CLUSTER_POLICY, "cluster-policy")["spec"]["mig"]["strategy"] == "mixed"
+    assert live_cluster.get(CLUSTER_POLICY, name="cluster-policy")["spec"]["mig"]["strategy"] == "mixed"
     with pytest.raises(InvalidError, match=r"spec\.mig\.strategy"):
-        live_cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"mig": {"strategy": "sideways"}}})
+        live_cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"mig": {"strategy": "sideways"}}})
     with pytest.raises(InvalidError, match="spec.operator.defaultRuntime"):
         live_cluster.create(cluster_policy("bad-runtime", {"operator": {"defaultRuntime": "podman"}}))
-    assert live_cluster.get_or_none(CLUSTER_POLICY, "bad-runtime") is None
+    assert live_cluster.get_or_none(CLUSTER_POLICY, name="bad-runtime") is None
 
 
 def _roles(cluster: LiveCluster) -> list[str]:
-    args = cluster.get(DAEMONSET, NODE_AGENT.name, NS)["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = cluster.get(DAEMONSET, name=NODE_AGENT.name, namespace=NS)["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
     roles: list[str] = args[args.index("--roles") + 1].split(",")
     return roles
 
@@ -88,7 +90,9 @@ async def test_the_operator_reconciles_through_real_watches(
     monkeypatch.setenv("KUBECONFIG", str(apiserver.kubeconfig))  # kopf logs in as a real client would
     stop = asyncio.Event()
     config = RuntimeConfig(namespace=NS, min_interval=0.05, resync=600)
-    task = asyncio.create_task(run(LiveCluster.from_kubeconfig(str(apiserver.kubeconfig)), config, stop_flag=stop))
+    task = asyncio.create_task(
+        run(LiveCluster.from_kubeconfig(str(apiserver.kubeconfig)), config=config, stop_flag=stop)
+    )
 
     async def until(check: Any, what: str) -> None:
         deadline = time.monotonic() + 60
@@ -98,22 +102,28 @@ async def test_the_operator_reconciles_through_real_watches(
             await asyncio.sleep(0.2)
 
     try:
-        await until(lambda: "status" in live_cluster.get(CLUSTER_POLICY, "cluster-policy"), "a status")
+        await until(lambda: "status" in live_cluster.get(CLUSTER_POLICY, name="cluster-policy"), "a status")
         # the default layout: NVIDIA's driver and toolkit, one node agent for the gpuchain operands
         wanted = {DRIVER.name, TOOLKIT.name, NODE_AGENT.name}
-        await until(lambda: {name_of(d) for d in live_cluster.list(DAEMONSET, NS)} == wanted, "the DaemonSets")
-        status = live_cluster.get(CLUSTER_POLICY, "cluster-policy")["status"]
+        await until(
+            lambda: {name_of(d) for d in live_cluster.list(DAEMONSET, namespace=NS)} == wanted, "the DaemonSets"
+        )
+        status = live_cluster.get(CLUSTER_POLICY, name="cluster-policy")["status"]
         assert status["gpuNodes"] == 2
         assert status["operands"]["dcgm-exporter"]["state"] == "disabled"
         # The server defaulted and validated every DaemonSet the operator wrote.
-        for ds in live_cluster.list(DAEMONSET, NS):
+        for ds in live_cluster.list(DAEMONSET, namespace=NS):
             assert ds["metadata"]["generation"] >= 1 and ds["spec"]["template"]["spec"]["containers"]
         # A spec change arrives through the watch and is acted on.
-        live_cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": True}}})
+        live_cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": True}}})
         await until(lambda: "exporter" in _roles(live_cluster), "the node agent's exporter role")
         # the pass writes the DaemonSet before the Service, so the Service may land a moment later
-        await until(lambda: live_cluster.get_or_none(SERVICE, EXPORTER_SERVICE, NS), "the exporter Service")
-        assert live_cluster.get(SERVICE, EXPORTER_SERVICE, NS)["spec"]["selector"] == {"app": NODE_AGENT.name}
+        await until(
+            lambda: live_cluster.get_or_none(SERVICE, name=EXPORTER_SERVICE, namespace=NS), "the exporter Service"
+        )
+        assert live_cluster.get(SERVICE, name=EXPORTER_SERVICE, namespace=NS)["spec"]["selector"] == {
+            "app": NODE_AGENT.name
+        }
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
@@ -127,7 +137,7 @@ def test_a_service_account_token_is_its_own_identity_under_rbac(apiserver: ApiSe
     try:
         admin.create(gpu_node("gpu-0"))
         with pytest.raises(Exception, match="forbidden"):
-            agent.get(NODE, "gpu-0")
+            agent.get(NODE, name="gpu-0")
         apiserver.request(
             "POST",
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
@@ -146,7 +156,7 @@ def test_a_service_account_token_is_its_own_identity_under_rbac(apiserver: ApiSe
             },
         )
         _until(lambda: _allowed(agent, "gpu-0"), "the RBAC binding takes effect")
-        out = agent.patch(NODE, "gpu-0", {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}}})
+        out = agent.patch(NODE, name="gpu-0", patch={"metadata": {"labels": {"nvidia.com/gpu.present": "true"}}})
         assert out["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
     finally:
         for path in (
@@ -161,7 +171,7 @@ def test_a_service_account_token_is_its_own_identity_under_rbac(apiserver: ApiSe
 
 def _allowed(agent: LiveCluster, node_name: str) -> bool:
     try:
-        agent.get(NODE, node_name)
+        agent.get(NODE, name=node_name)
     except Exception:
         return False
     return True
@@ -208,7 +218,7 @@ def test_kubectl_cluster_info_dump_layout(apiserver: ApiServer, live_cluster: Li
     assert pods["items"][0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     # A pod no kubelet ran has no logs; kubectl still writes the file, saying so.
     assert (out_dir / "ml" / "trainer" / "logs.txt").is_file()
-    assert live_cluster.get(POD, "trainer", "ml")["spec"]["nodeName"] == "gpu-0"
+    assert live_cluster.get(POD, name="trainer", namespace="ml")["spec"]["nodeName"] == "gpu-0"
 
 
 #: Kinds whose status the API server resets on create (a kubelet or controller writes it later).
@@ -252,7 +262,7 @@ def copy_into(apiserver: ApiServer, live: LiveCluster, source: Any) -> None:
             created = live.create(body)
             uids[(obj["kind"], ns, meta["name"])] = created["metadata"]["uid"]
             if obj.get("status") and obj["kind"] in _STATUS_WRITTEN_LATER:
-                live.patch_status(kind, meta["name"], obj["status"], ns)
+                live.patch_status(kind, name=meta["name"], status=obj["status"], namespace=ns)
 
 
 @pytest.mark.parametrize("scenario", ["friday-scale-out", "gpu-fell-off-bus", "mig-stuck-pending"])
@@ -352,7 +362,7 @@ def test_a_node_bound_token_carries_its_node_to_admission_policies(apiserver: Ap
 
             def denied_elsewhere() -> bool:
                 try:  # a patch that changes nothing still passes admission, and writes nothing
-                    agent.patch(NODE, "gpu-1", {"metadata": {"labels": {"probe": None}}})
+                    agent.patch(NODE, name="gpu-1", patch={"metadata": {"labels": {"probe": None}}})
                 except Exception as exc:  # forbidden: first RBAC until it syncs, then the policy
                     return "only its own Node" in str(exc)
                 return False
@@ -360,10 +370,10 @@ def test_a_node_bound_token_carries_its_node_to_admission_policies(apiserver: Ap
             _until(denied_elsewhere, "the policy denies gpu-0's agent writing gpu-1")
             # A validation with no `reason` denies as 422 Invalid (not 403), so callers see InvalidError.
             with pytest.raises(InvalidError, match="only its own Node"):
-                agent.patch(NODE, "gpu-1", label)
-            out = agent.patch(NODE, "gpu-0", label)
+                agent.patch(NODE, name="gpu-1", patch=label)
+            out = agent.patch(NODE, name="gpu-0", patch=label)
             assert out["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
-            assert "nvidia.com/gpu.present" not in admin.get(NODE, "gpu-1")["metadata"]["labels"]
+            assert "nvidia.com/gpu.present" not in admin.get(NODE, name="gpu-1")["metadata"]["labels"]
         finally:
             agent.close()
     finally:

@@ -89,9 +89,9 @@ def world(kube_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -
     try:
         gfd = agents[AGENTS[0]]
         probe = {"metadata": {"labels": {"probe": "x"}}}
-        _until(lambda: _refusal(lambda: gfd.get(NODE, "gpu-a")) is None, "the chart's RBAC reaches the authorizer")
+        _until(lambda: _refusal(lambda: gfd.get(NODE, name="gpu-a")) is None, "the chart's RBAC reaches the authorizer")
         _until(
-            lambda: isinstance(_refusal(lambda: gfd.patch(NODE, "gpu-b", probe)), ForbiddenError),
+            lambda: isinstance(_refusal(lambda: gfd.patch(NODE, name="gpu-b", patch=probe)), ForbiddenError),
             f"ValidatingAdmissionPolicy {POLICY} is enforced",
         )
         evictions_judged(world.agents["gpuchain-mig-manager"], admin)
@@ -123,10 +123,10 @@ def _forbidden(write: Callable[[], object]) -> None:
 @pytest.mark.parametrize("account", LABELLERS)
 def test_a_node_agent_labels_its_own_node_only(world: World, account: str) -> None:
     agent = world.agents[account]
-    agent.patch(NODE, "gpu-a", {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}})
-    assert world.admin.get(NODE, "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
-    _forbidden(lambda: agent.patch(NODE, "gpu-b", {"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}}))
-    assert "nvidia.com/gpu.count" not in world.admin.get(NODE, "gpu-b")["metadata"]["labels"]
+    agent.patch(NODE, name="gpu-a", patch={"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}})
+    assert world.admin.get(NODE, name="gpu-a")["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    _forbidden(lambda: agent.patch(NODE, name="gpu-b", patch={"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}}))
+    assert "nvidia.com/gpu.count" not in world.admin.get(NODE, name="gpu-b")["metadata"]["labels"]
 
 
 @pytest.mark.parametrize("account", LABELLERS)
@@ -136,7 +136,7 @@ def test_a_node_agent_labels_its_own_node_only(world: World, account: str) -> No
     ids=["cordon", "taint"],
 )
 def test_a_node_agent_may_not_cordon_or_taint_even_its_own_node(world: World, account: str, spec: dict) -> None:
-    _forbidden(lambda: world.agents[account].patch(NODE, "gpu-a", {"spec": spec}))
+    _forbidden(lambda: world.agents[account].patch(NODE, name="gpu-a", patch={"spec": spec}))
 
 
 def test_the_dra_plugin_publishes_slices_for_its_own_node_only(world: World) -> None:
@@ -144,7 +144,7 @@ def test_the_dra_plugin_publishes_slices_for_its_own_node_only(world: World) -> 
     dra.create(_slice("gpu-a"))
     _forbidden(lambda: dra.create(_slice("gpu-b")))
     with pytest.raises(NotFoundError):
-        world.admin.get(SLICE, "gpu-b-gpu.gpuchain.io")
+        world.admin.get(SLICE, name="gpu-b-gpu.gpuchain.io")
 
 
 def _probe_policy(name: str, resource: str, operation: str, expression: str, message: str) -> list[dict[str, Any]]:
@@ -194,7 +194,7 @@ def test_the_mig_manager_evicts_pods_of_its_own_node_only(world: World) -> None:
     mig = world.agents["gpuchain-mig-manager"]
     own = _user_pod(world.admin, "gpu-a")
     mig.evict(own, NS)
-    assert isinstance(_refusal(lambda: world.admin.get(POD, own, NS)), NotFoundError)
+    assert isinstance(_refusal(lambda: world.admin.get(POD, name=own, namespace=NS)), NotFoundError)
     other = _user_pod(world.admin, "gpu-b")
     evictions_judged(mig, world.admin)
     err = _refusal(lambda: mig.evict(other, NS))
@@ -203,7 +203,7 @@ def test_the_mig_manager_evicts_pods_of_its_own_node_only(world: World) -> None:
         f"may evict only pods of the node its pod runs on (token bound to gpu-a, evicting {NS}/{other} on gpu-b)"
         in str(err)
     )
-    assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
+    assert world.admin.get(POD, name=other, namespace=NS)["spec"]["nodeName"] == "gpu-b"
 
     # an unscheduled pod is no node's: refused too (a fresh one each try: one evicted before the
     # policy's informer had it is gone)
@@ -244,7 +244,10 @@ def pod_deletes(world: World, kube_apiserver: ApiServer) -> Iterator[None]:
     for doc in grant:
         _apply(kube_apiserver, doc)
     mig = world.agents["gpuchain-mig-manager"]
-    _until(lambda: isinstance(_refusal(lambda: mig.delete(POD, "absent", NS)), NotFoundError), "the grant is in force")
+    _until(
+        lambda: isinstance(_refusal(lambda: mig.delete(POD, name="absent", namespace=NS)), NotFoundError),
+        "the grant is in force",
+    )
     try:
         yield
     finally:
@@ -256,10 +259,10 @@ def pod_deletes(world: World, kube_apiserver: ApiServer) -> Iterator[None]:
 def test_a_node_agent_deletes_pods_of_its_own_node_only(world: World, account: str) -> None:
     agent = world.agents[account]
     own = _user_pod(world.admin, "gpu-a")
-    agent.delete(POD, own, NS)
+    agent.delete(POD, name=own, namespace=NS)
     other = _user_pod(world.admin, "gpu-b")
-    _forbidden(lambda: agent.delete(POD, other, NS))
-    assert world.admin.get(POD, other, NS)["spec"]["nodeName"] == "gpu-b"
+    _forbidden(lambda: agent.delete(POD, name=other, namespace=NS))
+    assert world.admin.get(POD, name=other, namespace=NS)["spec"]["nodeName"] == "gpu-b"
 
 
 @pytest.mark.usefixtures("pod_deletes")
@@ -291,10 +294,10 @@ def test_an_eviction_escapes_pod_rules_so_the_policy_looks_the_pod_up(world: Wor
         _remove(kube_apiserver, sees)
         _until(lambda: isinstance(_refusal(lambda: mig.evict("absent", NS)), NotFoundError), "the probe is gone")
         victim = _user_pod(world.admin, "gpu-b")
-        _forbidden(lambda: mig.delete(POD, victim, NS))
+        _forbidden(lambda: mig.delete(POD, name=victim, namespace=NS))
         err = _refusal(lambda: mig.evict(victim, NS))
         assert err is None, f"the eviction was refused: {err!r}"
-        assert isinstance(_refusal(lambda: world.admin.get(POD, victim, NS)), NotFoundError)
+        assert isinstance(_refusal(lambda: world.admin.get(POD, name=victim, namespace=NS)), NotFoundError)
     finally:
         _remove(kube_apiserver, sees)
         saved["metadata"] = {"name": EVICTIONS, "labels": saved["metadata"].get("labels", {})}

@@ -122,7 +122,7 @@ class World:
     impostor: LiveCluster  # an account named gpuchain-gpu-health in another namespace, on gpu-a
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.admin.get(NODE, name)
+        return self.admin.get(NODE, name=name)
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +194,8 @@ def _wait_enforced(world: World) -> None:
 
     def rbac_synced() -> bool:
         reads = (
-            lambda: world.agent_a.get(NODE, "gpu-a"),
-            lambda: world.impostor.get(NODE, "gpu-a"),
+            lambda: world.agent_a.get(NODE, name="gpu-a"),
+            lambda: world.impostor.get(NODE, name="gpu-a"),
             lambda: world.remediator.list(NODE),
         )
         return all(_refusal(read) is None for read in reads)
@@ -232,8 +232,8 @@ def test_gpu_health_publishes_on_its_own_node(world: World) -> None:
     """The real publisher, as gpu-health on gpu-a: annotations, GPUHealthy condition, Event."""
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-a")
     gpu = backend.inventory().gpu(3).uuid
-    publisher = GpuHealthPublisher(backend, world.agent_a, "gpu-a", lambda: [], quiet_seconds=0)
-    publisher.handle(backend.inject_xid(3, 79))
+    publisher = GpuHealthPublisher(backend, cluster=world.agent_a, node_name="gpu-a", pods=lambda: [], quiet_seconds=0)
+    publisher.handle(backend.inject_xid(3, xid=79))
     result = publisher.publish()
     assert result.annotations_written and result.condition_written
     node = world.node("gpu-a")
@@ -249,10 +249,13 @@ def test_gpu_health_may_not_write_another_node(world: World) -> None:
     before = world.node("gpu-b")
     message = "gpu-health may write only the Node its pod runs on, not gpu-b"
     annotate = {"metadata": {"annotations": {FAULTS_ANNOTATION: "[]"}}}
-    _forbidden(lambda: world.agent_a.patch(NODE, "gpu-b", annotate), message)
-    _forbidden(lambda: world.agent_a.set_condition(NODE, "gpu-b", {"type": CONDITION_TYPE, "status": "False"}), message)
+    _forbidden(lambda: world.agent_a.patch(NODE, name="gpu-b", patch=annotate), message)
+    _forbidden(
+        lambda: world.agent_a.set_condition(NODE, name="gpu-b", condition={"type": CONDITION_TYPE, "status": "False"}),
+        message,
+    )
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-b")
-    publisher = GpuHealthPublisher(backend, world.agent_a, "gpu-b", lambda: [])
+    publisher = GpuHealthPublisher(backend, cluster=world.agent_a, node_name="gpu-b", pods=lambda: [])
     _forbidden(publisher.publish, message)
     assert world.node("gpu-b") == before
 
@@ -260,7 +263,7 @@ def test_gpu_health_may_not_write_another_node(world: World) -> None:
 def test_gpu_health_says_why_when_the_cluster_refuses_it(world: World, caplog: pytest.LogCaptureFixture) -> None:
     """Misplaced gpu-health (--node naming another node) keeps running and logs the refusal as one."""
     backend = SimBackend.from_preset("h100-80gb-x8", node="gpu-b")
-    publisher = GpuHealthPublisher(backend, world.agent_a, "gpu-b", lambda: [])
+    publisher = GpuHealthPublisher(backend, cluster=world.agent_a, node_name="gpu-b", pods=lambda: [])
 
     async def one_pass() -> None:
         stop = asyncio.Event()
@@ -279,7 +282,7 @@ def test_gpu_health_says_why_when_the_cluster_refuses_it(world: World, caplog: p
 
 def test_gpu_health_needs_a_token_bound_to_a_pod_on_the_node(world: World) -> None:
     write = {"metadata": {"annotations": {PODS_ANNOTATION: "{}"}}}
-    _forbidden(lambda: world.unbound_agent.patch(NODE, "gpu-a", write), "gpu-health's token names no node")
+    _forbidden(lambda: world.unbound_agent.patch(NODE, name="gpu-a", patch=write), "gpu-health's token names no node")
 
 
 #: What gpu-health must not change on its own Node: (subresource, merge patch).
@@ -309,7 +312,7 @@ def test_gpu_health_may_change_nothing_else_on_its_node(world: World, what: str)
         code, message = _raw_patch(world, world.agent_token, "/api/v1/nodes/gpu-a/status", body)
         assert (code, only in message) == (403, True), (code, message)
     else:
-        _forbidden(lambda: world.agent_a.patch(NODE, "gpu-a", body), only)
+        _forbidden(lambda: world.agent_a.patch(NODE, name="gpu-a", patch=body), only)
     assert world.node("gpu-a") == before
 
 
@@ -331,9 +334,9 @@ def test_nobody_else_may_write_gpu_health(world: World, who: str) -> None:
     writer: LiveCluster = getattr(world, who)
     before = world.node("gpu-a")
     forged = {"metadata": {"annotations": {FAULTS_ANNOTATION: '[{"uuid": "GPU-forged"}]'}}}
-    _forbidden(lambda: writer.patch(NODE, "gpu-a", forged), "only gpuchain's gpu-health agent")
+    _forbidden(lambda: writer.patch(NODE, name="gpu-a", patch=forged), "only gpuchain's gpu-health agent")
     condition = {"type": CONDITION_TYPE, "status": "False", "reason": "Forged", "message": "forged"}
-    err = _refusal(lambda: writer.set_condition(NODE, "gpu-a", condition))
+    err = _refusal(lambda: writer.set_condition(NODE, name="gpu-a", condition=condition))
     assert err is not None and err.code == 403, err
     assert world.node("gpu-a") == before
 
@@ -341,15 +344,21 @@ def test_nobody_else_may_write_gpu_health(world: World, who: str) -> None:
 def test_everyone_else_keeps_their_writes(world: World) -> None:
     """The remediator taints and cordons; an admin labels, annotates and sets other conditions."""
     taint = {"key": "gpuchain.io/gpu-reset-required", "effect": "NoSchedule"}
-    world.remediator.patch(NODE, "gpu-a", {"spec": {"taints": [taint]}})
-    world.remediator.patch(NODE, "gpu-a", {"metadata": {"annotations": {"gpuchain.io/cordoned-by": "remediator"}}})
-    world.admin.patch(NODE, "gpu-a", {"metadata": {"labels": {"example.com/rack": "r1"}}})
-    world.admin.set_condition(NODE, "gpu-a", {"type": "Ready", "status": "True", "reason": "KubeletReady"})
+    world.remediator.patch(NODE, name="gpu-a", patch={"spec": {"taints": [taint]}})
+    world.remediator.patch(
+        NODE, name="gpu-a", patch={"metadata": {"annotations": {"gpuchain.io/cordoned-by": "remediator"}}}
+    )
+    world.admin.patch(NODE, name="gpu-a", patch={"metadata": {"labels": {"example.com/rack": "r1"}}})
+    world.admin.set_condition(
+        NODE, name="gpu-a", condition={"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    )
     node = world.node("gpu-a")
     assert node["spec"]["taints"] == [taint]
     assert node["metadata"]["annotations"]["gpuchain.io/cordoned-by"] == "remediator"
     assert node["metadata"]["labels"]["example.com/rack"] == "r1"
-    world.admin.patch(NODE, "gpu-a", {"spec": {"taints": None}, "metadata": {"labels": {"example.com/rack": None}}})
+    world.admin.patch(
+        NODE, name="gpu-a", patch={"spec": {"taints": None}, "metadata": {"labels": {"example.com/rack": None}}}
+    )
 
 
 def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) -> None:
@@ -358,14 +367,17 @@ def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) ->
     what gpu-health writes again (admission.verify_writes / written_under_policy on the server's
     own objects)."""
     healthy = {"type": CONDITION_TYPE, "status": "False", "reason": "GPUXidError", "message": "XID 79"}
-    world.agent_a.set_condition(NODE, "gpu-a", {**healthy, "lastHeartbeatTime": "2020-01-01T00:00:00Z"})
+    world.agent_a.set_condition(NODE, name="gpu-a", condition={**healthy, "lastHeartbeatTime": "2020-01-01T00:00:00Z"})
     others = [c for c in world.node("gpu-a")["status"]["conditions"] if c["type"] != CONDITION_TYPE]
     clear = {"conditions": others}
-    _forbidden(lambda: world.admin.patch_status(NODE, "gpu-a", clear), "only gpuchain's gpu-health agent")
+    _forbidden(lambda: world.admin.patch_status(NODE, name="gpu-a", status=clear), "only gpuchain's gpu-health agent")
 
     binding_path = f"{ADMISSION}/validatingadmissionpolicybindings/{POLICY_NAME}"
     world.apiserver.request("DELETE", binding_path)
-    _until(lambda: _refusal(lambda: world.admin.patch_status(NODE, "gpu-a", clear)) is None, "the binding is lifted")
+    _until(
+        lambda: _refusal(lambda: world.admin.patch_status(NODE, name="gpu-a", status=clear)) is None,
+        "the binding is lifted",
+    )
     assert all(c["type"] != CONDITION_TYPE for c in world.node("gpu-a")["status"]["conditions"])
     _apply(
         world.apiserver,
@@ -380,8 +392,8 @@ def test_an_admin_clears_gpu_health_only_by_lifting_the_binding(world: World) ->
     policy = world.apiserver.request("GET", f"{ADMISSION}/validatingadmissionpolicies/{POLICY_NAME}")
     binding = world.apiserver.request("GET", binding_path)
     assert verify_writes(policy, binding) is None
-    world.agent_a.set_condition(NODE, "gpu-a", {**healthy, "lastHeartbeatTime": now_rfc3339()})
-    assert written_under_policy(world.node("gpu-a"), trusted_since(binding))
+    world.agent_a.set_condition(NODE, name="gpu-a", condition={**healthy, "lastHeartbeatTime": now_rfc3339()})
+    assert written_under_policy(world.node("gpu-a"), since=trusted_since(binding))
 
 
 def test_gpu_health_runs_the_repair_loop_and_lifts_only_its_startup_taint(world: World) -> None:
@@ -389,15 +401,17 @@ def test_gpu_health_runs_the_repair_loop_and_lifts_only_its_startup_taint(world:
     the readiness gate removing its own startup taint (and no other)."""
     other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     gate = {"key": "gpuchain.io/gpu-not-ready", "effect": "NoSchedule"}
-    world.admin.patch(NODE, "gpu-a", {"spec": {"taints": [other, gate]}})
+    world.admin.patch(NODE, name="gpu-a", patch={"spec": {"taints": [other, gate]}})
     only = "on its Node gpu-health may change only"
-    _forbidden(lambda: world.agent_a.patch(NODE, "gpu-a", {"spec": {"taints": [gate]}}), only)
-    world.agent_a.patch(NODE, "gpu-a", {"spec": {"taints": [other]}})
+    _forbidden(lambda: world.agent_a.patch(NODE, name="gpu-a", patch={"spec": {"taints": [gate]}}), only)
+    world.agent_a.patch(NODE, name="gpu-a", patch={"spec": {"taints": [other]}})
     loop = {"gpuchain.io/gpu-loop": "{}", "gpuchain.io/reboot-requested": "x"}
-    world.agent_a.patch(NODE, "gpu-a", {"metadata": {"annotations": loop}})
-    world.agent_a.set_condition(NODE, "gpu-a", {"type": "GPUReady", "status": "True", "reason": "BurnInPassed"})
+    world.agent_a.patch(NODE, name="gpu-a", patch={"metadata": {"annotations": loop}})
+    world.agent_a.set_condition(
+        NODE, name="gpu-a", condition={"type": "GPUReady", "status": "True", "reason": "BurnInPassed"}
+    )
     forged = {"metadata": {"annotations": {"gpuchain.io/reboot-requested": "please"}}}
-    _forbidden(lambda: world.remediator.patch(NODE, "gpu-a", forged), "only gpuchain's gpu-health agent")
+    _forbidden(lambda: world.remediator.patch(NODE, name="gpu-a", patch=forged), "only gpuchain's gpu-health agent")
     node = world.node("gpu-a")
     assert node["spec"]["taints"] == [other] and node["metadata"]["annotations"]["gpuchain.io/reboot-requested"] == "x"
-    world.admin.patch(NODE, "gpu-a", {"spec": {"taints": None}})
+    world.admin.patch(NODE, name="gpu-a", patch={"spec": {"taints": None}})

@@ -108,7 +108,7 @@ def gpuchain(path: Path, variables: dict[str, str] | None = None) -> tuple[Outco
     """gpuchain's reader on one file and these environment variables, at start as the device
     plugin reads them."""
     try:
-        config = load_config(path, {"MPS_ROOT": MPS_ROOT, **(variables or {})})
+        config = load_config(path, env={"MPS_ROOT": MPS_ROOT, **(variables or {})})
     except ConfigFileError as exc:
         return REFUSED, str(exc)
     problems = config.plugin_problems()

@@ -125,7 +125,7 @@ def dgx_a100_links() -> tuple[GpuLink, ...]:
             return TopologyLevel.MULTIPLE
         return TopologyLevel.NODE if a // 4 == b // 4 else TopologyLevel.SYSTEM
 
-    return tuple(GpuLink(a, b, level(a, b)) for a in range(8) for b in range(a + 1, 8))
+    return tuple(GpuLink(a=a, b=b, level=level(a, b)) for a in range(8) for b in range(a + 1, 8))
 
 
 def as_json(inventory: Inventory) -> Any:

@@ -111,10 +111,13 @@ def _play_node(world: World) -> None:
             ]  # fmt: skip
             ready = [{"type": "Ready", "status": "True"}]
             world.admin.patch_status(
-                POD, name, {"phase": "Running", "conditions": ready, "containerStatuses": statuses}, NS
+                POD,
+                name=name,
+                status={"phase": "Running", "conditions": ready, "containerStatuses": statuses},
+                namespace=NS,
             )
     placed = {p["spec"]["nodeName"] for p in _driver_pods(world.admin)}
-    template = world.admin.get(DAEMONSET, DRIVER.name, NS)["spec"]["template"]
+    template = world.admin.get(DAEMONSET, name=DRIVER.name, namespace=NS)["spec"]["template"]
     for node in sorted(set(GPU_NODES) - placed):
         pod = {
             "apiVersion": "v1",
@@ -129,7 +132,7 @@ def _play_node(world: World) -> None:
 def _driver_pods(admin: LiveCluster) -> list[dict[str, Any]]:
     return [
         p
-        for p in admin.list(POD, NS, label_selector=MANAGED_SELECTOR)
+        for p in admin.list(POD, namespace=NS, label_selector=MANAGED_SELECTOR)
         if p["metadata"]["labels"].get("app") == DRIVER.name
     ]
 
@@ -149,10 +152,10 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
             "nodeAgent": {"enabled": False},  # one DaemonSet per operand, each pruned on its own below
         }
         admin.create(cluster_policy("cluster-policy", plugin_config))
-        first = reconcile(operator, "cluster-policy", NS)
-        assert len(admin.list(DAEMONSET, NS)) == len(OPERANDS), first
+        first = reconcile(operator, name="cluster-policy", namespace=NS)
+        assert len(admin.list(DAEMONSET, namespace=NS)) == len(OPERANDS), first
         assert "clusterpolicy/cluster-policy/status" in first.changed
-        assert reconcile(operator, "cluster-policy", NS).changed == []
+        assert reconcile(operator, name="cluster-policy", namespace=NS).changed == []
 
         # A Ready driver pod on each GPU node, from the DaemonSet (the test plays its controller and the kubelet).
         for _ in range(2):
@@ -161,39 +164,41 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
         admin.create(_gpu_pod("ml", "train", "gpu-a"))
 
         # A new driver version: the DaemonSet (OnDelete) changes, and each pass moves each node one step.
-        admin.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"driver": {"version": "580.95.05"}}})
+        admin.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"driver": {"version": "580.95.05"}}})
         deadline = time.monotonic() + 90
-        while not all(admin.get(NODE, n)["metadata"].get("labels", {}).get(STATE_LABEL) == DONE for n in GPU_NODES):
-            assert time.monotonic() < deadline, [admin.get(NODE, n)["metadata"].get("labels") for n in GPU_NODES]
-            reconcile(operator, "cluster-policy", NS)
+        while not all(
+            admin.get(NODE, name=n)["metadata"].get("labels", {}).get(STATE_LABEL) == DONE for n in GPU_NODES
+        ):
+            assert time.monotonic() < deadline, [admin.get(NODE, name=n)["metadata"].get("labels") for n in GPU_NODES]
+            reconcile(operator, name="cluster-policy", namespace=NS)
             _play_node(world)
             time.sleep(0.2)
         with pytest.raises(NotFoundError):
-            admin.get(POD, "train", "ml")
-        assert all(not admin.get(NODE, n).get("spec", {}).get("unschedulable") for n in GPU_NODES)
+            admin.get(POD, name="train", namespace="ml")
+        assert all(not admin.get(NODE, name=n).get("spec", {}).get("unschedulable") for n in GPU_NODES)
         assert {p["spec"]["containers"][0]["image"].rsplit(":", 1)[-1].split("-")[0] for p in _driver_pods(admin)} == {
             "580.95.05"
         }
 
         # Someone edits what the operator owns: it puts each back (a patch), then nothing.
         drift = {"metadata": {"labels": {"app.kubernetes.io/part-of": "someone-else"}}}
-        admin.patch(SERVICE_ACCOUNT, "gpuchain-device-plugin", drift, NS)
-        admin.patch(SERVICE, EXPORTER_SERVICE, drift, NS)
-        admin.patch(RUNTIME_CLASS, "nvidia", drift)
-        mended = reconcile(operator, "cluster-policy", NS).changed
+        admin.patch(SERVICE_ACCOUNT, name="gpuchain-device-plugin", patch=drift, namespace=NS)
+        admin.patch(SERVICE, name=EXPORTER_SERVICE, patch=drift, namespace=NS)
+        admin.patch(RUNTIME_CLASS, name="nvidia", patch=drift)
+        mended = reconcile(operator, name="cluster-policy", namespace=NS).changed
         assert {"serviceaccount/gpuchain-device-plugin", f"service/{EXPORTER_SERVICE}", "runtimeclass/nvidia"} <= set(
             mended
         ), mended
         # The exporter switched off: its DaemonSet and Service go.
-        admin.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
-        pruned = reconcile(operator, "cluster-policy", NS).changed
+        admin.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": False}}})
+        pruned = reconcile(operator, name="cluster-policy", namespace=NS).changed
         assert {"daemonset/nvidia-dcgm-exporter (deleted)", f"service/{EXPORTER_SERVICE} (deleted)"} <= set(pruned)
         # NVIDIA's ClusterPolicy left behind with no NVIDIA operator running: looked at, and gpuchain goes on.
         _install(admin, NVIDIA_CRD)
         nvidia = yaml.safe_load(NVIDIA_SAMPLE.read_text())
         nvidia["metadata"] = {"name": "cluster-policy"}
         world.apiserver.request("POST", "/apis/nvidia.com/v1/clusterpolicies", nvidia)
-        assert reconcile(operator, "cluster-policy", NS).state != "standingAside"
+        assert reconcile(operator, name="cluster-policy", namespace=NS).state != "standingAside"
 
         assert operator.refused == [], operator.refused
         asked = operator.requests
@@ -205,7 +210,7 @@ def test_the_operator_rolls_out_resyncs_and_upgrades_the_driver_with_its_own_rol
             lambda: operator.create(
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": NS}}
             ),
-            lambda: operator.delete(POD, "anything", "ml"),
+            lambda: operator.delete(POD, name="anything", namespace="ml"),
             lambda: operator.create(
                 {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x", "namespace": "ml"}, "spec": {}}
             ),
@@ -222,14 +227,18 @@ def test_gpuchain_operator_run_rolls_out_with_its_own_token(world: World, tmp_pa
     audit = AuditLog(world.apiserver)
     policy = cluster_policy("cluster-policy", {"dcgmExporter": {"enabled": True}})
     if admin.list(CLUSTER_POLICY):  # left by the test above
-        admin.patch(CLUSTER_POLICY, "cluster-policy", {"spec": policy["spec"]})
+        admin.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": policy["spec"]})
     else:
         admin.create(policy)
-    for ds in admin.list(DAEMONSET, NS):
-        admin.delete(DAEMONSET, ds["metadata"]["name"], NS)
+    for ds in admin.list(DAEMONSET, namespace=NS):
+        admin.delete(DAEMONSET, name=ds["metadata"]["name"], namespace=NS)
     start = audit.mark()
     with operator_run(world.kubeconfig, tmp_path, NS) as (proc, stderr):
-        _until(lambda: len(admin.list(DAEMONSET, NS)) == len(OPERANDS), "the roll-out by `gpuchain operator run`", 60)
+        _until(
+            lambda: len(admin.list(DAEMONSET, namespace=NS)) == len(OPERANDS),
+            "the roll-out by `gpuchain operator run`",
+            60,
+        )
         time.sleep(3)  # a few resyncs and kopf's watches
         assert proc.poll() is None, stderr.read_text()[-3000:]
     refused = audit.refused(start)

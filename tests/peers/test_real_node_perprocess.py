@@ -60,15 +60,15 @@ def test_each_process_is_charged_to_the_container_it_runs_in(node: RealNode) -> 
 
         sim = SimBackend.from_preset("h100-80gb-x8")
         gpu = sim.inventory().gpus[0]
-        sim.run_process(0, pids["usage-a"], memory_mib=1_000, sm_percent=20)
-        sim.run_process(0, pids["usage-b"], memory_mib=3_000, sm_percent=30)
+        sim.run_process(0, pid=pids["usage-a"], memory_mib=1_000, sm_percent=20)
+        sim.run_process(0, pid=pids["usage-b"], memory_mib=3_000, sm_percent=30)
         rows = [
             Assignment("nvidia.com/gpu", f"{gpu.uuid}::{i}", PodRef(NS, name, "main")) for i, name in enumerate(PODS)
         ]
         collector = GpuMetricsCollector(
             nvml_over(sim),
-            load_collectors(),
-            "node",
+            counters=load_collectors(),
+            hostname="node",
             pod_lister=lambda: rows,
             processes=True,
             cgroup_of=read_cgroup,

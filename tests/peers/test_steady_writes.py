@@ -84,13 +84,13 @@ def test_operator_passes_after_the_first_write_nothing(audit: AuditLog, live_clu
     live_cluster.create(gpu_node(NODE_NAME))
     live_cluster.create(cluster_policy("cluster-policy", spec))
     start = audit.mark()
-    first = reconcile(live_cluster, "cluster-policy", NS)
+    first = reconcile(live_cluster, name="cluster-policy", namespace=NS)
     counts = audit.counts(start)
     assert counts[("create", "daemonsets", "", "admin")] == daemonsets
     assert counts[("patch", "clusterpolicies", "status", "admin")] == 1
     assert "clusterpolicy/cluster-policy/status" in first.changed
     steady = audit.mark()
-    changed = [reconcile(live_cluster, "cluster-policy", NS).changed for _ in range(3)]
+    changed = [reconcile(live_cluster, name="cluster-policy", namespace=NS).changed for _ in range(3)]
     _no_writes(audit, steady, "the operator's reconcile")
     assert changed == [[], [], []]
 
@@ -132,8 +132,8 @@ def test_operator_run_resyncs_without_writing_or_logging_requests(
     proc, log = operator_process
 
     def rolled_out() -> bool:
-        status = live_cluster.get(CLUSTER_POLICY, "cluster-policy").get("status") or {}
-        return bool(status) and len(live_cluster.list(DAEMONSET, NS)) == 3  # driver, toolkit, node agent
+        status = live_cluster.get(CLUSTER_POLICY, name="cluster-policy").get("status") or {}
+        return bool(status) and len(live_cluster.list(DAEMONSET, namespace=NS)) == 3  # driver, toolkit, node agent
 
     _until(rolled_out, "the operator's roll-out", proc, log)
     steady = audit.mark()
@@ -165,8 +165,8 @@ def test_gpu_health_publishes_once_then_writes_nothing(
     _no_writes(audit, steady, "gpu-health --once")
 
     backend = SimBackend.from_preset("h100-80gb-x8")
-    publisher = GpuHealthPublisher(backend, live_cluster, NODE_NAME, lambda: [], quiet_seconds=0)
-    publisher.handle(backend.inject_xid(3, 79))
+    publisher = GpuHealthPublisher(backend, cluster=live_cluster, node_name=NODE_NAME, pods=lambda: [], quiet_seconds=0)
+    publisher.handle(backend.inject_xid(3, xid=79))
     faulted = audit.mark()
     assert publisher.publish().condition_written
     assert audit.writes(faulted), "the fault is published"
@@ -212,7 +212,7 @@ def test_gfd_labels_a_node_once_then_writes_nothing(
     start = audit.mark()
     _invoke(args, agent_env)
     assert audit.counts(start)[("patch", "nodes", "", "admin")] == 1
-    assert live_cluster.get(NODE, NODE_NAME)["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+    assert live_cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
     steady = audit.mark()
     _invoke(args, agent_env)
     _invoke(args, agent_env)
@@ -229,10 +229,10 @@ def test_mig_manager_applies_once_then_writes_nothing(audit: AuditLog, live_clus
     backend = SimBackend.from_preset("h100-80gb-x8")
     config = default_config()
     start = audit.mark()
-    manager = MigManager(live_cluster, backend, NODE_NAME, config)
+    manager = MigManager(live_cluster, backend=backend, node=NODE_NAME, config=config)
     assert manager.reconcile().outcome == "success"
     assert audit.counts(start)[("patch", "nodes", "", "admin")] >= 1
-    assert live_cluster.get(NODE, NODE_NAME)["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert live_cluster.get(NODE, name=NODE_NAME)["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     steady = audit.mark()
     lists = live_cluster.calls.by_verb["list"]
     asyncio.run(
@@ -253,8 +253,8 @@ def test_remediator_acts_once_then_writes_nothing(
     live_cluster.create(gpu_node(NODE_NAME))
     live_cluster.create(gpu_node("gpu-1"))
     backend = SimBackend.from_preset("h100-80gb-x8")
-    publisher = GpuHealthPublisher(backend, live_cluster, NODE_NAME, lambda: [], quiet_seconds=0)
-    publisher.handle(backend.inject_xid(3, 79))
+    publisher = GpuHealthPublisher(backend, cluster=live_cluster, node_name=NODE_NAME, pods=lambda: [], quiet_seconds=0)
+    publisher.handle(backend.inject_xid(3, xid=79))
     publisher.publish()
     args = ["remediator", "--once", "--node-writes", "any"]
     start = audit.mark()

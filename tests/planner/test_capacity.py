@@ -29,7 +29,7 @@ GB = 1000**3
 
 def _plan(gpu: str = "a100-40gb", memory: str = "3GiB", qps: float = 60, **kwargs: object) -> Plan:
     work = Workload(parse_memory(memory) / MIB, qps)
-    return plan(PlanRequest(resolve_gpu(gpu), work, **kwargs))  # type: ignore[arg-type]
+    return plan(PlanRequest(gpu=resolve_gpu(gpu), workload=work, **kwargs))  # type: ignore[arg-type]
 
 
 def _option(p: Plan, label: str) -> Option:
@@ -139,7 +139,7 @@ def test_too_many_time_sliced_replicas_do_not_fit_and_say_how_many_would() -> No
 
 def test_time_slicing_share_is_whole_mib_so_headroom_never_goes_negative() -> None:
     card = catalog.model("A100-40GB")
-    p = plan(PlanRequest(card, Workload(40960 / 3 - 0.1, 60), replicas=3))
+    p = plan(PlanRequest(gpu=card, workload=Workload(40960 / 3 - 0.1, 60), replicas=3))
     ts = _option(p, "time-slicing x3")
     assert ts.memory_per_instance_mib == 13653
     assert not ts.fits
@@ -254,7 +254,7 @@ def test_plans_never_overcommit_the_gpu(
     gpu: str, model_mib: float, qps: float, replicas: int, isolation: IsolationNeed
 ) -> None:
     card = catalog.model(gpu)
-    p = plan(PlanRequest(card, Workload(model_mib, qps), isolation=isolation, replicas=replicas))
+    p = plan(PlanRequest(gpu=card, workload=Workload(model_mib, qps), isolation=isolation, replicas=replicas))
     for o in p.fitting:
         assert o.instances_per_gpu * o.memory_per_instance_mib <= card.memory_mib
         assert o.instances_per_gpu * model_mib <= card.memory_mib
@@ -278,4 +278,4 @@ def test_plans_never_overcommit_the_gpu(
 
 def test_non_finite_model_memory_from_code_is_refused_not_computed() -> None:
     with pytest.raises(PlanInputError, match="--model-memory: must be a finite size larger than zero"):
-        plan(PlanRequest(resolve_gpu("a100-40gb"), Workload(float("nan"), 60)))
+        plan(PlanRequest(gpu=resolve_gpu("a100-40gb"), workload=Workload(float("nan"), 60)))

@@ -12,7 +12,7 @@ from gpuchain.planner import PlanInputError, fleet_risk
 
 
 def test_chapter_fleet_128_gpus_at_5_percent() -> None:
-    risk = fleet_risk(128, 0.05)
+    risk = fleet_risk(128, annual_failure_rate=0.05)
     assert risk.expected_failures_per_year == pytest.approx(6.4)
     assert risk.days_between_failures == pytest.approx(365 / 6.4)
     assert round(risk.days_between_failures or 0) == 57
@@ -23,14 +23,14 @@ def test_chapter_fleet_128_gpus_at_5_percent() -> None:
 
 
 def test_small_fleet_is_not_called_routine() -> None:
-    risk = fleet_risk(8, 0.05)
+    risk = fleet_risk(8, annual_failure_rate=0.05)
     assert risk.days_between_failures == pytest.approx(912.5)
     assert "rare" in risk.summary
     assert "routine" not in risk.summary
 
 
 def test_zero_rate_means_no_interval() -> None:
-    risk = fleet_risk(128, 0.0)
+    risk = fleet_risk(128, annual_failure_rate=0.0)
     assert risk.expected_failures_per_year == 0
     assert risk.days_between_failures is None
     assert risk.p_failure_in_window == 0
@@ -52,7 +52,7 @@ def test_out_of_range_inputs_are_refused(kwargs: dict[str, float], message: str)
 
 @given(st.integers(min_value=1, max_value=100_000), st.floats(min_value=1e-4, max_value=1.0))
 def test_failures_times_interval_is_a_year(gpus: int, rate: float) -> None:
-    risk = fleet_risk(gpus, rate)
+    risk = fleet_risk(gpus, annual_failure_rate=rate)
     assert risk.days_between_failures is not None
     assert risk.expected_failures_per_year * risk.days_between_failures == pytest.approx(365)
     assert 0 < risk.p_failure_in_window < 1 or risk.p_failure_in_window == pytest.approx(1)

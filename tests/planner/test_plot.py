@@ -14,7 +14,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _chapter_plan(memory_mib: float = 3 * 1024) -> Plan:
-    return plan(PlanRequest(resolve_gpu("a100-40gb"), Workload(memory_mib, 60)))
+    return plan(PlanRequest(gpu=resolve_gpu("a100-40gb"), workload=Workload(memory_mib, 60)))
 
 
 def test_plot_is_a_valid_png(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ SELF, CLOUD = DriverOwner.SELF_MANAGED, DriverOwner.CLOUD_IMAGE
 
 
 def test_100_self_managed_nodes_cost_400_hours_by_hand_and_8_with_an_operator() -> None:
-    p = plan_stack(StackRequest(100, SELF, driver_upgrades_per_year=3))
+    p = plan_stack(StackRequest(nodes=100, driver=SELF, driver_upgrades_per_year=3))
     assert (p.by_hand.install_hours, p.by_hand.hours_per_upgrade, p.by_hand.yearly_hours) == (100, 100, 400)
     assert (p.operator.install_hours, p.operator.hours_per_upgrade, p.operator.yearly_hours) == (2, 2, 8)
     assert p.ratio == 50
@@ -33,7 +33,7 @@ def test_100_self_managed_nodes_cost_400_hours_by_hand_and_8_with_an_operator() 
 
 
 def test_8_cloud_image_nodes_need_the_device_plugin_alone() -> None:
-    p = plan_stack(StackRequest(8, CLOUD))
+    p = plan_stack(StackRequest(nodes=8, driver=CLOUD))
     assert p.recommendation is Route.DEVICE_PLUGIN
     assert (p.by_hand.yearly_hours, p.operator.yearly_hours, p.ratio) == (0, 8, 0)
     assert p.crossover.nodes is None and p.crossover.upgrades_per_year is None
@@ -43,30 +43,40 @@ def test_8_cloud_image_nodes_need_the_device_plugin_alone() -> None:
 
 def test_node_count_is_not_the_deciding_variable() -> None:
     """The same 1,000 nodes: the cloud's image keeps them by hand, a self-managed driver needs the operator."""
-    assert plan_stack(StackRequest(1000, CLOUD)).recommendation is Route.DEVICE_PLUGIN
-    assert plan_stack(StackRequest(1000, SELF)).recommendation is Route.OPERATOR
+    assert plan_stack(StackRequest(nodes=1000, driver=CLOUD)).recommendation is Route.DEVICE_PLUGIN
+    assert plan_stack(StackRequest(nodes=1000, driver=SELF)).recommendation is Route.OPERATOR
 
 
 def test_a_cloud_image_that_costs_time_per_node_gets_a_crossover() -> None:
-    p = plan_stack(StackRequest(8, CLOUD, hours_per_node=0.25))
+    p = plan_stack(StackRequest(nodes=8, driver=CLOUD, hours_per_node=0.25))
     assert p.by_hand.yearly_hours == 8 and p.operator.yearly_hours == 8
     assert p.recommendation is Route.DEVICE_PLUGIN  # a tie is not a reason for one more control plane
     assert p.crossover.nodes == 9
 
 
 def test_few_self_managed_nodes_stay_by_hand_until_the_crossover() -> None:
-    below = plan_stack(StackRequest(2, SELF))
+    below = plan_stack(StackRequest(nodes=2, driver=SELF))
     assert below.recommendation is Route.DEVICE_PLUGIN
     assert "the operator pays from 3 nodes" in below.reason
-    assert plan_stack(StackRequest(3, SELF)).recommendation is Route.OPERATOR
+    assert plan_stack(StackRequest(nodes=3, driver=SELF)).recommendation is Route.OPERATOR
 
 
 def test_upgrades_crossover_at_a_fixed_node_count() -> None:
     # 2 nodes x 1 h against an install of 2 h and 1 h a change: by hand 2 + 2u, operator 2 + u
-    req = StackRequest(2, SELF, operator_install_hours=2, operator_hours_per_change=1)
+    req = StackRequest(nodes=2, driver=SELF, operator_install_hours=2, operator_hours_per_change=1)
     assert crossover(req).upgrades_per_year == 1
-    assert plan_stack(StackRequest(2, SELF, 0, operator_hours_per_change=1)).recommendation is Route.DEVICE_PLUGIN
-    assert plan_stack(StackRequest(2, SELF, 1, operator_hours_per_change=1)).recommendation is Route.OPERATOR
+    assert (
+        plan_stack(
+            StackRequest(nodes=2, driver=SELF, driver_upgrades_per_year=0, operator_hours_per_change=1)
+        ).recommendation
+        is Route.DEVICE_PLUGIN
+    )
+    assert (
+        plan_stack(
+            StackRequest(nodes=2, driver=SELF, driver_upgrades_per_year=1, operator_hours_per_change=1)
+        ).recommendation
+        is Route.OPERATOR
+    )
 
 
 @given(
@@ -79,12 +89,28 @@ def test_upgrades_crossover_at_a_fixed_node_count() -> None:
 def test_the_crossover_is_where_the_operator_first_costs_less(
     nodes: int, hours: float, upgrades: float, install: float, change: float
 ) -> None:
-    req = StackRequest(nodes, SELF, upgrades, hours, install, change)
+    req = StackRequest(
+        nodes=nodes,
+        driver=SELF,
+        driver_upgrades_per_year=upgrades,
+        hours_per_node=hours,
+        operator_install_hours=install,
+        operator_hours_per_change=change,
+    )
     cross = crossover(req)
     assert cross.nodes is not None
 
     def cheaper(n: int, u: float = upgrades) -> bool:
-        hand, op = costs(StackRequest(n, SELF, u, hours, install, change))
+        hand, op = costs(
+            StackRequest(
+                nodes=n,
+                driver=SELF,
+                driver_upgrades_per_year=u,
+                hours_per_node=hours,
+                operator_install_hours=install,
+                operator_hours_per_change=change,
+            )
+        )
         return op.yearly_hours < hand.yearly_hours
 
     assert cheaper(cross.nodes) and not cheaper(cross.nodes - 1)
@@ -97,7 +123,7 @@ def test_the_crossover_is_where_the_operator_first_costs_less(
 
 @pytest.mark.parametrize("need", list(Need))
 def test_each_need_is_a_vote_for_the_operator_whatever_the_hours(need: Need) -> None:
-    p = plan_stack(StackRequest(8, CLOUD, needs=(need,)))
+    p = plan_stack(StackRequest(nodes=8, driver=CLOUD, needs=(need,)))
     assert p.recommendation is Route.OPERATOR
     assert "whatever the hours" in p.reason
     assert "--set driver.enabled=false" in p.setup  # the node image keeps its driver
@@ -105,7 +131,7 @@ def test_each_need_is_a_vote_for_the_operator_whatever_the_hours(need: Need) -> 
 
 @pytest.mark.parametrize(("models", "versions"), [(2, 1), (1, 2)])
 def test_a_mixed_fleet_gets_feature_discovery_and_the_exporter(models: int, versions: int) -> None:
-    p = plan_stack(StackRequest(8, CLOUD, gpu_models=models, driver_versions=versions))
+    p = plan_stack(StackRequest(nodes=8, driver=CLOUD, gpu_models=models, driver_versions=versions))
     assert p.recommendation is Route.PLUGIN_GFD_EXPORTER
     assert "mixed" in p.reason and "gfd.enabled=true" in p.setup
 

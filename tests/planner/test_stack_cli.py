@@ -73,7 +73,7 @@ def test_plot_draws_both_routes_against_nodes(tmp_path: Path) -> None:
     json.loads(result.stdout)
     assert f"wrote {out}" in result.stderr
     assert imread(out).shape[2] in (3, 4)
-    (ax,) = stack_figure(plan_stack(StackRequest(100, DriverOwner.SELF_MANAGED))).axes
+    (ax,) = stack_figure(plan_stack(StackRequest(nodes=100, driver=DriverOwner.SELF_MANAGED))).axes
     hand, operator = ax.get_lines()[:2]
     assert list(hand.get_ydata())[100] == 400 and set(operator.get_ydata()) == {8}
     assert list(hand.get_xdata())[-1] == 200  # twice the request's nodes

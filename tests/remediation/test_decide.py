@@ -51,7 +51,7 @@ def node(
 
 
 def fault(uuid: str, *xids: int, lost: bool = False, covers: tuple[str, ...] = ()) -> dict[str, Fault]:
-    return {uuid: Fault(uuid, uuid, xids, lost, covers or (uuid,))}
+    return {uuid: Fault(uuid=uuid, gpu=uuid, xids=xids, lost=lost, covers=covers or (uuid,))}
 
 
 def healthy_nodes(n: int) -> list[Obj]:
@@ -66,11 +66,11 @@ def run(
     history: Mapping[str, float] | None = None,
     now: float = NOW,
 ) -> Decision:
-    return decide(nodes, pods, pdbs, policy or Policy(), history or {}, now)
+    return decide(nodes, pods=pods, pdbs=pdbs, policy=policy or Policy(), history=history or {}, now=now)
 
 
 PODS = {GPU0: ("ml/a/main", "ml/a/side"), GPU1: ("ml/b/main",)}
-RUNNING = [pod_object("ml", "a", "n0"), pod_object("ml", "b", "n0")]
+RUNNING = [pod_object("ml", name="a", node="n0"), pod_object("ml", name="b", node="n0")]
 
 
 def test_xid79_evicts_only_pods_on_that_gpu_and_taints() -> None:
@@ -114,14 +114,17 @@ def test_whole_gpu_fault_covers_its_mig_devices_and_mig_fault_only_itself() -> N
     whole = fault(GPU0, 79, covers=(GPU0, MIG_A, MIG_B))
     d = run([node("n0", whole, pods), *healthy_nodes(3)], RUNNING)
     assert [a.pod for a in d.actions if a.kind is ActionKind.EVICT] == ["ml/a", "ml/b"]
-    one = {MIG_A: Fault(MIG_A, GPU0, (48,), False, (MIG_A,))}
+    one = {MIG_A: Fault(uuid=MIG_A, gpu=GPU0, xids=(48,), lost=False, covers=(MIG_A,))}
     d = run([node("n0", one, pods), *healthy_nodes(3)], RUNNING)
     assert [a.pod for a in d.actions if a.kind is ActionKind.EVICT] == ["ml/a"]
 
 
 def test_protected_namespaces_are_never_touched() -> None:
     pods = {GPU0: ("kube-system/dcgm/main", "gpuchain/validator/main", "team/x/main")}
-    running = [pod_object(ns, n, "n0") for ns, n in (("kube-system", "dcgm"), ("gpuchain", "validator"), ("team", "x"))]
+    running = [
+        pod_object(ns, name=n, node="n0")
+        for ns, n in (("kube-system", "dcgm"), ("gpuchain", "validator"), ("team", "x"))
+    ]
     policy = Policy(protected_namespaces=Policy().protected_namespaces | {"team"})
     d = run([node("n0", fault(GPU0, 79), pods), *healthy_nodes(3)], running, policy=policy)
     assert [a.kind for a in d.actions] == [ActionKind.TAINT]
@@ -134,8 +137,10 @@ def test_protected_namespaces_are_never_touched() -> None:
 
 def test_pdb_predicted_in_order_each_eviction_uses_up_the_budget() -> None:
     pods = {GPU0: ("ml/a/main", "ml/b/main")}
-    running = [pod_object("ml", n, "n0", labels={"app": "serve"}) for n in ("a", "b", "c")]
-    budget = pdb_object("ml", "serve", {"app": "serve"}, 2)  # 3 healthy, 2 required: one may go
+    running = [pod_object("ml", name=n, node="n0", labels={"app": "serve"}) for n in ("a", "b", "c")]
+    budget = pdb_object(
+        "ml", name="serve", match_labels={"app": "serve"}, min_available=2
+    )  # 3 healthy, 2 required: one may go
     d = run([node("n0", fault(GPU0, 79), pods), *healthy_nodes(3)], running, [budget])
     assert [a.pod for a in d.actions if a.kind is ActionKind.EVICT] == ["ml/a"]
     assert [(h.pod, h.why, h.pdb) for h in d.held] == [("ml/b", HoldReason.PDB, "serve")]
@@ -143,7 +148,7 @@ def test_pdb_predicted_in_order_each_eviction_uses_up_the_budget() -> None:
 
 def test_breaker_opens_above_share_and_acts_on_nothing() -> None:
     nodes = [node(f"n{i}", fault(GPU0, 48), {GPU0: (f"ml/p{i}/main",)}) for i in range(2)] + healthy_nodes(2)
-    running = [pod_object("ml", f"p{i}", f"n{i}") for i in range(2)]
+    running = [pod_object("ml", name=f"p{i}", node=f"n{i}") for i in range(2)]
     d = run(nodes, running)
     assert d.breaker.tripped and d.breaker.affected == ("n0", "n1") and d.breaker.share == 0.5
     assert d.actions == ()
@@ -176,13 +181,13 @@ def test_rerun_on_the_result_is_a_no_op() -> None:
     tainted = node(
         "n0", fault(GPU0, 79), PODS, taints=[{"key": TAINT_KEY, "value": "reboot-node", "effect": "NoSchedule"}]
     )
-    d = run([tainted, *healthy_nodes(3)], [pod_object("ml", "b", "n0")])  # ml/a is gone
+    d = run([tainted, *healthy_nodes(3)], [pod_object("ml", name="b", node="n0")])  # ml/a is gone
     assert d.actions == ()
 
 
 def test_pod_elsewhere_or_finished_is_left() -> None:
-    moved = pod_object("ml", "a", "n7")
-    done = pod_object("ml", "b", "n0")
+    moved = pod_object("ml", name="a", node="n7")
+    done = pod_object("ml", name="b", node="n0")
     done["status"]["phase"] = "Succeeded"
     pods = {GPU0: ("ml/a/main", "ml/b/main")}
     d = run([node("n0", fault(GPU0, 94), pods), *healthy_nodes(3)], [moved, done])

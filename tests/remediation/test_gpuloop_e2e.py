@@ -82,7 +82,7 @@ class Rig:
     """The device plugin's own handle on the GPUs, with the board."""
 
     def node(self) -> Obj:
-        return self.cluster.get(NODE, self.name)
+        return self.cluster.get(NODE, name=self.name)
 
     def records(self) -> dict[str, GpuRecord]:
         return decode_records(self.node()["metadata"].get("annotations", {}).get(LOOP_ANNOTATION))
@@ -105,7 +105,7 @@ def _driver_commands(sim: SimBackend) -> FakeNvidiaSmi:
         assert "gpuchain.gpu.cuda" in argv, f"not the CUDA check: {argv}"
         bus = argv[list(argv).index("--bus-id") + 1]
         config = cuda.CudaCheckConfig(arith_elements=1024, min_memory_bytes=4096)
-        result = cuda.run_checks(FakeCuda([bus]), bus, config)  # type: ignore[arg-type]
+        result = cuda.run_checks(FakeCuda([bus]), bus_id=bus, config=config)  # type: ignore[arg-type]
         return subprocess.CompletedProcess(list(argv), 0, json.dumps(result.to_json()) + "\n", "")
 
     return FakeNvidiaSmi(sim, others=cuda_child)
@@ -140,15 +140,15 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
     cluster = MemoryCluster([node, *(node_object(f"other-{i}") for i in range(3)), *simulated_policy_objects()])
     release_board = ReleaseBoard(board) if board is not None else None
     gpus: GpuBackend = health or sim.backend
-    agent = GpuLoopAgent(gpus, cluster, name, board=release_board, release_wait=5.0)
+    agent = GpuLoopAgent(gpus, cluster=cluster, node_name=name, board=release_board, release_wait=5.0)
     r = Rig(sim, cluster, name, agent, view=view)
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
         for i in range(8):
-            assignment = await sim.kubelet.admit("ml", f"w-{i}", [ContainerRequest("main", {GPU: 1})])
+            assignment = await sim.kubelet.admit("ml", name=f"w-{i}", containers=[ContainerRequest("main", {GPU: 1})])
             r.placed[f"w-{i}"] = assignment.containers[0].devices[GPU][0]
-            cluster.create(pod_object("ml", f"w-{i}", name, 1))
+            cluster.create(pod_object("ml", name=f"w-{i}", node=name, gpus=1))
 
         async def kubelet_forgets_deleted_pods() -> None:
             while True:
@@ -159,8 +159,8 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
                 r.taints.append([t["key"] for t in (r.node()["spec"].get("taints") or [])])
                 await asyncio.sleep(TICK)
 
-        publisher = GpuHealthPublisher(gpus, cluster, name, client.list, quiet_seconds=0)
-        follower = QuarantineFollower(cluster, name, sim.plugin.set_quarantined)
+        publisher = GpuHealthPublisher(gpus, cluster=cluster, node_name=name, pods=client.list, quiet_seconds=0)
+        follower = QuarantineFollower(cluster, node_name=name, apply=sim.plugin.set_quarantined)
         tasks = [
             asyncio.create_task(kubelet_forgets_deleted_pods()),
             asyncio.create_task(publisher.run(stop, resync=TICK)),
@@ -169,7 +169,9 @@ async def rig(board: Path | None = None, follow: bool = True) -> AsyncIterator[R
             asyncio.create_task(Remediator(cluster).run(interval=TICK, stop=stop)),
         ]
         if release_board is not None and view is not None and follow:
-            tasks.append(asyncio.create_task(Follower(release_board, view, "device-plugin", poll=TICK).run()))
+            tasks.append(
+                asyncio.create_task(Follower(release_board, backend=view, component="device-plugin", poll=TICK).run())
+            )
             await until(lambda: len(release_board.holders()) == 1)
         await until(lambda: sim.kubelet.allocatable()[GPU] == 8)
         await until(lambda: PODS_ANNOTATION in r.node()["metadata"].get("annotations", {}))  # publisher subscribed
@@ -192,7 +194,7 @@ def victim(r: Rig, pod: str = "w-3") -> tuple[str, int]:
 async def test_reset_class_fault_on_one_of_eight_gpus_is_repaired_while_seven_keep_serving() -> None:
     async with rig() as r:
         uuid, index = victim(r)
-        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")  # NVIDIA's resolution: reset the GPU
+        r.sim.backend.inject_xid(index, xid=48, message="double-bit ECC error")  # NVIDIA's resolution: reset the GPU
 
         await until(lambda: r.stage(uuid) is Stage.HEALTHY)
         await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8)
@@ -231,7 +233,7 @@ async def test_a_failed_reset_requests_a_reboot_once_and_never_loops() -> None:
     async with rig() as r:
         uuid, index = victim(r)
         r.sim.backend.fail_reset(index)
-        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+        r.sim.backend.inject_xid(index, xid=48, message="double-bit ECC error")
 
         await until(lambda: r.stage(uuid) is Stage.REBOOT)
         await until(lambda: any(TAINT_KEY in keys for keys in r.taints))
@@ -259,13 +261,13 @@ async def test_after_the_reboot_the_gpu_is_burned_in_and_readmitted(lost: bool) 
             r.sim.backend.lose_gpu(index)  # fell off the bus: no reset can reach it
         else:
             r.sim.backend.fail_reset(index)
-            r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+            r.sim.backend.inject_xid(index, xid=48, message="double-bit ECC error")
         await until(lambda: r.stage(uuid) is Stage.REBOOT)
 
         # the reboot: the GPU answers again, the kubelet reports a new boot ID
-        r.sim.backend.fail_reset(index, 0)
+        r.sim.backend.fail_reset(index, times=0)
         r.sim.backend.recover_gpu(index)
-        r.cluster.patch_status(NODE, r.name, {"nodeInfo": {"bootID": "boot-2"}})
+        r.cluster.patch_status(NODE, name=r.name, status={"nodeInfo": {"bootID": "boot-2"}})
 
         await until(lambda: r.stage(uuid) is Stage.HEALTHY)
         await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8)
@@ -304,7 +306,7 @@ async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Pat
         # short release could fall between two looks on a loaded machine.
         let_go: list[bool] = []
         smi.before_each = lambda _tries: let_go.append(view.released)
-        r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+        r.sim.backend.inject_xid(index, xid=48, message="double-bit ECC error")
         seen = await _serving_while(r, lambda: r.stage(uuid) is Stage.HEALTHY)
         await until(lambda: r.sim.kubelet.allocatable()[GPU] == 8, timeout=20.0)
 
@@ -320,7 +322,7 @@ async def test_done_when_through_nvml_one_fake_library_per_process(tmp_path: Pat
             f"holder.{h.name}.{ext}" for h in ReleaseBoard(tmp_path).holders() for ext in ("json", "lock")
         )  # the request is cleared; only the plugin's registration stays
         # the repaired GPU is the only free one: a new container gets it, through Allocate
-        assignment = await r.sim.kubelet.admit("ml", "after", [ContainerRequest("main", {GPU: 1})])
+        assignment = await r.sim.kubelet.admit("ml", name="after", containers=[ContainerRequest("main", {GPU: 1})])
         assert assignment.containers[0].devices[GPU] == (uuid,)
 
 
@@ -331,7 +333,7 @@ async def test_through_nvml_an_agent_that_does_not_let_go_is_named_beside_nvidia
         try:
             r.agent.release_wait = 0.2
             uuid, index = victim(r)
-            r.sim.backend.inject_xid(index, 48, "double-bit ECC error")
+            r.sim.backend.inject_xid(index, xid=48, message="double-bit ECC error")
             await until(lambda: r.stage(uuid) is Stage.REBOOT, timeout=30.0)
         finally:
             stuck.close()

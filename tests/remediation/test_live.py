@@ -27,20 +27,20 @@ def test_publish_and_taint_over_http(h100_sim: SimBackend) -> None:
             for obj in simulated_policy_objects():
                 obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # kmock does not stamp objects
                 live.create(obj)
-            publisher = GpuHealthPublisher(h100_sim, live, "n0")
-            publisher.handle(h100_sim.inject_xid(5, 79))
+            publisher = GpuHealthPublisher(h100_sim, cluster=live, node_name="n0")
+            publisher.handle(h100_sim.inject_xid(5, xid=79))
             result = publisher.publish()
             assert result.condition_written and result.event == "GPUUnhealthy"
 
-            node = live.get(NODE, "n0")
+            node = live.get(NODE, name="n0")
             cond = find_condition(node)
             assert cond is not None and cond.status == "False" and "XID 79" in cond.message
             assert json.loads(node["metadata"]["annotations"][FAULTS_ANNOTATION])
 
             report = Remediator(live).run_once()
             assert [(o.action.kind.value, o.result) for o in report.outcomes] == [("taint", "done")]
-            assert [t["key"] for t in live.get(NODE, "n0")["spec"]["taints"]] == [TAINT_KEY]
-            assert live.get(CONFIGMAP, STATUS_NAME, "gpuchain")["data"]["breaker"] == "closed"
+            assert [t["key"] for t in live.get(NODE, name="n0")["spec"]["taints"]] == [TAINT_KEY]
+            assert live.get(CONFIGMAP, name=STATUS_NAME, namespace="gpuchain")["data"]["breaker"] == "closed"
             reasons = {e["reason"] for e in live.list(EVENT)}
             assert {"GPUUnhealthy", "GPUNodeTainted"} <= reasons
         finally:

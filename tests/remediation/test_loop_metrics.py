@@ -67,7 +67,7 @@ def value(found: dict[str, list[Sample]], family: str, sample: str, **labels: st
 
 @contextlib.contextmanager
 def serving(agent: GpuLoopAgent) -> Iterator[MetricsServer]:
-    server = MetricsServer(agent.metrics, "127.0.0.1", 0)
+    server = MetricsServer(agent.metrics, host="127.0.0.1", port=0)
     server.start_background()
     try:
         yield server
@@ -82,12 +82,12 @@ def repair_rig() -> tuple[MemoryCluster, SimBackend, GpuLoopAgent, SteppedClock,
     node = node_object("n")
     node["status"]["nodeInfo"] = {"bootID": "b1"}
     node["metadata"]["annotations"] = {
-        FAULTS_ANNOTATION: encode_faults({uuid: Fault(uuid, uuid, (48,), covers=(uuid,))}),
+        FAULTS_ANNOTATION: encode_faults({uuid: Fault(uuid=uuid, gpu=uuid, xids=(48,), covers=(uuid,))}),
         "gpuchain.io/gpu-pods": json.dumps({uuid: ["ml/train/main"]}),
     }
     cluster = MemoryCluster([node])
     clock = SteppedClock()
-    return cluster, backend, GpuLoopAgent(backend, cluster, "n", clock=clock), clock, uuid
+    return cluster, backend, GpuLoopAgent(backend, cluster=cluster, node_name="n", clock=clock), clock, uuid
 
 
 async def test_a_simulated_repair_shows_in_the_stage_histograms_scraped_over_http() -> None:
@@ -98,14 +98,14 @@ async def test_a_simulated_repair_shows_in_the_stage_histograms_scraped_over_htt
         assert status == 503 and "no repair pass" in body  # nothing has run yet
 
         agent.run_once()  # XID 48 seen: quarantined; a pod still holds the GPU
-        assert decode_records(cluster.get(NODE, "n")["metadata"]["annotations"][LOOP_ANNOTATION])[uuid].stage is (
+        assert decode_records(cluster.get(NODE, name="n")["metadata"]["annotations"][LOOP_ANNOTATION])[uuid].stage is (
             Stage.QUARANTINED
         )
         clock.now += 20.0  # the pod takes 20 s to leave
-        cluster.patch(NODE, "n", {"metadata": {"annotations": {"gpuchain.io/gpu-pods": "{}"}}})
+        cluster.patch(NODE, name="n", patch={"metadata": {"annotations": {"gpuchain.io/gpu-pods": "{}"}}})
         agent.run_once()  # drained -> reset -> burn-in passed, all at this instant
         clock.now += 400.0  # the recovery quiet period: the fault is still published
-        cluster.patch(NODE, "n", {"metadata": {"annotations": {FAULTS_ANNOTATION: None}}})
+        cluster.patch(NODE, name="n", patch={"metadata": {"annotations": {FAULTS_ANNOTATION: None}}})
         task = asyncio.create_task(agent.run(stop, interval=3600))  # one supervised pass: re-admitted
         deadline = time.monotonic() + 10
         while agent.metrics.passes["ok"] < 1:
@@ -151,7 +151,7 @@ async def test_a_simulated_repair_shows_in_the_stage_histograms_scraped_over_htt
 async def test_a_reboot_request_counts_and_the_gpu_stays_counted_in_its_stage() -> None:
     cluster, backend, agent, _, _ = repair_rig()
     backend.fail_reset(2)
-    cluster.patch(NODE, "n", {"metadata": {"annotations": {"gpuchain.io/gpu-pods": "{}"}}})
+    cluster.patch(NODE, name="n", patch={"metadata": {"annotations": {"gpuchain.io/gpu-pods": "{}"}}})
     stop = asyncio.Event()
     with serving(agent) as server:
         task = asyncio.create_task(agent.run(stop, interval=3600))
@@ -175,7 +175,7 @@ async def test_a_reboot_request_counts_and_the_gpu_stays_counted_in_its_stage() 
 
 def test_a_failed_pass_turns_health_red_with_the_reason() -> None:
     _, _, agent, clock, _ = repair_rig()
-    agent.metrics.finished_pass(None, "UnreachableError: the API server did not answer", clock())
+    agent.metrics.finished_pass(None, error="UnreachableError: the API server did not answer", at=clock())
     ok, reason = agent.metrics.health()
     assert not ok and "UnreachableError" in reason
     found = samples(agent.metrics.prometheus())
@@ -196,9 +196,9 @@ async def test_gpu_health_serves_the_loop_metrics_on_its_metrics_port(tmp_path: 
     name, uuid = sim.topology.node, sim.inventory().gpu(2).uuid
     asked = time.time() - 90.0  # the reboot was requested 90 s ago
     waiting = GpuRecord(
-        uuid,
-        2,
-        Stage.REBOOT,
+        uuid=uuid,
+        index=2,
+        stage=Stage.REBOOT,
         since=asked,
         cause=f"{uuid}: XID 48",
         boot_id="b1",
@@ -211,7 +211,7 @@ async def test_gpu_health_serves_the_loop_metrics_on_its_metrics_port(tmp_path: 
     with kmock_server() as (url, _emulator):
         live = LiveCluster.from_url(url)
         live.create(node)
-        live.patch_status(NODE, name, {"nodeInfo": {"bootID": "b2"}})
+        live.patch_status(NODE, name=name, status={"nodeInfo": {"bootID": "b2"}})
         env = {**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         proc = await asyncio.create_subprocess_exec(
@@ -241,7 +241,7 @@ async def test_gpu_health_serves_the_loop_metrics_on_its_metrics_port(tmp_path: 
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        annotations = live.get(NODE, name)["metadata"]["annotations"]
+        annotations = live.get(NODE, name=name)["metadata"]["annotations"]
         live.close()
     assert proc.returncode == 0, out.decode()
     assert f"serving the repair loop's metrics on http://127.0.0.1:{port}/metrics" in out.decode()
@@ -314,9 +314,11 @@ def test_a_stage_is_timed_from_its_entry_not_from_a_note_made_in_it() -> None:
 
     steps = (Step(Stage.QUARANTINED, 0.0), Step(Stage.DRAINED, 10.0), Step(Stage.RESET, 10.0),
              Step(Stage.BURN_IN, 100.0, "reset done"), Step(Stage.BURN_IN, 130.0, "passed: ok"))  # fmt: skip
-    before = GpuRecord("GPU-a", 0, Stage.BURN_IN, since=100.0, passed=True, timeline=steps)
-    after = GpuRecord("GPU-a", 0, Stage.HEALTHY, since=200.0, timeline=(*steps, Step(Stage.HEALTHY, 200.0)))
-    metrics = LoopMetrics("n")
+    before = GpuRecord(uuid="GPU-a", index=0, stage=Stage.BURN_IN, since=100.0, passed=True, timeline=steps)
+    after = GpuRecord(
+        uuid="GPU-a", index=0, stage=Stage.HEALTHY, since=200.0, timeline=(*steps, Step(Stage.HEALTHY, 200.0))
+    )
+    metrics = LoopMetrics(node="n")
     metrics.observe(before, after)
     assert metrics.durations == {"burn-in": [100.0]}
     assert metrics.repairs == [200.0] and metrics.outcomes["readmitted"] == 1

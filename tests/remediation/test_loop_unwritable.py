@@ -50,7 +50,7 @@ class FlakyWrites(MemoryCluster):
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self._refuse(node_patch=kind is NODE)
-        return super().patch(kind, name, patch, namespace)
+        return super().patch(kind, name=name, patch=patch, namespace=namespace)
 
     def patch_status(self, *args: Any, **kwargs: Any) -> Obj:
         self._refuse()
@@ -75,7 +75,7 @@ class CountingSim(SimBackend):
     def reset_gpu(self, gpu_index: int) -> None:
         self.resets[gpu_index] += 1
         uuid = self.inventory().gpu(gpu_index).uuid
-        shown = self.cluster.get(NODE, NODE_NAME)["metadata"]["annotations"].get(LOOP_ANNOTATION)
+        shown = self.cluster.get(NODE, name=NODE_NAME)["metadata"]["annotations"].get(LOOP_ANNOTATION)
         rec = decode_records(shown).get(uuid)
         assert rec is not None and rec.stage is Stage.RESET, f"GPU {gpu_index} reset while the Node shows {rec}"
         attempt = (uuid, rec.attempts, rec.since)
@@ -94,14 +94,14 @@ def rig(policy: LoopPolicy) -> tuple[FlakyWrites, CountingSim, GpuLoopAgent, lis
     faults = {}
     for index in FAULTY:
         uuid = backend.inventory().gpu(index).uuid
-        faults[uuid] = Fault(uuid, uuid, (48,), covers=(uuid,))
+        faults[uuid] = Fault(uuid=uuid, gpu=uuid, xids=(48,), covers=(uuid,))
     node = node_object(NODE_NAME)
     node["status"]["nodeInfo"] = {"bootID": "b1"}
     node["metadata"]["annotations"] = {FAULTS_ANNOTATION: encode_faults(faults)}
     cluster = FlakyWrites([node])
     backend.cluster = cluster
     now = [1000.0]
-    agent = GpuLoopAgent(backend, cluster, NODE_NAME, policy=policy, clock=lambda: now[0])
+    agent = GpuLoopAgent(backend, cluster=cluster, node_name=NODE_NAME, policy=policy, clock=lambda: now[0])
     return cluster, backend, agent, now
 
 
@@ -165,7 +165,9 @@ def test_after_the_outage_the_loop_goes_on_from_what_the_node_records() -> None:
     cluster.failing = False
     assert run_pass(agent)  # quarantined -> drained -> reset (recorded first) -> burn-in passed
     assert backend.resets == Counter(dict.fromkeys(FAULTY, 1))
-    cluster.patch(NODE, NODE_NAME, {"metadata": {"annotations": {FAULTS_ANNOTATION: "{}"}}})  # health cleared
+    cluster.patch(
+        NODE, name=NODE_NAME, patch={"metadata": {"annotations": {FAULTS_ANNOTATION: "{}"}}}
+    )  # health cleared
     cluster.failing = True
     for _ in range(30):
         run_pass(agent)
@@ -174,7 +176,7 @@ def test_after_the_outage_the_loop_goes_on_from_what_the_node_records() -> None:
     assert run_pass(agent)
     assert backend.resets == Counter(dict.fromkeys(FAULTY, 1)), backend.resets
     assert backend.burn_ins == Counter(dict.fromkeys(FAULTY, 1)), backend.burn_ins
-    records = decode_records(cluster.get(NODE, NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION])
+    records = decode_records(cluster.get(NODE, name=NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION])
     assert {r.stage for r in records.values()} == {Stage.HEALTHY}
 
 
@@ -192,7 +194,7 @@ def test_work_done_whose_result_could_not_be_recorded_is_not_done_again() -> Non
     assert backend.resets == backend.burn_ins == Counter(dict.fromkeys(FAULTY, 1))
     cluster.failing, cluster.allowed = False, None
     assert run_pass(agent)
-    records = decode_records(cluster.get(NODE, NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION])
+    records = decode_records(cluster.get(NODE, name=NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION])
     assert all(r.stage is Stage.BURN_IN and r.passed for r in records.values()), records
 
 
@@ -200,9 +202,11 @@ def test_work_done_whose_result_could_not_be_recorded_is_not_done_again() -> Non
 def test_failed_passes_back_off_with_jitter_within_bounds(interval: float, failures: int, share: float) -> None:
     """The wait after failed passes is never under the pass interval nor over ``MAX_RETRY_S`` (or the
     interval, if longer), grows with the failures, and its random share is drawn afresh each time."""
-    wait = retry_delay(interval, failures, lambda lo, hi: lo + share * (hi - lo))
+    wait = retry_delay(interval, failures=failures, draw=lambda lo, hi: lo + share * (hi - lo))
     assert interval <= wait <= max(MAX_RETRY_S, interval) + 1e-9
-    assert retry_delay(interval, failures + 1, lambda lo, hi: hi) >= retry_delay(interval, failures, lambda lo, hi: hi)
+    assert retry_delay(interval, failures=failures + 1, draw=lambda lo, hi: hi) >= retry_delay(
+        interval, failures=failures, draw=lambda lo, hi: hi
+    )
 
 
 def test_events_tell_a_stage_once_the_node_records_it() -> None:
@@ -214,10 +218,10 @@ def test_events_tell_a_stage_once_the_node_records_it() -> None:
     cluster.allowed, cluster.only_nodes = 2 * len(FAULTY), True
 
     def told() -> Counter[str]:
-        return Counter(str(e["reason"]) for e in cluster.list(EVENT, "default"))
+        return Counter(str(e["reason"]) for e in cluster.list(EVENT, namespace="default"))
 
     def passed_on_node() -> int:
-        shown = cluster.get(NODE, NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION]
+        shown = cluster.get(NODE, name=NODE_NAME)["metadata"]["annotations"][LOOP_ANNOTATION]
         return sum(r.passed for r in decode_records(shown).values())
 
     for _ in range(3):

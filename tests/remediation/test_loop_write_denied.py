@@ -132,7 +132,9 @@ def agent_client(apiserver: ApiServer, tmp_path: Path) -> Iterator[LiveCluster]:
 def _refused(client: LiveCluster) -> bool:
     """Whether the agent's Node writes are refused by the policy yet (it reaches admission async)."""
     try:
-        client.patch(NODE, NODE_NAME, {"metadata": {"annotations": {"test.gpuchain.io/probe": str(time.time())}}})
+        client.patch(
+            NODE, name=NODE_NAME, patch={"metadata": {"annotations": {"test.gpuchain.io/probe": str(time.time())}}}
+        )
     except KubeError as exc:  # 422 Invalid: a policy's denial unless its validation names a reason
         return REFUSAL in str(exc)
     return False
@@ -140,7 +142,9 @@ def _refused(client: LiveCluster) -> bool:
 
 def _gpu_events(client: LiveCluster) -> list[str]:
     """The reasons of the repair loop's Events about the Node, oldest first."""
-    events = [e for e in client.list(EVENT, "default") if (e.get("involvedObject") or {}).get("name") == NODE_NAME]
+    events = [
+        e for e in client.list(EVENT, namespace="default") if (e.get("involvedObject") or {}).get("name") == NODE_NAME
+    ]
     events.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("creationTimestamp") or ""))
     return [str(e.get("reason")) for e in events if str(e.get("reason", "")).startswith("GPU")]
 
@@ -165,23 +169,25 @@ def test_no_reset_storm_while_the_api_server_refuses_node_writes_and_serves_read
             "kind": "Node",
             "metadata": {
                 "name": NODE_NAME,
-                "annotations": {FAULTS_ANNOTATION: encode_faults({uuid: Fault(uuid, uuid, (48,), covers=(uuid,))})},
+                "annotations": {
+                    FAULTS_ANNOTATION: encode_faults({uuid: Fault(uuid=uuid, gpu=uuid, xids=(48,), covers=(uuid,))})
+                },
             },
         }
     )
-    live_cluster.patch_status(NODE, NODE_NAME, {"nodeInfo": {"bootID": "b1"}})
+    live_cluster.patch_status(NODE, name=NODE_NAME, status={"nodeInfo": {"bootID": "b1"}})
     _deny_node_writes(apiserver)
     _until(lambda: _refused(agent_client), "the policy refuses the agent's Node writes")
     with pytest.raises(KubeError):
-        agent_client.patch(NODE, NODE_NAME, {"metadata": {"annotations": {"x": "y"}}})
-    assert agent_client.get(NODE, NODE_NAME)["metadata"]["name"] == NODE_NAME  # reads work
+        agent_client.patch(NODE, name=NODE_NAME, patch={"metadata": {"annotations": {"x": "y"}}})
+    assert agent_client.get(NODE, name=NODE_NAME)["metadata"]["name"] == NODE_NAME  # reads work
 
-    agent = GpuLoopAgent(backend, agent_client, NODE_NAME)
+    agent = GpuLoopAgent(backend, cluster=agent_client, node_name=NODE_NAME)
     asyncio.run(_run_for(agent, 2.0))
     passes = agent.metrics.passes
     assert passes["failed"] >= 4 and passes["ok"] == 0, passes
     assert backend.resets[3] == 0 and backend.burn_ins[3] == 0, (backend.resets, backend.burn_ins, passes)
-    assert LOOP_ANNOTATION not in live_cluster.get(NODE, NODE_NAME)["metadata"].get("annotations", {})
+    assert LOOP_ANNOTATION not in live_cluster.get(NODE, name=NODE_NAME)["metadata"].get("annotations", {})
     assert _gpu_events(live_cluster) == []  # nothing happened that the Node records
 
     apiserver.request("DELETE", f"{ADMISSION}/validatingadmissionpolicybindings/{POLICY}")
@@ -189,7 +195,7 @@ def test_no_reset_storm_while_the_api_server_refuses_node_writes_and_serves_read
 
     def burned_in() -> bool:
         agent.run_once()
-        shown = live_cluster.get(NODE, NODE_NAME)["metadata"]["annotations"].get(LOOP_ANNOTATION)
+        shown = live_cluster.get(NODE, name=NODE_NAME)["metadata"]["annotations"].get(LOOP_ANNOTATION)
         rec = decode_records(shown).get(uuid)
         return rec is not None and rec.stage is Stage.BURN_IN and rec.passed
 

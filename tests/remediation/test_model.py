@@ -22,8 +22,8 @@ from gpuchain.remediation.model import (
 
 def test_faults_round_trip_and_stay_small() -> None:
     faults = {
-        "GPU-a": Fault("GPU-a", "GPU-a", (79,), True, ("GPU-a", "MIG-1")),
-        "MIG-2": Fault("MIG-2", "GPU-b", (48,), False, ("MIG-2",)),
+        "GPU-a": Fault(uuid="GPU-a", gpu="GPU-a", xids=(79,), lost=True, covers=("GPU-a", "MIG-1")),
+        "MIG-2": Fault(uuid="MIG-2", gpu="GPU-b", xids=(48,), lost=False, covers=("MIG-2",)),
     }
     text = encode_faults(faults)
     assert decode_faults(text) == faults
@@ -52,20 +52,20 @@ def test_bad_annotations_name_the_key(decode: object, text: str, key: str) -> No
 
 
 def test_fault_action_is_the_most_disruptive_from_the_shared_table() -> None:
-    assert Fault("g", "g", (94,)).action is Resolution.RESTART_APP
-    assert Fault("g", "g", (94, 48)).action is Resolution.RESET_GPU
-    assert Fault("g", "g", (48, 79)).action is Resolution.REBOOT_NODE
-    assert Fault("g", "g", (), lost=True).action is Resolution.REBOOT_NODE
-    assert Fault("g", "g", (999,)).action is Resolution.RESET_GPU  # unknown XIDs are not safe
-    assert Fault("g", "g", (13,), repeated=(13,)).action is Resolution.RESET_GPU  # past its threshold
-    assert Fault("g", "g", (63, 92)).harmless  # NVIDIA's IGNORE: pods keep running
-    assert not Fault("g", "g", (13, 31)).harmless  # RESTART_APP: the pods are evicted
-    assert not Fault("g", "g", (63,), probes=("row-remap-pending",)).harmless
+    assert Fault(uuid="g", gpu="g", xids=(94,)).action is Resolution.RESTART_APP
+    assert Fault(uuid="g", gpu="g", xids=(94, 48)).action is Resolution.RESET_GPU
+    assert Fault(uuid="g", gpu="g", xids=(48, 79)).action is Resolution.REBOOT_NODE
+    assert Fault(uuid="g", gpu="g", xids=(), lost=True).action is Resolution.REBOOT_NODE
+    assert Fault(uuid="g", gpu="g", xids=(999,)).action is Resolution.RESET_GPU  # unknown XIDs are not safe
+    assert Fault(uuid="g", gpu="g", xids=(13,), repeated=(13,)).action is Resolution.RESET_GPU  # past its threshold
+    assert Fault(uuid="g", gpu="g", xids=(63, 92)).harmless  # NVIDIA's IGNORE: pods keep running
+    assert not Fault(uuid="g", gpu="g", xids=(13, 31)).harmless  # RESTART_APP: the pods are evicted
+    assert not Fault(uuid="g", gpu="g", xids=(63,), probes=("row-remap-pending",)).harmless
 
 
 def test_condition_names_uuids_and_xids() -> None:
     assert condition_for({}) == ("True", "GPUsHealthy", "all GPUs healthy")
-    status, reason, message = condition_for({"GPU-a": Fault("GPU-a", "GPU-a", (79,))})
+    status, reason, message = condition_for({"GPU-a": Fault(uuid="GPU-a", gpu="GPU-a", xids=(79,))})
     assert (status, reason) == ("False", "GPUXidError")
     assert "GPU-a" in message and "XID 79" in message and "fallen off the bus" in message
-    assert condition_for({"GPU-a": Fault("GPU-a", "GPU-a", (79,), lost=True)})[1] == "GPULost"
+    assert condition_for({"GPU-a": Fault(uuid="GPU-a", gpu="GPU-a", xids=(79,), lost=True)})[1] == "GPULost"

@@ -40,24 +40,28 @@ def _publisher(
     gpu0 = sim.inventory().gpu(0).uuid
     rows = [Assignment("nvidia.com/gpu", gpu0, PodRef("ml", "train", "main"))]
     peers = [node_object(f"peer-{i}") for i in range(3)]
-    cluster = MemoryCluster([node_object("n0"), *peers, pod_object("ml", "train", "n0"), *simulated_policy_objects()])
+    cluster = MemoryCluster(
+        [node_object("n0"), *peers, pod_object("ml", name="train", node="n0"), *simulated_policy_objects()]
+    )
     policy = HealthPolicy().with_ignored(enabled=enable).with_overrides(parse_overrides(overrides))
-    publisher = GpuHealthPublisher(sim, cluster, "n0", lambda: rows, policy, quiet_seconds=0, clock=Clock())
+    publisher = GpuHealthPublisher(
+        sim, cluster=cluster, node_name="n0", pods=lambda: rows, policy=policy, quiet_seconds=0, clock=Clock()
+    )
     return cluster, publisher, gpu0
 
 
 def _xid(publisher: GpuHealthPublisher, gpu: str, code: int, at: float) -> None:
     assert isinstance(publisher.clock, Clock)
     publisher.clock.t = at
-    publisher.handle(HealthEvent(EventKind.XID, gpu, xid=code))
+    publisher.handle(HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=code))
 
 
 def _controller_pass(cluster: MemoryCluster) -> Report:
-    return Remediator(cluster, Policy(), "gpuchain").run_once()
+    return Remediator(cluster, policy=Policy(), namespace="gpuchain").run_once()
 
 
 def _taint(cluster: MemoryCluster) -> str | None:
-    taints = cluster.get(NODE, "n0")["spec"].get("taints") or []
+    taints = cluster.get(NODE, name="n0")["spec"].get("taints") or []
     return next((t["value"] for t in taints if t["key"] == TAINT_KEY), None)
 
 
@@ -76,7 +80,7 @@ def test_a_node_that_declared_an_xid_harmless_is_left_alone(
     cluster, publisher, gpu0 = _publisher(h100_sim, overrides, enable=(109,))
     _xid(publisher, gpu0, 109, 1000.0)
     publisher.publish()
-    published = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+    published = decode_faults(cluster.get(NODE, name="n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
     assert published[gpu0].resolution is verdict and published[gpu0].xids == (109,)
 
     report = _controller_pass(cluster)
@@ -97,12 +101,12 @@ def test_a_node_threshold_crossed_is_acted_on_with_the_nodes_resolution(
     cluster, publisher, gpu0 = _publisher(h100_sim, f"13={then}@2/1h")
     _xid(publisher, gpu0, 13, 1000.0)
     publisher.publish()
-    assert FAULTS_ANNOTATION not in cluster.get(NODE, "n0")["metadata"]["annotations"]
+    assert FAULTS_ANNOTATION not in cluster.get(NODE, name="n0")["metadata"]["annotations"]
     assert _controller_pass(cluster).outcomes == ()
 
     _xid(publisher, gpu0, 13, 1600.0)
     publisher.publish()
-    (fault,) = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION]).values()
+    (fault,) = decode_faults(cluster.get(NODE, name="n0")["metadata"]["annotations"][FAULTS_ANNOTATION]).values()
     assert fault.repeated == (13,) and fault.resolution is Resolution.parse(then)
     report = _controller_pass(cluster)
     assert sorted(o.action.kind for o in report.outcomes) == [ActionKind.EVICT, ActionKind.TAINT]
@@ -129,7 +133,7 @@ def test_an_annotation_from_before_the_verdict_is_judged_by_the_shipped_table(
     node["status"]["conditions"].append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
     peers = [node_object(f"peer-{i}") for i in range(3)]
     cluster = MemoryCluster([node, *peers])
-    report = Remediator(cluster, Policy(), "gpuchain", verify_node_writes=False).run_once()
+    report = Remediator(cluster, policy=Policy(), namespace="gpuchain", verify_node_writes=False).run_once()
     assert [o.action.kind for o in report.outcomes] == ([ActionKind.TAINT] if taint else [])
     assert _taint(cluster) == taint
 
@@ -157,7 +161,7 @@ def test_a_verdict_this_version_does_not_know_is_judged_by_the_shipped_table_and
     node["metadata"]["annotations"] = {FAULTS_ANNOTATION: annotation}
     node["status"]["conditions"].append({"type": "GPUHealthy", "status": "False", "reason": "GPUXidError"})
     cluster = MemoryCluster([node, *(node_object(f"peer-{i}") for i in range(3))])
-    report = Remediator(cluster, Policy(), "gpuchain", verify_node_writes=False).run_once()
+    report = Remediator(cluster, policy=Policy(), namespace="gpuchain", verify_node_writes=False).run_once()
     assert [h.why for h in report.held if h.why is HoldReason.BAD_ANNOTATION] == []
     assert [o.action.kind for o in report.outcomes] == ([ActionKind.TAINT] if taint else [])
     assert _taint(cluster) == taint

@@ -32,7 +32,7 @@ class Clock:
 
 
 def xid(gpu: str, code: int, mig: str | None = None) -> HealthEvent:
-    return HealthEvent(EventKind.XID, gpu, xid=code, mig_uuid=mig)
+    return HealthEvent(kind=EventKind.XID, gpu_uuid=gpu, xid=code, mig_uuid=mig)
 
 
 def test_tracker_counts_fatal_ignores_application_and_recovers_after_quiet_period() -> None:
@@ -42,7 +42,7 @@ def test_tracker_counts_fatal_ignores_application_and_recovers_after_quiet_perio
     assert not t.apply(xid("GPU-a", 79), 1)  # same fault again: nothing new to publish
     assert t.apply(xid("GPU-a", 48), 1)
     assert t.faults()["GPU-a"].xids == (48, 79)
-    t.apply(HealthEvent(EventKind.GPU_RECOVERED, "GPU-a"), 2)
+    t.apply(HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid="GPU-a"), 2)
     assert not t.due(6) and "GPU-a" in t.faults()
     assert t.due(7) and t.faults() == {}
     assert t.apply(xid("GPU-a", 48), 8)
@@ -53,7 +53,7 @@ def test_tracker_lost_gpu_covers_its_known_mig_devices(mig_sim: SimBackend) -> N
     t = FaultTracker.with_policy()
     t.observe(mig_sim.inventory().gpus)
     gpu = next(g for g in mig_sim.inventory().gpus if g.mig_devices)
-    t.apply(HealthEvent(EventKind.GPU_LOST, gpu.uuid), 0)
+    t.apply(HealthEvent(kind=EventKind.GPU_LOST, gpu_uuid=gpu.uuid), 0)
     fault = t.faults()[gpu.uuid]
     assert fault.lost and set(fault.covers) == {gpu.uuid, *(m.uuid for m in gpu.mig_devices)}
 
@@ -79,7 +79,7 @@ def make(h100_sim: SimBackend, rows: list[Assignment] | None = None) -> tuple[Me
             raise PodResourcesError("pod-resources List failed")
         return rows
 
-    publisher = GpuHealthPublisher(h100_sim, cluster, "n0", source, quiet_seconds=0, clock=clock)
+    publisher = GpuHealthPublisher(h100_sim, cluster=cluster, node_name="n0", pods=source, quiet_seconds=0, clock=clock)
 
     def feed(event: HealthEvent) -> None:
         publisher.handle(event)
@@ -94,14 +94,14 @@ def test_publishes_condition_event_and_annotations_then_clears_on_recovery(h100_
     cluster, publisher, _ = make(h100_sim, rows)
 
     first = publisher.publish()
-    node = cluster.get(NODE, "n0")
+    node = cluster.get(NODE, name="n0")
     assert find_condition(node) is not None and find_condition(node).healthy  # type: ignore[union-attr]
     assert first.event is None and cluster.count(EVENT) == 0
     assert json.loads(node["metadata"]["annotations"][PODS_ANNOTATION]) == {gpu0: ["ml/train/main"]}
 
-    h100_sim.inject_xid(0, 79)
+    h100_sim.inject_xid(0, xid=79)
     result = publisher.publish()
-    node = cluster.get(NODE, "n0")
+    node = cluster.get(NODE, name="n0")
     cond = find_condition(node)
     assert cond is not None and cond.status == "False" and gpu0 in cond.message and "XID 79" in cond.message
     assert json.loads(node["metadata"]["annotations"][FAULTS_ANNOTATION]) == {
@@ -118,7 +118,7 @@ def test_publishes_condition_event_and_annotations_then_clears_on_recovery(h100_
 
     h100_sim.recover_gpu(0)
     publisher.publish()
-    node = cluster.get(NODE, "n0")
+    node = cluster.get(NODE, name="n0")
     cond = find_condition(node)
     assert cond is not None and cond.healthy
     assert FAULTS_ANNOTATION not in node["metadata"]["annotations"]
@@ -134,16 +134,16 @@ def test_lost_gpu_keeps_its_pods_in_the_map(h100_sim: SimBackend) -> None:
     h100_sim.lose_gpu(3)
     result = publisher.publish()
     assert result.faults[gpu3].lost and result.pods == {gpu3: ("ml/train/main",)}
-    cond = find_condition(cluster.get(NODE, "n0"))
+    cond = find_condition(cluster.get(NODE, name="n0"))
     assert cond is not None and cond.reason == "GPULost"
 
 
 def test_kubelet_unreachable_still_publishes_health(h100_sim: SimBackend) -> None:
     cluster, publisher, _ = make(h100_sim, None)
-    h100_sim.inject_xid(1, 48)
+    h100_sim.inject_xid(1, xid=48)
     result = publisher.publish()
     assert result.pods == {} and result.faults
-    cond = find_condition(cluster.get(NODE, "n0"))
+    cond = find_condition(cluster.get(NODE, name="n0"))
     assert cond is not None and cond.status == "False"
 
 
@@ -155,19 +155,19 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def condition_status(cluster: MemoryCluster) -> str | None:
-    cond = find_condition(cluster.get(NODE, "n0"))
+    cond = find_condition(cluster.get(NODE, name="n0"))
     return cond.status if cond else None
 
 
 async def test_run_loop_publishes_fault_then_recovery_after_the_quiet_period(h100_sim: SimBackend) -> None:
     cluster = MemoryCluster([node_object("n0")])
     quiet = 0.2
-    publisher = GpuHealthPublisher(h100_sim, cluster, "n0", quiet_seconds=quiet)
+    publisher = GpuHealthPublisher(h100_sim, cluster=cluster, node_name="n0", quiet_seconds=quiet)
     stop = asyncio.Event()
     task = asyncio.create_task(publisher.run(stop, resync=30))
     try:
         await until(lambda: condition_status(cluster) == "True")
-        h100_sim.inject_xid(2, 74)
+        h100_sim.inject_xid(2, xid=74)
         await until(lambda: condition_status(cluster) == "False")
         recovered = time.monotonic()
         h100_sim.recover_gpu(2)
@@ -192,10 +192,10 @@ async def test_broken_event_stream_marks_every_gpu_unhealthy() -> None:
     backend = BrokenEvents.from_preset("h100-80gb-x8")
     cluster = MemoryCluster([node_object("n0")])
     stop = asyncio.Event()
-    task = asyncio.create_task(GpuHealthPublisher(backend, cluster, "n0").run(stop, resync=30))
+    task = asyncio.create_task(GpuHealthPublisher(backend, cluster=cluster, node_name="n0").run(stop, resync=30))
     try:
         await until(lambda: condition_status(cluster) == "False")
-        faults = decode_faults(cluster.get(NODE, "n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
+        faults = decode_faults(cluster.get(NODE, name="n0")["metadata"]["annotations"][FAULTS_ANNOTATION])
         assert len(faults) == 8
     finally:
         stop.set()
@@ -219,11 +219,13 @@ async def test_gpus_are_healthy_again_once_the_event_stream_is_back() -> None:
     backend = FlakyEvents.from_preset("h100-80gb-x8")
     cluster = MemoryCluster([node_object("n0")])
     stop = asyncio.Event()
-    task = asyncio.create_task(GpuHealthPublisher(backend, cluster, "n0", quiet_seconds=0.2).run(stop, resync=30))
+    task = asyncio.create_task(
+        GpuHealthPublisher(backend, cluster=cluster, node_name="n0", quiet_seconds=0.2).run(stop, resync=30)
+    )
     try:
         await until(lambda: condition_status(cluster) == "False")
         await until(lambda: condition_status(cluster) == "True", timeout=5)  # resubscribed, quiet period passed
-        backend.inject_xid(3, 48)  # and the new subscription still reports faults
+        backend.inject_xid(3, xid=48)  # and the new subscription still reports faults
         await until(lambda: condition_status(cluster) == "False")
     finally:
         stop.set()
@@ -235,14 +237,14 @@ def test_a_release_for_a_gpu_reset_is_no_fault(h100_sim: SimBackend, caplog: pyt
     publisher keeps the GPUs it knew, trips no probe, reports nothing lost and warns of nothing."""
     view = ReleasableView(h100_sim)
     cluster = MemoryCluster([node_object("n0")])
-    publisher = GpuHealthPublisher(view, cluster, "n0", None, quiet_seconds=0, clock=Clock())
+    publisher = GpuHealthPublisher(view, cluster=cluster, node_name="n0", pods=None, quiet_seconds=0, clock=Clock())
     publisher.publish()
     view.release()
     with caplog.at_level(logging.WARNING):
         result = publisher.publish()
     assert view.reads_while_released >= 1
     assert result.faults == {}
-    cond = find_condition(cluster.get(NODE, "n0"))
+    cond = find_condition(cluster.get(NODE, name="n0"))
     assert cond is not None and cond.healthy
     assert not [r for r in caplog.records if r.name.startswith("gpuchain")]
 
@@ -254,14 +256,14 @@ def test_a_probed_fault_on_another_gpu_stays_published_through_a_release(h100_si
     view = ReleasableView(h100_sim)
     h100_sim.set_telemetry(2, row_remap_pending=1)
     cluster = MemoryCluster([node_object("n0")])
-    publisher = GpuHealthPublisher(view, cluster, "n0", None, quiet_seconds=0, clock=Clock())
+    publisher = GpuHealthPublisher(view, cluster=cluster, node_name="n0", pods=None, quiet_seconds=0, clock=Clock())
     gpu2 = h100_sim.inventory().gpu(2).uuid
     assert set(publisher.publish().faults) == {gpu2}
     view.release()
     during = publisher.publish()
     assert view.reads_while_released >= 1
     assert set(during.faults) == {gpu2} and during.event is None
-    cond = find_condition(cluster.get(NODE, "n0"))
+    cond = find_condition(cluster.get(NODE, name="n0"))
     assert cond is not None and not cond.healthy
     view.reacquire()
     assert set(publisher.publish().faults) == {gpu2}

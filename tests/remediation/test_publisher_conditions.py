@@ -21,16 +21,16 @@ class KubeletBetweenReadAndWrite(MemoryCluster):
     def _heartbeat(self, name: str) -> None:
         self.heartbeats += 1
         ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": f"beat {self.heartbeats}"}
-        self.set_condition(NODE, name, ready)
+        self.set_condition(NODE, name=name, condition=ready)
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
-        got = super().get(kind, name, namespace)
+        got = super().get(kind, name=name, namespace=namespace)
         if kind == NODE:
             self._heartbeat(name)
         return got
 
     def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
-        got = super().patch(kind, name, patch, namespace)
+        got = super().patch(kind, name=name, patch=patch, namespace=namespace)
         if kind == NODE:
             self._heartbeat(name)
         return got
@@ -38,8 +38,8 @@ class KubeletBetweenReadAndWrite(MemoryCluster):
 
 def test_a_kubelet_heartbeat_between_read_and_write_is_kept(h100_sim: SimBackend) -> None:
     cluster = KubeletBetweenReadAndWrite([node_object("n0")])
-    publisher = GpuHealthPublisher(h100_sim, cluster, "n0")
-    publisher.handle(h100_sim.inject_xid(3, 79))
+    publisher = GpuHealthPublisher(h100_sim, cluster=cluster, node_name="n0")
+    publisher.handle(h100_sim.inject_xid(3, xid=79))
     assert publisher.publish().condition_written
     node = cluster.snapshot(NODE)[0]
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
@@ -53,16 +53,18 @@ def test_a_kubelet_heartbeat_between_read_and_write_is_kept(h100_sim: SimBackend
 
 def test_transition_time_moves_only_when_the_status_flips(h100_sim: SimBackend) -> None:
     cluster = MemoryCluster([node_object("n0")])
-    publisher = GpuHealthPublisher(h100_sim, cluster, "n0")
+    publisher = GpuHealthPublisher(h100_sim, cluster=cluster, node_name="n0")
     publisher.publish()
     cluster.set_condition(
-        NODE, "n0", {"type": CONDITION_TYPE, "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+        NODE,
+        name="n0",
+        condition={"type": CONDITION_TYPE, "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"},
     )
-    publisher.handle(h100_sim.inject_xid(3, 79))
+    publisher.handle(h100_sim.inject_xid(3, xid=79))
     publisher.publish()
-    flipped = next(c for c in cluster.get(NODE, "n0")["status"]["conditions"] if c["type"] == CONDITION_TYPE)
+    flipped = next(c for c in cluster.get(NODE, name="n0")["status"]["conditions"] if c["type"] == CONDITION_TYPE)
     assert flipped["lastTransitionTime"] != "2020-01-01T00:00:00Z"
-    publisher.handle(h100_sim.inject_xid(4, 79))
+    publisher.handle(h100_sim.inject_xid(4, xid=79))
     publisher.publish()
-    again = next(c for c in cluster.get(NODE, "n0")["status"]["conditions"] if c["type"] == CONDITION_TYPE)
+    again = next(c for c in cluster.get(NODE, name="n0")["status"]["conditions"] if c["type"] == CONDITION_TYPE)
     assert "GPU-" in again["message"] and again["lastTransitionTime"] == flipped["lastTransitionTime"]

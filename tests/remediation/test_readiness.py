@@ -15,7 +15,7 @@ from gpuchain.remediation.readiness import CONDITION, STARTUP_TAINT, ChainFacts,
 from gpuchain.sim.remediation import node_object
 from gpuchain.sim.repair import play
 
-UP = ChainFacts(None, True, 8, 8)
+UP = ChainFacts(driver_error=None, toolkit_ready=True, gpus=8, units=8)
 OTHER = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 
 
@@ -33,15 +33,33 @@ def joining(gpus: int | None) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("facts", "gpus", "reason"),
     [
-        (ChainFacts("NVML: driver not loaded", None, 0, 0), 8, "DriverNotReady"),
-        (ChainFacts(None, None, 0, 0), 8, "DriverNotReady"),
-        (ChainFacts(None, False, 8, 8), 8, "ToolkitNotReady"),
+        (ChainFacts(driver_error="NVML: driver not loaded", toolkit_ready=None, gpus=0, units=0), 8, "DriverNotReady"),
+        (ChainFacts(driver_error=None, toolkit_ready=None, gpus=0, units=0), 8, "DriverNotReady"),
+        (ChainFacts(driver_error=None, toolkit_ready=False, gpus=8, units=8), 8, "ToolkitNotReady"),
         (UP, None, "PluginNotRegistered"),
         (UP, 7, "GpusMissing"),
-        (ChainFacts(None, True, 8, 8, "GPU 2: memory: memory test found errors"), 8, "BurnInFailed"),
+        (
+            ChainFacts(
+                driver_error=None,
+                toolkit_ready=True,
+                gpus=8,
+                units=8,
+                burn_in="GPU 2: memory: memory test found errors",
+            ),
+            8,
+            "BurnInFailed",
+        ),
         (UP, 8, "ChainReady"),
-        (ChainFacts(None, None, 8, 8), 32, "ChainReady"),  # toolkit unchecked; time-slicing x4 is fine
-        (ChainFacts(None, True, 2, 14), 8, "GpusMissing"),  # MIG: one unit per MIG device
+        (
+            ChainFacts(driver_error=None, toolkit_ready=None, gpus=8, units=8),
+            32,
+            "ChainReady",
+        ),  # toolkit unchecked; time-slicing x4 is fine
+        (
+            ChainFacts(driver_error=None, toolkit_ready=True, gpus=2, units=14),
+            8,
+            "GpusMissing",
+        ),  # MIG: one unit per MIG device
     ],
 )
 def test_the_first_missing_link_is_named(facts: ChainFacts, gpus: int | None, reason: str) -> None:
@@ -51,21 +69,24 @@ def test_the_first_missing_link_is_named(facts: ChainFacts, gpus: int | None, re
 
 def test_only_the_startup_taint_is_removed_and_only_when_ready() -> None:
     node = joining(8)
-    assert gate_patch(node, assess(node, ChainFacts(None, True, 8, 9))) is None
-    patch = gate_patch(node, assess(node, UP))
+    assert (
+        gate_patch(node, verdict=assess(node, ChainFacts(driver_error=None, toolkit_ready=True, gpus=8, units=9)))
+        is None
+    )
+    patch = gate_patch(node, verdict=assess(node, UP))
     assert patch == {"spec": {"taints": [OTHER]}, "metadata": {"resourceVersion": "7"}}
     node["spec"]["taints"] = [OTHER]
-    assert gate_patch(node, assess(node, UP)) is None  # already lifted: nothing to write
+    assert gate_patch(node, verdict=assess(node, UP)) is None  # already lifted: nothing to write
 
 
 def test_gate_with_burn_in_holds_a_node_whose_gpu_fails_it() -> None:
     gpus = SimBackend.from_preset("h100-80gb-x8", node="n")
-    gpus.fail_burn_in(5, "cuda")
+    gpus.fail_burn_in(5, check="cuda")
     node = joining(8)
     cluster = MemoryCluster([node])
-    gate = ReadinessGate(gpus, cluster, "n", burn_in=True)
+    gate = ReadinessGate(gpus, cluster=cluster, node_name="n", burn_in=True)
     assert gate.run_once().reason == "BurnInFailed"
-    live = cluster.get(NODE, "n")
+    live = cluster.get(NODE, name="n")
     assert any(t["key"] == STARTUP_TAINT for t in live["spec"]["taints"])
     cond = find_condition(live, CONDITION)
     assert cond is not None and cond.status == "False" and "GPU 5: " in cond.message
@@ -88,7 +109,7 @@ def test_a_burn_in_cut_short_by_a_release_is_no_verdict_and_runs_again() -> None
     BurnInPending, caches nothing, and on its next check burns every GPU in and lifts the taint."""
     gpus = SimBackend.from_preset("h100-80gb-x8", node="n")
     cluster = MemoryCluster([joining(8)])
-    gate = ReadinessGate(gpus, cluster, "n", burn_in=True)
+    gate = ReadinessGate(gpus, cluster=cluster, node_name="n", burn_in=True)
     real = gpus.burn_in
 
     def interrupted(index: int) -> Any:
@@ -99,8 +120,8 @@ def test_a_burn_in_cut_short_by_a_release_is_no_verdict_and_runs_again() -> None
     gpus.burn_in = interrupted  # type: ignore[method-assign]
     verdict = gate.run_once()
     assert verdict.reason == "BurnInPending" and not verdict.ready
-    assert any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, "n")["spec"]["taints"])
+    assert any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, name="n")["spec"]["taints"])
     gpus.burn_in = real  # type: ignore[method-assign]
     gpus.reacquire()
     assert gate.run_once().reason == "ChainReady"
-    assert not any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, "n")["spec"]["taints"] or [])
+    assert not any(t["key"] == STARTUP_TAINT for t in cluster.get(NODE, name="n")["spec"]["taints"] or [])

@@ -40,26 +40,26 @@ async def test_xid79_through_kubelet_pod_resources_publisher_and_controller() ->
         cluster = MemoryCluster([node_object(name), *others, *simulated_policy_objects()])
         placed = {}
         for pod, count in (("train-a", 1), ("train-b", 2), ("train-c", 1)):
-            assignment = await sim.kubelet.admit("ml", pod, [ContainerRequest("main", {GPU: count})])
+            assignment = await sim.kubelet.admit("ml", name=pod, containers=[ContainerRequest("main", {GPU: count})])
             placed[pod] = assignment.containers[0].devices[GPU]
-            cluster.create(pod_object("ml", pod, name, count))
-        publisher = GpuHealthPublisher(sim.backend, cluster, name, client.list, quiet_seconds=0)
+            cluster.create(pod_object("ml", name=pod, node=name, gpus=count))
+        publisher = GpuHealthPublisher(sim.backend, cluster=cluster, node_name=name, pods=client.list, quiet_seconds=0)
         task = asyncio.create_task(publisher.run(stop, resync=0.1))
 
         def published_pods() -> dict[str, tuple[str, ...]]:
-            return decode_pods(cluster.get(NODE, name)["metadata"].get("annotations", {}).get(PODS_ANNOTATION))
+            return decode_pods(cluster.get(NODE, name=name)["metadata"].get("annotations", {}).get(PODS_ANNOTATION))
 
         await until(lambda: len(published_pods()) == 4)  # 1 + 2 + 1 GPUs held
         victim = sim.backend.inventory().gpu(placed["train-a"][0])
-        sim.backend.inject_xid(victim.index, 79, "GPU has fallen off the bus")
+        sim.backend.inject_xid(victim.index, xid=79, message="GPU has fallen off the bus")
 
         def unhealthy() -> bool:
-            cond = find_condition(cluster.get(NODE, name))
+            cond = find_condition(cluster.get(NODE, name=name))
             return cond is not None and cond.status == "False"
 
         await until(unhealthy)
         await until(lambda: sim.kubelet.allocatable()[GPU] == 7)  # the device plugin saw it too
-        cond = find_condition(cluster.get(NODE, name))
+        cond = find_condition(cluster.get(NODE, name=name))
         assert cond is not None and victim.uuid in cond.message and "XID 79" in cond.message
 
         report = await asyncio.to_thread(Remediator(cluster).run_once)
@@ -69,7 +69,7 @@ async def test_xid79_through_kubelet_pod_resources_publisher_and_controller() ->
             ("taint", None, "done"),
             ("evict", "ml/train-a", "done"),
         ]
-        assert [t["key"] for t in cluster.get(NODE, name)["spec"]["taints"]] == [TAINT_KEY]
+        assert [t["key"] for t in cluster.get(NODE, name=name)["spec"]["taints"]] == [TAINT_KEY]
     finally:
         stop.set()
         if task is not None:

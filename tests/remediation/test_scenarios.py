@@ -18,11 +18,11 @@ def pods(sim: SimCluster) -> set[str]:
 
 
 def taints(sim: SimCluster, node: str) -> list[dict[str, str]]:
-    return list(sim.cluster.get(NODE, node)["spec"].get("taints") or [])
+    return list(sim.cluster.get(NODE, name=node)["spec"].get("taints") or [])
 
 
 def status(sim: SimCluster) -> dict[str, str]:
-    return dict(sim.cluster.get(CONFIGMAP, STATUS_NAME, DEFAULT_NAMESPACE)["data"])
+    return dict(sim.cluster.get(CONFIGMAP, name=STATUS_NAME, namespace=DEFAULT_NAMESPACE)["data"])
 
 
 def reasons(sim: SimCluster) -> list[str]:
@@ -74,7 +74,7 @@ def test_eviction_refused_at_apply_time_is_reported_as_blocked() -> None:
     real_evict = sim.cluster.evict
 
     def evict_after_budget_tightens(name: str, namespace: str) -> None:
-        sim.cluster.create(pdb_object("ml", "train-pdb", {"app": "train"}, 2))
+        sim.cluster.create(pdb_object("ml", name="train-pdb", match_labels={"app": "train"}, min_available=2))
         real_evict(name, namespace)
 
     sim.cluster.evict = evict_after_budget_tightens  # type: ignore[method-assign]
@@ -150,7 +150,7 @@ async def test_continuous_mode_acts_on_a_fault_that_appears_later() -> None:
     try:
         await asyncio.sleep(0.1)
         assert pods(sim) == ALL
-        sim.backends["node-0"].inject_xid(1, 48)
+        sim.backends["node-0"].inject_xid(1, xid=48)
         sim.publish()
         deadline = time.monotonic() + 5
         while "ml/train-1" in pods(sim):
@@ -193,7 +193,7 @@ def test_without_the_admission_policy_nothing_is_done_on_any_nodes_word() -> Non
     from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING
 
     sim = run_scenario("xid79")
-    sim.cluster.delete(VAP_BINDING, POLICY_NAME)
+    sim.cluster.delete(VAP_BINDING, name=POLICY_NAME)
     report = Remediator(sim.cluster).run_once()
     assert report.outcomes == () and pods(sim) == ALL and taints(sim, "node-0") == []
     assert {h.node for h in report.held} == {"node-0", "node-1", "node-2", "node-3"}
@@ -206,8 +206,8 @@ def test_health_written_before_the_policy_was_bound_waits_for_a_fresh_publish() 
     from gpuchain.remediation.admission import POLICY_NAME, VAP_BINDING
 
     sim = run_scenario("xid79")
-    binding = sim.cluster.get(VAP_BINDING, POLICY_NAME)
-    sim.cluster.delete(VAP_BINDING, POLICY_NAME)
+    binding = sim.cluster.get(VAP_BINDING, name=POLICY_NAME)
+    sim.cluster.delete(VAP_BINDING, name=POLICY_NAME)
     time.sleep(1.1)  # RFC 3339 stamps have whole seconds
     sim.cluster.create({k: v for k, v in binding.items() if k != "metadata"} | {"metadata": {"name": POLICY_NAME}})
     report = Remediator(sim.cluster).run_once()

@@ -31,8 +31,8 @@ def test_concurrent_taint_survives_and_ours_lands_on_the_next_pass(monkeypatch: 
     assert raced
     taint = next(o for o in first.outcomes if o.action.kind.value == "taint")
     assert taint.result != "done"
-    assert sim.cluster.get(NODE, "node-0")["spec"]["taints"] == [UNREACHABLE]
+    assert sim.cluster.get(NODE, name="node-0")["spec"]["taints"] == [UNREACHABLE]
 
     Remediator(sim.cluster).run_once()
-    keys = [t["key"] for t in sim.cluster.get(NODE, "node-0")["spec"]["taints"]]
+    keys = [t["key"] for t in sim.cluster.get(NODE, name="node-0")["spec"]["taints"]]
     assert keys == [UNREACHABLE["key"], TAINT_KEY]

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fault(*xids: int, lost: bool = False, repeated: tuple[int, ...] = ()) -> Fault:
-    return Fault("GPU-1", "GPU-1", xids, lost, ("GPU-1",), repeated=repeated)
+    return Fault(uuid="GPU-1", gpu="GPU-1", xids=xids, lost=lost, covers=("GPU-1",), repeated=repeated)
 
 
 def test_resolutions_follow_nvidia_s_catalog() -> None:
@@ -61,9 +61,25 @@ def test_config_overrides_win_over_the_table() -> None:
     assert resolution(fault(79), overrides) is Resolution.RESET_GPU
     assert resolution(fault(13, repeated=(13,)), overrides) is Resolution.REBOOT_NODE
     policy = LoopPolicy(xid_resolutions=overrides)
-    rec, _ = advance(GpuRecord("GPU-1", 0), fault(109), (), False, "b", 0, policy)
+    rec, _ = advance(
+        GpuRecord(uuid="GPU-1", index=0),
+        fault=fault(109),
+        pods=(),
+        breaker_open=False,
+        boot_id="b",
+        now=0,
+        policy=policy,
+    )
     assert rec.stage is Stage.HEALTHY
-    rec, _ = advance(GpuRecord("GPU-1", 0), fault(92), (), False, "b", 0, policy)
+    rec, _ = advance(
+        GpuRecord(uuid="GPU-1", index=0),
+        fault=fault(92),
+        pods=(),
+        breaker_open=False,
+        boot_id="b",
+        now=0,
+        policy=policy,
+    )
     assert rec.stage is Stage.RESET
 
 

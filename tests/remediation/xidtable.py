@@ -16,7 +16,7 @@ from gpuchain.remediation.model import Fault
 def _does(code: int, repeated: bool) -> str:
     """What gpuchain does about one device unhealthy with this XID (repeated: past its threshold):
     withhold it from new pods, evict its pods, reset the GPU or ask for a node reboot."""
-    fault = Fault("GPU", "GPU", (code,), covers=("GPU",), repeated=(code,) if repeated else ())
+    fault = Fault(uuid="GPU", gpu="GPU", xids=(code,), covers=("GPU",), repeated=(code,) if repeated else ())
     if fault.harmless:
         return "withhold"
     if not needs_repair(fault):

@@ -18,7 +18,7 @@ async def test_live_kubelet_numbers_match_the_rendered_ones_and_land_in_node_sta
         got = live[node]
         assert (got.capacity, got.allocatable) == (capacity, allocatable), name
         assert got.agrees
-        status = sim.cluster.get(NODE, node)["status"]
+        status = sim.cluster.get(NODE, name=node)["status"]
         resource = next(iter(capacity))
         assert status["allocatable"][resource] == str(allocatable[resource])
         assert status["capacity"]["cpu"] == "96"  # non-GPU resources kept

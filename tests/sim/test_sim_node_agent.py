@@ -43,7 +43,7 @@ def test_the_layout_renders_one_agent_daemonset_and_a_ready_pod_per_gpu_node() -
         ("cuda-validation", "terminated"),
         ("node-agent", "running"),
     ]
-    agent_ds = sim.cluster.get(DAEMONSET, NODE_AGENT.name, "gpu-operator")
+    agent_ds = sim.cluster.get(DAEMONSET, name=NODE_AGENT.name, namespace="gpu-operator")
     assert agent_ds["status"]["numberReady"] == 2
     # The policy's status reads each role from the agent's pods, as the operator's does.
     status = sim.cluster.list(CLUSTER_POLICY)[0]["status"]
@@ -76,7 +76,7 @@ def test_a_runtime_without_the_nvidia_handler_leaves_the_agent_creating_with_the
 def test_the_node_agent_opt_out_label_keeps_the_agent_off_the_node() -> None:
     sim = build(parse_scenario(AGENT + "- name: skipped\n  optOut: [node-agent]\n"))
     assert "skipped" not in agent_pods(sim.cluster.list(POD))
-    node = sim.cluster.get(NODE, "skipped")
+    node = sim.cluster.get(NODE, name="skipped")
     assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.node-agent"] == "false"
 
 

@@ -81,10 +81,10 @@ def test_friday_new_kernel_crashloops_the_driver_and_blocks_the_chain_above() ->
     cs = driver_pod["status"]["containerStatuses"][0]
     assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
     assert "6.8.0-51-generic" in cs["lastState"]["terminated"]["message"]
-    node = sim.cluster.get(NODE, "gpu-new-0")
+    node = sim.cluster.get(NODE, name="gpu-new-0")
     assert node["status"]["nodeInfo"]["kernelVersion"] == "6.8.0-51-generic"
     assert "nvidia.com/gpu" not in node["status"]["capacity"]
-    pending = [p for p in sim.cluster.list(POD, "default") if p["status"]["phase"] == "Pending"]
+    pending = [p for p in sim.cluster.list(POD, namespace="default") if p["status"]["phase"] == "Pending"]
     assert len(pending) == 8
     assert "12 Insufficient nvidia.com/gpu" in pending[0]["status"]["conditions"][0]["message"]
 
@@ -92,9 +92,9 @@ def test_friday_new_kernel_crashloops_the_driver_and_blocks_the_chain_above() ->
 def test_counts_come_from_the_device_plugin_and_gfd_code() -> None:
     ts = build(load_scenario("leftover-time-slicing"))
     assert ts.plan("gpu-2").capacity == {"nvidia.com/gpu": 16}
-    labels = ts.cluster.get(NODE, "gpu-2")["metadata"]["labels"]
+    labels = ts.cluster.get(NODE, name="gpu-2")["metadata"]["labels"]
     assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.replicas"]) == ("8", "2")
-    assert ts.cluster.get(CONFIGMAP, "device-plugin-config", "gpu-operator")["data"]["shared-2"]
+    assert ts.cluster.get(CONFIGMAP, name="device-plugin-config", namespace="gpu-operator")["data"]["shared-2"]
     mig = build(load_scenario("mig-56"))
     assert mig.plan("gpu-mig").capacity == {"nvidia.com/mig-1g.10gb": 56}
     lost = build(load_scenario("gpu-fell-off-bus"))
@@ -107,10 +107,10 @@ def test_counts_come_from_the_device_plugin_and_gfd_code() -> None:
     assert not [e for e in lost.cluster.list(EVENT) if e["reason"] == "XidCriticalError"]
     plugin = next(
         p
-        for p in lost.cluster.list(POD, "gpu-operator")
+        for p in lost.cluster.list(POD, namespace="gpu-operator")
         if p["spec"].get("nodeName") == "gpu-17" and p["metadata"]["name"].startswith("nvidia-device-plugin")
     )
-    log = lost.cluster.logs(plugin["metadata"]["name"], "gpu-operator", container="device-plugin")
+    log = lost.cluster.logs(plugin["metadata"]["name"], namespace="gpu-operator", container="device-plugin")
     assert "XidCriticalError: Xid=79 on Device=GPU-" in log and "marking device as unhealthy." in log
 
 
@@ -118,12 +118,12 @@ def test_each_fault_lands_on_its_link() -> None:
     assert build(load_scenario("host-driver-conflict")).plan("gpu-cloud-0").driver == HOST_CONFLICT
     rt = build(load_scenario("runtime-not-configured"))
     assert rt.plan("gpu-1").toolkit == RUNTIME_MISSING
-    sandbox = [e for e in rt.cluster.list(EVENT, "gpu-operator") if e["reason"] == "FailedCreatePodSandBox"]
+    sandbox = [e for e in rt.cluster.list(EVENT, namespace="gpu-operator") if e["reason"] == "FailedCreatePodSandBox"]
     assert sandbox and all(RUNTIME_ERROR in e["message"] for e in sandbox)
     assert build(load_scenario("config-label-missing")).plan("gpu-1").plugin == CONFIG_MISSING
     pending = build(load_scenario("mig-stuck-pending"))
     assert pending.plan("gpu-1").plugin == LINK_PAUSED
-    labels = pending.cluster.get(NODE, "gpu-1")["metadata"]["labels"]
+    labels = pending.cluster.get(NODE, name="gpu-1")["metadata"]["labels"]
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
     opted = build(load_scenario("opted-out"))
     assert not [p for p in opted.cluster.list(POD, field_selector="spec.nodeName=gpu-3")]
@@ -131,7 +131,7 @@ def test_each_fault_lands_on_its_link() -> None:
 
 def test_daemonsets_are_the_operators_own_with_status_from_their_pods() -> None:
     sim = build(load_scenario("friday-scale-out"))
-    ds = sim.cluster.get(DAEMONSET, "nvidia-driver-daemonset", "gpu-operator")
+    ds = sim.cluster.get(DAEMONSET, name="nvidia-driver-daemonset", namespace="gpu-operator")
     assert ds["spec"]["updateStrategy"]["type"] == "OnDelete"  # rendered by gpuchain.operator.operands
     assert (ds["status"]["desiredNumberScheduled"], ds["status"]["numberReady"]) == (12, 4)
 

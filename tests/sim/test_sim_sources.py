@@ -120,7 +120,7 @@ def test_the_time_slicing_scenario_shows_the_reports_config_and_count() -> None:
         False,
         12,
     )
-    node = build(sc).cluster.get(NODE, "gpu-1")
+    node = build(sc).cluster.get(NODE, name="gpu-1")
     gpus = int(node["metadata"]["labels"]["nvidia.com/gpu.count"])
     assert node["status"]["capacity"]["nvidia.com/gpu"] == node["status"]["allocatable"]["nvidia.com/gpu"]
     assert int(node["status"]["capacity"]["nvidia.com/gpu"]) == 12 * gpus
@@ -129,7 +129,7 @@ def test_the_time_slicing_scenario_shows_the_reports_config_and_count() -> None:
 def test_the_opt_out_scenario_leaves_the_reports_three_operands_off_worker04() -> None:
     """gpu-operator#470: no toolkit, device plugin or validator pod on worker04; the others run."""
     sim = build(load_scenario("op-opted-out"))
-    labels = sim.cluster.get(NODE, "worker04")["metadata"]["labels"]
+    labels = sim.cluster.get(NODE, name="worker04")["metadata"]["labels"]
     off = {k.removeprefix(DEPLOY_PREFIX) for k, v in labels.items() if k.startswith(DEPLOY_PREFIX) and v == "false"}
     assert off == {"container-toolkit", "device-plugin", "operator-validator"}
     pods = {p["metadata"]["name"] for p in sim.cluster.list(POD, field_selector="spec.nodeName=worker04")}

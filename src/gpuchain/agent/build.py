@@ -65,11 +65,11 @@ def follow_release(node: Node, component: str) -> asyncio.Task[None] | None:
     board), unless gpu-health runs in this process: its reset releases the one shared backend."""
     if node.in_process_reset:
         return None
-    release = release_follower(node.settings.release_dir, node.backend, component)
-    return spawn(f"{component}: NVML release board", release.run) if release is not None else None
+    release = release_follower(node.settings.release_dir, backend=node.backend, component=component)
+    return spawn(f"{component}: NVML release board", run=release.run) if release is not None else None
 
 
-async def serve_alone(role: Role, node: Node, component: str, early: threading.Event | None = None) -> None:
+async def serve_alone(role: Role, *, node: Node, component: str, early: threading.Event | None = None) -> None:
     """Serve one role until SIGTERM/SIGINT (see the module docstring); raises what the role raised.
     ``early`` (``runtime.stop_early``) holds a signal that came while the command was starting: the
     role then stops as soon as it is up. The release board is followed once the role serves: its

@@ -60,6 +60,7 @@ class Fanout(Generic[T]):
     def __init__(
         self,
         name: str,
+        *,
         open: Callable[[], AsyncIterator[T]],
         loop: asyncio.AbstractEventLoop,
         replay: Callable[[T], T | None] | None = None,
@@ -70,7 +71,7 @@ class Fanout(Generic[T]):
         self._open = open
         self._loop = loop
         self._replay = replay
-        self._backoff = Backoff(first_delay, max_delay)
+        self._backoff = Backoff(first_delay, cap=max_delay)
         self._lock = threading.Lock()
         self._readers: list[_Reader[T]] = []
         self._pump: concurrent.futures.Future[None] | None = None

@@ -55,7 +55,7 @@ class RoleError(Exception):
 
 
 def open_gpus(
-    kind: str, preset: str | None = None, topology: str | None = None, default_preset: str = ""
+    kind: str, *, preset: str | None = None, topology: str | None = None, default_preset: str = ""
 ) -> GpuBackend:
     """The GPU backend ``kind`` names: ``nvml`` (this node's GPUs) or ``sim`` (``topology`` file,
     else ``preset``, else ``default_preset``). Raises ConfigFileError or GpuError with a clear message."""
@@ -75,6 +75,7 @@ class Node:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         settings: NodeSettings | None = None,
         cluster: Callable[[], Cluster] | None = None,
     ) -> None:
@@ -127,7 +128,7 @@ class Node:
         pumped on ``loop`` (the node agent's): see the module docstring."""
         self._loop = loop
         own = self.backend.events
-        events: Fanout[HealthEvent] = Fanout("GPU health events", own, loop)
+        events: Fanout[HealthEvent] = Fanout("GPU health events", open=own, loop=loop)
         self._fanouts.append(events)
         # The backend object stays what it is (NvmlBackend, SimBackend): only its subscription is shared.
         setattr(self.backend, "events", events.subscribe)  # noqa: B010
@@ -147,7 +148,7 @@ class Node:
             """A new reader first sees the Node as last seen, as a fresh watch's ADDED event shows it."""
             return WatchEvent("ADDED", last.object) if last.type != "DELETED" else None
 
-        fan: Fanout[WatchEvent] = Fanout(f"watch on Node {self.name}", upstream, self._loop, replay)
+        fan: Fanout[WatchEvent] = Fanout(f"watch on Node {self.name}", open=upstream, loop=self._loop, replay=replay)
         self._fanouts.append(fan)
 
         def watch(
@@ -219,7 +220,7 @@ class Node:
             return self.server
         from gpuchain.exporter.server import MetricsServer
 
-        self.server = MetricsServer(self.metrics, self.settings.metrics_address, port)
+        self.server = MetricsServer(self.metrics, host=self.settings.metrics_address, port=port)
         self.server.start_background()
         return self.server
 

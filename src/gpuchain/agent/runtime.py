@@ -80,10 +80,10 @@ def settled() -> None:
     gc.freeze()
 
 
-def release_follower(directory: str | None, backend: GpuBackend, component: str) -> Follower | None:
+def release_follower(directory: str | None, *, backend: GpuBackend, component: str) -> Follower | None:
     """The follower of the board in ``directory`` for ``backend``, or None when there is no board
     (off, or the directory is missing: logged once, a warning on real GPUs)."""
     from gpuchain.gpu.nvmlrelease import Follower, open_board
 
     board = open_board(directory, quiet=backend.name != "nvml")
-    return Follower(board, backend, component) if board is not None else None
+    return Follower(board, backend=backend, component=component) if board is not None else None

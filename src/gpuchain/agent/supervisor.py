@@ -44,7 +44,7 @@ REPEATED = 3
 """Failures in a row from which a role is reported as failing."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RoleState:
     """What the supervisor knows of one role."""
 
@@ -67,6 +67,7 @@ class Supervisor:
     def __init__(
         self,
         roles: Sequence[tuple[str, Callable[[], Role]]],
+        *,
         first_delay: float = 1.0,
         max_delay: float = 60.0,
         first_wait: float = 30.0,
@@ -75,7 +76,7 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         after_first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self.roles = [RoleState(name, build) for name, build in roles]
+        self.roles = [RoleState(name=name, build=build) for name, build in roles]
         self.first_delay = first_delay
         self.max_delay = max_delay
         self.first_wait = first_wait
@@ -145,7 +146,7 @@ class Supervisor:
 
     async def _keep(self, state: RoleState) -> None:
         """One role, for ever: run it, and after a failure run it again (built afresh) after a backoff."""
-        backoff = Backoff(self.first_delay, self.max_delay)
+        backoff = Backoff(self.first_delay, cap=self.max_delay)
         while not self._stopping.is_set():
             state.stop = asyncio.Event()
             began = state.began = self._clock()

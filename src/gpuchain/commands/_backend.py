@@ -42,7 +42,7 @@ def topology_option() -> Any:
     return typer.Option(None, "--topology", help="Simulated topology from a YAML file instead of a preset.")
 
 
-def backend_problem(kind: BackendKind, preset: str | None, topology: str | None) -> str | None:
+def backend_problem(kind: BackendKind, *, preset: str | None, topology: str | None) -> str | None:
     """What is wrong with these options together, or None."""
     if kind is BackendKind.nvml and (preset or topology):
         return "--preset and --topology apply to --backend sim only"
@@ -51,23 +51,23 @@ def backend_problem(kind: BackendKind, preset: str | None, topology: str | None)
     return None
 
 
-def open_backend(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
+def open_backend(kind: BackendKind, *, preset: str | None = None, topology: str | None = None) -> GpuBackend:
     """Build the backend the options name. Raises typer's BadParameter for options that do not go
     together (``backend_problem``), ConfigFileError or GpuError with a clear message."""
-    if problem := backend_problem(kind, preset, topology):
+    if problem := backend_problem(kind, preset=preset, topology=topology):
         import typer
 
         raise typer.BadParameter(problem)
-    return open_gpus(kind.value, preset, topology, DEFAULT_PRESET)
+    return open_gpus(kind.value, preset=preset, topology=topology, default_preset=DEFAULT_PRESET)
 
 
 BACKEND_ERRORS = (ConfigFileError, GpuError)
 """What `open_backend` and backend calls raise on bad input or broken hardware."""
 
 
-def backend_or_fail(kind: BackendKind, preset: str | None = None, topology: str | None = None) -> GpuBackend:
+def backend_or_fail(kind: BackendKind, *, preset: str | None = None, topology: str | None = None) -> GpuBackend:
     """`open_backend`, with a bad topology or missing driver reported as one line, exit 2."""
     try:
-        return open_backend(kind, preset, topology)
+        return open_backend(kind, preset=preset, topology=topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))

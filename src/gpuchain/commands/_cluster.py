@@ -78,7 +78,7 @@ def _reason(exc: Exception) -> str:
 
 
 def open_cluster(
-    kubeconfig: str | None = None, context: str | None = None, server: str | None = None, hint: str = ""
+    kubeconfig: str | None = None, *, context: str | None = None, server: str | None = None, hint: str = ""
 ) -> LiveCluster:
     """The live cluster: ``server`` (an unauthenticated URL, for test servers), else the kubeconfig
     file, else in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config``. No usable configuration
@@ -91,7 +91,7 @@ def open_cluster(
 
     guarded = _guarded_class(LiveCluster)
     try:
-        cluster = guarded.from_url(server) if server else guarded.from_kubeconfig(kubeconfig, context)
+        cluster = guarded.from_url(server) if server else guarded.from_kubeconfig(kubeconfig, context=context)
     except (ConfigError, OSError, ValueError, LookupError, TypeError, yaml.YAMLError) as exc:
         fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
         fail(
@@ -129,7 +129,7 @@ def _transport_reason(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def unreachable(cluster: Any, what: str, exc: BaseException) -> Exception:
+def unreachable(cluster: Any, *, what: str, exc: BaseException) -> Exception:
     """The one-line error for a server that did not answer as a Kubernetes API server."""
     from gpuchain.kube.errors import UnreachableError
 
@@ -162,7 +162,7 @@ def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
     failures = (httpx2.TransportError, httpx2.DecodingError, json.JSONDecodeError, msgspec.DecodeError)
 
     def failed(self: Any, what: str, exc: BaseException) -> Exception:
-        error = unreachable(self, what, exc)
+        error = unreachable(self, what=what, exc=exc)
         if not self.answered:
             fail(str(error))
         return error
@@ -244,7 +244,7 @@ def resolve_backend(kind: BackendKind | None) -> BackendChoice:
     return BackendChoice(kind or BackendKind.sim, kind is not None)
 
 
-def refuse_implicit_sim(choice: BackendChoice, target: str, elsewhere: str = "") -> None:
+def refuse_implicit_sim(choice: BackendChoice, *, target: str, elsewhere: str = "") -> None:
     """Exit 2 when simulated GPU results would be written to ``target`` (a live cluster, a node
     directory) only because ``--backend`` defaulted to sim: a real node must not look healthy
     because of GPUs that do not exist. ``elsewhere`` names the command's harmless alternative."""

@@ -63,11 +63,11 @@ def __getattr__(name: str) -> Console:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def show(renderable: RenderableType, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
+def show(renderable: RenderableType, *, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
     """Print a rich renderable for its reader; ``-o wide`` on a terminal prints it at full width."""
     from gpuchain.commands._render import show as render
 
-    render(renderable, fmt, target)
+    render(renderable, fmt=fmt, target=target)
 
 
 def say(line: str | Text, target: Console | None = None) -> None:
@@ -77,10 +77,10 @@ def say(line: str | Text, target: Console | None = None) -> None:
     (target or console).print(line)
 
 
-def emit(data: Any, fmt: OutputFormat, table: Callable[[], RenderableType]) -> None:
+def emit(data: Any, *, fmt: OutputFormat, table: Callable[[], RenderableType]) -> None:
     """Print ``data`` as JSON/YAML, or the rich renderable ``table()`` builds for people."""
     if fmt in (OutputFormat.table, OutputFormat.wide):
-        show(table(), fmt)
+        show(table(), fmt=fmt)
     else:
         emit_data(data, fmt)
 
@@ -180,7 +180,7 @@ def emit_data(data: Any, fmt: OutputFormat) -> None:
         sys.stdout.write(to_yaml(plain(data)))
 
 
-def fail(message: str, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
+def fail(message: str, *, code: int = 2, also: Sequence[str] = ()) -> NoReturn:
     """Report a user error in one line on stderr and exit (2: bad input, 1: something is broken).
 
     ``also``: further problems of the same input (the first line counts them), one line each after it,

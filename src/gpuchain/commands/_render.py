@@ -159,7 +159,7 @@ def _narrowest(table: Table) -> int:
     return sum(widths) + n * (left + right) + rules
 
 
-def show(renderable: RenderableType, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
+def show(renderable: RenderableType, *, fmt: OutputFormat = OutputFormat.table, target: Console | None = None) -> None:
     """Print a rich renderable for its reader; ``-o wide`` on a terminal prints it at full width."""
     out = target or console
     if fmt is OutputFormat.wide and isinstance(out, _Console) and out.is_terminal:

@@ -71,6 +71,7 @@ def _render(step: DemoStep) -> None:
 
 def demo(
     preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Simulated topology preset."),
+    *,
     quiet: float = typer.Option(0.5, "--quiet-seconds", min=0, help="Recovery quiet period after the GPU is back."),
     dra: bool = typer.Option(
         False, "--dra", help="Show the same node through DRA instead: its ResourceSlice and a claim being prepared."

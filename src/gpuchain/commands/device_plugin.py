@@ -79,6 +79,7 @@ async def _idle() -> None:
 
 def device_plugin(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config: str | None = typer.Option(
@@ -160,22 +161,26 @@ def device_plugin(
     choice = resolve_backend(backend)
     if not list_only and socket_dir == DEFAULT_SOCKET_DIR:
         refuse_implicit_sim(
-            choice, f"the kubelet's device plugin directory ({DEFAULT_SOCKET_DIR})", "pass --socket-dir DIR or --list"
+            choice,
+            target=f"the kubelet's device plugin directory ({DEFAULT_SOCKET_DIR})",
+            elsewhere="pass --socket-dir DIR or --list",
         )
     cluster = functools.cache(lambda: open_cluster(hint=_cluster_hint(config_dir)))
     # The config is read before the GPUs are opened: a bad config is named even on a node without GPUs.
     try:
         source = device_plugin_role.source_of(settings)
-        watch, label, rv = device_plugin_role.node_label(settings, node_name, cluster, once=list_only)
-        cfg = device_plugin_role.load(source, label, watch)
+        watch, label, rv = device_plugin_role.node_label(settings, node_name=node_name, cluster=cluster, once=list_only)
+        cfg = device_plugin_role.load(source, label=label, watch=watch)
     except RoleError as exc:
         fail(str(exc), code=exc.code)
     if not list_only and cdi_dir == DEFAULT_CDI_DIR and set(cfg.flags.plugin.device_list_strategy) & CDI_STRATEGIES:
         refuse_implicit_sim(
-            choice, f"the container runtime's CDI directory ({DEFAULT_CDI_DIR})", "pass --cdi-dir DIR or --list"
+            choice,
+            target=f"the container runtime's CDI directory ({DEFAULT_CDI_DIR})",
+            elsewhere="pass --cdi-dir DIR or --list",
         )
     try:
-        b = open_backend(choice.kind, preset, topology)
+        b = open_backend(choice.kind, preset=preset, topology=topology)
     except BACKEND_ERRORS as exc:
         if cfg.flags.fail_on_init_error:
             fail(f"{exc} (set failOnInitError: false to keep running without GPUs)")
@@ -191,16 +196,16 @@ def device_plugin(
         finally:
             b.close()
         rows = [{**_summary(r), SIMULATED: choice.simulated} for r in resources]
-        emit(rows, output, lambda: _table(resources, choice))
+        emit(rows, fmt=output, table=lambda: _table(resources, choice))
         return
-    node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), cluster)
+    node = Node(b, settings=NodeSettings(node_name=node_name, release_dir=release_dir), cluster=cluster)
     prepared = device_plugin_role.Prepared(config=cfg, source=source, watch=watch, label=label, resource_version=rv)
 
     async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
-        await device_plugin_role.serve(settings, node, prepared, stop, started)
+        await device_plugin_role.serve(settings, node=node, prepared=prepared, stop=stop, started=started)
 
     try:
-        asyncio.run(serve_alone(role, node, "device-plugin", early))
+        asyncio.run(serve_alone(role, node=node, component="device-plugin", early=early))
     except ResourceMappingError as exc:
         fail(str(exc))
     except OSError as exc:

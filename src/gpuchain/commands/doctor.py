@@ -51,7 +51,7 @@ LEGEND = (
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Target:
     """The cluster to examine, and how to read logs there (and the simulator, for --scenario)."""
 
@@ -99,7 +99,7 @@ def context_option() -> Any:
     return typer.Option(None, "--context", help="kubeconfig context to use.")
 
 
-def open_target(scenario: str | None, kubeconfig: str | None, context: str | None, live: bool = False) -> Target:
+def open_target(scenario: str | None, *, kubeconfig: str | None, context: str | None, live: bool = False) -> Target:
     """A simulated cluster for ``--scenario``, else the live one; exits 2 with a one-line error otherwise."""
     if scenario:
         try:
@@ -109,12 +109,12 @@ def open_target(scenario: str | None, kubeconfig: str | None, context: str | Non
         if live:
             asyncio.run(go_live(sim))
         target = {"kind": "scenario", "name": sim.scenario.name}
-        return Target(sim.cluster, sim.read_log, sim, target)
+        return Target(cluster=sim.cluster, reader=sim.read_log, sim=sim, target=target)
     from gpuchain.doctor.logs import cluster_log_reader
 
-    cluster = open_cluster(kubeconfig, context, hint="pass --kubeconfig, or try --scenario friday-scale-out")
+    cluster = open_cluster(kubeconfig, context=context, hint="pass --kubeconfig, or try --scenario friday-scale-out")
     target = live_target(cluster)
-    return Target(cluster, cluster_log_reader(cluster), None, target)
+    return Target(cluster=cluster, reader=cluster_log_reader(cluster), sim=None, target=target)
 
 
 @contextmanager
@@ -210,7 +210,7 @@ def verdict_line(report: Report, where: str) -> Text:
     return Text("nothing broken; see the notes below", style="yellow")
 
 
-def report_lines(report: Report, where: str, all_nodes: bool) -> list[Text]:
+def report_lines(report: Report, *, where: str, all_nodes: bool) -> list[Text]:
     """The view for people: summary, verdict, what was not judged, findings, chain view."""
     calls = sum(report.api_calls.values())
     stack = report.stack
@@ -229,7 +229,7 @@ def report_lines(report: Report, where: str, all_nodes: bool) -> list[Text]:
     return lines
 
 
-def print_report(report: Report, output: OutputFormat, lines: Callable[[], list[Text]]) -> None:
+def print_report(report: Report, *, output: OutputFormat, lines: Callable[[], list[Text]]) -> None:
     """JSON/YAML for scripts; for people, plain lines. A line marked ``no_wrap`` (a fix) is printed
     with soft wrap: rich neither wraps nor cuts it, the terminal folds it, and copying it gives the
     one line back. Other lines wrap at spaces, so a finding id or a node name is never split."""
@@ -246,7 +246,7 @@ def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
     """``doctor --local``: nvidia-smi's question (does NVML answer here?) as a check; exits 0 or 1."""
     answer = ask(lambda: open_backend(backend))
     chain = local_chain(answer)
-    report = Report([chain], list(chain.findings), 1, seconds=0.0)
+    report = Report(chains=[chain], findings=list(chain.findings), gpu_nodes=1, seconds=0.0)
 
     simulated = backend is BackendKind.sim
 
@@ -258,7 +258,7 @@ def run_local(backend: BackendKind, output: OutputFormat) -> NoReturn:
         return lines + finding_lines(report)
 
     if output.for_people:
-        print_report(report, output, view)
+        print_report(report, output=output, lines=view)
     else:
         emit_data({**plain(report), SIMULATED: simulated}, output)
     raise typer.Exit(1 if report.broken else 0)
@@ -272,7 +272,7 @@ doctor_app = typer.Typer(
 )
 
 
-def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, all_nodes: bool) -> NoReturn:
+def run_from_dump(directory: str, *, namespace: str | None, output: OutputFormat, all_nodes: bool) -> NoReturn:
     """``doctor --from-dump DIR``: diagnose a ``kubectl cluster-info dump`` directory, no API access."""
     import time
 
@@ -287,7 +287,11 @@ def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, a
     report = diagnose(snapshot)
     report.seconds = time.perf_counter() - started
     report.target = {"kind": "dump", "directory": directory}
-    print_report(report, output, lambda: report_lines(report, describe_target(report.target), all_nodes))
+    print_report(
+        report,
+        output=output,
+        lines=lambda: report_lines(report, where=describe_target(report.target), all_nodes=all_nodes),
+    )
     raise typer.Exit(report.exit_code)
 
 
@@ -295,6 +299,7 @@ def run_from_dump(directory: str, namespace: str | None, output: OutputFormat, a
 @reads_a_whole_cluster
 def doctor(
     ctx: typer.Context,
+    *,
     scenario: str | None = scenario_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
@@ -332,18 +337,20 @@ def doctor(
     if local:
         run_local(backend, output)
     if from_dump:
-        run_from_dump(from_dump, namespace, output, all_nodes)
-    target = open_target(scenario, kubeconfig, context, live)
+        run_from_dump(from_dump, namespace=namespace, output=output, all_nodes=all_nodes)
+    target = open_target(scenario, kubeconfig=kubeconfig, context=context, live=live)
     show = output is OutputFormat.table and sys.stderr.isatty()
     try:
         with reading_progress(show, len(STEPS)) as step:
             # The exporters' scrapes are read on a live cluster (a scenario's pods serve nothing).
             scraper = cluster_scraper(target.cluster) if target.sim is None else None
-            report = run_doctor(target.cluster, namespace, target.reader, step, scraper)
+            report = run_doctor(
+                target.cluster, namespace=namespace, reader=target.reader, progress=step, scraper=scraper
+            )
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")
     report.target = target.target
-    print_report(report, output, lambda: report_lines(report, target.where, all_nodes))
+    print_report(report, output=output, lines=lambda: report_lines(report, where=target.where, all_nodes=all_nodes))
     if report.exit_code:
         raise typer.Exit(report.exit_code)
 
@@ -352,6 +359,7 @@ def doctor(
 @reads_a_whole_cluster
 def dump(
     directory: str = typer.Argument(..., help="Directory to write (created if missing)."),
+    *,
     scenario: str | None = scenario_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
@@ -363,7 +371,7 @@ def dump(
 
     if (problem := output_problem(directory, directory=True)) is not None:
         fail(f"{directory}: {problem}")
-    target = open_target(scenario, kubeconfig, context)
+    target = open_target(scenario, kubeconfig=kubeconfig, context=context)
     try:
         counts = write_dump(target.cluster, directory)
     except KubeError as exc:

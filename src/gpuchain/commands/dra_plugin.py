@@ -74,13 +74,13 @@ def _open_cluster(kind: ClusterKind) -> Cluster:
 def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list[tuple[Path, Path]]) -> None:
     """A simulated default publishes nothing to a live cluster and registers nothing with the real kubelet."""
     if cluster is ClusterKind.live:
-        refuse_implicit_sim(choice, "the live cluster (ResourceSlice)", "pass --cluster memory")
+        refuse_implicit_sim(choice, target="the live cluster (ResourceSlice)", elsewhere="pass --cluster memory")
     real = [str(given) for given, default in dirs if given == default]
     if real:
         refuse_implicit_sim(
             choice,
-            f"the kubelet's directories ({', '.join(real)})",
-            "point --registry-dir, --plugin-dir, --cdi-dir and --state-dir elsewhere",
+            target=f"the kubelet's directories ({', '.join(real)})",
+            elsewhere="point --registry-dir, --plugin-dir, --cdi-dir and --state-dir elsewhere",
         )
 
 
@@ -90,7 +90,7 @@ def _serve_metrics(driver: DraDriver, address: str, port: int) -> MetricsServer:
     from gpuchain.exporter.server import MetricsServer
 
     try:
-        server = MetricsServer(driver.metrics, address, port)
+        server = MetricsServer(driver.metrics, host=address, port=port)
     except OSError as exc:
         fail(f"--metrics-port: cannot listen on {address}:{port}: {exc.strerror or exc}; pick another port", code=1)
     server.start_background()
@@ -100,6 +100,7 @@ def _serve_metrics(driver: DraDriver, address: str, port: int) -> MetricsServer:
 
 def dra_plugin(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     node_name: str | None = typer.Option(
@@ -211,7 +212,7 @@ def dra_plugin(
         ],
     )
     try:
-        b = open_backend(choice.kind, preset, topology)
+        b = open_backend(choice.kind, preset=preset, topology=topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc))
     settings = DraPluginSettings(
@@ -228,7 +229,7 @@ def dra_plugin(
         gpu_shares=gpu_shares,
         mps_root=mps_root,
     )
-    node = Node(b, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: kube)
+    node = Node(b, settings=NodeSettings(node_name=node_name, release_dir=release_dir), cluster=lambda: kube)
     try:
         driver, server = dra_role.driver_of(settings, node)
         metrics = _serve_metrics(driver, metrics_address, metrics_port) if metrics_port else None
@@ -237,7 +238,7 @@ def dra_plugin(
             await dra_role.serve(driver, server=server, resync=resync, stop=stop, started=started)
 
         try:
-            asyncio.run(serve_alone(role, node, "dra-plugin"))
+            asyncio.run(serve_alone(role, node=node, component="dra-plugin"))
         finally:
             if metrics is not None:
                 metrics.shutdown()

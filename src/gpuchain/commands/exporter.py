@@ -31,6 +31,7 @@ from gpuchain.exporter.server import DEFAULT_PORT
 
 def exporter(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     port: int = typer.Option(DEFAULT_PORT, "--port", "-p", min=0, max=65535, help="Port for /metrics and /health."),
@@ -95,8 +96,8 @@ def exporter(
         metrics_address=address,
         metrics_port=port,
     )
-    gpus = backend_or_fail(resolve_backend(backend).kind, preset, topology)
-    node = Node(gpus, node_settings, lambda: open_cluster(hint="or leave out --pods-from-api"))
+    gpus = backend_or_fail(resolve_backend(backend).kind, preset=preset, topology=topology)
+    node = Node(gpus, settings=node_settings, cluster=lambda: open_cluster(hint="or leave out --pods-from-api"))
     try:
         role = build(settings, node)
         try:
@@ -104,7 +105,7 @@ def exporter(
         except OSError as exc:
             fail(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pick another --port")
         configure_logging(logging.INFO, log_format)
-        asyncio.run(serve_alone(role, node, "exporter", early))
+        asyncio.run(serve_alone(role, node=node, component="exporter", early=early))
         sys.stderr.write("stopping\n")
     except RoleError as exc:
         fail(str(exc), code=exc.code)

@@ -58,6 +58,7 @@ def _table(labels: Labels, choice: BackendChoice) -> Table:
 
 def gfd(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     config_file: str | None = typer.Option(
@@ -140,20 +141,24 @@ def gfd(
     )
     choice = resolve_backend(backend)
     if node:
-        refuse_implicit_sim(choice, f"node {node}'s labels on the live cluster")
+        refuse_implicit_sim(choice, target=f"node {node}'s labels on the live cluster")
     hint = (
         "or leave out --node (the feature file is enough under NFD)"
         if node
         else "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
     )
     try:
-        gpus: GpuBackend = open_backend(choice.kind, preset, topology)
+        gpus: GpuBackend = open_backend(choice.kind, preset=preset, topology=topology)
         init_error = None
     except GpuError as exc:  # the driver did not answer: failOnInitError, read with the config, decides
         gpus, init_error = NoGpus(str(exc)), exc
     except ConfigFileError as exc:
         fail(str(exc))
-    gfd_node = Node(gpus, NodeSettings(node_name=node_name, release_dir=release_dir), lambda: open_cluster(hint=hint))
+    gfd_node = Node(
+        gpus,
+        settings=NodeSettings(node_name=node_name, release_dir=release_dir),
+        cluster=lambda: open_cluster(hint=hint),
+    )
     try:
         try:
             prepared = gfd_role.prepare(settings, gfd_node)
@@ -166,7 +171,9 @@ def gfd(
         target = prepared.target
         if target == gfd_role.NFD_FEATURE_FILE:
             refuse_implicit_sim(
-                choice, f"NFD's feature file {target} (it becomes node labels)", "pass --output-file PATH, - or ''"
+                choice,
+                target=f"NFD's feature file {target} (it becomes node labels)",
+                elsewhere="pass --output-file PATH, - or ''",
             )
         if prepared.oneshot:
             try:
@@ -176,14 +183,14 @@ def gfd(
             except OSError as exc:
                 fail(f"cannot write {target}: {exc.strerror or exc}; pass --output-file PATH or '-'", code=1)
             if target != "-":
-                emit(labels, output, lambda: _table(labels, choice))
+                emit(labels, fmt=output, table=lambda: _table(labels, choice))
             return
         configure_logging(logging.INFO, log_format)
 
         async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
-            await gfd_role.serve(settings, prepared, stop, started)
+            await gfd_role.serve(settings, prepared=prepared, stop=stop, started=started)
 
-        asyncio.run(serve_alone(role, gfd_node, "gfd", early))
+        asyncio.run(serve_alone(role, node=gfd_node, component="gfd", early=early))
     finally:
         gpus.close()
 

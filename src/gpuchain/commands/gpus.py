@@ -60,6 +60,7 @@ def _tables(inv: Inventory, simulated: bool, wide: bool = False) -> Group:
 
 def gpus(
     backend: BackendKind = backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     output: OutputFormat = output_option(),
@@ -70,7 +71,7 @@ def gpus(
     --backend nvml on a machine with NVIDIA GPUs.
     """
     try:
-        b = open_backend(backend, preset, topology)
+        b = open_backend(backend, preset=preset, topology=topology)
         try:
             inv = b.inventory()
         finally:
@@ -79,7 +80,7 @@ def gpus(
         fail(str(exc))
     simulated = backend is BackendKind.sim
     data = {**records(inv), SIMULATED: simulated}
-    emit(data, output, lambda: _tables(inv, simulated, wide=output is OutputFormat.wide))
+    emit(data, fmt=output, table=lambda: _tables(inv, simulated, wide=output is OutputFormat.wide))
 
 
 def register(app: typer.Typer) -> None:

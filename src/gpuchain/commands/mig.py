@@ -113,6 +113,7 @@ def _apply_view(result: ApplyResult, inv: Inventory, simulated: bool) -> Group:
 @mig_app.command("apply")
 def apply_cmd(
     config_file: str | None = _file_option(),
+    *,
     selected: str = _name_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps without changing anything."),
     backend: BackendKind = backend_option(),
@@ -126,9 +127,9 @@ def apply_cmd(
     1 when the hardware refused (the node is restored) or a GPU reset is needed.
     """
     config = mig_config(config_file)
-    b = backend_or_fail(backend, preset, topology)
+    b = backend_or_fail(backend, preset=preset, topology=topology)
     try:
-        result = apply(b, config, selected, dry_run=dry_run)
+        result = apply(b, config=config, name=selected, dry_run=dry_run)
         inv = b.inventory()
     except LayoutError as exc:
         fail(str(exc))
@@ -148,12 +149,13 @@ def apply_cmd(
     }
     if dry_run:
         data["planned"] = _after(result, inv)
-    emit(data, output, lambda: _apply_view(result, inv, simulated))
+    emit(data, fmt=output, table=lambda: _apply_view(result, inv, simulated))
 
 
 @mig_app.command("assert")
 def assert_cmd(
     config_file: str | None = _file_option(),
+    *,
     selected: str = _name_option(),
     backend: BackendKind = backend_option(),
     preset: str | None = preset_option(),
@@ -162,9 +164,9 @@ def assert_cmd(
 ) -> None:
     """Exit 0 only if the node already has the named layout; otherwise list what differs (exit 1)."""
     config = mig_config(config_file)
-    b = backend_or_fail(backend, preset, topology)
+    b = backend_or_fail(backend, preset=preset, topology=topology)
     try:
-        diffs = check(b, config, selected)
+        diffs = check(b, config=config, name=selected)
     except LayoutError as exc:
         fail(str(exc))
     except BACKEND_ERRORS as exc:
@@ -179,7 +181,11 @@ def assert_cmd(
         text = "\n".join([f"node lacks MIG layout {selected!r}{mark}:", *diffs])
     from rich.text import Text
 
-    emit({"config": selected, "matches": ok, "differences": diffs, SIMULATED: simulated}, output, lambda: Text(text))
+    emit(
+        {"config": selected, "matches": ok, "differences": diffs, SIMULATED: simulated},
+        fmt=output,
+        table=lambda: Text(text),
+    )
     if not ok:
         raise typer.Exit(1)
 

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 def mig_manager(
     node: str = typer.Option(..., "--node", envvar="NODE_NAME", help="This node's name (downward API)."),
+    *,
     config_file: str | None = typer.Option(
         None, "-f", "--config-file", envvar="CONFIG_FILE", help="mig-parted v1 config (default: built-in layouts)."
     ),
@@ -95,7 +96,7 @@ def mig_manager(
     except ValueError as exc:
         fail(str(exc))
     choice = resolve_backend(backend)
-    refuse_implicit_sim(choice, f"node {node} of the live cluster (nvidia.com/mig.config.state)")
+    refuse_implicit_sim(choice, target=f"node {node} of the live cluster (nvidia.com/mig.config.state)")
     config = mig_config(config_file)
     settings = MigManagerSettings(
         config_file=config_file,
@@ -106,12 +107,12 @@ def mig_manager(
         operands=tuple(o for o in operands.split(",") if o),
         default_config=default_config,
     )
-    gpus = backend_or_fail(choice.kind, preset, topology)
+    gpus = backend_or_fail(choice.kind, preset=preset, topology=topology)
     cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
-    manager_node = Node(gpus, NodeSettings(node_name=node, release_dir=release_dir), lambda: cluster)
+    manager_node = Node(gpus, settings=NodeSettings(node_name=node, release_dir=release_dir), cluster=lambda: cluster)
     try:
         try:
-            manager = mig_manager_role.manager_of(settings, manager_node, config)
+            manager = mig_manager_role.manager_of(settings, node=manager_node, config=config)
         except RoleError as exc:
             fail(str(exc), code=exc.code)
         if once:
@@ -125,7 +126,7 @@ def mig_manager(
             line = mark(f"{node}: {m.phase} {m.config or '-'} {m.outcome or ''} {m.message}".rstrip(), choice)
             from rich.text import Text
 
-            emit(data, output, lambda: Text(line))
+            emit(data, fmt=output, table=lambda: Text(line))
             return
         configure_logging(logging.INFO, log_format)
         if choice.simulated:
@@ -133,9 +134,9 @@ def mig_manager(
 
         async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
             started()
-            await mig_manager_role.serve(settings, manager, stop)
+            await mig_manager_role.serve(settings, manager=manager, stop=stop)
 
-        asyncio.run(serve_alone(role, manager_node, "mig-manager"))
+        asyncio.run(serve_alone(role, node=manager_node, component="mig-manager"))
         log.info("MIG manager stopped")
     finally:
         asyncio.run(manager_node.close())

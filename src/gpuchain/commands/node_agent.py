@@ -357,7 +357,7 @@ def node_agent(args: argparse.Namespace) -> None:
     early = stop_early()
     names = _roles(args.roles)
     choice = resolve_backend(BackendKind(args.backend) if args.backend else None)
-    refuse_implicit_sim(choice, "this node (the kubelet's sockets, the node's files, the cluster)")
+    refuse_implicit_sim(choice, target="this node (the kubelet's sockets, the node's files, the cluster)")
     if args.memory_cluster and not choice.simulated:
         fail("--memory-cluster runs a simulated node: give it with --backend sim")
     wanted = settings_of(args)
@@ -374,13 +374,13 @@ def node_agent(args: argparse.Namespace) -> None:
         cluster_of = lambda: _memory_cluster(name)  # noqa: E731
     else:
         cluster_of = lambda: open_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
-    if problem := backend_problem(choice.kind, args.preset, args.topology):
+    if problem := backend_problem(choice.kind, preset=args.preset, topology=args.topology):
         fail(problem)
     try:
-        gpus = open_backend(choice.kind, args.preset, args.topology)
+        gpus = open_backend(choice.kind, preset=args.preset, topology=args.topology)
     except BACKEND_ERRORS as exc:
         fail(str(exc), code=1)
-    node = Node(gpus, settings, cluster_of)
+    node = Node(gpus, settings=settings, cluster=cluster_of)
     node.in_process_reset = "gpu-health" in names
     log.info(mark(f"node agent: roles {', '.join(names)} on the {gpus.name} backend", choice))
     failed = asyncio.run(_serve(node, [(n, wanted[n]) for n in names], early))

@@ -77,6 +77,7 @@ def _manifest_dump(objs: list[dict[str, Any]], fmt: ManifestFormat) -> None:
 @operator_app.command("run")
 def run_cmd(
     namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
+    *,
     server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
     min_interval: float = typer.Option(2.0, "--min-interval", help="Least seconds between two reconciles."),
     resync: float = typer.Option(60.0, "--resync", help="Reconcile at least this often (seconds)."),
@@ -94,7 +95,7 @@ def run_cmd(
         cluster.list(CLUSTER_POLICY)
     configure_logging(logging.INFO, log_format)
     config = RuntimeConfig(namespace=namespace, min_interval=min_interval, resync=resync, server=server)
-    asyncio.run(run(cluster, config))
+    asyncio.run(run(cluster, config=config))
 
 
 def _namespace(namespace: str) -> str:
@@ -106,7 +107,7 @@ def _namespace(namespace: str) -> str:
 
 def _read_policy(policy_file: Path) -> PolicyDocument:
     try:
-        return load_yaml_file(PolicyDocument, policy_file)
+        return load_yaml_file(PolicyDocument, path=policy_file)
     except ConfigFileError as exc:
         fail(str(exc), also=exc.others)
 
@@ -114,6 +115,7 @@ def _read_policy(policy_file: Path) -> PolicyDocument:
 @operator_app.command("render")
 def render(
     policy_file: Path | None = typer.Option(None, "--policy", "-f", help="ClusterPolicy YAML (default: all defaults)."),
+    *,
     namespace: str = typer.Option(DEFAULT_NAMESPACE, "--namespace", "-n", help="Namespace of the operand DaemonSets."),
     output: ManifestFormat = _manifest_option("yaml (multi-document) or json."),
     mps: bool = typer.Option(
@@ -129,7 +131,7 @@ def render(
     """
     _namespace(namespace)
     doc = PolicyDocument() if policy_file is None else _read_policy(policy_file)
-    objs = desired(doc.policy(), Facts(namespace, doc.name, mps=mps))
+    objs = desired(doc.policy(), Facts(namespace=namespace, policy_name=doc.name, mps=mps))
     problems = manifest_problems(objs)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -147,7 +149,9 @@ def _nvidia_from_cluster(
     from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER
     from gpuchain.operator.reconcile import active_policy
 
-    cluster = open_cluster(kubeconfig, context, server, hint="or pass -f with NVIDIA's ClusterPolicy saved as YAML")
+    cluster = open_cluster(
+        kubeconfig, context=context, server=server, hint="or pass -f with NVIDIA's ClusterPolicy saved as YAML"
+    )
     try:
         policies = cluster.list(NVIDIA_CLUSTER_POLICY)
     except NotFoundError:
@@ -181,6 +185,7 @@ def import_cmd(
     policy_file: Path | None = typer.Option(
         None, "--file", "-f", help="NVIDIA's ClusterPolicy (nvidia.com/v1) as YAML."
     ),
+    *,
     from_cluster: bool = typer.Option(False, "--from-cluster", help="Read NVIDIA's ClusterPolicy from the cluster."),
     name: str | None = typer.Option(None, "--name", help="Which nvidia.com ClusterPolicy (default: the active one)."),
     write: Path | None = typer.Option(
@@ -205,13 +210,13 @@ def import_cmd(
     nodes: list[dict[str, Any]] = []
     if policy_file is not None:
         try:
-            nvidia = load_yaml_file(NvidiaPolicyDocument, policy_file).model_dump()
+            nvidia = load_yaml_file(NvidiaPolicyDocument, path=policy_file).model_dump()
         except ConfigFileError as exc:
             fail(str(exc), also=exc.others)
     else:
         nvidia, drivers, nodes = _nvidia_from_cluster(kubeconfig, context, server, name)
     try:
-        result = import_policy(nvidia, drivers, nodes)
+        result = import_policy(nvidia, drivers=drivers, nodes=nodes)
     except PolicyImportError as exc:
         fail(
             f"{policy_file or 'clusterpolicies.nvidia.com'}: {exc.problems[0]}"
@@ -219,7 +224,7 @@ def import_cmd(
         )
     text = to_yaml(result.policy)
     if write is not None:
-        atomic_write(write, text)
+        atomic_write(write, data=text)
     if output.for_people:
         if write is None:
             sys.stdout.write(text)
@@ -257,12 +262,13 @@ def _status_table(policies: list[dict[str, Any]]) -> Group:
 @operator_app.command("status")
 def status_cmd(
     server: str | None = typer.Option(None, "--server", help="API server URL without auth (tests)."),
+    *,
     kubeconfig: str | None = _kubeconfig_option(),
     context: str | None = _context_option(),
     output: OutputFormat = output_option(),
 ) -> None:
     """Show each ClusterPolicy's state, conditions and per-operand status."""
-    cluster = open_cluster(kubeconfig, context, server, hint="or pass --kubeconfig")
+    cluster = open_cluster(kubeconfig, context=context, server=server, hint="or pass --kubeconfig")
     try:
         policies = cluster.list(CLUSTER_POLICY)
     except KubeError as exc:
@@ -270,7 +276,7 @@ def status_cmd(
     if not policies:
         fail("no ClusterPolicy: install the chart or `kubectl apply` one", code=1)
     data = [{"name": p["metadata"]["name"], **(p.get("status") or {})} for p in policies]
-    emit(data, output, lambda: _status_table(policies))
+    emit(data, fmt=output, table=lambda: _status_table(policies))
 
 
 @operator_app.command("crd")

@@ -52,6 +52,7 @@ _EXAMPLE = "gpuchain plan --gpu a100-40gb --model-memory 3GiB --qps-per-instance
 @plan_app.callback()
 def plan_command(
     ctx: typer.Context,
+    *,
     gpu: str | None = typer.Option(None, "--gpu", help="GPU model: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4."),
     model_memory: str | None = typer.Option(
         None, "--model-memory", help="GPU memory one model instance needs, with a unit: 3GiB, 3GB, 512MiB."
@@ -101,7 +102,7 @@ def plan_command(
         fail(str(exc))
     if plot is not None:
         _write_plot(result, plot)
-    emit(result, output, lambda: _plan_view(result))
+    emit(result, fmt=output, table=lambda: _plan_view(result))
 
 
 def _write_plot(result: Plan | StackPlan, path: Path) -> None:
@@ -165,6 +166,7 @@ def _row(o: Option, chosen: str | None) -> list[str]:
 @plan_app.command("fleet")
 def fleet_command(
     failure_rate: str = typer.Option(..., "--failure-rate", help="Annual failure rate per GPU: 5% or 0.05."),
+    *,
     gpus: int = typer.Option(..., "--gpus", help="GPUs in the fleet, e.g. 128 for 16 nodes x 8."),
     hours_per_failure: float = typer.Option(2.0, "--hours-per-failure", help="Hours one failure costs by hand."),
     output: OutputFormat = output_option(),
@@ -174,10 +176,12 @@ def fleet_command(
     Example: gpuchain plan fleet --failure-rate 5% --gpus 128 (6.4 a year, one every 57 days).
     """
     try:
-        risk = fleet_risk(gpus, parse_rate(failure_rate, "--failure-rate"), hours_per_failure)
+        risk = fleet_risk(
+            gpus, annual_failure_rate=parse_rate(failure_rate, "--failure-rate"), hours_per_failure=hours_per_failure
+        )
     except PlanInputError as exc:
         fail(str(exc))
-    emit(risk, output, lambda: _fleet_view(risk))
+    emit(risk, fmt=output, table=lambda: _fleet_view(risk))
 
 
 def _fleet_view(risk: FleetRisk) -> RenderableType:
@@ -201,6 +205,7 @@ def _fleet_view(risk: FleetRisk) -> RenderableType:
 @plan_app.command("stack")
 def stack_command(
     nodes: int | None = typer.Option(None, "--nodes", help="GPU nodes in the cluster."),
+    *,
     driver: DriverOwner | None = typer.Option(
         None,
         "--driver",
@@ -273,12 +278,12 @@ def stack_command(
     }
     try:
         req, inputs = resolve(given, reading)
-        result = plan_stack(req, inputs, f"{reading.where}: {reading.stack}" if reading else "")
+        result = plan_stack(req, inputs=inputs, read_from=f"{reading.where}: {reading.stack}" if reading else "")
     except PlanInputError as exc:
         fail(str(exc))
     if plot is not None:
         _write_plot(result, plot)
-    emit(result, output, lambda: _stack_view(result))
+    emit(result, fmt=output, table=lambda: _stack_view(result))
 
 
 @reads_a_whole_cluster
@@ -303,7 +308,7 @@ def _reading(
     from gpuchain.commands.doctor import open_target
     from gpuchain.doctor import gather
 
-    target = open_target(scenario, kubeconfig, context)
+    target = open_target(scenario, kubeconfig=kubeconfig, context=context)
     try:
         return read_snapshot(gather(target.cluster), target.where)
     except KubeError as exc:

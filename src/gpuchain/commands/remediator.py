@@ -107,6 +107,7 @@ class NodeWrites(enum.StrEnum):
 
 def remediator(
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and report; change nothing."),
+    *,
     once: bool = typer.Option(False, "--once", help="Run one pass, print the report and exit."),
     breaker_share: float = typer.Option(
         0.3, "--breaker-share", help="Pause when more than this share of GPU nodes is affected within the window."
@@ -174,14 +175,20 @@ def remediator(
         once = True
     else:
         cluster = open_cluster(hint="or try --scenario xid79")
-    controller = Remediator(cluster, policy, namespace, dry_run, verify_node_writes=node_writes is NodeWrites.ADMISSION)
+    controller = Remediator(
+        cluster,
+        policy=policy,
+        namespace=namespace,
+        dry_run=dry_run,
+        verify_node_writes=node_writes is NodeWrites.ADMISSION,
+    )
     if once:
         try:
             report = controller.run_once()
         except KubeError as exc:
             fail(str(exc), code=1)
         title = f"scenario {scenario} ({SIMULATED}): " if scenario is not None else ""
-        emit({**plain(report), SIMULATED: scenario is not None}, output, lambda: _report_table(report, title))
+        emit({**plain(report), SIMULATED: scenario is not None}, fmt=output, table=lambda: _report_table(report, title))
         return
     configure_logging(logging.INFO, log_format)
     logging.getLogger("gpuchain.remediator").info(
@@ -220,6 +227,7 @@ def gpu_health(
     node: str | None = typer.Option(
         None, "--node", envvar="NODE_NAME", help="This Node's name (required on a cluster)."
     ),
+    *,
     backend: BackendKind | None = node_backend_option(),
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
@@ -368,7 +376,7 @@ def gpu_health(
         gpu_health_role.policy_of(settings)
     except RoleError as exc:
         fail(str(exc), code=exc.code)
-    gpus = backend_or_fail(choice.kind, preset, topology)
+    gpus = backend_or_fail(choice.kind, preset=preset, topology=topology)
     name = node
     if name is None and dry_run and isinstance(gpus, SimBackend):
         name = gpus.topology.node
@@ -381,7 +389,7 @@ def gpu_health(
         once = True
         cluster: Callable[[], Cluster] = lambda: memory  # noqa: E731
     else:
-        refuse_implicit_sim(choice, f"node {name} of the live cluster (GPUHealthy)", "pass --dry-run")
+        refuse_implicit_sim(choice, target=f"node {name} of the live cluster (GPUHealthy)", elsewhere="pass --dry-run")
         live = open_cluster(hint="or pass --dry-run")
         cluster = lambda: live  # noqa: E731
     serves = repair and metrics_port and not once
@@ -392,7 +400,7 @@ def gpu_health(
         metrics_address=metrics_address,
         metrics_port=metrics_port if serves else None,
     )
-    health = Node(gpus, node_settings, cluster)
+    health = Node(gpus, settings=node_settings, cluster=cluster)
     health.in_process_reset = True  # this is the process that resets: it follows no release board
     try:
         try:
@@ -406,11 +414,11 @@ def gpu_health(
                 fail(str(exc), code=1)
             data = {
                 "node": name,
-                "published": health.cluster().get(NODE, name)["metadata"].get("annotations", {}),
+                "published": health.cluster().get(NODE, name=name)["metadata"].get("annotations", {}),
                 **_plain(result),
                 SIMULATED: choice.simulated,
             }
-            emit(data, output, lambda: _publish_table(result, choice))
+            emit(data, fmt=output, table=lambda: _publish_table(result, choice))
             return
         configure_logging(logging.INFO, log_format)
         try:
@@ -423,9 +431,9 @@ def gpu_health(
             )
 
         async def role(stop: asyncio.Event, started: Callable[[], None]) -> None:
-            await gpu_health_role.serve(settings, health, prepared, stop, started)
+            await gpu_health_role.serve(settings, node=health, prepared=prepared, stop=stop, started=started)
 
-        asyncio.run(serve_alone(role, health, "gpu-health"))
+        asyncio.run(serve_alone(role, node=health, component="gpu-health"))
     finally:
         asyncio.run(health.close())
 

@@ -144,6 +144,7 @@ def run(
         "scenario: gpu-reset, gpu-reset-fails, gpu-reset-storm, gpu-row-remap-pending, gpu-retired-pages, "
         "gpu-nvlink-errors, gpu-not-ready-scale-up.",
     ),
+    *,
     live: bool = typer.Option(True, "--live/--no-live", help="Also run the device plugin + kubelet peer over gRPC."),
     live_nodes: int = typer.Option(4, "--live-nodes", min=0, help="At most this many nodes run live."),
     output: OutputFormat = output_option(),
@@ -161,7 +162,7 @@ def run(
     if live and live_nodes:
         asyncio.run(go_live(sim, limit=live_nodes))
     data = summary(sim)
-    emit(data, output, lambda: _render(sim, data))
+    emit(data, fmt=output, table=lambda: _render(sim, data))
 
 
 def _run_repair(scenario: str, output: OutputFormat) -> None:
@@ -188,7 +189,7 @@ def _run_repair(scenario: str, output: OutputFormat) -> None:
         waiting = [f"{g['node']} GPU {g['index']}: {g['waiting']}" for g in data["gpus"] if g["waiting"]]
         return Group(t, Text(f"taints on the node: {', '.join(data['taints']) or 'none'}"), *map(Text, waiting))
 
-    emit(data, output, table)
+    emit(data, fmt=output, table=table)
 
 
 @sim_app.command("list")
@@ -237,7 +238,7 @@ def list_scenarios(output: OutputFormat = output_option()) -> None:
             t.add_row(row["name"], row["stack"], row["source"] or "-", str(row["nodes"]), names, row["symptom"])
         return t
 
-    emit(rows, output, table)
+    emit(rows, fmt=output, table=table)
 
 
 def register(app: typer.Typer) -> None:

@@ -41,12 +41,12 @@ def _from_backend(kind: BackendKind, preset: str | None, topology: str | None) -
     from gpuchain.exporter.podresources import DEFAULT_SOCKET, PodResourcesClient
 
     pods = PodResourcesClient(DEFAULT_SOCKET) if os.path.exists(DEFAULT_SOCKET) else None
-    gpus = backend_or_fail(kind, preset, topology)
+    gpus = backend_or_fail(kind, preset=preset, topology=topology)
     try:
         collector = GpuMetricsCollector(
             gpus,
-            load_collectors(),
-            os.environ.get("NODE_NAME") or socket.gethostname(),
+            counters=load_collectors(),
+            hostname=os.environ.get("NODE_NAME") or socket.gethostname(),
             pod_lister=pods.list if pods else None,
             processes=True,
             expected_gpus=gfd_gpu_count,
@@ -109,6 +109,7 @@ def top(
     url: str | None = typer.Option(
         None, "--url", help="Read a running exporter's metrics (e.g. http://NODE:9400/metrics) instead."
     ),
+    *,
     scenario: str | None = typer.Option(
         None, "--scenario", help="Show a simulated cluster's nodes (gpuchain sim list), e.g. time-sliced."
     ),
@@ -134,9 +135,9 @@ def top(
         choice = resolve_backend(backend)
         texts, simulated = _from_backend(choice.kind, preset, topology), choice.kind is BackendKind.sim
     now = time.time()
-    nodes = [n for text in texts for n in top_view(text, now)]
+    nodes = [n for text in texts for n in top_view(text, now=now)]
     data: dict[str, Any] = {"nodes": nodes, SIMULATED: simulated}
-    emit(data, output, lambda: _tables(nodes, simulated))
+    emit(data, fmt=output, table=lambda: _tables(nodes, simulated))
 
 
 def register(app: typer.Typer) -> None:

@@ -45,7 +45,12 @@ def _simulated(result: CheckResult, choice: BackendChoice) -> CheckResult:
     """The result marked as coming from simulated GPUs (message, details and so the ready file)."""
     if not choice.simulated:
         return result
-    return CheckResult(result.link, result.ok, mark(result.message, choice), {**result.details, SIMULATED: True})
+    return CheckResult(
+        link=result.link,
+        ok=result.ok,
+        message=mark(result.message, choice),
+        details={**result.details, SIMULATED: True},
+    )
 
 
 def _check_backend(
@@ -60,11 +65,11 @@ def _check_backend(
     """Run a check that needs the GPUs; a simulated default never writes the real ready-file directory."""
     choice = resolve_backend(backend)
     if directory == DEFAULT_DIR:
-        refuse_implicit_sim(choice, f"the node's ready files ({DEFAULT_DIR})", "pass --dir DIR")
+        refuse_implicit_sim(choice, target=f"the node's ready files ({DEFAULT_DIR})", elsewhere="pass --dir DIR")
     try:
-        b = open_backend(choice.kind, preset, topology)
+        b = open_backend(choice.kind, preset=preset, topology=topology)
     except BACKEND_ERRORS as exc:
-        _finish(CheckResult(link, False, str(exc)), directory, output)
+        _finish(CheckResult(link=link, ok=False, message=str(exc)), directory, output)
         return
     try:
         _finish(_simulated(check(b), choice), directory, output)
@@ -89,7 +94,7 @@ def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
             t.add_row("", "ready file", data["readyFile"])
         return t
 
-    emit(data, output, table)
+    emit(data, fmt=output, table=table)
     if not result.ok:
         fail(f"{result.link} validation failed: {result.message}", code=1)
 
@@ -97,6 +102,7 @@ def _finish(result: CheckResult, directory: Path, output: OutputFormat) -> None:
 @validate_app.command("driver")
 def driver(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     directory: Path = _dir_option(),
@@ -109,6 +115,7 @@ def driver(
 @validate_app.command("toolkit")
 def toolkit(
     backend: BackendKind | None = node_backend_option(),
+    *,
     preset: str | None = preset_option(),
     topology: str | None = topology_option(),
     dev_dir: Path = typer.Option(Path("/dev"), "--dev-dir", help="Where the runtime injects GPU device nodes."),
@@ -128,6 +135,7 @@ def cuda(directory: Path = _dir_option(), output: OutputFormat = output_option()
 @validate_app.command("plugin")
 def plugin(
     node: str = typer.Option("", "--node", envvar="NODE_NAME", help="Node to check (default $NODE_NAME)."),
+    *,
     server: str | None = typer.Option(None, "--server", help="API server URL (default: in-cluster or kubeconfig)."),
     kubeconfig: str | None = typer.Option(
         None, "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)."
@@ -141,7 +149,7 @@ def plugin(
     """The device plugin registered: the node advertises nvidia.com/gpu or mig resources. Writes plugin-ready."""
     if not node:
         fail("no node: pass --node or set NODE_NAME (the operator sets it from spec.nodeName)")
-    cluster = open_cluster(kubeconfig, context, server, hint="or pass --kubeconfig or --server")
+    cluster = open_cluster(kubeconfig, context=context, server=server, hint="or pass --kubeconfig or --server")
     result = check_plugin(cluster, node)
     for _ in range(tries - 1):
         if result.ok:
@@ -154,6 +162,7 @@ def plugin(
 @validate_app.command("wait")
 def wait(
     link: str = typer.Argument(..., help="driver, toolkit, cuda or plugin"),
+    *,
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 1)."),
     interval: float = typer.Option(5.0, "--interval", min=0.01, help="Seconds between looks."),
     directory: Path = _dir_option(),

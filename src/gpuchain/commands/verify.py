@@ -62,20 +62,20 @@ def register(app: typer.Typer) -> None:
 
         Items: driver vs CUDA image, toolkit, device plugin count, test pod, exporter ready, MIG names.
         """
-        target = open_target(scenario, kubeconfig, context)
+        target = open_target(scenario, kubeconfig=kubeconfig, context=context)
         show = output is OutputFormat.table and sys.stderr.isatty()
         try:
             with reading_progress(show, len(STEPS)) as step:
-                snap = gather(target.cluster, namespace, step)
+                snap = gather(target.cluster, namespace=namespace, progress=step)
             outcome: PodOutcome | None = None
             if test_pod:
                 if target.sim is not None:
                     outcome = asyncio.run(run_test_pod(target.sim))
                 else:
-                    outcome = live_test_pod(target.cluster, target.reader, cuda_image, timeout=timeout)
+                    outcome = live_test_pod(target.cluster, reader=target.reader, image=cuda_image, timeout=timeout)
         except KubeError as exc:
             fail(f"reading the cluster failed: {exc}")
-        result = checklist(snap, cuda_image, outcome)
-        emit(result, output, lambda: _render(result, target.where))
+        result = checklist(snap, cuda_image=cuda_image, pod=outcome)
+        emit(result, fmt=output, table=lambda: _render(result, target.where))
         if not result.passed:
             raise typer.Exit(1)

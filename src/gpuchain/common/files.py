@@ -17,7 +17,7 @@ DEFAULT_MODE = 0o644
 """Readable by every reader (a temporary file is created 0600), writable by the owner."""
 
 
-def atomic_write(path: str | Path, data: str | bytes, mode: int = DEFAULT_MODE) -> Path:
+def atomic_write(path: str | Path, *, data: str | bytes, mode: int = DEFAULT_MODE) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) in one step; returns the path.
 
     The parent directory is created when missing. ``mode`` is the file's permission bits. The file

@@ -26,7 +26,7 @@ from pathlib import Path
 class ConfigFileError(ValueError):
     """A file that cannot be used. ``str()`` is one line: `source:line: field: reason`."""
 
-    def __init__(self, source: str, line: int | None, field: str, reason: str, others: tuple[str, ...] = ()) -> None:
+    def __init__(self, source: str, *, line: int | None, field: str, reason: str, others: tuple[str, ...] = ()) -> None:
         self.source = source
         self.line = line
         self.field = field
@@ -49,7 +49,7 @@ MAX_BYTES = 4 * 1024 * 1024
 
 def read_input_text(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
     """The text of ``path``; raises ConfigFileError (one line naming the file and the fix)."""
-    return decode_input(read_input_bytes(path, max_bytes), str(path), max_bytes)
+    return decode_input(read_input_bytes(path, max_bytes), source=str(path), max_bytes=max_bytes)
 
 
 def read_input_bytes(path: str | Path, max_bytes: int = MAX_BYTES) -> bytes:
@@ -62,24 +62,30 @@ def read_input_bytes(path: str | Path, max_bytes: int = MAX_BYTES) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise ConfigFileError(source, None, "", f"cannot read file: {exc.strerror or exc}") from None
+        raise ConfigFileError(source, line=None, field="", reason=f"cannot read file: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = _kind(st.st_mode)
-            raise ConfigFileError(source, None, "", f"is {kind}, not a regular file; give the path of a file")
+            raise ConfigFileError(
+                source, line=None, field="", reason=f"is {kind}, not a regular file; give the path of a file"
+            )
         return _read(fd, max_bytes, source)
     finally:
         os.close(fd)
 
 
-def decode_input(data: bytes, source: str, max_bytes: int = MAX_BYTES) -> str:
+def decode_input(data: bytes, *, source: str, max_bytes: int = MAX_BYTES) -> str:
     """Check and decode bytes already read (a ConfigMap value, a resource file) by the same rules."""
     if len(data) > max_bytes:
-        raise ConfigFileError(source, None, "", f"is larger than {max_bytes // 1024} KiB; is this the right file?")
+        raise ConfigFileError(
+            source, line=None, field="", reason=f"is larger than {max_bytes // 1024} KiB; is this the right file?"
+        )
     for bom, name in _WIDE_BOMS:
         if data.startswith(bom):
-            raise ConfigFileError(source, 1, "", f"is {name} text; save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)")
+            raise ConfigFileError(
+                source, line=1, field="", reason=f"is {name} text; save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)"
+            )
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8) :]
     nul = data.find(b"\0")
@@ -90,7 +96,9 @@ def decode_input(data: bytes, source: str, max_bytes: int = MAX_BYTES) -> str:
             raise _nul(source, data, nul) from None
         line = data.count(b"\n", 0, exc.start) + 1
         byte = data[exc.start]
-        raise ConfigFileError(source, line, "", f"is not UTF-8 (byte 0x{byte:02x}); save it as UTF-8 text") from None
+        raise ConfigFileError(
+            source, line=line, field="", reason=f"is not UTF-8 (byte 0x{byte:02x}); save it as UTF-8 text"
+        ) from None
     if nul >= 0:
         raise _nul(source, data, nul)
     return text
@@ -98,7 +106,9 @@ def decode_input(data: bytes, source: str, max_bytes: int = MAX_BYTES) -> str:
 
 def _nul(source: str, data: bytes, at: int) -> ConfigFileError:
     line = data.count(b"\n", 0, at) + 1
-    return ConfigFileError(source, line, "", "contains a NUL byte (a binary or corrupted file); give a text file")
+    return ConfigFileError(
+        source, line=line, field="", reason="contains a NUL byte (a binary or corrupted file); give a text file"
+    )
 
 
 def _read(fd: int, max_bytes: int, source: str) -> bytes:
@@ -109,14 +119,20 @@ def _read(fd: int, max_bytes: int, source: str) -> bytes:
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
         except OSError as exc:
             if exc.errno == errno.EISDIR:
-                raise ConfigFileError(source, None, "", "is a directory; give the path of a file") from None
-            raise ConfigFileError(source, None, "", f"cannot read file: {exc.strerror or exc}") from None
+                raise ConfigFileError(
+                    source, line=None, field="", reason="is a directory; give the path of a file"
+                ) from None
+            raise ConfigFileError(
+                source, line=None, field="", reason=f"cannot read file: {exc.strerror or exc}"
+            ) from None
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
         size += len(chunk)
         if size > max_bytes:
-            raise ConfigFileError(source, None, "", f"is larger than {max_bytes // 1024} KiB; is this the right file?")
+            raise ConfigFileError(
+                source, line=None, field="", reason=f"is larger than {max_bytes // 1024} KiB; is this the right file?"
+            )
 
 
 def _kind(mode: int) -> str:

@@ -58,7 +58,7 @@ class SchemaError(ValueError):
         return list(self._errors)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
     """What a field's ``spec(...)`` said: see ``spec``."""
 
@@ -84,7 +84,7 @@ def spec(
     check: Callable[[Any, Mapping[str, Any]], Any] | None = None,
 ) -> Any:
     """A model field: its default, the key it has in files (``key``, when not its name), bounds, validators."""
-    meta = {"schema": Spec(key, ge, le, min_length, pattern, before, check)}
+    meta = {"schema": Spec(key=key, ge=ge, le=le, min_length=min_length, pattern=pattern, before=before, check=check)}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -43,7 +43,7 @@ class Backoff:
     of a whole fleet, which all lost the API server at the same moment, from retrying in lockstep.
     """
 
-    def __init__(self, first: float, cap: float, rng: Callable[[], float] = random.random) -> None:
+    def __init__(self, first: float, *, cap: float, rng: Callable[[], float] = random.random) -> None:
         if not 0 < first <= cap:
             raise ValueError(f"backoff: need 0 < first ({first}) <= cap ({cap})")
         self.first = first
@@ -68,6 +68,7 @@ class Backoff:
 
 async def supervise(
     name: str,
+    *,
     run: Callable[[], Awaitable[None]],
     first_delay: float = FIRST_DELAY,
     max_delay: float = MAX_DELAY,
@@ -77,7 +78,7 @@ async def supervise(
 ) -> NoReturn:
     """Run ``run()`` forever: log any exception (or an unexpected return) at once and start it again
     after a bounded, doubling, jittered backoff. Only cancellation ends it."""
-    backoff = Backoff(first_delay, max_delay, rng)
+    backoff = Backoff(first_delay, cap=max_delay, rng=rng)
     while True:
         started = clock()
         try:
@@ -101,10 +102,10 @@ def _next_wait(backoff: Backoff, ran_for: float) -> float:
 
 
 def spawn(
-    name: str, run: Callable[[], Awaitable[None]], first_delay: float = FIRST_DELAY, max_delay: float = MAX_DELAY
+    name: str, *, run: Callable[[], Awaitable[None]], first_delay: float = FIRST_DELAY, max_delay: float = MAX_DELAY
 ) -> asyncio.Task[None]:
     """``supervise(name, run)`` as a task named ``name`` on the running loop."""
-    return asyncio.create_task(supervise(name, run, first_delay, max_delay), name=name)
+    return asyncio.create_task(supervise(name, run=run, first_delay=first_delay, max_delay=max_delay), name=name)
 
 
 class Critical:

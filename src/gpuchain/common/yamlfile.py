@@ -77,16 +77,19 @@ def _loader_class() -> Any:
                 self._aliases += 1
                 if self._aliases > MAX_ALIASES:
                     raise ConfigFileError(
-                        self.source, line, "", f"more than {MAX_ALIASES} aliases; write the values out"
+                        self.source,
+                        line=line,
+                        field="",
+                        reason=f"more than {MAX_ALIASES} aliases; write the values out",
                     )
             self._depth += 1
             try:
                 if self._depth > MAX_DEPTH:
                     raise ConfigFileError(
                         self.source,
-                        line,
-                        "",
-                        f"nested more than {MAX_DEPTH} levels deep; no gpuchain input is, check the file",
+                        line=line,
+                        field="",
+                        reason=f"nested more than {MAX_DEPTH} levels deep; no gpuchain input is, check the file",
                     )
                 return super().compose_node(parent, index)
             finally:
@@ -105,7 +108,10 @@ def _loader_class() -> Any:
                 line = key_node.start_mark.line + 1
                 if first is not None:
                     raise ConfigFileError(
-                        self.source, line, str(key), f"duplicate key (first at line {first}); keep only one"
+                        self.source,
+                        line=line,
+                        field=str(key),
+                        reason=f"duplicate key (first at line {first}); keep only one",
                     )
                 seen[key] = line
             return super().construct_mapping(node, deep)
@@ -113,7 +119,7 @@ def _loader_class() -> Any:
     return Loader
 
 
-def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) -> tuple[Any, yaml.Node | None]:
+def load_yaml_data(text: str, *, source: str = "<input>", empty_ok: bool = True) -> tuple[Any, yaml.Node | None]:
     """Parse one YAML document: (the data, its node tree for line numbers).
 
     Raises ConfigFileError for anything that is not one bounded document with unique keys, and for
@@ -134,19 +140,24 @@ def load_yaml_data(text: str, source: str = "<input>", empty_ok: bool = True) ->
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         context = f" ({exc.context})" if exc.context else ""
-        raise ConfigFileError(source, line, "", f"not valid YAML: {exc.problem or exc}{context}") from None
+        raise ConfigFileError(
+            source, line=line, field="", reason=f"not valid YAML: {exc.problem or exc}{context}"
+        ) from None
     except yaml.YAMLError as exc:
-        raise ConfigFileError(source, None, "", f"not valid YAML: {exc}") from None
+        raise ConfigFileError(source, line=None, field="", reason=f"not valid YAML: {exc}") from None
     except (ValueError, RecursionError, OverflowError) as exc:
         if isinstance(exc, ConfigFileError):
             raise
-        raise ConfigFileError(source, None, "", f"not valid YAML: {exc}") from None
+        raise ConfigFileError(source, line=None, field="", reason=f"not valid YAML: {exc}") from None
     finally:
         loader.dispose()
     if data is None:
         if not empty_ok:
             raise ConfigFileError(
-                source, 1, "", "the file is empty (or null); give the settings, or '{}' for every default"
+                source,
+                line=1,
+                field="",
+                reason="the file is empty (or null); give the settings, or '{}' for every default",
             )
         data = {}
     return data, root
@@ -156,11 +167,14 @@ def _unprintable(text: str, exc: yaml.reader.ReaderError, source: str) -> Config
     """A control character YAML refuses, named with its line."""
     line = text.count("\n", 0, exc.position) + 1
     return ConfigFileError(
-        source, line, "", f"contains the control character U+{exc.character:04X}; YAML files hold printable text only"
+        source,
+        line=line,
+        field="",
+        reason=f"contains the control character U+{exc.character:04X}; YAML files hold printable text only",
     )
 
 
-def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok: bool = True) -> M:
+def load_yaml_model(model: type[M], *, text: str, source: str = "<input>", empty_ok: bool = True) -> M:
     """Parse ``text`` as YAML and validate it as ``model``: a ``common.schema`` dataclass (the node
     agents' configs, no pydantic imported) or a pydantic model (the operator's, the simulator's).
 
@@ -168,11 +182,11 @@ def load_yaml_model(model: type[M], text: str, source: str = "<input>", empty_ok
     of any further problems so nothing is hidden. Text given in code may be empty (every
     default); a file may not (``load_yaml_file``).
     """
-    data, root = load_yaml_data(text, source, empty_ok)
-    return validate_data(model, data, source, root)
+    data, root = load_yaml_data(text, source=source, empty_ok=empty_ok)
+    return validate_data(model, data=data, source=source, root=root)
 
 
-def validate_data(model: type[M], data: Any, source: str = "<input>", root: yaml.Node | None = None) -> M:
+def validate_data(model: type[M], *, data: Any, source: str = "<input>", root: yaml.Node | None = None) -> M:
     """``data`` (parsed from ``source``, whose node tree ``root`` gives lines) validated as ``model``;
     raises ConfigFileError as ``load_yaml_model`` says."""
     if dataclasses.is_dataclass(model):
@@ -195,23 +209,23 @@ def _problems(source: str, root: yaml.Node | None, errors: list[Any]) -> ConfigF
     found = [_located(source, root, e) for e in errors]
     first, others = found[0], tuple(str(e) for e in found[1:])
     more = f" (and {len(others)} more problem{'s' if len(others) > 1 else ''})" if others else ""
-    return ConfigFileError(first.source, first.line, first.field, first.reason + more, others)
+    return ConfigFileError(first.source, line=first.line, field=first.field, reason=first.reason + more, others=others)
 
 
 def _located(source: str, root: yaml.Node | None, error: Any) -> ConfigFileError:
     """One problem (pydantic's or ``common.schema``'s, the same shape) as `source:line: field: reason`."""
     loc = tuple(error["loc"])
     field = ".".join(str(p) for p in loc) or "(top level)"
-    return ConfigFileError(source, _line_of(root, loc), field, _reason(error))
+    return ConfigFileError(source, line=_line_of(root, loc), field=field, reason=_reason(error))
 
 
-def load_yaml_file(model: type[M], path: str | Path, empty_ok: bool = False) -> M:
+def load_yaml_file(model: type[M], *, path: str | Path, empty_ok: bool = False) -> M:
     """Read ``path`` (``read_input_text``'s rules) and validate it; any problem is a ConfigFileError.
 
     An empty or null file is refused unless ``empty_ok``: the format must say so explicitly.
     """
     p = Path(path)
-    return load_yaml_model(model, read_input_text(p), str(p), empty_ok)
+    return load_yaml_model(model, text=read_input_text(p), source=str(p), empty_ok=empty_ok)
 
 
 def _reason(error: Any) -> str:

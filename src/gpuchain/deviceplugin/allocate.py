@@ -60,7 +60,7 @@ class DeviceNode:
     permissions: str = "rw"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerAllocation:
     """Everything one ContainerAllocateResponse carries."""
 
@@ -107,7 +107,7 @@ def visible_ids(devices: Sequence[AnnouncedDevice], strategy: DeviceIdStrategy) 
 
 
 def allocate_container(
-    resource: Resource, ids: Sequence[str], flags: PluginFlags, dev_root: str = "/"
+    resource: Resource, *, ids: Sequence[str], flags: PluginFlags, dev_root: str = "/"
 ) -> ContainerAllocation:
     """The response for one container asking for ``ids`` of ``resource``."""
     devices = resolve_ids(resource, ids)
@@ -125,14 +125,16 @@ def allocate_container(
     if strategies & CDI_STRATEGIES:
         cdi = tuple(qualified_name(CDI_KIND, v) for v in visible)
         if DeviceListStrategy.CDI_ANNOTATIONS in strategies:
-            annotations[cdi_annotation_key(flags.cdi_annotation_prefix, resource, visible)] = ",".join(cdi)
+            annotations[cdi_annotation_key(flags.cdi_annotation_prefix, resource=resource, visible=visible)] = ",".join(
+                cdi
+            )
         if DeviceListStrategy.CDI_CRI not in strategies:
             cdi = ()
     specs = device_specs(devices, dev_root) if flags.pass_device_specs else ()
-    return ContainerAllocation(envs, tuple(mounts), specs, annotations, cdi)
+    return ContainerAllocation(envs=envs, mounts=tuple(mounts), devices=specs, annotations=annotations, cdi_devices=cdi)
 
 
-def cdi_annotation_key(prefix: str, resource: Resource, visible: Sequence[str]) -> str:
+def cdi_annotation_key(prefix: str, *, resource: Resource, visible: Sequence[str]) -> str:
     """``<prefix>nvidia-device-plugin_<id>``: unique per request, stable for the same request."""
     request = uuid.uuid5(uuid.NAMESPACE_URL, resource.name + "|" + ",".join(visible))
     return f"{prefix}nvidia-device-plugin_{request}"

@@ -39,7 +39,7 @@ def spec_path(cdi_dir: Path) -> Path:
 
 
 def plugin_spec(
-    resources: Sequence[Resource], strategy: DeviceIdStrategy, control_nodes: Sequence[str], dev_root: str = "/"
+    resources: Sequence[Resource], *, strategy: DeviceIdStrategy, control_nodes: Sequence[str], dev_root: str = "/"
 ) -> dict[str, Any]:
     """The spec for every unit ``resources`` announce (replicas name their GPU), pure."""
     devices: dict[str, list[str]] = {}
@@ -50,4 +50,6 @@ def plugin_spec(
     every = list(dict.fromkeys(node for nodes in devices.values() for node in nodes))
     if every:
         devices[ALL] = every
-    return cdi.spec(CDI_KIND, devices, control_nodes, env=["NVIDIA_VISIBLE_DEVICES=void"], dev_root=dev_root)
+    return cdi.spec(
+        CDI_KIND, devices=devices, control_nodes=control_nodes, env=["NVIDIA_VISIBLE_DEVICES=void"], dev_root=dev_root
+    )

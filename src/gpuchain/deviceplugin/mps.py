@@ -57,7 +57,7 @@ def daemon_commands(resource: Resource, memory_mib: Mapping[str, int]) -> list[s
     return MpsLimits(memory, threads).control_commands()
 
 
-def with_mps(alloc: ContainerAllocation, resource: str, host_root: str) -> ContainerAllocation:
+def with_mps(alloc: ContainerAllocation, *, resource: str, host_root: str) -> ContainerAllocation:
     """``alloc`` with what a container of an MPS share needs: the daemon's pipe directory (in the
     environment and mounted from the host) and the daemon's shared memory at ``/dev/shm``, both
     writable, as NVIDIA's plugin mounts them."""

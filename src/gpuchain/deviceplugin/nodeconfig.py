@@ -59,7 +59,7 @@ def node_ref(name: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfigSource:
     """Where the plugin's config comes from: one ``file``, or a ``directory`` (a mounted ConfigMap)
     whose key is picked by the node label, then ``cluster_default``, then ``default``, then the
@@ -77,11 +77,11 @@ class ConfigSource:
         """The file that applies with ``label`` on the Node. Raises ConfigFileError/ConfigKeyError."""
         if self.directory is None:
             return self.file
-        return choose_config_file(self.directory, label, self.cluster_default)
+        return choose_config_file(self.directory, label=label, cluster_default=self.cluster_default)
 
     def load(self, label: str | None, env: Mapping[str, str]) -> Config:
         """The config that applies with ``label``, environment overrides applied."""
-        return load_config(self.path(label), env, config_naming=self.config_naming, variables=self.variables)
+        return load_config(self.path(label), env=env, config_naming=self.config_naming, variables=self.variables)
 
 
 class NodeLabelWatch:
@@ -96,7 +96,7 @@ class NodeLabelWatch:
     """
 
     def __init__(
-        self, cluster: Cluster, node_name: str, retry_seconds: float = 1.0, watch_seconds: float | None = 600.0
+        self, cluster: Cluster, *, node_name: str, retry_seconds: float = 1.0, watch_seconds: float | None = 600.0
     ) -> None:
         self.cluster = cluster
         self.node_name = node_name
@@ -118,7 +118,7 @@ class NodeLabelWatch:
 
     def read(self) -> tuple[str | None, str | None]:
         """Get the Node now: (label value, resourceVersion to watch from). Raises the port's errors."""
-        node = self.cluster.get(NODE, self.node_name)
+        node = self.cluster.get(NODE, name=self.node_name)
         self._seen(node)
         return node_config_label(node), resource_version_of(node) or None
 
@@ -128,7 +128,9 @@ class NodeLabelWatch:
         reason = REASON_NOT_FOUND if isinstance(exc, ConfigKeyError) else REASON_INVALID
         node = self.node or node_ref(self.node_name)
         try:
-            self.cluster.record_event(node, reason, f"{exc}; {outcome}", "Warning", EVENT_COMPONENT)
+            self.cluster.record_event(
+                node, reason=reason, message=f"{exc}; {outcome}", type="Warning", component=EVENT_COMPONENT
+            )
         except Exception as err:  # an Event is a courtesy; never let it stop the plugin
             log.warning("could not record a %s Event on Node %s: %s", reason, self.node_name, err)
 
@@ -141,8 +143,8 @@ class NodeLabelWatch:
         """
         async for node in node_states(
             self.cluster,
-            self.node_name,
-            resource_version,
+            node_name=self.node_name,
+            resource_version=resource_version,
             watch_seconds=self.watch_seconds,
             retry_seconds=self.retry_seconds,
         ):
@@ -159,6 +161,7 @@ class ConfigFollower:
     def __init__(
         self,
         plugin: DevicePlugin,
+        *,
         source: ConfigSource,
         env: Mapping[str, str] | None = None,
         label: str | None = None,
@@ -185,9 +188,9 @@ class ConfigFollower:
             try:
                 path = self.source.path(label)
                 env = self.env if self.env is not None else os.environ
-                new = load_config(path, env, config_naming=self.source.config_naming)
+                new = load_config(path, env=env, config_naming=self.source.config_naming)
                 for problem in new.plugin_problems():
-                    raise ConfigFileError(str(path or "config"), None, "", problem)
+                    raise ConfigFileError(str(path or "config"), line=None, field="", reason=problem)
                 await self.plugin.reload(new)
             except (ConfigFileError, ResourceMappingError) as exc:
                 log.error("%s: config not reloaded, keeping the running one: %s", trigger, exc)

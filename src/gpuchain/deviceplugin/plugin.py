@@ -69,7 +69,7 @@ class RegistrationError(RuntimeError):
     """The kubelet refused or did not answer a registration."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Registered:
     """One successful registration, for logs and the demo transcript."""
 
@@ -96,7 +96,7 @@ def fit_resources(inventory: Inventory, config: Config) -> tuple[list[Resource],
 
 
 def served_resources(
-    inventory: Inventory, config: Config, handed_to_dra: bool = False, fit: bool = False
+    inventory: Inventory, *, config: Config, handed_to_dra: bool = False, fit: bool = False
 ) -> tuple[list[Resource], str | None]:
     """What the plugin serves, and why not all of it (None when it is): while the Node gives its GPUs
     to the DRA driver (``kube.allocator``), its resources with no device, so the kubelet's capacity
@@ -157,6 +157,7 @@ class DevicePlugin:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         config: Config | None = None,
         socket_dir: str | Path = DEFAULT_SOCKET_DIR,
         env: Mapping[str, str] | None = None,
@@ -181,8 +182,8 @@ class DevicePlugin:
         self.pre_start_required = pre_start_required
         self._clock = clock
         self.health = HealthState(
-            self.config.health.policy(env if env is not None else os.environ),
-            self.config.health.recovery_quiet_seconds,
+            policy=self.config.health.policy(env if env is not None else os.environ),
+            quiet_seconds=self.config.health.recovery_quiet_seconds,
         )
         self.env = env
         self.inventory: Inventory | None = None
@@ -226,15 +227,23 @@ class DevicePlugin:
             await self._serve()
             await self._try_register()
         self._tasks = [
-            spawn("device plugin: kubelet watch", self._watch_kubelet),
+            spawn("device plugin: kubelet watch", run=self._watch_kubelet),
             spawn(
                 "device plugin: health events",
-                lambda: follow_events(self.backend.events, self._on_event, self._on_stream_failure, self._on_subscribe),
+                run=lambda: follow_events(
+                    self.backend.events,
+                    on_event=self._on_event,
+                    on_failure=self._on_stream_failure,
+                    on_subscribe=self._on_subscribe,
+                ),
             ),
             spawn(
                 "device plugin: recoveries",
-                lambda: run_recoveries(
-                    lambda: self.health.next_deadline(), self._kick, self._finish_recoveries, self._clock
+                run=lambda: run_recoveries(
+                    lambda: self.health.next_deadline(),
+                    kick=self._kick,
+                    finish=self._finish_recoveries,
+                    clock=self._clock,
                 ),
             ),
         ]
@@ -301,14 +310,20 @@ class DevicePlugin:
         """Serve the config's resources; with ``fit``, what still fits when not all of it does
         (otherwise ResourceMappingError)."""
         inventory = self._inventory()
-        resources, degraded = served_resources(inventory, self.config, self.handed_to_dra, fit)
+        resources, degraded = served_resources(inventory, config=self.config, handed_to_dra=self.handed_to_dra, fit=fit)
         servers = {}
         try:
             for res in resources:
-                servicer = ResourceServicer(res, inventory, self.config, self.health, self.pre_start_required)
+                servicer = ResourceServicer(
+                    res,
+                    inventory=inventory,
+                    config=self.config,
+                    health=self.health,
+                    pre_start_required=self.pre_start_required,
+                )
                 if res.name in self.mps_down:
                     servicer.held = MPS_DOWN
-                server = ResourceServer(servicer, self.socket_dir, self.extra_handlers)
+                server = ResourceServer(servicer, socket_dir=self.socket_dir, extra_handlers=self.extra_handlers)
                 await server.start()
                 servers[res.name] = server
         except BaseException:
@@ -339,7 +354,10 @@ class DevicePlugin:
         path = cdi.spec_path(self.cdi_dir)
         if set(flags.plugin.device_list_strategy) & CDI_STRATEGIES:
             spec = cdi.plugin_spec(
-                self.resources, flags.plugin.device_id_strategy, control_device_nodes(flags.dev_root), flags.dev_root
+                self.resources,
+                strategy=flags.plugin.device_id_strategy,
+                control_nodes=control_device_nodes(flags.dev_root),
+                dev_root=flags.dev_root,
             )
             write_spec(path, spec)
         elif remove(path):
@@ -366,10 +384,10 @@ class DevicePlugin:
         for name, res in wanted.items():
             if name in self._mps:
                 continue
-            control = MpsControl(name, MpsRoot(root))
+            control = MpsControl(resource=name, root=MpsRoot(root))
             commands = daemon_commands(res, memory)
             self._mps_health(name, False)
-            task = spawn(f"device plugin: MPS control daemon for {name}", self._mps_keeper(control, commands, res))
+            task = spawn(f"device plugin: MPS control daemon for {name}", run=self._mps_keeper(control, commands, res))
             self._mps[name] = (tuple(d.id for d in res.devices), task)
 
     def _mps_keeper(self, control: MpsControl, commands: list[str], res: Resource) -> Callable[[], Awaitable[None]]:
@@ -379,7 +397,13 @@ class DevicePlugin:
         interval = HEALTH_INTERVAL if self.mps_health_interval is None else self.mps_health_interval
 
         def run() -> Awaitable[None]:
-            return keep_daemon(control, commands, res.unit_uuids, lambda up: self._mps_health(res.name, up), interval)
+            return keep_daemon(
+                control,
+                commands=commands,
+                gpu_uuids=res.unit_uuids,
+                on_health=lambda up: self._mps_health(res.name, up),
+                interval=interval,
+            )
 
         return run
 
@@ -446,7 +470,9 @@ class DevicePlugin:
                     raise RegistrationError(
                         f"registering {res.name} with the kubelet at {target} failed: {exc.details() or exc.code()}"
                     ) from None
-                self.registrations.append(Registered(res.name, res.endpoint, len(res.devices), self._clock()))
+                self.registrations.append(
+                    Registered(resource=res.name, endpoint=res.endpoint, devices=len(res.devices), at=self._clock())
+                )
                 log.info("registered %s (%d devices) as %s", res.name, len(res.devices), res.endpoint)
 
     async def _watch_kubelet(self) -> None:

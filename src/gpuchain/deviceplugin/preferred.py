@@ -33,7 +33,7 @@ class PreferenceError(ValueError):
     """The request cannot be satisfied from the ids offered; the message says which and why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Index:
     """What every call needs about a resource, built once per Resource instead of once per call."""
 
@@ -67,13 +67,13 @@ class _Index:
         for d in sorted(resource.devices, key=lambda d: d.replica or 0):
             units.setdefault(d.unit_uuid, []).append(d)
         return cls(
-            resource,
-            {d.id: d for d in resource.devices},
-            resource.shared,
-            {u: i for i, u in enumerate(resource.unit_uuids)},
-            {u: tuple(ds) for u, ds in units.items()},
-            {u: frozenset(d.id for d in ds) for u, ds in units.items()},
-            {d.id: i for i, d in enumerate(resource.devices)},
+            resource=resource,
+            by_id={d.id: d for d in resource.devices},
+            shared=resource.shared,
+            rank={u: i for i, u in enumerate(resource.unit_uuids)},
+            units={u: tuple(ds) for u, ds in units.items()},
+            unit_ids={u: frozenset(d.id for d in ds) for u, ds in units.items()},
+            position={d.id: i for i, d in enumerate(resource.devices)},
         )
 
 
@@ -95,6 +95,7 @@ def _index(resource: Resource) -> _Index:
 
 def preferred_allocation(
     resource: Resource,
+    *,
     inventory: Inventory,
     available: Sequence[str],
     must_include: Sequence[str],

@@ -42,6 +42,7 @@ class QuarantineFollower:
     def __init__(
         self,
         cluster: Cluster,
+        *,
         node_name: str,
         apply: Callable[[frozenset[str]], object],
         retry_seconds: float = 1.0,
@@ -83,7 +84,7 @@ class QuarantineFollower:
         taken on a worker thread."""
         async for node in node_states(
             self.cluster,
-            self.node_name,
+            node_name=self.node_name,
             watch_seconds=self.watch_seconds,
             retry_seconds=self.retry_seconds,
             purpose="for quarantined GPUs",
@@ -96,7 +97,7 @@ class QuarantineFollower:
                 log.exception("Node %s: applying the quarantine list failed", self.node_name)
 
 
-async def ride(watch: NodeLabelWatch, label: str | None, resource_version: str | None = None) -> None:
+async def ride(watch: NodeLabelWatch, *, label: str | None, resource_version: str | None = None) -> None:
     """Drive ``watch`` for its observers alone, forever: for a plugin whose config no label picks
     (no ``--config-dir``), so no config follower reads the watch, but whose quarantine must follow
     the Node. Label changes are ignored (the single config file applies whatever the label says)."""

@@ -33,7 +33,7 @@ class ResourceMappingError(ValueError):
     """The inventory cannot be announced under the config (an invalid ``single`` layout)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnnouncedDevice:
     """One device id as ListAndWatch announces it, and the hardware behind it.
 
@@ -65,7 +65,7 @@ class AnnouncedDevice:
         return f"{self.gpu_index}:{self.mig_index}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Resource:
     """One extended resource of the node and every device id it announces."""
 
@@ -154,7 +154,8 @@ def map_resources(inventory: Inventory, config: Config) -> list[Resource]:
             base.setdefault(name, []).append(_mig(gpu, mig))
             meta.setdefault(name, (mig.profile, f"{gpu.name}-MIG-{mig.profile}"))
     resources = [
-        Resource(name, tuple(devs), mig_profile=meta[name][0], product=meta[name][1]) for name, devs in base.items()
+        Resource(name=name, devices=tuple(devs), mig_profile=meta[name][0], product=meta[name][1])
+        for name, devs in base.items()
     ]
     replication = config.replication
     if replication is not None:
@@ -178,8 +179,8 @@ def _replicate(resources: list[Resource], kind: str, settings: ReplicatedResourc
             for i in range(entry.replicas)
         )
         shared = Resource(
-            target,
-            copies,
+            name=target,
+            devices=copies,
             sharing=kind,
             replicas=entry.replicas,
             fail_requests_greater_than_one=settings.fail_requests_greater_than_one is True,

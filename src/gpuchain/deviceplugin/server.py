@@ -94,6 +94,7 @@ class ResourceServicer:
     def __init__(
         self,
         resource: Resource,
+        *,
         inventory: Inventory,
         config: Config,
         health: HealthState,
@@ -158,11 +159,11 @@ class ResourceServicer:
             try:
                 ids = preferred_allocation(
                     self.resource,
-                    self.inventory,
-                    list(req.available_deviceIDs),
-                    list(req.must_include_deviceIDs),
-                    req.allocation_size,
-                    self.config.flags.plugin.shared_devices_allocation_policy,
+                    inventory=self.inventory,
+                    available=list(req.available_deviceIDs),
+                    must_include=list(req.must_include_deviceIDs),
+                    size=req.allocation_size,
+                    policy=self.config.flags.plugin.shared_devices_allocation_policy,
                 )
             except PreferenceError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -184,7 +185,10 @@ class ResourceServicer:
                 )
             try:
                 alloc = allocate_container(
-                    self.resource, list(req.devices_ids), self.config.flags.plugin, self.config.flags.dev_root
+                    self.resource,
+                    ids=list(req.devices_ids),
+                    flags=self.config.flags.plugin,
+                    dev_root=self.config.flags.dev_root,
                 )
             except AllocationError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -192,7 +196,7 @@ class ResourceServicer:
             if self.resource.sharing == "mps" and mps_root:
                 from gpuchain.deviceplugin.mps import with_mps  # only MPS-shared resources load it
 
-                alloc = with_mps(alloc, self.resource.name, mps_root)
+                alloc = with_mps(alloc, resource=self.resource.name, host_root=mps_root)
             responses.append(to_proto(alloc))
         self.allocations += 1
         return pb.AllocateResponse(container_responses=responses)
@@ -268,6 +272,7 @@ class ResourceServer:
     def __init__(
         self,
         servicer: ResourceServicer,
+        *,
         socket_dir: Path,
         extra_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]] = (),
     ) -> None:

@@ -281,7 +281,7 @@ def resource_labels(inventory: Inventory, config: Config) -> Labels:
 
 
 def gfd_labels(
-    inventory: Inventory, config: Config, timestamp: int | None = None, machine: str = UNKNOWN_MACHINE
+    inventory: Inventory, *, config: Config, timestamp: int | None = None, machine: str = UNKNOWN_MACHINE
 ) -> Labels:
     """Every feature-discovery label for one node, sorted by key.
 

@@ -31,7 +31,7 @@ def write_feature_file(path: str | Path, labels: Mapping[str, str]) -> None:
 
     Raises OSError with the path when the directory is not writable.
     """
-    atomic_write(path, render_feature_file(labels), mode=0o644)
+    atomic_write(path, data=render_feature_file(labels), mode=0o644)
 
 
 def label_patch(current: Mapping[str, str], desired: Mapping[str, str]) -> dict[str, str | None]:
@@ -44,13 +44,13 @@ def label_patch(current: Mapping[str, str], desired: Mapping[str, str]) -> dict[
     return patch
 
 
-def patch_node_labels(cluster: Cluster, node: str, labels: Mapping[str, str]) -> dict[str, str | None]:
+def patch_node_labels(cluster: Cluster, *, node: str, labels: Mapping[str, str]) -> dict[str, str | None]:
     """Bring ``node``'s feature-discovery labels to ``labels`` in one patch; returns the patch applied.
 
     No write is made when the node already carries exactly these labels.
     """
-    current = labels_of(cluster.get(NODE, node))
+    current = labels_of(cluster.get(NODE, name=node))
     patch = label_patch(current, labels)
     if patch:
-        cluster.patch(NODE, node, {"metadata": {"labels": patch}})
+        cluster.patch(NODE, name=node, patch={"metadata": {"labels": patch}})
     return patch

@@ -97,7 +97,7 @@ def read_machine_type(path: str | Path) -> str:
         return UNKNOWN_MACHINE
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Discovery:
     """One node's feature discovery: its backend, the shared config, and what to write to."""
 
@@ -118,7 +118,7 @@ class Discovery:
     def labels(self) -> Labels:
         """One pass of discovery, without writing anything."""
         stamp = int(self.clock()) if self.timestamps else None
-        return gfd_labels(self._inventory(), self.config, stamp, self.machine)
+        return gfd_labels(self._inventory(), config=self.config, timestamp=stamp, machine=self.machine)
 
     def run_once(self) -> Labels:
         """Discover and write to every sink; raises what the backend or a sink raises.
@@ -165,6 +165,7 @@ class Discovery:
 
 def follow_config_label(
     discovery: Discovery,
+    *,
     watch: NodeLabelWatch,
     load: Callable[[str | None], Config],
     label: str | None,
@@ -203,7 +204,7 @@ def follow_config_label(
         await cancel_and_wait(following)
 
     def supervise() -> None:
-        backoff = Backoff(retry_seconds, MAX_RETRY_SECONDS)
+        backoff = Backoff(retry_seconds, cap=MAX_RETRY_SECONDS)
         while not discovery.stop.is_set():
             started = time.monotonic()
             try:

@@ -25,7 +25,7 @@ PLACEHOLDER = re.compile(r"<([a-z][a-z ]*)>")
 SCOPES = ("component", "anywhere")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     """One message of one component: where it is written, what it proves, what repairs it."""
 
@@ -51,7 +51,7 @@ class Entry:
         """The evidence line a finding carries for this entry."""
         return f"catalog: {self.id} ({self.source})"
 
-    def repair(self, node: str = "", namespace: str = "", pod: str = "") -> str:
+    def repair(self, node: str = "", *, namespace: str = "", pod: str = "") -> str:
         """The entry's fix with the placeholders the evidence fills (the node, the pod's namespace, the pod),
         so the command pastes as it stands; a placeholder nothing fills stays for the user."""
         values = {"node": node, "namespace": namespace, "operator namespace": namespace}

@@ -21,7 +21,7 @@ from gpuchain.operator.policy import ClusterPolicySpec
 NO_POLICY = "the dump has no ClusterPolicy"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeView:
     """One node with everything on it that the checks read."""
 
@@ -51,7 +51,7 @@ class NodeView:
         return str(((self.node.get("status") or {}).get("nodeInfo") or {}).get("kernelVersion", "?"))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Context:
     """Cluster-wide facts shared by every node's checks."""
 
@@ -230,26 +230,26 @@ def index(snapshot: Snapshot) -> Context:
         name = name_of(n)
         views.append(
             NodeView(
-                name,
-                n,
-                labels,
-                operand_pods.get(name, {}),
-                workloads.get(name, []),
-                events.get(name, []),
-                stack.deploy_labels,
+                name=name,
+                node=n,
+                labels=labels,
+                operand_pods=operand_pods.get(name, {}),
+                workloads=workloads.get(name, []),
+                events=events.get(name, []),
+                deploy_labels=stack.deploy_labels,
             )
         )
     configmaps = {name_of(cm): dict(cm.get("data") or {}) for cm in snapshot.configmaps}
     ctx = Context(
-        snapshot,
-        stack,
-        stack.policy_obj,
-        stack.policy,
-        list(stack.policy_problems),
-        sorted(views, key=lambda v: v.name),
-        pending,
-        configmaps,
-        {name_of(rc) for rc in snapshot.runtime_classes},
+        snapshot=snapshot,
+        stack=stack,
+        policy_obj=stack.policy_obj,
+        policy=stack.policy,
+        policy_problems=list(stack.policy_problems),
+        views=sorted(views, key=lambda v: v.name),
+        pending=pending,
+        configmaps=configmaps,
+        runtime_classes={name_of(rc) for rc in snapshot.runtime_classes},
     )
     for v in views:
         driver_pod = v.pod(DRIVER)

@@ -84,17 +84,17 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
     everything = OPERANDS_LABEL in labels
     action = Fix(FixOp.LABEL_NODE, view.name, dict.fromkeys(labels))
     return Finding(
-        "node.opted-out",
-        Severity.WARNING,
-        "driver" if everything else labels[0].removeprefix(DEPLOY_PREFIX),
-        f"the node is labelled {', '.join(f'{k}=false' for k in labels)}, so the operator "
+        id="node.opted-out",
+        severity=Severity.WARNING,
+        link="driver" if everything else labels[0].removeprefix(DEPLOY_PREFIX),
+        cause=f"the node is labelled {', '.join(f'{k}=false' for k in labels)}, so the operator "
         + (
             "deploys nothing on it and its GPUs are never offered to pods."
             if everything
             else "skips those operands on it."
         ),
-        tuple(f"label {k}=false" for k in labels),
-        ctx.stack.render(action) + "   # if the opt-out is not intended",
+        evidence=tuple(f"label {k}=false" for k in labels),
+        fix=ctx.stack.render(action) + "   # if the opt-out is not intended",
         node=view.name,
         action=action,
     )
@@ -116,7 +116,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     driver_result: Result | None = None
     # Every failing container here, and what else witnesses a link, read once for all the links.
     found = failures(ctx, view)
-    witnessed = witnesses(ctx, view, found)
+    witnessed = witnesses(ctx, view=view, found=found)
     for name, check, operands in CHECKS:
         if root is not None or (
             driver_result is not None
@@ -145,14 +145,14 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         if name in FOUNDATION and result.state is not LinkState.BROKEN:
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
-            early = failure_at(ctx, view, name, witnessed)
+            early = failure_at(ctx, view=view, link=name, found=witnessed)
             if early is not None and early.id == "toolkit.validation-failed" and view.pod(DEVICE_PLUGIN) is not None:
                 # A validation that fails with no message the catalog knows, on a node whose MIG state stops
                 # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
                 early = mig_root(ctx, view) or early
             if early is None and result.state is LinkState.OK:
                 # Operands waiting (not failing) behind this link's validation, which the validator never completes.
-                early = waiting_on(ctx, view, name)
+                early = waiting_on(ctx, view=view, link=name)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
@@ -179,7 +179,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings.append(opted)
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
-    findings += unrecognised(ctx, view, LINK_OF, found)
+    findings += unrecognised(ctx, view=view, link_of=LINK_OF, found=found)
     return NodeChain(view.name, tuple(links), tuple(findings))
 
 
@@ -207,12 +207,13 @@ def _policy_findings(ctx: Context) -> list[Finding]:
         install = _install(CHARTS["nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain"])
         return [
             Finding(
-                "stack.missing",
-                Severity.ERROR,
-                "device-plugin",
-                f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device plugin "
+                id="stack.missing",
+                severity=Severity.ERROR,
+                link="device-plugin",
+                cause=f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device "
+                "plugin "
                 "announces them to the kubelet, so no pod can ask for one.",
-                tuple(
+                evidence=tuple(
                     e
                     for e in (
                         "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
@@ -221,7 +222,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                     )
                     if e
                 ),
-                stack.render(install)
+                fix=stack.render(install)
                 + (
                     "   # the node image brings driver and runtime"
                     if cloud
@@ -235,13 +236,13 @@ def _policy_findings(ctx: Context) -> list[Finding]:
         install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)
         return [
             Finding(
-                "policy.missing",
-                Severity.ERROR,
-                "driver",
-                f"{stack.title} runs but there is no ClusterPolicy ({stack.policy_resource}), so its operator "
+                id="policy.missing",
+                severity=Severity.ERROR,
+                link="driver",
+                cause=f"{stack.title} runs but there is no ClusterPolicy ({stack.policy_resource}), so its operator "
                 "reconciles nothing: the operand DaemonSets left behind are never updated or repaired.",
-                (f"kubectl get {stack.policy_resource}: none", f"namespace {stack.namespace}"),
-                stack.render(install) + "   # the chart creates the ClusterPolicy again",
+                evidence=(f"kubectl get {stack.policy_resource}: none", f"namespace {stack.namespace}"),
+                fix=stack.render(install) + "   # the chart creates the ClusterPolicy again",
                 root=True,
                 action=install,
             )
@@ -250,12 +251,12 @@ def _policy_findings(ctx: Context) -> list[Finding]:
         reset = _reset_fields(ctx)
         return [
             Finding(
-                "policy.invalid",
-                Severity.ERROR,
-                "driver",
-                "the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
-                tuple(ctx.policy_problems),
-                (stack.render(reset) + "   # back to gpuchain's defaults; or set valid values")
+                id="policy.invalid",
+                severity=Severity.ERROR,
+                link="driver",
+                cause="the ClusterPolicy spec is invalid, so the operator refuses to act on it.",
+                evidence=tuple(ctx.policy_problems),
+                fix=(stack.render(reset) + "   # back to gpuchain's defaults; or set valid values")
                 if reset
                 else f"kubectl edit {ctx.policy_ref}",
                 root=True,
@@ -331,14 +332,14 @@ def _version_skew(ctx: Context) -> list[Finding]:
         # whose driver the operator installs: a supported layout whose versions follow two owners.
         return [
             Finding(
-                "driver.version-skew",
-                Severity.WARNING,
-                "driver",
-                f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}) because {mixed} "
+                id="driver.version-skew",
+                severity=Severity.WARNING,
+                link="driver",
+                cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}) because {mixed} "
                 "keep their own host driver beside nodes whose driver the operator installs: a supported layout; "
                 "an image built for the newer CUDA may not run on the older driver.",
-                evidence,
-                "# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
+                evidence=evidence,
+                fix="# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
                 "operator's to change), or keep CUDA images within the older driver's branch",
             )
         ]
@@ -367,15 +368,15 @@ def _version_skew(ctx: Context) -> list[Finding]:
         fix = ctx.stack.render(action) + (f"; the same on {', '.join(minority[1:5])}" if len(minority) > 1 else "")
     return [
         Finding(
-            "driver.version-skew",
-            Severity.ERROR,
-            "driver",
-            f"GPU nodes run {len(versions)} different driver versions ({', '.join(sorted(versions))}"
+            id="driver.version-skew",
+            severity=Severity.ERROR,
+            link="driver",
+            cause=f"GPU nodes run {len(versions)} different driver versions ({', '.join(sorted(versions))}"
             + (f"; branches {', '.join(branches)}" if len(branches) > 1 else "")
             + "): CUDA user-space libraries built against one may not resolve symbols of another, so the same image "
             "behaves differently depending on the node it lands on.",
-            (*evidence, *upgrade),
-            fix,
+            evidence=(*evidence, *upgrade),
+            fix=fix,
             root=True,
             action=action,
         )
@@ -435,12 +436,12 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     return [
         *placed,
         Finding(
-            "workload.insufficient-gpu",
-            Severity.INFO if healthy_full else Severity.ERROR,
-            "device-plugin",
-            cause,
-            (f"pods: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", f"scheduler: {stuck[0][1]}"),
-            fix,
+            id="workload.insufficient-gpu",
+            severity=Severity.INFO if healthy_full else Severity.ERROR,
+            link="device-plugin",
+            cause=cause,
+            evidence=(f"pods: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", f"scheduler: {stuck[0][1]}"),
+            fix=fix,
             root=not no_gpu and not healthy_full,
             consequences=tuple(f"node {n}: no nvidia.com/gpu" for n in no_gpu[:8]),
         ),
@@ -491,9 +492,9 @@ def diagnose(snapshot: Snapshot) -> Report:
         findings += dra_conflicts(snapshot, ctx.stack)
         findings += _pending(ctx, chains)
     return Report(
-        chains,
-        findings,
-        len(ctx.views),
+        chains=chains,
+        findings=findings,
+        gpu_nodes=len(ctx.views),
         cluster_nodes=len(snapshot.nodes),
         stack=ctx.stack.to_dict(),
         not_judged=not_judged(ctx),
@@ -502,6 +503,7 @@ def diagnose(snapshot: Snapshot) -> Report:
 
 def run_doctor(
     cluster: Cluster,
+    *,
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
@@ -512,7 +514,7 @@ def run_doctor(
     snapshot again and again)."""
     started = time.perf_counter()
     with collector_paused():
-        snap, calls, _ = timed_gather(cluster, namespace, reader, progress, scraper)
+        snap, calls, _ = timed_gather(cluster, namespace=namespace, reader=reader, progress=progress, scraper=scraper)
         report = diagnose(snap)
     report.api_calls = calls
     report.seconds = time.perf_counter() - started

@@ -54,16 +54,16 @@ def _finding(stack: Stack, node: Obj, announced: dict[str, int], drivers: dict[s
     counts = ", ".join(f"{k}={v}" for k, v in sorted(announced.items()))
     published = ", ".join(f"{d}: {n} devices" for d, n in sorted(drivers.items()))
     return Finding(
-        "device-plugin.dra-conflict",
-        Severity.ERROR,
-        "device-plugin",
-        f"a device plugin and a DRA driver both announce this node's GPUs ({counts} in capacity; {published} in "
+        id="device-plugin.dra-conflict",
+        severity=Severity.ERROR,
+        link="device-plugin",
+        cause=f"a device plugin and a DRA driver both announce this node's GPUs ({counts} in capacity; {published} in "
         "ResourceSlices): neither knows what the other handed out, so one GPU can be given to two pods.",
-        (
+        evidence=(
             f"node capacity: {counts}",
             *(f"ResourceSlice for {name}, driver {d}: {n} devices" for d, n in sorted(drivers.items())),
         ),
-        stack.render(action) + how,
+        fix=stack.render(action) + how,
         node=name,
         root=True,  # nothing below it explains it: the two were installed side by side
         action=action,

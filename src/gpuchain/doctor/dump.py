@@ -42,8 +42,10 @@ from gpuchain.kube.kinds import Kind, register_kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.kube.port import Cluster
 
-REPLICASET = register_kind(Kind("apps/v1", "ReplicaSet", "replicasets", namespaced=True))
-REPLICATION_CONTROLLER = register_kind(Kind("v1", "ReplicationController", "replicationcontrollers", namespaced=True))
+REPLICASET = register_kind(Kind(api_version="apps/v1", kind="ReplicaSet", plural="replicasets", namespaced=True))
+REPLICATION_CONTROLLER = register_kind(
+    Kind(api_version="v1", kind="ReplicationController", plural="replicationcontrollers", namespaced=True)
+)
 
 #: File stem (as kubectl names it) -> the kind of its items.
 PER_NAMESPACE = {
@@ -200,28 +202,28 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
             extras[stem] = _items(path, item_kind)
     pods = [p for p in found["pods"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     partial = Snapshot(
-        namespace or "",
-        extras["clusterpolicies"],
-        nodes,
-        pods,
-        found["daemonsets"],
-        [],
-        [],
-        [],
+        namespace=namespace or "",
+        policies=extras["clusterpolicies"],
+        nodes=nodes,
+        pods=pods,
+        daemonsets=found["daemonsets"],
+        configmaps=[],
+        runtime_classes=[],
+        events=[],
         drivers=extras["nvidiadrivers"],
     )
     stack_ns = detect(partial).namespace
     if stack_ns not in configmaps:
         absent.add("configmaps")  # the ConfigMaps the checks read are the stack namespace's
     return Snapshot(
-        namespace or "",
-        extras["clusterpolicies"],
-        nodes,
-        pods,
-        found["daemonsets"],
-        configmaps.get(stack_ns, []),
-        extras["runtimeclasses"],
-        [e for e in found["events"] if e.get("type") == "Warning"],
+        namespace=namespace or "",
+        policies=extras["clusterpolicies"],
+        nodes=nodes,
+        pods=pods,
+        daemonsets=found["daemonsets"],
+        configmaps=configmaps.get(stack_ns, []),
+        runtime_classes=extras["runtimeclasses"],
+        events=[e for e in found["events"] if e.get("type") == "Warning"],
         logs=logs,
         previous_logs=previous,
         drivers=extras["nvidiadrivers"],
@@ -273,7 +275,7 @@ def _pod_logs(cluster: Cluster, pod: Obj, previous: bool = False) -> str:
             continue
         parts.append(f"==== START logs for container {container} of pod {ns}/{name} ====")
         try:
-            text = cluster.logs(name, ns, container=container, tail_lines=DUMP_TAIL, previous=previous)
+            text = cluster.logs(name, namespace=ns, container=container, tail_lines=DUMP_TAIL, previous=previous)
         except KubeError as exc:
             text = f"Request log error: {exc}"
         if text:
@@ -309,7 +311,17 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
     _write(root / "runtimeclasses.json", RUNTIME_CLASS, cluster.list(RUNTIME_CLASS))
     _write(root / "resourceslices.json", RESOURCE_SLICE, list_if_served(cluster, RESOURCE_SLICE))
     namespaces = sorted({namespace_of(o) or "default" for objs in per_kind.values() for o in objs})
-    partial = Snapshot("", policies, nodes, per_kind["pods"], per_kind["daemonsets"], [], [], [], drivers=drivers)
+    partial = Snapshot(
+        namespace="",
+        policies=policies,
+        nodes=nodes,
+        pods=per_kind["pods"],
+        daemonsets=per_kind["daemonsets"],
+        configmaps=[],
+        runtime_classes=[],
+        events=[],
+        drivers=drivers,
+    )
     stack_ns = detect(partial).namespace
     if stack_ns and stack_ns not in namespaces:
         namespaces.append(stack_ns)
@@ -319,7 +331,7 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
                 root / ns / f"{stem}.json", kind, [o for o in per_kind[stem] if (namespace_of(o) or "default") == ns]
             )
     if stack_ns:
-        _write(root / stack_ns / "configmaps.json", CONFIGMAP, cluster.list(CONFIGMAP, stack_ns))
+        _write(root / stack_ns / "configmaps.json", CONFIGMAP, cluster.list(CONFIGMAP, namespace=stack_ns))
     logged = 0
     for pod in per_kind["pods"]:
         ns = namespace_of(pod) or "default"

@@ -71,7 +71,7 @@ NO_GPU_ON_IMAGE = "k8s-device-plugin.no-devices"
 NVML_MISSING = tuple(e.id for e in catalog.entries() if e.on_node_image and e.id != NO_GPU_ON_IMAGE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Failure:
     """A failing container on a node: the pod, the container, its state and every line it left."""
 
@@ -132,12 +132,12 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
                     reason = f"CrashLoopBackOff (last: {last['reason']})"
                 out.append(
                     Failure(
-                        pod,
-                        str(cs.get("name")),
-                        reason,
-                        "\n".join(x for x in lines if x),
-                        init,
-                        int(cs.get("restartCount") or 0),
+                        pod=pod,
+                        container=str(cs.get("name")),
+                        reason=reason,
+                        text="\n".join(x for x in lines if x),
+                        init=init,
+                        restarts=int(cs.get("restartCount") or 0),
                     )
                 )
     return sorted(out, key=lambda f: not f.init)
@@ -151,7 +151,7 @@ def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
         said = start_refused(pod) if pod_gpu_requests(pod) else ""
         if said and catalog.find(said, *ANYWHERE):
             container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
-            out.append(Failure(pod, container, "StartError", said, False, 0))
+            out.append(Failure(pod=pod, container=container, reason="StartError", text=said, init=False, restarts=0))
     return out
 
 
@@ -169,11 +169,20 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
             text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
             no_gpu = image and catalog.find(text, NO_GPU_ON_IMAGE) and not catalog.find(text, *NVML_MISSING)
             if text and (catalog.find(text, *ANYWHERE) or no_gpu):
-                out.append(Failure(pod, str(cs.get("name")), "Running", text, False, int(cs.get("restartCount") or 0)))
+                out.append(
+                    Failure(
+                        pod=pod,
+                        container=str(cs.get("name")),
+                        reason="Running",
+                        text=text,
+                        init=False,
+                        restarts=int(cs.get("restartCount") or 0),
+                    )
+                )
     return out
 
 
-def witnesses(ctx: Context, view: NodeView, found: list[Failure]) -> list[Failure]:
+def witnesses(ctx: Context, *, view: NodeView, found: list[Failure]) -> list[Failure]:
     """Everything on this node that may prove a link broken, in the order `failure_at` weighs it:
     ``found`` (`failures` of this node), running operands whose log says so, GPU pods the runtime
     refused, operand pods waiting on a host directory a lower link makes, GPU pods the kubelet
@@ -194,7 +203,7 @@ def own_way(ctx: Context, link: str) -> str:
     return (ctx.stack.driver_install or "") if link == "driver" else ""
 
 
-def silent_fix(ctx: Context, link: str, read: str, what: str, target: str, again: str) -> str:
+def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, again: str) -> str:
     """The fix for a failing pod that left no line to go on: the stack's own way out of ``link`` first where it
     has one (an action), the command that shows the reason after it; without one, no action can be named from
     the evidence, so that command comes first, with the object what it says is repaired in, then the pod again."""
@@ -204,7 +213,7 @@ def silent_fix(ctx: Context, link: str, read: str, what: str, target: str, again
     return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
 
 
-def next_step(ctx: Context, link: str, line: str) -> str:
+def next_step(ctx: Context, *, link: str, line: str) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
     none) the catalog does not know: the action for that link first, never "run it again", then the line quoted
     as what it answers (a fix is the action, not the diagnosis restated)."""
@@ -251,7 +260,16 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
         ]
         if any(HOST_PATH.search(m) for m in said):
             container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
-            out.append(Failure(pod, container, "ContainerCreating (FailedMount)", "\n".join(said), False, 0))
+            out.append(
+                Failure(
+                    pod=pod,
+                    container=container,
+                    reason="ContainerCreating (FailedMount)",
+                    text="\n".join(said),
+                    init=False,
+                    restarts=0,
+                )
+            )
     return out
 
 
@@ -266,7 +284,9 @@ def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
             continue
         pod = next((p for p in view.workloads if name_of(p) == obj.get("name")), None)
         stub: Obj = pod or {"metadata": {"name": obj.get("name", ""), "namespace": obj.get("namespace", "")}}
-        out.append(Failure(stub, "", "UnexpectedAdmissionError", said, False, 0))
+        out.append(
+            Failure(pod=stub, container="", reason="UnexpectedAdmissionError", text=said, init=False, restarts=0)
+        )
     return out
 
 
@@ -394,7 +414,7 @@ def _fix(
             FixOp.NODE,
             view.name,
             {
-                "action": f"{entry.repair(view.name, ns, name_of(failure.pod))}; then {rerun}",
+                "action": f"{entry.repair(view.name, namespace=ns, pod=name_of(failure.pod))}; then {rerun}",
                 NOT_SIMULATED: "the catalog's repair is a fact of the node",
             },
         )
@@ -407,11 +427,20 @@ def _fix(
             previous = " --previous" if failure.restarts else ""
             op = LINK_OPERANDS.get(link)
             own = view.pod(op) if op is not None else None
-            target = repair_target(ctx, own, op) if own is not None and op is not None else f"the node's own {link}"
+            target = (
+                repair_target(ctx, pod=own, operand=op)
+                if own is not None and op is not None
+                else f"the node's own {link}"
+            )
             read = f"kubectl -n {ns} logs {pod} -c {failure.container}{previous}"
-            return None, silent_fix(ctx, link, read, f"the {link} link", target, ctx.stack.render(rerun_it))
+            return None, silent_fix(
+                ctx, link=link, read=read, what=f"the {link} link", target=target, again=ctx.stack.render(rerun_it)
+            )
         line = catalog.unknown_error(failure.text) or ""
-        return None, f"# {next_step(ctx, link, line)}; then run the validation again: {ctx.stack.render(rerun_it)}"
+        return (
+            None,
+            f"# {next_step(ctx, link=link, line=line)}; then run the validation again: {ctx.stack.render(rerun_it)}",
+        )
     return action, ctx.stack.render(action)
 
 
@@ -431,7 +460,7 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
 
 
-def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
+def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
     """The first failing container on this node that proves ``link`` broken (by its message in the
     catalog, by being that link's validation, or by the toolkit's runtime refusing to start it), as a
     root finding; None when none does. ``found`` is `witnesses` of this node: the walk reads them once,
@@ -472,11 +501,20 @@ def failure_at(ctx: Context, view: NodeView, link: str, found: list[Failure]) ->
         # A validation's message the catalog knows (scope component) gives its repair as well.
         told = known[0] if known else said.entry if said is not None and said.entry.link == link else None
         action, fix = _fix(ctx, view, finding_id, link, failure, told)
-        return Finding(finding_id, Severity.ERROR, link, cause, tuple(evidence), fix, view.name, action=action)
+        return Finding(
+            id=finding_id,
+            severity=Severity.ERROR,
+            link=link,
+            cause=cause,
+            evidence=tuple(evidence),
+            fix=fix,
+            node=view.name,
+            action=action,
+        )
     return None
 
 
-def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: list[Failure]) -> list[Finding]:
+def unrecognised(ctx: Context, *, view: NodeView, link_of: dict[str, str], found: list[Failure]) -> list[Finding]:
     """A warning for each failing container whose last error line no catalog entry knows: the line,
     quoted, and the component it came from, so an unknown failure is never taken for a known one.
     ``link_of`` maps an operand state to its link; ``found`` is `failures` of this node."""
@@ -491,14 +529,14 @@ def unrecognised(ctx: Context, view: NodeView, link_of: dict[str, str], found: l
         component = f"{state or name_of(failure.pod)} ({failure.container})"
         out.append(
             Finding(
-                "log.unrecognised",
-                Severity.WARNING,
-                link,
-                f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
+                id="log.unrecognised",
+                severity=Severity.WARNING,
+                link=link,
+                cause=f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
                 "this line, so it names no cause and no repair for it.",
-                (failure.describe(), f"unrecognised: {line}"),
-                f"# {next_step(ctx, link, line)}",
-                view.name,
+                evidence=(failure.describe(), f"unrecognised: {line}"),
+                fix=f"# {next_step(ctx, link=link, line=line)}",
+                node=view.name,
             )
         )
     return out

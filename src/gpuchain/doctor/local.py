@@ -17,7 +17,7 @@ from gpuchain.gpu.backend import GpuBackend
 from gpuchain.gpu.errors import DriverNotLoadedError, GpuError, GpuLostError, LibraryNotFoundError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalAnswer:
     """What NVML said on this node: the driver and GPUs, or the error class and message."""
 
@@ -30,7 +30,7 @@ class LocalAnswer:
     message: str = ""
 
 
-def ask(open_backend: Callable[[], GpuBackend], node: str | None = None, kernel: str | None = None) -> LocalAnswer:
+def ask(open_backend: Callable[[], GpuBackend], *, node: str | None = None, kernel: str | None = None) -> LocalAnswer:
     """Open the backend and read its inventory once; errors become part of the answer."""
     name, release = node or platform.node(), kernel or platform.release()
     try:
@@ -40,15 +40,15 @@ def ask(open_backend: Callable[[], GpuBackend], node: str | None = None, kernel:
         finally:
             backend.close()
     except LibraryNotFoundError as exc:
-        return LocalAnswer(name, release, error="library", message=str(exc))
+        return LocalAnswer(node=name, kernel=release, error="library", message=str(exc))
     except DriverNotLoadedError as exc:
-        return LocalAnswer(name, release, error="not-loaded", message=str(exc))
+        return LocalAnswer(node=name, kernel=release, error="not-loaded", message=str(exc))
     except GpuLostError as exc:
-        return LocalAnswer(name, release, error="lost", message=str(exc))
+        return LocalAnswer(node=name, kernel=release, error="lost", message=str(exc))
     except GpuError as exc:
-        return LocalAnswer(name, release, error="other", message=str(exc))
+        return LocalAnswer(node=name, kernel=release, error="other", message=str(exc))
     gpus = tuple(f"GPU {g.index}: {g.name} ({g.uuid})" for g in inv.gpus)
-    return LocalAnswer(name, release, inv.driver.version, inv.driver.cuda_version, gpus)
+    return LocalAnswer(node=name, kernel=release, driver=inv.driver.version, cuda=inv.driver.cuda_version, gpus=gpus)
 
 
 #: Why --local's fixes are not simulated: they change the host, which no cluster object describes.
@@ -110,12 +110,12 @@ def local_chain(answer: LocalAnswer) -> NodeChain:
                 "slot in the BIOS/BMC",
             )
             finding = Finding(
-                "driver.no-gpus",
-                Severity.ERROR,
-                "driver",
-                "NVML answers but sees no GPU on this node.",
-                (f"driver {answer.driver}, 0 GPUs", f"kernel {answer.kernel}"),
-                text,
+                id="driver.no-gpus",
+                severity=Severity.ERROR,
+                link="driver",
+                cause="NVML answers but sees no GPU on this node.",
+                evidence=(f"driver {answer.driver}, 0 GPUs", f"kernel {answer.kernel}"),
+                fix=text,
                 node=answer.node,
                 root=True,
                 action=action,
@@ -131,12 +131,12 @@ def local_chain(answer: LocalAnswer) -> NodeChain:
         cause, work = known.entry.cause, known.entry.fix
     text, action = _host_fix(op, answer.node, work)
     finding = Finding(
-        fid,
-        Severity.ERROR,
-        "driver",
-        cause,
-        (f"NVML: {answer.message}", *([known.entry.cite()] if known else []), f"kernel {answer.kernel}"),
-        text,
+        id=fid,
+        severity=Severity.ERROR,
+        link="driver",
+        cause=cause,
+        evidence=(f"NVML: {answer.message}", *([known.entry.cite()] if known else []), f"kernel {answer.kernel}"),
+        fix=text,
         node=answer.node,
         root=True,
         action=action,

@@ -22,7 +22,10 @@ def cluster_log_reader(cluster: Cluster, tail_lines: int = TAIL_LINES) -> LogRea
 
     def read(namespace: str, pod: str, container: str, previous: bool = False) -> str | None:
         try:
-            return cluster.logs(pod, namespace, container=container, tail_lines=tail_lines, previous=previous) or None
+            return (
+                cluster.logs(pod, namespace=namespace, container=container, tail_lines=tail_lines, previous=previous)
+                or None
+            )
         except KubeError:
             return None
 
@@ -36,7 +39,7 @@ def cluster_scraper(cluster: Cluster, port: int = EXPORTER_PORT) -> Scraper:
 
     def read(namespace: str, pod: str) -> str | None:
         try:
-            return cluster.pod_proxy_get(pod, namespace, port, "metrics") or None
+            return cluster.pod_proxy_get(pod, namespace=namespace, port=port, path="metrics") or None
         except KubeError:
             return None
 

@@ -85,7 +85,7 @@ class Fix:
         return cls(FixOp.DELETE, f"{namespace}/{name}", {"kind": "Pod", "namespace": namespace, "name": name, **more})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """One diagnosis. ``id`` is stable (scripts and tests match on it); ``fix`` is the command
     (or the action, for hardware) as text; ``action`` the same fix as data, where there is one."""
@@ -162,7 +162,7 @@ class NodeChain:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FindingGroup:
     """The same finding on several nodes, shown once with the node list."""
 
@@ -177,7 +177,7 @@ class FindingGroup:
         return {**self.first.to_dict(), "node": None, "nodes": list(self.nodes), "count": len(self.nodes)}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     """The doctor's answer for a cluster."""
 
@@ -225,7 +225,13 @@ class Report:
         for f in self.findings:
             by_id.setdefault(f.id, []).append(f)
         groups = [
-            FindingGroup(fid, fs[0].severity, any(f.root for f in fs), tuple(f.node for f in fs if f.node), fs[0])
+            FindingGroup(
+                id=fid,
+                severity=fs[0].severity,
+                root=any(f.root for f in fs),
+                nodes=tuple(f.node for f in fs if f.node),
+                first=fs[0],
+            )
             for fid, fs in by_id.items()
         ]
         return sorted(groups, key=lambda g: (order[g.severity], not g.root, g.id))

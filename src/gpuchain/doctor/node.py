@@ -42,7 +42,7 @@ RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
 CDI_CONTAINERD = (1, 7, 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Distribution:
     """Where a distribution's containerd keeps its socket and config (the toolkit must be told)."""
 
@@ -57,14 +57,25 @@ class Distribution:
 #: DefaultContainerdSocketFile at a22dbf6). k3s and RKE2 run their own containerd elsewhere: the
 #: paths NVIDIA's maintainers give in NVIDIA/gpu-operator#406 and controllers/transforms_test.go,
 #: RKE2's data dir /var/lib/rancher/rke2 and socket per docs.rke2.io (reference/cli_tools).
-KUBEADM = Distribution("kubeadm", "", "/etc/containerd/config.toml", "/run/containerd/containerd.sock")
+KUBEADM = Distribution(
+    name="kubeadm",
+    marker="",
+    containerd_config="/etc/containerd/config.toml",
+    containerd_socket="/run/containerd/containerd.sock",
+)
 DISTRIBUTIONS = (
     KUBEADM,
     Distribution(
-        "k3s", "+k3s", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+        name="k3s",
+        marker="+k3s",
+        containerd_config="/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+        containerd_socket="/run/k3s/containerd/containerd.sock",
     ),
     Distribution(
-        "rke2", "+rke2", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "/run/k3s/containerd/containerd.sock"
+        name="rke2",
+        marker="+rke2",
+        containerd_config="/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+        containerd_socket="/run/k3s/containerd/containerd.sock",
     ),
 )
 
@@ -113,7 +124,7 @@ def runtime_setup(node: Obj, default: bool = False) -> str:
     return f"nvidia-ctk runtime configure --runtime=containerd{flag} && systemctl restart containerd"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Condition:
     """One node condition that keeps pods off the node, with the taint that goes with it."""
 
@@ -150,7 +161,11 @@ def blocking_conditions(node: Obj) -> list[Condition]:
 
 def _condition(c: Obj, taint: str) -> Condition:
     return Condition(
-        str(c.get("type")), str(c.get("status")), str(c.get("reason") or ""), str(c.get("message") or ""), taint
+        type=str(c.get("type")),
+        status=str(c.get("status")),
+        reason=str(c.get("reason") or ""),
+        message=str(c.get("message") or ""),
+        taint=taint,
     )
 
 
@@ -214,12 +229,12 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
             )
         findings.append(
             Finding(
-                fid,
-                Severity.ERROR,
-                "node",
-                cause,
-                tuple(e for e in evidence if e),
-                ctx.stack.render(action),
+                id=fid,
+                severity=Severity.ERROR,
+                link="node",
+                cause=cause,
+                evidence=tuple(e for e in evidence if e),
+                fix=ctx.stack.render(action),
                 node=view.name,
                 action=action,
             )
@@ -241,13 +256,13 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         )
         findings.append(
             Finding(
-                "node.runtime-unsupported",
-                Severity.ERROR,
-                "toolkit",
-                f"the node's container runtime ({scheme}) is not one the container toolkit can configure "
+                id="node.runtime-unsupported",
+                severity=Severity.ERROR,
+                link="toolkit",
+                cause=f"the node's container runtime ({scheme}) is not one the container toolkit can configure "
                 f"({', '.join(RECOGNISED_RUNTIMES)}), so the GPU stack cannot give containers GPUs here.",
-                (f"status.nodeInfo.containerRuntimeVersion: {version}",),
-                ctx.stack.render(action),
+                evidence=(f"status.nodeInfo.containerRuntimeVersion: {version}",),
+                fix=ctx.stack.render(action),
                 node=view.name,
                 action=action,
             )
@@ -259,17 +274,18 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
         findings.append(
             Finding(
-                "node.runtime-no-cdi",
-                Severity.ERROR,
-                "toolkit",
-                f"the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and this "
+                id="node.runtime-no-cdi",
+                severity=Severity.ERROR,
+                link="toolkit",
+                cause="the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and "
+                "this "
                 f"node's containerd ({have}) predates it ({need}): "
                 "GPU pods here start without their GPUs.",
-                (
+                evidence=(
                     f"status.nodeInfo.containerRuntimeVersion: {node_info(view.node).get('containerRuntimeVersion')}",
                     f"spec.cdi.enabled=true in {ctx.policy_ref}",
                 ),
-                ctx.stack.render(off) + f"   # or upgrade containerd on {view.name} to 1.7 or later",
+                fix=ctx.stack.render(off) + f"   # or upgrade containerd on {view.name} to 1.7 or later",
                 node=view.name,
                 action=off,
             )
@@ -317,22 +333,22 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
         {"action": work, "drain": False, NOT_SIMULATED: "a runtime's sandbox and CNI setup are not simulated"},
     )
     return Finding(
-        "node.sandbox-failed",
-        Severity.ERROR,
-        "toolkit" if toolkit else "node",
-        "the container runtime on this node cannot create a pod sandbox, so no pod starts there: every operand "
+        id="node.sandbox-failed",
+        severity=Severity.ERROR,
+        link="toolkit" if toolkit else "node",
+        cause="the container runtime on this node cannot create a pod sandbox, so no pod starts there: every operand "
         "waits in ContainerCreating with no log of its own; "
         + (
             "the toolkit configures this node's runtime and rewrote its config."
             if toolkit
             else "the node's own runtime or CNI setup."
         ),
-        (
+        evidence=(
             f"event {SANDBOX_FAILED} on pod {names[0]}: {said}",
             *([known.entry.cite()] if known else ()),
             f"{len(names)} pod(s) on {view.name} without a sandbox: {', '.join(names[:5])}",
         ),
-        ctx.stack.render(action),
+        fix=ctx.stack.render(action),
         node=view.name,
         action=action,
     )

@@ -77,7 +77,7 @@ def os_tag(node: Obj) -> str:
     return f"{os_id}{version}" if os_id else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeImage:
     """A managed cloud's node image, as it bears on the driver link."""
 
@@ -107,37 +107,38 @@ def node_image(node: Obj) -> NodeImage | None:
         # Without the label, GKE installs no driver itself (older node pools: Google's installer DaemonSet).
         version = labels.get(GKE_DRIVER, "")
         return NodeImage(
-            "GKE",
-            version not in ("", "disabled"),
-            operator,
-            (f"label {GKE_DRIVER}={version}" if version else f"no label {GKE_DRIVER}", f"osImage {image}"),
-            {"driver": {"enabled": False}, "hostPaths": {"driverInstallDir": GKE_DRIVER_ROOT}},
-            f"recreate the node pool with --accelerator type={labels.get(GKE_ACCELERATOR) or '<gpu>'},count="
+            cloud="GKE",
+            ships_driver=version not in ("", "disabled"),
+            operator_driver=operator,
+            said=(f"label {GKE_DRIVER}={version}" if version else f"no label {GKE_DRIVER}", f"osImage {image}"),
+            keep={"driver": {"enabled": False}, "hostPaths": {"driverInstallDir": GKE_DRIVER_ROOT}},
+            install=f"recreate the node pool with --accelerator type={labels.get(GKE_ACCELERATOR) or '<gpu>'},count="
             f"{labels.get(GKE_COUNT) or '<n>'},gpu-driver-version=default (GKE installs the driver under "
             f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
-            "an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
+            without="an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
         )
     if labels.get(AKS_ACCELERATOR) == "nvidia" or (provider.startswith("azure://") and AKS_IMAGE in labels):
         said = [f"label {k}={labels[k]}" for k in (AKS_ACCELERATOR, AKS_IMAGE) if k in labels]
         return NodeImage(
-            "AKS",
-            True,
-            operator,
-            (*said, f"osImage {image}"),
-            {"driver": {"enabled": False}},
-            "a GPU node pool created without --skip-gpu-driver-install (AKS installs the driver and runtime)",
-            "a node pool created with --skip-gpu-driver-install",
+            cloud="AKS",
+            ships_driver=True,
+            operator_driver=operator,
+            said=(*said, f"osImage {image}"),
+            keep={"driver": {"enabled": False}},
+            install="a GPU node pool created without --skip-gpu-driver-install (AKS installs the driver and runtime)",
+            without="a node pool created with --skip-gpu-driver-install",
         )
     if os_id in ("bottlerocket", "amzn"):
         ships = "nvidia" in image.lower() if os_id == "bottlerocket" else True
         return NodeImage(
-            "EKS",
-            ships,
-            False,
-            (f"osImage {image}",),
-            {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
-            "the EKS accelerated AMI for the node group (AL2023 NVIDIA, or Bottlerocket's -nvidia variant), which "
+            cloud="EKS",
+            ships_driver=ships,
+            operator_driver=False,
+            said=(f"osImage {image}",),
+            keep={"driver": {"enabled": False}, "toolkit": {"enabled": False}},
+            install="the EKS accelerated AMI for the node group (AL2023 NVIDIA, or Bottlerocket's -nvidia variant), "
+            "which "
             "carries the driver and runtime",
-            "",
+            without="",
         )
     return None

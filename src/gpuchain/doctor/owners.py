@@ -33,7 +33,7 @@ def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
     )
 
 
-def repair_target(ctx: Context, pod: Obj, operand: Operand) -> str:
+def repair_target(ctx: Context, *, pod: Obj, operand: Operand) -> str:
     """The object a person changes to repair ``pod``'s component: the policy's section where the stack's
     operator owns its DaemonSet (a change to the DaemonSet itself is undone at the next reconcile), the
     Helm release that rendered it (its ``app.kubernetes.io/instance`` label), else the DaemonSet."""

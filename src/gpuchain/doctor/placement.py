@@ -14,7 +14,7 @@ from typing import Any
 from gpuchain.kube.objects import Obj, labels_of
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Blocker:
     """What keeps the DaemonSet off the node."""
 
@@ -87,16 +87,16 @@ def pod_blocker(spec: Obj, node: Obj) -> Blocker | None:
         if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], t)
     )
     if untolerated:
-        return Blocker("taint", untolerated[0], taints=untolerated)
+        return Blocker(kind="taint", detail=untolerated[0], taints=untolerated)
     labels = labels_of(node)
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
-            return Blocker("selector", {"key": key, "operator": "=", "values": [value]})
+            return Blocker(kind="selector", detail={"key": key, "operator": "=", "values": [value]})
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
     terms = required.get("nodeSelectorTerms") or []
     if terms and not any(all(_term_ok(e, labels) for e in t.get("matchExpressions") or []) for t in terms):
         first = next(e for e in terms[0].get("matchExpressions") or [] if not _term_ok(e, labels))
-        return Blocker("selector", {k: first.get(k) for k in ("key", "operator", "values")})
+        return Blocker(kind="selector", detail={k: first.get(k) for k in ("key", "operator", "values")})
     return None

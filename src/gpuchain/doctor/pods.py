@@ -31,7 +31,7 @@ FAILING = frozenset(
 FAILED_TERMINATION = frozenset({"Error", "StartError", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodState:
     """A pod in one line, like the STATUS column of ``kubectl get pods`` (plus the details)."""
 
@@ -103,32 +103,40 @@ def _pod_state(pod: Obj) -> PodState:
     # The scheduler's word decides only for a pod with no container statuses yet.
     unschedulable = None if inits or mains else unschedulable_message(pod)
     if unschedulable is not None:
-        return PodState(name, "Pending", False, True, message=unschedulable, unschedulable=True, namespace=namespace)
+        return PodState(
+            name=name,
+            status="Pending",
+            ready=False,
+            failing=True,
+            message=unschedulable,
+            unschedulable=True,
+            namespace=namespace,
+        )
     for cs in [*inits, *mains]:
         state = cs.get("state") or {}
         terminated = state.get("terminated") or {}
         if terminated.get("reason") in FAILED_TERMINATION and terminated.get("exitCode") not in (0, None):
             return PodState(
-                name,
-                str(terminated["reason"]),
-                False,
-                True,
-                str(cs.get("name")),
-                int(cs.get("restartCount") or 0),
-                str(terminated.get("message") or ""),
+                name=name,
+                status=str(terminated["reason"]),
+                ready=False,
+                failing=True,
+                container=str(cs.get("name")),
+                restarts=int(cs.get("restartCount") or 0),
+                last_log=str(terminated.get("message") or ""),
                 namespace=namespace,
             )
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in FAILING:
             last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
             return PodState(
-                name,
-                str(waiting["reason"]),
-                False,
-                True,
-                str(cs.get("name")),
-                int(cs.get("restartCount") or 0),
-                str(last),
+                name=name,
+                status=str(waiting["reason"]),
+                ready=False,
+                failing=True,
+                container=str(cs.get("name")),
+                restarts=int(cs.get("restartCount") or 0),
+                last_log=str(last),
                 message=str(waiting.get("message") or ""),
                 namespace=namespace,
             )
@@ -136,11 +144,11 @@ def _pod_state(pod: Obj) -> PodState:
     if inits and done < len(inits):
         blocked = next((cs for cs in inits if not (cs.get("state") or {}).get("terminated")), inits[done])
         return PodState(
-            name,
-            f"Init:{done}/{len(inits)}",
-            False,
-            False,
-            str(blocked.get("name")),
+            name=name,
+            status=f"Init:{done}/{len(inits)}",
+            ready=False,
+            failing=False,
+            container=str(blocked.get("name")),
             waiting_init=str(blocked.get("name")),
             namespace=namespace,
         )
@@ -149,12 +157,19 @@ def _pod_state(pod: Obj) -> PodState:
         None,
     )
     if creating is not None:
-        return PodState(name, "ContainerCreating", False, False, str(creating.get("name")), namespace=namespace)
+        return PodState(
+            name=name,
+            status="ContainerCreating",
+            ready=False,
+            failing=False,
+            container=str(creating.get("name")),
+            namespace=namespace,
+        )
     ready = bool(mains) and all(cs.get("ready") for cs in mains)
     phase = str((pod.get("status") or {}).get("phase", "Unknown"))
     restarts = sum(int(cs.get("restartCount") or 0) for cs in mains)
     status = phase if ready or phase != "Running" else "Running (not ready)"
-    return PodState(name, status, ready, False, restarts=restarts, namespace=namespace)
+    return PodState(name=name, status=status, ready=ready, failing=False, restarts=restarts, namespace=namespace)
 
 
 #: The container states in which the runtime refused to create or start a container (the kubelet's and

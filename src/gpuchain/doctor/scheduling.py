@@ -125,7 +125,7 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
     patch: dict[str, Any] = {}
     evidence = [f"scheduler: {msg}"]
     if taints:
-        added = tolerations_for(Blocker("taint", {}, taints=tuple(taints.values())))
+        added = tolerations_for(Blocker(kind="taint", detail={}, taints=tuple(taints.values())))
         patch["tolerations"] = [*(spec.get("tolerations") or []), *added]
         spec["tolerations"] = patch["tolerations"]
         evidence.append(
@@ -181,12 +181,12 @@ def _finding(
     }
     fix = text if text is not None else ctx.stack.render(action) if action is not None else ""
     return Finding(
-        "workload.untolerated-taint" if kind == "taint" else "workload.node-selector",
-        Severity.ERROR,
-        "node",
-        f"GPU pod {pod_ref} ({owner.kind} {owner.name}) is Pending: {causes[kind]}",
-        (f"pod {pod_ref} asks for {_asked(pod)}", *evidence),
-        fix,
+        id="workload.untolerated-taint" if kind == "taint" else "workload.node-selector",
+        severity=Severity.ERROR,
+        link="node",
+        cause=f"GPU pod {pod_ref} ({owner.kind} {owner.name}) is Pending: {causes[kind]}",
+        evidence=(f"pod {pod_ref} asks for {_asked(pod)}", *evidence),
+        fix=fix,
         root=True,
         action=action,
     )
@@ -232,13 +232,14 @@ def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> F
             return None  # a DRA plugin runs: its pods are walked on each node
         action, fix = install_dra(ctx)
         return Finding(
-            "workload.dra-unpublished",
-            Severity.ERROR,
-            "device-plugin",
-            f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and no GPU DRA driver publishes a device in "
+            id="workload.dra-unpublished",
+            severity=Severity.ERROR,
+            link="device-plugin",
+            cause=f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and no GPU DRA driver publishes a device "
+            "in "
             "any ResourceSlice (no DRA kubelet plugin is installed), so the scheduler cannot allocate its claims.",
-            (f"scheduler: {msg}", f"ResourceSlices of {', '.join(GPU_DRA_DRIVERS)}: none", f"pod {pod_ref}"),
-            fix,
+            evidence=(f"scheduler: {msg}", f"ResourceSlices of {', '.join(GPU_DRA_DRIVERS)}: none", f"pod {pod_ref}"),
+            fix=fix,
             root=True,
             action=action,
         )
@@ -248,17 +249,19 @@ def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> F
             {"key": k.rsplit(":", 1)[0], "operator": "Exists", "effect": k.rsplit(":", 1)[1]} for k in sorted(keys)
         ]
         return Finding(
-            "workload.dra-devices-tainted",
-            Severity.ERROR,
-            "device-plugin",
-            f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and every GPU device the DRA driver publishes "
+            id="workload.dra-devices-tainted",
+            severity=Severity.ERROR,
+            link="device-plugin",
+            cause=f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and every GPU device the DRA driver "
+            "publishes "
             "carries a taint its claims do not tolerate (a DeviceTaintRule, or the driver's taint for an unhealthy "
             "device), so the scheduler allocates none of them.",
-            (
+            evidence=(
                 f"scheduler: {msg}",
                 f"{total} published GPU device(s), tainted: " + ", ".join(f"{k} ({n})" for k, n in keys.most_common()),
             ),
-            "# repair the devices the driver tainted (its unhealthy GPUs: reset or replace them; a DeviceTaintRule: "
+            fix="# repair the devices the driver tainted (its unhealthy GPUs: reset or replace them; a "
+            "DeviceTaintRule: "
             "kubectl delete devicetaintrule <rule>), or where the pods may use them tainted, add to each request of "
             f"the claim (template) of {pod_ref}: exactly.tolerations: {json.dumps(tolerations, separators=(',', ':'))}",
             root=True,

@@ -93,6 +93,7 @@ def served_list(cluster: Cluster, kind: Kind) -> list[Obj] | None:
 
 def gather(
     cluster: Cluster,
+    *,
     namespace: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Snapshot:
@@ -109,9 +110,19 @@ def gather(
     daemonsets = cluster.list_readonly(DAEMONSET)
     step("daemonsets")
     drivers = list_if_served(cluster, NVIDIA_DRIVER) if nvidia else []
-    partial = Snapshot(namespace or "", policies + nvidia, nodes, pods, daemonsets, [], [], [], drivers=drivers)
+    partial = Snapshot(
+        namespace=namespace or "",
+        policies=policies + nvidia,
+        nodes=nodes,
+        pods=pods,
+        daemonsets=daemonsets,
+        configmaps=[],
+        runtime_classes=[],
+        events=[],
+        drivers=drivers,
+    )
     stack = detect(partial)
-    configmaps = cluster.list_readonly(CONFIGMAP, stack.namespace) if stack.namespace else []
+    configmaps = cluster.list_readonly(CONFIGMAP, namespace=stack.namespace) if stack.namespace else []
     step("configmaps")
     runtime_classes = cluster.list_readonly(RUNTIME_CLASS)
     step("runtimeclasses")
@@ -121,14 +132,14 @@ def gather(
     resource_slices = served_list(cluster, RESOURCE_SLICE)
     step("resourceslices")
     return Snapshot(
-        namespace or "",
-        policies + nvidia,
-        nodes,
-        pods,
-        daemonsets,
-        configmaps,
-        runtime_classes,
-        events,
+        namespace=namespace or "",
+        policies=policies + nvidia,
+        nodes=nodes,
+        pods=pods,
+        daemonsets=daemonsets,
+        configmaps=configmaps,
+        runtime_classes=runtime_classes,
+        events=events,
         drivers=drivers,
         resource_slices=resource_slices or [],
         absent=frozenset() if resource_slices is not None else frozenset({"resourceslices"}),
@@ -254,7 +265,7 @@ def _previous_run_wanted(status: Obj) -> bool:
     )
 
 
-def with_logs(snapshot: Snapshot, reader: LogReader | None, limit: int = MAX_LOGS) -> tuple[Snapshot, int]:
+def with_logs(snapshot: Snapshot, *, reader: LogReader | None, limit: int = MAX_LOGS) -> tuple[Snapshot, int]:
     """The snapshot plus the logs of up to ``limit`` failing containers (and the previous run's of
     those that restarted); also how many reads it made."""
     if reader is None:
@@ -297,7 +308,7 @@ def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
 
 
 def with_scrapes(
-    snapshot: Snapshot, scraper: Scraper | None, limit: int = MAX_SCRAPES, clock: Callable[[], float] = time.time
+    snapshot: Snapshot, *, scraper: Scraper | None, limit: int = MAX_SCRAPES, clock: Callable[[], float] = time.time
 ) -> tuple[Snapshot, int]:
     """The snapshot plus the scrapes of up to ``limit`` gpuchain exporters (`scrape_candidates`),
     each stamped with when it was read; also how many reads it made."""
@@ -315,6 +326,7 @@ def with_scrapes(
 
 def timed_gather(
     cluster: Cluster,
+    *,
     namespace: str | None = None,
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
@@ -324,9 +336,9 @@ def timed_gather(
     ``proxy`` included) and the seconds."""
     before = cluster.calls.snapshot()
     started = time.perf_counter()
-    snap = gather(cluster, namespace, progress)
-    snap, log_reads = with_logs(snap, reader)
-    snap, scrape_reads = with_scrapes(snap, scraper)
+    snap = gather(cluster, namespace=namespace, progress=progress)
+    snap, log_reads = with_logs(snap, reader=reader)
+    snap, scrape_reads = with_scrapes(snap, scraper=scraper)
     after = cluster.calls.snapshot()
     calls = {
         verb: after.get(verb, 0) - before.get(verb, 0) for verb in after if after.get(verb, 0) != before.get(verb, 0)

@@ -27,7 +27,7 @@ class Scrape:
     at: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """The cluster as the doctor saw it; every check is a pure function of this.
 
@@ -78,7 +78,7 @@ def _logger_of(line: str) -> str:
     return (found.group(1) or found.group(2)) if found else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chart:
     """A stack's Helm chart, as a fix installs or upgrades it."""
 
@@ -94,13 +94,24 @@ class Chart:
 #: release nvdp in namespace nvidia-device-plugin; NVIDIA/gpu-operator: nvidia/gpu-operator, whose
 #: values turn its bundled NFD on under nfd).
 CHARTS = {
-    "gpuchain": Chart("gpuchain", "gpuchain", "charts/gpuchain", "gpuchain"),
-    "gpu-operator": Chart("gpu-operator", "gpu-operator", "nvidia/gpu-operator", "gpu-operator", nfd_values="nfd"),
-    "nvidia-device-plugin": Chart("nvidia-device-plugin", "nvdp", "nvdp/nvidia-device-plugin", "nvidia-device-plugin"),
+    "gpuchain": Chart(stack="gpuchain", release="gpuchain", chart="charts/gpuchain", namespace="gpuchain"),
+    "gpu-operator": Chart(
+        stack="gpu-operator",
+        release="gpu-operator",
+        chart="nvidia/gpu-operator",
+        namespace="gpu-operator",
+        nfd_values="nfd",
+    ),
+    "nvidia-device-plugin": Chart(
+        stack="nvidia-device-plugin",
+        release="nvdp",
+        chart="nvdp/nvidia-device-plugin",
+        namespace="nvidia-device-plugin",
+    ),
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stack:
     """One stack's names for the links, as the checks and the fixes need them, and its quirks as data:
     a check reads a field here, never the stack's ``id``."""

@@ -63,7 +63,7 @@ def collect_interval(pod: Obj | None) -> float:
 def _node_top(scrape: Scrape, node: str) -> NodeTop | None:
     """The node's part of its exporter's scrape; None when the text carries no trust series."""
     try:
-        tops = [t for t in top_view(scrape.text, scrape.at, node) if t.node == node]
+        tops = [t for t in top_view(scrape.text, now=scrape.at, node=node) if t.node == node]
     except ValueError:  # not Prometheus text (an error page saved as metrics.txt): nothing to judge
         return None
     if not tops:
@@ -74,7 +74,7 @@ def _node_top(scrape: Scrape, node: str) -> NodeTop | None:
     return top
 
 
-def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float, *, stack: Stack) -> list[Finding]:
+def trust_findings(view: NodeView, *, pod: Obj, scrape: Scrape, interval: float, stack: Stack) -> list[Finding]:
     """What the scrape of ``view``'s exporter pod ``pod`` says against trusting its metrics (its fixes
     written by ``stack``'s renderer)."""
     top = _node_top(scrape, view.name)
@@ -91,17 +91,17 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float, *,
         gpus = ", ".join(f"GPU {d.gpu} ({d.uuid})" for d in down)
         findings.append(
             Finding(
-                "exporter.gpu-down",
-                Severity.ERROR,
-                LINK,
-                f"{len(down)} GPU(s) on {view.name} stopped answering NVML ({gpus}): the exporter's last read "
+                id="exporter.gpu-down",
+                severity=Severity.ERROR,
+                link=LINK,
+                cause=f"{len(down)} GPU(s) on {view.name} stopped answering NVML ({gpus}): the exporter's last read "
                 "of them failed or hung, or they left the driver's GPU list, so their metrics stopped while the "
                 "exporter pod looks healthy.",
-                (
+                evidence=(
                     *(f"{d.uuid}: gpuchain_gpu_up 0, last good sample" + _age(d.sample_age_s) for d in down),
                     f"on {view.name}: nvidia-smi -q -i <UUID> and the kernel log's XID lines say why",
                 ),
-                stack.render(gpu_work),
+                fix=stack.render(gpu_work),
                 node=view.name,
                 action=gpu_work,
             )
@@ -111,19 +111,19 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float, *,
         if missing > 0:
             findings.append(
                 Finding(
-                    "exporter.gpus-missing",
-                    Severity.ERROR,
-                    LINK,
-                    f"the exporter on {view.name} exports {top.gpus_exported} GPU(s) where the node should have "
+                    id="exporter.gpus-missing",
+                    severity=Severity.ERROR,
+                    link=LINK,
+                    cause=f"the exporter on {view.name} exports {top.gpus_exported} GPU(s) where the node should have "
                     f"{top.gpus_expected} (from {top.expected_from}): {missing} GPU(s) the driver does not list "
                     "have no series at all, so nothing about them reaches dashboards or alerts.",
-                    (
+                    evidence=(
                         f"gpuchain_gpus_exported {top.gpus_exported}",
                         f'gpuchain_gpus_expected{{source="{top.expected_from}"}} {top.gpus_expected}',
                         f"the exporter lists the GPUs NVML lists at every collection: nvidia-smi -L on "
                         f"{view.name} shows which one the driver lost",
                     ),
-                    stack.render(gpu_work),
+                    fix=stack.render(gpu_work),
                     node=view.name,
                     action=gpu_work,
                 )
@@ -134,14 +134,17 @@ def trust_findings(view: NodeView, pod: Obj, scrape: Scrape, interval: float, *,
         oldest = max(d.sample_age_s or 0.0 for d in stale)
         findings.append(
             Finding(
-                "exporter.stale",
-                Severity.WARNING,
-                LINK,
-                f"the exporter on {view.name} serves samples up to {oldest:.0f}s old for {len(stale)} GPU(s), more "
+                id="exporter.stale",
+                severity=Severity.WARNING,
+                link=LINK,
+                cause=f"the exporter on {view.name} serves samples up to {oldest:.0f}s old for {len(stale)} GPU(s), "
+                "more "
                 f"than {STALE_INTERVALS} collection intervals ({interval:g}s each): its collection has stopped "
                 "while its HTTP server still answers, so every scrape repeats the same numbers.",
-                tuple(f"{d.uuid}: last sample{_age(d.sample_age_s)} (collect interval {interval:g}s)" for d in stale),
-                command + "   # a new pod starts collecting again",
+                evidence=tuple(
+                    f"{d.uuid}: last sample{_age(d.sample_age_s)} (collect interval {interval:g}s)" for d in stale
+                ),
+                fix=command + "   # a new pod starts collecting again",
                 node=view.name,
                 action=restart,
             )
@@ -161,7 +164,7 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
     pod = view.pod(DCGM_EXPORTER)
     if result.state is not LinkState.OK or scrape is None or pod is None:
         return result
-    findings = trust_findings(view, pod, scrape, collect_interval(pod), stack=ctx.stack)
+    findings = trust_findings(view, pod=pod, scrape=scrape, interval=collect_interval(pod), stack=ctx.stack)
     if not findings:
         return result
     ids = ", ".join(f.id.removeprefix("exporter.") for f in findings)

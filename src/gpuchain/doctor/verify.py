@@ -47,7 +47,7 @@ class Status(enum.StrEnum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Item:
     """One checklist line."""
 
@@ -81,7 +81,7 @@ class PodOutcome(Protocol):
     def reason(self) -> str: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuTestOutcome:
     """The gpu-test pod on a live cluster: where it ran and what nvidia-smi printed."""
 
@@ -124,7 +124,11 @@ def driver_version(ctx: Context, image: str) -> Item:
     need = cuda_of_image(image)
     if need is None:
         return Item(
-            "driver-version", "driver version vs CUDA image", Status.SKIP, (f"no CUDA version in {image!r}",), cmd
+            id="driver-version",
+            title="driver version vs CUDA image",
+            status=Status.SKIP,
+            evidence=(f"no CUDA version in {image!r}",),
+            command=cmd,
         )
     bad, unknown, seen = [], [], set()
     for v in ctx.views:
@@ -145,7 +149,11 @@ def driver_version(ctx: Context, image: str) -> Item:
         evidence.append(f"no driver answers (no {CUDA_MAJOR} label): {_nodes(unknown)}")
     ok = not bad and not unknown and bool(ctx.views)
     return Item(
-        "driver-version", "driver version vs CUDA image", Status.PASS if ok else Status.FAIL, tuple(evidence), cmd
+        id="driver-version",
+        title="driver version vs CUDA image",
+        status=Status.PASS if ok else Status.FAIL,
+        evidence=tuple(evidence),
+        command=cmd,
     )
 
 
@@ -162,7 +170,13 @@ def toolkit(ctx: Context) -> Item:
     evidence = [f"{len(ctx.views) - len(bad)}/{len(ctx.views)} GPU nodes: toolkit ready and toolkit-ready validated"]
     if bad:
         evidence.append(f"not ready: {_nodes(bad)}")
-    return Item("toolkit", "container toolkit", Status.PASS if ok else Status.FAIL, tuple(evidence), cmd)
+    return Item(
+        id="toolkit",
+        title="container toolkit",
+        status=Status.PASS if ok else Status.FAIL,
+        evidence=tuple(evidence),
+        command=cmd,
+    )
 
 
 def device_plugin_count(ctx: Context) -> Item:
@@ -179,16 +193,22 @@ def device_plugin_count(ctx: Context) -> Item:
         if not physical.isdigit() or not (cap == alloc == int(physical)):
             bad.append(f"{v.name} (capacity {cap}, allocatable {alloc}, physical {physical or '?'})")
     if not checked:
-        return Item("device-plugin-count", "device plugin count = physical", Status.SKIP, ("no non-MIG GPU node",), cmd)
+        return Item(
+            id="device-plugin-count",
+            title="device plugin count = physical",
+            status=Status.SKIP,
+            evidence=("no non-MIG GPU node",),
+            command=cmd,
+        )
     evidence = [f"{checked - len(bad)}/{checked} nodes: nvidia.com/gpu = physical GPU count"]
     if bad:
         evidence.append(f"mismatch: {_nodes(bad)}")
     return Item(
-        "device-plugin-count",
-        "device plugin count = physical",
-        Status.FAIL if bad else Status.PASS,
-        tuple(evidence),
-        cmd,
+        id="device-plugin-count",
+        title="device plugin count = physical",
+        status=Status.FAIL if bad else Status.PASS,
+        evidence=tuple(evidence),
+        command=cmd,
     )
 
 
@@ -196,12 +216,24 @@ def test_pod(outcome: PodOutcome | None) -> Item:
     """The gpu-test pod ran nvidia-smi."""
     cmd = "kubectl apply -f gpu-test.yaml && kubectl logs gpu-test"
     if outcome is None:
-        return Item("test-pod", "test pod runs nvidia-smi", Status.SKIP, ("skipped (--no-test-pod)",), cmd)
+        return Item(
+            id="test-pod",
+            title="test pod runs nvidia-smi",
+            status=Status.SKIP,
+            evidence=("skipped (--no-test-pod)",),
+            command=cmd,
+        )
     lines = [f"ran on {outcome.node}" if outcome.node else "not scheduled"]
     if outcome.reason:
         lines.append(outcome.reason)
     lines += [f"| {line}" for line in outcome.output.splitlines()[:4]]
-    return Item("test-pod", "test pod runs nvidia-smi", Status.PASS if outcome.ok else Status.FAIL, tuple(lines), cmd)
+    return Item(
+        id="test-pod",
+        title="test pod runs nvidia-smi",
+        status=Status.PASS if outcome.ok else Status.FAIL,
+        evidence=tuple(lines),
+        command=cmd,
+    )
 
 
 def metrics(ctx: Context) -> Item:
@@ -226,7 +258,13 @@ def metrics(ctx: Context) -> Item:
     ]
     if bad:
         evidence.append(f"no ready exporter on: {_nodes(bad)}")
-    return Item("metrics", "exporter ready", Status.PASS if ok else Status.FAIL, tuple(evidence), cmd)
+    return Item(
+        id="metrics",
+        title="exporter ready",
+        status=Status.PASS if ok else Status.FAIL,
+        evidence=tuple(evidence),
+        command=cmd,
+    )
 
 
 def mig_resources(ctx: Context) -> Item:
@@ -234,7 +272,13 @@ def mig_resources(ctx: Context) -> Item:
     cmd = "kubectl describe node <node> | grep nvidia.com/mig-"
     mig_nodes = [v for v in ctx.views if v.labels.get(MIG_CONFIG, "all-disabled") != "all-disabled"]
     if not mig_nodes:
-        return Item("mig-resources", "MIG resource names", Status.SKIP, ("no node asks for a MIG layout",), cmd)
+        return Item(
+            id="mig-resources",
+            title="MIG resource names",
+            status=Status.SKIP,
+            evidence=("no node asks for a MIG layout",),
+            command=cmd,
+        )
     bad, names = [], set()
     for v in mig_nodes:
         cap = node_gpu_resources(v.node)
@@ -248,10 +292,16 @@ def mig_resources(ctx: Context) -> Item:
     evidence = [f"resource names: {', '.join(sorted(names)) or 'none'}"]
     if bad:
         evidence.append(f"no MIG resources: {_nodes(bad)}")
-    return Item("mig-resources", "MIG resource names", Status.FAIL if bad else Status.PASS, tuple(evidence), cmd)
+    return Item(
+        id="mig-resources",
+        title="MIG resource names",
+        status=Status.FAIL if bad else Status.PASS,
+        evidence=tuple(evidence),
+        command=cmd,
+    )
 
 
-def checklist(snapshot: Snapshot, cuda_image: str = DEFAULT_CUDA_IMAGE, pod: PodOutcome | None = None) -> Checklist:
+def checklist(snapshot: Snapshot, *, cuda_image: str = DEFAULT_CUDA_IMAGE, pod: PodOutcome | None = None) -> Checklist:
     """The whole checklist over one snapshot and the test pod's outcome."""
     ctx = index(snapshot)
     return Checklist(
@@ -266,7 +316,9 @@ def checklist(snapshot: Snapshot, cuda_image: str = DEFAULT_CUDA_IMAGE, pod: Pod
     )
 
 
-def gpu_test_pod(image: str = DEFAULT_CUDA_IMAGE, namespace: str = "default", name: str = "gpu-test") -> dict[str, Any]:
+def gpu_test_pod(
+    image: str = DEFAULT_CUDA_IMAGE, *, namespace: str = "default", name: str = "gpu-test"
+) -> dict[str, Any]:
     """The classic gpu-test pod: nvidia-smi with one nvidia.com/gpu."""
     return {
         "apiVersion": "v1",
@@ -288,6 +340,7 @@ def gpu_test_pod(image: str = DEFAULT_CUDA_IMAGE, namespace: str = "default", na
 
 def live_test_pod(
     cluster: Cluster,
+    *,
     reader: LogReader | None,
     image: str = DEFAULT_CUDA_IMAGE,
     namespace: str = "default",
@@ -296,17 +349,17 @@ def live_test_pod(
     sleep: Callable[[float], None] = time.sleep,
 ) -> GpuTestOutcome:
     """Create gpu-test, wait for it to finish, read its log, delete it (always)."""
-    pod = gpu_test_pod(image, namespace)
+    pod = gpu_test_pod(image, namespace=namespace)
     name = pod["metadata"]["name"]
     try:
         cluster.create(pod)
     except KubeError as exc:
-        return GpuTestOutcome(False, None, "", f"cannot create pod {namespace}/{name}: {exc}")
+        return GpuTestOutcome(ok=False, node=None, output="", reason=f"cannot create pod {namespace}/{name}: {exc}")
     try:
         deadline = time.monotonic() + timeout
         current = pod
         while time.monotonic() < deadline:
-            current = cluster.get(POD, name, namespace)
+            current = cluster.get(POD, name=name, namespace=namespace)
             phase = (current.get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 break
@@ -319,7 +372,7 @@ def live_test_pod(
         for cond in status.get("conditions") or []:
             if cond.get("reason") == "Unschedulable":
                 reason = f"{reason}: {cond.get('message')}"
-        return GpuTestOutcome(phase == "Succeeded", node, output, reason)
+        return GpuTestOutcome(ok=phase == "Succeeded", node=node, output=output, reason=reason)
     finally:
         with contextlib.suppress(NotFoundError):
-            cluster.delete(POD, name, namespace)
+            cluster.delete(POD, name=name, namespace=namespace)

@@ -29,7 +29,7 @@ from gpuchain.gpu.devnodes import control_device_nodes
 CDI_KIND = f"{DRIVER}/claim"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CdiDevice:
     """One allocated device as the runtime sees it: its DRA name, UUID and device node, and the
     share of it the claim holds (None: the device is the claim's alone)."""
@@ -71,6 +71,7 @@ MpsClient = tuple[list[str], list[dict[str, object]]]
 
 def claim_spec(
     claim_uid: str,
+    *,
     devices: list[CdiDevice],
     control_nodes: Sequence[str],
     dev_root: str | Path = "/",
@@ -84,8 +85,8 @@ def claim_spec(
     env, mounts = mps or ([], [])
     return cdi.spec(
         CDI_KIND,
-        {cdi_device_name(claim_uid, d.cdi_name): [d.device_node] for d in devices},
-        control_nodes,
+        devices={cdi_device_name(claim_uid, d.cdi_name): [d.device_node] for d in devices},
+        control_nodes=control_nodes,
         env=[f"NVIDIA_VISIBLE_DEVICES={uuids}", *(f"{k}={v}" for k, v in limits.items()), *env],
         dev_root=dev_root,
         mounts=mounts,
@@ -94,6 +95,7 @@ def claim_spec(
 
 def write_spec(
     cdi_dir: Path,
+    *,
     claim_uid: str,
     devices: list[CdiDevice],
     dev_root: Path = Path("/"),
@@ -105,7 +107,9 @@ def write_spec(
     only on a node whose driver created it; with a ``dev_root`` other than ``/`` every device node
     is found there (``hostPath``), as ``nvidia-ctk cdi generate --dev-root`` writes it.
     """
-    spec = claim_spec(claim_uid, devices, control_device_nodes(dev_root), dev_root, mps)
+    spec = claim_spec(
+        claim_uid, devices=devices, control_nodes=control_device_nodes(dev_root), dev_root=dev_root, mps=mps
+    )
     cdi.write(spec_path(cdi_dir, claim_uid), spec)
     return [cdi_id(claim_uid, d.cdi_name) for d in devices]
 

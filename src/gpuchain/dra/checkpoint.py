@@ -30,7 +30,7 @@ class CheckpointError(ValueError):
     """The checkpoint file cannot be read; the message names the file and what is wrong."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CreatedInstance:
     """A MIG GPU instance Prepare created for a partitionable device, which Unprepare destroys.
 
@@ -43,7 +43,7 @@ class CreatedInstance:
     start: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PreparedDevice:
     """One device of a prepared claim, as NodePrepareResources reports it.
 
@@ -61,7 +61,7 @@ class PreparedDevice:
     share: Share | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PreparedClaim:
     """A prepared claim: who it is and what Prepare answered."""
 
@@ -98,30 +98,37 @@ class PreparedClaim:
     def from_dict(cls, uid: str, data: dict[str, Any]) -> PreparedClaim:
         devices = tuple(
             PreparedDevice(
-                tuple(d["requests"]),
-                str(d["pool"]),
-                str(d["device"]),
-                tuple(d["cdiIds"]),
-                str(d["uuid"]),
-                str(d["deviceNode"]),
-                _created(d.get("createdInstance")),
-                _share(d.get("share")),
+                requests=tuple(d["requests"]),
+                pool=str(d["pool"]),
+                device=str(d["device"]),
+                cdi_ids=tuple(d["cdiIds"]),
+                uuid=str(d["uuid"]),
+                device_node=str(d["deviceNode"]),
+                created=_created(d.get("createdInstance")),
+                share=_share(d.get("share")),
             )
             for d in data["devices"]
         )
-        return cls(uid, str(data["namespace"]), str(data["name"]), devices)
+        return cls(uid=uid, namespace=str(data["namespace"]), name=str(data["name"]), devices=devices)
 
 
 def _created(data: dict[str, Any] | None) -> CreatedInstance | None:
     if data is None:
         return None
-    return CreatedInstance(int(data["gpu"]), int(data["gi"]), str(data["profile"]), int(data["start"]))
+    return CreatedInstance(
+        gpu_index=int(data["gpu"]), gi_id=int(data["gi"]), profile=str(data["profile"]), start=int(data["start"])
+    )
 
 
 def _share(data: dict[str, Any] | None) -> Share | None:
     if data is None:
         return None
-    return Share(str(data["id"]), int(data["memoryMiB"]), int(data["multiprocessors"]), int(data["gpuMultiprocessors"]))
+    return Share(
+        share_id=str(data["id"]),
+        memory_mib=int(data["memoryMiB"]),
+        multiprocessors=int(data["multiprocessors"]),
+        gpu_multiprocessors=int(data["gpuMultiprocessors"]),
+    )
 
 
 class Checkpoint:
@@ -152,7 +159,7 @@ class Checkpoint:
         """Write ``claims`` as the whole file, synced with its directory (``atomic_write``); raises
         OSError, file unchanged."""
         data = {"version": VERSION, "claims": {uid: c.to_dict() for uid, c in sorted(claims.items())}}
-        atomic_write(self.path, json.dumps(data, indent=2) + "\n")
+        atomic_write(self.path, data=json.dumps(data, indent=2) + "\n")
 
     def get(self, uid: str) -> PreparedClaim | None:
         """The prepared claim, or None."""

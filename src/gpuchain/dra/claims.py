@@ -18,7 +18,7 @@ from gpuchain.kube.objects import Obj
 DevicePredicate = Callable[[Obj], bool]
 
 
-def resource_claim(name: str, namespace: str, request: str = "gpu", count: int = 1, cel: str | None = None) -> Obj:
+def resource_claim(name: str, *, namespace: str, request: str = "gpu", count: int = 1, cel: str | None = None) -> Obj:
     """A ResourceClaim asking for ``count`` devices of the gpu.gpuchain.io class (optionally filtered by CEL)."""
     exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS_NAME, "allocationMode": "ExactCount", "count": count}
     if cel:
@@ -52,7 +52,7 @@ def attribute(device: Obj, name: str) -> Any:
     return next(iter(value.values()))
 
 
-def first_fit(resource_slice: Obj, count: int, predicate: DevicePredicate, taken: Sequence[str] = ()) -> list[str]:
+def first_fit(resource_slice: Obj, *, count: int, predicate: DevicePredicate, taken: Sequence[str] = ()) -> list[str]:
     """Names of the first ``count`` published devices that satisfy ``predicate`` and are not ``taken``.
 
     Raises LookupError naming how many matched when there are too few, as a Pending pod would.

@@ -71,7 +71,7 @@ class ClaimRef:
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DriverConfig:
     """Where the plugin keeps its files, which health events withdraw devices and when they return.
 
@@ -123,6 +123,7 @@ class DraDriver:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         cluster: Cluster,
         config: DriverConfig,
         clock: Callable[[], float] = time.monotonic,
@@ -135,7 +136,7 @@ class DraDriver:
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir / FILE_NAME)
         self._remove_orphan_specs()
-        self.health = HealthState(config.policy, config.recovery_quiet_seconds)
+        self.health = HealthState(policy=config.policy, quiet_seconds=config.recovery_quiet_seconds)
         self.clock = clock
         self._gpus: tuple[str, ...] = ()
         self._kick = asyncio.Event()
@@ -154,12 +155,12 @@ class DraDriver:
         """Whole GPUs are shared: asked for, and the API server kept ``allowMultipleAllocations``."""
         self._orphans_due = config.partitionable_mig
         """MIG instances an interrupted Prepare may have left are still to be looked for (``_clean_orphans``)."""
-        self.mps = mps.GpuDaemons(config.mps_root, self._on_mps_health) if config.mps_root else None
+        self.mps = mps.GpuDaemons(config.mps_root, on_health=self._on_mps_health) if config.mps_root else None
         """The MPS control daemons of shared GPUs (``--mps-root``), kept while ``keep_mps`` runs."""
         self._mps_down: frozenset[str] = frozenset()
         """GPUs whose MPS daemon does not answer: unhealthy, their shares refused."""
         self._background: set[asyncio.Task[None]] = set()
-        self.metrics = DraMetrics(config.node, self.device_states)
+        self.metrics = DraMetrics(node=config.node, states=self.device_states)
         """Prepare/unprepare latencies and the devices per state (``dra-plugin --metrics-port``)."""
 
     @property
@@ -181,7 +182,7 @@ class DraDriver:
 
     def _taint_of(self, gpu_uuid: str, mig_uuid: str | None) -> Obj | None:
         """A device's taint: its health's, else ``mps-daemon-down`` while its GPU's daemon is down."""
-        taint = health_taint(self.health, gpu_uuid, mig_uuid)
+        taint = health_taint(self.health, gpu_uuid=gpu_uuid, mig_uuid=mig_uuid)
         if taint is None and gpu_uuid in self._mps_down:
             return mps_taint()
         return taint
@@ -194,7 +195,7 @@ class DraDriver:
         sets and devices (``slices.pool_slices``)."""
         inv = inventory or self._inventory()
         self._gpus = tuple(g.uuid for g in inv.gpus)
-        owner = self.cluster.get_or_none(NODE, self.node)
+        owner = self.cluster.get_or_none(NODE, name=self.node)
         self._node_seen = owner
         withheld = dra_may_publish(owner, self.config.unlabelled)
         if withheld != self.withheld:
@@ -207,12 +208,20 @@ class DraDriver:
         plain = (
             []
             if withheld
-            else slices.render_devices(inv, self.unhealthy, taint_of, self.partitions_served, self.shares_served)
+            else slices.render_devices(
+                inv,
+                unhealthy=self.unhealthy,
+                taint_of=taint_of,
+                partitionable=self.partitions_served,
+                shared=self.shares_served,
+            )
         )
         parts = (
-            [] if withheld or not self.partitions_served else slices.render_gpu_slices(inv, self.unhealthy, taint_of)
+            []
+            if withheld or not self.partitions_served
+            else slices.render_gpu_slices(inv, unhealthy=self.unhealthy, taint_of=taint_of)
         )
-        out = slices.pool_slices(self.node, plain, parts, owner)
+        out = slices.pool_slices(self.node, plain=plain, parts=parts, owner=owner)
         generation = slices.pool_generation(lives, out)
         for obj in out:
             obj["spec"]["pool"]["generation"] = generation
@@ -266,7 +275,7 @@ class DraDriver:
             return
         patch = {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value(wanted)}}}
         try:
-            self._node_seen = self.cluster.patch(NODE, self.node, patch)
+            self._node_seen = self.cluster.patch(NODE, name=self.node, patch=patch)
         except ForbiddenError:
             if wanted:
                 raise  # never publish MIG GPUs the MIG manager has not been told are this driver's
@@ -288,7 +297,7 @@ class DraDriver:
         """This node's live slices by name: all of this driver's on the node where GPUs may be
         partitionable (so a GPU's slice that is no longer wanted is found), else the one."""
         if not self.config.partitionable_mig:
-            live = self.cluster.get_or_none(RESOURCE_SLICE, slices.slice_name(self.node))
+            live = self.cluster.get_or_none(RESOURCE_SLICE, name=slices.slice_name(self.node))
             return {} if live is None else {slices.slice_name(self.node): live}
         found = self.cluster.list(RESOURCE_SLICE, field_selector=f"spec.nodeName={self.node},spec.driver={DRIVER}")
         return {str(obj["metadata"]["name"]): obj for obj in found}
@@ -305,14 +314,14 @@ class DraDriver:
                 # a GPU's slice in the 1.34 layout (its counter set beside its devices): a merge patch
                 # would keep the set, which a 1.35 or later server refuses beside devices
                 with contextlib.suppress(NotFoundError):
-                    self.cluster.delete(RESOURCE_SLICE, name)
+                    self.cluster.delete(RESOURCE_SLICE, name=name)
                 live = None
-            result = self.cluster.apply(obj, live, known_live=True)
+            result = self.cluster.apply(obj, live=live, known_live=True)
             changed |= result.changed
             written[name] = result.object
         for name in sorted(set(lives) - set(written)):
             with contextlib.suppress(NotFoundError):  # gone already
-                self.cluster.delete(RESOURCE_SLICE, name)
+                self.cluster.delete(RESOURCE_SLICE, name=name)
             changed = True
         return written, changed
 
@@ -577,14 +586,19 @@ class DraDriver:
 
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(
-                follow_events(self.backend.events, on_event, on_failure, step("resubscription", self.stream_subscribed))
+                follow_events(
+                    self.backend.events,
+                    on_event=on_event,
+                    on_failure=on_failure,
+                    on_subscribe=step("resubscription", self.stream_subscribed),
+                )
             )
             tasks.create_task(
                 run_recoveries(
                     self.health.next_deadline,
-                    self._kick,
-                    step("recovery", self.finish_recoveries, moves_deadlines=False),
-                    self.clock,
+                    kick=self._kick,
+                    finish=step("recovery", self.finish_recoveries, moves_deadlines=False),
+                    clock=self.clock,
                 )
             )
 
@@ -643,19 +657,30 @@ class DraDriver:
                     devices[i], instance = self._make_ready(ref, device)
                     created.append(instance)
                 cdi_ids = cdi.write_spec(
-                    self.config.cdi_dir, ref.uid, devices, self.config.dev_root, self._mps_edits(client)
+                    self.config.cdi_dir,
+                    claim_uid=ref.uid,
+                    devices=devices,
+                    dev_root=self.config.dev_root,
+                    mps=self._mps_edits(client),
                 )
             except BaseException:
                 self._destroy(c for c in created if c is not None)  # nothing prepared: no MIG device either
                 self._mps_settle()
                 raise
             prepared = PreparedClaim(
-                ref.uid,
-                ref.namespace,
-                ref.name,
-                tuple(
+                uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                devices=tuple(
                     PreparedDevice(
-                        (str(r.get("request", "")),), self.node, d.name, (cid,), d.uuid, d.device_node, made, d.share
+                        requests=(str(r.get("request", "")),),
+                        pool=self.node,
+                        device=d.name,
+                        cdi_ids=(cid,),
+                        uuid=d.uuid,
+                        device_node=d.device_node,
+                        created=made,
+                        share=d.share,
                     )
                     for r, d, cid, made in zip(results, devices, cdi_ids, created, strict=True)
                 ),
@@ -696,7 +721,7 @@ class DraDriver:
         gpu = part.gpu if part is not None else self._partitionable_gpu(device.name)
         if gpu is None:
             return device, None
-        if mig_change_pending(self.cluster.get_or_none(NODE, self.node)):
+        if mig_change_pending(self.cluster.get_or_none(NODE, name=self.node)):
             raise PrepareError(
                 f"{where}: the MIG manager is changing this node's MIG layout ({MIG_CONFIG_STATE}=pending); "
                 "the MIG manager and this driver never change one GPU at once, and the kubelet retries the claim"
@@ -711,10 +736,10 @@ class DraDriver:
                     raise PrepareError(f"{where}: GPU {gpu.index} switches MIG mode only after a GPU reset")
             if part is None:
                 return device, None
-            gi_id = self.backend.create_gpu_instance(gpu.index, part.profile.name, part.start)
-            made = CreatedInstance(gpu.index, gi_id, part.profile.name, part.start)
+            gi_id = self.backend.create_gpu_instance(gpu.index, profile=part.profile.name, start=part.start)
+            made = CreatedInstance(gpu_index=gpu.index, gi_id=gi_id, profile=part.profile.name, start=part.start)
             try:
-                self.backend.create_compute_instance(gpu.index, gi_id)
+                self.backend.create_compute_instance(gpu.index, gi_id=gi_id)
                 migs = [m for m in self.backend.inventory().gpu(gpu.index).mig_devices if m.gi_id == gi_id]
                 if not migs:
                     raise PrepareError(f"{where}: GPU instance {gi_id} made no MIG device")
@@ -731,7 +756,7 @@ class DraDriver:
             migs[0].profile,
             device.name,
         )
-        return cdi.CdiDevice(device.name, migs[0].uuid, device.device_node), made
+        return cdi.CdiDevice(name=device.name, uuid=migs[0].uuid, device_node=device.device_node), made
 
     def _destroy(self, instances: Iterable[CreatedInstance]) -> None:
         """Destroy MIG GPU instances this driver created, each only while it is still the one
@@ -779,7 +804,7 @@ class DraDriver:
                     continue
                 held |= {(gpu.index, m.gi_id) for m in gpu.mig_devices if m.uuid in in_use}
                 self._destroy(
-                    CreatedInstance(gpu.index, gi.gi_id, gi.profile, gi.start)
+                    CreatedInstance(gpu_index=gpu.index, gi_id=gi.gi_id, profile=gi.profile, start=gi.start)
                     for gi in self.backend.gpu_instances(gpu.index)
                     if (gpu.index, gi.gi_id) not in held
                 )
@@ -807,9 +832,18 @@ class DraDriver:
     def _ensure_spec(self, claim: PreparedClaim) -> None:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
         if not cdi.spec_path(self.config.cdi_dir, claim.uid).exists():
-            devices = [cdi.CdiDevice(d.device, d.uuid, d.device_node, d.share) for d in claim.devices]
+            devices = [
+                cdi.CdiDevice(name=d.device, uuid=d.uuid, device_node=d.device_node, share=d.share)
+                for d in claim.devices
+            ]
             client = self._mps_client(f"claim {claim.namespace}/{claim.name}", ((d.uuid, d.share) for d in devices))
-            cdi.write_spec(self.config.cdi_dir, claim.uid, devices, self.config.dev_root, self._mps_edits(client))
+            cdi.write_spec(
+                self.config.cdi_dir,
+                claim_uid=claim.uid,
+                devices=devices,
+                dev_root=self.config.dev_root,
+                mps=self._mps_edits(client),
+            )
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo Prepare (idempotent); False when the claim was not prepared. Raises PrepareError,
@@ -827,7 +861,7 @@ class DraDriver:
             yield
             ok = True
         finally:
-            self.metrics.observe(operation, time.perf_counter() - start, ok)
+            self.metrics.observe(operation, seconds=time.perf_counter() - start, ok=ok)
 
     def device_states(self) -> dict[str, int]:
         """The node's devices by state (``dra.metrics.STATES``): withheld while the GPUs are not DRA's;
@@ -881,7 +915,7 @@ class DraDriver:
         reserved = (claim.get("status") or {}).get("reservedFor") or []
         for consumer in (c for c in reserved if c.get("resource") == "pods" and not c.get("apiGroup")):
             try:
-                pod = self.cluster.get_or_none(POD, str(consumer.get("name")), namespace)
+                pod = self.cluster.get_or_none(POD, name=str(consumer.get("name")), namespace=namespace)
             except KubeError as exc:
                 raise PrepareError(
                     f"{where}: cannot read pod {namespace}/{consumer.get('name')} to see what else its containers "
@@ -908,7 +942,7 @@ class DraDriver:
         """The devices of this node (GPU or MIG UUID, share) another claim is allocated; none for a
         claim that is gone, unallocated or of other drivers (a device its own Prepare refuses is
         left to that Prepare)."""
-        other = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace)
+        other = self.cluster.get_or_none(RESOURCE_CLAIM, name=name, namespace=namespace)
         allocation = ((other or {}).get("status") or {}).get("allocation") or {}
         ref = ClaimRef(namespace, str((other or {}).get("metadata", {}).get("uid", "")), name)
         held: list[tuple[str, shares.Share | None]] = []
@@ -924,7 +958,7 @@ class DraDriver:
 
     def _allocated(self, ref: ClaimRef) -> tuple[Obj, list[dict[str, Any]]]:
         where = f"claim {ref.namespace}/{ref.name}"
-        claim = self.cluster.get_or_none(RESOURCE_CLAIM, ref.name, ref.namespace)
+        claim = self.cluster.get_or_none(RESOURCE_CLAIM, name=ref.name, namespace=ref.namespace)
         if claim is None:
             raise PrepareError(f"{where} does not exist")
         uid = claim.get("metadata", {}).get("uid")
@@ -954,19 +988,19 @@ class DraDriver:
             if model is not None:  # the full GPU and its placements; the MIG device is made on Prepare
                 if partitions.offers_full_gpu(gpu):
                     found[slices.gpu_device_name(gpu)] = (
-                        cdi.CdiDevice(slices.gpu_device_name(gpu), gpu.uuid, gpu.device_node),
+                        cdi.CdiDevice(name=slices.gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
                         gpu_ok,
                     )
                 for part in partitions.partitions(gpu, model):
-                    found[part.name] = (cdi.CdiDevice(part.name, "", gpu.device_node), gpu_ok)
+                    found[part.name] = (cdi.CdiDevice(name=part.name, uuid="", device_node=gpu.device_node), gpu_ok)
                 continue
             if not gpu.mig_enabled:
                 found[slices.gpu_device_name(gpu)] = (
-                    cdi.CdiDevice(slices.gpu_device_name(gpu), gpu.uuid, gpu.device_node),
+                    cdi.CdiDevice(name=slices.gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
                     gpu_ok,
                 )
             for mig in gpu.mig_devices:
                 name = slices.mig_device_name(mig)
                 mig_ok = gpu_ok and mig.uuid not in unhealthy
-                found[name] = (cdi.CdiDevice(name, mig.uuid, gpu.device_node), mig_ok)
+                found[name] = (cdi.CdiDevice(name=name, uuid=mig.uuid, device_node=gpu.device_node), mig_ok)
         return found

@@ -16,11 +16,17 @@ DRIVER = "gpu.gpuchain.io"
 API_VERSION = "resource.k8s.io/v1"
 """DRA's GA API (Kubernetes 1.34)."""
 
-RESOURCE_SLICE = register_kind(Kind(API_VERSION, "ResourceSlice", "resourceslices", namespaced=False))
-DEVICE_CLASS = register_kind(Kind(API_VERSION, "DeviceClass", "deviceclasses", namespaced=False))
-RESOURCE_CLAIM = register_kind(Kind(API_VERSION, "ResourceClaim", "resourceclaims", namespaced=True))
+RESOURCE_SLICE = register_kind(
+    Kind(api_version=API_VERSION, kind="ResourceSlice", plural="resourceslices", namespaced=False)
+)
+DEVICE_CLASS = register_kind(
+    Kind(api_version=API_VERSION, kind="DeviceClass", plural="deviceclasses", namespaced=False)
+)
+RESOURCE_CLAIM = register_kind(
+    Kind(api_version=API_VERSION, kind="ResourceClaim", plural="resourceclaims", namespaced=True)
+)
 RESOURCE_CLAIM_TEMPLATE = register_kind(
-    Kind(API_VERSION, "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True)
+    Kind(api_version=API_VERSION, kind="ResourceClaimTemplate", plural="resourceclaimtemplates", namespaced=True)
 )
 
 DEVICE_CLASS_NAME = DRIVER

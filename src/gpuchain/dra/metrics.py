@@ -28,7 +28,7 @@ OPERATIONS = ("prepare", "unprepare")
 RESULTS = ("ok", "error")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraMetrics:
     """Prepare/unprepare latencies observed by the driver, and its device states read at each scrape.
 
@@ -54,7 +54,7 @@ class DraMetrics:
             observed = self.observed
         return observed, tuple(sorted(self.states().items()))
 
-    def observe(self, operation: str, seconds: float, ok: bool) -> None:
+    def observe(self, operation: str, *, seconds: float, ok: bool) -> None:
         """One claim prepared or unprepared (``operation``) in ``seconds``, successfully or not."""
         with self._lock:
             self.latencies.setdefault((operation, "ok" if ok else "error"), []).append(seconds)
@@ -76,7 +76,10 @@ class DraMetrics:
                 sample
                 for result in RESULTS
                 for sample in histogram(
-                    name, {"result": result, "node": self.node}, LATENCY_BUCKETS, latencies.get((operation, result), [])
+                    name,
+                    labels={"result": result, "node": self.node},
+                    bounds=LATENCY_BUCKETS,
+                    values=latencies.get((operation, result), []),
                 )
             ]
             help_text = f"Seconds the DRA plugin took to {operation} one claim (Node{operation.capitalize()}Resources)."

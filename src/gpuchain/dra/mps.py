@@ -71,7 +71,7 @@ def client_edits(root: MpsRoot, gpu_uuid: str) -> MpsClient:
     return [f"CUDA_MPS_PIPE_DIRECTORY={CLIENT_PIPE_DIR}"], mounts
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Keeper:
     """One GPU's daemon as kept now: the task keeping it, whether it answers (None: not yet; also
     ``answered``, for Prepare's threads to wait on), and what went wrong last."""
@@ -97,6 +97,7 @@ class GpuDaemons:
     def __init__(
         self,
         root: Path,
+        *,
         on_health: Callable[[str, bool], None] = lambda uuid, up: None,
         interval: float = HEALTH_INTERVAL,
     ) -> None:
@@ -178,8 +179,8 @@ class GpuDaemons:
                 self.on_health(uuid, True)  # nothing left to be unhealthy about
         keeping = {u for u, k in self._keepers.items() if k.task is not None and not k.task.done()}
         for uuid in sorted(set(wanted) - keeping):  # a keeper whose stop was cut short is replaced
-            keeper = _Keeper(self._control(uuid), reported)
-            keeper.task = spawn(f"dra-plugin: MPS control daemon of GPU {wanted[uuid]}", self._keep(uuid, keeper))
+            keeper = _Keeper(control=self._control(uuid), reported=reported)
+            keeper.task = spawn(f"dra-plugin: MPS control daemon of GPU {wanted[uuid]}", run=self._keep(uuid, keeper))
             self._keepers[uuid] = keeper
 
     def _keep(self, uuid: str, keeper: _Keeper) -> Callable[[], Awaitable[None]]:
@@ -201,13 +202,20 @@ class GpuDaemons:
 
         def run() -> Awaitable[None]:
             return keep_daemon(
-                keeper.control, [], [uuid], health, self.interval, None, problem, stop_when_cancelled=False
+                keeper.control,
+                commands=[],
+                gpu_uuids=[uuid],
+                on_health=health,
+                interval=self.interval,
+                backoff=None,
+                on_problem=problem,
+                stop_when_cancelled=False,
             )
 
         return run
 
     def _control(self, uuid: str) -> MpsControl:
-        return MpsControl(uuid, self.root, visible_devices=uuid)
+        return MpsControl(resource=uuid, root=self.root, visible_devices=uuid)
 
     def _started(self) -> set[str]:
         """GPUs with a daemon started under the root (its started file), by an earlier plugin too."""

@@ -191,6 +191,7 @@ class GpuSlice:
 
 def gpu_slice(
     gpu: Gpu,
+    *,
     model: GpuModel,
     whole: Obj,
     withdrawn: bool = False,

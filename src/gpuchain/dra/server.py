@@ -157,6 +157,7 @@ class DraPluginServer:
     def __init__(
         self,
         driver: DraDriver,
+        *,
         registry_dir: Path = DEFAULT_REGISTRY_DIR,
         plugin_dir: Path = DEFAULT_PLUGIN_DIR,
         on_registration: Callable[[RegistrationState], None] | None = None,

@@ -82,7 +82,7 @@ def shared_device(device: Obj, gpu: Gpu) -> Obj:
     return {**device, "allowMultipleAllocations": True, "capacity": share_capacity(gpu)}
 
 
-def check_capacity(where: str, name: str, capacity: Mapping[str, Any], multiple: bool) -> None:
+def check_capacity(where: str, *, name: str, capacity: Mapping[str, Any], multiple: bool) -> None:
     """Raise ValueError for a capacity the 1.34 API server refuses for its request policy
     (``validateMultiAllocatableDeviceCapacity`` and what it calls): a policy on a device not
     allowing multiple allocations, both kinds of valid values, a default outside them, or a range
@@ -122,7 +122,7 @@ def check_capacity(where: str, name: str, capacity: Mapping[str, Any], multiple:
                 raise ValueError(f"{where}: default and max must be min plus a multiple of step")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Share:
     """One allocation of a shared GPU: the scheduler's share id and what it booked (memory in
     whole MiB, SMs) out of the GPU's ``gpu_multiprocessors``."""
@@ -142,7 +142,12 @@ def share_of(result: Mapping[str, Any], gpu: Gpu) -> Share | None:
     consumed = result.get("consumedCapacity") or {}
     memory = quantity(consumed[MEMORY]) if MEMORY in consumed else Fraction(gpu.memory_mib * MIB)
     sms = quantity(consumed.get(MULTIPROCESSORS, "0"))
-    return Share(str(share_id), int(memory // MIB), int(sms), gpu.multiprocessors)
+    return Share(
+        share_id=str(share_id),
+        memory_mib=int(memory // MIB),
+        multiprocessors=int(sms),
+        gpu_multiprocessors=gpu.multiprocessors,
+    )
 
 
 def limits(devices: Sequence[tuple[str, Share | None]]) -> MpsLimits:

@@ -128,7 +128,7 @@ def gpu_device(gpu: Gpu, driver: DriverInfo) -> Obj:
     }
 
 
-def mig_device(mig: MigDevice, parent: Gpu, driver: DriverInfo) -> Obj:
+def mig_device(mig: MigDevice, *, parent: Gpu, driver: DriverInfo) -> Obj:
     """The DRA device for one MIG device; PCI, NUMA and product attributes are its parent's."""
     attrs = {"type": _string("mig"), "uuid": _string(mig.uuid), **_common(parent, driver)}
     attrs["migProfile"] = _string(mig.profile)
@@ -154,6 +154,7 @@ TaintOf = Callable[[str, str | None], Obj | None]
 
 def render_devices(
     inventory: Inventory,
+    *,
     unhealthy: Collection[str] = (),
     taint_of: TaintOf | None = None,
     partitionable: bool = False,
@@ -181,12 +182,12 @@ def render_devices(
             add(shares.shared_device(whole, gpu) if shared else whole, gpu.uuid, None)
             continue
         for mig in sorted(gpu.mig_devices, key=lambda m: (m.gi_id, m.ci_id)):
-            add(mig_device(mig, gpu, inventory.driver), gpu.uuid, mig.uuid)
+            add(mig_device(mig, parent=gpu, driver=inventory.driver), gpu.uuid, mig.uuid)
     return devices
 
 
 def render_gpu_slices(
-    inventory: Inventory, unhealthy: Collection[str] = (), taint_of: TaintOf | None = None
+    inventory: Inventory, *, unhealthy: Collection[str] = (), taint_of: TaintOf | None = None
 ) -> list[partitions.GpuSlice]:
     """One slice's content per partitionable GPU (``partitions``), in GPU order; health as in
     ``render_devices``, the GPU's own deciding for the full GPU and every placement on it."""
@@ -198,9 +199,9 @@ def render_gpu_slices(
         whole = gpu_device(gpu, inventory.driver)
         if taint_of is not None:
             taint = taint_of(gpu.uuid, None)
-            out.append(partitions.gpu_slice(gpu, model, whole, taints=[taint] if taint else []))
+            out.append(partitions.gpu_slice(gpu, model=model, whole=whole, taints=[taint] if taint else []))
         else:
-            out.append(partitions.gpu_slice(gpu, model, whole, withdrawn=withdrawn(gpu, unhealthy)))
+            out.append(partitions.gpu_slice(gpu, model=model, whole=whole, withdrawn=withdrawn(gpu, unhealthy)))
     return out
 
 
@@ -220,7 +221,7 @@ def counter_slice_name(node: str, chunk: int) -> str:
 
 
 def pool_slices(
-    node: str, plain: list[Obj], parts: Sequence[partitions.GpuSlice], owner: Obj | None = None
+    node: str, *, plain: list[Obj], parts: Sequence[partitions.GpuSlice], owner: Obj | None = None
 ) -> list[Obj]:
     """The node's pool as ResourceSlices, generation 0 (``pool_generation`` sets it): the plain
     devices' slice, the partitionable GPUs' counter sets in slices without devices (8 sets each),
@@ -229,14 +230,14 @@ def pool_slices(
     per = partitions.MAX_COUNTER_SETS_PER_SLICE
     chunks = [parts[i : i + per] for i in range(0, len(parts), per)]
     count = 1 + len(chunks) + len(parts)
-    out = [resource_slice(node, plain, 0, owner, slice_count=count)]
+    out = [resource_slice(node, devices=plain, generation=0, owner=owner, slice_count=count)]
     for k, chunk in enumerate(chunks):
         out.append(
             resource_slice(
                 node,
-                None,
-                0,
-                owner,
+                devices=None,
+                generation=0,
+                owner=owner,
                 name=counter_slice_name(node, k),
                 slice_count=count,
                 shared_counters=[p.counter_set for p in chunk],
@@ -245,7 +246,14 @@ def pool_slices(
     for part in parts:
         partitions.check_gpu_slice(part)
         out.append(
-            resource_slice(node, part.devices, 0, owner, name=gpu_slice_name(node, part.gpu.index), slice_count=count)
+            resource_slice(
+                node,
+                devices=part.devices,
+                generation=0,
+                owner=owner,
+                name=gpu_slice_name(node, part.gpu.index),
+                slice_count=count,
+            )
         )
     return out
 
@@ -294,10 +302,10 @@ def pool_generation(lives: Mapping[str, Obj], desired: Sequence[Obj]) -> int:
 
 def resource_slice(
     node: str,
+    *,
     devices: list[Obj] | None,
     generation: int,
     owner: Obj | None = None,
-    *,
     name: str | None = None,
     slice_count: int = 1,
     shared_counters: list[Obj] | None = None,
@@ -371,7 +379,9 @@ def check_devices(devices: Iterable[Obj]) -> None:
             _check_attribute(where, key, value)
         for key, value in capacity.items():
             try:
-                shares.check_capacity(where, key, value, device.get("allowMultipleAllocations") is True)
+                shares.check_capacity(
+                    where, name=key, capacity=value, multiple=device.get("allowMultipleAllocations") is True
+                )
             except ValueError as exc:
                 raise SliceError(str(exc)) from None
     if count > MAX_DEVICES_PER_SLICE:

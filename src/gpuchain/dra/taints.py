@@ -40,7 +40,7 @@ def _taint(value: str, effect: str) -> Obj:
     return {"key": TAINT_KEY, "value": value, "effect": effect}
 
 
-def health_taint(health: HealthState, gpu_uuid: str, mig_uuid: str | None = None) -> Obj | None:
+def health_taint(health: HealthState, *, gpu_uuid: str, mig_uuid: str | None = None) -> Obj | None:
     """The taint of one device (a whole GPU, or a MIG device on it) as its health stands, None when healthy."""
     if gpu_uuid in health.quarantined:
         return _taint("quarantined", NO_EXECUTE)

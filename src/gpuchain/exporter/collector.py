@@ -85,7 +85,7 @@ class _Pending(Generic[T]):
             self.done.set()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _View:
     """What a scrape renders: built once per collection, swapped in whole."""
 
@@ -109,6 +109,7 @@ class GpuMetricsCollector:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         counters: CounterSet,
         hostname: str,
         pod_lister: Callable[[], list[Assignment]] | None = None,
@@ -222,7 +223,7 @@ class GpuMetricsCollector:
         )
         view = self._view
         yield from view.families
-        yield from xid_families(self.counters, self.xids, view.entities, view.pods)
+        yield from xid_families(self.counters, book=self.xids, ents=view.entities, pods=view.pods)
 
     # ---- health ---------------------------------------------------------------------------
 
@@ -351,12 +352,20 @@ class GpuMetricsCollector:
             self._pods_up = 0.0 if rows is None else 1.0
         pods = attribute(self._assignments, inv)
         usage = self._usage(pods) if self.processes else None
-        sample = NodeSample(inv, dict(self._telemetry), pods, dict(self._mig_memory), usage)
-        ents = entities(inv, self.hostname, self.counters)
-        families = sample_families(self.counters, sample, ents)
+        sample = NodeSample(
+            inventory=inv, telemetry=dict(self._telemetry), pods=pods, mig_memory=dict(self._mig_memory), usage=usage
+        )
+        ents = entities(inv, hostname=self.hostname, counters=self.counters)
+        families = sample_families(self.counters, sample=sample, ents=ents)
         families += status_families(self._statuses(inv, answered), self._expected(inv))
         holders = {e.uuid: sample.holders(e.uuid) for e in ents}
-        self._view = _View(ents, families, holders, time.time() if ok else self._view.collected_at, usage)
+        self._view = _View(
+            entities=ents,
+            families=families,
+            pods=holders,
+            collected_at=time.time() if ok else self._view.collected_at,
+            usage=usage,
+        )
         if ok:
             self._last_success = time.time()
             self._released = 0.0
@@ -377,7 +386,7 @@ class GpuMetricsCollector:
         self._cgroups = {pid: c for pid, c in self._cgroups.items() if pid in pids}
         for pid in pids - set(self._cgroups):
             self._cgroups[pid] = self.cgroup_of(pid)
-        return attribute_processes(running, pods, self._cgroups, self._directory)
+        return attribute_processes(running, holders=pods, cgroups=self._cgroups, directory=self._directory)
 
     def _statuses(self, inv: Inventory, answered: set[str]) -> list[GpuStatus]:
         for gpu in inv.gpus:

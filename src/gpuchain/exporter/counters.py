@@ -57,7 +57,7 @@ class Field(enum.StrEnum):
 _PREFIXES = ("DCGM_FI_", "DCGM_EXP_")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Counter:
     """One row of a collectors file."""
 
@@ -127,7 +127,7 @@ def parse_collectors(text: str, source: str = "<collectors>") -> CounterSet:
             raise CollectorsFileError(f"{source}:{lineno}: {name} is a text field; its type must be 'label'")
         if field is not Field.DRIVER_VERSION and prom_type is PromType.label:
             raise CollectorsFileError(f"{source}:{lineno}: {name} is numeric; use 'gauge' or 'counter', not 'label'")
-        counters.append(Counter(field, prom_type, help_text, lineno))
+        counters.append(Counter(field=field, prom_type=prom_type, help=help_text, line=lineno))
     if not counters:
         raise CollectorsFileError(f"{source}: no usable metric rows (fields this exporter reads: {_supported()})")
     return CounterSet(tuple(counters), tuple(skipped), source)

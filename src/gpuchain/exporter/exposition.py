@@ -40,12 +40,12 @@ class Family(NamedTuple):
     type: str
     samples: list[Sample]
 
-    def add_sample(self, name: str, labels: dict[str, str], value: float) -> None:
+    def add_sample(self, name: str, *, labels: dict[str, str], value: float) -> None:
         """One more sample (as prometheus-client's ``Metric.add_sample``), while the family is built."""
         self.samples.append(Sample(name, labels, value))
 
 
-def histogram(name: str, labels: dict[str, str], bounds: Sequence[float], values: Sequence[float]) -> list[Sample]:
+def histogram(name: str, *, labels: dict[str, str], bounds: Sequence[float], values: Sequence[float]) -> list[Sample]:
     """One histogram's samples over ``bounds`` and +Inf, as prometheus-client's
     ``HistogramMetricFamily`` writes them: a cumulative ``<name>_bucket`` per bound (label ``le``,
     last), then ``<name>_count`` and ``<name>_sum``."""
@@ -62,7 +62,6 @@ class Collects(Protocol):
     """What is rendered: prometheus-client's registries and collectors, and gpuchain's own sources."""
 
     def collect(self) -> Iterable[Family]: ...
-
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -57,7 +57,7 @@ class Entity:
     labels: Labels
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeSample:
     """What the background collector last saw; every scrape renders from one of these."""
 
@@ -79,7 +79,7 @@ class NodeSample:
         return tuple(sorted({*refs, *found.pods}))
 
 
-def entities(inventory: Inventory, hostname: str, counters: CounterSet) -> list[Entity]:
+def entities(inventory: Inventory, *, hostname: str, counters: CounterSet) -> list[Entity]:
     """The entities of a node, each with its DCGM base labels in dcgm-exporter's order."""
     extra: Labels = ()
     if any(c.field is Field.DRIVER_VERSION for c in counters.labels()):
@@ -140,20 +140,20 @@ def status_families(statuses: Iterable[GpuStatus], expected: tuple[int, str] | N
     exported = 0
     for st in statuses:
         labels = dict(st.labels)
-        up.add_sample(up.name, labels, 1.0 if st.up else 0.0)
+        up.add_sample(up.name, labels=labels, value=1.0 if st.up else 0.0)
         exported += st.up
         if st.sampled_at is not None:
-            at.add_sample(at.name, labels, st.sampled_at)
+            at.add_sample(at.name, labels=labels, value=st.sampled_at)
     count = Family(
         "gpuchain_gpus_exported", "GPUs whose readings this scrape carries (gpuchain_gpu_up == 1).", "gauge", []
     )
-    count.add_sample(count.name, {}, float(exported))
+    count.add_sample(count.name, labels={}, value=float(exported))
     families = [up, at, count]
     if expected is not None:
         want = Family(
             "gpuchain_gpus_expected", "GPUs this node should have, and where that number comes from.", "gauge", []
         )
-        want.add_sample(want.name, {"source": expected[1]}, float(expected[0]))
+        want.add_sample(want.name, labels={"source": expected[1]}, value=float(expected[0]))
         families.append(want)
     return families
 
@@ -203,7 +203,7 @@ def _family(counter: Counter) -> Family:
     return Family(counter.field.value, counter.help, counter.prom_type.value, [])
 
 
-def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Entity]) -> list[Family]:
+def sample_families(counters: CounterSet, *, sample: NodeSample, ents: Iterable[Entity]) -> list[Family]:
     """Families for every telemetry field in ``counters``; built once per collection, rendered per scrape."""
     rows = [(e, sample.holders(e.uuid)) for e in ents]
     families: list[Family] = []
@@ -222,10 +222,10 @@ def sample_families(counters: CounterSet, sample: NodeSample, ents: Iterable[Ent
                 used = sample.usage.get(entity.uuid) if sample.usage is not None else None
                 for ref, labels in zip(refs, _with_pods(entity.labels, refs), strict=True):
                     mine = used.pods.get(ref) if used is not None else None
-                    family.add_sample(name, labels, float(per_pod(mine) if mine is not None else 0))
+                    family.add_sample(name, labels=labels, value=float(per_pod(mine) if mine is not None else 0))
                 continue
             for labels in _with_pods(entity.labels, refs):
-                family.add_sample(name, labels, float(value))
+                family.add_sample(name, labels=labels, value=float(value))
         families.append(family)
     if sample.usage is not None:
         families += _usage_families(sample.usage, rows)
@@ -259,10 +259,10 @@ def _usage_families(usage: Mapping[str, DeviceUsage], rows: list[tuple[Entity, t
         found = usage.get(entity.uuid, DeviceUsage({}))
         refs = tuple(found.pods)
         for ref, labels in zip(refs, _with_pods(entity.labels, refs) if refs else [], strict=True):
-            procs.add_sample(procs.name, labels, float(found.pods[ref].processes))
+            procs.add_sample(procs.name, labels=labels, value=float(found.pods[ref].processes))
         base = dict(entity.labels)
-        loose.add_sample(loose.name, base, float(found.unattributed_processes))
-        loose_mib.add_sample(loose_mib.name, base, float(found.unattributed_memory_mib))
+        loose.add_sample(loose.name, labels=base, value=float(found.unattributed_processes))
+        loose_mib.add_sample(loose_mib.name, labels=base, value=float(found.unattributed_memory_mib))
     return [procs, loose, loose_mib]
 
 
@@ -324,7 +324,7 @@ class XidBook:
 
 
 def xid_families(
-    counters: CounterSet, book: XidBook, ents: Iterable[Entity], pods: Mapping[str, tuple[PodRef, ...]]
+    counters: CounterSet, *, book: XidBook, ents: Iterable[Entity], pods: Mapping[str, tuple[PodRef, ...]]
 ) -> list[Family]:
     """The XID families, read from the live book so an XID shows on the next scrape."""
     wanted = {c.field: c for c in counters.metrics() if c.field in LIVE_FIELDS}
@@ -337,12 +337,12 @@ def xid_families(
             last = book.last(entity)
             for labels in label_sets:
                 families[Field.XID_ERRORS].add_sample(
-                    Field.XID_ERRORS.value, {**labels, "err_code": str(last)}, float(last)
+                    Field.XID_ERRORS.value, labels={**labels, "err_code": str(last)}, value=float(last)
                 )
         if Field.XID_ERRORS_TOTAL in families:
             for xid, n in sorted(book.totals(entity).items()):
                 for labels in label_sets:
                     families[Field.XID_ERRORS_TOTAL].add_sample(
-                        Field.XID_ERRORS_TOTAL.value, {**labels, "xid": str(xid)}, float(n)
+                        Field.XID_ERRORS_TOTAL.value, labels={**labels, "xid": str(xid)}, value=float(n)
                     )
     return [families[c.field] for c in counters.metrics() if c.field in families]

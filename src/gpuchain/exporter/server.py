@@ -137,6 +137,7 @@ class MetricsServer:
     def __init__(
         self,
         collector: MetricsSource,
+        *,
         host: str = "0.0.0.0",
         port: int = DEFAULT_PORT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,

@@ -19,7 +19,7 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PodShare:
     """One container's use of one device."""
 
@@ -31,7 +31,7 @@ class PodShare:
     processes: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DeviceTop:
     """One GPU or MIG device (``mig`` is its GPU instance profile and id, empty for a whole GPU)."""
 
@@ -49,7 +49,7 @@ class DeviceTop:
     unattributed_memory_mib: float = 0.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class NodeTop:
     node: str
     devices: list[DeviceTop] = field(default_factory=list)
@@ -58,7 +58,7 @@ class NodeTop:
     gpus_exported: int | None = None
 
 
-def top_view(text: str, now: float, node: str = "") -> list[NodeTop]:
+def top_view(text: str, *, now: float, node: str = "") -> list[NodeTop]:
     """Nodes from one exposition; ``node`` names the GPUs-less node figures (expected/exported),
     which carry no ``Hostname`` label."""
     nodes: dict[str, NodeTop] = {}
@@ -85,8 +85,8 @@ def top_view(text: str, now: float, node: str = "") -> list[NodeTop]:
                 if (host, uuid) not in gpus_seen:
                     gpus_seen.add((host, uuid))
                     key = (host, uuid, "")
-                    devices[key] = DeviceTop(labels.get("gpu", ""), uuid, labels.get("modelName", ""))
-                    nodes.setdefault(host, NodeTop(host)).devices.append(devices[key])
+                    devices[key] = DeviceTop(gpu=labels.get("gpu", ""), uuid=uuid, model=labels.get("modelName", ""))
+                    nodes.setdefault(host, NodeTop(node=host)).devices.append(devices[key])
                 continue
             mig = f"{labels['GPU_I_PROFILE']} #{labels['GPU_I_ID']}" if "GPU_I_ID" in labels else ""
             key = (host, uuid, mig)
@@ -98,14 +98,18 @@ def top_view(text: str, now: float, node: str = "") -> list[NodeTop]:
                 devices[key] = dev
             if dev is None:
                 gpus_seen.add((host, uuid))
-                dev = devices[key] = DeviceTop(labels.get("gpu", ""), uuid, labels.get("modelName", ""), mig)
-                nodes.setdefault(host, NodeTop(host)).devices.append(dev)
+                dev = devices[key] = DeviceTop(
+                    gpu=labels.get("gpu", ""), uuid=uuid, model=labels.get("modelName", ""), mig=mig
+                )
+                nodes.setdefault(host, NodeTop(node=host)).devices.append(dev)
             _apply(dev, s.name, s.value, labels)
             if "pod" in labels and s.name in (FB_USED, GPU_UTIL, "gpuchain_gpu_processes"):
                 pkey = (*key, labels["namespace"], labels["pod"], labels["container"])
                 share = pods.get(pkey)
                 if share is None:
-                    share = pods[pkey] = PodShare(labels["namespace"], labels["pod"], labels["container"])
+                    share = pods[pkey] = PodShare(
+                        namespace=labels["namespace"], pod=labels["pod"], container=labels["container"]
+                    )
                     dev.pods.append(share)
                 if s.name == FB_USED:
                     share.memory_mib = s.value
@@ -114,7 +118,7 @@ def top_view(text: str, now: float, node: str = "") -> list[NodeTop]:
                 else:
                     share.processes = int(s.value)
     if not nodes:
-        nodes[node] = NodeTop(node)
+        nodes[node] = NodeTop(node=node)
     for (host, uuid, _), dev in devices.items():
         seen = status.get((host, uuid), {})
         if "gpuchain_gpu_up" in seen:

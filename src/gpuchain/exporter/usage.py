@@ -76,6 +76,7 @@ def pod_directory(pods: Iterable[Mapping[str, Any]]) -> dict[str, PodIdentity]:
 
 def attribute_processes(
     processes: Iterable[GpuProcess],
+    *,
     holders: Mapping[str, tuple[PodRef, ...]],
     cgroups: Mapping[int, ContainerCgroup | None],
     directory: Mapping[str, PodIdentity],

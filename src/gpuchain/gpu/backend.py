@@ -49,7 +49,7 @@ class BurnInCheck:
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BurnIn:
     """The result of a burn-in on one GPU: passed only when every check that ran passed.
 
@@ -91,7 +91,7 @@ class ComputeInstance:
     slices: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuInstance:
     """A MIG GPU instance: catalog profile name, first memory slice, and its compute instances.
 
@@ -202,11 +202,11 @@ class GpuBackend(abc.ABC):
         """Every GPU instance on the GPU, with its compute instances, in start order."""
         raise NotSupportedError(f"the {self.name} backend cannot list MIG GPU instances")
 
-    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+    def create_gpu_instance(self, gpu_index: int, *, profile: str, start: int) -> int:
         """Create a GPU instance of catalog ``profile`` at memory slice ``start``; returns its id."""
         raise NotSupportedError(f"the {self.name} backend cannot create MIG GPU instances")
 
-    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+    def create_compute_instance(self, gpu_index: int, *, gi_id: int, slices: int | None = None) -> int:
         """Create a compute instance of ``slices`` compute slices in a GPU instance (None: all of
         them, the one full-size instance), where the hardware places it; returns its id."""
         raise NotSupportedError(f"the {self.name} backend cannot create MIG compute instances")

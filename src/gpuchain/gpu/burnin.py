@@ -40,7 +40,7 @@ DCGM_STATUSES = {"Pass": True, "Warn": True, "Fail": False}
 Not Run are not, and any other word is treated as a failure rather than read as health."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BurnInConfig:
     """What the burn-in runs beyond NVML, and how long each part may take.
 
@@ -104,7 +104,7 @@ def run_process(argv: Sequence[str], deadline_s: float) -> subprocess.CompletedP
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=deadline_s, check=False)
 
 
-def cuda_checks(bus_id: str, config: BurnInConfig, run: ProcessRunner = run_process) -> Outcome:
+def cuda_checks(bus_id: str, *, config: BurnInConfig, run: ProcessRunner = run_process) -> Outcome:
     """The "cuda" and "memory" checks of the GPU at ``bus_id``, in a child process."""
     if not config.cuda:
         why = "turned off in the burn-in configuration"
@@ -142,6 +142,7 @@ def cuda_checks(bus_id: str, config: BurnInConfig, run: ProcessRunner = run_proc
 
 def dcgm_diag(
     gpu_index: int,
+    *,
     config: BurnInConfig,
     run: ProcessRunner = run_process,
     which: Callable[[str], str | None] = shutil.which,
@@ -161,10 +162,10 @@ def dcgm_diag(
         return Outcome(skipped={"dcgm": f"dcgmi diag did not finish within {config.dcgm_deadline_s:g} s"})
     except OSError as exc:
         return Outcome(skipped={"dcgm": f"dcgmi could not run: {exc}"})
-    return parse_dcgm_diag(done.stdout, gpu_index, fallback=done.stderr)
+    return parse_dcgm_diag(done.stdout, gpu_index=gpu_index, fallback=done.stderr)
 
 
-def parse_dcgm_diag(text: str, gpu_index: int, fallback: str = "") -> Outcome:
+def parse_dcgm_diag(text: str, *, gpu_index: int, fallback: str = "") -> Outcome:
     """One "dcgm" check from ``dcgmi diag -j`` output, for entity GPU ``gpu_index``."""
     start, end = text.find("{"), text.rfind("}")
     try:

@@ -44,7 +44,7 @@ _FIELD = re.compile(r"[0-9]+")
 _ATTRIBUTE = re.compile(r"[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProfileName:
     """A parsed MIG profile name: ``2c.3g.20gb`` is 2 compute slices of a 3-slice, 20 GB GPU instance.
 
@@ -123,7 +123,9 @@ def parse_profile(text: str) -> ProfileName:
         if len(set(items)) != len(items):
             raise ValueError(f"{text!r} is not a MIG profile name: it repeats an attribute")
         attrs = tuple(sorted(items))
-    return ProfileName(c, g, gb, attrs if plus else (), attrs if minus else ())
+    return ProfileName(
+        compute_slices=c, gi_slices=g, memory_gb=gb, attributes=attrs if plus else (), negated=attrs if minus else ()
+    )
 
 
 def _field(part: str, unit: str, text: str) -> int:
@@ -136,7 +138,7 @@ def _field(part: str, unit: str, text: str) -> int:
 # ---- catalog types -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MigProfile:
     """One GPU-instance profile (with its full-size compute instance) as NVML lists it."""
 
@@ -178,7 +180,7 @@ class MigProfile:
         return (self.copy_engines, self.decoders, self.encoders, self.jpeg, self.ofa)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuModel:
     """A GPU product: what NVML says about it and its MIG profile table (empty: no MIG)."""
 

@@ -45,6 +45,7 @@ def device_node(path: str, dev_root: str | Path = "/") -> dict[str, str]:
 
 def spec(
     kind: str,
+    *,
     devices: Mapping[str, Sequence[str]],
     control_nodes: Sequence[str],
     env: Sequence[str] = (),
@@ -73,4 +74,4 @@ def spec(
 
 def write(path: Path, content: Mapping[str, Any]) -> Path:
     """Replace the spec file at ``path`` atomically (rewriting the same spec is harmless)."""
-    return atomic_write(path, json.dumps(content, indent=2) + "\n")
+    return atomic_write(path, data=json.dumps(content, indent=2) + "\n")

@@ -209,20 +209,21 @@ class CudaDriver(Protocol):
 
     def cuInit(self, flags: int) -> int: ...
     def cuDeviceGetByPCIBusId(self, dev: Any, bus_id: bytes) -> int: ...
-    def cuCtxCreate_v2(self, ctx: Any, flags: int, dev: int) -> int: ...
+    def cuCtxCreate_v2(self, ctx: Any, *, flags: int, dev: int) -> int: ...
     def cuCtxDestroy_v2(self, ctx: Any) -> int: ...
     def cuCtxSynchronize(self) -> int: ...
     def cuModuleLoadData(self, module: Any, image: bytes) -> int: ...
-    def cuModuleGetFunction(self, function: Any, module: Any, name: bytes) -> int: ...
+    def cuModuleGetFunction(self, function: Any, *, module: Any, name: bytes) -> int: ...
     def cuModuleUnload(self, module: Any) -> int: ...
     def cuMemGetInfo_v2(self, free: Any, total: Any) -> int: ...
     def cuMemAlloc_v2(self, dptr: Any, size: int) -> int: ...
     def cuMemFree_v2(self, dptr: int) -> int: ...
-    def cuMemsetD32_v2(self, dptr: int, value: int, count: int) -> int: ...
-    def cuMemcpyDtoH_v2(self, dst: Any, src: int, size: int) -> int: ...
+    def cuMemsetD32_v2(self, dptr: int, *, value: int, count: int) -> int: ...
+    def cuMemcpyDtoH_v2(self, dst: Any, *, src: int, size: int) -> int: ...
     def cuLaunchKernel(
         self,
         function: Any,
+        *,
         grid_x: int,
         grid_y: int,
         grid_z: int,
@@ -279,7 +280,7 @@ def load_libcuda(path: str = LIBCUDA) -> CudaDriver:
 class CudaError(Exception):
     """A driver call returned an error; ``code`` is the CUresult."""
 
-    def __init__(self, call: str, code: int, name: str) -> None:
+    def __init__(self, call: str, *, code: int, name: str) -> None:
         super().__init__(f"{call} returned {name} ({code})")
         self.call = call
         self.code = code
@@ -308,7 +309,7 @@ PATTERNS = (
 bit the first left alone, walking ones and zeros put each bit position high and low in turn."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CudaCheckConfig:
     """How much the checks do. The memory test covers ``memory_fraction`` of the free memory (at
     most ``memory_cap_bytes``) and stops starting patterns once ``time_budget_s`` is spent."""
@@ -366,7 +367,7 @@ class _Session:
     def call(self, name: str, *args: Any) -> None:
         code = int(getattr(self.driver, name)(*args))
         if code != CUDA_SUCCESS:
-            raise CudaError(name, code, self.error_name(code))
+            raise CudaError(name, code=code, name=self.error_name(code))
 
     def error_name(self, code: int) -> str:
         out = ctypes.c_char_p()
@@ -413,6 +414,7 @@ class _Session:
 
 def run_checks(
     driver: CudaDriver,
+    *,
     bus_id: str,
     config: CudaCheckConfig = CudaCheckConfig(),
     clock: Callable[[], float] = time.monotonic,
@@ -575,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpuchain.gpu.cuda: {exc}", file=sys.stderr)
         return 2
     else:
-        result = run_checks(driver, args.bus_id, config)
+        result = run_checks(driver, bus_id=args.bus_id, config=config)
     print(json.dumps(result.to_json()))
     return 0
 

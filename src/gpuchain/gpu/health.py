@@ -43,7 +43,7 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HealthState:
     """Unhealthy GPUs and MIG devices with the reason, and recoveries waiting out the quiet period.
 
@@ -76,7 +76,7 @@ class HealthState:
         self.quarantined = frozenset(gpu_uuids)
         if now is not None:
             for uuid in sorted(given_back):
-                back = HealthEvent(EventKind.GPU_RECOVERED, uuid, message="given back by the repair loop")
+                back = HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=uuid, message="given back by the repair loop")
                 changed = self.apply(back, now) or changed
         return changed
 
@@ -217,6 +217,7 @@ class HealthState:
 
 async def follow_events(
     events: Callable[[], AsyncIterator[HealthEvent]],
+    *,
     on_event: Callable[[HealthEvent], Awaitable[None]],
     on_failure: Callable[[Exception], Awaitable[None]],
     on_subscribe: Callable[[], Awaitable[None]],
@@ -254,6 +255,7 @@ async def follow_events(
 
 async def run_recoveries(
     next_deadline: Callable[[], float | None],
+    *,
     kick: asyncio.Event,
     finish: Callable[[], Awaitable[None]],
     clock: Callable[[], float],

@@ -59,7 +59,7 @@ _DEVICE_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
 """The slice counts at the head of a MIG device's profile name: ``1c.3g.40gb``, ``3g.40gb``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MigDevice:
     """One MIG device (a compute instance of a GPU instance) carved out of a parent GPU.
 
@@ -97,7 +97,7 @@ class MigDevice:
         return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gpu:
     """One physical GPU. ``mig_devices`` is empty unless MIG mode is enabled."""
 
@@ -132,7 +132,7 @@ class Gpu:
         return f"/dev/nvidia{self.minor_number}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MigMemory:
     """Framebuffer of one MIG device (its GPU instance's memory), in MiB.
 
@@ -146,7 +146,7 @@ class MigMemory:
     free_mib: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuLink:
     """How two GPUs reach each other: PCIe common ancestor and NVLink lanes (0 when none)."""
 
@@ -198,7 +198,7 @@ class EventKind(enum.StrEnum):
     GPU_RECOVERED = "gpu-recovered"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthEvent:
     """A health change reported by a backend. ``mig_uuid`` narrows an XID to one MIG device."""
 
@@ -210,7 +210,7 @@ class HealthEvent:
     timestamp: float = field(default=0.0, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Telemetry:
     """Instantaneous readings for one GPU, in the units dcgm-exporter publishes.
 

@@ -112,7 +112,7 @@ class MpsError(RuntimeError):
     """The control program or nvidia-smi failed; the message quotes what it said."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MpsControl:
     """Talks to one MPS control daemon through NVIDIA's control program: the daemon of a resource
     (the device plugin's) or of a GPU (the DRA plugin's), which its directories are named after.
@@ -204,6 +204,7 @@ class MpsControl:
 
 async def keep_daemon(
     control: MpsControl,
+    *,
     commands: Sequence[str],
     gpu_uuids: Sequence[str],
     on_health: Callable[[bool], None] = lambda up: None,
@@ -218,7 +219,7 @@ async def keep_daemon(
     already answers is taken over as it is. Runs until cancelled, then stops the daemon, unless
     ``stop_when_cancelled`` is False (the DRA plugin's daemons outlive a plugin restart: their
     clients' claims stay prepared)."""
-    backoff = backoff or Backoff(0.5, 30.0)
+    backoff = backoff or Backoff(0.5, cap=30.0)
     up: bool | None = None
     try:
         answering = await control.healthy()

@@ -78,7 +78,7 @@ class BoardError(ValueError):
     """A board file that cannot be read; the message names the file and the field."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
     """A reset waiting for the node's agents to let go of NVML (``request.json``)."""
 
@@ -121,7 +121,7 @@ class Request:
             raise BoardError(f"{source}: {exc}; 'requestedAt' and 'until' are seconds since the epoch") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Holder:
     """One agent process that holds (or has let go of) NVML on this node."""
 
@@ -155,7 +155,7 @@ class Holder:
         )
 
     @classmethod
-    def from_json(cls, name: str, text: str, source: str) -> Holder:
+    def from_json(cls, name: str, *, text: str, source: str) -> Holder:
         data = _object(text, source)
         try:
             return cls(
@@ -194,7 +194,7 @@ def wanted_state(request: Request | None, now: float) -> HolderState:
     return HolderState.RELEASED if is_current(request, now) else HolderState.HOLDING
 
 
-def still_holding(holders: Sequence[Holder], request_id: str, exclude: Collection[str] = ()) -> tuple[Holder, ...]:
+def still_holding(holders: Sequence[Holder], *, request_id: str, exclude: Collection[str] = ()) -> tuple[Holder, ...]:
     """The holders a reset for ``request_id`` still waits for: every one not marked released for
     that very request (released for an older one does not count: it may have taken NVML back since),
     leaving out ``exclude`` (holder names, e.g. the asking process's own)."""
@@ -215,7 +215,7 @@ class HolderFile:
     ever sees it unlocked while this process lives (a reaper would take it for a dead one's).
     """
 
-    def __init__(self, directory: Path, component: str, state: HolderState, clock: Callable[[], float]) -> None:
+    def __init__(self, directory: Path, *, component: str, state: HolderState, clock: Callable[[], float]) -> None:
         self.directory = directory
         self.component = component
         self.name = f"{component}.{uuid.uuid4().hex[:12]}"
@@ -239,7 +239,7 @@ class HolderFile:
         self._lock = threading.Lock()
         """``mark`` runs on a worker thread (``asyncio.to_thread``) that a cancelled follower does not
         wait for: it must not write the state again after ``close`` removed it."""
-        self.holder = Holder(self.name, component, os.getpid(), _pod_name())
+        self.holder = Holder(name=self.name, component=component, pid=os.getpid(), pod=_pod_name())
         self.mark(state)
 
     def mark(self, state: HolderState, answers: str | None = None) -> None:
@@ -248,9 +248,15 @@ class HolderFile:
             if self._fd < 0:
                 return
             self.holder = Holder(
-                self.name, self.component, self.holder.pid, self.holder.pod, state, answers, self.clock()
+                name=self.name,
+                component=self.component,
+                pid=self.holder.pid,
+                pod=self.holder.pod,
+                state=state,
+                answers=answers,
+                at=self.clock(),
             )
-            atomic_write(self.state_path, self.holder.to_json())
+            atomic_write(self.state_path, data=self.holder.to_json())
 
     @property
     def state(self) -> HolderState:
@@ -274,7 +280,7 @@ def _pod_name() -> str:
     return os.environ.get("HOSTNAME") or socket.gethostname()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Release:
     """What ``letting_go`` saw: the request, how long it waited, who let go and who did not."""
 
@@ -324,7 +330,7 @@ class ReleaseBoard:
             return None
 
     def post(self, request: Request) -> None:
-        atomic_write(self.request_path, request.to_json())
+        atomic_write(self.request_path, data=request.to_json())
 
     def clear(self, request_id: str) -> bool:
         """Remove the request if it is still ``request_id``'s (another may have replaced it)."""
@@ -335,7 +341,7 @@ class ReleaseBoard:
 
     def register(self, component: str, state: HolderState = HolderState.HOLDING) -> HolderFile:
         """Join the board as a holder for the life of the returned file (``close`` to leave)."""
-        return HolderFile(self.directory, component, state, self.clock)
+        return HolderFile(self.directory, component=component, state=state, clock=self.clock)
 
     def holders(self) -> tuple[Holder, ...]:
         """Every live holder, by name. The files of a process that is gone (its lock can be taken)
@@ -379,7 +385,7 @@ class ReleaseBoard:
             return None
         except PermissionError:  # another user's holder that cannot be checked: it may hold NVML
             log.warning("cannot open %s to see whether its agent lives; counting it as holding NVML", lock_path)
-            return Holder(name, name.split(".")[0])
+            return Holder(name=name, component=name.split(".")[0])
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -396,17 +402,18 @@ class ReleaseBoard:
         try:
             text = state_path.read_text(encoding="utf-8")
         except FileNotFoundError:  # registering right now: it holds NVML until it says otherwise
-            return Holder(name, name.split(".")[0])
+            return Holder(name=name, component=name.split(".")[0])
         try:
-            return Holder.from_json(name, text, str(state_path))
+            return Holder.from_json(name, text=text, source=str(state_path))
         except BoardError as exc:
             log.warning("%s; counting it as holding NVML", exc)
-            return Holder(name, name.split(".")[0])
+            return Holder(name=name, component=name.split(".")[0])
 
     @contextlib.contextmanager
     def letting_go(
         self,
         gpus: Sequence[str],
+        *,
         reason: str,
         wait: float = DEFAULT_WAIT,
         ttl: float = DEFAULT_TTL,
@@ -420,20 +427,22 @@ class ReleaseBoard:
         ``exclude``) answers it released, and yield what was seen; the request is cleared on exit,
         whatever happens, so the agents take NVML back. Blocking: run it off the event loop."""
         now = self.clock()
-        request = Request(uuid.uuid4().hex, tuple(gpus), reason, now, now + max(ttl, wait), by)
+        request = Request(
+            id=uuid.uuid4().hex, gpus=tuple(gpus), reason=reason, requested_at=now, until=now + max(ttl, wait), by=by
+        )
         self.post(request)
         log.info("asked gpuchain's agents to let go of NVML (%s, request %s)", reason, request.id)
         try:
             started = monotonic()
             while True:
                 holders = self.holders()
-                waiting = still_holding(holders, request.id, exclude)
+                waiting = still_holding(holders, request_id=request.id, exclude=exclude)
                 waited = monotonic() - started
                 if not waiting or waited >= wait:
                     break
                 sleep(min(poll, max(0.0, wait - waited)))
             released = tuple(h for h in holders if h.name not in exclude and h not in waiting)
-            seen = Release(request, waited, released, waiting)
+            seen = Release(request=request, waited=waited, released=released, holding=waiting)
             (log.warning if waiting else log.info)("%s (request %s)", seen.describe(), request.id)
             yield seen
         finally:
@@ -476,6 +485,7 @@ class Follower:
     def __init__(
         self,
         board: ReleaseBoard,
+        *,
         backend: GpuBackend,
         component: str,
         retry_first: float = 1.0,

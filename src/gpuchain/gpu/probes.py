@@ -126,7 +126,7 @@ NVLINK5_ERRORS = (
 """The NVLink5 counters DCGM fails on any rise of (``MonitorNVLink5Fields``), besides recovery."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthReadings:
     """One GPU's health counters; a field is None when the GPU or driver does not report it."""
 
@@ -205,7 +205,7 @@ def burn_in_verdict(tripped: Iterable[str]) -> tuple[bool, str]:
     return not failing, detail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProbeLimits:
     """When counters trip a probe; the defaults are DCGM's (see the module docstring)."""
 
@@ -283,7 +283,7 @@ def nvlink_ber(readings: HealthReadings) -> tuple[str, ...]:
 
 
 def nvlink_trips(
-    before: HealthReadings, after: HealthReadings, seconds: float, limits: ProbeLimits | None = None
+    before: HealthReadings, *, after: HealthReadings, seconds: float, limits: ProbeLimits | None = None
 ) -> tuple[str, ...]:
     """The NVLink counter probes two readings ``seconds`` apart trip: a recovery (on NVLink5 also a
     failed one) trips ``nvlink-recovery``; replay errors, CRC errors at DCGM's rate, or a rise of any
@@ -310,7 +310,7 @@ def nvlink_trips(
     return (*(("nvlink-recovery",) if recovery else ()), *(("nvlink-errors",) if errors else ()))
 
 
-def dbe_rate_trips(dbe: int, week_ago: int | None, limits: ProbeLimits | None = None) -> bool:
+def dbe_rate_trips(dbe: int, *, week_ago: int | None, limits: ProbeLimits | None = None) -> bool:
     """DCGM's rule (``MonitorMemSbeDbeRetiredPages``): more pages retired for double-bit errors than
     the soft limit, and more than one more of them than a week earlier. Without a count from a week
     earlier (DCGM: a blank sample) there is no verdict."""
@@ -324,7 +324,7 @@ def _rise(before: int | None, after: int | None) -> int:
     return after - before
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProbeState:
     """The last readings per GPU and when each counter probe last tripped (the caller passes the clock)."""
 
@@ -348,7 +348,7 @@ class ProbeState:
         uuid = readings.uuid
         previous = self.last.get(uuid)
         if previous is not None:
-            for name in nvlink_trips(previous[1], readings, now - previous[0], self.limits):
+            for name in nvlink_trips(previous[1], after=readings, seconds=now - previous[0], limits=self.limits):
                 self.tripped_at[(uuid, name)] = now
             self.unverified.pop(uuid, None)
         self.last[uuid] = (now, readings)
@@ -372,7 +372,7 @@ class ProbeState:
         if older:
             del history[: older[-1]]
         week_ago = history[0][1] if history[0][0] <= cutoff else None
-        return dbe_rate_trips(dbe, week_ago, self.limits)
+        return dbe_rate_trips(dbe, week_ago=week_ago, limits=self.limits)
 
     def reset(self, uuid: str, now: float) -> None:
         """The GPU was reset: its counters start afresh, so its history goes. The counter probes it

@@ -26,7 +26,7 @@ from gpuchain.gpu.errors import NotFoundError, NotSupportedError
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuProcess:
     """One process on one GPU or MIG device.
 
@@ -45,7 +45,7 @@ class GpuProcess:
 Call = Callable[..., Any]
 
 
-def read_processes(nvml: Any, call: Call, optional: Call, gpu_uuid: str, since_us: int) -> tuple[GpuProcess, ...]:
+def read_processes(nvml: Any, *, call: Call, optional: Call, gpu_uuid: str, since_us: int) -> tuple[GpuProcess, ...]:
     """Every process on one GPU (on each of its MIG devices when partitioned).
 
     ``call`` and ``optional`` are the backend's NVML wrappers (errors translated; ``optional``
@@ -83,7 +83,7 @@ def _on_device(
         used = info.usedGpuMemory
         share = None if shares is None else shares.get(pid)
         memory = None if used is None else int(used) // MIB
-        seen[pid] = GpuProcess(pid, uuid, memory, share, is_mps)
+        seen[pid] = GpuProcess(pid=pid, device_uuid=uuid, used_memory_mib=memory, sm_percent=share, mps=is_mps)
     return list(seen.values())
 
 

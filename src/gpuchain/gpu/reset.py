@@ -47,7 +47,7 @@ class ResetPlan:
     reason: str
 
 
-def plan_reset(gpu_index: int, compute_capability: tuple[int, int], nvlink: NvLink) -> ResetPlan:
+def plan_reset(gpu_index: int, *, compute_capability: tuple[int, int], nvlink: NvLink) -> ResetPlan:
     """The decision for one GPU (see the module docstring for NVIDIA's rules it follows)."""
     major = compute_capability[0]
     cc = f"{compute_capability[0]}.{compute_capability[1]}"

@@ -82,7 +82,7 @@ class SimBackend(GpuBackend):
         self._reset_while_released: list[str] = []
         self._driver = topology.driver_info()
         self._links = topology.gpu_links()
-        self._gpus = [GpuState(spec) for spec in topology.expanded()]
+        self._gpus = [GpuState(spec=spec) for spec in topology.expanded()]
         self._readings: dict[str, dict[str, Any]] = {}
         """GPU UUID -> health counters set by ``set_health_readings`` / ``add_nvlink_errors``."""
         for state in self._gpus:
@@ -149,7 +149,7 @@ class SimBackend(GpuBackend):
             return tuple(sorted(state.processes.values(), key=lambda p: p.pid))
 
     def run_process(
-        self, device: int | str, pid: int, memory_mib: int | None, sm_percent: int = 0, mps: bool = False
+        self, device: int | str, *, pid: int, memory_mib: int | None, sm_percent: int = 0, mps: bool = False
     ) -> GpuProcess:
         """Start a simulated process on a GPU (index or UUID) or MIG device (UUID) holding
         ``memory_mib`` of framebuffer and ``sm_percent`` of the SMs (no SM figure on a MIG device,
@@ -168,7 +168,13 @@ class SimBackend(GpuBackend):
                 raise ValueError(f"process {pid}: {memory_mib} MiB does not fit in {uuid}'s {capacity} MiB")
             if not 0 <= sm_percent <= 100 - sum(p.sm_percent or 0 for p in on_device):
                 raise ValueError(f"process {pid}: {sm_percent}% SM would take {uuid} past 100%")
-            proc = GpuProcess(pid, uuid, memory_mib, None if mig is not None else sm_percent, mps)
+            proc = GpuProcess(
+                pid=pid,
+                device_uuid=uuid,
+                used_memory_mib=memory_mib,
+                sm_percent=None if mig is not None else sm_percent,
+                mps=mps,
+            )
             state.processes[pid] = proc
             if mig is not None:
                 state.mig_used_mib[uuid] = sum(p.used_memory_mib or 0 for p in [*on_device, proc])
@@ -218,6 +224,7 @@ class SimBackend(GpuBackend):
     def set_health_readings(
         self,
         device: int | str,
+        *,
         retired_pages_pending: bool | None = None,
         retired_pages_sbe: int | None = None,
         retired_pages_dbe: int | None = None,
@@ -250,7 +257,7 @@ class SimBackend(GpuBackend):
                 now[name] = now.get(name, start) + n
 
     def set_nvlink_ber(
-        self, device: int | str, link: int | None = None, symbol: Ber | None = None, effective: Ber | None = None
+        self, device: int | str, *, link: int | None = None, symbol: Ber | None = None, effective: Ber | None = None
     ) -> None:
         """Set an NVLink5 GPU's symbol or effective bit error rate: one link's, or (``link`` None)
         the GPU's aggregate, the one DCGM judges. A reset clears them, as it clears the counters."""
@@ -286,7 +293,7 @@ class SimBackend(GpuBackend):
             if state.lost:
                 raise GpuLostError(f"GPU {state.spec.uuid} is lost (fell off the bus); reset or reboot the node")
             used = state.mig_used_mib.get(mig.uuid, 0)
-        return MigMemory(mig.uuid, mig.memory_mib, used, mig.memory_mib - used)
+        return MigMemory(uuid=mig.uuid, total_mib=mig.memory_mib, used_mib=used, free_mib=mig.memory_mib - used)
 
     @property
     def subscribers(self) -> int:
@@ -347,14 +354,21 @@ class SimBackend(GpuBackend):
             self._released = False
             now = time.time()
             reset = list(dict.fromkeys(self._reset_while_released))
-            events = [HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=now) for uuid in reset]
+            events = [
+                HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=uuid, message="GPU reset", timestamp=now)
+                for uuid in reset
+            ]
             for state in self._gpus:
                 uuid, was_lost = state.spec.uuid, state.spec.uuid in self._lost_at_release
                 if state.lost and not was_lost:
-                    events.append(HealthEvent(EventKind.GPU_LOST, uuid, message="GPU is lost", timestamp=now))
+                    events.append(
+                        HealthEvent(kind=EventKind.GPU_LOST, gpu_uuid=uuid, message="GPU is lost", timestamp=now)
+                    )
                 elif was_lost and not state.lost and uuid not in reset:
                     events.append(
-                        HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU answers again", timestamp=now)
+                        HealthEvent(
+                            kind=EventKind.GPU_RECOVERED, gpu_uuid=uuid, message="GPU answers again", timestamp=now
+                        )
                     )
             subscriptions = list(self._subscriptions)
         for event in events:
@@ -379,13 +393,13 @@ class SimBackend(GpuBackend):
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
-    def inject_xid(self, device: int | str, xid: int, message: str = "") -> HealthEvent:
+    def inject_xid(self, device: int | str, *, xid: int, message: str = "") -> HealthEvent:
         """Raise XID ``xid`` on a GPU (index or UUID) or on one MIG device (its UUID)."""
         with self._lock:
             state, mig = self._resolve(device, include_lost=True)
             event = HealthEvent(
-                EventKind.XID,
-                state.spec.uuid,
+                kind=EventKind.XID,
+                gpu_uuid=state.spec.uuid,
                 xid=xid,
                 mig_uuid=mig.uuid if mig else None,
                 message=message or f"XID {xid}",
@@ -399,8 +413,10 @@ class SimBackend(GpuBackend):
         with self._lock:
             state, _ = self._resolve(device)
             state.lost = True
-        xid = self.inject_xid(state.spec.uuid, XID_GPU_FALLEN_OFF_BUS, "GPU has fallen off the bus")
-        lost = HealthEvent(EventKind.GPU_LOST, state.spec.uuid, message="GPU is lost", timestamp=time.time())
+        xid = self.inject_xid(state.spec.uuid, xid=XID_GPU_FALLEN_OFF_BUS, message="GPU has fallen off the bus")
+        lost = HealthEvent(
+            kind=EventKind.GPU_LOST, gpu_uuid=state.spec.uuid, message="GPU is lost", timestamp=time.time()
+        )
         self._publish(lost)
         return [xid, lost]
 
@@ -410,7 +426,7 @@ class SimBackend(GpuBackend):
             state, _ = self._resolve(device, include_lost=True)
             state.lost = False
         event = HealthEvent(
-            EventKind.GPU_RECOVERED, state.spec.uuid, message="GPU answers again", timestamp=time.time()
+            kind=EventKind.GPU_RECOVERED, gpu_uuid=state.spec.uuid, message="GPU answers again", timestamp=time.time()
         )
         self._publish(event)
         return event
@@ -494,16 +510,18 @@ class SimBackend(GpuBackend):
             uuid = state.spec.uuid
             if self._released:  # the streams are paused: they hear it at reacquire, as NvmlBackend's do
                 self._reset_while_released.append(uuid)
-        self._publish(HealthEvent(EventKind.GPU_RECOVERED, uuid, message="GPU reset", timestamp=time.time()))
+        self._publish(
+            HealthEvent(kind=EventKind.GPU_RECOVERED, gpu_uuid=uuid, message="GPU reset", timestamp=time.time())
+        )
 
-    def fail_reset(self, gpu_index: int, times: int = -1, reason: str = "") -> None:
+    def fail_reset(self, gpu_index: int, *, times: int = -1, reason: str = "") -> None:
         """Make the next ``times`` resets of this GPU fail (-1: all of them; 0: none again), saying
         ``reason`` (for instance nvidia-smi's "In use by another client") or a generic failure."""
         with self._lock:
             state = self._resolve(gpu_index, include_lost=True)[0]
             state.reset_failures, state.reset_failure = times, reason
 
-    def fail_burn_in(self, gpu_index: int, check: str = "memory", times: int = -1) -> None:
+    def fail_burn_in(self, gpu_index: int, *, check: str = "memory", times: int = -1) -> None:
         """Make ``check`` (one of BURN_IN_CHECKS) fail in the next ``times`` burn-ins of this GPU."""
         if check not in BURN_IN_CHECKS:
             raise ValueError(f"unknown burn-in check {check!r}; known: {', '.join(BURN_IN_CHECKS)}")
@@ -527,7 +545,7 @@ class SimBackend(GpuBackend):
                 dcgm=self.dcgm,
                 nvml_verdict=lambda: burn_in_verdict(instant(self.health_readings(state.spec.uuid))),
             )
-        return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
+        return BurnIn(gpu_index=gpu_index, checks=tuple(checks), skipped=tuple(skipped), reasons=skipped)
 
     def gpu_instances(self, gpu_index: int) -> tuple[GpuInstance, ...]:
         with self._lock:
@@ -535,22 +553,24 @@ class SimBackend(GpuBackend):
             state = self._mig_gpu(gpu_index)
             return tuple(
                 GpuInstance(
-                    gi_id,
-                    gi.profile.name,
-                    gi.start,
-                    tuple(ComputeInstance(ci, n) for ci, (_, n) in sorted(gi.compute_instances.items())),
+                    gi_id=gi_id,
+                    profile=gi.profile.name,
+                    start=gi.start,
+                    compute_instances=tuple(
+                        ComputeInstance(ci, n) for ci, (_, n) in sorted(gi.compute_instances.items())
+                    ),
                 )
                 for gi_id, gi in sorted(state.instances.items(), key=lambda kv: kv[1].start)
             )
 
-    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+    def create_gpu_instance(self, gpu_index: int, *, profile: str, start: int) -> int:
         """Create a GPU instance, refusing exactly what the hardware refuses (overlap, limits)."""
         with self._lock:
             self._refuse_if_released("create_gpu_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
-            return add_gpu_instance(state, state.spec.model.profile(profile), start)
+            return add_gpu_instance(state, prof=state.spec.model.profile(profile), start=start)
 
-    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+    def create_compute_instance(self, gpu_index: int, *, gi_id: int, slices: int | None = None) -> int:
         with self._lock:
             self._refuse_if_released("create_compute_instance")
             state = self._mig_gpu(gpu_index, enabled=True)
@@ -560,7 +580,7 @@ class SimBackend(GpuBackend):
             refresh_mig_devices(state)
             return ci_id
 
-    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
+    def destroy_compute_instance(self, gpu_index: int, *, gi_id: int, ci_id: int) -> None:
         """Destroy one compute instance (NVML's finer step; the port destroys whole GPU instances)."""
         with self._lock:
             self._refuse_if_released("destroy_compute_instance")

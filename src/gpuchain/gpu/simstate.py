@@ -48,7 +48,7 @@ class GiState:
         return ci_id
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GpuState:
     """One simulated GPU as the driver holds it: lost or not, MIG mode and layout, readings set by
     tests, processes, and the failures a test asked for."""
@@ -76,14 +76,14 @@ def carve(state: GpuState, layout: dict[str, int]) -> None:
     """Lay out a whole GPU at once: GPU instances in start order, each with its compute
     instances (one full-size one unless the layout splits it)."""
     for placement in catalog.place_layout(state.spec.model, layout):
-        gi_id = add_gpu_instance(state, placement.profile, placement.start)
+        gi_id = add_gpu_instance(state, prof=placement.profile, start=placement.start)
         gi = state.instances[gi_id]
         for slices in placement.compute or (placement.profile.gi_slices,):
             gi.add_compute_instance(slices, f"GPU {state.spec.index} GPU instance {gi_id}")
     refresh_mig_devices(state)
 
 
-def add_gpu_instance(state: GpuState, prof: catalog.MigProfile, start: int) -> int:
+def add_gpu_instance(state: GpuState, *, prof: catalog.MigProfile, start: int) -> int:
     """Add a GPU instance of ``prof`` at slice ``start``, refusing exactly what the hardware refuses
     (an illegal start, overlap, per-profile and compute-slice limits, a second +me instance)."""
     where = f"GPU {state.spec.index} ({state.spec.model.key})"

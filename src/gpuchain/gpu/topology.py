@@ -126,7 +126,7 @@ class Topology:
             for b in specs[a.index + 1 :]:
                 spec = explicit.get((a.index, b.index))
                 if spec is not None:
-                    links.append(GpuLink(a.index, b.index, _LEVELS[spec.level], spec.nvlinks))
+                    links.append(GpuLink(a=a.index, b=b.index, level=_LEVELS[spec.level], nvlinks=spec.nvlinks))
                     continue
                 if a.numa_node != b.numa_node:
                     level = TopologyLevel.SYSTEM
@@ -135,7 +135,7 @@ class Topology:
                 else:
                     level = TopologyLevel.NODE
                 nvlinks = min(a.model.nvlinks, b.model.nvlinks) if interconnect == "nvswitch" else 0
-                links.append(GpuLink(a.index, b.index, level, nvlinks))
+                links.append(GpuLink(a=a.index, b=b.index, level=level, nvlinks=nvlinks))
         return tuple(links)
 
 
@@ -175,10 +175,10 @@ def load_preset(name: str, node: str | None = None) -> Topology:
         data = shipped.data(f"presets/{name}.yaml")
     except KeyError:
         raise InvalidConfigError(f"unknown preset {name!r}; available presets: {', '.join(preset_names())}") from None
-    topo = validate_data(Topology, data, f"preset {name}")
+    topo = validate_data(Topology, data=data, source=f"preset {name}")
     return dataclasses.replace(topo, node=node) if node else topo
 
 
 def load_topology(path: str) -> Topology:
     """A user's topology file; raises ConfigFileError with file, line and field."""
-    return load_yaml_file(Topology, path)
+    return load_yaml_file(Topology, path=path)

@@ -118,7 +118,7 @@ class Threshold:
         return f"{self.count} within {format_window(self.window_s)}: {self.then.value}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class XidInfo:
     """One row: NVIDIA's facts (mnemonic, name, bucket) and gpuchain's policy for the XID."""
 
@@ -162,7 +162,7 @@ class XidTable:
         info = self.rows.get(code)
         if info is not None:
             return info
-        return XidInfo(code, f"XID {code} (not in gpuchain's table; treated as a device error)")
+        return XidInfo(code=code, meaning=f"XID {code} (not in gpuchain's table; treated as a device error)")
 
     def needs(self, code: int, repeated: bool = False) -> Resolution:
         return self.describe(code).needs(repeated)
@@ -240,7 +240,7 @@ class Verdict:
     repeated: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthPolicy:
     """Which health events make a device unhealthy.
 

@@ -74,7 +74,7 @@ class EvictionBlockedError(KubeError):
 
     code = 429
 
-    def __init__(self, namespace: str, pod: str, pdb: str, message: str = "") -> None:
+    def __init__(self, namespace: str, *, pod: str, pdb: str, message: str = "") -> None:
         self.namespace = namespace
         self.pod = pod
         self.pdb = pdb

@@ -40,10 +40,10 @@ MAX_RETRY_SECONDS = 5.0
 
 async def events(
     cluster: Cluster,
+    *,
     kind: Kind,
     what: str,
     resource_version: str | None = None,
-    *,
     field_selector: str | None = None,
     watch_seconds: float | None = 600.0,
     retry_seconds: float = RETRY_SECONDS,
@@ -53,7 +53,7 @@ async def events(
 
     ``what`` names the watch in the log ("Node gpu-0 for quarantined GPUs")."""
     rv = resource_version
-    backoff = Backoff(retry_seconds, max_retry_seconds)
+    backoff = Backoff(retry_seconds, cap=max_retry_seconds)
     expired = False  # a 410 was answered by re-listing at once; the next one before an event waits
     while True:
         try:
@@ -87,9 +87,9 @@ async def events(
 
 async def node_states(
     cluster: Cluster,
+    *,
     node_name: str,
     resource_version: str | None = None,
-    *,
     watch_seconds: float | None = 600.0,
     retry_seconds: float = RETRY_SECONDS,
     max_retry_seconds: float = MAX_RETRY_SECONDS,
@@ -100,9 +100,9 @@ async def node_states(
     a watch fails what the agent keeps using meanwhile."""
     async for event in events(
         cluster,
-        NODE,
-        f"Node {node_name}{f' {purpose}' if purpose else ''}",
-        resource_version,
+        kind=NODE,
+        what=f"Node {node_name}{f' {purpose}' if purpose else ''}",
+        resource_version=resource_version,
         field_selector=f"metadata.name={node_name}",
         watch_seconds=watch_seconds,
         retry_seconds=retry_seconds,

@@ -13,7 +13,7 @@ from typing import Any
 from gpuchain.kube.errors import UnknownKindError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kind:
     """One resource type: ``Kind("apps/v1", "DaemonSet", "daemonsets", namespaced=True)``."""
 
@@ -36,26 +36,38 @@ class Kind:
         return f"{self.kind}.{self.api_version}"
 
 
-NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
-NODE = Kind("v1", "Node", "nodes", namespaced=False)
-POD = Kind("v1", "Pod", "pods", namespaced=True)
-EVENT = Kind("v1", "Event", "events", namespaced=True)
-CONFIGMAP = Kind("v1", "ConfigMap", "configmaps", namespaced=True)
-SERVICE = Kind("v1", "Service", "services", namespaced=True)
-SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", namespaced=True)
-DAEMONSET = Kind("apps/v1", "DaemonSet", "daemonsets", namespaced=True)
-DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments", namespaced=True)
-PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", namespaced=True)
-RUNTIME_CLASS = Kind("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", namespaced=False)
-CRD = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
-CLUSTER_ROLE = Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False)
-CLUSTER_ROLE_BINDING = Kind(
-    "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False
+NAMESPACE = Kind(api_version="v1", kind="Namespace", plural="namespaces", namespaced=False)
+NODE = Kind(api_version="v1", kind="Node", plural="nodes", namespaced=False)
+POD = Kind(api_version="v1", kind="Pod", plural="pods", namespaced=True)
+EVENT = Kind(api_version="v1", kind="Event", plural="events", namespaced=True)
+CONFIGMAP = Kind(api_version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
+SERVICE = Kind(api_version="v1", kind="Service", plural="services", namespaced=True)
+SERVICE_ACCOUNT = Kind(api_version="v1", kind="ServiceAccount", plural="serviceaccounts", namespaced=True)
+DAEMONSET = Kind(api_version="apps/v1", kind="DaemonSet", plural="daemonsets", namespaced=True)
+DEPLOYMENT = Kind(api_version="apps/v1", kind="Deployment", plural="deployments", namespaced=True)
+PDB = Kind(api_version="policy/v1", kind="PodDisruptionBudget", plural="poddisruptionbudgets", namespaced=True)
+RUNTIME_CLASS = Kind(api_version="node.k8s.io/v1", kind="RuntimeClass", plural="runtimeclasses", namespaced=False)
+CRD = Kind(
+    api_version="apiextensions.k8s.io/v1",
+    kind="CustomResourceDefinition",
+    plural="customresourcedefinitions",
+    namespaced=False,
 )
-ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles", namespaced=True)
-ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", namespaced=True)
-CLUSTER_POLICY = Kind("gpuchain.io/v1", "ClusterPolicy", "clusterpolicies", namespaced=False)
-NODE_FEATURE = Kind("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", "nodefeatures", namespaced=True)
+CLUSTER_ROLE = Kind(
+    api_version="rbac.authorization.k8s.io/v1", kind="ClusterRole", plural="clusterroles", namespaced=False
+)
+CLUSTER_ROLE_BINDING = Kind(
+    api_version="rbac.authorization.k8s.io/v1",
+    kind="ClusterRoleBinding",
+    plural="clusterrolebindings",
+    namespaced=False,
+)
+ROLE = Kind(api_version="rbac.authorization.k8s.io/v1", kind="Role", plural="roles", namespaced=True)
+ROLE_BINDING = Kind(
+    api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding", plural="rolebindings", namespaced=True
+)
+CLUSTER_POLICY = Kind(api_version="gpuchain.io/v1", kind="ClusterPolicy", plural="clusterpolicies", namespaced=False)
+NODE_FEATURE = Kind(api_version="nfd.k8s-sigs.io/v1alpha1", kind="NodeFeature", plural="nodefeatures", namespaced=True)
 
 _REGISTRY: dict[tuple[str, str], Kind] = {}
 

@@ -243,7 +243,7 @@ class LiveCluster(Cluster):
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | None = None, context: str | None = None, field_manager: str = "gpuchain"
+        cls, path: str | None = None, *, context: str | None = None, field_manager: str = "gpuchain"
     ) -> LiveCluster:
         """A client for a kubeconfig file (``path``), else in-cluster config, ``$KUBECONFIG`` or
         ``~/.kube/config``; ``context`` picks one of its contexts (ValueError naming the ones there)."""
@@ -287,7 +287,7 @@ class LiveCluster(Cluster):
     def _plain(obj: Any) -> Obj:
         return cast(Obj, obj.to_dict() if hasattr(obj, "to_dict") else dict(obj))
 
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+    def get(self, kind: Kind, *, name: str, namespace: str | None = None) -> Obj:
         self.calls.count("get")
         try:
             return self._plain(self._client.get(self._res(kind)[0], name, **self._ns(kind, namespace)))
@@ -297,6 +297,7 @@ class LiveCluster(Cluster):
     def list(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -319,6 +320,7 @@ class LiveCluster(Cluster):
     def list_readonly(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -383,6 +385,7 @@ class LiveCluster(Cluster):
     async def watch(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         resource_version: str | None = None,
@@ -431,7 +434,7 @@ class LiveCluster(Cluster):
         except httpx2.HTTPStatusError as exc:
             raise _error(exc, creating=True) from None
 
-    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    def patch(self, kind: Kind, *, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self.calls.count("patch")
         try:
             out = self._client.patch(
@@ -442,7 +445,7 @@ class LiveCluster(Cluster):
             raise _error(exc) from None
 
     def patch_status(
-        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+        self, kind: Kind, *, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
     ) -> Obj:
         self.calls.count("patch")
         patch_type = PatchType.STRATEGIC if strategic else PatchType.MERGE
@@ -454,7 +457,7 @@ class LiveCluster(Cluster):
         except httpx2.HTTPStatusError as exc:
             raise _error(exc) from None
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+    def delete(self, kind: Kind, *, name: str, namespace: str | None = None) -> None:
         self.calls.count("delete")
         try:
             self._client.delete(self._res(kind)[0], name, **self._ns(kind, namespace))
@@ -464,6 +467,7 @@ class LiveCluster(Cluster):
     def logs(
         self,
         name: str,
+        *,
         namespace: str,
         container: str | None = None,
         tail_lines: int | None = None,
@@ -482,7 +486,7 @@ class LiveCluster(Cluster):
             raise _error(exc) from None
         return str(response.text)
 
-    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+    def pod_proxy_get(self, name: str, *, namespace: str, port: int, path: str) -> str:
         self.calls.count("proxy")
         http = self._client._client
         try:
@@ -506,7 +510,7 @@ class LiveCluster(Cluster):
                 if refusal is None:
                     raise TooManyRequestsError(f"eviction of pod {namespace}/{name}: API server throttling") from None
                 message, pdb = refusal
-                raise EvictionBlockedError(namespace, name, pdb, message) from None
+                raise EvictionBlockedError(namespace, pod=name, pdb=pdb, message=message) from None
             raise _error(exc) from None
 
 

@@ -61,7 +61,7 @@ WATCH_BACKLOG = 10_000
 _History = collections.deque[tuple[int, WatchEvent, "Obj | None"]]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Watcher:
     kind: Kind
     namespace: str | None
@@ -217,7 +217,7 @@ class MemoryCluster(Cluster):
 
     # -- the port ---------------------------------------------------------------------------
 
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+    def get(self, kind: Kind, *, name: str, namespace: str | None = None) -> Obj:
         self.calls.count("get")
         with self._lock:
             return json_copy(self._lookup(kind, name, namespace))
@@ -225,6 +225,7 @@ class MemoryCluster(Cluster):
     def list(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -235,6 +236,7 @@ class MemoryCluster(Cluster):
     def list_readonly(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -266,6 +268,7 @@ class MemoryCluster(Cluster):
     async def watch(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         resource_version: str | None = None,
@@ -276,11 +279,11 @@ class MemoryCluster(Cluster):
         by_label = parse_label_selector(label_selector)
         by_field = parse_field_selector(field_selector)
         watcher = _Watcher(
-            kind,
-            namespace,
-            lambda obj: by_label(labels_of(obj)) and by_field(obj),
-            asyncio.get_running_loop(),
-            asyncio.Queue(),
+            kind=kind,
+            namespace=namespace,
+            matches=lambda obj: by_label(labels_of(obj)) and by_field(obj),
+            loop=asyncio.get_running_loop(),
+            queue=asyncio.Queue(),
         )
         with self._lock:
             initial: list[WatchEvent] = []
@@ -332,7 +335,7 @@ class MemoryCluster(Cluster):
         with self._lock:
             return self._store_new(kind, json_copy(obj))
 
-    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    def patch(self, kind: Kind, *, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         self.calls.count("patch")
         body = {k: v for k, v in patch.items() if k != "status"}
         with self._lock:
@@ -347,15 +350,15 @@ class MemoryCluster(Cluster):
             return self._replace(kind, old, merge_patch(old, body))
 
     def patch_status(
-        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+        self, kind: Kind, *, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
     ) -> Obj:
         self.calls.count("patch")
         merge = strategic_merge_patch if strategic else merge_patch
         with self._lock:
             old = self._lookup(kind, name, namespace)
-            return self._replace(kind, old, merge(old, {"status": status}))
+            return self._replace(kind, old, merge(old, patch={"status": status}))
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+    def delete(self, kind: Kind, *, name: str, namespace: str | None = None) -> None:
         self.calls.count("delete")
         with self._lock:
             self._remove(kind, self._lookup(kind, name, namespace))
@@ -366,14 +369,15 @@ class MemoryCluster(Cluster):
             pod = self._lookup(POD, name, namespace)
             pdbs = [p for (ns, _), p in self._bucket(PDB).items() if ns == namespace]
             pods = [p for (ns, _), p in self._bucket(POD).items() if ns == namespace]
-            blocker = blocking_budget(pod, pdbs, pods)
+            blocker = blocking_budget(pod, pdbs=pdbs, pods=pods)
             if blocker is not None:
-                raise EvictionBlockedError(namespace, name, blocker["metadata"]["name"], _PDB_MESSAGE)
+                raise EvictionBlockedError(namespace, pod=name, pdb=blocker["metadata"]["name"], message=_PDB_MESSAGE)
             self._remove(POD, pod)
 
     def logs(
         self,
         name: str,
+        *,
         namespace: str,
         container: str | None = None,
         tail_lines: int | None = None,
@@ -392,7 +396,7 @@ class MemoryCluster(Cluster):
             return text
         return "".join(text.splitlines(keepends=True)[-tail_lines:] if tail_lines else [])
 
-    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+    def pod_proxy_get(self, name: str, *, namespace: str, port: int, path: str) -> str:
         self.calls.count("proxy")
         with self._lock:
             self._lookup(POD, name, namespace)
@@ -406,14 +410,14 @@ class MemoryCluster(Cluster):
 
     # -- test and simulator conveniences (not part of the port) ------------------------------
 
-    def set_served(self, name: str, namespace: str, port: int, path: str, text: str) -> None:
+    def set_served(self, name: str, *, namespace: str, port: int, path: str, text: str) -> None:
         """Set what ``pod_proxy_get`` answers for an existing pod's ``port`` and ``path``. Not an
         API request, so not counted; deleting the pod drops it."""
         with self._lock:
             self._lookup(POD, name, namespace)
             self._served[(namespace, name, port, path.lstrip("/"))] = text
 
-    def set_logs(self, name: str, namespace: str, container: str, text: str, previous: bool = False) -> None:
+    def set_logs(self, name: str, *, namespace: str, container: str, text: str, previous: bool = False) -> None:
         """Set what ``logs()`` answers for a container of an existing pod (``previous``: its last
         terminated run). Not an API request, so not counted; deleting the pod drops its logs."""
         with self._lock:

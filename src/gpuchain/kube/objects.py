@@ -85,11 +85,12 @@ def merge_patch(target: Any, patch: Any) -> Any:
     Returns a new value; neither argument is modified. It is a strategic merge patch with no
     merge keys, so the two can never disagree on the common rules.
     """
-    return strategic_merge_patch(target, patch, merge_keys={})
+    return strategic_merge_patch(target, patch=patch, merge_keys={})
 
 
 def strategic_merge_patch(
     target: Any,
+    *,
     patch: Any,
     merge_keys: Mapping[tuple[str, ...], str] = STRATEGIC_MERGE_KEYS,
     path: tuple[str, ...] = (),
@@ -111,7 +112,7 @@ def strategic_merge_patch(
         if value is None:
             result.pop(key, None)
         else:
-            result[key] = strategic_merge_patch(result.get(key), value, merge_keys, (*path, key))
+            result[key] = strategic_merge_patch(result.get(key), patch=value, merge_keys=merge_keys, path=(*path, key))
     return result
 
 

@@ -60,7 +60,7 @@ def disruptions_allowed(pdb: Obj, pods: Iterable[Obj]) -> int:
     return max(0, healthy - required)
 
 
-def blocking_budget(pod: Obj, pdbs: Iterable[Obj], pods: Iterable[Obj]) -> Obj | None:
+def blocking_budget(pod: Obj, *, pdbs: Iterable[Obj], pods: Iterable[Obj]) -> Obj | None:
     """The first budget that forbids evicting ``pod`` now, or None if the eviction may proceed."""
     if (pod.get("status") or {}).get("phase") in PDB_EXEMPT_PHASES:
         return None

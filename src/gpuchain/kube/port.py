@@ -111,13 +111,14 @@ class Cluster(abc.ABC):
     # -- primitive verbs (adapters) -------------------------------------------------------------
 
     @abc.abstractmethod
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+    def get(self, kind: Kind, *, name: str, namespace: str | None = None) -> Obj:
         """The object, or NotFoundError."""
 
     @abc.abstractmethod
     def list(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -131,6 +132,7 @@ class Cluster(abc.ABC):
     def list_readonly(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -147,12 +149,13 @@ class Cluster(abc.ABC):
         ``spec.volumes`` (its containers' ``volumeMounts`` stay): the live one does, and reads in
         pages.
         """
-        return self.list(kind, namespace, label_selector, field_selector)
+        return self.list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
     @abc.abstractmethod
     def watch(
         self,
         kind: Kind,
+        *,
         namespace: str | None = None,
         label_selector: str | None = None,
         resource_version: str | None = None,
@@ -174,7 +177,7 @@ class Cluster(abc.ABC):
         """Create ``obj``; AlreadyExistsError if the name is taken. Returns the stored object."""
 
     @abc.abstractmethod
-    def patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    def patch(self, kind: Kind, *, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         """JSON merge patch (RFC 7386): dicts merge, lists replace, ``None`` deletes a key.
 
         ``{"metadata": {"labels": {"a": "1", "b": None}}}`` sets label a and removes label b.
@@ -185,7 +188,7 @@ class Cluster(abc.ABC):
 
     @abc.abstractmethod
     def patch_status(
-        self, kind: Kind, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
+        self, kind: Kind, *, name: str, status: Obj, namespace: str | None = None, strategic: bool = False
     ) -> Obj:
         """Patch ``.status`` through the status subresource: a JSON merge patch, or with
         ``strategic=True`` a strategic merge patch, where ``status.conditions`` merges by ``type``
@@ -196,7 +199,7 @@ class Cluster(abc.ABC):
         """
 
     @abc.abstractmethod
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+    def delete(self, kind: Kind, *, name: str, namespace: str | None = None) -> None:
         """Delete the object; NotFoundError if it does not exist."""
 
     @abc.abstractmethod
@@ -210,6 +213,7 @@ class Cluster(abc.ABC):
     def logs(
         self,
         name: str,
+        *,
         namespace: str,
         container: str | None = None,
         tail_lines: int | None = None,
@@ -224,7 +228,7 @@ class Cluster(abc.ABC):
         """
 
     @abc.abstractmethod
-    def pod_proxy_get(self, name: str, namespace: str, port: int, path: str) -> str:
+    def pod_proxy_get(self, name: str, *, namespace: str, port: int, path: str) -> str:
         """What a pod serves on ``port`` at ``path``, through the API server's pod proxy
         (``GET /api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/{path}``, the ``get`` verb of
         ``pods/proxy``): how the doctor reads an exporter's ``/metrics`` with no network route to the
@@ -233,14 +237,14 @@ class Cluster(abc.ABC):
 
     # -- built on the verbs -------------------------------------------------------------------
 
-    def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+    def get_or_none(self, kind: Kind, *, name: str, namespace: str | None = None) -> Obj | None:
         """get() that answers None instead of raising NotFoundError."""
         try:
-            return self.get(kind, name, namespace)
+            return self.get(kind, name=name, namespace=namespace)
         except NotFoundError:
             return None
 
-    def apply(self, obj: Obj, live: Obj | None = None, known_live: bool = False) -> ApplyResult:
+    def apply(self, obj: Obj, *, live: Obj | None = None, known_live: bool = False) -> ApplyResult:
         """Create ``obj`` or merge it onto the live object, writing only if something differs.
 
         The comparison is "are the desired fields already there" (see objects.is_subset), so an
@@ -249,7 +253,7 @@ class Cluster(abc.ABC):
         """
         kind = kind_of(obj)
         name, namespace = name_of(obj), namespace_of(obj)
-        current = live if known_live else self.get_or_none(kind, name, namespace)
+        current = live if known_live else self.get_or_none(kind, name=name, namespace=namespace)
         if current is None:
             return ApplyResult(self.create(apply_intent(obj)), changed=True, created=True)
         if not needs_apply(obj, current):
@@ -257,9 +261,9 @@ class Cluster(abc.ABC):
         intent = apply_intent(obj)
         intent["metadata"].pop("name", None)
         intent["metadata"].pop("namespace", None)
-        return ApplyResult(self.patch(kind, name, intent, namespace), changed=True)
+        return ApplyResult(self.patch(kind, name=name, patch=intent, namespace=namespace), changed=True)
 
-    def set_condition(self, kind: Kind, name: str, condition: Obj, namespace: str | None = None) -> Obj:
+    def set_condition(self, kind: Kind, *, name: str, condition: Obj, namespace: str | None = None) -> Obj:
         """Upsert one ``status.conditions`` entry (matched on ``type``) without rewriting the others.
 
         One strategic-merge status patch, no read first: a condition another writer (the kubelet's
@@ -269,11 +273,14 @@ class Cluster(abc.ABC):
         """
         if not condition.get("type") or not condition.get("status"):
             raise InvalidError(f"condition: needs 'type' and 'status', got {sorted(condition)}")
-        return self.patch_status(kind, name, {"conditions": [condition]}, namespace, strategic=True)
+        return self.patch_status(
+            kind, name=name, status={"conditions": [condition]}, namespace=namespace, strategic=True
+        )
 
     def record_event(
         self,
         regarding: Obj,
+        *,
         reason: str,
         message: str,
         type: Literal["Normal", "Warning"] = "Normal",

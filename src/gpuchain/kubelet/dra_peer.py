@@ -59,7 +59,7 @@ class DraClaim:
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraDevice:
     """One prepared device: the requests it serves, its pool and name, the CDI ids to inject."""
 
@@ -77,7 +77,7 @@ class PrepareResult:
     error: str = ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraPlugin:
     """A registered DRA plugin: its driver name, endpoint, the API version chosen and the channel."""
 
@@ -141,7 +141,11 @@ class DraPeer:
             if old is not None:
                 await old.channel.close(None)
             plugin = DraPlugin(
-                info.name, info.endpoint, version, socket, grpc.aio.insecure_channel(f"unix://{info.endpoint}")
+                name=info.name,
+                endpoint=info.endpoint,
+                version=version,
+                registration_socket=socket,
+                channel=grpc.aio.insecure_channel(f"unix://{info.endpoint}"),
             )
             self.plugins[info.name] = plugin
             try:
@@ -189,7 +193,7 @@ class DraPeer:
             await self.scan()
             await asyncio.sleep(interval)
 
-    async def wait_for(self, driver: str, timeout: float = 30.0, interval: float = 0.02) -> DraPlugin:
+    async def wait_for(self, driver: str, *, timeout: float = 30.0, interval: float = 0.02) -> DraPlugin:
         """Scan until ``driver`` is registered; TimeoutError naming it otherwise (after a default
         that a loaded 2-core CI machine needs, as ``KubeletPeer.wait_for``'s)."""
 
@@ -237,7 +241,12 @@ class DraPeer:
                 continue
             entry = response.claims[claim.uid]
             devices = tuple(
-                DraDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                DraDevice(
+                    requests=tuple(d.request_names),
+                    pool=d.pool_name,
+                    device=d.device_name,
+                    cdi_ids=tuple(d.cdi_device_ids),
+                )
                 for d in entry.devices
             )
             results[claim.uid] = PrepareResult(() if entry.error else devices, entry.error)

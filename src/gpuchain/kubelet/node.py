@@ -23,7 +23,7 @@ from gpuchain.kubelet.peer import KubeletPeer
 DEFAULT_PRESET = "h100-80gb-x8"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SimNode:
     """Handles to a running simulated node."""
 
@@ -48,8 +48,8 @@ class SimNode:
         await self.plugin.stop()
         self.plugin = DevicePlugin(
             self.plugin.backend,
-            self.plugin.config,
-            self.socket_dir,
+            config=self.plugin.config,
+            socket_dir=self.socket_dir,
             env=self.plugin.env,
             watch_interval=self.plugin.watch_interval,
             pre_start_required=self.plugin.pre_start_required,
@@ -59,6 +59,7 @@ class SimNode:
 
 async def start_sim_node(
     preset: str = DEFAULT_PRESET,
+    *,
     config: Config | None = None,
     backend: SimBackend | None = None,
     root: str | Path | None = None,
@@ -86,16 +87,24 @@ async def start_sim_node(
     socket_dir = base / "dp"
     pod_resources = base / "pr" / "kubelet.sock"
     sim = backend or SimBackend.from_preset(preset)
-    kubelet = KubeletPeer(socket_dir, pod_resources)
+    kubelet = KubeletPeer(socket_dir, pod_resources_socket=pod_resources)
     plugin = DevicePlugin(
         plugin_backend or sim,
-        config,
-        socket_dir,
+        config=config,
+        socket_dir=socket_dir,
         env=env or {},
         watch_interval=watch_interval,
         pre_start_required=pre_start_required,
     )
-    node = SimNode(sim, plugin, kubelet, base, socket_dir, pod_resources, owns)
+    node = SimNode(
+        backend=sim,
+        plugin=plugin,
+        kubelet=kubelet,
+        root=base,
+        socket_dir=socket_dir,
+        pod_resources_socket=pod_resources,
+        owns_root=owns,
+    )
     subscribers = sim.subscribers
     try:
         await kubelet.start()

@@ -44,7 +44,7 @@ class AdmissionError(RuntimeError):
     """A pod cannot start: not enough devices, or the plugin refused the allocation."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PluginEndpoint:
     """One registered plugin: its options, live stream and the devices it last announced."""
 
@@ -67,7 +67,7 @@ class ContainerRequest:
     resources: Mapping[str, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceUpdate:
     """One ListAndWatch message as the kubelet saw it, with when it arrived."""
 
@@ -83,6 +83,7 @@ class KubeletPeer:
     def __init__(
         self,
         socket_dir: str | Path,
+        *,
         pod_resources_socket: str | Path | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -154,7 +155,9 @@ class KubeletPeer:
         channel = grpc.aio.insecure_channel(f"unix://{path}")
         stub = pb_grpc.DevicePluginStub(channel)
         options = await stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
-        ep = PluginEndpoint(request.resource_name, request.endpoint, options, channel, stub)
+        ep = PluginEndpoint(
+            resource=request.resource_name, endpoint=request.endpoint, options=options, channel=channel, stub=stub
+        )
         if old is not None:
             ep.devices = {i: DeviceInfo(i, False, d.numa_nodes) for i, d in old.devices.items()}
         self.endpoints[request.resource_name] = ep
@@ -178,7 +181,12 @@ class KubeletPeer:
         await self._publish(ep)
 
     async def _publish(self, ep: PluginEndpoint) -> None:
-        update = DeviceUpdate(ep.resource, len(ep.devices), sum(d.healthy for d in ep.devices.values()), self._clock())
+        update = DeviceUpdate(
+            resource=ep.resource,
+            capacity=len(ep.devices),
+            allocatable=sum(d.healthy for d in ep.devices.values()),
+            at=self._clock(),
+        )
         self.updates.append(update)
         for listener in list(self.listeners):
             listener(update)
@@ -224,7 +232,7 @@ class KubeletPeer:
 
     # ---- admission ------------------------------------------------------------------------------
 
-    async def admit(self, namespace: str, name: str, containers: Sequence[ContainerRequest]) -> PodAssignment:
+    async def admit(self, namespace: str, *, name: str, containers: Sequence[ContainerRequest]) -> PodAssignment:
         """Admit a pod: allocate every container's devices or none (raises AdmissionError)."""
         key = (namespace, name)
         if key in self.pods:
@@ -244,13 +252,13 @@ class KubeletPeer:
                 taken[resource].update(ids)
             assigned.append(
                 ContainerAssignment(
-                    container.name,
-                    devices,
-                    dict(merged.envs),
-                    tuple(merged.mounts),
-                    tuple(merged.devices),
-                    dict(merged.annotations),
-                    tuple(d.name for d in merged.cdi_devices),
+                    name=container.name,
+                    devices=devices,
+                    envs=dict(merged.envs),
+                    mounts=tuple(merged.mounts),
+                    device_specs=tuple(merged.devices),
+                    annotations=dict(merged.annotations),
+                    cdi_devices=tuple(d.name for d in merged.cdi_devices),
                 )
             )
         pod = PodAssignment(namespace, name, tuple(assigned))

@@ -21,7 +21,7 @@ class DeviceInfo:
     numa_nodes: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerAssignment:
     """What a container got: device ids per resource and the merged Allocate answers."""
 

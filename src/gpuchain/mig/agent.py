@@ -54,7 +54,7 @@ class Phase(enum.StrEnum):
     RESTORE = "restore"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     """How patient and how forceful the agent is, and what a node without a layout label gets.
 
@@ -98,7 +98,7 @@ class ApplyOutcome(enum.StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Observation:
     """The node as the shell saw it just now. ``layout`` is filled in the check phase,
     ``applied`` after an Apply action, ``evict_errors`` after an Evict action."""
@@ -146,7 +146,7 @@ class RecordEvent:
 Action = SetLabels | Evict | Apply | RecordEvent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Machine:
     """The agent's memory. ``config`` is the layout being (or last) worked on; ``outcome`` and
     ``message`` what the change ended with; ``paused`` the labels to put back, each with the
@@ -177,7 +177,7 @@ PAST_DEADLINE = 0.01
 """How long after a timeout's deadline ``next_timer`` wakes: a timeout counts strictly after it."""
 
 
-def next_timer(m: Machine, policy: Policy, now: float, retry: float) -> float | None:
+def next_timer(m: Machine, *, policy: Policy, now: float, retry: float) -> float | None:
     """Seconds until the machine must be stepped although nothing it watches changed, or None.
 
     Only the phases that wait for pods have a timer: both end at their timeout (counted from the
@@ -217,7 +217,7 @@ def _pods(pods: tuple[PodRef, ...]) -> str:
     return shown + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
 
 
-def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Machine, list[Action]]:
+def step(m: Machine, *, obs: Observation, policy: Policy, now: float) -> tuple[Machine, list[Action]]:
     """One transition. Call again with a fresh observation until the machine is ``waiting``
     and returns no actions; call on every node change and on a timer (for the timeouts)."""
     wanted = policy.wanted(obs.labels)
@@ -235,13 +235,18 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
                     "MigConfigRecarve",
                     f"MIG layout {m.config!r}: GPU {gpus} lost its MIG devices to a GPU reset; creating them again",
                 )
-                return Machine(Phase.CHECK, m.config, now, recarve=obs.recarve), [
+                return Machine(phase=Phase.CHECK, config=m.config, started=now, recarve=obs.recarve), [
                     event,
                     SetLabels({MIG_CONFIG_STATE: State.PENDING}),
                 ]
             return m, []
         # Labels an interrupted run left paused: their old value is lost, "true" brings them back.
-        start = Machine(Phase.CHECK, wanted, now, tuple((k, "true") for k in leftover_paused(obs.labels)))
+        start = Machine(
+            phase=Phase.CHECK,
+            config=wanted,
+            started=now,
+            paused=tuple((k, "true") for k in leftover_paused(obs.labels)),
+        )
         return start, [SetLabels({MIG_CONFIG_STATE: State.PENDING})]
 
     if m.phase is Phase.CHECK:
@@ -312,7 +317,7 @@ def step(m: Machine, obs: Observation, policy: Policy, now: float) -> tuple[Mach
     labels: dict[str, str | None] = dict(m.paused)
     labels[MIG_CONFIG_STATE] = outcome
     ok = outcome is State.SUCCESS
-    done = Machine(Phase.IDLE, m.config, outcome=outcome, message=m.message)
+    done = Machine(phase=Phase.IDLE, config=m.config, outcome=outcome, message=m.message)
     return done, [
         SetLabels(labels, reason=None if ok else m.message, clear_reason=ok),
         RecordEvent("MigConfig" + outcome.capitalize(), f"MIG layout {m.config!r}: {m.message}", warning=not ok),

@@ -51,7 +51,7 @@ class ResetRequiredError(MigApplyError):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApplyResult:
     """What apply did (or, on a dry run, would do). No steps: the node already had the layout."""
 
@@ -90,11 +90,11 @@ def execute(backend: GpuBackend, steps: Sequence[Step]) -> None:
                     pending.append(step.gpu)
             else:
                 assert step.profile is not None and step.start is not None
-                gi_id = backend.create_gpu_instance(step.gpu, step.profile, step.start)
+                gi_id = backend.create_gpu_instance(step.gpu, profile=step.profile, start=step.start)
                 if not step.compute:
-                    backend.create_compute_instance(step.gpu, gi_id)
+                    backend.create_compute_instance(step.gpu, gi_id=gi_id)
                 for slices in step.compute:
-                    backend.create_compute_instance(step.gpu, gi_id, slices)
+                    backend.create_compute_instance(step.gpu, gi_id=gi_id, slices=slices)
         except ReleasedError:
             raise
         except GpuError as exc:
@@ -115,19 +115,19 @@ def _reset(backend: GpuBackend, gpus: Sequence[int]) -> None:
 
 
 def apply(
-    backend: GpuBackend, config: MigPartedConfig, name: str, dry_run: bool = False, gpus: Sequence[int] = ()
+    backend: GpuBackend, *, config: MigPartedConfig, name: str, dry_run: bool = False, gpus: Sequence[int] = ()
 ) -> ApplyResult:
     """Give the node the named layout (with ``gpus``, only those of its GPUs: the others are not
     touched even where they differ). Raises LayoutError (nothing touched), ResetRequiredError
     or MigApplyError (the node restored to what it was, or the message says it could not be), or
     ReleasedError (stopped where it was: apply again once NVML is back)."""
     before = observe(backend)
-    targets = resolve(before, config, name)
+    targets = resolve(before, config=config, name=name)
     if gpus:
         targets = tuple(t for t in targets if t.index in gpus)
     steps = tuple(plan(before, targets))
     if dry_run or not steps:
-        return ApplyResult(name, steps, applied=False, targets=targets)
+        return ApplyResult(config=name, steps=steps, applied=False, targets=targets)
     try:
         execute(backend, steps)
     except _StepFailed as exc:
@@ -135,7 +135,7 @@ def apply(
     left = differences(observe(backend), targets)
     if left:
         raise MigApplyError(f"applying {name!r} did not take effect: {'; '.join(left)}")
-    return ApplyResult(name, steps, applied=True, targets=targets)
+    return ApplyResult(config=name, steps=steps, applied=True, targets=targets)
 
 
 def _restore(backend: GpuBackend, before: NodeMigState) -> str:
@@ -150,21 +150,21 @@ def _restore(backend: GpuBackend, before: NodeMigState) -> str:
     return "the previous layout was restored"
 
 
-def check(backend: GpuBackend, config: MigPartedConfig, name: str) -> list[str]:
+def check(backend: GpuBackend, *, config: MigPartedConfig, name: str) -> list[str]:
     """What differs between the node and the named layout; empty when it already has it."""
     state = observe(backend)
-    return differences(state, resolve(state, config, name))
+    return differences(state, resolve(state, config=config, name=name))
 
 
-def gpus_to_change(backend: GpuBackend, config: MigPartedConfig, name: str) -> tuple[int, ...]:
+def gpus_to_change(backend: GpuBackend, *, config: MigPartedConfig, name: str) -> tuple[int, ...]:
     """The GPUs the named layout would change (those without their target yet); empty when the
     node has the layout."""
     state = observe(backend)
-    return tuple(t.index for t in resolve(state, config, name) if not matches(state.gpu(t.index), t))
+    return tuple(t.index for t in resolve(state, config=config, name=name) if not matches(state.gpu(t.index), t))
 
 
-def lost_to_reset_gpus(backend: GpuBackend, config: MigPartedConfig, name: str) -> tuple[int, ...]:
+def lost_to_reset_gpus(backend: GpuBackend, *, config: MigPartedConfig, name: str) -> tuple[int, ...]:
     """The GPUs whose MIG devices a GPU reset destroyed, to carve again (``plan.recarvable``):
     empty when the node has the layout or differs from it in any other way."""
     state = observe(backend)
-    return recarvable(state, resolve(state, config, name))
+    return recarvable(state, resolve(state, config=config, name=name))

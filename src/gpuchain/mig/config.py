@@ -170,8 +170,8 @@ def load_config(path: str | Path) -> MigPartedConfig:
     """
     inner = _configmap_config(Path(path))
     if inner is None:
-        return load_yaml_file(MigPartedConfig, path)
-    return load_yaml_model(MigPartedConfig, inner, str(path), empty_ok=False)
+        return load_yaml_file(MigPartedConfig, path=path)
+    return load_yaml_model(MigPartedConfig, text=inner, source=str(path), empty_ok=False)
 
 
 #: The key gpu-operator's MIG manager reads from the ConfigMap that migManager.config.name names.
@@ -199,9 +199,9 @@ def _configmap_config(path: Path) -> str | None:
         entries = _keys(data)
         raise ConfigFileError(
             str(path),
-            (data or kind).start_mark.line + 1,
-            f"data.{CONFIGMAP_KEY}",
-            f"a ConfigMap of MIG layouts holds the mig-parted config under data.{CONFIGMAP_KEY}, as NVIDIA's "
+            line=(data or kind).start_mark.line + 1,
+            field=f"data.{CONFIGMAP_KEY}",
+            reason=f"a ConfigMap of MIG layouts holds the mig-parted config under data.{CONFIGMAP_KEY}, as NVIDIA's "
             f"default-mig-parted-config does (keys found: {', '.join(entries) or 'none'})",
         )
     # A block scalar's text starts on the line after its indicator; others on the key's line.
@@ -215,7 +215,7 @@ def _keys(node: yaml.Node | None) -> dict[str, yaml.Node]:
 
 
 def parse_config(text: str, source: str = "<input>") -> MigPartedConfig:
-    return load_yaml_model(MigPartedConfig, text, source)
+    return load_yaml_model(MigPartedConfig, text=text, source=source)
 
 
 def _entry(ids: list[int] | None, enabled: bool, devices: Mapping[str, int] | None) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class MigManager:
     def __init__(
         self,
         cluster: Cluster,
+        *,
         backend: GpuBackend,
         node: str,
         config: MigPartedConfig,
@@ -124,7 +125,7 @@ class MigManager:
     # ---- observe -----------------------------------------------------------------------------
 
     def observe(self) -> Observation:
-        node = self.cluster.get(NODE, self.node)
+        node = self.cluster.get(NODE, name=self.node)
         labels = dict((node.get("metadata") or {}).get("labels") or {})
         pods = [
             p
@@ -137,7 +138,15 @@ class MigManager:
         layout = self._check(node) if self.machine.phase is Phase.CHECK else None
         quarantine = ((node.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION)
         recarve = self._lost_to_reset(quarantine, dra_mig_gpus(node)) if self.machine.phase is Phase.IDLE else ()
-        return Observation(labels, operand, workload, layout, self._applied, self._evict_errors, recarve)
+        return Observation(
+            labels=labels,
+            operand_pods=operand,
+            workload_pods=workload,
+            layout=layout,
+            applied=self._applied,
+            evict_errors=self._evict_errors,
+            recarve=recarve,
+        )
 
     def _dra_pods(
         self, pods: list[dict[str, Any]], operand: tuple[PodRef, ...], counted: tuple[PodRef, ...]
@@ -162,7 +171,7 @@ class MigManager:
         role without ``get`` on ResourceClaims, as NVIDIA's) counts as none, as before claims were
         read: the change goes on, and the error says what to grant."""
         try:
-            claim = self.cluster.get_or_none(RESOURCE_CLAIM, name, namespace) or {}
+            claim = self.cluster.get_or_none(RESOURCE_CLAIM, name=name, namespace=namespace) or {}
         except ForbiddenError as exc:
             log.error(
                 "MIG manager: cannot read ResourceClaim %s/%s (%s): a pod holding a GPU of this node through it "
@@ -193,7 +202,7 @@ class MigManager:
         if not due or not self.machine.config:
             return ()
         try:
-            lost = lost_to_reset_gpus(self.backend, self.config, self.machine.config)
+            lost = lost_to_reset_gpus(self.backend, config=self.config, name=self.machine.config)
         except ReleasedError:
             self._reset_news = True  # look again once NVML is back
             raise
@@ -213,7 +222,7 @@ class MigManager:
             recarve = tuple(i for i in self.machine.recarve if i not in dra_mig_gpus(node))
             return LayoutCheck(has_layout=not recarve, recarve=recarve)
         try:
-            todo = gpus_to_change(self.backend, self.config, name)
+            todo = gpus_to_change(self.backend, config=self.config, name=name)
             self._changing = frozenset(todo)
             owned = sorted(set(todo) & dra_mig_gpus(node))
             if owned:
@@ -241,7 +250,7 @@ class MigManager:
                 meta["annotations"] = {MIG_CONFIG_STATE_REASON: action.reason}
             elif action.clear_reason:
                 meta["annotations"] = {MIG_CONFIG_STATE_REASON: None}
-            self.cluster.patch(NODE, self.node, {"metadata": meta})
+            self.cluster.patch(NODE, name=self.node, patch={"metadata": meta})
         elif isinstance(action, Evict):
             errors = []
             for pod in action.pods:
@@ -255,12 +264,12 @@ class MigManager:
         elif isinstance(action, Apply):
             self._applied = self._apply(action.config, action.gpus)
         else:
-            node = self.cluster.get(NODE, self.node)
+            node = self.cluster.get(NODE, name=self.node)
             simulated = isinstance(self.backend, SimBackend)  # a test cluster must not read as real GPUs
             self.cluster.record_event(
                 node,
-                action.reason,
-                f"{action.message} (simulated GPUs)" if simulated else action.message,
+                reason=action.reason,
+                message=f"{action.message} (simulated GPUs)" if simulated else action.message,
                 type="Warning" if action.warning else "Normal",
                 component="gpuchain-mig-manager",
             )
@@ -270,7 +279,7 @@ class MigManager:
         no outcome: it ends the round with the machine still before the apply, which the next round
         makes again."""
         try:
-            result = apply(self.backend, self.config, name, gpus=gpus)
+            result = apply(self.backend, config=self.config, name=name, gpus=gpus)
         except ReleasedError:
             raise
         except ResetRequiredError as exc:
@@ -303,7 +312,7 @@ class MigManager:
         runs them until the machine waits; one at a time, another node agent's steps can be put
         between them (``tests/dra/test_dra_mig_owner.py`` does)."""
         before = self.machine
-        nxt, actions = step(before, self.observe(), self.policy, self.clock())
+        nxt, actions = step(before, obs=self.observe(), policy=self.policy, now=self.clock())
         if before.phase is Phase.IDLE and nxt.phase is not Phase.IDLE:  # a new change starts
             self._applied, self._evict_errors = None, ()
         for action in actions:
@@ -312,7 +321,7 @@ class MigManager:
         return bool(actions)
 
     async def run(
-        self, interval: float = 2.0, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS
+        self, interval: float = 2.0, *, stop: asyncio.Event | None = None, resync: float = RESYNC_SECONDS
     ) -> None:
         """Reconcile when something the machine waits on changes, until ``stop`` (a round in
         progress is finished first: a layout is never cut off half-applied); never on a poll.
@@ -333,8 +342,8 @@ class MigManager:
         """
         wake = asyncio.Event()
         watchers = [
-            spawn("MIG manager: node watch", lambda: self._watch(NODE, f"metadata.name={self.node}", wake)),
-            spawn("MIG manager: pod watch", lambda: self._watch(POD, f"spec.nodeName={self.node}", wake)),
+            spawn("MIG manager: node watch", run=lambda: self._watch(NODE, f"metadata.name={self.node}", wake)),
+            spawn("MIG manager: pod watch", run=lambda: self._watch(POD, f"spec.nodeName={self.node}", wake)),
         ]
         try:
             while stop is None or not stop.is_set():
@@ -346,7 +355,7 @@ class MigManager:
                     continue
                 try:
                     machine = await asyncio.to_thread(self.reconcile)
-                    timer = next_timer(machine, self.policy, self.clock(), interval)
+                    timer = next_timer(machine, policy=self.policy, now=self.clock(), retry=interval)
                     timeout = resync if timer is None else min(timer, resync)
                 except KubeError as exc:
                     log.warning("MIG manager: Kubernetes API error, retrying in %g s: %s", interval, exc)
@@ -367,7 +376,7 @@ class MigManager:
         jittered backoff), and its opening ADDED events wake a round that sees what happened in
         between."""
         what = f"MIG manager: {kind.kind}s ({field_selector})"
-        async for _event in follow.events(self.cluster, kind, what, field_selector=field_selector):
+        async for _event in follow.events(self.cluster, kind=kind, what=what, field_selector=field_selector):
             if kind == NODE or self.machine.waits_on_pods:
                 wake.set()
 

@@ -19,7 +19,7 @@ from gpuchain.gpu.errors import InvalidConfigError
 from gpuchain.mig.config import LayoutError, MigConfigEntry, MigPartedConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuMigState:
     """One GPU as the MIG manager sees it. ``mode`` is None for a GPU without MIG."""
 
@@ -76,7 +76,7 @@ class StepKind(enum.StrEnum):
     CREATE_MIG_DEVICE = "create-mig-device"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One change to one GPU. Creating MIG devices is a GPU instance plus its compute instances:
     ``compute`` lists their sizes (empty: one full-size compute instance)."""
@@ -109,11 +109,21 @@ def observe(backend: GpuBackend) -> NodeMigState:
         instances: tuple[GpuInstance, ...] = ()
         if mode is not None and mode.current and model is not None and model.mig_capable:
             instances = backend.gpu_instances(gpu.index)
-        gpus.append(GpuMigState(gpu.index, gpu.uuid, gpu.name, gpu.pci_device_id, model, mode, instances))
+        gpus.append(
+            GpuMigState(
+                index=gpu.index,
+                uuid=gpu.uuid,
+                name=gpu.name,
+                pci_device_id=gpu.pci_device_id,
+                model=model,
+                mode=mode,
+                instances=instances,
+            )
+        )
     return NodeMigState(tuple(gpus))
 
 
-def resolve(state: NodeMigState, config: MigPartedConfig, name: str) -> tuple[GpuTarget, ...]:
+def resolve(state: NodeMigState, *, config: MigPartedConfig, name: str) -> tuple[GpuTarget, ...]:
     """The target of every GPU the named layout selects, or a LayoutError naming GPU and reason.
 
     Stricter than mig-parted on purpose: a layout that selects no GPU of this node, a GPU
@@ -269,13 +279,15 @@ def plan(state: NodeMigState, targets: Sequence[GpuTarget]) -> list[Step]:
             continue
         if gpu.mode.current:
             destroys.extend(
-                Step(StepKind.DESTROY_GPU_INSTANCE, gpu.index, gi_id=gi.gi_id, profile=gi.profile)
+                Step(kind=StepKind.DESTROY_GPU_INSTANCE, gpu=gpu.index, gi_id=gi.gi_id, profile=gi.profile)
                 for gi in gpu.instances
             )
         if gpu.mode.current != target.enabled or gpu.mode.pending != target.enabled:
-            modes.append(Step(StepKind.SET_MIG_MODE, gpu.index, enabled=target.enabled))
+            modes.append(Step(kind=StepKind.SET_MIG_MODE, gpu=gpu.index, enabled=target.enabled))
         creates.extend(
-            Step(StepKind.CREATE_MIG_DEVICE, gpu.index, profile=p.profile.name, start=p.start, compute=p.compute)
+            Step(
+                kind=StepKind.CREATE_MIG_DEVICE, gpu=gpu.index, profile=p.profile.name, start=p.start, compute=p.compute
+            )
             for p in target.placements
         )
     return destroys + modes + creates

@@ -91,7 +91,7 @@ def _meta(name: str, facts: Facts, labels: dict[str, str] | None = None, namespa
     return meta
 
 
-def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
+def daemonset(policy: ClusterPolicySpec, *, operand: Operand, facts: Facts) -> dict[str, Any]:
     """The DaemonSet of one operand."""
     ds = policy.daemonsets
     image = image_of(policy, operand)
@@ -99,8 +99,8 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         "serviceAccountName": service_account_name(operand),
         "tolerations": [t.to_dict() for t in ds.tolerations],
         "affinity": node_affinity(operand),
-        "containers": [main_container(policy, operand, facts)],
-        "volumes": pod_volumes(operand, policy, facts),
+        "containers": [main_container(policy, operand=operand, facts=facts)],
+        "volumes": pod_volumes(operand, policy=policy, facts=facts),
     }
     if ds.priority_class_name:
         pod_spec["priorityClassName"] = ds.priority_class_name
@@ -117,7 +117,7 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
         pod_spec["automountServiceAccountToken"] = False
     if runs_mps(operand, facts):
         pod_spec["hostPID"] = True
-    inits = init_containers(policy, operand, facts)
+    inits = init_containers(policy, operand=operand, facts=facts)
     if inits:
         pod_spec["initContainers"] = inits
     if operand not in (DRIVER, TOOLKIT):
@@ -125,7 +125,9 @@ def daemonset(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict
     if operand is DRIVER:
         pod_spec["hostPID"] = True
         d = policy.driver
-        pod_spec["containers"][0]["image"] = driver_image(d.repository, d.image, d.version, facts.driver_os)
+        pod_spec["containers"][0]["image"] = driver_image(
+            d.repository, image=d.image, version=d.version, tag_os=facts.driver_os
+        )
     return _daemonset_object(policy, operand, pod_spec, facts, exporter=operand is DCGM_EXPORTER)
 
 
@@ -193,7 +195,7 @@ def agent_resources(policy: ClusterPolicySpec, roles: list[Operand]) -> dict[str
 def _agent_container(policy: ClusterPolicySpec, roles: list[Operand], facts: Facts) -> dict[str, Any]:
     """``gpuchain node-agent --roles ...``: env and mounts the union of its roles' containers (see
     `main_container`), privileged if one of them is, the flags each role's container is given."""
-    alone = [main_container(policy, op, facts) for op in roles]
+    alone = [main_container(policy, operand=op, facts=facts) for op in roles]
     # CONFIG_FILE is the MIG manager's layouts alone, the node agent's the device plugin's config:
     # the agent is told the layouts by flag.
     every = [e for c in alone for e in c["env"] if e["name"] != "CONFIG_FILE"]
@@ -216,8 +218,8 @@ def _agent_container(policy: ClusterPolicySpec, roles: list[Operand], facts: Fac
     image = image_of(policy, roles[0])  # one image for all (policy._node_agent_problems)
     return container_spec(
         "node-agent",
-        image,
-        list(NODE_AGENT.command),
+        image=image,
+        command=list(NODE_AGENT.command),
         # each role's own flags (the validator's container ran no command of its own to give them to)
         args=[*args, *(a for op in roles if op is not VALIDATOR for a in image_of(policy, op).args)],
         env=env,
@@ -243,7 +245,7 @@ def node_agent_daemonset(policy: ClusterPolicySpec, facts: Facts) -> dict[str, A
         "tolerations": [t.to_dict() for t in ds.tolerations],
         "affinity": node_affinity(NODE_AGENT, mig_only=roles == [MIG_MANAGER]),
         "containers": [_agent_container(policy, roles, facts)],
-        "volumes": _merged([v for op in roles for v in pod_volumes(op, policy, facts)]),
+        "volumes": _merged([v for op in roles for v in pod_volumes(op, policy=policy, facts=facts)]),
     }
     if ds.priority_class_name:
         pod_spec["priorityClassName"] = ds.priority_class_name
@@ -316,7 +318,7 @@ def desired(policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     agent_ds = node_agent_daemonset(policy, facts)
     objs = [runtime_class(policy, facts)]
     objs += [service_account(op, facts) for op in (*separate, *([NODE_AGENT] if agent else []))]
-    objs += [daemonset(policy, op, facts) for op in separate]
+    objs += [daemonset(policy, operand=op, facts=facts) for op in separate]
     if agent_ds is not None:
         objs.append(agent_ds)
     if DCGM_EXPORTER in on:

@@ -54,7 +54,9 @@ def _mps_root_of(daemonset: Obj) -> str | None:
     return (given.rstrip("/") or "/") if given else None
 
 
-def dra_problems(policy: ClusterPolicySpec, daemonsets: Iterable[Obj], device_classes: Iterable[Obj]) -> list[Problem]:
+def dra_problems(
+    policy: ClusterPolicySpec, *, daemonsets: Iterable[Obj], device_classes: Iterable[Obj]
+) -> list[Problem]:
     """The device plugin switched on beside a DRA plugin that serves the same (unlabelled) nodes or
     keeps its MPS daemons in the same root, or beside a DeviceClass that serves its resource name to DRA."""
     if not policy.device_plugin.enabled:

@@ -37,7 +37,7 @@ def os_tag(labels: Mapping[str, str], node: str = "the node") -> str:
     return f"{labels[OS_ID_LABEL]}{labels[OS_VERSION_LABEL]}"
 
 
-def driver_image(repository: str, image: str, version: str, tag_os: str) -> str:
+def driver_image(repository: str, *, image: str, version: str, tag_os: str) -> str:
     """The driver image reference for nodes whose OS tag is ``tag_os`` (gpu-operator's rule).
 
     A digest (``version`` starting ``sha256:``) names one exact image and gets no OS suffix; an

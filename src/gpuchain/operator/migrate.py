@@ -26,8 +26,12 @@ from gpuchain.operator.operands import OPERANDS, Operand, is_gpu_node
 from gpuchain.operator.policy import drop_nulls, parse_policy, schema_problems
 from gpuchain.operator.spec import RESERVED_LABELS, ClusterPolicySpec, Problem, to_snake
 
-NVIDIA_CLUSTER_POLICY = register_kind(Kind("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", namespaced=False))
-NVIDIA_DRIVER = register_kind(Kind("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", namespaced=False))
+NVIDIA_CLUSTER_POLICY = register_kind(
+    Kind(api_version="nvidia.com/v1", kind="ClusterPolicy", plural="clusterpolicies", namespaced=False)
+)
+NVIDIA_DRIVER = register_kind(
+    Kind(api_version="nvidia.com/v1alpha1", kind="NVIDIADriver", plural="nvidiadrivers", namespaced=False)
+)
 
 Outcome = Literal["maps", "ignored", "blocks"]
 
@@ -35,7 +39,7 @@ Outcome = Literal["maps", "ignored", "blocks"]
 _RUNTIMES = {"containerd": "containerd", "cri-o": "crio", "docker": "docker"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImportEntry:
     """One line of the import report."""
 
@@ -123,22 +127,31 @@ def runtime_of(nodes: Iterable[dict[str, Any]]) -> str | None:
 
 def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[ImportEntry]:
     entries = [
-        ImportEntry(f.key, "maps", f.what, f.note) for f in FEATURES if f.support == "implemented" and _has(spec, f.key)
+        ImportEntry(key=f.key, outcome="maps", what=f.what, detail=f.note)
+        for f in FEATURES
+        if f.support == "implemented" and _has(spec, f.key)
     ]
     ignored = [
         f
         for f in FEATURES
         if f.support == "ignored" and (f.on(parsed) if f.on is not None else bool(_get(spec, f.key)))
     ]
-    entries += [ImportEntry(f.key, "ignored", f.what, f.note) for f in ignored]
+    entries += [ImportEntry(key=f.key, outcome="ignored", what=f.what, detail=f.note) for f in ignored]
     entries += [
-        ImportEntry(f.switch_key(), "blocks", f.what, "not supported by gpuchain; switched off in the imported policy")
+        ImportEntry(
+            key=f.switch_key(),
+            outcome="blocks",
+            what=f.what,
+            detail="not supported by gpuchain; switched off in the imported policy",
+        )
         for f in in_effect(parsed, "refused")
     ]
     # Switched on but inert (NVIDIA's sample sets vgpuManager.enabled without sandboxWorkloads): kept
     # as they are, and said so, since the report exists to say what does nothing.
     entries += [
-        ImportEntry(f.switch_key(), "ignored", f.what, f"no effect here: {f.note}; kept as it is")
+        ImportEntry(
+            key=f.switch_key(), outcome="ignored", what=f.what, detail=f"no effect here: {f.note}; kept as it is"
+        )
         for f in FEATURES
         if f.support == "refused" and f.on is not None and not f.on(parsed) and value_at(parsed, f.switch_key()) is True
     ]
@@ -146,7 +159,7 @@ def _feature_entries(spec: dict[str, Any], parsed: ClusterPolicySpec) -> list[Im
 
 
 def import_policy(
-    nvidia: dict[str, Any], drivers: Iterable[dict[str, Any]] = (), nodes: Iterable[dict[str, Any]] = ()
+    nvidia: dict[str, Any], *, drivers: Iterable[dict[str, Any]] = (), nodes: Iterable[dict[str, Any]] = ()
 ) -> ImportResult:
     """gpuchain's ClusterPolicy for NVIDIA's ClusterPolicy ``nvidia`` (with its NVIDIADrivers and nodes, if known).
 
@@ -169,17 +182,22 @@ def import_policy(
                 block.pop(k, None)
             entries.append(
                 ImportEntry(
-                    f"{key}.image",
-                    "ignored",
-                    "NVIDIA's operand image",
-                    f"{ref} replaced by gpuchain's image",
+                    key=f"{key}.image",
+                    outcome="ignored",
+                    what="NVIDIA's operand image",
+                    detail=f"{ref} replaced by gpuchain's image",
                 )
             )
     labels = (out.get("daemonsets") or {}).get("labels") or {}
     for key in RESERVED_LABELS:
         if key in labels:
             entries.append(
-                ImportEntry(f"daemonsets.labels.{key}", "ignored", "a pod label gpuchain sets itself", "dropped")
+                ImportEntry(
+                    key=f"daemonsets.labels.{key}",
+                    outcome="ignored",
+                    what="a pod label gpuchain sets itself",
+                    detail="dropped",
+                )
             )
             del labels[key]
     if not _has(spec, "driver.upgradePolicy.autoUpgrade"):
@@ -187,7 +205,10 @@ def import_policy(
         _set(out, "driver.upgradePolicy.autoUpgrade", False)
         entries.append(
             ImportEntry(
-                "driver.upgradePolicy.autoUpgrade", "maps", "automatic driver upgrades", "off, NVIDIA's default"
+                key="driver.upgradePolicy.autoUpgrade",
+                outcome="maps",
+                what="automatic driver upgrades",
+                detail="off, NVIDIA's default",
             )
         )
     if _has(spec, "operator.defaultRuntime"):
@@ -199,20 +220,21 @@ def import_policy(
         entries = [e for e in entries if e.key != "operator.defaultRuntime"]
         entries.append(
             ImportEntry(
-                "operator.defaultRuntime",
-                "ignored",
-                "container runtime",
-                f"dropped: deprecated and ignored by NVIDIA's operator; gpuchain's operator, like NVIDIA's, "
+                key="operator.defaultRuntime",
+                outcome="ignored",
+                what="container runtime",
+                detail=f"dropped: deprecated and ignored by NVIDIA's operator; gpuchain's operator, like NVIDIA's, "
                 f"detects the runtime from the GPU nodes{now}",
             )
         )
     for driver in drivers:
         entries.append(
             ImportEntry(
-                f"NVIDIADriver/{(driver.get('metadata') or {}).get('name', '?')}",
-                "blocks",
-                "NVIDIADriver custom resource",
-                "gpuchain installs one driver from ClusterPolicy driver.*: copy its repository, image, version there",
+                key=f"NVIDIADriver/{(driver.get('metadata') or {}).get('name', '?')}",
+                outcome="blocks",
+                what="NVIDIADriver custom resource",
+                detail="gpuchain installs one driver from ClusterPolicy driver.*: copy its repository, image, version "
+                "there",
             )
         )
     name = str((nvidia.get("metadata") or {}).get("name") or "cluster-policy")
@@ -221,7 +243,9 @@ def import_policy(
     )
     check = parse_policy(out)
     if isinstance(check, list):
-        entries += [ImportEntry(p.field, "blocks", "invalid for gpuchain", p.reason) for p in check]
+        entries += [
+            ImportEntry(key=p.field, outcome="blocks", what="invalid for gpuchain", detail=p.reason) for p in check
+        ]
     result.entries = sorted(entries, key=lambda e: (["maps", "ignored", "blocks"].index(e.outcome), e.key))
     return result
 
@@ -257,7 +281,7 @@ def nvidia_operator_deployments(deployments: Iterable[dict[str, Any]]) -> tuple[
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Collision:
     """NVIDIA's operator would run these operands too: who, where, and which."""
 
@@ -279,6 +303,7 @@ class Collision:
 
 def nvidia_collision(
     nvidia_policies: list[dict[str, Any]],
+    *,
     daemonsets: Iterable[dict[str, Any]],
     deployments: Iterable[dict[str, Any]],
     ours: ClusterPolicySpec,
@@ -313,4 +338,4 @@ def nvidia_collision(
     if not both:
         return None
     name = str(min(nvidia_policies, key=lambda p: str(p["metadata"].get("name")))["metadata"].get("name"))
-    return Collision(name, both, owned, running)
+    return Collision(policy=name, operands=both, daemonsets=owned, deployments=running)

@@ -45,7 +45,7 @@ MIG_CONFIG_FILE = "/mig-parted-config/config.yaml"
 MPS_SHM_MOUNT = "/dev/shm"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Operand:
     """One link of the chain as the operator deploys it."""
 
@@ -58,60 +58,68 @@ class Operand:
     command: tuple[str, ...]  #: main container command (gpuchain image operands)
 
 
-DRIVER = Operand("driver", "driver", "driver", "nvidia-driver-daemonset", (), None, ())
+DRIVER = Operand(
+    state="driver",
+    spec_key="driver",
+    deploy="driver",
+    name="nvidia-driver-daemonset",
+    needs=(),
+    waits_for=None,
+    command=(),
+)
 TOOLKIT = Operand(
-    "container-toolkit",
-    "toolkit",
-    "container-toolkit",
-    "nvidia-container-toolkit-daemonset",
-    ("driver",),
-    "driver",
-    (),
+    state="container-toolkit",
+    spec_key="toolkit",
+    deploy="container-toolkit",
+    name="nvidia-container-toolkit-daemonset",
+    needs=("driver",),
+    waits_for="driver",
+    command=(),
 )
 VALIDATOR = Operand(
-    "operator-validation",
-    "validator",
-    "operator-validator",
-    "nvidia-operator-validator",
-    ("driver", "container-toolkit", "device-plugin"),
-    None,
-    ("sleep", "infinity"),
+    state="operator-validation",
+    spec_key="validator",
+    deploy="operator-validator",
+    name="nvidia-operator-validator",
+    needs=("driver", "container-toolkit", "device-plugin"),
+    waits_for=None,
+    command=("sleep", "infinity"),
 )
 DEVICE_PLUGIN = Operand(
-    "device-plugin",
-    "devicePlugin",
-    "device-plugin",
-    "nvidia-device-plugin-daemonset",
-    ("driver", "container-toolkit"),
-    "toolkit",
-    ("gpuchain", "device-plugin"),
+    state="device-plugin",
+    spec_key="devicePlugin",
+    deploy="device-plugin",
+    name="nvidia-device-plugin-daemonset",
+    needs=("driver", "container-toolkit"),
+    waits_for="toolkit",
+    command=("gpuchain", "device-plugin"),
 )
 DCGM_EXPORTER = Operand(
-    "dcgm-exporter",
-    "dcgmExporter",
-    "dcgm-exporter",
-    "nvidia-dcgm-exporter",
-    ("driver", "container-toolkit"),
-    "toolkit",
-    ("gpuchain", "exporter"),
+    state="dcgm-exporter",
+    spec_key="dcgmExporter",
+    deploy="dcgm-exporter",
+    name="nvidia-dcgm-exporter",
+    needs=("driver", "container-toolkit"),
+    waits_for="toolkit",
+    command=("gpuchain", "exporter"),
 )
 GFD = Operand(
-    "gpu-feature-discovery",
-    "gfd",
-    "gpu-feature-discovery",
-    "gpu-feature-discovery",
-    ("driver", "container-toolkit"),
-    "toolkit",
-    ("gpuchain", "gfd"),
+    state="gpu-feature-discovery",
+    spec_key="gfd",
+    deploy="gpu-feature-discovery",
+    name="gpu-feature-discovery",
+    needs=("driver", "container-toolkit"),
+    waits_for="toolkit",
+    command=("gpuchain", "gfd"),
 )
 MIG_MANAGER = Operand(
-    "mig-manager",
-    "migManager",
-    "mig-manager",
-    "nvidia-mig-manager",
-    ("driver", "container-toolkit"),
-    "toolkit",
-    ("gpuchain", "mig-manager"),
+    state="mig-manager",
+    spec_key="migManager",
+    deploy="mig-manager",
+    name="nvidia-mig-manager",
+    needs=("driver", "container-toolkit"),
+    waits_for="toolkit",
+    command=("gpuchain", "mig-manager"),
 )
 
 #: In gpu-operator's state order (the roll-out order; status uses `status.dependency_order`).
@@ -120,13 +128,13 @@ OPERANDS = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, DCGM_EXPORTER, GFD, MIG_M
 #: The one DaemonSet (``nodeAgent.enabled``) that serves the operands of `AGENT_ROLES` as roles of
 #: ``gpuchain node-agent``. Not an operand of its own: status stays per operand, each read from it.
 NODE_AGENT = Operand(
-    "node-agent",
-    "nodeAgent",
-    "node-agent",
-    "gpuchain-node-agent",
-    ("driver", "container-toolkit"),
-    "toolkit",
-    ("gpuchain", "node-agent"),
+    state="node-agent",
+    spec_key="nodeAgent",
+    deploy="node-agent",
+    name="gpuchain-node-agent",
+    needs=("driver", "container-toolkit"),
+    waits_for="toolkit",
+    command=("gpuchain", "node-agent"),
 )
 
 #: The operands the node agent serves, each with its role (``gpuchain node-agent --roles``), in
@@ -158,7 +166,7 @@ USES_NVML = frozenset({DEVICE_PLUGIN.state, DCGM_EXPORTER.state, GFD.state, MIG_
 SHARES_PLUGIN_CONFIG = (DEVICE_PLUGIN, GFD)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     """What the operands depend on besides the policy: where they live and who owns them."""
 

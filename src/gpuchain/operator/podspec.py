@@ -68,7 +68,7 @@ def _validation_mount() -> dict[str, Any]:
     return {"name": "run-gpuchain", "mountPath": "/run/gpuchain", "mountPropagation": "HostToContainer"}
 
 
-def container_spec(name: str, image: ImageSpec, command: list[str], **extra: Any) -> dict[str, Any]:
+def container_spec(name: str, *, image: ImageSpec, command: list[str], **extra: Any) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "image": image.image_ref(), "imagePullPolicy": image.image_pull_policy}
     if command:
         c["command"] = command
@@ -92,8 +92,8 @@ def _wait_init(policy: ClusterPolicySpec, link: str) -> dict[str, Any]:
     """An init container that blocks until the validator wrote ``<link>-ready``."""
     return container_spec(
         f"{link}-validation",
-        policy.validator,
-        ["gpuchain", "validate", "wait", link],
+        image=policy.validator,
+        command=["gpuchain", "validate", "wait", link],
         volumeMounts=[_validation_mount()],
         securityContext={"privileged": False},
     )
@@ -116,15 +116,15 @@ def _kernel_module_env(policy: ClusterPolicySpec) -> list[dict[str, Any]]:
     return [] if kind == "auto" else [{"name": "KERNEL_MODULE_TYPE", "value": kind}]
 
 
-def main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> dict[str, Any]:
+def main_container(policy: ClusterPolicySpec, *, operand: Operand, facts: Facts) -> dict[str, Any]:
     image = image_of(policy, operand)
     node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     mounts = [_validation_mount()]
     if operand is DRIVER:
         return container_spec(
             "nvidia-driver-ctr",
-            image,
-            ["nvidia-driver", "init"],
+            image=image,
+            command=["nvidia-driver", "init"],
             args=list(image.args),
             env=_env(image, _kernel_module_env(policy)),
             **_resources(image),
@@ -138,8 +138,8 @@ def main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) ->
     if operand is TOOLKIT:
         return container_spec(
             "nvidia-container-toolkit-ctr",
-            image,
-            [],
+            image=image,
+            command=[],
             args=list(image.args),
             env=_env(
                 image,
@@ -209,8 +209,8 @@ def main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) ->
     privileged = operand in (DEVICE_PLUGIN, MIG_MANAGER)
     return container_spec(
         operand.name.removeprefix("nvidia-").removesuffix("-daemonset"),
-        image,
-        list(operand.command),
+        image=image,
+        command=list(operand.command),
         args=[*args, *image.args],
         env=_env(image, env),
         securityContext={"privileged": privileged},
@@ -220,7 +220,7 @@ def main_container(policy: ClusterPolicySpec, operand: Operand, facts: Facts) ->
     )
 
 
-def pod_volumes(operand: Operand, policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
+def pod_volumes(operand: Operand, *, policy: ClusterPolicySpec, facts: Facts) -> list[dict[str, Any]]:
     vols = [_host_path("run-gpuchain", "/run/gpuchain", "DirectoryOrCreate")]
     kubelet = policy.host_paths.kubelet_root_dir.rstrip("/")
     if operand in (DRIVER, TOOLKIT):
@@ -268,8 +268,8 @@ def validation_init(policy: ClusterPolicySpec, check: str) -> dict[str, Any]:
     node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     return container_spec(
         f"{check}-validation",
-        policy.validator,
-        ["gpuchain", "validate", check],
+        image=policy.validator,
+        command=["gpuchain", "validate", check],
         args=["--backend", "nvml"] if check in ("driver", "toolkit") else [],
         env=[
             node_name,
@@ -297,14 +297,14 @@ def mps_shm_init(policy: ClusterPolicySpec) -> dict[str, Any]:
     )
     return container_spec(
         "mps-shm",
-        policy.device_plugin,
-        ["sh", "-c", script],
+        image=policy.device_plugin,
+        command=["sh", "-c", script],
         securityContext={"privileged": True},
         volumeMounts=[{"name": "mps-root", "mountPath": mps_root(policy), "mountPropagation": "Bidirectional"}],
     )
 
 
-def init_containers(policy: ClusterPolicySpec, operand: Operand, facts: Facts) -> list[dict[str, Any]]:
+def init_containers(policy: ClusterPolicySpec, *, operand: Operand, facts: Facts) -> list[dict[str, Any]]:
     if operand is VALIDATOR:
         return [validation_init(policy, check) for check in VALIDATIONS]
     mps = [mps_shm_init(policy)] if runs_mps(operand, facts) else []

@@ -67,7 +67,7 @@ from gpuchain.operator.upgrade import UpgradeReport, advance_upgrades
 DEFAULT_NAMESPACE = "gpu-operator"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReconcileResult:
     """What one pass did; ``changed`` lists the objects it wrote."""
 
@@ -88,11 +88,11 @@ def _write_status(cluster: Cluster, policy: dict[str, Any], computed: StatusAndC
     status, conditions = computed
     old = policy.get("status") or {}
     old_conditions = old.get("conditions") or []
-    status = {**status, "conditions": with_transition_times(conditions, old_conditions, now_rfc3339())}
+    status = {**status, "conditions": with_transition_times(conditions, old=old_conditions, now=now_rfc3339())}
     patch = diff_patch(old, status)
     if not patch:
         return False
-    cluster.patch_status(CLUSTER_POLICY, name_of(policy), patch)
+    cluster.patch_status(CLUSTER_POLICY, name=name_of(policy), status=patch)
     before = {c.get("type"): _gist(c) for c in old_conditions}
     for cond in conditions:
         if before.get(cond["type"]) == _gist(cond):
@@ -102,7 +102,7 @@ def _write_status(cluster: Cluster, policy: dict[str, Any], computed: StatusAndC
             continue  # "no error" on a fresh policy is not news
         text = cond["message"] or f"{cond['type']}={cond['status']}"
         kind: Literal["Normal", "Warning"] = "Warning" if bad else "Normal"
-        cluster.record_event(policy, cond["reason"], text, type=kind, component="gpuchain-operator")
+        cluster.record_event(policy, reason=cond["reason"], message=text, type=kind, component="gpuchain-operator")
     return True
 
 
@@ -153,12 +153,12 @@ def _remove_colliding(
     for ds in _managed(daemonsets):
         ds_name = name_of(ds)
         if ds["metadata"].get("namespace") == namespace and ds_name in names:
-            cluster.delete(DAEMONSET, ds_name, namespace)
+            cluster.delete(DAEMONSET, name=ds_name, namespace=namespace)
             removed.append(f"daemonset/{ds_name} (deleted)")
     if DCGM_EXPORTER.state in collision.operands:
         # The exporter's Service would be left selecting no pod (NVIDIA's own Service serves its exporter).
-        for svc in _managed(cluster.list(SERVICE, namespace, label_selector=MANAGED_SELECTOR)):
-            cluster.delete(SERVICE, name_of(svc), namespace)
+        for svc in _managed(cluster.list(SERVICE, namespace=namespace, label_selector=MANAGED_SELECTOR)):
+            cluster.delete(SERVICE, name=name_of(svc), namespace=namespace)
             removed.append(f"service/{name_of(svc)} (deleted)")
     return sorted(removed)
 
@@ -178,40 +178,50 @@ def _plugin_uses_mps(cluster: Cluster, policy: ClusterPolicySpec, namespace: str
     config = policy.device_plugin
     if not (config.enabled and config.config.name):
         return False
-    found = cluster.get_or_none(CONFIGMAP, config.config.name, namespace)
+    found = cluster.get_or_none(CONFIGMAP, name=config.config.name, namespace=namespace)
     return found is not None and config_uses_mps(found.get("data") or {})
 
 
-def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -> ReconcileResult:
+def reconcile(cluster: Cluster, *, name: str, namespace: str = DEFAULT_NAMESPACE) -> ReconcileResult:
     """Bring the cluster in line with ClusterPolicy ``name``; safe to call any number of times."""
     policies = cluster.list(CLUSTER_POLICY)
     policy = next((p for p in policies if name_of(p) == name), None)
     if policy is None:
-        return ReconcileResult(name, "absent")
+        return ReconcileResult(policy=name, state="absent")
     generation = int(policy["metadata"].get("generation") or 0)
     active = active_policy(policies)
     if active is not None and name_of(active) != name:
         wrote = _write_status(cluster, policy, ignored_status(name_of(active), generation))
-        return ReconcileResult(name, "ignored", [f"clusterpolicy/{name}/status"] if wrote else [])
+        return ReconcileResult(policy=name, state="ignored", changed=[f"clusterpolicy/{name}/status"] if wrote else [])
     parsed = parse_policy(policy.get("spec"))
     if isinstance(parsed, list):
-        wrote = _write_status(cluster, policy, invalid_status(parsed, namespace, generation))
-        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], parsed)
+        wrote = _write_status(cluster, policy, invalid_status(parsed, namespace=namespace, generation=generation))
+        return ReconcileResult(
+            policy=name, state="notReady", changed=[f"clusterpolicy/{name}/status"] if wrote else [], problems=parsed
+        )
 
     daemonsets = cluster.list(DAEMONSET)
-    both = dra_problems(parsed, daemonsets, _device_classes(cluster) if parsed.device_plugin.enabled else [])
+    both = dra_problems(
+        parsed, daemonsets=daemonsets, device_classes=_device_classes(cluster) if parsed.device_plugin.enabled else []
+    )
     if both:  # the device plugin and the DRA plugin would serve the same GPUs: deploy neither change
-        wrote = _write_status(cluster, policy, invalid_status(both, namespace, generation))
-        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [], both)
+        wrote = _write_status(cluster, policy, invalid_status(both, namespace=namespace, generation=generation))
+        return ReconcileResult(
+            policy=name, state="notReady", changed=[f"clusterpolicy/{name}/status"] if wrote else [], problems=both
+        )
 
     nvidia = _nvidia_policies(cluster)
     if nvidia:
-        collision = nvidia_collision(nvidia, daemonsets, _nvidia_operator_deployments(cluster), parsed)
+        collision = nvidia_collision(
+            nvidia, daemonsets=daemonsets, deployments=_nvidia_operator_deployments(cluster), ours=parsed
+        )
         if collision is not None:
             removed = _remove_colliding(cluster, collision, daemonsets, namespace, served_by(parsed))
-            if _write_status(cluster, policy, aside_status(collision.message(), namespace, generation)):
+            if _write_status(
+                cluster, policy, aside_status(collision.message(), namespace=namespace, generation=generation)
+            ):
                 removed.append(f"clusterpolicy/{name}/status")
-            return ReconcileResult(name, "standingAside", removed)
+            return ReconcileResult(policy=name, state="standingAside", changed=removed)
     # NVIDIA's RuntimeClass (beside its operator): used as it is, never re-owned.
     theirs = {str(((p.get("spec") or {}).get("operator") or {}).get("runtimeClass") or "nvidia") for p in nvidia}
 
@@ -220,21 +230,33 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
     os_tag = driver_os((name_of(n), labels_of(n)) for n in nodes if is_gpu_node(labels_of(n)))
     uid = str(policy["metadata"].get("uid") or "")
     mps = _plugin_uses_mps(cluster, parsed, namespace)
-    facts = Facts(namespace, name, uid, runtime_of(nodes) or "containerd", os_tag, mps)
-    live_ds = {name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace, label_selector=MANAGED_SELECTOR))}
+    facts = Facts(
+        namespace=namespace,
+        policy_name=name,
+        policy_uid=uid,
+        runtime=runtime_of(nodes) or "containerd",
+        driver_os=os_tag,
+        mps=mps,
+    )
+    live_ds = {
+        name_of(d): d for d in _managed(cluster.list(DAEMONSET, namespace=namespace, label_selector=MANAGED_SELECTOR))
+    }
     # One list for the per-operand ServiceAccounts instead of a get each.
     live_sa = {
-        name_of(a): a for a in _managed(cluster.list(SERVICE_ACCOUNT, namespace, label_selector=MANAGED_SELECTOR))
+        name_of(a): a
+        for a in _managed(cluster.list(SERVICE_ACCOUNT, namespace=namespace, label_selector=MANAGED_SELECTOR))
     }
     # And one for the exporter's Service, which goes when the exporter is switched off.
-    live_svc = {name_of(s): s for s in _managed(cluster.list(SERVICE, namespace, label_selector=MANAGED_SELECTOR))}
+    live_svc = {
+        name_of(s): s for s in _managed(cluster.list(SERVICE, namespace=namespace, label_selector=MANAGED_SELECTOR))
+    }
     changed: list[str] = []
     wanted = desired(parsed, facts)
     refused = manifest_problems(wanted)
     if refused:
         # Nothing is half-applied: the API server would take some objects and refuse these.
-        wrote = _write_status(cluster, policy, invalid_status(refused, namespace, generation))
-        return ReconcileResult(name, "notReady", [f"clusterpolicy/{name}/status"] if wrote else [])
+        wrote = _write_status(cluster, policy, invalid_status(refused, namespace=namespace, generation=generation))
+        return ReconcileResult(policy=name, state="notReady", changed=[f"clusterpolicy/{name}/status"] if wrote else [])
     for obj in wanted:
         if obj["kind"] == "RuntimeClass" and name_of(obj) in theirs:
             continue
@@ -251,11 +273,11 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
             changed.append(f"{obj['kind'].lower()}/{name_of(obj)}")
     wanted_names = {name_of(o) for o in wanted if o["kind"] == "DaemonSet"}
     for stale in sorted(set(live_ds) - wanted_names):
-        cluster.delete(DAEMONSET, stale, namespace)
+        cluster.delete(DAEMONSET, name=stale, namespace=namespace)
         del live_ds[stale]
         changed.append(f"daemonset/{stale} (deleted)")
     for stale in sorted(set(live_svc) - {name_of(o) for o in wanted if o["kind"] == "Service"}):
-        cluster.delete(SERVICE, stale, namespace)
+        cluster.delete(SERVICE, name=stale, namespace=namespace)
         changed.append(f"service/{stale} (deleted)")
 
     pods: list[dict[str, Any]] | None = None
@@ -265,20 +287,24 @@ def reconcile(cluster: Cluster, name: str, namespace: str = DEFAULT_NAMESPACE) -
         # cluster's reconcile then costs a few small requests however many nodes it has.
         nonlocal pods
         if pods is None:
-            pods = _managed(cluster.list(POD, namespace, label_selector=MANAGED_SELECTOR))
+            pods = _managed(cluster.list(POD, namespace=namespace, label_selector=MANAGED_SELECTOR))
         return pods
 
     gpu_nodes = [n for n in nodes if is_gpu_node(labels_of(n))]
-    upgrades = advance_upgrades(cluster, parsed, gpu_nodes, live_ds, operand_pods, namespace)
+    upgrades = advance_upgrades(
+        cluster, policy=parsed, gpu_nodes=gpu_nodes, daemonsets=live_ds, operand_pods=operand_pods, namespace=namespace
+    )
     changed += upgrades.writes
     switched = {op.state: enabled(parsed, op) for op in OPERANDS}
     runs_in = served_by(parsed)
     all_ready = all(own_status(live_ds.get(ds), []).state == "ready" for ds in set(runs_in.values()))
-    operands = chain_status(switched, live_ds, [] if all_ready else operand_pods(), runs_in)
+    operands = chain_status(switched, daemonsets=live_ds, pods=[] if all_ready else operand_pods(), served_by=runs_in)
     nfd_seen = any(has_nfd_labels(labels_of(n)) for n in nodes)
-    computed = policy_status(operands, len(gpu_nodes), nfd_seen, namespace, generation)
+    computed = policy_status(
+        operands, gpu_nodes=len(gpu_nodes), nfd_seen=nfd_seen, namespace=namespace, generation=generation
+    )
     if upgrades.summary:
         computed[0]["driverUpgrades"] = upgrades.summary
     if _write_status(cluster, policy, computed):
         changed.append(f"clusterpolicy/{name}/status")
-    return ReconcileResult(name, computed[0]["state"], changed, upgrades=upgrades)
+    return ReconcileResult(policy=name, state=computed[0]["state"], changed=changed, upgrades=upgrades)

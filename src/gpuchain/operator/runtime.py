@@ -41,7 +41,7 @@ from gpuchain.operator.reconcile import DEFAULT_NAMESPACE, ReconcileResult, reco
 log = logging.getLogger("gpuchain.operator")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RuntimeConfig:
     """How the runtime paces itself and where operands go."""
 
@@ -66,7 +66,7 @@ class EndlessRetries:
         self.cap = cap
 
     def __iter__(self) -> Iterator[float]:
-        backoff = Backoff(self.first, self.cap)
+        backoff = Backoff(self.first, cap=self.cap)
         while True:
             yield backoff.next()
 
@@ -78,7 +78,7 @@ class PacedWatching(WatchingSettings):
 
     kopf reads it from the stream's own task, which is what tells one stream from another."""
 
-    def __init__(self, base: WatchingSettings, first: float, cap: float) -> None:
+    def __init__(self, base: WatchingSettings, *, first: float, cap: float) -> None:
         self._first, self._cap = first, cap
         self._streams: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[Backoff, float]] = weakref.WeakKeyDictionary()
         super().__init__(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
@@ -92,7 +92,7 @@ class PacedWatching(WatchingSettings):
         backoff, last = self._streams.get(task, (None, 0.0))
         wait = 0.0
         if backoff is None or now - last > 2 * self._cap:
-            backoff = Backoff(self._first, self._cap)
+            backoff = Backoff(self._first, cap=self._cap)
         else:
             wait = backoff.next()
         self._streams[task] = (backoff, now + wait)
@@ -110,14 +110,14 @@ def kopf_settings(config: RuntimeConfig) -> kopf.OperatorSettings:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = EndlessRetries(config.retry_seconds, config.max_retry_seconds)
-    settings.watching = PacedWatching(settings.watching, config.retry_seconds, config.max_retry_seconds)
+    settings.watching = PacedWatching(settings.watching, first=config.retry_seconds, cap=config.max_retry_seconds)
     return settings
 
 
 def reconcile_all(cluster: Cluster, namespace: str) -> list[ReconcileResult]:
     """Reconcile every ClusterPolicy (extra ones are marked ignored), with one INFO line for each
     pass that wrote something: the operator's log says what it changed, and a quiet pass is quiet."""
-    results = [reconcile(cluster, name_of(p), namespace) for p in cluster.list(CLUSTER_POLICY)]
+    results = [reconcile(cluster, name=name_of(p), namespace=namespace) for p in cluster.list(CLUSTER_POLICY)]
     for result in results:
         if result.changed:
             log.info("ClusterPolicy %s (%s): wrote %s", result.policy, result.state, ", ".join(result.changed))
@@ -127,7 +127,7 @@ def reconcile_all(cluster: Cluster, namespace: str) -> list[ReconcileResult]:
 class Coalescer:
     """Runs ``work`` in a thread after pokes, no more often than ``min_interval``, and every ``resync``."""
 
-    def __init__(self, work: Callable[[], object], min_interval: float, resync: float) -> None:
+    def __init__(self, work: Callable[[], object], *, min_interval: float, resync: float) -> None:
         self._work = work
         self._min_interval = min_interval
         self._resync = resync
@@ -154,7 +154,9 @@ class Coalescer:
 def build_registry(cluster: Cluster, config: RuntimeConfig) -> tuple[kopf.OperatorRegistry, Coalescer]:
     """A kopf registry whose handlers drive `reconcile_all` through a `Coalescer`."""
     registry = kopf.OperatorRegistry()
-    coalescer = Coalescer(lambda: reconcile_all(cluster, config.namespace), config.min_interval, config.resync)
+    coalescer = Coalescer(
+        lambda: reconcile_all(cluster, config.namespace), min_interval=config.min_interval, resync=config.resync
+    )
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.login(registry=registry)
@@ -212,6 +214,7 @@ def _not_a_poke_done(record: logging.LogRecord) -> bool:
 
 async def run(
     cluster: Cluster,
+    *,
     config: RuntimeConfig,
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,

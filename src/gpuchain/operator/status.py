@@ -22,7 +22,7 @@ FAILURE_REASONS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OperandStatus:
     """One operand's line in ``status.operands``."""
 
@@ -58,27 +58,34 @@ def _pod_problem(pods: Iterable[dict[str, Any]]) -> tuple[str, str] | None:
 def own_status(ds: dict[str, Any] | None, pods: list[dict[str, Any]]) -> OperandStatus:
     """Readiness of one DaemonSet from its status and its pods, ignoring the rest of the chain."""
     if ds is None:
-        return OperandStatus("notReady", "Deploying", "DaemonSet not created yet")
+        return OperandStatus(state="notReady", reason="Deploying", message="DaemonSet not created yet")
     st = ds.get("status") or {}
     generation = int(ds.get("metadata", {}).get("generation") or 0)
     if not st or int(st.get("observedGeneration") or 0) < generation:
-        return OperandStatus("notReady", "Deploying", "DaemonSet not yet observed by its controller")
+        return OperandStatus(
+            state="notReady", reason="Deploying", message="DaemonSet not yet observed by its controller"
+        )
     desired = int(st.get("desiredNumberScheduled") or 0)
     ready = int(st.get("numberReady") or 0)
     updated = int(st.get("updatedNumberScheduled") or desired)
     counts = f"{ready}/{desired}"
     if desired == 0:
-        return OperandStatus("ready", "NoNodesSelected", "no node selects this operand", counts)
+        return OperandStatus(
+            state="ready", reason="NoNodesSelected", message="no node selects this operand", ready=counts
+        )
     if ready >= desired and updated >= desired:
-        return OperandStatus("ready", "Ready", f"{counts} pods ready", counts)
+        return OperandStatus(state="ready", reason="Ready", message=f"{counts} pods ready", ready=counts)
     problem = _pod_problem(pods)
     if problem is None:
-        return OperandStatus("notReady", "PodsNotReady", f"{counts} pods ready", counts)
-    return OperandStatus("notReady", problem[0], f"{counts} pods ready; {problem[1]}", counts)
+        return OperandStatus(state="notReady", reason="PodsNotReady", message=f"{counts} pods ready", ready=counts)
+    return OperandStatus(
+        state="notReady", reason=problem[0], message=f"{counts} pods ready; {problem[1]}", ready=counts
+    )
 
 
 def chain_status(
     enabled: dict[str, bool],
+    *,
     daemonsets: dict[str, dict[str, Any]],
     pods: list[dict[str, Any]],
     served_by: Mapping[str, str] | None = None,
@@ -89,7 +96,9 @@ def chain_status(
     out: dict[str, OperandStatus] = {}
     for op in dependency_order(OPERANDS):
         if not enabled.get(op.state, False):
-            out[op.state] = OperandStatus("disabled", "Disabled", f"{op.spec_key}.enabled is false")
+            out[op.state] = OperandStatus(
+                state="disabled", reason="Disabled", message=f"{op.spec_key}.enabled is false"
+            )
             continue
         name = (served_by or {}).get(op.state, op.name)
         mine = [p for p in pods if p.get("metadata", {}).get("labels", {}).get("app") == name]
@@ -97,10 +106,10 @@ def chain_status(
         blocker = _first_blocker(op, out)
         if own.state == "notReady" and blocker is not None:
             own = OperandStatus(
-                "notReady",
-                f"WaitingFor{_camel(blocker)}",
-                f"waiting for {blocker} ({out[blocker].reason}); {own.message}",
-                own.ready,
+                state="notReady",
+                reason=f"WaitingFor{_camel(blocker)}",
+                message=f"waiting for {blocker} ({out[blocker].reason}); {own.message}",
+                ready=own.ready,
             )
         out[op.state] = own
     return {op.state: out[op.state] for op in OPERANDS}
@@ -127,7 +136,7 @@ def dependency_order(operands: Iterable[Operand]) -> list[Operand]:
 
 
 #: A need that is not in the status at all (not deployed by this operator) blocks nothing.
-_ABSENT = OperandStatus("disabled", "Absent", "")
+_ABSENT = OperandStatus(state="disabled", reason="Absent", message="")
 
 
 def root_cause(operands: dict[str, OperandStatus]) -> str | None:
@@ -152,12 +161,12 @@ def _camel(state: str) -> str:
     return "".join(part.capitalize() for part in state.split("-"))
 
 
-def condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
+def condition(type_: str, *, ok: bool, reason: str, message: str) -> dict[str, str]:
     """A metav1.Condition without its transition time (added by `with_transition_times`)."""
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
-def with_transition_times(new: list[dict[str, str]], old: list[dict[str, Any]], now: str) -> list[dict[str, str]]:
+def with_transition_times(new: list[dict[str, str]], *, old: list[dict[str, Any]], now: str) -> list[dict[str, str]]:
     """Keep lastTransitionTime when a condition's status did not change, so status stays stable."""
     previous = {c.get("type"): c for c in old}
     out = []
@@ -171,6 +180,7 @@ def with_transition_times(new: list[dict[str, str]], old: list[dict[str, Any]], 
 
 def policy_status(
     operands: dict[str, OperandStatus],
+    *,
     gpu_nodes: int,
     nfd_seen: bool,
     namespace: str,
@@ -187,16 +197,20 @@ def policy_status(
             else "no node carries NFD labels (feature.node.kubernetes.io/*): install node-feature-discovery "
             "or label GPU nodes nvidia.com/gpu.present=true"
         )
-        ready = condition("Ready", False, reason, message)
+        ready = condition("Ready", ok=False, reason=reason, message=message)
     elif broken:
         root = root_cause(operands) or broken[0]
         st = operands[root]
         waiting = [s for s in broken if s != root and operands[s].reason.startswith("WaitingFor")]
         tail = f"; waiting behind it: {', '.join(waiting)}" if waiting else ""
-        ready = condition("Ready", False, "OperandNotReady", f"{root} not ready: {st.reason}: {st.message}{tail}")
+        ready = condition(
+            "Ready", ok=False, reason="OperandNotReady", message=f"{root} not ready: {st.reason}: {st.message}{tail}"
+        )
     else:
-        ready = condition("Ready", True, "Reconciled", f"all operands ready on {gpu_nodes} GPU node(s)")
-    error = condition("Error", False, "NoError", "")
+        ready = condition(
+            "Ready", ok=True, reason="Reconciled", message=f"all operands ready on {gpu_nodes} GPU node(s)"
+        )
+    error = condition("Error", ok=False, reason="NoError", message="")
     status = {
         "state": "ready" if ready["status"] == "True" else "notReady",
         "namespace": namespace,
@@ -207,27 +221,32 @@ def policy_status(
     return status, [ready, error]
 
 
-def invalid_status(problems: Sequence[Problem | str], namespace: str, generation: int) -> StatusAndConditions:
+def invalid_status(problems: Sequence[Problem | str], *, namespace: str, generation: int) -> StatusAndConditions:
     """Status of a policy the operator refuses to act on: nothing is deployed or changed."""
     message = "; ".join(str(p) for p in problems)
     status = {"state": "notReady", "namespace": namespace, "observedGeneration": generation}
     return status, [
-        condition("Ready", False, "InvalidSpec", "ClusterPolicy not applied: fix the spec"),
-        condition("Error", True, "InvalidSpec", message),
+        condition("Ready", ok=False, reason="InvalidSpec", message="ClusterPolicy not applied: fix the spec"),
+        condition("Error", ok=True, reason="InvalidSpec", message=message),
     ]
 
 
 def ignored_status(active: str, generation: int) -> StatusAndConditions:
     """Status of an extra ClusterPolicy: only the oldest one is honoured, as in gpu-operator."""
     return {"state": "ignored", "observedGeneration": generation}, [
-        condition("Ready", False, "Ignored", f"ClusterPolicy {active!r} is the active one; only one is honoured"),
+        condition(
+            "Ready",
+            ok=False,
+            reason="Ignored",
+            message=f"ClusterPolicy {active!r} is the active one; only one is honoured",
+        ),
     ]
 
 
-def aside_status(message: str, namespace: str, generation: int) -> StatusAndConditions:
+def aside_status(message: str, *, namespace: str, generation: int) -> StatusAndConditions:
     """Status while NVIDIA's GPU Operator deploys the same operands: gpuchain stands aside."""
     status = {"state": "notReady", "namespace": namespace, "observedGeneration": generation}
     return status, [
-        condition("Ready", False, "NVIDIAGPUOperatorPresent", message),
-        condition("Error", False, "NoError", ""),
+        condition("Ready", ok=False, reason="NVIDIAGPUOperatorPresent", message=message),
+        condition("Error", ok=False, reason="NoError", message=""),
     ]

@@ -67,7 +67,7 @@ FAILED = "upgrade-failed"
 IN_FLIGHT = (CORDON_REQUIRED, WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, POD_RESTART, VALIDATION, UNCORDON)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeView:
     """What the state machine needs to know about one GPU node."""
 
@@ -103,7 +103,7 @@ def max_unavailable(policy: ClusterPolicySpec, gpu_nodes: int) -> int:
     return max(1, limit)
 
 
-def slots(policy: ClusterPolicySpec, gpu_nodes: int, in_flight: int, unavailable: int | None = None) -> int:
+def slots(policy: ClusterPolicySpec, *, gpu_nodes: int, in_flight: int, unavailable: int | None = None) -> int:
     """How many more available nodes may start upgrading now.
 
     ``unavailable`` counts every unavailable GPU node, in-flight ones included (default: only
@@ -116,7 +116,7 @@ def slots(policy: ClusterPolicySpec, gpu_nodes: int, in_flight: int, unavailable
     return max(0, free)
 
 
-def next_step(node: NodeView, target: str, policy: ClusterPolicySpec, now: float, may_start: bool) -> Step | None:
+def next_step(node: NodeView, *, target: str, policy: ClusterPolicySpec, now: float, may_start: bool) -> Step | None:
     """The node's next state (None: stay). Pure."""
     timeout = policy.driver.upgrade_policy.pod_deletion.timeout_seconds
     outdated = node.driver_image is not None and node.driver_image != target
@@ -200,6 +200,7 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
 
 def advance_upgrades(
     cluster: Cluster,
+    *,
     policy: ClusterPolicySpec,
     gpu_nodes: list[dict[str, Any]],
     daemonsets: dict[str, dict[str, Any]],
@@ -240,12 +241,12 @@ def advance_upgrades(
             )
         views.append(
             NodeView(
-                name,
-                state,
-                since,
-                image,
-                pod is not None and _pod_ready(pod),
-                gpu_pods,
+                name=name,
+                state=state,
+                since=since,
+                driver_image=image,
+                driver_ready=pod is not None and _pod_ready(pod),
+                gpu_pods=gpu_pods,
                 cordoned=bool(node.get("spec", {}).get("unschedulable")),
                 not_ready=not _node_ready(node),
                 cordoned_by_upgrade=CORDONED_ANNOTATION in annotations_of(node),
@@ -260,7 +261,7 @@ def advance_upgrades(
     held = 0
     for v in views:
         may_start = parallel_free > 0 and (v.unavailable or budget_free > 0)
-        step = next_step(v, target, policy, now, may_start=may_start)
+        step = next_step(v, target=target, policy=policy, now=now, may_start=may_start)
         if step is not None and step.state == CORDON_REQUIRED:
             parallel_free -= 1
             budget_free -= 0 if v.unavailable else 1
@@ -304,11 +305,11 @@ def _perform(
     for action in step.actions:
         if action == "cordon" and not v.cordoned:
             patch = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "true"}}}
-            cluster.patch(NODE, v.name, patch)
+            cluster.patch(NODE, name=v.name, patch=patch)
             report.writes.append(f"node/{v.name} (cordon)")
         elif action == "uncordon" and v.cordoned_by_upgrade:
             patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
-            cluster.patch(NODE, v.name, patch)
+            cluster.patch(NODE, name=v.name, patch=patch)
             report.writes.append(f"node/{v.name} (uncordon)")
         elif action == "evict":
             for ns, pod in v.gpu_pods:
@@ -321,7 +322,7 @@ def _perform(
                     continue
         elif action == "restart-driver" and driver_pod is not None:
             try:
-                cluster.delete(POD, name_of(driver_pod), namespace)
+                cluster.delete(POD, name=name_of(driver_pod), namespace=namespace)
                 report.writes.append(f"pod/{namespace}/{name_of(driver_pod)} (driver restart)")
             except NotFoundError:
                 continue
@@ -333,7 +334,11 @@ def _label(cluster: Cluster, v: NodeView, state: str, message: str, now: float, 
     annotations: dict[str, Any] = {MESSAGE_ANNOTATION: message or None}
     if since is not None:
         annotations[SINCE_ANNOTATION] = since
-    node = cluster.patch(NODE, v.name, {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}})
+    node = cluster.patch(
+        NODE, name=v.name, patch={"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}}
+    )
     report.writes.append(f"node/{v.name} ({STATE_LABEL}={state})")
     if state == FAILED and v.state != FAILED:
-        cluster.record_event(node, "DriverUpgradeFailed", message, type="Warning", component="gpuchain-operator")
+        cluster.record_event(
+            node, reason="DriverUpgradeFailed", message=message, type="Warning", component="gpuchain-operator"
+        )

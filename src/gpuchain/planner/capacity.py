@@ -65,7 +65,7 @@ class Workload:
     qps_per_instance: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanRequest:
     """What to plan for: the card, the workload, the isolation it needs and the fleet size."""
 
@@ -77,7 +77,7 @@ class PlanRequest:
     min_headroom_mib: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Option:
     """One way to run the workload on the card, with its density, headroom, isolation and risk.
 
@@ -107,7 +107,7 @@ class Option:
     why_not: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recommendation:
     """The chosen option, why it wins, and how to set it up in the cluster."""
 
@@ -118,7 +118,7 @@ class Recommendation:
     setup: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """Every option for one card and workload, and the recommendation (None when nothing qualifies)."""
 

@@ -18,7 +18,7 @@ ROUTINE_DAYS = 62
 """A failure at least every two months is routine work to automate, not an incident to improvise."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FleetRisk:
     """Expected GPU failures for one fleet, and what they cost when handled by hand.
 
@@ -37,7 +37,7 @@ class FleetRisk:
 
 
 def fleet_risk(
-    gpus: int, annual_failure_rate: float, hours_per_failure: float = 2.0, window_days: int = 30
+    gpus: int, *, annual_failure_rate: float, hours_per_failure: float = 2.0, window_days: int = 30
 ) -> FleetRisk:
     """Expected failures a year, the mean interval between them and the yearly manual toil.
 

@@ -92,7 +92,7 @@ DEFAULT_OPERATOR_HOURS_PER_CHANGE = 2.0
 """One driver upgrade with an operator: bump the version in the ClusterPolicy, watch the roll-out."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StackRequest:
     """The inputs of the plugin-or-operator question.
 
@@ -140,7 +140,7 @@ class Crossover:
     upgrades_per_year: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSource:
     """Where one input came from: ``given`` (a flag), ``read`` (the cluster, with its evidence) or
     ``assumed`` (a default, with what it stands for)."""
@@ -151,7 +151,7 @@ class InputSource:
     evidence: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StackPlan:
     """The answer: the route, why in one sentence, both routes' hours, their ratio and the crossover.
 
@@ -248,7 +248,7 @@ def _first(cheaper: Callable[[int], bool], guess: int, least: int) -> int:
     return at
 
 
-def plan_stack(req: StackRequest, inputs: tuple[InputSource, ...] = (), read_from: str = "") -> StackPlan:
+def plan_stack(req: StackRequest, *, inputs: tuple[InputSource, ...] = (), read_from: str = "") -> StackPlan:
     """Recommend a route: needs first, then hours (self-managed driver), then heterogeneity.
 
     Raises PlanInputError naming the flag when an input is out of range.
@@ -331,7 +331,7 @@ def _setup(route: Route, driver: DriverOwner) -> str:
     return f"{install} (a driver container per kernel); each upgrade: --set driver.version=NEW, watch the roll-out"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reading:
     """What a cluster (or a dump of one) says about the inputs, each with its evidence.
 
@@ -397,7 +397,7 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
         for name, (value, evidence) in read.items():
             if name not in values:
                 values[name] = value
-                sources[name] = InputSource(flag_of(name), _show(value), "read", evidence)
+                sources[name] = InputSource(flag=flag_of(name), value=_show(value), source="read", evidence=evidence)
     missing = [flag_of(k) for k in ("nodes", "driver") if k not in values]
     if missing:
         raise PlanInputError(
@@ -417,21 +417,34 @@ def resolve(given: Mapping[str, Any], reading: Reading | None = None) -> tuple[S
         elif f.name == "needs":
             out.append(_needs_source(req.needs, given_needs, reading if mig_read else None))
         elif f.name in given and given[f.name] is not None:
-            out.append(InputSource(flag_of(f.name), _show(value), "given"))
+            out.append(InputSource(flag=flag_of(f.name), value=_show(value), source="given"))
         elif f.name == "hours_per_node":
-            out.append(InputSource(flag_of(f.name), _show(value), "assumed", _HOURS_ASSUMED[req.driver]))
+            out.append(
+                InputSource(
+                    flag=flag_of(f.name), value=_show(value), source="assumed", evidence=_HOURS_ASSUMED[req.driver]
+                )
+            )
         else:
-            out.append(InputSource(flag_of(f.name), _show(value), "assumed", _ASSUMED[f.name]))
+            out.append(
+                InputSource(flag=flag_of(f.name), value=_show(value), source="assumed", evidence=_ASSUMED[f.name])
+            )
     return req, tuple(out)
 
 
 def _needs_source(needs: tuple[Need, ...], given: frozenset[Need], reading: Reading | None) -> InputSource:
     value = ", ".join(n.value for n in needs) or "none"
     if reading is not None:
-        return InputSource("--need", value, "read", reading.mig_evidence + (" (the rest given)" if given else ""))
+        return InputSource(
+            flag="--need",
+            value=value,
+            source="read",
+            evidence=reading.mig_evidence + (" (the rest given)" if given else ""),
+        )
     if given:
-        return InputSource("--need", value, "given")
-    return InputSource("--need", value, "assumed", "no MIG, rolling driver upgrades, GitOps or DRA")
+        return InputSource(flag="--need", value=value, source="given")
+    return InputSource(
+        flag="--need", value=value, source="assumed", evidence="no MIG, rolling driver upgrades, GitOps or DRA"
+    )
 
 
 def _show(value: Any) -> str:

@@ -37,14 +37,19 @@ from gpuchain.kube.objects import Obj, created_of
 
 POLICY_NAME = "gpuchain-gpu-health-writes"
 VAP = register_kind(
-    Kind("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False)
+    Kind(
+        api_version="admissionregistration.k8s.io/v1",
+        kind="ValidatingAdmissionPolicy",
+        plural="validatingadmissionpolicies",
+        namespaced=False,
+    )
 )
 VAP_BINDING = register_kind(
     Kind(
-        "admissionregistration.k8s.io/v1",
-        "ValidatingAdmissionPolicyBinding",
-        "validatingadmissionpolicybindings",
-        False,
+        api_version="admissionregistration.k8s.io/v1",
+        kind="ValidatingAdmissionPolicyBinding",
+        plural="validatingadmissionpolicybindings",
+        namespaced=False,
     )
 )
 
@@ -69,7 +74,7 @@ def trusted_since(binding: Obj) -> str:
     return created_of(binding)
 
 
-def written_under_policy(node: Obj, since: str, condition_type: str = "GPUHealthy") -> bool:
+def written_under_policy(node: Obj, *, since: str, condition_type: str = "GPUHealthy") -> bool:
     """Was the node's GPU health condition last written at or after ``since`` (both RFC 3339)?"""
     for c in (node.get("status") or {}).get("conditions") or []:
         if c.get("type") == condition_type:

@@ -84,7 +84,7 @@ class Outcome:
         return data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """One pass: what was done (or would be), what was left alone and why, and the breaker."""
 
@@ -127,7 +127,7 @@ class Report:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Memory:
     """What the status ConfigMap remembers between passes."""
 
@@ -138,7 +138,7 @@ class Memory:
     """The ConfigMap as read (None: absent), so writing it back needs no second read."""
 
 
-def budget_pods(pods: list[Obj], pdbs: list[Obj], list_pods: Callable[..., list[Obj]]) -> list[Obj]:
+def budget_pods(pods: list[Obj], *, pdbs: list[Obj], list_pods: Callable[..., list[Obj]]) -> list[Obj]:
     """The pods budgets count that ``pods`` (those on unhealthy nodes) lack: every other pod of
     each namespace that has both a budget and a pod on an unhealthy node. Predicting a budget from
     the unhealthy nodes alone would count only the replicas about to go and hold every eviction."""
@@ -160,6 +160,7 @@ class Remediator:
     def __init__(
         self,
         cluster: Cluster,
+        *,
         policy: Policy | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         dry_run: bool = False,
@@ -182,8 +183,8 @@ class Remediator:
         even a taint of ours is lifted on their word)."""
         if not self.verify_node_writes:
             return nodes, []
-        binding = self.cluster.get_or_none(VAP_BINDING, POLICY_NAME)
-        refusal = verify_writes(self.cluster.get_or_none(VAP, POLICY_NAME), binding)
+        binding = self.cluster.get_or_none(VAP_BINDING, name=POLICY_NAME)
+        refusal = verify_writes(self.cluster.get_or_none(VAP, name=POLICY_NAME), binding)
         if refusal != self._refusal:
             if refusal:
                 log.error("not acting on any node's GPU health: %s", refusal)
@@ -192,19 +193,19 @@ class Remediator:
         held: list[Held] = []
         for node in nodes:
             name = str(node["metadata"]["name"])
-            if refusal is None and binding is not None and written_under_policy(node, trusted_since(binding)):
+            if refusal is None and binding is not None and written_under_policy(node, since=trusted_since(binding)):
                 trusted.append(node)
             elif find_condition(node) is not None:
                 why = refusal or (
                     f"its {CONDITION_TYPE} condition was written before ValidatingAdmissionPolicy {POLICY_NAME} "
                     "was bound; waiting for gpu-health to publish again"
                 )
-                held.append(Held(name, HoldReason.UNVERIFIED, why))
+                held.append(Held(node=name, why=HoldReason.UNVERIFIED, detail=why))
         return trusted, held
 
     def read_memory(self) -> Memory:
         """The status ConfigMap's memory; an absent or unreadable one starts empty (logged)."""
-        cm = self.cluster.get_or_none(CONFIGMAP, STATUS_NAME, self.namespace)
+        cm = self.cluster.get_or_none(CONFIGMAP, name=STATUS_NAME, namespace=self.namespace)
         data = (cm or {}).get("data") or {}
         try:
             history = {str(k): float(v) for k, v in json.loads(data.get("history") or "{}").items()}
@@ -212,7 +213,7 @@ class Remediator:
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("status ConfigMap %s/%s unreadable (%s); starting fresh", self.namespace, STATUS_NAME, exc)
             history, blocked = {}, frozenset()
-        return Memory(history, blocked, data.get("breaker") == "open", cm)
+        return Memory(history=history, blocked=blocked, tripped=data.get("breaker") == "open", live=cm)
 
     def run_once(self) -> Report:
         """One pass; see the module docstring."""
@@ -222,19 +223,27 @@ class Remediator:
         for node in unhealthy:
             pods.extend(self.cluster.list(POD, field_selector=f"spec.nodeName={node['metadata']['name']}"))
         pdbs = self.cluster.list(PDB) if unhealthy else []
-        pods.extend(budget_pods(pods, pdbs, self.cluster.list))
+        pods.extend(budget_pods(pods, pdbs=pdbs, list_pods=self.cluster.list))
         memory = self.read_memory()
-        decision = decide(nodes, pods, pdbs, self.policy, memory.history, self.clock())
+        decision = decide(nodes, pods=pods, pdbs=pdbs, policy=self.policy, history=memory.history, now=self.clock())
         if decision.actions and self.verify_node_writes:
             # act only on what the admission policy vouches for (checked only when there is
             # something to do, so a quiet pass stays two reads)
             trusted, untrusted = self.trusted_nodes(nodes)
             if untrusted:
-                decision = decide(trusted, pods, pdbs, self.policy, memory.history, self.clock())
+                decision = decide(
+                    trusted, pods=pods, pdbs=pdbs, policy=self.policy, history=memory.history, now=self.clock()
+                )
                 decision = replace(decision, held=(*untrusted, *decision.held))
         if self.dry_run:
             outcomes = tuple(Outcome(a, "would") for a in decision.actions)
-            return Report(True, decision.breaker, outcomes, decision.held, decision.unhealthy)
+            return Report(
+                dry_run=True,
+                breaker=decision.breaker,
+                outcomes=outcomes,
+                held=decision.held,
+                unhealthy=decision.unhealthy,
+            )
         outcomes = tuple(self._apply(a, memory.blocked) for a in decision.actions)
         blocked = {h.pod for h in decision.held if h.why is HoldReason.PDB and h.pod}
         blocked |= {o.action.pod for o in outcomes if o.result == "blocked" and o.action.pod}
@@ -246,10 +255,16 @@ class Remediator:
         status = self._write_status(decision.breaker, decision.history, blocked, memory.live)
         if decision.breaker.tripped != memory.tripped:
             if decision.breaker.tripped:
-                self.cluster.record_event(status, EVENT_PAUSED, decision.breaker.message, "Warning", COMPONENT)
+                self.cluster.record_event(
+                    status, reason=EVENT_PAUSED, message=decision.breaker.message, type="Warning", component=COMPONENT
+                )
             else:
-                self.cluster.record_event(status, EVENT_RESUMED, decision.breaker.message, "Normal", COMPONENT)
-        return Report(False, decision.breaker, outcomes, decision.held, decision.unhealthy)
+                self.cluster.record_event(
+                    status, reason=EVENT_RESUMED, message=decision.breaker.message, type="Normal", component=COMPONENT
+                )
+        return Report(
+            dry_run=False, breaker=decision.breaker, outcomes=outcomes, held=decision.held, unhealthy=decision.unhealthy
+        )
 
     def _apply(self, action: Action, reported: frozenset[str] = frozenset()) -> Outcome:
         """Carry out one action and record its Event; an API error fails this action only.
@@ -272,8 +287,10 @@ class Remediator:
                     return Outcome(action, "gone", "pod already gone")
                 self._event_on_pod(action.pod, action.reason, action.message, "Warning")
             else:
-                node = self.cluster.patch(NODE, action.node, dict(action.patch or {}))
-                self.cluster.record_event(node, action.reason, action.message, "Normal", COMPONENT)
+                node = self.cluster.patch(NODE, name=action.node, patch=dict(action.patch or {}))
+                self.cluster.record_event(
+                    node, reason=action.reason, message=action.message, type="Normal", component=COMPONENT
+                )
         except KubeError as exc:
             log.error("%s on node %s failed: %s", action.kind.value, action.node, exc)
             return Outcome(action, "failed", str(exc))
@@ -282,7 +299,7 @@ class Remediator:
     def _event_on_pod(self, pod: str, reason: str, message: str, kind: Literal["Normal", "Warning"]) -> None:
         namespace, name = pod.split("/")
         regarding = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
-        self.cluster.record_event(regarding, reason, message, kind, COMPONENT)
+        self.cluster.record_event(regarding, reason=reason, message=message, type=kind, component=COMPONENT)
 
     def _write_status(self, breaker: Breaker, history: Mapping[str, float], blocked: set[str], live: Obj | None) -> Obj:
         """The breaker state where people and alerts can see it; written only when it changed."""
@@ -302,7 +319,7 @@ class Remediator:
                 "blocked": json.dumps(sorted(blocked)),
             },
         }
-        return self.cluster.apply(cm, live, known_live=True).object
+        return self.cluster.apply(cm, live=live, known_live=True).object
 
     async def run(self, interval: float = 10.0, stop: asyncio.Event | None = None) -> None:
         """Pass after pass every ``interval`` seconds until ``stop`` is set; a failed pass is logged, not fatal."""

@@ -72,7 +72,7 @@ class HoldReason(enum.StrEnum):
     UNVERIFIED = "unverified-writes"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     """How far the remediator may go. Validated on construction; errors name the field."""
 
@@ -92,7 +92,7 @@ class Policy:
             raise ValueError(f"window_s: {self.window_s} must be positive, e.g. 600 for 10 minutes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Action:
     """One change to make. ``patch`` is the Node merge patch for node actions; ``pod`` is ``ns/name``."""
 
@@ -113,7 +113,7 @@ class Action:
         return f"{', '.join(f'XID {x}' for x in self.xids) or 'lost'} on {', '.join(self.devices)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Held:
     """Something left alone on purpose, and why (``pdb`` names the blocking budget)."""
 
@@ -124,7 +124,7 @@ class Held:
     pdb: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Breaker:
     """The circuit breaker's reading this pass."""
 
@@ -145,7 +145,7 @@ class Breaker:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """Everything ``decide`` concluded. ``history`` is the breaker's memory to keep for the next pass."""
 
@@ -168,6 +168,7 @@ def parse_time(stamp: str) -> float | None:
 
 def decide(
     nodes: Iterable[Obj],
+    *,
     pods: Iterable[Obj],
     pdbs: Iterable[Obj],
     policy: Policy,
@@ -194,16 +195,16 @@ def decide(
     if breaker.tripped:
         held.extend(
             Held(
-                a.node,
-                HoldReason.BREAKER,
-                f"{a.kind.value} paused by the breaker: {a.cause}",
+                node=a.node,
+                why=HoldReason.BREAKER,
+                detail=f"{a.kind.value} paused by the breaker: {a.cause}",
                 pod=a.pod,
             )
             for a in actions
         )
         actions = []
     unhealthy = tuple(sorted(v.name for v in views if v.unhealthy))
-    return Decision(tuple(actions), tuple(held), breaker, new_history, unhealthy)
+    return Decision(actions=tuple(actions), held=tuple(held), breaker=breaker, history=new_history, unhealthy=unhealthy)
 
 
 def _breaker(
@@ -227,7 +228,15 @@ def _breaker(
     share = len(affected) / gpu_nodes if gpu_nodes else 0.0
     tripped = len(affected) >= policy.breaker_min_nodes and share > policy.breaker_share
     return (
-        Breaker(tripped, affected, gpu_nodes, share, policy.breaker_share, policy.window_s, policy.breaker_min_nodes),
+        Breaker(
+            tripped=tripped,
+            affected=affected,
+            gpu_nodes=gpu_nodes,
+            share=share,
+            limit=policy.breaker_share,
+            window_s=policy.window_s,
+            min_nodes=policy.breaker_min_nodes,
+        ),
         remembered,
     )
 
@@ -236,13 +245,15 @@ def _remediate(
     view: NodeGpus, pods: list[Obj], pdbs: list[Obj], policy: Policy, stages: Mapping[str, Stage] | None
 ) -> tuple[list[Action], list[Held]]:
     if view.error:
-        return [], [Held(view.name, HoldReason.BAD_ANNOTATION, view.error)]
+        return [], [Held(node=view.name, why=HoldReason.BAD_ANNOTATION, detail=view.error)]
     # a GPU whose loop asked for a reboot needs it whatever its fault says now (its burn-in failed
     # after the reset, while the fault left is one that needs nothing, e.g. retired pages at DCGM's limit)
     reboot = {u for u, s in (stages or {}).items() if s is Stage.REBOOT}
     faults = [f for f in view.faults.values() if not f.harmless or f.gpu in reboot]
     if not view.faults:
-        return [], [Held(view.name, HoldReason.NO_FAULT_DATA, "GPUHealthy=False but no gpu-faults annotation")]
+        return [], [
+            Held(node=view.name, why=HoldReason.NO_FAULT_DATA, detail="GPUHealthy=False but no gpu-faults annotation")
+        ]
     if not faults:
         return [], []
     actions = _node_actions(view, faults, policy, stages)
@@ -276,10 +287,10 @@ def _node_actions(
         others = [dict(t) for t in view.taints if t.get("key") != TAINT_KEY]
         actions.append(
             Action(
-                ActionKind.TAINT,
-                view.name,
-                "GPUNodeTainted",
-                f"tainted {TAINT_KEY}={worst.value}:NoSchedule: {why}",
+                kind=ActionKind.TAINT,
+                node=view.name,
+                reason="GPUNodeTainted",
+                message=f"tainted {TAINT_KEY}={worst.value}:NoSchedule: {why}",
                 devices=devices,
                 xids=xids,
                 patch=_taints_patch(view, [*others, taint]),
@@ -288,10 +299,10 @@ def _node_actions(
     if policy.node_action in (NodeAction.CORDON, NodeAction.BOTH) and not view.unschedulable:
         actions.append(
             Action(
-                ActionKind.CORDON,
-                view.name,
-                "GPUNodeCordoned",
-                f"cordoned: {why}",
+                kind=ActionKind.CORDON,
+                node=view.name,
+                reason="GPUNodeCordoned",
+                message=f"cordoned: {why}",
                 devices=devices,
                 xids=xids,
                 patch={
@@ -327,26 +338,41 @@ def _evictions(
         hit = targets[key]
         cause = "; ".join(f.summary() for f in hit)
         if namespace in policy.protected_namespaces:
-            held.append(Held(view.name, HoldReason.PROTECTED_NAMESPACE, f"namespace {namespace} is protected", key))
+            held.append(
+                Held(
+                    node=view.name,
+                    why=HoldReason.PROTECTED_NAMESPACE,
+                    detail=f"namespace {namespace} is protected",
+                    pod=key,
+                )
+            )
             continue
         pod = _find_pod(remaining, namespace, name, view.name)
         if pod is None or _finished(pod):
             continue
         same_ns = [p for p in remaining if p.get("metadata", {}).get("namespace") == namespace]
-        budget = blocking_budget(pod, [b for b in pdbs if b.get("metadata", {}).get("namespace") == namespace], same_ns)
+        budget = blocking_budget(
+            pod, pdbs=[b for b in pdbs if b.get("metadata", {}).get("namespace") == namespace], pods=same_ns
+        )
         if budget is not None:
             pdb = str(budget["metadata"]["name"])
             held.append(
-                Held(view.name, HoldReason.PDB, f"PodDisruptionBudget {namespace}/{pdb} allows no disruption", key, pdb)
+                Held(
+                    node=view.name,
+                    why=HoldReason.PDB,
+                    detail=f"PodDisruptionBudget {namespace}/{pdb} allows no disruption",
+                    pod=key,
+                    pdb=pdb,
+                )
             )
             continue
         remaining.remove(pod)
         actions.append(
             Action(
-                ActionKind.EVICT,
-                view.name,
-                "GPUWorkloadEvicted",
-                f"evicted from node {view.name}: its GPU failed ({cause})",
+                kind=ActionKind.EVICT,
+                node=view.name,
+                reason="GPUWorkloadEvicted",
+                message=f"evicted from node {view.name}: its GPU failed ({cause})",
                 pod=key,
                 devices=tuple(sorted({f.uuid for f in hit})),
                 xids=tuple(sorted({x for f in hit for x in f.xids})),
@@ -389,20 +415,20 @@ def _restore(view: NodeGpus) -> list[Action]:
         keep = [dict(t) for t in view.taints if t.get("key") != TAINT_KEY]
         actions.append(
             Action(
-                ActionKind.UNTAINT,
-                view.name,
-                "GPUNodeUntainted",
-                f"removed taint {TAINT_KEY}: GPUs healthy again",
+                kind=ActionKind.UNTAINT,
+                node=view.name,
+                reason="GPUNodeUntainted",
+                message=f"removed taint {TAINT_KEY}: GPUs healthy again",
                 patch=_taints_patch(view, keep),
             )
         )
     if view.cordoned_by_us and view.unschedulable:
         actions.append(
             Action(
-                ActionKind.UNCORDON,
-                view.name,
-                "GPUNodeUncordoned",
-                "uncordoned: GPUs healthy again",
+                kind=ActionKind.UNCORDON,
+                node=view.name,
+                reason="GPUNodeUncordoned",
+                message="uncordoned: GPUs healthy again",
                 patch={"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}}},
             )
         )

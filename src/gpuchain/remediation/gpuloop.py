@@ -73,7 +73,7 @@ class Work(enum.StrEnum):
     BURN_IN = "burn-in"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoopPolicy:
     """How hard the loop tries. Validated on construction; errors name the field."""
 
@@ -107,7 +107,7 @@ class Step:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuRecord:
     """One GPU's place in the loop, as kept on the Node."""
 
@@ -170,6 +170,7 @@ def needs_repair(fault: Fault | None, overrides: Mapping[int, XidOverride] | Non
 
 def advance(
     rec: GpuRecord,
+    *,
     fault: Fault | None,
     pods: tuple[str, ...],
     breaker_open: bool,
@@ -252,7 +253,7 @@ def _advance_once(
 
 
 def complete(
-    rec: GpuRecord, work: Work, ok: bool, detail: str, boot_id: str, now: float, policy: LoopPolicy
+    rec: GpuRecord, *, work: Work, ok: bool, detail: str, boot_id: str, now: float, policy: LoopPolicy
 ) -> GpuRecord:
     """Record the result of the work ``advance`` asked for."""
     if work is Work.RESET:
@@ -312,7 +313,7 @@ def reboot_reason(records: Mapping[str, GpuRecord]) -> str | None:
     return "; ".join(f"{u}: {r.timeline[-1].note if r.timeline else r.cause}" for u, r in waiting)
 
 
-def keep(rec: GpuRecord, now: float, policy: LoopPolicy) -> bool:
+def keep(rec: GpuRecord, *, now: float, policy: LoopPolicy) -> bool:
     """Whether a record still belongs on the Node: any stage but healthy, or a repair within the window."""
     return rec.stage is not Stage.HEALTHY or bool(_recent(rec.repairs, now, policy))
 
@@ -328,7 +329,7 @@ def encode_records(records: Mapping[str, GpuRecord]) -> str:
 
 def decode_records(text: str | None) -> dict[str, GpuRecord]:
     """Parse the annotation; absent or empty means every GPU healthy. Raises AnnotationError naming it."""
-    data = load_annotation(LOOP_ANNOTATION, text, {})
+    data = load_annotation(LOOP_ANNOTATION, text=text, empty={})
     records: dict[str, GpuRecord] = {}
     for uuid, item in data.items():
         try:

@@ -88,7 +88,7 @@ MAX_RETRY_S = 60.0
 """The longest wait after failed passes: an API server shedding writes is not hammered by every node."""
 
 
-def retry_delay(interval: float, failures: int, draw: Callable[[float, float], float] = random.uniform) -> float:
+def retry_delay(interval: float, *, failures: int, draw: Callable[[float, float], float] = random.uniform) -> float:
     """The wait after ``failures`` passes failed in a row: ``interval`` plus a random share (jitter, so
     a fleet of agents does not retry in step) of a span that doubles per failure up to ``MAX_RETRY_S``."""
     span = min(interval * (2 ** min(failures, 32) - 1), max(MAX_RETRY_S - interval, 0.0))
@@ -115,7 +115,7 @@ OUTCOMES = (
 REPAIR_STAGES = tuple(s for s in Stage if s is not Stage.HEALTHY)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoopMetrics:
     """What the loop did since the agent started, served by ``gpu-health --metrics-port``.
 
@@ -173,7 +173,7 @@ class LoopMetrics:
             self.outcomes[outcome] += 1
             self.generation += 1
 
-    def finished_pass(self, records: Mapping[str, GpuRecord] | None, error: str | None, at: float) -> None:
+    def finished_pass(self, records: Mapping[str, GpuRecord] | None, *, error: str | None, at: float) -> None:
         """A pass ended: the GPUs per stage after it (None: unknown, the pass failed) and its error."""
         with self._lock:
             if records is not None:
@@ -213,7 +213,7 @@ class LoopMetrics:
             [
                 s
                 for stage in sorted(durations)
-                for s in histogram(name, {"stage": stage, **node}, STAGE_BUCKETS, durations[stage])
+                for s in histogram(name, labels={"stage": stage, **node}, bounds=STAGE_BUCKETS, values=durations[stage])
             ],
         )
         name = "gpuchain_gpu_repair_duration_seconds"
@@ -221,7 +221,7 @@ class LoopMetrics:
             name,
             "Seconds from a fault's detection (the GPU quarantined) to the GPU's re-admission.",
             "histogram",
-            histogram(name, node, STAGE_BUCKETS, repairs),
+            histogram(name, labels=node, bounds=STAGE_BUCKETS, values=repairs),
         )
         name = "gpuchain_gpu_repair_outcomes"
         yield Family(
@@ -295,6 +295,7 @@ class GpuLoopAgent:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         cluster: Cluster,
         node_name: str,
         policy: LoopPolicy | None = None,
@@ -313,7 +314,7 @@ class GpuLoopAgent:
         self.policy = policy or LoopPolicy()
         self.namespace = namespace
         self.clock = clock
-        self.metrics = LoopMetrics(node_name)
+        self.metrics = LoopMetrics(node=node_name)
         self._indexes: dict[str, int] = {}
         self._devices: dict[str, tuple[str, ...]] = {}
         self._unrecorded: dict[str, tuple[dict[str, Any] | None, GpuRecord]] = {}
@@ -323,7 +324,7 @@ class GpuLoopAgent:
     def breaker_open(self) -> bool:
         """The remediator's breaker, from its status ConfigMap; unreadable counts as open (safe)."""
         try:
-            cm = self.cluster.get_or_none(CONFIGMAP, STATUS_NAME, self.namespace)
+            cm = self.cluster.get_or_none(CONFIGMAP, name=STATUS_NAME, namespace=self.namespace)
         except KubeError as exc:
             log.warning(
                 "cannot read %s/%s (%s); holding resets as if the breaker were open", self.namespace, STATUS_NAME, exc
@@ -355,7 +356,7 @@ class GpuLoopAgent:
         work done that the closing write could not record are kept in this process
         (``_unrecorded``) and used while the Node still shows what was written before the work, so
         a burn-in that passed is not run again either."""
-        node = self.cluster.get(NODE, self.node_name)
+        node = self.cluster.get(NODE, name=self.node_name)
         annotations = dict(annotations_of(node))
         recorded = decode_records(annotations.get(LOOP_ANNOTATION))
         records = self._with_unrecorded(recorded)
@@ -370,7 +371,7 @@ class GpuLoopAgent:
         after: dict[str, GpuRecord] = {}
         unrecordable: KubeError | None = None
         for uuid in sorted(set(records) | set(by_gpu)):
-            rec = records.get(uuid) or GpuRecord(uuid)
+            rec = records.get(uuid) or GpuRecord(uuid=uuid)
             if rec.index is None and uuid in self._indexes:
                 rec = replace(rec, index=self._indexes[uuid])
             fault = by_gpu.get(uuid)
@@ -378,7 +379,15 @@ class GpuLoopAgent:
             holding = tuple(sorted({ref for d in devices for ref in pods.get(d, ())}))
             for _ in range(MAX_WORK_PER_PASS):
                 ready = rec
-                rec, work = advance(rec, fault, holding, breaker, boot_id, self.clock(), self.policy)
+                rec, work = advance(
+                    rec,
+                    fault=fault,
+                    pods=holding,
+                    breaker_open=breaker,
+                    boot_id=boot_id,
+                    now=self.clock(),
+                    policy=self.policy,
+                )
                 if work is None:
                     break
                 if unrecordable is None:
@@ -400,9 +409,11 @@ class GpuLoopAgent:
                     rec = replace(ready, waiting=f"waiting for NVML to be taken back before the {work.value}")
                     break
                 self.metrics.count(f"{work.value}-{'ok' if ok else 'failed'}")
-                rec = complete(rec, work, ok, detail, boot_id, self.clock(), self.policy)
+                rec = complete(
+                    rec, work=work, ok=ok, detail=detail, boot_id=boot_id, now=self.clock(), policy=self.policy
+                )
             after[uuid] = rec
-        kept = {u: r for u, r in after.items() if keep(r, self.clock(), self.policy)}
+        kept = {u: r for u, r in after.items() if keep(r, now=self.clock(), policy=self.policy)}
         shown = decode_records(annotations.get(LOOP_ANNOTATION))
         try:
             written = self._write(node, annotations, kept, breaker)
@@ -431,7 +442,7 @@ class GpuLoopAgent:
         (what was told before), once they are on the Node: a stage a failed write kept off the Node
         is told when a later write records it, not on every pass that recomputes it."""
         for uuid, rec in records.items():
-            told = announced.get(uuid) or GpuRecord(uuid, rec.index)
+            told = announced.get(uuid) or GpuRecord(uuid=uuid, index=rec.index)
             self.metrics.observe(told, rec)
             self._events(node, told, rec)
             announced[uuid] = rec
@@ -440,11 +451,11 @@ class GpuLoopAgent:
         """Write the loop annotation and the quarantine list for ``records`` unless the Node already
         shows them; ``annotations`` becomes what the Node shows. Raises the port's error: the work
         the record asks for must then not run."""
-        kept = {u: r for u, r in records.items() if keep(r, self.clock(), self.policy)}
+        kept = {u: r for u, r in records.items() if keep(r, now=self.clock(), policy=self.policy)}
         wanted = {LOOP_ANNOTATION: encode_records(kept), QUARANTINE_ANNOTATION: encode_quarantine(withheld(kept))}
         patch = {k: v for k, v in wanted.items() if annotations.get(k) != v}
         if patch:
-            written = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+            written = self.cluster.patch(NODE, name=self.node_name, patch={"metadata": {"annotations": patch}})
             annotations.clear()
             annotations.update(annotations_of(written))
 
@@ -485,7 +496,7 @@ class GpuLoopAgent:
             raise ReleasedError(f"GPU {index}: NVML is not taken back yet after an earlier reset")
         if self.board is None:
             return self._reset_now(index)
-        with self.board.letting_go((uuid,), f"reset GPU {index}", self.release_wait, by=COMPONENT) as seen:
+        with self.board.letting_go((uuid,), reason=f"reset GPU {index}", wait=self.release_wait, by=COMPONENT) as seen:
             try:
                 ok, detail = self._reset_now(index)
             except ReleasedError:
@@ -518,7 +529,7 @@ class GpuLoopAgent:
             if step.note:
                 message += f": {step.note}"
             try:
-                self.cluster.record_event(node, reason, message, kind, COMPONENT)
+                self.cluster.record_event(node, reason=reason, message=message, type=kind, component=COMPONENT)
             except KubeError as exc:  # an Event is a courtesy; the annotation is the record
                 log.warning("could not record %s on Node %s: %s", reason, self.node_name, exc)
 
@@ -535,12 +546,12 @@ class GpuLoopAgent:
         }
         patch = {k: v for k, v in wanted.items() if annotations.get(k) != v}
         if patch:
-            node = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+            node = self.cluster.patch(NODE, name=self.node_name, patch={"metadata": {"annotations": patch}})
         before = find_condition(node, REBOOT_CONDITION)
         status = "True" if request else "False"
         if (before is None and request) or (before is not None and before.status != status):
             message = request or "no GPU needs the node rebooted"
-            self.cluster.set_condition(NODE, self.node_name, _condition(status, message))
+            self.cluster.set_condition(NODE, name=self.node_name, condition=_condition(status, message))
         return bool(patch)
 
     async def run(self, stop: asyncio.Event | None = None, interval: float = 5.0) -> None:
@@ -555,12 +566,12 @@ class GpuLoopAgent:
                 result = await asyncio.to_thread(self.run_once)
             except Exception as exc:
                 failures += 1
-                wait = retry_delay(interval, failures)
+                wait = retry_delay(interval, failures=failures)
                 log.exception("GPU repair pass on node %s failed; retrying in %.1f s", self.node_name, wait)
-                self.metrics.finished_pass(None, f"{type(exc).__name__}: {exc}", self.clock())
+                self.metrics.finished_pass(None, error=f"{type(exc).__name__}: {exc}", at=self.clock())
             else:
                 failures = 0
-                self.metrics.finished_pass(result.records, None, self.clock())
+                self.metrics.finished_pass(result.records, error=None, at=self.clock())
             await wait_event(stop, wait)
 
 

@@ -42,7 +42,7 @@ class AnnotationError(ValueError):
     """A published annotation is not the JSON shape this module writes; the message names it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fault:
     """One unhealthy device as the node publishes it.
 
@@ -141,7 +141,7 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
     (written by a gpu-health from before nodes published their verdict), or with one this version
     does not know (``Fault.unknown_resolution``), is judged by the shipped XID table. Raises
     AnnotationError naming the key for what is not the shape gpu-health writes."""
-    data = load_annotation(FAULTS_ANNOTATION, text, {})
+    data = load_annotation(FAULTS_ANNOTATION, text=text, empty={})
     faults: dict[str, Fault] = {}
     for uuid, item in data.items():
         if not isinstance(item, dict):
@@ -155,15 +155,15 @@ def decode_faults(text: str | None) -> dict[str, Fault]:
             resolution = Resolution(verdict) if isinstance(verdict, str) and verdict in _RESOLUTIONS else None
             unknown = "" if verdict is None or resolution is not None else str(verdict)
             faults[uuid] = Fault(
-                uuid,
-                str(item.get("gpu", uuid)),
-                xids,
-                bool(item.get("lost", False)),
-                covers,
-                probes,
-                repeated,
-                resolution,
-                unknown,
+                uuid=uuid,
+                gpu=str(item.get("gpu", uuid)),
+                xids=xids,
+                lost=bool(item.get("lost", False)),
+                covers=covers,
+                probes=probes,
+                repeated=repeated,
+                resolution=resolution,
+                unknown_resolution=unknown,
             )
         except (TypeError, ValueError) as exc:
             raise AnnotationError(f"{FAULTS_ANNOTATION}: {uuid}: {exc}") from None
@@ -177,7 +177,7 @@ def encode_pods(pods: Mapping[str, tuple[str, ...]]) -> str:
 
 def decode_pods(text: str | None) -> dict[str, tuple[str, ...]]:
     """Parse the pods annotation. Raises AnnotationError naming the key and the bad entry."""
-    data = load_annotation(PODS_ANNOTATION, text, {})
+    data = load_annotation(PODS_ANNOTATION, text=text, empty={})
     pods: dict[str, tuple[str, ...]] = {}
     for uuid, refs in data.items():
         if not isinstance(refs, list) or not all(isinstance(r, str) and r.count("/") == 2 for r in refs):
@@ -186,7 +186,7 @@ def decode_pods(text: str | None) -> dict[str, tuple[str, ...]]:
     return pods
 
 
-def load_annotation(key: str, text: str | None, empty: dict[str, Any]) -> dict[str, Any]:
+def load_annotation(key: str, *, text: str | None, empty: dict[str, Any]) -> dict[str, Any]:
     """The JSON object an annotation holds (``empty`` when absent or empty); AnnotationError naming
     ``key`` when it is not JSON or not an object."""
     if not text:
@@ -200,7 +200,7 @@ def load_annotation(key: str, text: str | None, empty: dict[str, Any]) -> dict[s
     return data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Condition:
     """The GPUHealthy condition as found on a Node."""
 
@@ -219,10 +219,10 @@ def find_condition(node: Mapping[str, Any], kind: str = CONDITION_TYPE) -> Condi
     for c in (node.get("status") or {}).get("conditions") or []:
         if c.get("type") == kind:
             return Condition(
-                str(c.get("status", "Unknown")),
-                str(c.get("reason", "")),
-                str(c.get("message", "")),
-                str(c.get("lastTransitionTime", "")),
+                status=str(c.get("status", "Unknown")),
+                reason=str(c.get("reason", "")),
+                message=str(c.get("message", "")),
+                last_transition=str(c.get("lastTransitionTime", "")),
             )
     return None
 
@@ -236,7 +236,7 @@ def condition_for(faults: Mapping[str, Fault]) -> tuple[str, str, str]:
     return "False", reason, f"{len(faults)} unhealthy: {message}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeGpus:
     """The controller's view of one node: what its publisher said, and what the node looks like."""
 

@@ -60,7 +60,7 @@ PodSource = Callable[[], list[Assignment]]
 """Where device assignments come from: ``PodResourcesClient(socket).list`` on a node."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FaultTracker:
     """Which devices are unhealthy and with which XIDs (pure state; the caller passes the clock).
 
@@ -77,7 +77,7 @@ class FaultTracker:
 
     @classmethod
     def with_policy(cls, policy: HealthPolicy | None = None, quiet_seconds: float = 10.0) -> FaultTracker:
-        return cls(HealthState(policy or HealthPolicy(), quiet_seconds))
+        return cls(health=HealthState(policy=policy or HealthPolicy(), quiet_seconds=quiet_seconds))
 
     def observe(self, gpus: Iterable[Gpu]) -> None:
         """Remember each GPU's MIG devices (a lost GPU drops out of the inventory; its MIGs must not)."""
@@ -119,18 +119,32 @@ class FaultTracker:
             covers = (gpu, *self.migs.get(gpu, ()))
             xids = tuple(sorted(self.health.xids.get(gpu, ())))
             probed = self.probed.get(gpu, ())
-            out[gpu] = self._judged(Fault(gpu, gpu, xids, gpu in self.lost, covers, probed, self.health.repeated(gpu)))
+            out[gpu] = self._judged(
+                Fault(
+                    uuid=gpu,
+                    gpu=gpu,
+                    xids=xids,
+                    lost=gpu in self.lost,
+                    covers=covers,
+                    probes=probed,
+                    repeated=self.health.repeated(gpu),
+                )
+            )
         for mig, (parent, _) in self.health.bad_migs.items():
             if parent not in out:
                 xids = tuple(sorted(self.health.xids.get(mig, ())))
-                out[mig] = self._judged(Fault(mig, parent, xids, False, (mig,), repeated=self.health.repeated(mig)))
+                out[mig] = self._judged(
+                    Fault(
+                        uuid=mig, gpu=parent, xids=xids, lost=False, covers=(mig,), repeated=self.health.repeated(mig)
+                    )
+                )
         return out
 
     def _judged(self, fault: Fault) -> Fault:
         return replace(fault, resolution=fault.needs(self.health.policy.table))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PublishResult:
     """What one publish pass found and wrote."""
 
@@ -147,6 +161,7 @@ class GpuHealthPublisher:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         cluster: Cluster,
         node_name: str,
         pods: PodSource | None = None,
@@ -236,7 +251,7 @@ class GpuHealthPublisher:
             self.tracker.due(self.clock())
             faults = self.tracker.faults()
         pods = self._pod_map(inventory)
-        node = self.cluster.get(NODE, self.node_name)
+        node = self.cluster.get(NODE, name=self.node_name)
         wanted = {
             FAULTS_ANNOTATION: encode_faults(faults) if faults else None,
             PODS_ANNOTATION: encode_pods(pods) if pods else None,
@@ -244,21 +259,23 @@ class GpuHealthPublisher:
         current = annotations_of(node)
         patch = {k: v for k, v in wanted.items() if current.get(k) != v}
         if patch:
-            node = self.cluster.patch(NODE, self.node_name, {"metadata": {"annotations": patch}})
+            node = self.cluster.patch(NODE, name=self.node_name, patch={"metadata": {"annotations": patch}})
         status, reason, message = condition_for(faults)
         before = find_condition(node)
         same = before is not None and (before.status, before.reason, before.message) == (status, reason, message)
         if same and not _heartbeat_due(node, self.heartbeat_s):
-            return PublishResult(faults, pods, bool(patch), False)
-        self.cluster.set_condition(NODE, self.node_name, _condition(node, status, reason, message))
+            return PublishResult(faults=faults, pods=pods, annotations_written=bool(patch), condition_written=False)
+        self.cluster.set_condition(NODE, name=self.node_name, condition=_condition(node, status, reason, message))
         event = None
         if status == "False":
             event = EVENT_UNHEALTHY
-            self.cluster.record_event(node, event, message, type="Warning", component=COMPONENT)
+            self.cluster.record_event(node, reason=event, message=message, type="Warning", component=COMPONENT)
         elif before is not None and not before.healthy:
             event = EVENT_HEALTHY
-            self.cluster.record_event(node, event, message, component=COMPONENT)
-        return PublishResult(faults, pods, bool(patch), True, event)
+            self.cluster.record_event(node, reason=event, message=message, component=COMPONENT)
+        return PublishResult(
+            faults=faults, pods=pods, annotations_written=bool(patch), condition_written=True, event=event
+        )
 
     async def run(self, stop: asyncio.Event | None = None, resync: float = 30.0) -> None:
         """Publish now, then on every health change, recovery deadline and every ``resync`` seconds
@@ -282,7 +299,10 @@ class GpuHealthPublisher:
             wake.set()  # the stream marks' quiet period needs a timer
 
         consumer = spawn(
-            "gpu-health: health events", lambda: follow_events(self.backend.events, on_event, on_failure, on_subscribe)
+            "gpu-health: health events",
+            run=lambda: follow_events(
+                self.backend.events, on_event=on_event, on_failure=on_failure, on_subscribe=on_subscribe
+            ),
         )
         stopper = asyncio.create_task(stop.wait())
         try:

@@ -46,7 +46,7 @@ CONDITION = "GPUReady"
 COMPONENT = "gpuchain-gpu-readiness"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChainFacts:
     """What the node agent found on the node itself.
 
@@ -101,7 +101,7 @@ def assess(node: Mapping[str, Any], facts: ChainFacts) -> Readiness:
     return Readiness(True, "ChainReady", f"{allocatable} GPU units allocatable on {facts.gpus} GPUs; checked {checked}")
 
 
-def gate_patch(node: Mapping[str, Any], verdict: Readiness, taint: str = STARTUP_TAINT) -> dict[str, Any] | None:
+def gate_patch(node: Mapping[str, Any], *, verdict: Readiness, taint: str = STARTUP_TAINT) -> dict[str, Any] | None:
     """The Node patch that removes the startup taint (guarded by the version read), or None."""
     taints = (node.get("spec") or {}).get("taints") or []
     if not verdict.ready or not any(t.get("key") == taint for t in taints):
@@ -120,6 +120,7 @@ class ReadinessGate:
     def __init__(
         self,
         backend: GpuBackend,
+        *,
         cluster: Cluster,
         node_name: str,
         ready_files: ReadyFiles | None = None,
@@ -140,7 +141,7 @@ class ReadinessGate:
         try:
             inventory = self._inventory()  # while NVML is let go for a GPU reset: the GPUs seen before
         except GpuError as exc:
-            return ChainFacts(str(exc), None, 0, 0)
+            return ChainFacts(driver_error=str(exc), toolkit_ready=None, gpus=0, units=0)
         units = sum(len(g.mig_devices) if g.mig_enabled else 1 for g in inventory.gpus)
         toolkit = None if self.ready_files is None else self.ready_files.is_ready("toolkit")
         burn = None
@@ -154,7 +155,14 @@ class ReadinessGate:
                         # The repair loop resets a GPU of this process's node: no verdict, and none
                         # cached; the burn-in runs again on the next check.
                         waiting = "the burn-in waits: NVML is let go while a GPU on this node is reset"
-                        return ChainFacts(None, toolkit, len(inventory.gpus), units, None, waiting)
+                        return ChainFacts(
+                            driver_error=None,
+                            toolkit_ready=toolkit,
+                            gpus=len(inventory.gpus),
+                            units=units,
+                            burn_in=None,
+                            burn_in_waiting=waiting,
+                        )
                     except GpuError as exc:
                         failed.append(f"GPU {gpu.index}: {exc}")
                         continue
@@ -162,17 +170,21 @@ class ReadinessGate:
                         failed.append(f"GPU {gpu.index}: {result.summary()}")
                 self._burned = "; ".join(failed)
             burn = self._burned
-        return ChainFacts(None, toolkit, len(inventory.gpus), units, burn)
+        return ChainFacts(driver_error=None, toolkit_ready=toolkit, gpus=len(inventory.gpus), units=units, burn_in=burn)
 
     def run_once(self) -> Readiness:
         """Assess, lift the startup taint when ready, write GPUReady when it changed."""
-        node = self.cluster.get(NODE, self.node_name)
+        node = self.cluster.get(NODE, name=self.node_name)
         verdict = assess(node, self.facts())
-        patch = gate_patch(node, verdict, self.taint)
+        patch = gate_patch(node, verdict=verdict, taint=self.taint)
         if patch is not None:
-            node = self.cluster.patch(NODE, self.node_name, patch)
+            node = self.cluster.patch(NODE, name=self.node_name, patch=patch)
             self.cluster.record_event(
-                node, "GPUChainReady", f"removed taint {self.taint}: {verdict.message}", "Normal", COMPONENT
+                node,
+                reason="GPUChainReady",
+                message=f"removed taint {self.taint}: {verdict.message}",
+                type="Normal",
+                component=COMPONENT,
             )
         status = "True" if verdict.ready else "False"
         before = find_condition(node, CONDITION)
@@ -181,7 +193,7 @@ class ReadinessGate:
             verdict.reason,
             verdict.message,
         ):
-            self.cluster.set_condition(NODE, self.node_name, _condition(node, status, verdict))
+            self.cluster.set_condition(NODE, name=self.node_name, condition=_condition(node, status, verdict))
         return verdict
 
     async def run(self, stop: asyncio.Event | None = None, interval: float = 10.0) -> None:

@@ -32,7 +32,7 @@ from gpuchain.sim.render import render
 from gpuchain.sim.scenario import Scenario
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SimCluster:
     """A built scenario: the API server (objects and container logs), and the per-node plans behind it."""
 
@@ -56,7 +56,7 @@ class SimCluster:
         raise KeyError(f"no node {node!r} in scenario {self.scenario.name!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LiveNode:
     """What the kubelet peer reported for a node once the device plugin ran for real."""
 
@@ -83,16 +83,23 @@ def build(scenario: Scenario) -> SimCluster:
     plans = []
     for group in scenario.nodes:
         # Nodes of a group share every fact but their name: plan once, rename the rest.
-        first = plan_node(scenario, deployed, group, group.node_names()[0])
+        first = plan_node(scenario, policy=deployed, group=group, name=group.node_names()[0])
         plans += [first] + [dataclasses.replace(first, name=name) for name in group.node_names()[1:]]
-    out = render(scenario, plans, policy)
+    out = render(scenario, plans=plans, policy=policy)
     cluster = MemoryCluster(out.objects)
     for (namespace, pod, container), text in out.logs.items():
-        cluster.set_logs(pod, namespace, container, text)
-    return SimCluster(scenario, policy, plans, cluster, out.placements, build_seconds=time.perf_counter() - started)
+        cluster.set_logs(pod, namespace=namespace, container=container, text=text)
+    return SimCluster(
+        scenario=scenario,
+        policy=policy,
+        plans=plans,
+        cluster=cluster,
+        placements=out.placements,
+        build_seconds=time.perf_counter() - started,
+    )
 
 
-async def go_live(sim: SimCluster, limit: int = 8, timeout: float = 5.0) -> list[LiveNode]:
+async def go_live(sim: SimCluster, *, limit: int = 8, timeout: float = 5.0) -> list[LiveNode]:
     """Run the device plugin + kubelet peer for up to ``limit`` nodes whose plugin runs, and
     write the kubelet's capacity/allocatable into their Node status.
 
@@ -115,19 +122,19 @@ async def go_live(sim: SimCluster, limit: int = 8, timeout: float = 5.0) -> list
 
 async def _live_node(sim: SimCluster, plan: NodePlan, timeout: float) -> LiveNode:
     group = plan.group
-    config = plugin_config(sim.scenario, sim.policy, plan.config_key)
+    config = plugin_config(sim.scenario, policy=sim.policy, key=plan.config_key)
     layout = group.mig.config if group.mig is not None and group.mig.state.value == "success" else None
-    backend = backend_for(group.preset, plan.name, plan.driver_version, layout)
+    backend = backend_for(group.preset, node=plan.name, driver_version=plan.driver_version, mig_layout=layout)
     node = await start_sim_node(backend=backend, config=config, timeout=timeout)
     try:
         admitted: dict[str, tuple[str, ...]] = {}
         for (ns, pod), (where, _ids) in sorted(sim.placements.items()):
             if where != plan.name:
                 continue
-            pod_obj = sim.cluster.get_or_none(POD, pod, ns)
+            pod_obj = sim.cluster.get_or_none(POD, name=pod, namespace=ns)
             limits = pod_obj["spec"]["containers"][0]["resources"]["limits"] if pod_obj else {}
             request = ContainerRequest("main", {k: int(v) for k, v in limits.items()})
-            assignment = await node.kubelet.admit(ns, pod, [request])
+            assignment = await node.kubelet.admit(ns, name=pod, containers=[request])
             admitted[f"{ns}/{pod}"] = tuple(i for c in assignment.containers for v in c.devices.values() for i in v)
         for index in sorted(plan.lost):
             before = sum(node.kubelet.allocatable().values())
@@ -138,16 +145,24 @@ async def _live_node(sim: SimCluster, plan: NodePlan, timeout: float) -> LiveNod
         endpoints = {name: ep.endpoint for name, ep in node.kubelet.endpoints.items()}
     finally:
         await node.stop()
-    live_node = sim.cluster.get(NODE, plan.name)
+    live_node = sim.cluster.get(NODE, name=plan.name)
     status = live_node["status"]
     cap = {**{k: v for k, v in status["capacity"].items() if "/" not in k}, **{k: str(v) for k, v in capacity.items()}}
     alloc = {
         **{k: v for k, v in status["allocatable"].items() if "/" not in k},
         **{k: str(v) for k, v in allocatable.items()},
     }
-    sim.cluster.patch_status(NODE, plan.name, {"capacity": cap, "allocatable": alloc})
+    sim.cluster.patch_status(NODE, name=plan.name, status={"capacity": cap, "allocatable": alloc})
     sim.cluster.calls.reset()
-    return LiveNode(plan.name, endpoints, capacity, allocatable, plan.capacity, plan.allocatable, admitted)
+    return LiveNode(
+        node=plan.name,
+        endpoints=endpoints,
+        capacity=capacity,
+        allocatable=allocatable,
+        rendered_capacity=plan.capacity,
+        rendered_allocatable=plan.allocatable,
+        admitted=admitted,
+    )
 
 
 def _fewer_than(kubelet: KubeletPeer, before: int) -> Callable[[], bool]:

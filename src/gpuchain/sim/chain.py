@@ -88,7 +88,7 @@ CRASHING = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodePlan:
     """One node's chain as the simulator decided it; the objects are rendered from this."""
 
@@ -183,7 +183,7 @@ def cuda_for(driver_version: str, fallback: str = "12.8") -> str:
     return CUDA_OF_BRANCH.get(driver_version.split(".", 1)[0], fallback)
 
 
-def backend_for(preset: str, node: str, driver_version: str | None, mig_layout: str | None) -> SimBackend:
+def backend_for(preset: str, *, node: str, driver_version: str | None, mig_layout: str | None) -> SimBackend:
     """A SimBackend for one node: the preset, the node's driver version, its MIG layout applied."""
     topo = load_preset(preset, node)
     if driver_version:
@@ -191,20 +191,20 @@ def backend_for(preset: str, node: str, driver_version: str | None, mig_layout: 
         topo = dataclasses.replace(topo, driver=driver)
     backend = SimBackend(topo)
     if mig_layout:
-        mig_apply(backend, default_config(), mig_layout)
+        mig_apply(backend, config=default_config(), name=mig_layout)
     return backend
 
 
 @functools.lru_cache(maxsize=256)
 def _inventory(preset: str, seed: str, driver_version: str | None, mig_layout: str | None) -> Inventory:
     """One inventory per distinct node shape, so a 1,000-node scenario builds in well under a second."""
-    backend = backend_for(preset, seed, driver_version, mig_layout)
+    backend = backend_for(preset, node=seed, driver_version=driver_version, mig_layout=mig_layout)
     inv = backend.inventory()
     backend.close()
     return inv
 
 
-def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None) -> DevicePluginConfig | None:
+def plugin_config(scenario: Scenario, *, policy: ClusterPolicySpec, key: str | None) -> DevicePluginConfig | None:
     """The device plugin config one node gets (None: its label names a key that does not exist).
 
     As the operator runs it: the ConfigMap key named by the node label (else the policy's
@@ -212,11 +212,11 @@ def plugin_config(scenario: Scenario, policy: ClusterPolicySpec, key: str | None
     """
     env = {"MIG_STRATEGY": policy.mig.strategy}
     if key is None:
-        return apply_env(DevicePluginConfig(), env)
+        return apply_env(DevicePluginConfig(), env=env)
     body = scenario.device_plugin_configs.get(key)
     if body is None:
         return None
-    return apply_env(validate(DevicePluginConfig, body), env)
+    return apply_env(validate(DevicePluginConfig, body), env=env)
 
 
 def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dict[str, str]:
@@ -224,7 +224,7 @@ def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dic
     internal/lm/mig-strategy.go newInvalidMigStrategyLabeler): product ``<model>-MIG-INVALID``
     and count, replicas and memory 0."""
     mixed = dataclasses.replace(config, flags=dataclasses.replace(config.flags, mig_strategy=MigStrategy.MIXED))
-    labels = dict(gfd_labels(inventory, mixed))
+    labels = dict(gfd_labels(inventory, config=mixed))
     model = labels.get("nvidia.com/gpu.product", "NVIDIA-GPU").split("-MIG-")[0]
     labels.update(
         {
@@ -238,7 +238,7 @@ def _mig_invalid_labels(inventory: Inventory, config: DevicePluginConfig) -> dic
     return labels
 
 
-def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) -> str | None:
+def config_key(scenario: Scenario, *, policy: ClusterPolicySpec, group: NodeGroup) -> str | None:
     """Which ConfigMap key the node's device plugin reads: its label, else the policy default."""
     if group.device_plugin_config:
         return group.device_plugin_config
@@ -248,7 +248,7 @@ def config_key(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup) 
     return next(iter(scenario.device_plugin_configs)) if len(scenario.device_plugin_configs) == 1 else None
 
 
-def untolerated(policy: ClusterPolicySpec, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
+def untolerated(policy: ClusterPolicySpec, *, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
     """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets do not tolerate."""
     tolerations = HOST_TOLERATIONS if host_stack else [t.to_dict() for t in policy.daemonsets.tolerations]
     return next(
@@ -278,17 +278,20 @@ def distribution(group: NodeGroup) -> Distribution:
     return next(d for d in DISTRIBUTIONS if d.name == group.distribution)
 
 
-def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
+def plan_node(scenario: Scenario, *, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
     """Derive every link's state on node ``name`` from the facts of its group."""
     opted = frozenset(group.opt_out)
     if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
     # A taint the DaemonSets do not tolerate, or (operator stacks) no GPU label to select on: NFD's
     # PCI label, or nvidia.com/gpu.present set by hand.
-    tainted = untolerated(policy, group, scenario.stack in HOST_STACKS) is not None or (
+    tainted = untolerated(policy, group=group, host_stack=scenario.stack in HOST_STACKS) is not None or (
         scenario.stack not in HOST_STACKS and not group.nfd and group.labels.get(GPU_PRESENT) != "true"
     )
-    images = {op.state: operand_image(scenario.stack, scenario.policy, policy, op) for op in OPERANDS}
+    images = {
+        op.state: operand_image(scenario.stack, raw_policy=scenario.policy, policy=policy, operand=op)
+        for op in OPERANDS
+    }
     missing = {state for state, ref in images.items() if ref in scenario.missing_images}
     mig = group.mig
     pausing = mig is not None and mig.state in (MigState.PENDING, MigState.REBOOTING)
@@ -341,12 +344,12 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
         return OK if runtime_ok else BLOCKED
 
     # 3. device plugin, 4. GFD / exporter / MIG manager
-    key = config_key(scenario, policy, group)
+    key = config_key(scenario, policy=policy, group=group)
     plugin = above(DEVICE_PLUGIN)
     if plugin == BLOCKED and scenario.stack in HOST_STACKS and driver_ok and not group.runtime_configured:
         # No operator gates it: the plugin starts under runc and finds no NVML library.
         plugin = NO_NVML
-    dp_config = plugin_config(scenario, policy, key)
+    dp_config = plugin_config(scenario, policy=policy, key=key)
     if plugin == OK and dp_config is None:
         plugin = CONFIG_MISSING
     if plugin == OK and group.inotify_exhausted:
@@ -372,7 +375,7 @@ def plan_node(scenario: Scenario, policy: ClusterPolicySpec, group: NodeGroup, n
     if gfd in (OK, LINK_PAUSED) and inventory is not None and (group.nfd or not through_nfd):
         gfd_config = dp_config or DevicePluginConfig()
         try:
-            labels = gfd_labels(inventory, gfd_config)
+            labels = gfd_labels(inventory, config=gfd_config)
         except ResourceMappingError:
             labels = _mig_invalid_labels(inventory, gfd_config)
     # The MIG manager's DaemonSet selects nvidia.com/mig.capable=true, a label only GFD writes.

@@ -28,7 +28,7 @@ OPERATOR_POD = "gpu-operator-7d6d75f67c-jsrbx"
 OPERATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v24.9.0"
 
 
-def operator_pod(namespace: str, scenario: Scenario, nodes: int, events: list[Obj]) -> Obj:
+def operator_pod(namespace: str, *, scenario: Scenario, nodes: int, events: list[Obj]) -> Obj:
     """The GPU Operator's pod with the scenario's nodeSelector: Running on the first node that has the
     labels, else Pending as kube-scheduler reports a nodeSelector no node matches (its PodScheduled
     condition and a FailedScheduling Event, in the words of NVIDIA/gpu-operator#371)."""
@@ -51,14 +51,23 @@ def operator_pod(namespace: str, scenario: Scenario, nodes: int, events: list[Ob
     }
     if scenario.operator_node is not None:
         pod["spec"]["nodeName"] = scenario.operator_node
-        pod["status"] = pod_status("Running", [], [running_container("gpu-operator")], "10.0.0.2")
+        pod["status"] = pod_status("Running", inits=[], mains=[running_container("gpu-operator")], node_ip="10.0.0.2")
         return pod
     said = (
         f"0/{nodes} nodes are available: {nodes} node(s) didn't match Pod's node affinity/selector. "
         f"preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
     )
     pod["status"] = unschedulable(said)
-    events.append(warning_event(namespace, pod, "FailedScheduling", said, "default-scheduler", len(events)))
+    events.append(
+        warning_event(
+            namespace,
+            involved=pod,
+            reason="FailedScheduling",
+            message=said,
+            component="default-scheduler",
+            n=len(events),
+        )
+    )
     return pod
 
 
@@ -76,13 +85,13 @@ _NVIDIA_STATES = {
 
 
 def nvidia_policy_status(
-    policy: ClusterPolicySpec, daemonsets: dict[str, Obj], pods: list[Obj], plans: list[NodePlan], namespace: str
+    policy: ClusterPolicySpec, *, daemonsets: dict[str, Obj], pods: list[Obj], plans: list[NodePlan], namespace: str
 ) -> dict[str, Any]:
     """The status NVIDIA's operator writes on its ClusterPolicy: only ``state``, ``namespace`` and
     the Ready/Error conditions (api/nvidia/v1 ClusterPolicyStatus), with the reasons and messages
     of controllers/clusterpolicy_controller.go: operand states not ready first, then no NFD label
     on any node, then no GPU node, else reconciled."""
-    operands = chain_status({op.state: enabled(policy, op) for op in OPERANDS}, daemonsets, pods)
+    operands = chain_status({op.state: enabled(policy, op) for op in OPERANDS}, daemonsets=daemonsets, pods=pods)
     not_ready = [_NVIDIA_STATES[s] for s in _NVIDIA_STATES if operands[s].state == "notReady"]
     labelled = [p for p in plans if p.gpu and p.group.nfd]
     if not_ready:
@@ -115,6 +124,7 @@ def without_empty(value: Any) -> Any:
 
 def policy_object(
     scenario: Scenario,
+    *,
     policy: ClusterPolicySpec,
     daemonsets: dict[str, Obj],
     pods: Iterable[Obj],
@@ -122,8 +132,10 @@ def policy_object(
 ) -> Obj:
     """The ClusterPolicy with the status the operator's own status functions compute."""
     switched = {op.state: enabled(policy, op) for op in OPERANDS}
-    operands = chain_status(switched, daemonsets, list(pods), served_by(policy))
-    status, conditions = policy_status(operands, sum(p.gpu for p in plans), True, scenario.namespace, 1)
+    operands = chain_status(switched, daemonsets=daemonsets, pods=list(pods), served_by=served_by(policy))
+    status, conditions = policy_status(
+        operands, gpu_nodes=sum(p.gpu for p in plans), nfd_seen=True, namespace=scenario.namespace, generation=1
+    )
     spec = policy.model_dump(mode="json", by_alias=True)
     return {
         "apiVersion": "gpuchain.io/v1",

@@ -28,7 +28,7 @@ GPU = "nvidia.com/gpu"
 DEMO_XID = 79
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DemoStep:
     """One thing that happened, with the numbers that prove it."""
 
@@ -44,6 +44,7 @@ class DemoStep:
 
 async def run_demo(
     on_step: Callable[[DemoStep], None] = lambda step: None,
+    *,
     preset: str = DEFAULT_PRESET,
     quiet_seconds: float = 0.5,
     timeout: float = 5.0,
@@ -63,9 +64,9 @@ async def run_demo(
         inv = node.backend.inventory()
         report(
             DemoStep(
-                "node",
-                "Node started: device plugin + kubelet peer over unix sockets",
-                {
+                key="node",
+                title="Node started: device plugin + kubelet peer over unix sockets",
+                data={
                     "node": node.backend.topology.node,
                     "gpus": len(inv.gpus),
                     "model": inv.gpus[0].name if inv.gpus else "",
@@ -77,33 +78,33 @@ async def run_demo(
                         for r in node.plugin.registrations
                     ],
                 },
-                _ms(t0),
+                elapsed_ms=_ms(t0),
             )
         )
         report(
             DemoStep(
-                "capacity",
-                "Node resources as the kubelet reports them",
-                {"capacity": kubelet.capacity(), "allocatable": kubelet.allocatable()},
+                key="capacity",
+                title="Node resources as the kubelet reports them",
+                data={"capacity": kubelet.capacity(), "allocatable": kubelet.allocatable()},
             )
         )
 
         t = time.perf_counter()
-        pod = await kubelet.admit("default", "cuda-vectoradd", [ContainerRequest("cuda", {GPU: 1})])
+        pod = await kubelet.admit("default", name="cuda-vectoradd", containers=[ContainerRequest("cuda", {GPU: 1})])
         container = pod.containers[0]
         gpu_id = container.devices[GPU][0]
         gpu = inv.gpu(gpu_id)
         report(
             DemoStep(
-                "pod",
-                "Pod admitted: GetPreferredAllocation, then Allocate",
-                {
+                key="pod",
+                title="Pod admitted: GetPreferredAllocation, then Allocate",
+                data={
                     "pod": "default/cuda-vectoradd",
                     "device": gpu_id,
                     "gpu_index": gpu.index,
                     "env": dict(container.envs),
                 },
-                _ms(t),
+                elapsed_ms=_ms(t),
             )
         )
 
@@ -111,9 +112,9 @@ async def run_demo(
             listed = await pr_grpc.PodResourcesListerStub(channel).List(pr.ListPodResourcesRequest(), timeout=timeout)
         report(
             DemoStep(
-                "pod-resources",
-                "Pod-resources API List (what exporter and remediation read)",
-                {
+                key="pod-resources",
+                title="Pod-resources API List (what exporter and remediation read)",
+                data={
                     "pods": [
                         {
                             "pod": f"{p.namespace}/{p.name}",
@@ -147,9 +148,9 @@ async def run_demo(
         info = describe(DEMO_XID)
         report(
             DemoStep(
-                "xid",
-                f"GPU {gpu.index} falls off the bus (XID {DEMO_XID}): ListAndWatch marks it Unhealthy",
-                {
+                key="xid",
+                title=f"GPU {gpu.index} falls off the bus (XID {DEMO_XID}): ListAndWatch marks it Unhealthy",
+                data={
                     "xid": DEMO_XID,
                     "meaning": info.meaning,
                     "action": info.resolution.value,
@@ -160,7 +161,7 @@ async def run_demo(
                     "within_same_second": propagation < 1000,
                     "pod_on_failed_gpu": ", ".join(holders) or "none",
                 },
-                propagation,
+                elapsed_ms=propagation,
             )
         )
 
@@ -169,21 +170,28 @@ async def run_demo(
         await kubelet.wait_for(lambda: kubelet.allocatable().get(GPU) == len(inv.gpus), timeout + quiet_seconds)
         report(
             DemoStep(
-                "recovery",
-                f"GPU {gpu.index} back: healthy after a {quiet_seconds:g} s quiet period",
-                {
+                key="recovery",
+                title=f"GPU {gpu.index} back: healthy after a {quiet_seconds:g} s quiet period",
+                data={
                     "events": [e.kind.value for e in seen],
                     "quiet_seconds": quiet_seconds,
                     "capacity": kubelet.capacity(),
                     "allocatable": kubelet.allocatable(),
                 },
-                _ms(t),
+                elapsed_ms=_ms(t),
             )
         )
     finally:
         t = time.perf_counter()
         await node.stop()
-    report(DemoStep("stop", "Plugin and kubelet stopped, sockets removed", {"total_ms": round(_ms(t0), 1)}, _ms(t)))
+    report(
+        DemoStep(
+            key="stop",
+            title="Plugin and kubelet stopped, sockets removed",
+            data={"total_ms": round(_ms(t0), 1)},
+            elapsed_ms=_ms(t),
+        )
+    )
     return steps
 
 

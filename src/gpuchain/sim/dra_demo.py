@@ -78,7 +78,7 @@ def _pick(resource_slice: Obj) -> tuple[str, str, list[str]]:
     )
     if pair:
         return "two-gpus-same-numa", f"device.attributes['{DRIVER}'].type == 'gpu'", pair
-    one = first_fit(resource_slice, 1, lambda d: attribute(d, "type") == "mig")
+    one = first_fit(resource_slice, count=1, predicate=lambda d: attribute(d, "type") == "mig")
     return "one-mig-slice", f"device.attributes['{DRIVER}'].type == 'mig'", one
 
 
@@ -97,8 +97,8 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
     root = scratch_dir("dra-demo-")
     transcript: dict[str, Any] = {"preset": preset, "node": node, "driver": DRIVER}
     config = DriverConfig(node=node, cdi_dir=root / "cdi", state_dir=root / "state", unlabelled=DRA)  # a DRA-only node
-    driver = DraDriver(sim, cluster, config)
-    server = DraPluginServer(driver, root / "plugins_registry", root / "plugins" / DRIVER)
+    driver = DraDriver(sim, cluster=cluster, config=config)
+    server = DraPluginServer(driver, registry_dir=root / "plugins_registry", plugin_dir=root / "plugins" / DRIVER)
     peer = DraPeer(root / "plugins_registry")
     try:
         inv = sim.inventory()
@@ -109,7 +109,7 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
         )
 
         published = driver.publish()
-        live = cluster.get(RESOURCE_SLICE, slice_name(node))
+        live = cluster.get(RESOURCE_SLICE, name=slice_name(node))
         transcript["publish"] = {"generation": published.generation, "devices": list(published.devices)}
         transcript["resourceSlice"] = live
         out.print(_step(f"published {len(published.devices)} devices for driver {DRIVER}"))
@@ -132,10 +132,13 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
         )
 
         template, cel, chosen = _pick(live)
-        claim = resource_claim("demo-claim", "default", request="gpu", count=len(chosen), cel=cel)
+        claim = resource_claim("demo-claim", namespace="default", request="gpu", count=len(chosen), cel=cel)
         created = cluster.create(claim)
         cluster.patch_status(
-            RESOURCE_CLAIM, "demo-claim", allocation_status(node, [("gpu", d) for d in chosen]), "default"
+            RESOURCE_CLAIM,
+            name="demo-claim",
+            status=allocation_status(node, [("gpu", d) for d in chosen]),
+            namespace="default",
         )
         ref = DraClaim("default", created["metadata"]["uid"], "demo-claim")
         transcript["claim"] = {"name": ref.name, "uid": ref.uid, "like": template, "allocated": chosen}
@@ -163,7 +166,7 @@ async def run_dra_demo(preset: str = DEFAULT_PRESET, console: Console | None = N
 
         victim = next(n for n in published.devices if n not in chosen)
         uuid = str(next(attribute(d, "uuid") for d in live["spec"]["devices"] if d["name"] == victim))
-        after = driver.on_event(sim.inject_xid(uuid, DEMO_XID))  # a GPU or a MIG UUID: that device only
+        after = driver.on_event(sim.inject_xid(uuid, xid=DEMO_XID))  # a GPU or a MIG UUID: that device only
         if after is None:
             raise RuntimeError(f"XID {DEMO_XID} on {victim} did not withdraw it: check the health policy")
         transcript["xid"] = {

@@ -181,13 +181,15 @@ def node_conditions(problems: Iterable[str]) -> tuple[list[dict[str, str]], list
     return conditions, taints
 
 
-def publish_health(node: Obj, plan: NodePlan, placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]]) -> None:
+def publish_health(
+    node: Obj, *, plan: NodePlan, placements: dict[tuple[str, str], tuple[str, tuple[str, ...]]]
+) -> None:
     """What ``gpuchain gpu-health`` publishes on the Node: GPUHealthy, the faults and who holds each GPU."""
     devices = {d.id: d for r in plan.resources for d in r.devices}
     faults: dict[str, Fault] = {}
     for d in devices.values():
         if d.gpu_index in plan.lost and d.gpu_uuid not in faults:
-            faults[d.gpu_uuid] = Fault(d.gpu_uuid, d.gpu_uuid, (79,), lost=True, covers=(d.gpu_uuid,))
+            faults[d.gpu_uuid] = Fault(uuid=d.gpu_uuid, gpu=d.gpu_uuid, xids=(79,), lost=True, covers=(d.gpu_uuid,))
     holders: dict[str, list[str]] = {}
     for (ns, pod), (where, ids) in sorted(placements.items()):
         if where == plan.name:

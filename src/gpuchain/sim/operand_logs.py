@@ -32,7 +32,7 @@ def _config_missing_log(scenario: Scenario, key: str, args: list[str]) -> str:
     """
     if scenario.stack == "gpuchain":
         directory = args[args.index("--config-dir") + 1] if "--config-dir" in args else "/config"
-        err = ConfigKeyError(directory, DEVICE_PLUGIN_CONFIG, key, scenario.device_plugin_configs)
+        err = ConfigKeyError(directory, field=DEVICE_PLUGIN_CONFIG, key=key, available=scenario.device_plugin_configs)
         return f"error: {err}"
     stamp = "0605 18:00:00.000000       1 main.go"  # klog's header at STAMP
     return (
@@ -43,7 +43,7 @@ def _config_missing_log(scenario: Scenario, key: str, args: list[str]) -> str:
 
 
 def operand_log(
-    plan: NodePlan, operand: Operand, scenario: Scenario, policy: ClusterPolicySpec, args: list[str]
+    plan: NodePlan, *, operand: Operand, scenario: Scenario, policy: ClusterPolicySpec, args: list[str]
 ) -> str:
     """The container log the operand would print on this node (the evidence the doctor quotes);
     ``args`` are the operand container's arguments."""

@@ -45,7 +45,7 @@ def node_object(name: str, gpus: int = 8) -> Obj:
     }
 
 
-def pod_object(namespace: str, name: str, node: str, gpus: int = 1, labels: Mapping[str, str] | None = None) -> Obj:
+def pod_object(namespace: str, *, name: str, node: str, gpus: int = 1, labels: Mapping[str, str] | None = None) -> Obj:
     """A Running, Ready pod bound to ``node`` asking for ``gpus`` whole GPUs (as a kubelet reports it:
     a budget counts only Ready pods as healthy)."""
     return {
@@ -79,7 +79,7 @@ def simulated_policy_objects() -> list[Obj]:
     ]
 
 
-def pdb_object(namespace: str, name: str, match_labels: Mapping[str, str], min_available: int | str) -> Obj:
+def pdb_object(namespace: str, *, name: str, match_labels: Mapping[str, str], min_available: int | str) -> Obj:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -88,7 +88,7 @@ def pdb_object(namespace: str, name: str, match_labels: Mapping[str, str], min_a
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SimCluster:
     """A simulated GPU cluster: the API (MemoryCluster), each node's GPUs and health publisher."""
 
@@ -100,7 +100,9 @@ class SimCluster:
     def add_node(self, name: str, preset: str = SIM_PRESET) -> SimBackend:
         backend = SimBackend.from_preset(preset, node=name)
         self.cluster.create(node_object(name, len(backend.inventory().gpus)))
-        publisher = GpuHealthPublisher(backend, self.cluster, name, pods=self._pod_source(name), quiet_seconds=0)
+        publisher = GpuHealthPublisher(
+            backend, cluster=self.cluster, node_name=name, pods=self._pod_source(name), quiet_seconds=0
+        )
 
         def feed(event: HealthEvent) -> None:
             publisher.handle(event)
@@ -122,6 +124,7 @@ class SimCluster:
     def add_pod(
         self,
         node: str,
+        *,
         namespace: str,
         name: str,
         gpu_indexes: tuple[int, ...],
@@ -129,7 +132,7 @@ class SimCluster:
     ) -> Obj:
         """Create the Pod and record that its container holds these GPUs (what Allocate would have done)."""
         inventory = self.backends[node].inventory()
-        pod = self.cluster.create(pod_object(namespace, name, node, len(gpu_indexes), labels))
+        pod = self.cluster.create(pod_object(namespace, name=name, node=node, gpus=len(gpu_indexes), labels=labels))
         ref = PodRef(namespace, name, "main")
         self.placements[node].extend(Assignment(GPU_RESOURCE, inventory.gpu(i).uuid, ref) for i in gpu_indexes)
         return pod
@@ -146,7 +149,7 @@ class SimCluster:
 def build(nodes: int = 4, preset: str = SIM_PRESET) -> SimCluster:
     """``nodes`` healthy GPU nodes named node-0, node-1, ... with nothing running."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
-    sim = SimCluster(MemoryCluster([namespace, *simulated_policy_objects()]))
+    sim = SimCluster(cluster=MemoryCluster([namespace, *simulated_policy_objects()]))
     for i in range(nodes):
         sim.add_node(f"node-{i}", preset)
     return sim
@@ -154,48 +157,48 @@ def build(nodes: int = 4, preset: str = SIM_PRESET) -> SimCluster:
 
 def _workloads(sim: SimCluster) -> None:
     """Training on node-0 GPUs 0 and 1, a system pod on GPU 0, inference on node-1."""
-    sim.add_pod("node-0", "ml", "train-0", (0,), {"app": "train"})
-    sim.add_pod("node-0", "ml", "train-1", (1,), {"app": "train"})
-    sim.add_pod("node-0", "kube-system", "gpu-burn-check", (0,))
-    sim.add_pod("node-1", "ml", "infer-0", (0,), {"app": "infer"})
+    sim.add_pod("node-0", namespace="ml", name="train-0", gpu_indexes=(0,), labels={"app": "train"})
+    sim.add_pod("node-0", namespace="ml", name="train-1", gpu_indexes=(1,), labels={"app": "train"})
+    sim.add_pod("node-0", namespace="kube-system", name="gpu-burn-check", gpu_indexes=(0,))
+    sim.add_pod("node-1", namespace="ml", name="infer-0", gpu_indexes=(0,), labels={"app": "infer"})
 
 
 def xid79(sim: SimCluster) -> None:
     """GPU 0 of node-0 falls off the bus (XID 79): evict train-0 only, taint node-0, leave kube-system alone."""
     _workloads(sim)
-    sim.backends["node-0"].inject_xid(0, 79, "GPU has fallen off the bus")
+    sim.backends["node-0"].inject_xid(0, xid=79, message="GPU has fallen off the bus")
 
 
 def pdb(sim: SimCluster) -> None:
     """As xid79, but a PodDisruptionBudget (minAvailable 1 of the one 'serve' pod) protects the pod on GPU 0."""
     _workloads(sim)
-    sim.add_pod("node-0", "ml", "serve-0", (0,), {"app": "serve"})
-    sim.cluster.create(pdb_object("ml", "serve-pdb", {"app": "serve"}, 1))
-    sim.backends["node-0"].inject_xid(0, 79, "GPU has fallen off the bus")
+    sim.add_pod("node-0", namespace="ml", name="serve-0", gpu_indexes=(0,), labels={"app": "serve"})
+    sim.cluster.create(pdb_object("ml", name="serve-pdb", match_labels={"app": "serve"}, min_available=1))
+    sim.backends["node-0"].inject_xid(0, xid=79, message="GPU has fallen off the bus")
 
 
 def pdb_spread(sim: SimCluster) -> None:
     """As xid79, with a 'serve' Deployment of three replicas (minAvailable 2): one on the failed
     GPU, two on healthy nodes. The budget allows one disruption, so the pod on the dead GPU goes."""
     _workloads(sim)
-    sim.add_pod("node-0", "ml", "serve-0", (0,), {"app": "serve"})
-    sim.add_pod("node-1", "ml", "serve-1", (1,), {"app": "serve"})
-    sim.add_pod("node-2", "ml", "serve-2", (0,), {"app": "serve"})
-    sim.cluster.create(pdb_object("ml", "serve-pdb", {"app": "serve"}, 2))
-    sim.backends["node-0"].inject_xid(0, 79, "GPU has fallen off the bus")
+    sim.add_pod("node-0", namespace="ml", name="serve-0", gpu_indexes=(0,), labels={"app": "serve"})
+    sim.add_pod("node-1", namespace="ml", name="serve-1", gpu_indexes=(1,), labels={"app": "serve"})
+    sim.add_pod("node-2", namespace="ml", name="serve-2", gpu_indexes=(0,), labels={"app": "serve"})
+    sim.cluster.create(pdb_object("ml", name="serve-pdb", match_labels={"app": "serve"}, min_available=2))
+    sim.backends["node-0"].inject_xid(0, xid=79, message="GPU has fallen off the bus")
 
 
 def storm(sim: SimCluster) -> None:
     """Double-bit ECC errors (XID 48) on half the nodes at once: the breaker opens, nothing is touched."""
     _workloads(sim)
     for node in list(sim.backends)[: max(1, len(sim.backends) // 2)]:
-        sim.backends[node].inject_xid(0, 48, "double-bit ECC error")
+        sim.backends[node].inject_xid(0, xid=48, message="double-bit ECC error")
 
 
 def app_xid(sim: SimCluster) -> None:
     """An application error (XID 13) on node-0 GPU 0: the GPU is fine, nothing happens."""
     _workloads(sim)
-    sim.backends["node-0"].inject_xid(0, 13, "illegal address")
+    sim.backends["node-0"].inject_xid(0, xid=13, message="illegal address")
 
 
 def healthy(sim: SimCluster) -> None:

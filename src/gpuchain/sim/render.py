@@ -57,33 +57,39 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
     needs_runtime = spec.get("runtimeClassName") is not None
     if state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
         # Init:0/N - the first init container waits for a ready file that never comes.
-        status = init_waiting(0, inits, mains, ip)
+        status = init_waiting(0, inits=inits, mains=mains, ip=ip)
     elif operand is VALIDATOR and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
         # driver validated; toolkit-validation waits for the toolkit's ready file.
-        status = init_waiting(1, inits, mains, ip)
+        status = init_waiting(1, inits=inits, mains=mains, ip=ip)
     elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
-        status = no_sandbox(inits, mains, ip)
+        status = no_sandbox(inits, mains=mains, ip=ip)
     elif state == chain.IMAGE_MISSING:
         # The kubelet cannot pull the image (containerd answers NotFound): ImagePullBackOff.
         pulling = waiting_container(
-            mains[0], "ImagePullBackOff", f'Back-off pulling image "{spec["containers"][0]["image"]}"'
+            mains[0], reason="ImagePullBackOff", message=f'Back-off pulling image "{spec["containers"][0]["image"]}"'
         )
-        status = pod_status("Pending", [completed_container(n) for n in inits], [pulling], ip)
+        status = pod_status("Pending", inits=[completed_container(n) for n in inits], mains=[pulling], node_ip=ip)
     elif state in chain.CRASHING:
         status = pod_status(
-            "Running", [completed_container(n) for n in inits], [crashloop_container(mains[0], log)], ip
+            "Running",
+            inits=[completed_container(n) for n in inits],
+            mains=[crashloop_container(mains[0], log=log)],
+            node_ip=ip,
         )
     elif operand is VALIDATOR and plan.plugin != chain.OK:
         # driver, toolkit and cuda validated; plugin-validation polls node capacity forever.
         status = pod_status(
             "Pending",
-            [*(completed_container(n) for n in inits[:-1]), running_container(inits[-1], ready=False)],
-            [waiting_container(n, "PodInitializing") for n in mains],
-            ip,
+            inits=[*(completed_container(n) for n in inits[:-1]), running_container(inits[-1], ready=False)],
+            mains=[waiting_container(n, reason="PodInitializing") for n in mains],
+            node_ip=ip,
         )
     else:
         status = pod_status(
-            "Running", [completed_container(n) for n in inits], [running_container(n) for n in mains], ip
+            "Running",
+            inits=[completed_container(n) for n in inits],
+            mains=[running_container(n) for n in mains],
+            node_ip=ip,
         )
     return _pod_object(ds, name, spec, status)
 
@@ -129,20 +135,23 @@ def _agent_pod(ds: Obj, plan: NodePlan, roles: list[Operand], name: str, source:
     ]
     if failing:
         why = f"node {plan.name}: the node agent layout does not simulate a role failing alone ({', '.join(failing)})"
-        raise ConfigFileError(source, None, "policy.nodeAgent", why)
+        raise ConfigFileError(source, line=None, field="policy.nodeAgent", reason=why)
     spec = _placed_spec(ds, plan)
     inits = [c["name"] for c in spec.get("initContainers", [])]
     mains = [c["name"] for c in spec["containers"]]
     ip = "10.0.0.1"
     if inits and plan.driver not in (chain.OK, chain.HOST):
-        status = init_waiting(0, inits, mains, ip)
+        status = init_waiting(0, inits=inits, mains=mains, ip=ip)
     elif inits and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
-        status = init_waiting(1, inits, mains, ip)
+        status = init_waiting(1, inits=inits, mains=mains, ip=ip)
     elif spec.get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-        status = no_sandbox(inits, mains, ip)
+        status = no_sandbox(inits, mains=mains, ip=ip)
     else:
         status = pod_status(
-            "Running", [completed_container(n) for n in inits], [running_container(n) for n in mains], ip
+            "Running",
+            inits=[completed_container(n) for n in inits],
+            mains=[running_container(n) for n in mains],
+            node_ip=ip,
         )
     return _pod_object(ds, name, spec, status)
 
@@ -162,12 +171,12 @@ def _ds_status(pods: list[Obj]) -> dict[str, Any]:
     }
 
 
-def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec) -> Rendered:
+def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySpec) -> Rendered:
     """Every object of the simulated cluster, and the operand containers' logs."""
     out = Rendered()
     stack = scenario.stack
     ns = namespace_for(stack, scenario.namespace)
-    facts = Facts(ns, scenario.policy_name)
+    facts = Facts(namespace=ns, policy_name=scenario.policy_name)
     # No stack installed, or its operator never ran: the GPU nodes and the workloads, nothing the operator makes.
     wanted = desired(policy, facts) if stack != "none" and not scenario.operator_pending else []
     if stack != "none":
@@ -189,13 +198,15 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
     out.objects += nodes
     events: list[Obj] = []
     if scenario.operator_node_selector:
-        out.objects.append(operator_pod(ns, scenario, len(nodes), events))
+        out.objects.append(operator_pod(ns, scenario=scenario, nodes=len(nodes), events=events))
     by_operand: dict[str, list[Obj]] = {}
     by_name = {o.name: o for o in OPERANDS}
     # Every node of a scenario runs the same images (they come from the policy), so the first plan says.
     images = plans[0].images if plans else {}
     daemonsets = {
-        name_of(d): restyle_daemonset(stack, by_name[name_of(d)].state, d, images.get(by_name[name_of(d)].state, ""))
+        name_of(d): restyle_daemonset(
+            stack, state=by_name[name_of(d)].state, ds=d, image=images.get(by_name[name_of(d)].state, "")
+        )
         for d in wanted
         if d["kind"] == "DaemonSet" and name_of(d) != NODE_AGENT.name
     }
@@ -214,9 +225,13 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             if not plan.deployed(op):
                 continue
             log = operand_log(
-                plan, op, scenario, policy, ds["spec"]["template"]["spec"]["containers"][0].get("args", [])
+                plan,
+                operand=op,
+                scenario=scenario,
+                policy=policy,
+                args=ds["spec"]["template"]["spec"]["containers"][0].get("args", []),
             )
-            name = unique_pod_name(name_of(ds), plan.name, taken)
+            name = unique_pod_name(name_of(ds), node=plan.name, taken=taken)
             pod = _operand_pod(ds, plan, op, log, name)
             pods.append(pod)
             container = pod["spec"]["containers"][0]["name"]
@@ -228,16 +243,17 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
                 events.append(
                     warning_event(
                         ns,
-                        pod,
-                        "Failed",
-                        f'Failed to pull image "{ref}": rpc error: code = NotFound desc = failed to pull and unpack '
+                        involved=pod,
+                        reason="Failed",
+                        message=f'Failed to pull image "{ref}": rpc error: code = NotFound desc = failed to pull and '
+                        "unpack "
                         f'image "{ref}": failed to resolve reference "{ref}": {ref}: not found',
-                        "kubelet",
-                        len(events),
+                        component="kubelet",
+                        n=len(events),
                     )
                 )
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(sandbox_event(ns, pod, len(events)))
+                events.append(sandbox_event(ns, pod=pod, n=len(events)))
         ds = {**ds, "status": _ds_status(pods)}
         daemonsets[op.name] = ds
         by_operand[op.name] = pods
@@ -249,23 +265,23 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
         for plan in plans:
             if not any(plan.deployed(op) for op in roles):
                 continue
-            agent_pod_name = unique_pod_name(NODE_AGENT.name, plan.name, taken)
+            agent_pod_name = unique_pod_name(NODE_AGENT.name, node=plan.name, taken=taken)
             pod = _agent_pod(agent_ds, plan, roles, agent_pod_name, scenario.name)
             pods.append(pod)
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(sandbox_event(ns, pod, len(events)))
+                events.append(sandbox_event(ns, pod=pod, n=len(events)))
         daemonsets[NODE_AGENT.name] = {**agent_ds, "status": _ds_status(pods)}
         by_operand[NODE_AGENT.name] = pods
         out.objects.append(daemonsets[NODE_AGENT.name])
         out.objects += pods
-    workloads = place_workloads(scenario, plans, out)
+    workloads = place_workloads(scenario, plans=plans, out=out)
     out.objects += workloads
     node_by_name = {name_of(n): n for n in nodes}
     if stack == "gpuchain":
         # gpuchain's gpu-health publishes GPUHealthy and the faults on the Node; other stacks do not.
         for plan in plans:
             if plan.gpu and plan.plugin == chain.OK:
-                publish_health(node_by_name[plan.name], plan, out.placements)
+                publish_health(node_by_name[plan.name], plan=plan, placements=out.placements)
     if stack == "gke":
         # Google's health checker records each XID on the Node (recordXIDEvent in
         # health_check/health_checker.go); NVIDIA's plugin and gpuchain's stack write no such Event.
@@ -273,21 +289,24 @@ def render(scenario: Scenario, plans: list[NodePlan], policy: ClusterPolicySpec)
             if plan.gpu and plan.lost:
                 event = warning_event(
                     "default",
-                    node_by_name[plan.name],
-                    "XIDError",
-                    "Caught XID error, XID=79",
-                    "nvidia-gpu-device-plugin",
-                    len(events),
+                    involved=node_by_name[plan.name],
+                    reason="XIDError",
+                    message="Caught XID error, XID=79",
+                    component="nvidia-gpu-device-plugin",
+                    n=len(events),
                 )
                 events.append(event)
     out.objects += events
     api = policy_api(stack)
     if api is not None and not scenario.policy_deleted:
         pods = [p for ps in by_operand.values() for p in ps]
-        obj = {**policy_object(scenario, policy, daemonsets, pods, plans), "apiVersion": api}
+        obj = {
+            **policy_object(scenario, policy=policy, daemonsets=daemonsets, pods=pods, plans=plans),
+            "apiVersion": api,
+        }
         if api != "gpuchain.io/v1":
             obj["spec"] = without_empty(obj["spec"])
-            obj["status"] = nvidia_policy_status(policy, daemonsets, pods, plans, ns)
+            obj["status"] = nvidia_policy_status(policy, daemonsets=daemonsets, pods=pods, plans=plans, namespace=ns)
         if scenario.operator_pending:
             del obj["status"]  # the chart created the policy; no operator ever wrote its status
         out.objects.append(obj)

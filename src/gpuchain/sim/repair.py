@@ -67,7 +67,7 @@ class SimClock:
         return self.now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RepairRun:
     """What a repair scenario produced."""
 
@@ -118,11 +118,13 @@ class RepairRun:
 
 def _workloads(sim: SimCluster) -> None:
     for gpu in sim.backends[FAULT_NODE].inventory().gpus:
-        sim.add_pod(FAULT_NODE, "ml", f"w-{gpu.index}", (gpu.index,), {"app": "train"})
+        sim.add_pod(
+            FAULT_NODE, namespace="ml", name=f"w-{gpu.index}", gpu_indexes=(gpu.index,), labels={"app": "train"}
+        )
 
 
 def _gpu_reset(sim: SimCluster) -> None:
-    sim.backends[FAULT_NODE].inject_xid(FAULT_GPU, 48, "double-bit ECC error")
+    sim.backends[FAULT_NODE].inject_xid(FAULT_GPU, xid=48, message="double-bit ECC error")
 
 
 def _gpu_reset_fails(sim: SimCluster) -> None:
@@ -137,9 +139,9 @@ def _row_remap_pending(sim: SimCluster) -> None:
 def _gpu_reset_storm(sim: SimCluster) -> None:
     for node in list(sim.backends)[:3]:
         if node != FAULT_NODE:
-            sim.add_pod(node, "ml", f"{node}-job", (0,), {"app": "job"})
+            sim.add_pod(node, namespace="ml", name=f"{node}-job", gpu_indexes=(0,), labels={"app": "job"})
         sim.backends[node].fail_reset(0)
-        sim.backends[node].inject_xid(0, 48, "double-bit ECC error")
+        sim.backends[node].inject_xid(0, xid=48, message="double-bit ECC error")
 
 
 def _retired_pages(sim: SimCluster) -> None:
@@ -246,12 +248,15 @@ def run_repair(name: str, nodes: int = 4) -> RepairRun:
     clock = SimClock()
     sim = build(nodes, scenario.preset)
     for node in sim.backends:
-        sim.cluster.patch_status(NODE, node, {"nodeInfo": {"bootID": f"{node}-boot-1"}})
+        sim.cluster.patch_status(NODE, name=node, status={"nodeInfo": {"bootID": f"{node}-boot-1"}})
         sim.publishers[node].clock = clock
     _workloads(sim)
     if scenario.before is not None:
         scenario.before(sim)
-    agents = [GpuLoopAgent(backend, sim.cluster, node, clock=clock) for node, backend in sim.backends.items()]
+    agents = [
+        GpuLoopAgent(backend, cluster=sim.cluster, node_name=node, clock=clock)
+        for node, backend in sim.backends.items()
+    ]
     remediator = Remediator(sim.cluster, clock=clock)
     for agent in agents:
         agent.run_once()  # every node runs the loop before anything fails
@@ -271,11 +276,11 @@ def run_repair(name: str, nodes: int = 4) -> RepairRun:
         last = now
     records: dict[str, dict[str, GpuRecord]] = {}
     for node in sim.backends:
-        annotations = sim.cluster.get(NODE, node)["metadata"].get("annotations") or {}
+        annotations = sim.cluster.get(NODE, name=node)["metadata"].get("annotations") or {}
         found = decode_records(annotations.get(LOOP_ANNOTATION))
         if found:
             records[node] = found
-    fault_node = sim.cluster.get(NODE, FAULT_NODE)
+    fault_node = sim.cluster.get(NODE, name=FAULT_NODE)
     annotations = fault_node["metadata"].get("annotations") or {}
     return RepairRun(
         scenario=name,
@@ -343,7 +348,9 @@ def run_scale_up() -> dict[str, Any]:
     gpus = SimBackend.from_preset(SIM_PRESET, node=name)
     with tempfile.TemporaryDirectory(prefix="gpuchain-validations-") as validations:
         ready = ReadyFiles(validations)
-        gate = ReadinessGate(_LoadingDriver(gpus, clock, started + 3), sim.cluster, name, ready)
+        gate = ReadinessGate(
+            _LoadingDriver(gpus, clock, started + 3), cluster=sim.cluster, node_name=name, ready_files=ready
+        )
         steps: list[dict[str, Any]] = []
         for tick in range(12):
             clock.now = started + tick
@@ -352,15 +359,15 @@ def run_scale_up() -> dict[str, Any]:
             if tick in (6, 8):
                 units = str(7 if tick == 6 else 8)
                 sim.cluster.patch_status(
-                    NODE, name, {"capacity": {GPU_RESOURCE: units}, "allocatable": {GPU_RESOURCE: units}}
+                    NODE, name=name, status={"capacity": {GPU_RESOURCE: units}, "allocatable": {GPU_RESOURCE: units}}
                 )
             verdict = gate.run_once()
-            live = sim.cluster.get(NODE, name)
+            live = sim.cluster.get(NODE, name=name)
             tainted = any(t["key"] == STARTUP_TAINT for t in live["spec"].get("taints") or [])
             steps.append(
                 {"seconds": float(tick), "reason": verdict.reason, "message": verdict.message, "tainted": tainted}
             )
-    final = sim.cluster.get(NODE, name)
+    final = sim.cluster.get(NODE, name=name)
     condition = next(c for c in final["status"]["conditions"] if c["type"] == CONDITION)
     return {
         "scenario": "gpu-not-ready-scale-up",

@@ -378,11 +378,14 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         path = builtin_dir() / f"{name_or_path}.yaml"
         if not path.exists():
             raise ConfigFileError(
-                str(name_or_path), None, "", f"no such scenario; built-in ones: {', '.join(scenario_names())}"
+                str(name_or_path),
+                line=None,
+                field="",
+                reason=f"no such scenario; built-in ones: {', '.join(scenario_names())}",
             )
-    return load_yaml_file(Scenario, path)
+    return load_yaml_file(Scenario, path=path)
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     """Validate scenario text (tests, generated scenarios)."""
-    return load_yaml_model(Scenario, text, source)
+    return load_yaml_model(Scenario, text=text, source=source)

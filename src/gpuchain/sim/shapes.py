@@ -35,7 +35,7 @@ class Rendered:
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 
 
-def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
+def pod_name(ds_name: str, *, node: str, attempt: int = 0) -> str:
     """A stable pod name like the DaemonSet controller's (name + 5 generateName characters); a
     later ``attempt`` gives another suffix, as the API server's retry on a taken name does."""
     n = int.from_bytes(hashlib.sha1(f"{node}/{attempt}".encode()).digest()[:8], "big")
@@ -46,21 +46,21 @@ def pod_name(ds_name: str, node: str, attempt: int = 0) -> str:
     return f"{ds_name}-{suffix}"
 
 
-def unique_pod_name(ds_name: str, node: str, taken: set[str]) -> str:
+def unique_pod_name(ds_name: str, *, node: str, taken: set[str]) -> str:
     """``pod_name``, drawn again while the name is ``taken`` (then recorded there): a cluster of
     thousands of nodes has colliding 5-character suffixes (27^5 names: a collision is more likely
     than not among 5,000 pods of one DaemonSet), which the real controller meets as AlreadyExists
     and retries with a fresh random suffix. The same nodes in the same order always get the same names."""
     attempt = 0
-    name = pod_name(ds_name, node)
+    name = pod_name(ds_name, node=node)
     while name in taken:
         attempt += 1
-        name = pod_name(ds_name, node, attempt)
+        name = pod_name(ds_name, node=node, attempt=attempt)
     taken.add(name)
     return name
 
 
-def running_container(name: str, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
+def running_container(name: str, *, ready: bool = True, restarts: int = 0) -> dict[str, Any]:
     return {
         "name": name,
         "ready": ready,
@@ -79,12 +79,12 @@ def completed_container(name: str) -> dict[str, Any]:
     }
 
 
-def waiting_container(name: str, reason: str, message: str = "") -> dict[str, Any]:
+def waiting_container(name: str, *, reason: str, message: str = "") -> dict[str, Any]:
     waiting = {"reason": reason, **({"message": message} if message else {})}
     return {"name": name, "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
 
 
-def crashloop_container(name: str, log: str, restarts: int = 37) -> dict[str, Any]:
+def crashloop_container(name: str, *, log: str, restarts: int = 37) -> dict[str, Any]:
     return {
         "name": name,
         "ready": False,
@@ -96,7 +96,7 @@ def crashloop_container(name: str, log: str, restarts: int = 37) -> dict[str, An
     }
 
 
-def pod_status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str) -> dict[str, Any]:
+def pod_status(phase: str, *, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str) -> dict[str, Any]:
     ready = phase == "Running" and all(c["ready"] for c in mains)
     st: dict[str, Any] = {
         "phase": phase,
@@ -113,29 +113,29 @@ def pod_status(phase: str, inits: list[dict[str, Any]], mains: list[dict[str, An
     return st
 
 
-def init_waiting(done: int, inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+def init_waiting(done: int, *, inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
     """Init:<done>/N: the first ``done`` init containers finished, the next one waits (for a ready
     file that never comes), the rest and the main containers have not started."""
     return pod_status(
         "Pending",
-        [
+        inits=[
             *(completed_container(n) for n in inits[:done]),
             running_container(inits[done], ready=False),
-            *(waiting_container(n, "PodInitializing") for n in inits[done + 1 :]),
+            *(waiting_container(n, reason="PodInitializing") for n in inits[done + 1 :]),
         ],
-        [waiting_container(n, "PodInitializing") for n in mains],
-        ip,
+        mains=[waiting_container(n, reason="PodInitializing") for n in mains],
+        node_ip=ip,
     )
 
 
-def no_sandbox(inits: list[str], mains: list[str], ip: str) -> dict[str, Any]:
+def no_sandbox(inits: list[str], *, mains: list[str], ip: str) -> dict[str, Any]:
     """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so
     ContainerCreating (the kubelet's FailedCreatePodSandBox Event says why)."""
     return pod_status(
         "Pending",
-        [waiting_container(n, "PodInitializing") for n in inits],
-        [waiting_container(n, "ContainerCreating") for n in mains],
-        ip,
+        inits=[waiting_container(n, reason="PodInitializing") for n in inits],
+        mains=[waiting_container(n, reason="ContainerCreating") for n in mains],
+        node_ip=ip,
     )
 
 
@@ -146,7 +146,7 @@ def unschedulable(message: str) -> dict[str, Any]:
     return {"phase": "Pending", "conditions": [condition]}
 
 
-def warning_event(namespace: str, involved: Obj, reason: str, message: str, component: str, n: int) -> Obj:
+def warning_event(namespace: str, *, involved: Obj, reason: str, message: str, component: str, n: int) -> Obj:
     meta = involved["metadata"]
     ref = {"apiVersion": involved["apiVersion"], "kind": involved["kind"], "name": meta["name"]}
     if meta.get("namespace"):
@@ -166,7 +166,9 @@ def warning_event(namespace: str, involved: Obj, reason: str, message: str, comp
     }
 
 
-def sandbox_event(namespace: str, pod: Obj, n: int) -> Obj:
+def sandbox_event(namespace: str, *, pod: Obj, n: int) -> Obj:
     """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler."""
     message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}"
-    return warning_event(namespace, pod, "FailedCreatePodSandBox", message, "kubelet", n)
+    return warning_event(
+        namespace, involved=pod, reason="FailedCreatePodSandBox", message=message, component="kubelet", n=n
+    )

@@ -54,7 +54,7 @@ CLOUD_NODE: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
-def operand_image(stack: str, raw_policy: dict[str, Any], policy: ClusterPolicySpec, operand: Operand) -> str:
+def operand_image(stack: str, *, raw_policy: dict[str, Any], policy: ClusterPolicySpec, operand: Operand) -> str:
     """The image reference the operand's pods run on this stack: gpuchain's from its policy; NVIDIA's
     own image for the GPU Operator (and the standalone plugin), with the tag a policy ``version``
     overrides."""
@@ -84,7 +84,7 @@ def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> Non
         main["image"] = image
 
 
-def restyle_daemonset(stack: str, state: str, ds: Obj, image: str = "") -> Obj:
+def restyle_daemonset(stack: str, *, state: str, ds: Obj, image: str = "") -> Obj:
     """The operand's DaemonSet as ``stack`` names it (gpuchain's own is returned unchanged);
     ``image``: the reference its container runs (default: NVIDIA's released image)."""
     if stack == "gpuchain":

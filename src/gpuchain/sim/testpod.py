@@ -18,7 +18,7 @@ from gpuchain.sim.build import SimCluster
 from gpuchain.sim.chain import backend_for, plugin_config
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuTestRun:
     """What happened to gpu-test: the node it ran on and what nvidia-smi printed (the shape verify reads)."""
 
@@ -49,7 +49,7 @@ def nvidia_smi(inventory: Inventory, visible: str) -> str:
     return "\n".join(lines)
 
 
-async def run_test_pod(sim: SimCluster, resource: str = "nvidia.com/gpu", timeout: float = 5.0) -> GpuTestRun:
+async def run_test_pod(sim: SimCluster, *, resource: str = "nvidia.com/gpu", timeout: float = 5.0) -> GpuTestRun:
     """Run gpu-test on the first node with a free ``resource`` (as the scheduler's first fit would)."""
     used: dict[str, int] = {}
     for where, ids in sim.placements.values():
@@ -60,26 +60,35 @@ async def run_test_pod(sim: SimCluster, resource: str = "nvidia.com/gpu", timeou
     )
     if target is None:
         n = len(sim.plans)
-        return GpuTestRun(False, None, "", f"0/{n} nodes are available: {n} Insufficient {resource}")
+        return GpuTestRun(
+            ok=False, node=None, output="", reason=f"0/{n} nodes are available: {n} Insufficient {resource}"
+        )
     group = target.group
     layout = group.mig.config if group.mig is not None and group.mig.state.value == "success" else None
-    backend = backend_for(group.preset, target.name, target.driver_version, layout)
+    backend = backend_for(group.preset, node=target.name, driver_version=target.driver_version, mig_layout=layout)
     node = await start_sim_node(
-        backend=backend, config=plugin_config(sim.scenario, sim.policy, target.config_key), timeout=timeout
+        backend=backend, config=plugin_config(sim.scenario, policy=sim.policy, key=target.config_key), timeout=timeout
     )
     try:
         for (ns, name), (where, ids) in sorted(sim.placements.items()):
             if where == target.name:
-                await node.kubelet.admit(ns, name, [ContainerRequest("main", {resource: len(ids)})])
+                await node.kubelet.admit(ns, name=name, containers=[ContainerRequest("main", {resource: len(ids)})])
         for index in sorted(target.lost):
             backend.lose_gpu(index)
         try:
-            assignment = await node.kubelet.admit("default", "gpu-test", [ContainerRequest("cuda", {resource: 1})])
+            assignment = await node.kubelet.admit(
+                "default", name="gpu-test", containers=[ContainerRequest("cuda", {resource: 1})]
+            )
         except AdmissionError as exc:
-            return GpuTestRun(False, target.name, "", str(exc))
+            return GpuTestRun(ok=False, node=target.name, output="", reason=str(exc))
         env = assignment.containers[0].envs
         visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
         output = nvidia_smi(backend.inventory(), visible)
-        return GpuTestRun(output != "No devices were found", target.name, output, f"NVIDIA_VISIBLE_DEVICES={visible}")
+        return GpuTestRun(
+            ok=output != "No devices were found",
+            node=target.name,
+            output=output,
+            reason=f"NVIDIA_VISIBLE_DEVICES={visible}",
+        )
     finally:
         await node.stop()

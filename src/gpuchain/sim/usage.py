@@ -55,8 +55,8 @@ def node_usage(sim: SimCluster) -> list[SimNodeUsage]:
             continue
         group = plan.group
         layout = group.mig.config if group.mig is not None and group.mig.state.value == "success" else None
-        backend = backend_for(group.preset, plan.name, plan.driver_version, layout)
-        config = plugin_config(sim.scenario, sim.policy, plan.config_key)
+        backend = backend_for(group.preset, node=plan.name, driver_version=plan.driver_version, mig_layout=layout)
+        config = plugin_config(sim.scenario, policy=sim.policy, key=plan.config_key)
         mps = config is not None and config.mps is not None
         rows: list[Assignment] = []
         cgroups: dict[int, ContainerCgroup | None] = {}
@@ -64,7 +64,7 @@ def node_usage(sim: SimCluster) -> list[SimNodeUsage]:
         pid = 1000
         served: set[str] = set()
         for ns, pod, ids in placed:
-            obj = sim.cluster.get_or_none(POD, pod, ns)
+            obj = sim.cluster.get_or_none(POD, name=pod, namespace=ns)
             uid = obj["metadata"]["uid"] if obj else _digest(ns, pod)[:32]
             container_id = _digest(uid, CONTAINER)
             directory[uid] = PodIdentity(ns, pod, {container_id: CONTAINER})
@@ -79,16 +79,18 @@ def node_usage(sim: SimCluster) -> list[SimNodeUsage]:
                 if mps and base not in served:
                     # The MPS server NVML lists among the compute processes: a host daemon, in no pod.
                     pid += 1
-                    backend.run_process(device, pid, MPS_SERVER_MIB)
+                    backend.run_process(device, pid=pid, memory_mib=MPS_SERVER_MIB)
                     cgroups[pid] = None
                     served.add(base)
                 pid += 1
-                backend.run_process(device, pid, workload.memory_mib, workload.sm_percent, mps)
+                backend.run_process(
+                    device, pid=pid, memory_mib=workload.memory_mib, sm_percent=workload.sm_percent, mps=mps
+                )
                 cgroups[pid] = ContainerCgroup(uid, container_id)
         collector = GpuMetricsCollector(
             backend,
-            load_collectors(),
-            plan.name,
+            counters=load_collectors(),
+            hostname=plan.name,
             pod_lister=rows.copy,
             processes=True,
             cgroup_of=cgroups.get,

@@ -35,7 +35,7 @@ def _workload_pod(namespace: str, name: str, resource: str, gpus: int, visible: 
     }
 
 
-def place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) -> list[Obj]:
+def place_workloads(scenario: Scenario, *, plans: list[NodePlan], out: Rendered) -> list[Obj]:
     """First-fit scheduling on capacity as it was before any GPU fell off the bus."""
     # A node whose kubelet dropped the plugin offers nothing; one under a problem taint takes no new pod.
     free: dict[str, dict[str, list[str]]] = {
@@ -59,7 +59,7 @@ def place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) ->
             if w.gpus == 0:
                 where = w.node or next((p.name for p in plans if p.gpu), plans[0].name)
                 pod["spec"]["nodeName"] = where
-                pod["status"] = pod_status("Running", [], [running_container("main")], "10.0.0.1")
+                pod["status"] = pod_status("Running", inits=[], mains=[running_container("main")], node_ip="10.0.0.1")
                 pods.append(pod)
                 continue
             candidates = [w.node] if w.node else [p.name for p in plans]
@@ -85,7 +85,12 @@ def place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) ->
                 )
                 pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod {message}"}
                 event = warning_event(
-                    w.namespace, pod, "UnexpectedAdmissionError", message, "kubelet", len(out.objects) + i
+                    w.namespace,
+                    involved=pod,
+                    reason="UnexpectedAdmissionError",
+                    message=message,
+                    component="kubelet",
+                    n=len(out.objects) + i,
                 )
                 event["source"]["host"] = node
                 out.objects.append(event)
@@ -97,9 +102,9 @@ def place_workloads(scenario: Scenario, plans: list[NodePlan], out: Rendered) ->
                 detached = node in rules_lost
                 pod["status"] = pod_status(
                     "Running",
-                    [],
-                    [running_container("main", ready=not (hung or detached), restarts=3 if detached else 0)],
-                    "10.0.0.1",
+                    inits=[],
+                    mains=[running_container("main", ready=not (hung or detached), restarts=3 if detached else 0)],
+                    node_ip="10.0.0.1",
                 )
                 if detached:
                     # What the CUDA image's nvidia-smi prints once the device rules are gone

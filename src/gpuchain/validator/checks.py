@@ -22,7 +22,7 @@ from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckResult:
     """Outcome of one check: ``ok``, a one-line ``message`` (what failed and the fix), and facts."""
 
@@ -37,12 +37,14 @@ def check_driver(backend: GpuBackend) -> CheckResult:
     try:
         inv = backend.inventory()
     except GpuError as exc:
-        return CheckResult("driver", False, f"NVML not usable: {exc}")
+        return CheckResult(link="driver", ok=False, message=f"NVML not usable: {exc}")
     if not inv.gpus:
-        return CheckResult("driver", False, "driver loaded but no GPU enumerated: check `lspci | grep -i nvidia`")
+        return CheckResult(
+            link="driver", ok=False, message="driver loaded but no GPU enumerated: check `lspci | grep -i nvidia`"
+        )
     details = {"driverVersion": inv.driver.version, "cudaVersion": inv.driver.cuda_version, "gpus": len(inv.gpus)}
     msg = f"driver {inv.driver.version} (CUDA {inv.driver.cuda_version}) sees {len(inv.gpus)} GPU(s)"
-    return CheckResult("driver", True, msg, details)
+    return CheckResult(link="driver", ok=True, message=msg, details=details)
 
 
 def check_toolkit(backend: GpuBackend, dev_dir: str | Path = "/dev") -> CheckResult:
@@ -53,15 +55,20 @@ def check_toolkit(backend: GpuBackend, dev_dir: str | Path = "/dev") -> CheckRes
     if missing or not gpus:
         absent = ", ".join([*(f"/dev/{m}" for m in missing), *([] if gpus else ["/dev/nvidia<N>"])])
         return CheckResult(
-            "toolkit",
-            False,
-            f"{absent} not injected: the pod did not run with the NVIDIA runtime "
+            link="toolkit",
+            ok=False,
+            message=f"{absent} not injected: the pod did not run with the NVIDIA runtime "
             "(check runtimeClassName nvidia and the container toolkit's runtime config)",
         )
     driver = check_driver(backend)
     if not driver.ok:
-        return CheckResult("toolkit", False, f"device nodes present but {driver.message}")
-    return CheckResult("toolkit", True, f"runtime injected {len(gpus)} GPU device(s); {driver.message}", driver.details)
+        return CheckResult(link="toolkit", ok=False, message=f"device nodes present but {driver.message}")
+    return CheckResult(
+        link="toolkit",
+        ok=True,
+        message=f"runtime injected {len(gpus)} GPU device(s); {driver.message}",
+        details=driver.details,
+    )
 
 
 class CudaApi(Protocol):
@@ -94,37 +101,45 @@ def check_cuda(api: CudaApi | None = None) -> CheckResult:
     try:
         cuda = api if api is not None else LibCuda()
     except OSError as exc:
-        return CheckResult("cuda", False, f"libcuda.so.1 not loadable ({exc}): the toolkit did not mount the driver")
+        return CheckResult(
+            link="cuda", ok=False, message=f"libcuda.so.1 not loadable ({exc}): the toolkit did not mount the driver"
+        )
     try:
         rc = cuda.init()
         if rc != 0:
-            return CheckResult("cuda", False, f"cuInit failed with CUDA error {rc}: driver/CUDA mismatch or no device")
+            return CheckResult(
+                link="cuda", ok=False, message=f"cuInit failed with CUDA error {rc}: driver/CUDA mismatch or no device"
+            )
         count = cuda.device_count()
     except OSError as exc:
-        return CheckResult("cuda", False, str(exc))
+        return CheckResult(link="cuda", ok=False, message=str(exc))
     if count < 1:
-        return CheckResult("cuda", False, "CUDA initialised but reports 0 devices")
-    return CheckResult("cuda", True, f"CUDA sees {count} device(s)", {"devices": count})
+        return CheckResult(link="cuda", ok=False, message="CUDA initialised but reports 0 devices")
+    return CheckResult(link="cuda", ok=True, message=f"CUDA sees {count} device(s)", details={"devices": count})
 
 
 def check_plugin(cluster: Cluster, node_name: str) -> CheckResult:
     """The device plugin registered: the node advertises at least one GPU resource."""
     try:
-        node = cluster.get(NODE, node_name)
+        node = cluster.get(NODE, name=node_name)
     except KubeError as exc:
-        return CheckResult("plugin", False, f"cannot read node {node_name}: {exc}")
+        return CheckResult(link="plugin", ok=False, message=f"cannot read node {node_name}: {exc}")
     field = "allocatable" if (node.get("status") or {}).get("allocatable") else "capacity"
     resources = {k: v for k, v in node_gpu_resources(node, field).items() if v > 0}
     if not resources and allocator_of(node) == DRA:
         return CheckResult(
-            "plugin", True, f"node {node_name}'s GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA}): none announced"
+            link="plugin",
+            ok=True,
+            message=f"node {node_name}'s GPUs are the DRA driver's ({ALLOCATOR_LABEL}={DRA}): none announced",
         )
     if not resources:
         return CheckResult(
-            "plugin",
-            False,
-            f"node {node_name} advertises no nvidia.com/gpu or nvidia.com/mig-* resource: "
+            link="plugin",
+            ok=False,
+            message=f"node {node_name} advertises no nvidia.com/gpu or nvidia.com/mig-* resource: "
             "is the device plugin running and registered with the kubelet?",
         )
     listing = ", ".join(f"{k}={v}" for k, v in sorted(resources.items()))
-    return CheckResult("plugin", True, f"node {node_name} advertises {listing}", {"resources": resources})
+    return CheckResult(
+        link="plugin", ok=True, message=f"node {node_name} advertises {listing}", details={"resources": resources}
+    )

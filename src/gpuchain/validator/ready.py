@@ -29,7 +29,7 @@ class ReadyFiles:
 
     def write(self, link: str, details: dict[str, Any]) -> Path:
         """Mark ``link`` ready (atomically: a waiter never reads a half-written file)."""
-        return atomic_write(self.path(link), json.dumps({"link": link, "time": time.time(), **details}))
+        return atomic_write(self.path(link), data=json.dumps({"link": link, "time": time.time(), **details}))
 
     def is_ready(self, link: str) -> bool:
         """Has ``link`` been validated on this node?"""
@@ -48,6 +48,7 @@ class ReadyFiles:
     def wait(
         self,
         link: str,
+        *,
         timeout: float | None = None,
         interval: float = 5.0,
         sleep: Callable[[float], None] = time.sleep,

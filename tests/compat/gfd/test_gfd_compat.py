@@ -81,7 +81,7 @@ BOTH_WAYS = [
 
 @pytest.mark.parametrize(("expected", "node", "config"), BOTH_WAYS, ids=lambda v: str(v)[:40])
 def test_labels_match_nvidias_expected_output_both_ways(expected: str, node: str, config: str) -> None:
-    output = render_feature_file(gfd_labels(_inventory(node), parse_config(config), timestamp=1764720000))
+    output = render_feature_file(gfd_labels(_inventory(node), config=parse_config(config), timestamp=1764720000))
     patterns = expressions(expected)
     assert unmatched_lines(output, patterns) == []
     assert unmatched_patterns(output, patterns) == []
@@ -91,7 +91,7 @@ def test_vgpu_present_is_the_only_vgpu_label_written() -> None:
     """gpuchain writes ``vgpu.present`` as NVIDIA's GFD does on every GPU node, and not the vGPU
     host's driver version and branch (unsupported: NVIDIA reads them from the vGPU capability in
     PCI config space), so of upstream's vGPU expressions exactly those two stay unmatched."""
-    output = render_feature_file(gfd_labels(_inventory("a100-40gb-x8"), parse_config(""), timestamp=1764720000))
+    output = render_feature_file(gfd_labels(_inventory("a100-40gb-x8"), config=parse_config(""), timestamp=1764720000))
     patterns = expressions("expected-output-vgpu.txt")
     assert [ln for ln in output.splitlines() if "vgpu" in ln] == ["nvidia.com/vgpu.present=false"]
     assert unmatched_patterns(output, patterns) == [p.pattern for p in patterns[1:]]
@@ -149,7 +149,7 @@ def _mock_inventory(devices: list[dict[str, Any]]) -> Inventory:
 @pytest.mark.parametrize("case", UPSTREAM["cases"], ids=lambda c: c["test"])
 def test_nvidias_gfd_test_inputs_give_its_labels(case: dict[str, Any]) -> None:
     config = parse_config(f"flags: {{migStrategy: {case['mig_strategy']}}}")
-    labels = gfd_labels(_mock_inventory(case["devices"]), config, timestamp=1764720000, machine="mock-machine")
+    labels = gfd_labels(_mock_inventory(case["devices"]), config=config, timestamp=1764720000, machine="mock-machine")
     assert unmatched_lines(render_feature_file(labels), expressions(case["expected_file"])) == []
     for key, value in case.get("labels", {}).items():
         assert labels.get(key) == value, key
@@ -178,7 +178,7 @@ def test_readme_node_labels() -> None:
         pci_class=0x030200,
     )
     inventory = Inventory(DriverInfo("455.06", "11.1"), (gpu,))
-    labels = gfd_labels(inventory, parse_config(""), timestamp=1594644571, machine="NVIDIA DGX-2H")
+    labels = gfd_labels(inventory, config=parse_config(""), timestamp=1594644571, machine="NVIDIA DGX-2H")
     expected = {k: str(v) for k, v in shown.items()} | {"nvidia.com/gpu.machine": "NVIDIA-DGX-2H"}
     assert {k: labels.get(k) for k in expected} == expected
 

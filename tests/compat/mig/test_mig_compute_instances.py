@@ -75,15 +75,15 @@ def test_every_configuration_mig_parted_tests_applies_unless_the_card_cannot_hol
         if _beyond_the_card(wanted, gpu):
             before = sim.inventory()
             with pytest.raises(LayoutError):
-                apply(sim, cfg, name)
+                apply(sim, config=cfg, name=name)
             assert sim.inventory() == before, name
             refused += 1
             continue
-        apply(sim, cfg, name)
+        apply(sim, config=cfg, name=name)
         got = Counter(m.profile for m in sim.inventory().gpu(0).mig_devices)
         assert got == wanted, name
-        assert apply(sim, cfg, name).steps == (), f"{name} is not idempotent"
-        assert check(sim, cfg, name) == []
+        assert apply(sim, config=cfg, name=name).steps == (), f"{name} is not idempotent"
+        assert check(sim, config=cfg, name=name) == []
         applied += 1
         applied_split += any(catalog.parse_profile(p).splits_instance for p in wanted)
     assert (len(CONFIGS), applied, applied_split, refused) == (754, 386, 343, 368)

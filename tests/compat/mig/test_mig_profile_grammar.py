@@ -50,13 +50,25 @@ def test_a_config_file_refuses_what_nvidia_refuses_with_file_line_and_field(case
 @pytest.mark.parametrize(
     ("text", "parsed", "canonical"),
     [
-        ("1g.10gb", ProfileName(1, 1, 10), "1g.10gb"),
-        ("1c.1g.10gb", ProfileName(1, 1, 10), "1g.10gb"),
-        ("2c.3g.40gb", ProfileName(2, 3, 40), "2c.3g.40gb"),
-        ("1g.24gb+me.all", ProfileName(1, 1, 24, ("me.all",)), "1g.24gb+me.all"),
-        ("1g.24gb-me", ProfileName(1, 1, 24, (), ("me",)), "1g.24gb-me"),
-        ("4g.96gb+gfx", ProfileName(4, 4, 96, ("gfx",)), "4g.96gb+gfx"),
-        ("1g.5gb+me,gfx", ProfileName(1, 1, 5, ("gfx", "me")), "1g.5gb+gfx,me"),
+        ("1g.10gb", ProfileName(compute_slices=1, gi_slices=1, memory_gb=10), "1g.10gb"),
+        ("1c.1g.10gb", ProfileName(compute_slices=1, gi_slices=1, memory_gb=10), "1g.10gb"),
+        ("2c.3g.40gb", ProfileName(compute_slices=2, gi_slices=3, memory_gb=40), "2c.3g.40gb"),
+        (
+            "1g.24gb+me.all",
+            ProfileName(compute_slices=1, gi_slices=1, memory_gb=24, attributes=("me.all",)),
+            "1g.24gb+me.all",
+        ),
+        (
+            "1g.24gb-me",
+            ProfileName(compute_slices=1, gi_slices=1, memory_gb=24, attributes=(), negated=("me",)),
+            "1g.24gb-me",
+        ),
+        ("4g.96gb+gfx", ProfileName(compute_slices=4, gi_slices=4, memory_gb=96, attributes=("gfx",)), "4g.96gb+gfx"),
+        (
+            "1g.5gb+me,gfx",
+            ProfileName(compute_slices=1, gi_slices=1, memory_gb=5, attributes=("gfx", "me")),
+            "1g.5gb+gfx,me",
+        ),
     ],
 )
 def test_names_parse_into_slices_memory_and_attributes(text: str, parsed: ProfileName, canonical: str) -> None:

@@ -100,15 +100,15 @@ def _run(cfg: MigPartedConfig, layout: str) -> tuple[int, int]:
         before = backend.inventory()
         if expected is None:
             with pytest.raises(LayoutError):
-                apply(backend, cfg, layout)
+                apply(backend, config=cfg, name=layout)
             assert backend.inventory() == before, f"{layout} on {key} changed the GPU before failing"
             refused += 1
             continue
-        apply(backend, cfg, layout)
+        apply(backend, config=cfg, name=layout)
         got = Counter(m.profile for m in backend.inventory().gpu(0).mig_devices)
         assert got == expected, f"{layout} on {key}"
-        assert apply(backend, cfg, layout).steps == (), f"{layout} on {key} is not idempotent"
-        assert check(backend, cfg, layout) == []
+        assert apply(backend, config=cfg, name=layout).steps == (), f"{layout} on {key} is not idempotent"
+        assert check(backend, config=cfg, name=layout) == []
         applied += 1
     return applied, refused
 
@@ -207,7 +207,7 @@ def test_nvidia_fills_each_card_to_the_instance_count_the_catalog_has() -> None:
 def _devices_after(cfg: MigPartedConfig, layout: str, key: str) -> Counter[str] | None:
     backend = _node(key)
     try:
-        apply(backend, cfg, layout)
+        apply(backend, config=cfg, name=layout)
     except LayoutError:
         return None
     return Counter(m.profile for m in backend.inventory().gpu(0).mig_devices)

@@ -29,7 +29,7 @@ NVIDIA = yaml.safe_load((FIXTURES / "state-dcgm-exporter-0400_service.yaml").rea
 def _objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
     policy = parse_policy(spec)
     assert isinstance(policy, ClusterPolicySpec), policy
-    return desired(policy, Facts("gpu-operator", "cluster-policy"))
+    return desired(policy, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
 
 
 @pytest.mark.parametrize(
@@ -68,10 +68,13 @@ def test_service_type_and_internal_traffic_policy_apply_as_in_nvidias_operator()
 
 def test_the_operator_creates_the_service_and_removes_it_with_the_exporter() -> None:
     cluster = MemoryCluster([cluster_policy("cluster-policy", {})])
-    reconcile(cluster, "cluster-policy", "gpu-operator")
-    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, "gpu-operator")] == ["nvidia-dcgm-exporter"]
-    assert "service/nvidia-dcgm-exporter" not in reconcile(cluster, "cluster-policy", "gpu-operator").changed
-    cluster.patch(CLUSTER_POLICY, "cluster-policy", {"spec": {"dcgmExporter": {"enabled": False}}})
-    result = reconcile(cluster, "cluster-policy", "gpu-operator")
+    reconcile(cluster, name="cluster-policy", namespace="gpu-operator")
+    assert [s["metadata"]["name"] for s in cluster.list(SERVICE, namespace="gpu-operator")] == ["nvidia-dcgm-exporter"]
+    assert (
+        "service/nvidia-dcgm-exporter"
+        not in reconcile(cluster, name="cluster-policy", namespace="gpu-operator").changed
+    )
+    cluster.patch(CLUSTER_POLICY, name="cluster-policy", patch={"spec": {"dcgmExporter": {"enabled": False}}})
+    result = reconcile(cluster, name="cluster-policy", namespace="gpu-operator")
     assert "service/nvidia-dcgm-exporter (deleted)" in result.changed
-    assert cluster.list(SERVICE, "gpu-operator") == []
+    assert cluster.list(SERVICE, namespace="gpu-operator") == []

@@ -31,7 +31,7 @@ def _accepted(doc: dict[str, Any]) -> ClusterPolicySpec:
     assert doc["apiVersion"] == "gpuchain.io/v1" and doc["kind"] == "ClusterPolicy"
     parsed = parse_policy(doc["spec"])
     assert isinstance(parsed, ClusterPolicySpec), [str(p) for p in parsed]  # type: ignore[union-attr]
-    for obj in desired(parsed, Facts("gpu-operator", doc["metadata"]["name"])):
+    for obj in desired(parsed, Facts(namespace="gpu-operator", policy_name=doc["metadata"]["name"])):
         kubernetes_validate.validate(obj, "1.36.0", strict=True)
     return parsed
 

@@ -171,7 +171,7 @@ def test_harmless_keys_are_accepted() -> None:
     }
     policy = parse_policy(spec)
     assert isinstance(policy, ClusterPolicySpec), [str(p) for p in policy]  # type: ignore[union-attr]
-    objs = desired(policy, Facts("gpu-operator", "cluster-policy"))
+    objs = desired(policy, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
     exporter = next(o for o in objs if o["metadata"]["name"] == "nvidia-dcgm-exporter")
     ctr = exporter["spec"]["template"]["spec"]["containers"][0]
     assert ctr["args"][-2:] == ["--collectors", "/etc/dcgm-exporter/dcgm-metrics.csv"]

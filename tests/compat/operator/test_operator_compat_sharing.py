@@ -38,7 +38,7 @@ def _daemonsets(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The DaemonSets of ``spec`` in NVIDIA's per-operand layout, whose check this replays."""
     policy = parse_policy({"nodeAgent": {"enabled": False}, **spec})
     assert isinstance(policy, ClusterPolicySpec), policy
-    objs = desired(policy, Facts("gpu-operator", "cluster-policy"))
+    objs = desired(policy, Facts(namespace="gpu-operator", policy_name="cluster-policy"))
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
 
 

@@ -119,7 +119,7 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
         assert pods, f"no pod of {edit['daemonset']} on {edit.get('node')}"
         for pod in pods:
             _ensure_spec(cluster, pod, edit)
-            pod = cluster.get(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
+            pod = cluster.get(POD, name=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
             status = copy.deepcopy(pod.get("status") or {})
             if "phase" in edit:
                 status["phase"] = edit["phase"]
@@ -150,7 +150,9 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
                         }
                     }
                 }
-                cluster.patch(POD, pod["metadata"]["name"], {"spec": spec}, pod["metadata"]["namespace"])
+                cluster.patch(
+                    POD, name=pod["metadata"]["name"], patch={"spec": spec}, namespace=pod["metadata"]["namespace"]
+                )
             for c in edit.get("init", []):
                 status.setdefault("initContainerStatuses", [])
                 _set_container(status["initContainerStatuses"], c)
@@ -176,13 +178,17 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
                 status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + [
                     {"type": "Ready", "status": "False"}
                 ]
-            cluster.patch_status(POD, pod["metadata"]["name"], status, pod["metadata"]["namespace"])
+            cluster.patch_status(
+                POD, name=pod["metadata"]["name"], status=status, namespace=pod["metadata"]["namespace"]
+            )
             for container, text in (edit.get("logs") or {}).items():
-                cluster.set_logs(pod["metadata"]["name"], pod["metadata"]["namespace"], container, text)
+                cluster.set_logs(
+                    pod["metadata"]["name"], namespace=pod["metadata"]["namespace"], container=container, text=text
+                )
             for ev in edit.get("events", []):
                 _event(cluster, pod, ev)
     elif what == "node":
-        node = cluster.get(NODE, edit["node"])
+        node = cluster.get(NODE, name=edit["node"])
         patch: dict[str, Any] = {}
         if "labels" in edit:
             patch["metadata"] = {"labels": edit["labels"]}
@@ -194,23 +200,23 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
                 spec["taints"] = list(node["spec"].get("taints") or []) + edit["taints"]
             patch["spec"] = spec
         if patch:
-            cluster.patch(NODE, edit["node"], patch)
+            cluster.patch(NODE, name=edit["node"], patch=patch)
         if "capacity" in edit or "allocatable" in edit or "nodeInfo" in edit:
-            status = copy.deepcopy(cluster.get(NODE, edit["node"])["status"])
+            status = copy.deepcopy(cluster.get(NODE, name=edit["node"])["status"])
             for key in ("capacity", "allocatable"):
                 for res, val in (edit.get(key) or {}).items():
                     # None: a merge patch removes the resource (the kubelet no longer reports it)
                     status[key][res] = None if val is None else str(val)
             status.setdefault("nodeInfo", {}).update(edit.get("nodeInfo") or {})
-            cluster.patch_status(NODE, edit["node"], status)
+            cluster.patch_status(NODE, name=edit["node"], status=status)
     elif what == "rename-daemonset":
         _rename(cluster, edit["namespace"], edit["from"], edit["to"], edit.get("toNamespace"), edit.get("nodes"))
     elif what == "add-daemonset":
         _add(cluster, edit)
     elif what == "delete-daemonset":
         for pod in _pods(cluster, edit["name"], None, edit["namespace"]):
-            cluster.delete(POD, pod["metadata"]["name"], pod["metadata"]["namespace"])
-        cluster.delete(DAEMONSET, edit["name"], edit["namespace"])
+            cluster.delete(POD, name=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
+        cluster.delete(DAEMONSET, name=edit["name"], namespace=edit["namespace"])
     else:
         raise ValueError(f"unknown edit {what!r}")
 
@@ -233,10 +239,13 @@ def _ensure_spec(cluster: MemoryCluster, pod: Obj, edit: dict[str, Any]) -> None
             for st in statuses:
                 if st.get("name") == old:
                     st["name"] = c["name"]
-    cluster.patch(POD, pod["metadata"]["name"], {"spec": spec}, pod["metadata"]["namespace"])
+    cluster.patch(POD, name=pod["metadata"]["name"], patch={"spec": spec}, namespace=pod["metadata"]["namespace"])
     if statuses:
         cluster.patch_status(
-            POD, pod["metadata"]["name"], {"containerStatuses": statuses}, pod["metadata"]["namespace"]
+            POD,
+            name=pod["metadata"]["name"],
+            status={"containerStatuses": statuses},
+            namespace=pod["metadata"]["namespace"],
         )
 
 
@@ -318,15 +327,15 @@ def _rename(cluster: MemoryCluster, ns: str, old: str, new: str, new_ns: str | N
     """Copy DaemonSet ``ns/old`` (and its pods on ``nodes``, or all) as ``new_ns/new``; the old one
     goes when every pod moved."""
     target_ns = new_ns or ns
-    ds = copy.deepcopy(cluster.get(DAEMONSET, old, ns))
+    ds = copy.deepcopy(cluster.get(DAEMONSET, name=old, namespace=ns))
     pods = _pods(cluster, old, None, ns)
     moving = [p for p in pods if nodes is None or p["spec"].get("nodeName") in nodes]
     for p in moving:
         logs = {}
         for c in [*(p["spec"].get("initContainers") or []), *p["spec"]["containers"]]:
             with contextlib.suppress(KubeError):  # no log for that container
-                logs[c["name"]] = cluster.logs(p["metadata"]["name"], ns, container=c["name"])
-        cluster.delete(POD, p["metadata"]["name"], ns)
+                logs[c["name"]] = cluster.logs(p["metadata"]["name"], namespace=ns, container=c["name"])
+        cluster.delete(POD, name=p["metadata"]["name"], namespace=ns)
         q = copy.deepcopy(p)
         suffix = q["metadata"]["name"].rsplit("-", 1)[-1]
         q["metadata"] = {
@@ -338,7 +347,7 @@ def _rename(cluster: MemoryCluster, ns: str, old: str, new: str, new_ns: str | N
         cluster.create(q)
         for c, text in logs.items():
             if text:
-                cluster.set_logs(q["metadata"]["name"], target_ns, c, text)
+                cluster.set_logs(q["metadata"]["name"], namespace=target_ns, container=c, text=text)
     ds["metadata"] = {
         **{k: v for k, v in ds["metadata"].items() if k in ("labels", "annotations")},
         "name": new,
@@ -356,14 +365,14 @@ def _rename(cluster: MemoryCluster, ns: str, old: str, new: str, new_ns: str | N
     }
     cluster.create(ds)
     if len(moving) == len(pods):
-        cluster.delete(DAEMONSET, old, ns)
+        cluster.delete(DAEMONSET, name=old, namespace=ns)
     else:
         left = len(pods) - len(moving)
         cluster.patch_status(
             DAEMONSET,
-            old,
-            {"desiredNumberScheduled": left, "currentNumberScheduled": left, "numberReady": left},
-            ns,
+            name=old,
+            status={"desiredNumberScheduled": left, "currentNumberScheduled": left, "numberReady": left},
+            namespace=ns,
         )
 
 

@@ -39,16 +39,16 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
     what = edit["do"]
     if what == "policy":
         for policy in cluster.list(NVIDIA_CLUSTER_POLICY):
-            cluster.patch(NVIDIA_CLUSTER_POLICY, policy["metadata"]["name"], {"spec": edit["spec"]})
+            cluster.patch(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"], patch={"spec": edit["spec"]})
     elif what == "daemonset":
         ns, name = edit["namespace"], edit["name"]
         if "spec" in edit:
-            cluster.patch(DAEMONSET, name, {"spec": edit["spec"]}, ns)
+            cluster.patch(DAEMONSET, name=name, patch={"spec": edit["spec"]}, namespace=ns)
         if edit.get("dropPods"):
             for pod in base._pods(cluster, name, None, ns):
-                cluster.delete(POD, pod["metadata"]["name"], ns)
+                cluster.delete(POD, name=pod["metadata"]["name"], namespace=ns)
         if "status" in edit:
-            cluster.patch_status(DAEMONSET, name, edit["status"], ns)
+            cluster.patch_status(DAEMONSET, name=name, status=edit["status"], namespace=ns)
     elif what == "add-pod":
         cluster.create(
             {
@@ -91,7 +91,7 @@ def _recount(cluster: MemoryCluster) -> None:
         desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
         ready = sum(1 for p in pods if p["spec"].get("nodeName") and base._ready(p))
         status = {"numberReady": ready, "numberAvailable": ready, "numberUnavailable": max(desired - ready, 0)}
-        cluster.patch_status(DAEMONSET, name, status, ns)
+        cluster.patch_status(DAEMONSET, name=name, status=status, namespace=ns)
 
 
 def load(path: Path) -> base.Case:

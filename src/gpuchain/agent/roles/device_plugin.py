@@ -44,10 +44,15 @@ def source_of(settings: DevicePluginSettings) -> ConfigSource:
     """Where the config comes from: one file, or a ConfigMap directory whose key the Node's label picks."""
     if settings.config_file and settings.config_dir:
         raise RoleError("give --config-file or --config-dir, not both")
-    return ConfigSource(settings.config_file, settings.config_dir, settings.config_key, settings.config_naming)
+    return ConfigSource(
+        file=settings.config_file,
+        directory=settings.config_dir,
+        cluster_default=settings.config_key,
+        config_naming=settings.config_naming,
+    )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
     """What the plugin starts from."""
 
@@ -59,7 +64,7 @@ class Prepared:
 
 
 def node_label(
-    settings: DevicePluginSettings, node_name: str | None, cluster: Callable[[], Cluster], once: bool = False
+    settings: DevicePluginSettings, *, node_name: str | None, cluster: Callable[[], Cluster], once: bool = False
 ) -> tuple[NodeLabelWatch | None, str | None, str | None]:
     """With a Node: the watch on it (its repair loop's quarantine list; with a config directory also
     its config label), the label now and the resourceVersion to watch from. ``once`` (listing the
@@ -72,7 +77,7 @@ def node_label(
     else:
         hint = "or leave out --node-name/NODE_NAME (the plugin then ignores the repair loop's quarantine)"
         wanted = f"the repair loop's quarantine list ({QUARANTINE_ANNOTATION})"
-    watch = NodeLabelWatch(cluster(), node_name)
+    watch = NodeLabelWatch(cluster(), node_name=node_name)
     try:
         label, rv = watch.read()
     except Exception as exc:  # any API or connection failure: what to serve cannot be known, so do not guess
@@ -82,7 +87,7 @@ def node_label(
     return (None if once else watch), label, rv
 
 
-def load(source: ConfigSource, label: str | None, watch: NodeLabelWatch | None) -> Config:
+def load(source: ConfigSource, *, label: str | None, watch: NodeLabelWatch | None) -> Config:
     """The config the label picks, checked: its health switches and the plugin's own problems.
     A config that cannot be used is RoleError (and a Warning Event on the Node, with a watch)."""
     try:
@@ -103,8 +108,10 @@ def load(source: ConfigSource, label: str | None, watch: NodeLabelWatch | None) 
 def prepare(settings: DevicePluginSettings, node: Node) -> Prepared:
     """Read the Node and the config (blocking: call it off the event loop). Raises RoleError."""
     source = source_of(settings)
-    watch, label, rv = node_label(settings, node.name, node.cluster)
-    return Prepared(load(source, label, watch), source, watch, label, rv)
+    watch, label, rv = node_label(settings, node_name=node.name, cluster=node.cluster)
+    return Prepared(
+        config=load(source, label=label, watch=watch), source=source, watch=watch, label=label, resource_version=rv
+    )
 
 
 def follow_allocator(plugin: DevicePlugin, watch: NodeLabelWatch) -> None:
@@ -126,6 +133,7 @@ def follow_allocator(plugin: DevicePlugin, watch: NodeLabelWatch) -> None:
 
 async def serve(
     settings: DevicePluginSettings,
+    *,
     node: Node,
     prepared: Prepared,
     stop: asyncio.Event,
@@ -138,14 +146,14 @@ async def serve(
     watch, source = prepared.watch, prepared.source
     cdi_dir = settings.cdi_dir or DEFAULT_CDI_DIR
     socket_dir = settings.socket_dir or DEFAULT_SOCKET_DIR
-    plugin = DevicePlugin(node.backend, prepared.config, socket_dir, cdi_dir=cdi_dir)
+    plugin = DevicePlugin(node.backend, config=prepared.config, socket_dir=socket_dir, cdi_dir=cdi_dir)
     if watch is not None:
         plugin.on_degraded = lambda reason: asyncio.to_thread(
             watch.report, ResourceMappingError(reason), "serving what still fits"
         )
-        QuarantineFollower(watch.cluster, watch.node_name, plugin.set_quarantined).attach(watch)
+        QuarantineFollower(watch.cluster, node_name=watch.node_name, apply=plugin.set_quarantined).attach(watch)
         follow_allocator(plugin, watch)
-    follower = ConfigFollower(plugin, source, os.environ, prepared.label, watch)
+    follower = ConfigFollower(plugin, source=source, env=os.environ, label=prepared.label, watch=watch)
 
     async def reload(trigger: str) -> None:
         try:
@@ -164,11 +172,13 @@ async def serve(
         if watch is not None:  # one watch on this Node: its config label (with a directory) and quarantine list
             rv = prepared.resource_version
             if source.directory is not None:
-                following = spawn("device plugin: node watch", lambda: follower.follow(rv))
+                following = spawn("device plugin: node watch", run=lambda: follower.follow(rv))
                 label = prepared.label or "unset"
                 log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, label)
             else:
-                following = spawn("device plugin: node watch", lambda: ride(watch, prepared.label, rv))
+                following = spawn(
+                    "device plugin: node watch", run=lambda: ride(watch, label=prepared.label, resource_version=rv)
+                )
             log.info("following Node %s's repair loop quarantine (%s)", watch.node_name, QUARANTINE_ANNOTATION)
         await stop.wait()
     finally:
@@ -182,4 +192,4 @@ async def serve(
 async def run(settings: DevicePluginSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
     """The role in the node agent: prepare, then serve until ``stop``."""
     prepared = await asyncio.to_thread(prepare, settings, node)
-    await serve(settings, node, prepared, stop, started)
+    await serve(settings, node=node, prepared=prepared, stop=stop, started=started)

@@ -55,15 +55,17 @@ def driver_of(settings: DraPluginSettings, node: Node) -> tuple[DraDriver, DraPl
         gpu_shares=settings.gpu_shares,
         mps_root=settings.mps_root,
     )
-    driver = DraDriver(backend, node.cluster(), config)
+    driver = DraDriver(backend, cluster=node.cluster(), config=config)
     server = DraPluginServer(
-        driver, settings.registry_dir or DEFAULT_REGISTRY_DIR, settings.plugin_dir or DEFAULT_PLUGIN_DIR
+        driver,
+        registry_dir=settings.registry_dir or DEFAULT_REGISTRY_DIR,
+        plugin_dir=settings.plugin_dir or DEFAULT_PLUGIN_DIR,
     )
     return driver, server
 
 
 async def serve(
-    driver: DraDriver, server: DraPluginServer, resync: float, stop: asyncio.Event, started: Callable[[], None]
+    driver: DraDriver, *, server: DraPluginServer, resync: float, stop: asyncio.Event, started: Callable[[], None]
 ) -> None:
     """Publish, serve both sockets, follow health and resync until ``stop``; raises
     CriticalLoopFailed when a loop failed (the sockets are removed first)."""
@@ -79,7 +81,9 @@ async def serve(
     await server.start()
     log.info("serving %s; registration socket %s", server.endpoint, server.registration_socket)
     # The repair loop's list, and whether the node's GPUs are this driver's (kube.allocator), on one watch.
-    quarantine = QuarantineFollower(driver.cluster, driver.node, driver.set_quarantined, on_node=driver.node_changed)
+    quarantine = QuarantineFollower(
+        driver.cluster, node_name=driver.node, apply=driver.set_quarantined, on_node=driver.node_changed
+    )
     failed = asyncio.Event()
     critical = Critical(failed)
     tasks = [
@@ -112,6 +116,6 @@ async def run(settings: DraPluginSettings, node: Node, stop: asyncio.Event, star
     driver, server = await asyncio.to_thread(driver_of, settings, node)
     node.metrics.add(NAME, driver.metrics)
     try:
-        await serve(driver, server, settings.resync, stop, started)
+        await serve(driver, server=server, resync=settings.resync, stop=stop, started=started)
     finally:
         node.metrics.remove(NAME)

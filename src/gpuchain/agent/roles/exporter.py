@@ -36,8 +36,8 @@ def collector_of(settings: ExporterSettings, node: Node) -> GpuMetricsCollector:
     directory = _pods_on(node, hostname) if settings.per_process and settings.pods_from_api else None
     collector = GpuMetricsCollector(
         node.backend,
-        counter_set,
-        hostname,
+        counters=counter_set,
+        hostname=hostname,
         pod_lister=pods.list if pods else None,
         interval=settings.interval,
         call_timeout=settings.call_timeout,

@@ -36,7 +36,7 @@ NFD_FEATURE_FILE = GfdFlags().output_file
 """Where NFD on the host picks feature files up and turns them into node labels."""
 
 
-def config_of(source: ConfigSource, label: str | None, mig_strategy: str | None) -> Config:
+def config_of(source: ConfigSource, *, label: str | None, mig_strategy: str | None) -> Config:
     """The plugin's config file (the one the node label picks from a ConfigMap), then GFD's
     environment variables, then the settings' MIG strategy."""
     config = source.load(label, os.environ)
@@ -55,7 +55,7 @@ def _interval_source(option: str | None, config_file: Path | None) -> str:
     return f"{config_file or 'default config'}: flags.gfd.sleepInterval"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
     """A discovery ready to label, and how often."""
 
@@ -78,11 +78,15 @@ def prepare(settings: GfdSettings, node: Node) -> Prepared:
     if settings.config_file and settings.config_dir:
         raise RoleError("give --config-file or --config-dir, not both")
     source = ConfigSource(
-        settings.config_file, settings.config_dir, settings.config_key, settings.config_naming, GFD_ENV_FLAGS
+        file=settings.config_file,
+        directory=settings.config_dir,
+        cluster_default=settings.config_key,
+        config_naming=settings.config_naming,
+        variables=GFD_ENV_FLAGS,
     )
     watch, label, rv = _node_label(settings, node)
     try:
-        config = config_of(source, label, settings.mig_strategy)
+        config = config_of(source, label=label, mig_strategy=settings.mig_strategy)
         gfd_flags = config.flags.gfd
         interval_ns = (
             parse_go_duration(settings.sleep_interval) if settings.sleep_interval else gfd_flags.sleep_interval
@@ -105,15 +109,25 @@ def prepare(settings: GfdSettings, node: Node) -> Prepared:
         sinks.append(lambda labels: write_feature_file(target, labels))
     if settings.patch_node:
         cluster, patched = node.cluster(), settings.patch_node
-        sinks.append(lambda labels: patch_node_labels(cluster, patched, labels))
+        sinks.append(lambda labels: patch_node_labels(cluster, node=patched, labels=labels))
     timestamps = not (settings.no_timestamp or gfd_flags.no_timestamp)
-    discovery = Discovery(node.backend, config, sinks, machine, timestamps=timestamps)
+    discovery = Discovery(backend=node.backend, config=config, sinks=sinks, machine=machine, timestamps=timestamps)
     every = (
         "once, then waiting (sleepInterval infinite)"
         if interval is None
         else f"every {format_go_duration(interval_ns)}"
     )
-    return Prepared(discovery, oneshot, interval, every, target, source, watch, label, rv)
+    return Prepared(
+        discovery=discovery,
+        oneshot=oneshot,
+        interval=interval,
+        every=every,
+        target=target,
+        source=source,
+        watch=watch,
+        label=label,
+        resource_version=rv,
+    )
 
 
 def _node_label(settings: GfdSettings, node: Node) -> tuple[NodeLabelWatch | None, str | None, str | None]:
@@ -122,7 +136,7 @@ def _node_label(settings: GfdSettings, node: Node) -> tuple[NodeLabelWatch | Non
     if not (node.name and settings.config_dir):
         return None, None, None
     hint = "or leave out --node-name/NODE_NAME to pick the config by --config-key alone"
-    watch = NodeLabelWatch(node.cluster(), node.name)
+    watch = NodeLabelWatch(node.cluster(), node_name=node.name)
     try:
         label, rv = watch.read()
     except Exception as exc:  # any API or connection failure: the label cannot be known, so do not guess
@@ -132,7 +146,7 @@ def _node_label(settings: GfdSettings, node: Node) -> tuple[NodeLabelWatch | Non
     return watch, label, rv
 
 
-async def serve(settings: GfdSettings, prepared: Prepared, stop: asyncio.Event, started: Callable[[], None]) -> None:
+async def serve(settings: GfdSettings, *, prepared: Prepared, stop: asyncio.Event, started: Callable[[], None]) -> None:
     """Label every interval until ``stop``; then take the feature file away (a looping run's)."""
     discovery, watch = prepared.discovery, prepared.watch
     simulated = " (simulated)" if discovery.backend.name == "sim" else ""
@@ -141,10 +155,10 @@ async def serve(settings: GfdSettings, prepared: Prepared, stop: asyncio.Event, 
         log.info("following Node %s's %s label (now %s)", watch.node_name, NODE_CONFIG_LABEL, prepared.label or "unset")
         follow_config_label(
             discovery,
-            watch,
-            lambda value: config_of(prepared.source, value, settings.mig_strategy),
-            prepared.label,
-            prepared.resource_version,
+            watch=watch,
+            load=lambda value: config_of(prepared.source, label=value, mig_strategy=settings.mig_strategy),
+            label=prepared.label,
+            resource_version=prepared.resource_version,
         )
     passes = asyncio.ensure_future(asyncio.to_thread(discovery.run, prepared.interval))
     stopped = asyncio.ensure_future(stop.wait())
@@ -173,4 +187,4 @@ def _remove_feature_file(path: str) -> None:
 async def run(settings: GfdSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
     """The role: prepare, then label until ``stop``."""
     prepared = await asyncio.to_thread(prepare, settings, node)
-    await serve(settings, prepared, stop, started)
+    await serve(settings, prepared=prepared, stop=stop, started=started)

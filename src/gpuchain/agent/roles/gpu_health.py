@@ -41,7 +41,7 @@ def policy_of(settings: GpuHealthSettings) -> tuple[HealthPolicy, float]:
     """The XID policy (the config's health section, the environment's switches, the settings'
     overrides) and the recovery quiet period. Raises RoleError for a bad config."""
     try:
-        config = load_config(str(settings.config_file) if settings.config_file else None, os.environ)
+        config = load_config(str(settings.config_file) if settings.config_file else None, env=os.environ)
         policy = config.health.policy(os.environ).with_overrides(settings.xid_overrides)
     except (ConfigFileError, ValueError) as exc:
         raise RoleError(str(exc)) from None
@@ -60,17 +60,17 @@ def prepare(settings: GpuHealthSettings, node: Node) -> Prepared:
     pods = node.pods()
     publisher = GpuHealthPublisher(
         node.backend,
-        node.cluster(),
-        node_name,
-        pods.list if pods else None,
-        policy,
-        quiet,
+        cluster=node.cluster(),
+        node_name=node_name,
+        pods=pods.list if pods else None,
+        policy=policy,
+        quiet_seconds=quiet,
     )
     return Prepared(node_name, publisher)
 
 
 def loops(
-    settings: GpuHealthSettings, node: Node, prepared: Prepared
+    settings: GpuHealthSettings, *, node: Node, prepared: Prepared
 ) -> list[Callable[[asyncio.Event], Awaitable[None]]]:
     """What runs until stopped: the publisher, and the repair loop and readiness gate as asked."""
     cluster, name = node.cluster(), prepared.node_name
@@ -92,7 +92,14 @@ def loops(
         # reset on a node that has the board would make the real agents let go for nothing.
         board = open_board(node.settings.release_dir) if real else None
         policy = LoopPolicy(xid_resolutions=settings.xid_overrides)
-        agent = GpuLoopAgent(node.backend, cluster, name, policy, settings.namespace or DEFAULT_NAMESPACE, board=board)
+        agent = GpuLoopAgent(
+            node.backend,
+            cluster=cluster,
+            node_name=name,
+            policy=policy,
+            namespace=settings.namespace or DEFAULT_NAMESPACE,
+            board=board,
+        )
         node.metrics.add(NAME, agent.metrics)
         if settings.repair_interval is None:
             every.append(agent.run)
@@ -105,15 +112,24 @@ def loops(
 
         ready = ReadyFiles(settings.validations_dir) if settings.validations_dir else None
         taint = settings.startup_taint or STARTUP_TAINT
-        every.append(ReadinessGate(node.backend, cluster, name, ready, settings.gate_burn_in, taint).run)
+        every.append(
+            ReadinessGate(
+                node.backend,
+                cluster=cluster,
+                node_name=name,
+                ready_files=ready,
+                burn_in=settings.gate_burn_in,
+                taint=taint,
+            ).run
+        )
     return every
 
 
 async def serve(
-    settings: GpuHealthSettings, node: Node, prepared: Prepared, stop: asyncio.Event, started: Callable[[], None]
+    settings: GpuHealthSettings, *, node: Node, prepared: Prepared, stop: asyncio.Event, started: Callable[[], None]
 ) -> None:
     """Publish (and repair, and gate) until ``stop``."""
-    running = loops(settings, node, prepared)
+    running = loops(settings, node=node, prepared=prepared)
     simulated = " (simulated)" if node.simulated else ""
     log.info("publishing GPU health of node %s; Ctrl-C to stop%s", prepared.node_name, simulated)
     if node.server is not None and settings.repair:
@@ -129,4 +145,4 @@ async def serve(
 async def run(settings: GpuHealthSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
     """The role: prepare, then publish until ``stop``."""
     prepared = await asyncio.to_thread(prepare, settings, node)
-    await serve(settings, node, prepared, stop, started)
+    await serve(settings, node=node, prepared=prepared, stop=stop, started=started)

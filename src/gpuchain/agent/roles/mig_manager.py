@@ -20,7 +20,7 @@ from gpuchain.mig.manager import RESYNC_SECONDS, MigManager
 log = logging.getLogger("gpuchain.mig")
 
 
-def manager_of(settings: MigManagerSettings, node: Node, config: MigPartedConfig | None = None) -> MigManager:
+def manager_of(settings: MigManagerSettings, *, node: Node, config: MigPartedConfig | None = None) -> MigManager:
     """The manager for this Node (``config``: the layouts already read). Raises RoleError."""
     name = node.need_name("mig-manager")
     if config is None:
@@ -38,19 +38,19 @@ def manager_of(settings: MigManagerSettings, node: Node, config: MigPartedConfig
         operands=OPERANDS if settings.operands is None else settings.operands,
         default_config=default or None,
     )
-    return MigManager(node.cluster(), node.backend, name, config, policy)
+    return MigManager(node.cluster(), backend=node.backend, node=name, config=config, policy=policy)
 
 
-async def serve(settings: MigManagerSettings, manager: MigManager, stop: asyncio.Event) -> None:
+async def serve(settings: MigManagerSettings, *, manager: MigManager, stop: asyncio.Event) -> None:
     """Until ``stop``, which waits for the round in progress (see ``MigManager.run``)."""
     resync = RESYNC_SECONDS if settings.resync is None else settings.resync
-    await manager.run(settings.interval, stop, resync)
+    await manager.run(settings.interval, stop=stop, resync=resync)
 
 
 async def run(settings: MigManagerSettings, node: Node, stop: asyncio.Event, started: Callable[[], None]) -> None:
     """The role: build the manager, then reconcile until ``stop``."""
-    manager = await asyncio.to_thread(manager_of, settings, node)
+    manager = await asyncio.to_thread(manager_of, settings, node=node)
     if node.simulated:
         log.warning("MIG manager on SIMULATED GPUs: layouts change no real GPU")
     started()
-    await serve(settings, manager, stop)
+    await serve(settings, manager=manager, stop=stop)

@@ -41,7 +41,7 @@ def checks(settings: ValidatorSettings, node: Node) -> list[CheckResult]:
     return results
 
 
-def record(files: ReadyFiles, results: list[CheckResult], simulated: bool, before: dict[str, bool]) -> None:
+def record(files: ReadyFiles, *, results: list[CheckResult], simulated: bool, before: dict[str, bool]) -> None:
     """Write or clear each link's ready file; log a link whose verdict changed."""
     for result in results:
         if result.ok:
@@ -61,7 +61,7 @@ async def run(settings: ValidatorSettings, node: Node, stop: asyncio.Event, star
     first = True
     while not stop.is_set():
         results = await asyncio.to_thread(checks, settings, node)
-        record(files, results, node.simulated, seen)
+        record(files, results=results, simulated=node.simulated, before=seen)
         if first:
             started()
             first = False

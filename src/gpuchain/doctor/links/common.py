@@ -36,6 +36,7 @@ class Result:
 
 def node_finding(
     view: NodeView,
+    *,
     fid: str,
     sev: Severity,
     link: str,
@@ -45,7 +46,16 @@ def node_finding(
     action: Fix | None = None,
 ) -> Finding:
     """A finding about ``view``'s node; empty evidence lines (a fact that did not apply) are dropped."""
-    return Finding(fid, sev, link, cause, tuple(e for e in evidence if e), fix, node=view.name, action=action)
+    return Finding(
+        id=fid,
+        severity=sev,
+        link=link,
+        cause=cause,
+        evidence=tuple(e for e in evidence if e),
+        fix=fix,
+        node=view.name,
+        action=action,
+    )
 
 
 def opted_out(view: NodeView, operand: Operand) -> str | None:
@@ -64,7 +74,7 @@ def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
     return next((d for n, d in sorted(mine.items()) if ctx.stack.operand_of(n) == operand.state), None)
 
 
-def placement_fix(ctx: Context, view: NodeView, ds: Obj, block: Blocker) -> Fix:
+def placement_fix(ctx: Context, *, view: NodeView, ds: Obj, block: Blocker) -> Fix:
     """The change that lets ``ds`` place its pod: tolerate the taint (through the stack's policy for its own
     DaemonSets, on the DaemonSet itself for a release in another namespace), or give the node the label."""
     if block.kind == "taint":
@@ -94,7 +104,7 @@ def said_in(log: str) -> list[str]:
     return [f"unrecognised: {odd}"] if odd else []
 
 
-def operand_log(ctx: Context, view: NodeView, operand: Operand, container: str, last: str) -> str:
+def operand_log(ctx: Context, *, view: NodeView, operand: Operand, container: str, last: str) -> str:
     """The container's last lines from its status, else the log the gather step read ("" if none);
     of a container that serves several operands, the lines of this one (`Stack.own_lines`)."""
     pod = view.pod(operand)
@@ -104,7 +114,7 @@ def operand_log(ctx: Context, view: NodeView, operand: Operand, container: str, 
     return ctx.stack.own_lines(operand.state, ctx.log(pod, container or str(containers[0].get("name", ""))))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Known:
     """A failure gpuchain recognises in an operand's log or status, with the change that fixes it."""
 

@@ -114,7 +114,18 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
-        (node_finding(view, "nfd.not-labelled", Severity.ERROR, link, cause, evidence, fix, action),),
+        (
+            node_finding(
+                view,
+                fid="nfd.not-labelled",
+                sev=Severity.ERROR,
+                link=link,
+                cause=cause,
+                evidence=evidence,
+                fix=fix,
+                action=action,
+            ),
+        ),
     )
 
 
@@ -257,14 +268,15 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
         (
             node_finding(
                 view,
-                "operator.not-running",
-                Severity.ERROR,
-                link,
-                f"the operator's pod {state.name} is {state.status}: {why}. The operator has never reconciled, so "
+                fid="operator.not-running",
+                sev=Severity.ERROR,
+                link=link,
+                cause=f"the operator's pod {state.name} is {state.status}: {why}. The operator has never reconciled, "
+                "so "
                 f"{where} and the other operand DaemonSets do not exist and no link of the chain is deployed.",
-                evidence,
-                fix,
-                action,
+                evidence=evidence,
+                fix=fix,
+                action=action,
             ),
         ),
     )
@@ -321,20 +333,25 @@ def _not_created(ctx: Context, view: NodeView, ds: Obj, link: str) -> Result | N
         (
             node_finding(
                 view,
-                "operand.not-created",
-                Severity.ERROR,
-                link,
-                f"{name} selects and tolerates this node, but the API server refuses the pod it creates for it, so "
+                fid="operand.not-created",
+                sev=Severity.ERROR,
+                link=link,
+                cause=f"{name} selects and tolerates this node, but the API server refuses the pod it creates for it, "
+                "so "
                 f"the {link} link has no pod here; restarting the DaemonSet changes nothing.",
-                [f"{name} has no pod on {view.name}", counts, f"event FailedCreate (daemonset-controller): {said}"],
-                fix,
-                action,
+                evidence=[
+                    f"{name} has no pod on {view.name}",
+                    counts,
+                    f"event FailedCreate (daemonset-controller): {said}",
+                ],
+                fix=fix,
+                action=action,
             ),
         ),
     )
 
 
-def elsewhere_unplaced(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
+def elsewhere_unplaced(ctx: Context, *, view: NodeView, operand: Operand, link: str) -> Result | None:
     """A release of ``operand`` in another namespace (`Stack.elsewhere`: the device plugin's chart, NVIDIA's
     DRA kubelet plugin, dcgm-exporter's or GFD's own chart) that a taint of this GPU node keeps off it, where
     the stack does not deploy the operand itself: the tolerations for exactly those taints, on that
@@ -362,26 +379,26 @@ def elsewhere_unplaced(ctx: Context, view: NodeView, operand: Operand, link: str
 def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: str, what: str, no_pod: str) -> Result:
     """``operand.not-scheduled``: ``ds`` places no pod on this node for ``block``, with the change that lets
     it in; ``what`` says whose DaemonSet it is, ``no_pod`` is the evidence line."""
-    action = placement_fix(ctx, view, ds, block)
+    action = placement_fix(ctx, view=view, ds=ds, block=block)
     return Result(
         LinkState.BROKEN,
         f"{name_of(ds)} places no pod here",
         (
             node_finding(
                 view,
-                "operand.not-scheduled",
-                Severity.ERROR,
-                link,
-                f"{what} ({block.describe()}), so the {link} link is missing here.",
-                [no_pod, block.describe()],
-                ctx.stack.render(action),
-                action,
+                fid="operand.not-scheduled",
+                sev=Severity.ERROR,
+                link=link,
+                cause=f"{what} ({block.describe()}), so the {link} link is missing here.",
+                evidence=[no_pod, block.describe()],
+                fix=ctx.stack.render(action),
+                action=action,
             ),
         ),
     )
 
 
-def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Result | None:
+def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) -> Result | None:
     """An enabled operand that should run here but has no pod: its DaemonSet is missing, or a taint
     or selector keeps it off the node (named, with the change that lets it in)."""
     if opted_out(view, operand) or view.pod(operand) is not None:
@@ -389,7 +406,7 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
     if not ctx.policy_unknown and not enabled(ctx.policy, operand):
-        return elsewhere_unplaced(ctx, view, operand, link)
+        return elsewhere_unplaced(ctx, view=view, operand=operand, link=link)
     ds = operand_daemonset(ctx, operand)
     name = name_of(ds) if ds is not None else ctx.ds(operand)
     operator = operator_pod(ctx) if ds is None else None
@@ -411,14 +428,15 @@ def unscheduled(ctx: Context, view: NodeView, operand: Operand, link: str) -> Re
             (
                 node_finding(
                     view,
-                    "operand.not-deployed",
-                    Severity.ERROR,
-                    link,
-                    f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
+                    fid="operand.not-deployed",
+                    sev=Severity.ERROR,
+                    link=link,
+                    cause=f"{where} does not exist although the policy enables it, so the {link} link is missing on "
+                    "every "
                     "node: the operator is not reconciling (stopped, or failing).",
-                    [f"{where} does not exist", switch, *more],
-                    fix,
-                    action,
+                    evidence=[f"{where} does not exist", switch, *more],
+                    fix=fix,
+                    action=action,
                 ),
             ),
         )

@@ -62,7 +62,11 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         return None
     pod = view.pod(DEVICE_PLUGIN)
     state = pod_state(pod) if pod is not None else None
-    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    log = (
+        operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=state.container, last=state.last_log)
+        if state
+        else ""
+    )
     said = catalog.find(log, *CONFIG_MISSING)
     # The ConfigMap the plugin reads holds the key: fine, unless the plugin itself says it is missing
     # (its words outrank what the dump shows: a mount of another map, a key added after it started).
@@ -96,13 +100,13 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
     fix = ctx.stack.render(action)
     return node_finding(
         view,
-        "device-plugin.config-missing",
-        Severity.ERROR,
-        "device-plugin",
-        f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
-        [source, where, state.describe() if state else "", *(said.evidence() if said else ())],
-        fix,
-        action,
+        fid="device-plugin.config-missing",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
+        evidence=[source, where, state.describe() if state else "", *(said.evidence() if said else ())],
+        fix=fix,
+        action=action,
     )
 
 
@@ -159,15 +163,15 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     )
     return node_finding(
         view,
-        "gpu.lost",
-        Severity.ERROR,
-        "device-plugin",
-        f"{max(cap - alloc, len(health.faults))} of {cap} {res} devices are unhealthy (a GPU fell off the bus or "
+        fid="gpu.lost",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"{max(cap - alloc, len(health.faults))} of {cap} {res} devices are unhealthy (a GPU fell off the bus or "
         "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
         "dead GPU until they are evicted.",
-        evidence,
-        evict + ctx.stack.render(action).removeprefix("# "),
-        action,
+        evidence=evidence,
+        fix=evict + ctx.stack.render(action).removeprefix("# "),
+        action=action,
     )
 
 
@@ -216,21 +220,22 @@ def _count_findings(
         findings.append(
             node_finding(
                 view,
-                "device-plugin.time-slicing",
-                Severity.WARNING,
-                "device-plugin",
-                f"capacity shows {gpu_cap} nvidia.com/gpu on {physical} physical GPUs because the device plugin config "
+                fid="device-plugin.time-slicing",
+                sev=Severity.WARNING,
+                link="device-plugin",
+                cause=f"capacity shows {gpu_cap} nvidia.com/gpu on {physical} physical GPUs because the device plugin "
+                "config "
                 f"in use shares each GPU {replicas} ways by time-slicing (no memory isolation); fine for small "
                 "inference, wrong for training, and easy to leave behind by accident.",
-                [
+                evidence=[
                     f"capacity nvidia.com/gpu {gpu_cap}, {GPU_COUNT}={physical}",
                     f"nvidia.com/gpu.replicas={view.labels.get('nvidia.com/gpu.replicas', '?')}, "
                     f"nvidia.com/gpu.sharing-strategy={view.labels.get('nvidia.com/gpu.sharing-strategy', '?')}",
                     f"config source: {source}"
                     + (f" (node label {DEVICE_PLUGIN_CONFIG})" if view.labels.get(DEVICE_PLUGIN_CONFIG) else ""),
                 ],
-                unshare_text,
-                unshare,
+                fix=unshare_text,
+                action=unshare,
             )
         )
     mig_gpu_single = gpu_cap > physical and "-MIG-" in product
@@ -241,13 +246,14 @@ def _count_findings(
         findings.append(
             node_finding(
                 view,
-                "device-plugin.mig-resources",
-                Severity.INFO,
-                "device-plugin",
-                f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout {layout}): "
+                fid="device-plugin.mig-resources",
+                sev=Severity.INFO,
+                link="device-plugin",
+                cause=f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout "
+                f"{layout}): "
                 "each GPU is cut into isolated slices, so this count is expected, not a fault.",
-                [f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
-                ctx.stack.render(Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"}))
+                evidence=[f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
+                fix=ctx.stack.render(Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"}))
                 + "   # only if whole GPUs are wanted",
             )
         )
@@ -274,19 +280,20 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
         (
             node_finding(
                 view,
-                "mig.invalid-for-strategy",
-                Severity.ERROR,
-                "mig",
-                "mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so the "
+                fid="mig.invalid-for-strategy",
+                sev=Severity.ERROR,
+                link="mig",
+                cause="mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so "
+                "the "
                 "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
                 "-MIG-INVALID.",
-                [
+                evidence=[
                     f"{PRODUCT}={product}" if product else "",
                     f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '?')}",
                     *evidence,
                 ],
-                fix,
-                action,
+                fix=fix,
+                action=action,
             ),
         ),
     )
@@ -310,16 +317,18 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
         (
             node_finding(
                 view,
-                "device-plugin.privileges-missing",
-                Severity.ERROR,
-                "device-plugin",
-                f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, but "
+                fid="device-plugin.privileges-missing",
+                sev=Severity.ERROR,
+                link="device-plugin",
+                cause=f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, "
+                "but "
                 "its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it and "
                 "no GPU is announced.",
-                [*evidence, f"container {name} securityContext: {security or 'none'}"],
-                ctx.stack.render(patch) + "   # and the same in the chart's values (securityContext.capabilities.add="
+                evidence=[*evidence, f"container {name} securityContext: {security or 'none'}"],
+                fix=ctx.stack.render(patch)
+                + "   # and the same in the chart's values (securityContext.capabilities.add="
                 "[SYS_ADMIN], or no securityContext override), so the next upgrade keeps it",
-                patch,
+                action=patch,
             ),
         ),
     )
@@ -343,16 +352,16 @@ def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
         (
             node_finding(
                 view,
-                "mig.no-instances",
-                Severity.ERROR,
-                "mig",
-                "MIG mode is on for this node's GPUs but no MIG instance is carved on them, so the device plugin "
+                fid="mig.no-instances",
+                sev=Severity.ERROR,
+                link="mig",
+                cause="MIG mode is on for this node's GPUs but no MIG instance is carved on them, so the device plugin "
                 "(mig.strategy single) refuses the node and announces no GPU: the MIG layout was never applied.",
-                [f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
-                ctx.stack.render(off)
+                evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
+                fix=ctx.stack.render(off)
                 + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
                 "manager to carve",
-                off,
+                action=off,
             ),
         ),
     )
@@ -391,9 +400,13 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     announced = {k: v for k, v in capacity.items() if v > 0}
     invalid_product = view.labels.get(PRODUCT, "").endswith("-MIG-INVALID")
     state = pod_state(pod) if pod is not None else None
-    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log) if state else ""
+    log = (
+        operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=state.container, last=state.last_log)
+        if state
+        else ""
+    )
     if pod is not None and state is not None and is_dra_plugin(pod):
-        return check_dra_plugin(ctx, view, pod, state, log)
+        return check_dra_plugin(ctx, view=view, pod=pod, state=state, log=log)
     nvml = catalog.find(log, *NO_NVML)
     mig_line = catalog.find(log, "k8s-device-plugin.invalid-mig-configuration")
     mig_empty = catalog.find(log, *MIG_EMPTY)
@@ -402,9 +415,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             mig = mig_finding(ctx, view)
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
-            foreign = elsewhere_unplaced(ctx, view, DEVICE_PLUGIN, "device-plugin")
+            foreign = elsewhere_unplaced(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin")
             return foreign or Result(LinkState.SKIPPED, "device plugin not deployed here")
-        absent = unscheduled(ctx, view, DEVICE_PLUGIN, "device-plugin") if not announced else None
+        absent = unscheduled(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin") if not announced else None
         if absent is not None:
             return absent
     elif state is not None and mig_empty:
@@ -412,21 +425,21 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and not announced and (denied := catalog.find(log, NVML_DEVICES_DENIED)):
-        return devices_denied(ctx, view, [state.describe(), *denied.evidence()])
+        return devices_denied(ctx, view=view, evidence=[state.describe(), *denied.evidence()])
     elif state is not None and nvml and not announced and pod is not None and (needs := needs_sys_admin(pod, log)):
-        return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml, log))
+        return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml=nvml, log=log))
     elif state is not None and nvml and not announced:
-        return runtime_not_default(ctx, view, nvml_evidence(state, nvml, log))
+        return runtime_not_default(ctx, view=view, evidence=nvml_evidence(state, nvml=nvml, log=log))
     elif state is not None and not state.ready:
         return not_ready(
             ctx,
-            view,
-            DEVICE_PLUGIN,
-            "device-plugin",
-            "device plugin pod",
-            state,
-            log,
-            f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
+            view=view,
+            operand=DEVICE_PLUGIN,
+            link="device-plugin",
+            what="device plugin pod",
+            state=state,
+            log=log,
+            cause=f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
     if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
         return check_gpuchain_dra(ctx, view)
@@ -475,24 +488,24 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "device-plugin.not-registered",
-                    Severity.ERROR,
-                    "device-plugin",
-                    cause,
-                    [
+                    fid="device-plugin.not-registered",
+                    sev=Severity.ERROR,
+                    link="device-plugin",
+                    cause=cause,
+                    evidence=[
                         f"node {view.name} capacity: {shown}",
                         f"GPUs present: {present}" if present else "",
                         state.describe() if state else "",
                         *log_evidence,
                     ],
-                    ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
+                    fix=ctx.stack.render(restart) + "   # its DaemonSet starts it again and it registers anew"
                     if restart
-                    else f"# {own.repair(view.name, state.restart_in(ctx.namespace), state.name)}"
+                    else f"# {own.repair(view.name, namespace=state.restart_in(ctx.namespace), pod=state.name)}"
                     if own and state is not None
                     else f"# {own.repair(view.name)}"
                     if own
                     else _no_pod(ctx),
-                    restart,
+                    action=restart,
                 ),
             ),
         )
@@ -548,22 +561,30 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
         }
         action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{owner}", {"spec": {"template": {"spec": {"affinity": affinity}}}})
         said = catalog.known_error("\n".join((state.last_log, state.message)))
-        view = NodeView(str(node), others[str(node)], labels_of(others[str(node)]), {}, [], [])
+        view = NodeView(
+            name=str(node),
+            node=others[str(node)],
+            labels=labels_of(others[str(node)]),
+            operand_pods={},
+            workloads=[],
+            events=[],
+        )
         out.append(
             node_finding(
                 view,
-                "device-plugin.off-gpu-node",
-                Severity.ERROR,
-                "device-plugin",
-                f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU (no GPU "
+                fid="device-plugin.off-gpu-node",
+                sev=Severity.ERROR,
+                link="device-plugin",
+                cause=f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU "
+                "(no GPU "
                 "label, capacity or GPU instance type), where it cannot start: its DaemonSet selects no GPU nodes.",
-                [
+                evidence=[
                     state.describe(),
                     *(said.evidence("runtime says") if said else ()),
                     f"GPU nodes: {', '.join(sorted(name_of(n) for n in gpu_nodes)[:5])}",
                 ],
-                ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
-                action,
+                fix=ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
+                action=action,
             )
         )
     return out

@@ -68,14 +68,15 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
         release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) or "<release>"
         finding = node_finding(
             view,
-            "device-plugin.not-ready",
-            Severity.ERROR,
-            "device-plugin",
-            f"NVIDIA's DRA kubelet plugin is held in its init container {state.waiting_init}, which waits until "
+            fid="device-plugin.not-ready",
+            sev=Severity.ERROR,
+            link="device-plugin",
+            cause=f"NVIDIA's DRA kubelet plugin is held in its init container {state.waiting_init}, which waits until "
             f"nvidia-smi runs from the driver under NVIDIA_DRIVER_ROOT={given}; this node's driver is at {wanted}, "
             "so it never finishes and the node's GPUs are published to no ResourceSlice.",
-            [state.describe(), held, why],
-            f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the chart's "
+            evidence=[state.describe(), held, why],
+            fix=f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the "
+            "chart's "
             "driver root where this node's driver is; its pods restart with it",
         )
         return Result(LinkState.BROKEN, f"DRA plugin waits for a driver at {given}", (finding,))
@@ -89,15 +90,15 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
     )
     finding = node_finding(
         view,
-        "driver.not-installed",
-        Severity.ERROR,
-        "driver",
-        f"NVIDIA's DRA kubelet plugin is held in its init container {state.waiting_init}, which leaves only once "
+        fid="driver.not-installed",
+        sev=Severity.ERROR,
+        link="driver",
+        cause=f"NVIDIA's DRA kubelet plugin is held in its init container {state.waiting_init}, which leaves only once "
         f"nvidia-smi runs from the driver under NVIDIA_DRIVER_ROOT={given}, where this node's driver is: no working "
         "driver answers there, so no GPU is published for the node.",
-        [state.describe(), held, why],
-        ctx.stack.render(action),
-        action,
+        evidence=[state.describe(), held, why],
+        fix=ctx.stack.render(action),
+        action=action,
     )
     return Result(LinkState.BROKEN, "no driver answers for the DRA plugin", (finding,))
 
@@ -125,24 +126,25 @@ def _ready_unpublished(ctx: Context, view: NodeView, pod: Obj, state: PodState) 
         more = []
     finding = node_finding(
         view,
-        "device-plugin.dra-unpublished",
-        Severity.ERROR,
-        "device-plugin",
-        f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated one "
+        fid="device-plugin.dra-unpublished",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated "
+        "one "
         "here: "
         + (
             f"it looks for the driver under NVIDIA_DRIVER_ROOT={given}, and this node's driver is at {wanted}."
             if action is None
             else "its registration with the kubelet is lost."
         ),
-        [*evidence, *more],
-        fix,
-        action,
+        evidence=[*evidence, *more],
+        fix=fix,
+        action=action,
     )
     return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))
 
 
-def check_dra_plugin(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result:
+def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState, log: str) -> Result:
     """The device-plugin link served by NVIDIA's DRA kubelet plugin: ready is working (its GPUs are
     ResourceSlices, never node capacity), held in its init container is the driver it waits for, else its
     pod's failure read as any operand's."""
@@ -158,13 +160,13 @@ def check_dra_plugin(ctx: Context, view: NodeView, pod: Obj, state: PodState, lo
         return _held_for_driver(ctx, view, pod, state)
     return not_ready(
         ctx,
-        view,
-        DEVICE_PLUGIN,
-        "device-plugin",
-        WHAT,
-        state,
-        log,
-        f"the {WHAT} is {state.status}, so the node's GPUs are published to no ResourceSlice.",
+        view=view,
+        operand=DEVICE_PLUGIN,
+        link="device-plugin",
+        what=WHAT,
+        state=state,
+        log=log,
+        cause=f"the {WHAT} is {state.status}, so the node's GPUs are published to no ResourceSlice.",
     )
 
 
@@ -199,7 +201,7 @@ def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
         why = ": no gpuchain-dra-plugin DaemonSet runs (the chart's dra.enabled is off)."
     elif pod is None:
         block = blocker(ds, view.node)
-        action = placement_fix(ctx, view, ds, block) if block is not None else None
+        action = placement_fix(ctx, view=view, ds=ds, block=block) if block is not None else None
         restart = f"kubectl -n {namespace_of(ds) or ctx.namespace} rollout restart daemonset {GPUCHAIN_DRA_DS}"
         fix = ctx.stack.render(action) if action is not None else restart
         why = f": the {GPUCHAIN_DRA_DS} DaemonSet places no pod on the node" + (
@@ -220,6 +222,13 @@ def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
         evidence.append(state.describe() if state else "")
         why = ": its DRA plugin pod runs but published nothing (its registration with the kubelet is lost)."
     finding = node_finding(
-        view, "device-plugin.dra-unpublished", Severity.ERROR, "device-plugin", cause + why, evidence, fix, action
+        view,
+        fid="device-plugin.dra-unpublished",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=cause + why,
+        evidence=evidence,
+        fix=fix,
+        action=action,
     )
     return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))

@@ -72,15 +72,15 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
             (
                 node_finding(
                     view,
-                    "driver.nvidiadriver-conflict",
-                    Severity.ERROR,
-                    "driver",
-                    f"NVIDIADrivers {' and '.join(names)} both select this node, so the GPU Operator deploys the "
+                    fid="driver.nvidiadriver-conflict",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause=f"NVIDIADrivers {' and '.join(names)} both select this node, so the GPU Operator deploys the "
                     "driver for none of them (reason ConflictingNodeSelector) and nothing above the driver starts.",
-                    evidence,
-                    ctx.stack.render(remove) + "   # the newer one; or give each NVIDIADriver a spec.nodeSelector "
+                    evidence=evidence,
+                    fix=ctx.stack.render(remove) + "   # the newer one; or give each NVIDIADriver a spec.nodeSelector "
                     "that no other one's nodes match",
-                    remove,
+                    action=remove,
                 ),
             ),
         )
@@ -91,13 +91,14 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
         (
             node_finding(
                 view,
-                "driver.nvidiadriver-error",
-                Severity.ERROR,
-                "driver",
-                f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys no "
+                fid="driver.nvidiadriver-error",
+                sev=Severity.ERROR,
+                link="driver",
+                cause=f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys "
+                "no "
                 "driver on this node; the condition's message names what it could not do.",
-                evidence,
-                f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
+                evidence=evidence,
+                fix=f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
                 "message names; the operator reconciles again on the edit",
             ),
         ),
@@ -167,7 +168,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             return stopped
         # The policy wants the driver container here but its DaemonSet places no pod: say why,
         # rather than calling it "driver container off".
-        missing = unscheduled(ctx, view, DRIVER, "driver")
+        missing = unscheduled(ctx, view=view, operand=DRIVER, link="driver")
         if (
             missing is not None
             and missing.state is LinkState.NOT_JUDGED
@@ -205,13 +206,17 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "driver.missing",
-                    Severity.ERROR,
-                    "driver",
-                    f"the driver container is off on this node ({why}) and no pre-installed driver answers nvidia-smi.",
-                    [f"driver container off: {why}", f"validator {state.describe()} (driver-validation not done)"],
-                    ctx.stack.render(enable) + "   # let the operator install the driver",
-                    enable,
+                    fid="driver.missing",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause=f"the driver container is off on this node ({why}) and no pre-installed driver answers "
+                    "nvidia-smi.",
+                    evidence=[
+                        f"driver container off: {why}",
+                        f"validator {state.describe()} (driver-validation not done)",
+                    ],
+                    fix=ctx.stack.render(enable) + "   # let the operator install the driver",
+                    action=enable,
                 ),
             ),
         )
@@ -221,7 +226,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     restarting = _driver_upgrade_restart(ctx, view, state)
     if restarting is not None:
         return restarting
-    log = operand_log(ctx, view, DRIVER, state.container, state.last_log)
+    log = operand_log(ctx, view=view, operand=DRIVER, container=state.container, last=state.last_log)
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
     conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
@@ -245,14 +250,19 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "driver.in-use",
-                    Severity.ERROR,
-                    "driver",
-                    "the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on this "
+                    fid="driver.in-use",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause="the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on "
+                    "this "
                     "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
-                    [state.describe(), *conflict_line.evidence(), f"GPU pods on {view.name}: {', '.join(holders[:5])}"],
-                    ctx.stack.render(drain),
-                    drain,
+                    evidence=[
+                        state.describe(),
+                        *conflict_line.evidence(),
+                        f"GPU pods on {view.name}: {', '.join(holders[:5])}",
+                    ],
+                    fix=ctx.stack.render(drain),
+                    action=drain,
                 ),
             ),
         )
@@ -272,21 +282,22 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "driver.module-held",
-                    Severity.ERROR,
-                    "driver",
-                    f"the driver container must unload the NVIDIA module to (re)install, and {' and '.join(held_by)} "
+                    fid="driver.module-held",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause="the driver container must unload the NVIDIA module to (re)install, and "
+                    f"{' and '.join(held_by)} "
                     "(loaded beside it for GPUDirect) still holds it, so it cannot; this is not a host's driver.",
-                    [
+                    evidence=[
                         state.describe(),
                         *conflict_line.evidence(),
                         *_holder_evidence(pod, log),
                         f"spec.gdrcopy.enabled=true in {ctx.policy_ref}" if gdrcopy else "",
                     ],
-                    ctx.stack.render(restart)
+                    fix=ctx.stack.render(restart)
                     + "   # the whole pod, so its sidecar lets go; if the module stays loaded: "
                     f"rmmod {' '.join(held_by)} on the node first",
-                    restart,
+                    action=restart,
                 ),
             ),
         )
@@ -309,18 +320,18 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "driver.host-driver-conflict",
-                    Severity.ERROR,
-                    "driver",
-                    "the operator's driver container was started on a node whose host already has an NVIDIA "
+                    fid="driver.host-driver-conflict",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause="the operator's driver container was started on a node whose host already has an NVIDIA "
                     "driver loaded, and it cannot unload it.",
-                    [state.describe(), *conflict_line.evidence()],
-                    ctx.stack.render(off_here)
+                    evidence=[state.describe(), *conflict_line.evidence()],
+                    fix=ctx.stack.render(off_here)
                     + "   # or for the whole cluster: "
                     + ctx.stack.render(
                         Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
                     ),
-                    off_here,
+                    action=off_here,
                 ),
             ),
         )
@@ -345,30 +356,31 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "driver.kernel-mismatch",
-                    Severity.ERROR,
-                    "driver",
-                    f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} has no "
+                    fid="driver.kernel-mismatch",
+                    sev=Severity.ERROR,
+                    link="driver",
+                    cause=f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} "
+                    "has no "
                     "build for it, so nvidia.ko never loads and nothing above the driver can start.",
-                    evidence,
-                    ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
+                    evidence=evidence,
+                    fix=ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
                     f"built for {view.kernel}",
-                    reimage,
+                    action=reimage,
                 ),
             ),
         )
     stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
     if stale is not None:
-        return known_not_ready(view, "driver", "driver pod", state, stale)
+        return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)
     return not_ready(
         ctx,
-        view,
-        DRIVER,
-        "driver",
-        "driver pod",
-        state,
-        log,
-        f"the driver pod is {state.status}, so the kernel module is not loaded.",
+        view=view,
+        operand=DRIVER,
+        link="driver",
+        what="driver pod",
+        state=state,
+        log=log,
+        cause=f"the driver pod is {state.status}, so the kernel module is not loaded.",
     )
 
 
@@ -429,13 +441,14 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
         (
             node_finding(
                 view,
-                "driver.host-driver-conflict",
-                Severity.ERROR,
-                "driver",
-                cause,
-                [*evidence, *image.said],
-                ctx.stack.render(action) + f"   # {', '.join(values)} (helm: --set {' --set '.join(values)}); {then}",
-                action,
+                fid="driver.host-driver-conflict",
+                sev=Severity.ERROR,
+                link="driver",
+                cause=cause,
+                evidence=[*evidence, *image.said],
+                fix=ctx.stack.render(action)
+                + f"   # {', '.join(values)} (helm: --set {' --set '.join(values)}); {then}",
+                action=action,
             ),
         ),
     )
@@ -463,18 +476,19 @@ def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: s
         (
             node_finding(
                 view,
-                "driver.missing",
-                Severity.ERROR,
-                "driver",
-                f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no NVIDIA "
+                fid="driver.missing",
+                sev=Severity.ERROR,
+                link="driver",
+                cause=f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no "
+                "NVIDIA "
                 "driver, so no driver answers nvidia-smi.",
-                [
+                evidence=[
                     f"driver container off: {why}",
                     *image.said,
                     f"validator {state.describe()} (driver-validation not done)",
                 ],
-                ctx.stack.render(action) + enable,
-                action,
+                fix=ctx.stack.render(action) + enable,
+                action=action,
             ),
         ),
     )
@@ -518,12 +532,12 @@ def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:
             f"{OSTREE_VERSION}={running.group(1)}"
         )
     return Known(
-        f"the node runs RHCOS {running.group(1)} but NFD's label {OSTREE_VERSION} still says {labelled}, so the "
+        cause=f"the node runs RHCOS {running.group(1)} but NFD's label {OSTREE_VERSION} still says {labelled}, so the "
         f"operator runs the driver DaemonSet built for {labelled} here ({owner_ds(pod)}), whose driver does not fit "
         "the running kernel; the label, not the driver, is wrong.",
-        (f"osImage {node_info(view.node).get('osImage')}", f"label {OSTREE_VERSION}={labelled}"),
-        relabel,
-        fix,
+        evidence=(f"osImage {node_info(view.node).get('osImage')}", f"label {OSTREE_VERSION}={labelled}"),
+        action=relabel,
+        fix=fix,
     )
 
 
@@ -538,13 +552,14 @@ def _driver_upgrade_restart(ctx: Context, view: NodeView, state: PodState) -> Re
         return None
     finding = node_finding(
         view,
-        "driver.upgrading",
-        Severity.INFO,
-        "driver",
-        f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the node "
+        fid="driver.upgrading",
+        sev=Severity.INFO,
+        link="driver",
+        cause=f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the "
+        "node "
         "resumes once the new driver validates and the controller uncordons it.",
-        [f"label {UPGRADE_STATE}={upgrading}", state.describe()],
-        f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
+        evidence=[f"label {UPGRADE_STATE}={upgrading}", state.describe()],
+        fix=f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
         "stays in this state past spec.driver.upgradePolicy.podDeletion.timeoutSeconds, the controller marks it "
         "upgrade-failed and the doctor judges the driver pod then",
     )
@@ -558,9 +573,9 @@ def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, hol
         return None
     again = Fix(FixOp.LABEL_NODE, view.name, {UPGRADE_STATE: UPGRADE_REQUIRED})
     return Known(
-        f"the driver manager fails on this node while GPU pods hold the driver, and the upgrade controller marks "
+        cause=f"the driver manager fails on this node while GPU pods hold the driver, and the upgrade controller marks "
         f"the node {UPGRADE_DONE}, so it never evicts them (it drains only from {UPGRADE_REQUIRED}).",
-        (f"label {UPGRADE_STATE}={UPGRADE_DONE}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"),
-        again,
-        ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
+        evidence=(f"label {UPGRADE_STATE}={UPGRADE_DONE}", f"GPU pods on {view.name}: {', '.join(holders[:5])}"),
+        action=again,
+        fix=ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
     )

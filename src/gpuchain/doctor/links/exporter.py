@@ -59,46 +59,53 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
         remove = Fix(FixOp.DELETE, f"{ns}/{ds}", {"kind": "DaemonSet", "namespace": ns, "name": ds})
         said = catalog.known_error(log)
         return Known(
-            f"a second dcgm-exporter release (DaemonSet {ns}/{ds}) runs beside {ctx.stack.title}'s own exporter "
+            cause=f"a second dcgm-exporter release (DaemonSet {ns}/{ds}) runs beside {ctx.stack.title}'s own exporter "
             f"({own}) on this node; both drive DCGM on the same GPUs (its profiling module serves one), and the "
             "second one fails.",
-            (*(said.evidence() if said else ()), f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here"),
-            remove,
-            ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
+            evidence=(
+                *(said.evidence() if said else ()),
+                f"DaemonSet {ns}/{ds}; the stack's exporter pod {own} runs here",
+            ),
+            action=remove,
+            fix=ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
-    not_injected = without_plugins_runtime_class(ctx, view, pod, log, WHAT, NVML_NOT_INJECTED)
+    not_injected = without_plugins_runtime_class(
+        ctx, view=view, pod=pod, log=log, what=WHAT, nvml_ids=NVML_NOT_INJECTED
+    )
     if not_injected is not None:
         return not_injected
     found = catalog.find(log, EXPORTER_PROFILING_RACE)
     if found:
         action = Fix.delete_pod(ns, state.name)
         return Known(
-            "dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and exited; "
+            cause="dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and "
+            "exited; "
             "a new pod starts cleanly.",
-            (*found.evidence(), f"DaemonSet in namespace {ns}"),
-            action,
-            ctx.stack.render(action) + "   # its DaemonSet starts a new one",
+            evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
+            action=action,
+            fix=ctx.stack.render(action) + "   # its DaemonSet starts a new one",
         )
     found = catalog.find(log, *EXPORTER_NO_PROFILING)
     if found:
         return Known(
-            "dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
+            cause="dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
             "and exits.",
-            (*found.evidence(), f"DaemonSet in namespace {ns}"),
-            None,
-            "run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
+            evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
+            action=None,
+            fix="run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
             "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
             "unsupported DCP metrics",
         )
     found = catalog.find(log, EXPORTER_NO_NVML)
     if found and ctx.stack.driver_root:
         return Known(
-            f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on the "
+            cause=f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on "
+            "the "
             "host, and the exporter's pod neither mounts it nor runs privileged.",
-            (*found.evidence(), f"DaemonSet in namespace {ns}"),
-            None,
-            f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
+            evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
+            action=None,
+            fix=f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "
             "LD_LIBRARY_PATH) and run it privileged (securityContext.privileged: true)",
         )
     return None
@@ -109,7 +116,7 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
     repair, or an image without DCGM (None: none of these)."""
     known = _exporter_failure(ctx, view, pod, state, log)
     if known is not None:
-        return known_not_ready(view, LINK, WHAT, state, known)
+        return known_not_ready(view, link=LINK, what=WHAT, state=state, known=known)
     found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
     if not found:
         return None
@@ -128,13 +135,13 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
         (
             node_finding(
                 view,
-                f"{LINK}.not-ready",
-                Severity.ERROR,
-                LINK,
-                cause,
-                [state.describe(), *found.evidence()],
-                fix,
-                action,
+                fid=f"{LINK}.not-ready",
+                sev=Severity.ERROR,
+                link=LINK,
+                cause=cause,
+                evidence=[state.describe(), *found.evidence()],
+                fix=fix,
+                action=action,
             ),
         ),
     )
@@ -142,4 +149,4 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
 
 def check_exporter(ctx: Context, view: NodeView) -> Result:
     """Metrics exporter: its pod (a Running, ready pod serves /metrics on :9400)."""
-    return simple(ctx, view, DCGM_EXPORTER, LINK, WHAT, _not_ready)
+    return simple(ctx, view=view, operand=DCGM_EXPORTER, link=LINK, what=WHAT, failing=_not_ready)

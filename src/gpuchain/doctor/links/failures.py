@@ -60,7 +60,7 @@ def _pull_event(view: NodeView, pod: str) -> str:
     )
 
 
-def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
+def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
     """What the operand's status or log names, and its fix (None: gpuchain does not know this failure)."""
     if state.unschedulable:
         return _unschedulable(ctx, view, operand, state)
@@ -87,11 +87,12 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             },
         )
         return Known(
-            "the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container built "
+            cause="the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container "
+            "built "
             "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
-            found.evidence(),
-            action,
-            ctx.stack.render(action),
+            evidence=found.evidence(),
+            action=action,
+            fix=ctx.stack.render(action),
         )
     found = catalog.find(log, *SELINUX)
     if found and operand is DRIVER:
@@ -104,7 +105,7 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
                 NOT_SIMULATED: "the node's SELinux mode is a fact of the node no scenario names",
             },
         )
-        return Known(found.entry.cause, found.evidence(), action, ctx.stack.render(action))
+        return Known(cause=found.entry.cause, evidence=found.evidence(), action=action, fix=ctx.stack.render(action))
     found = catalog.find(log, *SOCKET)
     if found and operand is TOOLKIT:
         return _toolkit_socket(ctx, view, found)
@@ -122,11 +123,12 @@ def known_failure(ctx: Context, view: NodeView, operand: Operand, state: PodStat
             },
         )
         return Known(
-            "the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot watch "
+            cause="the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot "
+            "watch "
             "its files and exits; a kernel setting of the node, outside the cluster.",
-            found.evidence(),
-            action,
-            ctx.stack.render(action),
+            evidence=found.evidence(),
+            action=action,
+            fix=ctx.stack.render(action),
         )
     return None
 
@@ -173,10 +175,10 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
         key = operand.spec_key
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {key: {"version": None}}})
         return Known(
-            cause,
-            evidence,
-            action,
-            ctx.stack.render(action) + f"   # the operator's own {key} image for its release, which has {command}",
+            cause=cause,
+            evidence=evidence,
+            action=action,
+            fix=ctx.stack.render(action) + f"   # the operator's own {key} image for its release, which has {command}",
         )
     if release and app and tag != f"v{app}":
         # helm.sh/chart is <chart name>-<chart version>; the repo alias is the one a fix installs it with.
@@ -186,17 +188,17 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
             ctx.stack.chart.chart if ctx.stack.chart is not None else chart_name or "<chart>",
         )
         return Known(
-            cause + f" The chart release {release} is {app}; the image tag is {tag}.",
-            (*evidence, f"DaemonSet {name_of(ds)}: {HELM_APP_VERSION}={app}, {HELM_RELEASE}={release}"),
-            None,
-            f"helm upgrade {release} {chart} -n {namespace} --reuse-values --set image.tag=v{app}   # the image "
+            cause=cause + f" The chart release {release} is {app}; the image tag is {tag}.",
+            evidence=(*evidence, f"DaemonSet {name_of(ds)}: {HELM_APP_VERSION}={app}, {HELM_RELEASE}={release}"),
+            action=None,
+            fix=f"helm upgrade {release} {chart} -n {namespace} --reuse-values --set image.tag=v{app}   # the image "
             f"the chart {app} was written for (or upgrade the chart to the image's release {tag})",
         )
     return Known(
-        cause,
-        evidence,
-        None,
-        f"# run {container} from the image release its DaemonSet's spec was written for (one that has {command}), "
+        cause=cause,
+        evidence=evidence,
+        action=None,
+        fix=f"# run {container} from the image release its DaemonSet's spec was written for (one that has {command}), "
         f"not {image}; or the spec of {tag}'s release",
     )
 
@@ -229,11 +231,12 @@ def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSt
             else f"create secret generic {name} --from-literal=<key>=<value>"
         )
         return Known(
-            f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so the "
+            cause=f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so "
+            "the "
             "kubelet does not start its containers.",
-            (f"kubelet: {found.line}", found.entry.cite()),
-            None,
-            f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
+            evidence=(f"kubelet: {found.line}", found.entry.cite()),
+            action=None,
+            fix=f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
             f"there: kubectl get {kind} {name} -A)",
         )
     return None
@@ -291,12 +294,14 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
             ctx.policy_name,
             {"spec": {operand.spec_key: {"resources": {"limits": {"memory": raised}}}}},
         )
-        return Known(cause, evidence, patch, ctx.stack.render(patch) + "   # raises the memory limit")
+        return Known(
+            cause=cause, evidence=evidence, action=patch, fix=ctx.stack.render(patch) + "   # raises the memory limit"
+        )
     return Known(
-        cause,
-        evidence,
-        None,
-        ctx.stack.render(
+        cause=cause,
+        evidence=evidence,
+        action=None,
+        fix=ctx.stack.render(
             Fix(FixOp.SET_LIMITS, f"{ns}/{ds}", {"container": state.container, "limits": {"memory": raised}})
         )
         + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
@@ -354,18 +359,23 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         # The tolerations to add, on the object the stack's operands take their tolerations from: for every
         # taint of the node the pod does not tolerate, not only the one the scheduler's message names.
         block = pod_blocker((view.pod(operand) or {}).get("spec") or {}, view.node)
-        action = placement_fix(ctx, view, ds, block if block and block.kind == "taint" else Blocker("taint", taint))
-        return Known(cause, evidence, action, ctx.stack.render(action))
+        action = placement_fix(
+            ctx,
+            view=view,
+            ds=ds,
+            block=block if block and block.kind == "taint" else Blocker(kind="taint", detail=taint),
+        )
+        return Known(cause=cause, evidence=evidence, action=action, fix=ctx.stack.render(action))
     held = _port_holder(ctx, view, view.pod(operand) or {}) if "didn't have free ports" in state.message else None
     if held is not None:
         holder, port = held
         owner = owner_ds(holder) or "no DaemonSet"
         where = f"{(holder.get('metadata') or {}).get('namespace')}/{name_of(holder)}"
         return Known(
-            cause,
-            (*evidence, f"pod {where} ({owner}) holds host port {port} on {view.name}"),
-            None,
-            f"# pod {where} ({owner}) holds host port {port}, which the {operand.state} pod needs on {view.name}: "
+            cause=cause,
+            evidence=(*evidence, f"pod {where} ({owner}) holds host port {port} on {view.name}"),
+            action=None,
+            fix=f"# pod {where} ({owner}) holds host port {port}, which the {operand.state} pod needs on {view.name}: "
             "remove whichever of the two is a second release of the same component, or give one of them another "
             "host port",
         )
@@ -375,7 +385,7 @@ def _unschedulable(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         if found:
             fix = text.format(*(found.groups() or ("",)))
             break
-    return Known(cause, evidence, None, f"{fix} (node {view.name}, pod {state.name})")
+    return Known(cause=cause, evidence=evidence, action=None, fix=f"{fix} (node {view.name}, pod {state.name})")
 
 
 #: The kubelet's words for the image it pulls: "Back-off pulling image %q" (pkg/kubelet/images/image_manager.go)
@@ -419,11 +429,11 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
         )
         looked = f" (tag {tag}: driver branch, kernel, OS tag)" if precompiled else ""
         return Known(
-            f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator asks for "
+            cause=f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator asks for "
             f"{image or 'an image per kernel'}{looked} and the registry has no such tag.",
-            (*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
-            action,
-            ctx.stack.render(action) + "   # the driver container builds the module at start instead; set "
+            evidence=(*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
+            action=action,
+            fix=ctx.stack.render(action) + "   # the driver container builds the module at start instead; set "
             "spec.driver.version to a full driver version, or move the node to a kernel with a precompiled image "
             f"(driver pods run on {ready_kernels}), or build {tag or 'that tag'} from NVIDIA/gpu-driver-container's "
             "precompiled Dockerfile into a registry the nodes reach and set spec.driver.repository to it",
@@ -438,17 +448,17 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     if ctx.policy_obj is not None and version and version in image and missing:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
         return Known(
-            f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
+            cause=f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
             f"{ctx.policy_ref} names a tag the registry does not have.",
-            evidence,
-            action,
-            ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
+            evidence=evidence,
+            action=action,
+            fix=ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
         )
     return Known(
-        "the kubelet cannot pull the image (the registry refuses it or has no such tag).",
-        evidence,
-        None,
-        "make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
+        cause="the kubelet cannot pull the image (the registry refuses it or has no such tag).",
+        evidence=evidence,
+        action=None,
+        fix="make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
         "imagePullSecrets, or a mirror the node can reach",
     )
 
@@ -481,32 +491,32 @@ def _driver_tag_missing(
             else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
         )
         return Known(
-            f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
+            cause=f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
             f"NVIDIA publishes driver images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version "
             f"pulls on {os_image}.",
-            said,
-            off,
-            ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            evidence=said,
+            action=off,
+            fix=ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
             f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
             f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
         )
     if pinned and pinned == version:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
         return Known(
-            f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, the version "
+            cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, the version "
             f"spec.driver.version={pinned} of {ctx.policy_ref} built for the node's OS tag {dist}, and that "
             f"version is not published for {dist}.",
-            said,
-            action,
-            ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
+            evidence=said,
+            action=action,
+            fix=ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
             f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}",
         )
     return Known(
-        f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
+        cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
         f"{version} for the node's OS tag {dist}, and {version} is not published for {os_image}.",
-        said,
-        None,
-        f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
+        evidence=said,
+        action=None,
+        fix=f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
         "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
         f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for",
     )
@@ -533,12 +543,12 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
                 FixOp.SET_ENV, f"{namespace_of(pod) or ctx.namespace}/{ds}", {"env": {"CONTAINERD_SOCKET": socket}}
             )
         return Known(
-            f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
+            cause=f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
             f"node's kubelet talks to containerd at {socket} (kubeadm's record of it); it exits and the nvidia "
             "runtime is never loaded.",
-            evidence,
-            action,
-            ctx.stack.render(action),
+            evidence=evidence,
+            action=action,
+            fix=ctx.stack.render(action),
         )
     if dist is not KUBEADM and ctx.policy_obj is not None:
         keep = [
@@ -567,26 +577,27 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         )
         fix = ctx.stack.render(action)
     return Known(
-        f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this node "
+        cause="the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
+        "node "
         f"runs {dist.name}, whose containerd listens at {dist.containerd_socket} with its config in "
         f"{dist.containerd_config}; it exits and the nvidia runtime is never loaded.",
-        evidence,
-        action,
-        fix,
+        evidence=evidence,
+        action=action,
+        fix=fix,
     )
 
 
-def known_not_ready(view: NodeView, link: str, what: str, state: PodState, known: Known) -> Result:
+def known_not_ready(view: NodeView, *, link: str, what: str, state: PodState, known: Known) -> Result:
     """The link broken by a failure the pod's log names: its cause, evidence and fix."""
     finding = node_finding(
         view,
-        f"{link}.not-ready",
-        Severity.ERROR,
-        link,
-        known.cause,
-        [state.describe(), *known.evidence],
-        known.fix,
-        known.action,
+        fid=f"{link}.not-ready",
+        sev=Severity.ERROR,
+        link=link,
+        cause=known.cause,
+        evidence=[state.describe(), *known.evidence],
+        fix=known.fix,
+        action=known.action,
     )
     return Result(LinkState.BROKEN, f"{what} {state.status}", (finding,))
 
@@ -597,7 +608,7 @@ def _first_unready(pod: Obj) -> str:
     return next((str(cs.get("name", "")) for cs in statuses if not cs.get("ready")), "")
 
 
-def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState) -> Known:
+def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, what: str, state: PodState) -> Known:
     """A failing pod that left no line to read (no log was collected, no termination message): what its state
     alone shows (a container that exits at every start, an init container that never finishes, a readiness
     probe that fails, containers never started), and the fix aimed at it: the log that holds the reason (the
@@ -634,29 +645,42 @@ def state_only(ctx: Context, view: NodeView, operand: Operand, link: str, what: 
         read = f"kubectl -n {ns} describe pod {name}"
     again = ctx.stack.render(Fix.delete_pod(ns, name))
     return Known(
-        cause,
-        (),
-        None,
-        silent_fix(ctx, link, read, f"the {what}", repair_target(ctx, pod, operand), again),
+        cause=cause,
+        evidence=(),
+        action=None,
+        fix=silent_fix(
+            ctx,
+            link=link,
+            read=read,
+            what=f"the {what}",
+            target=repair_target(ctx, pod=pod, operand=operand),
+            again=again,
+        ),
     )
 
 
 def not_ready(
-    ctx: Context, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
+    ctx: Context, *, view: NodeView, operand: Operand, link: str, what: str, state: PodState, log: str, cause: str
 ) -> Result:
     """An operand pod failing: the known failure its log names with its fix, else its state and last error, else
     (no line at all) what its state alone shows."""
-    known = known_failure(ctx, view, operand, state, log)
+    known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
-        return known_not_ready(view, link, what, state, known)
+        return known_not_ready(view, link=link, what=what, state=state, known=known)
     found = catalog.known_error(log)
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
-        fix = found.entry.repair(view.name, state.restart_in(ctx.namespace), state.name)
-        known = Known(found.entry.cause, found.evidence(), None, f"# {fix}")
-        return known_not_ready(view, link, what, state, known)
+        fix = found.entry.repair(view.name, namespace=state.restart_in(ctx.namespace), pod=state.name)
+        known = Known(cause=found.entry.cause, evidence=found.evidence(), action=None, fix=f"# {fix}")
+        return known_not_ready(view, link=link, what=what, state=state, known=known)
     if silent("\n".join((log, state.message))):
-        return known_not_ready(view, link, what, state, state_only(ctx, view, operand, link, what, state))
+        return known_not_ready(
+            view,
+            link=link,
+            what=what,
+            state=state,
+            known=state_only(ctx, view=view, operand=operand, link=link, what=what, state=state),
+        )
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
@@ -667,12 +691,13 @@ def not_ready(
         (
             node_finding(
                 view,
-                f"{link}.not-ready",
-                Severity.ERROR,
-                link,
-                cause + " gpuchain does not recognise the failure.",
-                [state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
-                f"# {next_step(ctx, link, line)}; the pod retries by itself ({ctx.stack.render(again)} starts it "
+                fid=f"{link}.not-ready",
+                sev=Severity.ERROR,
+                link=link,
+                cause=cause + " gpuchain does not recognise the failure.",
+                evidence=[state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
+                fix=f"# {next_step(ctx, link=link, line=line)}; the pod retries by itself ({ctx.stack.render(again)} "
+                "starts it "
                 "at once)",
             ),
         ),

@@ -20,13 +20,13 @@ WHAT = "gpu-feature-discovery"
 def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
     """GFD failing because its container has no NVML while the plugin beside it gets its GPUs through a
     RuntimeClass GFD's pod lacks (None: left to every operand's reading)."""
-    known = without_plugins_runtime_class(ctx, view, pod, log, WHAT, NO_NVML)
-    return known_not_ready(view, "gfd", WHAT, state, known) if known is not None else None
+    known = without_plugins_runtime_class(ctx, view=view, pod=pod, log=log, what=WHAT, nvml_ids=NO_NVML)
+    return known_not_ready(view, link="gfd", what=WHAT, state=state, known=known) if known is not None else None
 
 
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
-    result = simple(ctx, view, GFD, "gfd", WHAT, _not_ready)
+    result = simple(ctx, view=view, operand=GFD, link="gfd", what=WHAT, failing=_not_ready)
     if result.state is not LinkState.OK or PRODUCT in view.labels:
         return result
     nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))
@@ -62,5 +62,16 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
     return Result(
         LinkState.BROKEN,
         "no nvidia.com/gpu.* labels",
-        (node_finding(view, "gfd.labels-missing", Severity.ERROR, "gfd", cause, evidence, fix, action),),
+        (
+            node_finding(
+                view,
+                fid="gfd.labels-missing",
+                sev=Severity.ERROR,
+                link="gfd",
+                cause=cause,
+                evidence=evidence,
+                fix=fix,
+                action=action,
+            ),
+        ),
     )

@@ -76,13 +76,13 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
         return node_finding(
             view,
-            "mig.failed",
-            Severity.ERROR,
-            "mig",
-            f"the MIG manager could not apply layout {wanted!r}: {reset.entry.cause}",
-            [*evidence, *reset.evidence("mig-manager log")],
-            ctx.stack.render(free),
-            free,
+            fid="mig.failed",
+            sev=Severity.ERROR,
+            link="mig",
+            cause=f"the MIG manager could not apply layout {wanted!r}: {reset.entry.cause}",
+            evidence=[*evidence, *reset.evidence("mig-manager log")],
+            fix=ctx.stack.render(free),
+            action=free,
         )
     if state == "failed" and pending is not None:
         # The mode change is written to the GPU and waits for a reset; where the manager could not
@@ -99,29 +99,29 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
         return node_finding(
             view,
-            "mig.failed",
-            Severity.ERROR,
-            "mig",
-            f"the MIG manager could not apply layout {wanted!r}: {pending.entry.cause}",
-            [*evidence, *pending.evidence("mig-manager log")],
-            ctx.stack.render(reboot),
-            reboot,
+            fid="mig.failed",
+            sev=Severity.ERROR,
+            link="mig",
+            cause=f"the MIG manager could not apply layout {wanted!r}: {pending.entry.cause}",
+            evidence=[*evidence, *pending.evidence("mig-manager log")],
+            fix=ctx.stack.render(reboot),
+            action=reboot,
         )
     if state == "failed":
         return _failed_layout(ctx, view, wanted or "", reason, log, evidence)
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return node_finding(
         view,
-        "mig.pending",
-        Severity.ERROR,
-        "mig",
-        f"the MIG change to {wanted!r} is stuck in {state!r}"
+        fid="mig.pending",
+        sev=Severity.ERROR,
+        link="mig",
+        cause=f"the MIG change to {wanted!r} is stuck in {state!r}"
         + (f" ({reason})" if reason else "")
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
-        evidence,
-        ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
+        evidence=evidence,
+        fix=ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
         f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
-        cancel,
+        action=cancel,
     )
 
 
@@ -154,16 +154,16 @@ def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
     manage = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(MIG_MANAGER): "true", MIG_CONFIG: "all-disabled"})
     return node_finding(
         view,
-        "mig.unmanaged",
-        Severity.ERROR,
-        "mig",
-        "the node's GPUs are MIG-capable, the MIG manager was never placed on it (no "
+        fid="mig.unmanaged",
+        sev=Severity.ERROR,
+        link="mig",
+        cause="the node's GPUs are MIG-capable, the MIG manager was never placed on it (no "
         f"{deploy_label(MIG_MANAGER)} label) and the operands that enumerate its GPUs fail: MIG mode was turned "
         "on outside the cluster, so the GPUs carry no layout the device plugin and GFD can use.",
-        [f"{MIG_CAPABLE}=true, no {MIG_CONFIG} label, no {deploy_label(MIG_MANAGER)} label", *failing],
-        ctx.stack.render(manage) + "   # puts the MIG manager on the node; give it the layout you want instead of "
+        evidence=[f"{MIG_CAPABLE}=true, no {MIG_CONFIG} label, no {deploy_label(MIG_MANAGER)} label", *failing],
+        fix=ctx.stack.render(manage) + "   # puts the MIG manager on the node; give it the layout you want instead of "
         "all-disabled (e.g. nvidia.com/mig.config=all-1g.5gb), or turn MIG off on the host (nvidia-smi -mig 0)",
-        manage,
+        action=manage,
     )
 
 
@@ -214,13 +214,13 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
     if layouts is not None and wanted not in layouts:
         return node_finding(
             view,
-            "mig.failed",
-            Severity.ERROR,
-            "mig",
-            f"the node asks for MIG layout {wanted!r}, which the MIG manager's {where} does not define, so it "
+            fid="mig.failed",
+            sev=Severity.ERROR,
+            link="mig",
+            cause=f"the node asks for MIG layout {wanted!r}, which the MIG manager's {where} does not define, so it "
             "applies nothing and marks the change failed.",
-            [*evidence, f"layouts in {ns}/{name}: {', '.join(layouts) or 'none'}"],
-            f"kubectl -n {ns} edit configmap {name}   # add layout {wanted!r} under mig-configs in config.yaml, or "
+            evidence=[*evidence, f"layouts in {ns}/{name}: {', '.join(layouts) or 'none'}"],
+            fix=f"kubectl -n {ns} edit configmap {name}   # add layout {wanted!r} under mig-configs in config.yaml, or "
             f"label the node with one it defines: kubectl label node {view.name} {MIG_CONFIG}=<"
             + "|".join(layouts[:6])
             + "> --overwrite",
@@ -252,11 +252,11 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
     action = Fix(FixOp.NODE, view.name, {"action": work, "fact": "mig-applied"})
     return node_finding(
         view,
-        "mig.failed",
-        Severity.ERROR,
-        "mig",
-        cause,
-        [*evidence, *(said.evidence("mig-manager log" if said.line in log else "says") if said else ())],
-        ctx.stack.render(action),
-        action,
+        fid="mig.failed",
+        sev=Severity.ERROR,
+        link="mig",
+        cause=cause,
+        evidence=[*evidence, *(said.evidence("mig-manager log" if said.line in log else "says") if said else ())],
+        fix=ctx.stack.render(action),
+        action=action,
     )

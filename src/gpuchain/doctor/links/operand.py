@@ -36,12 +36,13 @@ def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what
         (
             node_finding(
                 view,
-                finding_id,
-                Severity.ERROR,
-                link,
-                f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
-                [f"pod {name_of(pod)}: Running", *found.evidence()],
-                f"# {found.entry.repair(view.name, namespace_of(pod) or ctx.namespace, name_of(pod))}",
+                fid=finding_id,
+                sev=Severity.ERROR,
+                link=link,
+                cause=f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
+                evidence=[f"pod {name_of(pod)}: Running", *found.evidence()],
+                fix="# "
+                + found.entry.repair(view.name, namespace=namespace_of(pod) or ctx.namespace, pod=name_of(pod)),
             ),
         ),
     )
@@ -52,7 +53,7 @@ def _runtime_class(pod: Obj | None) -> str:
 
 
 def without_plugins_runtime_class(
-    ctx: Context, view: NodeView, pod: Obj, log: str, what: str, nvml_ids: tuple[str, ...]
+    ctx: Context, *, view: NodeView, pod: Obj, log: str, what: str, nvml_ids: tuple[str, ...]
 ) -> Known | None:
     """A consumer of the GPUs (the exporter, GFD) whose NVML cannot be loaded, read through the links below
     it: where the device plugin on the same node announces its GPUs through a RuntimeClass the consumer's
@@ -69,16 +70,16 @@ def without_plugins_runtime_class(
     ns, ds = namespace_of(pod) or ctx.namespace, owner_ds(pod)
     action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{ds}", {"spec": {"template": {"spec": {"runtimeClassName": wanted}}}})
     return Known(
-        f"{what} cannot load NVML: its pod runs without RuntimeClass {wanted!r}, through which the device plugin "
+        cause=f"{what} cannot load NVML: its pod runs without RuntimeClass {wanted!r}, through which the device plugin "
         "on this node gets the driver's libraries (and announces its GPUs), so the NVIDIA runtime never injects "
         f"them into the {what} container; the driver and the runtime are fine.",
-        (
+        evidence=(
             *found.evidence(),
             f"device plugin pod {name_of(plugin)}: runtimeClassName {wanted}, GPUs announced",
             f"{what} pod {name_of(pod)}: runtimeClassName {_runtime_class(pod) or 'unset'}",
         ),
-        action,
-        ctx.stack.render(action) + f"   # or the {what} chart's runtimeClassName value: {wanted}",
+        action=action,
+        fix=ctx.stack.render(action) + f"   # or the {what} chart's runtimeClassName value: {wanted}",
     )
 
 
@@ -88,7 +89,7 @@ Failing = Callable[[Context, NodeView, Obj, PodState, str], Result | None]
 
 
 def simple(
-    ctx: Context, view: NodeView, operand: Operand, link: str, what: str, failing: Failing | None = None
+    ctx: Context, *, view: NodeView, operand: Operand, link: str, what: str, failing: Failing | None = None
 ) -> Result:
     """An operand link that is one DaemonSet pod per node (feature discovery, the exporter): paused, not
     placed, running (with errors its log names) or failing."""
@@ -96,11 +97,20 @@ def simple(
     if pod is None:
         if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
             return Result(LinkState.DEGRADED, "paused for a MIG change")
-        missing = unscheduled(ctx, view, operand, link)
+        missing = unscheduled(ctx, view=view, operand=operand, link=link)
         return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
     state = pod_state(pod)
     if state.ready:
         return _running_with_errors(ctx, view, pod, link, what) or Result(LinkState.OK, f"{what} Running")
-    log = operand_log(ctx, view, operand, state.container, state.last_log)
+    log = operand_log(ctx, view=view, operand=operand, container=state.container, last=state.last_log)
     own = failing(ctx, view, pod, state, log) if failing is not None else None
-    return own or not_ready(ctx, view, operand, link, what, state, log, f"the {what} pod is {state.status}.")
+    return own or not_ready(
+        ctx,
+        view=view,
+        operand=operand,
+        link=link,
+        what=what,
+        state=state,
+        log=log,
+        cause=f"the {what} pod is {state.status}.",
+    )

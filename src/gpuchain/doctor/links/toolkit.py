@@ -75,13 +75,13 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "toolkit.runtime-class-missing",
-                    Severity.ERROR,
-                    "toolkit",
-                    f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
-                    evidence,
-                    fix,
-                    action,
+                    fid="toolkit.runtime-class-missing",
+                    sev=Severity.ERROR,
+                    link="toolkit",
+                    cause=f"operand pods ask for RuntimeClass {rc!r}, which does not exist, so none of them can start.",
+                    evidence=evidence,
+                    fix=fix,
+                    action=action,
                 ),
             ),
         )
@@ -89,7 +89,11 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
     runtime, said_by = _runtime_evidence(view)
     if runtime:
         tk = pod_state(pod) if pod is not None else None
-        log = operand_log(ctx, view, TOOLKIT, tk.container if tk else "", "") if pod is not None else ""
+        log = (
+            operand_log(ctx, view=view, operand=TOOLKIT, container=tk.container if tk else "", last="")
+            if pod is not None
+            else ""
+        )
         said = catalog.known_error(log)
         dist = distribution_of(view.node)
         rewrite = (
@@ -112,30 +116,30 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             (
                 node_finding(
                     view,
-                    "toolkit.runtime-not-configured",
-                    Severity.ERROR,
-                    "toolkit",
-                    f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
+                    fid="toolkit.runtime-not-configured",
+                    sev=Severity.ERROR,
+                    link="toolkit",
+                    cause=f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
                     "handler, so every pod with runtimeClassName "
                     f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
-                    [
+                    evidence=[
                         *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",
                         *(said.evidence("toolkit log") if said else ()),
                     ],
-                    ctx.stack.render(restart),
-                    restart,
+                    fix=ctx.stack.render(restart),
+                    action=restart,
                 ),
             ),
         )
     if pod is None:
-        missing = unscheduled(ctx, view, TOOLKIT, "toolkit")
+        missing = unscheduled(ctx, view=view, operand=TOOLKIT, link="toolkit")
         if missing is not None:
             return missing
         # The node's own runtime: assumed until the plugin above says it got no NVML through it.
         no_nvml = plugin_without_nvml(ctx, view)
         if no_nvml is not None:
-            return runtime_not_default(ctx, view, no_nvml)
+            return runtime_not_default(ctx, view=view, evidence=no_nvml)
         return Result(LinkState.SKIPPED, "toolkit not managed here (pre-configured runtime assumed)")
     state = pod_state(pod)
     if state.ready:
@@ -146,34 +150,34 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             # every operand waits for the ready file it would write; the repair is the validator pod's own.
             return not_ready(
                 ctx,
-                view,
-                VALIDATOR,
-                "toolkit",
-                "validator pod",
-                checked,
-                "",
-                f"the validator pod is {checked.status} in {checked.container}: the kubelet never started it, so "
+                view=view,
+                operand=VALIDATOR,
+                link="toolkit",
+                what="validator pod",
+                state=checked,
+                log="",
+                cause=f"the validator pod is {checked.status} in {checked.container}: the kubelet never started it, so "
                 "nothing validates the toolkit and the operands wait for its ready file.",
             )
         done = init_done(validator, "toolkit-validation")
         return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
-    log = operand_log(ctx, view, TOOLKIT, state.container, state.last_log)
+    log = operand_log(ctx, view=view, operand=TOOLKIT, container=state.container, last=state.last_log)
     return not_ready(
         ctx,
-        view,
-        TOOLKIT,
-        "toolkit",
-        "toolkit pod",
-        state,
-        log,
-        f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
+        view=view,
+        operand=TOOLKIT,
+        link="toolkit",
+        what="toolkit pod",
+        state=state,
+        log=log,
+        cause=f"the container toolkit pod is {state.status}, so containers cannot be given GPUs.",
     )
 
 
 # -- 3. device plugin --------------------------------------------------------------------------
 
 
-def runtime_not_default(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result:
     """The toolkit link broken under a device plugin that got no NVML: containerd's default runtime is
     not nvidia on a node whose stack asks for no RuntimeClass (CRI-O's, on a node that runs CRI-O)."""
     runtime = "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
@@ -191,15 +195,16 @@ def runtime_not_default(ctx: Context, view: NodeView, evidence: list[str]) -> Re
         (
             node_finding(
                 view,
-                "toolkit.runtime-not-default",
-                Severity.ERROR,
-                "toolkit",
-                f"the device plugin runs without the NVIDIA container runtime ({runtime}'s default runtime is not "
+                fid="toolkit.runtime-not-default",
+                sev=Severity.ERROR,
+                link="toolkit",
+                cause=f"the device plugin runs without the NVIDIA container runtime ({runtime}'s default runtime is "
+                "not "
                 "nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it finds "
                 "no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
-                evidence,
-                ctx.stack.render(action),
-                action,
+                evidence=evidence,
+                fix=ctx.stack.render(action),
+                action=action,
             ),
         ),
     )
@@ -215,7 +220,7 @@ NO_NVML = (
 NO_DEVICES = "k8s-device-plugin.no-devices"
 
 
-def nvml_evidence(state: PodState, nvml: catalog.Match, log: str) -> list[str]:
+def nvml_evidence(state: PodState, *, nvml: catalog.Match, log: str) -> list[str]:
     """The plugin pod's state, its NVML line and its idle "no devices" line after, as evidence."""
     more = catalog.find(log, NO_DEVICES)
     return [state.describe(), *nvml.evidence(), *(more.evidence() if more else ())]
@@ -252,7 +257,7 @@ def needs_sys_admin(pod: Obj, log: str) -> str:
 NVML_DEVICES_DENIED = "k8s-device-plugin.nvml-unknown-error"
 
 
-def devices_denied(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+def devices_denied(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result:
     """The toolkit link broken under a device plugin whose NVML fails with Unknown Error at every start: the
     libraries are injected but the low-level runtime does not grant the GPU devices, so the fix is that
     runtime's setting, never the plugin's registration."""
@@ -269,15 +274,16 @@ def devices_denied(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
         (
             node_finding(
                 view,
-                "toolkit.devices-denied",
-                Severity.ERROR,
-                "toolkit",
-                "the device plugin's container gets the driver's libraries but not the GPU devices, so NVML fails "
+                fid="toolkit.devices-denied",
+                sev=Severity.ERROR,
+                link="toolkit",
+                cause="the device plugin's container gets the driver's libraries but not the GPU devices, so NVML "
+                "fails "
                 "with Unknown Error at every start and no GPU is announced: the low-level runtime under the NVIDIA "
                 "runtime (runc or crun) does not grant /dev/nvidia*, while the host's driver answers.",
-                [*evidence, f"status.nodeInfo.containerRuntimeVersion: {runtime}" if runtime else ""],
-                ctx.stack.render(action),
-                action,
+                evidence=[*evidence, f"status.nodeInfo.containerRuntimeVersion: {runtime}" if runtime else ""],
+                fix=ctx.stack.render(action),
+                action=action,
             ),
         ),
     )
@@ -290,7 +296,7 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     if pod is None or any(v > 0 for v in node_gpu_resources(view.node).values()):
         return None
     state = pod_state(pod)
-    log = operand_log(ctx, view, DEVICE_PLUGIN, state.container, state.last_log)
+    log = operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=state.container, last=state.last_log)
     nvml = catalog.find(log, *NO_NVML)
     # A plugin whose settings need SYS_ADMIN and that runs without it fails NVML on its own (its link's finding).
-    return nvml_evidence(state, nvml, log) if nvml and not needs_sys_admin(pod, log) else None
+    return nvml_evidence(state, nvml=nvml, log=log) if nvml and not needs_sys_admin(pod, log) else None

@@ -38,7 +38,7 @@ def _running_init(ctx: Context, pod: Obj) -> str:
     return ""
 
 
-def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
+def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
     """The root finding for ``link`` when operand pods on this node wait (not failing) in a validation init
     container of ``link`` or above and the validator does not get to write its file; None otherwise.
 
@@ -67,53 +67,54 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
     if absent and (not gates or order.index(link) != min(gates)):
         return None
     if validator is None:
-        placed = unscheduled(ctx, view, VALIDATOR, link)
+        placed = unscheduled(ctx, view=view, operand=VALIDATOR, link=link)
         if placed is not None and placed.findings:
             first = placed.findings[0]
             return node_finding(
                 view,
-                first.id,
-                first.severity,
-                link,
-                f"{first.cause} No validator pod writes the ready file the operands wait for, so they wait behind "
+                fid=first.id,
+                sev=first.severity,
+                link=link,
+                cause=f"{first.cause} No validator pod writes the ready file the operands wait for, so they wait "
+                "behind "
                 "it; they are not the root.",
-                [*first.evidence, *sorted(waiting)],
-                first.fix,
-                first.action,
+                evidence=[*first.evidence, *sorted(waiting)],
+                fix=first.fix,
+                action=first.action,
             )
         label = opted_out(view, VALIDATOR)
         action = Fix(FixOp.LABEL_NODE, view.name, {label.split("=")[0]: None}) if label else None
         return node_finding(
             view,
-            fid,
-            Severity.ERROR,
-            link,
-            f"no {ctx.ds(VALIDATOR)} pod runs on this node"
+            fid=fid,
+            sev=Severity.ERROR,
+            link=link,
+            cause=f"no {ctx.ds(VALIDATOR)} pod runs on this node"
             + (f" (it is labelled {label})" if label else "")
             + f", so nothing proves the {link} link and writes the ready file the operands' validation init "
             "containers wait for: they wait forever, and are not the root.",
-            [f"no {ctx.ds(VALIDATOR)} pod on {view.name}", *sorted(waiting)],
-            ctx.stack.render(action)
+            evidence=[f"no {ctx.ds(VALIDATOR)} pod on {view.name}", *sorted(waiting)],
+            fix=ctx.stack.render(action)
             if action is not None
             else f"# no change gpuchain can name lets {ctx.ds(VALIDATOR)} place its pod here",
-            action,
+            action=action,
         )
     vstate = pod_state(validator)
     if vstate.unschedulable:
         # The scheduler cannot place the validator on its node: its words, and what makes room.
-        known = known_failure(ctx, view, VALIDATOR, vstate, "")
+        known = known_failure(ctx, view=view, operand=VALIDATOR, state=vstate, log="")
         if known is None:
             return None
         return node_finding(
             view,
-            fid,
-            Severity.ERROR,
-            link,
-            f"{known.cause} It writes the ready file the operands' validation init containers wait for, so they "
+            fid=fid,
+            sev=Severity.ERROR,
+            link=link,
+            cause=f"{known.cause} It writes the ready file the operands' validation init containers wait for, so they "
             "wait behind it; they are not the root.",
-            [*known.evidence, *sorted(waiting)],
-            known.fix,
-            known.action,
+            evidence=[*known.evidence, *sorted(waiting)],
+            fix=known.fix,
+            action=known.action,
         )
     at = _running_init(ctx, validator)
     if vstate.failing or ctx.stack.validations.get(at) != link:
@@ -122,12 +123,12 @@ def waiting_on(ctx: Context, view: NodeView, link: str) -> Finding | None:
     action = Fix.delete_pod(ns, name_of(validator), **{NOT_SIMULATED: "a validation that hangs is no scenario fact"})
     return node_finding(
         view,
-        fid,
-        Severity.ERROR,
-        link,
-        f"the validator on this node has not completed its {at} init container, which proves the {link} link "
+        fid=fid,
+        sev=Severity.ERROR,
+        link=link,
+        cause=f"the validator on this node has not completed its {at} init container, which proves the {link} link "
         "and writes the ready file the operands wait for; the operands wait behind it and are not the root.",
-        [f"pod {vstate.name}: {vstate.status}, at {at}", *sorted(waiting)],
-        ctx.stack.render(action) + f"   # the validator runs {at} again from the start",
-        action,
+        evidence=[f"pod {vstate.name}: {vstate.status}, at {at}", *sorted(waiting)],
+        fix=ctx.stack.render(action) + f"   # the validator runs {at} again from the start",
+        action=action,
     )

@@ -69,13 +69,17 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         )
     return node_finding(
         view,
-        "workload.admission-failed",
-        Severity.ERROR,
-        "device-plugin",
-        cause,
-        [f"event UnexpectedAdmissionError (kubelet): {message}", *said, f"pods refused: {', '.join(pods[:5])}"],
-        ctx.stack.render(action),
-        action,
+        fid="workload.admission-failed",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=cause,
+        evidence=[
+            f"event UnexpectedAdmissionError (kubelet): {message}",
+            *said,
+            f"pods refused: {', '.join(pods[:5])}",
+        ],
+        fix=ctx.stack.render(action),
+        action=action,
     )
 
 
@@ -122,14 +126,14 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     )
     return node_finding(
         view,
-        "workload.runtime-hook-failed",
-        Severity.ERROR,
-        "toolkit",
-        f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
+        fid="workload.runtime-hook-failed",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause=f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
         f"{said.entry.cause}",
-        [f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
-        ctx.stack.render(action),
-        action,
+        evidence=[f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
+        fix=ctx.stack.render(action),
+        action=action,
     )
 
 
@@ -189,16 +193,16 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     )
     return node_finding(
         view,
-        "workload.no-driver-in-pod",
-        Severity.ERROR,
-        "toolkit",
-        f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
-        [
+        fid="workload.no-driver-in-pod",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause=f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
+        evidence=[
             f"GPU pods with no runtimeClassName failing on it: {refs}",
             *said.evidence("pod says"),
             f"{owner.kind} {owner.namespace}/{owner.name} makes {name_of(hit[0])}",
         ],
-        create
+        fix=create
         + ctx.stack.render(action)
         + (
             "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
@@ -206,7 +210,7 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
             if not ctx.stack.node_image
             else ""
         ),
-        action,
+        action=action,
     )
 
 
@@ -246,19 +250,19 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
         findings.append(
             node_finding(
                 view,
-                "workload.nvml-lost",
-                Severity.ERROR,
-                "toolkit",
-                "GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
+                fid="workload.nvml-lost",
+                sev=Severity.ERROR,
+                link="toolkit",
+                cause="GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
                 "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
                 "NVML fails inside them; the device plugin and the node look healthy.",
-                [
+                evidence=[
                     f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
                     catalog.entry(NVML_LOST).cite(),
                     "NVIDIA/nvidia-container-toolkit#48",
                 ],
-                ctx.stack.render(action),
-                action,
+                fix=ctx.stack.render(action),
+                action=action,
             )
         )
     if ctx.policy_unknown:
@@ -292,14 +296,14 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
         findings.append(
             node_finding(
                 view,
-                "workload.gpu-without-request",
-                Severity.WARNING,
-                "toolkit",
-                "pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
+                fid="workload.gpu-without-request",
+                sev=Severity.WARNING,
+                link="toolkit",
+                cause="pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
                 "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
-                [f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
-                ctx.stack.render(fix_action),
-                fix_action,
+                evidence=[f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
+                fix=ctx.stack.render(fix_action),
+                action=fix_action,
             )
         )
     return findings

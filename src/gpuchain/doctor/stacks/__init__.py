@@ -94,12 +94,12 @@ def detect(snapshot: Snapshot) -> Stack:
         | {"migManager": {"enabled": False}}
     )
     return Stack(
-        "none",
-        "no GPU stack found",
-        "",
-        {},
-        {},
-        off,
+        id="none",
+        title="no GPU stack found",
+        namespace="",
+        daemonsets={},
+        containers={},
+        policy=off,
         host_driver=True,
         notes=(f"cloud: {provider}",) if provider else (),
     )

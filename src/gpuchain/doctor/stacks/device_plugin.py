@@ -83,12 +83,12 @@ def detect(snapshot: Snapshot) -> Stack | None:
         daemonsets["gpu-feature-discovery"] = gfd
         containers["gpu-feature-discovery"] = GFD
     return Stack(
-        stack_id,
-        DRA_TITLE if dra else TITLES[stack_id],
-        namespace,
-        daemonsets,
-        containers,
-        spec,
+        id=stack_id,
+        title=DRA_TITLE if dra else TITLES[stack_id],
+        namespace=namespace,
+        daemonsets=daemonsets,
+        containers=containers,
+        policy=spec,
         host_driver=True,
         node_image=NODE_IMAGES.get(stack_id, ""),
     )

@@ -42,12 +42,12 @@ def detect(snapshot: Snapshot) -> Stack | None:
         daemonsets["driver"] = installer
         containers["driver"] = INSTALLER
     return Stack(
-        "gke",
-        "Google GKE (GKE's device plugin" + (" and driver installer)" if installer else ", GKE-managed driver)"),
-        NAMESPACE,
-        daemonsets,
-        containers,
-        spec,
+        id="gke",
+        title="Google GKE (GKE's device plugin" + (" and driver installer)" if installer else ", GKE-managed driver)"),
+        namespace=NAMESPACE,
+        daemonsets=daemonsets,
+        containers=containers,
+        policy=spec,
         host_driver=installer is None,
         prefixes={PLUGIN_PREFIX: "device-plugin"},
         # GKE installs the driver under /home/kubernetes/bin/nvidia on the host (its docs and

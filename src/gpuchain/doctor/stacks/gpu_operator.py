@@ -122,12 +122,12 @@ def detect(snapshot: Snapshot) -> Stack | None:
     if snapshot.drivers:
         notes.append(f"driver managed by NVIDIADriver: {', '.join(sorted(name_of(d) for d in snapshot.drivers))}")
     return Stack(
-        "gpu-operator",
-        "NVIDIA GPU Operator",
-        namespace,
-        dict(DAEMONSETS),
-        dict(CONTAINERS),
-        spec,
+        id="gpu-operator",
+        title="NVIDIA GPU Operator",
+        namespace=namespace,
+        daemonsets=dict(DAEMONSETS),
+        containers=dict(CONTAINERS),
+        policy=spec,
         policy_obj=obj,
         policy_resource=f"clusterpolicies.{POLICY_GROUP}",
         prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},

@@ -51,12 +51,12 @@ def detect(snapshot: Snapshot) -> Stack | None:
     agent = [state for state, name in daemonsets.items() if name == NODE_AGENT.name]
     containers |= {state: NODE_AGENT.deploy for state in agent}
     return Stack(
-        "gpuchain",
-        "gpuchain (its chart and operator)",
-        namespace,
-        daemonsets,
-        containers,
-        spec,
+        id="gpuchain",
+        title="gpuchain (its chart and operator)",
+        namespace=namespace,
+        daemonsets=daemonsets,
+        containers=containers,
+        policy=spec,
         policy_obj=obj,
         policy_resource=f"clusterpolicies.{POLICY_GROUP}",
         policy_problems=problems,

@@ -61,6 +61,7 @@ class NvmlBackend(EventWatch, Repair, BurnInChecks, MigWrites):
     def __init__(
         self,
         nvml: Any = None,
+        *,
         probe_interval: float = 5.0,
         sysfs: Path = SYSFS_PCI,
         run_command: ProcessRunner = run_process,

@@ -49,7 +49,12 @@ class BurnInChecks(TelemetryReads):
             raise  # NVML let go for a reset: no verdict on the GPU
         except GpuError as exc:
             why = "not run: NVML cannot reach the GPU"
-            return BurnIn(gpu_index, (BurnInCheck("nvml", False, str(exc)),), _LATER, dict.fromkeys(_LATER, why))
+            return BurnIn(
+                gpu_index=gpu_index,
+                checks=(BurnInCheck("nvml", False, str(exc)),),
+                skipped=_LATER,
+                reasons=dict.fromkeys(_LATER, why),
+            )
         checks.append(BurnInCheck("nvml", True))
         readings = self.health_readings(as_text(self._call(n.nvmlDeviceGetUUID, h)))
         tripped = instant(readings)
@@ -78,11 +83,11 @@ class BurnInChecks(TelemetryReads):
             skipped.update(dict.fromkeys(_LATER, "not run: MIG mode is on, CUDA runs only inside MIG devices"))
         else:
             bus_id = as_text(self._call(n.nvmlDeviceGetPciInfo, h).busId)
-            outcome = cuda_checks(bus_id, config, self._run_command)
-            outcome.add(dcgm_diag(gpu_index, config, self._run_command))
+            outcome = cuda_checks(bus_id, config=config, run=self._run_command)
+            outcome.add(dcgm_diag(gpu_index, config=config, run=self._run_command))
             checks.extend(outcome.checks)
             skipped.update(outcome.skipped)
-        return BurnIn(gpu_index, tuple(checks), tuple(skipped), skipped)
+        return BurnIn(gpu_index=gpu_index, checks=tuple(checks), skipped=tuple(skipped), reasons=skipped)
 
     def _fabric(self, h: Any, wait_s: float) -> BurnInCheck | str:
         """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo, Hopper and later on

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 _NO_INSTANCE = 0xFFFFFFFF
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Armed:
     """What a watcher holds while it listens: the event set and what its answers mean."""
 
@@ -136,7 +136,14 @@ class EventWatch(Queries):
                         resets_seen = len(self._reset_log)
                     for gpu_uuid in reset:
                         lost.discard(gpu_uuid)
-                        emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU reset", timestamp=time.time()))
+                        emit(
+                            HealthEvent(
+                                kind=EventKind.GPU_RECOVERED,
+                                gpu_uuid=gpu_uuid,
+                                message="GPU reset",
+                                timestamp=time.time(),
+                            )
+                        )
                     try:
                         data = n.nvmlEventSetWait(armed.event_set, WAIT_MS)
                     except n.NVMLError as exc:
@@ -191,7 +198,7 @@ class EventWatch(Queries):
         except BaseException:
             self._drop(event_set, epoch)
             raise
-        armed = _Armed(event_set, uuid_of, mig_by_ids, tuple(uuids), epoch)
+        armed = _Armed(event_set=event_set, uuid_of=uuid_of, mig_by_ids=mig_by_ids, uuids=tuple(uuids), epoch=epoch)
         with self._cond:
             if self._released or self._epoch != epoch:  # released after the last call: not armed
                 stale = True
@@ -278,7 +285,12 @@ class EventWatch(Queries):
             mig_uuid = armed.mig_by_ids.get((gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId)))
         xid = int(data.eventData)
         return HealthEvent(
-            EventKind.XID, gpu_uuid, xid=xid, mig_uuid=mig_uuid, message=f"XID {xid}", timestamp=time.time()
+            kind=EventKind.XID,
+            gpu_uuid=gpu_uuid,
+            xid=xid,
+            mig_uuid=mig_uuid,
+            message=f"XID {xid}",
+            timestamp=time.time(),
         )
 
     def _probe(self, uuids: tuple[str, ...], lost: set[str], emit: Callable[[HealthEvent], None]) -> bool:
@@ -290,10 +302,21 @@ class EventWatch(Queries):
                 return False
             if not alive and gpu_uuid not in lost:
                 lost.add(gpu_uuid)
-                emit(HealthEvent(EventKind.GPU_LOST, gpu_uuid, message="GPU is lost", timestamp=time.time()))
+                emit(
+                    HealthEvent(
+                        kind=EventKind.GPU_LOST, gpu_uuid=gpu_uuid, message="GPU is lost", timestamp=time.time()
+                    )
+                )
             elif alive and gpu_uuid in lost:
                 lost.discard(gpu_uuid)
-                emit(HealthEvent(EventKind.GPU_RECOVERED, gpu_uuid, message="GPU answers again", timestamp=time.time()))
+                emit(
+                    HealthEvent(
+                        kind=EventKind.GPU_RECOVERED,
+                        gpu_uuid=gpu_uuid,
+                        message="GPU answers again",
+                        timestamp=time.time(),
+                    )
+                )
         return True
 
     @nvml_operation

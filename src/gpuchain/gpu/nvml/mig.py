@@ -51,7 +51,11 @@ class MigWrites(Queries):
             for k in range(count.value):
                 gi_info = self._call(n.nvmlGpuInstanceGetInfo, handles[k])
                 cis = tuple(sorted((ci for _, ci in self._compute_instances(handles[k])), key=lambda c: c.ci_id))
-                out.append(GpuInstance(int(gi_info.id), name, int(gi_info.placement.start), cis))
+                out.append(
+                    GpuInstance(
+                        gi_id=int(gi_info.id), profile=name, start=int(gi_info.placement.start), compute_instances=cis
+                    )
+                )
         return tuple(sorted(out, key=lambda gi: gi.start))
 
     def _compute_instances(self, gi: Any) -> list[tuple[Any, ComputeInstance]]:
@@ -77,7 +81,7 @@ class MigWrites(Queries):
         return out
 
     @nvml_operation
-    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+    def create_gpu_instance(self, gpu_index: int, *, profile: str, start: int) -> int:
         n = self._nvml
         h, known = self._mig_handle(gpu_index)
         prof = known.profile(profile)
@@ -87,7 +91,7 @@ class MigWrites(Queries):
         return int(self._call(n.nvmlGpuInstanceGetInfo, gi).id)
 
     @nvml_operation
-    def create_compute_instance(self, gpu_index: int, gi_id: int, slices: int | None = None) -> int:
+    def create_compute_instance(self, gpu_index: int, *, gi_id: int, slices: int | None = None) -> int:
         """nvmlGpuInstanceCreateComputeInstance with the CI profile of ``slices`` (None: the GPU
         instance's full size), placed by the driver, as mig-parted creates them."""
         n = self._nvml

@@ -201,7 +201,7 @@ class Queries(Session):
                     )
                     if status == n.NVML_P2P_STATUS_OK:
                         lanes += min(to_switch[a], to_switch[b])
-                links.append(GpuLink(a, b, level, lanes))
+                links.append(GpuLink(a=a, b=b, level=level, nvlinks=lanes))
         return tuple(links)
 
     def _active_links(self, h: Any) -> Iterator[int]:

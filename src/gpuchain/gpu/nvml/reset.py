@@ -170,7 +170,7 @@ class Repair(Queries):
         n = self._nvml
         h = self._call(n.nvmlDeviceGetHandleByIndex, gpu_index)
         cc = as_pair(self._call(n.nvmlDeviceGetCudaComputeCapability, h))
-        return plan_reset(gpu_index, cc, self._nvlink(h))
+        return plan_reset(gpu_index, compute_capability=cc, nvlink=self._nvlink(h))
 
     def _nvlink(self, h: Any) -> NvLink:
         """What the GPU's active NVLinks lead to (an NVSwitch, another GPU, or nothing)."""

@@ -28,7 +28,7 @@ class TelemetryReads(Queries):
         """Read by ``gpu.processes``; SM shares are averaged since this GPU's previous read."""
         now_us = int(time.time() * 1_000_000)
         since = self._process_reads.get(gpu_uuid, now_us - 1_000_000)
-        found = read_processes(self._nvml, self._call, self._optional, gpu_uuid, since)
+        found = read_processes(self._nvml, call=self._call, optional=self._optional, gpu_uuid=gpu_uuid, since_us=since)
         self._process_reads[gpu_uuid] = now_us
         return found
 
@@ -163,7 +163,9 @@ class TelemetryReads(Queries):
         if not self._is_mig_handle(h):
             raise NotFoundError(f"{mig_uuid} is a whole GPU, not a MIG device: read its memory with telemetry()")
         mem = self._call(n.nvmlDeviceGetMemoryInfo, h)
-        return MigMemory(mig_uuid, int(mem.total // MIB), int(mem.used // MIB), int(mem.free // MIB))
+        return MigMemory(
+            uuid=mig_uuid, total_mib=int(mem.total // MIB), used_mib=int(mem.used // MIB), free_mib=int(mem.free // MIB)
+        )
 
     def _is_mig_handle(self, h: Any) -> bool:
         """Whether NVML handed out a MIG device handle (handle-by-UUID answers both kinds)."""

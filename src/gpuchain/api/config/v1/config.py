@@ -158,4 +158,4 @@ def unsupported_settings(config: Config) -> list[str]:
 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Validate config text (for tests and ConfigMap payloads); raises ConfigFileError."""
-    return load_yaml_model(Config, text, source)
+    return load_yaml_model(Config, text=text, source=source)

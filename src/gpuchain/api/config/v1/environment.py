@@ -80,6 +80,7 @@ def _field_type(path: tuple[str, ...]) -> Any:
 
 def apply_env(
     config: Config,
+    *,
     env: Mapping[str, str],
     variables: EnvFlags = ENV_FLAGS,
 ) -> Config:
@@ -101,7 +102,7 @@ def apply_env(
             try:
                 value = go_env_bool(env[var])
             except ValueError as exc:
-                raise ConfigFileError("environment", None, var, str(exc)) from None
+                raise ConfigFileError("environment", line=None, field=var, reason=str(exc)) from None
         node[path[-1]] = value
         names[".".join(path)] = var
     if not names:
@@ -109,7 +110,7 @@ def apply_env(
     import yaml  # only when the environment sets a key: the device plugin role alone never loads PyYAML
 
     try:
-        return load_yaml_model(Config, yaml.safe_dump(data, sort_keys=False), "environment")
+        return load_yaml_model(Config, text=yaml.safe_dump(data, sort_keys=False), source="environment")
     except ConfigFileError as exc:
         var = names.get(exc.field, exc.field)
-        raise ConfigFileError("environment", None, var, exc.reason) from None
+        raise ConfigFileError("environment", line=None, field=var, reason=exc.reason) from None

@@ -15,8 +15,8 @@ log = logging.getLogger(__name__)
 
 def load_config(
     path: str | Path | None = None,
-    env: Mapping[str, str] | None = None,
     *,
+    env: Mapping[str, str] | None = None,
     config_naming: bool = False,
     variables: EnvFlags = ENV_FLAGS,
 ) -> Config:
@@ -32,8 +32,8 @@ def load_config(
     logged, as NVIDIA's plugin and GFD do at start (see ``without_config_naming``).
     Raises ConfigFileError (`file:line: field: reason`) on a bad file or variable.
     """
-    config = load_yaml_file(Config, path, empty_ok=True) if path else Config()
-    config = apply_env(config, env or {}, variables)
+    config = load_yaml_file(Config, path=path, empty_ok=True) if path else Config()
+    config = apply_env(config, env=env or {}, variables=variables)
     for note in unsupported_settings(config):
         log.warning("%s", note)
     if config_naming:
@@ -42,9 +42,9 @@ def load_config(
                 if entry.devices == ():
                     raise ConfigFileError(
                         str(path) if path else "<config>",
-                        None,
-                        f"sharing.{kind}.resources.{i}.devices",
-                        "an empty device list selects nothing; use 'all', a count or indexes/UUIDs",
+                        line=None,
+                        field=f"sharing.{kind}.resources.{i}.devices",
+                        reason="an empty device list selects nothing; use 'all', a count or indexes/UUIDs",
                     )
         return config
     config, warnings = without_config_naming(config)

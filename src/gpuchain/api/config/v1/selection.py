@@ -22,15 +22,21 @@ class ConfigKeyError(ConfigFileError):
     ``key`` is the missing name and ``available`` the keys that exist, for logs and Node events.
     """
 
-    def __init__(self, source: str, field: str, key: str, available: Collection[str], hint: str = "") -> None:
+    def __init__(self, source: str, *, field: str, key: str, available: Collection[str], hint: str = "") -> None:
         self.key = key
         self.available = tuple(sorted(available))
         listing = ", ".join(self.available) or "(none)"
-        super().__init__(source, None, field, f"names config {key!r}, which does not exist; available: {listing}{hint}")
+        super().__init__(
+            source,
+            line=None,
+            field=field,
+            reason=f"names config {key!r}, which does not exist; available: {listing}{hint}",
+        )
 
 
 def select_config_key(
     label: str | None,
+    *,
     cluster_default: str | None,
     available: Collection[str],
     default: str = "default",
@@ -48,12 +54,12 @@ def select_config_key(
     if label:
         if label in available:
             return label
-        raise ConfigKeyError(source, NODE_CONFIG_LABEL, label, names)
+        raise ConfigKeyError(source, field=NODE_CONFIG_LABEL, key=label, available=names)
     if cluster_default:
         if cluster_default in available:
             return cluster_default
         hint = "; fix devicePlugin.config.default or add the key to the ConfigMap"
-        raise ConfigKeyError(source, CLUSTER_DEFAULT_SOURCE, cluster_default, names, hint)
+        raise ConfigKeyError(source, field=CLUSTER_DEFAULT_SOURCE, key=cluster_default, available=names, hint=hint)
     if default in available:
         return default
     if len(names) == 1:
@@ -61,9 +67,10 @@ def select_config_key(
     listing = ", ".join(names) or "(none)"
     raise ConfigFileError(
         source,
-        None,
-        NODE_CONFIG_LABEL,
-        f"no label on the node and no {default!r} config among {listing}; label the node or add a {default!r} key",
+        line=None,
+        field=NODE_CONFIG_LABEL,
+        reason=f"no label on the node and no {default!r} config among {listing}; label the node or add a {default!r} "
+        "key",
     )
 
 
@@ -73,15 +80,21 @@ def config_files(directory: str | Path) -> dict[str, Path]:
     try:
         return {p.name: p for p in sorted(root.iterdir()) if p.is_file() and not p.name.startswith(".")}
     except OSError as exc:
-        raise ConfigFileError(str(root), None, "", f"cannot list config directory: {exc.strerror or exc}") from None
+        raise ConfigFileError(
+            str(root), line=None, field="", reason=f"cannot list config directory: {exc.strerror or exc}"
+        ) from None
 
 
 def choose_config_file(
-    directory: str | Path, label: str | None, cluster_default: str | None = None, default: str = "default"
+    directory: str | Path, *, label: str | None, cluster_default: str | None = None, default: str = "default"
 ) -> Path:
     """The file of a mounted config ConfigMap that applies to this node (see select_config_key).
 
     Errors name the directory, so the message says where the available keys were looked for.
     """
     files = config_files(directory)
-    return files[select_config_key(label, cluster_default, files, default, str(directory))]
+    return files[
+        select_config_key(
+            label, cluster_default=cluster_default, available=files, default=default, source=str(directory)
+        )
+    ]
