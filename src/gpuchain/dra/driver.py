@@ -4,7 +4,8 @@
 the same health rules as the device plugin's) with the node's GPU backend, the ``Cluster`` port
 and the checkpoint. The gRPC services in ``server`` and the simulator call
 it; tests can too. Every method is safe to call from several threads. It decides; the slice and
-Node writes are ``publishing``'s, the MIG instances made and destroyed ``instances``'s.
+Node writes are ``publishing``'s, the MIG instances made and destroyed ``instances``'s, the
+reading of a shared GPU's other consumers ``consumers``'s.
 
 Prepare reads the ResourceClaim from the API (the kubelet sends only namespace, name and UID),
 takes the allocation results for this driver, checks each device is one this node publishes and
@@ -29,12 +30,12 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.dra import cdi, claims, instances, mps, partitions, publishing, shares, slices
+from gpuchain.dra import cdi, claims, consumers, instances, mps, partitions, publishing, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
 from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM
@@ -48,7 +49,7 @@ from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
 from gpuchain.kube.errors import InvalidError, KubeError
-from gpuchain.kube.kinds import NODE, POD
+from gpuchain.kube.kinds import NODE
 from gpuchain.kube.mig_owner import mig_change_pending
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
@@ -518,6 +519,7 @@ class DraDriver:
             known = self._devices_by_name()
             devices: list[cdi.CdiDevice] = []
             created: list[CreatedInstance | None] = []
+            where = f"claim {ref.namespace}/{ref.name}"
             for result in results:
                 name = str(result.get("device", ""))
                 if name not in known:
@@ -535,12 +537,19 @@ class DraDriver:
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
-                devices.append(self._with_share(ref, device, result))
-            where = f"claim {ref.namespace}/{ref.name}"
+                devices.append(consumers.with_share(device, result=result, gpus=self._inventory().gpus, where=where))
             held = [(d.uuid, d.share) for d in devices]
             client = self._mps_client(where, held)
             if client is not None:
-                self._refuse_other_gpus(where, claim, client, known)
+                consumers.refuse_other_gpus(
+                    self.cluster,
+                    where=where,
+                    claim=claim,
+                    gpu_uuid=client,
+                    node=self.node,
+                    known=known,
+                    gpus=self._inventory().gpus,
+                )
                 self._mps_start(where, client, held)
             try:
                 for i, device in enumerate(devices):
@@ -587,22 +596,6 @@ class DraDriver:
                     "nothing was prepared"
                 ) from exc
             return prepared
-
-    def _with_share(self, ref: ClaimRef, device: cdi.CdiDevice, result: Mapping[str, Any]) -> cdi.CdiDevice:
-        """``device`` with the share of it ``result`` allocates (``dra.shares``), if any."""
-        if not result.get("shareID"):
-            return device
-        gpu = next((g for g in self._inventory().gpus if g.uuid == device.uuid and not g.mig_enabled), None)
-        if gpu is None or device.name != slices.gpu_device_name(gpu):
-            raise PrepareError(
-                f"claim {ref.namespace}/{ref.name}: device {device.name!r} is allocated as a share, "
-                "but only whole GPUs are shared on this node"
-            )
-        try:
-            share = shares.share_of(result, gpu)
-        except ValueError as exc:
-            raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {device.name!r}: {exc}") from exc
-        return replace(device, share=share)
 
     def _make_ready(self, ref: ClaimRef, device: cdi.CdiDevice) -> tuple[cdi.CdiDevice, CreatedInstance | None]:
         """Put a partitionable GPU in the MIG mode ``device`` needs and create its MIG device
@@ -711,60 +704,6 @@ class DraDriver:
             if claim is not None:
                 self._mps_settle()  # its GPU's daemon stops with the last share
             return removed or forgotten
-
-    def _refuse_other_gpus(
-        self, where: str, claim: Obj, gpu_uuid: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
-    ) -> None:
-        """PrepareError when a container that uses this claim, which holds part of ``gpu_uuid``, also
-        uses another claim holding any of this node's devices but shares of that GPU: the container
-        would reach one MPS daemon (its pipe directory is mounted at one path), and each GPU has its
-        own. The kubelet prepares one claim at a time, so the containers come from the pods the claim
-        is reserved for (``status.reservedFor``) and their specs, and the other claims are read back;
-        a claim of another driver is not looked at."""
-        namespace = str(claim.get("metadata", {}).get("namespace", "default"))
-        reserved = (claim.get("status") or {}).get("reservedFor") or []
-        for consumer in (c for c in reserved if c.get("resource") == "pods" and not c.get("apiGroup")):
-            try:
-                pod = self.cluster.get_or_none(POD, name=str(consumer.get("name")), namespace=namespace)
-            except KubeError as exc:
-                raise PrepareError(
-                    f"{where}: cannot read pod {namespace}/{consumer.get('name')} to see what else its containers "
-                    f"hold beside the shared GPU ({exc}); the plugin needs get on pods"
-                ) from exc
-            if pod is None or pod.get("metadata", {}).get("uid") != consumer.get("uid"):
-                continue  # gone, or another pod of that name: it holds nothing of this claim
-            for container, names in sorted(claims.container_claims(pod).items()):
-                if claim["metadata"]["name"] not in names:
-                    continue
-                for other in sorted(names - {claim["metadata"]["name"]}):
-                    found = self._held_by(namespace, other, known)
-                    if found and any(uuid != gpu_uuid or share is None for uuid, share in found):
-                        raise PrepareError(
-                            f"{where}: container {container!r} of pod {namespace}/{pod['metadata']['name']} also "
-                            f"uses claim {namespace}/{other}, which holds other devices of this node than shares "
-                            f"of GPU {gpu_uuid}; the container would reach one MPS control daemon, and this node "
-                            "runs one per GPU: give each shared GPU's claim a container of its own"
-                        )
-
-    def _held_by(
-        self, namespace: str, name: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
-    ) -> list[tuple[str, shares.Share | None]]:
-        """The devices of this node (GPU or MIG UUID, share) another claim is allocated; none for a
-        claim that is gone, unallocated or of other drivers (a device its own Prepare refuses is
-        left to that Prepare)."""
-        other = self.cluster.get_or_none(RESOURCE_CLAIM, name=name, namespace=namespace)
-        allocation = ((other or {}).get("status") or {}).get("allocation") or {}
-        ref = ClaimRef(namespace, str((other or {}).get("metadata", {}).get("uid", "")), name)
-        held: list[tuple[str, shares.Share | None]] = []
-        for result in allocation.get("devices", {}).get("results", []):
-            if result.get("driver") != DRIVER or result.get("pool") != self.node or result.get("device") not in known:
-                continue
-            try:
-                device = self._with_share(ref, known[str(result["device"])][0], result)
-            except PrepareError:
-                continue
-            held.append((device.uuid or str(result["device"]), device.share))
-        return held
 
     def _allocated(self, ref: ClaimRef) -> tuple[Obj, list[dict[str, Any]]]:
         """The claim as the API holds it and its results for this driver (``claims.allocated``)."""
