@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from dra.conftest import NODE, Allocate
 
-from gpuchain.dra.driver import DraDriver, DriverConfig, PrepareError
+from gpuchain.dra.driver import DraDriver, DriverConfig
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.dra.slices import slice_name
 from gpuchain.gpu.sim import SimBackend

@@ -13,7 +13,8 @@ from fakes.driver_root import driver_dev
 
 from gpuchain.dra import cdi, slices
 from gpuchain.dra.checkpoint import CheckpointError
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.kinds import NODE

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from gpuchain.dra import cdi
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.gpu.sim import SimBackend
 
 SCENARIO = Path(__file__).with_name("full_state_scenario.py")

@@ -9,7 +9,8 @@ import pytest
 from dra.conftest import NODE, Allocate, DriverFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DEVICE_PLUGIN
 from gpuchain.kube.memory import MemoryCluster

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE, MIG_CONFIG_STATE_REASON
 from gpuchain.common.scratch import scratch_dir
 from gpuchain.dra.claims import allocation_status, resource_claim
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import EVENT, NODE

@@ -43,7 +43,8 @@ from gpuchain.deviceplugin.plugin import served_resources
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
 from gpuchain.dra import cdi
 from gpuchain.dra.claims import allocation_status, attribute, first_fit, resource_claim
-from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.dra.slices import slice_name
 from gpuchain.gpu.health import HealthState

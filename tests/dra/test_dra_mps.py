@@ -25,7 +25,8 @@ from fakes.mps import daemon_pid, daemon_running, record
 
 from gpuchain.deviceplugin.quarantine import QuarantineFollower
 from gpuchain.dra import cdi, mps, slices
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_CLAIM, RESOURCE_SLICE
 from gpuchain.gpu.mps import MpsControl, MpsRoot
 from gpuchain.gpu.quarantine import QUARANTINE_ANNOTATION, encode_quarantine

@@ -17,7 +17,8 @@ from dra.fakeclock import Clock
 
 from gpuchain.common.yamlfile import load_yaml_model
 from gpuchain.dra import cdi, slices
-from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver, DriverConfig
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import DRIVER, RESOURCE_SLICE
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.gpu.topology import Topology

@@ -16,7 +16,8 @@ from dra.conftest import NODE
 from dra.fakeclock import Clock
 
 from gpuchain.dra import cdi, shares, slices
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.dra.shares import Share
 from gpuchain.gpu.mps import MpsLimits

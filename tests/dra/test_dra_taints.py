@@ -12,7 +12,8 @@ import pytest
 from dra.conftest import NODE, DriverFactory
 from dra.fakeclock import QUIET, Clock
 
-from gpuchain.dra.driver import DraDriver, PrepareError
+from gpuchain.dra.driver import DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.dra.slices import slice_name
 from gpuchain.dra.taints import NO_EXECUTE, NO_SCHEDULE, TAINT_KEY, health_taint

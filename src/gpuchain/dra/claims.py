@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import API_VERSION, DEVICE_CLASS_NAME, DRIVER
 from gpuchain.kube.objects import Obj
 
@@ -99,3 +100,27 @@ def pod_claims(pod: Obj) -> frozenset[str]:
     """Every ResourceClaim a pod uses, which the kubelet prepares for it: those of its containers and
     those of its ``spec.resourceClaims`` that no container names."""
     return frozenset(_entries(pod).values()).union(*container_claims(pod).values())
+
+
+def allocated(claim: Obj | None, *, where: str, uid: str, node: str) -> tuple[Obj, list[dict[str, Any]]]:
+    """The claim the kubelet asks to prepare (``uid``) as the API holds it, and its allocation's
+    results for this driver, all from ``node``'s pool; else PrepareError saying why (``where``
+    names the claim)."""
+    if claim is None:
+        raise PrepareError(f"{where} does not exist")
+    found = claim.get("metadata", {}).get("uid")
+    if found and found != uid:
+        raise PrepareError(f"{where} has UID {found}, the kubelet asked for {uid} (the claim was recreated)")
+    allocation = claim.get("status", {}).get("allocation")
+    if not allocation:
+        raise PrepareError(f"{where} is not allocated yet (status.allocation is empty)")
+    results = [r for r in allocation.get("devices", {}).get("results", []) if r.get("driver") == DRIVER]
+    if not results:
+        raise PrepareError(f"{where} has no device of driver {DRIVER} in status.allocation.devices.results")
+    for r in results:
+        if r.get("pool") != node:
+            raise PrepareError(
+                f"{where}: device {r.get('device')!r} is allocated from pool {r.get('pool')!r}, "
+                f"not this node's pool {node!r}"
+            )
+    return claim, results

@@ -3,7 +3,9 @@
 ``DraDriver`` joins the pure parts (``slices``, ``cdi``, and the GPU layer's ``HealthState``,
 the same health rules as the device plugin's) with the node's GPU backend, the ``Cluster`` port
 and the checkpoint. The gRPC services in ``server`` and the simulator call
-it; tests can too. Every method is safe to call from several threads.
+it; tests can too. Every method is safe to call from several threads. It decides; the slice and
+Node writes are ``publishing``'s, the MIG instances made and destroyed ``instances``'s, the
+reading of a shared GPU's other consumers ``consumers``'s.
 
 Prepare reads the ResourceClaim from the API (the kubelet sends only namespace, name and UID),
 takes the allocation results for this driver, checks each device is one this node publishes and
@@ -22,44 +24,39 @@ and spec in place, and answers the error, so the kubelet retries it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuchain.common.files import remove
-from gpuchain.common.labels import MIG_CONFIG_STATE
-from gpuchain.dra import cdi, claims, mps, partitions, shares, slices
+from gpuchain.dra import cdi, claims, consumers, instances, mps, partitions, publishing, shares, slices
 from gpuchain.dra.checkpoint import FILE_NAME, Checkpoint, CreatedInstance, PreparedClaim, PreparedDevice
-from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM, RESOURCE_SLICE
+from gpuchain.dra.errors import PrepareError
+from gpuchain.dra.kinds import DRIVER, RESOURCE_CLAIM
 from gpuchain.dra.metrics import DraMetrics
-from gpuchain.dra.taints import health_taint, mps_taint, taints_of
+from gpuchain.dra.taints import health_taint, mps_taint
 from gpuchain.gpu.backend import GpuBackend, SeenInventory
 from gpuchain.gpu.cdi import DEFAULT_CDI_DIR
 from gpuchain.gpu.errors import GpuError
 from gpuchain.gpu.health import DEFAULT_QUIET_SECONDS, HealthState, follow_events, run_recoveries
-from gpuchain.gpu.model import Gpu, HealthEvent, Inventory
+from gpuchain.gpu.model import HealthEvent, Inventory
 from gpuchain.gpu.xid import HealthPolicy
 from gpuchain.kube.allocator import DEVICE_PLUGIN, Allocator, dra_may_publish
-from gpuchain.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError
-from gpuchain.kube.kinds import NODE, POD
-from gpuchain.kube.mig_owner import DRA_MIG_GPUS, annotation_value, dra_mig_gpus, mig_change_pending
+from gpuchain.kube.errors import InvalidError, KubeError
+from gpuchain.kube.kinds import NODE
+from gpuchain.kube.mig_owner import mig_change_pending
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/var/lib/kubelet/plugins") / DRIVER
-
-
-class PrepareError(Exception):
-    """A claim cannot be prepared (or unprepared) on this node; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -238,18 +235,17 @@ class DraDriver:
             self._announce_mig_gpus()
             self._clean_orphans()
             try:
-                written, changed = self._write(desired, lives)
+                written, changed = publishing.write(self.cluster, desired=desired, lives=lives)
             except InvalidError as exc:
                 if not any(obj["spec"].get("sharedCounters") for obj in desired):
                     raise
                 self._partitions_refused(exc)
                 lives = self._live_slices()
                 desired = self.desired_slices(lives)
-                written, changed = self._write(desired, lives)
-            dropped = self._taints_dropped(desired, written) | self._counters_dropped(desired, written)
-            if dropped | self._shares_dropped(desired, written):
+                written, changed = publishing.write(self.cluster, desired=desired, lives=lives)
+            if self._dropped(desired, written):
                 desired = self.desired_slices(written)
-                written, again = self._write(desired, written)
+                written, again = publishing.write(self.cluster, desired=desired, lives=written)
                 changed |= again
             self._announce_mig_gpus()
             devices = tuple(str(d["name"]) for obj in desired for d in slices.devices_of(obj))
@@ -264,96 +260,13 @@ class DraDriver:
         return frozenset(made | {g.index for g in self._inventory().gpus if partitions.partitionable(g)})
 
     def _announce_mig_gpus(self) -> None:
-        """Write the Node annotation that keeps the MIG manager off this driver's MIG GPUs
-        (``kube.mig_owner``) when it differs from what the driver owns (one left by a run with
-        ``--partitionable-mig`` is removed by one without); no Node, no announcement."""
-        node = self._node_seen
-        if node is None:
-            return
-        wanted = self._mig_gpus()
-        if dra_mig_gpus(node) == wanted:
-            return
-        patch = {"metadata": {"annotations": {DRA_MIG_GPUS: annotation_value(wanted)}}}
-        try:
-            self._node_seen = self.cluster.patch(NODE, name=self.node, patch=patch)
-        except ForbiddenError:
-            if wanted:
-                raise  # never publish MIG GPUs the MIG manager has not been told are this driver's
-            # Only a stale announcement to take back, under a role granted patch only with partitionable
-            # MIG (the chart's dra.partitionableMig): serving goes on; the MIG manager stays off those GPUs.
-            log.warning(
-                "Node %s: may not remove the annotation %s left by a run with --partitionable-mig, so the "
-                "MIG manager keeps off GPUs %s; remove it: kubectl annotate node %s %s-",
-                self.node,
-                DRA_MIG_GPUS,
-                sorted(dra_mig_gpus(node)),
-                self.node,
-                DRA_MIG_GPUS,
-            )
-            return
-        log.info("Node %s: announced the GPUs whose MIG layout this driver owns: %s", self.node, sorted(wanted))
+        """Bring the Node annotation naming the GPUs whose MIG layout this driver owns to them
+        (``publishing.announce_mig_gpus``); no Node, no announcement."""
+        if self._node_seen is not None:
+            self._node_seen = publishing.announce_mig_gpus(self.cluster, node=self._node_seen, wanted=self._mig_gpus())
 
     def _live_slices(self) -> dict[str, Obj]:
-        """This node's live slices by name: all of this driver's on the node where GPUs may be
-        partitionable (so a GPU's slice that is no longer wanted is found), else the one."""
-        if not self.config.partitionable_mig:
-            live = self.cluster.get_or_none(RESOURCE_SLICE, name=slices.slice_name(self.node))
-            return {} if live is None else {slices.slice_name(self.node): live}
-        found = self.cluster.list(RESOURCE_SLICE, field_selector=f"spec.nodeName={self.node},spec.driver={DRIVER}")
-        return {str(obj["metadata"]["name"]): obj for obj in found}
-
-    def _write(self, desired: list[Obj], lives: Mapping[str, Obj]) -> tuple[dict[str, Obj], bool]:
-        """Apply ``desired`` and delete the live slices it does not name; the slices as written, and
-        whether anything was written."""
-        changed = False
-        written: dict[str, Obj] = {}
-        for obj in desired:
-            name = str(obj["metadata"]["name"])
-            live = lives.get(name)
-            if live is not None and live.get("spec", {}).get("sharedCounters") and "sharedCounters" not in obj["spec"]:
-                # a GPU's slice in the 1.34 layout (its counter set beside its devices): a merge patch
-                # would keep the set, which a 1.35 or later server refuses beside devices
-                with contextlib.suppress(NotFoundError):
-                    self.cluster.delete(RESOURCE_SLICE, name=name)
-                live = None
-            result = self.cluster.apply(obj, live=live, known_live=True)
-            changed |= result.changed
-            written[name] = result.object
-        for name in sorted(set(lives) - set(written)):
-            with contextlib.suppress(NotFoundError):  # gone already
-                self.cluster.delete(RESOURCE_SLICE, name=name)
-            changed = True
-        return written, changed
-
-    def _taints_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
-        """Whether the API server dropped the taints just written (no ``DRADeviceTaints`` gate): then
-        the driver withdraws unhealthy devices from here on, as it does without ``device_taints``."""
-        wanted = any(taints_of(d) for obj in desired for d in slices.devices_of(obj))
-        kept = any(taints_of(d) for obj in written.values() for d in slices.devices_of(obj))
-        if not wanted or kept:
-            return False
-        log.error(
-            "the API server dropped the device taints of ResourceSlice %s (Kubernetes before 1.36 serves "
-            "Device.taints only with the DRADeviceTaints feature gate): withdrawing unhealthy devices instead",
-            slices.slice_name(self.node),
-        )
-        self.taints_served = False
-        return True
-
-    def _shares_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
-        """Whether the API server dropped ``allowMultipleAllocations`` just written (no
-        ``DRAConsumableCapacity`` gate): the GPUs are then published whole, one claim each."""
-        wanted = any(d.get("allowMultipleAllocations") for obj in desired for d in slices.devices_of(obj))
-        kept = any(d.get("allowMultipleAllocations") for obj in written.values() for d in slices.devices_of(obj))
-        if not wanted or kept:
-            return False
-        log.error(
-            "the API server dropped allowMultipleAllocations from ResourceSlice %s (Kubernetes before 1.36 serves "
-            "consumable capacity only with the DRAConsumableCapacity feature gate): publishing GPUs unshared",
-            slices.slice_name(self.node),
-        )
-        self.shares_served = False
-        return True
+        return publishing.live_slices(self.cluster, node=self.node, partitionable=self.config.partitionable_mig)
 
     def _partitions_refused(self, exc: InvalidError) -> None:
         """The API server refused the partitionable GPUs' slices: Kubernetes 1.34 wants each counter
@@ -368,20 +281,16 @@ class DraDriver:
         )
         self.partitions_served = False
 
-    def _counters_dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
-        """Whether the API server dropped the shared counters just written (no
-        ``DRAPartitionableDevices`` gate). Devices without their counters could all be allocated
-        at once, so the driver publishes those GPUs as before (whole, or their static MIG devices)."""
-        wanted = [str(obj["metadata"]["name"]) for obj in desired if obj["spec"].get("sharedCounters")]
-        if all(written[name].get("spec", {}).get("sharedCounters") for name in wanted):
-            return False
-        log.error(
-            "the API server dropped the shared counters of ResourceSlice %s (Kubernetes before 1.36 serves them "
-            "only with the DRAPartitionableDevices feature gate): publishing MIG-capable GPUs without partitions",
-            wanted[0],
-        )
-        self.partitions_served = False
-        return True
+    def _dropped(self, desired: list[Obj], written: Mapping[str, Obj]) -> bool:
+        """Whether the API server dropped a feature just written, for want of its gate; each dropped
+        one is published without from here on (``publishing``)."""
+        taints = publishing.taints_dropped(desired, written, node=self.node)
+        counters = publishing.counters_dropped(desired, written)
+        shared = publishing.shares_dropped(desired, written, node=self.node)
+        self.taints_served &= not taints
+        self.partitions_served &= not counters
+        self.shares_served &= not shared
+        return taints or counters or shared
 
     def node_changed(self, node: Obj) -> Published | None:
         """This Node as just read (its labels, its capacity): republish when whether its GPUs are
@@ -444,33 +353,15 @@ class DraDriver:
         await self.mps.run(wanted)
 
     def _mps_wanted(self, more: Iterable[tuple[str, shares.Share | None]] = ()) -> dict[str, int]:
-        """The GPUs (UUID -> index) whose daemon the prepared claims (and the shares ``more``: GPU
-        UUID, share) need."""
-        gpus = {g.uuid: g for g in self._inventory().gpus}
+        """The GPUs (UUID -> index) whose daemon the prepared claims (and the shares ``more``) need."""
         held = [(d.uuid, d.share) for claim in self.checkpoint.claims() for d in claim.devices]
-        return {
-            uuid: gpus[uuid].index
-            for uuid, share in (*held, *more)
-            if uuid in gpus and mps.needs_daemon(share, gpus[uuid].memory_mib)
-        }
+        return mps.wanted(self._inventory().gpus, [*held, *more])
 
     def _mps_client(self, where: str, devices: Iterable[tuple[str, shares.Share | None]]) -> str | None:
-        """The GPU whose daemon a claim's container talks to (None: it has no share needing one).
-        A container talks to one daemon, and there is one per GPU: a claim with part of a GPU
-        holds shares of that GPU only, else PrepareError."""
+        """The GPU whose daemon a claim's container talks to (``mps.client_gpu``); None without ``--mps-root``."""
         if self.mps is None:
             return None
-        memory = {g.uuid: g.memory_mib for g in self._inventory().gpus}
-        held = list(devices)
-        gpus = {uuid for uuid, share in held if mps.needs_daemon(share, memory.get(uuid, 0))}
-        if not gpus:
-            return None
-        if len(gpus) > 1 or any(uuid not in gpus or share is None for uuid, share in held):
-            raise PrepareError(
-                f"{where}: holds part of a GPU beside other devices; its container would need one MPS control "
-                "daemon for all of them, and this node runs one per GPU: ask for each shared GPU in a claim of its own"
-            )
-        return gpus.pop()
+        return mps.client_gpu(where, held=devices, gpus=self._inventory().gpus)
 
     def _mps_edits(self, gpu_uuid: str | None) -> cdi.MpsClient | None:
         if self.mps is None or gpu_uuid is None:
@@ -628,6 +519,7 @@ class DraDriver:
             known = self._devices_by_name()
             devices: list[cdi.CdiDevice] = []
             created: list[CreatedInstance | None] = []
+            where = f"claim {ref.namespace}/{ref.name}"
             for result in results:
                 name = str(result.get("device", ""))
                 if name not in known:
@@ -645,12 +537,19 @@ class DraDriver:
                         f"claim {ref.namespace}/{ref.name}: device {name!r} ({device.uuid}) is unhealthy and "
                         "withdrawn from the slice; delete the claim so the scheduler allocates another device"
                     )
-                devices.append(self._with_share(ref, device, result))
-            where = f"claim {ref.namespace}/{ref.name}"
+                devices.append(consumers.with_share(device, result=result, gpus=self._inventory().gpus, where=where))
             held = [(d.uuid, d.share) for d in devices]
             client = self._mps_client(where, held)
             if client is not None:
-                self._refuse_other_gpus(where, claim, client, known)
+                consumers.refuse_other_gpus(
+                    self.cluster,
+                    where=where,
+                    claim=claim,
+                    gpu_uuid=client,
+                    node=self.node,
+                    known=known,
+                    gpus=self._inventory().gpus,
+                )
                 self._mps_start(where, client, held)
             try:
                 for i, device in enumerate(devices):
@@ -664,7 +563,8 @@ class DraDriver:
                     mps=self._mps_edits(client),
                 )
             except BaseException:
-                self._destroy(c for c in created if c is not None)  # nothing prepared: no MIG device either
+                # nothing prepared: no MIG device either
+                instances.destroy(self.backend, (c for c in created if c is not None))
                 self._mps_settle()
                 raise
             prepared = PreparedClaim(
@@ -689,7 +589,7 @@ class DraDriver:
                 self.checkpoint.add(prepared)
             except OSError as exc:
                 cdi.remove_spec(self.config.cdi_dir, ref.uid)  # nothing prepared: no spec either
-                self._destroy(c for c in created if c is not None)
+                instances.destroy(self.backend, (c for c in created if c is not None))
                 self._mps_settle()
                 raise PrepareError(
                     f"claim {ref.namespace}/{ref.name}: cannot record it in {self.checkpoint.path} ({exc}); "
@@ -697,85 +597,26 @@ class DraDriver:
                 ) from exc
             return prepared
 
-    def _with_share(self, ref: ClaimRef, device: cdi.CdiDevice, result: Mapping[str, Any]) -> cdi.CdiDevice:
-        """``device`` with the share of it ``result`` allocates (``dra.shares``), if any."""
-        if not result.get("shareID"):
-            return device
-        gpu = next((g for g in self._inventory().gpus if g.uuid == device.uuid and not g.mig_enabled), None)
-        if gpu is None or device.name != slices.gpu_device_name(gpu):
-            raise PrepareError(
-                f"claim {ref.namespace}/{ref.name}: device {device.name!r} is allocated as a share, "
-                "but only whole GPUs are shared on this node"
-            )
-        try:
-            share = shares.share_of(result, gpu)
-        except ValueError as exc:
-            raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {device.name!r}: {exc}") from exc
-        return replace(device, share=share)
-
     def _make_ready(self, ref: ClaimRef, device: cdi.CdiDevice) -> tuple[cdi.CdiDevice, CreatedInstance | None]:
-        """Put a partitionable GPU in the MIG mode ``device`` needs and create its MIG device: the
-        device to hand out (with the new MIG device's UUID) and the instance made (None if none)."""
-        where = f"claim {ref.namespace}/{ref.name}: device {device.name!r}"
-        part = self._partitions().get(device.name)
-        gpu = part.gpu if part is not None else self._partitionable_gpu(device.name)
+        """Put a partitionable GPU in the MIG mode ``device`` needs and create its MIG device
+        (``instances.make_ready``); a device of no partitionable GPU is handed out as it is."""
+        gpus = self._inventory().gpus if self.partitions_served else ()
+        part = instances.placements(gpus).get(device.name)
+        gpu = part.gpu if part is not None else instances.partitionable_gpu(gpus, device.name)
         if gpu is None:
             return device, None
-        if mig_change_pending(self.cluster.get_or_none(NODE, name=self.node)):
-            raise PrepareError(
-                f"{where}: the MIG manager is changing this node's MIG layout ({MIG_CONFIG_STATE}=pending); "
-                "the MIG manager and this driver never change one GPU at once, and the kubelet retries the claim"
-            )
-        try:
-            mode = self.backend.mig_mode(gpu.index)
-            if mode.current != (part is not None):
-                if part is None and self.backend.gpu_instances(gpu.index):
-                    raise PrepareError(f"{where}: GPU {gpu.index} still has MIG instances; the whole GPU is not free")
-                mode = self.backend.set_mig_mode(gpu.index, part is not None)
-                if mode.current != (part is not None):
-                    raise PrepareError(f"{where}: GPU {gpu.index} switches MIG mode only after a GPU reset")
-            if part is None:
-                return device, None
-            gi_id = self.backend.create_gpu_instance(gpu.index, profile=part.profile.name, start=part.start)
-            made = CreatedInstance(gpu_index=gpu.index, gi_id=gi_id, profile=part.profile.name, start=part.start)
-            try:
-                self.backend.create_compute_instance(gpu.index, gi_id=gi_id)
-                migs = [m for m in self.backend.inventory().gpu(gpu.index).mig_devices if m.gi_id == gi_id]
-                if not migs:
-                    raise PrepareError(f"{where}: GPU instance {gi_id} made no MIG device")
-            except BaseException:
-                self._destroy([made])
-                raise
-        except GpuError as exc:
-            raise PrepareError(f"{where}: {exc}") from exc
-        log.info(
-            "claim %s/%s: created MIG device %s (%s) as %s",
-            ref.namespace,
-            ref.name,
-            migs[0].uuid,
-            migs[0].profile,
-            device.name,
+        return instances.make_ready(
+            self.backend,
+            cluster=self.cluster,
+            node=self.node,
+            claim=f"claim {ref.namespace}/{ref.name}",
+            device=device,
+            part=part,
+            gpu=gpu,
         )
-        return cdi.CdiDevice(name=device.name, uuid=migs[0].uuid, device_node=device.device_node), made
-
-    def _destroy(self, instances: Iterable[CreatedInstance]) -> None:
-        """Destroy MIG GPU instances this driver created, each only while it is still the one
-        recorded (same id, profile and start); one already gone is no error. Raises GpuError."""
-        for made in instances:
-            live = {gi.gi_id: gi for gi in self.backend.gpu_instances(made.gpu_index)}
-            gi = live.get(made.gi_id)
-            if gi is not None and (gi.profile, gi.start) == (made.profile, made.start):
-                self.backend.destroy_gpu_instance(made.gpu_index, made.gi_id)
-                log.info(
-                    "destroyed MIG GPU instance %d (%s at slice %d) of GPU %d",
-                    made.gi_id,
-                    made.profile,
-                    made.start,
-                    made.gpu_index,
-                )
 
     def _clean_orphans(self) -> None:
-        """Destroy the MIG instances an interrupted Prepare left (``_destroy_orphan_instances``) at
+        """Destroy the MIG instances an interrupted Prepare left (``instances.destroy_orphans``) at
         the first publish that may: once the GPUs are announced as this driver's (never on a node
         whose GPUs are the device plugin's, where the MIG layout is the MIG manager's) and while no
         MIG change is under way (``kube.mig_owner``); a later publish (the resync) tries again."""
@@ -786,48 +627,8 @@ class DraDriver:
                 "Node %s: a MIG change is under way; MIG instances left by a Prepare are destroyed later", self.node
             )
             return
-        self._destroy_orphan_instances()
+        instances.destroy_orphans(self.backend, gpus=self._inventory().gpus, prepared=self.checkpoint.claims())
         self._orphans_due = False
-
-    def _destroy_orphan_instances(self) -> None:
-        """Destroy the MIG instances of partitionable GPUs that no prepared claim holds: Prepare
-        creates an instance before it records the claim, so a crash between the two leaves one the
-        kubelet never got, which would otherwise keep its slices booked forever.
-
-        An instance behind any prepared claim's device stays, made here or not: a claim prepared on
-        a static MIG device before partitions were switched on still has its pod."""
-        held = {(c.gpu_index, c.gi_id) for claim in self.checkpoint.claims() for d in claim.devices if (c := d.created)}
-        in_use = {d.uuid for claim in self.checkpoint.claims() for d in claim.devices}
-        try:
-            for gpu in self._inventory().gpus:
-                if partitions.partitionable(gpu) is None or not gpu.mig_enabled:
-                    continue
-                held |= {(gpu.index, m.gi_id) for m in gpu.mig_devices if m.uuid in in_use}
-                self._destroy(
-                    CreatedInstance(gpu_index=gpu.index, gi_id=gi.gi_id, profile=gi.profile, start=gi.start)
-                    for gi in self.backend.gpu_instances(gpu.index)
-                    if (gpu.index, gi.gi_id) not in held
-                )
-        except GpuError as exc:
-            log.error("cannot clean up MIG instances left by an interrupted Prepare: %s", exc)
-
-    def _partitions(self) -> dict[str, partitions.Partition]:
-        """The placements published now, by device name (none unless GPUs are partitionable)."""
-        if not self.partitions_served:
-            return {}
-        return {
-            p.name: p
-            for gpu in self._inventory().gpus
-            if (model := partitions.partitionable(gpu)) is not None
-            for p in partitions.partitions(gpu, model)
-        }
-
-    def _partitionable_gpu(self, name: str) -> Gpu | None:
-        """The partitionable GPU whose full-GPU device ``name`` is, if any."""
-        if not self.partitions_served:
-            return None
-        gpus = self._inventory().gpus
-        return next((g for g in gpus if slices.gpu_device_name(g) == name and partitions.partitionable(g)), None)
 
     def _ensure_spec(self, claim: PreparedClaim) -> None:
         """Rewrite a prepared claim's CDI spec if it is gone (a reboot empties /var/run/cdi)."""
@@ -883,7 +684,9 @@ class DraDriver:
         with self._lock:
             claim = self.checkpoint.get(ref.uid)
             try:
-                self._destroy(d.created for d in (claim.devices if claim else ()) if d.created is not None)
+                instances.destroy(
+                    self.backend, (d.created for d in (claim.devices if claim else ()) if d.created is not None)
+                )
             except GpuError as exc:
                 raise PrepareError(f"{where}: cannot destroy its MIG device ({exc}); it stays prepared") from exc
             try:
@@ -902,105 +705,13 @@ class DraDriver:
                 self._mps_settle()  # its GPU's daemon stops with the last share
             return removed or forgotten
 
-    def _refuse_other_gpus(
-        self, where: str, claim: Obj, gpu_uuid: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
-    ) -> None:
-        """PrepareError when a container that uses this claim, which holds part of ``gpu_uuid``, also
-        uses another claim holding any of this node's devices but shares of that GPU: the container
-        would reach one MPS daemon (its pipe directory is mounted at one path), and each GPU has its
-        own. The kubelet prepares one claim at a time, so the containers come from the pods the claim
-        is reserved for (``status.reservedFor``) and their specs, and the other claims are read back;
-        a claim of another driver is not looked at."""
-        namespace = str(claim.get("metadata", {}).get("namespace", "default"))
-        reserved = (claim.get("status") or {}).get("reservedFor") or []
-        for consumer in (c for c in reserved if c.get("resource") == "pods" and not c.get("apiGroup")):
-            try:
-                pod = self.cluster.get_or_none(POD, name=str(consumer.get("name")), namespace=namespace)
-            except KubeError as exc:
-                raise PrepareError(
-                    f"{where}: cannot read pod {namespace}/{consumer.get('name')} to see what else its containers "
-                    f"hold beside the shared GPU ({exc}); the plugin needs get on pods"
-                ) from exc
-            if pod is None or pod.get("metadata", {}).get("uid") != consumer.get("uid"):
-                continue  # gone, or another pod of that name: it holds nothing of this claim
-            for container, names in sorted(claims.container_claims(pod).items()):
-                if claim["metadata"]["name"] not in names:
-                    continue
-                for other in sorted(names - {claim["metadata"]["name"]}):
-                    found = self._held_by(namespace, other, known)
-                    if found and any(uuid != gpu_uuid or share is None for uuid, share in found):
-                        raise PrepareError(
-                            f"{where}: container {container!r} of pod {namespace}/{pod['metadata']['name']} also "
-                            f"uses claim {namespace}/{other}, which holds other devices of this node than shares "
-                            f"of GPU {gpu_uuid}; the container would reach one MPS control daemon, and this node "
-                            "runs one per GPU: give each shared GPU's claim a container of its own"
-                        )
-
-    def _held_by(
-        self, namespace: str, name: str, known: Mapping[str, tuple[cdi.CdiDevice, bool]]
-    ) -> list[tuple[str, shares.Share | None]]:
-        """The devices of this node (GPU or MIG UUID, share) another claim is allocated; none for a
-        claim that is gone, unallocated or of other drivers (a device its own Prepare refuses is
-        left to that Prepare)."""
-        other = self.cluster.get_or_none(RESOURCE_CLAIM, name=name, namespace=namespace)
-        allocation = ((other or {}).get("status") or {}).get("allocation") or {}
-        ref = ClaimRef(namespace, str((other or {}).get("metadata", {}).get("uid", "")), name)
-        held: list[tuple[str, shares.Share | None]] = []
-        for result in allocation.get("devices", {}).get("results", []):
-            if result.get("driver") != DRIVER or result.get("pool") != self.node or result.get("device") not in known:
-                continue
-            try:
-                device = self._with_share(ref, known[str(result["device"])][0], result)
-            except PrepareError:
-                continue
-            held.append((device.uuid or str(result["device"]), device.share))
-        return held
-
     def _allocated(self, ref: ClaimRef) -> tuple[Obj, list[dict[str, Any]]]:
-        where = f"claim {ref.namespace}/{ref.name}"
+        """The claim as the API holds it and its results for this driver (``claims.allocated``)."""
         claim = self.cluster.get_or_none(RESOURCE_CLAIM, name=ref.name, namespace=ref.namespace)
-        if claim is None:
-            raise PrepareError(f"{where} does not exist")
-        uid = claim.get("metadata", {}).get("uid")
-        if uid and uid != ref.uid:
-            raise PrepareError(f"{where} has UID {uid}, the kubelet asked for {ref.uid} (the claim was recreated)")
-        allocation = claim.get("status", {}).get("allocation")
-        if not allocation:
-            raise PrepareError(f"{where} is not allocated yet (status.allocation is empty)")
-        results = [r for r in allocation.get("devices", {}).get("results", []) if r.get("driver") == DRIVER]
-        if not results:
-            raise PrepareError(f"{where} has no device of driver {DRIVER} in status.allocation.devices.results")
-        for r in results:
-            if r.get("pool") != self.node:
-                raise PrepareError(
-                    f"{where}: device {r.get('device')!r} is allocated from pool {r.get('pool')!r}, "
-                    f"not this node's pool {self.node!r}"
-                )
-        return claim, results
+        where = f"claim {ref.namespace}/{ref.name}"
+        return claims.allocated(claim, where=where, uid=ref.uid, node=self.node)
 
     def _devices_by_name(self) -> dict[str, tuple[cdi.CdiDevice, bool]]:
         """Every device this node has (published or withdrawn) by DRA name, with its health."""
-        found: dict[str, tuple[cdi.CdiDevice, bool]] = {}
-        unhealthy = self.unhealthy
-        for gpu in self._inventory().gpus:
-            gpu_ok = not slices.withdrawn(gpu, unhealthy)
-            model = partitions.partitionable(gpu) if self.partitions_served else None
-            if model is not None:  # the full GPU and its placements; the MIG device is made on Prepare
-                if partitions.offers_full_gpu(gpu):
-                    found[slices.gpu_device_name(gpu)] = (
-                        cdi.CdiDevice(name=slices.gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
-                        gpu_ok,
-                    )
-                for part in partitions.partitions(gpu, model):
-                    found[part.name] = (cdi.CdiDevice(name=part.name, uuid="", device_node=gpu.device_node), gpu_ok)
-                continue
-            if not gpu.mig_enabled:
-                found[slices.gpu_device_name(gpu)] = (
-                    cdi.CdiDevice(name=slices.gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
-                    gpu_ok,
-                )
-            for mig in gpu.mig_devices:
-                name = slices.mig_device_name(mig)
-                mig_ok = gpu_ok and mig.uuid not in unhealthy
-                found[name] = (cdi.CdiDevice(name=name, uuid=mig.uuid, device_node=gpu.device_node), mig_ok)
-        return found
+        gpus = self._inventory().gpus
+        return slices.node_devices(gpus, unhealthy=self.unhealthy, partitionable=self.partitions_served)

@@ -32,14 +32,16 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuchain.common.supervise import cancel_and_wait, spawn
 from gpuchain.dra.cdi import MpsClient
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.shares import Share
+from gpuchain.gpu.model import Gpu
 from gpuchain.gpu.mps import HEALTH_INTERVAL, SHM_DIR, MpsControl, MpsRoot, keep_daemon
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,33 @@ def needs_daemon(share: Share | None, gpu_memory_mib: int) -> bool:
     """Whether a share runs under its GPU's daemon: it books part of the GPU's memory, so other
     shares may run beside it. A share of all the memory is alone on the GPU."""
     return share is not None and share.memory_mib < gpu_memory_mib
+
+
+def wanted(gpus: Iterable[Gpu], held: Iterable[tuple[str, Share | None]]) -> dict[str, int]:
+    """The GPUs (UUID -> index) whose daemon the shares ``held`` (GPU UUID, share) need."""
+    by_uuid = {g.uuid: g for g in gpus}
+    return {
+        uuid: by_uuid[uuid].index
+        for uuid, share in held
+        if uuid in by_uuid and needs_daemon(share, by_uuid[uuid].memory_mib)
+    }
+
+
+def client_gpu(where: str, *, held: Iterable[tuple[str, Share | None]], gpus: Iterable[Gpu]) -> str | None:
+    """The GPU whose daemon a claim's container talks to (None: it has no share needing one), the
+    claim holding ``held`` (GPU or MIG UUID, share). A container talks to one daemon, and there is
+    one per GPU: a claim with part of a GPU holds shares of that GPU only, else PrepareError."""
+    memory = {g.uuid: g.memory_mib for g in gpus}
+    devices = list(held)
+    needing = {uuid for uuid, share in devices if needs_daemon(share, memory.get(uuid, 0))}
+    if not needing:
+        return None
+    if len(needing) > 1 or any(uuid not in needing or share is None for uuid, share in devices):
+        raise PrepareError(
+            f"{where}: holds part of a GPU beside other devices; its container would need one MPS control "
+            "daemon for all of them, and this node runs one per GPU: ask for each shared GPU in a claim of its own"
+        )
+    return needing.pop()
 
 
 def client_edits(root: MpsRoot, gpu_uuid: str) -> MpsClient:

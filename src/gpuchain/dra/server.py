@@ -24,7 +24,8 @@ from typing import Any
 
 import grpc
 
-from gpuchain.dra.driver import ClaimRef, DraDriver, PrepareError
+from gpuchain.dra.driver import ClaimRef, DraDriver
+from gpuchain.dra.errors import PrepareError
 from gpuchain.dra.kinds import DRIVER
 from gpuchain.proto.dra.v1 import api_pb2 as v1
 from gpuchain.proto.dra.v1 import api_pb2_grpc as v1_grpc

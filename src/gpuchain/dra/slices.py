@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuchain.dra import partitions, shares
+from gpuchain.dra import cdi, partitions, shares
 from gpuchain.dra.kinds import API_VERSION, DRIVER
 from gpuchain.gpu import catalog
 from gpuchain.gpu.model import DriverInfo, Gpu, Inventory, MigDevice
@@ -400,3 +400,34 @@ def check_slice(obj: Obj) -> None:
     if len(spec.get("sharedCounters", [])) > partitions.MAX_COUNTER_SETS_PER_SLICE:
         raise SliceError(f"a slice holds at most {partitions.MAX_COUNTER_SETS_PER_SLICE} counter sets")
     check_devices(devices_of(obj))
+
+
+def node_devices(
+    gpus: Iterable[Gpu], *, unhealthy: Collection[str], partitionable: bool
+) -> dict[str, tuple[cdi.CdiDevice, bool]]:
+    """Every device of ``gpus`` (published or withdrawn) by DRA name, as Prepare hands it out, with
+    its health: a ``partitionable`` GPU's full device and placements (the MIG device is made on
+    Prepare), else the whole GPU (MIG off) and its MIG devices."""
+    found: dict[str, tuple[cdi.CdiDevice, bool]] = {}
+    for gpu in gpus:
+        gpu_ok = not withdrawn(gpu, unhealthy)
+        model = partitions.partitionable(gpu) if partitionable else None
+        if model is not None:
+            if partitions.offers_full_gpu(gpu):
+                found[gpu_device_name(gpu)] = (
+                    cdi.CdiDevice(name=gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
+                    gpu_ok,
+                )
+            for part in partitions.partitions(gpu, model):
+                found[part.name] = (cdi.CdiDevice(name=part.name, uuid="", device_node=gpu.device_node), gpu_ok)
+            continue
+        if not gpu.mig_enabled:
+            found[gpu_device_name(gpu)] = (
+                cdi.CdiDevice(name=gpu_device_name(gpu), uuid=gpu.uuid, device_node=gpu.device_node),
+                gpu_ok,
+            )
+        for mig in gpu.mig_devices:
+            name = mig_device_name(mig)
+            mig_ok = gpu_ok and mig.uuid not in unhealthy
+            found[name] = (cdi.CdiDevice(name=name, uuid=mig.uuid, device_node=gpu.device_node), mig_ok)
+    return found
