@@ -20,7 +20,11 @@ GPU layer.
   (``--gpu-shares``), and ``mps``: the MPS control daemon per shared GPU that enforces them
   (``--mps-root``).
 - ``driver``: the plugin's decisions over those parts (publish, prepare, unprepare), with
-  device health from ``gpuchain.gpu.health`` (the device plugin's rules and quiet period).
+  device health from ``gpuchain.gpu.health`` (the device plugin's rules and quiet period);
+  ``publishing`` reads and writes the node's slices and the MIG-GPU announcement for it,
+  ``instances`` makes and destroys the MIG instances of partitionable claims, ``consumers``
+  matches a claim to its share and refuses a container that would reach two GPUs' shares, and
+  ``errors`` holds the PrepareError they raise.
 - ``server``: the kubelet-facing gRPC services on unix sockets (registration and DRAPlugin).
 - ``metrics``: Prepare and Unprepare latencies and the devices by state.
 """
