@@ -310,8 +310,7 @@ def test_the_client_loads_no_http2_stack_and_still_talks_to_the_api_server() -> 
     hpack (1.2 MiB in every agent that talks to the API server)."""
     assert importlib.metadata.version("h2"), "h2 is not installed: the test would prove nothing"
     program = (
-        "import sys\n"
-        "from kube.kmock_server import kmock_server\n"
+        "import sys\nfrom kube.kmock_server import kmock_server\n"
         "from gpuchain.kube import NODE, LiveCluster\n"
         "with kmock_server() as (url, _):\n"
         "    cluster = LiveCluster.from_url(url)\n"

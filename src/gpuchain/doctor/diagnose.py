@@ -211,8 +211,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 severity=Severity.ERROR,
                 link="device-plugin",
                 cause=f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device "
-                "plugin "
-                "announces them to the kubelet, so no pod can ask for one.",
+                "plugin announces them to the kubelet, so no pod can ask for one.",
                 evidence=tuple(
                     e
                     for e in (

@@ -278,8 +278,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 severity=Severity.ERROR,
                 link="toolkit",
                 cause="the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and "
-                "this "
-                f"node's containerd ({have}) predates it ({need}): "
+                f"this node's containerd ({have}) predates it ({need}): "
                 "GPU pods here start without their GPUs.",
                 evidence=(
                     f"status.nodeInfo.containerRuntimeVersion: {node_info(view.node).get('containerRuntimeVersion')}",

@@ -137,8 +137,7 @@ def node_image(node: Obj) -> NodeImage | None:
             said=(f"osImage {image}",),
             keep={"driver": {"enabled": False}, "toolkit": {"enabled": False}},
             install="the EKS accelerated AMI for the node group (AL2023 NVIDIA, or Bottlerocket's -nvidia variant), "
-            "which "
-            "carries the driver and runtime",
+            "which carries the driver and runtime",
             without="",
         )
     return None

@@ -236,8 +236,7 @@ def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> F
             severity=Severity.ERROR,
             link="device-plugin",
             cause=f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and no GPU DRA driver publishes a device "
-            "in "
-            "any ResourceSlice (no DRA kubelet plugin is installed), so the scheduler cannot allocate its claims.",
+            "in any ResourceSlice (no DRA kubelet plugin is installed), so the scheduler cannot allocate its claims.",
             evidence=(f"scheduler: {msg}", f"ResourceSlices of {', '.join(GPU_DRA_DRIVERS)}: none", f"pod {pod_ref}"),
             fix=fix,
             root=True,
@@ -253,9 +252,8 @@ def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> F
             severity=Severity.ERROR,
             link="device-plugin",
             cause=f"GPU pod {pod_ref} asks for GPUs through ResourceClaims, and every GPU device the DRA driver "
-            "publishes "
-            "carries a taint its claims do not tolerate (a DeviceTaintRule, or the driver's taint for an unhealthy "
-            "device), so the scheduler allocates none of them.",
+            "publishes carries a taint its claims do not tolerate (a DeviceTaintRule, or the driver's taint for an "
+            "unhealthy device), so the scheduler allocates none of them.",
             evidence=(
                 f"scheduler: {msg}",
                 f"{total} published GPU device(s), tainted: " + ", ".join(f"{k} ({n})" for k, n in keys.most_common()),

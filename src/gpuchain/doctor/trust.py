@@ -138,8 +138,7 @@ def trust_findings(view: NodeView, *, pod: Obj, scrape: Scrape, interval: float,
                 severity=Severity.WARNING,
                 link=LINK,
                 cause=f"the exporter on {view.name} serves samples up to {oldest:.0f}s old for {len(stale)} GPU(s), "
-                "more "
-                f"than {STALE_INTERVALS} collection intervals ({interval:g}s each): its collection has stopped "
+                f"more than {STALE_INTERVALS} collection intervals ({interval:g}s each): its collection has stopped "
                 "while its HTTP server still answers, so every scrape repeats the same numbers.",
                 evidence=tuple(
                     f"{d.uuid}: last sample{_age(d.sample_age_s)} (collect interval {interval:g}s)" for d in stale

@@ -272,8 +272,7 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
                 sev=Severity.ERROR,
                 link=link,
                 cause=f"the operator's pod {state.name} is {state.status}: {why}. The operator has never reconciled, "
-                "so "
-                f"{where} and the other operand DaemonSets do not exist and no link of the chain is deployed.",
+                f"so {where} and the other operand DaemonSets do not exist and no link of the chain is deployed.",
                 evidence=evidence,
                 fix=fix,
                 action=action,
@@ -337,8 +336,7 @@ def _not_created(ctx: Context, view: NodeView, ds: Obj, link: str) -> Result | N
                 sev=Severity.ERROR,
                 link=link,
                 cause=f"{name} selects and tolerates this node, but the API server refuses the pod it creates for it, "
-                "so "
-                f"the {link} link has no pod here; restarting the DaemonSet changes nothing.",
+                f"so the {link} link has no pod here; restarting the DaemonSet changes nothing.",
                 evidence=[
                     f"{name} has no pod on {view.name}",
                     counts,
@@ -432,8 +430,7 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
                     sev=Severity.ERROR,
                     link=link,
                     cause=f"{where} does not exist although the policy enables it, so the {link} link is missing on "
-                    "every "
-                    "node: the operator is not reconciling (stopped, or failing).",
+                    "every node: the operator is not reconciling (stopped, or failing).",
                     evidence=[f"{where} does not exist", switch, *more],
                     fix=fix,
                     action=action,

@@ -224,8 +224,7 @@ def _count_findings(
                 sev=Severity.WARNING,
                 link="device-plugin",
                 cause=f"capacity shows {gpu_cap} nvidia.com/gpu on {physical} physical GPUs because the device plugin "
-                "config "
-                f"in use shares each GPU {replicas} ways by time-slicing (no memory isolation); fine for small "
+                f"config in use shares each GPU {replicas} ways by time-slicing (no memory isolation); fine for small "
                 "inference, wrong for training, and easy to leave behind by accident.",
                 evidence=[
                     f"capacity nvidia.com/gpu {gpu_cap}, {GPU_COUNT}={physical}",
@@ -250,8 +249,7 @@ def _count_findings(
                 sev=Severity.INFO,
                 link="device-plugin",
                 cause=f"capacity shows {total} GPU devices on {physical} physical GPUs because MIG is on (layout "
-                f"{layout}): "
-                "each GPU is cut into isolated slices, so this count is expected, not a fault.",
+                f"{layout}): each GPU is cut into isolated slices, so this count is expected, not a fault.",
                 evidence=[f"capacity {names}", f"{GPU_COUNT}={physical}", f"{MIG_CONFIG}={layout}"],
                 fix=ctx.stack.render(Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"}))
                 + "   # only if whole GPUs are wanted",
@@ -284,8 +282,7 @@ def _mig_invalid(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 sev=Severity.ERROR,
                 link="mig",
                 cause="mig.strategy is single but this node's GPUs do not all carry one and the same MIG profile, so "
-                "the "
-                "device plugin refuses the layout and announces nothing, and feature discovery labels the product "
+                "the device plugin refuses the layout and announces nothing, and feature discovery labels the product "
                 "-MIG-INVALID.",
                 evidence=[
                     f"{PRODUCT}={product}" if product else "",
@@ -321,9 +318,8 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
                 sev=Severity.ERROR,
                 link="device-plugin",
                 cause=f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, "
-                "but "
-                "its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it and "
-                "no GPU is announced.",
+                "but its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it "
+                "and no GPU is announced.",
                 evidence=[*evidence, f"container {name} securityContext: {security or 'none'}"],
                 fix=ctx.stack.render(patch)
                 + "   # and the same in the chart's values (securityContext.capabilities.add="

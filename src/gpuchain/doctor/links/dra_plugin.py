@@ -76,8 +76,7 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
             "so it never finishes and the node's GPUs are published to no ResourceSlice.",
             evidence=[state.describe(), held, why],
             fix=f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the "
-            "chart's "
-            "driver root where this node's driver is; its pods restart with it",
+            "chart's driver root where this node's driver is; its pods restart with it",
         )
         return Result(LinkState.BROKEN, f"DRA plugin waits for a driver at {given}", (finding,))
     action = Fix(
@@ -130,8 +129,7 @@ def _ready_unpublished(ctx: Context, view: NodeView, pod: Obj, state: PodState) 
         sev=Severity.ERROR,
         link="device-plugin",
         cause=f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated "
-        "one "
-        "here: "
+        "one here: "
         + (
             f"it looks for the driver under NVIDIA_DRIVER_ROOT={given}, and this node's driver is at {wanted}."
             if action is None

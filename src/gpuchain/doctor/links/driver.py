@@ -95,8 +95,7 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
                 sev=Severity.ERROR,
                 link="driver",
                 cause=f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys "
-                "no "
-                "driver on this node; the condition's message names what it could not do.",
+                "no driver on this node; the condition's message names what it could not do.",
                 evidence=evidence,
                 fix=f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
                 "message names; the operator reconciles again on the edit",
@@ -254,8 +253,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     sev=Severity.ERROR,
                     link="driver",
                     cause="the driver container must unload the loaded NVIDIA module to (re)install, and GPU pods on "
-                    "this "
-                    "node still hold it, so it cannot; nothing above the driver starts until they are gone.",
+                    "this node still hold it, so it cannot; nothing above the driver starts until they are gone.",
                     evidence=[
                         state.describe(),
                         *conflict_line.evidence(),
@@ -360,8 +358,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     sev=Severity.ERROR,
                     link="driver",
                     cause=f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} "
-                    "has no "
-                    "build for it, so nvidia.ko never loads and nothing above the driver can start.",
+                    "has no build for it, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence=evidence,
                     fix=ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
                     f"built for {view.kernel}",
@@ -480,8 +477,7 @@ def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: s
                 sev=Severity.ERROR,
                 link="driver",
                 cause=f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no "
-                "NVIDIA "
-                "driver, so no driver answers nvidia-smi.",
+                "NVIDIA driver, so no driver answers nvidia-smi.",
                 evidence=[
                     f"driver container off: {why}",
                     *image.said,
@@ -556,8 +552,7 @@ def _driver_upgrade_restart(ctx: Context, view: NodeView, state: PodState) -> Re
         sev=Severity.INFO,
         link="driver",
         cause=f"the driver upgrade is restarting this node's driver ({UPGRADE_STATE}={upgrading}); GPU work on the "
-        "node "
-        "resumes once the new driver validates and the controller uncordons it.",
+        "node resumes once the new driver validates and the controller uncordons it.",
         evidence=[f"label {UPGRADE_STATE}={upgrading}", state.describe()],
         fix=f"# nothing to do: the upgrade goes on by itself (kubectl get nodes -L {UPGRADE_STATE}); if the node "
         "stays in this state past spec.driver.upgradePolicy.podDeletion.timeoutSeconds, the controller marks it "

@@ -80,8 +80,7 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
         action = Fix.delete_pod(ns, state.name)
         return Known(
             cause="dcgm-exporter lost a start-up race with DCGM's profiling module (NVIDIA/dcgm-exporter#330) and "
-            "exited; "
-            "a new pod starts cleanly.",
+            "exited; a new pod starts cleanly.",
             evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
             action=action,
             fix=ctx.stack.render(action) + "   # its DaemonSet starts a new one",
@@ -101,8 +100,7 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
     if found and ctx.stack.driver_root:
         return Known(
             cause=f"dcgm-exporter cannot load NVML: this stack installs the driver under {ctx.stack.driver_root} on "
-            "the "
-            "host, and the exporter's pod neither mounts it nor runs privileged.",
+            "the host, and the exporter's pod neither mounts it nor runs privileged.",
             evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
             action=None,
             fix=f"mount the host's {ctx.stack.driver_root} into the exporter (hostPath volume, with its lib64 on "

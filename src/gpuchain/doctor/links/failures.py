@@ -88,8 +88,7 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
         )
         return Known(
             cause="the node boots with UEFI Secure Boot, and the kernel refuses the nvidia.ko the driver container "
-            "built "
-            "because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
+            "built because no key it trusts signed it; this is the node's firmware setting, outside the cluster.",
             evidence=found.evidence(),
             action=action,
             fix=ctx.stack.render(action),
@@ -124,8 +123,7 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
         )
         return Known(
             cause="the node's inotify instances are used up (fs.inotify.max_user_instances), so the container cannot "
-            "watch "
-            "its files and exits; a kernel setting of the node, outside the cluster.",
+            "watch its files and exits; a kernel setting of the node, outside the cluster.",
             evidence=found.evidence(),
             action=action,
             fix=ctx.stack.render(action),
@@ -232,8 +230,7 @@ def _object_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSt
         )
         return Known(
             cause=f"the {operand.state} pod references {kind} {name}, which does not exist in its namespace {ns}, so "
-            "the "
-            "kubelet does not start its containers.",
+            "the kubelet does not start its containers.",
             evidence=(f"kubelet: {found.line}", found.entry.cite()),
             action=None,
             fix=f"kubectl -n {ns} {create}   # create {kind} {name} in {ns}, where the pod looks for it (or copy it "
@@ -577,8 +574,7 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         )
         fix = ctx.stack.render(action)
     return Known(
-        cause="the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
-        "node "
+        cause="the container toolkit cannot signal containerd: it was given containerd's default socket, and this node "
         f"runs {dist.name}, whose containerd listens at {dist.containerd_socket} with its config in "
         f"{dist.containerd_config}; it exits and the nvidia runtime is never loaded.",
         evidence=evidence,
@@ -697,8 +693,7 @@ def not_ready(
                 cause=cause + " gpuchain does not recognise the failure.",
                 evidence=[state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
                 fix=f"# {next_step(ctx, link=link, line=line)}; the pod retries by itself ({ctx.stack.render(again)} "
-                "starts it "
-                "at once)",
+                "starts it at once)",
             ),
         ),
     )

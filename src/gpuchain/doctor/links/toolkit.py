@@ -199,9 +199,8 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
                 sev=Severity.ERROR,
                 link="toolkit",
                 cause=f"the device plugin runs without the NVIDIA container runtime ({runtime}'s default runtime is "
-                "not "
-                "nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it finds "
-                "no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
+                "not nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it "
+                "finds no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
                 evidence=evidence,
                 fix=ctx.stack.render(action),
                 action=action,
@@ -278,9 +277,8 @@ def devices_denied(ctx: Context, *, view: NodeView, evidence: list[str]) -> Resu
                 sev=Severity.ERROR,
                 link="toolkit",
                 cause="the device plugin's container gets the driver's libraries but not the GPU devices, so NVML "
-                "fails "
-                "with Unknown Error at every start and no GPU is announced: the low-level runtime under the NVIDIA "
-                "runtime (runc or crun) does not grant /dev/nvidia*, while the host's driver answers.",
+                "fails with Unknown Error at every start and no GPU is announced: the low-level runtime under the "
+                "NVIDIA runtime (runc or crun) does not grant /dev/nvidia*, while the host's driver answers.",
                 evidence=[*evidence, f"status.nodeInfo.containerRuntimeVersion: {runtime}" if runtime else ""],
                 fix=ctx.stack.render(action),
                 action=action,

@@ -76,8 +76,7 @@ def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
                 sev=first.severity,
                 link=link,
                 cause=f"{first.cause} No validator pod writes the ready file the operands wait for, so they wait "
-                "behind "
-                "it; they are not the root.",
+                "behind it; they are not the root.",
                 evidence=[*first.evidence, *sorted(waiting)],
                 fix=first.fix,
                 action=first.action,
