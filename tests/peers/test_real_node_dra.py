@@ -119,6 +119,17 @@ def create_claim(
     return str(node.api.request("POST", f"{RESOURCE}/namespaces/gpu/resourceclaims", claim)["metadata"]["uid"])
 
 
+def listed_output(node: RealNode, *, pod: str, container: str = "main") -> str:
+    """What a container of pod ``gpu/<pod>`` wrote, once it has printed ``LISTED``: the scripts here end
+    what they show with that line, then sleep on, so their claims stay prepared while the test reads."""
+
+    def listed() -> str | None:
+        out = node.pod_log("gpu", pod, container)
+        return out if "LISTED" in out.splitlines() else None
+
+    return wait_for(f"the output of {pod}/{container}", listed, 30)
+
+
 def claim_pod(name: str, claim: str, script: str) -> dict[str, Any]:
     """A busybox pod whose container uses the ResourceClaim ``claim``."""
     pod = busybox_pod(name, script)
@@ -142,7 +153,7 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
         node.create_pod("gpu", claim_pod("dra", "one-gpu", script))
         running = node.wait_pod_phase("gpu", "dra", ("Running",))
         assert running["spec"]["nodeName"] == node.name
-        wait_for("the container's output", lambda: "LISTED" in node.pod_log("gpu", "dra", "main").splitlines(), 30)
+        listed_output(node, pod="dra")
 
         # The scheduler's allocation: one device of our driver from this node's pool.
         allocation = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/one-gpu")["status"][
@@ -197,9 +208,7 @@ def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealN
         # kept running while the claims are read: the ResourceClaim controller releases a done pod's claim
         node.create_pod("gpu", claim_pod("share-b", "share-b", f"{visible}; {script}; echo LISTED; sleep 3600"))
         node.wait_pod_phase("gpu", "share-b", ("Running",))
-        wait_for(
-            "the second share's output", lambda: "LISTED" in node.pod_log("gpu", "share-b", "main").splitlines(), 30
-        )
+        listed_output(node, pod="share-b")
         assert node.get_pod("gpu", "share-a")["status"]["phase"] == "Running"  # side by side on one GPU
 
         results = {
@@ -259,12 +268,7 @@ def test_a_mig_profile_claim_gets_a_mig_device_made_on_prepare_and_destroyed_aft
         # kept running, so the claim stays prepared (a finished pod's claim is unprepared at once)
         node.create_pod("gpu", claim_pod("mig", "mig", f"{visible}; {LIST_DEVICES}; echo LISTED; sleep 3600"))
         node.wait_pod_phase("gpu", "mig", ("Running",))
-
-        def listed() -> str | None:
-            out = node.pod_log("gpu", "mig", "main")
-            return out if "LISTED" in out.splitlines() else None
-
-        out = wait_for("the container's output", listed, 30)
+        out = listed_output(node, pod="mig")
 
         claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/mig")
         (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -325,12 +329,8 @@ def test_every_mig_profile_of_the_gpu_is_allocated_made_seen_and_destroyed(node:
         prepared = json.loads(checkpoint.read_text())["claims"]
         made: dict[int, tuple[str, int]] = {}
 
-        def listed(container: str) -> str | None:
-            out = node.pod_log("gpu", "profiles", container)
-            return out if "LISTED" in out.splitlines() else None
-
         for index, (name, profile) in enumerate(claims.items()):
-            out = wait_for(f"container {name}'s output", lambda name=name: listed(name), 30)
+            out = listed_output(node, pod="profiles", container=name)
             claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")
             (result,) = claim["status"]["allocation"]["devices"]["results"]
             (device,) = prepared[uids[name]]["devices"]
@@ -371,7 +371,7 @@ def test_a_plain_nvidia_gpu_pod_is_served_by_the_dra_driver_through_the_class(no
         script = f"{visible}; {LIST_DEVICES}; echo LISTED; sleep 3600"
         node.create_pod("gpu", busybox_pod("plain", script, {GPU_RESOURCE: "1"}))
         running = node.wait_pod_phase("gpu", "plain", ("Running",))
-        wait_for("the container's output", lambda: "LISTED" in node.pod_log("gpu", "plain", "main").splitlines(), 30)
+        listed_output(node, pod="plain")
         name = running["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
         claim = node.api.request("GET", f"{RESOURCE}/namespaces/gpu/resourceclaims/{name}")
         (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -499,11 +499,7 @@ def test_shares_of_a_gpu_run_under_one_mps_daemon_whose_pipe_and_memory_their_co
         )
 
     def output(pod: str) -> list[str]:
-        def listed() -> list[str] | None:
-            out = node.pod_log("gpu", pod, "main").splitlines()
-            return out if "LISTED" in out else None
-
-        return wait_for(f"the output of {pod}'s container", listed, 30)
+        return listed_output(node, pod=pod).splitlines()
 
     def spec_gone(uid: str) -> bool:
         return not (node.root / f"run/cdi/{DRIVER}-claim_{uid}.json").exists()
