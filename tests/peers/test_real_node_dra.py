@@ -182,12 +182,7 @@ def test_a_claim_is_allocated_prepared_injected_and_unprepared(node: RealNode) -
     finally:
         node.delete_pod("gpu", "dra")
         stop_process(plugin)
-        for path in ("/namespaces/gpu/resourceclaims/one-gpu", f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}"):
-            try:
-                node.api.request("DELETE", RESOURCE + path)
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
+        delete_resources(node, "/namespaces/gpu/resourceclaims/one-gpu")
 
 
 def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealNode) -> None:
@@ -230,16 +225,7 @@ def test_two_shares_of_one_gpu_run_side_by_side_each_with_its_limits(node: RealN
         for pod in ("share-a", "share-b"):
             node.delete_pod("gpu", pod)
         stop_process(plugin)
-        for path in (
-            "/namespaces/gpu/resourceclaims/share-a",
-            "/namespaces/gpu/resourceclaims/share-b",
-            f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}",
-        ):
-            try:
-                node.api.request("DELETE", RESOURCE + path)
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
+        delete_resources(node, "/namespaces/gpu/resourceclaims/share-a", "/namespaces/gpu/resourceclaims/share-b")
 
 
 def delete_resources(node: RealNode, *paths: str) -> None:
@@ -463,16 +449,7 @@ def test_a_tainted_device_is_not_allocated_its_pods_are_evicted_and_readmission_
             node.delete_pod("gpu", pod)
         quarantine(node, [])
         stop_process(plugin)
-        for path in (
-            "/namespaces/gpu/resourceclaims/held",
-            "/namespaces/gpu/resourceclaims/waiting",
-            f"/resourceslices?fieldSelector=spec.driver%3D{DRIVER}",
-        ):
-            try:
-                node.api.request("DELETE", RESOURCE + path)
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
+        delete_resources(node, "/namespaces/gpu/resourceclaims/held", "/namespaces/gpu/resourceclaims/waiting")
 
 
 def test_shares_of_a_gpu_run_under_one_mps_daemon_whose_pipe_and_memory_their_containers_mount(
