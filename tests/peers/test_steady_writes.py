@@ -24,6 +24,7 @@ from fakes.cluster_policy import cluster_policy
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.common.quantity import add_quantities
 from gpuchain.gpu.sim import SimBackend
 from gpuchain.kube import CLUSTER_POLICY, DAEMONSET, NODE, LiveCluster
 from gpuchain.mig.config import default_config
@@ -75,6 +76,31 @@ LAYOUTS = {
     "node-agent": (AGENT_RESOURCES, 3),
     "per-operand": ({"nodeAgent": {"enabled": False}}, len(OPERANDS)),
 }
+
+
+#: Quantities as a user or a chart writes them; each is also summed with others below.
+QUANTITY_TEXTS = ("1024Mi", "1.5Gi", "0.5", "1500", "1000", "5000", "1.5M", "512Ki", "0.5Ki", "1.5Ki", "5000Ki",
+                  "100m", "2", "4Ki")  # fmt: skip
+
+
+def test_quantities_are_written_as_the_real_server_writes_them_back(apiserver: ApiServer) -> None:
+    """What ``add_quantities`` writes is what the server keeps for that text, and a fixed point: the
+    server writes it back unchanged (so the operator's comparison finds nothing to write). A node's
+    status.capacity holds the quantity: the server parses and re-serialises it like any other."""
+    apiserver.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "q"}})
+
+    def kept(text: str) -> str:
+        node = apiserver.request("GET", "/api/v1/nodes/q")
+        node["status"] = {"capacity": {"memory": text}}
+        apiserver.request("PUT", "/api/v1/nodes/q/status", node)
+        return str(apiserver.request("GET", "/api/v1/nodes/q")["status"]["capacity"]["memory"])
+
+    sums = [[a, b] for a in QUANTITY_TEXTS for b in ("904", "1Ki", "0.5")]
+    for terms in [[t] for t in QUANTITY_TEXTS] + sums:
+        ours = add_quantities(terms)
+        assert kept(ours) == ours, f"{terms}: the server rewrites {ours!r}"
+        if len(terms) == 1:
+            assert kept(terms[0]) == ours, f"{terms[0]!r}: the server keeps it otherwise"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

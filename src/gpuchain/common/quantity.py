@@ -5,8 +5,10 @@ The operator compares what it wants with what the API server kept field by field
 keeps a quantity rewritten canonically (``1024Mi`` becomes ``1Gi``, ``1.5`` becomes ``1500m``): a
 sum written in any other form would be written again on every pass. So a sum is written the way
 the server would write it back (apimachinery ``resource.Quantity.CanonicalizeBytes``): binary
-suffixes while the value is a whole number of at least 1024, else decimal suffixes with the largest
-exponent (a multiple of 3) that leaves a whole mantissa, never a decimal point.
+suffixes while the value is a whole multiple of 1Ki, else decimal suffixes with the largest
+exponent (a multiple of 3) that leaves a whole mantissa, never a decimal point. A binary value that
+is no multiple of 1Ki is written by the server as plain digits, which it reads back as a decimal
+quantity: 5000 bytes summed from ``4Ki`` and ``904`` come back ``5k``, so that is what is written.
 """
 
 from __future__ import annotations
@@ -36,11 +38,11 @@ def parse_quantity(text: str | int) -> tuple[Fraction, bool]:
 def format_quantity(value: Fraction, binary: bool) -> str:
     """``value`` as the API server writes it back (see the module docstring); below a nano it is
     rounded up, as the server does."""
-    if binary and value.denominator == 1 and value >= 1024:
+    if binary and value.denominator == 1 and value >= 1024 and value.numerator % 1024 == 0:
         whole, power = value.numerator, 0
         while power < max(_BINARY.values()) and whole % 1024 == 0:
             whole, power = whole // 1024, power + 1
-        return f"{whole}{next((s for s, p in _BINARY.items() if p == power), '')}"
+        return f"{whole}{next(s for s, p in _BINARY.items() if p == power)}"
     for suffix, exponent in sorted(_DECIMAL.items(), key=lambda item: -item[1]):
         mantissa = value / Fraction(10) ** exponent
         if mantissa.denominator == 1:
