@@ -21,6 +21,7 @@ from gpuchain.doctor.owners import (
     owner_ds,
     repair_target,
     silent,
+    toolkit_env,
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
@@ -529,16 +530,7 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         # kubeadm recorded the socket its kubelet talks to: that is where this node's containerd listens.
         socket = cri.removeprefix("unix://")
         evidence = (*evidence, f"annotation {CRI_SOCKET}={cri}")
-        if ctx.policy_obj is not None:
-            keep = [{"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env if e.name != "CONTAINERD_SOCKET"]
-            given = [*keep, {"name": "CONTAINERD_SOCKET", "value": socket}]
-            action: Fix = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": given}}})
-        else:
-            pod = view.pod(TOOLKIT) or {}
-            ds = owner_ds(pod) or ctx.ds(TOOLKIT)
-            action = Fix(
-                FixOp.SET_ENV, f"{namespace_of(pod) or ctx.namespace}/{ds}", {"env": {"CONTAINERD_SOCKET": socket}}
-            )
+        action: Fix = toolkit_env(ctx, pod=view.pod(TOOLKIT), values={"CONTAINERD_SOCKET": socket})
         return Known(
             cause=f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
             f"node's kubelet talks to containerd at {socket} (kubeadm's record of it); it exits and the nvidia "

@@ -1,0 +1,95 @@
+"""Classes of failure read from the components' source rather than from a scenario (issue 26): each rule on a
+small simulated cluster edited the way the real components leave it, the link it names and the fix that acts.
+The upstream facts each test stands on are named in it (repository, path, release)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.small_cluster import diagnosed
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import FixOp, Report
+
+
+def _roots(report: Report) -> list[Any]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+# -- a NotReady node whose containerd the toolkit's config write stopped ------------------------------------
+
+#: The kubelet's FailedCreatePodSandBox Events (kuberuntime_manager.go "Failed to create pod sandbox: %v") with
+#: containerd's "no runtime for %q is configured" (internal/cri/config/config.go@v2.2.9), then grpc-go's
+#: "transport: Error while dialing: %v" (internal/transport/http2_client.go@v1.72.1) once containerd is down.
+NO_HANDLER = (
+    "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: "
+    'no runtime for "nvidia" is configured'
+)
+REFUSED = (
+    "Failed to create pod sandbox: rpc error: code = Unavailable desc = connection error: desc = "
+    '"transport: Error while dialing: dial unix /run/containerd/containerd.sock: connect: connection refused"'
+)
+
+
+def _operator(runtime: str, toolkit: str) -> str:
+    """A GPU Operator cluster of one NotReady node (the kubelet's condition once containerd is gone) running
+    ``runtime`` with the operator's toolkit at ``toolkit``; the node image carries the driver."""
+    return (
+        "name: t\nstack: gpu-operator\n"
+        f"policy: {{driver: {{enabled: false}}, toolkit: {{version: {toolkit}}}}}\n"
+        "nodes:\n"
+        f"  - {{name: w, preset: a100-80gb-x8, hostDriver: 570.124.06, containerRuntime: '{runtime}', "
+        "nodeProblems: [kubelet-stopped]}\n"
+    )
+
+
+def _no_sandbox(*messages: str) -> dict[str, Any]:
+    """The validator's pod on w waiting for a sandbox, with the kubelet's Events."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-operator-validator",
+        "node": "w",
+        "phase": "Pending",
+        "init": [{"name": "driver-validation", "state": {"waiting": "ContainerCreating"}}],
+        "events": [{"reason": "FailedCreatePodSandBox", "count": 12, "message": m} for m in messages],
+    }
+
+
+def test_containerd_23_stopped_after_the_toolkits_drop_in_is_the_toolkit_with_its_config_source() -> None:
+    """containerd 2.3 dumps config version 4 (version/version.go@v2.3.4) and will not load a drop-in above its
+    root config's version (cmd/containerd/server/config/config.go@v2.3.4); the toolkit from v1.18.0 writes its
+    runtime as a drop-in at the dumped version unless RUNTIME_CONFIG_SOURCE=file (cmd/nvidia-ctk-installer/
+    container/runtime/runtime.go@v1.18.0; drop-in /etc/containerd/config.d/99-nvidia.toml there)."""
+    report = diagnosed(_operator("containerd://2.3.5", "v1.18.0-ubuntu20.04"), _no_sandbox(REFUSED))
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("toolkit.runtime-stopped", "toolkit", "w")
+    assert "catalog: grpc.runtime-socket-refused (grpc/grpc-go " in " ".join(root.evidence)
+    assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    assert {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"} in root.action.changes["spec"]["toolkit"]["env"]
+    assert "rm /etc/containerd/config.d/99-nvidia.toml" in root.fix and "systemctl restart containerd" in root.fix
+    assert not [f for f in report.findings if f.id == "node.not-ready"]
+
+
+def test_containerds_own_refusal_of_the_drop_in_names_the_toolkit_whatever_the_versions() -> None:
+    refusal = "containerd: drop-in config version 4 higher than root config version 2"
+    report = diagnosed(_operator("containerd://2.1.4", "v1.19.1-ubuntu20.04"), _no_sandbox(refusal))
+    (root,) = _roots(report)
+    assert root.id == "toolkit.runtime-stopped" and "catalog: containerd.drop-in-version" in " ".join(root.evidence)
+    assert "RUNTIME_CONFIG_SOURCE" in root.fix and "rm /etc/containerd/conf.d/99-nvidia.toml" in root.fix
+
+
+def test_a_notready_node_with_no_word_of_its_runtime_stays_a_node_problem() -> None:
+    """The same versions without an Event that ties containerd's fall to the toolkit: the node, as before."""
+    (root,) = _roots(diagnosed(_operator("containerd://2.3.5", "v1.18.0-ubuntu20.04")))
+    assert (root.id, root.link) == ("node.not-ready", "node")
+
+
+def test_a_refused_socket_under_a_toolkit_that_writes_no_drop_in_needs_the_handler_missing_first() -> None:
+    """Toolkit v1.17 edits containerd's config in place (no drop-in before v1.18.0): a refused socket alone on
+    containerd 2.3 is not tied to it; the nvidia handler missing and then the socket refused is."""
+    old = _operator("containerd://2.3.5", "v1.17.8-ubuntu20.04")
+    (alone,) = _roots(diagnosed(old, _no_sandbox(REFUSED)))
+    assert alone.id == "node.not-ready"
+    (both,) = _roots(diagnosed(old, _no_sandbox(NO_HANDLER, REFUSED)))
+    assert (both.id, both.link) == ("toolkit.runtime-stopped", "toolkit")
+    assert "CONTAINERD_CONFIG" in both.fix and "RUNTIME_CONFIG_SOURCE" not in both.fix
