@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor import Severity
@@ -93,3 +94,63 @@ def test_a_refused_socket_under_a_toolkit_that_writes_no_drop_in_needs_the_handl
     (both,) = _roots(diagnosed(old, _no_sandbox(NO_HANDLER, REFUSED)))
     assert (both.id, both.link) == ("toolkit.runtime-stopped", "toolkit")
     assert "CONTAINERD_CONFIG" in both.fix and "RUNTIME_CONFIG_SOURCE" not in both.fix
+
+
+# -- a driver container whose module another kernel driver keeps off the GPUs ------------------------------
+
+DRIVER_NODE = (
+    "name: t\nstack: gpu-operator\nnodes:\n"
+    "  - {name: w, preset: t4-x4, osImage: Ubuntu 22.04.4 LTS, kernel: 5.15.0-105-generic}\n"
+)
+
+
+def _driver_crash(log: str) -> dict[str, Any]:
+    """The operator's driver container on w exiting at every start with ``log``."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "w",
+        "containers": [
+            {
+                "name": "nvidia-driver-ctr",
+                "restarts": 5,
+                "state": {"waiting": "CrashLoopBackOff"},
+                "last": {"terminated": "Error", "exitCode": 1},
+            }
+        ],
+        "logs": {"nvidia-driver-ctr": log},
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "entry"),
+    [
+        # gpu-driver-container ubuntu22.04/nvidia-driver _load_driver's `modprobe nvidia`; nvidia.ko's init returns
+        # -ENODEV when it probed no GPU (open-gpu-kernel-modules kernel-open/nvidia/nv.c@570.211.01), and modprobe
+        # prints strerror (kmod tools/modprobe.c@v30 "could not insert '%s': %s").
+        ("modprobe: ERROR: could not insert 'nvidia': No such device", "kmod.insert-no-device"),
+        # The kernel's own line, as dmesg quotes it (kernel-open/nvidia/nv.c@570.211.01).
+        (
+            "[  530.504692] NVRM: The NVIDIA probe routine was not called for 4 device(s).",
+            "nvidia-kernel.probe-not-called",
+        ),
+        # nvidia-installer's load test (kernel.c@580.119.02), printed with its ERROR: prefix.
+        (
+            "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently when this kernel module "
+            "was built against the wrong or improperly configured kernel sources",
+            "nvidia-installer.load-failed",
+        ),
+    ],
+)
+def test_a_driver_module_another_kernel_driver_keeps_off_the_gpus_gets_nouveau_blacklisted(
+    line: str, entry: str
+) -> None:
+    log = (
+        f"Starting installation of NVIDIA driver version 570.124.06\nLoading NVIDIA driver kernel modules...\n{line}\n"
+    )
+    report = diagnosed(DRIVER_NODE, _driver_crash(log))
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.not-ready", "driver", "w")
+    assert f"catalog: {entry} (" in " ".join(root.evidence)
+    assert "blacklist nouveau" in root.fix and "update-initramfs -u" in root.fix and "reboot" in root.fix
+    assert not [f for f in report.findings if f.id == "log.unrecognised"]
