@@ -4,13 +4,16 @@ The upstream facts each test stands on are named in it (repository, path, releas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, no_gpus
+from doctor.test_doctor_silent_pods import DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
+from gpuchain.sim.build import SimCluster
 
 
 def _roots(report: Report) -> list[Any]:
@@ -154,3 +157,38 @@ def test_a_driver_module_another_kernel_driver_keeps_off_the_gpus_gets_nouveau_b
     assert f"catalog: {entry} (" in " ".join(root.evidence)
     assert "blacklist nouveau" in root.fix and "update-initramfs -u" in root.fix and "reboot" in root.fix
     assert not [f for f in report.findings if f.id == "log.unrecognised"]
+
+
+# -- a DRA kubelet plugin that published an empty ResourceSlice --------------------------------------------
+
+
+def _empty_slice(node: str) -> Callable[[SimCluster], None]:
+    """An edit: the ResourceSlice NVIDIA's kubelet plugin publishes for ``node`` when it enumerated no GPU at its
+    start (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/driver.go@v25.12.0 publishes state.allocatable once; k8s.io/api
+    resource/v1: spec.driver, spec.nodeName, spec.pool, no spec.devices)."""
+
+    def edit(sim: SimCluster) -> None:
+        pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+        sim.cluster.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-gpu.nvidia.com-q8w2c"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": pool},
+            }
+        )
+
+    return edit
+
+
+def test_a_ready_dra_plugin_whose_slice_is_empty_is_restarted_once_the_driver_is_up_not_given_a_new_root() -> None:
+    """Ready proves the driver root right (cmd/gpu-kubelet-plugin/nvlib.go newDeviceLib exits on "failed to locate
+    driver libraries", device_state.go@v25.12.0), and the plugin publishes only what it enumerated at its start:
+    an empty slice is a start before the driver had the GPUs up, repaired by a new plugin pod, whatever root the
+    doctor would have guessed for the driver (here the operator's /run/nvidia/driver against the chart's /)."""
+    report = diagnosed(OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, READY, "/"), _empty_slice("n1"))
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("device-plugin.dra-unpublished", "device-plugin", "n1")
+    assert "n1-gpu.nvidia.com-q8w2c" in " ".join(root.evidence) and "before the driver" in root.cause
+    assert root.fix.startswith(f"kubectl -n {DRA_NS} delete pod {DRA_DS}-7xk2p")
+    assert "nvidiaDriverRoot" not in root.fix and "republishes" in root.fix
