@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from doctor.small_cluster import diagnosed, no_gpus
+from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
 from doctor.test_doctor_silent_pods import DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
 
 from gpuchain.doctor import Severity
@@ -192,3 +192,30 @@ def test_a_ready_dra_plugin_whose_slice_is_empty_is_restarted_once_the_driver_is
     assert "n1-gpu.nvidia.com-q8w2c" in " ".join(root.evidence) and "before the driver" in root.cause
     assert root.fix.startswith(f"kubectl -n {DRA_NS} delete pod {DRA_DS}-7xk2p")
     assert "nvidiaDriverRoot" not in root.fix and "republishes" in root.fix
+
+
+# -- the plugin refused NVML on MIG devices for want of the MIG monitor capability --------------------------
+
+
+def test_a_plugin_refused_the_mig_profiles_by_nvml_gets_the_mig_monitor_devices_env() -> None:
+    """go-nvlib's VisitMigProfiles "error getting device memory info: %v" (vendored in k8s-device-plugin@v0.17.1)
+    with NVML's no-permission answer; NVIDIA's chart sets NVIDIA_MIG_MONITOR_DEVICES=all for any MIG strategy
+    other than none (templates/_helpers.tpl addMigMonitorDevices@v0.17.1): the fix is that setting, not a plugin
+    release."""
+    log = (
+        "I0101 00:00:00.000000 1 main.go:1] Starting NVML\n"
+        "E0101 00:00:00.000000 1 main.go:1] error starting plugins: unable to add default resources to config: error "
+        "visiting devices: error visiting device: error visiting device: error getting device memory info: "
+        "Insufficient Permissions\n"
+    )
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 6, "state": {"waiting": "CrashLoopBackOff"}}
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n",
+        no_gpus("m"),
+        plugin_pod("m", {**crash, "last": {"terminated": "Error"}}, log),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "m")
+    assert "catalog: go-nvlib.mig-no-permission (" in " ".join(root.evidence)
+    assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
+    assert not [f for f in report.findings if f.id == "log.unrecognised"]
