@@ -219,3 +219,58 @@ def test_a_plugin_refused_the_mig_profiles_by_nvml_gets_the_mig_monitor_devices_
     assert "catalog: go-nvlib.mig-no-permission (" in " ".join(root.evidence)
     assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
     assert not [f for f in report.findings if f.id == "log.unrecognised"]
+
+
+# -- the toolkit's own words read as the toolkit's, and the config it cannot read ---------------------------
+
+
+def _toolkit_crash(log: str) -> dict[str, Any]:
+    """The operator's toolkit container on n1 exiting at every start with ``log``."""
+    crash = {"name": "nvidia-container-toolkit-ctr", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-container-toolkit-daemonset",
+        "node": "n1",
+        "containers": [{**crash, "last": {"terminated": "Error", "exitCode": 1}}],
+        "logs": {"nvidia-container-toolkit-ctr": log},
+    }
+
+
+#: The toolkit before v1.17 (tools/container/containerd/containerd.go@v1.16.2 "unable to load config: %v") on a
+#: Go template: pelletier/go-toml's parse error at the template's first "{{".
+TEMPLATE_LOG = (
+    'level=fatal msg="Error: unable to load config: failed to load config: (1, 1): parsing error: keys cannot '
+    'contain { character"\n'
+)
+
+
+def test_a_toolkit_pointed_at_the_distributions_config_template_is_given_the_config_rendered_beside_it() -> None:
+    """k3s and RKE2 render config.toml.tmpl into the config.toml their containerd loads; the toolkit reads its
+    CONTAINERD_CONFIG as TOML (the device plugin's "unable to load config" shares the words: not its entry)."""
+    tmpl = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl"
+    scenario = (
+        "name: t\nstack: gpu-operator\n"
+        f"policy: {{toolkit: {{env: [{{name: CONTAINERD_CONFIG, value: '{tmpl}'}}]}}}}\nnodes:\n  - {{name: n1}}\n"
+    )
+    (root,) = _roots(diagnosed(scenario, _toolkit_crash(TEMPLATE_LOG)))
+    assert (root.link, root.node) == ("toolkit", "n1")
+    assert "catalog: nvidia-container-toolkit.load-config (" in " ".join(root.evidence)
+    assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    env = root.action.changes["spec"]["toolkit"]["env"]
+    assert env == [{"name": "CONTAINERD_CONFIG", "value": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"}]
+
+
+def test_a_toolkit_that_cannot_run_the_hosts_containerd_config_dump_gets_a_release_that_reads_the_file() -> None:
+    """Toolkit v1.17.0 reads the config only through `containerd config dump` on the host (pkg/config/toml/
+    source-cli.go "failed to run command %v %v: %w"); v1.17.1 falls back to the file (toml.LoadFirst), v1.18.0 takes
+    RUNTIME_CONFIG_SOURCE=file: the deepest words name that cause, not the config file's TOML."""
+    log = (
+        'time="2024-11-01T14:02:11Z" level=error msg="error running nvidia-toolkit: unable to determine runtime '
+        "options: unable to load containerd config: failed to load config: failed to run command chroot [/host "
+        'containerd config dump]: exit status 127"\n'
+    )
+    (root,) = _roots(diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _toolkit_crash(log)))
+    assert root.link == "toolkit" and "catalog: nvidia-container-toolkit.config-dump-failed (" in " ".join(
+        root.evidence
+    )
+    assert "v1.17.1" in root.fix and "RUNTIME_CONFIG_SOURCE=file" in root.fix

@@ -44,6 +44,11 @@ SECURE_BOOT = (
 #: disabled (NVIDIA/gpu-operator#452, #1489), the module load denied where it enforces (#553).
 SELINUX = ("coreutils.chcon-unlabeled", "coreutils.chcon-no-context", "kmod.insert-permission-denied")
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
+#: The toolkit failing to read the containerd config it is pointed at (catalog.yaml: v1.17's words and earlier ones).
+CONFIG_LOAD = ("nvidia-container-toolkit.load-containerd-config", "nvidia-container-toolkit.load-config")
+#: A TOML parser meeting a Go template's ``{{`` where a key should start (pelletier/go-toml's "keys cannot contain {
+#: character", its v2's "invalid character at start of key: {"): the file is k3s's or RKE2's config.toml.tmpl.
+TEMPLATE = re.compile(r"keys cannot contain \{ character|start of key: \{|\{\{")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
 
@@ -109,6 +114,9 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     found = catalog.find(log, *SOCKET)
     if found and operand is TOOLKIT:
         return _toolkit_socket(ctx, view, found)
+    found = catalog.known_error(log, "toolkit") if operand is TOOLKIT else None
+    if found is not None and found.entry.id in CONFIG_LOAD and TEMPLATE.search(found.line):
+        return _toolkit_template(ctx, view, found)
     found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
     if found:
         action = Fix(
@@ -575,6 +583,30 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
     )
 
 
+def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
+    """The toolkit was pointed at a Go template (k3s's and RKE2's config.toml.tmpl, which they render into the
+    config.toml their containerd loads): its TOML parser stops at the template's first ``{{``. The file containerd
+    loads is the one to give it."""
+    dist = distribution_of(view.node)
+    pod = view.pod(TOOLKIT) or {}
+    given = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        given |= {str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or [] if "value" in e}
+    named = (given.get(k, "") for k in ("CONTAINERD_CONFIG", "RUNTIME_CONFIG"))
+    template = next((v for v in named if v.endswith(".tmpl")), "")
+    # k3s and RKE2 render config.toml.tmpl into config.toml beside it; elsewhere, the distribution's own file.
+    loaded = template.removesuffix(".tmpl") or dist.containerd_config
+    action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
+    return Known(
+        cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
+        "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
+        f"into the config.toml beside it, the file their containerd loads: here {loaded}).",
+        evidence=(*found.evidence(), *([f"toolkit env CONTAINERD_CONFIG={template}"] if template else [])),
+        action=action,
+        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML",
+    )
+
+
 def known_not_ready(view: NodeView, *, link: str, what: str, state: PodState, known: Known) -> Result:
     """The link broken by a failure the pod's log names: its cause, evidence and fix."""
     finding = node_finding(
@@ -655,7 +687,7 @@ def not_ready(
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
         return known_not_ready(view, link=link, what=what, state=state, known=known)
-    found = catalog.known_error(log)
+    found = catalog.known_error(log, link)
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         fix = found.entry.repair(view.name, namespace=state.restart_in(ctx.namespace), pod=state.name)
