@@ -274,3 +274,58 @@ def test_a_toolkit_that_cannot_run_the_hosts_containerd_config_dump_gets_a_relea
         root.evidence
     )
     assert "v1.17.1" in root.fix and "RUNTIME_CONFIG_SOURCE=file" in root.fix
+
+
+# -- the device plugin's config: a ConfigMap that does not exist, and the plugin's own words ----------------
+
+
+def test_a_plugin_configmap_the_policy_names_and_nobody_created_is_created_with_the_default_key() -> None:
+    """The operator mounts spec.devicePlugin.config.name into the plugin's pod whether or not the ConfigMap
+    exists (NVIDIA/gpu-operator#2641); the kubelet's FailedMount ("configmap %q not found", pkg/volume/configmap)
+    holds it Pending. Patching the default to another key of a map that does not exist repairs nothing."""
+    pending = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "n1",
+        "phase": "Pending",
+        "init": [{"name": "toolkit-validation", "state": {"waiting": "PodInitializing"}}],
+        "events": [
+            {
+                "reason": "FailedMount",
+                "count": 9,
+                "message": 'MountVolume.SetUp failed for volume "plugin-config" : configmap "plugin-config" not found',
+            }
+        ],
+    }
+    scenario = (
+        "name: t\nstack: gpu-operator\n"
+        "policy: {devicePlugin: {config: {name: plugin-config, default: any}}}\nnodes:\n  - {name: n1}\n"
+    )
+    (root,) = _roots(diagnosed(scenario, no_gpus("n1"), pending))
+    assert (root.id, root.link, root.node) == ("device-plugin.config-missing", "device-plugin", "n1")
+    assert root.action is not None and root.action.op is FixOp.CREATE
+    assert root.action.changes["metadata"] == {"name": "plugin-config", "namespace": "gpu-operator"}
+    assert root.action.changes["data"] == {"any": "version: v1\n"}
+    assert 'configmap "plugin-config" not found' in " ".join(root.evidence)
+
+
+def test_a_config_manager_that_says_why_it_stops_is_read_not_second_guessed_from_the_label() -> None:
+    """The standalone chart's own ConfigMap is out of the doctor's sight; the config-manager's own line
+    (cmd/config-manager/main.go@v0.17.1 "error creating symlink: %v") names the failure and its repair."""
+    log = (
+        'time="2022-12-23T13:54:55Z" level=info msg="Updating to config: config-3"\n'
+        'time="2022-12-23T13:54:55Z" level=info msg="Error: error creating symlink: symlink '
+        '/available-configs/config-3 /config/config.yaml: file exists"\n'
+    )
+    label = {"do": "node", "node": "m", "labels": {"nvidia.com/device-plugin.config": "config-3"}}
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 38, "state": {"waiting": "CrashLoopBackOff"}}
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: a100-80gb-x8, hostDriver: 550.54.15}\n",
+        no_gpus("m"),
+        label,
+        plugin_pod("m", {**crash, "last": {"terminated": "Error"}}, log),
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("device-plugin.not-ready", "device-plugin")
+    assert "catalog: k8s-device-plugin.config-symlink (" in " ".join(root.evidence)
+    assert "delete pod" in root.fix and (root.action is None or root.action.op is not FixOp.LABEL_NODE)
