@@ -329,3 +329,17 @@ def test_a_config_manager_that_says_why_it_stops_is_read_not_second_guessed_from
     assert (root.id, root.link) == ("device-plugin.not-ready", "device-plugin")
     assert "catalog: k8s-device-plugin.config-symlink (" in " ".join(root.evidence)
     assert "delete pod" in root.fix and (root.action is None or root.action.op is not FixOp.LABEL_NODE)
+
+
+def test_a_kernel_whose_headers_the_driver_container_cannot_find_gets_the_host_driver_or_a_published_kernel() -> None:
+    """gpu-driver-container resolves linux-headers-$KERNEL_VERSION (ubuntu22.04/nvidia-driver
+    _resolve_kernel_version@25.01.21) and stops with "Could not resolve Linux kernel version" when the OS
+    repositories it reads publish none (a FIPS or other custom kernel): the repairs are a kernel they publish, or
+    the driver built on the host from the kernel's own headers with the driver container off."""
+    fips = "name: t\nstack: gpu-operator\nnodes:\n  - {name: w, preset: t4-x4, kernel: 5.4.0-1068-fips}\n"
+    log = "Resolving Linux kernel version...\nCould not resolve Linux kernel version\n"
+    (root,) = _roots(diagnosed(fips, _driver_crash(log)))
+    assert (root.id, root.node) == ("driver.kernel-mismatch", "w")
+    assert "linux-headers-5.4.0-1068-fips" in root.cause
+    assert "spec.driver.enabled=false" in root.fix and "linux-headers 5.4.0-1068-fips" in root.fix
+    assert "kernel a kernel" not in root.fix and "whose headers its OS repositories publish" in root.fix
