@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
-from doctor.test_doctor_silent_pods import DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
+from doctor.test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -343,3 +343,20 @@ def test_a_kernel_whose_headers_the_driver_container_cannot_find_gets_the_host_d
     assert "linux-headers-5.4.0-1068-fips" in root.cause
     assert "spec.driver.enabled=false" in root.fix and "linux-headers 5.4.0-1068-fips" in root.fix
     assert "kernel a kernel" not in root.fix and "whose headers its OS repositories publish" in root.fix
+
+
+def test_a_dra_plugin_that_refuses_to_start_on_an_unregistered_nvlink_fabric_gets_the_fabric_or_the_gate() -> None:
+    """k8s-dra-driver-gpu cmd/compute-domain-kubelet-plugin/nvlib.go@v25.12.0 exits with "NVLink fabric not attached
+    (device %d/%s): state=%d, refusing to start" under its CrashOnNVLinkFabricErrors gate (on by default from v25.12,
+    pkg/featuregates): the fabric's registration, or the gate, not "the release the stack ships"."""
+    log = (
+        "E0722 18:02:11.533907       1 main.go:196] error creating driver: error getting clique ID: error getting "
+        "fabric information from one or more devices: NVLink fabric not attached (device 5/GPU-7c41d0a2-9e3b-4f51-"
+        "8a6d-2b0e5c9f1d34): state=2, refusing to start\n"
+    )
+    said = {"do": "pod", "daemonset": DRA_DS, "namespace": DRA_NS, "node": "n1", "logs": {"gpus": log}}
+    report = diagnosed(OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, CRASH), said)
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "catalog: k8s-dra-driver-gpu.fabric-not-attached (" in " ".join(root.evidence)
+    assert "featureGates.CrashOnNVLinkFabricErrors=false" in root.fix and "nvidia-fabricmanager" in root.fix
