@@ -360,3 +360,38 @@ def test_a_dra_plugin_that_refuses_to_start_on_an_unregistered_nvlink_fabric_get
     assert (root.link, root.node) == ("device-plugin", "n1")
     assert "catalog: k8s-dra-driver-gpu.fabric-not-attached (" in " ".join(root.evidence)
     assert "featureGates.CrashOnNVLinkFabricErrors=false" in root.fix and "nvidia-fabricmanager" in root.fix
+
+
+def test_a_driver_tag_the_registry_answers_manifest_unknown_for_is_a_tag_nvidia_does_not_publish() -> None:
+    """CRI-O's image library quotes the registry's own error for a missing tag, MANIFEST_UNKNOWN "manifest unknown"
+    (opencontainers/distribution-spec spec.md error codes), where containerd says "not found": both are a tag the
+    registry lacks, and a driver tag is the driver's version and the node's OS."""
+    image = "nvcr.io/nvidia/driver:570.124.06-rocky9.4"
+    pulling = {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "w",
+        "phase": "Pending",
+        "containers": [
+            {
+                "name": "nvidia-driver-ctr",
+                "state": {"waiting": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'},
+            }
+        ],
+        "events": [
+            {
+                "reason": "Failed",
+                "count": 3,
+                "message": f'Failed to pull image "{image}": initializing source docker://{image}: reading manifest '
+                "570.124.06-rocky9.4 in nvcr.io/nvidia/driver: manifest unknown",
+            }
+        ],
+    }
+    rocky = (
+        "name: t\nstack: gpu-operator\nnodes:\n"
+        "  - {name: w, preset: t4-x4, osImage: Rocky Linux 9.4 (Blue Onyx), containerRuntime: 'cri-o://1.30.4'}\n"
+    )
+    (root,) = _roots(diagnosed(rocky, pulling))
+    assert (root.link, root.node) == ("driver", "w")
+    assert "make the image reachable" not in root.fix
+    assert "spec.driver.repository" in root.fix or "driver.enabled" in root.fix

@@ -448,7 +448,9 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     version = str(spec.get("version") or "")
     # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
     versioned = DRIVER_TAG.fullmatch(tag)
-    missing = "not found" in event or not event
+    # A tag the registry lacks: containerd's "not found", or the registry's own MANIFEST_UNKNOWN ("manifest unknown",
+    # opencontainers/distribution-spec spec.md error codes) that CRI-O's image library quotes.
+    missing = "not found" in event or "manifest unknown" in event or not event
     if operand is DRIVER and ctx.policy_obj is not None and versioned and missing:
         return _driver_tag_missing(ctx, view, image, versioned, version, evidence)
     if ctx.policy_obj is not None and version and version in image and missing:
