@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
 from doctor.test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
+from doctor.test_doctor_user_pods import STANDALONE, failing_gpu_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -395,3 +396,23 @@ def test_a_driver_tag_the_registry_answers_manifest_unknown_for_is_a_tag_nvidia_
     assert (root.link, root.node) == ("driver", "w")
     assert "make the image reachable" not in root.fix
     assert "spec.driver.repository" in root.fix or "driver.enabled" in root.fix
+
+
+def test_a_gpu_pod_whose_nvidia_smi_is_not_in_its_container_gets_the_nvidia_runtime_class() -> None:
+    """nvidia-smi is one of the driver's binaries only the NVIDIA runtime mounts into a container
+    (nvidia-container-toolkit pkg/nvcdi/driver-nvml.go NewDriverBinariesDiscoverer@v1.17.4); runc's StartError
+    quoting Go's os/exec ErrNotFound for it is a pod that ran under another runtime, like PyTorch's "no driver"."""
+    started = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+        'unable to start container process: exec: "nvidia-smi": executable file not found in $PATH: unknown'
+    )
+    (found,) = [
+        f
+        for f in diagnosed(STANDALONE, failing_gpu_pod(said=started, reason="StartError")).findings
+        if f.id == "workload.no-driver-in-pod"
+    ]
+    assert found.root and (found.link, found.node) == ("toolkit", "n1")
+    assert "catalog: runc.driver-binary-missing (" in " ".join(found.evidence)
+    assert found.action is not None and found.action.changes["patch"] == {
+        "spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}
+    }
