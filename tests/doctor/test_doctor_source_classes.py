@@ -416,3 +416,25 @@ def test_a_gpu_pod_whose_nvidia_smi_is_not_in_its_container_gets_the_nvidia_runt
     assert found.action is not None and found.action.changes["patch"] == {
         "spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}
     }
+
+
+def test_a_silent_toolkit_on_containerd_23_with_a_drop_in_release_is_told_to_read_the_config_file() -> None:
+    """The pair of releases of toolkit.runtime-stopped, with the node still Ready and the toolkit crash-looping
+    without a word (NVIDIA/gpu-operator#2646's shape): RUNTIME_CONFIG_SOURCE=file; not where it is already set,
+    nor under a toolkit that writes no drop-in (before v1.18.0)."""
+    silent = _toolkit_crash("")  # no log line: the kubelet's back-off only
+
+    def node(toolkit: str, env: str = "") -> str:
+        return (
+            f"name: t\nstack: gpu-operator\npolicy: {{toolkit: {{version: {toolkit}{env}}}}}\n"
+            "nodes:\n  - {name: n1, containerRuntime: 'containerd://2.3.2'}\n"
+        )
+
+    (root,) = _roots(diagnosed(node("v1.18.1"), silent))
+    assert (root.link, root.node) == ("toolkit", "n1") and root.action is not None
+    assert {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"} in root.action.changes["spec"]["toolkit"]["env"]
+    assert "catalog: containerd.drop-in-version (" in " ".join(root.evidence)
+    told = ", env: [{name: RUNTIME_CONFIG_SOURCE, value: 'file=/etc/containerd/config.toml'}]"
+    for scenario in (node("v1.18.1", told), node("v1.17.8")):
+        (other,) = _roots(diagnosed(scenario, silent))
+        assert "RUNTIME_CONFIG_SOURCE" not in other.fix

@@ -385,6 +385,28 @@ def _image_version(pod: Obj) -> tuple[int, ...] | None:
     return tuple(int(g) for g in match.groups()) if match else None
 
 
+def reads_config_file(ctx: Context, pod: Obj) -> bool:
+    """Is the toolkit told to read containerd's config from its file (RUNTIME_CONFIG_SOURCE(S)=file..., in its
+    container's env or the policy's spec.toolkit.env)?"""
+    env = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        env |= {str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []}
+    return any(env.get(k, "").startswith("file") for k in ("RUNTIME_CONFIG_SOURCE", "RUNTIME_CONFIG_SOURCES"))
+
+
+def drop_in_too_new(node: Obj, toolkit: Obj) -> bool:
+    """Does the node's containerd dump config version 4 (2.3 and later) to a toolkit that writes its runtime as a
+    drop-in at the dumped version (v1.18 and later, or a release its image tag does not name)? containerd then
+    refuses the drop-in wherever its root config is kept at version 2 or 3 (catalog containerd.drop-in-version)."""
+    release, toolkit_release = runtime_version(node), _image_version(toolkit)
+    return (
+        runtime_scheme(node) == "containerd"
+        and release is not None
+        and release[:2] >= VERSION_4_CONTAINERD
+        and (toolkit_release is None or toolkit_release[:2] >= DROP_IN_TOOLKIT)
+    )
+
+
 def _toolkit_stopped_runtime(ctx: Context, view: NodeView, configures: bool) -> Finding | None:
     """A NotReady node whose containerd went down after the stack's toolkit wrote its config there: the toolkit
     link, not the node (restarting containerd and the kubelet meets the same config). Told by the node's Events:
@@ -401,7 +423,7 @@ def _toolkit_stopped_runtime(ctx: Context, view: NodeView, configures: bool) -> 
             said.setdefault(found.entry.id, (found, ev))
     release, toolkit = runtime_version(view.node), _image_version(pod)
     drop_in = toolkit is None or toolkit[:2] >= DROP_IN_TOOLKIT
-    refused = drop_in and release is not None and release[:2] >= VERSION_4_CONTAINERD
+    refused = drop_in_too_new(view.node, pod)
     down = {"grpc.runtime-socket-refused", "containerd.no-runtime-for-handler"}
     if not (RUNTIME_DOWN[0] in said or (said and refused) or down <= set(said)):
         return None

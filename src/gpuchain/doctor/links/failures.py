@@ -11,7 +11,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
+from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
@@ -117,6 +117,15 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     found = catalog.known_error(log, "toolkit") if operand is TOOLKIT else None
     if found is not None and found.entry.id in CONFIG_LOAD and TEMPLATE.search(found.line):
         return _toolkit_template(ctx, view, found)
+    pod = view.pod(operand) or {}
+    if (
+        operand is TOOLKIT
+        and silent("\n".join((log, state.message)))
+        and drop_in_too_new(view.node, pod)
+        and not reads_config_file(ctx, pod)
+    ):
+        # A toolkit that left no word, on the pair of releases whose drop-in containerd refuses.
+        return _toolkit_drop_in(ctx, view, pod)
     found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
     if found:
         action = Fix(
@@ -582,6 +591,29 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         evidence=evidence,
         action=action,
         fix=fix,
+    )
+
+
+def _toolkit_drop_in(ctx: Context, view: NodeView, pod: Obj) -> Known:
+    """A toolkit that fails and leaves no word, on the pair of releases whose drop-in containerd refuses:
+    containerd 2.3 dumps config version 4, the toolkit (v1.18 and later) writes its drop-in at that version, and
+    containerd will not load it above a root config kept at version 2 or 3 (NVIDIA/gpu-operator#2646's repair).
+    Reading the config from its file gives the drop-in the root config's version."""
+    action = toolkit_env(ctx, pod=pod, values={"RUNTIME_CONFIG_SOURCE": "file"})
+    runtime = node_info(view.node).get("containerRuntimeVersion", "")
+    image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+    return Known(
+        cause="the container toolkit fails on this node's pair of releases: its containerd dumps config version 4 "
+        "and the toolkit writes its nvidia runtime as a drop-in at that version, which containerd will not load "
+        "above a root config kept at version 2 or 3 (as managed node images keep it).",
+        evidence=(
+            f"status.nodeInfo.containerRuntimeVersion: {runtime}",
+            f"toolkit image {image}",
+            catalog.entry("containerd.drop-in-version").cite(),
+        ),
+        action=action,
+        fix=ctx.stack.render(action) + "   # the toolkit reads containerd's config file and writes its drop-in at "
+        "that file's version",
     )
 
 
