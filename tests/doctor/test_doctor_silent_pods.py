@@ -123,15 +123,17 @@ def test_a_dra_driver_alone_on_host_drivers_is_a_stack_not_a_missing_one() -> No
     assert not _roots(report), [(f.id, f.cause) for f in _roots(report)]
 
 
-def test_a_ready_dra_kubelet_plugin_that_publishes_nothing_is_started_again_or_given_the_driver_root() -> None:
-    """The DRA chain followed to its end: ready, and no ResourceSlice for the node. Under the driver root where
-    the node's driver is, its registration is lost (a new pod publishes); under another, the chart's value."""
+def test_a_ready_dra_kubelet_plugin_that_publishes_nothing_is_started_again_whatever_root_it_was_given() -> None:
+    """The DRA chain followed to its end: ready, and no ResourceSlice for the node: its registration is lost (a new
+    pod publishes). Ready proves its driver root right, even one other than where the doctor expects the driver:
+    the plugin serves only once it found the driver's libraries there (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/
+    nvlib.go newDeviceLib@v25.12.0), so a driver-root change is never the repair of a ready plugin."""
     (root,) = _roots(diagnosed(HOST_DRA, no_gpus("n1"), dra_release("n1", DONE, READY)))
     assert (root.id, root.link) == ("device-plugin.dra-unpublished", "device-plugin")
     assert root.fix.startswith(f"kubectl -n {DRA_NS} delete pod {DRA_DS}-7xk2p")
     (root,) = _roots(diagnosed(OPERATOR_DRA, no_gpus("n1"), dra_release("n1", DONE, READY, "/")))
     assert root.id == "device-plugin.dra-unpublished"
-    assert "--set nvidiaDriverRoot=/run/nvidia/driver" in root.fix
+    assert root.fix.startswith(f"kubectl -n {DRA_NS} delete pod {DRA_DS}-7xk2p") and "nvidiaDriverRoot" not in root.fix
 
 
 def test_a_dra_kubelet_plugin_held_in_its_init_container_under_the_wrong_driver_root_gets_the_operators() -> None:

@@ -27,8 +27,9 @@ SAID = (
 )
 
 
-def failing_gpu_pod(runtime_class: str = "") -> Any:
-    """An edit: Deployment ml/train's pod on n1 with one GPU, crash-looping with PyTorch's no-driver message."""
+def failing_gpu_pod(runtime_class: str = "", said: str = SAID, reason: str = "Error") -> Any:
+    """An edit: Deployment ml/train's pod on n1 with one GPU, crash-looping with ``said`` as its last run's
+    termination message (``reason``); PyTorch's no-driver message by default."""
 
     def edit(sim: SimCluster) -> None:
         spec: dict[str, Any] = {
@@ -51,7 +52,7 @@ def failing_gpu_pod(runtime_class: str = "") -> Any:
                     "ready": False,
                     "restartCount": 5,
                     "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                    "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "message": SAID}},
+                    "lastState": {"terminated": {"reason": reason, "exitCode": 1, "message": said}},
                 }
             ],
         }

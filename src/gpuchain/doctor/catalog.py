@@ -152,15 +152,28 @@ def knows(line: str) -> Entry | None:
     return next((e for e in entries() if e.regex.search(shown)), None)
 
 
-def known_error(text: str) -> Match | None:
-    """The first line of ``text`` an entry above info level knows (a failure, not a progress line).
+def known_error(text: str, link: str = "") -> Match | None:
+    """The first line of ``text`` an entry above info level knows (a failure, not a progress line); with
+    ``link``, the entries of that link (and those that prove a link wherever they show) are tried first, so
+    a component's own words are read as its own message where another component writes the same ones (the
+    toolkit's "unable to load config" is not the device plugin's).
 
     Where several entries know that line, the one that matches deepest into it wins: a Go error is its
     wrappers' words and then its cause ("unable to setup runtime: unable to load config: unable to load
     containerd config: ..."), so the entry of the innermost words names the cause, and the component that
     wrote it (the toolkit's containerd config, not the device plugin's config file that a wrapper's words
     also match)."""
-    failures = _above_info()
+    if link:
+        own = _known(text, _above_info(link))
+        if own is not None:
+            return own
+    return _known(text, _above_info())
+
+
+def _known(text: str, failures: tuple[Entry, ...]) -> Match | None:
+    """`known_error` over ``failures``."""
+    if not failures:
+        return None
     found = find(text, *(e.id for e in failures))
     if found is None:
         return None
@@ -171,9 +184,9 @@ def known_error(text: str) -> Match | None:
 
 
 @functools.cache
-def _above_info() -> tuple[Entry, ...]:
-    """The entries above info level, in the catalog's order."""
-    return tuple(e for e in entries() if e.level != "info")
+def _above_info(link: str = "") -> tuple[Entry, ...]:
+    """The entries above info level, in the catalog's order (of ``link``, or scope anywhere, when given)."""
+    return tuple(e for e in entries() if e.level != "info" and (not link or e.link == link or e.scope == "anywhere"))
 
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,

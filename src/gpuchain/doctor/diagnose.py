@@ -101,7 +101,7 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
 
 
 #: Node findings under which no link can be judged (the kubelet is gone, or no runtime to configure).
-STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported", "node.sandbox-failed")
+STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported", "node.sandbox-failed", "toolkit.runtime-stopped")
 
 
 def walk(ctx: Context, view: NodeView) -> NodeChain:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.owners import toolkit_env
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import TOOLKIT
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
@@ -198,7 +199,13 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     """The node's own state under the chain: blocking conditions, then a runtime the toolkit cannot
     configure. Each finding is a root cause of the node; the work is on the node, outside the cluster."""
     findings = []
+    scheme = runtime_scheme(view.node)
+    configures = ctx.deploys(TOOLKIT) and not ctx.stack.host_driver
     for c in blocking_conditions(view.node):
+        stopped = _toolkit_stopped_runtime(ctx, view, configures) if c.type == "Ready" else None
+        if stopped is not None:
+            findings.append(stopped)
+            continue
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -239,8 +246,6 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 action=action,
             )
         )
-    scheme = runtime_scheme(view.node)
-    configures = ctx.deploys(TOOLKIT) and not ctx.stack.host_driver
     sandbox = _sandbox_failed(ctx, view, configures)
     if sandbox is not None:
         findings.append(sandbox)
@@ -348,6 +353,116 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
             f"{len(names)} pod(s) on {view.name} without a sandbox: {', '.join(names[:5])}",
         ),
         fix=ctx.stack.render(action),
+        node=view.name,
+        action=action,
+    )
+
+
+#: What a NotReady node's Events say of its runtime when the toolkit's config write stopped it (catalog.yaml):
+#: containerd refusing the toolkit's drop-in, the kubelet finding no runtime on containerd's socket, and
+#: containerd, before it went down, without the nvidia handler the toolkit was to add.
+RUNTIME_DOWN = ("containerd.drop-in-version", "grpc.runtime-socket-refused", "containerd.no-runtime-for-handler")
+#: containerd's config dump prints config version 4 from containerd 2.3 (version/version.go ConfigVersion@v2.3.4;
+#: 3 at v2.2.9), and NVIDIA's toolkit writes its nvidia runtime as a drop-in at that version from v1.18.0 unless
+#: its RUNTIME_CONFIG_SOURCE is file (catalog entry containerd.drop-in-version): a root config kept at version 2
+#: or 3 then stops containerd.
+VERSION_4_CONTAINERD = (2, 3)
+DROP_IN_TOOLKIT = (1, 18)
+#: The drop-in the toolkit writes (cmd/nvidia-ctk-installer/container/runtime/containerd/containerd.go
+#: DefaultDropInConfig): under config.d at v1.18, conf.d from v1.19.
+DROP_IN_PATHS: dict[tuple[int, ...], str] = {(1, 18): "/etc/containerd/config.d/99-nvidia.toml"}
+DROP_IN_PATH = "/etc/containerd/conf.d/99-nvidia.toml"
+
+
+def _image(pod: Obj) -> str:
+    """The image of the pod's first container ("" when it names none)."""
+    return str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+
+
+def _image_version(pod: Obj) -> tuple[int, ...] | None:
+    """(1, 19, 1) of the first container's image tag ``...:v1.19.1-ubuntu20.04``; None when the tag names none."""
+    match = re.search(r":v?(\d+)\.(\d+)\.(\d+)", _image(pod))
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def reads_config_file(ctx: Context, pod: Obj) -> bool:
+    """Is the toolkit told to read containerd's config from its file (RUNTIME_CONFIG_SOURCE(S)=file..., in its
+    container's env or the policy's spec.toolkit.env)?"""
+    env = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        env |= {str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or []}
+    return any(env.get(k, "").startswith("file") for k in ("RUNTIME_CONFIG_SOURCE", "RUNTIME_CONFIG_SOURCES"))
+
+
+def drop_in_too_new(node: Obj, toolkit: Obj) -> bool:
+    """Does the node's containerd dump config version 4 (2.3 and later) to a toolkit that writes its runtime as a
+    drop-in at the dumped version (v1.18 and later, or a release its image tag does not name)? containerd then
+    refuses the drop-in wherever its root config is kept at version 2 or 3 (catalog containerd.drop-in-version)."""
+    release, toolkit_release = runtime_version(node), _image_version(toolkit)
+    return (
+        runtime_scheme(node) == "containerd"
+        and release is not None
+        and release[:2] >= VERSION_4_CONTAINERD
+        and (toolkit_release is None or toolkit_release[:2] >= DROP_IN_TOOLKIT)
+    )
+
+
+def _toolkit_stopped_runtime(ctx: Context, view: NodeView, configures: bool) -> Finding | None:
+    """A NotReady node whose containerd went down after the stack's toolkit wrote its config there: the toolkit
+    link, not the node (restarting containerd and the kubelet meets the same config). Told by the node's Events:
+    containerd's refusal of the toolkit's drop-in, or the runtime gone (nothing on its socket) or left without
+    the nvidia handler, where the node's containerd and the toolkit's release are the pair whose drop-in it
+    refuses, or where both show (the handler missing, then the socket refused: the write, then the crash)."""
+    pod = view.pod(TOOLKIT)
+    if not configures or pod is None or runtime_scheme(view.node) != "containerd":
+        return None
+    said: dict[str, tuple[catalog.Match, Obj]] = {}
+    for ev in view.events:
+        found = catalog.find(str(ev.get("message", "")), *RUNTIME_DOWN)
+        if found is not None:
+            said.setdefault(found.entry.id, (found, ev))
+    release, toolkit = runtime_version(view.node), _image_version(pod)
+    drop_in = toolkit is None or toolkit[:2] >= DROP_IN_TOOLKIT
+    refused = drop_in_too_new(view.node, pod)
+    down = {"grpc.runtime-socket-refused", "containerd.no-runtime-for-handler"}
+    if not (RUNTIME_DOWN[0] in said or (said and refused) or down <= set(said)):
+        return None
+    runtime = node_info(view.node).get("containerRuntimeVersion", "")
+    evidence = [f"status.nodeInfo.containerRuntimeVersion: {runtime}", f"toolkit pod {name_of(pod)} ({_image(pod)})"]
+    for found, ev in said.values():
+        ref = (ev.get("involvedObject") or {}).get("name")
+        evidence += [f"event {ev.get('reason')} on {ref}: {found.line}", found.entry.cite()]
+    dist = distribution_of(view.node)
+    if drop_in:
+        path = DROP_IN_PATHS.get(toolkit[:2], DROP_IN_PATH) if toolkit else DROP_IN_PATH
+        action = toolkit_env(ctx, pod=pod, values={"RUNTIME_CONFIG_SOURCE": "file"})
+        then = (
+            f"   # then on {view.name}: rm {path} && systemctl restart containerd; the toolkit pod writes its drop-in "
+            "again at the version of containerd's root config"
+        )
+        cause = (
+            "the container toolkit writes its nvidia runtime as a drop-in at the config version containerd's config "
+            f"dump prints ({'4 on containerd ' + '.'.join(map(str, release)) if refused and release else 'its own'}), "
+            "and containerd will not load a drop-in of a higher version than its root config: containerd stopped "
+            "after the toolkit's write, so the node is NotReady and nothing starts on it."
+        )
+    else:
+        action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": dist.containerd_config})
+        then = (
+            f"   # then on {view.name}: take the nvidia runtime section the toolkit added out of "
+            f"{dist.containerd_config} and systemctl restart containerd"
+        )
+        cause = (
+            "containerd stopped after the container toolkit wrote its nvidia runtime into its config (the handler "
+            "missing, then nothing on containerd's socket), so the node is NotReady and nothing starts on it."
+        )
+    return Finding(
+        id="toolkit.runtime-stopped",
+        severity=Severity.ERROR,
+        link="toolkit",
+        cause=cause + " Restarting containerd and the kubelet meets the same config.",
+        evidence=tuple(evidence),
+        fix=ctx.stack.render(action) + then,
         node=view.name,
         action=action,
     )

@@ -5,8 +5,9 @@ shared by the links' checks and the evidence read across them."""
 from __future__ import annotations
 
 from gpuchain.doctor.context import Context
+from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import Operand
+from gpuchain.operator.operands import TOOLKIT, Operand
 
 #: The labels NVIDIA's charts give their DaemonSets (k8s-device-plugin deployments/helm/.../_helpers.tpl
 #: ``nvidia-device-plugin.labels``): the release, and the chart's appVersion whose ``v<appVersion>`` tag
@@ -44,6 +45,19 @@ def repair_target(ctx: Context, *, pod: Obj, operand: Operand) -> str:
         return f"spec.{operand.spec_key} of {ctx.policy_ref} (its operator owns {where})"
     release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE)
     return f"the values of Helm release {release} in {ns} ({where})" if release else where
+
+
+def toolkit_env(ctx: Context, *, pod: Obj | None, values: dict[str, str]) -> Fix:
+    """The container toolkit's env set to ``values``: in the stack's policy (spec.toolkit.env, every other variable
+    kept, since a merge patch replaces the whole list) where an operator owns the toolkit, else on the DaemonSet
+    that runs ``pod`` (the stack's toolkit DaemonSet when there is no pod). The toolkit reads its runtime settings
+    only from its env (NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk-installer flags' EnvVars)."""
+    if ctx.policy_obj is not None:
+        keep = [{"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env if e.name not in values]
+        env = [*keep, *({"name": k, "value": v} for k, v in values.items())]
+        return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
+    ds = owner_ds(pod or {}) or ctx.ds(TOOLKIT)
+    return Fix(FixOp.SET_ENV, f"{namespace_of(pod or {}) or ctx.namespace}/{ds}", {"env": dict(values)})
 
 
 #: The kubelet's own waiting message for a container it restarts ("back-off %s restarting failed container=%s

@@ -68,6 +68,13 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         else ""
     )
     said = catalog.find(log, *CONFIG_MISSING)
+    named = ctx.policy.device_plugin.config.name
+    if named and named not in ctx.configmaps:
+        return _configmap_missing(ctx, view, name=named, key=key, state=state)
+    if configs is None and said is None and catalog.known_error(log, "device-plugin") is not None:
+        # The configs are out of sight (a chart's own ConfigMap) and the plugin names another failure of its own:
+        # its words, read by its link's check, outrank a guess that the label's config is missing.
+        return None
     # The ConfigMap the plugin reads holds the key: fine, unless the plugin itself says it is missing
     # (its words outrank what the dump shows: a mount of another map, a key added after it started).
     if configs is not None and key in configs and said is None:
@@ -106,6 +113,37 @@ def _config_missing(ctx: Context, view: NodeView) -> Finding | None:
         cause=f"{source} names a config that {where} does not have, so the device plugin refuses to start.",
         evidence=[source, where, state.describe() if state else "", *(said.evidence() if said else ())],
         fix=fix,
+        action=action,
+    )
+
+
+#: The kubelet's Event when a pod's ConfigMap volume names no ConfigMap (pkg/volume/configmap: "configmap %q not
+#: found", under operation_generator's "MountVolume.SetUp failed for volume %q : %v").
+FAILED_MOUNT = "FailedMount"
+
+
+def _configmap_missing(ctx: Context, view: NodeView, *, name: str, key: str, state: PodState | None) -> Finding:
+    """The policy names a plugin ConfigMap that does not exist: the operator still mounts it, so the plugin's pod
+    never starts (its volume cannot be set up). The ConfigMap is created with the key the policy's default names,
+    holding a config v1 that keeps the plugin's defaults; dropping the policy's config is the other repair."""
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ctx.namespace}}
+    action = Fix(FixOp.CREATE, "", {**config, "data": {key: "version: v1\n"}})
+    mounts = [
+        f"event {FAILED_MOUNT} on {(e.get('involvedObject') or {}).get('name')}: {e.get('message')}"
+        for e in view.events
+        if e.get("reason") == FAILED_MOUNT and f'"{name}"' in str(e.get("message", ""))
+    ]
+    return node_finding(
+        view,
+        fid="device-plugin.config-missing",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"spec.devicePlugin.config.name of {ctx.policy_ref} names ConfigMap {ctx.namespace}/{name}, which does "
+        "not exist: the operator mounts it into the device plugin's pod, whose volume cannot be set up, so the plugin "
+        "never starts.",
+        evidence=[f"no ConfigMap {ctx.namespace}/{name}", *mounts[:1], state.describe() if state else ""],
+        fix=ctx.stack.render(action) + f"   # config {key!r} with the plugin's defaults (add your settings to it); "
+        f"or drop spec.devicePlugin.config (name and default) from {ctx.policy_ref} to run the plugin without one",
         action=action,
     )
 

@@ -102,41 +102,53 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
     return Result(LinkState.BROKEN, "no driver answers for the DRA plugin", (finding,))
 
 
+def _empty_slices(ctx: Context, view: NodeView) -> list[str]:
+    """The names of the GPU DRA drivers' ResourceSlices for this node that carry no device."""
+    return [
+        name_of(s)
+        for s in ctx.snapshot.resource_slices
+        if (spec := s.get("spec") or {}).get("driver") in GPU_DRA_DRIVERS
+        and spec.get("nodeName") == view.name
+        and not spec.get("devices")
+    ]
+
+
 def _ready_unpublished(ctx: Context, view: NodeView, pod: Obj, state: PodState) -> Result:
-    """NVIDIA's DRA kubelet plugin runs ready and no ResourceSlice carries a GPU of this node: it lost its
-    registration with the kubelet (a new pod registers and publishes anew), or it sees no GPU under its driver
-    root (then the driver root the chart gives it is where this node's driver is not)."""
-    given = _driver_root(pod)
-    wanted, why = _where_driver_is(ctx, view)
+    """NVIDIA's DRA kubelet plugin runs ready and no ResourceSlice carries a GPU of this node. Ready proves its
+    driver root right: the plugin locates the driver's libraries under NVIDIA_DRIVER_ROOT and initialises NVML
+    before it serves, and exits when it cannot (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/nvlib.go newDeviceLib
+    "failed to locate driver libraries", called from device_state.go NewDeviceState@v25.12.0). It publishes the
+    GPUs it enumerated at its start once and never looks again (driver.go PublishResources), so an empty slice is
+    a plugin that started before the driver had initialised the GPUs, and no slice is its registration with the
+    kubelet lost: either way a new plugin pod, started once the driver lists the GPUs, publishes them."""
     ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
-    evidence = [state.describe(), f"no ResourceSlice of {', '.join(GPU_DRA_DRIVERS)} for {view.name}"]
-    if given.rstrip("/") != wanted.rstrip("/"):
-        ds = owner_daemonset(ctx, pod)
-        release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) or "<release>"
-        fix = (
-            f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the chart's "
-            "driver root where this node's driver is; its pods restart with it"
+    empty = _empty_slices(ctx, view)
+    evidence = [
+        state.describe(),
+        f"NVIDIA_DRIVER_ROOT={_driver_root(pod)}: the plugin serves only once it found the driver's libraries there",
+        f"ResourceSlice {empty[0]} of the node carries no device"
+        if empty
+        else f"no ResourceSlice of {', '.join(GPU_DRA_DRIVERS)} for {view.name}",
+    ]
+    action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "NVIDIA's DRA plugin is not simulated"})
+    if empty:
+        why = (
+            "it published its ResourceSlice with no device: it enumerates the GPUs once, at its start, and started "
+            "before the driver had initialised them (its driver root is right, or it would not run)."
         )
-        action = None
-        more = [f"NVIDIA_DRIVER_ROOT={given}", why]
+        then = "   # once nvidia-smi lists the node's GPUs: the new plugin pod enumerates them again and republishes"
     else:
-        action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "NVIDIA's DRA plugin is not simulated"})
-        fix = ctx.stack.render(action) + "   # a new plugin pod registers with the kubelet and publishes the GPUs"
-        more = []
+        why = "its registration with the kubelet is lost."
+        then = "   # a new plugin pod registers with the kubelet and publishes the GPUs"
     finding = node_finding(
         view,
         fid="device-plugin.dra-unpublished",
         sev=Severity.ERROR,
         link="device-plugin",
         cause=f"the {WHAT} runs ready, but no ResourceSlice publishes this node's GPUs, so no claim can be allocated "
-        "one here: "
-        + (
-            f"it looks for the driver under NVIDIA_DRIVER_ROOT={given}, and this node's driver is at {wanted}."
-            if action is None
-            else "its registration with the kubelet is lost."
-        ),
-        evidence=[*evidence, *more],
-        fix=fix,
+        "one here: " + why,
+        evidence=evidence,
+        fix=ctx.stack.render(action) + then,
         action=action,
     )
     return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))

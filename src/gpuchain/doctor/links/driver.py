@@ -342,11 +342,21 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
         if kernel_line:
             evidence += kernel_line.evidence()
-        good = others[0] if others else "a kernel the driver image supports"
+        # The driver container builds nvidia.ko against the running kernel's headers from the OS repositories it
+        # reads (gpu-driver-container ubuntu22.04/nvidia-driver _resolve_kernel_version: apt-cache show
+        # linux-headers-$KERNEL_VERSION; rhel8: yum list kernel-headers@25.01.21), and says "Could not resolve Linux
+        # kernel version" when they publish none: a custom kernel (FIPS, elrepo's kernel-ml, a realtime build).
+        good = f"kernel {others[0]}" if others else "a kernel whose headers its OS repositories publish"
         reimage = Fix(
             FixOp.NODE,
             view.name,
-            {"action": f"reimage it with kernel {good}", "fact": f"kernel:{good}" if others else ""},
+            {"action": f"reimage it with {good}", "fact": f"kernel:{others[0]}" if others else ""},
+        )
+        headers = (
+            f"; its headers (linux-headers-{view.kernel} / kernel-headers and kernel-devel {view.kernel}) are not in "
+            "the OS repositories the driver container reads"
+            if kernel_line
+            else ""
         )
         return Result(
             LinkState.BROKEN,
@@ -358,10 +368,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     sev=Severity.ERROR,
                     link="driver",
                     cause=f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} "
-                    "has no build for it, so nvidia.ko never loads and nothing above the driver can start.",
+                    f"has no build for it{headers}, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence=evidence,
-                    fix=ctx.stack.render(reimage) + f"   # or set spec.driver.version of {ctx.policy_ref} to a release "
-                    f"built for {view.kernel}",
+                    fix=ctx.stack.render(reimage) + "   # or install the NVIDIA driver on the host, built there for "
+                    f"this kernel from its headers (kernel-devel / linux-headers {view.kernel}), and set "
+                    f"spec.driver.enabled=false in {ctx.policy_ref}; or set spec.driver.version of {ctx.policy_ref} "
+                    f"to a release built for {view.kernel}",
                     action=reimage,
                 ),
             ),

@@ -11,7 +11,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
+from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
@@ -21,6 +21,7 @@ from gpuchain.doctor.owners import (
     owner_ds,
     repair_target,
     silent,
+    toolkit_env,
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
@@ -43,6 +44,11 @@ SECURE_BOOT = (
 #: disabled (NVIDIA/gpu-operator#452, #1489), the module load denied where it enforces (#553).
 SELINUX = ("coreutils.chcon-unlabeled", "coreutils.chcon-no-context", "kmod.insert-permission-denied")
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
+#: The toolkit failing to read the containerd config it is pointed at (catalog.yaml: v1.17's words and earlier ones).
+CONFIG_LOAD = ("nvidia-container-toolkit.load-containerd-config", "nvidia-container-toolkit.load-config")
+#: A TOML parser meeting a Go template's ``{{`` where a key should start (pelletier/go-toml's "keys cannot contain {
+#: character", its v2's "invalid character at start of key: {"): the file is k3s's or RKE2's config.toml.tmpl.
+TEMPLATE = re.compile(r"keys cannot contain \{ character|start of key: \{|\{\{")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
 
@@ -108,6 +114,18 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     found = catalog.find(log, *SOCKET)
     if found and operand is TOOLKIT:
         return _toolkit_socket(ctx, view, found)
+    found = catalog.known_error(log, "toolkit") if operand is TOOLKIT else None
+    if found is not None and found.entry.id in CONFIG_LOAD and TEMPLATE.search(found.line):
+        return _toolkit_template(ctx, view, found)
+    pod = view.pod(operand) or {}
+    if (
+        operand is TOOLKIT
+        and silent("\n".join((log, state.message)))
+        and drop_in_too_new(view.node, pod)
+        and not reads_config_file(ctx, pod)
+    ):
+        # A toolkit that left no word, on the pair of releases whose drop-in containerd refuses.
+        return _toolkit_drop_in(ctx, view, pod)
     found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
     if found:
         action = Fix(
@@ -439,7 +457,9 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
     version = str(spec.get("version") or "")
     # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
     versioned = DRIVER_TAG.fullmatch(tag)
-    missing = "not found" in event or not event
+    # A tag the registry lacks: containerd's "not found", or the registry's own MANIFEST_UNKNOWN ("manifest unknown",
+    # opencontainers/distribution-spec spec.md error codes) that CRI-O's image library quotes.
+    missing = "not found" in event or "manifest unknown" in event or not event
     if operand is DRIVER and ctx.policy_obj is not None and versioned and missing:
         return _driver_tag_missing(ctx, view, image, versioned, version, evidence)
     if ctx.policy_obj is not None and version and version in image and missing:
@@ -529,16 +549,7 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         # kubeadm recorded the socket its kubelet talks to: that is where this node's containerd listens.
         socket = cri.removeprefix("unix://")
         evidence = (*evidence, f"annotation {CRI_SOCKET}={cri}")
-        if ctx.policy_obj is not None:
-            keep = [{"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env if e.name != "CONTAINERD_SOCKET"]
-            given = [*keep, {"name": "CONTAINERD_SOCKET", "value": socket}]
-            action: Fix = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": given}}})
-        else:
-            pod = view.pod(TOOLKIT) or {}
-            ds = owner_ds(pod) or ctx.ds(TOOLKIT)
-            action = Fix(
-                FixOp.SET_ENV, f"{namespace_of(pod) or ctx.namespace}/{ds}", {"env": {"CONTAINERD_SOCKET": socket}}
-            )
+        action: Fix = toolkit_env(ctx, pod=view.pod(TOOLKIT), values={"CONTAINERD_SOCKET": socket})
         return Known(
             cause=f"the container toolkit cannot signal containerd: it was given containerd's default socket, and this "
             f"node's kubelet talks to containerd at {socket} (kubeadm's record of it); it exits and the nvidia "
@@ -580,6 +591,53 @@ def _toolkit_socket(ctx: Context, view: NodeView, found: catalog.Match) -> Known
         evidence=evidence,
         action=action,
         fix=fix,
+    )
+
+
+def _toolkit_drop_in(ctx: Context, view: NodeView, pod: Obj) -> Known:
+    """A toolkit that fails and leaves no word, on the pair of releases whose drop-in containerd refuses:
+    containerd 2.3 dumps config version 4, the toolkit (v1.18 and later) writes its drop-in at that version, and
+    containerd will not load it above a root config kept at version 2 or 3 (NVIDIA/gpu-operator#2646's repair).
+    Reading the config from its file gives the drop-in the root config's version."""
+    action = toolkit_env(ctx, pod=pod, values={"RUNTIME_CONFIG_SOURCE": "file"})
+    runtime = node_info(view.node).get("containerRuntimeVersion", "")
+    image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+    return Known(
+        cause="the container toolkit fails on this node's pair of releases: its containerd dumps config version 4 "
+        "and the toolkit writes its nvidia runtime as a drop-in at that version, which containerd will not load "
+        "above a root config kept at version 2 or 3 (as managed node images keep it).",
+        evidence=(
+            f"status.nodeInfo.containerRuntimeVersion: {runtime}",
+            f"toolkit image {image}",
+            catalog.entry("containerd.drop-in-version").cite(),
+        ),
+        action=action,
+        fix=ctx.stack.render(action) + "   # the toolkit reads containerd's config file and writes its drop-in at "
+        "that file's version",
+    )
+
+
+def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
+    """The toolkit was pointed at a Go template (k3s's and RKE2's config.toml.tmpl, which they render into the
+    config.toml their containerd loads): its TOML parser stops at the template's first ``{{``. The file containerd
+    loads is the one to give it."""
+    dist = distribution_of(view.node)
+    pod = view.pod(TOOLKIT) or {}
+    given = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        given |= {str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or [] if "value" in e}
+    named = (given.get(k, "") for k in ("CONTAINERD_CONFIG", "RUNTIME_CONFIG"))
+    template = next((v for v in named if v.endswith(".tmpl")), "")
+    # k3s and RKE2 render config.toml.tmpl into config.toml beside it; elsewhere, the distribution's own file.
+    loaded = template.removesuffix(".tmpl") or dist.containerd_config
+    action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
+    return Known(
+        cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
+        "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
+        f"into the config.toml beside it, the file their containerd loads: here {loaded}).",
+        evidence=(*found.evidence(), *([f"toolkit env CONTAINERD_CONFIG={template}"] if template else [])),
+        action=action,
+        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML",
     )
 
 
@@ -663,7 +721,7 @@ def not_ready(
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
         return known_not_ready(view, link=link, what=what, state=state, known=known)
-    found = catalog.known_error(log)
+    found = catalog.known_error(log, link)
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says.
         fix = found.entry.repair(view.name, namespace=state.restart_in(ctx.namespace), pod=state.name)

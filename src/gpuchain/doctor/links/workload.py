@@ -138,8 +138,8 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
 
 
 #: What a GPU workload writes when its container has no driver library: the runtime did not inject the node's
-#: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml).
-NO_DRIVER_IN_POD = ("pytorch.no-driver", "nvml.library-not-found")
+#: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml, runc's for no nvidia-smi).
+NO_DRIVER_IN_POD = ("pytorch.no-driver", "nvml.library-not-found", "runc.driver-binary-missing")
 
 
 def _said_by(ctx: Context, pod: Obj) -> str:
