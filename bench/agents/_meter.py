@@ -26,6 +26,22 @@ def _rss_kib() -> int:
     raise RuntimeError("no VmRSS")
 
 
+def _mappings_kib() -> dict[str, int]:
+    """Resident KiB per mapping of this process, by file name (a shared library, the main ``[heap]``)
+    or ``[anon]`` for anonymous memory (pymalloc's 1 MiB arenas, malloc's thread arenas, thread stacks):
+    what the per-import figures cannot split, such as a library's code pages first run while serving."""
+    found: dict[str, int] = defaultdict(int)
+    name = ""
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=5)
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                name = os.path.basename(head[5].strip()) if len(head) == 6 else "[anon]"
+            elif head and head[0] == "Rss:":
+                found[name] += int(head[1])
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
 def _package(name: str) -> str:
     parts = name.split(".")
     return ".".join(parts[:2]) if parts[0] == "gpuchain" else parts[0]
@@ -98,12 +114,14 @@ def child(out: str, settle: float, argv: list[str]) -> None:
         time.sleep(settle)
         table = dict(sorted(meter.self_kib.items(), key=lambda kv: -kv[1]))
         end = _rss_kib()
+        mappings = _mappings_kib()
         ctypes.CDLL("libc.so.6").malloc_trim(0)  # what glibc holds free but resident
         data = {
             "start_kib": start,
             "end_kib": end,
             "trimmed_kib": _rss_kib(),
             "threads": len(os.listdir("/proc/self/task")),
+            "mappings": mappings,
             "packages": table,
             "modules": meter.modules,
             "by_module": meter.by_module,

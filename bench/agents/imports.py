@@ -8,7 +8,10 @@ writes the table and the whole RSS; "running" is what the process holds beyond i
 (heap, thread stacks, arenas). The floor, ``import grpc``, is measured the same way in the run.
 
 The node agent with every role (``bench.agents.node``'s command) is measured the same way, named
-``node-agent``; ``--agent node-agent`` measures it alone.
+``node-agent``, and with the device plugin role alone, ``node-agent-dp``; ``--agent node-agent``
+measures the one named. Beside the imports each agent's resident memory is split by mapping
+(``/proc/self/smaps``: each shared library, the main heap, anonymous memory) against the floor's:
+what no import table shows, such as grpc's code pages first run when the agent serves and calls.
 
     .venv/bin/python -m bench.agents.imports [--settle 20] [--agent device-plugin ...] [--python PATH] [--json]
 
@@ -37,6 +40,8 @@ from bench.agents.run import AGENTS, agent_command, free_port, kube_api
 from bench.procs import stop as stop_processes
 
 NODE_AGENT = "node-agent"
+NODE_AGENT_DP = "node-agent-dp"
+"""The node agent with the device plugin role alone (``bench.agents.node``'s second figure)."""
 
 
 def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: float, python: str) -> dict[str, Any]:
@@ -64,7 +69,9 @@ def measure(name: str, cmd: list[str], root: Path, kubeconfig: Path, settle: flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--settle", type=float, default=20.0, help="seconds of running before the table is taken")
-    ap.add_argument("--agent", action="append", choices=[*AGENTS, NODE_AGENT], help="only these agents (repeatable)")
+    ap.add_argument(
+        "--agent", action="append", choices=[*AGENTS, NODE_AGENT, NODE_AGENT_DP], help="only these agents (repeatable)"
+    )
     ap.add_argument("--top", type=int, default=14, help="packages listed per agent")
     add_python_option(ap)
     ap.add_argument("--json", action="store_true")
@@ -74,12 +81,14 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     try:
         with kube_api(root) as (kubeconfig, client):
-            floor = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-            results["floor"] = measure("floor", floor, root, kubeconfig, args.settle, python)
+            floor_cmd = ["-c", "import grpc, time\nwhile True: time.sleep(3600)"]
+            results["floor"] = measure("floor", floor_cmd, root, kubeconfig, args.settle, python)
             client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE, "labels": {}}})
-            for agent in args.agent or [*AGENTS, NODE_AGENT]:
+            for agent in args.agent or [*AGENTS, NODE_AGENT, NODE_AGENT_DP]:
                 if agent == NODE_AGENT:
                     cmd = node_agent_command(root, busy=False, port=free_port())[1:]
+                elif agent == NODE_AGENT_DP:
+                    cmd = node_agent_command(root, busy=False, port=free_port(), roles="device-plugin")[1:]
                 else:
                     cmd = agent_command(agent, root, busy=False, port=free_port())[1:]
                 results[agent] = measure(agent, cmd, root, kubeconfig, args.settle, python)
@@ -103,6 +112,10 @@ def main() -> None:
         print(f"    beyond the floor's imports: {sum(beyond.values()) / 1024:.1f} MiB, of which")
         for pkg, kib in sorted(beyond.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"    {pkg:<34}{kib / 1024:>6.1f} MiB  {r['modules'].get(pkg, 0):>4} modules")
+        mapped = {m: kib - floor["mappings"].get(m, 0) for m, kib in r["mappings"].items()}
+        print("    resident beyond the floor's, by mapping:")
+        for mapping, kib in sorted(mapped.items(), key=lambda kv: -kv[1])[: args.top // 2]:
+            print(f"    {mapping.split('.cpython-')[0]:<34}{kib / 1024:>6.1f} MiB")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"(settle {args.settle:.0f} s; load average {load}; every process run by {python})")
 

@@ -12,6 +12,15 @@
   hundred collections, each walking a heap that only grows (~25 ms of CPU at load 3, on a path of
   ~300 ms), and they find next to nothing: importing makes few cycles. Reference counting frees as
   ever; the first collection after ``first_served`` takes what cycles that short while left.
+- ``cap_malloc_arenas``: the node agent (``gpuchain.entry``) holds the C library's allocator to two
+  arenas before its first thread starts. glibc gives each thread that allocates an arena of its
+  own, up to eight per core: grpc's event engine, timer and lifeguard threads and the agent's
+  worker threads each kept one, partly filled, for the life of the process (the device plugin
+  alone: ten threads; every role: sixteen, on a 2-core machine).
+  With two, the main thread keeps the main arena and the others share one; they allocate little
+  and briefly, Python's under the GIL. Measured on ``bench.agents.node``'s busy processes
+  (2026-12-06, two runs each way, alternated): -0.2 MiB the device plugin alone, -0.3 MiB every
+  role; in one ``bench.agents.node --baseline`` run, -0.3 and -0.1 MiB (docs/performance.md).
 - ``settled``: start-up is over, so what it allocated (imported modules, config, inventory,
   serialized device lists) lives as long as the process. ``gc.freeze`` moves it out of the
   collector's sight: a full collection then walks only what was allocated since, instead of
@@ -66,6 +75,23 @@ def stop_early() -> threading.Event:
     early = threading.Event()
     stop_on_signals(early.set)
     return early
+
+
+M_ARENA_MAX = -8
+"""``mallopt``'s parameter for the most arenas glibc's allocator makes (``<malloc.h>``)."""
+MALLOC_ARENAS = 2
+"""The main thread's arena and one that every other thread shares (see the module docstring)."""
+
+
+def cap_malloc_arenas() -> None:
+    """Hold the C library's allocator to ``MALLOC_ARENAS`` arenas (see the module docstring). Called
+    before any thread starts: an arena once made stays. A C library without glibc's ``mallopt``
+    (musl) has no per-thread arenas to cap, and is left as it is."""
+    import ctypes
+
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library the interpreter runs on
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, MALLOC_ARENAS)
 
 
 def first_served() -> None:
