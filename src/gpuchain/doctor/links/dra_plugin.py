@@ -375,7 +375,8 @@ def claims_not_prepared(ctx: Context, view: NodeView) -> Finding | None:
         id="device-plugin.dra-prepare-failed",
         severity=Severity.ERROR,
         link="device-plugin",
-        cause=f"{len(pods)} pod(s) with GPU ResourceClaims on this node stay ContainerCreating: {said.entry.cause}",
+        cause=f"{len(pods)} pod(s) with GPU ResourceClaims on this node stay ContainerCreating, held by the node's DRA "
+        f"kubelet plugin: {said.entry.cause}",
         evidence=tuple(evidence),
         fix=fix,
         node=view.name,
