@@ -58,6 +58,8 @@ CLUSTER_TESTS = {
     "gfd.running-with-errors": "test_a_running_gfd_without_labels_whose_log_says_why_is_gfd",
     "device-plugin.dra-conflict": "test_a_node_whose_gpus_a_device_plugin_and_a_dra_driver_both_announce_goes_to_one",
     "device-plugin.dra-unpublished": "test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_turned_on",
+    "device-plugin.dra-prepare-failed": "test_doctor_dra_prepare::"
+    "test_a_claim_the_plugin_cannot_write_a_cdi_spec_for_restarts_the_dra_plugin",
     "toolkit.runtime-stopped": "test_doctor_source_classes::"
     "test_containerd_23_stopped_after_the_toolkits_drop_in_is_the_toolkit_with_its_config_source",
     "workload.untolerated-taint": "test_doctor_pending_workloads::"

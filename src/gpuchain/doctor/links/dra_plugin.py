@@ -16,11 +16,12 @@ from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
 from gpuchain.doctor.links.failures import not_ready
-from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset, owner_ds
 from gpuchain.doctor.placement import blocker
-from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.pods import PodState, pod_state, start_refused
 from gpuchain.doctor.scheduling import GPUCHAIN_DRA_DS, install_dra
+from gpuchain.doctor.stacks.base import is_dra_plugin
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER
@@ -242,3 +243,143 @@ def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
         action=action,
     )
     return Result(LinkState.BROKEN, "no ResourceSlice published for the node's GPUs", (finding,))
+
+
+#: The kubelet's Warning Event reasons for a pod whose claims it could not have prepared, and for a container the
+#: runtime refused to create (kubernetes pkg/kubelet/events/event.go@v1.34.4: FailedPrepareDynamicResources,
+#: FailedToCreateContainer = "Failed", the latter "Error: %v" with the runtime's message).
+DRA_EVENTS = ("FailedPrepareDynamicResources", "Failed")
+#: What the DRA path says when a pod's GPU claims cannot be set up (catalog.yaml), most specific first: NVIDIA's
+#: plugin's reasons, the runtime's missing CDI spec of a claim, then the kubelet's own words around them.
+DRA_PREPARE = (
+    "k8s-dra-driver-gpu.checkpoint-corrupted",
+    "k8s-dra-driver-gpu.device-already-allocated",
+    "k8s-dra-driver-gpu.mig-create-failed",
+    "k8s-dra-driver-gpu.cdi-spec-failed",
+    "cdi.unresolvable-dra-claim",
+    "k8s-dra-driver-gpu.prepare-failed",
+    "kubelet.dra-driver-not-registered",
+    "kubelet.dra-prepare-failed",
+)
+#: The kubelet's words, which wrap any DRA driver's error: a GPU's only where the message names a GPU DRA driver.
+KUBELET_WORDS = frozenset({"kubelet.dra-driver-not-registered", "kubelet.dra-prepare-failed"})
+#: Repairs done on the node before the plugin restarts (its checkpoint file), not by the restart alone.
+ON_NODE = frozenset({"k8s-dra-driver-gpu.checkpoint-corrupted", "k8s-dra-driver-gpu.device-already-allocated"})
+#: Failures of a claim the kubelet holds as prepared: it never asks the plugin again, so the pod is recreated.
+PREPARED_CLAIM = frozenset({"cdi.unresolvable-dra-claim"})
+
+
+def _gpu_dra_said(text: str) -> catalog.Match | None:
+    """The entry that knows what the DRA path said in ``text``, where it is about a GPU claim: NVIDIA's plugin's
+    own words or a GPU claim's CDI name, or the kubelet's naming a GPU DRA driver."""
+    found = catalog.find(text, *DRA_PREPARE)
+    if found is None or (found.entry.id in KUBELET_WORDS and not any(d in text for d in GPU_DRA_DRIVERS)):
+        return None
+    return found
+
+
+def _node_dra_plugin(ctx: Context, view: NodeView) -> Obj | None:
+    """The GPU DRA kubelet plugin pod on this node: NVIDIA's (its kubelet-plugin DaemonSet's before another pod of
+    its image, a compute domain's daemon) or gpuchain's. Searched in every pod only for a node with a failing
+    claim: beside a running device plugin, NVIDIA's plugin pod is not the node's device-plugin operand pod."""
+    here = [
+        p
+        for p in ctx.snapshot.pods
+        if (p.get("spec") or {}).get("nodeName") == view.name
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and (is_dra_plugin(p) or owner_ds(p) == GPUCHAIN_DRA_DS)
+    ]
+    return min(here, key=lambda p: not owner_ds(p).endswith(("kubelet-plugin", GPUCHAIN_DRA_DS)), default=None)
+
+
+def _rank(said: catalog.Match) -> int:
+    """How specific what was said is: its entry's place in `DRA_PREPARE`."""
+    return DRA_PREPARE.index(said.entry.id)
+
+
+def _failing_claims(view: NodeView) -> list[tuple[Obj, str, catalog.Match]]:
+    """The pods with ResourceClaims on this node, not running ready, whose claims the DRA path fails to set up:
+    each with where it was said (an Event's reason, a container's state) and what."""
+    by_name = {
+        (namespace_of(p), name_of(p)): p
+        for p in view.workloads
+        if (p.get("spec") or {}).get("resourceClaims") and not pod_state(p).ready
+    }
+    out: dict[tuple[str | None, str], tuple[Obj, str, catalog.Match]] = {}
+    for ev in view.events:
+        ref = ev.get("involvedObject") or {}
+        key = (ref.get("namespace"), str(ref.get("name")))
+        if ev.get("reason") not in DRA_EVENTS or key not in by_name:
+            continue
+        said = _gpu_dra_said(str(ev.get("message") or ""))
+        if said is not None and (key not in out or _rank(said) < _rank(out[key][2])):
+            out[key] = (by_name[key], f"event {ev.get('reason')}", said)
+    for key, pod in by_name.items():
+        said = _gpu_dra_said(start_refused(pod))
+        if key not in out and said is not None:
+            out[key] = (pod, f"container {pod_state(pod).status}", said)
+    return sorted(out.values(), key=lambda f: (namespace_of(f[0]) or "", name_of(f[0])))
+
+
+def claims_not_prepared(ctx: Context, view: NodeView) -> Finding | None:
+    """GPU pods on this node held in ContainerCreating because the DRA path cannot set up their claims: the kubelet's
+    Prepare through the node's DRA kubelet plugin fails (its FailedPrepareDynamicResources Events), or the runtime
+    finds no CDI spec for a claim the plugin reported prepared. The node's DRA plugin is the root, the pods its
+    consequences; the repair is the plugin's (its checkpoint, its CDI state, its registration), read from what it
+    said (catalog.yaml)."""
+    failing = _failing_claims(view)
+    if not failing:
+        return None
+    shown, where, said = min(failing, key=lambda f: _rank(f[2]))
+    plugin = _node_dra_plugin(ctx, view)
+    pods = [f"{namespace_of(p)}/{name_of(p)}" for p, _, _ in failing]
+    wrapper = catalog.find(said.line, "kubelet.dra-prepare-failed")
+    cites = [said.entry.cite(), *([wrapper.entry.cite()] if wrapper and wrapper.entry is not said.entry else [])]
+    evidence = [f"{where} on pod {namespace_of(shown)}/{name_of(shown)}", f"says: {said.line}", *cites]
+    action: Fix | None
+    if plugin is None:
+        action = None
+        fix = (
+            f"# no GPU DRA kubelet plugin pod runs on {view.name}, whose devices the claims were given: have the DRA "
+            "driver's kubelet plugin DaemonSet place a pod there; the kubelet's next retry prepares the claims"
+        )
+    else:
+        ns = namespace_of(plugin) or ctx.namespace
+        evidence.append(f"DRA kubelet plugin {pod_state(plugin).describe()}")
+        restart = Fix.delete_pod(
+            ns, name_of(plugin), **{NOT_SIMULATED: "a DRA plugin's prepared claims are not simulated"}
+        )
+        if said.entry.id in ON_NODE:
+            action = Fix(
+                FixOp.NODE,
+                view.name,
+                {
+                    "action": said.entry.repair(view.name, namespace=ns, pod=name_of(plugin)),
+                    "drain": False,
+                    NOT_SIMULATED: "the DRA plugin's checkpoint file is not simulated",
+                },
+            )
+            fix = ctx.stack.render(action)
+        else:
+            action = restart
+            again = [Fix.delete_pod(namespace_of(p) or "default", name_of(p)) for p, _, _ in failing[:3]]
+            fix = " && ".join(
+                ctx.stack.render(a) for a in (restart, *(again if said.entry.id in PREPARED_CLAIM else ()))
+            )
+            fix += (
+                "   # the claims' pods are made again and their claims prepared anew"
+                if said.entry.id in PREPARED_CLAIM
+                else "   # the kubelet retries the claims' Prepare with the new plugin pod by itself"
+            )
+    return Finding(
+        id="device-plugin.dra-prepare-failed",
+        severity=Severity.ERROR,
+        link="device-plugin",
+        cause=f"{len(pods)} pod(s) with GPU ResourceClaims on this node stay ContainerCreating, held by the node's DRA "
+        f"kubelet plugin: {said.entry.cause}",
+        evidence=tuple(evidence),
+        fix=fix,
+        node=view.name,
+        consequences=tuple(f"pod {p}: ContainerCreating, its GPU claims not set up" for p in pods[:8]),
+        action=action,
+    )

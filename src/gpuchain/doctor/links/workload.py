@@ -7,6 +7,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE
 from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import start_refused
 from gpuchain.doctor.scheduling import owner_of, patch_fix
@@ -215,8 +216,8 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
 
 
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
-    """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPUs
-    that went away under them, and GPUs seen without a request."""
+    """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPU claims
+    the DRA path cannot set up, GPUs that went away under them, and GPUs seen without a request."""
     refused = _admission(ctx, view)
     findings: list[Finding] = [refused] if refused else []
     apps = [
@@ -228,6 +229,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     no_driver = _no_driver_injected(ctx, view, apps)
     if no_driver is not None:
         findings.append(no_driver)
+    unprepared = claims_not_prepared(ctx, view)
+    if unprepared is not None:
+        findings.append(unprepared)
     lost = []
     for pod in apps:
         if not pod_gpu_requests(pod):
