@@ -62,6 +62,9 @@ NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 LINK_OPERANDS: dict[str, Operand] = {"driver": DRIVER, "toolkit": TOOLKIT, "device-plugin": DEVICE_PLUGIN}
 #: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
 HOOK_FAILED = "toolkit.hook-failed"
+#: The runtime's words that a hook failed without saying why (runc's wrapping, the CLI's prefix): where no
+#: entry knows the hook's own message, the toolkit's runtime config is written again.
+HOOK_WRAPPERS = ("runc.prestart-hook-failed", "libnvidia-container.initialization-error")
 #: The catalog entries that prove their link broken in whatever pod shows them.
 ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 #: A running plugin's word that NVML loaded but lists no GPU: where the node image carries the driver and the
@@ -110,37 +113,78 @@ def _validation_pods(ctx: Context, view: NodeView) -> list[Obj]:
     ]
 
 
+def pod_failures(ctx: Context, view: NodeView, pod: Obj) -> list[Failure]:
+    """The failing containers of one pod, init containers first. A container the runtime refused to create or
+    start never wrote a log: its words are the runtime's, in its state and in the kubelet's Warning ``Failed``
+    Events of the pod ("Error: " and the runtime's error), which a report may keep where the state lost them."""
+    out = []
+    status = pod.get("status") or {}
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for cs in status.get(key) or []:
+            reason = _failing(cs)
+            if reason is None:
+                continue
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            lines = [
+                str(((cs.get("state") or {}).get("waiting") or {}).get("message") or ""),
+                str(((cs.get("state") or {}).get("terminated") or {}).get("message") or ""),
+                str(last.get("message") or ""),
+                ctx.log(pod, str(cs.get("name"))),
+            ]
+            if last.get("reason") in FAILED_TERMINATION and reason == "CrashLoopBackOff":
+                reason = f"CrashLoopBackOff (last: {last['reason']})"
+            if _refusal(reason):
+                lines += runtime_events(view, pod)
+            out.append(
+                Failure(
+                    pod=pod,
+                    container=str(cs.get("name")),
+                    reason=reason,
+                    text="\n".join(x for x in lines if x),
+                    init=init,
+                    restarts=int(cs.get("restartCount") or 0),
+                )
+            )
+    return sorted(out, key=lambda f: not f.init)
+
+
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
     """Every failing container of the chain's pods on this node (the validator's own workload pods
     included), init containers first."""
-    out = []
-    for pod in [*view.pods, *_validation_pods(ctx, view)]:
-        status = pod.get("status") or {}
-        for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
-            for cs in status.get(key) or []:
-                reason = _failing(cs)
-                if reason is None:
-                    continue
-                last = (cs.get("lastState") or {}).get("terminated") or {}
-                lines = [
-                    str(((cs.get("state") or {}).get("waiting") or {}).get("message") or ""),
-                    str(((cs.get("state") or {}).get("terminated") or {}).get("message") or ""),
-                    str(last.get("message") or ""),
-                    ctx.log(pod, str(cs.get("name"))),
-                ]
-                if last.get("reason") in FAILED_TERMINATION and reason == "CrashLoopBackOff":
-                    reason = f"CrashLoopBackOff (last: {last['reason']})"
-                out.append(
-                    Failure(
-                        pod=pod,
-                        container=str(cs.get("name")),
-                        reason=reason,
-                        text="\n".join(x for x in lines if x),
-                        init=init,
-                        restarts=int(cs.get("restartCount") or 0),
-                    )
-                )
+    out = [f for pod in [*view.pods, *_validation_pods(ctx, view)] for f in pod_failures(ctx, view, pod)]
     return sorted(out, key=lambda f: not f.init)
+
+
+def _refusal(reason: str) -> bool:
+    """Is ``reason`` (a `Failure`'s) the runtime refusing to create or start the container, now or last time?"""
+    return reason.removeprefix("CrashLoopBackOff (last: ").removesuffix(")") in NOT_CREATED
+
+
+def refused_message(view: NodeView, pod: Obj) -> str:
+    """The container runtime's message for a container of ``pod`` it refused to create or start: from the
+    container's state, else from the pod's Warning ``Failed`` Events; "" when no container was refused."""
+    said = start_refused(pod)
+    if said:
+        return said
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    refused = any(
+        (st.get(phase) or {}).get("reason") in NOT_CREATED
+        for cs in statuses
+        for st in (cs.get("state") or {}, cs.get("lastState") or {})
+        for phase in ("terminated", "waiting")
+    )
+    return (runtime_events(view, pod) or [""])[-1] if refused else ""
+
+
+def runtime_events(view: NodeView, pod: Obj) -> list[str]:
+    """The messages of the kubelet's Warning ``Failed`` Events of ``pod``: where the runtime refused a container,
+    its error (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4 startContainer records
+    "Error: " and the error)."""
+    return [
+        str(e.get("message") or "")
+        for e in view.events
+        if e.get("reason") == "Failed" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+    ]
 
 
 def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
@@ -213,11 +257,18 @@ def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, ag
     return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
 
 
-def next_step(ctx: Context, *, link: str, line: str) -> str:
+def next_step(ctx: Context, *, link: str, line: str, refused: str = "") -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none) the catalog does not know: the action for that link first, never "run it again", then the line quoted
-    as what it answers (a fix is the action, not the diagnosis restated)."""
-    said = f"its last error line {line!r} is not in gpuchain's catalog" if line else "it left no log line"
+    none; ``refused``, the container runtime's refusal of a container that never started) the catalog does not
+    know: the action for that link first, never "run it again", then the message quoted as what it answers (a
+    fix is the action, not the diagnosis restated)."""
+    said = (
+        f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
+        if refused
+        else f"its last error line {line!r} is not in gpuchain's catalog"
+        if line
+        else "it left no log line"
+    )
     policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
     steps = {
         "driver": ctx.stack.driver_install
@@ -384,7 +435,7 @@ def _fix(
             view.name,
             {"action": f"replace the node with one built from {ctx.stack.node_image}", "fact": "runtime"},
         )
-    elif link == "toolkit":
+    elif link == "toolkit" and (entry is None or entry.id in HOOK_WRAPPERS):
         toolkit = view.pod(TOOLKIT)
         rewrite = (
             "restart the container toolkit so it writes its runtime config again "
@@ -452,12 +503,17 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     message, or as terminated ``StartError`` (exit 128) and then ``CrashLoopBackOff`` with that as last state
     (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4, containerd's StartError). The
     toolkit's own pod is judged by its own check."""
-    last = failure.reason.removeprefix("CrashLoopBackOff (last: ").removesuffix(")")
-    if last not in NOT_CREATED:
+    if not _refusal(failure.reason):
         return False
     said = catalog.known_error(failure.text)
     own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
     return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
+
+
+def hook_refusal(ctx: Context, view: NodeView, pod: Obj) -> Failure | None:
+    """The container of ``pod`` the runtime refused with the toolkit's own error (`refused_by_hook`), if any:
+    the pod is then the toolkit's victim, whatever link it serves (the driver's container included)."""
+    return next((f for f in pod_failures(ctx, view, pod) if refused_by_hook(view, f)), None)
 
 
 def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure]) -> Finding | None:

@@ -9,6 +9,7 @@ from typing import Any
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
+from gpuchain.doctor.evidence import hook_refusal
 from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
@@ -222,6 +223,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     state = pod_state(pod)
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    if hook_refusal(ctx, view, pod) is not None:
+        # The driver container never ran: the toolkit's hook refused it, and the toolkit's link names that.
+        return Result(LinkState.NOT_REACHED, "driver container refused by the NVIDIA runtime hook")
     restarting = _driver_upgrade_restart(ctx, view, state)
     if restarting is not None:
         return restarting

@@ -8,7 +8,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step, silent_fix
+from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
@@ -660,6 +660,9 @@ def not_ready(
 ) -> Result:
     """An operand pod failing: the known failure its log names with its fix, else its state and last error, else
     (no line at all) what its state alone shows."""
+    # A container the runtime refused never wrote a log: the runtime's message is its only word.
+    refused = refused_message(view, view.pod(operand) or {})
+    log = "\n".join(x for x in (log, "" if refused in log else refused) if x)
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
         return known_not_ready(view, link=link, what=what, state=state, known=known)
@@ -681,6 +684,8 @@ def not_ready(
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
     line = catalog.unknown_error(log) or ""
+    if refused:
+        cause = f"the {what} never started: the container runtime refused its container ({state.status})."
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -691,9 +696,13 @@ def not_ready(
                 sev=Severity.ERROR,
                 link=link,
                 cause=cause + " gpuchain does not recognise the failure.",
-                evidence=[state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
-                fix=f"# {next_step(ctx, link=link, line=line)}; the pod retries by itself ({ctx.stack.render(again)} "
-                "starts it at once)",
+                evidence=[
+                    state.describe(),
+                    f"runtime: {refused}" if refused else state.message,
+                    *([f"unrecognised: {line}"] if line else []),
+                ],
+                fix=f"# {next_step(ctx, link=link, line=line, refused=refused)}; the pod retries by itself "
+                f"({ctx.stack.render(again)} starts it at once)",
             ),
         ),
     )
