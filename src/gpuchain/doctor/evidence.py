@@ -26,6 +26,7 @@ from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
+from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -206,13 +207,18 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     that crashed."""
     out = []
     image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
+    facts = node_image(view.node) if image else None
+    not_given = facts is not None and not facts.ships_driver
     for pod in view.pods:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if not (cs.get("state") or {}).get("running"):
                 continue
             text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
             no_gpu = image and catalog.find(text, NO_GPU_ON_IMAGE) and not catalog.find(text, *NVML_MISSING)
-            if text and (catalog.find(text, *ANYWHERE) or no_gpu):
+            # A plugin that stays up without NVML (older releases wait forever) is the runtime's, unless the node's
+            # own labels say its cloud gave it no driver (`node_image`): then it is the image's driver.
+            no_nvml = image and not_given and catalog.find(text, *NVML_MISSING)
+            if text and (catalog.find(text, *ANYWHERE) or no_gpu or no_nvml):
                 out.append(
                     Failure(
                         pod=pod,
@@ -430,11 +436,14 @@ def _fix(
             },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:
-        action = Fix(
-            FixOp.NODE,
-            view.name,
-            {"action": f"replace the node with one built from {ctx.stack.node_image}", "fact": "runtime"},
+        # Where the node's labels say its cloud gave it no driver, the cloud's own way to have one.
+        image = node_image(view.node)
+        way = (
+            image.install
+            if image is not None and not image.ships_driver
+            else f"replace the node with one built from {ctx.stack.node_image}"
         )
+        action = Fix(FixOp.NODE, view.name, {"action": way, "fact": "runtime"})
     elif link == "toolkit" and (entry is None or entry.id in HOOK_WRAPPERS):
         toolkit = view.pod(TOOLKIT)
         rewrite = (
@@ -541,6 +550,8 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
                 finding_id = f"{proves}.not-installed"
             cause = entry.cause
             evidence += [f"says: {line}", entry.cite()]
+            image = node_image(view.node) if finding_id == NOT_ON_NODE_IMAGE else None
+            evidence += image.said if image is not None else ()
         else:
             finding_id = HOOK_FAILED if hooked else f"{link}.validation-failed"
             cause = (
