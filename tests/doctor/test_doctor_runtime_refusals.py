@@ -5,12 +5,18 @@ message, not the victim operand's release."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from doctor.small_cluster import diagnosed
+from sim.heldout import harness
 
 from gpuchain.doctor import Severity
+from gpuchain.doctor.evidence import toolkit_tag_for_old_glibc
 from gpuchain.doctor.model import Finding, Report
+from gpuchain.kube import POD
+from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.sim.build import SimCluster
 
 #: runc's wrapping of a failed hook as containerd's CRI returns it (opencontainers/runc
 #: libcontainer/configs/config.go@v1.2.5 "error running %s hook #%d: %w"; containerd
@@ -115,8 +121,15 @@ def test_a_driver_container_the_toolkits_hook_refuses_is_the_toolkit_with_the_im
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "c7")
     assert _cites(root, "glibc.toolkit-version-not-found")
-    assert "spec.toolkit.version" in root.fix and "ubi8" in root.fix and "centos7" in root.fix
+    # The operator's toolkit v1.17.5-ubuntu20.04 (the scenario's policy) in its variant built for centos7's glibc.
+    assert '"toolkit":{"version":"v1.17.5-ubi8"}' in root.fix
     assert not [f for f in report.findings if f.link == "driver" and f.severity is Severity.ERROR]
+
+
+def test_the_toolkit_image_for_an_old_glibc_is_the_ubi8_variant_from_1_15_and_centos7_before() -> None:
+    assert toolkit_tag_for_old_glibc("v1.17.5-ubuntu20.04") == "v1.17.5-ubi8"
+    assert toolkit_tag_for_old_glibc("v1.14.6-ubuntu20.04") == "v1.14.6-centos7"
+    assert toolkit_tag_for_old_glibc("1.11.0-ubuntu18.04") == "1.11.0-centos7"
 
 
 def test_a_read_only_etc_nvidia_under_the_application_profile_hook_names_the_toolkit_release() -> None:
@@ -162,3 +175,30 @@ def test_a_pod_the_runtime_refused_with_words_gpuchain_does_not_know_is_said_to_
     assert (root.id, root.link) == ("device-plugin.not-ready", "device-plugin")
     assert "left no log line" not in root.fix and "no line of it" not in root.fix + root.cause
     assert "container runtime refused" in root.cause and refusal in root.fix
+
+
+def test_gpu_pods_the_hook_refuses_get_the_repair_of_the_hooks_own_message_read_from_their_events() -> None:
+    """A GPU workload refused at start, its message only in the kubelet's Failed Event: the repair is the one for
+    the hook's own words (libnvidia-container's cgroup v1 lookup), not the generic "write the runtime config"."""
+
+    def refuse(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+        status = copy.deepcopy(pod["status"])
+        status["containerStatuses"][0].update(
+            ready=False,
+            restartCount=3,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128}},
+        )
+        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
+        harness._event(
+            sim.cluster, pod, {"reason": "Failed", "message": "Error: " + RUNC.format(hook="", n=0, stderr=CGROUP)}
+        )
+
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: a}\nworkloads:\n  - {name: job, gpus: 1, node: a}\n",
+        refuse,
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("workload.runtime-hook-failed", "toolkit")
+    assert _cites(root, "libnvidia-container.cgroup-subsystem-missing") and "1.8" in root.fix

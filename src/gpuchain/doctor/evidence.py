@@ -66,6 +66,8 @@ HOOK_FAILED = "toolkit.hook-failed"
 #: The runtime's words that a hook failed without saying why (runc's wrapping, the CLI's prefix): where no
 #: entry knows the hook's own message, the toolkit's runtime config is written again.
 HOOK_WRAPPERS = ("runc.prestart-hook-failed", "libnvidia-container.initialization-error")
+#: The loader refusing the toolkit's host binary for a glibc newer than the host's (catalog.yaml).
+HOST_GLIBC = "glibc.toolkit-version-not-found"
 #: The catalog entries that prove their link broken in whatever pod shows them.
 ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 #: A running plugin's word that NVML loaded but lists no GPU: where the node image carries the driver and the
@@ -444,6 +446,12 @@ def _fix(
             else f"replace the node with one built from {ctx.stack.node_image}"
         )
         action = Fix(FixOp.NODE, view.name, {"action": way, "fact": "runtime"})
+    elif entry is not None and entry.id == HOST_GLIBC and ctx.policy_obj is not None:
+        tag = toolkit_tag_for_old_glibc(ctx.policy.toolkit.version)
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": tag}}})
+        return action, ctx.stack.render(action) + (
+            f"   # the toolkit image whose binaries run on the host's older glibc; then {rerun}"
+        )
     elif link == "toolkit" and (entry is None or entry.id in HOOK_WRAPPERS):
         toolkit = view.pod(TOOLKIT)
         rewrite = (
@@ -517,6 +525,16 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     said = catalog.known_error(failure.text)
     own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
     return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
+
+
+def toolkit_tag_for_old_glibc(version: str) -> str:
+    """The operator's toolkit image tag of the same release whose host binaries run on an old glibc (CentOS 7's
+    2.17): the -ubi8 variant, its packages built for centos7 from v1.15 on (NVIDIA/nvidia-container-toolkit
+    deployments/container/Makefile@v1.15.0, build-ubi8: PACKAGE_DIST = centos7), the -centos7 one before."""
+    release = version.split("-")[0] or "<release>"
+    found = re.match(r"v?(\d+)\.(\d+)", release)
+    old = found is not None and (int(found.group(1)), int(found.group(2))) < (1, 15)
+    return f"{release}-{'centos7' if old else 'ubi8'}"
 
 
 def hook_refusal(ctx: Context, view: NodeView, pod: Obj) -> Failure | None:
