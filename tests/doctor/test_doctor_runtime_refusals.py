@@ -202,3 +202,34 @@ def test_gpu_pods_the_hook_refuses_get_the_repair_of_the_hooks_own_message_read_
     (root,) = _roots(report)
     assert (root.id, root.link) == ("workload.runtime-hook-failed", "toolkit")
     assert _cites(root, "libnvidia-container.cgroup-subsystem-missing") and "1.8" in root.fix
+
+
+def test_a_validation_the_runtime_refused_with_words_gpuchain_does_not_know_quotes_the_refusal() -> None:
+    """The validator's plugin-validation init container refused by the runtime with a message no catalog entry
+    knows (runc's cgroup v2 device filter, opencontainers/runc libcontainer/cgroups/devices/ebpf_linux.go): the fix
+    quotes the runtime's refusal, never "left no log line"."""
+    refusal = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error setting cgroup config for "
+        "procHooks process: bpf_prog_query(BPF_CGROUP_DEVICE) failed: invalid argument: unknown"
+    )
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "n",
+            "init": [
+                {
+                    "name": "plugin-validation",
+                    "restarts": 4,
+                    "state": {"waiting": "CrashLoopBackOff"},
+                    "last": {"terminated": "StartError", "exitCode": 128, "message": refusal},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("device-plugin.validation-failed", "device-plugin")
+    assert "left no log line" not in root.fix and "container runtime refused to start it" in root.fix
+    assert refusal in root.fix

@@ -505,9 +505,12 @@ def _fix(
                 ctx, link=link, read=read, what=f"the {link} link", target=target, again=ctx.stack.render(rerun_it)
             )
         line = catalog.unknown_error(failure.text) or ""
+        # A container the runtime refused never ran: what it has is the runtime's message, not a line of its own.
+        refused = next(iter(failure.text.splitlines()), "") if _refusal(failure.reason) and not line else ""
         return (
             None,
-            f"# {next_step(ctx, link=link, line=line)}; then run the validation again: {ctx.stack.render(rerun_it)}",
+            f"# {next_step(ctx, link=link, line=line, refused=refused)}; then run the validation again: "
+            f"{ctx.stack.render(rerun_it)}",
         )
     return action, ctx.stack.render(action)
 
