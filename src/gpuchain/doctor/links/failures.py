@@ -15,8 +15,8 @@ from gpuchain.doctor.node import KUBEADM, distribution_of, node_info
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
-    HELM_CHART,
     HELM_RELEASE,
+    chart_of,
     owner_daemonset,
     owner_ds,
     repair_target,
@@ -24,7 +24,6 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.structs import CHARTS
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -179,12 +178,7 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
             fix=ctx.stack.render(action) + f"   # the operator's own {key} image for its release, which has {command}",
         )
     if release and app and tag != f"v{app}":
-        # helm.sh/chart is <chart name>-<chart version>; the repo alias is the one a fix installs it with.
-        chart_name = str(labels.get(HELM_CHART, "")).rpartition("-")[0]
-        chart = next(
-            (c.chart for c in CHARTS.values() if chart_name and c.chart.endswith("/" + chart_name)),
-            ctx.stack.chart.chart if ctx.stack.chart is not None else chart_name or "<chart>",
-        )
+        _, chart, _ = chart_of(ctx, labels)
         return Known(
             cause=cause + f" The chart release {release} is {app}; the image tag is {tag}.",
             evidence=(*evidence, f"DaemonSet {name_of(ds)}: {HELM_APP_VERSION}={app}, {HELM_RELEASE}={release}"),
