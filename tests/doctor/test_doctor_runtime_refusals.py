@@ -233,3 +233,27 @@ def test_a_validation_the_runtime_refused_with_words_gpuchain_does_not_know_quot
     assert (root.id, root.link) == ("device-plugin.validation-failed", "device-plugin")
     assert "left no log line" not in root.fix and "container runtime refused to start it" in root.fix
     assert refusal in root.fix
+
+
+def test_the_hooks_load_library_failed_is_the_toolkit_with_its_driver_root_not_the_plugin_it_hit() -> None:
+    """NVIDIA/libnvidia-container src/cli/configure.c "initialization error: %s" with src/xfuncs.h "load library
+    failed": the hook finds no libnvidia-ml.so.1 under the driver root it was given."""
+    load = (
+        "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared "
+        "object file: no such file or directory"
+    )
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n, hostDriver: 550.54.15}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "n",
+            "containers": [
+                {"name": "nvidia-device-plugin-ctr", **_start_error(RUNC.format(hook="", n=0, stderr=load))}
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert _cites(root, "libnvidia-container.load-library-failed") and "NVIDIA_DRIVER_ROOT" in root.fix
+    assert "device-plugin.not-ready" not in report.ids

@@ -66,6 +66,8 @@ HOOK_FAILED = "toolkit.hook-failed"
 #: The runtime's words that a hook failed without saying why (runc's wrapping, the CLI's prefix): where no
 #: entry knows the hook's own message, the toolkit's runtime config is written again.
 HOOK_WRAPPERS = ("runc.prestart-hook-failed", "libnvidia-container.initialization-error")
+#: The catalog's component name for what NVIDIA's container toolkit (its runtime hook, its CLI) writes.
+TOOLKIT_COMPONENT = "nvidia-container-toolkit"
 #: The loader refusing the toolkit's host binary for a glibc newer than the host's (catalog.yaml).
 HOST_GLIBC = "glibc.toolkit-version-not-found"
 #: The catalog entries that prove their link broken in whatever pod shows them.
@@ -517,7 +519,8 @@ def _fix(
 
 def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     """Did the runtime refuse to create or start this container with a message of the toolkit's own runtime
-    (its hook, libnvidia-container: catalog entries of link toolkit)? The container never ran, so its own
+    (its hook, libnvidia-container: catalog entries of link toolkit, or written by the toolkit, such as its
+    "load library failed" under a driver root with no driver)? The container never ran, so its own
     link's code said nothing: the refusal proves the toolkit broken, and the operand is only its victim. The
     kubelet writes the refusal as waiting ``RunContainerError`` / ``CreateContainerError`` with the runtime's
     message, or as terminated ``StartError`` (exit 128) and then ``CrashLoopBackOff`` with that as last state
@@ -527,7 +530,12 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
         return False
     said = catalog.known_error(failure.text)
     own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
-    return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
+    return said is not None and toolkit_said(said.entry) and own != TOOLKIT.state
+
+
+def toolkit_said(entry: Entry) -> bool:
+    """Is ``entry`` a message of the toolkit link, or one the toolkit's runtime hook writes?"""
+    return entry.link == "toolkit" or entry.component.startswith(TOOLKIT_COMPONENT)
 
 
 def toolkit_tag_for_old_glibc(version: str) -> str:
@@ -587,7 +595,8 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
         # A validation's message the catalog knows (scope component) gives its repair as well.
-        told = known[0] if known else said.entry if said is not None and said.entry.link == link else None
+        mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
+        told = known[0] if known else said.entry if said is not None and mine else None
         action, fix = _fix(ctx, view, finding_id, link, failure, told)
         return Finding(
             id=finding_id,
