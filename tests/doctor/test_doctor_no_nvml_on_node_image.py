@@ -50,10 +50,24 @@ def test_a_plugin_left_waiting_without_nvml_on_an_aks_node_no_driver_was_given_i
         _running_plugin(WAITING_PLUGIN_LOG),
     )
     (root,) = _roots(report)
-    assert (root.id, root.link, root.node) == ("driver.not-on-node-image", "driver", NODE)
+    assert (root.id, root.link, root.node) == ("driver.missing", "driver", NODE)
     assert "node pool" in root.fix and "default runtime" not in root.fix
     assert any("kubernetes.azure.com/accelerator" in e for e in root.evidence)
     assert "toolkit.runtime-not-default" not in report.ids
+
+
+def test_the_same_on_an_aks_node_under_the_standalone_plugin_is_read_from_the_nodes_aks_labels() -> None:
+    """AKS writes kubernetes.azure.com/node-image-version on every node it makes: the node is AKS's whatever stack
+    adapter the cluster's DaemonSets pick."""
+    report = diagnosed(
+        f"name: t\nstack: nvidia-device-plugin\nnodes:\n  - {{name: {NODE}, preset: t4-x4, labels: "
+        "{kubernetes.azure.com/node-image-version: AKSUbuntu-2204gen2containerd-202402.07.0}}\n",
+        no_gpus(NODE),
+        _running_plugin(WAITING_PLUGIN_LOG),
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.missing", "driver", NODE)
+    assert "az aks nodepool upgrade" in root.fix
 
 
 def test_the_same_words_on_an_aks_node_provisioned_as_a_gpu_node_are_the_runtime_not_the_image() -> None:

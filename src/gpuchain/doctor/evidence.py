@@ -211,18 +211,13 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     that crashed."""
     out = []
     image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
-    facts = node_image(view.node) if image else None
-    not_given = facts is not None and not facts.ships_driver
     for pod in view.pods:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if not (cs.get("state") or {}).get("running"):
                 continue
             text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
             no_gpu = image and catalog.find(text, NO_GPU_ON_IMAGE) and not catalog.find(text, *NVML_MISSING)
-            # A plugin that stays up without NVML (older releases wait forever) is the runtime's, unless the node's
-            # own labels say its cloud gave it no driver (`node_image`): then it is the image's driver.
-            no_nvml = image and not_given and catalog.find(text, *NVML_MISSING)
-            if text and (catalog.find(text, *ANYWHERE) or no_gpu or no_nvml):
+            if text and (catalog.find(text, *ANYWHERE) or no_gpu):
                 out.append(
                     Failure(
                         pod=pod,

@@ -119,7 +119,7 @@ def node_image(node: Obj) -> NodeImage | None:
             f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
             without="an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
         )
-    aks = provider.startswith("azure://") and any(k.startswith(AKS_PREFIX) for k in labels)
+    aks = AKS_IMAGE in labels or (provider.startswith("azure://") and any(k.startswith(AKS_PREFIX) for k in labels))
     if labels.get(AKS_ACCELERATOR) == "nvidia" or aks:
         said = [f"label {k}={labels[k]}" for k in (AKS_ACCELERATOR, AKS_IMAGE) if k in labels]
         # AKS labels the GPU nodes it provisions (and gives a driver) accelerator=nvidia; a VM size it did not

@@ -13,6 +13,7 @@ from gpuchain.doctor.evidence import hook_refusal
 from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
@@ -189,7 +190,13 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         )
         if init_done(validator, "driver-validation") or version:
             return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
+        image = node_image(view.node)
         if validator is None:
+            # No validator proves a host driver: where the node's own labels say its cloud gave it none and the
+            # plugin above finds no NVML, the image's missing driver is the root, whatever the plugin's hint says.
+            no_nvml = plugin_without_nvml(ctx, view) if image is not None and not image.ships_driver else None
+            if image is not None and no_nvml is not None:
+                return _image_without_driver(ctx, view, image, why, no_nvml)
             return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
         state = pod_state(validator)
         enable = (
@@ -197,9 +204,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             if label
             else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
         )
-        image = node_image(view.node)
         if image is not None and (not image.ships_driver or not image.operator_driver):
-            return _image_without_driver(ctx, view, image, why, state)
+            return _image_without_driver(
+                ctx, view, image, why, [f"validator {state.describe()} (driver-validation not done)"]
+            )
         return Result(
             LinkState.BROKEN,
             "no driver: container off and no host driver answers",
@@ -455,9 +463,10 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
     )
 
 
-def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, state: PodState) -> Result:
+def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, seen: list[str]) -> Result:
     """The driver container is off while the node's managed image brings no driver (or runs an OS NVIDIA builds no
-    driver container for, so turning it on would not help): the cloud's own install is the repair."""
+    driver container for, so turning it on would not help): the cloud's own install is the repair. ``seen`` is
+    what shows no driver answers (the validator's driver validation not done, the plugin finding no NVML)."""
     action = Fix(
         FixOp.NODE,
         view.name,
@@ -482,11 +491,7 @@ def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: s
                 link="driver",
                 cause=f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no "
                 "NVIDIA driver, so no driver answers nvidia-smi.",
-                evidence=[
-                    f"driver container off: {why}",
-                    *image.said,
-                    f"validator {state.describe()} (driver-validation not done)",
-                ],
+                evidence=[f"driver container off: {why}", *image.said, *seen],
                 fix=ctx.stack.render(action) + enable,
                 action=action,
             ),
