@@ -29,6 +29,7 @@ from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
+from gpuchain.doctor.releases import version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -538,9 +539,8 @@ def toolkit_tag_for_old_glibc(version: str) -> str:
     2.17): the -ubi8 variant, its packages built for centos7 from v1.15 on (NVIDIA/nvidia-container-toolkit
     deployments/container/Makefile@v1.15.0, build-ubi8: PACKAGE_DIST = centos7), the -centos7 one before."""
     release = version.split("-")[0] or "<release>"
-    found = re.match(r"v?(\d+)\.(\d+)", release)
-    old = found is not None and (int(found.group(1)), int(found.group(2))) < (1, 15)
-    return f"{release}-{'centos7' if old else 'ubi8'}"
+    found = version_of(release)
+    return f"{release}-{'centos7' if found is not None and found < (1, 15, 0) else 'ubi8'}"
 
 
 def hook_refusal(ctx: Context, view: NodeView, pod: Obj) -> Failure | None:
