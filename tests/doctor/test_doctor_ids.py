@@ -72,6 +72,10 @@ CLUSTER_TESTS = {
     "test_a_gpu_pod_without_the_driver_in_its_container_gets_the_nvidia_runtime_class_on_its_deployment",
     "workload.dra-devices-tainted": "test_doctor_pending_workloads::"
     "test_claims_every_published_device_of_which_is_tainted_get_the_toleration_or_the_taint_removed",
+    "device-plugin.known-defect": "test_doctor_known_releases::"
+    "test_a_ready_plugin_that_keeps_restarting_on_a_release_with_that_defect_is_moved_to_the_fixed_release",
+    "gfd.known-defect": "test_doctor_known_releases::"
+    "test_a_chart_release_that_renders_no_gfd_is_upgraded_to_the_chart_that_does",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -468,3 +468,40 @@ def test_a_standalone_plugin_whose_config_manager_says_the_key_is_missing_is_the
     )  # fmt: skip
     (root,) = _roots(report)
     assert (root.id, root.node) == ("device-plugin.config-missing", "t4")
+
+
+def test_a_layout_naming_a_profile_the_driver_calls_otherwise_is_repaired_with_the_name_the_gpu_lists() -> None:
+    """NVIDIA/mig-parted pkg/mig/config/config.go@v0.10.0 checks each device it made against the layout's profile
+    ("unsupported MIG Device specified %v, expected %v instead"): the driver names the A100 80GB's full slice
+    7g.79gb where the layout says 7g.80gb. The fix names that profile and the key the MIG manager reads."""
+    log = (
+        'level=info msg="Applying the selected MIG config to the node"\n'
+        'level=fatal msg="Error applying MIG configuration with hooks: error setting MIG config: error creating MIG '
+        'devices: unsupported MIG Device specified 7g.80gb, expected 7g.79gb instead"\n'
+    )
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-7g.80gb"}},
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    assert "7g.79gb" in root.fix and "spec.migManager.config.name" in root.fix and "driver" in root.fix
+    assert "7g.79gb" in root.cause
+
+
+def test_a_profile_mig_parted_does_not_find_on_the_gpu_is_named_with_the_key_the_manager_reads() -> None:
+    """mig-parted v0.15 resolves the layout's profile on the GPU first (pkg/mig/config/config.go@v0.15.0, "MIG
+    profile %q not found on this GPU"; logrus escapes the quotes in its msg)."""
+    log = 'level=fatal msg="Error applying MIG configuration with hooks: MIG profile \\"7g.80gb\\" not found on this GPU"\n'
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n",
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-7g.80gb"}},
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    assert "nvidia-smi mig -lgip" in root.fix and "spec.migManager.config.name" in root.fix and "7g.80gb" in root.cause
+    assert any(e.startswith("catalog: mig-parted.profile-not-found (") for e in root.evidence)

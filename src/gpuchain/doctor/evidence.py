@@ -26,8 +26,10 @@ from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
+from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
+from gpuchain.doctor.releases import version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -62,6 +64,13 @@ NOT_ON_NODE_IMAGE = "driver.not-on-node-image"
 LINK_OPERANDS: dict[str, Operand] = {"driver": DRIVER, "toolkit": TOOLKIT, "device-plugin": DEVICE_PLUGIN}
 #: The finding of an operand container the NVIDIA runtime hook refused to start (`refused_by_hook`).
 HOOK_FAILED = "toolkit.hook-failed"
+#: The runtime's words that a hook failed without saying why (runc's wrapping, the CLI's prefix): where no
+#: entry knows the hook's own message, the toolkit's runtime config is written again.
+HOOK_WRAPPERS = ("runc.prestart-hook-failed", "libnvidia-container.initialization-error")
+#: The catalog's component name for what NVIDIA's container toolkit (its runtime hook, its CLI) writes.
+TOOLKIT_COMPONENT = "nvidia-container-toolkit"
+#: The loader refusing the toolkit's host binary for a glibc newer than the host's (catalog.yaml).
+HOST_GLIBC = "glibc.toolkit-version-not-found"
 #: The catalog entries that prove their link broken in whatever pod shows them.
 ANYWHERE = tuple(e.id for e in catalog.entries() if e.scope == "anywhere")
 #: A running plugin's word that NVML loaded but lists no GPU: where the node image carries the driver and the
@@ -110,37 +119,78 @@ def _validation_pods(ctx: Context, view: NodeView) -> list[Obj]:
     ]
 
 
+def pod_failures(ctx: Context, view: NodeView, pod: Obj) -> list[Failure]:
+    """The failing containers of one pod, init containers first. A container the runtime refused to create or
+    start never wrote a log: its words are the runtime's, in its state and in the kubelet's Warning ``Failed``
+    Events of the pod ("Error: " and the runtime's error), which a report may keep where the state lost them."""
+    out = []
+    status = pod.get("status") or {}
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for cs in status.get(key) or []:
+            reason = _failing(cs)
+            if reason is None:
+                continue
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            lines = [
+                str(((cs.get("state") or {}).get("waiting") or {}).get("message") or ""),
+                str(((cs.get("state") or {}).get("terminated") or {}).get("message") or ""),
+                str(last.get("message") or ""),
+                ctx.log(pod, str(cs.get("name"))),
+            ]
+            if last.get("reason") in FAILED_TERMINATION and reason == "CrashLoopBackOff":
+                reason = f"CrashLoopBackOff (last: {last['reason']})"
+            if _refusal(reason):
+                lines += runtime_events(view, pod)
+            out.append(
+                Failure(
+                    pod=pod,
+                    container=str(cs.get("name")),
+                    reason=reason,
+                    text="\n".join(x for x in lines if x),
+                    init=init,
+                    restarts=int(cs.get("restartCount") or 0),
+                )
+            )
+    return sorted(out, key=lambda f: not f.init)
+
+
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
     """Every failing container of the chain's pods on this node (the validator's own workload pods
     included), init containers first."""
-    out = []
-    for pod in [*view.pods, *_validation_pods(ctx, view)]:
-        status = pod.get("status") or {}
-        for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
-            for cs in status.get(key) or []:
-                reason = _failing(cs)
-                if reason is None:
-                    continue
-                last = (cs.get("lastState") or {}).get("terminated") or {}
-                lines = [
-                    str(((cs.get("state") or {}).get("waiting") or {}).get("message") or ""),
-                    str(((cs.get("state") or {}).get("terminated") or {}).get("message") or ""),
-                    str(last.get("message") or ""),
-                    ctx.log(pod, str(cs.get("name"))),
-                ]
-                if last.get("reason") in FAILED_TERMINATION and reason == "CrashLoopBackOff":
-                    reason = f"CrashLoopBackOff (last: {last['reason']})"
-                out.append(
-                    Failure(
-                        pod=pod,
-                        container=str(cs.get("name")),
-                        reason=reason,
-                        text="\n".join(x for x in lines if x),
-                        init=init,
-                        restarts=int(cs.get("restartCount") or 0),
-                    )
-                )
+    out = [f for pod in [*view.pods, *_validation_pods(ctx, view)] for f in pod_failures(ctx, view, pod)]
     return sorted(out, key=lambda f: not f.init)
+
+
+def _refusal(reason: str) -> bool:
+    """Is ``reason`` (a `Failure`'s) the runtime refusing to create or start the container, now or last time?"""
+    return reason.removeprefix("CrashLoopBackOff (last: ").removesuffix(")") in NOT_CREATED
+
+
+def refused_message(view: NodeView, pod: Obj) -> str:
+    """The container runtime's message for a container of ``pod`` it refused to create or start: from the
+    container's state, else from the pod's Warning ``Failed`` Events; "" when no container was refused."""
+    said = start_refused(pod)
+    if said:
+        return said
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    refused = any(
+        (st.get(phase) or {}).get("reason") in NOT_CREATED
+        for cs in statuses
+        for st in (cs.get("state") or {}, cs.get("lastState") or {})
+        for phase in ("terminated", "waiting")
+    )
+    return (runtime_events(view, pod) or [""])[-1] if refused else ""
+
+
+def runtime_events(view: NodeView, pod: Obj) -> list[str]:
+    """The messages of the kubelet's Warning ``Failed`` Events of ``pod``: where the runtime refused a container,
+    its error (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4 startContainer records
+    "Error: " and the error)."""
+    return [
+        str(e.get("message") or "")
+        for e in view.events
+        if e.get("reason") == "Failed" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+    ]
 
 
 def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
@@ -213,11 +263,18 @@ def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, ag
     return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
 
 
-def next_step(ctx: Context, *, link: str, line: str) -> str:
+def next_step(ctx: Context, *, link: str, line: str, refused: str = "") -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none) the catalog does not know: the action for that link first, never "run it again", then the line quoted
-    as what it answers (a fix is the action, not the diagnosis restated)."""
-    said = f"its last error line {line!r} is not in gpuchain's catalog" if line else "it left no log line"
+    none; ``refused``, the container runtime's refusal of a container that never started) the catalog does not
+    know: the action for that link first, never "run it again", then the message quoted as what it answers (a
+    fix is the action, not the diagnosis restated)."""
+    said = (
+        f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
+        if refused
+        else f"its last error line {line!r} is not in gpuchain's catalog"
+        if line
+        else "it left no log line"
+    )
     policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
     steps = {
         "driver": ctx.stack.driver_install
@@ -379,12 +436,21 @@ def _fix(
             },
         )
     elif finding_id == NOT_ON_NODE_IMAGE:
-        action = Fix(
-            FixOp.NODE,
-            view.name,
-            {"action": f"replace the node with one built from {ctx.stack.node_image}", "fact": "runtime"},
+        # Where the node's labels say its cloud gave it no driver, the cloud's own way to have one.
+        image = node_image(view.node)
+        way = (
+            image.install
+            if image is not None and not image.ships_driver
+            else f"replace the node with one built from {ctx.stack.node_image}"
         )
-    elif link == "toolkit":
+        action = Fix(FixOp.NODE, view.name, {"action": way, "fact": "runtime"})
+    elif entry is not None and entry.id == HOST_GLIBC and ctx.policy_obj is not None:
+        tag = toolkit_tag_for_old_glibc(ctx.policy.toolkit.version)
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": tag}}})
+        return action, ctx.stack.render(action) + (
+            f"   # the toolkit image whose binaries run on the host's older glibc; then {rerun}"
+        )
+    elif link == "toolkit" and (entry is None or entry.id in HOOK_WRAPPERS):
         toolkit = view.pod(TOOLKIT)
         rewrite = (
             "restart the container toolkit so it writes its runtime config again "
@@ -437,27 +503,50 @@ def _fix(
                 ctx, link=link, read=read, what=f"the {link} link", target=target, again=ctx.stack.render(rerun_it)
             )
         line = catalog.unknown_error(failure.text) or ""
+        # A container the runtime refused never ran: what it has is the runtime's message, not a line of its own.
+        refused = next(iter(failure.text.splitlines()), "") if _refusal(failure.reason) and not line else ""
         return (
             None,
-            f"# {next_step(ctx, link=link, line=line)}; then run the validation again: {ctx.stack.render(rerun_it)}",
+            f"# {next_step(ctx, link=link, line=line, refused=refused)}; then run the validation again: "
+            f"{ctx.stack.render(rerun_it)}",
         )
     return action, ctx.stack.render(action)
 
 
 def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     """Did the runtime refuse to create or start this container with a message of the toolkit's own runtime
-    (its hook, libnvidia-container: catalog entries of link toolkit)? The container never ran, so its own
+    (its hook, libnvidia-container: catalog entries of link toolkit, or written by the toolkit, such as its
+    "load library failed" under a driver root with no driver)? The container never ran, so its own
     link's code said nothing: the refusal proves the toolkit broken, and the operand is only its victim. The
     kubelet writes the refusal as waiting ``RunContainerError`` / ``CreateContainerError`` with the runtime's
     message, or as terminated ``StartError`` (exit 128) and then ``CrashLoopBackOff`` with that as last state
     (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4, containerd's StartError). The
     toolkit's own pod is judged by its own check."""
-    last = failure.reason.removeprefix("CrashLoopBackOff (last: ").removesuffix(")")
-    if last not in NOT_CREATED:
+    if not _refusal(failure.reason):
         return False
     said = catalog.known_error(failure.text)
     own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
-    return said is not None and said.entry.link == "toolkit" and own != TOOLKIT.state
+    return said is not None and toolkit_said(said.entry) and own != TOOLKIT.state
+
+
+def toolkit_said(entry: Entry) -> bool:
+    """Is ``entry`` a message of the toolkit link, or one the toolkit's runtime hook writes?"""
+    return entry.link == "toolkit" or entry.component.startswith(TOOLKIT_COMPONENT)
+
+
+def toolkit_tag_for_old_glibc(version: str) -> str:
+    """The operator's toolkit image tag of the same release whose host binaries run on an old glibc (CentOS 7's
+    2.17): the -ubi8 variant, its packages built for centos7 from v1.15 on (NVIDIA/nvidia-container-toolkit
+    deployments/container/Makefile@v1.15.0, build-ubi8: PACKAGE_DIST = centos7), the -centos7 one before."""
+    release = version.split("-")[0] or "<release>"
+    found = version_of(release)
+    return f"{release}-{'centos7' if found is not None and found < (1, 15, 0) else 'ubi8'}"
+
+
+def hook_refusal(ctx: Context, view: NodeView, pod: Obj) -> Failure | None:
+    """The container of ``pod`` the runtime refused with the toolkit's own error (`refused_by_hook`), if any:
+    the pod is then the toolkit's victim, whatever link it serves (the driver's container included)."""
+    return next((f for f in pod_failures(ctx, view, pod) if refused_by_hook(view, f)), None)
 
 
 def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure]) -> Finding | None:
@@ -485,6 +574,8 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
                 finding_id = f"{proves}.not-installed"
             cause = entry.cause
             evidence += [f"says: {line}", entry.cite()]
+            image = node_image(view.node) if finding_id == NOT_ON_NODE_IMAGE else None
+            evidence += image.said if image is not None else ()
         else:
             finding_id = HOOK_FAILED if hooked else f"{link}.validation-failed"
             cause = (
@@ -499,7 +590,8 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
         # A validation's message the catalog knows (scope component) gives its repair as well.
-        told = known[0] if known else said.entry if said is not None and said.entry.link == link else None
+        mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
+        told = known[0] if known else said.entry if said is not None and mine else None
         action, fix = _fix(ctx, view, finding_id, link, failure, told)
         return Finding(
             id=finding_id,

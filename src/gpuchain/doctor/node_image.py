@@ -51,6 +51,8 @@ GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 GKE_ACCELERATOR, GKE_COUNT = "cloud.google.com/gke-accelerator", "cloud.google.com/gke-accelerator-count"
 AKS_ACCELERATOR = "kubernetes.azure.com/accelerator"
 AKS_IMAGE = "kubernetes.azure.com/node-image-version"
+#: The prefix of the labels AKS writes on each of its nodes (agentpool, node-image-version, cluster ...).
+AKS_PREFIX = "kubernetes.azure.com/"
 
 
 def os_release(node: Obj) -> tuple[str, str]:
@@ -117,15 +119,22 @@ def node_image(node: Obj) -> NodeImage | None:
             f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
             without="an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
         )
-    if labels.get(AKS_ACCELERATOR) == "nvidia" or (provider.startswith("azure://") and AKS_IMAGE in labels):
+    aks = AKS_IMAGE in labels or (provider.startswith("azure://") and any(k.startswith(AKS_PREFIX) for k in labels))
+    if labels.get(AKS_ACCELERATOR) == "nvidia" or aks:
         said = [f"label {k}={labels[k]}" for k in (AKS_ACCELERATOR, AKS_IMAGE) if k in labels]
+        # AKS labels the GPU nodes it provisions (and gives a driver) accelerator=nvidia; a VM size it did not
+        # provision as a GPU node has neither.
+        provisioned = labels.get(AKS_ACCELERATOR) == "nvidia"
+        missing = () if provisioned else (f"no label {AKS_ACCELERATOR}=nvidia: AKS did not provision it as a GPU node",)
         return NodeImage(
             cloud="AKS",
-            ships_driver=True,
+            ships_driver=provisioned,
             operator_driver=operator,
-            said=(*said, f"osImage {image}"),
+            said=(*said, *missing, f"osImage {image}"),
             keep={"driver": {"enabled": False}},
-            install="a GPU node pool created without --skip-gpu-driver-install (AKS installs the driver and runtime)",
+            install="upgrade the node pool to the latest AKS node image (az aks nodepool upgrade --node-image-only), "
+            "or recreate it with a GPU VM size AKS provisions as one, without --skip-gpu-driver-install, so AKS "
+            "installs the NVIDIA driver and runtime",
             without="a node pool created with --skip-gpu-driver-install",
         )
     if os_id in ("bottlerocket", "amzn"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.model import Fix, FixOp
+from gpuchain.doctor.structs import CHARTS
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import TOOLKIT, Operand
 
@@ -32,6 +33,17 @@ def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
         ),
         {},
     )
+
+
+def chart_of(ctx: Context, labels: dict[str, str]) -> tuple[str, str, str]:
+    """The chart a DaemonSet's Helm labels name: its name, the reference a fix upgrades it by (the repo alias of
+    gpuchain's known charts) and its version; helm.sh/chart is ``<chart name>-<chart version>``."""
+    name, _, version = str(labels.get(HELM_CHART, "")).rpartition("-")
+    chart = next(
+        (c.chart for c in CHARTS.values() if name and c.chart.endswith("/" + name)),
+        ctx.stack.chart.chart if ctx.stack.chart is not None else name or "<chart>",
+    )
+    return name, chart, version
 
 
 def repair_target(ctx: Context, *, pod: Obj, operand: Operand) -> str:

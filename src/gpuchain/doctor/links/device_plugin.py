@@ -33,11 +33,12 @@ from gpuchain.doctor.links.toolkit import (
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.releases import defect, image_version
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
 from gpuchain.kube.allocator import DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label, enabled
 from gpuchain.remediation.gpuloop import loop_evidence
 from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
@@ -475,6 +476,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             log=log,
             cause=f"the device plugin pod is {state.status}, so the kubelet gets no GPU devices.",
         )
+    defective = _defective_release(ctx, view, pod) if pod is not None and state is not None and state.ready else None
+    if defective is not None:
+        return defective
     if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
         return check_gpuchain_dra(ctx, view)
     if not announced:
@@ -625,3 +629,48 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 
 
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
+
+
+def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
+    """A plugin that runs ready but restarted after runs that ended in error, on a release whose own notes name
+    that defect (releases.yaml): the release that fixed it is the repair, not another restart."""
+    images = {str(c.get("name")): str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or []}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        image = images.get(str(cs.get("name")), "")
+        name, tag = image_version(image)
+        found = defect(name, tag, "restarts") if cs.get("restartCount") and last.get("exitCode") else None
+        if found is None:
+            continue
+        ns = namespace_of(pod) or ctx.namespace
+        fixed = f"{image.rpartition(':')[0]}:{found.fixed_in}"
+        action: Fix | None = None
+        if ns == ctx.namespace and ctx.policy_obj is not None:
+            patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"version": found.fixed_in}}})
+            action, fix = patch, ctx.stack.render(patch)
+        else:
+            fix = f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)} {cs.get('name')}={fixed}"
+        return Result(
+            LinkState.DEGRADED,
+            f"device plugin {tag} restarts: a known defect of that release",
+            (
+                node_finding(
+                    view,
+                    fid="device-plugin.known-defect",
+                    sev=Severity.ERROR,
+                    link="device-plugin",
+                    cause=f"the device plugin {tag} runs but keeps restarting ({cs.get('restartCount')} restarts, the "
+                    f"last run ended with exit code {last.get('exitCode')}): {found.cause}",
+                    evidence=[
+                        f"pod {name_of(pod)}: {image}, {cs.get('restartCount')} restarts, last terminated "
+                        f"{last.get('reason') or 'Error'} (exit {last.get('exitCode')})",
+                        f"release note: {found.line}",
+                        found.cite(),
+                    ],
+                    fix=fix + f"   # {found.fixed_in}, the release that fixed it (and the chart's image.tag where "
+                    "a Helm release renders it)",
+                    action=action,
+                ),
+            ),
+        )
+    return None

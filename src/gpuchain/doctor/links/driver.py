@@ -9,9 +9,11 @@ from typing import Any
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
+from gpuchain.doctor.evidence import hook_refusal
 from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
@@ -188,7 +190,13 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         )
         if init_done(validator, "driver-validation") or version:
             return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
+        image = node_image(view.node)
         if validator is None:
+            # No validator proves a host driver: where the node's own labels say its cloud gave it none and the
+            # plugin above finds no NVML, the image's missing driver is the root, whatever the plugin's hint says.
+            no_nvml = plugin_without_nvml(ctx, view) if image is not None and not image.ships_driver else None
+            if image is not None and no_nvml is not None:
+                return _image_without_driver(ctx, view, image, why, no_nvml)
             return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
         state = pod_state(validator)
         enable = (
@@ -196,9 +204,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             if label
             else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": True}}})
         )
-        image = node_image(view.node)
         if image is not None and (not image.ships_driver or not image.operator_driver):
-            return _image_without_driver(ctx, view, image, why, state)
+            return _image_without_driver(
+                ctx, view, image, why, [f"validator {state.describe()} (driver-validation not done)"]
+            )
         return Result(
             LinkState.BROKEN,
             "no driver: container off and no host driver answers",
@@ -222,6 +231,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     state = pod_state(pod)
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
+    if hook_refusal(ctx, view, pod) is not None:
+        # The driver container never ran: the toolkit's hook refused it, and the toolkit's link names that.
+        return Result(LinkState.NOT_REACHED, "driver container refused by the NVIDIA runtime hook")
     restarting = _driver_upgrade_restart(ctx, view, state)
     if restarting is not None:
         return restarting
@@ -463,9 +475,10 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
     )
 
 
-def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, state: PodState) -> Result:
+def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, seen: list[str]) -> Result:
     """The driver container is off while the node's managed image brings no driver (or runs an OS NVIDIA builds no
-    driver container for, so turning it on would not help): the cloud's own install is the repair."""
+    driver container for, so turning it on would not help): the cloud's own install is the repair. ``seen`` is
+    what shows no driver answers (the validator's driver validation not done, the plugin finding no NVML)."""
     action = Fix(
         FixOp.NODE,
         view.name,
@@ -490,11 +503,7 @@ def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: s
                 link="driver",
                 cause=f"the driver container is off on this node ({why}) and its {image.cloud} node image installs no "
                 "NVIDIA driver, so no driver answers nvidia-smi.",
-                evidence=[
-                    f"driver container off: {why}",
-                    *image.said,
-                    f"validator {state.describe()} (driver-validation not done)",
-                ],
+                evidence=[f"driver container off: {why}", *image.said, *seen],
                 fix=ctx.stack.render(action) + enable,
                 action=action,
             ),

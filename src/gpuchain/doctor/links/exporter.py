@@ -3,6 +3,9 @@ dcgm-exporter names in its log."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
@@ -48,7 +51,44 @@ def _stack_exporter_on(ctx: Context, node: str) -> str:
     )
 
 
+#: The exporter's listen address in the form its release does not read (catalog.yaml), and the value that
+#: form takes from the rejected one: a bare port gets the colon host:port needs, a host:port loses all but the
+#: port for a release that reads a port number. The address Go rejects is quoted in its net.AddrError.
+LISTEN_FORMS: dict[str, Callable[[str], str]] = {
+    "go.listen-missing-port": lambda v: f":{v}",
+    "urfave-cli.listen-not-a-port": lambda v: v.rpartition(":")[2],
+}
+LISTEN_VALUE = re.compile(r'address (\S+): missing port|could not parse \\?"([^"\\]+)\\?" as int')
+LISTEN_ENV = "DCGM_EXPORTER_LISTEN"
+
+
+def _listen_form(ctx: Context, pod: Obj, log: str) -> Known | None:
+    """A listen address the exporter's release cannot read: the exact DCGM_EXPORTER_LISTEN value it takes, set
+    where the exporter's env comes from (the policy for the stack's own exporter, else its DaemonSet)."""
+    found = catalog.find(log, *LISTEN_FORMS)
+    given = LISTEN_VALUE.search(found.line) if found else None
+    if found is None or given is None:
+        return None
+    value = LISTEN_FORMS[found.entry.id](given.group(1) or given.group(2))
+    ns = namespace_of(pod) or ctx.namespace
+    if ns == ctx.namespace and ctx.policy_obj is not None and ctx.stack.policy_names_images:
+        keep = [{"name": e.name, "value": e.value} for e in ctx.policy.dcgm_exporter.env if e.name != LISTEN_ENV]
+        env = [*keep, {"name": LISTEN_ENV, "value": value}]
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"dcgmExporter": {"env": env}}})
+    else:
+        action = Fix(FixOp.SET_ENV, f"{ns}/{owner_ds(pod) or ctx.ds(DCGM_EXPORTER)}", {"env": {LISTEN_ENV: value}})
+    return Known(
+        cause=found.entry.cause,
+        evidence=found.evidence(),
+        action=action,
+        fix=ctx.stack.render(action) + f'   # {LISTEN_ENV}="{value}" (or -a {value} where its args set the address)',
+    )
+
+
 def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Known | None:
+    listen = _listen_form(ctx, pod, log)
+    if listen is not None:
+        return listen
     ns = namespace_of(pod) or ctx.namespace
     own = _stack_exporter_on(ctx, view.name) if ns != ctx.namespace and ctx.stack.elsewhere else ""
     if own and owner_ds(pod):

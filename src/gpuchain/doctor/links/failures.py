@@ -8,15 +8,15 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step, silent_fix
+from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
-    HELM_CHART,
     HELM_RELEASE,
+    chart_of,
     owner_daemonset,
     owner_ds,
     repair_target,
@@ -25,7 +25,6 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.structs import CHARTS
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -197,12 +196,7 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
             fix=ctx.stack.render(action) + f"   # the operator's own {key} image for its release, which has {command}",
         )
     if release and app and tag != f"v{app}":
-        # helm.sh/chart is <chart name>-<chart version>; the repo alias is the one a fix installs it with.
-        chart_name = str(labels.get(HELM_CHART, "")).rpartition("-")[0]
-        chart = next(
-            (c.chart for c in CHARTS.values() if chart_name and c.chart.endswith("/" + chart_name)),
-            ctx.stack.chart.chart if ctx.stack.chart is not None else chart_name or "<chart>",
-        )
+        _, chart, _ = chart_of(ctx, labels)
         return Known(
             cause=cause + f" The chart release {release} is {app}; the image tag is {tag}.",
             evidence=(*evidence, f"DaemonSet {name_of(ds)}: {HELM_APP_VERSION}={app}, {HELM_RELEASE}={release}"),
@@ -718,6 +712,9 @@ def not_ready(
 ) -> Result:
     """An operand pod failing: the known failure its log names with its fix, else its state and last error, else
     (no line at all) what its state alone shows."""
+    # A container the runtime refused never wrote a log: the runtime's message is its only word.
+    refused = refused_message(view, view.pod(operand) or {})
+    log = "\n".join(x for x in (log, "" if refused in log else refused) if x)
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
         return known_not_ready(view, link=link, what=what, state=state, known=known)
@@ -739,6 +736,8 @@ def not_ready(
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
     line = catalog.unknown_error(log) or ""
+    if refused:
+        cause = f"the {what} never started: the container runtime refused its container ({state.status})."
     return Result(
         LinkState.BROKEN,
         f"{what} {state.status}",
@@ -749,9 +748,13 @@ def not_ready(
                 sev=Severity.ERROR,
                 link=link,
                 cause=cause + " gpuchain does not recognise the failure.",
-                evidence=[state.describe(), state.message, *([f"unrecognised: {line}"] if line else [])],
-                fix=f"# {next_step(ctx, link=link, line=line)}; the pod retries by itself ({ctx.stack.render(again)} "
-                "starts it at once)",
+                evidence=[
+                    state.describe(),
+                    f"runtime: {refused}" if refused else state.message,
+                    *([f"unrecognised: {line}"] if line else []),
+                ],
+                fix=f"# {next_step(ctx, link=link, line=line, refused=refused)}; the pod retries by itself "
+                f"({ctx.stack.render(again)} starts it at once)",
             ),
         ),
     )

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
-from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install
+from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
+from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset
 from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.releases import defect
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import GFD
+from gpuchain.operator.operands import DEVICE_PLUGIN, GFD
 
 WHAT = "gpu-feature-discovery"
 
@@ -24,9 +26,57 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
     return known_not_ready(view, link="gfd", what=WHAT, state=state, known=known) if known is not None else None
 
 
+def _not_rendered(ctx: Context, view: NodeView) -> Result | None:
+    """No GFD on a node whose device plugin comes from a chart release that should render it: the release runs
+    the Node Feature Discovery its chart deploys only for GFD (or NFD) enabled, and its chart version is one whose
+    own history says it renders no GFD DaemonSet (releases.yaml). The chart's fixed release is the repair."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    ds = owner_daemonset(ctx, plugin) if plugin is not None and PRODUCT not in view.labels else {}
+    labels = (ds.get("metadata") or {}).get("labels") or {}
+    name, chart, version = chart_of(ctx, labels)
+    release, ns = labels.get(HELM_RELEASE), namespace_of(ds)
+    found = defect(name, version, "no-gfd") if release else None
+    nfd = next(
+        (
+            name_of(d)
+            for d in ctx.snapshot.daemonsets
+            if namespace_of(d) == ns
+            and nfd_worker(d)
+            and ((d.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) == release
+        ),
+        "",
+    )
+    if found is None or not nfd:
+        return None
+    return Result(
+        LinkState.BROKEN,
+        f"chart {name} {version} renders no GFD",
+        (
+            node_finding(
+                view,
+                fid="gfd.known-defect",
+                sev=Severity.ERROR,
+                link="gfd",
+                cause=f"no gpu-feature-discovery runs for Helm release {release} ({name} {version}), although it runs "
+                f"the Node Feature Discovery its chart deploys for GFD: {found.cause}",
+                evidence=[
+                    f"DaemonSet {ns}/{name_of(ds)}: {HELM_RELEASE}={release}, chart {name}-{version}",
+                    f"DaemonSet {ns}/{nfd} of the same release; no GFD DaemonSet",
+                    f"node {view.name} has no {PRODUCT} label",
+                    found.cite(),
+                ],
+                fix=f"helm upgrade {release} {chart} -n {ns} --version {found.fixed_in} --reuse-values   # the chart "
+                "release that renders GFD again (gfd.enabled=true)",
+            ),
+        ),
+    )
+
+
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
     result = simple(ctx, view=view, operand=GFD, link="gfd", what=WHAT, failing=_not_ready)
+    if result.state is LinkState.SKIPPED:
+        return _not_rendered(ctx, view) or result
     if result.state is not LinkState.OK or PRODUCT in view.labels:
         return result
     nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))

@@ -226,6 +226,9 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
             + "> --overwrite",
         )
     said = catalog.known_error("\n".join((log, reason)))
+    named = PROFILE_NAMED.search(said.line) if said is not None and said.entry.id in PROFILE_UNLISTED else None
+    if said is not None and named is not None:
+        return _profile_unlisted(ctx, view, wanted, named, said, evidence, again)
     # mig-parted's wrapper line names no cause of its own: the layout in the ConfigMap is what to repair.
     if said is not None and said.entry.id != APPLY_FAILED:
         cause = f"the MIG manager could not apply layout {wanted!r}: {said.entry.cause}"
@@ -259,4 +262,64 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
         evidence=[*evidence, *(said.evidence("mig-manager log" if said.line in log else "says") if said else ())],
         fix=ctx.stack.render(action),
         action=action,
+    )
+
+
+#: mig-parted's words for a layout's profile this GPU and driver do not list (catalog.yaml), and in them the
+#: profile as the layout writes it and, where mig-parted says it, the name the GPU lists for that slice (logrus
+#: escapes the quotes of %q inside its msg="...").
+PROFILE_UNLISTED = ("mig-parted.unsupported-mig-device", "mig-parted.profile-not-found")
+PROFILE_NAMED = re.compile(r'unsupported MIG Device specified (\S+), expected (\S+) instead|MIG profile \\?"([^"\\]+)')
+#: The ConfigMap a fix creates for layouts of the user's own: the operator rewrites its default one.
+OWN_LAYOUTS = "custom-mig-parted-config"
+
+
+def _profile_unlisted(
+    ctx: Context,
+    view: NodeView,
+    wanted: str,
+    named: re.Match[str],
+    said: catalog.Match,
+    evidence: list[str],
+    again: str,
+) -> Finding:
+    """A layout that names a MIG profile by a name this GPU's driver does not use (drivers name a profile by the
+    memory they give it): the repair writes the name the GPU lists into the layouts the MIG manager reads, in a
+    ConfigMap the operator does not rewrite, or moves the node to a driver that uses the layout's name."""
+    written, listed = named.group(1) or named.group(3), named.group(2)
+    mgr = view.pod(MIG_MANAGER)
+    ns = namespace_of(mgr or {}) or ctx.namespace
+    name = ctx.policy.mig_manager.config.name or DEFAULT_LAYOUTS
+    driver = f"or move the node to a driver branch that names this profile {written!r}"
+    if listed and name == DEFAULT_LAYOUTS and ctx.policy_obj is not None:
+        # The layouts' mig-devices key each profile as "<name>": <count>; the layout names stay as they are.
+        use = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"migManager": {"config": {"name": OWN_LAYOUTS}}}})
+        swap = f's/"{re.escape(written)}":/"{listed}":/g'
+        fix = (
+            f"kubectl -n {ns} get configmap {name} -o jsonpath='{{.data.config\\.yaml}}' | sed '{swap}' > config.yaml "
+            f"&& kubectl -n {ns} create configmap {OWN_LAYOUTS} --from-file=config.yaml && {ctx.stack.render(use)}   "
+            f"# layout {wanted!r} with the profile this GPU lists, {listed}, in a ConfigMap of your own "
+            f"(spec.migManager.config.name; the operator rewrites {name}); {driver}; then {again}"
+        )
+    else:
+        fix = (
+            f"kubectl -n {ns} edit configmap {name}   # in config.yaml, layout {wanted!r}: under mig-devices write "
+            f"{listed or 'a profile nvidia-smi mig -lgip lists on the node'} for {written}"
+            + (
+                f" (a ConfigMap of your own that spec.migManager.config.name names: the operator rewrites {name})"
+                if name == DEFAULT_LAYOUTS
+                else ""
+            )
+            + f"; {driver}; then {again}"
+        )
+    lists = f"which this GPU's driver lists as {listed}" if listed else "which this GPU's driver does not list"
+    return node_finding(
+        view,
+        fid="mig.failed",
+        sev=Severity.ERROR,
+        link="mig",
+        cause=f"the MIG manager could not apply layout {wanted!r}: it names MIG profile {written}, {lists} (a driver "
+        "names each profile by the memory it gives it), so the MIG manager undoes the layout and marks it failed.",
+        evidence=[*evidence, *said.evidence("mig-manager log")],
+        fix=fix,
     )

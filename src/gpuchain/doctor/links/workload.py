@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import ANYWHERE
+from gpuchain.doctor.evidence import ANYWHERE, refused_message
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.pods import start_refused
 from gpuchain.doctor.scheduling import owner_of, patch_fix
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -87,6 +86,9 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
 #: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
 #: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
 HOOK_FAILED = (
+    "libnvidia-container.cgroup-subsystem-missing",
+    "glibc.toolkit-version-not-found",
+    "nvidia-container-toolkit.application-profiles-read-only",
     "libnvidia-container.mount-error",
     "libnvidia-container.imex-parse",
     "libnvidia-container.initialization-error",
@@ -103,7 +105,7 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     for pod in apps:
         if not pod_gpu_requests(pod):
             continue
-        said_here = start_refused(pod)
+        said_here = refused_message(view, pod)
         if catalog.find(said_here, *ANYWHERE):
             continue  # a message that proves a lower link broken (the walk names it there, from this pod)
         found = catalog.find(said_here, *HOOK_FAILED)

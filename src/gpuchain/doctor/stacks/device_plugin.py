@@ -26,8 +26,9 @@ NODE_IMAGES = {
     "eks": "the EKS accelerated AMI (amazon-eks-node-al2023-x86_64-nvidia-*, amazon-eks-gpu-node-*, or Bottlerocket's "
     "-nvidia variant) for this node group, which carries the NVIDIA driver and makes nvidia containerd's default "
     "runtime; a standard AMI has neither",
-    "aks": "an AKS GPU node image (a GPU VM size with the default --gpu-driver Install, which installs the NVIDIA "
-    "driver and runtime; not --gpu-driver None)",
+    "aks": "an AKS GPU node image (a GPU VM size AKS provisions as one, with the default --gpu-driver Install, which "
+    "installs the NVIDIA driver and runtime; not --gpu-driver None): upgrade the node pool's node image (az aks "
+    "nodepool upgrade --node-image-only) or recreate the node pool",
 }
 DRA_TITLE = "NVIDIA DRA driver (kubelet plugin, host driver)"
 TITLES = {

@@ -1,0 +1,80 @@
+"""Operand releases with a known defect (releases.yaml), as data a finding cites to name the release to move to.
+
+A check that sees a release's symptom (a ready plugin that keeps restarting after runs ending in error, a chart
+release without the DaemonSet it should render) asks `defect` whether the version it runs is one the components'
+own release notes say is broken that way; the answer names the fixed release, so the fix is that release, not
+the diagnosis restated.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+SYMPTOMS = ("restarts", "no-gfd")
+BY = ("image", "chart")
+#: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6): its numbers.
+VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def version_of(text: str) -> tuple[int, int, int] | None:
+    """The (major, minor, patch) of a release version ("v0.7.1", "0.12.0", "v0.17.0-ubi9"); None if it is none."""
+    found = VERSION.match(text)
+    return (int(found.group(1)), int(found.group(2)), int(found.group(3) or 0)) if found else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Defect:
+    """One release range of one component with a known defect, and the release that fixed it."""
+
+    id: str
+    component: str
+    by: str
+    affected: tuple[str, str]  #: [first affected, first fixed)
+    symptom: str
+    cause: str
+    source: str
+    line: str
+
+    @property
+    def fixed_in(self) -> str:
+        return self.affected[1]
+
+    def covers(self, version: str) -> bool:
+        """Is ``version`` one this defect affects?"""
+        seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
+        return seen is not None and low is not None and high is not None and low <= seen < high
+
+    def cite(self) -> str:
+        """The evidence line a finding carries for this entry."""
+        return f"release: {self.id} ({self.source})"
+
+
+def _defect(raw: dict[str, Any]) -> Defect:
+    found = Defect(**{**raw, "affected": tuple(str(v) for v in raw["affected"])})
+    if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
+        raise ValueError(f"release entry {found.id}: symptom, by or affected range is not one gpuchain reads")
+    return found
+
+
+@functools.cache
+def defects() -> tuple[Defect, ...]:
+    """Every entry of releases.yaml."""
+    text = resources.files("gpuchain.doctor").joinpath("releases.yaml").read_text()
+    return tuple(_defect(raw) for raw in yaml.safe_load(text))
+
+
+def defect(component: str, version: str, symptom: str) -> Defect | None:
+    """The known defect of ``component`` at ``version`` that shows as ``symptom`` (None: none is known)."""
+    return next((d for d in defects() if d.component == component and d.symptom == symptom and d.covers(version)), None)
+
+
+def image_version(image: str) -> tuple[str, str]:
+    """An image reference's name (its repository's last part) and tag ("latest" when it has none)."""
+    name, _, tag = image.rpartition("/")[2].partition(":")
+    return name, tag or "latest"
