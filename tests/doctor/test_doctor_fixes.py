@@ -518,6 +518,42 @@ def test_a_hook_refusal_on_a_cri_o_node_names_cri_os_hooks_dir_and_service_not_c
     assert "nvidia-container-toolkit-daemonset" in found.fix
 
 
+def test_a_toolkit_validation_that_says_only_not_ready_on_a_cri_o_node_sets_cri_o_up_not_containerd() -> None:
+    """The operator validator's toolkit-validation says "toolkit is not ready" and why nvidia-smi did not run
+    (NVIDIA/gpu-operator validator/main.go@v25.3.0: the line, and "error validating toolkit installation: %w"),
+    neither of which names the runtime: on a node whose kubelet reports cri-o:// the repair is CRI-O's (its
+    runtime drop-in or hooks_dir, restarted as crio), never containerd's config and service."""
+    log = (
+        "toolkit is not ready\n"
+        'time="2026-12-01T10:00:00Z" level=info msg="Error: error validating toolkit installation: exec: '
+        '\\"nvidia-smi\\": executable file not found in $PATH"\n'
+    )
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b, containerRuntime: cri-o://1.30.4}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "b",
+            "init": [
+                {"name": "driver-validation", "state": {"terminated": "Completed", "exitCode": 0}, "ready": True},
+                {
+                    "name": "toolkit-validation",
+                    "restarts": 6,
+                    "state": {"waiting": "CrashLoopBackOff"},
+                    "last": {"terminated": "Error", "exitCode": 1},
+                },
+            ],
+            "logs": {"toolkit-validation": log},
+        },
+        no_gpus("b"),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.validation-failed", "toolkit", "b")
+    assert "catalog: gpu-operator.validator-toolkit-not-ready" in found.evidence[-1]
+    assert "containerd" not in found.fix
+    assert "systemctl restart crio" in found.fix and "hooks_dir" in found.fix
+
+
 def test_a_plugin_without_nvml_on_a_cri_o_node_makes_nvidia_cri_os_default_runtime() -> None:
     crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}
     report = diagnosed(

@@ -67,6 +67,10 @@ HOOK_FAILED = "toolkit.hook-failed"
 #: The runtime's words that a hook failed without saying why (runc's wrapping, the CLI's prefix): where no
 #: entry knows the hook's own message, the toolkit's runtime config is written again.
 HOOK_WRAPPERS = ("runc.prestart-hook-failed", "libnvidia-container.initialization-error")
+#: Entries that say the toolkit failed but not how: the hook's wrappers, and the operator validator's "toolkit is
+#: not ready". Their repair is the node's own runtime set up again (CRI-O's hooks_dir or handler, containerd's
+#: config), which only the node's runtime tells; an entry that names its cause keeps its own repair.
+TOOLKIT_UNSAID = (*HOOK_WRAPPERS, "gpu-operator.validator-toolkit-not-ready")
 #: The catalog's component name for what NVIDIA's container toolkit (its runtime hook, its CLI) writes.
 TOOLKIT_COMPONENT = "nvidia-container-toolkit"
 #: The loader refusing the toolkit's host binary for a glibc newer than the host's (catalog.yaml).
@@ -450,7 +454,7 @@ def _fix(
         return action, ctx.stack.render(action) + (
             f"   # the toolkit image whose binaries run on the host's older glibc; then {rerun}"
         )
-    elif link == "toolkit" and (entry is None or entry.id in HOOK_WRAPPERS):
+    elif link == "toolkit" and (entry is None or entry.id in TOOLKIT_UNSAID):
         toolkit = view.pod(TOOLKIT)
         rewrite = (
             "restart the container toolkit so it writes its runtime config again "
