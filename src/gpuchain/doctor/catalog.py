@@ -152,8 +152,11 @@ def knows(line: str) -> Entry | None:
     return next((e for e in entries() if e.regex.search(shown)), None)
 
 
+@functools.lru_cache(maxsize=4096)
 def known_error(text: str) -> Match | None:
     """The first line of ``text`` an entry above info level knows (a failure, not a progress line).
+    Remembered, as `find` is: a diagnosis asks it about every operand's messages on every node
+    (mostly the same few, or none), and each call named every entry to `find` again.
 
     Where several entries know that line, the one that matches deepest into it wins: a Go error is its
     wrappers' words and then its cause ("unable to setup runtime: unable to load config: unable to load
