@@ -27,7 +27,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.owners import repair_target, silent
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
+from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -115,6 +115,8 @@ def failures(ctx: Context, view: NodeView) -> list[Failure]:
     included), init containers first."""
     out = []
     for pod in [*view.pods, *_validation_pods(ctx, view)]:
+        if not pod_state(pod).failing:
+            continue  # pod_state fails a pod on the first container _failing names: none here, as on most nodes
         status = pod.get("status") or {}
         for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
             for cs in status.get(key) or []:
