@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx2
 
-from bench.agents.node import baseline_env
+from bench.agents.interpreter import SRC, tree_env
 from bench.doctor.run import alternated_times, medians
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.doctor import run_doctor
@@ -121,7 +121,7 @@ class Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=baseline_env(dict(os.environ), tree),
+            env=tree_env(dict(os.environ), tree or SRC),
         )
         self.spent: list[tuple[float, float]] = []
 

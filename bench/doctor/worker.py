@@ -1,7 +1,7 @@
 """One tree's live doctor in a process of its own, run on request: `bench.doctor.live --baseline`.
 
 Two trees' ``gpuchain`` cannot share one interpreter, so each runs in a worker started with its
-``src`` first on ``PYTHONPATH`` (`bench.agents.node.baseline_env`). The worker imports only what
+``src`` first on ``PYTHONPATH`` (`bench.agents.interpreter.tree_env`). The worker imports only what
 every tree since issue 26 has (``run_doctor``, ``LiveCluster.from_url``), reads one line per run
 from stdin, and answers one JSON line: its own wall and CPU seconds for ``run_doctor`` (so the
 pipe's time is in no figure) and the findings, for the bench to check that both trees agree.

@@ -242,15 +242,36 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
-    # and not the ones no reader of a snapshot reads (a pod's volumes, any object's managedFields).
+    # and not the ones no reader of a snapshot reads (a pod's volumes and its containers' mounts, the
+    # lists of its IPs, its container statuses' runtime ids, any object's managedFields).
     cluster = LiveCluster.from_url("http://127.0.0.1:9")
+    mount = {"name": "v", "mountPath": "/v"}
     items = [
         {
             "metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"nodeName": "n1", "volumes": [{"name": "v", "emptyDir": {}}], "containers": [{"name": "c"}]},
-            "status": None,
+            "spec": {
+                "nodeName": "n1",
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{"name": "c", "volumeMounts": [mount]}],
+                "initContainers": None,
+            },
+            "status": {
+                "podIP": "10.0.0.1",
+                "podIPs": [{"ip": "10.0.0.1"}],
+                "hostIPs": [{"ip": "10.1.0.1"}],
+                "containerStatuses": [
+                    {
+                        "name": "c",
+                        "ready": True,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                        "containerID": "containerd://0a",
+                        "imageID": "nvcr.io/x@sha256:0b",
+                        "volumeMounts": [mount],
+                    }
+                ],
+            },
         },
-        {"metadata": {"name": "q"}, "spec": None},
+        {"metadata": {"name": "q"}, "spec": None, "status": None},
     ]
     _pages_served(cluster, {"": json.dumps({"kind": "PodList", "metadata": {}, "items": items}).encode()}, monkeypatch)
     pods = cluster.list_readonly(POD)
@@ -259,13 +280,19 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "p", "labels": {"a": "1"}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
-            "status": None,
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "initContainers": None},
+            "status": {
+                "podIP": "10.0.0.1",
+                "containerStatuses": [
+                    {"name": "c", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+                ],
+            },
         },
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": None},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": None, "status": None},
     ]
     assert all(type(p) is dict and type(p["metadata"]) is dict for p in pods)
-    assert type(pods[0]["spec"]) is dict
+    assert type(pods[0]["spec"]["containers"][0]) is dict
+    assert type(pods[0]["status"]["containerStatuses"][0]) is dict
 
 
 def _config(server: str) -> KubeConfig:

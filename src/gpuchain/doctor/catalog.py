@@ -152,11 +152,14 @@ def knows(line: str) -> Entry | None:
     return next((e for e in entries() if e.regex.search(shown)), None)
 
 
+@functools.lru_cache(maxsize=4096)
 def known_error(text: str, link: str = "") -> Match | None:
     """The first line of ``text`` an entry above info level knows (a failure, not a progress line); with
     ``link``, the entries of that link (and those that prove a link wherever they show) are tried first, so
     a component's own words are read as its own message where another component writes the same ones (the
-    toolkit's "unable to load config" is not the device plugin's).
+    toolkit's "unable to load config" is not the device plugin's). Remembered, as `find` is: a diagnosis asks
+    it about every operand's messages on every node (mostly the same few, or none), and each call named every
+    entry to `find` again.
 
     Where several entries know that line, the one that matches deepest into it wins: a Go error is its
     wrappers' words and then its cause ("unable to setup runtime: unable to load config: unable to load

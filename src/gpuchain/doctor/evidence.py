@@ -28,7 +28,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, start_refused
+from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
 from gpuchain.doctor.releases import version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -161,7 +161,13 @@ def pod_failures(ctx: Context, view: NodeView, pod: Obj) -> list[Failure]:
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
     """Every failing container of the chain's pods on this node (the validator's own workload pods
     included), init containers first."""
-    out = [f for pod in [*view.pods, *_validation_pods(ctx, view)] for f in pod_failures(ctx, view, pod)]
+    out = [
+        f
+        for pod in [*view.pods, *_validation_pods(ctx, view)]
+        # pod_state fails a pod on the first container status _failing names: none here, as on most nodes
+        if pod_state(pod).failing
+        for f in pod_failures(ctx, view, pod)
+    ]
     return sorted(out, key=lambda f: not f.init)
 
 

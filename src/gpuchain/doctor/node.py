@@ -309,12 +309,15 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
     running): nothing on the node starts, so no link above can be judged. Where the stack's toolkit rewrites
     the runtime's config here, that rewrite is the cause (the toolkit link); otherwise the node's own
     runtime or CNI setup. A missing nvidia handler is the toolkit check's own finding and left to it."""
+    events = [ev for ev in view.events if ev.get("reason") == SANDBOX_FAILED]
+    if not events:
+        return None  # the usual: no pod to look up by name on this node
     by_name = {(p.get("metadata") or {}).get("name"): p for p in [*view.pods, *view.workloads]}
     failed = []
-    for ev in view.events:
+    for ev in events:
         message = str(ev.get("message", ""))
         pod = by_name.get((ev.get("involvedObject") or {}).get("name"))
-        if ev.get("reason") != SANDBOX_FAILED or pod is None or pod_state(pod).ready:
+        if pod is None or pod_state(pod).ready:
             continue
         if catalog.find(message, *NVIDIA_HANDLER):
             return None

@@ -31,7 +31,7 @@ FAILING = frozenset(
 FAILED_TERMINATION = frozenset({"Error", "StartError", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded"})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PodState:
     """A pod in one line, like the STATUS column of ``kubectl get pods`` (plus the details)."""
 
@@ -95,54 +95,49 @@ def pod_state(pod: Obj) -> PodState:
 
 def _pod_state(pod: Obj) -> PodState:
     """`pod_state`, worked out. It runs once for each of a diagnosis's pods (70,000 at 10,000 nodes),
-    so each answer is built once with its namespace, and each status's state read once."""
+    so it reads each container status once, in one pass over the init containers and one over the
+    others, and builds one answer with its namespace."""
     name = str(pod.get("metadata", {}).get("name", "?"))
     namespace = namespace_of(pod) or ""
-    inits = _statuses(pod, "initContainerStatuses")
-    mains = _statuses(pod, "containerStatuses")
-    # The scheduler's word decides only for a pod with no container statuses yet.
-    unschedulable = None if inits or mains else unschedulable_message(pod)
-    if unschedulable is not None:
-        return PodState(
-            name=name,
-            status="Pending",
-            ready=False,
-            failing=True,
-            message=unschedulable,
-            unschedulable=True,
-            namespace=namespace,
-        )
-    for cs in [*inits, *mains]:
+    status = pod.get("status") or {}
+    inits = status.get("initContainerStatuses") or ()
+    mains = status.get("containerStatuses") or ()
+    if not inits and not mains:
+        # The scheduler's word decides only for a pod with no container statuses yet.
+        unschedulable = unschedulable_message(pod)
+        if unschedulable is not None:
+            return PodState(
+                name=name,
+                status="Pending",
+                ready=False,
+                failing=True,
+                message=unschedulable,
+                unschedulable=True,
+                namespace=namespace,
+            )
+    done, blocked = 0, None  # init containers finished with exit code 0; the first one not finished
+    for cs in inits:
         state = cs.get("state") or {}
-        terminated = state.get("terminated") or {}
-        if terminated.get("reason") in FAILED_TERMINATION and terminated.get("exitCode") not in (0, None):
-            return PodState(
-                name=name,
-                status=str(terminated["reason"]),
-                ready=False,
-                failing=True,
-                container=str(cs.get("name")),
-                restarts=int(cs.get("restartCount") or 0),
-                last_log=str(terminated.get("message") or ""),
-                namespace=namespace,
-            )
-        waiting = state.get("waiting") or {}
-        if waiting.get("reason") in FAILING:
-            last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
-            return PodState(
-                name=name,
-                status=str(waiting["reason"]),
-                ready=False,
-                failing=True,
-                container=str(cs.get("name")),
-                restarts=int(cs.get("restartCount") or 0),
-                last_log=str(last),
-                message=str(waiting.get("message") or ""),
-                namespace=namespace,
-            )
-    done = sum(1 for cs in inits if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0)
+        failed = _failed(cs, state, name, namespace)
+        if failed is not None:
+            return failed
+        terminated = state.get("terminated")
+        if terminated and terminated.get("exitCode") == 0:
+            done += 1
+        elif blocked is None and not terminated:
+            blocked = cs
+    ready, restarts, creating = bool(mains), 0, None
+    for cs in mains:
+        state = cs.get("state") or {}
+        failed = _failed(cs, state, name, namespace)
+        if failed is not None:
+            return failed
+        ready = ready and bool(cs.get("ready"))
+        restarts += int(cs.get("restartCount") or 0)
+        if creating is None and (state.get("waiting") or {}).get("reason") == "ContainerCreating":
+            creating = cs
     if inits and done < len(inits):
-        blocked = next((cs for cs in inits if not (cs.get("state") or {}).get("terminated")), inits[done])
+        blocked = blocked if blocked is not None else inits[done]
         return PodState(
             name=name,
             status=f"Init:{done}/{len(inits)}",
@@ -152,10 +147,6 @@ def _pod_state(pod: Obj) -> PodState:
             waiting_init=str(blocked.get("name")),
             namespace=namespace,
         )
-    creating = next(
-        (cs for cs in mains if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating"),
-        None,
-    )
     if creating is not None:
         return PodState(
             name=name,
@@ -165,11 +156,41 @@ def _pod_state(pod: Obj) -> PodState:
             container=str(creating.get("name")),
             namespace=namespace,
         )
-    ready = bool(mains) and all(cs.get("ready") for cs in mains)
-    phase = str((pod.get("status") or {}).get("phase", "Unknown"))
-    restarts = sum(int(cs.get("restartCount") or 0) for cs in mains)
-    status = phase if ready or phase != "Running" else "Running (not ready)"
-    return PodState(name=name, status=status, ready=ready, failing=False, restarts=restarts, namespace=namespace)
+    phase = str(status.get("phase", "Unknown"))
+    shown = phase if ready or phase != "Running" else "Running (not ready)"
+    return PodState(name=name, status=shown, ready=ready, failing=False, restarts=restarts, namespace=namespace)
+
+
+def _failed(cs: dict[str, Any], state: dict[str, Any], name: str, namespace: str) -> PodState | None:
+    """The pod's state when container status ``cs`` (whose ``state`` is given) shows a failure: it
+    terminated with a failing reason and a non-zero exit code, or waits for a failing reason."""
+    terminated = state.get("terminated")
+    if terminated and terminated.get("reason") in FAILED_TERMINATION and terminated.get("exitCode") not in (0, None):
+        return PodState(
+            name=name,
+            status=str(terminated["reason"]),
+            ready=False,
+            failing=True,
+            container=str(cs.get("name")),
+            restarts=int(cs.get("restartCount") or 0),
+            last_log=str(terminated.get("message") or ""),
+            namespace=namespace,
+        )
+    waiting = state.get("waiting")
+    if waiting and waiting.get("reason") in FAILING:
+        last = ((cs.get("lastState") or {}).get("terminated") or {}).get("message", "")
+        return PodState(
+            name=name,
+            status=str(waiting["reason"]),
+            ready=False,
+            failing=True,
+            container=str(cs.get("name")),
+            restarts=int(cs.get("restartCount") or 0),
+            last_log=str(last),
+            message=str(waiting.get("message") or ""),
+            namespace=namespace,
+        )
+    return None
 
 
 #: The container states in which the runtime refused to create or start a container (the kubelet's and

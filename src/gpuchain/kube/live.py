@@ -41,7 +41,7 @@ from lightkube.generic_resource import (
     GenericNamespacedStatus,
     create_api_info,
 )
-from lightkube.models.core_v1 import NodeStatus, PodSpec
+from lightkube.models.core_v1 import Container, ContainerStatus, NodeStatus, PodSpec, PodStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
@@ -330,8 +330,8 @@ class LiveCluster(Cluster):
         msgspec straight into the dicts it returns, with the cyclic collector paused, and without
         ``metadata.managedFields`` (the server's bookkeeping of who wrote which field: a third to a
         half of a pod's JSON, and nothing a reader of a snapshot looks at), a Node's images and a
-        Pod's volumes (`_PodSpec`). Every page is one
-        ``list`` request. On 10,000 nodes and 75,000 pods this is what takes a live doctor from
+        Pod's volumes, mounts, IP lists and container runtime ids (`_PodSpec`, `_PodStatus`). Every
+        page is one ``list`` request. On 10,000 nodes and 75,000 pods this is what takes a live doctor from
         reading JSON for longer than it diagnoses to under its time limit (bench.doctor.live)."""
         ns: dict[str, Any] = {}
         if kind.namespaced:
@@ -532,24 +532,45 @@ API server is tuned for; it bounds one response's bytes (a few MB of pods) whate
 size."""
 
 
-def _fields_but(name: str, model: type[msgspec.Struct], leave_out: str) -> Any:
+def _fields_but(name: str, model: type[msgspec.Struct], *leave_out: str, **lists_of: Any) -> Any:
     """A TypedDict of the JSON fields of one of lightkube's models (the API's own field list, at
-    lightkube-models' Kubernetes version) but ``leave_out``, each value plain JSON: msgspec decodes
-    it straight into a plain dict of the fields the JSON had (in the JSON's order), skipping the
-    field left out without building it. A Struct would need a second pass to become that dict,
-    which at 10,000 nodes cost a quarter of the decoding (bench.doctor.live)."""
-    return TypedDict(name, {f: Any for f in model.__struct_encode_fields__ if f != leave_out}, total=False)  # type: ignore[operator]
+    lightkube-models' Kubernetes version) but those in ``leave_out``, each value plain JSON or, where
+    ``lists_of`` names the field, a list (or null) of that TypedDict: msgspec decodes it straight
+    into a plain dict of the fields the JSON had (in the JSON's order), skipping the fields left out
+    without building them. A Struct would need a second pass to become that dict, which at 10,000
+    nodes cost a quarter of the decoding (bench.doctor.live)."""
+    fields = {f: _list_of(lists_of[f]) if f in lists_of else Any for f in model.__struct_encode_fields__}
+    return TypedDict(name, {f: t for f, t in fields.items() if f not in leave_out}, total=False)  # type: ignore[operator]
+
+
+def _list_of(item: Any) -> Any:
+    """A decoder's type for a list of ``item`` that may be null (Go's nil slice)."""
+    return list[item] | None
 
 
 #: What `LiveCluster.list_readonly` leaves out: ``metadata.managedFields`` on every object (the
 #: server's record of which writer owns which field: a third to a half of a pod's JSON), a
 #: Node's ``status.images`` (the kubelet lists up to 50 images with their digests: most of a
-#: node's JSON) and a Pod's ``spec.volumes`` (every pod carries at least the service account's
-#: projected volume: a fifth of the objects a pod decodes into, and of the time freeing them).
-#: No reader of a snapshot looks at any of them (a DaemonSet's pod template keeps its volumes).
-_Meta = _fields_but("_Meta", ObjectMeta, leave_out="managedFields")
-_NodeStatus = _fields_but("_NodeStatus", NodeStatus, leave_out="images")
-_PodSpec = _fields_but("_PodSpec", PodSpec, leave_out="volumes")
+#: node's JSON) and of a Pod what the kubelet and the admission plugins add for themselves: its
+#: ``spec.volumes`` and each container's ``volumeMounts`` (every pod carries at least the service
+#: account's projected volume and its mount; an operand pod, a mount for each host path), the
+#: status's ``podIPs``/``hostIPs`` lists (``podIP``/``hostIP`` stay, the first of each), and each
+#: container status's runtime ``containerID``, image digest (``imageID``) and mounts. Together a
+#: third of the objects a pod decodes into, and of the time freeing them (bench.doctor.live). No
+#: reader of a snapshot looks at any of them (a DaemonSet's pod template keeps its volumes and mounts).
+_Meta = _fields_but("_Meta", ObjectMeta, "managedFields")
+_NodeStatus = _fields_but("_NodeStatus", NodeStatus, "images")
+_Container = _fields_but("_Container", Container, "volumeMounts")
+_ContainerStatus = _fields_but("_ContainerStatus", ContainerStatus, "containerID", "imageID", "volumeMounts")
+_PodSpec = _fields_but("_PodSpec", PodSpec, "volumes", containers=_Container, initContainers=_Container)
+_PodStatus = _fields_but(
+    "_PodStatus",
+    PodStatus,
+    "podIPs",
+    "hostIPs",
+    containerStatuses=_ContainerStatus,
+    initContainerStatuses=_ContainerStatus,
+)
 
 
 def _object(name: str, **typed: Any) -> Any:
@@ -593,7 +614,7 @@ def _page_decoder(item: Any) -> msgspec.json.Decoder[Any]:
     """A decoder of one list response whose items are ``item``."""
     page = msgspec.defstruct(
         "_Page",
-        [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)), ("items", list[item] | None, None)],
+        [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)), ("items", _list_of(item), None)],
         gc=False,
     )
     return msgspec.json.Decoder(page)
@@ -601,7 +622,7 @@ def _page_decoder(item: Any) -> msgspec.json.Decoder[Any]:
 
 _OBJECT_PAGE = _page_decoder(_object("_Item"))
 _NODE_PAGE = _page_decoder(_object("_Node", status=_NodeStatus))
-_POD_PAGE = _page_decoder(_object("_Pod", spec=_PodSpec))
+_POD_PAGE = _page_decoder(_object("_Pod", spec=_PodSpec, status=_PodStatus))
 #: Decoders by kind; any other kind (ConfigMaps, Events, custom resources: top-level fields of their
 #: own) is decoded whole, and loses only its managedFields (`_listed`).
 _PAGES = {

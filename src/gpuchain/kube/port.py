@@ -145,9 +145,10 @@ class Cluster(abc.ABC):
         which spares a reader of 10,000 nodes and their pods a deep copy of every object per call
         (as client-go's listers share their cache). Counted as one ``list`` request per response.
         An adapter may leave out what no reader of a snapshot looks at, ``metadata.managedFields``
-        (the server's record of who wrote which field), a Node's ``status.images`` and a Pod's
-        ``spec.volumes`` (its containers' ``volumeMounts`` stay): the live one does, and reads in
-        pages.
+        (the server's record of who wrote which field), a Node's ``status.images``, a Pod's
+        ``spec.volumes`` and its containers' ``volumeMounts``, its ``status.podIPs``/``hostIPs``
+        (``podIP``/``hostIP`` stay) and its container statuses' ``containerID``, ``imageID`` and
+        ``volumeMounts``: the live one does, and reads in pages.
         """
         return self.list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 

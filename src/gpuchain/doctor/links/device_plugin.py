@@ -41,7 +41,7 @@ from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label, enabled
 from gpuchain.remediation.gpuloop import loop_evidence
-from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, node_view
+from gpuchain.remediation.model import CONDITION_TYPE, PODS_ANNOTATION, find_condition, node_view
 
 #: What NVIDIA's config-manager and gpuchain's plugin write when the config key does not exist (catalog.yaml).
 CONFIG_MISSING = (
@@ -219,8 +219,9 @@ def _count_findings(
 ) -> list[Finding]:
     findings: list[Finding] = []
     physical = int(view.labels[GPU_COUNT]) if view.labels.get(GPU_COUNT, "").isdigit() else None
-    health = node_view(view.node)
-    reported = health.unhealthy and bool(health.faults)
+    # The faults annotation is parsed only where the node's GPUHealthy condition says a GPU is unhealthy.
+    condition = find_condition(view.node)
+    reported = condition is not None and not condition.healthy and bool(node_view(view.node).faults)
     short = [
         (res, cap, allocatable.get(res, cap))
         for res, cap in sorted(capacity.items())

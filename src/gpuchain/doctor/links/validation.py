@@ -51,8 +51,10 @@ def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
     waiting, gates = [], set()
     for pod in view.pods:
         state = pod_state(pod)
+        if state.failing or not state.waiting_init:
+            continue  # held in no init container (pod_state names the one it is held in), so in no validation
         gate = ctx.stack.validations.get(_running_init(ctx, pod), "")
-        if pod is not validator and not state.failing and gate in order and order.index(gate) >= order.index(link):
+        if pod is not validator and gate in order and order.index(gate) >= order.index(link):
             waiting.append(f"pod {state.name}: {state.status}, waiting in {state.waiting_init}")
             if not (pod is toolkit and gate == "driver"):
                 gates.add(order.index(gate))
