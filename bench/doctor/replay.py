@@ -21,7 +21,11 @@ the simulator leaves out and a real kube-apiserver returns:
 - items carry no apiVersion/kind (the list names them once), except custom resources.
 
 Every object is shaped and encoded once, at start; every response is put together once, on its
-first request (the recording), and sent from that copy afterwards (the replay). ``limit`` and
+first request (the recording), and sent from that copy afterwards (the replay). As the API server
+does (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/writers.go: ``defaultGzipThresholdBytes
+= 128 * 1024``, ``defaultGzipContentEncodingLevel = 1``), a body over 128 KiB goes gzip-compressed
+at level 1 to a client whose Accept-Encoding names gzip (httpx, under lightkube, asks for it), so
+the client pays for inflating it; the compressed copy is made once too, on its first request. ``limit`` and
 ``continue`` page as the API server does (``continue`` token, ``remainingItemCount``); label and
 field selectors are the in-memory cluster's, which the contract tests hold to the real server's.
 ``GET /_replay/requests`` answers (and forgets) the list requests served since it was last asked,
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import hashlib
 import json
 import threading
@@ -297,6 +302,11 @@ def _status(code: int, reason: str, message: str) -> bytes:
     return json.dumps(body).encode()
 
 
+#: The API server's gzip: bodies over this many bytes, at this level (see the module docstring).
+GZIP_THRESHOLD = 128 * 1024
+GZIP_LEVEL = 1
+
+
 class Recording:
     """The cluster's list responses, each computed on its first request and replayed afterwards."""
 
@@ -315,6 +325,7 @@ class Recording:
                 for i, o in enumerate(objs)
             }
         self._pages: dict[str, tuple[int, bytes]] = {}
+        self._gzipped: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self.served: list[str] = []
 
@@ -345,13 +356,19 @@ class Recording:
             )
         ]
 
-    def response(self, target: str) -> tuple[int, bytes]:
-        """(HTTP status, body) for a GET of ``target`` (path and query)."""
+    def response(self, target: str, *, gzip_ok: bool = False) -> tuple[int, bytes, bool]:
+        """(HTTP status, body, whether the body is gzip) for a GET of ``target`` (path and query) by a
+        client that accepts gzip or not."""
         with self._lock:
             if target not in self._pages:
                 self._pages[target] = self._compute(target)
             self.served.append(target)
-            return self._pages[target]
+            code, body = self._pages[target]
+            if not gzip_ok or len(body) <= GZIP_THRESHOLD:
+                return code, body, False
+            if target not in self._gzipped:
+                self._gzipped[target] = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+            return code, self._gzipped[target], True
 
     def _compute(self, target: str) -> tuple[int, bytes]:
         url = urlsplit(target)
@@ -388,12 +405,17 @@ def serve(recording: Recording, port: int = 0) -> ThreadingHTTPServer:
         disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
 
         def do_GET(self) -> None:
+            gzipped = False
             if self.path.startswith("/_replay/requests"):
                 code, body = 200, json.dumps(recording.take_served()).encode()
             else:
-                code, body = recording.response(self.path)
+                accepts = self.headers.get("Accept-Encoding", "")
+                code, body, gzipped = recording.response(self.path, gzip_ok="gzip" in accepts)
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Vary", "Accept-Encoding")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
