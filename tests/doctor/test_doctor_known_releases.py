@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from doctor.small_cluster import diagnosed
 
-from gpuchain.doctor import Severity
-from gpuchain.doctor.releases import defect, defects, version_of
+from gpuchain.doctor import Severity, catalog
+from gpuchain.doctor.releases import defect, defects, fixed_image, showing, version_of
 from gpuchain.kube import POD
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim.build import SimCluster
@@ -58,8 +58,16 @@ def test_every_entry_covers_its_first_release_and_not_the_one_that_fixed_it() ->
     for entry in defects():
         assert entry.covers(entry.affected[0]) and not entry.covers(entry.fixed_in), entry.id
         assert entry.cause.endswith(".") and entry.line and "@" in entry.source
-        assert defect(entry.component, entry.affected[0], entry.symptom) == entry
+        if entry.symptom == "log":
+            # Shown by catalog messages that exist, and found by each of them.
+            assert entry.entries and all(entry in showing("log", e) and catalog.entry(e) for e in entry.entries)
+        else:
+            assert defect(entry.component, entry.affected[0], entry.symptom) == entry
     assert version_of("v0.17.0-ubi9") == (0, 17, 0) and version_of("latest") is None
+    # dcgm-exporter's tags carry the DCGM release first, then the exporter's own.
+    assert (
+        version_of("2.4.6-2.6.8-ubuntu20.04") == (2, 4, 6, 2, 6, 8) < version_of("2.4.6-2.6.10") == (2, 4, 6, 2, 6, 10)
+    )
 
 
 def _chart_release(version: str) -> list[dict[str, object]]:
@@ -106,3 +114,15 @@ def test_a_chart_release_that_renders_no_gfd_is_upgraded_to_the_chart_that_does(
     assert "gfd.known-defect" not in diagnosed(SCENARIO, *_chart_release("0.12.1")).ids
     without_nfd = [e for e in _chart_release("0.12.0") if e.get("name") != "nvdp-node-feature-discovery-worker"]
     assert "gfd.known-defect" not in diagnosed(SCENARIO, *without_nfd).ids
+
+
+def test_the_fixed_image_keeps_the_repository_and_the_tags_suffix() -> None:
+    """The image a fix sets is the running one at the fixed release, its OS suffix kept (the tag must exist)."""
+    (exporter,) = showing("log", "dcgm.api-version-mismatch")
+    assert fixed_image("nvcr.io/nvidia/k8s/dcgm-exporter:2.4.6-2.6.8-ubuntu20.04", exporter) == (
+        "nvcr.io/nvidia/k8s/dcgm-exporter:2.4.6-2.6.9-ubuntu20.04"
+    )
+    (toolkit,) = showing("log", "libnvidia-container.unknown-device")
+    assert fixed_image("nvcr.io/nvidia/k8s/container-toolkit:v1.14.0-ubuntu20.04", toolkit).endswith(
+        "container-toolkit:v1.14.1-ubuntu20.04"
+    )

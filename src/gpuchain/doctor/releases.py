@@ -1,9 +1,9 @@
 """Operand releases with a known defect (releases.yaml), as data a finding cites to name the release to move to.
 
 A check that sees a release's symptom (a ready plugin that keeps restarting after runs ending in error, a chart
-release without the DaemonSet it should render) asks `defect` whether the version it runs is one the components'
-own release notes say is broken that way; the answer names the fixed release, so the fix is that release, not
-the diagnosis restated.
+release without the DaemonSet it should render, a message of the catalog, the MIG manager leaving a change
+pending) asks which releases the components' own release notes say are broken that way; the answer names the fixed
+release, so the fix is that release, not the diagnosis restated.
 """
 
 from __future__ import annotations
@@ -16,16 +16,21 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd")
+SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused")
 BY = ("image", "chart")
-#: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6): its numbers.
-VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+#: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
+#: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.
+VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+)\.(\d+)\.(\d+))?")
 
 
-def version_of(text: str) -> tuple[int, int, int] | None:
-    """The (major, minor, patch) of a release version ("v0.7.1", "0.12.0", "v0.17.0-ubi9"); None if it is none."""
+def version_of(text: str) -> tuple[int, ...] | None:
+    """The numbers of a release version ("v0.7.1" (0, 7, 1), "0.12" (0, 12, 0), "v0.17.0-ubi9" (0, 17, 0),
+    "2.4.6-2.6.8-ubuntu20.04" (2, 4, 6, 2, 6, 8)); None if it is none."""
     found = VERSION.match(text)
-    return (int(found.group(1)), int(found.group(2)), int(found.group(3) or 0)) if found else None
+    if found is None:
+        return None
+    head = (int(found.group(1)), int(found.group(2)), int(found.group(3) or 0))
+    return head + tuple(int(g) for g in found.groups()[3:] if g is not None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,10 +45,18 @@ class Defect:
     cause: str
     source: str
     line: str
+    title: str = ""  #: how a fix names the component (the component's own name when empty)
+    entries: tuple[str, ...] = ()  #: for symptom log: the catalog entries whose message shows it
+    last_good: str = ""  #: the release before the first affected, to move back to
 
     @property
     def fixed_in(self) -> str:
         return self.affected[1]
+
+    @property
+    def name(self) -> str:
+        """The component as a fix names it."""
+        return self.title or self.component
 
     def covers(self, version: str) -> bool:
         """Is ``version`` one this defect affects?"""
@@ -56,9 +69,13 @@ class Defect:
 
 
 def _defect(raw: dict[str, Any]) -> Defect:
-    found = Defect(**{**raw, "affected": tuple(str(v) for v in raw["affected"])})
+    found = Defect(
+        **{**raw, "affected": tuple(str(v) for v in raw["affected"]), "entries": tuple(raw.get("entries") or ())}
+    )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
         raise ValueError(f"release entry {found.id}: symptom, by or affected range is not one gpuchain reads")
+    if (found.symptom == "log") != bool(found.entries):
+        raise ValueError(f"release entry {found.id}: a log symptom names its catalog entries, no other does")
     return found
 
 
@@ -74,7 +91,22 @@ def defect(component: str, version: str, symptom: str) -> Defect | None:
     return next((d for d in defects() if d.component == component and d.symptom == symptom and d.covers(version)), None)
 
 
+def showing(symptom: str, entry: str = "") -> tuple[Defect, ...]:
+    """The defects that show as ``symptom`` (for ``log``, as the message of catalog entry ``entry``), at any
+    release: which of them a cluster runs is for its image tag or chart version to say."""
+    return tuple(d for d in defects() if d.symptom == symptom and (not entry or entry in d.entries))
+
+
 def image_version(image: str) -> tuple[str, str]:
     """An image reference's name (its repository's last part) and tag ("latest" when it has none)."""
     name, _, tag = image.rpartition("/")[2].partition(":")
     return name, tag or "latest"
+
+
+def fixed_image(image: str, found: Defect) -> str:
+    """``image`` at the release that fixed ``found``, its tag's suffix kept (the OS of
+    "v1.14.5-ubuntu20.04" or "2.4.6-2.6.8-ubuntu20.04")."""
+    repo, _, tag = image.rpartition(":") if ":" in image.rpartition("/")[2] else (image, "", "")
+    current = VERSION.match(tag)
+    suffix = tag[current.end() :] if current else ""
+    return f"{repo}:{found.fixed_in}{suffix}"

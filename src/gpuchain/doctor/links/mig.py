@@ -18,9 +18,11 @@ from gpuchain.common.labels import (
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
+from gpuchain.doctor.links.failures import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.doctor.releases import showing
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.mig.config import CONFIGMAP_KEY
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, MIG_MANAGER, deploy_label
 
@@ -28,6 +30,8 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, GFD, MIG_MANAGER, deploy_l
 MODE_CHANGE_PENDING = "mig-parted.mode-change-pending"
 RESET_FAILED = "mig-parted.reset-failed"
 APPLY_FAILED = "mig-parted.apply-failed"
+#: The MIG manager's words when it returns from a change before restoring the operands it paused (catalog.yaml).
+WEDGED = ("mig-manager.wait-pods-deleted", "mig-manager.restart-validator")
 #: The ConfigMap of layouts NVIDIA's operator gives its MIG manager when the ClusterPolicy names none
 #: (gpu-operator controllers/object_controls.go@v25.3.0 MigPartedDefaultConfigMapName), key config.yaml.
 DEFAULT_LAYOUTS = "default-mig-parted-config"
@@ -109,6 +113,10 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
     if state == "failed":
         return _failed_layout(ctx, view, wanted or "", reason, log, evidence)
+    if mgr is not None and paused and state == "pending":
+        wedged = _wedged(ctx, view, mgr, wanted or "", log, evidence)
+        if wedged is not None:
+            return wedged
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return node_finding(
         view,
@@ -120,8 +128,44 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         + "; the device plugin, GFD and exporter stay paused until it finishes, so the node offers no GPUs.",
         evidence=evidence,
         fix=ctx.stack.render(cancel) + "   # cancels the change; or let it finish: the MIG manager needs the GPUs "
-        f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})",
+        f"free (kubectl drain {view.name} --ignore-daemonsets, then kubectl uncordon {view.name})"
+        + (
+            f"; or restart the MIG manager so it applies it again on start "
+            f"({ctx.stack.render(Fix.delete_pod(namespace_of(mgr) or ctx.namespace, name_of(mgr)))})"
+            if mgr is not None
+            else ""
+        ),
         action=cancel,
+    )
+
+
+def _wedged(ctx: Context, view: NodeView, mgr: Obj, wanted: str, log: str, evidence: list[str]) -> Finding | None:
+    """A change left pending with the operands paused by a MIG manager that no longer works on it: its log says it
+    returned before restoring them, or it runs a release whose own history says it does that (releases.yaml,
+    mig-paused). Restarting it applies the layout again on start (the repair now); the release that fixed it keeps
+    it from coming back. None where neither says so (it may still be waiting for the GPUs)."""
+    said = catalog.find(log, *WEDGED)
+    release = release_repair(ctx, view=view, pod=mgr, operand=MIG_MANAGER, shown=showing("mig-paused"))
+    if said is None and release is None:
+        return None
+    restart = Fix.delete_pod(namespace_of(mgr) or ctx.namespace, name_of(mgr))
+    then = f"; then {release.fix.removeprefix('# ')}" if release else ""
+    why = said.entry.cause if said else (release.cause[:1].lower() + release.cause[1:] if release else "")
+    return node_finding(
+        view,
+        fid="mig.pending",
+        sev=Severity.ERROR,
+        link="mig",
+        cause=f"the MIG change to {wanted!r} is stuck in 'pending' and the device plugin, GFD and exporter stay "
+        f"paused, so the node offers no GPUs: {why}",
+        evidence=[
+            *evidence,
+            *(said.evidence("mig-manager log") if said else ()),
+            *(release.evidence if release else ()),
+        ],
+        fix=ctx.stack.render(restart) + f"   # on start the MIG manager applies {wanted!r} again and restores the "
+        f"paused operands{then}",
+        action=restart,
     )
 
 

@@ -8,11 +8,13 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, refused_message
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
+from gpuchain.doctor.links.failures import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.releases import showing
 from gpuchain.doctor.scheduling import owner_of, patch_fix
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import RUNTIME_CLASS_HANDLER
+from gpuchain.operator.operands import RUNTIME_CLASS_HANDLER, TOOLKIT
 
 NVML_LOST = "nvml.unknown-error-in-workload"
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
@@ -90,6 +92,7 @@ HOOK_FAILED = (
     "glibc.toolkit-version-not-found",
     "nvidia-container-toolkit.application-profiles-read-only",
     "libnvidia-container.mount-error",
+    "libnvidia-container.unknown-device",
     "libnvidia-container.imex-parse",
     "libnvidia-container.initialization-error",
     "cdi.unresolvable-devices",
@@ -114,7 +117,16 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
             said = said or found
     if said is None:
         return None
-    if ctx.stack.node_image:
+    release = release_repair(
+        ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
+    )
+    if release is not None:
+        # A defect of the toolkit's release: the release that fixed it, wherever the hook comes from.
+        work = (
+            f"{release.fix.removeprefix('# ')}; otherwise {said.entry.fix}; then delete the pods: "
+            f"{', '.join(refused[:3])}"
+        )
+    elif ctx.stack.node_image:
         work = (
             f"the node image carries the runtime hook: replace the node with one of another release of "
             f"{ctx.stack.node_image} (the release before the one it runs, or a later one with the fix); "
@@ -134,7 +146,11 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
         link="toolkit",
         cause=f"GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers. "
         f"{said.entry.cause}",
-        evidence=[f"GPU pods refused at start: {', '.join(refused[:5])}", *said.evidence("runtime says")],
+        evidence=[
+            f"GPU pods refused at start: {', '.join(refused[:5])}",
+            *said.evidence("runtime says"),
+            *(release.evidence if release else ()),
+        ],
         fix=ctx.stack.render(action),
         action=action,
     )
@@ -243,11 +259,16 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
                 break
     if lost:
+        # Toolkits before the one that reads the 550 driver's device names cannot make those links at all.
+        release = release_repair(
+            ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", NVML_LOST)
+        )
+        first = f"{release.fix.removeprefix('# ')}; then " if release else ""
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
+                "action": first + "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
                 "create-dev-char-symlinks --create-all), then delete the affected pods so they start with their "
                 f"device rules: kubectl delete pod -n {lost[0].split('/')[0]} {lost[0].split('/')[1]}",
                 "fact": "dev-char",
@@ -266,6 +287,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                     f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
                     catalog.entry(NVML_LOST).cite(),
                     "NVIDIA/nvidia-container-toolkit#48",
+                    *(release.evidence if release else ()),
                 ],
                 fix=ctx.stack.render(action),
                 action=action,
