@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 from doctor.small_cluster import crash_looping, diagnosed
+from sim.heldout import harness
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -175,3 +176,71 @@ def test_the_mig_manager_wedged_at_paused_for_mig_change_is_restarted_then_moved
         if f.id == "mig.pending"
     ]
     assert older.action is not None and older.action.op is FixOp.LABEL_NODE and "restart the MIG manager" in older.fix
+
+
+#: runc's wrapping of the hook's failure as containerd's CRI returns it (opencontainers/runc
+#: libcontainer/configs/config.go@v1.2.5 "error running %s hook #%d: %w"), around nvidia-container-cli's
+#: "device error: %s" (NVIDIA/libnvidia-container src/cli/configure.c) for a volume-mounts device list.
+UNKNOWN_DEVICE = (
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+    "failed: unable to start container process: error during container init: error running hook #0: error running "
+    "hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: device error: "
+    "/var/run/nvidia-container-devices: unknown device: unknown"
+)
+
+
+def _refused(message: str) -> Any:
+    """An edit: the GPU workload job-* refused at start by the runtime, its message in the kubelet's Failed Event."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+        status = copy.deepcopy(pod["status"])
+        status["containerStatuses"][0].update(
+            ready=False,
+            restartCount=3,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128}},
+        )
+        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
+        harness._event(sim.cluster, pod, {"reason": "Failed", "message": message})
+
+    return edit
+
+
+def test_a_hook_that_takes_the_volume_mounts_list_for_a_device_names_the_toolkit_release_even_on_a_node_image() -> None:
+    """nvidia-container-toolkit CHANGELOG.md@v1.14.1: "Fixed bug where contents of
+    `/etc/nvidia-container-runtime/config.toml` is ignored by the NVIDIA Container Runtime Hook". On an EKS node
+    built from the user's own AMI the repair is that toolkit release (or back to v1.13.5), not another EKS AMI."""
+    report = diagnosed(
+        "name: t\nstack: eks\nnodes:\n  - {name: a}\nworkloads:\n  - {name: job, gpus: 1, node: a}\n",
+        _refused(UNKNOWN_DEVICE),
+    )
+    (hook,) = [f for f in report.findings if f.id == "workload.runtime-hook-failed"]
+    assert hook.link == "toolkit"
+    assert "upgrade the NVIDIA Container Toolkit to >= v1.14.1 (or back to v1.13.5)" in hook.fix
+    assert "accept-nvidia-visible-devices-as-volume-mounts" in hook.fix
+    assert any(e.startswith("release: container-toolkit.hook-ignores-config (") for e in hook.evidence)
+
+
+def test_the_operators_toolkit_on_the_release_that_only_runs_config_dump_is_moved_by_the_policy() -> None:
+    """nvidia-container-toolkit CHANGELOG.md@v1.17.1: "Fallback to using a config file if the current runtime config
+    can not be determined from the command line"; the operator's toolkit image v1.17.0-ubuntu20.04 fails on k3s."""
+    log = (
+        'time="2024-11-01T14:02:11Z" level=error msg="error running nvidia-toolkit: unable to determine runtime '
+        "options: unable to load containerd config: failed to load config: failed to run command chroot [/host "
+        'containerd config dump]: exit status 127"\n'
+    )
+    report = diagnosed(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-container-toolkit-daemonset",
+            "node": NODE,
+            "containers": [crash_looping("nvidia-container-toolkit-ctr")],
+            "logs": {"nvidia-container-toolkit-ctr": log},
+        },
+    )
+    root = _root(report)
+    assert root.link == "toolkit" and root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    assert root.action.changes == {"spec": {"toolkit": {"version": "v1.17.1-ubuntu20.04"}}}
+    assert "RUNTIME_CONFIG_SOURCE=file" in root.fix  # the catalog's other way beside it
