@@ -244,3 +244,35 @@ def test_the_operators_toolkit_on_the_release_that_only_runs_config_dump_is_move
     assert root.link == "toolkit" and root.action is not None and root.action.op is FixOp.PATCH_POLICY
     assert root.action.changes == {"spec": {"toolkit": {"version": "v1.17.1-ubuntu20.04"}}}
     assert "RUNTIME_CONFIG_SOURCE=file" in root.fix  # the catalog's other way beside it
+
+
+def test_a_standalone_plugin_whose_cdi_library_fails_on_mig_devices_gets_the_release_that_fixed_it() -> None:
+    """NVIDIA/nvidia-container-toolkit internal/platform-support/dgpu/nvml.go@v1.16.0 compares a nil error with
+    nvml.SUCCESS ("error getting GPU minor: %v" prints <nil>); k8s-device-plugin CHANGELOG.md@v0.16.1 bumps the
+    toolkit to v1.16.1 for it. A later plugin with the same words is not that defect."""
+    log = (
+        "E0903 10:11:12.000000       1 main.go:177] error starting plugins: error creating plugin manager: unable to "
+        "create cdi spec file: failed to get CDI spec: failed to create device CDI specs: failed to get CDI device "
+        "specs for MIG devices: error getting GPU minor: <nil>\n"
+    )
+
+    def plugin_at(tag: str) -> list[Any]:
+        return [
+            _image("nvidia-device-plugin", f"nvcr.io/nvidia/k8s-device-plugin:{tag}"),
+            {
+                "do": "pod",
+                "daemonset": "nvidia-device-plugin-daemonset",
+                "node": NODE,
+                "containers": [crash_looping("nvidia-device-plugin-ctr")],
+                "logs": {"nvidia-device-plugin-ctr": log},
+            },
+        ]
+
+    root = _root(diagnosed(PLUGIN, *plugin_at("v0.16.0")))
+    assert root.link == "device-plugin"
+    assert (
+        "set image ds/nvidia-device-plugin-daemonset nvidia-device-plugin-ctr=nvcr.io/nvidia/k8s-device-plugin:v0.16.1"
+        in root.fix
+    )
+    later = _root(diagnosed(PLUGIN, *plugin_at("v0.16.2")))
+    assert later.link == "device-plugin" and "set image" not in later.fix
