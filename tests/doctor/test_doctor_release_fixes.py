@@ -276,3 +276,22 @@ def test_a_standalone_plugin_whose_cdi_library_fails_on_mig_devices_gets_the_rel
     )
     later = _root(diagnosed(PLUGIN, *plugin_at("v0.16.2")))
     assert later.link == "device-plugin" and "set image" not in later.fix
+
+
+def test_the_operators_toolkit_that_cannot_read_containerd_config_version_3_is_moved_to_the_release_that_can() -> None:
+    """nvidia-container-toolkit CHANGELOG.md@v1.17.4: "Add support for containerd version 3 config"; v1.17.0's
+    pkg/config/engine/containerd/containerd.go still returns "unsupported config version: %v" for 3."""
+    log = 'time="2025-03-01T10:00:00Z" level=fatal msg="error running nvidia-toolkit: unsupported config version: 3"\n'
+    report = diagnosed(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-container-toolkit-daemonset",
+            "node": NODE,
+            "containers": [crash_looping("nvidia-container-toolkit-ctr")],
+            "logs": {"nvidia-container-toolkit-ctr": log},
+        },
+    )
+    root = _root(report)
+    assert root.action is not None and root.action.changes == {"spec": {"toolkit": {"version": "v1.17.4-ubuntu20.04"}}}
+    assert any(e.startswith("release: container-toolkit.containerd-config-v3 (") for e in root.evidence)
