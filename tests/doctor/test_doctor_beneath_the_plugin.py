@@ -24,10 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, no_gpus
+from doctor.test_doctor_user_pods import failing_gpu_pod
 
 from gpuchain.doctor import Severity
-from gpuchain.doctor.model import FixOp, Report
+from gpuchain.doctor.model import NOT_SIMULATED, FixOp, Report
 from gpuchain.kube import POD
 from gpuchain.sim.build import SimCluster
 
@@ -93,3 +94,42 @@ def test_an_application_xid_on_a_gpu_nvml_calls_lost_is_still_the_hardware() -> 
     report = diagnosed(LOST, plugin_release("v0.8.2", line))
     assert _only(report, "gpu.lost").action.op is FixOp.HARDWARE
     assert not [f for f in report.findings if f.id == "device-plugin.xid-marked"]
+
+
+# -- CUDA that does not start on a node whose plugin works ----------------------------------------------------------
+
+#: As Azure/AKS#4870 quotes PyTorch on a GPU node of an AKS GPU pool (A10 there; the preset is a stand-in).
+BUSY = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+AKS = "name: t\nstack: aks\nnodes:\n  - {name: n1, preset: t4-x4, labels: {kubernetes.azure.com/accelerator: nvidia}}\n"
+STANDALONE = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n"
+
+
+def test_cuda_busy_on_a_managed_gpu_pool_is_the_driver_and_the_pools_node_image_upgrade() -> None:
+    report = diagnosed(AKS, failing_gpu_pod(said=BUSY))
+    found = _only(report, "workload.cuda-unusable")
+    assert (found.link, found.node, found.root, found.severity) == ("driver", "n1", True, Severity.ERROR)
+    assert "catalog: cuda.devices-unavailable (NVIDIA/cuda-samples " in " ".join(found.evidence)
+    # The pool from the node's kubernetes.azure.com/agentpool label (the simulator names it after the node group).
+    assert "az aks nodepool upgrade" in found.fix and "--name gpu --node-image-only" in found.fix
+    assert "kubectl delete pod -n ml train-7c9f8-abcde" in found.fix
+    assert found.action is not None and found.action.outside_cluster and NOT_SIMULATED in found.action.changes
+    assert [f.id for f in report.findings if f.severity is Severity.ERROR] == ["workload.cuda-unusable"]
+
+
+def test_cuda_busy_on_a_node_of_ones_own_sets_the_compute_mode_back() -> None:
+    found = _only(diagnosed(STANDALONE, failing_gpu_pod(said=BUSY)), "workload.cuda-unusable")
+    assert "nvidia-smi -c DEFAULT" in found.fix and "az aks" not in found.fix
+
+
+def test_pytorch_finding_the_driver_too_old_is_the_driver_to_upgrade() -> None:
+    said = (
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU driver"
+    )
+    found = _only(diagnosed(STANDALONE, failing_gpu_pod(said=said)), "workload.cuda-unusable")
+    assert "catalog: pytorch.driver-too-old (pytorch/pytorch " in " ".join(found.evidence)
+    assert "upgrade the node's driver to a branch that supports the image's CUDA release" in found.fix
+
+
+def test_cuda_words_on_a_node_whose_plugin_announces_nothing_are_left_to_the_walk() -> None:
+    report = diagnosed(STANDALONE, no_gpus("n1"), failing_gpu_pod(said=BUSY))
+    assert not [f for f in report.findings if f.id == "workload.cuda-unusable"]

@@ -236,10 +236,12 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue
+        # Running but not ready or restarted, or crash-looping: a crash-looping container's log is its last run's.
         troubled = [
             cs
             for cs in status.get("containerStatuses") or []
-            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount"))
+            if ((cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")))
+            or ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
         ]
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
