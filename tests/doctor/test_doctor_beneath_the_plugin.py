@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from doctor.small_cluster import diagnosed, no_gpus
+from doctor.test_doctor_pending_workloads import TAINT_MSG, pending_pod, tainted
 from doctor.test_doctor_user_pods import failing_gpu_pod
 
 from gpuchain.doctor import Severity
@@ -133,3 +134,40 @@ def test_pytorch_finding_the_driver_too_old_is_the_driver_to_upgrade() -> None:
 def test_cuda_words_on_a_node_whose_plugin_announces_nothing_are_left_to_the_walk() -> None:
     report = diagnosed(STANDALONE, no_gpus("n1"), failing_gpu_pod(said=BUSY))
     assert not [f for f in report.findings if f.id == "workload.cuda-unusable"]
+
+
+# -- GKE -------------------------------------------------------------------------------------------------------------
+
+GKE = (
+    "name: t\nstack: gke\nnodes:\n  - {name: gke-nap-1, preset: l4-x2, osImage: Container-Optimized OS from Google, "
+    "labels: {cloud.google.com/gke-accelerator: nvidia-l4, cloud.google.com/gke-nodepool: nap-g2-standard-8-gpu1}}\n"
+)
+#: The init container's log as #407 quotes it.
+WAITING = "GPU driver auto installation is disabled.\nWaiting for GPU driver libraries to be available.\n"
+
+
+def test_gkes_installer_waiting_for_a_driver_gke_was_not_asked_for_is_the_driver_and_its_pool_setting() -> None:
+    installer = {
+        "do": "pod",
+        "daemonset": "nvidia-gpu-device-plugin",
+        "namespace": "kube-system",
+        "node": "gke-nap-1",
+        "phase": "Pending",
+        "init": [{"name": "nvidia-driver-installer", "state": {"running": True}}],
+        "logs": {"nvidia-driver-installer": WAITING},
+    }
+    report = diagnosed(GKE, installer, no_gpus("gke-nap-1"))
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link, root.node) == ("driver.not-installed", "driver", "gke-nap-1")
+    assert "says: GPU driver auto installation is disabled." in root.evidence
+    assert "gpu-driver-version=default" in root.fix
+    assert "nodeSelector cloud.google.com/gke-gpu-driver-version: default" in root.fix
+
+
+def test_on_gke_a_gpu_pod_is_never_told_to_tolerate_the_gpu_taint_its_admission_tolerates() -> None:
+    report = diagnosed(GKE, tainted("gke-nap-1"), pending_pod("job", TAINT_MSG))
+    assert not [f for f in report.findings if f.id == "workload.untolerated-taint"]
+    # Another taint is not one the admission adds a toleration for.
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    report = diagnosed(GKE, tainted("gke-nap-1", taint=other), pending_pod("job", TAINT_MSG))
+    assert _only(report, "workload.untolerated-taint").link == "node"

@@ -226,11 +226,17 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
                     if not _last_message(cs):
                         crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
-                # A running init container is waiting for a lower link, unless it already restarted.
+                # A running init container is waiting for a lower link, unless it already restarted; or unless it
+                # is no validation wait and holds the plugin of a node that announces no GPU (GKE's driver installer
+                # says there why it waits).
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
-                    and not (cs in inits and not cs.get("restartCount"))
+                    and not (
+                        cs in inits
+                        and not cs.get("restartCount")
+                        and (not on_bare_node or cs.get("name") in stack.validations)
+                    )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         where = str(namespace or "default")
