@@ -43,7 +43,9 @@ def plugin_release(tag: str, line: str) -> Any:
     """An edit: n1's plugin runs NVIDIA's image ``tag`` and its log is ``line`` after its registration."""
 
     def edit(sim: SimCluster) -> None:
-        pod = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-device-plugin"))
+        pod = next(
+            p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-device-plugin-daemonset")
+        )
         name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
         container = pod["spec"]["containers"][0]
         image = f"nvcr.io/nvidia/k8s-device-plugin:{tag}"
@@ -80,6 +82,13 @@ def test_xid_109_is_skipped_from_v0_17_1_and_a_release_that_skips_it_already_get
     # variable that skips it is what lasts.
     newer = _only(diagnosed(LOST, plugin_release("v0.17.4", V017.format(xid=13))), "device-plugin.xid-marked")
     assert "set env ds/nvidia-device-plugin-daemonset DP_DISABLE_HEALTHCHECKS=13" in newer.fix
+
+
+def test_under_the_operator_the_lasting_change_goes_to_the_policy_it_renders_the_plugin_from() -> None:
+    operator = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1, lostGpus: [2]}\n"
+    found = _only(diagnosed(operator, plugin_release("v0.17.4", V017.format(xid=13))), "device-plugin.xid-marked")
+    assert found.fix.startswith("kubectl -n gpu-operator delete pod nvidia-device-plugin-daemonset-")
+    assert '{"spec":{"devicePlugin":{"env":[{"name":"DP_DISABLE_HEALTHCHECKS","value":"13"}]}}}' in found.fix
 
 
 @pytest.mark.parametrize("xid", [48, 79, 94])

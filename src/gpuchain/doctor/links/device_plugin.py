@@ -231,6 +231,8 @@ XID_NUMBER = re.compile(r"Xid=(\d+)")
 SKIPPED_SINCE = {13: "v0.10.0", 68: "v0.10.0", 109: "v0.17.1"}
 #: The repository name of NVIDIA's device plugin image (nvcr.io/nvidia/k8s-device-plugin), whose releases those are.
 NVIDIA_PLUGIN = "k8s-device-plugin"
+#: NVIDIA's plugin's variable naming Xids it skips besides its own list (gpuchain.gpu.xid reads it the same way).
+DISABLE_XIDS = xids.ENV_DISABLE
 
 
 def _application_xids(lines: list[str]) -> tuple[int, ...]:
@@ -260,10 +262,10 @@ def _xid_marked(ctx: Context, view: NodeView, plugin: Obj, codes: tuple[int, ...
         fid="device-plugin.xid-marked",
         sev=Severity.ERROR,
         link="device-plugin",
-        cause=f"the device plugin marked GPUs unhealthy on Xid {named}, which NVIDIA's Xid catalog and the plugin's "
-        "own list count as application errors (the GPU should still be healthy, and nothing says it stopped "
-        "answering), but the plugin never clears a mark it made, so the GPU stays out of allocatable until the plugin "
-        "restarts; no reset or replacement is needed.",
+        cause=f"the device plugin marked GPUs unhealthy on Xid {named}, which NVIDIA's plugin itself counts as "
+        'application errors ("the GPU should still be healthy", and nothing here says it stopped answering), but '
+        "the plugin never clears a mark it made, so the GPU stays out of allocatable until the plugin restarts; no "
+        "reset or replacement is needed.",
         evidence=[*evidence, *(f"Xid {c}: {xids.describe(c).meaning} ({xids.source()})" for c in codes)],
         fix=ctx.stack.render(restart) + "   # restarts the device plugin, which announces the GPUs healthy again; "
         f"so the next Xid {codes[0]} does not take one out again: {_skip_xids(ctx, plugin, codes)}",
@@ -276,17 +278,23 @@ def _skip_xids(ctx: Context, pod: Obj, codes: tuple[int, ...]) -> str:
     them where the running one predates it, else DP_DISABLE_HEALTHCHECKS naming them (its list form from v0.10.0)."""
     container: Obj = next(iter((pod.get("spec") or {}).get("containers") or []), {})
     name, tag = image_version(str(container.get("image", "")))
+    listed = ",".join(map(str, codes))
     if name != NVIDIA_PLUGIN:
-        return "run the plugin release the stack ships, which skips application Xids"
+        return f"take Xid {listed} out of the Xids the plugin's own health check settings act on"
     running = version_of(tag)
     since = sorted((version_of(SKIPPED_SINCE[c]) or (0, 0, 0), SKIPPED_SINCE[c]) for c in codes if c in SKIPPED_SINCE)
     newer = [v for parsed, v in since if running is not None and running < parsed]
     if newer:
         _, move = _to_release(ctx, pod, str(container.get("name", "")), newer[-1])
         return f"{move}   # {newer[-1]} and later skip Xid {', '.join(map(str, codes))} as application errors"
-    env = {"DP_DISABLE_HEALTHCHECKS": ",".join(map(str, codes))}
     ns = namespace_of(pod) or ctx.namespace
-    return ctx.stack.render(Fix(FixOp.SET_ENV, f"{ns}/{owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)}", {"env": env}))
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        # The operator renders the plugin's DaemonSet from its policy: the variable goes there, or it is undone.
+        kept = [{"name": e.name, "value": e.value} for e in ctx.policy.device_plugin.env if e.name != DISABLE_XIDS]
+        env = [*kept, {"name": DISABLE_XIDS, "value": listed}]
+        return ctx.stack.render(Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"env": env}}}))
+    target = f"{ns}/{owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)}"
+    return ctx.stack.render(Fix(FixOp.SET_ENV, target, {"env": {DISABLE_XIDS: listed}}))
 
 
 def _count_findings(
