@@ -76,6 +76,10 @@ CLUSTER_TESTS = {
     "test_a_ready_plugin_that_keeps_restarting_on_a_release_with_that_defect_is_moved_to_the_fixed_release",
     "gfd.known-defect": "test_doctor_known_releases::"
     "test_a_chart_release_that_renders_no_gfd_is_upgraded_to_the_chart_that_does",
+    "device-plugin.xid-marked": "test_doctor_beneath_the_plugin::"
+    "test_an_application_xid_an_old_plugin_marked_is_a_plugin_restart_and_the_release_that_skips_it",
+    "workload.cuda-unusable": "test_doctor_beneath_the_plugin::"
+    "test_cuda_busy_on_a_managed_gpu_pool_is_the_driver_and_the_pools_node_image_upgrade",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -50,6 +50,7 @@ FINDING_OF = {
     "cuda.system-not-ready": "driver.fabric-manager",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
+    "gke-device-plugin.driver-install-disabled": "driver.not-installed",
     HOST_PATH_ENTRY: "driver.not-installed",
 }
 #: The kubelet's waiting reasons for a container it never handed to the runtime: it could not get its image
@@ -216,14 +217,16 @@ def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
 
 
 def running_says(ctx: Context, view: NodeView) -> list[Failure]:
-    """Running operand containers whose log (read by the gather step) holds a message that proves a link
-    broken wherever it shows (catalog scope "anywhere", or NVML listing no GPU on a node image stack whose node
-    announces none): a plugin that keeps running after NVML failed under it is as good a witness as one
-    that crashed."""
+    """Running operand containers (init containers too: one that waits for a lower link may say why) whose log
+    (read by the gather step) holds a message that proves a link broken wherever it shows (catalog scope
+    "anywhere", or NVML listing no GPU on a node image stack whose node announces none): a plugin that keeps
+    running after NVML failed under it is as good a witness as one that crashed."""
     out = []
     image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
     for pod in view.pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        status = pod.get("status") or {}
+        inits = status.get("initContainerStatuses") or []
+        for cs in [*inits, *(status.get("containerStatuses") or [])]:
             if not (cs.get("state") or {}).get("running"):
                 continue
             text = ctx.log(pod, str(cs.get("name")))  # "" unless the gather step read it
@@ -235,7 +238,7 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
                         container=str(cs.get("name")),
                         reason="Running",
                         text=text,
-                        init=False,
+                        init=cs in inits,
                         restarts=int(cs.get("restartCount") or 0),
                     )
                 )

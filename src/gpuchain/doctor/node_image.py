@@ -53,6 +53,13 @@ AKS_ACCELERATOR = "kubernetes.azure.com/accelerator"
 AKS_IMAGE = "kubernetes.azure.com/node-image-version"
 #: The prefix of the labels AKS writes on each of its nodes (agentpool, node-image-version, cluster ...).
 AKS_PREFIX = "kubernetes.azure.com/"
+#: The node label that names the node's pool, as each cloud writes it: AKS's agent pool, GKE's node pool, an EKS
+#: managed node group.
+AKS_POOL, GKE_POOL, EKS_POOL = (
+    "kubernetes.azure.com/agentpool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+)
 
 
 def os_release(node: Obj) -> tuple[str, str]:
@@ -95,6 +102,9 @@ class NodeImage:
     install: str
     #: the cloud's way to have nodes without its driver, for the operator's ("" where the operator has none)
     without: str
+    #: the cloud's command that moves the node's pool to its current node image, whose driver is the one the cloud
+    #: ships now (a driver fault of the image is repaired there, not on the node)
+    upgrade: str = ""
 
 
 def node_image(node: Obj) -> NodeImage | None:
@@ -118,6 +128,9 @@ def node_image(node: Obj) -> NodeImage | None:
             f"{labels.get(GKE_COUNT) or '<n>'},gpu-driver-version=default (GKE installs the driver under "
             f"{GKE_DRIVER_ROOT}; the operator reads it there with hostPaths.driverInstallDir={GKE_DRIVER_ROOT})",
             without="an Ubuntu node pool with gpu-driver-version=disabled" if operator or os_id == "cos" else "",
+            upgrade=f"gcloud container clusters upgrade <cluster> --node-pool {labels.get(GKE_POOL) or '<pool>'} "
+            "(the pool's node image and driver of the cluster's GKE version; gpu-driver-version=latest on a new pool "
+            "for the newest driver branch)",
         )
     aks = AKS_IMAGE in labels or (provider.startswith("azure://") and any(k.startswith(AKS_PREFIX) for k in labels))
     if labels.get(AKS_ACCELERATOR) == "nvidia" or aks:
@@ -136,6 +149,9 @@ def node_image(node: Obj) -> NodeImage | None:
             "or recreate it with a GPU VM size AKS provisions as one, without --skip-gpu-driver-install, so AKS "
             "installs the NVIDIA driver and runtime",
             without="a node pool created with --skip-gpu-driver-install",
+            upgrade="az aks nodepool upgrade --resource-group <resource group> --cluster-name <cluster> --name "
+            f"{labels.get(AKS_POOL) or '<pool>'} --node-image-only (the pool's latest AKS node image and its GPU "
+            "driver)",
         )
     if os_id in ("bottlerocket", "amzn"):
         ships = "nvidia" in image.lower() if os_id == "bottlerocket" else True
@@ -148,5 +164,8 @@ def node_image(node: Obj) -> NodeImage | None:
             install="the EKS accelerated AMI for the node group (AL2023 NVIDIA, or Bottlerocket's -nvidia variant), "
             "which carries the driver and runtime",
             without="",
+            upgrade="aws eks update-nodegroup-version --cluster-name <cluster> --nodegroup-name "
+            f"{labels.get(EKS_POOL) or '<node group>'} (the latest accelerated AMI release for the cluster's "
+            "Kubernetes version, with its driver; a self-managed group: its launch template's AMI)",
         )
     return None

@@ -105,11 +105,23 @@ def _tolerable(block: Blocker) -> tuple[dict[str, Any], ...]:
     return tuple(t for t in block.taints or (block.detail,) if not str(t.get("key", "")).startswith(CONDITION_TAINTS))
 
 
+def _as_admitted(ctx: Context, pod: Obj) -> dict[str, Any]:
+    """The pod's spec as the API server keeps it: where it runs the ExtendedResourceToleration admission plugin (a
+    field of the stack), with the toleration that plugin adds for each extended resource the pod requests ({key:
+    <resource>, operator: Exists, effect: NoSchedule}), which a spec taken from elsewhere (a manifest, a template)
+    lacks."""
+    spec: dict[str, Any] = dict(pod.get("spec") or {})
+    if ctx.stack.extended_resource_toleration:
+        added = [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(pod_gpu_requests(pod))]
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
+    return spec
+
+
 def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> Finding | None:
     """Every GPU node keeps ``pod`` off by a taint it does not tolerate or a label it selects: the change to the
     pod's owner (or the nodes) that lets it onto them. None when some GPU node admits it (then it waits for GPUs)
     or a node's own fault keeps it off."""
-    spec: dict[str, Any] = dict(pod.get("spec") or {})
+    spec = _as_admitted(ctx, pod)
     views = ctx.views
     blocks = [(v, pod_blocker(spec, v.node)) for v in views]
     if any(b is None for _, b in blocks):

@@ -161,11 +161,15 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     """`needs_logs`'s containers with their statuses, from one pass over the pods (at 10,000
     nodes each pass over their pods costs a noticeable part of the doctor's time)."""
     stack = detect(snapshot)
-    unregistered = {
-        str(n.get("metadata", {}).get("name"))
-        for n in snapshot.nodes
-        if not any(v > 0 for v in node_gpu_resources(n).values())
-    }
+    # Nodes that announce no GPU, and nodes that offer fewer than they announce: the running plugin's log says why
+    # (it did not register; the Xid it took each GPU out for).
+    unregistered, short = set(), set()
+    for n in snapshot.nodes:
+        name, capacity = str(n.get("metadata", {}).get("name")), node_gpu_resources(n)
+        if not any(v > 0 for v in capacity.values()):
+            unregistered.add(name)
+        elif any(v < capacity.get(k, v) for k, v in node_gpu_resources(n, "allocatable").items()):
+            short.add(name)
     # A MIG manager's log says why its node's layout change failed or waits, though its pod runs ready.
     mig_stuck = {
         str(n.get("metadata", {}).get("name"))
@@ -213,7 +217,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     samples.setdefault((str(namespace), str(owner)), (key, cs))
         if states:
             node = (pod.get("spec") or {}).get("nodeName")
-            on_bare_node = ("device-plugin" in states and node in unregistered) or (
+            on_bare_node = ("device-plugin" in states and (node in unregistered or node in short)) or (
                 "mig-manager" in states and node in mig_stuck
             )
             inits = status.get("initContainerStatuses") or []
@@ -222,20 +226,28 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
                     if not _last_message(cs):
                         crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
-                # A running init container is waiting for a lower link, unless it already restarted.
+                # A running init container is waiting for a lower link, unless it already restarted; or unless it
+                # is no validation wait and holds the plugin of a node that announces no GPU (GKE's driver installer
+                # says there why it waits).
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
-                    and not (cs in inits and not cs.get("restartCount"))
+                    and not (
+                        cs in inits
+                        and not cs.get("restartCount")
+                        and (not on_bare_node or cs.get("name") in stack.validations)
+                    )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue
+        # Running but not ready or restarted, or crash-looping: a crash-looping container's log is its last run's.
         troubled = [
             cs
             for cs in status.get("containerStatuses") or []
-            if (cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount"))
+            if ((cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")))
+            or ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
         ]
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]

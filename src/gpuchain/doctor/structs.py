@@ -158,6 +158,11 @@ class Stack:
     #: operand state -> the node label whose ``false`` keeps it off a node, where that is not the
     #: operand's own ``nvidia.com/gpu.deploy.<operand>`` (gpuchain's node agent: one label for its roles)
     deploy_labels: dict[str, str] = field(default_factory=dict)
+    #: whether the cluster's API server runs the ExtendedResourceToleration admission plugin, which gives every pod
+    #: that requests an extended resource (nvidia.com/gpu) a toleration of the NoSchedule taint of that name
+    #: (kubernetes plugin/pkg/admission/extendedresourcetoleration/admission.go): such a taint never keeps those
+    #: pods off, whatever their spec as written says
+    extended_resource_toleration: bool = False
     #: operand state -> the logger its lines carry where one container serves several operands
     #: (gpuchain's node agent), so each link reads its own lines of the shared log
     loggers: dict[str, str] = field(default_factory=dict)

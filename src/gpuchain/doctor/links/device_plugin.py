@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from gpuchain.common.labels import DEVICE_PLUGIN_CONFIG, MIG_CONFIG, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
@@ -30,12 +31,13 @@ from gpuchain.doctor.links.toolkit import (
     nvml_evidence,
     runtime_not_default,
 )
-from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.doctor.releases import defect, image_version
+from gpuchain.doctor.releases import defect, image_version, version_of
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
+from gpuchain.gpu import xid as xids
 from gpuchain.kube.allocator import DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
@@ -185,6 +187,12 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
     evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
+    answering = not any(f.lost for f in health.faults.values()) and not catalog.find(
+        "\n".join([plugin_log, *events]), "nvml.gpu-lost"
+    )
+    marked = _application_xids(hits) if answering else ()
+    if plugin is not None and marked:
+        return _xid_marked(ctx, view, plugin, marked, evidence)
     # One delete per pod: kubectl applies the last -n to every name of one command, so pods of several
     # namespaces in one command would be looked for in the last namespace only.
     targets = " && ".join(f"kubectl delete pod -n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
@@ -212,6 +220,81 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
         fix=evict + ctx.stack.render(action).removeprefix("# "),
         action=action,
     )
+
+
+#: The Xid number in the plugin's XidCriticalError line (catalog k8s-device-plugin.xid-critical).
+XID_NUMBER = re.compile(r"Xid=(\d+)")
+#: The release of NVIDIA's device plugin from which it skips each application Xid it did not always skip: v0.9.0 and
+#: earlier skip 31, 43 and 45 only (nvidia.go@v0.9.0 checkHealth); v0.10.0 adds 13 and 68 and reads
+#: DP_DISABLE_HEALTHCHECKS as a list of more Xids to skip (cmd/nvidia-device-plugin/nvidia.go@v0.10.0
+#: applicationErrorXids, getAdditionalXids); v0.17.1 adds 109 (internal/rm/health.go@v0.17.1, pull request #1171).
+SKIPPED_SINCE = {13: "v0.10.0", 68: "v0.10.0", 109: "v0.17.1"}
+#: The repository name of NVIDIA's device plugin image (nvcr.io/nvidia/k8s-device-plugin), whose releases those are.
+NVIDIA_PLUGIN = "k8s-device-plugin"
+#: NVIDIA's plugin's variable naming Xids it skips besides its own list (gpuchain.gpu.xid reads it the same way).
+DISABLE_XIDS = xids.ENV_DISABLE
+
+
+def _application_xids(lines: list[str]) -> tuple[int, ...]:
+    """The Xids the plugin's XidCriticalError ``lines`` name when every one of them is an application error: one of
+    the Xids NVIDIA's plugin itself skips as "Application errors: the GPU should still be healthy" (its
+    ignoredXids, NVIDIA's Xid catalog's classes: `gpuchain.gpu.xid.default_ignored`); () when a line names another
+    (a hardware Xid: the GPU itself needs the repair) or none does."""
+    codes = sorted({int(m.group(1)) for ln in lines if (m := XID_NUMBER.search(ln))})
+    return tuple(codes) if codes and set(codes) <= xids.default_ignored() else ()
+
+
+def _xid_marked(ctx: Context, view: NodeView, plugin: Obj, codes: tuple[int, ...], evidence: list[str]) -> Finding:
+    """GPUs the device plugin took out on application Xids while the GPU itself still answers: NVIDIA's plugin never
+    returns a device it marked unhealthy to healthy (internal/plugin/server.go@v0.20.0: "there is no way to recover
+    from the Unhealthy state"), so the mark outlives the application that caused it until the plugin restarts. The
+    repair is the restart; what keeps it from coming back is the release that skips those Xids, or
+    DP_DISABLE_HEALTHCHECKS naming them."""
+    state = pod_state(plugin)
+    restart = Fix.delete_pod(
+        state.restart_in(ctx.namespace),
+        state.name,
+        **{NOT_SIMULATED: "an application Xid's mark in the plugin is not a scenario fact"},
+    )
+    named = ", ".join(f"{c} ({xids.describe(c).meaning})" for c in codes)
+    return node_finding(
+        view,
+        fid="device-plugin.xid-marked",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"the device plugin marked GPUs unhealthy on Xid {named}, which NVIDIA's plugin itself counts as "
+        'application errors ("the GPU should still be healthy", and nothing here says it stopped answering), but '
+        "the plugin never clears a mark it made, so the GPU stays out of allocatable until the plugin restarts; no "
+        "reset or replacement is needed.",
+        evidence=[*evidence, *(f"Xid {c}: {xids.describe(c).meaning} ({xids.source()})" for c in codes)],
+        fix=ctx.stack.render(restart) + "   # restarts the device plugin, which announces the GPUs healthy again; "
+        f"so the next Xid {codes[0]} does not take one out again: {_skip_xids(ctx, plugin, codes)}",
+        action=restart,
+    )
+
+
+def _skip_xids(ctx: Context, pod: Obj, codes: tuple[int, ...]) -> str:
+    """The lasting change for a plugin that marks GPUs unhealthy on application Xids: NVIDIA's release that skips
+    them where the running one predates it, else DP_DISABLE_HEALTHCHECKS naming them (its list form from v0.10.0)."""
+    container: Obj = next(iter((pod.get("spec") or {}).get("containers") or []), {})
+    name, tag = image_version(str(container.get("image", "")))
+    listed = ",".join(map(str, codes))
+    if name != NVIDIA_PLUGIN:
+        return f"take Xid {listed} out of the Xids the plugin's own health check settings act on"
+    running = version_of(tag)
+    since = sorted((version_of(SKIPPED_SINCE[c]) or (0, 0, 0), SKIPPED_SINCE[c]) for c in codes if c in SKIPPED_SINCE)
+    newer = [v for parsed, v in since if running is not None and running < parsed]
+    if newer:
+        _, move = _to_release(ctx, pod, str(container.get("name", "")), newer[-1])
+        return f"{move}   # {newer[-1]} and later skip Xid {', '.join(map(str, codes))} as application errors"
+    ns = namespace_of(pod) or ctx.namespace
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        # The operator renders the plugin's DaemonSet from its policy: the variable goes there, or it is undone.
+        kept = [{"name": e.name, "value": e.value} for e in ctx.policy.device_plugin.env if e.name != DISABLE_XIDS]
+        env = [*kept, {"name": DISABLE_XIDS, "value": listed}]
+        return ctx.stack.render(Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"env": env}}}))
+    target = f"{ns}/{owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)}"
+    return ctx.stack.render(Fix(FixOp.SET_ENV, target, {"env": {DISABLE_XIDS: listed}}))
 
 
 def _count_findings(
@@ -632,6 +715,18 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
 
 
+def _to_release(ctx: Context, pod: Obj, container: str, version: str) -> tuple[Fix | None, str]:
+    """The plugin ``pod``'s ``container`` moved to image release ``version``: the policy's devicePlugin.version where
+    the stack's policy runs it, else its DaemonSet's image."""
+    if (namespace_of(pod) or ctx.namespace) == ctx.namespace and ctx.policy_obj is not None:
+        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"version": version}}})
+        return patch, ctx.stack.render(patch)
+    images = {c.get("name"): str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or []}
+    repository = images.get(container, "").rpartition(":")[0]
+    ds = owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)
+    return None, f"kubectl -n {namespace_of(pod) or ctx.namespace} set image ds/{ds} {container}={repository}:{version}"
+
+
 def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
     """A plugin that runs ready but restarted after runs that ended in error, on a release whose own notes name
     that defect (releases.yaml): the release that fixed it is the repair, not another restart."""
@@ -643,14 +738,7 @@ def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
         found = defect(name, tag, "restarts") if cs.get("restartCount") and last.get("exitCode") else None
         if found is None:
             continue
-        ns = namespace_of(pod) or ctx.namespace
-        fixed = f"{image.rpartition(':')[0]}:{found.fixed_in}"
-        action: Fix | None = None
-        if ns == ctx.namespace and ctx.policy_obj is not None:
-            patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"version": found.fixed_in}}})
-            action, fix = patch, ctx.stack.render(patch)
-        else:
-            fix = f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)} {cs.get('name')}={fixed}"
+        action, fix = _to_release(ctx, pod, str(cs.get("name")), found.fixed_in)
         return Result(
             LinkState.DEGRADED,
             f"device plugin {tag} restarts: a known defect of that release",

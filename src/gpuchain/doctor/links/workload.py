@@ -10,11 +10,13 @@ from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.failures import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
 from gpuchain.doctor.scheduling import owner_of, patch_fix
-from gpuchain.kube.gpu_resources import pod_gpu_requests
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import RUNTIME_CLASS_HANDLER, TOOLKIT
+from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
 
 NVML_LOST = "nvml.unknown-error-in-workload"
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
@@ -233,6 +235,81 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     )
 
 
+#: What a GPU workload prints when CUDA does not start on the GPU it was given, for the driver under it (catalog.yaml),
+#: most specific first: PyTorch's and the CUDA runtime's words (cudaError 35, 46, 100), NVML's with no module loaded.
+CUDA_UNUSABLE = (
+    "pytorch.driver-too-old",
+    "cuda.insufficient-driver",
+    "cuda.devices-unavailable",
+    "cuda.no-device",
+    "nvml.driver-not-loaded",
+)
+#: Of those, the words CUDA also answers in a container the NVIDIA runtime gave no driver library at all
+#: (cudaErrorInsufficientDriver with no libcuda): read as the driver only where the pod was meant to get one.
+ALSO_NO_LIBRARY = ("cuda.insufficient-driver",)
+#: The node labels that say which driver it runs (NVIDIA's GFD), quoted beside what the pods say.
+DRIVER_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major", "nvidia.com/gpu.product")
+
+
+def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
+    """GPU pods whose CUDA does not start on a node whose device plugin runs and announces GPUs: the plugin handed out
+    GPUs the driver under it will not serve (a compute mode that refuses contexts, a vGPU guest driver without a
+    license, a driver older than the image's CUDA, no module loaded), so the node's driver is the root, not the pods
+    and not the plugin. On a managed node image the driver is the image's: the pool's node image upgrade repairs it."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    if plugin is None or not pod_state(plugin).ready or not any(node_gpu_resources(view.node).values()):
+        return None
+    hit: list[Obj] = []
+    said: catalog.Match | None = None
+    for pod in apps:
+        if not pod_gpu_requests(pod):
+            continue
+        text = _said_by(ctx, pod)
+        found = catalog.find(text, *CUDA_UNUSABLE)
+        if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *ANYWHERE):
+            continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
+        meant = (pod.get("spec") or {}).get("runtimeClassName") or ctx.policy_obj is None
+        if found.entry.id in ALSO_NO_LIBRARY and not meant:
+            continue  # a pod the operator's nvidia runtime class does not run: maybe no driver library was injected
+        hit.append(pod)
+        said = said or found
+    if said is None:
+        return None
+    refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
+    image = node_image(view.node)
+    if image is not None and image.ships_driver and image.upgrade:
+        work = f"the driver is {image.cloud}'s node image's: upgrade the node pool's node image: {image.upgrade}"
+    else:
+        work = said.entry.fix
+    again = " && ".join(f"kubectl delete pod -n {namespace_of(p)} {name_of(p)}" for p in hit[:3])
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"{work}; then {again}",
+            "drain": False,
+            NOT_SIMULATED: "the driver's compute mode, license and CUDA version are not scenario facts",
+        },
+    )
+    return node_finding(
+        view,
+        fid="workload.cuda-unusable",
+        sev=Severity.ERROR,
+        link="driver",
+        cause="GPU pods on this node fail to start CUDA on the GPUs the device plugin gave them, while the plugin runs "
+        f"and announces GPUs, so the fault is under it, in the node's driver: {said.entry.cause}",
+        evidence=[
+            f"GPU pods failing: {refs}",
+            *said.evidence("pod says"),
+            f"node {view.name} announces {', '.join(f'{k} {v}' for k, v in node_gpu_resources(view.node).items())}",
+            *(f"label {k}={view.labels[k]}" for k in DRIVER_LABELS if k in view.labels),
+            *(image.said if image is not None else ()),
+        ],
+        fix=ctx.stack.render(action),
+        action=action,
+    )
+
+
 def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     """Application pods on a GPU node: refused at admission, refused at start by the runtime hook, GPU claims
     the DRA path cannot set up, GPUs that went away under them, and GPUs seen without a request."""
@@ -247,6 +324,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     no_driver = _no_driver_injected(ctx, view, apps)
     if no_driver is not None:
         findings.append(no_driver)
+    unusable = _cuda_unusable(ctx, view, apps)
+    if unusable is not None:
+        findings.append(unusable)
     unprepared = claims_not_prepared(ctx, view)
     if unprepared is not None:
         findings.append(unprepared)

@@ -54,10 +54,17 @@ def detect(snapshot: Snapshot) -> Stack | None:
         # NVIDIA/dcgm-exporter#59): an operand of another release must mount it to load NVML.
         driver_root="/home/kubernetes/bin/nvidia",
         # GKE's documented ways to get the driver onto a GPU node pool (cloud.google.com/kubernetes-engine/
-        # docs/how-to/gpus): the pool's gpu-driver-version, or the driver installer DaemonSet.
+        # docs/how-to/gpus): the pool's gpu-driver-version, the node label that asks node auto-provisioning for a
+        # pool with one (the installer DaemonSets select nodes without it: container-engine-accelerators
+        # nvidia-driver-installer/cos/daemonset-preloaded.yaml), or the driver installer DaemonSet.
         driver_install="install the NVIDIA driver on the node: recreate its node pool with --accelerator "
-        "...,gpu-driver-version=default (latest for a GPU the default driver branch does not support), or kubectl "
+        "...,gpu-driver-version=default (latest for a GPU the default driver branch does not support); for a pool "
+        "node auto-provisioning creates, give the GPU pods the nodeSelector cloud.google.com/gke-gpu-driver-version: "
+        "default (or latest), so the pools it makes install the driver; or kubectl "
         "apply -f https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master/"
         "nvidia-driver-installer/cos/daemonset-preloaded.yaml (daemonset-preloaded-latest.yaml for the latest "
         "driver; ubuntu/daemonset-preloaded.yaml on Ubuntu node images)",
+        # GKE's API server runs ExtendedResourceToleration: pods that request nvidia.com/gpu get the toleration of
+        # the nvidia.com/gpu taint GKE puts on GPU node pools (cloud.google.com/kubernetes-engine/docs/concepts/gpus).
+        extended_resource_toleration=True,
     )
