@@ -272,7 +272,8 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
 ) -> None:
     # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
     # and not the ones no reader of a snapshot reads (a pod's volumes and its containers' mounts, the
-    # lists of its IPs, its container statuses' runtime ids, any object's managedFields).
+    # lists of its IPs, its container statuses' runtime ids, the defaults the API server fills in,
+    # its probes, its conditions' timestamps, any object's managedFields).
     cluster = LiveCluster.from_url("http://127.0.0.1:9")
     mount = {"name": "v", "mountPath": "/v"}
     items = [
@@ -281,11 +282,33 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "spec": {
                 "nodeName": "n1",
                 "volumes": [{"name": "v", "emptyDir": {}}],
-                "containers": [{"name": "c", "volumeMounts": [mount]}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "volumeMounts": [mount],
+                        "readinessProbe": {"exec": {"command": ["true"]}},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "imagePullPolicy": "IfNotPresent",
+                    }
+                ],
                 "initContainers": None,
+                "dnsPolicy": "ClusterFirst",
+                "schedulerName": "default-scheduler",
+                "serviceAccountName": "default",
+                "terminationGracePeriodSeconds": 30,
             },
             "status": {
                 "podIP": "10.0.0.1",
+                "qosClass": "BestEffort",
+                "startTime": "2026-01-01T00:00:00Z",
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
                 "podIPs": [{"ip": "10.0.0.1"}],
                 "hostIPs": [{"ip": "10.1.0.1"}],
                 "containerStatuses": [
@@ -296,6 +319,7 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
                         "containerID": "containerd://0a",
                         "imageID": "nvcr.io/x@sha256:0b",
                         "volumeMounts": [mount],
+                        "started": True,
                     }
                 ],
             },
@@ -312,6 +336,7 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "initContainers": None},
             "status": {
                 "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [
                     {"name": "c", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
                 ],
