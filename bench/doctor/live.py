@@ -12,7 +12,7 @@ responses a kube-apiserver would send (managedFields, defaults, node images: see
   through lightkube (one request a list, ``json.loads``, every field), then diagnose, with Python's
   cyclic collector running as usual;
 - after: ``run_doctor`` on `LiveCluster` as it is (``list_readonly``: pages of 500, each next page
-  asked for while this one is decoded, msgspec, no managedFields nor node images; the collector
+  read and inflated while this one is decoded, msgspec, no managedFields nor node images; the collector
   paused for the run);
 - the diagnosis alone, on the snapshot "after" gathered (the doctor's own time), collector paused.
 

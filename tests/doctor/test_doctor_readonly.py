@@ -50,7 +50,8 @@ class Decoded(LiveCluster):
 
     store: MemoryCluster
 
-    def _page(self, resource: type[Any], params: dict[str, Any], ns: dict[str, Any]) -> bytes:
+    def _page(self, resource: type[Any], params: dict[str, Any], ns: dict[str, Any], read: Any = None) -> bytes:
+        # One page, never read ahead: nothing waits on ``read``.
         info = resource._api_info.resource
         kind = kind_of({"apiVersion": f"{info.group}/{info.version}".lstrip("/"), "kind": info.kind})
         namespace = ns.get("namespace")

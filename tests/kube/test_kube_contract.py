@@ -101,23 +101,33 @@ def test_returned_objects_are_copies(cluster: Cluster) -> None:
 
 def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` less what ``list_readonly`` may leave out (``Cluster.list_readonly``):
-    ``metadata.managedFields``, a Node's ``status.images``, a Pod's ``spec.volumes`` and its
-    containers' ``volumeMounts``, its ``status.podIPs``/``hostIPs`` and its container statuses'
-    ``containerID``, ``imageID`` and ``volumeMounts``."""
+    ``metadata.managedFields``, a Node's ``status.images``, of a Pod its ``spec.volumes``, the
+    defaults the API server fills into its spec, its containers' ``volumeMounts``, probes and
+    policies, its ``status.podIPs``/``hostIPs``, ``qosClass`` and ``startTime``, its conditions'
+    timestamps and its container statuses' ``containerID``, ``imageID``, ``volumeMounts`` and ``started``."""
     out = copy.deepcopy(obj)
     out["metadata"].pop("managedFields", None)
     if out.get("kind") == "Node":
         out.get("status", {}).pop("images", None)
     if out.get("kind") == "Pod":
         spec, status = out.get("spec", {}), out.get("status", {})
-        spec.pop("volumes", None)
-        for key in ("podIPs", "hostIPs"):
+        for key in ("volumes", "dnsPolicy", "schedulerName", "serviceAccount", "serviceAccountName"):
+            spec.pop(key, None)
+        for key in ("enableServiceLinks", "preemptionPolicy", "terminationGracePeriodSeconds"):
+            spec.pop(key, None)
+        for key in ("podIPs", "hostIPs", "qosClass", "startTime"):
             status.pop(key, None)
         for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-            c.pop("volumeMounts", None)
+            for key in ("volumeMounts", "livenessProbe", "readinessProbe", "startupProbe", "imagePullPolicy"):
+                c.pop(key, None)
+            for key in ("terminationMessagePath", "terminationMessagePolicy"):
+                c.pop(key, None)
         for cs in [*(status.get("containerStatuses") or ()), *(status.get("initContainerStatuses") or ())]:
-            for key in ("containerID", "imageID", "volumeMounts"):
+            for key in ("containerID", "imageID", "volumeMounts", "started"):
                 cs.pop(key, None)
+        for condition in status.get("conditions") or ():
+            for key in ("lastProbeTime", "lastTransitionTime"):
+                condition.pop(key, None)
     return out
 
 

@@ -3,16 +3,19 @@ request, the strategic merge patch of a condition, a watch's field selector, and
 
 from __future__ import annotations
 
+import gzip
 import importlib.metadata
 import json
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 from kube.kmock_server import kmock_server
@@ -197,9 +200,13 @@ def _pages_served(cluster: LiveCluster, bodies: dict[str, bytes], monkeypatch: p
     """Serve list pages from ``bodies`` by their ``continue`` token ("" first); the tokens asked, in order."""
     asked: list[str] = []
 
-    def page(resource: object, params: dict[str, object], ns: dict[str, object]) -> bytes:
+    def page(
+        resource: object, params: dict[str, object], ns: dict[str, object], read: threading.Event | None = None
+    ) -> bytes:
         token = str(params.get("continue") or "")
         asked.append(token)
+        if read is not None:
+            read.set()
         return bodies[token]
 
     monkeypatch.setattr(cluster, "_page", page)
@@ -238,12 +245,35 @@ def test_list_readonly_asks_for_the_next_page_from_the_head_and_trusts_the_decod
     assert cluster.calls.snapshot() == {"list": 5}
 
 
+def test_list_readonly_asks_for_gzip_and_inflates_it_as_the_api_server_sends_it() -> None:
+    # The API server gzips a body over 128 KiB (k8s.io/apiserver responsewriters/writers.go) for a
+    # client that accepts it; list_readonly reads the compressed body whole and inflates it itself.
+    # Pages of 15,000 nodes are over a MiB inflated, the pieces httpx would inflate in.
+    names = [f"gpu-{i}" for i in range(30000)]
+    bodies = {"": _body(names[:15000], "b"), "b": _body(names[15000:], "")}
+    accepted: list[str] = []
+
+    def serve(request: httpx2.Request) -> httpx2.Response:
+        accepted.append(request.headers.get("Accept-Encoding", ""))
+        body = bodies[request.url.params.get("continue", "")]
+        assert len(body) > 1024 * 1024
+        sent = httpx2.ByteStream(gzip.compress(body, 1))  # unread, as from the network
+        return httpx2.Response(200, stream=sent, headers={"Content-Encoding": "gzip"})
+
+    cluster = LiveCluster.from_url("http://127.0.0.1:9")
+    cluster._client._client._client._transport = httpx2.MockTransport(serve)
+    nodes = cluster.list_readonly(NODE)
+    assert [n["metadata"] for n in nodes] == [{"name": n} for n in names]
+    assert accepted == ["gzip", "gzip"]
+
+
 def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leaves_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
     # and not the ones no reader of a snapshot reads (a pod's volumes and its containers' mounts, the
-    # lists of its IPs, its container statuses' runtime ids, any object's managedFields).
+    # lists of its IPs, its container statuses' runtime ids, the defaults the API server fills in,
+    # its probes, its conditions' timestamps, any object's managedFields).
     cluster = LiveCluster.from_url("http://127.0.0.1:9")
     mount = {"name": "v", "mountPath": "/v"}
     items = [
@@ -252,11 +282,33 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "spec": {
                 "nodeName": "n1",
                 "volumes": [{"name": "v", "emptyDir": {}}],
-                "containers": [{"name": "c", "volumeMounts": [mount]}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "volumeMounts": [mount],
+                        "readinessProbe": {"exec": {"command": ["true"]}},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "imagePullPolicy": "IfNotPresent",
+                    }
+                ],
                 "initContainers": None,
+                "dnsPolicy": "ClusterFirst",
+                "schedulerName": "default-scheduler",
+                "serviceAccountName": "default",
+                "terminationGracePeriodSeconds": 30,
             },
             "status": {
                 "podIP": "10.0.0.1",
+                "qosClass": "BestEffort",
+                "startTime": "2026-01-01T00:00:00Z",
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
                 "podIPs": [{"ip": "10.0.0.1"}],
                 "hostIPs": [{"ip": "10.1.0.1"}],
                 "containerStatuses": [
@@ -267,6 +319,7 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
                         "containerID": "containerd://0a",
                         "imageID": "nvcr.io/x@sha256:0b",
                         "volumeMounts": [mount],
+                        "started": True,
                     }
                 ],
             },
@@ -283,6 +336,7 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "initContainers": None},
             "status": {
                 "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [
                     {"name": "c", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
                 ],

@@ -62,17 +62,22 @@ class WholeObjects(LiveCluster):
 
 def _left_out(obj: Obj) -> Obj:
     """``obj`` less what the fast read leaves out: managedFields, a node's images, a pod's volumes and
-    its containers' mounts, its lists of IPs and its container statuses' runtime ids and mounts."""
+    its containers' mounts, probes and policies, its lists of IPs, its container statuses' runtime
+    ids, mounts and ``started``, its conditions' timestamps and the defaults the server fills in."""
     out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
     if obj["kind"] == "Node":
         out["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
     if obj["kind"] == "Pod":
-        out["spec"] = _less(obj["spec"], ("volumes",), ("containers", "initContainers"), ("volumeMounts",))
+        defaults = ("volumes", "dnsPolicy", "schedulerName", "serviceAccount", "serviceAccountName")
+        defaults += ("enableServiceLinks", "preemptionPolicy", "terminationGracePeriodSeconds")
+        container = ("volumeMounts", "livenessProbe", "readinessProbe", "startupProbe", "imagePullPolicy")
+        container += ("terminationMessagePath", "terminationMessagePolicy")
+        out["spec"] = _less(obj["spec"], defaults, ("containers", "initContainers"), container)
         if "status" in obj:
-            ids = ("containerID", "imageID", "volumeMounts")
-            out["status"] = _less(
-                obj["status"], ("podIPs", "hostIPs"), ("containerStatuses", "initContainerStatuses"), ids
-            )
+            ids = ("containerID", "imageID", "volumeMounts", "started")
+            status = ("podIPs", "hostIPs", "qosClass", "startTime")
+            out["status"] = _less(obj["status"], status, ("containerStatuses", "initContainerStatuses"), ids)
+            out["status"] = _less(out["status"], (), ("conditions",), ("lastProbeTime", "lastTransitionTime"))
     return out
 
 
