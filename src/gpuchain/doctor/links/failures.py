@@ -10,6 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
@@ -25,7 +26,7 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.releases import Defect, fixed_image, image_version, showing
+from gpuchain.doctor.releases import showing
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -767,70 +768,3 @@ def not_ready(
             ),
         ),
     )
-
-
-def release_repair(
-    ctx: Context, *, view: NodeView, pod: Obj | None, operand: Operand, shown: tuple[Defect, ...]
-) -> Known | None:
-    """The release that repairs a defect of ``shown`` (the releases whose defect the evidence shows, releases.yaml)
-    on ``pod``: where the Helm chart that renders it is an affected release, the chart's fixed release; where one of
-    its images is, that image at the fixed release, set where it comes from (the stack's policy for its own
-    operand, else the DaemonSet, as no stack ships a release for it); with no pod (a toolkit installed on the
-    host, whose version no object shows), the release to move to if it runs an older one. None where the pod runs
-    a release the defect does not affect."""
-    if pod is None:
-        hit = next((d for d in shown if d.by == "image"), None)
-        if hit is None:
-            return None
-        back = f" (or back to {hit.last_good})" if hit.last_good else ""
-        return Known(
-            cause=f"{hit.name} releases before {hit.fixed_in} have a known defect here: {hit.cause}",
-            evidence=(f"release note: {hit.line}", hit.cite()),
-            action=None,
-            fix=f"# if its {hit.name} predates {hit.fixed_in}, upgrade the {hit.name} to >= {hit.fixed_in}{back} on "
-            f"{view.name} (or in the node image that carries it)",
-        )
-    ns = namespace_of(pod) or ctx.namespace
-    ds = owner_daemonset(ctx, pod)
-    labels = (ds.get("metadata") or {}).get("labels") or {}
-    release = labels.get(HELM_RELEASE)
-    name, chart, version = chart_of(ctx, labels)
-    hit = next((d for d in shown if d.by == "chart" and release and d.component == name and d.covers(version)), None)
-    if hit is not None:
-        return Known(
-            cause=f"It is a known defect of the {name} chart {version}, fixed in {hit.fixed_in}: {hit.cause}",
-            evidence=(f"DaemonSet {ns}/{name_of(ds)}: chart {name}-{version}", f"release note: {hit.line}", hit.cite()),
-            action=None,
-            fix=f"helm upgrade {release} {chart} -n {ns} --version {hit.fixed_in} --reuse-values   # the chart "
-            "release that fixed it",
-        )
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        image = str(container.get("image", ""))
-        component, tag = image_version(image)
-        hit = next((d for d in shown if d.by == "image" and d.component == component), None)
-        if hit is None:
-            continue
-        hit = next((d for d in shown if d.by == "image" and d.component == component and d.covers(tag)), None)
-        if hit is None:
-            return None  # it runs a release the defect does not affect
-        fixed = fixed_image(image, hit)
-        action: Fix | None = None
-        if ns == ctx.namespace and ctx.policy_obj is not None:
-            action = Fix(
-                FixOp.PATCH_POLICY,
-                ctx.policy_name,
-                {"spec": {operand.spec_key: {"version": fixed.rpartition(":")[2]}}},
-            )
-            fix = ctx.stack.render(action)
-        else:
-            fix = f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(operand)} {container.get('name')}={fixed}"
-        back = f" (or back to {hit.last_good})" if hit.last_good else ""
-        values = f", and image.tag in the values of Helm release {release}" if release and action is None else ""
-        return Known(
-            cause=f"It is a known defect of {hit.name} {tag}, fixed in {hit.fixed_in}: {hit.cause}",
-            evidence=(f"container {container.get('name')}: {image}", f"release note: {hit.line}", hit.cite()),
-            action=action,
-            fix=f"{fix}   # {hit.name} {hit.fixed_in}, the release that fixed it{back}{values}",
-        )
-    return None

@@ -18,7 +18,7 @@ from gpuchain.common.labels import (
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
-from gpuchain.doctor.links.failures import release_repair
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
