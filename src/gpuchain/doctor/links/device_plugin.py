@@ -22,6 +22,7 @@ from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
+from gpuchain.doctor.links.releases import set_release
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
     NO_NVML,
@@ -285,7 +286,9 @@ def _skip_xids(ctx: Context, pod: Obj, codes: tuple[int, ...]) -> str:
     since = sorted((version_of(SKIPPED_SINCE[c]) or (0, 0, 0), SKIPPED_SINCE[c]) for c in codes if c in SKIPPED_SINCE)
     newer = [v for parsed, v in since if running is not None and running < parsed]
     if newer:
-        _, move = _to_release(ctx, pod, str(container.get("name", "")), newer[-1])
+        image = f"{str(container.get('image', '')).rpartition(':')[0]}:{newer[-1]}"
+        ctr = str(container.get("name", ""))
+        _, move = set_release(ctx, pod=pod, operand=DEVICE_PLUGIN, container=ctr, image=image)
         return f"{move}   # {newer[-1]} and later skip Xid {', '.join(map(str, codes))} as application errors"
     ns = namespace_of(pod) or ctx.namespace
     if ns == ctx.namespace and ctx.policy_obj is not None:
@@ -715,18 +718,6 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 # -- 4. feature discovery, exporter, MIG --------------------------------------------------------
 
 
-def _to_release(ctx: Context, pod: Obj, container: str, version: str) -> tuple[Fix | None, str]:
-    """The plugin ``pod``'s ``container`` moved to image release ``version``: the policy's devicePlugin.version where
-    the stack's policy runs it, else its DaemonSet's image."""
-    if (namespace_of(pod) or ctx.namespace) == ctx.namespace and ctx.policy_obj is not None:
-        patch = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"version": version}}})
-        return patch, ctx.stack.render(patch)
-    images = {c.get("name"): str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or []}
-    repository = images.get(container, "").rpartition(":")[0]
-    ds = owner_ds(pod) or ctx.ds(DEVICE_PLUGIN)
-    return None, f"kubectl -n {namespace_of(pod) or ctx.namespace} set image ds/{ds} {container}={repository}:{version}"
-
-
 def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
     """A plugin that runs ready but restarted after runs that ended in error, on a release whose own notes name
     that defect (releases.yaml): the release that fixed it is the repair, not another restart."""
@@ -738,7 +729,8 @@ def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
         found = defect(name, tag, "restarts") if cs.get("restartCount") and last.get("exitCode") else None
         if found is None:
             continue
-        action, fix = _to_release(ctx, pod, str(cs.get("name")), found.fixed_in)
+        fixed = f"{image.rpartition(':')[0]}:{found.fixed_in}"
+        action, fix = set_release(ctx, pod=pod, operand=DEVICE_PLUGIN, container=str(cs.get("name")), image=fixed)
         return Result(
             LinkState.DEGRADED,
             f"device plugin {tag} restarts: a known defect of that release",

@@ -59,17 +59,9 @@ def release_repair(
         hit = next((d for d in shown if d.by == "image" and d.component == component and d.covers(tag)), None)
         if hit is None:
             return None  # it runs a release the defect does not affect
-        fixed = fixed_image(image, hit)
-        action: Fix | None = None
-        if ns == ctx.namespace and ctx.policy_obj is not None:
-            action = Fix(
-                FixOp.PATCH_POLICY,
-                ctx.policy_name,
-                {"spec": {operand.spec_key: {"version": fixed.rpartition(":")[2]}}},
-            )
-            fix = ctx.stack.render(action)
-        else:
-            fix = f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(operand)} {container.get('name')}={fixed}"
+        action, fix = set_release(
+            ctx, pod=pod, operand=operand, container=str(container.get("name")), image=fixed_image(image, hit)
+        )
         back = f" (or back to {hit.last_good})" if hit.last_good else ""
         values = f", and image.tag in the values of Helm release {release}" if release and action is None else ""
         return Known(
@@ -79,3 +71,15 @@ def release_repair(
             fix=f"{fix}   # {hit.name} {hit.fixed_in}, the release that fixed it{back}{values}",
         )
     return None
+
+
+def set_release(ctx: Context, *, pod: Obj, operand: Operand, container: str, image: str) -> tuple[Fix | None, str]:
+    """``container`` of ``pod`` moved to ``image``: the policy's version of ``operand`` where the stack's policy runs
+    it (the operator renders its DaemonSet from the policy, and would undo an edit of it), else the DaemonSet's
+    image; the action where there is one, and the fix's text."""
+    ns = namespace_of(pod) or ctx.namespace
+    if ns == ctx.namespace and ctx.policy_obj is not None:
+        version = image.rpartition(":")[2]
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": version}}})
+        return action, ctx.stack.render(action)
+    return None, f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(operand)} {container}={image}"
