@@ -1,6 +1,9 @@
-"""Typed Kubernetes API errors, the same from both adapters, so callers never parse HTTP codes."""
+"""Typed Kubernetes API errors, the same from every adapter, so callers never parse HTTP codes."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 
 class KubeError(Exception):
@@ -90,3 +93,48 @@ class UnreachableError(KubeError):
     """
 
     code = 503
+
+
+def error_for_status(code: int, status: dict[str, Any], *, creating: bool = False, what: str = "") -> KubeError:
+    """The typed error of an API server's answer with HTTP status ``code`` and its Status object
+    ``status`` ({} where the body was none): the Status's own code wins, 409 on create is
+    AlreadyExists. ``what`` names the request for a message the server did not give."""
+    code = int(status.get("code") or code)
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or f"HTTP {code} from {what or 'the API server'}")
+    if code == 400:
+        return BadRequestError(message)
+    if code == 403:
+        return ForbiddenError(message)
+    if code == 404:
+        return NotFoundError(message)
+    if code == 409:
+        return AlreadyExistsError(message) if reason == "AlreadyExists" or creating else ConflictError(message)
+    if code == 410:
+        return GoneError(message)
+    if code == 422:
+        return InvalidError(message)
+    err = KubeError(message)
+    err.code = code
+    return err
+
+
+_PDB_NAME = re.compile(r"[Tt]he disruption budget (\S+)")
+
+
+def eviction_error(status: dict[str, Any], *, name: str, namespace: str) -> KubeError:
+    """The typed error of an eviction the API server answered 429 with ``status``: a disruption
+    budget's refusal (EvictionBlockedError naming the budget) or throttling (TooManyRequestsError).
+
+    The API server names the budget in a cause with reason DisruptionBudget ("The disruption
+    budget X needs N healthy pods..."); a rate-limited request carries no such cause."""
+    message = str(status.get("message") or "too many requests")
+    causes = (status.get("details") or {}).get("causes") or []
+    budget = [c for c in causes if c.get("reason") == "DisruptionBudget"]
+    for text in [*(str(c.get("message", "")) for c in causes), message]:
+        m = _PDB_NAME.search(text)
+        if m:
+            return EvictionBlockedError(namespace, pod=name, pdb=m.group(1), message=message)
+    if budget:
+        return EvictionBlockedError(namespace, pod=name, pdb="(unnamed)", message=message)
+    return TooManyRequestsError(f"eviction of pod {namespace}/{name}: API server throttling")

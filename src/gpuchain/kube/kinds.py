@@ -110,3 +110,15 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         raise UnknownKindError(
             f"unknown kind {key[1]!r} in apiVersion {key[0]!r}: register it with gpuchain.kube.register_kind(Kind(...))"
         ) from None
+
+
+def listed_with_kind(obj: dict[str, Any], kind: Kind) -> dict[str, Any]:
+    """A listed object with its apiVersion and kind, as ``get`` returns it.
+
+    A List response names the kind once, on the list; the API server leaves it off every item
+    (custom resources excepted), so ``apply`` compared a desired object's ``apiVersion``/``kind``
+    with an item that had none and wrote again on every reconcile, and an Event about a listed
+    object named no kind. client-go's dynamic client fills them in the same way (first, where
+    a dump puts them; an item that carries its own keeps them).
+    """
+    return {"apiVersion": kind.api_version, "kind": kind.kind, **obj}

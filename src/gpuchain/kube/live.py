@@ -14,7 +14,6 @@ import asyncio
 import builtins
 import dataclasses
 import os
-import re
 import ssl
 import threading
 import time
@@ -50,24 +49,22 @@ from lightkube.types import PatchType
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.inputfile import ConfigFileError, read_input_text
-from gpuchain.kube.errors import (
-    AlreadyExistsError,
-    BadRequestError,
-    ConflictError,
-    EvictionBlockedError,
-    ForbiddenError,
-    GoneError,
-    InvalidError,
-    KubeError,
-    NotFoundError,
-    TooManyRequestsError,
+from gpuchain.kube.errors import KubeError, error_for_status, eviction_error
+from gpuchain.kube.kinds import (
+    DAEMONSET,
+    DEPLOYMENT,
+    NAMESPACE,
+    NODE,
+    PDB,
+    POD,
+    SERVICE,
+    Kind,
+    kind_of,
+    listed_with_kind,
 )
-from gpuchain.kube.kinds import DAEMONSET, DEPLOYMENT, NAMESPACE, NODE, PDB, POD, SERVICE, Kind, kind_of
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster, WatchEvent, check_tail_lines
 from gpuchain.kube.selectors import Requirement, parse_field_requirements, parse_requirements
-
-_PDB_NAME = re.compile(r"[Tt]he disruption budget (\S+)")
 
 
 def _operator(r: Requirement) -> Any:
@@ -103,25 +100,7 @@ def _status_body(exc: httpx2.HTTPStatusError) -> dict[str, Any]:
 
 def _error(exc: httpx2.HTTPStatusError, creating: bool = False) -> KubeError:
     """Translate an HTTP error into the port's typed error (409 on create = AlreadyExists)."""
-    status = _status_body(exc)
-    code = int(status.get("code") or exc.response.status_code)
-    reason = str(status.get("reason") or "")
-    message = str(status.get("message") or f"HTTP {code} from {exc.request.url}")
-    if code == 400:
-        return BadRequestError(message)
-    if code == 403:
-        return ForbiddenError(message)
-    if code == 404:
-        return NotFoundError(message)
-    if code == 409:
-        return AlreadyExistsError(message) if reason == "AlreadyExists" or creating else ConflictError(message)
-    if code == 410:
-        return GoneError(message)
-    if code == 422:
-        return InvalidError(message)
-    err = KubeError(message)
-    err.code = code
-    return err
+    return error_for_status(exc.response.status_code, _status_body(exc), creating=creating, what=str(exc.request.url))
 
 
 PROXY_TIMEOUT = 10.0
@@ -315,7 +294,7 @@ class LiveCluster(Cluster):
                 fields=_selector(parse_field_requirements(field_selector)),
                 **ns,
             )
-            return [_typed(self._plain(o), kind) for o in items]
+            return [listed_with_kind(self._plain(o), kind) for o in items]
         except httpx2.HTTPStatusError as exc:
             raise _error(exc) from None
 
@@ -528,24 +507,8 @@ class LiveCluster(Cluster):
             self._client.create(body, name=name, namespace=namespace)
         except httpx2.HTTPStatusError as exc:
             if exc.response.status_code == 429:
-                refusal = _eviction_refusal(exc)
-                if refusal is None:
-                    raise TooManyRequestsError(f"eviction of pod {namespace}/{name}: API server throttling") from None
-                message, pdb = refusal
-                raise EvictionBlockedError(namespace, pod=name, pdb=pdb, message=message) from None
+                raise eviction_error(_status_body(exc), name=name, namespace=namespace) from None
             raise _error(exc) from None
-
-
-def _typed(obj: Obj, kind: Kind) -> Obj:
-    """A listed object with its apiVersion and kind, as ``get`` returns it.
-
-    A List response names the kind once, on the list; the API server leaves it off every item
-    (custom resources excepted), so ``apply`` compared a desired object's ``apiVersion``/``kind``
-    with an item that had none and wrote again on every reconcile, and an Event about a listed
-    object named no kind. client-go's dynamic client fills them in the same way (first, where
-    a dump puts them; an item that carries its own keeps them).
-    """
-    return {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
 
 
 LIST_PAGE = 500
@@ -687,12 +650,12 @@ _ANY_PAGE = _page_decoder(dict[str, Any])
 
 
 def _listed(item: Obj, kind: Kind) -> Obj:
-    """A decoded list item as the plain dict ``list()`` returns (`_typed`), less what is left out."""
+    """A decoded list item as the plain dict ``list()`` returns (`listed_with_kind`), less what is left out."""
     if kind not in _PAGES:
         meta = item.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
-    return _typed(item, kind)
+    return listed_with_kind(item, kind)
 
 
 def _inflate(body: bytes) -> bytes:
@@ -702,20 +665,3 @@ def _inflate(body: bytes) -> bytes:
     2**32, RFC 1952) sizes the buffer at once, bounded by deflate's greatest ratio (1032:1)."""
     size = int.from_bytes(body[-4:], "little")
     return zlib.decompress(body, 31, min(size, 1032 * len(body)) + 1)
-
-
-def _eviction_refusal(exc: httpx2.HTTPStatusError) -> tuple[str, str] | None:
-    """(message, budget name) when a 429 is a disruption budget's refusal, None when it is throttling.
-
-    The API server names the budget in a cause with reason DisruptionBudget ("The disruption
-    budget X needs N healthy pods..."); a rate-limited request carries no such cause.
-    """
-    status = _status_body(exc)
-    message = str(status.get("message") or "too many requests")
-    causes = (status.get("details") or {}).get("causes") or []
-    budget = [c for c in causes if c.get("reason") == "DisruptionBudget"]
-    for text in [*(str(c.get("message", "")) for c in causes), message]:
-        m = _PDB_NAME.search(text)
-        if m:
-            return message, m.group(1)
-    return (message, "(unnamed)") if budget else None
