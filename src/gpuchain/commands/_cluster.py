@@ -22,7 +22,8 @@ from gpuchain.commands._backend import BackendKind
 from gpuchain.commands._output import fail
 
 if TYPE_CHECKING:
-    from gpuchain.kube import LiveCluster
+    from gpuchain.kube.lean import LeanCluster
+    from gpuchain.kube.live import LiveCluster
 
 T = TypeVar("T")
 
@@ -87,9 +88,9 @@ def open_cluster(
     import yaml
     from lightkube import ConfigError
 
-    from gpuchain.kube import LiveCluster
+    from gpuchain.kube.live import LiveCluster
 
-    guarded = _guarded_class(LiveCluster)
+    guarded: type[LiveCluster] = _guarded_class(LiveCluster)
     try:
         cluster = guarded.from_url(server) if server else guarded.from_kubeconfig(kubeconfig, context=context)
     except (ConfigError, OSError, ValueError, LookupError, TypeError, yaml.YAMLError) as exc:
@@ -99,6 +100,34 @@ def open_cluster(
             f"Fix: {fix}{'; ' + hint if hint else ''}"
         )
     setattr(cluster, "tried", f"server {server}" if server else _tried(kubeconfig, context))  # noqa: B010
+    return cluster
+
+
+def open_node_cluster(*, hint: str = "") -> LeanCluster | LiveCluster:
+    """The live cluster of a process on a node (the node agent): `LeanCluster`, the standard
+    library's client, from in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config`` as
+    ``open_cluster`` looks; where that configuration needs the full client (an exec plugin, an auth
+    provider, a proxy), ``open_cluster``'s, saying why once. Errors as ``open_cluster``'s."""
+    import logging
+
+    import yaml
+
+    from gpuchain.kube import lean
+
+    try:
+        endpoint = lean.endpoint_from_env()
+    except lean.Unsupported as why:
+        logging.getLogger("gpuchain.kube").info("using the full Kubernetes client: %s", why)
+        return open_cluster(hint=hint)
+    except (OSError, ValueError, LookupError, TypeError, KeyError, yaml.YAMLError) as exc:
+        fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
+        fail(
+            f"no Kubernetes API configuration: {_reason(exc)}; tried {_tried(None, None)}. "
+            f"Fix: {fix}{'; ' + hint if hint else ''}"
+        )
+    guarded: type[lean.LeanCluster] = _guarded_class(lean.LeanCluster)
+    cluster = guarded(endpoint, "gpuchain")
+    setattr(cluster, "tried", _tried(None, None))  # noqa: B010
     return cluster
 
 
@@ -147,19 +176,14 @@ def unreachable(cluster: Any, *, what: str, exc: BaseException) -> Exception:
 
 
 @functools.cache
-def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
-    """LiveCluster whose transport failures and non-API replies are one line.
+def _guarded_class(base: type[Any]) -> type[Any]:
+    """A live adapter (LiveCluster, LeanCluster) whose transport failures and non-API replies are one line.
 
     A server that has never answered this process (down, wrong address, not an API server) ends
     the command: the one line on stderr, exit 2, whatever the command. Once it has answered, a
     later failure is an `UnreachableError` (a KubeError) with the same line, so long-running agents
     that retry on KubeError keep retrying through a control-plane restart."""
-    import json
-
-    import httpx2
-    import msgspec
-
-    failures = (httpx2.TransportError, httpx2.DecodingError, json.JSONDecodeError, msgspec.DecodeError)
+    failures = _transport_failures(base)
 
     def failed(self: Any, what: str, exc: BaseException) -> Exception:
         error = unreachable(self, what=what, exc=exc)
@@ -204,7 +228,21 @@ def _guarded_class(base: type[LiveCluster]) -> type[LiveCluster]:
     methods["watch"] = watch
     methods["tried"] = ""
     methods["answered"] = False
-    return type("GuardedLiveCluster", (base,), methods)
+    return type(f"Guarded{base.__name__}", (base,), methods)
+
+
+def _transport_failures(base: type) -> tuple[type[BaseException], ...]:
+    """What ``base``'s requests raise when the server did not answer as a Kubernetes API server."""
+    from gpuchain.kube.lean import TRANSPORT_FAILURES, LeanCluster
+
+    if issubclass(base, LeanCluster):
+        return TRANSPORT_FAILURES
+    import json
+
+    import httpx2
+    import msgspec
+
+    return (httpx2.TransportError, httpx2.DecodingError, json.JSONDecodeError, msgspec.DecodeError)
 
 
 def node_backend_option() -> Any:

@@ -29,7 +29,7 @@ from gpuchain.commands._cluster import (
     BackendChoice,
     mark,
     node_backend_option,
-    open_cluster,
+    open_node_cluster,
     refuse_implicit_sim,
     resolve_backend,
 )
@@ -165,7 +165,7 @@ def device_plugin(
             target=f"the kubelet's device plugin directory ({DEFAULT_SOCKET_DIR})",
             elsewhere="pass --socket-dir DIR or --list",
         )
-    cluster = functools.cache(lambda: open_cluster(hint=_cluster_hint(config_dir)))
+    cluster = functools.cache(lambda: open_node_cluster(hint=_cluster_hint(config_dir)))
     # The config is read before the GPUs are opened: a bad config is named even on a node without GPUs.
     try:
         source = device_plugin_role.source_of(settings)

@@ -27,7 +27,7 @@ from gpuchain.commands._cluster import (
     BackendChoice,
     mark,
     node_backend_option,
-    open_cluster,
+    open_node_cluster,
     refuse_implicit_sim,
     resolve_backend,
 )
@@ -68,7 +68,7 @@ def _open_cluster(kind: ClusterKind) -> Cluster:
         from gpuchain.kube.memory import MemoryCluster
 
         return MemoryCluster()
-    return open_cluster(hint="or use --cluster memory")
+    return open_node_cluster(hint="or use --cluster memory")
 
 
 def _refuse_implicit_sim(choice: BackendChoice, cluster: ClusterKind, dirs: list[tuple[Path, Path]]) -> None:

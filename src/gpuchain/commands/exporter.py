@@ -21,7 +21,7 @@ from gpuchain.commands._backend import (
     preset_option,
     topology_option,
 )
-from gpuchain.commands._cluster import node_backend_option, open_cluster, resolve_backend
+from gpuchain.commands._cluster import node_backend_option, open_node_cluster, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail, log_format_option
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter import COLLECT_INTERVAL
@@ -97,7 +97,7 @@ def exporter(
         metrics_port=port,
     )
     gpus = backend_or_fail(resolve_backend(backend).kind, preset=preset, topology=topology)
-    node = Node(gpus, settings=node_settings, cluster=lambda: open_cluster(hint="or leave out --pods-from-api"))
+    node = Node(gpus, settings=node_settings, cluster=lambda: open_node_cluster(hint="or leave out --pods-from-api"))
     try:
         role = build(settings, node)
         try:

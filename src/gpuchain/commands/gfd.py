@@ -28,7 +28,7 @@ from gpuchain.commands._cluster import (
     BackendChoice,
     mark,
     node_backend_option,
-    open_cluster,
+    open_node_cluster,
     refuse_implicit_sim,
     resolve_backend,
 )
@@ -157,7 +157,7 @@ def gfd(
     gfd_node = Node(
         gpus,
         settings=NodeSettings(node_name=node_name, release_dir=release_dir),
-        cluster=lambda: open_cluster(hint=hint),
+        cluster=lambda: open_node_cluster(hint=hint),
     )
     try:
         try:

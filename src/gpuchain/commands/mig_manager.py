@@ -30,7 +30,7 @@ from gpuchain.commands._cluster import (
     SIMULATED,
     mark,
     node_backend_option,
-    open_cluster,
+    open_node_cluster,
     refuse_implicit_sim,
     resolve_backend,
 )
@@ -108,7 +108,7 @@ def mig_manager(
         default_config=default_config,
     )
     gpus = backend_or_fail(choice.kind, preset=preset, topology=topology)
-    cluster = open_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
+    cluster = open_node_cluster(hint="the MIG manager runs in-cluster as a DaemonSet")
     manager_node = Node(gpus, settings=NodeSettings(node_name=node, release_dir=release_dir), cluster=lambda: cluster)
     try:
         try:

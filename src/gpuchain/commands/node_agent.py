@@ -33,7 +33,7 @@ from gpuchain.agent.settings import (
     ValidatorSettings,
 )
 from gpuchain.commands._backend import BACKEND_ERRORS, BackendKind, backend_problem, open_backend
-from gpuchain.commands._cluster import mark, open_cluster, refuse_implicit_sim, resolve_backend
+from gpuchain.commands._cluster import mark, open_node_cluster, refuse_implicit_sim, resolve_backend
 from gpuchain.commands._output import LogFormat, configure_logging, fail
 from gpuchain.common.numbers import positive_seconds
 from gpuchain.exporter import COLLECT_INTERVAL
@@ -373,7 +373,7 @@ def node_agent(args: argparse.Namespace) -> None:
         name = node_name or "sim-node"
         cluster_of = lambda: _memory_cluster(name)  # noqa: E731
     else:
-        cluster_of = lambda: open_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
+        cluster_of = lambda: open_node_cluster(hint="or run a simulated node with --backend sim --memory-cluster")  # noqa: E731
     if problem := backend_problem(choice.kind, preset=args.preset, topology=args.topology):
         fail(problem)
     try:

@@ -35,6 +35,7 @@ from gpuchain.commands._cluster import (
     mark,
     node_backend_option,
     open_cluster,
+    open_node_cluster,
     refuse_implicit_sim,
     resolve_backend,
 )
@@ -390,7 +391,7 @@ def gpu_health(
         cluster: Callable[[], Cluster] = lambda: memory  # noqa: E731
     else:
         refuse_implicit_sim(choice, target=f"node {name} of the live cluster (GPUHealthy)", elsewhere="pass --dry-run")
-        live = open_cluster(hint="or pass --dry-run")
+        live = open_node_cluster(hint="or pass --dry-run")
         cluster = lambda: live  # noqa: E731
     serves = repair and metrics_port and not once
     node_settings = NodeSettings(

@@ -88,6 +88,7 @@ from gpuchain.kube.port import WRITE_VERBS, ApiCalls, ApplyResult, Cluster, Watc
 from gpuchain.kube.selectors import match_label_selector_object, match_labels
 
 if TYPE_CHECKING:
+    from gpuchain.kube.lean import LeanCluster
     from gpuchain.kube.live import LiveCluster
     from gpuchain.kube.memory import MemoryCluster
 
@@ -100,8 +101,12 @@ sys.modules.setdefault("h2", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:
-    """The two adapters load on first use: LiveCluster pulls in lightkube and httpx, which a
-    node agent on a simulated node or a command that never talks to a cluster does not need."""
+    """The adapters load on first use: LiveCluster pulls in lightkube and httpx, which a node agent
+    (on LeanCluster) or a command that never talks to a cluster does not need."""
+    if name == "LeanCluster":
+        from gpuchain.kube.lean import LeanCluster
+
+        return LeanCluster
     if name == "LiveCluster":
         from gpuchain.kube.live import LiveCluster
 
@@ -145,6 +150,7 @@ __all__ = [
     "InvalidError",
     "Kind",
     "KubeError",
+    "LeanCluster",
     "LiveCluster",
     "MemoryCluster",
     "NotFoundError",
