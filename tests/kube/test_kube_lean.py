@@ -200,3 +200,24 @@ def test_an_exec_kubeconfig_opens_the_full_client(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "LiveCluster"
+
+
+def test_in_a_pod_the_real_api_server_knows_the_service_account(
+    apiserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-cluster path end to end on the real kube-apiserver: its CA verifies the server, its
+    TokenRequest token is the identity (RBAC grants it nothing, so the answer names it)."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(apiserver.service_account_token("kube-system", "gpuchain-node"))
+    (sa / "ca.crt").write_bytes(apiserver.ca.read_bytes())
+    monkeypatch.setattr(lean, "SERVICE_ACCOUNT", sa)
+    host, port = apiserver.url.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    cluster = LeanCluster(endpoint_from_env())
+    try:
+        with pytest.raises(ForbiddenError, match="system:serviceaccount:kube-system:gpuchain-node"):
+            cluster.get(NODE, name="gpu-1")
+    finally:
+        cluster.close()
