@@ -29,7 +29,7 @@ from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
-from gpuchain.doctor.releases import version_of
+from gpuchain.doctor.releases import NEWEST, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -301,15 +301,25 @@ def next_step(ctx: Context, *, link: str, line: str, refused: str = "") -> str:
         "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
         f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
         "(nvidia-ctk runtime configure) and turn the operator's toolkit off",
-        "device-plugin": "run the device plugin release the stack ships (its image tag in the chart or ClusterPolicy; "
-        "a newer release where the line is a fixed upstream bug) with the node's GPUs and driver it supports",
-        "gfd": "run the gpu-feature-discovery release the stack ships (a newer one where the line is a fixed upstream "
-        "bug)",
-        "exporter": "run the dcgm-exporter release the stack ships, with the driver it supports",
+        "device-plugin": "move the device plugin to NVIDIA's newest release, k8s-device-plugin:"
+        f"{NEWEST['k8s-device-plugin']} ({_version_key(ctx, 'devicePlugin')}), whose fixes may include this line's",
+        "gfd": "move GPU feature discovery to NVIDIA's newest release (gpu-feature-discovery:"
+        f"{NEWEST['gpu-feature-discovery']}, or k8s-device-plugin:{NEWEST['k8s-device-plugin']}, which carries it; "
+        f"{_version_key(ctx, 'gfd')})",
+        "exporter": f"move dcgm-exporter to NVIDIA's newest release, dcgm-exporter:{NEWEST['dcgm-exporter']} "
+        f"({_version_key(ctx, 'dcgmExporter')}), on a driver its DCGM supports",
         "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
         "change takes effect",
     }
     return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
+
+
+def _version_key(ctx: Context, key: str) -> str:
+    """Where a user sets an operand's release: the policy's spec.<key>.version where the stack's policy runs it,
+    else the image tag in the chart or DaemonSet that renders it."""
+    if ctx.policy_obj is not None:
+        return f"spec.{key}.version in {ctx.policy_ref}"
+    return "image.tag in the values of the Helm release that renders it, or kubectl set image on its DaemonSet"
 
 
 def provider_of(ctx: Context, path: str) -> str | None:

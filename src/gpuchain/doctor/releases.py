@@ -21,6 +21,18 @@ BY = ("image", "chart")
 #: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
 #: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.
 VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+)\.(\d+)\.(\d+))?")
+#: Each operand image's newest release, read from its repository's tags (NVIDIA/k8s-device-plugin v0.20.0,
+#: NVIDIA/gpu-feature-discovery v0.8.2 (its own image's last; GFD ships in the device plugin's image since v0.15.0),
+#: NVIDIA/dcgm-exporter 4.5.3-4.8.2, NVIDIA/nvidia-container-toolkit v1.20.0, NVIDIA/mig-parted v0.15.0): the
+#: release an error that no release note names is answered with, as the fixes a component ships after the one a
+#: cluster runs are the repair its maintainers give first.
+NEWEST = {
+    "k8s-device-plugin": "v0.20.0",
+    "gpu-feature-discovery": "v0.8.2",
+    "dcgm-exporter": "4.5.3-4.8.2",
+    "container-toolkit": "v1.20.0",
+    "k8s-mig-manager": "v0.15.0",
+}
 
 
 def version_of(text: str) -> tuple[int, ...] | None:
@@ -106,7 +118,22 @@ def image_version(image: str) -> tuple[str, str]:
 def fixed_image(image: str, found: Defect) -> str:
     """``image`` at the release that fixed ``found``, its tag's suffix kept (the OS of
     "v1.14.5-ubuntu20.04" or "2.4.6-2.6.8-ubuntu20.04")."""
+    return _at(image, found.fixed_in)
+
+
+def newer_image(image: str) -> str | None:
+    """``image`` at its component's newest release (`NEWEST`), its tag's suffix kept; None where the component has
+    none known, or its tag names no release ("latest", a digest) or one not older than the newest."""
+    name, tag = image_version(image)
+    newest, running = NEWEST.get(name), version_of(tag)
+    if newest is None or running is None or running >= (version_of(newest) or running):
+        return None
+    return _at(image, newest)
+
+
+def _at(image: str, release: str) -> str:
+    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept."""
     repo, _, tag = image.rpartition(":") if ":" in image.rpartition("/")[2] else (image, "", "")
     current = VERSION.match(tag)
     suffix = tag[current.end() :] if current else ""
-    return f"{repo}:{found.fixed_in}{suffix}"
+    return f"{repo}:{release}{suffix}"
