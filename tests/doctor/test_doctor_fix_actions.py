@@ -101,7 +101,9 @@ def test_a_line_no_entry_knows_on_the_newest_release_gets_the_links_next_action(
         _plugin_image(newest),
     )
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
-    assert found.fix.startswith("# move the device plugin to NVIDIA's newest release") and "ctr=nvcr.io" not in found.fix
+    assert (
+        found.fix.startswith("# move the device plugin to NVIDIA's newest release") and "ctr=nvcr.io" not in found.fix
+    )
 
 
 def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_recorded() -> None:
