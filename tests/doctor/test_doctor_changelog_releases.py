@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, Report
@@ -71,3 +72,72 @@ def test_a_release_the_fact_does_not_cover_cites_no_release(tag: str) -> None:
     assert root.link == "device-plugin"
     assert not any(e.startswith("release: ") for e in root.evidence), root.evidence
     assert f"{REPO}:v0.18.0" not in root.fix, root.fix
+
+
+#: The CDI create-symlinks hook of toolkit v1.17.0 refusing a link the image already has (cmd/nvidia-cdi-hook/
+#: create-symlinks/create-symlinks.go@v1.17.0 "failed to create link %v: %w" around "failed to check if link exists:
+#: %w" and "unexpected link target: %s"), as runc reports the hook's exit.
+LINK_TARGET = (
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+    "failed: unable to start container process: error during container init: error running createContainer hook "
+    '#1: exit status 1, stdout: , stderr: time="2024-11-05T10:00:00Z" level=error msg="failed to create link '
+    "[libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so]: failed to check if link exists: unexpected link target: "
+    '/usr/local/cuda/compat/libcuda.so.1"'
+)
+#: NVIDIA/nvidia-container-toolkit#797, nvidia-container-cli refusing the IMEX "all" of a legacy image.
+IMEX_ALL = (
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+    "failed: unable to start container process: error during container init: error running hook #0: error running "
+    "hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: error parsing "
+    "IMEX info: unsupported IMEX channel value: all: unknown"
+)
+JOB = "workloads:\n  - {name: job, gpus: 1, node: gpu-worker-3}\n"
+
+
+def _hook(scenario: str, *edits: object) -> Finding:
+    (hook,) = [f for f in diagnosed(scenario + JOB, *edits).findings if f.id == "workload.runtime-hook-failed"]
+    return hook
+
+
+def test_the_operators_toolkit_on_the_release_whose_hook_refuses_image_links_is_moved_to_the_fixed_one() -> None:
+    """The operator's toolkit runs v1.17.0-ubuntu20.04: the hook's message is that release's defect, so the fix is
+    the policy's toolkit version at v1.17.1 (its OS suffix kept); a toolkit at v1.17.1 gets no release."""
+    hook = _hook(OPERATOR, _refused(LINK_TARGET))
+    assert hook.link == "toolkit"
+    assert '"toolkit":{"version":"v1.17.1-ubuntu20.04"}' in hook.fix.replace(" ", ""), hook.fix
+    assert any(e.startswith("release: container-toolkit.create-symlinks-link-target (") for e in hook.evidence)
+    fixed = _hook(
+        OPERATOR,
+        _image("nvidia-container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit:v1.17.1-ubuntu20.04"),
+        _refused(LINK_TARGET),
+    )
+    assert not any(e.startswith("release: ") for e in fixed.evidence) and "kubectl patch" not in fixed.fix
+
+
+def test_a_host_toolkit_refusing_a_legacy_images_imex_all_names_the_release_that_requests_none() -> None:
+    """On a node image the toolkit's version is no object's: the fix is conditional on the release it runs."""
+    hook = _hook("name: t\nstack: eks\nnodes:\n  - {name: gpu-worker-3}\n", _refused(IMEX_ALL))
+    assert "upgrade the NVIDIA Container Toolkit to >= v1.17.2 (or back to v1.16.2)" in hook.fix
+    assert any(e.startswith("release: container-toolkit.legacy-image-imex-all (") for e in hook.evidence)
+
+
+#: GFD v0.8.1 refused the NodeFeature object it publishes (internal/lm/labels.go@v0.8.1), as klog writes the error.
+NODEFEATURE = (
+    'E0815 08:00:00.000000       1 main.go:123] error: failed to create NodeFeature object "nvidia-features-for-'
+    'gpu-worker-3": nodefeatures.nfd.k8s-sigs.io is forbidden: User "system:serviceaccount:node-feature-discovery:'
+    'gpu-feature-discovery" cannot create resource "nodefeatures" in API group "nfd.k8s-sigs.io" in the namespace '
+    '"node-feature-discovery"\n'
+)
+
+
+@pytest.mark.parametrize(("chart", "upgraded"), [("0.8.1", True), ("0.8.2", False)])
+def test_gfd_of_the_chart_without_create_on_nodefeatures_is_upgraded_to_the_chart_that_grants_it(
+    chart: str, upgraded: bool
+) -> None:
+    labels = {"helm.sh/chart": f"gpu-feature-discovery-{chart}", "app.kubernetes.io/instance": "gfd"}
+    image = f"nvcr.io/nvidia/gpu-feature-discovery:v{chart}"
+    found = diagnosed(PLUGIN, *_standalone("gfd-gpu-feature-discovery", image, NODEFEATURE, **labels))
+    (root,) = [f for f in found.findings if f.root and f.severity is Severity.ERROR]
+    assert root.link == "gfd"
+    assert root.fix.startswith("helm upgrade gfd ") == upgraded and ("--version 0.8.2" in root.fix) == upgraded
+    assert any(e.startswith("catalog: gpu-feature-discovery.nodefeature-create (") for e in root.evidence)
