@@ -93,6 +93,8 @@ HOOK_FAILED = (
     "nvidia-container-toolkit.unexpected-link-target",
     "libnvidia-container.firmware-mount",
     "nvidia-container-runtime.debug-log-file",
+    "nvidia-ctk.update-ldcache-conf-d",
+    "nvidia-container-toolkit.xorg-discoverer",
     "libnvidia-container.cgroup-subsystem-missing",
     "glibc.toolkit-version-not-found",
     "nvidia-container-toolkit.application-profiles-read-only",
