@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.test_doctor_fixes import _failing, _start_error
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 
 from gpuchain.doctor import Severity
@@ -141,3 +142,19 @@ def test_gfd_of_the_chart_without_create_on_nodefeatures_is_upgraded_to_the_char
     assert root.link == "gfd"
     assert root.fix.startswith("helm upgrade gfd ") == upgraded and ("--version 0.8.2" in root.fix) == upgraded
     assert any(e.startswith("catalog: gpu-feature-discovery.nodefeature-create (") for e in root.evidence)
+
+
+def test_an_operand_the_hook_refuses_with_a_release_defect_moves_the_toolkit_to_the_release_that_fixed_it() -> None:
+    """The device plugin's container refused by the hook of the operator's toolkit v1.17.0 with the IMEX "all" of
+    #797: the toolkit is the root and its fix is the policy's toolkit version v1.17.2, the catalog's repair after."""
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _failing("nvidia-device-plugin-daemonset", "b", main="nvidia-device-plugin", lastState=_start_error(IMEX_ALL)),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("toolkit.hook-failed", "toolkit", "b")
+    assert found.action is not None and found.action.changes == {
+        "spec": {"toolkit": {"version": "v1.17.2-ubuntu20.04"}}
+    }
+    assert "otherwise: " in found.fix and "NVIDIA_IMEX_CHANNELS" in found.fix
+    assert any(e.startswith("release: container-toolkit.legacy-image-imex-all (") for e in found.evidence)

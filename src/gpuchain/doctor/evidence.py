@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
-from gpuchain.doctor.releases import NEWEST, version_of
+from gpuchain.doctor.releases import NEWEST, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -401,11 +403,27 @@ def install_driver(ctx: Context) -> str:
     )
 
 
+def _release(ctx: Context, view: NodeView, link: str, entry: Entry | None) -> Known | None:
+    """The release of ``link``'s component that fixed the defect ``entry``'s message shows (releases.yaml), read
+    from that component's pod on the node (or, installed on the host, conditional on the release it runs); None
+    where no release fact names the message or the running release is not one it affects."""
+    op = LINK_OPERANDS.get(link)
+    shown = showing("log", entry.id) if entry is not None else ()
+    return release_repair(ctx, view=view, pod=view.pod(op), operand=op, shown=shown) if op and shown else None
+
+
 def _fix(
-    ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
+    ctx: Context,
+    view: NodeView,
+    finding_id: str,
+    link: str,
+    failure: Failure,
+    entry: Entry | None = None,
+    release: Known | None = None,
 ) -> tuple[Fix | None, str]:
     """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
-    checks' own for the failures they know, else the catalog entry's fix."""
+    checks' own for the failures they know, else the release that fixed ``entry``'s defect (`_release`) before
+    the catalog entry's fix, else that fix alone."""
     ns = namespace_of(failure.pod) or ctx.namespace
     rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(failure.pod)))
     if finding_id == "driver.version-mismatch":
@@ -499,11 +517,14 @@ def _fix(
             },
         )
     elif entry is not None:
+        repair = entry.repair(view.name, namespace=ns, pod=name_of(failure.pod))
+        if release is not None:
+            return release.action, f"{release.fix}; otherwise: {repair}; then {rerun}"
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": f"{entry.repair(view.name, namespace=ns, pod=name_of(failure.pod))}; then {rerun}",
+                "action": f"{repair}; then {rerun}",
                 NOT_SIMULATED: "the catalog's repair is a fact of the node",
             },
         )
@@ -615,7 +636,9 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         # A validation's message the catalog knows (scope component) gives its repair as well.
         mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
         told = known[0] if known else said.entry if said is not None and mine else None
-        action, fix = _fix(ctx, view, finding_id, link, failure, told)
+        release = _release(ctx, view, link, told)
+        evidence += release.evidence if release is not None else ()
+        action, fix = _fix(ctx, view, finding_id, link, failure, told, release)
         return Finding(
             id=finding_id,
             severity=Severity.ERROR,

@@ -95,6 +95,7 @@ HOOK_FAILED = (
     "nvidia-container-runtime.debug-log-file",
     "nvidia-ctk.update-ldcache-conf-d",
     "nvidia-container-toolkit.xorg-discoverer",
+    "libnvidia-container.cgroup-version-unknown",
     "libnvidia-container.cgroup-subsystem-missing",
     "glibc.toolkit-version-not-found",
     "nvidia-container-toolkit.application-profiles-read-only",
