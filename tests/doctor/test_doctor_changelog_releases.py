@@ -158,3 +158,53 @@ def test_an_operand_the_hook_refuses_with_a_release_defect_moves_the_toolkit_to_
     }
     assert "otherwise: " in found.fix and "NVIDIA_IMEX_CHANNELS" in found.fix
     assert any(e.startswith("release: container-toolkit.legacy-image-imex-all (") for e in found.evidence)
+
+
+#: GPU feature discovery's labels of an L40S (compute capability 8.9) as releases before v0.17.1 write them, and of
+#: a B200 (10.0) as releases before v0.18.0 do (internal/lm/resource.go@v0.17.0 getArchFamily).
+ADA = {"nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "9", "nvidia.com/gpu.family": "ampere"}
+BLACKWELL = {
+    "nvidia.com/gpu.compute.major": "10",
+    "nvidia.com/gpu.compute.minor": "0",
+    "nvidia.com/gpu.family": "undefined",
+}
+
+
+def _labelled(labels: dict[str, str], *edits: object) -> list[Finding]:
+    """The gfd.known-defect findings of the operator's node labelled ``labels`` by GFD."""
+    report = diagnosed(OPERATOR, {"do": "node", "node": NODE, "labels": labels}, *edits)
+    return [f for f in report.findings if f.id == "gfd.known-defect"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "fixed", "fact"), [(ADA, "v0.17.1", "gfd-ada-family"), (BLACKWELL, "v0.18.0", "gfd-blackwell-family")]
+)
+def test_gpu_family_labels_of_a_gfd_release_that_did_not_know_the_gpu_move_gfd_to_the_release_that_does(
+    labels: dict[str, str], fixed: str, fact: str
+) -> None:
+    """The operator's GFD runs the device plugin image v0.17.0: the family it wrote is that release's, a warning
+    (the chain works), and the fix is the policy's GFD version at the release that labels the family right."""
+    (found,) = _labelled(labels)
+    assert (found.severity, found.link, found.node) == (Severity.WARNING, "gfd", NODE)
+    assert found.action is not None and found.action.changes == {"spec": {"gfd": {"version": fixed}}}
+    assert any(e.startswith(f"release: k8s-device-plugin.{fact} (") for e in found.evidence)
+    assert f"nvidia.com/gpu.family={labels['nvidia.com/gpu.family']}" in found.evidence[0]
+
+
+def test_right_family_labels_or_a_gfd_release_that_knows_the_gpu_are_no_known_defect() -> None:
+    assert not _labelled({**ADA, "nvidia.com/gpu.family": "ada-lovelace"})
+    assert not _labelled(ADA, _image("gpu-feature-discovery", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"))
+    assert not _labelled({**ADA, "nvidia.com/gpu.compute.minor": "6"})
+
+
+def test_a_memory_label_in_bytes_from_the_gfd_release_that_wrote_bytes_moves_gfd_to_the_release_that_writes_mib() -> (
+    None
+):
+    """GFD v0.6.1 labels an A100-40GB's 42505273344 bytes; the policy's GFD image moves to v0.6.2, its OS suffix
+    kept. A MiB value, or GFD at v0.6.2, is no defect."""
+    image = "nvcr.io/nvidia/gpu-feature-discovery:v0.6.1-ubi8"
+    bytes_ = {"nvidia.com/gpu.memory": "42505273344"}
+    (found,) = _labelled(bytes_, _image("gpu-feature-discovery", image))
+    assert found.action is not None and found.action.changes == {"spec": {"gfd": {"version": "v0.6.2-ubi8"}}}
+    assert not _labelled({"nvidia.com/gpu.memory": "40960"}, _image("gpu-feature-discovery", image))
+    assert not _labelled(bytes_, _image("gpu-feature-discovery", image.replace("v0.6.1", "v0.6.2")))

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused")
+SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels")
 BY = ("image", "chart")
 #: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
 #: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.
@@ -60,6 +60,8 @@ class Defect:
     title: str = ""  #: how a fix names the component (the component's own name when empty)
     entries: tuple[str, ...] = ()  #: for symptom log: the catalog entries whose message shows it
     last_good: str = ""  #: the release before the first affected, to move back to
+    #: for symptom labels: the node labels it writes wrongly, each a regex its value fully matches
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def fixed_in(self) -> str:
@@ -75,6 +77,12 @@ class Defect:
         seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
         return seen is not None and low is not None and high is not None and low <= seen < high
 
+    def shows(self, labels: dict[str, str]) -> bool:
+        """Do a node's ``labels`` carry this defect's label state (every label it names, its value matching)?"""
+        return bool(self.labels) and all(
+            key in labels and re.fullmatch(value, str(labels[key])) for key, value in self.labels
+        )
+
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
         return f"release: {self.id} ({self.source})"
@@ -82,12 +90,19 @@ class Defect:
 
 def _defect(raw: dict[str, Any]) -> Defect:
     found = Defect(
-        **{**raw, "affected": tuple(str(v) for v in raw["affected"]), "entries": tuple(raw.get("entries") or ())}
+        **{
+            **raw,
+            "affected": tuple(str(v) for v in raw["affected"]),
+            "entries": tuple(raw.get("entries") or ()),
+            "labels": tuple((str(k), str(v)) for k, v in (raw.get("labels") or {}).items()),
+        }
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
         raise ValueError(f"release entry {found.id}: symptom, by or affected range is not one gpuchain reads")
     if (found.symptom == "log") != bool(found.entries):
         raise ValueError(f"release entry {found.id}: a log symptom names its catalog entries, no other does")
+    if (found.symptom == "labels") != bool(found.labels):
+        raise ValueError(f"release entry {found.id}: a labels symptom names the labels it writes, no other does")
     return found
 
 
