@@ -12,10 +12,13 @@ from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 from doctor.test_doctor_fixes import _failing, _start_error
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 
-from gpuchain.doctor import Severity
-from gpuchain.doctor.model import Finding, Report
+from gpuchain.doctor import Severity, diagnose
+from gpuchain.doctor.model import Finding, FixOp, Report
+from gpuchain.doctor.snapshot import gather
+from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube import POD
 from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.sim import build, load_scenario
 from gpuchain.sim.build import SimCluster
 
 NODE = "gpu-worker-3"
@@ -208,3 +211,66 @@ def test_a_memory_label_in_bytes_from_the_gfd_release_that_wrote_bytes_moves_gfd
     assert found.action is not None and found.action.changes == {"spec": {"gfd": {"version": "v0.6.2-ubi8"}}}
     assert not _labelled({"nvidia.com/gpu.memory": "40960"}, _image("gpu-feature-discovery", image))
     assert not _labelled(bytes_, _image("gpu-feature-discovery", image.replace("v0.6.1", "v0.6.2")))
+
+
+@pytest.mark.parametrize(("tag", "moved"), [("v1.18.1-ubuntu20.04", True), ("v1.19.1-ubuntu20.04", False)])
+def test_a_cri_o_node_without_the_nvidia_handler_on_a_toolkit_that_writes_the_wrong_drop_in_dir_moves_it(
+    tag: str, moved: bool
+) -> None:
+    """CRI-O's "failed to find runtime handler nvidia" (cri-o internal/oci/oci.go) on the operator's toolkit v1.18.1,
+    which writes its drop-in to /etc/crio/conf.d: the policy's toolkit version v1.19.1 first, the rewrite after; on
+    v1.19.1 itself, the rewrite alone."""
+    sim = build(load_scenario("op-runtime-not-configured"))
+    _image("nvidia-container-toolkit", f"nvcr.io/nvidia/k8s/container-toolkit:{tag}")(sim)
+    snap = gather(sim.cluster)
+    crio = (
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia "
+        "from runtime list map[crun:0xc000 runc:0xc001]"
+    )
+    events = [{**e, "message": crio} if 'no runtime for "nvidia"' in str(e.get("message")) else e for e in snap.events]
+    report = diagnose(Snapshot(**{**snap.__dict__, "events": events}))
+    found = next(f for f in report.findings if f.id == "toolkit.runtime-not-configured")
+    assert any(e.startswith("release: container-toolkit.crio-drop-in-dir (") for e in found.evidence) == moved
+    assert found.action is not None
+    if moved:
+        assert found.action.changes == {"spec": {"toolkit": {"version": "v1.19.1-ubuntu20.04"}}}
+        assert "systemctl restart crio" in found.fix  # the rewrite, after the release
+    else:
+        assert found.action.op is FixOp.NODE
+
+
+#: CRI-O failing to decode the state the nvidia runtime wrapper of a toolkit before v1.18.1 answered while no driver
+#: module is loaded (NVIDIA/nvidia-container-toolkit 61f9bde's report), as the kubelet's RunContainerError message.
+WRAPPER = (
+    "failed to decode container status for 16779f4cd241: skipThreeBytes: expect ull, error found in #2 byte of "
+    "...|nvidia drive|..., bigger context ...|nvidia driver modules are not yet loaded, invoking /|..."
+)
+
+
+def _run_container_error(ds: str, node: str, init: str, message: str) -> Callable[[SimCluster], None]:
+    """An edit: init container ``init`` of ``ds``'s pod on ``node`` waits in RunContainerError with ``message``, as
+    the kubelet shows a container the runtime could not start (its restarts kept)."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith(ds) and p["spec"]["nodeName"] == node)
+        status = copy.deepcopy(pod["status"])
+        entry = next(e for e in status["initContainerStatuses"] if e["name"] == init)
+        entry["state"] = {"waiting": {"reason": "RunContainerError", "message": message}}
+        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
+
+    return edit
+
+
+def test_operands_the_cri_o_runtime_handler_cannot_read_move_the_toolkit_to_the_release_whose_wrapper_is_quiet() -> (
+    None
+):
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b, containerRuntime: cri-o://1.31.2}\n",
+        _image("nvidia-container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit:v1.18.0"),
+        _failing("nvidia-operator-validator", "b", init="toolkit-validation"),
+        _run_container_error("nvidia-operator-validator", "b", "toolkit-validation", WRAPPER),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.link, found.node) == ("toolkit", "b")
+    assert found.action is not None and found.action.changes == {"spec": {"toolkit": {"version": "v1.18.1"}}}
+    assert any(e.startswith("release: container-toolkit.wrapper-stdout (") for e in found.evidence)
