@@ -6,18 +6,15 @@ the value (the node's containerd socket, an unknown line's link)."""
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable
 
 import pytest
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_image, plugin_pod
 
 from gpuchain.doctor import catalog, run_doctor
 from gpuchain.doctor.model import FixOp
 from gpuchain.doctor.releases import NEWEST
-from gpuchain.kube import NODE, POD
-from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.kube import NODE
 from gpuchain.sim import build, load_scenario, scenario_names
 from gpuchain.sim.build import SimCluster
 
@@ -77,19 +74,6 @@ def test_a_line_no_entry_knows_gets_the_links_action_first_and_the_line_after() 
     assert odd.fix.startswith("# move the device plugin to NVIDIA's newest release, k8s-device-plugin:"), odd.fix
 
 
-def _plugin_image(image: str) -> Callable[[SimCluster], None]:
-    """An edit: the standalone plugin's pods run ``image``."""
-
-    def edit(sim: SimCluster) -> None:
-        for pod in sim.cluster.list(POD):
-            if name_of(pod).startswith("nvidia-device-plugin"):
-                spec = copy.deepcopy(pod["spec"])
-                spec["containers"][0]["image"] = image
-                sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
-
-    return edit
-
-
 def test_a_line_no_entry_knows_on_the_newest_release_gets_the_links_next_action() -> None:
     """A plugin already at the newest release is not told to move to it: the link's own next action stays."""
     line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
@@ -98,7 +82,7 @@ def test_a_line_no_entry_knows_on_the_newest_release_gets_the_links_next_action(
         "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
         no_gpus("n1"),
         plugin_pod("n1", crash_looping("nvidia-device-plugin-ctr", restarts=4), f"starting\n{line}"),
-        _plugin_image(newest),
+        plugin_image(newest),
     )
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert (

@@ -1145,22 +1145,30 @@ def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_
     )
 
 
-def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
-    """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
-    names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
+def crio_without_nvidia(sim: SimCluster) -> Report:
+    """The doctor's report on ``sim`` with its sandbox Events' containerd "no runtime for nvidia" in CRI-O's words
+    (cri-o internal/oci/oci.go), as a node whose runtime is CRI-O shows it."""
     from gpuchain.doctor import diagnose
     from gpuchain.doctor.snapshot import gather
     from gpuchain.doctor.structs import Snapshot
 
-    sim = build(load_scenario("op-runtime-not-configured"))
     snap = gather(sim.cluster)
     crio = (
         "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia "
         "from runtime list map[crun:0xc000 runc:0xc001]"
     )
     events = [{**e, "message": crio} if 'no runtime for "nvidia"' in str(e.get("message")) else e for e in snap.events]
-    report = diagnose(Snapshot(**{**snap.__dict__, "events": events}))
-    found = next(f for f in report.findings if f.id == "toolkit.runtime-not-configured")
+    return diagnose(Snapshot(**{**snap.__dict__, "events": events}))
+
+
+def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
+    """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
+    names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
+    found = next(
+        f
+        for f in crio_without_nvidia(build(load_scenario("op-runtime-not-configured"))).findings
+        if f.id == "toolkit.runtime-not-configured"
+    )
     assert found.cause.startswith("CRI-O on this node has no 'nvidia' runtime handler")
     assert any(e.startswith("catalog: cri-o.runtime-handler-not-found") for e in found.evidence)
     assert found.action is not None and "--runtime=crio" in found.action.changes["action"]
