@@ -8,14 +8,12 @@ import copy
 from collections.abc import Callable
 
 import pytest
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
-from doctor.test_doctor_fixes import _failing, _start_error
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_image, plugin_pod
+from doctor.test_doctor_fixes import _failing, _start_error, crio_without_nvidia
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 
-from gpuchain.doctor import Severity, diagnose
+from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
-from gpuchain.doctor.snapshot import gather
-from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube import POD
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import build, load_scenario
@@ -33,26 +31,13 @@ MEMORY = (
 )
 
 
-def _plugin_image(image: str) -> Callable[[SimCluster], None]:
-    """An edit: the standalone plugin's pods run ``image``."""
-
-    def edit(sim: SimCluster) -> None:
-        for pod in sim.cluster.list(POD):
-            if name_of(pod).startswith("nvidia-device-plugin"):
-                spec = copy.deepcopy(pod["spec"])
-                spec["containers"][0]["image"] = image
-                sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
-
-    return edit
-
-
 def _root(tag: str, log: str) -> Finding:
     """The root error of a plugin at ``tag`` that crash-loops with ``log``."""
     report: Report = diagnosed(
         PLUGIN,
         no_gpus(NODE),
         plugin_pod(NODE, crash_looping("nvidia-device-plugin-ctr", restarts=6), f"starting\n{log}"),
-        _plugin_image(f"{REPO}:{tag}"),
+        plugin_image(f"{REPO}:{tag}"),
     )
     (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
     return root
@@ -222,14 +207,7 @@ def test_a_cri_o_node_without_the_nvidia_handler_on_a_toolkit_that_writes_the_wr
     v1.19.1 itself, the rewrite alone."""
     sim = build(load_scenario("op-runtime-not-configured"))
     _image("nvidia-container-toolkit", f"nvcr.io/nvidia/k8s/container-toolkit:{tag}")(sim)
-    snap = gather(sim.cluster)
-    crio = (
-        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia "
-        "from runtime list map[crun:0xc000 runc:0xc001]"
-    )
-    events = [{**e, "message": crio} if 'no runtime for "nvidia"' in str(e.get("message")) else e for e in snap.events]
-    report = diagnose(Snapshot(**{**snap.__dict__, "events": events}))
-    found = next(f for f in report.findings if f.id == "toolkit.runtime-not-configured")
+    found = next(f for f in crio_without_nvidia(sim).findings if f.id == "toolkit.runtime-not-configured")
     assert any(e.startswith("release: container-toolkit.crio-drop-in-dir (") for e in found.evidence) == moved
     assert found.action is not None
     if moved:
@@ -274,3 +252,22 @@ def test_operands_the_cri_o_runtime_handler_cannot_read_move_the_toolkit_to_the_
     assert (found.link, found.node) == ("toolkit", "b")
     assert found.action is not None and found.action.changes == {"spec": {"toolkit": {"version": "v1.18.1"}}}
     assert any(e.startswith("release: container-toolkit.wrapper-stdout (") for e in found.evidence)
+
+
+#: Under mig-strategy mixed with a MIG-enabled GPU that has no MIG device (internal/rm/device_map.go@v0.15.0
+#: "device %v has an invalid MIG configuration" in its wrappers).
+EMPTY_MIG = (
+    "E0412 10:02:11.004512       1 main.go:173] failed to construct NVML resource managers: error building device "
+    "map: invalid MIG configuration: at least one device with migEnabled=true was not configured correctly: device 0 "
+    "has an invalid MIG configuration"
+)
+
+
+@pytest.mark.parametrize(("tag", "named"), [("v0.15.0", True), ("v0.16.2", False)])
+def test_a_mig_gpu_without_instances_is_the_mig_layout_with_the_plugin_release_that_only_warns_beside_it(
+    tag: str, named: bool
+) -> None:
+    root = _root(tag, EMPTY_MIG)
+    assert (root.id, root.link) == ("mig.no-instances", "mig")
+    assert any(e.startswith("release: k8s-device-plugin.mixed-empty-mig (") for e in root.evidence) == named
+    assert (f"{REPO}:v0.16.0" in root.fix) == named

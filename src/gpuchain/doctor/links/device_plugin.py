@@ -22,7 +22,7 @@ from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
-from gpuchain.doctor.links.releases import set_release
+from gpuchain.doctor.links.releases import release_repair, set_release
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
     NO_NVML,
@@ -35,7 +35,7 @@ from gpuchain.doctor.links.toolkit import (
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.doctor.releases import defect, image_version, version_of
+from gpuchain.doctor.releases import defect, image_version, showing, version_of
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
 from gpuchain.gpu import xid as xids
@@ -457,15 +457,26 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
 
 
 #: The plugin's words for a MIG-enabled GPU with no MIG instance on it (catalog.yaml, two releases).
-MIG_EMPTY = ("k8s-device-plugin.mig-no-instances", "k8s-device-plugin.mig-device-unconfigured")
+MIG_EMPTY = (
+    "k8s-device-plugin.mig-no-instances",
+    "k8s-device-plugin.mig-device-unconfigured",
+    "k8s-device-plugin.mig-device-invalid",
+)
 
 
-def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+def _mig_empty(ctx: Context, view: NodeView, evidence: list[str], said: str) -> Result:
     """MIG mode on with no instance carved: the plugin refuses the node, but the fault is the MIG layout
-    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off)."""
+    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off). Where the plugin's
+    release refuses such a GPU even under the mixed strategy (catalog entry ``said``, releases.yaml), the release
+    that only warns is named beside it."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    release = release_repair(ctx, view=view, pod=plugin, operand=DEVICE_PLUGIN, shown=showing("log", said))
+    if release is not None:
+        evidence = [*evidence, *release.evidence]
+    mixed = f"; under mig-strategy mixed the plugin release is the fault instead: {release.fix}" if release else ""
     managed = mig_finding(ctx, view)
     if managed is not None:
-        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence))
+        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence), fix=managed.fix + mixed)
         return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
     off = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
     return Result(
@@ -482,7 +493,7 @@ def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
                 fix=ctx.stack.render(off)
                 + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
-                "manager to carve",
+                f"manager to carve{mixed}",
                 action=off,
             ),
         ),
@@ -543,7 +554,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         if absent is not None:
             return absent
     elif state is not None and mig_empty:
-        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
+        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()], mig_empty.entry.id)
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and not announced and (denied := catalog.find(log, NVML_DEVICES_DENIED)):
