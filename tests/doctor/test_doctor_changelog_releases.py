@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_image, plugin_pod
-from doctor.test_doctor_fixes import _failing, _start_error, crio_without_nvidia
+from doctor.test_doctor_fixes import _failing, _start_error, crio_without_nvidia, without_sys_admin
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 
 from gpuchain.doctor import Severity
@@ -271,3 +271,18 @@ def test_a_mig_gpu_without_instances_is_the_mig_layout_with_the_plugin_release_t
     assert (root.id, root.link) == ("mig.no-instances", "mig")
     assert any(e.startswith("release: k8s-device-plugin.mixed-empty-mig (") for e in root.evidence) == named
     assert (f"{REPO}:v0.16.0" in root.fix) == named
+
+
+@pytest.mark.parametrize(("chart", "upgraded"), [("0.16.1", True), ("0.16.2", False)])
+def test_a_plugin_chart_that_drops_sys_admin_for_volume_mounts_is_upgraded_to_the_chart_that_grants_it(
+    chart: str, upgraded: bool
+) -> None:
+    """NVIDIA/k8s-device-plugin#856: chart 0.16.1 renders no SYS_ADMIN for volume-mounts; 0.16.2 does, so a 0.16.2
+    release without it had its securityContext overridden, and the patch (and the values) is the repair there."""
+    labels = {"helm.sh/chart": f"nvidia-device-plugin-{chart}", "app.kubernetes.io/instance": "nvdp"}
+    (root,) = [f for f in without_sys_admin(**labels).findings if f.root]
+    assert root.id == "device-plugin.privileges-missing"
+    assert root.fix.startswith("helm upgrade nvdp ") == upgraded and ("--version 0.16.2" in root.fix) == upgraded
+    assert any(
+        e.startswith("release: nvidia-device-plugin-chart.volume-mounts-sys-admin (") for e in root.evidence
+    ) == (upgraded)

@@ -33,7 +33,7 @@ from gpuchain.doctor.links.toolkit import (
     runtime_not_default,
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.owners import owner_ds
+from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.releases import defect, image_version, showing, version_of
 from gpuchain.doctor.snapshot import PRODUCT
@@ -434,6 +434,16 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
         {"spec": {"template": {"spec": {"containers": [grant]}}}},
     )
     security = container.get("securityContext") or {}
+    labels = (owner_daemonset(ctx, pod).get("metadata") or {}).get("labels") or {}
+    chart_name, chart, version = chart_of(ctx, labels)
+    found = defect(chart_name, version, "no-sys-admin") if labels.get(HELM_RELEASE) else None
+    fix = ctx.stack.render(patch) + (
+        "   # and the same in the chart's values (securityContext.capabilities.add=[SYS_ADMIN], or no securityContext "
+        "override), so the next upgrade keeps it"
+    )
+    if found is not None:  # the chart release that renders SYS_ADMIN for these settings, the patch until then
+        release = f"helm upgrade {labels[HELM_RELEASE]} {chart} -n {namespace_of(pod)} --version {found.fixed_in}"
+        fix = f"{release} --reuse-values   # the chart release that grants it; until then: {ctx.stack.render(patch)}"
     return Result(
         LinkState.BROKEN,
         "device plugin without SYS_ADMIN",
@@ -446,10 +456,12 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
                 cause=f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, "
                 "but its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it "
                 "and no GPU is announced.",
-                evidence=[*evidence, f"container {name} securityContext: {security or 'none'}"],
-                fix=ctx.stack.render(patch)
-                + "   # and the same in the chart's values (securityContext.capabilities.add="
-                "[SYS_ADMIN], or no securityContext override), so the next upgrade keeps it",
+                evidence=[
+                    *evidence,
+                    f"container {name} securityContext: {security or 'none'}",
+                    *((f"chart {chart_name}-{version}: {found.cause}", found.cite()) if found else ()),
+                ],
+                fix=fix,
                 action=patch,
             ),
         ),
