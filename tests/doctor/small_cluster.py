@@ -4,6 +4,7 @@ then the logs the doctor asks for, through the port)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from sim.heldout import harness
 from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import Report
 from gpuchain.kube import POD
+from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
 
@@ -85,4 +87,17 @@ def plugin_pod(node: str, container: Mapping[str, Any], log: str | None = None) 
     }
     if log is not None:
         edit["logs"] = {"nvidia-device-plugin-ctr": log}
+    return edit
+
+
+def plugin_image(image: str) -> Callable[[SimCluster], None]:
+    """An edit: the standalone plugin's pods run ``image``."""
+
+    def edit(sim: SimCluster) -> None:
+        for pod in sim.cluster.list(POD):
+            if name_of(pod).startswith("nvidia-device-plugin"):
+                spec = copy.deepcopy(pod["spec"])
+                spec["containers"][0]["image"] = image
+                sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
+
     return edit

@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_image, plugin_pod
 
 from gpuchain.doctor import catalog, run_doctor
 from gpuchain.doctor.model import FixOp
+from gpuchain.doctor.releases import NEWEST
 from gpuchain.kube import NODE
 from gpuchain.sim import build, load_scenario, scenario_names
 from gpuchain.sim.build import SimCluster
@@ -62,10 +63,31 @@ def test_a_line_no_entry_knows_gets_the_links_action_first_and_the_line_after() 
     )
     found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert not diagnostic(found.fix), found.fix
-    assert found.fix.startswith("# run the device plugin release") and "frobnicator exploded" in found.fix
-    # The warning that reports the line as unrecognised carries the same action, not "no repair known".
+    # The plugin runs an older release than NVIDIA's newest: moving to it is the action, the line quoted after it.
+    assert found.fix.startswith(
+        f"kubectl -n kube-system set image ds/nvidia-device-plugin-daemonset nvidia-device-plugin-ctr="
+        f"nvcr.io/nvidia/k8s-device-plugin:{NEWEST['k8s-device-plugin']}"
+    )
+    assert "frobnicator exploded" in found.fix
+    # The warning that reports the line as unrecognised names the same release, not "no repair known".
     odd = next(f for f in report.findings if f.id == "log.unrecognised")
-    assert odd.fix.startswith("# run the device plugin release"), odd.fix
+    assert odd.fix.startswith("# move the device plugin to NVIDIA's newest release, k8s-device-plugin:"), odd.fix
+
+
+def test_a_line_no_entry_knows_on_the_newest_release_gets_the_links_next_action() -> None:
+    """A plugin already at the newest release is not told to move to it: the link's own next action stays."""
+    line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
+    newest = f"nvcr.io/nvidia/k8s-device-plugin:{NEWEST['k8s-device-plugin']}"
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
+        no_gpus("n1"),
+        plugin_pod("n1", crash_looping("nvidia-device-plugin-ctr", restarts=4), f"starting\n{line}"),
+        plugin_image(newest),
+    )
+    found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
+    assert (
+        found.fix.startswith("# move the device plugin to NVIDIA's newest release") and "ctr=nvcr.io" not in found.fix
+    )
 
 
 def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_recorded() -> None:

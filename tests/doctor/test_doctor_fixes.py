@@ -1002,10 +1002,10 @@ def test_operands_without_a_sandbox_after_the_toolkit_rewrote_containerd_are_the
     assert root.action is not None and root.action.op is FixOp.NODE and NOT_SIMULATED in root.action.changes
 
 
-def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capability() -> None:
-    """NVIDIA's chart adds SYS_ADMIN for volume-mounts or a MIG strategy (deployments/helm/nvidia-device-plugin
-    _helpers.tpl@v0.16.2 requiresCapSysAdmin); values that override the securityContext drop it, and the plugin
-    exits on NVML (internal/plugin/manager/factory.go@v0.16.2): its own DaemonSet, not the node's runtime."""
+def without_sys_admin(**labels: str) -> Report:
+    """The report on a standalone plugin whose DaemonSet (with ``labels`` added) runs the volume-mounts device list
+    strategy in a container stripped of every capability, crash-looping on NVML (internal/plugin/manager/
+    factory.go@v0.16.2)."""
     from gpuchain.kube import DAEMONSET
 
     def locked_down(sim: SimCluster) -> None:
@@ -1013,7 +1013,7 @@ def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capa
         container = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0])
         container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         container["env"] = [*(container.get("env") or []), {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
-        patch = {"spec": {"template": {"spec": {"containers": [container]}}}}
+        patch = {"metadata": {"labels": labels}, "spec": {"template": {"spec": {"containers": [container]}}}}
         sim.cluster.patch(DAEMONSET, name="nvidia-device-plugin-daemonset", patch=patch, namespace="kube-system")
         for pod in sim.cluster.list(POD, namespace="kube-system"):
             if pod["metadata"]["name"].startswith("nvidia-device-plugin-daemonset"):
@@ -1029,13 +1029,19 @@ def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capa
         "E0101 00:00:00.000000 1 main.go:1] error starting plugins: error creating plugin manager: "
         "unable to create plugin manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND\n"
     )
-    report = diagnosed(
+    return diagnosed(
         "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
         locked_down,
         no_gpus("h"),
         plugin_pod("h", crash, log),
     )
-    (root,) = [f for f in report.findings if f.root]
+
+
+def test_a_plugin_whose_settings_need_sys_admin_and_run_without_it_gets_the_capability() -> None:
+    """NVIDIA's chart adds SYS_ADMIN for volume-mounts or a MIG strategy (deployments/helm/nvidia-device-plugin
+    _helpers.tpl@v0.16.2 requiresCapSysAdmin); values that override the securityContext drop it, and the plugin
+    exits on NVML (internal/plugin/manager/factory.go@v0.16.2): its own DaemonSet, not the node's runtime."""
+    (root,) = [f for f in without_sys_admin().findings if f.root]
     assert (root.id, root.link) == ("device-plugin.privileges-missing", "device-plugin")
     assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
     grant = root.action.changes["spec"]["template"]["spec"]["containers"][0]
@@ -1145,22 +1151,30 @@ def test_a_daemonset_pod_pending_on_an_untolerated_taint_gets_the_toleration_to_
     )
 
 
-def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
-    """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
-    names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
+def crio_without_nvidia(sim: SimCluster) -> Report:
+    """The doctor's report on ``sim`` with its sandbox Events' containerd "no runtime for nvidia" in CRI-O's words
+    (cri-o internal/oci/oci.go), as a node whose runtime is CRI-O shows it."""
     from gpuchain.doctor import diagnose
     from gpuchain.doctor.snapshot import gather
     from gpuchain.doctor.structs import Snapshot
 
-    sim = build(load_scenario("op-runtime-not-configured"))
     snap = gather(sim.cluster)
     crio = (
         "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia "
         "from runtime list map[crun:0xc000 runc:0xc001]"
     )
     events = [{**e, "message": crio} if 'no runtime for "nvidia"' in str(e.get("message")) else e for e in snap.events]
-    report = diagnose(Snapshot(**{**snap.__dict__, "events": events}))
-    found = next(f for f in report.findings if f.id == "toolkit.runtime-not-configured")
+    return diagnose(Snapshot(**{**snap.__dict__, "events": events}))
+
+
+def test_a_cri_o_node_without_the_nvidia_handler_gets_cri_os_repair() -> None:
+    """The sandbox Events carry CRI-O's words (cri-o internal/oci/oci.go), not containerd's: the finding
+    names CRI-O, cites its catalog entry, and the repair configures CRI-O, not containerd."""
+    found = next(
+        f
+        for f in crio_without_nvidia(build(load_scenario("op-runtime-not-configured"))).findings
+        if f.id == "toolkit.runtime-not-configured"
+    )
     assert found.cause.startswith("CRI-O on this node has no 'nvidia' runtime handler")
     assert any(e.startswith("catalog: cri-o.runtime-handler-not-found") for e in found.evidence)
     assert found.action is not None and "--runtime=crio" in found.action.changes["action"]

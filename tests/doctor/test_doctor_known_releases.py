@@ -61,6 +61,11 @@ def test_every_entry_covers_its_first_release_and_not_the_one_that_fixed_it() ->
         if entry.symptom == "log":
             # Shown by catalog messages that exist, and found by each of them.
             assert entry.entries and all(entry in showing("log", e) and catalog.entry(e) for e in entry.entries)
+        elif entry.symptom == "labels":
+            # Shown by the label state it names, and by no node whose labels differ in one of them.
+            labels = {key: value for key, value in entry.labels}
+            assert entry in showing("labels") and entry.labels and not entry.shows({})
+            assert all(not entry.shows({**labels, key: "x-other"}) for key in labels), entry.id
         else:
             assert defect(entry.component, entry.affected[0], entry.symptom) == entry
     assert version_of("v0.17.0-ubi9") == (0, 17, 0) and version_of("latest") is None

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
-from gpuchain.doctor.releases import version_of
+from gpuchain.doctor.releases import NEWEST, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -301,15 +303,25 @@ def next_step(ctx: Context, *, link: str, line: str, refused: str = "") -> str:
         "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
         f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
         "(nvidia-ctk runtime configure) and turn the operator's toolkit off",
-        "device-plugin": "run the device plugin release the stack ships (its image tag in the chart or ClusterPolicy; "
-        "a newer release where the line is a fixed upstream bug) with the node's GPUs and driver it supports",
-        "gfd": "run the gpu-feature-discovery release the stack ships (a newer one where the line is a fixed upstream "
-        "bug)",
-        "exporter": "run the dcgm-exporter release the stack ships, with the driver it supports",
+        "device-plugin": "move the device plugin to NVIDIA's newest release, k8s-device-plugin:"
+        f"{NEWEST['k8s-device-plugin']} ({_version_key(ctx, 'devicePlugin')}), whose fixes may include this line's",
+        "gfd": "move GPU feature discovery to NVIDIA's newest release (gpu-feature-discovery:"
+        f"{NEWEST['gpu-feature-discovery']}, or k8s-device-plugin:{NEWEST['k8s-device-plugin']}, which carries it; "
+        f"{_version_key(ctx, 'gfd')})",
+        "exporter": f"move dcgm-exporter to NVIDIA's newest release, dcgm-exporter:{NEWEST['dcgm-exporter']} "
+        f"({_version_key(ctx, 'dcgmExporter')}), on a driver its DCGM supports",
         "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
         "change takes effect",
     }
     return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
+
+
+def _version_key(ctx: Context, key: str) -> str:
+    """Where a user sets an operand's release: the policy's spec.<key>.version where the stack's policy runs it,
+    else the image tag in the chart or DaemonSet that renders it."""
+    if ctx.policy_obj is not None:
+        return f"spec.{key}.version in {ctx.policy_ref}"
+    return "image.tag in the values of the Helm release that renders it, or kubectl set image on its DaemonSet"
 
 
 def provider_of(ctx: Context, path: str) -> str | None:
@@ -391,11 +403,27 @@ def install_driver(ctx: Context) -> str:
     )
 
 
+def _release(ctx: Context, view: NodeView, link: str, entry: Entry | None) -> Known | None:
+    """The release of ``link``'s component that fixed the defect ``entry``'s message shows (releases.yaml), read
+    from that component's pod on the node (or, installed on the host, conditional on the release it runs); None
+    where no release fact names the message or the running release is not one it affects."""
+    op = LINK_OPERANDS.get(link)
+    shown = showing("log", entry.id) if entry is not None else ()
+    return release_repair(ctx, view=view, pod=view.pod(op), operand=op, shown=shown) if op and shown else None
+
+
 def _fix(
-    ctx: Context, view: NodeView, finding_id: str, link: str, failure: Failure, entry: Entry | None = None
+    ctx: Context,
+    view: NodeView,
+    finding_id: str,
+    link: str,
+    failure: Failure,
+    entry: Entry | None = None,
+    release: Known | None = None,
 ) -> tuple[Fix | None, str]:
     """The repairing change for a failure that proves ``link`` broken, through the stack's renderer: the
-    checks' own for the failures they know, else the catalog entry's fix."""
+    checks' own for the failures they know, else the release that fixed ``entry``'s defect (`_release`) before
+    the catalog entry's fix, else that fix alone."""
     ns = namespace_of(failure.pod) or ctx.namespace
     rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(failure.pod)))
     if finding_id == "driver.version-mismatch":
@@ -489,11 +517,14 @@ def _fix(
             },
         )
     elif entry is not None:
+        repair = entry.repair(view.name, namespace=ns, pod=name_of(failure.pod))
+        if release is not None:
+            return release.action, f"{release.fix}; otherwise: {repair}; then {rerun}"
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": f"{entry.repair(view.name, namespace=ns, pod=name_of(failure.pod))}; then {rerun}",
+                "action": f"{repair}; then {rerun}",
                 NOT_SIMULATED: "the catalog's repair is a fact of the node",
             },
         )
@@ -605,7 +636,9 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         # A validation's message the catalog knows (scope component) gives its repair as well.
         mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
         told = known[0] if known else said.entry if said is not None and mine else None
-        action, fix = _fix(ctx, view, finding_id, link, failure, told)
+        release = _release(ctx, view, link, told)
+        evidence += release.evidence if release is not None else ()
+        action, fix = _fix(ctx, view, finding_id, link, failure, told, release)
         return Finding(
             id=finding_id,
             severity=Severity.ERROR,

@@ -16,11 +16,23 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused")
+SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin")
 BY = ("image", "chart")
 #: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
 #: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.
 VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+)\.(\d+)\.(\d+))?")
+#: Each operand image's newest release, read from its repository's tags (NVIDIA/k8s-device-plugin v0.20.0,
+#: NVIDIA/gpu-feature-discovery v0.8.2 (its own image's last; GFD ships in the device plugin's image since v0.15.0),
+#: NVIDIA/dcgm-exporter 4.5.3-4.8.2, NVIDIA/nvidia-container-toolkit v1.20.0, NVIDIA/mig-parted v0.15.0): the
+#: release an error that no release note names is answered with, as the fixes a component ships after the one a
+#: cluster runs are the repair its maintainers give first.
+NEWEST = {
+    "k8s-device-plugin": "v0.20.0",
+    "gpu-feature-discovery": "v0.8.2",
+    "dcgm-exporter": "4.5.3-4.8.2",
+    "container-toolkit": "v1.20.0",
+    "k8s-mig-manager": "v0.15.0",
+}
 
 
 def version_of(text: str) -> tuple[int, ...] | None:
@@ -48,6 +60,8 @@ class Defect:
     title: str = ""  #: how a fix names the component (the component's own name when empty)
     entries: tuple[str, ...] = ()  #: for symptom log: the catalog entries whose message shows it
     last_good: str = ""  #: the release before the first affected, to move back to
+    #: for symptom labels: the node labels it writes wrongly, each a regex its value fully matches
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def fixed_in(self) -> str:
@@ -63,6 +77,12 @@ class Defect:
         seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
         return seen is not None and low is not None and high is not None and low <= seen < high
 
+    def shows(self, labels: dict[str, str]) -> bool:
+        """Do a node's ``labels`` carry this defect's label state (every label it names, its value matching)?"""
+        return bool(self.labels) and all(
+            key in labels and re.fullmatch(value, str(labels[key])) for key, value in self.labels
+        )
+
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
         return f"release: {self.id} ({self.source})"
@@ -70,12 +90,19 @@ class Defect:
 
 def _defect(raw: dict[str, Any]) -> Defect:
     found = Defect(
-        **{**raw, "affected": tuple(str(v) for v in raw["affected"]), "entries": tuple(raw.get("entries") or ())}
+        **{
+            **raw,
+            "affected": tuple(str(v) for v in raw["affected"]),
+            "entries": tuple(raw.get("entries") or ()),
+            "labels": tuple((str(k), str(v)) for k, v in (raw.get("labels") or {}).items()),
+        }
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
         raise ValueError(f"release entry {found.id}: symptom, by or affected range is not one gpuchain reads")
     if (found.symptom == "log") != bool(found.entries):
         raise ValueError(f"release entry {found.id}: a log symptom names its catalog entries, no other does")
+    if (found.symptom == "labels") != bool(found.labels):
+        raise ValueError(f"release entry {found.id}: a labels symptom names the labels it writes, no other does")
     return found
 
 
@@ -106,7 +133,22 @@ def image_version(image: str) -> tuple[str, str]:
 def fixed_image(image: str, found: Defect) -> str:
     """``image`` at the release that fixed ``found``, its tag's suffix kept (the OS of
     "v1.14.5-ubuntu20.04" or "2.4.6-2.6.8-ubuntu20.04")."""
+    return _at(image, found.fixed_in)
+
+
+def newer_image(image: str) -> str | None:
+    """``image`` at its component's newest release (`NEWEST`), its tag's suffix kept; None where the component has
+    none known, or its tag names no release ("latest", a digest) or one not older than the newest."""
+    name, tag = image_version(image)
+    newest, running = NEWEST.get(name), version_of(tag)
+    if newest is None or running is None or running >= (version_of(newest) or running):
+        return None
+    return _at(image, newest)
+
+
+def _at(image: str, release: str) -> str:
+    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept."""
     repo, _, tag = image.rpartition(":") if ":" in image.rpartition("/")[2] else (image, "", "")
     current = VERSION.match(tag)
     suffix = tag[current.end() :] if current else ""
-    return f"{repo}:{found.fixed_in}{suffix}"
+    return f"{repo}:{release}{suffix}"

@@ -22,7 +22,7 @@ from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
-from gpuchain.doctor.links.releases import set_release
+from gpuchain.doctor.links.releases import release_repair, set_release
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
     NO_NVML,
@@ -33,9 +33,9 @@ from gpuchain.doctor.links.toolkit import (
     runtime_not_default,
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.owners import owner_ds
+from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.doctor.releases import defect, image_version, version_of
+from gpuchain.doctor.releases import defect, image_version, showing, version_of
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
 from gpuchain.gpu import xid as xids
@@ -434,6 +434,16 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
         {"spec": {"template": {"spec": {"containers": [grant]}}}},
     )
     security = container.get("securityContext") or {}
+    labels = (owner_daemonset(ctx, pod).get("metadata") or {}).get("labels") or {}
+    chart_name, chart, version = chart_of(ctx, labels)
+    found = defect(chart_name, version, "no-sys-admin") if labels.get(HELM_RELEASE) else None
+    fix = ctx.stack.render(patch) + (
+        "   # and the same in the chart's values (securityContext.capabilities.add=[SYS_ADMIN], or no securityContext "
+        "override), so the next upgrade keeps it"
+    )
+    if found is not None:  # the chart release that renders SYS_ADMIN for these settings, the patch until then
+        release = f"helm upgrade {labels[HELM_RELEASE]} {chart} -n {namespace_of(pod)} --version {found.fixed_in}"
+        fix = f"{release} --reuse-values   # the chart release that grants it; until then: {ctx.stack.render(patch)}"
     return Result(
         LinkState.BROKEN,
         "device plugin without SYS_ADMIN",
@@ -446,10 +456,12 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
                 cause=f"the device plugin runs with {needs}, for which NVIDIA's chart gives its container SYS_ADMIN, "
                 "but its securityContext grants neither SYS_ADMIN nor privileged, so NVML cannot be initialised in it "
                 "and no GPU is announced.",
-                evidence=[*evidence, f"container {name} securityContext: {security or 'none'}"],
-                fix=ctx.stack.render(patch)
-                + "   # and the same in the chart's values (securityContext.capabilities.add="
-                "[SYS_ADMIN], or no securityContext override), so the next upgrade keeps it",
+                evidence=[
+                    *evidence,
+                    f"container {name} securityContext: {security or 'none'}",
+                    *((f"chart {chart_name}-{version}: {found.cause}", found.cite()) if found else ()),
+                ],
+                fix=fix,
                 action=patch,
             ),
         ),
@@ -457,15 +469,26 @@ def _no_sys_admin(ctx: Context, view: NodeView, pod: Obj, state: PodState, needs
 
 
 #: The plugin's words for a MIG-enabled GPU with no MIG instance on it (catalog.yaml, two releases).
-MIG_EMPTY = ("k8s-device-plugin.mig-no-instances", "k8s-device-plugin.mig-device-unconfigured")
+MIG_EMPTY = (
+    "k8s-device-plugin.mig-no-instances",
+    "k8s-device-plugin.mig-device-unconfigured",
+    "k8s-device-plugin.mig-device-invalid",
+)
 
 
-def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+def _mig_empty(ctx: Context, view: NodeView, evidence: list[str], said: str) -> Result:
     """MIG mode on with no instance carved: the plugin refuses the node, but the fault is the MIG layout
-    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off)."""
+    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off). Where the plugin's
+    release refuses such a GPU even under the mixed strategy (catalog entry ``said``, releases.yaml), the release
+    that only warns is named beside it."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    release = release_repair(ctx, view=view, pod=plugin, operand=DEVICE_PLUGIN, shown=showing("log", said))
+    if release is not None:
+        evidence = [*evidence, *release.evidence]
+    mixed = f"; under mig-strategy mixed the plugin release is the fault instead: {release.fix}" if release else ""
     managed = mig_finding(ctx, view)
     if managed is not None:
-        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence))
+        found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence), fix=managed.fix + mixed)
         return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
     off = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
     return Result(
@@ -482,7 +505,7 @@ def _mig_empty(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
                 evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
                 fix=ctx.stack.render(off)
                 + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
-                "manager to carve",
+                f"manager to carve{mixed}",
                 action=off,
             ),
         ),
@@ -543,7 +566,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         if absent is not None:
             return absent
     elif state is not None and mig_empty:
-        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()])
+        return _mig_empty(ctx, view, [state.describe(), *mig_empty.evidence()], mig_empty.entry.id)
     elif state is not None and (mig_line or (invalid_product and not announced)):
         return _mig_invalid(ctx, view, [state.describe(), *(mig_line.evidence() if mig_line else ())])
     elif state is not None and not announced and (denied := catalog.find(log, NVML_DEVICES_DENIED)):

@@ -10,7 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
-from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.releases import newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
@@ -30,6 +30,9 @@ from gpuchain.doctor.releases import showing
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
+#: The links whose error no catalog entry knows is answered first with their component's newest release (the
+#: device plugin, GFD, the exporter: a line of their own code that the later releases may have fixed).
+UPGRADED = ("device-plugin", "gfd", "exporter")
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
 #: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726: nvidia-installer's
 #: words, the kernel's own, EPERM from its lockdown, and modprobe's where the module is loaded by
@@ -763,8 +766,13 @@ def not_ready(
                     f"runtime: {refused}" if refused else state.message,
                     *([f"unrecognised: {line}"] if line else []),
                 ],
-                fix=f"# {next_step(ctx, link=link, line=line, refused=refused)}; the pod retries by itself "
-                f"({ctx.stack.render(again)} starts it at once)",
+                fix=newest_release(
+                    ctx,
+                    pod=view.pod(operand) if link in UPGRADED else None,
+                    operand=operand,
+                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused)}; the pod retries by itself "
+                    f"({ctx.stack.render(again)} starts it at once)",
+                ),
             ),
         ),
     )

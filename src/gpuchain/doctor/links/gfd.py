@@ -7,11 +7,12 @@ from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.doctor.releases import defect
+from gpuchain.doctor.releases import defect, showing
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD
@@ -72,11 +73,40 @@ def _not_rendered(ctx: Context, view: NodeView) -> Result | None:
     )
 
 
+def _wrong_labels(ctx: Context, view: NodeView) -> Result | None:
+    """Labels GFD wrote that its release's own notes say it writes wrongly (releases.yaml, symptom labels: the GPU
+    family of a compute capability that release did not know): the release that labels them right is the fix. GFD
+    runs and labels, so the chain works; the labels mislead nodeSelectors, a warning."""
+    shown = tuple(d for d in showing("labels") if d.shows(view.labels))
+    release = release_repair(ctx, view=view, pod=view.pod(GFD), operand=GFD, shown=shown) if shown else None
+    if release is None:
+        return None
+    said = ", ".join(sorted({f"{key}={view.labels[key]}" for d in shown for key, _ in d.labels}))
+    return Result(
+        LinkState.DEGRADED,
+        "GPU labels of a release that writes them wrongly",
+        (
+            node_finding(
+                view,
+                fid="gfd.known-defect",
+                sev=Severity.WARNING,
+                link="gfd",
+                cause=release.cause,
+                evidence=[f"node {view.name}: {said}", *release.evidence],
+                fix=release.fix,
+                action=release.action,
+            ),
+        ),
+    )
+
+
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
     result = simple(ctx, view=view, operand=GFD, link="gfd", what=WHAT, failing=_not_ready)
     if result.state is LinkState.SKIPPED:
         return _not_rendered(ctx, view) or result
+    if result.state is LinkState.OK and PRODUCT in view.labels:
+        return _wrong_labels(ctx, view) or result
     if result.state is not LinkState.OK or PRODUCT in view.labels:
         return result
     nfd = sorted(k for k in view.labels if k.startswith(NFD_PREFIX))

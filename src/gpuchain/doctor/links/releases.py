@@ -9,7 +9,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
-from gpuchain.doctor.releases import Defect, fixed_image, image_version
+from gpuchain.doctor.releases import NEWEST, Defect, fixed_image, image_version, newer_image
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import Operand
 
@@ -83,3 +83,21 @@ def set_release(ctx: Context, *, pod: Obj, operand: Operand, container: str, ima
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": version}}})
         return action, ctx.stack.render(action)
     return None, f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(operand)} {container}={image}"
+
+
+def newest_release(ctx: Context, *, pod: Obj | None, operand: Operand, otherwise: str) -> str:
+    """The fix for an error of ``pod`` that no release note names (the catalog does not know its line, or knows it
+    and no release fact says the running release has it): its component moved to that component's newest release
+    where it runs an older one (set where the image comes from, as `set_release` does), with ``otherwise`` (the
+    link's own next action, the line quoted) after it; ``otherwise`` alone where the pod runs no NVIDIA release
+    older than the newest. The newer release is the action: the component's later releases carry its maintainers'
+    fixes, while "run the release the stack ships" names none."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        image = str(container.get("image", ""))
+        newer = newer_image(image)
+        if pod is None or newer is None:
+            continue
+        name, tag = image_version(image)
+        _, fix = set_release(ctx, pod=pod, operand=operand, container=str(container.get("name")), image=newer)
+        return f"{fix}   # {name} {tag} -> {NEWEST[name]}, its newest release; if the error stays: {otherwise}"
+    return f"# {otherwise}"

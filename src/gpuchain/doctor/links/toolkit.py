@@ -11,9 +11,11 @@ from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
@@ -110,6 +112,10 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         if said_by is not None and said_by.component == "CRI-O":
             work = said_by.fix
         restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
+        # A toolkit release whose notes say it writes the runtime config where the runtime does not read it
+        # (releases.yaml): that release's fix first, the rewrite after it.
+        shown = showing("log", said_by.id) if said_by is not None else ()
+        release = release_repair(ctx, view=view, pod=pod, operand=TOOLKIT, shown=shown) if shown else None
         return Result(
             LinkState.BROKEN,
             "containerd has no nvidia runtime",
@@ -126,9 +132,12 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                         *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",
                         *(said.evidence("toolkit log") if said else ()),
+                        *(release.evidence if release else ()),
                     ],
-                    fix=ctx.stack.render(restart),
-                    action=restart,
+                    fix=f"{release.fix}; otherwise: {ctx.stack.render(restart)}"
+                    if release
+                    else ctx.stack.render(restart),
+                    action=(release.action or restart) if release else restart,
                 ),
             ),
         )

@@ -90,6 +90,12 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
 #: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
 #: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
 HOOK_FAILED = (
+    "nvidia-container-toolkit.unexpected-link-target",
+    "libnvidia-container.firmware-mount",
+    "nvidia-container-runtime.debug-log-file",
+    "nvidia-ctk.update-ldcache-conf-d",
+    "nvidia-container-toolkit.xorg-discoverer",
+    "libnvidia-container.cgroup-version-unknown",
     "libnvidia-container.cgroup-subsystem-missing",
     "glibc.toolkit-version-not-found",
     "nvidia-container-toolkit.application-profiles-read-only",
