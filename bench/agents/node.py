@@ -82,6 +82,26 @@ NODE_AGENT = "node agent, every role"
 DP_ALONE = "node agent, device plugin alone"
 SEPARATE = "six separate agents, summed"
 BASELINE = "baseline: "
+BARE_SERVER = "ref: a bare grpc server, called"
+"""A grpc.aio server on a unix socket that calls itself once a second (an unimplemented method),
+so grpc's serving and calling code runs as an agent's does: the issue's "bare grpc server" floor,
+printed beside the stricter ``import grpc`` floor the goals are judged against."""
+BARE_SERVER_PROGRAM = """
+import asyncio, sys, grpc
+async def main(path):
+    server = grpc.aio.server()
+    server.add_insecure_port("unix://" + path)
+    await server.start()
+    async with grpc.aio.insecure_channel("unix://" + path) as channel:
+        call = channel.unary_unary("/bench.Bare/Call")
+        while True:
+            try:
+                await call(b"")
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(1)
+asyncio.run(main(sys.argv[1]))
+"""
 """The prefix of a ``--baseline`` tree's rows."""
 GPU = "nvidia.com/gpu"
 
@@ -116,7 +136,8 @@ def start_all(
     names = (NODE_AGENT, DP_ALONE, *((BASELINE + NODE_AGENT, BASELINE + DP_ALONE) if baseline else ()))
     ports = {name: free_port() for name in (*AGENTS, *names)}
     floor = [python, "-c", "import grpc, time\nwhile True: time.sleep(3600)"]
-    commands = [(FLOOR, floor, env)]
+    bare = [python, "-c", BARE_SERVER_PROGRAM, str(root / f"bare-{'busy' if busy else 'idle'}.sock")]
+    commands = [(FLOOR, floor, env), (BARE_SERVER, bare, env)]
     commands += [(a, agent_command(a, root, busy, ports[a], python), env) for a in AGENTS]
     for name in names:
         tree = baseline if name.startswith(BASELINE) else None
@@ -359,6 +380,11 @@ def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, boo
     ]
     for goal, value, ok in checks:
         print(f"  {goal}: {value}  {'ok' if ok else 'MISSED'}")
+    bare = by[BARE_SERVER].rss_end_mib
+    print(
+        f"  against {BARE_SERVER} ({bare:.1f} MiB) instead: every role {agent.rss_end_mib / bare:.2f}x, "
+        f"the device plugin alone {alone.rss_end_mib / bare:.2f}x"
+    )
     if args.baseline:
         print()
         print(f"against the baseline tree {args.baseline} (same run; this tree / baseline):")
