@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from doctor.small_cluster import diagnosed, plugin_pod
+from doctor.test_doctor_pending_workloads import pending_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -45,39 +46,21 @@ def _roots(report: Report) -> list[Any]:
     return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
 
 
-def _pending(resource: str) -> Any:
-    """An edit: a pod asking for ``resource``, Pending on the scheduler's Insufficient message."""
-
-    def edit(sim: SimCluster) -> None:
-        sim.cluster.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "train", "namespace": "ml"},
-                "spec": {"containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}]},
-                "status": {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": f"0/3 nodes are available: 1 Insufficient {resource}.",
-                        }
-                    ],
-                },
-            }
-        )
-
-    return edit
-
-
 def test_mig_resources_at_zero_under_a_running_plugin_are_the_mig_layout_lost_in_a_reboot() -> None:
     """The plugin runs with the mixed strategy and serves nothing, the node's MIG resource reads 0: MIG mode
     survived the reboot, the instances did not. The repair is mig-parted's on a node no MIG manager serves
     (NVIDIA/mig-parted: nvidia-mig-parted apply -c <layout>, and its nvidia-mig-manager.service, which applies
     MIG_PARTED_SELECTED_CONFIG at boot), not a restart of the plugin; the Pending pods are its consequence."""
-    report = diagnosed(STANDALONE, MIG_ZERO, plugin_pod("m", RUNNING, STARTED), _pending("nvidia.com/mig-1g.5gb"))
+    report = diagnosed(
+        STANDALONE,
+        MIG_ZERO,
+        plugin_pod("m", RUNNING, STARTED),
+        pending_pod(
+            "train",
+            "0/3 nodes are available: 1 Insufficient nvidia.com/mig-1g.5gb.",
+            {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]},
+        ),
+    )
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("mig.no-instances", "mig", "m")
     assert "nvidia.com/mig-1g.5gb: 0" in " ".join(root.evidence)

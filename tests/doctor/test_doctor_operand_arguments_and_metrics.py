@@ -32,13 +32,15 @@ def _roots(report: Report) -> list[Any]:
     return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
 
 
-def _plugin(log: str) -> dict[str, Any]:
+def _plugin(log: str, container: str = "nvidia-device-plugin") -> dict[str, Any]:
+    """An edit: the device plugin's pod on n1 crash-looping with ``log`` (its container named as the stack names it:
+    the operator's ``nvidia-device-plugin``, the standalone chart's ``nvidia-device-plugin-ctr``)."""
     return {
         "do": "pod",
         "daemonset": "nvidia-device-plugin-daemonset",
         "node": "n1",
-        "containers": [crash_looping("nvidia-device-plugin")],
-        "logs": {"nvidia-device-plugin": log},
+        "containers": [crash_looping(container)],
+        "logs": {container: log},
     }
 
 
@@ -60,20 +62,12 @@ def test_a_plugin_pinned_older_than_the_operator_that_refuses_its_arguments_gets
 
 
 def test_arguments_refused_without_a_pin_name_the_daemonset_to_set_from_one_release() -> None:
-    report = diagnosed("name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\n", _plugin_standalone(REFUSED))
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\n", _plugin(REFUSED, "nvidia-device-plugin-ctr")
+    )
     (root,) = _roots(report)
     assert root.link == "device-plugin" and "from one release" in root.fix
     assert "left no log line" not in root.fix
-
-
-def _plugin_standalone(log: str) -> dict[str, Any]:
-    return {
-        "do": "pod",
-        "daemonset": "nvidia-device-plugin-daemonset",
-        "node": "n1",
-        "containers": [crash_looping("nvidia-device-plugin-ctr")],
-        "logs": {"nvidia-device-plugin-ctr": log},
-    }
 
 
 #: dcgm-exporter's fatal line when DCGM refuses its field group with DCGM_ST_NOT_SUPPORTED (NVIDIA/go-dcgm
@@ -129,6 +123,8 @@ def test_an_exporter_dcgm_refuses_fields_for_gets_its_csv_without_the_profiling_
 def test_a_crash_whose_log_has_lines_but_none_at_error_level_is_never_said_to_have_left_none() -> None:
     """A log of usage text or progress lines with no line the catalog knows: the fix quotes how it ends."""
     usage = "NAME:\n   some-plugin - does things\n\nUSAGE:\n   some-plugin [global options]\n"
-    report = diagnosed("name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\n", _plugin_standalone(usage))
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\n", _plugin(usage, "nvidia-device-plugin-ctr")
+    )
     (root,) = _roots(report)
     assert "left no log line" not in root.fix and "its log ends 'some-plugin [global options]'" in root.fix
