@@ -128,3 +128,33 @@ def test_a_crash_whose_log_has_lines_but_none_at_error_level_is_never_said_to_ha
     )
     (root,) = _roots(report)
     assert "left no log line" not in root.fix and "its log ends 'some-plugin [global options]'" in root.fix
+
+
+#: CRI-O's refusal with crun's words for a hook that exits non-zero (containers/crun src/libcrun/container.c
+#: "error executing hook `%s` (exit code: %d)"), as the kubelet keeps it in the container's waiting message.
+CRUN = (
+    "container create failed: error executing hook `/usr/local/nvidia/toolkit/nvidia-container-runtime-hook` "
+    "(exit code: 1)"
+)
+
+
+def test_a_hook_crun_reports_failed_is_the_toolkit_with_runc_as_crios_default_runtime() -> None:
+    """crun names itself in the refusal; the repair is the runtime the hook runs under (CRI-O's default_runtime,
+    OpenShift's ContainerRuntimeConfig defaultRuntime), not a line gpuchain cannot place."""
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1, containerRuntime: 'cri-o://1.31.10'}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "n1",
+            "init": [
+                {"name": "driver-validation", "state": {"terminated": "Completed", "exitCode": 0}},
+                {"name": "toolkit-validation", "state": {"waiting": "CreateContainerError", "message": CRUN}},
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("toolkit", "n1")
+    assert "catalog: crun.hook-failed (containers/crun " in " ".join(root.evidence)
+    assert "defaultRuntime: runc" in root.fix and 'default_runtime = "runc"' in root.fix
+    assert not [f for f in report.findings if f.id == "log.unrecognised"]
