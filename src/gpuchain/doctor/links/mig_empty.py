@@ -106,7 +106,7 @@ def mig_without_instances(ctx: Context, view: NodeView) -> Finding | None:
                 break
     if not evidence:
         return None
-    action, fix = _repair(ctx, view)
+    action, fix = layout_repair(ctx, view)
     return node_finding(
         view,
         fid="mig.no-instances",
@@ -121,7 +121,7 @@ def mig_without_instances(ctx: Context, view: NodeView) -> Finding | None:
     )
 
 
-def _repair(ctx: Context, view: NodeView) -> tuple[Fix | None, str]:
+def layout_repair(ctx: Context, view: NodeView) -> tuple[Fix | None, str]:
     """The layout applied again and kept across reboots: by the MIG manager where the stack runs one for this node
     (it applies its label's layout at every start), else by mig-parted on the host with its systemd service."""
     wanted = view.labels.get(MIG_CONFIG, "")
