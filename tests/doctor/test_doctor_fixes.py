@@ -1458,7 +1458,9 @@ def test_mig_on_gpus_no_mig_manager_manages_is_the_mig_link() -> None:
 
 def test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link() -> None:
     """The single strategy's panic when MIG mode is on and no instance is carved (NVIDIA/k8s-device-plugin
-    internal/mig/mig.go@v0.12.3, wrapped by its mig-strategy.go): the MIG layout, not the plugin's registration."""
+    internal/mig/mig.go@v0.12.3, wrapped by its mig-strategy.go): the MIG layout, not the plugin's registration. No
+    MIG manager serves a standalone plugin's node, so no label would carve it: mig-parted on the host does, and its
+    nvidia-mig-manager.service keeps the layout across reboots (NVIDIA/mig-parted deployments/systemd)."""
     crash = {"name": "nvidia-device-plugin-ctr", "restarts": 6, "state": {"waiting": "CrashLoopBackOff"}}
     log = (
         "2026/01/01 00:00:00 Starting FS watcher.\n"
@@ -1473,8 +1475,9 @@ def test_the_plugins_panic_on_a_mig_gpu_with_no_instance_is_the_mig_link() -> No
     (root,) = [f for f in report.findings if f.root]
     assert (root.id, root.link, root.node) == ("mig.no-instances", "mig", "m")
     assert "catalog: k8s-device-plugin.mig-no-instances" in " ".join(root.evidence)
-    assert root.action is not None and root.action.changes == {"nvidia.com/mig.config": "all-disabled"}
-    assert "delete pod" not in root.fix
+    assert root.action is not None and root.action.op is FixOp.NODE
+    assert "nvidia-mig-parted apply" in root.fix and "nvidia-mig-manager.service" in root.fix
+    assert "nvidia-smi -mig 0" in root.fix and "kubectl label" not in root.fix
 
 
 def _released_beside(tmp_path: Path, ds: str, namespace: str, image: str, log: str, labels: str = "") -> Report:

@@ -22,6 +22,7 @@ from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.links.gfd import check_gfd
+from gpuchain.doctor.links.hardware import gpu_lost
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.toolkit import check_toolkit
 from gpuchain.doctor.links.validation import waiting_on
@@ -101,22 +102,30 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
 
 
 #: Node findings under which no link can be judged (the kubelet is gone, or no runtime to configure).
-STOPS_THE_WALK = ("node.not-ready", "node.runtime-unsupported", "node.sandbox-failed", "toolkit.runtime-stopped")
+STOPS_THE_WALK = (
+    "node.not-ready",
+    "node.runtime-unsupported",
+    "node.sandbox-failed",
+    "toolkit.runtime-stopped",
+    "node.gpu-lost",
+)
 
 
 def walk(ctx: Context, view: NodeView) -> NodeChain:
     """One node bottom-up: the node itself, then foundation links until the first broken one, then the
     links above."""
     links: list[Link] = []
+    # Every failing container here, and what else witnesses a link, read once for all the links.
+    found = failures(ctx, view)
+    witnessed = witnesses(ctx, view=view, found=found)
     under = check_node(ctx, view)
+    lost = gpu_lost(ctx, view, witnessed)
+    under += [lost] if lost is not None else []
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
     node_root = root is not None
     findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
     driver_result: Result | None = None
-    # Every failing container here, and what else witnesses a link, read once for all the links.
-    found = failures(ctx, view)
-    witnessed = witnesses(ctx, view=view, found=found)
     for name, check, operands in CHECKS:
         if root is not None or (
             driver_result is not None
@@ -399,7 +408,14 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     if not stuck:
         return placed
     roots = Counter(f.id for c in chains for f in c.findings if f.root)
-    no_gpu = [c.node for c in chains if c.broken_link in ("driver", "toolkit", "device-plugin")]
+    # A node whose root takes its GPUs away (the node itself, the foundation, MIG's layout): its pods wait on that
+    # root, named as their cause, never as a second root of their own.
+    no_gpu = [
+        c.node
+        for c in chains
+        if c.broken_link in OFFERS_GPUS
+        or any(f.root and f.severity is Severity.ERROR and f.link in OFFERS_GPUS for f in c.findings)
+    ]
     if ctx.stack.id == "none":
         # No device plugin anywhere: every GPU node offers nothing, because of stack.missing.
         no_gpu, roots = [c.node for c in chains], Counter({"stack.missing": len(chains)})

@@ -278,16 +278,19 @@ def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, ag
     return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
 
 
-def next_step(ctx: Context, *, link: str, line: str, refused: str = "") -> str:
+def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: str = "") -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none; ``refused``, the container runtime's refusal of a container that never started) the catalog does not
-    know: the action for that link first, never "run it again", then the message quoted as what it answers (a
-    fix is the action, not the diagnosis restated)."""
+    none at error level; ``refused``, the container runtime's refusal of a container that never started; ``last``,
+    the last line of a log with no line at error level) the catalog does not know: the action for that link first,
+    never "run it again", then the message quoted as what it answers (a fix is the action, not the diagnosis
+    restated). A log that has lines is never called empty."""
     said = (
         f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
         if refused
         else f"its last error line {line!r} is not in gpuchain's catalog"
         if line
+        else f"its log ends {last!r} and no line of it is in gpuchain's catalog"
+        if last
         else "it left no log line"
     )
     policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""

@@ -22,6 +22,7 @@ from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
+from gpuchain.doctor.links.mig_empty import layout_repair
 from gpuchain.doctor.links.releases import release_repair, set_release
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
@@ -490,7 +491,7 @@ def _mig_empty(ctx: Context, view: NodeView, evidence: list[str], said: str) -> 
     if managed is not None:
         found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence), fix=managed.fix + mixed)
         return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
-    off = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: "all-disabled"})
+    action, fix = layout_repair(ctx, view)
     return Result(
         LinkState.BROKEN,
         "MIG on with no instance",
@@ -503,10 +504,8 @@ def _mig_empty(ctx: Context, view: NodeView, evidence: list[str], said: str) -> 
                 cause="MIG mode is on for this node's GPUs but no MIG instance is carved on them, so the device plugin "
                 "(mig.strategy single) refuses the node and announces no GPU: the MIG layout was never applied.",
                 evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
-                fix=ctx.stack.render(off)
-                + f"   # or, to use MIG, label a layout instead ({MIG_CONFIG}=all-1g.10gb on A100/H100) for the MIG "
-                f"manager to carve{mixed}",
-                action=off,
+                fix=fix + mixed,
+                action=action,
             ),
         ),
     )

@@ -10,6 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
 from gpuchain.doctor.links.failures import known_not_ready
+from gpuchain.doctor.links.metrics import unsupported_fields
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
@@ -31,6 +32,8 @@ DCGM_EXPORTER_IMAGE = {
 EXPORTER_PROFILING_RACE = "dcgm.profiling-library-error"
 EXPORTER_NO_PROFILING = ("dcgm.module-not-loaded", "dcgm.profiling-not-supported")
 EXPORTER_NO_NVML = "dcgm.init-error"
+#: DCGM's "Feature not supported" for a field of the metrics CSV this GPU does not serve (catalog.yaml).
+EXPORTER_UNSUPPORTED = "dcgm.feature-not-supported"
 #: The words of an exporter whose container has no NVML library (catalog.yaml): the NVIDIA runtime did not
 #: inject the driver's libraries into it.
 NVML_NOT_INJECTED = ("dcgm-exporter.nvml-init", "go-nvlib.nvml-not-loaded")
@@ -125,17 +128,9 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             action=action,
             fix=ctx.stack.render(action) + "   # its DaemonSet starts a new one",
         )
-    found = catalog.find(log, *EXPORTER_NO_PROFILING)
+    found = catalog.find(log, *EXPORTER_NO_PROFILING, EXPORTER_UNSUPPORTED)
     if found:
-        return Known(
-            cause="dcgm-exporter asks for profiling (DCP, DCGM_FI_PROF_*) metrics this GPU or DCGM build cannot serve, "
-            "and exits.",
-            evidence=(*found.evidence(), f"DaemonSet in namespace {ns}"),
-            action=None,
-            fix="run dcgm-exporter without profiling metrics: drop the DCGM_FI_PROF_* lines from its metrics CSV "
-            "(its -f / collectors file, or the ConfigMap it reads), or use a dcgm-exporter release that skips "
-            "unsupported DCP metrics",
-        )
+        return unsupported_fields(ctx, pod=pod, state=state, found=found)
     found = catalog.find(log, EXPORTER_NO_NVML)
     if found and ctx.stack.driver_root:
         return Known(

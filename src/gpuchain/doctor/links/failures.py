@@ -9,6 +9,7 @@ import re
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
+from gpuchain.doctor.links.arguments import arguments_refused
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
 from gpuchain.doctor.links.releases import newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -82,7 +83,9 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     mount = _object_missing(ctx, view, operand, state)
     if mount is not None:
         return mount
-    command = _command_missing(ctx, view, operand)
+    command = _command_missing(ctx, view, operand) or arguments_refused(
+        ctx, view=view, operand=operand, state=state, log=log
+    )
     if command is not None:
         return command
     found = catalog.find(log, *SECURE_BOOT)
@@ -770,9 +773,14 @@ def not_ready(
                     ctx,
                     pod=view.pod(operand) if link in UPGRADED else None,
                     operand=operand,
-                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused)}; the pod retries by itself "
-                    f"({ctx.stack.render(again)} starts it at once)",
+                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused, last=_last(log))}; the pod "
+                    f"retries by itself ({ctx.stack.render(again)} starts it at once)",
                 ),
             ),
         ),
     )
+
+
+def _last(log: str) -> str:
+    """The last line of ``log`` that is not blank ("" for none)."""
+    return next((ln.strip() for ln in reversed(log.splitlines()) if ln.strip()), "")

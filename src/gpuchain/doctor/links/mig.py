@@ -18,6 +18,7 @@ from gpuchain.common.labels import (
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
+from gpuchain.doctor.links.mig_empty import mig_without_instances
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
@@ -213,8 +214,10 @@ def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
 
 def mig_root(ctx: Context, view: NodeView) -> Finding | None:
     """A MIG state that stops the links above it (the device plugin, GFD and exporter wait for the
-    layout): a change that failed or hangs, or MIG on GPUs the MIG manager does not manage."""
-    return mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
+    layout): a change that failed or hangs, MIG on GPUs the MIG manager does not manage, or MIG mode on with no
+    MIG device carved (`mig_without_instances`)."""
+    stuck = mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
+    return stuck or mig_without_instances(ctx, view)
 
 
 def check_mig(ctx: Context, view: NodeView) -> Result:

@@ -1,0 +1,66 @@
+"""A GPU that fell off the bus, as the chain above it relays it: the node's own hardware, under every link.
+
+NVML answers NVML_ERROR_GPU_IS_LOST once a GPU has left the PCIe bus (the kernel logs Xid 79, "GPU has fallen off
+the bus"); the device plugin then cannot list its devices and the kubelet refuses every GPU pod at admission, the
+runtime hook and CUDA fail on it. None of those components is broken: each only relays what the GPU did, and no
+change to the driver, the toolkit or the plugin brings it back. The chain's `node` link is the node itself (its
+kubelet, its runtime, its hardware), so that is the link named, with the work a person does on it.
+"""
+
+from __future__ import annotations
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.evidence import Failure
+from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
+from gpuchain.kube.objects import name_of, namespace_of
+
+#: NVML's words for a lost GPU (catalog.yaml: go-nvml's ERROR_GPU_IS_LOST, nvml.h's text, the kernel's Xid 79 line).
+LOST = "nvml.gpu-lost"
+#: The witnesses that are a refusal of the GPU, not a component's own state: GPU pods the kubelet rejected at
+#: admission, and containers that failed on it. A running device plugin's log of a lost GPU is read by the plugin's
+#: count check (gpu.lost), which names the GPU and the pods still bound to it.
+RELAYED = ("Running",)
+
+
+def gpu_lost(ctx: Context, view: NodeView, witnessed: list[Failure]) -> Finding | None:
+    """The node whose GPU fell off the bus, from the first witness whose words say NVML found a GPU lost (the
+    kubelet's admission refusals first: they name every GPU pod the node turns away); None where none says so."""
+    lost = [(f, m) for f in witnessed if f.reason not in RELAYED and (m := catalog.find(f.text, LOST)) is not None]
+    if not lost:
+        return None
+    lost.sort(key=lambda pair: pair[0].reason != "UnexpectedAdmissionError")
+    first, said = lost[0]
+    relayed = catalog.known_error(first.text)
+    refused = sorted({f"{namespace_of(f.pod)}/{name_of(f.pod)}" for f, _ in lost})
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": "reboot the node (or, with no process left on it, reset the GPU: nvidia-smi -r -i <its index>) "
+            "so the GPU comes back on the bus; if it falls off again (Xid 79 in the kernel log: dmesg | grep -i xid), "
+            f"replace the GPU or the node; then kubectl uncordon {view.name}",
+            "fact": "replace-gpu",
+        },
+    )
+    return Finding(
+        id="node.gpu-lost",
+        severity=Severity.ERROR,
+        link="node",
+        cause="a GPU of this node fell off the bus (NVML answers that the GPU is lost), so the device plugin cannot "
+        "list its devices and the kubelet refuses GPU pods here: the node's hardware, not a link of the GPU "
+        "stack, which only relays it.",
+        evidence=tuple(
+            e
+            for e in (
+                first.describe(),
+                *said.evidence("says"),
+                relayed.entry.cite() if relayed is not None and relayed.entry.id != LOST else "",
+                f"pods refused or failing on it: {', '.join(refused[:5])}",
+            )
+            if e
+        ),
+        fix=ctx.stack.render(action),
+        node=view.name,
+        action=action,
+    )
