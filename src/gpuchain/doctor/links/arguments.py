@@ -52,8 +52,9 @@ def arguments_refused(ctx: Context, *, view: NodeView, operand: Operand, state: 
             "one the operator renders the arguments for.",
             evidence=tuple(e for e in (*evidence, f"spec.{operand.spec_key}.version: {pinned}") if e),
             action=unpin,
-            fix=ctx.stack.render(unpin) + f"   # drops the pin {pinned}: the operator runs its own release of the "
-            "operand, whose arguments it writes; or pin the operator to the release that pin belongs to",
+            fix=ctx.stack.render(unpin) + f"   # drops spec.{operand.spec_key}.version (the pin {pinned}): the "
+            "operator runs its own release of the operand, whose arguments it writes; or pin the operator to the "
+            "release that pin belongs to",
         )
     ds = owner_ds(pod or {}) or ctx.ds(operand)
     return Known(
