@@ -90,6 +90,21 @@ def test_a_line_no_entry_knows_on_the_newest_release_gets_the_links_next_action(
     )
 
 
+def test_an_image_that_is_not_nvidias_plugin_is_moved_to_its_own_newest_release() -> None:
+    """A DRA driver's kubelet plugin (or a vendor's own build) failing on the device plugin's link: the release to
+    move is that image's, never NVIDIA's k8s-device-plugin it does not run."""
+    line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
+        no_gpus("n1"),
+        plugin_pod("n1", crash_looping("nvidia-device-plugin-ctr", restarts=4), f"starting\n{line}"),
+        plugin_image("registry.example.com/gpu/vendor-device-plugin:v3.1.0"),
+    )
+    found = next(f for f in report.findings if f.id == "device-plugin.not-ready")
+    assert found.fix.startswith("# move vendor-device-plugin (the image runs v3.1.0) to vendor-device-plugin's newest")
+    assert "k8s-device-plugin" not in found.fix and "frobnicator exploded" in found.fix
+
+
 def test_the_toolkit_that_cannot_signal_containerd_is_given_the_socket_kubeadm_recorded() -> None:
     """A kubeadm node whose containerd listens elsewhere than the default: kubeadm's own annotation of the CRI
     socket (kubernetes cmd/kubeadm/app/constants/constants.go@v1.34.4 AnnotationKubeadmCRISocket) is the value,

@@ -31,7 +31,7 @@ from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.owners import repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
-from gpuchain.doctor.releases import NEWEST, showing, version_of
+from gpuchain.doctor.releases import NEWEST, image_version, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
@@ -278,12 +278,14 @@ def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, ag
     return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
 
 
-def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: str = "") -> str:
+def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: str = "", image: str = "") -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
     none at error level; ``refused``, the container runtime's refusal of a container that never started; ``last``,
     the last line of a log with no line at error level) the catalog does not know: the action for that link first,
     never "run it again", then the message quoted as what it answers (a fix is the action, not the diagnosis
-    restated). A log that has lines is never called empty."""
+    restated). A log that has lines is never called empty. ``image``, the failing container's: where it is not the
+    NVIDIA component the link's step names (a DRA driver's kubelet plugin on the device plugin's link, a vendor's
+    own build), the release to move is that image's own."""
     said = (
         f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
         if refused
@@ -316,7 +318,22 @@ def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: st
         "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
         "change takes effect",
     }
+    name, tag = image_version(image) if image else ("", "")
+    if link in UPGRADED_COMPONENTS and name and name not in UPGRADED_COMPONENTS[link]:
+        newest = f"{name}:{NEWEST[name]}" if name in NEWEST else f"{name}'s newest release"
+        steps[link] = (
+            f"move {name} (the image runs {tag}) to {newest}, whose fixes may include this line's (the image tag in "
+            "the chart or DaemonSet that renders it)"
+        )
     return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
+
+
+#: The NVIDIA images whose newest release `next_step` names for a link.
+UPGRADED_COMPONENTS = {
+    "device-plugin": ("k8s-device-plugin",),
+    "gfd": ("gpu-feature-discovery", "k8s-device-plugin"),
+    "exporter": ("dcgm-exporter",),
+}
 
 
 def _version_key(ctx: Context, key: str) -> str:

@@ -12,21 +12,14 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.common import Known, container_image
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import Operand
 
 #: The flag package's refusal (catalog.yaml).
 UNDEFINED = "go.flag-not-defined"
-
-
-def _image(pod: Obj | None, container: str) -> str:
-    """The image of ``container`` in ``pod`` ("" when the pod or the container is not there)."""
-    spec = (pod or {}).get("spec") or {}
-    return next((str(c.get("image", "")) for c in spec.get("containers") or [] if c.get("name") == container), "")
 
 
 def arguments_refused(ctx: Context, *, view: NodeView, operand: Operand, state: PodState, log: str) -> Known | None:
@@ -37,7 +30,7 @@ def arguments_refused(ctx: Context, *, view: NodeView, operand: Operand, state: 
     if found is None:
         return None
     pod = view.pod(operand)
-    image = _image(pod, state.container or ctx.container(operand))
+    image = container_image(pod, state.container or ctx.container(operand))
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
     pinned = str(spec.get("version") or "") if isinstance(spec, dict) else ""
     cause = (

@@ -135,3 +135,9 @@ def gpus_present(view: NodeView) -> str:
             return f"{key}={labels[key]}"
     instance = labels.get("node.kubernetes.io/instance-type")
     return f"instance type {instance}" if instance else ""
+
+
+def container_image(pod: Obj | None, container: str) -> str:
+    """The image of ``container`` in ``pod`` ("" when the pod or the container is not there)."""
+    spec = (pod or {}).get("spec") or {}
+    return next((str(c.get("image", "")) for c in spec.get("containers") or [] if c.get("name") == container), "")

@@ -10,7 +10,14 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
 from gpuchain.doctor.links.arguments import arguments_refused
-from gpuchain.doctor.links.common import Known, Result, node_finding, operand_daemonset, placement_fix
+from gpuchain.doctor.links.common import (
+    Known,
+    Result,
+    container_image,
+    node_finding,
+    operand_daemonset,
+    placement_fix,
+)
 from gpuchain.doctor.links.releases import newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
@@ -752,6 +759,7 @@ def not_ready(
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
     line = catalog.unknown_error(log) or ""
+    image = container_image(view.pod(operand), state.container or ctx.container(operand))
     if refused:
         cause = f"the {what} never started: the container runtime refused its container ({state.status})."
     return Result(
@@ -773,8 +781,8 @@ def not_ready(
                     ctx,
                     pod=view.pod(operand) if link in UPGRADED else None,
                     operand=operand,
-                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused, last=_last(log))}; the pod "
-                    f"retries by itself ({ctx.stack.render(again)} starts it at once)",
+                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused, last=_last(log), image=image)}"
+                    f"; the pod retries by itself ({ctx.stack.render(again)} starts it at once)",
                 ),
             ),
         ),
