@@ -217,10 +217,10 @@ class LeanCluster(Cluster):
         return self._endpoint.context_name
 
     def close(self) -> None:
-        """Close every connection this cluster opened."""
+        """Close every connection this cluster opened (a thread's next request opens its own again, which the
+        next close() closes too: the list keeps every connection object, each one per thread)."""
         for conn in self._opened:
             conn.close()
-        self._opened.clear()
 
     # -- requests ------------------------------------------------------------------------------
 
