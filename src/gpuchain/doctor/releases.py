@@ -35,6 +35,26 @@ NEWEST = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Move:
+    """Where a component's releases went after its own image's last: the image that ships them since ``since``,
+    and the command that runs the component in it."""
+
+    image: str
+    since: str
+    command: str
+
+
+#: Components whose own image ended, and the image that ships their later releases: GFD's own image ends at
+#: v0.8.2 and its later releases are the device plugin's image run as /usr/bin/gpu-feature-discovery
+#: (NVIDIA/k8s-device-plugin CHANGELOG.md@v0.15.0: "Import GPU Feature Discovery into the GPU Device Plugin repo.
+#: This means that the same version and container image is used for both components."), which the
+#: nvidia-device-plugin chart runs with gfd.enabled=true and the GPU Operator as its gfd operand.
+MOVED = {
+    "gpu-feature-discovery": Move(image="k8s-device-plugin", since="v0.15.0", command="/usr/bin/gpu-feature-discovery"),
+}
+
+
 def version_of(text: str) -> tuple[int, ...] | None:
     """The numbers of a release version ("v0.7.1" (0, 7, 1), "0.12" (0, 12, 0), "v0.17.0-ubi9" (0, 17, 0),
     "2.4.6-2.6.8-ubuntu20.04" (2, 4, 6, 2, 6, 8)); None if it is none."""
@@ -144,6 +164,18 @@ def newer_image(image: str) -> str | None:
     if newest is None or running is None or running >= (version_of(newest) or running):
         return None
     return _at(image, newest)
+
+
+def moved_image(image: str) -> tuple[str, Move] | None:
+    """``image`` moved to the image that ships its component's releases after its own image's last (`MOVED`), at
+    that image's newest release (the registry path kept, the tag's suffix dropped: the two images' suffixes
+    differ), with the move; None where the component's image did not end or ``image`` runs an older release than
+    its own image's last (that release is the nearer move)."""
+    name, tag = image_version(image)
+    move, running, last = MOVED.get(name), version_of(tag), version_of(NEWEST.get(name, ""))
+    if move is None or running is None or last is None or running < last:
+        return None
+    return f"{image.rpartition('/')[0]}/{move.image}:{NEWEST[move.image]}".lstrip("/"), move
 
 
 def _at(image: str, release: str) -> str:

@@ -34,7 +34,7 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.releases import showing
+from gpuchain.doctor.releases import moved_image, showing
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -707,19 +707,14 @@ def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, wha
         cause = f"the {what} is {state.status} and no Event or line says why."
         read = f"kubectl -n {ns} describe pod {name}"
     again = ctx.stack.render(Fix.delete_pod(ns, name))
-    return Known(
-        cause=cause,
-        evidence=(),
-        action=None,
-        fix=silent_fix(
-            ctx,
-            link=link,
-            read=read,
-            what=f"the {what}",
-            target=repair_target(ctx, pod=pod, operand=operand),
-            again=again,
-        ),
+    fix = silent_fix(
+        ctx, link=link, read=read, what=f"the {what}", target=repair_target(ctx, pod=pod, operand=operand), again=again
     )
+    if link in UPGRADED and moved_image(container_image(pod, container)) is not None:
+        # Its own image ended at the release it runs: no later release of that image can repair it, the image
+        # that ships the component's releases since is the move (the line, once read, the step after it).
+        fix = newest_release(ctx, pod=pod, operand=operand, otherwise=fix.lstrip("# "))
+    return Known(cause=cause, evidence=(), action=None, fix=fix)
 
 
 def not_ready(

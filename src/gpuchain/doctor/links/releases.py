@@ -5,11 +5,13 @@ findings, so every release fix is rendered one way."""
 
 from __future__ import annotations
 
+import json
+
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
-from gpuchain.doctor.releases import NEWEST, Defect, fixed_image, image_version, newer_image
+from gpuchain.doctor.releases import NEWEST, Defect, Move, fixed_image, image_version, moved_image, newer_image
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import Operand
 
@@ -73,31 +75,61 @@ def release_repair(
     return None
 
 
-def set_release(ctx: Context, *, pod: Obj, operand: Operand, container: str, image: str) -> tuple[Fix | None, str]:
+def set_release(
+    ctx: Context, *, pod: Obj, operand: Operand, container: str, image: str, move: Move | None = None
+) -> tuple[Fix | None, str]:
     """``container`` of ``pod`` moved to ``image``: the policy's version of ``operand`` where the stack's policy runs
     it (the operator renders its DaemonSet from the policy, and would undo an edit of it), else the DaemonSet's
-    image; the action where there is one, and the fix's text."""
+    image; the action where there is one, and the fix's text. With ``move`` (``image`` is the image that ships the
+    component's releases after its own image ended, `MOVED`), the policy names that image too, and the DaemonSet's
+    container gets the command that runs the component in it (or, rendered by the nvidia-device-plugin chart, the
+    chart release that runs it from that image)."""
     ns = namespace_of(pod) or ctx.namespace
     if ns == ctx.namespace and ctx.policy_obj is not None:
-        version = image.rpartition(":")[2]
-        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": version}}})
+        repository, _, tagged = image.rpartition("/")
+        name, _, version = tagged.partition(":")
+        where: dict[str, str] = {"repository": repository, "image": name} if move is not None else {}
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {**where, "version": version}}})
         return action, ctx.stack.render(action)
-    return None, f"kubectl -n {ns} set image ds/{owner_ds(pod) or ctx.ds(operand)} {container}={image}"
+    ds = owner_ds(pod) or ctx.ds(operand)
+    fix = f"kubectl -n {ns} set image ds/{ds} {container}={image}"
+    if move is None:
+        return None, fix
+    labels = (owner_daemonset(ctx, pod).get("metadata") or {}).get("labels") or {}
+    chart, release = chart_of(ctx, labels), labels.get(HELM_RELEASE)
+    if release and chart[0] == "nvidia-device-plugin":
+        version = image.rpartition(":")[2].lstrip("v")
+        upgrade = f"helm upgrade {release} {chart[1]} -n {ns} --version {version}"
+        return None, f"{upgrade} --set gfd.enabled=true --reuse-values"
+    index = next(
+        (i for i, c in enumerate((pod.get("spec") or {}).get("containers") or []) if c.get("name") == container), 0
+    )
+    patch = [{"op": "add", "path": f"/spec/template/spec/containers/{index}/command", "value": [move.command]}]
+    return None, f"{fix} && kubectl -n {ns} patch ds/{ds} --type=json -p '{json.dumps(patch)}'"
 
 
 def newest_release(ctx: Context, *, pod: Obj | None, operand: Operand, otherwise: str) -> str:
     """The fix for an error of ``pod`` that no release note names (the catalog does not know its line, or knows it
     and no release fact says the running release has it): its component moved to that component's newest release
-    where it runs an older one (set where the image comes from, as `set_release` does), with ``otherwise`` (the
-    link's own next action, the line quoted) after it; ``otherwise`` alone where the pod runs no NVIDIA release
-    older than the newest. The newer release is the action: the component's later releases carry its maintainers'
-    fixes, while "run the release the stack ships" names none."""
+    where it runs an older one (set where the image comes from, as `set_release` does; in the image that ships it
+    where its own image ended at the release it runs, `moved_image`), with ``otherwise`` (the link's own next
+    action, the line quoted) after it; ``otherwise`` alone where the pod runs no NVIDIA release older than the
+    newest. The newer release is the action: the component's later releases carry its maintainers' fixes, while
+    "run the release the stack ships" names none."""
     for container in ((pod or {}).get("spec") or {}).get("containers") or []:
         image = str(container.get("image", ""))
-        newer = newer_image(image)
-        if pod is None or newer is None:
+        newer, moved = newer_image(image), moved_image(image)
+        if pod is None or (newer is None and moved is None):
             continue
         name, tag = image_version(image)
-        _, fix = set_release(ctx, pod=pod, operand=operand, container=str(container.get("name")), image=newer)
+        ctr = str(container.get("name"))
+        if moved is not None:
+            target, move = moved
+            _, fix = set_release(ctx, pod=pod, operand=operand, container=ctr, image=target, move=move)
+            return (
+                f"{fix}   # {name} {tag} is its own image's last release; its later releases ship in {move.image} "
+                f"(since {move.since}), whose newest is {NEWEST[move.image]}; if the error stays: {otherwise}"
+            )
+        _, fix = set_release(ctx, pod=pod, operand=operand, container=ctr, image=str(newer))
         return f"{fix}   # {name} {tag} -> {NEWEST[name]}, its newest release; if the error stays: {otherwise}"
     return f"# {otherwise}"

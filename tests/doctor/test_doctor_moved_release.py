@@ -1,0 +1,120 @@
+"""A component whose own image ended (releases.MOVED): GPU feature discovery's image's last release is v0.8.2, and
+its later releases ship in the device plugin's image (NVIDIA/k8s-device-plugin CHANGELOG.md@v0.15.0-rc.1: "the same
+version and container image is used for both components"). A GFD on that last image is moved to the device plugin's
+image at its newest release, run as gpu-feature-discovery, not told to read its log or to move to the release it
+already runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from doctor.small_cluster import crash_looping, diagnosed
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import Finding, Report
+from gpuchain.doctor.releases import MOVED, NEWEST, moved_image
+from gpuchain.kube import POD
+from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.sim.build import SimCluster
+
+NODE = "gpu-worker-3"
+PLUGIN = f"name: t\nstack: nvidia-device-plugin\nnodes:\n  - {{name: {NODE}}}\n"
+OPERATOR = f"name: t\nstack: gpu-operator\nnodes:\n  - {{name: {NODE}}}\n"
+LAST = "nvcr.io/nvidia/gpu-feature-discovery:v0.8.2"
+MOVED_TO = f"nvcr.io/nvidia/k8s-device-plugin:{NEWEST['k8s-device-plugin']}"
+
+
+def _root(report: Report) -> Finding:
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    return root
+
+
+def _gfd(image: str, log: str | None, **labels: str) -> list[dict[str, Any]]:
+    """Edits: a GFD DaemonSet of its own in namespace monitoring running ``image``, its pod on NODE crash-looping,
+    with ``log`` as its log (None: no line was collected)."""
+    pod: dict[str, Any] = {
+        "do": "pod",
+        "daemonset": "gpu-feature-discovery",
+        "namespace": "monitoring",
+        "node": NODE,
+        "containers": [crash_looping("gpu-feature-discovery")],
+    }
+    if log is not None:
+        pod["logs"] = {"gpu-feature-discovery": log}
+    daemonset = {
+        "do": "add-daemonset",
+        "namespace": "monitoring",
+        "name": "gpu-feature-discovery",
+        "labels": {"app.kubernetes.io/name": "gpu-feature-discovery", **labels},
+        "containers": ["gpu-feature-discovery"],
+        "image": image,
+        "nodes": [NODE],
+    }
+    return [daemonset, pod]
+
+
+def test_only_the_last_release_of_an_ended_image_moves_to_the_other_image() -> None:
+    assert moved_image(LAST) == (MOVED_TO, MOVED["gpu-feature-discovery"])
+    assert moved_image("gpu-feature-discovery:v0.8.2-ubi8") == (
+        f"k8s-device-plugin:{NEWEST['k8s-device-plugin']}",
+        MOVED["gpu-feature-discovery"],
+    )
+    assert moved_image("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0") is None  # v0.8.2 is the nearer move
+    assert moved_image(f"nvcr.io/nvidia/k8s-device-plugin:{NEWEST['k8s-device-plugin']}") is None
+    assert moved_image("nvcr.io/nvidia/gpu-feature-discovery:latest") is None
+
+
+def test_a_silent_gfd_on_the_last_standalone_image_is_moved_to_the_device_plugin_image() -> None:
+    root = _root(diagnosed(PLUGIN, *_gfd(LAST, None)))
+    assert root.link == "gfd"
+    command = [
+        {"op": "add", "path": "/spec/template/spec/containers/0/command", "value": ["/usr/bin/gpu-feature-discovery"]}
+    ]
+    assert root.fix.startswith(
+        f"kubectl -n monitoring set image ds/gpu-feature-discovery gpu-feature-discovery={MOVED_TO} && "
+        f"kubectl -n monitoring patch ds/gpu-feature-discovery --type=json -p '{json.dumps(command)}'"
+    ), root.fix
+    # The log that holds its reason is still named, after the move.
+    assert "--previous" in root.fix and root.fix.index("--previous") > root.fix.index(MOVED_TO)
+
+
+def test_a_silent_gfd_on_an_older_standalone_image_is_told_to_read_its_log_first() -> None:
+    root = _root(diagnosed(PLUGIN, *_gfd("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0", None)))
+    assert root.link == "gfd" and "k8s-device-plugin" not in root.fix.partition("#")[0], root.fix
+
+
+def test_an_unknown_line_of_the_last_standalone_image_gets_the_move_not_the_release_it_runs() -> None:
+    line = "E0101 12:00:00.000000       1 main.go:9] frobnicator exploded"
+    root = _root(diagnosed(PLUGIN, *_gfd(LAST, f"starting\n{line}")))
+    assert root.fix.startswith(
+        f"kubectl -n monitoring set image ds/gpu-feature-discovery gpu-feature-discovery={MOVED_TO}"
+    )
+    assert "frobnicator exploded" in root.fix and "gpu-feature-discovery:v0.8.2 " not in root.fix
+
+
+def test_a_gfd_rendered_by_the_plugin_chart_is_moved_by_the_chart_release() -> None:
+    chart = {"helm.sh/chart": "nvidia-device-plugin-0.14.5", "app.kubernetes.io/instance": "nvdp"}
+    root = _root(diagnosed(PLUGIN, *_gfd(LAST, None, **chart)))
+    version = NEWEST["k8s-device-plugin"].lstrip("v")
+    assert root.fix.startswith("helm upgrade nvdp "), root.fix
+    assert f"--version {version} --set gfd.enabled=true --reuse-values" in root.fix
+
+
+def test_the_operators_gfd_on_the_last_standalone_image_is_moved_by_its_policy() -> None:
+    def last(sim: SimCluster) -> None:
+        for pod in [p for p in sim.cluster.list(POD) if name_of(p).startswith("gpu-feature-discovery")]:
+            spec = dict(pod["spec"])
+            spec["containers"] = [{**c, "image": LAST} for c in spec["containers"]]
+            sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
+
+    crash = {
+        "do": "pod",
+        "daemonset": "gpu-feature-discovery",
+        "node": NODE,
+        "containers": [crash_looping("gpu-feature-discovery")],
+    }
+    root = _root(diagnosed(OPERATOR, last, crash))
+    assert root.link == "gfd", root
+    assert '"image": "k8s-device-plugin"' in root.fix or '"image":"k8s-device-plugin"' in root.fix, root.fix
+    assert NEWEST["k8s-device-plugin"] in root.fix
