@@ -24,6 +24,7 @@ from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.mig_empty import layout_repair
 from gpuchain.doctor.links.releases import release_repair, set_release
+from gpuchain.doctor.links.stale_resource import stale_finding, stale_resources
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
     NO_NVML,
@@ -309,10 +310,12 @@ def _count_findings(
     # The faults annotation is parsed only where the node's GPUHealthy condition says a GPU is unhealthy.
     condition = find_condition(view.node)
     reported = condition is not None and not condition.healthy and bool(node_view(view.node).faults)
+    stale = [] if reported else stale_resources(view, capacity, allocatable)
+    findings += [stale_finding(view, res, capacity, allocatable) for res in stale]
     short = [
         (res, cap, allocatable.get(res, cap))
         for res, cap in sorted(capacity.items())
-        if allocatable.get(res, cap) < cap
+        if allocatable.get(res, cap) < cap and res not in stale
     ]
     if reported and not short:
         res = min(capacity)
