@@ -51,3 +51,12 @@ def test_a_machine_type_whose_gpu_model_is_not_the_nodes_says_nothing_of_its_cou
         _node(4, {INSTANCE_TYPE: "Standard_ND96isr_H100_v5"}),
     )
     assert "node.gpus-missing" not in report.ids
+
+
+def test_a_short_node_of_a_managed_pool_moves_the_pool_to_another_node_image() -> None:
+    """AKS carries the kernel and driver in its node image: the pool's --node-image-only upgrade replaces them
+    (learn.microsoft.com/azure/aks/node-image-upgrade)."""
+    aks = "name: t\nstack: aks\nnodes:\n  - {name: n1, preset: t4-x4, labels: {kubernetes.azure.com/accelerator: nvidia}}\n"
+    report = diagnosed(aks, {**_node(3, {"nvidia.com/gpu.count": "4"}), "node": "n1"})
+    (found,) = [f for f in report.findings if f.id == "node.gpus-missing"]
+    assert "az aks nodepool upgrade" in found.fix and "--node-image-only" in found.fix

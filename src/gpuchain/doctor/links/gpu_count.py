@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.snapshot import PRODUCT
 
 #: The machine type label cloud providers set (kubernetes.io/docs/reference/labels-annotations-taints).
@@ -63,12 +64,19 @@ def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int
     if expected is None or not 0 < advertised < expected[0]:
         return None
     has, source = expected
+    # A managed cloud's node image carries the kernel and driver: its pool moves to another image, not the node.
+    image = node_image(view.node)
+    image_update = (
+        f"move the node pool to another node image ({image.upgrade})"
+        if image is not None and image.upgrade
+        else "update the node image or kernel"
+    )
     action = Fix(
         FixOp.NODE,
         view.name,
         {
             "action": f"drain and reboot the node; if it still lists fewer than {has} GPUs (nvidia-smi -L, and "
-            "lspci -d 10de: for the GPUs on the bus), update the node image or kernel, or replace the node",
+            f"lspci -d 10de: for the GPUs on the bus), {image_update}, or replace the node",
             NOT_SIMULATED: "GPUs the driver does not see are a fact of the node's hardware and kernel",
         },
     )
