@@ -5,6 +5,7 @@ internal/rm/health.go@v0.17.1), so GPUs missing from capacity are GPUs the drive
 from __future__ import annotations
 
 from doctor.small_cluster import diagnosed
+from doctor.test_doctor_pending_workloads import pending_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.links.gpu_count import INSTANCE_GPUS, INSTANCE_TYPE
@@ -60,3 +61,14 @@ def test_a_short_node_of_a_managed_pool_moves_the_pool_to_another_node_image() -
     report = diagnosed(aks, {**_node(3, {"nvidia.com/gpu.count": "4"}), "node": "n1"})
     (found,) = [f for f in report.findings if f.id == "node.gpus-missing"]
     assert "az aks nodepool upgrade" in found.fix and "--node-image-only" in found.fix
+
+
+def test_a_healthy_node_whose_gpus_are_all_taken_stays_information_only() -> None:
+    """kube-scheduler's "Insufficient nvidia.com/gpu" on a node that advertises all 8 is a full node, not a short one."""
+    report = diagnosed(
+        A100,
+        _node(8, {INSTANCE_TYPE: "p4d.24xlarge", "nvidia.com/gpu.count": "8"}),
+        pending_pod("train", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."),
+    )
+    assert "node.gpus-missing" not in report.ids
+    assert not [f for f in report.findings if f.severity is Severity.ERROR]
