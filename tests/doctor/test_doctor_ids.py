@@ -60,6 +60,10 @@ CLUSTER_TESTS = {
     "device-plugin.dra-unpublished": "test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_turned_on",
     "device-plugin.dra-prepare-failed": "test_doctor_dra_prepare::"
     "test_a_claim_the_plugin_cannot_write_a_cdi_spec_for_restarts_the_dra_plugin",
+    "device-plugin.stale-resource": "test_doctor_stale_resources::"
+    "test_a_resource_no_plugin_serves_is_removed_from_the_node_status_not_taken_for_lost_gpus",
+    "node.gpus-missing": "test_doctor_missing_gpus::"
+    "test_a_p4d_that_advertises_seven_gpus_is_the_node_short_of_one_not_a_full_cluster",
     "toolkit.runtime-stopped": "test_doctor_source_classes::"
     "test_containerd_23_stopped_after_the_toolkits_drop_in_is_the_toolkit_with_its_config_source",
     "workload.untolerated-taint": "test_doctor_pending_workloads::"

@@ -257,3 +257,53 @@ def test_the_hooks_load_library_failed_is_the_toolkit_with_its_driver_root_not_t
     assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
     assert _cites(root, "libnvidia-container.load-library-failed") and "NVIDIA_DRIVER_ROOT" in root.fix
     assert "device-plugin.not-ready" not in report.ids
+
+
+def _plugin_refused(message: str) -> Report:
+    """The standalone device plugin on a k3s node, its only container refused by the runtime with ``message``."""
+    return diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: nas, hostDriver: 535.183.01, distribution: k3s}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "nas",
+            "containers": [{"name": "nvidia-device-plugin-ctr", **_start_error(message)}],
+        },
+    )
+
+
+def test_a_nvidia_runtime_binary_that_is_gone_is_the_toolkit_not_the_plugin_it_was_asked_to_start() -> None:
+    """golang/go src/os/exec_posix.go@go1.22.0 names the path it could not start ("fork/exec"); the containerd shim
+    quotes it after "unable to retrieve OCI runtime error": the RuntimeClass's runtime is no binary on the node."""
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: unable to retrieve "
+        "OCI runtime error (open /run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/0a1b/log.json: no such file "
+        "or directory): fork/exec /usr/local/nvidia/toolkit/nvidia-container-runtime: no such file or directory: unknown"
+    )
+    report = _plugin_refused(message)
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "nas")
+    assert _cites(root, "nvidia-container-runtime.binary-missing")
+    assert "install the NVIDIA container toolkit" in root.fix
+    assert "device-plugin.not-ready" not in report.ids
+
+
+def test_a_refusal_no_entry_knows_that_names_the_nvidia_runtime_is_still_the_toolkit() -> None:
+    """containerd/go-runc's "%s did not terminate successfully: %w" with the nvidia runtime as the binary: no entry
+    knows the words, but the binary that failed is the toolkit's, so the plugin is its victim."""
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+        "/usr/bin/nvidia-container-runtime did not terminate successfully: exit status 2: unknown"
+    )
+    report = _plugin_refused(message)
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert "device-plugin.not-ready" not in report.ids
+    assert any("nvidia-container-runtime did not terminate" in e for e in root.evidence)
+    assert "restart containerd" in root.fix
+
+
+def test_a_refusal_that_names_no_toolkit_binary_stays_the_plugins() -> None:
+    """runc's mount error names no binary of the toolkit: the plugin link keeps it (the test above it, by contrast)."""
+    report = _plugin_refused(RUNC.format(hook="", n=0, stderr="").split(" hook #")[0].replace("error running", "x"))
+    assert "toolkit.hook-failed" not in report.ids

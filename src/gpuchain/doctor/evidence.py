@@ -590,7 +590,13 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
         return False
     said = catalog.known_error(failure.text)
     own = next((state for state, pod in view.operand_pods.items() if pod is failure.pod), "")
-    return said is not None and toolkit_said(said.entry) and own != TOOLKIT.state
+    toolkits = toolkit_said(said.entry) if said is not None else TOOLKIT_BINARY.search(failure.text) is not None
+    return toolkits and own != TOOLKIT.state
+
+
+#: The toolkit's own binaries, which a refusal no catalog entry knows may still name as what failed (the runtime,
+#: its hook, libnvidia-container's CLI, the CDI hook): NVIDIA/nvidia-container-toolkit cmd/@v1.17.4.
+TOOLKIT_BINARY = re.compile(r"nvidia-container-(runtime|cli)|nvidia-cdi-hook|nvidia-ctk")
 
 
 def toolkit_said(entry: Entry) -> bool:
@@ -653,6 +659,9 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             said = catalog.known_error(failure.text)
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
+            elif hooked:
+                # No entry knows the words, but they name the toolkit's binary: quote them, they are the proof.
+                evidence.append(f"says: {next(iter(failure.text.splitlines()), '')}")
         # A validation's message the catalog knows (scope component) gives its repair as well.
         mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
         told = known[0] if known else said.entry if said is not None and mine else None

@@ -21,9 +21,11 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
 from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.gpu_count import missing_gpus
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.mig_empty import layout_repair
 from gpuchain.doctor.links.releases import release_repair, set_release
+from gpuchain.doctor.links.stale_resource import stale_finding, stale_resources
 from gpuchain.doctor.links.toolkit import (
     NO_DEVICES,
     NO_NVML,
@@ -309,15 +311,21 @@ def _count_findings(
     # The faults annotation is parsed only where the node's GPUHealthy condition says a GPU is unhealthy.
     condition = find_condition(view.node)
     reported = condition is not None and not condition.healthy and bool(node_view(view.node).faults)
+    stale = [] if reported else stale_resources(view, capacity, allocatable)
+    findings += [stale_finding(view, res, capacity, allocatable) for res in stale]
     short = [
         (res, cap, allocatable.get(res, cap))
         for res, cap in sorted(capacity.items())
-        if allocatable.get(res, cap) < cap
+        if allocatable.get(res, cap) < cap and res not in stale
     ]
     if reported and not short:
         res = min(capacity)
         short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
     findings += [_lost(ctx, view, res, cap, alloc, physical) for res, cap, alloc in short]
+    whole = not short and not any(r.startswith("nvidia.com/mig-") for r in capacity)
+    gpus = capacity.get("nvidia.com/gpu", 0)
+    missing = missing_gpus(ctx, view, advertised=gpus, labelled=physical) if whole else None
+    findings += [missing] if missing is not None else []
     if physical is None:
         return findings
     gpu_cap = capacity.get("nvidia.com/gpu", 0) + capacity.get("nvidia.com/gpu.shared", 0)

@@ -1,0 +1,95 @@
+"""A node that advertises fewer GPUs than it has, with no health event (issue 26): the GPUs the kubelet does not
+list are not visible to the driver (a kernel or driver regression, a PCIe fault, a GPU that never initialised),
+since the device plugin advertises every GPU NVML enumerates and marks a failing one unhealthy rather than hiding
+it (NVIDIA/k8s-device-plugin internal/rm/health.go@v0.17.1). No link of the GPU stack hides a GPU, so it is the
+node's own, and a full node (every GPU allocated) is never this: only capacity is compared."""
+
+from __future__ import annotations
+
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.snapshot import PRODUCT
+
+#: The machine type label cloud providers set (kubernetes.io/docs/reference/labels-annotations-taints).
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: The GPUs (count, model as GFD's product label names it) of well-known GPU machine types, from each
+#: provider's instance type pages: AWS EC2 accelerated computing (aws.amazon.com/ec2/instance-types/p4, /p5, /g5,
+#: /g6, /g4), Azure ND/NC series (learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated), Google Cloud
+#: accelerator-optimized (cloud.google.com/compute/docs/gpus).
+INSTANCE_GPUS: dict[str, tuple[int, str]] = {
+    "p3.8xlarge": (4, "V100"),
+    "p3.16xlarge": (8, "V100"),
+    "p3dn.24xlarge": (8, "V100"),
+    "p4d.24xlarge": (8, "A100"),
+    "p4de.24xlarge": (8, "A100"),
+    "p5.48xlarge": (8, "H100"),
+    "g4dn.12xlarge": (4, "T4"),
+    "g4dn.metal": (8, "T4"),
+    "g5.12xlarge": (4, "A10G"),
+    "g5.24xlarge": (4, "A10G"),
+    "g5.48xlarge": (8, "A10G"),
+    "g6.12xlarge": (4, "L4"),
+    "g6.24xlarge": (4, "L4"),
+    "g6.48xlarge": (8, "L4"),
+    "Standard_ND96asr_v4": (8, "A100"),
+    "Standard_ND96amsr_A100_v4": (8, "A100"),
+    "Standard_ND96isr_H100_v5": (8, "H100"),
+    "Standard_NC48ads_A100_v4": (2, "A100"),
+    "Standard_NC96ads_A100_v4": (4, "A100"),
+    "a2-highgpu-2g": (2, "A100"),
+    "a2-highgpu-4g": (4, "A100"),
+    "a2-highgpu-8g": (8, "A100"),
+    "a2-megagpu-16g": (16, "A100"),
+    "a2-ultragpu-8g": (8, "A100"),
+    "a3-highgpu-8g": (8, "H100"),
+}
+
+
+def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | None:
+    """The GPUs the node has and what says so: its machine type's count where GFD's product label names the same
+    GPU model (a label that names another model is no machine of that type), else GFD's count label (``labelled``)."""
+    machine = view.labels.get(INSTANCE_TYPE, "")
+    count, model = INSTANCE_GPUS.get(machine, (0, ""))
+    if count and model in view.labels.get(PRODUCT, ""):
+        return count, f"{INSTANCE_TYPE}={machine} has {count} {model} GPUs"
+    return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else None
+
+
+def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int | None) -> Finding | None:
+    """The node finding where ``advertised`` (capacity of whole GPUs, none of them unhealthy) is below the GPUs the
+    node has; None where it is not or nothing says how many it has."""
+    expected = expected_gpus(view, labelled)
+    if expected is None or not 0 < advertised < expected[0]:
+        return None
+    has, source = expected
+    # A managed cloud's node image carries the kernel and driver: its pool moves to another image, not the node.
+    image = node_image(view.node)
+    image_update = (
+        f"move the node pool to another node image ({image.upgrade})"
+        if image is not None and image.upgrade
+        else "update the node image or kernel"
+    )
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"drain and reboot the node; if it still lists fewer than {has} GPUs (nvidia-smi -L, and "
+            f"lspci -d 10de: for the GPUs on the bus), {image_update}, or replace the node",
+            NOT_SIMULATED: "GPUs the driver does not see are a fact of the node's hardware and kernel",
+        },
+    )
+    return node_finding(
+        view,
+        fid="node.gpus-missing",
+        sev=Severity.ERROR,
+        link="node",
+        cause=f"the node has {advertised} of {has} GPUs usable: the others are not visible to the driver (a kernel "
+        "or driver regression, a PCIe fault, or a GPU that never initialised), with no health event for them; "
+        "the cluster is not full, the node is short.",
+        evidence=[f"capacity nvidia.com/gpu {advertised}", source],
+        fix=f"kubectl drain {view.name} --ignore-daemonsets --delete-emptydir-data   # then "
+        + ctx.stack.render(action).removeprefix("# "),
+        action=action,
+    )
