@@ -40,6 +40,14 @@ def test_gfds_count_label_above_the_capacity_says_the_same_where_the_machine_typ
     assert "6 of 8 GPUs" in found.cause and any("nvidia.com/gpu.count=8" in e for e in found.evidence)
 
 
+def test_the_machine_type_alone_against_gfds_own_count_is_a_warning() -> None:
+    """GFD's count is NVML's: agreeing with capacity, only the machine type's table says more (a GPU the driver
+    never saw, or a table that is wrong for this type), so it is said as a warning, not an error."""
+    report = diagnosed(A100, _node(7, {INSTANCE_TYPE: "p4d.24xlarge", "nvidia.com/gpu.count": "7"}))
+    (found,) = [f for f in report.findings if f.id == "node.gpus-missing"]
+    assert found.severity == Severity.WARNING and "7 of 8 GPUs" in found.cause
+
+
 def test_a_node_that_advertises_every_gpu_it_has_is_no_finding() -> None:
     report = diagnosed(A100, _node(8, {INSTANCE_TYPE: "p4d.24xlarge", "nvidia.com/gpu.count": "8"}))
     assert "node.gpus-missing" not in report.ids

@@ -80,10 +80,13 @@ def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int
             NOT_SIMULATED: "GPUs the driver does not see are a fact of the node's hardware and kernel",
         },
     )
+    # GFD's count is NVML's own: above capacity, GPUs the driver sees go unadvertised, a fault for sure. Where only
+    # the machine type's table says more (GFD agreeing with capacity), the table is the one witness: a warning.
+    sure = labelled is not None and advertised < labelled
     return node_finding(
         view,
         fid="node.gpus-missing",
-        sev=Severity.ERROR,
+        sev=Severity.ERROR if sure else Severity.WARNING,
         link="node",
         cause=f"the node has {advertised} of {has} GPUs usable: the others are not visible to the driver (a kernel "
         "or driver regression, a PCIe fault, or a GPU that never initialised), with no health event for them; "
