@@ -152,8 +152,10 @@ class SchedulerOnlyNode:
         self.apiserver.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods", {"gracePeriodSeconds": 0})
         for claim in cluster.list(RESOURCE_CLAIM, namespace=self.ns):
             name = claim["metadata"]["name"]
-            cluster.patch(RESOURCE_CLAIM, name=name, patch={"metadata": {"finalizers": None}}, namespace=self.ns)
+            # A claim the scheduler made for a pod (extended resources through DRA) is the pod's: the garbage
+            # collector may delete it between the list and the patch, as the pods just went.
             with contextlib.suppress(NotFoundError):
+                cluster.patch(RESOURCE_CLAIM, name=name, patch={"metadata": {"finalizers": None}}, namespace=self.ns)
                 cluster.delete(RESOURCE_CLAIM, name=name, namespace=self.ns)
         for obj in cluster.list(RESOURCE_SLICE, field_selector=f"spec.nodeName={self.name}"):
             with contextlib.suppress(NotFoundError):  # collected with the node already
