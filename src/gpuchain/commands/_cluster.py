@@ -16,7 +16,7 @@ import gc
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gpuchain.commands._backend import BackendKind
 from gpuchain.commands._output import fail
@@ -78,6 +78,13 @@ def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _no_configuration(exc: Exception, tried: str, hint: str) -> NoReturn:
+    """Exit 2 with the one line for a Kubernetes API configuration that cannot be used: why, what was tried, the
+    fix (``hint`` adds a command's own way out)."""
+    fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
+    fail(f"no Kubernetes API configuration: {_reason(exc)}; tried {tried}. Fix: {fix}{'; ' + hint if hint else ''}")
+
+
 def open_cluster(
     kubeconfig: str | None = None, *, context: str | None = None, server: str | None = None, hint: str = ""
 ) -> LiveCluster:
@@ -94,11 +101,7 @@ def open_cluster(
     try:
         cluster = guarded.from_url(server) if server else guarded.from_kubeconfig(kubeconfig, context=context)
     except (ConfigError, OSError, ValueError, LookupError, TypeError, yaml.YAMLError) as exc:
-        fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
-        fail(
-            f"no Kubernetes API configuration: {_reason(exc)}; tried {_tried(kubeconfig, context)}. "
-            f"Fix: {fix}{'; ' + hint if hint else ''}"
-        )
+        _no_configuration(exc, _tried(kubeconfig, context), hint)
     setattr(cluster, "tried", f"server {server}" if server else _tried(kubeconfig, context))  # noqa: B010
     return cluster
 
@@ -119,12 +122,8 @@ def open_node_cluster(*, hint: str = "") -> LeanCluster | LiveCluster:
     except lean.Unsupported as why:
         logging.getLogger("gpuchain.kube").info("using the full Kubernetes client: %s", why)
         return open_cluster(hint=hint)
-    except (OSError, ValueError, LookupError, TypeError, KeyError, yaml.YAMLError) as exc:
-        fix = "run in a pod with a service account, set KUBECONFIG, or put a kubeconfig at ~/.kube/config"
-        fail(
-            f"no Kubernetes API configuration: {_reason(exc)}; tried {_tried(None, None)}. "
-            f"Fix: {fix}{'; ' + hint if hint else ''}"
-        )
+    except (OSError, ValueError, LookupError, TypeError, yaml.YAMLError) as exc:
+        _no_configuration(exc, _tried(None, None), hint)
     guarded: type[lean.LeanCluster] = _guarded_class(lean.LeanCluster)
     cluster = guarded(endpoint, "gpuchain")
     setattr(cluster, "tried", _tried(None, None))  # noqa: B010

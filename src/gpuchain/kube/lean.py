@@ -59,7 +59,9 @@ TOKEN_REREAD = 60.0
 """Seconds a service account token read from its file is used before the file is read again: the
 kubelet rotates a projected token well before it expires (client-go re-reads it every minute)."""
 KUBECONFIG_MAX_BYTES = 1024 * 1024
-"""The largest kubeconfig read, as `LiveCluster`'s reader allows."""
+"""The largest kubeconfig read: a busy one with embedded certificates for dozens of clusters is
+well under this; a wrong path to a log or an image must not be read into memory (a 100 MB file
+once ran for minutes and grew the process to 4.5 GB)."""
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service account token and the cluster's CA."""
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
@@ -118,12 +120,8 @@ def from_kubeconfig(path: str | Path, context: str | None = None) -> Endpoint:
 
     ValueError/LookupError for a file that is not a usable kubeconfig (naming what is wrong);
     `Unsupported` for a user that authenticates by an exec plugin or an auth provider."""
-    import yaml
-
     file = Path(path).expanduser()
-    data = yaml.safe_load(read_input_text(file, KUBECONFIG_MAX_BYTES))
-    if not isinstance(data, dict):
-        raise ValueError(f"{file}: is not a kubeconfig (a YAML mapping with clusters, users and contexts)")
+    data = kubeconfig_data(file)
     name = context or data.get("current-context") or ""
     ctx = _named(data, "contexts", "context", name, file)
     cluster = _named(data, "clusters", "cluster", ctx.get("cluster", ""), file)
@@ -140,6 +138,18 @@ def from_kubeconfig(path: str | Path, context: str | None = None) -> Endpoint:
     token = _Token(file=base / token_file) if token_file else _Token(str(user["token"])) if user.get("token") else None
     basic = f"{user['username']}:{user.get('password', '')}" if user.get("username") else ""
     return Endpoint(server=server, tls=tls, token=token, basic=basic, context_name=str(name))
+
+
+def kubeconfig_data(file: Path) -> dict[str, Any]:
+    """A kubeconfig file's mapping, read through gpuchain's one input reader (bounded, regular, UTF-8 text:
+    ConfigFileError naming a directory, a FIFO or a huge file); ValueError when it is no mapping. Both adapters
+    read their kubeconfig through it."""
+    import yaml
+
+    data = yaml.safe_load(read_input_text(file, KUBECONFIG_MAX_BYTES))
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: is not a kubeconfig (a YAML mapping with clusters, users and contexts)")
+    return data
 
 
 def _named(data: dict[str, Any], section: str, key: str, name: str, file: Path) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from typing import Any, TypedDict, cast
 
 import httpx2
 import msgspec
-import yaml
 from lightkube import ApiError, AsyncClient, Client, ConfigError, KubeConfig
 from lightkube import operators as ops
 from lightkube.config.client_adapter import ConnectionParams, user_auth, verify_cluster
@@ -48,7 +47,7 @@ from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
 
 from gpuchain.common.gcpause import collector_paused
-from gpuchain.common.inputfile import ConfigFileError, read_input_text
+from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.kube.errors import KubeError, error_for_status, eviction_error
 from gpuchain.kube.kinds import (
     DAEMONSET,
@@ -62,6 +61,7 @@ from gpuchain.kube.kinds import (
     kind_of,
     listed_with_kind,
 )
+from gpuchain.kube.lean import kubeconfig_data
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster, WatchEvent, check_tail_lines
 from gpuchain.kube.selectors import Requirement, parse_field_requirements, parse_requirements
@@ -119,23 +119,14 @@ class _PodProxy(lk_res.NamespacedSubResource):
     )
 
 
-KUBECONFIG_MAX_BYTES = 1024 * 1024
-"""The largest kubeconfig read: a busy one with embedded certificates for dozens of clusters is
-well under this; a wrong path to a log or an image must not be read into memory (a 100 MB file
-once ran for minutes and grew the process to 4.5 GB)."""
-
-
 def read_kubeconfig(path: str | Path) -> KubeConfig:
     """A kubeconfig file read through gpuchain's one input reader (bounded, regular, UTF-8 text), so
     a directory, a FIFO or a huge file is one line naming it; ValueError when it is no mapping."""
     file = Path(path).expanduser()
     try:
-        text = read_input_text(file, KUBECONFIG_MAX_BYTES)
+        data = kubeconfig_data(file)
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{file}: is not a kubeconfig (a YAML mapping with clusters, users and contexts)")
     return KubeConfig.from_dict(data, fname=file)
 
 
