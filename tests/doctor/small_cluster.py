@@ -90,6 +90,18 @@ def plugin_pod(node: str, container: Mapping[str, Any], log: str | None = None) 
     return edit
 
 
+def toolkit_pod(node: str, log: str, restarts: int = 5) -> dict[str, Any]:
+    """An edit: the GPU Operator's toolkit pod on ``node`` exiting at every start (``crash_looping``) with
+    ``log`` as its container's log: the toolkit's own words, which its tests read as the toolkit's."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-container-toolkit-daemonset",
+        "node": node,
+        "containers": [crash_looping("nvidia-container-toolkit-ctr", restarts)],
+        "logs": {"nvidia-container-toolkit-ctr": log},
+    }
+
+
 def plugin_image(image: str) -> Callable[[SimCluster], None]:
     """An edit: the standalone plugin's pods run ``image``."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import yaml
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, toolkit_pod
 
 from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import Finding, FixOp
@@ -175,11 +175,6 @@ def test_a_toolkit_that_cannot_parse_the_containerd_config_is_sent_to_the_toolki
     """The toolkit wraps its cause in words the device plugin also writes ("unable to load config: ",
     NVIDIA/nvidia-container-toolkit tools/container/runtime/containerd/containerd.go@v1.17.4): the entry
     of the innermost words names the cause, so the fix is CONTAINERD_CONFIG, not the plugin's ConfigMap."""
-    crash = {
-        "name": "nvidia-container-toolkit-ctr",
-        "state": {"waiting": "CrashLoopBackOff"},
-        "last": {"terminated": "Error"},
-    }
     log = (
         'time="2026-01-01T00:00:00Z" level=info msg="Starting nvidia-toolkit"\n'
         'time="2026-01-01T00:00:01Z" level=fatal msg="error running nvidia-toolkit: unable to setup runtime: unable '
@@ -188,13 +183,7 @@ def test_a_toolkit_that_cannot_parse_the_containerd_config_is_sent_to_the_toolki
     )
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "nvidia-container-toolkit-daemonset",
-            "node": "n1",
-            "containers": [crash],
-            "logs": {"nvidia-container-toolkit-ctr": log},
-        },
+        toolkit_pod("n1", log),
     )
     root = next(f for f in report.findings if f.root)
     assert root.link == "toolkit", (root.id, root.link, root.fix)

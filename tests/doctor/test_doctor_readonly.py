@@ -73,7 +73,11 @@ def _held_out() -> list[Path]:
 
 def _load(path: Path) -> harness.Case:
     """A held-out case built by its own set's loader (a later set adds kinds of edits)."""
-    module = importlib.import_module(f"sim.{path.parent.name}.harness") if path.parent.name not in ("heldout", "heldout2") else harness
+    module = (
+        importlib.import_module(f"sim.{path.parent.name}.harness")
+        if path.parent.name not in ("heldout", "heldout2")
+        else harness
+    )
     return module.load(path)
 
 

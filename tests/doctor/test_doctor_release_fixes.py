@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from doctor.small_cluster import crash_looping, diagnosed
+from doctor.small_cluster import crash_looping, diagnosed, toolkit_pod
 from sim.heldout import harness
 
 from gpuchain.doctor import Severity
@@ -232,13 +232,7 @@ def test_the_operators_toolkit_on_the_release_that_only_runs_config_dump_is_move
     )
     report = diagnosed(
         OPERATOR,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-container-toolkit-daemonset",
-            "node": NODE,
-            "containers": [crash_looping("nvidia-container-toolkit-ctr")],
-            "logs": {"nvidia-container-toolkit-ctr": log},
-        },
+        toolkit_pod(NODE, log),
     )
     root = _root(report)
     assert root.link == "toolkit" and root.action is not None and root.action.op is FixOp.PATCH_POLICY
@@ -284,13 +278,7 @@ def test_the_operators_toolkit_that_cannot_read_containerd_config_version_3_is_m
     log = 'time="2025-03-01T10:00:00Z" level=fatal msg="error running nvidia-toolkit: unsupported config version: 3"\n'
     report = diagnosed(
         OPERATOR,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-container-toolkit-daemonset",
-            "node": NODE,
-            "containers": [crash_looping("nvidia-container-toolkit-ctr")],
-            "logs": {"nvidia-container-toolkit-ctr": log},
-        },
+        toolkit_pod(NODE, log),
     )
     root = _root(report)
     assert root.action is not None and root.action.changes == {"spec": {"toolkit": {"version": "v1.17.4-ubuntu20.04"}}}

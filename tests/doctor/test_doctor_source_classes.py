@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import diagnosed, no_gpus, plugin_pod, toolkit_pod
 from doctor.test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, OPERATOR_DRA, READY, dra_release
 from doctor.test_doctor_user_pods import STANDALONE, failing_gpu_pod
 
@@ -225,18 +225,6 @@ def test_a_plugin_refused_the_mig_profiles_by_nvml_gets_the_mig_monitor_devices_
 # -- the toolkit's own words read as the toolkit's, and the config it cannot read ---------------------------
 
 
-def _toolkit_crash(log: str) -> dict[str, Any]:
-    """The operator's toolkit container on n1 exiting at every start with ``log``."""
-    crash = {"name": "nvidia-container-toolkit-ctr", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}
-    return {
-        "do": "pod",
-        "daemonset": "nvidia-container-toolkit-daemonset",
-        "node": "n1",
-        "containers": [{**crash, "last": {"terminated": "Error", "exitCode": 1}}],
-        "logs": {"nvidia-container-toolkit-ctr": log},
-    }
-
-
 #: The toolkit before v1.17 (tools/container/containerd/containerd.go@v1.16.2 "unable to load config: %v") on a
 #: Go template: pelletier/go-toml's parse error at the template's first "{{".
 TEMPLATE_LOG = (
@@ -253,7 +241,7 @@ def test_a_toolkit_pointed_at_the_distributions_config_template_is_given_the_con
         "name: t\nstack: gpu-operator\n"
         f"policy: {{toolkit: {{env: [{{name: CONTAINERD_CONFIG, value: '{tmpl}'}}]}}}}\nnodes:\n  - {{name: n1}}\n"
     )
-    (root,) = _roots(diagnosed(scenario, _toolkit_crash(TEMPLATE_LOG)))
+    (root,) = _roots(diagnosed(scenario, toolkit_pod("n1", TEMPLATE_LOG, restarts=9)))
     assert (root.link, root.node) == ("toolkit", "n1")
     assert "catalog: nvidia-container-toolkit.load-config (" in " ".join(root.evidence)
     assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
@@ -270,7 +258,9 @@ def test_a_toolkit_that_cannot_run_the_hosts_containerd_config_dump_gets_a_relea
         "options: unable to load containerd config: failed to load config: failed to run command chroot [/host "
         'containerd config dump]: exit status 127"\n'
     )
-    (root,) = _roots(diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _toolkit_crash(log)))
+    (root,) = _roots(
+        diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", toolkit_pod("n1", log, restarts=9))
+    )
     assert root.link == "toolkit" and "catalog: nvidia-container-toolkit.config-dump-failed (" in " ".join(
         root.evidence
     )
@@ -422,7 +412,7 @@ def test_a_silent_toolkit_on_containerd_23_with_a_drop_in_release_is_told_to_rea
     """The pair of releases of toolkit.runtime-stopped, with the node still Ready and the toolkit crash-looping
     without a word (NVIDIA/gpu-operator#2646's shape): RUNTIME_CONFIG_SOURCE=file; not where it is already set,
     nor under a toolkit that writes no drop-in (before v1.18.0)."""
-    silent = _toolkit_crash("")  # no log line: the kubelet's back-off only
+    silent = toolkit_pod("n1", "", restarts=9)  # no log line: the kubelet's back-off only
 
     def node(toolkit: str, env: str = "") -> str:
         return (
