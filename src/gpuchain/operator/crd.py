@@ -109,4 +109,3 @@ def crd() -> dict[str, Any]:
             ],
         },
     }
-

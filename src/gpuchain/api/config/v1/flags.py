@@ -83,6 +83,7 @@ class PluginFlags(Section):
         default=AllocationPolicy.DISTRIBUTED, key="sharedDevicesAllocationPolicy"
     )
 
+
 @define
 class GfdFlags(Section):
     """``flags.gfd``: read by feature discovery; accepted here so one file serves both.
