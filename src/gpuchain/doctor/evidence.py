@@ -447,14 +447,23 @@ def _fix(
     ns = namespace_of(failure.pod) or ctx.namespace
     rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(failure.pod)))
     if finding_id == "driver.version-mismatch":
+        image = node_image(view.node)
+        # A driver that came with a managed node image: its module and libraries are the image's, so an image whose
+        # pair disagrees stays broken across reboots; the pool's current image is the repair.
+        imaged = (
+            f"; the driver came with the node's {image.cloud} image, so where a reboot does not clear it, move the "
+            f"node pool to its current node image: {image.upgrade}"
+            if image is not None and image.ships_driver and image.upgrade
+            else ""
+        )
         action = Fix(
             FixOp.NODE,
             view.name,
             {
                 "action": "reboot the node, so the kernel loads the module of the installed driver (or, with no GPU "
                 "process left, reload it: rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia); "
-                "where the host's package manager upgraded the driver, hold its packages so it does not happen again; "
-                f"then {rerun}",
+                f"where the host's package manager upgraded the driver, hold its packages so it does not happen again"
+                f"{imaged}; then {rerun}",
                 NOT_SIMULATED: "the loaded module's version is a fact of the node no scenario names",
             },
         )

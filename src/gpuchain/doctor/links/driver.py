@@ -12,6 +12,7 @@ from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.evidence import hook_refusal
 from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
+from gpuchain.doctor.links.driver_manager import mofed_wait
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -24,6 +25,15 @@ from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, VALIDATOR, deploy_label
 from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
+
+#: The lines that say another kernel driver (nouveau, vfio-pci) holds the GPUs (catalog.yaml): a cause of their own,
+#: which a kernel other nodes' driver pods run on does not override.
+GPUS_HELD_ELSEWHERE = (
+    "nvidia-installer.nouveau-in-use",
+    "nvidia-installer.kernel-files-missing",
+    "kmod.insert-no-device",
+    "nvidia-kernel.probe-not-called",
+)
 
 #: NVIDIADriver's default node selector when ``spec.nodeSelector`` is absent: every GPU node
 #: (NVIDIA/gpu-operator ``api/nvidia/v1alpha1/nvidiadriver_types.go@v25.10.1``, ``GetNodeSelector``).
@@ -237,7 +247,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     restarting = _driver_upgrade_restart(ctx, view, state)
     if restarting is not None:
         return restarting
-    log = operand_log(ctx, view=view, operand=DRIVER, container=state.container, last=state.last_log)
+    log = operand_log(
+        ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
+    )
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
     conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
@@ -337,7 +349,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver loaded, and it cannot unload it.",
                     evidence=[state.describe(), *conflict_line.evidence()],
                     fix=ctx.stack.render(off_here)
-                    + "   # or for the whole cluster: "
+                    + "   # use the host driver here, not the operator's driver container; or for the whole "
+                    "cluster (driver.enabled=false): "
                     + ctx.stack.render(
                         Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
                     ),
@@ -348,7 +361,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if (
         state.failing
         and state.status not in IMAGE_PULL
-        and (kernel_line or (others and view.kernel not in ctx.driver_kernels))
+        and (
+            kernel_line
+            or (others and view.kernel not in ctx.driver_kernels and catalog.find(log, *GPUS_HELD_ELSEWHERE) is None)
+        )
     ):
         if others:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
@@ -390,7 +406,11 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
-    stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
+    stale = (
+        _stale_os_label(ctx, view, pod)
+        or _upgrade_done_yet_failing(ctx, view, state, holders)
+        or mofed_wait(ctx, state=state, log=log)
+    )
     if stale is not None:
         return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)
     return not_ready(

@@ -20,7 +20,7 @@ from gpuchain.doctor.links.common import (
 )
 from gpuchain.doctor.links.releases import newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
+from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
@@ -640,13 +640,20 @@ def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Kno
     # k3s and RKE2 render config.toml.tmpl into config.toml beside it; elsewhere, the distribution's own file.
     loaded = template.removesuffix(".tmpl") or dist.containerd_config
     action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
+    # A template is k3s's or RKE2's; where neither the node nor the env says which, each one's rendered file.
+    rendered = (
+        ""
+        if template or dist is not KUBEADM
+        else "; a config.toml.tmpl is k3s's or RKE2's: "
+        + ", ".join(f"on {d.name} CONTAINERD_CONFIG={d.containerd_config}" for d in DISTRIBUTIONS if d is not KUBEADM)
+    )
     return Known(
         cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
         "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
         f"into the config.toml beside it, the file their containerd loads: here {loaded}).",
         evidence=(*found.evidence(), *([f"toolkit env CONTAINERD_CONFIG={template}"] if template else [])),
         action=action,
-        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML",
+        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML" + rendered,
     )
 
 
