@@ -35,6 +35,15 @@ GPUS_HELD_ELSEWHERE = (
     "nvidia-kernel.probe-not-called",
 )
 
+#: The repair of a driver container that finds no headers for an RHCOS kernel: OpenShift publishes them in its Driver
+#: Toolkit image for each release, which GPU Operator releases since 1.9 build the driver with (gpu-operator
+#: api ClusterPolicy UseOpenShiftDriverToolkit); older releases read an entitled RHEL repository.
+RHCOS_KERNEL = (
+    "upgrade the GPU Operator to a current release (from the OpenShift catalog), which builds the driver with "
+    "OpenShift's Driver Toolkit image for the node's RHCOS release, whose kernel headers it carries; or give the "
+    "cluster a Red Hat entitlement so the driver container reads the RHEL repositories that publish them"
+)
+
 #: NVIDIADriver's default node selector when ``spec.nodeSelector`` is absent: every GPU node
 #: (NVIDIA/gpu-operator ``api/nvidia/v1alpha1/nvidiadriver_types.go@v25.10.1``, ``GetNodeSelector``).
 NVIDIADRIVER_DEFAULT_SELECTOR = {"nvidia.com/gpu.present": "true"}
@@ -380,6 +389,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             view.name,
             {"action": f"reimage it with {good}", "fact": f"kernel:{others[0]}" if others else ""},
         )
+        # RHCOS's kernel is the OpenShift release's, not the node's to choose: the headers come from OpenShift's
+        # Driver Toolkit image for that release (or an entitled RHEL repository).
+        rhcos = os_tag(view.node).startswith("rhcos")
         headers = (
             f"; its headers (linux-headers-{view.kernel} / kernel-headers and kernel-devel {view.kernel}) are not in "
             "the OS repositories the driver container reads"
@@ -398,11 +410,12 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     cause=f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} "
                     f"has no build for it{headers}, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence=evidence,
-                    fix=ctx.stack.render(reimage) + "   # or install the NVIDIA driver on the host, built there for "
+                    fix=(f"# {RHCOS_KERNEL}; " if rhcos else ctx.stack.render(reimage) + "   # ")
+                    + "or install the NVIDIA driver on the host, built there for "
                     f"this kernel from its headers (kernel-devel / linux-headers {view.kernel}), and set "
                     f"spec.driver.enabled=false in {ctx.policy_ref}; or set spec.driver.version of {ctx.policy_ref} "
                     f"to a release built for {view.kernel}",
-                    action=reimage,
+                    action=None if rhcos else reimage,
                 ),
             ),
         )

@@ -526,6 +526,11 @@ def _driver_tag_missing(
             f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
             f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
         )
+    # A new OS release gets driver images from the operator release that adds it: before that, no version pulls.
+    newer = (
+        f"; where the operator's release predates {os_image} (its default has no {dist} image either), upgrade the "
+        f"GPU Operator to a release whose supported OSes list it, or run the node on an OS release it supports"
+    )
     if pinned and pinned == version:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
         return Known(
@@ -535,7 +540,7 @@ def _driver_tag_missing(
             evidence=said,
             action=action,
             fix=ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
-            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}",
+            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}{newer}",
         )
     return Known(
         cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
@@ -544,7 +549,7 @@ def _driver_tag_missing(
         action=None,
         fix=f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
         "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
-        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for",
+        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for{newer}",
     )
 
 
@@ -641,12 +646,8 @@ def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Kno
     loaded = template.removesuffix(".tmpl") or dist.containerd_config
     action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
     # A template is k3s's or RKE2's; where neither the node nor the env says which, each one's rendered file.
-    rendered = (
-        ""
-        if template or dist is not KUBEADM
-        else "; a config.toml.tmpl is k3s's or RKE2's: "
-        + ", ".join(f"on {d.name} CONTAINERD_CONFIG={d.containerd_config}" for d in DISTRIBUTIONS if d is not KUBEADM)
-    )
+    each = ", ".join(f"on {d.name} CONTAINERD_CONFIG={d.containerd_config}" for d in DISTRIBUTIONS if d is not KUBEADM)
+    rendered = "" if template or dist is not KUBEADM else f"; a config.toml.tmpl is k3s's or RKE2's: {each}"
     return Known(
         cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
         "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
