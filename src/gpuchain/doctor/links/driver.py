@@ -26,6 +26,10 @@ from gpuchain.kube.objects import Obj, created_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, VALIDATOR, deploy_label
 from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
 
+#: The value the GPU Operator gives a node's driver deploy label when it finds the node's own driver loaded; its
+#: driver DaemonSet selects only nodes labelled "true".
+PRE_INSTALLED = "pre-installed"
+
 #: The lines that say another kernel driver (nouveau, vfio-pci) holds the GPUs (catalog.yaml): a cause of their own,
 #: which a kernel other nodes' driver pods run on does not override.
 GPUS_HELD_ELSEWHERE = (
@@ -179,6 +183,14 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     pod = view.pod(DRIVER)
     validator = view.pod(VALIDATOR)
     version = view.labels.get(DRIVER_VERSION)
+    if (
+        pod is not None
+        and view.labels.get(deploy_label(DRIVER)) == PRE_INSTALLED
+        and init_done(validator, "driver-validation")
+    ):
+        # The operator found a host driver here (and selects no driver pod onto the node); the validator proved it.
+        # A driver pod on the node is not what serves its GPUs, whatever it logs.
+        return Result(LinkState.OK, f"host driver{f' {version}' if version else ''} (pre-installed, validated)")
     if pod is None:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":

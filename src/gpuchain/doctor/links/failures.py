@@ -134,11 +134,11 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     pod = view.pod(operand) or {}
     if (
         operand is TOOLKIT
-        and silent("\n".join((log, state.message)))
+        and (silent("\n".join((log, state.message))) or not (catalog.known_error(log) or catalog.unknown_error(log)))
         and drop_in_too_new(view.node, pod)
         and not reads_config_file(ctx, pod)
     ):
-        # A toolkit that left no word, on the pair of releases whose drop-in containerd refuses.
+        # A toolkit that left no word (or no error), on the pair of releases whose drop-in containerd refuses.
         return _toolkit_drop_in(ctx, view, pod)
     found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
     if found:
