@@ -213,8 +213,8 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
                 evidence=evidence,
                 fix=ctx.stack.render(action)
                 + (
-                    "   # or move the node to a node image release whose bootstrap makes nvidia the default runtime "
-                    "for this instance type (it does so only for the GPU instance types it lists)"
+                    "   # or upgrade its node pool to a node image release whose bootstrap makes nvidia the default "
+                    "runtime for this instance type (it does so only for the GPU instance types it lists)"
                     if ctx.stack.node_image
                     else ""
                 ),
