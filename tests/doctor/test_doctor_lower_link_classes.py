@@ -373,3 +373,27 @@ def test_a_toolkit_that_logged_no_error_on_the_drop_in_release_pair_reads_its_co
     (root,) = [f for f in _roots(report) if f.link == "toolkit"]
     assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
     assert {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"} in root.action.changes["spec"]["toolkit"]["env"]
+
+
+# -- a kubelet whose DevicePlugins gate is off by default ---------------------------------------------------------
+
+
+def _old_kubelet(version: str, gpus: bool) -> Report:
+    node = {"do": "node", "node": "k", "nodeInfo": {"kubeletVersion": version}}
+    if not gpus:
+        node |= {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+    return diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: k, preset: t4-x4, hostDriver: '390.48'}\n", node
+    )
+
+
+def test_a_kubelet_before_110_listing_no_gpu_under_a_device_plugin_is_the_node_with_the_feature_gate() -> None:
+    """kubernetes pkg/features/kube_features.go@v1.8.0: DevicePlugins alpha, default false (beta, on, from 1.10)."""
+    (root,) = _roots(_old_kubelet("v1.9.11", gpus=False))
+    assert (root.id, root.link, root.node) == ("node.device-plugins-disabled", "node", "k")
+    assert "--feature-gates=DevicePlugins=true" in root.fix and "restart kubelet" in root.fix
+
+
+def test_the_gate_is_no_finding_where_the_kubelet_lists_gpus_or_is_110_or_later() -> None:
+    assert "node.device-plugins-disabled" not in _old_kubelet("v1.9.11", gpus=True).ids
+    assert "node.device-plugins-disabled" not in _old_kubelet("v1.10.0", gpus=False).ids
