@@ -53,18 +53,21 @@ def _held_in_manager(node: str) -> dict[str, Any]:
     }
 
 
-def _rdma(host_mofed: bool) -> dict[str, Any]:
-    return {"do": "policy", "spec": {"driver": {"rdma": {"enabled": True, "useHostMofed": host_mofed}}}}
-
-
-def test_a_driver_held_by_the_managers_host_mofed_wait_names_the_manager_release_and_the_rdma_key() -> None:
+def _mofed_wait(host_mofed: bool) -> Finding:
+    """The one root finding of an operator node with RDMA on (MOFED from the host or not) held in that wait."""
+    rdma = {"do": "policy", "spec": {"driver": {"rdma": {"enabled": True, "useHostMofed": host_mofed}}}}
     report = diagnosed(
         _operator("{name: n1, preset: a100-80gb-x8}"),
-        lambda s: _apply(s.cluster, _rdma(True)),
+        lambda s: _apply(s.cluster, rdma),
         _held_in_manager("n1"),
         no_gpus("n1"),
     )
     (root,) = _roots(report)
+    return root
+
+
+def test_a_driver_held_by_the_managers_host_mofed_wait_names_the_manager_release_and_the_rdma_key() -> None:
+    root = _mofed_wait(True)
     assert (root.link, root.node) == ("driver", "n1")
     assert "catalog: k8s-driver-manager.waiting-for-mofed (NVIDIA/k8s-driver-manager " in " ".join(root.evidence)
     assert "spec.driver.manager.version" in root.fix and "useHostMofed=false" in root.fix
@@ -72,13 +75,7 @@ def test_a_driver_held_by_the_managers_host_mofed_wait_names_the_manager_release
 
 
 def test_the_same_wait_for_the_network_operators_mofed_asks_for_that_mofed_not_a_manager_release() -> None:
-    report = diagnosed(
-        _operator("{name: n1, preset: a100-80gb-x8}"),
-        lambda s: _apply(s.cluster, _rdma(False)),
-        _held_in_manager("n1"),
-        no_gpus("n1"),
-    )
-    (root,) = _roots(report)
+    root = _mofed_wait(False)
     assert root.link == "driver" and "network operator" in root.fix and "useHostMofed=true" in root.fix
     assert "manager.version" not in root.fix
 
@@ -286,40 +283,28 @@ NO_NVML = (
 )
 
 
+def _plugin_without_nvml(*nodes: str, failing: str) -> Report:
+    """An EKS cluster of ``nodes`` (l4-x2) whose plugin on ``failing`` crash-loops without NVML."""
+    scenario = "name: t\nstack: eks\nnodes:\n" + "".join(f"  - {{name: {n}, preset: l4-x2}}\n" for n in nodes)
+    crash = {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": CRASH, "last": {"terminated": "Error"}}
+    plugin = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": failing,
+        "containers": [crash],
+        "logs": {"nvidia-device-plugin-ctr": NO_NVML},
+    }
+    return diagnosed(scenario, plugin, no_gpus(failing))
+
+
 def test_a_plugin_without_nvml_on_a_node_image_that_serves_gpus_elsewhere_is_this_nodes_runtime() -> None:
-    report = diagnosed(
-        "name: t\nstack: eks\nnodes:\n  - {name: e1, preset: l4-x2}\n  - {name: e2, preset: l4-x2}\n",
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "e2",
-            "containers": [
-                {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": CRASH, "last": {"terminated": "Error"}}
-            ],
-            "logs": {"nvidia-device-plugin-ctr": NO_NVML},
-        },
-        no_gpus("e2"),
-    )
-    (root,) = _roots(report)
+    (root,) = _roots(_plugin_without_nvml("e1", "e2", failing="e2"))
     assert (root.id, root.link, root.node) == ("toolkit.runtime-not-default", "toolkit", "e2")
     assert "--set-as-default" in root.fix and "node image release" in root.fix
 
 
 def test_the_same_where_no_node_of_the_image_serves_gpus_stays_the_node_image() -> None:
-    report = diagnosed(
-        "name: t\nstack: eks\nnodes:\n  - {name: e2, preset: l4-x2}\n",
-        {
-            "do": "pod",
-            "daemonset": "nvidia-device-plugin-daemonset",
-            "node": "e2",
-            "containers": [
-                {"name": "nvidia-device-plugin-ctr", "restarts": 4, "state": CRASH, "last": {"terminated": "Error"}}
-            ],
-            "logs": {"nvidia-device-plugin-ctr": NO_NVML},
-        },
-        no_gpus("e2"),
-    )
-    (root,) = _roots(report)
+    (root,) = _roots(_plugin_without_nvml("e2", failing="e2"))
     assert root.link == "driver"
 
 
