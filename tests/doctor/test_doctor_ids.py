@@ -82,6 +82,8 @@ CLUSTER_TESTS = {
     "test_a_chart_release_that_renders_no_gfd_is_upgraded_to_the_chart_that_does",
     "device-plugin.xid-marked": "test_doctor_beneath_the_plugin::"
     "test_an_application_xid_an_old_plugin_marked_is_a_plugin_restart_and_the_release_that_skips_it",
+    "node.device-plugins-disabled": "test_doctor_lower_link_classes::"
+    "test_a_kubelet_before_110_listing_no_gpu_under_a_device_plugin_is_the_node_with_the_feature_gate",
     "node.gpu-lost": "test_doctor_mig_and_lost_gpus::"
     "test_gpu_pods_refused_because_a_gpu_fell_off_the_bus_are_the_node_not_the_driver",
     "workload.cuda-unusable": "test_doctor_beneath_the_plugin::"

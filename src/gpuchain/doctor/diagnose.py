@@ -108,6 +108,7 @@ STOPS_THE_WALK = (
     "node.sandbox-failed",
     "toolkit.runtime-stopped",
     "node.gpu-lost",
+    "node.device-plugins-disabled",
 )
 
 

@@ -20,7 +20,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import toolkit_env
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import TOOLKIT
+from gpuchain.operator.operands import DEVICE_PLUGIN, TOOLKIT
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
 #: controller adds for each (TaintNodesByCondition) and what the kubelet does under it.
@@ -249,6 +249,9 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     sandbox = _sandbox_failed(ctx, view, configures)
     if sandbox is not None:
         findings.append(sandbox)
+    gate = _device_plugins_gate_off(ctx, view)
+    if gate is not None:
+        findings.append(gate)
     if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
         version = node_info(view.node).get("containerRuntimeVersion", "")
         action = Fix(
@@ -295,6 +298,54 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
             )
         )
     return findings
+
+
+#: The kubelet releases whose DevicePlugins feature gate is off unless a flag turns it on: alpha, default false, in
+#: 1.8 and 1.9 (kubernetes pkg/features/kube_features.go@v1.8.0), beta and on by default from 1.10.
+DEVICE_PLUGINS_DEFAULT_ON = (1, 10)
+KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+
+
+def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
+    """A device plugin on a node whose kubelet predates the DevicePlugins gate's default (1.10) and that lists no
+    nvidia.com resource: the kubelet serves no device plugin registration, so no plugin can announce a GPU."""
+    found = KUBELET_VERSION.match(node_info(view.node).get("kubeletVersion", ""))
+    release = (int(found.group(1)), int(found.group(2))) if found else None
+    capacity = (view.node.get("status") or {}).get("capacity") or {}
+    if (
+        release is None
+        or release >= DEVICE_PLUGINS_DEFAULT_ON
+        or view.pod(DEVICE_PLUGIN) is None
+        or any(k.startswith("nvidia.com/") for k in capacity)
+    ):
+        return None
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": "turn the kubelet's DevicePlugins feature gate on: add --feature-gates=DevicePlugins=true to its "
+            "flags (KUBELET_EXTRA_ARGS in its systemd drop-in, e.g. /etc/systemd/system/kubelet.service.d/"
+            "10-kubeadm.conf), then systemctl daemon-reload && systemctl restart kubelet; or upgrade the kubelet to "
+            "1.10 or later, where the gate is on by default",
+            NOT_SIMULATED: "the kubelet's flags are a fact of the node no scenario names",
+        },
+    )
+    return Finding(
+        id="node.device-plugins-disabled",
+        severity=Severity.ERROR,
+        link="node",
+        cause=f"the node's kubelet ({node_info(view.node).get('kubeletVersion')}) predates 1.10, where its "
+        "DevicePlugins feature gate is off unless turned on, and the node lists no nvidia.com resource: the kubelet "
+        "takes no device plugin registration, so the plugin cannot announce the GPUs.",
+        evidence=(
+            f"status.nodeInfo.kubeletVersion: {node_info(view.node).get('kubeletVersion')}",
+            "capacity: no nvidia.com/* resource",
+            f"device plugin pod {name_of(view.pod(DEVICE_PLUGIN) or {})}",
+        ),
+        fix=ctx.stack.render(action),
+        node=view.name,
+        action=action,
+    )
 
 
 #: The kubelet's Event when the runtime cannot create a pod's sandbox (kubernetes pkg/kubelet/events

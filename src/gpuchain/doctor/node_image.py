@@ -36,7 +36,8 @@ MAJOR_ONLY = ("rhel", "rocky", "ol")
 #: osImage (the node's os-release PRETTY_NAME) -> os-release ID, for nodes NFD did not label.
 OS_IMAGES = (
     (re.compile(r"^Ubuntu (\d+\.\d+)"), "ubuntu"),
-    (re.compile(r"^Red Hat Enterprise Linux CoreOS (\d)(\d\d)\."), "rhcos"),
+    # 416.94 is 4.16, 46.82 (before 4.10) is 4.6
+    (re.compile(r"^Red Hat Enterprise Linux CoreOS (\d)(\d{1,2})\."), "rhcos"),
     (re.compile(r"^Red Hat Enterprise Linux (?:Server )?(\d+(?:\.\d+)?)"), "rhel"),
     (re.compile(r"^Rocky Linux (\d+(?:\.\d+)?)"), "rocky"),
     (re.compile(r"^Oracle Linux Server (\d+(?:\.\d+)?)"), "ol"),

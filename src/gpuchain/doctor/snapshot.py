@@ -228,14 +228,15 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                         crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
                 # A running init container is waiting for a lower link, unless it already restarted; or unless it
                 # is no validation wait and holds the plugin of a node that announces no GPU (GKE's driver installer
-                # says there why it waits).
+                # says there why it waits), or the driver's own (no link is below the driver: its driver manager
+                # says there what it waits for).
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
                     and not (
                         cs in inits
                         and not cs.get("restartCount")
-                        and (not on_bare_node or cs.get("name") in stack.validations)
+                        and (not (on_bare_node or "driver" in states) or cs.get("name") in stack.validations)
                     )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))

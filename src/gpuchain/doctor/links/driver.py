@@ -12,6 +12,7 @@ from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.evidence import hook_refusal
 from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
+from gpuchain.doctor.links.driver_manager import mofed_wait
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -24,6 +25,28 @@ from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, VALIDATOR, deploy_label
 from gpuchain.operator.upgrade import POD_RESTART, VALIDATION
+
+#: The value the GPU Operator gives a node's driver deploy label when it finds the node's own driver loaded; its
+#: driver DaemonSet selects only nodes labelled "true".
+PRE_INSTALLED = "pre-installed"
+
+#: The lines that say another kernel driver (nouveau, vfio-pci) holds the GPUs (catalog.yaml): a cause of their own,
+#: which a kernel other nodes' driver pods run on does not override.
+GPUS_HELD_ELSEWHERE = (
+    "nvidia-installer.nouveau-in-use",
+    "nvidia-installer.kernel-files-missing",
+    "kmod.insert-no-device",
+    "nvidia-kernel.probe-not-called",
+)
+
+#: The repair of a driver container that finds no headers for an RHCOS kernel: OpenShift publishes them in its Driver
+#: Toolkit image for each release, which GPU Operator releases since 1.9 build the driver with (gpu-operator
+#: api ClusterPolicy UseOpenShiftDriverToolkit); older releases read an entitled RHEL repository.
+RHCOS_KERNEL = (
+    "upgrade the GPU Operator to a current release (from the OpenShift catalog), which builds the driver with "
+    "OpenShift's Driver Toolkit image for the node's RHCOS release, whose kernel headers it carries; or give the "
+    "cluster a Red Hat entitlement so the driver container reads the RHEL repositories that publish them"
+)
 
 #: NVIDIADriver's default node selector when ``spec.nodeSelector`` is absent: every GPU node
 #: (NVIDIA/gpu-operator ``api/nvidia/v1alpha1/nvidiadriver_types.go@v25.10.1``, ``GetNodeSelector``).
@@ -160,6 +183,14 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     pod = view.pod(DRIVER)
     validator = view.pod(VALIDATOR)
     version = view.labels.get(DRIVER_VERSION)
+    if (
+        pod is not None
+        and view.labels.get(deploy_label(DRIVER)) == PRE_INSTALLED
+        and init_done(validator, "driver-validation")
+    ):
+        # The operator found a host driver here (and selects no driver pod onto the node); the validator proved it.
+        # A driver pod on the node is not what serves its GPUs, whatever it logs.
+        return Result(LinkState.OK, f"host driver{f' {version}' if version else ''} (pre-installed, validated)")
     if pod is None:
         label = opted_out(view, DRIVER)
         if view.labels.get(OPERANDS_LABEL) == "false":
@@ -237,7 +268,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     restarting = _driver_upgrade_restart(ctx, view, state)
     if restarting is not None:
         return restarting
-    log = operand_log(ctx, view=view, operand=DRIVER, container=state.container, last=state.last_log)
+    log = operand_log(
+        ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
+    )
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
     conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
@@ -337,7 +370,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "driver loaded, and it cannot unload it.",
                     evidence=[state.describe(), *conflict_line.evidence()],
                     fix=ctx.stack.render(off_here)
-                    + "   # or for the whole cluster: "
+                    + "   # use the host driver here, not the operator's driver container; or for the whole "
+                    "cluster (driver.enabled=false): "
                     + ctx.stack.render(
                         Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
                     ),
@@ -348,7 +382,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if (
         state.failing
         and state.status not in IMAGE_PULL
-        and (kernel_line or (others and view.kernel not in ctx.driver_kernels))
+        and (
+            kernel_line
+            or (others and view.kernel not in ctx.driver_kernels and catalog.find(log, *GPUS_HELD_ELSEWHERE) is None)
+        )
     ):
         if others:
             evidence.append(f"driver pods run ready on kernel {', '.join(others)}")
@@ -364,6 +401,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             view.name,
             {"action": f"reimage it with {good}", "fact": f"kernel:{others[0]}" if others else ""},
         )
+        # RHCOS's kernel is the OpenShift release's, not the node's to choose: the headers come from OpenShift's
+        # Driver Toolkit image for that release (or an entitled RHEL repository).
+        rhcos = os_tag(view.node).startswith("rhcos")
         headers = (
             f"; its headers (linux-headers-{view.kernel} / kernel-headers and kernel-devel {view.kernel}) are not in "
             "the OS repositories the driver container reads"
@@ -382,15 +422,20 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     cause=f"the node runs kernel {view.kernel} and the driver image {ctx.policy.driver.image_ref()} "
                     f"has no build for it{headers}, so nvidia.ko never loads and nothing above the driver can start.",
                     evidence=evidence,
-                    fix=ctx.stack.render(reimage) + "   # or install the NVIDIA driver on the host, built there for "
+                    fix=(f"# {RHCOS_KERNEL}; " if rhcos else ctx.stack.render(reimage) + "   # ")
+                    + "or install the NVIDIA driver on the host, built there for "
                     f"this kernel from its headers (kernel-devel / linux-headers {view.kernel}), and set "
                     f"spec.driver.enabled=false in {ctx.policy_ref}; or set spec.driver.version of {ctx.policy_ref} "
                     f"to a release built for {view.kernel}",
-                    action=reimage,
+                    action=None if rhcos else reimage,
                 ),
             ),
         )
-    stale = _stale_os_label(ctx, view, pod) or _upgrade_done_yet_failing(ctx, view, state, holders)
+    stale = (
+        _stale_os_label(ctx, view, pod)
+        or _upgrade_done_yet_failing(ctx, view, state, holders)
+        or mofed_wait(ctx, state=state, log=log)
+    )
     if stale is not None:
         return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)
     return not_ready(

@@ -20,7 +20,7 @@ from gpuchain.doctor.links.common import (
 )
 from gpuchain.doctor.links.releases import newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
+from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
@@ -134,11 +134,11 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     pod = view.pod(operand) or {}
     if (
         operand is TOOLKIT
-        and silent("\n".join((log, state.message)))
+        and (silent("\n".join((log, state.message))) or not (catalog.known_error(log) or catalog.unknown_error(log)))
         and drop_in_too_new(view.node, pod)
         and not reads_config_file(ctx, pod)
     ):
-        # A toolkit that left no word, on the pair of releases whose drop-in containerd refuses.
+        # A toolkit that left no word (or no error), on the pair of releases whose drop-in containerd refuses.
         return _toolkit_drop_in(ctx, view, pod)
     found = catalog.find(log, *(INOTIFY if operand is DEVICE_PLUGIN else INOTIFY[::-1]))
     if found:
@@ -526,6 +526,11 @@ def _driver_tag_missing(
             f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
             f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
         )
+    # A new OS release gets driver images from the operator release that adds it: before that, no version pulls.
+    newer = (
+        f"; where the operator's release predates {os_image} (its default has no {dist} image either), upgrade the "
+        f"GPU Operator to a release whose supported OSes list it, or run the node on an OS release it supports"
+    )
     if pinned and pinned == version:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
         return Known(
@@ -535,7 +540,7 @@ def _driver_tag_missing(
             evidence=said,
             action=action,
             fix=ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
-            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}",
+            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}{newer}",
         )
     return Known(
         cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
@@ -544,7 +549,7 @@ def _driver_tag_missing(
         action=None,
         fix=f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
         "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
-        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for",
+        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for{newer}",
     )
 
 
@@ -640,13 +645,16 @@ def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Kno
     # k3s and RKE2 render config.toml.tmpl into config.toml beside it; elsewhere, the distribution's own file.
     loaded = template.removesuffix(".tmpl") or dist.containerd_config
     action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
+    # A template is k3s's or RKE2's; where neither the node nor the env says which, each one's rendered file.
+    each = ", ".join(f"on {d.name} CONTAINERD_CONFIG={d.containerd_config}" for d in DISTRIBUTIONS if d is not KUBEADM)
+    rendered = "" if template or dist is not KUBEADM else f"; a config.toml.tmpl is k3s's or RKE2's: {each}"
     return Known(
         cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
         "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
         f"into the config.toml beside it, the file their containerd loads: here {loaded}).",
         evidence=(*found.evidence(), *([f"toolkit env CONTAINERD_CONFIG={template}"] if template else [])),
         action=action,
-        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML",
+        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML" + rendered,
     )
 
 

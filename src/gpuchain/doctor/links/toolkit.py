@@ -211,7 +211,13 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
                 "not nvidia and the plugin asks for no RuntimeClass), so libnvidia-ml is not in its container, it "
                 "finds no GPU and announces nothing to the kubelet: the runtime link, under the plugin.",
                 evidence=evidence,
-                fix=ctx.stack.render(action),
+                fix=ctx.stack.render(action)
+                + (
+                    "   # or upgrade its node pool to a node image release whose bootstrap makes nvidia the default "
+                    "runtime for this instance type (it does so only for the GPU instance types it lists)"
+                    if ctx.stack.node_image
+                    else ""
+                ),
                 action=action,
             ),
         ),
@@ -221,6 +227,7 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
 #: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
 NO_NVML = (
     "go-nvlib.nvml-not-loaded",
+    "k8s-device-plugin.incompatible-platform",
     "k8s-device-plugin.nvml-init-failed",
     "k8s-device-plugin.nvml-init-failed-exit",
     "k8s-device-plugin.nvml-resource-managers",

@@ -63,7 +63,9 @@ def detect(snapshot: Snapshot) -> Stack | None:
         "default (or latest), so the pools it makes install the driver; or kubectl "
         "apply -f https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master/"
         "nvidia-driver-installer/cos/daemonset-preloaded.yaml (daemonset-preloaded-latest.yaml for the latest "
-        "driver; ubuntu/daemonset-preloaded.yaml on Ubuntu node images)",
+        "driver; ubuntu/daemonset-preloaded.yaml on Ubuntu node images); where such an installer DaemonSet runs "
+        "and fails, update the driver installer DaemonSet's image to the cos-gpu-installer release the node's COS "
+        "milestone's release notes list (an older installer does not know the newer milestone's kernel)",
         # GKE's API server runs ExtendedResourceToleration: pods that request nvidia.com/gpu get the toleration of
         # the nvidia.com/gpu taint GKE puts on GPU node pools (cloud.google.com/kubernetes-engine/docs/concepts/gpus).
         extended_resource_toleration=True,
