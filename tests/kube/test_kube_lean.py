@@ -20,6 +20,7 @@ import yaml
 
 from gpuchain.kube import NODE, ForbiddenError, NotFoundError, lean
 from gpuchain.kube.lean import LeanCluster, Unsupported, endpoint_from_env, from_kubeconfig
+from gpuchain.kube.noproxy import bypasses
 
 
 def kubeconfig(path: Path, user: dict[str, Any], server: str = "https://127.0.0.1:6443", **cluster: Any) -> Path:
@@ -38,7 +39,7 @@ def kubeconfig(path: Path, user: dict[str, Any], server: str = "https://127.0.0.
 
 @pytest.fixture(autouse=True)
 def no_proxy_nor_pod(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*lean.PROXY_VARIABLES, "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+    for name in (*lean.PROXY_VARIABLES, "NO_PROXY", "no_proxy", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -70,7 +71,79 @@ def test_a_plugin_that_authenticates_is_left_to_the_full_client(tmp_path: Path, 
 def test_a_proxy_in_the_environment_is_left_to_the_full_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
     with pytest.raises(Unsupported, match="HTTPS_PROXY"):
-        endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"})))
+        endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"}, server="https://10.96.0.1:443")))
+    assert endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"}))).server == "https://127.0.0.1:6443", (
+        "a loopback server is never proxied, as kubectl never proxies it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "no_proxy", "server"),
+    [
+        ("NO_PROXY", "10.0.0.0/8", "https://10.96.0.1:443"),
+        ("no_proxy", "api.example.com", "https://api.example.com:6443"),
+        ("NO_PROXY", "svc.internal, example.com", "https://k8s.example.com"),
+    ],
+)
+def test_a_proxy_that_no_proxy_excludes_the_server_from_leaves_the_lean_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, no_proxy: str, server: str
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.setenv(variable, no_proxy)
+    assert endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"}, server=server))).server == server
+
+
+def test_no_proxy_that_names_another_server_leaves_the_proxy_to_the_full_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8,.svc,other.example.com")
+    with pytest.raises(Unsupported, match="HTTP_PROXY"):
+        endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"}, server="https://api.example.com:6443")))
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "url", "direct"),
+    [
+        ("*", "https://api.example.com", True),
+        ("example.com", "https://example.com", True),
+        ("example.com", "https://api.example.com", True),
+        ("example.com", "https://notexample.com", False),
+        (".example.com", "https://api.example.com", True),
+        (".example.com", "https://example.com", False),
+        ("*.example.com", "https://a.b.example.com", True),
+        ("*.example.com", "https://example.com", False),
+        ("EXAMPLE.com", "https://API.example.COM:6443", True),
+        ("example.com:6443", "https://api.example.com:6443", True),
+        ("example.com:6443", "https://api.example.com", False),
+        ("example.com:443", "https://api.example.com", True),
+        ("example.com:80", "http://api.example.com", True),
+        ("example.com:x", "https://api.example.com", False),
+        ("10.96.0.1", "https://10.96.0.1:443", True),
+        ("10.96.0.1", "https://10.96.0.10", False),
+        ("10.96.0.1:6443", "https://10.96.0.1:443", False),
+        ("10.96.0.1:443", "https://10.96.0.1", True),
+        ("10.0.0.0/8", "https://10.96.0.1", True),
+        ("10.0.0.0/8", "https://11.0.0.1", False),
+        ("10.0.0.0/8", "https://ten.example.com", False),
+        ("fd00::/8", "https://[fd12::1]:6443", True),
+        ("fd00::/8", "https://10.0.0.1", False),
+        ("fd12::1", "https://[fd12::1]:6443", True),
+        ("[fd12::1]:6443", "https://[fd12::1]:6443", True),
+        ("[fd12::1]:443", "https://[fd12::1]:6443", False),
+        (" , ,example.org , 10.0.0.0/8", "https://10.1.2.3", True),
+        ("", "https://api.example.com", False),
+        ("10.0.0.0/33", "https://10.0.0.1", False),
+        ("", "https://localhost:6443", True),
+        ("", "https://127.0.0.1:6443", True),
+        ("", "https://[::1]:6443", True),
+    ],
+)
+def test_no_proxy_reads_as_kubectl_reads_it(no_proxy: str, url: str, direct: bool) -> None:
+    """Go's golang.org/x/net/http/httpproxy rules: names and their subdomains, a leading dot or ``*.``
+    for subdomains alone, ``*``, IP addresses and CIDR blocks for IP hosts, ``:port`` against the
+    request's port (the scheme's default counting), and loopback never proxied."""
+    assert bypasses(url, no_proxy) is direct
 
 
 def test_a_missing_context_names_the_ones_there(tmp_path: Path) -> None:

@@ -6,11 +6,12 @@ grpc process (bench.agents.imports); ``http.client``, ``ssl`` and ``json`` are 1
 process on a node needs of a Kubernetes client is narrow: its pod's service account (or a
 kubeconfig with a token or a client certificate), HTTP/1.1 to one server, and the port's verbs. So
 this adapter speaks exactly that, and `open` says when it cannot (a kubeconfig that runs an exec
-plugin or an auth provider, a proxy in the environment): the caller then opens `LiveCluster`, which
-does all of it. Both answer the same contract tests against the real kube-apiserver
-(tests/kube/test_kube_contract.py); requests, errors and watches follow lightkube's: HTTP errors
-become `gpuchain.kube.errors`' typed errors, a watch whose stream the server ends is opened again
-from the last resourceVersion seen, and an ERROR event raises.
+plugin or an auth provider, a proxy in the environment that NO_PROXY does not exclude the server
+from): the caller then opens `LiveCluster`, which does all of it. Both answer the same contract
+tests against the real kube-apiserver (tests/kube/test_kube_contract.py); requests, errors and
+watches follow lightkube's: HTTP errors become `gpuchain.kube.errors`' typed errors, a watch whose
+stream the server ends is opened again from the last resourceVersion seen, and an ERROR event
+raises.
 
 Transport failures (connection refused, TLS, a timeout, an answer that is not JSON) are raised as
 they are (`OSError`, `http.client.HTTPException`, `json.JSONDecodeError`): `TRANSPORT_FAILURES`
@@ -41,6 +42,7 @@ from gpuchain import __version__
 from gpuchain.common.inputfile import read_input_text
 from gpuchain.kube.errors import KubeError, error_for_status, eviction_error
 from gpuchain.kube.kinds import POD, Kind, kind_of, listed_with_kind
+from gpuchain.kube.noproxy import bypasses, no_proxy_setting
 from gpuchain.kube.objects import Obj
 from gpuchain.kube.port import Cluster, WatchEvent, check_tail_lines
 from gpuchain.kube.selectors import parse_field_requirements, parse_requirements
@@ -65,7 +67,8 @@ once ran for minutes and grew the process to 4.5 GB)."""
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service account token and the cluster's CA."""
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
-"""Proxy settings lightkube honours and this adapter does not: with one set, `open` declines."""
+"""Proxy settings lightkube honours and this adapter does not: with one set, `open` declines unless
+``NO_PROXY`` excludes the API server (`gpuchain.kube.noproxy`)."""
 
 
 class Unsupported(Exception):
@@ -189,16 +192,17 @@ def _tls(cluster: dict[str, Any], user: dict[str, Any], base: Path) -> ssl.SSLCo
 
 def endpoint_from_env(path: str | None = None, context: str | None = None) -> Endpoint:
     """``path``'s kubeconfig, else in-cluster config, ``$KUBECONFIG`` or ``~/.kube/config``: where
-    `LiveCluster` looks, in its order. `Unsupported` where only the full client can connect."""
-    proxies = [v for v in PROXY_VARIABLES if os.environ.get(v)]
-    if proxies:
-        raise Unsupported(f"{proxies[0]} is set")
+    `LiveCluster` looks, in its order. `Unsupported` where only the full client can connect: a
+    proxy is set and ``NO_PROXY`` does not exclude the server (read as kubectl reads it)."""
     if path:
-        return from_kubeconfig(path, context)
-    pod = None if context else in_cluster()
-    if pod is not None:
-        return pod
-    return from_kubeconfig(os.environ.get("KUBECONFIG") or "~/.kube/config", context)
+        endpoint = from_kubeconfig(path, context)
+    else:
+        pod = None if context else in_cluster()
+        endpoint = pod or from_kubeconfig(os.environ.get("KUBECONFIG") or "~/.kube/config", context)
+    proxies = [v for v in PROXY_VARIABLES if os.environ.get(v)]
+    if proxies and not bypasses(endpoint.server, no_proxy_setting()):
+        raise Unsupported(f"{proxies[0]} is set")
+    return endpoint
 
 
 class LeanCluster(Cluster):
