@@ -3,6 +3,8 @@
 Every process is a real command on a simulated H100 node (8 GPUs), as a DaemonSet runs it:
 
 - floor: ``python -c 'import grpc'`` kept alive, the least a Python gRPC agent can weigh;
+- a bare grpc server that serves and calls itself (``BARE_SERVER``): the issue's floor, which the
+  ratio goals are judged against;
 - the six separate agents, ``gpuchain <agent> --backend sim`` (``bench.agents.run``'s commands);
 - ``gpuchain node-agent`` with every role (device plugin, gpu-health, exporter, GFD, MIG manager,
   DRA plugin, validator) on a Node of its own;
@@ -84,8 +86,9 @@ SEPARATE = "six separate agents, summed"
 BASELINE = "baseline: "
 BARE_SERVER = "ref: a bare grpc server, called"
 """A grpc.aio server on a unix socket that calls itself once a second (an unimplemented method),
-so grpc's serving and calling code runs as an agent's does: the issue's "bare grpc server" floor,
-printed beside the stricter ``import grpc`` floor the goals are judged against."""
+so grpc's serving and calling code runs as an agent's does: the issue's "bare grpc server" floor
+("a bare grpc server is 36 MiB here"; 64 MiB is its "1.8x"), which the ratio goals are judged against,
+printed beside the stricter ``import grpc`` floor."""
 BARE_SERVER_PROGRAM = """
 import asyncio, sys, grpc
 async def main(path):
@@ -358,13 +361,18 @@ def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, boo
     print()
     print("goals (issue 28):")
     share = agent.rss_end_mib / separate.rss_end_mib
+    bare = by[BARE_SERVER].rss_end_mib
     checks = [
         (
-            f"node agent RSS <= 64 MiB and <= 1.8x the floor ({floor.rss_end_mib:.1f} MiB)",
-            f"{agent.rss_end_mib:.1f} MiB = {agent.ratio_to_floor:.2f}x",
-            agent.rss_end_mib <= 64 and agent.ratio_to_floor <= 1.8,
+            f"node agent RSS <= 64 MiB and <= 1.8x a bare grpc server ({bare:.1f} MiB)",
+            f"{agent.rss_end_mib:.1f} MiB = {agent.rss_end_mib / bare:.2f}x",
+            agent.rss_end_mib <= 64 and agent.rss_end_mib / bare <= 1.8,
         ),
-        ("device plugin role alone <= 1.3x the floor", f"{alone.ratio_to_floor:.2f}x", alone.ratio_to_floor <= 1.3),
+        (
+            "device plugin role alone <= 1.3x a bare grpc server",
+            f"{alone.rss_end_mib / bare:.2f}x",
+            alone.rss_end_mib / bare <= 1.3,
+        ),
         ("node agent total RSS <= 1/4 of the six agents'", f"{share:.2f}", share <= 0.25),
         (
             f"flat over the last {args.flat_window:.0f} s (<= 1 MiB growth)",
@@ -380,10 +388,9 @@ def report(rows: list[Row], starts: dict[str, list[float]], roles: dict[str, boo
     ]
     for goal, value, ok in checks:
         print(f"  {goal}: {value}  {'ok' if ok else 'MISSED'}")
-    bare = by[BARE_SERVER].rss_end_mib
     print(
-        f"  against {BARE_SERVER} ({bare:.1f} MiB) instead: every role {agent.rss_end_mib / bare:.2f}x, "
-        f"the device plugin alone {alone.rss_end_mib / bare:.2f}x"
+        f"  against the stricter floor, {FLOOR} ({floor.rss_end_mib:.1f} MiB): every role "
+        f"{agent.ratio_to_floor:.2f}x, the device plugin alone {alone.ratio_to_floor:.2f}x"
     )
     if args.baseline:
         print()
