@@ -79,9 +79,25 @@ def test_a_silent_gfd_on_the_last_standalone_image_is_moved_to_the_device_plugin
     assert "--previous" in root.fix and root.fix.index("--previous") > root.fix.index(MOVED_TO)
 
 
-def test_a_silent_gfd_on_an_older_standalone_image_is_told_to_read_its_log_first() -> None:
+def test_a_silent_crash_on_an_older_standalone_image_is_upgraded_to_its_nearer_release_then_its_log_read() -> None:
+    """A crash-looping GFD that left no line, on a release older than its image's last: the upgrade to that last
+    release is the action (its maintainers' fixes), the image its later releases ship in is named beside it, and
+    the log to read comes after, for when the error stays."""
     root = _root(diagnosed(PLUGIN, *_gfd("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0", None)))
-    assert root.link == "gfd" and "k8s-device-plugin" not in root.fix.partition("#")[0], root.fix
+    action = root.fix.partition("#")[0]
+    assert root.link == "gfd" and "k8s-device-plugin" not in action, root.fix
+    assert action.strip() == f"kubectl -n monitoring set image ds/gpu-feature-discovery gpu-feature-discovery={LAST}"
+    assert "upgrade gpu-feature-discovery v0.8.0 -> v0.8.2" in root.fix
+    assert f"ship in k8s-device-plugin since v0.15.0, newest {NEWEST['k8s-device-plugin']}" in root.fix
+    assert root.fix.index("--previous") > root.fix.index("if the error stays")
+
+
+def test_a_silent_gfd_that_runs_but_is_not_ready_is_not_moved() -> None:
+    """Only a crash earns the upgrade: a pod not failing (held in its readiness) keeps the read of its log."""
+    edits = _gfd("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0", None)
+    edits[1]["containers"] = [{"name": "gpu-feature-discovery", "ready": False, "state": {"running": {}}}]
+    root = _root(diagnosed(PLUGIN, *edits))
+    assert root.link == "gfd" and "set image" not in root.fix, root.fix
 
 
 def test_an_unknown_line_of_the_last_standalone_image_gets_the_move_not_the_release_it_runs() -> None:

@@ -34,7 +34,7 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.releases import moved_image, showing
+from gpuchain.doctor.releases import moved_image, newer_image, showing
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -718,9 +718,11 @@ def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, wha
     fix = silent_fix(
         ctx, link=link, read=read, what=f"the {what}", target=repair_target(ctx, pod=pod, operand=operand), again=again
     )
-    if link in UPGRADED and moved_image(container_image(pod, container)) is not None:
-        # Its own image ended at the release it runs: no later release of that image can repair it, the image
-        # that ships the component's releases since is the move (the line, once read, the step after it).
+    image = container_image(pod, container)
+    if link in UPGRADED and (moved_image(image) is not None or (state.failing and newer_image(image) is not None)):
+        # A crash of an NVIDIA release older than its component's newest (or of an image that ended at the release
+        # it runs): the later release carries its maintainers' fixes and is the one action the state names; the
+        # line, once read, is the step after it.
         fix = newest_release(ctx, pod=pod, operand=operand, otherwise=fix.lstrip("# "))
     return Known(cause=cause, evidence=(), action=None, fix=fix)
 

@@ -11,7 +11,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
-from gpuchain.doctor.releases import NEWEST, Defect, Move, fixed_image, image_version, moved_image, newer_image
+from gpuchain.doctor.releases import MOVED, NEWEST, Defect, Move, fixed_image, image_version, moved_image, newer_image
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import Operand
 
@@ -131,5 +131,15 @@ def newest_release(ctx: Context, *, pod: Obj | None, operand: Operand, otherwise
                 f"(since {move.since}), whose newest is {NEWEST[move.image]}; if the error stays: {otherwise}"
             )
         _, fix = set_release(ctx, pod=pod, operand=operand, container=ctr, image=str(newer))
-        return f"{fix}   # {name} {tag} -> {NEWEST[name]}, its newest release; if the error stays: {otherwise}"
+        later = MOVED.get(name)
+        since = (
+            f" (its own image's last: its later releases ship in {later.image} since {later.since}, newest "
+            f"{NEWEST[later.image]})"
+            if later is not None
+            else ""
+        )
+        return (
+            f"{fix}   # upgrade {name} {tag} -> {NEWEST[name]}, its newest release{since}; if the error stays: "
+            f"{otherwise}"
+        )
     return f"# {otherwise}"
