@@ -18,7 +18,7 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     placement_fix,
 )
-from gpuchain.doctor.links.releases import newest_release, release_repair
+from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
@@ -219,6 +219,8 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
             fix=f"helm upgrade {release} {chart} -n {namespace} --reuse-values --set image.tag=v{app}   # the image "
             f"the chart {app} was written for (or upgrade the chart to the image's release {tag})",
         )
+    if (carried := carried_repair(ctx, pod=pod, operand=operand, container=container, command=command)) is not None:
+        return Known(cause=f"{cause} {carried.cause}", evidence=evidence, action=carried.action, fix=carried.fix)
     return Known(
         cause=cause,
         evidence=evidence,
@@ -720,9 +722,8 @@ def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, wha
     )
     image = container_image(pod, container)
     if link in UPGRADED and (moved_image(image) is not None or (state.failing and newer_image(image) is not None)):
-        # A crash of an NVIDIA release older than its component's newest (or of an image that ended at the release
-        # it runs): the later release carries its maintainers' fixes and is the one action the state names; the
-        # line, once read, is the step after it.
+        # A crash of a release older than its component's newest (or of an image that ended at the one it runs):
+        # the later release carries its maintainers' fixes; the line, once read, is the step after it.
         fix = newest_release(ctx, pod=pod, operand=operand, otherwise=fix.lstrip("# "))
     return Known(cause=cause, evidence=(), action=None, fix=fix)
 
