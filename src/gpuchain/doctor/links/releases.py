@@ -160,7 +160,7 @@ def carried_repair(ctx: Context, *, pod: Obj, operand: Operand, container: str, 
     component at a later release (`MOVED`: GFD into the device plugin's image since v0.15.0): that image at its
     newest release, which carries it, set where the image comes from (`set_release`); None where ``command`` is no
     such component or the image already runs a release that carries it."""
-    spec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
+    spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
     image = str(spec.get("image", ""))
     name, tag = image_version(image)
     running = version_of(tag)
