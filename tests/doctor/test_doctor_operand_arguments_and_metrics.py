@@ -201,3 +201,14 @@ def test_gfd_refused_the_gpu_on_a_mig_node_is_given_the_mig_monitor_capability()
     assert (root.link, root.node) == ("gfd", "n1")
     assert "catalog: gpu-feature-discovery.device-no-permission" in " ".join(root.evidence)
     assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
+
+
+def test_a_plugin_the_loader_stops_on_an_nvml_function_the_driver_lacks_gets_driver_or_release_upgrade() -> None:
+    """The loader's "undefined symbol: nvml..." (glibc elf/dl-lookup.c "undefined symbol: %s%s%s"): a binary built
+    for a newer driver branch than the host's; the fix upgrades the driver or the component, never reads a log."""
+    log = "nvidia-device-plugin: symbol lookup error: nvidia-device-plugin: undefined symbol: nvmlDeviceGetFooBar\n"
+    report = diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _plugin(log))
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "catalog: glibc.undefined-nvml-symbol" in " ".join(root.evidence)
+    assert "upgrade the host's NVIDIA driver" in root.fix
