@@ -85,6 +85,11 @@ CSV = (
 )
 
 
+def _crashing(name: str, log: str) -> dict[str, Any]:
+    """An edit: the pod on n1 of DaemonSet ``name`` (its one container named alike) crash-looping with ``log``."""
+    return {"do": "pod", "daemonset": name, "node": "n1", "containers": [crash_looping(name)], "logs": {name: log}}
+
+
 def _metrics(sim: SimCluster) -> None:
     sim.cluster.create(
         {
@@ -103,13 +108,7 @@ def test_an_exporter_dcgm_refuses_fields_for_gets_its_csv_without_the_profiling_
         "name: t\nstack: gpu-operator\npolicy: {dcgmExporter: {config: {name: custom-metrics}}}\n"
         "nodes:\n  - {name: n1}\n",
         _metrics,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-dcgm-exporter",
-            "node": "n1",
-            "containers": [crash_looping("nvidia-dcgm-exporter")],
-            "logs": {"nvidia-dcgm-exporter": UNSUPPORTED},
-        },
+        _crashing("nvidia-dcgm-exporter", UNSUPPORTED),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("exporter", "n1")
@@ -165,13 +164,7 @@ def test_an_exporter_dcgm_refuses_fields_for_without_a_csv_in_the_snapshot_is_to
     profiling fields, in a CSV of its own the pod is given, never a look at the log."""
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "nvidia-dcgm-exporter",
-            "node": "n1",
-            "containers": [crash_looping("nvidia-dcgm-exporter")],
-            "logs": {"nvidia-dcgm-exporter": UNSUPPORTED},
-        },
+        _crashing("nvidia-dcgm-exporter", UNSUPPORTED),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("exporter", "n1")
@@ -189,13 +182,7 @@ def test_gfd_refused_the_gpu_on_a_mig_node_is_given_the_mig_monitor_capability()
     )
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "gpu-feature-discovery",
-            "node": "n1",
-            "containers": [crash_looping("gpu-feature-discovery")],
-            "logs": {"gpu-feature-discovery": log},
-        },
+        _crashing("gpu-feature-discovery", log),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("gfd", "n1")
