@@ -79,9 +79,25 @@ def test_a_silent_gfd_on_the_last_standalone_image_is_moved_to_the_device_plugin
     assert "--previous" in root.fix and root.fix.index("--previous") > root.fix.index(MOVED_TO)
 
 
-def test_a_silent_gfd_on_an_older_standalone_image_is_told_to_read_its_log_first() -> None:
+def test_a_silent_crash_on_an_older_standalone_image_is_upgraded_to_its_nearer_release_then_its_log_read() -> None:
+    """A crash-looping GFD that left no line, on a release older than its image's last: the upgrade to that last
+    release is the action (its maintainers' fixes), the image its later releases ship in is named beside it, and
+    the log to read comes after, for when the error stays."""
     root = _root(diagnosed(PLUGIN, *_gfd("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0", None)))
-    assert root.link == "gfd" and "k8s-device-plugin" not in root.fix.partition("#")[0], root.fix
+    action = root.fix.partition("#")[0]
+    assert root.link == "gfd" and "k8s-device-plugin" not in action, root.fix
+    assert action.strip() == f"kubectl -n monitoring set image ds/gpu-feature-discovery gpu-feature-discovery={LAST}"
+    assert "upgrade gpu-feature-discovery v0.8.0 -> v0.8.2" in root.fix
+    assert f"ship in k8s-device-plugin since v0.15.0, newest {NEWEST['k8s-device-plugin']}" in root.fix
+    assert root.fix.index("--previous") > root.fix.index("if the error stays")
+
+
+def test_a_silent_gfd_that_runs_but_is_not_ready_is_not_moved() -> None:
+    """Only a crash earns the upgrade: a pod not failing (held in its readiness) keeps the read of its log."""
+    edits = _gfd("nvcr.io/nvidia/gpu-feature-discovery:v0.8.0", None)
+    edits[1]["containers"] = [{"name": "gpu-feature-discovery", "ready": False, "state": {"running": {}}}]
+    root = _root(diagnosed(PLUGIN, *edits))
+    assert root.link == "gfd" and "set image" not in root.fix, root.fix
 
 
 def test_an_unknown_line_of_the_last_standalone_image_gets_the_move_not_the_release_it_runs() -> None:
@@ -118,3 +134,40 @@ def test_the_operators_gfd_on_the_last_standalone_image_is_moved_by_its_policy()
     assert root.link == "gfd", root
     assert '"image": "k8s-device-plugin"' in root.fix or '"image":"k8s-device-plugin"' in root.fix, root.fix
     assert NEWEST["k8s-device-plugin"] in root.fix
+
+
+#: runc's refusal of a command the image lacks, as the kubelet keeps it for a StartError (the EXEC_MISSING form).
+NO_GFD = (
+    "failed to create containerd task: OCI runtime create failed: container_linux.go:380: starting container "
+    'process caused: exec: "gpu-feature-discovery": executable file not found in $PATH: unknown'
+)
+
+
+def _no_binary(image: str) -> list[dict[str, Any]]:
+    """A GFD DaemonSet running ``image`` whose container the runtime refused: the image has no gpu-feature-discovery."""
+    edits = _gfd(image, None)
+    edits[1]["containers"] = [
+        {
+            "name": "gpu-feature-discovery",
+            "restarts": 3,
+            "state": {"waiting": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"},
+            "last": {"terminated": "StartError", "exitCode": 128, "message": NO_GFD},
+        }
+    ]
+    return edits
+
+
+def test_a_plugin_image_from_before_gfd_moved_in_is_upgraded_to_one_that_carries_it() -> None:
+    """The device plugin's image carries gpu-feature-discovery only since v0.15.0: a GFD container started from an
+    older plugin image is moved to that image's newest release, not told to find the spec's release."""
+    root = _root(diagnosed(PLUGIN, *_no_binary("nvcr.io/nvidia/k8s-device-plugin:v0.14.5")))
+    assert root.link == "gfd"
+    assert root.fix.startswith(
+        f"kubectl -n monitoring set image ds/gpu-feature-discovery gpu-feature-discovery={MOVED_TO}"
+    )
+    assert "upgrade k8s-device-plugin v0.14.5" in root.fix and "since v0.15.0" in root.fix
+
+
+def test_a_plugin_image_that_carries_gfd_and_still_lacks_the_command_is_not_upgraded() -> None:
+    root = _root(diagnosed(PLUGIN, *_no_binary("nvcr.io/nvidia/k8s-device-plugin:v0.17.0")))
+    assert root.link == "gfd" and "set image" not in root.fix and "spec was written for" in root.fix, root.fix

@@ -85,6 +85,11 @@ CSV = (
 )
 
 
+def _crashing(name: str, log: str) -> dict[str, Any]:
+    """An edit: the pod on n1 of DaemonSet ``name`` (its one container named alike) crash-looping with ``log``."""
+    return {"do": "pod", "daemonset": name, "node": "n1", "containers": [crash_looping(name)], "logs": {name: log}}
+
+
 def _metrics(sim: SimCluster) -> None:
     sim.cluster.create(
         {
@@ -103,13 +108,7 @@ def test_an_exporter_dcgm_refuses_fields_for_gets_its_csv_without_the_profiling_
         "name: t\nstack: gpu-operator\npolicy: {dcgmExporter: {config: {name: custom-metrics}}}\n"
         "nodes:\n  - {name: n1}\n",
         _metrics,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-dcgm-exporter",
-            "node": "n1",
-            "containers": [crash_looping("nvidia-dcgm-exporter")],
-            "logs": {"nvidia-dcgm-exporter": UNSUPPORTED},
-        },
+        _crashing("nvidia-dcgm-exporter", UNSUPPORTED),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("exporter", "n1")
@@ -158,3 +157,45 @@ def test_a_hook_crun_reports_failed_is_the_toolkit_with_runc_as_crios_default_ru
     assert "catalog: crun.hook-failed (containers/crun " in " ".join(root.evidence)
     assert "defaultRuntime: runc" in root.fix and 'default_runtime = "runc"' in root.fix
     assert not [f for f in report.findings if f.id == "log.unrecognised"]
+
+
+def test_an_exporter_dcgm_refuses_fields_for_without_a_csv_in_the_snapshot_is_told_to_remove_them() -> None:
+    """No ConfigMap names the exporter's CSV (it reads the image's own file): the fix still removes the unsupported
+    profiling fields, in a CSV of its own the pod is given, never a look at the log."""
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
+        _crashing("nvidia-dcgm-exporter", UNSUPPORTED),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "n1")
+    assert "remove the unsupported fields" in root.fix and "DCGM_FI_PROF_*" in root.fix
+    assert "kubectl -n gpu-operator delete pod" in root.fix and " logs " not in root.fix
+
+
+def test_gfd_refused_the_gpu_on_a_mig_node_is_given_the_mig_monitor_capability() -> None:
+    """GPU feature discovery's NVML open of GPU 0 refused (NVIDIA/gpu-feature-discovery main.go@v0.4.1 "Error getting
+    device: %v" wrapping NVML's Insufficient Permissions): NVIDIA_MIG_MONITOR_DEVICES=all is the repair, not a newer
+    release."""
+    log = (
+        "gpu-feature-discovery: 2026/01/01 00:00:00 Unexpected error: Error generating NVML labels: Error generating "
+        "common labels: Error getting device: nvml: Insufficient Permissions\n"
+    )
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
+        _crashing("gpu-feature-discovery", log),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("gfd", "n1")
+    assert "catalog: gpu-feature-discovery.device-no-permission" in " ".join(root.evidence)
+    assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
+
+
+def test_a_plugin_the_loader_stops_on_an_nvml_function_the_driver_lacks_gets_driver_or_release_upgrade() -> None:
+    """The loader's "undefined symbol: nvml..." (glibc elf/dl-lookup.c "undefined symbol: %s%s%s"): a binary built
+    for a newer driver branch than the host's; the fix upgrades the driver or the component, never reads a log."""
+    log = "nvidia-device-plugin: symbol lookup error: nvidia-device-plugin: undefined symbol: nvmlDeviceGetFooBar\n"
+    report = diagnosed("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n", _plugin(log))
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "catalog: glibc.undefined-nvml-symbol" in " ".join(root.evidence)
+    assert "upgrade the host's NVIDIA driver" in root.fix

@@ -505,3 +505,27 @@ def test_a_profile_mig_parted_does_not_find_on_the_gpu_is_named_with_the_key_the
     assert (root.id, root.link) == ("mig.failed", "mig")
     assert "nvidia-smi mig -lgip" in root.fix and "spec.migManager.config.name" in root.fix and "7g.80gb" in root.cause
     assert any(e.startswith("catalog: mig-parted.profile-not-found (") for e in root.evidence)
+
+
+def test_a_gpu_instance_profile_nvml_refuses_on_one_gpu_is_repaired_by_the_mig_manager_release() -> None:
+    """mig-parted before v0.15.0 creates GPU instances by a profile ID resolved once for the node's GPUs
+    (pkg/mig/config/config.go@v0.14.5 "error getting GPU instance profile info for '%v': %v"); the release that
+    resolves it per GPU is the repair, not a reboot for a mode change the log never said was pending."""
+    log = (
+        "Applying the MIG mode change from the selected config to the node (and double checking it took effect)\n"
+        'level=debug msg="Asserting MIG mode: Enabled"\n'
+        "Error getting GPU instance profile info for '2g.20gb': ERROR_NOT_SUPPORTED\n"
+    )
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-40gb-x8}\n",
+        {
+            "do": "node",
+            "node": "m",
+            "labels": {"nvidia.com/mig.config": "custom", "nvidia.com/mig.config.state": "failed"},
+        },
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    assert any(e.startswith("catalog: mig-parted.gi-profile-not-supported (") for e in root.evidence)
+    assert "v0.15.0" in root.fix and "spec.migManager.version" in root.fix and "reboot" not in root.fix

@@ -18,7 +18,7 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     placement_fix,
 )
-from gpuchain.doctor.links.releases import newest_release, release_repair
+from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
@@ -34,7 +34,7 @@ from gpuchain.doctor.owners import (
 )
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
-from gpuchain.doctor.releases import moved_image, showing
+from gpuchain.doctor.releases import moved_image, newer_image, showing
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -219,6 +219,8 @@ def _command_missing(ctx: Context, view: NodeView, operand: Operand) -> Known | 
             fix=f"helm upgrade {release} {chart} -n {namespace} --reuse-values --set image.tag=v{app}   # the image "
             f"the chart {app} was written for (or upgrade the chart to the image's release {tag})",
         )
+    if (carried := carried_repair(ctx, pod=pod, operand=operand, container=container, command=command)) is not None:
+        return Known(cause=f"{cause} {carried.cause}", evidence=evidence, action=carried.action, fix=carried.fix)
     return Known(
         cause=cause,
         evidence=evidence,
@@ -718,9 +720,10 @@ def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, wha
     fix = silent_fix(
         ctx, link=link, read=read, what=f"the {what}", target=repair_target(ctx, pod=pod, operand=operand), again=again
     )
-    if link in UPGRADED and moved_image(container_image(pod, container)) is not None:
-        # Its own image ended at the release it runs: no later release of that image can repair it, the image
-        # that ships the component's releases since is the move (the line, once read, the step after it).
+    image = container_image(pod, container)
+    if link in UPGRADED and (moved_image(image) is not None or (state.failing and newer_image(image) is not None)):
+        # A crash of a release older than its component's newest (or of an image that ended at the one it runs):
+        # the later release carries its maintainers' fixes; the line, once read, is the step after it.
         fix = newest_release(ctx, pod=pod, operand=operand, otherwise=fix.lstrip("# "))
     return Known(cause=cause, evidence=(), action=None, fix=fix)
 

@@ -70,8 +70,9 @@ def unsupported_fields(ctx: Context, *, pod: Obj, state: PodState, found: Match)
     else:
         where = f"spec.dcgmExporter.config.name in {ctx.policy_ref}" if ctx.policy_obj is not None else "its DaemonSet"
         fix = (
-            "# give the exporter a metrics CSV without the profiling fields (DCGM_FI_PROF_*) this GPU does not serve: "
-            f"a ConfigMap with key {METRICS_CONFIG_KEY} (the image's default-counters.csv less those lines) named by "
+            "# remove the unsupported fields (the profiling fields, DCGM_FI_PROF_*, this GPU does not serve) from the "
+            f"metrics CSV the exporter reads: a ConfigMap with key {METRICS_CONFIG_KEY} (the image's "
+            "default-counters.csv less those lines) named by "
             f"{where} (a configMap volume and DCGM_EXPORTER_COLLECTORS=/etc/dcgm-exporter/{METRICS_CONFIG_KEY} on "
             f"a DaemonSet of its own); then {restart}"
         )

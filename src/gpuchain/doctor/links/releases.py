@@ -11,7 +11,17 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
-from gpuchain.doctor.releases import NEWEST, Defect, Move, fixed_image, image_version, moved_image, newer_image
+from gpuchain.doctor.releases import (
+    MOVED,
+    NEWEST,
+    Defect,
+    Move,
+    fixed_image,
+    image_version,
+    moved_image,
+    newer_image,
+    version_of,
+)
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import Operand
 
@@ -131,5 +141,42 @@ def newest_release(ctx: Context, *, pod: Obj | None, operand: Operand, otherwise
                 f"(since {move.since}), whose newest is {NEWEST[move.image]}; if the error stays: {otherwise}"
             )
         _, fix = set_release(ctx, pod=pod, operand=operand, container=ctr, image=str(newer))
-        return f"{fix}   # {name} {tag} -> {NEWEST[name]}, its newest release; if the error stays: {otherwise}"
+        later = MOVED.get(name)
+        since = (
+            f" (its own image's last: its later releases ship in {later.image} since {later.since}, newest "
+            f"{NEWEST[later.image]})"
+            if later is not None
+            else ""
+        )
+        return (
+            f"{fix}   # upgrade {name} {tag} -> {NEWEST[name]}, its newest release{since}; if the error stays: "
+            f"{otherwise}"
+        )
     return f"# {otherwise}"
+
+
+def carried_repair(ctx: Context, *, pod: Obj, operand: Operand, container: str, command: str) -> Known | None:
+    """A container whose image lacks ``command`` because the component it names moved into that image's
+    component at a later release (`MOVED`: GFD into the device plugin's image since v0.15.0): that image at its
+    newest release, which carries it, set where the image comes from (`set_release`); None where ``command`` is no
+    such component or the image already runs a release that carries it."""
+    spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
+    image = str(spec.get("image", ""))
+    name, tag = image_version(image)
+    running = version_of(tag)
+    for component, move in MOVED.items():
+        since = version_of(move.since)
+        if command not in (component, move.command) or move.image != name or running is None or since is None:
+            continue
+        if running >= since:
+            return None
+        target = f"{image.rpartition(':')[0]}:{NEWEST[name]}"
+        action, fix = set_release(ctx, pod=pod, operand=operand, container=container, image=target)
+        return Known(
+            cause=f"{command} ships in {name} only since {move.since}; {tag} predates it.",
+            evidence=(),
+            action=action,
+            fix=f"{fix}   # upgrade {name} {tag} -> {NEWEST[name]}, a release that carries {command} (since "
+            f"{move.since})",
+        )
+    return None
