@@ -293,8 +293,8 @@ def _serve_alone(role: str, prefix: str, left: tuple[str, ...] = LEFT_TO_OTHER_R
 DEVICE_PLUGIN_NEVER = ("yaml", "uuid", "platform", "hashlib")
 """What the device plugin alone, given no config file, never loads beside ``LEFT_TO_OTHER_ROLES``:
 PyYAML (the XID table, the MIG catalog and the simulator's preset are read from ``gpu.shipped``),
-and uuid, platform and hashlib (the simulator's UUIDs are ``common.uuid5``'s; uuid names a holder on
-the release board only when it posts a request, and checks a config's device UUIDs)."""
+and uuid, platform and hashlib (the simulator's UUIDs are ``common.uuid5``'s; uuid is imported where a
+reset posts a request on the release board or a config names a device by UUID)."""
 
 
 def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client_nor_pyyaml() -> None:
