@@ -223,7 +223,6 @@ from gpuchain.agent.node import Node, open_gpus
 from gpuchain.agent.settings import (
     DevicePluginSettings, DraPluginSettings, ExporterSettings, GpuHealthSettings, NodeSettings,
 )
-from gpuchain.kube.memory import MemoryCluster
 
 root = Path(tempfile.mkdtemp(prefix="gc-alone-"))
 role, prefix, *left = sys.argv[1:]
@@ -255,6 +254,8 @@ async def main():
     if role == "device-plugin":  # no Node name: the device plugin alone reads nothing of the cluster
         node = Node(open_gpus("sim", preset="h100-80gb-x8"), settings=where)
     else:
+        from gpuchain.kube.memory import MemoryCluster  # here: it names objects with uuid
+
         cluster = MemoryCluster([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {}}}])
         where = NodeSettings(node_name="n", metrics_address="127.0.0.1", metrics_port=0)
         node = Node(open_gpus("sim", preset="h100-80gb-x8"), settings=where, cluster=lambda: cluster)
@@ -289,12 +290,20 @@ def _serve_alone(role: str, prefix: str, left: tuple[str, ...] = LEFT_TO_OTHER_R
     return samples, own, loaded
 
 
+DEVICE_PLUGIN_NEVER = ("yaml", "uuid", "platform", "hashlib")
+"""What the device plugin alone, given no config file, never loads beside ``LEFT_TO_OTHER_ROLES``:
+PyYAML (the XID table, the MIG catalog and the simulator's preset are read from ``gpu.shipped``),
+and uuid, platform and hashlib (the simulator's UUIDs are ``common.uuid5``'s; uuid is imported where a
+reset posts a request on the release board or a config names a device by UUID)."""
+
+
 def test_the_device_plugin_alone_serves_and_is_scraped_without_prometheus_client_nor_pyyaml() -> None:
     """The node agent's own role metrics are gpuchain's families (``exporter.exposition.Family``),
-    written as prometheus-client's were; nothing else on this path needs prometheus-client. Nor
-    PyYAML: the XID table, the MIG catalog and the simulator's preset are read from ``gpu.shipped``,
-    and no config file is given."""
-    samples, _, loaded = _serve_alone("device-plugin", "gpuchain_node_agent_role_", (*LEFT_TO_OTHER_ROLES, "yaml"))
+    written as prometheus-client's were; nothing else on this path needs prometheus-client, nor
+    what ``DEVICE_PLUGIN_NEVER`` names."""
+    samples, _, loaded = _serve_alone(
+        "device-plugin", "gpuchain_node_agent_role_", (*LEFT_TO_OTHER_ROLES, *DEVICE_PLUGIN_NEVER)
+    )
     assert samples == [
         'gpuchain_node_agent_role_up{role="device-plugin"} 1.0',
         'gpuchain_node_agent_role_failures_total{role="device-plugin"} 0',

@@ -96,10 +96,32 @@ def test_a_proxy_that_no_proxy_excludes_the_server_from_leaves_the_lean_client(
 def test_no_proxy_that_names_another_server_leaves_the_proxy_to_the_full_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("https_proxy", "http://proxy:3128")
     monkeypatch.setenv("NO_PROXY", "10.0.0.0/8,.svc,other.example.com")
-    with pytest.raises(Unsupported, match="HTTP_PROXY"):
+    with pytest.raises(Unsupported, match="https_proxy"):
         endpoint_from_env(str(kubeconfig(tmp_path / "k", {"token": "t"}, server="https://api.example.com:6443")))
+
+
+@pytest.mark.parametrize(
+    ("variable", "server", "lean"),
+    [
+        ("HTTP_PROXY", "https://api.example.com:6443", True),
+        ("https_proxy", "http://api.example.com:8080", True),
+        ("http_proxy", "http://api.example.com:8080", False),
+    ],
+)
+def test_only_the_proxy_of_the_servers_scheme_is_left_to_the_full_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, server: str, lean: bool
+) -> None:
+    """As kubectl (Go's httpproxy) and httpx2 choose a proxy: ``HTTPS_PROXY`` for an https URL,
+    ``HTTP_PROXY`` for an http one, never the other's."""
+    monkeypatch.setenv(variable, "http://proxy:3128")
+    file = str(kubeconfig(tmp_path / "k", {"token": "t"}, server=server))
+    if lean:
+        assert endpoint_from_env(file).server == server
+    else:
+        with pytest.raises(Unsupported, match=variable):
+            endpoint_from_env(file)
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,12 @@ NVIDIA's, so the container runtime (nvidia-container-toolkit) reads the answer t
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from gpuchain.api.config.v1.flags import DeviceIdStrategy, DeviceListStrategy, PluginFlags
-from gpuchain.common.uuid5 import uuid5
+from gpuchain.common.uuid5 import NAMESPACE_URL, uuid5
 from gpuchain.deviceplugin.resources import AnnouncedDevice, Resource
 from gpuchain.gpu.cdi import qualified_name
 from gpuchain.gpu.devnodes import control_device_nodes
@@ -137,7 +136,7 @@ def allocate_container(
 
 def cdi_annotation_key(prefix: str, *, resource: Resource, visible: Sequence[str]) -> str:
     """``<prefix>nvidia-device-plugin_<id>``: unique per request, stable for the same request."""
-    request = uuid5(uuid.NAMESPACE_URL, resource.name + "|" + ",".join(visible))
+    request = uuid5(NAMESPACE_URL, resource.name + "|" + ",".join(visible))
     return f"{prefix}nvidia-device-plugin_{request}"
 
 

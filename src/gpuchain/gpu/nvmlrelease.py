@@ -40,7 +40,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,7 +217,8 @@ class HolderFile:
     def __init__(self, directory: Path, *, component: str, state: HolderState, clock: Callable[[], float]) -> None:
         self.directory = directory
         self.component = component
-        self.name = f"{component}.{uuid.uuid4().hex[:12]}"
+        # 12 random hex digits, as uuid4's first 48 bits are (uuid, with platform and libuuid, stays unloaded)
+        self.name = f"{component}.{os.urandom(6).hex()}"
         self.clock = clock
         self.lock_path = directory / f"{HOLDER_PREFIX}{self.name}.lock"
         self.state_path = directory / f"{HOLDER_PREFIX}{self.name}.json"
@@ -426,6 +426,8 @@ class ReleaseBoard:
         """Post a request for ``gpus``, wait up to ``wait`` seconds until every live holder (but
         ``exclude``) answers it released, and yield what was seen; the request is cleared on exit,
         whatever happens, so the agents take NVML back. Blocking: run it off the event loop."""
+        import uuid  # here: a request is posted by what resets a GPU, never by an agent that follows
+
         now = self.clock()
         request = Request(
             id=uuid.uuid4().hex, gpus=tuple(gpus), reason=reason, requested_at=now, until=now + max(ttl, wait), by=by

@@ -8,12 +8,11 @@ and, optionally, a MIG layout per group. Presets are topology files shipped in
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from gpuchain.common.schema import define, spec
-from gpuchain.common.uuid5 import uuid5
+from gpuchain.common.uuid5 import NAMESPACE_URL, uuid5
 from gpuchain.common.yamlfile import load_yaml_file, validate_data
 from gpuchain.gpu import catalog, shipped
 from gpuchain.gpu.errors import InvalidConfigError
@@ -161,7 +160,7 @@ def stable_uuid(prefix: str, seed: str) -> str:
 
     Deterministic, so a simulated node keeps its UUIDs across restarts as a real one does.
     """
-    return f"{prefix}-{uuid5(uuid.NAMESPACE_URL, 'gpuchain:' + seed)}"
+    return f"{prefix}-{uuid5(NAMESPACE_URL, 'gpuchain:' + seed)}"
 
 
 def preset_names() -> list[str]:

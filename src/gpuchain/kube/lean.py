@@ -67,7 +67,9 @@ once ran for minutes and grew the process to 4.5 GB)."""
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service account token and the cluster's CA."""
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
-"""Proxy settings lightkube honours and this adapter does not: with one set, `open` declines unless
+"""Proxy settings lightkube honours and this adapter does not: with the one for the API server's
+scheme set (``HTTPS_PROXY`` for an ``https://`` server, ``HTTP_PROXY`` for ``http://``: kubectl and
+lightkube's httpx2 never send a request through the other scheme's proxy), `open` declines unless
 ``NO_PROXY`` excludes the API server (`gpuchain.kube.noproxy`)."""
 
 
@@ -199,7 +201,8 @@ def endpoint_from_env(path: str | None = None, context: str | None = None) -> En
     else:
         pod = None if context else in_cluster()
         endpoint = pod or from_kubeconfig(os.environ.get("KUBECONFIG") or "~/.kube/config", context)
-    proxies = [v for v in PROXY_VARIABLES if os.environ.get(v)]
+    scheme = endpoint.server.partition("://")[0].upper() + "_PROXY"
+    proxies = [v for v in PROXY_VARIABLES if v.upper() == scheme and os.environ.get(v)]
     if proxies and not bypasses(endpoint.server, no_proxy_setting()):
         raise Unsupported(f"{proxies[0]} is set")
     return endpoint

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -19,6 +18,8 @@ _UINT = re.compile(r"[0-9]+")
 
 
 def _is_uuid(text: str) -> bool:
+    import uuid  # here: it loads platform and libuuid, for a config that names a device by UUID
+
     try:
         uuid.UUID(text)
     except ValueError:
