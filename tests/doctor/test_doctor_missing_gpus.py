@@ -105,12 +105,3 @@ def test_a_hand_labelled_machine_type_without_its_providers_labels_is_no_witness
     waiting = pending_pod("train", INSUFFICIENT, FOUR)
     report = diagnosed(plain, _node(1, {INSTANCE_TYPE: "Standard_NC24"}), waiting)
     assert "node.gpus-missing" not in report.ids
-
-
-def test_gkes_accelerator_label_that_names_another_model_says_nothing_of_the_types_count() -> None:
-    """GKE names the node's GPU model in cloud.google.com/gke-accelerator: an L4 node is no a3-highgpu-8g."""
-    gke = "name: t\nstack: gke\nnodes:\n  - {name: g1, preset: l4-x2}\n"
-    labels = {INSTANCE_TYPE: "a3-highgpu-8g", "cloud.google.com/gke-accelerator": "nvidia-l4"}
-    assert "node.gpus-missing" not in diagnosed(gke, {**_node(2, labels), "node": "g1"}).ids
-    labels["cloud.google.com/gke-accelerator"] = "nvidia-h100-80gb"
-    assert "node.gpus-missing" in diagnosed(gke, {**_node(2, labels), "node": "g1"}).ids

@@ -62,10 +62,6 @@ INSTANCE_GPUS: dict[str, tuple[int, str]] = {
 PROVIDER_LABELS = {"Standard_": "kubernetes.azure.com/", "a2-": "cloud.google.com/", "a3-": "cloud.google.com/"}
 
 
-#: The GPU model GKE puts on its GPU nodes (cloud.google.com/kubernetes-engine/docs/how-to/gpus), e.g. nvidia-l4.
-GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
-
-
 def _managed(view: NodeView, machine: str) -> bool:
     """Whether the node's machine type comes from its managed cloud (the provider's own labels are on it)."""
     prefix = next((p for m, p in PROVIDER_LABELS.items() if machine.startswith(m)), "eks.amazonaws.com/")
@@ -74,12 +70,11 @@ def _managed(view: NodeView, machine: str) -> bool:
 
 def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | None:
     """The GPUs the node has and what says so: its machine type's count where GFD's product label names the same
-    GPU model (a label that names another model is no machine of that type; with no GFD, GKE's accelerator label
-    names it), else GFD's count label (``labelled``)."""
+    GPU model (a label that names another model is no machine of that type), else GFD's count label
+    (``labelled``)."""
     machine = view.labels.get(INSTANCE_TYPE, "")
     count, model = INSTANCE_GPUS.get(machine, (0, ""))
-    product = view.labels.get(PRODUCT) or view.labels.get(GKE_ACCELERATOR) or ""
-    if count and product and model.lower() in product.lower():
+    if count and model in view.labels.get(PRODUCT, ""):
         return count, f"{INSTANCE_TYPE}={machine} has {count} {model} GPUs"
     return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else None
 
