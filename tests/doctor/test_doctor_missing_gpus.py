@@ -10,6 +10,9 @@ from doctor.test_doctor_pending_workloads import pending_pod
 from gpuchain.doctor import Severity
 from gpuchain.doctor.links.gpu_count import INSTANCE_GPUS, INSTANCE_TYPE
 
+#: A pod asking for four GPUs, and kube-scheduler's word for the node that has fewer.
+FOUR = {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}
+INSUFFICIENT = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 A100 = "name: x\nstack: gpu-operator\nnodes:\n  - {name: m, preset: a100-40gb-x8}\n"
 
 
@@ -80,3 +83,25 @@ def test_a_healthy_node_whose_gpus_are_all_taken_stays_information_only() -> Non
     )
     assert "node.gpus-missing" not in report.ids
     assert not [f for f in report.findings if f.severity is Severity.ERROR]
+
+
+def test_an_aks_node_without_gfd_short_of_the_machine_a_pending_pod_was_sized_to_is_the_node() -> None:
+    """Azure's Standard_NC24 has 4 K80s (learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated); on an
+    AKS node (its kubernetes.azure.com labels) with no GFD, the type Azure set and a pending pod that asks for 4
+    agree on the count: the node advertising 1 is short, an error."""
+    aks = "name: t\nstack: aks\nnodes:\n  - {name: n1, preset: t4-x4}\n"
+    labels = {INSTANCE_TYPE: "Standard_NC24", "kubernetes.azure.com/agentpool": "default"}
+    waiting = pending_pod("train", INSUFFICIENT, FOUR)
+    report = diagnosed(aks, {**_node(1, labels), "node": "n1"}, waiting)
+    (found,) = [f for f in report.findings if f.id == "node.gpus-missing"]
+    assert "1 of 4 GPUs" in found.cause and "node image" in found.fix
+    assert found.severity == Severity.ERROR
+    assert "node.gpus-missing" not in diagnosed(aks, {**_node(1, labels), "node": "n1"}).ids, "the type alone"
+
+
+def test_a_hand_labelled_machine_type_without_its_providers_labels_is_no_witness() -> None:
+    """The same type on a node with no AKS label was not set by Azure: a pod sized to it says nothing of the node."""
+    plain = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: m, preset: t4-x4, hostDriver: 550.54.15}\n"
+    waiting = pending_pod("train", INSUFFICIENT, FOUR)
+    report = diagnosed(plain, _node(1, {INSTANCE_TYPE: "Standard_NC24"}), waiting)
+    assert "node.gpus-missing" not in report.ids

@@ -11,9 +11,12 @@ from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.kube.gpu_resources import pod_gpu_requests
 
 #: The machine type label cloud providers set (kubernetes.io/docs/reference/labels-annotations-taints).
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: The whole-GPU resource NVIDIA's device plugin advertises.
+GPU = "nvidia.com/gpu"
 #: The GPUs (count, model as GFD's product label names it) of well-known GPU machine types, from each
 #: provider's instance type pages: AWS EC2 accelerated computing (aws.amazon.com/ec2/instance-types/p4, /p5, /g5,
 #: /g6, /g4), Azure ND/NC series (learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated), Google Cloud
@@ -36,6 +39,13 @@ INSTANCE_GPUS: dict[str, tuple[int, str]] = {
     "Standard_ND96asr_v4": (8, "A100"),
     "Standard_ND96amsr_A100_v4": (8, "A100"),
     "Standard_ND96isr_H100_v5": (8, "H100"),
+    "Standard_NC12": (2, "K80"),
+    "Standard_NC24": (4, "K80"),
+    "Standard_NC24r": (4, "K80"),
+    "Standard_NC12s_v3": (2, "V100"),
+    "Standard_NC24s_v3": (4, "V100"),
+    "Standard_NC24rs_v3": (4, "V100"),
+    "Standard_NC64as_T4_v3": (4, "T4"),
     "Standard_NC48ads_A100_v4": (2, "A100"),
     "Standard_NC96ads_A100_v4": (4, "A100"),
     "a2-highgpu-2g": (2, "A100"),
@@ -47,9 +57,21 @@ INSTANCE_GPUS: dict[str, tuple[int, str]] = {
 }
 
 
+#: The label prefix each provider's node agent sets, by the prefix of that provider's machine type names: a machine
+#: type on a node that carries its provider's labels was set by that provider, not by hand.
+PROVIDER_LABELS = {"Standard_": "kubernetes.azure.com/", "a2-": "cloud.google.com/", "a3-": "cloud.google.com/"}
+
+
+def _managed(view: NodeView, machine: str) -> bool:
+    """Whether the node's machine type comes from its managed cloud (the provider's own labels are on it)."""
+    prefix = next((p for m, p in PROVIDER_LABELS.items() if machine.startswith(m)), "eks.amazonaws.com/")
+    return any(key.startswith(prefix) for key in view.labels)
+
+
 def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | None:
     """The GPUs the node has and what says so: its machine type's count where GFD's product label names the same
-    GPU model (a label that names another model is no machine of that type), else GFD's count label (``labelled``)."""
+    GPU model (a label that names another model is no machine of that type), else GFD's count label
+    (``labelled``)."""
     machine = view.labels.get(INSTANCE_TYPE, "")
     count, model = INSTANCE_GPUS.get(machine, (0, ""))
     if count and model in view.labels.get(PRODUCT, ""):
@@ -57,10 +79,27 @@ def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | Non
     return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else None
 
 
+def sized_to_machine(ctx: Context, view: NodeView, advertised: int) -> tuple[int, str] | None:
+    """The GPUs of the node's machine type where nothing names its model but two witnesses agree on the count: the
+    type its managed cloud set (its provider's labels on the node) and a pending pod that asks for more GPUs than
+    the node advertises and no more than the type has (the pod was sized to the machine); None otherwise."""
+    machine = view.labels.get(INSTANCE_TYPE, "")
+    count, model = INSTANCE_GPUS.get(machine, (0, ""))
+    if not count or not advertised < count or not _managed(view, machine):
+        return None
+    for pod in ctx.pending:
+        asked = pod_gpu_requests(pod).get(GPU, 0)
+        if advertised < asked <= count:
+            name = f"{pod.get('metadata', {}).get('namespace')}/{pod.get('metadata', {}).get('name')}"
+            return count, f"{INSTANCE_TYPE}={machine} has {count} {model} GPUs; pending pod {name} asks for {asked}"
+    return None
+
+
 def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int | None) -> Finding | None:
     """The node finding where ``advertised`` (capacity of whole GPUs, none of them unhealthy) is below the GPUs the
     node has; None where it is not or nothing says how many it has."""
-    expected = expected_gpus(view, labelled)
+    told = expected_gpus(view, labelled)
+    expected = told or sized_to_machine(ctx, view, advertised)
     if expected is None or not 0 < advertised < expected[0]:
         return None
     has, source = expected
@@ -81,8 +120,9 @@ def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int
         },
     )
     # GFD's count is NVML's own: above capacity, GPUs the driver sees go unadvertised, a fault for sure. Where only
-    # the machine type's table says more (GFD agreeing with capacity), the table is the one witness: a warning.
-    sure = labelled is not None and advertised < labelled
+    # the machine type's table says more (GFD agreeing with capacity), the table is the one witness: a warning. With
+    # no GFD count, the managed cloud's type and a pod sized to it are two witnesses: a fault too.
+    sure = advertised < labelled if labelled is not None else told is None
     return node_finding(
         view,
         fid="node.gpus-missing",
