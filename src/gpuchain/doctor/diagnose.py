@@ -438,7 +438,8 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             "every schedulable GPU is in use; the links that offer GPUs work on every GPU node, so this is capacity, "
             "not a fault."
             if ctx.views
-            else "the cluster has no GPU node."
+            else "the cluster has no GPU node now (a GPU node pool scaled to zero, which an autoscaler grows for "
+            "them, or none at all); no link of the GPU chain is broken."
         )
         fix = (
             f"# add GPU nodes (scale the GPU node pool up) for the {len(stuck)} pod(s) waiting on {resources}, or "
@@ -449,11 +450,14 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     # discovery) is its own finding and takes no GPU away from the scheduler.
     offering = {c.node for c in chains for f in c.findings if f.root and f.link in OFFERS_GPUS}
     healthy_full = bool(ctx.views) and not no_gpu and not offering
+    # With no GPU node at all there is no chain to be broken: a pool scaled to zero (grown on demand by an
+    # autoscaler) looks the same as one never added, so the waiting pods are a warning, not a fault.
+    severity = Severity.INFO if healthy_full else Severity.ERROR if ctx.views else Severity.WARNING
     return [
         *placed,
         Finding(
             id="workload.insufficient-gpu",
-            severity=Severity.INFO if healthy_full else Severity.ERROR,
+            severity=severity,
             link="device-plugin",
             cause=cause,
             evidence=(f"pods: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", f"scheduler: {stuck[0][1]}"),
