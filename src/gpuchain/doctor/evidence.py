@@ -392,26 +392,6 @@ def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
     return out
 
 
-#: The lines of a container that has no NVIDIA library in it (catalog.yaml), as opposed to a driver that does not
-#: load: on a node image that carries the driver, the runtime that started it did not inject the library.
-NOT_INJECTED = ("k8s-device-plugin.incompatible-platform", "nvml.library-not-found", "go-nvlib.nvml-not-loaded")
-
-
-def image_serves(ctx: Context, view: NodeView) -> bool:
-    """Does another node of this node's OS image (status.nodeInfo.osImage) announce GPUs? Then the image has the
-    driver and the runtime, and what fails on this node is this node's runtime setting, not the image."""
-    image = node_image(view.node)
-    os_image = str(((view.node.get("status") or {}).get("nodeInfo") or {}).get("osImage") or "")
-    if not os_image or (image is None and not ctx.stack.node_image) or (image is not None and not image.ships_driver):
-        return False
-    return any(
-        v.name != view.name
-        and str(((v.node.get("status") or {}).get("nodeInfo") or {}).get("osImage") or "") == os_image
-        and any(n > 0 for n in node_gpu_resources(v.node).values())
-        for v in ctx.views
-    )
-
-
 def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
     """The catalog entry that proves a link broken whatever pod shows it, the link, and the line;
     None when no line of ``text`` is such a message."""
@@ -655,10 +635,6 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
     not once per link."""
     for failure in found:
         known = classify(ctx, failure.text)
-        if known is not None and known[1] == "driver" and known[0].id in NOT_INJECTED and image_serves(ctx, view):
-            # The node image has the driver (it serves GPUs on its other nodes): a plugin container without the
-            # driver's library on this one was started without the NVIDIA runtime, which the toolkit link names.
-            known = None
         # A validation whose image the kubelet cannot pull, or whose config it cannot build, never ran, so it
         # proves nothing of the link it validates: the pod that carries it fails to start, which its own link's
         # check reports.

@@ -227,7 +227,6 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
 #: The device plugin's words when its container has no NVML (catalog.yaml), and its idle line after.
 NO_NVML = (
     "go-nvlib.nvml-not-loaded",
-    "k8s-device-plugin.incompatible-platform",
     "k8s-device-plugin.nvml-init-failed",
     "k8s-device-plugin.nvml-init-failed-exit",
     "k8s-device-plugin.nvml-resource-managers",
