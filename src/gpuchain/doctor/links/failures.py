@@ -4,6 +4,7 @@ module, a socket or inotify limit), and the not-ready finding built from them or
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from gpuchain.doctor import catalog
@@ -332,6 +333,26 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
         )
         + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
     )
+
+
+#: Restarts after which a running container whose last end was an OOM kill is killed again and again, not once (a
+#: node reboot restarts a pod once; an exporter on more GPUs than its limit allows is killed at each peak).
+OOM_AGAIN = 3
+
+
+def oom_restarting(
+    ctx: Context, view: NodeView, operand: Operand, pod: Obj, state: PodState
+) -> tuple[PodState, Known] | None:
+    """A container running again after the kernel killed it for its memory OOM_AGAIN times or more: ready between
+    kills, it is killed at the next peak of what it serves, so its memory limit is the repair all the same."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        last = ((cs.get("lastState") or {}).get("terminated") or {}).get("reason")
+        restarts = int(cs.get("restartCount") or 0)
+        if last == "OOMKilled" and restarts >= OOM_AGAIN:
+            killed = dataclasses.replace(state, container=str(cs.get("name", "")), restarts=restarts)
+            known = _oom_killed(ctx, view, operand, killed)
+            return (killed, known) if known is not None else None
+    return None
 
 
 #: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
