@@ -231,6 +231,13 @@ def default_ignored() -> frozenset[int]:
     return frozenset(c for c, r in xid_table().rows.items() if not r.unhealthy)
 
 
+def still_serves(code: int) -> bool:
+    """Whether the GPU still serves after one occurrence: an XID NVIDIA's plugin skips, or one NVIDIA's catalog clears
+    by restarting the application or not at all (94, a contained ECC error: the driver contained it to the process
+    it hit). A plugin's unhealthy mark on such an XID outlives its cause; restarting the plugin is the repair."""
+    return code in default_ignored() or describe(code).resolution in (Resolution.NONE, Resolution.RESTART_APP)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What one XID occurrence does under a policy: whether it makes the device unhealthy, and

@@ -18,11 +18,13 @@ from gpuchain.doctor.links.common import (
     said_in,
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.stacks.base import is_gpu_node
+from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
-from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label, enabled
+from gpuchain.operator.operands import DRIVER, NFD_GPU_LABELS, Operand, deploy_label, enabled
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
 
@@ -440,6 +442,11 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
     block = blocker(ds, view.node)
     if block is None:
         return _not_created(ctx, view, ds, link)
+    image = node_image(view.node) if operand is DRIVER else None
+    if image is not None and image.ships_driver and any(n > 0 for n in node_gpu_resources(view.node).values()):
+        # A driver DaemonSet kept off a node whose image brings the driver (GKE's installers select the nodes
+        # without gke-gpu-driver-version), and the node announces its GPUs: the image's driver serves here.
+        return Result(LinkState.OK, f"the {image.cloud} node image's driver ({', '.join(image.said)})")
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
         return _nfd_missing(ctx, view, name, block, link)
     return _not_scheduled(

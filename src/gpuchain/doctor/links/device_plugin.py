@@ -197,6 +197,8 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
     marked = _application_xids(hits) if answering else ()
     if plugin is not None and marked:
         return _xid_marked(ctx, view, plugin, marked, evidence)
+    # A GPU off the bus (Xid 79: NVIDIA restarts the machine) is the node's hardware: the plugin only relays it.
+    off_bus = any(xids.describe(c).needs() is xids.Resolution.REBOOT_NODE for c in _codes(hits))
     # One delete per pod: kubectl applies the last -n to every name of one command, so pods of several
     # namespaces in one command would be looked for in the last namespace only.
     targets = " && ".join(f"kubectl delete pod -n {v.split('/')[0]} {v.split('/')[1]}" for v in victims[:3])
@@ -208,7 +210,10 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
         FixOp.HARDWARE,
         view.name,
         {
-            "action": "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
+            "action": "reboot (power-cycle) the node so the GPU comes back on the bus; if it falls off again, check "
+            "its seating, power and cooling, or replace the GPU"
+            if off_bus
+            else "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
             "fact": "replace-gpu",
         },
     )
@@ -216,7 +221,7 @@ def _lost(ctx: Context, view: NodeView, res: str, cap: int, alloc: int, physical
         view,
         fid="gpu.lost",
         sev=Severity.ERROR,
-        link="device-plugin",
+        link="node" if off_bus else "device-plugin",
         cause=f"{max(cap - alloc, len(health.faults))} of {cap} {res} devices are unhealthy (a GPU fell off the bus or "
         "failed); the device plugin stopped handing them out, but pods already bound to them keep running on a "
         "dead GPU until they are evicted.",
@@ -242,10 +247,15 @@ DISABLE_XIDS = xids.ENV_DISABLE
 def _application_xids(lines: list[str]) -> tuple[int, ...]:
     """The Xids the plugin's XidCriticalError ``lines`` name when every one of them is an application error: one of
     the Xids NVIDIA's plugin itself skips as "Application errors: the GPU should still be healthy" (its
-    ignoredXids, NVIDIA's Xid catalog's classes: `gpuchain.gpu.xid.default_ignored`); () when a line names another
-    (a hardware Xid: the GPU itself needs the repair) or none does."""
-    codes = sorted({int(m.group(1)) for ln in lines if (m := XID_NUMBER.search(ln))})
-    return tuple(codes) if codes and set(codes) <= xids.default_ignored() else ()
+    ignoredXids: `gpuchain.gpu.xid.default_ignored`), or one NVIDIA's Xid catalog clears by restarting the
+    application; () when a line names another (a hardware Xid: the GPU itself needs the repair) or none does."""
+    codes = _codes(lines)
+    return tuple(codes) if codes and all(xids.still_serves(c) for c in codes) else ()
+
+
+def _codes(lines: list[str]) -> list[int]:
+    """The Xid numbers the plugin's XidCriticalError ``lines`` name, once each, in order."""
+    return sorted({int(m.group(1)) for ln in lines if (m := XID_NUMBER.search(ln))})
 
 
 def _xid_marked(ctx: Context, view: NodeView, plugin: Obj, codes: tuple[int, ...], evidence: list[str]) -> Finding:
@@ -266,10 +276,10 @@ def _xid_marked(ctx: Context, view: NodeView, plugin: Obj, codes: tuple[int, ...
         fid="device-plugin.xid-marked",
         sev=Severity.ERROR,
         link="device-plugin",
-        cause=f"the device plugin marked GPUs unhealthy on Xid {named}, which NVIDIA's plugin itself counts as "
-        'application errors ("the GPU should still be healthy", and nothing here says it stopped answering), but '
-        "the plugin never clears a mark it made, so the GPU stays out of allocatable until the plugin restarts; no "
-        "reset or replacement is needed.",
+        cause=f"the device plugin marked GPUs unhealthy on Xid {named}, which NVIDIA's plugin skips or NVIDIA's Xid "
+        "catalog clears by restarting the application: application errors (the GPU should still be healthy, and "
+        "nothing here says it stopped answering), but the plugin never clears a mark it made, so the GPU stays out "
+        "of allocatable until the plugin restarts; no reset or replacement is needed.",
         evidence=[*evidence, *(f"Xid {c}: {xids.describe(c).meaning} ({xids.source()})" for c in codes)],
         fix=ctx.stack.render(restart) + "   # restarts the device plugin, which announces the GPUs healthy again; "
         f"so the next Xid {codes[0]} does not take one out again: {_skip_xids(ctx, plugin, codes)}",

@@ -10,7 +10,7 @@ from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.evidence import hook_refusal
-from gpuchain.doctor.links.common import DRIVER_VERSION, Known, Result, node_finding, operand_log, opted_out
+from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import mofed_wait
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
@@ -20,6 +20,7 @@ from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, created_of, name_of, namespace_of
@@ -374,7 +375,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                     "cluster (driver.enabled=false): "
                     + ctx.stack.render(
                         Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
-                    ),
+                    )
+                    + _host_driver_off(ctx, view),
                     action=off_here,
                 ),
             ),
@@ -518,6 +520,26 @@ def _over_image_driver(ctx: Context, view: NodeView, image: NodeImage, evidence:
             ),
         ),
     )
+
+
+def _host_driver_off(ctx: Context, view: NodeView) -> str:
+    """The other repair of a driver container over a host driver: the host's taken off. On an NVSwitch board (eight
+    SXM GPUs) the host driver most often came with Fabric Manager's meta package cuda-drivers-fabricmanager-<branch>,
+    which depends on the driver; nvidia-fabricmanager-<branch> alone depends on none (NVIDIA/gpu-operator#163)."""
+    more = "; or, to keep the operator's driver, remove the host's NVIDIA driver packages and reboot"
+    product, count = view.labels.get(PRODUCT, ""), view.labels.get(GPU_COUNT, "")
+    if "SXM" not in product or not count.isdigit() or int(count) < NVSWITCH_GPUS:
+        return more
+    branch = (ctx.policy.driver.version or "").split(".")[0] if ctx.policy_obj is not None else ""
+    branch = branch if branch.isdigit() else "<branch>"
+    return (
+        f"{more} (an NVSwitch node's Fabric Manager: remove the cuda-drivers-fabricmanager-{branch} meta package, "
+        f"which brings the driver, and install nvidia-fabricmanager-{branch} alone, which depends on no driver)"
+    )
+
+
+#: The GPUs of an HGX board whose SXM GPUs talk through NVSwitch, the systems Fabric Manager runs on.
+NVSWITCH_GPUS = 8
 
 
 def _image_without_driver(ctx: Context, view: NodeView, image: NodeImage, why: str, seen: list[str]) -> Result:

@@ -4,6 +4,7 @@ module, a socket or inotify limit), and the not-ready finding built from them or
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from gpuchain.doctor import catalog
@@ -19,8 +20,9 @@ from gpuchain.doctor.links.common import (
     placement_fix,
 )
 from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
+from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import DISTRIBUTIONS, KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
+from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
     HELM_APP_VERSION,
@@ -43,13 +45,15 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, 
 UPGRADED = ("device-plugin", "gfd", "exporter")
 #: The catalog entries of the failures `known_failure` repairs (catalog.yaml): the driver container
 #: when the kernel refuses its unsigned module (NVIDIA/gpu-operator#266, #1726: nvidia-installer's
-#: words, the kernel's own, EPERM from its lockdown, and modprobe's where the module is loaded by
+#: words, the kernel's own, EPERM and ENOKEY from its lockdown, and modprobe's where the module is loaded by
 #: hand), the toolkit when the containerd socket it was given does not exist (NVIDIA/gpu-operator#406,
 #: #522), and a component out of inotify instances (#441).
 SECURE_BOOT = (
     "nvidia-installer.unsigned-module",
     "kernel.unsigned-module-rejected",
     "nvidia-installer.load-not-permitted",
+    "nvidia-installer.load-no-key",
+    "kernel.lockdown-unsigned-module",
     "glibc.key-rejected",
 )
 #: The driver container stopped by the node's SELinux mode (catalog.yaml): chcon failing where SELinux is
@@ -58,9 +62,6 @@ SELINUX = ("coreutils.chcon-unlabeled", "coreutils.chcon-no-context", "kmod.inse
 SOCKET = ("nvidia-container-toolkit.unable-to-dial", "nvidia-container-toolkit.signal-containerd")
 #: The toolkit failing to read the containerd config it is pointed at (catalog.yaml: v1.17's words and earlier ones).
 CONFIG_LOAD = ("nvidia-container-toolkit.load-containerd-config", "nvidia-container-toolkit.load-config")
-#: A TOML parser meeting a Go template's ``{{`` where a key should start (pelletier/go-toml's "keys cannot contain {
-#: character", its v2's "invalid character at start of key: {"): the file is k3s's or RKE2's config.toml.tmpl.
-TEMPLATE = re.compile(r"keys cannot contain \{ character|start of key: \{|\{\{")
 INOTIFY = ("k8s-device-plugin.fs-watcher", "nvidia-container-toolkit.fs-watcher")
 IMAGE_PULL = ("ImagePullBackOff", "ErrImagePull")
 
@@ -130,7 +131,7 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
         return _toolkit_socket(ctx, view, found)
     found = catalog.known_error(log, "toolkit") if operand is TOOLKIT else None
     if found is not None and found.entry.id in CONFIG_LOAD and TEMPLATE.search(found.line):
-        return _toolkit_template(ctx, view, found)
+        return template_repair(ctx, view, found)
     pod = view.pod(operand) or {}
     if (
         operand is TOOLKIT
@@ -332,6 +333,26 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
         )
         + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
     )
+
+
+#: Restarts after which a running container whose last end was an OOM kill is killed again and again, not once (a
+#: node reboot restarts a pod once; an exporter on more GPUs than its limit allows is killed at each peak).
+OOM_AGAIN = 3
+
+
+def oom_restarting(
+    ctx: Context, view: NodeView, operand: Operand, pod: Obj, state: PodState
+) -> tuple[PodState, Known] | None:
+    """A container running again after the kernel killed it for its memory OOM_AGAIN times or more: ready between
+    kills, it is killed at the next peak of what it serves, so its memory limit is the repair all the same."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        last = ((cs.get("lastState") or {}).get("terminated") or {}).get("reason")
+        restarts = int(cs.get("restartCount") or 0)
+        if last == "OOMKilled" and restarts >= OOM_AGAIN:
+            killed = dataclasses.replace(state, container=str(cs.get("name", "")), restarts=restarts)
+            known = _oom_killed(ctx, view, operand, killed)
+            return (killed, known) if known is not None else None
+    return None
 
 
 #: The scheduler's reasons for a pod that fits nowhere, and what makes room (kubernetes
@@ -630,33 +651,6 @@ def _toolkit_drop_in(ctx: Context, view: NodeView, pod: Obj) -> Known:
         action=action,
         fix=ctx.stack.render(action) + "   # the toolkit reads containerd's config file and writes its drop-in at "
         "that file's version",
-    )
-
-
-def _toolkit_template(ctx: Context, view: NodeView, found: catalog.Match) -> Known:
-    """The toolkit was pointed at a Go template (k3s's and RKE2's config.toml.tmpl, which they render into the
-    config.toml their containerd loads): its TOML parser stops at the template's first ``{{``. The file containerd
-    loads is the one to give it."""
-    dist = distribution_of(view.node)
-    pod = view.pod(TOOLKIT) or {}
-    given = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        given |= {str(e.get("name")): str(e.get("value", "")) for e in c.get("env") or [] if "value" in e}
-    named = (given.get(k, "") for k in ("CONTAINERD_CONFIG", "RUNTIME_CONFIG"))
-    template = next((v for v in named if v.endswith(".tmpl")), "")
-    # k3s and RKE2 render config.toml.tmpl into config.toml beside it; elsewhere, the distribution's own file.
-    loaded = template.removesuffix(".tmpl") or dist.containerd_config
-    action = toolkit_env(ctx, pod=pod, values={"CONTAINERD_CONFIG": loaded})
-    # A template is k3s's or RKE2's; where neither the node nor the env says which, each one's rendered file.
-    each = ", ".join(f"on {d.name} CONTAINERD_CONFIG={d.containerd_config}" for d in DISTRIBUTIONS if d is not KUBEADM)
-    rendered = "" if template or dist is not KUBEADM else f"; a config.toml.tmpl is k3s's or RKE2's: {each}"
-    return Known(
-        cause="the container toolkit was pointed at a Go template, not at containerd's config: its TOML parser stops "
-        "at the template's first '{', so it configures no nvidia runtime (k3s and RKE2 render config.toml.tmpl "
-        f"into the config.toml beside it, the file their containerd loads: here {loaded}).",
-        evidence=(*found.evidence(), *([f"toolkit env CONTAINERD_CONFIG={template}"] if template else [])),
-        action=action,
-        fix=ctx.stack.render(action) + "   # the file containerd loads, which the toolkit reads as TOML" + rendered,
     )
 
 

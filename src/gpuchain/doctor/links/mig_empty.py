@@ -18,6 +18,8 @@ manager's layout label, or mig-parted and its nvidia-mig-manager service on a no
 
 from __future__ import annotations
 
+import re
+
 from gpuchain.common.labels import MIG_CAPABLE, MIG_CONFIG
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
@@ -77,6 +79,29 @@ def _zero_mig_resources(ctx: Context, view: NodeView) -> list[str]:
     ]
 
 
+#: The plugin's MIG strategy in its arguments (--mig-strategy=single) and its wait with no device (catalog.yaml).
+STRATEGY = re.compile(r"--mig-strategy[= ](\w+)")
+NO_DEVICES = "k8s-device-plugin.no-devices"
+
+
+def _strategy_found_none(ctx: Context, view: NodeView) -> list[str]:
+    """The evidence that a running plugin with a MIG strategy (single, mixed), NVML loaded, found no device on a node
+    whose capacity still names nvidia.com/gpu at 0 (what it served before): such a plugin serves a MIG-enabled GPU
+    only through its MIG devices, so finding none means none is carved ([] where any of that does not hold)."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    if plugin is None or node_gpu_resources(view.node).get("nvidia.com/gpu", -1) != 0:
+        return []
+    containers = (plugin.get("spec") or {}).get("containers") or []
+    words = [str(a) for c in containers for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+    env = {str(e.get("name")): str(e.get("value", "")) for c in containers for e in c.get("env") or []}
+    strategy = next((m.group(1) for w in words if (m := STRATEGY.search(w))), env.get("MIG_STRATEGY", ""))
+    log = "\n".join(ctx.log(plugin, str(c.get("name", ""))) for c in containers)
+    said = catalog.find(log, NO_DEVICES)
+    if strategy not in ("single", "mixed") or said is None or catalog.known_error(log) is not None:
+        return []
+    return [f"{pod_state(plugin).describe()}: mig strategy {strategy}", *said.evidence("says"), "nvidia.com/gpu: 0"]
+
+
 def _layout(view: NodeView) -> str:
     """The layout that carves what the node served before (mig-parted's ``all-<profile>`` layouts), or "" when
     the node's capacity names no single profile."""
@@ -95,7 +120,7 @@ def mig_without_instances(ctx: Context, view: NodeView) -> Finding | None:
         if said is not None:
             evidence = [where, *said.evidence("says")]
             break
-    evidence = evidence or _zero_mig_resources(ctx, view)
+    evidence = evidence or _zero_mig_resources(ctx, view) or _strategy_found_none(ctx, view)
     capacity = node_gpu_resources(view.node)
     capable = view.labels.get(MIG_CAPABLE) == "true" or any(k.startswith(MIG_RESOURCE) for k in capacity)
     if not evidence and capable and not any(capacity.values()):

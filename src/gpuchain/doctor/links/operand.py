@@ -10,7 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import unscheduled
-from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.failures import known_not_ready, not_ready, oom_restarting
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
@@ -100,6 +100,9 @@ def simple(
         missing = unscheduled(ctx, view=view, operand=operand, link=link)
         return missing or Result(LinkState.SKIPPED, f"{what} not deployed here")
     state = pod_state(pod)
+    oom = oom_restarting(ctx, view, operand, pod, state) if state.ready else None
+    if oom is not None:
+        return known_not_ready(view, link=link, what=what, state=oom[0], known=oom[1])
     if state.ready:
         return _running_with_errors(ctx, view, pod, link, what) or Result(LinkState.OK, f"{what} Running")
     log = operand_log(ctx, view=view, operand=operand, container=state.container, last=state.last_log)

@@ -1,0 +1,62 @@
+"""The device plugin's Xid line, by the class NVIDIA's Xid catalog gives the Xid (gpuchain.gpu.xid's table, from
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html): the repair is the one that class needs.
+
+- Xid 94 (contained ECC error, bucket RESTART_APP): the driver contained the error to the process it hit and the GPU
+  serves again, but NVIDIA's plugin (internal/rm/health.go, which skips only its ignoredXids and those named in
+  DP_DISABLE_HEALTHCHECKS) marked the GPU unhealthy for good: restart the plugin, and name the Xid in
+  DP_DISABLE_HEALTHCHECKS so the next one does not take the GPU out again.
+- Xid 79 (GPU fallen off the bus, bucket RESTART_BM): no setting of the plugin brings the GPU back; the node's
+  hardware is the link, and its restart (then its hardware) the repair.
+
+The log lines are the plugin's own (catalog k8s-device-plugin.xid-critical, health.go@v0.17.1).
+"""
+
+from __future__ import annotations
+
+from doctor.small_cluster import diagnosed
+from doctor.test_doctor_beneath_the_plugin import LOST, V017, plugin_release
+
+from gpuchain.doctor.model import FixOp, Report
+from gpuchain.gpu import xid as xids
+
+OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1, lostGpus: [2]}\n"
+
+
+def _found(report: Report, fid: str) -> list:
+    return [f for f in report.findings if f.id == fid]
+
+
+def test_the_catalog_classes_the_xids_apart() -> None:
+    assert xids.still_serves(94) and xids.still_serves(13) and xids.still_serves(109)
+    assert not xids.still_serves(79) and not xids.still_serves(48) and not xids.still_serves(95)
+    assert xids.describe(79).needs() is xids.Resolution.REBOOT_NODE
+
+
+def test_a_contained_ecc_error_is_a_plugin_restart_and_the_variable_that_skips_it() -> None:
+    report = diagnosed(LOST, plugin_release("v0.17.4", V017.format(xid=94)))
+    (found,) = _found(report, "device-plugin.xid-marked")
+    assert (found.link, found.node, found.root) == ("device-plugin", "n1", True)
+    assert found.action is not None and found.action.op is FixOp.DELETE
+    assert found.fix.startswith("kubectl -n kube-system delete pod nvidia-device-plugin")
+    assert "set env ds/nvidia-device-plugin-daemonset DP_DISABLE_HEALTHCHECKS=94" in found.fix
+    assert "nvidia-smi -r" not in found.fix and not _found(report, "gpu.lost")
+
+
+def test_under_the_operator_the_variable_goes_to_the_policy() -> None:
+    (found,) = _found(diagnosed(OPERATOR, plugin_release("v0.17.4", V017.format(xid=94))), "device-plugin.xid-marked")
+    assert '{"name":"DP_DISABLE_HEALTHCHECKS","value":"94"}' in found.fix
+
+
+def test_a_gpu_off_the_bus_is_the_node_and_its_restart() -> None:
+    report = diagnosed(LOST, plugin_release("v0.17.4", V017.format(xid=79)))
+    (found,) = _found(report, "gpu.lost")
+    assert (found.link, found.node, found.root) == ("node", "n1", True)
+    assert found.action is not None and found.action.op is FixOp.HARDWARE
+    assert "reboot (power-cycle) the node" in found.fix and "replace the GPU" in found.fix
+    assert "DP_DISABLE_HEALTHCHECKS" not in found.fix and not _found(report, "device-plugin.xid-marked")
+
+
+def test_an_application_xid_beside_a_gpu_off_the_bus_is_still_the_node() -> None:
+    line = V017.format(xid=94) + "\n" + V017.format(xid=79)
+    (found,) = _found(diagnosed(LOST, plugin_release("v0.17.4", line)), "gpu.lost")
+    assert found.link == "node"
