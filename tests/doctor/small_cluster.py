@@ -61,6 +61,19 @@ def unschedulable(prefix: str, node: str, message: str, **spec: Any) -> Callable
     return edit
 
 
+def pending_gpu_pod(gpus: int, message: str, name: str = "big") -> dict[str, Any]:
+    """A pod (to ``create``) in namespace ml asking for ``gpus`` nvidia.com/gpu that kube-scheduler left Pending:
+    PodScheduled=False Unschedulable with ``message``, no node."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": "Pending", "conditions": [condition]},
+    }
+
+
 def no_gpus(node: str) -> dict[str, Any]:
     """An edit: ``node`` announces no nvidia.com/gpu at all (no plugin ever registered there)."""
     return {"do": "node", "node": node, "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}

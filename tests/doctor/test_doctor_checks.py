@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, pending_gpu_pod
 
 from gpuchain.doctor import diagnose, run_doctor
 from gpuchain.doctor.model import Severity
@@ -94,23 +94,7 @@ def test_device_plugin_running_without_capacity_is_not_registered() -> None:
 
 def test_pending_pods_on_a_full_healthy_cluster_are_information_not_an_error() -> None:
     sim = build(load_scenario("healthy"))
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "big", "namespace": "ml"},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.",
-                }
-            ],
-        },
-    }
+    pod = pending_gpu_pod(8, "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.")
     sim.cluster.create(pod)
     report = run_doctor(sim.cluster)
     f = next(f for f in report.findings if f.id == "workload.insufficient-gpu")
@@ -122,23 +106,7 @@ def test_pending_pods_on_a_full_healthy_cluster_are_information_not_an_error() -
 def test_a_full_cluster_stays_information_beside_a_fault_that_takes_no_gpu_away() -> None:
     """The exporter crashing on one node is its own error; the GPUs are still offered, so pods Pending on
     Insufficient nvidia.com/gpu are capacity (info), not a consequence of it."""
-    waiting = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "big", "namespace": "ml"},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                }
-            ],
-        },
-    }
+    waiting = pending_gpu_pod(8, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
     crash = {"name": "nvidia-dcgm-exporter", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
     exporter = {"do": "pod", "daemonset": "nvidia-dcgm-exporter", "node": "n2", "containers": [crash]}
     report = diagnosed(

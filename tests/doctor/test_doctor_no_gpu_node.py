@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, pending_gpu_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.sim.build import SimCluster
@@ -10,25 +10,7 @@ from gpuchain.sim.build import SimCluster
 
 def _waiting(sim: SimCluster) -> None:
     """A GPU pod the scheduler could not place: no node offers nvidia.com/gpu."""
-    sim.cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                    }
-                ],
-            },
-        }
-    )
+    sim.cluster.create(pending_gpu_pod(1, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", name="job"))
 
 
 def test_gpu_pods_waiting_in_a_cluster_with_no_gpu_node_now_are_a_warning_not_a_fault() -> None:
