@@ -103,15 +103,34 @@ def plugin_pod(node: str, container: Mapping[str, Any], log: str | None = None) 
     return edit
 
 
-def toolkit_pod(node: str, log: str, restarts: int = 5) -> dict[str, Any]:
-    """An edit: the GPU Operator's toolkit pod on ``node`` exiting at every start (``crash_looping``) with
-    ``log`` as its container's log: the toolkit's own words, which its tests read as the toolkit's."""
+def crashing_pod(daemonset: str, container: str, node: str, log: str, restarts: int = 5) -> dict[str, Any]:
+    """An edit: ``daemonset``'s pod on ``node`` whose ``container`` exits at every start (``crash_looping``),
+    with ``log`` as that container's log: the component's own words, which its tests read as its own."""
     return {
         "do": "pod",
-        "daemonset": "nvidia-container-toolkit-daemonset",
+        "daemonset": daemonset,
         "node": node,
-        "containers": [crash_looping("nvidia-container-toolkit-ctr", restarts)],
-        "logs": {"nvidia-container-toolkit-ctr": log},
+        "containers": [crash_looping(container, restarts)],
+        "logs": {container: log},
+    }
+
+
+def toolkit_pod(node: str, log: str, restarts: int = 5) -> dict[str, Any]:
+    """An edit: the GPU Operator's toolkit pod on ``node`` crash-looping with ``log`` (`crashing_pod`)."""
+    return crashing_pod("nvidia-container-toolkit-daemonset", "nvidia-container-toolkit-ctr", node, log, restarts)
+
+
+def gke_installer_on(*nodes: str) -> dict[str, Any]:
+    """An edit: GKE's driver installer DaemonSet (kube-system/nvidia-driver-installer, cos-gpu-installer v2.1.0)
+    with a pod on each of ``nodes``."""
+    return {
+        "do": "add-daemonset",
+        "namespace": "kube-system",
+        "name": "nvidia-driver-installer",
+        "image": "gcr.io/cos-cloud/cos-gpu-installer:v2.1.0",
+        "labels": {"k8s-app": "nvidia-driver-installer"},
+        "containers": ["pause"],
+        "nodes": list(nodes),
     }
 
 

@@ -7,32 +7,18 @@ link; on a node of that cluster without the label it still is.
 
 from __future__ import annotations
 
-from typing import Any
-
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, gke_installer_on
 
 from gpuchain.doctor import Severity
 
 GKE = "name: t\nstack: gke\nnodes:\n  - {name: managed, preset: t4-x4}\n  - {name: stale, preset: t4-x4}\n"
 
 
-def _installer_on(*nodes: str) -> dict[str, Any]:
-    return {
-        "do": "add-daemonset",
-        "namespace": "kube-system",
-        "name": "nvidia-driver-installer",
-        "image": "gcr.io/cos-cloud/cos-gpu-installer:v2.1.0",
-        "labels": {"k8s-app": "nvidia-driver-installer"},
-        "containers": ["pause"],
-        "nodes": list(nodes),
-    }
-
-
 def test_a_node_whose_image_brings_the_driver_needs_no_installer_pod() -> None:
     report = diagnosed(
         GKE,
         {"do": "node", "node": "stale", "labels": {"cloud.google.com/gke-gpu-driver-version": None}},
-        _installer_on("stale"),
+        gke_installer_on("stale"),
     )
     driver = [f for f in report.findings if f.severity is Severity.ERROR and f.link == "driver"]
     assert not [f for f in driver if f.node == "managed"]
@@ -42,6 +28,6 @@ def test_a_node_without_the_images_driver_still_needs_the_installer() -> None:
     report = diagnosed(
         GKE,
         {"do": "node", "node": "stale", "labels": {"cloud.google.com/gke-gpu-driver-version": None}},
-        _installer_on("managed"),
+        gke_installer_on("managed"),
     )
     assert [f for f in report.findings if f.severity is Severity.ERROR and f.link == "driver" and f.node == "stale"]

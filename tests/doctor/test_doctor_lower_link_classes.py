@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus
+from doctor.small_cluster import diagnosed, gke_installer_on, no_gpus
 from sim.heldout3.harness import _apply
 
 from gpuchain.doctor import Severity
@@ -219,15 +219,7 @@ def _gke_installer(log: str | None) -> list[Any]:
         pod["logs"] = {"nvidia-driver-installer": log}
     return [
         {"do": "node", "node": node, "labels": {"cloud.google.com/gke-gpu-driver-version": None}},
-        {
-            "do": "add-daemonset",
-            "namespace": "kube-system",
-            "name": "nvidia-driver-installer",
-            "image": "gcr.io/cos-cloud/cos-gpu-installer:v2.1.0",
-            "labels": {"k8s-app": "nvidia-driver-installer"},
-            "containers": ["pause"],
-            "nodes": [node],
-        },
+        gke_installer_on(node),
         pod,
         no_gpus(node),
     ]

@@ -9,7 +9,7 @@ whose usual causes (nouveau, an unsupported GPU) are not the repair there: Secur
 from __future__ import annotations
 
 import pytest
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import crashing_pod, diagnosed
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp
@@ -30,16 +30,11 @@ UNABLE = "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens mos
     ],
 )
 def test_a_module_the_lockdown_refuses_is_the_secure_boot_repair_not_nouveau(said: str, entry: str) -> None:
-    crash = {"name": "nvidia-driver-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
     report = diagnosed(
         OPERATOR,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-driver-daemonset",
-            "node": "n2",
-            "containers": [crash],
-            "logs": {"nvidia-driver-ctr": UNABLE + said + "ERROR: Installation has failed.\n"},
-        },
+        crashing_pod(
+            "nvidia-driver-daemonset", "nvidia-driver-ctr", "n2", UNABLE + said + "ERROR: Installation has failed.\n"
+        ),
     )
     (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
     assert (root.link, root.node) == ("driver", "n2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, no_gpus, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -20,16 +20,14 @@ OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}
 
 
 def test_the_kernels_own_refusal_of_an_unsigned_module_gets_the_secure_boot_fix() -> None:
-    crash = {"name": "nvidia-driver-ctr", "state": {"waiting": "CrashLoopBackOff"}, "last": {"terminated": "Error"}}
     report = diagnosed(
         OPERATOR,
-        {
-            "do": "pod",
-            "daemonset": "nvidia-driver-daemonset",
-            "node": "n2",
-            "containers": [crash],
-            "logs": {"nvidia-driver-ctr": "Loading of module with unavailable key is rejected\nERROR: failed\n"},
-        },
+        crashing_pod(
+            "nvidia-driver-daemonset",
+            "nvidia-driver-ctr",
+            "n2",
+            "Loading of module with unavailable key is rejected\nERROR: failed\n",
+        ),
     )
     (root,) = _roots(report)
     assert (root.link, root.node) == ("driver", "n2")
