@@ -45,7 +45,8 @@ def test_every_recorded_message_is_known_or_set_aside_with_a_reason(message: dic
 
 
 def test_every_record_names_its_pinned_source_and_every_reason_is_used() -> None:
-    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in _script().PINNED}
+    script = _script()
+    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in (*script.PINNED, *script.OTHER_RELEASES)}
     for m in MESSAGES:
         repo, rest = m["source"].split(" ", 1)
         assert f"{repo} @{rest.rsplit('@', 1)[1]}" in pinned, m["source"]
