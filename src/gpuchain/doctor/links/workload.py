@@ -19,6 +19,8 @@ from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
 
 NVML_LOST = "nvml.unknown-error-in-workload"
+#: The device plugin's Allocate refusals of the request itself (catalog.yaml), which the kubelet relays at admission.
+PLUGIN_REFUSED = ("k8s-device-plugin.shared-request-too-big", "k8s-device-plugin.allocate-unknown-device")
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
 
 
@@ -47,8 +49,15 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         }
     )
     lost = catalog.find(message, "nvml.gpu-lost")
-    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost) if m]
-    if lost:
+    plugin = catalog.find(message, *PLUGIN_REFUSED)
+    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost, plugin) if m]
+    action: Fix | None
+    if plugin:
+        # The plugin's own refusal of the request (its sharing config, a device it no longer announces): the
+        # repair is the entry's, a kubelet restart would be refused the same way.
+        action = None
+        cause = f"the kubelet refuses GPU pods at admission, as the device plugin rejects them: {plugin.entry.cause}"
+    elif lost:
         action = Fix(
             FixOp.HARDWARE,
             view.name,
@@ -82,7 +91,7 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
             *said,
             f"pods refused: {', '.join(pods[:5])}",
         ],
-        fix=ctx.stack.render(action),
+        fix=ctx.stack.render(action) if action else f"# {plugin.entry.repair(view.name) if plugin else ''}",
         action=action,
     )
 

@@ -1,0 +1,165 @@
+"""The upper links' messages read from their source (catalog.yaml, scripts/upstream-messages) reach the doctor's
+findings by each way a component's words arrive: a crash-looping operand's log (the device plugin, GFD, the
+exporter, the MIG manager), the kubelet's admission Event relaying the plugin's Allocate answer, and the kubelet's
+FailedPrepareDynamicResources Event relaying NVIDIA's DRA plugin. Each finding names its link and the entry's
+repairing action (the key to set), never a restart that changes nothing.
+
+The lines are the components' format strings, wrapper by wrapper as each layer writes them:
+- the plugin (NVIDIA/k8s-device-plugin@v0.17.1): cmd/nvidia-device-plugin/main.go "unable to load config: %v",
+  "error starting plugins: %v", plugin-manager.go "unable to create plugin manager: %v"; api/config/v1/config.go
+  "unable to parse config file: %v", "error parsing config file: %v", "unknown version: %v"; internal/rm
+  device_map.go "error building device map: %v", "error building MIG device map: %v", "more than one MIG device
+  type present on node"; rm.go "%w: maximum request size for shared resources is 1; found %d";
+- the kubelet (kubernetes pkg/kubelet/cm/admission/errors.go@v1.34.4) "Allocate failed due to %v, which is
+  unexpected", with the gRPC status "rpc error: code = Unknown desc = %s";
+- dcgm-exporter internal/pkg/dcgmprovider/dcgm.go@4.5.3-4.8.2 "Failed to connect to remote hostengine" (logrus,
+  with go-dcgm's error as error=);
+- the MIG manager cmd/nvidia-mig-manager/main.go@v0.15.0 "failed to setup MIG config: %w" around "failed to read
+  custom config %s: %w";
+- NVIDIA's GPU kubelet plugin cmd/gpu-kubelet-plugin/device_state.go@v25.8.1 "MIG profile %v does not exist on GPU:
+  %v" and cmd/compute-domain-kubelet-plugin/device_state.go "only opaque parameters are supported by this driver",
+  inside the kubelet's words (see test_doctor_dra_prepare).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from doctor.small_cluster import crashing_pod, diagnosed
+from test_doctor_dra_prepare import KUBELET, PLUGIN_SAYS, claim_pod, dra_node, kubelet_event
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import Finding, Report
+from gpuchain.sim.build import SimCluster
+
+OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n"
+MIG = "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n"
+KLOG = "E1206 10:00:00.000000       1 main.go:173] "
+CONFIG = "unable to load config: unable to finalize config: unable to parse config file: error parsing config file: "
+MANAGER = "error creating plugin manager: unable to create plugin manager: failed to construct resource managers: "
+
+
+def _roots(report: Report) -> list[Finding]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+def _cites(finding: Finding, entry: str) -> bool:
+    return any(e.startswith(f"catalog: {entry} (") for e in finding.evidence)
+
+
+#: (DaemonSet, container, its log, the entry, the finding, a key its fix must name)
+CRASHES = [
+    (
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        KLOG + "error starting plugins: " + CONFIG + "unknown version: v2",
+        "k8s-device-plugin.config-unknown-version",
+        "device-plugin.not-ready",
+        "version: v1",
+    ),
+    (
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        KLOG + "error starting plugins: " + MANAGER + "error building device map: error building device map from "
+        "config.resources: error building MIG device map: more than one MIG device type present on node",
+        "k8s-device-plugin.mig-types-mixed",
+        "device-plugin.not-ready",
+        "spec.mig.strategy=mixed",
+    ),
+    (
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        KLOG + "error: " + CONFIG + "unmarshal error: error unmarshaling JSON: while decoding JSON: json: cannot "
+        "unmarshal string into Go struct field TimeSlicing.sharing.timeSlicing.resources.replicas of type int",
+        "k8s-device-plugin.config-unmarshal",
+        "gfd.not-ready",
+        "replicas: <integer>",
+    ),
+    (
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time="2026-12-06T10:00:00Z" level=error msg="Failed to connect to remote hostengine" '
+        'error="Host engine connection invalid/disconnected"',
+        "dcgm-exporter.remote-hostengine-unreachable",
+        "exporter.not-ready",
+        "DCGM_REMOTE_HOSTENGINE_INFO",
+    ),
+]
+
+
+@pytest.mark.parametrize(("ds", "container", "log", "entry", "fid", "key"), CRASHES, ids=[c[3] for c in CRASHES])
+def test_an_operand_crashing_on_a_line_read_from_its_source_gets_that_lines_repair(
+    ds: str, container: str, log: str, entry: str, fid: str, key: str
+) -> None:
+    (root,) = _roots(diagnosed(OPERATOR, crashing_pod(ds, container, "n2", log + "\n")))
+    assert (root.id, root.node) == (fid, "n2")
+    assert _cites(root, entry) and key in root.fix
+
+
+def test_a_mig_manager_that_cannot_read_its_custom_layouts_is_the_mig_link_with_the_configmap_to_create() -> None:
+    log = (
+        'time="2026-12-06T10:00:00Z" level=fatal msg="failed to setup MIG config: failed to read custom config '
+        '/mig-parted-config/config.yaml: stat /mig-parted-config/config.yaml: no such file or directory"\n'
+    )
+    for labels in ({"nvidia.com/mig.config": "all-3g.40gb"}, {"nvidia.com/mig.config.state": "pending"}):
+        report = diagnosed(
+            MIG,
+            {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-3g.40gb", **labels}},
+            crashing_pod("nvidia-mig-manager", "nvidia-mig-manager", "m", log),
+        )
+        (root,) = _roots(report)
+        assert (root.id, root.link, root.node) == ("mig.not-ready", "mig", "m")
+        assert _cites(root, "mig-manager.custom-config-missing")
+        # Its repair is the ConfigMap the manager reads, not cancelling the change the label asks for.
+        assert "spec.migManager.config.name" in root.fix and "mig.config-" not in root.fix
+
+
+def _refused(message: str) -> Any:
+    def edit(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "job-0.admission", "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "name": "job-0", "namespace": "default"},
+                "type": "Warning",
+                "reason": "UnexpectedAdmissionError",
+                "message": message,
+                "source": {"component": "kubelet", "host": "n1"},
+            }
+        )
+
+    return edit
+
+
+def test_a_pod_asking_for_two_replicas_of_a_shared_gpu_gets_the_sharing_setting_not_a_kubelet_restart() -> None:
+    said = (
+        "Allocate failed due to rpc error: code = Unknown desc = invalid request: maximum request size for shared "
+        "resources is 1; found 2, which is unexpected"
+    )
+    report = diagnosed(OPERATOR, _refused(said))
+    (found,) = [f for f in report.findings if f.id == "workload.admission-failed"]
+    assert (found.link, found.node) == ("device-plugin", "n1")
+    assert _cites(found, "k8s-device-plugin.shared-request-too-big") and _cites(found, "kubelet.allocate-failed")
+    assert "failRequestsGreaterThanOne" in found.fix and "restart kubelet" not in found.fix
+    assert found.action is None
+
+
+@pytest.mark.parametrize(
+    ("said", "entry", "key"),
+    [
+        ("prepare devices failed: MIG profile 3g.40gb does not exist on GPU: GPU-0aa1b2c3", "mig-profile-missing",
+         "nvidia-smi mig -lgip"),
+        ("prepare devices failed: error applying config: only opaque parameters are supported by this driver",
+         "claim-config-invalid", "resource.nvidia.com/v1beta1"),
+    ],
+)  # fmt: skip
+def test_a_claim_the_dra_plugin_refuses_for_its_own_content_is_repaired_in_the_claim(
+    said: str, entry: str, key: str
+) -> None:
+    report = dra_node(claim_pod(), kubelet_event(KUBELET + PLUGIN_SAYS + said))
+    (found,) = [f for f in report.findings if f.id == "device-plugin.dra-prepare-failed"]
+    assert found.root and _cites(found, f"k8s-dra-driver-gpu.{entry}")
+    # Restarting the plugin would prepare the same claim the same way: the claim is what changes.
+    assert key in found.fix and found.action is None and "delete pod" not in found.fix
