@@ -11,7 +11,8 @@ The lines are the components' format strings, wrapper by wrapper as each layer w
   device_map.go "error building device map: %v", "error building MIG device map: %v", "more than one MIG device
   type present on node"; rm.go "%w: maximum request size for shared resources is 1; found %d";
 - the kubelet (kubernetes pkg/kubelet/cm/admission/errors.go@v1.34.4) "Allocate failed due to %v, which is
-  unexpected", with the gRPC status "rpc error: code = Unknown desc = %s";
+  unexpected", with the gRPC status "rpc error: code = Unknown desc = %s", or its device manager's own
+  (pkg/kubelet/cm/devicemanager/manager.go@v1.34.4) "cannot allocate unregistered device %s";
 - dcgm-exporter internal/pkg/dcgmprovider/dcgm.go@4.5.3-4.8.2 "Failed to connect to remote hostengine" (logrus,
   with go-dcgm's error as error=);
 - the MIG manager cmd/nvidia-mig-manager/main.go@v0.15.0 "failed to setup MIG config: %w" around "failed to read
@@ -133,16 +134,27 @@ def _refused(message: str) -> Any:
     return edit
 
 
-def test_a_pod_asking_for_two_replicas_of_a_shared_gpu_gets_the_sharing_setting_not_a_kubelet_restart() -> None:
-    said = (
-        "Allocate failed due to rpc error: code = Unknown desc = invalid request: maximum request size for shared "
-        "resources is 1; found 2, which is unexpected"
-    )
-    report = diagnosed(OPERATOR, _refused(said))
+#: (what the device manager or the plugin says inside the kubelet's admission words, the entry, a key of its repair)
+REFUSALS = [
+    ("invalid request: maximum request size for shared resources is 1; found 2", "k8s-device-plugin.shared-request-too-big",
+     "failRequestsGreaterThanOne"),
+    ("cannot allocate unregistered device nvidia.com/gpu", "kubelet.device-plugin-unregistered",
+     "delete pod nvidia-device-plugin-daemonset-"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("said", "entry", "key"), REFUSALS, ids=[r[1] for r in REFUSALS])
+def test_a_pod_the_kubelet_refuses_for_what_a_restart_does_not_change_gets_that_repair(
+    said: str, entry: str, key: str
+) -> None:
+    message = f"Allocate failed due to rpc error: code = Unknown desc = {said}, which is unexpected"
+    if entry.startswith("kubelet."):
+        message = f"Allocate failed due to {said}, which is unexpected"
+    report = diagnosed(OPERATOR, _refused(message))
     (found,) = [f for f in report.findings if f.id == "workload.admission-failed"]
     assert (found.link, found.node) == ("device-plugin", "n1")
-    assert _cites(found, "k8s-device-plugin.shared-request-too-big") and _cites(found, "kubelet.allocate-failed")
-    assert "failRequestsGreaterThanOne" in found.fix and "restart kubelet" not in found.fix
+    assert _cites(found, entry) and _cites(found, "kubelet.allocate-failed")
+    assert key in found.fix and "restart kubelet" not in found.fix
     assert found.action is None
 
 
