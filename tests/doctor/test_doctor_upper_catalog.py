@@ -175,3 +175,36 @@ def test_a_claim_the_dra_plugin_refuses_for_its_own_content_is_repaired_in_the_c
     assert found.root and _cites(found, f"k8s-dra-driver-gpu.{entry}")
     # Restarting the plugin would prepare the same claim the same way: the claim is what changes.
     assert key in found.fix and found.action is None and "delete pod" not in found.fix
+
+
+#: mig-parted's words under the MIG manager's wrapper (cmd/nvidia-mig-parted/apply/apply.go@v0.15.0 "error applying MIG
+#: configuration with hooks: %v", pkg/mig/config/config.go "error creating GPU instance for '%v': %v" with NVML's text
+#: for ERROR_INSUFFICIENT_RESOURCES; apply.go "error parsing config file: %v" around "unmarshal error: %v").
+FAILED_LAYOUTS = [
+    (
+        "error applying MIG configuration with hooks: error creating GPU instance for '3g.40gb': Insufficient Resources",
+        "mig-parted.instance-create-failed",
+        "nvidia-smi mig -lgip",
+    ),
+    (
+        "error parsing config file: unmarshal error: error converting YAML to JSON: yaml: line 4: did not find "
+        "expected key",
+        "mig-parted.config-unmarshal",
+        "spec.migManager.config.name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("said", "entry", "key"), FAILED_LAYOUTS, ids=[f[1] for f in FAILED_LAYOUTS])
+def test_a_layout_mig_parted_refuses_is_repaired_as_its_words_say(said: str, entry: str, key: str) -> None:
+    log = f'time="2026-12-06T10:00:00Z" level=fatal msg="{said}"\n'
+    report = diagnosed(
+        MIG,
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config": "all-3g.40gb"}},
+        {"do": "node", "node": "m", "labels": {"nvidia.com/mig.config.state": "failed"}},
+        {"do": "pod", "daemonset": "nvidia-mig-manager", "node": "m", "logs": {"nvidia-mig-manager": log}},
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("mig.failed", "mig")
+    # The MIG manager's own entry, never the device plugin's for the same words about its own config file.
+    assert _cites(root, entry) and key in root.fix and "devicePlugin" not in root.fix

@@ -303,7 +303,7 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
             + "|".join(layouts[:6])
             + "> --overwrite",
         )
-    said = catalog.known_error("\n".join((log, reason)))
+    said = catalog.known_error("\n".join((log, reason)), "mig")
     named = PROFILE_NAMED.search(said.line) if said is not None and said.entry.id in PROFILE_UNLISTED else None
     if said is not None and named is not None:
         return _profile_unlisted(ctx, view, wanted, named, said, evidence, again)
