@@ -14,7 +14,8 @@ The lines are the components' format strings, wrapper by wrapper as each layer w
   unexpected", with the gRPC status "rpc error: code = Unknown desc = %s", or its device manager's own
   (pkg/kubelet/cm/devicemanager/manager.go@v1.34.4) "cannot allocate unregistered device %s";
 - dcgm-exporter internal/pkg/dcgmprovider/dcgm.go@4.5.3-4.8.2 "Failed to connect to remote hostengine" (logrus,
-  with go-dcgm's error as error=);
+  with go-dcgm's error as error=); internal/pkg/counters/counter_config.go@4.2.3-4.1.1 "could not find DCGM field;
+  err: %w" around "unknown ExporterCounter field '%s'", which pkg/cmd/app.go logs as it is (slog.Error);
 - the MIG manager cmd/nvidia-mig-manager/main.go@v0.15.0 "failed to setup MIG config: %w" around "failed to read
   custom config %s: %w";
 - NVIDIA's GPU kubelet plugin cmd/gpu-kubelet-plugin/device_state.go@v25.8.1 "MIG profile %v does not exist on GPU:
@@ -85,6 +86,15 @@ CRASHES = [
         "dcgm-exporter.remote-hostengine-unreachable",
         "exporter.not-ready",
         "DCGM_REMOTE_HOSTENGINE_INFO",
+    ),
+    (
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time=2026-12-06T10:00:00.000Z level=ERROR msg="could not find DCGM field; err: unknown ExporterCounter '
+        "field 'DCGM_FI_DEV_FOO'\"",
+        "dcgm-exporter.metrics-field-unknown",
+        "exporter.not-ready",
+        "spec.dcgmExporter.config.name",
     ),
 ]
 
