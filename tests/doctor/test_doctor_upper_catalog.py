@@ -1,7 +1,8 @@
 """The upper links' messages read from their source (catalog.yaml, scripts/upstream-messages) reach the doctor's
-findings by each way a component's words arrive: a crash-looping operand's log (the device plugin, GFD, the
-exporter, the MIG manager), the kubelet's admission Event relaying the plugin's Allocate answer, and the kubelet's
-FailedPrepareDynamicResources Event relaying NVIDIA's DRA plugin. Each finding names its link and the entry's
+findings by each way a component's words arrive: a crash-looping operand's log (the device plugin's, GFD's and the
+exporter's in test_doctor_upstream_messages' CRASHES; the MIG manager's here, crashing or leaving a layout failed),
+the kubelet's admission Event relaying the plugin's Allocate answer, and the kubelet's FailedPrepareDynamicResources
+Event relaying NVIDIA's DRA plugin. Each finding names its link and the entry's
 repairing action (the key to set), never a restart that changes nothing.
 
 The lines are the components' format strings, wrapper by wrapper as each layer writes them:
@@ -37,9 +38,6 @@ from gpuchain.sim.build import SimCluster
 
 OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n  - {name: n2}\n"
 MIG = "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n  - {name: m, preset: a100-80gb-x8}\n"
-KLOG = "E1206 10:00:00.000000       1 main.go:173] "
-CONFIG = "unable to load config: unable to finalize config: unable to parse config file: error parsing config file: "
-MANAGER = "error creating plugin manager: unable to create plugin manager: failed to construct resource managers: "
 
 
 def _roots(report: Report) -> list[Finding]:
@@ -48,64 +46,6 @@ def _roots(report: Report) -> list[Finding]:
 
 def _cites(finding: Finding, entry: str) -> bool:
     return any(e.startswith(f"catalog: {entry} (") for e in finding.evidence)
-
-
-#: (DaemonSet, container, its log, the entry, the finding, a key its fix must name)
-CRASHES = [
-    (
-        "nvidia-device-plugin-daemonset",
-        "nvidia-device-plugin",
-        KLOG + "error starting plugins: " + CONFIG + "unknown version: v2",
-        "k8s-device-plugin.config-unknown-version",
-        "device-plugin.not-ready",
-        "version: v1",
-    ),
-    (
-        "nvidia-device-plugin-daemonset",
-        "nvidia-device-plugin",
-        KLOG + "error starting plugins: " + MANAGER + "error building device map: error building device map from "
-        "config.resources: error building MIG device map: more than one MIG device type present on node",
-        "k8s-device-plugin.mig-types-mixed",
-        "device-plugin.not-ready",
-        "spec.mig.strategy=mixed",
-    ),
-    (
-        "gpu-feature-discovery",
-        "gpu-feature-discovery",
-        KLOG + "error: " + CONFIG + "unmarshal error: error unmarshaling JSON: while decoding JSON: json: cannot "
-        "unmarshal string into Go struct field TimeSlicing.sharing.timeSlicing.resources.replicas of type int",
-        "k8s-device-plugin.config-unmarshal",
-        "gfd.not-ready",
-        "replicas: <integer>",
-    ),
-    (
-        "nvidia-dcgm-exporter",
-        "nvidia-dcgm-exporter",
-        'time="2026-12-06T10:00:00Z" level=error msg="Failed to connect to remote hostengine" '
-        'error="Host engine connection invalid/disconnected"',
-        "dcgm-exporter.remote-hostengine-unreachable",
-        "exporter.not-ready",
-        "DCGM_REMOTE_HOSTENGINE_INFO",
-    ),
-    (
-        "nvidia-dcgm-exporter",
-        "nvidia-dcgm-exporter",
-        'time=2026-12-06T10:00:00.000Z level=ERROR msg="could not find DCGM field; err: unknown ExporterCounter '
-        "field 'DCGM_FI_DEV_FOO'\"",
-        "dcgm-exporter.metrics-field-unknown",
-        "exporter.not-ready",
-        "spec.dcgmExporter.config.name",
-    ),
-]
-
-
-@pytest.mark.parametrize(("ds", "container", "log", "entry", "fid", "key"), CRASHES, ids=[c[3] for c in CRASHES])
-def test_an_operand_crashing_on_a_line_read_from_its_source_gets_that_lines_repair(
-    ds: str, container: str, log: str, entry: str, fid: str, key: str
-) -> None:
-    (root,) = _roots(diagnosed(OPERATOR, crashing_pod(ds, container, "n2", log + "\n")))
-    assert (root.id, root.node) == (fid, "n2")
-    assert _cites(root, entry) and key in root.fix
 
 
 def test_a_mig_manager_that_cannot_read_its_custom_layouts_is_the_mig_link_with_the_configmap_to_create() -> None:

@@ -123,6 +123,53 @@ CRASHES = [
         "dcgm-exporter.metrics-file-unreadable",
         "spec.dcgmExporter.config.name",
     ),
+    (
+        "gpu-operator",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        "E1206 10:00:00.000000 1 main.go:173] error starting plugins: unable to load config: unable to finalize "
+        "config: unable to parse config file: error parsing config file: unknown version: v2",
+        "k8s-device-plugin.config-unknown-version",
+        "version: v1",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        "E1206 10:00:00.000000 1 main.go:173] error starting plugins: error creating plugin manager: unable to "
+        "create plugin manager: failed to construct resource managers: error building device map: error building "
+        "device map from config.resources: error building MIG device map: more than one MIG device type present on node",
+        "k8s-device-plugin.mig-types-mixed",
+        "spec.mig.strategy=mixed",
+    ),
+    (
+        "gpu-operator",
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        "E1206 10:00:00.000000 1 main.go:100] error: unable to load config: unable to finalize config: unable to "
+        "parse config file: error parsing config file: unmarshal error: error unmarshaling JSON: while decoding JSON: "
+        "json: cannot unmarshal string into Go struct field TimeSlicing.sharing.timeSlicing.resources.replicas of type int",
+        "k8s-device-plugin.config-unmarshal",
+        "replicas: <integer>",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time="2026-12-06T10:00:00Z" level=error msg="Failed to connect to remote hostengine" '
+        'error="Host engine connection invalid/disconnected"',
+        "dcgm-exporter.remote-hostengine-unreachable",
+        "DCGM_REMOTE_HOSTENGINE_INFO",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time=2026-12-06T10:00:00.000Z level=ERROR msg="could not find DCGM field; err: unknown ExporterCounter '
+        "field 'DCGM_FI_DEV_FOO'\"",
+        "dcgm-exporter.metrics-field-unknown",
+        "spec.dcgmExporter.config.name",
+    ),
 ]
 
 
