@@ -158,3 +158,46 @@ def test_a_layout_mig_parted_refuses_is_repaired_as_its_words_say(said: str, ent
     assert (root.id, root.link) == ("mig.failed", "mig")
     # The MIG manager's own entry, never the device plugin's for the same words about its own config file.
     assert _cites(root, entry) and key in root.fix and "devicePlugin" not in root.fix
+
+
+def _nfd_master(log: str) -> Any:
+    """An edit: the operator's bundled NFD master pod (Deployment, image node-feature-discovery v0.17.3), running
+    ready, with ``log`` as its container's log."""
+
+    def edit(sim: SimCluster) -> None:
+        name = "gpu-operator-node-feature-discovery-master-6d4f8b9c7-x2k4p"
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "gpu-operator"},
+                "spec": {
+                    "containers": [{"name": "master", "image": "registry.k8s.io/nfd/node-feature-discovery:v0.17.3"}]
+                },
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [
+                        {"name": "master", "ready": True, "restartCount": 0, "state": {"running": {}}}
+                    ],
+                },
+            }
+        )
+        sim.cluster.set_logs(name, namespace="gpu-operator", container="master", text=log)
+
+    return edit
+
+
+def test_gfd_labels_nfd_master_drops_get_nfd_masters_config_not_a_new_gfd_pod() -> None:
+    """nfd-master's klog line (pkg/nfd-master/nfd-master.go@v0.17.3: klog.ErrorS(err, "ignoring label", ...) with
+    filterFeatureLabel's "namespace %q is not allowed")."""
+    said = (
+        'E1206 10:00:00.000000       1 nfd-master.go:539] "ignoring label" err="namespace \\"nvidia.com\\" is not '
+        'allowed" labelKey="nvidia.com/gpu.product" labelValue="NVIDIA-A100-SXM4-80GB"\n'
+    )
+    unlabel = {"do": "node", "node": "n1", "labels": {"nvidia.com/gpu.product": None}}
+    (found,) = [f for f in diagnosed(OPERATOR, unlabel, _nfd_master(said)).findings if f.id == "gfd.labels-missing"]
+    assert found.node == "n1" and _cites(found, "node-feature-discovery.label-denied")
+    assert "extraLabelNs" in found.fix and "delete pod" not in found.fix
+    # Without that line the repair stays a new GFD pod.
+    (plain,) = [f for f in diagnosed(OPERATOR, unlabel, _nfd_master("")).findings if f.id == "gfd.labels-missing"]
+    assert "delete pod" in plain.fix and not _cites(plain, "node-feature-discovery.label-denied")
