@@ -86,6 +86,8 @@ CLUSTER_TESTS = {
     "test_a_kubelet_before_110_listing_no_gpu_under_a_device_plugin_is_the_node_with_the_feature_gate",
     "node.gpu-lost": "test_doctor_mig_and_lost_gpus::"
     "test_gpu_pods_refused_because_a_gpu_fell_off_the_bus_are_the_node_not_the_driver",
+    "mig.not-ready": "test_doctor_upper_catalog::"
+    "test_a_mig_manager_that_cannot_read_its_custom_layouts_is_the_mig_link_with_the_configmap_to_create",
     "workload.cuda-unusable": "test_doctor_beneath_the_plugin::"
     "test_cuda_busy_on_a_managed_gpu_pool_is_the_driver_and_the_pools_node_image_upgrade",
 }

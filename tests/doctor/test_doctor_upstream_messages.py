@@ -45,7 +45,8 @@ def test_every_recorded_message_is_known_or_set_aside_with_a_reason(message: dic
 
 
 def test_every_record_names_its_pinned_source_and_every_reason_is_used() -> None:
-    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in _script().PINNED}
+    script = _script()
+    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in (*script.PINNED, *script.OTHER_RELEASES)}
     for m in MESSAGES:
         repo, rest = m["source"].split(" ", 1)
         assert f"{repo} @{rest.rsplit('@', 1)[1]}" in pinned, m["source"]
@@ -120,6 +121,53 @@ CRASHES = [
         "time=2026-01-01T00:00:01Z level=ERROR msg=\"Could not read metrics file '/etc/dcgm-exporter/dcgm-metrics.csv'; "
         'err: open /etc/dcgm-exporter/dcgm-metrics.csv: no such file or directory"',
         "dcgm-exporter.metrics-file-unreadable",
+        "spec.dcgmExporter.config.name",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        "E1206 10:00:00.000000 1 main.go:173] error starting plugins: unable to load config: unable to finalize "
+        "config: unable to parse config file: error parsing config file: unknown version: v2",
+        "k8s-device-plugin.config-unknown-version",
+        "version: v1",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
+        "E1206 10:00:00.000000 1 main.go:173] error starting plugins: error creating plugin manager: unable to "
+        "create plugin manager: failed to construct resource managers: error building device map: error building "
+        "device map from config.resources: error building MIG device map: more than one MIG device type present on node",
+        "k8s-device-plugin.mig-types-mixed",
+        "spec.mig.strategy=mixed",
+    ),
+    (
+        "gpu-operator",
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        "E1206 10:00:00.000000 1 main.go:100] error: unable to load config: unable to finalize config: unable to "
+        "parse config file: error parsing config file: unmarshal error: error unmarshaling JSON: while decoding JSON: "
+        "json: cannot unmarshal string into Go struct field TimeSlicing.sharing.timeSlicing.resources.replicas of type int",
+        "k8s-device-plugin.config-unmarshal",
+        "replicas: <integer>",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time="2026-12-06T10:00:00Z" level=error msg="Failed to connect to remote hostengine" '
+        'error="Host engine connection invalid/disconnected"',
+        "dcgm-exporter.remote-hostengine-unreachable",
+        "DCGM_REMOTE_HOSTENGINE_INFO",
+    ),
+    (
+        "gpu-operator",
+        "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        'time=2026-12-06T10:00:00.000Z level=ERROR msg="could not find DCGM field; err: unknown ExporterCounter '
+        "field 'DCGM_FI_DEV_FOO'\"",
+        "dcgm-exporter.metrics-field-unknown",
         "spec.dcgmExporter.config.name",
     ),
 ]

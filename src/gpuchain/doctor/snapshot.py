@@ -25,6 +25,7 @@ from functools import cache
 from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
+from gpuchain.doctor.nfd import master_containers
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
@@ -32,7 +33,7 @@ from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import Kind
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 
 MAX_LOGS = 5
 #: At most how many running exporter / GFD pods' logs are read (one per DaemonSet that shows trouble).
@@ -188,6 +189,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # kubelet's pod-resources path, are set by hand, not by the stack). A healthy cluster reads no log.
     samples: dict[tuple[str, str], tuple[LogKey, Obj]] = {}
     workloads: list[tuple[LogKey, Obj]] = []
+    gfd_unlabelled = False
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
         namespace = meta.get("namespace")
@@ -209,6 +211,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
         node_labels = labels_by_node.get(str((pod.get("spec") or {}).get("nodeName")), {})
         unlabelled = "gpu-feature-discovery" in states and PRODUCT not in node_labels
+        gfd_unlabelled = gfd_unlabelled or unlabelled
         own_release = "dcgm-exporter" in states and namespace != stack.namespace
         if (unlabelled or own_release) and owner:
             for cs in status.get("containerStatuses") or []:
@@ -258,6 +261,12 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
 
     operands = sorted(crashing, key=by_key) + sorted(quiet, key=by_key)
     sampled = sorted(samples.values(), key=by_key)[:MAX_SAMPLE_LOGS]
+    if gfd_unlabelled:
+        # GFD runs where its labels are missing: nfd-master, which writes them, may be dropping them.
+        for pod, container in master_containers(snapshot.pods):
+            key = (str(namespace_of(pod) or "default"), name_of(pod), container)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            sampled.append((key, next((cs for cs in statuses if cs.get("name") == container), {})))
     return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
 
 

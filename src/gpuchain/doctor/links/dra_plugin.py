@@ -252,6 +252,13 @@ DRA_EVENTS = ("FailedPrepareDynamicResources", "Failed")
 #: What the DRA path says when a pod's GPU claims cannot be set up (catalog.yaml), most specific first: NVIDIA's
 #: plugin's reasons, the runtime's missing CDI spec of a claim, then the kubelet's own words around them.
 DRA_PREPARE = (
+    "k8s-dra-driver-gpu.claim-config-invalid",
+    "k8s-dra-driver-gpu.mps-with-dynamic-mig",
+    "k8s-dra-driver-gpu.mig-profile-missing",
+    "k8s-dra-driver-gpu.mig-mode-disabled",
+    "k8s-dra-driver-gpu.device-unhealthy",
+    "k8s-dra-driver-gpu.device-not-allocatable",
+    "k8s-dra-driver-gpu.imex-dns-names-driver-too-old",
     "k8s-dra-driver-gpu.checkpoint-corrupted",
     "k8s-dra-driver-gpu.device-already-allocated",
     "k8s-dra-driver-gpu.mig-create-failed",
@@ -265,6 +272,9 @@ DRA_PREPARE = (
 KUBELET_WORDS = frozenset({"kubelet.dra-driver-not-registered", "kubelet.dra-prepare-failed"})
 #: Repairs done on the node before the plugin restarts (its checkpoint file), not by the restart alone.
 ON_NODE = frozenset({"k8s-dra-driver-gpu.checkpoint-corrupted", "k8s-dra-driver-gpu.device-already-allocated"})
+#: Answers about the claim itself or the device it was given (its config, a MIG profile or mode, an unhealthy or
+#: vanished GPU, a feature the node's driver lacks): restarting the plugin changes nothing, the entry's repair does.
+CLAIM_SIDE = frozenset(DRA_PREPARE[:7])
 #: Failures of a claim the kubelet holds as prepared: it never asks the plugin again, so the pod is recreated.
 PREPARED_CLAIM = frozenset({"cdi.unresolvable-dra-claim"})
 
@@ -349,7 +359,10 @@ def claims_not_prepared(ctx: Context, view: NodeView) -> Finding | None:
         restart = Fix.delete_pod(
             ns, name_of(plugin), **{NOT_SIMULATED: "a DRA plugin's prepared claims are not simulated"}
         )
-        if said.entry.id in ON_NODE:
+        if said.entry.id in CLAIM_SIDE:
+            action = None
+            fix = "# " + said.entry.repair(view.name, namespace=ns, pod=name_of(plugin))
+        elif said.entry.id in ON_NODE:
             action = Fix(
                 FixOp.NODE,
                 view.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
@@ -10,6 +11,7 @@ from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
+from gpuchain.doctor.nfd import LABEL_DENIED, master_containers
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.releases import defect, showing
@@ -123,6 +125,12 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         )
         evidence.append(f"no {NFD_PREFIX}* label on {view.name}")
         fix = ctx.stack.render(install) + nfd_hint(ctx)
+    elif (dropped := _nfd_drops(ctx)) is not None:
+        # nfd-master's own log says it refuses labels: its config is what repairs, a new GFD pod would be refused too.
+        action = None
+        cause = f"gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label: {dropped.entry.cause}"
+        evidence += list(dropped.evidence("nfd-master log"))
+        fix = "# " + dropped.entry.repair(view.name)
     else:
         # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
         # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.
@@ -155,3 +163,12 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
             ),
         ),
     )
+
+
+def _nfd_drops(ctx: Context) -> catalog.Match | None:
+    """nfd-master's line for a label it drops, where its log was read (GFD runs on a node without its labels)."""
+    for pod, container in master_containers(ctx.snapshot.pods):
+        found = catalog.find(ctx.log(pod, container), LABEL_DENIED)
+        if found is not None:
+            return found
+    return None

@@ -51,7 +51,8 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
     state = view.labels.get(MIG_CONFIG_STATE)
     wanted = view.labels.get(MIG_CONFIG)
     if state not in ("pending", "rebooting", "failed"):
-        return None
+        # The label says nothing is under way, but a manager that cannot start applies no layout at all.
+        return _manager_failing(ctx, view, view.pod(MIG_MANAGER), [f"{MIG_CONFIG}={wanted}"]) if wanted else None
     reason = ((view.node.get("metadata") or {}).get("annotations") or {}).get(MIG_CONFIG_STATE_REASON, "")
     paused = sorted(k.removeprefix(DEPLOY_PREFIX) for k, v in view.labels.items() if v == PAUSED_FOR_MIG_CHANGE)
     mgr = view.pod(MIG_MANAGER)
@@ -118,6 +119,9 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         wedged = _wedged(ctx, view, mgr, wanted or "", log, evidence)
         if wedged is not None:
             return wedged
+    failing = _manager_failing(ctx, view, mgr, evidence)
+    if failing is not None:
+        return failing
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})
     return node_finding(
         view,
@@ -137,6 +141,33 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
             else ""
         ),
         action=cancel,
+    )
+
+
+def _manager_failing(ctx: Context, view: NodeView, mgr: Obj | None, evidence: list[str]) -> Finding | None:
+    """A MIG manager pod that cannot run (crash loop, error) for a reason the catalog knows from its source (a custom
+    layout file it is not given, a host file it cannot read): it applies no layout until that is repaired, so the
+    repair is the entry's, not cancelling the change. None where the pod runs or says nothing the catalog knows."""
+    state = pod_state(mgr) if mgr is not None else None
+    if mgr is None or state is None or state.ready or not state.failing:
+        return None
+    log = ctx.log(mgr, state.container or ctx.container(MIG_MANAGER))
+    said = catalog.known_error("\n".join((log, state.last_log, state.message)), "mig")
+    if said is None:
+        return None
+    ns = namespace_of(mgr) or ctx.namespace
+    return node_finding(
+        view,
+        fid="mig.not-ready",
+        sev=Severity.ERROR,
+        link="mig",
+        cause=f"the MIG manager pod {name_of(mgr)} is {state.status}, so it applies no MIG layout: {said.entry.cause}",
+        evidence=[
+            *(e for e in evidence if not e.startswith("pod ")),
+            state.describe(),
+            *said.evidence("mig-manager log"),
+        ],
+        fix="# " + said.entry.repair(view.name, namespace=ns, pod=name_of(mgr)),
     )
 
 
@@ -272,7 +303,7 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
             + "|".join(layouts[:6])
             + "> --overwrite",
         )
-    said = catalog.known_error("\n".join((log, reason)))
+    said = catalog.known_error("\n".join((log, reason)), "mig")
     named = PROFILE_NAMED.search(said.line) if said is not None and said.entry.id in PROFILE_UNLISTED else None
     if said is not None and named is not None:
         return _profile_unlisted(ctx, view, wanted, named, said, evidence, again)

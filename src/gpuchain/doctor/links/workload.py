@@ -19,6 +19,16 @@ from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
 
 NVML_LOST = "nvml.unknown-error-in-workload"
+#: Admission refusals whose repair is not a kubelet restart (catalog.yaml): the plugin's own Allocate refusals of the
+#: request (its sharing config, a device it no longer announces), and the device manager's for a plugin that is not
+#: registered or GPUs gone unhealthy.
+PLUGIN_REFUSED = (
+    "k8s-device-plugin.shared-request-too-big",
+    "k8s-device-plugin.allocate-unknown-device",
+    "kubelet.device-plugin-unregistered",
+    "kubelet.previously-allocated-unhealthy",
+    "kubelet.unhealthy-devices",
+)
 ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
 
 
@@ -47,8 +57,15 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         }
     )
     lost = catalog.find(message, "nvml.gpu-lost")
-    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost) if m]
-    if lost:
+    plugin = catalog.find(message, *PLUGIN_REFUSED)
+    said = [m.entry.cite() for m in (catalog.find(message, "kubelet.allocate-failed"), lost, plugin) if m]
+    action: Fix | None
+    if plugin and not lost:
+        # A refusal a kubelet restart would not repair (the plugin's own, an unregistered plugin, unhealthy GPUs):
+        # the repair is the entry's.
+        action = None
+        cause = f"the kubelet refuses GPU pods at admission: {plugin.entry.cause}"
+    elif lost:
         action = Fix(
             FixOp.HARDWARE,
             view.name,
@@ -82,9 +99,16 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
             *said,
             f"pods refused: {', '.join(pods[:5])}",
         ],
-        fix=ctx.stack.render(action),
+        fix=ctx.stack.render(action) if action else f"# {_repair(ctx, view, plugin)}",
         action=action,
     )
+
+
+def _repair(ctx: Context, view: NodeView, said: catalog.Match | None) -> str:
+    """The entry's repair with this node's device plugin pod filled in (the pod to restart)."""
+    pod = view.pod(DEVICE_PLUGIN) or {}
+    ns = namespace_of(pod) or ctx.namespace
+    return said.entry.repair(view.name, namespace=ns, pod=name_of(pod)) if said else ""
 
 
 #: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU

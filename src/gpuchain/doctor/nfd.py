@@ -1,0 +1,29 @@
+"""Node Feature Discovery's master, as the doctor reads it: NVIDIA's GFD hands its nvidia.com labels to NFD (a
+features file or a NodeFeature object) and nfd-master writes them to the node, so a node without GFD's labels while
+GFD runs may be nfd-master refusing them, which only its own log says ("ignoring label", catalog.yaml)."""
+
+from __future__ import annotations
+
+from gpuchain.kube.objects import Obj, name_of
+
+#: The catalog entry of nfd-master's line for a label it drops (kubernetes-sigs/node-feature-discovery
+#: pkg/nfd-master/nfd-master.go@v0.17.3).
+LABEL_DENIED = "node-feature-discovery.label-denied"
+
+
+def is_nfd_master(pod: Obj) -> bool:
+    """A pod of NFD's master: an image of node-feature-discovery in a pod named for its master (the NFD chart's
+    ``<release>-master-*`` Deployment, bundled or not by the GPU Operator's chart)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    image = any("node-feature-discovery" in str(c.get("image", "")) for c in containers)
+    return image and "master" in name_of(pod)
+
+
+def master_containers(pods: list[Obj]) -> list[tuple[Obj, str]]:
+    """Each nfd-master pod with each of its containers' names, for reading their logs."""
+    return [
+        (p, str(c.get("name", "")))
+        for p in pods
+        if is_nfd_master(p)
+        for c in (p.get("spec") or {}).get("containers") or []
+    ]
