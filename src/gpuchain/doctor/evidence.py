@@ -648,7 +648,15 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         said = None
         if known is not None:
             entry, _, line = known
-            finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
+            # An entry no check names a finding for: the runtime's refusal with the toolkit's own words is the
+            # hook's failure, a driver fault on a node image the image's, any other its link's not-ready.
+            finding_id = FINDING_OF.get(entry.id) or (
+                HOOK_FAILED
+                if proves == "toolkit"
+                else NOT_ON_NODE_IMAGE
+                if ctx.stack.node_image or proves != "driver"
+                else "driver.not-ready"
+            )
             if entry.id == HOST_PATH_ENTRY and proves != "driver":
                 finding_id = f"{proves}.not-installed"
             cause = entry.cause

@@ -130,6 +130,9 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
     )
 
 
+#: The package manager and nvidia-installer finding no headers of the running kernel to build the module against
+#: (catalog.yaml): the same want of a build for this kernel as the script's own "Could not resolve" line.
+NO_HEADERS = ("apt.kernel-headers-missing", "nvidia-installer.kernel-source-missing")
 UNLOAD_IN_USE = "driver-container.unload-in-use"
 #: Kernel modules loaded beside the driver for GPUDirect that take a reference on ``nvidia`` and that the
 #: driver container's ``_unload_driver`` does not remove (gdrdrv) or cannot while in use (nvidia_peermem),
@@ -272,7 +275,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     log = operand_log(
         ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
     )
-    kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
+    kernel_line = catalog.find(log, "driver-container.kernel-unresolved", *NO_HEADERS)
     conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})

@@ -1,0 +1,173 @@
+"""The lower links' messages read from their source (scripts/upstream-messages: the driver container's scripts,
+the driver manager, the NVIDIA runtime and its hooks) reach the doctor's findings by each way a pod shows them: a
+driver pod's main container, its driver-manager init container and its peermem sidecar crashing on a line; an
+operand, a validation and a GPU workload the runtime refused with the toolkit's own words. Each names the link
+and gives the catalog entry's repair, with its key, not a generic restart."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from doctor.small_cluster import crash_looping, crashing_pod, diagnosed
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import Finding, Report
+from gpuchain.kube import POD
+from gpuchain.kube.objects import name_of, namespace_of
+from gpuchain.sim.build import SimCluster
+
+OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
+#: runc's wrapping of a failed prestart hook, as containerd's CRI returns it (opencontainers/runc
+#: libcontainer/configs/config.go@v1.2.5 "error running %s hook #%d: %w").
+RUNC = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+    "unable to start container process: error during container init: error running prestart hook #0: "
+    "exit status 1, stdout: , stderr: {stderr}: unknown"
+)
+#: The shim's words when the runtime binary itself exits non-zero before runc runs (the NVIDIA runtime wrapper).
+WRAPPER = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    "/usr/local/nvidia/toolkit/nvidia-container-runtime did not terminate successfully: exit status 1: {stderr}: "
+    "unknown"
+)
+#: NVIDIA/libnvidia-container src/cli/configure.c "ldcache error: %s" with src/xfuncs.h "open failed: %s".
+LDCONFIG = "nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: no such file or directory"
+
+
+def _root(report: Report) -> Finding:
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    return root
+
+
+def _cites(finding: Finding, entry: str) -> bool:
+    return any(e.startswith(f"catalog: {entry} (") for e in finding.evidence)
+
+
+def _driver_manager(log: str) -> dict[str, Any]:
+    """The driver pod of n1 held in its k8s-driver-manager init container, which exits with ``log``."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "n1",
+        "init": [crash_looping("k8s-driver-manager")],
+        "logs": {"k8s-driver-manager": log},
+    }
+
+
+def _refused(daemonset: str, message: str, *, init: str = "", container: str = "") -> dict[str, Any]:
+    """``daemonset``'s pod on n1 whose container (or init container ``init``) the runtime refused with ``message``."""
+    state = {
+        "restarts": 4,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "StartError", "exitCode": 128, "message": message},
+    }
+    key, name = ("init", init) if init else ("containers", container)
+    return {"do": "pod", "daemonset": daemonset, "node": "n1", key: [{"name": name, **state}]}
+
+
+# -- the driver pod ---------------------------------------------------------------------------------------------
+
+
+def test_a_precompiled_driver_without_modules_for_the_kernel_turns_precompiled_off() -> None:
+    """gpu-driver-container ubuntu22.04/precompiled/nvidia-driver installs linux-modules-nvidia-<branch>-server-
+    <kernel>; apt says "Unable to locate package" when Ubuntu publishes none for the node's kernel."""
+    log = (
+        "Installing Closed NVIDIA driver kernel modules...\n"
+        "E: Unable to locate package linux-objects-nvidia-550-server-6.8.0-1021-aws\n"
+        "E: Unable to locate package linux-modules-nvidia-550-server-6.8.0-1021-aws\n"
+    )
+    root = _root(diagnosed(OPERATOR, crashing_pod("nvidia-driver-daemonset", "nvidia-driver-ctr", "n1", log)))
+    assert (root.id, root.link, root.node) == ("driver.not-ready", "driver", "n1")
+    assert _cites(root, "apt.precompiled-modules-missing") and "usePrecompiled=false" in root.fix
+
+
+def test_no_kernel_headers_in_the_archive_is_the_kernel_mismatch_with_its_reimage() -> None:
+    log = "Installing Linux kernel headers...\nE: Unable to locate package linux-headers-6.8.0-1021-aws\n"
+    root = _root(diagnosed(OPERATOR, crashing_pod("nvidia-driver-daemonset", "nvidia-driver-ctr", "n1", log)))
+    assert (root.id, root.link) == ("driver.kernel-mismatch", "driver")
+    assert _cites(root, "apt.kernel-headers-missing") and "reimage" in root.fix
+
+
+def test_a_daemon_the_driver_container_cannot_stop_is_killed_by_its_pidfile() -> None:
+    log = "Stopping NVIDIA persistence daemon...\nCould not stop NVIDIA persistence daemon\n"
+    root = _root(diagnosed(OPERATOR, crashing_pod("nvidia-driver-daemonset", "nvidia-driver-ctr", "n1", log)))
+    assert (root.link, root.node) == ("driver", "n1")
+    assert _cites(root, "driver-container.daemon-stop-failed")
+    assert "/var/run/nvidia-persistenced/nvidia-persistenced.pid" in root.fix and "reboot" in root.fix
+
+
+def test_the_peermem_sidecar_without_mofed_names_the_rdma_keys() -> None:
+    log = "waiting for mellanox ofed and nvidia drivers to be installed\nfailed to load nvidia-peermem module\n"
+    root = _root(diagnosed(OPERATOR, crashing_pod("nvidia-driver-daemonset", "nvidia-peermem-ctr", "n1", log)))
+    assert root.link == "driver" and _cites(root, "driver-container.peermem-load-failed")
+    assert "useHostMofed=true" in root.fix and "rdma.enabled=false" in root.fix
+
+
+def test_the_driver_manager_not_allowed_to_drain_is_given_the_drain_setting() -> None:
+    """NVIDIA/k8s-driver-manager cmd/driver-manager/main.go@v0.9.0: eviction failed and ENABLE_AUTO_DRAIN is off."""
+    log = (
+        'time="2025-10-01T00:00:00Z" level=info msg="Failed to drain node of GPU pods"\n'
+        'time="2025-10-01T00:00:00Z" level=fatal msg="cannot proceed until all GPU pods are drained from the node"\n'
+    )
+    root = _root(diagnosed(OPERATOR, _driver_manager(log)))
+    assert (root.link, root.node) == ("driver", "n1")
+    assert _cites(root, "k8s-driver-manager.gpu-pods-not-drained") and "ENABLE_AUTO_DRAIN=true" in root.fix
+    assert "kubectl drain n1" in root.fix
+
+
+def test_the_driver_manager_that_found_a_host_driver_leaves_the_node_to_it() -> None:
+    log = 'time="2025-10-01T00:01:00Z" level=fatal msg="driver is pre-installed on host"\n'
+    root = _root(diagnosed(OPERATOR, _driver_manager(log)))
+    assert root.link == "driver" and _cites(root, "k8s-driver-manager.host-driver")
+    assert "nvidia.com/gpu.deploy.driver=false" in root.fix
+
+
+# -- the runtime's refusals, with the toolkit's own words --------------------------------------------------------
+
+
+def test_an_operand_refused_for_a_missing_ldconfig_is_the_toolkit_with_the_config_key() -> None:
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
+        _refused("nvidia-device-plugin-daemonset", RUNC.format(stderr=LDCONFIG), container="nvidia-device-plugin-ctr"),
+    )
+    root = _root(report)
+    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "n1")
+    assert _cites(root, "libnvidia-container.ldconfig-missing")
+    assert "[nvidia-container-cli]" in root.fix and "replace the node" not in root.fix
+    assert "device-plugin.not-ready" not in report.ids
+
+
+def test_a_toolkit_validation_refused_by_the_runtimes_config_is_the_toolkit_with_the_mode_key() -> None:
+    """NVIDIA/nvidia-container-toolkit internal/runtime/runtime_factory.go@v1.18.0 "invalid runtime mode: %v"."""
+    message = WRAPPER.format(stderr="invalid runtime mode: cdl")
+    root = _root(diagnosed(OPERATOR, _refused("nvidia-operator-validator", message, init="toolkit-validation")))
+    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert _cites(root, "nvidia-container-runtime.invalid-mode") and 'mode = "auto"' in root.fix
+
+
+def test_gpu_pods_refused_for_a_missing_runc_are_the_toolkit_with_its_runtimes_key() -> None:
+    """NVIDIA/nvidia-container-toolkit internal/oci/runtime_low_level.go@v1.18.0: the wrapper finds no runc."""
+    message = WRAPPER.format(
+        stderr="error constructing low-level runtime: no runtime binary found from candidate list: [runc crun]"
+    )
+
+    def refuse(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
+        status = copy.deepcopy(pod["status"])
+        status["containerStatuses"][0].update(
+            ready=False,
+            restartCount=3,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": message}},
+        )
+        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
+
+    root = _root(
+        diagnosed(
+            "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: job, gpus: 1, node: n1}\n",
+            refuse,
+        )
+    )
+    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "n1")
+    assert _cites(root, "nvidia-container-runtime.low-level-runtime-missing") and "runtimes = [" in root.fix
