@@ -171,3 +171,13 @@ def test_gpu_pods_refused_for_a_missing_runc_are_the_toolkit_with_its_runtimes_k
     )
     assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "n1")
     assert _cites(root, "nvidia-container-runtime.low-level-runtime-missing") and "runtimes = [" in root.fix
+
+
+def test_a_driver_container_locked_out_by_another_instance_keeps_one_driver_per_node_not_turned_off() -> None:
+    """gpu-driver-container ubuntu22.04/nvidia-driver: flock on /run/nvidia/nvidia-driver.pid, else "An instance of
+    the NVIDIA driver is already running, aborting": another driver container on the node, not a host driver."""
+    log = "========== NVIDIA Software Installer ==========\nAn instance of the NVIDIA driver is already running, aborting\n"
+    root = _root(diagnosed(OPERATOR, crashing_pod("nvidia-driver-daemonset", "nvidia-driver-ctr", "n1", log)))
+    assert root.link == "driver" and root.id != "driver.host-driver-conflict"
+    assert _cites(root, "driver-container.already-running") and "/run/nvidia/nvidia-driver.pid" in root.fix
+    assert "deploy.driver=false" not in root.fix

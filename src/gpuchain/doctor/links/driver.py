@@ -276,11 +276,13 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
     )
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved", *NO_HEADERS)
-    conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
+    # A driver container's other instance on the node holds its install lock ("already running"): not a host's
+    # driver, so that line takes the catalog's repair (one driver instance per node) below, not this conflict.
+    conflict_line = catalog.find(log, UNLOAD_IN_USE)
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
-    if conflict_line and conflict_line.entry.id == "driver-container.unload-in-use" and holders:
+    if conflict_line and holders:
         drain = Fix(
             FixOp.NODE,
             view.name,
@@ -315,8 +317,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         )
     # NVIDIA/gpu-operator ClusterPolicy spec.gdrcopy.enabled (api/nvidia/v1/clusterpolicy_types.go GDRCopySpec).
     gdrcopy = bool((((ctx.policy_obj or {}).get("spec") or {}).get("gdrcopy") or {}).get("enabled"))
-    in_use = conflict_line is not None and conflict_line.entry.id == UNLOAD_IN_USE
-    held_by = _module_holders(pod, log, gdrcopy) if in_use else []
+    held_by = _module_holders(pod, log, gdrcopy) if conflict_line else []
     if conflict_line and held_by:
         restart = Fix.delete_pod(
             (namespace_of(pod) or ctx.namespace),
