@@ -142,7 +142,7 @@ def test_a_toolkit_validation_refused_by_the_runtimes_config_is_the_toolkit_with
     """NVIDIA/nvidia-container-toolkit internal/runtime/runtime_factory.go@v1.18.0 "invalid runtime mode: %v"."""
     message = WRAPPER.format(stderr="invalid runtime mode: cdl")
     root = _root(diagnosed(OPERATOR, _refused("nvidia-operator-validator", message, init="toolkit-validation")))
-    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert (root.id, root.link) == ("toolkit.validation-failed", "toolkit")
     assert _cites(root, "nvidia-container-runtime.invalid-mode") and 'mode = "auto"' in root.fix
 
 
@@ -169,7 +169,7 @@ def test_gpu_pods_refused_for_a_missing_runc_are_the_toolkit_with_its_runtimes_k
             refuse,
         )
     )
-    assert (root.id, root.link, root.node) == ("toolkit.hook-failed", "toolkit", "n1")
+    assert (root.id, root.link, root.node) == ("workload.runtime-hook-failed", "toolkit", "n1")
     assert _cites(root, "nvidia-container-runtime.low-level-runtime-missing") and "runtimes = [" in root.fix
 
 
@@ -181,3 +181,20 @@ def test_a_driver_container_locked_out_by_another_instance_keeps_one_driver_per_
     assert root.link == "driver" and root.id != "driver.host-driver-conflict"
     assert _cites(root, "driver-container.already-running") and "/run/nvidia/nvidia-driver.pid" in root.fix
     assert "deploy.driver=false" not in root.fix
+
+
+def test_a_refusal_with_a_toolkit_message_of_scope_anywhere_is_the_hook_not_a_node_image() -> None:
+    """A toolkit entry that proves its link wherever it shows (the runtime hook's config check, NVIDIA/nvidia-container-
+    toolkit cmd/nvidia-container-runtime-hook/hook_config.go@v1.17.4) is the hook's failure with the entry's repair,
+    not the driver's "not on the node image" on a cluster that has no node image."""
+    said = (
+        "Invalid value for config option 'nvidia-container-runtime.mode'; invalid mode (supported: auto, legacy, cdi)"
+    )
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n",
+        _refused("nvidia-device-plugin-daemonset", RUNC.format(stderr=said), container="nvidia-device-plugin-ctr"),
+    )
+    root = _root(report)
+    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert _cites(root, "nvidia-container-toolkit.invalid-config-option") and "config.toml" in root.fix
+    assert "driver.not-on-node-image" not in report.ids and "replace the node" not in root.fix
