@@ -6,16 +6,12 @@ and gives the catalog entry's repair, with its key, not a generic restart."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from doctor.small_cluster import crash_looping, crashing_pod, diagnosed
+from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, refused_at_start
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, Report
-from gpuchain.kube import POD
-from gpuchain.kube.objects import name_of, namespace_of
-from gpuchain.sim.build import SimCluster
 
 OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
 #: runc's wrapping of a failed prestart hook, as containerd's CRI returns it (opencontainers/runc
@@ -152,21 +148,10 @@ def test_gpu_pods_refused_for_a_missing_runc_are_the_toolkit_with_its_runtimes_k
         stderr="error constructing low-level runtime: no runtime binary found from candidate list: [runc crun]"
     )
 
-    def refuse(sim: SimCluster) -> None:
-        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("job"))
-        status = copy.deepcopy(pod["status"])
-        status["containerStatuses"][0].update(
-            ready=False,
-            restartCount=3,
-            state={"waiting": {"reason": "CrashLoopBackOff"}},
-            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": message}},
-        )
-        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
-
     root = _root(
         diagnosed(
             "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: job, gpus: 1, node: n1}\n",
-            refuse,
+            refused_at_start("job", message),
         )
     )
     assert (root.id, root.link, root.node) == ("workload.runtime-hook-failed", "toolkit", "n1")
