@@ -183,3 +183,17 @@ def test_a_refusal_with_a_toolkit_message_of_scope_anywhere_is_the_hook_not_a_no
     assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
     assert _cites(root, "nvidia-container-toolkit.invalid-config-option") and "config.toml" in root.fix
     assert "driver.not-on-node-image" not in report.ids and "replace the node" not in root.fix
+
+
+def test_gpu_pods_refused_for_a_driver_that_does_not_answer_in_time_get_persistence_mode() -> None:
+    """NVIDIA/libnvidia-container src/rpc.c: the hook's NVML helper answers within 10 s or "driver rpc error: timed
+    out"; the repair is the persistence daemon, not the generic rewrite of the runtime config."""
+    said = "nvidia-container-cli: initialization error: driver rpc error: timed out"
+    root = _root(
+        diagnosed(
+            "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: job, gpus: 1, node: n1}\n",
+            refused_at_start("job", RUNC.format(stderr=said)),
+        )
+    )
+    assert (root.id, root.link) == ("workload.runtime-hook-failed", "toolkit")
+    assert _cites(root, "libnvidia-container.driver-rpc-timeout") and "nvidia-persistenced" in root.fix

@@ -109,6 +109,7 @@ HOOK_FAILED = (
     "nvidia-container-runtime.low-level-runtime-missing",
     "nvidia-container-runtime.cdi-vendor-mix",
     "nvidia-cdi-hook.create-symlink-failed",
+    "libnvidia-container.driver-rpc-timeout",
     "libnvidia-container.initialization-error",
     "cdi.unresolvable-devices",
     "runc.prestart-hook-failed",
