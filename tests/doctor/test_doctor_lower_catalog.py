@@ -112,6 +112,19 @@ def test_the_driver_manager_not_allowed_to_drain_is_given_the_drain_setting() ->
     assert "kubectl drain n1" in root.fix
 
 
+def test_a_drain_held_by_a_disruption_budget_names_the_budget_not_the_generic_drain() -> None:
+    """The API server's eviction refusal (kubernetes pkg/registry/core/pod/storage/eviction.go@v1.34.4) on one line,
+    the driver manager's "failed to drain node" after it: the specific line's repair wins."""
+    log = (
+        'time="2025-10-01T00:00:00Z" level=info msg="error when evicting pods/\\"job-0\\" -n \\"ml\\" (will retry '
+        "after 5s): Cannot evict pod as it would violate the pod's disruption budget.\"\n"
+        'time="2025-10-01T00:05:00Z" level=fatal msg="failed to drain node: global timeout reached: 5m0s"\n'
+    )
+    root = _root(diagnosed(OPERATOR, _driver_manager(log)))
+    assert root.link == "driver" and _cites(root, "kube-apiserver.eviction-pdb")
+    assert "PodDisruptionBudget" in root.fix and "maxUnavailable" in root.fix
+
+
 def test_the_driver_manager_that_found_a_host_driver_leaves_the_node_to_it() -> None:
     log = 'time="2025-10-01T00:01:00Z" level=fatal msg="driver is pre-installed on host"\n'
     root = _root(diagnosed(OPERATOR, _driver_manager(log)))
