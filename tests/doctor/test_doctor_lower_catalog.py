@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import test_doctor_fixes
 from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, refused_at_start
 
-from gpuchain.doctor import Severity
+from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.model import Finding, Report
 
 OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
@@ -210,3 +211,17 @@ def test_gpu_pods_refused_for_a_driver_that_does_not_answer_in_time_get_persiste
     )
     assert (root.id, root.link) == ("workload.runtime-hook-failed", "toolkit")
     assert _cites(root, "libnvidia-container.driver-rpc-timeout") and "nvidia-persistenced" in root.fix
+
+
+def test_an_nvidiadriver_stopped_on_a_message_the_catalog_knows_gets_that_messages_repair() -> None:
+    """NVIDIA/gpu-operator controllers/nvidiadriver_controller.go@v25.10.0 records "GPUDirect Storage driver ... is
+    only supported with NVIDIA OpenRM drivers" as the NVIDIADriver's Error condition: the fix names kernelModuleType."""
+    sim = test_doctor_fixes._without_driver_daemonset()
+    message = (
+        "GPUDirect Storage driver '2.20.5' is only supported with NVIDIA OpenRM drivers. Please set "
+        "'useOpenKernelModules=true' to enable OpenRM mode"
+    )
+    sim.cluster.create(test_doctor_fixes._driver("default", "2026-01-01T00:00:00Z", None, ("ReconcileFailed", message)))
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    finding = next(f for f in report.findings if f.id == "driver.nvidiadriver-error")
+    assert _cites(finding, "gpu-operator.nvidiadriver-gds-needs-open") and "kernelModuleType=open" in finding.fix

@@ -111,6 +111,8 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
             ),
         )
     driver, _, error = stopped[0]
+    # The controller's own message, where the catalog knows it, names the spec field and the value that repairs it.
+    said = catalog.known_error(str(error.get("message") or ""), "driver")
     return Result(
         LinkState.BROKEN,
         f"NVIDIADriver {name_of(driver)}: {error.get('reason', 'Error')}",
@@ -121,9 +123,12 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
                 sev=Severity.ERROR,
                 link="driver",
                 cause=f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys "
-                "no driver on this node; the condition's message names what it could not do.",
-                evidence=evidence,
-                fix=f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
+                "no driver on this node: "
+                + (said.entry.cause if said else "the condition's message names what it could not do."),
+                evidence=[*evidence, said.entry.cite()] if said else evidence,
+                fix=f"# {said.entry.fix}; the operator reconciles NVIDIADriver {name_of(driver)} again on the change"
+                if said
+                else f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
                 "message names; the operator reconciles again on the edit",
             ),
         ),
