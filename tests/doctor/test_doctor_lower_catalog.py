@@ -225,3 +225,26 @@ def test_an_nvidiadriver_stopped_on_a_message_the_catalog_knows_gets_that_messag
     report = run_doctor(sim.cluster, reader=sim.read_log)
     finding = next(f for f in report.findings if f.id == "driver.nvidiadriver-error")
     assert _cites(finding, "gpu-operator.nvidiadriver-gds-needs-open") and "kernelModuleType=open" in finding.fix
+
+
+def test_a_driver_validation_without_a_loaded_module_loads_the_modules() -> None:
+    """NVIDIA/nvidia-container-toolkit internal/system/nvdevices/devices.go@v1.17.4: the validator's device nodes
+    need each module's major number in /proc/devices; the fix loads the modules, not the toolkit."""
+    log = (
+        'time="2025-10-01T00:00:00Z" level=info msg="Error: error validating driver installation: error creating '
+        "symlink creator: failed to create NVIDIA device nodes: failed to create device node nvidia-uvm: failed to "
+        'determine major: invalid device node"\n'
+    )
+    report = diagnosed(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "n1",
+            "init": [crash_looping("driver-validation")],
+            "logs": {"driver-validation": log},
+        },
+    )
+    root = _root(report)
+    assert (root.link, root.node) == ("driver", "n1")
+    assert _cites(root, "nvidia-container-toolkit.device-major-missing") and "modprobe -a nvidia" in root.fix
