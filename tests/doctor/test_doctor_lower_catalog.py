@@ -12,6 +12,7 @@ import test_doctor_fixes
 from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, refused_at_start
 
 from gpuchain.doctor import Severity, run_doctor
+from gpuchain.doctor.links import cuda_branches
 from gpuchain.doctor.model import Finding, Report
 
 OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
@@ -248,3 +249,28 @@ def test_a_driver_validation_without_a_loaded_module_loads_the_modules() -> None
     root = _root(report)
     assert (root.link, root.node) == ("driver", "n1")
     assert _cites(root, "nvidia-container-toolkit.device-major-missing") and "modprobe -a nvidia" in root.fix
+
+
+def test_the_cuda_a_refused_image_requires_names_the_driver_branch_to_install() -> None:
+    """The hook's "unsatisfied condition: cuda>=12.4" (NVIDIA/nvidia-container-toolkit internal/requirements/
+    constraints/binary.go@v1.18.0): the fix names branch 550, CUDA 12.4's first (CUDA release notes, Table 3)."""
+    said = "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver"
+    root = _root(
+        diagnosed(
+            "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 535.183.01}\n"
+            "workloads:\n  - {name: job, gpus: 1, node: n1}\n",
+            refused_at_start("job", RUNC.format(stderr=said)),
+        )
+    )
+    assert (root.id, root.link) == ("driver.too-old", "driver")
+    assert "branch 550 or later" in root.fix and "CUDA 12.4" in root.fix
+
+
+def test_each_cuda_release_maps_to_the_first_branch_that_supports_it() -> None:
+    assert cuda_branches.branch_for("unsatisfied condition: cuda>=12.8") == ("12.8", 570)
+    assert cuda_branches.branch_for("cuda >= 11.8") == ("11.8", 520)
+    assert cuda_branches.branch_for("unsatisfied condition: cuda>=99.0") is None
+    assert cuda_branches.branch_for("no requirement here") is None
+    # Every later CUDA release needs the same branch or a later one.
+    branches = [b for _, b in sorted(cuda_branches.BRANCHES.items())]
+    assert branches == sorted(branches)

@@ -25,6 +25,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
@@ -468,6 +469,7 @@ def _fix(
             },
         )
     elif finding_id == "driver.too-old":
+        need = needed(failure.text)
         if ctx.policy_obj is not None and ctx.policy.driver.enabled and view.pod(DRIVER) is not None:
             pinned = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("version")
             if pinned:
@@ -481,18 +483,20 @@ def _fix(
                 )
                 return newer, ctx.stack.render(newer) + (
                     f"   # upgrade the driver: drop the pinned {pinned} for the operator's default (newer) release"
+                    + (f"; it needs {need}" if need else "")
                 )
             return None, (
-                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to a newer branch whose CUDA "
-                "support covers the pod's (the line above names it), or run the pod from an image built for an "
-                "older CUDA"
+                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to "
+                + (need or "a newer branch whose CUDA support covers the pod's")
+                + ", or run the pod from an image built for an older CUDA"
             )
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "upgrade the host's NVIDIA driver to a release that supports the CUDA version the failing "
-                f"pod runs (the driver branch its CUDA release notes name), reboot, then {rerun}",
+                "action": "upgrade the host's NVIDIA driver to "
+                + (need or "a release that supports the CUDA version the failing pod runs")
+                + f", reboot, then {rerun}",
                 NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
