@@ -274,3 +274,30 @@ def test_each_cuda_release_maps_to_the_first_branch_that_supports_it() -> None:
     # Every later CUDA release needs the same branch or a later one.
     branches = [b for _, b in sorted(cuda_branches.BRANCHES.items())]
     assert branches == sorted(branches)
+
+
+def test_a_peermem_sidecar_failing_its_probe_is_read_from_the_kubelets_unhealthy_event() -> None:
+    """The sidecar runs but is not ready; its probe's output ("nvidia-peermem module is not loaded",
+    gpu-driver-container ubuntu22.04/nvidia-driver probe_nvidia_peermem) is only in the kubelet's Unhealthy Event."""
+    report = diagnosed(
+        OPERATOR,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-driver-daemonset",
+            "node": "n1",
+            "containers": [
+                {"name": "nvidia-driver-ctr", "state": {"running": True}, "ready": True},
+                {"name": "nvidia-peermem-ctr", "state": {"running": True}, "ready": False},
+            ],
+            "events": [
+                {
+                    "reason": "Unhealthy",
+                    "type": "Warning",
+                    "message": "Readiness probe failed: nvidia-peermem module is not loaded",
+                }
+            ],
+        },
+    )
+    root = _root(report)
+    assert root.link == "driver" and _cites(root, "driver-container.peermem-load-failed")
+    assert "useHostMofed" in root.fix

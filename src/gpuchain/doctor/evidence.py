@@ -207,6 +207,17 @@ def runtime_events(view: NodeView, pod: Obj) -> list[str]:
     ]
 
 
+def probe_failures(view: NodeView, pod: Obj) -> list[str]:
+    """The outputs of ``pod``'s failing probes, from the kubelet's Warning ``Unhealthy`` Events ("Readiness probe
+    failed: " and the probe's output, kubernetes pkg/kubelet/prober/prober.go@v1.34.4): a container that runs but
+    is not ready writes its reason there, not in its log (the driver pod's nvidia-peermem sidecar)."""
+    return [
+        str(e.get("message") or "")
+        for e in view.events
+        if e.get("reason") == "Unhealthy" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+    ]
+
+
 def refused_workloads(ctx: Context, view: NodeView) -> list[Failure]:
     """GPU pods the runtime refused to start with a message that proves a link broken wherever it shows
     (a version mismatch the runtime hook met in NVML): witnesses for that link, as an operand would be."""

@@ -9,7 +9,7 @@ from typing import Any
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
-from gpuchain.doctor.evidence import hook_refusal
+from gpuchain.doctor.evidence import hook_refusal, probe_failures
 from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import mofed_wait
@@ -280,6 +280,8 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     log = operand_log(
         ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
     )
+    # A sidecar that runs but is not ready (nvidia-peermem) says why only in its probe's output.
+    log = "\n".join(x for x in (log, *probe_failures(view, pod)) if x)
     kernel_line = catalog.find(log, "driver-container.kernel-unresolved", *NO_HEADERS)
     # A driver container's other instance on the node holds its install lock ("already running"): not a host's
     # driver, so that line takes the catalog's repair (one driver instance per node) below, not this conflict.
