@@ -663,15 +663,15 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         said = None
         if known is not None:
             entry, _, line = known
-            # An entry no check names a finding for: the runtime's refusal with the toolkit's own words is the
-            # hook's failure, a driver fault on a node image the image's, any other its link's not-ready.
-            finding_id = FINDING_OF.get(entry.id) or (
-                HOOK_FAILED
-                if proves == "toolkit"
-                else NOT_ON_NODE_IMAGE
-                if ctx.stack.node_image or proves != "driver"
-                else "driver.not-ready"
-            )
+            # An entry no check names a finding for: the toolkit's own words are the hook's failure; a driver fault
+            # is the node image's where the stack's nodes carry the driver, else the driver's not-ready.
+            if proves == "toolkit":
+                default = HOOK_FAILED
+            elif proves == "driver" and not ctx.stack.node_image:
+                default = "driver.not-ready"
+            else:
+                default = NOT_ON_NODE_IMAGE
+            finding_id = FINDING_OF.get(entry.id, default)
             if entry.id == HOST_PATH_ENTRY and proves != "driver":
                 finding_id = f"{proves}.not-installed"
             cause = entry.cause
