@@ -145,3 +145,21 @@ def plugin_image(image: str) -> Callable[[SimCluster], None]:
                 sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
 
     return edit
+
+
+def refused_at_start(prefix: str, message: str) -> Callable[[SimCluster], None]:
+    """An edit: the pod ``prefix``-* whose first container the runtime refused to start, as the kubelet shows it
+    (waiting CrashLoopBackOff, last state terminated StartError, exit 128, with the runtime's ``message``)."""
+
+    def edit(sim: SimCluster) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith(prefix))
+        status = copy.deepcopy(pod["status"])
+        status["containerStatuses"][0].update(
+            ready=False,
+            restartCount=3,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            lastState={"terminated": {"reason": "StartError", "exitCode": 128, "message": message}},
+        )
+        sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
+
+    return edit

@@ -46,7 +46,7 @@ def test_every_recorded_message_is_known_or_set_aside_with_a_reason(message: dic
 
 def test_every_record_names_its_pinned_source_and_every_reason_is_used() -> None:
     script = _script()
-    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in (*script.PINNED, *script.OTHER_RELEASES)}
+    pinned = {f"{repo} @{tag}" for _, repo, tag, *_ in (*script.PINNED, *script.OTHER_RELEASES, *script.SCRIPTS)}
     for m in MESSAGES:
         repo, rest = m["source"].split(" ", 1)
         assert f"{repo} @{rest.rsplit('@', 1)[1]}" in pinned, m["source"]
@@ -93,6 +93,32 @@ def test_the_script_takes_each_error_level_string_once_and_only_returned_errors_
     ]
     assert script._go_string(r'"say \"hi\" \\ there\n"') == 'say "hi" \\ there\\n'
     assert re.search(script.LOGGED, 'klog.Warningf("x")') is None
+
+
+def test_the_script_takes_the_failure_lines_a_shell_entry_point_echoes() -> None:
+    """A driver container script's failure is an echo to stderr, after a failing word, or right before a
+    non-zero return; its progress lines and the echo inside a trap's string are not."""
+    script = _script()
+    sh = "\n".join(
+        [
+            'echo "Updating the package cache..."',
+            "    if ! apt-get update; then",
+            '        echo "ERROR: Failed to update package cache. "\\',
+            '             "Ensure the cluster can reach it."',
+            "        exit 1",
+            "    fi",
+            'echo "Could not resolve Linux kernel version" >&2',
+            'echo "Found package ${pkg}"',
+            "return 1",
+            "trap \"echo 'Caught signal'; exit 0\" TERM",
+            'echo "Starting NVIDIA persistence daemon..."',
+        ]
+    )
+    assert script.shell_messages(sh) == [
+        "ERROR: Failed to update package cache. Ensure the cluster can reach it.",
+        "Could not resolve Linux kernel version",
+        "Found package ${pkg}",
+    ]
 
 
 #: (stack, DaemonSet, container, the line as the component prints it, the entry, a key its fix names)

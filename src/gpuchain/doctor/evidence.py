@@ -25,6 +25,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
@@ -203,6 +204,17 @@ def runtime_events(view: NodeView, pod: Obj) -> list[str]:
         str(e.get("message") or "")
         for e in view.events
         if e.get("reason") == "Failed" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
+    ]
+
+
+def probe_failures(view: NodeView, pod: Obj) -> list[str]:
+    """The outputs of ``pod``'s failing probes, from the kubelet's Warning ``Unhealthy`` Events ("Readiness probe
+    failed: " and the probe's output, kubernetes pkg/kubelet/prober/prober.go@v1.34.4): a container that runs but
+    is not ready writes its reason there, not in its log (the driver pod's nvidia-peermem sidecar)."""
+    return [
+        str(e.get("message") or "")
+        for e in view.events
+        if e.get("reason") == "Unhealthy" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
     ]
 
 
@@ -468,6 +480,7 @@ def _fix(
             },
         )
     elif finding_id == "driver.too-old":
+        need = needed(failure.text)
         if ctx.policy_obj is not None and ctx.policy.driver.enabled and view.pod(DRIVER) is not None:
             pinned = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("version")
             if pinned:
@@ -481,18 +494,20 @@ def _fix(
                 )
                 return newer, ctx.stack.render(newer) + (
                     f"   # upgrade the driver: drop the pinned {pinned} for the operator's default (newer) release"
+                    + (f"; it needs {need}" if need else "")
                 )
             return None, (
-                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to a newer branch whose CUDA "
-                "support covers the pod's (the line above names it), or run the pod from an image built for an "
-                "older CUDA"
+                f"# upgrade the driver: set spec.driver.version of {ctx.policy_ref} to "
+                + (need or "a newer branch whose CUDA support covers the pod's")
+                + ", or run the pod from an image built for an older CUDA"
             )
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": "upgrade the host's NVIDIA driver to a release that supports the CUDA version the failing "
-                f"pod runs (the driver branch its CUDA release notes name), reboot, then {rerun}",
+                "action": "upgrade the host's NVIDIA driver to "
+                + (need or "a release that supports the CUDA version the failing pod runs")
+                + f", reboot, then {rerun}",
                 NOT_SIMULATED: "the host driver's version is a fact of the node no scenario names",
             },
         )
@@ -648,7 +663,15 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         said = None
         if known is not None:
             entry, _, line = known
-            finding_id = FINDING_OF.get(entry.id, NOT_ON_NODE_IMAGE)
+            # An entry no check names a finding for: the toolkit's own words are the hook's failure; a driver fault
+            # is the node image's where the stack's nodes carry the driver, else the driver's not-ready.
+            if proves == "toolkit":
+                default = HOOK_FAILED
+            elif proves == "driver" and not ctx.stack.node_image:
+                default = "driver.not-ready"
+            else:
+                default = NOT_ON_NODE_IMAGE
+            finding_id = FINDING_OF.get(entry.id, default)
             if entry.id == HOST_PATH_ENTRY and proves != "driver":
                 finding_id = f"{proves}.not-installed"
             cause = entry.cause

@@ -9,7 +9,7 @@ from typing import Any
 from gpuchain.common.labels import OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
-from gpuchain.doctor.evidence import hook_refusal
+from gpuchain.doctor.evidence import hook_refusal, probe_failures
 from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import mofed_wait
@@ -111,6 +111,8 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
             ),
         )
     driver, _, error = stopped[0]
+    # The controller's own message, where the catalog knows it, names the spec field and the value that repairs it.
+    said = catalog.known_error(str(error.get("message") or ""), "driver")
     return Result(
         LinkState.BROKEN,
         f"NVIDIADriver {name_of(driver)}: {error.get('reason', 'Error')}",
@@ -121,15 +123,21 @@ def _nvidiadriver_stopped(ctx: Context, view: NodeView) -> Result | None:
                 sev=Severity.ERROR,
                 link="driver",
                 cause=f"the GPU Operator stopped reconciling NVIDIADriver {name_of(driver)} on an error, so it deploys "
-                "no driver on this node; the condition's message names what it could not do.",
-                evidence=evidence,
-                fix=f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
+                "no driver on this node: "
+                + (said.entry.cause if said else "the condition's message names what it could not do."),
+                evidence=[*evidence, said.entry.cite()] if said else evidence,
+                fix=f"# {said.entry.fix}; the operator reconciles NVIDIADriver {name_of(driver)} again on the change"
+                if said
+                else f"kubectl edit nvidiadriver {name_of(driver)}   # change the spec field the Error condition's "
                 "message names; the operator reconciles again on the edit",
             ),
         ),
     )
 
 
+#: The package manager and nvidia-installer finding no headers of the running kernel to build the module against
+#: (catalog.yaml): the same want of a build for this kernel as the script's own "Could not resolve" line.
+NO_HEADERS = ("apt.kernel-headers-missing", "nvidia-installer.kernel-source-missing")
 UNLOAD_IN_USE = "driver-container.unload-in-use"
 #: Kernel modules loaded beside the driver for GPUDirect that take a reference on ``nvidia`` and that the
 #: driver container's ``_unload_driver`` does not remove (gdrdrv) or cannot while in use (nvidia_peermem),
@@ -272,12 +280,16 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     log = operand_log(
         ctx, view=view, operand=DRIVER, container=state.container or state.waiting_init, last=state.last_log
     )
-    kernel_line = catalog.find(log, "driver-container.kernel-unresolved")
-    conflict_line = catalog.find(log, UNLOAD_IN_USE, "driver-container.already-running")
+    # A sidecar that runs but is not ready (nvidia-peermem) says why only in its probe's output.
+    log = "\n".join(x for x in (log, *probe_failures(view, pod)) if x)
+    kernel_line = catalog.find(log, "driver-container.kernel-unresolved", *NO_HEADERS)
+    # A driver container's other instance on the node holds its install lock ("already running"): not a host's
+    # driver, so that line takes the catalog's repair (one driver instance per node) below, not this conflict.
+    conflict_line = catalog.find(log, UNLOAD_IN_USE)
     evidence = [state.describe(), f"node kernel {view.kernel} (status.nodeInfo.kernelVersion)"]
     others = sorted(ctx.driver_kernels - {view.kernel})
     holders = [name_of(p) for p in view.workloads if pod_gpu_requests(p)]
-    if conflict_line and conflict_line.entry.id == "driver-container.unload-in-use" and holders:
+    if conflict_line and holders:
         drain = Fix(
             FixOp.NODE,
             view.name,
@@ -312,8 +324,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         )
     # NVIDIA/gpu-operator ClusterPolicy spec.gdrcopy.enabled (api/nvidia/v1/clusterpolicy_types.go GDRCopySpec).
     gdrcopy = bool((((ctx.policy_obj or {}).get("spec") or {}).get("gdrcopy") or {}).get("enabled"))
-    in_use = conflict_line is not None and conflict_line.entry.id == UNLOAD_IN_USE
-    held_by = _module_holders(pod, log, gdrcopy) if in_use else []
+    held_by = _module_holders(pod, log, gdrcopy) if conflict_line else []
     if conflict_line and held_by:
         restart = Fix.delete_pod(
             (namespace_of(pod) or ctx.namespace),
