@@ -43,9 +43,10 @@ def is_gpu_node(node: Obj) -> bool:
 
 
 #: Image repository names of NVIDIA's DRA driver (nvcr.io/nvidia/k8s-dra-driver-gpu; later releases
-#: dra-driver-nvidia-gpu): its kubelet plugin publishes a node's GPUs as ResourceSlices, the device-plugin link's
-#: counterpart where GPUs are allocated through DRA (NVIDIA/k8s-dra-driver-gpu deployments/helm values.yaml).
-DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu")
+#: dra-driver-nvidia-gpu; its first release v0.1.0 was nvcr.io/nvidia/cloud-native/k8s-dra-driver, the repository's
+#: name before the -gpu suffix): its kubelet plugin publishes a node's GPUs as ResourceSlices, the device-plugin
+#: link's counterpart where GPUs are allocated through DRA (NVIDIA/k8s-dra-driver-gpu deployments/helm values.yaml).
+DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu", "/k8s-dra-driver:")
 
 
 def images_of(obj: Obj) -> str:
