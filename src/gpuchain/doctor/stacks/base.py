@@ -25,8 +25,8 @@ GPU_NODE_LABELS = (
 
 
 #: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
-#: g4ad's AMD Radeon; Azure NC/ND/NV, GCP a2/a3/g2).
-GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[3-6](?!ad)[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
+#: g4ad's AMD Radeon, with gr6's L4 and p6's hyphenated families such as p6-b200; Azure NC/ND/NV, GCP a2/a3/g2).
+GPU_INSTANCE = re.compile(r"^(p[2-6][a-z0-9-]*\.|g[3-7](?!ad)[a-z]*\.|gr6[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
 
 
 def is_gpu_node(node: Obj) -> bool:
