@@ -5,6 +5,9 @@ the default handler, and what differs for this one is nvidia-container-runtime's
 kubelet shows it as terminated StartError (exit 128), then CrashLoopBackOff, with containerd's "failed to create
 shim task: OCI runtime create failed: ..." (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go@v1.34.4).
 The repair is the toolkit's release, not the plugin's.
+
+The other way round: a plugin that logged "found NVML library" had the driver's library in its container (the
+runtime did its part), so an NVML failure after it is the plugin's link, not a runtime without NVIDIA's hook.
 """
 
 from __future__ import annotations
@@ -63,3 +66,28 @@ def test_runc_refusing_a_container_of_the_nvidia_runtime_class_is_the_toolkits()
 def test_the_same_refusal_under_the_default_runtime_is_not_the_toolkits() -> None:
     (root,) = _roots(diagnosed(PLUGIN, no_gpus("n1"), plugin_pod("n1", REFUSED)))
     assert root.link == "device-plugin"
+
+
+#: The plugin's lines when its container has libnvidia-ml.so.1 and NVML still fails to initialise (go-nvlib
+#: pkg/nvlib/info HasNvml "found NVML library" logged by factory.go, then the plugin's own exit line).
+FOUND_THEN_FAILED = (
+    "I0801 15:26:24.781053       1 factory.go:104] Detected NVML platform: found NVML library\n"
+    "error starting plugins: error creating plugin manager: unable to create plugin manager: nvml init failed: "
+    "ERROR_LIBRARY_NOT_FOUND\n"
+)
+NOT_FOUND = (
+    "I0801 15:26:24.781053       1 factory.go:104] Detected non-NVML platform: could not load NVML library: "
+    "libnvidia-ml.so.1: cannot open shared object file: No such file or directory\n"
+    "E0801 15:26:24.781100       1 main.go:132] error starting plugins: error creating plugin manager: unable to "
+    "create plugin manager: platform detection failed\n"
+)
+HOST = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.90.07}\n"
+CRASH = {"name": "nvidia-device-plugin-ctr", "restarts": 8, "state": {"waiting": "CrashLoopBackOff"},
+         "last": {"terminated": "Error", "exitCode": 1}}  # fmt: skip
+
+
+def test_a_plugin_that_found_the_nvml_library_is_not_a_runtime_without_nvidias_hook() -> None:
+    (root,) = _roots(diagnosed(HOST, no_gpus("n1"), plugin_pod("n1", CRASH, FOUND_THEN_FAILED)))
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    (missing,) = _roots(diagnosed(HOST, no_gpus("n1"), plugin_pod("n1", CRASH, NOT_FOUND)))
+    assert missing.link != "device-plugin"
