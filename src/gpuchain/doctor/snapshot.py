@@ -229,7 +229,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
                 current = cs.get("state") or {}
-                if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                # Crash-looping, or caught between two runs: terminated with an error, before the back-off.
+                exited = (current.get("terminated") or {}).get("reason") not in (None, "Completed")
+                if exited or (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
                     if not _last_message(cs):
                         crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
                 # A running init container is waiting for a lower link, unless it already restarted; or unless it
