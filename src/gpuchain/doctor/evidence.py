@@ -28,7 +28,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
-from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
 from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
 from gpuchain.doctor.releases import NEWEST, image_version, showing, version_of
@@ -513,7 +513,7 @@ def _fix(
             if image is not None and not image.ships_driver
             else f"replace the node with one built from {ctx.stack.node_image}"
         )
-        action = Fix(FixOp.NODE, view.name, {"action": way, "fact": "runtime"})
+        action = Fix(FixOp.NODE, view.name, {"action": way + nodeadm_left_runc(view.node), "fact": "runtime"})
     elif entry is not None and entry.id == HOST_GLIBC and ctx.policy_obj is not None:
         tag = toolkit_tag_for_old_glibc(ctx.policy.toolkit.version)
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": tag}}})
