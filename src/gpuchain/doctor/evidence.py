@@ -29,13 +29,13 @@ from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
-from gpuchain.doctor.node_image import node_image
-from gpuchain.doctor.owners import repair_target, silent
+from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
+from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
 from gpuchain.doctor.releases import NEWEST, image_version, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, RUNTIME_CLASS_HANDLER, TOOLKIT, Operand
 
 #: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
 HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
@@ -528,12 +528,30 @@ def _fix(
             if image is not None and not image.ships_driver
             else f"replace the node with one built from {ctx.stack.node_image}"
         )
-        action = Fix(FixOp.NODE, view.name, {"action": way, "fact": "runtime"})
+        action = Fix(FixOp.NODE, view.name, {"action": way + nodeadm_left_runc(view.node), "fact": "runtime"})
     elif entry is not None and entry.id == HOST_GLIBC and ctx.policy_obj is not None:
         tag = toolkit_tag_for_old_glibc(ctx.policy.toolkit.version)
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": tag}}})
         return action, ctx.stack.render(action) + (
             f"   # the toolkit image whose binaries run on the host's older glibc; then {rerun}"
+        )
+    elif link == "toolkit" and entry is None and nvidia_runtime_refused(ctx, view, failure):
+        # runc creates the node's other containers: the nvidia runtime's edit of this one's spec is what fails, so
+        # the toolkit's runtime and libnvidia-container are moved to a release made for this containerd and runc.
+        newest = NEWEST["container-toolkit"]
+        if ctx.deploys(TOOLKIT) and ctx.policy_obj is not None:
+            action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": newest}}})
+            return action, ctx.stack.render(action) + f"   # the toolkit's newest release; then {rerun}"
+        action = Fix(
+            FixOp.NODE,
+            view.name,
+            {
+                "action": "upgrade the node's NVIDIA container toolkit packages (nvidia-container-toolkit, "
+                f"libnvidia-container1, libnvidia-container-tools) to {newest.lstrip('v')} or the newest your "
+                "distribution's NVIDIA repository has, the runtime made for this node's containerd and runc, "
+                f"restart containerd, then {rerun}",
+                NOT_SIMULATED: "the host's toolkit packages are a fact of the node no scenario names",
+            },
         )
     elif link == "toolkit" and (entry is None or entry.id in TOOLKIT_UNSAID):
         toolkit = view.pod(TOOLKIT)
@@ -618,6 +636,31 @@ def refused_by_hook(view: NodeView, failure: Failure) -> bool:
     return toolkits and own != TOOLKIT.state
 
 
+#: The low-level runtime's refusal to create a container, as containerd passes it on (containerd
+#: core/runtime/v2 shim "failed to create shim task: OCI runtime create failed: ...", runc's own error after it).
+OCI_CREATE_FAILED = re.compile(r"OCI runtime create failed")
+#: runc's words once the container exists and only its command fails to exec (opencontainers/runc
+#: libcontainer/process_linux.go@v1.1.12 "unable to start container process: %w" around the exec error).
+PROCESS_EXEC = re.compile(r"unable to start container process: exec: ")
+
+
+def nvidia_runtime_refused(ctx: Context, view: NodeView, failure: Failure) -> bool:
+    """Was the container refused at create by the low-level runtime while it runs under the nvidia RuntimeClass
+    (handler nvidia: nvidia-container-runtime, which edits the OCI spec and hands it to runc)? The same runc
+    creates every other container on the node under the default handler; what differs for this one is the
+    toolkit's runtime and hook, so the refusal is the toolkit's even where runc's own words carry no NVIDIA
+    name. The RuntimeClass is the pod's, else its DaemonSet's template's (a dump that trimmed the pod)."""
+    if not _refusal(failure.reason) or OCI_CREATE_FAILED.search(failure.text) is None:
+        return False
+    if PROCESS_EXEC.search(failure.text):
+        return False  # runc built the container and failed to exec its command: the image's, not the spec's
+    if any(pod is failure.pod for state, pod in view.operand_pods.items() if state == TOOLKIT.state):
+        return False
+    spec = failure.pod.get("spec") or {}
+    template = ((owner_daemonset(ctx, failure.pod).get("spec") or {}).get("template") or {}).get("spec") or {}
+    return RUNTIME_CLASS_HANDLER in str(spec.get("runtimeClassName") or template.get("runtimeClassName") or "")
+
+
 #: The toolkit's own binaries, which a refusal no catalog entry knows may still name as what failed (the runtime,
 #: its hook, libnvidia-container's CLI, the CDI hook): NVIDIA/nvidia-container-toolkit cmd/@v1.17.4.
 TOOLKIT_BINARY = re.compile(r"nvidia-container-(runtime|cli)|nvidia-cdi-hook|nvidia-ctk")
@@ -655,7 +698,8 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         # check reports.
         ran = failure.reason not in NOT_STARTED
         validated = ctx.stack.validations.get(failure.container) if failure.init and ran else None
-        hooked = not known and not validated and refused_by_hook(view, failure)
+        runc = not known and not validated and nvidia_runtime_refused(ctx, view, failure)
+        hooked = runc or (not known and not validated and refused_by_hook(view, failure))
         proves = known[1] if known else validated or ("toolkit" if hooked else None)
         if proves != link:
             continue
@@ -681,9 +725,13 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         else:
             finding_id = HOOK_FAILED if hooked else f"{link}.validation-failed"
             cause = (
-                f"the container runtime refused to start the {failure.container} container ({failure.reason}) with "
-                "the NVIDIA container toolkit's own error: every container that runs with the nvidia runtime fails "
-                "the same way on this node, so the toolkit is the root and that pod only its victim."
+                f"the container runtime refused to create the {failure.container} container ({failure.reason}) under "
+                "the nvidia RuntimeClass: runc creates the node's other containers, so what fails is the nvidia "
+                "runtime's edit of this one's spec; the toolkit is the root and that pod only its victim."
+                if runc
+                else f"the container runtime refused to start the {failure.container} container ({failure.reason}) "
+                "with the NVIDIA container toolkit's own error: every container that runs with the nvidia runtime "
+                "fails the same way on this node, so the toolkit is the root and that pod only its victim."
                 if hooked
                 else f"the {failure.container} init container, which proves the {link} link on this node, fails to "
                 f"run ({failure.reason}); every operand that waits for its ready file waits behind it."
@@ -692,8 +740,10 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             if said is not None:
                 evidence += [f"says: {said.line}", said.entry.cite()]
             elif hooked:
-                # No entry knows the words, but they name the toolkit's binary: quote them, they are the proof.
-                evidence.append(f"says: {next(iter(failure.text.splitlines()), '')}")
+                # No entry knows the words, but they name the toolkit's binary (or runc's refusal): quote them.
+                lines = failure.text.splitlines() or [""]
+                refusal = next((ln for ln in lines if runc and OCI_CREATE_FAILED.search(ln)), lines[0])
+                evidence.append(f"says: {refusal}")
         # A validation's message the catalog knows (scope component) gives its repair as well.
         mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
         told = known[0] if known else said.entry if said is not None and mine else None

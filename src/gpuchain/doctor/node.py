@@ -20,7 +20,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import toolkit_env
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj, name_of
-from gpuchain.operator.operands import DEVICE_PLUGIN, TOOLKIT
+from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, TOOLKIT, deploy_label
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
 #: controller adds for each (TaintNodesByCondition) and what the kubelet does under it.
@@ -195,6 +195,46 @@ _FACTS = {
 }
 
 
+#: A node whose spec.providerID is a cloud's is an instance of a node group (an Auto Scaling group, a managed
+#: instance group, a VM scale set, Karpenter's NodePool) that replaces an instance it loses.
+CLOUD_PROVIDER_IDS = ("aws://", "gce://", "azure://")
+#: The labels a node group's provisioner puts on its nodes (Karpenter, EKS managed node groups, GKE node pools, AKS
+#: agent pools), where a dump has lost the providerID.
+NODE_GROUP_LABELS = (
+    "karpenter.sh/nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+)
+#: The MIG manager's line for a host systemd service it stops before it changes the MIG layout and starts again
+#: after (NVIDIA/mig-parted's MIG manager, its host GPU clients: "Stopping %s (active, will-restart)").
+STOPS_KUBELET = re.compile(r"\b(?:Stopping|stop|pause) kubelet(?:\.service)? \(active, will-restart\)", re.IGNORECASE)
+
+
+def _not_ready_work(ctx: Context, view: NodeView) -> tuple[str, list[str]]:
+    """What brings a NotReady node back, and what on the node says why: a cloud instance that does not answer is
+    replaced by its node group, and a MIG manager whose host GPU clients include kubelet.service stopped the
+    kubelet itself (its log), which the next MIG change does again unless kubelet leaves that list."""
+    work = _ACTIONS["Ready"]
+    provider_id = str((view.node.get("spec") or {}).get("providerID") or "")
+    if provider_id.startswith(CLOUD_PROVIDER_IDS) or any(k in view.labels for k in NODE_GROUP_LABELS):
+        work = (
+            "systemctl restart containerd kubelet on the node; if it does not come back, replace the instance: "
+            f"kubectl delete node {view.name} and terminate the instance, and its node group starts a new one"
+        )
+    mig = view.pod(MIG_MANAGER)
+    said = STOPS_KUBELET.search(ctx.log(mig, "nvidia-mig-manager")) if mig is not None else None
+    if mig is None or said is None:
+        return work, []
+    work += (
+        "; and keep the MIG manager from stopping the kubelet on the next MIG change: take kubelet.service out of "
+        "its host GPU clients (the gpu-clients ConfigMap's systemd-services), or turn the MIG manager off for "
+        f"the node ({deploy_label(MIG_MANAGER)}=false, migManager.enabled=false for all) and apply the layout "
+        "before the kubelet starts (nvidia-mig-parted apply from the node's boot script, with no hooks)"
+    )
+    return work, [f"MIG manager pod {name_of(mig)} said: {said.group(0)}"]
+
+
 def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     """The node's own state under the chain: blocking conditions, then a runtime the toolkit cannot
     configure. Each finding is a root cause of the node; the work is on the node, outside the cluster."""
@@ -206,16 +246,17 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         if stopped is not None:
             findings.append(stopped)
             continue
+        work, said = _not_ready_work(ctx, view) if c.type == "Ready" else ("", [])
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": _ACTIONS.get(c.type, f"clear {c.type} on the node").replace("NODE", view.name),
+                "action": work or _ACTIONS.get(c.type, f"clear {c.type} on the node").replace("NODE", view.name),
                 "fact": f"node-problem:{_FACTS.get(c.type, c.type)}",
                 "drain": False,
             },
         )
-        evidence = [c.describe(), f"taint {c.taint}" if c.taint else ""]
+        evidence = [c.describe(), f"taint {c.taint}" if c.taint else "", *said]
         if c.type == "Ready":
             fid, cause = (
                 "node.not-ready",

@@ -170,3 +170,28 @@ def node_image(node: Obj) -> NodeImage | None:
             "Kubernetes version, with its driver; a self-managed group: its launch template's AMI)",
         )
     return None
+
+
+#: The instance families for which nodeadm (the AL2023 EKS AMIs' node bootstrap) made nvidia containerd's default
+#: runtime while it chose by a fixed list (awslabs/amazon-eks-ami nodeadm/internal/containerd/runtime_config.go
+#: @2ffb0d5 nvidiaInstances); later releases make it the default wherever /usr/bin/nvidia-container-runtime is
+#: installed (runtime_config_nvidia.go@ed5cea8), so any family of the accelerated AMI gets it.
+NODEADM_NVIDIA_FAMILIES = ("p3", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "g4", "g4dn", "g5", "g6", "g6e", "g5g")
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def nodeadm_left_runc(node: Obj) -> str:
+    """Where an AL2023 EKS node of an NVIDIA instance family outside nodeadm's fixed list runs the accelerated AMI,
+    what left containerd's default runtime runc, and its repair ("" for any other node): the node's state is the
+    same as a standard AMI's (no NVML in the plugin), so this is said beside the node image's repair."""
+    os_id, version = os_release(node)
+    family = labels_of(node).get(INSTANCE_TYPE, "").split(".")[0]
+    if os_id != "amzn" or not version.startswith("2023") or not family or family in NODEADM_NVIDIA_FAMILIES:
+        return ""
+    return (
+        f"; if the node already runs the accelerated AMI, its nodeadm chose nvidia as containerd's default runtime "
+        f"only for the instance families of a fixed list ({', '.join(NODEADM_NVIDIA_FAMILIES)}), not {family}, "
+        'so runc is the default: set default_runtime_name = "nvidia" (nvidia-ctk runtime configure '
+        "--runtime=containerd --set-as-default, then restart containerd), or move to an AMI release whose nodeadm "
+        "makes nvidia the default wherever nvidia-container-runtime is installed"
+    )

@@ -172,10 +172,16 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         elif any(v < capacity.get(k, v) for k, v in node_gpu_resources(n, "allocatable").items()):
             short.add(name)
     # A MIG manager's log says why its node's layout change failed or waits, though its pod runs ready.
+    # So does it where the node went NotReady: a MIG manager stops host services (the kubelet among them where its
+    # host GPU clients list it) around a layout change.
     mig_stuck = {
         str(n.get("metadata", {}).get("name"))
         for n in snapshot.nodes
         if (n.get("metadata", {}).get("labels") or {}).get(MIG_CONFIG_STATE) in ("failed", "pending", "rebooting")
+        or any(
+            c.get("type") == "Ready" and c.get("status") != "True"
+            for c in (n.get("status") or {}).get("conditions") or ()
+        )
     }
     labels_by_node = {
         str(n.get("metadata", {}).get("name")): n.get("metadata", {}).get("labels") or {} for n in snapshot.nodes
@@ -226,7 +232,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
                 current = cs.get("state") or {}
-                if (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                # Crash-looping, or caught between two runs: terminated with an error, before the back-off.
+                exited = (current.get("terminated") or {}).get("reason") not in (None, "Completed")
+                if exited or (current.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
                     if not _last_message(cs):
                         crashing.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
                 # A running init container is waiting for a lower link, unless it already restarted; or unless it

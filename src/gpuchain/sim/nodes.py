@@ -69,7 +69,7 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
         if stack in ("eks", "aks", "gke"):
             # Managed node images run no NFD: no PCI feature labels, no nvidia.com/gpu.present.
             labels = {k: v for k, v in labels.items() if k not in (NFD_GPU_LABELS[0], GPU_PRESENT)}
-        labels.update(extra)
+        labels = {**extra, **labels}  # the scenario's own labels (its instance type, accelerator) win
         if provider:
             spec["providerID"] = provider
         taints = [*taints, *(dict(t) for t in g.taints)]

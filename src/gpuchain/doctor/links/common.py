@@ -23,6 +23,10 @@ from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
 
 GPU_COUNT = "nvidia.com/gpu.count"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
+#: What NVIDIA's plugin logs once it could dlopen libnvidia-ml.so.1 in its container (go-nvlib pkg/nvlib/info
+#: HasNvml's reason, which k8s-device-plugin's factory.go logs as "Detected NVML platform: %v"): the runtime gave it
+#: the driver's library, so an NVML failure after it is not a runtime without NVIDIA's hook.
+NVML_FOUND = "Detected NVML platform: found NVML library"
 
 
 @dataclass(frozen=True)

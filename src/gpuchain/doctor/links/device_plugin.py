@@ -11,6 +11,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
 from gpuchain.doctor.links.common import (
     GPU_COUNT,
+    NVML_FOUND,
     Result,
     gpus_present,
     node_finding,
@@ -590,7 +591,7 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         return devices_denied(ctx, view=view, evidence=[state.describe(), *denied.evidence()])
     elif state is not None and nvml and not announced and pod is not None and (needs := needs_sys_admin(pod, log)):
         return _no_sys_admin(ctx, view, pod, state, needs, nvml_evidence(state, nvml=nvml, log=log))
-    elif state is not None and nvml and not announced:
+    elif state is not None and nvml and not announced and NVML_FOUND not in log:  # found: the runtime gave it
         return runtime_not_default(ctx, view=view, evidence=nvml_evidence(state, nvml=nvml, log=log))
     elif state is not None and not state.ready:
         return not_ready(

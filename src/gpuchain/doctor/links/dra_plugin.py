@@ -62,7 +62,15 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
     given = _driver_root(pod)
     wanted, why = _where_driver_is(ctx, view)
     ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
-    held = f"init container {state.waiting_init}: NVIDIA_DRIVER_ROOT={given}"
+    where = f"init container {state.waiting_init}" if state.waiting_init else state.container
+    held = f"{where}: NVIDIA_DRIVER_ROOT={given}"
+    stuck = (
+        f"is held in its init container {state.waiting_init}, which waits until nvidia-smi runs from the driver under "
+        f"NVIDIA_DRIVER_ROOT={given}"
+        if state.waiting_init
+        else f"is {state.status}: it locates the driver's libraries (libnvidia-ml.so) under NVIDIA_DRIVER_ROOT={given} "
+        "and exits when they are not there (cmd/gpu-kubelet-plugin/nvlib.go newDeviceLib)"
+    )
     rerun = ctx.stack.render(Fix.delete_pod(ns, name_of(pod)))
     if given.rstrip("/") != wanted.rstrip("/"):
         ds = owner_daemonset(ctx, pod)
@@ -72,9 +80,8 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
             fid="device-plugin.not-ready",
             sev=Severity.ERROR,
             link="device-plugin",
-            cause=f"NVIDIA's DRA kubelet plugin is held in its init container {state.waiting_init}, which waits until "
-            f"nvidia-smi runs from the driver under NVIDIA_DRIVER_ROOT={given}; this node's driver is at {wanted}, "
-            "so it never finishes and the node's GPUs are published to no ResourceSlice.",
+            cause=f"NVIDIA's DRA kubelet plugin {stuck}; this node's driver is at {wanted}, so it never finishes and "
+            "the node's GPUs are published to no ResourceSlice.",
             evidence=[state.describe(), held, why],
             fix=f"helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot={wanted}   # the "
             "chart's driver root where this node's driver is; its pods restart with it",
@@ -169,6 +176,8 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
         return _ready_unpublished(ctx, view, pod, state)
     if state.waiting_init and not state.failing:
         return _held_for_driver(ctx, view, pod, state)
+    if not catalog.known_error(log) and _driver_root(pod).rstrip("/") != _where_driver_is(ctx, view)[0].rstrip("/"):
+        return _held_for_driver(ctx, view, pod, state)  # exits where no driver library is under its root
     return not_ready(
         ctx,
         view=view,
@@ -310,10 +319,18 @@ def _rank(said: catalog.Match) -> int:
 def _failing_claims(view: NodeView) -> list[tuple[Obj, str, catalog.Match]]:
     """The pods with ResourceClaims on this node, not running ready, whose claims the DRA path fails to set up:
     each with where it was said (an Event's reason, a container's state) and what."""
+    # The kubelet prepares claims only for a pod that has some (its DRA manager walks spec.resourceClaims), so a
+    # FailedPrepareDynamicResources Event names such a pod even where the dump left the pod's claims out.
+    prepared = {
+        ((ev.get("involvedObject") or {}).get("namespace"), str((ev.get("involvedObject") or {}).get("name")))
+        for ev in view.events
+        if ev.get("reason") == DRA_EVENTS[0]
+    }
     by_name = {
         (namespace_of(p), name_of(p)): p
         for p in view.workloads
-        if (p.get("spec") or {}).get("resourceClaims") and not pod_state(p).ready
+        if ((p.get("spec") or {}).get("resourceClaims") or (namespace_of(p), name_of(p)) in prepared)
+        and not pod_state(p).ready
     }
     out: dict[tuple[str | None, str], tuple[Obj, str, catalog.Match]] = {}
     for ev in view.events:

@@ -397,7 +397,13 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         and state.status not in IMAGE_PULL
         and (
             kernel_line
-            or (others and view.kernel not in ctx.driver_kernels and catalog.find(log, *GPUS_HELD_ELSEWHERE) is None)
+            or (
+                others
+                and view.kernel not in ctx.driver_kernels
+                and catalog.find(log, *GPUS_HELD_ELSEWHERE) is None
+                # the driver container's own log naming its failure outranks the guess from other kernels
+                and ((said := catalog.known_error(log, "driver")) is None or said.entry.link != "driver")
+            )
         )
     ):
         if others:

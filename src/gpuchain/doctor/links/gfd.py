@@ -35,7 +35,8 @@ def _not_rendered(ctx: Context, view: NodeView) -> Result | None:
     own history says it renders no GFD DaemonSet (releases.yaml). The chart's fixed release is the repair."""
     plugin = view.pod(DEVICE_PLUGIN)
     ds = owner_daemonset(ctx, plugin) if plugin is not None and PRODUCT not in view.labels else {}
-    labels = (ds.get("metadata") or {}).get("labels") or {}
+    template = ((ds.get("spec") or {}).get("template") or {}).get("metadata") or {}  # Helm labels sit on either
+    labels = {**(template.get("labels") or {}), **((ds.get("metadata") or {}).get("labels") or {})}
     name, chart, version = chart_of(ctx, labels)
     release, ns = labels.get(HELM_RELEASE), namespace_of(ds)
     found = defect(name, version, "no-gfd") if release else None

@@ -8,7 +8,7 @@ import re
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import NOT_STARTED
-from gpuchain.doctor.links.common import Result, node_finding, operand_log
+from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.releases import release_repair
@@ -312,4 +312,6 @@ def plugin_without_nvml(ctx: Context, view: NodeView) -> list[str] | None:
     log = operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=state.container, last=state.last_log)
     nvml = catalog.find(log, *NO_NVML)
     # A plugin whose settings need SYS_ADMIN and that runs without it fails NVML on its own (its link's finding).
-    return nvml_evidence(state, nvml=nvml, log=log) if nvml and not needs_sys_admin(pod, log) else None
+    # Nor one that found the library: the runtime gave it NVML (`NVML_FOUND`).
+    found = NVML_FOUND in log
+    return nvml_evidence(state, nvml=nvml, log=log) if nvml and not found and not needs_sys_admin(pod, log) else None

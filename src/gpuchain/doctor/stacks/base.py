@@ -25,8 +25,8 @@ GPU_NODE_LABELS = (
 
 
 #: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
-#: g4ad's AMD Radeon; Azure NC/ND/NV, GCP a2/a3/g2).
-GPU_INSTANCE = re.compile(r"^(p[2-6][a-z]*\.|g[3-6](?!ad)[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
+#: g4ad's AMD Radeon, with gr6's L4 and p6's hyphenated families such as p6-b200; Azure NC/ND/NV, GCP a2/a3/g2).
+GPU_INSTANCE = re.compile(r"^(p[2-6][a-z0-9-]*\.|g[3-7](?!ad)[a-z]*\.|gr6[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
 
 
 def is_gpu_node(node: Obj) -> bool:
@@ -43,9 +43,10 @@ def is_gpu_node(node: Obj) -> bool:
 
 
 #: Image repository names of NVIDIA's DRA driver (nvcr.io/nvidia/k8s-dra-driver-gpu; later releases
-#: dra-driver-nvidia-gpu): its kubelet plugin publishes a node's GPUs as ResourceSlices, the device-plugin link's
-#: counterpart where GPUs are allocated through DRA (NVIDIA/k8s-dra-driver-gpu deployments/helm values.yaml).
-DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu")
+#: dra-driver-nvidia-gpu; its first release v0.1.0 was nvcr.io/nvidia/cloud-native/k8s-dra-driver, the repository's
+#: name before the -gpu suffix): its kubelet plugin publishes a node's GPUs as ResourceSlices, the device-plugin
+#: link's counterpart where GPUs are allocated through DRA (NVIDIA/k8s-dra-driver-gpu deployments/helm values.yaml).
+DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu", "/k8s-dra-driver:")
 
 
 def images_of(obj: Obj) -> str:
