@@ -12,6 +12,7 @@ from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, opera
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.runtime_default import distribution_default
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
@@ -189,6 +190,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result:
     """The toolkit link broken under a device plugin that got no NVML: containerd's default runtime is
     not nvidia on a node whose stack asks for no RuntimeClass (CRI-O's, on a node that runs CRI-O)."""
+    if (k3s := distribution_default(ctx, view=view, evidence=evidence)) is not None:
+        return k3s
     runtime = "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
     action = Fix(
         FixOp.NODE,

@@ -1,0 +1,73 @@
+"""The nvidia runtime on k3s and RKE2: configured by the distribution, never its default, so a device plugin that asks
+for no RuntimeClass runs without it.
+
+k3s and RKE2 write their containerd's config themselves at every start (config.toml under the agent's data dir) and
+add a runtime named ``nvidia`` to it when they find nvidia-container-runtime on the node, in the GPU Operator's
+/usr/local/nvidia/toolkit or the package's /usr/bin (k3s-io/k3s pkg/agent/containerd/runtimes.go,
+findNvidiaContainerRuntimes) -- but as one runtime among others, not the default. ``nvidia-ctk runtime configure`` then
+edits /etc/containerd/config.toml, which their containerd never reads, and an edit of the generated config.toml is lost
+at the next start. What makes a pod run under it there is the pod's ``runtimeClassName: nvidia`` (k3s creates the
+RuntimeClass since k3s-io/k3s#8751; NVIDIA's device plugin chart has the value ``runtimeClassName``) or the agent's
+``--default-runtime`` option (``default-runtime: nvidia`` in its config.yaml, as a k3s maintainer answers in
+k3s-io/k3s#9702).
+"""
+
+from __future__ import annotations
+
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.node import KUBEADM, distribution_of
+from gpuchain.doctor.owners import owner_ds
+from gpuchain.kube.objects import namespace_of
+from gpuchain.operator.operands import DEVICE_PLUGIN
+
+#: The runtime handler k3s and RKE2 name the nvidia-container-runtime they find, and the RuntimeClass for it.
+NVIDIA = "nvidia"
+
+
+def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result | None:
+    """The toolkit link broken under a device plugin that got no NVML on a k3s or RKE2 node, with the repair that
+    holds there: the plugin's DaemonSet asks for RuntimeClass nvidia (created where the cluster lacks it), or the
+    agent makes nvidia its default runtime. None on other distributions, or where the plugin already names a
+    RuntimeClass (then the handler behind it is what fails, read elsewhere)."""
+    dist = distribution_of(view.node)
+    plugin = view.pod(DEVICE_PLUGIN)
+    if dist is KUBEADM or plugin is None or (plugin.get("spec") or {}).get("runtimeClassName"):
+        return None
+    ds = owner_ds(plugin)
+    if not ds:
+        return None
+    action = Fix(
+        FixOp.PATCH_DAEMONSET,
+        f"{namespace_of(plugin) or ctx.namespace}/{ds}",
+        {"spec": {"template": {"spec": {"runtimeClassName": NVIDIA}}}},
+    )
+    missing = NVIDIA not in ctx.runtime_classes and "runtimeclasses" not in ctx.snapshot.absent
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": NVIDIA}}
+    create = ctx.stack.render(Fix(FixOp.CREATE, "", {**runtime_class, "handler": NVIDIA})) + " && " if missing else ""
+    config = f"/etc/rancher/{dist.name}/config.yaml"
+    return Result(
+        LinkState.BROKEN,
+        f"{dist.name}'s containerd runs the device plugin without the nvidia runtime",
+        (
+            node_finding(
+                view,
+                fid="toolkit.runtime-not-default",
+                sev=Severity.ERROR,
+                link="toolkit",
+                cause=f"the device plugin runs without the NVIDIA container runtime: {dist.name} configures containerd "
+                "itself and adds the nvidia runtime it finds on the node, but not as the default, and the plugin's pod "
+                "asks for no RuntimeClass, so libnvidia-ml is not in its container, it finds no GPU and announces "
+                "nothing to the kubelet: the runtime link, under the plugin.",
+                evidence=[*evidence, f"node runs {dist.name} (its containerd config {dist.containerd_config})"],
+                fix=create
+                + ctx.stack.render(action)
+                + f"   # or the plugin chart's value runtimeClassName={NVIDIA}; or make nvidia {dist.name}'s default "
+                f"runtime: default-runtime: {NVIDIA} in {config} (the agent's --default-runtime={NVIDIA}), then "
+                f"systemctl restart {dist.name if dist.name == 'k3s' else 'rke2-agent'} -- not nvidia-ctk on "
+                "/etc/containerd/config.toml, which its containerd does not read",
+                action=action,
+            ),
+        ),
+    )
