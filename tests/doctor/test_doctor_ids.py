@@ -90,6 +90,8 @@ CLUSTER_TESTS = {
     "test_a_mig_manager_that_cannot_read_its_custom_layouts_is_the_mig_link_with_the_configmap_to_create",
     "workload.cuda-unusable": "test_doctor_beneath_the_plugin::"
     "test_cuda_busy_on_a_managed_gpu_pool_is_the_driver_and_the_pools_node_image_upgrade",
+    "workload.resource-name-not-offered": "test_doctor_tracker_classes::"
+    "test_a_pod_asking_for_whole_gpus_on_mixed_mig_nodes_is_told_the_mig_resource_to_ask_for",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, pending_gpu_pod, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -61,3 +61,104 @@ def test_on_kubeadm_the_node_default_runtime_is_still_the_repair() -> None:
     (root,) = _roots(_plugin_under_runc("kubeadm"))
     assert root.link == "toolkit" and "--set-as-default" in root.fix
     assert root.action is not None and root.action.op is FixOp.NODE
+
+
+# -- a GPU pod asking for a name the device plugin does not announce ---------------------------------------------------
+# Reports: kai-scheduler/KAI-Scheduler#1876 (MIG strategy mixed: the nodes offer nvidia.com/mig-<profile>, not what
+# the pods ask for), NVIDIA/k8s-device-plugin#1150 (sharing with renameByDefault: ask for nvidia.com/gpu.shared).
+# Source: NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/mig-strategy.go (mixed: one resource per MIG profile);
+# its README "With CUDA Time-Slicing" (renameByDefault: replicas as <name>.shared). The scheduler's words: kube-scheduler
+# NodeResourcesFit "Insufficient <resource>".
+
+INSUFFICIENT = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+def _deployment_pod(resource: str, message: str) -> dict[str, Any]:
+    """A Deployment's pod (its ReplicaSet train-5d8f7) asking for one ``resource``, Pending Unschedulable."""
+    pod = pending_gpu_pod(1, message, name="train-5d8f7-x2x4q")
+    pod["metadata"]["labels"] = {"pod-template-hash": "5d8f7"}
+    pod["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "train-5d8f7", "controller": True}]
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    return pod
+
+
+def _offering(node: str, resources: dict[str, str | None]) -> dict[str, Any]:
+    """An edit: ``node`` offers ``resources`` (None: the resource gone) in capacity and allocatable."""
+    return {"do": "node", "node": node, "capacity": resources, "allocatable": resources}
+
+
+def _misnamed(report: Report) -> Finding:
+    (root,) = [f for f in _roots(report) if f.id == "workload.resource-name-not-offered"]
+    assert "workload.insufficient-gpu" not in report.ids
+    return root
+
+
+def test_a_pod_asking_for_whole_gpus_on_mixed_mig_nodes_is_told_the_mig_resource_to_ask_for() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n"
+        "  - {name: m, preset: a100-80gb-x8, mig: {config: all-1g.10gb}}\n",
+        lambda s: s.cluster.create(_deployment_pod("nvidia.com/gpu", INSUFFICIENT)),
+    )
+    root = _misnamed(report)
+    assert root.link == "mig"
+    assert root.action is not None and root.action.op is FixOp.PATCH_WORKLOAD
+    assert root.action.target == "Deployment/ml/train" and root.action.changes["type"] == "json"
+    ops = root.action.changes["patch"]
+    assert {"op": "remove", "path": "/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"} in ops
+    assert {
+        "op": "add",
+        "path": "/spec/template/spec/containers/0/resources/limits/nvidia.com~1mig-1g.10gb",
+        "value": "1",
+    } in ops
+    assert "kubectl -n ml patch deployment train --type json" in root.fix
+    assert '"strategy":"single"' in root.fix and "nvidia.com/mig.config=all-disabled" in root.fix
+
+
+def test_a_pod_asking_for_nvidia_gpu_where_sharing_renamed_it_is_told_gpu_shared_or_rename_by_default() -> None:
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        _offering("h", {"nvidia.com/gpu": None, "nvidia.com/gpu.shared": "4"}),
+        lambda s: s.cluster.create(_deployment_pod("nvidia.com/gpu", INSUFFICIENT)),
+    )
+    root = _misnamed(report)
+    assert root.link == "device-plugin" and "nvidia.com~1gpu.shared" in root.fix
+    assert "renameByDefault: false" in root.fix and "config.map" in root.fix
+
+
+def test_the_reverse_asks_for_nvidia_gpu_where_nothing_is_shared() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        lambda s: s.cluster.create(
+            _deployment_pod("nvidia.com/gpu.shared", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.shared.")
+        ),
+    )
+    root = _misnamed(report)
+    assert '"path":"/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"' in root.fix
+    assert "renameByDefault: true" in root.fix and "spec.devicePlugin.config.name" in root.fix
+
+
+def test_a_full_cluster_whose_nodes_offer_the_name_asked_for_stays_capacity() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: a}\n",
+        lambda s: s.cluster.create(_deployment_pod("nvidia.com/gpu", INSUFFICIENT)),
+    )
+    assert "workload.resource-name-not-offered" not in report.ids
+    (capacity,) = [f for f in report.findings if f.id == "workload.insufficient-gpu"]
+    assert capacity.severity is Severity.INFO
+
+
+def test_while_a_node_offers_no_gpu_for_a_broken_link_the_name_is_not_blamed() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {mig: {strategy: mixed}}\nnodes:\n"
+        "  - {name: m, preset: a100-80gb-x8, mig: {config: all-1g.10gb}}\n  - {name: b}\n",
+        no_gpus("b"),
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "b",
+            "containers": [crash_looping("nvidia-device-plugin")],
+        },
+        lambda s: s.cluster.create(_deployment_pod("nvidia.com/gpu", INSUFFICIENT)),
+    )
+    assert "workload.resource-name-not-offered" not in report.ids
+    assert any(f.root and f.node == "b" for f in report.findings)

@@ -30,6 +30,7 @@ from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, states_remembered, unschedulable_message
+from gpuchain.doctor.resource_names import misnamed
 from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
@@ -401,6 +402,8 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     change that lets them on (`scheduling.unplaced`); the rest wait on Insufficient GPUs, a consequence of the
     walk's roots, or capacity."""
     placed, explained = unplaced(ctx, chains)
+    renamed, named = misnamed(ctx, chains, OFFERS_GPUS)
+    placed, explained = [*placed, *renamed], explained | named
     stuck = []
     for pod in ctx.pending:
         msg = unschedulable_message(pod)

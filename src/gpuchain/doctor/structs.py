@@ -238,12 +238,13 @@ class Stack:
         if fix.op is FixOp.PATCH_WORKLOAD:
             kind, ns, name = fix.target.split("/", 2)
             patch = json.dumps(ch["patch"], separators=(",", ":"))
+            kind_of = ch.get("type", "merge")  # a JSON patch where list items change (a container's resources)
             if ch.get("recreate"):
                 return (
-                    f"kubectl -n {ns} get {kind.lower()} {name} -o json | kubectl patch --local -f - --type merge "
+                    f"kubectl -n {ns} get {kind.lower()} {name} -o json | kubectl patch --local -f - --type {kind_of} "
                     f"-p '{patch}' -o json | kubectl replace --force -f -   # {kind} {name} takes no change in place"
                 )
-            return f"kubectl -n {ns} patch {kind.lower()} {name} --type merge -p '{patch}'"
+            return f"kubectl -n {ns} patch {kind.lower()} {name} --type {kind_of} -p '{patch}'"
         if fix.op is FixOp.UNINSTALL:
             return f"helm -n {ch['namespace']} uninstall {ch['release']}"
         if fix.op is FixOp.CREATE:

@@ -1,0 +1,170 @@
+"""Pending GPU pods that ask for a GPU under a name no node offers, while the GPU nodes offer the same GPUs under
+another name: the device plugin's naming, not a lack of GPUs.
+
+NVIDIA's device plugin names what it announces from its settings. With MIG strategy mixed every MIG slice is
+``nvidia.com/mig-<profile>`` and a GPU in MIG mode is no ``nvidia.com/gpu`` (NVIDIA/k8s-device-plugin
+cmd/nvidia-device-plugin/mig-strategy.go; reported in kai-scheduler/KAI-Scheduler#1876). With time-slicing or MPS
+and ``renameByDefault: true`` the replicas are ``nvidia.com/gpu.shared`` (NVIDIA/k8s-device-plugin README, "With
+CUDA Time-Slicing"; answered in NVIDIA/k8s-device-plugin#1150). A pod that asks for the other name waits on
+"Insufficient" forever: no node added or GPU freed makes it fit. The repair is the name in the pod's resources, or
+the plugin setting that makes the name it asks for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from gpuchain.doctor.context import Context
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, NodeChain, Severity
+from gpuchain.doctor.pods import unschedulable_message
+from gpuchain.doctor.scheduling import PATCHABLE, owner_of
+from gpuchain.kube.gpu_resources import GPU, MIG_PREFIX, node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+
+#: The name time-slicing and MPS give their replicas with renameByDefault (NVIDIA/k8s-device-plugin api/config/v1).
+SHARED = GPU + ".shared"
+#: The node label the GPU Operator's MIG manager reads for the layout (whole GPUs: all-disabled).
+MIG_CONFIG = "nvidia.com/mig.config"
+
+
+def _offered(ctx: Context) -> Counter[str]:
+    """Allocatable GPU resources summed over the GPU nodes (those with none left out)."""
+    total: Counter[str] = Counter()
+    for view in ctx.views:
+        for name, count in node_gpu_resources(view.node, "allocatable").items():
+            if count > 0:
+                total[name] += count
+    return total
+
+
+def _instead(asked: str, offered: Counter[str]) -> tuple[str, str] | None:
+    """(the name the nodes offer instead, why) for a name no node offers; None where no other name explains it."""
+    migs = [name for name, _ in offered.most_common() if name.startswith(MIG_PREFIX)]
+    if asked == GPU and migs:
+        return migs[0], "mig"
+    if asked == GPU and SHARED in offered:
+        return SHARED, "shared"
+    if asked == SHARED and GPU in offered:
+        return GPU, "unshared"
+    if asked.startswith(MIG_PREFIX) and migs:
+        return migs[0], "profile"
+    if asked.startswith(MIG_PREFIX) and GPU in offered:
+        return GPU, "no-mig"
+    return None
+
+
+def _json_patch(pod: Obj, owner_kind: str, asked: str, wanted: str) -> list[dict[str, Any]]:
+    """JSON-patch operations that rename ``asked`` to ``wanted`` in every container's limits and requests (a merge
+    patch would replace the whole container list)."""
+    base = "/spec" if owner_kind == "Pod" else "/spec/template/spec"
+    ops: list[dict[str, Any]] = []
+    for i, container in enumerate((pod.get("spec") or {}).get("containers") or []):
+        for part in ("limits", "requests"):
+            value = ((container.get("resources") or {}).get(part) or {}).get(asked)
+            if value is None:
+                continue
+            at = f"{base}/containers/{i}/resources/{part}/"
+            ops.append({"op": "remove", "path": at + asked.replace("/", "~1")})
+            ops.append({"op": "add", "path": at + wanted.replace("/", "~1"), "value": str(value)})
+    return ops
+
+
+def _other_way(ctx: Context, why: str, asked: str, node: str) -> str:
+    """The plugin-side alternative: the setting that makes the nodes offer the name the pod asks for (``node``: one
+    GPU node that offers the other name)."""
+    if why == "mig":
+        policy = (
+            f"kubectl patch clusterpolicy {ctx.policy_name} --type merge -p "
+            '\'{"spec":{"mig":{"strategy":"single"}}}\' where every MIG GPU has one profile, '
+            if ctx.policy_obj is not None
+            else "the plugin's MIG_STRATEGY=single where every MIG GPU has one profile, "
+        )
+        return f"{policy}or whole GPUs: kubectl label node {node} {MIG_CONFIG}=all-disabled --overwrite"
+    config = (
+        "the device plugin's config (the ConfigMap ClusterPolicy spec.devicePlugin.config.name names)"
+        if ctx.policy_obj is not None
+        else "the device plugin's config (its chart's config.map)"
+    )
+    if why == "shared":
+        return (
+            f"renameByDefault: false under sharing.timeSlicing (or sharing.mps) in {config}, so the replicas keep "
+            f"the name {GPU}"
+        )
+    if why == "unshared":
+        return f"renameByDefault: true under sharing.timeSlicing (or sharing.mps) in {config}"
+    if why == "no-mig":
+        return f"or a MIG layout with that profile on the GPU nodes: kubectl label node {node} {MIG_CONFIG}=<layout>"
+    return f"or a MIG layout that has {asked.removeprefix(MIG_PREFIX)}: kubectl label node {node} {MIG_CONFIG}=<layout>"
+
+
+CAUSES = {
+    "mig": "the GPU nodes run MIG with the mixed strategy, so the device plugin offers MIG slices as "
+    "nvidia.com/mig-<profile> and a GPU in MIG mode is no nvidia.com/gpu",
+    "shared": "the device plugin shares its GPUs (time-slicing or MPS) with renameByDefault, so it offers the "
+    "replicas as nvidia.com/gpu.shared and no nvidia.com/gpu",
+    "unshared": "the device plugin offers whole nvidia.com/gpu: no sharing config renames them to "
+    "nvidia.com/gpu.shared",
+    "profile": "the GPU nodes' MIG layout has no slice of that profile",
+    "no-mig": "the GPU nodes offer whole GPUs (MIG off, or the single strategy) and no MIG slice by profile",
+}
+
+
+def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> tuple[list[Finding], set[int]]:
+    """Findings for Pending GPU pods waiting on a GPU resource name no node offers where the GPU nodes offer GPUs
+    under another name, one per owning object, and the pods they explain (by id). None while a node's root takes its
+    GPUs away (a link in ``offers`` broken): the name it would offer is then unknown, and that root is the cause."""
+    offered = _offered(ctx)
+    findings: dict[str, Finding] = {}
+    explained: set[int] = set()
+    taken = any(
+        c.broken_link in offers or any(f.root and f.severity is Severity.ERROR and f.link in offers for f in c.findings)
+        for c in chains
+    )
+    if not offered or taken:
+        return [], explained
+    for pod in ctx.pending:
+        msg = unschedulable_message(pod)
+        asked = [r for r in pod_gpu_requests(pod) if r not in offered]
+        if not msg or "Insufficient nvidia.com/" not in msg or not asked:
+            continue
+        owner = owner_of(pod)
+        if owner.ref in findings:
+            explained.add(id(pod))
+            continue
+        instead = _instead(asked[0], offered)
+        if instead is None:
+            continue
+        wanted, why = instead
+        node = next(v.name for v in ctx.views if node_gpu_resources(v.node, "allocatable").get(wanted, 0) > 0)
+        ops = _json_patch(pod, owner.kind, asked[0], wanted)
+        action = Fix(
+            FixOp.PATCH_WORKLOAD,
+            owner.ref,
+            {
+                "patch": ops,
+                "type": "json",
+                "recreate": owner.kind not in PATCHABLE,
+                NOT_SIMULATED: "a user's workload objects are not scenario facts",
+            },
+        )
+        pod_ref = f"{namespace_of(pod)}/{name_of(pod)}"
+        names = ", ".join(f"{n}: {c}" for n, c in sorted(offered.items()))
+        findings[owner.ref] = Finding(
+            id="workload.resource-name-not-offered",
+            severity=Severity.ERROR,
+            link="mig" if why in ("mig", "profile", "no-mig") else "device-plugin",
+            cause=f"GPU pod {pod_ref} ({owner.kind} {owner.name}) is Pending on Insufficient {asked[0]}, a name no "
+            f"node offers: {CAUSES[why]}. No node added or GPU freed makes it fit; the pod asks for the wrong name.",
+            evidence=(
+                f"pod {pod_ref} asks for {json.dumps(pod_gpu_requests(pod), sort_keys=True)}",
+                f"GPU nodes offer (allocatable) {names}",
+                f"scheduler: {msg}",
+            ),
+            fix=ctx.stack.render(action) + f"   # ask for {wanted}; or {_other_way(ctx, why, asked[0], node)}",
+            root=True,
+            action=action,
+        )
+        explained.add(id(pod))
+    return list(findings.values()), explained
