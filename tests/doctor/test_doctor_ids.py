@@ -92,6 +92,8 @@ CLUSTER_TESTS = {
     "test_cuda_busy_on_a_managed_gpu_pool_is_the_driver_and_the_pools_node_image_upgrade",
     "workload.resource-name-not-offered": "test_doctor_tracker_classes::"
     "test_a_pod_asking_for_whole_gpus_on_mixed_mig_nodes_is_told_the_mig_resource_to_ask_for",
+    "device-plugin.placed-nowhere": "test_doctor_tracker_classes::"
+    "test_a_plugin_daemonset_needing_labels_nothing_writes_gets_the_gpu_node_labelled_or_gfd_enabled",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

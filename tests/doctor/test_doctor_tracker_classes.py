@@ -10,6 +10,8 @@ from doctor.small_cluster import crash_looping, diagnosed, no_gpus, pending_gpu_
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
+from gpuchain.kube import DAEMONSET, NODE, POD
+from gpuchain.kube.objects import labels_of, name_of, namespace_of
 
 
 def _roots(report: Report) -> list[Finding]:
@@ -162,3 +164,78 @@ def test_while_a_node_offers_no_gpu_for_a_broken_link_the_name_is_not_blamed() -
     )
     assert "workload.resource-name-not-offered" not in report.ids
     assert any(f.root and f.node == "b" for f in report.findings)
+
+
+# -- the standalone plugin's DaemonSet requiring labels nothing writes ------------------------------------------------
+# Reports: NVIDIA/k8s-device-plugin#708 (chart 0.15.0: the DaemonSet wants 0 pods), NVIDIA/nvkind#20 (repaired by
+# labelling the node nvidia.com/gpu.present=true, or --set gfd.enabled=true). Source: NVIDIA/k8s-device-plugin
+# deployments/helm/nvidia-device-plugin/values.yaml (affinity) and Chart.yaml (NFD comes with gfd.enabled).
+
+CHART_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}
+                for k, v in (
+                    ("feature.node.kubernetes.io/pci-10de.present", "true"),
+                    ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"),
+                    ("nvidia.com/gpu.present", "true"),
+                )
+            ]
+        }
+    }
+}
+
+
+def _plugin_placed_nowhere(sim: Any) -> None:
+    """The chart's affinity on the plugin's DaemonSet, its pods gone, and no node with a discovery label."""
+    for ds in sim.cluster.list(DAEMONSET):
+        if name_of(ds).startswith("nvidia-device-plugin"):
+            patch = {"spec": {"template": {"spec": {"affinity": CHART_AFFINITY}}}, "status": None}
+            sim.cluster.patch(DAEMONSET, name=name_of(ds), namespace=namespace_of(ds), patch=patch)
+    for pod in sim.cluster.list(POD):
+        if name_of(pod).startswith("nvidia-device-plugin"):
+            sim.cluster.delete(POD, name=name_of(pod), namespace=namespace_of(pod))
+    for node in sim.cluster.list(NODE):
+        found = [k for k in labels_of(node) if k.startswith(("feature.node.kubernetes.io/", "nvidia.com/"))]
+        sim.cluster.patch(NODE, name=name_of(node), patch={"metadata": {"labels": dict.fromkeys(found)}})
+
+
+BARE_METAL = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n"
+
+
+def test_a_plugin_daemonset_needing_labels_nothing_writes_gets_the_gpu_node_labelled_or_gfd_enabled() -> None:
+    report = diagnosed(
+        BARE_METAL,
+        _plugin_placed_nowhere,
+        no_gpus("h"),
+        lambda s: s.cluster.create(pending_gpu_pod(1, INSUFFICIENT)),
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("device-plugin.placed-nowhere", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {"nvidia.com/gpu.present": "true"} and root.action.target == "h"
+    assert "--set gfd.enabled=true" in root.fix
+    assert "workload.insufficient-gpu" not in report.ids
+
+
+def test_with_node_feature_discovery_running_an_unlabelled_node_has_no_gpu_and_the_pods_wait_for_one() -> None:
+    nfd = {
+        "do": "add-daemonset",
+        "namespace": "node-feature-discovery",
+        "name": "node-feature-discovery-worker",
+        "image": "registry.k8s.io/nfd/node-feature-discovery:v0.16.4",
+        "labels": {"app.kubernetes.io/name": "node-feature-discovery"},
+        "containers": ["worker"],
+        "nodes": ["h"],
+    }
+    report = diagnosed(
+        BARE_METAL,
+        _plugin_placed_nowhere,
+        no_gpus("h"),
+        nfd,
+        lambda s: s.cluster.create(pending_gpu_pod(1, INSUFFICIENT)),
+    )
+    assert "device-plugin.placed-nowhere" not in report.ids
+    assert [f.severity for f in report.findings if f.id == "workload.insufficient-gpu"] == [Severity.WARNING]
+

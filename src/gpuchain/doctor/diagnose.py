@@ -37,6 +37,7 @@ from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.doctor.structs import CHARTS, Chart, Snapshot
 from gpuchain.doctor.trust import check_exporter
+from gpuchain.doctor.unlabelled import placed_nowhere
 from gpuchain.kube import Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import name_of, namespace_of
@@ -403,7 +404,8 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     walk's roots, or capacity."""
     placed, explained = unplaced(ctx, chains)
     renamed, named = misnamed(ctx, chains, OFFERS_GPUS)
-    placed, explained = [*placed, *renamed], explained | named
+    nowhere, waiting = placed_nowhere(ctx)
+    placed, explained = [*placed, *renamed, *nowhere], explained | named | waiting
     stuck = []
     for pod in ctx.pending:
         msg = unschedulable_message(pod)
