@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, pending_gpu_pod, plugin_pod
+from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, no_gpus, pending_gpu_pod, plugin_pod
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -238,4 +238,28 @@ def test_with_node_feature_discovery_running_an_unlabelled_node_has_no_gpu_and_t
     )
     assert "device-plugin.placed-nowhere" not in report.ids
     assert [f.severity for f in report.findings if f.id == "workload.insufficient-gpu"] == [Severity.WARNING]
+
+
+# -- an operand image with no build for the node's CPU architecture ----------------------------------------------------
+# Reports: NVIDIA/gpu-operator#2265 (an amd64 digest launched on an ARM server: "Exec format error"), NVIDIA/nvidia-docker
+# #1116 (an amd64-only image on ARM). Source: the kernel's ENOEXEC as Go spells it (golang/go
+# src/syscall/zerrors_linux_amd64.go), in runc's "exec <path>: <error>" (catalog runc.exec-format-error).
+
+
+def test_an_exporter_whose_image_has_no_build_for_the_arm64_node_is_told_to_run_the_nodes_architecture() -> None:
+    def arm64(sim: Any) -> None:
+        sim.cluster.patch(NODE, name="g", patch={"metadata": {"labels": {"kubernetes.io/arch": "arm64"}}})
+
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: g}\n",
+        arm64,
+        crashing_pod(
+            "nvidia-dcgm-exporter", "nvidia-dcgm-exporter", "g", "exec /usr/bin/dcgm-exporter: exec format error\n"
+        ),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "g")
+    assert "catalog: runc.exec-format-error (golang/go " in " ".join(root.evidence)
+    assert "kubectl get node g -L kubernetes.io/arch" in root.fix and "skopeo copy --all" in root.fix
+    assert "log.unrecognised" not in report.ids
 
