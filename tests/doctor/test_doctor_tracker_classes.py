@@ -263,3 +263,42 @@ def test_an_exporter_whose_image_has_no_build_for_the_arm64_node_is_told_to_run_
     assert "kubectl get node g -L kubernetes.io/arch" in root.fix and "skopeo copy --all" in root.fix
     assert "log.unrecognised" not in report.ids
 
+
+# -- an image's CUDA requirement refused with a brand condition --------------------------------------------------------
+# Reports: NVIDIA/nvidia-docker#861 and moby/moby#38757 ("unsatisfied condition: brand = tesla" on drivers older than
+# the image's CUDA), NVIDIA/nvidia-container-toolkit#24 (newer brand names need toolkit 1.9.0). Source:
+# NVIDIA/libnvidia-container src/dsl.c (dsl_evaluate: the last failing condition of NVIDIA_REQUIRE_CUDA's
+# alternatives, "unsatisfied condition: %s"); catalog libnvidia-container.brand-requirement.
+
+BRAND_REFUSED = (
+    "OCI runtime create failed: runc create failed: unable to start container process: error during container init: "
+    "error running hook #0: error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
+    "nvidia-container-cli: requirement error: unsatisfied condition: brand = tesla: unknown"
+)
+
+
+def test_a_gpu_pod_refused_on_a_brand_condition_is_the_driver_too_old_for_its_cuda() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\npolicy: {driver: {version: 535.1.2}}\nnodes:\n  - {name: n1}\n"
+        "workloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
+        {
+            "do": "pod",
+            "daemonset": "app",
+            "namespace": "default",
+            "node": "n1",
+            "containers": [
+                {
+                    "name": "app",
+                    "state": {"waiting": "RunContainerError"},
+                    "last": {"terminated": "StartError", "exitCode": 128, "message": BRAND_REFUSED},
+                }
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.too-old", "driver", "n1")
+    assert "catalog: libnvidia-container.brand-requirement" in " ".join(root.evidence)
+    assert root.action is not None and root.action.changes["spec"] == {"driver": {"version": None}}
+    # The simulator's note stays out of the patch the user pastes.
+    assert '-p \'{"spec":{"driver":{"version":null}}}\'' in root.fix
+    assert "workload.runtime-hook-failed" not in report.ids

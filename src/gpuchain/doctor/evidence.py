@@ -52,6 +52,7 @@ FINDING_OF = {
     "cuda.compat-not-supported": "driver.too-old",
     "cuda.system-not-ready": "driver.fabric-manager",
     "nvidia-container-toolkit.cuda-requirement": "driver.too-old",
+    "libnvidia-container.brand-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     "gke-device-plugin.driver-install-disabled": "driver.not-installed",
     HOST_PATH_ENTRY: "driver.not-installed",

@@ -221,9 +221,10 @@ class Stack:
             kind = "node" if fix.op is FixOp.LABEL_NODE else "namespace"
             return f"kubectl label {kind} {fix.target} {' '.join(parts)}{overwrite}"
         if fix.op is FixOp.PATCH_POLICY:
+            fields = {k: v for k, v in ch.items() if k != NOT_SIMULATED}  # a note to the simulator, not a field
             return (
                 f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
-                f"-p '{json.dumps(ch, separators=(',', ':'))}'"
+                f"-p '{json.dumps(fields, separators=(',', ':'))}'"
             )
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
