@@ -302,3 +302,41 @@ def test_a_gpu_pod_refused_on_a_brand_condition_is_the_driver_too_old_for_its_cu
     # The simulator's note stays out of the patch the user pastes.
     assert '-p \'{"spec":{"driver":{"version":null}}}\'' in root.fix
     assert "workload.runtime-hook-failed" not in report.ids
+
+
+# -- a host driver with no module for the running kernel, under an operator that leaves the driver to the host -------
+# Report: GoogleCloudPlatform/compute-gpu-installation#18 (after a kernel upgrade the installed driver stops working:
+# nvidia-smi "couldn't communicate with the NVIDIA driver"; DKMS rebuilds the module). The validator's driver check
+# runs nvidia-smi (NVIDIA/gpu-operator validator/main.go, driver validation); with spec.driver.enabled=false no
+# driver container exists to build anything, so its repair is the host's.
+
+SMI_FAILED = (
+    "running command chroot with args [/host nvidia-smi]\n"
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+    "driver is installed and running.\n"
+)
+
+
+def test_a_host_driver_that_fails_validation_is_rebuilt_on_the_host_not_in_a_driver_container() -> None:
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\nnodes:\n  - {name: a, hostDriver: 550.54.15}\n",
+        {
+            "do": "pod",
+            "daemonset": "nvidia-operator-validator",
+            "node": "a",
+            "init": [
+                {
+                    "name": "driver-validation",
+                    "restarts": 6,
+                    "state": {"waiting": "CrashLoopBackOff"},
+                    "last": {"terminated": "Error", "exitCode": 1},
+                }
+            ],
+            "logs": {"driver-validation": SMI_FAILED},
+        },
+        no_gpus("a"),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("driver", "a")
+    assert "dkms autoinstall" in root.fix and "running kernel" in root.fix
+    assert "driver container" not in root.fix and "usePrecompiled" not in root.fix

@@ -315,8 +315,11 @@ def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: st
             "the driver container builds the module from the node's kernel packages: correct what the line names "
             f"(package repositories, entitlement, kernel headers), or switch to a precompiled driver "
             f"(spec.driver.usePrecompiled=true{policy}) or a driver installed on the host"
-            if ctx.policy_obj is not None
-            else "reinstall the node's NVIDIA driver for its running kernel (the distribution's packages), and reboot"
+            if ctx.policy_obj is not None and ctx.policy.driver.enabled
+            # The host's own driver (no policy, or one that leaves the driver to the host): its module is rebuilt on
+            # the node for the kernel it runs, which a kernel update without DKMS leaves without one.
+            else "reinstall the node's NVIDIA driver for its running kernel (the distribution's packages, or "
+            "dkms autoinstall -k $(uname -r) where DKMS builds it), and reboot"
         ),
         "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
         f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
