@@ -340,3 +340,57 @@ def test_a_host_driver_that_fails_validation_is_rebuilt_on_the_host_not_in_a_dri
     assert (root.link, root.node) == ("driver", "a")
     assert "dkms autoinstall" in root.fix and "running kernel" in root.fix
     assert "driver container" not in root.fix and "usePrecompiled" not in root.fix
+
+
+# -- an image pull the node refuses -------------------------------------------------------------------------------------
+# Report: NVIDIA/gpu-operator#1519 (x509 at image pull from a private registry; a maintainer: the cluster's
+# configuration, not the operator's). Source: golang/go src/crypto/x509/verify.go (UnknownAuthorityError) and
+# src/syscall/zerrors_linux_amd64.go (ENOSPC), as containerd quotes them in the pull error (catalog image-pull.*).
+
+PULL = (
+    'Back-off pulling image "nvcr.io/nvidia/k8s-device-plugin:v0.17.0": ErrImagePull: failed to pull and unpack image '
+    '"nvcr.io/nvidia/k8s-device-plugin:v0.17.0": '
+)
+
+
+def _pull_refused(reason: str) -> Finding:
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: h, hostDriver: 550.54.15}\n",
+        no_gpus("h"),
+        {
+            "do": "pod",
+            "daemonset": "nvidia-device-plugin-daemonset",
+            "node": "h",
+            "containers": [
+                {"name": "nvidia-device-plugin-ctr", "state": {"waiting": "ImagePullBackOff", "message": PULL + reason}}
+            ],
+        },
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("device-plugin", "h")
+    return root
+
+
+def test_a_pull_refused_on_an_untrusted_certificate_makes_the_nodes_runtime_trust_the_ca() -> None:
+    root = _pull_refused(
+        'failed to resolve reference "nvcr.io/nvidia/k8s-device-plugin:v0.17.0": failed to do request: Head '
+        '"https://nvcr.io/v2/nvidia/k8s-device-plugin/manifests/v0.17.0": tls: failed to verify certificate: '
+        "x509: certificate signed by unknown authority"
+    )
+    assert "catalog: image-pull.unknown-authority" in " ".join(root.evidence)
+    assert "/etc/containerd/certs.d/" in root.fix and "systemctl restart containerd" in root.fix
+    assert "pull secret" not in root.fix
+
+
+def test_a_pull_refused_for_a_full_disk_frees_the_nodes_image_filesystem() -> None:
+    root = _pull_refused(
+        "failed to extract layer sha256:0a1b: write /var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/"
+        "snapshots/12/fs/usr/bin/nvidia-device-plugin: no space left on device: unknown"
+    )
+    assert "catalog: image-pull.no-space-left" in " ".join(root.evidence)
+    assert "crictl rmi --prune" in root.fix and "h's disk" in root.fix
+
+
+def test_a_tag_the_registry_lacks_still_gets_a_tag_secret_or_mirror() -> None:
+    root = _pull_refused('failed to resolve reference "nvcr.io/nvidia/k8s-device-plugin:v0.17.0": not found')
+    assert "a tag that exists" in root.fix and "certs.d" not in root.fix

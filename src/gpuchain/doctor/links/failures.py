@@ -19,6 +19,7 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     placement_fix,
 )
+from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -503,13 +504,7 @@ def _image_missing(ctx: Context, view: NodeView, operand: Operand, state: PodSta
             action=action,
             fix=ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
         )
-    return Known(
-        cause="the kubelet cannot pull the image (the registry refuses it or has no such tag).",
-        evidence=evidence,
-        action=None,
-        fix="make the image reachable from the node: a tag that exists, the registry's pull secret in the policy's "
-        "imagePullSecrets, or a mirror the node can reach",
-    )
+    return pull_refused(view.name, said=f"{state.message}\n{event}", evidence=evidence)
 
 
 def _driver_tag_missing(
