@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, no_gpus, plugin_pod, refused_at_start
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, Report
@@ -210,19 +210,7 @@ def test_gpu_pods_refused_for_cdi_devices_no_spec_defines_get_the_spec_generated
     )
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "app",
-            "namespace": "default",
-            "node": "n1",
-            "containers": [
-                {
-                    "name": "app",
-                    "state": {"waiting": "RunContainerError"},
-                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
-                }
-            ],
-        },
+        refused_at_start("app", refused),
     )
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("workload.runtime-hook-failed", "toolkit", "n1")
@@ -391,19 +379,7 @@ def test_gpu_pods_refused_at_start_over_a_version_mismatch_name_the_driver_not_t
     )
     report = diagnosed(
         "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "app",
-            "namespace": "default",
-            "node": "n1",
-            "containers": [
-                {
-                    "name": "app",
-                    "state": {"waiting": "RunContainerError"},
-                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
-                }
-            ],
-        },
+        refused_at_start("app", refused),
     )
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("driver.version-mismatch", "driver", "n1")
@@ -419,19 +395,7 @@ def test_a_gpu_pod_whose_cuda_requirement_the_driver_cannot_meet_names_the_drive
     report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {driver: {version: 535.1.2}}\nnodes:\n  - {name: n1}\n"
         "workloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "app",
-            "namespace": "default",
-            "node": "n1",
-            "containers": [
-                {
-                    "name": "app",
-                    "state": {"waiting": "RunContainerError"},
-                    "last": {"terminated": "StartError", "exitCode": 128, "message": refused},
-                }
-            ],
-        },
+        refused_at_start("app", refused),
     )
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("driver.too-old", "driver", "n1")

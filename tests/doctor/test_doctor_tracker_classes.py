@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import crash_looping, crashing_pod, diagnosed, no_gpus, pending_gpu_pod, plugin_pod
+from doctor.small_cluster import (
+    crash_looping,
+    crashing_pod,
+    diagnosed,
+    no_gpus,
+    pending_gpu_pod,
+    plugin_pod,
+    refused_at_start,
+)
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -281,19 +289,7 @@ def test_a_gpu_pod_refused_on_a_brand_condition_is_the_driver_too_old_for_its_cu
     report = diagnosed(
         "name: t\nstack: gpu-operator\npolicy: {driver: {version: 535.1.2}}\nnodes:\n  - {name: n1}\n"
         "workloads:\n  - {name: app, count: 2, gpus: 1, node: n1}\n",
-        {
-            "do": "pod",
-            "daemonset": "app",
-            "namespace": "default",
-            "node": "n1",
-            "containers": [
-                {
-                    "name": "app",
-                    "state": {"waiting": "RunContainerError"},
-                    "last": {"terminated": "StartError", "exitCode": 128, "message": BRAND_REFUSED},
-                }
-            ],
-        },
+        refused_at_start("app", BRAND_REFUSED),
     )
     (root,) = _roots(report)
     assert (root.id, root.link, root.node) == ("driver.too-old", "driver", "n1")
