@@ -94,6 +94,8 @@ CLUSTER_TESTS = {
     "test_a_pod_asking_for_whole_gpus_on_mixed_mig_nodes_is_told_the_mig_resource_to_ask_for",
     "device-plugin.placed-nowhere": "test_doctor_tracker_classes::"
     "test_a_plugin_daemonset_needing_labels_nothing_writes_gets_the_gpu_node_labelled_or_gfd_enabled",
+    "workload.shared-request-too-large": "test_doctor_tracker_classes::"
+    "test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

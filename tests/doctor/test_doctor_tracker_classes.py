@@ -390,3 +390,39 @@ def test_a_pull_refused_for_a_full_disk_frees_the_nodes_image_filesystem() -> No
 def test_a_tag_the_registry_lacks_still_gets_a_tag_secret_or_mirror() -> None:
     root = _pull_refused('failed to resolve reference "nvcr.io/nvidia/k8s-device-plugin:v0.17.0": not found')
     assert "a tag that exists" in root.fix and "certs.d" not in root.fix
+
+
+# -- a pod asking for more than one shared GPU -------------------------------------------------------------------------
+# Documented in NVIDIA/k8s-device-plugin README, "With CUDA Time-Slicing" (the UnexpectedAdmissionError of a pod
+# asking for 2 under failRequestsGreaterThanOne); no tracker report found to cite. Source: NVIDIA/k8s-device-plugin internal/plugin/server.go (Allocate: "request for '%v: %v' too large: maximum
+# request size for shared resources is 1"), which the kubelet reports as UnexpectedAdmissionError.
+
+
+def test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart() -> None:
+    def refused(sim: Any) -> None:
+        pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith("app"))
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{name_of(pod)}.admission", "namespace": namespace_of(pod)},
+                "involvedObject": {"kind": "Pod", "name": name_of(pod), "namespace": namespace_of(pod)},
+                "type": "Warning",
+                "reason": "UnexpectedAdmissionError",
+                "message": "Allocate failed due to rpc error: code = Unknown desc = request for 'nvidia.com/gpu: 2' "
+                "too large: maximum request size for shared resources is 1, which is unexpected",
+                "source": {"component": "kubelet", "host": "n1"},
+            }
+        )
+
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\nworkloads:\n  - {name: app, count: 1, gpus: 2, node: n1}\n",
+        refused,
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("workload.shared-request-too-large", "device-plugin", "n1")
+    assert root.action is not None and root.action.op is FixOp.PATCH_WORKLOAD
+    # The scenario's workload pods are bare pods: made again with the request, since a pod's resources are fixed.
+    replace = {"op": "replace", "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu", "value": "1"}
+    assert root.action.changes["patch"] == [replace] and root.action.changes["recreate"] is True
+    assert "failRequestsGreaterThanOne: false" in root.fix and "restart kubelet" not in root.fix

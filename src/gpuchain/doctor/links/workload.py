@@ -9,6 +9,7 @@ from gpuchain.doctor.evidence import ANYWHERE, refused_message
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
@@ -46,6 +47,8 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
     if not refused:
         return None
     message = str(refused[0].get("message", ""))
+    if (too_large := shared_too_large(ctx, view, refused)) is not None:
+        return too_large
     if catalog.find(message, *ANYWHERE):
         # A message that proves a lower link broken (NVML failing under the plugin): the walk names that
         # link as the root with its repair (evidence.admission_refused); a kubelet restart would not help.
