@@ -17,11 +17,11 @@ from collections import Counter
 from typing import Any
 
 from gpuchain.doctor.context import Context
-from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, NodeChain, Severity
+from gpuchain.doctor.model import Finding, NodeChain, Severity
 from gpuchain.doctor.pods import unschedulable_message
-from gpuchain.doctor.scheduling import PATCHABLE, owner_of
+from gpuchain.doctor.scheduling import owner_of, resource_paths, resources_fix
 from gpuchain.kube.gpu_resources import GPU, MIG_PREFIX, node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import name_of, namespace_of
 
 #: The name time-slicing and MPS give their replicas with renameByDefault (NVIDIA/k8s-device-plugin api/config/v1).
 SHARED = GPU + ".shared"
@@ -53,22 +53,6 @@ def _instead(asked: str, offered: Counter[str]) -> tuple[str, str] | None:
     if asked.startswith(MIG_PREFIX) and GPU in offered:
         return GPU, "no-mig"
     return None
-
-
-def _json_patch(pod: Obj, owner_kind: str, asked: str, wanted: str) -> list[dict[str, Any]]:
-    """JSON-patch operations that rename ``asked`` to ``wanted`` in every container's limits and requests (a merge
-    patch would replace the whole container list)."""
-    base = "/spec" if owner_kind == "Pod" else "/spec/template/spec"
-    ops: list[dict[str, Any]] = []
-    for i, container in enumerate((pod.get("spec") or {}).get("containers") or []):
-        for part in ("limits", "requests"):
-            value = ((container.get("resources") or {}).get(part) or {}).get(asked)
-            if value is None:
-                continue
-            at = f"{base}/containers/{i}/resources/{part}/"
-            ops.append({"op": "remove", "path": at + asked.replace("/", "~1")})
-            ops.append({"op": "add", "path": at + wanted.replace("/", "~1"), "value": str(value)})
-    return ops
 
 
 def _other_way(ctx: Context, why: str, asked: str, node: str) -> str:
@@ -138,17 +122,11 @@ def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> t
             continue
         wanted, why = instead
         node = next(v.name for v in ctx.views if node_gpu_resources(v.node, "allocatable").get(wanted, 0) > 0)
-        ops = _json_patch(pod, owner.kind, asked[0], wanted)
-        action = Fix(
-            FixOp.PATCH_WORKLOAD,
-            owner.ref,
-            {
-                "patch": ops,
-                "type": "json",
-                "recreate": owner.kind not in PATCHABLE,
-                NOT_SIMULATED: "a user's workload objects are not scenario facts",
-            },
-        )
+        ops: list[dict[str, Any]] = []
+        for path, value in resource_paths(pod, owner, asked[0]):
+            renamed = f"{path.rpartition('/')[0]}/{wanted.replace('/', '~1')}"
+            ops += [{"op": "remove", "path": path}, {"op": "add", "path": renamed, "value": value}]
+        action = resources_fix(owner, ops)
         pod_ref = f"{namespace_of(pod)}/{name_of(pod)}"
         names = ", ".join(f"{n}: {c}" for n, c in sorted(offered.items()))
         findings[owner.ref] = Finding(

@@ -100,6 +100,34 @@ def patch_fix(owner: Owner, pod_spec: dict[str, Any]) -> Fix:
     )
 
 
+def resource_paths(pod: Obj, owner: Owner, resource: str) -> list[tuple[str, str]]:
+    """(JSON-pointer path, quantity) of ``resource`` in each container's limits and requests of ``pod``, as the
+    paths lie in ``owner``'s object (its pod template, or the pod itself)."""
+    base = "/spec" if owner.kind == "Pod" else "/spec/template/spec"
+    key = resource.replace("/", "~1")
+    return [
+        (f"{base}/containers/{i}/resources/{part}/{key}", str(value))
+        for i, container in enumerate((pod.get("spec") or {}).get("containers") or [])
+        for part in ("limits", "requests")
+        if (value := ((container.get("resources") or {}).get(part) or {}).get(resource)) is not None
+    ]
+
+
+def resources_fix(owner: Owner, ops: list[dict[str, Any]]) -> Fix:
+    """A JSON patch (``ops``) of the containers' resources of ``owner``'s pods: a merge patch would replace the whole
+    container list. A pod takes no change of its resources in place, so it is made again with it."""
+    return Fix(
+        FixOp.PATCH_WORKLOAD,
+        owner.ref,
+        {
+            "patch": ops,
+            "type": "json",
+            "recreate": owner.kind not in PATCHABLE,
+            NOT_SIMULATED: "a user's workload objects are not scenario facts",
+        },
+    )
+
+
 def _tolerable(block: Blocker) -> tuple[dict[str, Any], ...]:
     """The taints of ``block`` a workload may tolerate (not a node condition's)."""
     return tuple(t for t in block.taints or (block.detail,) if not str(t.get("key", "")).startswith(CONDITION_TAINTS))

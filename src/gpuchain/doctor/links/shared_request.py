@@ -11,31 +11,17 @@ asks for 1, or the sharing config lets larger requests through. A pod failed at 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
-from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.scheduling import PATCHABLE, owner_of
+from gpuchain.doctor.model import Finding, Fix, Severity
+from gpuchain.doctor.scheduling import owner_of, resource_paths, resources_fix
 from gpuchain.kube.objects import Obj, name_of
 
 TOO_LARGE = "k8s-device-plugin.shared-request-too-large"
 #: The resource and the count the refusal names.
 ASKED = re.compile(r"request for '([^:']+): (\d+)' too large")
-
-
-def _to_one(pod: Obj, owner_kind: str, resource: str) -> list[dict[str, Any]]:
-    """JSON-patch operations that set ``resource`` to 1 in every container that asks for more."""
-    base = "/spec" if owner_kind == "Pod" else "/spec/template/spec"
-    ops: list[dict[str, Any]] = []
-    for i, container in enumerate((pod.get("spec") or {}).get("containers") or []):
-        for part in ("limits", "requests"):
-            value = ((container.get("resources") or {}).get(part) or {}).get(resource)
-            if value is not None and str(value) != "1":
-                path = f"{base}/containers/{i}/resources/{part}/{resource.replace('/', '~1')}"
-                ops.append({"op": "replace", "path": path, "value": "1"})
-    return ops
 
 
 def shared_too_large(ctx: Context, view: NodeView, refused: list[Obj]) -> Finding | None:
@@ -58,17 +44,14 @@ def shared_too_large(ctx: Context, view: NodeView, refused: list[Obj]) -> Findin
         "(the pod then holds that many slots, not more compute)"
     )
     action: Fix | None = None
-    if pods and (ops := _to_one(pods[0], (owner := owner_of(pods[0])).kind, resource)):
-        action = Fix(
-            FixOp.PATCH_WORKLOAD,
-            owner.ref,
-            {
-                "patch": ops,
-                "type": "json",
-                "recreate": owner.kind not in PATCHABLE,
-                NOT_SIMULATED: "a user's workload objects are not scenario facts",
-            },
-        )
+    owner = owner_of(pods[0]) if pods else None
+    ops = [
+        {"op": "replace", "path": path, "value": "1"}
+        for path, value in (resource_paths(pods[0], owner, resource) if pods and owner else [])
+        if value != "1"
+    ]
+    if owner is not None and ops:
+        action = resources_fix(owner, ops)
         fix = ctx.stack.render(action) + f"   # ask for {resource}: 1; {other}; then delete the refused pods"
     else:
         fix = f"# ask for {resource}: 1 in the pods' owners; {other}; then delete the refused pods"
