@@ -260,7 +260,9 @@ class Stack:
             return f"# hardware, no command fixes it: {ch['action']}"
         if fix.op is FixOp.DELETE:
             scope = f"-n {ch['namespace']} " if ch.get("namespace") else ""  # cluster-scoped: no namespace
-            return f"kubectl {scope}delete {str(ch['kind']).lower()} {ch['name']}"
+            # a pod stuck terminating goes only without its grace period
+            force = " --force --grace-period=0" if ch.get("force") else ""
+            return f"kubectl {scope}delete {str(ch['kind']).lower()} {ch['name']}{force}"
         verb = "upgrade --install" if ch.get("upgrade") else "install"
         flags = f" {ch['flags']}" if ch.get("flags") else ""
         return f"helm {verb} {ch['release']} {ch['chart']} -n {ch['namespace']} --create-namespace{flags}"

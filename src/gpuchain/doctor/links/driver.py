@@ -12,7 +12,7 @@ from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.evidence import hook_refusal, probe_failures
 from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
-from gpuchain.doctor.links.driver_manager import mofed_wait
+from gpuchain.doctor.links.driver_manager import drain_stuck, mofed_wait
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -454,6 +454,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         _stale_os_label(ctx, view, pod)
         or _upgrade_done_yet_failing(ctx, view, state, holders)
         or mofed_wait(ctx, state=state, log=log)
+        or drain_stuck(ctx, view=view, log=log)
     )
     if stale is not None:
         return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)

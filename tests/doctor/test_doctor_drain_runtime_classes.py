@@ -1,0 +1,101 @@
+"""Classes of failure read from pod and node state and from the components' source (issue 26): a driver manager's
+drain that waits on a pod already terminating, with or without a DRA claim. Each on a small simulated cluster edited
+the way the components leave it, with the link it names and a fix that repairs. The upstream facts each test stands
+on are named in it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.small_cluster import diagnosed, no_gpus
+from sim.heldout9.harness import _apply
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import Finding, FixOp, Report
+
+
+def _roots(report: Report) -> list[Finding]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+def _operator(*nodes: str) -> str:
+    return "name: t\nstack: gpu-operator\nnodes:\n" + "".join(f"  - {n}\n" for n in nodes)
+
+
+# -- the driver manager's drain waiting on a pod stuck terminating -------------------------------------------------
+
+#: kubernetes/kubectl pkg/drain/drain.go: "evicting pod %s/%s" per pod, and "error when waiting for pod %q in
+#: namespace %q to terminate: %v" when the pod outlives the drain's timeout; the driver manager runs that helper.
+EVICTING = "Draining node n1...\nevicting pod ml/worker-0\nevicting pod ml/worker-0\n"
+TIMED_OUT = (
+    "level=info msg=evicting pod ml/worker-0\n"
+    'level=error msg=failed to drain node: error when waiting for pod "worker-0" in namespace "ml" to terminate: '
+    "global timeout reached: 5m0s\n"
+)
+
+
+def _terminating(claim: bool, deleting: bool = True) -> dict[str, Any]:
+    """A pod ml/worker-0 on n1 whose deletion was asked (deletionTimestamp), optionally holding a DRA claim."""
+    container: dict[str, Any] = {"name": "c", "image": "cuda"}
+    spec: dict[str, Any] = {"nodeName": "n1", "containers": [container]}
+    if claim:
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one-gpu"}]
+    else:
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    meta: dict[str, Any] = {"name": "worker-0", "namespace": "ml"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    return {
+        "do": "create",
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status},
+    }
+
+
+def _drain_held(log: str, *, claim: bool, deleting: bool = True, crashing: bool = False) -> Report:
+    manager: dict[str, Any] = {"name": "k8s-driver-manager", "state": {"running": True}}
+    if crashing:
+        manager = {
+            "name": "k8s-driver-manager",
+            "restarts": 4,
+            "state": {"waiting": "CrashLoopBackOff"},
+            "last": {"terminated": "Error", "exitCode": 1},
+        }
+    driver = {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "n1",
+        "init": [manager],
+        "logs": {"k8s-driver-manager": log},
+    }
+    return diagnosed(
+        _operator("{name: n1, preset: a100-80gb-x8}"),
+        lambda s: _apply(
+            s.cluster, {"do": "create", "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}}
+        ),
+        lambda s: _apply(s.cluster, _terminating(claim, deleting)),
+        driver,
+        no_gpus("n1"),
+    )
+
+
+def test_a_drain_waiting_on_a_terminating_pod_force_deletes_that_pod() -> None:
+    (root,) = _roots(_drain_held(EVICTING, claim=False))
+    assert (root.link, root.node) == ("driver", "n1")
+    assert root.action is not None and root.action.op is FixOp.DELETE and root.action.target == "ml/worker-0"
+    assert root.fix.startswith("kubectl -n ml delete pod worker-0 --force --grace-period=0")
+    assert "deletionTimestamp" in " ".join(root.evidence)
+
+
+def test_a_claim_holding_pod_the_drain_waits_on_is_the_dra_deadlock_with_the_manager_release() -> None:
+    (root,) = _roots(_drain_held(TIMED_OUT, claim=True, crashing=True))
+    assert root.link == "driver" and "ResourceClaim" in root.cause
+    assert "spec.driver.manager.version" in root.fix and "#217" in root.fix
+    assert "--force --grace-period=0" in root.fix
+
+
+def test_a_drain_waiting_on_a_pod_not_being_deleted_keeps_the_drains_own_repair() -> None:
+    (root,) = _roots(_drain_held(TIMED_OUT, claim=False, deleting=False, crashing=True))
+    assert root.link == "driver" and "--force" not in root.fix
+    assert "DRAIN_DELETE_EMPTYDIR_DATA" in root.fix
