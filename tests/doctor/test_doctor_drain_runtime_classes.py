@@ -1,5 +1,6 @@
 """Classes of failure read from pod and node state and from the components' source (issue 26): a driver manager's
-drain that waits on a pod already terminating, with or without a DRA claim. Each on a small simulated cluster edited
+drain that waits on a pod already terminating, with or without a DRA claim; a driver container installing into the
+previous driver pod's root left mounted. Each on a small simulated cluster edited
 the way the components leave it, with the link it names and a fix that repairs. The upstream facts each test stands
 on are named in it."""
 
@@ -99,3 +100,43 @@ def test_a_drain_waiting_on_a_pod_not_being_deleted_keeps_the_drains_own_repair(
     (root,) = _roots(_drain_held(TIMED_OUT, claim=False, deleting=False, crashing=True))
     assert root.link == "driver" and "--force" not in root.fix
     assert "DRAIN_DELETE_EMPTYDIR_DATA" in root.fix
+
+
+# -- a driver container installing into a stale driver root --------------------------------------------------------
+
+#: NVIDIA/nvidia-installer common-utils/common-utils.c (mkdir_recursive): "Failure creating directory '%s' : (%s)",
+#: printed with ERROR: as the installer puts the driver's firmware under /lib/firmware/nvidia.
+FIRMWARE = (
+    "Installing NVIDIA driver kernel modules...\n"
+    "ERROR: Failure creating directory '/lib/firmware/nvidia' : (No such file or directory)\n"
+)
+
+
+def test_no_firmware_directory_is_the_stale_driver_root_even_where_other_kernels_run_the_driver() -> None:
+    crash = {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "b",
+        "containers": [
+            {
+                "name": "nvidia-driver-ctr",
+                "restarts": 5,
+                "state": {"waiting": "CrashLoopBackOff"},
+                "last": {"terminated": "Error"},
+            }
+        ],
+        "logs": {"nvidia-driver-ctr": FIRMWARE},
+    }
+    report = diagnosed(
+        _operator(
+            "{name: a, preset: t4-x4, kernel: 6.8.0-1031-gcp}", "{name: b, preset: t4-x4, kernel: 6.8.0-63-generic}"
+        ),
+        crash,
+        no_gpus("b"),
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.node) == ("driver.not-ready", "b")
+    assert "umount -l /run/nvidia/driver" in root.fix and "on node b:" in root.fix
+    assert "spec.driver.manager.version" in root.fix
+    assert "catalog: nvidia-installer.firmware-dir-failed" in " ".join(root.evidence)
+    assert "log.unrecognised" not in report.ids
