@@ -140,3 +140,60 @@ def test_no_firmware_directory_is_the_stale_driver_root_even_where_other_kernels
     assert "spec.driver.manager.version" in root.fix
     assert "catalog: nvidia-installer.firmware-dir-failed" in " ".join(root.evidence)
     assert "log.unrecognised" not in report.ids
+
+
+# -- an exporter without the RuntimeClass the plugin's DaemonSet names ---------------------------------------------
+
+#: NVIDIA/go-dcgm pkg/dcgm/admin.go: "DCGM initialization error" when its host engine cannot start (no NVML in the
+#: container); the catalog's dcgm.init-error.
+DCGM_INIT = 'level=ERROR msg="Error starting nv-hostengine: DCGM initialization error"\n'
+
+
+def _exporter_beside_plugin(plugin_class: str | None) -> Report:
+    edits: list[Any] = []
+    if plugin_class:
+        template = {"template": {"spec": {"runtimeClassName": plugin_class}}}
+        edits.append(
+            {"do": "daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset", "spec": template}
+        )
+    exporter = {
+        "do": "add-daemonset",
+        "namespace": "monitoring",
+        "name": "dcgm-exporter",
+        "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",
+        "labels": {"app.kubernetes.io/name": "dcgm-exporter"},
+        "containers": ["exporter"],
+        "nodes": ["n1"],
+    }
+    crash = {
+        "do": "pod",
+        "daemonset": "dcgm-exporter",
+        "namespace": "monitoring",
+        "node": "n1",
+        "containers": [
+            {
+                "name": "exporter",
+                "restarts": 9,
+                "state": {"waiting": "CrashLoopBackOff"},
+                "last": {"terminated": "Error"},
+            }
+        ],
+        "logs": {"exporter": DCGM_INIT},
+    }
+    return diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, preset: l4-x2, hostDriver: '570.172.08'}\n",
+        *(lambda s, e=e: _apply(s.cluster, e) for e in [*edits, exporter, crash]),
+    )
+
+
+def test_a_dcgm_init_error_beside_a_plugin_daemonset_with_a_runtime_class_asks_the_exporter_for_it() -> None:
+    (root,) = _roots(_exporter_beside_plugin("nvidia"))
+    assert (root.link, root.node) == ("exporter", "n1")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    assert root.action.target == "monitoring/dcgm-exporter"
+    assert root.action.changes == {"spec": {"template": {"spec": {"runtimeClassName": "nvidia"}}}}
+
+
+def test_the_same_error_where_the_plugin_names_no_runtime_class_is_not_read_as_a_missing_one() -> None:
+    (root,) = _roots(_exporter_beside_plugin(None))
+    assert root.link == "exporter" and "runtimeClassName" not in root.fix

@@ -113,8 +113,10 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             fix=ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
+    # DCGM's own "initialization error" is the same missing NVML one level up (its host engine loads NVML first), so
+    # it too is read against the plugin's RuntimeClass before the driver-root mount below.
     not_injected = without_plugins_runtime_class(
-        ctx, view=view, pod=pod, log=log, what=WHAT, nvml_ids=NVML_NOT_INJECTED
+        ctx, view=view, pod=pod, log=log, what=WHAT, nvml_ids=(*NVML_NOT_INJECTED, EXPORTER_NO_NVML)
     )
     if not_injected is not None:
         return not_injected

@@ -14,6 +14,7 @@ from gpuchain.doctor.links.failures import known_not_ready, not_ready, oom_resta
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, Operand, deploy_label
@@ -52,6 +53,17 @@ def _runtime_class(pod: Obj | None) -> str:
     return str(((pod or {}).get("spec") or {}).get("runtimeClassName") or "")
 
 
+def _plugins_runtime_class(ctx: Context, plugin: Obj | None) -> str:
+    """The RuntimeClass the device plugin runs with: its pod's, else its DaemonSet template's (the pod a controller
+    makes from it carries the same, and a dump may hold the template and a pod of an older revision)."""
+    own = _runtime_class(plugin)
+    if own or plugin is None:
+        return own
+    ds = daemonsets_in(ctx.snapshot, namespace_of(plugin) or ctx.namespace).get(owner_ds(plugin) or "")
+    template = (((ds or {}).get("spec") or {}).get("template")) or {}
+    return _runtime_class(template)
+
+
 def without_plugins_runtime_class(
     ctx: Context, *, view: NodeView, pod: Obj, log: str, what: str, nvml_ids: tuple[str, ...]
 ) -> Known | None:
@@ -61,7 +73,7 @@ def without_plugins_runtime_class(
     libraries out of it; the fix is that field on its DaemonSet. None where the links below explain it."""
     found = catalog.find(log, *nvml_ids)
     plugin = view.pod(DEVICE_PLUGIN)
-    wanted = _runtime_class(plugin)
+    wanted = _plugins_runtime_class(ctx, plugin)
     announced = any(v > 0 for v in node_gpu_resources(view.node).values())
     if plugin is None or found is None or not wanted or _runtime_class(pod) == wanted or not announced:
         return None
