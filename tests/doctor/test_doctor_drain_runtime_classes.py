@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
 from sim.heldout9.harness import _apply
 
 from gpuchain.doctor import Severity
@@ -197,3 +197,50 @@ def test_a_dcgm_init_error_beside_a_plugin_daemonset_with_a_runtime_class_asks_t
 def test_the_same_error_where_the_plugin_names_no_runtime_class_is_not_read_as_a_missing_one() -> None:
     (root,) = _roots(_exporter_beside_plugin(None))
     assert root.link == "exporter" and "runtimeClassName" not in root.fix
+
+
+# -- a plugin release that refuses a MIG GPU without MIG devices under the mixed strategy -------------------------
+
+#: NVIDIA/k8s-device-plugin internal/rm/device_map.go@v0.15.0: "device %v has an invalid MIG configuration", an error
+#: in v0.13.0 to v0.15.x; v0.16.0's CHANGELOG: the mixed strategy only warns about an empty MIG device.
+INVALID_MIG = (
+    "E0101 00:00:00.000000       1 main.go:132] error starting plugins: error getting plugins: failed to construct "
+    "NVML resource managers: error building device map: device 0 has an invalid MIG configuration\n"
+)
+
+
+def _empty_mig_gpu(strategy: str) -> Report:
+    template = {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "nvidia-device-plugin-ctr",
+                        "image": "nvcr.io/nvidia/k8s-device-plugin:v0.15.0",
+                        "env": [{"name": "MIG_STRATEGY", "value": strategy}],
+                    }
+                ]
+            }
+        }
+    }
+    edits = [
+        {"do": "daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset", "spec": template},
+        plugin_pod("n1", crash_looping("nvidia-device-plugin-ctr"), INVALID_MIG),
+        {**no_gpus("n1"), "labels": {"nvidia.com/mig.strategy": strategy}},
+    ]
+    return diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, preset: a100-80gb-x8, hostDriver: '550.90.07'}\n",
+        *(lambda s, e=e: _apply(s.cluster, e) for e in edits),
+    )
+
+
+def test_under_the_mixed_strategy_a_refusing_plugin_release_is_the_plugin_with_the_release_that_warns() -> None:
+    (root,) = _roots(_empty_mig_gpu("mixed"))
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "set image ds/nvidia-device-plugin-daemonset nvidia-device-plugin-ctr=" in root.fix
+    assert "k8s-device-plugin:v0.16.0" in root.fix and "nvidia-smi -mig 0" in root.fix
+
+
+def test_under_the_single_strategy_the_same_refusal_stays_the_mig_layout() -> None:
+    (root,) = _roots(_empty_mig_gpu("single"))
+    assert root.link == "mig"

@@ -25,6 +25,7 @@ from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.gpu_count import missing_gpus
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.mig_empty import layout_repair
+from gpuchain.doctor.links.mig_mixed import mixed_refusal
 from gpuchain.doctor.links.releases import release_repair, set_release
 from gpuchain.doctor.links.stale_resource import stale_finding, stale_resources
 from gpuchain.doctor.links.toolkit import (
@@ -497,20 +498,21 @@ MIG_EMPTY = (
 
 
 def _mig_empty(ctx: Context, view: NodeView, evidence: list[str], said: str) -> Result:
-    """MIG mode on with no instance carved: the plugin refuses the node, but the fault is the MIG layout
-    (the MIG manager's own finding where it has one, else the layout to apply or MIG mode off). Where the plugin's
-    release refuses such a GPU even under the mixed strategy (catalog entry ``said``, releases.yaml), the release
-    that only warns is named beside it."""
+    """MIG mode on with no instance carved: the plugin refuses the node, and the fault is the MIG layout (the MIG
+    manager's finding where it has one, else the layout to apply or MIG mode off) -- but under mig-strategy mixed its
+    release that refuses such a GPU (`mixed_refusal`); a release that may refuse it is named beside the layout."""
     plugin = view.pod(DEVICE_PLUGIN)
     release = release_repair(ctx, view=view, pod=plugin, operand=DEVICE_PLUGIN, shown=showing("log", said))
     if release is not None:
         evidence = [*evidence, *release.evidence]
     mixed = f"; under mig-strategy mixed the plugin release is the fault instead: {release.fix}" if release else ""
     managed = mig_finding(ctx, view)
+    action, fix = layout_repair(ctx, view)
+    if refused := mixed_refusal(ctx, view=view, said=said, evidence=evidence, layout=managed.fix if managed else fix):
+        return refused
     if managed is not None:
         found = dataclasses.replace(managed, evidence=(*managed.evidence, *evidence), fix=managed.fix + mixed)
         return Result(LinkState.BROKEN, "MIG on with no instance", (found,))
-    action, fix = layout_repair(ctx, view)
     return Result(
         LinkState.BROKEN,
         "MIG on with no instance",
