@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod
+from doctor.small_cluster import crash_looping, diagnosed, no_gpus, plugin_pod, refused_at_start
 from sim.heldout9.harness import _apply
 
 from gpuchain.doctor import Severity
@@ -244,3 +244,39 @@ def test_under_the_mixed_strategy_a_refusing_plugin_release_is_the_plugin_with_t
 def test_under_the_single_strategy_the_same_refusal_stays_the_mig_layout() -> None:
     (root,) = _roots(_empty_mig_gpu("single"))
     assert root.link == "mig"
+
+
+# -- a runtime binary a former GPU Operator install left on the node ----------------------------------------------
+
+#: containerd's words when the runtime binary a handler names exits non-zero (the shim's "did not terminate
+#: successfully"); the path is the GPU Operator toolkit's default install dir (ClusterPolicy spec.toolkit.installDir).
+STALE_RUNTIME = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    "/usr/local/nvidia/toolkit/nvidia-container-runtime did not terminate successfully: exit status 1: unknown"
+)
+
+
+def _refused_by(kubelet: str) -> Report:
+    template = {"template": {"spec": {"runtimeClassName": "nvidia"}}}
+    return diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, preset: l4-x2, hostDriver: '550.90.07'}\n",
+        lambda s: _apply(
+            s.cluster,
+            {"do": "daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset", "spec": template},
+        ),
+        refused_at_start("nvidia-device-plugin", STALE_RUNTIME),
+        {**no_gpus("n1"), "nodeInfo": {"kubeletVersion": kubelet}},
+    )
+
+
+def test_a_refusal_by_the_operators_runtime_where_no_operator_runs_removes_the_leftover() -> None:
+    (root,) = _roots(_refused_by("v1.25.3+k3s1"))
+    assert (root.link, root.node) == ("toolkit", "n1")
+    assert root.action is not None and root.action.op is FixOp.NODE
+    assert "rm -rf /usr/local/nvidia" in root.fix and "k3s-killall.sh" in root.fix
+
+
+def test_the_same_leftover_on_a_kubeadm_node_reconfigures_containerd() -> None:
+    (root,) = _roots(_refused_by("v1.30.2"))
+    assert "rm -rf /usr/local/nvidia" in root.fix and "nvidia-ctk runtime configure" in root.fix
+    assert "k3s" not in root.fix

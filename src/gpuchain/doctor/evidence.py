@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.leftover_runtime import leftover_runtime
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
@@ -542,6 +543,8 @@ def _fix(
     elif link == "toolkit" and entry is None and nvidia_runtime_refused(ctx, view, failure):
         # runc creates the node's other containers: the nvidia runtime's edit of this one's spec is what fails, so
         # the toolkit's runtime and libnvidia-container are moved to a release made for this containerd and runc.
+        if (leftover := leftover_runtime(ctx, view, failure.text, rerun)) is not None:
+            return leftover, ctx.stack.render(leftover)
         newest = NEWEST["container-toolkit"]
         if ctx.deploys(TOOLKIT) and ctx.policy_obj is not None:
             action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": newest}}})

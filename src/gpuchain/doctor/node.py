@@ -51,6 +51,8 @@ class Distribution:
     marker: str  #: what ``status.nodeInfo.kubeletVersion`` carries, e.g. ``+k3s1``
     containerd_config: str
     containerd_socket: str
+    #: how its containerd is restarted so it reads its config (and, on k3s and RKE2, finds the runtimes) again
+    restart: str = "systemctl restart containerd"
 
 
 #: NVIDIA's toolkit writes /etc/containerd/config.toml and signals /run/containerd/containerd.sock
@@ -71,12 +73,15 @@ DISTRIBUTIONS = (
         marker="+k3s",
         containerd_config="/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
         containerd_socket="/run/k3s/containerd/containerd.sock",
+        # k3s-killall.sh (installed with k3s) stops its containerd and the containers' shims too
+        restart="k3s-killall.sh; systemctl start k3s (k3s-agent on an agent)",
     ),
     Distribution(
         name="rke2",
         marker="+rke2",
         containerd_config="/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
         containerd_socket="/run/k3s/containerd/containerd.sock",
+        restart="rke2-killall.sh; systemctl start rke2-server (rke2-agent on an agent)",
     ),
 )
 
