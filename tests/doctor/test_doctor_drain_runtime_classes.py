@@ -1,6 +1,8 @@
 """Classes of failure read from pod and node state and from the components' source (issue 26): a driver manager's
 drain that waits on a pod already terminating, with or without a DRA claim; a driver container installing into the
-previous driver pod's root left mounted. Each on a small simulated cluster edited
+previous driver pod's root left mounted; an exporter without the plugin's RuntimeClass; a plugin release that refuses
+an empty MIG GPU under the mixed strategy; a former operator install's runtime left on the node; a node lost after the
+toolkit restarted containerd with a drop-in from the config dump. Each on a small simulated cluster edited
 the way the components leave it, with the link it names and a fix that repairs. The upstream facts each test stands
 on are named in it."""
 
@@ -280,3 +282,41 @@ def test_the_same_leftover_on_a_kubeadm_node_reconfigures_containerd() -> None:
     (root,) = _roots(_refused_by("v1.30.2"))
     assert "rm -rf /usr/local/nvidia" in root.fix and "nvidia-ctk runtime configure" in root.fix
     assert "k3s" not in root.fix
+
+
+# -- a node lost right after the toolkit restarted containerd with a drop-in from the config dump -----------------
+
+#: NVIDIA/nvidia-container-toolkit tools/container/runtime/containerd/containerd_linux.go: "Error signaling containerd,
+#: attempt %v/%v: %v" (catalog nvidia-container-toolkit.signal-containerd), after it read containerd's config from its
+#: default source, the `containerd config dump` command; containerd 2.3 dumps config version 4.
+SIGNALLED = (
+    'level=info msg="Loading config from command [containerd config dump]"\n'
+    'level=info msg="Flushing config to /etc/containerd/conf.d/99-nvidia.toml"\n'
+    'level=warning msg="Error signaling containerd, attempting to restart it"\n'
+)
+
+
+def _lost_after_signal(runtime: str, log: str) -> Report:
+    scenario = (
+        "name: t\nstack: gpu-operator\nnodes:\n"
+        f"  - {{name: w, preset: l4-x2, containerRuntime: '{runtime}', nodeProblems: [kubelet-stopped]}}\n"
+    )
+    toolkit = {
+        "do": "pod",
+        "daemonset": "nvidia-container-toolkit-daemonset",
+        "node": "w",
+        "logs": {"nvidia-container-toolkit-ctr": log},
+    }
+    return diagnosed(scenario, toolkit)
+
+
+def test_a_node_lost_after_the_toolkit_signalled_containerd_with_a_dumped_v4_config_is_the_toolkit() -> None:
+    (root,) = _roots(_lost_after_signal("containerd://2.3.2", SIGNALLED))
+    assert (root.id, root.link, root.node) == ("toolkit.runtime-stopped", "toolkit", "w")
+    assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    assert {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"} in root.action.changes["spec"]["toolkit"]["env"]
+
+
+def test_the_same_signal_on_a_containerd_that_dumps_an_older_version_stays_the_node() -> None:
+    (root,) = _roots(_lost_after_signal("containerd://2.1.4", SIGNALLED))
+    assert (root.id, root.link) == ("node.not-ready", "node")

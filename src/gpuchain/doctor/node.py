@@ -467,6 +467,11 @@ RUNTIME_DOWN = ("containerd.drop-in-version", "grpc.runtime-socket-refused", "co
 #: its RUNTIME_CONFIG_SOURCE is file (catalog entry containerd.drop-in-version): a root config kept at version 2
 #: or 3 then stops containerd.
 VERSION_4_CONTAINERD = (2, 3)
+#: The toolkit's words as it signals containerd to reload the config it wrote (catalog.yaml).
+SIGNALLED = "nvidia-container-toolkit.signal-containerd"
+#: The command the toolkit reads containerd's config from by default (its RUNTIME_CONFIG_SOURCE "command"), as its
+#: log names it.
+DUMPED = "containerd config dump"
 DROP_IN_TOOLKIT = (1, 18)
 #: The drop-in the toolkit writes (cmd/nvidia-ctk-installer/container/runtime/containerd/containerd.go
 #: DefaultDropInConfig): under config.d at v1.18, conf.d from v1.19.
@@ -522,16 +527,23 @@ def _toolkit_stopped_runtime(ctx: Context, view: NodeView, configures: bool) -> 
         if found is not None:
             said.setdefault(found.entry.id, (found, ev))
     release, toolkit = runtime_version(view.node), _image_version(pod)
-    drop_in = toolkit is None or toolkit[:2] >= DROP_IN_TOOLKIT
-    refused = drop_in_too_new(view.node, pod)
+    log = ctx.log(pod, ctx.stack.container(TOOLKIT.state))
+    # Its log shows the source where its tag does not name a release that reads it: containerd's config dump.
+    dumped = DUMPED in log and release is not None and release[:2] >= VERSION_4_CONTAINERD
+    refused = drop_in_too_new(view.node, pod) or dumped
+    drop_in = toolkit is None or toolkit[:2] >= DROP_IN_TOOLKIT or dumped
     down = {"grpc.runtime-socket-refused", "containerd.no-runtime-for-handler"}
-    if not (RUNTIME_DOWN[0] in said or (said and refused) or down <= set(said)):
+    # Without Events, the toolkit's own log: it wrote its config and signalled (or restarted) containerd, on the pair
+    # whose drop-in containerd refuses -- the write, then the node lost.
+    signalled = catalog.find(log, SIGNALLED) if refused else None
+    if not (RUNTIME_DOWN[0] in said or (said and refused) or down <= set(said) or signalled):
         return None
     runtime = node_info(view.node).get("containerRuntimeVersion", "")
     evidence = [f"status.nodeInfo.containerRuntimeVersion: {runtime}", f"toolkit pod {name_of(pod)} ({_image(pod)})"]
     for found, ev in said.values():
         ref = (ev.get("involvedObject") or {}).get("name")
         evidence += [f"event {ev.get('reason')} on {ref}: {found.line}", found.entry.cite()]
+    evidence += signalled.evidence() if signalled else ()
     dist = distribution_of(view.node)
     if drop_in:
         path = DROP_IN_PATHS.get(toolkit[:2], DROP_IN_PATH) if toolkit else DROP_IN_PATH

@@ -173,7 +173,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             short.add(name)
     # A MIG manager's log says why its node's layout change failed or waits, though its pod runs ready.
     # So does it where the node went NotReady: a MIG manager stops host services (the kubelet among them where its
-    # host GPU clients list it) around a layout change.
+    # host GPU clients list it) around a layout change, and a toolkit restarts containerd after writing its config.
     mig_stuck = {
         str(n.get("metadata", {}).get("name"))
         for n in snapshot.nodes
@@ -227,7 +227,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         if states:
             node = (pod.get("spec") or {}).get("nodeName")
             on_bare_node = ("device-plugin" in states and (node in unregistered or node in short)) or (
-                "mig-manager" in states and node in mig_stuck
+                ("mig-manager" in states or "container-toolkit" in states) and node in mig_stuck
             )
             inits = status.get("initContainerStatuses") or []
             for cs in [*inits, *(status.get("containerStatuses") or [])]:
