@@ -320,3 +320,33 @@ def test_a_node_lost_after_the_toolkit_signalled_containerd_with_a_dumped_v4_con
 def test_the_same_signal_on_a_containerd_that_dumps_an_older_version_stays_the_node() -> None:
     (root,) = _roots(_lost_after_signal("containerd://2.1.4", SIGNALLED))
     assert (root.id, root.link) == ("node.not-ready", "node")
+
+
+# -- an AKS cluster with no device plugin ----------------------------------------------------------------------------
+
+
+def test_an_aks_cluster_without_a_plugin_also_names_the_managed_gpu_node_pool() -> None:
+    """learn.microsoft.com/azure/aks/aks-managed-gpu-nodes: AKS installs and keeps the plugin itself on a managed GPU
+    node pool; on AKS Automatic a plugin DaemonSet of one's own in kube-system is refused."""
+    report = diagnosed(
+        "name: t\nstack: aks\nnodes:\n  - {name: n1, preset: t4-x4}\n",
+        lambda s: _apply(
+            s.cluster, {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"}
+        ),
+        no_gpus("n1"),
+    )
+    (root,) = _roots(report)
+    assert root.id == "stack.missing" and root.action is not None and root.action.op is FixOp.INSTALL
+    assert "gpuProfile.nvidia.managementMode=Managed" in root.fix and "EnableManagedGPUExperience" in root.fix
+
+
+def test_an_eks_cluster_without_a_plugin_gets_no_aks_advice() -> None:
+    report = diagnosed(
+        "name: t\nstack: eks\nnodes:\n  - {name: n1, preset: t4-x4}\n",
+        lambda s: _apply(
+            s.cluster, {"do": "delete-daemonset", "namespace": "kube-system", "name": "nvidia-device-plugin-daemonset"}
+        ),
+        no_gpus("n1"),
+    )
+    (root,) = _roots(report)
+    assert root.id == "stack.missing" and "AKS" not in root.fix

@@ -209,6 +209,17 @@ def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:
     return Fix(FixOp.INSTALL, "", changes)
 
 
+#: A cloud's own way to a device plugin it installs and keeps (learn.microsoft.com/azure/aks/aks-managed-gpu-nodes:
+#: a managed GPU node pool, gpuProfile.nvidia.managementMode Managed; its first preview was the node pool tag
+#: EnableManagedGPUExperience=true). On AKS Automatic it is the only way: a safeguard refuses objects of your own in
+#: its managed kube-system, the namespace a plugin manifest applies to.
+CLOUD_PLUGIN = {
+    "aks": "or let AKS install and keep the device plugin (and driver) itself: a managed GPU node pool "
+    "(gpuProfile.nvidia.managementMode=Managed; the node pool tag EnableManagedGPUExperience=true in its first "
+    "preview), the way on AKS Automatic, which refuses a plugin DaemonSet in its managed kube-system",
+}
+
+
 def _policy_findings(ctx: Context) -> list[Finding]:
     stack = ctx.stack
     if stack.id == "none":
@@ -236,6 +247,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 fix=stack.render(install)
                 + (
                     "   # the node image brings driver and runtime"
+                    + (f"; {CLOUD_PLUGIN[cloud]}" if cloud in CLOUD_PLUGIN else "")
                     if cloud
                     else "   # driver, toolkit and plugin; NVIDIA's plugin chart alone where the nodes have a driver"
                 ),
