@@ -284,6 +284,16 @@ def test_the_same_leftover_on_a_kubeadm_node_reconfigures_containerd() -> None:
     assert "k3s" not in root.fix
 
 
+def test_the_operators_own_runtime_failing_where_its_toolkit_runs_is_not_a_leftover() -> None:
+    report = diagnosed(
+        _operator("{name: n1, preset: l4-x2}"),
+        refused_at_start("nvidia-device-plugin", STALE_RUNTIME),
+        no_gpus("n1"),
+    )
+    (root,) = _roots(report)
+    assert root.link == "toolkit" and "rm -rf /usr/local/nvidia" not in root.fix
+
+
 # -- a node lost right after the toolkit restarted containerd with a drop-in from the config dump -----------------
 
 #: NVIDIA/nvidia-container-toolkit tools/container/runtime/containerd/containerd_linux.go: "Error signaling containerd,
