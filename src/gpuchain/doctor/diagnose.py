@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
-from gpuchain.doctor.bottlerocket import host_plugin, unregistered
+from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregistered
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
@@ -58,7 +58,7 @@ Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("driver", check_driver, (DRIVER,)),
     ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
-    ("device-plugin", check_device_plugin, (DEVICE_PLUGIN,)),
+    ("device-plugin", beside_host_plugin(check_device_plugin), (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
