@@ -419,27 +419,17 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
             f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
         )
     where = f"DaemonSet {ctx.namespace}/{name}"
-    install = ctx.stack.operand_install.get(operand.state)
-    if ds is None and install:
-        return Result(
-            LinkState.BROKEN,
-            f"no {name} DaemonSet",
-            (
-                node_finding(
-                    view,
-                    fid="operand.not-deployed",
-                    sev=Severity.ERROR,
-                    link=link,
-                    cause=f"{where} does not exist, so no {link} runs on this node: on {ctx.stack.title} no operator "
-                    "makes it, it is deployed with the cluster and was removed or never came.",
-                    evidence=[f"{where} does not exist"],
-                    fix=f"# {install}",
-                ),
-            ),
-        )
     if ds is None:
+        install = ctx.stack.operand_install.get(operand.state)
         switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
-        action, fix, more = restart_operator(ctx, operator)
+        action, fix, more = (None, f"# {install}", []) if install else restart_operator(ctx, operator)
+        cause = (
+            f"{where} does not exist, so no {link} runs on this node: on {ctx.stack.title} no operator makes it, it "
+            "is deployed with the cluster and was removed or never came."
+            if install
+            else f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
+            "node: the operator is not reconciling (stopped, or failing)."
+        )
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
@@ -449,9 +439,8 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
                     fid="operand.not-deployed",
                     sev=Severity.ERROR,
                     link=link,
-                    cause=f"{where} does not exist although the policy enables it, so the {link} link is missing on "
-                    "every node: the operator is not reconciling (stopped, or failing).",
-                    evidence=[f"{where} does not exist", switch, *more],
+                    cause=cause,
+                    evidence=[f"{where} does not exist", "" if install else switch, *more],
                     fix=fix,
                     action=action,
                 ),
