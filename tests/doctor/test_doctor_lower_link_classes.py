@@ -372,3 +372,12 @@ def test_a_kubelet_before_110_listing_no_gpu_under_a_device_plugin_is_the_node_w
 def test_the_gate_is_no_finding_where_the_kubelet_lists_gpus_or_is_110_or_later() -> None:
     assert "node.device-plugins-disabled" not in _old_kubelet("v1.9.11", gpus=True).ids
     assert "node.device-plugins-disabled" not in _old_kubelet("v1.10.0", gpus=False).ids
+
+
+def test_an_openshift_3_kubelet_gets_its_node_config_gate_and_the_containerised_kubelets_plugin_mount() -> None:
+    """OpenShift 3.x kubelets report the origin commit after the release (v1.9.1+<hash>); their flags are
+    node-config.yaml's kubeletArguments and a containerised node service sees only the host paths it mounts."""
+    (root,) = _roots(_old_kubelet("v1.9.1+0123abcd45", gpus=False))
+    assert root.id == "node.device-plugins-disabled" and "kubeletArguments" in root.fix
+    assert "-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-plugins/" in root.fix
+    assert "KUBELET_EXTRA_ARGS" not in root.fix

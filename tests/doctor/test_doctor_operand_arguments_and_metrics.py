@@ -156,6 +156,8 @@ def test_a_hook_crun_reports_failed_is_the_toolkit_with_runc_as_crios_default_ru
     assert (root.link, root.node) == ("toolkit", "n1")
     assert "catalog: crun.hook-failed (containers/crun " in " ".join(root.evidence)
     assert "defaultRuntime: runc" in root.fix and 'default_runtime = "runc"' in root.fix
+    # the lasting repair beside the workaround: the crun the hook works under, through the cluster's upgrade
+    assert "on OpenShift upgrade the cluster" in root.fix and "update the node's crun package" in root.fix
     assert not [f for f in report.findings if f.id == "log.unrecognised"]
 
 

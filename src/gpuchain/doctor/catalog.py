@@ -55,7 +55,7 @@ class Entry:
         """The entry's fix with the placeholders the evidence fills (the node, the pod's namespace, the pod),
         so the command pastes as it stands; a placeholder nothing fills stays for the user."""
         values = {"node": node, "namespace": namespace, "operator namespace": namespace}
-        values |= {"plugin pod": pod, "gfd pod": pod}
+        values |= {"plugin pod": pod, "gfd pod": pod, "driver pod": pod}
         return PLACEHOLDER.sub(lambda m: values.get(m.group(1)) or m.group(0), self.fix)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
+from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregistered
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
@@ -57,7 +58,7 @@ Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("driver", check_driver, (DRIVER,)),
     ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
-    ("device-plugin", check_device_plugin, (DEVICE_PLUGIN,)),
+    ("device-plugin", beside_host_plugin(check_device_plugin), (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
@@ -223,8 +224,11 @@ CLOUD_PLUGIN = {
 def _policy_findings(ctx: Context) -> list[Finding]:
     stack = ctx.stack
     if stack.id == "none":
-        if not ctx.views:
-            return []
+        # Nodes whose image runs the device plugin itself need no stack: only the others are missing one.
+        hosted = unregistered(ctx, ctx.views)
+        views = [v for v in ctx.views if not host_plugin(v)]
+        if not views:
+            return hosted
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.
         cloud = provider_of(ctx.snapshot.nodes)
         install = _install(CHARTS["nvidia-device-plugin" if cloud in ("eks", "aks") else "gpuchain"])
@@ -233,13 +237,13 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 id="stack.missing",
                 severity=Severity.ERROR,
                 link="device-plugin",
-                cause=f"{len(ctx.views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device "
+                cause=f"{len(views)} node(s) have NVIDIA GPUs but no GPU stack runs in the cluster: no device "
                 "plugin announces them to the kubelet, so no pod can ask for one.",
                 evidence=tuple(
                     e
                     for e in (
                         "no ClusterPolicy (gpuchain.io or nvidia.com), no NVIDIA or GKE device plugin DaemonSet",
-                        f"GPU nodes: {', '.join(v.name for v in ctx.views[:5])}{' ...' if len(ctx.views) > 5 else ''}",
+                        f"GPU nodes: {', '.join(v.name for v in views[:5])}{' ...' if len(views) > 5 else ''}",
                         f"cloud: {cloud} (spec.providerID)" if cloud else "",
                     )
                     if e
@@ -253,7 +257,8 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 ),
                 root=True,
                 action=install,
-            )
+            ),
+            *hosted,
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
         install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)

@@ -350,6 +350,11 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
 #: 1.8 and 1.9 (kubernetes pkg/features/kube_features.go@v1.8.0), beta and on by default from 1.10.
 DEVICE_PLUGINS_DEFAULT_ON = (1, 10)
 KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+#: OpenShift's kubelets report their Kubernetes release with the origin commit after a "+" (v1.9.1+a0ce1bc657); before
+#: 1.10 that is OpenShift 3.x, whose node service (origin-node, atomic-openshift-node) reads its kubelet flags from
+#: node-config.yaml's kubeletArguments and, installed containerised, runs the kubelet in a container that sees only
+#: the host paths its systemd unit mounts into it.
+OPENSHIFT_KUBELET = re.compile(r"^v?\d+\.\d+\.\d+\+[0-9a-f]{7,}$")
 
 
 def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
@@ -365,14 +370,23 @@ def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
         or any(k.startswith("nvidia.com/") for k in capacity)
     ):
         return None
+    flags = (
+        "turn the kubelet's DevicePlugins feature gate on and let it see the plugin's socket: on this OpenShift 3 node "
+        "add feature-gates: [DevicePlugins=true] under kubeletArguments in /etc/origin/node/node-config.yaml, and "
+        "where the node service runs containerised (the origin-node / atomic-openshift-node container) bind-mount the "
+        "host's device plugin directory into it (-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-plugins/ "
+        "in its systemd unit, /etc/systemd/system/origin-node.service), then systemctl daemon-reload && systemctl "
+        "restart origin-node (atomic-openshift-node)"
+        if OPENSHIFT_KUBELET.match(node_info(view.node).get("kubeletVersion", ""))
+        else "turn the kubelet's DevicePlugins feature gate on: add --feature-gates=DevicePlugins=true to its "
+        "flags (KUBELET_EXTRA_ARGS in its systemd drop-in, e.g. /etc/systemd/system/kubelet.service.d/"
+        "10-kubeadm.conf), then systemctl daemon-reload && systemctl restart kubelet"
+    )
     action = Fix(
         FixOp.NODE,
         view.name,
         {
-            "action": "turn the kubelet's DevicePlugins feature gate on: add --feature-gates=DevicePlugins=true to its "
-            "flags (KUBELET_EXTRA_ARGS in its systemd drop-in, e.g. /etc/systemd/system/kubelet.service.d/"
-            "10-kubeadm.conf), then systemctl daemon-reload && systemctl restart kubelet; or upgrade the kubelet to "
-            "1.10 or later, where the gate is on by default",
+            "action": f"{flags}; or upgrade the kubelet to 1.10 or later, where the gate is on by default",
             NOT_SIMULATED: "the kubelet's flags are a fact of the node no scenario names",
         },
     )

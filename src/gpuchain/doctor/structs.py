@@ -137,6 +137,9 @@ class Stack:
     driver_root: str = ""
     #: how a user installs the driver on a node of this stack where it is missing ("" = the generic advice)
     driver_install: str = ""
+    #: operand state -> how a user deploys that operand's DaemonSet where it is missing, on a stack whose operands
+    #: no operator reconciles (a cloud's addon); absent: the operator brings it back when it reconciles
+    operand_install: dict[str, str] = field(default_factory=dict)
     #: prefix of driver DaemonSets made per kernel and OS for precompiled drivers ("" = none)
     precompiled_prefix: str = ""
     #: the OS families the stack publishes driver container images for (() = it publishes none)

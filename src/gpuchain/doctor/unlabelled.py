@@ -55,46 +55,95 @@ def _discovery_running(ctx: Context) -> bool:
     return False
 
 
+def _serving_exporter_on(ctx: Context, keys: list[str]) -> list[str]:
+    """The worker nodes without any of ``keys`` where a dcgm-exporter pod runs ready: it serves only after DCGM
+    found the node's GPUs through the driver, so those nodes have GPUs the detection labels do not show."""
+    bare = {
+        name_of(n)
+        for n in ctx.snapshot.nodes
+        if not any(k in labels_of(n) for k in keys) and not any(r in labels_of(n) for r in CONTROL_PLANE)
+    }
+    found = set()
+    for pod in ctx.snapshot.pods:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        statuses = status.get("containerStatuses") or []
+        images = " ".join(str(c.get("image", "")) for c in spec.get("containers") or [])
+        ready = bool(statuses) and all(cs.get("ready") for cs in statuses)
+        if spec.get("nodeName") in bare and "dcgm-exporter" in images and ready:
+            found.add(str(spec["nodeName"]))
+    return sorted(found)
+
+
 def placed_nowhere(ctx: Context) -> tuple[list[Finding], set[int]]:
-    """The finding for a device plugin DaemonSet whose required affinity only NFD/GFD labels meet, with neither
-    running and no node labelled, while GPU pods wait on Insufficient GPUs; and those pods (by id)."""
+    """The findings for a device plugin DaemonSet whose required affinity only NFD/GFD labels meet, with neither
+    running: on each node that has GPUs (a ready dcgm-exporter says so) but not the labels, else, with no GPU node
+    known and no node labelled, once for the cluster (GPU pods waiting on Insufficient GPUs, where there are, are
+    its consequence); and those pods (by id)."""
     ds = operand_daemonset(ctx, DEVICE_PLUGIN)
-    if ds is None or ctx.views:
+    if ds is None:
         return [], set()
     keys = _required_keys(ds)
     if not keys or any(k not in DISCOVERED for k in keys) or _discovery_running(ctx):
         return [], set()
-    if any(k in labels_of(n) for n in ctx.snapshot.nodes for k in keys):
+    unlabelled = _serving_exporter_on(ctx, keys)
+    if not unlabelled and (ctx.views or any(k in labels_of(n) for n in ctx.snapshot.nodes for k in keys)):
         return [], set()
     waiting = [
         p for p in ctx.pending if pod_gpu_requests(p) and "Insufficient nvidia.com/" in (unschedulable_message(p) or "")
     ]
-    if not waiting:
-        return [], set()
     ns, name = namespace_of(ds) or ctx.namespace, name_of(ds)
     desired = (ds.get("status") or {}).get("desiredNumberScheduled", 0)
     release = labels_of(ds).get("app.kubernetes.io/instance", "<release>")
-    workers = [name_of(n) for n in ctx.snapshot.nodes if not any(r in labels_of(n) for r in CONTROL_PLANE)]
+    workers = unlabelled or [
+        name_of(n) for n in ctx.snapshot.nodes if not any(r in labels_of(n) for r in CONTROL_PLANE)
+    ]
+    gfd = (
+        f"let GFD and NFD write the labels: helm upgrade {release} nvdp/nvidia-device-plugin -n {ns} --reuse-values "
+        "--set gfd.enabled=true"
+    )
+    required = ", ".join(sorted(set(keys)))
+    refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in waiting[:5])
+    evidence = (
+        f"DaemonSet {ns}/{name}: desired {desired}; its required affinity: {required}",
+        "no Node Feature Discovery or GPU feature discovery DaemonSet in the cluster",
+        *([f"GPU pods Pending on Insufficient GPUs: {refs}"] if waiting else []),
+    )
+    cause = (
+        f"the device plugin's DaemonSet {ns}/{name} requires node labels that only Node Feature Discovery or GPU "
+        f"feature discovery write ({required}) and neither runs in this cluster"
+    )
+    if unlabelled:
+        findings = []
+        for node in unlabelled:
+            action = Fix(FixOp.LABEL_NODE, node, {GPU_PRESENT: "true"})
+            findings.append(
+                Finding(
+                    id="device-plugin.placed-nowhere",
+                    severity=Severity.ERROR,
+                    link="device-plugin",
+                    node=node,
+                    cause=f"{cause}; {node} has GPUs (its dcgm-exporter serves their metrics) but none of those "
+                    "labels, so the plugin is not placed there and the node announces no GPU.",
+                    evidence=(*evidence, f"dcgm-exporter runs ready on {node}; {node} has none of the labels"),
+                    fix=ctx.stack.render(action) + f"   # or {gfd}",
+                    root=True,
+                    action=action,
+                )
+            )
+        return findings, {id(p) for p in waiting}
     action = Fix(FixOp.LABEL_NODE, workers[0] if workers else "<GPU node>", {GPU_PRESENT: "true"})
     fix = (
         ctx.stack.render(action)
-        + f"   # on each node with an NVIDIA GPU (workers here: {', '.join(workers[:8]) or 'none'}); or let GFD and "
-        f"NFD write the labels: helm upgrade {release} nvdp/nvidia-device-plugin -n {ns} --reuse-values "
-        "--set gfd.enabled=true"
+        + f"   # on each node with an NVIDIA GPU (workers here: {', '.join(workers[:8]) or 'none'}); or {gfd}"
     )
-    refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in waiting[:5])
     finding = Finding(
         id="device-plugin.placed-nowhere",
         severity=Severity.ERROR,
         link="device-plugin",
-        cause=f"the device plugin's DaemonSet {ns}/{name} requires node labels that only Node Feature Discovery or GPU "
-        f"feature discovery write ({', '.join(sorted(set(keys)))}), neither runs in this cluster and no node carries "
-        "them, so the plugin runs on no node, no GPU is announced, and GPU pods wait as if there were no GPU node.",
-        evidence=(
-            f"DaemonSet {ns}/{name}: desired {desired}; its required affinity: {', '.join(sorted(set(keys)))}",
-            "no Node Feature Discovery or GPU feature discovery DaemonSet in the cluster; no node has those labels",
-            f"GPU pods Pending on Insufficient GPUs: {refs}",
-        ),
+        cause=f"{cause}, and no node carries them, so the plugin runs on no node and no GPU is announced: GPU pods "
+        "wait as if there were no GPU node, and a GPU node added later gets no plugin either, unless it comes with "
+        "one of those labels.",
+        evidence=(*evidence, "no node has those labels"),
         fix=fix,
         root=True,
         action=action,

@@ -420,8 +420,16 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         )
     where = f"DaemonSet {ctx.namespace}/{name}"
     if ds is None:
+        install = ctx.stack.operand_install.get(operand.state)
         switch = f"spec.{operand.spec_key}.enabled=true" if ctx.policy_obj is not None else ""
-        action, fix, more = restart_operator(ctx, operator)
+        action, fix, more = (None, f"# {install}", []) if install else restart_operator(ctx, operator)
+        cause = (
+            f"{where} does not exist, so no {link} runs on this node: on {ctx.stack.title} no operator makes it, it "
+            "is deployed with the cluster and was removed or never came."
+            if install
+            else f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
+            "node: the operator is not reconciling (stopped, or failing)."
+        )
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
@@ -431,9 +439,8 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
                     fid="operand.not-deployed",
                     sev=Severity.ERROR,
                     link=link,
-                    cause=f"{where} does not exist although the policy enables it, so the {link} link is missing on "
-                    "every node: the operator is not reconciling (stopped, or failing).",
-                    evidence=[f"{where} does not exist", switch, *more],
+                    cause=cause,
+                    evidence=[f"{where} does not exist", "" if install else switch, *more],
                     fix=fix,
                     action=action,
                 ),

@@ -19,6 +19,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.links.mig_empty import mig_without_instances
+from gpuchain.doctor.links.mig_host_clients import host_clients_hang
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
@@ -119,7 +120,9 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         wedged = _wedged(ctx, view, mgr, wanted or "", log, evidence)
         if wedged is not None:
             return wedged
-    failing = _manager_failing(ctx, view, mgr, evidence)
+    failing = _manager_failing(ctx, view, mgr, evidence) or host_clients_hang(
+        ctx, view=view, mgr=mgr, log=log, evidence=evidence
+    )
     if failing is not None:
         return failing
     cancel = Fix(FixOp.LABEL_NODE, view.name, {MIG_CONFIG: None, MIG_CONFIG_STATE: None})

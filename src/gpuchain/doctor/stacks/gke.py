@@ -66,6 +66,15 @@ def detect(snapshot: Snapshot) -> Stack | None:
         "driver; ubuntu/daemonset-preloaded.yaml on Ubuntu node images); where such an installer DaemonSet runs "
         "and fails, update the driver installer DaemonSet's image to the cos-gpu-installer release the node's COS "
         "milestone's release notes list (an older installer does not know the newer milestone's kernel)",
+        # GKE deploys its device plugin DaemonSet as an addon of the cluster, no operator in it: where it is missing,
+        # the Kubernetes addon it comes from (kubernetes cluster/addons/device-plugins/nvidia-gpu/daemonset.yaml,
+        # the same DaemonSet name, kube-system) runs the plugin on the nodes with cloud.google.com/gke-accelerator.
+        operand_install={
+            "device-plugin": "deploy the GPU device plugin DaemonSet GKE runs on GPU node pools: kubectl apply -f "
+            "https://raw.githubusercontent.com/kubernetes/kubernetes/master/cluster/addons/device-plugins/nvidia-gpu/"
+            "daemonset.yaml (it selects the nodes labelled cloud.google.com/gke-accelerator; the addon manager keeps "
+            "it from then on, its mode EnsureExists)"
+        },
         # GKE's API server runs ExtendedResourceToleration: pods that request nvidia.com/gpu get the toleration of
         # the nvidia.com/gpu taint GKE puts on GPU node pools (cloud.google.com/kubernetes-engine/docs/concepts/gpus).
         extended_resource_toleration=True,
