@@ -19,6 +19,7 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     placement_fix,
 )
+from gpuchain.doctor.links.probe_killed import probe_killed
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
@@ -86,7 +87,7 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
         return _unschedulable(ctx, view, operand, state)
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
-    oom = _oom_killed(ctx, view, operand, state)
+    oom = _oom_killed(ctx, view, operand, state) or probe_killed(ctx, view=view, operand=operand, state=state, log=log)
     if oom is not None:
         return oom
     mount = _object_missing(ctx, view, operand, state)
