@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus
+from doctor.small_cluster import crashing_pod, diagnosed, no_gpus
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -182,3 +182,108 @@ def test_the_operators_exporter_whose_probe_no_policy_field_sets_is_not_given_a_
     )
     (root,) = _roots(report)
     assert root.link == "exporter" and "livenessProbe" not in root.fix
+
+
+# -- a GPU component without a GPU request, on a runtime that ignores NVIDIA_VISIBLE_DEVICES unprivileged -----------
+# Reports: bottlerocket-os/bottlerocket#3992 (DCGM "will not run" on the NVIDIA variants; the reporter confirms it runs
+# with CAP_SYS_ADMIN, the maintainers add the runtime setting), bottlerocket-os/bottlerocket#3849 (GPUs gone from
+# unprivileged pods since 1.19). Source: bottlerocket-os/bottlerocket CHANGELOG.md@v1.19.5 (1.19.2: "Enable NVIDIA
+# GPU isolation using volume mounts"), bottlerocket.dev settings.nvidia-container-runtime
+# (visible-devices-envvar-when-unprivileged, default false); NVIDIA/nvidia-container-toolkit
+# cmd/nvidia-ctk-installer/toolkit/toolkit.go (ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED); the exporter's
+# words, catalog dcgm.init-error (NVIDIA/go-dcgm).
+
+NO_GPU_LOG = (
+    "Warning #2: dcgm-exporter doesn't have sufficient privileges to expose profiling metrics. To get profiling "
+    "metrics with dcgm-exporter, use --cap-add SYS_ADMIN\n"
+    'time="2024-05-29T10:00:00Z" level=info msg="Starting dcgm-exporter"\n'
+    "Error: Failed to initialize NVML\n"
+    'time="2024-05-29T10:00:00Z" level=fatal msg="Error starting nv-hostengine: DCGM initialization error"\n'
+)
+
+
+def _bottlerocket(os_image: str, policy: str = "{driver: {enabled: false}, toolkit: {enabled: false}}") -> str:
+    return (
+        f"name: t\nstack: gpu-operator\npolicy: {policy}\nnodes:\n"
+        f"  - name: b1\n    osImage: {os_image}\n    kernel: 6.1.90\n    hostDriver: 535.161.07\n"
+    )
+
+
+def _own_exporter(security: dict[str, Any]) -> Any:
+    """An edit: a dcgm-exporter chart release of its own in namespace monitoring on b1, its container run with
+    ``security``, crash-looping with NO_GPU_LOG."""
+
+    def edit(sim: SimCluster) -> None:
+        for pod in sim.cluster.list(POD):
+            if name_of(pod).startswith("dcgm-exporter"):
+                spec = copy.deepcopy(pod["spec"])
+                spec["containers"][0]["securityContext"] = security
+                sim.cluster.patch(POD, name=name_of(pod), namespace=namespace_of(pod), patch={"spec": spec})
+
+    return edit
+
+
+def _exporter_release(os_image: str, security: dict[str, Any]) -> Report:
+    return diagnosed(
+        _bottlerocket(os_image),
+        {"do": "delete-daemonset", "name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
+        {
+            "do": "add-daemonset",
+            "namespace": "monitoring",
+            "name": "dcgm-exporter",
+            "image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04",
+            "labels": {"app.kubernetes.io/name": "dcgm-exporter", "helm.sh/chart": "dcgm-exporter-3.4.0"},
+            "containers": ["exporter"],
+            "nodes": ["b1"],
+        },
+        _own_exporter(security),
+        {
+            "do": "pod",
+            "daemonset": "dcgm-exporter",
+            "node": "b1",
+            "containers": [{"name": "exporter", "restarts": 5, "state": {"waiting": "CrashLoopBackOff"}}],
+            "logs": {"exporter": NO_GPU_LOG},
+        },
+    )
+
+
+def test_an_exporter_without_sys_admin_on_bottlerocket_gets_the_capability_not_a_driver_mount() -> None:
+    report = _exporter_release("Bottlerocket OS 1.20.0 (aws-k8s-1.29-nvidia)", {"runAsUser": 0})
+    (root,) = [f for f in _roots(report) if f.link == "exporter"]
+    assert root.node == "b1" and "osImage Bottlerocket OS 1.20.0 (aws-k8s-1.29-nvidia)" in root.evidence
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    grant = {"name": "exporter", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+    assert root.action.changes == {"spec": {"template": {"spec": {"containers": [grant]}}}}
+    assert "visible-devices-envvar-when-unprivileged=true" in root.fix and "hostPath" not in root.fix
+
+
+def test_before_bottlerocket_isolated_gpus_or_with_sys_admin_it_is_not_this() -> None:
+    for os_image, security in (
+        ("Bottlerocket OS 1.19.0 (aws-k8s-1.29-nvidia)", {"runAsUser": 0}),
+        ("Bottlerocket OS 1.20.0 (aws-k8s-1.29-nvidia)", {"capabilities": {"add": ["SYS_ADMIN"]}}),
+    ):
+        (root,) = [f for f in _roots(_exporter_release(os_image, security)) if f.link == "exporter"]
+        assert "SYS_ADMIN" not in str(root.action) and "visible-devices-envvar" not in root.fix
+
+
+def test_the_operators_exporter_on_bottlerocket_gets_the_nodes_runtime_setting() -> None:
+    report = diagnosed(
+        _bottlerocket("Bottlerocket OS 1.26.2 (aws-k8s-1.31-nvidia)"),
+        crashing_pod("nvidia-dcgm-exporter", "nvidia-dcgm-exporter", "b1", NO_GPU_LOG),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("exporter", "b1")
+    assert root.action is not None and root.action.op is FixOp.NODE and root.action.target == "b1"
+    assert "apiclient set nvidia-container-runtime.visible-devices-envvar-when-unprivileged=true" in root.fix
+
+
+def test_an_operator_toolkit_told_to_ignore_the_variable_gets_it_accepted_again() -> None:
+    env = "[{name: ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED, value: 'false'}]"
+    report = diagnosed(
+        f"name: t\nstack: gpu-operator\npolicy: {{toolkit: {{env: {env}}}}}\nnodes:\n  - {{name: n1}}\n",
+        crashing_pod("nvidia-dcgm-exporter", "nvidia-dcgm-exporter", "n1", NO_GPU_LOG),
+    )
+    (root,) = _roots(report)
+    assert root.link == "exporter" and root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    accepted = {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "true"}
+    assert root.action.changes == {"spec": {"toolkit": {"env": [accepted]}}}
