@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from doctor.small_cluster import crashing_pod, diagnosed, no_gpus
+from test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, OPERATOR_DRA, dra_release
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, FixOp, Report
@@ -287,3 +288,47 @@ def test_an_operator_toolkit_told_to_ignore_the_variable_gets_it_accepted_again(
     assert root.link == "exporter" and root.action is not None and root.action.op is FixOp.PATCH_POLICY
     accepted = {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "true"}
     assert root.action.changes == {"spec": {"toolkit": {"env": [accepted]}}}
+
+
+# -- NVIDIA's DRA kubelet plugin killed by its liveness probe before its health check serves ------------------------
+# Report: NVIDIA/k8s-dra-driver-gpu#773 (the plugin killed within 30 s of its start while it discovers devices and
+# writes CDI specs; repaired by the startup probe of #774). Source: NVIDIA/k8s-dra-driver-gpu
+# deployments/helm/nvidia-dra-driver-gpu/templates/kubeletplugin.yaml@v25.8.0 (gRPC liveness probe, 3 x 10 s, no startup
+# probe) and @v25.8.1 ("Add startup probe to compute-domain and gpu kubelet plugins"); releases.yaml
+# nvidia-dra-driver-gpu-chart.liveness-before-healthcheck.
+
+
+def _dra_plugin_killed(chart: str) -> Report:
+    probe = {"grpc": {"port": 51515, "service": "liveness"}, "failureThreshold": 3, "periodSeconds": 10}
+    # The kubelet's gRPC prober where nothing serves the port yet (kubernetes pkg/probe/grpc/grpc.go@v1.34.4).
+    said = 'timeout: failed to connect service ":51515" within 1s: context deadline exceeded'
+
+    def labelled(sim: SimCluster) -> None:
+        sim.cluster.patch(
+            DAEMONSET,
+            name=DRA_DS,
+            namespace=DRA_NS,
+            patch={"metadata": {"labels": {"helm.sh/chart": chart}}},
+        )
+
+    return diagnosed(
+        OPERATOR_DRA,
+        dra_release("n1", DONE, CRASH, "/run/nvidia/driver"),
+        labelled,
+        _killed_by_probe(DRA_DS, "gpus", "liveness", probe, said),
+    )
+
+
+def test_a_dra_plugin_killed_by_its_liveness_probe_on_chart_25_8_0_moves_to_the_release_with_a_startup_probe() -> None:
+    (root,) = _roots(_dra_plugin_killed("nvidia-dra-driver-gpu-25.8.0"))
+    assert (root.link, root.node) == ("device-plugin", "n1")
+    assert "release: nvidia-dra-driver-gpu-chart.liveness-before-healthcheck" in " ".join(root.evidence)
+    assert f"-n {DRA_NS} --version 25.8.1 --reuse-values" in root.fix
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    container = root.action.changes["spec"]["template"]["spec"]["containers"][0]
+    assert container == {"name": "gpus", "livenessProbe": {"initialDelaySeconds": 45}}
+
+
+def test_on_a_chart_with_the_startup_probe_the_probe_itself_is_raised() -> None:
+    (root,) = _roots(_dra_plugin_killed("nvidia-dra-driver-gpu-25.12.0"))
+    assert "--version 25.8.1" not in root.fix and "--set livenessProbe.initialDelaySeconds=45" in root.fix

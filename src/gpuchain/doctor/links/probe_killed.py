@@ -13,7 +13,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.pods import PodState
-from gpuchain.doctor.releases import version_of
+from gpuchain.doctor.releases import defect, version_of
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, Operand
 
@@ -21,6 +21,9 @@ PROBE_FAILED = "kubelet.probe-failed"
 #: A probe that did not answer in time (Go's net/http client timeout, as the kubelet's prober quotes it, or an
 #: exec probe's "command timed out"), rather than one refused because nothing listens yet.
 TIMED_OUT = re.compile(r"context deadline exceeded|Client\.Timeout exceeded|timed out", re.IGNORECASE)
+#: Nothing serves the probed port yet: refused, or the kubelet's gRPC prober that could not connect within its timeout
+#: ("timeout: failed to connect service %q within %v: %+v", kubernetes pkg/probe/grpc/grpc.go@v1.34.4).
+NOT_SERVING = re.compile(r"connection refused|failed to connect service", re.IGNORECASE)
 #: The delay dcgm-exporter's own chart gives its probes since 2.2.9-2.4.1 (NVIDIA/dcgm-exporter
 #: deployment/templates/daemonset.yaml, "Bump liveness/readiness delay for resiliency on most systems"), as the
 #: GPU Operator's exporter DaemonSet does (assets/state-dcgm-exporter/0800_daemonset.yaml): the floor a raised
@@ -34,7 +37,7 @@ EXPORTER_CHART_PROBES = "4.2.0"
 def _raised(kind: str, probe: Obj, outputs: list[str]) -> tuple[str, int]:
     """The probe field to raise and its new value: the timeout where the probe timed out, else the time it allows
     the container to start (a startup probe's failures, a liveness probe's initial delay)."""
-    if any(TIMED_OUT.search(o) for o in outputs):
+    if any(TIMED_OUT.search(o) and not NOT_SERVING.search(o) for o in outputs):
         return "timeoutSeconds", max(5, 2 * int(probe.get("timeoutSeconds") or 1))
     if kind == "startup":
         return "failureThreshold", 2 * int(probe.get("failureThreshold") or 3)
@@ -72,7 +75,7 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
         f"({state.restarts} restarts), while its log names no error: the probe allows less time than it needs to start "
         f"on this node{f' ({allowed})' if allowed else ''}, so each start is cut short and begins again."
     )
-    evidence = found.evidence("event")
+    evidence: tuple[str, ...] = found.evidence("event")
     if ns == ctx.namespace and ctx.policy_obj is not None:
         if operand is not DRIVER or "peermem" in container:
             return None  # the operator renders these probes from no setting of its ClusterPolicy: not this repair
@@ -83,6 +86,12 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
     labels = (owner_daemonset(ctx, pod).get("metadata") or {}).get("labels") or {}
     chart_name, chart, version = chart_of(ctx, labels)
     note = ""
+    found_release = defect(chart_name, version, "probe-killed") if labels.get(HELM_RELEASE) else None
+    if found_release is not None:  # the chart release whose probes allow the start, the patch until then
+        upgrade = f"helm upgrade {labels[HELM_RELEASE]} {chart} -n {ns} --version {found_release.fixed_in}"
+        evidence = (*evidence, f"chart {chart_name}-{version}: {found_release.cause}", found_release.cite())
+        fix = f"{upgrade} --reuse-values   # the chart release that fixes it; until then: {ctx.stack.render(action)}"
+        return Known(cause=cause, evidence=evidence, action=action, fix=fix)
     if labels.get(HELM_RELEASE):
         fixed = (version_of(version) or ()) < (version_of(EXPORTER_CHART_PROBES) or ())
         if chart_name == "dcgm-exporter" and fixed:
