@@ -28,8 +28,10 @@ def _roots(report: Report) -> list[Finding]:
 # deployment/templates/daemonset.yaml (the delay raised from 5 to 45 s in 2.2.9-2.4.1, "Bump liveness/readiness delay
 # for resiliency on most systems"; set by livenessProbe.* values from chart 4.2.0, deployment/values.yaml@4.2.3-4.2.0);
 # the kubelet's prober, kubernetes pkg/kubelet/prober/prober.go (Unhealthy "%s probe failed: %s", catalog
-# kubelet.probe-failed) and pkg/kubelet/kuberuntime/kuberuntime_manager.go (the kill that follows); NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go (DriverSpec.StartupProbe, the only
-# operand probe its ClusterPolicy sets) and assets/state-driver/0500_daemonset.yaml (its 60 s / 120 x 10 s default).
+# kubelet.probe-failed) and pkg/kubelet/kuberuntime/kuberuntime_manager.go (the kill that follows);
+# NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go (DriverSpec.StartupProbe, the only operand probe its
+# ClusterPolicy sets) and assets/state-driver/0500_daemonset.yaml (its 60 s / 120 x 10 s default). The driver's case
+# is the same mechanism read from that source; no tracker report of it was found to cite.
 
 EXPORTER_LOG = (
     'time="2024-09-26T08:00:00Z" level=info msg="Starting dcgm-exporter"\n'
