@@ -71,21 +71,22 @@ def test_probes_that_time_out_get_a_longer_timeout_on_the_probes_that_failed() -
     events = [_unhealthy("Readiness", TIMEOUT), _unhealthy("Liveness", TIMEOUT), KILLED]
     root = _root(diagnosed(PLUGIN, EXPORTER, _exporter(events)))
     assert (root.link, root.node) == ("exporter", "g1")
-    assert root.action is not None and root.action.op is FixOp.PATCH_WORKLOAD
-    paths = {op["path"] for op in root.action.changes["patch"]}
-    assert paths == {
-        "/spec/template/spec/containers/0/livenessProbe/timeoutSeconds",
-        "/spec/template/spec/containers/0/readinessProbe/timeoutSeconds",
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    (container,) = root.action.changes["spec"]["template"]["spec"]["containers"]
+    assert container == {
+        "name": "dcgm",
+        "livenessProbe": {"timeoutSeconds": 5},
+        "readinessProbe": {"timeoutSeconds": 5},
     }
-    assert "kubectl -n metrics patch daemonset gpu-metrics --type json" in root.fix
+    assert "patch ds gpu-metrics --type strategic" in root.fix
 
 
 def test_a_probe_already_given_more_than_the_default_is_given_more_again() -> None:
     events = [_unhealthy("Readiness", TIMEOUT)]
     root = _root(diagnosed(PLUGIN, EXPORTER, _exporter(events), _probe_timeout(4)))
     assert root.action is not None
-    ((op,),) = [root.action.changes["patch"]]
-    assert op["path"].endswith("/readinessProbe/timeoutSeconds") and op["value"] == 8
+    (container,) = root.action.changes["spec"]["template"]["spec"]["containers"]
+    assert container == {"name": "dcgm", "readinessProbe": {"timeoutSeconds": 8}}
 
 
 def test_a_liveness_probe_refused_while_the_log_shows_a_clean_start_gets_a_longer_initial_delay() -> None:
@@ -93,8 +94,11 @@ def test_a_liveness_probe_refused_while_the_log_shows_a_clean_start_gets_a_longe
     events = [_unhealthy("Liveness", REFUSED), KILLED]
     root = _root(diagnosed(PLUGIN, EXPORTER, _exporter(events, log=log, running=False)))
     assert root.action is not None
-    (op,) = root.action.changes["patch"]
-    assert op["path"].endswith("/livenessProbe/initialDelaySeconds") and "initialDelaySeconds" in root.fix
+    (container,) = root.action.changes["spec"]["template"]["spec"]["containers"]
+    assert (
+        container == {"name": "dcgm", "livenessProbe": {"initialDelaySeconds": 45}}
+        and "initialDelaySeconds" in root.fix
+    )
 
 
 def test_a_container_whose_log_names_its_error_is_read_by_its_log_not_its_probes() -> None:

@@ -38,7 +38,7 @@ class FixOp(enum.StrEnum):
     LABEL_NODE = "label-node"  #: changes: {key: value, or None to remove}
     LABEL_NAMESPACE = "label-namespace"  #: changes: {key: value, or None to remove} of namespace ``target``
     PATCH_POLICY = "patch-policy"  #: changes: a merge patch of the stack's ClusterPolicy
-    PATCH_DAEMONSET = "patch-daemonset"  #: changes: a merge patch of the DaemonSet ``target`` (ns/name)
+    PATCH_DAEMONSET = "patch-daemonset"  #: changes: a patch of DaemonSet ``target`` (ns/name); strategic on containers
     CREATE = "create"  #: changes: the object to create
     NODE = "node"  #: work on the node itself (changes["action"]): reimage, restart containerd, upgrade driver
     HARDWARE = "hardware"  #: no command fixes it: changes["action"] names what a person must do

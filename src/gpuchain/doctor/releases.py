@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin")
+SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin", "probe-killed")
 BY = ("image", "chart")
 #: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
 #: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.

@@ -231,7 +231,10 @@ class Stack:
             )
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
-            return f"kubectl -n {ns} patch ds {name} --type merge -p '{json.dumps(ch, separators=(',', ':'))}'"
+            # A merge patch replaces a list whole: a template's containers are merged by name (strategic) instead.
+            template = ((ch.get("spec") or {}).get("template") or {}).get("spec") or {}
+            kind = "strategic" if {"containers", "initContainers"} & template.keys() else "merge"
+            return f"kubectl -n {ns} patch ds {name} --type {kind} -p '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.SET_ENV:
             ns, _, name = fix.target.partition("/")
             return f"kubectl -n {ns} set env ds/{name} " + " ".join(f"{k}={v}" for k, v in ch["env"].items())

@@ -12,6 +12,7 @@ from gpuchain.doctor.links.common import Known, Result, node_finding
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.metrics import unsupported_fields
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
+from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState
@@ -113,6 +114,9 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             fix=ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
+    unprivileged = unprivileged_gpu(ctx, view=view, pod=pod, log=log)
+    if unprivileged is not None:  # a runtime that injects no GPU here whatever the RuntimeClass
+        return unprivileged
     # DCGM's own "initialization error" is the same missing NVML one level up (its host engine loads NVML first), so
     # it too is read against the plugin's RuntimeClass before the driver-root mount below.
     not_injected = without_plugins_runtime_class(

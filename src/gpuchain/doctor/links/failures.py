@@ -23,6 +23,7 @@ from gpuchain.doctor.links.probes import probe_killed
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
+from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
@@ -88,6 +89,7 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     if state.status in IMAGE_PULL:
         return _image_missing(ctx, view, operand, state)
     oom = _oom_killed(ctx, view, operand, state) or probe_killed(ctx, view=view, operand=operand, state=state, log=log)
+    oom = oom or unprivileged_gpu(ctx, view=view, pod=view.pod(operand) or {}, log=log)
     if oom is not None:
         return oom
     mount = _object_missing(ctx, view, operand, state)
