@@ -1,0 +1,85 @@
+"""Two failures the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
+devices (the MIG device walk, not the MIG profile walk). Each is read on its own link, with its repair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.small_cluster import diagnosed, plugin_pod
+
+from gpuchain.doctor.model import Finding, Report, Severity
+
+
+def _roots(report: Report) -> list[Finding]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+def _cites(finding: Finding, entry: str) -> bool:
+    return any(e.startswith(f"catalog: {entry} (") for e in finding.evidence)
+
+
+def _start_error(message: str) -> dict[str, Any]:
+    """A container the runtime could not start, as the kubelet shows it (containerd
+    internal/cri/server/container_start.go@v2.0.5): CrashLoopBackOff, last terminated StartError, exit 128."""
+    return {
+        "name": "nvidia-device-plugin-ctr",
+        "restarts": 4,
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "StartError", "exitCode": 128, "message": message},
+    }
+
+
+#: golang/go src/os/exec/exec.go@go1.22.0 Error() around lp_unix.go's os.Stat error, as the containerd shim quotes it.
+LOOKPATH = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: unable to retrieve OCI "
+    "runtime error (open /run/containerd/io.containerd.runtime.v2.task/k8s.io/77aa/log.json: no such file or "
+    'directory): exec: "{path}": stat {path}: no such file or directory: unknown'
+)
+
+
+def test_a_runtime_binary_missing_at_its_configured_path_is_the_toolkit_with_its_package_to_install() -> None:
+    message = LOOKPATH.format(path="/usr/bin/nvidia-container-runtime")
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: w1, hostDriver: 550.127.05}\n",
+        plugin_pod("w1", _start_error(message)),
+    )
+    (root,) = _roots(report)
+    assert (root.link, root.node) == ("toolkit", "w1")
+    assert _cites(root, "nvidia-container-runtime.binary-not-on-node")
+    assert "nvidia-container-toolkit-base" in root.fix
+    assert "log.unrecognised" not in report.ids
+
+
+def test_another_binary_missing_at_its_path_is_not_read_as_the_nvidia_runtime() -> None:
+    message = LOOKPATH.format(path="/usr/local/bin/crun")
+    report = diagnosed(
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: w1, hostDriver: 550.127.05}\n",
+        plugin_pod("w1", _start_error(message)),
+    )
+    assert not any(_cites(f, "nvidia-container-runtime.binary-not-on-node") for f in report.findings)
+
+
+#: The MIG device walk's error, with go-nvlib's index (pkg/nvlib/device/device.go@v0.7.0) and without it (the
+#: plugin's own walk before v0.9).
+MIG_HANDLE = (
+    "error getting MIG device handle at index '0': Insufficient Permissions",
+    "error getting MIG device handle: Insufficient Permissions",
+)
+
+
+def test_a_plugin_refused_its_mig_device_handles_is_given_the_mig_monitor_capability() -> None:
+    for line in MIG_HANDLE:
+        log = f"2024/05/02 10:00:01 Starting OS watcher.\n2024/05/02 10:00:01 Fatal: {line}\n"
+        container = {"name": "nvidia-device-plugin-ctr", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}
+        container["last"] = {"terminated": "Error", "exitCode": 2}
+        report = diagnosed(
+            "name: t\nstack: nvidia-device-plugin\nnodes:\n"
+            "  - {name: dgx, preset: a100-40gb-x8, hostDriver: 550.127.05, mig: {config: all-1g.5gb}}\n",
+            plugin_pod("dgx", container, log),
+        )
+        (root,) = _roots(report)
+        assert (root.link, root.node) == ("device-plugin", "dgx")
+        assert _cites(root, "go-nvlib.mig-handle-no-permission")
+        assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
+        assert "log.unrecognised" not in report.ids
