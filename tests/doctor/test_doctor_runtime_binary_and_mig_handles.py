@@ -1,14 +1,17 @@
-"""Two failures the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Three failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
-devices (the MIG device walk, not the MIG profile walk). Each is read on its own link, with its repair."""
+devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
+log a node-problem monitor posts on the Node says. Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from doctor.small_cluster import diagnosed, plugin_pod
 
 from gpuchain.doctor.model import Finding, Report, Severity
+from gpuchain.sim.build import SimCluster
 
 
 def _roots(report: Report) -> list[Finding]:
@@ -83,3 +86,49 @@ def test_a_plugin_refused_its_mig_device_handles_is_given_the_mig_monitor_capabi
         assert _cites(root, "go-nvlib.mig-handle-no-permission")
         assert "NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix
         assert "log.unrecognised" not in report.ids
+
+
+def _kernel_event(node: str, message: str) -> Callable[[SimCluster], None]:
+    """An edit: a Warning Event on ``node`` as node-problem-detector's kernel-monitor posts a kernel line."""
+
+    def edit(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{node}.kernel", "namespace": "default"},
+                "involvedObject": {"kind": "Node", "name": node, "uid": node},
+                "reason": "KernelOops",
+                "type": "Warning",
+                "count": 4,
+                "source": {"component": "kernel-monitor", "host": node},
+                "message": message,
+            }
+        )
+
+    return edit
+
+
+#: NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c@580.65.06, behind the kernel's Xid prefix.
+GSP_TIMEOUT = "NVRM: Xid (PCI:0002:00:00): 119, pid=812, name=python3, Timeout waiting for RPC from GSP0! Expected function 76 (GSP_RM_CONTROL) (0x2080014b 0x5)."
+
+
+def test_gsp_firmware_xids_in_the_kernel_log_are_the_driver_with_a_newer_release_as_the_repair() -> None:
+    aks = (
+        "name: t\nstack: aks\nnodes:\n  - {name: aks-gpu-0, preset: a100-80gb-x8, hostDriver: 535.54.03, "
+        "labels: {kubernetes.azure.com/agentpool: gpu}}\n"
+    )
+    report = diagnosed(aks, _kernel_event("aks-gpu-0", GSP_TIMEOUT))
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("driver.gsp-xid", "driver", "aks-gpu-0")
+    assert "--node-image-only" in root.fix and "NVreg_EnableGpuFirmware=0" in root.fix
+    host = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: w1, preset: l4-x2, hostDriver: 535.54.03}\n"
+    (root,) = _roots(diagnosed(host, _kernel_event("w1", GSP_TIMEOUT.replace("119", "120"))))
+    assert root.id == "driver.gsp-xid" and "driver packages" in root.fix
+
+
+def test_another_kernel_xid_or_no_event_is_not_read_as_the_gsp_firmware() -> None:
+    host = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: w1, preset: l4-x2, hostDriver: 535.54.03}\n"
+    page_fault = "NVRM: Xid (PCI:0000:86:00): 31, pid=2468, name=trainer, Ch 00000010, intr 10000000"
+    assert "driver.gsp-xid" not in diagnosed(host, _kernel_event("w1", page_fault)).ids
+    assert "driver.gsp-xid" not in diagnosed(host).ids

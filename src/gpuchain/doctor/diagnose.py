@@ -20,8 +20,8 @@ from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
-from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.links.gfd import check_gfd
+from gpuchain.doctor.links.gsp_xid import check_driver_and_gsp
 from gpuchain.doctor.links.hardware import gpu_lost
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.toolkit import check_toolkit
@@ -55,7 +55,7 @@ from gpuchain.operator.policy import parse_policy
 
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
-    ("driver", check_driver, (DRIVER,)),
+    ("driver", check_driver_and_gsp, (DRIVER,)),
     ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
     ("device-plugin", check_device_plugin, (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
