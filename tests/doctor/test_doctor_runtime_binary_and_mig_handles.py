@@ -1,7 +1,8 @@
-"""Three failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Four failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
-log a node-problem monitor posts on the Node says. Each is read on its own link, with its repair."""
+log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
+and whose own settings make it need less. Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from doctor.small_cluster import diagnosed, plugin_pod
 
 from gpuchain.doctor.model import Finding, Report, Severity
+from gpuchain.kube import DAEMONSET
 from gpuchain.sim.build import SimCluster
 
 
@@ -132,3 +134,28 @@ def test_another_kernel_xid_or_no_event_is_not_read_as_the_gsp_firmware() -> Non
     page_fault = "NVRM: Xid (PCI:0000:86:00): 31, pid=2468, name=trainer, Ch 00000010, intr 10000000"
     assert "driver.gsp-xid" not in diagnosed(host, _kernel_event("w1", page_fault)).ids
     assert "driver.gsp-xid" not in diagnosed(host).ids
+
+
+def _exporter_limit(memory: str) -> Callable[[SimCluster], None]:
+    """An edit: the operator's dcgm-exporter DaemonSet template limits its container to ``memory``; the pods were
+    listed without it."""
+
+    def edit(sim: SimCluster) -> None:
+        ds = sim.cluster.get(DAEMONSET, name="nvidia-dcgm-exporter", namespace="gpu-operator")
+        spec = ds["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            c["resources"] = {"limits": {"memory": memory}}
+        sim.cluster.patch(DAEMONSET, name="nvidia-dcgm-exporter", namespace="gpu-operator", patch=ds)
+
+    return edit
+
+
+def test_an_oom_killed_exporter_gets_more_than_its_template_limit_or_collects_less() -> None:
+    operator = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1, preset: a100-40gb-x8}\n"
+    running = {"name": "nvidia-dcgm-exporter", "restarts": 6, "ready": True, "state": {"running": True}}
+    killed = {"do": "pod", "daemonset": "nvidia-dcgm-exporter", "node": "n1"}
+    killed["containers"] = [{**running, "last": {"terminated": "OOMKilled", "exitCode": 137}}]
+    (root,) = _roots(diagnosed(operator, _exporter_limit("768Mi"), killed))
+    assert (root.link, root.node) == ("exporter", "n1")
+    assert '"memory":"1536Mi"' in root.fix and "memory limit 768Mi" in root.evidence
+    assert "--collect-interval" in root.fix and "GOMEMLIMIT" in root.fix
