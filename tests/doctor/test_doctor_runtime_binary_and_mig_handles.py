@@ -1,15 +1,16 @@
-"""Four failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Five failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
 log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
-and whose own settings make it need less. Each is read on its own link, with its repair."""
+and whose own settings make it need less; and the nvidia runtime left as containerd's default where no GPU stack
+runs. Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from doctor.small_cluster import diagnosed, plugin_pod
+from doctor.small_cluster import diagnosed, plugin_pod, refused_at_start
 
 from gpuchain.doctor.model import Finding, Report, Severity
 from gpuchain.kube import DAEMONSET
@@ -159,3 +160,34 @@ def test_an_oom_killed_exporter_gets_more_than_its_template_limit_or_collects_le
     assert (root.link, root.node) == ("exporter", "n1")
     assert '"memory":"1536Mi"' in root.fix and "memory limit 768Mi" in root.evidence
     assert "--collect-interval" in root.fix and "GOMEMLIMIT" in root.fix
+
+
+#: runc's words for a prestart hook that failed (opencontainers/runc libcontainer/process_linux.go@v1.0.0-rc92),
+#: around nvidia-container-cli's initialization error (NVIDIA/libnvidia-container src/cli/main.c@v1.3.0).
+HOOK_REFUSED = (
+    "failed to create containerd task: OCI runtime create failed: container_linux.go:370: starting container process "
+    "caused: process_linux.go:459: container init caused: Running hook #0:: error running hook: exit status 1, "
+    "stdout: , stderr: nvidia-container-cli: initialization error: driver error: failed to process request: unknown"
+)
+
+
+def _no_stack(labels: str = "{}") -> str:
+    return (
+        f"name: t\nstack: none\nnodes:\n  - {{name: box, preset: t4-x4, labels: {labels}}}\n"
+        "workloads:\n  - {name: web, namespace: apps, count: 1, gpus: 0, node: box}\n"
+    )
+
+
+def test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_get_runc_back_as_default() -> None:
+    report = diagnosed(_no_stack('{"microk8s.io/cluster": "true"}'), refused_at_start("web", HOOK_REFUSED))
+    (left,) = [f for f in _roots(report) if f.node == "box"]
+    assert (left.id, left.link) == ("toolkit.default-runtime-left", "toolkit")
+    assert 'default_runtime_name = "runc"' in left.fix and "containerd-template.toml" in left.fix
+    plain = diagnosed(_no_stack(), refused_at_start("web", HOOK_REFUSED))
+    (left,) = [f for f in _roots(plain) if f.node == "box"]
+    assert "/etc/containerd/config.toml" in left.fix
+
+
+def test_a_refusal_without_the_nvidia_hook_is_not_read_as_its_default() -> None:
+    other = HOOK_REFUSED.replace("nvidia-container-cli", "oci-seccomp-bpf-hook")
+    assert "toolkit.default-runtime-left" not in diagnosed(_no_stack(), refused_at_start("web", other)).ids

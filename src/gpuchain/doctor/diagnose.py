@@ -19,6 +19,7 @@ from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
+from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.gsp_xid import check_driver_and_gsp
@@ -253,7 +254,8 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 ),
                 root=True,
                 action=install,
-            )
+            ),
+            *default_left(ctx),
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
         install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)
