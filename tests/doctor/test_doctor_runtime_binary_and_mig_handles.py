@@ -1,9 +1,10 @@
-"""Five failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Six failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
 log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
 and whose own settings make it need less; and the nvidia runtime left as containerd's default where no GPU stack
-runs. Each is read on its own link, with its repair."""
+runs; and GPUs a device plugin marks unhealthy with no Xid beside pods that lost their device access while running
+(one systemd reload). Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
@@ -191,3 +192,54 @@ def test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_ge
 def test_a_refusal_without_the_nvidia_hook_is_not_read_as_its_default() -> None:
     other = HOOK_REFUSED.replace("nvidia-container-cli", "oci-seccomp-bpf-hook")
     assert "toolkit.default-runtime-left" not in diagnosed(_no_stack(), refused_at_start("web", other)).ids
+
+
+def _plugin_marked(*lines: str) -> dict[str, Any]:
+    """An edit: the standalone plugin on w1 logging ``lines`` after it registered (its own start-up wording)."""
+    start = "I0719 09:12:03.121336       1 server.go:125] Registered device plugin for 'nvidia.com/gpu' with Kubelet\n"
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "w1",
+        "logs": {"nvidia-device-plugin-ctr": start + "".join(f"{ln}\n" for ln in lines)},
+    }
+
+
+#: A GPU pod that lost device access while running: the NVML line CUDA containers print (catalog
+#: nvml.unknown-error-in-workload).
+LOST_ACCESS = {
+    "do": "pod",
+    "daemonset": "trainer",
+    "namespace": "ml",
+    "node": "w1",
+    "containers": [
+        {
+            "name": "main",
+            "restarts": 2,
+            "state": {"waiting": "CrashLoopBackOff"},
+            "last": {"terminated": "Error", "exitCode": 1},
+        }
+    ],
+    "logs": {"main": "Failed to initialize NVML: Unknown Error\n"},
+}
+RELOAD_NODE = (
+    "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: w1, preset: a100-40gb-x8, hostDriver: 535.54.03}\n"
+    "workloads:\n  - {name: trainer, namespace: ml, count: 2, gpus: 4, node: w1}\n"
+)
+MARKED = "I0719 11:40:27.553012       1 health.go:159] 'nvidia.com/gpu' device marked unhealthy: GPU-3b1f6c2e"
+
+
+def test_gpus_marked_unhealthy_without_an_xid_beside_pods_that_lost_device_access_are_the_reload_not_the_gpu() -> None:
+    short = {"do": "node", "node": "w1", "allocatable": {"nvidia.com/gpu": "7"}}
+    report = diagnosed(RELOAD_NODE, _plugin_marked(MARKED), LOST_ACCESS, short)
+    (root,) = _roots(report)
+    assert (root.id, root.link) == ("workload.nvml-lost", "toolkit")
+    (marked,) = [f for f in report.findings if f.id == "gpu.lost"]
+    assert marked.severity is Severity.WARNING and "delete pod nvidia-device-plugin" in marked.fix
+
+
+def test_an_xid_the_plugin_names_keeps_the_lost_gpu_its_own_finding() -> None:
+    short = {"do": "node", "node": "w1", "allocatable": {"nvidia.com/gpu": "7"}}
+    xid = "E0719 11:40:27.553012       1 health.go:152] XidCriticalError: Xid=79 on Device=GPU-3b1f6c2e; marking device as unhealthy."
+    report = diagnosed(RELOAD_NODE, _plugin_marked(xid), LOST_ACCESS, short)
+    assert any(f.id == "gpu.lost" and f.severity is Severity.ERROR for f in report.findings)

@@ -25,6 +25,7 @@ from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.gsp_xid import check_driver_and_gsp
 from gpuchain.doctor.links.hardware import gpu_lost
 from gpuchain.doctor.links.mig import check_mig, mig_root
+from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.toolkit import check_toolkit
 from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
@@ -193,7 +194,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
     findings += unrecognised(ctx, view=view, link_of=LINK_OF, found=found)
-    return NodeChain(view.name, tuple(links), tuple(findings))
+    return NodeChain(view.name, tuple(links), tuple(reload_marked(view, findings)))
 
 
 def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:
