@@ -24,6 +24,8 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "device-plugin.beside-host-plugin": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_a_plugin_daemonset_crashing_beside_bottlerocket_s_own_plugin_is_kept_off_those_nodes",
     "toolkit.default-runtime-left": "test_doctor_runtime_binary_and_mig_handles::"
     "test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_get_runc_back_as_default",
     "driver.gsp-xid": "test_doctor_runtime_binary_and_mig_handles::"

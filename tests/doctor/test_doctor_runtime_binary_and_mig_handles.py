@@ -1,17 +1,18 @@
-"""Six failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Seven failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
 log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
 and whose own settings make it need less; and the nvidia runtime left as containerd's default where no GPU stack
 runs; and GPUs a device plugin marks unhealthy with no Xid beside pods that lost their device access while running
-(one systemd reload). Each is read on its own link, with its repair."""
+(one systemd reload); and a plugin DaemonSet beside the device plugin Bottlerocket's NVIDIA variants run themselves.
+Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from doctor.small_cluster import diagnosed, plugin_pod, refused_at_start
+from doctor.small_cluster import diagnosed, no_gpus, plugin_pod, refused_at_start
 
 from gpuchain.doctor.model import Finding, Report, Severity
 from gpuchain.kube import DAEMONSET
@@ -243,3 +244,51 @@ def test_an_xid_the_plugin_names_keeps_the_lost_gpu_its_own_finding() -> None:
     xid = "E0719 11:40:27.553012       1 health.go:152] XidCriticalError: Xid=79 on Device=GPU-3b1f6c2e; marking device as unhealthy."
     report = diagnosed(RELOAD_NODE, _plugin_marked(xid), LOST_ACCESS, short)
     assert any(f.id == "gpu.lost" and f.severity is Severity.ERROR for f in report.findings)
+
+
+def _bottlerocket(variant: str) -> str:
+    """An EKS node pool of two GPU nodes on the Bottlerocket ``variant``."""
+    nodes = "".join(
+        f"  - {{name: br-{i}, preset: l4-x2, osImage: 'Bottlerocket OS 1.37.0 ({variant})', "
+        f"labels: {{karpenter.sh/nodepool: gpu-br}}}}\n"
+        for i in (1, 2)
+    )
+    return f"name: t\nstack: eks\nnodes:\n{nodes}"
+
+
+def _chart_plugin_crashing(node: str) -> dict[str, Any]:
+    """The chart's plugin on ``node`` crash-looping with NVML's library missing (its container has no host libraries)."""
+    log = (
+        "I0514 17:02:11.204503       1 main.go:260] Starting Plugins.\n"
+        "E0514 17:02:11.331847       1 main.go:132] error starting plugins: error creating plugin manager: unable to "
+        "create plugin manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND\n"
+    )
+    return plugin_pod(
+        node,
+        {
+            "name": "nvidia-device-plugin-ctr",
+            "restarts": 30,
+            "state": {"waiting": "CrashLoopBackOff"},
+            "last": {"terminated": "Error", "exitCode": 1},
+        },
+        log,
+    )
+
+
+def test_a_plugin_daemonset_crashing_beside_bottlerocket_s_own_plugin_is_kept_off_those_nodes() -> None:
+    report = diagnosed(
+        _bottlerocket("aws-k8s-1.31-nvidia"), _chart_plugin_crashing("br-1"), _chart_plugin_crashing("br-2")
+    )
+    roots = _roots(report)
+    assert {(f.id, f.link, f.node) for f in roots} == {
+        ("device-plugin.beside-host-plugin", "device-plugin", "br-1"),
+        ("device-plugin.beside-host-plugin", "device-plugin", "br-2"),
+    }
+    assert '"key":"karpenter.sh/nodepool","operator":"NotIn","values":["gpu-br"]' in roots[0].fix
+
+
+def test_bottlerocket_without_the_nvidia_variant_or_gpus_announced_is_no_second_plugin() -> None:
+    plain = diagnosed(_bottlerocket("aws-k8s-1.31"), _chart_plugin_crashing("br-1"))
+    assert "device-plugin.beside-host-plugin" not in plain.ids
+    unannounced = diagnosed(_bottlerocket("aws-k8s-1.31-nvidia"), no_gpus("br-1"), _chart_plugin_crashing("br-1"))
+    assert not any(f.id == "device-plugin.beside-host-plugin" and f.node == "br-1" for f in unannounced.findings)

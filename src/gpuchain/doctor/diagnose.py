@@ -20,10 +20,14 @@ from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.default_left import default_left
-from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
+from gpuchain.doctor.links.device_plugin import plugin_off_gpu_nodes
 from gpuchain.doctor.links.gfd import check_gfd
-from gpuchain.doctor.links.gsp_xid import check_driver_and_gsp
 from gpuchain.doctor.links.hardware import gpu_lost
+from gpuchain.doctor.links.host_plugin import (
+    check_driver_under_host_plugin,
+    check_plugin_beside_host_plugin,
+    host_plugin,
+)
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.toolkit import check_toolkit
@@ -57,9 +61,9 @@ from gpuchain.operator.policy import parse_policy
 
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
-    ("driver", check_driver_and_gsp, (DRIVER,)),
+    ("driver", check_driver_under_host_plugin, (DRIVER,)),
     ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
-    ("device-plugin", check_device_plugin, (DEVICE_PLUGIN,)),
+    ("device-plugin", check_plugin_beside_host_plugin, (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
@@ -156,7 +160,11 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 links.append(Link(name, LinkState.NOT_REACHED, "waiting for mig"))
                 continue
         result = check(ctx, view)
-        if name in FOUNDATION and result.state is not LinkState.BROKEN:
+        if (
+            name in FOUNDATION
+            and result.state is not LinkState.BROKEN
+            and not (name == "driver" and host_plugin(view.node))
+        ):
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
             early = failure_at(ctx, view=view, link=name, found=witnessed)
