@@ -24,6 +24,8 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "toolkit.runtime-cgroup-driver": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_nvidia_runtime_pods_killed_on_a_k3s_containerd_before_the_systemd_cgroup_fix_are_the_toolkit",
     "device-plugin.beside-host-plugin": "test_doctor_runtime_binary_and_mig_handles::"
     "test_a_plugin_daemonset_crashing_beside_bottlerocket_s_own_plugin_is_kept_off_those_nodes",
     "toolkit.default-runtime-left": "test_doctor_runtime_binary_and_mig_handles::"

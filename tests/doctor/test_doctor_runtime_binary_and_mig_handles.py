@@ -1,11 +1,11 @@
-"""Seven failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Eight failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
 log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
 and whose own settings make it need less; and the nvidia runtime left as containerd's default where no GPU stack
 runs; and GPUs a device plugin marks unhealthy with no Xid beside pods that lost their device access while running
-(one systemd reload); and a plugin DaemonSet beside the device plugin Bottlerocket's NVIDIA variants run themselves.
-Each is read on its own link, with its repair."""
+(one systemd reload); and a plugin DaemonSet beside the device plugin Bottlerocket's NVIDIA variants run themselves;
+and nvidia-runtime pods killed on a k3s containerd before k3s-io/k3s#8470. Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
@@ -292,3 +292,50 @@ def test_bottlerocket_without_the_nvidia_variant_or_gpus_announced_is_no_second_
     assert "device-plugin.beside-host-plugin" not in plain.ids
     unannounced = diagnosed(_bottlerocket("aws-k8s-1.31-nvidia"), no_gpus("br-1"), _chart_plugin_crashing("br-1"))
     assert not any(f.id == "device-plugin.beside-host-plugin" and f.node == "br-1" for f in unannounced.findings)
+
+
+def _k3s(containerd: str) -> str:
+    return (
+        "name: t\nstack: nvidia-device-plugin\nnodes:\n"
+        f"  - {{name: agent, preset: l4-x2, hostDriver: 525.89.02, distribution: k3s, containerRuntime: 'containerd://{containerd}'}}\n"
+    )
+
+
+def _killed_under_nvidia(sim: SimCluster) -> None:
+    """An edit: the plugin's DaemonSet runs with runtimeClassName nvidia, and its pod's sandbox is killed again and
+    again (the kubelet's SandboxChanged Event, exit 137)."""
+    ds = sim.cluster.get(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace="kube-system")
+    ds["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
+    sim.cluster.patch(DAEMONSET, name="nvidia-device-plugin-daemonset", namespace="kube-system", patch=ds)
+
+
+SANDBOX_KILLED = {
+    "do": "pod",
+    "daemonset": "nvidia-device-plugin-daemonset",
+    "node": "agent",
+    "containers": [
+        {
+            "name": "nvidia-device-plugin-ctr",
+            "restarts": 12,
+            "state": {"waiting": "CrashLoopBackOff"},
+            "last": {"terminated": "Error", "exitCode": 137},
+        }
+    ],
+    "events": [
+        {"reason": "SandboxChanged", "count": 12, "message": "Pod sandbox changed, it will be killed and re-created."}
+    ],
+}
+
+
+def test_nvidia_runtime_pods_killed_on_a_k3s_containerd_before_the_systemd_cgroup_fix_are_the_toolkit() -> None:
+    report = diagnosed(_k3s("1.6.15-k3s1"), _killed_under_nvidia, SANDBOX_KILLED)
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("toolkit.runtime-cgroup-driver", "toolkit", "agent")
+    assert "SystemdCgroup = true" in root.fix and "config.toml.tmpl" in root.fix and "k3s-io/k3s#8470" in root.fix
+
+
+def test_a_k3s_containerd_with_the_fix_or_pods_of_another_runtime_are_not_read_as_the_cgroup_driver() -> None:
+    fixed = diagnosed(_k3s("1.7.11-k3s2"), _killed_under_nvidia, SANDBOX_KILLED)
+    assert "toolkit.runtime-cgroup-driver" not in fixed.ids
+    runc = diagnosed(_k3s("1.6.15-k3s1"), SANDBOX_KILLED)
+    assert "toolkit.runtime-cgroup-driver" not in runc.ids

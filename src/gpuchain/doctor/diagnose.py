@@ -28,9 +28,9 @@ from gpuchain.doctor.links.host_plugin import (
     check_plugin_beside_host_plugin,
     host_plugin,
 )
+from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.reload_marked import reload_marked
-from gpuchain.doctor.links.toolkit import check_toolkit
 from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
@@ -62,7 +62,7 @@ from gpuchain.operator.policy import parse_policy
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("driver", check_driver_under_host_plugin, (DRIVER,)),
-    ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
+    ("toolkit", check_toolkit_and_cgroup, (TOOLKIT, VALIDATOR)),
     ("device-plugin", check_plugin_beside_host_plugin, (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
