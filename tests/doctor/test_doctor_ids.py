@@ -24,6 +24,8 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix_are_the_driver",
     "toolkit.runtime-cgroup-driver": "test_doctor_runtime_binary_and_mig_handles::"
     "test_nvidia_runtime_pods_killed_on_a_k3s_containerd_before_the_systemd_cgroup_fix_are_the_toolkit",
     "device-plugin.beside-host-plugin": "test_doctor_runtime_binary_and_mig_handles::"

@@ -1,11 +1,12 @@
-"""Eight failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
+"""Nine failures: two the catalog knew under other words: a runtime binary a containerd config names by its absolute path
 and that is not on the node (Go's LookPath wording, not fork/exec's), and NVML refusing the handles of a GPU's MIG
 devices (the MIG device walk, not the MIG profile walk); and the driver's GSP firmware timing out or faulting, as the kernel
 log a node-problem monitor posts on the Node says; and an OOM-killed exporter, whose limit a raise must exceed
 and whose own settings make it need less; and the nvidia runtime left as containerd's default where no GPU stack
 runs; and GPUs a device plugin marks unhealthy with no Xid beside pods that lost their device access while running
 (one systemd reload); and a plugin DaemonSet beside the device plugin Bottlerocket's NVIDIA variants run themselves;
-and nvidia-runtime pods killed on a k3s containerd before k3s-io/k3s#8470. Each is read on its own link, with its repair."""
+and nvidia-runtime pods killed on a k3s containerd before k3s-io/k3s#8470; and
+GPU pods stuck creating on a MIG node under a 570 driver before 570.172.08. Each is read on its own link, with its repair."""
 
 from __future__ import annotations
 
@@ -339,3 +340,27 @@ def test_a_k3s_containerd_with_the_fix_or_pods_of_another_runtime_are_not_read_a
     assert "toolkit.runtime-cgroup-driver" not in fixed.ids
     runc = diagnosed(_k3s("1.6.15-k3s1"), SANDBOX_KILLED)
     assert "toolkit.runtime-cgroup-driver" not in runc.ids
+
+
+def _mig_node(driver: str, mig: str = "{config: all-1g.10gb}") -> str:
+    return (
+        "name: t\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\nnodes:\n"
+        f"  - {{name: a100, preset: a100-80gb-x8, hostDriver: '{driver}', mig: {mig}}}\n"
+        "workloads:\n  - {name: job, namespace: research, count: 2, resource: nvidia.com/gpu, node: a100}\n"
+    )
+
+
+#: GPU pods the kubelet never finished setting up: scheduled, waiting in ContainerCreating, no Event.
+STUCK = {"do": "pod", "daemonset": "job", "namespace": "research", "node": "a100", "phase": "Pending"}
+STUCK["containers"] = [{"name": "main", "state": {"waiting": "ContainerCreating"}}]
+
+
+def test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix_are_the_driver() -> None:
+    (root,) = _roots(diagnosed(_mig_node("570.124.06"), STUCK))
+    assert (root.id, root.link, root.node) == ("driver.mig-allocation-hang", "driver", "a100")
+    assert "570.172.08" in root.fix and "systemctl restart kubelet" in root.fix
+
+
+def test_a_fixed_driver_or_no_stuck_pod_is_no_allocation_hang() -> None:
+    assert "driver.mig-allocation-hang" not in diagnosed(_mig_node("570.172.08"), STUCK).ids
+    assert "driver.mig-allocation-hang" not in diagnosed(_mig_node("570.124.06")).ids

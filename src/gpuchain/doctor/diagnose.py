@@ -21,13 +21,10 @@ from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witness
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import plugin_off_gpu_nodes
+from gpuchain.doctor.links.driver_defects import check_driver_defects
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.hardware import gpu_lost
-from gpuchain.doctor.links.host_plugin import (
-    check_driver_under_host_plugin,
-    check_plugin_beside_host_plugin,
-    host_plugin,
-)
+from gpuchain.doctor.links.host_plugin import check_plugin_beside_host_plugin, host_plugin
 from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.reload_marked import reload_marked
@@ -61,7 +58,7 @@ from gpuchain.operator.policy import parse_policy
 
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
-    ("driver", check_driver_under_host_plugin, (DRIVER,)),
+    ("driver", check_driver_defects, (DRIVER,)),
     ("toolkit", check_toolkit_and_cgroup, (TOOLKIT, VALIDATOR)),
     ("device-plugin", check_plugin_beside_host_plugin, (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
