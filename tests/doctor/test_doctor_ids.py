@@ -24,6 +24,14 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix_are_the_driver",
+    "toolkit.runtime-cgroup-driver": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_nvidia_runtime_pods_killed_on_a_k3s_containerd_before_the_systemd_cgroup_fix_are_the_toolkit",
+    "toolkit.default-runtime-left": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_get_runc_back_as_default",
+    "driver.gsp-xid": "test_doctor_runtime_binary_and_mig_handles::"
+    "test_gsp_firmware_xids_in_the_kernel_log_are_the_driver_with_a_newer_release_as_the_repair",
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",

@@ -145,9 +145,10 @@ def beside_host_plugin(check: Check) -> Check:
                 f"plugin pod {name_of(pod or {})} of DaemonSet {name_of(ds)}",
                 f"allocatable/capacity: {shown}",
             ],
-            fix=ctx.stack.render(action) + "   # keep the DaemonSet off the nodes whose image runs its own plugin, so "
-            f"only the image's serves their GPUs (Bottlerocket nodes: {', '.join(name_of(n) for n in hosts[:5])}); "
-            "then restart that service or replace the node if their GPUs stay unallocatable",
+            fix=ctx.stack.render(action) + "   # keep the DaemonSet off the Bottlerocket nodes, whose image runs its "
+            f"own plugin, so only the image's serves their GPUs ({', '.join(name_of(n) for n in hosts[:5])}); where "
+            "every GPU node runs Bottlerocket, uninstall the chart's device plugin instead; then restart that service "
+            "or replace the node if their GPUs stay unallocatable",
             action=action,
         )
         return Result(LinkState.BROKEN, "a second device plugin beside the node image's own", (finding,))

@@ -20,12 +20,15 @@ from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
+from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
-from gpuchain.doctor.links.driver import check_driver
+from gpuchain.doctor.links.driver_defects import check_driver_defects
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.hardware import gpu_lost
+from gpuchain.doctor.links.host_plugin import announcing_host_plugin
+from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
-from gpuchain.doctor.links.toolkit import check_toolkit
+from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
@@ -56,8 +59,8 @@ from gpuchain.operator.policy import parse_policy
 
 Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
-    ("driver", check_driver, (DRIVER,)),
-    ("toolkit", check_toolkit, (TOOLKIT, VALIDATOR)),
+    ("driver", check_driver_defects, (DRIVER,)),
+    ("toolkit", check_toolkit_and_cgroup, (TOOLKIT, VALIDATOR)),
     ("device-plugin", beside_host_plugin(check_device_plugin), (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
@@ -155,7 +158,11 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 links.append(Link(name, LinkState.NOT_REACHED, "waiting for mig"))
                 continue
         result = check(ctx, view)
-        if name in FOUNDATION and result.state is not LinkState.BROKEN:
+        if (
+            name in FOUNDATION
+            and result.state is not LinkState.BROKEN
+            and not (name == "driver" and announcing_host_plugin(view.node))
+        ):
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
             early = failure_at(ctx, view=view, link=name, found=witnessed)
@@ -193,7 +200,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
     findings += unrecognised(ctx, view=view, link_of=LINK_OF, found=found)
-    return NodeChain(view.name, tuple(links), tuple(findings))
+    return NodeChain(view.name, tuple(links), tuple(reload_marked(view, findings)))
 
 
 def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:
@@ -259,6 +266,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
                 action=install,
             ),
             *hosted,
+            *default_left(ctx),
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
         install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)

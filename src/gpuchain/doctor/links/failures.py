@@ -19,6 +19,7 @@ from gpuchain.doctor.links.common import (
     operand_daemonset,
     placement_fix,
 )
+from gpuchain.doctor.links.oom_limit import lighter, memory_limit
 from gpuchain.doctor.links.probes import probe_killed
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
@@ -307,7 +308,7 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
     ds = owner_ds(pod) or ctx.ds(operand)
     spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
     container: Obj = next((c for c in spec if c.get("name") == state.container), {})
-    limit = str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    limit = memory_limit(ctx, container={"name": state.container, **container}, ns=ns, ds=ds)
     current = _mebibytes(limit) if limit else None
     raised = f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
     evidence = (
@@ -326,7 +327,10 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
             {"spec": {operand.spec_key: {"resources": {"limits": {"memory": raised}}}}},
         )
         return Known(
-            cause=cause, evidence=evidence, action=patch, fix=ctx.stack.render(patch) + "   # raises the memory limit"
+            cause=cause,
+            evidence=evidence,
+            action=patch,
+            fix=ctx.stack.render(patch) + "   # raises the memory limit" + lighter(operand),
         )
     return Known(
         cause=cause,
@@ -335,7 +339,8 @@ def _oom_killed(ctx: Context, view: NodeView, operand: Operand, state: PodState)
         fix=ctx.stack.render(
             Fix(FixOp.SET_LIMITS, f"{ns}/{ds}", {"container": state.container, "limits": {"memory": raised}})
         )
-        + "   # raises the memory limit (in its Helm release: resources.limits.memory)",
+        + "   # raises the memory limit (in its Helm release: resources.limits.memory)"
+        + lighter(operand),
     )
 
 
