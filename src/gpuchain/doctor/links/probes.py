@@ -77,8 +77,8 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
     pod = view.pod(operand)
     if pod is None or catalog.known_error(log) is not None or catalog.unknown_error(log) is not None:
         return None
-    failed = [m for m in probe_failures(view, pod) if catalog.find(m, PROBE_FAILED)]
-    kinds = _changes(failed, state.restarts)
+    said = [(m, found) for m in probe_failures(view, pod) if (found := catalog.find(m, PROBE_FAILED)) is not None]
+    kinds = _changes([m for m, _ in said], state.restarts)
     if not kinds:
         return None
     container = state.container or next(
@@ -86,8 +86,7 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
     )
     spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
     raised = {k: _raised(k, spec.get(f"{k}Probe") or {}, t) for k, t in sorted(kinds.items())}
-    found = catalog.find("\n".join(failed), PROBE_FAILED)
-    evidence: tuple[str, ...] = found.evidence("event") if found is not None else ()
+    evidence: tuple[str, ...] = said[0][1].evidence("event")
     what = " and ".join(f"{k}Probe.{key} to {value}" for k, (key, value) in raised.items())
     allowed = ", ".join(
         f"{k} {spec.get(f'{p}Probe', {}).get(k)}"
@@ -103,13 +102,12 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
         f"{f' ({allowed})' if allowed else ''}; raise {what}."
     )
     ns = namespace_of(pod) or ctx.namespace
+    probes = {f"{k}Probe": {key: value} for k, (key, value) in raised.items()}
     if ns == ctx.namespace and ctx.policy_obj is not None:
         if operand is not DRIVER or "peermem" in container:
             return None  # the operator renders these probes from no setting of its ClusterPolicy: not this repair
-        probes = {f"{k}Probe": {key: value} for k, (key, value) in raised.items()}
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": probes}})
         return Known(cause=cause, evidence=evidence, action=action, fix=ctx.stack.render(action))
-    probes = {f"{k}Probe": {key: value} for k, (key, value) in raised.items()}
     patch = {"spec": {"template": {"spec": {"containers": [{"name": container, **probes}]}}}}
     action = Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{owner_ds(pod) or name_of(pod)}", patch)
     labels = (owner_daemonset(ctx, pod).get("metadata") or {}).get("labels") or {}
