@@ -106,3 +106,18 @@ def test_an_error_line_no_entry_knows_is_reported_as_unrecognised_with_the_line(
     assert all(f.link == "device-plugin" and "unrecognised error from device-plugin" in f.cause for f in odd_ones)
     not_ready = next(f for f in report.findings if f.id == "device-plugin.not-ready")
     assert not_ready.action is None and not any(e.startswith("catalog: ") for e in not_ready.evidence)
+
+
+def test_a_catalog_fix_names_the_daemonset_that_owns_the_failing_pod() -> None:
+    """An entry whose fix sets a key on "<its DaemonSet>" gets the failing pod's owner filled in, so the command
+    pastes as it stands: the device plugin refused NVML's MIG memory info (heldout18's h18-10, the plugin of
+    NVIDIA's static DaemonSet) is repaired on daemonset/nvidia-device-plugin-daemonset."""
+    entry = next(e for e in catalog.entries() if "<its DaemonSet>" in e.fix)
+    assert "daemonset/ds-x " in entry.repair("n", namespace="ns", daemonset="ds-x")
+    assert "<its DaemonSet>" in entry.repair("n", namespace="ns"), "a value nothing fills stays for the user"
+    from sim.heldout18 import harness as eighteenth
+
+    path = next(p for p in eighteenth.cases() if p.name.startswith("h18-10-"))
+    case = eighteenth.load(path)
+    root = next(f for f in run_doctor(case.cluster, reader=case.read_log).findings if f.id == "device-plugin.not-ready")
+    assert "set env daemonset/nvidia-device-plugin-daemonset NVIDIA_MIG_MONITOR_DEVICES=all" in root.fix

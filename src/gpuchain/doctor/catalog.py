@@ -21,7 +21,7 @@ from gpuchain.doctor.model import LINKS
 
 LEVELS = ("fatal", "error", "warning", "info")
 #: A value a catalog fix leaves to the evidence: ``<node>``, ``<namespace>``, ``<plugin pod>`` ...
-PLACEHOLDER = re.compile(r"<([a-z][a-z ]*)>")
+PLACEHOLDER = re.compile(r"<([a-z][a-zA-Z ]*)>")
 SCOPES = ("component", "anywhere")
 
 
@@ -51,10 +51,11 @@ class Entry:
         """The evidence line a finding carries for this entry."""
         return f"catalog: {self.id} ({self.source})"
 
-    def repair(self, node: str = "", *, namespace: str = "", pod: str = "") -> str:
-        """The entry's fix with the placeholders the evidence fills (the node, the pod's namespace, the pod),
-        so the command pastes as it stands; a placeholder nothing fills stays for the user."""
-        values = {"node": node, "namespace": namespace, "operator namespace": namespace}
+    def repair(self, node: str = "", *, namespace: str = "", pod: str = "", daemonset: str = "") -> str:
+        """The entry's fix with the placeholders the evidence fills (the node, the pod's namespace, the pod, the
+        DaemonSet that owns it), so the command pastes as it stands; a placeholder nothing fills stays for the
+        user."""
+        values = {"node": node, "namespace": namespace, "operator namespace": namespace, "its DaemonSet": daemonset}
         values |= {"plugin pod": pod, "gfd pod": pod, "driver pod": pod}
         return PLACEHOLDER.sub(lambda m: values.get(m.group(1)) or m.group(0), self.fix)
 

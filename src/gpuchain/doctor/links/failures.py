@@ -740,8 +740,10 @@ def not_ready(
     if found is not None:
         # A message the catalog knows and no check acts on as data: its cause and repair, as the catalog says;
         # where it is a defect of the release the pod runs, that release's fix first.
-        fix = found.entry.repair(view.name, namespace=state.restart_in(ctx.namespace), pod=state.name)
         pod = view.pod(operand)
+        fix = found.entry.repair(
+            view.name, namespace=state.restart_in(ctx.namespace), pod=state.name, daemonset=owner_ds(pod or {})
+        )
         release = release_repair(ctx, view=view, pod=pod, operand=operand, shown=showing("log", found.entry.id))
         known = Known(
             cause=" ".join((found.entry.cause, release.cause)) if release else found.entry.cause,
