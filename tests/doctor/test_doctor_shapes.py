@@ -8,6 +8,8 @@ import functools
 
 import pytest
 from doctor.small_cluster import diagnosed
+from doctor.test_doctor_release_fixes import PLUGIN as PLUGIN_STACK
+from doctor.test_doctor_release_fixes import _root, _standalone
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, index
@@ -230,3 +232,19 @@ def test_the_doctor_fixes_an_unknown_driver_line_by_its_shape_and_still_reports_
     assert root.fix.lstrip("# ").startswith("keep nouveau off the GPUs")
     unknown = next(f for f in report.findings if f.id == "log.unrecognised")
     assert unknown.link == "driver" and "keep nouveau off the GPUs" in unknown.fix
+
+
+def test_an_older_release_with_a_shaped_line_leads_with_the_shape_not_the_upgrade() -> None:
+    """A standalone dcgm-exporter of an older release exiting as go-dcgm words a host engine that does not answer
+    (Go's net.OpError "dial tcp %s: connect: connection refused", as logrus writes a fatal): the repair is the host
+    engine, so it leads, and the newest release is the "otherwise"; a line of no shape keeps the upgrade first."""
+    image = "nvcr.io/nvidia/k8s/dcgm-exporter:2.4.6-2.6.10-ubuntu20.04"
+    refused = 'time="2022-07-19T14:22:41Z" level=fatal msg="dial tcp 10.0.0.7:5555: connect: connection refused"'
+    root = _root(diagnosed(PLUGIN_STACK, *_standalone("dcgm-exporter", image, refused + "\n")))
+    assert root.link == "exporter" and f"unrecognised: {refused}" in root.evidence
+    assert root.fix.startswith("# no DCGM host engine listens at 10.0.0.7:5555")
+    assert "; otherwise: move dcgm-exporter to NVIDIA's newest release" in root.fix
+    assert "kubectl -n monitoring set image" not in root.fix
+    stopped = 'time="2022-07-19T14:22:41Z" level=fatal msg="collector stopped"\n'
+    plain = _root(diagnosed(PLUGIN_STACK, *_standalone("dcgm-exporter", image, stopped)))
+    assert plain.fix.startswith("kubectl -n monitoring set image ds/dcgm-exporter")
