@@ -50,6 +50,10 @@ def test_an_nvidia_module_in_use_is_released_by_its_holders() -> None:
     host = _action("rmmod: ERROR: Module nvidia_drm is in use by: nvidia_uvm", stack=PLUGIN)
     assert "modprobe -r nvidia_uvm" in host and "driver pod" not in host
     # Any other module: what holds it, not the GPU clients.
+    # modprobe -r -w's words once its wait ends (tools/modprobe.c@v30 "could not remove '%s': %s").
+    assert "nvidia-persistenced" in _action(
+        "modprobe: ERROR: could not remove 'nvidia': Resource temporarily unavailable"
+    )
     other = _action("modprobe: FATAL: Module ib_core is in use.")
     assert "lsmod | grep ib_core" in other and "nvidia-persistenced" not in other
 
@@ -70,8 +74,12 @@ def test_a_module_refused_as_built_is_rebuilt_after_draining() -> None:
     for a symbol CRC that disagrees with the loaded module exporting it."""
     action = _action("modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument")
     assert action.startswith("rebuild nvidia_peermem") and "kubectl drain gpu-1" in action and "InfiniBand" in action
-    # Secure Boot's refusal is not this shape (the catalog's and another repair).
-    assert shaped(_ctx(OPERATOR), link="driver", line="could not insert 'nvidia': Key was rejected by service") is None
+    # A signature the kernel does not trust (EKEYREJECTED; EPERM from lockdown): Secure Boot, not a rebuild.
+    for why in ("Key was rejected by service", "Operation not permitted"):
+        unsigned = _action(f"modprobe: ERROR: could not insert 'nvidia': {why}")
+        assert "Secure Boot" in unsigned and "mokutil" in unsigned and "rebuild" not in unsigned
+    # SELinux's EACCES is neither (kmod.insert-permission-denied knows it for nvidia*; no shape for the rest).
+    assert shaped(_ctx(OPERATOR), link="driver", line="could not insert 'ib_umad': Permission denied") is None
 
 
 @pytest.mark.parametrize(
@@ -147,6 +155,9 @@ def test_a_socket_that_refuses_names_the_daemon_behind_it() -> None:
     assert "systemctl status kubelet" in kubelet
     dcgm = _action("dial tcp 10.0.0.7:5555: connect: connection refused", link="exporter")
     assert "nv-hostengine" in dcgm and "DCGM_REMOTE_HOSTENGINE_INFO" in dcgm
+    # client-go reaching the API server through the kubernetes Service: the node's network, not the component.
+    api = _action('Get "https://10.96.0.1:443/api/v1/nodes/gpu-1": dial tcp 10.96.0.1:443: i/o timeout', link="gfd")
+    assert "kube-proxy and CNI pods" in api and "spec.nodeName=gpu-1" in api
 
 
 def test_a_port_in_use_is_another_process_or_a_second_copy() -> None:

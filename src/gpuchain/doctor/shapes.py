@@ -118,11 +118,22 @@ def _module_missing(ctx: Context, link: str, m: re.Match[str], node: str) -> str
 REBUILT = re.compile(r"Invalid argument|Unknown symbol|Invalid module format|Exec format error", re.IGNORECASE)
 
 
+#: The errno texts of a module load the kernel refuses for its signature: EKEYREJECTED, ENOKEY, and EPERM from
+#: lockdown (torvalds/linux kernel/module/signing.c@v6.6 returns security_locked_down(LOCKDOWN_MODULE_SIGNATURE)
+#: for a module no trusted key signed, which UEFI Secure Boot turns on).
+UNSIGNED = re.compile(r"Key was rejected by service|Required key not available|Operation not permitted", re.I)
+#: The catalog entry whose fix is Secure Boot off or the module signed with an enrolled key.
+SECURE_BOOT = "nvidia-installer.load-no-key"
+
+
 def _module_insert(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None:
     """The kernel refused the module as built: it was built against another kernel, or another build of a module
-    it uses (ib_core of MOFED for nvidia_peermem), so it is rebuilt against what is loaded now. Other refusals
-    (Secure Boot, SELinux, no device) are the catalog's or another shape's."""
+    it uses (ib_core of MOFED for nvidia_peermem), so it is rebuilt against what is loaded now; or its signature is
+    not one the kernel trusts (Secure Boot). Other refusals (SELinux's EACCES, no device) are the catalog's or
+    another shape's."""
     module, why = m["module"], m["why"]
+    if UNSIGNED.search(why):
+        return catalog.entry(SECURE_BOOT).fix
     if not REBUILT.search(why):
         return None
     peer = (
@@ -304,7 +315,7 @@ class Daemon:
     """The daemon behind a socket: what serves it and how it is brought back."""
 
     pattern: re.Pattern[str]
-    action: str  #: ({socket} is the socket the line names)
+    action: str  #: ({socket} is the socket the line names, {node} the failing pod's node)
 
 
 DAEMONS = (
@@ -344,6 +355,15 @@ DAEMONS = (
     ),
     # NVIDIA/DCGM's nv-hostengine listens on port 5555 (dcgm_structs.h DCGM_HE_PORT_NUMBER); dcgm-exporter
     # connects to it with -r / DCGM_REMOTE_HOSTENGINE_INFO (NVIDIA/dcgm-exporter pkg/cmd/app.go@4.1.1-4.0.4).
+    # The API server, as a pod reaches it: the kubernetes Service's port 443 (its ClusterIP, the first of the
+    # service range), or kube-apiserver's --secure-port, 6443 by default (kubernetes/kubernetes
+    # cmd/kube-apiserver/app/options@v1.33.0).
+    Daemon(
+        re.compile(r":(443|6443)$"),
+        "the pod does not reach the Kubernetes API server at {socket}: check the node's network (its kube-proxy and "
+        "CNI pods Running: kubectl get pods -A -o wide --field-selector spec.nodeName={node}) and the API server; "
+        "then delete the pod",
+    ),
     Daemon(
         re.compile(r":5555$"),
         "no DCGM host engine listens at {socket}: run it (the operator's nvidia-dcgm, spec.dcgm.enabled=true, or "
@@ -353,7 +373,8 @@ DAEMONS = (
 )
 
 SOCKET = re.compile(
-    r"dial (?:unix|tcp) \"?(?P<socket>[^\s\"]+?)\"?: connect: (?P<why>connection refused|no such file or directory)",
+    r"dial (?:unix|tcp) \"?(?P<socket>[^\s\"]+?)\"?: "
+    r"(?:connect: (?P<why>connection refused|no such file or directory)|i/o timeout)",
     re.IGNORECASE,
 )
 
@@ -364,7 +385,7 @@ def _socket(ctx: Context, link: str, m: re.Match[str], node: str) -> str:
     sock = m["socket"]
     daemon = next((d for d in DAEMONS if d.pattern.search(sock)), None)
     if daemon is not None:
-        return daemon.action.format(socket=sock)
+        return daemon.action.format(socket=sock, node=node or "<node>")
     return f"nothing serves {sock}: start the daemon that owns it on the node, or point the client at where it listens"
 
 
@@ -495,7 +516,10 @@ SHAPES: tuple[tuple[str, re.Pattern[str], str, Handler], ...] = (
     ("drain waits on a pod", DRAIN, "pod", _drain_waits),
     (
         "kernel module in use",
-        re.compile(r"Module (?P<module>[\w-]+) is in use|could not remove module (?P<module2>[\w-]+): Device or res"),
+        re.compile(
+            r"Module (?P<module>[\w-]+) is in use"
+            r"|could not remove (?:module |')(?P<module2>[\w-]+)'?: (?:Device or resource busy|Resource temporarily)"
+        ),
         "module",
         _module_in_use,
     ),
