@@ -259,3 +259,17 @@ def test_an_older_release_with_a_shaped_line_leads_with_the_shape_not_the_upgrad
     stopped = 'time="2022-07-19T14:22:41Z" level=fatal msg="collector stopped"\n'
     plain = _root(diagnosed(PLUGIN_STACK, *_standalone("dcgm-exporter", image, stopped)))
     assert plain.fix.startswith("kubectl -n monitoring set image ds/dcgm-exporter")
+
+
+def test_a_package_the_driver_container_cannot_install_names_its_repositories() -> None:
+    """rpm-software-management/yum cli.py "No package %s available."; libdnf's "Failed to download metadata for
+    repo '%s'"; curl's "Could not resolve host: %s". Only the operator's driver container installs packages: on
+    a host driver stack the line has no shape."""
+    kernel = _action("No package kernel-devel-4.18.0-372.el8.x86_64 available.")
+    assert "publish no kernel-devel-4.18.0-372.el8.x86_64 for this node's kernel" in kernel
+    assert "spec.driver.repoConfig.configMapName" in kernel and "spec.driver.usePrecompiled=true" in kernel
+    other = _action("No match for argument: elfutils-libelf-devel")
+    assert other.startswith("elfutils-libelf-devel is in none of the repositories") and "entitlement" in other
+    repo = _action("Error: Failed to download metadata for repo 'rhel-8-for-x86_64-baseos-eus-rpms'")
+    assert "does not reach rhel-8-for-x86_64-baseos-eus-rpms" in repo and "HTTPS_PROXY" in repo
+    assert shaped(_ctx(PLUGIN), link="driver", line="No package kernel-devel-4.18.0 available.") is None

@@ -509,6 +509,70 @@ def _no_memory(ctx: Context, link: str, m: re.Match[str], node: str) -> str:
     )
 
 
+# -- packages the driver container installs (Debian/apt apt-pkg/cacheset.cc "Unable to locate package %s",
+# apt-pkg/depcache "Package '%s' has no installation candidate", apt-pkg/acquire-item.cc "Failed to fetch %s",
+# methods/connect.cc "Temporary failure resolving '%s'"; rpm-software-management/yum cli.py "No package %s
+# available."; dnf "No match for argument: %s", libdnf "Failed to download metadata for repo '%s'"; openSUSE/zypper
+# "No provider of '%s' found."; curl "Could not resolve host: %s"). The GPU Operator's driver container installs the
+# kernel's headers (and, precompiled, NVIDIA's module packages) at start; spec.driver.repoConfig.configMapName names
+# the repository files it reads, spec.driver.env its proxy (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go
+# @608002e DriverSpec RepoConfig, Env, UsePrecompiled).
+
+PACKAGE = re.compile(
+    r"No package (?P<pkg>\S+) available|No match for argument: (?P<pkg2>\S+)|Unable to locate package (?P<pkg3>\S+)"
+    r"|Package '(?P<pkg4>[^']+)' has no installation candidate|No provider of '(?P<pkg5>[^']+)' found",
+    re.IGNORECASE,
+)
+REPOSITORY = re.compile(
+    r"Failed to download metadata for repo '(?P<repo>[^']+)'|Cannot retrieve repository metadata"
+    r"|Failed to fetch (?P<url>\S+)|Temporary failure resolving '(?P<host>[^']+)'"
+    r"|Could not resolve host:? (?P<host2>\S+)",
+    re.IGNORECASE,
+)
+#: The packages of one kernel build, whose name carries its version.
+KERNEL_PACKAGE = re.compile(r"^(kernel|linux)-(devel|headers|image|modules|objects|signatures|core)\b|-\d+\.\d+\.\d+-")
+
+
+def _operator_builds(ctx: Context, link: str) -> bool:
+    """Does the operator's driver container install packages on this node (the only operand that does)?"""
+    return link == "driver" and ctx.policy_obj is not None and ctx.policy.driver.enabled
+
+
+def _package(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None:
+    """A package the driver container asks for is in none of the repositories it reads: a kernel package of a
+    kernel they do not publish (custom, withdrawn, newer than the repositories), or a repository that is not
+    enabled (RHEL's without entitlement)."""
+    if not _operator_builds(ctx, link):
+        return None
+    pkg = next(m[g] for g in ("pkg", "pkg2", "pkg3", "pkg4", "pkg5") if m[g])
+    precompiled = f"or use a precompiled driver (spec.driver.usePrecompiled=true in {ctx.policy_ref})"
+    if KERNEL_PACKAGE.search(pkg):
+        return (
+            f"the repositories the driver container reads publish no {pkg} for this node's kernel: run the node on a "
+            "kernel they publish (its image's or the distribution's current one), point the container at a "
+            f"repository that has it (spec.driver.repoConfig.configMapName in {ctx.policy_ref}), {precompiled}"
+        )
+    return (
+        f"{pkg} is in none of the repositories the driver container reads: enable the one that carries it (its repo "
+        f"file in spec.driver.repoConfig.configMapName of {ctx.policy_ref}; on RHEL, the entitlement that enables "
+        f"it), {precompiled}"
+    )
+
+
+def _repository(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None:
+    """The driver container does not reach a package repository: DNS, egress, a proxy it is not told of, or
+    (RHEL) an entitlement the repository requires."""
+    if not _operator_builds(ctx, link):
+        return None
+    where = next((m[g] for g in ("repo", "url", "host", "host2") if m[g]), "its package repository")
+    return (
+        f"the driver container does not reach {where}: give it the cluster's proxy (HTTP_PROXY, HTTPS_PROXY and "
+        f"NO_PROXY in spec.driver.env of {ctx.policy_ref}) or a reachable mirror (its repo files in "
+        "spec.driver.repoConfig.configMapName; on RHEL a valid entitlement), or use a precompiled driver "
+        "(spec.driver.usePrecompiled=true)"
+    )
+
+
 Handler = Callable[[Context, str, re.Match[str], str], str | None]
 
 #: The shapes, most specific first: a line is read by the first whose pattern matches and whose handler answers.
@@ -548,6 +612,8 @@ SHAPES: tuple[tuple[str, re.Pattern[str], str, Handler], ...] = (
     ("path missing", MISSING_PATH, "path", _missing),
     ("no space left", NO_SPACE, "path", _no_space),
     ("out of memory", NO_MEMORY, "node", _no_memory),
+    ("package not in the repositories", PACKAGE, "package", _package),
+    ("package repository unreachable", REPOSITORY, "repository", _repository),
     ("argument or config of another release", FLAG, "flag", _release_skew),
 )
 
