@@ -225,15 +225,17 @@ PROVIDERS = (
     ),
 )
 
-#: A path a POSIX ENOENT names, in the ways Go, glibc and the shell print one (bash's "%s: command not found",
-#: dash's "%s: not found").
+#: A path a POSIX ENOENT names, in the ways Go, glibc, the shell and nvidia-installer print one (bash's "%s: command
+#: not found", dash's "%s: not found", NVIDIA/nvidia-installer files.c@580.119.02 "Failure creating directory '%s' :
+#: (%s)").
 MISSING_PATH = re.compile(
     r"(?:stat|open|lstat|fork/exec|exec:?|chdir|mkdir|readlink|mount)\s+\"?(?P<path>/[^\s\"':]+)\"?:\s*no such file"
     r"|\"?(?P<path2>/[^\s\"':]+)\"?:\s*(?:no such file or directory|not found)"
     r"|(?:loading shared libraries|could not load|failed to load|dlopen)\W+(?P<lib>[\w.+-]+\.so[.\d]*)"
     r"|(?P<lib2>lib[\w.+-]+\.so[.\d]*): cannot open shared object file"
     r"|exec: \\?\"(?P<exe>[\w.-]+)\\?\": executable file not found in \$PATH"
-    r"|(?P<exe2>[\w.-]+): (?:command )?not found",
+    r"|(?P<exe2>[\w.-]+): (?:command )?not found"
+    r"|Failure creating directory '(?P<dir>/[^']+)' ?: \(No such file",
     re.IGNORECASE,
 )
 
@@ -241,7 +243,7 @@ MISSING_PATH = re.compile(
 def _missing(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None:
     """A file or directory that is not there, repaired by what provides it; None for a path no provider of the
     chain is known for (a path the line names is not enough to say who should have made it)."""
-    path = next(m[g] for g in ("path", "path2", "lib", "lib2", "exe", "exe2") if m[g])
+    path = next(m[g] for g in ("path", "path2", "lib", "lib2", "exe", "exe2", "dir") if m[g])
     provider = next((p for p in PROVIDERS if p.pattern.search(path)), None)
     return provider.action.format(path=path) if provider is not None else None
 
