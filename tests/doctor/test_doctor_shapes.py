@@ -112,7 +112,7 @@ def test_a_module_refused_as_built_is_rebuilt_after_draining() -> None:
         # Go os.Stat's PathError "stat %s: %s"; a path under the operator's driver root.
         ("stat /run/nvidia/driver/usr/bin/nvidia-smi: no such file or directory", "toolkit", "umount -l /run/nvidia"),
         ("open /dev/nvidiactl: no such file or directory", "device-plugin", "nvidia-ctk system create-device-nodes"),
-        # NVIDIA/nvidia-installer files.c@580.119.02 "Failure creating directory '%s' : (%s)".
+        # NVIDIA/nvidia-installer common-utils/common-utils.c@f670484e "Failure creating directory '%s' : (%s)".
         (
             "ERROR: Failure creating directory '/run/nvidia/driver/usr/lib/x86_64-linux-gnu' : (No such file or "
             "directory)",

@@ -226,8 +226,8 @@ PROVIDERS = (
 )
 
 #: A path a POSIX ENOENT names, in the ways Go, glibc, the shell and nvidia-installer print one (bash's "%s: command
-#: not found", dash's "%s: not found", NVIDIA/nvidia-installer files.c@580.119.02 "Failure creating directory '%s' :
-#: (%s)").
+#: not found", dash's "%s: not found", NVIDIA/nvidia-installer common-utils/common-utils.c@f670484e "Failure
+#: creating directory '%s' : (%s)").
 MISSING_PATH = re.compile(
     r"(?:stat|open|lstat|fork/exec|exec:?|chdir|mkdir|readlink|mount)\s+\"?(?P<path>/[^\s\"':]+)\"?:\s*no such file"
     r"|\"?(?P<path2>/[^\s\"':]+)\"?:\s*(?:no such file or directory|not found)"
