@@ -280,3 +280,12 @@ def test_a_package_the_driver_container_cannot_install_names_its_repositories() 
     repo = _action("Error: Failed to download metadata for repo 'rhel-8-for-x86_64-baseos-eus-rpms'")
     assert "does not reach rhel-8-for-x86_64-baseos-eus-rpms" in repo and "HTTPS_PROXY" in repo
     assert shaped(_ctx(PLUGIN), link="driver", line="No package kernel-devel-4.18.0 available.") is None
+
+
+def test_a_later_line_of_a_known_shape_answers_for_an_error_line_of_none() -> None:
+    """The drain helper's progress line (kubectl pkg/drain/drain.go@v0.33.0 "evicting pod %s/%s") after an error
+    line of no shape: the first message with a shape answers."""
+    step = next_step(
+        _ctx(OPERATOR), link="driver", line='level=error msg="drain did not finish"', last="evicting pod ml/trainer-0"
+    )
+    assert step.startswith("the drain waits on pod ml/trainer-0")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.releases import NEWEST, image_version
-from gpuchain.doctor.shapes import shaped
+from gpuchain.doctor.shapes import Shaped, shaped
 
 
 def own_way(ctx: Context, link: str) -> str:
@@ -87,7 +87,7 @@ def next_step(
             "the chart or DaemonSet that renders it)"
         )
     step = steps.get(link, "correct what the line names on the node")
-    found = shaped(ctx, link=link, line=line or refused or last, node=node)
+    found = shape_of(ctx, link=link, said=(line, refused, last), node=node)
     if found is None:
         return f"{step} ({said})"
     return f"{found.action} ({said}; gpuchain answers it by its shape: {found.what}); otherwise: {step}"
@@ -113,3 +113,10 @@ def last_line(log: str) -> str:
     """The last line of ``log`` that is not blank ("" for none): what `next_step` quotes of a log with no line at
     error level, and reads the shape of."""
     return next((ln.strip() for ln in reversed(log.splitlines()) if ln.strip()), "")
+
+
+def shape_of(ctx: Context, *, link: str, said: tuple[str, ...], node: str = "") -> Shaped | None:
+    """The first of a failure's messages (its last error line, the runtime's refusal, its last line) whose shape
+    `shapes.shaped` knows, with that shape's repair: a last error line of no shape may be followed by a line that
+    has one (a drain's "evicting pod" after its error)."""
+    return next((found for text in said if text and (found := shaped(ctx, link=link, line=text, node=node))), None)

@@ -26,7 +26,7 @@ from gpuchain.doctor.links.releases import carried_repair, newest_release, relea
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.next_steps import last_line, next_step, silent_fix
+from gpuchain.doctor.next_steps import last_line, next_step, shape_of, silent_fix
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
@@ -42,7 +42,6 @@ from gpuchain.doctor.owners import (
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.doctor.releases import moved_image, newer_image, showing
-from gpuchain.doctor.shapes import shaped
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand, deploy_label
 
@@ -767,7 +766,7 @@ def not_ready(
     image = container_image(view.pod(operand), state.container or ctx.container(operand))
     step = next_step(ctx, link=link, line=line, refused=refused, last=last, image=image, node=view.name)
     # A line of a shape gpuchain knows has that shape's repair first (in `step`); a newer release is not it.
-    upgrade = link in UPGRADED and shaped(ctx, link=link, line=line or refused or last) is None
+    upgrade = link in UPGRADED and shape_of(ctx, link=link, said=(line, refused, last)) is None
     if refused:
         cause = f"the {what} never started: the container runtime refused its container ({state.status})."
     return Result(
