@@ -127,8 +127,12 @@ def test_a_missing_path_is_put_back_by_what_provides_it(line: str, link: str, ex
 
 
 def test_a_missing_path_no_provider_is_known_for_has_no_shape() -> None:
-    """A path the chain does not provide says nothing of who should have made it: the link's step stays."""
-    assert shaped(_ctx(OPERATOR), link="toolkit", line="open /etc/foo/bar.conf: no such file or directory") is None
+    """A path the chain does not provide says nothing of who should have made it: the link's step stays; where the
+    line names one after it that has a provider, that one answers."""
+    line = "open /etc/foo/bar.conf: no such file or directory"
+    assert shaped(_ctx(OPERATOR), link="toolkit", line=line) is None
+    both = shaped(_ctx(OPERATOR), link="toolkit", line=f"{line}; stat /usr/bin/nvidia-ctk: no such file or directory")
+    assert both is not None and both.named == "/usr/bin/nvidia-ctk"
 
 
 def test_mig_handles_need_the_monitor_capability_and_devices_privilege() -> None:
@@ -139,6 +143,9 @@ def test_mig_handles_need_the_monitor_capability_and_devices_privilege() -> None
     assert "NVIDIA_MIG_MONITOR_DEVICES=all" in mig and "SYS_ADMIN" in mig
     device = _action("open /dev/nvidia0: permission denied", link="exporter")
     assert "securityContext.privileged: true" in device and "/dev/nvidia0" in device
+    # Go's net.OpError on a socket the container may not open ("dial unix %s: connect: permission denied").
+    sock = "dial unix /var/lib/kubelet/device-plugins/kubelet.sock: connect: permission denied"
+    assert "may not use /var/lib/kubelet/device-plugins/kubelet.sock" in _action(sock, link="device-plugin")
 
 
 def test_a_read_only_file_system_is_an_immutable_os() -> None:

@@ -38,13 +38,18 @@ class Shaped:
         return f"{self.shape} ({self.named})"
 
 
+def _operator_driver(ctx: Context) -> bool:
+    """Does the operator's driver container install the driver here (its ClusterPolicy deploys the driver)?"""
+    return ctx.policy_obj is not None and ctx.policy.driver.enabled
+
+
 def _driver_reinstall(ctx: Context) -> str:
     """How the driver's kernel modules are installed again on this stack: the stack's own installer where it
     manages the driver (a managed cloud), the operator's driver pod doing its full install where the ClusterPolicy
     deploys the driver, else the host's driver rebuilt for the running kernel."""
     if ctx.stack.driver_install:
         return ctx.stack.driver_install
-    if ctx.policy_obj is not None and ctx.policy.driver.enabled:
+    if _operator_driver(ctx):
         # gpu-driver-container's nvidia-driver skips the kernel modules when the loaded module already has the
         # configuration it wants (its "userspace-only install"); FORCE_REINSTALL=true makes it install them all
         # (kmod.peermem-module-missing in catalog.yaml).
@@ -61,7 +66,7 @@ def _driver_reinstall(ctx: Context) -> str:
 def _reload(ctx: Context) -> str:
     """How the NVIDIA modules are unloaded and loaded again once nothing holds them: the operator's driver pod does
     it as it starts; a host driver by hand (the nvml.version-mismatch entry's order, dependants first)."""
-    if ctx.policy_obj is not None and ctx.policy.driver.enabled:
+    if _operator_driver(ctx):
         return "delete the driver pod on the node so it unloads and loads them again"
     return "reload them (modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia)"
 
@@ -116,8 +121,6 @@ def _module_missing(ctx: Context, link: str, m: re.Match[str], node: str) -> str
 #: (the kernel answers EINVAL for a symbol whose CRC disagrees with the loaded module that exports it, ENOEXEC for
 #: another kernel's module format, ENOENT for a symbol no loaded module exports).
 REBUILT = re.compile(r"Invalid argument|Unknown symbol|Invalid module format|Exec format error", re.IGNORECASE)
-
-
 #: The errno texts of a module load the kernel refuses for its signature: EKEYREJECTED, ENOKEY, and EPERM from
 #: lockdown (torvalds/linux kernel/module/signing.c@v6.6 returns security_locked_down(LOCKDOWN_MODULE_SIGNATURE)
 #: for a module no trusted key signed, which UEFI Secure Boot turns on).
@@ -252,7 +255,8 @@ def _missing(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None
 # NVML_ERROR_NO_PERMISSION "Insufficient Permissions", NVIDIA/go-nvml pkg/nvml/nvml.h@v0.12.4-1).
 
 PERMISSION = re.compile(
-    r"(?:(?P<path>/[^\s\"':]+)\"?:\s*)?(?P<why>permission denied|operation not permitted|insufficient permissions)",
+    r"(?:(?P<path>/[^\s\"':]+)\"?:\s*(?:connect:\s*)?)?"
+    r"(?P<why>permission denied|operation not permitted|insufficient permissions)",
     re.IGNORECASE,
 )
 
@@ -537,7 +541,7 @@ KERNEL_PACKAGE = re.compile(r"^(kernel|linux)-(devel|headers|image|modules|objec
 
 def _operator_builds(ctx: Context, link: str) -> bool:
     """Does the operator's driver container install packages on this node (the only operand that does)?"""
-    return link == "driver" and ctx.policy_obj is not None and ctx.policy.driver.enabled
+    return link == "driver" and _operator_driver(ctx)
 
 
 def _package(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None:
@@ -634,10 +638,10 @@ def shaped(ctx: Context, *, link: str, line: str, node: str = "") -> Shaped | No
     if not line:
         return None
     for shape, pattern, kind, handler in SHAPES:
-        m = pattern.search(line)
-        if m is None:
-            continue
-        action = handler(ctx, link, m, node)
-        if action is not None:
-            return Shaped(shape=shape, named=_named(m, kind), action=action)
+        # Every place the shape shows, not only the first: a line may name a path no provider is known for before
+        # one that has a provider.
+        for m in pattern.finditer(line):
+            action = handler(ctx, link, m, node)
+            if action is not None:
+                return Shaped(shape=shape, named=_named(m, kind), action=action)
     return None
