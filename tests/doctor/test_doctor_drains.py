@@ -314,6 +314,52 @@ def test_a_node_waiting_for_jobs_without_a_timeout_names_them_and_the_timeout() 
     assert not any(r.id == "driver.upgrade-held" for r in roots)
 
 
+# -- the MIG manager ---------------------------------------------------------------------------------------------
+
+
+def test_a_pending_mig_change_waiting_on_a_plugin_pod_stuck_terminating_force_deletes_it_then_restarts() -> None:
+    """NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go@v0.15.0 (waitForPodsToBeDeleted): the manager waits for
+    the paused device plugin's pod on the node to be gone before it changes the layout."""
+    scenario = (
+        "name: t\nstack: gpu-operator\npolicy:\n  mig: {strategy: mixed}\nnodes:\n"
+        "  - {name: n1, mig: {config: all-1g.10gb, state: pending}}\n"
+    )
+
+    def stuck(sim: SimCluster) -> None:
+        owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset"}
+        meta = {
+            "name": "nvidia-device-plugin-daemonset-x7k2p",
+            "namespace": "gpu-operator",
+            "labels": {"app": "nvidia-device-plugin-daemonset"},
+            "ownerReferences": [{**owner, "uid": "u-ds", "controller": True, "blockOwnerDeletion": True}],
+            "deletionTimestamp": "2026-12-06T09:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+        }
+        container = {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}
+        status = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "nvidia-device-plugin", "ready": False, "restartCount": 0, "state": {"running": {}}}
+            ],
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {"nodeName": "n1", "containers": [container]},
+        }
+        sim.cluster.create({**pod, "status": status})
+
+    (root,) = _roots(diagnosed(scenario, stuck))
+    assert (root.id, root.link) == ("mig.pending", "mig") and "MIG manager" in root.cause
+    assert root.action is not None and root.action.op is FixOp.DELETE and root.action.changes["force"] is True
+    assert root.action.target.startswith("gpu-operator/nvidia-device-plugin")
+    assert (
+        "--force --grace-period=0" in root.fix and "kubectl -n gpu-operator delete pod nvidia-mig-manager" in root.fix
+    )
+
+
 # -- reading PodDisruptionBudgets --------------------------------------------------------------------------------
 
 

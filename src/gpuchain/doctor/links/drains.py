@@ -104,8 +104,10 @@ def _node_not_ready(view: NodeView) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions)
 
 
-def _terminating(ctx: Context, view: NodeView, pod: Obj, drainer: Drainer) -> Blocker:
-    """A pod whose deletion was asked and that is still there: the drain waits for it to be gone."""
+def terminating(ctx: Context, view: NodeView, pod: Obj, *, who: str) -> Blocker:
+    """A pod whose deletion was asked and that is still there, which ``who`` waits for to be gone: its finalizers
+    removed by name, or the pod force-deleted (a NotReady node's kubelet cannot confirm it stopped; a DRA claim's
+    pod cannot finish while the driver is being replaced)."""
     meta = pod.get("metadata") or {}
     ns, name = namespace_of(pod) or "default", name_of(pod)
     evidence = [f"pod {ns}/{name} on {view.name} terminating since {meta.get('deletionTimestamp')} (deletionTimestamp)"]
@@ -122,7 +124,7 @@ def _terminating(ctx: Context, view: NodeView, pod: Obj, drainer: Drainer) -> Bl
         return Blocker(
             pod=pod,
             reason="terminating",
-            cause=f"{drainer.who} waits for pod {ns}/{name} to be gone, and the pod keeps finalizer(s) "
+            cause=f"{who} waits for pod {ns}/{name} to be gone, and the pod keeps finalizer(s) "
             f"{', '.join(finalizers)} that no controller removes, so the API server never deletes it.",
             evidence=tuple(evidence),
             action=unfinalize,
@@ -133,7 +135,7 @@ def _terminating(ctx: Context, view: NodeView, pod: Obj, drainer: Drainer) -> Bl
         return Blocker(
             pod=pod,
             reason="terminating",
-            cause=f"{drainer.who} waits for pod {ns}/{name}, which holds a DRA ResourceClaim: it cannot finish "
+            cause=f"{who} waits for pod {ns}/{name}, which holds a DRA ResourceClaim: it cannot finish "
             "terminating until the DRA kubelet plugin unprepares the claim, and that plugin cannot run while the "
             "driver is being replaced, so neither goes ahead.",
             evidence=tuple(evidence),
@@ -150,7 +152,7 @@ def _terminating(ctx: Context, view: NodeView, pod: Obj, drainer: Drainer) -> Bl
     return Blocker(
         pod=pod,
         reason="terminating",
-        cause=f"{drainer.who} waits for pod {ns}/{name}, which was asked to go but is stuck terminating: {why}.",
+        cause=f"{who} waits for pod {ns}/{name}, which was asked to go but is stuck terminating: {why}.",
         evidence=tuple(evidence),
         action=force,
         fix=f"{ctx.stack.render(force)}   # the pod is already being deleted; its controller starts it again elsewhere",
@@ -277,7 +279,7 @@ def blockers(ctx: Context, view: NodeView, drainer: Drainer) -> list[Blocker]:
         if not _taken(pod, drainer):
             continue
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            found.append(_terminating(ctx, view, pod, drainer))
+            found.append(terminating(ctx, view, pod, who=drainer.who))
             continue
         key = (namespace_of(pod) or "default", name_of(pod))
         refused = False
