@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from doctor.small_cluster import diagnosed
+from kube.kmock_server import kmock_server
+from sim.heldout9.harness import _apply
 
-from gpuchain.doctor import Severity
+from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import Finding, FixOp, Report
 from gpuchain.doctor.snapshot import gather
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY
-from gpuchain.kube import NODE, POD
+from gpuchain.kube import DAEMONSET, NODE, POD, RUNTIME_CLASS, LiveCluster
 from gpuchain.kube.kinds import PDB
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
@@ -142,8 +144,6 @@ def _manager(log: str = "", *, env: dict[str, str] | None = None, crashing: bool
         return held
 
     def with_env(sim: SimCluster) -> None:
-        from sim.heldout9.harness import _apply
-
         _apply(sim.cluster, held)
         driver = next(p for p in sim.cluster.list(POD) if p["metadata"]["name"].startswith("nvidia-driver-daemonset"))
         init = {"name": "k8s-driver-manager", "image": "k8s-driver-manager:v0.9.0"}
@@ -257,6 +257,34 @@ def test_a_terminating_pod_kept_by_a_finalizer_has_its_finalizer_removed() -> No
     assert "example.com/checkpoint" in root.cause
 
 
+#: kubectl's drain helper retrying an eviction the API server refused (kubernetes/kubectl pkg/drain/drain.go@v0.34.9:
+#: "error when evicting pods/%q -n %q (will retry after 5s): %v"), as the driver manager's drain prints it.
+RETRYING = (
+    'error when evicting pods/"notebook" -n "ml" (will retry after 5s): '
+    "Cannot evict pod as it would violate the pod's disruption budget.\n"
+)
+
+
+def test_a_pod_the_drains_log_shows_evicted_passed_its_filters_and_is_held_by_its_budget() -> None:
+    pod = _pod("notebook", metadata__ownerReferences=[])
+    (root,) = _roots(diagnosed(OPERATOR, _objects(pod, _pdb()), _node(), _manager(RETRYING)))
+    assert "declare no controller" not in root.cause and "PodDisruptionBudget ml/trainer" in root.cause
+    assert root.action is not None and root.action.target == "PodDisruptionBudget/ml/trainer"
+
+
+def test_a_claim_holding_pod_the_upgrade_waits_on_without_a_dra_plugin_is_force_deleted_without_the_managers_note() -> (
+    None
+):
+    pod = _pod("trainer-0", metadata__deletionTimestamp="2026-12-06T09:00:00Z")
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one-gpu"}]
+    (root,) = _roots(diagnosed(OPERATOR, _objects(pod), _node(labels={STATE: "pod-deletion-required"})))
+    assert root.id == "driver.upgrade-held" and "no DRA kubelet plugin runs ready" in root.cause
+    assert root.fix.startswith("kubectl -n ml delete pod trainer-0 --force --grace-period=0")
+    assert "k8s-driver-manager" not in root.fix
+    assert any(e == "no DRA kubelet plugin pod on n1" for e in root.evidence)
+
+
 def test_the_upgrade_controller_owning_the_drain_leaves_the_driver_manager_out() -> None:
     edits = _objects(_pod("trainer-0"), _pdb())
     roots = _roots(diagnosed(OPERATOR, edits, _node(**{"nvidia.com/gpu-driver-upgrade-enabled": "true"}), _manager()))
@@ -289,6 +317,10 @@ def test_a_node_in_drain_required_is_held_by_the_budget_of_a_pod_the_drain_selec
     (root,) = _roots(diagnosed(OPERATOR, *edits, _node(labels={STATE: "drain-required"})))
     assert root.id == "driver.upgrade-held" and "upgrade controller's node drain" in root.cause
     assert root.action is not None and root.action.changes["patch"] == {"spec": {"maxUnavailable": 1}}
+    skipped = _pod("trainer-0", metadata__labels={"app": "trainer", "nvidia.com/gpu-driver-upgrade-drain.skip": "true"})
+    edits = (_objects(skipped, _pdb(maxUnavailable=0)), _policy(drain))
+    roots = _roots(diagnosed(OPERATOR, *edits, _node(labels={STATE: "drain-required"})))
+    assert not any(r.id == "driver.upgrade-held" for r in roots)
     other = {"upgradePolicy": {"drain": {"enable": True, "podSelector": "app=other"}}}
     roots = _roots(
         diagnosed(
@@ -378,3 +410,26 @@ def test_budgets_are_listed_only_where_a_node_drains_and_travel_through_a_dump(t
     (tmp_path / "poddisruptionbudgets.json").unlink()
     assert "poddisruptionbudgets" in read_dump(tmp_path).absent
     assert sim.cluster.list(PDB)
+
+
+def test_a_live_cluster_reads_the_budget_of_a_cordoned_node_with_one_list_more() -> None:
+    """LiveCluster over kmock on loopback HTTP, as `kubectl gpuchain doctor` runs: the budget holding the driver
+    manager's eviction comes from one list more, which only a node that drains asks for."""
+    sim = build(parse_scenario(OPERATOR))
+    _objects(_pod("trainer-0"), _pdb())(sim)
+    _apply(sim.cluster, _manager())
+    with kmock_server() as (url, _emulator):
+        live = LiveCluster.from_url(url)
+        for kind in (NODE, NVIDIA_CLUSTER_POLICY, RUNTIME_CLASS, DAEMONSET, POD, PDB):
+            for obj in sim.cluster.list(kind):
+                meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
+                live.create({**obj, "metadata": meta})
+        live.calls.reset()
+        quiet = run_doctor(live)
+        live.patch(NODE, name="n1", patch={"spec": {"unschedulable": True}})
+        live.calls.reset()
+        report = run_doctor(live)
+    assert not any("PodDisruptionBudget" in r.cause for r in _roots(quiet))
+    (root,) = _roots(report)
+    assert root.action is not None and root.action.target == "PodDisruptionBudget/ml/trainer"
+    assert report.api_calls == {"list": quiet.api_calls["list"] + 1}

@@ -19,7 +19,9 @@ from typing import Any
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.dra_plugin import node_dra_plugin
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
+from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, annotations_of, labels_of, name_of, namespace_of
 from gpuchain.kube.pdb import PDB_EXEMPT_PHASES, disruptions_allowed, selects
@@ -55,6 +57,9 @@ class Drainer:
     emptydir_setting: str = ""
     force_fix: Fix | None = None
     emptydir_fix: Fix | None = None
+    #: why no DRA kubelet plugin runs while it drains, and what keeps that from happening again (`terminating`)
+    dra_why: str = ""
+    dra_note: str = ""
     #: pods its log says it evicted: they passed its filters, so the filters' refusals do not apply to them
     passed: frozenset[tuple[str, str]] = field(default_factory=frozenset)
 
@@ -104,10 +109,11 @@ def _node_not_ready(view: NodeView) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions)
 
 
-def terminating(ctx: Context, view: NodeView, pod: Obj, *, who: str) -> Blocker:
+def terminating(ctx: Context, view: NodeView, pod: Obj, *, who: str, dra_why: str = "", dra_note: str = "") -> Blocker:
     """A pod whose deletion was asked and that is still there, which ``who`` waits for to be gone: its finalizers
     removed by name, or the pod force-deleted (a NotReady node's kubelet cannot confirm it stopped; a DRA claim's
-    pod cannot finish while the driver is being replaced)."""
+    pod cannot finish while no DRA kubelet plugin runs on the node: ``dra_why`` says why it does not, ``dra_note``
+    what keeps it from happening again)."""
     meta = pod.get("metadata") or {}
     ns, name = namespace_of(pod) or "default", name_of(pod)
     evidence = [f"pod {ns}/{name} on {view.name} terminating since {meta.get('deletionTimestamp')} (deletionTimestamp)"]
@@ -130,19 +136,24 @@ def terminating(ctx: Context, view: NodeView, pod: Obj, *, who: str) -> Blocker:
             action=unfinalize,
             fix=ctx.stack.render(unfinalize) + f"   # removes {', '.join(finalizers)}: the pod then goes",
         )
-    if claims:
+    plugin = node_dra_plugin(ctx, view) if claims else None
+    if claims and (plugin is None or not pod_state(plugin).ready):
         evidence.append(f"pod {ns}/{name} holds ResourceClaim(s) {', '.join(claims)} (spec.resourceClaims)")
+        evidence.append(
+            f"DRA kubelet plugin {pod_state(plugin).describe()}"
+            if plugin is not None
+            else f"no DRA kubelet plugin pod on {view.name}"
+        )
         return Blocker(
             pod=pod,
             reason="terminating",
-            cause=f"{who} waits for pod {ns}/{name}, which holds a DRA ResourceClaim: it cannot finish "
-            "terminating until the DRA kubelet plugin unprepares the claim, and that plugin cannot run while the "
-            "driver is being replaced, so neither goes ahead.",
+            cause=f"{who} waits for pod {ns}/{name}, which holds a DRA ResourceClaim: it cannot finish terminating "
+            "until the DRA kubelet plugin unprepares the claim, and no DRA kubelet plugin runs ready on the node"
+            + (f" ({dra_why})" if dra_why else "")
+            + ", so the pod never goes.",
             evidence=tuple(evidence),
             action=force,
-            fix=f"{ctx.stack.render(force)}   # ends this deadlock once; for the next reboot run a k8s-driver-manager "
-            "that skips the drain when no NVIDIA module is loaded (NVIDIA/k8s-driver-manager#217): set "
-            f"spec.driver.manager.version in {ctx.policy_ref} to a release with it",
+            fix=f"{ctx.stack.render(force)}   # ends the wait once" + (f"; {dra_note}" if dra_note else ""),
         )
     if _node_not_ready(view):
         evidence.append(f"node {view.name} Ready is not True: its kubelet cannot confirm the pod stopped")
@@ -279,7 +290,9 @@ def blockers(ctx: Context, view: NodeView, drainer: Drainer) -> list[Blocker]:
         if not _taken(pod, drainer):
             continue
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            found.append(terminating(ctx, view, pod, who=drainer.who))
+            found.append(
+                terminating(ctx, view, pod, who=drainer.who, dra_why=drainer.dra_why, dra_note=drainer.dra_note)
+            )
             continue
         key = (namespace_of(pod) or "default", name_of(pod))
         refused = False

@@ -35,12 +35,14 @@ DRAIN_LINES = (
 #: spec.driver.manager.env says otherwise (NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml@v25.10.1).
 MANAGER_DEFAULTS = {"ENABLE_GPU_POD_EVICTION": "true", "ENABLE_AUTO_DRAIN": "false"}
 
-#: The pod a drain names as it evicts it or waits for it to go, as kubectl's drain helper writes it
-#: (kubernetes/kubectl pkg/drain/drain.go@v0.33.0: "evicting pod %s/%s" and "error when waiting for pod %q in
-#: namespace %q to terminate: %v"), which the driver manager runs for its drain and GPU pod eviction.
+#: The pod a drain names as it evicts it, retries its eviction or waits for it to go, as kubectl's drain helper
+#: writes it (kubernetes/kubectl pkg/drain/drain.go@v0.34.9: "evicting pod %s/%s", "error when evicting pods/%q -n
+#: %q (will retry after 5s): %v", "error when waiting for pod %q in namespace %q to terminate: %v"), which the driver
+#: manager runs for its drain and GPU pod eviction: each passed the drain's filters.
 DRAINED_POD = re.compile(
     r"evicting pod (?P<ns>[\w.-]+)/(?P<name>[\w.-]+)"
     r'|waiting for pod "(?P<name2>[\w.-]+)" in namespace "(?P<ns2>[\w.-]+)"'
+    r'|evicting pods/"(?P<name3>[\w.-]+)" -n "(?P<ns3>[\w.-]+)"'
 )
 
 
@@ -99,7 +101,9 @@ def mofed_wait(ctx: Context, *, state: PodState, log: str) -> Known | None:
 
 def _named_pods(log: str) -> list[tuple[str, str]]:
     """(namespace, name) of each pod the drain in ``log`` names, in order, once each."""
-    named = [(m["ns"] or m["ns2"], m["name"] or m["name2"]) for m in DRAINED_POD.finditer(log)]
+    named = [
+        (m["ns"] or m["ns2"] or m["ns3"], m["name"] or m["name2"] or m["name3"]) for m in DRAINED_POD.finditer(log)
+    ]
     return list(dict.fromkeys(named))
 
 
@@ -155,6 +159,10 @@ def manager_drainers(ctx: Context, view: NodeView, pod: Obj, log: str) -> list[D
         "force_fix": _env_fix(ctx, "DRAIN_USE_FORCE"),
         "emptydir_fix": _env_fix(ctx, "DRAIN_DELETE_EMPTYDIR_DATA"),
         "passed": frozenset(named),
+        "dra_why": "the driver manager stops it while the driver is replaced, and it cannot run without the driver",
+        "dra_note": "for the next reboot run a k8s-driver-manager that skips the eviction when no NVIDIA module is "
+        "loaded (v0.12.0 on, NVIDIA/k8s-driver-manager#217): set spec.driver.manager.version in "
+        f"{ctx.policy_ref} to v0.12.0 or later",
     }
     drains = []
     evicts, drains_node = _on(env.get("ENABLE_GPU_POD_EVICTION")), _on(env.get("ENABLE_AUTO_DRAIN"))

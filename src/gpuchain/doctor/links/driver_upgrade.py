@@ -27,6 +27,10 @@ from gpuchain.kube.objects import labels_of, name_of, namespace_of
 from gpuchain.kube.selectors import match_labels
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, UPGRADE_REQUIRED, WAIT_FOR_JOBS
 
+#: What the operator adds to the drain's pod selector: a pod labelled nvidia.com/gpu-driver-upgrade-drain.skip=true is
+#: never drained (NVIDIA/gpu-operator controllers/upgrade_controller.go@v26.7.0, UpgradeSkipDrainLabelSelector).
+SKIP_DRAIN = "nvidia.com/gpu-driver-upgrade-drain.skip!=true"
+
 
 def _policy_fix(ctx: Context, section: str, key: str, value: Any) -> Fix:
     """The ClusterPolicy change that sets spec.driver.upgradePolicy.<section>.<key>."""
@@ -49,7 +53,9 @@ def _drainer(ctx: Context, policy: dict[str, Any], section: str) -> Drainer:
         force=bool(spec.get("force")),
         delete_emptydir=bool(spec.get("deleteEmptyDir")),
         gpu_only=section == "podDeletion",
-        selector=str(spec.get("podSelector") or "") if section == "drain" else "",
+        selector=",".join(x for x in (str(spec.get("podSelector") or ""), SKIP_DRAIN) if x)
+        if section == "drain"
+        else "",
         force_setting=_setting(section, "force"),
         emptydir_setting=_setting(section, "deleteEmptyDir"),
         force_fix=_policy_fix(ctx, section, "force", True),
