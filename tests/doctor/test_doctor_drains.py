@@ -169,6 +169,7 @@ def test_a_budget_at_zero_holds_the_driver_managers_eviction_and_is_relaxed_by_n
     assert "kubectl -n ml delete pod trainer-0" in root.fix
     assert any("disruptionsAllowed 0" in e for e in root.evidence)
     assert "Cannot evict pod as it would violate the pod's disruption budget." in root.cause
+    assert any(e.endswith("DRAIN_TIMEOUT_SECONDS=0s (no timeout: it retries for ever)") for e in root.evidence)
 
 
 def test_a_budget_whose_other_pods_are_unhealthy_is_not_relaxed_but_the_pod_deleted() -> None:
@@ -294,6 +295,32 @@ def test_the_upgrade_controller_owning_the_drain_leaves_the_driver_manager_out()
 def test_a_driver_manager_on_a_node_not_cordoned_and_no_drain_line_is_not_judged_a_drain() -> None:
     roots = _roots(diagnosed(OPERATOR, _objects(_pod("trainer-0"), _pdb()), _node(cordoned=False), _manager()))
     assert not any("PodDisruptionBudget" in r.cause for r in roots)
+
+
+#: NVIDIA/k8s-driver-manager cmd/driver-manager/main.go@v0.12.0, as logrus writes the returned error.
+CLAIMS_HELD = (
+    'time="2026-12-06T10:00:00Z" level=error msg="cannot drain the DRA kubelet-plugin: pod(s) still hold GPU '
+    'resource claims: ml/trainer-0"'
+)
+
+
+def test_claim_holders_where_the_upgrade_owns_the_drain_are_deleted_by_name_or_left_to_the_upgrade() -> None:
+    pod = _pod("trainer-0")
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one-gpu"}]
+    node = _node(
+        cordoned=False,
+        labels={"nvidia.com/gpu.deploy.dra-driver": "true"},
+        **{"nvidia.com/gpu-driver-upgrade-enabled": "true"},
+    )
+    (root,) = _roots(diagnosed(OPERATOR, _objects(pod), node, _manager(CLAIMS_HELD, crashing=True)))
+    assert root.link == "driver" and "ml/trainer-0" in root.cause
+    assert root.action is not None and root.action.op is FixOp.DELETE and root.action.target == "ml/trainer-0"
+    assert "kubectl label node n1 nvidia.com/gpu-driver-upgrade-state=upgrade-required --overwrite" in root.fix
+    # Without the DRA driver on the node the driver manager has no plugin to stop: no such wait.
+    plain = _node(cordoned=False, **{"nvidia.com/gpu-driver-upgrade-enabled": "true"})
+    roots = _roots(diagnosed(OPERATOR, _objects(pod), plain, _manager(CLAIMS_HELD, crashing=True)))
+    assert not any(r.action is not None and r.action.target == "ml/trainer-0" for r in roots)
 
 
 # -- the upgrade controller --------------------------------------------------------------------------------------

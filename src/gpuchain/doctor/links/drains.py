@@ -57,6 +57,8 @@ class Drainer:
     emptydir_setting: str = ""
     force_fix: Fix | None = None
     emptydir_fix: Fix | None = None
+    #: its timeout as set, for the evidence: how long it retries a refused eviction ("" where unknown)
+    timeout: str = ""
     #: why no DRA kubelet plugin runs while it drains, and what keeps that from happening again (`terminating`)
     dra_why: str = ""
     dra_note: str = ""
@@ -236,6 +238,7 @@ def _pdb_blocker(ctx: Context, pod: Obj, drainer: Drainer) -> Blocker | None:
         f"PodDisruptionBudget {ns}/{pdb_name} selects pod {ns}/{name}: disruptionsAllowed {allowed}"
         + (f" ({counts})" if counts else ""),
         " ".join(f"spec.{k}={spec[k]}" for k in ("minAvailable", "maxUnavailable") if k in spec),
+        f"{drainer.who}: {drainer.timeout}" if drainer.timeout else "",
     ]
     relax = _relaxed(blocking)
     unhealthy = int(status.get("currentHealthy", 0)) < int(status.get("desiredHealthy", 0))

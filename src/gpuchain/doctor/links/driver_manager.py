@@ -15,7 +15,8 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.drains import Drainer, blockers, held_by
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.pods import PodState
-from gpuchain.kube.objects import Obj, annotations_of
+from gpuchain.kube.objects import Obj, annotations_of, name_of, namespace_of
+from gpuchain.operator.upgrade import STATE_LABEL, UPGRADE_REQUIRED
 
 #: The driver manager's words while it waits for MOFED (catalog.yaml).
 MOFED_WAIT = "k8s-driver-manager.waiting-for-mofed"
@@ -30,7 +31,11 @@ DRAIN_LINES = (
     "kube-apiserver.eviction-pdb",
     "k8s-driver-manager.drain-failed",
     "k8s-driver-manager.gpu-pods-not-drained",
+    "k8s-driver-manager.dra-claim-holders",
 )
+#: The node label by which the driver manager knows the DRA driver's kubelet plugin runs on the node, which it stops
+#: before it replaces the driver (NVIDIA/k8s-driver-manager cmd/driver-manager/main.go@v0.12.0).
+DRA_DRIVER_DEPLOY = "nvidia.com/gpu.deploy.dra-driver"
 #: The driver manager's drain settings the GPU Operator's driver DaemonSet sets unless the ClusterPolicy's
 #: spec.driver.manager.env says otherwise (NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml@v25.10.1).
 MANAGER_DEFAULTS = {"ENABLE_GPU_POD_EVICTION": "true", "ENABLE_AUTO_DRAIN": "false"}
@@ -126,6 +131,12 @@ def _on(value: str | None) -> bool:
     return (value or "").strip() in ("1", "t", "T", "true", "TRUE", "True")
 
 
+def _timeout(value: str) -> str:
+    """DRAIN_TIMEOUT_SECONDS as evidence; a Go duration, 0 (the operator's 0s) meaning no end (kubectl pkg/drain)."""
+    endless = value.strip().rstrip("s") in ("", "0")
+    return f"DRAIN_TIMEOUT_SECONDS={value or '0s'}" + (" (no timeout: it retries for ever)" if endless else "")
+
+
 def _env_fix(ctx: Context, name: str) -> Fix:
     """The ClusterPolicy change that sets the driver manager's ``name`` to true: spec.driver.manager.env is a list,
     which a merge patch replaces whole, so the patch carries the policy's other entries too."""
@@ -159,6 +170,7 @@ def manager_drainers(ctx: Context, view: NodeView, pod: Obj, log: str) -> list[D
         "force_fix": _env_fix(ctx, "DRAIN_USE_FORCE"),
         "emptydir_fix": _env_fix(ctx, "DRAIN_DELETE_EMPTYDIR_DATA"),
         "passed": frozenset(named),
+        "timeout": _timeout(env.get("DRAIN_TIMEOUT_SECONDS", "")),
         "dra_why": "the driver manager stops it while the driver is replaced, and it cannot run without the driver",
         "dra_note": "for the next reboot run a k8s-driver-manager that skips the eviction when no NVIDIA module is "
         "loaded (v0.12.0 on, NVIDIA/k8s-driver-manager#217): set spec.driver.manager.version in "
@@ -192,4 +204,38 @@ def drain_held(ctx: Context, *, view: NodeView, state: PodState, pod: Obj, log: 
         found = blockers(ctx, view, drainer)
         if found:
             return held_by(found, extra=(("node cordoned (spec.unschedulable)",) if cordoned else ()))
-    return None
+    return _claims_held(ctx, view)
+
+
+def _claims_held(ctx: Context, view: NodeView) -> Known | None:
+    """Pods holding DRA ResourceClaims on a node where the upgrade controller owns the drain: the driver manager
+    evicts none of them, and refuses to stop the DRA kubelet plugin (and so to replace the driver) while any holds a
+    GPU claim ("cannot drain the DRA kubelet-plugin: pod(s) still hold GPU resource claims", NVIDIA/k8s-driver-manager
+    cmd/driver-manager/main.go@v0.12.0). None where the driver manager evicts itself or no DRA driver runs here."""
+    if annotations_of(view.node).get(UPGRADE_ENABLED) != "true" or DRA_DRIVER_DEPLOY not in view.labels:
+        return None
+    holders = [
+        p
+        for p in view.workloads
+        if (p.get("spec") or {}).get("resourceClaims") and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if not holders:
+        return None
+    refs = [f"{namespace_of(p) or 'default'}/{name_of(p)}" for p in holders]
+    delete = Fix.delete_pod(
+        namespace_of(holders[0]) or "default", name_of(holders[0]), **{NOT_SIMULATED: "a DRA claim is not simulated"}
+    )
+    retry = Fix(FixOp.LABEL_NODE, view.name, {STATE_LABEL: UPGRADE_REQUIRED})
+    others = f"; the same for {', '.join(refs[1:5])}" if len(refs) > 1 else ""
+    return Known(
+        cause=f"the driver manager must stop the DRA kubelet plugin before it replaces the driver, and pod(s) "
+        f"{', '.join(refs[:5])} on the node still hold DRA ResourceClaims; the upgrade controller owns the drain here "
+        f"({UPGRADE_ENABLED}=true), so the driver manager evicts none of them and the driver is not replaced.",
+        evidence=(
+            f"annotation {UPGRADE_ENABLED}=true, label {DRA_DRIVER_DEPLOY}={view.labels[DRA_DRIVER_DEPLOY]}",
+            f"pods holding ResourceClaims (spec.resourceClaims) on {view.name}: {', '.join(refs[:5])}",
+        ),
+        action=delete,
+        fix=f"{ctx.stack.render(delete)}   # its controller starts it again once the driver is up{others}; or let "
+        f"the upgrade controller delete them: {ctx.stack.render(retry)}",
+    )

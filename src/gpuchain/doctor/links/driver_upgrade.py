@@ -30,6 +30,9 @@ from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STAT
 #: What the operator adds to the drain's pod selector: a pod labelled nvidia.com/gpu-driver-upgrade-drain.skip=true is
 #: never drained (NVIDIA/gpu-operator controllers/upgrade_controller.go@v26.7.0, UpgradeSkipDrainLabelSelector).
 SKIP_DRAIN = "nvidia.com/gpu-driver-upgrade-drain.skip!=true"
+#: podDeletion's and drain's timeoutSeconds where the ClusterPolicy sets none (NVIDIA/k8s-operator-libs
+#: api/upgrade/v1alpha1/upgrade_spec.go, kubebuilder default).
+DEFAULT_TIMEOUT = 300
 
 
 def _policy_fix(ctx: Context, section: str, key: str, value: Any) -> Fix:
@@ -48,6 +51,7 @@ def _setting(section: str, key: str) -> str:
 def _drainer(ctx: Context, policy: dict[str, Any], section: str) -> Drainer:
     """The upgrade controller's pod deletion (GPU pods only) or node drain, with the ClusterPolicy's settings."""
     spec = policy.get(section) or {}
+    seconds = int(spec.get("timeoutSeconds", DEFAULT_TIMEOUT))
     return Drainer(
         who="the upgrade controller's " + ("GPU pod deletion" if section == "podDeletion" else "node drain"),
         force=bool(spec.get("force")),
@@ -60,6 +64,8 @@ def _drainer(ctx: Context, policy: dict[str, Any], section: str) -> Drainer:
         emptydir_setting=_setting(section, "deleteEmptyDir"),
         force_fix=_policy_fix(ctx, section, "force", True),
         emptydir_fix=_policy_fix(ctx, section, "deleteEmptyDir", True),
+        timeout=f"spec.driver.upgradePolicy.{section}.timeoutSeconds={seconds}"
+        + (" (no timeout: it retries for ever)" if seconds == 0 else " (then the node is marked upgrade-failed)"),
     )
 
 
