@@ -336,6 +336,22 @@ def test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_
     assert root.action.changes["spec"] == {"driver": {"upgradePolicy": {"podDeletion": {"deleteEmptyDir": True}}}}
     assert "Helm driver.upgradePolicy.gpuPodDeletion.deleteEmptyDir" in root.fix
     assert "kubectl label node n1 nvidia.com/gpu-driver-upgrade-state=upgrade-required --overwrite" in root.fix
+    # A driver pod that fails itself is its own root: the node may be upgrade-failed for it.
+    crash = {
+        "do": "pod",
+        "daemonset": "nvidia-driver-daemonset",
+        "node": "n1",
+        "containers": [
+            {
+                "name": "nvidia-driver-ctr",
+                "restarts": 5,
+                "state": {"waiting": "CrashLoopBackOff"},
+                "last": {"terminated": "Error"},
+            }
+        ],
+    }
+    roots = _roots(diagnosed(OPERATOR, _objects(pod), _node(labels={STATE: "upgrade-failed"}), crash))
+    assert roots and not any(r.id == "driver.upgrade-held" for r in roots)
 
 
 def test_a_node_in_drain_required_is_held_by_the_budget_of_a_pod_the_drain_selects() -> None:

@@ -270,7 +270,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             ),
         )
     state = pod_state(pod)
-    held = upgrade_held(ctx, view)
+    held = upgrade_held(ctx, view, failing=state.failing)
     if held is not None:
         return held
     if state.ready:

@@ -98,13 +98,15 @@ def _waited_jobs(ctx: Context, view: NodeView, policy: dict[str, Any]) -> tuple[
     return cause, evidence, fix, timeout
 
 
-def upgrade_held(ctx: Context, view: NodeView) -> Result | None:
+def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | None:
     """The driver link of a node the upgrade controller holds on its pods (wait-for-jobs-required, pod-deletion-
     required, drain-required) or left upgrade-failed, with the pods that hold it and the change that ends the wait.
     None where the node is in no such state, the source has no ClusterPolicy to read the settings from, or no pod on
-    the node holds it (the upgrade is then merely under way)."""
+    the node holds it (the upgrade is then merely under way). Nor where the driver pod itself fails (``failing``): in
+    these states the controller has not restarted it, so its own failure comes first, and a node marked
+    upgrade-failed may be so for it (a new driver that never validated)."""
     state = view.labels.get(STATE_LABEL, "")
-    if state not in (WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED) or ctx.policy_obj is None:
+    if failing or state not in (WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED) or ctx.policy_obj is None:
         return None
     policy = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
     evidence = [f"label {STATE_LABEL}={state}"]
