@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import crash_looping, diagnosed
 from kube.kmock_server import kmock_server
 from sim.heldout9.harness import _apply
 
@@ -125,14 +125,8 @@ def _policy(driver: dict[str, Any]) -> Callable[[SimCluster], None]:
 
 def _manager(log: str = "", *, env: dict[str, str] | None = None, crashing: bool = False) -> Any:
     """The driver pod on n1 held in its k8s-driver-manager init container; ``env``: its spec's environment."""
-    state: dict[str, Any] = {"name": "k8s-driver-manager", "state": {"running": True}}
-    if crashing:
-        state = {
-            "name": "k8s-driver-manager",
-            "restarts": 3,
-            "state": {"waiting": "CrashLoopBackOff"},
-            "last": {"terminated": "Error", "exitCode": 1},
-        }
+    running = {"name": "k8s-driver-manager", "state": {"running": True}}
+    state = crash_looping("k8s-driver-manager", 3) if crashing else running
     held = {
         "do": "pod",
         "daemonset": "nvidia-driver-daemonset",
@@ -337,19 +331,8 @@ def test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_
     assert "Helm driver.upgradePolicy.gpuPodDeletion.deleteEmptyDir" in root.fix
     assert "kubectl label node n1 nvidia.com/gpu-driver-upgrade-state=upgrade-required --overwrite" in root.fix
     # A driver pod that fails itself is its own root: the node may be upgrade-failed for it.
-    crash = {
-        "do": "pod",
-        "daemonset": "nvidia-driver-daemonset",
-        "node": "n1",
-        "containers": [
-            {
-                "name": "nvidia-driver-ctr",
-                "restarts": 5,
-                "state": {"waiting": "CrashLoopBackOff"},
-                "last": {"terminated": "Error"},
-            }
-        ],
-    }
+    crash = {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "n1"}
+    crash["containers"] = [crash_looping("nvidia-driver-ctr")]
     roots = _roots(diagnosed(OPERATOR, _objects(pod), _node(labels={STATE: "upgrade-failed"}), crash))
     assert roots and not any(r.id == "driver.upgrade-held" for r in roots)
 
