@@ -165,8 +165,9 @@ def manager_drainers(ctx: Context, view: NodeView, pod: Obj, log: str) -> list[D
     settings: dict[str, Any] = {
         "force": _on(env.get("DRAIN_USE_FORCE")),
         "delete_emptydir": _on(env.get("DRAIN_DELETE_EMPTYDIR_DATA")),
-        "force_setting": "the driver manager's DRAIN_USE_FORCE=true (spec.driver.manager.env)",
-        "emptydir_setting": "the driver manager's DRAIN_DELETE_EMPTYDIR_DATA=true (spec.driver.manager.env)",
+        "force_setting": "the driver manager's DRAIN_USE_FORCE=true (spec.driver.manager.env; Helm driver.manager.env)",
+        "emptydir_setting": "the driver manager's DRAIN_DELETE_EMPTYDIR_DATA=true "
+        "(spec.driver.manager.env; Helm driver.manager.env)",
         "force_fix": _env_fix(ctx, "DRAIN_USE_FORCE"),
         "emptydir_fix": _env_fix(ctx, "DRAIN_DELETE_EMPTYDIR_DATA"),
         "passed": frozenset(named),
