@@ -20,6 +20,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.links.mig_empty import mig_without_instances
 from gpuchain.doctor.links.mig_host_clients import host_clients_hang
+from gpuchain.doctor.links.mig_wait import client_stuck
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
@@ -116,6 +117,10 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
     if state == "failed":
         return _failed_layout(ctx, view, wanted or "", reason, log, evidence)
+    if paused and state == "pending":
+        waited = client_stuck(ctx, view, mgr=mgr, evidence=evidence)
+        if waited is not None:
+            return waited
     if mgr is not None and paused and state == "pending":
         wedged = _wedged(ctx, view, mgr, wanted or "", log, evidence)
         if wedged is not None:
