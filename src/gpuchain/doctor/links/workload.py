@@ -136,6 +136,8 @@ HOOK_FAILED = (
     "nvidia-container-runtime.low-level-runtime-missing",
     "nvidia-container-runtime.cdi-vendor-mix",
     "nvidia-cdi-hook.create-symlink-failed",
+    "cri-o.user-namespace-cdi-hook",
+    "coreutils.chmod-device-path-missing",
     "libnvidia-container.driver-rpc-timeout",
     "libnvidia-container.initialization-error",
     "cdi.unresolvable-devices",
