@@ -16,6 +16,7 @@ from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused
 from sim.heldout3.harness import _apply
 
 from gpuchain.doctor import Severity
+from gpuchain.doctor.links.driver_paused import restored
 from gpuchain.doctor.model import Finding, FixOp, Report
 from gpuchain.doctor.releases import Defect, defects, showing
 from gpuchain.kube import POD
@@ -193,3 +194,70 @@ def test_a_policy_setting_fact_holds_only_where_the_policy_carries_it() -> None:
     assert found.holds({"spec": {"driver": {"rdma": {"enabled": True, "useHostMofed": True}}}})
     assert not found.holds({"spec": {"driver": {"rdma": {"enabled": True, "useHostMofed": False}}}})
     assert not found.holds(None)
+
+
+PAUSED = "paused-for-driver-upgrade"
+#: The operands the driver manager pauses, as their DaemonSets (the GPU Operator's names) and deploy labels.
+PAUSABLE = {
+    "nvidia-device-plugin-daemonset": "nvidia.com/gpu.deploy.device-plugin",
+    "gpu-feature-discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "nvidia-dcgm-exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
+}
+
+
+def _with_manager(tag: str) -> Any:
+    """An edit: the driver pod runs the k8s-driver-manager init container at ``tag``."""
+
+    def edit(sim: SimCluster) -> None:
+        for pod in [p for p in sim.cluster.list(POD) if name_of(p).startswith("nvidia-driver-daemonset")]:
+            image = f"nvcr.io/nvidia/cloud-native/k8s-driver-manager:{tag}"
+            spec = {"initContainers": [{"name": "k8s-driver-manager", "image": image}]}
+            sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))
+
+    return edit
+
+
+def _paused(tag: str, *, upgrade_state: str = "") -> Report:
+    """An operator node whose operands' deploy labels still hold the driver manager's pause (their pods gone, as
+    their DaemonSets' selectors no longer match), its driver pod ready, the manager at ``tag``."""
+    labels = {label: PAUSED for label in PAUSABLE.values()}
+    if upgrade_state:
+        labels["nvidia.com/gpu-driver-upgrade-state"] = upgrade_state
+    drops = [{"do": "daemonset", "namespace": "gpu-operator", "name": ds, "dropPods": True} for ds in PAUSABLE]
+    return diagnosed(
+        OPERATOR,
+        {"do": "node", "node": NODE, "labels": labels},
+        *(lambda s, d=d: _apply(s.cluster, d) for d in drops),
+        _with_manager(tag),
+    )
+
+
+def test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release() -> None:
+    """The GPU Operator's release notes v26.3.2: API server interruptions "could leave nodes with stale
+    paused-for-driver-upgrade label values"; NVIDIA/k8s-driver-manager#176 (v0.11.0) retries and fails instead."""
+    found = [f for f in _paused("v0.10.0").findings if f.id == "operand.paused-for-driver-upgrade"]
+    assert {f.link for f in found} == {"gfd", "exporter"}  # the plugin's GPUs stay in the node's capacity
+    root = found[0]
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {label: "true" for label in PAUSABLE.values()}
+    assert '{"spec":{"driver":{"manager":{"version":"v0.11.0"}}}}' in root.fix.replace(" ", "")
+    assert any(e.startswith("release: k8s-driver-manager.stale-pause-labels (") for e in root.evidence)
+
+
+def test_a_fixed_manager_gets_the_labels_set_back_without_a_release_and_an_upgrade_in_progress_is_no_stale_pause() -> (
+    None
+):
+    root = next(f for f in _paused("v0.11.0").findings if f.id == "operand.paused-for-driver-upgrade")
+    assert not any(e.startswith("release: ") for e in root.evidence) and "manager" not in root.fix
+    during = _paused("v0.10.0", upgrade_state="pod-restart-required")
+    assert "operand.paused-for-driver-upgrade" not in during.ids
+
+
+@pytest.mark.parametrize(
+    ("value", "back"),
+    [(PAUSED, "true"), (f"false_{PAUSED}", "false"), (f"paused-for-mig-change_{PAUSED}", "paused-for-mig-change")],
+)
+def test_the_pause_is_removed_as_the_manager_removes_it(value: str, back: str) -> None:
+    """k8s-driver-manager cmd/driver-manager/main.go@v0.10.0 maybeSetTrue: "true" for the pause alone, else the value
+    with "paused-for-driver-upgrade_?" removed."""
+    assert restored(value) == back
