@@ -261,3 +261,32 @@ def test_the_pause_is_removed_as_the_manager_removes_it(value: str, back: str) -
     """k8s-driver-manager cmd/driver-manager/main.go@v0.10.0 maybeSetTrue: "true" for the pause alone, else the value
     with "paused-for-driver-upgrade_?" removed."""
     assert restored(value) == back
+
+
+#: dcgm-exporter refused the ConfigMap its metrics are in (pkg/dcgmexporter/parser.go@3.3.5-3.4.0 "could not
+#: retrieve ConfigMap '%s'; err: %w" around the API server's RBAC refusal, kubernetes apimachinery's wording).
+CONFIGMAP_FORBIDDEN = (
+    'time="2024-02-01T10:00:00Z" level=fatal msg="could not retrieve ConfigMap \'gpu-operator:metrics-config\'; '
+    'err: configmaps \\"metrics-config\\" is forbidden: User \\"system:serviceaccount:gpu-operator:'
+    'nvidia-dcgm-exporter\\" cannot get resource \\"configmaps\\" in API group \\"\\" in the namespace '
+    '\\"gpu-operator\\""\n'
+)
+
+
+@pytest.mark.parametrize(("version", "upgraded"), [("v23.9.2", True), ("v24.3.0", False)])
+def test_an_exporter_the_operators_role_refuses_its_configmap_moves_the_operator_to_the_release_that_grants_it(
+    version: str, upgraded: bool
+) -> None:
+    """The GPU Operator's release notes v24.3.0: "the role used by the exporter is granted access to read from config
+    maps" (assets/state-dcgm-exporter/0200_role.yaml, commit eb2dcaae5)."""
+    exporter = {
+        "do": "pod",
+        "daemonset": "nvidia-dcgm-exporter",
+        "node": NODE,
+        "containers": [crash_looping("nvidia-dcgm-exporter")],
+        "logs": {"nvidia-dcgm-exporter": CONFIGMAP_FORBIDDEN},
+    }
+    root = _root(diagnosed(OPERATOR, _operator_release(version), exporter))
+    assert root.link == "exporter"
+    assert any(e.startswith("catalog: dcgm-exporter.metrics-configmap-forbidden (") for e in root.evidence)
+    assert ("helm upgrade gpu-operator " in root.fix and "--version v24.3.0" in root.fix) is upgraded
