@@ -290,3 +290,19 @@ def test_an_exporter_the_operators_role_refuses_its_configmap_moves_the_operator
     assert root.link == "exporter"
     assert any(e.startswith("catalog: dcgm-exporter.metrics-configmap-forbidden (") for e in root.evidence)
     assert ("helm upgrade gpu-operator " in root.fix and "--version v24.3.0" in root.fix) is upgraded
+
+
+def test_without_the_charts_labels_the_operator_pods_image_tag_names_the_release() -> None:
+    """A GPU Operator installed without Helm's labels on its ClusterPolicy (a plain manifest, OLM): the tag of its
+    own pod's image (nvcr.io/nvidia/gpu-operator:<release>) is the release, and the upgrade is named, not a chart's."""
+    operator = {
+        "do": "add-pod",
+        "namespace": "gpu-operator",
+        "name": "gpu-operator-7d9f8c6b5-x2x9q",
+        "node": NODE,
+        "containers": ["gpu-operator"],
+        "image": "nvcr.io/nvidia/gpu-operator:v24.9.0",
+    }
+    root = _root(diagnosed(OPERATOR, lambda s: _apply(s.cluster, operator), toolkit_pod(NODE, CONFIG_DUMP)))
+    assert root.fix.startswith("# upgrade the GPU Operator to v24.9.1 or later"), root.fix
+    assert "GPU Operator v24.9.0" in root.evidence

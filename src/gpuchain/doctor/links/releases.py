@@ -125,7 +125,17 @@ def _until(hit: Defect) -> str:
 def operator_release(ctx: Context) -> tuple[str, str]:
     """The GPU Operator release the cluster runs and the Helm release that installed it: the ClusterPolicy's Helm
     labels (helm.sh/chart gpu-operator-<version>, app.kubernetes.io/version), else the tag of the operator pod's
-    image; ("", "") where neither shows one."""
+    image; ("", "") where neither shows one. Worked out once per diagnosis (`Context.memo`): every node's finding
+    asks the same, and the pods are read where the policy's labels name none."""
+    known = ctx.memo.get("operator_release")
+    if isinstance(known, tuple):
+        return known
+    found = ctx.memo["operator_release"] = _operator_release(ctx)
+    return found
+
+
+def _operator_release(ctx: Context) -> tuple[str, str]:
+    """`operator_release`, read from the objects."""
     labels = ((ctx.policy_obj or {}).get("metadata") or {}).get("labels") or {}
     name, _, version = str(labels.get(HELM_CHART, "")).rpartition("-")
     version = version if name == "gpu-operator" else str(labels.get(HELM_APP_VERSION, ""))
