@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from doctor.small_cluster import crash_looping, diagnosed, toolkit_pod
 from doctor.test_doctor_lower_link_classes import _held_in_manager, _operator
-from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused
+from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 from sim.heldout3.harness import _apply
 
 from gpuchain.doctor import Severity
@@ -306,3 +306,32 @@ def test_without_the_charts_labels_the_operator_pods_image_tag_names_the_release
     root = _root(diagnosed(OPERATOR, lambda s: _apply(s.cluster, operator), toolkit_pod(NODE, CONFIG_DUMP)))
     assert root.fix.startswith("# upgrade the GPU Operator to v24.9.1 or later"), root.fix
     assert "GPU Operator v24.9.0" in root.evidence
+
+
+#: dcgm-exporter 3.3.x's last words on a node without NVIDIA CPUs (NVIDIA/dcgm-exporter#412): the Go runtime's
+#: trace of the crash in the cgo call go-dcgm makes (pkg/dcgm/cpu.go@3c233ee2a242 "C.dcgmGetCpuHierarchy(").
+CPU_SEGFAULT = (
+    'time="2024-10-30T20:01:56Z" level=info msg="Initializing system entities of type: CPU"\n'
+    "SIGSEGV: segmentation violation\n"
+    "PC=0x7f5bb75066aa m=11 sigcode=1 addr=0x4\n"
+    "signal arrived during cgo execution\n\n"
+    "goroutine 1 gp=0xc0000061c0 m=11 mp=0xc000680008 [syscall]:\n"
+    "runtime.cgocall(0x16dc5c0, 0xc000705c80)\n"
+    "\t/usr/local/go/src/runtime/cgocall.go:157 +0x4b fp=0xc000705c58 sp=0xc000705c20 pc=0x418ccb\n"
+    "github.com/NVIDIA/go-dcgm/pkg/dcgm._Cfunc_dcgmGetCpuHierarchy(0x7fff, 0xc000705d00)\n"
+)
+
+
+@pytest.mark.parametrize(("tag", "moved"), [("3.3.5-3.4.1-ubuntu22.04", True), ("4.1.1-4.0.3-ubuntu22.04", False)])
+def test_an_exporter_crashing_on_the_cpu_hierarchy_is_moved_to_the_release_whose_dcgm_does_not(
+    tag: str, moved: bool
+) -> None:
+    report = diagnosed(
+        f"name: t\nstack: nvidia-device-plugin\nnodes:\n  - {{name: {NODE}}}\n",
+        *_standalone("dcgm-exporter", f"nvcr.io/nvidia/k8s/dcgm-exporter:{tag}", CPU_SEGFAULT),
+    )
+    root = _root(report)
+    assert root.link == "exporter" and "log.unrecognised" not in report.ids
+    assert any(e.startswith("catalog: go-dcgm.cpu-hierarchy-segfault (") for e in root.evidence)
+    fixed = "dcgm-exporter=nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.3-ubuntu22.04"
+    assert (fixed in root.fix and "back to 3.3.0-3.2.0" in root.fix) is moved
