@@ -13,6 +13,7 @@ import pytest
 from doctor.small_cluster import crash_looping, diagnosed, toolkit_pod
 from doctor.test_doctor_lower_link_classes import _held_in_manager, _operator
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
+from doctor.test_doctor_user_pods import failing_gpu_pod
 from sim.heldout3.harness import _apply
 
 from gpuchain.doctor import Severity
@@ -335,3 +336,28 @@ def test_an_exporter_crashing_on_the_cpu_hierarchy_is_moved_to_the_release_whose
     assert any(e.startswith("catalog: go-dcgm.cpu-hierarchy-segfault (") for e in root.evidence)
     fixed = "dcgm-exporter=nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.3-ubuntu22.04"
     assert (fixed in root.fix and "back to 3.3.0-3.2.0" in root.fix) is moved
+
+
+#: The CUDA runtime's words for cudaErrorInsufficientDriver (35), as NVIDIA's vectorAdd sample prints them
+#: (cuda-samples Samples/0_Introduction/vectorAdd/vectorAdd.cu@v12.8, catalog cuda.insufficient-driver).
+INSUFFICIENT = (
+    "Failed to allocate device vector A (error code CUDA driver version is insufficient for CUDA runtime version)!"
+)
+
+
+@pytest.mark.parametrize(("tag", "moved"), [("v1.17.4-ubuntu20.04", True), ("v1.17.5-ubuntu20.04", False)])
+def test_cuda_too_new_for_the_driver_under_the_toolkit_that_dropped_forward_compatibility_names_that_release(
+    tag: str, moved: bool
+) -> None:
+    """NVIDIA/cloud-native-docs container-toolkit/release-notes.md: v1.17.4 stopped mounting the image's CUDA
+    forward compatibility libraries, v1.17.5 "Re-added support for CUDA Forward Compatibility"; the pod's CUDA error
+    is then the toolkit release on the node (read from the operator's toolkit pod), before the driver upgrade."""
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n",
+        _image("nvidia-container-toolkit", f"nvcr.io/nvidia/k8s/container-toolkit:{tag}"),
+        failing_gpu_pod(runtime_class="nvidia", said=INSUFFICIENT),
+    )
+    (found,) = [f for f in report.findings if f.id == "workload.cuda-unusable"]
+    assert found.link == "driver"
+    assert ("container-toolkit.cuda-compat-off" in " ".join(found.evidence)) is moved
+    assert ('"version":"v1.17.5-ubuntu20.04"' in found.fix.replace(" ", "")) is moved

@@ -25,7 +25,7 @@ from gpuchain.doctor.releases import (
     version_of,
 )
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import Operand
+from gpuchain.operator.operands import OPERANDS, Operand
 
 
 def release_repair(
@@ -41,6 +41,7 @@ def release_repair(
     operator = operator_repair(ctx, shown=shown)
     if operator is not None:
         return operator
+    pod, operand = _component_pod(view, pod, operand, shown)
     if pod is None:
         hit = next((d for d in shown if d.by == "image"), None)
         if hit is None:
@@ -105,6 +106,32 @@ def release_repair(
             fix=f"{fix}   # {hit.name} {hit.fixed_in}, the release that fixed it{back}{values}{_until(hit)}",
         )
     return None
+
+
+def _images(pod: Obj | None) -> set[str]:
+    """The image names (repositories' last parts) ``pod``'s init and main containers run."""
+    spec = (pod or {}).get("spec") or {}
+    return {
+        image_version(str(c.get("image", "")))[0]
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
+
+
+def _component_pod(
+    view: NodeView, pod: Obj | None, operand: Operand, shown: tuple[Defect, ...]
+) -> tuple[Obj | None, Operand]:
+    """The pod (and its operand) on the node that runs the component of an image defect in ``shown``: ``pod`` where it
+    does or where no defect names an image, else the operand pod of this node that runs one (a message read in
+    another link's pod, e.g. a workload's CUDA error under a toolkit release, is that component's release to move),
+    else ``pod``."""
+    wanted = {d.component for d in shown if d.by == "image"}
+    if not wanted or wanted & _images(pod):
+        return pod, operand
+    for other in OPERANDS:
+        found = view.pod(other)
+        if found is not None and wanted & _images(found):
+            return found, other
+    return pod, operand
 
 
 def _open_issue(hit: Defect, running: str, evidence: tuple[str, ...]) -> Known:
