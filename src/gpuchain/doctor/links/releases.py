@@ -55,11 +55,13 @@ def release_repair(
                 "notes document; no release has fixed it)",
             )
         back = f" (or back to {hit.last_good})" if hit.last_good else ""
+        # A range with a release before it that had no such defect (last_good) is named by both ends.
+        runs = f"is {hit.affected[0]} or later and predates" if hit.last_good else "predates"
         return Known(
             cause=f"{hit.name} releases before {hit.fixed_in} have a known defect here: {hit.cause}",
             evidence=(f"release note: {hit.line}", hit.cite()),
             action=None,
-            fix=f"# if its {hit.name} predates {hit.fixed_in}, upgrade the {hit.name} to >= {hit.fixed_in}{back} on "
+            fix=f"# if its {hit.name} {runs} {hit.fixed_in}, upgrade the {hit.name} to >= {hit.fixed_in}{back} on "
             f"{view.name} (or in the node image that carries it){_until(hit)}",
         )
     ns = namespace_of(pod) or ctx.namespace
