@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from doctor.small_cluster import crash_looping, diagnosed, toolkit_pod
+from doctor.test_doctor_changelog_releases import NODEFEATURE
 from doctor.test_doctor_lower_link_classes import _held_in_manager, _operator
 from doctor.test_doctor_release_fixes import OPERATOR, _image, _refused, _standalone
 from doctor.test_doctor_user_pods import failing_gpu_pod
@@ -361,3 +362,22 @@ def test_cuda_too_new_for_the_driver_under_the_toolkit_that_dropped_forward_comp
     assert found.link == "driver"
     assert ("container-toolkit.cuda-compat-off" in " ".join(found.evidence)) is moved
     assert ('"version":"v1.17.5-ubuntu20.04"' in found.fix.replace(" ", "")) is moved
+
+
+@pytest.mark.parametrize(("version", "upgraded"), [("v25.3.4", True), ("v25.10.0", False)])
+def test_gfd_the_operators_role_refuses_nodefeatures_moves_the_operator_to_the_release_that_grants_them(
+    version: str, upgraded: bool
+) -> None:
+    """The GPU Operator's release notes v25.10.0: "Added required permissions when GPU Feature Discovery is configured
+    to use the Node Feature API" (assets/gpu-feature-discovery/0200_role.yaml names nodefeatures from v25.10.0)."""
+    gfd = {
+        "do": "pod",
+        "daemonset": "gpu-feature-discovery",
+        "node": NODE,
+        "containers": [crash_looping("gpu-feature-discovery")],
+        "logs": {"gpu-feature-discovery": NODEFEATURE},
+    }
+    root = _root(diagnosed(OPERATOR, _operator_release(version), gfd))
+    assert root.link == "gfd"
+    assert ("helm upgrade gpu-operator " in root.fix and "--version v25.10.0" in root.fix) is upgraded
+    assert any(e.startswith("release: gpu-operator.gfd-nodefeature-rbac (") for e in root.evidence) is upgraded
