@@ -108,6 +108,8 @@ CLUSTER_TESTS = {
     "test_a_plugin_daemonset_needing_labels_nothing_writes_gets_the_gpu_node_labelled_or_gfd_enabled",
     "workload.shared-request-too-large": "test_doctor_tracker_classes::"
     "test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart",
+    "operand.paused-for-driver-upgrade": "test_doctor_release_notes::"
+    "test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

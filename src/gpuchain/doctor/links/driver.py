@@ -15,6 +15,7 @@ from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import DRIVER_MANAGER, drain_held, mofed_wait
 from gpuchain.doctor.links.driver_upgrade import upgrade_held
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
@@ -461,6 +462,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         or drain_held(ctx, view=view, state=state, pod=pod, log=log)
     )
     if stale is not None:
+        stale = with_release(ctx, view=view, pod=pod, operand=DRIVER, known=stale, log=log)
         return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)
     return not_ready(
         ctx,

@@ -22,7 +22,7 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.oom_limit import lighter, memory_limit
 from gpuchain.doctor.links.probes import probe_killed
 from gpuchain.doctor.links.pull_refused import pull_refused
-from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
+from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair, with_release
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -736,6 +736,7 @@ def not_ready(
     log = "\n".join(x for x in (log, "" if refused in log else refused) if x)
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
+        known = with_release(ctx, view=view, pod=view.pod(operand), operand=operand, known=known, log=log)
         return known_not_ready(view, link=link, what=what, state=state, known=known)
     found = catalog.known_error(log, link)
     if found is not None:
