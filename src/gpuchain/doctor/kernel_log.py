@@ -128,6 +128,22 @@ def node_texts(view: NodeView) -> list[Text]:
     return out
 
 
+def mentioned(ctx: Context, view: NodeView) -> bool:
+    """Whether anything on the node names the NVIDIA kernel module or an Xid at all: the cheap question asked of
+    every node before any line is parsed (a healthy node's Events and conditions never do)."""
+    for e in view.events:
+        if "NVRM" in str(e.get("message") or ""):
+            return True
+    for c in (view.node.get("status") or {}).get("conditions") or ():
+        if "NVRM" in str(c.get("message") or ""):
+            return True
+    scrape = ctx.snapshot.scrapes.get(view.name)
+    if scrape is not None and XID_METRIC in scrape.text:
+        return True
+    driver = view.pod(DRIVER)
+    return driver is not None and "NVRM" in ctx.log(driver, ctx.container(DRIVER))
+
+
 def _from_texts(texts: Iterable[Text], seen: dict[tuple[int, Bus | None], Seen]) -> None:
     for text, where, count, warned, span in texts:
         if "xid" not in text.lower():

@@ -25,7 +25,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.kernel_log import Bus, Gpu, Seen, bus_text, node_texts, node_xids, scrape_gpus
+from gpuchain.doctor.kernel_log import Bus, Gpu, Seen, bus_text, mentioned, node_texts, node_xids, scrape_gpus
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.driver import check_driver
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
@@ -260,7 +260,7 @@ def _kernel_lines(view: NodeView) -> list[Finding]:
 def xid_findings(ctx: Context, view: NodeView) -> list[Finding]:
     """Every Xid of the node, by what it needs: the driver's (GSP), the GPU's (reset or reboot), the workload's
     (restart), or none; then the kernel module's other lines. Each list empty where none shows."""
-    if not view.events and not view.pod(DRIVER) and view.name not in ctx.snapshot.scrapes:
+    if not mentioned(ctx, view):
         return []
     scraped = scrape_gpus(ctx, view)
     seen = node_xids(ctx, view, scraped)
