@@ -24,6 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from doctor.small_cluster import diagnosed
+from doctor.test_doctor_beneath_the_plugin import LOST as PLUGIN_LOST
+from doctor.test_doctor_beneath_the_plugin import V017, plugin_release
+from doctor.test_doctor_mig_and_lost_gpus import LOST, STANDALONE
 
 from gpuchain.doctor import diagnose
 from gpuchain.doctor.kernel_log import bus_key, bus_text
@@ -61,6 +64,26 @@ def _event(node: str, message: str, *, count: int = 1, kind: str = "Warning", na
                 "count": count,
                 "source": {"component": "kernel-monitor", "host": node},
                 "message": message,
+            }
+        )
+
+    return edit
+
+
+def refused_on_lost(node: str) -> Callable[[SimCluster], None]:
+    """An edit: the kubelet's UnexpectedAdmissionError for a GPU pod on ``node`` whose GPU NVML finds lost."""
+
+    def edit(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "job-0.admission", "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "name": "job-0", "namespace": "default"},
+                "type": "Warning",
+                "reason": "UnexpectedAdmissionError",
+                "message": LOST,
+                "source": {"component": "kubelet", "host": node},
             }
         )
 
@@ -208,3 +231,28 @@ def test_the_kernel_modules_own_errors_in_node_events_are_the_driver() -> None:
 def test_the_line_that_names_the_loaded_module_is_no_error() -> None:
     loading = "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.195.03  Release Build  (dvs-builder@U22)"
     assert not _errors(diagnosed(HOST, _event("w1", loading)))
+
+
+def test_a_lost_gpu_is_told_once_with_the_kernels_line_for_it() -> None:
+    """Pods refused on NVML's GPU_IS_LOST (links/hardware.py's node.gpu-lost) and node-problem-detector's Xid 79 Event
+    for the same GPU: one finding, the lost GPU's, which quotes the kernel's line."""
+    report = diagnosed(STANDALONE, refused_on_lost("m"), _event("m", OFF_THE_BUS))
+    (root,) = [f for f in report.findings if f.root]
+    assert root.id == "node.gpu-lost" and OFF_THE_BUS in " ".join(root.evidence)
+    assert not _found(report, "node.gpu-xid")
+
+
+def test_an_xid_the_device_plugin_logged_is_left_to_its_count_check() -> None:
+    """The plugin's "XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy." (NVIDIA/k8s-device-plugin
+    internal/rm/health.go@v0.20.0) for the Xid a Node Event also shows: the plugin's finding names the GPU it took
+    out, and the kernel's Event adds no second one; another Xid on the node is still told."""
+    xid48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=977, name=train, DBE"
+    report = diagnosed(
+        PLUGIN_LOST,
+        plugin_release("v0.17.4", V017.format(xid=48)),
+        _event("n1", xid48),
+        _event("n1", UNCONTAINED, name="b"),
+    )
+    assert _found(report, "gpu.lost")
+    (found,) = _found(report, "node.gpu-xid")
+    assert "Xid 95" in found.cause and "Xid 48" not in found.cause

@@ -14,11 +14,15 @@ by the driver link's check instead.
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import Failure
+from gpuchain.doctor.kernel_log import mentioned, node_xids
 from gpuchain.doctor.links.xid_events import xid_findings
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
+from gpuchain.gpu import xid as xids
 from gpuchain.kube.objects import name_of, namespace_of
 
 #: NVML's words for a lost GPU (catalog.yaml: go-nvml's ERROR_GPU_IS_LOST, nvml.h's text, the kernel's Xid 79 line).
@@ -76,6 +80,9 @@ def gpu_faults(ctx: Context, view: NodeView, witnessed: list[Failure]) -> list[F
     """The node's hardware: a lost GPU (`gpu_lost`, which stops the walk, so its Xid 79 is told once), else the Xids
     the node shows that are not the driver link's."""
     lost = gpu_lost(ctx, view, witnessed)
-    if lost is not None:
-        return [lost]
-    return [f for f in xid_findings(ctx, view) if f.link != "driver"]
+    if lost is None:
+        return [f for f in xid_findings(ctx, view) if f.link != "driver"]
+    # The kernel's own word for it, where the node shows one, names the GPU that left the bus.
+    off = [s for s in node_xids(ctx, view) if xids.describe(s.code).group == "bus"] if mentioned(ctx, view) else []
+    said = tuple(f"{s.places[0]}: {s.lines[0]}" for s in off[:2])
+    return [dataclasses.replace(lost, evidence=lost.evidence + said)]
