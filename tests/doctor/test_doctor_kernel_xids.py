@@ -110,12 +110,14 @@ def test_an_uncontained_memory_error_is_the_gpu_reset_on_the_node() -> None:
     assert (found.link, found.node, found.severity, found.root) == ("node", "w1", Severity.ERROR, True)
     assert "nvidia-smi -r -i 00000000:01:00.0" in found.fix and "kubectl cordon w1" in found.fix
     assert "replace the GPU" in found.fix and "memory" in found.cause
+    assert "nvidia-smi -q -d ROW_REMAPPER,ECC -i 00000000:01:00.0" in found.fix
     assert found.action is not None and found.action.op is FixOp.NODE
 
 
 def test_a_gpu_off_the_bus_in_a_node_event_is_a_reboot_of_the_node() -> None:
     (found,) = _found(diagnosed(HOST, _event("w1", OFF_THE_BUS)), "node.gpu-xid")
     assert "kubectl drain w1" in found.fix and "reboot the node" in found.fix and "nvidia-smi -r" not in found.fix
+    assert "reseat the GPU" in found.fix
 
 
 def test_an_application_xid_is_a_warning_on_the_workload_not_an_error() -> None:
@@ -256,3 +258,13 @@ def test_an_xid_the_device_plugin_logged_is_left_to_its_count_check() -> None:
     assert _found(report, "gpu.lost")
     (found,) = _found(report, "node.gpu-xid")
     assert "Xid 95" in found.cause and "Xid 48" not in found.cause
+
+
+def test_nvlink_xids_old_and_new_are_a_reset_and_the_links_state() -> None:
+    """Xid 74 (NVLINK_ERROR) and, on NVLink 5 GPUs, 144-150 (NVLINK_*_ERROR): NVIDIA's NVLink workflows, a reset.
+    The text after the code is a stand-in (the GPU's firmware writes it)."""
+    for code in (74, 145):
+        line = f"NVRM: Xid (PCI:0000:07:00): {code}, pid=0, name=kworker, NVLink: fatal error detected on link 3"
+        (found,) = _found(diagnosed(HOST, _event("w1", line)), "node.gpu-xid")
+        assert "nvidia-smi -r -i 00000000:07:00.0" in found.fix and "nvlink -s -i 00000000:07:00.0" in found.fix
+        assert "nvlink" in found.cause

@@ -117,6 +117,17 @@ def _pods_on(view: NodeView, gpu: Gpu | None) -> list[str]:
     return sorted(f"{namespace_of(p)}/{name_of(p)}" for p in view.workloads if pod_gpu_requests(p))
 
 
+#: What the reset leaves to a person, by the part of the GPU the Xid names (gpu/xids.yaml groups): the memory's row
+#: remapper and ECC counts (nvidia-smi -q -d ROW_REMAPPER,ECC), the NVLink's state (nvidia-smi nvlink -s), the card's
+#: seating and power.
+AFTER = {
+    "memory": "a remapping failure or uncorrectable errors that return (nvidia-smi -q -d ROW_REMAPPER,ECC -i {id}) "
+    "mean the GPU is replaced",
+    "nvlink": "links that stay down after it (nvidia-smi nvlink -s -i {id}) are the NVLink cable, bridge or baseboard",
+    "bus": "if it falls off again, reseat the GPU, check its power cables and cooling, or replace it",
+}
+
+
 def _gpu_step(seen: Seen, gpus: dict[Bus, Gpu]) -> str:
     """The work on the node for one GPU's Xid, by what the catalog (or its threshold) says it needs."""
     name, ident = _gpu_name(seen, gpus)
@@ -124,6 +135,9 @@ def _gpu_step(seen: Seen, gpus: dict[Bus, Gpu]) -> str:
         step = f"{name}, {_said(seen)}: reboot the node"
     else:
         step = f"{name}, {_said(seen)}: nvidia-smi -r -i {ident} (reboot the node if the reset fails)"
+    after = AFTER.get(xids.describe(seen.code).group)
+    if after:
+        step += f"; {after.format(id=ident)}"
     threshold = xids.describe(seen.code).threshold
     if threshold is not None and _repeated(seen, xids.describe(seen.code)):
         repeats = f"{seen.count} times, threshold {threshold.describe()}"
