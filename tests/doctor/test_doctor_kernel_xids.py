@@ -26,7 +26,8 @@ from typing import Any
 from doctor.small_cluster import diagnosed
 from doctor.test_doctor_beneath_the_plugin import LOST as PLUGIN_LOST
 from doctor.test_doctor_beneath_the_plugin import V017, plugin_release
-from doctor.test_doctor_mig_and_lost_gpus import LOST, STANDALONE
+from doctor.test_doctor_mig_and_lost_gpus import LOST
+from doctor.test_doctor_upper_catalog import _refused
 
 from gpuchain.doctor import diagnose
 from gpuchain.doctor.kernel_log import bus_key, bus_text
@@ -64,26 +65,6 @@ def _event(node: str, message: str, *, count: int = 1, kind: str = "Warning", na
                 "count": count,
                 "source": {"component": "kernel-monitor", "host": node},
                 "message": message,
-            }
-        )
-
-    return edit
-
-
-def refused_on_lost(node: str) -> Callable[[SimCluster], None]:
-    """An edit: the kubelet's UnexpectedAdmissionError for a GPU pod on ``node`` whose GPU NVML finds lost."""
-
-    def edit(sim: SimCluster) -> None:
-        sim.cluster.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": "job-0.admission", "namespace": "default"},
-                "involvedObject": {"kind": "Pod", "name": "job-0", "namespace": "default"},
-                "type": "Warning",
-                "reason": "UnexpectedAdmissionError",
-                "message": LOST,
-                "source": {"component": "kubelet", "host": node},
             }
         )
 
@@ -238,7 +219,8 @@ def test_the_line_that_names_the_loaded_module_is_no_error() -> None:
 def test_a_lost_gpu_is_told_once_with_the_kernels_line_for_it() -> None:
     """Pods refused on NVML's GPU_IS_LOST (links/hardware.py's node.gpu-lost) and node-problem-detector's Xid 79 Event
     for the same GPU: one finding, the lost GPU's, which quotes the kernel's line."""
-    report = diagnosed(STANDALONE, refused_on_lost("m"), _event("m", OFF_THE_BUS))
+    n1 = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, preset: a100-80gb-x8}\n"
+    report = diagnosed(n1, _refused(LOST), _event("n1", OFF_THE_BUS))
     (root,) = [f for f in report.findings if f.root]
     assert root.id == "node.gpu-lost" and OFF_THE_BUS in " ".join(root.evidence)
     assert not _found(report, "node.gpu-xid")
