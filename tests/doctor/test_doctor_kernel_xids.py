@@ -50,8 +50,11 @@ PAGE_FAULT = "NVRM: Xid (PCI:0000:86:00): 31, pid=2468, name=trainer, Ch 0000001
 REMAPPED = "NVRM: Xid (PCI:0000:01:00): 63, pid=2468, name=trainer, row remapping event"
 
 
-def _event(node: str, message: str, *, count: int = 1, kind: str = "Warning", name: str = "xid") -> Callable[..., None]:
-    """An edit: the Event node-problem-detector's kernel-monitor posts on ``node`` for a kernel line."""
+def _event(
+    node: str, message: str, *, count: int = 1, kind: str = "Warning", name: str = "xid", **more: str
+) -> Callable[..., None]:
+    """An edit: the Event node-problem-detector's kernel-monitor posts on ``node`` for a kernel line (``more``: its
+    firstTimestamp and lastTimestamp, as the event recorder keeps them for a repeated Event)."""
 
     def edit(sim: SimCluster) -> None:
         sim.cluster.create(
@@ -65,6 +68,7 @@ def _event(node: str, message: str, *, count: int = 1, kind: str = "Warning", na
                 "count": count,
                 "source": {"component": "kernel-monitor", "host": node},
                 "message": message,
+                **more,
             }
         )
 
@@ -250,3 +254,19 @@ def test_nvlink_xids_old_and_new_are_a_reset_and_the_links_state() -> None:
         (found,) = _found(diagnosed(HOST, _event("w1", line)), "node.gpu-xid")
         assert "nvidia-smi -r -i 00000000:07:00.0" in found.fix and "nvlink -s -i 00000000:07:00.0" in found.fix
         assert "nvlink" in found.cause
+
+
+def test_repeats_spread_wider_than_the_threshold_window_stay_the_applications() -> None:
+    """Five page faults on one GPU over three hours are not "5 within 1h": still the workload's warning."""
+    spread = {"firstTimestamp": "2026-12-01T08:00:00Z", "lastTimestamp": "2026-12-01T11:00:00Z"}
+    report = diagnosed(HOST, _event("w1", PAGE_FAULT, count=5, **spread))
+    assert _found(report, "workload.gpu-xid") and not _errors(report)
+    close = {"firstTimestamp": "2026-12-01T08:00:00Z", "lastTimestamp": "2026-12-01T08:20:00Z"}
+    assert _found(diagnosed(HOST, _event("w1", PAGE_FAULT, count=5, **close)), "node.gpu-xid")
+
+
+def test_an_xid_in_a_normal_event_is_no_error() -> None:
+    """node-problem-detector posts a condition's return to False as a Normal Event (GenerateConditionChangeEvent's
+    Info severity) whose message still quotes the line: no error comes of it."""
+    back = f'Node condition GpuXid is now: False, reason: GPUXid, message: "{UNCONTAINED}"'
+    assert not _errors(diagnosed(HOST, _event("w1", back, kind="Normal")))
