@@ -13,8 +13,9 @@ Fixtures, with their sources:
   cluster's own), message the kernel line; a permanent rule's is a Node condition holding the line and the Event
   "Node condition %s is now: %s, reason: %s, message: %q" (kubernetes/node-problem-detector
   pkg/systemlogmonitor/log_monitor.go, pkg/util/helpers.go@v1.34.4).
-- The exporter's DCGM_FI_DEV_XID_ERRORS with dcgm-exporter's labels (gpu, UUID, pci_bus_id, device, modelName,
-  Hostname; NVIDIA/dcgm-exporter etc/default-counters.csv, gpuchain's exporter/metrics.py gpu_labels).
+- The exporter's DCGM_FI_DEV_XID_ERRORS (NVIDIA/dcgm-exporter etc/default-counters.csv
+  @00d6d344ea4a39112b211b9ff5af3d97e0bb51c2) with the labels gpuchain's exporter writes as dcgm-exporter does (gpu,
+  UUID, pci_bus_id, device, modelName, Hostname; exporter/metrics.py gpu_labels).
 """
 
 from __future__ import annotations

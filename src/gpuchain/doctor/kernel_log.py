@@ -12,9 +12,10 @@ The module writes one line per Xid: "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s,
   cluster's own configuration adds one, so the reason is whatever it names, and only the message is read.
 - the Node's conditions that such a rule holds True;
 - the driver container's log, which quotes the kernel's lines;
-- the exporter's DCGM_FI_DEV_XID_ERRORS, the last Xid of each GPU as its value, labelled with the GPU's index, UUID
-  and PCI bus id (NVIDIA/dcgm-exporter etc/default-counters.csv; gpuchain's exporter writes the same labels). The
-  value stays after the fault is gone, so it is a hint, never the only proof of an error.
+- the exporter's DCGM_FI_DEV_XID_ERRORS, the last Xid of each GPU as its value ("Value of the last XID error
+  encountered", NVIDIA/dcgm-exporter etc/default-counters.csv@00d6d344ea4a39112b211b9ff5af3d97e0bb51c2), labelled with
+  the GPU's index, UUID and PCI bus id (gpuchain's exporter writes the same labels). The value stays after the fault
+  is gone, so it is a hint, never the only proof of an error.
 
 The same scrape names each GPU's index and UUID by its PCI bus id, which is how a line's address becomes the GPU a
 person resets. The device plugin's own "XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy." is read by
