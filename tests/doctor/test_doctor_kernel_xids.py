@@ -271,3 +271,12 @@ def test_an_xid_in_a_normal_event_is_no_error() -> None:
     Info severity) whose message still quotes the line: no error comes of it."""
     back = f'Node condition GpuXid is now: False, reason: GPUXid, message: "{UNCONTAINED}"'
     assert not _errors(diagnosed(HOST, _event("w1", back, kind="Normal")))
+
+
+def test_the_modules_fallen_off_the_bus_line_alone_is_xid_79_and_beside_it_one_fault() -> None:
+    """osinit.c@595.45.04 writes "NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the bus." beside the Xid 79 line."""
+    fallen = "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."
+    (alone,) = _found(diagnosed(HOST, _event("w1", fallen)), "node.gpu-xid")
+    assert "Xid 79" in alone.cause and "reboot the node" in alone.fix
+    (both,) = _found(diagnosed(HOST, _event("w1", f"{OFF_THE_BUS}\n{fallen}")), "node.gpu-xid")
+    assert "times" not in both.cause

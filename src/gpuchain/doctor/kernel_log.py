@@ -40,6 +40,10 @@ XID_LINE = re.compile(
     r"(?: GPU-CI:\d+)?\): (?P<code>\d+)\b,? ?(?P<rest>[^\n\"]*)",
     re.IGNORECASE,
 )
+#: The module's own line beside Xid 79 (src/nvidia/arch/nvalloc/unix/src/osinit.c@595.45.04: NV_DEV_PRINTF(..., "GPU has
+#: fallen off the bus.\n") behind "NVRM: GPU %04x:%02x:%02x.%x: "), read as that Xid where a monitor posts it alone.
+FALLEN = re.compile(r"NVRM: GPU (?P<pci>[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?: GPU has fallen off the bus")
+OFF_THE_BUS = 79
 #: A PCI bus id as the kernel writes it (0000:3b:00) or as NVML and DCGM do (00000000:3B:00.0).
 BUS_ID = re.compile(r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.[0-7])?$", re.I)
 #: The exporter's series: name, labels, value.
@@ -147,11 +151,19 @@ def mentioned(ctx: Context, view: NodeView) -> bool:
 
 def _from_texts(texts: Iterable[Text], seen: dict[tuple[int, Bus | None], Seen]) -> None:
     for text, where, count, warned, span in texts:
-        if "xid" not in text.lower():
+        if "NVRM" not in text:
             continue
+        here = set()
         for m in XID_LINE.finditer(text):
             code, bus = int(m.group("code")), bus_key(m.group("pci"))
+            here.add((code, bus))
             one = seen.setdefault((code, bus), Seen(code=code, bus=bus, instance=m.group("gi") or ""))
+            one.add(m.group(0).strip(), where, count, warned=warned, span=span)
+        for m in FALLEN.finditer(text):
+            bus = bus_key(m.group("pci"))
+            if (OFF_THE_BUS, bus) in here:
+                continue  # the same fault's second line
+            one = seen.setdefault((OFF_THE_BUS, bus), Seen(code=OFF_THE_BUS, bus=bus))
             one.add(m.group(0).strip(), where, count, warned=warned, span=span)
 
 
@@ -188,7 +200,7 @@ def node_xids(ctx: Context, view: NodeView, scraped: Scraped | None = None) -> l
     driver = view.pod(DRIVER)
     if driver is not None:
         log = ctx.log(driver, ctx.container(DRIVER))
-        if "xid" in log.lower():
+        if "NVRM" in log:
             _from_texts([(log, "driver container log", 1, True, None)], seen)
     _, metric = scraped if scraped is not None else scrape_gpus(ctx, view)
     for code, gpu, bus in metric:
