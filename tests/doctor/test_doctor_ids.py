@@ -32,6 +32,10 @@ CLUSTER_TESTS = {
     "test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_get_runc_back_as_default",
     "driver.gsp-xid": "test_doctor_runtime_binary_and_mig_handles::"
     "test_gsp_firmware_xids_in_the_kernel_log_are_the_driver_with_a_newer_release_as_the_repair",
+    "node.gpu-xid": "test_doctor_kernel_xids::test_an_uncontained_memory_error_is_the_gpu_reset_on_the_node",
+    "workload.gpu-xid": "test_doctor_kernel_xids::test_an_application_xid_is_a_warning_on_the_workload_not_an_error",
+    "node.gpu-xid-noted": "test_doctor_kernel_xids::test_an_xid_the_catalog_leaves_alone_is_information",
+    "driver.kernel-line": "test_doctor_kernel_xids::test_the_kernel_modules_own_errors_in_node_events_are_the_driver",
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
