@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.kubelet_state import bad_checkpoint
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import toolkit_env
 from gpuchain.doctor.pods import pod_state
@@ -217,10 +218,15 @@ STOPS_KUBELET = re.compile(r"\b(?:Stopping|stop|pause) kubelet(?:\.service)? \(a
 
 
 def _not_ready_work(ctx: Context, view: NodeView) -> tuple[str, list[str]]:
-    """What brings a NotReady node back, and what on the node says why: a cloud instance that does not answer is
+    """What brings a NotReady node back, and what on the node says why: a kubelet that names a checkpoint file it
+    cannot restore is repaired as it says (`kubelet_state`), a cloud instance that does not answer is
     replaced by its node group, and a MIG manager whose host GPU clients include kubelet.service stopped the
     kubelet itself (its log), which the next MIG change does again unless kubelet leaves that list."""
     work = _ACTIONS["Ready"]
+    checkpoint = bad_checkpoint(view)
+    if checkpoint is not None:
+        # The kubelet names the file it cannot restore: restarting it, or replacing the instance, meets it again.
+        return checkpoint.work(view.name), [checkpoint.said]
     provider_id = str((view.node.get("spec") or {}).get("providerID") or "")
     if provider_id.startswith(CLOUD_PROVIDER_IDS) or any(k in view.labels for k in NODE_GROUP_LABELS):
         work = (
