@@ -98,12 +98,19 @@ CAUSES = {
 def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> tuple[list[Finding], set[int]]:
     """Findings for Pending GPU pods waiting on a GPU resource name no node offers where the GPU nodes offer GPUs
     under another name, one per owning object, and the pods they explain (by id). None while a node's root takes its
-    GPUs away (a link in ``offers`` broken): the name it would offer is then unknown, and that root is the cause."""
+    GPUs away (a link in ``offers`` broken) and leaves it offering nothing: the name it would offer is then unknown,
+    and that root is the cause. A broken node that still lists GPUs (a NotReady node keeps the allocatable its
+    kubelet last posted) says which names it offers, so it hides no other name."""
     offered = _offered(ctx)
     findings: dict[str, Finding] = {}
     explained: set[int] = set()
+    listing = {v.name for v in ctx.views if any(n > 0 for n in node_gpu_resources(v.node, "allocatable").values())}
     taken = any(
-        c.broken_link in offers or any(f.root and f.severity is Severity.ERROR and f.link in offers for f in c.findings)
+        c.node not in listing
+        and (
+            c.broken_link in offers
+            or any(f.root and f.severity is Severity.ERROR and f.link in offers for f in c.findings)
+        )
         for c in chains
     )
     if not offered or taken:
