@@ -9,6 +9,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log
+from gpuchain.doctor.links.config_source import dumped_config
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.releases import release_repair
@@ -110,6 +111,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
             f"{rewrite}, then systemctl restart containerd"
         )
+        dumped = dumped_config(ctx, view=view, pod=pod, dist=dist) if pod is not None else None
+        if dumped is not None:
+            work = dumped[0]
         if said_by is not None and said_by.component == "CRI-O":
             work = said_by.fix
         restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
@@ -133,6 +137,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                         *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",
                         *(said.evidence("toolkit log") if said else ()),
+                        *(dumped[1] if dumped else ()),
                         *(release.evidence if release else ()),
                     ],
                     fix=f"{release.fix}; otherwise: {ctx.stack.render(restart)}"
