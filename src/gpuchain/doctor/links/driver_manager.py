@@ -40,6 +40,10 @@ DRA_DRIVER_DEPLOY = "nvidia.com/gpu.deploy.dra-driver"
 #: spec.driver.manager.env says otherwise (NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml@v25.10.1).
 MANAGER_DEFAULTS = {"ENABLE_GPU_POD_EVICTION": "true", "ENABLE_AUTO_DRAIN": "false"}
 
+#: The driver manager's line as its GPU pod eviction starts (NVIDIA/k8s-driver-manager internal/kubernetes/client.go
+#: @v0.12.0, "Identifying GPU pods to delete"): the eviction is at work, whether or not the node is cordoned.
+EVICTING = re.compile(r"Identifying GPU pods to delete")
+
 #: The pod a drain names as it evicts it, retries its eviction or waits for it to go, as kubectl's drain helper
 #: writes it (kubernetes/kubectl pkg/drain/drain.go@v0.34.9: "evicting pod %s/%s", "error when evicting pods/%q -n
 #: %q (will retry after 5s): %v", "error when waiting for pod %q in namespace %q to terminate: %v"), which the driver
@@ -191,7 +195,8 @@ def drain_held(ctx: Context, *, view: NodeView, state: PodState, pod: Obj, log: 
     """The driver pod held in its driver manager by a drain of this node that cannot finish: the pods it must remove
     and cannot (`drains.blockers`: stuck terminating, refused by the drain's settings, held by a
     PodDisruptionBudget), each with the change that ends the wait. Only where the drain is at work: the node is
-    cordoned (the driver manager cordons before it evicts) or its log shows the drain, and no other failure its log
+    cordoned (the driver manager cordons before it evicts) or its log shows the drain or the GPU pod eviction
+    (`EVICTING`), and no other failure its log
     names comes first. None when nothing on the node holds it."""
     if DRIVER_MANAGER not in (state.waiting_init, state.container):
         return None
@@ -199,7 +204,7 @@ def drain_held(ctx: Context, *, view: NodeView, state: PodState, pod: Obj, log: 
     if other is not None and other.entry.id not in DRAIN_LINES:
         return None
     cordoned = bool((view.node.get("spec") or {}).get("unschedulable"))
-    if not (cordoned or _named_pods(log) or catalog.find(log, *DRAIN_LINES)):
+    if not (cordoned or _named_pods(log) or EVICTING.search(log) or catalog.find(log, *DRAIN_LINES)):
         return None
     for drainer in manager_drainers(ctx, view, pod, log):
         found = blockers(ctx, view, drainer)
