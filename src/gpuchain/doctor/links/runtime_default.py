@@ -17,9 +17,9 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import KUBEADM, distribution_of
+from gpuchain.doctor.node import KUBEADM, distribution_of, runtime_scheme, runtime_version
 from gpuchain.doctor.owners import owner_ds
-from gpuchain.kube.objects import namespace_of
+from gpuchain.kube.objects import Obj, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
 #: The runtime handler k3s and RKE2 name the nvidia-container-runtime they find, and the RuntimeClass for it.
@@ -70,4 +70,29 @@ def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -
                 action=action,
             ),
         ),
+    )
+
+
+#: The containerd releases whose CRI plugin picks its default runtime by ``default_runtime_name`` (added in 1.3.0) and
+#: read a ``version = 2`` config, up to 2.0, which reads version 3 (plugin io.containerd.cri.v1.runtime) and no
+#: version 1 at all.
+NAMED_DEFAULT = ((1, 3, 0), (2, 0, 0))
+
+
+def config_version_note(node: Obj) -> str:
+    """Where a containerd 1.3 to 1.7 takes its default runtime from, for a fix that makes nvidia the default: the
+    ``default_runtime_name`` of its version 2 config, which ``nvidia-ctk runtime configure`` writes. A version-1 config
+    (no ``version`` line, ``[plugins.cri.containerd.default_runtime]``, the form containerd 1.2 read and older guides
+    show) is not honoured as the default there (containerd/containerd#3843, #5042: the reporters' GPU pods ran under
+    runc until the runtime was named in the version 2 form). "" on other runtimes and releases."""
+    version = runtime_version(node)
+    if runtime_scheme(node) != "containerd" or version is None or not NAMED_DEFAULT[0] <= version < NAMED_DEFAULT[1]:
+        return ""
+    shown = ".".join(str(n) for n in version)
+    return (
+        f'; containerd {shown} takes its default runtime from default_runtime_name = "nvidia" under '
+        '[plugins."io.containerd.grpc.v1.cri".containerd] of a version = 2 config (the form nvidia-ctk writes): a '
+        "version-1 config's [plugins.cri.containerd.default_runtime] section, as containerd 1.2 read it, does not "
+        "make nvidia its default: where the file has no version = 2 line, write it again from containerd config "
+        "default (a version 2 file) before nvidia-ctk adds the runtime"
     )

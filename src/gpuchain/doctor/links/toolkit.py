@@ -13,7 +13,7 @@ from gpuchain.doctor.links.config_source import dumped_config
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.failures import not_ready
 from gpuchain.doctor.links.releases import release_repair
-from gpuchain.doctor.links.runtime_default import distribution_default
+from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
@@ -202,7 +202,8 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
         FixOp.NODE,
         view.name,
         {
-            "action": f"make nvidia the node's default runtime ({runtime_setup(view.node, default=True)})",
+            "action": f"make nvidia the node's default runtime ({runtime_setup(view.node, default=True)})"
+            + config_version_note(view.node),
             "fact": "runtime",
         },
     )
