@@ -18,7 +18,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, runtime_scheme, runtime_version
-from gpuchain.doctor.owners import owner_ds
+from gpuchain.doctor.owners import owner_ds, toolkit_env
 from gpuchain.kube.objects import Obj, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
@@ -96,3 +96,32 @@ def config_version_note(node: Obj) -> str:
         "make nvidia its default: where the file has no version = 2 line, write it again from containerd config "
         "default (a version 2 file) before nvidia-ctk adds the runtime"
     )
+
+
+#: The file k3s and RKE2 render their containerd's config.toml from at every start, beside it, when it exists
+#: (docs.k3s.io advanced "Configuring containerd"; docs.rke2.io advanced "Configuring containerd").
+TEMPLATE_SUFFIX = ".tmpl"
+
+
+def regenerated_config(ctx: Context, *, view: NodeView, toolkit: Obj | None) -> tuple[Fix, str, str] | None:
+    """The repair where the operator's toolkit writes the nvidia runtime (as the default) into the config.toml k3s or
+    RKE2 render again at every start: the runtime it set as the default is gone after their next restart (they add
+    an ``nvidia`` runtime of their own, never as the default), so GPU pods that ask for no RuntimeClass get no
+    driver. The toolkit's CONTAINERD_CONFIG pointed at the template they render from keeps it (the template must be
+    plain TOML: `toolkit_template`). The fix, its text, and the evidence line; None on other distributions, without
+    an operator's policy, or where the toolkit is not pointed at the rendered file."""
+    dist = distribution_of(view.node)
+    if dist is KUBEADM or ctx.policy_obj is None:
+        return None
+    env = {e.name: e.value for e in ctx.policy.toolkit.env}
+    if env.get("CONTAINERD_CONFIG") != dist.containerd_config:
+        return None
+    template = dist.containerd_config + TEMPLATE_SUFFIX
+    action = toolkit_env(ctx, pod=toolkit, values={"CONTAINERD_CONFIG": template})
+    why = (
+        f"   # {dist.name} renders {dist.containerd_config} again from its template at every start, dropping the "
+        f"nvidia default runtime the toolkit wrote there: point the toolkit at the containerd template "
+        f"{template} (plain TOML, no {{{{ }}}} expressions), then {dist.restart}; or give the GPU pods "
+        f"runtimeClassName: {NVIDIA}"
+    )
+    return action, why, f"toolkit env CONTAINERD_CONFIG={dist.containerd_config} on {dist.name}"

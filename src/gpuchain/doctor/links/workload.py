@@ -9,6 +9,7 @@ from gpuchain.doctor.evidence import ANYWHERE, refused_message
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.runtime_default import regenerated_config
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
@@ -202,8 +203,14 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
 
 
 #: What a GPU workload writes when its container has no driver library: the runtime did not inject the node's
-#: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml, runc's for no nvidia-smi).
-NO_DRIVER_IN_POD = ("pytorch.no-driver", "nvml.library-not-found", "runc.driver-binary-missing")
+#: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml, runc's and bash's for no
+#: nvidia-smi).
+NO_DRIVER_IN_POD = (
+    "pytorch.no-driver",
+    "nvml.library-not-found",
+    "runc.driver-binary-missing",
+    "bash.driver-binary-not-found",
+)
 
 
 def _said_by(ctx: Context, pod: Obj) -> str:
@@ -236,6 +243,23 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     owner = owner_of(hit[0])
     rc = ctx.policy.operator.runtime_class if ctx.policy_obj is not None else RUNTIME_CLASS_HANDLER
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
+    regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
+    if regenerated is not None:
+        return node_finding(
+            view,
+            fid="workload.no-driver-in-pod",
+            sev=Severity.ERROR,
+            link="toolkit",
+            cause=f"GPU pods on this node were given a GPU but no driver library in their containers: "
+            f"{said.entry.cause}",
+            evidence=[
+                f"GPU pods with no runtimeClassName failing on it: {refs}",
+                *said.evidence("pod says"),
+                regenerated[2],
+            ],
+            fix=ctx.stack.render(regenerated[0]) + regenerated[1],
+            action=regenerated[0],
+        )
     if ctx.stack.node_image:
         action: Fix = Fix(
             FixOp.NODE,
