@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, refused_message
+from gpuchain.doctor.links.admitted_early import admitted_without_device
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.releases import release_repair
@@ -243,6 +244,9 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     owner = owner_of(hit[0])
     rc = ctx.policy.operator.runtime_class if ctx.policy_obj is not None else RUNTIME_CLASS_HANDLER
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
+    early = admitted_without_device(ctx, view=view, hit=hit, said=said)
+    if early is not None:
+        return early
     regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
     if regenerated is not None:
         return node_finding(
