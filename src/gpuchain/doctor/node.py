@@ -355,6 +355,10 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
 #: The kubelet releases whose DevicePlugins feature gate is off unless a flag turns it on: alpha, default false, in
 #: 1.8 and 1.9 (kubernetes pkg/features/kube_features.go@v1.8.0), beta and on by default from 1.10.
 DEVICE_PLUGINS_DEFAULT_ON = (1, 10)
+#: The label GCE's and GKE's node bring-up gives a node with accelerators, the same bring-up that turns the kubelet's
+#: DevicePlugins gate on there (kubernetes cluster/gce/config-default.sh@v1.9.0: with NODE_ACCELERATORS set,
+#: FEATURE_GATES gains DevicePlugins=true and the nodes the label cloud.google.com/gke-accelerator).
+GATE_ON_WITH = "cloud.google.com/gke-accelerator"
 KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 #: OpenShift's kubelets report their Kubernetes release with the origin commit after a "+" (v1.9.1+a0ce1bc657); before
 #: 1.10 that is OpenShift 3.x, whose node service (origin-node, atomic-openshift-node) reads its kubelet flags from
@@ -365,7 +369,8 @@ OPENSHIFT_KUBELET = re.compile(r"^v?\d+\.\d+\.\d+\+[0-9a-f]{7,}$")
 
 def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
     """A device plugin on a node whose kubelet predates the DevicePlugins gate's default (1.10) and that lists no
-    nvidia.com resource: the kubelet serves no device plugin registration, so no plugin can announce a GPU."""
+    nvidia.com resource: the kubelet serves no device plugin registration, so no plugin can announce a GPU. Not on a
+    node GCE's or GKE's bring-up labelled as having accelerators (`GATE_ON_WITH`): that bring-up turned the gate on."""
     found = KUBELET_VERSION.match(node_info(view.node).get("kubeletVersion", ""))
     release = (int(found.group(1)), int(found.group(2))) if found else None
     capacity = (view.node.get("status") or {}).get("capacity") or {}
@@ -374,6 +379,7 @@ def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
         or release >= DEVICE_PLUGINS_DEFAULT_ON
         or view.pod(DEVICE_PLUGIN) is None
         or any(k.startswith("nvidia.com/") for k in capacity)
+        or GATE_ON_WITH in view.labels
     ):
         return None
     flags = (
