@@ -291,6 +291,29 @@ def test_a_driver_manager_on_a_node_not_cordoned_and_no_drain_line_is_not_judged
     assert not any("PodDisruptionBudget" in r.cause for r in roots)
 
 
+#: The driver manager's line as its GPU pod eviction starts (NVIDIA/k8s-driver-manager internal/kubernetes/client.go
+#: @v0.12.0, logrus' text format), then its error when the deletion does not finish (same file, "failed to delete all
+#: GPU pods: %w" around kubectl's drain helper's "global timeout reached: %v", kubernetes/kubectl pkg/drain/drain.go).
+EVICTING = (
+    "time=2026-12-06T10:00:00Z level=info msg=Identifying GPU pods to delete\n"
+    'time=2026-12-06T10:05:00Z level=error msg="failed to delete all GPU pods: global timeout reached: 5m0s"\n'
+)
+
+
+def test_the_driver_managers_own_eviction_line_on_a_node_not_cordoned_names_the_pod_that_holds_it() -> None:
+    pod = _pod("trainer-0", metadata__deletionTimestamp="2026-12-06T09:59:00Z")
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one-gpu"}]
+    edits = (_objects(pod), _node(cordoned=False), _manager(EVICTING, crashing=True))
+    (root,) = _roots(diagnosed(OPERATOR, *edits))
+    assert "pod ml/trainer-0" in root.cause and "no DRA kubelet plugin runs ready" in root.cause
+    assert root.fix.startswith("kubectl -n ml delete pod trainer-0 --force --grace-period=0")
+    assert "k8s-driver-manager that skips the eviction" in root.fix
+    # Without its eviction line, nothing says the driver manager is draining.
+    quiet = _roots(diagnosed(OPERATOR, _objects(pod), _node(cordoned=False), _manager(crashing=True)))
+    assert not any("trainer-0" in r.cause for r in quiet)
+
+
 #: NVIDIA/k8s-driver-manager cmd/driver-manager/main.go@v0.12.0, as logrus writes the returned error.
 CLAIMS_HELD = (
     'time="2026-12-06T10:00:00Z" level=error msg="cannot drain the DRA kubelet-plugin: pod(s) still hold GPU '
