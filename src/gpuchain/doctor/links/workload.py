@@ -16,7 +16,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
-from gpuchain.doctor.scheduling import owner_of, patch_fix
+from gpuchain.doctor.scheduling import Owner, owner_of, patch_fix
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
@@ -242,30 +242,36 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     if said is None:
         return None
     owner = owner_of(hit[0])
-    rc = ctx.policy.operator.runtime_class if ctx.policy_obj is not None else RUNTIME_CLASS_HANDLER
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
     early = admitted_without_device(ctx, view=view, hit=hit, said=said)
     if early is not None:
         return early
     regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
+    action: Fix
     if regenerated is not None:
-        return node_finding(
-            view,
-            fid="workload.no-driver-in-pod",
-            sev=Severity.ERROR,
-            link="toolkit",
-            cause=f"GPU pods on this node were given a GPU but no driver library in their containers: "
-            f"{said.entry.cause}",
-            evidence=[
-                f"GPU pods with no runtimeClassName failing on it: {refs}",
-                *said.evidence("pod says"),
-                regenerated[2],
-            ],
-            fix=ctx.stack.render(regenerated[0]) + regenerated[1],
-            action=regenerated[0],
-        )
+        # k3s or RKE2 drop the default runtime the toolkit wrote: its config's place is the repair.
+        action, fix, made = regenerated
+    else:
+        action, fix = _runtime_class_fix(ctx, view, owner)
+        made = f"{owner.kind} {owner.namespace}/{owner.name} makes {name_of(hit[0])}"
+    return node_finding(
+        view,
+        fid="workload.no-driver-in-pod",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause=f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
+        evidence=[f"GPU pods with no runtimeClassName failing on it: {refs}", *said.evidence("pod says"), made],
+        fix=fix if regenerated is None else ctx.stack.render(action) + fix,
+        action=action,
+    )
+
+
+def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix, str]:
+    """The runtime class on the pods' owner (the RuntimeClass created where the cluster lacks it), or on a managed
+    node image the node image whose runtime gives GPU pods the driver: the fix and its text."""
+    rc = ctx.policy.operator.runtime_class if ctx.policy_obj is not None else RUNTIME_CLASS_HANDLER
     if ctx.stack.node_image:
-        action: Fix = Fix(
+        action = Fix(
             FixOp.NODE,
             view.name,
             {
@@ -274,35 +280,20 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
                 NOT_SIMULATED: "the node image is not a scenario fact",
             },
         )
-    else:
-        action = patch_fix(owner, {"runtimeClassName": rc})
+        return action, ctx.stack.render(action)
+    action = patch_fix(owner, {"runtimeClassName": rc})
     missing = rc not in ctx.runtime_classes and "runtimeclasses" not in ctx.snapshot.absent
     runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": rc}}
     create = (
         ctx.stack.render(Fix(FixOp.CREATE, "", {**runtime_class, "handler": RUNTIME_CLASS_HANDLER})) + " && "
-        if missing and not ctx.stack.node_image
+        if missing
         else ""
     )
-    return node_finding(
-        view,
-        fid="workload.no-driver-in-pod",
-        sev=Severity.ERROR,
-        link="toolkit",
-        cause=f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
-        evidence=[
-            f"GPU pods with no runtimeClassName failing on it: {refs}",
-            *said.evidence("pod says"),
-            f"{owner.kind} {owner.namespace}/{owner.name} makes {name_of(hit[0])}",
-        ],
-        fix=create
+    return action, (
+        create
         + ctx.stack.render(action)
-        + (
-            "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
-            "--set-as-default && systemctl restart containerd"
-            if not ctx.stack.node_image
-            else ""
-        ),
-        action=action,
+        + "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
+        "--set-as-default && systemctl restart containerd"
     )
 
 
