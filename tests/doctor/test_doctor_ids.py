@@ -24,6 +24,8 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "node.pod-admitted-without-device": "test_doctor_state_files_and_admission::"
+    "test_a_gpu_pod_without_its_driver_beside_a_registered_plugin_was_admitted_without_its_allocation",
     "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"
     "test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix_are_the_driver",
     "toolkit.runtime-cgroup-driver": "test_doctor_runtime_binary_and_mig_handles::"
