@@ -112,6 +112,7 @@ def test_a_gpu_pod_without_its_driver_beside_a_registered_plugin_was_admitted_wi
     assert found.link == "node" and found.node == "n1"
     assert found.action is not None and found.action.target == "apps/serve-0"
     assert "delete pod serve-0" in found.fix and "serve-1" in found.fix and "runtimeClassName" not in found.fix
+    assert any("catalog: k8s-device-plugin.registered" in e for e in found.evidence)
     assert not [f for f in report.findings if f.id == "workload.no-driver-in-pod"]
 
 
@@ -128,6 +129,16 @@ def test_a_plugin_that_asks_for_a_runtime_class_proves_nothing_of_the_default_ru
     report = diagnosed(PLUGIN_NODE, plugin_runtime_class, _serve_log(NO_DRIVER))
     assert not [f for f in report.findings if f.id == "node.pod-admitted-without-device"]
     assert _one(report, "workload.no-driver-in-pod").link == "toolkit"
+    # Nor does a ready plugin whose log does not show its registration (it may get the driver from host mounts).
+    unsaid = {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": "n1",
+        "logs": {"nvidia-device-plugin-ctr": "I0105 Loading NVML\n"},
+    }
+    quiet = diagnosed(PLUGIN_NODE, unsaid, _serve_log(NO_DRIVER))
+    assert not [f for f in quiet.findings if f.id == "node.pod-admitted-without-device"]
+    assert _one(quiet, "workload.no-driver-in-pod").link == "toolkit"
 
 
 RENAMED = (

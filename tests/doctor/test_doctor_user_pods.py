@@ -17,6 +17,7 @@ from typing import Any
 from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor.model import FixOp, Report
+from gpuchain.kube import POD
 from gpuchain.sim.build import SimCluster
 
 STANDALONE = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n"
@@ -29,9 +30,23 @@ SAID = (
 
 def failing_gpu_pod(runtime_class: str = "", said: str = SAID, reason: str = "Error") -> Any:
     """An edit: Deployment ml/train's pod on n1 with one GPU, crash-looping with ``said`` as its last run's
-    termination message (``reason``); PyTorch's no-driver message by default."""
+    termination message (``reason``); PyTorch's no-driver message by default. The node's default runtime is not
+    nvidia, so the device plugin, which registered, runs under RuntimeClass nvidia (NVIDIA's chart's
+    runtimeClassName value): a plugin without one that found NVML would say the default runtime is nvidia."""
 
     def edit(sim: SimCluster) -> None:
+        sim.cluster.create(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            }
+        )
+        for plugin in sim.cluster.list(POD):
+            if plugin["metadata"]["name"].startswith("nvidia-device-plugin"):
+                name, ns = plugin["metadata"]["name"], plugin["metadata"]["namespace"]
+                sim.cluster.patch(POD, name=name, namespace=ns, patch={"spec": {"runtimeClassName": "nvidia"}})
         spec: dict[str, Any] = {
             "nodeName": "n1",
             "containers": [

@@ -185,7 +185,7 @@ def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     says whether they registered); crash-looping ones first: their log is the failure itself.
     Then up to ``MAX_WORKLOAD_LOGS`` GPU workload containers that are not ready or restarted:
     their log says whether the GPU went away under them ("Failed to initialize NVML: Unknown
-    Error")."""
+    Error"), and the running device plugin of up to as many of their nodes: its log says whether it registered."""
     return [key for key, _ in _log_candidates(snapshot, limit)]
 
 
@@ -226,6 +226,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # kubelet's pod-resources path, are set by hand, not by the stack). A healthy cluster reads no log.
     samples: dict[tuple[str, str], tuple[LogKey, Obj]] = {}
     workloads: list[tuple[LogKey, Obj]] = []
+    # A running device plugin's log on each node, read where a GPU workload there is in trouble: whether the plugin
+    # registered (it found NVML through the node's runtime) tells a pod admitted without its allocation from a runtime
+    # that gives containers no driver.
+    plugin_on: dict[str, tuple[LogKey, Obj]] = {}
+    troubled_on: set[str] = set()
     gfd_unlabelled = False
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
@@ -255,6 +260,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
                     samples.setdefault((str(namespace), str(owner)), (key, cs))
+        if "device-plugin" in states:
+            for cs in status.get("containerStatuses") or []:
+                if (cs.get("state") or {}).get("running") and cs.get("ready"):
+                    key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
+                    plugin_on.setdefault(str((pod.get("spec") or {}).get("nodeName")), (key, cs))
         if states:
             node = (pod.get("spec") or {}).get("nodeName")
             on_bare_node = ("device-plugin" in states and (node in unregistered or node in short)) or (
@@ -294,6 +304,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         ]
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
+            troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
 
     def by_key(candidate: tuple[LogKey, Obj]) -> LogKey:
         return candidate[0]
@@ -306,7 +317,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             key = (str(namespace_of(pod) or "default"), name_of(pod), container)
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
             sampled.append((key, next((cs for cs in statuses if cs.get("name") == container), {})))
-    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
+    plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
+    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins
 
 
 def _last_message(status: Obj) -> str | None:
