@@ -17,7 +17,7 @@ from typing import Any
 from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor.model import FixOp, Report
-from gpuchain.kube import POD
+from gpuchain.kube import POD, RUNTIME_CLASS
 from gpuchain.sim.build import SimCluster
 
 STANDALONE = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: n1, hostDriver: 550.54.15}\n"
@@ -35,14 +35,9 @@ def failing_gpu_pod(runtime_class: str = "", said: str = SAID, reason: str = "Er
     runtimeClassName value): a plugin without one that found NVML would say the default runtime is nvidia."""
 
     def edit(sim: SimCluster) -> None:
-        sim.cluster.create(
-            {
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            }
-        )
+        if sim.cluster.get_or_none(RUNTIME_CLASS, name="nvidia") is None:
+            nvidia = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}}
+            sim.cluster.create({**nvidia, "handler": "nvidia"})
         for plugin in sim.cluster.list(POD):
             if plugin["metadata"]["name"].startswith("nvidia-device-plugin"):
                 name, ns = plugin["metadata"]["name"], plugin["metadata"]["namespace"]
