@@ -4,6 +4,7 @@ or not reconciling), or a taint, selector or missing NFD label keeping it off th
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from gpuchain.common.labels import GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
@@ -17,8 +18,10 @@ from gpuchain.doctor.links.common import (
     placement_fix,
     said_in,
 )
+from gpuchain.doctor.links.nfd_pods import nfd_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.operator_says import OperatorSays, operator_says
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.stacks.base import is_gpu_node
@@ -76,7 +79,7 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
     workers = sorted((d for d in ctx.snapshot.daemonsets if nfd_worker(d)), key=name_of)
     kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
     evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
-    action: Fix
+    action: Fix | None
     if others and block.kind == "selector":
         values = list(block.detail.get("values") or [])
         action = Fix(FixOp.LABEL_NODE, view.name, {str(block.detail["key"]): str(values[0]) if values else "true"})
@@ -105,6 +108,11 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
         )
         evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
         fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
+    elif (down := nfd_down(ctx, view, str(block.detail.get("key")))) is not None:
+        action = down.action
+        cause = f"{down.cause}; {ds_name}, which selects on it, places no pod here: the {link} link is missing."
+        evidence += list(down.evidence)
+        fix = down.fix
     else:
         action = nfd_install()
         cause = (
@@ -113,6 +121,8 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
             "first, is placed here."
         )
         fix = ctx.stack.render(action) + nfd_hint(ctx)
+    said = said_by_operator(ctx)
+    evidence += list(said.evidence) if said is not None else []
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
@@ -283,6 +293,37 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
     )
 
 
+def said_by_operator(ctx: Context) -> OperatorSays | None:
+    """What NVIDIA's GPU Operator says in its log and its ClusterPolicy's conditions (None on another stack)."""
+    if ctx.stack.id != "gpu-operator":
+        return None
+    if "operator_says" not in ctx.memo:  # asked by every GPU node with an operand missing; the answer is the cluster's
+        ctx.memo["operator_says"] = operator_says(ctx.snapshot.pods, ctx.namespace, ctx.policy_obj, ctx.log)
+    return cast("OperatorSays | None", ctx.memo["operator_says"])
+
+
+def _operator_reason(
+    ctx: Context, view: NodeView, said: OperatorSays, *, where: str, link: str, restart: tuple[str, Fix | None]
+) -> tuple[str, str, Fix | None, list[str]]:
+    """The cause, fix, action and evidence of a missing operand DaemonSet from what the running operator says: the
+    catalog entry's cause and fix (where it says NFD's labels are missing, the repair NFD's own pods name); a line
+    no entry knows is quoted as unrecognised, and the operator is run again."""
+    if said.match is None:
+        return (
+            f"{where} does not exist although the policy enables it, so the {link} link is missing on every node; the "
+            "operator's log says why in a line gpuchain's catalog does not know (quoted as unrecognised).",
+            restart[0],
+            restart[1],
+            list(said.evidence),
+        )
+    entry = said.match.entry
+    cause = f"{where} does not exist, so the {link} link is missing on every node: the operator says why: {entry.cause}"
+    down = nfd_down(ctx, view, NFD_GPU_LABELS[0]) if said.about_nfd else None
+    if down is not None:
+        return f"{cause} Here: {down.cause}.", down.fix, down.action, [*said.evidence, *down.evidence]
+    return cause, "# " + entry.repair(view.name, namespace=ctx.namespace), None, list(said.evidence)
+
+
 def _operator_pod(name: str) -> bool:
     """NVIDIA's operator Deployment is ``gpu-operator`` (pods gpu-operator-<hash>-<id>), gpuchain's
     ``gpuchain-operator``."""
@@ -430,6 +471,9 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
             else f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
             "node: the operator is not reconciling (stopped, or failing)."
         )
+        said = None if install or operator is None else said_by_operator(ctx)
+        if said is not None:
+            cause, fix, action, more = _operator_reason(ctx, view, said, where=where, link=link, restart=(fix, action))
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",

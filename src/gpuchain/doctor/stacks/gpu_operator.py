@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuchain.doctor.operator_says import runs_operator
 from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
@@ -96,20 +97,12 @@ def driver_daemonsets(snapshot: Snapshot, namespace: str) -> list[Obj]:
     return [d for n, d in daemonsets_in(snapshot, namespace).items() if n.startswith(DRIVER_PREFIX)]
 
 
-def _operator_image(pod: Obj) -> bool:
-    """Does the pod run NVIDIA's operator image (``.../gpu-operator:<tag>``)?"""
-    return any(
-        str(c.get("image", "")).rsplit(":", 1)[0].rsplit("/", 1)[-1] == "gpu-operator"
-        for c in (pod.get("spec") or {}).get("containers") or []
-    )
-
-
 def detect(snapshot: Snapshot) -> Stack | None:
     """A nvidia.com ClusterPolicy, NVIDIA's validator DaemonSet in some namespace, or the operator's own
     pod (all a plain kubectl dump shows of an operator that never ran: no policy, no DaemonSet)."""
     policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
     validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
-    operators = [] if policies or validators else [p for p in snapshot.pods if _operator_image(p)]
+    operators = [] if policies or validators else [p for p in snapshot.pods if runs_operator(p)]
     if not policies and not validators and not operators:
         return None
     obj = active_policy(policies)
