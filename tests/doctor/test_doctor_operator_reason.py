@@ -23,6 +23,7 @@ from gpuchain.doctor import Severity
 from gpuchain.doctor.diagnose import diagnose
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import FixOp, Report
+from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.kube.kinds import Kind
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
@@ -342,3 +343,36 @@ def test_a_gpu_node_whose_nfd_worker_crashes_on_its_config_gets_the_config_corre
     assert any(e.startswith("nfd-worker log: ") for e in root.evidence)
     assert any(e.startswith("catalog: node-feature-discovery.worker-config-unparsable") for e in root.evidence)
     assert "worker.config" in root.fix and "nfd/nfd-worker-" in root.fix
+
+
+def _driver_on_deploy_label(sim: SimCluster) -> None:
+    """The operator's driver DaemonSet as NVIDIA renders it (assets/state-driver/0500_daemonset.yaml@v25.3.4:
+    nodeSelector nvidia.com/gpu.deploy.driver=true), with no pod on g, which has neither that label nor
+    nvidia.com/gpu.present (the operator sets both from NFD's pci-10de label); g is a GPU instance type."""
+    selector = {"nvidia.com/gpu.deploy.driver": "true"}
+    patch = {"spec": {"template": {"spec": {"nodeSelector": selector}}}}
+    sim.cluster.patch(DAEMONSET, name="nvidia-driver-daemonset", namespace=NS, patch=patch)
+    for pod in sim.cluster.list(POD):
+        if pod["metadata"]["name"].startswith("nvidia-driver-daemonset") and pod["spec"].get("nodeName") == "g":
+            sim.cluster.delete(POD, name=pod["metadata"]["name"], namespace=NS)
+    labels = {k: None for k in sim.cluster.get(NODE, name="g")["metadata"].get("labels", {}) if "nvidia.com/" in k}
+    labels |= {"node.kubernetes.io/instance-type": "g5.12xlarge"}
+    sim.cluster.patch(NODE, name="g", patch={"metadata": {"labels": labels}})
+
+
+def test_a_gpu_node_the_operator_never_labelled_for_its_driver_names_nfd_s_worker() -> None:
+    pull = {
+        "name": "worker",
+        "ready": False,
+        "state": {"waiting": "ErrImagePull", "message": "rpc error: code = NotFound desc = failed to pull and unpack"},
+    }
+    report = diagnosed(
+        BARE_METAL,
+        *_nfd(["cpu", "g"]),
+        {"do": "pod", "daemonset": "gpu-operator-node-feature-discovery-worker", "node": "g", "containers": [pull]},
+        _driver_on_deploy_label,
+    )
+    root = next(f for f in _roots(report) if f.node == "g")
+    assert (root.id, root.link) == ("nfd.not-labelled", "driver")
+    assert "ErrImagePull" in root.cause and "image.repository" in root.fix
+    assert any("nvidia.com/gpu.deploy.driver" in e and "set from" in e for e in root.evidence)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
-from gpuchain.common.labels import GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
+from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.links.common import (
@@ -65,20 +65,25 @@ def nfd_worker(ds: Obj) -> bool:
     return "node-feature-discovery" in images and "worker" in name_of(ds)
 
 
-def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str) -> Result:
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str, via: str = "") -> Result:
     """The stack selects GPU nodes by an NFD label the node lacks, so the first link whose DaemonSet
     selects on it (the driver's in the operator, the plugin's on a managed image) is missing here.
 
     What repairs it follows from NFD's own state: NFD labelled the node's NVIDIA device under another
     name (its ``deviceLabelFields`` publish the class too, ``pci-0300_10de``), so the node gets the label
     the DaemonSet asks for; its worker runs but cannot land on the node (a taint it does not tolerate),
-    so the worker gets the toleration; or no NFD runs at all, so it is installed."""
+    so the worker gets the toleration; its worker or master does not run (links/nfd_pods.py); or no NFD runs at
+    all, so it is installed. ``via``: the label the DaemonSet selects on that the operator derives from NFD's."""
     others = sorted(
         k for k in view.labels if k.startswith(NFD_PREFIX + "pci-") and "10de" in k and k != block.detail.get("key")
     )
     workers = sorted((d for d in ctx.snapshot.daemonsets if nfd_worker(d)), key=name_of)
     kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
-    evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
+    evidence = [
+        via or block.describe(),
+        f"{ds_name} places no pod on {view.name}",
+        f"GPUs present: {gpus_present(view)}",
+    ]
     action: Fix | None
     if others and block.kind == "selector":
         values = list(block.detail.get("values") or [])
@@ -293,6 +298,19 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
     )
 
 
+def _deploy_label_from_nfd(ctx: Context, view: NodeView, key: str) -> bool:
+    """Whether ``key`` is a ``nvidia.com/gpu.deploy.*`` label NVIDIA's operator sets only on nodes where NFD shows an
+    NVIDIA device (nvidia.com/gpu.present from pci-10de: controllers/state_manager.go labelGPUNodes@v25.3.4) and this
+    node has neither label: the missing NFD label is why the operator's DaemonSet selects it not."""
+    nfd = any(k.startswith(NFD_PREFIX + "pci-") and "10de" in k for k in view.labels)
+    return (
+        ctx.stack.id == "gpu-operator"
+        and key.startswith(DEPLOY_PREFIX)
+        and view.labels.get(GPU_PRESENT) != "true"
+        and not nfd
+    )
+
+
 def said_by_operator(ctx: Context) -> OperatorSays | None:
     """What NVIDIA's GPU Operator says in its log and its ClusterPolicy's conditions (None on another stack)."""
     if ctx.stack.id != "gpu-operator":
@@ -500,6 +518,9 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         return Result(LinkState.OK, f"the {image.cloud} node image's driver ({', '.join(image.said)})")
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
         return _nfd_missing(ctx, view, name, block, link)
+    if block.kind == "selector" and _deploy_label_from_nfd(ctx, view, str(block.detail.get("key"))):
+        nfd = Blocker(kind="selector", detail={"key": NFD_GPU_LABELS[0], "values": ["true"], "operator": "In"})
+        return _nfd_missing(ctx, view, name, nfd, link, via=f"{block.describe()} (set from {NFD_GPU_LABELS[0]})")
     return _not_scheduled(
         ctx,
         view,
