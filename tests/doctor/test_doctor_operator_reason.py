@@ -376,3 +376,48 @@ def test_a_gpu_node_the_operator_never_labelled_for_its_driver_names_nfd_s_worke
     assert (root.id, root.link) == ("nfd.not-labelled", "driver")
     assert "ErrImagePull" in root.cause and "image.repository" in root.fix
     assert any("nvidia.com/gpu.deploy.driver" in e and "set from" in e for e in root.evidence)
+
+
+def _driver_crd(sim: SimCluster) -> None:
+    """The ClusterPolicy hands the driver to NVIDIADriver objects (api/nvidia/v1 clusterpolicy_types.go@v25.3.4
+    driver.useNvidiaDriverCRD), and the operator removed its own driver DaemonSet."""
+    patch = {"spec": {"driver": {"useNvidiaDriverCRD": True, "version": "570.124.06"}}}
+    sim.cluster.patch(NVIDIA_POLICY, name="cluster-policy", patch=patch)
+
+
+def test_a_driver_handed_to_nvidiadriver_objects_none_of_which_selects_the_node_gets_one() -> None:
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: cpu, gpu: false}\n  - {name: g}\n",
+        _no_driver_daemonset(),
+        _operator(
+            _zap(
+                "info",
+                "NVIDIADriver CRD is enabled, cleaning up all NVIDIA driver daemonsets owned by ClusterPolicy",
+                1733490001.0,
+            )
+        ),
+        _driver_crd,
+    )
+    root = next(f for f in _roots(report) if f.node == "g")
+    assert (root.id, root.link) == ("operand.not-deployed", "driver")
+    assert "no NVIDIADriver selects this node" in root.cause
+    assert (
+        '"kind":"NVIDIADriver"' in root.fix and '"version":"570.124.06"' in root.fix and '"nodeSelector":{}' in root.fix
+    )
+
+
+def test_an_nvidiadriver_that_selects_the_node_is_not_called_missing() -> None:
+    nvidiadriver = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "NVIDIADriver",
+        "metadata": {"name": "default"},
+        "spec": {"driverType": "gpu", "repository": "nvcr.io/nvidia", "image": "driver", "version": "570.124.06"},
+    }
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: cpu, gpu: false}\n  - {name: g}\n",
+        _no_driver_daemonset(),
+        _operator(""),
+        _driver_crd,
+        lambda sim: sim.cluster.create(nvidiadriver),
+    )
+    assert report.findings and not any("no NVIDIADriver selects" in f.cause for f in report.findings)

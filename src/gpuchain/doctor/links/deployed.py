@@ -311,6 +311,53 @@ def _deploy_label_from_nfd(ctx: Context, view: NodeView, key: str) -> bool:
     )
 
 
+#: NVIDIA's NVIDIADriver kind (api/nvidia/v1alpha1/nvidiadriver_types.go@v25.3.4).
+NVIDIADRIVER_API = "nvidia.com/v1alpha1"
+
+
+def _no_nvidiadriver(ctx: Context, view: NodeView) -> tuple[str, str, list[str]] | None:
+    """The driver handed to NVIDIADriver objects (the ClusterPolicy's driver.useNvidiaDriverCRD: the operator then
+    removes its own driver DaemonSets, controllers/state_manager.go@v25.3.4, and each NVIDIADriver renders one for
+    the nodes its nodeSelector takes) while no NVIDIADriver selects this node: the cause, the NVIDIADriver that
+    drives it (from the policy's driver image; selecting only this node's hostname where others exist, whose
+    selectors must not overlap: internal/validator/validator.go), and the evidence. None where the policy keeps the
+    driver, or the source has no NVIDIADrivers to read."""
+    driver = ((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}
+    if driver.get("useNvidiaDriverCRD") is not True or "nvidiadrivers" in ctx.snapshot.absent:
+        return None
+
+    def selects(obj: Obj) -> bool:
+        wanted = ((obj.get("spec") or {}).get("nodeSelector") or {}).items()
+        return all(view.labels.get(k) == v for k, v in wanted)
+
+    if any(selects(d) for d in ctx.snapshot.drivers):
+        return None
+    others = sorted(name_of(d) for d in ctx.snapshot.drivers)
+    spec = {
+        "driverType": "gpu",
+        "repository": driver.get("repository") or "nvcr.io/nvidia",
+        "image": driver.get("image") or "driver",
+        "version": driver.get("version") or "<driver version>",
+        "nodeSelector": {"kubernetes.io/hostname": view.name} if others else {},
+    }
+    name = f"driver-{view.name}" if others else "default"
+    create = Fix(
+        FixOp.CREATE,
+        "",
+        {"apiVersion": NVIDIADRIVER_API, "kind": "NVIDIADriver", "metadata": {"name": name}, "spec": spec},
+    )
+    cause = (
+        "the ClusterPolicy hands the driver to NVIDIADriver objects (driver.useNvidiaDriverCRD=true), so the operator "
+        "makes no driver DaemonSet of its own, and no NVIDIADriver selects this node"
+        + (f" (there are: {', '.join(others)})" if others else " (there is none)")
+        + ": the driver link is missing here."
+    )
+    fix = ctx.stack.render(create) + (
+        f"   # or set driver.useNvidiaDriverCRD=false in {ctx.policy_ref} so the operator deploys the driver itself"
+    )
+    return cause, fix, ["driver.useNvidiaDriverCRD=true", f"NVIDIADrivers: {', '.join(others) or 'none'}"]
+
+
 def said_by_operator(ctx: Context) -> OperatorSays | None:
     """What NVIDIA's GPU Operator says in its log and its ClusterPolicy's conditions (None on another stack)."""
     if ctx.stack.id != "gpu-operator":
@@ -492,6 +539,9 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         said = None if install or operator is None else said_by_operator(ctx)
         if said is not None:
             cause, fix, action, more = _operator_reason(ctx, view, said, where=where, link=link, restart=(fix, action))
+        handed = _no_nvidiadriver(ctx, view) if operand is DRIVER and not install else None
+        if handed is not None:
+            cause, fix, action, more = handed[0], handed[1], None, [*more, *handed[2]]
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
