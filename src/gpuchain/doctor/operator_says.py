@@ -37,6 +37,8 @@ SAYS = (
     "gpu-operator.nvidiadriver-selector-conflict",
     "gpu-operator.nvidiadriver-without-policy",
     "gpu-operator.precompiled-image-unresolved",
+    "gpu-operator.precompiled-with-gds-or-gdrcopy",
+    "gpu-operator.gds-needs-open-modules",
     "gpu-operator.os-mixed-for-kernel",
     "gpu-operator.repo-config-unsupported-os",
     "gpu-operator.os-release-unreadable",
