@@ -421,3 +421,17 @@ def test_an_nvidiadriver_that_selects_the_node_is_not_called_missing() -> None:
         lambda sim: sim.cluster.create(nvidiadriver),
     )
     assert report.findings and not any("no NVIDIADriver selects" in f.cause for f in report.findings)
+
+
+def test_a_runtime_the_operator_does_not_recognise_quotes_the_operator_s_line() -> None:
+    """state_manager.go@v25.3.4 getRuntime: "Unable to get runtime info for node %s: %v", the error getRuntimeString's
+    "runtime not recognized: %s"; it then configures containerd. The scheme is a constructed one."""
+    line = _zap("info", "Unable to get runtime info for node g: runtime not recognized: frakti://1.0.0", 1733490000.3)
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: g, containerRuntime: 'frakti://1.0.0'}\n  - {name: ok}\n",
+        _operator(line, nodes="ok"),
+        _conditions(("Ready", "False", "Error", ""), state="notReady"),
+    )
+    found = next(f for f in report.findings if f.id == "node.runtime-unsupported")
+    assert f"operator log: {line}" in found.evidence
+    assert any(e.startswith("catalog: gpu-operator.runtime-unknown") for e in found.evidence)

@@ -111,7 +111,7 @@ class OperatorSays:
 
 
 def operator_says(
-    pods: list[Obj], namespace: str, policy: Obj | None, log: Callable[[Obj, str], str]
+    pods: list[Obj], *, namespace: str, policy: Obj | None, log: Callable[[Obj, str], str]
 ) -> OperatorSays | None:
     """What the operator of ``namespace`` says in its log (``log(pod, container)``, "" where it was not read)
     and its ClusterPolicy's conditions; None when neither says anything."""
@@ -133,3 +133,11 @@ def operator_says(
     elif unknown is not None:
         evidence.append(f"operator log, unrecognised: {unknown}")
     return OperatorSays(match=found, unknown=unknown, evidence=tuple(evidence))
+
+
+def operator_line(
+    pods: list[Obj], *, namespace: str, log: Callable[[Obj, str], str], entry_id: str
+) -> catalog.Match | None:
+    """The line of the operator's log (where it was read) that catalog entry ``entry_id`` knows, or None."""
+    text = "\n".join(t for p, c in operator_containers(pods, namespace) if (t := log(p, c)))
+    return catalog.find(text, entry_id) if text else None

@@ -113,7 +113,7 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
         )
         evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
         fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
-    elif (down := nfd_down(ctx, view, str(block.detail.get("key")))) is not None:
+    elif (down := nfd_down(ctx, view=view, label=str(block.detail.get("key")))) is not None:
         action = down.action
         cause = f"{down.cause}; {ds_name}, which selects on it, places no pod here: the {link} link is missing."
         evidence += list(down.evidence)
@@ -363,7 +363,9 @@ def said_by_operator(ctx: Context) -> OperatorSays | None:
     if ctx.stack.id != "gpu-operator":
         return None
     if "operator_says" not in ctx.memo:  # asked by every GPU node with an operand missing; the answer is the cluster's
-        ctx.memo["operator_says"] = operator_says(ctx.snapshot.pods, ctx.namespace, ctx.policy_obj, ctx.log)
+        ctx.memo["operator_says"] = operator_says(
+            ctx.snapshot.pods, namespace=ctx.namespace, policy=ctx.policy_obj, log=ctx.log
+        )
     return cast("OperatorSays | None", ctx.memo["operator_says"])
 
 
@@ -383,7 +385,7 @@ def _operator_reason(
         )
     entry = said.match.entry
     cause = f"{where} does not exist, so the {link} link is missing on every node: the operator says why: {entry.cause}"
-    down = nfd_down(ctx, view, NFD_GPU_LABELS[0]) if said.about_nfd else None
+    down = nfd_down(ctx, view=view, label=NFD_GPU_LABELS[0]) if said.about_nfd else None
     if down is not None:
         return f"{cause} Here: {down.cause}.", down.fix, down.action, [*said.evidence, *down.evidence]
     return cause, "# " + entry.repair(view.name, namespace=ctx.namespace), None, list(said.evidence)

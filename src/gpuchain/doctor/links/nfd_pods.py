@@ -103,7 +103,7 @@ def _pod_node(pod: Obj) -> str:
     return ""
 
 
-def nfd_down(ctx: Context, view: NodeView | None, label: str) -> NfdDown | None:
+def nfd_down(ctx: Context, *, view: NodeView | None, label: str) -> NfdDown | None:
     """Why NFD does not give ``view``'s node ``label`` (any node's, with ``view`` None): its worker there does not
     run, its worker DaemonSet selects not the node, or its master does not run. None when NFD's pods run (or no
     NFD runs at all)."""

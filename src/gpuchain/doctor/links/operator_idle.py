@@ -61,7 +61,7 @@ def nothing_placed(ctx: Context) -> list[Finding]:
                 root=True,
             )
         ]
-    down = nfd_down(ctx, None, NFD_GPU_LABELS[0])
+    down = nfd_down(ctx, view=None, label=NFD_GPU_LABELS[0])
     running = bool(nfd_pods(ctx))
     labelled = any(k.startswith(NFD_PREFIX) for n in ctx.snapshot.nodes for k in labels_of(n))
     if down is not None:
