@@ -435,3 +435,18 @@ def test_a_runtime_the_operator_does_not_recognise_quotes_the_operator_s_line() 
     found = next(f for f in report.findings if f.id == "node.runtime-unsupported")
     assert f"operator log: {line}" in found.evidence
     assert any(e.startswith("catalog: gpu-operator.runtime-unknown") for e in found.evidence)
+
+
+def test_an_error_condition_the_catalog_does_not_know_is_quoted_where_the_log_was_not_read() -> None:
+    """A dump of the ClusterPolicy without the operator's log: the Error condition's message is the operator's word."""
+    said = "Failed to reconcile state-container-toolkit: quux exploded"
+    report = diagnosed(
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: cpu, gpu: false}\n  - {name: g}\n",
+        _no_driver_daemonset(),
+        _operator(""),
+        _conditions(("Ready", "False", "Error", ""), ("Error", "True", "ReconcileFailed", said), state="notReady"),
+    )
+    root = next(f for f in _roots(report) if f.node == "g")
+    assert root.id == "operand.not-deployed" and "catalog does not know" in root.cause
+    assert f"ClusterPolicy status, unrecognised: ClusterPolicy Error=True (ReconcileFailed): {said}" in root.evidence
+    assert root.action is not None and root.action.op is FixOp.DELETE  # the operator, run again

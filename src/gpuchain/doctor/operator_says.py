@@ -121,7 +121,10 @@ def operator_says(
     if not text:
         return None
     found = catalog.find(text, *SAYS)
-    unknown = None if found is not None else next((u for _, _, t in logs if (u := catalog.unknown_error(t))), None)
+    # No entry of the operator's knows its words: its last error line (else the Error condition) is quoted as such.
+    errors = [ln.strip() for _, _, t in logs for ln in t.splitlines() if catalog.ERROR_LEVEL.search(ln.strip())]
+    failed = [c for c in conditions if c.startswith("ClusterPolicy Error=True")]
+    unknown = None if found is not None else (errors[-1] if errors else failed[0] if failed else None)
     if found is None and unknown is None and not conditions:
         return None
     evidence = list(conditions)
@@ -131,7 +134,7 @@ def operator_says(
             evidence.append(f"operator log ({name_of(said)}): {found.line}")
         evidence.append(found.entry.cite())
     elif unknown is not None:
-        evidence.append(f"operator log, unrecognised: {unknown}")
+        evidence.append(f"{'operator log' if errors else 'ClusterPolicy status'}, unrecognised: {unknown}")
     return OperatorSays(match=found, unknown=unknown, evidence=tuple(evidence))
 
 

@@ -376,13 +376,16 @@ def _operator_reason(
     catalog entry's cause and fix (where it says NFD's labels are missing, the repair NFD's own pods name); a line
     no entry knows is quoted as unrecognised, and the operator is run again."""
     if said.match is None:
-        return (
+        cause = (
             f"{where} does not exist although the policy enables it, so the {link} link is missing on every node; the "
-            "operator's log says why in a line gpuchain's catalog does not know (quoted as unrecognised).",
-            restart[0],
-            restart[1],
-            list(said.evidence),
+            + (
+                "operator says why (its log or its ClusterPolicy's status) in words gpuchain's catalog does not know "
+                "(quoted as unrecognised)."
+                if said.unknown
+                else "operator is not reconciling (stopped, or failing) and its ClusterPolicy's status names no cause."
+            )
         )
+        return cause, restart[0], restart[1], list(said.evidence)
     entry = said.match.entry
     cause = f"{where} does not exist, so the {link} link is missing on every node: the operator says why: {entry.cause}"
     down = nfd_down(ctx, view=view, label=NFD_GPU_LABELS[0]) if said.about_nfd else None
@@ -540,7 +543,10 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         )
         said = None if install or operator is None else said_by_operator(ctx)
         if said is not None:
-            cause, fix, action, more = _operator_reason(ctx, view, said, where=where, link=link, restart=(fix, action))
+            cause, fix, action, said_lines = _operator_reason(
+                ctx, view, said, where=where, link=link, restart=(fix, action)
+            )
+            more = [*more, *said_lines]
         handed = _no_nvidiadriver(ctx, view) if operand is DRIVER and not install else None
         if handed is not None:
             cause, fix, action, more = handed[0], handed[1], None, [*more, *handed[2]]
