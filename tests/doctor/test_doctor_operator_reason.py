@@ -19,12 +19,14 @@ from doctor.small_cluster import diagnosed
 from doctor.test_doctor_state_rules import PLUGIN_ON_NFD
 from sim.heldout import harness
 
-from gpuchain.doctor import Severity
+from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.diagnose import diagnose
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import FixOp, Report
 from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.kube.kinds import Kind
+from gpuchain.kube.objects import name_of
+from gpuchain.operator.reconcile import active_policy
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
 
@@ -450,3 +452,23 @@ def test_an_error_condition_the_catalog_does_not_know_is_quoted_where_the_log_wa
     assert root.id == "operand.not-deployed" and "catalog does not know" in root.cause
     assert f"ClusterPolicy status, unrecognised: ClusterPolicy Error=True (ReconcileFailed): {said}" in root.evidence
     assert root.action is not None and root.action.op is FixOp.DELETE  # the operator, run again
+
+
+def test_of_two_clusterpolicies_the_one_the_operator_reconciles_is_read_and_the_other_named_ignored() -> None:
+    """controllers/clusterpolicy_controller.go@v25.3.4: a ClusterPolicy other than the operator's singleton is left
+    without status; an older one applied by hand that turns the driver off must not be read as the user's policy."""
+    policy = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "aaa-driver-off"},
+        "spec": {"driver": {"enabled": False}},
+    }
+    sim = build(parse_scenario("name: t\nstack: gpu-operator\nnodes:\n  - {name: g}\n"))
+    sim.cluster.create(policy)
+    harness._apply(sim.cluster, _no_driver_daemonset())
+    # Created in the same second, the oldest-then-by-name rule alone would read the ignored one.
+    assert name_of(active_policy(sim.cluster.list(NVIDIA_POLICY)) or {}) == "aaa-driver-off"
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    assert report.stack["policy"].endswith("/cluster-policy")
+    assert any("aaa-driver-off ignored" in n for n in report.stack["notes"])
+    assert any(f.id == "operand.not-deployed" and f.node == "g" for f in report.findings)
