@@ -23,6 +23,7 @@ from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.diagnose import diagnose
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import FixOp, Report
+from gpuchain.doctor.operator_says import operator_says
 from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.kube.kinds import Kind
 from gpuchain.kube.objects import name_of
@@ -472,3 +473,27 @@ def test_of_two_clusterpolicies_the_one_the_operator_reconciles_is_read_and_the_
     assert report.stack["policy"].endswith("/cluster-policy")
     assert any("aaa-driver-off ignored" in n for n in report.stack["notes"])
     assert any(f.id == "operand.not-deployed" and f.node == "g" for f in report.findings)
+
+
+def test_the_operator_s_own_cause_wins_over_the_api_error_it_wraps() -> None:
+    """state_manager.go@v25.3.4 wraps the refused namespace patch ("unable to label namespace %s with pod security
+    levels: %v") in clusterpolicy_controller.go's "failed to initialize ClusterPolicy controller: %v"; the API
+    server's RBAC words inside it name no repair of their own here."""
+    refused = (
+        'namespaces "gpu-operator" is forbidden: User "system:serviceaccount:gpu-operator:gpu-operator" cannot patch '
+        'resource "namespaces" in API group "" in the namespace "gpu-operator"'
+    )
+    line = _zap(
+        "error",
+        "failed to initialize ClusterPolicy controller: unable to label namespace gpu-operator with pod security "
+        f"levels: {refused}",
+        1733490000.2,
+    )
+    pod = {
+        "metadata": {"name": OPERATOR, "namespace": NS},
+        "spec": {"containers": [{"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v25.3.4"}]},
+    }
+    said = operator_says([pod], namespace=NS, policy=None, log=lambda _pod, _container: line)
+    assert said is not None and said.match is not None
+    assert said.match.entry.id == "gpu-operator.namespace-psa-label-refused"
+    assert "pod-security.kubernetes.io/enforce=privileged" in said.match.entry.repair(namespace=NS)

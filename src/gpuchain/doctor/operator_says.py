@@ -31,6 +31,7 @@ NFD_SAYS = frozenset(NFD_ORDER)
 #: The operator's entries, the more specific first: the API server's refusals of an object, the driver step's own
 #: failures, then the Node Feature Discovery labels it finds missing.
 SAYS = (
+    "gpu-operator.namespace-psa-label-refused",
     "gpu-operator.create-denied-by-webhook",
     "gpu-operator.create-webhook-unreachable",
     "gpu-operator.create-forbidden-rbac",
