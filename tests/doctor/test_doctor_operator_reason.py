@@ -497,3 +497,25 @@ def test_the_operator_s_own_cause_wins_over_the_api_error_it_wraps() -> None:
     assert said is not None and said.match is not None
     assert said.match.entry.id == "gpu-operator.namespace-psa-label-refused"
     assert "pod-security.kubernetes.io/enforce=privileged" in said.match.entry.repair(namespace=NS)
+
+
+def test_a_running_nfd_master_the_api_refuses_gets_its_node_permissions() -> None:
+    """nfd-master runs ready but may not patch nodes (pkg/nfd-master/nfd-master.go@v0.17.3 "failed to update node",
+    klog's ErrorS with the API server's RBAC refusal); the operator finds no NFD label anywhere."""
+    refused = (
+        'E1206 12:00:05.000000       1 nfd-master.go:920] "failed to update node" err="nodes \\"g\\" is forbidden: '
+        'User \\"system:serviceaccount:gpu-operator:node-feature-discovery\\" cannot patch resource \\"nodes\\" in '
+        'API group \\"\\" at the cluster scope" nodeName="g"'
+    )
+    master_log = {
+        "do": "pod",
+        "daemonset": "gpu-operator-node-feature-discovery-master",
+        "namespace": NS,
+        "containers": [{"name": "master", "ready": True, "state": {"running": True}}],
+        "logs": {"master": refused},
+    }
+    report = diagnosed(BARE_METAL, _operator(NFD_MISSING_LOG), NFD_MISSING, *_nfd(["cpu", "g"]), master_log)
+    (root,) = _roots(report)
+    assert root.id == "nfd.not-labelled" and "may not patch or update nodes" in root.cause
+    assert any(e.startswith("catalog: node-feature-discovery.master-node-update-forbidden") for e in root.evidence)
+    assert "master.rbac.create=true" in root.fix

@@ -96,6 +96,13 @@ def wants_log(policy: Obj | None) -> bool:
     return status.get("state") != "ready" or ready is None or ready.get("reason") != RECONCILED
 
 
+def placed_nowhere(policy: Obj | None) -> bool:
+    """Whether the ClusterPolicy's Ready condition says the operator placed its operands on no node (its reason
+    one of `NOTHING_PLACED`: no NFD label, no GPU node)."""
+    status = (policy or {}).get("status") or {}
+    return any(c.get("type") == "Ready" and c.get("reason") in NOTHING_PLACED for c in status.get("conditions") or [])
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperatorSays:
     """What the operator said: the catalog's match (None when no entry knows its words), the error line no entry

@@ -26,7 +26,7 @@ from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.nfd import master_containers, nfd_containers
-from gpuchain.doctor.operator_says import operator_containers, wants_log
+from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
@@ -276,6 +276,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     if stack.id == "gpu-operator" and wants_log(stack.policy_obj):
         # The operator's ClusterPolicy does not say it reconciled every operand: its own log says why not.
         sampled += _with_status(operator_containers(snapshot.pods, stack.namespace))
+        if placed_nowhere(stack.policy_obj):
+            # It finds no NFD label or no GPU node: nfd-master, which writes the labels, may run and be refused.
+            sampled += _with_status(master_containers(snapshot.pods))
     # Node Feature Discovery's pods that crash: their log says why NFD labels no node (the operator places nothing).
     sampled += _with_status([(p, c) for p, c in nfd_containers(snapshot.pods) if _crashing(p, c)])
     sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it

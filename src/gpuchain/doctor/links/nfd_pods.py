@@ -28,6 +28,10 @@ from gpuchain.kube.objects import Obj, name_of, namespace_of
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
+#: nfd-master's lines for a node it cannot write (not those for one label it drops: gfd's, nfd.py).
+MASTER_REFUSED = ("node-feature-discovery.master-node-update-forbidden",)
+
+
 @dataclass(frozen=True, kw_only=True)
 class NfdDown:
     """Why NFD does not label the node, and the change that lets it."""
@@ -77,6 +81,34 @@ def _repair(ctx: Context, pod: Obj, state: PodState, what: str) -> tuple[str, li
     evidence.append(f"{what} log, unrecognised: {odd}" if odd else state.message)
     again = Fix.delete_pod(ns, name_of(pod))
     return ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure", evidence, again
+
+
+def _master_refused(ctx: Context, pods: list[Obj], label: str) -> NfdDown | None:
+    """A running nfd-master whose log (read where the operator finds no NFD label or GPU node) says it cannot write
+    the labels: the catalog's repair for its line, else its last error line quoted as unrecognised."""
+    for pod in sorted((p for p in pods if is_nfd_master(p) and pod_state(p).ready), key=name_of):
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            log = ctx.log(pod, str(container.get("name", "")))
+            known = catalog.find(log, *MASTER_REFUSED) if log else None
+            odd = None if known is not None or not log else catalog.unknown_error(log)
+            if known is None and odd is None:
+                continue
+            ns = namespace_of(pod) or ctx.namespace
+            cause = f"Node Feature Discovery's master {name_of(pod)} runs but its log says it cannot write the labels"
+            if known is not None:
+                return NfdDown(
+                    cause=f"{cause}: {known.entry.cause.rstrip('.')}, so {label} never appears",
+                    evidence=(f"nfd-master {pod_state(pod).describe()}", *known.evidence("nfd-master log")),
+                    fix="# " + known.entry.repair(namespace=ns, pod=name_of(pod)),
+                )
+            again = Fix.delete_pod(ns, name_of(pod))
+            return NfdDown(
+                cause=f"{cause} (in a line gpuchain's catalog does not know), so {label} never appears",
+                evidence=(f"nfd-master {pod_state(pod).describe()}", f"nfd-master log, unrecognised: {odd}"),
+                fix=ctx.stack.render(again) + "   # runs it again; gpuchain knows no repair for this failure",
+                action=again,
+            )
+    return None
 
 
 def nfd_pods(ctx: Context) -> list[Obj]:
@@ -141,6 +173,9 @@ def nfd_down(ctx: Context, *, view: NodeView | None, label: str) -> NfdDown | No
                     fix=ctx.stack.render(action) + "   # or widen the NFD worker's nodeSelector (worker.nodeSelector)",
                     action=action,
                 )
+    refused = _master_refused(ctx, pods, label)
+    if refused is not None:
+        return refused
     master = next((p for p in sorted(pods, key=name_of) if is_nfd_master(p) and not pod_state(p).ready), None)
     if master is not None and not any(is_nfd_master(p) and pod_state(p).ready for p in pods):
         state = pod_state(master)
