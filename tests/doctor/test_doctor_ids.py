@@ -32,6 +32,10 @@ CLUSTER_TESTS = {
     "test_pods_without_gpus_refused_by_the_nvidia_hook_where_no_gpu_stack_runs_get_runc_back_as_default",
     "driver.gsp-xid": "test_doctor_runtime_binary_and_mig_handles::"
     "test_gsp_firmware_xids_in_the_kernel_log_are_the_driver_with_a_newer_release_as_the_repair",
+    "node.gpu-xid": "test_doctor_kernel_xids::test_an_uncontained_memory_error_is_the_gpu_reset_on_the_node",
+    "workload.gpu-xid": "test_doctor_kernel_xids::test_an_application_xid_is_a_warning_on_the_workload_not_an_error",
+    "node.gpu-xid-noted": "test_doctor_kernel_xids::test_an_xid_the_catalog_leaves_alone_is_information",
+    "driver.kernel-line": "test_doctor_kernel_xids::test_the_kernel_modules_own_errors_in_node_events_are_the_driver",
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
@@ -45,6 +49,8 @@ CLUSTER_TESTS = {
     "driver.version-mismatch": "test_a_driver_library_version_mismatch_anywhere_is_the_driver_and_wants_a_reboot",
     "driver.not-on-node-image": "test_no_nvml_on_a_managed_node_image_is_the_image_not_the_toolkit",
     "driver.upgrading": "test_a_driver_pod_the_upgrade_restarts_is_information_not_a_fault",
+    "driver.upgrade-held": "doctor.test_doctor_drains::"
+    "test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_and_retries",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
     "driver.module-held": "test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
@@ -106,6 +112,8 @@ CLUSTER_TESTS = {
     "test_a_plugin_daemonset_needing_labels_nothing_writes_gets_the_gpu_node_labelled_or_gfd_enabled",
     "workload.shared-request-too-large": "test_doctor_tracker_classes::"
     "test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart",
+    "operand.paused-for-driver-upgrade": "test_doctor_release_notes::"
+    "test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

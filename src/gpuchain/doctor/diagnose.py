@@ -24,7 +24,7 @@ from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver_defects import check_driver_defects
 from gpuchain.doctor.links.gfd import check_gfd
-from gpuchain.doctor.links.hardware import gpu_lost
+from gpuchain.doctor.links.hardware import gpu_faults
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
@@ -127,8 +127,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     found = failures(ctx, view)
     witnessed = witnesses(ctx, view=view, found=found)
     under = check_node(ctx, view)
-    lost = gpu_lost(ctx, view, witnessed)
-    under += [lost] if lost is not None else []
+    under += gpu_faults(ctx, view, witnessed)
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
     node_root = root is not None
     findings: list[Finding] = [f for f in under if f is not root]

@@ -10,7 +10,8 @@ every init container's then every container's log between the lines
 
 Optional extras in the same List style, which kubectl does not write but the doctor reads when
 present: ``DIR/clusterpolicies.json`` (gpuchain.io or nvidia.com items), ``DIR/nvidiadrivers.json``,
-``DIR/runtimeclasses.json``, ``DIR/resourceslices.json`` (DRA), ``DIR/<ns>/configmaps.json`` and
+``DIR/runtimeclasses.json``, ``DIR/resourceslices.json`` (DRA), ``DIR/poddisruptionbudgets.json`` (every namespace's:
+what a drain's evictions obey), ``DIR/<ns>/configmaps.json`` and
 ``DIR/<ns>/<pod>/previous-logs.txt``
 (logs.txt's layout, the last terminated run of each container that restarted: kubectl's dump has
 only the current run's log, so from a plain kubectl dump a container that crashed once and runs
@@ -32,13 +33,13 @@ import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
 from gpuchain.doctor.logs import cluster_scraper
-from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, scrape_candidates
+from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, read_pdbs, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
-from gpuchain.kube.kinds import Kind, register_kind
+from gpuchain.kube.kinds import PDB, Kind, register_kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.kube.port import Cluster
 
@@ -192,6 +193,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         ("nvidiadrivers", NVIDIA_DRIVER),
         ("runtimeclasses", RUNTIME_CLASS),
         ("resourceslices", RESOURCE_SLICE),
+        ("poddisruptionbudgets", PDB),
     )
     for stem, item_kind in optional:
         path = _file(root, stem)
@@ -228,6 +230,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         previous_logs=previous,
         drivers=extras["nvidiadrivers"],
         resource_slices=extras["resourceslices"],
+        pdbs=extras["poddisruptionbudgets"],
         absent=frozenset(absent),
         scrapes=_scrapes_by_node(pods, scraped),
     )
@@ -310,6 +313,9 @@ def write_dump(cluster: Cluster, directory: str | Path) -> dict[str, int]:
     _write(root / "nvidiadrivers.json", NVIDIA_DRIVER, drivers)
     _write(root / "runtimeclasses.json", RUNTIME_CLASS, cluster.list(RUNTIME_CLASS))
     _write(root / "resourceslices.json", RESOURCE_SLICE, list_if_served(cluster, RESOURCE_SLICE))
+    pdbs = read_pdbs(cluster)
+    if pdbs is not None:  # a role that may not read them leaves the file out: read back as not read, not as none
+        _write(root / "poddisruptionbudgets.json", PDB, pdbs)
     namespaces = sorted({namespace_of(o) or "default" for objs in per_kind.values() for o in objs})
     partial = Snapshot(
         namespace="",

@@ -29,11 +29,12 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.next_steps import next_step, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
 from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
 from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
-from gpuchain.doctor.releases import NEWEST, image_version, showing, version_of
+from gpuchain.doctor.releases import NEWEST, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, RUNTIME_CLASS_HANDLER, TOOLKIT, Operand
@@ -273,92 +274,6 @@ def witnesses(ctx: Context, *, view: NodeView, found: list[Failure]) -> list[Fai
         *mount_waits(ctx, view),
         *admission_refused(ctx, view),
     ]
-
-
-def own_way(ctx: Context, link: str) -> str:
-    """The stack's own way out of a failure of ``link`` it manages itself (a managed cloud's driver installer), ""
-    where it has none. A pod that left no line gets it after the log to read; the general next steps answer a
-    line, which such a pod never left."""
-    return (ctx.stack.driver_install or "") if link == "driver" else ""
-
-
-def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, again: str) -> str:
-    """The fix for a failing pod that left no line to go on: the stack's own way out of ``link`` first where it
-    has one (an action), the command that shows the reason after it; without one, no action can be named from
-    the evidence, so that command comes first, with the object what it says is repaired in, then the pod again."""
-    way = own_way(ctx, link)
-    if way:
-        return f"# {way}; then {again}   # gpuchain read no line of it; its reason, if that is not it: {read}"
-    return f"{read}   # gpuchain read no line of it; what it says of {what} is repaired in {target}; then {again}"
-
-
-def next_step(ctx: Context, *, link: str, line: str, refused: str = "", last: str = "", image: str = "") -> str:
-    """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
-    none at error level; ``refused``, the container runtime's refusal of a container that never started; ``last``,
-    the last line of a log with no line at error level) the catalog does not know: the action for that link first,
-    never "run it again", then the message quoted as what it answers (a fix is the action, not the diagnosis
-    restated). A log that has lines is never called empty. ``image``, the failing container's: where it is not the
-    NVIDIA component the link's step names (a DRA driver's kubelet plugin on the device plugin's link, a vendor's
-    own build), the release to move is that image's own."""
-    said = (
-        f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
-        if refused
-        else f"its last error line {line!r} is not in gpuchain's catalog"
-        if line
-        else f"its log ends {last!r} and no line of it is in gpuchain's catalog"
-        if last
-        else "it left no log line"
-    )
-    policy = f" in {ctx.policy_ref}" if ctx.policy_obj is not None else ""
-    steps = {
-        "driver": ctx.stack.driver_install
-        or (
-            "the driver container builds the module from the node's kernel packages: correct what the line names "
-            f"(package repositories, entitlement, kernel headers), or switch to a precompiled driver "
-            f"(spec.driver.usePrecompiled=true{policy}) or a driver installed on the host"
-            if ctx.policy_obj is not None and ctx.policy.driver.enabled
-            # The host's own driver (no policy, or one that leaves the driver to the host): its module is rebuilt on
-            # the node for the kernel it runs, which a kernel update without DKMS leaves without one.
-            else "reinstall the node's NVIDIA driver for its running kernel (the distribution's packages, or "
-            "dkms autoinstall -k $(uname -r) where DKMS builds it), and reboot"
-        ),
-        "toolkit": "point the toolkit at this node's runtime config and socket (CONTAINERD_CONFIG and "
-        f"CONTAINERD_SOCKET, or CRIO_CONFIG, in spec.toolkit.env{policy}), or install the toolkit on the host "
-        "(nvidia-ctk runtime configure) and turn the operator's toolkit off",
-        "device-plugin": "move the device plugin to NVIDIA's newest release, k8s-device-plugin:"
-        f"{NEWEST['k8s-device-plugin']} ({_version_key(ctx, 'devicePlugin')}), whose fixes may include this line's",
-        "gfd": "move GPU feature discovery to NVIDIA's newest release (gpu-feature-discovery:"
-        f"{NEWEST['gpu-feature-discovery']}, or k8s-device-plugin:{NEWEST['k8s-device-plugin']}, which carries it; "
-        f"{_version_key(ctx, 'gfd')})",
-        "exporter": f"move dcgm-exporter to NVIDIA's newest release, dcgm-exporter:{NEWEST['dcgm-exporter']} "
-        f"({_version_key(ctx, 'dcgmExporter')}), on a driver its DCGM supports",
-        "mig": "set a MIG layout this GPU supports (nvidia.com/mig.config) or reboot the node so a pending MIG mode "
-        "change takes effect",
-    }
-    name, tag = image_version(image) if image else ("", "")
-    if link in UPGRADED_COMPONENTS and name and name not in UPGRADED_COMPONENTS[link]:
-        newest = f"{name}:{NEWEST[name]}" if name in NEWEST else f"{name}'s newest release"
-        steps[link] = (
-            f"move {name} (the image runs {tag}) to {newest}, whose fixes may include this line's (the image tag in "
-            "the chart or DaemonSet that renders it)"
-        )
-    return f"{steps.get(link, 'correct what the line names on the node')} ({said})"
-
-
-#: The NVIDIA images whose newest release `next_step` names for a link.
-UPGRADED_COMPONENTS = {
-    "device-plugin": ("k8s-device-plugin",),
-    "gfd": ("gpu-feature-discovery", "k8s-device-plugin"),
-    "exporter": ("dcgm-exporter",),
-}
-
-
-def _version_key(ctx: Context, key: str) -> str:
-    """Where a user sets an operand's release: the policy's spec.<key>.version where the stack's policy runs it,
-    else the image tag in the chart or DaemonSet that renders it."""
-    if ctx.policy_obj is not None:
-        return f"spec.{key}.version in {ctx.policy_ref}"
-    return "image.tag in the values of the Helm release that renders it, or kubectl set image on its DaemonSet"
 
 
 def provider_of(ctx: Context, path: str) -> str | None:
@@ -618,11 +533,8 @@ def _fix(
         line = catalog.unknown_error(failure.text) or ""
         # A container the runtime refused never ran: what it has is the runtime's message, not a line of its own.
         refused = next(iter(failure.text.splitlines()), "") if _refusal(failure.reason) and not line else ""
-        return (
-            None,
-            f"# {next_step(ctx, link=link, line=line, refused=refused)}; then run the validation again: "
-            f"{ctx.stack.render(rerun_it)}",
-        )
+        step = next_step(ctx, link=link, line=line, refused=refused, node=view.name)
+        return None, f"# {step}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)
 
 
@@ -791,7 +703,7 @@ def unrecognised(ctx: Context, *, view: NodeView, link_of: dict[str, str], found
                 cause=f"unrecognised error from {component}: gpuchain's catalog of the chain's messages does not know "
                 "this line, so it names no cause and no repair for it.",
                 evidence=(failure.describe(), f"unrecognised: {line}"),
-                fix=f"# {next_step(ctx, link=link, line=line)}",
+                fix=f"# {next_step(ctx, link=link, line=line, node=view.name)}",
                 node=view.name,
             )
         )

@@ -17,7 +17,10 @@ from typing import Any
 import yaml
 
 SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin", "probe-killed")
-BY = ("image", "chart")
+#: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
+#: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every
+#: operand and so carries defects no operand image has.
+BY = ("image", "chart", "operator")
 #: A release version as tags and charts write it (v0.7.1, 0.12.0, 1.0.0-beta6), and dcgm-exporter's
 #: <DCGM version>-<exporter version> (2.4.6-2.6.8): its numbers.
 VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+)\.(\d+)\.(\d+))?")
@@ -82,9 +85,18 @@ class Defect:
     last_good: str = ""  #: the release before the first affected, to move back to
     #: for symptom labels: the node labels it writes wrongly, each a regex its value fully matches
     labels: tuple[tuple[str, str], ...] = ()
+    #: the release notes' documented workaround for it, with its exact key or command (a known issue's
+    #: "To work around this issue, ..."), the repair until the fixed release runs; the only one where none is fixed
+    workaround: str = ""
+    #: for symptom probe-killed by the operator: the containers it kills, a regex the container's name fully matches
+    container: str = ""
+    #: the ClusterPolicy settings it shows under (dotted spec path: value), where the release note names a
+    #: configuration only; a cluster whose policy says otherwise does not have it
+    policy: tuple[tuple[str, object], ...] = ()
 
     @property
     def fixed_in(self) -> str:
+        """The release that fixed it ("" where the release notes name none yet: an open known issue)."""
         return self.affected[1]
 
     @property
@@ -95,13 +107,31 @@ class Defect:
     def covers(self, version: str) -> bool:
         """Is ``version`` one this defect affects?"""
         seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
-        return seen is not None and low is not None and high is not None and low <= seen < high
+        if seen is None or low is None:
+            return False
+        if high is None:
+            return low <= seen and not self.fixed_in
+        return low <= seen < high
 
     def shows(self, labels: dict[str, str]) -> bool:
         """Do a node's ``labels`` carry this defect's label state (every label it names, its value matching)?"""
         return bool(self.labels) and all(
             key in labels and re.fullmatch(value, str(labels[key])) for key, value in self.labels
         )
+
+    def kills(self, container: str) -> bool:
+        """Is ``container`` one this probe-killed defect names (every container where it names none)?"""
+        return not self.container or re.fullmatch(self.container, container) is not None
+
+    def holds(self, policy: dict[str, Any] | None) -> bool:
+        """Does ``policy`` (a ClusterPolicy object; None: none runs) carry every setting this defect shows under?"""
+        for path, value in self.policy:
+            node: Any = policy or {}
+            for key in path.split("."):
+                node = node.get(key) if isinstance(node, dict) else None
+            if node != value:
+                return False
+        return True
 
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
@@ -112,9 +142,10 @@ def _defect(raw: dict[str, Any]) -> Defect:
     found = Defect(
         **{
             **raw,
-            "affected": tuple(str(v) for v in raw["affected"]),
+            "affected": (str(raw["affected"][0]), str(raw["affected"][1] or "")),
             "entries": tuple(raw.get("entries") or ()),
             "labels": tuple((str(k), str(v)) for k, v in (raw.get("labels") or {}).items()),
+            "policy": tuple((str(k), v) for k, v in (raw.get("policy") or {}).items()),
         }
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
@@ -123,6 +154,8 @@ def _defect(raw: dict[str, Any]) -> Defect:
         raise ValueError(f"release entry {found.id}: a log symptom names its catalog entries, no other does")
     if (found.symptom == "labels") != bool(found.labels):
         raise ValueError(f"release entry {found.id}: a labels symptom names the labels it writes, no other does")
+    if not found.fixed_in and not found.workaround:
+        raise ValueError(f"release entry {found.id}: a defect no release fixed names its documented workaround")
     return found
 
 

@@ -33,8 +33,9 @@ from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.kinds import Kind
+from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
 MAX_LOGS = 5
 #: At most how many running exporter / GFD pods' logs are read (one per DaemonSet that shows trouble).
@@ -73,6 +74,31 @@ STEPS = (
     "events",
     "resourceslices",
 )
+#: The driver upgrade states in which the GPU Operator's upgrade controller waits on the node's pods
+#: (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go), and the one it leaves a node in when that wait failed.
+DRAIN_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED})
+
+
+def draining(nodes: list[Obj]) -> bool:
+    """Does any node show a drain under way: cordoned (spec.unschedulable: the driver manager and the upgrade
+    controller cordon before they evict) or in a driver upgrade state that waits on its pods? Only then are
+    PodDisruptionBudgets worth a list call: a healthy cluster pays nothing for them."""
+    return any(
+        (n.get("spec") or {}).get("unschedulable")
+        or ((n.get("metadata") or {}).get("labels") or {}).get(STATE_LABEL) in DRAIN_STATES
+        for n in nodes
+    )
+
+
+def read_pdbs(cluster: Cluster) -> list[Obj] | None:
+    """Every PodDisruptionBudget, or None where the doctor may not read them (403: a role without the grant) or the
+    cluster does not serve policy/v1: the checks then know they were not read."""
+    try:
+        return served_list(cluster, PDB)
+    except KubeError as exc:
+        if exc.code == 403:
+            return None
+        raise
 
 
 def list_if_served(cluster: Cluster, kind: Kind) -> list[Obj]:
@@ -133,6 +159,10 @@ def gather(
     # resource.k8s.io/v1 (Kubernetes 1.34 on): where it is not served, no ResourceSlice was read, not none published.
     resource_slices = served_list(cluster, RESOURCE_SLICE)
     step("resourceslices")
+    pdbs = read_pdbs(cluster) if draining(nodes) else []
+    absent = set() if resource_slices is not None else {"resourceslices"}
+    if pdbs is None:
+        absent.add("poddisruptionbudgets")
     return Snapshot(
         namespace=namespace or "",
         policies=policies + nvidia,
@@ -144,7 +174,8 @@ def gather(
         events=events,
         drivers=drivers,
         resource_slices=resource_slices or [],
-        absent=frozenset() if resource_slices is not None else frozenset({"resourceslices"}),
+        pdbs=pdbs or [],
+        absent=frozenset(absent),
     )
 
 

@@ -49,6 +49,8 @@ class Snapshot:
     previous_logs: dict[LogKey, str] = field(default_factory=dict)
     drivers: list[Obj] = field(default_factory=list)  #: NVIDIADriver objects (GPU Operator)
     resource_slices: list[Obj] = field(default_factory=list)  #: DRA ResourceSlices (resource.k8s.io/v1)
+    #: PodDisruptionBudgets (policy/v1), read only where a node drains (`snapshot.draining`): what an eviction obeys
+    pdbs: list[Obj] = field(default_factory=list)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
     #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
     scrapes: dict[str, Scrape] = field(default_factory=dict)

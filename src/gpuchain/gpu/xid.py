@@ -130,6 +130,8 @@ class XidInfo:
     unhealthy: bool = True
     """Whether one occurrence makes the device unhealthy by default (NVIDIA's plugin skips six)."""
     threshold: Threshold | None = None
+    group: str = ""
+    """The part of the GPU it names (``firmware``, ``memory``, ``nvlink``, ``bus``; "" for none in particular)."""
 
     @property
     def catalogued(self) -> bool:
@@ -197,6 +199,7 @@ def xid_table() -> XidTable:
     """The table as shipped (the data file, read once)."""
     data = _load()
     buckets = {str(b): Resolution(str(r)) for b, r in data["buckets"].items()}
+    group_of = {int(c): str(g) for g, codes in (data.get("groups") or {}).items() for c in codes}
     rows: dict[int, XidInfo] = {}
     for code, row in data["xids"].items():
         limit = row.get("threshold")
@@ -211,6 +214,7 @@ def xid_table() -> XidTable:
             resolution=buckets[str(row["bucket"])],
             unhealthy=bool(row.get("unhealthy", True)),
             threshold=threshold,
+            group=group_of.get(int(code), ""),
         )
     return XidTable(rows)
 

@@ -18,6 +18,7 @@ from gpuchain.doctor.links.common import (
     placement_fix,
     said_in,
 )
+from gpuchain.doctor.links.driver_paused import paused_for_driver
 from gpuchain.doctor.links.nfd_pods import nfd_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node_image import node_image
@@ -516,6 +517,9 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         return None
     if view.labels.get(deploy_label(operand)) == PAUSED_FOR_MIG_CHANGE:
         return None
+    paused = paused_for_driver(ctx, view=view, operand=operand, link=link)
+    if paused is not None:
+        return paused
     if not ctx.policy_unknown and not enabled(ctx.policy, operand):
         return elsewhere_unplaced(ctx, view=view, operand=operand, link=link)
     ds = operand_daemonset(ctx, operand)

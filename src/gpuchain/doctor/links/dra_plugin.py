@@ -297,7 +297,7 @@ def _gpu_dra_said(text: str) -> catalog.Match | None:
     return found
 
 
-def _node_dra_plugin(ctx: Context, view: NodeView) -> Obj | None:
+def node_dra_plugin(ctx: Context, view: NodeView) -> Obj | None:
     """The GPU DRA kubelet plugin pod on this node: NVIDIA's (its kubelet-plugin DaemonSet's before another pod of
     its image, a compute domain's daemon) or gpuchain's. Searched in every pod only for a node with a failing
     claim: beside a running device plugin, NVIDIA's plugin pod is not the node's device-plugin operand pod."""
@@ -358,7 +358,7 @@ def claims_not_prepared(ctx: Context, view: NodeView) -> Finding | None:
     if not failing:
         return None
     shown, where, said = min(failing, key=lambda f: _rank(f[2]))
-    plugin = _node_dra_plugin(ctx, view)
+    plugin = node_dra_plugin(ctx, view)
     pods = [f"{namespace_of(p)}/{name_of(p)}" for p, _, _ in failing]
     wrapper = catalog.find(said.line, "kubelet.dra-prepare-failed")
     cites = [said.entry.cite(), *([wrapper.entry.cite()] if wrapper and wrapper.entry is not said.entry else [])]

@@ -12,8 +12,10 @@ from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.evidence import hook_refusal, probe_failures
 from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
-from gpuchain.doctor.links.driver_manager import drain_stuck, mofed_wait
+from gpuchain.doctor.links.driver_manager import DRIVER_MANAGER, drain_held, mofed_wait
+from gpuchain.doctor.links.driver_upgrade import upgrade_held
 from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
@@ -269,6 +271,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             ),
         )
     state = pod_state(pod)
+    held = upgrade_held(ctx, view, failing=state.failing)
+    if held is not None:
+        return held
     if state.ready:
         return Result(LinkState.OK, f"driver pod Running{f', {version}' if version else ''}")
     if hook_refusal(ctx, view, pod) is not None:
@@ -454,9 +459,10 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         _stale_os_label(ctx, view, pod)
         or _upgrade_done_yet_failing(ctx, view, state, holders)
         or mofed_wait(ctx, state=state, log=log)
-        or drain_stuck(ctx, view=view, log=log)
+        or drain_held(ctx, view=view, state=state, pod=pod, log=log)
     )
     if stale is not None:
+        stale = with_release(ctx, view=view, pod=pod, operand=DRIVER, known=stale, log=log)
         return known_not_ready(view, link="driver", what="driver pod", state=state, known=stale)
     return not_ready(
         ctx,
@@ -604,7 +610,6 @@ RHCOS_BUILD = re.compile(r"\b(\d+\.\d+\.\d{8,12}-\d+)\b")
 #: The driver upgrade controller's node states (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go:
 #: "UpgradeStateDone is set when driver pod is up to date and running on the node", UpgradeStateUpgradeRequired).
 UPGRADE_DONE, UPGRADE_REQUIRED = "upgrade-done", "upgrade-required"
-DRIVER_MANAGER = "k8s-driver-manager"
 
 
 def _stale_os_label(ctx: Context, view: NodeView, pod: Obj) -> Known | None:

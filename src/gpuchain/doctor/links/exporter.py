@@ -12,6 +12,7 @@ from gpuchain.doctor.links.common import Known, Result, node_finding
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.metrics import unsupported_fields
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
+from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
@@ -155,6 +156,7 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
     repair, or an image without DCGM (None: none of these)."""
     known = _exporter_failure(ctx, view, pod, state, log)
     if known is not None:
+        known = with_release(ctx, view=view, pod=pod, operand=DCGM_EXPORTER, known=known, log=log)
         return known_not_ready(view, link=LINK, what=WHAT, state=state, known=known)
     found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
     if not found:

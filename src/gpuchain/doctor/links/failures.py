@@ -9,7 +9,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import next_step, refused_message, silent_fix
+from gpuchain.doctor.evidence import refused_message
 from gpuchain.doctor.links.arguments import arguments_refused
 from gpuchain.doctor.links.common import (
     Known,
@@ -22,10 +22,11 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.oom_limit import lighter, memory_limit
 from gpuchain.doctor.links.probes import probe_killed
 from gpuchain.doctor.links.pull_refused import pull_refused
-from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair
+from gpuchain.doctor.links.releases import carried_repair, newest_release, release_repair, with_release
 from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.next_steps import last_line, next_step, shape_of, silent_fix
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
 from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import (
@@ -735,6 +736,7 @@ def not_ready(
     log = "\n".join(x for x in (log, "" if refused in log else refused) if x)
     known = known_failure(ctx, view=view, operand=operand, state=state, log=log)
     if known is not None:
+        known = with_release(ctx, view=view, pod=view.pod(operand), operand=operand, known=known, log=log)
         return known_not_ready(view, link=link, what=what, state=state, known=known)
     found = catalog.known_error(log, link)
     if found is not None:
@@ -763,8 +765,11 @@ def not_ready(
     # Nothing known: the line itself is quoted (and reported as unrecognised by evidence.unrecognised), with
     # the link's next action; the pod is run again after it.
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
-    line = catalog.unknown_error(log) or ""
+    line, last = catalog.unknown_error(log) or "", last_line(log)
     image = container_image(view.pod(operand), state.container or ctx.container(operand))
+    step = next_step(ctx, link=link, line=line, refused=refused, last=last, image=image, node=view.name)
+    # A line of a shape gpuchain knows has that shape's repair first (in `step`); a newer release is not it.
+    upgrade = link in UPGRADED and shape_of(ctx, link=link, said=(line, refused, last)) is None
     if refused:
         cause = f"the {what} never started: the container runtime refused its container ({state.status})."
     return Result(
@@ -784,16 +789,10 @@ def not_ready(
                 ],
                 fix=newest_release(
                     ctx,
-                    pod=view.pod(operand) if link in UPGRADED else None,
+                    pod=view.pod(operand) if upgrade else None,
                     operand=operand,
-                    otherwise=f"{next_step(ctx, link=link, line=line, refused=refused, last=_last(log), image=image)}"
-                    f"; the pod retries by itself ({ctx.stack.render(again)} starts it at once)",
+                    otherwise=f"{step}; the pod retries by itself ({ctx.stack.render(again)} starts it at once)",
                 ),
             ),
         ),
     )
-
-
-def _last(log: str) -> str:
-    """The last line of ``log`` that is not blank ("" for none)."""
-    return next((ln.strip() for ln in reversed(log.splitlines()) if ln.strip()), "")

@@ -8,7 +8,7 @@ from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
 from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
-from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.releases import release_repair, with_release
 from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.nfd import LABEL_DENIED, master_containers
@@ -26,7 +26,10 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
     """GFD failing because its container has no NVML while the plugin beside it gets its GPUs through a
     RuntimeClass GFD's pod lacks (None: left to every operand's reading)."""
     known = without_plugins_runtime_class(ctx, view=view, pod=pod, log=log, what=WHAT, nvml_ids=NO_NVML)
-    return known_not_ready(view, link="gfd", what=WHAT, state=state, known=known) if known is not None else None
+    if known is None:
+        return None
+    known = with_release(ctx, view=view, pod=pod, operand=GFD, known=known, log=log)
+    return known_not_ready(view, link="gfd", what=WHAT, state=state, known=known)
 
 
 def _not_rendered(ctx: Context, view: NodeView) -> Result | None:

@@ -5,14 +5,24 @@ the bus"); the device plugin then cannot list its devices and the kubelet refuse
 runtime hook and CUDA fail on it. None of those components is broken: each only relays what the GPU did, and no
 change to the driver, the toolkit or the plugin brings it back. The chain's `node` link is the node itself (its
 kubelet, its runtime, its hardware), so that is the link named, with the work a person does on it.
+
+Short of a lost GPU, the node's hardware speaks through the kernel's Xids (links/xid_events.py): those NVIDIA's
+catalog clears by a GPU reset or a reboot are this link's too, without stopping the walk (the other GPUs still serve),
+and the application's are the workload's warning. The driver's own (the GSP firmware's, the module's errors) are read
+by the driver link's check instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import Failure
+from gpuchain.doctor.kernel_log import mentioned, node_xids
+from gpuchain.doctor.links.xid_events import xid_findings
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
+from gpuchain.gpu import xid as xids
 from gpuchain.kube.objects import name_of, namespace_of
 
 #: NVML's words for a lost GPU (catalog.yaml: go-nvml's ERROR_GPU_IS_LOST, nvml.h's text, the kernel's Xid 79 line).
@@ -64,3 +74,15 @@ def gpu_lost(ctx: Context, view: NodeView, witnessed: list[Failure]) -> Finding 
         node=view.name,
         action=action,
     )
+
+
+def gpu_faults(ctx: Context, view: NodeView, witnessed: list[Failure]) -> list[Finding]:
+    """The node's hardware: a lost GPU (`gpu_lost`, which stops the walk, so its Xid 79 is told once), else the Xids
+    the node shows that are not the driver link's."""
+    lost = gpu_lost(ctx, view, witnessed)
+    if lost is None:
+        return [f for f in xid_findings(ctx, view) if f.link != "driver"]
+    # The kernel's own word for it, where the node shows one, names the GPU that left the bus.
+    off = [s for s in node_xids(ctx, view) if xids.describe(s.code).group == "bus"] if mentioned(ctx, view) else []
+    said = tuple(f"{s.places[0]}: {s.lines[0]}" for s in off[:2])
+    return [dataclasses.replace(lost, evidence=lost.evidence + said)]

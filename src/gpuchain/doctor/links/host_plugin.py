@@ -8,7 +8,7 @@ from __future__ import annotations
 from gpuchain.doctor.bottlerocket import host_plugin_node
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result
-from gpuchain.doctor.links.gsp_xid import check_driver_and_gsp
+from gpuchain.doctor.links.xid_events import check_driver_and_kernel
 from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.node import node_info
 from gpuchain.kube.gpu_resources import node_gpu_resources
@@ -27,4 +27,4 @@ def check_driver_under_host_plugin(ctx: Context, view: NodeView) -> Result:
             LinkState.OK,
             f"the node image's driver ({node_info(view.node).get('osImage')}: its own plugin announces the GPUs)",
         )
-    return check_driver_and_gsp(ctx, view)
+    return check_driver_and_kernel(ctx, view)

@@ -20,6 +20,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.links.mig_empty import mig_without_instances
 from gpuchain.doctor.links.mig_host_clients import host_clients_hang
+from gpuchain.doctor.links.mig_wait import client_stuck
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
@@ -116,6 +117,10 @@ def mig_finding(ctx: Context, view: NodeView) -> Finding | None:
         )
     if state == "failed":
         return _failed_layout(ctx, view, wanted or "", reason, log, evidence)
+    if paused and state == "pending":
+        waited = client_stuck(ctx, view, mgr=mgr, evidence=evidence)
+        if waited is not None:
+            return waited
     if mgr is not None and paused and state == "pending":
         wedged = _wedged(ctx, view, mgr, wanted or "", log, evidence)
         if wedged is not None:
@@ -159,18 +164,24 @@ def _manager_failing(ctx: Context, view: NodeView, mgr: Obj | None, evidence: li
     if said is None:
         return None
     ns = namespace_of(mgr) or ctx.namespace
+    repair = said.entry.repair(view.name, namespace=ns, pod=name_of(mgr))
+    # Where the release the manager runs is known to write this (releases.yaml), the release that fixed it first.
+    release = release_repair(ctx, view=view, pod=mgr, operand=MIG_MANAGER, shown=showing("log", said.entry.id))
     return node_finding(
         view,
         fid="mig.not-ready",
         sev=Severity.ERROR,
         link="mig",
-        cause=f"the MIG manager pod {name_of(mgr)} is {state.status}, so it applies no MIG layout: {said.entry.cause}",
+        cause=f"the MIG manager pod {name_of(mgr)} is {state.status}, so it applies no MIG layout: {said.entry.cause}"
+        + (f" {release.cause}" if release else ""),
         evidence=[
             *(e for e in evidence if not e.startswith("pod ")),
             state.describe(),
             *said.evidence("mig-manager log"),
+            *(release.evidence if release else ()),
         ],
-        fix="# " + said.entry.repair(view.name, namespace=ns, pod=name_of(mgr)),
+        fix=f"{release.fix}; otherwise: {repair}" if release else f"# {repair}",
+        action=release.action if release else None,
     )
 
 
@@ -311,7 +322,17 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
     if said is not None and named is not None:
         return _profile_unlisted(ctx, view, wanted, named, said, evidence, again)
     # mig-parted's wrapper line names no cause of its own: the layout in the ConfigMap is what to repair.
-    if said is not None and said.entry.id != APPLY_FAILED:
+    release = (
+        release_repair(ctx, view=view, pod=mgr, operand=MIG_MANAGER, shown=showing("log", said.entry.id))
+        if said is not None
+        else None
+    )
+    if said is not None and release is not None:
+        # A defect of the manager's release (releases.yaml): the release that fixed it, the layout applied again.
+        cause = f"the MIG manager could not apply layout {wanted!r}: {said.entry.cause} {release.cause}"
+        work = f"{release.fix.removeprefix('# ')}; otherwise {said.entry.fix}; then {again}"
+        evidence = [*evidence, *release.evidence]
+    elif said is not None and said.entry.id != APPLY_FAILED:
         cause = f"the MIG manager could not apply layout {wanted!r}: {said.entry.cause}"
         work = f"{said.entry.fix}; then restart the MIG manager so it applies {wanted!r} again ({again})"
     elif MODE_STEP in log and CONFIG_STEP not in log.rsplit(MODE_STEP, 1)[1]:
@@ -334,6 +355,10 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
             f"restart the MIG manager so it applies it again ({again})"
         )
     action = Fix(FixOp.NODE, view.name, {"action": work, "fact": "mig-applied"})
+    fix = ctx.stack.render(action)
+    if said is not None and release is not None and release.action is not None:
+        # The manager's release is set in the cluster (its policy or DaemonSet), not on the node.
+        action, fix = release.action, f"{release.fix}; otherwise {said.entry.fix}; then {again}"
     return node_finding(
         view,
         fid="mig.failed",
@@ -341,7 +366,7 @@ def _failed_layout(ctx: Context, view: NodeView, wanted: str, reason: str, log: 
         link="mig",
         cause=cause,
         evidence=[*evidence, *(said.evidence("mig-manager log" if said.line in log else "says") if said else ())],
-        fix=ctx.stack.render(action),
+        fix=fix,
         action=action,
     )
 

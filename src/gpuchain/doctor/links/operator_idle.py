@@ -13,10 +13,10 @@ step failing) is the catalog entry's, and a line no entry knows is reported as u
 from __future__ import annotations
 
 from gpuchain.doctor.context import Context
-from gpuchain.doctor.evidence import next_step
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, said_by_operator
 from gpuchain.doctor.links.nfd_pods import nfd_down, nfd_pods
 from gpuchain.doctor.model import Finding, Fix, Severity
+from gpuchain.doctor.next_steps import next_step
 from gpuchain.kube.objects import labels_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
 

@@ -19,10 +19,11 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import probe_failures
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.releases import operator_repair
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.pods import PodState
-from gpuchain.doctor.releases import defect, version_of
+from gpuchain.doctor.releases import defect, showing, version_of
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, Operand
 
@@ -104,6 +105,12 @@ def probe_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodSt
     ns = namespace_of(pod) or ctx.namespace
     probes = {f"{k}Probe": {key: value} for k, (key, value) in raised.items()}
     if ns == ctx.namespace and ctx.policy_obj is not None:
+        shown = tuple(d for d in showing("probe-killed") if d.by == "operator" and d.kills(container))
+        fixed = operator_repair(ctx, shown=shown) if shown else None
+        if fixed is not None:  # the operator release that no longer renders this probe
+            return Known(
+                cause=f"{cause} {fixed.cause}", evidence=(*evidence, *fixed.evidence), action=None, fix=fixed.fix
+            )
         if operand is not DRIVER or "peermem" in container:
             return None  # the operator renders these probes from no setting of its ClusterPolicy: not this repair
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": probes}})

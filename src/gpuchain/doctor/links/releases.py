@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
-from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
+from gpuchain.doctor.owners import HELM_APP_VERSION, HELM_CHART, HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.releases import (
     MOVED,
     NEWEST,
     Defect,
     Move,
+    defects,
     fixed_image,
     image_version,
     moved_image,
@@ -23,7 +25,7 @@ from gpuchain.doctor.releases import (
     version_of,
 )
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import Operand
+from gpuchain.operator.operands import OPERANDS, Operand
 
 
 def release_repair(
@@ -35,17 +37,32 @@ def release_repair(
     operand, else the DaemonSet, as no stack ships a release for it); with no pod (a toolkit installed on the
     host, whose version no object shows), the release to move to if it runs an older one. None where the pod runs
     a release the defect does not affect."""
+    shown = tuple(d for d in shown if d.holds(ctx.policy_obj))
+    operator = operator_repair(ctx, shown=shown)
+    if operator is not None:
+        return operator
+    pod, operand = _component_pod(view, pod, operand, shown)
     if pod is None:
         hit = next((d for d in shown if d.by == "image"), None)
         if hit is None:
             return None
+        if not hit.fixed_in:
+            return Known(
+                cause=f"{hit.name} releases from {hit.affected[0]} have a known issue here: {hit.cause}",
+                evidence=(f"release note: {hit.line}", hit.cite()),
+                action=None,
+                fix=f"# if its {hit.name} is {hit.affected[0]} or later, {hit.workaround} (the workaround its release "
+                "notes document; no release has fixed it)",
+            )
         back = f" (or back to {hit.last_good})" if hit.last_good else ""
+        # A range with a release before it that had no such defect (last_good) is named by both ends.
+        runs = f"is {hit.affected[0]} or later and predates" if hit.last_good else "predates"
         return Known(
             cause=f"{hit.name} releases before {hit.fixed_in} have a known defect here: {hit.cause}",
             evidence=(f"release note: {hit.line}", hit.cite()),
             action=None,
-            fix=f"# if its {hit.name} predates {hit.fixed_in}, upgrade the {hit.name} to >= {hit.fixed_in}{back} on "
-            f"{view.name} (or in the node image that carries it)",
+            fix=f"# if its {hit.name} {runs} {hit.fixed_in}, upgrade the {hit.name} to >= {hit.fixed_in}{back} on "
+            f"{view.name} (or in the node image that carries it){_until(hit)}",
         )
     ns = namespace_of(pod) or ctx.namespace
     ds = owner_daemonset(ctx, pod)
@@ -59,7 +76,7 @@ def release_repair(
             evidence=(f"DaemonSet {ns}/{name_of(ds)}: chart {name}-{version}", f"release note: {hit.line}", hit.cite()),
             action=None,
             fix=f"helm upgrade {release} {chart} -n {ns} --version {hit.fixed_in} --reuse-values   # the chart "
-            "release that fixed it",
+            f"release that fixed it{_until(hit)}",
         )
     spec = pod.get("spec") or {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -72,34 +89,175 @@ def release_repair(
         if hit is None:
             return None  # it runs a release the defect does not affect
         action, fix = set_release(
-            ctx, pod=pod, operand=operand, container=str(container.get("name")), image=fixed_image(image, hit)
+            ctx,
+            pod=pod,
+            operand=operand,
+            container=str(container.get("name")),
+            image=fixed_image(image, hit),
+            helper=HELPERS.get(component, ""),
         )
         back = f" (or back to {hit.last_good})" if hit.last_good else ""
         values = f", and image.tag in the values of Helm release {release}" if release and action is None else ""
+        evidence = (f"container {container.get('name')}: {image}", f"release note: {hit.line}", hit.cite())
+        if not hit.fixed_in:
+            return _open_issue(hit, f"{hit.name} {tag}", evidence)
         return Known(
             cause=f"It is a known defect of {hit.name} {tag}, fixed in {hit.fixed_in}: {hit.cause}",
-            evidence=(f"container {container.get('name')}: {image}", f"release note: {hit.line}", hit.cite()),
+            evidence=evidence,
             action=action,
-            fix=f"{fix}   # {hit.name} {hit.fixed_in}, the release that fixed it{back}{values}",
+            fix=f"{fix}   # {hit.name} {hit.fixed_in}, the release that fixed it{back}{values}{_until(hit)}",
         )
     return None
 
 
+def _images(pod: Obj | None) -> set[str]:
+    """The image names (repositories' last parts) ``pod``'s init and main containers run."""
+    spec = (pod or {}).get("spec") or {}
+    return {
+        image_version(str(c.get("image", "")))[0]
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
+
+
+def _component_pod(
+    view: NodeView, pod: Obj | None, operand: Operand, shown: tuple[Defect, ...]
+) -> tuple[Obj | None, Operand]:
+    """The pod (and its operand) on the node that runs the component of an image defect in ``shown``: ``pod`` where it
+    does or where no defect names an image, else the operand pod of this node that runs one (a message read in
+    another link's pod, e.g. a workload's CUDA error under a toolkit release, is that component's release to move),
+    else ``pod``."""
+    wanted = {d.component for d in shown if d.by == "image"}
+    if not wanted or wanted & _images(pod):
+        return pod, operand
+    for other in OPERANDS:
+        found = view.pod(other)
+        if found is not None and wanted & _images(found):
+            return found, other
+    return pod, operand
+
+
+def _open_issue(hit: Defect, running: str, evidence: tuple[str, ...]) -> Known:
+    """A known issue of ``running`` that no release has fixed: its documented workaround is the repair."""
+    return Known(
+        cause=f"It is a known issue of {running} that no release has fixed yet: {hit.cause}",
+        evidence=evidence,
+        action=None,
+        fix=f"{hit.workaround}   # the workaround its release notes document",
+    )
+
+
+def _until(hit: Defect) -> str:
+    """The documented workaround of ``hit`` as the step until the fixed release runs ("" where none is named)."""
+    return f"; until it runs: {hit.workaround}" if hit.workaround else ""
+
+
+def operator_release(ctx: Context) -> tuple[str, str]:
+    """The GPU Operator release the cluster runs and the Helm release that installed it: the ClusterPolicy's Helm
+    labels (helm.sh/chart gpu-operator-<version>, app.kubernetes.io/version), else the tag of the operator pod's
+    image; ("", "") where neither shows one. Worked out once per diagnosis (`Context.memo`): every node's finding
+    asks the same, and the pods are read where the policy's labels name none."""
+    known = ctx.memo.get("operator_release")
+    if isinstance(known, tuple):
+        return known
+    found = ctx.memo["operator_release"] = _operator_release(ctx)
+    return found
+
+
+def _operator_release(ctx: Context) -> tuple[str, str]:
+    """`operator_release`, read from the objects."""
+    labels = ((ctx.policy_obj or {}).get("metadata") or {}).get("labels") or {}
+    name, _, version = str(labels.get(HELM_CHART, "")).rpartition("-")
+    version = version if name == "gpu-operator" else str(labels.get(HELM_APP_VERSION, ""))
+    if version:
+        return version, str(labels.get(HELM_RELEASE, ""))
+    for pod in ctx.snapshot.pods:
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            image, tag = image_version(str(container.get("image", "")))
+            if image == "gpu-operator" and version_of(tag) is not None:
+                return tag, ""
+    return "", ""
+
+
+def operator_repair(ctx: Context, *, shown: tuple[Defect, ...]) -> Known | None:
+    """The GPU Operator release that repairs a defect of ``shown`` its own release carries (``by: operator``): the
+    chart upgraded to the release that fixed it, with the documented workaround until then (the workaround alone
+    where no release fixed it); None where the cluster runs no GPU Operator release one of them affects."""
+    version, release = operator_release(ctx) if any(d.by == "operator" for d in shown) else ("", "")
+    hit = next((d for d in shown if d.by == "operator" and version and d.covers(version)), None)
+    if hit is None:
+        return None
+    evidence = (f"GPU Operator {version}", f"release note: {hit.line}", hit.cite())
+    if not hit.fixed_in:
+        return _open_issue(hit, f"the GPU Operator {version}", evidence)
+    chart = ctx.stack.chart.chart if ctx.stack.chart is not None else "nvidia/gpu-operator"
+    upgrade = (
+        f"helm upgrade {release} {chart} -n {ctx.namespace} --version {hit.fixed_in} --reuse-values"
+        if release
+        else f"# upgrade the GPU Operator to {hit.fixed_in} or later"
+    )
+    back = f" (or back to {hit.last_good})" if hit.last_good else ""
+    return Known(
+        cause=f"It is a known defect of the GPU Operator {version}, fixed in {hit.fixed_in}: {hit.cause}",
+        evidence=evidence,
+        action=None,
+        fix=f"{upgrade}   # the GPU Operator release that fixed it{back}{_until(hit)}",
+    )
+
+
+def with_release(ctx: Context, *, view: NodeView, pod: Obj | None, operand: Operand, known: Known, log: str) -> Known:
+    """``known`` (a failure a check recognised in ``log``) with, first, the release that repairs it where a message of
+    ``log`` is one a release of the running component is known to write (releases.yaml): the check names the
+    failure, the release table the repair its maintainers shipped. ``known`` itself where none covers what runs."""
+    ids = sorted({e for d in defects() if d.symptom == "log" for e in d.entries})
+    found = catalog.find(log, *ids) if ids and log else None
+    if found is None:
+        return known
+    shown = tuple(d for d in defects() if d.symptom == "log" and found.entry.id in d.entries)
+    release = release_repair(ctx, view=view, pod=pod, operand=operand, shown=shown)
+    if release is None or release.fix in known.fix:
+        return known
+    return Known(
+        cause=f"{known.cause} {release.cause}",
+        evidence=(*known.evidence, *(e for e in release.evidence if e not in known.evidence)),
+        action=release.action or known.action,
+        fix=f"{release.fix}; otherwise: {known.fix.lstrip('# ')}",
+    )
+
+
+#: Images the GPU Operator runs beside an operand's own, set under that operand's section of its ClusterPolicy: the
+#: driver manager, the driver pod's init container, is spec.driver.manager (NVIDIA/gpu-operator
+#: api/nvidia/v1/clusterpolicy_types.go, DriverSpec.Manager).
+HELPERS = {"k8s-driver-manager": "manager"}
+
+
 def set_release(
-    ctx: Context, *, pod: Obj, operand: Operand, container: str, image: str, move: Move | None = None
+    ctx: Context,
+    *,
+    pod: Obj,
+    operand: Operand,
+    container: str,
+    image: str,
+    move: Move | None = None,
+    helper: str = "",
 ) -> tuple[Fix | None, str]:
     """``container`` of ``pod`` moved to ``image``: the policy's version of ``operand`` where the stack's policy runs
     it (the operator renders its DaemonSet from the policy, and would undo an edit of it), else the DaemonSet's
     image; the action where there is one, and the fix's text. With ``move`` (``image`` is the image that ships the
     component's releases after its own image ended, `MOVED`), the policy names that image too, and the DaemonSet's
     container gets the command that runs the component in it (or, rendered by the nvidia-device-plugin chart, the
-    chart release that runs it from that image)."""
+    chart release that runs it from that image). ``helper``: the image is one the operator runs beside the operand's
+    own, set under that key of the operand's section (`HELPERS`)."""
     ns = namespace_of(pod) or ctx.namespace
     if ns == ctx.namespace and ctx.policy_obj is not None:
         repository, _, tagged = image.rpartition("/")
         name, _, version = tagged.partition(":")
         where: dict[str, str] = {"repository": repository, "image": name} if move is not None else {}
-        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {**where, "version": version}}})
+        section: dict[str, object] = {**where, "version": version}
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {operand.spec_key: {helper: section} if helper else section}},
+        )
         return action, ctx.stack.render(action)
     ds = owner_ds(pod) or ctx.ds(operand)
     fix = f"kubectl -n {ns} set image ds/{ds} {container}={image}"

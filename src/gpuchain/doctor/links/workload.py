@@ -136,6 +136,8 @@ HOOK_FAILED = (
     "nvidia-container-runtime.low-level-runtime-missing",
     "nvidia-container-runtime.cdi-vendor-mix",
     "nvidia-cdi-hook.create-symlink-failed",
+    "cri-o.user-namespace-cdi-hook",
+    "coreutils.chmod-device-path-missing",
     "libnvidia-container.driver-rpc-timeout",
     "libnvidia-container.initialization-error",
     "cdi.unresolvable-devices",
@@ -322,16 +324,25 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         work = f"the driver is {image.cloud}'s node image's: upgrade the node pool's node image: {image.upgrade}"
     else:
         work = said.entry.fix
+    # Words a release of a component on the node is known to cause (releases.yaml): that release first.
+    release = release_repair(
+        ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
+    )
     again = " && ".join(f"kubectl delete pod -n {namespace_of(p)} {name_of(p)}" for p in hit[:3])
     action = Fix(
         FixOp.NODE,
         view.name,
         {
-            "action": f"{work}; then {again}",
+            "action": f"{release.fix.removeprefix('# ')}; otherwise {work}; then {again}"
+            if release is not None
+            else f"{work}; then {again}",
             "drain": False,
             NOT_SIMULATED: "the driver's compute mode, license and CUDA version are not scenario facts",
         },
     )
+    fix = ctx.stack.render(action)
+    if release is not None and release.action is not None:  # the release is set in the cluster, not on the node
+        action, fix = release.action, f"{release.fix}; otherwise {work}; then {again}"
     return node_finding(
         view,
         fid="workload.cuda-unusable",
@@ -345,8 +356,9 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
             f"node {view.name} announces {', '.join(f'{k} {v}' for k, v in node_gpu_resources(view.node).items())}",
             *(f"label {k}={view.labels[k]}" for k in DRIVER_LABELS if k in view.labels),
             *(image.said if image is not None else ()),
+            *(release.evidence if release is not None else ()),
         ],
-        fix=ctx.stack.render(action),
+        fix=fix,
         action=action,
     )
 
