@@ -15,7 +15,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
-from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset, owner_ds
 from gpuchain.doctor.placement import blocker
