@@ -8,8 +8,10 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.kernel_log import Seen, scrape_gpus
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.releases import set_release
+from gpuchain.doctor.links.xid_events import PLUGIN_XID, XID_NUMBER, _gpu_step
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state
@@ -54,9 +56,8 @@ def gpu_lost(ctx: Context, *, view: NodeView, res: str, cap: int, alloc: int, ph
     plugin = view.pod(DEVICE_PLUGIN)
     plugin_log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN)) if plugin is not None else ""
     # NVIDIA's plugin and gpuchain's log the XID and the GPU it hit (internal/rm/health.go).
-    xid = catalog.entry("k8s-device-plugin.xid-critical")
-    hits = [ln.strip() for ln in plugin_log.splitlines() if xid.regex.search(ln)]
-    evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([xid.cite()] if hits else [])]
+    hits = [ln.strip() for ln in plugin_log.splitlines() if PLUGIN_XID.regex.search(ln)]
+    evidence += [*(f"device plugin log: {ln}" for ln in hits[:3]), *([PLUGIN_XID.cite()] if hits else [])]
     evidence += loop_evidence(view.node)  # where gpuchain's repair loop stands with each GPU
     answering = not any(f.lost for f in health.faults.values()) and not catalog.find(
         "\n".join([plugin_log, *events]), "nvml.gpu-lost"
@@ -73,17 +74,10 @@ def gpu_lost(ctx: Context, *, view: NodeView, res: str, cap: int, alloc: int, ph
     evict = f"kubectl cordon {view.name}" + (
         f" && {targets}   # then: " if targets else "   # then delete the pods on the lost GPU; "
     )
-    action = Fix(
-        FixOp.HARDWARE,
-        view.name,
-        {
-            "action": "reboot (power-cycle) the node so the GPU comes back on the bus; if it falls off again, check "
-            "its seating, power and cooling, or replace the GPU"
-            if off_bus
-            else "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again",
-            "fact": "replace-gpu",
-        },
-    )
+    # The Xids it logged are repaired as the one Xid table says for each, on the GPU the line names; a GPU taken
+    # out with no such Xid logged (NVML lost it, gpuchain's repair loop published the fault) gets the general repair.
+    repair = _xid_repair(ctx, view, hits) or LOST_REPAIR
+    action = Fix(FixOp.HARDWARE, view.name, {"action": repair, "fact": "replace-gpu"})
     return node_finding(
         view,
         fid="gpu.lost",
@@ -98,8 +92,33 @@ def gpu_lost(ctx: Context, *, view: NodeView, res: str, cap: int, alloc: int, ph
     )
 
 
-#: The Xid number in the plugin's XidCriticalError line (catalog k8s-device-plugin.xid-critical).
-XID_NUMBER = re.compile(r"Xid=(\d+)")
+#: The repair of a GPU the plugin took out where it logged no Xid that names one (NVML lost the GPU, or gpuchain's
+#: repair loop published the fault).
+LOST_REPAIR = "reset the GPU (nvidia-smi -r) or reboot the node; replace the GPU if it falls off again"
+#: The GPU the plugin's XidCriticalError line names: "on Device=%s" with its UUID (internal/rm/health.go@v0.20.0), or
+#: its device name then ", uuid=%s" (GKE's plugin, as sim/scenarios/gke-gpu-fell-off-bus.yaml quotes it).
+XID_DEVICE = re.compile(r"Device=([^\s,;]+)(?:, uuid=([^\s,;]+))?")
+
+
+def _xid_repair(ctx: Context, view: NodeView, hits: list[str]) -> str:
+    """The repair of the Xids the plugin's XidCriticalError ``hits`` name that need the GPU itself repaired, each as
+    the one Xid table says (`xid_events`: a reset or a reboot, and what to check after it), on the GPU the line names
+    where the node's exporter scrape gives that GPU's bus id ("a GPU" where none does); "" where none needs it."""
+    gpus, _ = scrape_gpus(ctx, view)
+    bus_of = {gpu.uuid: bus for bus, gpu in gpus.items() if gpu.uuid}
+    seen: dict[tuple[int, str], Seen] = {}
+    for line in hits:
+        code, device = XID_NUMBER.search(line), XID_DEVICE.search(line)
+        if code is None:
+            continue
+        uuid = (device.group(2) or device.group(1)) if device else ""
+        one = seen.setdefault((int(code.group(1)), uuid), Seen(code=int(code.group(1)), bus=bus_of.get(uuid)))
+        one.add(line, "device plugin log", 1, warned=True)
+        one.count = len(one.lines)  # the plugin logs each occurrence: its lines are the Xid's count
+    repairs = [s for s in seen.values() if xids.describe(s.code).needs().repairs]
+    return "; ".join(_gpu_step(s, gpus) for s in repairs[:4])
+
+
 #: The release of NVIDIA's device plugin from which it skips each application Xid it did not always skip: v0.9.0 and
 #: earlier skip 31, 43 and 45 only (nvidia.go@v0.9.0 checkHealth); v0.10.0 adds 13 and 68 and reads
 #: DP_DISABLE_HEALTHCHECKS as a list of more Xids to skip (cmd/nvidia-device-plugin/nvidia.go@v0.10.0
