@@ -9,9 +9,7 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.arguments import arguments_refused
-from gpuchain.doctor.links.common import (
-    Known,
-)
+from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.image_missing import image_missing
 from gpuchain.doctor.links.pod_failures import command_missing, object_missing, oom_killed, unschedulable
 from gpuchain.doctor.links.probes import probe_killed
@@ -19,10 +17,7 @@ from gpuchain.doctor.links.toolkit_template import TEMPLATE, template_repair
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node import KUBEADM, distribution_of, drop_in_too_new, node_info, reads_config_file
-from gpuchain.doctor.owners import (
-    silent,
-    toolkit_env,
-)
+from gpuchain.doctor.owners import silent, toolkit_env
 from gpuchain.doctor.pods import PodState
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, TOOLKIT, Operand

@@ -7,9 +7,7 @@ from __future__ import annotations
 import re
 
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import (
-    Known,
-)
+from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node import node_info

@@ -7,21 +7,12 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import refused_message
-from gpuchain.doctor.links.common import (
-    Known,
-    Result,
-    container_image,
-    node_finding,
-)
+from gpuchain.doctor.links.common import Known, Result, container_image, node_finding
 from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.links.releases import newest_release, release_repair, with_release
 from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.next_steps import last_line, next_step, shape_of, silent_fix
-from gpuchain.doctor.owners import (
-    owner_ds,
-    repair_target,
-    silent,
-)
+from gpuchain.doctor.owners import owner_ds, repair_target, silent
 from gpuchain.doctor.pods import PodState
 from gpuchain.doctor.releases import moved_image, newer_image, showing
 from gpuchain.kube.objects import Obj

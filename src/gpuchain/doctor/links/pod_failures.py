@@ -9,21 +9,11 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import (
-    Known,
-    operand_daemonset,
-    placement_fix,
-)
+from gpuchain.doctor.links.common import Known, operand_daemonset, placement_fix
 from gpuchain.doctor.links.oom_limit import lighter, memory_limit
 from gpuchain.doctor.links.releases import carried_repair
 from gpuchain.doctor.model import Fix, FixOp
-from gpuchain.doctor.owners import (
-    HELM_APP_VERSION,
-    HELM_RELEASE,
-    chart_of,
-    owner_daemonset,
-    owner_ds,
-)
+from gpuchain.doctor.owners import HELM_APP_VERSION, HELM_RELEASE, chart_of, owner_daemonset, owner_ds
 from gpuchain.doctor.placement import Blocker, pod_blocker
 from gpuchain.doctor.pods import NOT_CREATED, PodState
 from gpuchain.kube.objects import Obj, name_of, namespace_of
