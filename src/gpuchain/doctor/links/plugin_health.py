@@ -11,7 +11,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kernel_log import Seen, scrape_gpus
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.releases import set_release
-from gpuchain.doctor.links.xid_events import PLUGIN_XID, XID_NUMBER, _gpu_step
+from gpuchain.doctor.links.xid_events import PLUGIN_XID, XID_NUMBER, gpu_step
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state
@@ -116,7 +116,7 @@ def _xid_repair(ctx: Context, view: NodeView, hits: list[str]) -> str:
         one.add(line, "device plugin log", 1, warned=True)
         one.count = len(one.lines)  # the plugin logs each occurrence: its lines are the Xid's count
     repairs = [s for s in seen.values() if xids.describe(s.code).needs().repairs]
-    return "; ".join(_gpu_step(s, gpus) for s in repairs[:4])
+    return "; ".join(gpu_step(s, gpus) for s in repairs[:4])
 
 
 #: The release of NVIDIA's device plugin from which it skips each application Xid it did not always skip: v0.9.0 and
