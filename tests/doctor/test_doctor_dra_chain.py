@@ -122,3 +122,26 @@ def test_a_cluster_that_serves_no_resourceslices_is_not_told_nothing_is_publishe
 
     report = diagnosed(SCENARIO, to_dra, dra_plugin(READY), unserved)
     assert not [f for f in report.findings if f.severity is Severity.ERROR], report.ids()
+
+
+#: What gpuchain's DRA plugin leaves as its termination message when its state directory cannot be written: Python's
+#: OSError as CPython prints it ("[Errno %S] %S: %R", Objects/exceptions.c OSError_str; EROFS's strerror), for the
+#: checkpoint gpuchain.dra writes in its state directory (dra/checkpoint.py FILE_NAME, dra/driver.py DEFAULT_STATE_DIR).
+READ_ONLY = "OSError: [Errno 30] Read-only file system: '/var/lib/kubelet/plugins/gpu.gpuchain.io/checkpoint.json'"
+
+
+def _crashing(message: str) -> dict[str, Any]:
+    """CRASHING with ``message`` as its last run's termination message."""
+    return {**CRASHING, "lastState": {"terminated": {**CRASHING["lastState"]["terminated"], "message": message}}}
+
+
+def test_a_crashing_dra_plugin_whose_line_gpuchain_knows_only_by_its_shape_gets_that_shapes_repair_first() -> None:
+    found = _error_on_n1(diagnosed(SCENARIO, to_dra, dra_plugin(_crashing(READ_ONLY))))
+    assert found.id == "device-plugin.dra-unpublished" and f"unrecognised: {READ_ONLY}" in found.evidence
+    assert found.fix.startswith("# ") and "read-only file system" in found.fix
+    assert found.fix.endswith(f"; then kubectl -n {NS} delete pod gpuchain-dra-plugin-q7k2m")
+
+
+def test_a_crashing_dra_plugin_whose_line_has_no_shape_is_started_again() -> None:
+    found = _error_on_n1(diagnosed(SCENARIO, to_dra, dra_plugin(_crashing("unexpected state: claim map is empty"))))
+    assert found.fix == f"kubectl -n {NS} delete pod gpuchain-dra-plugin-q7k2m"

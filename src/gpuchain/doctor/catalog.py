@@ -56,7 +56,7 @@ class Entry:
         DaemonSet that owns it), so the command pastes as it stands; a placeholder nothing fills stays for the
         user."""
         values = {"node": node, "namespace": namespace, "operator namespace": namespace, "its DaemonSet": daemonset}
-        values |= {"plugin pod": pod, "gfd pod": pod, "driver pod": pod}
+        values |= {"plugin pod": pod, "gfd pod": pod, "driver pod": pod, "nfd pod": pod}
         return PLACEHOLDER.sub(lambda m: values.get(m.group(1)) or m.group(0), self.fix)
 
 
@@ -195,10 +195,11 @@ def _above_info(link: str = "") -> tuple[Entry, ...]:
 
 #: How the chain's components mark a line as an error: klog's E/F header, logrus' level=error/fatal,
 #: the "Error:" / "ERROR:" / "FATAL" prefixes of CLIs and shell scripts, and gpuchain's own formats
-#: (text ``<time> ERROR <logger>: ...``, JSON ``"level": "error"``; commands/_output).
+#: (text ``<time> ERROR <logger>: ...``, JSON ``"level": "error"``; commands/_output) and controller-runtime's zap JSON
+#: (``"level":"error"``, the GPU Operator's log: NVIDIA/gpu-operator cmd/gpu-operator/main.go@v25.3.4).
 ERROR_LEVEL = re.compile(
     r"^[EF]\d{4} \d\d:\d\d:\d\d|\blevel=\"?(error|fatal|panic)\b|^(error|fatal|panic)\b:?|^\S*:\s*(error|fatal)\b"
-    r'|\d \b(ERROR|CRITICAL) [\w.-]+: |"level": "(error|critical)"',
+    r'|\d \b(ERROR|CRITICAL) [\w.-]+: |"level": ?"(error|critical|dpanic|panic|fatal)"',
     re.IGNORECASE,
 )
 

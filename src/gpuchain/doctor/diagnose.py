@@ -28,6 +28,7 @@ from gpuchain.doctor.links.hardware import gpu_faults
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
+from gpuchain.doctor.links.operator_idle import nothing_placed
 from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
@@ -534,7 +535,7 @@ def diagnose(snapshot: Snapshot) -> Report:
     with states_remembered():
         ctx = index(snapshot)
         chains = [walk(ctx, v) for v in ctx.views]
-        findings = _policy_findings(ctx)
+        findings = _policy_findings(ctx) + nothing_placed(ctx)
         findings += [f for c in chains for f in c.findings]
         findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
         findings += _version_skew(ctx)

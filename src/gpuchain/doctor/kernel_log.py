@@ -19,7 +19,7 @@ The module writes one line per Xid: "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s,
 
 The same scrape names each GPU's index and UUID by its PCI bus id, which is how a line's address becomes the GPU a
 person resets. The device plugin's own "XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy." is read by
-the plugin's count check (links/device_plugin.py), which names the GPU it took out; the codes it logged are left to it.
+the plugin's count check (links/plugin_health.py), which names the GPU it took out; the codes it logged are left to it.
 """
 
 from __future__ import annotations

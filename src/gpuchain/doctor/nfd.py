@@ -27,3 +27,17 @@ def master_containers(pods: list[Obj]) -> list[tuple[Obj, str]]:
         if is_nfd_master(p)
         for c in (p.get("spec") or {}).get("containers") or []
     ]
+
+
+def is_nfd(pod: Obj) -> bool:
+    """A pod of Node Feature Discovery (its master, worker or garbage collector): a node-feature-discovery image."""
+    return any(
+        "node-feature-discovery" in str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or []
+    )
+
+
+def nfd_containers(pods: list[Obj]) -> list[tuple[Obj, str]]:
+    """Each Node Feature Discovery pod with each of its containers' names, for reading their logs."""
+    return [
+        (p, str(c.get("name", ""))) for p in pods if is_nfd(p) for c in (p.get("spec") or {}).get("containers") or []
+    ]

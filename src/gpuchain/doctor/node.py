@@ -18,6 +18,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_state import bad_checkpoint
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.operator_says import operator_line
 from gpuchain.doctor.owners import toolkit_env
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.objects import Obj, name_of
@@ -321,7 +322,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 link="toolkit",
                 cause=f"the node's container runtime ({scheme}) is not one the container toolkit can configure "
                 f"({', '.join(RECOGNISED_RUNTIMES)}), so the GPU stack cannot give containers GPUs here.",
-                evidence=(f"status.nodeInfo.containerRuntimeVersion: {version}",),
+                evidence=(f"status.nodeInfo.containerRuntimeVersion: {version}", *_operator_said_runtime(ctx)),
                 fix=ctx.stack.render(action),
                 node=view.name,
                 action=action,
@@ -604,3 +605,14 @@ def _toolkit_stopped_runtime(ctx: Context, view: NodeView, configures: bool) -> 
         node=view.name,
         action=action,
     )
+
+
+def _operator_said_runtime(ctx: Context) -> tuple[str, ...]:
+    """NVIDIA's operator's own line for a runtime it does not recognise (it then configures containerd), where its log
+    was read: the evidence that the toolkit was set up for a runtime the node does not run."""
+    if ctx.stack.id != "gpu-operator":
+        return ()
+    found = operator_line(
+        ctx.snapshot.pods, namespace=ctx.namespace, log=ctx.log, entry_id="gpu-operator.runtime-unknown"
+    )
+    return found.evidence("operator log") if found is not None else ()

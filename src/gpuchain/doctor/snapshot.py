@@ -25,7 +25,8 @@ from functools import cache
 from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
-from gpuchain.doctor.nfd import master_containers
+from gpuchain.doctor.nfd import master_containers, nfd_containers
+from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
@@ -313,12 +314,37 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sampled = sorted(samples.values(), key=by_key)[:MAX_SAMPLE_LOGS]
     if gfd_unlabelled:
         # GFD runs where its labels are missing: nfd-master, which writes them, may be dropping them.
-        for pod, container in master_containers(snapshot.pods):
-            key = (str(namespace_of(pod) or "default"), name_of(pod), container)
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            sampled.append((key, next((cs for cs in statuses if cs.get("name") == container), {})))
+        sampled += _with_status(master_containers(snapshot.pods))
+    if stack.id == "gpu-operator" and wants_log(stack.policy_obj):
+        # The operator's ClusterPolicy does not say it reconciled every operand: its own log says why not.
+        sampled += _with_status(operator_containers(snapshot.pods, stack.namespace))
+        if placed_nowhere(stack.policy_obj):
+            # It finds no NFD label or no GPU node: nfd-master, which writes the labels, may run and be refused.
+            sampled += _with_status(master_containers(snapshot.pods))
+    # Node Feature Discovery's pods that crash: their log says why NFD labels no node (the operator places nothing).
+    sampled += _with_status([(p, c) for p, c in nfd_containers(snapshot.pods) if _crashing(p, c)])
+    sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins
+
+
+def _with_status(containers: list[tuple[Obj, str]]) -> list[tuple[LogKey, Obj]]:
+    """Each (pod, container) as a log key with that container's status ({} when it has none yet)."""
+    out: list[tuple[LogKey, Obj]] = []
+    for pod, container in containers:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        key = (str(namespace_of(pod) or "default"), name_of(pod), container)
+        out.append((key, next((cs for cs in statuses if cs.get("name") == container), {})))
+    return out
+
+
+def _crashing(pod: Obj, container: str) -> bool:
+    """Whether ``container`` of ``pod`` crash-loops with no last log lines in its status."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if cs.get("name") == container and waiting == "CrashLoopBackOff" and not _last_message(cs):
+            return True
+    return False
 
 
 def _last_message(status: Obj) -> str | None:

@@ -4,8 +4,9 @@ or not reconciling), or a taint, selector or missing NFD label keeping it off th
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
-from gpuchain.common.labels import GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
+from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView
 from gpuchain.doctor.links.common import (
@@ -18,8 +19,10 @@ from gpuchain.doctor.links.common import (
     said_in,
 )
 from gpuchain.doctor.links.driver_paused import paused_for_driver
+from gpuchain.doctor.links.nfd_pods import nfd_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.operator_says import OperatorSays, operator_says
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.stacks.base import is_gpu_node
@@ -63,21 +66,26 @@ def nfd_worker(ds: Obj) -> bool:
     return "node-feature-discovery" in images and "worker" in name_of(ds)
 
 
-def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str) -> Result:
+def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, link: str, via: str = "") -> Result:
     """The stack selects GPU nodes by an NFD label the node lacks, so the first link whose DaemonSet
     selects on it (the driver's in the operator, the plugin's on a managed image) is missing here.
 
     What repairs it follows from NFD's own state: NFD labelled the node's NVIDIA device under another
     name (its ``deviceLabelFields`` publish the class too, ``pci-0300_10de``), so the node gets the label
     the DaemonSet asks for; its worker runs but cannot land on the node (a taint it does not tolerate),
-    so the worker gets the toleration; or no NFD runs at all, so it is installed."""
+    so the worker gets the toleration; its worker or master does not run (links/nfd_pods.py); or no NFD runs at
+    all, so it is installed. ``via``: the label the DaemonSet selects on that the operator derives from NFD's."""
     others = sorted(
         k for k in view.labels if k.startswith(NFD_PREFIX + "pci-") and "10de" in k and k != block.detail.get("key")
     )
     workers = sorted((d for d in ctx.snapshot.daemonsets if nfd_worker(d)), key=name_of)
     kept = next(((w, b) for w in workers if (b := blocker(w, view.node)) is not None and b.kind == "taint"), None)
-    evidence = [block.describe(), f"{ds_name} places no pod on {view.name}", f"GPUs present: {gpus_present(view)}"]
-    action: Fix
+    evidence = [
+        via or block.describe(),
+        f"{ds_name} places no pod on {view.name}",
+        f"GPUs present: {gpus_present(view)}",
+    ]
+    action: Fix | None
     if others and block.kind == "selector":
         values = list(block.detail.get("values") or [])
         action = Fix(FixOp.LABEL_NODE, view.name, {str(block.detail["key"]): str(values[0]) if values else "true"})
@@ -106,6 +114,11 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
         )
         evidence.append(f"NFD worker {ns}/{name_of(worker)}: {taint.describe()}")
         fix = ctx.stack.render(action) + "   # the NFD worker tolerates the GPU taint (its chart's worker.tolerations)"
+    elif (down := nfd_down(ctx, view=view, label=str(block.detail.get("key")))) is not None:
+        action = down.action
+        cause = f"{down.cause}; {ds_name}, which selects on it, places no pod here: the {link} link is missing."
+        evidence += list(down.evidence)
+        fix = down.fix
     else:
         action = nfd_install()
         cause = (
@@ -114,6 +127,8 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
             "first, is placed here."
         )
         fix = ctx.stack.render(action) + nfd_hint(ctx)
+    said = said_by_operator(ctx)
+    evidence += list(said.evidence) if said is not None else []
     return Result(
         LinkState.BROKEN,
         "Node Feature Discovery never labelled this node",
@@ -284,6 +299,102 @@ def _operator_down(ctx: Context, view: NodeView, operator: Obj, name: str, link:
     )
 
 
+def _deploy_label_from_nfd(ctx: Context, view: NodeView, key: str) -> bool:
+    """Whether ``key`` is a ``nvidia.com/gpu.deploy.*`` label NVIDIA's operator sets only on nodes where NFD shows an
+    NVIDIA device (nvidia.com/gpu.present from pci-10de: controllers/state_manager.go labelGPUNodes@v25.3.4) and this
+    node has neither label: the missing NFD label is why the operator's DaemonSet selects it not."""
+    nfd = any(k.startswith(NFD_PREFIX + "pci-") and "10de" in k for k in view.labels)
+    return (
+        ctx.stack.id == "gpu-operator"
+        and key.startswith(DEPLOY_PREFIX)
+        and view.labels.get(GPU_PRESENT) != "true"
+        and not nfd
+    )
+
+
+#: NVIDIA's NVIDIADriver kind (api/nvidia/v1alpha1/nvidiadriver_types.go@v25.3.4).
+NVIDIADRIVER_API = "nvidia.com/v1alpha1"
+
+
+def _no_nvidiadriver(ctx: Context, view: NodeView) -> tuple[str, str, list[str]] | None:
+    """The driver handed to NVIDIADriver objects (the ClusterPolicy's driver.useNvidiaDriverCRD: the operator then
+    removes its own driver DaemonSets, controllers/state_manager.go@v25.3.4, and each NVIDIADriver renders one for
+    the nodes its nodeSelector takes) while no NVIDIADriver selects this node: the cause, the NVIDIADriver that
+    drives it (from the policy's driver image; selecting only this node's hostname where others exist, whose
+    selectors must not overlap: internal/validator/validator.go), and the evidence. None where the policy keeps the
+    driver, or the source has no NVIDIADrivers to read."""
+    driver = ((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}
+    if driver.get("useNvidiaDriverCRD") is not True or "nvidiadrivers" in ctx.snapshot.absent:
+        return None
+
+    def selects(obj: Obj) -> bool:
+        wanted = ((obj.get("spec") or {}).get("nodeSelector") or {}).items()
+        return all(view.labels.get(k) == v for k, v in wanted)
+
+    if any(selects(d) for d in ctx.snapshot.drivers):
+        return None
+    others = sorted(name_of(d) for d in ctx.snapshot.drivers)
+    spec = {
+        "driverType": "gpu",
+        "repository": driver.get("repository") or "nvcr.io/nvidia",
+        "image": driver.get("image") or "driver",
+        "version": driver.get("version") or "<driver version>",
+        "nodeSelector": {"kubernetes.io/hostname": view.name} if others else {},
+    }
+    name = f"driver-{view.name}" if others else "default"
+    create = Fix(
+        FixOp.CREATE,
+        "",
+        {"apiVersion": NVIDIADRIVER_API, "kind": "NVIDIADriver", "metadata": {"name": name}, "spec": spec},
+    )
+    cause = (
+        "the ClusterPolicy hands the driver to NVIDIADriver objects (driver.useNvidiaDriverCRD=true), so the operator "
+        "makes no driver DaemonSet of its own, and no NVIDIADriver selects this node"
+        + (f" (there are: {', '.join(others)})" if others else " (there is none)")
+        + ": the driver link is missing here."
+    )
+    fix = ctx.stack.render(create) + (
+        f"   # or set driver.useNvidiaDriverCRD=false in {ctx.policy_ref} so the operator deploys the driver itself"
+    )
+    return cause, fix, ["driver.useNvidiaDriverCRD=true", f"NVIDIADrivers: {', '.join(others) or 'none'}"]
+
+
+def said_by_operator(ctx: Context) -> OperatorSays | None:
+    """What NVIDIA's GPU Operator says in its log and its ClusterPolicy's conditions (None on another stack)."""
+    if ctx.stack.id != "gpu-operator":
+        return None
+    if "operator_says" not in ctx.memo:  # asked by every GPU node with an operand missing; the answer is the cluster's
+        ctx.memo["operator_says"] = operator_says(
+            ctx.snapshot.pods, namespace=ctx.namespace, policy=ctx.policy_obj, log=ctx.log
+        )
+    return cast("OperatorSays | None", ctx.memo["operator_says"])
+
+
+def _operator_reason(
+    ctx: Context, view: NodeView, said: OperatorSays, *, where: str, link: str, restart: tuple[str, Fix | None]
+) -> tuple[str, str, Fix | None, list[str]]:
+    """The cause, fix, action and evidence of a missing operand DaemonSet from what the running operator says: the
+    catalog entry's cause and fix (where it says NFD's labels are missing, the repair NFD's own pods name); a line
+    no entry knows is quoted as unrecognised, and the operator is run again."""
+    if said.match is None:
+        cause = (
+            f"{where} does not exist although the policy enables it, so the {link} link is missing on every node; the "
+            + (
+                "operator says why (its log or its ClusterPolicy's status) in words gpuchain's catalog does not know "
+                "(quoted as unrecognised)."
+                if said.unknown
+                else "operator is not reconciling (stopped, or failing) and its ClusterPolicy's status names no cause."
+            )
+        )
+        return cause, restart[0], restart[1], list(said.evidence)
+    entry = said.match.entry
+    cause = f"{where} does not exist, so the {link} link is missing on every node: the operator says why: {entry.cause}"
+    down = nfd_down(ctx, view=view, label=NFD_GPU_LABELS[0]) if said.about_nfd else None
+    if down is not None:
+        return f"{cause} Here: {down.cause}.", down.fix, down.action, [*said.evidence, *down.evidence]
+    return cause, "# " + entry.repair(view.name, namespace=ctx.namespace), None, list(said.evidence)
+
+
 def _operator_pod(name: str) -> bool:
     """NVIDIA's operator Deployment is ``gpu-operator`` (pods gpu-operator-<hash>-<id>), gpuchain's
     ``gpuchain-operator``."""
@@ -434,6 +545,15 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
             else f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
             "node: the operator is not reconciling (stopped, or failing)."
         )
+        said = None if install or operator is None else said_by_operator(ctx)
+        if said is not None:
+            cause, fix, action, said_lines = _operator_reason(
+                ctx, view, said, where=where, link=link, restart=(fix, action)
+            )
+            more = [*more, *said_lines]
+        handed = _no_nvidiadriver(ctx, view) if operand is DRIVER and not install else None
+        if handed is not None:
+            cause, fix, action, more = handed[0], handed[1], None, [*more, *handed[2]]
         return Result(
             LinkState.BROKEN,
             f"no {name} DaemonSet",
@@ -460,6 +580,9 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         return Result(LinkState.OK, f"the {image.cloud} node image's driver ({', '.join(image.said)})")
     if block.kind == "selector" and block.detail.get("key") in (*NFD_GPU_LABELS, GPU_PRESENT):
         return _nfd_missing(ctx, view, name, block, link)
+    if block.kind == "selector" and _deploy_label_from_nfd(ctx, view, str(block.detail.get("key"))):
+        nfd = Blocker(kind="selector", detail={"key": NFD_GPU_LABELS[0], "values": ["true"], "operator": "In"})
+        return _nfd_missing(ctx, view, name, nfd, link, via=f"{block.describe()} (set from {NFD_GPU_LABELS[0]})")
     return _not_scheduled(
         ctx,
         view,

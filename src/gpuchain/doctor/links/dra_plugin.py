@@ -13,10 +13,11 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
-from gpuchain.doctor.evidence import PROVIDED_BY, install_driver
+from gpuchain.doctor.evidence import PROVIDED_BY, install_driver, refused_message
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
-from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.next_steps import last_line, shape_of
 from gpuchain.doctor.owners import HELM_RELEASE, owner_daemonset, owner_ds
 from gpuchain.doctor.placement import blocker
 from gpuchain.doctor.pods import PodState, pod_state, start_refused
@@ -195,6 +196,17 @@ def _gpuchain_dra_pod(ctx: Context, view: NodeView) -> Obj | None:
     return next((p for p in view.workloads if owner_ds(p) == GPUCHAIN_DRA_DS), None)
 
 
+def _before_restart(ctx: Context, *, view: NodeView, pod: Obj, log: str, known: catalog.Match | None) -> str:
+    """What gpuchain's failing DRA plugin needs before its pod is started again: the catalog's repair of the line it
+    knows, else the repair of the unknown line's shape (`next_steps.shape_of`: its last error line, the runtime's
+    refusal, its last line), as a comment ending in "then "; "" where neither names one (the restart is the step)."""
+    if known is not None:
+        return f"# {known.entry.fix}; then "
+    line = catalog.unknown_error(log) or ""
+    found = shape_of(ctx, link="device-plugin", said=(line, refused_message(view, pod), last_line(log)), node=view.name)
+    return f"# {found.action} (gpuchain answers the line by its shape: {found.what}); then " if found else ""
+
+
 def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
     """A node whose GPUs the label gives to gpuchain's DRA plugin has no nvidia.com/gpu capacity by design; the
     link works when the plugin publishes the node's GPUs in a ResourceSlice. Followed down the DRA chain where it
@@ -229,11 +241,12 @@ def check_gpuchain_dra(ctx: Context, view: NodeView) -> Result:
         )
     elif state is not None and not state.ready:
         ns = namespace_of(pod) or ctx.namespace
-        said = said_in("\n".join((state.last_log, state.message, ctx.log(pod, state.container or "dra-plugin"))))
+        log = "\n".join((state.last_log, state.message, ctx.log(pod, state.container or "dra-plugin")))
+        said = said_in(log)
         known = catalog.known_error("\n".join(said))
         evidence += [state.describe(), *said]
         action = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "gpuchain's DRA plugin is not simulated"})
-        fix = (f"# {known.entry.fix}; then " if known else "") + ctx.stack.render(action)
+        fix = _before_restart(ctx, view=view, pod=pod, log=log, known=known) + ctx.stack.render(action)
         why = f": its DRA plugin pod is {state.status}."
     else:
         ns = namespace_of(pod) or ctx.namespace

@@ -14,7 +14,8 @@ from gpuchain.doctor.links.common import DRIVER_VERSION, GPU_COUNT, Known, Resul
 from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import DRIVER_MANAGER, drain_held, mofed_wait
 from gpuchain.doctor.links.driver_upgrade import upgrade_held
-from gpuchain.doctor.links.failures import IMAGE_PULL, known_not_ready, not_ready
+from gpuchain.doctor.links.failures import IMAGE_PULL
+from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
 from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
-from gpuchain.doctor.links.failures import known_not_ready
 from gpuchain.doctor.links.metrics import unsupported_fields
+from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.unprivileged_envvar import unprivileged_gpu

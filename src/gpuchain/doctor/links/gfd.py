@@ -6,7 +6,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
-from gpuchain.doctor.links.failures import known_not_ready
+from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
 from gpuchain.doctor.links.releases import release_repair, with_release
 from gpuchain.doctor.links.toolkit import NO_NVML

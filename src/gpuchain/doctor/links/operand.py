@@ -10,7 +10,8 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding, operand_log
 from gpuchain.doctor.links.deployed import unscheduled
-from gpuchain.doctor.links.failures import known_not_ready, not_ready, oom_restarting
+from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
+from gpuchain.doctor.links.pod_failures import oom_restarting
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state

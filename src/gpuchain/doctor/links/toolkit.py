@@ -11,7 +11,7 @@ from gpuchain.doctor.evidence import NOT_STARTED
 from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log
 from gpuchain.doctor.links.config_source import dumped_config
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
-from gpuchain.doctor.links.failures import not_ready
+from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity

@@ -16,7 +16,7 @@ the Xid names, with that resolution's action on the GPU it names.
 - An Xid the catalog leaves alone (63 a row remapped, 92 a high single-bit ECC rate) is information.
 
 A lost GPU (Xid 79 with pods refused, NVML's GPU_IS_LOST) is links/hardware.py's finding, which stops the walk before
-this one reads the node; the Xids the device plugin logged are its count check's (links/device_plugin.py).
+this one reads the node; the Xids the device plugin logged are its count check's (links/plugin_health.py).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ AFTER = {
 }
 
 
-def _gpu_step(seen: Seen, gpus: dict[Bus, Gpu]) -> str:
+def gpu_step(seen: Seen, gpus: dict[Bus, Gpu]) -> str:
     """The work on the node for one GPU's Xid, by what the catalog (or its threshold) says it needs."""
     name, ident = _gpu_name(seen, gpus)
     if _needs(seen) is xids.Resolution.REBOOT_NODE:
@@ -149,7 +149,7 @@ def _gpu_finding(ctx: Context, view: NodeView, seen: list[Seen], gpus: dict[Bus,
     """The Xids that need the GPU reset or the node rebooted: the GPU's pods drained (the node's, for a reboot),
     the work on the node, the node given back."""
     proven = any(s.warned for s in seen)
-    steps = "; ".join(_gpu_step(s, gpus) for s in seen[:4])
+    steps = "; ".join(gpu_step(s, gpus) for s in seen[:4])
     reboot = any(_needs(s) is xids.Resolution.REBOOT_NODE for s in seen)
     done = f"; then kubectl uncordon {view.name}"
     if reboot:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuchain.doctor.operator_says import runs_operator
 from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
@@ -96,12 +97,13 @@ def driver_daemonsets(snapshot: Snapshot, namespace: str) -> list[Obj]:
     return [d for n, d in daemonsets_in(snapshot, namespace).items() if n.startswith(DRIVER_PREFIX)]
 
 
-def _operator_image(pod: Obj) -> bool:
-    """Does the pod run NVIDIA's operator image (``.../gpu-operator:<tag>``)?"""
-    return any(
-        str(c.get("image", "")).rsplit(":", 1)[0].rsplit("/", 1)[-1] == "gpu-operator"
-        for c in (pod.get("spec") or {}).get("containers") or []
-    )
+def reconciled(policies: list[Obj]) -> Obj | None:
+    """Of several ClusterPolicies, the one NVIDIA's operator reconciles: it keeps the first it reconciles as its
+    singleton and returns at once on any other, before writing status (controllers/clusterpolicy_controller.go
+    @v24.6.2 to v25.10.1: "We already have a main Clusterpolicy"), so only that one carries a ``status.state``.
+    None where that does not single one out (one policy, or none or several with a state)."""
+    stated = [p for p in policies if ((p.get("status") or {}).get("state"))]
+    return stated[0] if len(policies) > 1 and len(stated) == 1 else None
 
 
 def detect(snapshot: Snapshot) -> Stack | None:
@@ -109,16 +111,23 @@ def detect(snapshot: Snapshot) -> Stack | None:
     pod (all a plain kubectl dump shows of an operator that never ran: no policy, no DaemonSet)."""
     policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
     validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
-    operators = [] if policies or validators else [p for p in snapshot.pods if _operator_image(p)]
+    operators = [] if policies or validators else [p for p in snapshot.pods if runs_operator(p)]
     if not policies and not validators and not operators:
         return None
-    obj = active_policy(policies)
+    chosen = reconciled(policies)
+    obj = chosen or active_policy(policies)
     status_ns = str((obj or {}).get("status", {}).get("namespace") or "")
     found = validators or operators
     ds_ns = str((found[0].get("metadata") or {}).get("namespace") or "") if found else ""
     namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
     spec = lenient_policy((obj or {}).get("spec"))
     notes = []
+    ignored = sorted(name_of(p) for p in policies if chosen is not None and p is not chosen)
+    if ignored:
+        notes.append(
+            f"ClusterPolicy {', '.join(ignored)} ignored: NVIDIA's operator reconciles one ClusterPolicy "
+            f"({name_of(chosen or {})}, the one with a status); delete the others, or move their settings into it"
+        )
     if snapshot.drivers:
         notes.append(f"driver managed by NVIDIADriver: {', '.join(sorted(name_of(d) for d in snapshot.drivers))}")
     return Stack(

@@ -1,0 +1,163 @@
+"""An operand's image the kubelet cannot pull: the tag the policy or the operator names that the registry lacks (a
+pinned version, a driver release not built for the node's OS, a precompiled driver for a kernel NVIDIA did not
+build), else what the registry's refusal says."""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.pull_refused import pull_refused
+from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
+from gpuchain.doctor.node import node_info
+from gpuchain.doctor.node_image import os_tag
+from gpuchain.doctor.pods import PodState
+from gpuchain.operator.operands import DRIVER, Operand, deploy_label
+
+#: The kubelet's words for the image it pulls: "Back-off pulling image %q" (pkg/kubelet/images/image_manager.go)
+#: and "Failed to pull image %q: %v" (kuberuntime), kubernetes@v1.34.4.
+PULLING = re.compile(r'(?:pulling|pull) image "([^"]+)"')
+
+
+DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
+#: A precompiled driver image's tag: ``<driver branch>-<kernel>-<os tag>`` (NVIDIA/gpu-operator resolveDriverTag,
+#: e.g. 535-5.15.0-1041-azure-ubuntu22.04).
+PRECOMPILED_TAG = re.compile(r"(\d+)-(\d+\.\d+\.\d+-.+)-([a-z]+[\d.]*)")
+
+
+def _pulled_image(text: str) -> str:
+    found = PULLING.search(text)
+    return found.group(1) if found else ""
+
+
+def image_missing(ctx: Context, *, view: NodeView, operand: Operand, state: PodState) -> Known:
+    """The kubelet cannot pull the operand's image: a tag the policy overrides that the registry lacks."""
+    event = _pull_event(view, state.name)
+    evidence = (state.message, f"event Failed (kubelet): {event}" if event else "")
+    pod = view.pod(operand) or {}
+    owner = next(
+        (str(r.get("name")) for r in (pod.get("metadata") or {}).get("ownerReferences") or () if r.get("kind")),
+        "",
+    )
+    image = _pulled_image(state.message) or _pulled_image(event)
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    prefix = ctx.stack.precompiled_prefix
+    # The tag says precompiled where the policy asks for precompiled drivers (NVIDIA's spec.driver.usePrecompiled).
+    asks = (((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}).get("usePrecompiled") is True
+    precompiled = PRECOMPILED_TAG.fullmatch(tag) if asks else None
+    if operand is DRIVER and ((prefix and owner.startswith(prefix)) or precompiled):
+        # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
+        ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
+        action = Fix(
+            FixOp.PATCH_POLICY,
+            ctx.policy_name,
+            {"spec": {"driver": {"usePrecompiled": False}}, NOT_SIMULATED: "precompiled images are not simulated"},
+        )
+        looked = f" (tag {tag}: driver branch, kernel, OS tag)" if precompiled else ""
+        return Known(
+            cause=f"no precompiled driver image exists for this node's kernel {view.kernel}: the operator asks for "
+            f"{image or 'an image per kernel'}{looked} and the registry has no such tag.",
+            evidence=(*evidence, f"DaemonSet {owner}: a precompiled driver per kernel"),
+            action=action,
+            fix=ctx.stack.render(action) + "   # the driver container builds the module at start instead; set "
+            "spec.driver.version to a full driver version, or move the node to a kernel with a precompiled image "
+            f"(driver pods run on {ready_kernels}), or build {tag or 'that tag'} from NVIDIA/gpu-driver-container's "
+            "precompiled Dockerfile into a registry the nodes reach and set spec.driver.repository to it",
+        )
+    spec = ((ctx.policy_obj or {}).get("spec") or {}).get(operand.spec_key) or {}
+    version = str(spec.get("version") or "")
+    # A driver image's tag is <driver version>-<os><os version> (e.g. 550.90.07-ubuntu22.04).
+    versioned = DRIVER_TAG.fullmatch(tag)
+    # A tag the registry lacks: containerd's "not found", or the registry's own MANIFEST_UNKNOWN ("manifest unknown",
+    # opencontainers/distribution-spec spec.md error codes) that CRI-O's image library quotes.
+    missing = "not found" in event or "manifest unknown" in event or not event
+    if operand is DRIVER and ctx.policy_obj is not None and versioned and missing:
+        return _driver_tag_missing(ctx, view, image, versioned, version, evidence)
+    if ctx.policy_obj is not None and version and version in image and missing:
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {operand.spec_key: {"version": None}}})
+        return Known(
+            cause=f"the kubelet cannot pull the image: spec.{operand.spec_key}.version={spec['version']} of "
+            f"{ctx.policy_ref} names a tag the registry does not have.",
+            evidence=evidence,
+            action=action,
+            fix=ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
+        )
+    return pull_refused(view.name, said=f"{state.message}\n{event}", evidence=evidence)
+
+
+def _driver_tag_missing(
+    ctx: Context, view: NodeView, image: str, tag: re.Match[str], pinned: str, evidence: tuple[str, ...]
+) -> Known:
+    """The registry lacks the driver image the operator names for this node: ``<version>-<os tag>``, the OS tag
+    from NFD's os-release labels (gpuchain.doctor.node_image). The fix names that tag and how to provide one:
+    no image at all for an OS NVIDIA builds none for (the host's driver then), a pinned version not built for
+    this OS (the operator's default), the default not built for this OS release (a version that is, a
+    precompiled image, or one built for it)."""
+    version, dist = tag.group(1), tag.group(2)
+    os_image = node_info(view.node).get("osImage") or dist
+    repo = image.rpartition(":")[0]
+    said = (
+        *evidence,
+        f"tag {tag.group(0)} = driver version {version} + the node's OS tag {dist} (NFD's system-os_release ID and "
+        f"VERSION_ID; node OS {os_image}, read as {os_tag(view.node) or 'unknown'})",
+    )
+    build = (
+        f"or build {repo}:{tag.group(0)} for {dist} from NVIDIA/gpu-driver-container, push it to a registry the "
+        "nodes reach and set spec.driver.repository to it"
+    )
+    if not dist.startswith(ctx.stack.driver_image_os):
+        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+        off = (
+            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+            if ctx.driver_kernels
+            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+        )
+        return Known(
+            cause=f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
+            f"NVIDIA publishes driver images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version "
+            f"pulls on {os_image}.",
+            evidence=said,
+            action=off,
+            fix=ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
+            f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
+        )
+    # A new OS release gets driver images from the operator release that adds it: before that, no version pulls.
+    newer = (
+        f"; where the operator's release predates {os_image} (its default has no {dist} image either), upgrade the "
+        f"GPU Operator to a release whose supported OSes list it, or run the node on an OS release it supports"
+    )
+    if pinned and pinned == version:
+        action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
+        return Known(
+            cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, the version "
+            f"spec.driver.version={pinned} of {ctx.policy_ref} built for the node's OS tag {dist}, and that "
+            f"version is not published for {dist}.",
+            evidence=said,
+            action=action,
+            fix=ctx.stack.render(action) + f"   # back to the operator's default driver release, published for {dist}; "
+            f"or set spec.driver.version to a release published as {repo}:<version>-{dist}; {build}{newer}",
+        )
+    return Known(
+        cause=f"the registry has no driver image {image}: the operator asks for tag {tag.group(0)}, its driver version "
+        f"{version} for the node's OS tag {dist}, and {version} is not published for {os_image}.",
+        evidence=said,
+        action=None,
+        fix=f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
+        "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
+        f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for{newer}",
+    )
+
+
+def _pull_event(view: NodeView, pod: str) -> str:
+    """The kubelet's "Failed to pull image" Event for ``pod`` (containerd's NotFound, an auth error ...)."""
+    return next(
+        (
+            str(e.get("message"))
+            for e in view.events
+            if (e.get("involvedObject") or {}).get("name") == pod
+            and str(e.get("message", "")).startswith("Failed to pull")
+        ),
+        "",
+    )
