@@ -178,7 +178,7 @@ def test_an_operator_placing_nothing_because_an_nfd_worker_cannot_pull_its_image
         {"do": "pod", "daemonset": "gpu-operator-node-feature-discovery-worker", "node": "g", "containers": [pull]},
     )
     (root,) = _roots(report)
-    assert (root.id, root.link) == ("nfd.not-labelled", "driver")
+    assert (root.id, root.link) == ("nfd.not-labelled", "gfd")
     assert "ImagePullBackOff" in root.cause and "image.repository" in root.fix
     assert any("catalog: gpu-operator.nfd-labels-missing" in e for e in root.evidence)
     assert any(e.startswith("ClusterPolicy Ready=True (NFDLabelsMissing)") for e in root.evidence)
@@ -317,7 +317,7 @@ def test_a_gpu_node_whose_nfd_worker_is_pending_gets_what_the_scheduler_asks_for
         {"do": "pod", "daemonset": "nfd-worker", "namespace": "nfd", "node": "g", "unschedulable": said},
     )
     (root,) = _roots(report)
-    assert (root.id, root.link, root.node) == ("nfd.not-labelled", "device-plugin", "g")
+    assert (root.id, root.link, root.node) == ("nfd.not-labelled", "gfd", "g")
     assert "Pending" in root.cause and f"scheduler: {said}" in root.evidence and "Insufficient cpu" in root.fix
 
 
@@ -376,7 +376,7 @@ def test_a_gpu_node_the_operator_never_labelled_for_its_driver_names_nfd_s_worke
         _driver_on_deploy_label,
     )
     root = next(f for f in _roots(report) if f.node == "g")
-    assert (root.id, root.link) == ("nfd.not-labelled", "driver")
+    assert (root.id, root.link) == ("nfd.not-labelled", "gfd")
     assert "ErrImagePull" in root.cause and "image.repository" in root.fix
     assert any("nvidia.com/gpu.deploy.driver" in e and "set from" in e for e in root.evidence)
 

@@ -270,7 +270,7 @@ def test_an_nfd_worker_that_does_not_tolerate_the_gpu_taint_gets_the_toleration(
         {"do": "node", "node": "g", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
     )
     (root,) = _roots(report)
-    assert (root.id, root.link, root.node) == ("nfd.not-labelled", "device-plugin", "g")
+    assert (root.id, root.link, root.node) == ("nfd.not-labelled", "gfd", "g")
     assert (
         root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET and root.action.target == "nfd/nfd-worker"
     )
@@ -287,7 +287,7 @@ def test_a_node_nfd_labelled_under_another_device_label_gets_the_label_the_daemo
         {"do": "node", "node": "g", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}},
     )
     (root,) = _roots(report)
-    assert (root.id, root.link) == ("nfd.not-labelled", "device-plugin")
+    assert (root.id, root.link) == ("nfd.not-labelled", "gfd")
     assert root.action is not None and root.action.op is FixOp.LABEL_NODE
     assert root.action.changes == {"feature.node.kubernetes.io/pci-10de.present": "true"}
     assert "deviceLabelFields" in root.fix

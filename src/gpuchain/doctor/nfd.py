@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from gpuchain.kube.objects import Obj, name_of
 
+#: The link a finding of Node Feature Discovery's is filed on: its labels are feature discovery's (the layer GFD
+#: shares, whose labels nfd-master writes), whichever operand their absence keeps off the node; the walk still stops
+#: at that operand's link, the finding says which.
+NFD_LINK = "gfd"
 #: The catalog entry of nfd-master's line for a label it drops (kubernetes-sigs/node-feature-discovery
 #: pkg/nfd-master/nfd-master.go@v0.17.3).
 LABEL_DENIED = "node-feature-discovery.label-denied"

@@ -21,6 +21,7 @@ from gpuchain.doctor.links.common import (
 from gpuchain.doctor.links.driver_paused import paused_for_driver
 from gpuchain.doctor.links.nfd_pods import nfd_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.nfd import NFD_LINK
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.operator_says import OperatorSays, operator_says
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
@@ -137,7 +138,7 @@ def _nfd_missing(ctx: Context, view: NodeView, ds_name: str, block: Blocker, lin
                 view,
                 fid="nfd.not-labelled",
                 sev=Severity.ERROR,
-                link=link,
+                link=NFD_LINK,
                 cause=cause,
                 evidence=evidence,
                 fix=fix,

@@ -17,6 +17,7 @@ from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, sa
 from gpuchain.doctor.links.nfd_pods import nfd_down, nfd_pods
 from gpuchain.doctor.model import Finding, Fix, Severity
 from gpuchain.doctor.next_steps import next_step
+from gpuchain.doctor.nfd import NFD_LINK
 from gpuchain.kube.objects import labels_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
 
@@ -85,7 +86,7 @@ def nothing_placed(ctx: Context) -> list[Finding]:
         Finding(
             id="nfd.not-labelled",
             severity=Severity.ERROR,
-            link="driver",
+            link=NFD_LINK,
             cause=cause if cause.endswith(".") else cause + ".",
             evidence=tuple(evidence),
             fix=fix,
