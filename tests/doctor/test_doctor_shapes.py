@@ -296,3 +296,100 @@ def test_a_later_line_of_a_known_shape_answers_for_an_error_line_of_none() -> No
         _ctx(OPERATOR), link="driver", line='level=error msg="drain did not finish"', last="evicting pod ml/trainer-0"
     )
     assert step.startswith("the drain waits on pod ml/trainer-0")
+
+
+#: glibc's loader, elf/dl-load.c@glibc-2.39 ("error while loading shared libraries", "cannot open shared object
+#: file"), as runc passes the hook's stderr on: nvidia-container-cli links libelf (NVIDIA/libnvidia-container
+#: mk/elftoolchain.mk@v1.17.4 builds it in only where the distribution's package does not ship it).
+LIBELF = (
+    "/usr/bin/nvidia-container-cli: error while loading shared libraries: libelf.so.1: cannot open shared object "
+    "file: No such file or directory"
+)
+#: NVIDIA/nvidia-container-toolkit internal/lookup/library.go@v1.14.0 "error loading ldcache: %v", wrapped by the
+#: runtime's "failed to create NVIDIA Container Runtime: %v" (cmd/nvidia-container-runtime/main.go@v1.14.0).
+LDCACHE = (
+    "failed to create NVIDIA Container Runtime: failed to construct OCI spec modifier: failed to construct "
+    "discoverer: failed to create mounts discoverer: failed to construct library locator: error loading ldcache: "
+    "open /etc/ld.so.cache: no such file or directory: unknown"
+)
+
+
+def test_a_library_the_toolkits_cli_links_against_is_installed_not_the_runtime_config_rewritten() -> None:
+    action = _action(LIBELF, link="toolkit", stack=PLUGIN)
+    assert "/usr/bin/nvidia-container-cli cannot start: libelf.so.1" in action
+    assert "provides libelf.so.1" in action and "system extension" in action
+    # A library of the chain's own keeps its provider's repair.
+    own = _action("error while loading shared libraries: libnvidia-ml.so.1: cannot open shared object", link="toolkit")
+    assert "driver's user-space" in own and "links against" not in own
+
+
+def test_a_missing_linker_cache_is_written_by_ldconfig() -> None:
+    action = _action(LDCACHE, link="toolkit", stack=PLUGIN)
+    assert "ldconfig" in action and "NVIDIA_DRIVER_CAPABILITIES" in action
+
+
+def _plugin_init_refused(message: str) -> dict[str, object]:
+    """The plugin pod's init container refused at create, as containerd 1.7 reports a failing prestart hook."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "namespace": "kube-system",
+        "node": "gpu-1",
+        "init": [
+            {
+                "name": "nvidia-device-plugin-init",
+                "restarts": 6,
+                "state": {"waiting": "CrashLoopBackOff", "message": "back-off 2m40s restarting failed container"},
+                "last": {"terminated": "StartError", "exitCode": 128, "message": message},
+            }
+        ],
+    }
+
+
+def test_a_hook_wrappers_inner_words_answer_before_the_runtime_config_is_written_again() -> None:
+    """runc's "error running prestart hook #0" (libcontainer/configs/config.go@v1.1.12, HookList.Run) is a wrapper
+    the catalog knows; the loader's words it carries name what repairs it."""
+    wrapped = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running prestart hook #0: "
+        f"exit status 127, stdout: , stderr: Auto-detected mode as 'legacy'\n{LIBELF}"
+    )
+    scenario = (
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: gpu-1, hostDriver: '570.133.20', "
+        "osImage: Flatcar Container Linux 4152.2.3}\n"
+    )
+    root = next(f for f in diagnosed(scenario, _plugin_init_refused(wrapped)).findings if f.root)
+    assert (root.id, root.link) == ("toolkit.hook-failed", "toolkit")
+    assert root.fix.index("libelf.so.1") < root.fix.index("otherwise write the nvidia runtime")
+
+
+def test_gpu_pods_the_nvidia_runtime_refuses_in_unknown_words_are_the_toolkits_quoted() -> None:
+    """No entry knows the words, but they are the NVIDIA runtime's own: a toolkit finding that quotes them as
+    unrecognised, with their shape's repair first; nothing was reported for such pods before."""
+    scenario = (
+        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: gpu-1, hostDriver: '535.183.01'}\n"
+        "workloads:\n  - {name: viz, namespace: lab, count: 2, node: gpu-1}\n"
+    )
+    refused = {
+        "do": "pod",
+        "daemonset": "viz",
+        "namespace": "lab",
+        "node": "gpu-1",
+        "containers": [
+            {
+                "name": "main",
+                "restarts": 3,
+                "state": {"waiting": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"},
+                "last": {
+                    "terminated": "StartError",
+                    "exitCode": 128,
+                    "message": f"failed to create containerd task: failed to create shim task: OCI runtime create "
+                    f"failed: {LDCACHE}",
+                },
+            }
+        ],
+    }
+    found = [f for f in diagnosed(scenario, refused).findings if f.id == "workload.runtime-hook-failed"]
+    assert len(found) == 1 and found[0].link == "toolkit"
+    assert any(e.startswith("unrecognised: ") and "ld.so.cache" in e for e in found[0].evidence)
+    assert found[0].fix.index("ldconfig") < found[0].fix.index("otherwise write the nvidia runtime")

@@ -29,7 +29,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.next_steps import next_step, silent_fix
+from gpuchain.doctor.next_steps import next_step, shape_of, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
 from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
@@ -491,6 +491,11 @@ def _fix(
                 "runtime configure --runtime=containerd), "
             )
             again += "restart containerd"
+        # A wrapper says the hook failed, not why: the words it wraps may name what is missing or refused (a
+        # library its CLI loads, a file it reads), whose repair comes before writing the runtime config again.
+        inner = shape_of(ctx, link=link, said=tuple(failure.text.splitlines()), node=view.name)
+        if inner is not None:
+            again = f"{inner.action} ({inner.what}); otherwise {again}"
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -581,8 +586,10 @@ def nvidia_runtime_refused(ctx: Context, view: NodeView, failure: Failure) -> bo
 
 
 #: The toolkit's own binaries, which a refusal no catalog entry knows may still name as what failed (the runtime,
-#: its hook, libnvidia-container's CLI, the CDI hook): NVIDIA/nvidia-container-toolkit cmd/@v1.17.4.
-TOOLKIT_BINARY = re.compile(r"nvidia-container-(runtime|cli)|nvidia-cdi-hook|nvidia-ctk")
+#: its hook, libnvidia-container's CLI, the CDI hook): NVIDIA/nvidia-container-toolkit cmd/@v1.17.4; and the
+#: runtime's own name in the error it wraps every failure to build a container's spec in
+#: (cmd/nvidia-container-runtime/main.go@v1.17.4 "failed to create NVIDIA Container Runtime: %v").
+TOOLKIT_BINARY = re.compile(r"nvidia-container-(runtime|cli)|nvidia-cdi-hook|nvidia-ctk|NVIDIA Container Runtime")
 
 
 def toolkit_said(entry: Entry) -> bool:

@@ -209,6 +209,16 @@ PROVIDERS = (
         "holds them; and the toolkit's driver root (root in /etc/nvidia-container-runtime/config.toml, the "
         "operator's driver root) must name where they are",
     ),
+    # The toolkit's library locator reads the dynamic linker's cache under its driver root to find the driver's
+    # libraries (NVIDIA/nvidia-container-toolkit internal/lookup/library.go@v1.14.0 "error loading ldcache: %v"
+    # around ldcache.New(logger, root)); ldconfig writes that cache, which an OS without ldconfig runs never has.
+    Provider(
+        re.compile(r"(^|/)etc/ld\.so\.cache$"),
+        "{path} is the dynamic linker's cache, which the NVIDIA runtime reads under its driver root to find the "
+        "driver's libraries: run ldconfig there (on the host for a host driver) so it exists; on an OS that keeps "
+        "none (Talos), move to the OS release or NVIDIA toolkit extension whose runtime finds the libraries without "
+        "it, or leave the capabilities that need the lookup (graphics, display) out of NVIDIA_DRIVER_CAPABILITIES",
+    ),
     # kubernetes/kubelet pkg/apis/deviceplugin/v1beta1/constants.go@v0.33.0: DevicePluginPath
     # "/var/lib/kubelet/device-plugins/", KubeletSocket under it; the kubelet creates it under its --root-dir.
     Provider(
@@ -248,7 +258,27 @@ def _missing(ctx: Context, link: str, m: re.Match[str], node: str) -> str | None
     chain is known for (a path the line names is not enough to say who should have made it)."""
     path = next(m[g] for g in ("path", "path2", "lib", "lib2", "exe", "exe2", "dir") if m[g])
     provider = next((p for p in PROVIDERS if p.pattern.search(path)), None)
-    return provider.action.format(path=path) if provider is not None else None
+    if provider is not None:
+        return provider.action.format(path=path)
+    return _dependency(path, m.string) if m["lib"] or m["lib2"] else None
+
+
+#: The program glibc's loader names before a library it cannot load ("%s: error while loading shared libraries:").
+LOADING = re.compile(r"(?P<program>[\w./+-]+): error while loading shared libraries")
+
+
+def _dependency(library: str, line: str) -> str:
+    """A library no file of the chain provides, which a program of the chain links against: the program was built
+    for a system that has it (its package depends on the library's), so the node needs that library's package, or
+    a build of the program made for this node's OS; an immutable OS ships both only in its own extension or image."""
+    found = LOADING.search(line)
+    program = found["program"] if found else "the program that loads it"
+    return (
+        f"{program} cannot start: {library}, a library it links against, is not on the node; install the "
+        f"distribution's package that provides {library} (dnf provides '*/{library}', apt-file search {library}) "
+        f"or the build of {program}'s package made for this node's OS; on an immutable OS (Talos, Bottlerocket, "
+        "Flatcar) move to the OS release or system extension whose NVIDIA toolkit ships it"
+    )
 
 
 # -- permissions (POSIX EACCES "permission denied", EPERM "operation not permitted"; NVML's

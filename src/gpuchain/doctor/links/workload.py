@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import ANYWHERE, refused_message
+from gpuchain.doctor.evidence import ANYWHERE, TOOLKIT_BINARY, refused_message
 from gpuchain.doctor.links.admitted_early import admitted_without_device
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
@@ -13,6 +13,7 @@ from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import regenerated_config
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.next_steps import shape_of
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
@@ -150,7 +151,7 @@ HOOK_FAILED = (
 def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
     """GPU pods the NVIDIA runtime hook refuses to start while the chain's operands run: the toolkit on the
     node (its hook), not the pods, is broken."""
-    refused = []
+    refused, unknown = [], ""
     said: catalog.Match | None = None
     for pod in apps:
         if not pod_gpu_requests(pod):
@@ -159,11 +160,13 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
         if catalog.find(said_here, *ANYWHERE):
             continue  # a message that proves a lower link broken (the walk names it there, from this pod)
         found = catalog.find(said_here, *HOOK_FAILED)
-        if found is not None:
+        # Words no entry knows that still name the toolkit's runtime or its CLI as what refused the container.
+        odd = "" if found is not None or not TOOLKIT_BINARY.search(said_here) else said_here
+        if found is not None or odd:
             refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
-            said = said or found
+            said, unknown = said or found, unknown or odd
     if said is None:
-        return None
+        return _hook_refused_unknown(ctx, view, refused, unknown) if unknown else None
     release = release_repair(
         ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
     )
@@ -198,6 +201,37 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
             *said.evidence("runtime says"),
             *(release.evidence if release else ()),
         ],
+        fix=ctx.stack.render(action),
+        action=action,
+    )
+
+
+def _hook_refused_unknown(ctx: Context, view: NodeView, refused: list[str], said: str) -> Finding:
+    """GPU pods the NVIDIA runtime refuses with words gpuchain's catalog does not know: the toolkit is still what
+    refuses them, so the finding is its link's, the words quoted as unrecognised; the repair is what their shape
+    names (a file, library or permission the runtime lacks), else the runtime set up again on the node."""
+    line = catalog.unknown_error(said) or next((ln for ln in said.splitlines() if TOOLKIT_BINARY.search(ln)), said)
+    shaped = shape_of(ctx, link="toolkit", said=tuple(said.splitlines()), node=view.name)
+    work = (
+        f"{shaped.action} ({shaped.what}); otherwise " if shaped is not None else ""
+    ) + "write the nvidia runtime into the config this node's container runtime reads (nvidia-ctk runtime configure)"
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"{work}, restart the container runtime, then delete the pods: {', '.join(refused[:3])}",
+            "drain": False,
+            NOT_SIMULATED: "the runtime's refusal is a fact of the node no scenario names",
+        },
+    )
+    return node_finding(
+        view,
+        fid="workload.runtime-hook-failed",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause="GPU pods on this node fail to start: the NVIDIA runtime refuses to set up their containers, with "
+        "words gpuchain's catalog does not know.",
+        evidence=[f"GPU pods refused at start: {', '.join(refused[:5])}", f"unrecognised: {line}"],
         fix=ctx.stack.render(action),
         action=action,
     )
