@@ -363,14 +363,9 @@ def test_a_hook_wrappers_inner_words_answer_before_the_runtime_config_is_written
     assert root.fix.index("libelf.so.1") < root.fix.index("otherwise write the nvidia runtime")
 
 
-def test_gpu_pods_the_nvidia_runtime_refuses_in_unknown_words_are_the_toolkits_quoted() -> None:
-    """No entry knows the words, but they are the NVIDIA runtime's own: a toolkit finding that quotes them as
-    unrecognised, with their shape's repair first; nothing was reported for such pods before."""
-    scenario = (
-        "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: gpu-1, hostDriver: '535.183.01'}\n"
-        "workloads:\n  - {name: viz, namespace: lab, count: 2, node: gpu-1}\n"
-    )
-    refused = {
+def _workload_refused(message: str) -> dict[str, object]:
+    """A GPU workload pod ``viz-*`` of the node gpu-1 whose container the runtime refused at create."""
+    return {
         "do": "pod",
         "daemonset": "viz",
         "namespace": "lab",
@@ -380,16 +375,38 @@ def test_gpu_pods_the_nvidia_runtime_refuses_in_unknown_words_are_the_toolkits_q
                 "name": "main",
                 "restarts": 3,
                 "state": {"waiting": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"},
-                "last": {
-                    "terminated": "StartError",
-                    "exitCode": 128,
-                    "message": f"failed to create containerd task: failed to create shim task: OCI runtime create "
-                    f"failed: {LDCACHE}",
-                },
+                "last": {"terminated": "StartError", "exitCode": 128, "message": message},
             }
         ],
     }
-    found = [f for f in diagnosed(scenario, refused).findings if f.id == "workload.runtime-hook-failed"]
+
+
+WORKLOADS = (
+    "name: x\nstack: nvidia-device-plugin\nnodes:\n  - {name: gpu-1, hostDriver: '535.183.01'}\n"
+    "workloads:\n  - {name: viz, namespace: lab, count: 2, node: gpu-1}\n"
+)
+
+
+def test_gpu_pods_refused_by_a_hook_wrapper_get_the_repair_its_inner_words_name() -> None:
+    """runc's prestart-hook wrapper on a workload (the catalog's runc.prestart-hook-failed): the loader's words it
+    carries come first, the wrapper's own repair after."""
+    wrapped = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running prestart hook #0: "
+        f"exit status 127, stdout: , stderr: {LIBELF}"
+    )
+    (found,) = [f for f in diagnosed(WORKLOADS, _workload_refused(wrapped)).findings if f.link == "toolkit"]
+    assert found.id == "workload.runtime-hook-failed"
+    assert found.fix.index("libelf.so.1") < found.fix.index("otherwise")
+
+
+def test_gpu_pods_the_nvidia_runtime_refuses_in_unknown_words_are_the_toolkits_quoted() -> None:
+    """No entry knows the words, but they are the NVIDIA runtime's own: a toolkit finding that quotes them as
+    unrecognised, with their shape's repair first; nothing was reported for such pods before."""
+    refused = _workload_refused(
+        f"failed to create containerd task: failed to create shim task: OCI runtime create failed: {LDCACHE}"
+    )
+    found = [f for f in diagnosed(WORKLOADS, refused).findings if f.id == "workload.runtime-hook-failed"]
     assert len(found) == 1 and found[0].link == "toolkit"
     assert any(e.startswith("unrecognised: ") and "ld.so.cache" in e for e in found[0].evidence)
     assert found[0].fix.index("ldconfig") < found[0].fix.index("otherwise write the nvidia runtime")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import ANYWHERE, TOOLKIT_BINARY, refused_message
+from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
 from gpuchain.doctor.links.admitted_early import admitted_without_device
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
@@ -151,7 +151,7 @@ HOOK_FAILED = (
 def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
     """GPU pods the NVIDIA runtime hook refuses to start while the chain's operands run: the toolkit on the
     node (its hook), not the pods, is broken."""
-    refused, unknown = [], ""
+    refused, unknown, wrapped = [], "", ""
     said: catalog.Match | None = None
     for pod in apps:
         if not pod_gpu_requests(pod):
@@ -164,6 +164,7 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
         odd = "" if found is not None or not TOOLKIT_BINARY.search(said_here) else said_here
         if found is not None or odd:
             refused.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+            wrapped = wrapped or (said_here if found is not None and said is None else "")
             said, unknown = said or found, unknown or odd
     if said is None:
         return _hook_refused_unknown(ctx, view, refused, unknown) if unknown else None
@@ -183,7 +184,14 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
             f"then delete the pods: {', '.join(refused[:3])}"
         )
     else:
-        work = f"{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
+        # A wrapper says the hook failed, not why: the words it wraps may name what repairs it.
+        inner = (
+            shape_of(ctx, link="toolkit", said=tuple(wrapped.splitlines()), node=view.name)
+            if said.entry.id in HOOK_WRAPPERS
+            else None
+        )
+        first = f"{inner.action} ({inner.what}); otherwise " if inner is not None else ""
+        work = f"{first}{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
     action = Fix(
         FixOp.NODE,
         view.name,
