@@ -147,3 +147,28 @@ def test_a_precompiled_driver_missing_for_the_nodes_kernel_names_the_tag_per_ker
     assert root.link == "driver" and root.action is not None
     assert root.action.changes["spec"] == {"driver": {"usePrecompiled": False}}
     assert "535-5.15.0-1041-azure-ubuntu22.04" in root.fix
+
+
+def test_a_precompiled_tag_for_the_nodes_own_kernel_is_precompiled_whatever_the_policy_shows() -> None:
+    """NVIDIA/gpu-operator#1203 (precompiled images for 5.15 kernels only): a policy that does not show
+    usePrecompiled still asks for <branch>-<kernel>-<os tag> (resolveDriverTag) of the node's 6.8 kernel; only a
+    precompiled image names a kernel, so the fix is the standard driver container, not "make the image reachable"."""
+    image = "nvcr.io/nvidia/driver:535-6.8.0-51-generic-ubuntu22.04"
+    scenario = (
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: k6, osImage: Ubuntu 22.04.5 LTS, kernel: 6.8.0-51-generic}\n"
+    )
+    (root,) = _roots(diagnosed(scenario, no_gpus("k6"), _pull("k6", image)))
+    assert root.link == "driver" and root.action is not None
+    assert root.action.changes["spec"] == {"driver": {"usePrecompiled": False}}
+    assert "kernel 6.8.0-51-generic" in root.cause and "spec.driver.version to a full driver version" in root.fix
+
+
+def test_a_tag_whose_kernel_part_is_not_the_nodes_is_not_read_as_precompiled() -> None:
+    """The same tag shape on a node with another kernel, without usePrecompiled: nothing says precompiled, so the
+    doctor does not tell the user to turn a setting off that the policy does not show."""
+    image = "nvcr.io/nvidia/driver:535-6.8.0-51-generic-ubuntu22.04"
+    scenario = (
+        "name: t\nstack: gpu-operator\nnodes:\n  - {name: k5, osImage: Ubuntu 22.04.5 LTS, kernel: 5.15.0-126-generic}\n"
+    )
+    (root,) = _roots(diagnosed(scenario, no_gpus("k5"), _pull("k5", image)))
+    assert root.link == "driver" and "usePrecompiled" not in root.fix

@@ -43,9 +43,12 @@ def image_missing(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     image = _pulled_image(state.message) or _pulled_image(event)
     tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
     prefix = ctx.stack.precompiled_prefix
-    # The tag says precompiled where the policy asks for precompiled drivers (NVIDIA's spec.driver.usePrecompiled).
+    # The tag says precompiled where the policy asks for precompiled drivers (NVIDIA's spec.driver.usePrecompiled),
+    # or where its kernel part is this node's own kernel: only a precompiled image names a kernel in its tag (a
+    # standard driver image's tag is <version>-<os tag>), so a policy that hides the setting still shows it there.
     asks = (((ctx.policy_obj or {}).get("spec") or {}).get("driver") or {}).get("usePrecompiled") is True
-    precompiled = PRECOMPILED_TAG.fullmatch(tag) if asks else None
+    shaped = PRECOMPILED_TAG.fullmatch(tag)
+    precompiled = shaped if shaped and (asks or (view.kernel and shaped.group(2) == view.kernel)) else None
     if operand is DRIVER and ((prefix and owner.startswith(prefix)) or precompiled):
         # Precompiled drivers: one DaemonSet per kernel, whose image exists only for the kernels NVIDIA built.
         ready_kernels = ", ".join(sorted(ctx.driver_kernels)) or "no kernel yet"
