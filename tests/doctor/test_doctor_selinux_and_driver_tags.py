@@ -167,8 +167,6 @@ def test_a_tag_whose_kernel_part_is_not_the_nodes_is_not_read_as_precompiled() -
     """The same tag shape on a node with another kernel, without usePrecompiled: nothing says precompiled, so the
     doctor does not tell the user to turn a setting off that the policy does not show."""
     image = "nvcr.io/nvidia/driver:535-6.8.0-51-generic-ubuntu22.04"
-    scenario = (
-        "name: t\nstack: gpu-operator\nnodes:\n  - {name: k5, osImage: Ubuntu 22.04.5 LTS, kernel: 5.15.0-126-generic}\n"
-    )
+    scenario = "name: t\nstack: gpu-operator\nnodes:\n  - {name: k5, osImage: Ubuntu 22.04.5 LTS, kernel: 5.15.0-126-generic}\n"
     (root,) = _roots(diagnosed(scenario, no_gpus("k5"), _pull("k5", image)))
     assert root.link == "driver" and "usePrecompiled" not in root.fix

@@ -224,8 +224,14 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # One running pod per exporter / GFD DaemonSet that shows a sign of trouble: they keep running while
     # they fail at their work, and their log is the only place that says why. GFD's sign is a node without
     # its labels; an exporter's is being a release of its own beside the stack (its mounts, such as the
-    # kubelet's pod-resources path, are set by hand, not by the stack). A healthy cluster reads no log.
+    # kubelet's pod-resources path, are set by hand, not by the stack). A cluster without GPU workloads reads no log.
     samples: dict[tuple[str, str], tuple[LogKey, Obj]] = {}
+    # The stack's own exporter beside running GPU workloads: it mounts the kubelet's pod-resources socket at the
+    # default root (hostPath /var/lib/kubelet/pod-resources, NVIDIA/gpu-operator assets/state-dcgm-exporter/
+    # 0800_daemonset.yaml@06faaf0c), so on a kubelet with another --root-dir it runs ready and attributes no GPU to
+    # its pod; nothing but its log says so. One read, for the first such node.
+    exporter_on: dict[str, tuple[tuple[str, str], tuple[LogKey, Obj]]] = {}
+    gpu_workloads_on: set[str] = set()
     workloads: list[tuple[LogKey, Obj]] = []
     # A running device plugin's log on each node, read where a GPU workload there is in trouble: whether the plugin
     # registered (it found NVML through the node's runtime) tells a pod admitted without its allocation from a runtime
@@ -256,11 +262,16 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         unlabelled = "gpu-feature-discovery" in states and PRODUCT not in node_labels
         gfd_unlabelled = gfd_unlabelled or unlabelled
         own_release = "dcgm-exporter" in states and namespace != stack.namespace
-        if (unlabelled or own_release) and owner:
+        stacks_exporter = "dcgm-exporter" in states and namespace == stack.namespace
+        if (unlabelled or own_release or stacks_exporter) and owner:
             for cs in status.get("containerStatuses") or []:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
-                    samples.setdefault((str(namespace), str(owner)), (key, cs))
+                    if stacks_exporter:
+                        node_name = str((pod.get("spec") or {}).get("nodeName"))
+                        exporter_on.setdefault(node_name, ((str(namespace), str(owner)), (key, cs)))
+                    else:
+                        samples.setdefault((str(namespace), str(owner)), (key, cs))
         if "device-plugin" in states:
             for cs in status.get("containerStatuses") or []:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
@@ -306,10 +317,16 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
             troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
+        on = str((pod.get("spec") or {}).get("nodeName"))
+        if on not in gpu_workloads_on and status.get("phase") == "Running" and pod_gpu_requests(pod):
+            gpu_workloads_on.add(on)
 
     def by_key(candidate: tuple[LogKey, Obj]) -> LogKey:
         return candidate[0]
 
+    for node in sorted(gpu_workloads_on & exporter_on.keys())[:1]:
+        ds, candidate = exporter_on[node]
+        samples.setdefault(ds, candidate)
     operands = sorted(crashing, key=by_key) + sorted(quiet, key=by_key)
     sampled = sorted(samples.values(), key=by_key)[:MAX_SAMPLE_LOGS]
     if gfd_unlabelled:
