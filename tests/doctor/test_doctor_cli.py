@@ -19,7 +19,8 @@ def test_doctor_friday_json_names_the_root_cause_and_exits_1() -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["rootCauses"] == ["driver.kernel-mismatch"]
-    assert data["apiCalls"] == {"list": 9}
+    # one log: the stack's exporter beside the GPU pods of the nodes that work (its pod-resources client)
+    assert data["apiCalls"] == {"list": 9, "logs": 1}
     first = data["findings"][0]
     assert first["id"] == "driver.kernel-mismatch" and first["count"] == 8 and first["root"]
     node = next(n for n in data["nodes"] if n["node"] == "gpu-new-0")
