@@ -23,6 +23,7 @@ from test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, HOST_DRA, dra_r
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, Report
+from gpuchain.doctor.shapes import PROVIDERS
 from gpuchain.kube import NODE
 from gpuchain.sim.build import SimCluster
 
@@ -103,3 +104,12 @@ def test_a_dra_plugin_missing_the_nvml_link_under_the_host_drivers_root_is_the_d
 def test_the_missing_link_is_not_the_hosts_where_the_plugins_root_is_elsewhere() -> None:
     report = diagnosed(HOST_DRA, dra_release("n1", DONE, CRASH, "/opt/nvidia"), _dra_log(UNLOCATED))
     assert "driver.library-unlinked" not in report.ids
+
+
+def test_a_missing_driver_library_by_its_soname_names_ldconfig_beside_the_driver_packages() -> None:
+    """Any operand's ENOENT for the driver's .so.1 (glibc's "cannot open shared object file") reads the same provider:
+    the host's packages, or ldconfig where the versioned file is there."""
+    provider = next(p for p in PROVIDERS if p.pattern.search("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))
+    action = provider.action.format(path="libnvidia-ml.so.1")
+    assert "run ldconfig on the host" in action and "but not libnvidia-ml.so.1" in action
+    assert "libnvidia-compute-<branch>" in action
