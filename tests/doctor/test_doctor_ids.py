@@ -102,6 +102,10 @@ CLUSTER_TESTS = {
     "test_an_application_xid_an_old_plugin_marked_is_a_plugin_restart_and_the_release_that_skips_it",
     "node.device-plugins-disabled": "test_doctor_lower_link_classes::"
     "test_a_kubelet_before_110_listing_no_gpu_under_a_device_plugin_is_the_node_with_the_feature_gate",
+    "node.kubelet-socket-unseen": "test_doctor_unseen_socket_and_library_links::"
+    "test_a_plugin_finding_no_kubelet_socket_under_a_gated_on_kubelet_is_the_node_with_the_kubelets_bind",
+    "driver.library-unlinked": "test_doctor_unseen_socket_and_library_links::"
+    "test_a_dra_plugin_missing_the_nvml_link_under_the_host_drivers_root_is_the_driver_and_ldconfig",
     "node.gpu-lost": "test_doctor_mig_and_lost_gpus::"
     "test_gpu_pods_refused_because_a_gpu_fell_off_the_bus_are_the_node_not_the_driver",
     "mig.not-ready": "test_doctor_upper_catalog::"

@@ -116,6 +116,7 @@ STOPS_THE_WALK = (
     "toolkit.runtime-stopped",
     "node.gpu-lost",
     "node.device-plugins-disabled",
+    "node.kubelet-socket-unseen",
 )
 
 

@@ -305,6 +305,9 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     gate = _device_plugins_gate_off(ctx, view)
     if gate is not None:
         findings.append(gate)
+    unseen = _kubelet_socket_unseen(ctx, view)
+    if unseen is not None:
+        findings.append(unseen)
     if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
         version = node_info(view.node).get("containerRuntimeVersion", "")
         action = Fix(
@@ -366,14 +369,22 @@ KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 #: node-config.yaml's kubeletArguments and, installed containerised, runs the kubelet in a container that sees only
 #: the host paths its systemd unit mounts into it.
 OPENSHIFT_KUBELET = re.compile(r"^v?\d+\.\d+\.\d+\+[0-9a-f]{7,}$")
+#: The mount that gives OpenShift 3's containerised node service the host's device plugin directory (its systemd
+#: unit's docker run flags).
+ORIGIN_NODE_BIND = "-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-plugins/"
+
+
+def _kubelet_release(node: Obj) -> tuple[int, int] | None:
+    """The node's kubelet release (major, minor), None where it reports none."""
+    found = KUBELET_VERSION.match(node_info(node).get("kubeletVersion", ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
     """A device plugin on a node whose kubelet predates the DevicePlugins gate's default (1.10) and that lists no
     nvidia.com resource: the kubelet serves no device plugin registration, so no plugin can announce a GPU. Not on a
     node GCE's or GKE's bring-up labelled as having accelerators (`GATE_ON_WITH`): that bring-up turned the gate on."""
-    found = KUBELET_VERSION.match(node_info(view.node).get("kubeletVersion", ""))
-    release = (int(found.group(1)), int(found.group(2))) if found else None
+    release = _kubelet_release(view.node)
     capacity = (view.node.get("status") or {}).get("capacity") or {}
     if (
         release is None
@@ -387,7 +398,7 @@ def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
         "turn the kubelet's DevicePlugins feature gate on and let it see the plugin's socket: on this OpenShift 3 node "
         "add feature-gates: [DevicePlugins=true] under kubeletArguments in /etc/origin/node/node-config.yaml, and "
         "where the node service runs containerised (the origin-node / atomic-openshift-node container) bind-mount the "
-        "host's device plugin directory into it (-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-plugins/ "
+        f"host's device plugin directory into it ({ORIGIN_NODE_BIND} "
         "in its systemd unit, /etc/systemd/system/origin-node.service), then systemctl daemon-reload && systemctl "
         "restart origin-node (atomic-openshift-node)"
         if OPENSHIFT_KUBELET.match(node_info(view.node).get("kubeletVersion", ""))
@@ -414,6 +425,86 @@ def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
             f"status.nodeInfo.kubeletVersion: {node_info(view.node).get('kubeletVersion')}",
             "capacity: no nvidia.com/* resource",
             f"device plugin pod {name_of(view.pod(DEVICE_PLUGIN) or {})}",
+        ),
+        fix=ctx.stack.render(action),
+        node=view.name,
+        action=action,
+    )
+
+
+#: The plugin's dial of the kubelet's registration socket finding no file there (NVIDIA/k8s-device-plugin
+#: internal/plugin/server.go@v0.17.1 "Could not register device plugin: %s", the dial error grpc-go passes on): the
+#: socket the kubelet serves is not at the path the plugin's hostPath shows it. A refused connection is a kubelet
+#: restarting, not this.
+SOCKET_ABSENT = re.compile(r"kubelet\.sock: connect: no such file or directory")
+#: RKE1 annotates the nodes it provisions (rancher/rke k8s/node.go: InternalAddressAnnotation
+#: "rke.cattle.io/internal-ip", ExternalAddressAnnotation "rke.cattle.io/external-ip") and runs their kubelet in a
+#: Docker container that sees only the host paths it binds.
+RKE_ANNOTATION = "rke.cattle.io/"
+#: Distributions that move the kubelet's --root-dir off /var/lib/kubelet, told by their kubeletVersion suffix or label:
+#: k0s (its --kubelet-root-dir, /var/lib/k0s/kubelet under its data dir /var/lib/k0s: k0sproject/k0s) and MicroK8s
+#: (/var/snap/microk8s/common/var/lib/kubelet; canonical/microk8s docs, label microk8s.io/cluster).
+ROOT_DIRS = (("+k0s", "/var/lib/k0s/kubelet"), ("microk8s.io/cluster", "/var/snap/microk8s/common/var/lib/kubelet"))
+
+
+def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
+    """A kubelet of 1.10 or later (the DevicePlugins gate on) listing no nvidia.com resource while the plugin finds no
+    kubelet.sock in its device-plugins hostPath: the kubelet serves the socket at a path the plugin does not see, the
+    node's kubelet setup (the node link), not the plugin. Either the kubelet runs in a container without the host's
+    device-plugins directory bound (RKE1, OpenShift 3's containerised node service) or its --root-dir is not
+    /var/lib/kubelet (k0s, MicroK8s); the node's evidence puts the likelier variant first."""
+    pod = view.pod(DEVICE_PLUGIN)
+    info = node_info(view.node)
+    release = _kubelet_release(view.node)
+    capacity = (view.node.get("status") or {}).get("capacity") or {}
+    if (
+        pod is None
+        or (release is not None and release < DEVICE_PLUGINS_DEFAULT_ON)
+        or any(k.startswith("nvidia.com/") for k in capacity)
+    ):
+        return None
+    container = pod_state(pod).container or str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name"))
+    said = catalog.find(ctx.log(pod, container), "k8s-device-plugin.register-failed")
+    if said is None or not SOCKET_ABSENT.search(said.line):
+        return None
+    version = info.get("kubeletVersion", "")
+    notes = {**view.labels, **((view.node.get("metadata") or {}).get("annotations") or {})}
+    rke = any(k.startswith(RKE_ANNOTATION) for k in notes)
+    root_dir = next((d for mark, d in ROOT_DIRS if mark in version or mark in notes), "")
+    bind = (
+        "bind the host's /var/lib/kubelet/device-plugins into the kubelet's container: on RKE1 add "
+        "/var/lib/kubelet/device-plugins:/var/lib/kubelet/device-plugins to services.kubelet.extra_binds in "
+        f"cluster.yml and re-run rke up; for OpenShift 3's containerised origin-node add {ORIGIN_NODE_BIND} to its "
+        "systemd unit and restart it"
+    )
+    where = f"{root_dir}/device-plugins" if root_dir else "<kubelet --root-dir>/device-plugins"
+    moved = (
+        f"point the plugin DaemonSet's device-plugin hostPath at {where}, where a kubelet whose --root-dir is not "
+        "/var/lib/kubelet serves its socket (k0s /var/lib/k0s/kubelet, MicroK8s "
+        "/var/snap/microk8s/common/var/lib/kubelet)"
+    )
+    containerised = (
+        rke or OPENSHIFT_KUBELET.match(version) or str(info.get("containerRuntimeVersion")).startswith("docker://")
+    )
+    first, then = (moved, bind) if root_dir or not containerised else (bind, moved)
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {"action": f"{first}; otherwise {then}", NOT_SIMULATED: "the kubelet's mounts and flags"},
+    )
+    return Finding(
+        id="node.kubelet-socket-unseen",
+        severity=Severity.ERROR,
+        link="node",
+        cause=f"the node's kubelet ({version or 'version unknown'}) takes device plugin registrations, but the plugin "
+        "finds no kubelet.sock in the device-plugins directory it mounts: the kubelet serves it at a path that "
+        "directory does not show (a containerised kubelet without the host's directory, or another --root-dir), so "
+        "no plugin can announce the GPUs.",
+        evidence=(
+            f"status.nodeInfo.kubeletVersion: {version}",
+            "capacity: no nvidia.com/* resource",
+            *said.evidence(),
+            *(f"annotation {k}" for k in sorted(notes) if k.startswith(RKE_ANNOTATION)),
         ),
         fix=ctx.stack.render(action),
         node=view.name,

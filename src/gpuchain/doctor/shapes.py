@@ -200,13 +200,15 @@ PROVIDERS = (
     # The driver's user-space: NVML and nvidia-smi ship with the driver (its .run installer or the distribution's
     # packages), and the toolkit finds them under its driver root (NVIDIA/nvidia-container-toolkit
     # internal/config/config.go@v1.17.4 nvidia-container-cli.root; the GPU Operator mounts its driver container's
-    # root at /run/nvidia/driver).
+    # root at /run/nvidia/driver). The .so.1 names are the SONAME links ldconfig creates beside the versioned files.
     Provider(
         re.compile(r"(^|/)(libnvidia-ml\.so[.\d]*|libcuda\.so[.\d]*|nvidia-smi|nvidia-persistenced)$"),
         "{path} (the driver's user-space) is not where it is looked for: with the driver on the host, install its "
         "user-space libraries with it (the same driver release's packages, e.g. libnvidia-compute-<branch> and "
-        "nvidia-utils-<branch> on Ubuntu); with the operator's driver, its pod must be Running so /run/nvidia/driver "
-        "holds them; and the toolkit's driver root (root in /etc/nvidia-container-runtime/config.toml, the "
+        "nvidia-utils-<branch> on Ubuntu), and where the versioned file (.so.<driver version>) is there but not "
+        "{path}, its library links are missing: run ldconfig on the host, which creates them; with the operator's "
+        "driver, its pod must be Running so /run/nvidia/driver holds them; and the toolkit's driver root (root in "
+        "/etc/nvidia-container-runtime/config.toml, the "
         "operator's driver root) must name where they are",
     ),
     # The toolkit's library locator reads the dynamic linker's cache under its driver root to find the driver's

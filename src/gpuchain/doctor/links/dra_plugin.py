@@ -10,6 +10,8 @@ loops every 10 s and leaves only once ``nvidia-smi`` from the driver under ``NVI
 
 from __future__ import annotations
 
+import re
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
@@ -179,6 +181,9 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
         return _held_for_driver(ctx, view, pod, state)
     if not catalog.known_error(log) and _driver_root(pod).rstrip("/") != _where_driver_is(ctx, view)[0].rstrip("/"):
         return _held_for_driver(ctx, view, pod, state)  # exits where no driver library is under its root
+    unlinked = _host_library_unlinked(ctx, view=view, pod=pod, state=state, log=log)
+    if unlinked is not None:
+        return unlinked
     return not_ready(
         ctx,
         view=view,
@@ -189,6 +194,56 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
         log=log,
         cause=f"the {WHAT} is {state.status}, so the node's GPUs are published to no ResourceSlice.",
     )
+
+
+#: The plugin's driver-root lookup asks for the driver library by its SONAME link, resolving it under the root and
+#: the usual library directories, and never globs for the versioned file (NVIDIA/k8s-dra-driver-gpu's nvml
+#: DriverRoot.findFile "error locating %q", GetNVMLPath looking up "libnvidia-ml.so.1"); the driver's installer
+#: and packages leave that link to ldconfig, which creates it beside libnvidia-ml.so.<version>.
+UNLOCATED = re.compile(r'error locating "(?P<lib>lib[\w.+-]+\.so\.\d+)"')
+
+
+def _host_library_unlinked(ctx: Context, *, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
+    """The plugin exits finding no driver library by its SONAME under a driver root that is where this node's host
+    driver is (no driver container runs here): the host's driver install lacks that name, either its library links
+    (ldconfig's) are gone beside the versioned file or the driver's user-space is not installed: the driver link,
+    repaired on the host, and the plugin's chart is right as it is. None elsewhere (an operator's driver pod, a root
+    the chart points elsewhere: `_held_for_driver`)."""
+    said = UNLOCATED.search(log)
+    wanted, why = _where_driver_is(ctx, view)
+    if said is None or view.pod(DRIVER) is not None or _driver_root(pod).rstrip("/") != wanted.rstrip("/"):
+        return None
+    lib, root = said["lib"], wanted.rstrip("/") or "/"
+    base, stem = wanted.rstrip("/"), lib.partition(".so")[0]
+    ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"on the host, look for {lib} under {root} (ls -l {base}/usr/lib*/{stem}.so* "
+            f"{base}/usr/lib/*-linux-gnu/{stem}.so*): where only the versioned file is there, the driver's library "
+            f"links are missing: run ldconfig on the host, which creates the {lib} symlink to it (or reinstall "
+            "the driver); "
+            f"where no version is there, {install_driver(ctx)}; then "
+            + ctx.stack.render(Fix.delete_pod(ns, name_of(pod))),
+            "drain": False,
+            NOT_SIMULATED: "the host's library links are a fact of the node no scenario names",
+        },
+    )
+    finding = node_finding(
+        view,
+        fid="driver.library-unlinked",
+        sev=Severity.ERROR,
+        link="driver",
+        cause=f"the {WHAT} is {state.status}: it finds no {lib} under NVIDIA_DRIVER_ROOT={_driver_root(pod)}, where "
+        f"this node's host driver is. It looks the library up by that link name only, which ldconfig creates beside "
+        "the driver's versioned library: the host driver's library links are missing (or its user-space is not "
+        "installed), so no GPU of the node is published.",
+        evidence=[state.describe(), f"log: {said.group(0)}", why],
+        fix=ctx.stack.render(action),
+        action=action,
+    )
+    return Result(LinkState.BROKEN, f"host driver has no {lib}", (finding,))
 
 
 def _gpuchain_dra_pod(ctx: Context, view: NodeView) -> Obj | None:
