@@ -57,6 +57,7 @@ FINDING_OF = {
     "libnvidia-container.brand-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     "gke-device-plugin.driver-install-disabled": "driver.not-installed",
+    "gke-device-plugin.driver-device-missing": "driver.not-installed",
     HOST_PATH_ENTRY: "driver.not-installed",
 }
 #: The kubelet's waiting reasons for a container it never handed to the runtime: it could not get its image
