@@ -4,7 +4,9 @@ NFD's Role (not on GFD's ClusterRole, whose words for its own NodeFeature object
 not list the rules on its ClusterRole, and a cluster without NFD's CRDs by installing them.
 
 Log lines as klog writes an ErrorS line of kubernetes-sigs/node-feature-discovery cmd/nfd-worker/main.go@v0.17.3
-("error while running") and pkg/nfd-master/nfd-master.go@v0.16.9; the refusals in the API server's words for an RBAC
+("error while running") and pkg/nfd-master/nfd-master.go@v0.16.9, and client-go's leader elector
+(kubernetes/client-go tools/leaderelection/leaderelection.go@9a8caafaa5b520682d68111828b297eab42bcab8 "error
+retrieving resource lock %v: %v"), which nfd-master runs on its Lease; the refusals in the API server's words for an RBAC
 denial (kubernetes apiserver's forbidden message: '<resource> "<name>" is forbidden: User "<user>" cannot <verb>
 resource "<resource>" in API group "<group>" in the namespace "<ns>"')."""
 
@@ -12,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from doctor.small_cluster import diagnosed
-from doctor.test_doctor_operator_reason import UNLABELLED
+from doctor.test_doctor_operator_reason import BARE_METAL, NFD_MISSING, NFD_MISSING_LOG, NS, UNLABELLED, _nfd, _operator
 
 from gpuchain.doctor import Severity, catalog
 from gpuchain.doctor.model import Report
@@ -92,3 +95,39 @@ def test_the_masters_refusals_and_the_worker_grpc_line_match_only_their_failure(
     assert not listed.regex.search('"failed to list NodeFeatureRule resources" err="context canceled"')
     refused = "failed to advertise features (via gRPC): rpc error: code = Unavailable desc = connection refused"
     assert grpc.regex.search(refused) and not grpc.regex.search("failed to advertise features (via gRPC): EOF")
+
+
+MASTER_SA = 'User \\"system:serviceaccount:gpu-operator:node-feature-discovery-master\\"'
+#: A running nfd-master's refused line, the entry it is, the permission the fix grants.
+MASTER_REFUSALS = [
+    (
+        'E1206 12:00:05.000000       1 nfd-master.go:1177] "failed to list NodeFeatureRule resources" err="'
+        f'nodefeaturerules.nfd.k8s-sigs.io is forbidden: {MASTER_SA} cannot list resource \\"nodefeaturerules\\" '
+        'in API group \\"nfd.k8s-sigs.io\\" at the cluster scope"',
+        "node-feature-discovery.master-list-forbidden",
+        "get, list and watch on nodefeatures, nodefeaturerules",
+    ),
+    (
+        "E1206 12:00:05.000000       1 leaderelection.go:436] error retrieving resource lock "
+        'gpu-operator/nfd-master.nfd.kubernetes.io: leases.coordination.k8s.io "nfd-master.nfd.kubernetes.io" is '
+        'forbidden: User "system:serviceaccount:gpu-operator:node-feature-discovery-master" cannot get resource '
+        '"leases" in API group "coordination.k8s.io" in the namespace "gpu-operator"',
+        "node-feature-discovery.master-lease-forbidden",
+        "get, update on the lease nfd-master.nfd.kubernetes.io",
+    ),
+]
+
+
+@pytest.mark.parametrize(("log", "entry", "grant"), MASTER_REFUSALS, ids=[m[1] for m in MASTER_REFUSALS])
+def test_a_running_nfd_master_the_api_refuses_gets_the_permission_it_lacks(log: str, entry: str, grant: str) -> None:
+    master = {
+        "do": "pod",
+        "daemonset": "gpu-operator-node-feature-discovery-master",
+        "namespace": NS,
+        "containers": [{"name": "master", "ready": True, "state": {"running": True}}],
+        "logs": {"master": log},
+    }
+    root = _root(diagnosed(BARE_METAL, _operator(NFD_MISSING_LOG), NFD_MISSING, *_nfd(["cpu", "g"]), master))
+    assert root.id == "nfd.not-labelled" and "runs but its log says it cannot write the labels" in root.cause
+    assert any(e.startswith(f"catalog: {entry} (") for e in root.evidence), root.evidence
+    assert grant in root.fix and "master.rbac.create=true" in root.fix

@@ -29,11 +29,13 @@ IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrIma
 
 
 #: nfd-master's lines for a node it cannot write (not those for one label it drops: gfd's, nfd.py), for the rules it
-#: cannot read, and for the NodeFeature API the cluster lacks (catalog.yaml, kubernetes-sigs/node-feature-discovery
-#: pkg/nfd-master/nfd-master.go@v0.16.9 and @v0.17.3).
+#: cannot read, for the leader-election Lease it may not read, and for the NodeFeature API the cluster lacks
+#: (catalog.yaml: kubernetes-sigs/node-feature-discovery pkg/nfd-master/nfd-master.go@v0.16.9 and @v0.17.3, client-go's
+#: elector).
 MASTER_REFUSED = (
     "node-feature-discovery.master-node-update-forbidden",
     "node-feature-discovery.master-list-forbidden",
+    "node-feature-discovery.master-lease-forbidden",
     "node-feature-discovery.nodefeature-crd-missing",
 )
 
