@@ -8,7 +8,7 @@ The stderr lines are the components' formats with sample values: nvidia-containe
 warnx), with the detail of src/cli/dsl.c@5823754b8577d16fabf25a6ef6a1d58f7ff1e5dd, src/xfuncs.h@13521978755666801855113e6bc4626a36a55c03,
 src/ldcache.c@de9f71e76a68e137bce35b1d3182544234caa171, src/nvc_ldcache.c@0f8e13d6627d3ccb45f49cf5d4b9c4103b3a8d01,
 src/cgroup.c@02c1d95f0777a758356126b60a9c7e0954028e0d,
-src/nvc_mount.c@077f498c209832bc545e2ece46c3a2b7d1ed1e4c; the hook's lines are NVIDIA/nvidia-container-toolkit
+src/nvc_mount.c@077f498c209832bc545e2ece46c3a2b7d1ed1e4c, src/error.c (NVML's error string after "nvml error"); the hook's lines are NVIDIA/nvidia-container-toolkit
 cmd/nvidia-container-runtime-hook/{main,hook_config,container_config}.go@v1.17.4 (log.Panicln adds nothing before
 them); the CDI library's is cncf-tags/container-device-interface pkg/cdi/container-edits_unix.go@v0.8.0 under
 the NVIDIA runtime's "error modifying OCI spec" (internal/runtime, v1.17.4). runc wraps each as its prestart hook's
@@ -55,6 +55,12 @@ CASES = [
         "libnvidia-container.ldconfig-failed",
         "toolkit",
         "nvidia-container-cli.ldconfig=@/sbin/ldconfig",
+    ),
+    (
+        CLI + "detection error: nvml error: function not found",
+        "libnvidia-container.nvml-function-not-found",
+        "driver",
+        "leftover libnvidia-ml",
     ),
     (
         CLI + "mount error: invalid device node: /dev/nvidia0",
