@@ -18,7 +18,7 @@ failure (tests/doctor/test_doctor_lower_catalog.py RUNC).
 from __future__ import annotations
 
 import pytest
-from doctor.small_cluster import diagnosed, refused_at_start
+from doctor.small_cluster import crashing_pod, diagnosed, refused_at_start
 from test_doctor_lower_catalog import RUNC
 
 from gpuchain.doctor import Severity
@@ -138,3 +138,21 @@ def test_a_gpu_pod_the_hook_refuses_gets_the_lines_own_repair(stderr: str, entry
     assert (root.link, root.node) == (link, "n1")
     assert any(e.startswith(f"catalog: {entry} (") for e in root.evidence), root.evidence
     assert repair in root.fix, root.fix
+
+
+def test_a_toolkit_pod_finding_no_libcuda_of_the_modules_version_is_the_drivers_user_space() -> None:
+    """The toolkit container's "error generating CDI specification: %v" (tools/container/toolkit/toolkit.go@v1.17.4)
+    around pkg/nvcdi/driver-nvml.go@v1.17.4 "failed to locate libcuda.so.%v: %v" and internal/lookup/file.go's
+    "pattern %v not found": the inner words name the driver's missing library, not the toolkit's driver root."""
+    log = (
+        'time="2026-12-06T12:00:00Z" level=fatal msg="error generating CDI specification: failed to locate '
+        'libcuda.so.550.54.15: pattern libcuda.so.550.54.15 not found"\n'
+    )
+    operator = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n"
+    report = diagnosed(
+        operator, crashing_pod("nvidia-container-toolkit-daemonset", "nvidia-container-toolkit-ctr", "n1", log)
+    )
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.link, root.node) == ("driver", "n1")
+    assert any(e.startswith("catalog: nvidia-container-toolkit.libcuda-not-located (") for e in root.evidence)
+    assert "libnvidia-compute-<branch>" in root.fix and "NVIDIA_DRIVER_ROOT" not in root.fix
