@@ -173,6 +173,27 @@ def test_gkes_installer_waiting_for_a_driver_gke_was_not_asked_for_is_the_driver
     assert "nodeSelector cloud.google.com/gke-gpu-driver-version: default" in root.fix
 
 
+def test_gkes_plugin_finding_no_driver_device_on_the_host_is_the_driver_and_the_installer_daemonset() -> None:
+    # GoogleCloudPlatform/container-engine-accelerators cmd/nvidia_gpu/nvidia_gpu.go: the plugin mounts the host's /dev
+    # and logs its GPU manager's failed start every five seconds; Go's os.Stat words a missing path "stat <path>: ...".
+    line = "E0316 09:02:11.104512       1 nvidia_gpu.go:140] failed to start GPU device manager: stat /dev/nvidiactl: no such file or directory"
+    plugin = {
+        "do": "pod",
+        "daemonset": "nvidia-gpu-device-plugin",
+        "namespace": "kube-system",
+        "node": "gke-nap-1",
+        "containers": [{"name": "nvidia-gpu-device-plugin", "ready": False, "state": {"running": True}}],
+        "logs": {
+            "nvidia-gpu-device-plugin": f"I0316 09:02:11.104231       1 nvidia_gpu.go:75] device-plugin started\n{line}\n"
+        },
+    }
+    report = diagnosed(GKE, plugin, no_gpus("gke-nap-1"))
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link, root.node) == ("driver.not-installed", "driver", "gke-nap-1")
+    assert "daemonset-preloaded.yaml" in root.fix
+    assert not [f for f in report.findings if f.link == "device-plugin" and f.severity is Severity.ERROR]
+
+
 def test_on_gke_a_gpu_pod_is_never_told_to_tolerate_the_gpu_taint_its_admission_tolerates() -> None:
     report = diagnosed(GKE, tainted("gke-nap-1"), pending_pod("job", TAINT_MSG))
     assert not [f for f in report.findings if f.id == "workload.untolerated-taint"]

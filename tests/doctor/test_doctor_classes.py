@@ -141,6 +141,43 @@ def test_a_plugin_without_a_sandbox_on_a_node_whose_runtime_no_toolkit_touches_i
     assert "the toolkit rewrote" not in root.fix and "bin_dir" in root.fix
 
 
+#: containerd's words when it cannot pull the sandbox image (containerd pkg/cri/sbserver/sandbox_run.go@v1.7.23
+#: "failed to get sandbox image %q: %w"), under the kubelet's Event, for the image containerd uses when its config
+#: names none.
+PAUSE_REFUSED = (
+    "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image "
+    '"registry.k8s.io/pause:3.8": failed to pull image "registry.k8s.io/pause:3.8": failed to pull and unpack image '
+    '"registry.k8s.io/pause:3.8": failed to resolve reference "registry.k8s.io/pause:3.8": failed to do request: '
+    'Head "https://registry.k8s.io/v2/pause/manifests/3.8": dial tcp 34.96.108.209:443: i/o timeout'
+)
+
+
+def _no_sandbox(node: str, event: str) -> dict[str, Any]:
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-device-plugin-daemonset",
+        "node": node,
+        "containers": [{"name": "nvidia-device-plugin-ctr", "state": {"waiting": "ContainerCreating"}}],
+        "events": [{"reason": "FailedCreatePodSandBox", "message": event, "count": 12}],
+    }
+
+
+def test_a_sandbox_image_the_node_cannot_pull_names_containerds_setting_and_on_an_eks_ami_the_toolkits_config() -> None:
+    (root,) = _roots(diagnosed(PLUGIN, NO_GPU, _no_sandbox("m", PAUSE_REFUSED)))
+    assert (root.id, root.link) == ("node.sandbox-failed", "node")
+    assert "sandbox_image" in root.fix and "restart containerd" in root.fix
+    # An EKS AMI's containerd config names the regional ECR pause image: containerd's own default in its place is a
+    # config that lost it, which on the GPU AMI is the one the NVIDIA toolkit wrote.
+    eks = "name: t\nstack: eks\nnodes:\n  - {name: m, preset: t4-x4}\n"
+    (root,) = _roots(diagnosed(eks, NO_GPU, _no_sandbox("m", PAUSE_REFUSED)))
+    assert (root.id, root.link, root.node) == ("node.sandbox-failed", "toolkit", "m")
+    assert "set sandbox_image back to the regional ECR pause image" in root.fix
+    # The image's own pause image refused is the node's reach to its registry, not a lost setting.
+    own = PAUSE_REFUSED.replace("registry.k8s.io/pause", "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause")
+    (root,) = _roots(diagnosed(eks, NO_GPU, _no_sandbox("m", own)))
+    assert (root.id, root.link) == ("node.sandbox-failed", "node")
+
+
 def _own_driver(version: str) -> Any:
     """An edit: node ``own`` keeps its host's driver: the GPU Operator's per-node opt-out of its driver container
     (nvidia.com/gpu.deploy.driver=false, which its driver DaemonSet's node selector excludes), so no driver pod

@@ -360,6 +360,26 @@ def test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_
     assert roots and not any(r.id == "driver.upgrade-held" for r in roots)
 
 
+def test_a_node_left_upgrade_failed_with_nothing_holding_it_is_labelled_upgrade_required_to_retry() -> None:
+    # NVIDIA/k8s-operator-libs pkg/upgrade: upgrade-failed is left by the controller's own reading of the driver pod
+    # or by the node's label set back to upgrade-required, on which it retries and uncordons at the end.
+    (root,) = _roots(diagnosed(OPERATOR, _node(labels={STATE: "upgrade-failed"})))
+    assert (root.id, root.link, root.node) == ("driver.upgrade-failed", "driver", "n1")
+    assert "cordoned" in root.cause
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {STATE: "upgrade-required"}
+    assert "kubectl label node n1 nvidia.com/gpu-driver-upgrade-state=upgrade-required --overwrite" in root.fix
+    # Not cordoned, the node still upgrades no further; a node upgrade-done is no finding.
+    (root,) = _roots(diagnosed(OPERATOR, _node(cordoned=False, labels={STATE: "upgrade-failed"})))
+    assert root.id == "driver.upgrade-failed" and "upgrades no further" in root.cause
+    assert not _roots(diagnosed(OPERATOR, _node(cordoned=False, labels={STATE: "upgrade-done"})))
+    # A driver pod that fails itself is its own root, as for a node failed on its pods.
+    crash = {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "n1"}
+    crash["containers"] = [crash_looping("nvidia-driver-ctr")]
+    roots = _roots(diagnosed(OPERATOR, _node(labels={STATE: "upgrade-failed"}), crash))
+    assert roots and not any(r.id == "driver.upgrade-failed" for r in roots)
+
+
 def test_a_node_in_drain_required_is_held_by_the_budget_of_a_pod_the_drain_selects() -> None:
     drain = {"upgradePolicy": {"drain": {"enable": True, "podSelector": "app=trainer", "timeoutSeconds": 0}}}
     edits = (_objects(_pod("trainer-0"), _pdb(maxUnavailable=0)), _policy(drain))

@@ -37,6 +37,7 @@ ORDER = (
     "heldout18",
     "heldout19",
     "heldout20",
+    "heldout21",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.

@@ -29,7 +29,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.next_steps import next_step, shape_of, silent_fix
+from gpuchain.doctor.next_steps import next_step, shape_first, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
 from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
@@ -57,6 +57,7 @@ FINDING_OF = {
     "libnvidia-container.brand-requirement": "driver.too-old",
     "k8s-device-plugin.available-devices-failed": "driver.gpu-unavailable",
     "gke-device-plugin.driver-install-disabled": "driver.not-installed",
+    "gke-device-plugin.driver-device-missing": "driver.not-installed",
     HOST_PATH_ENTRY: "driver.not-installed",
 }
 #: The kubelet's waiting reasons for a container it never handed to the runtime: it could not get its image
@@ -491,11 +492,7 @@ def _fix(
                 "runtime configure --runtime=containerd), "
             )
             again += "restart containerd"
-        # A wrapper says the hook failed, not why: the words it wraps may name what is missing or refused (a
-        # library its CLI loads, a file it reads), whose repair comes before writing the runtime config again.
-        inner = shape_of(ctx, link=link, said=tuple(failure.text.splitlines()), node=view.name)
-        if inner is not None:
-            again = f"{inner.action} ({inner.what}); otherwise {again}"
+        again = shape_first(ctx, link=link, said=tuple(failure.text.splitlines()), then=again, node=view.name)
         action = Fix(
             FixOp.NODE,
             view.name,

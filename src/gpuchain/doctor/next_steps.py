@@ -120,3 +120,12 @@ def shape_of(ctx: Context, *, link: str, said: tuple[str, ...], node: str = "") 
     `shapes.shaped` knows, with that shape's repair: a last error line of no shape may be followed by a line that
     has one (a drain's "evicting pod" after its error)."""
     return next((found for text in said if text and (found := shaped(ctx, link=link, line=text, node=node))), None)
+
+
+def shape_first(ctx: Context, *, link: str, said: tuple[str, ...], then: str, node: str = "") -> str:
+    """``then`` (a repair written for no line in particular: the hook's runtime config written again) preceded by
+    the repair of the first of ``said`` whose shape `shapes.shaped` knows, as "<action> (<what>); otherwise
+    <then>": a wrapper's words (runc's prestart hook, the NVIDIA runtime) say that it failed, the words it wraps
+    may name what is missing or refused, and that repair comes first. ``then`` alone where no shape fits."""
+    found = shape_of(ctx, link=link, said=said, node=node)
+    return f"{found.action} ({found.what}); otherwise {then}" if found is not None else then

@@ -543,11 +543,15 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
     known = catalog.known_error(said)
     names = sorted({str(p["metadata"]["name"]) for p, _ in failed})
     toolkit = view.pod(TOOLKIT) is not None and configures
-    if known is not None:
+    lost = _sandbox_setting_lost(ctx, said, known)
+    if lost:
+        toolkit = True
+        work = lost
+    elif known is not None:
         work = known.entry.fix
     else:
         work = "repair the runtime setting the Event names (its CNI plugin, runtime handler or config), then restart it"
-    if toolkit:
+    if toolkit and not lost:
         work = "the toolkit rewrote containerd's config on this node: " + work
     action = Fix(
         FixOp.NODE,
@@ -573,6 +577,29 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
         fix=ctx.stack.render(action),
         node=view.name,
         action=action,
+    )
+
+
+#: The sandbox image containerd uses where its config names none (containerd pkg/cri/config/config_unix.go,
+#: DefaultConfig SandboxImage: registry.k8s.io/pause, k8s.gcr.io/pause before 1.6.9).
+RUNTIME_DEFAULT_SANDBOX = re.compile(r'failed to get sandbox image "(?:registry\.k8s\.io|k8s\.gcr\.io)/pause:')
+SANDBOX_UNAVAILABLE = "containerd.sandbox-image-unavailable"
+
+
+def _sandbox_setting_lost(ctx: Context, said: str, known: catalog.Match | None) -> str:
+    """The repair where containerd asks for its built-in sandbox image on a node image whose containerd config
+    names its own (`Stack.sandbox_image`): the config the node runs lost that setting, and on a GPU node image the
+    config is the one NVIDIA's toolkit wrote when it made nvidia the default runtime (nvidia-ctk runtime
+    configure), so the toolkit link, with the image's own setting put back; "" where that is not the case."""
+    if not ctx.stack.sandbox_image or known is None or known.entry.id != SANDBOX_UNAVAILABLE:
+        return ""
+    if not RUNTIME_DEFAULT_SANDBOX.search(said):
+        return ""
+    return (
+        "the NVIDIA toolkit's containerd config on this node image names containerd's default pause image instead "
+        f"of the image's own: set sandbox_image back to {ctx.stack.sandbox_image} in /etc/containerd/config.toml "
+        "and restart containerd, or move the node group to the previous (or a later, fixed) release of its node "
+        "image, whose toolkit keeps the setting"
     )
 
 

@@ -135,6 +135,9 @@ class Stack:
     #: what to put on a node whose image should carry the driver and runtime and does not ("" when
     #: the stack installs them itself or the image is the user's own)
     node_image: str = ""
+    #: the pod sandbox (pause) image the node image's containerd config names, where it names its own ("" = the
+    #: runtime's built-in default): a sandbox refused for that default means the config lost the image's setting
+    sandbox_image: str = ""
     #: where the node image installs the driver on the host, for operands that must mount it ("" = /)
     driver_root: str = ""
     #: how a user installs the driver on a node of this stack where it is missing ("" = the generic advice)

@@ -46,7 +46,7 @@ from gpuchain.operator.operands import (
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.sim.scenario import PER_OPERAND, NodeGroup, Scenario
-from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, HOST_TOLERATIONS, operand_image
+from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, host_tolerations, operand_image
 
 #: CUDA driver API version of each driver branch (what ``nvidia-smi`` prints as "CUDA Version").
 CUDA_OF_BRANCH = {
@@ -248,9 +248,11 @@ def config_key(scenario: Scenario, *, policy: ClusterPolicySpec, group: NodeGrou
     return next(iter(scenario.device_plugin_configs)) if len(scenario.device_plugin_configs) == 1 else None
 
 
-def untolerated(policy: ClusterPolicySpec, *, group: NodeGroup, host_stack: bool) -> dict[str, str] | None:
-    """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets do not tolerate."""
-    tolerations = HOST_TOLERATIONS if host_stack else [t.to_dict() for t in policy.daemonsets.tolerations]
+def untolerated(policy: ClusterPolicySpec, *, group: NodeGroup, stack: str) -> dict[str, str] | None:
+    """The first NoSchedule/NoExecute taint of the group that the operand DaemonSets of ``stack`` do not tolerate."""
+    tolerations = (
+        host_tolerations(stack) if stack in HOST_STACKS else [t.to_dict() for t in policy.daemonsets.tolerations]
+    )
     return next(
         (t for t in group.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)),
         None,
@@ -285,7 +287,7 @@ def plan_node(scenario: Scenario, *, policy: ClusterPolicySpec, group: NodeGroup
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
     # A taint the DaemonSets do not tolerate, or (operator stacks) no GPU label to select on: NFD's
     # PCI label, or nvidia.com/gpu.present set by hand.
-    tainted = untolerated(policy, group=group, host_stack=scenario.stack in HOST_STACKS) is not None or (
+    tainted = untolerated(policy, group=group, stack=scenario.stack) is not None or (
         scenario.stack not in HOST_STACKS and not group.nfd and group.labels.get(GPU_PRESENT) != "true"
     )
     images = {

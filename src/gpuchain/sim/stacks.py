@@ -25,6 +25,10 @@ from gpuchain.operator.policy import ClusterPolicySpec
 HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
 #: What NVIDIA's standalone plugin manifest and GKE's plugin tolerate.
 HOST_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+#: What the device plugin DaemonSet of AKS' GPU guide tolerates besides: the sku=gpu taint the guide puts on GPU node
+#: pools (learn.microsoft.com/azure/aks/gpu-cluster, nvidia-device-plugin-ds.yaml and az aks nodepool add
+#: --node-taints sku=gpu:NoSchedule).
+AKS_TOLERATIONS = [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
 #: Driver version the host-driver stacks' node images carry unless a scenario says otherwise.
 HOST_DRIVER = "550.90.07"
 
@@ -77,6 +81,12 @@ def policy_api(stack: str) -> str | None:
     return {"gpuchain": "gpuchain.io/v1", "gpu-operator": "nvidia.com/v1"}.get(stack)
 
 
+def host_tolerations(stack: str) -> list[dict[str, str]]:
+    """The tolerations of the device plugin DaemonSet a host-driver stack runs: NVIDIA's manifest's, and on AKS
+    also its GPU guide's sku=gpu."""
+    return [dict(t) for t in (*HOST_TOLERATIONS, *(AKS_TOLERATIONS if stack == "aks" else ()))]
+
+
 def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> None:
     main = spec["containers"][0]
     main["name"] = name
@@ -118,7 +128,7 @@ def restyle_daemonset(stack: str, *, state: str, ds: Obj, image: str = "") -> Ob
     ds["spec"]["selector"] = {"matchLabels": dict(labels)}
     spec.pop("runtimeClassName", None)  # the node image's default runtime is NVIDIA's
     spec.pop("initContainers", None)
-    spec["tolerations"] = [dict(t) for t in HOST_TOLERATIONS]
+    spec["tolerations"] = host_tolerations(stack)
     _rename_container(spec, container, image)
     return ds
 

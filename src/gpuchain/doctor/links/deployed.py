@@ -493,6 +493,11 @@ def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: 
     """``operand.not-scheduled``: ``ds`` places no pod on this node for ``block``, with the change that lets
     it in; ``what`` says whose DaemonSet it is, ``no_pod`` is the evidence line."""
     action = placement_fix(ctx, view=view, ds=ds, block=block)
+    fix = ctx.stack.render(action)
+    if block.kind == "taint":
+        # The merge patch repeats the tolerations the DaemonSet has: say which ones it adds.
+        taints = ", ".join(taint_text(t) for t in block.taints or (block.detail,))
+        fix += f"   # adds tolerations for the node's taints {taints} to the ones it has"
     return Result(
         LinkState.BROKEN,
         f"{name_of(ds)} places no pod here",
@@ -504,7 +509,7 @@ def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: 
                 link=link,
                 cause=f"{what} ({block.describe()}), so the {link} link is missing here.",
                 evidence=[no_pod, block.describe()],
-                fix=ctx.stack.render(action),
+                fix=fix,
                 action=action,
             ),
         ),

@@ -122,7 +122,7 @@ def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | Non
         section = "drain" if state == DRAIN_REQUIRED or (state == FAILED and drain_on) else "podDeletion"
         found = blockers(ctx, view, _drainer(ctx, policy, section))
         if not found:
-            return None
+            return _failed(ctx, view, evidence) if state == FAILED else None
         held = held_by(found)
         evidence += held.evidence
         cause, fix, action = held.cause, held.fix, held.action
@@ -141,3 +141,29 @@ def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | Non
         action=action,
     )
     return Result(LinkState.BROKEN, f"driver upgrade held on the node's pods ({state})", (finding,))
+
+
+def _failed(ctx: Context, view: NodeView, evidence: list[str]) -> Result:
+    """A node left upgrade-failed with no pod holding it and its driver pod not failing: whatever failed the upgrade
+    (a drain, a driver that did not validate in time) is gone, but upgrade-failed is a state the controller leaves
+    only on its own reading of the driver pod, and the node stays marked (cordoned, where the controller cordoned it)
+    until someone labels it upgrade-required: the controller then retries, skipping the steps already done, and
+    uncordons it at the end (NVIDIA/k8s-operator-libs pkg/upgrade, ProcessUpgradeRequiredNodes and
+    ProcessUpgradeFailedNodes)."""
+    retry = Fix(FixOp.LABEL_NODE, view.name, {STATE_LABEL: UPGRADE_REQUIRED})
+    cordoned = bool((view.node.get("spec") or {}).get("unschedulable"))
+    finding = node_finding(
+        view,
+        fid="driver.upgrade-failed",
+        sev=Severity.ERROR,
+        link="driver",
+        cause="the GPU Operator's driver upgrade controller marked the node upgrade-failed"
+        + (" and keeps it cordoned, so its GPUs take no new work" if cordoned else ", so it upgrades no further")
+        + "; nothing holds the node now (no pod blocks a drain, the driver pod is not failing), and the controller "
+        "retries only once the node is labelled upgrade-required.",
+        evidence=[*evidence, *(["spec.unschedulable: true"] if cordoned else [])],
+        fix=f"{ctx.stack.render(retry)}   # the controller retries the upgrade, skips the steps already done and "
+        "uncordons the node when the driver validates",
+        action=retry,
+    )
+    return Result(LinkState.BROKEN, "driver upgrade left failed on the node (upgrade-failed)", (finding,))

@@ -13,7 +13,7 @@ from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import regenerated_config
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.next_steps import shape_of
+from gpuchain.doctor.next_steps import shape_first
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
@@ -184,14 +184,9 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
             f"then delete the pods: {', '.join(refused[:3])}"
         )
     else:
-        # A wrapper says the hook failed, not why: the words it wraps may name what repairs it.
-        inner = (
-            shape_of(ctx, link="toolkit", said=tuple(wrapped.splitlines()), node=view.name)
-            if said.entry.id in HOOK_WRAPPERS
-            else None
-        )
-        first = f"{inner.action} ({inner.what}); otherwise " if inner is not None else ""
-        work = f"{first}{said.entry.fix}; then delete the pods: {', '.join(refused[:3])}"
+        inner = tuple(wrapped.splitlines()) if said.entry.id in HOOK_WRAPPERS else ()
+        work = shape_first(ctx, link="toolkit", said=inner, then=said.entry.fix, node=view.name)
+        work += f"; then delete the pods: {', '.join(refused[:3])}"
     action = Fix(
         FixOp.NODE,
         view.name,
@@ -219,10 +214,14 @@ def _hook_refused_unknown(ctx: Context, view: NodeView, refused: list[str], said
     refuses them, so the finding is its link's, the words quoted as unrecognised; the repair is what their shape
     names (a file, library or permission the runtime lacks), else the runtime set up again on the node."""
     line = catalog.unknown_error(said) or next((ln for ln in said.splitlines() if TOOLKIT_BINARY.search(ln)), said)
-    shaped = shape_of(ctx, link="toolkit", said=tuple(said.splitlines()), node=view.name)
-    work = (
-        f"{shaped.action} ({shaped.what}); otherwise " if shaped is not None else ""
-    ) + "write the nvidia runtime into the config this node's container runtime reads (nvidia-ctk runtime configure)"
+    work = shape_first(
+        ctx,
+        link="toolkit",
+        said=tuple(said.splitlines()),
+        then="write the nvidia runtime into the config this node's container runtime reads (nvidia-ctk runtime "
+        "configure)",
+        node=view.name,
+    )
     action = Fix(
         FixOp.NODE,
         view.name,

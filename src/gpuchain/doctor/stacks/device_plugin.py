@@ -30,6 +30,10 @@ NODE_IMAGES = {
     "installs the NVIDIA driver and runtime; not --gpu-driver None): upgrade the node pool's node image (az aks "
     "nodepool upgrade --node-image-only) or recreate the node pool",
 }
+#: The sandbox image each managed node image's containerd config names: the EKS AMIs' bootstrap writes the regional
+#: ECR pause image into it (awslabs/amazon-eks-ami templates/al2/runtime/bootstrap.sh, sandbox_image =
+#: $ECR_URI/eks/pause:<version>), as nodes in private subnets reach no public registry.
+SANDBOX_IMAGES = {"eks": "the regional ECR pause image (<account>.dkr.ecr.<region>.amazonaws.com/eks/pause:3.x)"}
 DRA_TITLE = "NVIDIA DRA driver (kubelet plugin, host driver)"
 TITLES = {
     "nvidia-device-plugin": "NVIDIA device plugin (standalone, host driver)",
@@ -92,4 +96,5 @@ def detect(snapshot: Snapshot) -> Stack | None:
         policy=spec,
         host_driver=True,
         node_image=NODE_IMAGES.get(stack_id, ""),
+        sandbox_image=SANDBOX_IMAGES.get(stack_id, ""),
     )
