@@ -10,11 +10,10 @@ loops every 10 s and leaves only once ``nvidia-smi`` from the driver under ``NVI
 
 from __future__ import annotations
 
-import re
-
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
+from gpuchain.doctor.driver_soname import unlocated
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver, refused_message
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
 from gpuchain.doctor.links.not_ready import not_ready
@@ -199,8 +198,8 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
 #: The plugin's driver-root lookup asks for the driver library by its SONAME link, resolving it under the root and
 #: the usual library directories, and never globs for the versioned file (NVIDIA/k8s-dra-driver-gpu's nvml
 #: DriverRoot.findFile "error locating %q", GetNVMLPath looking up "libnvidia-ml.so.1"); the driver's installer
-#: and packages leave that link to ldconfig, which creates it beside libnvidia-ml.so.<version>.
-UNLOCATED = re.compile(r'error locating "(?P<lib>lib[\w.+-]+\.so\.\d+)"')
+#: and packages leave that link to ldconfig, which creates it beside libnvidia-ml.so.<version>. Its NVML loader and
+#: go-nvlib's probe say the same in glibc's words: `driver_soname.unlocated` reads every component's wording.
 
 
 def _host_library_unlinked(ctx: Context, *, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
@@ -209,11 +208,11 @@ def _host_library_unlinked(ctx: Context, *, view: NodeView, pod: Obj, state: Pod
     (ldconfig's) are gone beside the versioned file or the driver's user-space is not installed: the driver link,
     repaired on the host, and the plugin's chart is right as it is. None elsewhere (an operator's driver pod, a root
     the chart points elsewhere: `_held_for_driver`)."""
-    said = UNLOCATED.search(log)
+    said = unlocated(log)
     wanted, why = _where_driver_is(ctx, view)
     if said is None or view.pod(DRIVER) is not None or _driver_root(pod).rstrip("/") != wanted.rstrip("/"):
         return None
-    lib, root = said["lib"], wanted.rstrip("/") or "/"
+    lib, root = said.lib, wanted.rstrip("/") or "/"
     base, stem = wanted.rstrip("/"), lib.partition(".so")[0]
     ns = (pod.get("metadata") or {}).get("namespace") or ctx.namespace
     action = Fix(
@@ -239,7 +238,7 @@ def _host_library_unlinked(ctx: Context, *, view: NodeView, pod: Obj, state: Pod
         f"this node's host driver is. It looks the library up by that link name only, which ldconfig creates beside "
         "the driver's versioned library: the host driver's library links are missing (or its user-space is not "
         "installed), so no GPU of the node is published.",
-        evidence=[state.describe(), f"log: {said.group(0)}", why],
+        evidence=[state.describe(), f"log: {said.said}", why],
         fix=ctx.stack.render(action),
         action=action,
     )

@@ -28,8 +28,23 @@ from gpuchain.kube.objects import Obj, name_of, namespace_of
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
-#: nfd-master's lines for a node it cannot write (not those for one label it drops: gfd's, nfd.py).
-MASTER_REFUSED = ("node-feature-discovery.master-node-update-forbidden",)
+#: nfd-master's lines for a node it cannot write (not those for one label it drops: gfd's, nfd.py), for the rules it
+#: cannot read, for the leader-election Lease it may not read, and for the NodeFeature API the cluster lacks
+#: (catalog.yaml: kubernetes-sigs/node-feature-discovery pkg/nfd-master/nfd-master.go@v0.16.9 and @v0.17.3, client-go's
+#: elector).
+MASTER_REFUSED = (
+    "node-feature-discovery.master-node-update-forbidden",
+    "node-feature-discovery.master-list-forbidden",
+    "node-feature-discovery.master-lease-forbidden",
+    "node-feature-discovery.nodefeature-crd-missing",
+)
+
+
+def _own_entries() -> tuple[str, ...]:
+    """NFD's own failure entries, tried first on an NFD pod's log: a worker refused its NodeFeature object writes the
+    words GFD writes for its own ("failed to create NodeFeature object", internal/lm/output.go), and the worker's is
+    repaired on NFD's Role, not on GFD's."""
+    return tuple(e.id for e in catalog.entries() if e.id.startswith("node-feature-discovery.") and e.level != "info")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +88,7 @@ def _repair(ctx: Context, pod: Obj, state: PodState, what: str) -> tuple[str, li
             None,
         )
     log = ctx.log(pod, state.container) or state.last_log
-    known = catalog.known_error(log) if log else None
+    known = (catalog.find(log, *_own_entries()) or catalog.known_error(log)) if log else None
     if known is not None:
         evidence += list(known.evidence(f"{what} log"))
         return "# " + known.entry.repair(namespace=ns, pod=name_of(pod)), evidence, None
