@@ -58,6 +58,74 @@ MOVED = {
 }
 
 
+#: A pre-release's mark right after the version's numbers (v25.3.0-rc.1, v0.7.0-rc.8, 1.0.0-beta6, v1.0.0-beta.1):
+#: it comes before the release it leads to.
+PRE = re.compile(r"-(?:rc|beta|alpha)\.?(\d*)(?![\w.])", re.IGNORECASE)
+#: The device plugin's first tags: each 1.0.0-betaN was cut the same day as v0.N.0 and is that release under its
+#: old name (NVIDIA/k8s-device-plugin tags 1.0.0-beta4 and v0.4.0, 2019-10-15; 1.0.0-beta6 and v0.6.0,
+#: 2020-04-23; "1.0.0-beta" beside v0.0.0, 2019-03-15), so it sorts as v0.N.0 and before v0.7.0, the first tag of
+#: the renumbered scheme.
+RENUMBERED = {"k8s-device-plugin": re.compile(r"v?1\.0\.0-beta(\d*)$")}
+#: A precompiled driver image's tag, <driver branch>-<kernel>-<OS> (NVIDIA/gpu-operator
+#: api/nvidia/v1alpha1/nvidiadriver_types.go@v26.7.0 GetPrecompiledImagePath appends "-<kernelVersion>-<osVersion>" to
+#: the branch, its test expecting "driver:525-5.4.0-150-generic-ubuntu22.04"): it carries the branch only, its
+#: release being that branch's newest when the image was built, so it names no release to compare.
+PRECOMPILED = re.compile(r"(\d{3})-\d+\.\d+\.\d+-")
+
+
+@functools.total_ordering
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A release's place in its component's order: its numbers, dcgm-exporter's own release where the tag is
+    <DCGM>-<exporter> (4.5.3-4.8.2: DCGM 4.5.3, exporter 4.8.2; its chart's version is the exporter's alone, 4.8.2),
+    and its pre-release rank (a release candidate comes before its release: v25.3.0-rc.5 < v25.3.0)."""
+
+    numbers: tuple[int, ...]
+    exporter: tuple[int, ...] = ()
+    stage: tuple[int, int] = (1, 0)
+
+    def _keys(self, other: Release) -> tuple[tuple[object, ...], tuple[object, ...]]:
+        """The keys the two compare by: a <DCGM>-<exporter> tag against a version of the exporter alone compares by
+        the exporter's release (the chart's and the image's numbers name one release); else by all numbers."""
+        if bool(self.exporter) != bool(other.exporter):
+            return (self.exporter or self.numbers, self.stage), (other.exporter or other.numbers, other.stage)
+        return (self.numbers, self.stage), (other.numbers, other.stage)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Release):
+            return NotImplemented
+        mine, theirs = self._keys(other)
+        return mine < theirs
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Release):
+            return NotImplemented
+        mine, theirs = self._keys(other)
+        return mine == theirs
+
+    def __hash__(self) -> int:
+        return hash((self.exporter or self.numbers, self.stage))
+
+
+def release_of(text: str, component: str = "") -> Release | None:
+    """Where ``text`` (a tag or chart version of ``component``) sorts among its component's releases: "v25.3.0-rc.1"
+    before "v25.3.0" before "v25.8.0", "1.0.0-beta6" of the device plugin as v0.6.0, "3.3.9-3.6.1-ubuntu22.04" of
+    dcgm-exporter before "4.0.0-4.0.1" and as its chart "3.6.1"; None if it names no release ("latest", a
+    precompiled driver's branch tag)."""
+    renumbered = RENUMBERED.get(component)
+    old = renumbered.match(text) if renumbered else None
+    if old is not None:
+        return Release(numbers=(0, int(old.group(1) or 0), 0))
+    if PRECOMPILED.match(text):
+        return None
+    found, numbers = VERSION.match(text), version_of(text)
+    if found is None or numbers is None:
+        return None
+    pre = PRE.match(text, found.end())
+    stage = (0, int(pre.group(1) or 0)) if pre else (1, 0)
+    return Release(numbers=numbers, exporter=numbers[3:] if len(numbers) == 6 else (), stage=stage)
+
+
 def version_of(text: str) -> tuple[int, ...] | None:
     """The numbers of a release version ("v0.7.1" (0, 7, 1), "0.12" (0, 12, 0), "v0.17.0-ubi9" (0, 17, 0),
     "2.4.6-2.6.8-ubuntu20.04" (2, 4, 6, 2, 6, 8)); None if it is none."""
@@ -105,8 +173,9 @@ class Defect:
         return self.title or self.component
 
     def covers(self, version: str) -> bool:
-        """Is ``version`` one this defect affects?"""
-        seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
+        """Is ``version`` one this defect affects (in its component's release order, `release_of`)?"""
+        seen, low = release_of(version, self.component), release_of(self.affected[0], self.component)
+        high = release_of(self.affected[1], self.component)
         if seen is None or low is None:
             return False
         if high is None:
@@ -193,8 +262,8 @@ def newer_image(image: str) -> str | None:
     """``image`` at its component's newest release (`NEWEST`), its tag's suffix kept; None where the component has
     none known, or its tag names no release ("latest", a digest) or one not older than the newest."""
     name, tag = image_version(image)
-    newest, running = NEWEST.get(name), version_of(tag)
-    if newest is None or running is None or running >= (version_of(newest) or running):
+    newest, running = NEWEST.get(name), release_of(tag, name)
+    if newest is None or running is None or running >= (release_of(newest, name) or running):
         return None
     return _at(image, newest)
 
@@ -205,15 +274,17 @@ def moved_image(image: str) -> tuple[str, Move] | None:
     differ), with the move; None where the component's image did not end or ``image`` runs an older release than
     its own image's last (that release is the nearer move)."""
     name, tag = image_version(image)
-    move, running, last = MOVED.get(name), version_of(tag), version_of(NEWEST.get(name, ""))
+    move, running, last = MOVED.get(name), release_of(tag, name), release_of(NEWEST.get(name, ""), name)
     if move is None or running is None or last is None or running < last:
         return None
     return f"{image.rpartition('/')[0]}/{move.image}:{NEWEST[move.image]}".lstrip("/"), move
 
 
 def _at(image: str, release: str) -> str:
-    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept."""
+    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept (its OS, not a pre-release
+    mark: v0.20.0 for 1.0.0-beta6, v25.8.0 for v25.3.0-rc.1)."""
     repo, _, tag = image.rpartition(":") if ":" in image.rpartition("/")[2] else (image, "", "")
     current = VERSION.match(tag)
-    suffix = tag[current.end() :] if current else ""
+    pre = PRE.match(tag, current.end()) if current else None
+    suffix = tag[(pre or current).end() :] if current else ""
     return f"{repo}:{release}{suffix}"

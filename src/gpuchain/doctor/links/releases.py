@@ -22,6 +22,7 @@ from gpuchain.doctor.releases import (
     image_version,
     moved_image,
     newer_image,
+    release_of,
     version_of,
 )
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -321,9 +322,9 @@ def carried_repair(ctx: Context, *, pod: Obj, operand: Operand, container: str, 
     spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
     image = str(spec.get("image", ""))
     name, tag = image_version(image)
-    running = version_of(tag)
+    running = release_of(tag, name)
     for component, move in MOVED.items():
-        since = version_of(move.since)
+        since = release_of(move.since, name)
         if command not in (component, move.command) or move.image != name or running is None or since is None:
             continue
         if running >= since:
