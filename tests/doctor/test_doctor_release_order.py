@@ -2,11 +2,13 @@
 newest release hold for every tag a cluster can run.
 
 Tags read from the repositories' own tag lists (git for-each-ref --sort=creatordate):
-NVIDIA/k8s-dra-driver-gpu v0.4.0-rc.1, v0.4.0, v25.3.0-rc.1 .. v25.3.0-rc.5, v25.3.0, v25.3.1, v25.3.2, v25.8.0,
-v25.8.1, v25.12.0 (calendar numbering from v25.3.0); NVIDIA/dcgm-exporter 2.3.6-2.6.6 (2022-05-20), 2.4.5-2.3.6 and
-2.4.5-2.6.7 (both 2022-06-07), 3.3.9-3.6.1 (2024-11-18), 4.0.0-4.0.1 (2025-01-07), 4.5.3-4.8.2, its chart
-deployment/Chart.yaml@4.5.3-4.8.2 version "4.8.2"; NVIDIA/k8s-device-plugin 1.0.0-beta4 and v0.4.0 (2019-10-15),
-1.0.0-beta6 and v0.6.0 (2020-04-23), v0.7.0-rc.1 (2020-06-25); driver image tags
+NVIDIA/k8s-dra-driver-gpu v25.3.0-rc.1 (2025-03-11) .. v25.3.0-rc.5, v25.3.0, v25.3.1, v25.3.2, v25.8.0, v25.8.1,
+v25.12.0 (2026-02-12: nvcr.io/nvidia/k8s-dra-driver-gpu, chart nvidia-dra-driver-gpu), then v0.4.0-rc.1 and v0.4.0
+(2026-05-15: registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu, chart dra-driver-nvidia-gpu, VERSION and
+deployments/helm/dra-driver-nvidia-gpu/Chart.yaml@v0.4.0); NVIDIA/dcgm-exporter 2.3.6-2.6.6 (2022-05-20),
+2.4.5-2.3.6 and 2.4.5-2.6.7 (both 2022-06-07), 3.3.9-3.6.1 (2024-11-18), 4.0.0-4.0.1 (2025-01-07), 4.5.3-4.8.2, its
+chart deployment/Chart.yaml@4.5.3-4.8.2 version "4.8.2"; NVIDIA/k8s-device-plugin 1.0.0-beta4 and v0.4.0
+(2019-10-15), 1.0.0-beta6 and v0.6.0 (2020-04-23), v0.7.0-rc.1 (2020-06-25); driver image tags
 nvcr.io/nvidia/driver:570.133.20-ubuntu22.04 and the precompiled 525-5.4.0-150-generic-ubuntu22.04
 (NVIDIA/gpu-operator api/nvidia/v1alpha1/nvidiadriver_types_test.go@v26.7.0).
 """
@@ -15,23 +17,29 @@ from __future__ import annotations
 
 import pytest
 
-from gpuchain.doctor.releases import Defect, fixed_image, newer_image, release_of
+from gpuchain.doctor.releases import Defect, fixed_image, lineage, newer_image, release_of
 
-DRA = ["v0.4.0-rc.1", "v0.4.0", "v25.3.0-rc.1", "v25.3.0-rc.5", "v25.3.0", "v25.3.1", "v25.3.2", "v25.8.0", "v25.8.1"]
-DRA += ["v25.12.0"]
+OLD_DRA = ["v25.3.0-rc.1", "v25.3.0-rc.5", "v25.3.0", "v25.3.1", "v25.3.2", "v25.8.0", "v25.8.1", "v25.12.0"]
+NEW_DRA = ["v0.4.0-rc.1", "v0.4.0", "v0.5.0"]
 EXPORTER = ["2.3.6-2.6.6", "2.4.5-2.3.6", "2.4.5-2.6.7", "3.3.9-3.6.1-ubuntu22.04", "4.0.0-4.0.1", "4.5.3-4.8.2"]
 PLUGIN = ["1.0.0-beta4", "v0.4.0-ubi8", "1.0.0-beta6", "v0.7.0-rc.1", "v0.7.0", "v0.17.0-ubi9"]
 
 
 @pytest.mark.parametrize(
-    ("component", "tags"),
-    [("k8s-dra-driver-gpu", DRA), ("dcgm-exporter", EXPORTER), ("k8s-device-plugin", PLUGIN)],
+    ("components", "tags"),
+    [
+        (["k8s-dra-driver-gpu"] * len(OLD_DRA) + ["dra-driver-nvidia-gpu"] * len(NEW_DRA), OLD_DRA + NEW_DRA),
+        (["nvidia-dra-driver-gpu"] * len(OLD_DRA) + ["dra-driver-nvidia-gpu"] * len(NEW_DRA), OLD_DRA + NEW_DRA),
+        (["dcgm-exporter"] * len(EXPORTER), EXPORTER),
+        (["k8s-device-plugin"] * len(PLUGIN), PLUGIN),
+    ],
 )
-def test_tags_sort_in_the_order_they_were_released(component: str, tags: list[str]) -> None:
-    releases = [release_of(t, component) for t in tags]
+def test_tags_sort_in_the_order_they_were_released(components: list[str], tags: list[str]) -> None:
+    releases = [release_of(t, c) for t, c in zip(tags, components, strict=True)]
     assert all(r is not None for r in releases)
     assert all(a <= b for a, b in zip(releases, releases[1:], strict=False)), tags  # type: ignore[operator]
     assert release_of("v25.3.0-rc.5") < release_of("v25.3.0")  # type: ignore[operator]
+    assert release_of("v25.12.0", "k8s-dra-driver-gpu") < release_of("v0.4.0-rc.1", "dra-driver-nvidia-gpu")  # type: ignore[operator]
 
 
 def test_a_beta_tag_of_the_plugin_is_its_v0_release_and_elsewhere_a_pre_release() -> None:
@@ -53,8 +61,13 @@ def _defect(component: str, affected: tuple[str, str]) -> Defect:
 
 
 def test_a_range_holds_across_a_renumbering_and_release_candidates() -> None:
-    dra = _defect("k8s-dra-driver-gpu", ("v0.4.0", "v25.3.0"))
-    assert dra.covers("v0.4.0") and dra.covers("v25.3.0-rc.2") and not dra.covers("v25.3.0")
+    fixed = _defect("k8s-dra-driver-gpu", ("v25.3.0", "v25.12.0"))
+    assert fixed.covers("v25.8.1") and not fixed.covers("v25.3.0-rc.2") and not fixed.covers("v25.12.0")
+    # The renamed image's v0.4.0 came after v25.12.0: a fixed defect does not hold for it, an open one does.
+    assert not fixed.covers("v0.4.0", "dra-driver-nvidia-gpu")
+    open_issue = _defect("k8s-dra-driver-gpu", ("v25.8.0", ""))
+    assert open_issue.covers("v0.4.0", "dra-driver-nvidia-gpu") and not open_issue.covers("v25.3.2")
+    assert "k8s-dra-driver-gpu" in lineage("dra-driver-nvidia-gpu") and lineage("dcgm-exporter") == ("dcgm-exporter",)
     exporter = _defect("dcgm-exporter", ("3.3.5-3.4.0", "3.3.9-3.6.1"))
     assert exporter.covers("3.3.8-3.6.0-ubuntu22.04") and exporter.covers("3.5.0")
     assert not exporter.covers("3.3.9-3.6.1-ubi9") and not exporter.covers("4.0.0-4.0.1-ubuntu22.04")

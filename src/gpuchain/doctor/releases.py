@@ -66,6 +66,15 @@ PRE = re.compile(r"-(?:rc|beta|alpha)\.?(\d*)(?![\w.])", re.IGNORECASE)
 #: 2020-04-23; "1.0.0-beta" beside v0.0.0, 2019-03-15), so it sorts as v0.N.0 and before v0.7.0, the first tag of
 #: the renumbered scheme.
 RENUMBERED = {"k8s-device-plugin": re.compile(r"v?1\.0\.0-beta(\d*)$")}
+#: Components that moved to a new name and restarted their numbering there, and the names (image, chart) of the
+#: component they continue: the DRA driver for NVIDIA GPUs, whose releases up to v25.12.0 (2026-02-12) are
+#: nvcr.io/nvidia/k8s-dra-driver-gpu and the chart nvidia-dra-driver-gpu, and from v0.4.0 (2026-05-15)
+#: registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu and the chart dra-driver-nvidia-gpu
+#: (NVIDIA/k8s-dra-driver-gpu VERSION, versions.mk REGISTRY and deployments/helm/dra-driver-nvidia-gpu/Chart.yaml
+#: @v0.4.0; versions.mk and deployments/helm/nvidia-dra-driver-gpu/Chart.yaml@v25.12.0). Every release under the
+#: new name comes after every release under the old, and a defect of the old name's releases holds for the new
+#: name's unless a release fixed it.
+RENAMED = {"dra-driver-nvidia-gpu": ("k8s-dra-driver-gpu", "nvidia-dra-driver-gpu")}
 #: A precompiled driver image's tag, <driver branch>-<kernel>-<OS> (NVIDIA/gpu-operator
 #: api/nvidia/v1alpha1/nvidiadriver_types.go@v26.7.0 GetPrecompiledImagePath appends "-<kernelVersion>-<osVersion>" to
 #: the branch, its test expecting "driver:525-5.4.0-150-generic-ubuntu22.04"): it carries the branch only, its
@@ -83,13 +92,18 @@ class Release:
     numbers: tuple[int, ...]
     exporter: tuple[int, ...] = ()
     stage: tuple[int, int] = (1, 0)
+    era: int = 0  #: 1 under the name a component moved to (`RENAMED`), whose numbering restarted
 
     def _keys(self, other: Release) -> tuple[tuple[object, ...], tuple[object, ...]]:
         """The keys the two compare by: a <DCGM>-<exporter> tag against a version of the exporter alone compares by
         the exporter's release (the chart's and the image's numbers name one release); else by all numbers."""
         if bool(self.exporter) != bool(other.exporter):
-            return (self.exporter or self.numbers, self.stage), (other.exporter or other.numbers, other.stage)
-        return (self.numbers, self.stage), (other.numbers, other.stage)
+            return (self.era, self.exporter or self.numbers, self.stage), (
+                other.era,
+                other.exporter or other.numbers,
+                other.stage,
+            )
+        return (self.era, self.numbers, self.stage), (other.era, other.numbers, other.stage)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Release):
@@ -104,7 +118,7 @@ class Release:
         return mine == theirs
 
     def __hash__(self) -> int:
-        return hash((self.exporter or self.numbers, self.stage))
+        return hash((self.era, self.exporter or self.numbers, self.stage))
 
 
 def release_of(text: str, component: str = "") -> Release | None:
@@ -123,7 +137,14 @@ def release_of(text: str, component: str = "") -> Release | None:
         return None
     pre = PRE.match(text, found.end())
     stage = (0, int(pre.group(1) or 0)) if pre else (1, 0)
-    return Release(numbers=numbers, exporter=numbers[3:] if len(numbers) == 6 else (), stage=stage)
+    exporter = numbers[3:] if len(numbers) == 6 else ()
+    return Release(numbers=numbers, exporter=exporter, stage=stage, era=int(component in RENAMED))
+
+
+def lineage(name: str) -> tuple[str, ...]:
+    """The component names whose defects hold for a release of ``name``: its own, and the names it continues where
+    it moved (`RENAMED`)."""
+    return (name, *RENAMED.get(name, ()))
 
 
 def version_of(text: str) -> tuple[int, ...] | None:
@@ -172,9 +193,10 @@ class Defect:
         """The component as a fix names it."""
         return self.title or self.component
 
-    def covers(self, version: str) -> bool:
-        """Is ``version`` one this defect affects (in its component's release order, `release_of`)?"""
-        seen, low = release_of(version, self.component), release_of(self.affected[0], self.component)
+    def covers(self, version: str, name: str = "") -> bool:
+        """Is ``version`` (of ``name``: the component's own name where empty, or one that continues it, `RENAMED`)
+        one this defect affects, in its component's release order (`release_of`)?"""
+        seen, low = release_of(version, name or self.component), release_of(self.affected[0], self.component)
         high = release_of(self.affected[1], self.component)
         if seen is None or low is None:
             return False
@@ -237,7 +259,14 @@ def defects() -> tuple[Defect, ...]:
 
 def defect(component: str, version: str, symptom: str) -> Defect | None:
     """The known defect of ``component`` at ``version`` that shows as ``symptom`` (None: none is known)."""
-    return next((d for d in defects() if d.component == component and d.symptom == symptom and d.covers(version)), None)
+    return next(
+        (
+            d
+            for d in defects()
+            if d.component in lineage(component) and d.symptom == symptom and d.covers(version, component)
+        ),
+        None,
+    )
 
 
 def showing(symptom: str, entry: str = "") -> tuple[Defect, ...]:
