@@ -22,6 +22,9 @@ from gpuchain.doctor.releases import Defect, fixed_image, lineage, newer_image, 
 OLD_DRA = ["v25.3.0-rc.1", "v25.3.0-rc.5", "v25.3.0", "v25.3.1", "v25.3.2", "v25.8.0", "v25.8.1", "v25.12.0"]
 NEW_DRA = ["v0.4.0-rc.1", "v0.4.0", "v0.5.0"]
 EXPORTER = ["2.3.6-2.6.6", "2.4.5-2.3.6", "2.4.5-2.6.7", "3.3.9-3.6.1-ubuntu22.04", "4.0.0-4.0.1", "4.5.3-4.8.2"]
+#: NVIDIA/gpu-feature-discovery tags by date: 1.0.0-alpha (2019-04-29), v0.0.0 and 1.0.0-beta (2019-08-28, one
+#: commit), 1.0.0-beta.1 and v0.1.0 (2020-05-06, one commit), v0.2.0-rc.1 (2020-07-14), v0.8.2.
+GFD = ["1.0.0-alpha", "1.0.0-beta", "v0.0.0", "1.0.0-beta.1", "v0.1.0", "v0.2.0-rc.1", "v0.8.2"]
 PLUGIN = ["1.0.0-beta4", "v0.4.0-ubi8", "1.0.0-beta6", "v0.7.0-rc.1", "v0.7.0", "v0.17.0-ubi9"]
 
 
@@ -32,6 +35,7 @@ PLUGIN = ["1.0.0-beta4", "v0.4.0-ubi8", "1.0.0-beta6", "v0.7.0-rc.1", "v0.7.0", 
         (["nvidia-dra-driver-gpu"] * len(OLD_DRA) + ["dra-driver-nvidia-gpu"] * len(NEW_DRA), OLD_DRA + NEW_DRA),
         (["dcgm-exporter"] * len(EXPORTER), EXPORTER),
         (["k8s-device-plugin"] * len(PLUGIN), PLUGIN),
+        (["gpu-feature-discovery"] * len(GFD), GFD),
     ],
 )
 def test_tags_sort_in_the_order_they_were_released(components: list[str], tags: list[str]) -> None:
@@ -44,6 +48,7 @@ def test_tags_sort_in_the_order_they_were_released(components: list[str], tags: 
 
 def test_a_beta_tag_of_the_plugin_is_its_v0_release_and_elsewhere_a_pre_release() -> None:
     assert release_of("1.0.0-beta6", "k8s-device-plugin") == release_of("v0.6.0")
+    assert release_of("1.0.0-beta.1", "gpu-feature-discovery") == release_of("v0.1.0")
     assert release_of("v1.0.0-beta.1") < release_of("v1.0.0")  # type: ignore[operator]
     assert release_of("1.0.0-beta6") > release_of("v0.7.0")  # type: ignore[operator]
 

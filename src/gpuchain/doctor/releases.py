@@ -61,11 +61,13 @@ MOVED = {
 #: A pre-release's mark right after the version's numbers (v25.3.0-rc.1, v0.7.0-rc.8, 1.0.0-beta6, v1.0.0-beta.1):
 #: it comes before the release it leads to.
 PRE = re.compile(r"-(?:rc|beta|alpha)\.?(\d*)(?![\w.])", re.IGNORECASE)
-#: The device plugin's first tags: each 1.0.0-betaN was cut the same day as v0.N.0 and is that release under its
-#: old name (NVIDIA/k8s-device-plugin tags 1.0.0-beta4 and v0.4.0, 2019-10-15; 1.0.0-beta6 and v0.6.0,
-#: 2020-04-23; "1.0.0-beta" beside v0.0.0, 2019-03-15), so it sorts as v0.N.0 and before v0.7.0, the first tag of
-#: the renumbered scheme.
-RENUMBERED = {"k8s-device-plugin": re.compile(r"v?1\.0\.0-beta(\d*)$")}
+#: The first tags of the device plugin and of GPU feature discovery: each 1.0.0-betaN (1.0.0-beta.N) was cut with
+#: v0.N.0 and is that release under its old name (NVIDIA/k8s-device-plugin tags 1.0.0-beta4 and v0.4.0, 2019-10-15;
+#: 1.0.0-beta6 and v0.6.0, 2020-04-23; "1.0.0-beta" beside v0.0.0, 2019-03-15; NVIDIA/gpu-feature-discovery tags
+#: 1.0.0-beta and v0.0.0 on commit 8f01957, 1.0.0-beta.1 and v0.1.0 on 4359233), and GFD's 1.0.0-alpha
+#: (2019-04-29) came before them all, so they sort before v0.7.0 and v0.2.0, the first tags of the renumbered schemes.
+_OLD_BETA = re.compile(r"v?1\.0\.0-(alpha|beta)\.?(\d*)$")
+RENUMBERED = {"k8s-device-plugin": _OLD_BETA, "gpu-feature-discovery": _OLD_BETA}
 #: Components that moved to a new name and restarted their numbering there, and the names (image, chart) of the
 #: component they continue: the DRA driver for NVIDIA GPUs, whose releases up to v25.12.0 (2026-02-12) are
 #: nvcr.io/nvidia/k8s-dra-driver-gpu and the chart nvidia-dra-driver-gpu, and from v0.4.0 (2026-05-15)
@@ -129,7 +131,8 @@ def release_of(text: str, component: str = "") -> Release | None:
     renumbered = RENUMBERED.get(component)
     old = renumbered.match(text) if renumbered else None
     if old is not None:
-        return Release(numbers=(0, int(old.group(1) or 0), 0))
+        alpha = old.group(1) == "alpha"
+        return Release(numbers=(0, 0 if alpha else int(old.group(2) or 0), 0), stage=(0, 0) if alpha else (1, 0))
     if PRECOMPILED.match(text):
         return None
     found, numbers = VERSION.match(text), version_of(text)
