@@ -7,6 +7,8 @@ internal/lm/resource.go@v0.19.3 getArchFamily)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from doctor.small_cluster import crashing_pod, diagnosed
 from doctor.test_doctor_changelog_releases import ADA, BLACKWELL, _labelled
@@ -15,6 +17,9 @@ from doctor.test_doctor_release_notes import _operator_release
 
 from gpuchain.doctor.model import Finding
 from gpuchain.doctor.releases import showing
+from gpuchain.kube.objects import name_of
+from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
+from gpuchain.sim.build import SimCluster
 
 STANDALONE_GFD = "nvcr.io/nvidia/gpu-feature-discovery:v0.8.2-ubi8"
 #: A Rubin GPU (compute capability 13.0) as GFD before v0.20.0 labels it.
@@ -112,3 +117,60 @@ def test_an_operator_message_names_the_operator_release_fact_for_the_releases_it
 ) -> None:
     (found,) = [d for d in showing("log", entry) if d.id == fact]
     assert found.by == "operator" and found.covers(affected) and not found.covers(fixed) and found.fixed_in == fixed
+
+
+def _policy(changes: dict[str, object]) -> Any:
+    """An edit: the ClusterPolicy's spec merged with ``changes``."""
+
+    def edit(sim: SimCluster) -> None:
+        for policy in sim.cluster.list(NVIDIA_CLUSTER_POLICY):
+            sim.cluster.patch(NVIDIA_CLUSTER_POLICY, name=name_of(policy), patch={"spec": changes})
+
+    return edit
+
+
+#: The driver container's words when nvidia-peermem does not load (gpu-driver-container, as the catalog entry
+#: driver-container.peermem-load-failed cites).
+PEERMEM_RACE = "waiting for mellanox ofed and nvidia drivers to be installed\nfailed to load nvidia-peermem module\n"
+RDMA_AND_GDS = {"driver": {"rdma": {"enabled": True}}, "gds": {"enabled": True}}
+
+
+@pytest.mark.parametrize(
+    ("version", "changes", "cited"),
+    [
+        ("v22.9.2", RDMA_AND_GDS, True),
+        ("v23.3.0", RDMA_AND_GDS, False),
+        ("v22.9.2", {"driver": {"rdma": {"enabled": True}}}, False),
+    ],
+)
+def test_the_peermem_race_with_rdma_and_gds_names_the_operator_release_that_waits_for_the_driver(
+    version: str, changes: dict[str, object], cited: bool
+) -> None:
+    """The GPU Operator's release notes v23.3.0: the race shows with GPUDirect RDMA and Storage both on only."""
+    report = diagnosed(
+        OPERATOR,
+        _operator_release(version),
+        _policy(changes),
+        crashing_pod("nvidia-driver-daemonset", "nvidia-peermem-ctr", "n1", PEERMEM_RACE),
+    )
+    found = [f for f in report.findings if _cites(f, "gpu-operator.peermem-gds-race")]
+    assert bool(found) is cited, [(f.id, f.evidence) for f in report.findings]
+    assert not found or "--version v23.3.0" in found[0].fix
+
+
+#: go-dcgm pkg/dcgm/admin.go "Error connecting to nv-hostengine: %s", as dcgm-exporter logs its fatal error.
+HOSTENGINE = (
+    'time="2021-09-01T10:00:00Z" level=fatal msg="Error connecting to nv-hostengine: Host engine connection '
+    'invalid/disconnected"\n'
+)
+
+
+@pytest.mark.parametrize(("version", "cited"), [("1.8.2", True), ("1.9.0", False)])
+def test_an_exporter_that_cannot_reach_the_operators_dcgm_on_1_8_names_1_9(version: str, cited: bool) -> None:
+    report = diagnosed(
+        OPERATOR,
+        _operator_release(version),
+        crashing_pod("nvidia-dcgm-exporter", "nvidia-dcgm-exporter", "n1", HOSTENGINE),
+    )
+    found = [f for f in report.findings if _cites(f, "gpu-operator.exporter-dcgm-port")]
+    assert bool(found) is cited, [(f.id, f.evidence) for f in report.findings]
