@@ -174,3 +174,14 @@ def test_an_exporter_that_cannot_reach_the_operators_dcgm_on_1_8_names_1_9(versi
     )
     found = [f for f in report.findings if _cites(f, "gpu-operator.exporter-dcgm-port")]
     assert bool(found) is cited, [(f.id, f.evidence) for f in report.findings]
+
+
+def test_the_operator_release_facts_of_one_message_follow_each_other_without_overlap() -> None:
+    """dcgm-exporter's lost host engine: v1.8.x is fixed in v1.9.0 and v1.9.0 in v1.9.1 (the GPU Operator's release
+    notes 1.9.0 and 1.9.1); the removed host driver taken for a pre-installed one is fixed in v23.3.0."""
+    shown = {d.id: d for d in showing("log", "dcgm.hostengine-connect-failed") if d.by == "operator"}
+    assert [i for i, d in shown.items() if d.covers("1.8.2")] == ["gpu-operator.exporter-dcgm-port"]
+    assert [i for i, d in shown.items() if d.covers("v1.9.0")] == ["gpu-operator.exporter-standalone-dcgm"]
+    assert not [i for i, d in shown.items() if d.covers("v1.9.1")]
+    (stale,) = [d for d in showing("log", "k8s-driver-manager.host-driver") if d.by == "operator"]
+    assert stale.covers("v22.9.2") and not stale.covers("v23.3.0")
