@@ -32,6 +32,10 @@ def test_the_majority_is_the_target_unless_its_release_is_one_to_move_off() -> N
     assert target == "570.172.08" and any("driver.mig-mixed-pending" in e for e in skipped)
     # No node runs a release without the issue: the release that fixed it.
     assert skew_target({"570.133.20": ["a", "b"], "570.148.08": ["c"]}, "570.133.20")[0] == "570.172.08"
+    # An older release without the issue is not moved back to: the notes' fixed release is newer.
+    assert skew_target({"570.124.06": ["a", "b"], "550.163.01": ["c"]}, "570.124.06")[0] == "570.172.08"
+    # A newer release without it, that a node already runs, is kept.
+    assert skew_target({"570.124.06": ["a", "b"], "580.65.06": ["c"]}, "570.124.06")[0] == "580.65.06"
 
 
 def test_a_skew_whose_majority_runs_a_defective_driver_moves_every_node_to_the_good_one() -> None:

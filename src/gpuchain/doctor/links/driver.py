@@ -691,16 +691,16 @@ def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, hol
 
 def skew_target(versions: dict[str, list[str]], majority: str) -> tuple[str, tuple[str, ...]]:
     """The driver release a version skew aligns the nodes on (``versions``: each driver version the nodes run, and
-    the nodes), and the evidence of the releases it skipped: the majority's, unless the release notes know it as a
-    release to move off (releases.yaml, component driver); then the newest release the nodes run that none knows,
-    else the release that fixed the majority's defect. Aligning every node on a release whose known issue takes
-    its GPU pods would spread the fault the skew only had on some."""
+    the nodes), and the evidence of the release it skipped: the majority's, unless the release notes know it as a
+    release to move off (releases.yaml, component driver); then the newest of the releases the nodes run that none
+    knows and the release the notes name as the fix (NVIDIA's recommendation for the defect). Aligning every node on
+    a release whose known issue takes its GPU pods would spread the fault the skew only had on some."""
     known = [d for d in defects() if d.component == "driver"]
     bad = next((d for d in known if d.covers(majority)), None)
     if bad is None:
         return majority, ()
     skipped = (f"driver {majority} skipped: {bad.cause}", bad.cite())
-    clean = [v for v in versions if release_of(v) is not None and not any(d.covers(v) for d in known)]
-    if clean:
-        return max(clean, key=lambda v: release_of(v) or Release(numbers=())), skipped
-    return bad.fixed_in or majority, skipped
+    clean = [v for v in [*versions, bad.fixed_in] if release_of(v) is not None and not any(d.covers(v) for d in known)]
+    if not clean:
+        return majority, skipped
+    return max(clean, key=lambda v: release_of(v) or Release(numbers=())), skipped
