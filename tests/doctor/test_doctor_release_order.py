@@ -15,6 +15,8 @@ nvcr.io/nvidia/driver:570.133.20-ubuntu22.04 and the precompiled 525-5.4.0-150-g
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gpuchain.doctor.releases import Defect, fixed_image, lineage, newer_image, release_of
@@ -41,7 +43,7 @@ PLUGIN = ["1.0.0-beta4", "v0.4.0-ubi8", "1.0.0-beta6", "v0.7.0-rc.1", "v0.7.0", 
 def test_tags_sort_in_the_order_they_were_released(components: list[str], tags: list[str]) -> None:
     releases = [release_of(t, c) for t, c in zip(tags, components, strict=True)]
     assert all(r is not None for r in releases)
-    assert all(a <= b for a, b in zip(releases, releases[1:], strict=False)), tags  # type: ignore[operator]
+    assert all(a <= b for a, b in itertools.pairwise(releases)), tags  # type: ignore[operator]
     assert release_of("v25.3.0-rc.5") < release_of("v25.3.0")  # type: ignore[operator]
     assert release_of("v25.12.0", "k8s-dra-driver-gpu") < release_of("v0.4.0-rc.1", "dra-driver-nvidia-gpu")  # type: ignore[operator]
 
