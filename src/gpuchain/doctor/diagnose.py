@@ -22,6 +22,7 @@ from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witness
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
+from gpuchain.doctor.links.driver import skew_target
 from gpuchain.doctor.links.driver_defects import check_driver_defects
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.hardware import gpu_faults
@@ -349,11 +350,14 @@ def _version_skew(ctx: Context) -> list[Finding]:
     if len(versions) < 2:
         return []
     counts = Counter({k: len(v) for k, v in versions.items()})
-    majority = counts.most_common(1)[0][0]
+    majority, skipped = skew_target(versions, counts.most_common(1)[0][0])
     minority = sorted(n for k, ns in versions.items() if k != majority for n in ns)
-    evidence = tuple(
-        f"driver {k} on {len(ns)} node(s): {', '.join(sorted(ns)[:5])}{' ...' if len(ns) > 5 else ''}"
-        for k, ns in sorted(versions.items())
+    evidence = (
+        tuple(
+            f"driver {k} on {len(ns)} node(s): {', '.join(sorted(ns)[:5])}{' ...' if len(ns) > 5 else ''}"
+            for k, ns in sorted(versions.items())
+        )
+        + skipped
     )
     branches = sorted({k.split(".")[0] for k in versions})
     upgrade = sorted(

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin", "probe-killed")
+SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin", "probe-killed", "avoid")
 #: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
 #: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every
 #: operand and so carries defects no operand image has.
@@ -56,6 +56,98 @@ class Move:
 MOVED = {
     "gpu-feature-discovery": Move(image="k8s-device-plugin", since="v0.15.0", command="/usr/bin/gpu-feature-discovery"),
 }
+
+
+#: A pre-release's mark right after the version's numbers (v25.3.0-rc.1, v0.7.0-rc.8, 1.0.0-beta6, v1.0.0-beta.1):
+#: it comes before the release it leads to.
+PRE = re.compile(r"-(?:rc|beta|alpha)\.?(\d*)(?![\w.])", re.IGNORECASE)
+#: The first tags of the device plugin and of GPU feature discovery: each 1.0.0-betaN (1.0.0-beta.N) was cut with
+#: v0.N.0 and is that release under its old name (NVIDIA/k8s-device-plugin tags 1.0.0-beta4 and v0.4.0, 2019-10-15;
+#: 1.0.0-beta6 and v0.6.0, 2020-04-23; "1.0.0-beta" beside v0.0.0, 2019-03-15; NVIDIA/gpu-feature-discovery tags
+#: 1.0.0-beta and v0.0.0 on commit 8f01957, 1.0.0-beta.1 and v0.1.0 on 4359233), and GFD's 1.0.0-alpha
+#: (2019-04-29) came before them all, so they sort before v0.7.0 and v0.2.0, the first tags of the renumbered schemes.
+_OLD_BETA = re.compile(r"v?1\.0\.0-(alpha|beta)\.?(\d*)$")
+RENUMBERED = {"k8s-device-plugin": _OLD_BETA, "gpu-feature-discovery": _OLD_BETA}
+#: Components that moved to a new name and restarted their numbering there, and the names (image, chart) of the
+#: component they continue: the DRA driver for NVIDIA GPUs, whose releases up to v25.12.0 (2026-02-12) are
+#: nvcr.io/nvidia/k8s-dra-driver-gpu and the chart nvidia-dra-driver-gpu, and from v0.4.0 (2026-05-15)
+#: registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu and the chart dra-driver-nvidia-gpu
+#: (NVIDIA/k8s-dra-driver-gpu VERSION, versions.mk REGISTRY and deployments/helm/dra-driver-nvidia-gpu/Chart.yaml
+#: @v0.4.0; versions.mk and deployments/helm/nvidia-dra-driver-gpu/Chart.yaml@v25.12.0). Every release under the
+#: new name comes after every release under the old, and a defect of the old name's releases holds for the new
+#: name's unless a release fixed it.
+RENAMED = {"dra-driver-nvidia-gpu": ("k8s-dra-driver-gpu", "nvidia-dra-driver-gpu")}
+#: A precompiled driver image's tag, <driver branch>-<kernel>-<OS> (NVIDIA/gpu-operator
+#: api/nvidia/v1alpha1/nvidiadriver_types.go@v26.7.0 GetPrecompiledImagePath appends "-<kernelVersion>-<osVersion>" to
+#: the branch, its test expecting "driver:525-5.4.0-150-generic-ubuntu22.04"): it carries the branch only, its
+#: release being that branch's newest when the image was built, so it names no release to compare.
+PRECOMPILED = re.compile(r"(\d{3})-\d+\.\d+\.\d+-")
+
+
+@functools.total_ordering
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A release's place in its component's order: its numbers, dcgm-exporter's own release where the tag is
+    <DCGM>-<exporter> (4.5.3-4.8.2: DCGM 4.5.3, exporter 4.8.2; its chart's version is the exporter's alone, 4.8.2),
+    and its pre-release rank (a release candidate comes before its release: v25.3.0-rc.5 < v25.3.0)."""
+
+    numbers: tuple[int, ...]
+    exporter: tuple[int, ...] = ()
+    stage: tuple[int, int] = (1, 0)
+    era: int = 0  #: 1 under the name a component moved to (`RENAMED`), whose numbering restarted
+
+    def _keys(self, other: Release) -> tuple[tuple[object, ...], tuple[object, ...]]:
+        """The keys the two compare by: a <DCGM>-<exporter> tag against a version of the exporter alone compares by
+        the exporter's release (the chart's and the image's numbers name one release); else by all numbers."""
+        if bool(self.exporter) != bool(other.exporter):
+            return (self.era, self.exporter or self.numbers, self.stage), (
+                other.era,
+                other.exporter or other.numbers,
+                other.stage,
+            )
+        return (self.era, self.numbers, self.stage), (other.era, other.numbers, other.stage)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Release):
+            return NotImplemented
+        mine, theirs = self._keys(other)
+        return mine < theirs
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Release):
+            return NotImplemented
+        mine, theirs = self._keys(other)
+        return mine == theirs
+
+    def __hash__(self) -> int:
+        return hash((self.era, self.exporter or self.numbers, self.stage))
+
+
+def release_of(text: str, component: str = "") -> Release | None:
+    """Where ``text`` (a tag or chart version of ``component``) sorts among its component's releases: "v25.3.0-rc.1"
+    before "v25.3.0" before "v25.8.0", "1.0.0-beta6" of the device plugin as v0.6.0, "3.3.9-3.6.1-ubuntu22.04" of
+    dcgm-exporter before "4.0.0-4.0.1" and as its chart "3.6.1"; None if it names no release ("latest", a
+    precompiled driver's branch tag)."""
+    renumbered = RENUMBERED.get(component)
+    old = renumbered.match(text) if renumbered else None
+    if old is not None:
+        alpha = old.group(1) == "alpha"
+        return Release(numbers=(0, 0 if alpha else int(old.group(2) or 0), 0), stage=(0, 0) if alpha else (1, 0))
+    if PRECOMPILED.match(text):
+        return None
+    found, numbers = VERSION.match(text), version_of(text)
+    if found is None or numbers is None:
+        return None
+    pre = PRE.match(text, found.end())
+    stage = (0, int(pre.group(1) or 0)) if pre else (1, 0)
+    exporter = numbers[3:] if len(numbers) == 6 else ()
+    return Release(numbers=numbers, exporter=exporter, stage=stage, era=int(component in RENAMED))
+
+
+def lineage(name: str) -> tuple[str, ...]:
+    """The component names whose defects hold for a release of ``name``: its own, and the names it continues where
+    it moved (`RENAMED`)."""
+    return (name, *RENAMED.get(name, ()))
 
 
 def version_of(text: str) -> tuple[int, ...] | None:
@@ -104,9 +196,11 @@ class Defect:
         """The component as a fix names it."""
         return self.title or self.component
 
-    def covers(self, version: str) -> bool:
-        """Is ``version`` one this defect affects?"""
-        seen, low, high = version_of(version), version_of(self.affected[0]), version_of(self.affected[1])
+    def covers(self, version: str, name: str = "") -> bool:
+        """Is ``version`` (of ``name``: the component's own name where empty, or one that continues it, `RENAMED`)
+        one this defect affects, in its component's release order (`release_of`)?"""
+        seen, low = release_of(version, name or self.component), release_of(self.affected[0], self.component)
+        high = release_of(self.affected[1], self.component)
         if seen is None or low is None:
             return False
         if high is None:
@@ -168,7 +262,14 @@ def defects() -> tuple[Defect, ...]:
 
 def defect(component: str, version: str, symptom: str) -> Defect | None:
     """The known defect of ``component`` at ``version`` that shows as ``symptom`` (None: none is known)."""
-    return next((d for d in defects() if d.component == component and d.symptom == symptom and d.covers(version)), None)
+    return next(
+        (
+            d
+            for d in defects()
+            if d.component in lineage(component) and d.symptom == symptom and d.covers(version, component)
+        ),
+        None,
+    )
 
 
 def showing(symptom: str, entry: str = "") -> tuple[Defect, ...]:
@@ -193,8 +294,8 @@ def newer_image(image: str) -> str | None:
     """``image`` at its component's newest release (`NEWEST`), its tag's suffix kept; None where the component has
     none known, or its tag names no release ("latest", a digest) or one not older than the newest."""
     name, tag = image_version(image)
-    newest, running = NEWEST.get(name), version_of(tag)
-    if newest is None or running is None or running >= (version_of(newest) or running):
+    newest, running = NEWEST.get(name), release_of(tag, name)
+    if newest is None or running is None or running >= (release_of(newest, name) or running):
         return None
     return _at(image, newest)
 
@@ -205,15 +306,17 @@ def moved_image(image: str) -> tuple[str, Move] | None:
     differ), with the move; None where the component's image did not end or ``image`` runs an older release than
     its own image's last (that release is the nearer move)."""
     name, tag = image_version(image)
-    move, running, last = MOVED.get(name), version_of(tag), version_of(NEWEST.get(name, ""))
+    move, running, last = MOVED.get(name), release_of(tag, name), release_of(NEWEST.get(name, ""), name)
     if move is None or running is None or last is None or running < last:
         return None
     return f"{image.rpartition('/')[0]}/{move.image}:{NEWEST[move.image]}".lstrip("/"), move
 
 
 def _at(image: str, release: str) -> str:
-    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept."""
+    """``image`` with its tag's release replaced by ``release``, the tag's suffix kept (its OS, not a pre-release
+    mark: v0.20.0 for 1.0.0-beta6, v25.8.0 for v25.3.0-rc.1)."""
     repo, _, tag = image.rpartition(":") if ":" in image.rpartition("/")[2] else (image, "", "")
     current = VERSION.match(tag)
-    suffix = tag[current.end() :] if current else ""
+    pre = PRE.match(tag, current.end()) if current else None
+    suffix = tag[(pre or current).end() :] if current else ""
     return f"{repo}:{release}{suffix}"

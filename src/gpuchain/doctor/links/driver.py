@@ -23,6 +23,7 @@ from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import NodeImage, node_image, os_tag
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.doctor.releases import Release, defects, release_of
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
 from gpuchain.kube.gpu_resources import pod_gpu_requests
@@ -686,3 +687,20 @@ def _upgrade_done_yet_failing(ctx: Context, view: NodeView, state: PodState, hol
         action=again,
         fix=ctx.stack.render(again) + "   # the upgrade controller then evicts the GPU pods and the driver installs",
     )
+
+
+def skew_target(versions: dict[str, list[str]], majority: str) -> tuple[str, tuple[str, ...]]:
+    """The driver release a version skew aligns the nodes on (``versions``: each driver version the nodes run, and
+    the nodes), and the evidence of the release it skipped: the majority's, unless the release notes know it as a
+    release to move off (releases.yaml, component driver); then the newest of the releases the nodes run that none
+    knows and the release the notes name as the fix (NVIDIA's recommendation for the defect). Aligning every node on
+    a release whose known issue takes its GPU pods would spread the fault the skew only had on some."""
+    known = [d for d in defects() if d.component == "driver"]
+    bad = next((d for d in known if d.covers(majority)), None)
+    if bad is None:
+        return majority, ()
+    skipped = (f"driver {majority} skipped: {bad.cause}", bad.cite())
+    clean = [v for v in [*versions, bad.fixed_in] if release_of(v) is not None and not any(d.covers(v) for d in known)]
+    if not clean:
+        return majority, skipped
+    return max(clean, key=lambda v: release_of(v) or Release(numbers=())), skipped

@@ -20,8 +20,10 @@ from gpuchain.doctor.releases import (
     defects,
     fixed_image,
     image_version,
+    lineage,
     moved_image,
     newer_image,
+    release_of,
     version_of,
 )
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -69,7 +71,10 @@ def release_repair(
     labels = (ds.get("metadata") or {}).get("labels") or {}
     release = labels.get(HELM_RELEASE)
     name, chart, version = chart_of(ctx, labels)
-    hit = next((d for d in shown if d.by == "chart" and release and d.component == name and d.covers(version)), None)
+    hit = next(
+        (d for d in shown if d.by == "chart" and release and d.component in lineage(name) and d.covers(version, name)),
+        None,
+    )
     if hit is not None:
         return Known(
             cause=f"It is a known defect of the {name} chart {version}, fixed in {hit.fixed_in}: {hit.cause}",
@@ -82,10 +87,10 @@ def release_repair(
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         image = str(container.get("image", ""))
         component, tag = image_version(image)
-        hit = next((d for d in shown if d.by == "image" and d.component == component), None)
-        if hit is None:
+        named = [d for d in shown if d.by == "image" and d.component in lineage(component)]
+        if not named:
             continue
-        hit = next((d for d in shown if d.by == "image" and d.component == component and d.covers(tag)), None)
+        hit = next((d for d in named if d.covers(tag, component)), None)
         if hit is None:
             return None  # it runs a release the defect does not affect
         action, fix = set_release(
@@ -127,11 +132,11 @@ def _component_pod(
     another link's pod, e.g. a workload's CUDA error under a toolkit release, is that component's release to move),
     else ``pod``."""
     wanted = {d.component for d in shown if d.by == "image"}
-    if not wanted or wanted & _images(pod):
+    if not wanted or wanted & {n for i in _images(pod) for n in lineage(i)}:
         return pod, operand
     for other in OPERANDS:
         found = view.pod(other)
-        if found is not None and wanted & _images(found):
+        if found is not None and wanted & {n for i in _images(found) for n in lineage(i)}:
             return found, other
     return pod, operand
 
@@ -321,9 +326,9 @@ def carried_repair(ctx: Context, *, pod: Obj, operand: Operand, container: str, 
     spec: Obj = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
     image = str(spec.get("image", ""))
     name, tag = image_version(image)
-    running = version_of(tag)
+    running = release_of(tag, name)
     for component, move in MOVED.items():
-        since = version_of(move.since)
+        since = release_of(move.since, name)
         if command not in (component, move.command) or move.image != name or running is None or since is None:
             continue
         if running >= since:
