@@ -22,7 +22,7 @@ from doctor.small_cluster import diagnosed, no_gpus, plugin_pod
 from test_doctor_silent_pods import CRASH, DONE, DRA_DS, DRA_NS, HOST_DRA, dra_release
 
 from gpuchain.doctor import Severity
-from gpuchain.doctor.model import Finding, Report
+from gpuchain.doctor.model import Finding, FixOp, Report
 from gpuchain.doctor.shapes import PROVIDERS
 from gpuchain.kube import NODE
 from gpuchain.sim.build import SimCluster
@@ -60,10 +60,31 @@ def test_a_plugin_finding_no_kubelet_socket_under_a_gated_on_kubelet_is_the_node
     assert "rke up" in root.fix
 
 
-def test_a_kubelet_with_another_root_dir_gets_the_plugins_hostpath_first() -> None:
+def test_a_kubelet_with_another_root_dir_gets_the_plugins_hostpath_patched_on_the_plugins_link() -> None:
     (root,) = _roots(_plugin_node("v1.27.2+k0s", "containerd://1.7.13", NO_SOCKET))
-    assert root.id == "node.kubelet-socket-unseen"
-    assert root.fix.index("hostPath at /var/lib/k0s/kubelet/device-plugins") < root.fix.index("extra_binds")
+    assert (root.id, root.link) == ("node.kubelet-socket-unseen", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    (volume,) = root.action.changes["spec"]["template"]["spec"]["volumes"]
+    assert volume["hostPath"] == {"path": "/var/lib/k0s/kubelet/device-plugins"}
+    assert "--type strategic" in root.fix and root.fix.index("k0s") < root.fix.index("extra_binds")
+
+
+#: The plugin's words, before v0.9.0, when it cannot watch its device-plugins directory (NVIDIA/k8s-device-plugin
+#: main.go@1.0.0-beta4: "Failed to created FS watcher.", after fsnotify's Add of pluginapi.DevicePluginPath failed).
+UNWATCHED = "Loading NVML\nFetching devices.\nStarting FS watcher.\nFailed to created FS watcher.\n"
+
+
+def test_an_unwatched_plugin_directory_under_a_k3s_before_its_default_path_is_k3s_own_kubelet_root() -> None:
+    # k3s-io/k3s#1416 (and #1420 for 1.17): K3s serves device plugins under /var/lib/kubelet from 1.17.3 on.
+    (root,) = _roots(_plugin_node("v1.16.2-k3s.1", "docker://19.3.4", UNWATCHED))
+    assert (root.id, root.link, root.node) == ("node.kubelet-socket-unseen", "device-plugin", "k")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    assert "/var/lib/rancher/k3s/agent/kubelet/device-plugins" in root.fix
+    assert any("Failed to created FS watcher." in e for e in root.evidence)
+    # A K3s that serves the default path names no K3s directory: the kubelet's root is unknown.
+    (root,) = _roots(_plugin_node("v1.28.5+k3s1", "containerd://1.7.11-k3s2", UNWATCHED))
+    assert root.id == "node.kubelet-socket-unseen" and "<kubelet --root-dir>/device-plugins" in root.fix
+    assert root.action is not None and root.action.op is FixOp.NODE
 
 
 def test_rke_annotations_put_the_kubelet_containers_bind_first_whatever_the_runtime_says() -> None:

@@ -19,9 +19,9 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_state import bad_checkpoint
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.operator_says import operator_line
-from gpuchain.doctor.owners import toolkit_env
+from gpuchain.doctor.owners import owner_daemonset, toolkit_env
 from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, TOOLKIT, deploy_label
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
@@ -447,12 +447,47 @@ RKE_ANNOTATION = "rke.cattle.io/"
 ROOT_DIRS = (("+k0s", "/var/lib/k0s/kubelet"), ("microk8s.io/cluster", "/var/snap/microk8s/common/var/lib/kubelet"))
 
 
+#: The plugin's failed watch of its device-plugins directory (catalog.yaml): the directory its hostPath shows is none
+#: the kubelet made, the same unseen socket before the plugin dials it.
+UNWATCHED = "k8s-device-plugin.plugin-dir-unwatched"
+#: K3s served the device plugin socket under its own kubelet root, /var/lib/rancher/k3s/agent/kubelet, until its
+#: releases of Kubernetes 1.17.3 (k3s-io/k3s#1416, "Use default kubelet device-plugins path", and #1420 for the 1.17
+#: branch, merged 2020-02-14); its kubeletVersion carries "k3s" (v1.16.2-k3s.1, v1.17.2+k3s1).
+K3S_MARK = re.compile(r"[-+]k3s")
+K3S_DEFAULT_PLUGIN_DIR = (1, 17, 3)
+K3S_OLD_ROOT = "/var/lib/rancher/k3s/agent/kubelet"
+#: The kubelet's device plugin directory, under its root (kubernetes/kubelet pkg/apis/deviceplugin/v1beta1).
+DIR = "/device-plugins"
+
+
+def _hostpath_patch(ctx: Context, pod: Obj, where: str) -> Fix | None:
+    """The plugin DaemonSet's device-plugins hostPath volume pointed at ``where`` (a strategic patch, merged by the
+    volume's name), None where the DaemonSet mounts no such volume."""
+    ds = owner_daemonset(ctx, pod)
+    volumes = ((((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes")) or []
+    name = next(
+        (v.get("name") for v in volumes if str((v.get("hostPath") or {}).get("path", "")).rstrip("/").endswith(DIR)),
+        None,
+    )
+    if not ds or name is None:
+        return None
+    patch = {"spec": {"template": {"spec": {"volumes": [{"name": name, "hostPath": {"path": where}}]}}}}
+    return Fix(FixOp.PATCH_DAEMONSET, f"{namespace_of(ds)}/{name_of(ds)}", patch)
+
+
+def _kubelet_patch(node: Obj) -> tuple[int, int, int] | None:
+    """The node's kubelet version (major, minor, patch), None where it reports none."""
+    found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", node_info(node).get("kubeletVersion", ""))
+    return (int(found.group(1)), int(found.group(2)), int(found.group(3))) if found else None
+
+
 def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     """A kubelet of 1.10 or later (the DevicePlugins gate on) listing no nvidia.com resource while the plugin finds no
-    kubelet.sock in its device-plugins hostPath: the kubelet serves the socket at a path the plugin does not see, the
-    node's kubelet setup (the node link), not the plugin. Either the kubelet runs in a container without the host's
-    device-plugins directory bound (RKE1, OpenShift 3's containerised node service) or its --root-dir is not
-    /var/lib/kubelet (k0s, MicroK8s); the node's evidence puts the likelier variant first."""
+    kubelet.sock in its device-plugins hostPath (or cannot even watch that directory): the kubelet serves the socket
+    at a path the plugin does not see. Either the kubelet runs in a container without the host's device-plugins
+    directory bound (RKE1, OpenShift 3's containerised node service: the node link, its kubelet's binds) or its
+    --root-dir is not /var/lib/kubelet (k0s, MicroK8s, K3s before 1.17.3: the device plugin link, its hostPath); the
+    node's evidence puts the likelier variant first, and the finding is on the link of that repair."""
     pod = view.pod(DEVICE_PLUGIN)
     info = node_info(view.node)
     release = _kubelet_release(view.node)
@@ -464,13 +499,18 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     ):
         return None
     container = pod_state(pod).container or str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name"))
-    said = catalog.find(ctx.log(pod, container), "k8s-device-plugin.register-failed")
+    log = ctx.log(pod, container)
+    said = catalog.find(log, "k8s-device-plugin.register-failed")
     if said is None or not SOCKET_ABSENT.search(said.line):
+        said = catalog.find(log, UNWATCHED)
+    if said is None:
         return None
     version = info.get("kubeletVersion", "")
     notes = {**view.labels, **((view.node.get("metadata") or {}).get("annotations") or {})}
     rke = any(k.startswith(RKE_ANNOTATION) for k in notes)
     root_dir = next((d for mark, d in ROOT_DIRS if mark in version or mark in notes), "")
+    if K3S_MARK.search(version) and (_kubelet_patch(view.node) or (0, 0, 0)) < K3S_DEFAULT_PLUGIN_DIR:
+        root_dir = K3S_OLD_ROOT
     bind = (
         "bind the host's /var/lib/kubelet/device-plugins into the kubelet's container: on RKE1 add "
         "/var/lib/kubelet/device-plugins:/var/lib/kubelet/device-plugins to services.kubelet.extra_binds in "
@@ -481,21 +521,29 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     moved = (
         f"point the plugin DaemonSet's device-plugin hostPath at {where}, where a kubelet whose --root-dir is not "
         "/var/lib/kubelet serves its socket (k0s /var/lib/k0s/kubelet, MicroK8s "
-        "/var/snap/microk8s/common/var/lib/kubelet)"
+        f"/var/snap/microk8s/common/var/lib/kubelet, K3s before 1.17.3 {K3S_OLD_ROOT}), or link that directory to "
+        "/var/lib/kubelet/device-plugins on the node"
     )
     containerised = (
         rke or OPENSHIFT_KUBELET.match(version) or str(info.get("containerRuntimeVersion")).startswith("docker://")
     )
     first, then = (moved, bind) if root_dir or not containerised else (bind, moved)
+    # The link is where the first repair acts: the plugin's hostPath, or the kubelet's own container.
+    link = "device-plugin" if first is moved else "node"
     action = Fix(
         FixOp.NODE,
         view.name,
         {"action": f"{first}; otherwise {then}", NOT_SIMULATED: "the kubelet's mounts and flags"},
     )
+    fix = ctx.stack.render(action)
+    patch = _hostpath_patch(ctx, pod, where) if root_dir else None
+    if patch is not None:
+        action = patch
+        fix = f"{ctx.stack.render(patch)}   # where this node's kubelet serves kubelet.sock; otherwise {then}"
     return Finding(
         id="node.kubelet-socket-unseen",
         severity=Severity.ERROR,
-        link="node",
+        link=link,
         cause=f"the node's kubelet ({version or 'version unknown'}) takes device plugin registrations, but the plugin "
         "finds no kubelet.sock in the device-plugins directory it mounts: the kubelet serves it at a path that "
         "directory does not show (a containerised kubelet without the host's directory, or another --root-dir), so "
@@ -506,7 +554,7 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
             *said.evidence(),
             *(f"annotation {k}" for k in sorted(notes) if k.startswith(RKE_ANNOTATION)),
         ),
-        fix=ctx.stack.render(action),
+        fix=fix,
         node=view.name,
         action=action,
     )

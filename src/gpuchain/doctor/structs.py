@@ -236,9 +236,9 @@ class Stack:
             )
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
-            # A merge patch replaces a list whole: a template's containers are merged by name (strategic) instead.
+            # A merge patch replaces a list whole: a template's containers and volumes are merged by name (strategic).
             template = ((ch.get("spec") or {}).get("template") or {}).get("spec") or {}
-            kind = "strategic" if {"containers", "initContainers"} & template.keys() else "merge"
+            kind = "strategic" if {"containers", "initContainers", "volumes"} & template.keys() else "merge"
             return f"kubectl -n {ns} patch ds {name} --type {kind} -p '{json.dumps(ch, separators=(',', ':'))}'"
         if fix.op is FixOp.SET_ENV:
             ns, _, name = fix.target.partition("/")
