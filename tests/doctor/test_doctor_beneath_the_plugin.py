@@ -106,6 +106,22 @@ def test_an_application_xid_on_a_gpu_nvml_calls_lost_is_still_the_hardware() -> 
     assert not [f for f in report.findings if f.id == "device-plugin.xid-marked"]
 
 
+#: NVIDIA/k8s-device-plugin internal/rm/health.go@v0.17.1: NVML's ERROR_NOT_SUPPORTED registering a GPU's events.
+TOO_OLD = "Device GPU-0b1c2d3e is too old to support healthchecking.\nMarking device GPU-0b1c2d3e as unhealthy: 3"
+
+
+def test_gpus_the_plugin_marks_unhealthy_for_its_own_reason_get_its_release_not_a_gpu_reset() -> None:
+    found = _only(diagnosed(LOST, plugin_release("v0.17.1", TOO_OLD)), "device-plugin.marked-unhealthy")
+    assert (found.link, found.node, found.root, found.severity) == ("device-plugin", "n1", True, Severity.ERROR)
+    assert "nvcr.io/nvidia/k8s-device-plugin:v0.19.0" in found.fix and "DP_DISABLE_HEALTHCHECKS=all" in found.fix
+    assert "nvidia-smi -r" not in found.fix
+    assert "device plugin log: Device GPU-0b1c2d3e is too old to support healthchecking." in found.evidence
+    # With an Xid of the GPU's own in the log, the GPU is what failed.
+    lost = diagnosed(LOST, plugin_release("v0.17.1", TOO_OLD + "\n" + V017.format(xid=48)))
+    assert _only(lost, "gpu.lost").action.op is FixOp.HARDWARE
+    assert not [f for f in lost.findings if f.id == "device-plugin.marked-unhealthy"]
+
+
 # -- CUDA that does not start on a node whose plugin works ----------------------------------------------------------
 
 #: As Azure/AKS#4870 quotes PyTorch on a GPU node of an AKS GPU pool (A10 there; the preset is a stand-in).

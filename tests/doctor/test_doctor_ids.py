@@ -55,6 +55,8 @@ CLUSTER_TESTS = {
     "test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_and_retries",
     "driver.upgrade-failed": "doctor.test_doctor_drains::"
     "test_a_node_left_upgrade_failed_with_nothing_holding_it_is_labelled_upgrade_required_to_retry",
+    "device-plugin.marked-unhealthy": "doctor.test_doctor_beneath_the_plugin::"
+    "test_gpus_the_plugin_marks_unhealthy_for_its_own_reason_get_its_release_not_a_gpu_reset",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
     "driver.module-held": "test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",

@@ -9,8 +9,8 @@ import re
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kernel_log import Seen, scrape_gpus
-from gpuchain.doctor.links.common import node_finding
-from gpuchain.doctor.links.releases import set_release
+from gpuchain.doctor.links.common import Known, node_finding
+from gpuchain.doctor.links.releases import set_release, with_release
 from gpuchain.doctor.links.xid_events import PLUGIN_XID, XID_NUMBER, gpu_step
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import owner_ds
@@ -63,6 +63,9 @@ def gpu_lost(ctx: Context, *, view: NodeView, res: str, cap: int, alloc: int, ph
         "\n".join([plugin_log, *events]), "nvml.gpu-lost"
     )
     marked = _application_xids(hits) if answering else ()
+    own = _own_mark(ctx, view, plugin, plugin_log, evidence) if answering and not hits else None
+    if own is not None:
+        return own
     if plugin is not None and marked:
         return _xid_marked(ctx, view, plugin, marked, evidence)
     # A GPU off the bus (Xid 79: NVIDIA restarts the machine) is the node's hardware: the plugin only relays it.
@@ -89,6 +92,33 @@ def gpu_lost(ctx: Context, *, view: NodeView, res: str, cap: int, alloc: int, ph
         evidence=evidence,
         fix=evict + ctx.stack.render(action).removeprefix("# "),
         action=action,
+    )
+
+
+def _own_mark(ctx: Context, view: NodeView, plugin: Obj | None, log: str, evidence: list[str]) -> Finding | None:
+    """GPUs the plugin marked unhealthy for a reason of its own, logged in words of its own that the catalog knows
+    (NVML refusing it the health events of an older GPU), with no Xid and no GPU lost: the GPUs serve, and the repair
+    is that line's (the plugin's release that stopped marking them, or its setting), not the hardware's."""
+    said = catalog.known_error(log, link="device-plugin") if plugin is not None else None
+    if plugin is None or said is None or said.entry.component != NVIDIA_PLUGIN:
+        return None
+    known = Known(
+        cause=f"the device plugin marked the node's GPUs unhealthy for a reason of its own, not a GPU failure: "
+        f"{said.entry.cause}",
+        evidence=(*(e for e in evidence if e), *said.evidence("device plugin log")),
+        action=None,
+        fix=f"# {said.entry.fix}",
+    )
+    known = with_release(ctx, view=view, pod=plugin, operand=DEVICE_PLUGIN, known=known, log=log)
+    return node_finding(
+        view,
+        fid="device-plugin.marked-unhealthy",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=known.cause,
+        evidence=list(known.evidence),
+        fix=known.fix,
+        action=known.action,
     )
 
 
