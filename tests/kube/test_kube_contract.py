@@ -102,7 +102,7 @@ def test_returned_objects_are_copies(cluster: Cluster) -> None:
 def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` less what ``list_readonly`` may leave out (``Cluster.list_readonly``):
     ``metadata.managedFields``, a Node's ``status.images``, of a Pod its ``spec.volumes``, the
-    defaults the API server fills into its spec, its containers' ``volumeMounts``, probes and
+    defaults the API server fills into its spec, its containers' ``volumeMounts``, probes' handlers and
     policies, its ``status.podIPs``/``hostIPs``, ``qosClass`` and ``startTime``, its conditions'
     timestamps and its container statuses' ``containerID``, ``imageID``, ``volumeMounts`` and ``started``."""
     out = copy.deepcopy(obj)
@@ -118,8 +118,11 @@ def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
         for key in ("podIPs", "hostIPs", "qosClass", "startTime"):
             status.pop(key, None)
         for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-            for key in ("volumeMounts", "livenessProbe", "readinessProbe", "startupProbe", "imagePullPolicy"):
+            for key in ("volumeMounts", "imagePullPolicy"):
                 c.pop(key, None)
+            for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+                for handler in ("exec", "httpGet", "tcpSocket", "grpc"):
+                    (c.get(key) or {}).pop(handler, None)
             for key in ("terminationMessagePath", "terminationMessagePolicy"):
                 c.pop(key, None)
         for cs in [*(status.get("containerStatuses") or ()), *(status.get("initContainerStatuses") or ())]:

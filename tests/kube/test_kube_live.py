@@ -273,7 +273,8 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
     # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
     # and not the ones no reader of a snapshot reads (a pod's volumes and its containers' mounts, the
     # lists of its IPs, its container statuses' runtime ids, the defaults the API server fills in,
-    # its probes, its conditions' timestamps, any object's managedFields).
+    # its probes' handlers (their timing stays: the doctor raises it), its conditions' timestamps, any object's
+    # managedFields).
     cluster = LiveCluster.from_url("http://127.0.0.1:9")
     mount = {"name": "v", "mountPath": "/v"}
     items = [
@@ -286,7 +287,7 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
                     {
                         "name": "c",
                         "volumeMounts": [mount],
-                        "readinessProbe": {"exec": {"command": ["true"]}},
+                        "readinessProbe": {"exec": {"command": ["true"]}, "timeoutSeconds": 5},
                         "terminationMessagePath": "/dev/termination-log",
                         "imagePullPolicy": "IfNotPresent",
                     }
@@ -333,7 +334,11 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "p", "labels": {"a": "1"}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "initContainers": None},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "readinessProbe": {"timeoutSeconds": 5}}],
+                "initContainers": None,
+            },
             "status": {
                 "podIP": "10.0.0.1",
                 "conditions": [{"type": "Ready", "status": "True"}],

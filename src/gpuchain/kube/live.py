@@ -41,7 +41,7 @@ from lightkube.generic_resource import (
     GenericNamespacedStatus,
     create_api_info,
 )
-from lightkube.models.core_v1 import Container, ContainerStatus, NodeStatus, PodCondition, PodSpec, PodStatus
+from lightkube.models.core_v1 import Container, ContainerStatus, NodeStatus, PodCondition, PodSpec, PodStatus, Probe
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodLog
 from lightkube.types import PatchType
@@ -508,14 +508,21 @@ API server is tuned for; it bounds one response's bytes (a few MB of pods) whate
 size."""
 
 
-def _fields_but(name: str, model: type[msgspec.Struct], *leave_out: str, **lists_of: Any) -> Any:
+def _fields_but(
+    name: str, model: type[msgspec.Struct], *leave_out: str, objects: dict[str, Any] | None = None, **lists_of: Any
+) -> Any:
     """A TypedDict of the JSON fields of one of lightkube's models (the API's own field list, at
     lightkube-models' Kubernetes version) but those in ``leave_out``, each value plain JSON or, where
     ``lists_of`` names the field, a list (or null) of that TypedDict: msgspec decodes it straight
     into a plain dict of the fields the JSON had (in the JSON's order), skipping the fields left out
     without building them. A Struct would need a second pass to become that dict, which at 10,000
-    nodes cost a quarter of the decoding (bench.doctor.live)."""
-    fields = {f: _list_of(lists_of[f]) if f in lists_of else Any for f in model.__struct_encode_fields__}
+    nodes cost a quarter of the decoding (bench.doctor.live). ``objects`` names the fields that are one object (or
+    null) of a TypedDict of their own."""
+    objects = objects or {}
+    fields = {
+        f: _list_of(lists_of[f]) if f in lists_of else objects[f] | None if f in objects else Any
+        for f in model.__struct_encode_fields__
+    }
     return TypedDict(name, {f: t for f, t in fields.items() if f not in leave_out}, total=False)  # type: ignore[operator]
 
 
@@ -533,23 +540,24 @@ def _list_of(item: Any) -> Any:
 #: for each host path), the status's ``podIPs``/``hostIPs`` lists (``podIP``/``hostIP`` stay, the
 #: first of each), each container status's runtime ``containerID``, image digest (``imageID``),
 #: mounts and ``started``, the conditions' timestamps, the status's ``qosClass`` and ``startTime``,
-#: each container's probes and termination-message and pull policies, and the spec's DNS policy,
+#: each container's probes' handlers and termination-message and pull policies, and the spec's DNS policy,
 #: scheduler name, service account, service links, preemption policy and grace period. Together
 #: 44% of the keys and values a pod of bench.doctor.replay decodes into (the probes and defaults
 #: alone 18% of what is left after the rest), each one to build and to free. No reader of a
 #: snapshot looks at any of them (a DaemonSet's pod template keeps them all).
 _Meta = _fields_but("_Meta", ObjectMeta, "managedFields")
 _NodeStatus = _fields_but("_NodeStatus", NodeStatus, "images")
+#: A probe's timing (its delays, period, timeout and thresholds: what the doctor raises for a probe that kills a
+#: container too soon), without its handler (the command, request or socket it runs).
+_Probe = _fields_but("_Probe", Probe, "exec", "httpGet", "tcpSocket", "grpc")
 _Container = _fields_but(
     "_Container",
     Container,
     "volumeMounts",
-    "livenessProbe",
-    "readinessProbe",
-    "startupProbe",
     "terminationMessagePath",
     "terminationMessagePolicy",
     "imagePullPolicy",
+    objects={"livenessProbe": _Probe, "readinessProbe": _Probe, "startupProbe": _Probe},
 )
 _ContainerStatus = _fields_but("_ContainerStatus", ContainerStatus, "containerID", "imageID", "volumeMounts", "started")
 _PodCondition = _fields_but("_PodCondition", PodCondition, "lastProbeTime", "lastTransitionTime")

@@ -148,7 +148,7 @@ class Cluster(abc.ABC):
         (the server's record of who wrote which field), a Node's ``status.images``, a Pod's
         ``spec.volumes`` and its containers' ``volumeMounts``, its ``status.podIPs``/``hostIPs``
         (``podIP``/``hostIP`` stay) and its container statuses' ``containerID``, ``imageID``,
-        ``volumeMounts`` and ``started``, its containers' probes and termination-message and pull
+        ``volumeMounts`` and ``started``, its containers' probes' handlers and termination-message and pull
         policies, its conditions' timestamps, its ``qosClass`` and ``startTime`` and the defaults
         the API server fills into its spec (DNS policy, scheduler name, service account, service
         links, preemption policy, grace period): the live one does (`gpuchain.kube.live`), and
