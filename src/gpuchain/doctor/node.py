@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_state import bad_checkpoint
+from gpuchain.doctor.links.releases import operator_at_least
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.operator_says import operator_line
 from gpuchain.doctor.owners import owner_daemonset, toolkit_env
 from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.releases import version_of
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, TOOLKIT, deploy_label
 
@@ -43,6 +45,12 @@ RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
 #: canonical/k8s-snap#2388); NVIDIA's GPU Operator relies on it once ``cdi.enabled`` is on (the
 #: default from v25.10.0), so a GPU pod on an older containerd gets no GPU.
 CDI_CONTAINERD = (1, 7, 0)
+#: The first GPU Operator release whose CDI is the runtime's own: from v25.10.0 the device plugin asks containerd or
+#: CRI-O to inject the CDI devices (NVIDIA/gpu-operator controllers/object_controls.go@v25.10.0,
+#: transformToolkitCtrForCDI "we leverage native CDI support in containerd / cri-o", the plugin's annotation prefix
+#: cdi.k8s.io/); before it the nvidia runtime injected them itself (nvidia.cdi.k8s.io/ annotations,
+#: object_controls.go@v25.3.0), which any containerd runs.
+NATIVE_CDI_OPERATOR = "v25.10.0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,7 +341,14 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
         )
     cdi = ((((ctx.policy_obj or {}).get("spec") or {}).get("cdi")) or {}).get("enabled")
     release = runtime_version(view.node)
-    if ctx.stack.policy_cdi and cdi is True and scheme == "containerd" and release and release < CDI_CONTAINERD:
+    if (
+        ctx.stack.policy_cdi
+        and cdi is True
+        and scheme == "containerd"
+        and release
+        and release < CDI_CONTAINERD
+        and operator_at_least(ctx, NATIVE_CDI_OPERATOR)
+    ):
         have, need = ".".join(map(str, release)), ".".join(map(str, CDI_CONTAINERD))
         off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
         findings.append(
@@ -475,12 +490,6 @@ def _hostpath_patch(ctx: Context, pod: Obj, where: str) -> Fix | None:
     return Fix(FixOp.PATCH_DAEMONSET, f"{namespace_of(ds)}/{name_of(ds)}", patch)
 
 
-def _kubelet_patch(node: Obj) -> tuple[int, int, int] | None:
-    """The node's kubelet version (major, minor, patch), None where it reports none."""
-    found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", node_info(node).get("kubeletVersion", ""))
-    return (int(found.group(1)), int(found.group(2)), int(found.group(3))) if found else None
-
-
 def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     """A kubelet of 1.10 or later (the DevicePlugins gate on) listing no nvidia.com resource while the plugin finds no
     kubelet.sock in its device-plugins hostPath (or cannot even watch that directory): the kubelet serves the socket
@@ -509,7 +518,7 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     notes = {**view.labels, **((view.node.get("metadata") or {}).get("annotations") or {})}
     rke = any(k.startswith(RKE_ANNOTATION) for k in notes)
     root_dir = next((d for mark, d in ROOT_DIRS if mark in version or mark in notes), "")
-    if K3S_MARK.search(version) and (_kubelet_patch(view.node) or (0, 0, 0)) < K3S_DEFAULT_PLUGIN_DIR:
+    if K3S_MARK.search(version) and (version_of(version) or (0,)) < K3S_DEFAULT_PLUGIN_DIR:
         root_dir = K3S_OLD_ROOT
     bind = (
         "bind the host's /var/lib/kubelet/device-plugins into the kubelet's container: on RKE1 add "

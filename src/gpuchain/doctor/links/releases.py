@@ -168,6 +168,14 @@ def operator_release(ctx: Context) -> tuple[str, str]:
     return found
 
 
+def operator_at_least(ctx: Context, version: str) -> bool:
+    """Whether the cluster's GPU Operator is ``version`` or later: True where the objects show no release (a check of
+    a later release's behaviour then warns of it rather than stay silent)."""
+    running = release_of(operator_release(ctx)[0], "gpu-operator")
+    least = release_of(version, "gpu-operator")
+    return running is None or least is None or not running < least
+
+
 def _operator_release(ctx: Context) -> tuple[str, str]:
     """`operator_release`, read from the objects."""
     labels = ((ctx.policy_obj or {}).get("metadata") or {}).get("labels") or {}
