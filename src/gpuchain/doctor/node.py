@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuchain.common.remember import remembered
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_state import bad_checkpoint
@@ -90,6 +91,12 @@ DISTRIBUTIONS = (
 
 def node_info(node: Obj) -> dict[str, str]:
     """status.nodeInfo (empty when the node never reported)."""
+    return dict(_node_info(node))
+
+
+@remembered
+def _node_info(node: Obj) -> dict[str, str]:
+    """`node_info`, worked out once per node in a diagnosis (its checks ask some ten times a node)."""
     return {str(k): str(v) for k, v in (((node.get("status") or {}).get("nodeInfo") or {}).items())}
 
 
@@ -99,8 +106,10 @@ def distribution_of(node: Obj) -> Distribution:
     return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
 
 
+@remembered
 def runtime_version(node: Obj) -> tuple[int, ...] | None:
-    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable."""
+    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable (asked twice a
+    node: answered once a node in a diagnosis)."""
     raw = node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
     return tuple(int(g or 0) for g in match.groups()) if match else None
