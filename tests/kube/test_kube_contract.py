@@ -104,12 +104,18 @@ def _without_what_no_reader_reads(obj: dict[str, Any]) -> dict[str, Any]:
     ``metadata.managedFields``, a Node's ``status.images``, of a Pod its ``spec.volumes``, the
     defaults the API server fills into its spec, its containers' ``volumeMounts``, probes' handlers and
     policies, its ``status.podIPs``/``hostIPs``, ``qosClass`` and ``startTime``, its conditions'
-    timestamps and its container statuses' ``containerID``, ``imageID``, ``volumeMounts`` and ``started``."""
+    timestamps and its container statuses' ``containerID``, ``imageID``, ``volumeMounts`` and ``started``;
+    and of a Pod's metadata the server's bookkeeping (``uid``, ``resourceVersion``, ``generation``,
+    ``creationTimestamp``, ``generateName``, its owner references' ``uid``)."""
     out = copy.deepcopy(obj)
     out["metadata"].pop("managedFields", None)
     if out.get("kind") == "Node":
         out.get("status", {}).pop("images", None)
     if out.get("kind") == "Pod":
+        for key in ("uid", "resourceVersion", "generation", "creationTimestamp", "generateName"):
+            out["metadata"].pop(key, None)
+        for ref in out["metadata"].get("ownerReferences") or ():
+            ref.pop("uid", None)
         spec, status = out.get("spec", {}), out.get("status", {})
         for key in ("volumes", "dnsPolicy", "schedulerName", "serviceAccount", "serviceAccountName"):
             spec.pop(key, None)

@@ -273,13 +273,24 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
     # Items decode straight into plain dicts: each field the JSON has (null included), none it lacks,
     # and not the ones no reader of a snapshot reads (a pod's volumes and its containers' mounts, the
     # lists of its IPs, its container statuses' runtime ids, the defaults the API server fills in,
-    # its probes' handlers (their timing stays: the doctor raises it), its conditions' timestamps, any object's
+    # its probes' handlers (their timing stays: the doctor raises it), its conditions' timestamps, its metadata's
+    # uids, versions and timestamps, any object's
     # managedFields).
     cluster = LiveCluster.from_url("http://127.0.0.1:9")
     mount = {"name": "v", "mountPath": "/v"}
     items = [
         {
-            "metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"manager": "kubelet"}]},
+            "metadata": {
+                "name": "p",
+                "labels": {"a": "1"},
+                "managedFields": [{"manager": "kubelet"}],
+                "uid": "6f1c0e3a-0b7e-4c1f-9a51-3d2f8e1b7c40",
+                "resourceVersion": "83210",
+                "generation": 1,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "generateName": "p-",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "0c4b"}],
+            },
             "spec": {
                 "nodeName": "n1",
                 "volumes": [{"name": "v", "emptyDir": {}}],
@@ -333,7 +344,11 @@ def test_list_readonly_decodes_plain_dicts_of_the_fields_sent_less_what_it_leave
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"a": "1"}},
+            "metadata": {
+                "name": "p",
+                "labels": {"a": "1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d"}],
+            },
             "spec": {
                 "nodeName": "n1",
                 "containers": [{"name": "c", "readinessProbe": {"timeoutSeconds": 5}}],

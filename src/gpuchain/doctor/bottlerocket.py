@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuchain.common.remember import remembered
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, gpus_present, node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
@@ -27,8 +28,10 @@ Check = Callable[[Context, NodeView], Result]
 SERVICE = "nvidia-k8s-device-plugin"
 
 
+@remembered
 def host_plugin_node(node: Obj) -> bool:
-    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant)?"""
+    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant)? (Asked three times a
+    node: answered once a node in a diagnosis.)"""
     image = str(node_info(node).get("osImage", ""))
     return image.startswith("Bottlerocket OS") and "nvidia" in image.lower()
 

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import cast
 
 import yaml
 
@@ -113,11 +114,17 @@ class Context:
         """The operand's main container name in this stack."""
         return self.stack.container(operand.state)
 
+    @cached_property
+    def logs_read(self) -> bool:
+        """Did the gather step read any container log? Not on a healthy cluster, whose pods need none:
+        a check that looks through every container's log then has nothing to look through."""
+        return bool(self.snapshot.logs or self.snapshot.previous_logs)
+
     def log(self, pod: Obj, container: str) -> str:
         """A container's log if the gather step read it, else "": the previous run's (after a
         restart) then the current run's, in the order they were written."""
-        if not self.snapshot.logs and not self.snapshot.previous_logs:
-            return ""  # no log was read (the usual: a healthy cluster's pods need none)
+        if not self.logs_read:
+            return ""
         key = (str((pod.get("metadata") or {}).get("namespace") or self.namespace), name_of(pod), container)
         runs = (self.snapshot.previous_logs.get(key, ""), self.snapshot.logs.get(key, ""))
         return "\n".join(r for r in runs if r)
@@ -133,11 +140,15 @@ class Context:
         return [str(v["configMap"]["name"]) for v in volumes if (v.get("configMap") or {}).get("name")]
 
     def plugin_configs(self) -> dict[str, str] | None:
-        """The device plugin's configs, keys -> YAML, of `plugin_configmaps` (None when it reads none)."""
-        names = self.plugin_configmaps()
-        if not names:
-            return None
-        return {k: v for name in names for k, v in self.configmaps.get(name, {}).items()}
+        """The device plugin's configs, keys -> YAML, of `plugin_configmaps` (None when it reads none): looked up
+        once (`memo`; a node's checks ask twice a node) and copied for each asker."""
+        if "plugin_configs" not in self.memo:
+            names = self.plugin_configmaps()
+            self.memo["plugin_configs"] = (
+                {k: v for name in names for k, v in self.configmaps.get(name, {}).items()} if names else None
+            )
+        configs = cast("dict[str, str] | None", self.memo["plugin_configs"])
+        return None if configs is None else dict(configs)
 
 
 def _operands_of(meta: Obj, operands_in: Callable[[str, str], tuple[str, ...]]) -> tuple[str, ...]:

@@ -152,7 +152,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
             continue
         if name == "device-plugin":
             # The plugin, GFD and exporter wait for the MIG layout: a MIG state that stops them is the root.
-            stuck = mig_root(ctx, view)
+            stuck = mig_root(ctx, view, found=found)
             if stuck is not None:
                 root = stuck
                 findings.append(stuck)
@@ -171,7 +171,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
             if early is not None and early.id == "toolkit.validation-failed" and view.pod(DEVICE_PLUGIN) is not None:
                 # A validation that fails with no message the catalog knows, on a node whose MIG state stops
                 # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
-                early = mig_root(ctx, view) or early
+                early = mig_root(ctx, view, found=found) or early
             if early is None and result.state is LinkState.OK:
                 # Operands waiting (not failing) behind this link's validation, which the validator never completes.
                 early = waiting_on(ctx, view=view, link=name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuchain.common.remember import remembered
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_state import bad_checkpoint
@@ -98,25 +99,34 @@ DISTRIBUTIONS = (
 
 def node_info(node: Obj) -> dict[str, str]:
     """status.nodeInfo (empty when the node never reported)."""
+    return dict(_node_info(node))
+
+
+@remembered
+def _node_info(node: Obj) -> dict[str, str]:
+    """`node_info`, worked out once per node in a diagnosis (its checks ask some ten times a node), for the
+    readers here that only read it (`node_info` hands out copies)."""
     return {str(k): str(v) for k, v in (((node.get("status") or {}).get("nodeInfo") or {}).items())}
 
 
 def distribution_of(node: Obj) -> Distribution:
     """The distribution the node's kubelet version names (kubeadm and the like: the default paths)."""
-    kubelet = node_info(node).get("kubeletVersion", "")
+    kubelet = _node_info(node).get("kubeletVersion", "")
     return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
 
 
+@remembered
 def runtime_version(node: Obj) -> tuple[int, ...] | None:
-    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable."""
-    raw = node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
+    """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable (asked twice a
+    node: answered once a node in a diagnosis)."""
+    raw = _node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
     return tuple(int(g or 0) for g in match.groups()) if match else None
 
 
 def runtime_scheme(node: Obj) -> str:
     """``containerd`` of ``containerd://1.7.13`` ("" when the node reports none)."""
-    return node_info(node).get("containerRuntimeVersion", "").partition("://")[0]
+    return _node_info(node).get("containerRuntimeVersion", "").partition("://")[0]
 
 
 #: Where the toolkit's CRI-O hook mode writes its OCI hook: NVIDIA/nvidia-container-toolkit's CRI-O installer
@@ -317,7 +327,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     if unseen is not None:
         findings.append(unseen)
     if configures and scheme and scheme not in RECOGNISED_RUNTIMES:
-        version = node_info(view.node).get("containerRuntimeVersion", "")
+        version = _node_info(view.node).get("containerRuntimeVersion", "")
         action = Fix(
             FixOp.NODE,
             view.name,
@@ -391,7 +401,7 @@ ORIGIN_NODE_BIND = "-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-
 
 def _kubelet_release(node: Obj) -> tuple[int, int] | None:
     """The node's kubelet release (major, minor), None where it reports none."""
-    found = KUBELET_VERSION.match(node_info(node).get("kubeletVersion", ""))
+    found = KUBELET_VERSION.match(_node_info(node).get("kubeletVersion", ""))
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
@@ -498,7 +508,7 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     --root-dir is not /var/lib/kubelet (k0s, MicroK8s, K3s before 1.17.3: the device plugin link, its hostPath); the
     node's evidence puts the likelier variant first, and the finding is on the link of that repair."""
     pod = view.pod(DEVICE_PLUGIN)
-    info = node_info(view.node)
+    info = _node_info(view.node)
     release = _kubelet_release(view.node)
     capacity = (view.node.get("status") or {}).get("capacity") or {}
     if (

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from gpuchain.kube.objects import Obj, namespace_of
+from gpuchain.common.remember import answers_remembered, remembered
+from gpuchain.kube.objects import Obj
 
 #: Waiting reasons that mean a container is failing, not just starting (the kubelet's and the CRI's
 #: words: kubernetes pkg/kubelet/images and kuberuntime, containerd's StartError for a task the OCI
@@ -63,42 +63,26 @@ def _statuses(pod: Obj, key: str) -> list[dict[str, Any]]:
     return list((pod.get("status") or {}).get(key) or [])
 
 
-#: `pod_state`'s answers while `states_remembered` is on: by the pod's id, with the pod itself, which
-#: keeps it alive so that its id names no other object meanwhile.
-_REMEMBERED: ContextVar[dict[int, tuple[Obj, PodState]] | None] = ContextVar("pod_states", default=None)
-
-
 @contextmanager
 def states_remembered() -> Iterator[None]:
-    """`pod_state` answers each pod once in the block. A diagnosis asks about every operand pod
+    """`pod_state` answers each pod once in the block (`answers_remembered`, which also remembers the
+    other answers a diagnosis asks again and again). A diagnosis asks about every operand pod
     from several links (about three times a pod: 210,000 calls at 10,000 nodes, a third of the
     diagnosis); the snapshot's objects do not change while it is read, so the first answer holds."""
-    token = _REMEMBERED.set({})
-    try:
+    with answers_remembered():
         yield
-    finally:
-        _REMEMBERED.reset(token)
 
 
+@remembered
 def pod_state(pod: Obj) -> PodState:
-    """Summarise a pod the way kubectl does: failing container first, then init progress, then readiness."""
-    remembered = _REMEMBERED.get()
-    if remembered is None:
-        return _pod_state(pod)
-    hit = remembered.get(id(pod))
-    if hit is not None and hit[0] is pod:
-        return hit[1]
-    state = _pod_state(pod)
-    remembered[id(pod)] = (pod, state)
-    return state
+    """Summarise a pod the way kubectl does: failing container first, then init progress, then readiness.
 
-
-def _pod_state(pod: Obj) -> PodState:
-    """`pod_state`, worked out. It runs once for each of a diagnosis's pods (70,000 at 10,000 nodes),
-    so it reads each container status once, in one pass over the init containers and one over the
-    others, and builds one answer with its namespace."""
-    name = str(pod.get("metadata", {}).get("name", "?"))
-    namespace = namespace_of(pod) or ""
+    It runs once for each of a diagnosis's pods (70,000 at 10,000 nodes: `remembered`), so it reads
+    each container status once, in one pass over the init containers and one over the others, and
+    builds one answer with its namespace."""
+    meta = pod.get("metadata", {})
+    name = str(meta.get("name", "?"))
+    namespace = str(meta.get("namespace") or "")  # namespace_of's, read from the metadata at hand
     status = pod.get("status") or {}
     inits = status.get("initContainerStatuses") or ()
     mains = status.get("containerStatuses") or ()
@@ -118,7 +102,8 @@ def _pod_state(pod: Obj) -> PodState:
     done, blocked = 0, None  # init containers finished with exit code 0; the first one not finished
     for cs in inits:
         state = cs.get("state") or {}
-        failed = _failed(cs, state, name, namespace)
+        # A running container (most of them) has neither of the states _failed reads.
+        failed = _failed(cs, state, name, namespace) if state.get("terminated") or state.get("waiting") else None
         if failed is not None:
             return failed
         terminated = state.get("terminated")
@@ -129,7 +114,7 @@ def _pod_state(pod: Obj) -> PodState:
     ready, restarts, creating = bool(mains), 0, None
     for cs in mains:
         state = cs.get("state") or {}
-        failed = _failed(cs, state, name, namespace)
+        failed = _failed(cs, state, name, namespace) if state.get("terminated") or state.get("waiting") else None
         if failed is not None:
             return failed
         ready = ready and bool(cs.get("ready"))

@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuchain.common.remember import remembered
+
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+_PREFIXES = (GPU + ".", MIG_PREFIX)
 
 
 def is_gpu_resource(name: str) -> bool:
     """``nvidia.com/gpu``, ``nvidia.com/gpu.<x>`` or ``nvidia.com/mig-<x>``."""
-    return name == GPU or name.startswith((GPU + ".", MIG_PREFIX))
+    return name == GPU or name.startswith(_PREFIXES)
 
 
 def _count(quantity: Any) -> int | None:
@@ -36,17 +39,38 @@ def _count(quantity: Any) -> int | None:
 def _gpu_counts(resources: Mapping[str, Any]) -> dict[str, int]:
     out = {}
     for name, quantity in resources.items():
-        if is_gpu_resource(str(name)):  # before parsing: most resources (cpu, memory) are not GPUs
+        name = str(name)
+        if name == GPU or name.startswith(_PREFIXES):  # before parsing: most resources (cpu, memory) are not GPUs
             count = _count(quantity)
             if count is not None:
-                out[str(name)] = count
+                out[name] = count
     return out
 
 
 def node_gpu_resources(node: Mapping[str, Any], field: str = "capacity") -> dict[str, int]:
     """GPU resources from ``status.capacity`` (or ``status.allocatable``), zeros included."""
+    if field == "capacity":
+        return dict(_capacity(node))
+    if field == "allocatable":
+        return dict(_allocatable(node))
+    return _node_counts(node, field)
+
+
+def _node_counts(node: Mapping[str, Any], field: str) -> dict[str, int]:
     status = node.get("status") or {}
     return _gpu_counts(status.get(field) or {})
+
+
+@remembered
+def _capacity(node: Mapping[str, Any]) -> dict[str, int]:
+    """A node's GPU capacity, worked out once per node in a diagnosis (its checks ask some six times a node)."""
+    return _node_counts(node, "capacity")
+
+
+@remembered
+def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:
+    """A node's allocatable GPUs, worked out once per node in a diagnosis."""
+    return _node_counts(node, "allocatable")
 
 
 def _container_gpus(container: Mapping[str, Any]) -> dict[str, int]:
@@ -69,6 +93,12 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     As the kubelet counts it: max(sum of app containers + sidecars, each init container + the
     sidecars started before it), per resource.
     """
+    return dict(_pod_requests(pod))
+
+
+@remembered
+def _pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """`pod_gpu_requests`, worked out once per pod in a diagnosis (its checks ask some seven times a GPU pod)."""
     spec = pod.get("spec") or {}
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}

@@ -11,12 +11,14 @@ fix renderer (`Stack.render`) wherever the fix is a change gpuchain can state as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from gpuchain.common.labels import GPU_PRESENT, OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.placement import Blocker, tolerations_for
+from gpuchain.doctor.releases import Defect, showing
 from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
@@ -145,3 +147,23 @@ def container_image(pod: Obj | None, container: str) -> str:
     """The image of ``container`` in ``pod`` ("" when the pod or the container is not there)."""
     spec = (pod or {}).get("spec") or {}
     return next((str(c.get("image", "")) for c in spec.get("containers") or [] if c.get("name") == container), "")
+
+
+def labels_showing(ctx: Context, view: NodeView) -> tuple[Defect, ...]:
+    """The known defects (releases.yaml) whose label state ``view``'s labels carry. Which defects show in labels
+    is looked up once a diagnosis (`Context.memo`), and the answer once for each state of the labels they name
+    (`Defect.shows` reads no other): most nodes of a cluster share one, and the defects' patterns are not matched
+    again on each of them."""
+    known = ctx.memo.get("labels_showing")
+    if known is None:
+        defects = showing("labels")
+        keys = tuple(sorted({key for d in defects for key, _ in d.labels}))
+        known = ctx.memo["labels_showing"] = (defects, keys, {})
+    defects, keys, answers = cast(
+        "tuple[tuple[Defect, ...], tuple[str, ...], dict[tuple[object, ...], tuple[Defect, ...]]]", known
+    )
+    state = tuple((key in view.labels, view.labels.get(key)) for key in keys)
+    shown = answers.get(state)
+    if shown is None:
+        shown = answers[state] = tuple(d for d in defects if d.shows(view.labels))
+    return shown

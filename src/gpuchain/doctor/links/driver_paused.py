@@ -15,11 +15,10 @@ from __future__ import annotations
 import re
 
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.common import Result, labels_showing, node_finding
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import pod_state
-from gpuchain.doctor.releases import showing
 from gpuchain.operator.operands import DRIVER, Operand, deploy_label
 from gpuchain.operator.upgrade import DONE, STATE_LABEL
 
@@ -52,7 +51,7 @@ def paused_for_driver(ctx: Context, *, view: NodeView, operand: Operand, link: s
         if k.startswith(DEPLOY_PREFIX) and PAUSED_FOR_DRIVER_UPGRADE in v
     }
     action = Fix(FixOp.LABEL_NODE, view.name, dict(paused))
-    shown = tuple(d for d in showing("labels") if d.shows(view.labels))
+    shown = labels_showing(ctx, view)
     release = release_repair(ctx, view=view, pod=driver, operand=DRIVER, shown=shown) if shown else None
     cause = (
         f"the driver pod runs ready and no driver upgrade is in progress, yet {deploy_label(operand)} still says "

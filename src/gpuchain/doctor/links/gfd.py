@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.common import Result, labels_showing, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
 from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
@@ -14,7 +14,7 @@ from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.nfd import LABEL_DENIED, master_containers
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset
 from gpuchain.doctor.pods import PodState, pod_state
-from gpuchain.doctor.releases import defect, showing
+from gpuchain.doctor.releases import defect
 from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD
@@ -83,7 +83,7 @@ def _wrong_labels(ctx: Context, view: NodeView) -> Result | None:
     """Labels GFD wrote that its release's own notes say it writes wrongly (releases.yaml, symptom labels: the GPU
     family of a compute capability that release did not know): the release that labels them right is the fix. GFD
     runs and labels, so the chain works; the labels mislead nodeSelectors, a warning."""
-    shown = tuple(d for d in showing("labels") if d.shows(view.labels))
+    shown = labels_showing(ctx, view)
     release = release_repair(ctx, view=view, pod=view.pod(GFD), operand=GFD, shown=shown) if shown else None
     if release is None:
         return None

@@ -23,7 +23,7 @@ import re
 from gpuchain.common.labels import MIG_CAPABLE, MIG_CONFIG
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.evidence import failures
+from gpuchain.doctor.evidence import Failure, failures
 from gpuchain.doctor.links.common import node_finding, operand_daemonset, opted_out
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
@@ -45,10 +45,12 @@ OVERRIDE = "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf"
 LAYOUTS = "/etc/nvidia-mig-manager/config.yaml"
 
 
-def _texts(ctx: Context, view: NodeView) -> list[tuple[str, str]]:
+def _texts(ctx: Context, view: NodeView, found: list[Failure] | None) -> list[tuple[str, str]]:
     """Every word the doctor read on this node, with where it came from: the failing containers' messages and
-    logs, and the logs it read of the running ones."""
-    out = [(f.describe(), f.text) for f in failures(ctx, view)]
+    logs (``found``: `failures` of the node, when the caller has them), and the logs it read of the running ones."""
+    out = [(f.describe(), f.text) for f in (failures(ctx, view) if found is None else found)]
+    if not ctx.logs_read:
+        return out
     for pod in view.pods:
         spec = pod.get("spec") or {}
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -109,11 +111,12 @@ def _layout(view: NodeView) -> str:
     return f"all-{profiles[0]}" if len(profiles) == 1 else ""
 
 
-def mig_without_instances(ctx: Context, view: NodeView) -> Finding | None:
+def mig_without_instances(ctx: Context, view: NodeView, *, found: list[Failure] | None = None) -> Finding | None:
     """GPUs of this node in MIG mode with no MIG device on them (nvidia-smi's empty table, the plugin serving none
     of the MIG resources it served, or CUDA refusing every context on a MIG-capable node that announces no GPU):
-    the MIG link, with the layout applied again and kept, or MIG off. None where nothing says so."""
-    texts = _texts(ctx, view)
+    the MIG link, with the layout applied again and kept, or MIG off. None where nothing says so. ``found``: the
+    node's `failures`, when the caller has them."""
+    texts = _texts(ctx, view, found)
     evidence: list[str] = []
     for where, text in texts:
         said = catalog.find(text, NO_MIG_DEVICES)

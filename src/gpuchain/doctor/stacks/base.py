@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from gpuchain.common.labels import GPU_PRESENT
+from gpuchain.common.remember import remembered
 from gpuchain.doctor.structs import Snapshot
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
@@ -58,8 +59,10 @@ def images_of(obj: Obj) -> str:
     )
 
 
+@remembered
 def is_dra_plugin(obj: Obj | None) -> bool:
-    """Does this pod (or DaemonSet) run NVIDIA's DRA driver kubelet plugin, by its image?"""
+    """Does this pod (or DaemonSet) run NVIDIA's DRA driver kubelet plugin, by its image? (Asked of each
+    device plugin pod by several checks: answered once a pod in a diagnosis.)"""
     return obj is not None and any(marker in images_of(obj) for marker in DRA_PLUGIN_IMAGES)
 
 
