@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from gpuchain.common.remember import remembered
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.kubelet_dirs import K3S_OLD_ROOT, RKE_ANNOTATION, UNWATCHED, hostpath_patch, kubelet_root
 from gpuchain.doctor.kubelet_state import bad_checkpoint
 from gpuchain.doctor.links.releases import operator_at_least
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.operator_says import operator_line
 from gpuchain.doctor.owners import owner_daemonset, toolkit_env
 from gpuchain.doctor.pods import pod_state
-from gpuchain.doctor.releases import version_of
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, TOOLKIT, deploy_label
 
 #: Node conditions other than Ready that block new pods, with the taint the node lifecycle
@@ -462,42 +462,6 @@ def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
 #: socket the kubelet serves is not at the path the plugin's hostPath shows it. A refused connection is a kubelet
 #: restarting, not this.
 SOCKET_ABSENT = re.compile(r"kubelet\.sock: connect: no such file or directory")
-#: RKE1 annotates the nodes it provisions (rancher/rke k8s/node.go: InternalAddressAnnotation
-#: "rke.cattle.io/internal-ip", ExternalAddressAnnotation "rke.cattle.io/external-ip") and runs their kubelet in a
-#: Docker container that sees only the host paths it binds.
-RKE_ANNOTATION = "rke.cattle.io/"
-#: Distributions that move the kubelet's --root-dir off /var/lib/kubelet, told by their kubeletVersion suffix or label:
-#: k0s (its --kubelet-root-dir, /var/lib/k0s/kubelet under its data dir /var/lib/k0s: k0sproject/k0s) and MicroK8s
-#: (/var/snap/microk8s/common/var/lib/kubelet; canonical/microk8s docs, label microk8s.io/cluster).
-ROOT_DIRS = (("+k0s", "/var/lib/k0s/kubelet"), ("microk8s.io/cluster", "/var/snap/microk8s/common/var/lib/kubelet"))
-
-
-#: The plugin's failed watch of its device-plugins directory (catalog.yaml): the directory its hostPath shows is none
-#: the kubelet made, the same unseen socket before the plugin dials it.
-UNWATCHED = "k8s-device-plugin.plugin-dir-unwatched"
-#: K3s served the device plugin socket under its own kubelet root, /var/lib/rancher/k3s/agent/kubelet, until its
-#: releases of Kubernetes 1.17.3 (k3s-io/k3s#1416, "Use default kubelet device-plugins path", and #1420 for the 1.17
-#: branch, merged 2020-02-14); its kubeletVersion carries "k3s" (v1.16.2-k3s.1, v1.17.2+k3s1).
-K3S_MARK = re.compile(r"[-+]k3s")
-K3S_DEFAULT_PLUGIN_DIR = (1, 17, 3)
-K3S_OLD_ROOT = "/var/lib/rancher/k3s/agent/kubelet"
-#: The kubelet's device plugin directory, under its root (kubernetes/kubelet pkg/apis/deviceplugin/v1beta1).
-DIR = "/device-plugins"
-
-
-def _hostpath_patch(ctx: Context, pod: Obj, where: str) -> Fix | None:
-    """The plugin DaemonSet's device-plugins hostPath volume pointed at ``where`` (a strategic patch, merged by the
-    volume's name), None where the DaemonSet mounts no such volume."""
-    ds = owner_daemonset(ctx, pod)
-    volumes = ((((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes")) or []
-    name = next(
-        (v.get("name") for v in volumes if str((v.get("hostPath") or {}).get("path", "")).rstrip("/").endswith(DIR)),
-        None,
-    )
-    if not ds or name is None:
-        return None
-    patch = {"spec": {"template": {"spec": {"volumes": [{"name": name, "hostPath": {"path": where}}]}}}}
-    return Fix(FixOp.PATCH_DAEMONSET, f"{namespace_of(ds)}/{name_of(ds)}", patch)
 
 
 def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
@@ -527,9 +491,7 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     version = info.get("kubeletVersion", "")
     notes = {**view.labels, **((view.node.get("metadata") or {}).get("annotations") or {})}
     rke = any(k.startswith(RKE_ANNOTATION) for k in notes)
-    root_dir = next((d for mark, d in ROOT_DIRS if mark in version or mark in notes), "")
-    if K3S_MARK.search(version) and (version_of(version) or (0,)) < K3S_DEFAULT_PLUGIN_DIR:
-        root_dir = K3S_OLD_ROOT
+    root_dir = kubelet_root(version, notes)
     bind = (
         "bind the host's /var/lib/kubelet/device-plugins into the kubelet's container: on RKE1 add "
         "/var/lib/kubelet/device-plugins:/var/lib/kubelet/device-plugins to services.kubelet.extra_binds in "
@@ -555,7 +517,7 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
         {"action": f"{first}; otherwise {then}", NOT_SIMULATED: "the kubelet's mounts and flags"},
     )
     fix = ctx.stack.render(action)
-    patch = _hostpath_patch(ctx, pod, where) if root_dir else None
+    patch = hostpath_patch(owner_daemonset(ctx, pod), where) if root_dir else None
     if patch is not None:
         action = patch
         fix = f"{ctx.stack.render(patch)}   # where this node's kubelet serves kubelet.sock; otherwise {then}"
