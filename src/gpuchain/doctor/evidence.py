@@ -239,6 +239,8 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     (read by the gather step) holds a message that proves a link broken wherever it shows (catalog scope
     "anywhere", or NVML listing no GPU on a node image stack whose node announces none): a plugin that keeps
     running after NVML failed under it is as good a witness as one that crashed."""
+    if not ctx.logs_read:
+        return []  # no log was read (a healthy cluster): no running container has a line to say
     out = []
     image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
     for pod in view.pods:
@@ -286,6 +288,8 @@ def provider_of(ctx: Context, path: str) -> str | None:
 def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
     (FailedMount events): witnesses for the link that creates the directory, never for their own."""
+    if not view.events:
+        return []
     out = []
     for pod in view.pods:
         said = [
