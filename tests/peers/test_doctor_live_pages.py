@@ -60,19 +60,34 @@ class WholeObjects(LiveCluster):
         return self.list(kind, namespace=namespace, label_selector=label_selector, field_selector=field_selector)
 
 
+#: A Pod's metadata the API server keeps for itself, which the fast read leaves out (owners are found by kind and name).
+BOOKKEEPING = ("managedFields", "uid", "resourceVersion", "generation", "creationTimestamp", "generateName")
+#: A probe's handler, which the fast read leaves out (its timing stays: the doctor raises it).
+HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
 def _left_out(obj: Obj) -> Obj:
-    """``obj`` less what the fast read leaves out: managedFields, a node's images, a pod's volumes and
-    its containers' mounts, probes and policies, its lists of IPs, its container statuses' runtime
-    ids, mounts and ``started``, its conditions' timestamps and the defaults the server fills in."""
+    """``obj`` less what the fast read leaves out: managedFields, a pod's metadata bookkeeping and its owner
+    references' uids, a node's images, a pod's volumes and its containers' mounts, probes' handlers and policies,
+    its lists of IPs, its container statuses' runtime ids, mounts and ``started``, its conditions' timestamps and
+    the defaults the server fills in."""
     out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
     if obj["kind"] == "Node":
         out["status"] = {k: v for k, v in obj["status"].items() if k != "images"}
     if obj["kind"] == "Pod":
+        meta = {k: v for k, v in obj["metadata"].items() if k not in BOOKKEEPING}
+        if meta.get("ownerReferences"):
+            meta["ownerReferences"] = [{k: v for k, v in r.items() if k != "uid"} for r in meta["ownerReferences"]]
+        out["metadata"] = meta
         defaults = ("volumes", "dnsPolicy", "schedulerName", "serviceAccount", "serviceAccountName")
         defaults += ("enableServiceLinks", "preemptionPolicy", "terminationGracePeriodSeconds")
-        container = ("volumeMounts", "livenessProbe", "readinessProbe", "startupProbe", "imagePullPolicy")
-        container += ("terminationMessagePath", "terminationMessagePolicy")
+        container = ("volumeMounts", "imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy")
         out["spec"] = _less(obj["spec"], defaults, ("containers", "initContainers"), container)
+        for key in ("containers", "initContainers"):
+            for c in out["spec"].get(key) or ():
+                for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                    if c.get(probe):
+                        c[probe] = {k: v for k, v in c[probe].items() if k not in HANDLERS}
         if "status" in obj:
             ids = ("containerID", "imageID", "volumeMounts", "started")
             status = ("podIPs", "hostIPs", "qosClass", "startTime")
