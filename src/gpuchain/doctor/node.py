@@ -571,17 +571,19 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
     said = next((m for _, m in failed if catalog.known_error(m)), failed[0][1])
     known = catalog.known_error(said)
     names = sorted({str(p["metadata"]["name"]) for p, _ in failed})
-    toolkit = view.pod(TOOLKIT) is not None and configures
     lost = _sandbox_setting_lost(ctx, said, known)
+    toolkit = bool(lost) or (view.pod(TOOLKIT) is not None and configures)
     if lost:
-        toolkit = True
         work = lost
-    elif known is not None:
-        work = known.entry.fix
     else:
-        work = "repair the runtime setting the Event names (its CNI plugin, runtime handler or config), then restart it"
-    if toolkit and not lost:
-        work = "the toolkit rewrote containerd's config on this node: " + work
+        work = (
+            known.entry.fix
+            if known is not None
+            else "repair the runtime setting the Event names (its CNI plugin, runtime handler or config), then "
+            "restart it"
+        )
+        if toolkit:
+            work = "the toolkit rewrote containerd's config on this node: " + work
     action = Fix(
         FixOp.NODE,
         view.name,

@@ -99,8 +99,10 @@ def _own_mark(ctx: Context, view: NodeView, plugin: Obj | None, log: str, eviden
     """GPUs the plugin marked unhealthy for a reason of its own, logged in words of its own that the catalog knows
     (NVML refusing it the health events of an older GPU), with no Xid and no GPU lost: the GPUs serve, and the repair
     is that line's (the plugin's release that stopped marking them, or its setting), not the hardware's."""
-    said = catalog.known_error(log, link="device-plugin") if plugin is not None else None
-    if plugin is None or said is None or said.entry.component != NVIDIA_PLUGIN:
+    if plugin is None:
+        return None
+    said = catalog.known_error(log, link="device-plugin")
+    if said is None or said.entry.component != NVIDIA_PLUGIN:
         return None
     known = Known(
         cause=f"the device plugin marked the node's GPUs unhealthy for a reason of its own, not a GPU failure: "
