@@ -1,0 +1,23 @@
+"""The twenty-third held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
+heldout .. heldout22 cite, written blind to the doctor and frozen before it was run on them.
+
+The format, edits, recount and scoring are tests/sim/heldout's, heldout3's and heldout9's, reused: this set's
+reports need no edit those sets lack (driver, toolkit and validator logs and init-container states are ``pod``; a
+node's capacity and kubelet version are ``node``; a driver pod with GDS, GDRCopy or peermem sidecars, a CUDA validator
+pod, a DRA kubelet plugin with its ResourceSlice and a claim pod are ``create``, ``add-pod``, ``add-daemonset`` and
+``delete-daemonset``; the device plugin switched off for DRA is ``policy``), so its loader is heldout9's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.heldout import harness as base
+from sim.heldout9 import harness as ninth
+
+#: The set: heldout9's loader over this directory's cases.
+SET = base.HeldOutSet(Path(__file__).parent, ninth.load)
+HERE, cases, frozen, results = SET.here, SET.cases, SET.frozen, SET.results
+load = SET.load
+
+if __name__ == "__main__":
+    SET.main()
