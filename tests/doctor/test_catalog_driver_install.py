@@ -55,10 +55,11 @@ OPEN_ON_VOLTA = (
     "modprobe: ERROR: could not insert 'nvidia': No such device\n"
 )
 
-#: The entries of the driver-install block, in the catalog's order (eight sit before the generic lines printed with
+#: The entries of the driver-install block, in the catalog's order (nine sit before the generic lines printed with
 #: them; the rest at the end of catalog.yaml).
 BLOCK = (
     "nvidia-kernel.gpu-needs-proprietary",
+    "nvidia-kernel.vgpu-host-needs-proprietary",
     "nvidia-kernel.gpu-not-in-release",
     "nvidia-kernel.bar-invalid",
     "nvidia-kernel.no-gpu-found",
@@ -100,6 +101,10 @@ BLOCK = (
     "k8s-driver-manager.gpu-clients-not-terminated",
     "k8s-driver-manager.stale-rootfs",
     "k8s-driver-manager.module-unload-refused",
+    "kernel.peermem-symbol-version",
+    "kernel.peermem-unknown-symbol",
+    "kernel.nvidia-symbol-mismatch",
+    "kernel.nvidia-parameter-invalid",
 )
 
 
@@ -121,7 +126,7 @@ def test_the_block_holds_forty_sourced_entries_of_the_driver_link() -> None:
     acting = ("spec.", "kubectl", "reboot", "install", "umount", "kill", "BIOS", "ENABLE_", "crictl")
     assert [e.id for e in block if not any(a in e.fix for a in acting)] == []
     # Each names the upstream file and version its line was read from, in the catalog's form.
-    assert all(e.source.split("/")[0] == "NVIDIA" and "@" in e.source for e in block)
+    assert all(e.source.split("/")[0] in ("NVIDIA", "torvalds") and "@" in e.source for e in block)
 
 
 @pytest.mark.parametrize(
@@ -258,3 +263,24 @@ def test_the_driver_managers_cleanup_guidance_names_the_eviction_setting() -> No
     assert (root.link, root.node) == ("driver", "n1")
     assert _cites(root, "k8s-driver-manager.cleanup-eviction-disabled")
     assert "ENABLE_GPU_POD_EVICTION=true" in root.fix and "spec.driver.manager.env" in root.fix
+
+
+@pytest.mark.parametrize(
+    ("kernel", "entry_id", "key"),
+    [
+        ("nvidia: disagrees about version of symbol module_layout", "kernel.nvidia-symbol-mismatch", "linux-headers"),
+        (
+            "nvidia: `yes' invalid for parameter `NVreg_EnableGpuFirmware'",
+            "kernel.nvidia-parameter-invalid",
+            "nvidia.conf",
+        ),
+    ],
+)
+def test_the_kernels_line_names_what_modprobes_errno_does_not(kernel: str, entry_id: str, key: str) -> None:
+    """The driver container's `modprobe nvidia` (kmod tools/modprobe.c@v30) reports EINVAL alone, which no entry
+    knows; the kernel's own line (torvalds/linux kernel/module/version.c, kernel/params.c@v6.6) says whether the
+    module's build or a parameter was refused."""
+    modprobe = "+ modprobe nvidia\nmodprobe: ERROR: could not insert 'nvidia': Invalid argument\n"
+    assert catalog.known_error(modprobe, "driver") is None
+    found = catalog.known_error(f"{kernel}\n{modprobe}", "driver")
+    assert found is not None and found.entry.id == entry_id and key in found.entry.fix
