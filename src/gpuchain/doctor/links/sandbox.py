@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor.context import Context, NodeView
@@ -108,25 +109,40 @@ NOT_VFIO = re.compile(r"device not bound to 'vfio-pci'; device: (\S+) driver: '(
 UNUSED = ("toolkit", "gfd", "exporter", "mig")
 
 
+def policy_block(policy: Obj | None, key: str) -> dict[str, Any]:
+    """A block of the ClusterPolicy's spec as written. gpuchain's own policy model refuses sandbox workloads (they are
+    NVIDIA's operator's alone), so the checks read NVIDIA's keys from the object, not from the parsed spec."""
+    value = ((policy or {}).get("spec") or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def switched_on(ctx: Context, key: str) -> bool | None:
+    """Whether the ClusterPolicy turns block ``key`` on; NVIDIA's sandbox switches are off unless set
+    (api/nvidia/v1/clusterpolicy_types.go IsEnabled @v26.7.0). None where the source has no policy."""
+    if ctx.policy_obj is None:
+        return None
+    return policy_block(ctx.policy_obj, key).get("enabled") is True
+
+
 def workload_of(ctx: Context, view: NodeView) -> str | None:
     """The node's VM workload (vm-passthrough, vm-vgpu), None for a container node. A label the operator honours only
-    with sandbox workloads on: the policy's switch, or, where the policy is not modelled or not in the source, the
-    sandbox operands' deploy labels the operator already gave the node."""
+    with sandbox workloads on: the policy's switch, or, where the source has no policy, the sandbox operands' deploy
+    labels the operator gave the node."""
     if view.labels.get(OPERANDS_LABEL) == "false":
         return None  # the operator removes every deploy label: node.opted-out says so
     config = view.labels.get(WORKLOAD_CONFIG)
-    sandbox = ctx.policy.sandbox_workloads
-    if config is None and sandbox.enabled and not ctx.policy_unknown:
-        config = sandbox.default_workload
+    on = switched_on(ctx, "sandboxWorkloads")
+    if config is None and on:
+        config = policy_block(ctx.policy_obj, "sandboxWorkloads").get("defaultWorkload")
     if config not in SANDBOX_WORKLOADS:
         return None
-    if sandbox.enabled or any(op.deploy in view.labels for op in OPERANDS):
-        return config
+    if on or any(op.deploy in view.labels for op in OPERANDS):
+        return str(config)
     return None
 
 
 def _chain(ctx: Context, workload: str) -> tuple[SandboxOperand, ...]:
-    kata = ctx.policy.sandbox_workloads.mode == "kata"
+    kata = policy_block(ctx.policy_obj, "sandboxWorkloads").get("mode") == "kata"
     plugin = KATA_DEVICE_PLUGIN if kata and workload == PASSTHROUGH else DEVICE_PLUGIN
     below = (VFIO_MANAGER, VGPU_MANAGER, VALIDATOR, VGPU_DEVICE_MANAGER)
     return (*(op for op in below if workload in op.workloads), plugin)
@@ -204,7 +220,7 @@ class _Walk:
                 fix=Fix(FixOp.LABEL_NODE, view.name, off),
             )
         if label is None:
-            if not self.ctx.policy_unknown and not self.ctx.policy.sandbox_workloads.enabled:
+            if switched_on(self.ctx, "sandboxWorkloads") is False:
                 action = Fix(
                     FixOp.PATCH_POLICY, self.ctx.policy_name, {"spec": {"sandboxWorkloads": {"enabled": True}}}
                 )
@@ -228,7 +244,7 @@ class _Walk:
                 cause=f"no DaemonSet {op.daemonset} in {self.ctx.namespace}: the ClusterPolicy does not deploy the "
                 f"{op.name} ({op.switch}.enabled), so {waiting}.",
                 evidence=[f"label {op.deploy}=true", f"no DaemonSet {self.ctx.namespace}/{op.daemonset}"],
-                fix=action if not self.ctx.policy_unknown else f"kubectl get {self.ctx.policy_ref} -o yaml",
+                fix=action if self.ctx.policy_obj is not None else f"kubectl get {self.ctx.policy_ref} -o yaml",
             )
         block = blocker(ds, view.node)
         fix: Fix | str = (
@@ -389,12 +405,10 @@ class _Walk:
         return None
 
     def _on_host(self, op: SandboxOperand) -> bool:
-        """The manager is the host's own (the policy does not deploy it, and the validator proved it)."""
-        policy_off = (
-            not self.ctx.policy_unknown
-            and not getattr(self.ctx.policy, "vgpu_manager" if op is VGPU_MANAGER else "vfio_manager").enabled
-        )
-        return (policy_off and op.deploy not in self.view.labels) or HOST_VGPU_DRIVER in self.view.labels
+        """The manager is the host's own: the policy does not deploy it and the operator gave the node no label for
+        it, or the node carries the host vGPU manager's version."""
+        off = switched_on(self.ctx, op.switch) is False and op.deploy not in self.view.labels
+        return off or HOST_VGPU_DRIVER in self.view.labels
 
 
 def _consequences(walk: _Walk, after: tuple[SandboxOperand, ...]) -> list[str]:
@@ -412,6 +426,12 @@ def _consequences(walk: _Walk, after: tuple[SandboxOperand, ...]) -> list[str]:
     return out
 
 
+def _ordered(links: list[Link]) -> tuple[Link, ...]:
+    """The links in the chain's order, as the container walk shows them."""
+    order = ("driver", "toolkit", "device-plugin", *UNUSED[1:])
+    return tuple(sorted(links, key=lambda lk: order.index(lk.name)))
+
+
 def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Finding | None) -> NodeChain | None:
     """A VM node's chain (None for a container node): the node's own root first (``root``, from the walk's node
     checks), then the sandbox operands bottom-up to the first that stops the ones above it, then what the sandbox
@@ -426,7 +446,7 @@ def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Fi
     if root is not None:
         links = [Link(name, LinkState.NOT_REACHED, "waiting for the node") for name in ("driver", "device-plugin")]
         found = dataclasses.replace(root, root=True, consequences=tuple(_consequences(walk, chain)))
-        return NodeChain(view.name, tuple(links + skipped), (found, *others))
+        return NodeChain(view.name, _ordered(links + skipped), (found, *others))
     broken: Finding | None = None
     at = len(chain)
     for i, op in enumerate(chain):
@@ -461,4 +481,4 @@ def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Fi
         after = tuple(op for op in chain[at + 1 :])
         broken = dataclasses.replace(broken, root=True, consequences=tuple(_consequences(walk, after)))
         findings.insert(0, broken)
-    return NodeChain(view.name, tuple(links + skipped), tuple(findings))
+    return NodeChain(view.name, _ordered(links + skipped), tuple(findings))

@@ -37,8 +37,8 @@ def sandbox_log_candidates(snapshot: Snapshot, stack: Stack) -> list[tuple[LogKe
     """The sandbox operands' containers whose log says why a VM node's chain stops, with their statuses: a
     validation held running (the validator logs what it waits for: the GPUs' virtual functions, vfio-pci) and a
     container that crashes. No pass over the pods on a cluster without a VM node."""
-    default = stack.policy.sandbox_workloads
-    if not (default.enabled and default.default_workload in SANDBOX_WORKLOADS) and not any(
+    default = ((stack.policy_obj or {}).get("spec") or {}).get("sandboxWorkloads") or {}
+    if not (default.get("enabled") is True and default.get("defaultWorkload") in SANDBOX_WORKLOADS) and not any(
         ((n.get("metadata") or {}).get("labels") or {}).get(WORKLOAD_CONFIG) in SANDBOX_WORKLOADS
         for n in snapshot.nodes
     ):
