@@ -49,7 +49,7 @@ VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.conf
 HOST_VGPU_DRIVER = "nvidia.com/vgpu.host-driver-version"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxOperand:
     """One operand of the sandbox chain as the operator renders it."""
 
@@ -69,22 +69,20 @@ class SandboxOperand:
         return DEPLOY_PREFIX + self.name
 
 
-VFIO_MANAGER = SandboxOperand("vfio-manager", "driver", "vfioManager", (PASSTHROUGH,))
-VGPU_MANAGER = SandboxOperand("vgpu-manager", "driver", "vgpuManager", (VGPU,))
-VALIDATOR = SandboxOperand("sandbox-validator", "device-plugin", "sandboxWorkloads", SANDBOX_WORKLOADS)
-VGPU_DEVICE_MANAGER = SandboxOperand("vgpu-device-manager", "device-plugin", "vgpuDeviceManager", (VGPU,))
+VFIO_MANAGER = SandboxOperand(name="vfio-manager", link="driver", switch="vfioManager", workloads=(PASSTHROUGH,))
+VGPU_MANAGER = SandboxOperand(name="vgpu-manager", link="driver", switch="vgpuManager", workloads=(VGPU,))
+VALIDATOR = SandboxOperand(
+    name="sandbox-validator", link="device-plugin", switch="sandboxWorkloads", workloads=SANDBOX_WORKLOADS
+)
+VGPU_DEVICE_MANAGER = SandboxOperand(
+    name="vgpu-device-manager", link="device-plugin", switch="vgpuDeviceManager", workloads=(VGPU,)
+)
 DEVICE_PLUGIN = SandboxOperand(
-    "sandbox-device-plugin",
-    "device-plugin",
-    "sandboxDevicePlugin",
-    SANDBOX_WORKLOADS,
+    name="sandbox-device-plugin", link="device-plugin", switch="sandboxDevicePlugin", workloads=SANDBOX_WORKLOADS
 )
 #: In ``kata`` mode a passthrough node gets the Kata device plugin instead (getEffectiveStateLabels).
 KATA_DEVICE_PLUGIN = SandboxOperand(
-    "kata-sandbox-device-plugin",
-    "device-plugin",
-    "kataSandboxDevicePlugin",
-    (PASSTHROUGH,),
+    name="kata-sandbox-device-plugin", link="device-plugin", switch="kataSandboxDevicePlugin", workloads=(PASSTHROUGH,)
 )
 OPERANDS = (VFIO_MANAGER, VGPU_MANAGER, VALIDATOR, VGPU_DEVICE_MANAGER, DEVICE_PLUGIN, KATA_DEVICE_PLUGIN)
 #: The sandbox validator's validations (its init containers) and the operand each one proves.
@@ -170,7 +168,7 @@ def advertised(view: NodeView) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Walk:
     ctx: Context
     view: NodeView
@@ -440,7 +438,7 @@ def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Fi
     if workload is None:
         return None
     chain = _chain(ctx, workload)
-    walk = _Walk(ctx, view, workload, chain, _pods(ctx, view))
+    walk = _Walk(ctx=ctx, view=view, workload=workload, chain=chain, pods=_pods(ctx, view))
     others = [f for f in under if f is not root]
     skipped = [Link(name, LinkState.SKIPPED, f"not used on a {workload} node") for name in UNUSED]
     if root is not None:
