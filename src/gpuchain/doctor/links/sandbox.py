@@ -35,6 +35,7 @@ from typing import Any
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, placement_fix, said_in
+from gpuchain.doctor.links.vm_plugin import kubevirt_plugin, vm_plugin_walk
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.placement import blocker
 from gpuchain.doctor.pods import PodState, pod_state
@@ -137,6 +138,12 @@ def workload_of(ctx: Context, view: NodeView) -> str | None:
     if on or any(op.deploy in view.labels for op in OPERANDS):
         return str(config)
     return None
+
+
+def serves_vms(ctx: Context, view: NodeView) -> bool:
+    """Whether the node's GPUs go to VMs (the operator's sandbox workloads, or a KubeVirt GPU plugin of its own): it
+    needs no container GPU stack."""
+    return workload_of(ctx, view) is not None or kubevirt_plugin(view) is not None
 
 
 def _chain(ctx: Context, workload: str) -> tuple[SandboxOperand, ...]:
@@ -436,7 +443,7 @@ def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Fi
     device plugin announces. The container operands are absent by design there and are not reported."""
     workload = workload_of(ctx, view)
     if workload is None:
-        return None
+        return vm_plugin_walk(ctx, view, under=under, root=root)
     chain = _chain(ctx, workload)
     walk = _Walk(ctx=ctx, view=view, workload=workload, chain=chain, pods=_pods(ctx, view))
     others = [f for f in under if f is not root]
