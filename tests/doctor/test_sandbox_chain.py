@@ -218,3 +218,71 @@ def test_the_gather_step_reads_a_held_sandbox_validation_and_nothing_on_a_cluste
     assert [(ns, c) for ns, _, c in keys] == [(NS, "vgpu-manager-validation")]
     plain = gather(build(parse_scenario("name: t\nstack: gpu-operator\nnodes:\n  - {name: n1}\n")).cluster)
     assert sandbox_log_candidates(plain, detect(plain)) == []
+
+
+def test_a_vgpu_manager_validation_that_gave_up_waiting_for_vfs_still_names_the_virtual_functions() -> None:
+    # v26.3's validator waits five minutes (defaultVFWaitTimeout), then exits with "vGPU Manager VFs not ready: %w".
+    log = (
+        VFS_WAIT + "error validating vGPU Manager installation: vGPU Manager VFs not ready: context deadline exceeded\n"
+    )
+    crash = {
+        "name": "vgpu-manager-validation",
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error", "exitCode": 1},
+        "restarts": 6,
+    }
+    report = diagnosed(
+        VMS,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-sandbox-validator",
+            "node": "vgpu",
+            "phase": "Pending",
+            "init": [crash],
+            "logs": {"vgpu-manager-validation": log},
+        },
+    )
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.vgpu-vfs-missing", "driver")
+    assert "sriov-manage -e ALL" in root.fix
+
+
+def test_a_vgpu_manager_that_cannot_build_for_the_kernel_gets_the_catalogs_repair() -> None:
+    # NVIDIA/gpu-driver-container vgpu-manager/ubuntu24.04/nvidia-driver: _resolve_kernel_version's message.
+    crash = {
+        "name": "nvidia-vgpu-manager-ctr",
+        "state": {"waiting": "CrashLoopBackOff"},
+        "last": {"terminated": "Error", "exitCode": 1},
+        "restarts": 3,
+    }
+    report = diagnosed(
+        VMS,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-vgpu-manager-daemonset",
+            "node": "vgpu",
+            "containers": [crash],
+            "logs": {
+                "nvidia-vgpu-manager-ctr": "Resolving Linux kernel version...\nCould not resolve Linux kernel version\n"
+            },
+        },
+    )
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.operand-failing", "driver")
+    assert "kernel" in root.fix and any("driver-container.kernel-unresolved" in e for e in root.evidence)
+
+
+def test_a_vgpu_manager_still_not_ready_holds_the_chain_at_the_driver_not_at_the_plugin() -> None:
+    report = diagnosed(
+        VMS,
+        {
+            "do": "pod",
+            "daemonset": "nvidia-vgpu-manager-daemonset",
+            "node": "vgpu",
+            "containers": [{"name": "nvidia-vgpu-manager-ctr", "state": {"running": True}, "ready": False}],
+        },
+        _held("nvidia-sandbox-validator", "vgpu", "vgpu-manager-validation", "vGPU Manager is not ready\n"),
+    )
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.operand-not-ready", "driver")
+    assert root.action is not None and root.action.changes["name"].startswith("nvidia-vgpu-manager-daemonset")

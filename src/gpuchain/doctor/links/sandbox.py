@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, placement_fix, said_in
 from gpuchain.doctor.links.vm_plugin import kubevirt_plugin, vm_plugin_walk
@@ -177,6 +178,9 @@ def advertised(view: NodeView) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class _Walk:
+    """One VM node's walk: what every operand's check reads (the node, its workload, its chain, its sandbox pods)
+    and the findings they word, kept together so each check is one method of the state it shares."""
+
     ctx: Context
     view: NodeView
     workload: str
@@ -186,6 +190,7 @@ class _Walk:
     def finding(
         self, *, fid: str, link: str, cause: str, evidence: list[str], fix: Fix | str, note: str = ""
     ) -> Finding:
+        """A root-candidate finding on the node, its workload first in the evidence (the reason the walk is this)."""
         text = fix if isinstance(fix, str) else self.ctx.stack.render(fix)
         return node_finding(
             self.view,
@@ -199,9 +204,11 @@ class _Walk:
         )
 
     def log(self, pod: Obj, st: PodState) -> str:
+        """The blocking container's last lines: its status's, else the log the gather step read."""
         return st.last_log or self.ctx.log(pod, st.container)
 
     def restart(self, op: SandboxOperand, why: str) -> Fix:
+        """Delete ``op``'s pod on the node: its DaemonSet starts it again and its start does its work again."""
         pod = self.pods.get(op.name)
         name = name_of(pod) if pod else f"<{op.daemonset} pod on {self.view.name}>"
         return Fix.delete_pod(self.ctx.namespace, name, **{NOT_SIMULATED: why})
@@ -273,15 +280,38 @@ class _Walk:
             return self.not_vfio(refused, st)
         if op is VALIDATOR and st.container in VALIDATES:
             op = VALIDATES[st.container]
+            if op is VGPU_MANAGER and NO_VFS.search(log):
+                return self.no_vfs(st, log)  # the validation gave up waiting (its timeout) and restarts
         said = said_in(log) or ([f"message: {st.message}"] if st.message else [])
+        known = catalog.known_error(log)
+        fix: Fix | str = (
+            known.entry.repair(self.view.name, namespace=self.ctx.namespace, pod=st.name, daemonset=op.daemonset)
+            if known is not None
+            else self.restart(op, "a sandbox operand's restart is not simulated")
+        )
         return self.finding(
             fid="sandbox.operand-failing",
             link=op.link,
             cause=f"the {op.name}'s pod fails on this node ({st.status} in {st.container}), so every sandbox operand "
             "above it waits.",
             evidence=[st.describe(), *said],
+            fix=fix,
+            note=""
+            if known
+            else f"once its log is acted on: kubectl -n {self.ctx.namespace} logs {st.name} -c {st.container}",
+        )
+
+    def not_ready(self, op: SandboxOperand, pod: Obj, st: PodState) -> Finding:
+        """``op``'s pod neither fails nor runs ready, and no operand below it explains the wait."""
+        held = f" in {st.waiting_init}" if st.waiting_init else ""
+        return self.finding(
+            fid="sandbox.operand-not-ready",
+            link=op.link,
+            cause=f"the {op.name}'s pod is not ready on this node ({st.status}{held}) though the sandbox operands "
+            "below it are, so the ones above it wait.",
+            evidence=[st.describe(), *said_in(self.log(pod, st))],
             fix=self.restart(op, "a sandbox operand's restart is not simulated"),
-            note=f"once its log is acted on: kubectl -n {self.ctx.namespace} logs {st.name} -c {st.container}",
+            note=f"if it stays so, its log says why: kubectl -n {self.ctx.namespace} logs {st.name} -c {st.container}",
         )
 
     def not_vfio(self, refused: re.Match[str], st: PodState) -> Finding:
@@ -376,11 +406,9 @@ class _Walk:
         if refused is not None:
             return self.not_vfio(refused, st)
         if subject is VGPU_MANAGER:
-            manager = self.pods.get(VGPU_MANAGER.name)
-            if manager is not None and not pod_state(manager).ready:
-                return None  # the manager's own state is the root, judged below it
-            if NO_VFS.search(log) or manager is None or pod_state(manager).ready:
-                return self.no_vfs(st, log)
+            # The manager below runs (or is the host's): nvidia-smi answers, and what the validation waits for is
+            # the VFs (or mdev parents) only the manager's start or the host makes.
+            return self.no_vfs(st, log)
         if subject is VGPU_DEVICE_MANAGER:
             return self.check(VGPU_DEVICE_MANAGER) or self.vgpu_devices(st)
         if subject is VFIO_MANAGER:
@@ -406,8 +434,10 @@ class _Walk:
         if st.failing:
             return self.failing(op, pod, st)
         if op is VALIDATOR and st.waiting_init:
-            return self.validation_wait(pod, st)
-        return None
+            found = self.validation_wait(pod, st)
+            if found is not None:
+                return found
+        return None if st.ready else self.not_ready(op, pod, st)
 
     def _on_host(self, op: SandboxOperand) -> bool:
         """The manager is the host's own: the policy does not deploy it and the operator gave the node no label for
