@@ -20,6 +20,7 @@ from sim.heldout import harness
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import FixOp, LinkState, Report
 from gpuchain.doctor.snapshot import gather
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY as CLUSTER_POLICY_NVIDIA
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.kube import DAEMONSET, POD
@@ -37,6 +38,7 @@ workloads:
   - {name: serve, namespace: inference, count: 8, gpus: 1, node: ctr}
 """
 NS = "gpu-operator"
+SANDBOX_OFF = {"sandboxWorkloads": {"enabled": False}}
 VFS_WAIT = 'time="2026-07-04T06:02:15Z" level=info msg="Waiting for VFs to be available..."\n'
 
 
@@ -286,3 +288,35 @@ def test_a_vgpu_manager_still_not_ready_holds_the_chain_at_the_driver_not_at_the
     root = _root(report, "vgpu")
     assert (root.id, root.link) == ("sandbox.operand-not-ready", "driver")
     assert root.action is not None and root.action.changes["name"].startswith("nvidia-vgpu-manager-daemonset")
+
+
+def test_a_vm_node_left_without_its_validator_label_while_the_policy_turns_sandbox_workloads_off() -> None:
+    def sandbox_off(sim: SimCluster) -> None:
+        (policy,) = sim.cluster.list(CLUSTER_POLICY_NVIDIA)
+        sim.cluster.patch(CLUSTER_POLICY_NVIDIA, name=policy["metadata"]["name"], patch={"spec": SANDBOX_OFF})
+
+    report = diagnosed(
+        VMS,
+        sandbox_off,
+        {"do": "node", "node": "vgpu", "labels": {"nvidia.com/gpu.deploy.sandbox-validator": None}},
+        _without_pod("nvidia-sandbox-validator", "vgpu"),
+    )
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.disabled", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    assert root.action.changes == {"spec": {"sandboxWorkloads": {"enabled": True}}}
+
+
+def test_a_sandbox_daemonset_kept_off_by_a_taint_gets_the_toleration_through_the_policy() -> None:
+    taint = {"key": "dedicated", "value": "vms", "effect": "NoSchedule"}
+    report = diagnosed(
+        VMS,
+        {"do": "node", "node": "vgpu", "taints": [taint]},
+        _without_pod("nvidia-sandbox-validator", "vgpu"),
+    )
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.operand-missing", "device-plugin")
+    assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
+    assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in (
+        root.action.changes["spec"]["daemonsets"]["tolerations"]
+    )
