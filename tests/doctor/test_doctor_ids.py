@@ -69,6 +69,8 @@ CLUSTER_TESTS = {
     "test_a_vgpu_manager_still_not_ready_holds_the_chain_at_the_driver_not_at_the_plugin",
     "sandbox.vgpu-vfs-missing": "doctor.test_sandbox_chain::"
     "test_virtual_functions_a_reboot_cleared_are_made_again_by_restarting_the_vgpu_manager",
+    "sandbox.vgpu-manager-unanswered": "doctor.test_sandbox_chain::"
+    "test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_restarted",
     "sandbox.vfio-unbound": "doctor.test_sandbox_chain::test_a_gpu_the_host_driver_keeps_from_vfio_pci_is_the_passthrough_nodes_driver_layer",
     "sandbox.vgpu-devices-missing": "doctor.test_sandbox_chain::"
     "test_vgpu_devices_never_created_for_a_failed_config_are_the_device_managers",

@@ -320,3 +320,17 @@ def test_a_sandbox_daemonset_kept_off_by_a_taint_gets_the_toleration_through_the
     assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in (
         root.action.changes["spec"]["daemonsets"]["tolerations"]
     )
+
+
+def test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_restarted() -> None:
+    # runCommandWithWait's lines while chroot /run/nvidia/driver nvidia-smi fails (cmd/nvidia-validator/main.go).
+    log = (
+        "running command chroot with args [/run/nvidia/driver nvidia-smi]\n"
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+        "command failed, retrying after 5 seconds\n"
+    )
+    report = diagnosed(VMS, _held("nvidia-sandbox-validator", "vgpu", "vgpu-manager-validation", log))
+    root = _root(report, "vgpu")
+    assert (root.id, root.link) == ("sandbox.vgpu-manager-unanswered", "driver")
+    assert root.action is not None and root.action.changes["name"].startswith("nvidia-vgpu-manager-daemonset")
+    assert "sriov-manage" not in root.fix

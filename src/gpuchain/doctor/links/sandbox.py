@@ -103,6 +103,9 @@ NO_VFS = re.compile(
     r"|parent devices not ready",
     re.IGNORECASE,
 )
+#: What the vgpu-manager validation prints while nvidia-smi fails in the manager's root (runCommandWithWait's
+#: "command failed, retrying after %d seconds", VGPUManager.validate's "vGPU Manager is not ready").
+NO_SMI = re.compile(r"command failed, retrying|vGPU Manager is not ready", re.IGNORECASE)
 #: The vfio-pci validation's refusal (VfioPCI.runValidation): a GPU still bound to another driver.
 NOT_VFIO = re.compile(r"device not bound to 'vfio-pci'; device: (\S+) driver: '([^']*)'")
 #: The links the container chain walks that a VM node does not use.
@@ -368,6 +371,27 @@ class _Walk:
             note=note,
         )
 
+    def no_smi(self, st: PodState, log: str) -> Finding:
+        """The validator's nvidia-smi in the vGPU manager's root keeps failing though the manager's pod runs: its
+        driver is not loaded or answers nothing."""
+        lines = [ln.strip() for ln in log.splitlines() if NO_SMI.search(ln)]
+        host = self.pods.get(VGPU_MANAGER.name) is None
+        fix: Fix | str = (
+            f"# on {self.view.name}: the vGPU manager installed on the host does not answer nvidia-smi; reinstall it "
+            "or load its modules (nvidia, nvidia_vgpu_vfio)"
+            if host
+            else self.restart(VGPU_MANAGER, "a vGPU manager's driver is not simulated")
+        )
+        return self.finding(
+            fid="sandbox.vgpu-manager-unanswered",
+            link=VGPU_MANAGER.link,
+            cause="the sandbox validator's nvidia-smi in the vGPU manager's driver root keeps failing, so it never "
+            "writes vgpu-manager-ready and the vGPU device manager and sandbox device plugin wait behind it.",
+            evidence=[st.describe(), *(f"log: {ln}" for ln in lines[-2:])],
+            fix=fix,
+            note="" if host else "its start loads the vGPU manager's modules again; if it fails, its log says why",
+        )
+
     def vgpu_devices(self, st: PodState) -> Finding:
         """The validator waits for vGPU devices: the vGPU device manager made none (its config state says why)."""
         state = self.view.labels.get(VGPU_CONFIG_STATE, "")
@@ -406,8 +430,10 @@ class _Walk:
         if refused is not None:
             return self.not_vfio(refused, st)
         if subject is VGPU_MANAGER:
-            # The manager below runs (or is the host's): nvidia-smi answers, and what the validation waits for is
-            # the VFs (or mdev parents) only the manager's start or the host makes.
+            if NO_SMI.search(log) and not NO_VFS.search(log):
+                return self.no_smi(st, log)
+            # The manager below runs (or is the host's) and nvidia-smi answers: what the validation waits for is the
+            # VFs (or mdev parents) only the manager's start or the host makes.
             return self.no_vfs(st, log)
         if subject is VGPU_DEVICE_MANAGER:
             return self.check(VGPU_DEVICE_MANAGER) or self.vgpu_devices(st)
