@@ -18,7 +18,9 @@ from gpuchain.doctor.model import NOT_SIMULATED
 from gpuchain.sim import load_scenario, scenario_names
 
 ROOT = Path(__file__).resolve().parents[2]
-PREFIXES = "stack|policy|nfd|operand|operator|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload"
+PREFIXES = (
+    "stack|policy|nfd|operand|operator|driver|toolkit|device-plugin|gpu|gfd|exporter|mig|node|workload|sandbox|vm"
+)
 #: Links whose check builds ``f"{link}.not-ready"`` (links.failures.not_ready and links.operand.simple).
 NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
@@ -55,6 +57,27 @@ CLUSTER_TESTS = {
     "test_a_node_failed_on_an_emptydir_gpu_pod_sets_pod_deletion_delete_emptydir_and_retries",
     "driver.upgrade-failed": "doctor.test_doctor_drains::"
     "test_a_node_left_upgrade_failed_with_nothing_holding_it_is_labelled_upgrade_required_to_retry",
+    "sandbox.operand-off": "doctor.test_sandbox_chain::"
+    "test_a_sandbox_validator_whose_deploy_label_was_left_paused_is_switched_back_on_with_the_plugin",
+    "sandbox.disabled": "doctor.test_sandbox_chain::"
+    "test_a_vm_node_left_without_its_validator_label_while_the_policy_turns_sandbox_workloads_off",
+    "sandbox.operand-disabled": "doctor.test_sandbox_chain::test_a_sandbox_operand_the_policy_does_not_deploy_is_switched_on_in_the_policy",
+    "sandbox.operand-missing": "doctor.test_sandbox_chain::"
+    "test_a_sandbox_daemonset_kept_off_by_a_taint_gets_the_toleration_through_the_policy",
+    "sandbox.operand-failing": "doctor.test_sandbox_chain::test_a_vgpu_manager_that_cannot_build_for_the_kernel_gets_the_catalogs_repair",
+    "sandbox.operand-not-ready": "doctor.test_sandbox_chain::"
+    "test_a_vgpu_manager_still_not_ready_holds_the_chain_at_the_driver_not_at_the_plugin",
+    "sandbox.vgpu-vfs-missing": "doctor.test_sandbox_chain::"
+    "test_virtual_functions_a_reboot_cleared_are_made_again_by_restarting_the_vgpu_manager",
+    "sandbox.vgpu-manager-unanswered": "doctor.test_sandbox_chain::"
+    "test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_restarted",
+    "sandbox.vfio-unbound": "doctor.test_sandbox_chain::test_a_gpu_the_host_driver_keeps_from_vfio_pci_is_the_passthrough_nodes_driver_layer",
+    "sandbox.vgpu-devices-missing": "doctor.test_sandbox_chain::"
+    "test_vgpu_devices_never_created_for_a_failed_config_are_the_device_managers",
+    "sandbox.nothing-advertised": "doctor.test_sandbox_chain::test_a_running_sandbox_plugin_that_announces_nothing_is_the_device_plugin_link",
+    "vm.nvidia-runtime-default": "doctor.test_sandbox_kubevirt_plugin::"
+    "test_the_nvidia_runtime_as_default_keeps_the_kubevirt_plugin_from_starting_and_runc_goes_back",
+    "vm.plugin-failing": "doctor.test_sandbox_kubevirt_plugin::test_the_kubevirt_plugin_failing_for_another_reason_is_the_device_plugin_link",
     "device-plugin.marked-unhealthy": "doctor.test_doctor_beneath_the_plugin::"
     "test_gpus_the_plugin_marks_unhealthy_for_its_own_reason_get_its_release_not_a_gpu_reset",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",

@@ -31,6 +31,7 @@ from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.operator_idle import nothing_placed
 from gpuchain.doctor.links.reload_marked import reload_marked
+from gpuchain.doctor.links.sandbox import sandbox_walk, serves_vms
 from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
@@ -131,6 +132,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     under = check_node(ctx, view)
     under += gpu_faults(ctx, view, witnessed)
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
+    sandboxed = sandbox_walk(ctx, view, under=under, root=root)
+    if sandboxed is not None:
+        return sandboxed  # a VM node: the sandbox operands' chain, not the container operands'
     node_root = root is not None
     findings: list[Finding] = [f for f in under if f is not root]
     consequences: list[str] = []
@@ -235,7 +239,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
     if stack.id == "none":
         # Nodes whose image runs the device plugin itself need no stack: only the others are missing one.
         hosted = unregistered(ctx, ctx.views)
-        views = [v for v in ctx.views if not host_plugin(v)]
+        views = [v for v in ctx.views if not host_plugin(v) and not serves_vms(ctx, v)]
         if not views:
             return hosted
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.

@@ -28,6 +28,7 @@ from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
+from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
@@ -342,7 +343,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sampled += _with_status([(p, c) for p, c in nfd_containers(snapshot.pods) if _crashing(p, c)])
     sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
-    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins
+    sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)
+    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins + sandbox
 
 
 def _with_status(containers: list[tuple[Obj, str]]) -> list[tuple[LogKey, Obj]]:

@@ -45,6 +45,7 @@ from gpuchain.operator.operands import (
     enabled,
 )
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
+from gpuchain.sim.sandbox import container_opt_out
 from gpuchain.sim.scenario import PER_OPERAND, NodeGroup, Scenario
 from gpuchain.sim.stacks import HOST_DRIVER, HOST_STACKS, host_tolerations, operand_image
 
@@ -282,7 +283,7 @@ def distribution(group: NodeGroup) -> Distribution:
 
 def plan_node(scenario: Scenario, *, policy: ClusterPolicySpec, group: NodeGroup, name: str) -> NodePlan:
     """Derive every link's state on node ``name`` from the facts of its group."""
-    opted = frozenset(group.opt_out)
+    opted = frozenset(group.opt_out) | container_opt_out(group)  # a VM node runs no container operand
     if scenario.stack in HOST_STACKS and group.host_driver is None and group.gpu:
         group = group.model_copy(update={"host_driver": HOST_DRIVER})
     # A taint the DaemonSets do not tolerate, or (operator stacks) no GPU label to select on: NFD's

@@ -31,6 +31,7 @@ from gpuchain.remediation.model import (
     encode_pods,
 )
 from gpuchain.sim.chain import NodePlan
+from gpuchain.sim.sandbox import vm_capacity, vm_labels
 from gpuchain.sim.shapes import STAMP
 from gpuchain.sim.stacks import node_extras
 
@@ -53,15 +54,16 @@ def _node_labels(plan: NodePlan) -> dict[str, str]:
     if g.mig is not None:
         labels[MIG_CONFIG] = g.mig.config
         labels[MIG_CONFIG_STATE] = g.mig.state.value
-    return labels
+    return vm_labels(g, labels)
 
 
 def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
     """The Node: labels, kernel and runtime in nodeInfo, GPU resources in capacity/allocatable."""
     g = plan.group
     base = {"cpu": "96", "memory": "2113373748Ki", "pods": "110", "ephemeral-storage": "3750000000Ki"}
-    capacity = {**base, **{k: str(v) for k, v in plan.capacity.items()}}
-    allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}}
+    vm = {k: str(v) for k, v in vm_capacity(g).items()}  # what a VM node's sandbox device plugin announces
+    capacity = {**base, **{k: str(v) for k, v in plan.capacity.items()}, **vm}
+    allocatable = {**base, **{k: str(v) for k, v in plan.allocatable.items()}, **vm}
     labels = _node_labels(plan)
     spec: dict[str, Any] = {}
     if plan.gpu:

@@ -29,6 +29,7 @@ from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.clusterpolicy import nvidia_policy_status, operator_pod, policy_object, without_empty
 from gpuchain.sim.nodes import node_object, publish_health
 from gpuchain.sim.operand_logs import operand_log
+from gpuchain.sim.sandbox import is_vm, vm_objects
 from gpuchain.sim.scenario import Scenario
 from gpuchain.sim.shapes import (
     Rendered,
@@ -274,6 +275,7 @@ def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySp
         by_operand[NODE_AGENT.name] = pods
         out.objects.append(daemonsets[NODE_AGENT.name])
         out.objects += pods
+    out.objects += vm_objects({p.name: p.group for p in plans}, namespace=ns)
     workloads = place_workloads(scenario, plans=plans, out=out)
     out.objects += workloads
     node_by_name = {name_of(n): n for n in nodes}
@@ -306,6 +308,9 @@ def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySp
         }
         if api != "gpuchain.io/v1":
             obj["spec"] = without_empty(obj["spec"])
+            if any(is_vm(p.group) for p in plans):
+                # NVIDIA's switch for VM nodes (gpuchain's own policy model refuses it: the operands are NVIDIA's).
+                obj["spec"]["sandboxWorkloads"] = {"enabled": True, "mode": "kubevirt"}
             obj["status"] = nvidia_policy_status(policy, daemonsets=daemonsets, pods=pods, plans=plans, namespace=ns)
         if scenario.operator_pending:
             del obj["status"]  # the chart created the policy; no operator ever wrote its status

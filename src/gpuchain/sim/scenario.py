@@ -133,6 +133,18 @@ class NodeGroup(_Strict):
         alias="nodeProblems",
         description="what the kubelet reports on the node: " + ", ".join(NODE_PROBLEMS),
     )
+    workload: Literal["container", "vm-passthrough", "vm-vgpu"] = Field(
+        "container",
+        description="the GPU Operator's nvidia.com/gpu.workload.config: vm-passthrough or vm-vgpu nodes run the "
+        "sandbox operands (sim/sandbox.py) instead of the container operands",
+    )
+    vgpu_type: str = Field("", alias="vgpuType", description="vm-vgpu: the vGPU type (nvidia.com/vgpu.config)")
+    pci_device_name: str = Field(
+        "",
+        alias="pciDeviceName",
+        description="vm-passthrough: the GPUs' PCI device name the KubeVirt plugin announces (e.g. GA102GL_A10); "
+        "default: the preset's model name",
+    )
 
     @field_validator("name")
     @classmethod
@@ -153,6 +165,12 @@ class NodeGroup(_Strict):
         if bad:
             raise ValueError(f"{', '.join(bad)}: not an operand; use {', '.join(OPT_OUT_KEYS)}")
         return value
+
+    @model_validator(mode="after")
+    def _vgpu_type(self) -> NodeGroup:
+        if self.workload == "vm-vgpu" and not self.vgpu_type:
+            raise ValueError("workload vm-vgpu needs vgpuType (the vGPU type, e.g. A100-4C)")
+        return self
 
     @field_validator("lost_gpus")
     @classmethod
@@ -321,6 +339,13 @@ class Scenario(_Strict):
             raise ValueError("policy nodeAgent.enabled is simulated for stack gpuchain with its validator enabled")
         if not agent and any(NODE_AGENT.deploy in g.opt_out for g in self.nodes):
             raise ValueError(f"optOut {NODE_AGENT.deploy} needs the node agent layout (policy nodeAgent.enabled)")
+        return self
+
+    @model_validator(mode="after")
+    def _vm_nodes_on_the_operator(self) -> Scenario:
+        vms = [g.name for g in self.nodes if g.workload != "container"]
+        if vms and self.stack != "gpu-operator":
+            raise ValueError(f"workload vm-* is the GPU Operator's sandbox workloads; stack {self.stack!r} has none")
         return self
 
     @model_validator(mode="after")
