@@ -191,3 +191,38 @@ def test_another_admission_refusal_on_an_affected_kubelet_is_not_the_restart() -
 def test_a_healthy_node_on_an_affected_kubelet_says_nothing() -> None:
     report = diagnosed(WITH_PODS, _kubelet("v1.27.2"), _plugin(restarts=1))
     assert _kubelet_finding(report) is None
+
+
+#: A GKE node whose Google plugin logs the device lists it sends the kubelet (GoogleCloudPlatform/
+#: container-engine-accelerators pkg/gpu/nvidia/beta_plugin.go "ListAndWatch: send devices %v", the v1beta1 Device's
+#: String() form).
+GKE = "name: t\nstack: gke\nnodes:\n  - {name: w1, preset: t4-x4, labels: {cloud.google.com/gke-nodepool: pool-a}}\n"
+
+
+def _sent(*health: str) -> dict[str, Any]:
+    devices = "".join(f"&Device{{ID:nvidia{i},Health:{h},}}," for i, h in enumerate(health)).rstrip(",")
+    line = f"I0611 08:00:02.1 1 beta_plugin.go:46] ListAndWatch: send devices &ListAndWatchResponse{{Devices:[{devices}],}}"
+    ctr = "nvidia-gpu-device-plugin"
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-gpu-device-plugin-large-cos",
+        "namespace": "kube-system",
+        "node": "w1",
+        "containers": [{"name": ctr, "ready": True, "restarts": 0, "state": {"running": True}}],
+        "logs": {ctr: line},
+    }
+
+
+def test_allocatable_zero_while_the_plugin_reports_every_gpu_healthy_is_the_kubelet_on_any_release() -> None:
+    zero = _kubelet("v1.21.14-gke.700", capacity={"nvidia.com/gpu": 4}, allocatable={"nvidia.com/gpu": 0})
+    report = diagnosed(GKE, zero, _sent("Healthy", "Healthy", "Healthy", "Healthy"))
+    (found,) = [f for f in report.findings if f.id == "node.kubelet-allocatable-stale"]
+    assert (found.link, found.node) == ("node", "w1") and "gpu.lost" not in report.ids
+    assert "systemctl restart kubelet" in found.fix and "kubernetes/kubernetes#63118" in found.fix
+    assert any("ListAndWatch: send devices" in e for e in found.evidence)
+
+
+def test_a_device_the_plugin_reports_unhealthy_keeps_the_gpu_lost() -> None:
+    zero = _kubelet("v1.21.14-gke.700", capacity={"nvidia.com/gpu": 4}, allocatable={"nvidia.com/gpu": 0})
+    report = diagnosed(GKE, zero, _sent("Healthy", "Unhealthy", "Healthy", "Healthy"))
+    assert "node.kubelet-allocatable-stale" not in report.ids and "gpu.lost" in report.ids

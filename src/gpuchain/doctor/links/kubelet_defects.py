@@ -13,6 +13,7 @@ of the GPU and the plugin.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -41,6 +42,12 @@ REFUSED = "UnexpectedAdmissionError"
 #: The device manager's refusals for a resource it has no healthy or registered devices of (catalog.yaml): what its
 #: admission says of pods it admits before the device plugin has registered again.
 UNSERVED = ("kubelet.unhealthy-devices", "kubelet.device-plugin-unregistered")
+#: The finding where no known release explains it but the plugin's own device list says the GPUs are healthy.
+STALE = "node.kubelet-allocatable-stale"
+#: Google's plugin's log of each device list it sends (beta_plugin.go "ListAndWatch: send devices %v"), and the
+#: health of each device in it (the v1beta1 Device's String(): "&Device{ID:nvidia0,Health:Healthy,}").
+SENT = "ListAndWatch: send devices"
+HEALTH = re.compile(r"Health:(\w+)")
 #: The catalog's words for a GPU NVML lost: a GPU that failed is the GPU's, whatever the kubelet's release.
 LOST = "nvml.gpu-lost"
 
@@ -101,6 +108,11 @@ def kubelet_defects() -> tuple[KubeletDefect, ...]:
     return tuple(_defect(raw) for raw in yaml.safe_load(text))
 
 
+def _showing(symptom: str) -> tuple[KubeletDefect, ...]:
+    """The entries that show as ``symptom``, at any release."""
+    return tuple(d for d in kubelet_defects() if d.symptom == symptom)
+
+
 def kubelet_defect(node: Obj, symptom: str) -> tuple[KubeletDefect, str] | None:
     """The known defect of ``node``'s kubelet (status.nodeInfo.kubeletVersion) that shows as ``symptom``, with the
     patch release of its branch that fixed it; None where its release has none known."""
@@ -140,51 +152,82 @@ def gpu_failed(view: NodeView, log: str) -> bool:
     )
 
 
+def reported_healthy(log: str) -> tuple[int, str]:
+    """How many devices the plugin's last device list to the kubelet names, where every one is Healthy, and that
+    line: Google's plugin logs each list it sends ("ListAndWatch: send devices %v", GoogleCloudPlatform/
+    container-engine-accelerators pkg/gpu/nvidia/beta_plugin.go); (0, "") where its log has none or one is not."""
+    sent = [ln.strip() for ln in log.splitlines() if SENT in ln]
+    if not sent:
+        return 0, ""
+    health = HEALTH.findall(sent[-1])
+    return (len(health), sent[-1]) if health and all(h == "Healthy" for h in health) else (0, "")
+
+
 def allocatable_held(ctx: Context, view: NodeView, *, res: str, cap: int, alloc: int) -> Finding | None:
-    """``res`` counted in capacity but 0 in allocatable on a kubelet whose device manager keeps a re-registered
-    plugin's devices out of allocatable: the plugin's container restarted (so it registered again) and nothing
-    says a GPU failed. None where the kubelet's release has no such defect, or the node shows otherwise."""
-    if alloc != 0 or cap <= 0:
-        return None
-    known = kubelet_defect(view.node, "allocatable-zero")
+    """``res`` counted in capacity but 0 in allocatable while the GPUs are healthy: on a kubelet whose device
+    manager keeps a re-registered plugin's devices out of allocatable (the plugin's container restarted, so it
+    registered again), or on any kubelet where the plugin's own last device list names them all Healthy (the
+    kubelet is not counting what its plugin reports). None where a GPU failure is on record, or neither holds."""
     plugin = view.pod(DEVICE_PLUGIN)
-    if known is None or plugin is None:
+    if alloc != 0 or cap <= 0 or plugin is None:
         return None
     statuses = (plugin.get("status") or {}).get("containerStatuses") or []
     restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
     log = ctx.log(plugin, ctx.container(DEVICE_PLUGIN))
-    if not restarts or gpu_failed(view, log):
+    known = kubelet_defect(view.node, "allocatable-zero") if restarts else None
+    healthy, line = reported_healthy(log)
+    if (known is None and healthy < cap) or gpu_failed(view, log):
         return None
-    found, fixed = known
     state = pod_state(plugin)
     ns = state.restart_in(ctx.namespace)
-    action = Fix(
-        FixOp.NODE,
-        view.name,
-        {
-            "action": f"systemctl restart kubelet, then kubectl -n {ns} delete pod {state.name}, so the device plugin "
-            "registers with the restarted kubelet and allocatable counts the GPUs again; so it does not come back at "
-            f"the plugin's next restart, {_upgrade(view, found, fixed)}",
-            "drain": False,
-            NOT_SIMULATED: "a kubelet's release is a fact of the node no scenario names",
-        },
+    version = node_info(view.node).get("kubeletVersion")
+    restart = (
+        f"systemctl restart kubelet, then kubectl -n {ns} delete pod {state.name}, so the device plugin registers "
+        "with the restarted kubelet and allocatable counts the GPUs again"
     )
-    return node_finding(
-        view,
-        fid=FINDING,
-        sev=Severity.ERROR,
-        link="node",
-        cause=f"{res} is {cap} in capacity and 0 in allocatable, and the node's kubelet "
-        f"({node_info(view.node).get('kubeletVersion')}) has a known defect: {found.cause} The GPUs have not "
-        "failed: no Xid, lost GPU or published fault is on record.",
-        evidence=[
-            f"{res}: capacity {cap}, allocatable 0",
-            f"status.nodeInfo.kubeletVersion: {node_info(view.node).get('kubeletVersion')} (fixed in {fixed})",
+    said = [f"{res}: capacity {cap}, allocatable 0", f"status.nodeInfo.kubeletVersion: {version}"]
+    if known is None:
+        why = (
+            f"the device plugin's last device list to the kubelet names {healthy} device(s), all Healthy, yet the "
+            "kubelet counts none in allocatable: it is not counting what its plugin reports (the registration it "
+            "keeps is not the plugin's current one)"
+        )
+        evidence = [*said, f"device plugin log: {line}"]
+        fixes = ", ".join(f"{d.change} in {', '.join(h for _, h in d.affected)}" for d in _showing("allocatable-zero"))
+        lasting = (
+            f"if it recurs at the plugin's restarts, upgrade the kubelet (known races of this kind fixed: {fixes})"
+        )
+        fid = STALE
+    else:
+        found, fixed = known
+        why = f"the node's kubelet ({version}) has a known defect: {found.cause}"
+        evidence = [
+            *said[:1],
+            f"{said[1]} (fixed in {fixed})",
             f"{state.describe()}: its container restarted {restarts} time(s), so it registered again",
             found.cite(),
             f"release note: {found.line}",
             f"until then: {found.workaround}",
-        ],
+        ]
+        lasting = f"so it does not come back at the plugin's next restart, {_upgrade(view, found, fixed)}"
+        fid = FINDING
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"{restart}; {lasting}",
+            "drain": False,
+            NOT_SIMULATED: "what a kubelet holds of a plugin's registration is a fact of the node no scenario names",
+        },
+    )
+    return node_finding(
+        view,
+        fid=fid,
+        sev=Severity.ERROR,
+        link="node",
+        cause=f"{res} is {cap} in capacity and 0 in allocatable, and {why} The GPUs have not failed: no Xid, lost "
+        "GPU or published fault is on record.",
+        evidence=evidence,
         fix=ctx.stack.render(action),
         action=action,
     )
