@@ -22,14 +22,20 @@ from gpuchain.sim.build import SimCluster
 Edit = Mapping[str, Any] | Callable[[SimCluster], object]
 
 
-def diagnosed(scenario: str, *edits: Edit) -> Report:
-    """The doctor's report on ``scenario`` (its YAML text) built, after ``edits`` in order."""
+def built(scenario: str, *edits: Edit) -> SimCluster:
+    """``scenario`` (its YAML text) built, after ``edits`` in order."""
     sim = build(parse_scenario(scenario))
     for edit in edits:
         if callable(edit):
             edit(sim)
         else:
             harness._apply(sim.cluster, dict(edit))
+    return sim
+
+
+def diagnosed(scenario: str, *edits: Edit) -> Report:
+    """The doctor's report on ``scenario`` (its YAML text) built, after ``edits`` in order."""
+    sim = built(scenario, *edits)
     return run_doctor(sim.cluster, reader=sim.read_log)
 
 

@@ -109,6 +109,12 @@ CLUSTER_TESTS = {
     "test_a_resource_no_plugin_serves_is_removed_from_the_node_status_not_taken_for_lost_gpus",
     "node.gpus-missing": "test_doctor_missing_gpus::"
     "test_a_p4d_that_advertises_seven_gpus_is_the_node_short_of_one_not_a_full_cluster",
+    "node.kubelet-defect": "test_kubelet_defects::"
+    "test_allocatable_zero_after_the_plugin_registered_again_on_a_110_kubelet_is_the_kubelet",
+    "node.kubelet-allocatable-stale": "test_kubelet_defects::"
+    "test_allocatable_zero_while_the_plugin_reports_every_gpu_healthy_is_the_kubelet_on_any_release",
+    "device-plugin.registered-at-start": "test_kubelet_defects_plugin_found::"
+    "test_a_plugin_whose_log_found_two_of_four_gpus_is_restarted_not_the_node",
     "toolkit.runtime-stopped": "test_doctor_source_classes::"
     "test_containerd_23_stopped_after_the_toolkits_drop_in_is_the_toolkit_with_its_config_source",
     "workload.untolerated-taint": "test_doctor_pending_workloads::"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.plugin_found import registered_at_start
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.snapshot import PRODUCT
@@ -103,6 +104,10 @@ def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int
     if expected is None or not 0 < advertised < expected[0]:
         return None
     has, source = expected
+    # A plugin that announced only the GPUs it found at its start is repaired by a new plugin pod, not the node.
+    early = registered_at_start(ctx, view, advertised=advertised, has=has, source=source)
+    if early is not None:
+        return early
     # A managed cloud's node image carries the kernel and driver: its pool moves to another image, not the node.
     image = node_image(view.node)
     image_update = (

@@ -9,6 +9,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import NO_POLICY, Context, NodeView, replicas_in
 from gpuchain.doctor.links.common import GPU_COUNT, Result, gpus_present, node_finding, operand_daemonset
 from gpuchain.doctor.links.gpu_count import missing_gpus
+from gpuchain.doctor.links.kubelet_defects import allocatable_held
 from gpuchain.doctor.links.plugin_health import gpu_lost
 from gpuchain.doctor.links.stale_resource import stale_finding, stale_resources
 from gpuchain.doctor.links.toolkit import NO_DEVICES
@@ -39,8 +40,11 @@ def count_findings(
     if reported and not short:
         res = min(capacity)
         short = [(res, capacity[res], allocatable.get(res, capacity[res]))]
+    # A kubelet that keeps a re-registered plugin's devices out of allocatable is the node's, not a lost GPU.
     findings += [
-        gpu_lost(ctx, view=view, res=res, cap=cap, alloc=alloc, physical=physical) for res, cap, alloc in short
+        allocatable_held(ctx, view, res=res, cap=cap, alloc=alloc)
+        or gpu_lost(ctx, view=view, res=res, cap=cap, alloc=alloc, physical=physical)
+        for res, cap, alloc in short
     ]
     whole = not short and not any(r.startswith("nvidia.com/mig-") for r in capacity)
     gpus = capacity.get("nvidia.com/gpu", 0)
