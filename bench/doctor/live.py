@@ -25,7 +25,10 @@ the same; the goal is "after" under 5 s at 10,000 nodes. Container logs are not 
 ``--baseline SRC``: another tree's ``src`` (``git archive main src | tar -x -C /tmp/base``). Then
 "before" is that tree's ``run_doctor`` and "after" this tree's, each in a worker process of its own
 (`bench.doctor.worker`) reporting its own wall and CPU seconds, alternated in the same rounds: a
-change's before and after, measured in one run. Both must find the same.
+change's before and after, measured in one run. Both must find the same. Each is timed as that
+tree's ``gpuchain doctor`` runs it: a tree whose console command leaves the snapshot to the OS at
+exit (``run_doctor``'s ``keep``, `gpuchain.common.fastexit`) has it freed after the timer, and the
+bench prints that time apart; a tree before that frees it inside ``run_doctor``, in its time.
 
     .venv/bin/python -m bench.doctor.live [--nodes 1000] [--rounds 3] [--baseline SRC]
 """
@@ -124,6 +127,8 @@ class Worker:
             env=tree_env(dict(os.environ), tree or SRC),
         )
         self.spent: list[tuple[float, float]] = []
+        #: Seconds freeing each run's snapshot took after the timer (0 where the tree frees it in run_doctor).
+        self.kept_free: list[float] = []
 
     def run(self) -> list[list[Any]]:
         """One run; its own (wall, CPU) seconds go to ``spent``; the findings."""
@@ -135,6 +140,7 @@ class Worker:
             raise SystemExit("a doctor worker died (its error is above)")
         answer = json.loads(line)
         self.spent.append((answer["wall"], answer["cpu"]))
+        self.kept_free.append(float(answer.get("kept_free", 0.0)))
         return list(answer["findings"])
 
     def close(self) -> None:
@@ -155,6 +161,8 @@ def compare_trees(url: str, baseline: Path, rounds: int, http: httpx2.Client, sn
         targets = served(http)
         before.spent.clear()
         after.spent.clear()
+        before.kept_free.clear()
+        after.kept_free.clear()
         print(f"findings: {', '.join(sorted({i for i, _ in found_after}))}")
         print(f"same findings in both trees: {'yes' if found_before == found_after else 'NO'}")
         gc.collect()
@@ -179,6 +187,10 @@ def compare_trees(url: str, baseline: Path, rounds: int, http: httpx2.Client, sn
         after.close()
     print(f"load average (1 min) before / after the rounds: {load_before[0]:.2f} / {load_after[0]:.2f}")
     print(f"median of {rounds} rounds; each doctor's wall and CPU are its own process's")
+    for label, worker in (("before", before), ("after", after)):
+        if any(worker.kept_free):
+            freed = sorted(worker.kept_free)[len(worker.kept_free) // 2]
+            print(f"{label}: freeing the snapshot, left to the OS by its command, {freed:.3f} s (not in its time)")
     print()
     print(f"{'':46} {'wall s':>8} {'CPU s':>8} {'requests':>9} {'vs replay':>10}")
     for label, wall, cpu, requests in rows:

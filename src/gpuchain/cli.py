@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from gpuchain import __version__
+from gpuchain.common import fastexit
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def main() -> None:
     """
     from typer._click import exceptions as click  # typer vendors click; these are the classes it raises
 
+    fastexit.allow()  # this process is the command: what it holds to the end is left to the OS
     try:
         code = app(standalone_mode=False)
     except click.NoArgsIsHelpError as exc:
@@ -209,4 +211,4 @@ def main() -> None:
     except typer.Abort:
         sys.stderr.write("aborted\n")
         sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    fastexit.leave(code if isinstance(code, int) else 0)

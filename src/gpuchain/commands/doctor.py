@@ -28,6 +28,7 @@ from gpuchain.commands._backend import BackendKind, open_backend
 from gpuchain.commands._cluster import SIMULATED, _server_of, open_cluster, reads_a_whole_cluster
 from gpuchain.commands._format import OutputFormat
 from gpuchain.commands._output import emit_data, err_console, fail, output_option, plain
+from gpuchain.common import fastexit
 from gpuchain.common.yamlfile import ConfigFileError
 from gpuchain.doctor import LINKS, LinkState, NodeChain, Report, Severity, run_doctor
 from gpuchain.doctor.local import ask, local_chain
@@ -345,7 +346,13 @@ def doctor(
             # The exporters' scrapes are read on a live cluster (a scenario's pods serve nothing).
             scraper = cluster_scraper(target.cluster) if target.sim is None else None
             report = run_doctor(
-                target.cluster, namespace=namespace, reader=target.reader, progress=step, scraper=scraper
+                target.cluster,
+                namespace=namespace,
+                reader=target.reader,
+                progress=step,
+                scraper=scraper,
+                # A live cluster's snapshot (millions of objects at 10,000 nodes) is left to the OS at exit.
+                keep=fastexit.hold if target.sim is None else None,
             )
     except KubeError as exc:
         fail(f"reading the cluster failed: {exc}")

@@ -191,24 +191,29 @@ def index(snapshot: Snapshot) -> Context:
     }
     pod_node: dict[tuple[str, str], str] = {}
     pending = []
+    own_namespace, elsewhere = stack.namespace, bool(stack.elsewhere)
+    # One pass over every pod (75,000 at 10,000 nodes): the loop reads each field once, into locals.
     for pod in snapshot.pods:
         status = pod.get("status") or {}
-        if status.get("phase") in ("Succeeded", "Failed"):
+        phase = status.get("phase")
+        if phase == "Succeeded" or phase == "Failed":
             continue  # a server that ignores field selectors (kmock) returns finished pods too
         meta = pod.get("metadata", {})
         node = (pod.get("spec") or {}).get("nodeName")
-        ours = meta.get("namespace") == stack.namespace
-        ops = _operands_of(meta, operands_in) if ours or stack.elsewhere else ()
+        ours = meta.get("namespace") == own_namespace
+        ops = _operands_of(meta, operands_in) if ours or elsewhere else ()
         if ops and not node:
             node = pinned_node(pod)  # a DaemonSet pod the scheduler has not placed (yet)
         if node:
             if named and str(meta.get("name")) in named:
                 pod_node[(str(meta.get("namespace")), str(meta.get("name")))] = node
-            for op in ops:
-                (operand_pods if ours else others)[node][op] = pod
-            if not ops:
+            if ops:
+                on_node = (operand_pods if ours else others)[node]
+                for op in ops:
+                    on_node[op] = pod
+            else:
                 workloads[node].append(pod)
-        elif not ops and status.get("phase") == "Pending":
+        elif not ops and phase == "Pending":
             pending.append(pod)
     for node, found in others.items():
         for op, pod in found.items():

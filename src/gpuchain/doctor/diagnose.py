@@ -567,14 +567,19 @@ def run_doctor(
     reader: LogReader | None = None,
     progress: Callable[[str], None] | None = None,
     scraper: Scraper | None = None,
+    keep: Callable[[Snapshot], object] | None = None,
 ) -> Report:
     """Gather (a fixed handful of list calls) and diagnose; the report carries the calls made and the
     time. The cyclic collector is paused meanwhile (`collector_paused`: it would only walk the
-    snapshot again and again)."""
+    snapshot again and again). ``keep`` is handed the snapshot before this lets go of it: the
+    console command keeps it until its process ends (`gpuchain.common.fastexit`), so that its
+    millions of objects are never freed one by one; without ``keep`` it is freed on return."""
     started = time.perf_counter()
     with collector_paused():
         snap, calls, _ = timed_gather(cluster, namespace=namespace, reader=reader, progress=progress, scraper=scraper)
         report = diagnose(snap)
+    if keep is not None:
+        keep(snap)
     report.api_calls = calls
     report.seconds = time.perf_counter() - started
     return report

@@ -12,11 +12,13 @@ the ones `gpuchain.doctor.stacks` documents with their upstream sources.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from gpuchain.doctor.stacks import device_plugin as dp_stack
 from gpuchain.doctor.stacks import gke as gke_stack
 from gpuchain.doctor.stacks import gpu_operator as op_stack
+from gpuchain.gpu.topology import load_preset
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import Operand, image_of
 from gpuchain.operator.policy import ClusterPolicySpec
@@ -131,6 +133,11 @@ def restyle_daemonset(stack: str, *, state: str, ds: Obj, image: str = "") -> Ob
     spec["tolerations"] = host_tolerations(stack)
     _rename_container(spec, container, image)
     return ds
+
+
+@functools.cache
+def _gpu_count(preset: str) -> int:
+    return load_preset(preset).gpu_count
 
 
 def node_extras(stack: str, node: str) -> tuple[dict[str, str], str, list[dict[str, str]]]:
