@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from doctor.small_cluster import crashing_pod, diagnosed
 
 from gpuchain.doctor import Report, Severity, run_doctor
 from gpuchain.doctor.fabric_logs import fabric_log_candidates
@@ -220,3 +221,19 @@ def test_only_the_driver_logs_of_nodes_whose_cuda_validation_fails_are_read() ->
     assert [key for key, _ in read] == [("gpu-operator", "nvidia-driver-daemonset-a", "nvidia-driver-ctr")]
     pods[2]["status"]["containerStatuses"][0]["ready"] = False  # a failing driver is read as failing already
     assert fabric_log_candidates(pods, namespace="gpu-operator", is_driver=_driver) == []
+
+
+def test_a_driver_container_that_fails_fast_on_fabric_manager_quotes_the_same_line() -> None:
+    """Images with NVIDIA/gpu-driver-container 223687f return from _start_daemons when Fabric Manager fails: the
+    driver pod crash-loops and its not-ready finding names the refusal and its repair (no CUDA validation runs)."""
+    refusal = (
+        "Starting NVIDIA fabric manager daemon...\n"
+        "fabric manager NVIDIA GPU driver interface version 580.105.08 don't match with driver version 580.82.07. "
+        "Please update with matching NVIDIA driver package.\n"
+    )
+    scenario = "name: t\nstack: gpu-operator\nnodes:\n  - {name: hgx-2, preset: h100-80gb-x8}\n"
+    report = diagnosed(scenario, crashing_pod("nvidia-driver-daemonset", "nvidia-driver-ctr", "hgx-2", refusal))
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert (root.id, root.link) == ("driver.not-ready", "driver")
+    assert "catalog: fabric-manager.driver-version-mismatch" in " ".join(root.evidence)
+    assert "bundled Fabric Manager is its driver's version" in root.fix
