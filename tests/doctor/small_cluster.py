@@ -142,10 +142,15 @@ def gke_installer_on(*nodes: str) -> dict[str, Any]:
 
 def plugin_image(image: str) -> Callable[[SimCluster], None]:
     """An edit: the standalone plugin's pods run ``image``."""
+    return pod_image("nvidia-device-plugin", image)
+
+
+def pod_image(prefix: str, image: str) -> Callable[[SimCluster], None]:
+    """An edit: the first container of the pods ``prefix``-* runs ``image``."""
 
     def edit(sim: SimCluster) -> None:
         for pod in sim.cluster.list(POD):
-            if name_of(pod).startswith("nvidia-device-plugin"):
+            if name_of(pod).startswith(prefix):
                 spec = copy.deepcopy(pod["spec"])
                 spec["containers"][0]["image"] = image
                 sim.cluster.patch(POD, name=name_of(pod), patch={"spec": spec}, namespace=namespace_of(pod))

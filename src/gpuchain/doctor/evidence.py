@@ -27,6 +27,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.leftover_runtime import leftover_runtime
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
+from gpuchain.doctor.links.fabric import fabric_repair
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import next_step, shape_first, silent_fix
@@ -631,7 +632,7 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         if proves != link:
             continue
         evidence = [failure.describe()]
-        said = None
+        said = fabric = None
         if known is not None:
             entry, _, line = known
             # An entry no check names a finding for: the toolkit's own words are the hook's failure; a driver fault
@@ -649,6 +650,10 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             evidence += [f"says: {line}", entry.cite()]
             image = node_image(view.node) if finding_id == NOT_ON_NODE_IMAGE else None
             evidence += image.said if image is not None else ()
+            # CUDA's "not initialised" names no cause: Fabric Manager's own line in the driver's log does.
+            fabric = fabric_repair(ctx, view) if finding_id == FINDING_OF["cuda.system-not-ready"] else None
+            if fabric is not None:
+                cause, evidence = fabric.cause, [*evidence, *fabric.evidence]
         else:
             finding_id = HOOK_FAILED if hooked else f"{link}.validation-failed"
             cause = (
@@ -676,7 +681,9 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         told = known[0] if known else said.entry if said is not None and mine else None
         release = _release(ctx, view, link, told)
         evidence += release.evidence if release is not None else ()
-        action, fix = _fix(ctx, view, finding_id, link, failure, told, release)
+        action, fix = (
+            (fabric.action, fabric.fix) if fabric else _fix(ctx, view, finding_id, link, failure, told, release)
+        )
         return Finding(
             id=finding_id,
             severity=Severity.ERROR,

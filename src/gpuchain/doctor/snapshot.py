@@ -25,6 +25,7 @@ from functools import cache
 from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
+from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
@@ -341,6 +342,10 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             sampled += _with_status(master_containers(snapshot.pods))
     # Node Feature Discovery's pods that crash: their log says why NFD labels no node (the operator places nothing).
     sampled += _with_status([(p, c) for p, c in nfd_containers(snapshot.pods) if _crashing(p, c)])
+    # Fabric Manager fails inside a driver container that stays ready: its log says why CUDA validation fails.
+    sampled += fabric_log_candidates(
+        snapshot.pods, namespace=stack.namespace, is_driver=lambda ns, ds: "driver" in operands_in(ns, ds)
+    )
     sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)

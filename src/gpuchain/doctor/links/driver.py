@@ -15,6 +15,7 @@ from gpuchain.doctor.links.deployed import nfd_worker, unscheduled
 from gpuchain.doctor.links.driver_manager import DRIVER_MANAGER, drain_held, mofed_wait
 from gpuchain.doctor.links.driver_upgrade import upgrade_held
 from gpuchain.doctor.links.failures import IMAGE_PULL
+from gpuchain.doctor.links.gsp_firmware import gsp_firmware
 from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
 from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
@@ -460,6 +461,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     stale = (
         _stale_os_label(ctx, view, pod)
         or _upgrade_done_yet_failing(ctx, view, state, holders)
+        or gsp_firmware(ctx, view=view, pod=pod, log=log)
         or mofed_wait(ctx, state=state, log=log)
         or drain_held(ctx, view=view, state=state, pod=pod, log=log)
     )
