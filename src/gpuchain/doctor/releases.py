@@ -187,7 +187,7 @@ class Defect:
     policy: tuple[tuple[str, object], ...] = ()
     #: [first, first not) driver releases it shows under, where the release notes tie it to a driver branch (a
     #: release that does not support the branch's device names); () where any driver shows it
-    driver: tuple[str, str] = ()
+    driver: tuple[str, ...] = ()
 
     @property
     def fixed_in(self) -> str:

@@ -112,8 +112,7 @@ def stale(ctx: Context, view: NodeView, pod: Obj) -> tuple[Stale, Running] | Non
         return None  # it enumerated the driver that runs now
     published = _slice_release(ctx, view)
     if published is not None and release_key(published[0]) != now:
-        evidence = (f"ResourceSlice {published[1]}: devices' driverVersion {published[0]}",)
-        return Stale(published[0], evidence), driver
+        return Stale(published[0], (f"ResourceSlice {published[1]}: devices' driverVersion {published[0]}",)), driver
     missing = _missing_libraries(view, now)
     if not missing:
         return None
