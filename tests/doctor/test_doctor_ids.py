@@ -105,6 +105,8 @@ CLUSTER_TESTS = {
     "device-plugin.dra-unpublished": "test_a_node_handed_to_dra_whose_gpus_no_slice_publishes_gets_the_dra_plugin_turned_on",
     "device-plugin.dra-prepare-failed": "test_doctor_dra_prepare::"
     "test_a_claim_the_plugin_cannot_write_a_cdi_spec_for_restarts_the_dra_plugin",
+    "device-plugin.dra-stale-driver": "test_dra_stale_plugin::"
+    "test_a_slice_of_the_previous_driver_release_is_a_plugin_to_recreate",
     "device-plugin.stale-resource": "test_doctor_stale_resources::"
     "test_a_resource_no_plugin_serves_is_removed_from_the_node_status_not_taken_for_lost_gpus",
     "node.gpus-missing": "test_doctor_missing_gpus::"

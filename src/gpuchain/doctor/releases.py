@@ -185,6 +185,9 @@ class Defect:
     #: the ClusterPolicy settings it shows under (dotted spec path: value), where the release note names a
     #: configuration only; a cluster whose policy says otherwise does not have it
     policy: tuple[tuple[str, object], ...] = ()
+    #: [first, first not) driver releases it shows under, where the release notes tie it to a driver branch (a
+    #: release that does not support the branch's device names); () where any driver shows it
+    driver: tuple[str, ...] = ()
 
     @property
     def fixed_in(self) -> str:
@@ -227,6 +230,14 @@ class Defect:
                 return False
         return True
 
+    def under(self, driver: tuple[int, ...] | None) -> bool:
+        """Does it show under a node whose driver release is ``driver`` (None: not known)? Any driver where it
+        names no driver range; where it names one, only a known release inside it."""
+        if not self.driver:
+            return True
+        low, high = version_of(self.driver[0]), version_of(self.driver[1]) if self.driver[1] else None
+        return driver is not None and low is not None and low <= driver and (high is None or driver < high)
+
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
         return f"release: {self.id} ({self.source})"
@@ -240,6 +251,7 @@ def _defect(raw: dict[str, Any]) -> Defect:
             "entries": tuple(raw.get("entries") or ()),
             "labels": tuple((str(k), str(v)) for k, v in (raw.get("labels") or {}).items()),
             "policy": tuple((str(k), v) for k, v in (raw.get("policy") or {}).items()),
+            "driver": (str(raw["driver"][0]), str(raw["driver"][1] or "")) if raw.get("driver") else (),
         }
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):

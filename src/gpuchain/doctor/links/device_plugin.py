@@ -10,7 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log, opted_out
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
-from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra
+from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra, stale_dra_plugin
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.plugin_capacity import count_findings, not_registered
@@ -62,7 +62,9 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
             return Result(LinkState.BROKEN, "paused for a MIG change", (mig,) if mig else ())
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
             foreign = elsewhere_unplaced(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin")
-            return foreign or Result(LinkState.SKIPPED, "device plugin not deployed here")
+            return (
+                foreign or stale_dra_plugin(ctx, view) or Result(LinkState.SKIPPED, "device plugin not deployed here")
+            )
         absent = unscheduled(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin") if not announced else None
         if absent is not None:
             return absent

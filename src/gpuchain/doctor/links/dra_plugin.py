@@ -16,6 +16,7 @@ from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
 from gpuchain.doctor.driver_soname import unlocated
 from gpuchain.doctor.evidence import PROVIDED_BY, install_driver, refused_message
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
+from gpuchain.doctor.links.dra_stale import check_stale_plugin
 from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.next_steps import last_line, shape_of
@@ -170,6 +171,9 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
     pod's failure read as any operand's."""
     if state.ready:
         published = published_devices(ctx.snapshot).get(view.name, {})
+        behind = check_stale_plugin(ctx, view=view, pod=pod, state=state)
+        if behind is not None:
+            return behind
         if published or "resourceslices" in ctx.snapshot.absent:
             counts = ", ".join(f"{d}: {n} devices" for d, n in sorted(published.items())) or "not in the dump"
             return Result(
@@ -376,6 +380,17 @@ def node_dra_plugin(ctx: Context, view: NodeView) -> Obj | None:
         and (is_dra_plugin(p) or owner_ds(p) == GPUCHAIN_DRA_DS)
     ]
     return min(here, key=lambda p: not owner_ds(p).endswith(("kubelet-plugin", GPUCHAIN_DRA_DS)), default=None)
+
+
+def stale_dra_plugin(ctx: Context, view: NodeView) -> Result | None:
+    """Where the stack deploys no device plugin here, NVIDIA's DRA kubelet plugin that another chart runs on the node,
+    ready but serving an older driver than the node's (`dra_stale`); None where none runs or it serves the current
+    one."""
+    pod = node_dra_plugin(ctx, view)
+    state = pod_state(pod) if pod is not None and is_dra_plugin(pod) else None
+    if pod is None or state is None or not state.ready:
+        return None
+    return check_stale_plugin(ctx, view=view, pod=pod, state=state)
 
 
 def _rank(said: catalog.Match) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.dra_stale import DRA_DRIVER_DEPLOY
 from gpuchain.doctor.links.drains import Drainer, blockers, held_by
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.pods import PodState
@@ -33,9 +34,6 @@ DRAIN_LINES = (
     "k8s-driver-manager.gpu-pods-not-drained",
     "k8s-driver-manager.dra-claim-holders",
 )
-#: The node label by which the driver manager knows the DRA driver's kubelet plugin runs on the node, which it stops
-#: before it replaces the driver (NVIDIA/k8s-driver-manager cmd/driver-manager/main.go@v0.12.0).
-DRA_DRIVER_DEPLOY = "nvidia.com/gpu.deploy.dra-driver"
 #: The driver manager's drain settings the GPU Operator's driver DaemonSet sets unless the ClusterPolicy's
 #: spec.driver.manager.env says otherwise (NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml@v25.10.1).
 MANAGER_DEFAULTS = {"ENABLE_GPU_POD_EVICTION": "true", "ENABLE_AUTO_DRAIN": "false"}

@@ -15,6 +15,7 @@ from gpuchain.doctor.links.pod_failures import oom_restarting
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState, pod_state
+from gpuchain.doctor.siblings import read_sibling
 from gpuchain.doctor.stacks.base import daemonsets_in
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -26,12 +27,29 @@ RUNNING_WITH_ERRORS = {"exporter": "exporter.running-with-errors", "gfd": "gfd.r
 
 def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what: str) -> Result | None:
     """A ready pod whose log (read for one pod per troubled DaemonSet, snapshot._log_candidates) holds an
-    error the catalog knows for this pod's own link: it runs, but its product (metrics, labels) is not made."""
+    error the catalog knows for this pod's own link: it runs, but its product (metrics, labels) is not made. A pod
+    whose log was not read says what a read sibling of its DaemonSet says, from one template on a node built alike
+    (`siblings`): the fault of the template is in every pod of it."""
     finding_id = RUNNING_WITH_ERRORS.get(link)
     names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
-    found = catalog.known_error("\n".join(ctx.log(pod, n) for n in names)) if finding_id else None
+    sibling = read_sibling(ctx, pod, names) if finding_id else None
+    source = sibling.pod if sibling is not None else pod
+    found = catalog.known_error("\n".join(ctx.log(source, n) for n in names)) if finding_id else None
     if finding_id is None or found is None or found.entry.link != link:
         return None
+    said = "its log says its work fails"
+    evidence = [f"pod {name_of(pod)}: Running", *found.evidence()]
+    if sibling is not None:
+        said = (
+            f"its sibling {name_of(sibling.pod)} on {sibling.node}, of the same DaemonSet and template on a node "
+            "built alike, says its work fails (this pod's log was not read: gpuchain reads the log of one "
+            "running pod a DaemonSet)"
+        )
+        evidence = [
+            f"pod {name_of(pod)}: Running, its log not read",
+            f"pod {name_of(sibling.pod)} on {sibling.node}: same DaemonSet {owner_ds(pod)}, same template; node alike",
+            *found.evidence(),
+        ]
     return Result(
         LinkState.BROKEN,
         f"{what} Running, but its log says it fails",
@@ -41,8 +59,8 @@ def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what
                 fid=finding_id,
                 sev=Severity.ERROR,
                 link=link,
-                cause=f"the {what} pod {name_of(pod)} runs, but its log says its work fails: {found.entry.cause}",
-                evidence=[f"pod {name_of(pod)}: Running", *found.evidence()],
+                cause=f"the {what} pod {name_of(pod)} runs, but {said}: {found.entry.cause}",
+                evidence=evidence,
                 fix="# "
                 + found.entry.repair(view.name, namespace=namespace_of(pod) or ctx.namespace, pod=name_of(pod)),
             ),

@@ -9,6 +9,7 @@ import json
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.driver_running import release_key, running_driver
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.owners import HELM_APP_VERSION, HELM_CHART, HELM_RELEASE, chart_of, owner_daemonset, owner_ds
@@ -40,6 +41,10 @@ def release_repair(
     host, whose version no object shows), the release to move to if it runs an older one. None where the pod runs
     a release the defect does not affect."""
     shown = tuple(d for d in shown if d.holds(ctx.policy_obj))
+    if any(d.driver for d in shown):
+        # A release that does not support a driver branch is the repair only under a driver of that branch.
+        driver = running_driver(ctx, view)
+        shown = tuple(d for d in shown if d.under(release_key(driver.release) if driver else None))
     operator = operator_repair(ctx, shown=shown)
     if operator is not None:
         return operator
