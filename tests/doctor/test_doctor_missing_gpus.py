@@ -105,3 +105,15 @@ def test_a_hand_labelled_machine_type_without_its_providers_labels_is_no_witness
     waiting = pending_pod("train", INSUFFICIENT, FOUR)
     report = diagnosed(plain, _node(1, {INSTANCE_TYPE: "Standard_NC24"}), waiting)
     assert "node.gpus-missing" not in report.ids
+
+
+def test_a_gke_n1_node_short_of_the_gpus_its_pool_attached_is_the_node_short() -> None:
+    """GKE attaches T4s to an N1 machine, whose type names no GPU, and labels the node with the pool's accelerator
+    count (cloud.google.com/gke-accelerator-count, cloud.google.com/kubernetes-engine/docs/how-to/gpus): with no GFD
+    count, that label is the cloud's word on the GPUs the node has, and fewer in capacity is a fault."""
+    gke = "name: t\nstack: gke\nnodes:\n  - {name: m, preset: t4-x4}\n"
+    report = diagnosed(gke, _node(2, {}))
+    (found,) = [f for f in report.findings if f.id == "node.gpus-missing"]
+    assert found.severity == Severity.ERROR and "2 of 4 GPUs" in found.cause
+    assert any("cloud.google.com/gke-accelerator-count=4" in e for e in found.evidence)
+    assert "node.gpus-missing" not in diagnosed(gke, _node(4, {})).ids

@@ -141,3 +141,23 @@ def test_a_thousand_nodes_build_synthetically() -> None:
     sim = build(parse_scenario(text))
     assert sim.cluster.count(NODE) == 1000
     assert len(sim.cluster.list(POD)) == 1000 * 7  # seven operands on each H100 node
+
+
+@pytest.mark.parametrize(
+    ("stack", "preset", "machine"),
+    [
+        ("gke", "t4-x4", "n1-standard-32"),
+        ("eks", "t4-x4", "g4dn.12xlarge"),
+        ("aks", "h100-80gb-x8", "Standard_ND96isr_H100_v5"),
+    ],
+)
+def test_a_cloud_gpu_node_is_labelled_with_the_machine_type_that_holds_its_gpus(
+    stack: str, preset: str, machine: str
+) -> None:
+    """Four T4s are no eight-H100 machine: the doctor reads a node's GPU count from its machine type."""
+    sim = build(parse_scenario(f"name: m\nstack: {stack}\nnodes:\n  - {{name: n, preset: {preset}}}\n", "inline"))
+    labels = sim.cluster.get(NODE, name="n")["metadata"]["labels"]
+    assert labels["node.kubernetes.io/instance-type"] == machine
+    if stack == "gke":
+        assert labels["cloud.google.com/gke-accelerator"] == "nvidia-tesla-t4"
+        assert labels["cloud.google.com/gke-accelerator-count"] == "4"

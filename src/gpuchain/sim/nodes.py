@@ -67,7 +67,7 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
     labels = _node_labels(plan)
     spec: dict[str, Any] = {}
     if plan.gpu:
-        extra, provider, taints = node_extras(stack, plan.name)
+        extra, provider, taints = node_extras(stack, plan.name, g.preset)
         if stack in ("eks", "aks", "gke"):
             # Managed node images run no NFD: no PCI feature labels, no nvidia.com/gpu.present.
             labels = {k: v for k, v in labels.items() if k not in (NFD_GPU_LABELS[0], GPU_PRESENT)}

@@ -44,7 +44,7 @@ NVIDIA_IMAGES = {
     "mig-manager": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.10.0-ubuntu20.04",
 }
 
-#: (instance type, providerID prefix, extra labels) of one GPU node per cloud.
+#: (instance type, providerID prefix, extra labels) of one GPU node per cloud, for the default preset (8 x H100).
 CLOUD_NODE: dict[str, tuple[str, str, dict[str, str]]] = {
     "eks": ("p5.48xlarge", "aws:///us-east-1a/i-0", {"eks.amazonaws.com/nodegroup": "gpu"}),
     "aks": (
@@ -57,6 +57,31 @@ CLOUD_NODE: dict[str, tuple[str, str, dict[str, str]]] = {
         "gce://project/us-central1-a/gke-gpu-",
         {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "cloud.google.com/gke-gpu-driver-version": "default"},
     ),
+}
+#: The machine type carrying a preset's GPUs on each cloud (and, on GKE, its accelerator label), from the providers'
+#: instance type pages (aws.amazon.com/ec2/instance-types, learn.microsoft.com/azure/virtual-machines/sizes/
+#: gpu-accelerated, cloud.google.com/compute/docs/gpus): a node of four T4s is not labelled an eight-H100 machine.
+#: GKE attaches T4s to an N1 machine, whose type names no GPU; a preset a cloud has no machine for keeps the default.
+CLOUD_MACHINES: dict[str, dict[str, tuple[str, str]]] = {
+    "eks": {
+        "a100-40gb-x8": ("p4d.24xlarge", ""),
+        "a100-80gb-x8": ("p4de.24xlarge", ""),
+        "h200-141gb-x8": ("p5e.48xlarge", ""),
+        "t4-x4": ("g4dn.12xlarge", ""),
+    },
+    "aks": {
+        "a100-40gb-x8": ("Standard_ND96asr_v4", ""),
+        "a100-80gb-x8": ("Standard_ND96amsr_A100_v4", ""),
+        "h200-141gb-x8": ("Standard_ND96isr_H200_v5", ""),
+        "t4-x4": ("Standard_NC64as_T4_v3", ""),
+    },
+    "gke": {
+        "a100-40gb-x8": ("a2-highgpu-8g", "nvidia-tesla-a100"),
+        "a100-80gb-x8": ("a2-ultragpu-8g", "nvidia-a100-80gb"),
+        "h200-141gb-x8": ("a3-ultragpu-8g", "nvidia-h200-141gb"),
+        "l4-x2": ("g2-standard-24", "nvidia-l4"),
+        "t4-x4": ("n1-standard-32", "nvidia-tesla-t4"),
+    },
 }
 
 
@@ -140,10 +165,16 @@ def _gpu_count(preset: str) -> int:
     return load_preset(preset).gpu_count
 
 
-def node_extras(stack: str, node: str) -> tuple[dict[str, str], str, list[dict[str, str]]]:
-    """Labels, providerID and taints a GPU node of this stack's platform carries."""
+def node_extras(stack: str, node: str, preset: str = "") -> tuple[dict[str, str], str, list[dict[str, str]]]:
+    """Labels, providerID and taints a GPU node of this stack's platform carries, its machine type the one
+    that holds the node's preset of GPUs."""
     if stack not in CLOUD_NODE:
         return {}, "", []
     instance, provider, labels = CLOUD_NODE[stack]
+    machine, accelerator = CLOUD_MACHINES[stack].get(preset, (instance, ""))
+    labels = {**labels, "cloud.google.com/gke-accelerator": accelerator} if accelerator else labels
+    if stack == "gke" and preset:
+        # GKE labels each GPU node with its pool's accelerator count (a GPU pod's nodeSelector may name it).
+        labels = {**labels, "cloud.google.com/gke-accelerator-count": str(_gpu_count(preset))}
     taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if stack == "gke" else []
-    return {"node.kubernetes.io/instance-type": instance, **labels}, provider + node, taints
+    return {"node.kubernetes.io/instance-type": machine, **labels}, provider + node, taints

@@ -130,10 +130,16 @@ class Known:
     fix: str
 
 
+#: The GPU count labels clouds write on a GPU node (GKE: cloud.google.com/gke-accelerator-count, which a GPU pod's
+#: nodeSelector may name, cloud.google.com/kubernetes-engine/docs/how-to/gpus; Karpenter: karpenter.k8s.aws/
+#: instance-gpu-count, karpenter.sh/docs/reference/instance-types).
+PROVIDER_COUNTS = ("cloud.google.com/gke-accelerator-count", "karpenter.k8s.aws/instance-gpu-count")
+
+
 def gpus_present(view: NodeView) -> str:
     """What says this node has GPUs, whatever its capacity shows (GFD, NFD, cloud labels)."""
     labels = view.labels
-    for key in (GPU_COUNT, "karpenter.k8s.aws/instance-gpu-count", "cloud.google.com/gke-accelerator-count"):
+    for key in (GPU_COUNT, *PROVIDER_COUNTS):
         if labels.get(key, "0") not in ("", "0"):
             return f"{key}={labels[key]}"
     for key in (*NFD_GPU_LABELS, GPU_PRESENT, "cloud.google.com/gke-accelerator", "kubernetes.azure.com/accelerator"):

@@ -7,7 +7,7 @@ node's own, and a full node (every GPU allocated) is never this: only capacity i
 from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.common import PROVIDER_COUNTS, node_finding
 from gpuchain.doctor.links.plugin_found import registered_at_start
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
@@ -77,7 +77,18 @@ def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | Non
     count, model = INSTANCE_GPUS.get(machine, (0, ""))
     if count and model in view.labels.get(PRODUCT, ""):
         return count, f"{INSTANCE_TYPE}={machine} has {count} {model} GPUs"
-    return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else None
+    return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else provider_count(view)
+
+
+def provider_count(view: NodeView) -> tuple[int, str] | None:
+    """The GPUs the node's cloud says it attached, from the count label its provider writes (GKE's pool accelerator
+    count, Karpenter's instance GPU count), where the node has no GFD count: the machine types whose name gives no
+    GPU count (GKE's N1 with attached T4s or V100s) still say it there."""
+    for key in PROVIDER_COUNTS:
+        value = view.labels.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value), f"{key}={value}"
+    return None
 
 
 def sized_to_machine(ctx: Context, view: NodeView, advertised: int) -> tuple[int, str] | None:
@@ -126,8 +137,9 @@ def missing_gpus(ctx: Context, view: NodeView, *, advertised: int, labelled: int
     )
     # GFD's count is NVML's own: above capacity, GPUs the driver sees go unadvertised, a fault for sure. Where only
     # the machine type's table says more (GFD agreeing with capacity), the table is the one witness: a warning. With
-    # no GFD count, the managed cloud's type and a pod sized to it are two witnesses: a fault too.
-    sure = advertised < labelled if labelled is not None else told is None
+    # no GFD count, the managed cloud's type and a pod sized to it are two witnesses, and the cloud's own count label
+    # is the provider's word on what it attached: a fault too.
+    sure = advertised < labelled if labelled is not None else told is None or provider_count(view) is not None
     return node_finding(
         view,
         fid="node.gpus-missing",
