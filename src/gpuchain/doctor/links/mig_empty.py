@@ -178,12 +178,10 @@ def mig_without_instances(ctx: Context, view: NodeView, *, found: list[Failure] 
         if said is not None:
             evidence = [where, *said.evidence("says")]
             break
-    evidence = (
-        evidence
-        or _zero_mig_resources(ctx, view)
-        or _strategy_found_none(ctx, view)
-        or _mixed_serves_no_slice(ctx, view)
-    )
+    evidence = evidence or _zero_mig_resources(ctx, view) or _strategy_found_none(ctx, view)
+    # Pods waiting for slices on a mixed node that serves none: no MIG device carved, MIG mode itself unread.
+    unlaid = [] if evidence else _mixed_serves_no_slice(ctx, view)
+    evidence = evidence or unlaid
     capacity = node_gpu_resources(view.node)
     capable = view.labels.get(MIG_CAPABLE) == "true" or any(k.startswith(MIG_RESOURCE) for k in capacity)
     if not evidence and capable and not any(capacity.values()):
@@ -200,9 +198,15 @@ def mig_without_instances(ctx: Context, view: NodeView, *, found: list[Failure] 
         fid="mig.no-instances",
         sev=Severity.ERROR,
         link="mig",
-        cause="this node's GPUs are in MIG mode with no MIG device carved on them: MIG mode survives a reboot, the GPU "
-        "and compute instances do not, so CUDA finds no usable device and the device plugin has nothing to announce "
-        "until a layout is applied again.",
+        cause=(
+            "this node's MIG-capable GPUs carry no MIG device, so the device plugin's mixed strategy serves no MIG "
+            "slice and the pods that ask for one wait: the layout was never applied, or MIG mode survived a reboot and "
+            "the GPU and compute instances did not, until a layout is applied again."
+            if unlaid
+            else "this node's GPUs are in MIG mode with no MIG device carved on them: MIG mode survives a reboot, the "
+            "GPU and compute instances do not, so CUDA finds no usable device and the device plugin has nothing to "
+            "announce until a layout is applied again."
+        ),
         evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
         fix=fix,
         action=action,

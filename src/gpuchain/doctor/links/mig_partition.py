@@ -128,6 +128,8 @@ def partition_failed(ctx: Context, view: NodeView) -> Finding | None:
     why = said.entry.cause if said else "it exits in error after the driver step, so no MIG device is created."
     cause = f"GKE's MIG partitioner ({container}, in the driver installer's pod after its driver step) fails: {why}"
     sizes = SIZES.get(accelerator)
+    if size and sizes is not None and size in sizes:
+        evidence.append(f"{size} is a size of {accelerator} in the partitioner's table now (partition_gpu.go@992db812)")
     action: Fix | None
     if size and sizes is not None and size not in sizes:
         action = None
