@@ -81,6 +81,8 @@ CLUSTER_TESTS = {
     "device-plugin.marked-unhealthy": "doctor.test_doctor_beneath_the_plugin::"
     "test_gpus_the_plugin_marks_unhealthy_for_its_own_reason_get_its_release_not_a_gpu_reset",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",
+    "mig.partition-failed": "doctor.test_mig_partition::"
+    "test_an_older_partitioner_refusing_a_size_of_its_gpu_is_the_mig_link_with_the_image_upstream_pins_now",
     "driver.module-held": "test_a_driver_that_cannot_unload_because_gdrdrv_holds_the_module_restarts_its_pod_not_turned_off",
     "driver.nvidiadriver-conflict": "test_two_nvidiadrivers_selecting_the_same_node_lose_the_newer_one",
     "driver.nvidiadriver-error": "test_a_failed_reconcile_is_quoted_and_the_fix_edits_that_nvidiadriver",

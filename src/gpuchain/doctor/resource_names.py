@@ -79,8 +79,8 @@ def _other_way(ctx: Context, why: str, asked: str, node: str) -> str:
     if why == "unshared":
         return f"renameByDefault: true under sharing.timeSlicing (or sharing.mps) in {config}"
     if why == "no-mig":
-        return f"or a MIG layout with that profile on the GPU nodes: kubectl label node {node} {MIG_CONFIG}=<layout>"
-    return f"or a MIG layout that has {asked.removeprefix(MIG_PREFIX)}: kubectl label node {node} {MIG_CONFIG}=<layout>"
+        return f"a MIG layout with that profile on the GPU nodes: kubectl label node {node} {MIG_CONFIG}=<layout>"
+    return f"a MIG layout that has {asked.removeprefix(MIG_PREFIX)}: kubectl label node {node} {MIG_CONFIG}=<layout>"
 
 
 CAUSES = {
@@ -113,12 +113,20 @@ def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> t
         )
         for c in chains
     )
+    # A node whose root is its MIG layout (MIG-capable, no slice carved) explains the pods waiting for slices: the name
+    # they ask for is the one its strategy serves, the layout is what is missing.
+    unlaid = any(f.root and f.severity is Severity.ERROR and f.link == "mig" for c in chains for f in c.findings)
     if not offered or taken:
         return [], explained
     for pod in ctx.pending:
         msg = unschedulable_message(pod)
         asked = [r for r in pod_gpu_requests(pod) if r not in offered]
-        if not msg or "Insufficient nvidia.com/" not in msg or not asked:
+        if (
+            not msg
+            or "Insufficient nvidia.com/" not in msg
+            or not asked
+            or (unlaid and asked[0].startswith(MIG_PREFIX))
+        ):
             continue
         owner = owner_of(pod)
         if owner.ref in findings:

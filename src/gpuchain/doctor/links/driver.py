@@ -16,6 +16,7 @@ from gpuchain.doctor.links.driver_manager import DRIVER_MANAGER, drain_held, mof
 from gpuchain.doctor.links.driver_upgrade import upgrade_held
 from gpuchain.doctor.links.failures import IMAGE_PULL
 from gpuchain.doctor.links.gsp_firmware import gsp_firmware
+from gpuchain.doctor.links.mig_partition import partitioner_failing
 from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
 from gpuchain.doctor.links.releases import with_release
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
@@ -273,6 +274,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
                 ),
             ),
         )
+    if partitioner_failing(pod):
+        # The installer's driver step completed; only its MIG partitioner (GKE's partition-gpus) fails: mig_partition.
+        return Result(LinkState.OK, "driver installed; the installer's MIG partitioner fails (the mig link)")
     state = pod_state(pod)
     held = upgrade_held(ctx, view, failing=state.failing)
     if held is not None:

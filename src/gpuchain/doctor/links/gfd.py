@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, labels_showing, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
+from gpuchain.doctor.links.gfd_nodefeature import nodefeature_refused
 from gpuchain.doctor.links.not_ready import known_not_ready
-from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
+from gpuchain.doctor.links.operand import RUNNING_WITH_ERRORS, simple, without_plugins_runtime_class
 from gpuchain.doctor.links.releases import release_repair, with_release
 from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import Fix, LinkState, Severity
@@ -20,6 +23,7 @@ from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, GFD
 
 WHAT = "gpu-feature-discovery"
+RUNNING = RUNNING_WITH_ERRORS["gfd"]
 
 
 def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str) -> Result | None:
@@ -109,6 +113,17 @@ def _wrong_labels(ctx: Context, view: NodeView) -> Result | None:
 def check_gfd(ctx: Context, view: NodeView) -> Result:
     """Feature discovery: its pod, and the nvidia.com/gpu.* labels it should have written."""
     result = simple(ctx, view=view, operand=GFD, link="gfd", what=WHAT, failing=_not_ready)
+    refused = nodefeature_refused(ctx, view) if result.findings[:1] and result.findings[0].id == RUNNING else None
+    if refused is not None:
+        # GFD runs and its log says the API server refuses its NodeFeature object: a new pod is refused the same way.
+        finding = dataclasses.replace(
+            result.findings[0],
+            cause=f"gpu-feature-discovery runs, but the labels it finds never reach the node: {refused.cause}",
+            evidence=(f"pod {name_of(view.pod(GFD) or {})}: Running", *refused.evidence),
+            fix=refused.fix,
+            action=refused.action,
+        )
+        return Result(result.state, result.summary, (finding,))
     if result.state is LinkState.SKIPPED:
         return _not_rendered(ctx, view) or result
     if result.state is LinkState.OK and PRODUCT in view.labels:

@@ -21,6 +21,7 @@ from gpuchain.doctor.evidence import Failure
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.links.mig_empty import mig_without_instances
 from gpuchain.doctor.links.mig_host_clients import host_clients_hang
+from gpuchain.doctor.links.mig_partition import partition_failed
 from gpuchain.doctor.links.mig_wait import client_stuck
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, LinkState, Severity
@@ -260,10 +261,11 @@ def _mig_unmanaged(ctx: Context, view: NodeView) -> Finding | None:
 
 def mig_root(ctx: Context, view: NodeView, *, found: list[Failure] | None = None) -> Finding | None:
     """A MIG state that stops the links above it (the device plugin, GFD and exporter wait for the
-    layout): a change that failed or hangs, MIG on GPUs the MIG manager does not manage, or MIG mode on with no
-    MIG device carved (`mig_without_instances`). ``found``: the node's `failures`, when the caller has them."""
+    layout): a change that failed or hangs, MIG on GPUs the MIG manager does not manage, GKE's partitioner failing
+    (`partition_failed`), or MIG mode on with no MIG device carved (`mig_without_instances`). ``found``: the node's
+    `failures`, when the caller has them."""
     stuck = mig_finding(ctx, view) if view.labels.get(MIG_CONFIG) else _mig_unmanaged(ctx, view)
-    return stuck or mig_without_instances(ctx, view, found=found)
+    return stuck or partition_failed(ctx, view) or mig_without_instances(ctx, view, found=found)
 
 
 def check_mig(ctx: Context, view: NodeView) -> Result:

@@ -26,8 +26,8 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import Failure, failures
 from gpuchain.doctor.links.common import node_finding, operand_daemonset, opted_out
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.doctor.pods import pod_state, unschedulable_message
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, enabled
 
@@ -43,6 +43,14 @@ REGISTERED = "k8s-device-plugin.registered"
 SERVICE = "nvidia-mig-manager.service"
 OVERRIDE = "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf"
 LAYOUTS = "/etc/nvidia-mig-manager/config.yaml"
+#: The unit orders itself only after nvidia-persistenced and nvidia-fabricmanager (NVIDIA/mig-parted
+#: deployments/systemd/nvidia-mig-manager.service@v0.15.0), and its service.sh applies the MIG devices only with the
+#: nvidia module loaded ("No nvidia module loaded, skipping MIG device config"): on a host whose driver loads later
+#: at boot, its boot run lays nothing out.
+ORDERING = "After= and Wants= the unit that loads the driver, e.g. nvidia-persistenced.service"
+#: The label GFD writes with the MIG strategy the node's GPUs are served with (NVIDIA/k8s-device-plugin
+#: internal/lm/mig-strategy_test.go@v0.17.1 expects nvidia.com/mig.strategy among its labels).
+STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
 def _texts(ctx: Context, view: NodeView, found: list[Failure] | None) -> list[tuple[str, str]]:
@@ -94,9 +102,7 @@ def _strategy_found_none(ctx: Context, view: NodeView) -> list[str]:
     if plugin is None or node_gpu_resources(view.node).get("nvidia.com/gpu", -1) != 0:
         return []
     containers = (plugin.get("spec") or {}).get("containers") or []
-    words = [str(a) for c in containers for a in [*(c.get("command") or []), *(c.get("args") or [])]]
-    env = {str(e.get("name")): str(e.get("value", "")) for c in containers for e in c.get("env") or []}
-    strategy = next((m.group(1) for w in words if (m := STRATEGY.search(w))), env.get("MIG_STRATEGY", ""))
+    strategy = _plugin_strategy(plugin)
     log = "\n".join(ctx.log(plugin, str(c.get("name", ""))) for c in containers)
     said = catalog.find(log, NO_DEVICES)
     if strategy not in ("single", "mixed") or said is None or catalog.known_error(log) is not None:
@@ -104,10 +110,59 @@ def _strategy_found_none(ctx: Context, view: NodeView) -> list[str]:
     return [f"{pod_state(plugin).describe()}: mig strategy {strategy}", *said.evidence("says"), "nvidia.com/gpu: 0"]
 
 
-def _layout(view: NodeView) -> str:
-    """The layout that carves what the node served before (mig-parted's ``all-<profile>`` layouts), or "" when
-    the node's capacity names no single profile."""
+def _plugin_strategy(plugin: Obj) -> str:
+    """The MIG strategy the plugin pod runs with: its --mig-strategy argument, else its MIG_STRATEGY ("" if none)."""
+    containers = (plugin.get("spec") or {}).get("containers") or []
+    words = [str(a) for c in containers for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+    env = {str(e.get("name")): str(e.get("value", "")) for c in containers for e in c.get("env") or []}
+    return next((m.group(1) for w in words if (m := STRATEGY.search(w))), env.get("MIG_STRATEGY", ""))
+
+
+def _strategy(ctx: Context, view: NodeView) -> str:
+    """The MIG strategy this node is served with: the label GFD writes (nvidia.com/mig.strategy), else the plugin
+    pod's own setting, else the ClusterPolicy's spec.mig.strategy ("" where nothing says)."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    policy = (((ctx.policy_obj or {}).get("spec") or {}).get("mig") or {}).get("strategy")
+    return view.labels.get(STRATEGY_LABEL) or (_plugin_strategy(plugin) if plugin else "") or str(policy or "")
+
+
+def _asked_slices(ctx: Context) -> dict[str, list[str]]:
+    """The MIG resources Pending GPU pods wait for on Insufficient, with the pods (namespace/name) asking each."""
+    asked: dict[str, list[str]] = {}
+    for pod in ctx.pending:
+        msg = unschedulable_message(pod) or ""
+        for name in pod_gpu_requests(pod):
+            if name.startswith(MIG_RESOURCE) and f"Insufficient {name}" in msg:
+                asked.setdefault(name, []).append(f"{namespace_of(pod)}/{name_of(pod)}")
+    return asked
+
+
+def _mixed_serves_no_slice(ctx: Context, view: NodeView) -> list[str]:
+    """The evidence that a MIG-capable node served with the mixed strategy carries no MIG device while pods wait for
+    MIG slices: the mixed strategy serves a GPU in MIG mode only as its MIG devices (nvidia.com/mig-<profile>, NVIDIA/
+    k8s-device-plugin cmd/nvidia-device-plugin/mig-strategy.go), so a node that serves none of them at all has none
+    carved, whatever it serves of whole GPUs beside ([] where any of that does not hold)."""
+    capacity = node_gpu_resources(view.node)
+    if view.labels.get(MIG_CAPABLE) != "true" or _strategy(ctx, view) != "mixed":
+        return []
+    if any(v > 0 for k, v in capacity.items() if k.startswith(MIG_RESOURCE)):
+        return []
+    asked = _asked_slices(ctx)
+    if not asked:
+        return []
+    served = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items())) or "no GPU resource"
+    return [
+        f"{MIG_CAPABLE}=true, MIG strategy mixed; node {view.name} capacity: {served} (no {MIG_RESOURCE}* served)",
+        *(f"Pending on Insufficient {name}: {', '.join(pods[:4])}" for name, pods in sorted(asked.items())),
+    ]
+
+
+def _layout(ctx: Context, view: NodeView) -> str:
+    """The layout that carves what the node served before (mig-parted's ``all-<profile>`` layouts), else what the
+    Pending pods wait for, or "" when neither names a single profile."""
     profiles = sorted(k.removeprefix(MIG_RESOURCE) for k in node_gpu_resources(view.node) if k.startswith(MIG_RESOURCE))
+    if not profiles and view.labels.get(MIG_CAPABLE) == "true":
+        profiles = sorted(k.removeprefix(MIG_RESOURCE) for k in _asked_slices(ctx))
     return f"all-{profiles[0]}" if len(profiles) == 1 else ""
 
 
@@ -124,6 +179,9 @@ def mig_without_instances(ctx: Context, view: NodeView, *, found: list[Failure] 
             evidence = [where, *said.evidence("says")]
             break
     evidence = evidence or _zero_mig_resources(ctx, view) or _strategy_found_none(ctx, view)
+    # Pods waiting for slices on a mixed node that serves none: no MIG device carved, MIG mode itself unread.
+    unlaid = [] if evidence else _mixed_serves_no_slice(ctx, view)
+    evidence = evidence or unlaid
     capacity = node_gpu_resources(view.node)
     capable = view.labels.get(MIG_CAPABLE) == "true" or any(k.startswith(MIG_RESOURCE) for k in capacity)
     if not evidence and capable and not any(capacity.values()):
@@ -140,9 +198,15 @@ def mig_without_instances(ctx: Context, view: NodeView, *, found: list[Failure] 
         fid="mig.no-instances",
         sev=Severity.ERROR,
         link="mig",
-        cause="this node's GPUs are in MIG mode with no MIG device carved on them: MIG mode survives a reboot, the GPU "
-        "and compute instances do not, so CUDA finds no usable device and the device plugin has nothing to announce "
-        "until a layout is applied again.",
+        cause=(
+            "this node's MIG-capable GPUs carry no MIG device, so the device plugin's mixed strategy serves no MIG "
+            "slice and the pods that ask for one wait: the layout was never applied, or MIG mode survived a reboot and "
+            "the GPU and compute instances did not, until a layout is applied again."
+            if unlaid
+            else "this node's GPUs are in MIG mode with no MIG device carved on them: MIG mode survives a reboot, the "
+            "GPU and compute instances do not, so CUDA finds no usable device and the device plugin has nothing to "
+            "announce until a layout is applied again."
+        ),
         evidence=[f"{MIG_CONFIG}={view.labels.get(MIG_CONFIG, '(none)')}", *evidence],
         fix=fix,
         action=action,
@@ -153,7 +217,7 @@ def layout_repair(ctx: Context, view: NodeView) -> tuple[Fix | None, str]:
     """The layout applied again and kept across reboots: by the MIG manager where the stack runs one for this node
     (it applies its label's layout at every start), else by mig-parted on the host with its systemd service."""
     wanted = view.labels.get(MIG_CONFIG, "")
-    layout = _layout(view)
+    layout = _layout(ctx, view)
     managed = (
         operand_daemonset(ctx, MIG_MANAGER) is not None
         and enabled(ctx.policy, MIG_MANAGER)
@@ -180,8 +244,10 @@ def layout_repair(ctx: Context, view: NodeView) -> tuple[Fix | None, str]:
     work = (
         f"apply the layout with mig-parted (nvidia-mig-parted apply -f {LAYOUTS} -c {name}) and keep it across "
         f"reboots with its {SERVICE} (MIG_PARTED_SELECTED_CONFIG={name} in {OVERRIDE}; systemctl daemon-reload; "
-        f"systemctl enable {SERVICE}); or turn MIG mode off (nvidia-smi -mig 0, then reset the GPUs or reboot)"
-        + (f"; then {again}" if again else "")
+        f"systemctl enable {SERVICE}); where the service is installed, its boot run laid nothing out (it failed, or "
+        f"ran before the driver loaded: its service.sh skips the MIG devices with no nvidia module loaded), so "
+        f"systemctl restart {SERVICE} now and order it after the driver with a drop-in ({ORDERING}); or turn MIG mode "
+        "off (nvidia-smi -mig 0, then reset the GPUs or reboot)" + (f"; then {again}" if again else "")
     )
     action = Fix(FixOp.NODE, view.name, {"action": work, "drain": False, "fact": "mig-applied"})
     if not layout:
