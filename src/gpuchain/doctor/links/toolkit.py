@@ -13,6 +13,7 @@ from gpuchain.doctor.links.config_source import dumped_config
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
 from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.runtime_autodetect import autodetect_repair
 from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
@@ -111,6 +112,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             f"{dist.containerd_socket} (where {dist.name}'s containerd reads its config and listens), "
             f"{rewrite}, then systemctl restart containerd"
         )
+        # No toolkit pod on k3s or RKE2: their own start writes the runtime, where it finds the binary.
+        found = autodetect_repair(dist) if tk is None else None
+        work = found or work
         dumped = dumped_config(ctx, view=view, pod=pod, dist=dist) if pod is not None else None
         if dumped is not None:
             work = dumped[0]
