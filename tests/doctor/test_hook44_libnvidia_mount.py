@@ -65,11 +65,18 @@ def test_a_root_level_name_the_hook_stats_is_its_own_parse_and_an_upgrade_repair
     assert "upgrade libnvidia-container" in root.fix and "libnvidia-container-tools" in root.fix
 
 
+@pytest.mark.parametrize("node", ["/dev/nvidia-uvm", "/dev/nvidia3", "/dev/nvidiactl"])
+def test_a_device_node_the_driver_never_made_is_the_drivers(node: str) -> None:
+    """Not a misparse: the node lies under /dev, where the driver (its module, nvidia-modprobe) makes it."""
+    message = RUNC.format(stderr=f"{CLI}stat failed: {node}: no such file or directory")
+    root = _only_root(diagnosed(JOB, refused_at_start("job", message)), "libnvidia-container.device-node-missing")
+    assert (root.link, root.node) == ("driver", "n1")
+    assert "create-device-nodes" in root.fix
+
+
 @pytest.mark.parametrize(
     "line",
     [
-        # A device node the driver did not create is the driver's, not a misparse: it lies under /dev.
-        CLI + "stat failed: /dev/nvidia-uvm: no such file or directory",
         # A library the linker cache names and the disk lacks: a path under a directory as well.
         CLI + "stat failed: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1: no such file or directory",
     ],
