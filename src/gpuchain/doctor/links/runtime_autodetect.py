@@ -5,7 +5,7 @@ it only where they find the nvidia-container-runtime binary: in the GPU Operator
 packages' /usr/bin (k3s-io/k3s pkg/agent/containerd/runtimes.go@080ec81 findNvidiaContainerRuntimes, which RKE2's
 agent runs as well); from their October 2024 patch releases on (k3s-io/k3s#10998, the backport of "Custom path for
 runtimes autodetect") they look the binary up on their service's PATH instead (runtimes.go@cd1fadb exec.LookPath).
-A toolkit installed anywhere else (a read-only /usr, as on Flatcar, puts it under /opt) is never found, and
+A toolkit installed anywhere else (a host whose /usr is read-only, as on Flatcar) is never found, and
 ``nvidia-ctk runtime configure`` into the rendered file is lost at the next start; what repairs is the binary where
 the search looks, or the runtime in the template k3s and RKE2 render from (config.toml.tmpl), then the service
 restarted so it renders again.
