@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import diagnosed, plugin_pod
 
 from gpuchain.doctor.kubelet_state import CHECKPOINT
 from gpuchain.doctor.model import Finding, Report
@@ -175,3 +175,32 @@ def _old_kubelet(labels: str) -> set[str]:
 def test_the_device_plugins_gate_is_on_where_gces_bring_up_labelled_the_accelerators() -> None:
     assert "node.device-plugins-disabled" in _old_kubelet("rack: r7")
     assert "node.device-plugins-disabled" not in _old_kubelet("cloud.google.com/gke-accelerator: nvidia-l4")
+
+
+#: The hook's refusal as Docker's runtime words it (libnvidia-container src/cli/configure.c "ldcache error",
+#: src/utils.c "process %s failed with error code: %d"; the OCI wrapping is runc's).
+LDCONFIG_127 = (
+    "OCI runtime create failed: container_linux.go:348: starting container process caused \"process_linux.go:402: "
+    "container init caused \\\"process_linux.go:385: running prestart hook 1 caused \\\\\\\"error running hook: "
+    "exit status 1, stdout: , stderr: nvidia-container-cli: ldcache error: process /sbin/ldconfig failed with error "
+    'code: 127\\\\\\\"\\\"\"": unknown'
+)
+
+
+def test_a_plugin_the_runtime_refused_to_start_is_the_refusal_not_the_gate_an_old_kubelet_leaves_off() -> None:
+    """A plugin that never ran never asked to register: what is seen (the hook's refusal) is the root, and the gate,
+    guessed from the kubelet's version, waits until the plugin runs."""
+    refused = plugin_pod(
+        "n1",
+        {
+            "name": "nvidia-device-plugin-ctr",
+            "restarts": 6,
+            "state": {"waiting": "CrashLoopBackOff", "message": "back-off 2m40s restarting failed container"},
+            "last": {"terminated": "ContainerCannotRun", "exitCode": 128, "message": LDCONFIG_127},
+        },
+    )
+    edit = {"do": "node", "node": "n1", "capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
+    info = {"do": "node", "node": "n1", "nodeInfo": {"kubeletVersion": "v1.8.15"}}
+    ids = {f.id for f in diagnosed(GATE.format(labels="rack: r2"), edit, info, refused).findings}
+    assert "node.device-plugins-disabled" not in ids and "toolkit.hook-failed" in ids
+    assert "node.device-plugins-disabled" in _old_kubelet("rack: r2")

@@ -23,7 +23,7 @@ from gpuchain.doctor.links.releases import operator_at_least
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.operator_says import operator_line
 from gpuchain.doctor.owners import owner_daemonset, toolkit_env
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import pod_state, start_refused
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, MIG_MANAGER, TOOLKIT, deploy_label
 
@@ -408,13 +408,17 @@ def _kubelet_release(node: Obj) -> tuple[int, int] | None:
 def _device_plugins_gate_off(ctx: Context, view: NodeView) -> Finding | None:
     """A device plugin on a node whose kubelet predates the DevicePlugins gate's default (1.10) and that lists no
     nvidia.com resource: the kubelet serves no device plugin registration, so no plugin can announce a GPU. Not on a
-    node GCE's or GKE's bring-up labelled as having accelerators (`GATE_ON_WITH`): that bring-up turned the gate on."""
+    node GCE's or GKE's bring-up labelled as having accelerators (`GATE_ON_WITH`): that bring-up turned the gate on.
+    Not where the runtime refused to start the plugin: a plugin that never ran never asked to register, so its
+    refusal, which is seen, is the root and the gate, which is only guessed from the version, is not."""
     release = _kubelet_release(view.node)
     capacity = (view.node.get("status") or {}).get("capacity") or {}
+    plugin = view.pod(DEVICE_PLUGIN)
     if (
         release is None
         or release >= DEVICE_PLUGINS_DEFAULT_ON
-        or view.pod(DEVICE_PLUGIN) is None
+        or plugin is None
+        or start_refused(plugin)
         or any(k.startswith("nvidia.com/") for k in capacity)
         or GATE_ON_WITH in view.labels
     ):
