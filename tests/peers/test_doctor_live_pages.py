@@ -10,6 +10,11 @@ that every list of more than a handful of objects takes several pages.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from gpuchain.doctor import run_doctor
@@ -155,3 +160,25 @@ def test_the_doctor_finds_the_same_read_either_way(apiserver: ApiServer, live_cl
     for report in (before, after):
         del report["seconds"], report["apiCalls"]
     assert after == before
+
+
+def test_the_console_command_reports_the_same_and_leaves_no_file_behind(
+    apiserver: ApiServer, live_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """``gpuchain doctor`` from the console entry point ends without freeing its snapshot
+    (`gpuchain.common.fastexit`): its report and exit status are still run_doctor's, whole, and the
+    client certificate and key lightkube writes to temporary files for the kubeconfig are removed."""
+    _load(apiserver, live_cluster)
+    expected = run_doctor(live_cluster)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuchain", "doctor", "--kubeconfig", str(apiserver.kubeconfig), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert done.returncode == expected.exit_code, done.stderr
+    assert json.loads(done.stdout)["rootCauses"] == expected.to_dict()["rootCauses"]
+    assert list(scratch.iterdir()) == []

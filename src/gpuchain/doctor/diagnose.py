@@ -86,6 +86,8 @@ def _consequence(view: NodeView, link: str, operands: tuple[Operand, ...]) -> li
 
 
 def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
+    if "false" not in view.labels.values():
+        return None  # no label opts anything out (most nodes): one search in C instead of a pass over every label
     labels = sorted(k for k, v in view.labels.items() if v == "false" and k.startswith(DEPLOY_PREFIX))
     if driver.state is LinkState.OK:
         labels = [k for k in labels if k != DEPLOY_PREFIX + DRIVER.deploy]
