@@ -33,7 +33,9 @@ def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -
     RuntimeClass (then the handler behind it is what fails, read elsewhere)."""
     dist = distribution_of(view.node)
     plugin = view.pod(DEVICE_PLUGIN)
-    if dist is KUBEADM or plugin is None or (plugin.get("spec") or {}).get("runtimeClassName"):
+    # k3s and RKE2 run with --docker hand pods to Docker, whose own default runtime is what the plugin gets.
+    docker = runtime_scheme(view.node) == "docker"
+    if dist is KUBEADM or docker or plugin is None or (plugin.get("spec") or {}).get("runtimeClassName"):
         return None
     ds = owner_ds(plugin)
     if not ds:
