@@ -111,7 +111,9 @@ def test_x86_node_with_the_same_lines_keeps_the_runtime_repair() -> None:
 
 
 def test_k3s_with_docker_is_told_dockers_default_runtime() -> None:
-    """k3s run with --docker hands pods to Docker: its containerd's RuntimeClass is not the repair there."""
+    """k3s run with --docker hands pods to Docker: neither its containerd's RuntimeClass nor containerd's config is the
+    repair there, Docker's default runtime is (nvidia-container-toolkit CHANGELOG.md@v1.11.0, nvidia-ctk runtime
+    configure for Docker's daemon.json)."""
     report = diagnosed(
         _cluster("gpu-b", kernel="5.4.0-107-generic", runtime="docker://20.10.14", arm=False),
         no_gpus("gpu-b"),
@@ -120,7 +122,8 @@ def test_k3s_with_docker_is_told_dockers_default_runtime() -> None:
     )
     (root,) = _roots(report, "gpu-b")
     assert root.id == "toolkit.runtime-not-default"
-    assert "runtimeClassName" not in root.fix and "default runtime" in root.fix
+    assert "runtimeClassName" not in root.fix and "--runtime=containerd" not in root.fix
+    assert "nvidia-ctk runtime configure --runtime=docker --set-as-default" in root.fix and "daemon.json" in root.fix
 
 
 def test_jetson_served_by_a_tegra_release_is_quiet() -> None:
