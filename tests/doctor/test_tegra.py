@@ -99,6 +99,19 @@ def test_tegra_plugin_without_the_platform_files_moves_the_toolkit() -> None:
     assert "upgrade the NVIDIA Container Toolkit" in root.fix and "v1.11.0 or later" in root.fix
 
 
+def test_tegra_plugin_on_k3s_without_the_runtime_class_is_given_it() -> None:
+    """k3s never makes nvidia its containerd's default: a plugin asking for no RuntimeClass gets no platform files
+    from any toolkit release, so the RuntimeClass comes first."""
+    report = diagnosed(
+        _cluster("nano-4", kernel="4.9.337-tegra", runtime="containerd://1.7.11-k3s2"),
+        no_gpus("nano-4"),
+        _plugin("v0.14.0"),
+        plugin_pod("nano-4", crash_looping("nvidia-device-plugin-ctr"), NO_PLATFORM),
+    )
+    (root,) = _roots(report, "nano-4")
+    assert root.id == "toolkit.runtime-not-default" and "runtimeClassName" in root.fix
+
+
 def test_x86_node_with_the_same_lines_keeps_the_runtime_repair() -> None:
     report = diagnosed(
         _cluster("gpu-a", kernel="5.15.0-105-generic", runtime="containerd://1.7.20-k3s1", arm=False),

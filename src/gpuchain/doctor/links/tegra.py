@@ -22,7 +22,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.releases import set_release
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import node_info
+from gpuchain.doctor.node import KUBEADM, distribution_of, node_info, runtime_scheme
 from gpuchain.doctor.owners import owner_daemonset
 from gpuchain.doctor.releases import Defect, defect, fixed_image, image_version, showing
 from gpuchain.kube.objects import Obj
@@ -44,12 +44,16 @@ def is_tegra(node: Obj) -> bool:
     return arch in ARM64 and bool(L4T.search(info.get("kernelVersion", "")) or L4T.search(info.get("osImage", "")))
 
 
+def _template(ctx: Context, pod: Obj) -> Obj:
+    """The pod spec of ``pod``'s DaemonSet's template ({} where none is in the snapshot)."""
+    return ((owner_daemonset(ctx, pod).get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
 def _plugin_image(ctx: Context, pod: Obj) -> tuple[str, str]:
     """The plugin container's name and image (the first container whose image is the device plugin's): in its
     DaemonSet's pod template where the pod has one (what the DaemonSet makes its pods from, and where the repair is
     set), else in the pod."""
-    template = ((owner_daemonset(ctx, pod).get("spec") or {}).get("template") or {}).get("spec") or {}
-    for spec in (template, pod.get("spec") or {}):
+    for spec in (_template(ctx, pod), pod.get("spec") or {}):
         for c in spec.get("containers") or []:
             if image_version(str(c.get("image", "")))[0] == PLUGIN:
                 return str(c.get("name", "")), str(c["image"])
@@ -77,7 +81,11 @@ def tegra_release(ctx: Context, *, view: NodeView, evidence: list[str]) -> Resul
     if old is not None:
         return _plugin_too_old(ctx, view=view, pod=pod, container=container, image=image, found=old, evidence=seen)
     toolkit = next((d for d in showing("no-tegra") if d.component == TOOLKIT), None)
-    if toolkit is None:
+    # On k3s or RKE2 (their containerd) a plugin that asks for no RuntimeClass runs without the nvidia runtime: no
+    # toolkit release gives it the platform files then, and the RuntimeClass is the repair (`distribution_default`).
+    bare = not (pod.get("spec") or {}).get("runtimeClassName") and not _template(ctx, pod).get("runtimeClassName")
+    own_containerd = distribution_of(view.node) is not KUBEADM and runtime_scheme(view.node) != "docker"
+    if toolkit is None or (bare and own_containerd):
         return None
     return _toolkit_too_old(ctx, view=view, found=toolkit, evidence=seen)
 
