@@ -70,31 +70,40 @@ def _plugin(tag: str, **spec: Any) -> Callable[[SimCluster], None]:
     return lambda sim: _apply(sim.cluster, edit)
 
 
+def _crashing(node: str, *, kernel: str, runtime: str, tag: str, log: str, arm: bool = True, **spec: Any) -> Finding:
+    """The one root error on ``node`` (``_cluster``'s) whose plugin ``tag`` announces no GPU and exits after ``log``."""
+    report = diagnosed(
+        _cluster(node, kernel=kernel, runtime=runtime, arm=arm),
+        no_gpus(node),
+        _plugin(tag, **spec),
+        plugin_pod(node, crash_looping("nvidia-device-plugin-ctr"), log),
+    )
+    (root,) = _roots(report, node)
+    return root
+
+
 def _roots(report: Report, node: str) -> list[Finding]:
     return [f for f in report.findings if f.severity is Severity.ERROR and f.root and f.node == node]
 
 
 def test_plugin_before_tegra_support_on_a_jetson_moves_the_plugin() -> None:
-    report = diagnosed(
-        _cluster("orin-nx-7", kernel="5.10.120-tegra", runtime="containerd://1.6.8-k3s1"),
-        no_gpus("orin-nx-7"),
-        _plugin("v0.12.3"),
-        plugin_pod("orin-nx-7", crash_looping("nvidia-device-plugin-ctr"), NVML_ONLY),
+    root = _crashing(
+        "orin-nx-7", kernel="5.10.120-tegra", runtime="containerd://1.6.8-k3s1", tag="v0.12.3", log=NVML_ONLY
     )
-    (root,) = _roots(report, "orin-nx-7")
     assert (root.id, root.link) == ("device-plugin.tegra-unsupported", "device-plugin")
     assert "k8s-device-plugin:v0.13.0" in root.fix and "v1.11.0" in root.fix
     assert "release: k8s-device-plugin.no-tegra" in " ".join(root.evidence)
 
 
 def test_tegra_plugin_without_the_platform_files_moves_the_toolkit() -> None:
-    report = diagnosed(
-        _cluster("nano-3", kernel="4.9.337-tegra", runtime="containerd://1.6.8-k3s1"),
-        no_gpus("nano-3"),
-        _plugin("v0.14.0", runtimeClassName="nvidia"),
-        plugin_pod("nano-3", crash_looping("nvidia-device-plugin-ctr"), NO_PLATFORM),
+    root = _crashing(
+        "nano-3",
+        kernel="4.9.337-tegra",
+        runtime="containerd://1.6.8-k3s1",
+        tag="v0.14.0",
+        log=NO_PLATFORM,
+        runtimeClassName="nvidia",
     )
-    (root,) = _roots(report, "nano-3")
     assert (root.id, root.link) == ("toolkit.tegra-platform-missing", "toolkit")
     assert "upgrade the NVIDIA Container Toolkit" in root.fix and "v1.11.0 or later" in root.fix
 
@@ -102,24 +111,21 @@ def test_tegra_plugin_without_the_platform_files_moves_the_toolkit() -> None:
 def test_tegra_plugin_on_k3s_without_the_runtime_class_is_given_it() -> None:
     """k3s never makes nvidia its containerd's default: a plugin asking for no RuntimeClass gets no platform files
     from any toolkit release, so the RuntimeClass comes first."""
-    report = diagnosed(
-        _cluster("nano-4", kernel="4.9.337-tegra", runtime="containerd://1.7.11-k3s2"),
-        no_gpus("nano-4"),
-        _plugin("v0.14.0"),
-        plugin_pod("nano-4", crash_looping("nvidia-device-plugin-ctr"), NO_PLATFORM),
+    root = _crashing(
+        "nano-4", kernel="4.9.337-tegra", runtime="containerd://1.7.11-k3s2", tag="v0.14.0", log=NO_PLATFORM
     )
-    (root,) = _roots(report, "nano-4")
     assert root.id == "toolkit.runtime-not-default" and "runtimeClassName" in root.fix
 
 
 def test_x86_node_with_the_same_lines_keeps_the_runtime_repair() -> None:
-    report = diagnosed(
-        _cluster("gpu-a", kernel="5.15.0-105-generic", runtime="containerd://1.7.20-k3s1", arm=False),
-        no_gpus("gpu-a"),
-        _plugin("v0.12.3"),
-        plugin_pod("gpu-a", crash_looping("nvidia-device-plugin-ctr"), NVML_ONLY),
+    root = _crashing(
+        "gpu-a",
+        kernel="5.15.0-105-generic",
+        runtime="containerd://1.7.20-k3s1",
+        tag="v0.12.3",
+        log=NVML_ONLY,
+        arm=False,
     )
-    (root,) = _roots(report, "gpu-a")
     assert root.id == "toolkit.runtime-not-default" and "runtimeClassName" in root.fix
 
 
@@ -127,13 +133,9 @@ def test_k3s_with_docker_is_told_dockers_default_runtime() -> None:
     """k3s run with --docker hands pods to Docker: neither its containerd's RuntimeClass nor containerd's config is the
     repair there, Docker's default runtime is (nvidia-container-toolkit CHANGELOG.md@v1.11.0, nvidia-ctk runtime
     configure for Docker's daemon.json)."""
-    report = diagnosed(
-        _cluster("gpu-b", kernel="5.4.0-107-generic", runtime="docker://20.10.14", arm=False),
-        no_gpus("gpu-b"),
-        _plugin("v0.11.0"),
-        plugin_pod("gpu-b", crash_looping("nvidia-device-plugin-ctr"), NVML_ONLY),
+    root = _crashing(
+        "gpu-b", kernel="5.4.0-107-generic", runtime="docker://20.10.14", tag="v0.11.0", log=NVML_ONLY, arm=False
     )
-    (root,) = _roots(report, "gpu-b")
     assert root.id == "toolkit.runtime-not-default"
     assert "runtimeClassName" not in root.fix and "--runtime=containerd" not in root.fix
     assert "nvidia-ctk runtime configure --runtime=docker --set-as-default" in root.fix and "daemon.json" in root.fix
