@@ -157,6 +157,8 @@ CLUSTER_TESTS = {
     "test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart",
     "operand.paused-for-driver-upgrade": "test_doctor_release_notes::"
     "test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release",
+    "device-plugin.tegra-unsupported": "test_tegra::test_plugin_before_tegra_support_on_a_jetson_moves_the_plugin",
+    "toolkit.tegra-platform-missing": "test_tegra::test_tegra_plugin_without_the_platform_files_moves_the_toolkit",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -99,7 +99,8 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
                 "containerRuntimeVersion": g.container_runtime or runtime,
                 "kubeletVersion": kubelet,
                 "operatingSystem": "linux",
-                "architecture": "amd64",
+                # the kubelet's GOARCH: an arm64 node (a Jetson, Grace) says so in the label it also sets
+                "architecture": g.labels.get("kubernetes.io/arch", "amd64"),
             },
         },
     }

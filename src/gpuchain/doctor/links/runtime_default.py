@@ -33,7 +33,9 @@ def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -
     RuntimeClass (then the handler behind it is what fails, read elsewhere)."""
     dist = distribution_of(view.node)
     plugin = view.pod(DEVICE_PLUGIN)
-    if dist is KUBEADM or plugin is None or (plugin.get("spec") or {}).get("runtimeClassName"):
+    # k3s and RKE2 run with --docker hand pods to Docker, whose own default runtime is what the plugin gets.
+    docker = runtime_scheme(view.node) == "docker"
+    if dist is KUBEADM or docker or plugin is None or (plugin.get("spec") or {}).get("runtimeClassName"):
         return None
     ds = owner_ds(plugin)
     if not ds:
@@ -71,6 +73,24 @@ def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -
             ),
         ),
     )
+
+
+#: How a node whose kubelet runs pods through Docker (containerRuntimeVersion docker://: dockershim, cri-dockerd, k3s
+#: or RKE2 with --docker) makes nvidia its default runtime: Docker's own "default-runtime" in /etc/docker/daemon.json,
+#: which nvidia-ctk writes from the toolkit's v1.11.0 (NVIDIA/nvidia-container-toolkit CHANGELOG.md@v1.11.0: "Add
+#: `nvidia-ctk runtime configure` command to configure the Docker config file (e.g. `/etc/docker/daemon.json`)";
+#: cmd/nvidia-ctk/runtime/configure/configure.go@v1.12.0 --set-as-default), and older toolkits with the
+#: nvidia-container-runtime that the nvidia-docker2 package registers there. containerd's config is not Docker's.
+DOCKER_DEFAULT = (
+    "nvidia-ctk runtime configure --runtime=docker --set-as-default && systemctl restart docker (it sets "
+    '"default-runtime": "nvidia" in /etc/docker/daemon.json; with a toolkit before v1.11.0, install nvidia-docker2 '
+    "and set that key by hand)"
+)
+
+
+def docker_setup(node: Obj) -> str:
+    """The command that makes nvidia the default runtime of a node that runs pods through Docker; "" on others."""
+    return DOCKER_DEFAULT if runtime_scheme(node) == "docker" else ""
 
 
 #: The containerd releases whose CRI plugin picks its default runtime by ``default_runtime_name`` (added in 1.3.0) and

@@ -14,7 +14,8 @@ from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unsch
 from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_autodetect import autodetect_repair
-from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default
+from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default, docker_setup
+from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
@@ -199,14 +200,17 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
 def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result:
     """The toolkit link broken under a device plugin that got no NVML: containerd's default runtime is
     not nvidia on a node whose stack asks for no RuntimeClass (CRI-O's, on a node that runs CRI-O)."""
+    if (tegra := tegra_release(ctx, view=view, evidence=evidence)) is not None:
+        return tegra
     if (k3s := distribution_default(ctx, view=view, evidence=evidence)) is not None:
         return k3s
-    runtime = "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
+    docker = docker_setup(view.node)
+    runtime = "Docker" if docker else "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
     action = Fix(
         FixOp.NODE,
         view.name,
         {
-            "action": f"make nvidia the node's default runtime ({runtime_setup(view.node, default=True)})"
+            "action": f"make nvidia the node's default runtime ({docker or runtime_setup(view.node, default=True)})"
             + config_version_note(view.node),
             "fact": "runtime",
         },
