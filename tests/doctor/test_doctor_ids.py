@@ -157,6 +157,8 @@ CLUSTER_TESTS = {
     "test_a_pod_refused_for_asking_two_shared_gpus_asks_for_one_not_a_kubelet_restart",
     "operand.paused-for-driver-upgrade": "test_doctor_release_notes::"
     "test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release",
+    "device-plugin.validation-outbid": "test_opx44_plugin_validation::"
+    "test_the_plugin_validation_refused_on_a_node_whose_pods_hold_every_gpu_turns_its_workload_off",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
