@@ -159,6 +159,8 @@ CLUSTER_TESTS = {
     "test_operands_left_paused_after_the_driver_is_in_are_set_back_and_the_manager_moved_to_the_fixed_release",
     "device-plugin.tegra-unsupported": "test_tegra::test_plugin_before_tegra_support_on_a_jetson_moves_the_plugin",
     "toolkit.tegra-platform-missing": "test_tegra::test_tegra_plugin_without_the_platform_files_moves_the_toolkit",
+    "device-plugin.validation-outbid": "test_opx44_plugin_validation::"
+    "test_the_plugin_validation_refused_on_a_node_whose_pods_hold_every_gpu_turns_its_workload_off",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

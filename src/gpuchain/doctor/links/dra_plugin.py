@@ -32,6 +32,10 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER
 WHAT = "NVIDIA DRA kubelet plugin pod"
 #: The chart a fix upgrades (helm repo nvidia = https://helm.ngc.nvidia.com/nvidia, as NVIDIA's docs add it).
 CHART = "nvidia/nvidia-dra-driver-gpu"
+#: The prestart script's line for a driver root whose fixed search directories hold no NVML library
+#: (hack/kubelet-plugin-prestart.sh@2a3d430: "libnvidia-ml.so.1: not found, "); its error then asks to "review the
+#: DRA driver's 'nvidiaDriverRoot' Helm chart variable" where the path is unexpected, else the driver's install.
+ABSENT = "libnvidia-ml.so.1: not found"
 #: Where the GPU Operator's driver container puts the driver on the host (its driverInstallDir).
 OPERATOR_DRIVER_ROOT = next(root for root, link in PROVIDED_BY if link == "driver")
 
@@ -90,11 +94,20 @@ def _held_for_driver(ctx: Context, view: NodeView, pod: Obj, state: PodState) ->
             "chart's driver root where this node's driver is; its pods restart with it",
         )
         return Result(LinkState.BROKEN, f"DRA plugin waits for a driver at {given}", (finding,))
+    ds = owner_daemonset(ctx, pod)
+    release = ((ds.get("metadata") or {}).get("labels") or {}).get(HELM_RELEASE) or "<release>"
+    elsewhere = (
+        f"; or, where the node's OS keeps the driver's files under another prefix, point the chart's driver root at "
+        f"it: helm upgrade {release} {CHART} -n {ns} --reuse-values --set nvidiaDriverRoot=<that prefix> (the "
+        "plugin looks only in usr/bin, bin, sbin and usr/lib64, usr/lib, lib64 and their <arch>-linux-gnu below it)"
+        if ABSENT in ctx.log(pod, state.waiting_init or state.container)
+        else ""
+    )
     action = Fix(
         FixOp.NODE,
         view.name,
         {
-            "action": f"{install_driver(ctx)} (nvidia-smi must run from {wanted}); then {rerun}",
+            "action": f"{install_driver(ctx)} (nvidia-smi must run from {wanted}){elsewhere}; then {rerun}",
             NOT_SIMULATED: "whether the host's driver answers is a fact of the node no scenario names",
         },
     )

@@ -25,6 +25,13 @@ DRIVER_TAG = re.compile(r"(\d+(?:\.\d+)+)-([a-z][\w.]*)")
 #: e.g. 535-5.15.0-1041-azure-ubuntu22.04).
 PRECOMPILED_TAG = re.compile(r"(\d+)-(\d+\.\d+\.\d+-.+)-([a-z]+[\d.]*)")
 
+#: A RHEL or Rocky Linux driver image's OS tag with its minor release (rhel9.7). NVIDIA/cloud-native-docs
+#: gpu-operator/platform-support.rst@e883291: driver images are published for chosen minors (RHEL 9.2, 9.4, 9.6, 9.7,
+#: 9.8), and "Starting with version 26.7.0, the Operator uses the operating system major version when it constructs
+#: image tags for conventional RHEL and Rocky Linux driver containers" (rhel9, rocky10), published for 8, 9 and 10.
+MINOR_TAGGED = re.compile(r"(rhel|rocky)(8|9|10)\.\d+")
+MAJOR_TAGS_FROM = "v26.7.0"
+
 
 def _pulled_image(text: str) -> str:
     found = PULLING.search(text)
@@ -131,6 +138,13 @@ def _driver_tag_missing(
         f"; where the operator's release predates {os_image} (its default has no {dist} image either), upgrade the "
         f"GPU Operator to a release whose supported OSes list it, or run the node on an OS release it supports"
     )
+    minor = MINOR_TAGGED.fullmatch(dist)
+    if minor:
+        newer = (
+            f"; or upgrade the GPU Operator to {MAJOR_TAGS_FROM} or later, which tags the driver image by the OS major "
+            f"version ({minor.group(1)}{minor.group(2)}), published for RHEL and Rocky Linux 8, 9 and 10 whatever "
+            "their minor release"
+        )
     if pinned and pinned == version:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": None}}})
         return Known(

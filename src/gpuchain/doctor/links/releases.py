@@ -193,7 +193,22 @@ def _operator_release(ctx: Context) -> tuple[str, str]:
             image, tag = image_version(str(container.get("image", "")))
             if image == "gpu-operator" and version_of(tag) is not None:
                 return tag, ""
-    return "", ""
+    return _validator_release(ctx), ""
+
+
+def _validator_release(ctx: Context) -> str:
+    """The release the ClusterPolicy's validator names, where it is a GPU Operator release: the operator's chart
+    sets ``spec.validator.version`` to its own appVersion unless the user pins one (NVIDIA/gpu-operator
+    deployments/gpu-operator/templates/clusterpolicy.yaml@a22dbf6: ``.Values.validator.version | default
+    .Chart.AppVersion``). Only the releases the operator has published count (v1.0 to v1.11, then calendar versions
+    from v22.9.0, its platform-support page), so a validator of another numbering is no evidence of one."""
+    spec = ((ctx.policy_obj or {}).get("spec") or {}).get("validator") or {}
+    version = str(spec.get("version") or "")
+    numbers = version_of(version)
+    if numbers is None or len(numbers) < 2:
+        return ""
+    major, minor = numbers[0], numbers[1]
+    return version if (major == 1 and minor <= OLD_SCHEME_LAST) or major >= CALENDAR_FIRST else ""
 
 
 def operator_repair(ctx: Context, *, shown: tuple[Defect, ...]) -> Known | None:
@@ -246,6 +261,9 @@ def with_release(ctx: Context, *, view: NodeView, pod: Obj | None, operand: Oper
 #: driver manager, the driver pod's init container, is spec.driver.manager (NVIDIA/gpu-operator
 #: api/nvidia/v1/clusterpolicy_types.go, DriverSpec.Manager).
 HELPERS = {"k8s-driver-manager": "manager"}
+#: The GPU Operator's numbering (docs.nvidia.com/datacenter/cloud-native/gpu-operator/22.9.1/platform-support.html):
+#: "version 1.11 is the last release that follows the old versioning scheme", v22.9.0 the first calendar version.
+OLD_SCHEME_LAST, CALENDAR_FIRST = 11, 22
 
 
 def set_release(

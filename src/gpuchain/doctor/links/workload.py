@@ -10,6 +10,7 @@ from gpuchain.doctor.links.admitted_early import admitted_without_device
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.kubelet_defects import running_rejected
+from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import regenerated_config
 from gpuchain.doctor.links.shared_request import shared_too_large
@@ -57,6 +58,8 @@ def _admission(ctx: Context, view: NodeView) -> Finding | None:
         # A message that proves a lower link broken (NVML failing under the plugin): the walk names that
         # link as the root with its repair (evidence.admission_refused); a kubelet restart would not help.
         return None
+    if (outbid := validation_outbid(ctx, view, refused)) is not None:
+        return outbid  # the operator's plugin validation asks for a GPU the node's pods hold
     if (readmitted := running_rejected(ctx, view, refused)) is not None:
         return readmitted  # a kubelet release whose restart fails the pods it was running
     pods = sorted(
