@@ -180,10 +180,10 @@ def test_the_device_plugins_gate_is_on_where_gces_bring_up_labelled_the_accelera
 #: The hook's refusal as Docker's runtime words it (libnvidia-container src/cli/configure.c "ldcache error",
 #: src/utils.c "process %s failed with error code: %d"; the OCI wrapping is runc's).
 LDCONFIG_127 = (
-    "OCI runtime create failed: container_linux.go:348: starting container process caused \"process_linux.go:402: "
-    "container init caused \\\"process_linux.go:385: running prestart hook 1 caused \\\\\\\"error running hook: "
+    'OCI runtime create failed: container_linux.go:348: starting container process caused "process_linux.go:402: '
+    'container init caused \\"process_linux.go:385: running prestart hook 1 caused \\\\\\"error running hook: '
     "exit status 1, stdout: , stderr: nvidia-container-cli: ldcache error: process /sbin/ldconfig failed with error "
-    'code: 127\\\\\\\"\\\"\"": unknown'
+    'code: 127\\\\\\"\\""": unknown'
 )
 
 
