@@ -19,6 +19,7 @@ manager's layout label, or mig-parted and its nvidia-mig-manager service on a no
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from gpuchain.common.labels import MIG_CAPABLE, MIG_CONFIG
 from gpuchain.doctor import catalog
@@ -127,13 +128,19 @@ def _strategy(ctx: Context, view: NodeView) -> str:
 
 
 def _asked_slices(ctx: Context) -> dict[str, list[str]]:
-    """The MIG resources Pending GPU pods wait for on Insufficient, with the pods (namespace/name) asking each."""
+    """The MIG resources Pending GPU pods wait for on Insufficient, with the pods (namespace/name) asking each: the
+    cluster's answer, worked out once a diagnosis (`memo`; every mixed node without slices asks, twice with a
+    finding). Its readers do not change it."""
+    known = ctx.memo.get("asked_slices")
+    if known is not None:
+        return cast("dict[str, list[str]]", known)
     asked: dict[str, list[str]] = {}
     for pod in ctx.pending:
         msg = unschedulable_message(pod) or ""
         for name in pod_gpu_requests(pod):
             if name.startswith(MIG_RESOURCE) and f"Insufficient {name}" in msg:
                 asked.setdefault(name, []).append(f"{namespace_of(pod)}/{name_of(pod)}")
+    ctx.memo["asked_slices"] = asked
     return asked
 
 
