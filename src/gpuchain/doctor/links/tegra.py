@@ -60,6 +60,11 @@ def _plugin_image(ctx: Context, pod: Obj) -> tuple[str, str]:
     return "", ""
 
 
+def _toolkit_defect() -> Defect | None:
+    """The toolkit's releases.yaml entry of symptom ``no-tegra`` (the release that injects the platform files)."""
+    return next((d for d in showing("no-tegra") if d.component == TOOLKIT), None)
+
+
 def tegra_release(ctx: Context, *, view: NodeView, evidence: list[str]) -> Result | None:
     """The repair on a Tegra node whose device plugin found no NVML (``evidence``, its lines): the plugin's release
     where it predates Tegra support, else the node's toolkit release, which did not give the plugin the Tegra
@@ -71,16 +76,16 @@ def tegra_release(ctx: Context, *, view: NodeView, evidence: list[str]) -> Resul
     if not image:
         return None
     tag = image_version(image)[1]
+    info = node_info(view.node)
     seen = [
         *evidence,
-        f"node: {node_info(view.node).get('architecture', 'arm64')}, kernel "
-        f"{node_info(view.node).get('kernelVersion', '')} (a Tegra / Jetson node)",
+        f"node: {info.get('architecture', 'arm64')}, kernel {info.get('kernelVersion', '')} (a Tegra / Jetson node)",
         f"plugin image {image}",
     ]
     old = defect(PLUGIN, tag, "no-tegra")
     if old is not None:
         return _plugin_too_old(ctx, view=view, pod=pod, container=container, image=image, found=old, evidence=seen)
-    toolkit = next((d for d in showing("no-tegra") if d.component == TOOLKIT), None)
+    toolkit = _toolkit_defect()
     # On k3s or RKE2 (their containerd) a plugin that asks for no RuntimeClass runs without the nvidia runtime: no
     # toolkit release gives it the platform files then, and the RuntimeClass is the repair (`distribution_default`).
     bare = not (pod.get("spec") or {}).get("runtimeClassName") and not _template(ctx, pod).get("runtimeClassName")
@@ -96,7 +101,7 @@ def _plugin_too_old(
     """The device plugin link broken: a release without Tegra support on a Tegra node."""
     target = fixed_image(image, found)
     action, fix = set_release(ctx, pod=pod, operand=DEVICE_PLUGIN, container=container, image=target)
-    toolkit = next((d for d in showing("no-tegra") if d.component == TOOLKIT), None)
+    toolkit = _toolkit_defect()
     needs = f" with {toolkit.name} {toolkit.fixed_in} or later on the node" if toolkit is not None else ""
     return Result(
         LinkState.BROKEN,
