@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.snapshot import PRODUCT
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
 #: The pod labels the DaemonSet controller stamps from the template it made the pod of (kubernetes
@@ -27,7 +28,6 @@ TEMPLATE_LABELS = ("controller-revision-hash", "pod-template-generation")
 #: What makes two nodes alike for a pod's work: status.nodeInfo's kubelet, OS image, kernel, runtime and
 #: architecture, and the GPU model GFD labels.
 NODE_INFO = ("kubeletVersion", "osImage", "kernelVersion", "containerRuntimeVersion", "architecture")
-PRODUCT = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)

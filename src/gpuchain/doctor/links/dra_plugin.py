@@ -183,10 +183,10 @@ def check_dra_plugin(ctx: Context, *, view: NodeView, pod: Obj, state: PodState,
     ResourceSlices, never node capacity), held in its init container is the driver it waits for, else its
     pod's failure read as any operand's."""
     if state.ready:
-        published = published_devices(ctx.snapshot).get(view.name, {})
         behind = check_stale_plugin(ctx, view=view, pod=pod, state=state)
         if behind is not None:
             return behind
+        published = published_devices(ctx.snapshot).get(view.name, {})
         if published or "resourceslices" in ctx.snapshot.absent:
             counts = ", ".join(f"{d}: {n} devices" for d, n in sorted(published.items())) or "not in the dump"
             return Result(

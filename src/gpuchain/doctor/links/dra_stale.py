@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS
@@ -59,16 +60,23 @@ class Stale:
 
 def _slice_release(ctx: Context, view: NodeView) -> tuple[str, str] | None:
     """The driver release the GPU DRA driver's ResourceSlices of this node publish (its devices' driverVersion),
-    with the slice's name; None where no device carries one."""
-    for s in ctx.snapshot.resource_slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") not in GPU_DRA_DRIVERS or spec.get("nodeName") != view.name:
-            continue
-        for device in spec.get("devices") or []:
-            attribute = ((device.get("attributes") or {}).get("driverVersion")) or {}
-            if attribute.get("version"):
-                return str(attribute["version"]), name_of(s)
-    return None
+    with the slice's name; None where no device carries one. The slices are read once a diagnosis for every node
+    (`Context.memo`), not once for each node whose plugin is asked."""
+    known = ctx.memo.get("dra_slice_releases")
+    if not isinstance(known, dict):
+        found: dict[str, tuple[str, str]] = {}
+        for s in ctx.snapshot.resource_slices:
+            spec = s.get("spec") or {}
+            node = spec.get("nodeName")
+            if spec.get("driver") not in GPU_DRA_DRIVERS or not isinstance(node, str) or node in found:
+                continue
+            for device in spec.get("devices") or []:
+                attribute = ((device.get("attributes") or {}).get("driverVersion")) or {}
+                if attribute.get("version"):
+                    found[node] = (str(attribute["version"]), name_of(s))
+                    break
+        known = ctx.memo["dra_slice_releases"] = found
+    return cast("tuple[str, str] | None", known.get(view.name))
 
 
 def _missing_libraries(view: NodeView, now: tuple[int, ...]) -> list[tuple[Obj, str, str]]:
