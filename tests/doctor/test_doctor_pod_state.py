@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 from doctor.small_cluster import diagnosed, unschedulable
 
+from gpuchain.common.remember import answers_remembered
 from gpuchain.doctor import Severity, run_doctor
 from gpuchain.doctor.model import LinkState
-from gpuchain.doctor.pods import pod_state, states_remembered
+from gpuchain.doctor.pods import pod_state
 from gpuchain.kube import DAEMONSET, NODE, POD
 from gpuchain.sim import build, parse_scenario
 from gpuchain.sim.build import SimCluster
@@ -320,7 +321,7 @@ def test_a_diagnosis_works_out_each_pods_state_once_and_no_longer_than_it_runs()
         "status": {"containerStatuses": [{"name": "p", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
     }
     twin = {**crashing, "metadata": {"name": "plugin-b"}}
-    with states_remembered():
+    with answers_remembered():
         first = pod_state(crashing)
         assert pod_state(crashing) is first and first.status == "CrashLoopBackOff"
         assert pod_state(twin).name == "plugin-b"

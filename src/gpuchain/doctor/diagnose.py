@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
+from gpuchain.common.remember import answers_remembered
 from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregistered
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
@@ -36,7 +37,7 @@ from gpuchain.doctor.links.validation import waiting_on
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
-from gpuchain.doctor.pods import pod_state, states_remembered, unschedulable_message
+from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.resource_names import misnamed
 from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
@@ -543,7 +544,7 @@ def not_judged(ctx: Context) -> list[str]:
 
 def diagnose(snapshot: Snapshot) -> Report:
     """Walk every GPU node and check the cluster; pure, so any snapshot (live, simulated, saved) works."""
-    with states_remembered():
+    with answers_remembered():
         ctx = index(snapshot)
         chains = [walk(ctx, v) for v in ctx.views]
         findings = _policy_findings(ctx) + nothing_placed(ctx)

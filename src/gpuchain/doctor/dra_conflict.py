@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpuchain.common.labels import DEPLOY_PREFIX
+from gpuchain.common.remember import remembered
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.dra.kinds import DRIVER
@@ -29,15 +30,18 @@ from gpuchain.kube.objects import Obj, name_of
 GPU_DRA_DRIVERS = (DRIVER, "gpu.nvidia.com")
 
 
+@remembered
 def published_devices(snapshot: Snapshot) -> dict[str, dict[str, int]]:
-    """Per node: the number of devices each GPU DRA driver publishes for it (slices with none left out)."""
+    """Per node: the number of devices each GPU DRA driver publishes for it (slices with none left out). Worked out
+    once a diagnosis (`remembered`): the DRA plugin's check asks it for every node, so at 10,000 nodes a scan of
+    every slice each time grew with the square of the nodes. Callers read it, never change it."""
     out: dict[str, dict[str, int]] = defaultdict(dict)
     for s in snapshot.resource_slices:
         spec = s.get("spec") or {}
         driver, node, devices = spec.get("driver"), spec.get("nodeName"), spec.get("devices") or []
         if driver in GPU_DRA_DRIVERS and node and devices:
             out[str(node)][str(driver)] = out[str(node)].get(str(driver), 0) + len(devices)
-    return out
+    return dict(out)
 
 
 def _finding(stack: Stack, node: Obj, announced: dict[str, int], drivers: dict[str, int]) -> Finding:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
-from gpuchain.common.remember import answers_remembered, remembered
+from gpuchain.common.remember import remembered
 from gpuchain.kube.objects import Obj
 
 #: Waiting reasons that mean a container is failing, not just starting (the kubelet's and the CRI's
@@ -61,16 +59,6 @@ class PodState:
 
 def _statuses(pod: Obj, key: str) -> list[dict[str, Any]]:
     return list((pod.get("status") or {}).get(key) or [])
-
-
-@contextmanager
-def states_remembered() -> Iterator[None]:
-    """`pod_state` answers each pod once in the block (`answers_remembered`, which also remembers the
-    other answers a diagnosis asks again and again). A diagnosis asks about every operand pod
-    from several links (about three times a pod: 210,000 calls at 10,000 nodes, a third of the
-    diagnosis); the snapshot's objects do not change while it is read, so the first answer holds."""
-    with answers_remembered():
-        yield
 
 
 @remembered
