@@ -9,6 +9,7 @@ finds them by their DaemonSet.
 
 from __future__ import annotations
 
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.structs import LogKey, Snapshot, Stack
 from gpuchain.kube.objects import Obj
 
@@ -27,12 +28,6 @@ DAEMONSETS = {
 MAX_SANDBOX_LOGS = 4
 
 
-def owner_daemonset(pod: Obj) -> str | None:
-    """The name of the DaemonSet that owns ``pod`` (None: no DaemonSet does)."""
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), None)
-
-
 def sandbox_log_candidates(snapshot: Snapshot, stack: Stack) -> list[tuple[LogKey, Obj]]:
     """The sandbox operands' containers whose log says why a VM node's chain stops, with their statuses: a
     validation held running (the validator logs what it waits for: the GPUs' virtual functions, vfio-pci) and a
@@ -46,7 +41,7 @@ def sandbox_log_candidates(snapshot: Snapshot, stack: Stack) -> list[tuple[LogKe
     out: list[tuple[LogKey, Obj]] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata") or {}
-        if meta.get("namespace") != stack.namespace or owner_daemonset(pod) not in DAEMONSETS:
+        if meta.get("namespace") != stack.namespace or owner_ds(pod) not in DAEMONSETS:
             continue
         status = pod.get("status") or {}
         for cs in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
