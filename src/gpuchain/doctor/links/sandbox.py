@@ -42,12 +42,16 @@ from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.placement import blocker
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks.base import daemonsets_in
-from gpuchain.doctor.stacks.sandbox import DAEMONSETS, SANDBOX_WORKLOADS, WORKLOAD_CONFIG
+from gpuchain.doctor.stacks.sandbox import (
+    DAEMONSETS,
+    SANDBOX_WORKLOADS,
+    VGPU_CONFIG,
+    VGPU_CONFIG_STATE,
+    WORKLOAD_CONFIG,
+)
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 
 PASSTHROUGH, VGPU = SANDBOX_WORKLOADS
-#: The vGPU type the vGPU device manager applies, and its outcome (NVIDIA/vgpu-device-manager).
-VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.config.state"
 #: The host's vGPU manager version, which the operator reads as a vGPU node with the manager on the host.
 HOST_VGPU_DRIVER = "nvidia.com/vgpu.host-driver-version"
 

@@ -15,6 +15,8 @@ from gpuchain.kube.objects import Obj
 
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
 SANDBOX_WORKLOADS = ("vm-passthrough", "vm-vgpu")
+#: The vGPU type the vGPU device manager applies, and its outcome (NVIDIA/vgpu-device-manager).
+VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.config.state"
 #: DaemonSet -> the operand's deploy-label suffix (nvidia.com/gpu.deploy.<suffix>).
 DAEMONSETS = {
     "nvidia-vfio-manager": "vfio-manager",
