@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.structs import LogKey
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 
@@ -47,8 +48,7 @@ def fabric_log_candidates(
     out: dict[str, tuple[LogKey, Obj]] = {}
     for pod in pods if failing else ():
         node = str((pod.get("spec") or {}).get("nodeName"))
-        owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
-        daemonset = next((str(r.get("name")) for r in owners if r.get("kind") == "DaemonSet"), "")
+        daemonset = owner_ds(pod)
         if node not in failing or node in out or not daemonset or not is_driver(namespace_of(pod) or "", daemonset):
             continue
         # The pod's first container is the driver's own (its sidecars, nvidia-peermem or GDS, come after it).

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from gpuchain.common.labels import DEPLOY_PREFIX
-from gpuchain.doctor.stacks.sandbox import DAEMONSETS, WORKLOAD_CONFIG
+from gpuchain.doctor.stacks.sandbox import DAEMONSETS, VGPU_CONFIG, VGPU_CONFIG_STATE, WORKLOAD_CONFIG
 from gpuchain.gpu.topology import load_preset
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import OPERANDS
@@ -46,7 +46,6 @@ IMAGES = {
     "vgpu-device-manager": "nvcr.io/nvidia/cloud-native/vgpu-device-manager:v0.4.1",
     "sandbox-device-plugin": "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.4.0",
 }
-VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.config.state"
 #: A vGPU type's framebuffer in GB: the number before its series letter (A100-4C, NVIDIA_H100-20C).
 _FRAMEBUFFER = re.compile(r"-(\d+)[A-Z]$")
 _MODEL_GB = re.compile(r"(\d+)GB")

@@ -38,15 +38,20 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, placement_fix, said_in
 from gpuchain.doctor.links.vm_plugin import kubevirt_plugin, vm_plugin_walk
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.placement import blocker
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks.base import daemonsets_in
-from gpuchain.doctor.stacks.sandbox import DAEMONSETS, SANDBOX_WORKLOADS, WORKLOAD_CONFIG, owner_daemonset
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.doctor.stacks.sandbox import (
+    DAEMONSETS,
+    SANDBOX_WORKLOADS,
+    VGPU_CONFIG,
+    VGPU_CONFIG_STATE,
+    WORKLOAD_CONFIG,
+)
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 
 PASSTHROUGH, VGPU = SANDBOX_WORKLOADS
-#: The vGPU type the vGPU device manager applies, and its outcome (NVIDIA/vgpu-device-manager).
-VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.config.state"
 #: The host's vGPU manager version, which the operator reads as a vGPU node with the manager on the host.
 HOST_VGPU_DRIVER = "nvidia.com/vgpu.host-driver-version"
 
@@ -161,9 +166,9 @@ def _pods(ctx: Context, view: NodeView) -> dict[str, Obj]:
     """The sandbox operands' pods on the node (the walk's index keeps them with the node's other pods), by operand."""
     out = {}
     for pod in view.workloads:
-        owner = owner_daemonset(pod) if (pod.get("metadata") or {}).get("namespace") == ctx.namespace else None
+        owner = owner_ds(pod) if namespace_of(pod) == ctx.namespace else ""
         if owner in DAEMONSETS:
-            out[DAEMONSETS[str(owner)]] = pod
+            out[DAEMONSETS[owner]] = pod
     return out
 
 

@@ -16,6 +16,7 @@ import re
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.evidence import runtime_events
 from gpuchain.doctor.links.common import node_finding, said_in
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.node import runtime_scheme
@@ -52,14 +53,7 @@ def kubevirt_plugin(view: NodeView) -> Obj | None:
 
 def _refusal(view: NodeView, pod: Obj) -> str:
     """What the runtime said when it refused the plugin's container: its status, else the kubelet's Event."""
-    said = start_refused(pod)
-    if said:
-        return said
-    name = name_of(pod)
-    for ev in view.events:
-        if (ev.get("involvedObject") or {}).get("name") == name and ev.get("reason") == "Failed":
-            return str(ev.get("message", ""))
-    return ""
+    return start_refused(pod) or (runtime_events(view, pod) or [""])[0]
 
 
 def _finding(ctx: Context, view: NodeView, pod: Obj) -> Finding | None:

@@ -9,11 +9,14 @@ finds them by their DaemonSet.
 
 from __future__ import annotations
 
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.structs import LogKey, Snapshot, Stack
 from gpuchain.kube.objects import Obj
 
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
 SANDBOX_WORKLOADS = ("vm-passthrough", "vm-vgpu")
+#: The vGPU type the vGPU device manager applies, and its outcome (NVIDIA/vgpu-device-manager).
+VGPU_CONFIG, VGPU_CONFIG_STATE = "nvidia.com/vgpu.config", "nvidia.com/vgpu.config.state"
 #: DaemonSet -> the operand's deploy-label suffix (nvidia.com/gpu.deploy.<suffix>).
 DAEMONSETS = {
     "nvidia-vfio-manager": "vfio-manager",
@@ -25,12 +28,6 @@ DAEMONSETS = {
 }
 #: At most how many sandbox containers' logs one gather reads.
 MAX_SANDBOX_LOGS = 4
-
-
-def owner_daemonset(pod: Obj) -> str | None:
-    """The name of the DaemonSet that owns ``pod`` (None: no DaemonSet does)."""
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), None)
 
 
 def sandbox_log_candidates(snapshot: Snapshot, stack: Stack) -> list[tuple[LogKey, Obj]]:
@@ -46,7 +43,7 @@ def sandbox_log_candidates(snapshot: Snapshot, stack: Stack) -> list[tuple[LogKe
     out: list[tuple[LogKey, Obj]] = []
     for pod in snapshot.pods:
         meta = pod.get("metadata") or {}
-        if meta.get("namespace") != stack.namespace or owner_daemonset(pod) not in DAEMONSETS:
+        if meta.get("namespace") != stack.namespace or owner_ds(pod) not in DAEMONSETS:
             continue
         status = pod.get("status") or {}
         for cs in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
