@@ -43,12 +43,13 @@ ORDER = (
     "heldout24",
     "heldout25",
     "heldout26",
+    "heldout27",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
 BESIDE = {"heldout15": {"heldout14"}, "heldout24": {"heldout23"}, "heldout26": {"heldout25"}}
 #: Sets smaller than the issue's 20, written in pairs beside each other in one stop: 16 each, 32 new reports a pair.
-SMALLER = {"heldout23": 16, "heldout24": 16, "heldout25": 16, "heldout26": 16}
+SMALLER = {"heldout23": 16, "heldout24": 16, "heldout25": 16, "heldout26": 16, "heldout27": 10}
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
 SIM = Path(__file__).parent
