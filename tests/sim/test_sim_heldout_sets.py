@@ -43,6 +43,7 @@ ORDER = (
     "heldout24",
     "heldout25",
     "heldout26",
+    "heldout27",
     "heldout28",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
@@ -53,8 +54,16 @@ BESIDE = {
     "heldout26": {"heldout25"},
     "heldout28": {"heldout27"},
 }
-#: Sets smaller than the issue's 20, written in pairs beside each other in one stop: 16 each, 32 new reports a pair.
-SMALLER = {"heldout23": 16, "heldout24": 16, "heldout25": 16, "heldout26": 16, "heldout28": 16}
+#: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10: its writer
+#: found no more uncited, odd-numbered reports with a readable resolution in its trackers).
+SMALLER = {
+    "heldout23": 16,
+    "heldout24": 16,
+    "heldout25": 16,
+    "heldout26": 16,
+    "heldout27": 10,
+    "heldout28": 16,
+}
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
 SIM = Path(__file__).parent

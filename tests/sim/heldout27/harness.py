@@ -1,0 +1,23 @@
+"""The twenty-seventh held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
+heldout .. heldout26 cite, written blind to the doctor and frozen before it was run on them.
+
+The format, edits, recount and scoring are tests/sim/heldout's, heldout3's and heldout9's, reused: this set's
+reports need no edit those sets lack (a pod's states, restarts, logs and Events - a container the runtime cannot create,
+a driver pod whose image has no manifest, a crash-looping driver container - are ``pod``; a validator pod outside the
+DaemonSets is ``add-pod``; a node's capacity, labels and kubelet version are ``node``; a DaemonSet's image, env and
+status are ``daemonset``; a node that joined after the operator last reconciled is ``create``), so its loader is heldout9's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.heldout import harness as base
+from sim.heldout9 import harness as ninth
+
+#: The set: heldout9's loader over this directory's cases.
+SET = base.HeldOutSet(Path(__file__).parent, ninth.load)
+HERE, cases, frozen, results = SET.here, SET.cases, SET.frozen, SET.results
+load = SET.load
+
+if __name__ == "__main__":
+    SET.main()
