@@ -13,6 +13,7 @@ from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import regenerated_config
+from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
@@ -169,6 +170,9 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     release = release_repair(
         ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
     )
+    overridden = runtime_overridden(ctx, view, said=said, refused=refused) if release is None else None
+    if overridden is not None:
+        return overridden
     if release is not None:
         # A defect of the toolkit's release: the release that fixed it, wherever the hook comes from.
         work = (
