@@ -161,6 +161,10 @@ CLUSTER_TESTS = {
     "toolkit.tegra-platform-missing": "test_tegra::test_tegra_plugin_without_the_platform_files_moves_the_toolkit",
     "device-plugin.validation-outbid": "test_opx44_plugin_validation::"
     "test_the_plugin_validation_refused_on_a_node_whose_pods_hold_every_gpu_turns_its_workload_off",
+    "driver.talos-extensions-missing": "test_doctor_talos_extensions::"
+    "test_a_talos_node_without_the_nvidia_handler_is_the_driver_repaired_by_an_installer_with_the_extensions",
+    "toolkit.runtime-overridden": "test_doctor_runtime_override::"
+    "test_a_toolkit_set_for_volume_mounts_whose_list_the_runtime_refuses_is_overridden_by_containerds_config",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

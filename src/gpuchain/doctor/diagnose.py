@@ -433,6 +433,9 @@ def _version_skew(ctx: Context) -> list[Finding]:
 
 #: The links whose fault takes GPUs away from the scheduler (the node itself, the foundation, MIG's layout).
 OFFERS_GPUS = frozenset({"node", *FOUNDATION, "mig"})
+#: Faults of those links that take no GPU away: the node still offers all its GPUs (pods that requested none use
+#: them beside the pods the plugin gave them to).
+KEEPS_GPUS = frozenset({"workload.gpu-without-request"})
 
 
 def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
@@ -450,14 +453,17 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
             stuck.append((pod, msg))
     if not stuck:
         return placed
-    roots = Counter(f.id for c in chains for f in c.findings if f.root)
+    roots = Counter(f.id for c in chains for f in c.findings if f.root and f.id not in KEEPS_GPUS)
     # A node whose root takes its GPUs away (the node itself, the foundation, MIG's layout): its pods wait on that
     # root, named as their cause, never as a second root of their own.
     no_gpu = [
         c.node
         for c in chains
         if c.broken_link in OFFERS_GPUS
-        or any(f.root and f.severity is Severity.ERROR and f.link in OFFERS_GPUS for f in c.findings)
+        or any(
+            f.root and f.severity is Severity.ERROR and f.link in OFFERS_GPUS and f.id not in KEEPS_GPUS
+            for f in c.findings
+        )
     ]
     if ctx.stack.id == "none":
         # No device plugin anywhere: every GPU node offers nothing, because of stack.missing.
@@ -490,7 +496,9 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
     # A cluster whose GPUs are all allocated is information; only GPUs that cannot be offered (or none at
     # all) make the waiting pods an error. A fault of a link that offers no GPU (the exporter, feature
     # discovery) is its own finding and takes no GPU away from the scheduler.
-    offering = {c.node for c in chains for f in c.findings if f.root and f.link in OFFERS_GPUS}
+    offering = {
+        c.node for c in chains for f in c.findings if f.root and f.link in OFFERS_GPUS and f.id not in KEEPS_GPUS
+    }
     healthy_full = bool(ctx.views) and not no_gpu and not offering
     # With no GPU node at all there is no chain to be broken: a pool scaled to zero (grown on demand by an
     # autoscaler) looks the same as one never added, so the waiting pods are a warning, not a fault.

@@ -354,6 +354,7 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     if (
         ctx.stack.policy_cdi
         and cdi is True
+        and not lists_without_cdi(ctx.policy_obj)
         and scheme == "containerd"
         and release
         and release < CDI_CONTAINERD
@@ -379,6 +380,15 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
             )
         )
     return findings
+
+
+def lists_without_cdi(policy: Obj | None) -> bool:
+    """Does the ClusterPolicy's spec.devicePlugin.env set the plugin's DEVICE_LIST_STRATEGY to no CDI strategy? The
+    operator applies that env after its own CDI one (NVIDIA/gpu-operator controllers/object_controls.go
+    TransformDevicePlugin@v25.10.1), so GPUs then reach containers through the NVIDIA runtime, not containerd's CDI."""
+    env = (((policy or {}).get("spec") or {}).get("devicePlugin") or {}).get("env") or []
+    strategy = next((str(e.get("value", "")) for e in env if e.get("name") == "DEVICE_LIST_STRATEGY"), "")
+    return bool(strategy) and "cdi" not in strategy
 
 
 #: The kubelet releases whose DevicePlugins feature gate is off unless a flag turns it on: alpha, default false, in

@@ -25,7 +25,7 @@ DUMPS_FROM = (1, 17, 0)
 SOURCE_FROM = (1, 18, 0)
 
 
-def _env(ctx: Context, pod: Obj | None) -> dict[str, str]:
+def given_env(ctx: Context, pod: Obj | None) -> dict[str, str]:
     """The toolkit's env as given: the policy's spec.toolkit.env, then its pod's containers' values."""
     given = {e.name: e.value for e in ctx.policy.toolkit.env} if ctx.policy_obj is not None else {}
     for c in ((pod or {}).get("spec") or {}).get("containers") or []:
@@ -47,7 +47,7 @@ def dumped_config(ctx: Context, *, view: NodeView, pod: Obj | None, dist: Distri
     `containerd config dump` was pointed at a config of its own (CONTAINERD_CONFIG other than the node's
     distribution's file): the dump is then likely another containerd's than the one it was pointed at. None where
     the toolkit predates the dump, reads the file already, or was left on the distribution's own file."""
-    env = _env(ctx, pod)
+    env = given_env(ctx, pod)
     config = env.get("CONTAINERD_CONFIG") or env.get("RUNTIME_CONFIG") or ""
     source = env.get("RUNTIME_CONFIG_SOURCE", "")
     version = _version(ctx, pod)

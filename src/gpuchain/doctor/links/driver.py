@@ -19,6 +19,7 @@ from gpuchain.doctor.links.gsp_firmware import gsp_firmware
 from gpuchain.doctor.links.mig_partition import partitioner_failing
 from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
 from gpuchain.doctor.links.releases import with_release
+from gpuchain.doctor.links.talos_extensions import talos_without_extensions
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import node_info
@@ -236,6 +237,9 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
         )
         if init_done(validator, "driver-validation") or version:
             return Result(LinkState.OK, f"host driver {version or ''} (driver container off: {why})".replace("  ", " "))
+        talos = talos_without_extensions(ctx, view)
+        if talos is not None:
+            return talos
         image = node_image(view.node)
         if validator is None:
             # No validator proves a host driver: where the node's own labels say its cloud gave it none and the

@@ -28,7 +28,7 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOO
 NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
 
 
-def _runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
+def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
     """Events and pods that show the runtime has no nvidia handler, and the runtime's message that says so."""
     lines = []
     said = None
@@ -92,7 +92,7 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             ),
         )
     pod = view.pod(TOOLKIT)
-    runtime, said_by = _runtime_evidence(view)
+    runtime, said_by = runtime_evidence(view)
     if runtime:
         tk = pod_state(pod) if pod is not None else None
         log = (

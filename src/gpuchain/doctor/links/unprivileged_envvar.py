@@ -39,7 +39,7 @@ NO_NVML = (
 )
 
 
-def _ignores_envvar(ctx: Context, view: NodeView) -> str:
+def ignores_envvar(ctx: Context, view: NodeView) -> str:
     """Why this node's runtime ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers ("" when it does not)."""
     image = node_info(view.node).get("osImage", "")
     found = BOTTLEROCKET_NVIDIA.match(image)
@@ -60,7 +60,7 @@ def unprivileged_gpu(ctx: Context, *, view: NodeView, pod: Obj, log: str) -> Kno
     """``pod``'s container that asks for no GPU, is neither privileged nor holds SYS_ADMIN, and says NVML found
     nothing, on a node whose runtime ignores NVIDIA_VISIBLE_DEVICES for such a container; None otherwise."""
     found = catalog.find(log, *NO_NVML)
-    why = _ignores_envvar(ctx, view) if found is not None else ""
+    why = ignores_envvar(ctx, view) if found is not None else ""
     containers = (pod.get("spec") or {}).get("containers") or []
     if found is None or not why or not containers or pod_gpu_requests(pod):
         return None

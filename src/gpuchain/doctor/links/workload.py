@@ -13,7 +13,9 @@ from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import regenerated_config
+from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
+from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import shape_first
 from gpuchain.doctor.node_image import node_image
@@ -35,15 +37,6 @@ PLUGIN_REFUSED = (
     "kubelet.previously-allocated-unhealthy",
     "kubelet.unhealthy-devices",
 )
-ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
-
-
-def _visible_devices(pod: Obj) -> str | None:
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for env in c.get("env") or []:
-            if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
-                return str(env.get("value", ""))
-    return None
 
 
 def _admission(ctx: Context, view: NodeView) -> Finding | None:
@@ -177,6 +170,9 @@ def _hook_refused(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | No
     release = release_repair(
         ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
     )
+    overridden = runtime_overridden(ctx, view, said=said, refused=refused) if release is None else None
+    if overridden is not None:
+        return overridden
     if release is not None:
         # A defect of the toolkit's release: the release that fixed it, wherever the hook comes from.
         work = (
@@ -492,45 +488,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
                 action=action,
             )
         )
-    if ctx.policy_unknown:
-        return findings  # whether the toolkit hands GPUs to pods that set the variable is in the policy
-    accept = next((e.value for e in ctx.policy.toolkit.env if e.name == ACCEPT_ENVVAR), None)
-    seeing = [
-        f"{p['metadata'].get('namespace')}/{p['metadata']['name']} (NVIDIA_VISIBLE_DEVICES={_visible_devices(p)})"
-        for p in apps
-        if not pod_gpu_requests(p) and _visible_devices(p) not in (None, "", "void", "none")
-    ]
-    if seeing and str(accept).lower() != "false":
-        env = [
-            *({"name": e.name, "value": e.value} for e in ctx.policy.toolkit.env),
-            {"name": ACCEPT_ENVVAR, "value": "false"},
-        ]
-        fix_action = (
-            Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"env": env}}})
-            if ctx.policy_obj is not None
-            else Fix(
-                FixOp.NODE,
-                view.name,
-                {
-                    "action": "set accept-nvidia-visible-devices-envvar-when-unprivileged = false in "
-                    "/etc/nvidia-container-runtime/config.toml (and the device plugin's "
-                    "DEVICE_LIST_STRATEGY=volume-mounts, so GPU pods still get theirs)",
-                    "drain": False,
-                    NOT_SIMULATED: "the node image's container runtime config is not a scenario fact",
-                },
-            )
-        )
-        findings.append(
-            node_finding(
-                view,
-                fid="workload.gpu-without-request",
-                sev=Severity.WARNING,
-                link="toolkit",
-                cause="pods that ask for no GPU set NVIDIA_VISIBLE_DEVICES, so the NVIDIA runtime gives them GPUs the "
-                "scheduler and the device plugin do not know are in use (CUDA base images set it to all).",
-                evidence=[f"pods: {', '.join(seeing[:5])}", f"{ACCEPT_ENVVAR} is not false in the toolkit's env"],
-                fix=ctx.stack.render(fix_action),
-                action=fix_action,
-            )
-        )
+    unrequested = gpus_without_request(ctx, view, apps)
+    if unrequested is not None:
+        findings.append(unrequested)
     return findings
