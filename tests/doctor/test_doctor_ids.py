@@ -26,6 +26,10 @@ NOT_READY_LINKS = ("driver", "toolkit", "device-plugin", "gfd", "exporter")
 #: Ids whose scenario is a change made to a built cluster, with the test that applies their fix (in
 #: test_doctor_fixes, or ``module::test`` in another test module of tests/doctor).
 CLUSTER_TESTS = {
+    "operator.node-unlabelled": "doctor.test_operator_labels_and_plugin_root::"
+    "test_a_node_nfd_marks_by_class_that_the_operator_never_labelled_has_the_operator_restarted",
+    "device-plugin.stale-driver-root": "doctor.test_operator_labels_and_plugin_root::"
+    "test_gpu_pods_refused_for_driver_container_paths_on_an_opted_out_node_restart_the_plugin",
     "node.pod-admitted-without-device": "test_doctor_state_files_and_admission::"
     "test_a_gpu_pod_without_its_driver_beside_a_registered_plugin_was_admitted_without_its_allocation",
     "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"

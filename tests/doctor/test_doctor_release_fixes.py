@@ -222,17 +222,29 @@ def test_a_hook_that_takes_the_volume_mounts_list_for_a_device_names_the_toolkit
     assert any(e.startswith("release: container-toolkit.hook-ignores-config (") for e in hook.evidence)
 
 
+#: The toolkit v1.17.0's last words on k3s (NVIDIA/nvidia-container-toolkit pkg/config/toml/source-cli.go@v1.17.0).
+CONFIG_DUMP_LOG = (
+    'time="2024-11-01T14:02:11Z" level=error msg="error running nvidia-toolkit: unable to determine runtime '
+    "options: unable to load containerd config: failed to load config: failed to run command chroot [/host "
+    'containerd config dump]: exit status 127"\n'
+)
+
+
+def test_on_the_operator_release_that_shipped_that_toolkit_the_operator_is_upgraded() -> None:
+    """The GPU Operator v24.9.0 (its validator pods' image) shipped toolkit v1.17.0; v24.9.1 fixed it (its release
+    notes, releases.yaml gpu-operator.k3s-toolkit-config-dump): the operator's upgrade, the toolkit pin until then."""
+    root = _root(diagnosed(OPERATOR, toolkit_pod(NODE, CONFIG_DUMP_LOG)))
+    assert root.link == "toolkit" and "upgrade the GPU Operator to v24.9.1" in root.fix
+    assert "toolkit.version=v1.17.1" in root.fix
+
+
 def test_the_operators_toolkit_on_the_release_that_only_runs_config_dump_is_moved_by_the_policy() -> None:
     """nvidia-container-toolkit CHANGELOG.md@v1.17.1: "Fallback to using a config file if the current runtime config
-    can not be determined from the command line"; the operator's toolkit image v1.17.0-ubuntu20.04 fails on k3s."""
-    log = (
-        'time="2024-11-01T14:02:11Z" level=error msg="error running nvidia-toolkit: unable to determine runtime '
-        "options: unable to load containerd config: failed to load config: failed to run command chroot [/host "
-        'containerd config dump]: exit status 127"\n'
-    )
+    can not be determined from the command line"; the toolkit image v1.17.0-ubuntu20.04, pinned under an operator
+    (v24.6.2, its validator's release) whose own release did not ship it, fails on k3s."""
     report = diagnosed(
-        OPERATOR,
-        toolkit_pod(NODE, log),
+        OPERATOR + "policy: {validator: {version: v24.6.2}}\n",
+        toolkit_pod(NODE, CONFIG_DUMP_LOG),
     )
     root = _root(report)
     assert root.link == "toolkit" and root.action is not None and root.action.op is FixOp.PATCH_POLICY

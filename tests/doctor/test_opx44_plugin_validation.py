@@ -98,5 +98,7 @@ def test_a_v1_operator_named_by_its_validator_is_not_held_to_the_cdi_default_of_
 
 
 def test_a_validator_version_that_is_no_operator_release_dates_nothing() -> None:
-    """The simulator's own validator (gpuchain 0.1.0) is not a GPU Operator release: the check still warns."""
-    assert "node.runtime-no-cdi" in diagnosed(_scenario("", held=0, containerd="1.4.12")).ids
+    """The simulator's own validator version in the policy (gpuchain 0.1.0) is not a GPU Operator release, so the
+    validator pods' image (gpu-operator-validator:v24.9.0, the operator's rendering of it) dates the operator: before
+    v25.10.0 CDI needs no containerd 1.7 (tests/doctor/test_cdi_native_runtime.py)."""
+    assert "node.runtime-no-cdi" not in diagnosed(_scenario("", held=0, containerd="1.4.12")).ids

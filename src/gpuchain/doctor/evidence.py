@@ -29,6 +29,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.fabric import fabric_repair
 from gpuchain.doctor.links.releases import release_repair
+from gpuchain.doctor.links.stale_plugin_root import stale_plugin_root
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import next_step, shape_first, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
@@ -619,6 +620,12 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
     catalog, by being that link's validation, or by the toolkit's runtime refusing to start it), as a
     root finding; None when none does. ``found`` is `witnesses` of this node: the walk reads them once,
     not once per link."""
+    # A device path under the driver container's root on a host-driver node: the plugin's, before any shape of it.
+    stale = (
+        stale_plugin_root(ctx, view, found=[(f.describe(), f.text) for f in found]) if link == "device-plugin" else None
+    )
+    if stale is not None:
+        return stale
     for failure in found:
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull, or whose config it cannot build, never ran, so it

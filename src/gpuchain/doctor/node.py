@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from gpuchain.common.remember import remembered
 from gpuchain.doctor import catalog
+from gpuchain.doctor.cdi_runtime import runtime_no_cdi
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.kubelet_dirs import K3S_OLD_ROOT, RKE_ANNOTATION, UNWATCHED, hostpath_patch, kubelet_root
 from gpuchain.doctor.kubelet_state import bad_checkpoint
-from gpuchain.doctor.links.releases import operator_at_least
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.operator_says import operator_line
 from gpuchain.doctor.owners import owner_daemonset, toolkit_env
@@ -42,16 +42,6 @@ NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 #: ``status.nodeInfo.containerRuntimeVersion`` (NVIDIA/gpu-operator controllers/state_manager.go
 #: getRuntimeString at a22dbf6: anything else is "runtime not recognized").
 RECOGNISED_RUNTIMES = ("containerd", "cri-o", "docker")
-#: containerd injects CDI devices from 1.7.0 on (containerd v1.7.0-rc.0 release notes, as quoted in
-#: canonical/k8s-snap#2388); NVIDIA's GPU Operator relies on it once ``cdi.enabled`` is on (the
-#: default from v25.10.0), so a GPU pod on an older containerd gets no GPU.
-CDI_CONTAINERD = (1, 7, 0)
-#: The first GPU Operator release whose CDI is the runtime's own: from v25.10.0 the device plugin asks containerd or
-#: CRI-O to inject the CDI devices (NVIDIA/gpu-operator controllers/object_controls.go@v25.10.0,
-#: transformToolkitCtrForCDI "we leverage native CDI support in containerd / cri-o", the plugin's annotation prefix
-#: cdi.k8s.io/); before it the nvidia runtime injected them itself (nvidia.cdi.k8s.io/ annotations,
-#: object_controls.go@v25.3.0), which any containerd runs.
-NATIVE_CDI_OPERATOR = "v25.10.0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,46 +339,16 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 action=action,
             )
         )
-    cdi = ((((ctx.policy_obj or {}).get("spec") or {}).get("cdi")) or {}).get("enabled")
-    release = runtime_version(view.node)
-    if (
-        ctx.stack.policy_cdi
-        and cdi is True
-        and not lists_without_cdi(ctx.policy_obj)
-        and scheme == "containerd"
-        and release
-        and release < CDI_CONTAINERD
-        and operator_at_least(ctx, NATIVE_CDI_OPERATOR)
-    ):
-        have, need = ".".join(map(str, release)), ".".join(map(str, CDI_CONTAINERD))
-        off = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"cdi": {"enabled": False}}})
-        findings.append(
-            Finding(
-                id="node.runtime-no-cdi",
-                severity=Severity.ERROR,
-                link="toolkit",
-                cause="the ClusterPolicy has CDI on, so GPUs reach containers through the runtime's CDI support, and "
-                f"this node's containerd ({have}) predates it ({need}): "
-                "GPU pods here start without their GPUs.",
-                evidence=(
-                    f"status.nodeInfo.containerRuntimeVersion: {node_info(view.node).get('containerRuntimeVersion')}",
-                    f"spec.cdi.enabled=true in {ctx.policy_ref}",
-                ),
-                fix=ctx.stack.render(off) + f"   # or upgrade containerd on {view.name} to 1.7 or later",
-                node=view.name,
-                action=off,
-            )
-        )
+    no_cdi = runtime_no_cdi(
+        ctx,
+        view,
+        scheme=scheme,
+        release=runtime_version(view.node),
+        runtime=str(node_info(view.node).get("containerRuntimeVersion", "")),
+    )
+    if no_cdi is not None:
+        findings.append(no_cdi)
     return findings
-
-
-def lists_without_cdi(policy: Obj | None) -> bool:
-    """Does the ClusterPolicy's spec.devicePlugin.env set the plugin's DEVICE_LIST_STRATEGY to no CDI strategy? The
-    operator applies that env after its own CDI one (NVIDIA/gpu-operator controllers/object_controls.go
-    TransformDevicePlugin@v25.10.1), so GPUs then reach containers through the NVIDIA runtime, not containerd's CDI."""
-    env = (((policy or {}).get("spec") or {}).get("devicePlugin") or {}).get("env") or []
-    strategy = next((str(e.get("value", "")) for e in env if e.get("name") == "DEVICE_LIST_STRATEGY"), "")
-    return bool(strategy) and "cdi" not in strategy
 
 
 #: The kubelet releases whose DevicePlugins feature gate is off unless a flag turns it on: alpha, default false, in

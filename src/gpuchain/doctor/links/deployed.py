@@ -20,6 +20,7 @@ from gpuchain.doctor.links.common import (
 )
 from gpuchain.doctor.links.driver_paused import paused_for_driver
 from gpuchain.doctor.links.nfd_pods import nfd_down
+from gpuchain.doctor.links.operator_unlabelled import operator_unlabelled
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.nfd import NFD_LINK
 from gpuchain.doctor.node_image import node_image
@@ -577,8 +578,12 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
             ),
         )
     block = blocker(ds, view.node)
-    if block is None:
-        return _not_created(ctx, view, ds, link)
+    created = _not_created(ctx, view, ds, link) if block is None else None
+    if created is not None:
+        return created
+    unlabelled = operator_unlabelled(ctx, view=view, block=block, name=name, link=link, operator=operator_pod(ctx))
+    if unlabelled is not None or block is None:
+        return unlabelled
     image = node_image(view.node) if operand is DRIVER else None
     if image is not None and image.ships_driver and any(n > 0 for n in node_gpu_resources(view.node).values()):
         # A driver DaemonSet kept off a node whose image brings the driver (GKE's installers select the nodes

@@ -156,6 +156,12 @@ def _open_issue(hit: Defect, running: str, evidence: tuple[str, ...]) -> Known:
     )
 
 
+def _noted(hit: Defect) -> str:
+    """What the fixed release changed, in its release note's words, so the upgrade says what it repairs ("" where the
+    defect quotes no line)."""
+    return f" - its release note: {hit.line.replace('``', '')}" if hit.line else ""
+
+
 def _until(hit: Defect) -> str:
     """The documented workaround of ``hit`` as the step until the fixed release runs ("" where none is named)."""
     return f"; until it runs: {hit.workaround}" if hit.workaround else ""
@@ -193,22 +199,46 @@ def _operator_release(ctx: Context) -> tuple[str, str]:
             image, tag = image_version(str(container.get("image", "")))
             if image == "gpu-operator" and version_of(tag) is not None:
                 return tag, ""
-    return _validator_release(ctx), ""
+    return _validator_release(ctx) or _validator_pod_release(ctx), ""
+
+
+def _operator_numbered(version: str) -> str:
+    """``version`` where it is one the GPU Operator has published (v1.0 to v1.11, then calendar versions from
+    v22.9.0, its platform-support page), else "": a validator of another numbering is no evidence of a release."""
+    numbers = version_of(version)
+    if numbers is None or len(numbers) < 2:
+        return ""
+    major, minor = numbers[0], numbers[1]
+    return version if (major == 1 and minor <= OLD_SCHEME_LAST) or major >= CALENDAR_FIRST else ""
 
 
 def _validator_release(ctx: Context) -> str:
     """The release the ClusterPolicy's validator names, where it is a GPU Operator release: the operator's chart
     sets ``spec.validator.version`` to its own appVersion unless the user pins one (NVIDIA/gpu-operator
     deployments/gpu-operator/templates/clusterpolicy.yaml@a22dbf6: ``.Values.validator.version | default
-    .Chart.AppVersion``). Only the releases the operator has published count (v1.0 to v1.11, then calendar versions
-    from v22.9.0, its platform-support page), so a validator of another numbering is no evidence of one."""
+    .Chart.AppVersion``)."""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get("validator") or {}
-    version = str(spec.get("version") or "")
-    numbers = version_of(version)
-    if numbers is None or len(numbers) < 2:
-        return ""
-    major, minor = numbers[0], numbers[1]
-    return version if (major == 1 and minor <= OLD_SCHEME_LAST) or major >= CALENDAR_FIRST else ""
+    return _operator_numbered(str(spec.get("version") or ""))
+
+
+#: The image NVIDIA's operator runs its validators from (the operator-validator DaemonSet and the plugin and CUDA
+#: workload validators: NVIDIA/gpu-operator assets/state-operator-validation@v24.9.0, spec.validator's image).
+VALIDATOR_IMAGE = "gpu-operator-validator"
+
+
+def _validator_pod_release(ctx: Context) -> str:
+    """The release the stack's validator pods run, where the policy names none that is one: the operator renders
+    their image from ``spec.validator``, whose version is its own release unless pinned (`_validator_release`), so a
+    dump that lacks the policy's labels, or whose policy names another registry's tag, still shows it in the pods."""
+    for pod in ctx.snapshot.pods:
+        if namespace_of(pod) != ctx.namespace:
+            continue
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            image, tag = image_version(str(container.get("image", "")))
+            if image == VALIDATOR_IMAGE and _operator_numbered(tag):
+                return tag
+    return ""
 
 
 def operator_repair(ctx: Context, *, shown: tuple[Defect, ...]) -> Known | None:
@@ -233,7 +263,7 @@ def operator_repair(ctx: Context, *, shown: tuple[Defect, ...]) -> Known | None:
         cause=f"It is a known defect of the GPU Operator {version}, fixed in {hit.fixed_in}: {hit.cause}",
         evidence=evidence,
         action=None,
-        fix=f"{upgrade}   # the GPU Operator release that fixed it{back}{_until(hit)}",
+        fix=f"{upgrade}   # the GPU Operator release that fixed it{back}{_noted(hit)}{_until(hit)}",
     )
 
 
