@@ -78,9 +78,11 @@ def test_a_toolkit_not_set_for_volume_mounts_keeps_the_hooks_own_answer() -> Non
 
 
 def test_a_plugin_listing_by_volume_mounts_needs_no_cdi_from_containerd() -> None:
-    """DEVICE_LIST_STRATEGY=volume-mounts in the policy: containerd 1.6's lack of CDI is not named; without it, it is."""
+    """DEVICE_LIST_STRATEGY=volume-mounts in the policy: containerd 1.6's lack of CDI is not named under an operator
+    (v25.10.0) whose CDI is containerd's own; without the strategy, it is."""
     node = "gpu-a10-03"
-    quiet = _scenario(node, AS_MOUNTS, "Ubuntu 20.04.6 LTS")
+    native = "  validator: {version: v25.10.0}\n  devicePlugin:"
+    quiet = _scenario(node, AS_MOUNTS, "Ubuntu 20.04.6 LTS").replace("  devicePlugin:", native)
     assert "node.runtime-no-cdi" not in diagnosed(quiet).ids
     listed = quiet.replace("  devicePlugin:\n    env: [{name: DEVICE_LIST_STRATEGY, value: volume-mounts}]\n", "")
     assert "node.runtime-no-cdi" in diagnosed(listed).ids
