@@ -16,6 +16,8 @@ from collections.abc import Callable
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.common.remember import answers_remembered
+from gpuchain.doctor.admission import FINDING as ADMISSION_REFUSED
+from gpuchain.doctor.admission import admission_refused
 from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregistered
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
@@ -123,6 +125,7 @@ STOPS_THE_WALK = (
     "node.gpu-lost",
     "node.device-plugins-disabled",
     "node.kubelet-socket-unseen",
+    ADMISSION_REFUSED,
 )
 
 
@@ -136,6 +139,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     under = check_node(ctx, view)
     under += gpu_faults(ctx, view, witnessed)
     under += quarantined(ctx, view)
+    under += admission_refused(ctx, view)
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
     sandboxed = sandbox_walk(ctx, view, under=under, root=root)
     if sandboxed is not None:
