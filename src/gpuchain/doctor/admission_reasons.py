@@ -5,12 +5,13 @@ which the doctor's pod list (no Failed pods) leaves out. `gpuchain.doctor.admiss
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from gpuchain.doctor.stacks.base import is_gpu_node
 from gpuchain.kube import POD, Cluster
 from gpuchain.kube.gpu_resources import node_gpu_resources
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, name_of, namespace_of
 
 #: Prefix of the reason for a resource the node lacked at admission (predicate.go InsufficientResourcePrefix).
 OUT_OF = "OutOf"
@@ -89,10 +90,25 @@ def refusal(reason: str) -> Refusal | None:
     return REFUSALS.get(reason)
 
 
-def refusals_worth_reading(nodes: list[Obj]) -> bool:
-    """Is a GPU node announcing no GPU? Only then are the stack's Failed pods worth a list call (a pod the kubelet
-    refused is Failed, which the doctor's pod list leaves out): a healthy cluster pays nothing for them."""
-    return any(is_gpu_node(n) and not any(v > 0 for v in node_gpu_resources(n).values()) for n in nodes)
+def refusals_worth_reading(*, nodes: list[Obj], pods: list[Obj], daemonsets: list[Obj], namespace: str) -> bool:
+    """Are the stack's Failed pods worth a list call (the doctor's pod list leaves them out)? Only where a GPU node
+    announces no GPU and a DaemonSet of the stack's namespace counts more pods scheduled than are listed (the
+    DaemonSet controller counts a pod the kubelet refused, Failed, until it replaces it): a healthy cluster, or one
+    whose pods all live, pays nothing for them."""
+    if not any(is_gpu_node(n) and not any(v > 0 for v in node_gpu_resources(n).values()) for n in nodes):
+        return False
+    listed = Counter(
+        str(ref.get("name"))
+        for p in pods
+        if (p.get("metadata") or {}).get("namespace") == namespace
+        for ref in (p.get("metadata") or {}).get("ownerReferences") or []
+        if ref.get("kind") == "DaemonSet"
+    )
+    return any(
+        int((ds.get("status") or {}).get("currentNumberScheduled") or 0) > listed[name_of(ds)]
+        for ds in daemonsets
+        if namespace_of(ds) == namespace
+    )
 
 
 def read_refused(cluster: Cluster, namespace: str) -> list[Obj]:

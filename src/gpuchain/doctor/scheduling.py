@@ -248,7 +248,8 @@ EXTENDED_RESOURCE_TOLERATION = "ExtendedResourceToleration"
 
 def _unadmitted(finding: Finding, pod: Obj, keys: set[str]) -> Finding:
     """``finding`` with why a taint keyed by a resource the pod requests was not tolerated for it: the API server does
-    not run ExtendedResourceToleration (a cluster whose API server runs it admits the pod with the toleration)."""
+    not run ExtendedResourceToleration (one that runs it admits such a pod with the toleration), which turned on in
+    kube-apiserver's --enable-admission-plugins tolerates it for every such pod at once."""
     named = sorted(keys & set(pod_gpu_requests(pod)))
     if not named:
         return finding
@@ -256,12 +257,12 @@ def _unadmitted(finding: Finding, pod: Obj, keys: set[str]) -> Finding:
         f"taint key {', '.join(named)} is the resource the pod requests, and the pod was admitted without its "
         f"toleration: the API server does not run the {EXTENDED_RESOURCE_TOLERATION} admission plugin"
     )
-    turn_on = (
-        f"   # or, for every such pod at once, add {EXTENDED_RESOURCE_TOLERATION} to kube-apiserver's "
-        "--enable-admission-plugins (a managed cloud's API server enables it for you or not; there the toleration "
-        "is the pod's)"
+    also = (
+        f" Or, for every pod that requests {', '.join(named)}, the API server's {EXTENDED_RESOURCE_TOLERATION} "
+        "admission plugin (kube-apiserver --enable-admission-plugins) adds the toleration; a managed cloud's API "
+        "server runs it or not as the cloud chose."
     )
-    return dataclasses.replace(finding, evidence=(*finding.evidence, why), fix=finding.fix + turn_on)
+    return dataclasses.replace(finding, cause=finding.cause + also, evidence=(*finding.evidence, why))
 
 
 def _asked(pod: Obj) -> str:

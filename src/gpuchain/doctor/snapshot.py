@@ -163,7 +163,12 @@ def gather(
     resource_slices = served_list(cluster, RESOURCE_SLICE)
     step("resourceslices")
     pdbs = read_pdbs(cluster) if draining(nodes) else []
-    refused = read_refused(cluster, stack.namespace) if stack.namespace and refusals_worth_reading(nodes) else []
+    refused = (
+        read_refused(cluster, stack.namespace)
+        if stack.namespace
+        and refusals_worth_reading(nodes=nodes, pods=pods, daemonsets=daemonsets, namespace=stack.namespace)
+        else []
+    )
     absent = set() if resource_slices is not None else {"resourceslices"}
     if pdbs is None:
         absent.add("poddisruptionbudgets")
