@@ -8,11 +8,14 @@ best-effort pods refused by the single-numa-node policy)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from doctor.small_cluster import diagnosed
+from doctor.small_cluster import built, diagnosed
 
+from gpuchain.doctor import diagnose
 from gpuchain.doctor.admission import FINDING
+from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import Finding, Report, Severity
 from gpuchain.kube import POD
 from gpuchain.sim.build import SimCluster
@@ -99,13 +102,13 @@ def _refused(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.id == FINDING]
 
 
+def _without_plugin(node: str, kubelet: str, refusal: Any) -> Report:
+    """The doctor's report where ``node``'s plugin pod is gone and ``refusal`` (a Failed pod, an Event) says why."""
+    return diagnosed(PLUGIN, _no_plugin_pod(node), refusal, _silent(node, kubelet))
+
+
 def test_a_best_effort_plugin_pod_refused_by_single_numa_node_on_an_affected_kubelet_names_the_patch_release() -> None:
-    report = diagnosed(
-        PLUGIN,
-        _no_plugin_pod("numa-a"),
-        _refused_pod("numa-a", "TopologyAffinityError", TOPOLOGY),
-        _silent("numa-a", "v1.16.3"),
-    )
+    report = _without_plugin("numa-a", "v1.16.3", _refused_pod("numa-a", "TopologyAffinityError", TOPOLOGY))
     (found,) = _refused(report)
     assert (found.node, found.link, found.severity, found.root) == ("numa-a", "node", Severity.ERROR, True)
     assert "v1.16.5" in found.fix and "topologyManagerPolicy: best-effort" in found.fix
@@ -116,23 +119,13 @@ def test_a_best_effort_plugin_pod_refused_by_single_numa_node_on_an_affected_kub
 
 def test_on_a_fixed_kubelet_the_topology_refusal_is_the_policy_not_the_release() -> None:
     limits = {"limits": {"cpu": "50m", "memory": "64Mi"}}
-    report = diagnosed(
-        PLUGIN,
-        _no_plugin_pod("numa-b"),
-        _refused_pod("numa-b", "TopologyAffinityError", TOPOLOGY, limits),
-        _silent("numa-b", "v1.31.4"),
-    )
+    report = _without_plugin("numa-b", "v1.31.4", _refused_pod("numa-b", "TopologyAffinityError", TOPOLOGY, limits))
     (found,) = _refused(report)
     assert found.node == "numa-b" and "topologyManagerPolicy" in found.fix and "upgrade" not in found.fix
 
 
 def test_the_kubelets_event_alone_names_an_out_of_pods_refusal_and_its_repair() -> None:
-    report = diagnosed(
-        PLUGIN,
-        _no_plugin_pod("numa-a"),
-        _rejection_event("numa-a", "OutOfpods", OUT_OF_PODS),
-        _silent("numa-a", "v1.30.2"),
-    )
+    report = _without_plugin("numa-a", "v1.30.2", _rejection_event("numa-a", "OutOfpods", OUT_OF_PODS))
     (found,) = _refused(report)
     assert "OutOfpods" in found.cause and "maxPods" in found.fix and "system-node-critical" in found.fix
 
@@ -145,21 +138,24 @@ def test_a_refusal_the_running_plugin_pod_replaced_is_history() -> None:
 
 
 def test_a_failed_pod_whose_reason_is_not_an_admission_refusal_is_not_read_as_one() -> None:
-    report = diagnosed(
-        PLUGIN,
-        _no_plugin_pod("numa-a"),
-        _refused_pod("numa-a", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"),
-        _silent("numa-a", "v1.30.2"),
-    )
+    deadline = "Pod was active on the node longer than the specified deadline"
+    report = _without_plugin("numa-a", "v1.30.2", _refused_pod("numa-a", "DeadlineExceeded", deadline))
     assert _refused(report) == []
 
 
 def test_the_refused_pods_cost_one_list_only_where_a_daemonset_counts_pods_it_does_not_list() -> None:
     quiet = diagnosed(PLUGIN, _silent("numa-a", "v1.30.2"))  # a silent node whose plugin pod lives: no extra list
-    refused = diagnosed(
+    refused = _without_plugin("numa-a", "v1.30.2", _refused_pod("numa-a", "TopologyAffinityError", TOPOLOGY))
+    assert refused.api_calls["list"] == quiet.api_calls["list"] + 1
+
+
+def test_a_dump_keeps_the_refused_pod_the_live_doctor_reads(tmp_path: Path) -> None:
+    sim = built(
         PLUGIN,
         _no_plugin_pod("numa-a"),
         _refused_pod("numa-a", "TopologyAffinityError", TOPOLOGY),
-        _silent("numa-a", "v1.30.2"),
+        _silent("numa-a", "v1.16.3"),
     )
-    assert refused.api_calls["list"] == quiet.api_calls["list"] + 1
+    write_dump(sim.cluster, tmp_path)
+    (found,) = _refused(diagnose(read_dump(tmp_path)))
+    assert found.node == "numa-a" and "v1.16.5" in found.fix

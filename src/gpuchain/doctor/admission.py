@@ -65,14 +65,10 @@ def _operand(ctx: Context, namespace: str, owner: str) -> str:
 
 
 def _refused_here(ctx: Context, view: NodeView) -> list[Refused]:
-    """The chain's pods the node's kubelet refused: Failed pods (the snapshot's, a dump's) and the kubelet's Events on
-    pods it refused, whose operand has no live pod on the node now."""
+    """The chain's pods the node's kubelet refused: its Failed pods (`Snapshot.refused`) and its Events on pods it
+    refused, whose operand has no live pod on the node now."""
     out = []
-    failed = [
-        *ctx.snapshot.refused,
-        *(p for p in ctx.snapshot.pods if (p.get("status") or {}).get("phase") == "Failed"),
-    ]
-    for pod in failed:
+    for pod in ctx.snapshot.refused:
         status = pod.get("status") or {}
         reason = str(status.get("reason") or "")
         if (pod.get("spec") or {}).get("nodeName") != view.name or refusal(reason) is None:

@@ -113,5 +113,16 @@ def refusals_worth_reading(*, nodes: list[Obj], pods: list[Obj], daemonsets: lis
 
 def read_refused(cluster: Cluster, namespace: str) -> list[Obj]:
     """The Failed pods of ``namespace`` whose reason is a kubelet admission refusal."""
-    failed = cluster.list_readonly(POD, namespace=namespace, field_selector="status.phase=Failed")
-    return [p for p in failed if refusal(str((p.get("status") or {}).get("reason") or "")) is not None]
+    return refused_in(cluster.list_readonly(POD, namespace=namespace, field_selector="status.phase=Failed"), namespace)
+
+
+def refused_in(pods: list[Obj], namespace: str) -> list[Obj]:
+    """The pods of ``namespace`` among ``pods`` (a dump's, which keeps finished ones) that the kubelet refused at
+    admission: Failed, with a reason of the family."""
+    return [
+        p
+        for p in pods
+        if namespace_of(p) == namespace
+        and (p.get("status") or {}).get("phase") == "Failed"
+        and refusal(str((p.get("status") or {}).get("reason") or "")) is not None
+    ]
