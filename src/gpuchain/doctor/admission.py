@@ -39,7 +39,7 @@ FOUNDATION_OPERANDS = {
 FINDING = "node.admission-refused"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Refused:
     """One refusal of a chain's pod on the node: the pod's name, its operand, the reason and the kubelet's words."""
 
@@ -78,7 +78,12 @@ def _refused_here(ctx: Context, view: NodeView) -> list[Refused]:
         if operand:
             out.append(
                 Refused(
-                    name_of(pod), operand, reason, str(status.get("message") or ""), "pod status", _best_effort(pod)
+                    pod=name_of(pod),
+                    operand=operand,
+                    reason=reason,
+                    message=str(status.get("message") or ""),
+                    where="pod status",
+                    best_effort=_best_effort(pod),
                 )
             )
     for e in view.events:
@@ -92,7 +97,10 @@ def _refused_here(ctx: Context, view: NodeView) -> list[Refused]:
             (st for st, ds in ctx.stack.daemonsets.items() if name.startswith(f"{ds}-") and _operand(ctx, ns, ds)), ""
         )
         if operand and not any(r.pod == name for r in out):
-            out.append(Refused(name, operand, reason, str(e.get("message") or ""), "event", False))
+            message = str(e.get("message") or "")
+            out.append(
+                Refused(pod=name, operand=operand, reason=reason, message=message, where="event", best_effort=False)
+            )
     return [r for r in out if r.operand not in view.operand_pods]
 
 
