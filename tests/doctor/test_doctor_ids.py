@@ -30,6 +30,12 @@ CLUSTER_TESTS = {
     "test_a_node_nfd_marks_by_class_that_the_operator_never_labelled_has_the_operator_restarted",
     "device-plugin.stale-driver-root": "doctor.test_operator_labels_and_plugin_root::"
     "test_gpu_pods_refused_for_driver_container_paths_on_an_opted_out_node_restart_the_plugin",
+    "node.admission-refused": "test_doctor_admission_refused::"
+    "test_a_best_effort_plugin_pod_refused_by_single_numa_node_on_an_affected_kubelet_names_the_patch_release",
+    "node.quarantine-no-action": "test_doctor_remediator_quarantine::"
+    "test_a_node_cordoned_and_tainted_for_a_none_action_condition_is_uncordoned_and_untainted",
+    "node.quarantined": "test_doctor_remediator_quarantine::"
+    "test_a_quarantine_waiting_on_a_named_remediation_is_a_warning_not_the_root",
     "node.pod-admitted-without-device": "test_doctor_state_files_and_admission::"
     "test_a_gpu_pod_without_its_driver_beside_a_registered_plugin_was_admitted_without_its_allocation",
     "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"

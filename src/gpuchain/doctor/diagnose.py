@@ -16,6 +16,8 @@ from collections.abc import Callable
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.common.remember import answers_remembered
+from gpuchain.doctor.admission import FINDING as ADMISSION_REFUSED
+from gpuchain.doctor.admission import admission_refused
 from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregistered
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
@@ -38,6 +40,7 @@ from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
+from gpuchain.doctor.quarantine import quarantined
 from gpuchain.doctor.resource_names import misnamed
 from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
@@ -122,6 +125,7 @@ STOPS_THE_WALK = (
     "node.gpu-lost",
     "node.device-plugins-disabled",
     "node.kubelet-socket-unseen",
+    ADMISSION_REFUSED,
 )
 
 
@@ -134,6 +138,8 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     witnessed = witnesses(ctx, view=view, found=found)
     under = check_node(ctx, view)
     under += gpu_faults(ctx, view, witnessed)
+    under += quarantined(ctx, view)
+    under += admission_refused(ctx, view)
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
     sandboxed = sandbox_walk(ctx, view, under=under, root=root)
     if sandboxed is not None:
@@ -466,8 +472,14 @@ def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:
         )
     ]
     if ctx.stack.id == "none":
-        # No device plugin anywhere: every GPU node offers nothing, because of stack.missing.
-        no_gpu, roots = [c.node for c in chains], Counter({"stack.missing": len(chains)})
+        # No device plugin DaemonSet anywhere: every GPU node that announces no GPU offers nothing, because of
+        # stack.missing, or of its own image's plugin service not registered where the image runs one (Bottlerocket);
+        # a node whose image's plugin announces its GPUs offers them.
+        silent = {
+            v.name: host_plugin(v) for v in ctx.views if not any(n > 0 for n in node_gpu_resources(v.node).values())
+        }
+        no_gpu = [c.node for c in chains if c.node in silent]
+        roots = Counter("device-plugin.not-registered" if silent[n] else "stack.missing" for n in no_gpu)
     names = [f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p, _ in stuck]
     requested = Counter(r for p, _ in stuck for r in pod_gpu_requests(p))
     resources = ", ".join(sorted(requested))

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
+from gpuchain.doctor.admission_reasons import refused_in
 from gpuchain.doctor.logs import cluster_scraper
 from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, read_pdbs, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
@@ -231,6 +232,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         drivers=extras["nvidiadrivers"],
         resource_slices=extras["resourceslices"],
         pdbs=extras["poddisruptionbudgets"],
+        refused=refused_in(found["pods"], stack_ns),
         absent=frozenset(absent),
         scrapes=_scrapes_by_node(pods, scraped),
     )

@@ -4,8 +4,10 @@ A user's pod that asks for GPUs (``nvidia.com/gpu*`` in its limits, or DRA Resou
 Pending is read from the scheduler's own words (its PodScheduled=False Unschedulable message, kubernetes
 pkg/scheduler/framework/plugins@v1.34.4):
 
-- tainttoleration: ``node(s) had untolerated taint {<key>: <value>}``: every GPU node carries a taint the
-  pod does not tolerate; the repair is the toleration, added to the object that makes the pod;
+- tainttoleration: ``node(s) had untolerated taint {<key>: <value>}`` (before 1.25 ``node(s) had taint {<key>:
+  <value>}, that the pod didn't tolerate``, before 1.20 ``node(s) had taints that the pod didn't tolerate``): every
+  GPU node carries a taint the pod does not tolerate; the repair is the toleration, added to the object that makes
+  the pod;
 - nodeaffinity: ``node(s) didn't match Pod's node affinity/selector``: the pod selects a label no GPU node
   has; the repair is the selector changed to the value the GPU nodes carry, or the label put on them;
 - dynamicresources: ``cannot allocate all claims``: no GPU DRA driver publishes a device for them in a
@@ -19,6 +21,7 @@ walk names on that node; no workload is told to tolerate it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -35,8 +38,11 @@ from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
 #: The scheduler's words for each filter that keeps a pod off a node (kubernetes
 #: pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go, nodeaffinity/node_affinity.go
-#: ErrReasonPod, dynamicresources/dynamicresources.go@v1.34.4).
-UNTOLERATED_WORDS = "untolerated taint"
+#: ErrReasonPod, dynamicresources/dynamicresources.go@v1.34.4). The taint filter's words changed twice: "node(s) had
+#: taints that the pod didn't tolerate" (pkg/scheduler/algorithm/predicates/error.go@v1.16.0,
+#: ErrTaintsTolerationsNotMatch), "node(s) had taint {%s: %s}, that the pod didn't tolerate" (the plugin's Filter from
+#: 1.20), "node(s) had untolerated taint {%s: %s}" (from 1.25): each is read.
+UNTOLERATED_WORDS = ("untolerated taint", "that the pod didn't tolerate")
 AFFINITY_WORDS = "didn't match Pod's node affinity/selector"
 CLAIMS_WORDS = "cannot allocate all claims"
 #: Taints of a node's own condition (k8s.io/api core/v1 well_known_taints.go): not a workload's to tolerate.
@@ -173,7 +179,8 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         )
     after = [(v, pod_blocker(spec, v.node)) for v in views]
     if any(b is None for _, b in after):
-        return _finding(ctx, pod, owner, "taint", evidence, patch_fix(owner, patch), None)
+        finding = _finding(ctx, pod, owner, "taint", evidence, patch_fix(owner, patch), None)
+        return _unadmitted(finding, pod, {key for key, _ in taints})
     selectors = {(str(b.detail["key"]), str(b.detail.get("operator"))): b for _, b in after if b is not None}
     if any(b.kind != "selector" for b in selectors.values()) or len(selectors) != 1:
         return None
@@ -230,6 +237,32 @@ def _finding(
         root=True,
         action=action,
     )
+
+
+#: The API server's admission plugin that gives a pod the toleration of each extended resource it requests ({key:
+#: <resource>, operator: Exists, effect: NoSchedule}; kubernetes plugin/pkg/admission/extendedresourcetoleration),
+#: off unless kube-apiserver's --enable-admission-plugins names it: where it runs, a node pool tainted with its
+#: resource's name (nvidia.com/gpu) admits the pods that request that resource and keeps the others off.
+EXTENDED_RESOURCE_TOLERATION = "ExtendedResourceToleration"
+
+
+def _unadmitted(finding: Finding, pod: Obj, keys: set[str]) -> Finding:
+    """``finding`` with why a taint keyed by a resource the pod requests was not tolerated for it: the API server does
+    not run ExtendedResourceToleration (one that runs it admits such a pod with the toleration), which turned on in
+    kube-apiserver's --enable-admission-plugins tolerates it for every such pod at once."""
+    named = sorted(keys & set(pod_gpu_requests(pod)))
+    if not named:
+        return finding
+    why = (
+        f"taint key {', '.join(named)} is the resource the pod requests, and the pod was admitted without its "
+        f"toleration: the API server does not run the {EXTENDED_RESOURCE_TOLERATION} admission plugin"
+    )
+    also = (
+        f" Or, for every pod that requests {', '.join(named)}, the API server's {EXTENDED_RESOURCE_TOLERATION} "
+        "admission plugin (kube-apiserver --enable-admission-plugins) adds the toleration; a managed cloud's API "
+        "server runs it or not as the cloud chose."
+    )
+    return dataclasses.replace(finding, cause=finding.cause + also, evidence=(*finding.evidence, why))
 
 
 def _asked(pod: Obj) -> str:
@@ -361,7 +394,7 @@ def unplaced(ctx: Context, chains: list[NodeChain]) -> tuple[list[Finding], set[
             explained.add(id(pod))
             continue
         found = None
-        if UNTOLERATED_WORDS in msg or AFFINITY_WORDS in msg:
+        if any(w in msg for w in UNTOLERATED_WORDS) or AFFINITY_WORDS in msg:
             found = _placement(ctx, pod, msg, by_node)
         if found is None and CLAIMS_WORDS in msg:
             found = _claims(ctx, pod, msg, by_node)

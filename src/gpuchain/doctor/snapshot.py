@@ -25,6 +25,7 @@ from functools import cache
 from typing import Protocol, cast
 
 from gpuchain.common.labels import MIG_CONFIG_STATE
+from gpuchain.doctor.admission_reasons import read_refused, refusals_worth_reading
 from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
@@ -162,6 +163,12 @@ def gather(
     resource_slices = served_list(cluster, RESOURCE_SLICE)
     step("resourceslices")
     pdbs = read_pdbs(cluster) if draining(nodes) else []
+    refused = (
+        read_refused(cluster, stack.namespace)
+        if stack.namespace
+        and refusals_worth_reading(nodes=nodes, pods=pods, daemonsets=daemonsets, namespace=stack.namespace)
+        else []
+    )
     absent = set() if resource_slices is not None else {"resourceslices"}
     if pdbs is None:
         absent.add("poddisruptionbudgets")
@@ -177,6 +184,7 @@ def gather(
         drivers=drivers,
         resource_slices=resource_slices or [],
         pdbs=pdbs or [],
+        refused=refused,
         absent=frozenset(absent),
     )
 

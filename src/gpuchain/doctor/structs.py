@@ -51,6 +51,9 @@ class Snapshot:
     resource_slices: list[Obj] = field(default_factory=list)  #: DRA ResourceSlices (resource.k8s.io/v1)
     #: PodDisruptionBudgets (policy/v1), read only where a node drains (`snapshot.draining`): what an eviction obeys
     pdbs: list[Obj] = field(default_factory=list)
+    #: the stack's pods the kubelet refused at admission (Failed), read only where a GPU node announces no GPU
+    #: (`admission.refusals_worth_reading`): the pod list leaves Failed pods out
+    refused: list[Obj] = field(default_factory=list)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
     #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
     scrapes: dict[str, Scrape] = field(default_factory=dict)

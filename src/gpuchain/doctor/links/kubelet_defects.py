@@ -34,7 +34,7 @@ from gpuchain.operator.operands import DEVICE_PLUGIN
 from gpuchain.remediation.model import node_view
 
 #: The symptoms an entry may name (kubelet_defects.yaml says what each is).
-SYMPTOMS = ("allocatable-zero", "running-pods-rejected")
+SYMPTOMS = ("allocatable-zero", "running-pods-rejected", "besteffort-topology-refused")
 #: The finding every entry's match gives: the node's own kubelet is the broken link.
 FINDING = "node.kubelet-defect"
 #: The kubelet's reason for a pod its admission refused (kubernetes pkg/kubelet/cm/admission/errors.go).
@@ -124,7 +124,7 @@ def kubelet_defect(node: Obj, symptom: str) -> tuple[KubeletDefect, str] | None:
     return None
 
 
-def _upgrade(view: NodeView, found: KubeletDefect, fixed: str) -> str:
+def kubelet_upgrade(view: NodeView, found: KubeletDefect, fixed: str) -> str:
     """How the node gets a kubelet with the fix: its patch release (or any minor release from the one that had it
     from the start), through the managed cloud's pool upgrade where the node is one."""
     version = node_info(view.node).get("kubeletVersion", "?")
@@ -209,7 +209,7 @@ def allocatable_held(ctx: Context, view: NodeView, *, res: str, cap: int, alloc:
             f"release note: {found.line}",
             f"until then: {found.workaround}",
         ]
-        lasting = f"so it does not come back at the plugin's next restart, {_upgrade(view, found, fixed)}"
+        lasting = f"so it does not come back at the plugin's next restart, {kubelet_upgrade(view, found, fixed)}"
         fid = FINDING
     action = Fix(
         FixOp.NODE,
@@ -276,8 +276,8 @@ def running_rejected(ctx: Context, view: NodeView, refused: list[Obj]) -> Findin
         FixOp.NODE,
         view.name,
         {
-            "action": f"{_upgrade(view, found, fixed)}; until it runs, restart this node's kubelet only with its GPU "
-            "pods drained",
+            "action": f"{kubelet_upgrade(view, found, fixed)}; until it runs, restart this node's kubelet only with "
+            "its GPU pods drained",
             "drain": False,
             NOT_SIMULATED: "a kubelet's release is a fact of the node no scenario names",
         },
