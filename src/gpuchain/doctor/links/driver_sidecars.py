@@ -37,23 +37,26 @@ class Sidecar:
     """One sidecar of the driver pod and the key that renders it."""
 
     marks: str  #: what its container's name contains (the operator finds it by that, strings.Contains)
-    key: str  #: its ClusterPolicy key, dotted under spec
-    nvidiadriver_key: str  #: the same key on an NVIDIADriver
+    key: str  #: its key: under spec of an NVIDIADriver, under spec.<under> of the ClusterPolicy
+    under: str = ""  #: the ClusterPolicy section that holds it ("": spec itself)
     title: str  #: how a fix names it
     versioned: bool  #: its image has a version of its own (spec.<key>.version); else it runs the driver's image
     #: what its key's other settings do, for a failure no version explains
     settings: str = ""
 
+    @property
+    def policy_key(self) -> str:
+        """Its key in the ClusterPolicy, dotted under spec."""
+        return f"{self.under}.{self.key}" if self.under else self.key
+
 
 SIDECARS = (
-    Sidecar(
-        marks="nvidia-fs", key="gds", nvidiadriver_key="gds", title="nvidia-fs (GPUDirect Storage)", versioned=True
-    ),
-    Sidecar(marks="gdrcopy", key="gdrcopy", nvidiadriver_key="gdrcopy", title="GDRCopy (gdrdrv)", versioned=True),
+    Sidecar(marks="nvidia-fs", key="gds", title="nvidia-fs (GPUDirect Storage)", versioned=True),
+    Sidecar(marks="gdrcopy", key="gdrcopy", title="GDRCopy (gdrdrv)", versioned=True),
     Sidecar(
         marks="nvidia-peermem",
-        key="driver.rdma",
-        nvidiadriver_key="rdma",
+        key="rdma",
+        under="driver",
         title="nvidia-peermem (GPUDirect RDMA)",
         versioned=False,
         # NVIDIA/cloud-native-docs gpu-operator/gpu-operator-rdma.rst: rdma.useHostMofed where the MOFED driver is
@@ -149,7 +152,7 @@ def sidecar_repair(
         return None
     ds = owner_ds(pod)
     crd = ds.startswith(DRIVER_PREFIX)
-    key = car.nvidiadriver_key if crd else car.key
+    key = car.key if crd else car.policy_key
     where = f"the NVIDIADriver that renders DaemonSet {ds}" if crd else ctx.policy_ref
     head = (
         f"the driver pod is {state.status}: its driver container runs, and its {car.title} sidecar {container} exits "
