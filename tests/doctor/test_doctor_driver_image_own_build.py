@@ -1,6 +1,6 @@
 """A node whose OS NVIDIA publishes no driver image for: the operator's driver kept, from an image the cluster's
 owners build (NVIDIA/gpu-driver-container, tagged ``<version>-<os tag>``, the policy's driver repository pointed at
-it), the host's driver offered only where the host can install one (not an image-based OS).
+it); the host's driver stays the first way out where the host can install one, and is none on an image-based OS.
 
 Sources: NVIDIA/cloud-native-docs gpu-operator/getting-started.rst@52dcb7b8 "Running a Custom Driver Image" (rebuild
 with --build-arg DRIVER_VERSION, tag ``driver:<version>-<os>``, set driver.repository and driver.version);
@@ -55,17 +55,16 @@ def test_an_image_based_os_without_driver_images_is_told_to_build_its_own_and_po
     assert root.fix.startswith("# build a driver image for scos4.16 yourself from NVIDIA/gpu-driver-container")
     assert "rhel9 Dockerfile" in root.fix and "<your registry>/driver:550.144.03-scos4.16" in root.fix
     assert '"repository":"<your registry>"' in root.fix and '"version":"550.144.03"' in root.fix
-    assert "enabled" not in root.fix and root.action is None
+    assert "enabled" not in root.fix and root.action is None and "image-based OS" in root.cause
     assert any("read as scos4.16" in e for e in root.evidence)
 
 
-def test_a_package_managed_os_without_driver_images_gets_its_own_build_first_and_the_host_driver_after() -> None:
+def test_a_package_managed_os_without_driver_images_keeps_the_host_driver_first_and_names_its_own_build() -> None:
     image = "nvcr.io/nvidia/driver:570.172.08-debian12"
     (root,) = _roots(diagnosed(DEBIAN, no_gpus("deb-1"), _refused("deb-1", image, f"{image}: not found")))
-    assert root.fix.startswith("# build a driver image for debian12 yourself")
-    assert "Dockerfile of the supported OS nearest" in root.fix
-    build, host = root.fix.index("build a driver image"), root.fix.index('"enabled":false')
-    assert build < host
+    assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
+    assert "or build a driver image for debian12 yourself" in root.fix
+    assert "Dockerfile of the supported OS nearest" in root.fix and "spec.driver.repository" in root.fix
 
 
 def test_rocky_linux_has_published_driver_images_so_its_missing_tag_is_not_called_an_unsupported_os() -> None:

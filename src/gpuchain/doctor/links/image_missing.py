@@ -156,9 +156,9 @@ def _driver_tag_missing(
 def _no_os_image(
     ctx: Context, view: NodeView, *, image: str, tag: re.Match[str], said: tuple[str, ...], os_image: str
 ) -> Known:
-    """No driver image at any version for the node's OS: an image the cluster's owners build for it
-    (`driver_build`) keeps the operator's driver, the host's driver is the way out where the host can install one
-    (a package-managed OS, or a managed cloud's node image that brings it; not an image-based OS)."""
+    """No driver image at any version for the node's OS: the host's driver where the host can install one (a
+    package-managed OS, or a managed cloud's node image that brings it), then an image the cluster's owners build for
+    it (`driver_build`); on an image-based OS (CoreOS family, Talos ...) that image alone keeps a driver there."""
     version, dist = tag.group(1), tag.group(2)
     repo, name = image.rpartition(":")[0].rpartition("/")[::2]
     # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
@@ -182,8 +182,9 @@ def _no_os_image(
     own = build_own(
         policy=ctx.policy_ref, render=ctx.stack.render(point), version=version, dist=dist, kernel=view.kernel
     )
-    if node_image(view.node) is not None:
-        # A managed cloud's node image: its own driver first (the cloud installs it), a self-built image after.
+    if not image_based(view.node) or node_image(view.node) is not None:
+        # A host that can install the driver (its OS packages, or a managed cloud's node image that brings it): its
+        # own driver first, the image the cluster's owners build after.
         return Known(
             cause=cause,
             evidence=said,
@@ -191,17 +192,13 @@ def _no_os_image(
             fix=ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
             f", {host}; {elsewhere}; or {own}",
         )
-    based = image_based(view.node)
-    alt = (
-        f"; {elsewhere} (an image-based OS installs no driver on the host)"
-        if based
-        else f"; or, {host}, {ctx.stack.render(off)}; {elsewhere}"
-    )
+    # An image-based OS installs no driver on the host: the driver comes in a container, the one its owners build.
     return Known(
-        cause=cause + (" It is an image-based OS: the driver comes in a container." if based else ""),
+        cause=f"{cause} It is an image-based OS, which installs no driver on the host: the driver comes in a "
+        "container.",
         evidence=(*said, f"registry {repo}: no {dist} tag at any driver version"),
         action=None,
-        fix=f"# {own}{alt}",
+        fix=f"# {own}; {elsewhere}",
     )
 
 
