@@ -135,3 +135,21 @@ def test_a_sidecar_line_gpuchain_does_not_know_is_answered_in_its_key_not_the_dr
     assert root.action is not None and root.action.changes["spec"] == {"gds": {"version": "2.27.3"}}
     assert "usePrecompiled" not in root.fix
     assert "unrecognised: ERROR: could not build the nvidia-fs module" in root.evidence
+
+
+def test_a_sidecar_of_an_nvidiadriver_managed_pod_names_that_resources_key() -> None:
+    """With spec.driver.useNvidiaDriverCRD the driver DaemonSets are the NVIDIADriver's (nvidia-gpu-driver-<name>),
+    whose spec carries gds, gdrcopy and rdma itself (api/nvidia/v1alpha1/nvidiadriver_types.go@a22dbf6)."""
+    edits = _sidecar("gds-6", "nvidia-fs-ctr", "nvcr.io/nvidia/cloud-native/nvidia-fs:2.20.5-ubuntu22.04")
+
+    def owned(sim: SimCluster) -> None:
+        for p in sim.cluster.list(POD):
+            if p["metadata"]["name"].startswith("nvidia-driver-daemonset") and p["spec"].get("nodeName") == "gds-6":
+                ref = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-gpu-driver-ubuntu22.04-7c9f8"}
+                meta = {"ownerReferences": [{**ref, "controller": True}]}
+                sim.cluster.patch(POD, name=p["metadata"]["name"], patch={"metadata": meta}, namespace="gpu-operator")
+
+    report = diagnosed(SCENARIO.format(driver="580.126.20", node="gds-6"), _operator_release("v26.3.2"), *edits, owned)
+    (root,) = _roots(report)
+    assert "the NVIDIADriver that renders DaemonSet nvidia-gpu-driver-ubuntu22.04-7c9f8" in root.fix
+    assert root.action is None and "spec.gds.version" in root.fix and "2.27.3" in root.fix
