@@ -84,6 +84,9 @@ def test_a_gds_sidecar_of_an_older_release_under_a_known_operator_release_is_set
 
 
 def test_a_gdrcopy_sidecar_under_an_unknown_operator_release_names_its_key_and_the_later_releases_versions() -> None:
+    """The simulated validator pod runs gpu-operator-validator:v24.9.0, but no Helm label or operator pod shows the
+    install's release: the validator's version is a key of the same ClusterPolicy, so it names no release to move
+    the sidecar to (no patch to v24.9.0's v2.4.1-2)."""
     image = "nvcr.io/nvidia/cloud-native/gdrdrv:v2.4.4-ubuntu22.04"
     (root,) = _roots(
         diagnosed(SCENARIO.format(driver="570.124.06", node="g2"), *_sidecar("g2", "nvidia-gdrcopy-ctr", image))

@@ -23,7 +23,7 @@ import yaml
 
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.links.common import Known
-from gpuchain.doctor.links.releases import operator_release
+from gpuchain.doctor.links.releases import installed_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import PodState
@@ -172,7 +172,9 @@ def sidecar_repair(
             action=None,
             fix=f"{_where_repaired(read, said, f'spec.{key} of {where} ({car.settings})')}; then {again}",
         )
-    running, release = _version(image, dist), operator_release(ctx)[0]
+    # The release the install shows (Helm labels, the operator's image), not the validator's version: that is a key
+    # of the same ClusterPolicy, as stale as the pin this looks for where the policy outlived an older install.
+    running, release = _version(image, dist), installed_release(ctx)[0]
     ships = shipped_in(release, car.key) if release else ""
     from_ = shipped_by(car.key, running)
     whose = f" ({running} is what GPU Operator {from_} ships)" if from_ else ""
