@@ -122,12 +122,14 @@ def test_an_os_nvidia_builds_no_driver_for_names_the_tag_to_build() -> None:
         "feature.node.kubernetes.io/system-os_release.VERSION_ID: '4.17'}\n"
     )
     (root,) = _roots(diagnosed(scenario, no_gpus("o1"), _pull("o1", image)))
-    assert root.action is not None and root.action.changes == {"spec": {"driver": {"enabled": False}}}
-    assert "build nvcr.io/nvidia/driver:570.124.06-scos4.17" in root.fix
+    # CentOS Stream CoreOS is image-based: no driver on the host, a driver image its owners build
+    # (test_doctor_driver_image_own_build); a package-managed OS keeps the host's driver first (test_doctor_state_rules).
+    assert root.action is None and "enabled" not in root.fix
+    assert "build a driver image for scos4.17" in root.fix and "<your registry>/driver:570.124.06-scos4.17" in root.fix
     # the way out is the stack's: no cloud named on a node that is not that cloud's, and the operator's
     # driver OSes as it publishes them (DRIVER_IMAGE_OS), not a list of two
     assert "GKE" not in root.fix and "/home/kubernetes" not in root.fix
-    assert "ubuntu, rhel, rhcos, flatcar, fedora, sles" in root.fix
+    assert "ubuntu, rhel, rhcos, rocky, flatcar, fedora, sles" in root.fix
 
 
 def test_a_precompiled_driver_missing_for_the_nodes_kernel_names_the_tag_per_kernel() -> None:

@@ -38,6 +38,8 @@ OS_IMAGES = (
     (re.compile(r"^Ubuntu (\d+\.\d+)"), "ubuntu"),
     # 416.94 is 4.16, 46.82 (before 4.10) is 4.6
     (re.compile(r"^Red Hat Enterprise Linux CoreOS (\d)(\d{1,2})\."), "rhcos"),
+    # OKD's CentOS Stream CoreOS, numbered as RHCOS is (417.9 is 4.17; os-release ID scos)
+    (re.compile(r"^CentOS Stream CoreOS (\d)(\d{1,2})\."), "scos"),
     (re.compile(r"^Red Hat Enterprise Linux (?:Server )?(\d+(?:\.\d+)?)"), "rhel"),
     (re.compile(r"^Rocky Linux (\d+(?:\.\d+)?)"), "rocky"),
     (re.compile(r"^Oracle Linux Server (\d+(?:\.\d+)?)"), "ol"),

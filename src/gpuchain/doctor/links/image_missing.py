@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.driver_build import build_own, image_based
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node import node_info
-from gpuchain.doctor.node_image import os_tag
+from gpuchain.doctor.node_image import node_image, os_tag
 from gpuchain.doctor.pods import PodState
 from gpuchain.operator.operands import DRIVER, Operand, deploy_label
 
@@ -117,22 +118,7 @@ def _driver_tag_missing(
         "nodes reach and set spec.driver.repository to it"
     )
     if not dist.startswith(ctx.stack.driver_image_os):
-        # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
-        off = (
-            Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
-            if ctx.driver_kernels
-            else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
-        )
-        return Known(
-            cause=f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and "
-            f"NVIDIA publishes driver images only for {', '.join(ctx.stack.driver_image_os)}, so no driver version "
-            f"pulls on {os_image}.",
-            evidence=said,
-            action=off,
-            fix=ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
-            f", once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'}); or run the "
-            f"node on an OS with driver images ({', '.join(ctx.stack.driver_image_os)}); {build}",
-        )
+        return _no_os_image(ctx, view, image=image, tag=tag, said=said, os_image=os_image)
     # A new OS release gets driver images from the operator release that adds it: before that, no version pulls.
     newer = (
         f"; where the operator's release predates {os_image} (its default has no {dist} image either), upgrade the "
@@ -164,6 +150,55 @@ def _driver_tag_missing(
         fix=f"# set spec.driver.version in {ctx.policy_ref} to a driver release published as {repo}:<version>-{dist} "
         "(a newer branch, for a new OS release), or spec.driver.usePrecompiled=true where a precompiled image "
         f"exists for kernel {view.kernel}; {build}; or run the node on an OS release {version} is published for{newer}",
+    )
+
+
+def _no_os_image(
+    ctx: Context, view: NodeView, *, image: str, tag: re.Match[str], said: tuple[str, ...], os_image: str
+) -> Known:
+    """No driver image at any version for the node's OS: the host's driver where the host can install one (a
+    package-managed OS, or a managed cloud's node image that brings it), then an image the cluster's owners build for
+    it (`driver_build`); on an image-based OS (CoreOS family, Talos ...) that image alone keeps a driver there."""
+    version, dist = tag.group(1), tag.group(2)
+    repo, name = image.rpartition(":")[0].rpartition("/")[::2]
+    # Where the driver container runs on other nodes, only this node opts out; else the whole policy.
+    off = (
+        Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DRIVER): "false"})
+        if ctx.driver_kernels
+        else Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"enabled": False}}})
+    )
+    published = ", ".join(ctx.stack.driver_image_os)
+    cause = (
+        f"no driver image exists for this node's OS: the operator asks for {image} (tag {tag.group(0)}) and NVIDIA "
+        f"publishes driver images only for {published}, so no driver version pulls on {os_image}."
+    )
+    host = f"once the driver is on the host ({ctx.stack.driver_install or 'from its OS packages'})"
+    elsewhere = f"or run the node on an OS with driver images ({published})"
+    point = Fix(
+        FixOp.PATCH_POLICY,
+        ctx.policy_name,
+        {"spec": {"driver": {"repository": "<your registry>", "image": name or "driver", "version": version}}},
+    )
+    own = build_own(
+        policy=ctx.policy_ref, render=ctx.stack.render(point), version=version, dist=dist, kernel=view.kernel
+    )
+    if not image_based(view.node) or node_image(view.node) is not None:
+        # A host that can install the driver (its OS packages, or a managed cloud's node image that brings it): its
+        # own driver first, the image the cluster's owners build after.
+        return Known(
+            cause=cause,
+            evidence=said,
+            action=off,
+            fix=ctx.stack.render(off) + f"   # {'this node opts out' if ctx.driver_kernels else 'driver.enabled=false'}"
+            f", {host}; {elsewhere}; or {own}",
+        )
+    # An image-based OS installs no driver on the host: the driver comes in a container, the one its owners build.
+    return Known(
+        cause=f"{cause} It is an image-based OS, which installs no driver on the host: the driver comes in a "
+        "container.",
+        evidence=(*said, f"registry {repo}: no {dist} tag at any driver version"),
+        action=None,
+        fix=f"# {own}; {elsewhere}",
     )
 
 

@@ -8,15 +8,17 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import refused_message
 from gpuchain.doctor.links.common import Known, Result, container_image, node_finding
+from gpuchain.doctor.links.driver_sidecars import sidecar_repair
 from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.links.releases import newest_release, release_repair, with_release
 from gpuchain.doctor.model import Fix, LinkState, Severity
 from gpuchain.doctor.next_steps import last_line, next_step, shape_of, silent_fix
+from gpuchain.doctor.node_image import os_tag
 from gpuchain.doctor.owners import owner_ds, repair_target, silent
 from gpuchain.doctor.pods import PodState
 from gpuchain.doctor.releases import moved_image, newer_image, showing
 from gpuchain.kube.objects import Obj
-from gpuchain.operator.operands import Operand
+from gpuchain.operator.operands import DRIVER, Operand
 
 #: The links whose error no catalog entry knows is answered first with their component's newest release (the
 #: device plugin, GFD, the exporter: a line of their own code that the later releases may have fixed).
@@ -80,10 +82,17 @@ def state_only(ctx: Context, *, view: NodeView, operand: Operand, link: str, wha
         cause = f"the {what} is {state.status} and no Event or line says why."
         read = f"kubectl -n {ns} describe pod {name}"
     again = ctx.stack.render(Fix.delete_pod(ns, name))
+    image = container_image(pod, container)
+    if operand is DRIVER and state.failing and state.restarts:
+        # A sidecar of the driver pod (nvidia-fs, GDRCopy, nvidia-peermem) is repaired in its own key.
+        car = sidecar_repair(
+            ctx, pod=pod, state=state, container=container, image=image, dist=os_tag(view.node), read=read, again=again
+        )
+        if car is not None:
+            return car
     fix = silent_fix(
         ctx, link=link, read=read, what=f"the {what}", target=repair_target(ctx, pod=pod, operand=operand), again=again
     )
-    image = container_image(pod, container)
     if link in UPGRADED and (moved_image(image) is not None or (state.failing and newer_image(image) is not None)):
         # A crash of a release older than its component's newest (or of an image that ended at the one it runs):
         # the later release carries its maintainers' fixes; the line, once read, is the step after it.
@@ -132,6 +141,24 @@ def not_ready(
     again = Fix.delete_pod(state.restart_in(ctx.namespace), state.name)
     line, last = catalog.unknown_error(log) or "", last_line(log)
     image = container_image(view.pod(operand), state.container or ctx.container(operand))
+    car = (
+        sidecar_repair(
+            ctx,
+            pod=view.pod(operand) or {},
+            state=state,
+            container=state.container,
+            image=image,
+            dist=os_tag(view.node),
+            read=f"kubectl -n {state.restart_in(ctx.namespace)} logs {state.name} -c {state.container} --previous",
+            again=ctx.stack.render(again),
+            said=line or last,
+        )
+        if operand is DRIVER and state.failing and not refused
+        else None
+    )
+    if car is not None:
+        # A sidecar of the driver pod fails with a line gpuchain does not know: its own key, not the driver's build.
+        return known_not_ready(view, link=link, what=what, state=state, known=car)
     step = next_step(ctx, link=link, line=line, refused=refused, last=last, image=image, node=view.name)
     # A line of a shape gpuchain knows has that shape's repair first (in `step`); a newer release is not it.
     upgrade = link in UPGRADED and shape_of(ctx, link=link, said=(line, refused, last)) is None

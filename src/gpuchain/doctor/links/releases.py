@@ -189,6 +189,15 @@ def operator_at_least(ctx: Context, version: str) -> bool:
 
 def _operator_release(ctx: Context) -> tuple[str, str]:
     """`operator_release`, read from the objects."""
+    installed = installed_release(ctx)
+    return installed if installed[0] else (_validator_release(ctx) or _validator_pod_release(ctx), "")
+
+
+def installed_release(ctx: Context) -> tuple[str, str]:
+    """The GPU Operator release as the install itself shows it: the ClusterPolicy's Helm labels, else the operator
+    pod's image tag (("", "") where neither does). Unlike `operator_release` it does not fall back on the validator's
+    version, a key of the ClusterPolicy like the operand versions a check may suspect of being pins left from an
+    older install."""
     labels = ((ctx.policy_obj or {}).get("metadata") or {}).get("labels") or {}
     name, _, version = str(labels.get(HELM_CHART, "")).rpartition("-")
     version = version if name == "gpu-operator" else str(labels.get(HELM_APP_VERSION, ""))
@@ -199,7 +208,7 @@ def _operator_release(ctx: Context) -> tuple[str, str]:
             image, tag = image_version(str(container.get("image", "")))
             if image == "gpu-operator" and version_of(tag) is not None:
                 return tag, ""
-    return _validator_release(ctx) or _validator_pod_release(ctx), ""
+    return "", ""
 
 
 def _operator_numbered(version: str) -> str:

@@ -45,8 +45,10 @@ CONTAINERS = {
 #: The OS families NVIDIA publishes driver images for: the image tag is ``<version>-<os><os version>``
 #: (NVIDIA/gpu-driver-container Makefile@25.01.21: ``IMAGE_TAG = $(IMAGE_VERSION)-$(DIST)``,
 #: ``DISTRIBUTIONS := ubuntu18.04 ubuntu20.04 ubuntu22.04 ubuntu24.04 ... rhel8 rhel9 flatcar fedora36
-#: sles15.3 precompiled_rhcos``). A node on any other OS has no driver image at any version.
-DRIVER_IMAGE_OS = ("ubuntu", "rhel", "rhcos", "flatcar", "fedora", "sles")
+#: sles15.3 precompiled_rhcos``; Makefile@06a208c adds rocky8 rocky9 rocky10, and NVIDIA/cloud-native-docs
+#: gpu-operator/platform-support.rst@52dcb7b8 lists Rocky Linux 8.10, 9.7, 10.1). A node on any other OS has no
+#: driver image at any version.
+DRIVER_IMAGE_OS = ("ubuntu", "rhel", "rhcos", "rocky", "flatcar", "fedora", "sles")
 #: NVIDIADriver-managed driver DaemonSets.
 DRIVER_PREFIX = "nvidia-gpu-driver-"
 #: Driver DaemonSets the operator makes per kernel and OS for precompiled drivers
