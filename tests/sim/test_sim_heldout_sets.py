@@ -45,6 +45,7 @@ ORDER = (
     "heldout26",
     "heldout27",
     "heldout28",
+    "heldout29",
     "heldout30",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
@@ -56,8 +57,8 @@ BESIDE = {
     "heldout28": {"heldout27"},
     "heldout30": {"heldout29"},
 }
-#: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10: its writer
-#: found no more uncited, odd-numbered reports with a readable resolution in its trackers).
+#: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10 and heldout29
+#: 12: their writers found no more uncited, odd-numbered reports with a readable resolution in their trackers in time).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -65,6 +66,7 @@ SMALLER = {
     "heldout26": 16,
     "heldout27": 10,
     "heldout28": 16,
+    "heldout29": 12,
     "heldout30": 16,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
