@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from typing import cast
 
 import yaml
@@ -281,8 +281,10 @@ def _ready(pod: Obj) -> bool:
     )
 
 
+@lru_cache(maxsize=256)
 def replicas_in(config_yaml: str) -> int | None:
-    """Time-slicing/MPS replicas of ``nvidia.com/gpu`` in a device plugin config, if any."""
+    """Time-slicing/MPS replicas of ``nvidia.com/gpu`` in a device plugin config, if any. Remembered by the
+    config's text: every time-sliced node of a cluster asks it of the same few configs, each a YAML parse."""
     try:
         data = yaml.safe_load(config_yaml) or {}
     except yaml.YAMLError:

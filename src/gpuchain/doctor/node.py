@@ -369,8 +369,10 @@ OPENSHIFT_KUBELET = re.compile(r"^v?\d+\.\d+\.\d+\+[0-9a-f]{7,}$")
 ORIGIN_NODE_BIND = "-v /var/lib/kubelet/device-plugins/:/var/lib/kubelet/device-plugins/"
 
 
+@remembered
 def _kubelet_release(node: Obj) -> tuple[int, int] | None:
-    """The node's kubelet release (major, minor), None where it reports none."""
+    """The node's kubelet release (major, minor), None where it reports none (asked twice a node: answered once a
+    node in a diagnosis)."""
     found = KUBELET_VERSION.match(_node_info(node).get("kubeletVersion", ""))
     return (int(found.group(1)), int(found.group(2))) if found else None
 

@@ -18,8 +18,10 @@ HELM_RELEASE, HELM_APP_VERSION, HELM_CHART = "app.kubernetes.io/instance", "app.
 
 def owner_ds(pod: Obj) -> str:
     """The name of the DaemonSet that owns ``pod`` ("" when none does)."""
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
-    return next((str(r.get("name")) for r in refs if r.get("kind") == "DaemonSet"), "")
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == "DaemonSet":
+            return str(ref.get("name"))
+    return ""
 
 
 def owner_daemonset(ctx: Context, pod: Obj) -> Obj:

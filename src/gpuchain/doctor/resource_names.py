@@ -101,6 +101,8 @@ def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> t
     GPUs away (a link in ``offers`` broken) and leaves it offering nothing: the name it would offer is then unknown,
     and that root is the cause. A broken node that still lists GPUs (a NotReady node keeps the allocatable its
     kubelet last posted) says which names it offers, so it hides no other name."""
+    if not ctx.pending:
+        return [], set()  # no Pending pod (most clusters): no pass over every GPU node's resources
     offered = _offered(ctx)
     findings: dict[str, Finding] = {}
     explained: set[int] = set()

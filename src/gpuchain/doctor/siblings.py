@@ -87,10 +87,12 @@ def read_sibling(ctx: Context, pod: Obj, containers: Iterable[str]) -> Sibling |
     ``pod`` runs ready and none of its own ``containers``' logs was read; None otherwise."""
     names = tuple(containers)
     ds, node = owner_ds(pod), str((pod.get("spec") or {}).get("nodeName") or "")
-    if not ds or not node or _was_read(ctx, pod, names) or not pod_state(pod).ready:
+    # Most DaemonSets have no pod whose log was read (none, on a healthy cluster): nothing to compare then.
+    read = _read_pods(ctx).get((str(namespace_of(pod) or "default"), ds), ()) if ds else ()
+    if not read or not node or _was_read(ctx, pod, names) or not pod_state(pod).ready:
         return None
     mine = _make_up(ctx, node)
-    for other in _read_pods(ctx).get((str(namespace_of(pod) or "default"), ds), ()):
+    for other in read:
         there = str((other.get("spec") or {}).get("nodeName") or "")
         if other is pod or there == node or _template(other) != _template(pod) or not pod_state(other).ready:
             continue

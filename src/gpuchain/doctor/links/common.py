@@ -73,7 +73,15 @@ def opted_out(view: NodeView, operand: Operand) -> str | None:
 
 
 def operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
-    """The operand's DaemonSet in the stack's namespace (by name, or by prefix such as NVIDIADriver's)."""
+    """The operand's DaemonSet in the stack's namespace (by name, or by prefix such as NVIDIADriver's): looked up
+    once a diagnosis (`Context.memo`), where each node's checks asked again, a pass over every DaemonSet each."""
+    known = cast("dict[str, Obj | None]", ctx.memo.setdefault("operand_daemonset", {}))
+    if operand.state not in known:
+        known[operand.state] = _operand_daemonset(ctx, operand)
+    return known[operand.state]
+
+
+def _operand_daemonset(ctx: Context, operand: Operand) -> Obj | None:
     mine = daemonsets_in(ctx.snapshot, ctx.namespace)
     if ctx.ds(operand) in mine:
         return mine[ctx.ds(operand)]

@@ -124,9 +124,11 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
     """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
     lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
     placement, not the node: an affinity the GPU nodes match."""
-    gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
     others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
-    if not gpu_nodes or not others:
+    if not others:
+        return []  # every node a GPU node (most GPU clusters' node lists): no second pass over them
+    gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
+    if not gpu_nodes:
         return []
     out = []
     for pod in ctx.snapshot.pods:

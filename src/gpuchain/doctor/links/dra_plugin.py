@@ -385,14 +385,28 @@ def node_dra_plugin(ctx: Context, view: NodeView) -> Obj | None:
     """The GPU DRA kubelet plugin pod on this node: NVIDIA's (its kubelet-plugin DaemonSet's before another pod of
     its image, a compute domain's daemon) or gpuchain's. Searched in every pod only for a node with a failing
     claim: beside a running device plugin, NVIDIA's plugin pod is not the node's device-plugin operand pod."""
-    here = [
-        p
-        for p in ctx.snapshot.pods
-        if (p.get("spec") or {}).get("nodeName") == view.name
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        and (is_dra_plugin(p) or owner_ds(p) == GPUCHAIN_DRA_DS)
-    ]
+    here = _dra_plugin_pods(ctx).get(view.name, [])
     return min(here, key=lambda p: not owner_ds(p).endswith(("kubelet-plugin", GPUCHAIN_DRA_DS)), default=None)
+
+
+def _dra_plugin_pods(ctx: Context) -> dict[str, list[Obj]]:
+    """The DRA kubelet plugin pods not finished, by node, in the snapshot's order: found in one pass a diagnosis
+    (`Context.memo`), where each node that asked searched every pod of the cluster (on a cluster that allocates its
+    GPUs through DRA alone, every node asks)."""
+    known = ctx.memo.get("dra_plugin_pods")
+    if isinstance(known, dict):
+        return known
+    found: dict[str, list[Obj]] = {}
+    for p in ctx.snapshot.pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if (
+            node
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and (is_dra_plugin(p) or owner_ds(p) == GPUCHAIN_DRA_DS)
+        ):
+            found.setdefault(str(node), []).append(p)
+    ctx.memo["dra_plugin_pods"] = found
+    return found
 
 
 def stale_dra_plugin(ctx: Context, view: NodeView) -> Result | None:

@@ -31,11 +31,13 @@ def _running_with_errors(ctx: Context, view: NodeView, pod: Obj, link: str, what
     whose log was not read says what a read sibling of its DaemonSet says, from one template on a node built alike
     (`siblings`): the fault of the template is in every pod of it."""
     finding_id = RUNNING_WITH_ERRORS.get(link)
+    if finding_id is None or not ctx.logs_read:
+        return None  # no log was read (a healthy cluster): neither this pod nor a sibling has one to say
     names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
-    sibling = read_sibling(ctx, pod, names) if finding_id else None
+    sibling = read_sibling(ctx, pod, names)
     source = sibling.pod if sibling is not None else pod
-    found = catalog.known_error("\n".join(ctx.log(source, n) for n in names)) if finding_id else None
-    if finding_id is None or found is None or found.entry.link != link:
+    found = catalog.known_error("\n".join(ctx.log(source, n) for n in names))
+    if found is None or found.entry.link != link:
         return None
     said = "its log says its work fails"
     evidence = [f"pod {name_of(pod)}: Running", *found.evidence()]

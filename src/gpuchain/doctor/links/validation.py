@@ -43,16 +43,18 @@ def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
     container of ``link`` or above and the validator does not get to write its file; None otherwise.
 
     Called for a link whose own check reads it OK: a link broken on its own names itself first."""
-    order = list(NOT_VALIDATED)
-    if link not in order:
+    if link not in NOT_VALIDATED:
         return None
+    # Held in an init container (pod_state names the one), not failing: the pods that may wait in a validation.
+    # None on most nodes, where nothing below is worked out.
+    held = [(pod, state) for pod in view.pods if (state := pod_state(pod)).waiting_init and not state.failing]
+    if not held:
+        return None
+    order = list(NOT_VALIDATED)
     validator = view.pod(VALIDATOR)
     toolkit = view.pod(TOOLKIT)
     waiting, gates = [], set()
-    for pod in view.pods:
-        state = pod_state(pod)
-        if state.failing or not state.waiting_init:
-            continue  # held in no init container (pod_state names the one it is held in), so in no validation
+    for pod, state in held:
         gate = ctx.stack.validations.get(_running_init(ctx, pod), "")
         if pod is not validator and gate in order and order.index(gate) >= order.index(link):
             waiting.append(f"pod {state.name}: {state.status}, waiting in {state.waiting_init}")

@@ -8,7 +8,7 @@ import re
 from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.common.remember import remembered
 from gpuchain.doctor.structs import Snapshot
-from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
 
 #: Node labels that say "this node has NVIDIA GPUs" whichever stack runs it.
@@ -32,7 +32,7 @@ GPU_INSTANCE = re.compile(r"^(p[2-6][a-z0-9-]*\.|g[3-7](?!ad)[a-z]*\.|gr6[a-z]*\
 
 def is_gpu_node(node: Obj) -> bool:
     """Any stack's sign of NVIDIA GPUs: detection labels, cloud accelerator labels, or GPU capacity."""
-    labels = labels_of(node)
+    labels = (node.get("metadata") or {}).get("labels") or {}  # read only: labels_of's copy is not needed
     if any(labels.get(k) not in (None, "", "false") for k in GPU_NODE_LABELS if k != "accelerator"):
         return True
     if labels.get("accelerator", "").startswith("nvidia"):
