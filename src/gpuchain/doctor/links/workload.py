@@ -6,13 +6,13 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
-from gpuchain.doctor.links.admitted_early import admitted_without_device
+from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
-from gpuchain.doctor.links.runtime_default import regenerated_config
+from gpuchain.doctor.links.runtime_default import distribution_default_runtime, regenerated_config
 from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
@@ -303,7 +303,7 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
         sev=Severity.ERROR,
         link="toolkit",
         cause=f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
-        evidence=[f"GPU pods with no runtimeClassName failing on it: {refs}", *said.evidence("pod says"), made],
+        evidence=[f"GPU pods with no runtimeClassName on it that say so: {refs}", *said.evidence("pod says"), made],
         fix=fix if regenerated is None else ctx.stack.render(action) + fix,
         action=action,
     )
@@ -332,12 +332,11 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
         if missing
         else ""
     )
-    return action, (
-        create
-        + ctx.stack.render(action)
-        + "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
-        "--set-as-default && systemctl restart containerd"
+    default = distribution_default_runtime(view.node) or (
+        "make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd --set-as-default "
+        "&& systemctl restart containerd"
     )
+    return action, f"{create}{ctx.stack.render(action)}   # or {default}"
 
 
 #: What a GPU workload prints when CUDA does not start on the GPU it was given, for the driver under it (catalog.yaml),
@@ -349,6 +348,9 @@ CUDA_UNUSABLE = (
     "cuda.no-device",
     "nvml.driver-not-loaded",
 )
+#: Of those, the words CUDA says where its container was given no GPU: what a pod the kubelet started without the
+#: device plugin's allocation says (`recovered_before_registration`).
+NO_GPU = ("cuda.no-device",)
 #: Of those, the words CUDA also answers in a container the NVIDIA runtime gave no driver library at all
 #: (cudaErrorInsufficientDriver with no libcuda): read as the driver only where the pod was meant to get one.
 ALSO_NO_LIBRARY = ("cuda.insufficient-driver",)
@@ -380,6 +382,9 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         said = said or found
     if said is None:
         return None
+    early = recovered_before_registration(ctx, view=view, hit=hit, said=said) if said.entry.id in NO_GPU else None
+    if early is not None:
+        return early
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
     image = node_image(view.node)
     if image is not None and image.ships_driver and image.upgrade:
