@@ -6,6 +6,7 @@ PyTorch's for no libcuda (pytorch/pytorch torch/cuda/__init__.py@v2.3.0, catalog
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from doctor.small_cluster import diagnosed
@@ -120,3 +121,65 @@ def test_a_node_whose_plugin_names_no_class_reads_no_running_pod() -> None:
 def test_a_running_pod_whose_log_says_nothing_of_the_driver_says_nothing() -> None:
     report = diagnosed(_scenario("k3s"), _kubelet("v1.30.2+k3s1"), CLASSED_PLUGIN, _running("Serving on :8888\n"))
     assert _finding(report) is None and not [f for f in report.findings if f.severity.name == "ERROR"]
+
+
+#: The GPU Operator on a k3s node (its kubeletVersion says so), a CUDA sample that names no RuntimeClass crash-looping with the CUDA runtime's
+#: words for cudaErrorInsufficientDriver (NVIDIA/cuda-samples Samples/0_Introduction/vectorAdd/vectorAdd.cu@v12.8
+#: prints "Failed to allocate device vector A (error code %s)!"), what CUDA answers where no libcuda is in the container.
+OPERATOR = (
+    "name: t\nstack: gpu-operator\nnodes:\n  - {name: agent-7, preset: l4-x2}\n"
+    "workloads:\n  - {name: vadd, namespace: bench, count: 2, gpus: 1, node: agent-7}\n"
+)
+INSUFFICIENT = {
+    "do": "pod",
+    "daemonset": "vadd",
+    "namespace": "bench",
+    "node": "agent-7",
+    "containers": [
+        {
+            "name": "main",
+            "ready": False,
+            "restarts": 3,
+            "state": {"waiting": "CrashLoopBackOff"},
+            "last": {"terminated": "Error", "exitCode": 1},
+        }
+    ],
+    "logs": {
+        "main": "Failed to allocate device vector A (error code CUDA driver version is insufficient for CUDA runtime "
+        "version)!\n"
+    },
+}
+
+
+def _toolkit_config(path: str) -> Callable[[SimCluster], None]:
+    """The ClusterPolicy's toolkit pointed at ``path`` (spec.toolkit.env CONTAINERD_CONFIG)."""
+
+    def edit(sim: SimCluster) -> None:
+        env = [{"name": "CONTAINERD_CONFIG", "value": path}]
+        ninth._apply(sim.cluster, {"do": "policy", "spec": {"toolkit": {"env": env}}})
+
+    return edit
+
+
+def test_cudas_insufficient_driver_in_an_unclassed_pod_on_k3s_is_no_driver_library() -> None:
+    report = diagnosed(OPERATOR, _kubelet_on("agent-7", "v1.26.4+k3s1"), INSUFFICIENT)
+    found = _finding(report)
+    assert found is not None and (found.link, found.node) == ("toolkit", "agent-7")
+    assert '"runtimeClassName":"nvidia"' in found.fix and "workload.cuda-unusable" not in report.ids
+    assert "keeps runc its default" in found.cause
+
+
+def test_the_same_words_where_the_toolkit_writes_k3s_template_stay_the_driver() -> None:
+    """The toolkit pointed at k3s's config.toml.tmpl makes nvidia the default there: the words are the driver's."""
+    template = _toolkit_config("/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl")
+    report = diagnosed(OPERATOR, _kubelet_on("agent-7", "v1.26.4+k3s1"), template, INSUFFICIENT)
+    assert _finding(report) is None
+
+
+def test_the_same_words_on_a_kubeadm_node_stay_the_driver() -> None:
+    report = diagnosed(OPERATOR, INSUFFICIENT)
+    assert _finding(report) is None
+
+
+def _kubelet_on(node: str, version: str) -> dict[str, Any]:
+    return {"do": "node", "node": node, "nodeInfo": {"kubeletVersion": version}}

@@ -32,13 +32,14 @@ from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, w
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
-from gpuchain.doctor.unclassed import classed_daemonsets, running_unclassed
+from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, running_unclassed
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import TOOLKIT, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
 MAX_LOGS = 5
@@ -249,11 +250,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # that gives containers no driver.
     plugin_on: dict[str, tuple[LogKey, Obj]] = {}
     troubled_on: set[str] = set()
-    # GPU pods that run ready and name no RuntimeClass, on a node whose device plugin names one: the cluster gives
-    # containers the driver through that class, so such a pod may run under the default runtime without its GPU, and
-    # only its log says so (gpuchain.doctor.unclassed).
-    classed_on: set[str] = set()
-    classed_ds = classed_daemonsets(snapshot.daemonsets)
+    # GPU pods that run ready and name no RuntimeClass, on a node where runc is likely the default runtime: k3s or RKE2
+    # (they keep it unless told), or one whose device plugin asks for a RuntimeClass on a stack that deploys no toolkit
+    # (one that does names the class on every node). Such a pod may run without its GPU, and only its log says so.
+    classed_on: set[str] = keeps_runc_nodes(snapshot.nodes)
+    classed_ds = classed_daemonsets(snapshot.daemonsets) if not enabled(stack.policy, TOOLKIT) else set()
     unclassed: list[tuple[str, tuple[LogKey, Obj]]] = []
     gfd_unlabelled = False
     for pod in snapshot.pods:
@@ -294,7 +295,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
                     plugin_on.setdefault(str((pod.get("spec") or {}).get("nodeName")), (key, cs))
-            if (pod.get("spec") or {}).get("runtimeClassName") or (str(namespace), str(owner)) in classed_ds:
+            if (str(namespace), str(owner)) in classed_ds:
                 classed_on.add(str((pod.get("spec") or {}).get("nodeName")))
         if states:
             node = (pod.get("spec") or {}).get("nodeName")

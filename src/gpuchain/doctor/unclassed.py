@@ -8,14 +8,22 @@ names no class is still admitted and runs: the device plugin's Allocate answer (
 k8s-device-plugin internal/plugin/server.go) is an environment only the NVIDIA runtime acts on, and runc ignores it.
 Nothing in the pod's status says so (it is Running and ready); its log does (torch.cuda.is_available() False,
 "nvidia-smi: command not found"). A device plugin pod that names a RuntimeClass is the node's sign that the cluster
-hands out the driver through the class, so the GPU pods beside it that name none are the ones worth a log read.
+hands out the driver through the class (the GPU Operator's, which names it on every node, is not), and so is a k3s
+or RKE2 node: the GPU pods there that name none are the ones worth a log read.
 """
 
 from __future__ import annotations
 
+from gpuchain.doctor.node import KUBEADM, distribution_of, runtime_scheme
 from gpuchain.doctor.structs import LogKey
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+
+
+def keeps_runc_nodes(nodes: list[Obj]) -> set[str]:
+    """The k3s and RKE2 nodes whose pods reach containerd (not Docker): runc stays its default runtime unless the
+    agent's --default-runtime or its config template says otherwise, which the cluster's objects do not show."""
+    return {str(name_of(n)) for n in nodes if distribution_of(n) is not KUBEADM and runtime_scheme(n) != "docker"}
 
 
 def classed_daemonsets(daemonsets: list[Obj]) -> set[tuple[str, str]]:

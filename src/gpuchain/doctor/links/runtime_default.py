@@ -161,3 +161,17 @@ def distribution_default_runtime(node: Obj) -> str:
         f'[plugins."io.containerd.grpc.v1.cri".containerd] in {dist.containerd_config}{TEMPLATE_SUFFIX}, then '
         f"{dist.restart}"
     )
+
+
+def keeps_runc_default(ctx: Context, *, view: NodeView) -> bool:
+    """Does the node's containerd most likely keep runc its default runtime: a k3s or RKE2 node (they add the nvidia
+    runtime, never as the default, unless told) whose GPU Operator's toolkit, where there is one, is not pointed at
+    the template its config is rendered from (the one place a default the toolkit writes lasts there)? Then what CUDA
+    says in a pod that names no RuntimeClass is what it says with no driver library (cudaErrorInsufficientDriver with
+    no libcuda), not a driver too old."""
+    if not distribution_default_runtime(view.node):
+        return False
+    if ctx.policy_obj is None:
+        return True
+    env = {e.name: e.value for e in ctx.policy.toolkit.env}
+    return not str(env.get("CONTAINERD_CONFIG") or "").endswith(TEMPLATE_SUFFIX)
