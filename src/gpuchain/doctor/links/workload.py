@@ -346,7 +346,8 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
         if missing
         else ""
     )
-    default = distribution_default_runtime(view.node) or (
+    keeps = keeps_runc_default(ctx, view=view)  # where the toolkit already writes its template, the class repairs
+    default = (distribution_default_runtime(view.node) if keeps else "") or (
         "make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd --set-as-default "
         "&& systemctl restart containerd"
     )
