@@ -125,6 +125,8 @@ CLUSTER_TESTS = {
     "test_a_p4d_that_advertises_seven_gpus_is_the_node_short_of_one_not_a_full_cluster",
     "node.kubelet-defect": "test_kubelet_defects::"
     "test_allocatable_zero_after_the_plugin_registered_again_on_a_110_kubelet_is_the_kubelet",
+    "node.bundled-runc-defect": "test_bundled_runc::"
+    "test_operands_that_runc_cannot_create_on_an_affected_rke2_release_are_the_node",
     "node.kubelet-allocatable-stale": "test_kubelet_defects::"
     "test_allocatable_zero_while_the_plugin_reports_every_gpu_healthy_is_the_kubelet_on_any_release",
     "device-plugin.registered-at-start": "test_kubelet_defects_plugin_found::"

@@ -22,6 +22,8 @@ from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregi
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
+from gpuchain.doctor.links.bundled_runc import FINDING as BUNDLED_RUNC
+from gpuchain.doctor.links.bundled_runc import runc_release_defect
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
 from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
@@ -126,6 +128,7 @@ STOPS_THE_WALK = (
     "node.device-plugins-disabled",
     "node.kubelet-socket-unseen",
     ADMISSION_REFUSED,
+    BUNDLED_RUNC,
 )
 
 
@@ -140,6 +143,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     under += gpu_faults(ctx, view, witnessed)
     under += quarantined(ctx, view)
     under += admission_refused(ctx, view)
+    under += [f for f in (runc_release_defect(ctx, view),) if f is not None]
     root: Finding | None = next((f for f in under if f.id in STOPS_THE_WALK), None)
     sandboxed = sandbox_walk(ctx, view, under=under, root=root)
     if sandboxed is not None:

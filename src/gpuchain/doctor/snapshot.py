@@ -32,12 +32,14 @@ from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, w
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
+from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, running_unclassed
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import TOOLKIT, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
 MAX_LOGS = 5
@@ -248,6 +250,12 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # that gives containers no driver.
     plugin_on: dict[str, tuple[LogKey, Obj]] = {}
     troubled_on: set[str] = set()
+    # GPU pods that run ready and name no RuntimeClass, on a node where runc is likely the default runtime: k3s or RKE2
+    # (they keep it unless told), or one whose device plugin asks for a RuntimeClass on a stack that deploys no toolkit
+    # (one that does names the class on every node). Such a pod may run without its GPU, and only its log says so.
+    classed_on: set[str] = keeps_runc_nodes(snapshot.nodes)
+    classed_ds = classed_daemonsets(snapshot.daemonsets) if not enabled(stack.policy, TOOLKIT) else set()
+    unclassed: list[tuple[str, tuple[LogKey, Obj]]] = []
     gfd_unlabelled = False
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
@@ -287,6 +295,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
                     plugin_on.setdefault(str((pod.get("spec") or {}).get("nodeName")), (key, cs))
+            if (str(namespace), str(owner)) in classed_ds:
+                classed_on.add(str((pod.get("spec") or {}).get("nodeName")))
         if states:
             node = (pod.get("spec") or {}).get("nodeName")
             on_bare_node = ("device-plugin" in states and (node in unregistered or node in short)) or (
@@ -327,6 +337,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
             troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
+        else:
+            unclassed += running_unclassed(pod)
         on = str((pod.get("spec") or {}).get("nodeName"))
         if on not in gpu_workloads_on and status.get("phase") == "Running" and pod_gpu_requests(pod):
             gpu_workloads_on.add(on)
@@ -357,7 +369,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)
-    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins + sandbox
+    running = sorted((c for on, c in unclassed if on in classed_on), key=by_key)[:MAX_WORKLOAD_LOGS]
+    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins + sandbox + running
 
 
 def _with_status(containers: list[tuple[Obj, str]]) -> list[tuple[LogKey, Obj]]:

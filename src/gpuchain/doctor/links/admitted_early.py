@@ -20,7 +20,10 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, operand_log
-from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
+from gpuchain.doctor.links.kubelet_defects import FINDING as KUBELET_DEFECT
+from gpuchain.doctor.links.kubelet_defects import gpu_failed, kubelet_defect, kubelet_upgrade
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.node import node_info
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -70,5 +73,80 @@ def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], sai
         ],
         fix=f"{ctx.stack.render(action)}   # delete the affected pods so the kubelet admits them again through the "
         f"registered plugin and their controller starts them with the GPU{more}",
+        action=action,
+    )
+
+
+#: What the kubelet's status of a container reads where containerd never saw it exit -- the container went with its
+#: node or its runtime (a reboot): containerd's CRI reports it terminated with reason "Unknown" and exit code 255
+#: (containerd/containerd internal/cri/server/helpers.go@v2.1.0, unknownExitReason, unknownExitCode).
+UNKNOWN_EXIT = ("Unknown", 255)
+
+
+def _restarted_with_node(plugin: Obj) -> str:
+    """The plugin pod's container whose last run ended with its node or runtime (terminated Unknown, exit code 255)
+    and that runs again: the device plugin came back, and registered, after the kubelet restarted. "" where none."""
+    for cs in (plugin.get("status") or {}).get("containerStatuses") or []:
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if (cs.get("state") or {}).get("running") and (last.get("reason"), last.get("exitCode")) == UNKNOWN_EXIT:
+            return str(cs.get("name"))
+    return ""
+
+
+def recovered_before_registration(
+    ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match
+) -> Finding | None:
+    """The finding for GPU pods ``hit`` whose CUDA finds no GPU (``said``) on a node whose kubelet release admits pods
+    from its device checkpoint before the device plugin registers again after a restart (kubelet_defects.yaml,
+    symptom admitted-before-registration), where the plugin's own pod shows that restart -- its last run ended with
+    the node (terminated Unknown, exit 255) and it registered again since -- the node offers its GPUs and no GPU
+    failure is on record. The pods were started without the plugin's allocation: recreating them repairs them now,
+    the kubelet release with the fix for good. None where any of that does not hold (then the driver is read)."""
+    known = kubelet_defect(view.node, "admitted-before-registration")
+    plugin = view.pod(DEVICE_PLUGIN)
+    if known is None or plugin is None or not pod_state(plugin).ready:
+        return None
+    container = _restarted_with_node(plugin)
+    log = ctx.log(plugin, container) if container else ""
+    registered = catalog.find(log, REGISTERED)
+    offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
+    if registered is None or not offered or gpu_failed(view, log):
+        return None
+    found, fixed = known
+    version = node_info(view.node).get("kubeletVersion")
+    refs = [(namespace_of(p) or "default", name_of(p)) for p in hit]
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": kubelet_upgrade(view, found, fixed),
+            "drain": False,
+            NOT_SIMULATED: "a kubelet's release and its device checkpoint are facts of the node no scenario names",
+        },
+    )
+    # One delete per pod: kubectl applies the last -n to every name of one command.
+    recreate = " && ".join(f"kubectl delete pod -n {ns} {name}" for ns, name in refs[:5])
+    return node_finding(
+        view,
+        fid=KUBELET_DEFECT,
+        sev=Severity.ERROR,
+        link="node",
+        cause=f"GPU pod(s) {', '.join(f'{ns}/{n}' for ns, n in refs[:5])} run without a usable GPU on a node whose "
+        f"device plugin came back with the node and registered again, and the node's kubelet ({version}) has a known "
+        f"defect: {found.cause} The GPUs have not failed: the node offers them and no Xid, lost GPU or published "
+        "fault is on record.",
+        evidence=[
+            *said.evidence("pod says"),
+            f"device plugin pod {name_of(plugin)}: container {container} restarted with the node (last run "
+            f"terminated {UNKNOWN_EXIT[0]}, exit code {UNKNOWN_EXIT[1]}) and runs ready",
+            *registered.evidence("plugin log"),
+            f"node {view.name} offers {', '.join(f'{k} {v}' for k, v in sorted(offered.items()))}",
+            f"status.nodeInfo.kubeletVersion: {version} (fixed in {fixed})",
+            found.cite(),
+            f"release note: {found.line}",
+            f"until then: {found.workaround}",
+        ],
+        fix=f"{recreate}   # now that the plugin has registered, so the kubelet admits them again with their GPUs; "
+        "then " + ctx.stack.render(action).removeprefix("# "),
         action=action,
     )

@@ -34,7 +34,7 @@ from gpuchain.operator.operands import DEVICE_PLUGIN
 from gpuchain.remediation.model import node_view
 
 #: The symptoms an entry may name (kubelet_defects.yaml says what each is).
-SYMPTOMS = ("allocatable-zero", "running-pods-rejected", "besteffort-topology-refused")
+SYMPTOMS = ("allocatable-zero", "running-pods-rejected", "besteffort-topology-refused", "admitted-before-registration")
 #: The finding every entry's match gives: the node's own kubelet is the broken link.
 FINDING = "node.kubelet-defect"
 #: The kubelet's reason for a pod its admission refused (kubernetes pkg/kubelet/cm/admission/errors.go).
@@ -65,14 +65,20 @@ class KubeletDefect:
     cause: str
     source: str
     line: str
+    #: every release before this one has the defect and its branch no fix ("": none such)
+    unfixed_before: str = ""
 
     def fixed_for(self, version: str) -> str:
-        """The patch release of ``version``'s branch that carries the fix, where ``version`` is affected ("" where
-        it is not, or names no release)."""
+        """The patch release of ``version``'s branch that carries the fix, where ``version`` is affected; on a branch
+        that got no fix, the releases of later branches that carry it ("" where it is not affected, or names no
+        release)."""
         seen = release_of(version)
         if seen is None:
             return ""
-        return next((high for low, high in self.affected if _at(low) <= seen < _at(high)), "")
+        if self.unfixed_before and seen < _at(self.unfixed_before):
+            later = ", ".join(f"{_past_known(high)} or later" for _, high in self.affected)
+            return f"a release of a later branch: {later}, or any from {self.fixed_from}"
+        return next((_past_known(high) for low, high in self.affected if _at(low) <= seen < _at(high)), "")
 
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
@@ -85,6 +91,17 @@ def _at(version: str) -> Release:
     if found is None:
         raise ValueError(f"kubelet defect: {version!r} names no release")
     return found
+
+
+def _past_known(release: str) -> str:
+    """``release``, or where another known defect affects it, the patch release of its branch that fixes that one too
+    (a backport that brought a regression), so a fix names a release free of both."""
+    for other in kubelet_defects():
+        seen = release_of(release)
+        later = next((high for low, high in other.affected if seen and _at(low) <= seen < _at(high)), "")
+        if later:
+            return _past_known(later)
+    return release
 
 
 def _defect(raw: dict[str, Any]) -> KubeletDefect:
@@ -131,6 +148,9 @@ def kubelet_upgrade(view: NodeView, found: KubeletDefect, fixed: str) -> str:
     target = (
         f"upgrade the node's kubelet from {version} to {fixed} or later (the patch release of its branch that "
         f"carries {found.change}; {found.fixed_from} and later have it from the start)"
+        if release_of(fixed) is not None
+        else f"upgrade the node's kubelet from {version}, whose branch got no fix, to {fixed}: they carry "
+        f"{found.change}"
     )
     image = node_image(view.node)
     if image is not None and image.upgrade:

@@ -145,3 +145,33 @@ def regenerated_config(ctx: Context, *, view: NodeView, toolkit: Obj | None) -> 
         f"runtimeClassName: {NVIDIA}"
     )
     return action, why, f"toolkit env CONTAINERD_CONFIG={dist.containerd_config} on {dist.name}"
+
+
+def distribution_default_runtime(node: Obj) -> str:
+    """How a k3s or RKE2 node makes nvidia its containerd's default runtime, so GPU pods that name no RuntimeClass get
+    the driver: the agent's ``default-runtime`` option, or ``default_runtime_name`` in the template its config.toml is
+    rendered from (an edit of config.toml itself, or nvidia-ctk on /etc/containerd/config.toml, is not read or is
+    lost at its next start). "" on other distributions, and where pods reach Docker (its own default runtime)."""
+    dist = distribution_of(node)
+    if dist is KUBEADM or runtime_scheme(node) == "docker":
+        return ""
+    return (
+        f"make nvidia {dist.name}'s containerd default runtime: default-runtime: {NVIDIA} in /etc/rancher/{dist.name}/"
+        f'config.yaml (the agent\'s --default-runtime={NVIDIA}), or default_runtime_name = "{NVIDIA}" under '
+        f'[plugins."io.containerd.grpc.v1.cri".containerd] in {dist.containerd_config}{TEMPLATE_SUFFIX}, then '
+        f"{dist.restart}"
+    )
+
+
+def keeps_runc_default(ctx: Context, *, view: NodeView) -> bool:
+    """Does the node's containerd most likely keep runc its default runtime: a k3s or RKE2 node (they add the nvidia
+    runtime, never as the default, unless told) whose GPU Operator's toolkit, where there is one, is not pointed at
+    the template its config is rendered from (the one place a default the toolkit writes lasts there)? Then what CUDA
+    says in a pod that names no RuntimeClass is what it says with no driver library (cudaErrorInsufficientDriver with
+    no libcuda), not a driver too old."""
+    if not distribution_default_runtime(view.node):
+        return False
+    if ctx.policy_obj is None:
+        return True
+    env = {e.name: e.value for e in ctx.policy.toolkit.env}
+    return not str(env.get("CONTAINERD_CONFIG") or "").endswith(TEMPLATE_SUFFIX)

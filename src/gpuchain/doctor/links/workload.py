@@ -6,18 +6,23 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
-from gpuchain.doctor.links.admitted_early import admitted_without_device
+from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
-from gpuchain.doctor.links.runtime_default import regenerated_config
+from gpuchain.doctor.links.runtime_default import (
+    distribution_default_runtime,
+    keeps_runc_default,
+    regenerated_config,
+)
 from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import shape_first
+from gpuchain.doctor.node import distribution_of
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
@@ -275,10 +280,12 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     runtime class on the pods' owner."""
     hit: list[Obj] = []
     said: catalog.Match | None = None
+    # Where runc stays the default, CUDA's "insufficient driver" in a pod with no RuntimeClass is no libcuda at all.
+    words = (*NO_DRIVER_IN_POD, *(ALSO_NO_LIBRARY if keeps_runc_default(ctx, view=view) else ()))
     for pod in apps:
         if not pod_gpu_requests(pod) or (pod.get("spec") or {}).get("runtimeClassName"):
             continue
-        found = catalog.find(_said_by(ctx, pod), *NO_DRIVER_IN_POD)
+        found = catalog.find(_said_by(ctx, pod), *words)
         if found is not None:
             hit.append(pod)
             said = said or found
@@ -302,8 +309,15 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
         fid="workload.no-driver-in-pod",
         sev=Severity.ERROR,
         link="toolkit",
-        cause=f"GPU pods on this node were given a GPU but no driver library in their containers: {said.entry.cause}",
-        evidence=[f"GPU pods with no runtimeClassName failing on it: {refs}", *said.evidence("pod says"), made],
+        cause="GPU pods on this node were given a GPU but no driver library in their containers: "
+        + (
+            f"they name no RuntimeClass and {distribution_of(view.node).name}'s containerd keeps runc its default "
+            "runtime, so CUDA's words here mean it found no libcuda (cudaErrorInsufficientDriver, what it answers "
+            "without one), not a driver older than the image's CUDA."
+            if said.entry.id in ALSO_NO_LIBRARY
+            else said.entry.cause
+        ),
+        evidence=[f"GPU pods with no runtimeClassName on it that say so: {refs}", *said.evidence("pod says"), made],
         fix=fix if regenerated is None else ctx.stack.render(action) + fix,
         action=action,
     )
@@ -332,12 +346,12 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
         if missing
         else ""
     )
-    return action, (
-        create
-        + ctx.stack.render(action)
-        + "   # or make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd "
-        "--set-as-default && systemctl restart containerd"
+    keeps = keeps_runc_default(ctx, view=view)  # where the toolkit already writes its template, the class repairs
+    default = (distribution_default_runtime(view.node) if keeps else "") or (
+        "make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd --set-as-default "
+        "&& systemctl restart containerd"
     )
+    return action, f"{create}{ctx.stack.render(action)}   # or {default}"
 
 
 #: What a GPU workload prints when CUDA does not start on the GPU it was given, for the driver under it (catalog.yaml),
@@ -349,6 +363,9 @@ CUDA_UNUSABLE = (
     "cuda.no-device",
     "nvml.driver-not-loaded",
 )
+#: Of those, the words CUDA says where its container was given no GPU: what a pod the kubelet started without the
+#: device plugin's allocation says (`recovered_before_registration`).
+NO_GPU = ("cuda.no-device",)
 #: Of those, the words CUDA also answers in a container the NVIDIA runtime gave no driver library at all
 #: (cudaErrorInsufficientDriver with no libcuda): read as the driver only where the pod was meant to get one.
 ALSO_NO_LIBRARY = ("cuda.insufficient-driver",)
@@ -373,13 +390,17 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         found = catalog.find(text, *CUDA_UNUSABLE)
         if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *ANYWHERE):
             continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
-        meant = (pod.get("spec") or {}).get("runtimeClassName") or ctx.policy_obj is None
+        classed = (pod.get("spec") or {}).get("runtimeClassName")
+        meant = classed or (ctx.policy_obj is None and not keeps_runc_default(ctx, view=view))
         if found.entry.id in ALSO_NO_LIBRARY and not meant:
             continue  # a pod the operator's nvidia runtime class does not run: maybe no driver library was injected
         hit.append(pod)
         said = said or found
     if said is None:
         return None
+    early = recovered_before_registration(ctx, view=view, hit=hit, said=said) if said.entry.id in NO_GPU else None
+    if early is not None:
+        return early
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
     image = node_image(view.node)
     if image is not None and image.ships_driver and image.upgrade:
