@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context
+from gpuchain.doctor.hostpath_kernel import KERNEL_SOURCE, kernel_source_missing
 
 
 @dataclass(frozen=True)
@@ -646,6 +647,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str], str, Handler], ...] = (
         "path",
         _read_only,
     ),
+    ("host path the kernel does not provide", KERNEL_SOURCE, "path", kernel_source_missing),
     ("permission refused", PERMISSION, "path", _permission),
     ("path missing", MISSING_PATH, "path", _missing),
     ("no space left", NO_SPACE, "path", _no_space),
