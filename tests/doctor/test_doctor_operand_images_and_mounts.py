@@ -25,6 +25,7 @@ from doctor.test_sandbox_chain import VMS, _root, _without_pod
 
 from gpuchain.doctor import Severity, catalog
 from gpuchain.doctor.model import FixOp, Report
+from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY
 from gpuchain.kube import DAEMONSET
 from gpuchain.sim.build import SimCluster
 
@@ -161,6 +162,17 @@ def test_gfd_whose_log_says_nothing_of_a_file_keeps_the_restart() -> None:
     assert "USE_NODE_FEATURE_API" not in root.fix
 
 
+def test_gfd_that_wrote_its_file_without_nvml_keeps_the_restart() -> None:
+    no_nvml = (
+        "I0301 10:00:00.000000       1 factory.go:50] Detected non-NVML platform: could not load NVML library: "
+        "libnvidia-ml.so.1: cannot open shared object file: No such file or directory\n"
+        "I0301 10:00:00.100000       1 output.go:82] Writing labels to output file /etc/nfd/features.d/gfd\n"
+    )
+    report = diagnosed(OPERATOR, UNLABELLED, _gfd_log(no_nvml))
+    (root,) = [f for f in _errors(report) if f.id == "gfd.labels-missing"]
+    assert "USE_NODE_FEATURE_API" not in root.fix
+
+
 # -- a hostPath under /sys the kernel does not provide ----------------------------------------------------------------
 
 UBUNTU = """
@@ -283,14 +295,54 @@ nodes:
 DROP_DRIVER_PODS = _without_pod("nvidia-driver-daemonset", "gpu-r1")
 
 
-def test_a_gdrcopy_sidecar_without_the_drivers_repo_config_is_the_operator_release_that_mounts_it() -> None:
-    report = diagnosed(RHEL, DROP_DRIVER_PODS, _driver_pod("nvidia-gdrcopy-ctr", sidecar_mounts=False))
+def _policy(patch: dict[str, Any]) -> Callable[[SimCluster], None]:
+    """An edit: the ClusterPolicy merged with ``patch``."""
+
+    def edit(sim: SimCluster) -> None:
+        (policy,) = sim.cluster.list(NVIDIA_CLUSTER_POLICY)
+        sim.cluster.patch(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"], patch=patch)
+
+    return edit
+
+
+MIRROR = _policy({"spec": {"driver": {"repoConfig": {"configMapName": "local-mirror"}}}})
+
+
+def _sidecar_log(container: str, text: str) -> dict[str, Any]:
+    return {"do": "pod", "daemonset": "nvidia-driver-daemonset", "node": "gpu-r1", "logs": {container: text}}
+
+
+def test_a_gdrcopy_sidecar_on_a_mirror_the_policy_names_is_the_operator_release_that_mounts_it() -> None:
+    report = diagnosed(RHEL, DROP_DRIVER_PODS, MIRROR, _driver_pod("nvidia-gdrcopy-ctr", sidecar_mounts=False))
     (root,) = [f for f in _errors(report) if f.node == "gpu-r1" and f.link == "driver"]
     assert root.id == "driver.sidecar-without-configs"
-    assert "v24.3.0" in root.fix and "repo-config" in root.fix and "gdrcopy" in root.fix
+    assert "v24.3.0" in root.fix and "gdrcopy" in root.fix
+    assert any("local-mirror" in e for e in root.evidence)
 
 
-def test_a_failing_sidecar_that_mounts_the_same_configuration_is_not_read_as_the_missing_mount() -> None:
+def test_an_nvidia_fs_sidecar_without_headers_the_driver_container_found_is_the_same_release() -> None:
+    no_headers = (
+        "Installing Linux kernel headers...\nE: Unable to locate package linux-headers-5.14.0-284.11.1.el9_2.x86_64\n"
+    )
+    report = diagnosed(
+        RHEL,
+        DROP_DRIVER_PODS,
+        _driver_pod("nvidia-fs-ctr", sidecar_mounts=False),
+        _sidecar_log("nvidia-fs-ctr", no_headers),
+    )
+    (root,) = [f for f in _errors(report) if f.node == "gpu-r1" and f.link == "driver"]
+    assert root.id == "driver.sidecar-without-configs" and "v24.3.0" in root.fix and "spec.gds" in root.fix
+
+
+def test_a_sidecar_on_an_operator_that_mounts_the_configuration_is_not_read_as_the_missing_mount() -> None:
+    labelled = _policy({"metadata": {"labels": {"helm.sh/chart": "gpu-operator-v24.9.2"}}})
+    report = diagnosed(
+        RHEL, DROP_DRIVER_PODS, MIRROR, labelled, _driver_pod("nvidia-gdrcopy-ctr", sidecar_mounts=False)
+    )
+    assert "driver.sidecar-without-configs" not in {f.id for f in report.findings}
+
+
+def test_a_failing_sidecar_with_nothing_showing_a_missing_configuration_is_not_read_as_one() -> None:
     report = diagnosed(RHEL, DROP_DRIVER_PODS, _driver_pod("nvidia-gdrcopy-ctr", sidecar_mounts=True))
     assert "driver.sidecar-without-configs" not in {f.id for f in report.findings}
 

@@ -13,8 +13,10 @@ cmd/gpu-feature-discovery/main.go@v0.17.1), which hands the labels to nfd-master
 
 from __future__ import annotations
 
+from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.gfd_nodefeature import Refused
+from gpuchain.doctor.links.toolkit import NO_NVML
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.siblings import read_sibling
@@ -30,9 +32,10 @@ API_ENV = "USE_NODE_FEATURE_API"
 ROLE_FROM = "v25.10.0"
 
 
-def _file_written(ctx: Context, pod: Obj) -> tuple[str, str]:
+def _file_written(ctx: Context, pod: Obj) -> tuple[str, str, Obj]:
     """The path GFD's log says it wrote its feature file to, and whose log says so: its own, else that of a sibling
-    from the same template on a node built alike where its own was not read (("", "") where none says it)."""
+    from the same template on a node built alike where its own was not read, and that pod (("", "", pod) where none
+    says it)."""
     names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
     sibling = read_sibling(ctx, pod, names)
     said, where = (sibling.pod, f"pod {name_of(sibling.pod)} on {sibling.node}") if sibling else (pod, "")
@@ -40,16 +43,23 @@ def _file_written(ctx: Context, pod: Obj) -> tuple[str, str]:
         for line in ctx.log(said, name).splitlines():
             at = line.find(WROTE_FILE)
             if at >= 0:
-                return line[at + len(WROTE_FILE) :].strip(), where
-    return "", ""
+                return line[at + len(WROTE_FILE) :].strip(), where, said
+    return "", "", pod
+
+
+def _without_gpus(ctx: Context, pod: Obj) -> bool:
+    """Does GFD's own log say it found no NVML (the file it wrote then holds no GPU label, and a new pod that finds
+    the driver is the repair)?"""
+    names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or []]
+    return any(catalog.find(ctx.log(pod, name), *NO_NVML) is not None for name in names)
 
 
 def feature_file_unread(ctx: Context, view: NodeView) -> Refused | None:
     """GFD on this node writing its feature file, with the node still unlabelled: the NodeFeature API output as the
     repair (None where GFD's log does not say it wrote the file)."""
     pod = view.pod(GFD)
-    path, where = _file_written(ctx, pod) if pod is not None else ("", "")
-    if pod is None or not path:
+    path, where, said = _file_written(ctx, pod) if pod is not None else ("", "", {})
+    if pod is None or not path or _without_gpus(ctx, said):
         return None
     on = {"name": API_ENV, "value": "true"}
     cause = (
