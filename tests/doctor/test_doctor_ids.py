@@ -50,6 +50,8 @@ CLUSTER_TESTS = {
     "workload.gpu-xid": "test_doctor_kernel_xids::test_an_application_xid_is_a_warning_on_the_workload_not_an_error",
     "node.gpu-xid-noted": "test_doctor_kernel_xids::test_an_xid_the_catalog_leaves_alone_is_information",
     "driver.kernel-line": "test_doctor_kernel_xids::test_the_kernel_modules_own_errors_in_node_events_are_the_driver",
+    "driver.sidecar-without-configs": "doctor.test_doctor_operand_images_and_mounts::"
+    "test_a_gdrcopy_sidecar_on_a_mirror_the_policy_names_is_the_operator_release_that_mounts_it",
     "policy.invalid": "test_an_invalid_policy_is_reset_field_by_field_through_the_api",
     "operand.not-deployed": "test_a_missing_gpuchain_daemonset_is_never_recreated_by_hand",
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",

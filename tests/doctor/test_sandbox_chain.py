@@ -179,7 +179,9 @@ def test_vgpu_devices_never_created_for_a_failed_config_are_the_device_managers(
         ),
     )
     root = _root(report, "vgpu")
-    assert (root.id, root.link) == ("sandbox.vgpu-devices-missing", "device-plugin")
+    # The vGPU device manager partitions the GPU into devices (nvidia.com/vgpu.config, as the MIG manager does by
+    # nvidia.com/mig.config): the GPU-partitioning link.
+    assert (root.id, root.link) == ("sandbox.vgpu-devices-missing", "mig")
     assert "label nvidia.com/vgpu.config.state=failed" in root.evidence
     assert root.action is not None and root.action.changes["name"].startswith("nvidia-vgpu-device-manager")
 
@@ -190,7 +192,7 @@ def test_a_sandbox_operand_the_policy_does_not_deploy_is_switched_on_in_the_poli
 
     report = diagnosed(VMS, no_device_manager, _without_pod("nvidia-vgpu-device-manager", "vgpu"))
     root = _root(report, "vgpu")
-    assert (root.id, root.link) == ("sandbox.operand-disabled", "device-plugin")
+    assert (root.id, root.link) == ("sandbox.operand-disabled", "mig")
     assert root.action is not None and root.action.op is FixOp.PATCH_POLICY
     assert root.action.changes == {"spec": {"vgpuDeviceManager": {"enabled": True}}}
 

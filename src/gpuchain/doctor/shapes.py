@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context
+from gpuchain.doctor.hostpath_kernel import KERNEL_SOURCE, kernel_source_missing
 
 
 @dataclass(frozen=True)
@@ -640,6 +641,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str], str, Handler], ...] = (
     ("inotify limit", INOTIFY, "limit", _inotify),
     ("port already in use", PORT, "port", _port),
     ("socket with no daemon", SOCKET, "socket", _socket),
+    ("host path the kernel does not provide", KERNEL_SOURCE, "path", kernel_source_missing),
     (
         "read-only file system",
         re.compile(r"(?:(?P<path>/[^\s\"':]+)\"?:\s*)?read-only file system", re.IGNORECASE),

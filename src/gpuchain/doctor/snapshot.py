@@ -191,6 +191,13 @@ def gather(
     )
 
 
+def _kubevirt_plugin(pod: Obj) -> bool:
+    """Is ``pod`` NVIDIA's KubeVirt GPU device plugin (its image, nvcr.io/nvidia/kubevirt-gpu-device-plugin)?"""
+    return any(
+        "kubevirt-gpu-device-plugin" in str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or ()
+    )
+
+
 def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     """The containers worth a log call: every container of the stack's operand pods (init
     containers that crash or restarted included) that is not ready and has no last log lines in
@@ -324,6 +331,15 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                     )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
+        elif _kubevirt_plugin(pod):
+            # NVIDIA's KubeVirt GPU device plugin deployed on its own (no stack operand): a crash-looping one's log is
+            # its failure (the loader refusing its binary, ...), and nothing else says it.
+            crashing += [
+                ((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs)
+                for cs in status.get("containerStatuses") or []
+                if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+                and not _last_message(cs)
+            ]
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue

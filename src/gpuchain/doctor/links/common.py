@@ -16,6 +16,7 @@ from typing import cast
 from gpuchain.common.labels import GPU_PRESENT, OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.operand_tolerations import policy_lists, unlisted
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.placement import Blocker, tolerations_for
 from gpuchain.doctor.releases import Defect, showing
@@ -94,8 +95,10 @@ def placement_fix(ctx: Context, *, view: NodeView, ds: Obj, block: Blocker) -> F
     if block.kind == "taint":
         needed = tolerations_for(block)
         ns = namespace_of(ds) or ctx.namespace
-        if ctx.policy_obj is not None and ns == ctx.namespace:
-            tolerations = [*(t.to_dict() for t in ctx.policy.daemonsets.tolerations), *needed]
+        # Where the policy already lists them, its operator did not apply them to this DaemonSet: the DaemonSet
+        # itself lacks them (`operand_tolerations`), and a policy patch would only repeat them.
+        if ctx.policy_obj is not None and ns == ctx.namespace and not policy_lists(ctx, block):
+            tolerations = unlisted(ctx, block, needed)
             return Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"daemonsets": {"tolerations": tolerations}}})
         current = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("tolerations") or []
         patch = {"spec": {"template": {"spec": {"tolerations": [*current, *needed]}}}}

@@ -19,6 +19,7 @@ from gpuchain.doctor.links.gsp_firmware import gsp_firmware
 from gpuchain.doctor.links.mig_partition import partitioner_failing
 from gpuchain.doctor.links.not_ready import known_not_ready, not_ready
 from gpuchain.doctor.links.releases import with_release
+from gpuchain.doctor.links.sidecar_configs import sidecar_without_configs
 from gpuchain.doctor.links.talos_extensions import talos_without_extensions
 from gpuchain.doctor.links.toolkit import plugin_without_nvml
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -290,7 +291,7 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
     if hook_refusal(ctx, view, pod) is not None:
         # The driver container never ran: the toolkit's hook refused it, and the toolkit's link names that.
         return Result(LinkState.NOT_REACHED, "driver container refused by the NVIDIA runtime hook")
-    restarting = _driver_upgrade_restart(ctx, view, state)
+    restarting = _driver_upgrade_restart(ctx, view, state) or sidecar_without_configs(ctx, view, pod, state)
     if restarting is not None:
         return restarting
     log = operand_log(

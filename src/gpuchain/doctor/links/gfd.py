@@ -8,6 +8,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, labels_showing, node_finding
 from gpuchain.doctor.links.deployed import NFD_PREFIX, nfd_hint, nfd_install, nfd_worker
+from gpuchain.doctor.links.gfd_feature_file import feature_file_unread
 from gpuchain.doctor.links.gfd_nodefeature import nodefeature_refused
 from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.links.operand import RUNNING_WITH_ERRORS, simple, without_plugins_runtime_class
@@ -150,6 +151,12 @@ def check_gfd(ctx: Context, view: NodeView) -> Result:
         cause = f"gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label: {dropped.entry.cause}"
         evidence += list(dropped.evidence("nfd-master log"))
         fix = "# " + dropped.entry.repair(view.name)
+    elif (unread := feature_file_unread(ctx, view)) is not None:
+        # GFD's log says it wrote its feature file: it did its part, and a new pod would write the same file.
+        action = unread.action
+        cause = f"gpu-feature-discovery runs but the node has no nvidia.com/gpu.product label: {unread.cause}"
+        evidence += list(unread.evidence)
+        fix = unread.fix
     else:
         # GFD writes its labels from what NVML says at its start (and on its sleep interval): a pod that
         # started before the driver answered, or whose NVML init failed, labels nothing until it restarts.

@@ -36,6 +36,7 @@ from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, placement_fix, said_in
+from gpuchain.doctor.links.operand_tolerations import manifest_note
 from gpuchain.doctor.links.vm_plugin import kubevirt_plugin, vm_plugin_walk
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.owners import owner_ds
@@ -82,7 +83,7 @@ VALIDATOR = SandboxOperand(
     name="sandbox-validator", link="device-plugin", switch="sandboxWorkloads", workloads=SANDBOX_WORKLOADS
 )
 VGPU_DEVICE_MANAGER = SandboxOperand(
-    name="vgpu-device-manager", link="device-plugin", switch="vgpuDeviceManager", workloads=(VGPU,)
+    name="vgpu-device-manager", link="mig", switch="vgpuDeviceManager", workloads=(VGPU,)
 )
 DEVICE_PLUGIN = SandboxOperand(
     name="sandbox-device-plugin", link="device-plugin", switch="sandboxDevicePlugin", workloads=SANDBOX_WORKLOADS
@@ -278,6 +279,7 @@ class _Walk:
             cause=f"DaemonSet {op.daemonset} places no pod on this node, so {waiting}.",
             evidence=[block.describe() if block is not None else f"DaemonSet {op.daemonset}: no pod on {view.name}"],
             fix=fix,
+            note=manifest_note(self.ctx, daemonset=op.daemonset, block=block) if block is not None else "",
         )
 
     def failing(self, op: SandboxOperand, pod: Obj, st: PodState) -> Finding:

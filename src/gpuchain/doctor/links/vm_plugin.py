@@ -20,6 +20,7 @@ from gpuchain.doctor.evidence import runtime_events
 from gpuchain.doctor.links.common import node_finding, said_in
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.node import runtime_scheme
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state, start_refused
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
@@ -93,13 +94,29 @@ def _finding(ctx: Context, view: NodeView, pod: Obj) -> Finding | None:
             action=action,
         )
     restart = Fix.delete_pod(ns, name_of(pod), **{NOT_SIMULATED: "the KubeVirt plugin is not simulated"})
+    log = st.last_log or ctx.log(pod, st.container)
+    said = said_in(log) or [f"message: {refused}"]
+    known = catalog.known_error(log, "device-plugin")
+    if known is not None:
+        # Its own line names the cause the catalog knows (the loader refusing its binary, ...): a new pod of the
+        # same image fails the same way, so the entry's repair is the fix, not a restart.
+        return node_finding(
+            view,
+            fid="vm.plugin-failing",
+            sev=Severity.ERROR,
+            link="device-plugin",
+            cause=f"the KubeVirt GPU device plugin fails on this node ({st.status}), so its VMs get no GPU: "
+            f"{known.entry.cause}",
+            evidence=[st.describe(), *known.evidence()],
+            fix=known.entry.repair(view.name, namespace=ns, pod=name_of(pod), daemonset=owner_ds(pod)),
+        )
     return node_finding(
         view,
         fid="vm.plugin-failing",
         sev=Severity.ERROR,
         link="device-plugin",
         cause=f"the KubeVirt GPU device plugin fails on this node ({st.status}), so its VMs get no GPU.",
-        evidence=[st.describe(), *(said_in(st.last_log or ctx.log(pod, st.container)) or [f"message: {refused}"])],
+        evidence=[st.describe(), *said],
         fix=ctx.stack.render(restart) + f"   # once its log is acted on: kubectl -n {ns} logs {st.name}",
         action=restart,
     )
