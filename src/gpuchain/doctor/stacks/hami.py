@@ -80,7 +80,8 @@ def detect(snapshot: Snapshot) -> Stack | None:
     found = [d for d in snapshot.daemonsets if is_hami_plugin(d)]
     if not found:
         return None
-    plugin = found[0]
+    # The NVIDIA plugin's DaemonSet before another of the chart's on the same image (its mock device plugin).
+    plugin = min(found, key=lambda d: labels_of(d).get(COMPONENT) != PLUGIN_COMPONENT)
     namespace = namespace_of(plugin) or CHART.namespace
     scheduler = any(labels_of(p).get(COMPONENT) == SCHEDULER_COMPONENT for p in snapshot.pods)
     version = hami_version(plugin)
