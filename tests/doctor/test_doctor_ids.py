@@ -57,6 +57,8 @@ CLUSTER_TESTS = {
     "node.runtime-unsupported": "test_a_runtime_the_toolkit_cannot_configure_is_node_work",
     "toolkit.runtime-class-missing": "test_the_runtime_class_a_plugin_chart_names_is_created_on_the_cluster",
     "device-plugin.off-gpu-node": "test_a_plugin_failing_on_a_node_without_gpus_gets_an_affinity_for_the_gpu_nodes",
+    "device-plugin.hami-core-miscount": "doctor.test_doctor_hami_stack::"
+    "test_hami_252_refusing_memory_for_a_wrapped_count_moves_to_253",
     "device-plugin.beside-host-plugin": "doctor.test_doctor_bottlerocket_host_plugin::"
     "test_applied_the_affinity_leaves_the_bottlerocket_node_to_its_own_plugin",
     "driver.too-old": "test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old",

@@ -118,9 +118,9 @@ def find(text: str, *ids: str) -> Match | None:
     return None
 
 
-#: Go's and C's format verbs (%s, %v, %+v, %d, %q, %w, %08x ...), the literal %%, and Python's
-#: f-string fields ({key!r}) for gpuchain's own messages.
-VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?[a-zA-Z%]|\{[^{}]*\}")
+#: Go's and C's format verbs (%s, %v, %+v, %d, %q, %w, %08x ..., C's with a length modifier: %lu, %llu, %zu), the
+#: literal %%, and Python's f-string fields ({key!r}) for gpuchain's own messages.
+VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?(?:hh|ll|[hlzjt])?[a-zA-Z%]|\{[^{}]*\}")
 
 
 def printed(line: str, args: tuple[str, ...] = ()) -> str:

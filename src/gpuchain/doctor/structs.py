@@ -177,6 +177,9 @@ class Stack:
     #: operand state -> the logger its lines carry where one container serves several operands
     #: (gpuchain's node agent), so each link reads its own lines of the shared log
     loggers: dict[str, str] = field(default_factory=dict)
+    #: the Helm value of the stack's chart that gives the device plugin's pods a RuntimeClass (NVIDIA's plugin chart:
+    #: runtimeClassName; HAMi's: devicePlugin.runtimeClassName)
+    runtime_class_value: str = "runtimeClassName"
 
     def operands_in(self, namespace: str, ds_name: str) -> tuple[str, ...]:
         """Every operand state DaemonSet ``namespace/ds_name`` runs: one for an operand's own

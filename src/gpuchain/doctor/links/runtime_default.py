@@ -65,8 +65,9 @@ def distribution_default(ctx: Context, *, view: NodeView, evidence: list[str]) -
                 evidence=[*evidence, f"node runs {dist.name} (its containerd config {dist.containerd_config})"],
                 fix=create
                 + ctx.stack.render(action)
-                + f"   # or the plugin chart's value runtimeClassName={NVIDIA}; or make nvidia {dist.name}'s default "
-                f"runtime: default-runtime: {NVIDIA} in {config} (the agent's --default-runtime={NVIDIA}), then "
+                + f"   # or the plugin chart's value {ctx.stack.runtime_class_value}={NVIDIA}; or make nvidia "
+                f"{dist.name}'s default runtime: default-runtime: {NVIDIA} in {config} (the agent's "
+                f"--default-runtime={NVIDIA}), then "
                 f"systemctl restart {dist.name if dist.name == 'k3s' else 'rke2-agent'} -- not nvidia-ctk on "
                 "/etc/containerd/config.toml, which its containerd does not read",
                 action=action,

@@ -9,6 +9,7 @@ from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, re
 from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
+from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
@@ -463,6 +464,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     unusable = _cuda_unusable(ctx, view, apps)
     if unusable is not None:
         findings.append(unusable)
+    miscounted = miscounted_memory(ctx, view, apps)
+    if miscounted is not None:
+        findings.append(miscounted)
     unprepared = claims_not_prepared(ctx, view)
     if unprepared is not None:
         findings.append(unprepared)
