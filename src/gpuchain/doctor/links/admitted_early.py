@@ -21,8 +21,14 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, operand_log
 from gpuchain.doctor.links.kubelet_defects import FINDING as KUBELET_DEFECT
-from gpuchain.doctor.links.kubelet_defects import gpu_failed, kubelet_defect, kubelet_upgrade
-from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.links.kubelet_defects import (
+    gpu_failed,
+    kubelet_defect,
+    kubelet_fix,
+    kubelet_upgrade,
+    recreate_pods,
+)
+from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
@@ -115,17 +121,14 @@ def recovered_before_registration(
     found, fixed = known
     version = node_info(view.node).get("kubeletVersion")
     refs = [(namespace_of(p) or "default", name_of(p)) for p in hit]
-    action = Fix(
-        FixOp.NODE,
-        view.name,
-        {
-            "action": kubelet_upgrade(view, found, fixed),
-            "drain": False,
-            NOT_SIMULATED: "a kubelet's release and its device checkpoint are facts of the node no scenario names",
-        },
+    action = kubelet_fix(
+        view,
+        found,
+        fixed,
+        action=kubelet_upgrade(view, found, fixed),
+        why="a kubelet's release and its device checkpoint are facts of the node no scenario names",
     )
-    # One delete per pod: kubectl applies the last -n to every name of one command.
-    recreate = " && ".join(f"kubectl delete pod -n {ns} {name}" for ns, name in refs[:5])
+    recreate = recreate_pods(refs)
     return node_finding(
         view,
         fid=KUBELET_DEFECT,

@@ -158,6 +158,18 @@ def kubelet_upgrade(view: NodeView, found: KubeletDefect, fixed: str) -> str:
     return target
 
 
+def kubelet_fix(view: NodeView, found: KubeletDefect, fixed: str, *, action: str, why: str) -> Fix:
+    """The node work a kubelet defect asks for: ``action`` (`kubelet_upgrade`'s words, with what to do until then),
+    no drain of its own; ``why`` says what keeps the simulator from applying it."""
+    return Fix(FixOp.NODE, view.name, {"action": action, "drain": False, NOT_SIMULATED: why})
+
+
+def recreate_pods(refs: list[tuple[str, str]]) -> str:
+    """The commands that delete the first five of ``refs`` (namespace, name), so their controllers create them
+    again: one delete per pod, since kubectl applies the last -n to every name of one command."""
+    return " && ".join(f"kubectl delete pod -n {ns} {name}" for ns, name in refs[:5])
+
+
 def gpu_failed(view: NodeView, log: str) -> bool:
     """Does anything on record say a GPU of the node failed: an Xid the plugin logged, NVML losing a GPU (in its
     log or the node's Events), a failure of a link under the plugin in its log, or a fault gpuchain's repair loop
@@ -292,18 +304,15 @@ def running_rejected(ctx: Context, view: NodeView, refused: list[Obj]) -> Findin
         }
     )
     found, fixed = known
-    action = Fix(
-        FixOp.NODE,
-        view.name,
-        {
-            "action": f"{kubelet_upgrade(view, found, fixed)}; until it runs, restart this node's kubelet only with "
-            "its GPU pods drained",
-            "drain": False,
-            NOT_SIMULATED: "a kubelet's release is a fact of the node no scenario names",
-        },
+    action = kubelet_fix(
+        view,
+        found,
+        fixed,
+        action=f"{kubelet_upgrade(view, found, fixed)}; until it runs, restart this node's kubelet only with its GPU "
+        "pods drained",
+        why="a kubelet's release is a fact of the node no scenario names",
     )
-    # One delete per pod: kubectl applies the last -n to every name of one command.
-    recreate = " && ".join(f"kubectl delete pod -n {ns} {name}" for ns, name in ran[:5])
+    recreate = recreate_pods(ran)
     return node_finding(
         view,
         fid=FINDING,
