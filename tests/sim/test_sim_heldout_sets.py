@@ -60,7 +60,7 @@ BESIDE = {
     "heldout32": {"heldout31"},
 }
 #: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10, heldout29
-#: 12 and heldout32 7: their writers found no more uncited, odd-numbered reports with a readable resolution in their
+#: 12 and heldout32 9: their writers found no more uncited, odd-numbered reports with a readable resolution in their
 #: trackers in time).
 SMALLER = {
     "heldout23": 16,
@@ -71,7 +71,7 @@ SMALLER = {
     "heldout28": 16,
     "heldout29": 12,
     "heldout30": 16,
-    "heldout32": 7,
+    "heldout32": 9,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
