@@ -521,7 +521,11 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
 #: FailedCreatePodSandBox; kuberuntime_manager.go: "Failed to create pod sandbox: %v").
 SANDBOX_FAILED = "FailedCreatePodSandBox"
 #: The runtime's words for a missing nvidia handler: the toolkit link reads those itself (catalog.yaml).
-NVIDIA_HANDLER = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
+NVIDIA_HANDLER = (
+    "containerd.no-runtime-for-handler",
+    "containerd.no-runtime-for-nvidia-mode",
+    "cri-o.runtime-handler-not-found",
+)
 
 
 def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding | None:

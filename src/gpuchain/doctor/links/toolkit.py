@@ -15,6 +15,7 @@ from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_autodetect import autodetect_repair
 from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default, docker_setup
+from gpuchain.doctor.links.runtime_handler import missing_mode, mode_handler_repair
 from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
@@ -25,7 +26,11 @@ from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
 
 #: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
-NO_RUNTIME = ("containerd.no-runtime-for-handler", "cri-o.runtime-handler-not-found")
+NO_RUNTIME = (
+    "containerd.no-runtime-for-handler",
+    "containerd.no-runtime-for-nvidia-mode",
+    "cri-o.runtime-handler-not-found",
+)
 
 
 def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
@@ -53,10 +58,13 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
     """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
     rc = ctx.policy.operator.runtime_class
-    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and any(
-        (p.get("spec") or {}).get("runtimeClassName") == rc for p in view.operand_pods.values()
-    )
-    if uses_rc and rc not in ctx.runtime_classes:
+    on_rc = [p for p in view.operand_pods.values() if (p.get("spec") or {}).get("runtimeClassName") == rc]
+    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and bool(on_rc)
+    runtime, said_by = runtime_evidence(view)
+    # Where the runtime itself names a handler it lacks while every pod of the class runs, that sandbox failure is
+    # what stops pods now: the missing handler first (the class may only be missing from the snapshot).
+    handler_first = said_by is not None and all(pod_state(p).ready for p in on_rc)
+    if uses_rc and rc not in ctx.runtime_classes and not handler_first:
         evidence = [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"]
         action: Fix | None
         if ctx.stack.policy_resource:
@@ -92,7 +100,6 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             ),
         )
     pod = view.pod(TOOLKIT)
-    runtime, said_by = runtime_evidence(view)
     if runtime:
         tk = pod_state(pod) if pod is not None else None
         log = (
@@ -116,6 +123,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         # No toolkit pod on k3s or RKE2: their own start writes the runtime, where it finds the binary.
         found = autodetect_repair(dist) if tk is None else None
         work = found or work
+        # A mode handler (nvidia-cdi, ...) k3s's or RKE2's own autodetect never registers.
+        mode = next((m for m in map(missing_mode, runtime) if m), "")
+        work = mode_handler_repair(dist, mode, node_info(view.node).get("kubeletVersion", "")) or work
         dumped = dumped_config(ctx, view=view, pod=pod, dist=dist) if pod is not None else None
         if dumped is not None:
             work = dumped[0]
@@ -135,9 +145,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
                     fid="toolkit.runtime-not-configured",
                     sev=Severity.ERROR,
                     link="toolkit",
-                    cause=f"{said_by.component if said_by else 'containerd'} on this node has no 'nvidia' runtime "
-                    "handler, so every pod with runtimeClassName "
-                    f"{rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
+                    cause=f"{said_by.component if said_by else 'containerd'} on this node has no "
+                    f"'{mode or 'nvidia'}' runtime handler, so every pod with runtimeClassName "
+                    f"{mode or rc} fails to get a sandbox (device plugin, GFD, exporter, validator).",
                     evidence=[
                         *runtime,
                         tk.describe() if tk else "no toolkit pod on this node",

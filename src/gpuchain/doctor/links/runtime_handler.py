@@ -1,0 +1,70 @@
+"""An NVIDIA runtime handler other than ``nvidia`` that k3s's or RKE2's containerd was never given.
+
+The NVIDIA Container Toolkit ships one runtime per mode, each a containerd handler a RuntimeClass may name:
+``nvidia`` (nvidia-container-runtime), ``nvidia-cdi``, ``nvidia-legacy`` and ``nvidia-experimental``. k3s and
+RKE2 write their embedded containerd's config.toml afresh at every start and add only the handlers their runtime
+autodetect knows (links/runtime_autodetect.py): up to their October 2024 patch releases that list is ``nvidia``
+and ``nvidia-experimental`` (k3s-io/k3s pkg/agent/containerd/nvidia.go@2570a9b potentialRuntimes); the change of
+k3s-io/k3s#11065 ("Add the nvidia runtime cdi"; backports #11092-#11095) adds ``nvidia-cdi`` from v1.31.2+k3s1,
+v1.30.6+k3s1, v1.29.10+k3s1 and v1.28.15+k3s1 (RKE2 runs k3s's agent: the rke2r1 releases of those versions). A pod
+on a RuntimeClass whose handler the list lacks gets no sandbox: containerd says `no runtime for "<handler>" is
+configured` (containerd internal/cri/config/config.go). What repairs is a release that registers the handler, the
+handler in the template they render from (config.toml.tmpl), or the pod on the ``nvidia`` RuntimeClass.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuchain.doctor.node import KUBEADM, Distribution
+
+#: The toolkit's runtime modes other than plain ``nvidia`` (nvidia-container-toolkit cmd/nvidia-ctk runtime
+#: configure; the RuntimeClasses the GPU Operator and the device plugin chart may name).
+NVIDIA_MODES = ("nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
+#: containerd's CRI words for a missing handler ('no runtime for %q is configured'), the handler captured.
+MISSING = re.compile(r'no runtime for \\?"([\w.-]+)\\?" is configured')
+#: The executable each mode's handler runs (nvidia-container-toolkit's packages install them in /usr/bin).
+RUNTIME = "nvidia-container-runtime"
+BINARY = {
+    "nvidia-cdi": RUNTIME + ".cdi",
+    "nvidia-legacy": RUNTIME + ".legacy",
+    "nvidia-experimental": RUNTIME + "-experimental",
+}
+#: The first releases whose autodetect registers nvidia-cdi (k3s-io/k3s#11065 and its backports), per minor.
+CDI_FROM = {"1.28": 15, "1.29": 10, "1.30": 6, "1.31": 2}
+
+
+def missing_mode(text: str) -> str:
+    """The NVIDIA mode handler (nvidia-cdi, ...) containerd says it has no runtime for in ``text``; "" if none."""
+    m = MISSING.search(text)
+    return m.group(1) if m and m.group(1) in NVIDIA_MODES else ""
+
+
+def _cdi_release(dist: Distribution, version: str) -> str:
+    """The release of the node's minor that registers nvidia-cdi, or the list of them where the minor is unknown."""
+    suffix = "rke2r1" if dist.name.lower() == "rke2" else "k3s1"
+    m = re.search(r"v?1\.(\d+)\.", version or "")
+    minor = f"1.{m.group(1)}" if m else ""
+    if minor in CDI_FROM:
+        return f"v{minor}.{CDI_FROM[minor]}+{suffix}"
+    return ", ".join(f"v{k}.{v}+{suffix}" for k, v in CDI_FROM.items()) + " or any later minor"
+
+
+def mode_handler_repair(dist: Distribution, handler: str, version: str = "") -> str | None:
+    """The node work that gives k3s's or RKE2's containerd the NVIDIA ``handler`` a RuntimeClass names; None on a
+    distribution whose containerd config is not rendered by k3s/RKE2, or for a handler that is not an NVIDIA mode."""
+    if dist is KUBEADM or handler not in NVIDIA_MODES:
+        return None
+    upgrade = (
+        f"upgrade {dist.name} to a release whose runtime autodetect registers nvidia-cdi (k3s-io/k3s#11065: "
+        f"{_cdi_release(dist, version)} or later), or "
+        if handler == "nvidia-cdi"
+        else ""
+    )
+    return (
+        f"{dist.name}'s containerd has no {handler} runtime handler: its runtime autodetect registers only the "
+        f"NVIDIA runtimes it knows, and {dist.containerd_config} is rewritten at every start: {upgrade}add the "
+        f"{handler} runtime (runtime_type io.containerd.runc.v2, options BinaryName /usr/bin/{BINARY[handler]}) "
+        f"to {dist.containerd_config}.tmpl, then {dist.restart}; or run the pod with runtimeClassName: nvidia "
+        "instead"
+    )
