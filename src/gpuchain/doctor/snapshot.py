@@ -263,6 +263,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     classed_on: set[str] = keeps_runc_nodes(snapshot.nodes)
     classed_ds = classed_daemonsets(snapshot.daemonsets) if not enabled(stack.policy, TOOLKIT) else set()
     unclassed: list[tuple[str, tuple[LogKey, Obj]]] = []
+    # With neither, no node can join classed_on, so no pod's GPU requests are worth working out for it.
+    watch_unclassed = bool(classed_on or classed_ds)
     gfd_unlabelled = False
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
@@ -353,7 +355,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
             troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
-        else:
+        elif watch_unclassed:
             unclassed += running_unclassed(pod)
         on = str((pod.get("spec") or {}).get("nodeName"))
         if on not in gpu_workloads_on and status.get("phase") == "Running" and pod_gpu_requests(pod):
