@@ -520,7 +520,8 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
 #: The kubelet's Event when the runtime cannot create a pod's sandbox (kubernetes pkg/kubelet/events
 #: FailedCreatePodSandBox; kuberuntime_manager.go: "Failed to create pod sandbox: %v").
 SANDBOX_FAILED = "FailedCreatePodSandBox"
-#: The runtime's words for a missing nvidia handler: the toolkit link reads those itself (catalog.yaml).
+#: The runtime's words for a missing nvidia handler (catalog.yaml: containerd's CRI, CRI-O): the toolkit link reads
+#: those itself (links/toolkit.py runtime_evidence).
 NVIDIA_HANDLER = (
     "containerd.no-runtime-for-handler",
     "containerd.no-runtime-for-nvidia-mode",

@@ -18,19 +18,12 @@ from gpuchain.doctor.links.runtime_default import config_version_note, distribut
 from gpuchain.doctor.links.runtime_handler import missing_mode, mode_handler_repair
 from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import distribution_of, node_info, runtime_scheme, runtime_setup
+from gpuchain.doctor.node import NVIDIA_HANDLER, distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
 from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
-
-#: The runtime's words when it has no nvidia handler (catalog.yaml): containerd's CRI, CRI-O.
-NO_RUNTIME = (
-    "containerd.no-runtime-for-handler",
-    "containerd.no-runtime-for-nvidia-mode",
-    "cri-o.runtime-handler-not-found",
-)
 
 
 def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
@@ -38,7 +31,7 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
     lines = []
     said = None
     for ev in view.events:
-        found = catalog.find(str(ev.get("message", "")), *NO_RUNTIME)
+        found = catalog.find(str(ev.get("message", "")), *NVIDIA_HANDLER)
         if found:
             said = found
             ref = ev.get("involvedObject") or {}
