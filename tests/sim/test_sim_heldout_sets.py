@@ -49,6 +49,7 @@ ORDER = (
     "heldout30",
     "heldout31",
     "heldout32",
+    "heldout34",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -59,10 +60,11 @@ BESIDE = {
     "heldout28": {"heldout27"},
     "heldout30": {"heldout29"},
     "heldout32": {"heldout31"},
+    "heldout34": {"heldout33"},
 }
 #: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10, heldout29
-#: 12, heldout31 10 and heldout32 9: their writers found no more uncited, odd-numbered reports with a readable
-#: resolution in their trackers in time).
+#: 12, heldout31 10, heldout32 9 and heldout34 12: their writers found no more uncited, odd-numbered reports with a
+#: readable resolution in their trackers in time).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -74,6 +76,7 @@ SMALLER = {
     "heldout30": 16,
     "heldout31": 10,
     "heldout32": 9,
+    "heldout34": 12,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
