@@ -106,8 +106,20 @@ def test_802_on_a_bottlerocket_release_that_ships_fabric_manager_restarts_its_se
     newer = P5.replace("1.19.5", "1.21.1")
     said = "Failed to allocate device vector A (error code system not yet initialized)!"
     found = _only(diagnosed(newer, NO_PLUGIN_DS, *crashing(P5_NODE, said)))
-    assert "systemctl restart nvidia-fabricmanager.service" in found.fix and "1.20.0" not in found.fix
+    assert "(sudo sheltie) (systemctl restart nvidia-fabricmanager.service)" in found.fix and "1.20.0" not in found.fix
     assert "aws eks update-nodegroup-version" in found.fix  # the node image's newer release if it does not start
+
+
+def test_802_on_an_al2023_accelerated_ami_restarts_its_fabric_manager_then_the_node_groups_ami() -> None:
+    al2023 = (
+        "name: t\nstack: eks\nnodes:\n  - {name: a1, preset: a100-40gb-x8, osImage: Amazon Linux 2023.7.20250527, "
+        "labels: {node.kubernetes.io/instance-type: p4d.24xlarge, eks.amazonaws.com/nodegroup: p4}}\n"
+        "workloads:\n  - {name: job, namespace: ml, count: 2, gpus: 1, node: a1}\n"
+    )
+    found = _only(diagnosed(al2023, *crashing("a1", DRIVER_API_802)))
+    assert (found.link, found.node) == ("driver", "a1")
+    assert "(systemctl restart nvidia-fabricmanager.service)" in found.fix and "sheltie" not in found.fix
+    assert "aws eks update-nodegroup-version --cluster-name <cluster> --nodegroup-name p4" in found.fix
 
 
 def test_802_under_a_host_driver_installs_fabric_manager_of_the_drivers_version() -> None:
@@ -150,6 +162,16 @@ def test_a_cuda_11_image_on_the_515_driver_is_not_told_to_upgrade_to_a_floor_it_
     assert "525.60.13" not in found.fix and "needs an NVIDIA driver" not in found.fix
 
 
+def test_a_bottlerocket_release_newer_than_gpuchain_read_gets_no_guessed_driver_but_the_node_groups_update() -> None:
+    later = G5.replace("1.15.1", "1.40.0").replace("aws-k8s-1.27-nvidia", "aws-k8s-1.33-nvidia")
+    later = later.replace("5.15.128", "6.12.40")
+    image = "nvidia/cuda:13.0.1-base-ubuntu24.04"
+    found = _only(diagnosed(later, NO_PLUGIN_DS, *crashing(G5_NODE, INSUFFICIENT, image)))
+    assert "needs an NVIDIA driver 580 or newer" in found.fix and "the node's driver is" not in found.fix
+    assert "aws eks update-nodegroup-version --cluster-name <cluster> --nodegroup-name infer" in found.fix
+    assert "Bottlerocket 1.17.0" not in found.fix
+
+
 def test_a_cuda_13_image_under_the_operator_sets_the_policys_driver_version() -> None:
     operator = "name: t\nstack: gpu-operator\nnodes:\n  - {name: n1, preset: t4-x4}\n"
     found = _only(
@@ -160,6 +182,7 @@ def test_a_cuda_13_image_under_the_operator_sets_the_policys_driver_version() ->
         )
     )
     assert "carries CUDA 13.0, which needs an NVIDIA driver 580 or newer" in found.fix
+    assert "the node's driver is 570.124.06 (label nvidia.com/cuda.driver-version.full)" in found.fix
     assert "set spec.driver.version in clusterpolicies.nvidia.com cluster-policy to a driver 580 or newer" in found.fix
 
 

@@ -25,6 +25,7 @@ import re
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.fabric import fabric_repair
+from gpuchain.doctor.links.unprivileged_envvar import BOTTLEROCKET_NVIDIA
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.node_image import EKS_POOL, NodeImage
 from gpuchain.kube.objects import Obj
@@ -52,13 +53,16 @@ IMAGE_CUDA = (
 DRIVER_API = re.compile(r"found version (\d{4,6})\b")
 GFD_FULL = "nvidia.com/cuda.driver-version.full"
 GFD_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
-BOTTLEROCKET = re.compile(r"^Bottlerocket OS (\d+)\.(\d+)\.(\d+) \(([^)]*-nvidia)\)")
-#: (first Bottlerocket release with it, what it brings) for each fact the repair names.
+#: The first Bottlerocket release whose 5.15-kernel NVIDIA variants ship R535, and the first that runs Fabric Manager.
 BR_R535_ON_515 = (1, 17, 0)
 BR_FABRIC_MANAGER = (1, 20, 0)
+#: The newest Bottlerocket release whose driver branch gpuchain read (bottlerocket-os/bottlerocket
+#: CHANGELOG.md@v1.26.1): a later one may ship a newer branch, so its driver is not guessed.
+BR_READ_UNTIL = (1, 26, 1)
 
 
 def _version(text: str) -> tuple[int, ...]:
+    """A driver version's numbers, to compare ("525.60.13" -> (525, 60, 13))."""
     return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
@@ -77,11 +81,13 @@ def driver_floor(cuda: tuple[int, int]) -> str | None:
 
 
 def _bottlerocket(node: Obj) -> tuple[tuple[int, int, int], str] | None:
-    found = BOTTLEROCKET.match(str(node_info(node).get("osImage", "")))
+    """The node's Bottlerocket release and NVIDIA variant, from its osImage (None: not a Bottlerocket NVIDIA node)."""
+    image = str(node_info(node).get("osImage", ""))
+    found = BOTTLEROCKET_NVIDIA.match(image)
     if found is None:
         return None
-    major, minor, patch, variant = found.groups()
-    return (int(major), int(minor), int(patch)), variant
+    major, minor, patch = found.groups()
+    return (int(major), int(minor), int(patch)), image[image.index("(") + 1 : image.rindex(")")]
 
 
 def node_driver(node: Obj, labels: dict[str, str]) -> tuple[str, str] | None:
@@ -96,6 +102,8 @@ def node_driver(node: Obj, labels: dict[str, str]) -> tuple[str, str] | None:
     if br is None:
         return None
     release, variant = br
+    if release > BR_READ_UNTIL:
+        return None
     kernel = str(node_info(node).get("kernelVersion", ""))
     if kernel.startswith("5.15.") and release < BR_R535_ON_515:
         branch = "515"
@@ -107,6 +115,7 @@ def node_driver(node: Obj, labels: dict[str, str]) -> tuple[str, str] | None:
 
 
 def _pod_cuda(pods: list[Obj]) -> tuple[str, tuple[int, int]] | None:
+    """The first of the pods' images that names its CUDA release, and that release."""
     for pod in pods:
         for c in (pod.get("spec") or {}).get("containers") or []:
             image = str(c.get("image") or "")
@@ -196,11 +205,11 @@ def fabric_repair_words(ctx: Context, view: NodeView, image: NodeImage | None) -
     if update:
         return "this Bottlerocket release runs no Fabric Manager", update
     if update == "" or (image is not None and image.ships_driver):
-        service = "nvidia-fabricmanager.service"
         upgrade = f"; if it does not start, {image.upgrade}" if image is not None and image.upgrade else ""
+        shell = "from the node's admin container (sudo sheltie) " if update == "" else ""
         return (
             "the node image's Fabric Manager is not running",
-            f"start the node image's NVIDIA Fabric Manager (systemctl restart {service}; on Bottlerocket from the "
-            f"admin container, sudo sheltie) and check it runs the driver's exact version{upgrade}",
+            f"start the node image's NVIDIA Fabric Manager {shell}(systemctl restart nvidia-fabricmanager.service) "
+            f"and check it runs the driver's exact version{upgrade}",
         )
     return None
