@@ -153,7 +153,9 @@ def test_pytorch_finding_the_driver_too_old_is_the_driver_to_upgrade() -> None:
     )
     found = _only(diagnosed(STANDALONE, failing_gpu_pod(said=said)), "workload.cuda-unusable")
     assert "catalog: pytorch.driver-too-old (pytorch/pytorch " in " ".join(found.evidence)
-    assert "upgrade the node's driver to a branch that supports the image's CUDA release" in found.fix
+    # The pod's image names its CUDA (12.4): the fix names that release's driver floor (links/cuda_repair.py).
+    assert "carries CUDA 12.4, which needs an NVIDIA driver 525.60.13 or newer" in found.fix
+    assert "upgrade the node's NVIDIA driver package to 525.60.13 or newer" in found.fix
 
 
 def test_cuda_words_on_a_node_whose_plugin_announces_nothing_are_left_to_the_walk() -> None:

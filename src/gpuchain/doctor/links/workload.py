@@ -8,8 +8,10 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
 from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
 from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.cuda_repair import INSUFFICIENT, SYSTEM_NOT_READY, fabric_repair_words, insufficient_repair
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.hami_core import miscounted_memory
+from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
@@ -356,8 +358,13 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
 
 
 #: What a GPU workload prints when CUDA does not start on the GPU it was given, for the driver under it (catalog.yaml),
-#: most specific first: PyTorch's and the CUDA runtime's words (cudaError 35, 46, 100), NVML's with no module loaded.
+#: most specific first: the CUDA runtime's system errors (cudaError 802 no Fabric Manager, 803 driver libraries that
+#: are not the module's, 804 forward compatibility on a GPU without it), PyTorch's and the CUDA runtime's words
+#: (cudaError 35, 46, 100), NVML's with no module loaded.
 CUDA_UNUSABLE = (
+    SYSTEM_NOT_READY,
+    "cuda.system-driver-mismatch",
+    "cuda.compat-not-supported",
     "pytorch.driver-too-old",
     "cuda.insufficient-driver",
     "cuda.devices-unavailable",
@@ -370,6 +377,9 @@ NO_GPU = ("cuda.no-device",)
 #: Of those, the words CUDA also answers in a container the NVIDIA runtime gave no driver library at all
 #: (cudaErrorInsufficientDriver with no libcuda): read as the driver only where the pod was meant to get one.
 ALSO_NO_LIBRARY = ("cuda.insufficient-driver",)
+#: The words of a link proved anywhere that another check reads (the runtime hook's refusals): the CUDA runtime's own
+#: system errors in a workload that ran are this check's.
+READ_ELSEWHERE = tuple(i for i in ANYWHERE if i not in CUDA_UNUSABLE)
 #: The node labels that say which driver it runs (NVIDIA's GFD), quoted beside what the pods say.
 DRIVER_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major", "nvidia.com/gpu.product")
 
@@ -380,8 +390,9 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
     license, a driver older than the image's CUDA, no module loaded), so the node's driver is the root, not the pods
     and not the plugin. On a managed node image the driver is the image's: the pool's node image upgrade repairs it."""
     plugin = view.pod(DEVICE_PLUGIN)
-    if plugin is None or not pod_state(plugin).ready or not any(node_gpu_resources(view.node).values()):
-        return None
+    serving = (plugin is not None and pod_state(plugin).ready) or announcing_host_plugin(view.node)
+    if not serving or not any(node_gpu_resources(view.node).values()):
+        return None  # no plugin that runs (the DaemonSet's, or the node image's own service) handed these GPUs out
     hit: list[Obj] = []
     said: catalog.Match | None = None
     for pod in apps:
@@ -389,7 +400,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
             continue
         text = _said_by(ctx, pod)
         found = catalog.find(text, *CUDA_UNUSABLE)
-        if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *ANYWHERE):
+        if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *READ_ELSEWHERE):
             continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
         classed = (pod.get("spec") or {}).get("runtimeClassName")
         meant = classed or (ctx.policy_obj is None and not keeps_runc_default(ctx, view=view))
@@ -408,6 +419,13 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         work = f"the driver is {image.cloud}'s node image's: upgrade the node pool's node image: {image.upgrade}"
     else:
         work = said.entry.fix
+    # What CUDA said names the repair: Fabric Manager for 802, the image's driver floor for 35/804.
+    why = ""
+    if said.entry.id == SYSTEM_NOT_READY:
+        fabric = fabric_repair_words(ctx, view, image)
+        why, work = fabric if fabric is not None else (why, work)
+    elif said.entry.id in INSUFFICIENT:
+        work = insufficient_repair(ctx, view, pods=hit, image=image, line=said.line) or work
     # Words a release of a component on the node is known to cause (releases.yaml): that release first.
     release = release_repair(
         ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
@@ -433,7 +451,8 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         sev=Severity.ERROR,
         link="driver",
         cause="GPU pods on this node fail to start CUDA on the GPUs the device plugin gave them, while the plugin runs "
-        f"and announces GPUs, so the fault is under it, in the node's driver: {said.entry.cause}",
+        f"and announces GPUs, so the fault is under it, in the node's driver: {said.entry.cause}"
+        + (f" ({why})" if why else ""),
         evidence=[
             f"GPU pods failing: {refs}",
             *said.evidence("pod says"),
