@@ -92,6 +92,10 @@ CLUSTER_TESTS = {
     "vm.nvidia-runtime-default": "doctor.test_sandbox_kubevirt_plugin::"
     "test_the_nvidia_runtime_as_default_keeps_the_kubevirt_plugin_from_starting_and_runc_goes_back",
     "vm.plugin-failing": "doctor.test_sandbox_kubevirt_plugin::test_the_kubevirt_plugin_failing_for_another_reason_is_the_device_plugin_link",
+    "vm.passthrough-unregistered": "doctor.test_vm_passthrough_names::"
+    "test_v1_0_0_registering_nothing_for_a_gpu_its_pci_ids_lacks_is_repaired_by_v1_0_1",
+    "vm.passthrough-misnamed": "doctor.test_vm_passthrough_names::"
+    "test_a_bare_device_id_from_a_pre_v1_2_2_plugin_while_a_vm_asks_for_the_model_is_repaired_by_v1_2_2",
     "device-plugin.marked-unhealthy": "doctor.test_doctor_beneath_the_plugin::"
     "test_gpus_the_plugin_marks_unhealthy_for_its_own_reason_get_its_release_not_a_gpu_reset",
     "driver.in-use": "test_a_driver_that_cannot_unload_under_gpu_pods_is_drained_not_turned_off",

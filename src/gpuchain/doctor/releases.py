@@ -16,7 +16,19 @@ from typing import Any
 
 import yaml
 
-SYMPTOMS = ("restarts", "no-gfd", "log", "mig-paused", "labels", "no-sys-admin", "probe-killed", "avoid", "no-tegra")
+SYMPTOMS = (
+    "restarts",
+    "no-gfd",
+    "log",
+    "mig-paused",
+    "labels",
+    "no-sys-admin",
+    "probe-killed",
+    "avoid",
+    "no-tegra",
+    "vm-unregistered",
+    "vm-misnamed",
+)
 #: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
 #: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every
 #: operand and so carries defects no operand image has.

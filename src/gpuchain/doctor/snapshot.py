@@ -29,6 +29,7 @@ from gpuchain.doctor.admission_reasons import read_refused, refusals_worth_readi
 from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
+from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
@@ -266,6 +267,10 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # With neither, no node can join classed_on, so no pod's GPU requests are worth working out for it.
     watch_unclassed = bool(classed_on or classed_ds)
     gfd_unlabelled = False
+    # A running KubeVirt GPU plugin whose node announces no passthrough GPU, or some by bare device ID: its log says
+    # what it found and could not name (`gpuchain.doctor.passthrough`). The nodes by name only once such a plugin runs.
+    passthrough: list[tuple[LogKey, Obj]] = []
+    nodes_by_name: dict[str, Obj] | None = None
     for pod in snapshot.pods:
         meta = pod.get("metadata", {})
         namespace = meta.get("namespace")
@@ -342,6 +347,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
                 and not _last_message(cs)
             ]
+            if nodes_by_name is None:
+                nodes_by_name = {str(n.get("metadata", {}).get("name")): n for n in snapshot.nodes}
+            passthrough += vm_plugin_log(pod, nodes_by_name)
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue
@@ -388,6 +396,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)
     running = sorted((c for on, c in unclassed if on in classed_on), key=by_key)[:MAX_WORKLOAD_LOGS]
+    sandbox += sorted(passthrough, key=by_key)[:MAX_PASSTHROUGH_LOGS]
     return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins + sandbox + running
 
 

@@ -38,6 +38,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, placement_fix, said_in
 from gpuchain.doctor.links.operand_tolerations import manifest_note
 from gpuchain.doctor.links.vm_plugin import kubevirt_plugin, vm_plugin_walk
+from gpuchain.doctor.links.vm_resources import passthrough_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.placement import blocker
@@ -522,6 +523,9 @@ def sandbox_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: Fi
         if broken is not None:
             at = i
             break
+    plugin_pod = walk.pods.get(DEVICE_PLUGIN.name)
+    if broken is None and workload == PASSTHROUGH and plugin_pod is not None:
+        broken = passthrough_finding(ctx, view, plugin_pod)  # a VM waits for a GPU the plugin names otherwise
     if broken is None and not advertised(view):
         plugin = chain[-1]
         broken = walk.finding(

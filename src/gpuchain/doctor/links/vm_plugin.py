@@ -18,6 +18,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import runtime_events
 from gpuchain.doctor.links.common import node_finding, said_in
+from gpuchain.doctor.links.vm_resources import passthrough_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Link, LinkState, NodeChain, Severity
 from gpuchain.doctor.node import runtime_scheme
 from gpuchain.doctor.owners import owner_ds
@@ -136,8 +137,8 @@ def vm_plugin_walk(ctx: Context, view: NodeView, *, under: list[Finding], root: 
             *(Link(n, LinkState.NOT_REACHED, "waiting for the node") for n in ("toolkit", "device-plugin")),
         ]
         return NodeChain(view.name, (*links, *unused), tuple(under))
-    found = _finding(ctx, view, pod)
     st = pod_state(pod)
+    found = _finding(ctx, view, pod) or (passthrough_finding(ctx, view, pod) if st.ready else None)
     if found is None:
         links = [
             driver,
