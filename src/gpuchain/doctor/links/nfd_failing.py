@@ -11,11 +11,10 @@ feed (`NFD_LINK`).
 
 The repair follows what the state says. An OOM kill under a release whose fix the component's history names
 (releases.yaml, symptom ``oom``: nfd-master's non-leader leak) is that release, set where NFD comes from: the GPU
-Operator's chart bundles NFD as its ``node-feature-discovery`` subchart (NVIDIA/gpu-operator
-deployments/gpu-operator/Chart.yaml), whose values take NFD's own keys under that prefix (image.tag,
-master.replicaCount, master.resources: kubernetes-sigs/node-feature-discovery
-deployment/helm/node-feature-discovery/values.yaml@v0.16.6), while NFD's own chart takes them bare. Any other OOM
-kill is the memory limit raised, in the same values. A crash loop is what its log says (links/nfd_pods.py).
+Operator's chart bundles NFD as its ``node-feature-discovery`` subchart (`SUBCHART`), whose values take NFD's own
+keys under that prefix (image.tag, master.replicaCount, master.resources: kubernetes-sigs/node-feature-discovery
+deployment/helm/node-feature-discovery/values.yaml@v0.16.6), while NFD's own chart takes them bare. Any other OOM kill
+is the memory limit raised, in the same values. A crash loop is what its log says (links/nfd_pods.py).
 """
 
 from __future__ import annotations
@@ -43,9 +42,11 @@ ROLES = (
     ("nfd-worker", "worker"),
     ("nfd-gc", "gc"),
 )
-#: The values prefix of the NFD subchart a stack's chart bundles (the GPU Operator's and the device plugin's charts
-#: name their dependency node-feature-discovery: NVIDIA/gpu-operator deployments/gpu-operator/Chart.yaml@v24.9.2).
-SUBCHART = "node-feature-discovery"
+#: The values key of the NFD subchart a stack's chart bundles, for the stacks whose chart gpuchain knows
+#: (structs.CHARTS): the GPU Operator's names its dependency node-feature-discovery (NVIDIA/gpu-operator
+#: deployments/gpu-operator/Chart.yaml@v24.9.2). (The device plugin's chart aliases it nfd, NVIDIA/k8s-device-plugin
+#: deployments/helm/nvidia-device-plugin/Chart.yaml@v0.17.0, but its stack carries no chart to upgrade.)
+SUBCHART = {"gpu-operator": "node-feature-discovery"}
 #: NFD's own chart, as its docs add it (helm repo add nfd https://kubernetes-sigs.github.io/node-feature-discovery/charts).
 NFD_CHART = "nfd/node-feature-discovery"
 #: The first GPU Operator release whose bundled NFD has nfd-master's non-leader leak fixed, and that NFD
@@ -103,14 +104,14 @@ class _Where:
     def __init__(self, ctx: Context, pod: Obj) -> None:
         self.ns = namespace_of(pod) or ctx.namespace
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        chart = ctx.stack.chart
-        self.bundled = chart is not None and self.ns == ctx.namespace
+        chart, key = ctx.stack.chart, SUBCHART.get(ctx.stack.id, "")
+        self.bundled = chart is not None and bool(key) and self.ns == ctx.namespace
         self.chart = chart.chart if chart is not None and self.bundled else NFD_CHART
         own = labels.get(HELM_RELEASE, "")
         self.release = (
             own or installed_release(ctx)[1] or (chart.release if chart is not None else "") if self.bundled else own
         )
-        self.prefix = f"{SUBCHART}." if self.bundled else ""
+        self.prefix = f"{key}." if self.bundled else ""
 
     def values(self, settings: str, version: str = "") -> str:
         """``helm upgrade`` of the release with ``settings`` (--set ...), at chart ``version`` where given."""
