@@ -185,6 +185,11 @@ CLUSTER_TESTS = {
     "test_a_talos_node_without_the_nvidia_handler_is_the_driver_repaired_by_an_installer_with_the_extensions",
     "toolkit.runtime-overridden": "test_doctor_runtime_override::"
     "test_a_toolkit_set_for_volume_mounts_whose_list_the_runtime_refuses_is_overridden_by_containerds_config",
+    "nfd.known-leak": "test_doctor_nfd_failing::test_bundled_non_leaders_on_a_leaking_release_get_the_fixed_release",
+    "nfd.oom-killed": "test_doctor_nfd_failing::test_a_fixed_release_or_a_lone_replica_gets_its_memory_limit_raised",
+    "nfd.crash-loop": "test_doctor_nfd_failing::test_a_gc_in_a_crash_loop_is_quoted_from_its_state",
+    "toolkit.torn-down": "test_doctor_toolkit_torn_down::"
+    "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

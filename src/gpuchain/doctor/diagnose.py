@@ -34,6 +34,7 @@ from gpuchain.doctor.links.hardware import gpu_faults
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
+from gpuchain.doctor.links.nfd_failing import failing_nfd
 from gpuchain.doctor.links.operator_idle import nothing_placed
 from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.sandbox import sandbox_walk, serves_vms
@@ -574,6 +575,7 @@ def diagnose(snapshot: Snapshot) -> Report:
         findings = _policy_findings(ctx) + nothing_placed(ctx)
         findings += [f for c in chains for f in c.findings]
         findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
+        findings += failing_nfd(ctx, findings)
         findings += _version_skew(ctx)
         findings += dra_conflicts(snapshot, ctx.stack)
         findings += _pending(ctx, chains)

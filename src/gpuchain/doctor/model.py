@@ -46,7 +46,8 @@ class FixOp(enum.StrEnum):
     UNINSTALL = "uninstall"  #: remove a Helm release (changes["release"], changes["namespace"])
     DELETE = "delete"  #: delete an object (changes: kind, namespace, name); its controller recreates it
     SET_ENV = "set-env"  #: changes: {"env": {name: value}} of the DaemonSet ``target``'s containers
-    SET_LIMITS = "set-limits"  #: changes: {"container": name, "limits": {resource: quantity}} of ``target``
+    #: changes: {"container": name, "limits": {resource: quantity}, "kind": "ds" (default) or "deploy"} of ``target``
+    SET_LIMITS = "set-limits"
     #: changes: {"patch": merge patch (a JSON patch with "type": "json"), "recreate": bool} of a user's workload
     #: ``target`` ("Kind/namespace/name");
     #: recreate where the object does not take the change in place (a running Job's template, a pod's selector)

@@ -28,6 +28,8 @@ SYMPTOMS = (
     "no-tegra",
     "vm-unregistered",
     "vm-misnamed",
+    "oom",
+    "torn-down",
 )
 #: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
 #: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every
@@ -192,14 +194,21 @@ class Defect:
     #: the release notes' documented workaround for it, with its exact key or command (a known issue's
     #: "To work around this issue, ..."), the repair until the fixed release runs; the only one where none is fixed
     workaround: str = ""
-    #: for symptom probe-killed by the operator: the containers it kills, a regex the container's name fully matches
+    #: for symptoms probe-killed (by the operator) and oom: the containers it shows in, a regex the container's name
+    #: fully matches
     container: str = ""
+    #: the fewest replicas of the pod's role it shows under, where the release note ties it to replicas beside a
+    #: leader (a leak of non-leaders: a lone replica is always the leader); 0 where any number shows it
+    replicas: int = 0
     #: the ClusterPolicy settings it shows under (dotted spec path: value), where the release note names a
     #: configuration only; a cluster whose policy says otherwise does not have it
     policy: tuple[tuple[str, object], ...] = ()
     #: [first, first not) driver releases it shows under, where the release notes tie it to a driver branch (a
     #: release that does not support the branch's device names); () where any driver shows it
     driver: tuple[str, ...] = ()
+    #: (runtime, first, first not) container runtime releases it shows under, where the release notes tie it to
+    #: them (the node's containerRuntimeVersion, "containerd://1.6.9"); () where any runtime shows it
+    runtime: tuple[str, ...] = ()
 
     @property
     def fixed_in(self) -> str:
@@ -250,6 +259,19 @@ class Defect:
         low, high = version_of(self.driver[0]), version_of(self.driver[1]) if self.driver[1] else None
         return driver is not None and low is not None and low <= driver and (high is None or driver < high)
 
+    def runs_under(self, runtime: str) -> bool:
+        """Does it show under a node whose container runtime is ``runtime`` (its containerRuntimeVersion,
+        "containerd://1.6.12"; "" not known)? Any runtime where it names none; where it names one, only that runtime
+        at a known release inside its range."""
+        if not self.runtime:
+            return True
+        name, _, version = runtime.partition("://")
+        seen, low = version_of(version), version_of(self.runtime[1])
+        high = version_of(self.runtime[2]) if self.runtime[2] else None
+        if name != self.runtime[0] or seen is None or low is None:
+            return False
+        return low <= seen and (high is None or seen < high)
+
     def cite(self) -> str:
         """The evidence line a finding carries for this entry."""
         return f"release: {self.id} ({self.source})"
@@ -264,6 +286,7 @@ def _defect(raw: dict[str, Any]) -> Defect:
             "labels": tuple((str(k), str(v)) for k, v in (raw.get("labels") or {}).items()),
             "policy": tuple((str(k), v) for k, v in (raw.get("policy") or {}).items()),
             "driver": (str(raw["driver"][0]), str(raw["driver"][1] or "")) if raw.get("driver") else (),
+            "runtime": tuple(str(v or "") for v in raw["runtime"]) if raw.get("runtime") else (),
         }
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):

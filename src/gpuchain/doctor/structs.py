@@ -252,7 +252,8 @@ class Stack:
         if fix.op is FixOp.SET_LIMITS:
             ns, _, name = fix.target.partition("/")
             limits = ",".join(f"{k}={v}" for k, v in ch["limits"].items())
-            return f"kubectl -n {ns} set resources ds/{name} -c {ch['container']} --limits={limits}"
+            kind = ch.get("kind", "ds")  # a Deployment's pods (nfd-master, nfd-gc) take theirs from deploy/<name>
+            return f"kubectl -n {ns} set resources {kind}/{name} -c {ch['container']} --limits={limits}"
         if fix.op is FixOp.PATCH_WORKLOAD:
             kind, ns, name = fix.target.split("/", 2)
             patch = json.dumps(ch["patch"], separators=(",", ":"))

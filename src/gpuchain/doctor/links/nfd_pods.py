@@ -64,7 +64,7 @@ def _worker_ds(ds: Obj) -> bool:
     return "node-feature-discovery" in images and "worker" in name_of(ds)
 
 
-def _repair(ctx: Context, pod: Obj, state: PodState, what: str) -> tuple[str, list[str], Fix | None]:
+def nfd_repair(ctx: Context, pod: Obj, state: PodState, what: str) -> tuple[str, list[str], Fix | None]:
     """The change that lets ``pod`` (NFD's ``what``) run, by its state: the scheduler's words for a Pending pod, its
     image for one the kubelet cannot pull, what its log says for one that crashes; with the evidence."""
     ns = namespace_of(pod) or ctx.namespace
@@ -167,7 +167,7 @@ def nfd_down(ctx: Context, *, view: NodeView | None, label: str) -> NfdDown | No
     )
     worker = workers[0] if workers else None
     if worker is not None and not (state := pod_state(worker)).ready:
-        fix, evidence, action = _repair(ctx, worker, state, "nfd-worker")
+        fix, evidence, action = nfd_repair(ctx, worker, state, "nfd-worker")
         return NfdDown(
             cause=f"Node Feature Discovery's worker {state.name} on {_pod_node(worker) or 'its node'} is "
             f"{state.status}, so NFD never "
@@ -194,7 +194,7 @@ def nfd_down(ctx: Context, *, view: NodeView | None, label: str) -> NfdDown | No
     master = next((p for p in sorted(pods, key=name_of) if is_nfd_master(p) and not pod_state(p).ready), None)
     if master is not None and not any(is_nfd_master(p) and pod_state(p).ready for p in pods):
         state = pod_state(master)
-        fix, evidence, action = _repair(ctx, master, state, "nfd-master")
+        fix, evidence, action = nfd_repair(ctx, master, state, "nfd-master")
         return NfdDown(
             cause=f"Node Feature Discovery's master {state.name} is {state.status}: nfd-master writes the labels the "
             f"workers report, so no node gets {label}",

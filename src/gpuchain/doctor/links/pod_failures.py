@@ -129,6 +129,13 @@ MIN_RAISED_LIMIT_MI = 512
 MEMORY = re.compile(r"(\d+)(Ki|Mi|Gi)?$")
 
 
+def raised_limit(limit: str) -> str:
+    """The memory limit an OOM-killed container gets: ``limit`` doubled, never under MIN_RAISED_LIMIT_MI ("" or a
+    quantity gpuchain cannot read: that floor)."""
+    current = _mebibytes(limit) if limit else None
+    return f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
+
+
 def _mebibytes(quantity: str) -> int | None:
     found = MEMORY.match(quantity)
     if not found:
@@ -154,8 +161,7 @@ def oom_killed(ctx: Context, *, view: NodeView, operand: Operand, state: PodStat
     spec = ((pod.get("spec") or {}).get("initContainers") or []) + ((pod.get("spec") or {}).get("containers") or [])
     container: Obj = next((c for c in spec if c.get("name") == state.container), {})
     limit = memory_limit(ctx, container={"name": state.container, **container}, ns=ns, ds=ds)
-    current = _mebibytes(limit) if limit else None
-    raised = f"{max(2 * current if current else 0, MIN_RAISED_LIMIT_MI)}Mi"
+    raised = raised_limit(limit)
     evidence = (
         f"container {state.container}: terminated OOMKilled (exit 137), {state.restarts} restarts",
         f"memory limit {limit or 'none set in the pod spec'}",

@@ -17,6 +17,7 @@ from gpuchain.doctor.links.runtime_autodetect import autodetect_repair
 from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default, docker_setup
 from gpuchain.doctor.links.runtime_handler import missing_mode, mode_handler_repair
 from gpuchain.doctor.links.tegra import tegra_release
+from gpuchain.doctor.links.toolkit_torn_down import torn_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import NVIDIA_HANDLER, distribution_of, node_info, runtime_scheme, runtime_setup
 from gpuchain.doctor.pods import PodState, init_done, pod_state
@@ -185,6 +186,9 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
         done = init_done(validator, "toolkit-validation")
         return Result(LinkState.OK, "toolkit pod Running" + (", toolkit-ready validated" if done else ""))
     log = operand_log(ctx, view=view, operand=TOOLKIT, container=state.container, last=state.last_log)
+    stopped = torn_down(ctx, view=view, state=state, log=log)
+    if stopped is not None:
+        return stopped
     return not_ready(
         ctx,
         view=view,
