@@ -39,7 +39,7 @@ from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import TOOLKIT, enabled
+from gpuchain.operator.operands import TOOLKIT, VALIDATOR, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
 MAX_LOGS = 5
@@ -322,7 +322,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 # A running init container is waiting for a lower link, unless it already restarted; or unless it
                 # is no validation wait and holds the plugin of a node that announces no GPU (GKE's driver installer
                 # says there why it waits), or the driver's own (no link is below the driver: its driver manager
-                # says there what it waits for).
+                # says there what it waits for), or the validator's own validation: it runs the check itself
+                # (nvidia-smi at the driver root, retried while it fails) and its log says why it does not pass.
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
@@ -330,6 +331,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                         cs in inits
                         and not cs.get("restartCount")
                         and (not (on_bare_node or "driver" in states) or cs.get("name") in stack.validations)
+                        and VALIDATOR.state not in states
                     )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))
