@@ -194,3 +194,33 @@ def test_a_validator_past_its_driver_validation_reads_no_log_and_stays_quiet() -
         "nodes:\n  - {name: talos-w3, preset: l4-x2, hostDriver: '550.144.03', osImage: Talos (v1.9.5)}\n"
     )
     assert not [f for f in report.findings if f.severity is Severity.ERROR]
+
+
+def test_the_toolkits_own_driver_validation_log_is_read_where_no_validator_runs() -> None:
+    """The toolkit's driver-validation runs the same check (nvidia-validator, COMPONENT=driver, WITH_WAIT=true:
+    gpu-operator assets/state-container-toolkit/0500_daemonset.yaml@v25.3.0): with the validator kept off the node,
+    its log is the witness of the mismatch."""
+    log = (
+        'time="2025-11-20T07:44:10Z" level=info msg="Attempting to validate a pre-installed driver on the host"\n'
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 570.133\n"
+        'time="2025-11-20T07:44:10Z" level=warning msg="failed to validate the driver, retrying after 5 seconds\\n"\n'
+    )
+    toolkit = {
+        "do": "pod",
+        "daemonset": "nvidia-container-toolkit-daemonset",
+        "node": "dgx-b-04",
+        "phase": "Pending",
+        "init": HELD,
+        "logs": {"driver-validation": log},
+    }
+    opted = {"do": "node", "node": "dgx-b-04", "labels": {"nvidia.com/gpu.deploy.operator-validator": "false"}}
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\n"
+        "nodes:\n  - {name: dgx-b-04, preset: h100-80gb-x8, hostDriver: '570.124.06'}\n",
+        opted,
+        toolkit,
+    )
+    root = _root(report, "dgx-b-04")
+    assert (root.id, root.link) == ("driver.version-mismatch", "driver")
+    assert any("nvidia-container-toolkit-daemonset" in e for e in root.evidence)
