@@ -40,7 +40,7 @@ from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import TOOLKIT, enabled
+from gpuchain.operator.operands import DRIVER, TOOLKIT, VALIDATOR, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
 MAX_LOGS = 5
@@ -239,6 +239,13 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         str(n.get("metadata", {}).get("name")): n.get("metadata", {}).get("labels") or {} for n in snapshot.nodes
     }
     operands_in = cache(stack.operands_in)  # one answer per DaemonSet, not one search per pod
+    host_driver = stack.policy_obj is not None and not enabled(stack.policy, DRIVER)
+
+    def checks_driver(states: tuple[str, ...], container: str) -> bool:
+        """Does this init container run the driver's validation itself (not wait for a ready file)?"""
+        driver_check = stack.validations.get(container) == "driver"
+        return VALIDATOR.state in states or (TOOLKIT.state in states and driver_check)
+
     crashing: list[tuple[LogKey, Obj]] = []
     quiet: list[tuple[LogKey, Obj]] = []
     # One running pod per exporter / GFD DaemonSet that shows a sign of trouble: they keep running while
@@ -327,7 +334,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                 # A running init container is waiting for a lower link, unless it already restarted; or unless it
                 # is no validation wait and holds the plugin of a node that announces no GPU (GKE's driver installer
                 # says there why it waits), or the driver's own (no link is below the driver: its driver manager
-                # says there what it waits for).
+                # says there what it waits for), or, over a host's driver (the stack deploys none, so no driver pod
+                # says how it fails), a validation that runs the check itself, whose log says why it does not pass:
+                # the validator's own, and the toolkit's driver-validation (nvidia-validator with COMPONENT=driver,
+                # WITH_WAIT=true: gpu-operator assets/state-container-toolkit/0500_daemonset.yaml@v25.3.0), where the
+                # other operands' validation init containers only wait for a ready file.
                 elif (
                     current.get("running")
                     and (not cs.get("ready") or on_bare_node)
@@ -335,6 +346,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
                         cs in inits
                         and not cs.get("restartCount")
                         and (not (on_bare_node or "driver" in states) or cs.get("name") in stack.validations)
+                        and not (host_driver and checks_driver(states, str(cs.get("name"))))
                     )
                 ):
                     quiet.append(((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs))

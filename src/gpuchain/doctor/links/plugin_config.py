@@ -13,6 +13,7 @@ from gpuchain.doctor.links.common import Result, node_finding, operand_log
 from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.mig_empty import layout_repair
 from gpuchain.doctor.links.mig_mixed import mixed_refusal
+from gpuchain.doctor.links.plugin_config_seen import mounted_unseen
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owner_ds
@@ -38,6 +39,8 @@ def config_missing(ctx: Context, view: NodeView) -> Finding | None:
     if not key:
         return None
     configs = ctx.plugin_configs()
+    if configs is not None and mounted_unseen(ctx):
+        configs = None  # its pod mounts a ConfigMap the dump lacks: out of sight, not empty (plugin_config_seen)
     if not labelled and configs is None:
         return None
     pod = view.pod(DEVICE_PLUGIN)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding, opted_out
 from gpuchain.doctor.links.deployed import unscheduled
+from gpuchain.doctor.links.driver_validation import hung_driver_validation
 from gpuchain.doctor.links.failures import known_failure
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
@@ -122,6 +123,18 @@ def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
     at = _running_init(ctx, validator)
     if vstate.failing or ctx.stack.validations.get(at) != link:
         return None  # failing: failure_at reads it; at another link: that link's turn
+    known = hung_driver_validation(ctx, view=view, validator=validator, at=at) if link == "driver" else None
+    if known is not None:
+        return node_finding(
+            view,
+            fid=fid,
+            sev=Severity.ERROR,
+            link=link,
+            cause=known.cause,
+            evidence=[f"pod {vstate.name}: {vstate.status}, at {at}", *known.evidence, *sorted(waiting)],
+            fix=known.fix,
+            action=known.action,
+        )
     ns = namespace_of(validator) or ctx.namespace
     action = Fix.delete_pod(ns, name_of(validator), **{NOT_SIMULATED: "a validation that hangs is no scenario fact"})
     return node_finding(
