@@ -123,6 +123,7 @@ STOPS_THE_WALK = (
     "node.not-ready",
     "node.runtime-unsupported",
     "node.sandbox-failed",
+    "toolkit.cri-unloaded",
     "toolkit.runtime-stopped",
     "node.gpu-lost",
     "node.device-plugins-disabled",
