@@ -139,6 +139,10 @@ CLUSTER_TESTS = {
     "test_allocatable_zero_while_the_plugin_reports_every_gpu_healthy_is_the_kubelet_on_any_release",
     "device-plugin.registered-at-start": "test_kubelet_defects_plugin_found::"
     "test_a_plugin_whose_log_found_two_of_four_gpus_is_restarted_not_the_node",
+    "toolkit.cri-unloaded": "doctor.test_cri_unloaded::"
+    "test_a_worker_whose_containerd_serves_no_cri_under_an_nvidia_runtime_class_is_the_toolkit",
+    "device-plugin.duplicate-resource": "doctor.test_plugin_pair::"
+    "test_applied_the_label_leaves_the_node_to_hamis_plugin_alone",
     "toolkit.runtime-stopped": "test_doctor_source_classes::"
     "test_containerd_23_stopped_after_the_toolkits_drop_in_is_the_toolkit_with_its_config_source",
     "workload.untolerated-taint": "test_doctor_pending_workloads::"

@@ -389,7 +389,10 @@ def test_a_pull_refused_for_a_full_disk_frees_the_nodes_image_filesystem() -> No
 
 def test_a_tag_the_registry_lacks_still_gets_a_tag_secret_or_mirror() -> None:
     root = _pull_refused('failed to resolve reference "nvcr.io/nvidia/k8s-device-plugin:v0.17.0": not found')
-    assert "a tag that exists" in root.fix and "certs.d" not in root.fix
+    # The registry says the reference is missing: the fix sets the DaemonSet's image tag (links/image_tag_gone.py),
+    # with the pull secret where a private registry hides a tag that exists; never the node's CA.
+    assert "set the image tag of nvidia-device-plugin-daemonset" in root.fix and "pull secret" in root.fix
+    assert "certs.d" not in root.fix
 
 
 # -- a pod asking for more than one shared GPU -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ bottlerocket-core-kit#228)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gpuchain.common.remember import remembered
 from gpuchain.doctor.context import Context, NodeView
@@ -103,6 +103,12 @@ def _kept_off(ctx: Context, ds: Obj, hosts: list[Obj]) -> Fix:
         away = {"key": EKS_POOL, "operator": "NotIn", "values": groups}
     else:
         away = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(name_of(n) for n in hosts)}
+    return away_from(ds, away)
+
+
+def away_from(ds: Obj, away: Mapping[str, object]) -> Fix:
+    """A patch of DaemonSet ``ds`` that ANDs the node selector requirement ``away`` into each term of its required
+    node affinity (a term of its own where it has none), so its pods leave the nodes ``away`` excludes."""
     spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"

@@ -36,6 +36,7 @@ from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.nfd_failing import failing_nfd
 from gpuchain.doctor.links.operator_idle import nothing_placed
+from gpuchain.doctor.links.plugin_pair import beside_another_plugin
 from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.sandbox import sandbox_walk, serves_vms
 from gpuchain.doctor.links.validation import waiting_on
@@ -71,7 +72,7 @@ Check = Callable[[Context, NodeView], Result]
 CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("driver", check_driver_defects, (DRIVER,)),
     ("toolkit", check_toolkit_and_cgroup, (TOOLKIT, VALIDATOR)),
-    ("device-plugin", beside_host_plugin(check_device_plugin), (DEVICE_PLUGIN,)),
+    ("device-plugin", beside_another_plugin(beside_host_plugin(check_device_plugin)), (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
     ("exporter", check_exporter, (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
@@ -124,6 +125,7 @@ STOPS_THE_WALK = (
     "node.not-ready",
     "node.runtime-unsupported",
     "node.sandbox-failed",
+    "toolkit.cri-unloaded",
     "toolkit.runtime-stopped",
     "node.gpu-lost",
     "node.device-plugins-disabled",

@@ -18,6 +18,8 @@ from gpuchain.common.remember import remembered
 from gpuchain.doctor import catalog
 from gpuchain.doctor.cdi_runtime import runtime_no_cdi
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.cri_unloaded import ID as CRI_UNLOADED
+from gpuchain.doctor.cri_unloaded import cri_unloaded
 from gpuchain.doctor.kubelet_dirs import K3S_OLD_ROOT, RKE_ANNOTATION, UNWATCHED, hostpath_patch, kubelet_root
 from gpuchain.doctor.kubelet_state import bad_checkpoint
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
@@ -261,7 +263,10 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
     findings = []
     scheme = runtime_scheme(view.node)
     configures = ctx.deploys(TOOLKIT) and not ctx.stack.host_driver
+    sandbox = _sandbox_failed(ctx, view, configures)
     for c in blocking_conditions(view.node):
+        if c.type == "Ready" and sandbox is not None and sandbox.id == CRI_UNLOADED:
+            continue  # the kubelet is up and its runtime serves no CRI: the config written for NVIDIA's runtime
         stopped = _toolkit_stopped_runtime(ctx, view, configures) if c.type == "Ready" else None
         if stopped is not None:
             findings.append(stopped)
@@ -307,7 +312,6 @@ def check_node(ctx: Context, view: NodeView) -> list[Finding]:
                 action=action,
             )
         )
-    sandbox = _sandbox_failed(ctx, view, configures)
     if sandbox is not None:
         findings.append(sandbox)
     gate = _device_plugins_gate_off(ctx, view)
@@ -549,6 +553,16 @@ def _sandbox_failed(ctx: Context, view: NodeView, configures: bool) -> Finding |
         failed.append((pod, message))
     if not failed:
         return None
+    unloaded = cri_unloaded(
+        ctx,
+        view,
+        failed=failed,
+        configures=configures,
+        config=distribution_of(view.node).containerd_config,
+        release=runtime_version(view.node),
+    )
+    if unloaded is not None:
+        return unloaded
     said = next((m for _, m in failed if catalog.known_error(m)), failed[0][1])
     known = catalog.known_error(said)
     names = sorted({str(p["metadata"]["name"]) for p, _ in failed})

@@ -4,11 +4,13 @@ build), else what the registry's refusal says."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.driver_build import build_own, image_based
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.image_tag_gone import tag_gone
 from gpuchain.doctor.links.pull_refused import pull_refused
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node import node_info
@@ -94,6 +96,9 @@ def image_missing(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
             action=action,
             fix=ctx.stack.render(action) + "   # back to the operator's default version (or set one that exists)",
         )
+    gone = tag_gone(ctx, view=view, pod=pod, state=state, image=image, said=event or state.message)
+    if gone is not None:
+        return dataclasses.replace(gone, evidence=(*evidence, *gone.evidence))
     return pull_refused(view.name, said=f"{state.message}\n{event}", evidence=evidence)
 
 

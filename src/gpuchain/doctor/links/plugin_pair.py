@@ -1,0 +1,176 @@
+"""Two device plugins on one node that register the same resource name with its kubelet.
+
+The kubelet's device manager keeps one endpoint per resource name: a registration for a name already registered
+replaces the endpoint it had ("always accepts newest device plugin", addEndpoint in kubernetes
+pkg/kubelet/cm/devicemanager/manager.go before v1.25; PluginConnected's ``m.endpoints[resourceName] = ...`` from
+v1.25), and the node's capacity for that name is the device list of whichever plugin registered last. Two DaemonSets
+whose plugins both serve ``nvidia.com/gpu`` on a node (the GPU Operator's or NVIDIA's chart's beside HAMi's, which
+splits each GPU into vGPUs under the same name by default, charts/hami/values.yaml resourceName@v2.5.1, or two
+NVIDIA plugin releases) therefore make the node's count flip with each restart: after a reboot it is one per physical
+GPU where HAMi's split was meant, or HAMi's split where the other plugin's whole GPUs were, and pods are admitted
+against devices the plugin that allocates them does not know.
+
+The repair leaves one plugin per name on the node: a sharing plugin the user added (HAMi) is kept and the other is
+turned off there (the GPU Operator's per-node deploy label nvidia.com/gpu.deploy.device-plugin=false, or
+devicePlugin.enabled=false where HAMi runs on every node the operator's plugin serves; NVIDIA's chart uninstalled or
+kept off those nodes); else the stack's own plugin is kept. The other way is a resource name of its own for the
+second plugin (HAMi's chart value resourceName), which its pods then request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from gpuchain.doctor.bottlerocket import away_from
+from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.owners import owner_daemonset, owner_ds
+from gpuchain.doctor.stacks.base import images_of
+from gpuchain.doctor.stacks.hami import is_hami_plugin
+from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label
+
+Check = Callable[[Context, NodeView], Result]
+
+GPU = "nvidia.com/gpu"
+#: Images of NVIDIA's device plugin (its chart's and the GPU Operator's) and GKE's, which serve nvidia.com/gpu.
+NVIDIA_PLUGIN_IMAGES = ("k8s-device-plugin", "nvidia-gpu-device-plugin")
+#: DaemonSets that run the device plugin's image without being a plugin: GPU feature discovery (the chart's and the
+#: operator's, from v0.15 in the plugin's image) and the MPS control daemon (NVIDIA/k8s-device-plugin
+#: deployments/helm/nvidia-device-plugin/templates).
+NOT_A_PLUGIN = re.compile(r"feature-discovery|gfd|mps-control-daemon", re.IGNORECASE)
+#: The name HAMi's plugin serves, in its device config (charts/hami/templates/scheduler/device-configmap.yaml:
+#: nvidia.resourceCountName, from the chart's resourceName).
+HAMI_NAME = re.compile(r"resourceCountName:\s*\"?([\w./-]+)")
+#: The Helm release that installed an object (Helm's own annotation).
+HELM_RELEASE = "meta.helm.sh/release-name"
+
+
+def _hami_name(ctx: Context, ds: Obj) -> str:
+    """The resource name HAMi's plugin serves: its device config's, where the snapshot holds that ConfigMap, else
+    the chart's default."""
+    for cm in ctx.snapshot.configmaps:
+        if namespace_of(cm) != namespace_of(ds):
+            continue
+        found = HAMI_NAME.search(" ".join(str(v) for v in (cm.get("data") or {}).values()))
+        if found is not None:
+            return found.group(1)
+    return GPU
+
+
+def _serves(ctx: Context, ds: Obj) -> tuple[str, str] | None:
+    """(resource name, who) for a device plugin DaemonSet that serves an NVIDIA GPU name; None for any other."""
+    if is_hami_plugin(ds):
+        return _hami_name(ctx, ds), "HAMi's device plugin"
+    if NOT_A_PLUGIN.search(name_of(ds)):
+        return None
+    ours = name_of(ds) == ctx.ds(DEVICE_PLUGIN) and namespace_of(ds) == ctx.namespace
+    if ours and ctx.stack.policy_resource:
+        return GPU, "the GPU Operator's device plugin"
+    if ours or any(marker in images_of(ds) for marker in NVIDIA_PLUGIN_IMAGES):
+        return GPU, "NVIDIA's device plugin"
+    return None
+
+
+def serving(ctx: Context, view: NodeView) -> dict[str, list[tuple[Obj, Obj, str]]]:
+    """Per resource name, the plugin DaemonSets whose pod runs on the node: (DaemonSet, pod, who)."""
+    out: dict[str, list[tuple[Obj, Obj, str]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for pod in (*view.pods, *view.workloads):
+        ds = owner_daemonset(ctx, pod)
+        key = (str(namespace_of(ds)), name_of(ds)) if ds else ("", "")
+        if not ds or key in seen or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        served = _serves(ctx, ds)
+        if served is not None:
+            seen.add(key)
+            out.setdefault(served[0], []).append((ds, pod, served[1]))
+    return out
+
+
+def _nodes_of(ctx: Context, ds: Obj) -> set[str]:
+    """The nodes DaemonSet ``ds`` has a pod on."""
+    key = (namespace_of(ds), name_of(ds))
+    return {
+        str((p.get("spec") or {}).get("nodeName") or "")
+        for p in ctx.snapshot.pods
+        if (namespace_of(p), owner_ds(p)) == key
+    }
+
+
+def _turn_off(ctx: Context, view: NodeView, *, off: Obj, kept: Obj, who: str) -> tuple[Fix, str]:
+    """The change that takes plugin DaemonSet ``off`` away from the node, and what it does."""
+    if who == "the GPU Operator's device plugin" and ctx.policy_obj is not None:
+        if _nodes_of(ctx, off) <= _nodes_of(ctx, kept):
+            action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"devicePlugin": {"enabled": False}}})
+            return action, "turns off the GPU Operator's device plugin (every node it serves runs the other plugin)"
+        action = Fix(FixOp.LABEL_NODE, view.name, {deploy_label(DEVICE_PLUGIN): "false"})
+        return action, f"turns off the GPU Operator's device plugin on {view.name} alone"
+    release = str(((off.get("metadata") or {}).get("annotations") or {}).get(HELM_RELEASE) or "")
+    if _nodes_of(ctx, off) <= _nodes_of(ctx, kept):
+        if release:
+            action = Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": namespace_of(off)})
+            return action, f"uninstalls the release of {name_of(off)} ({who}), which serves no other node"
+        gone = {"kind": "DaemonSet", "namespace": namespace_of(off), "name": name_of(off)}
+        action = Fix(FixOp.DELETE, f"{namespace_of(off)}/{name_of(off)}", gone)
+        return action, f"removes {name_of(off)} ({who}), which serves no other node"
+    away = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [view.name]}
+    action = away_from(off, away)
+    return action, f"keeps {name_of(off)} ({who}) off {view.name}"
+
+
+def _kept_first(ctx: Context, plugins: list[tuple[Obj, Obj, str]]) -> list[tuple[Obj, Obj, str]]:
+    """The plugins in the order of which to keep: a sharing plugin the user added (HAMi's), then the stack's own."""
+
+    def rank(item: tuple[Obj, Obj, str]) -> tuple[bool, bool]:
+        ds = item[0]
+        ours = name_of(ds) == ctx.ds(DEVICE_PLUGIN) and namespace_of(ds) == ctx.namespace
+        return (not is_hami_plugin(ds), not ours)
+
+    return sorted(plugins, key=rank)
+
+
+def beside_another_plugin(check: Check) -> Check:
+    """``check`` (the device-plugin link's) with, first, two plugin DaemonSets running on the node that serve one
+    resource name the node announces: the kubelet keeps the last registration alone."""
+
+    def checked(ctx: Context, view: NodeView) -> Result:
+        capacity = node_gpu_resources(view.node)
+        clash = next(((n, ps) for n, ps in serving(ctx, view).items() if len(ps) > 1 and n in capacity), None)
+        if clash is None:
+            return check(ctx, view)
+        name, plugins = clash
+        (kept, kept_pod, kept_who), *others = _kept_first(ctx, plugins)
+        off, _, who = others[0]
+        action, does = _turn_off(ctx, view, off=off, kept=kept, who=who)
+        hami = is_hami_plugin(kept)
+        other_name = (
+            "; or keep both and give HAMi's plugin its own resource name (its chart's resourceName, e.g. "
+            "--set resourceName=nvidia.com/vgpu, which its pods then request)"
+            if hami
+            else ""
+        )
+        fix = (
+            f"{ctx.stack.render(action)}   # {does}, so {kept_who} ({name_of(kept)}) alone registers {name} on "
+            f"{view.name}{other_name}; then delete pod {name_of(kept_pod)} so it registers again"
+        )
+        listed = ", ".join(f"{namespace_of(d)}/{name_of(d)} ({w}, pod {name_of(p)})" for d, p, w in plugins)
+        finding = node_finding(
+            view,
+            fid="device-plugin.duplicate-resource",
+            sev=Severity.ERROR,
+            link="device-plugin",
+            cause=f"{len(plugins)} device plugins run on this node and both register {name} with its kubelet, which "
+            "keeps one endpoint per resource name and takes the last registration's devices: the node's "
+            f"{name} count is whichever plugin registered last (it changes with each restart or reboot), and pods are "
+            "admitted against devices the plugin that allocates them does not know.",
+            evidence=[f"plugins on {view.name}: {listed}", f"capacity {name}: {capacity.get(name)}"],
+            fix=fix,
+            action=action,
+        )
+        return Result(LinkState.BROKEN, f"two device plugins register {name}", (finding,))
+
+    return checked

@@ -1,0 +1,116 @@
+"""Two device plugin DaemonSets running on one node that register the same resource name: the kubelet keeps one
+endpoint per name (kubernetes pkg/kubelet/cm/devicemanager/manager.go: PluginConnected replaces
+``m.endpoints[resourceName]``; addEndpoint "always accepts newest device plugin" before v1.25), so the node's count is
+the last registration's (gpuchain.doctor.links.plugin_pair).
+
+Fixtures: HAMi's plugin DaemonSet as its chart renders it (Project-HAMi/HAMi charts/hami/templates/device-plugin/
+daemonsetnvidia.yaml@v2.5.1: ``hami-device-plugin``, component label ``hami-device-plugin``, containers
+``device-plugin`` and ``vgpu-monitor``, image ``projecthami/hami``; values.yaml resourceName ``nvidia.com/gpu``;
+scheduler/device-configmap.yaml ``nvidia.resourceCountName``). The case it generalises is tests/sim/heldout34 h34-04
+(k3s, one node, HAMi v2.3.13 beside the GPU Operator's plugin); these use other nodes, releases and stacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.small_cluster import diagnosed
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.model import FixOp, Report
+
+OPERATOR = "name: t\nstack: gpu-operator\nnodes:\n  - {name: dgx-03, preset: a100-40gb-x8, labels: {gpu: 'on'}}\n"
+TWO_NODES = (
+    "name: t\nstack: gpu-operator\nnodes:\n  - {name: node-a, preset: t4-x4}\n"
+    "  - {name: node-b, preset: t4-x4, labels: {gpu: 'on'}}\n"
+)
+
+
+def _hami(nodes: list[str], version: str = "v2.4.1", namespace: str = "kube-system") -> dict[str, Any]:
+    return {
+        "do": "add-daemonset",
+        "namespace": namespace,
+        "name": "hami-device-plugin",
+        "labels": {"app.kubernetes.io/component": "hami-device-plugin", "app.kubernetes.io/name": "hami"},
+        "containers": ["device-plugin", "vgpu-monitor"],
+        "image": f"projecthami/hami:{version}",
+        "nodeSelector": {"gpu": "on"},
+        "nodes": nodes,
+    }
+
+
+def _capacity(node: str, count: int) -> dict[str, Any]:
+    return {"do": "node", "node": node, "capacity": {"nvidia.com/gpu": count}, "allocatable": {"nvidia.com/gpu": count}}
+
+
+def _roots(report: Report) -> list[Any]:
+    return [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+
+
+def test_hami_beside_the_operators_plugin_on_every_node_it_serves_turns_the_operators_plugin_off() -> None:
+    (root,) = _roots(diagnosed(OPERATOR, _hami(["dgx-03"]), _capacity("dgx-03", 8)))
+    assert (root.id, root.link, root.node) == ("device-plugin.duplicate-resource", "device-plugin", "dgx-03")
+    assert root.action is not None and root.action.changes == {"spec": {"devicePlugin": {"enabled": False}}}
+    assert "resourceName" in root.fix and "hami-device-plugin" in root.fix
+
+
+def test_hami_on_one_of_two_operator_nodes_opts_that_node_out_of_the_operators_plugin() -> None:
+    report = diagnosed(TWO_NODES, _hami(["node-b"], "v2.6.0"), _capacity("node-b", 4))
+    (root,) = _roots(report)
+    assert (root.id, root.node) == ("device-plugin.duplicate-resource", "node-b")
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    assert root.action.changes == {"nvidia.com/gpu.deploy.device-plugin": "false"}
+
+
+def test_nvidias_chart_beside_hami_is_kept_off_hamis_node() -> None:
+    # HAMi is the stack here (its adapter is asked before the standalone chart's); NVIDIA's chart runs beside it.
+    scenario = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: rtx-box, preset: l4-x2, hostDriver: 550.127.05, labels: {gpu: 'on'}}\n"
+    (root,) = _roots(diagnosed(scenario, _hami(["rtx-box"], "v2.5.1"), _capacity("rtx-box", 20)))
+    assert (root.id, root.node) == ("device-plugin.duplicate-resource", "rtx-box")
+    assert "nvidia-device-plugin-daemonset" in root.fix and "hami-device-plugin" in root.fix
+
+
+def test_one_plugin_per_node_is_quiet() -> None:
+    # The operator's plugin alone; and HAMi only on a node the operator's plugin does not serve is not this finding.
+    assert not [f for f in diagnosed(OPERATOR).findings if f.id == "device-plugin.duplicate-resource"]
+    off = {"do": "delete-daemonset", "namespace": "gpu-operator", "name": "nvidia-device-plugin-daemonset"}
+    report = diagnosed(OPERATOR, off, _hami(["dgx-03"]), _capacity("dgx-03", 80))
+    assert not [f for f in report.findings if f.id == "device-plugin.duplicate-resource"]
+
+
+def test_hami_under_a_resource_name_of_its_own_is_quiet_beside_nvidias_chart() -> None:
+    # HAMi's device config names the resource it serves (charts/hami/templates/scheduler/device-configmap.yaml@v2.5.1,
+    # the chart's resourceName set to nvidia.com/vgpu): the two plugins register different names.
+    from sim.heldout9 import harness as ninth
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hami-scheduler-device", "namespace": "kube-system"},
+        "data": {"device-config.yaml": "nvidia:\n  resourceCountName: nvidia.com/vgpu\n  resourceMemoryName: x\n"},
+    }
+    scenario = "name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: rtx-box, preset: l4-x2, hostDriver: 550.127.05, labels: {gpu: 'on'}}\n"
+    report = diagnosed(
+        scenario,
+        _hami(["rtx-box"], "v2.5.1"),
+        lambda sim: ninth._apply(sim.cluster, {"do": "create", "object": config}),
+    )
+    assert not [f for f in report.findings if f.id == "device-plugin.duplicate-resource"]
+
+
+def test_applied_the_label_leaves_the_node_to_hamis_plugin_alone() -> None:
+    from doctor.small_cluster import built
+
+    from gpuchain.doctor import run_doctor
+    from gpuchain.kube import NODE, POD
+    from gpuchain.kube.objects import name_of, namespace_of
+
+    sim = built(TWO_NODES, _hami(["node-b"], "v2.6.0"), _capacity("node-b", 40))
+    (root,) = _roots(run_doctor(sim.cluster, reader=sim.read_log))
+    assert root.action is not None and root.action.op is FixOp.LABEL_NODE
+    sim.cluster.patch(NODE, name=root.action.target, patch={"metadata": {"labels": root.action.changes}})
+    # The operator's DaemonSet no longer selects the node (its nodeAffinity on the deploy label): its pod goes.
+    for pod in sim.cluster.list(POD):
+        if pod["spec"].get("nodeName") == "node-b" and name_of(pod).startswith("nvidia-device-plugin-daemonset"):
+            sim.cluster.delete(POD, name=name_of(pod), namespace=namespace_of(pod))
+    after = run_doctor(sim.cluster, reader=sim.read_log)
+    assert not [f for f in after.findings if f.id == "device-plugin.duplicate-resource"]
