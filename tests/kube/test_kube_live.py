@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -426,3 +427,19 @@ def test_the_client_loads_no_http2_stack_and_still_talks_to_the_api_server() -> 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["n", "[]"]
+
+
+def test_inflate_uses_isal_where_installed_and_zlib_where_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ISA-L's inflate (the isal dependency) and zlib's give the same bytes; without isal the client still reads.
+    body = b"".join(b'{"metadata":{"name":"gpu-%d"}},' % i for i in range(20000))
+    sent = gzip.compress(body, 1)
+    live._decompress.cache_clear()
+    try:
+        assert live._inflate(sent) == body
+        assert live._decompress() is not zlib.decompress  # installed with gpuchain
+        monkeypatch.setitem(sys.modules, "isal", None)  # an install without it
+        live._decompress.cache_clear()
+        assert live._decompress() is zlib.decompress
+        assert live._inflate(sent) == body
+    finally:
+        live._decompress.cache_clear()

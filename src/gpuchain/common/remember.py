@@ -19,10 +19,13 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Each remembered function's answers while `answers_remembered` is on: by the object's id, with the object
-#: itself, which keeps it alive so that its id names no other object meanwhile. One table a function, so
-#: that a lookup hashes an int, not a (function, id) pair: there are hundreds of thousands of them.
-_TABLES: list[ContextVar[dict[int, tuple[object, object]] | None]] = []
+#: Each remembered function's answers while `answers_remembered` is on: by the object's id, beside a list
+#: that keeps each object asked about alive, so that its id names no other object meanwhile. One table a
+#: function, so that a lookup hashes an int, not a (function, id) pair: there are hundreds of thousands of
+#: them; the answer itself, not an (object, answer) pair, so that a lookup builds and reads no tuple.
+_TABLES: list[ContextVar[tuple[dict[int, object], list[object]] | None]] = []
+#: What no answer is (an answer may be None).
+_NONE = object()
 
 
 @contextmanager
@@ -32,7 +35,7 @@ def answers_remembered() -> Iterator[None]:
     if _TABLES and _TABLES[0].get() is not None:
         yield
         return
-    tokens = [(table, table.set({})) for table in _TABLES]
+    tokens = [(table, table.set(({}, []))) for table in _TABLES]
     try:
         yield
     finally:
@@ -43,21 +46,23 @@ def answers_remembered() -> Iterator[None]:
 def remembered(fn: Callable[[T], R]) -> Callable[[T], R]:
     """``fn(obj)`` answered once per object inside `answers_remembered`; its answer must not be changed
     by the caller (return an immutable value, or copy it in a public wrapper)."""
-    table: ContextVar[dict[int, tuple[object, object]] | None] = ContextVar(
+    table: ContextVar[tuple[dict[int, object], list[object]] | None] = ContextVar(
         f"answers of {fn.__qualname__}", default=None
     )
     _TABLES.append(table)
 
     @wraps(fn)
     def answer(obj: T) -> R:
-        answers = table.get()
-        if answers is None:
+        remembering = table.get()
+        if remembering is None:
             return fn(obj)
-        hit = answers.get(id(obj))
-        if hit is not None and hit[0] is obj:
-            return hit[1]  # type: ignore[return-value]
+        answers = remembering[0]
+        hit = answers.get(id(obj), _NONE)
+        if hit is not _NONE:
+            return hit  # type: ignore[return-value]
         value = fn(obj)
-        answers[id(obj)] = (obj, value)
+        answers[id(obj)] = value
+        remembering[1].append(obj)  # alive until the block ends: its id is no other object's meanwhile
         return value
 
     return answer

@@ -6,11 +6,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property, lru_cache
-from typing import cast
+from typing import Generic, TypeVar, cast, overload
 
 import yaml
 
-from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
 from gpuchain.doctor.structs import Snapshot, Stack
@@ -18,8 +18,32 @@ from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, Operand, enabled
 from gpuchain.operator.policy import ClusterPolicySpec
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 #: What a check that needs the policy says when the source has none (see `Context.policy_unknown`).
 NO_POLICY = "the dump has no ClusterPolicy"
+
+
+class _once(Generic[T, R]):
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first read, dropped in
+    3.12): a view is read by one diagnosis, and a second working-out would give the same answer."""
+
+    def __init__(self, fn: Callable[[T], R]) -> None:
+        self.fn, self.name = fn, fn.__name__
+
+    @overload
+    def __get__(self, obj: None, owner: type[T]) -> _once[T, R]: ...
+
+    @overload
+    def __get__(self, obj: T, owner: type[T]) -> R: ...
+
+    def __get__(self, obj: T | None, owner: type[T]) -> R | _once[T, R]:
+        if obj is None:
+            return self
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value
+        return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,12 +59,19 @@ class NodeView:
     #: operand state -> the label that opts it out where the stack's is not the operand's own (`Stack.deploy_labels`)
     deploy_labels: dict[str, str] = field(default_factory=dict)
 
-    @cached_property
+    @_once
     def pods(self) -> tuple[Obj, ...]:
         """Each operand pod on this node once: one pod serves several operands in gpuchain's node
-        agent layout, and its failure is one failure, not one per role. Worked out on first use:
-        the links ask for it some seven times a node."""
-        return tuple({id(p): p for p in self.operand_pods.values()}.values())
+        agent layout, and its failure is one failure, not one per role. Worked out on first use
+        (`index` sets it as it builds the view): the links ask for it some seven times a node."""
+        return _distinct(self.operand_pods)
+
+    @_once
+    def states(self) -> tuple[tuple[Obj, PodState], ...]:
+        """Each of `pods` with its state (`pod_state`), worked out on first use: the walk asks whether any
+        of them fails, or waits in an init container, for each node and some links (three passes over a
+        node's pods), and at 10,000 nodes each remembered lookup of a state costs (bench.doctor.live)."""
+        return tuple((p, pod_state(p)) for p in self.pods)
 
     def pod(self, operand: Operand) -> Obj | None:
         """The operand's pod on this node, if its DaemonSet placed one."""
@@ -151,6 +182,11 @@ class Context:
         return None if configs is None else dict(configs)
 
 
+def _distinct(operand_pods: dict[str, Obj]) -> tuple[Obj, ...]:
+    """The pods of ``operand_pods`` (operand state -> pod), each once, in order (`NodeView.pods`)."""
+    return tuple({id(p): p for p in operand_pods.values()}.values())
+
+
 def _operands_of(meta: Obj, operands_in: Callable[[str, str], tuple[str, ...]]) -> tuple[str, ...]:
     """The operands a pod runs (several for gpuchain's node agent): its DaemonSet owner's, else its
     app label's (in the stack's namespace)."""
@@ -244,17 +280,18 @@ def index(snapshot: Snapshot) -> Context:
         if not is_gpu_node(n):
             continue
         name = name_of(n)
-        views.append(
-            NodeView(
-                name=name,
-                node=n,
-                labels=labels,
-                operand_pods=operand_pods.get(name, {}),
-                workloads=workloads.get(name, []),
-                events=events.get(name, []),
-                deploy_labels=stack.deploy_labels,
-            )
+        on_node = operand_pods.get(name, {})
+        view = NodeView(
+            name=name,
+            node=n,
+            labels=labels,
+            operand_pods=on_node,
+            workloads=workloads.get(name, []),
+            events=events.get(name, []),
+            deploy_labels=stack.deploy_labels,
         )
+        view.__dict__["pods"] = _distinct(on_node)  # what `NodeView.pods` works out on first use, at hand here
+        views.append(view)
     configmaps = {name_of(cm): dict(cm.get("data") or {}) for cm in snapshot.configmaps}
     ctx = Context(
         snapshot=snapshot,

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 
 from gpuchain.common.gcpause import collector_paused
 from gpuchain.common.labels import DEPLOY_PREFIX, OPERANDS_LABEL
@@ -139,6 +140,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     """One node bottom-up: the node itself, then foundation links until the first broken one, then the
     links above."""
     links: list[Link] = []
+    built = cast("dict[tuple[str, LinkState, str], Link]", ctx.memo.setdefault("links", {}))
     # Every failing container here, and what else witnesses a link, read once for all the links.
     found = failures(ctx, view)
     witnessed = witnesses(ctx, view=view, found=found)
@@ -199,7 +201,7 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":
             driver_result = result
-        links.append(Link(name, result.state, result.summary))
+        links.append(_link(built, name, result.state, result.summary))
         findings += result.findings
         if result.state is LinkState.BROKEN and name in FOUNDATION and result.findings:
             root = result.findings[0]
@@ -223,6 +225,16 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
     findings += unrecognised(ctx, view=view, link_of=LINK_OF, found=found)
     return NodeChain(view.name, tuple(links), tuple(reload_marked(view, findings)))
+
+
+def _link(built: dict[tuple[str, LinkState, str], Link], name: str, state: LinkState, summary: str) -> Link:
+    """``Link(name, state, summary)``, built once a diagnosis (``built``) for each such link: at 10,000 nodes most
+    links read alike ("gpu 8/8"), and a frozen dataclass costs three ``object.__setattr__`` to build."""
+    key = (name, state, summary)
+    link = built.get(key)
+    if link is None:
+        link = built[key] = Link(name, state, summary)
+    return link
 
 
 def _install(chart: Chart, namespace: str = "", upgrade: bool = False) -> Fix:

@@ -171,13 +171,12 @@ def pod_failures(ctx: Context, view: NodeView, pod: Obj) -> list[Failure]:
 def failures(ctx: Context, view: NodeView) -> list[Failure]:
     """Every failing container of the chain's pods on this node (the validator's own workload pods
     included), init containers first."""
-    out = [
-        f
-        for pod in [*view.pods, *_validation_pods(ctx, view)]
-        # pod_state fails a pod on the first container status _failing names: none here, as on most nodes
-        if pod_state(pod).failing
-        for f in pod_failures(ctx, view, pod)
-    ]
+    # pod_state fails a pod on the first container status _failing names: none here, as on most nodes
+    failing = [pod for pod, state in view.states if state.failing]
+    failing += [pod for pod in _validation_pods(ctx, view) if pod_state(pod).failing]
+    if not failing:
+        return []
+    out = [f for pod in failing for f in pod_failures(ctx, view, pod)]
     return sorted(out, key=lambda f: not f.init)
 
 

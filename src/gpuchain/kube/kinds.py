@@ -7,6 +7,7 @@ spells a URL and a typo in a kind fails loudly at `kind_of()` rather than as a 4
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,3 +123,10 @@ def listed_with_kind(obj: dict[str, Any], kind: Kind) -> dict[str, Any]:
     a dump puts them; an item that carries its own keeps them).
     """
     return {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+
+
+def listed_with_kinds(objs: Iterable[dict[str, Any]] | None, kind: Kind) -> list[dict[str, Any]]:
+    """`listed_with_kind` of each of ``objs`` (a list response's items), in one pass: a live doctor lists
+    75,000 pods, and a call and a hash of ``kind`` for each cost a twentieth of decoding them (bench.doctor.live)."""
+    api_version, name = kind.api_version, kind.kind
+    return [{"apiVersion": api_version, "kind": name, **obj} for obj in objs or ()]

@@ -48,7 +48,7 @@ def waiting_on(ctx: Context, *, view: NodeView, link: str) -> Finding | None:
         return None
     # Held in an init container (pod_state names the one), not failing: the pods that may wait in a validation.
     # None on most nodes, where nothing below is worked out.
-    held = [(pod, state) for pod in view.pods if (state := pod_state(pod)).waiting_init and not state.failing]
+    held = [(pod, state) for pod, state in view.states if state.waiting_init and not state.failing]
     if not held:
         return None
     order = list(NOT_VALIDATED)
