@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -302,8 +303,14 @@ def _add(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
         )
 
 
+#: The kubelet names an Event "<object>.<UnixNano in hex>" (client-go tools/record/event.go makeEvent), so a list,
+#: which the API server returns in name order, gives one object's Events oldest first. A case's Events are created
+#: in the order its file writes them, one nanosecond apart from a fixed start, so every run lists them the same way.
+_EVENT_CLOCK = itertools.count(1_765_000_000_000_000_000)
+
+
 def _event(cluster: MemoryCluster, pod: Obj, ev: dict[str, Any]) -> None:
-    name = f"{pod['metadata']['name']}.{abs(hash(ev['message'])) % 10**8:x}"
+    name = f"{pod['metadata']['name']}.{next(_EVENT_CLOCK):x}"
     cluster.create(
         {
             "apiVersion": "v1",
