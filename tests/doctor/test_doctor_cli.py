@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuchain.cli import app
+from gpuchain.doctor.ready_gpu_logs import MAX_READY_LOGS
 
 runner = CliRunner()
 
@@ -19,8 +20,9 @@ def test_doctor_friday_json_names_the_root_cause_and_exits_1() -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["rootCauses"] == ["driver.kernel-mismatch"]
-    # one log: the stack's exporter beside the GPU pods of the nodes that work (its pod-resources client)
-    assert data["apiCalls"] == {"list": 9, "logs": 1}
+    # one log: the stack's exporter beside the GPU pods of the nodes that work (its pod-resources client); and the
+    # probe of a ready GPU pod on each of at most MAX_READY_LOGS GPU nodes (lost GPUs show only in their logs)
+    assert data["apiCalls"] == {"list": 9, "logs": 1 + MAX_READY_LOGS}
     first = data["findings"][0]
     assert first["id"] == "driver.kernel-mismatch" and first["count"] == 8 and first["root"]
     node = next(n for n in data["nodes"] if n["node"] == "gpu-new-0")

@@ -37,6 +37,16 @@ def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
     )
 
 
+def runtime_class_of(ctx: Context, pod: Obj) -> str:
+    """The RuntimeClass ``pod`` runs under: its own ``runtimeClassName``, else its DaemonSet's pod template's ("" where
+    neither names one). The DaemonSet controller makes every pod from the template (a rolling update replaces the ones
+    made before a change), so a pod that does not name it yet -- or a dump that trimmed the pod -- still shows through
+    its owner how the cluster runs that component."""
+    own = (pod.get("spec") or {}).get("runtimeClassName")
+    template = ((owner_daemonset(ctx, pod).get("spec") or {}).get("template") or {}).get("spec") or {}
+    return str(own or template.get("runtimeClassName") or "")
+
+
 def chart_of(ctx: Context, labels: dict[str, str]) -> tuple[str, str, str]:
     """The chart a DaemonSet's Helm labels name: its name, the reference a fix upgrades it by (the repo alias of
     gpuchain's known charts) and its version; helm.sh/chart is ``<chart name>-<chart version>``."""

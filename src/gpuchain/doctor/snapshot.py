@@ -30,6 +30,7 @@ from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
+from gpuchain.doctor.ready_gpu_logs import lost_gpus_said, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
@@ -206,7 +207,8 @@ def needs_logs(snapshot: Snapshot, limit: int = MAX_LOGS) -> list[LogKey]:
     says whether they registered); crash-looping ones first: their log is the failure itself.
     Then up to ``MAX_WORKLOAD_LOGS`` GPU workload containers that are not ready or restarted:
     their log says whether the GPU went away under them ("Failed to initialize NVML: Unknown
-    Error"), and the running device plugin of up to as many of their nodes: its log says whether it registered."""
+    Error"), and the running device plugin of up to as many of their nodes: its log says whether it registered.
+    (`with_logs` also probes a ready GPU pod on each of a few GPU nodes: `gpuchain.doctor.ready_gpu_logs`.)"""
     return [key for key, _ in _log_candidates(snapshot, limit)]
 
 
@@ -409,7 +411,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)
     running = sorted((c for on, c in unclassed if on in classed_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox += sorted(passthrough, key=by_key)[:MAX_PASSTHROUGH_LOGS]
-    return operands[:limit] + sampled + sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS] + plugins + sandbox + running
+    troubled = sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
+    return operands[:limit] + sampled + troubled + plugins + sandbox + running
 
 
 def _with_status(containers: list[tuple[Obj, str]]) -> list[tuple[LogKey, Obj]]:
@@ -460,13 +463,20 @@ def with_logs(snapshot: Snapshot, *, reader: LogReader | None, limit: int = MAX_
         text = reader(*key)
         if text:
             logs[key] = text
+    # A ready GPU pod on each of a few GPU nodes, read for one failure only: GPUs a systemd reload took from it.
+    probes = [key for key in ready_gpu_probes(snapshot, detect(snapshot).namespace) if key not in logs]
+    for key in probes:
+        text = reader(*key)
+        if text and lost_gpus_said(text):
+            logs[key] = text
     again = sorted({key for key, status in candidates if _previous_run_wanted(status)})
     previous = dict(snapshot.previous_logs)
     for key in again:
         text = reader(*key, previous=True)
         if text:
             previous[key] = text
-    return Snapshot(**{**snapshot.__dict__, "logs": logs, "previous_logs": previous}), len(keys) + len(again)
+    reads = len(keys) + len(probes) + len(again)
+    return Snapshot(**{**snapshot.__dict__, "logs": logs, "previous_logs": previous}), reads
 
 
 def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:

@@ -30,6 +30,7 @@ from gpuchain.doctor.links.kubelet_defects import (
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
 from gpuchain.doctor.node import node_info
+from gpuchain.doctor.owners import runtime_class_of
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -42,13 +43,13 @@ REGISTERED = "k8s-device-plugin.registered"
 
 def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match) -> Finding | None:
     """The finding for GPU pods ``hit`` that say they have no driver (``said``) where the device plugin's pod on the
-    same node runs ready with no RuntimeClass and the node offers GPUs: the default runtime gives containers the
-    driver, so these were started without the plugin's allocation. None where the plugin asks for a RuntimeClass
-    (the operator's), is not ready, its log does not show its registration, or the node offers no GPU: then the
-    runtime is what the pods lack."""
+    same node runs ready with no RuntimeClass (neither its pod nor its DaemonSet names one) and the node offers GPUs:
+    the default runtime gives containers the driver, so these were started without the plugin's allocation. None where
+    the plugin asks for a RuntimeClass (the operator's), is not ready, its log does not show its registration, or the
+    node offers no GPU: then the runtime is what the pods lack."""
     plugin = view.pod(DEVICE_PLUGIN)
-    if plugin is None or (plugin.get("spec") or {}).get("runtimeClassName") or not pod_state(plugin).ready:
-        return None
+    if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready:
+        return None  # a plugin (or its DaemonSet) that asks for a RuntimeClass: the default runtime is not proven
     offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
     state = pod_state(plugin)
     registered = catalog.find(

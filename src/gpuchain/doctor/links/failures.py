@@ -10,6 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.arguments import arguments_refused
 from gpuchain.doctor.links.common import Known
+from gpuchain.doctor.links.driver_headers import headers_missing
 from gpuchain.doctor.links.image_missing import image_missing
 from gpuchain.doctor.links.pod_failures import command_missing, object_missing, oom_killed, unschedulable
 from gpuchain.doctor.links.probes import probe_killed
@@ -64,6 +65,9 @@ def known_failure(ctx: Context, *, view: NodeView, operand: Operand, state: PodS
     )
     if command is not None:
         return command
+    headers = headers_missing(ctx, view=view, operand=operand, state=state, log=log)
+    if headers is not None:
+        return headers
     found = catalog.find(log, *SECURE_BOOT)
     if found and operand is DRIVER:
         action = Fix(

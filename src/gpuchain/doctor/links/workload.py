@@ -13,6 +13,7 @@ from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.kubelet_defects import running_rejected
+from gpuchain.doctor.links.nvml_lost import lost_gpus
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import (
@@ -34,7 +35,6 @@ from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
 
-NVML_LOST = "nvml.unknown-error-in-workload"
 #: Admission refusals whose repair is not a kubelet restart (catalog.yaml): the plugin's own Allocate refusals of the
 #: request (its sharing config, a device it no longer announces), and the device manager's for a plugin that is not
 #: registered or GPUs gone unhealthy.
@@ -489,49 +489,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     unprepared = claims_not_prepared(ctx, view)
     if unprepared is not None:
         findings.append(unprepared)
-    lost = []
-    for pod in apps:
-        if not pod_gpu_requests(pod):
-            continue
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            if catalog.find(ctx.log(pod, str(c.get("name"))), NVML_LOST):
-                lost.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
-                break
-    if lost:
-        # Toolkits before the one that reads the 550 driver's device names cannot make those links at all.
-        release = release_repair(
-            ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", NVML_LOST)
-        )
-        first = f"{release.fix.removeprefix('# ')}; then " if release else ""
-        action = Fix(
-            FixOp.NODE,
-            view.name,
-            {
-                "action": first + "create the /dev/char links runc needs for the NVIDIA devices (nvidia-ctk system "
-                "create-dev-char-symlinks --create-all), then delete the affected pods so they start with their "
-                f"device rules: kubectl delete pod -n {lost[0].split('/')[0]} {lost[0].split('/')[1]}",
-                "fact": "dev-char",
-            },
-        )
-        findings.append(
-            node_finding(
-                view,
-                fid="workload.nvml-lost",
-                sev=Severity.ERROR,
-                link="toolkit",
-                cause="GPU pods on this node lost access to their GPUs while running: systemd reloaded its units and "
-                "dropped the containers' device cgroup rules (the NVIDIA devices have no /dev/char links), so "
-                "NVML fails inside them; the device plugin and the node look healthy.",
-                evidence=[
-                    f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(lost[:5])}",
-                    catalog.entry(NVML_LOST).cite(),
-                    "NVIDIA/nvidia-container-toolkit#48",
-                    *(release.evidence if release else ()),
-                ],
-                fix=ctx.stack.render(action),
-                action=action,
-            )
-        )
+    lost = lost_gpus(ctx, view, apps)
+    if lost is not None:
+        findings.append(lost)
     unrequested = gpus_without_request(ctx, view, apps)
     if unrequested is not None:
         findings.append(unrequested)

@@ -1,0 +1,63 @@
+"""GPU pods that run ready: one log read per GPU node, because a GPU taken away from a running container shows nowhere
+else.
+
+runc's systemd cgroup driver (containerd's ``SystemdCgroup = true``, the default of kubeadm's kubelet since v1.22)
+writes each container's device rules into its systemd scope; a later ``systemctl daemon-reload`` makes systemd
+rewrite them from the unit's DeviceAllow list, which names devices by their /dev/char/<major>:<minor> path. The
+NVIDIA device nodes have no such entry unless something creates it (``nvidia-ctk system create-dev-char-symlinks``,
+NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk/system/create-dev-char-symlinks@v1.12.0; the GPU Operator's driver
+validation from v22.9.2, NVIDIA/gpu-operator validator/main.go@v22.9.2 ``createDevCharSymlinks``), so the reload
+drops them and the running container loses its GPUs (NVIDIA/nvidia-container-toolkit#48). The pod stays Running
+and ready -- a process that loops over nvidia-smi or serves requests does not exit -- so neither its status nor
+any Event says so: only its log ("Failed to initialize NVML: Unknown Error"). The gather step reads the other GPU
+pods' logs only where they are not ready or restarted (`gpuchain.doctor.snapshot`), which misses exactly these; this
+module picks one ready container of a running GPU pod on each GPU node, at most ``MAX_READY_LOGS`` nodes, so a
+cluster of any size pays a few reads. The read is a probe for that one failure: a log kept only where it says the
+GPU was lost, so what else a ready pod prints (other checks read the logs they ask for) changes no finding.
+"""
+
+from __future__ import annotations
+
+from gpuchain.doctor import catalog
+from gpuchain.doctor.structs import LogKey, Snapshot
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.objects import Obj, name_of, namespace_of
+
+#: NVML's words once the container's device rules are gone (catalog.yaml).
+NVML_LOST = "nvml.unknown-error-in-workload"
+#: The most GPU nodes whose ready GPU pod's log is read (one container each).
+MAX_READY_LOGS = 3
+
+
+def ready_gpu_samples(pods: list[Obj], nodes: list[Obj], *, skip: tuple[str, ...]) -> list[tuple[LogKey, Obj]]:
+    """The first (by namespace, name) running, ready container of a running pod that requests a GPU, on each node
+    that announces GPUs, for up to ``MAX_READY_LOGS`` nodes in name order; pods of the namespaces in ``skip`` (the
+    stack's own and kube-system, whose operands the gather step reads by other rules) are not users' GPU pods."""
+    gpu_nodes = {str(name_of(n)) for n in nodes if any(v > 0 for v in node_gpu_resources(n).values())}
+    first: dict[str, tuple[LogKey, Obj]] = {}
+    for pod in sorted(pods, key=lambda p: (str(namespace_of(p) or ""), str(name_of(p)))):
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        status = pod.get("status") or {}
+        where = str(namespace_of(pod) or "default")
+        if node not in gpu_nodes or node in first or where in skip or status.get("phase") != "Running":
+            continue
+        if not pod_gpu_requests(pod):
+            continue
+        ready = [
+            cs
+            for cs in status.get("containerStatuses") or []
+            if (cs.get("state") or {}).get("running") and cs.get("ready")
+        ]
+        if ready:
+            first[node] = ((where, str(name_of(pod)), str(ready[0].get("name"))), ready[0])
+    return [first[n] for n in sorted(first)[:MAX_READY_LOGS]]
+
+
+def ready_gpu_probes(snapshot: Snapshot, namespace: str) -> list[LogKey]:
+    """The containers `ready_gpu_samples` picks in ``snapshot``, the stack's ``namespace`` and kube-system left out."""
+    return [key for key, _ in ready_gpu_samples(snapshot.pods, snapshot.nodes, skip=(namespace, "kube-system"))]
+
+
+def lost_gpus_said(text: str) -> bool:
+    """Whether a probed log says NVML lost the GPU (the one failure the probe reads for)."""
+    return catalog.find(text, NVML_LOST) is not None
