@@ -148,3 +148,11 @@ def test_only_startup_shapes_outside_the_node_lifecycle_are_startup_taints() -> 
     assert startup_taint("node.cloudprovider.kubernetes.io/uninitialized") is not None
     assert startup_taint("node.kubernetes.io/not-ready") is None
     assert startup_taint("nvidia.com/gpu") is None and startup_taint("dedicated") is None
+
+
+def test_a_taint_a_cluster_controller_removes_names_that_controller_not_a_pod_on_the_node() -> None:
+    key = "node.cloudprovider.kubernetes.io/uninitialized"
+    report = diagnosed(CLUSTER, taint("gpu-a", key, "NoSchedule"), pinned("gpu-a", key))
+    (found,) = [f for f in report.findings if f.id == FINDING]
+    assert "the cloud controller manager run and initialise gpu-a" in found.fix
+    assert "DaemonSet" not in found.fix

@@ -55,6 +55,7 @@ class StartupTaint:
     owner: str  #: how a fix names the component
     daemonset: str = ""  #: a regex the owner's DaemonSet name fully matches ("": its domain's words)
     image: str = ""  #: the image name its releases are tagged on (releases.yaml)
+    controller: bool = False  #: a controller of the cluster removes it, not a pod on the node
     source: str = ""
     line: str = ""
 
@@ -105,6 +106,11 @@ def _release_defect(pod: Obj, taint: StartupTaint) -> tuple[Defect, str] | None:
 
 def _owner_repair(view: NodeView, taint: StartupTaint, pod: Obj | None) -> tuple[str, list[str]]:
     """What makes the owner remove the taint on this node and the next, and the evidence for it."""
+    if taint.controller:
+        return (
+            f"make {taint.owner} run and initialise {view.name} (it removes the taint then)",
+            [f"{taint.key} is removed by {taint.owner}, a controller of the cluster"],
+        )
     if pod is None:
         return (
             f"no pod of {taint.owner} runs on {view.name} to remove it: install it there (its DaemonSet must tolerate "
