@@ -30,6 +30,10 @@ CLUSTER_TESTS = {
     "test_a_node_nfd_marks_by_class_that_the_operator_never_labelled_has_the_operator_restarted",
     "device-plugin.stale-driver-root": "doctor.test_operator_labels_and_plugin_root::"
     "test_gpu_pods_refused_for_driver_container_paths_on_an_opted_out_node_restart_the_plugin",
+    "node.startup-taint-left": "test_doctor_startup_taints::"
+    "test_an_efs_startup_taint_left_by_an_affected_driver_is_the_nodes_root_with_the_release_that_fixed_it",
+    "node.gpu-pod-refused-before-plugin": "test_doctor_refused_before_plugin::"
+    "test_a_pod_refused_before_the_plugin_registered_on_a_karpenter_node_is_recreated_and_karpenter_upgraded",
     "node.admission-refused": "test_doctor_admission_refused::"
     "test_a_best_effort_plugin_pod_refused_by_single_numa_node_on_an_affected_kubelet_names_the_patch_release",
     "node.quarantine-no-action": "test_doctor_remediator_quarantine::"

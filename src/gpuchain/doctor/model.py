@@ -52,6 +52,8 @@ class FixOp(enum.StrEnum):
     #: ``target`` ("Kind/namespace/name");
     #: recreate where the object does not take the change in place (a running Job's template, a pod's selector)
     PATCH_WORKLOAD = "patch-workload"
+    #: changes: {"remove": ["key:effect", ...]}: taints taken off node ``target``
+    TAINT_NODE = "taint-node"
 
 
 #: The doctor's exit code when the cluster has no GPU node: 0 is "healthy", 1 "broken", 2 bad input.

@@ -33,6 +33,7 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, NodeChain,
 from gpuchain.doctor.placement import Blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import unschedulable_message
 from gpuchain.doctor.stacks.base import is_dra_plugin
+from gpuchain.doctor.startup_taints import left_startup_taints
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
@@ -394,6 +395,13 @@ def unplaced(ctx: Context, chains: list[NodeChain]) -> tuple[list[Finding], set[
             explained.add(id(pod))
             continue
         found = None
+        if any(w in msg for w in UNTOLERATED_WORDS):
+            # A startup taint nothing removed keeps it off: the node's finding, not a toleration for the pod.
+            left = left_startup_taints(ctx, pod, _as_admitted(ctx, pod), msg)
+            if left:
+                findings |= {f"node/{f.node}": f for f in left if f"node/{f.node}" not in findings}
+                explained.add(id(pod))
+                continue
         if any(w in msg for w in UNTOLERATED_WORDS) or AFFINITY_WORDS in msg:
             found = _placement(ctx, pod, msg, by_node)
         if found is None and CLAIMS_WORDS in msg:

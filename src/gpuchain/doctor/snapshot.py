@@ -34,7 +34,7 @@ from gpuchain.doctor.ready_gpu_logs import lost_gpus_said, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
-from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, running_unclassed
+from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, not_default_nodes, running_unclassed
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
@@ -269,8 +269,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     troubled_on: set[str] = set()
     # GPU pods that run ready and name no RuntimeClass, on a node where runc is likely the default runtime: k3s or RKE2
     # (they keep it unless told), or one whose device plugin asks for a RuntimeClass on a stack that deploys no toolkit
-    # (one that does names the class on every node). Such a pod may run without its GPU, and only its log says so.
-    classed_on: set[str] = keeps_runc_nodes(snapshot.nodes)
+    # (one that does names the class on every node), or one whose toolkit is told not to make nvidia the default.
+    # Such a pod may run without its GPU, and only its log says so.
+    classed_on: set[str] = keeps_runc_nodes(snapshot.nodes) | not_default_nodes(stack, snapshot.nodes)
     classed_ds = classed_daemonsets(snapshot.daemonsets) if not enabled(stack.policy, TOOLKIT) else set()
     unclassed: list[tuple[str, tuple[LogKey, Obj]]] = []
     # With neither, no node can join classed_on, so no pod's GPU requests are worth working out for it.

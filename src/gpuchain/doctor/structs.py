@@ -264,6 +264,8 @@ class Stack:
                     f"-p '{patch}' -o json | kubectl replace --force -f -   # {kind} {name} takes no change in place"
                 )
             return f"kubectl -n {ns} patch {kind.lower()} {name} --type {kind_of} -p '{patch}'"
+        if fix.op is FixOp.TAINT_NODE:
+            return f"kubectl taint node {fix.target} " + " ".join(f"{t}-" for t in ch["remove"])
         if fix.op is FixOp.UNINSTALL:
             return f"helm -n {ch['namespace']} uninstall {ch['release']}"
         if fix.op is FixOp.CREATE:

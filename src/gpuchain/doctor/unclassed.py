@@ -15,15 +15,41 @@ or RKE2 node: the GPU pods there that name none are the ones worth a log read.
 from __future__ import annotations
 
 from gpuchain.doctor.node import KUBEADM, distribution_of, runtime_scheme
-from gpuchain.doctor.structs import LogKey
+from gpuchain.doctor.stacks.base import is_gpu_node
+from gpuchain.doctor.structs import LogKey, Stack
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.operator.operands import TOOLKIT, enabled
 
 
 def keeps_runc_nodes(nodes: list[Obj]) -> set[str]:
     """The k3s and RKE2 nodes whose pods reach containerd (not Docker): runc stays its default runtime unless the
     agent's --default-runtime or its config template says otherwise, which the cluster's objects do not show."""
     return {str(name_of(n)) for n in nodes if distribution_of(n) is not KUBEADM and runtime_scheme(n) != "docker"}
+
+
+#: The toolkit installer's flag that makes the nvidia runtime the container runtime's default, by the variables it is
+#: read from; it is on unless one says false (NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk-installer/container/
+#: runtime/runtime.go@0a5f2ec8: set-as-default, defaultSetAsDefault = true, EnvVars NVIDIA_RUNTIME_SET_AS_DEFAULT,
+#: CONTAINERD_SET_AS_DEFAULT, DOCKER_SET_AS_DEFAULT).
+SET_AS_DEFAULT = ("NVIDIA_RUNTIME_SET_AS_DEFAULT", "CONTAINERD_SET_AS_DEFAULT", "DOCKER_SET_AS_DEFAULT")
+#: What Go's strconv.ParseBool reads as false (the flag library parses the variable with it).
+FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+def toolkit_not_default(env: dict[str, str]) -> str:
+    """``NAME=value`` of the toolkit's env variable that keeps nvidia from being the runtime's default ("" where none
+    does: then the toolkit makes it the default)."""
+    return next((f"{k}={env[k]}" for k in SET_AS_DEFAULT if k in env and env[k].strip() in FALSE), "")
+
+
+def not_default_nodes(stack: Stack, nodes: list[Obj]) -> set[str]:
+    """The GPU nodes whose runtime the stack's toolkit configures without making nvidia its default (its policy's
+    toolkit env says so): a GPU pod there that names no RuntimeClass runs under runc, with no driver."""
+    env = {e.name: str(e.value) for e in stack.policy.toolkit.env} if stack.policy_obj is not None else {}
+    if not enabled(stack.policy, TOOLKIT) or not toolkit_not_default(env):
+        return set()
+    return {str(name_of(n)) for n in nodes if is_gpu_node(n)}
 
 
 def classed_daemonsets(daemonsets: list[Obj]) -> set[tuple[str, str]]:

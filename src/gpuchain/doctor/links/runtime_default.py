@@ -19,8 +19,9 @@ from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import KUBEADM, distribution_of, runtime_scheme, runtime_version
 from gpuchain.doctor.owners import owner_ds, toolkit_env
+from gpuchain.doctor.unclassed import toolkit_not_default
 from gpuchain.kube.objects import Obj, namespace_of
-from gpuchain.operator.operands import DEVICE_PLUGIN
+from gpuchain.operator.operands import DEVICE_PLUGIN, TOOLKIT
 
 #: The runtime handler k3s and RKE2 name the nvidia-container-runtime they find, and the RuntimeClass for it.
 NVIDIA = "nvidia"
@@ -170,9 +171,33 @@ def keeps_runc_default(ctx: Context, *, view: NodeView) -> bool:
     the template its config is rendered from (the one place a default the toolkit writes lasts there)? Then what CUDA
     says in a pod that names no RuntimeClass is what it says with no driver library (cudaErrorInsufficientDriver with
     no libcuda), not a driver too old."""
+    if toolkit_kept_off(ctx):
+        return True  # the toolkit is told not to make nvidia the default, on any distribution
     if not distribution_default_runtime(view.node):
         return False
     if ctx.policy_obj is None:
         return True
     env = {e.name: e.value for e in ctx.policy.toolkit.env}
     return not str(env.get("CONTAINERD_CONFIG") or "").endswith(TEMPLATE_SUFFIX)
+
+
+def toolkit_kept_off(ctx: Context) -> str:
+    """``NAME=value`` of the stack's toolkit env that keeps nvidia from being the runtime's default
+    (`unclassed.toolkit_not_default`), "" where the toolkit makes it the default or no policy sets its env."""
+    if ctx.policy_obj is None:
+        return ""
+    return toolkit_not_default({e.name: str(e.value) for e in ctx.policy.toolkit.env})
+
+
+def toolkit_default_fix(ctx: Context, *, view: NodeView) -> str:
+    """Where the stack's toolkit is told not to make nvidia the default runtime, the change of that setting that makes
+    it the default on every node the toolkit configures (its env variable set true); "" elsewhere."""
+    said = toolkit_kept_off(ctx)
+    if not said:
+        return ""
+    name = said.partition("=")[0]
+    action = toolkit_env(ctx, pod=view.pod(TOOLKIT), values={name: "true"})
+    return (
+        f"make nvidia the default runtime through the toolkit, which is told not to ({said}): "
+        f"{ctx.stack.render(action)}"
+    )

@@ -14,12 +14,14 @@ from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.nvml_lost import lost_gpus
+from gpuchain.doctor.links.outof_gpu import refused_before_plugin
 from gpuchain.doctor.links.plugin_validator import validation_outbid
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_default import (
     distribution_default_runtime,
     keeps_runc_default,
     regenerated_config,
+    toolkit_default_fix,
 )
 from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
@@ -350,7 +352,9 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
         else ""
     )
     keeps = keeps_runc_default(ctx, view=view)  # where the toolkit already writes its template, the class repairs
-    default = (distribution_default_runtime(view.node) if keeps else "") or (
+    # The stack's own setting where its toolkit is told not to make nvidia the default, else the distribution's way.
+    default = toolkit_default_fix(ctx, view=view) or (distribution_default_runtime(view.node) if keeps else "")
+    default = default or (
         "make nvidia the node's default runtime: nvidia-ctk runtime configure --runtime=containerd --set-as-default "
         "&& systemctl restart containerd"
     )
@@ -471,6 +475,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     the DRA path cannot set up, GPUs that went away under them, and GPUs seen without a request."""
     refused = _admission(ctx, view)
     findings: list[Finding] = [refused] if refused else []
+    early = refused_before_plugin(ctx, view)
+    if early is not None:
+        findings.append(early)
     apps = [
         p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
     ]
