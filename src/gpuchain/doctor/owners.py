@@ -4,6 +4,7 @@ shared by the links' checks and the evidence read across them."""
 
 from __future__ import annotations
 
+from gpuchain.common.remember import remembered
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.model import Fix, FixOp
 from gpuchain.doctor.structs import CHARTS
@@ -24,17 +25,23 @@ def owner_ds(pod: Obj) -> str:
     return ""
 
 
+@remembered
+def _daemonsets_by_key(daemonsets: list[Obj]) -> dict[tuple[str, str], Obj]:
+    """The snapshot's DaemonSets by (namespace, name), the first of each key as a scan in list order finds it:
+    built once a diagnosis, since dozens of checks ask for a pod's DaemonSet on each of thousands of nodes."""
+    out: dict[tuple[str, str], Obj] = {}
+    for d in daemonsets:
+        out.setdefault((str((d.get("metadata") or {}).get("namespace")), name_of(d)), d)
+    return out
+
+
 def owner_daemonset(ctx: Context, pod: Obj) -> Obj:
     """The DaemonSet that owns ``pod``, from the snapshot ({} when none there does)."""
-    namespace = (pod.get("metadata") or {}).get("namespace")
-    return next(
-        (
-            d
-            for d in ctx.snapshot.daemonsets
-            if name_of(d) == owner_ds(pod) and (d.get("metadata") or {}).get("namespace") == namespace
-        ),
-        {},
-    )
+    name = owner_ds(pod)
+    if not name:
+        return {}
+    namespace = str((pod.get("metadata") or {}).get("namespace"))
+    return _daemonsets_by_key(ctx.snapshot.daemonsets).get((namespace, name), {})
 
 
 def runtime_class_of(ctx: Context, pod: Obj) -> str:

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections import Counter
 
 from gpuchain.doctor.context import Context
-from gpuchain.doctor.links.nfd_pods import nfd_repair
+from gpuchain.doctor.links.nfd_pods import nfd_pods, nfd_repair
 from gpuchain.doctor.links.pod_failures import OOM_AGAIN, raised_limit
 from gpuchain.doctor.links.releases import installed_release
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
-from gpuchain.doctor.nfd import NFD_LINK, is_nfd
+from gpuchain.doctor.nfd import NFD_LINK
 from gpuchain.doctor.owners import HELM_RELEASE
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import Defect, defects, fixed_image, image_version, lineage
@@ -232,7 +232,7 @@ def failing_nfd(ctx: Context, found: list[Finding]) -> list[Finding]:
     """A finding for each NFD pod that fails by its own state (OOM-killed again and again, or a crash loop) on any
     node, where the findings ``found`` so far do not already name NFD's failure: on that node (the walk), or for the
     whole cluster (an operator that places nothing for want of NFD's labels, links/operator_idle.py)."""
-    pods = [p for p in ctx.snapshot.pods if is_nfd(p)]
+    pods = nfd_pods(ctx)
     named = [f for f in found if f.link == NFD_LINK and f.severity is Severity.ERROR]
     if not pods or any(f.node is None for f in named):
         return []

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from gpuchain.common.remember import remembered
 from gpuchain.doctor.bottlerocket import away_from
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
@@ -73,6 +74,13 @@ def _serves(ctx: Context, ds: Obj) -> tuple[str, str] | None:
     if ours or any(marker in images_of(ds) for marker in NVIDIA_PLUGIN_IMAGES):
         return GPU, "NVIDIA's device plugin"
     return None
+
+
+@remembered
+def _plugins(ctx: Context) -> int:
+    """How many of the snapshot's DaemonSets serve an NVIDIA GPU name: worked out once a diagnosis, since a clash
+    needs two and most clusters run one, so no node's pods need reading for it."""
+    return sum(_serves(ctx, ds) is not None for ds in ctx.snapshot.daemonsets)
 
 
 def serving(ctx: Context, view: NodeView) -> dict[str, list[tuple[Obj, Obj, str]]]:
@@ -138,6 +146,8 @@ def beside_another_plugin(check: Check) -> Check:
     resource name the node announces: the kubelet keeps the last registration alone."""
 
     def checked(ctx: Context, view: NodeView) -> Result:
+        if _plugins(ctx) < 2:
+            return check(ctx, view)
         capacity = node_gpu_resources(view.node)
         clash = next(((n, ps) for n, ps in serving(ctx, view).items() if len(ps) > 1 and n in capacity), None)
         if clash is None:
