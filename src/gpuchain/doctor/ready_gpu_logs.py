@@ -35,11 +35,14 @@ def ready_gpu_samples(pods: list[Obj], nodes: list[Obj], *, skip: tuple[str, ...
     stack's own and kube-system, whose operands the gather step reads by other rules) are not users' GPU pods."""
     gpu_nodes = {str(name_of(n)) for n in nodes if any(v > 0 for v in node_gpu_resources(n).values())}
     first: dict[str, tuple[LogKey, Obj]] = {}
-    for pod in sorted(pods, key=lambda p: (str(namespace_of(p) or ""), str(name_of(p)))):
+    for pod in pods:  # one pass, keeping each node's first pod by (namespace, name): no sort of every pod
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         status = pod.get("status") or {}
         where = str(namespace_of(pod) or "default")
-        if node not in gpu_nodes or node in first or where in skip or status.get("phase") != "Running":
+        if node not in gpu_nodes or where in skip or status.get("phase") != "Running":
+            continue
+        key = (where, str(name_of(pod)))
+        if node in first and first[node][0][:2] <= key:
             continue
         if not pod_gpu_requests(pod):
             continue
@@ -49,7 +52,7 @@ def ready_gpu_samples(pods: list[Obj], nodes: list[Obj], *, skip: tuple[str, ...
             if (cs.get("state") or {}).get("running") and cs.get("ready")
         ]
         if ready:
-            first[node] = ((where, str(name_of(pod)), str(ready[0].get("name"))), ready[0])
+            first[node] = ((*key, str(ready[0].get("name"))), ready[0])
     return [first[n] for n in sorted(first)[:MAX_READY_LOGS]]
 
 
