@@ -53,6 +53,7 @@ ORDER = (
     "heldout34",
     "heldout35",
     "heldout36",
+    "heldout39",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -65,11 +66,12 @@ BESIDE = {
     "heldout32": {"heldout31"},
     "heldout34": {"heldout33"},
     "heldout36": {"heldout35"},
+    "heldout39": {"heldout37", "heldout38"},
 }
 #: Sets smaller than the issue's 20, written in pairs beside each other in one stop (16 each; heldout27 10, heldout29
 #: 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10 and heldout36 8: their writers found no more uncited,
-#: odd-numbered reports with a readable resolution in their trackers in time; heldout33 10: its writer found no more
-#: usable forum threads or one-cluster write-ups in the stored pages).
+#: odd-numbered reports with a readable resolution in their trackers in time; heldout33 10 and heldout39 8: their
+#: writers found no more usable forum threads or one-cluster write-ups in the stored pages).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -85,6 +87,7 @@ SMALLER = {
     "heldout34": 12,
     "heldout35": 10,
     "heldout36": 8,
+    "heldout39": 8,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
