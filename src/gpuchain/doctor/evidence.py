@@ -30,6 +30,7 @@ from gpuchain.doctor.links.cuda_branches import needed
 from gpuchain.doctor.links.fabric import fabric_repair
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.stale_plugin_root import stale_plugin_root
+from gpuchain.doctor.links.validator_cuda import validation_proves, validation_release
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import next_step, shape_first, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
@@ -632,6 +633,7 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         # check reports.
         ran = failure.reason not in NOT_STARTED
         validated = ctx.stack.validations.get(failure.container) if failure.init and ran else None
+        validated = validation_proves(failure.text, validated)
         runc = not known and not validated and nvidia_runtime_refused(ctx, view, failure)
         hooked = runc or (not known and not validated and refused_by_hook(view, failure))
         proves = known[1] if known else validated or ("toolkit" if hooked else None)
@@ -685,7 +687,9 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
         # A validation's message the catalog knows (scope component) gives its repair as well.
         mine = said is not None and (said.entry.link == link or (hooked and toolkit_said(said.entry)))
         told = known[0] if known else said.entry if said is not None and mine else None
-        release = _release(ctx, view, link, told)
+        # A validation's own release (its image's defect) before the link's component's.
+        release = validation_release(ctx, view=view, pod=failure.pod, entry=told) if validated else None
+        release = release or _release(ctx, view, link, told)
         evidence += release.evidence if release is not None else ()
         action, fix = (
             (fabric.action, fabric.fix) if fabric else _fix(ctx, view, finding_id, link, failure, told, release)

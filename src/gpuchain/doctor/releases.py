@@ -31,6 +31,7 @@ SYMPTOMS = (
     "oom",
     "torn-down",
     "startup-taint",
+    "validation",
 )
 #: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
 #: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every
@@ -292,8 +293,10 @@ def _defect(raw: dict[str, Any]) -> Defect:
     )
     if found.symptom not in SYMPTOMS or found.by not in BY or not found.covers(found.affected[0]):
         raise ValueError(f"release entry {found.id}: symptom, by or affected range is not one gpuchain reads")
-    if (found.symptom == "log") != bool(found.entries):
-        raise ValueError(f"release entry {found.id}: a log symptom names its catalog entries, no other does")
+    if (found.symptom in ("log", "validation")) != bool(found.entries):
+        raise ValueError(
+            f"release entry {found.id}: a log or validation symptom names its catalog entries, no other does"
+        )
     if (found.symptom == "labels") != bool(found.labels):
         raise ValueError(f"release entry {found.id}: a labels symptom names the labels it writes, no other does")
     if not found.fixed_in and not found.workaround:
