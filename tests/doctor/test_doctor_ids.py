@@ -157,6 +157,8 @@ CLUSTER_TESTS = {
     "test_claims_no_dra_driver_publishes_for_get_the_dra_driver_installed",
     "workload.no-driver-in-pod": "test_doctor_user_pods::"
     "test_a_gpu_pod_without_the_driver_in_its_container_gets_the_nvidia_runtime_class_on_its_deployment",
+    "workload.gpu-not-requested": "doctor.test_unallocated_gpu_pods::"
+    "test_a_pod_placed_for_the_gpu_that_requests_none_is_given_the_request",
     "workload.dra-devices-tainted": "test_doctor_pending_workloads::"
     "test_claims_every_published_device_of_which_is_tainted_get_the_toleration_or_the_taint_removed",
     "device-plugin.known-defect": "test_doctor_known_releases::"

@@ -459,8 +459,8 @@ def _version_skew(ctx: Context) -> list[Finding]:
 #: The links whose fault takes GPUs away from the scheduler (the node itself, the foundation, MIG's layout).
 OFFERS_GPUS = frozenset({"node", *FOUNDATION, "mig"})
 #: Faults of those links that take no GPU away: the node still offers all its GPUs (pods that requested none use
-#: them beside the pods the plugin gave them to).
-KEEPS_GPUS = frozenset({"workload.gpu-without-request"})
+#: them beside the pods the plugin gave them to; a pod that requested none runs without them).
+KEEPS_GPUS = frozenset({"workload.gpu-without-request", "workload.gpu-not-requested"})
 
 
 def _pending(ctx: Context, chains: list[NodeChain]) -> list[Finding]:

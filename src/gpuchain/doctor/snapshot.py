@@ -34,6 +34,7 @@ from gpuchain.doctor.ready_gpu_logs import lost_gpus_said, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
+from gpuchain.doctor.unallocated import running_unrequested
 from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, not_default_nodes, running_unclassed
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
@@ -277,6 +278,9 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # With neither, no node can join classed_on, so no pod's GPU requests are worth working out for it.
     watch_unclassed = bool(classed_on or classed_ds)
     gfd_unlabelled = False
+    # Pods aimed at a GPU node that request no GPU: they run with no driver or device (`gpuchain.doctor.unallocated`).
+    announcing = set(labels_by_node) - unregistered
+    unrequested: list[tuple[str, tuple[LogKey, Obj]]] = []
     # A running KubeVirt GPU plugin whose node announces no passthrough GPU, or some by bare device ID: its log says
     # what it found and could not name (`gpuchain.doctor.passthrough`). The nodes by name only once such a plugin runs.
     passthrough: list[tuple[LogKey, Obj]] = []
@@ -380,6 +384,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
         elif watch_unclassed:
             unclassed += running_unclassed(pod)
+        unrequested += running_unrequested(pod, announcing)
         on = str((pod.get("spec") or {}).get("nodeName"))
         if on not in gpu_workloads_on and status.get("phase") == "Running" and pod_gpu_requests(pod):
             gpu_workloads_on.add(on)
@@ -411,6 +416,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)
     running = sorted((c for on, c in unclassed if on in classed_on), key=by_key)[:MAX_WORKLOAD_LOGS]
+    running += sorted((c for _, c in unrequested), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox += sorted(passthrough, key=by_key)[:MAX_PASSTHROUGH_LOGS]
     troubled = sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
     return operands[:limit] + sampled + troubled + plugins + sandbox + running

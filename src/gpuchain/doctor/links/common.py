@@ -184,3 +184,14 @@ def labels_showing(ctx: Context, view: NodeView) -> tuple[Defect, ...]:
     if shown is None:
         shown = answers[state] = tuple(d for d in defects if d.shows(view.labels))
     return shown
+
+
+def said_by(ctx: Context, pod: Obj) -> str:
+    """Everything a pod's containers left: termination messages of the current and last run, and the log the
+    gather step read."""
+    out = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            out.append(str((state.get("terminated") or {}).get("message") or ""))
+        out.append(ctx.log(pod, str(cs.get("name"))))
+    return "\n".join(x for x in out if x)

@@ -27,7 +27,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.fabric import fabric_repair
 from gpuchain.doctor.links.unprivileged_envvar import BOTTLEROCKET_NVIDIA
 from gpuchain.doctor.node import node_info
-from gpuchain.doctor.node_image import EKS_POOL, NodeImage
+from gpuchain.doctor.node_image import EKS_POOL, GKE_ACCELERATOR, GKE_DRIVER, NodeImage
 from gpuchain.kube.objects import Obj
 
 SYSTEM_NOT_READY = "cuda.system-not-ready"
@@ -140,10 +140,28 @@ def _bottlerocket_update(node: Obj, first: tuple[int, int, int], brings: str) ->
     )
 
 
-def _driver_owner(ctx: Context, image: NodeImage | None, floor: str) -> str:
+def _gke_installer(node: Obj, floor: str) -> str:
+    """On a GKE node whose driver Google's installer DaemonSet puts there (no gke-gpu-driver-version label): the
+    installer manifest that installs a newer driver (GoogleCloudPlatform/container-engine-accelerators
+    nvidia-driver-installer/cos/daemonset-preloaded-latest.yaml, the COS image's latest driver instead of its default;
+    ubuntu/daemonset-preloaded-R<branch>.yaml per driver branch), or a pool whose GKE installs the latest driver."""
+    cos = str(node_info(node).get("osImage", "")).startswith("Container-Optimized OS")
+    manifest = "cos/daemonset-preloaded-latest.yaml" if cos else "ubuntu/daemonset-preloaded-R<branch>.yaml"
+    return (
+        f"install a driver {floor} or newer with Google's installer: kubectl apply -f https://raw.githubusercontent.com/"
+        f"GoogleCloudPlatform/container-engine-accelerators/master/nvidia-driver-installer/{manifest} (it replaces "
+        "the nvidia-driver-installer DaemonSet; then recreate the node or restart its installer pod), or move the "
+        f"GPU pods to a node pool created with --accelerator ...,gpu-driver-version=latest (label {GKE_DRIVER}=latest)"
+    )
+
+
+def _driver_owner(ctx: Context, image: NodeImage | None, floor: str, node: Obj) -> str:
     """Who upgrades the node's driver to at least ``floor``, by who brings it."""
     if image is not None and image.ships_driver and image.upgrade:
         return f"upgrade the node pool's node image to one whose driver is {floor} or newer: {image.upgrade}"
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if GKE_ACCELERATOR in labels and GKE_DRIVER not in labels:  # a GKE GPU node GKE installs no driver on
+        return _gke_installer(node, floor)
     if ctx.policy_obj is not None:
         return f"set spec.driver.version in {ctx.policy_ref} to a driver {floor} or newer"
     return f"upgrade the node's NVIDIA driver package to {floor} or newer, then reboot"
@@ -185,7 +203,7 @@ def insufficient_repair(
         "whose NVIDIA variants ship the R535 driver on the 5.15 kernel too (the 6.1-kernel variants, "
         "aws-k8s-1.28-nvidia and later, ship R535 as well)",
     )
-    work = update or _driver_owner(ctx, image, floor)
+    work = update or _driver_owner(ctx, image, floor, view.node)
     older_cuda = f"{cuda[0] - 1}.x" if cuda[0] > 11 else "the CUDA release the driver runs"
     return f"{need}: {work}; or run the workload from an image built for CUDA {older_cuda}"
 

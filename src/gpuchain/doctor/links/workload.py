@@ -7,7 +7,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
 from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
-from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.common import node_finding, said_by
 from gpuchain.doctor.links.cuda_repair import INSUFFICIENT, SYSTEM_NOT_READY, fabric_repair_words, insufficient_repair
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
 from gpuchain.doctor.links.hami_core import miscounted_memory
@@ -25,6 +25,7 @@ from gpuchain.doctor.links.runtime_default import (
 )
 from gpuchain.doctor.links.runtime_override import runtime_overridden
 from gpuchain.doctor.links.shared_request import shared_too_large
+from gpuchain.doctor.links.unallocated_gpu import unallocated_gpu
 from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import shape_first
@@ -258,24 +259,16 @@ def _hook_refused_unknown(ctx: Context, view: NodeView, refused: list[str], said
 
 #: What a GPU workload writes when its container has no driver library: the runtime did not inject the node's
 #: driver (catalog.yaml: PyTorch's words for no libcuda, NVML's for no libnvidia-ml, runc's and bash's for no
-#: nvidia-smi).
+#: nvidia-smi, the loader's for no libcuda.so.1, vLLM's for no platform found).
 NO_DRIVER_IN_POD = (
     "pytorch.no-driver",
     "nvml.library-not-found",
     "runc.driver-binary-missing",
     "bash.driver-binary-not-found",
+    "loader.no-driver-library",
+    "vllm.no-platform",
+    "vllm.unspecified-platform",
 )
-
-
-def _said_by(ctx: Context, pod: Obj) -> str:
-    """Everything a pod's containers left: termination messages of the current and last run, and the log the
-    gather step read."""
-    out = []
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            out.append(str((state.get("terminated") or {}).get("message") or ""))
-        out.append(ctx.log(pod, str(cs.get("name"))))
-    return "\n".join(x for x in out if x)
 
 
 def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
@@ -290,7 +283,7 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     for pod in apps:
         if not pod_gpu_requests(pod) or (pod.get("spec") or {}).get("runtimeClassName"):
             continue
-        found = catalog.find(_said_by(ctx, pod), *words)
+        found = catalog.find(said_by(ctx, pod), *words)
         if found is not None:
             hit.append(pod)
             said = said or found
@@ -402,7 +395,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
     for pod in apps:
         if not pod_gpu_requests(pod):
             continue
-        text = _said_by(ctx, pod)
+        text = said_by(ctx, pod)
         found = catalog.find(text, *CUDA_UNUSABLE)
         if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *READ_ELSEWHERE):
             continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
@@ -502,4 +495,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     unrequested = gpus_without_request(ctx, view, apps)
     if unrequested is not None:
         findings.append(unrequested)
+    unallocated = unallocated_gpu(ctx, view, apps)
+    if unallocated is not None:
+        findings.append(unallocated)
     return findings
