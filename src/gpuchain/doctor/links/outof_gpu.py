@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuchain.doctor.admission_reasons import OUT_OF
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.kubelet_defects import gpu_failed
@@ -31,8 +32,6 @@ from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
-#: The kubelet's admission reason for a resource the node lacked (predicate.go InsufficientResourcePrefix).
-OUT_OF = "OutOf"
 #: The capacity the kubelet's message gives for the resource ("..., capacity: 0"): 0 is a resource not announced.
 CAPACITY = re.compile(r"capacity: (\d+)")
 FINDING = "node.gpu-pod-refused-before-plugin"
