@@ -1,12 +1,11 @@
-"""The thirty-ninth held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
-heldout .. heldout36 cite (heldout37 and heldout38 were written beside it), written blind to the doctor and frozen
+"""The forty-first held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
+heldout .. heldout39 cite (heldout40 and heldout42 were written beside it), written blind to the doctor and frozen
 before it was run on them.
 
 The format, edits, recount and scoring are tests/sim/heldout's, heldout3's and heldout9's, reused: this set's reports
-need no edit those sets lack (a node whose containerd was never pointed at the nvidia runtime is the node group's
-``runtimeConfigured: false``; GPU tenants sharing one time-sliced card, their logs and environment are ``create`` and
-``pod``; a node's capacity, labels, taints, extended resources and kubelet version are ``node``; the device plugin's
-time-slicing is ``devicePluginConfigs``), so its loader is heldout9's."""
+need no edit those sets lack (a workload pod, KAI's reservation pod, a ConfigMap and their logs and Events are
+``create`` and ``pod``; the GPU Operator's CDI mode is a ``policy`` patch; GKE's GPU-node taint, capacity, labels and
+kubelet version are ``node``), so its loader is heldout9's."""
 
 from __future__ import annotations
 
