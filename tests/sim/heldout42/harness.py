@@ -1,0 +1,24 @@
+"""The forty-second held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
+heldout .. heldout39 cite (heldout40 and heldout41 were written beside it), written blind to the doctor and frozen
+before it was run on them.
+
+The format, edits, recount and scoring are tests/sim/heldout's, heldout3's and heldout9's, reused: this set's reports
+need no edit those sets lack (a ClusterPolicy with the device plugin disabled is the scenario's ``policy``; a node's
+capacity, labels, taints, extended resources such as ``aliyun.com/gpu-mem`` and kubelet version are ``node``; ACK's
+shared-GPU DaemonSets are ``add-daemonset``; tenants, their states, Events and a RuntimeClass are ``create``), so its
+loader is heldout9's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.heldout import harness as base
+from sim.heldout9 import harness as ninth
+
+#: The set: heldout9's loader over this directory's cases.
+SET = base.HeldOutSet(Path(__file__).parent, ninth.load)
+HERE, cases, frozen, results = SET.here, SET.cases, SET.frozen, SET.results
+load = SET.load
+
+if __name__ == "__main__":
+    SET.main()
