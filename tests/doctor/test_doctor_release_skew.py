@@ -49,3 +49,27 @@ def test_a_skew_on_releases_without_a_known_issue_keeps_the_majority() -> None:
     report = diagnosed(THREE, _versions(n1="550.127.05", n2="550.127.05", n3="550.54.15"))
     (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
     assert "550.127.05" in skew.fix and not any(e.startswith("release:") for e in skew.evidence)
+
+
+HOST = (
+    "name: t\nstack: gpu-operator\npolicy:\n  driver: {enabled: false}\nnodes:\n"
+    "  - {name: old, hostDriver: 470.82.01}\n  - {name: new, count: 2, hostDriver: 470.129.06}\n"
+)
+
+
+def test_host_drivers_of_one_branch_are_a_warning_not_a_root() -> None:
+    """Releases of one branch support the same CUDA versions: a half-done host upgrade breaks no image."""
+    from gpuchain.doctor.model import Severity
+
+    report = diagnosed(HOST)
+    (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
+    assert skew.severity is Severity.WARNING and not skew.root and skew.action is None
+    assert "470 branch" in skew.cause and "470.129.06" in skew.fix
+
+
+def test_host_drivers_of_two_branches_stay_an_error_to_repair() -> None:
+    from gpuchain.doctor.model import Severity
+
+    report = diagnosed(HOST.replace("470.82.01", "535.161.08"))
+    (skew,) = [f for f in report.findings if f.id == "driver.version-skew"]
+    assert skew.severity is Severity.ERROR and skew.root

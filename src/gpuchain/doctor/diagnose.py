@@ -416,6 +416,21 @@ def _version_skew(ctx: Context) -> list[Finding]:
                 "operator's to change), or keep CUDA images within the older driver's branch",
             )
         ]
+    if not containers and len(branches) == 1 and not skipped:
+        # Host drivers of one branch: every release of a branch supports the same CUDA versions and each container
+        # gets its own node's user-space libraries, so a rolling host upgrade halfway through breaks no image.
+        return [
+            Finding(
+                id="driver.version-skew",
+                severity=Severity.WARNING,
+                link="driver",
+                cause=f"GPU nodes run {len(versions)} host driver releases of the {branches[0]} branch "
+                f"({', '.join(sorted(versions))}): one branch supports the same CUDA versions, so images run alike "
+                "on all of them; only a fix made in one release differs.",
+                evidence=evidence,
+                fix=f"# none needed; to align them, upgrade the host driver to {majority} with the node image",
+            )
+        ]
     if containers and not ctx.policy_unknown and ctx.policy.driver.version != majority:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
         fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"
