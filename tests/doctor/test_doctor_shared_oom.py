@@ -10,9 +10,8 @@ driver API's name for the error; node, pod and namespace names are made up (none
 
 from __future__ import annotations
 
-from typing import Any
-
 from doctor.small_cluster import built, diagnosed
+from doctor.test_doctor_lost_devices_and_headers import _ready_with_log
 
 from gpuchain.doctor.model import Finding, FixOp, Report, Severity
 from gpuchain.doctor.ready_gpu_logs import MAX_SHARED_NODES, MAX_TENANTS, shared_gpu_tenants
@@ -43,24 +42,12 @@ def _cluster(*, config: str = "ts3") -> str:
     )
 
 
-def _ready_with_log(name: str, namespace: str, text: str, node: str = "edge-9") -> dict[str, Any]:
-    """An edit: workload pod ``name``-0 on ``node`` running ready with no restart, ``text`` in its log."""
-    return {
-        "do": "pod",
-        "daemonset": name,
-        "namespace": namespace,
-        "node": node,
-        "containers": [{"name": "main", "ready": True, "restarts": 0, "state": {"running": True}}],
-        "logs": {"main": text},
-    }
-
-
 def _found(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.id == FID]
 
 
 def test_a_ready_tenant_out_of_cuda_memory_on_a_time_sliced_gpu_names_the_sharing_and_its_cotenants() -> None:
-    report = diagnosed(_cluster(), _ready_with_log("train", "lab", OOM))
+    report = diagnosed(_cluster(), _ready_with_log("train", "edge-9", "lab", OOM))
     (found,) = _found(report)
     assert (found.link, found.node, found.severity, found.root) == ("device-plugin", "edge-9", Severity.ERROR, True)
     assert found.action is not None and found.action.op is FixOp.NODE
@@ -77,7 +64,7 @@ def test_a_ready_tenant_out_of_cuda_memory_on_a_time_sliced_gpu_names_the_sharin
 
 def test_gfds_replicas_label_says_time_slicing_where_the_config_is_not_at_hand() -> None:
     labelled = {"do": "node", "node": "edge-9", "labels": {"nvidia.com/gpu.replicas": "3"}}
-    report = diagnosed(_cluster(config="whole"), labelled, _ready_with_log("train", "lab", OOM))
+    report = diagnosed(_cluster(config="whole"), labelled, _ready_with_log("train", "edge-9", "lab", OOM))
     (found,) = _found(report)
     assert "GPUs shared by time-slicing: label nvidia.com/gpu.replicas=3" in found.evidence
     assert "cams/vision" in found.fix
@@ -85,14 +72,14 @@ def test_gfds_replicas_label_says_time_slicing_where_the_config_is_not_at_hand()
 
 def test_out_of_memory_on_an_unshared_or_mps_gpu_is_the_workloads_own() -> None:
     # A GPU of its own: the pod needs more than the card has; nothing of the chain.
-    assert not _found(diagnosed(_cluster(config="whole"), _ready_with_log("train", "lab", OOM)))
+    assert not _found(diagnosed(_cluster(config="whole"), _ready_with_log("train", "edge-9", "lab", OOM)))
     # MPS limits each client's memory (GFD labels the strategy): a refusal there is the tenant's own limit.
     mps = {"do": "node", "node": "edge-9", "labels": {"nvidia.com/gpu.sharing-strategy": "mps"}}
-    assert not _found(diagnosed(_cluster(), mps, _ready_with_log("train", "lab", OOM)))
+    assert not _found(diagnosed(_cluster(), mps, _ready_with_log("train", "edge-9", "lab", OOM)))
 
 
 def test_time_sliced_tenants_that_say_nothing_of_memory_stay_quiet() -> None:
-    report = diagnosed(_cluster(), _ready_with_log("train", "lab", "epoch 3 step 120 loss 0.41\n"))
+    report = diagnosed(_cluster(), _ready_with_log("train", "edge-9", "lab", "epoch 3 step 120 loss 0.41\n"))
     assert not _found(report)
     assert not [f for f in report.findings if f.severity is Severity.ERROR]
 
