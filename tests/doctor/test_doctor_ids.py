@@ -200,6 +200,8 @@ CLUSTER_TESTS = {
     "nfd.crash-loop": "test_doctor_nfd_failing::test_a_gc_in_a_crash_loop_is_quoted_from_its_state",
     "toolkit.torn-down": "test_doctor_toolkit_torn_down::"
     "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
+    "device-plugin.time-sliced-oom": "doctor.test_doctor_shared_oom::"
+    "test_a_ready_tenant_out_of_cuda_memory_on_a_time_sliced_gpu_names_the_sharing_and_its_cotenants",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -27,12 +27,13 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.leftover_runtime import leftover_runtime
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
+from gpuchain.doctor.links.docker_runtime import docker_toolkit_repair
 from gpuchain.doctor.links.fabric import fabric_repair
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.stale_plugin_root import stale_plugin_root
 from gpuchain.doctor.links.validator_cuda import validation_proves, validation_release
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
-from gpuchain.doctor.next_steps import next_step, shape_first, silent_fix
+from gpuchain.doctor.next_steps import next_step, shape_first, shape_of, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
 from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
@@ -490,20 +491,33 @@ def _fix(
             if toolkit is not None
             else ""
         )
+        docker = docker_toolkit_repair(ctx, view, rewrite=rewrite)  # "" where the node does not run pods in Docker
         if runtime_scheme(view.node) == "cri-o":
             again = f"{rewrite}make CRI-O run the nvidia runtime or its hook ({runtime_setup(view.node)})"
+        elif docker:
+            # Docker runs every pod under its default runtime: that comes before what the missing file's shape says.
+            shape = shape_of(ctx, link=link, said=tuple(failure.text.splitlines()), node=view.name)
+            again = docker + (
+                f"; where nvidia is Docker's default already: {shape.action} ({shape.what})" if shape else ""
+            )
         else:
             again = rewrite or (
                 "write the nvidia runtime into the containerd config this node's containerd reads (nvidia-ctk "
                 "runtime configure --runtime=containerd), "
             )
             again += "restart containerd"
-        again = shape_first(ctx, link=link, said=tuple(failure.text.splitlines()), then=again, node=view.name)
+        if not docker:
+            again = shape_first(ctx, link=link, said=tuple(failure.text.splitlines()), then=again, node=view.name)
         action = Fix(
             FixOp.NODE,
             view.name,
             {
-                "action": f"the NVIDIA runtime hook fails to create containers here: {again}, then {rerun}",
+                "action": (
+                    "Docker runs this node's containers without the NVIDIA runtime"
+                    if docker
+                    else "the NVIDIA runtime hook fails to create containers here"
+                )
+                + f": {again}, then {rerun}",
                 "drain": False,
                 NOT_SIMULATED: "the hook's failure is a fact of the node no scenario names",
             },

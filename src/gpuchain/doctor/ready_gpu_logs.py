@@ -14,19 +14,30 @@ pods' logs only where they are not ready or restarted (`gpuchain.doctor.snapshot
 module picks one ready container of a running GPU pod on each GPU node, at most ``MAX_READY_LOGS`` nodes, so a
 cluster of any size pays a few reads. The read is a probe for that one failure: a log kept only where it says the
 GPU was lost, so what else a ready pod prints (other checks read the logs they ask for) changes no finding.
+
+On a node whose GPUs the device plugin shares by time-slicing (`gpuchain.doctor.shared_gpu`), a tenant whose CUDA
+allocation fails because a co-tenant holds the card's memory also runs on ready (a server that failed to load its
+model keeps answering, with errors), so there every running GPU pod's log is read, for at most
+``MAX_SHARED_NODES`` such nodes and ``MAX_TENANTS`` pods each, and kept only where it says CUDA ran out of memory.
 """
 
 from __future__ import annotations
 
 from gpuchain.doctor import catalog
+from gpuchain.doctor.shared_gpu import time_sliced
 from gpuchain.doctor.structs import LogKey, Snapshot
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
 #: NVML's words once the container's device rules are gone (catalog.yaml).
 NVML_LOST = "nvml.unknown-error-in-workload"
 #: The most GPU nodes whose ready GPU pod's log is read (one container each).
 MAX_READY_LOGS = 3
+#: CUDA's words when an allocation finds too little free device memory (catalog.yaml).
+OUT_OF_MEMORY = "cuda.out-of-memory"
+#: The most time-sliced GPU nodes whose tenants' logs are read, and the most tenants read on each.
+MAX_SHARED_NODES = 3
+MAX_TENANTS = 8
 
 
 def ready_gpu_samples(pods: list[Obj], nodes: list[Obj], *, skip: tuple[str, ...]) -> list[tuple[LogKey, Obj]]:
@@ -56,11 +67,47 @@ def ready_gpu_samples(pods: list[Obj], nodes: list[Obj], *, skip: tuple[str, ...
     return [first[n] for n in sorted(first)[:MAX_READY_LOGS]]
 
 
+def shared_gpu_tenants(
+    pods: list[Obj], nodes: list[Obj], configs: dict[str, str], *, skip: tuple[str, ...]
+) -> list[LogKey]:
+    """The first container of each running GPU pod on the first ``MAX_SHARED_NODES`` nodes (by name) whose GPUs are
+    time-sliced, ``MAX_TENANTS`` a node by (namespace, name); no pass over the pods where no node is time-sliced.
+    ``configs`` is the device plugin's config data (every key of the stack namespace's ConfigMaps)."""
+    shared = sorted(
+        str(name_of(n))
+        for n in nodes
+        if any(v > 0 for v in node_gpu_resources(n).values()) and time_sliced(labels_of(n), configs)
+    )[:MAX_SHARED_NODES]
+    if not shared:
+        return []
+    tenants: dict[str, list[LogKey]] = {n: [] for n in shared}
+    for pod in pods:
+        on = tenants.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        where = str(namespace_of(pod) or "default")
+        if on is None or where in skip or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if containers and pod_gpu_requests(pod):
+            on.append((where, str(name_of(pod)), str(containers[0].get("name"))))
+    return [key for n in shared for key in sorted(tenants[n])[:MAX_TENANTS]]
+
+
 def ready_gpu_probes(snapshot: Snapshot, namespace: str) -> list[LogKey]:
-    """The containers `ready_gpu_samples` picks in ``snapshot``, the stack's ``namespace`` and kube-system left out."""
-    return [key for key, _ in ready_gpu_samples(snapshot.pods, snapshot.nodes, skip=(namespace, "kube-system"))]
+    """The containers `ready_gpu_samples` picks in ``snapshot``, then the tenants `shared_gpu_tenants` picks, the
+    stack's ``namespace`` and kube-system left out."""
+    skip = (namespace, "kube-system")
+    picked = [key for key, _ in ready_gpu_samples(snapshot.pods, snapshot.nodes, skip=skip)]
+    configs = {k: str(v) for cm in snapshot.configmaps for k, v in (cm.get("data") or {}).items()}
+    shared = shared_gpu_tenants(snapshot.pods, snapshot.nodes, configs, skip=skip)
+    return picked + [key for key in shared if key not in picked]
 
 
 def lost_gpus_said(text: str) -> bool:
-    """Whether a probed log says NVML lost the GPU (the one failure the probe reads for)."""
+    """Whether a probed log says NVML lost the GPU."""
     return catalog.find(text, NVML_LOST) is not None
+
+
+def probe_kept(text: str) -> bool:
+    """Whether a probed log is kept: it says NVML lost the GPU, or CUDA ran out of memory (the failures the probe
+    reads for)."""
+    return catalog.find(text, NVML_LOST, OUT_OF_MEMORY) is not None

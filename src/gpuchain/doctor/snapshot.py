@@ -30,7 +30,7 @@ from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
-from gpuchain.doctor.ready_gpu_logs import lost_gpus_said, ready_gpu_probes
+from gpuchain.doctor.ready_gpu_logs import probe_kept, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
@@ -470,11 +470,12 @@ def with_logs(snapshot: Snapshot, *, reader: LogReader | None, limit: int = MAX_
         text = reader(*key)
         if text:
             logs[key] = text
-    # A ready GPU pod on each of a few GPU nodes, read for one failure only: GPUs a systemd reload took from it.
+    # A ready GPU pod on each of a few GPU nodes, read for GPUs a systemd reload took from it, and the tenants of a few
+    # time-sliced nodes, read for CUDA allocations a co-tenant's memory starved.
     probes = [key for key in ready_gpu_probes(snapshot, detect(snapshot).namespace) if key not in logs]
     for key in probes:
         text = reader(*key)
-        if text and lost_gpus_said(text):
+        if text and probe_kept(text):
             logs[key] = text
     again = sorted({key for key, status in candidates if _previous_run_wanted(status)})
     previous = dict(snapshot.previous_logs)

@@ -24,6 +24,7 @@ from gpuchain.doctor.links.runtime_default import (
     toolkit_default_fix,
 )
 from gpuchain.doctor.links.runtime_override import runtime_overridden
+from gpuchain.doctor.links.shared_oom import starved_by_cotenants
 from gpuchain.doctor.links.shared_request import shared_too_large
 from gpuchain.doctor.links.unallocated_gpu import unallocated_gpu
 from gpuchain.doctor.links.unrequested_gpus import gpus_without_request
@@ -498,4 +499,7 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     unallocated = unallocated_gpu(ctx, view, apps)
     if unallocated is not None:
         findings.append(unallocated)
+    starved = starved_by_cotenants(ctx, view, apps)
+    if starved is not None:
+        findings.append(starved)
     return findings
