@@ -251,6 +251,9 @@ def index(snapshot: Snapshot) -> Context:
                 workloads[node].append(pod)
         elif not ops and phase == "Pending":
             pending.append(pod)
+    for pod in snapshot.finished:
+        # A GPU workload that ended Failed (finished.py): its node's workload checks read its state and log.
+        workloads[str((pod.get("spec") or {}).get("nodeName"))].append(pod)
     for node, found in others.items():
         for op, pod in found.items():
             # The stack's own pod first, unless it runs and the other release's fails or is held in an

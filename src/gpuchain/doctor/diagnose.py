@@ -41,6 +41,7 @@ from gpuchain.doctor.links.plugin_pair import beside_another_plugin
 from gpuchain.doctor.links.reload_marked import reload_marked
 from gpuchain.doctor.links.sandbox import sandbox_walk, serves_vms
 from gpuchain.doctor.links.validation import waiting_on
+from gpuchain.doctor.links.validation_pending import untolerated_validation
 from gpuchain.doctor.links.workload import check_workloads
 from gpuchain.doctor.model import FOUNDATION, Finding, Fix, FixOp, Link, LinkState, NodeChain, Report, Severity
 from gpuchain.doctor.node import check_node
@@ -197,6 +198,9 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
             if early is None and result.state is LinkState.OK:
                 # Operands waiting (not failing) behind this link's validation, which the validator never completes.
                 early = waiting_on(ctx, view=view, link=name)
+            if early is None:
+                # The operator's own validation pod of this link, kept off the node by a taint it does not tolerate.
+                early = untolerated_validation(ctx, view=view, link=name)
             if early is not None:
                 result = Result(LinkState.BROKEN, early.cause.split(":")[0].split(";")[0][:80], (early,))
         if name == "driver":

@@ -33,6 +33,7 @@ import yaml
 
 from gpuchain.common.inputfile import ConfigFileError, read_input_bytes, read_input_text
 from gpuchain.doctor.admission_reasons import refused_in
+from gpuchain.doctor.finished import split_finished
 from gpuchain.doctor.logs import cluster_scraper
 from gpuchain.doctor.snapshot import MAX_SCRAPES, list_if_served, read_pdbs, scrape_candidates
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
@@ -203,7 +204,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
             extras[stem] = []
         else:
             extras[stem] = _items(path, item_kind)
-    pods = [p for p in found["pods"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    pods, finished = split_finished(found["pods"], nodes)
     partial = Snapshot(
         namespace=namespace or "",
         policies=extras["clusterpolicies"],
@@ -233,6 +234,7 @@ def read_dump(directory: str | Path, namespace: str | None = None) -> Snapshot:
         resource_slices=extras["resourceslices"],
         pdbs=extras["poddisruptionbudgets"],
         refused=refused_in(found["pods"], stack_ns),
+        finished=finished,
         absent=frozenset(absent),
         scrapes=_scrapes_by_node(pods, scraped),
     )

@@ -28,9 +28,10 @@ NFD_ORDER = (
     "gpu-operator.no-gpu-node",
 )
 NFD_SAYS = frozenset(NFD_ORDER)
-#: The operator's entries, the more specific first: the API server's refusals of an object, the driver step's own
-#: failures, then the Node Feature Discovery labels it finds missing.
+#: The operator's entries, the more specific first: an API version the cluster no longer serves, the API server's
+#: refusals of an object, the driver step's own failures, then the Node Feature Discovery labels it finds missing.
 SAYS = (
+    "gpu-operator.api-version-not-served",
     "gpu-operator.namespace-psa-label-refused",
     "gpu-operator.create-denied-by-webhook",
     "gpu-operator.create-webhook-unreachable",

@@ -34,6 +34,7 @@ from gpuchain.doctor.placement import Blocker, pod_blocker, taint_text, tolerati
 from gpuchain.doctor.pods import unschedulable_message
 from gpuchain.doctor.stacks.base import is_dra_plugin
 from gpuchain.doctor.startup_taints import left_startup_taints
+from gpuchain.doctor.validation_pods import validation_of
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
@@ -390,6 +391,8 @@ def unplaced(ctx: Context, chains: list[NodeChain]) -> tuple[list[Finding], set[
         msg = unschedulable_message(pod)
         if not msg or not gpu_pod(pod):
             continue
+        if validation_of(ctx, pod) is not None:
+            continue  # the operator's validation pod: the validated link's root on its nodes (validation_pending)
         owner = owner_of(pod).ref
         if owner in findings:
             explained.add(id(pod))

@@ -27,6 +27,7 @@ from typing import Protocol, cast
 from gpuchain.common.labels import MIG_CONFIG_STATE
 from gpuchain.doctor.admission_reasons import read_refused, refusals_worth_reading
 from gpuchain.doctor.fabric_logs import fabric_log_candidates
+from gpuchain.doctor.finished import NOT_SUCCEEDED, failed_containers, split_finished
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
@@ -141,7 +142,8 @@ def gather(
     step(STEPS[1])
     nodes = cluster.list_readonly(NODE)
     step("nodes")
-    pods = cluster.list_readonly(POD, field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    # Failed pods come with the list and are split off: the newest GPU workloads among them are read (finished.py).
+    pods, finished = split_finished(cluster.list_readonly(POD, field_selector=NOT_SUCCEEDED), nodes)
     step("pods")
     daemonsets = cluster.list_readonly(DAEMONSET)
     step("daemonsets")
@@ -190,6 +192,7 @@ def gather(
         resource_slices=resource_slices or [],
         pdbs=pdbs or [],
         refused=refused,
+        finished=finished,
         absent=frozenset(absent),
     )
 
@@ -388,6 +391,13 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         on = str((pod.get("spec") or {}).get("nodeName"))
         if on not in gpu_workloads_on and status.get("phase") == "Running" and pod_gpu_requests(pod):
             gpu_workloads_on.add(on)
+
+    for pod in snapshot.finished:
+        # A GPU workload that ended Failed (it restarts Never): its failed containers' logs, as a crash-loop's.
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        workloads += [((ns, name, str(cs.get("name"))), cs) for cs in failed_containers(pod)]
+        troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
 
     def by_key(candidate: tuple[LogKey, Obj]) -> LogKey:
         return candidate[0]

@@ -54,6 +54,9 @@ class Snapshot:
     #: the stack's pods the kubelet refused at admission (Failed), read only where a GPU node announces no GPU
     #: (`admission.refusals_worth_reading`): the pod list leaves Failed pods out
     refused: list[Obj] = field(default_factory=list)
+    #: GPU workload pods that ended Failed on a GPU node, the newest few (`finished.split_finished`): the pod list
+    #: leaves them out, and a workload that fails at its first run and restarts Never shows its failure only there
+    finished: list[Obj] = field(default_factory=list)
     absent: frozenset[str] = frozenset()  #: what the source did not have (a dump without extras)
     #: the exporter's scrape by node name, where one was read (`gpuchain.doctor.trust`)
     scrapes: dict[str, Scrape] = field(default_factory=dict)

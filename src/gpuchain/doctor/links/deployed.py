@@ -27,6 +27,7 @@ from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.operator_says import OperatorSays, operator_says
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
+from gpuchain.doctor.removed_apis import API_NOT_SERVED, api_repair
 from gpuchain.doctor.stacks.base import is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
@@ -394,6 +395,9 @@ def _operator_reason(
     down = nfd_down(ctx, view=view, label=NFD_GPU_LABELS[0]) if said.about_nfd else None
     if down is not None:
         return f"{cause} Here: {down.cause}.", down.fix, down.action, [*said.evidence, *down.evidence]
+    unserved = api_repair(ctx, line=said.match.line, namespace=ctx.namespace) if entry.id == API_NOT_SERVED else None
+    if unserved is not None:
+        return f"{where} does not exist: {unserved.cause}", unserved.fix, None, [*said.evidence, *unserved.evidence]
     return cause, "# " + entry.repair(view.name, namespace=ctx.namespace), None, list(said.evidence)
 
 

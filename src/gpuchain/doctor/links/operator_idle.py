@@ -18,6 +18,7 @@ from gpuchain.doctor.links.nfd_pods import nfd_down, nfd_pods
 from gpuchain.doctor.model import Finding, Fix, Severity
 from gpuchain.doctor.next_steps import next_step
 from gpuchain.doctor.nfd import NFD_LINK
+from gpuchain.doctor.removed_apis import API_NOT_SERVED, api_repair
 from gpuchain.kube.objects import labels_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
 
@@ -51,14 +52,17 @@ def nothing_placed(ctx: Context) -> list[Finding]:
     evidence = list(said.evidence)
     action: Fix | None = None
     if not said.about_nfd:
+        unserved = (
+            api_repair(ctx, line=said.match.line, namespace=ctx.namespace) if entry.id == API_NOT_SERVED else None
+        )
         return [
             Finding(
                 id="operand.not-deployed",
                 severity=Severity.ERROR,
                 link=entry.link,
-                cause=f"the GPU Operator runs but deploys its operands on no node: {entry.cause}",
-                evidence=tuple(evidence),
-                fix="# " + entry.repair(namespace=ctx.namespace),
+                cause=f"the GPU Operator runs but deploys its operands on no node: {(unserved or entry).cause}",
+                evidence=(*evidence, *(unserved.evidence if unserved else ())),
+                fix=unserved.fix if unserved else "# " + entry.repair(namespace=ctx.namespace),
                 root=True,
             )
         ]
