@@ -200,6 +200,8 @@ CLUSTER_TESTS = {
     "nfd.crash-loop": "test_doctor_nfd_failing::test_a_gc_in_a_crash_loop_is_quoted_from_its_state",
     "toolkit.torn-down": "test_doctor_toolkit_torn_down::"
     "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
+    "exporter.sidecar-unlabelled": "test_doctor_exporter_sidecars::"
+    "test_a_native_sidecars_gpu_under_an_exporter_before_the_v1_client_gets_the_release_that_fixed_it",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
