@@ -16,6 +16,7 @@ from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.plugin_capacity import count_findings, not_registered
 from gpuchain.doctor.links.plugin_config import MIG_EMPTY, config_missing, mig_empty, mig_invalid, no_sys_admin
 from gpuchain.doctor.links.plugin_disabled import disabled_in_policy
+from gpuchain.doctor.links.plugin_rename import rename_ignored
 from gpuchain.doctor.links.releases import set_release
 from gpuchain.doctor.links.toolkit import (
     NO_NVML,
@@ -105,6 +106,10 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     summary = ", ".join(
         f"{k.removeprefix('nvidia.com/')} {allocatable.get(k, v)}/{v}" for k, v in sorted(capacity.items())
     )
+    renamed = rename_ignored(ctx, view)
+    if renamed is not None and renamed.severity is Severity.ERROR:
+        return Result(LinkState.BROKEN, f"{summary}; the config's rename is ignored", (renamed, *findings))
+    findings = [*findings, *([renamed] if renamed is not None else [])]
     errors = [f for f in findings if f.severity is not Severity.INFO]
     return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
 
