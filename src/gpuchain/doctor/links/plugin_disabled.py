@@ -10,6 +10,8 @@ is the policy's switch (and the Helm value that sets it, so an upgrade keeps it)
 
 from __future__ import annotations
 
+from typing import cast
+
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, opted_out
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
@@ -20,12 +22,15 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, enabled
 
 
 def _waiting(ctx: Context) -> list[str]:
-    """The Pending GPU pods the scheduler keeps off for want of a GPU resource (``namespace/name``)."""
-    return [
-        f"{namespace_of(p)}/{name_of(p)}"
-        for p in ctx.pending
-        if "Insufficient nvidia.com/" in (unschedulable_message(p) or "") and pod_gpu_requests(p)
-    ]
+    """The Pending GPU pods the scheduler keeps off for want of a GPU resource (``namespace/name``), listed once per
+    diagnosis (`Context.memo`): every GPU node without a plugin asks."""
+    if "waiting_for_gpus" not in ctx.memo:
+        ctx.memo["waiting_for_gpus"] = [
+            f"{namespace_of(p)}/{name_of(p)}"
+            for p in ctx.pending
+            if "Insufficient nvidia.com/" in (unschedulable_message(p) or "") and pod_gpu_requests(p)
+        ]
+    return list(cast("list[str]", ctx.memo["waiting_for_gpus"]))
 
 
 def disabled_in_policy(ctx: Context, view: NodeView) -> Result | None:

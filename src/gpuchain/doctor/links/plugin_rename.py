@@ -12,7 +12,7 @@ the node's plugin reads says so: the key its node label (or the policy's default
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -81,21 +81,31 @@ def _waiting_for(ctx: Context, names: set[str]) -> list[str]:
     return out
 
 
+def _read(ctx: Context, key: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """The renames config ``key`` asks for that the plugin ignores, and the pods waiting for them: worked out once
+    per key in a diagnosis (`Context.memo`), as most nodes of a cluster read one of a few configs."""
+    known = cast("dict[str, tuple[list[tuple[str, str, str, str]], list[str]]]", ctx.memo.setdefault("renames", {}))
+    if key not in known:
+        text = (ctx.plugin_configs() or {}).get(key)
+        try:
+            config = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            config = None  # a config the plugin cannot read fails on its own (plugin_config)
+        ignored = _ignored(config) if isinstance(config, dict) else []
+        waiting = _waiting_for(ctx, {asked for _, _, asked, _ in ignored}) if ignored else []
+        known[key] = (ignored, waiting)
+    return known[key]
+
+
 def rename_ignored(ctx: Context, view: NodeView) -> Finding | None:
     """The renames of the config ``view``'s node reads that NVIDIA's plugin ignores: an error where pods wait for a
     name the config meant to create, a warning otherwise; None where the config renames nothing it ignores."""
     key = view.labels.get(DEVICE_PLUGIN_CONFIG) or ctx.policy.device_plugin.config.default
-    text = (ctx.plugin_configs() or {}).get(key) if key else None
-    if not text or not _nvidia_plugin(view):
+    if not key or not _nvidia_plugin(view):
         return None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None  # a config the plugin cannot read fails on its own (plugin_config)
-    ignored = _ignored(config) if isinstance(config, dict) else []
+    ignored, waiting = _read(ctx, key)
     if not ignored:
         return None
-    waiting = _waiting_for(ctx, {asked for _, _, asked, _ in ignored})
     names = sorted(ctx.plugin_configmaps())
     where = f"key {key!r} of ConfigMap {ctx.namespace}/{names[0]}" if names else f"config {key!r}"
     ns = namespace_of(view.pod(DEVICE_PLUGIN) or {}) or ctx.namespace
