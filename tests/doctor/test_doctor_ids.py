@@ -202,6 +202,12 @@ CLUSTER_TESTS = {
     "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
     "device-plugin.time-sliced-oom": "doctor.test_doctor_shared_oom::"
     "test_a_ready_tenant_out_of_cuda_memory_on_a_time_sliced_gpu_names_the_sharing_and_its_cotenants",
+    "exporter.sidecar-unlabelled": "test_doctor_exporter_sidecars::"
+    "test_a_native_sidecars_gpu_under_an_exporter_before_the_v1_client_gets_the_release_that_fixed_it",
+    "device-plugin.disabled-in-policy": "test_doctor_plugin_disabled::"
+    "test_a_device_plugin_switched_off_in_the_policy_while_pods_wait_is_switched_on_again",
+    "device-plugin.rename-ignored": "test_doctor_plugin_rename::"
+    "test_a_per_resource_rename_the_plugin_ignores_while_a_pod_waits_for_it_is_the_plugins_config",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

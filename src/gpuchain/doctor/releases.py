@@ -32,6 +32,7 @@ SYMPTOMS = (
     "torn-down",
     "startup-taint",
     "validation",
+    "sidecar-unlabelled",
 )
 #: image: the container image's tag carries the version; chart: helm.sh/chart of the DaemonSet; operator: the GPU
 #: Operator's own release (the ClusterPolicy's Helm labels, else the operator pod's image tag), which renders every

@@ -26,6 +26,8 @@ from gpuchain.kube.objects import name_of, namespace_of
 #: The name time-slicing and MPS give their replicas with renameByDefault (NVIDIA/k8s-device-plugin api/config/v1).
 SHARED = GPU + ".shared"
 #: The node label the GPU Operator's MIG manager reads for the layout (whole GPUs: all-disabled).
+#: The device plugin's finding for a config whose per-resource rename it ignores (links/plugin_rename).
+RENAME_IGNORED = "device-plugin.rename-ignored"
 MIG_CONFIG = "nvidia.com/mig.config"
 
 
@@ -118,6 +120,11 @@ def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> t
     # A node whose root is its MIG layout (MIG-capable, no slice carved) explains the pods waiting for slices: the name
     # they ask for is the one its strategy serves, the layout is what is missing.
     unlaid = any(f.root and f.severity is Severity.ERROR and f.link == "mig" for c in chains for f in c.findings)
+    # A node whose plugin ignores its config's per-resource rename (links/plugin_rename) is the root of the pods that
+    # ask for the renamed name: its config meant to offer it, so the pods do not ask for a wrong one.
+    rename_ignored = any(
+        f.root and f.severity is Severity.ERROR and f.id == RENAME_IGNORED for c in chains for f in c.findings
+    )
     if not offered or taken:
         return [], explained
     for pod in ctx.pending:
@@ -138,6 +145,9 @@ def misnamed(ctx: Context, chains: list[NodeChain], offers: frozenset[str]) -> t
         if instead is None:
             continue
         wanted, why = instead
+        if why == "unshared" and rename_ignored:
+            explained.add(id(pod))
+            continue
         node = next(v.name for v in ctx.views if node_gpu_resources(v.node, "allocatable").get(wanted, 0) > 0)
         ops: list[dict[str, Any]] = []
         for path, value in resource_paths(pod, owner, asked[0]):

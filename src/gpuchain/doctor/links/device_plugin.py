@@ -15,6 +15,8 @@ from gpuchain.doctor.links.mig import mig_finding
 from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.plugin_capacity import count_findings, not_registered
 from gpuchain.doctor.links.plugin_config import MIG_EMPTY, config_missing, mig_empty, mig_invalid, no_sys_admin
+from gpuchain.doctor.links.plugin_disabled import disabled_in_policy
+from gpuchain.doctor.links.plugin_rename import rename_ignored
 from gpuchain.doctor.links.releases import set_release
 from gpuchain.doctor.links.toolkit import (
     NO_NVML,
@@ -63,7 +65,10 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
         if opted_out(view, DEVICE_PLUGIN) or not enabled(ctx.policy, DEVICE_PLUGIN):
             foreign = elsewhere_unplaced(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin")
             return (
-                foreign or stale_dra_plugin(ctx, view) or Result(LinkState.SKIPPED, "device plugin not deployed here")
+                foreign
+                or stale_dra_plugin(ctx, view)
+                or disabled_in_policy(ctx, view)
+                or Result(LinkState.SKIPPED, "device plugin not deployed here")
             )
         absent = unscheduled(ctx, view=view, operand=DEVICE_PLUGIN, link="device-plugin") if not announced else None
         if absent is not None:
@@ -101,6 +106,10 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     summary = ", ".join(
         f"{k.removeprefix('nvidia.com/')} {allocatable.get(k, v)}/{v}" for k, v in sorted(capacity.items())
     )
+    renamed = rename_ignored(ctx, view)
+    if renamed is not None and renamed.severity is Severity.ERROR:
+        return Result(LinkState.BROKEN, f"{summary}; the config's rename is ignored", (renamed, *findings))
+    findings = [*findings, *([renamed] if renamed is not None else [])]
     errors = [f for f in findings if f.severity is not Severity.INFO]
     return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
+from gpuchain.doctor.links.exporter_ready import serving_unprobed
+from gpuchain.doctor.links.exporter_sidecars import sidecar_unlabelled
 from gpuchain.doctor.links.metrics import unsupported_fields
 from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.links.operand import simple, without_plugins_runtime_class
@@ -158,6 +160,10 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
     if known is not None:
         known = with_release(ctx, view=view, pod=pod, operand=DCGM_EXPORTER, known=known, log=log)
         return known_not_ready(view, link=LINK, what=WHAT, state=state, known=known)
+    serving = serving_unprobed(view, pod, state, log)
+    if serving:
+        # Serving, only not marked ready yet (links/exporter_ready): not a failure.
+        return Result(LinkState.OK, f"{WHAT} Running: {serving}")
     found = catalog.find(log, "dcgm-exporter.libdcgm-not-found", "dcgm.libdcgm-not-found")
     if not found:
         return None
@@ -189,5 +195,9 @@ def _not_ready(ctx: Context, view: NodeView, pod: Obj, state: PodState, log: str
 
 
 def check_exporter(ctx: Context, view: NodeView) -> Result:
-    """Metrics exporter: its pod (a Running, ready pod serves /metrics on :9400)."""
-    return simple(ctx, view=view, operand=DCGM_EXPORTER, link=LINK, what=WHAT, failing=_not_ready)
+    """Metrics exporter: its pod (a Running, ready pod serves /metrics on :9400), then, where it serves, whether it
+    can label the GPUs the node's native sidecars hold (links/exporter_sidecars)."""
+    result = simple(ctx, view=view, operand=DCGM_EXPORTER, link=LINK, what=WHAT, failing=_not_ready)
+    if result.state is not LinkState.OK:
+        return result
+    return sidecar_unlabelled(ctx, view) or result
